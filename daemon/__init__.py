@@ -1,0 +1,1 @@
+"""recalld daemon: supervisor, RPC server, workspaces, index and jobs."""

@@ -1,0 +1,153 @@
+"""Errors that cross the wire, one class per stable JSON-RPC code.
+
+The daemon raises these from method handlers; the clients raise the same classes when
+an error response arrives, so ``except UnknownWorkspace`` works on both sides. Codes are
+stable and documented in docs/protocol.md; never renumber one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+# JSON-RPC 2.0 standard codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+# Application codes (the implementation-defined range -32000..-32099).
+UNKNOWN_WORKSPACE = -32001
+ALREADY_RUNNING = -32002
+PROVIDER_UNAVAILABLE = -32003
+JOB_FAILED = -32004
+PATH_OUTSIDE_WORKSPACE = -32005
+REQUEST_TOO_LARGE = -32006
+OVERLOADED = -32007
+NOT_FOUND = -32008
+SHUTTING_DOWN = -32009
+NOT_ALLOWED = -32010
+
+
+class RecalldError(Exception):
+    """Root of every recalld error a client can see."""
+
+    code: ClassVar[int] = INTERNAL_ERROR
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member for this exception."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class DaemonNotRunning(RecalldError):
+    """No daemon answers on the socket (client side only; never sent)."""
+
+
+class ConnectionLost(RecalldError):
+    """The connection closed before the answer arrived (client side only)."""
+
+
+class ParseError(RecalldError):
+    code = PARSE_ERROR
+
+
+class InvalidRequest(RecalldError):
+    code = INVALID_REQUEST
+
+
+class MethodNotFound(RecalldError):
+    code = METHOD_NOT_FOUND
+
+
+class InvalidParams(RecalldError):
+    code = INVALID_PARAMS
+
+
+class InternalError(RecalldError):
+    code = INTERNAL_ERROR
+
+
+class UnknownWorkspace(RecalldError):
+    code = UNKNOWN_WORKSPACE
+
+
+class AlreadyRunning(RecalldError):
+    code = ALREADY_RUNNING
+
+
+class ProviderUnavailable(RecalldError):
+    code = PROVIDER_UNAVAILABLE
+
+
+class JobFailed(RecalldError):
+    code = JOB_FAILED
+
+
+class PathOutsideWorkspace(InvalidParams):
+    """A client-named path would leave the workspace (a kind of invalid params)."""
+
+    code = PATH_OUTSIDE_WORKSPACE
+
+
+class RequestTooLarge(RecalldError):
+    code = REQUEST_TOO_LARGE
+
+
+class Overloaded(RecalldError):
+    code = OVERLOADED
+
+
+class NotFound(RecalldError):
+    code = NOT_FOUND
+
+
+class ShuttingDown(RecalldError):
+    code = SHUTTING_DOWN
+
+
+class NotAllowed(RecalldError):
+    code = NOT_ALLOWED
+
+
+_BY_CODE: dict[int, type[RecalldError]] = {
+    cls.code: cls
+    for cls in (
+        ParseError,
+        InvalidRequest,
+        MethodNotFound,
+        InvalidParams,
+        InternalError,
+        UnknownWorkspace,
+        AlreadyRunning,
+        ProviderUnavailable,
+        JobFailed,
+        PathOutsideWorkspace,
+        RequestTooLarge,
+        Overloaded,
+        NotFound,
+        ShuttingDown,
+        NotAllowed,
+    )
+}
+
+#: Every code with its short name, as documented in docs/protocol.md.
+CODE_NAMES: dict[int, str] = {code: cls.__name__ for code, cls in _BY_CODE.items()}
+
+
+def error_from_wire(error: dict[str, Any]) -> RecalldError:
+    """Build the typed exception for a JSON-RPC ``error`` member received from the daemon."""
+    code = error.get("code")
+    message = str(error.get("message", "error"))
+    cls = _BY_CODE.get(code, RecalldError) if isinstance(code, int) else RecalldError
+    exc = cls(message, error.get("data"))
+    if cls is RecalldError and isinstance(code, int):
+        exc.code = code  # type: ignore[misc]  # unknown future code: keep it visible
+    return exc

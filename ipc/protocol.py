@@ -1,0 +1,254 @@
+"""The JSON-RPC 2.0 core, sans I/O: bytes in, requests and responses out.
+
+Framing is one JSON value per line (``\\n``). The same code serves the daemon
+(:class:`ServerProtocol`) and the clients (:class:`ClientProtocol`); neither touches a
+socket, so conformance is tested with tables and fuzzing alone.
+
+Rules kept exactly as the specification says:
+- a parse error answers with ``id: null``;
+- an empty batch is one Invalid Request error, not an array;
+- a batch of notifications only gets no answer at all;
+- an invalid member of a batch gets its own error inside the answer array.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from recalld.ipc import errors
+
+JSONRPC = "2.0"
+DEFAULT_MAX_FRAME_BYTES = 1 << 20
+DEFAULT_MAX_BATCH = 100
+
+Id = int | str | None
+
+
+class FrameTooLarge(Exception):
+    """A line grew past the frame limit; the connection must answer once and close."""
+
+
+class LineFramer:
+    """Splits a byte stream into lines, holding at most ``max_frame_bytes`` of a partial line."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return every complete line (without the newline), blank lines dropped.
+
+        Raises :class:`FrameTooLarge` once a line exceeds the limit.
+        """
+        self._buffer += data
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            end = self._buffer.find(b"\n", start)
+            if end < 0:
+                break
+            if end - start > self.max_frame_bytes:
+                raise FrameTooLarge
+            line = bytes(self._buffer[start:end]).strip()
+            if line:
+                lines.append(line)
+            start = end + 1
+        del self._buffer[:start]
+        if len(self._buffer) > self.max_frame_bytes:
+            raise FrameTooLarge
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A call to run. ``id`` is absent for notifications (``is_notification``)."""
+
+    method: str
+    params: dict[str, Any] | list[Any]
+    id: Id = None
+    is_notification: bool = False
+
+
+@dataclass(slots=True)
+class Incoming:
+    """What one line asked for: calls to run, and errors already decided."""
+
+    calls: list[Request] = field(default_factory=list)
+    # Pre-built error responses for members that were invalid, in arrival order.
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    is_batch: bool = False
+    # Set when the line itself must be answered with a single error (parse error,
+    # empty batch, batch too large); calls and errors are then empty.
+    fatal: dict[str, Any] | None = None
+
+
+def error_response(id_: Id, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": JSONRPC, "error": error, "id": id_}
+
+
+def result_response(id_: Id, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC, "result": result, "id": id_}
+
+
+def encode(message: Any) -> bytes:
+    """One frame: compact JSON and a newline."""
+    return orjson.dumps(message) + b"\n"
+
+
+def _valid_id(value: Any) -> bool:
+    # Booleans are ints in Python but not valid ids; floats are discouraged by the spec
+    # and refused here so answers always echo an exact id.
+    return value is None or isinstance(value, str) or (
+        isinstance(value, int) and not isinstance(value, bool)
+    )
+
+
+def _member(obj: Any) -> Request | dict[str, Any]:
+    """Validate one request object; return it, or the error response to send."""
+    if not isinstance(obj, dict):
+        return error_response(None, errors.INVALID_REQUEST, "invalid request: not an object")
+    has_id = "id" in obj
+    raw_id = obj.get("id")
+    id_ = raw_id if _valid_id(raw_id) else None
+    if obj.get("jsonrpc") != JSONRPC:
+        return error_response(id_, errors.INVALID_REQUEST, 'invalid request: jsonrpc must be "2.0"')
+    if has_id and not _valid_id(raw_id):
+        return error_response(None, errors.INVALID_REQUEST, "invalid request: bad id")
+    method = obj.get("method")
+    if not isinstance(method, str):
+        return error_response(
+            id_, errors.INVALID_REQUEST, "invalid request: method must be a string"
+        )
+    params = obj.get("params", {})
+    if not isinstance(params, dict | list):
+        return error_response(
+            id_, errors.INVALID_REQUEST, "invalid request: params must be an object or array"
+        )
+    return Request(method=method, params=params, id=id_, is_notification=not has_id)
+
+
+class ServerProtocol:
+    """Turns request lines into :class:`Incoming` and assembles the answer line."""
+
+    def __init__(self, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        self.max_batch = max_batch
+
+    def receive_line(self, line: bytes) -> Incoming:
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return Incoming(fatal=error_response(None, errors.PARSE_ERROR, "parse error"))
+        if isinstance(obj, list):
+            if not obj:
+                return Incoming(
+                    fatal=error_response(
+                        None, errors.INVALID_REQUEST, "invalid request: empty batch"
+                    )
+                )
+            if len(obj) > self.max_batch:
+                return Incoming(
+                    fatal=error_response(
+                        None,
+                        errors.REQUEST_TOO_LARGE,
+                        f"batch of {len(obj)} requests exceeds the limit of {self.max_batch}",
+                    )
+                )
+            incoming = Incoming(is_batch=True)
+            for item in obj:
+                member = _member(item)
+                if isinstance(member, Request):
+                    incoming.calls.append(member)
+                else:
+                    incoming.errors.append(member)
+            return incoming
+        member = _member(obj)
+        if isinstance(member, Request):
+            return Incoming(calls=[member])
+        return Incoming(errors=[member])
+
+    @staticmethod
+    def reply(incoming: Incoming, answers: list[dict[str, Any] | None]) -> bytes | None:
+        """The line to send back, given one answer per call (``None`` for notifications).
+
+        Returns ``None`` when nothing must be sent (notifications only).
+        """
+        if incoming.fatal is not None:
+            return encode(incoming.fatal)
+        responses = [a for a in answers if a is not None] + incoming.errors
+        if not responses:
+            return None
+        if incoming.is_batch:
+            return encode(responses)
+        return encode(responses[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An answer to one of our requests (client side)."""
+
+    id: Id
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A server-to-client notification (client side), e.g. method ``event``."""
+
+    method: str
+    params: Any
+
+
+class ClientProtocol:
+    """Builds request frames with fresh ids and parses what the daemon sends back."""
+
+    def __init__(self) -> None:
+        self._ids: Iterator[int] = itertools.count(1)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        id_ = next(self._ids)
+        return id_, encode(
+            {"jsonrpc": JSONRPC, "method": method, "params": params or {}, "id": id_}
+        )
+
+    @staticmethod
+    def notification(method: str, params: dict[str, Any] | None = None) -> bytes:
+        return encode({"jsonrpc": JSONRPC, "method": method, "params": params or {}})
+
+    @staticmethod
+    def receive_line(line: bytes) -> list[Response | Notification]:
+        """Parse one line from the daemon. Malformed lines raise :class:`errors.ParseError`."""
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise errors.ParseError(f"daemon sent invalid JSON: {exc}") from None
+        items = obj if isinstance(obj, list) else [obj]
+        out: list[Response | Notification] = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise errors.ParseError("daemon sent a non-object message")
+            if "method" in item and "id" not in item:
+                out.append(Notification(method=str(item["method"]), params=item.get("params")))
+            elif "error" in item:
+                err = item["error"] if isinstance(item["error"], dict) else {}
+                out.append(Response(id=item.get("id"), error=err))
+            else:
+                out.append(Response(id=item.get("id"), result=item.get("result")))
+        return out
+
+
+def event_notification(topic: str, payload: dict[str, Any]) -> bytes:
+    """A server-to-client ``event`` notification frame."""
+    return encode({"jsonrpc": JSONRPC, "method": "event", "params": {"topic": topic, **payload}})
