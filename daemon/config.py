@@ -92,7 +92,10 @@ class WorkspaceSettings:
 
     def merged(self, overrides: Mapping[str, Any]) -> WorkspaceSettings:
         """A copy with ``overrides`` (a TOML table or ``workspace.open``'s config) applied."""
-        return _build(WorkspaceSettings, overrides, base=self, where="workspace config")
+        merged: WorkspaceSettings = _build(
+            WorkspaceSettings, overrides, base=self, where="workspace config"
+        )
+        return merged
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""Index: tokenizer, chunker, BM25, link graph and the per-workspace update loop."""

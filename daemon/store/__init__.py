@@ -1,0 +1,1 @@
+"""Storage: atomic files, checksummed zstd JSONL, generation manifests."""

@@ -1,0 +1,1 @@
+"""Outbound providers: the asyncio bridge, retry policy, embedding and chat clients."""
