@@ -114,6 +114,11 @@ class DaemonConfig:
     max_concurrent_calls_per_connection: int = 32
     cpu_threads: int = 2
     log_level: str = "INFO"
+    # Index maintenance: a rescan catches watch events the kernel dropped silently; the
+    # persist delay batches commits of derived state after bursts of edits.
+    reconcile_interval_s: float = 300.0
+    persist_delay_s: float = 2.0
+    chunk_max_chars: int = 1600
     workspace_defaults: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     workspaces: Mapping[str, WorkspaceSettings] = field(default_factory=dict)
     workspace_paths: Mapping[str, Path] = field(default_factory=dict)
@@ -203,6 +208,7 @@ def workspace_settings_from_params(
 _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
+    "reconcile_interval_s", "persist_delay_s", "chunk_max_chars",
 }
 
 
