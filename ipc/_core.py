@@ -1,0 +1,96 @@
+"""What the three client flavours share besides the method table: how a connect failure,
+a response and a server-side close turn into typed errors, and how a daemon is auto-started.
+
+No I/O waits here except :func:`spawn_daemon`, which only starts a process.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TypeVar
+
+from recalld.ipc import errors
+from recalld.ipc._methods import Call
+from recalld.ipc.protocol import DEFAULT_MAX_FRAME_BYTES, Response
+
+T = TypeVar("T")
+
+#: The client accepts answers far larger than the daemon accepts requests: a whole file read
+#: or a large search answer must not break the connection.
+CLIENT_MAX_FRAME_BYTES = 64 << 20
+#: Requests above this are refused locally: the daemon would answer once and close.
+MAX_REQUEST_BYTES = DEFAULT_MAX_FRAME_BYTES
+#: How long an auto-started daemon may take until its socket answers.
+AUTOSTART_WAIT_S = 30.0
+AUTOSTART_POLL_S = 0.05
+READ_CHUNK_BYTES = 1 << 16
+
+# Variables that tell a process it was started by systemd; an auto-started daemon is not.
+_SYSTEMD_VARS = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_USEC",
+                 "WATCHDOG_PID")
+
+
+def not_running(socket_path: Path) -> errors.DaemonNotRunning:
+    return errors.DaemonNotRunning(
+        f"daemon not running at {socket_path} (start it with: recalld serve)"
+    )
+
+
+def connect_error(socket_path: Path, exc: OSError) -> errors.DaemonNotRunning:
+    """The typed error for a failed connect; the message says what to do."""
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError) or exc.errno in (
+        errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK,
+    ):
+        return not_running(socket_path)
+    if isinstance(exc, PermissionError):
+        return errors.DaemonNotRunning(
+            f"cannot connect to {socket_path}: permission denied "
+            "(the socket belongs to another user, or its directory is not yours)"
+        )
+    return errors.DaemonNotRunning(f"cannot connect to {socket_path}: {exc.strerror or exc}")
+
+
+def check_request_size(frame: bytes) -> None:
+    if len(frame) > MAX_REQUEST_BYTES:
+        raise errors.RequestTooLarge(
+            f"request of {len(frame)} bytes exceeds the limit of {MAX_REQUEST_BYTES}"
+        )
+
+
+def finish(call: Call[T], response: Response) -> T:
+    """The typed result of ``call``, or the typed error the daemon sent."""
+    if response.error is not None:
+        raise errors.error_from_wire(response.error)
+    try:
+        return call.parse(response.result)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise errors.InternalError(
+            f"{call.method}: unexpected result from the daemon: {exc}"
+        ) from None
+
+
+def lost(fatal: Response | None) -> errors.RecalldError:
+    """The error for calls cut off by a close; a null-id error sent just before wins."""
+    if fatal is not None and fatal.error is not None:
+        return errors.error_from_wire(fatal.error)
+    return errors.ConnectionLost("the daemon closed the connection before answering")
+
+
+def daemon_command(socket_path: Path) -> list[str]:
+    return [sys.executable, "-m", "recalld.ipc", "serve", "--socket", str(socket_path)]
+
+
+def spawn_daemon(socket_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``recalld serve`` detached from this process (own session, no inherited fds)."""
+    env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
+    return subprocess.Popen(
+        daemon_command(socket_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True, env=env,
+    )
+
+

@@ -1,0 +1,236 @@
+"""The one table of daemon methods that drives the sync, trio and asyncio clients.
+
+Each builder below takes the Python arguments of one method and returns a :class:`Call`:
+the wire method name, its params (``None`` values left out) and a function that turns the
+raw result into its typed shape. A client flavour only knows how to run a ``Call``;
+:func:`sync_method` and :func:`async_method` turn each builder into a bound method with the
+builder's exact signature, so the three flavours cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
+
+from recalld.ipc.types import (
+    DaemonStatus,
+    JobInfo,
+    ReadResult,
+    SearchResult,
+    WorkspaceInfo,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T_co]):
+    """One method call, ready to send: ``parse`` turns the raw result into ``T``."""
+
+    method: str
+    params: dict[str, Any]
+    parse: Callable[[Any], T_co]
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    # Optional arguments left at None are not sent, so the daemon's defaults apply.
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"result": value}
+
+
+def _as_list(key: str) -> Callable[[Any], list[Any]]:
+    # Accept both a bare array and an object wrapping it, e.g. {"workspaces": [...]}.
+    def parse(value: Any) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        if isinstance(value, dict) and isinstance(value.get(key), list):
+            return cast(list[Any], value[key])
+        raise TypeError(f"expected a list of {key}, got {type(value).__name__}")
+
+    return parse
+
+
+def _search_results(value: Any) -> list[SearchResult]:
+    return [SearchResult.from_wire(item) for item in _as_list("results")(value)]
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def ping() -> Call[dict[str, Any]]:
+    """``daemon.ping``: a round trip that touches no workspace."""
+    return Call("daemon.ping", {}, _as_dict)
+
+
+def status() -> Call[DaemonStatus]:
+    """``daemon.status``: version, uptime, pid, workspaces and queue statistics."""
+    return Call("daemon.status", {}, cast(Callable[[Any], DaemonStatus], _as_dict))
+
+
+def workspace_open(
+    agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None
+) -> Call[WorkspaceInfo]:
+    """``workspace.open``: open (or create) agent ``agent_id``'s workspace."""
+    return Call(
+        "workspace.open",
+        _params(agent_id=agent_id, path=path, config=dict(config) if config else None),
+        cast(Callable[[Any], WorkspaceInfo], _as_dict),
+    )
+
+
+def workspace_list() -> Call[list[WorkspaceInfo]]:
+    """``workspace.list``: every open workspace."""
+    return Call("workspace.list", {}, _as_list("workspaces"))
+
+
+def workspace_close(agent_id: str) -> Call[dict[str, Any]]:
+    """``workspace.close``: stop serving a workspace (its files stay)."""
+    return Call("workspace.close", _params(agent_id=agent_id), _as_dict)
+
+
+def read(
+    agent_id: str, path: str, start_line: int | None = None, end_line: int | None = None
+) -> Call[ReadResult]:
+    """``memory.read``: a workspace file, or lines ``start_line..end_line`` (1-based)."""
+    return Call(
+        "memory.read",
+        _params(agent_id=agent_id, path=path, start_line=start_line, end_line=end_line),
+        cast(Callable[[Any], ReadResult], _as_dict),
+    )
+
+
+def search(
+    agent_id: str,
+    query: str,
+    max_results: int = 5,
+    min_score: float | None = None,
+    filters: Mapping[str, Any] | None = None,
+    sync: bool = False,
+) -> Call[list[SearchResult]]:
+    """``memory.search``: hybrid search; ``sync=True`` waits for pending changes first."""
+    return Call(
+        "memory.search",
+        _params(
+            agent_id=agent_id, query=query, max_results=max_results, min_score=min_score,
+            filters=dict(filters) if filters else None, sync=sync or None,
+        ),
+        _search_results,
+    )
+
+
+def index_sync(agent_id: str) -> Call[dict[str, Any]]:
+    """``index.sync``: returns once every change made before the call is indexed."""
+    return Call("index.sync", _params(agent_id=agent_id), _as_dict)
+
+
+def jobs_submit(
+    agent_id: str, kind: str, params: Mapping[str, Any] | None = None
+) -> Call[dict[str, Any]]:
+    """``jobs.submit``: start a job (reindex, auto_dream, ...); the result has ``job_id``."""
+    return Call(
+        "jobs.submit",
+        _params(agent_id=agent_id, kind=kind, params=dict(params) if params else None),
+        _as_dict,
+    )
+
+
+def jobs_get(agent_id: str, job_id: str) -> Call[JobInfo]:
+    """``jobs.get``: state, progress, result and error of one job."""
+    return Call(
+        "jobs.get", _params(agent_id=agent_id, job_id=job_id),
+        cast(Callable[[Any], JobInfo], _as_dict),
+    )
+
+
+def jobs_list(agent_id: str | None = None) -> Call[list[JobInfo]]:
+    """``jobs.list``: jobs of one workspace, or of all."""
+    return Call("jobs.list", _params(agent_id=agent_id), _as_list("jobs"))
+
+
+def jobs_cancel(agent_id: str, job_id: str) -> Call[dict[str, Any]]:
+    """``jobs.cancel``: ask a queued or running job to stop."""
+    return Call("jobs.cancel", _params(agent_id=agent_id, job_id=job_id), _as_dict)
+
+
+def add_turns(
+    agent_id: str, session_id: str, messages: Sequence[Mapping[str, Any]], flush: bool = False
+) -> Call[dict[str, Any]]:
+    """``memory.add_turns``: hand conversation turns over for auto_memory."""
+    return Call(
+        "memory.add_turns",
+        _params(agent_id=agent_id, session_id=session_id,
+                messages=[dict(m) for m in messages], flush=flush or None),
+        _as_dict,
+    )
+
+
+def inbox_list(agent_id: str, since: str | None = None) -> Call[list[dict[str, Any]]]:
+    """``inbox.list``: memory changes pushed to this workspace's inbox."""
+    return Call("inbox.list", _params(agent_id=agent_id, since=since), _as_list("items"))
+
+
+def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[dict[str, Any]]:
+    """``inbox.ack``: mark inbox items as seen."""
+    return Call("inbox.ack", _params(agent_id=agent_id, ids=list(ids)), _as_dict)
+
+
+def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
+    """``events.subscribe``: receive ``event`` notifications for these topics."""
+    return Call("events.subscribe", {"topics": list(topics)}, _as_dict)
+
+
+#: Wire name of every method above, for docs and tests.
+METHODS: dict[str, str] = {
+    builder.__name__: builder(*args).method
+    for builder, args in (
+        (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
+        (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
+        (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
+        (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
+        (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
+    )
+}
+
+
+# ------------------------------------------------------------------ flavour adapters
+
+
+class SyncRunner(Protocol):
+    def _run(self, call: Call[T]) -> T: ...
+
+
+class AsyncRunner(Protocol):
+    async def _run(self, call: Call[T]) -> T: ...
+
+
+def sync_method(builder: Callable[P, Call[T]]) -> Callable[Concatenate[SyncRunner, P], T]:
+    """A blocking client method with ``builder``'s signature."""
+
+    @functools.wraps(builder)
+    def method(self: SyncRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(builder(*args, **kwargs))
+
+    return method
+
+
+def async_method(
+    builder: Callable[P, Call[T]],
+) -> Callable[Concatenate[AsyncRunner, P], Coroutine[Any, Any, T]]:
+    """An async client method with ``builder``'s signature."""
+
+    @functools.wraps(builder)
+    async def method(self: AsyncRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(builder(*args, **kwargs))
+
+    return method

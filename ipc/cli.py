@@ -1,0 +1,300 @@
+"""The ``recalld`` command line: ``serve`` runs the daemon, everything else talks to it.
+
+Exit status: 0 success, 1 an error answered by the daemon (one line ``recalld: <message>
+(code N)``), 2 bad usage, 3 the daemon is not running (one line saying how to start it).
+Nothing here prints a traceback. ``serve``, ``install-service`` and ``uninstall-service``
+import the daemon lazily, so every other command stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import orjson
+
+from recalld.ipc import errors
+from recalld.ipc.client import Client
+from recalld.ipc.render import (
+    JobWaiter,
+    print_json,
+    render_read,
+    render_status,
+    render_workspaces,
+)
+
+DEFAULT_AGENT = "default"
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS keeps a subcommand's missing option from hiding the one given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", default=argparse.SUPPRESS,
+                        help="daemon socket (default: $RECALLD_SOCKET or the XDG runtime dir)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable JSON on stdout")
+    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="S",
+                        help="seconds to wait for an answer (default 30)")
+    return common
+
+
+def _lines(value: str) -> tuple[int, int]:
+    start, sep, end = value.partition("-")
+    try:
+        first = int(start)
+        last = int(end) if sep else first
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected N or N-M, e.g. 10-20") from None
+    if first < 1 or last < first:
+        raise argparse.ArgumentTypeError("lines are 1-based and N-M needs N <= M")
+    return first, last
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="recalld", parents=[common],
+        description="Long-term Markdown memory for AI agents: daemon and client.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=help_, parents=[common])
+
+    serve = add("serve", "run the daemon in the foreground")
+    serve.add_argument("args", nargs=argparse.REMAINDER, help="daemon options (see serve --help)")
+    add("status", "show the daemon and its workspaces")
+    add("ping", "check that the daemon answers")
+
+    ws = add("workspace", "open, list or close workspaces")
+    ws_sub = ws.add_subparsers(dest="ws_command", required=True, metavar="ACTION")
+    ws_open = ws_sub.add_parser("open", help="open (or create) an agent's workspace",
+                                parents=[common])
+    ws_open.add_argument("agent")
+    ws_open.add_argument("--path", help="workspace directory (default: <data>/workspaces/AGENT)")
+    ws_open.add_argument("--config-json", metavar="JSON",
+                         help='workspace settings, e.g. \'{"auto_memory_interval": 10}\'')
+    ws_sub.add_parser("list", help="list open workspaces", parents=[common])
+    ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
+    ws_close.add_argument("agent")
+
+    read = add("read", "print a workspace file or a range of its lines")
+    read.add_argument("path", help="path inside the workspace, e.g. memory/2026-07-23/note.md")
+    read.add_argument("--agent", default=DEFAULT_AGENT)
+    read.add_argument("--lines", type=_lines, metavar="N-M", help="1-based inclusive range")
+
+    search = add("search", "search an agent's memory")
+    search.add_argument("query")
+    search.add_argument("--agent", default=DEFAULT_AGENT)
+    search.add_argument("-n", "--max-results", type=int, default=5)
+    search.add_argument("--min-score", type=float)
+    search.add_argument("--sync", action="store_true",
+                        help="wait until every earlier file change is indexed")
+
+    reindex = add("reindex", "rebuild an agent's index, showing progress")
+    reindex.add_argument("--agent", default=DEFAULT_AGENT)
+    reindex.add_argument("--no-wait", action="store_true", help="submit and return the job id")
+
+    dream = add("dream", "run auto_dream (consolidation) now")
+    dream.add_argument("--agent", default=DEFAULT_AGENT)
+    dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
+
+    for name, what in (("install-service", "write and enable"),
+                       ("uninstall-service", "disable and remove")):
+        svc = add(name, f"{what} the systemd user units")
+        svc.add_argument("--write-only", action="store_true",
+                         help="only touch the unit files; run no systemctl command")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    serve_at = _serve_index(args)
+    if serve_at is not None:
+        # Everything but the word "serve" goes to the daemon, global options included.
+        return _serve(args[:serve_at] + args[serve_at + 1:])
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(args)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return run(ns, out=sys.stdout, err=sys.stderr)
+
+
+def _serve_index(args: list[str]) -> int | None:
+    # The daemon has its own parser; find "serve" as the first word that is not a
+    # global option or its value.
+    takes_value = {"--socket", "--timeout"}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "serve":
+            return i
+        if arg in takes_value:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return None
+    return None
+
+
+def _serve(argv: list[str]) -> int:
+    # Imported only here so that client commands never load the daemon.
+    daemon_main = importlib.import_module("recalld.daemon.main")
+    return int(daemon_main.main(argv))
+
+
+def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
+    """Run a parsed command; map every failure to one line on ``err`` and an exit code."""
+    as_json = bool(getattr(ns, "json", False))
+    command: str = ns.command
+    try:
+        if command in ("install-service", "uninstall-service"):
+            return _service(command, ns, out, as_json)
+        client = Client(getattr(ns, "socket", None), timeout_s=getattr(ns, "timeout", 30.0))
+        with client:
+            handler = _HANDLERS[command]
+            return handler(client, ns, out, as_json)
+    except errors.DaemonNotRunning as exc:
+        print(f"recalld: {exc.message}", file=err)
+        return EXIT_NOT_RUNNING
+    except errors.ConnectionLost as exc:
+        print(f"recalld: {exc.message}", file=err)
+        return EXIT_ERROR
+    except errors.RecalldError as exc:
+        print(f"recalld: {exc.message} (code {exc.code})", file=err)
+        return EXIT_ERROR
+    except TimeoutError as exc:
+        print(f"recalld: {exc}", file=err)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("recalld: interrupted", file=err)
+        return 130
+    except OSError as exc:
+        print(f"recalld: {exc}", file=err)
+        return EXIT_ERROR
+
+
+Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+
+
+def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    status = client.status()
+    if as_json:
+        print_json(out, status)
+    else:
+        out.write(render_status(dict(status), str(client.socket_path)))
+    return EXIT_OK
+
+
+def _ping(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    result = client.ping()
+    if as_json:
+        print_json(out, result)
+    else:
+        out.write(f"pong from {client.socket_path}\n")
+    return EXIT_OK
+
+
+def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.ws_command == "open":
+        config: Any = None
+        if ns.config_json:
+            try:
+                config = orjson.loads(ns.config_json)
+            except orjson.JSONDecodeError as exc:
+                raise errors.InvalidParams(f"--config-json is not valid JSON: {exc}") from None
+            if not isinstance(config, dict):
+                raise errors.InvalidParams("--config-json must be a JSON object")
+        info = client.workspace_open(ns.agent, path=ns.path, config=config)
+        if as_json:
+            print_json(out, info)
+        else:
+            out.write(render_workspaces([dict(info)]))
+    elif ns.ws_command == "list":
+        items = client.workspace_list()
+        if as_json:
+            print_json(out, items)
+        else:
+            out.write(render_workspaces([dict(i) for i in items]))
+    else:
+        result = client.workspace_close(ns.agent)
+        if as_json:
+            print_json(out, result)
+        else:
+            out.write(f"closed workspace {ns.agent}\n")
+    return EXIT_OK
+
+
+def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    start, end = ns.lines if ns.lines else (None, None)
+    result = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    if as_json:
+        print_json(out, result)
+    else:
+        out.write(render_read(dict(result)))
+    return EXIT_OK
+
+
+def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    results = client.search(ns.agent, ns.query, max_results=ns.max_results,
+                            min_score=ns.min_score, sync=ns.sync)
+    if as_json:
+        print_json(out, [r.to_dict() for r in results])
+        return EXIT_OK
+    if not results:
+        out.write("no results\n")
+    for r in results:
+        text = r.rendered or f"========== {r.path}:{r.start_line}-{r.end_line} ==========\n{r.text}"
+        out.write(text.rstrip("\n") + "\n\n")
+    return EXIT_OK
+
+
+def _job(kind: str) -> Handler:
+    def handler(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+        waiter = JobWaiter(client, ns.agent, out=out, as_json=as_json)
+        return waiter.submit_and_wait(kind, wait=not ns.no_wait)
+
+    return handler
+
+
+def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    install = importlib.import_module("recalld.daemon.install")  # lazily, as for serve
+    if command == "install-service":
+        written = install.install_service(write_only=ns.write_only)
+        if as_json:
+            print_json(out, {"written": written})
+        else:
+            out.writelines(f"wrote {path}\n" for path in written)
+    else:
+        install.uninstall_service(write_only=ns.write_only)
+        if as_json:
+            print_json(out, {"removed": True})
+        else:
+            out.write("removed the recalld user units (your Markdown memory is kept)\n")
+    return EXIT_OK
+
+
+_HANDLERS: dict[str, Handler] = {
+    "status": _status,
+    "ping": _ping,
+    "workspace": _workspace,
+    "read": _read,
+    "search": _search,
+    "reindex": _job("reindex"),
+    "dream": _job("auto_dream"),
+}
+
+
+def entry() -> None:  # pragma: no cover - console-script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

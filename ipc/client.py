@@ -1,0 +1,288 @@
+"""The blocking client: one Unix socket, one call at a time, typed methods.
+
+``Client`` connects lazily on the first call. A connection found dead before a request is
+sent (the daemon restarted since the last call) is replaced once, transparently; a
+connection that dies while a call waits for its answer raises :class:`ConnectionLost` for
+that call (it may or may not have run) and is replaced on the next call. ``event``
+notifications that arrive while a call waits are queued and handed out by
+:meth:`Client.events`. Topics subscribed with :meth:`Client.subscribe` are subscribed again
+after a reconnect.
+
+Calls from several threads are serialized by a lock; use one client per thread for
+parallel calls. Nothing here starts a thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import select
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from recalld.ipc import _core, _methods, errors, paths
+from recalld.ipc._methods import Call, sync_method
+from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
+from recalld.ipc.types import Event
+
+T = TypeVar("T")
+MAX_QUEUED_EVENTS = 10_000
+
+
+class Client:
+    """Blocking JSON-RPC client of the recalld daemon.
+
+    ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
+    each connect. With ``autostart=True`` a missing daemon is started with
+    ``recalld serve`` in the background and waited for.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | Path | None = None,
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+        autostart: bool = False,
+    ) -> None:
+        self.socket_path = paths.socket_path(socket_path)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.autostart = autostart
+        self._sock: socket.socket | None = None
+        self._framer = LineFramer(_core.CLIENT_MAX_FRAME_BYTES)
+        self._protocol = ClientProtocol()
+        self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
+        self._topics: list[str] = []
+        self._lock = threading.RLock()
+        self._spawned: subprocess.Popen[bytes] | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent). The client can still be used: it reconnects."""
+        with self._lock:
+            self._drop()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+                self._framer = LineFramer(_core.CLIENT_MAX_FRAME_BYTES)
+
+    def _open_socket(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.connect_timeout_s)
+        try:
+            sock.connect(str(self.socket_path))
+        except TimeoutError:
+            sock.close()
+            raise TimeoutError(f"connecting to {self.socket_path} timed out") from None
+        except OSError as exc:
+            sock.close()
+            raise _core.connect_error(self.socket_path, exc) from None
+        return sock
+
+    def _connect(self) -> None:
+        try:
+            sock = self._open_socket()
+        except errors.DaemonNotRunning:
+            if not self.autostart:
+                raise
+            sock = self._start_daemon()
+        self._sock = sock
+        if self._topics:
+            self._call_on_connection(_methods.subscribe(self._topics), time.monotonic()
+                                     + self.timeout_s)
+
+    def _start_daemon(self) -> socket.socket:
+        self._spawned = _core.spawn_daemon(self.socket_path)
+        deadline = time.monotonic() + _core.AUTOSTART_WAIT_S
+        while True:
+            try:
+                return self._open_socket()
+            except errors.DaemonNotRunning:
+                # A daemon that exits at once (say another one won the socket) is fine as
+                # long as some daemon answers before the deadline.
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(_core.AUTOSTART_POLL_S)
+
+    def _alive(self) -> bool:
+        """Whether the open connection still works; reads pending notifications."""
+        sock = self._sock
+        if sock is None:
+            return False
+        while True:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return True
+            try:
+                data = sock.recv(_core.READ_CHUNK_BYTES)
+            except OSError:
+                return False
+            if not data:
+                return False
+            self._dispatch(data, want=None)
+
+    # -------------------------------------------------------------------- calls
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Call ``method`` with ``params``; return the raw result or raise its typed error."""
+        return self._run(Call(method, dict(params or {}), _identity))
+
+    def _run(self, call: Call[T]) -> T:
+        deadline = time.monotonic() + self.timeout_s
+        with self._lock:
+            if self._sock is not None and not self._alive():
+                self._drop()
+            if self._sock is None:
+                self._connect()
+            return self._call_on_connection(call, deadline)
+
+    def _call_on_connection(self, call: Call[T], deadline: float) -> T:
+        id_, frame = self._protocol.request(call.method, call.params)
+        _core.check_request_size(frame)
+        for attempt in range(2):
+            assert self._sock is not None
+            try:
+                self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                self._sock.sendall(frame)
+                break
+            except (BrokenPipeError, ConnectionResetError):
+                # Nothing reached a live daemon: safe to send once more on a new connection.
+                self._drop()
+                if attempt:
+                    raise errors.ConnectionLost("the daemon closed the connection") from None
+                self._connect()
+            except TimeoutError:
+                self._drop()  # a half-written frame would corrupt the stream
+                raise TimeoutError(f"{call.method}: sending timed out") from None
+        return _core.finish(call, self._wait_response(call.method, id_, deadline))
+
+    def _wait_response(self, method: str, id_: int, deadline: float) -> Response:
+        while True:
+            assert self._sock is not None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{method}: no answer within {self.timeout_s} s")
+            self._sock.settimeout(remaining)
+            try:
+                data = self._sock.recv(_core.READ_CHUNK_BYTES)
+            except TimeoutError:
+                # The connection stays: a late answer carries an id nobody waits for and
+                # is dropped when it arrives.
+                raise TimeoutError(f"{method}: no answer within {self.timeout_s} s") from None
+            except OSError:
+                data = b""
+            if not data:
+                self._drop()
+                raise errors.ConnectionLost(
+                    f"{method}: the daemon closed the connection before answering"
+                )
+            response = self._dispatch(data, want=id_)
+            if response is not None:
+                return response
+
+    def _dispatch(self, data: bytes, want: int | None) -> Response | None:
+        """Feed received bytes; queue events; return the response with id ``want``."""
+        found: Response | None = None
+        for line in self._framer.feed(data):
+            for message in self._protocol.receive_line(line):
+                if isinstance(message, Notification):
+                    if message.method == "event":
+                        self._events.append(Event.from_params(message.params))
+                elif message.id == want or (message.id is None and message.error is not None
+                                            and want is not None):
+                    # A null id with an error answers a request the daemon could not read
+                    # (too large, unparsable): with one call in flight, it is ours.
+                    found = message
+        return found
+
+    # ------------------------------------------------------------------- events
+
+    def subscribe(self, topics: Sequence[str]) -> dict[str, Any]:
+        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects)."""
+        result = self._run(_methods.subscribe(topics))
+        self._topics = list(topics)
+        return result
+
+    def events(self, timeout_s: float | None = None) -> Iterator[Event]:
+        """Yield events as they arrive; stop after ``timeout_s`` without one (None: never).
+
+        Raises :class:`ConnectionLost` if the daemon goes away while waiting; the next call
+        (or ``events()``) reconnects and subscribes again.
+        """
+        while True:
+            with self._lock:
+                if not self._events:
+                    self._wait_event(timeout_s)
+                if not self._events:
+                    return
+                event = self._events.popleft()
+            yield event
+
+    def _wait_event(self, timeout_s: float | None) -> None:
+        if self._sock is None:
+            self._connect()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._events:
+            assert self._sock is not None
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            self._sock.settimeout(remaining)
+            try:
+                data = self._sock.recv(_core.READ_CHUNK_BYTES)
+            except TimeoutError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._drop()
+                raise errors.ConnectionLost("the daemon closed the connection")
+            self._dispatch(data, want=None)
+
+    # ------------------------------------------------------------ typed methods
+
+    ping = sync_method(_methods.ping)
+    status = sync_method(_methods.status)
+    workspace_open = sync_method(_methods.workspace_open)
+    workspace_list = sync_method(_methods.workspace_list)
+    workspace_close = sync_method(_methods.workspace_close)
+    read = sync_method(_methods.read)
+    search = sync_method(_methods.search)
+    index_sync = sync_method(_methods.index_sync)
+    jobs_submit = sync_method(_methods.jobs_submit)
+    jobs_get = sync_method(_methods.jobs_get)
+    jobs_list = sync_method(_methods.jobs_list)
+    jobs_cancel = sync_method(_methods.jobs_cancel)
+    add_turns = sync_method(_methods.add_turns)
+    inbox_list = sync_method(_methods.inbox_list)
+    inbox_ack = sync_method(_methods.inbox_ack)
+
+
+def _identity(value: Any) -> Any:
+    return value

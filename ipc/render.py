@@ -1,0 +1,196 @@
+"""How the command line shows answers to people: tables, file text, job progress.
+
+Kept apart from the argument parsing so both stay short. Rendering is lenient: the daemon's
+answers are open objects, and a field added later shows up as a column or a line without
+any change here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+import orjson
+
+from recalld.ipc import errors
+from recalld.ipc.client import Client
+from recalld.ipc.types import JOB_TERMINAL_STATES
+
+JOB_TOPICS = ("job.*",)
+JOB_POLL_S = 0.5
+BAR_WIDTH = 30
+
+
+def print_json(out: TextIO, value: Any) -> None:
+    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    out.write("\n")
+
+
+def _cell(value: Any, key: str = "") -> str:
+    if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".") if value % 1 else str(int(value))
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """A plain text table with a header line; cells are single-line strings."""
+    cells = [[_cell(row.get(c), c).replace("\n", " ") for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _scalar(value: Any) -> bool:
+    return not isinstance(value, dict | list)
+
+
+def _columns(rows: Sequence[Mapping[str, Any]], first: Sequence[str]) -> list[str]:
+    columns = [c for c in first if any(c in r for r in rows)]
+    for row in rows:
+        columns += [k for k, v in row.items() if k not in columns and _scalar(v)]
+    return columns
+
+
+def render_workspaces(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "no open workspaces\n"
+    return table(rows, _columns(rows, ("agent_id", "state", "path")))
+
+
+def _uptime(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return _cell(seconds)
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [f"{days}d"] * bool(days) + [f"{hours}h"] * bool(hours or days)
+    return " ".join([*parts, f"{minutes}m", f"{s}s"])
+
+
+def render_status(status: Mapping[str, Any], socket_path: str) -> str:
+    lines = [f"recalld {status.get('version', '?')} running "
+             f"(pid {status.get('pid', '?')}, up {_uptime(status.get('uptime_s'))})",
+             f"  socket: {status.get('socket_path', socket_path)}"]
+    for key, value in status.items():
+        if key in ("version", "pid", "uptime_s", "socket", "socket_path", "workspaces"):
+            continue
+        if isinstance(value, dict):
+            lines.append(f"  {key}:")
+            lines += [f"    {k}: {_cell(v, k)}" for k, v in value.items()]
+        elif _scalar(value):
+            lines.append(f"  {key}: {_cell(value, key)}")
+    workspaces = status.get("workspaces") or []
+    if isinstance(workspaces, dict):  # {agent_id: info} is accepted too
+        workspaces = [{"agent_id": k, **v} for k, v in workspaces.items()]
+    lines.append("")
+    lines.append(f"workspaces ({len(workspaces)}):")
+    return "\n".join(lines) + "\n" + render_workspaces(workspaces)
+
+
+def render_read(result: Mapping[str, Any]) -> str:
+    text = str(result.get("text", ""))
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def progress_fraction(progress: Any) -> float | None:
+    """0..1 from the forms a job may report: a fraction, a percent, or done/total."""
+    if isinstance(progress, bool) or progress is None:
+        return None
+    if isinstance(progress, int | float):
+        value = float(progress)
+        return min(max(value / 100 if value > 1 else value, 0.0), 1.0)
+    if isinstance(progress, dict):
+        for key in ("fraction", "ratio"):
+            if isinstance(progress.get(key), int | float):
+                return progress_fraction(progress[key])
+        done = progress.get("done", progress.get("current"))
+        total = progress.get("total")
+        if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
+            return min(max(done / total, 0.0), 1.0)
+    return None
+
+
+class JobWaiter:
+    """Submit a job, then follow it by ``event`` notifications, polling ``jobs.get`` as a
+    fallback, drawing a progress bar on stderr when it is a terminal."""
+
+    def __init__(self, client: Client, agent_id: str, *, out: TextIO, as_json: bool,
+                 bar: TextIO | None = None) -> None:
+        self.client = client
+        self.agent_id = agent_id
+        self.out = out
+        self.as_json = as_json
+        self.bar = bar if bar is not None else sys.stderr
+        self._drawn = False
+
+    def submit_and_wait(self, kind: str, *, wait: bool = True) -> int:
+        submitted = self.client.jobs_submit(self.agent_id, kind)
+        job_id = str(submitted.get("job_id", ""))
+        if not wait:
+            if self.as_json:
+                print_json(self.out, submitted)
+            else:
+                self.out.write(f"{kind} job {job_id} submitted\n")
+            return 0
+        try:
+            self.client.subscribe(list(JOB_TOPICS))
+        except (errors.MethodNotFound, errors.InvalidParams):
+            pass  # polling alone still works
+        job = dict(self.client.jobs_get(self.agent_id, job_id))
+        while job.get("state") not in JOB_TERMINAL_STATES:
+            self._draw(kind, job)
+            for event in self.client.events(timeout_s=JOB_POLL_S):
+                if str(event.data.get("job_id", "")) == job_id:
+                    job.update(event.data)
+                    self._draw(kind, job)
+                    if job.get("state") in JOB_TERMINAL_STATES:
+                        break
+            if job.get("state") not in JOB_TERMINAL_STATES:
+                job = dict(self.client.jobs_get(self.agent_id, job_id))
+        self._finish_bar(kind, job)
+        return self._report(kind, job_id, job)
+
+    def _draw(self, kind: str, job: Mapping[str, Any]) -> None:
+        if self.as_json or not self.bar.isatty():
+            return
+        fraction = progress_fraction(job.get("progress"))
+        state = job.get("state", "?")
+        if fraction is None:
+            spin = "|/-\\"[int(time.monotonic() * 4) % 4]
+            line = f"{kind} [{spin}] {state}"
+        else:
+            filled = int(fraction * BAR_WIDTH)
+            line = f"{kind} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {fraction:5.1%} {state}"
+        self.bar.write("\r" + line.ljust(BAR_WIDTH + 30))
+        self.bar.flush()
+        self._drawn = True
+
+    def _finish_bar(self, kind: str, job: Mapping[str, Any]) -> None:
+        if self._drawn:
+            self._draw(kind, job)
+            self.bar.write("\n")
+            self.bar.flush()
+
+    def _report(self, kind: str, job_id: str, job: Mapping[str, Any]) -> int:
+        state = job.get("state")
+        if self.as_json:
+            print_json(self.out, {"job_id": job_id, **job})
+        elif state == "succeeded":
+            result = job.get("result")
+            suffix = f": {_cell(result)}" if result not in (None, {}) else ""
+            self.out.write(f"{kind} job {job_id} succeeded{suffix}\n")
+        if state == "failed":
+            raise errors.JobFailed(f"{kind} job {job_id} failed: {_cell(job.get('error'))}")
+        if state == "cancelled":
+            raise errors.JobFailed(f"{kind} job {job_id} was cancelled")
+        return 0

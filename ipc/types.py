@@ -1,0 +1,120 @@
+"""Typed shapes of what the daemon answers, shared by every client flavour.
+
+TypedDicts are used where the daemon returns an open object that later versions extend
+(status, workspaces, jobs); frozen dataclasses where the client builds a value it owns
+(search results, events). Parsing is lenient about extra keys so that a newer daemon
+never breaks an older client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+class WorkspaceInfo(TypedDict, total=False):
+    """One workspace as ``workspace.open`` / ``workspace.list`` / ``daemon.status`` show it."""
+
+    agent_id: str
+    path: str
+    state: str
+    settings: dict[str, Any]
+
+
+class DaemonStatus(TypedDict, total=False):
+    """``daemon.status``: who answers, since when, and the state of every workspace."""
+
+    version: str
+    pid: int
+    uptime_s: float
+    socket_path: str
+    data_dir: str
+    workspaces: list[WorkspaceInfo]
+    queues: dict[str, Any]
+
+
+class ReadResult(TypedDict, total=False):
+    """``memory.read``: text of a workspace file, or of a 1-based inclusive line range."""
+
+    path: str
+    text: str
+    start_line: int
+    end_line: int
+    total_lines: int
+
+
+class JobInfo(TypedDict, total=False):
+    """``jobs.get`` / ``jobs.list`` entries."""
+
+    job_id: str
+    agent_id: str
+    kind: str
+    state: str  # queued | running | succeeded | failed | cancelled
+    progress: Any
+    result: Any
+    error: Any
+
+
+JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One hit of ``memory.search``; ``vector``/``keyword`` are None where a branch missed."""
+
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+    vector: float | None = None
+    keyword: float | None = None
+    rendered: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> SearchResult:
+        if not isinstance(obj, dict):
+            raise TypeError(f"search result must be an object, got {type(obj).__name__}")
+        known = {"path", "start_line", "end_line", "text", "score", "vector", "keyword",
+                 "rendered"}
+        return cls(
+            path=str(obj.get("path", "")),
+            start_line=int(obj.get("start_line", 0)),
+            end_line=int(obj.get("end_line", 0)),
+            text=str(obj.get("text", "")),
+            score=float(obj.get("score", 0.0)),
+            vector=_opt_float(obj.get("vector")),
+            keyword=_opt_float(obj.get("keyword")),
+            rendered=str(obj.get("rendered", "")),
+            extra={k: v for k, v in obj.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "start_line": self.start_line, "end_line": self.end_line,
+            "text": self.text, "score": self.score, "vector": self.vector,
+            "keyword": self.keyword, "rendered": self.rendered, **self.extra,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An ``event`` notification: its ``topic`` and the rest of its params."""
+
+    topic: str
+    data: dict[str, Any]
+
+    @classmethod
+    def from_params(cls, params: Any) -> Event:
+        if not isinstance(params, dict):
+            return cls(topic="", data={"value": params})
+        rest = {k: v for k, v in params.items() if k != "topic"}
+        return cls(topic=str(params.get("topic", "")), data=rest)
+
+
+def _opt_float(value: Any) -> float | None:
+    # The daemon may send "-" (as the rendered form does) or null for a missed branch.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None

@@ -1,0 +1,439 @@
+"""The three client flavours against a small trio JSON-RPC server on a real Unix socket.
+
+The server runs in its own thread (its own trio loop) and is built on the same
+ServerProtocol as the daemon, so the sync, trio and asyncio clients all talk to it the
+same way. It has a few test-only methods: ``test.emit`` sends events before answering,
+``test.sleep`` answers late, ``test.drop`` closes the connection without an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from recalld.ipc import errors
+from recalld.ipc._methods import METHODS
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.asyncio_client import AsyncioClient
+from recalld.ipc.client import Client
+from recalld.ipc.protocol import (
+    FrameTooLarge,
+    LineFramer,
+    Request,
+    ServerProtocol,
+    encode,
+    error_response,
+    event_notification,
+    result_response,
+)
+from recalld.ipc.types import SearchResult
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+class _Dropped(Exception):
+    pass
+
+
+class FakeDaemon:
+    """A JSON-RPC server on ``path``, run in a thread; ``restart()`` replaces it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.calls: list[tuple[str, Any]] = []
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._main, ready), daemon=True)
+        self._thread.start()
+        assert ready.wait(10), "fake daemon did not start"
+
+    def stop(self) -> None:
+        trio.from_thread.run_sync(self._scope.cancel, trio_token=self._token)
+        assert self._thread is not None
+        self._thread.join(10)
+        self.path.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.calls]
+
+    async def _main(self, ready: threading.Event) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self.path.unlink(missing_ok=True)
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        await sock.bind(str(self.path))
+        sock.listen(64)
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            ready.set()
+            await trio.serve_listeners(self._handle, [trio.SocketListener(sock)])
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        framer, protocol, lock = LineFramer(), ServerProtocol(), trio.Lock()
+
+        async def send(data: bytes) -> None:
+            async with lock:
+                await stream.send_all(data)
+
+        async with stream, trio.open_nursery() as nursery:
+            while True:
+                try:
+                    data = await stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                if not data:
+                    break
+                try:
+                    lines = framer.feed(data)
+                except FrameTooLarge:
+                    await send(encode(error_response(
+                        None, errors.REQUEST_TOO_LARGE, "frame too large")))
+                    break
+                for line in lines:
+                    nursery.start_soon(self._serve_line, protocol, line, send, stream)
+
+    async def _serve_line(self, protocol: ServerProtocol, line: bytes, send: Send,
+                          stream: trio.SocketStream) -> None:
+        incoming = protocol.receive_line(line)
+        answers: list[dict[str, Any] | None] = []
+        try:
+            for call in incoming.calls:
+                answers.append(await self._answer(call, send, stream))
+            reply = protocol.reply(incoming, answers)
+            if reply is not None:
+                await send(reply)
+        except (_Dropped, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _answer(self, call: Request, send: Send,
+                      stream: trio.SocketStream) -> dict[str, Any] | None:
+        self.calls.append((call.method, call.params))
+        try:
+            result = await self._method(call.method, dict(call.params), send, stream)
+        except errors.RecalldError as exc:
+            return error_response(call.id, exc.code, exc.message, exc.data)
+        return None if call.is_notification else result_response(call.id, result)
+
+    async def _method(self, method: str, params: dict[str, Any], send: Send,
+                      stream: trio.SocketStream) -> Any:
+        if method == "daemon.ping":
+            return {"pong": True}
+        if method == "daemon.status":
+            return {"version": "0.1.0", "pid": os.getpid(), "uptime_s": 1.5,
+                    "workspaces": [{"agent_id": "default", "state": "ready", "path": "/w"}]}
+        if method == "events.subscribe":
+            return {"subscribed": params["topics"]}
+        if method == "test.emit":
+            for i in range(params.get("count", 1)):
+                await send(event_notification(params.get("topic", "job.progress"), {"i": i}))
+            return {"sent": params.get("count", 1)}
+        if method == "test.sleep":
+            await trio.sleep(params["s"])
+            return params.get("value")
+        if method == "test.drop":
+            await stream.aclose()
+            raise _Dropped
+        if method == "workspace.open":
+            if params["agent_id"] == "ghost":
+                raise errors.UnknownWorkspace("unknown workspace: ghost", {"agent_id": "ghost"})
+            return {"agent_id": params["agent_id"], "path": params.get("path", "/w"),
+                    "state": "ready"}
+        if method == "workspace.list":
+            return {"workspaces": [{"agent_id": "default", "state": "ready"}]}
+        if method == "memory.read":
+            if ".." in params["path"]:
+                raise errors.PathOutsideWorkspace("path leaves the workspace")
+            return {"path": params["path"], "text": "hello\n", "start_line": 1, "end_line": 1}
+        if method == "memory.search":
+            return {"results": [
+                {"path": f"memory/n{i}.md", "start_line": 1, "end_line": 3,
+                 "text": params["query"], "score": 1.0 / (i + 1), "vector": None,
+                 "keyword": 2.5, "rendered": f"== memory/n{i}.md:1-3 ==\n{params['query']}",
+                 "links": []}
+                for i in range(params.get("max_results", 5))
+            ]}
+        raise errors.MethodNotFound(f"method not found: {method}")
+
+
+@pytest.fixture
+def sockdir() -> Iterator[Path]:
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
+    path = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fake(sockdir: Path) -> Iterator[FakeDaemon]:
+    daemon = FakeDaemon(sockdir / "d.sock")
+    daemon.start()
+    yield daemon
+    daemon.stop()
+
+
+# ------------------------------------------------------------------ method table
+
+
+def test_one_table_drives_every_flavour() -> None:
+    assert METHODS["search"] == "memory.search" and METHODS["ping"] == "daemon.ping"
+    for name in METHODS:
+        for cls in (Client, AsyncClient, AsyncioClient):
+            assert callable(getattr(cls, name)), (cls, name)
+        assert getattr(Client, name).__doc__ == getattr(AsyncClient, name).__doc__
+
+
+# ------------------------------------------------------------------------ sync
+
+
+def test_sync_typed_calls(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        assert client.ping() == {"pong": True}
+        status = client.status()
+        assert status["workspaces"][0]["agent_id"] == "default"
+        assert client.workspace_open("a1", path="/x")["path"] == "/x"
+        assert [w["agent_id"] for w in client.workspace_list()] == ["default"]
+        assert client.read("a1", "memory/x.md", start_line=1)["text"] == "hello\n"
+        results = client.search("a1", "commute", max_results=2)
+        assert connected_after(client)
+    assert not client.connected
+    assert [type(r) for r in results] == [SearchResult, SearchResult]
+    assert results[0].path == "memory/n0.md" and results[1].score == 0.5
+    assert results[0].vector is None and results[0].keyword == 2.5
+    assert results[0].extra == {"links": []}
+    # None-valued optionals are not sent, so the daemon's defaults apply.
+    assert ("memory.read", {"agent_id": "a1", "path": "memory/x.md", "start_line": 1}) \
+        in fake.calls
+    assert ("memory.search", {"agent_id": "a1", "query": "commute", "max_results": 2}) \
+        in fake.calls
+
+
+def connected_after(client: Client) -> bool:
+    return client.connected
+
+
+def test_sync_typed_errors(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.UnknownWorkspace) as info:
+            client.workspace_open("ghost")
+        assert info.value.code == errors.UNKNOWN_WORKSPACE and info.value.data == {
+            "agent_id": "ghost"}
+        with pytest.raises(errors.PathOutsideWorkspace) as outside:
+            client.read("a", "../../etc/passwd")
+        assert isinstance(outside.value, errors.InvalidParams)
+        with pytest.raises(errors.MethodNotFound):
+            client.jobs_list()
+        assert client.ping()["pong"] is True  # errors leave the connection usable
+
+
+def test_sync_not_running_missing_socket(sockdir: Path) -> None:
+    path = sockdir / "nothing.sock"
+    with pytest.raises(errors.DaemonNotRunning) as info:
+        Client(path).ping()
+    assert str(path) in info.value.message and "recalld serve" in info.value.message
+
+
+def test_sync_not_running_stale_socket(sockdir: Path) -> None:
+    path = sockdir / "stale.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))  # bound, never listening: what a killed daemon leaves
+    stale.close()
+    with pytest.raises(errors.DaemonNotRunning):
+        Client(path).call("daemon.ping")
+
+
+def test_sync_connection_lost_then_reconnect(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.ConnectionLost):
+            client.call("test.drop")
+        assert not client.connected
+        assert client.ping() == {"pong": True}
+
+
+def test_sync_transparent_reconnect_after_restart(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        client.subscribe(["job.*"])
+        assert client.ping()["pong"]
+        fake.restart()
+        assert client.ping()["pong"], "the first call after a restart must just work"
+        assert fake.methods().count("events.subscribe") == 2, "subscribed again"
+        client.call("test.emit", {"count": 1})
+        assert [e.data for e in itertools.islice(client.events(timeout_s=2), 1)] == [{"i": 0}]
+
+
+def test_sync_events_arriving_during_a_call_are_queued(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        assert client.subscribe(["job.*"]) == {"subscribed": ["job.*"]}
+        assert client.call("test.emit", {"count": 3, "topic": "job.progress"}) == {"sent": 3}
+        events = list(client.events(timeout_s=0.3))
+    assert [(e.topic, e.data) for e in events] == [("job.progress", {"i": i}) for i in range(3)]
+
+
+def test_sync_events_wait_for_new_ones(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client, Client(fake.path) as other:
+        client.subscribe(["job.*"])
+        client.call("test.emit", {"count": 1})
+        first = next(client.events(timeout_s=2))
+        assert first.topic == "job.progress" and first.data == {"i": 0}
+        # No events: the iterator ends after its timeout instead of blocking.
+        assert list(client.events(timeout_s=0.05)) == []
+        assert other.ping()["pong"]
+
+
+def test_sync_timeout_keeps_connection(fake: FakeDaemon) -> None:
+    with Client(fake.path, timeout_s=0.2) as client:
+        with pytest.raises(TimeoutError):
+            client.call("test.sleep", {"s": 0.5, "value": "late"})
+        client.timeout_s = 5
+        # The late answer arrives on the same connection and is dropped, not mistaken.
+        assert client.call("test.sleep", {"s": 0.6, "value": "mine"}) == "mine"
+
+
+def test_sync_request_too_large_refused_locally(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.RequestTooLarge):
+            client.call("daemon.ping", {"blob": "x" * (2 << 20)})
+        assert client.ping()["pong"]
+
+
+def test_sync_unexpected_result_shape_is_a_typed_error(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client, pytest.raises(errors.InternalError):
+        # test.sleep answers a bare string where workspace.list wants a list.
+        client._run(_bad_list_call())
+
+
+def _bad_list_call() -> Any:
+    from recalld.ipc._methods import Call, _as_list
+
+    return Call("test.sleep", {"s": 0, "value": "nope"}, _as_list("workspaces"))
+
+
+# ------------------------------------------------------------------------ trio
+
+
+async def test_trio_concurrent_calls_route_by_id(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        got: dict[int, Any] = {}
+
+        async def one(i: int, delay: float) -> None:
+            got[i] = await client.call("test.sleep", {"s": delay, "value": i})
+
+        async with trio.open_nursery() as nursery:
+            for i, delay in enumerate([0.3, 0.1, 0.2, 0.0, 0.15]):
+                nursery.start_soon(one, i, delay)
+        assert got == {i: i for i in range(5)}
+        results = await client.search("a", "q", max_results=3)
+        assert [r.path for r in results] == [f"memory/n{i}.md" for i in range(3)]
+
+
+async def test_trio_typed_errors_and_not_running(fake: FakeDaemon, sockdir: Path) -> None:
+    async with AsyncClient(fake.path) as client:
+        with pytest.raises(errors.UnknownWorkspace):
+            await client.workspace_open("ghost")
+        assert (await client.ping())["pong"]
+    async with AsyncClient(sockdir / "none.sock") as client:
+        with pytest.raises(errors.DaemonNotRunning):
+            await client.ping()
+
+
+async def test_trio_events_and_lost_connection(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        await client.subscribe(["job.*"])
+        await client.call("test.emit", {"count": 2})
+        assert [e.data async for e in client.events(timeout_s=0.5)] == [{"i": 0}, {"i": 1}]
+        assert await client.next_event(timeout_s=0.05) is None
+
+        async def in_flight() -> None:
+            with pytest.raises(errors.ConnectionLost):
+                await client.call("test.sleep", {"s": 5})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(in_flight)
+            await trio.sleep(0.05)
+            with pytest.raises(errors.ConnectionLost):
+                await client.call("test.drop")
+        with pytest.raises(errors.ConnectionLost):
+            await client.next_event(timeout_s=1)  # subscribers learn the stream broke
+        assert (await client.ping())["pong"]
+
+
+async def test_trio_reconnect_after_restart(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        await client.subscribe(["job.*"])
+        assert (await client.ping())["pong"]
+        await trio.to_thread.run_sync(fake.restart)
+        await trio.sleep(0.05)  # let the reader see EOF
+        assert (await client.ping())["pong"]
+        assert fake.methods().count("events.subscribe") == 2
+
+
+async def test_trio_timeout(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path, timeout_s=0.1) as client:
+        with pytest.raises(TimeoutError):
+            await client.call("test.sleep", {"s": 0.5})
+        client.timeout_s = 5
+        assert (await client.ping())["pong"]
+
+
+async def test_trio_needs_async_with(fake: FakeDaemon) -> None:
+    with pytest.raises(RuntimeError, match="async with"):
+        await AsyncClient(fake.path).ping()
+
+
+# --------------------------------------------------------------------- asyncio
+
+
+def test_asyncio_client(fake: FakeDaemon, sockdir: Path) -> None:
+    async def scenario() -> None:
+        async with AsyncioClient(fake.path) as client:
+            results = await asyncio.gather(*(
+                client.call("test.sleep", {"s": d, "value": i})
+                for i, d in enumerate([0.2, 0.0, 0.1])
+            ))
+            assert results == [0, 1, 2]
+            with pytest.raises(errors.UnknownWorkspace):
+                await client.workspace_open("ghost")
+            await client.subscribe(["job.*"])
+            await client.call("test.emit", {"count": 2})
+            assert [e.data async for e in client.events(timeout_s=0.5)] == [{"i": 0}, {"i": 1}]
+            with pytest.raises(errors.ConnectionLost):
+                await client.call("test.drop")
+            assert (await client.ping())["pong"]
+            with pytest.raises(TimeoutError):
+                client.timeout_s = 0.1
+                await client.call("test.sleep", {"s": 0.5})
+            client.timeout_s = 5
+            assert (await client.search("a", "q", max_results=1))[0].text == "q"
+        async with AsyncioClient(sockdir / "none.sock") as missing:
+            with pytest.raises(errors.DaemonNotRunning):
+                await missing.ping()
+
+    asyncio.run(scenario())
+
+
+def test_asyncio_reconnect_after_restart(fake: FakeDaemon) -> None:
+    async def scenario() -> None:
+        async with AsyncioClient(fake.path) as client:
+            await client.subscribe(["job.*"])
+            assert (await client.ping())["pong"]
+            await asyncio.to_thread(fake.restart)
+            await asyncio.sleep(0.05)
+            assert (await client.ping())["pong"]
+
+    asyncio.run(scenario())
+    assert fake.methods().count("events.subscribe") == 2
