@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -156,7 +157,11 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     command: str = ns.command
     try:
         if command in ("install-service", "uninstall-service"):
-            return _service(command, ns, out, as_json)
+            try:
+                return _service(command, ns, out, as_json)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                print(f"recalld: {exc}", file=err)
+                return EXIT_ERROR
         client = Client(getattr(ns, "socket", None), timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]

@@ -86,7 +86,10 @@ def render_status(status: Mapping[str, Any], socket_path: str) -> str:
             continue
         if isinstance(value, dict):
             lines.append(f"  {key}:")
-            lines += [f"    {k}: {_cell(v, k)}" for k, v in value.items()]
+            for k, v in value.items():
+                shown = (", ".join(f"{kk}={_cell(vv, kk)}" for kk, vv in v.items())
+                         if isinstance(v, dict) else _cell(v, k))
+                lines.append(f"    {k}: {shown}")
         elif _scalar(value):
             lines.append(f"  {key}: {_cell(value, key)}")
     workspaces = status.get("workspaces") or []

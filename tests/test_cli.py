@@ -1,0 +1,192 @@
+"""The ``recalld`` command as a person runs it: a real process against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+
+SCRIPT = Path(sys.executable).parent / "recalld"
+
+
+def recalld(
+    *args: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("recalld: ")
+    return lines[0]
+
+
+def test_status_shows_daemon_and_default_workspace(daemon: DaemonHandle) -> None:
+    proc = recalld("status", env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"pid {daemon.pid}" in proc.stdout
+    assert str(daemon.socket_path) in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    default = [r for r in rows if r and r[0] == "default"]
+    assert default and default[0][1] == "ready"
+    assert str(daemon.data_dir / "workspaces" / "default") in proc.stdout
+
+    status = as_json(recalld("status", "--json", env=daemon.env))
+    assert status["pid"] == daemon.pid
+    assert [w["agent_id"] for w in status["workspaces"]] == ["default"]
+    # The global position of --json works too.
+    assert as_json(recalld("--json", "status", env=daemon.env))["pid"] == daemon.pid
+
+
+def test_not_running_is_one_line_and_exit_3(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    for args in (["status"], ["ping", "--json"], ["workspace", "list"], ["read", "x.md"],
+                 ["search", "q"]):
+        proc = recalld(*args, env=env)
+        line = assert_one_line_error(proc, 3)
+        assert line == f"recalld: daemon not running at {sock} (start it with: recalld serve)"
+        assert proc.stdout == ""
+    # --socket names another socket, and the message names it.
+    other = Path(env["XDG_RUNTIME_DIR"]) / "elsewhere.sock"
+    line = assert_one_line_error(recalld("--socket", str(other), "status", env=env), 3)
+    assert str(other) in line
+
+
+def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> None:
+    env = daemon.env
+    place = tmp_path / "qwenpaw-ws"
+    opened = as_json(recalld("workspace", "open", "bob", "--path", str(place), "--config-json",
+                             '{"auto_memory_interval": 3}', "--json", env=env))
+    assert opened["agent_id"] == "bob" and Path(opened["path"]) == place
+    assert opened["settings"]["auto_memory_interval"] == 3
+    listed = as_json(recalld("workspace", "list", "--json", env=env))
+    assert sorted(w["agent_id"] for w in listed) == ["bob", "default"]
+    table = recalld("workspace", "list", env=env)
+    assert table.stdout.splitlines()[0].split()[:3] == ["AGENT_ID", "STATE", "PATH"]
+    assert any(line.startswith("bob ") for line in table.stdout.splitlines())
+    closed = recalld("workspace", "close", "bob", env=env)
+    assert closed.returncode == 0 and "bob" in closed.stdout
+    listed = as_json(recalld("workspace", "list", "--json", env=env))
+    assert [w["agent_id"] for w in listed] == ["default"]
+
+
+def test_bad_workspace_config_is_one_line(daemon: DaemonHandle) -> None:
+    line = assert_one_line_error(
+        recalld("workspace", "open", "x", "--config-json", "[1", env=daemon.env), 1)
+    assert "--config-json" in line
+    line = assert_one_line_error(
+        recalld("workspace", "open", "x", "--config-json", '{"no_such_field": 1}',
+                env=daemon.env), 1)
+    assert "no_such_field" in line and "(code -32602)" in line
+
+
+def test_read(daemon: DaemonHandle) -> None:
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "commute.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("# Commute\nbike on Mondays\ntrain otherwise\n", encoding="utf-8")
+    rel = "memory/2026-07-23/commute.md"
+    proc = recalld("read", rel, "--lines", "2-3", env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "bike on Mondays\ntrain otherwise\n"
+    got = as_json(recalld("read", rel, "--agent", "default", "--json", env=daemon.env))
+    assert got["text"] == note.read_text(encoding="utf-8") and got["path"] == rel
+    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 1)
+    assert line.endswith("(code -32005)")
+    line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
+    assert line.endswith("(code -32001)")
+
+
+def test_ping_and_usage_errors(daemon: DaemonHandle) -> None:
+    assert as_json(recalld("ping", "--json", env=daemon.env))["pong"] is True
+    assert recalld("ping", env=daemon.env).stdout.startswith("pong")
+    proc = recalld("read", "x.md", "--lines", "5-2", env=daemon.env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert recalld("no-such-command", env=daemon.env).returncode == 2
+
+
+def test_later_methods_fail_cleanly_or_answer(daemon: DaemonHandle) -> None:
+    # search/reindex/dream talk to methods that later parts of the daemon provide; until
+    # then they must fail with one line, never a traceback.
+    for args in (["search", "commute", "--json"], ["reindex", "--json"], ["dream", "--json"]):
+        proc = recalld(*args, env=daemon.env)
+        if proc.returncode == 0:
+            json.loads(proc.stdout)
+        else:
+            assert_one_line_error(proc, 1)
+
+
+def test_serve_when_already_running_exits_3(daemon: DaemonHandle) -> None:
+    proc = recalld("serve", env=daemon.env)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert as_json(recalld("ping", "--json", env=daemon.env))["pong"] is True
+
+
+def test_install_service_write_only(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    written = as_json(recalld("install-service", "--write-only", "--json", env=env))["written"]
+    units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    assert sorted(Path(p).name for p in written) == ["recalld.service", "recalld.socket"]
+    assert all(Path(p).parent == units and Path(p).is_file() for p in written)
+    proc = recalld("uninstall-service", "--write-only", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(units.iterdir())
+
+
+def test_client_autostart(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    code = ("import json; from recalld.ipc.client import Client\n"
+            "with Client(autostart=True) as c:\n"
+            "    print(json.dumps(c.status()))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pid = json.loads(proc.stdout)["pid"]
+    try:
+        assert as_json(recalld("ping", "--json", env=env))["pong"] is True
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+    assert not _alive(pid), "the auto-started daemon ignored SIGTERM"
+    assert_one_line_error(recalld("status", env=env), 3)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("args", [["--help"], ["workspace", "--help"]])
+def test_help(args: list[str], daemon_factory: DaemonFactory) -> None:
+    proc = recalld(*args, env=daemon_factory.environment())
+    assert proc.returncode == 0 and "usage: recalld" in proc.stdout
