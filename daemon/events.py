@@ -1,0 +1,143 @@
+"""The event bus: publishers hand events to every matching subscription, never waiting.
+
+Topics are dotted names (``job.progress``, ``workspace.opened``). A subscription matches
+exact topics and prefix patterns ending in ``*`` (``job.*``, or ``*`` for everything).
+
+Slow subscribers never block publishers. Each subscription has a bounded queue
+(``max_queued`` events). When a publish finds it full, the subscription is *dropped*:
+it is removed from the bus, its queue is closed after the events already queued, and
+the connection delivering it sends one last event with topic ``events.dropped``; the
+client may subscribe again. Dropping (rather than disconnecting) keeps the client's
+calls working, and it tells the client exactly which guarantee it lost.
+
+The bus owns no task: delivery happens in the connection's event pump (server.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+DROPPED_TOPIC = "events.dropped"
+DEFAULT_MAX_QUEUED = 256
+_TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)$")
+
+
+def check_topic_pattern(pattern: object) -> str:
+    """A valid topic or ``prefix*`` pattern, or ValueError."""
+    if not isinstance(pattern, str) or len(pattern) > 200 or not _TOPIC.match(pattern):
+        raise ValueError(f"invalid topic pattern: {pattern!r}")
+    return pattern
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    if pattern.endswith("*"):
+        return topic.startswith(pattern[:-1])
+    return pattern == topic
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    topic: str
+    payload: Mapping[str, Any]
+
+
+class Subscription:
+    """One subscriber's patterns and its bounded queue.
+
+    The consumer reads :attr:`receive`; it ends (EndOfChannel) after :meth:`close`, or
+    after the bus dropped the subscription, in which case :attr:`dropped` is True.
+    """
+
+    def __init__(self, bus: EventBus, patterns: Iterable[str], max_queued: int) -> None:
+        self._bus = bus
+        self.patterns: set[str] = set(patterns)
+        self._send, self.receive = trio.open_memory_channel[Event](max_queued)
+        self.dropped = False
+        self.closed = False
+        self.delivered = 0
+
+    def matches(self, topic: str) -> bool:
+        return any(topic_matches(p, topic) for p in self.patterns)
+
+    def add(self, patterns: Iterable[str]) -> list[str]:
+        self.patterns.update(patterns)
+        return sorted(self.patterns)
+
+    def _offer(self, event: Event) -> bool:
+        try:
+            self._send.send_nowait(event)
+        except trio.WouldBlock:
+            self.dropped = True
+            self.close()
+            return False
+        except trio.ClosedResourceError:
+            self.close()
+            return False
+        self.delivered += 1
+        return True
+
+    def close(self) -> None:
+        """Stop receiving; events already queued can still be read. Idempotent."""
+        self.closed = True
+        self._bus._discard(self)  # the bus and its subscriptions are one unit
+        self._send.close()
+
+
+@dataclass(frozen=True, slots=True)
+class EventBusStatistics:
+    subscriptions: int
+    published_total: int
+    delivered_total: int
+    dropped_subscriptions_total: int
+
+
+class EventBus:
+    """Fan-out of events to subscriptions; :meth:`publish` is synchronous and never blocks."""
+
+    def __init__(self, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
+        self.max_queued = max_queued
+        self._subscriptions: set[Subscription] = set()
+        self._published = 0
+        self._delivered = 0
+        self._dropped = 0
+
+    def subscribe(self, patterns: Iterable[str], *, max_queued: int | None = None) -> Subscription:
+        checked = [check_topic_pattern(p) for p in patterns]
+        sub = Subscription(self, checked, max_queued or self.max_queued)
+        self._subscriptions.add(sub)
+        return sub
+
+    def publish(self, topic: str, payload: Mapping[str, Any] | None = None) -> int:
+        """Queue ``topic`` with ``payload`` for every matching subscription.
+
+        ``payload`` must be JSON-serializable and must not contain the key ``topic``.
+        Returns how many subscriptions received it. Never blocks, never raises for a
+        slow subscriber (it is dropped instead, see the module docstring).
+        """
+        event = Event(topic, dict(payload or {}))
+        self._published += 1
+        sent = 0
+        for sub in list(self._subscriptions):
+            if sub.matches(topic):
+                if sub._offer(event):
+                    sent += 1
+                elif sub.dropped:
+                    self._dropped += 1
+        self._delivered += sent
+        return sent
+
+    def _discard(self, sub: Subscription) -> None:
+        self._subscriptions.discard(sub)
+
+    def statistics(self) -> EventBusStatistics:
+        return EventBusStatistics(
+            subscriptions=len(self._subscriptions),
+            published_total=self._published,
+            delivered_total=self._delivered,
+            dropped_subscriptions_total=self._dropped,
+        )

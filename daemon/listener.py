@@ -1,0 +1,126 @@
+"""Creating the listening Unix socket safely (RELIABILITY 13-14).
+
+- The socket's directory is created 0700; an existing one we own is tightened to 0700,
+  one owned by someone else (or a symlink) is refused.
+- The socket is bound with umask 0o177, so it is born 0600: there is no moment in which
+  another user could connect before a chmod.
+- ``<socket>.lock`` (flock) makes the check-and-replace of a stale socket race-free
+  between two starting daemons, and marks which daemon owns the path.
+- A socket file left by a killed daemon (connect refused) is unlinked and replaced; one
+  that answers belongs to a live daemon: :class:`AlreadyServing`.
+- On close, the socket file is removed only if it is still the one we bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from recalld.daemon.lock import AlreadyServing, FileLock
+
+log = logging.getLogger(__name__)
+
+BACKLOG = socket.SOMAXCONN
+AF_UNIX_PATH_MAX = 107
+
+
+class SocketSetupError(Exception):
+    """The socket cannot be created safely (bad directory, foreign file in the way)."""
+
+
+def prepare_socket_dir(directory: Path) -> None:
+    """Make ``directory`` a 0700 directory owned by us, or raise SocketSetupError."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SocketSetupError(f"{directory} is not a directory")
+    if st.st_uid != os.getuid():
+        raise SocketSetupError(f"{directory} belongs to uid {st.st_uid}, not to us")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        log.warning("tightening mode of %s from %o to 700", directory, stat.S_IMODE(st.st_mode))
+        os.chmod(directory, 0o700)
+
+
+def remove_if_stale(path: Path) -> None:
+    """Unlink a socket file nobody listens on; AlreadyServing if somebody does."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketSetupError(f"{path} exists and is not a socket; not touching it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.setblocking(False)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        log.info("removing stale socket %s", path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    except FileNotFoundError:
+        return
+    except BlockingIOError:
+        pass  # backlog full: very much alive
+    finally:
+        probe.close()
+    raise AlreadyServing(f"another recalld is already serving {path}")
+
+
+@dataclass
+class BoundSocket:
+    """A listening socket we bound, with the lock that guards its path."""
+
+    sock: socket.socket
+    path: Path
+    lock: FileLock
+    inode: tuple[int, int]
+
+    def close(self) -> None:
+        """Close the socket, unlink its file if it is still ours, release the lock."""
+        self.sock.close()
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self.inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self.lock.release()
+
+
+def bind_listener(path: Path) -> BoundSocket:
+    """Bind and listen on ``path`` (see the module docstring for the safety rules)."""
+    if len(os.fsencode(path)) > AF_UNIX_PATH_MAX:
+        raise SocketSetupError(f"socket path is longer than {AF_UNIX_PATH_MAX} bytes: {path}")
+    prepare_socket_dir(path.parent)
+    lock = FileLock(path.with_name(path.name + ".lock"), f"socket {path}")
+    lock.acquire()
+    try:
+        remove_if_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            old = os.umask(0o177)
+            try:
+                sock.bind(str(path))
+            finally:
+                os.umask(old)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+            st = os.lstat(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:  # bound by someone between our check and bind
+                raise AlreadyServing(f"another recalld is already serving {path}") from None
+            raise
+    except BaseException:
+        lock.release()
+        raise
+    return BoundSocket(sock=sock, path=path, lock=lock, inode=(st.st_dev, st.st_ino))

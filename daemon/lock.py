@@ -1,0 +1,85 @@
+"""One writer per data directory: an exclusive ``flock`` held for the daemon's lifetime.
+
+The lock file (``<data>/state/daemon.lock``) records the owner's pid so a second daemon
+can say who is in the way. ``flock`` locks die with the process, so a killed daemon never
+leaves a stale lock behind; the pid in the file is informative only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+
+
+class AlreadyServing(Exception):
+    """Another daemon owns the data directory or the socket (exit status 3)."""
+
+
+def read_owner_pid(path: Path) -> int | None:
+    """The pid written into a lock file, if it holds one."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class FileLock:
+    """A non-blocking exclusive ``flock`` on ``path``; :meth:`acquire` raises AlreadyServing.
+
+    ``what`` names the protected resource in the error message.
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            pid = read_owner_pid(self.path)
+            owner = f" (pid {pid})" if pid is not None else ""
+            raise AlreadyServing(f"recalld is already running for {self.what}{owner}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        # Record our pid only once we own the lock, so the file never names a loser.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)  # closing the descriptor drops the flock
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def data_dir_lock(state_dir: Path, data_dir: Path) -> FileLock:
+    """The lock that makes this process the only writer of ``data_dir``."""
+    return FileLock(state_dir / "daemon.lock", str(data_dir))

@@ -1,0 +1,110 @@
+"""``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
+
+Exit status: 0 clean stop, 1 any other failure, 2 configuration error, 3 another daemon
+already owns the data directory or the socket. Failures print one line on stderr (the
+traceback goes to the log only for unexpected errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from recalld.daemon import config as config_mod
+from recalld.daemon import systemd
+from recalld.daemon.listener import SocketSetupError
+from recalld.daemon.lock import AlreadyServing
+from recalld.daemon.supervisor import Supervisor, reloader_for
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+log = logging.getLogger("recalld")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recalld serve", description="Run the recalld daemon in the foreground."
+    )
+    parser.add_argument("--config", help="configuration file (TOML; default "
+                        "$RECALLD_CONFIG or $XDG_CONFIG_HOME/recalld/config.toml)")
+    parser.add_argument("--socket", help="socket path (default $RECALLD_SOCKET or "
+                        "$XDG_RUNTIME_DIR/recalld/recalld.sock)")
+    parser.add_argument("--foreground", action="store_true",
+                        help="accepted for clarity; the daemon never forks")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                        help="overrides [daemon] log_level")
+    # Global client options that may ride along from `recalld --json serve`.
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", help=argparse.SUPPRESS)
+    return parser
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    try:
+        ns = build_parser().parse_args(args)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
+
+    # Before anything can spawn a thread or a child: take systemd's variables out of
+    # the environment so that nothing we start inherits them.
+    sd_env = systemd.take_environment()
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=ns.log_level or "INFO",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = config_mod.load(config=ns.config, socket=ns.socket)
+        level = (ns.log_level or cfg.log_level).upper()
+        if level not in LOG_LEVELS:
+            raise config_mod.ConfigError(f"[daemon] log_level must be one of {LOG_LEVELS}")
+    except config_mod.ConfigError as exc:
+        print(f"recalld: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.getLogger().setLevel(level)
+
+    supervisor = Supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
+    try:
+        trio.run(supervisor.run)
+    except BaseException as exc:
+        taken = _find(exc, AlreadyServing)
+        if taken is not None:
+            print(f"recalld: {taken}", file=sys.stderr)
+            return EXIT_ALREADY_RUNNING
+        setup = _find(exc, SocketSetupError)
+        if setup is not None:
+            print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
+            return EXIT_FAILURE
+        if isinstance(exc, KeyboardInterrupt):
+            return EXIT_OK
+        if not isinstance(exc, Exception):
+            raise
+        log.exception("recalld stopped on an unexpected error")
+        print(f"recalld: stopped on an unexpected error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    log.info("recalld stopped")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Confined resolution of paths named by clients (RELIABILITY 19).
+
+A client names a file relative to a workspace root. The name is checked as text first
+(no NUL, not absolute, no ``..`` component), then walked one component at a time with
+``os.open(..., O_NOFOLLOW, dir_fd=parent)``: every step is relative to a descriptor we
+already hold, and a symbolic link anywhere on the way is refused. A symlink swapped in
+between a check and a use therefore cannot redirect the walk: there is no check-then-use.
+
+Nothing here creates, truncates or modifies a file. All functions block on the file
+system; call them through ``trio.to_thread.run_sync``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO for reading must not hang; regular files ignore it.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+MAX_PATH_CHARS = 4096
+
+
+def split_relative(path: object) -> list[str]:
+    """The components of a client-named relative path, or PathOutsideWorkspace.
+
+    ``.`` and empty components are dropped; a path naming the root itself is refused.
+    """
+    if not isinstance(path, str):
+        raise InvalidParams("path must be a string")
+    if "\x00" in path:
+        raise PathOutsideWorkspace("path contains a NUL byte")
+    if len(path) > MAX_PATH_CHARS:
+        raise InvalidParams("path is too long")
+    if path.startswith("/"):
+        raise PathOutsideWorkspace("path must be relative to the workspace")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise PathOutsideWorkspace("path must not contain '..'")
+    if not parts:
+        raise InvalidParams("path names the workspace root, not a file")
+    return parts
+
+
+def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, shown: str) -> Exception:
+    """Translate a failed step: a symlink is outside, anything missing is NotFound."""
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return NotFound(f"no such file in the workspace: {shown}")
+    except OSError:
+        return NotFound(f"cannot open {shown}: {os.strerror(exc.errno or 0)}")
+    if stat.S_ISLNK(st.st_mode):
+        return PathOutsideWorkspace(f"path goes through a symbolic link: {shown}")
+    if exc.errno == errno.ENOTDIR:
+        return NotFound(f"not a directory on the way to {shown}")
+    return NotFound(f"cannot open {shown}: {os.strerror(exc.errno or 0)}")
+
+
+def open_confined(root: Path, path: str) -> int:
+    """Open ``path`` (relative to ``root``) read-only without leaving ``root``.
+
+    Returns a file descriptor of a regular file that the caller must close.
+    Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
+    """
+    parts = split_relative(path)
+    try:
+        current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NotFound(f"workspace root is not available: {exc.strerror}") from None
+    try:
+        for name in parts[:-1]:
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=current)
+            except OSError as exc:
+                raise _refuse_or_missing(current, name, exc, path) from None
+            os.close(current)
+            current = child
+        try:
+            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
+        except OSError as exc:
+            raise _refuse_or_missing(current, parts[-1], exc, path) from None
+    finally:
+        os.close(current)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidParams(f"not a regular file: {path}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass(frozen=True, slots=True)
+class LineSlice:
+    """Lines ``start_line..end_line`` (1-based, inclusive) of a file of ``total_lines``."""
+
+    start_line: int
+    end_line: int
+    total_lines: int
+    text: str
+    truncated: bool
+
+
+def read_lines(
+    root: Path,
+    path: str,
+    *,
+    start_line: int = 1,
+    end_line: int | None = None,
+    max_bytes: int = 512 * 1024,
+) -> LineSlice:
+    """Read a line range of a confined file, streaming so memory stays bounded.
+
+    The whole file is scanned to count its lines, but at most ``max_bytes`` of it are
+    kept; when the range does not fit, ``truncated`` is set and ``end_line`` says where
+    the returned text stops. ``end_line`` past the end is clamped.
+    """
+    fd = open_confined(root, path)
+    kept: list[bytes] = []
+    kept_bytes = 0
+    truncated = False
+    last_kept = start_line - 1
+    line_no = 0
+    partial = b""
+    with os.fdopen(fd, "rb", buffering=0) as f:
+
+        def take(line: bytes, number: int) -> None:
+            nonlocal kept_bytes, truncated, last_kept
+            if truncated or number < start_line or (end_line is not None and number > end_line):
+                return
+            room = max_bytes - kept_bytes
+            if len(line) <= room:
+                kept.append(line)
+                kept_bytes += len(line)
+                last_kept = number
+            else:
+                if not kept:
+                    # One line longer than the cap: hand back its head rather than nothing.
+                    kept.append(line[:room])
+                    kept_bytes += room
+                    last_kept = number
+                truncated = True
+
+        while True:
+            chunk = f.read(1 << 16)
+            if not chunk:
+                break
+            pieces = (partial + chunk).split(b"\n")
+            partial = pieces.pop()
+            for piece in pieces:
+                line_no += 1
+                take(piece + b"\n", line_no)
+            if len(partial) > max_bytes + 1:
+                # Bound the memory held for a huge line: only its head can ever be returned.
+                partial = partial[: max_bytes + 1]
+        if partial:
+            line_no += 1
+            take(partial, line_no)
+    text = b"".join(kept).decode("utf-8", errors="replace")
+    end = last_kept if kept else min(start_line - 1, line_no)
+    return LineSlice(
+        start_line=start_line,
+        end_line=max(end, start_line - 1),
+        total_lines=line_no,
+        text=text,
+        truncated=truncated,
+    )

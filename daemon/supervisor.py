@@ -1,0 +1,198 @@
+"""The supervisor: owns the root nursery and the daemon's lifetime.
+
+Start order (each step only once the previous one can serve):
+1. the data-directory lock (a second daemon exits at once, status 3) and the state dirs;
+2. the workspace registry, then the default workspace and every ``[workspaces.*]`` table;
+3. the RPC server (socket bound or adopted from systemd);
+4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
+
+Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
+(in-flight calls get ``graceful_timeout_s``), then the workspaces close. SIGHUP reloads
+the configuration file into a new frozen object; what can change at runtime (log level,
+workspace tables for workspaces opened from now on, newly configured workspaces) is
+applied, a bad file is logged and reported in STATUS= while the old config keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon import config as config_mod
+from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
+from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
+from recalld.daemon.events import EventBus
+from recalld.daemon.lock import data_dir_lock
+from recalld.daemon.server import RpcServer
+from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
+from recalld.daemon.workspaces import WorkspaceRegistry, WorkspaceService
+
+log = logging.getLogger(__name__)
+
+Reloader = Callable[[], DaemonConfig]
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with the leaf at mode 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+class Supervisor:
+    """Runs the whole daemon until SIGTERM/SIGINT (or cancellation)."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        systemd: SystemdEnvironment | None = None,
+        reload: Reloader | None = None,
+        extra_methods: Iterable[Methods] = (),
+        workspace_services: Iterable[tuple[str, WorkspaceService]] = (),
+    ) -> None:
+        self.config = config
+        self._systemd = systemd or SystemdEnvironment()
+        self._reload = reload
+        self.notifier = Notifier(self._systemd.notify_socket)
+        self.events = EventBus()
+        self.registry = WorkspaceRegistry(lambda: self.config, self.events)
+        for name, service in workspace_services:
+            self.registry.add_service(name, service)
+        self.state = DaemonState(
+            config=config,
+            registry=self.registry,
+            events=self.events,
+            methods=build_methods(extra_methods),
+        )
+        self.state.stats["events"] = lambda: _asdict(self.events.statistics())
+        self.server: RpcServer | None = None
+        self._stop_requested = trio.Event()
+        self._ready = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until a stop signal; raises AlreadyServing if the data dir is taken."""
+        cfg = self.config
+        # Receive signals before anything else: a SIGTERM during start-up must not kill
+        # us with the default handler while the lock and socket are half set up.
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            make_private_dir(cfg.data_dir)
+            make_private_dir(cfg.state_dir)
+            with data_dir_lock(cfg.state_dir, cfg.data_dir):
+                try:
+                    async with trio.open_nursery() as root:
+                        root.start_soon(self._handle_signals, signals, root.cancel_scope)
+                        await self._serve(root, task_status)
+                finally:
+                    self.notifier.close()
+
+    async def _serve(self, root: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        self.notifier.status("opening workspaces")
+        await root.start(self.registry.run)
+        for agent_id in self._initial_workspaces(self.config):
+            await self.registry.open(agent_id)
+        sock = adopt_listener(self._systemd.listen_fds)
+        server = RpcServer(self.config, Dispatcher(self.state), sock=sock)
+        self.server = server
+        self.state.stats["server"] = lambda: _asdict(server.statistics())
+        async with trio.open_nursery() as front:
+            await front.start(server.run)
+            if self._systemd.watchdog_interval_s:
+                await front.start(run_watchdog, self.notifier, self._systemd.watchdog_interval_s)
+            self._ready = True
+            self.notifier.ready(self._status_line())
+            log.info("recalld serving on %s (%s)", self.config.socket_path, self._status_line())
+            task_status.started()
+            await self._stop_requested.wait()
+            self.notifier.stopping("stopping: draining connections")
+            front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
+        self.notifier.status("stopping: closing workspaces")
+        root.cancel_scope.cancel()
+
+    @staticmethod
+    def _initial_workspaces(cfg: DaemonConfig) -> list[str]:
+        names = [DEFAULT_AGENT]
+        names += [a for a in sorted(set(cfg.workspaces) | set(cfg.workspace_paths))
+                  if a not in names]
+        return names
+
+    def _status_line(self) -> str:
+        workspaces = self.registry.list()
+        ready = sum(1 for w in workspaces if w.state == "ready")
+        return f"serving {ready} workspace(s) on {self.config.socket_path}"
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    async def _handle_signals(
+        self, signals: Any, root_scope: trio.CancelScope
+    ) -> None:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                await self.reload()
+                continue
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            if not self._ready or self._stop_requested.is_set():
+                # Still starting (nothing to drain) or asked twice: stop right away.
+                self.notifier.stopping("stopping during start-up")
+                root_scope.cancel()
+                return
+            self.request_stop()
+
+    async def reload(self) -> None:
+        """Re-read the configuration file; keep the old one if the new one is bad."""
+        if self._reload is None:
+            log.info("SIGHUP: no configuration source to reload")
+            return
+        self.notifier.reloading()
+        try:
+            new = self._reload()
+        except ConfigError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc)
+            self.notifier.notify("READY=1", f"STATUS=reload failed: {_short(str(exc))}")
+            self.events.publish("daemon.reload_failed", {"error": str(exc)})
+            return
+        old = self.config
+        for name in ("socket_path", "data_dir"):
+            if getattr(new, name) != getattr(old, name):
+                log.warning("reload: %s changed; restart the daemon to apply it", name)
+        self.config = new
+        self.state.config = new
+        if new.log_level != old.log_level:
+            set_log_level(new.log_level)
+        opened: list[str] = []
+        for agent_id in self._initial_workspaces(new):
+            if agent_id not in {w.agent_id for w in self.registry.list()}:
+                try:
+                    await self.registry.open(agent_id)
+                    opened.append(agent_id)
+                except Exception as exc:  # one bad workspace must not stop the reload
+                    log.error("reload: opening workspace %s failed: %s", agent_id, exc)
+        log.info("configuration reloaded from %s", new.config_path)
+        self.events.publish("daemon.reloaded", {"opened": opened})
+        self.notifier.notify("READY=1", f"STATUS=reloaded; {self._status_line()}")
+
+
+def set_log_level(level: str) -> None:
+    logging.getLogger().setLevel(level.upper())
+
+
+def reloader_for(
+    config_arg: str | None, socket_arg: str | None
+) -> Reloader:
+    """Reload with the same command-line sources the daemon was started with."""
+    return lambda: config_mod.load(config=config_arg, socket=socket_arg)
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

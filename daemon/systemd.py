@@ -1,0 +1,161 @@
+"""The systemd side: sd_notify messages, the watchdog task and socket activation.
+
+:func:`take_environment` reads ``NOTIFY_SOCKET``, ``WATCHDOG_USEC``/``WATCHDOG_PID`` and
+``LISTEN_PID``/``LISTEN_FDS`` once at start and removes them from ``os.environ``, so no
+child process or thread that spawns one later can inherit them (a child would otherwise
+speak for us, or adopt our listening socket). Everything is a no-op outside systemd.
+
+The watchdog task (:func:`run_watchdog`) is an ordinary trio task that pets the watchdog
+and sleeps half the interval: it only runs when the event loop is alive, which is exactly
+what the watchdog must observe. It is not started at all when no watchdog is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+import trio
+
+log = logging.getLogger(__name__)
+
+SD_LISTEN_FDS_START = 3
+_VARIABLES = (
+    "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+    "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SystemdEnvironment:
+    """What systemd told this process, captured before the variables were cleared."""
+
+    notify_socket: str | None = None
+    watchdog_interval_s: float | None = None
+    listen_fds: tuple[int, ...] = ()
+
+
+def take_environment(environ: MutableMapping[str, str] | None = None) -> SystemdEnvironment:
+    """Read the systemd variables meant for this pid, then remove all of them."""
+    env = os.environ if environ is None else environ
+    pid = os.getpid()
+    notify = env.get("NOTIFY_SOCKET") or None
+
+    watchdog: float | None = None
+    wd_pid = env.get("WATCHDOG_PID")
+    if env.get("WATCHDOG_USEC", "").isdigit() and (wd_pid is None or wd_pid == str(pid)):
+        usec = int(env["WATCHDOG_USEC"])
+        watchdog = usec / 1_000_000 if usec > 0 else None
+
+    fds: tuple[int, ...] = ()
+    if env.get("LISTEN_PID") == str(pid) and env.get("LISTEN_FDS", "").isdigit():
+        count = int(env["LISTEN_FDS"])
+        fds = tuple(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count))
+        for fd in fds:
+            os.set_inheritable(fd, False)
+
+    for name in _VARIABLES:
+        env.pop(name, None)
+    return SystemdEnvironment(notify_socket=notify, watchdog_interval_s=watchdog, listen_fds=fds)
+
+
+class Notifier:
+    """Sends sd_notify datagrams; silently does nothing when there is no NOTIFY_SOCKET.
+
+    Sends never block: a full receive queue drops the message (and logs it), because a
+    wedged service manager must not wedge the daemon.
+    """
+
+    def __init__(self, notify_socket: str | None) -> None:
+        self._address: str | bytes | None = None
+        self._sock: socket.socket | None = None
+        if not notify_socket:
+            return
+        if notify_socket.startswith("@"):
+            self._address = b"\0" + notify_socket[1:].encode()  # abstract namespace
+        elif notify_socket.startswith("/"):
+            self._address = notify_socket
+        else:
+            log.warning("ignoring unsupported NOTIFY_SOCKET %r", notify_socket)
+            return
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._sock.setblocking(False)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    def notify(self, *assignments: str) -> bool:
+        """Send ``KEY=value`` lines as one datagram; True if it was sent."""
+        if self._sock is None or self._address is None:
+            return False
+        payload = "\n".join(assignments).encode("utf-8", errors="replace")
+        try:
+            self._sock.sendto(payload, self._address)
+        except OSError as exc:
+            log.warning("sd_notify %s failed: %s", assignments[0].split("=")[0], exc)
+            return False
+        return True
+
+    def ready(self, status: str) -> bool:
+        return self.notify("READY=1", f"STATUS={_one_line(status)}")
+
+    def status(self, status: str) -> bool:
+        return self.notify(f"STATUS={_one_line(status)}")
+
+    def reloading(self) -> bool:
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.notify("RELOADING=1", f"MONOTONIC_USEC={usec}")
+
+    def stopping(self, status: str = "stopping") -> bool:
+        return self.notify("STOPPING=1", f"STATUS={_one_line(status)}")
+
+    def watchdog(self) -> bool:
+        return self.notify("WATCHDOG=1")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def run_watchdog(
+    notifier: Notifier,
+    interval_s: float,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Pet the watchdog every ``interval_s / 2`` for as long as the event loop runs.
+
+    Cancellation ends it; systemd then notices the silence only if the process lingers.
+    """
+    task_status.started()
+    while True:
+        notifier.watchdog()
+        await trio.sleep(interval_s / 2)
+
+
+def adopt_listener(fds: tuple[int, ...]) -> socket.socket | None:
+    """The first passed fd as a listening AF_UNIX stream socket, or None without one.
+
+    Raises ValueError when systemd passed something else (a misconfigured .socket unit).
+    """
+    if not fds:
+        return None
+    sock = socket.socket(fileno=fds[0])
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        sock.detach()
+        raise ValueError("the socket passed by systemd is not a Unix stream socket")
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ValueError("the socket passed by systemd is not listening")
+    sock.setblocking(False)
+    return sock

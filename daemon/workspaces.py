@@ -1,0 +1,304 @@
+"""The workspace registry: which agent workspaces are open, and their services.
+
+:class:`WorkspaceRegistry` is a service run by the supervisor. Its nursery hosts one
+task per open :class:`Workspace`; each workspace opens its own nursery and starts the
+per-workspace services registered with :meth:`WorkspaceRegistry.add_service` (index loop,
+cataloger, job runner, ...) in registration order with ``nursery.start``, so a workspace
+is ``ready`` only once all of them can serve.
+
+Closing a workspace cancels its nursery and waits for the services to finish their
+shielded cleanup. Cancelling the registry closes every workspace the same way. A
+service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
+without taking the daemon down; ``workspace.open`` on a failed workspace starts it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import trio
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.events import EventBus
+from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
+
+log = logging.getLogger(__name__)
+
+State = Literal["opening", "ready", "closing", "closed", "failed"]
+_AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def check_agent_id(agent_id: object) -> str:
+    """A valid agent id, or InvalidParams."""
+    if not isinstance(agent_id, str) or not _AGENT_ID.match(agent_id) or agent_id in (".", ".."):
+        raise InvalidParams(
+            "agent_id must be 1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
+        )
+    return agent_id
+
+
+class WorkspaceService(Protocol):
+    """A per-workspace service: runs until cancelled; calls ``task_status.started()``
+    once it can serve. Use :meth:`Workspace.attach` to make itself reachable by methods,
+    and :meth:`Workspace.add_status` to contribute to ``daemon.status``."""
+
+    def __call__(
+        self, workspace: Workspace, *, task_status: trio.TaskStatus[Any] = ...
+    ) -> Awaitable[None]: ...
+
+
+StatusProvider = Callable[[], Mapping[str, Any]]
+
+
+class Workspace:
+    """One open workspace: its root, settings, state and the services running for it."""
+
+    def __init__(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
+        self.agent_id = agent_id
+        self.root = root
+        self.settings = settings
+        self.state: State = "opening"
+        self.opened_at = time.time()
+        self.error: str | None = None
+        self._services: dict[str, Any] = {}
+        self._status: dict[str, StatusProvider] = {}
+        self._cancel_scope: trio.CancelScope | None = None
+        self._finished = trio.Event()
+
+    # -- hooks for services ---------------------------------------------------------
+    def attach(self, name: str, service: Any) -> None:
+        """Make a running service object findable by method handlers (``get``)."""
+        self._services[name] = service
+
+    def get(self, name: str) -> Any:
+        """The service attached as ``name``; InvalidParams-free KeyError if absent."""
+        return self._services[name]
+
+    def add_status(self, name: str, provider: StatusProvider) -> None:
+        """``provider()`` is merged into :meth:`status` under key ``name``."""
+        self._status[name] = provider
+
+    # -- paths ----------------------------------------------------------------------
+    def directories(self) -> list[Path]:
+        s = self.settings
+        return [
+            self.root / s.daily_dir,
+            self.root / s.digest_dir,
+            self.root / s.session_dir,
+            self.root / s.resource_dir,
+            self.root / s.metadata_dir,
+        ]
+
+    def _create_directories(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for d in self.directories():
+                d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidParams(
+                f"cannot create workspace directories under {self.root}: {exc.strerror}"
+            ) from None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "path": str(self.root),
+            "state": self.state,
+            "opened_at": self.opened_at,
+        }
+        if self.error is not None:
+            info["error"] = self.error
+        info.update(self.status())
+        return info
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, provider in self._status.items():
+            try:
+                out[name] = dict(provider())
+            except Exception:  # a broken status provider must not break daemon.status
+                log.exception("status of %s/%s failed", self.agent_id, name)
+                out[name] = {"error": "status unavailable"}
+        return out
+
+    async def run(
+        self,
+        services: list[tuple[str, WorkspaceService]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Create the directories, start every service, serve until cancelled."""
+        try:
+            await trio.to_thread.run_sync(self._create_directories)
+            with trio.CancelScope() as scope:
+                self._cancel_scope = scope
+                async with trio.open_nursery() as nursery:
+                    for name, service in services:
+                        log.debug("starting %s for workspace %s", name, self.agent_id)
+                        await nursery.start(service, self)
+                    self.state = "ready"
+                    task_status.started()
+                    await trio.sleep_forever()
+        finally:
+            if self.state != "failed":
+                self.state = "closed"
+            self._finished.set()
+
+    def request_close(self) -> None:
+        self.state = "closing"
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    async def wait_closed(self) -> None:
+        await self._finished.wait()
+
+
+class WorkspaceRegistry:
+    """Opens, lists and closes workspaces; a service that runs in the supervisor."""
+
+    def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus) -> None:
+        self._get_config = get_config
+        self._events = events
+        self._workspaces: dict[str, Workspace] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._services: list[tuple[str, WorkspaceService]] = []
+        self._nursery: trio.Nursery | None = None
+
+    def add_service(self, name: str, service: WorkspaceService) -> None:
+        """Register a service started in every workspace opened from now on."""
+        if any(n == name for n, _ in self._services):
+            raise ValueError(f"workspace service {name!r} is already registered")
+        self._services.append((name, service))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the workspaces until cancelled; cancellation closes all of them."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+                for ws in self._workspaces.values():
+                    ws.state = "closing"
+
+    def get(self, agent_id: str) -> Workspace:
+        """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
+        ws = self._workspaces.get(agent_id)
+        if ws is None:
+            raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+        if ws.state != "ready":
+            raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
+        return ws
+
+    def list(self) -> list[Workspace]:
+        return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
+
+    def _lock(self, agent_id: str) -> trio.Lock:
+        return self._locks.setdefault(agent_id, trio.Lock())
+
+    async def open(
+        self,
+        agent_id: str,
+        path: Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Workspace:
+        """Open ``agent_id``'s workspace (idempotent at the same path).
+
+        Raises InvalidParams if it is open at another path or another agent holds the
+        path. If cancelled while services start, the half-open workspace is closed.
+        """
+        check_agent_id(agent_id)
+        config = self._get_config()
+        root = (path if path is not None else config.workspace_path(agent_id)).expanduser()
+        if not root.is_absolute():
+            raise InvalidParams("workspace path must be absolute")
+        root = root.resolve()
+        async with self._lock(agent_id):
+            current = self._workspaces.get(agent_id)
+            if current is not None and current.state in ("opening", "ready"):
+                if current.root != root:
+                    raise InvalidParams(
+                        f"workspace {agent_id!r} is already open at {current.root}"
+                    )
+                return current
+            for other in self._workspaces.values():
+                if other.agent_id != agent_id and other.root == root and other.state in (
+                    "opening", "ready",
+                ):
+                    raise InvalidParams(f"{root} is already open for agent {other.agent_id!r}")
+            settings = workspace_settings_from_params(
+                config.workspace_settings(agent_id), overrides
+            )
+            if self._nursery is None:
+                raise RecalldError("the workspace registry is not running")
+            ws = Workspace(agent_id, root, settings)
+            self._workspaces[agent_id] = ws
+            try:
+                await self._nursery.start(self._host, ws)
+            except BaseException as exc:
+                ws.state = "failed"
+                ws.error = _describe(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                if isinstance(exc, RecalldError):
+                    raise
+                log.exception("workspace %s failed to open", agent_id)
+                raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
+        self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
+        return ws
+
+    async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
+        """Run one workspace; a crash is contained and recorded, never propagated."""
+        started = False
+
+        def mark_started() -> None:
+            nonlocal started
+            started = True
+
+        try:
+            await ws.run(list(self._services), task_status=_Relay(task_status, mark_started))
+        except Exception as exc:
+            ws.state = "failed"
+            ws.error = _describe(exc)
+            if not started:
+                raise  # nursery.start re-raises it to the caller of open()
+            log.exception("workspace %s failed", ws.agent_id)
+            self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
+
+    async def close(self, agent_id: str) -> None:
+        """Close ``agent_id``'s workspace and wait until its services stopped."""
+        async with self._lock(agent_id):
+            ws = self._workspaces.get(agent_id)
+            if ws is None or ws.state == "closed":
+                raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+            ws.request_close()
+            await ws.wait_closed()
+            del self._workspaces[agent_id]
+        self._events.publish("workspace.closed", {"agent_id": agent_id})
+
+
+class _Relay:
+    """A task_status that also tells the host the workspace reached ``started``."""
+
+    def __init__(self, inner: trio.TaskStatus[None], on_started: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_started = on_started
+
+    def started(self, value: None = None) -> None:
+        self._on_started()
+        self._inner.started(value)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RecalldError):
+        return exc.message
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"

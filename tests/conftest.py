@@ -1,0 +1,262 @@
+"""Shared fixtures: real daemons in subprocesses with an isolated environment.
+
+``daemon`` starts one ``python -m recalld.daemon.main serve`` on its defaults and waits
+until it answers ``daemon.ping``. ``daemon_factory(config_text=None, **env)`` starts more,
+with a config file and extra environment (``wait=False`` to observe a daemon that is
+expected to exit, ``args=[...]`` for extra ``serve`` options). Every daemon gets its own
+HOME / XDG_* dirs under tmp_path and a short XDG_RUNTIME_DIR under /tmp (AF_UNIX paths
+must stay under 108 bytes); all are stopped and checked at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from recalld.ipc.errors import error_from_wire
+
+START_DEADLINE_S = 20.0
+STOP_DEADLINE_S = 15.0
+_STRIPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS",
+                 "LISTEN_FDNAMES")
+
+
+class RawConnection:
+    """A blocking JSON-RPC line connection, for tests that need control over bytes."""
+
+    def __init__(self, path: Path, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(str(path))
+        except BaseException:
+            self.sock.close()
+            raise
+        self._buffer = b""
+        self._next_id = 0
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, message: Any) -> None:
+        self.sock.sendall(orjson.dumps(message) + b"\n")
+
+    def request(self, method: str, params: Any = None) -> int:
+        self._next_id += 1
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self._next_id}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self._next_id
+
+    def recv_line(self) -> bytes | None:
+        """The next line, or None at EOF."""
+        while b"\n" not in self._buffer:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def recv(self) -> Any:
+        line = self.recv_line()
+        if line is None:
+            raise EOFError("daemon closed the connection")
+        return orjson.loads(line)
+
+    def recv_response(self) -> dict[str, Any]:
+        """The next message that is not a notification."""
+        while True:
+            msg = self.recv()
+            if isinstance(msg, list) or "id" in msg:
+                return msg  # type: ignore[no-any-return]
+
+    def call(self, method: str, params: Any = None) -> Any:
+        id_ = self.request(method, params)
+        msg = self.recv_response()
+        assert msg.get("id") == id_, msg
+        if "error" in msg:
+            raise error_from_wire(msg["error"])
+        return msg["result"]
+
+    def at_eof(self, timeout: float = 10.0) -> bool:
+        """True once the daemon closed the connection (reading whatever arrives first)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class DaemonHandle:
+    proc: subprocess.Popen[bytes]
+    socket_path: Path
+    data_dir: Path
+    config_path: Path
+    env: dict[str, str]
+    log_path: Path
+    home: Path
+    exit_code: int | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def connect(self, timeout: float = 10.0) -> RawConnection:
+        return RawConnection(self.socket_path, timeout)
+
+    def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
+        """One call on a fresh connection; errors raise the typed recalld exception."""
+        with self.connect(timeout) as conn:
+            return conn.call(method, params)
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, deadline_s: float = START_DEADLINE_S) -> None:
+        end = time.monotonic() + deadline_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            with contextlib.suppress(OSError, EOFError):
+                if self.call("daemon.ping", timeout=2.0).get("pong") is True:
+                    return
+            if time.monotonic() > end:
+                raise TimeoutError(f"daemon did not answer within {deadline_s} s:\n{self.log()}")
+            time.sleep(0.02)
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.exit_code = self.proc.wait(timeout=timeout)
+        return self.exit_code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_DEADLINE_S)
+
+
+class DaemonFactory:
+    """Starts isolated daemons; see the module docstring."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.handles: list[DaemonHandle] = []
+        self._short_dirs: list[str] = []
+
+    def environment(self, **env: str) -> dict[str, str]:
+        n = len(self.handles)
+        home = self.tmp_path / f"d{n}"
+        runtime = tempfile.mkdtemp(prefix="rd-", dir="/tmp")  # short: AF_UNIX paths are limited
+        os.chmod(runtime, 0o700)
+        self._short_dirs.append(runtime)
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith("RECALLD_") and k not in _STRIPPED_ENV}
+        base.update({
+            "HOME": str(home),
+            "XDG_RUNTIME_DIR": runtime,
+            "XDG_DATA_HOME": str(home / "data"),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        base.update(env)
+        return base
+
+    def __call__(
+        self,
+        config_text: str | None = None,
+        *,
+        wait: bool = True,
+        args: Sequence[str] = (),
+        launcher: Sequence[str] | None = None,
+        pass_fds: Sequence[int] = (),
+        **env: str,
+    ) -> DaemonHandle:
+        full_env = self.environment(**env)
+        home = Path(full_env["HOME"])
+        home.mkdir(parents=True, exist_ok=True)
+        config_path = Path(full_env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+        if config_text is not None:
+            config_path.parent.mkdir(parents=True, exist_ok=True)
+            config_path.write_text(config_text, encoding="utf-8")
+        socket_path = Path(full_env.get("RECALLD_SOCKET")
+                           or Path(full_env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock")
+        data_dir = Path(full_env.get("RECALLD_DATA_DIR")
+                        or Path(full_env["XDG_DATA_HOME"]) / "recalld")
+        log_path = home / f"daemon-{len(self.handles)}.log"
+        cmd = [*(launcher or (sys.executable, "-m", "recalld.daemon.main")), "serve", *args]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                pass_fds=tuple(pass_fds), start_new_session=True,
+            )
+        handle = DaemonHandle(proc=proc, socket_path=socket_path, data_dir=data_dir,
+                              config_path=config_path, env=full_env, log_path=log_path,
+                              home=home)
+        self.handles.append(handle)
+        if wait:
+            handle.wait_ready()
+        return handle
+
+    def cleanup(self) -> None:
+        leaked = []
+        for handle in self.handles:
+            if handle.proc.poll() is None:
+                handle.proc.send_signal(signal.SIGTERM)
+                try:
+                    handle.proc.wait(timeout=STOP_DEADLINE_S)
+                except subprocess.TimeoutExpired:
+                    leaked.append(handle.pid)
+                    handle.kill()
+        for runtime in self._short_dirs:
+            shutil.rmtree(runtime, ignore_errors=True)
+        assert not leaked, f"daemon(s) ignored SIGTERM and had to be killed: {leaked}"
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture
+def daemon(daemon_factory: DaemonFactory) -> DaemonHandle:
+    return daemon_factory()

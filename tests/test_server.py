@@ -1,0 +1,326 @@
+"""The RPC server over real sockets (RELIABILITY 13-18): modes, peers, limits, load, EMFILE."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import trio
+
+from recalld.daemon.server import PeerCredentials, peer_allowed, peer_credentials
+from recalld.ipc import errors
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory, DaemonHandle
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_until(predicate: Any, deadline_s: float = 10.0, what: str = "condition") -> None:
+    end = time.monotonic() + deadline_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def server_stats(d: DaemonHandle) -> dict[str, Any]:
+    return d.call("daemon.status")["queues"]["server"]  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ who may connect (13)
+
+
+def test_socket_is_0600_in_a_0700_directory(daemon: DaemonHandle) -> None:
+    st = os.lstat(daemon.socket_path)
+    assert stat.S_ISSOCK(st.st_mode)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    assert st.st_uid == os.getuid()
+    dst = os.lstat(daemon.socket_path.parent)
+    assert stat.S_IMODE(dst.st_mode) == 0o700
+    assert dst.st_uid == os.getuid()
+
+
+def test_loose_socket_directory_is_tightened(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    sock_dir = Path(env["XDG_RUNTIME_DIR"]) / "recalld"
+    sock_dir.mkdir(mode=0o755)
+    os.chmod(sock_dir, 0o755)
+    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"])
+    assert stat.S_IMODE(os.lstat(sock_dir).st_mode) == 0o700
+    assert d.call("daemon.ping")["pong"] is True
+
+
+def test_peer_check_refuses_other_users() -> None:
+    me = os.getuid()
+    assert peer_allowed(PeerCredentials(pid=1, uid=me, gid=0), me)
+    assert not peer_allowed(PeerCredentials(pid=1, uid=me + 1, gid=0), me)
+    assert not peer_allowed(None, me)
+
+
+def test_peer_credentials_of_a_real_connection(daemon: DaemonHandle) -> None:
+    with daemon.connect() as conn:
+        cred = peer_credentials(conn.sock)
+        assert cred.uid == os.getuid()
+        assert cred.pid == daemon.pid  # the daemon is the peer of our end
+        assert conn.call("daemon.ping")["pong"] is True
+
+
+# ------------------------------------------------------------ stale sockets, owners (8, 14)
+
+
+def test_stale_socket_is_replaced(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    path = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    path.parent.mkdir(mode=0o700)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening: connect is refused, like a killed daemon
+    dead.close()
+    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"])
+    assert d.call("daemon.ping")["pong"] is True
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    assert d.call("daemon.status")["pid"] == d.pid
+
+
+def test_socket_of_a_sigkilled_daemon_is_replaced(daemon_factory: DaemonFactory) -> None:
+    first = daemon_factory()
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(timeout=10)
+    assert first.socket_path.exists()  # left behind
+    second = daemon_factory(XDG_RUNTIME_DIR=first.env["XDG_RUNTIME_DIR"],
+                            RECALLD_DATA_DIR=str(first.data_dir))
+    assert second.call("daemon.status")["pid"] == second.pid
+
+
+def test_a_regular_file_in_the_way_is_not_touched(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    path = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    path.parent.mkdir(mode=0o700)
+    path.write_text("precious")
+    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"], wait=False)
+    assert d.proc.wait(timeout=20) == 1
+    assert path.read_text() == "precious"
+    assert "not a socket" in d.log()
+
+
+def test_second_daemon_on_the_same_socket_exits_3(daemon_factory: DaemonFactory) -> None:
+    first = daemon_factory()
+    second = daemon_factory(XDG_RUNTIME_DIR=first.env["XDG_RUNTIME_DIR"], wait=False)
+    assert second.proc.wait(timeout=20) == 3
+    assert "already" in second.log() and str(first.socket_path) in second.log()
+    assert first.call("daemon.ping")["pong"] is True
+
+
+# ------------------------------------------------------------------- bad input (15, 16)
+
+
+def test_oversize_frame_gets_one_error_and_a_close(daemon: DaemonHandle) -> None:
+    with daemon.connect() as conn, daemon.connect() as other:
+        assert other.call("daemon.ping")["pong"] is True
+        try:
+            # 1 MiB + a bit, without a newline: the daemon must not wait for the end.
+            conn.send_bytes(b'{"jsonrpc":"2.0","method":"daemon.ping","params":{"x":"'
+                            + b"a" * ((1 << 20) + 1000))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        reply = conn.recv()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == errors.REQUEST_TOO_LARGE
+        assert conn.at_eof()
+        assert other.call("daemon.ping")["pong"] is True
+    assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_batch_over_the_limit_gets_one_error_and_a_close(daemon: DaemonHandle) -> None:
+    ping = {"jsonrpc": "2.0", "method": "daemon.ping"}
+    with daemon.connect() as conn:
+        conn.send([{**ping, "id": i} for i in range(100)])
+        answers = conn.recv()
+        assert sorted(a["id"] for a in answers) == list(range(100))
+        assert all(a["result"]["pong"] for a in answers)
+        conn.send([{**ping, "id": i} for i in range(101)])
+        reply = conn.recv()
+        assert reply["id"] is None and reply["error"]["code"] == errors.REQUEST_TOO_LARGE
+        assert conn.at_eof()
+
+
+def test_garbage_never_crashes_the_daemon(daemon: DaemonHandle) -> None:
+    rng = random.Random(1234)
+    nasty = [
+        b"{", b"}", b"[]", b"[1,2]", b"null", b'"x"', b"\xff\xfe\xfd", b"\x00\x00",
+        b'{"jsonrpc":"2.0","method":"daemon.ping","id":1',
+        b'{"jsonrpc":"2.0","method":1,"id":1}', b'{"jsonrpc":"1.0","method":"a","id":1}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","id":[1]}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":5,"id":1}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":[1,2],"id":1}',
+        b'{"jsonrpc":"2.0","method":"memory.read","params":{"agent_id":"default",'
+        b'"path":"x","start_line":"a"},"id":2}',
+        "{\"jsonrpc\":\"2.0\",\"method\":\"\u00e9\",\"id\":3}".encode(),
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":{"bogus":1},"id":4}',
+    ]
+    nasty += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))).replace(b"\n", b"")
+              for _ in range(50)]
+    with daemon.connect() as conn:
+        for blob in nasty:
+            conn.send_bytes(blob + b"\n")
+            reply = conn.recv()
+            items = reply if isinstance(reply, list) else [reply]
+            for item in items:
+                assert "error" in item, (blob, item)
+                assert item["error"]["code"] in errors.CODE_NAMES
+                assert "Traceback" not in item["error"]["message"]
+        # The connection is still good after all that.
+        assert conn.call("daemon.ping")["pong"] is True
+
+
+def test_notifications_get_no_answer(daemon: DaemonHandle) -> None:
+    with daemon.connect() as conn:
+        conn.send({"jsonrpc": "2.0", "method": "daemon.ping"})
+        conn.send([{"jsonrpc": "2.0", "method": "daemon.ping"},
+                   {"jsonrpc": "2.0", "method": "no.such.method"}])
+        assert conn.call("daemon.status")["pid"] == daemon.pid  # the first answer is ours
+
+
+# -------------------------------------------------------------------- slow clients (17)
+
+LIMITS = """
+[daemon]
+idle_timeout_s = 0.5
+write_timeout_s = 0.5
+max_connections = 4
+"""
+
+
+def test_idle_and_half_frame_clients_are_cut_off(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(LIMITS)
+    with d.connect() as silent, d.connect() as half, d.connect() as good:
+        half.send_bytes(b'{"jsonrpc":"2.0","method":"daemon.pi')
+        for _ in range(3):
+            assert good.call("daemon.ping")["pong"] is True
+            time.sleep(0.2)  # the good client keeps sending complete frames
+        assert silent.at_eof(timeout=5)
+        assert half.at_eof(timeout=5)
+        assert good.call("daemon.ping")["pong"] is True
+    assert server_stats(d)["timeouts_total"] >= 2
+
+
+def test_a_client_that_never_reads_is_cut_off(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(LIMITS)
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("x" * 1000 + "\n") * 600)
+    stuck = d.connect()
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    read = {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    stuck.send_bytes(b"".join(orjson.dumps({**read, "id": i}) + b"\n" for i in range(8)))
+    # Others are served while the stuck client holds its answers hostage.
+    for _ in range(5):
+        assert d.call("daemon.ping")["pong"] is True
+    wait_until(lambda: server_stats(d)["timeouts_total"] >= 1, what="write timeout")
+    wait_until(lambda: server_stats(d)["connections_open"] == 1, what="stuck client dropped")
+    assert stuck.at_eof(timeout=5)
+    stuck.close()
+
+
+def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory("[daemon]\nmax_connections = 3\n")
+    conns = [d.connect() for _ in range(3)]
+    for c in conns:
+        assert c.call("daemon.ping")["pong"] is True
+    with d.connect() as extra:
+        reply = extra.recv()
+        assert reply == {"jsonrpc": "2.0", "id": None,
+                         "error": {"code": errors.OVERLOADED, "message": "too many connections"}}
+        assert extra.at_eof()
+    conns.pop().close()
+    wait_until(lambda: _ping_ok(d), what="a free slot")
+    for c in conns:
+        c.close()
+
+
+def _ping_ok(d: DaemonHandle) -> bool:
+    try:
+        return bool(d.call("daemon.ping")["pong"])
+    except (errors.RecalldError, OSError, EOFError):
+        return False
+
+
+# ----------------------------------------------------------------------- load (18)
+
+
+async def test_100_clients_50_requests_each(daemon: DaemonHandle) -> None:
+    baseline = fd_count(daemon.pid)
+    failures: list[str] = []
+
+    async def client(n: int) -> None:
+        stream = await trio.open_unix_socket(str(daemon.socket_path))
+        async with stream:
+            ids = [f"c{n}-{i}" for i in range(50)]
+            # Pipelined: all 50 requests go out before any answer is read.
+            await stream.send_all(b"".join(
+                orjson.dumps({"jsonrpc": "2.0", "method": "daemon.ping", "id": id_}) + b"\n"
+                for id_ in ids
+            ))
+            buf = b""
+            seen: list[str] = []
+            while len(seen) < len(ids):
+                chunk = await stream.receive_some(1 << 16)
+                if not chunk:
+                    failures.append(f"client {n}: EOF after {len(seen)} answers")
+                    return
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    msg = orjson.loads(line)
+                    if msg.get("result", {}).get("pong") is not True:
+                        failures.append(f"client {n}: {msg}")
+                    seen.append(msg["id"])
+            if sorted(seen) != sorted(ids):
+                failures.append(f"client {n}: ids {seen[:3]}...")
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for n in range(100):
+                nursery.start_soon(client, n)
+    assert failures == []
+    wait_until(lambda: fd_count(daemon.pid) <= baseline, what="fds back to baseline")
+    stats = server_stats(daemon)
+    assert stats["requests_total"] >= 5000
+    assert stats["connections_open"] == 1  # the status call itself
+
+
+LOW_FD_LAUNCHER = (
+    sys.executable, "-c",
+    "import os, resource, sys;"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48));"
+    "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+)
+
+
+def test_emfile_on_accept_is_survived(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(launcher=LOW_FD_LAUNCHER)
+    assert d.call("daemon.ping")["pong"] is True
+    held = []
+    for _ in range(80):  # more than the daemon has descriptors left
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(d.socket_path))
+        held.append(s)
+    # Let the daemon hit EMFILE a few times; it must neither die nor spin.
+    time.sleep(0.5)
+    assert d.proc.poll() is None
+    for s in held:
+        s.close()
+    wait_until(lambda: _ping_ok(d), deadline_s=15, what="daemon to recover")
+    stats = server_stats(d)
+    assert stats["accept_errors_total"] >= 1
+    assert "accept failed" in d.log()
