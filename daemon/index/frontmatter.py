@@ -1,0 +1,275 @@
+"""Frontmatter of Markdown notes: a leading ``---`` block of simple YAML, without a YAML library.
+
+Owns parsing (for indexing: ``name``, ``description`` and tags become searchable) and minimal
+edits that keep every key the editor did not touch, in its order and spelling (for the file
+operations that update frontmatter). Pure functions; nothing here raises on bad notes: a block
+that does not parse is treated as no frontmatter, and its lines stay ordinary body text.
+
+Supported: ``key: value`` scalars (plain, 'single' or "double" quoted; ``true``/``false``,
+``null``/``~`` and numbers typed as YAML does), flow lists ``[a, "b, c"]``, block lists of
+``- item`` lines, one level of nested ``key: value`` mappings, ``|``/``>`` block scalars and
+``#`` comments. Anything else (anchors, multi-document streams, deeper nesting) is malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+__all__ = ["DELETE", "parse_frontmatter", "render_frontmatter", "update_frontmatter"]
+
+_FENCE: Final = "---"
+_KEY_RE: Final = re.compile(r"^([A-Za-z_][\w.\- ]*?)\s*:(?:\s+(.*?))?\s*$")
+_INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
+_FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
+_MAX_LINES: Final = 2000
+
+DELETE: Final = object()
+"""A value for ``update_frontmatter`` changes that removes the key."""
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _lines(text: str) -> list[str]:
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+
+
+def _block_end(lines: list[str]) -> int:
+    """Index of the closing fence, or -1 when the text has no frontmatter block."""
+    if not lines or lines[0].lstrip("\ufeff").rstrip() != _FENCE:
+        return -1
+    for i in range(1, min(len(lines), _MAX_LINES)):
+        if lines[i].rstrip() in (_FENCE, "..."):
+            return i
+    return -1
+
+
+def _strip_comment(value: str) -> str:
+    cut = value.find(" #")
+    return value[:cut].rstrip() if cut >= 0 else value
+
+
+def _unquote(value: str) -> str:
+    if value[0] == '"':
+        if len(value) < 2 or not value.endswith('"'):
+            raise _Malformed(value)
+        try:
+            out = json.loads(value)
+        except ValueError as exc:
+            raise _Malformed(value) from exc
+        if not isinstance(out, str):
+            raise _Malformed(value)
+        return out
+    if len(value) < 2 or not value.endswith("'"):
+        raise _Malformed(value)
+    return value[1:-1].replace("''", "'")
+
+
+def _scalar(raw: str) -> Any:
+    value = raw.strip()
+    if not value:
+        return None
+    if value[0] in "\"'":
+        return _unquote(value)
+    value = _strip_comment(value)
+    if value[0] in "&*!|>{%@`":
+        raise _Malformed(value)
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "~"):
+        return None
+    if _INT_RE.match(value):
+        return int(value)
+    if _FLOAT_RE.match(value):
+        return float(value)
+    return value
+
+
+def _split_flow(inner: str) -> list[str]:
+    items: list[str] = []
+    buf: list[str] = []
+    quote = ""
+    for ch in inner:
+        if quote:
+            buf.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'" and not "".join(buf).strip():
+            quote = ch  # quotes only open at the start of an item, as in YAML
+            buf.append(ch)
+        elif ch == ",":
+            items.append("".join(buf))
+            buf = []
+        elif ch in "[]{}":
+            raise _Malformed(inner)
+        else:
+            buf.append(ch)
+    if quote:
+        raise _Malformed(inner)
+    items.append("".join(buf))
+    if items and not items[-1].strip():
+        items.pop()  # a trailing comma
+    return items
+
+
+def _value(raw: str) -> Any:
+    value = raw.strip()
+    if value.startswith("["):
+        value = _strip_comment(value)
+        if not value.endswith("]"):
+            raise _Malformed(value)
+        return [_scalar(item) for item in _split_flow(value[1:-1])]
+    return _scalar(value)
+
+
+def _parse_block(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+    """Parse the lines between the fences; also returns each key's line span (end exclusive)."""
+    out: dict[str, Any] = {}
+    spans: list[tuple[str, int, int]] = []
+    i, n = 0, len(lines)
+    while i < n:
+        line = lines[i]
+        if not line.strip() or line.lstrip().startswith("#"):
+            i += 1
+            continue
+        if line[0].isspace():
+            raise _Malformed(line)
+        m = _KEY_RE.match(line)
+        if m is None:
+            raise _Malformed(line)
+        key, raw = m.group(1), m.group(2) or ""
+        start = i
+        i += 1
+        nested: list[str] = []
+        while i < n and (not lines[i].strip() or lines[i][0].isspace() or lines[i][0] == "-"):
+            nested.append(lines[i])
+            i += 1
+        while nested and not nested[-1].strip():
+            nested.pop()
+            i -= 1
+        if raw.strip() in ("|", ">", "|-", ">-"):
+            body = [ln.strip() for ln in nested]
+            text = ("\n" if raw.strip()[0] == "|" else " ").join(body)
+            out[key] = text if raw.strip().endswith("-") else text + "\n"
+        elif raw.strip() and not raw.strip().startswith("#"):
+            if nested:
+                raise _Malformed(line)
+            out[key] = _value(raw)
+        elif not nested:
+            out[key] = None
+        elif all(ln.strip().startswith("- ") or ln.strip() in ("-", "") for ln in nested):
+            out[key] = [_value(ln.strip()[1:]) for ln in nested if ln.strip()]
+        else:
+            sub: dict[str, Any] = {}
+            for ln in nested:
+                if not ln.strip() or ln.lstrip().startswith("#"):
+                    continue
+                sm = _KEY_RE.match(ln.strip())
+                if sm is None or not ln[0].isspace():
+                    raise _Malformed(ln)
+                sub[sm.group(1)] = _value(sm.group(2) or "")
+            out[key] = sub
+        if key in out and any(k == key for k, _, _ in spans):
+            raise _Malformed(f"duplicate key {key}")
+        spans.append((key, start, i))
+    return out, spans
+
+
+def parse_frontmatter(text: str) -> tuple[dict[str, Any], int]:
+    """Return (fields, body_start_line): the 0-based index of the first body line.
+
+    ``body_start_line`` equals the number of lines the block occupies including both fences,
+    so ``text.split("\\n")[body_start_line:]`` is the body; ({}, 0) when there is no valid block.
+    """
+    try:
+        lines = _lines(text)
+        end = _block_end(lines)
+        if end < 0:
+            return {}, 0
+        fields, _ = _parse_block(lines[1:end])
+        return fields, end + 1
+    except (_Malformed, ValueError, IndexError, RecursionError):
+        return {}, 0
+
+
+_PLAIN_RE: Final = re.compile(r"^[^\s\"'\[\]{}#&*!|>%@`,:-][^\n#:]*(?<!\s)$")
+
+
+def _render_scalar(value: Any, *, in_flow: bool = False) -> str:
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    plain = (
+        _PLAIN_RE.match(text) is not None
+        and _scalar(text) == text
+        and ": " not in text
+        and not text.endswith(":")
+        and not (in_flow and any(c in text for c in ",[]{}\"'"))
+    )
+    return text if plain else json.dumps(text, ensure_ascii=False)
+
+
+def _render_item(key: str, value: Any) -> list[str]:
+    if isinstance(value, list | tuple):
+        items = [_render_scalar(v, in_flow=True) for v in value]
+        flow = "[" + ", ".join(items) + "]"
+        if len(key) + len(flow) <= 78:
+            return [f"{key}: {flow}"]
+        return [f"{key}:"] + [f"  - {it}" for it in items]
+    if isinstance(value, dict):
+        return [f"{key}:"] + [f"  {k}: {_render_scalar(v)}" for k, v in value.items()]
+    return [f"{key}: {_render_scalar(value)}"]
+
+
+def render_frontmatter(fields: dict[str, Any]) -> str:
+    """A frontmatter block (fences and trailing newline included) that parses back to ``fields``."""
+    lines = [_FENCE]
+    for key, value in fields.items():
+        lines.extend(_render_item(str(key), value))
+    lines.append(_FENCE)
+    return "\n".join(lines) + "\n"
+
+
+def update_frontmatter(text: str, changes: dict[str, Any]) -> str:
+    """Apply ``changes`` (``DELETE`` removes a key) to the note's frontmatter.
+
+    Untouched keys keep their original lines, comments and order; changed keys are rewritten in
+    place; new keys go last. A note without a valid block gets one in front of its text.
+    """
+    lines = _lines(text)
+    end = _block_end(lines)
+    spans: list[tuple[str, int, int]] = []
+    if end >= 0:
+        try:
+            _, spans = _parse_block(lines[1:end])
+        except (_Malformed, ValueError, IndexError):
+            end = -1
+    if end < 0:
+        fields = {k: v for k, v in changes.items() if v is not DELETE}
+        return render_frontmatter(fields) + text if fields else text
+    inner = lines[1:end]
+    out: list[str] = []
+    pos = 0
+    done: set[str] = set()
+    for key, start, stop in spans:
+        out.extend(inner[pos:start])
+        pos = stop
+        if key not in changes:
+            out.extend(inner[start:stop])
+        elif changes[key] is not DELETE:
+            out.extend(_render_item(key, changes[key]))
+        done.add(key)
+    out.extend(inner[pos:])
+    for key, value in changes.items():
+        if key not in done and value is not DELETE:
+            out.extend(_render_item(key, value))
+    newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
+    return newline.join([lines[0], *out, *lines[end:]])

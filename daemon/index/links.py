@@ -1,0 +1,197 @@
+"""Links between notes: ``[[wikilinks]]`` and ``key:: [[target]]`` typed edges, and their graph.
+
+Owns extraction (pure: text in, edges out) and ``LinkGraph``, an in-memory adjacency in both
+directions used for link expansion of search results. No I/O: the graph is saved and loaded as a
+list of JSON-able records by the caller (``file_graph/default.jsonl.zst``).
+
+Targets are normalized to workspace-relative POSIX paths where they resolve: a target with a
+``/`` or an ``.md`` suffix is taken as a path from the workspace root (``[[digest/wiki/foo]]`` ->
+``digest/wiki/foo.md``); a bare name is passed to the caller's ``resolve(name)``, which knows the
+workspace's files. Unresolved targets are kept as written (``resolved`` false) so the edge appears
+once the target file exists and the source is re-extracted.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = ["Link", "LinkGraph", "extract_links", "normalize_target"]
+
+_WIKILINK_RE: Final = re.compile(
+    r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
+)
+_TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?([\w][\w .\-]*?)\s*::\s*(.*)$")
+_FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_CODE_SPAN_RE: Final = re.compile(r"`[^`\n]*`")
+
+Resolver = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One edge. ``kind`` is ``"link"`` for a plain wikilink, else the typed key (``parent``);
+    ``line`` is 1-based in the source file."""
+
+    src: str
+    dst: str
+    kind: str
+    line: int
+    heading: str = ""
+    alias: str = ""
+    resolved: bool = True
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
+            "heading": self.heading, "alias": self.alias, "resolved": self.resolved,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Link:
+        return cls(
+            str(rec["src"]), str(rec["dst"]), str(rec["kind"]), int(rec["line"]),
+            str(rec.get("heading", "")), str(rec.get("alias", "")), bool(rec.get("resolved", True)),
+        )
+
+
+def normalize_target(target: str, resolve: Resolver | None = None) -> tuple[str, bool]:
+    """(workspace-relative path or the cleaned name, whether it resolved to a path)."""
+    name = target.strip().replace("\\", "/")
+    if not name:
+        return "", False
+    if "/" in name or name.lower().endswith(".md"):
+        path = posixpath.normpath(name.lstrip("/"))
+        if path.startswith("../") or path in ("..", "."):
+            return name, False
+        if not path.lower().endswith(".md"):
+            path += ".md"
+        return path, True
+    if resolve is not None:
+        found = resolve(name)
+        if found is not None:
+            return found, True
+    return name, False
+
+
+def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
+    fence = ""
+    for number, line in enumerate(text.split("\n"), start=1):
+        if fence:
+            if line.lstrip().startswith(fence):
+                fence = ""
+            continue
+        m = _FENCE_RE.match(line)
+        if m is not None:
+            fence = m.group(1)[0] * 3
+            continue
+        yield number, _CODE_SPAN_RE.sub("", line) if "`" in line else line
+
+
+def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
+    """Edges of one note, in text order; code blocks and code spans are skipped, and an edge to
+    the note itself is dropped. Duplicates (same dst, kind, line) are kept once."""
+    out: list[Link] = []
+    seen: set[tuple[str, str, int]] = set()
+    for number, line in _lines_outside_code(text):
+        if "[[" not in line:
+            continue
+        typed = _TYPED_RE.match(line)
+        kind = typed.group(1).strip().lower() if typed is not None else "link"
+        for m in _WIKILINK_RE.finditer(line):
+            dst, resolved = normalize_target(m.group(2), resolve)
+            if not dst or dst == path:
+                continue
+            key = (dst, kind, number)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(
+                Link(path, dst, kind, number, (m.group(3) or "").strip(),
+                     (m.group(4) or "").strip(), resolved)
+            )
+    return out
+
+
+class LinkGraph:
+    """Directed edges between files, queryable in both directions."""
+
+    def __init__(self) -> None:
+        self._out: dict[str, list[Link]] = {}
+        self._in: dict[str, dict[str, int]] = {}  # dst -> {src: number of edges}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._out.values())
+
+    def add_file(self, path: str, links: Iterable[Link]) -> None:
+        """Set ``path``'s outgoing edges (replacing any earlier ones)."""
+        self.remove_file(path)
+        edges = [lk for lk in links if lk.src == path]
+        if not edges:
+            return
+        self._out[path] = edges
+        for lk in edges:
+            srcs = self._in.setdefault(lk.dst, {})
+            srcs[path] = srcs.get(path, 0) + 1
+
+    def remove_file(self, path: str) -> None:
+        """Drop ``path``'s outgoing edges; edges pointing at it stay (they may resolve again)."""
+        for lk in self._out.pop(path, []):
+            srcs = self._in.get(lk.dst)
+            if srcs is None:
+                continue
+            left = srcs.get(path, 0) - 1
+            if left > 0:
+                srcs[path] = left
+            else:
+                srcs.pop(path, None)
+                if not srcs:
+                    del self._in[lk.dst]
+
+    def outgoing(self, path: str) -> list[Link]:
+        return list(self._out.get(path, ()))
+
+    def incoming(self, path: str) -> list[Link]:
+        return [lk for src in sorted(self._in.get(path, ())) for lk in self._out[src]
+                if lk.dst == path]
+
+    def neighbours(self, path: str, depth: int = 1) -> dict[str, int]:
+        """Files within ``depth`` hops along edges in either direction -> their distance.
+
+        Breadth-first, ``path`` itself excluded; deterministic order (distance, then path).
+        """
+        dist = {path: 0}
+        queue = deque([path])
+        while queue:
+            cur = queue.popleft()
+            if dist[cur] >= depth:
+                continue
+            nxt = {lk.dst for lk in self._out.get(cur, ())} | set(self._in.get(cur, ()))
+            for other in sorted(nxt):
+                if other not in dist:
+                    dist[other] = dist[cur] + 1
+                    queue.append(other)
+        del dist[path]
+        return dict(sorted(dist.items(), key=lambda kv: (kv[1], kv[0])))
+
+    def files(self) -> list[str]:
+        return sorted(self._out)
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """All edges as JSON-able dicts, sorted by source path then line."""
+        return [lk.to_record() for src in sorted(self._out) for lk in self._out[src]]
+
+    @classmethod
+    def from_records(cls, records: Iterable[dict[str, Any]]) -> LinkGraph:
+        by_src: dict[str, list[Link]] = {}
+        for rec in records:
+            lk = Link.from_record(rec)
+            by_src.setdefault(lk.src, []).append(lk)
+        graph = cls()
+        for src, links in by_src.items():
+            graph.add_file(src, links)
+        return graph

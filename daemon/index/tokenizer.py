@@ -1,0 +1,188 @@
+"""Text to search terms, the same function at index and at query time.
+
+Owns the one tokenizer every keyword path uses: chunk indexing, query parsing and the quality
+benchmarks. Pure and synchronous; safe to call from worker threads (the only shared state is a
+bounded stem cache, whose races can at worst compute a stem twice).
+
+What it emits, after NFKC normalization and case folding:
+- Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
+  ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
+  lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
+- Identifiers and compound tokens (``handleWebSocketReconnect``, ``snake_case_name``,
+  ``v2.3.1``, ``config.toml``, ``foo-bar.md``, ``C++``, ``C#``) whole, plus their parts, so both
+  an exact query and a query for one part find them.
+- CJK runs (Han, kana, hangul) as overlapping character bigrams plus single characters. The query
+  side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
+  carries the word signal, and single characters of a long query would only add noise; a
+  one-character run is queried by its unigram, so short queries still find something.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import unicodedata
+from typing import Final
+
+__all__ = ["STOPWORDS", "tokenize", "tokenize_query"]
+
+# Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
+# halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded.
+_CJK_RANGES: Final = (
+    "\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
+)
+# A letter or digit that is not CJK: "\w minus underscore minus CJK" written as a negated class.
+_ALNUM: Final = rf"[^\W_{_CJK_RANGES}]"
+# Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
+# suffix (C++, C#, F#). Connectors only count between two alnum runs, so a sentence's final
+# period or a dash used as punctuation is not glued to the word.
+_TOKEN_RE: Final = re.compile(
+    rf"([{_CJK_RANGES}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|#|\+(?!{_ALNUM}))?)"
+)
+_CONNECTOR_RE: Final = re.compile(r"[._\-/+#]+")
+# camelCase / PascalCase / HTTPServer / IPv6 pieces.
+_CAMEL_RE: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W_]+")
+
+# A short list: the words that carry no topic in notes and questions. Measured on SciFact and
+# LoCoMo (tests/bench/quality_lexical.py); dropping them helps BM25 slightly and shrinks postings.
+STOPWORDS: Final = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its itself
+    just me more most my myself no nor not now of off on once only or other our ours ourselves out
+    over own s same she should so some such t than that the their theirs them themselves then there
+    these they this those through to too under until up very was we were what when where which
+    while who whom why will with would you your yours yourself yourselves""".split()
+)
+
+_STEM_CACHE: dict[str, str] = {}
+_STEM_CACHE_MAX: Final = 1 << 18
+
+_VOWELS: Final = frozenset("aeiouy")
+
+
+def _has_vowel(s: str) -> bool:
+    return any(c in _VOWELS for c in s)
+
+
+# Derivational suffixes replaced when the remaining stem is long enough to stay a word.
+_SUFFIXES: Final = (
+    ("ational", "ate"), ("ization", "ize"), ("fulness", "ful"), ("iveness", "ive"),
+    ("ousness", "ous"), ("tional", "tion"), ("ations", "ate"), ("ation", "ate"), ("ities", "ity"),
+    ("ness", ""), ("ment", ""), ("ingly", ""), ("edly", ""), ("ally", "al"), ("ly", ""),
+)
+
+
+def _stem_uncached(w: str) -> str:
+    """A light, stable English suffix stripper (Porter step 1 plus common suffixes).
+
+    Deliberately conservative: it only has to map inflections of one word onto one term, the same
+    way at index and query time; over-stemming would merge unrelated words.
+    """
+    n = len(w)
+    if n <= 3 or not w.isalpha() or not w.isascii():
+        return w
+    # Plurals.
+    if w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("ies") and n > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    # Past tense and gerund, only when a vowel remains in the stem.
+    for suf in ("ing", "ed"):
+        if w.endswith(suf) and len(w) - len(suf) >= 3 and _has_vowel(w[: -len(suf)]):
+            w = w[: -len(suf)]
+            if w.endswith(("at", "bl", "iz")):
+                w += "e"
+            elif len(w) > 2 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]
+            break
+    for suf, rep in _SUFFIXES:
+        if w.endswith(suf) and len(w) - len(suf) >= 4:
+            w = w[: -len(suf)] + rep
+            break
+    if w.endswith("e") and len(w) > 4:
+        w = w[:-1]
+    if w.endswith("y") and len(w) > 3 and w[-2] not in _VOWELS:
+        w = w[:-1] + "i"
+    return w
+
+
+def _stem(w: str) -> str:
+    s = _STEM_CACHE.get(w)
+    if s is None:
+        s = _stem_uncached(w)
+        if len(_STEM_CACHE) >= _STEM_CACHE_MAX:
+            _STEM_CACHE.clear()
+        _STEM_CACHE[w] = s
+    return s
+
+
+def _normalize(text: str) -> str:
+    # ASCII is already NFKC-normal; skipping the call saves most of its cost on English text.
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+def _compound(raw: str, out: list[str]) -> None:
+    """Emit a token that is more than a plain word: the whole form plus its parts."""
+    whole = raw.casefold()
+    out.append(_stem(whole) if whole.isalpha() else whole)
+    pieces = _CONNECTOR_RE.split(raw) if not raw.isalnum() else [raw]
+    parts: list[str] = []
+    for piece in pieces:
+        if not piece:
+            continue
+        if piece.islower() or piece.isupper() or piece[1:].islower() or not piece.isalnum():
+            parts.append(piece.casefold())
+        else:
+            parts.extend(p.casefold() for p in _CAMEL_RE.findall(piece))
+    if len(parts) <= 1 and (not parts or parts[0] == whole):
+        return
+    for p in parts:
+        if p and p not in STOPWORDS:
+            out.append(_stem(p) if p.isalpha() else p)
+
+
+def _cjk(run: str, out: list[str], *, unigrams: bool) -> None:
+    if len(run) == 1:
+        out.append(run)
+        return
+    out.extend(map(operator.add, run[:-1], run[1:]))
+    if unigrams:
+        out.extend(run)
+
+
+def _tokenize(text: str, *, unigrams: bool) -> list[str]:
+    out: list[str] = []
+    append = out.append
+    stop = STOPWORDS
+    for cjk, word in _TOKEN_RE.findall(_normalize(text)):
+        if cjk:
+            _cjk(cjk.casefold(), out, unigrams=unigrams)
+        elif word.isalpha():
+            # Plain words are the bulk of the text: the fast path avoids the compound splitter.
+            if word.islower() or word.isupper() or word[1:].islower():
+                # Stemming ignores case, so `ECONNREFUSED` in a note and `econnrefused` in a
+                # query still meet on the same term.
+                w = word.casefold()
+                if w not in stop:
+                    append(_stem(w))
+            else:
+                _compound(word, out)
+        elif word.isdigit() or (word.isalnum() and (word.islower() or word.isupper())):
+            append(word.casefold())
+        else:
+            _compound(word, out)
+    return out
+
+
+def tokenize(text: str) -> list[str]:
+    """Index-time terms of ``text`` (a bag: order is not meaningful, repeats count)."""
+    return _tokenize(text, unigrams=True)
+
+
+def tokenize_query(text: str) -> list[str]:
+    """Query-time terms: like ``tokenize`` but CJK runs of 2+ characters give only bigrams."""
+    return _tokenize(text, unigrams=False)

@@ -1,0 +1,203 @@
+"""BM25 index against a naive reference, through adds, removes, merges and persistence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyroaring import BitMap
+
+from recalld.daemon.index import bm25 as bm25_mod
+from recalld.daemon.index.bm25 import BM25Index
+
+
+def reference_scores(
+    docs: dict[int, list[str]], query: list[str], k1: float = 1.2, b: float = 0.75
+) -> dict[int, float]:
+    """BM25 Okapi with Lucene's IDF, written the obvious way."""
+    n = len(docs)
+    if n == 0:
+        return {}
+    avgdl = sum(len(t) for t in docs.values()) / n or 1.0
+    scores: dict[int, float] = {}
+    for term in query:
+        df = sum(1 for t in docs.values() if term in t)
+        if df == 0:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for key, toks in docs.items():
+            tf = toks.count(term)
+            if tf:
+                norm = tf + k1 * (1 - b + b * len(toks) / avgdl)
+                scores[key] = scores.get(key, 0.0) + idf * tf * (k1 + 1) / norm
+    return scores
+
+
+def assert_matches(index: BM25Index, docs: dict[int, list[str]], query: list[str],
+                   allowed: BitMap | None = None) -> None:
+    ref = reference_scores(docs, query)
+    if allowed is not None:
+        ref = {k: v for k, v in ref.items() if k in allowed}
+    got = index.search(query, len(docs) + 5, allowed=allowed)
+    assert {k for k, _ in got} == set(ref)
+    for key, score in got:
+        assert score == pytest.approx(ref[key], rel=1e-6, abs=1e-9)
+    # Best first, ties by ascending key.
+    order = [(-s, k) for k, s in got]
+    assert order == sorted(order, key=lambda x: (round(x[0], 9), x[1]))
+
+
+VOCAB = ["apple", "bird", "cat", "dog", "egg", "fish", "goat", "hen"]
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tiny thresholds so that a few dozen operations go through every merge path (constant for
+    # the whole test, so sharing it across Hypothesis examples is fine).
+    monkeypatch.setattr(bm25_mod, "DELTA_MIN_DOCS", 3)
+    monkeypatch.setattr(bm25_mod, "DELTA_MAX_DOCS", 6)
+    monkeypatch.setattr(bm25_mod, "DEAD_MIN_ROWS", 2)
+    monkeypatch.setattr(bm25_mod, "SLAB_DOCS", 4)
+
+
+_DOC = st.lists(st.sampled_from(VOCAB), max_size=8)
+_OP = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 15), _DOC),
+    st.tuples(st.just("remove"), st.integers(0, 15), st.just([])),
+    st.tuples(st.just("many"), st.integers(0, 15),
+              st.lists(st.tuples(st.integers(0, 15), _DOC), max_size=6)),
+    st.tuples(st.just("compact"), st.just(0), st.just([])),
+    st.tuples(st.just("reload"), st.just(0), st.just([])),
+)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_OP, max_size=30), st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
+       st.sets(st.integers(0, 15)))
+def test_matches_reference_through_any_sequence(
+    small_thresholds: None, ops: list[tuple[str, int, list]],  # type: ignore[type-arg]
+    query: list[str], allowed_keys: set[int],
+) -> None:
+    index = BM25Index()
+    docs: dict[int, list[str]] = {}
+    for op, key, arg in ops:
+        if op == "add":
+            index.add(key, arg)
+            docs[key] = arg
+        elif op == "remove":
+            assert index.remove(key) == (key in docs)
+            docs.pop(key, None)
+        elif op == "many":
+            index.add_many(arg)
+            docs.update(dict(arg))
+        elif op == "compact":
+            index.compact()
+        else:
+            index = BM25Index.from_arrays(index.to_arrays(), index.meta())
+        assert len(index) == len(docs)
+        assert index.live == BitMap(docs)
+        assert_matches(index, docs, query)
+    assert_matches(index, docs, query, BitMap(allowed_keys))
+
+
+def test_compaction_happens_by_itself(small_thresholds: None) -> None:
+    index = BM25Index()
+    for key in range(20):
+        index.add(key, ["apple", "bird"] if key % 2 else ["cat"])
+    stats = index.stats()
+    assert stats["merges"] >= 2 and stats["delta_docs"] <= 6
+    for key in range(0, 20, 2):
+        index.remove(key)
+    assert index.stats()["dead_rows"] <= max(2, index.stats()["main_rows"] // 4)
+    assert_matches(index, {k: ["apple", "bird"] for k in range(1, 20, 2)}, ["cat", "bird"])
+
+
+def test_merge_work_is_amortized() -> None:
+    # With the real thresholds, 20k single adds take a handful of merges, not one per add.
+    index = BM25Index()
+    for key in range(20_000):
+        index.add(key, [VOCAB[key % 8], VOCAB[(key * 7) % 8], f"t{key % 97}"])
+    assert index.stats()["merges"] <= 20
+    assert len(index) == 20_000
+    assert index.search(["t5"], 3)
+
+
+def test_query_details() -> None:
+    index = BM25Index()
+    index.add_many([(1, ["x", "y"]), (2, ["x"]), (3, ["z"])])
+    assert index.search([], 5) == []
+    assert index.search(["nope"], 5) == []
+    assert index.search(["x"], 0) == []
+    # A repeated query term counts twice.
+    once = dict(index.search(["y"], 5))[1]
+    assert dict(index.search(["y", "y"], 5))[1] == pytest.approx(2 * once)
+    # Scores are never negative, even for a term in every document.
+    index.add(4, ["x"])
+    index.add(3, ["x"])
+    assert all(s > 0 for _, s in index.search(["x"], 5))
+    # Ties resolve by key, and the limit holds.
+    assert [k for k, _ in index.search(["x"], 2)] == [2, 3]
+    assert index.search(["x"], 10, allowed=BitMap()) == []
+    assert [k for k, _ in index.search(["x"], 10, allowed=BitMap([4, 99]))] == [4]
+
+
+def test_replacing_a_key_keeps_one_version() -> None:
+    index = BM25Index()
+    index.add(7, ["old"])
+    index.compact()
+    index.add(7, ["new"])
+    assert index.search(["old"], 5) == []
+    assert [k for k, _ in index.search(["new"], 5)] == [7]
+    assert len(index) == 1
+
+
+def test_keys_must_be_uint32() -> None:
+    index = BM25Index()
+    with pytest.raises(ValueError, match="uint32"):
+        index.add(-1, ["a"])
+    with pytest.raises(ValueError, match="uint32"):
+        index.add(2**32, ["a"])
+    assert index.remove(-1) is False
+
+
+def test_persistence_round_trip_with_delta_and_dead_rows() -> None:
+    index = BM25Index(k1=1.5, b=0.6)
+    index.add_many((k, ["alpha", f"w{k % 5}", "ünïcode", "中文"]) for k in range(50))
+    index.remove(3)
+    index.add(100, ["delta", "alpha"])
+    arrays = index.to_arrays()
+    assert all(isinstance(a, np.ndarray) and a.dtype != object for a in arrays.values())
+    back = BM25Index.from_arrays(arrays, index.meta())
+    assert (back.k1, back.b) == (1.5, 0.6)
+    for q in (["alpha"], ["w2", "delta"], ["中文"], ["ünïcode"]):
+        assert back.search(q, 10) == index.search(q, 10)
+    assert back.live == index.live
+    # Both keep working independently afterwards.
+    back.add(200, ["alpha"])
+    assert 200 not in index and 200 in back
+
+
+@pytest.mark.parametrize("damage", ["offsets", "rows", "missing", "dtype", "counters", "format"])
+def test_from_arrays_refuses_inconsistent_input(damage: str) -> None:
+    index = BM25Index()
+    index.add_many((k, ["a", "b"]) for k in range(5))
+    arrays = dict(index.to_arrays())
+    meta = index.meta()
+    if damage == "offsets":
+        arrays["terms_offsets"] = arrays["terms_offsets"] + 1
+    elif damage == "rows":
+        arrays["rows"] = arrays["rows"] + 100
+    elif damage == "missing":
+        del arrays["indptr"]
+    elif damage == "dtype":
+        arrays["tfs"] = arrays["tfs"].astype(np.float64)
+    elif damage == "counters":
+        meta = {**meta, "docs": 99}
+    else:
+        meta = {**meta, "version": 999}
+    with pytest.raises(ValueError):
+        BM25Index.from_arrays(arrays, meta)

@@ -1,0 +1,260 @@
+"""Chunker line ranges, size cap, frontmatter chunk; frontmatter parse/render/update."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.chunker import Chunk, chunk_id, chunk_markdown
+from recalld.daemon.index.frontmatter import (
+    DELETE,
+    parse_frontmatter,
+    render_frontmatter,
+    update_frontmatter,
+)
+from recalld.daemon.index.tokenizer import tokenize, tokenize_query
+
+NOTE = """---
+name: commute notes
+description: how I get to the office
+tags: [travel, bike]
+---
+# Commute
+
+I ride the bike to work.
+It takes twenty minutes.
+
+When it rains I take the tram.
+
+## Costs
+
+The monthly pass costs 49 euros.
+"""
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
+    lines = _lines(text)
+    owner: dict[int, int] = {}
+    last_end = 0
+    for n, c in enumerate(chunks):
+        assert 1 <= c.start_line <= c.end_line <= len(lines)
+        assert c.start_line >= last_end  # increasing; equal only for pieces of one long line
+        if c.start_line == last_end:
+            assert c.start_line == c.end_line == chunks[n - 1].end_line
+        last_end = c.end_line
+        original = "\n".join(lines[c.start_line - 1 : c.end_line])
+        if c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
+            assert c.text in original and len(c.text) <= max_chars
+        else:
+            assert c.text == original
+            assert len(c.text) <= max_chars
+        for ln in range(c.start_line, c.end_line + 1):
+            owner.setdefault(ln, n)
+    for i, line in enumerate(lines, start=1):
+        if line.strip():
+            assert i in owner, f"line {i} is in no chunk"
+    # Pieces of a split line put the line back together exactly.
+    by_line: dict[int, str] = {}
+    for c in chunks:
+        if c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
+            by_line[c.start_line] = by_line.get(c.start_line, "") + c.text
+    for ln, joined in by_line.items():
+        assert joined == lines[ln - 1]
+
+
+def test_note_chunks_and_line_ranges() -> None:
+    chunks = chunk_markdown("memory/2026-07-23/commute.md", NOTE, max_chars=60)
+    fm = [c for c in chunks if "frontmatter" in c.metadata]
+    # The frontmatter block, fences included, split by lines under the small cap.
+    assert fm[0].start_line == 1 and fm[-1].end_line == 5 and len(fm) == 2
+    assert fm[0].metadata["frontmatter"]["name"] == "commute notes"
+    assert chunks[len(fm)].start_line == 6
+    _check_invariants(NOTE, chunks, 60)
+    costs = [c for c in chunks if "49 euros" in c.text]
+    assert len(costs) == 1 and costs[0].heading == "Commute > Costs"
+    assert costs[0].metadata["headings"] == ["Commute", "Costs"]
+    # A heading never shares a chunk with the previous section.
+    assert not any("## Costs" in c.text and "tram" in c.text for c in chunks)
+
+
+def test_small_paragraphs_merge_up_to_the_cap() -> None:
+    chunks = chunk_markdown("a.md", NOTE)
+    body = [c for c in chunks if "frontmatter" not in c.metadata]
+    # With the default cap each section is one chunk, blank lines inside it.
+    assert [(c.start_line, c.end_line) for c in body] == [(6, 11), (13, 15)]
+    assert "\n\n" in body[0].text
+
+
+def test_frontmatter_words_are_searchable() -> None:
+    notes = {
+        "digest/wiki/a.md": "---\nname: zeppelin\ndescription: airships of old\n---\nbody text\n",
+        "digest/wiki/b.md": "# other\nnothing about that here\n",
+    }
+    chunks = [c for p, t in notes.items() for c in chunk_markdown(p, t)]
+    index = BM25Index()
+    for key, c in enumerate(chunks):
+        index.add(key, tokenize(c.index_text))
+    for query in ("zeppelin", "airships"):
+        hits = index.search(tokenize_query(query), 5)
+        assert hits and chunks[hits[0][0]].path == "digest/wiki/a.md"
+
+
+def test_overlong_paragraph_split_by_lines_and_line_by_chars() -> None:
+    text = "\n".join(f"line {i} " + "word " * 10 for i in range(10)) + "\n" + "x" * 250 + "\n"
+    chunks = chunk_markdown("long.md", text, max_chars=100)
+    _check_invariants(text, chunks, 100)
+    long_line = [c for c in chunks if c.start_line == 11]
+    assert len(long_line) == 3 and all(c.end_line == 11 for c in long_line)
+
+
+def test_continuation_chunk_indexes_its_heading() -> None:
+    text = "# Garden\n" + "\n".join("tomatoes and basil grow here" for _ in range(20)) + "\n"
+    chunks = chunk_markdown("g.md", text, max_chars=200)
+    assert len(chunks) > 1
+    assert chunks[0].index_text == chunks[0].text  # it starts with the heading itself
+    assert chunks[1].index_text.startswith("Garden\n")
+
+
+def test_code_fence_hides_headings_and_blank_lines() -> None:
+    text = "# Real\n\n```python\n# not a heading\n\nx = 1\n```\n"
+    chunks = chunk_markdown("c.md", text)
+    assert [c.heading for c in chunks] == ["Real"]
+    assert chunks[0].end_line == 7
+
+
+def test_crlf_and_missing_final_newline() -> None:
+    text = "# A\r\nfirst\r\n\r\nsecond"
+    chunks = chunk_markdown("w.md", text)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 4)]
+    assert "\r" not in chunks[0].text
+
+
+def test_chunk_ids_are_stable_and_distinct() -> None:
+    a = chunk_markdown("a.md", NOTE)
+    b = chunk_markdown("a.md", NOTE)
+    assert [c.id for c in a] == [c.id for c in b]
+    assert len({c.id for c in a}) == len(a)
+    assert len(a[0].id) == 16 and int(a[0].id, 16) >= 0
+    assert chunk_id("a.md", 1, 2, "x") != chunk_id("b.md", 1, 2, "x")
+
+
+def test_empty_and_blank_files() -> None:
+    assert chunk_markdown("e.md", "") == []
+    assert chunk_markdown("e.md", "\n\n  \n") == []
+
+
+_LINE = st.one_of(
+    st.just(""), st.just("   "), st.just("# Head"), st.just("## Sub head"), st.just("```"),
+    st.just("---"), st.just("name: x"),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc", "Zl", "Zp"]), max_size=90),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LINE, max_size=40), st.integers(min_value=10, max_value=120))
+def test_chunks_cover_every_line_exactly_once(lines: list[str], max_chars: int) -> None:
+    text = "\n".join(lines) + "\n"
+    chunks = chunk_markdown("p.md", text, max_chars=max_chars)
+    _check_invariants(text, chunks, max_chars)
+    # Chunks never overlap except the pieces of one split line.
+    multi = [(c.start_line, c.end_line) for c in chunks if c.start_line != c.end_line]
+    for (_, e1), (s2, _) in itertools.pairwise(multi):
+        assert e1 < s2
+
+
+# ---------------------------------------------------------------- frontmatter
+def test_parse_frontmatter_forms() -> None:
+    text = (
+        "---\n"
+        "name: \"quoted: yes\"\n"
+        "single: 'it''s'\n"
+        "count: 3\n"
+        "ratio: 0.5\n"
+        "flag: true\n"
+        "empty:\n"
+        "tags: [a, \"b, c\", 'd']\n"
+        "items:\n"
+        "  - one\n"
+        "  - two\n"
+        "meta:\n"
+        "  owner: me\n"
+        "text: plain words # a comment\n"
+        "# a comment line\n"
+        "date: 2026-07-23\n"
+        "---\n"
+        "body\n"
+    )
+    fields, body = parse_frontmatter(text)
+    assert body == 17
+    assert text.split("\n")[body] == "body"
+    assert fields == {
+        "name": "quoted: yes", "single": "it's", "count": 3, "ratio": 0.5, "flag": True,
+        "empty": None, "tags": ["a", "b, c", "d"], "items": ["one", "two"],
+        "meta": {"owner": "me"}, "text": "plain words", "date": "2026-07-23",
+    }
+
+
+def test_malformed_frontmatter_is_ignored() -> None:
+    for text in (
+        "---\nname: x\n",  # never closed
+        "---\n  indented: first\n---\n",
+        "---\ntags: [a, b\n---\n",
+        "---\nname: \"open\n---\n",
+        "---\nthis is not yaml\n---\n",
+        "---\nname: x\nname: y\n---\n",
+        "no frontmatter\n---\n",
+        "",
+        "\ufeff",
+    ):
+        assert parse_frontmatter(text) == ({}, 0), text
+
+
+@given(st.text(max_size=300))
+def test_parse_never_raises(text: str) -> None:
+    fields, body = parse_frontmatter("---\n" + text)
+    assert isinstance(fields, dict) and body >= 0
+
+
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc", "Zl", "Zp"]), max_size=30),
+)
+
+
+@given(st.dictionaries(
+    st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True),
+    st.one_of(_SCALAR, st.lists(_SCALAR, max_size=4)),
+    max_size=6,
+))
+def test_render_round_trips(fields: dict[str, Any]) -> None:
+    parsed, body = parse_frontmatter(render_frontmatter(fields) + "body\n")
+    assert parsed == fields
+    assert body == len(render_frontmatter(fields).split("\n")) - 1
+
+
+def test_update_keeps_unknown_keys_order_and_comments() -> None:
+    text = "---\nname: a\n# keep me\ncustom: [x, y]\ndescription: old\n---\n# Body\n"
+    out = update_frontmatter(text, {"description": "new words", "status": "done", "name": DELETE})
+    assert out == (
+        "---\n# keep me\ncustom: [x, y]\ndescription: new words\nstatus: done\n---\n# Body\n"
+    )
+    assert parse_frontmatter(out)[0] == {
+        "custom": ["x", "y"], "description": "new words", "status": "done"
+    }
+
+
+def test_update_adds_a_block_when_missing() -> None:
+    out = update_frontmatter("# Title\n", {"name": "n"})
+    assert out == "---\nname: n\n---\n# Title\n"
+    assert update_frontmatter("# Title\n", {"name": DELETE}) == "# Title\n"

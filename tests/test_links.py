@@ -1,0 +1,96 @@
+"""Wikilink and typed-edge extraction, target normalization, the link graph."""
+
+from __future__ import annotations
+
+import json
+
+from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
+
+FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md"}
+
+NOTE = """# Trip
+We met at [[foo]] and later [[Bar Baz|the bar]].
+See [[digest/wiki/foo#History]] and [[digest/procedure/deploy.md]].
+parent:: [[digest/wiki/travel]]
+- related:: [[foo]], [[ghost]]
+`[[in code span]]`
+```
+[[in fence]]
+```
+Self link [[memory/2026-07-23/trip]] is dropped.
+"""
+
+
+def test_extract_links_kinds_lines_and_targets() -> None:
+    links = extract_links("memory/2026-07-23/trip.md", NOTE, FILES.get)
+    got = [(lk.dst, lk.kind, lk.line, lk.heading, lk.alias, lk.resolved) for lk in links]
+    assert got == [
+        ("digest/wiki/foo.md", "link", 2, "", "", True),
+        ("digest/personal/Bar Baz.md", "link", 2, "", "the bar", True),
+        ("digest/wiki/foo.md", "link", 3, "History", "", True),
+        ("digest/procedure/deploy.md", "link", 3, "", "", True),
+        ("digest/wiki/travel.md", "parent", 4, "", "", True),
+        ("digest/wiki/foo.md", "related", 5, "", "", True),
+        ("ghost", "related", 5, "", "", False),
+    ]
+    assert all(lk.src == "memory/2026-07-23/trip.md" for lk in links)
+
+
+def test_normalize_target() -> None:
+    assert normalize_target("digest/wiki/foo") == ("digest/wiki/foo.md", True)
+    assert normalize_target("/digest/./wiki/foo.md") == ("digest/wiki/foo.md", True)
+    assert normalize_target("../outside") == ("../outside", False)
+    assert normalize_target("foo", FILES.get) == ("digest/wiki/foo.md", True)
+    assert normalize_target("foo") == ("foo", False)
+    assert normalize_target("  ") == ("", False)
+
+
+def test_no_links_and_odd_brackets() -> None:
+    assert extract_links("a.md", "plain text\n[[]]\n[[unclosed\n[single]\n") == []
+
+
+def _graph() -> LinkGraph:
+    g = LinkGraph()
+    g.add_file("a.md", [Link("a.md", "b.md", "link", 1), Link("a.md", "c.md", "parent", 2)])
+    g.add_file("b.md", [Link("b.md", "d.md", "link", 1)])
+    g.add_file("e.md", [Link("e.md", "a.md", "link", 3)])
+    return g
+
+
+def test_graph_neighbours_both_directions() -> None:
+    g = _graph()
+    assert g.neighbours("a.md") == {"b.md": 1, "c.md": 1, "e.md": 1}
+    assert g.neighbours("a.md", depth=2) == {"b.md": 1, "c.md": 1, "e.md": 1, "d.md": 2}
+    assert g.neighbours("d.md") == {"b.md": 1}
+    assert g.neighbours("zzz.md") == {}
+    assert [lk.src for lk in g.incoming("a.md")] == ["e.md"]
+    assert len(g) == 4
+
+
+def test_graph_replace_and_remove_file() -> None:
+    g = _graph()
+    g.add_file("a.md", [Link("a.md", "d.md", "link", 9)])
+    assert g.neighbours("a.md") == {"d.md": 1, "e.md": 1}
+    assert "a.md" not in g.neighbours("b.md")
+    g.remove_file("a.md")
+    # Edges into a.md from e.md stay: e.md still links to it.
+    assert g.neighbours("a.md") == {"e.md": 1}
+    assert g.neighbours("d.md") == {"b.md": 1}
+    g.remove_file("b.md")
+    g.remove_file("e.md")
+    assert len(g) == 0 and g.neighbours("a.md") == {}
+
+
+def test_graph_records_round_trip_through_json() -> None:
+    g = _graph()
+    records = json.loads(json.dumps(g.to_records()))
+    back = LinkGraph.from_records(records)
+    assert back.to_records() == g.to_records()
+    assert back.neighbours("a.md", 2) == g.neighbours("a.md", 2)
+
+
+def test_extracted_links_feed_the_graph() -> None:
+    g = LinkGraph()
+    g.add_file("memory/2026-07-23/trip.md", extract_links("memory/2026-07-23/trip.md", NOTE,
+                                                          FILES.get))
+    assert "memory/2026-07-23/trip.md" in g.neighbours("digest/wiki/foo.md")

@@ -1,0 +1,121 @@
+"""Tokenizer: English, Chinese, mixed text, identifiers, Unicode normalization."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query
+
+
+def test_english_words_stopwords_and_stemming() -> None:
+    toks = tokenize("The studies were running quickly")
+    assert "the" not in toks and "were" not in toks
+    # Inflections of one word meet on one term, at index and at query time alike.
+    assert tokenize("study") == tokenize("studies") == tokenize_query("Studies")
+    assert tokenize("running") == tokenize("run")
+    assert tokenize("connected") == tokenize("connect")
+    assert not set(toks) & STOPWORDS
+
+
+def test_numbers_are_kept() -> None:
+    assert "2026" in tokenize("in 2026 we moved")
+    assert "42" in tokenize("answer: 42")
+
+
+@pytest.mark.parametrize(
+    ("text", "whole", "parts"),
+    [
+        ("handleWebSocketReconnect", "handlewebsocketreconnect", ["web", "socket", "reconnect"]),
+        ("snake_case_name", "snake_case_name", ["case", "name"]),
+        ("config.toml", "config.toml", ["config", "toml"]),
+        ("foo-bar.md", "foo-bar.md", ["foo", "bar", "md"]),
+        ("v2.3.1", "v2.3.1", ["v2", "3", "1"]),
+        ("Python 3.11", "3.11", ["3", "11"]),
+        ("HTTPServer", "httpserver", ["http", "server"]),
+    ],
+)
+def test_identifiers_whole_and_parts(text: str, whole: str, parts: list[str]) -> None:
+    toks = tokenize(text)
+    assert whole in toks
+    for part in parts:
+        assert tokenize_query(part)[0] in toks
+    # An exact query for the identifier finds the whole token.
+    assert whole in tokenize_query(text)
+
+
+def test_error_names_stay_exact() -> None:
+    toks = tokenize("connect failed: ECONNREFUSED")
+    assert len(toks) == 3 and toks[:2] == ["connect", "fail"]
+    # Typed in any case, the query term is the one the note gave.
+    assert tokenize_query("econnrefused") == tokenize_query("ECONNREFUSED") == toks[2:]
+    assert tokenize_query("parserequests") == tokenize_query("parseRequests")[:1]
+
+
+def test_language_names_with_symbols() -> None:
+    toks = tokenize("I write C++ and C# daily, not C.")
+    assert "c++" in toks and "c#" in toks
+    assert "c++" in tokenize_query("c++") and "c#" in tokenize_query("C#")
+
+
+def test_sentence_punctuation_is_not_glued() -> None:
+    toks = tokenize("We moved to Berlin. Then - after a while - Paris.")
+    assert "berlin" in toks and tokenize_query("Paris")[0] in toks
+    assert not any("." in t or "-" in t for t in toks)
+
+
+def test_chinese_bigrams_and_unigrams() -> None:
+    toks = tokenize("战国无双")
+    assert {"战国", "国无", "无双"} <= set(toks)
+    assert {"战", "国", "无", "双"} <= set(toks)
+    # Queries use bigrams only for runs of two or more characters ...
+    assert tokenize_query("战国无双") == ["战国", "国无", "无双"]
+    # ... and the single character when that is all there is.
+    assert tokenize_query("国") == ["国"]
+    assert "国" in toks
+
+
+def test_mixed_chinese_english_identifier() -> None:
+    toks = tokenize("我用Python写了handleWebSocketReconnect函数")
+    assert {"我用", "python", "写了", "handlewebsocketreconnect", "socket", "函数"} <= set(toks)
+    # No bigram spans the boundary between scripts.
+    assert not any(len(t) == 2 and t[0] == "用" and t[1].isascii() for t in toks)
+
+
+def test_nfkc_full_width_and_case_folding() -> None:
+    assert tokenize("ＡＢＣ１２３") == tokenize("abc123") == ["abc123"]
+    assert tokenize("Straße") == tokenize("STRASSE")
+    # Half-width katakana fold to the full-width forms.
+    assert tokenize("ｶﾀｶﾅ") == tokenize("カタカナ")
+
+
+def test_kana_and_hangul_are_kept() -> None:
+    assert "ひら" in tokenize("ひらがな")
+    assert "カタ" in tokenize("カタカナ")
+    toks = tokenize("한국어 테스트")
+    assert "한국" in toks and "테스" in toks
+    assert tokenize_query("東京タワー") == ["東京", "京タ", "タワ", "ワー"]
+
+
+def test_empty_and_punctuation_only() -> None:
+    assert tokenize("") == []
+    assert tokenize("  ... --- !!! ") == []
+    assert tokenize_query("？！。") == []
+
+
+@given(st.text(max_size=200))
+def test_never_crashes_and_terms_are_normalized(text: str) -> None:
+    for toks in (tokenize(text), tokenize_query(text)):
+        for t in toks:
+            assert t and t == t.casefold()
+            assert not any(c.isspace() for c in t)
+    assert set(tokenize_query(text)) <= set(tokenize(text)) | set(tokenize_query(text))
+    # The same text always gives the same terms.
+    assert tokenize(text) == tokenize(text)
+
+
+@given(st.text(alphabet=st.characters(categories=["Lu", "Ll", "Nd"]), min_size=1, max_size=30))
+def test_query_terms_of_a_word_are_indexed_terms(word: str) -> None:
+    indexed = set(tokenize(f"before {word} after"))
+    assert set(tokenize_query(word)) <= indexed
