@@ -1,0 +1,313 @@
+"""The provider bridge: the only place that touches asyncio.
+
+aiohttp needs an asyncio loop, the daemon runs on trio. :class:`ProviderBridge` owns ONE
+thread that runs an asyncio loop and one ``aiohttp.ClientSession`` (connection pooling, a
+per-host limit). Trio code calls :meth:`ProviderBridge.request`, which performs a SINGLE HTTP
+attempt; deadlines across attempts, retries and backoff live on the trio side
+(``retry.py``), so trio's clock governs them.
+
+Starts: :meth:`run` starts the thread and calls ``task_status.started()`` once the session
+exists. Stops: cancelling :meth:`run` tells the loop to cancel in-flight requests, close the
+session and end; it waits for the thread for at most ``stop_timeout_s`` (shielded).
+
+Hand-over between the two worlds: a request is started on the loop with
+``loop.call_soon_threadsafe`` (which keeps start and cancel in FIFO order, so a cancel can
+never overtake its start), and the asyncio task's done-callback wakes the waiting trio task
+through the run's ``TrioToken``. No worker thread is parked per call. If the trio caller is
+cancelled, the asyncio task is cancelled and the caller waits (shielded, bounded by
+``cancel_timeout_s``) until it has really finished, so no request outlives its caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import outcome
+import trio
+
+from recalld.daemon.providers.errors import (
+    ProviderBadResponse,
+    ProviderConfigError,
+    ProviderConnectError,
+    ProviderError,
+    ProviderTimeout,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResult:
+    """One HTTP answer. Header names are lower-cased."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeStatistics:
+    running: bool
+    in_flight: int
+    requests_total: int
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One request crossing the bridge; the asyncio side fills it, then sets ``done``."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    timeout_s: float
+    done: trio.Event = field(default_factory=trio.Event)
+    task: asyncio.Task[HttpResult] | None = None
+    result: HttpResult | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+
+
+def _translate(exc: BaseException, url: str) -> BaseException:
+    """Map library exceptions to the provider error family (once, here)."""
+    if isinstance(exc, ProviderError):
+        return exc
+    where = url.split("?", 1)[0]
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return ProviderTimeout(f"request to {where} timed out")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return ProviderConfigError(f"invalid provider URL {where!r}")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return ProviderConnectError(
+            f"cannot reach {where}: {type(exc).__name__}: {exc}".rstrip(": ")
+        )
+    return exc
+
+
+class ProviderBridge:
+    """One asyncio thread with one aiohttp session, callable from trio."""
+
+    def __init__(
+        self,
+        *,
+        limit: int = 64,
+        limit_per_host: int = 8,
+        max_body_bytes: int = 64 << 20,
+        start_timeout_s: float = 10.0,
+        stop_timeout_s: float = 5.0,
+        cancel_timeout_s: float = 5.0,
+    ) -> None:
+        self._limit = limit
+        self._limit_per_host = limit_per_host
+        self._max_body_bytes = max_body_bytes
+        self._start_timeout_s = start_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._cancel_timeout_s = cancel_timeout_s
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[HttpResult]] = set()
+        self._stopping = False
+        self._requests_total = 0
+
+    # ----------------------------------------------------------------- service
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the asyncio thread until cancelled. Raises if the thread dies on its own."""
+        if self._token is not None:
+            raise RuntimeError("ProviderBridge.run() is already running")
+        self._token = trio.lowlevel.current_trio_token()
+        self._stopping = False
+        ready = trio.Event()
+        finished = trio.Event()
+        result: list[outcome.Outcome[None]] = []
+
+        def deliver(out: outcome.Outcome[None]) -> None:
+            result.append(out)
+            self._wake(finished.set)
+
+        trio.lowlevel.start_thread_soon(
+            lambda: self._thread_main(ready), deliver, name="recalld-provider-bridge"
+        )
+        try:
+            with trio.fail_after(self._start_timeout_s):
+                async with trio.open_nursery() as nursery:
+                    async def first(event: trio.Event) -> None:
+                        await event.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(first, ready)
+                    nursery.start_soon(first, finished)
+            if finished.is_set():
+                result[0].unwrap()
+                raise RuntimeError("provider bridge thread ended during start")
+            log.debug("provider bridge started")
+            task_status.started()
+            await finished.wait()
+            result[0].unwrap()
+            raise RuntimeError("provider bridge thread ended unexpectedly")
+        finally:
+            self._stopping = True
+            self._request_stop()
+            with trio.move_on_after(self._stop_timeout_s) as cs:
+                cs.shield = True
+                await finished.wait()
+            if cs.cancelled_caught:
+                log.warning("provider bridge thread did not stop within %.1fs",
+                            self._stop_timeout_s)
+            self._token = None
+            self._loop = None
+            self._session = None
+
+    def _wake(self, fn: Any) -> None:
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(fn)
+
+    def _request_stop(self) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is None or stop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # loop already closed
+            loop.call_soon_threadsafe(stop.set)
+
+    # ----------------------------------------------------------- asyncio side
+
+    def _thread_main(self, ready: trio.Event) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._amain(loop, ready))
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                self._loop = None
+                loop.close()
+
+    async def _amain(self, loop: asyncio.AbstractEventLoop, ready: trio.Event) -> None:
+        self._stop = asyncio.Event()
+        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
+        async with aiohttp.ClientSession(connector=connector, raise_for_status=False) as session:
+            self._session = session
+            self._loop = loop
+            if self._stopping:  # cancelled before we got here
+                self._stop.set()
+            self._wake(ready.set)
+            await self._stop.wait()
+            pending = list(self._tasks)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=self._stop_timeout_s)
+            self._session = None
+
+    def _start(self, call: _Call) -> None:
+        loop = self._loop
+        if self._stopping or loop is None or self._session is None:
+            call.error = ProviderConnectError("the provider bridge is not running")
+            self._wake(call.done.set)
+            return
+        task = loop.create_task(self._attempt(call))
+        call.task = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._finished(call, t))
+
+    def _finished(self, call: _Call, task: asyncio.Task[HttpResult]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            call.cancelled = True
+        elif (exc := task.exception()) is not None:
+            call.error = _translate(exc, call.url)
+        else:
+            call.result = task.result()
+        self._wake(call.done.set)
+
+    @staticmethod
+    def _cancel(call: _Call) -> None:
+        if call.task is not None:
+            call.task.cancel()
+
+    async def _attempt(self, call: _Call) -> HttpResult:
+        session = self._session
+        assert session is not None
+        timeout = aiohttp.ClientTimeout(total=call.timeout_s)
+        async with session.request(
+            call.method, call.url, headers=dict(call.headers), data=call.body, timeout=timeout,
+        ) as resp:
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > self._max_body_bytes:
+                    raise ProviderBadResponse(
+                        f"answer from {call.url.split('?', 1)[0]} exceeds "
+                        f"{self._max_body_bytes} bytes"
+                    )
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+            return HttpResult(resp.status, headers, bytes(body))
+
+    # -------------------------------------------------------------- trio side
+
+    @property
+    def running(self) -> bool:
+        return self._session is not None and not self._stopping
+
+    def statistics(self) -> BridgeStatistics:
+        return BridgeStatistics(self.running, len(self._tasks), self._requests_total)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        json: Any = None,
+        timeout_s: float,
+    ) -> HttpResult:
+        """One HTTP attempt; any status is returned, transport failures raise.
+
+        Raises ProviderConnectError (no connection, dropped, bridge not running),
+        ProviderTimeout (``timeout_s`` passed), ProviderConfigError (bad URL) or
+        ProviderBadResponse (oversized answer). On cancellation the asyncio task is
+        cancelled and awaited (bounded) before Cancelled propagates.
+        """
+        loop = self._loop
+        if loop is None or self._token is None or not self.running:
+            raise ProviderConnectError("the provider bridge is not running")
+        body = None
+        hdrs = dict(headers)
+        if json is not None:
+            body = orjson.dumps(json)
+            hdrs.setdefault("Content-Type", "application/json")
+        call = _Call(method, url, hdrs, body, timeout_s)
+        try:
+            loop.call_soon_threadsafe(self._start, call)
+        except RuntimeError:
+            raise ProviderConnectError("the provider bridge is not running") from None
+        self._requests_total += 1
+        try:
+            await call.done.wait()
+        except trio.Cancelled:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._cancel, call)
+            with trio.move_on_after(self._cancel_timeout_s) as cs:
+                cs.shield = True
+                await call.done.wait()
+            if cs.cancelled_caught:
+                log.warning("an HTTP request did not finish cancelling within %.1fs",
+                            self._cancel_timeout_s)
+            raise
+        if call.result is not None:
+            return call.result
+        if call.error is not None:
+            raise call.error
+        raise ProviderConnectError("the provider bridge stopped during the request")

@@ -1,0 +1,237 @@
+"""OpenAI-compatible chat completions with tool calling (vLLM, llama.cpp server, Ollama's
+/v1, DashScope compatible mode, OpenAI), through the provider bridge with retries and a
+circuit breaker.
+
+:class:`ChatClient` starts no task. ``complete`` sends one ``POST {base_url}/chat/completions``
+(retried per the policy) and returns a :class:`ChatResult`; every malformed answer becomes a
+:class:`ProviderBadResponse` with a clear message, never a crash. With no model configured,
+calls raise ``ProviderConfigError("no chat model configured")``; ``to_wire()`` turns it into
+the RPC's ProviderUnavailable. The API key comes from the config, else RECALLD_CHAT_API_KEY,
+else OPENAI_API_KEY; it never appears in logs, reprs or status.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.providers.breaker import CircuitBreaker
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.errors import (
+    ProviderBadResponse,
+    ProviderConfigError,
+    ProviderError,
+    redact,
+)
+from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
+
+NO_CHAT_MODEL = "no chat model configured"
+DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def assistant_message(self) -> dict[str, Any]:
+        """This answer as a message to append to the conversation for the next turn."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name,
+                              "arguments": orjson.dumps(c.arguments).decode()}}
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) -> str:
+    """Config value, then RECALLD_CHAT_API_KEY, then OPENAI_API_KEY."""
+    if config.api_key:
+        return config.api_key
+    for name in ("RECALLD_CHAT_API_KEY", "OPENAI_API_KEY"):
+        if environ.get(name):
+            return environ[name]
+    return ""
+
+
+def _bad(message: str) -> ProviderBadResponse:
+    return ProviderBadResponse(f"chat completion: {message}")
+
+
+def _parse_tool_call(raw: Any, index: int) -> ToolCall:
+    if not isinstance(raw, dict):
+        raise _bad(f"tool call {index} is not an object")
+    fn = raw.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise _bad(f"tool call {index} has no function name")
+    args_raw = fn.get("arguments", "{}")
+    if isinstance(args_raw, dict):  # some servers (Ollama) send an object, not a string
+        args: Any = args_raw
+    elif isinstance(args_raw, str):
+        try:
+            args = orjson.loads(args_raw) if args_raw.strip() else {}
+        except orjson.JSONDecodeError:
+            raise _bad(
+                f"arguments of tool call {index} ({fn['name']}) are not valid JSON"
+            ) from None
+    else:
+        raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON string")
+    if not isinstance(args, dict):
+        raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON object")
+    call_id = raw.get("id")
+    return ToolCall(id=str(call_id) if call_id else f"call_{index}", name=fn["name"],
+                    arguments=args)
+
+
+def parse_chat_response(body: bytes) -> ChatResult:
+    """Parse a chat.completion answer; malformed answers raise ProviderBadResponse."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise _bad("answer is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise _bad("answer is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _bad("answer has no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise _bad("first choice has no message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        else:
+            raise _bad("message content is not text")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise _bad("tool_calls is not a list")
+    calls = [_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)]
+    finish = choice.get("finish_reason")
+    usage = data.get("usage")
+    return ChatResult(
+        content=content,
+        tool_calls=calls,
+        finish_reason=finish if isinstance(finish, str) else None,
+        usage=usage if isinstance(usage, dict) else {},
+    )
+
+
+class ChatClient:
+    """Chat completions against one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        config: ChatModelConfig | None,
+        bridge: ProviderBridge | None,
+        *,
+        policy: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        rng: random.Random | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.config = config or ChatModelConfig()
+        self._bridge = bridge
+        self._api_key = resolve_chat_api_key(self.config, env)
+        self.policy = policy or RetryPolicy(
+            deadline_s=self.config.timeout_s * 2, attempt_timeout_s=self.config.timeout_s,
+        )
+        self.breaker = breaker or CircuitBreaker(name=f"chat provider {self.config.backend}")
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self.last_error: str | None = None
+        self.last_ok: float | None = None
+
+    def __repr__(self) -> str:
+        return (f"ChatClient(model={self.config.model_name!r}, endpoint={self.endpoint!r}, "
+                "api_key=***)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.config.model_name)
+
+    @property
+    def endpoint(self) -> str:
+        base = (self.config.base_url or DEFAULT_CHAT_BASE_URL).rstrip("/")
+        return base if base.endswith("/chat/completions") else f"{base}/chat/completions"
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResult:
+        """One chat completion (retried per the policy).
+
+        Raises ProviderConfigError(NO_CHAT_MODEL) without a model, ProviderTransient after
+        retries are exhausted, ProviderPermanent for rejected or malformed answers.
+        Cancellation cancels the HTTP attempt in flight.
+        """
+        if not self.enabled:
+            raise ProviderConfigError(NO_CHAT_MODEL)
+        bridge = self._bridge
+        if bridge is None:
+            raise ProviderConfigError("no provider bridge to send chat requests through")
+        body: dict[str, Any] = {
+            "model": self.config.model_name,
+            "messages": list(messages),
+            "temperature": self.config.temperature if temperature is None else temperature,
+            "max_tokens": self.config.max_tokens if max_tokens is None else max_tokens,
+        }
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = tool_choice if tool_choice is not None else "auto"
+        elif tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        what = f"chat {self.config.model_name}"
+        url = self.endpoint
+
+        async def attempt(timeout_s: float) -> ChatResult:
+            result = await bridge.request("POST", url, headers=headers, json=body,
+                                          timeout_s=timeout_s)
+            check_response(result, self.policy, what=what)
+            return parse_chat_response(result.body)
+
+        try:
+            answer = await call_with_retry(self.policy, attempt, rng=self._rng,
+                                           breaker=self.breaker, what=what)
+        except ProviderError as exc:
+            self.last_error = redact(str(exc), self._api_key)
+            raise
+        self.last_ok = time.time()
+        return answer
+
+    def status(self) -> dict[str, Any]:
+        """For daemon.status: no secrets."""
+        return {
+            "enabled": self.enabled,
+            "model": self.config.model_name,
+            "endpoint": redact(self.endpoint, self._api_key),
+            "breaker": self.breaker.snapshot().as_dict(),
+            "last_error": self.last_error,
+            "last_ok": self.last_ok,
+        }

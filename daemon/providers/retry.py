@@ -1,0 +1,166 @@
+"""Retries on the trio side: an immutable policy and the loop that applies it.
+
+The bridge performs single attempts; :func:`call_with_retry` decides whether and when to try
+again. Retried: connect errors, timeouts of one attempt, HTTP 408/429/5xx (the policy's
+``retry_statuses``). Everything else fails at once. Waits use full jitter,
+``uniform(0, min(backoff_max_s, backoff_base_s * 2**attempt))``, unless the provider sent
+Retry-After, which is honoured exactly but capped at ``retry_after_cap_s``. The whole call,
+sleeps included, stays inside ``deadline_s``: a wait that would end past the deadline is not
+started and the last error is raised instead. All sleeping is ``trio.sleep``, so the fake
+clock governs it in tests.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import trio
+
+from recalld.daemon.providers.breaker import CircuitBreaker
+from recalld.daemon.providers.bridge import HttpResult
+from recalld.daemon.providers.errors import (
+    ProviderError,
+    ProviderTimeout,
+    ProviderTransient,
+    status_error,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry one provider call. Immutable."""
+
+    max_attempts: int = 5
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_cap_s: float = 60.0
+    retry_statuses: frozenset[int] = RETRY_STATUSES
+    #: The whole call, all attempts and waits included.
+    deadline_s: float = 120.0
+    #: One HTTP attempt (also bounded by what is left of ``deadline_s``).
+    attempt_timeout_s: float = 60.0
+
+    def backoff_s(self, attempt: int, rng: random.Random) -> float:
+        """Full-jitter wait after failed attempt number ``attempt`` (0-based)."""
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** attempt))
+        return rng.uniform(0.0, ceiling)
+
+    def delay_s(self, attempt: int, error: ProviderError, rng: random.Random) -> float:
+        """The wait before the next attempt: capped Retry-After if given, else backoff."""
+        if error.retry_after_s is not None:
+            return min(max(0.0, error.retry_after_s), self.retry_after_cap_s)
+        return self.backoff_s(attempt, rng)
+
+    def is_retryable(self, error: ProviderError) -> bool:
+        if error.status is not None:
+            return error.status in self.retry_statuses
+        return isinstance(error, ProviderTransient)
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None.
+
+    ``now`` is the wall-clock time an HTTP-date is measured from (default: time.time()).
+    Dates in the past give 0; unparseable values give None.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def check_response(result: HttpResult, policy: RetryPolicy, *, what: str) -> HttpResult:
+    """Return ``result`` if 2xx, else raise the typed error (with Retry-After parsed)."""
+    if 200 <= result.status < 300:
+        return result
+    raise status_error(
+        result.status,
+        result.body,
+        retryable=policy.retry_statuses,
+        retry_after_s=parse_retry_after(result.headers.get("retry-after")),
+        what=what,
+    )
+
+
+async def call_with_retry(
+    policy: RetryPolicy,
+    attempt_fn: Callable[[float], Awaitable[T]],
+    *,
+    rng: random.Random,
+    breaker: CircuitBreaker | None = None,
+    what: str = "provider call",
+) -> T:
+    """Run ``attempt_fn(timeout_s)`` until it succeeds, fails permanently or time runs out.
+
+    ``attempt_fn`` gets the timeout for that one attempt and raises ProviderError subclasses.
+    The breaker (if any) is consulted before every attempt (CircuitOpen is raised at once)
+    and told every outcome: transient failures count; any answer, even a permanent error,
+    means the provider is up. Raises the last error, or ProviderTimeout when ``deadline_s``
+    passes during an attempt. On cancellation nothing is recorded against the provider.
+    """
+    deadline = trio.current_time() + policy.deadline_s
+    attempt = 0
+    while True:
+        if breaker is not None:
+            breaker.before_call()
+        remaining = deadline - trio.current_time()
+        error: ProviderError
+        try:
+            if remaining <= 0:
+                raise ProviderTimeout(f"{what}: deadline of {policy.deadline_s:g}s passed")
+            with trio.move_on_after(remaining) as scope:
+                result = await attempt_fn(min(policy.attempt_timeout_s, remaining))
+            if scope.cancelled_caught:
+                raise ProviderTimeout(f"{what}: deadline of {policy.deadline_s:g}s passed")
+        except ProviderError as exc:
+            error = exc
+        except BaseException:
+            if breaker is not None:
+                breaker.release()
+            raise
+        else:
+            if breaker is not None:
+                breaker.record_success()
+            return result
+
+        retryable = policy.is_retryable(error)
+        if breaker is not None:
+            if error.transient:
+                breaker.record_failure(error)
+            else:
+                breaker.record_success()
+        attempt += 1
+        if not retryable or attempt >= policy.max_attempts:
+            raise error
+        delay = policy.delay_s(attempt - 1, error, rng)
+        if trio.current_time() + delay >= deadline:
+            raise error
+        log.info("%s failed (%s); attempt %d in %.2fs", what, error, attempt + 1, delay)
+        await trio.sleep(delay)

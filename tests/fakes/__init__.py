@@ -1,0 +1,1 @@
+"""Fakes at the process boundary: real loopback servers speaking real wire formats."""

@@ -1,0 +1,187 @@
+"""The asyncio bridge: single attempts, error translation, cancellation, shutdown.
+
+Real HTTP against the loopback fake, so these run on the real clock with short timeouts.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import trio
+from fakes.provider_server import FakeProvider, Reply
+
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.errors import (
+    ProviderConfigError,
+    ProviderConnectError,
+    ProviderTimeout,
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider(dims=4) as server:
+        yield server
+
+
+@pytest.fixture
+async def bridge(nursery: trio.Nursery) -> ProviderBridge:
+    b = ProviderBridge(stop_timeout_s=5.0, cancel_timeout_s=5.0)
+    await nursery.start(b.run)
+    return b
+
+
+def refused_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return f"http://127.0.0.1:{port}/v1/embeddings"
+
+
+async def wait_for_requests(fake: FakeProvider, n: int) -> None:
+    with trio.fail_after(5):
+        while len(fake.requests) < n:
+            await trio.sleep(0.005)
+
+
+async def test_request_round_trip(bridge: ProviderBridge, fake: FakeProvider) -> None:
+    fake.script(Reply(status=201, headers={"X-Thing": "yes"}, raw=b'{"hello": 1}'))
+    result = await bridge.request(
+        "POST", fake.url + "/anything", headers={"Authorization": "Bearer k"},
+        json={"a": [1, 2]}, timeout_s=5,
+    )
+    assert result.status == 201
+    assert result.headers["x-thing"] == "yes"
+    assert result.body == b'{"hello": 1}'
+    (rec,) = fake.requests
+    assert rec.path == "/anything"
+    assert rec.headers["authorization"] == "Bearer k"
+    assert rec.headers["content-type"] == "application/json"
+    assert rec.json == {"a": [1, 2]}
+    assert bridge.statistics().in_flight == 0
+
+
+async def test_any_status_is_returned_not_raised(bridge: ProviderBridge,
+                                                 fake: FakeProvider) -> None:
+    fake.script(Reply(status=503, headers={"Retry-After": "3"}))
+    result = await bridge.request("POST", fake.url + "/v1/embeddings", headers={},
+                                  json={}, timeout_s=5)
+    assert result.status == 503
+    assert result.headers["retry-after"] == "3"
+
+
+async def test_connect_refused_is_typed(bridge: ProviderBridge) -> None:
+    with pytest.raises(ProviderConnectError) as info:
+        await bridge.request("POST", refused_url(), headers={}, json={}, timeout_s=5)
+    assert info.value.transient
+
+
+async def test_dropped_connection_is_typed(bridge: ProviderBridge, fake: FakeProvider) -> None:
+    fake.script(Reply(drop=True))
+    with pytest.raises(ProviderConnectError):
+        await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+
+
+async def test_slow_answer_times_out(bridge: ProviderBridge, fake: FakeProvider) -> None:
+    fake.script(Reply(delay_s=3.0))
+    with pytest.raises(ProviderTimeout):
+        await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=0.2)
+    assert bridge.statistics().in_flight == 0
+
+
+async def test_bad_url_is_a_config_error(bridge: ProviderBridge) -> None:
+    with pytest.raises((ProviderConfigError, ProviderConnectError)):
+        await bridge.request("POST", "http://", headers={}, json={}, timeout_s=1)
+
+
+async def test_oversized_answer_is_refused(nursery: trio.Nursery, fake: FakeProvider) -> None:
+    small = ProviderBridge(max_body_bytes=100)
+    await nursery.start(small.run)
+    fake.script(Reply(raw=b"x" * 1000))
+    with pytest.raises(Exception, match="exceeds 100 bytes"):
+        await small.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+
+
+async def test_cancel_mid_request_cancels_asyncio_task(bridge: ProviderBridge,
+                                                       fake: FakeProvider) -> None:
+    fake.script(Reply(delay_s=10.0))
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: bridge.request(
+                "POST", fake.url + "/slow", headers={}, json={}, timeout_s=30))
+            await wait_for_requests(fake, 1)
+            assert bridge.statistics().in_flight == 1
+            scope.cancel()
+    assert scope.cancelled_caught
+    # The asyncio task finished cancelling before Cancelled reached us.
+    assert bridge.statistics().in_flight == 0
+    # And the bridge still works.
+    result = await bridge.request("POST", fake.url + "/v1/embeddings", headers={},
+                                  json={"model": "m", "input": ["a"]}, timeout_s=5)
+    assert result.status == 200
+
+
+async def test_cancel_at_many_points_leaves_no_task(bridge: ProviderBridge,
+                                                   fake: FakeProvider) -> None:
+    for i in range(15):
+        fake.script(Reply(delay_s=0.05))
+        with trio.move_on_after(i * 0.007):
+            await bridge.request("POST", fake.url + "/p", headers={}, json={}, timeout_s=5)
+        assert bridge.statistics().in_flight == 0
+    assert bridge.running
+
+
+async def test_concurrent_requests(bridge: ProviderBridge, fake: FakeProvider) -> None:
+    fake.script(*[Reply(delay_s=0.05, raw=str(i).encode()) for i in range(20)])
+    bodies: list[bytes] = []
+
+    async def one() -> None:
+        r = await bridge.request("POST", fake.url + "/c", headers={}, json={}, timeout_s=5)
+        bodies.append(r.body)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(one)
+    assert sorted(bodies, key=int) == [str(i).encode() for i in range(20)]
+    assert bridge.statistics().requests_total == 20
+
+
+async def test_not_running_raises_connect_error(fake: FakeProvider) -> None:
+    b = ProviderBridge()
+    with pytest.raises(ProviderConnectError, match="not running"):
+        await b.request("POST", fake.url, headers={}, json={}, timeout_s=1)
+
+
+async def test_stop_cancels_in_flight_and_stops_loop(fake: FakeProvider) -> None:
+    b = ProviderBridge(stop_timeout_s=5.0)
+    errors: list[BaseException] = []
+    fake.script(Reply(delay_s=10.0))
+
+    async def caller() -> None:
+        try:
+            await b.request("POST", fake.url + "/slow", headers={}, json={}, timeout_s=30)
+        except ProviderConnectError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as service:
+            await service.start(b.run)
+            outer.start_soon(caller)
+            await wait_for_requests(fake, 1)
+            service.cancel_scope.cancel()
+    # run() returned: the loop and the session are gone, the caller got a typed error.
+    assert not b.running
+    assert b.statistics().in_flight == 0
+    assert len(errors) == 1
+    with pytest.raises(ProviderConnectError):
+        await b.request("POST", fake.url, headers={}, json={}, timeout_s=1)
+    # A bridge can be run again after it stopped.
+    async with trio.open_nursery() as service:
+        await service.start(b.run)
+        r = await b.request("POST", fake.url + "/v1/embeddings", headers={},
+                            json={"model": "m", "input": ["a"]}, timeout_s=5)
+        assert r.status == 200
+        service.cancel_scope.cancel()

@@ -1,0 +1,194 @@
+"""The OpenAI-compatible chat client against the loopback fake, on the real clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import trio
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+
+from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.chat import (
+    NO_CHAT_MODEL,
+    ChatClient,
+    ChatResult,
+    ToolCall,
+    parse_chat_response,
+    resolve_chat_api_key,
+)
+from recalld.daemon.providers.errors import (
+    ProviderBadResponse,
+    ProviderConfigError,
+    ProviderRejected,
+)
+from recalld.daemon.providers.retry import RetryPolicy
+from recalld.ipc.errors import PROVIDER_UNAVAILABLE, ProviderUnavailable
+
+KEY = "sk-chat-SECRET-abcdefghijklmnop"
+FAST = RetryPolicy(max_attempts=3, backoff_base_s=0.001, backoff_max_s=0.005,
+                   retry_after_cap_s=0.05, deadline_s=10.0, attempt_timeout_s=5.0)
+TOOLS = [{"type": "function", "function": {
+    "name": "write", "description": "write a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider(api_key=KEY) as server:
+        yield server
+
+
+@pytest.fixture
+async def bridge(nursery: trio.Nursery) -> ProviderBridge:
+    b = ProviderBridge()
+    await nursery.start(b.run)
+    return b
+
+
+def client(fake: FakeProvider, bridge: ProviderBridge, **fields: object) -> ChatClient:
+    cfg = ChatModelConfig(**{"base_url": fake.url + "/v1", "api_key": KEY,  # type: ignore[arg-type]
+                             "model_name": "qwen-test", **fields})
+    return ChatClient(cfg, bridge, policy=FAST, environ={})
+
+
+async def test_plain_completion(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    fake.script(Reply(json=chat_answer("Hello there")))
+    c = client(fake, bridge, temperature=0.5, max_tokens=77)
+    msgs = [{"role": "user", "content": "hi"}]
+    result = await c.complete(msgs)
+    assert result == ChatResult("Hello there", [], "stop",
+                                {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+    (req,) = fake.requests
+    assert req.path == "/v1/chat/completions"
+    assert req.headers["authorization"] == f"Bearer {KEY}"
+    assert req.json == {"model": "qwen-test", "messages": msgs, "temperature": 0.5,
+                        "max_tokens": 77}
+
+
+async def test_tool_calls(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    fake.script(Reply(json=chat_answer(None, [
+        tool_call("write", {"path": "memory/a.md", "content": "x"}, "call_a"),
+        tool_call("read", "", "call_b"),
+    ])))
+    c = client(fake, bridge)
+    result = await c.complete([{"role": "user", "content": "save"}], TOOLS)
+    assert result.content is None
+    assert result.finish_reason == "tool_calls"
+    assert result.tool_calls == [
+        ToolCall("call_a", "write", {"path": "memory/a.md", "content": "x"}),
+        ToolCall("call_b", "read", {}),
+    ]
+    body = fake.requests[0].json
+    assert body["tools"] == TOOLS
+    assert body["tool_choice"] == "auto"
+    msg = result.assistant_message()
+    assert msg["tool_calls"][0]["function"]["name"] == "write"
+    assert msg["tool_calls"][0]["id"] == "call_a"
+
+
+async def test_tool_choice_passed_through(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    c = client(fake, bridge)
+    choice = {"type": "function", "function": {"name": "write"}}
+    await c.complete([{"role": "user", "content": "x"}], TOOLS, tool_choice=choice,
+                     temperature=0.0, max_tokens=5)
+    body = fake.requests[0].json
+    assert body["tool_choice"] == choice
+    assert body["temperature"] == 0.0
+    assert body["max_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (Reply(raw=b"{not json"), "not valid JSON"),
+        (Reply(json={"id": "x", "choices": []}), "no choices"),
+        (Reply(json={"id": "x"}), "no choices"),
+        (Reply(json={"choices": [{"finish_reason": "stop"}]}), "no message"),
+        (Reply(json=chat_answer(None, [tool_call("write", "{'path': bad}")])),
+         r"arguments of tool call 0 \(write\) are not valid JSON"),
+        (Reply(json=chat_answer(None, [tool_call("write", "[1, 2]")])),
+         "not a JSON object"),
+        (Reply(json=chat_answer(None, [{"id": "c", "type": "function", "function": {}}])),
+         "no function name"),
+        (Reply(json=[1, 2, 3]), "not a JSON object"),
+    ],
+)
+async def test_malformed_answers_are_typed(reply: Reply, message: str, fake: FakeProvider,
+                                           bridge: ProviderBridge) -> None:
+    fake.script(reply)
+    c = client(fake, bridge)
+    with pytest.raises(ProviderBadResponse, match=message) as info:
+        await c.complete([{"role": "user", "content": "x"}], TOOLS)
+    assert not info.value.transient
+    assert len(fake.requests) == 1  # a malformed answer is not retried
+    assert c.status()["last_error"] is not None
+
+
+async def test_transient_failures_are_retried(fake: FakeProvider,
+                                              bridge: ProviderBridge) -> None:
+    fake.script(Reply(status=500), Reply(drop=True), Reply(json=chat_answer("finally")))
+    c = client(fake, bridge)
+    result = await c.complete([{"role": "user", "content": "x"}])
+    assert result.content == "finally"
+    assert len(fake.requests) == 3
+
+
+async def test_rejection_is_not_retried(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    fake.script(Reply(status=400, raw=b'{"error": {"message": "context too long"}}'))
+    c = client(fake, bridge)
+    with pytest.raises(ProviderRejected, match="context too long"):
+        await c.complete([{"role": "user", "content": "x"}])
+    assert len(fake.requests) == 1
+
+
+async def test_no_chat_model_configured(bridge: ProviderBridge) -> None:
+    for cfg in (None, ChatModelConfig()):
+        c = ChatClient(cfg, bridge, environ={"OPENAI_API_KEY": "k"})
+        assert not c.enabled
+        with pytest.raises(ProviderConfigError, match=NO_CHAT_MODEL) as info:
+            await c.complete([{"role": "user", "content": "x"}])
+        wire = info.value.to_wire()
+        assert isinstance(wire, ProviderUnavailable)
+        assert wire.code == PROVIDER_UNAVAILABLE
+        assert wire.message == NO_CHAT_MODEL
+
+
+async def test_cancellation_mid_completion(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    fake.script(Reply(delay_s=5.0))
+    c = client(fake, bridge)
+    with trio.move_on_after(0.2) as scope:
+        await c.complete([{"role": "user", "content": "x"}])
+    assert scope.cancelled_caught
+    assert bridge.statistics().in_flight == 0
+    assert (await c.complete([{"role": "user", "content": "y"}])).content == "ok"
+
+
+def test_key_precedence_and_redaction() -> None:
+    cfg = ChatModelConfig(model_name="m")
+    assert resolve_chat_api_key(cfg, {"RECALLD_CHAT_API_KEY": "r", "OPENAI_API_KEY": "o"}) == "r"
+    assert resolve_chat_api_key(cfg, {"OPENAI_API_KEY": "o"}) == "o"
+    assert resolve_chat_api_key(ChatModelConfig(api_key="c"), {"OPENAI_API_KEY": "o"}) == "c"
+    c = ChatClient(ChatModelConfig(model_name="m", api_key=KEY), None, environ={})
+    assert KEY not in repr(c)
+    assert c.endpoint == "https://api.openai.com/v1/chat/completions"
+
+
+async def test_key_never_in_status_or_errors(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    fake.script(Reply(status=401, raw=f"bad key {KEY}".encode()))
+    c = client(fake, bridge)
+    with pytest.raises(ProviderRejected) as info:
+        await c.complete([{"role": "user", "content": "x"}])
+    assert KEY not in str(info.value)
+    assert KEY not in str(c.status())
+
+
+def test_parse_content_parts_and_object_arguments() -> None:
+    body = (b'{"choices": [{"message": {"content": [{"type": "text", "text": "a"},'
+            b' {"type": "text", "text": "b"}], "tool_calls": [{"id": "t", "function":'
+            b' {"name": "f", "arguments": {"k": 1}}}]}, "finish_reason": "tool_calls"}]}')
+    result = parse_chat_response(body)
+    assert result.content == "ab"
+    assert result.tool_calls == [ToolCall("t", "f", {"k": 1})]
