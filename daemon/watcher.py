@@ -1,0 +1,471 @@
+"""Live watching of one workspace's Markdown roots, with reconcile scans as the safety net.
+
+Owns the change source (native inotify through watchfiles, or a scripted double in tests),
+the pending set of changed paths, and reconcile scans. ``Watcher.run`` starts the source
+(restarted with exponential backoff after errors), a flush task that hands coalesced
+batches to the consumer, and a periodic reconcile task; it stops by cancellation. The
+native watch thread is told to stop through its stop event, so cancellation finishes
+within one watch step (tens of milliseconds).
+
+The consumer re-reads every path it is given (present on disk: index it; absent: drop it),
+so event types never matter: editor temp-file-and-rename saves, vim swap and backup
+files, renames and directory moves all end correct as long as each affected path is
+reported. Directory events are expanded here to the files below them, on disk and in the
+consumer's snapshot (``known``). inotify loses events silently on queue overflow and
+during restarts, so a reconcile scan (disk ``(mtime_ns, size)`` against ``known``) runs at
+start, every ``reconcile_interval_s``, after watcher errors and when the pending set
+overflows. Paths are workspace-relative with ``/`` separators
+(``memory/2026-07-23/commute.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+from watchfiles import Change
+
+from recalld.daemon.watchsource import (
+    COOKIE_PREFIX,
+    ChangeSource,
+    RawChange,
+    ScriptedChangeSource,
+    WatchError,
+    WatchfilesSource,
+)
+
+__all__ = [
+    "COOKIE_PREFIX", "ChangeSource", "ReconcileResult", "ScriptedChangeSource", "WatchError",
+    "Watcher", "WatcherConfig", "WatchfilesSource",
+]
+
+log = logging.getLogger(__name__)
+
+Known = Callable[[], Mapping[str, tuple[int, int]]]
+Apply = Callable[[set[str]], Awaitable[None]]
+RunSync = Callable[..., Awaitable[Any]]
+
+# Names editors use for probes and backups that never are Markdown notes.
+_JUNK_NAMES = frozenset({"4913"})
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any,
+                     limiter: trio.CapacityLimiter | None = None) -> Any:
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+
+def _describe(exc: BaseException) -> str:
+    # Nurseries wrap failures in groups; status wants the first real cause.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherConfig:
+    reconcile_interval_s: float = 300.0
+    max_pending: int = 10_000
+    sync_timeout_s: float = 2.0
+    restart_backoff_initial_s: float = 1.0
+    restart_backoff_max_s: float = 60.0
+    # A source that ran this long before failing counts as healthy: backoff restarts.
+    healthy_after_s: float = 60.0
+    apply_batch_max: int = 2_000
+    suffixes: tuple[str, ...] = (".md",)
+    ignore_dirs: tuple[str, ...] = ("mem_metadata",)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    reason: str
+    time: float
+    added: int
+    changed: int
+    deleted: int
+    duration_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason, "time": self.time, "duration_s": self.duration_s,
+            "found": {"added": self.added, "changed": self.changed, "deleted": self.deleted},
+        }
+
+
+class Watcher:
+    """Keeps one workspace's consumer in step with the Markdown files under ``roots``."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        roots: Sequence[str],
+        *,
+        apply: Apply,
+        known: Known,
+        source: ChangeSource | None = None,
+        config: WatcherConfig | None = None,
+        limiter: trio.CapacityLimiter | None = None,
+        wall: Callable[[], float] = time.time,
+        run_sync: RunSync | None = None,
+    ) -> None:
+        if not roots:
+            raise ValueError("at least one root to watch")
+        self._workspace = Path(os.path.abspath(workspace))
+        self._root_rels = tuple(r.strip("/") for r in roots)
+        self._roots = [self._workspace / r for r in self._root_rels]
+        self._apply = apply
+        self._known = known
+        self._source: ChangeSource = source if source is not None else WatchfilesSource()
+        self._config = config or WatcherConfig()
+        self._limiter = limiter
+        self._wall = wall
+        # Disk work runs in worker threads; tests under a fake clock run it inline.
+        self._run_sync: RunSync = run_sync or _in_thread
+        self._prefix = str(self._workspace) + os.sep
+        self._pending: set[str] = set()
+        self._pending_dirs: set[str] = set()
+        self._rescan: str | None = None  # a reconcile the flush task owes, and why
+        self._wake = trio.Event()
+        self._apply_lock = trio.Lock()
+        self._received_seq = 0
+        self._applied_seq = 0
+        self._cookies: dict[str, trio.Event] = {}
+        self._cookie_seen: dict[str, int] = {}
+        self._cookie_n = 0
+        self._source_scope: trio.CancelScope | None = None
+        self._watch_state = "starting"
+        self._why: str | None = None
+        self._rescanning = False
+        self._errors = 0
+        self._last_error: str | None = None
+        self._restarts = 0
+        self._sync_fallbacks = 0
+        self._overflows = 0
+        self._max_pending_seen = 0
+        self._last_change_applied: float | None = None
+        self._last_reconcile: ReconcileResult | None = None
+
+    # -- path classification (pure, cheap: runs for every raw event) ----------------------
+
+    def _relative(self, path: str) -> str | None:
+        if not path.startswith(self._prefix):
+            return None
+        rel = path[len(self._prefix):].replace(os.sep, "/")
+        for root in self._root_rels:
+            if rel == root or rel.startswith(root + "/"):
+                return rel
+        return None
+
+    def _ignored(self, rel: str) -> bool:
+        return any(p.startswith(".") or p in self._config.ignore_dirs for p in rel.split("/"))
+
+    def is_note(self, rel: str) -> bool:
+        """Whether a workspace-relative path names a file the consumer indexes."""
+        name = rel.rsplit("/", 1)[-1]
+        return (not self._ignored(rel) and name.endswith(self._config.suffixes)
+                and name not in _JUNK_NAMES)
+
+    def _maybe_dir(self, rel: str) -> bool:
+        # Directory names in a workspace are dates and buckets; names with a suffix or
+        # an editor's marks are files that are not notes (swap, backup, probe).
+        name = rel.rsplit("/", 1)[-1]
+        return not (self._ignored(rel) or "." in name or name.endswith("~")
+                    or name.startswith("#") or name in _JUNK_NAMES)
+
+    # -- ingest (called by the source; never blocks) ----------------------------------------
+
+    def _ingest(self, batch: set[RawChange]) -> None:
+        self._received_seq += 1
+        seq = self._received_seq
+        for change, path in batch:
+            rel = self._relative(path)
+            if rel is None:
+                continue
+            name = rel.rsplit("/", 1)[-1]
+            if name.startswith(COOKIE_PREFIX):
+                if name in self._cookies:
+                    self._cookie_seen.setdefault(name, seq)
+                continue
+            if rel in self._root_rels:
+                if change == Change.deleted:
+                    self._lose_root()
+                continue
+            if self._rescan is not None:
+                continue  # a full reconcile is owed anyway
+            if self.is_note(rel):
+                self._pending.add(rel)
+            elif self._maybe_dir(rel):
+                self._pending_dirs.add(rel)
+            if len(self._pending) + len(self._pending_dirs) > self._config.max_pending:
+                self._overflows += 1
+                self._request_rescan("pending set overflow")
+        self._max_pending_seen = max(self._max_pending_seen, self.pending_count())
+        self._wake.set()
+
+    def _lose_root(self) -> None:
+        # inotify drops the watch with the directory: restart the source on a new one.
+        if self._source_scope is not None:
+            self._source_scope.cancel()
+
+    def _request_rescan(self, reason: str) -> None:
+        self._pending.clear()
+        self._pending_dirs.clear()
+        if self._rescan is None:
+            self._rescan = reason
+        self._wake.set()
+
+    def pending_count(self) -> int:
+        return len(self._pending) + len(self._pending_dirs)
+
+    # -- disk scans (worker threads) ---------------------------------------------------------
+
+    def _walk(self, top: Path, out: dict[str, tuple[int, int]]) -> None:
+        stack = [top]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(current))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except PermissionError as exc:
+                log.warning("reconcile skips %s: %s", current, exc)
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in self._config.ignore_dirs:
+                            stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        rel = entry.path[len(self._prefix):].replace(os.sep, "/")
+                        if self.is_note(rel):
+                            st = entry.stat(follow_symlinks=False)
+                            out[rel] = (st.st_mtime_ns, st.st_size)
+                except FileNotFoundError:
+                    continue
+
+    def scan(self) -> dict[str, tuple[int, int]]:
+        """Every note under the roots with its ``(mtime_ns, size)`` (blocking)."""
+        out: dict[str, tuple[int, int]] = {}
+        for root in self._roots:
+            self._walk(root, out)
+        return out
+
+    def _expand_dirs(self, dirs: set[str], known_keys: list[str]) -> set[str]:
+        out: set[str] = set()
+        found: dict[str, tuple[int, int]] = {}
+        for rel in dirs:
+            self._walk(self._workspace / rel, found)
+            prefix = rel + "/"
+            out.update(k for k in known_keys if k.startswith(prefix))
+        out.update(found)
+        return out
+
+    def _make_roots(self) -> None:
+        for root in self._roots:
+            root.mkdir(parents=True, exist_ok=True)
+
+    # -- applying ----------------------------------------------------------------------------
+
+    async def _apply_all(self, paths: set[str]) -> None:
+        ordered = sorted(paths)
+        step = self._config.apply_batch_max
+        for i in range(0, len(ordered), step):
+            await self._apply(set(ordered[i:i + step]))
+        if ordered:
+            self._last_change_applied = self._wall()
+
+    async def reconcile(self, reason: str = "requested") -> ReconcileResult:
+        """Compare the disk with ``known()`` and apply every difference.
+
+        Raises what the consumer's ``apply`` raises. On cancellation some batches may be
+        applied and others not; the next reconcile finds the rest.
+        """
+        async with self._apply_lock:
+            return await self._reconcile_locked(reason)
+
+    async def _reconcile_locked(self, reason: str) -> ReconcileResult:
+        self._rescanning = True
+        start = trio.current_time()
+        try:
+            disk = await self._run_sync(self.scan, limiter=self._limiter)
+            known = dict(self._known())
+            added = disk.keys() - known.keys()
+            deleted = known.keys() - disk.keys()
+            changed = {p for p in disk.keys() & known.keys() if disk[p] != tuple(known[p])}
+            await self._apply_all(added | deleted | changed)
+        finally:
+            self._rescanning = False
+        result = ReconcileResult(reason, self._wall(), len(added), len(changed), len(deleted),
+                                 trio.current_time() - start)
+        self._last_reconcile = result
+        if added or changed or deleted:
+            log.info("reconcile (%s) of %s: %d added, %d changed, %d deleted", reason,
+                     self._workspace, len(added), len(changed), len(deleted))
+        return result
+
+    async def _flush(self) -> None:
+        async with self._apply_lock:
+            upto = self._received_seq
+            if self._rescan is not None:
+                reason, self._rescan = self._rescan, None
+                await self._reconcile_locked(reason)
+            else:
+                files, dirs = self._pending, self._pending_dirs
+                self._pending, self._pending_dirs = set(), set()
+                if dirs:
+                    keys = list(self._known())
+                    files |= await self._run_sync(
+                        self._expand_dirs, dirs, keys, limiter=self._limiter)
+                await self._apply_all(files)
+            self._applied_seq = max(self._applied_seq, upto)
+            for name, seq in self._cookie_seen.items():
+                if seq <= self._applied_seq and name in self._cookies:
+                    self._cookies[name].set()
+
+    async def _flush_loop(self) -> None:
+        backoff = self._config.restart_backoff_initial_s
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            try:
+                await self._flush()
+                backoff = self._config.restart_backoff_initial_s
+            except Exception as exc:
+                # The paths left pending are unknown now: a reconcile finds them again.
+                self._record_error("apply failed", exc)
+                self._request_rescan(f"retry after apply error: {exc}")
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self._config.restart_backoff_max_s)
+
+    async def _periodic_loop(self) -> None:
+        while True:
+            await trio.sleep(self._config.reconcile_interval_s)
+            try:
+                await self.reconcile("periodic")
+            except Exception as exc:
+                self._record_error("periodic reconcile failed", exc)
+
+    def _record_error(self, what: str, exc: BaseException) -> None:
+        self._errors += 1
+        self._last_error = f"{what}: {_describe(exc)}"
+        log.warning("watcher of %s: %s", self._workspace, self._last_error, exc_info=exc)
+
+    # -- the native watch, restarted with backoff -----------------------------------------------
+
+    async def _watch_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
+        backoff = self._config.restart_backoff_initial_s
+        started = False
+        while True:
+            began = trio.current_time()
+            try:
+                await self._run_sync(self._make_roots)
+                with trio.CancelScope() as scope:
+                    self._source_scope = scope
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(partial(self._source.run, self._roots, self._ingest))
+                        self._watch_state, self._why = "watching", None
+                        if started:
+                            self._request_rescan("watch restarted")
+                        else:
+                            started = True
+                            task_status.started()
+                self._source_scope = None
+                if not scope.cancelled_caught:
+                    raise WatchError("the change source stopped")
+                self._restarts += 1
+                self._why = "a watched root was removed; watching again"
+                continue  # recreate the root right away
+            except Exception as exc:
+                self._source_scope = None
+                self._record_error("watch failed", exc)
+                self._watch_state, self._why = "failed", _describe(exc)
+                if not started:
+                    # Serve degraded (reconcile only) rather than not at all.
+                    started = True
+                    task_status.started()
+                self._request_rescan("after watch error")
+            if trio.current_time() - began >= self._config.healthy_after_s:
+                backoff = self._config.restart_backoff_initial_s
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, self._config.restart_backoff_max_s)
+            self._restarts += 1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Watch until cancelled. Started once the native watch is active (or failed, then
+        the watcher serves by reconcile alone and keeps retrying) and the startup
+        reconcile has applied every change made while the daemon was down."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._watch_loop)
+            await self.reconcile("startup")
+            nursery.start_soon(self._flush_loop)
+            nursery.start_soon(self._periodic_loop)
+            task_status.started()
+
+    # -- freshness ---------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """Return once every change made before the call has been applied.
+
+        Writes a cookie file into the first root and waits until its event has arrived
+        and the batch holding everything before it is applied. If the cookie does not
+        show up within ``sync_timeout_s`` (events lost, watch down), a reconcile runs
+        instead. On cancellation the cookie is removed and nothing else changes.
+        """
+        if self._watch_state != "watching":
+            await self.reconcile("sync without a watch")
+            return
+        self._cookie_n += 1
+        name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
+        path = self._roots[0] / name
+        done = trio.Event()
+        self._cookies[name] = done
+        try:
+            try:
+                await self._run_sync(path.write_bytes, b"")
+            except OSError as exc:
+                log.debug("sync cookie %s not written: %s", path, exc)
+            else:
+                with trio.move_on_after(self._config.sync_timeout_s):
+                    await done.wait()
+                    return
+            self._sync_fallbacks += 1
+            await self.reconcile("sync cookie not seen")
+        finally:
+            self._cookies.pop(name, None)
+            self._cookie_seen.pop(name, None)
+            with trio.CancelScope(shield=True):
+                await self._run_sync(partial(path.unlink, missing_ok=True))
+
+    # -- status ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if self._watch_state == "failed":
+            return "failed"
+        return "rescanning" if self._rescanning else self._watch_state
+
+    def status(self) -> dict[str, Any]:
+        last = self._last_reconcile
+        return {
+            "state": self.state,
+            "why": self._why,
+            "roots": list(self._root_rels),
+            "last_change_applied": self._last_change_applied,
+            "pending": self.pending_count(),
+            "rescan_owed": self._rescan,
+            "last_reconcile": None if last is None else last.as_dict(),
+            "errors": self._errors,
+            "last_error": self._last_error,
+            "restarts": self._restarts,
+            "overflows": self._overflows,
+            "sync_fallbacks": self._sync_fallbacks,
+            "max_pending_seen": self._max_pending_seen,
+        }
