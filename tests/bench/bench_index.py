@@ -1,0 +1,552 @@
+"""Index speed of a real recalld daemon, side by side with ReMe 0.4.2 on the same files.
+
+For each size (3k daily notes; 100k+ chunks; ``--quick``: 300 notes) the bench generates
+two identical synthetic workspaces (``synth.generate`` with one seed), one for each system,
+then measures:
+
+- cold build: spawn ``recalld serve`` on fresh state, ``workspace.open`` the workspace,
+  time until ``index.sync`` returns (and ``daemon.status`` shows every file, when it
+  reports files);
+- query latency p50/p99 with 1 and 16 concurrent clients (one blocking client per thread,
+  each with its own connection), over a fixed mix of queries;
+- warm restart (median of 3): stop the daemon (SIGTERM), spawn it again on the same
+  state, time until ping + ``workspace.open`` + ``index.sync`` + a first correct answer;
+- write-to-searchable p50/p95 over 50 edits: append a unique token to a note, then poll
+  ``memory.search`` (without ``sync``) every 5 ms until the note is returned, so the
+  watcher path is what is measured;
+- peak RSS of the daemon (``VmHWM`` from ``/proc/<pid>/status``);
+- the ReMe baseline through ``reme_baseline.run_reme`` (cold build, warm restart, search
+  job latency, write-to-searchable over fewer edits because its watcher polls every 5 s);
+- ratios (ReMe / recalld: above 1 means recalld is faster) and the issue's targets.
+
+The daemon runs as a child process with its own socket, config and data directory under
+a temporary directory; it is stopped (SIGTERM, then SIGKILL after a grace period) on every
+path out. ``run_index_bench`` returns the result dict; ``main`` writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import reme_baseline
+import synth
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT_DIR = REPO_ROOT / "bench-results" / "index"
+AGENT = "bench"
+# How the daemon is started; the socket and config options are appended.
+DAEMON_ARGV: tuple[str, ...] = (sys.executable, "-m", "recalld.daemon.main", "serve")
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    name: str
+    notes: int | None = None
+    target_chunks: int | None = None
+
+
+SIZES: dict[str, BenchSize] = {
+    "quick": BenchSize("quick-300-notes", notes=300),
+    "3k": BenchSize("3k-notes", notes=3000),
+    "100k": BenchSize("100k-chunks", target_chunks=110_000),
+}
+
+
+# ------------------------------------------------------------------------------ clients
+
+
+class RpcClient(Protocol):
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class RawClient:
+    """Minimal blocking JSON-RPC 2.0 over a Unix socket (one line per message).
+
+    Used only when ``recalld.ipc.client`` cannot be imported; notifications are skipped.
+    """
+
+    def __init__(self, path: Path, timeout_s: float = 60.0) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout_s)
+        self._sock.connect(str(path))
+        self._buf = b""
+        self._id = 0
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        self._id += 1
+        msg = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": params or {}}
+        self._sock.sendall(json.dumps(msg).encode() + b"\n")
+        while True:
+            while b"\n" not in self._buf:
+                data = self._sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("daemon closed the connection")
+                self._buf += data
+            line, self._buf = self._buf.split(b"\n", 1)
+            if not line.strip():
+                continue
+            reply = json.loads(line)
+            if reply.get("id") != self._id:
+                continue  # a notification
+            if "error" in reply:
+                raise RuntimeError(f"{method}: {reply['error']}")
+            return reply.get("result")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def connect(path: Path, timeout_s: float = 60.0) -> RpcClient:
+    try:
+        from recalld.ipc.client import Client
+    except ImportError:
+        return RawClient(path, timeout_s)
+    client: RpcClient = Client(path, timeout_s=timeout_s, connect_timeout_s=timeout_s)
+    return client
+
+
+# ------------------------------------------------------------------------------- daemon
+
+
+class Daemon:
+    """A ``recalld serve`` child with private socket, config and data directories."""
+
+    def __init__(self, state_dir: Path, log_path: Path) -> None:
+        self.state_dir = state_dir
+        # Unix socket paths are limited to ~108 bytes: keep the socket in a short tmp dir.
+        self._sock_dir = Path(tempfile.mkdtemp(prefix="rcb-"))
+        self.socket_path = self._sock_dir / "s.sock"
+        self.config_path = state_dir / "config.toml"
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(
+            f'[daemon]\ndata_dir = "{state_dir / "data"}"\n'
+            f'socket_path = "{self.socket_path}"\n', encoding="utf-8")
+
+    def start(self, timeout_s: float = 120.0) -> float:
+        """Spawn and wait until ``daemon.ping`` answers; returns the seconds it took."""
+        env = dict(os.environ)
+        env.update(RECALLD_DATA_DIR=str(self.state_dir / "data"),
+                   RECALLD_SOCKET=str(self.socket_path), XDG_RUNTIME_DIR=str(self._sock_dir),
+                   XDG_CONFIG_HOME=str(self.state_dir / "cfg"), OMP_NUM_THREADS="1",
+                   OPENBLAS_NUM_THREADS="1")
+        for key in ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            env.pop(key, None)
+        t0 = time.perf_counter()
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*DAEMON_ARGV, "--socket", str(self.socket_path), "--config",
+                 str(self.config_path), "--log-level", "WARNING"],
+                stdout=log, stderr=log, env=env, cwd=str(self.state_dir))
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}; see "
+                                   f"{self.log_path}:\n{self._log_tail()}")
+            try:
+                c = RawClient(self.socket_path, timeout_s=5.0)
+                try:
+                    c.call("daemon.ping")
+                finally:
+                    c.close()
+                return time.perf_counter() - t0
+            except (OSError, ConnectionError, RuntimeError):
+                if time.perf_counter() - t0 > timeout_s:
+                    raise TimeoutError(f"daemon not ready after {timeout_s} s") from None
+                time.sleep(0.005)
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def peak_rss_mb(self) -> float | None:
+        if self.proc is None:
+            return None
+        try:
+            with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+    def stop(self, grace_s: float = 15.0) -> float:
+        """SIGTERM and wait (SIGKILL after ``grace_s``); returns the seconds it took."""
+        t0 = time.perf_counter()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        return time.perf_counter() - t0
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self._sock_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def pct(xs: Sequence[float], p: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+def _results(reply: Any) -> list[dict[str, Any]]:
+    if isinstance(reply, dict):
+        res = reply.get("results", [])
+    else:  # typed client objects
+        res = reply
+    out = []
+    for r in res or []:
+        out.append(r if isinstance(r, dict) else asdict(r) if hasattr(r, "__dataclass_fields__")
+                   else {"path": getattr(r, "path", None)})
+    return out
+
+
+def search(c: RpcClient, query: str, k: int = 5) -> list[dict[str, Any]]:
+    return _results(c.call("memory.search", {"agent_id": AGENT, "query": query,
+                                             "max_results": k}))
+
+
+def _find_key(obj: Any, key: str) -> Any:
+    """First value of ``key`` anywhere in a nested JSON value."""
+    if isinstance(obj, dict):
+        if key in obj and isinstance(obj[key], int | float):
+            return obj[key]
+        for v in obj.values():
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for v in obj:
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def workspace_status(c: RpcClient) -> dict[str, Any]:
+    st = c.call("daemon.status")
+    for ws in st.get("workspaces", []) if isinstance(st, dict) else []:
+        if isinstance(ws, dict) and ws.get("agent_id") == AGENT:
+            return ws
+    return {}
+
+
+def open_and_sync(c: RpcClient, ws: Path, expect_files: int,
+                  timeout_s: float = 600.0) -> dict[str, Any]:
+    """``workspace.open`` + ``index.sync``; then wait until status counts every file."""
+    t0 = time.perf_counter()
+    c.call("workspace.open", {"agent_id": AGENT, "path": str(ws)})
+    t_open = time.perf_counter() - t0
+    c.call("index.sync", {"agent_id": AGENT})
+    t_sync = time.perf_counter() - t0
+    files = _find_key(workspace_status(c), "files")
+    while files is not None and files < expect_files and time.perf_counter() - t0 < timeout_s:
+        time.sleep(0.01)
+        files = _find_key(workspace_status(c), "files")
+    status = workspace_status(c)
+    return {"open_s": t_open, "sync_s": t_sync, "done_s": time.perf_counter() - t0,
+            "files": _find_key(status, "files"), "chunks": _find_key(status, "chunks")}
+
+
+def needle_hits(c: RpcClient, needles: Sequence[tuple[str, str]], k: int = 5) -> float:
+    hits = sum(any(r.get("path") == path for r in search(c, q, k)) for q, path in needles)
+    return hits / max(1, len(needles))
+
+
+def query_latency(sock: Path, queries: Sequence[str], samples: int,
+                  clients: int) -> dict[str, Any]:
+    """p50/p99 of ``memory.search`` with ``clients`` threads, one connection each."""
+    lat: list[float] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+    per = max(1, samples // clients)
+    barrier = threading.Barrier(clients)
+
+    def worker(i: int) -> None:
+        c = connect(sock)
+        mine: list[float] = []
+        try:
+            # Connect and warm up outside the timing; a burst of connects may meet a full
+            # listen backlog (EAGAIN), so retry briefly.
+            for attempt in range(200):
+                try:
+                    search(c, queries[i % len(queries)])
+                    break
+                except Exception as exc:
+                    retryable = isinstance(exc, OSError) or type(exc).__name__ == (
+                        "DaemonNotRunning")
+                    if not retryable or attempt == 199:
+                        raise
+                    time.sleep(0.01)
+            barrier.wait()
+            for j in range(per):
+                q = queries[(i * 7 + j) % len(queries)]
+                t0 = time.perf_counter()
+                search(c, q)
+                mine.append((time.perf_counter() - t0) * 1e3)
+        except Exception as exc:
+            errors.append(repr(exc))
+            barrier.abort()
+        finally:
+            c.close()
+            with lock:
+                lat.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"query clients failed: {errors[:3]}")
+    return {"clients": clients, "samples": len(lat), "p50_ms": pct(lat, 50),
+            "p99_ms": pct(lat, 99), "qps": len(lat) / wall if wall else None}
+
+
+def write_to_searchable(c: RpcClient, ws: Path, edits: int, seed: int,
+                        poll_s: float = 0.005, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Append tokens; poll ``memory.search`` (no sync) until the edited note comes back."""
+    stream = synth.EditStream(ws, seed=seed + 1000)
+    rng = random.Random(seed)
+    lat: list[float] = []
+    missed = 0
+    for _ in range(edits):
+        e = stream.next()
+        t0 = time.perf_counter()
+        found = False
+        while time.perf_counter() - t0 < timeout_s:
+            if any(r.get("path") == e.path for r in search(c, e.token)):
+                found = True
+                break
+            time.sleep(poll_s)
+        if found:
+            lat.append(time.perf_counter() - t0)
+        else:
+            missed += 1
+        time.sleep(rng.uniform(0.0, 0.05))
+    return {"edits": edits, "missed": missed, "p50_s": pct(lat, 50), "p95_s": pct(lat, 95),
+            "max_s": max(lat, default=None), "poll_s": poll_s}
+
+
+@contextlib.contextmanager
+def _phase(out: dict[str, Any], name: str) -> Iterator[None]:
+    """Record a failing phase in the result instead of losing the whole run."""
+    try:
+        yield
+    except Exception as exc:
+        out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"[:2000]
+
+
+# -------------------------------------------------------------------------------- bench
+
+
+def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
+                  queries: Sequence[str], needles: Sequence[tuple[str, str]],
+                  edits: int, query_samples: int, concurrency: Sequence[int],
+                  warm_runs: int, seed: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    shutil.rmtree(state_dir, ignore_errors=True)
+    d = Daemon(state_dir, state_dir.parent / f"{state_dir.name}.log")
+    try:
+        with _phase(out, "cold_build"):
+            t0 = time.perf_counter()
+            out["ready_s"] = d.start()
+            c = connect(d.socket_path)
+            info = open_and_sync(c, ws, expect_files)
+            out["cold_build_s"] = time.perf_counter() - t0
+            out["cold"] = info
+            out["needle_hit_at_5"] = needle_hits(c, needles)
+            c.close()
+        with _phase(out, "query_latency"):
+            out["query"] = [query_latency(d.socket_path, queries, query_samples, n)
+                            for n in concurrency]
+        out["peak_rss_mb_cold"] = d.peak_rss_mb()
+        with _phase(out, "warm_restart"):
+            runs = []
+            for _ in range(warm_runs):
+                out["stop_s"] = d.stop()
+                t0 = time.perf_counter()
+                ready = d.start()
+                c = connect(d.socket_path)
+                open_and_sync(c, ws, expect_files)
+                q, path = needles[0]
+                if not any(r.get("path") == path for r in search(c, q)):
+                    raise RuntimeError(f"after restart, {q!r} does not find {path}")
+                runs.append({"total_s": time.perf_counter() - t0, "ready_s": ready})
+                c.close()
+            out["warm_restart_runs"] = runs
+            out["warm_restart_s"] = sorted(r["total_s"] for r in runs)[len(runs) // 2]
+        with _phase(out, "write_to_searchable"):
+            c = connect(d.socket_path)
+            out["write_to_searchable"] = write_to_searchable(c, ws, edits, seed)
+            c.close()
+        rss = [x for x in (out.get("peak_rss_mb_cold"), d.peak_rss_mb()) if x is not None]
+        out["peak_rss_mb"] = max(rss, default=None)
+    finally:
+        d.cleanup()
+    return out
+
+
+def _get(d: dict[str, Any], *keys: str | int) -> Any:
+    cur: Any = d
+    for k in keys:
+        try:
+            cur = cur[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return cur
+
+
+def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str) -> dict[str, Any]:
+    """Ratios (ReMe / recalld: > 1 means recalld is faster) and the issue's targets."""
+    pairs: dict[str, tuple[Any, Any]] = {
+        "cold_build": (_get(reme, "cold_build_s"), _get(recalld, "cold_build_s")),
+        "warm_restart": (_get(reme, "warm_restart_s"), _get(recalld, "warm_restart_s")),
+        "query_p50": (_get(reme, "search", "p50_ms"), _get(recalld, "query", 0, "p50_ms")),
+        "query_p99": (_get(reme, "search", "p99_ms"), _get(recalld, "query", 0, "p99_ms")),
+        "query_p50_concurrent": (_get(reme, "search", "concurrent_p50_ms"),
+                                 _get(recalld, "query", -1, "p50_ms")),
+        "write_to_searchable_p50": (_get(reme, "write_to_searchable", "p50_s"),
+                                    _get(recalld, "write_to_searchable", "p50_s")),
+        "write_to_searchable_p95": (_get(reme, "write_to_searchable", "p95_s"),
+                                    _get(recalld, "write_to_searchable", "p95_s")),
+        "peak_rss": (_get(reme, "peak_rss_mb"), _get(recalld, "peak_rss_mb")),
+    }
+    ratios = {k: (a / b if isinstance(a, int | float) and isinstance(b, int | float) and b
+                  else None) for k, (a, b) in pairs.items()}
+
+    def check(value: Any, ok: Callable[[float], bool], target: str) -> dict[str, Any]:
+        return {"value": value, "target": target,
+                "pass": bool(ok(value)) if isinstance(value, int | float) else None}
+
+    targets = {
+        "write_to_searchable_p95_s": check(_get(recalld, "write_to_searchable", "p95_s"),
+                                           lambda v: v < 0.25, "< 0.25 s"),
+        "cold_build_speedup": check(ratios["cold_build"], lambda v: v >= 5.0,
+                                    ">= 5x ReMe"),
+    }
+    if size.startswith("3k") or size.startswith("quick"):
+        targets["query_p50_vs_reme"] = check(ratios["query_p50"], lambda v: v >= 1.0,
+                                             "no slower than ReMe (ratio >= 1)")
+    if "chunks" in size:
+        targets["query_p50_ms"] = check(_get(recalld, "query", 0, "p50_ms"),
+                                        lambda v: v < 5.0, "< 5 ms")
+        targets["warm_restart_s"] = check(_get(recalld, "warm_restart_s"),
+                                          lambda v: v < 1.0, "< 1 s")
+    return {"ratios_reme_over_recalld": ratios, "targets": targets}
+
+
+def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: int = 0,
+                    out_dir: Path = DEFAULT_OUT_DIR, edits: int = 50, reme: bool = True,
+                    reme_edits: int = reme_baseline.DEFAULT_EDITS, query_samples: int = 400,
+                    concurrency: Sequence[int] = (1, 16), warm_runs: int = 3,
+                    keep_workspaces: bool = False) -> dict[str, Any]:
+    """Run the index bench for each size; returns the JSON-ready result dict."""
+    t_all = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "bench": "index", "seed": seed,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "sizes": {},
+    }
+    queries = reme_baseline.default_queries(seed)
+    for s in sizes:
+        size = SIZES[s] if isinstance(s, str) else s
+        entry: dict[str, Any] = {}
+        result["sizes"][size.name] = entry
+        ws_r = out_dir / f"ws-{size.name}-recalld"
+        ws_m = out_dir / f"ws-{size.name}-reme"
+        for ws in (ws_r, ws_m):
+            shutil.rmtree(ws, ignore_errors=True)
+        gen = synth.generate(ws_r, notes=size.notes, target_chunks=size.target_chunks,
+                             seed=seed)
+        entry["workspace"] = {"notes": gen.notes, "digests": gen.digests,
+                              "approx_chunks": gen.blocks, "bytes": gen.bytes,
+                              "generate_s": gen.seconds}
+        needles = list(gen.needles)
+        entry["recalld"] = bench_recalld(
+            ws_r, out_dir / f"state-{size.name}", expect_files=gen.files, queries=queries,
+            needles=needles, edits=edits, query_samples=query_samples,
+            concurrency=concurrency, warm_runs=warm_runs, seed=seed)
+        if reme:
+            synth.generate(ws_m, notes=size.notes, target_chunks=size.target_chunks, seed=seed)
+            rm: dict[str, Any] = {}
+            with _phase(rm, "reme"):
+                rm = reme_baseline.run_reme(
+                    ws_m, queries=queries, result_queries=[q for q, _ in needles],
+                    edits=reme_edits, warm_runs=warm_runs, concurrency=max(concurrency))
+                res = rm.pop("results")
+                rm["needle_hit_at_5"] = sum(
+                    any(r["path"] == p for r in hits[:5])
+                    for (_, p), hits in zip(needles, res, strict=True)) / max(1, len(needles))
+            entry["reme"] = rm
+            entry.update(compare(entry["recalld"], rm, size.name))
+        if not keep_workspaces:
+            for ws in (ws_r, ws_m):
+                shutil.rmtree(ws, ignore_errors=True)
+    result["total_s"] = time.perf_counter() - t_all
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="recalld index bench vs ReMe 0.4.2")
+    ap.add_argument("--quick", action="store_true", help="one small size (300 notes)")
+    ap.add_argument("--sizes", default="3k,100k", help=f"comma list of {sorted(SIZES)}")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--edits", type=int, default=50)
+    ap.add_argument("--reme-edits", type=int, default=reme_baseline.DEFAULT_EDITS)
+    ap.add_argument("--no-reme", action="store_true")
+    ap.add_argument("--keep-workspaces", action="store_true")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "index.json")
+    a = ap.parse_args(argv)
+    sizes = ["quick"] if a.quick else [s.strip() for s in a.sizes.split(",") if s.strip()]
+    res = run_index_bench(sizes, seed=a.seed, edits=a.edits, reme=not a.no_reme,
+                          reme_edits=a.reme_edits, keep_workspaces=a.keep_workspaces)
+    text = json.dumps(res, indent=2, ensure_ascii=False)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    failed = any("errors" in e.get("recalld", {}) or "errors" in e.get("reme", {})
+                 for e in res["sizes"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
