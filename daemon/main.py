@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         taken = _find(exc, AlreadyServing)
         if taken is not None:
-            print(f"recalld: {taken}", file=sys.stderr)
+            print(str(taken), file=sys.stderr)
             return EXIT_ALREADY_RUNNING
         setup = _find(exc, SocketSetupError)
         if setup is not None:

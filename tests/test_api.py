@@ -1,0 +1,285 @@
+"""The method registry, params checks, workspace registry and the issue-2 methods."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+
+from recalld.daemon.api import CORE, CallContext, DaemonState, Methods, Params, build_methods
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.events import DROPPED_TOPIC, EventBus, check_topic_pattern
+from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+from recalld.ipc import errors
+from recalld.ipc.protocol import Request
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory, DaemonHandle
+
+
+# --------------------------------------------------------------------------- Params
+
+
+def test_params_checks_types_and_unknown_fields() -> None:
+    p = Params({"agent_id": "a", "n": 3, "flag": True, "topics": ["x"], "extra": 1})
+    assert p.agent_id() == "a"
+    assert p.integer("n", minimum=1) == 3
+    assert p.boolean("flag") is True
+    assert p.strings("topics") == ["x"]
+    assert p.text("missing", None) is None
+    with pytest.raises(errors.InvalidParams, match=r"unknown param.*extra"):
+        p.done()
+    with pytest.raises(errors.InvalidParams, match="'n' must be a string"):
+        Params({"n": 3}).text("n")
+    with pytest.raises(errors.InvalidParams, match="'b' must be an integer"):
+        Params({"b": True}).integer("b")  # a bool is not an int on the wire
+    with pytest.raises(errors.InvalidParams, match="at least 1"):
+        Params({"n": 0}).integer("n", minimum=1)
+    with pytest.raises(errors.InvalidParams, match="missing required param 'q'"):
+        Params({}).text("q")
+    for bad in ("", ".", "..", "a/b", "x" * 65, "sp ace"):
+        with pytest.raises(errors.InvalidParams, match="agent_id"):
+            Params({"agent_id": bad}).agent_id()
+
+
+# -------------------------------------------------------------------------- Methods
+
+
+def _state(tmp_path: Path, methods: Methods) -> DaemonState:
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
+                       config_path=tmp_path / "c.toml")
+    bus = EventBus()
+    return DaemonState(config=cfg, registry=WorkspaceRegistry(lambda: cfg, bus), events=bus,
+                       methods=methods)
+
+
+class NoPeer:
+    connection_id = 1
+    peer_pid = None
+
+    def subscribe(self, bus: EventBus, patterns: list[str]) -> list[str]:
+        raise AssertionError("not used")
+
+
+async def test_methods_registry_extends_without_editing_api(tmp_path: Path) -> None:
+    extra = Methods()
+
+    @extra.add("demo.echo", positional=["text"])
+    async def echo(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        text = p.text("text")
+        p.done()
+        return {"echo": text, "method": ctx.request.method}
+
+    methods = build_methods([extra])
+    assert "demo.echo" in methods and "daemon.ping" in methods
+    state = _state(tmp_path, methods)
+
+    async def call(method: str, params: Any) -> Any:
+        ctx = CallContext(state, NoPeer(), Request(method=method, params=params, id=1))
+        return await methods.dispatch(ctx)
+
+    assert await call("demo.echo", {"text": "hi"}) == {"echo": "hi", "method": "demo.echo"}
+    assert (await call("demo.echo", ["by position"]))["echo"] == "by position"
+    with pytest.raises(errors.InvalidParams, match="at most 1"):
+        await call("demo.echo", ["a", "b"])
+    with pytest.raises(errors.InvalidParams, match="named params"):
+        await call("daemon.ping", [])
+    with pytest.raises(errors.MethodNotFound):
+        await call("demo.nope", {})
+    with pytest.raises(ValueError, match="already registered"):
+        methods.include(CORE)
+
+
+# ------------------------------------------------------------- workspace services
+
+
+async def test_workspace_services_start_report_and_stop(tmp_path: Path) -> None:
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
+                       config_path=tmp_path / "c.toml")
+    bus = EventBus()
+    registry = WorkspaceRegistry(lambda: cfg, bus)
+    events: list[str] = []
+
+    async def indexer(ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
+        ws.attach("index", {"docs": 0})
+        ws.add_status("index", lambda: {"docs": ws.get("index")["docs"]})
+        events.append(f"start {ws.agent_id}")
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            events.append(f"stop {ws.agent_id}")
+
+    registry.add_service("index", indexer)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.add_service("index", indexer)
+    sub = bus.subscribe(["workspace.*"])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registry.run)
+        ws = await registry.open("alpha")
+        assert ws.state == "ready"
+        assert ws.root == (tmp_path / "data" / "workspaces" / "alpha").resolve()
+        assert all(d.is_dir() for d in ws.directories())
+        assert ws.describe()["index"] == {"docs": 0}
+        assert await registry.open("alpha") is ws  # idempotent
+        with pytest.raises(errors.InvalidParams, match="already open at"):
+            await registry.open("alpha", tmp_path / "other")
+        with pytest.raises(errors.InvalidParams, match="already open for agent 'alpha'"):
+            await registry.open("beta", ws.root)
+        await registry.close("alpha")
+        assert ws.state == "closed"
+        with pytest.raises(errors.UnknownWorkspace):
+            registry.get("alpha")
+        with pytest.raises(errors.UnknownWorkspace):
+            await registry.close("alpha")
+        await registry.open("gamma")
+        nursery.cancel_scope.cancel()
+    assert events == ["start alpha", "stop alpha", "start gamma", "stop gamma"]
+    topics = [sub.receive.receive_nowait().topic for _ in range(3)]
+    assert topics == ["workspace.opened", "workspace.closed", "workspace.opened"]
+
+
+async def test_failing_services_mark_the_workspace_failed(tmp_path: Path) -> None:
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
+                       config_path=tmp_path / "c.toml")
+    registry = WorkspaceRegistry(lambda: cfg, EventBus())
+    crash_now = trio.Event()
+
+    async def fragile(ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
+        if ws.agent_id == "bad":
+            raise RuntimeError("cannot load index")
+        task_status.started()
+        await crash_now.wait()
+        raise RuntimeError("lost the disk")
+
+    registry.add_service("fragile", fragile)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(registry.run)
+        with pytest.raises(errors.RecalldError, match=r"failed to open.*cannot load index"):
+            await registry.open("bad")
+        assert [w.state for w in registry.list()] == ["failed"]
+        good = await registry.open("good")
+        crash_now.set()
+        await good.wait_closed()
+        assert good.state == "failed" and "lost the disk" in (good.error or "")
+        assert registry.list()[1].describe()["error"].startswith("RuntimeError")
+        # The registry still works after both failures.
+        crash_now = trio.Event()
+        again = await registry.open("good")
+        assert again.state == "ready" and again is not good
+        nursery.cancel_scope.cancel()
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_event_bus_drops_a_slow_subscriber_without_blocking() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(["job.*"], max_queued=2)
+    fast = bus.subscribe(["*"], max_queued=100)
+    other = bus.subscribe(["inbox.new"])
+    for i in range(5):
+        bus.publish("job.progress", {"i": i})  # never blocks, never raises
+    assert slow.dropped and slow.closed
+    assert [slow.receive.receive_nowait().payload["i"] for _ in range(2)] == [0, 1]
+    with pytest.raises(trio.EndOfChannel):
+        slow.receive.receive_nowait()
+    assert fast.delivered == 5 and other.delivered == 0
+    stats = bus.statistics()
+    assert stats.subscriptions == 2 and stats.dropped_subscriptions_total == 1
+    assert stats.published_total == 5
+    for bad in ("", "a..b", "*a", "a.*.b", "a b"):
+        with pytest.raises(ValueError):
+            check_topic_pattern(bad)
+    assert DROPPED_TOPIC == "events.dropped"
+
+
+def test_events_reach_subscribers_over_the_socket(daemon: DaemonHandle, tmp_path: Path) -> None:
+    with daemon.connect() as listener:
+        got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"]})
+        assert got == {"subscribed": ["job.done", "workspace.*"]}
+        daemon.call("workspace.open", {"agent_id": "evt", "path": str(tmp_path / "evt")})
+        event = listener.recv()
+        assert event == {"jsonrpc": "2.0", "method": "event", "params": {
+            "topic": "workspace.opened", "agent_id": "evt", "path": str(tmp_path / "evt")}}
+        with pytest.raises(errors.InvalidParams):
+            listener.call("events.subscribe", {"topics": ["bad topic"]})
+
+
+# -------------------------------------------------------------- methods over the wire
+
+
+def test_workspace_methods(daemon: DaemonHandle, tmp_path: Path) -> None:
+    target = tmp_path / "qwenpaw"
+    info = daemon.call("workspace.open", {"agent_id": "qp", "path": str(target),
+                                          "config": {"daily_dir": "daily"}})
+    assert info["agent_id"] == "qp" and info["state"] == "ready"
+    assert info["path"] == str(target.resolve())
+    assert info["settings"]["daily_dir"] == "daily"
+    for sub in ("daily", "digest", "mem_session", "resource", "mem_metadata"):
+        assert (target / sub).is_dir()
+    again = daemon.call("workspace.open", {"agent_id": "qp", "path": str(target)})
+    assert again["opened_at"] == info["opened_at"]
+    with pytest.raises(errors.InvalidParams, match="already open"):
+        daemon.call("workspace.open", {"agent_id": "qp", "path": str(tmp_path / "x")})
+    with pytest.raises(errors.InvalidParams, match="unknown field"):
+        daemon.call("workspace.open", {"agent_id": "y", "config": {"no_such": 1}})
+    with pytest.raises(errors.InvalidParams, match="absolute"):
+        daemon.call("workspace.open", {"agent_id": "y", "path": "relative/dir"})
+    with pytest.raises(errors.InvalidParams, match="agent_id"):
+        daemon.call("workspace.open", {"agent_id": "../evil"})
+    names = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]]
+    assert names == ["default", "qp"]
+    assert daemon.call("workspace.close", {"agent_id": "qp"}) == {"agent_id": "qp",
+                                                                  "closed": True}
+    assert target.is_dir()  # closing keeps the files
+    with pytest.raises(errors.UnknownWorkspace):
+        daemon.call("workspace.close", {"agent_id": "qp"})
+    status = daemon.call("daemon.status")
+    assert [w["agent_id"] for w in status["workspaces"]] == ["default"]
+    assert status["pid"] == daemon.pid and status["version"]
+    assert status["uptime_s"] >= 0 and status["socket"] == str(daemon.socket_path)
+    assert status["data_dir"] == str(daemon.data_dir)
+    assert {"server", "events"} <= set(status["queues"])
+
+
+def test_memory_read_is_confined(daemon: DaemonHandle, tmp_path: Path) -> None:
+    root = Path(daemon.call("workspace.list")["workspaces"][0]["path"])
+    (root / "memory" / "2026-07-23").mkdir(parents=True)
+    (root / "memory" / "2026-07-23" / "commute.md").write_text("a\nb\nc\nd\n")
+    (tmp_path / "secret.md").write_text("SECRET\n")
+    (root / "memory" / "escape.md").symlink_to(tmp_path / "secret.md")
+    got = daemon.call("memory.read", {"agent_id": "default",
+                                      "path": "memory/2026-07-23/commute.md",
+                                      "start_line": 2, "end_line": 3})
+    assert got == {"agent_id": "default", "path": "memory/2026-07-23/commute.md",
+                   "start_line": 2, "end_line": 3, "total_lines": 4, "text": "b\nc\n",
+                   "truncated": False}
+    before = sorted(os.listdir(tmp_path))
+    for bad in ("../secret.md", str(tmp_path / "secret.md"), "memory/escape.md",
+                "memory/\x00x", "memory/../../secret.md"):
+        with pytest.raises(errors.PathOutsideWorkspace) as caught:
+            daemon.call("memory.read", {"agent_id": "default", "path": bad})
+        assert caught.value.code == errors.PATH_OUTSIDE_WORKSPACE
+        assert "SECRET" not in caught.value.message
+    assert sorted(os.listdir(tmp_path)) == before
+    with pytest.raises(errors.NotFound):
+        daemon.call("memory.read", {"agent_id": "default", "path": "memory/none.md"})
+    with pytest.raises(errors.UnknownWorkspace):
+        daemon.call("memory.read", {"agent_id": "ghost", "path": "memory/x.md"})
+    with pytest.raises(errors.InvalidParams, match="end_line"):
+        daemon.call("memory.read", {"agent_id": "default", "path": "a.md",
+                                    "start_line": 3, "end_line": 2})
+
+
+def test_configured_workspaces_open_at_start(daemon_factory: DaemonFactory,
+                                             tmp_path: Path) -> None:
+    d = daemon_factory(f'[workspaces.writer]\npath = "{tmp_path / "w"}"\ndaily_dir = "days"\n')
+    listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+    assert set(listed) == {"default", "writer"}
+    assert listed["writer"]["settings"]["daily_dir"] == "days"
+    assert (tmp_path / "w" / "days").is_dir()

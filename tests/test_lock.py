@@ -1,0 +1,71 @@
+"""One writer per data directory (RELIABILITY 8)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from recalld.daemon.lock import AlreadyServing, FileLock, data_dir_lock, read_owner_pid
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory
+
+
+def test_second_lock_is_refused_with_the_owner_pid(tmp_path: Path) -> None:
+    first = data_dir_lock(tmp_path, tmp_path / "data")
+    first.acquire()
+    try:
+        assert read_owner_pid(tmp_path / "daemon.lock") == os.getpid()
+        pattern = rf"already running for .*data \(pid {os.getpid()}\)"
+        with pytest.raises(AlreadyServing, match=pattern):
+            data_dir_lock(tmp_path, tmp_path / "data").acquire()
+    finally:
+        first.release()
+    assert not first.held
+    with FileLock(tmp_path / "daemon.lock", "x") as again:
+        assert again.held
+
+
+def test_lock_dies_with_its_process(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path;"
+         "from recalld.daemon.lock import FileLock;"
+         "l = FileLock(Path(sys.argv[1]), 'x'); l.acquire(); print('held', flush=True);"
+         "time.sleep(60)", str(tmp_path / "lock")],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == b"held"
+        with pytest.raises(AlreadyServing, match=f"pid {holder.pid}"):
+            FileLock(tmp_path / "lock", "x").acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    lock = FileLock(tmp_path / "lock", "x")
+    lock.acquire()  # a SIGKILLed owner leaves no stale lock
+    lock.release()
+
+
+def test_second_daemon_on_the_same_data_exits_3_at_once(daemon_factory: DaemonFactory) -> None:
+    first = daemon_factory()
+    started = time.monotonic()
+    second = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir), wait=False)
+    assert second.proc.wait(timeout=20) == 3
+    assert time.monotonic() - started < 15
+    message = second.log().strip().splitlines()
+    assert message == [f"recalld is already running for {first.data_dir} (pid {first.pid})"]
+    # The first one is unaffected.
+    assert first.call("daemon.ping")["pong"] is True
+    assert first.call("daemon.status")["pid"] == first.pid
+    assert first.stop() == 0

@@ -1,0 +1,219 @@
+"""systemd integration (RELIABILITY 23, 14): sd_notify, watchdog, socket activation, env."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from recalld.daemon.systemd import Notifier, adopt_listener, run_watchdog, take_environment
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rds-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class FakeSystemd:
+    """A NOTIFY_SOCKET datagram socket that records every message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.messages: list[dict[str, str]] = []
+
+    def receive(self, timeout: float = 20.0) -> dict[str, str]:
+        self.sock.settimeout(timeout)
+        data = self.sock.recv(4096).decode()
+        msg = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
+        self.messages.append(msg)
+        return msg
+
+    def wait_for(self, key: str, timeout: float = 20.0) -> dict[str, str]:
+        end = time.monotonic() + timeout
+        while True:
+            msg = self.receive(max(0.01, end - time.monotonic()))
+            if key in msg:
+                return msg
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_ready_watchdog_and_stopping(daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory(wait=False, NOTIFY_SOCKET=str(fake.path), WATCHDOG_USEC="200000")
+        ready = fake.wait_for("READY")
+        assert ready["READY"] == "1"
+        assert "serving 1 workspace" in ready["STATUS"]
+        # READY=1 means the socket already listens: no retry needed.
+        assert d.call("daemon.ping")["pong"] is True
+        status = d.call("daemon.status")
+        assert [w["state"] for w in status["workspaces"]] == ["ready"]
+        # The watchdog is petted every WATCHDOG_USEC / 2 while the loop runs.
+        pets = sum(1 for _ in range(3) if "WATCHDOG" in fake.wait_for("WATCHDOG", 5))
+        assert pets == 3
+        d.signal(signal.SIGTERM)
+        stopping = fake.wait_for("STOPPING")
+        assert stopping["STOPPING"] == "1"
+        assert d.proc.wait(timeout=15) == 0
+        assert not d.socket_path.exists()
+    finally:
+        fake.close()
+
+
+def test_no_watchdog_without_watchdog_usec(daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory(wait=False, NOTIFY_SOCKET=str(fake.path))
+        fake.wait_for("READY")
+        d.signal(signal.SIGTERM)
+        fake.wait_for("STOPPING")
+        assert d.proc.wait(timeout=15) == 0
+        assert not any("WATCHDOG" in m for m in fake.messages)
+    finally:
+        fake.close()
+
+
+def test_sighup_reload_reports_and_survives_bad_file(
+    daemon_factory: DaemonFactory, short_dir: Path, tmp_path: Path
+) -> None:
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory("", wait=False, NOTIFY_SOCKET=str(fake.path))
+        fake.wait_for("READY")
+        extra = tmp_path / "elsewhere" / "beta"
+        d.config_path.write_text(f'[workspaces.beta]\npath = "{extra}"\n'
+                                 '[daemon]\nlog_level = "DEBUG"\n')
+        d.signal(signal.SIGHUP)
+        reloaded = fake.wait_for("STATUS")
+        while "reloaded" not in reloaded["STATUS"]:
+            reloaded = fake.wait_for("STATUS")
+        listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+        assert listed["beta"]["path"] == str(extra.resolve())
+        assert (extra / "memory").is_dir()
+
+        d.config_path.write_text("[daemon\nbroken")
+        d.signal(signal.SIGHUP)
+        failed = fake.wait_for("STATUS")
+        while "reload failed" not in failed["STATUS"]:
+            failed = fake.wait_for("STATUS")
+        assert d.call("daemon.ping")["pong"] is True
+        assert "reload failed" in d.log()
+        assert d.stop() == 0
+    finally:
+        fake.close()
+
+
+def test_socket_activation_adopts_fd_3(daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    path = short_dir / "activated.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    fd = listener.fileno()
+    # The wrapper plays systemd: fd 3 is the socket and LISTEN_PID is the exec'd pid.
+    launcher = (
+        sys.executable, "-c",
+        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
+        "os.environ['LISTEN_FDS'] = '1';"
+        "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+    )
+    try:
+        d = daemon_factory(launcher=launcher, pass_fds=(fd,), RECALLD_SOCKET=str(path))
+        assert d.call("daemon.ping")["pong"] is True
+        assert d.call("daemon.status")["socket"] == str(path)
+        assert d.stop() == 0
+        # systemd owns the socket: the daemon leaves it in place, still listening.
+        assert path.exists()
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))
+        probe.close()
+    finally:
+        listener.close()
+
+
+def test_take_environment_reads_and_clears() -> None:
+    env = {
+        "NOTIFY_SOCKET": "/run/user/1/systemd/notify", "WATCHDOG_USEC": "30000000",
+        "WATCHDOG_PID": str(os.getpid()), "LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "0",
+        "LISTEN_FDNAMES": "recalld.socket", "KEEP": "1",
+    }
+    got = take_environment(env)
+    assert got.notify_socket == "/run/user/1/systemd/notify"
+    assert got.watchdog_interval_s == 30.0
+    assert got.listen_fds == ()
+    assert env == {"KEEP": "1"}  # nothing left for a child to inherit
+
+
+def test_take_environment_ignores_variables_meant_for_another_pid() -> None:
+    other = str(os.getpid() + 1)
+    env = {"WATCHDOG_USEC": "1000", "WATCHDOG_PID": other, "LISTEN_PID": other,
+           "LISTEN_FDS": "1"}
+    got = take_environment(env)
+    assert got.watchdog_interval_s is None
+    assert got.listen_fds == ()
+    assert env == {}
+
+
+def test_notifier_without_socket_is_a_no_op() -> None:
+    n = Notifier(None)
+    assert not n.enabled
+    assert n.ready("x") is False
+
+
+def test_notifier_abstract_socket() -> None:
+    name = f"recalld-test-{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    sock.settimeout(5)
+    try:
+        n = Notifier("@" + name)
+        assert n.status("line one\nline two")
+        assert sock.recv(100) == b"STATUS=line one line two"
+        n.close()
+    finally:
+        sock.close()
+
+
+def test_adopt_listener_refuses_a_non_listening_socket() -> None:
+    a, b = socket.socketpair()
+    try:
+        with pytest.raises(ValueError, match="not listening"):
+            adopt_listener((a.fileno(),))
+        assert adopt_listener(()) is None
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_watchdog_pets_at_half_the_interval(autojump_clock: trio.testing.MockClock) -> None:
+    sent: list[float] = []
+
+    class Recorder(Notifier):
+        def watchdog(self) -> bool:
+            sent.append(trio.current_time())
+            return True
+
+    start = trio.current_time()
+    with trio.move_on_after(10.0):
+        await run_watchdog(Recorder(None), 4.0)
+    assert [round(t - start, 6) for t in sent] == [0.0, 2.0, 4.0, 6.0, 8.0]
