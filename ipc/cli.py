@@ -13,6 +13,7 @@ import importlib
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
@@ -217,7 +218,9 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
                 raise errors.InvalidParams(f"--config-json is not valid JSON: {exc}") from None
             if not isinstance(config, dict):
                 raise errors.InvalidParams("--config-json must be a JSON object")
-        info = client.workspace_open(ns.agent, path=ns.path, config=config)
+        # The daemon wants an absolute path; a relative one means "from here".
+        path = str(Path(ns.path).expanduser().absolute()) if ns.path else None
+        info = client.workspace_open(ns.agent, path=path, config=config)
         if as_json:
             print_json(out, info)
         else:
