@@ -1,0 +1,134 @@
+"""systemd unit files (RELIABILITY 24) and install-service."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recalld.daemon import install
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Options that need a mount namespace or privileges a user manager does not have.
+NOT_FOR_USER_UNITS = {
+    "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "PrivateNetwork",
+    "PrivateUsers", "ProtectKernelTunables", "ProtectKernelModules", "ProtectControlGroups",
+    "ReadOnlyPaths", "ReadWritePaths", "InaccessiblePaths", "User", "Group",
+    "CapabilityBoundingSet", "AmbientCapabilities", "DynamicUser", "ProtectClock",
+}
+KNOWN = {
+    "Unit": {"Description", "Requires", "After"},
+    "Service": {
+        "Type", "NotifyAccess", "ExecStart", "ExecReload", "Restart", "RestartSec",
+        "RestartPreventExitStatus", "WatchdogSec", "TimeoutStartSec", "TimeoutStopSec",
+        "UMask", "NoNewPrivileges", "LockPersonality", "RestrictRealtime", "RestrictSUIDSGID",
+        "SystemCallArchitectures",
+    },
+    "Socket": {"ListenStream", "SocketMode", "DirectoryMode"},
+    "Install": {"WantedBy"},
+}
+
+
+def parse_unit(text: str) -> dict[str, dict[str, str]]:
+    """A strict reader of the unit syntax we use: sections, key=value, comments."""
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            name = line[1:-1]
+            assert name not in sections, f"line {number}: duplicate section {name}"
+            current = sections.setdefault(name, {})
+            continue
+        assert current is not None, f"line {number}: key outside a section"
+        key, sep, value = line.partition("=")
+        assert sep and key.strip() == key and key, f"line {number}: not key=value: {raw!r}"
+        assert key not in current, f"line {number}: duplicate key {key}"
+        current[key] = value
+    return sections
+
+
+def test_repository_units_are_the_rendered_templates() -> None:
+    for name, text in install.render_units(install.PLACEHOLDER_EXEC).items():
+        assert (ROOT / "systemd" / name).read_text(encoding="utf-8") == text, name
+
+
+def test_units_are_well_formed_and_user_safe() -> None:
+    units = install.render_units("/opt/recalld/bin/recalld")
+    service = parse_unit(units["recalld.service"])
+    socket_ = parse_unit(units["recalld.socket"])
+    for unit in (service, socket_):
+        for section, keys in unit.items():
+            assert section in KNOWN, section
+            assert set(keys) <= KNOWN[section], set(keys) - KNOWN[section]
+            assert not set(keys) & NOT_FOR_USER_UNITS
+    s = service["Service"]
+    assert s["Type"] == "notify" and s["NotifyAccess"] == "main"
+    assert s["ExecStart"] == "/opt/recalld/bin/recalld serve"
+    assert s["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert s["Restart"] == "on-failure" and int(s["WatchdogSec"]) == 30
+    assert int(s["TimeoutStopSec"]) > 5  # above the default graceful_timeout_s
+    assert set(s["RestartPreventExitStatus"].split()) == {"2", "3"}
+    assert s["UMask"] == "0077" and s["NoNewPrivileges"] == "yes"
+    sock = socket_["Socket"]
+    assert sock["ListenStream"] == "%t/recalld/recalld.sock"
+    assert (sock["SocketMode"], sock["DirectoryMode"]) == ("0600", "0700")
+
+
+def test_exec_start_quotes_paths_with_spaces() -> None:
+    units = install.render_units(install._quote("/home/a b/venv/bin/recalld"))
+    service = parse_unit(units["recalld.service"])
+    assert service["Service"]["ExecStart"] == '"/home/a b/venv/bin/recalld" serve'
+
+
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed; the unit syntax is still checked above")
+    exe = tmp_path / "bin" / "recalld"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    for name, text in install.render_units(str(exe)).items():
+        (unit_dir / name).write_text(text)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    proc = subprocess.run(
+        [analyze, "--user", "verify", "recalld.service", "recalld.socket"],
+        cwd=unit_dir, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(tmp_path)},
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    # verify only warns about unknown or misplaced keys; treat any remark as a failure.
+    assert "recalld" not in output and "Unknown" not in output, output
+
+
+def test_install_service_write_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    written = install.install_service(write_only=True)
+    target = tmp_path / "cfg" / "systemd" / "user"
+    assert sorted(written) == [str(target / "recalld.service"), str(target / "recalld.socket")]
+    service = parse_unit((target / "recalld.service").read_text())
+    exec_start = service["Service"]["ExecStart"]
+    assert exec_start.startswith(str(Path(sys.executable).parent)) or sys.executable in exec_start
+    assert exec_start.endswith(" serve")
+    assert not list(target.glob(".*.tmp"))
+    install.uninstall_service(write_only=True)
+    assert not (target / "recalld.service").exists()
+    assert not (target / "recalld.socket").exists()
+
+
+def test_unit_dir_defaults_to_home_config() -> None:
+    assert install.unit_dir({"HOME": "/home/u"}) == Path("/home/u/.config/systemd/user")
+    assert install.unit_dir({"HOME": "/h", "XDG_CONFIG_HOME": "/x"}) == Path("/x/systemd/user")
