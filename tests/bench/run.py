@@ -1,0 +1,116 @@
+"""The one entry point for recalld's benchmarks.
+
+    .venv/bin/python tests/bench/run.py NAME [NAME ...] [--out FILE] [-- BENCH OPTIONS]
+    .venv/bin/python tests/bench/run.py all [--out-dir bench-results]
+    .venv/bin/python tests/bench/run.py --list
+
+A benchmark is a module in this folder named ``bench_<name>.py`` (or listed in ``EXTRA``)
+with ``main(argv: list[str] | None) -> int`` that prints ONE JSON document on stdout and its
+progress on stderr. New benchmarks plug in by following that naming; nothing here changes.
+Each one runs in its own interpreter (``python <file> BENCH OPTIONS``) so that daemons,
+threads and memory of one never leak into the next. The JSON goes to ``--out`` (default
+``bench-results/<name>.json``); ``all`` also writes ``bench-results/all.json`` with each
+benchmark's exit status and result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+DEFAULT_OUT_DIR = REPO_ROOT / "bench-results"
+#: Benchmarks whose file does not follow the bench_<name>.py naming: name -> file stem.
+EXTRA = {"quality-lexical": "quality_lexical"}
+
+
+def discover() -> dict[str, Path]:
+    found = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
+    found.update({name: HERE / f"{stem}.py" for name, stem in EXTRA.items()
+                  if (HERE / f"{stem}.py").exists()})
+    return dict(sorted(found.items()))
+
+
+def describe(path: Path) -> str:
+    """First line of the module docstring."""
+    text = path.read_text(encoding="utf-8")
+    for quote in ('"""', "'''"):
+        if quote in text:
+            return text.split(quote, 2)[1].strip().splitlines()[0]
+    return ""
+
+
+def run_one(name: str, path: Path, out: Path, extra: list[str]) -> dict[str, Any]:
+    print(f"== {name}: {path.name} {' '.join(extra)}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(path), *extra], cwd=REPO_ROOT,
+                          stdout=subprocess.PIPE, check=False)
+    elapsed = round(time.monotonic() - started, 1)
+    text = proc.stdout.decode("utf-8", errors="replace")
+    try:
+        result: Any = json.loads(text)
+    except json.JSONDecodeError:
+        result = None
+        print(f"== {name}: no JSON on stdout (exit {proc.returncode})", file=sys.stderr)
+    if result is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+        print(f"== {name}: exit {proc.returncode} in {elapsed} s, wrote {out}",
+              file=sys.stderr)
+    return {"name": name, "exit": proc.returncode, "seconds": elapsed,
+            "out": str(out) if result is not None else None, "result": result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in args:
+        at = args.index("--")
+        args, extra = args[:at], args[at + 1:]
+    benches = discover()
+    ap = argparse.ArgumentParser(description="Run recalld benchmarks; results as JSON.")
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help=f"benchmarks to run: {', '.join(benches)}, or all")
+    ap.add_argument("--out", type=Path, help="result file (one benchmark only)")
+    ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    ap.add_argument("--list", action="store_true", help="list benchmarks and exit")
+    ns = ap.parse_args(args)
+    if ns.list or not ns.names:
+        for name, path in benches.items():
+            print(f"{name:18s} {describe(path)}")
+        return 0 if ns.list else 2
+    names = list(benches) if ns.names == ["all"] else ns.names
+    unknown = [n for n in names if n not in benches]
+    if unknown:
+        print(f"run.py: unknown benchmark(s) {', '.join(unknown)}; "
+              f"known: {', '.join(benches)}", file=sys.stderr)
+        return 2
+    if ns.out and len(names) > 1:
+        print("run.py: --out takes one benchmark; use --out-dir for several", file=sys.stderr)
+        return 2
+    runs = []
+    for name in names:
+        out = ns.out or ns.out_dir / f"{name}.json"
+        runs.append(run_one(name, benches[name], out, extra))
+        if len(names) == 1:
+            # One benchmark: its JSON on stdout too, for pipes.
+            if runs[0]["result"] is not None:
+                print(json.dumps(runs[0]["result"], indent=2, ensure_ascii=False))
+    if len(names) > 1:
+        summary = ns.out_dir / "all.json"
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        summary.write_text(json.dumps({"runs": runs}, indent=2, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
+        print(f"== summary: {summary}", file=sys.stderr)
+    return max((r["exit"] for r in runs), default=0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
