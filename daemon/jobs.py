@@ -1,0 +1,475 @@
+"""Jobs: reindex, auto_memory, auto_dream, auto_resource and later kinds, daemon-wide.
+
+Owns every job record (keyed by agent_id and job_id), the per-workspace FIFO queues, the
+dispatcher and the job journal. ``JobManager.run`` replays the journal (a job that was
+queued or running when the daemon died is resumed if its kind is resumable, else reported
+failed "interrupted by daemon restart": never silently lost), then dispatches: workspaces
+take turns (round robin), each workspace's jobs start in submission order, at most
+``max_running`` jobs run at once and ``max_running_per_workspace`` per workspace, and
+CPU-heavy kinds also hold a token of a daemon-wide CapacityLimiter, so one agent's
+reindex never starves the others. Every job runs in its own cancel scope under the
+manager's nursery; ``cancel`` cancels that scope only. The manager stops by cancellation:
+running jobs are cancelled with it and left "running" in the journal, which the next start
+reports as interrupted (or resumes).
+
+State changes and throttled progress go to ``publish(topic, payload)`` with topics
+``job.state`` and ``job.progress`` (the daemon's event bus plugs in there).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon.store.applog import AppendLog
+from recalld.ipc.errors import (
+    JOB_FAILED,
+    AlreadyRunning,
+    InvalidParams,
+    NotFound,
+    RecalldError,
+    UnknownWorkspace,
+)
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, dict[str, Any]], None]
+Handler = Callable[["JobContext"], Awaitable[dict[str, Any] | None]]
+
+STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+ACTIVE = frozenset({"queued", "running"})
+INTERRUPTED = "interrupted by daemon restart"
+DEFAULT_AGENT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    name: str
+    handler: Handler
+    exclusive: bool = False  # one queued-or-running job of this kind per workspace
+    cpu_heavy: bool = False  # holds a token of the shared CPU limiter while running
+    resumable: bool = False  # re-run after a daemon restart instead of failing
+
+
+@dataclass(frozen=True, slots=True)
+class JobsConfig:
+    max_running: int = 4
+    max_running_per_workspace: int = 2
+    history_per_workspace: int = 200
+    progress_interval_s: float = 0.25
+    cancel_grace_s: float = 5.0
+    journal_write_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: str
+    agent_id: str
+    kind: str
+    params: dict[str, Any]
+    submitted_at: float
+    state: str = "queued"
+    progress: dict[str, Any] = field(
+        default_factory=lambda: {"done": 0, "total": None, "message": ""})
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    error_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    resumed: bool = False
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    last_progress_publish: float = float("-inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "agent_id": self.agent_id, "kind": self.kind,
+            "params": self.params, "state": self.state, "progress": dict(self.progress),
+            "result": self.result, "error": self.error, "error_code": self.error_code,
+            "submitted_at": self.submitted_at, "started_at": self.started_at,
+            "finished_at": self.finished_at, "resumed": self.resumed,
+        }
+
+    @classmethod
+    def from_dict(cls, rec: Mapping[str, Any]) -> _Job:
+        job = cls(job_id=str(rec["job_id"]), agent_id=str(rec["agent_id"]),
+                  kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
+                  submitted_at=float(rec.get("submitted_at") or 0.0))
+        job.state = str(rec.get("state", "queued"))
+        job.progress = dict(rec.get("progress") or job.progress)
+        job.result = rec.get("result")
+        job.error = rec.get("error")
+        job.error_code = rec.get("error_code")
+        job.started_at = rec.get("started_at")
+        job.finished_at = rec.get("finished_at")
+        job.resumed = bool(rec.get("resumed", False))
+        if job.state not in ACTIVE:
+            job.done.set()
+        return job
+
+
+def _cpu_borrower(job: _Job) -> tuple[str, str]:
+    return ("recalld.job", job.job_id)
+
+
+class JobContext:
+    """What a handler sees of its job. Cancelling ``cancel_scope`` cancels this job only."""
+
+    def __init__(self, manager: JobManager, job: _Job) -> None:
+        self._manager = manager
+        self._job = job
+        self.job_id = job.job_id
+        self.agent_id = job.agent_id
+        self.kind = job.kind
+        self.params: Mapping[str, Any] = job.params
+        self.resumed = job.resumed
+        self.cancel_scope = job.scope
+
+    def set_progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        self._manager._progress(self._job, done, total, message)
+
+
+class JobManager:
+    """Every workspace's jobs; one instance per daemon."""
+
+    def __init__(
+        self,
+        *,
+        journal_path: Path | None = None,
+        publish: Publish | None = None,
+        cpu_limiter: trio.CapacityLimiter | None = None,
+        config: JobsConfig | None = None,
+        agent_exists: Callable[[str], bool] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config or JobsConfig()
+        self._publish_cb = publish
+        self._cpu = cpu_limiter if cpu_limiter is not None else trio.CapacityLimiter(1)
+        self._agent_exists = agent_exists
+        self._wall = wall
+        self._kinds: dict[str, JobKind] = {}
+        self._jobs: dict[str, dict[str, _Job]] = {}  # agent -> job_id -> job, oldest first
+        self._queues: dict[str, deque[_Job]] = {}
+        self._turns: deque[str] = deque()  # agents with queued jobs, next turn first
+        self._running: dict[str, int] = {}
+        self._changed = trio.Event()
+        self._cpu_waiter = False
+        self._log = AppendLog(journal_path) if journal_path is not None else None
+        self._log_lock = trio.Lock()
+        self._log_lines = 0
+
+    def register(self, kind: str, handler: Handler, *, exclusive: bool = False,
+                 cpu_heavy: bool = False, resumable: bool = False) -> None:
+        self._kinds[kind] = JobKind(kind, handler, exclusive, cpu_heavy, resumable)
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted(self._kinds)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def _check_agent(self, agent_id: str) -> None:
+        if self._agent_exists is not None and not self._agent_exists(agent_id):
+            raise UnknownWorkspace(f"unknown workspace {agent_id!r}")
+
+    def _find(self, agent_id: str, job_id: str) -> _Job:
+        self._check_agent(agent_id)
+        job = self._jobs.get(agent_id, {}).get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r} in workspace {agent_id!r}")
+        return job
+
+    def get(self, agent_id: str, job_id: str) -> dict[str, Any]:
+        return self._find(agent_id, job_id).as_dict()
+
+    def list(self, agent_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        if agent_id is not None:
+            self._check_agent(agent_id)
+        agents = [agent_id] if agent_id is not None else sorted(self._jobs)
+        return [j.as_dict() for a in agents for j in self._jobs.get(a, {}).values()]
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "running": sum(self._running.values()),
+            "queued": sum(len(q) for q in self._queues.values()),
+            "cpu_tokens_in_use": self._cpu.borrowed_tokens,
+        }
+
+    # -- submit / cancel -----------------------------------------------------------------------
+
+    async def submit(self, agent_id: str, kind: str,
+                     params: Mapping[str, Any] | None = None) -> str:
+        """Queue a job and return its id once its record is journaled.
+
+        Raises InvalidParams (unknown kind), UnknownWorkspace, AlreadyRunning (an exclusive
+        kind already queued or running in this workspace).
+        """
+        spec = self._kinds.get(kind)
+        if spec is None:
+            raise InvalidParams(f"unknown job kind {kind!r} (known: {', '.join(self.kinds)})")
+        self._check_agent(agent_id)
+        if spec.exclusive:
+            for other in self._jobs.get(agent_id, {}).values():
+                if other.kind == kind and other.state in ACTIVE:
+                    raise AlreadyRunning(
+                        f"a {kind} job is already {other.state} for workspace {agent_id!r}"
+                        f" ({other.job_id}); wait for it or cancel it",
+                        {"job_id": other.job_id, "state": other.state})
+        job = _Job(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
+                   params=dict(params or {}), submitted_at=self._wall())
+        self._add(job)
+        self._enqueue(job)
+        self._publish("job.state", job.as_dict())
+        await self._journal(job)
+        return job.job_id
+
+    async def cancel(self, agent_id: str, job_id: str) -> dict[str, Any]:
+        """Cancel a job and return its record; waits up to ``cancel_grace_s`` for a running
+        job to stop. Cancelling a finished job changes nothing."""
+        job = self._find(agent_id, job_id)
+        if job.state == "queued" and job in self._queues.get(agent_id, ()):
+            self._queues[agent_id].remove(job)
+            await self._finish(job, "cancelled")
+        elif job.state in ACTIVE:
+            job.scope.cancel()
+            with trio.move_on_after(self._config.cancel_grace_s):
+                await job.done.wait()
+        return job.as_dict()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _add(self, job: _Job) -> None:
+        jobs = self._jobs.setdefault(job.agent_id, {})
+        jobs[job.job_id] = job
+        finished = [j for j in jobs.values() if j.state not in ACTIVE]
+        for old in finished[: max(0, len(finished) - self._config.history_per_workspace)]:
+            del jobs[old.job_id]
+
+    def _enqueue(self, job: _Job) -> None:
+        self._queues.setdefault(job.agent_id, deque()).append(job)
+        if job.agent_id not in self._turns:
+            self._turns.append(job.agent_id)
+        self._changed.set()
+
+    def _publish(self, topic: str, payload: dict[str, Any]) -> None:
+        if self._publish_cb is None:
+            return
+        try:
+            self._publish_cb(topic, payload)
+        except Exception:
+            log.exception("publishing %s failed", topic)
+
+    def _progress(self, job: _Job, done: int, total: int | None, message: str) -> None:
+        job.progress = {"done": done, "total": total, "message": message}
+        now = trio.current_time()
+        if (now - job.last_progress_publish >= self._config.progress_interval_s
+                or (total is not None and done >= total)):
+            job.last_progress_publish = now
+            self._publish("job.progress", {"job_id": job.job_id, "agent_id": job.agent_id,
+                                           "kind": job.kind, "progress": dict(job.progress)})
+
+    async def _journal(self, job: _Job) -> None:
+        """Append the job's record. Shielded: a state change that happened is recorded."""
+        if self._log is None:
+            return
+        record = job.as_dict()
+        with trio.CancelScope(shield=True), \
+                trio.move_on_after(self._config.journal_write_timeout_s):
+            async with self._log_lock:
+                try:
+                    await trio.to_thread.run_sync(self._log.append, [record])
+                    self._log_lines += 1
+                    if self._log_lines > 4 * self._retained_count() + 1000:
+                        await trio.to_thread.run_sync(self._log.rewrite, self._retained())
+                        self._log_lines = self._retained_count()
+                except RecalldError:
+                    log.exception("job journal write failed for %s", job.job_id)
+
+    def _retained(self) -> builtins.list[dict[str, Any]]:
+        return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]
+
+    def _retained_count(self) -> int:
+        return sum(len(jobs) for jobs in self._jobs.values())
+
+    async def _finish(self, job: _Job, state: str, *, result: dict[str, Any] | None = None,
+                      error: str | None = None, code: int | None = None) -> None:
+        job.state, job.result, job.error, job.error_code = state, result, error, code
+        job.finished_at = self._wall()
+        job.done.set()
+        self._publish("job.state", job.as_dict())
+        await self._journal(job)
+
+    def _start_eligible(self, nursery: trio.Nursery) -> None:
+        """Admit queued jobs: the agent at the front of ``_turns`` goes first; an agent that
+        starts a job moves to the back; one that must wait keeps its place."""
+        cfg = self._config
+        admitted = True
+        while admitted:
+            admitted = False
+            for agent in list(self._turns):
+                if sum(self._running.values()) >= cfg.max_running:
+                    return
+                queue = self._queues.get(agent)
+                if not queue:
+                    self._turns.remove(agent)  # back in rotation when it queues again
+                    continue
+                if self._running.get(agent, 0) >= cfg.max_running_per_workspace:
+                    continue
+                job = queue[0]  # strict FIFO within a workspace
+                if self._kinds[job.kind].cpu_heavy and not self._take_cpu(job, nursery):
+                    continue
+                queue.popleft()
+                self._turns.remove(agent)
+                if queue:
+                    self._turns.append(agent)
+                self._running[agent] = self._running.get(agent, 0) + 1
+                nursery.start_soon(self._run_job, job, name=f"job {job.kind} {job.job_id}")
+                admitted = True
+                break  # the order changed: start again from the front
+
+    def _take_cpu(self, job: _Job, nursery: trio.Nursery) -> bool:
+        # Tokens are taken here, in turn order, not by the job tasks (whose start order
+        # trio does not promise), so the shared limiter sees workspaces round robin.
+        try:
+            self._cpu.acquire_on_behalf_of_nowait(_cpu_borrower(job))
+        except trio.WouldBlock:
+            if not self._cpu_waiter:
+                self._cpu_waiter = True
+                nursery.start_soon(self._wait_for_cpu)
+            return False
+        return True
+
+    async def _wait_for_cpu(self) -> None:
+        """Wake the dispatcher once a CPU token is free (others may share the limiter)."""
+        try:
+            await self._cpu.acquire_on_behalf_of(self)
+            self._cpu.release_on_behalf_of(self)
+        finally:
+            self._cpu_waiter = False
+            self._changed.set()
+
+    async def _run_job(self, job: _Job) -> None:
+        spec = self._kinds[job.kind]
+        try:
+            with job.scope:
+                await self._execute(job, spec)
+            if job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
+                await self._finish(job, "cancelled")
+        finally:
+            if spec.cpu_heavy:
+                self._cpu.release_on_behalf_of(_cpu_borrower(job))
+            self._running[job.agent_id] -= 1
+            self._changed.set()
+
+    async def _execute(self, job: _Job, spec: JobKind) -> None:
+        job.state, job.started_at = "running", self._wall()
+        self._publish("job.state", job.as_dict())
+        await self._journal(job)
+        try:
+            result = await spec.handler(JobContext(self, job))
+        except RecalldError as exc:
+            await self._finish(job, "failed", error=exc.message, code=exc.code)
+        except Exception as exc:
+            log.exception("job %s (%s) of %s failed", job.job_id, job.kind, job.agent_id)
+            await self._finish(job, "failed", error=f"{type(exc).__name__}: {exc}",
+                               code=JOB_FAILED)
+        else:
+            await self._finish(job, "succeeded", result=result or {})
+
+    async def _recover(self) -> None:
+        if self._log is None:
+            return
+        records, report = await trio.to_thread.run_sync(self._log.open)
+        for bad in report.bad_lines:
+            log.warning("job journal: skipped a damaged record: %s", bad)
+        latest: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            if "job_id" in rec and "agent_id" in rec and "kind" in rec:
+                latest[str(rec["job_id"])] = rec  # later records win
+        interrupted: list[_Job] = []
+        for rec in latest.values():
+            job = _Job.from_dict(rec)
+            self._add(job)
+            if job.state in ACTIVE:
+                spec = self._kinds.get(job.kind)
+                if spec is not None and spec.resumable:
+                    job.state, job.resumed, job.started_at = "queued", True, None
+                    self._enqueue(job)
+                else:
+                    interrupted.append(job)
+        for job in interrupted:
+            await self._finish(job, "failed", error=INTERRUPTED, code=JOB_FAILED)
+        async with self._log_lock:
+            await trio.to_thread.run_sync(self._log.rewrite, self._retained())
+            self._log_lines = self._retained_count()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Recover the journal, then dispatch until cancelled (see the module docstring)."""
+        try:
+            await self._recover()
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    self._start_eligible(nursery)
+                    await self._changed.wait()
+                    self._changed = trio.Event()
+        finally:
+            if self._log is not None:
+                self._log.close()
+
+
+# -- RPC handlers (registered by the daemon on its method table) ----------------------------
+
+
+def _params(params: Any) -> Mapping[str, Any]:
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise InvalidParams("params must be an object")
+    return params
+
+
+def _string(params: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    value = params.get(name, default)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"{name} must be a non-empty string")
+    return value
+
+
+async def rpc_submit(manager: JobManager, params: Any) -> dict[str, Any]:
+    """``jobs.submit {agent_id, kind, params?}`` → ``{job_id}``."""
+    p = _params(params)
+    job_params = p.get("params")
+    if job_params is not None and not isinstance(job_params, Mapping):
+        raise InvalidParams("params.params must be an object")
+    job_id = await manager.submit(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "kind"),
+                                  job_params)
+    return {"job_id": job_id}
+
+
+async def rpc_get(manager: JobManager, params: Any) -> dict[str, Any]:
+    """``jobs.get {agent_id, job_id}`` → the job record."""
+    p = _params(params)
+    return manager.get(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
+
+
+async def rpc_list(manager: JobManager, params: Any) -> dict[str, Any]:
+    """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first."""
+    p = _params(params)
+    agent = None if p.get("agent_id") is None else _string(p, "agent_id")
+    return {"jobs": manager.list(agent)}
+
+
+async def rpc_cancel(manager: JobManager, params: Any) -> dict[str, Any]:
+    """``jobs.cancel {agent_id, job_id}`` → the job record after cancelling."""
+    p = _params(params)
+    return await manager.cancel(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
