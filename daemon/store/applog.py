@@ -1,0 +1,226 @@
+"""Append-only logs of JSON records (pending work queues, job records, the inbox).
+
+Each line is ``<crc32 as 8 hex digits> <json>\\n``, the CRC taken over the JSON bytes. An
+append writes whole lines in one ``write`` and fsyncs (batch several records per call to
+pay for one fsync). Recovery (``replay``) reads every line and checks its CRC and JSON:
+
+- a torn or garbled tail (everything after the last good line: an unterminated line from a
+  crash mid-append, or garbage such as the zero bytes some filesystems leave) is cut off by
+  truncating the file to the end of the last good line;
+- a bad line *followed by good ones* was committed and later damaged: it is reported with
+  its byte offset and skipped, never fatal.
+
+``rewrite`` compacts the log into exactly the given records through an atomic publish. A
+failed append is rolled back (the file is truncated to its previous length), so a disk-full
+error never leaves half a line behind. Blocking I/O: run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from recalld.daemon.store.errors import StorageError, translate_os_error
+from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir
+from recalld.daemon.store.records import BadLine
+
+_CRC_LEN = 8
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """What recovery found: damaged committed lines, and the torn tail it cut off."""
+
+    bad_lines: list[BadLine] = field(default_factory=list)
+    #: Offset the file was (or, without repair, would be) truncated to; None if intact.
+    truncated_at: int | None = None
+    truncated_bytes: int = 0
+
+
+def encode_line(record: Mapping[str, Any]) -> bytes:
+    body = orjson.dumps(record)
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def encode(records: Iterable[Mapping[str, Any]]) -> bytes:
+    return b"".join(encode_line(r) for r in records)
+
+
+def _decode_line(line: bytes) -> dict[str, Any] | str:
+    """The record of one line (without its newline), or why it is bad."""
+    if len(line) < _CRC_LEN + 2 or line[_CRC_LEN : _CRC_LEN + 1] != b" ":
+        return "malformed line"
+    try:
+        crc = int(line[:_CRC_LEN], 16)
+    except ValueError:
+        return "malformed CRC"
+    body = line[_CRC_LEN + 1 :]
+    if zlib.crc32(body) != crc:
+        return "CRC mismatch"
+    try:
+        record = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return f"bad JSON: {exc}"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    return record
+
+
+def parse(data: bytes) -> tuple[list[dict[str, Any]], ReplayReport, int]:
+    """Records, report and the length of the good prefix of a log's bytes."""
+    records: list[dict[str, Any]] = []
+    bad: list[BadLine] = []
+    good_end = 0
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break  # unterminated: torn, whatever it holds
+        decoded = _decode_line(data[pos:nl])
+        if isinstance(decoded, str):
+            bad.append(BadLine(pos, decoded))
+        else:
+            records.append(decoded)
+            good_end = nl + 1
+        pos = nl + 1
+    report = ReplayReport(bad_lines=[b for b in bad if b.offset < good_end])
+    if len(data) > good_end:
+        report.truncated_at = good_end
+        report.truncated_bytes = len(data) - good_end
+    return records, report, good_end
+
+
+def replay(
+    path: Path, fs: FS = REAL, *, repair: bool = True
+) -> tuple[list[dict[str, Any]], ReplayReport]:
+    """The good records of the log at ``path`` (none if it does not exist).
+
+    With ``repair`` a torn tail is truncated away (and the truncation fsynced).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], ReplayReport()
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    records, report, good_end = parse(data)
+    if repair and report.truncated_at is not None:
+        try:
+            fd = fs.open_append(path)
+            try:
+                fs.truncate(fd, good_end)
+                fs.fsync(fd)
+            finally:
+                fs.close(fd)
+        except OSError as exc:
+            raise translate_os_error(exc, path) from exc
+    return records, report
+
+
+class AppendLog:
+    """An open append log. ``open()`` recovers it; then ``append`` / ``rewrite``; ``close``.
+
+    Usable as a context manager (``with AppendLog(p) as log: records, report = log.opened``).
+    """
+
+    def __init__(self, path: Path, fs: FS = REAL) -> None:
+        self.path = Path(path)
+        self.fs = fs
+        self._fd: int | None = None
+        self._size = 0
+        self._rollback_pending = False
+        self.opened: tuple[list[dict[str, Any]], ReplayReport] = ([], ReplayReport())
+
+    def open(self) -> tuple[list[dict[str, Any]], ReplayReport]:
+        """Recover the log (see ``replay``) and open it for appending."""
+        ensure_dir(self.fs, self.path.parent)
+        existed = self.path.exists()
+        records, report = replay(self.path, self.fs, repair=True)
+        self._reopen()
+        if not existed:
+            try:
+                self.fs.fsync_dir(self.path.parent)
+            except OSError as exc:
+                raise translate_os_error(exc, self.path.parent) from exc
+        self.opened = (records, report)
+        return records, report
+
+    def _reopen(self) -> None:
+        self.close()
+        try:
+            self._fd = self.fs.open_append(self.path)
+            self._size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise translate_os_error(exc, self.path) from exc
+
+    def append(self, records: Iterable[Mapping[str, Any]], *, sync: bool = True) -> None:
+        """Append ``records`` (one write, then one fsync unless ``sync=False``).
+
+        On failure (DiskFull, ...) the file is cut back to its previous length, so either
+        all of them are in the log or none.
+        """
+        fd = self._require_open()
+        payload = encode(records)
+        if not payload:
+            return
+        try:
+            if self._rollback_pending:
+                self.fs.truncate(fd, self._size)
+                self._rollback_pending = False
+            self.fs.write(fd, payload)
+            if sync:
+                self.fs.fsync(fd)
+        except OSError as exc:
+            self._rollback(fd)
+            raise translate_os_error(exc, self.path) from exc
+        self._size += len(payload)
+
+    def _rollback(self, fd: int) -> None:
+        try:
+            self.fs.truncate(fd, self._size)
+        except OSError:
+            self._rollback_pending = True  # retried before the next append
+
+    def sync(self) -> None:
+        """Make appends made with ``sync=False`` durable."""
+        fd = self._require_open()
+        try:
+            self.fs.fsync(fd)
+        except OSError as exc:
+            raise translate_os_error(exc, self.path) from exc
+
+    def rewrite(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the whole log with ``records`` atomically (compaction)."""
+        self._require_open()
+        atomic_write(self.fs, self.path, encode(records))
+        self._rollback_pending = False
+        self._reopen()  # the old descriptor points at the replaced file
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def _require_open(self) -> int:
+        if self._fd is None:
+            raise StorageError(f"append log {self.path} is not open", self.path)
+        return self._fd
+
+    def __enter__(self) -> AppendLog:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

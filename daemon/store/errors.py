@@ -1,0 +1,73 @@
+"""The storage error family: every failure the storage layer reports is one of these.
+
+OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
+translated here, once, at the storage boundary; callers above only see ``StorageError``
+subclasses. They map to JSON-RPC ``InternalError`` when they reach the wire, but callers
+normally handle them: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
+"report it in status and retry with backoff".
+"""
+
+from __future__ import annotations
+
+import errno as errno_codes
+import os
+
+from recalld.ipc.errors import InternalError
+
+#: errno values that mean "no space left": a full disk or an exhausted quota.
+_SPACE_ERRNOS = frozenset({errno_codes.ENOSPC, errno_codes.EDQUOT})
+
+
+class StorageError(InternalError):
+    """Root of the storage family."""
+
+    def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else str(path)
+        super().__init__(message, None if self.path is None else {"path": self.path})
+
+
+class CorruptState(StorageError):
+    """A state file failed verification (size, checksum, format, record count, ...).
+
+    Never accompanied by partial data: the reader raises before returning anything. The
+    caller rebuilds the file (from Markdown) while other files keep serving.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"corrupt state file {path}: {reason}", path)
+
+
+class UnsupportedVersion(CorruptState):
+    """The file is well-formed but written in a format version this code cannot read.
+
+    A subclass of CorruptState because the remedy is the same: rebuild it.
+    """
+
+
+class StorageIOError(StorageError):
+    """An operating-system error while reading or writing state; ``errno`` says which."""
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None, errno: int | None, message: str
+    ) -> None:
+        self.errno = errno
+        super().__init__(message, path)
+
+
+class DiskFull(StorageIOError):
+    """No space left (ENOSPC or EDQUOT) while writing; nothing was published.
+
+    Temp files are already removed and the previous generation is intact, so the caller
+    reports "disk full" in its status and retries with backoff.
+    """
+
+
+def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
+    """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT)."""
+    where = path if path is not None else exc.filename
+    text = exc.strerror or str(exc)
+    if exc.errno in _SPACE_ERRNOS:
+        return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
+    return StorageIOError(where, exc.errno, f"I/O error on {where}: {text}")
+

@@ -1,0 +1,426 @@
+"""The filesystem seam and atomic publish: the only way state bytes reach the disk.
+
+Owns nothing long-lived and starts nothing. ``FS`` is the seam: the handful of mutating
+primitives the store uses (open for write or append, write, fsync, truncate, close, replace,
+link, fsync of a directory, unlink, listdir, mkdir). ``REAL`` is the process-wide real one;
+``FailingFS`` is the test double that raises ``OSError(ENOSPC)`` on the k-th counted call,
+once or persistently. Reads do not go through the seam: they cannot corrupt anything.
+
+``atomic_write`` / ``atomic_writer`` publish a file the way SQLite and Lucene do: a temp file
+``.<name>.tmp-<random>`` in the same directory, write, fsync, ``os.replace``, fsync the
+directory. On any failure the temp file is removed, the old file is untouched, and the error
+is raised as a ``StorageError`` (``DiskFull`` for ENOSPC). Everything here blocks: callers in
+the event loop run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import secrets
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from recalld.daemon.store.errors import CorruptState, translate_os_error
+
+#: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
+TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
+
+_CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
+_READ_CHUNK = 1 << 20
+_FILE_MODE = 0o644  # umask applies, like the Markdown files next to it
+
+
+def new_hash() -> hashlib.blake2b:
+    """The checksum used for every state file (blake2b, 256-bit digest)."""
+    return hashlib.blake2b(digest_size=_CHECKSUM_BYTES)
+
+
+def checksum(data: bytes | bytearray | memoryview) -> str:
+    """Hex checksum of ``data``."""
+    h = new_hash()
+    h.update(data)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """What the manifest records about one data file.
+
+    ``name`` is the file name (relative to the state directory once committed), ``size``
+    its byte length, ``checksum`` the hex blake2b-256 of all its bytes and ``records`` the
+    record count for record files (None for other kinds).
+    """
+
+    name: str
+    size: int
+    checksum: str
+    records: int | None = None
+
+
+class FS:
+    """The real filesystem. Subclass to inject faults; every method may raise OSError."""
+
+    def open_write(self, path: Path) -> int:
+        """Create ``path`` exclusively for writing and return its descriptor."""
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+
+    def open_append(self, path: Path) -> int:
+        """Open (creating if needed) ``path`` for appending."""
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        """Write all of ``data`` (looping over short writes)."""
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def replace(self, src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+
+    def link(self, src: Path, dst: Path) -> None:
+        os.link(src, dst)
+
+    def fsync_dir(self, path: Path) -> None:
+        """Make a directory's entries (creates, renames, unlinks) durable."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def unlink(self, path: Path) -> None:
+        os.unlink(path)
+
+    def listdir(self, path: Path) -> list[str]:
+        return os.listdir(path)
+
+    def mkdir(self, path: Path) -> None:
+        os.mkdir(path, 0o755)
+
+
+#: The process-wide real filesystem.
+REAL = FS()
+
+
+class FailingFS(FS):
+    """A filesystem that fails the ``fail_at``-th counted call with ``OSError(err)``.
+
+    ``ops`` names the counted methods (default: only ``write``). With ``persistent`` every
+    counted call from the ``fail_at``-th on fails (a disk that stays full); otherwise only
+    that one does (space freed right after). With ``partial_write`` a failing write first
+    writes half its bytes, as a real ENOSPC does. ``calls`` counts counted calls so far;
+    ``failures`` counts the raised errors.
+    """
+
+    def __init__(
+        self,
+        fail_at: int,
+        *,
+        persistent: bool = False,
+        ops: Collection[str] = ("write",),
+        err: int = errno.ENOSPC,
+        partial_write: bool = True,
+    ) -> None:
+        self.fail_at = fail_at
+        self.persistent = persistent
+        self.ops = frozenset(ops)
+        self.err = err
+        self.partial_write = partial_write
+        self.calls = 0
+        self.failures = 0
+
+    def _check(self, op: str) -> bool:
+        if op not in self.ops:
+            return False
+        self.calls += 1
+        return self.calls == self.fail_at or (self.persistent and self.calls > self.fail_at)
+
+    def _fail(self, op: str) -> OSError:
+        self.failures += 1
+        return OSError(self.err, f"{os.strerror(self.err)} (injected at {op} #{self.calls})")
+
+    def open_write(self, path: Path) -> int:
+        if self._check("open_write"):
+            raise self._fail("open_write")
+        return super().open_write(path)
+
+    def open_append(self, path: Path) -> int:
+        if self._check("open_append"):
+            raise self._fail("open_append")
+        return super().open_append(path)
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        if self._check("write"):
+            if self.partial_write and len(data) > 1:
+                super().write(fd, memoryview(data)[: len(data) // 2])
+            raise self._fail("write")
+        super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if self._check("fsync"):
+            raise self._fail("fsync")
+        super().fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        if self._check("truncate"):
+            raise self._fail("truncate")
+        super().truncate(fd, size)
+
+    def replace(self, src: Path, dst: Path) -> None:
+        if self._check("replace"):
+            raise self._fail("replace")
+        super().replace(src, dst)
+
+    def link(self, src: Path, dst: Path) -> None:
+        if self._check("link"):
+            raise self._fail("link")
+        super().link(src, dst)
+
+    def fsync_dir(self, path: Path) -> None:
+        if self._check("fsync_dir"):
+            raise self._fail("fsync_dir")
+        super().fsync_dir(path)
+
+    def mkdir(self, path: Path) -> None:
+        if self._check("mkdir"):
+            raise self._fail("mkdir")
+        super().mkdir(path)
+
+
+def temp_name(name: str) -> str:
+    """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``)."""
+    return f".{name}.tmp-{secrets.token_hex(6)}"
+
+
+def ensure_dir(fs: FS, path: Path) -> None:
+    """Create ``path`` (and missing parents) durably: each new entry's parent is fsynced."""
+    if path.is_dir():
+        return
+    ensure_dir(fs, path.parent)
+    try:
+        fs.mkdir(path)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    try:
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, path.parent) from exc
+
+
+class AtomicFile:
+    """A temp file being written; becomes ``path`` only when ``atomic_writer`` exits cleanly.
+
+    ``write`` streams bytes through the seam and keeps the running size and checksum, so
+    the published file's ``FileEntry`` costs no second read.
+    """
+
+    def __init__(self, fs: FS, fd: int, path: Path, tmp: Path) -> None:
+        self._fs = fs
+        self._fd = fd
+        self.path = path
+        self.tmp = tmp
+        self.size = 0
+        self._hash = new_hash()
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data)
+        self._fs.write(self._fd, view)
+        self._hash.update(view)
+        self.size += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        """No buffering here (stream wrappers call it)."""
+
+    def entry(self, records: int | None = None) -> FileEntry:
+        return FileEntry(self.path.name, self.size, self._hash.hexdigest(), records)
+
+
+@contextmanager
+def atomic_writer(fs: FS, path: Path) -> Iterator[AtomicFile]:
+    """Write ``path`` atomically: ``with atomic_writer(fs, p) as f: f.write(...)``.
+
+    The file appears (fully written and fsynced) only if the block exits normally. On any
+    exception, including cancellation-driven ones, the temp file is removed and the old
+    ``path`` (if any) is untouched; OSErrors are raised as StorageIOError / DiskFull.
+    """
+    tmp = path.with_name(temp_name(path.name))
+    try:
+        fd = fs.open_write(tmp)
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    published = False
+    closed = False
+    try:
+        out = AtomicFile(fs, fd, path, tmp)
+        yield out
+        fs.fsync(fd)
+        closed = True
+        fs.close(fd)
+        fs.replace(tmp, path)
+        published = True
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    finally:
+        if not closed:
+            _quietly(os.close, fd)
+        if not published:
+            _quietly(fs.unlink, tmp)
+
+
+def atomic_write(fs: FS, path: Path, data: bytes | bytearray | memoryview) -> FileEntry:
+    """Publish ``data`` as ``path`` atomically (see ``atomic_writer``); return its entry."""
+    with atomic_writer(fs, path) as out:
+        out.write(data)
+    return out.entry()
+
+
+def publish_copy(fs: FS, src: Path, dst: Path) -> None:
+    """Make ``dst`` an atomic replica of ``src`` (a hard link; a copy where links fail).
+
+    ``src`` must not change afterwards (generation files never do). The link is made under a
+    temp name and renamed over ``dst``, so a reader of ``dst`` sees the old or the new file.
+    """
+    tmp = dst.with_name(temp_name(dst.name))
+    try:
+        try:
+            fs.link(src, tmp)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP):
+                raise
+            _copy(fs, src, dst)
+            return
+        try:
+            fs.replace(tmp, dst)
+        except OSError:
+            _quietly(fs.unlink, tmp)
+            raise
+        fs.fsync_dir(dst.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, dst) from exc
+
+
+def _copy(fs: FS, src: Path, dst: Path) -> None:
+    with atomic_writer(fs, dst) as out, src.open("rb") as f:
+        while block := f.read(_READ_CHUNK):
+            out.write(block)
+
+
+def read_verified(path: Path, expected: FileEntry | None) -> bytes:
+    """All bytes of ``path``; with ``expected``, only if size and checksum match.
+
+    Raises CorruptState (missing, wrong size, wrong checksum) or StorageIOError.
+    """
+    try:
+        with path.open("rb") as f:
+            if expected is not None:
+                size = os.fstat(f.fileno()).st_size
+                if size != expected.size:
+                    raise CorruptState(path, f"size {size} != expected {expected.size}")
+            data = f.read()
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    if expected is not None:
+        if len(data) != expected.size:  # changed under us since fstat
+            raise CorruptState(path, f"size {len(data)} != expected {expected.size}")
+        if checksum(data) != expected.checksum:
+            raise CorruptState(path, "checksum mismatch")
+    return data
+
+
+def verify_file(path: Path, expected: FileEntry) -> None:
+    """Check size and checksum of ``path`` by streaming it; raise CorruptState if wrong.
+
+    For native loaders that take a path (hnswlib): verify, then load the same path.
+    """
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != expected.size:
+                raise CorruptState(path, f"size {size} != expected {expected.size}")
+            h = new_hash()
+            total = 0
+            while block := f.read(_READ_CHUNK):
+                h.update(block)
+                total += len(block)
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    if total != expected.size:
+        raise CorruptState(path, f"size {total} != expected {expected.size}")
+    if h.hexdigest() != expected.checksum:
+        raise CorruptState(path, "checksum mismatch")
+
+
+def adopt_file(fs: FS, tmp: Path, path: Path) -> FileEntry:
+    """Publish a file a native writer produced at ``tmp`` (e.g. hnswlib ``save_index``).
+
+    Hashes it, fsyncs it, renames it to ``path`` and fsyncs the directory. ``tmp`` should be
+    named with ``temp_name`` in the same directory so that an interrupted adopt is cleaned
+    up like any other temp file. On failure ``tmp`` is removed.
+    """
+    published = False
+    try:
+        h = new_hash()
+        size = 0
+        with tmp.open("rb") as f:
+            while block := f.read(_READ_CHUNK):
+                h.update(block)
+                size += len(block)
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fs.fsync(fd)
+        finally:
+            os.close(fd)
+        fs.replace(tmp, path)
+        published = True
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    finally:
+        if not published:
+            _quietly(fs.unlink, tmp)
+    return FileEntry(path.name, size, h.hexdigest())
+
+
+def remove_temp_files(fs: FS, directory: Path) -> list[str]:
+    """Remove interrupted-publish temp files in ``directory``; return their names."""
+    try:
+        names = fs.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise translate_os_error(exc, directory) from exc
+    removed = [name for name in names if TEMP_RE.match(name)]
+    for name in removed:
+        _quietly(fs.unlink, directory / name)
+    return removed
+
+
+def _quietly(func: Callable[..., object], *args: object) -> None:
+    """Best-effort cleanup: the original error matters more than a failed unlink."""
+    try:
+        func(*args)
+    except OSError:
+        pass

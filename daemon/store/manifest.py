@@ -1,0 +1,526 @@
+"""Generations of derived state; the manifest file is the only commit point.
+
+A state directory holds immutable data files named per generation
+(``bm25.g000042.arr``, from ``gen_name``) and ``MANIFEST-<gen>.json`` files. A manifest
+lists every data file of its generation with size, blake2b checksum and record count, and
+carries a checksum of its own body. Committing a generation is: write the data files (each
+atomically), then write the manifest atomically. A crash before the manifest's rename
+leaves the previous generation in charge and the new data files as orphans, removed by the
+next ``cleanup`` (run by ``open`` and after every commit). A data file is never rewritten
+while a manifest names it, because each generation writes new names; a file that did not
+change is simply listed again by the next manifest.
+
+Fixed names (the QwenPaw chunk store ``file_store/file_chunks_default_v1.jsonl.zst``)
+are mirrors: the manifest names the generation file as the authority and records the fixed
+path; right after the manifest is durable the fixed path is atomically replaced by a hard
+link to the generation file (a copy where links are unsupported). A crash between the two
+leaves a stale mirror, which ``open`` detects (different inode and checksum) and
+re-publishes; if the generation file itself is bad the logical file is reported corrupt,
+and the caller rebuilds it. See docs/adr/0004-storage-generations.md.
+
+``load`` picks the newest manifest that verifies and whose files all verify; failing that
+an older fully valid one; failing that the newest valid manifest with a per-file report
+(``Generation.corrupt``) so the caller rebuilds only what is broken while the rest serves.
+
+One writer per state directory (the caller holds the lock); nothing here is thread-safe.
+Everything blocks: run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import orjson
+
+from recalld.daemon.store import arrays as arrays_mod
+from recalld.daemon.store import records as records_mod
+from recalld.daemon.store.errors import (
+    CorruptState,
+    StorageError,
+    UnsupportedVersion,
+    translate_os_error,
+)
+from recalld.daemon.store.fsio import (
+    FS,
+    REAL,
+    FileEntry,
+    atomic_write,
+    checksum,
+    ensure_dir,
+    publish_copy,
+    read_verified,
+    remove_temp_files,
+    verify_file,
+)
+
+FORMAT = "recalld-manifest"
+VERSION = 1
+MANIFEST_RE = re.compile(r"^MANIFEST-(\d{6,})\.json$")
+GEN_FILE_RE = re.compile(r"^[A-Za-z0-9_-]+\.g(\d{6,})(?:\.[A-Za-z0-9]+)*$")
+_STEM_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_SUFFIX_RE = re.compile(r"^(?:\.[A-Za-z0-9]+)*$")
+_HEAD = b'{"manifest":'
+_TAIL_RE = re.compile(rb',"blake2b":"([0-9a-f]{64})"\}\n\Z')
+
+Verify = Literal["size", "checksum"]
+_T = TypeVar("_T")
+
+
+def manifest_name(gen: int) -> str:
+    return f"MANIFEST-{gen:06d}.json"
+
+
+@dataclass
+class Generation:
+    """One committed generation: its files, and what is known to be wrong with them.
+
+    ``corrupt`` maps logical names to reasons; ``skipped`` lists newer manifests passed
+    over at load and why; ``mirrors_repaired`` and ``mirror_errors`` report fixed-name
+    publishing. Readers below verify the bytes they read and raise CorruptState (and
+    record it in ``corrupt``) on a mismatch.
+    """
+
+    number: int
+    created: float
+    files: dict[str, FileEntry]
+    mirrors: dict[str, str]
+    state_dir: Path
+    mirror_root: Path
+    corrupt: dict[str, str] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    mirrors_repaired: list[str] = field(default_factory=list)
+    mirror_errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt
+
+    def path(self, logical: str) -> Path:
+        return self.state_dir / self.files[logical].name
+
+    def mirror_path(self, logical: str) -> Path | None:
+        rel = self.mirrors.get(logical)
+        return None if rel is None else self.mirror_root / rel
+
+    def verify(self, logical: str) -> None:
+        """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong."""
+        self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
+
+    def read_records(self, logical: str) -> list[dict[str, Any]]:
+        return self._guard(
+            logical, lambda: records_mod.read_records(self.path(logical), self.files[logical])
+        )
+
+    def iter_records(self, logical: str) -> Iterator[dict[str, Any]]:
+        """Stream records; the file is verified before the first one is yielded."""
+        entry = self.files[logical]
+        try:
+            yield from records_mod.iter_records(self.path(logical), entry)
+        except CorruptState as exc:
+            self.corrupt[logical] = exc.reason
+            raise
+
+    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
+        return self._guard(
+            logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical])
+        )
+
+    def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
+        return self._guard(
+            logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical])
+        )
+
+    def read_bytes(self, logical: str) -> bytes:
+        return self._guard(logical, lambda: read_verified(self.path(logical), self.files[logical]))
+
+    def verified_path(self, logical: str) -> Path:
+        """The path of ``logical`` after checking it, for loaders that take a path (hnswlib)."""
+        self.verify(logical)
+        return self.path(logical)
+
+    def _guard(self, logical: str, read: Callable[[], _T]) -> _T:
+        if logical not in self.files:
+            raise KeyError(logical)
+        try:
+            return read()
+        except CorruptState as exc:
+            self.corrupt[logical] = exc.reason
+            raise
+
+
+class GenerationStore:
+    """The generations of one state directory (see the module docstring).
+
+    ``keep`` is how many manifests survive a cleanup (the newest ones, and always the
+    current one). Mirror paths are relative to ``mirror_root`` (default: ``state_dir``).
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        fs: FS = REAL,
+        *,
+        mirror_root: Path | None = None,
+        keep: int = 2,
+    ) -> None:
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.state_dir = Path(state_dir)
+        self.mirror_root = Path(mirror_root) if mirror_root is not None else self.state_dir
+        self.fs = fs
+        self.keep = keep
+        self.current: Generation | None = None
+        self._next = 1
+
+    # -- naming ---------------------------------------------------------------------
+
+    @property
+    def next_number(self) -> int:
+        """The number the next commit will get (data files should carry it)."""
+        return self._next
+
+    def gen_name(self, stem: str, suffix: str) -> str:
+        """A data file name for the next generation: ``gen_name("bm25", ".arr")``."""
+        if not _STEM_RE.match(stem) or not _SUFFIX_RE.match(suffix):
+            raise ValueError(f"bad data file stem or suffix: {stem!r} {suffix!r}")
+        return f"{stem}.g{self._next:06d}{suffix}"
+
+    def gen_path(self, stem: str, suffix: str) -> Path:
+        """``state_dir / gen_name(stem, suffix)``; creates the state directory if needed."""
+        ensure_dir(self.fs, self.state_dir)
+        return self.state_dir / self.gen_name(stem, suffix)
+
+    # -- opening --------------------------------------------------------------------
+
+    def open(self, *, verify: Verify = "checksum") -> Generation | None:
+        """Load the best generation, remove leftovers, re-publish stale mirrors.
+
+        Returns None when no valid manifest exists (a fresh or wholly corrupt directory:
+        the caller builds generation 1 from the Markdown).
+        """
+        ensure_dir(self.fs, self.state_dir)
+        gen = self.load(verify=verify)
+        self.current = gen
+        self.cleanup()
+        if gen is not None:
+            self._publish_mirrors(gen, only_stale=True)
+        return gen
+
+    def load(self, *, verify: Verify = "checksum") -> Generation | None:
+        """The best generation on disk (no changes to the disk; see module docstring)."""
+        numbers = self.manifest_numbers()
+        if numbers:
+            self._next = max(self._next, numbers[0] + 1)
+        fallback: Generation | None = None
+        skipped: list[tuple[str, str]] = []
+        for number in numbers:
+            try:
+                gen = self.read_manifest(number)
+            except CorruptState as exc:
+                skipped.append((manifest_name(number), exc.reason))
+                continue
+            self._check_files(gen, verify)
+            if gen.ok:
+                gen.skipped = skipped
+                return gen
+            skipped.append((manifest_name(number), "corrupt files: " + ", ".join(gen.corrupt)))
+            if fallback is None:
+                fallback = gen
+        if fallback is not None:
+            fallback.skipped = [s for s in skipped if s[0] != manifest_name(fallback.number)]
+        return fallback
+
+    def manifest_numbers(self) -> list[int]:
+        """Manifest generation numbers on disk, newest first."""
+        try:
+            names = self.fs.listdir(self.state_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _io(exc, self.state_dir) from exc
+        found = (MANIFEST_RE.match(name) for name in names)
+        return sorted((int(m.group(1)) for m in found if m), reverse=True)
+
+    def read_manifest(self, number: int) -> Generation:
+        """Parse and verify ``MANIFEST-<number>.json`` (not its files); CorruptState if bad."""
+        path = self.state_dir / manifest_name(number)
+        data = read_verified(path, None)
+        tail = _TAIL_RE.search(data)
+        if not data.startswith(_HEAD) or tail is None:
+            raise CorruptState(path, "not a manifest (bad framing)")
+        body = data[len(_HEAD) : tail.start()]
+        if checksum(body) != tail.group(1).decode():
+            raise CorruptState(path, "manifest checksum mismatch")
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptState(path, f"bad manifest JSON: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise CorruptState(path, "not a recalld manifest")
+        if doc.get("version") != VERSION:
+            raise UnsupportedVersion(path, f"manifest version {doc.get('version')!r}")
+        if doc.get("generation") != number:
+            raise CorruptState(path, f"names generation {doc.get('generation')!r}")
+        created, files = doc.get("created"), doc.get("files")
+        if not isinstance(created, int | float) or not isinstance(files, dict):
+            raise CorruptState(path, "manifest lacks created or files")
+        entries: dict[str, FileEntry] = {}
+        mirrors: dict[str, str] = {}
+        for logical, raw in files.items():
+            entry, mirror = _parse_entry(path, logical, raw)
+            entries[logical] = entry
+            if mirror is not None:
+                mirrors[logical] = mirror
+        return Generation(number, float(created), entries, mirrors, self.state_dir,
+                          self.mirror_root)
+
+    def _check_files(self, gen: Generation, verify: Verify) -> None:
+        for logical, entry in gen.files.items():
+            path = gen.path(logical)
+            try:
+                if verify == "checksum":
+                    verify_file(path, entry)
+                else:
+                    _check_size(path, entry)
+            except CorruptState as exc:
+                gen.corrupt[logical] = exc.reason
+
+    # -- committing -----------------------------------------------------------------
+
+    def commit(
+        self, files: Mapping[str, FileEntry], mirrors: Mapping[str, str] | None = None
+    ) -> Generation:
+        """Make ``files`` (already written, in ``state_dir``) the current generation.
+
+        ``mirrors`` maps logical names to fixed paths (relative to ``mirror_root``) that
+        get a replica of the file once the manifest is durable. Raises StorageError /
+        DiskFull if the manifest cannot be written: then the previous generation stays
+        current, and data files no manifest names are removed. Mirror failures do not fail
+        the commit; they are reported in ``Generation.mirror_errors`` and retried by
+        ``open``.
+        """
+        mirrors = dict(mirrors or {})
+        for logical, entry in files.items():
+            _check_name(entry.name)
+            _check_size(self.state_dir / entry.name, entry)
+            if logical in mirrors:
+                _check_rel(mirrors[logical])
+        unknown = set(mirrors) - set(files)
+        if unknown:
+            raise ValueError(f"mirrors for unknown files: {sorted(unknown)}")
+        number = self._next
+        # Never reuse a number, even if this attempt fails after its manifest got visible.
+        self._next += 1
+        gen = Generation(number, time.time(), dict(files), mirrors, self.state_dir,
+                         self.mirror_root)
+        try:
+            ensure_dir(self.fs, self.state_dir)
+            atomic_write(self.fs, self.state_dir / manifest_name(number), _encode(gen))
+        except BaseException:
+            self._quiet_cleanup()
+            raise
+        self.current = gen
+        self._publish_mirrors(gen, only_stale=False)
+        self._quiet_cleanup()
+        return gen
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Write data files and commit them as one generation.
+
+        ``with store.transaction() as txn: txn.add("bm25", write_arrays(store.fs,
+        txn.path("bm25", ".arr"), ...))``. Files of the current generation not added
+        again are dropped unless ``txn.carry(logical)`` is called. On a clean exit the
+        generation is committed (``txn.generation``); if the block raises, the files it
+        wrote are removed and the previous generation stays current.
+        """
+        txn = Transaction(self)
+        try:
+            yield txn
+        except BaseException:
+            self._quiet_cleanup()
+            raise
+        txn.generation = self.commit(txn.files, txn.mirrors)
+
+    # -- cleanup --------------------------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        """Remove temp files, manifests beyond ``keep`` and unreferenced generation files.
+
+        Returns the removed names. Only names this module produces are ever removed.
+        """
+        removed = remove_temp_files(self.fs, self.state_dir)
+        kept: list[Generation] = [] if self.current is None else [self.current]
+        doomed: list[str] = []
+        for number in self.manifest_numbers():
+            if self.current is not None and number == self.current.number:
+                continue
+            if len(kept) < self.keep:
+                try:
+                    kept.append(self.read_manifest(number))
+                    continue
+                except CorruptState:
+                    pass
+            doomed.append(manifest_name(number))
+        # Manifests go first: a data file is only removed once no manifest on disk names it.
+        referenced = {e.name for g in kept for e in g.files.values()}
+        for name in doomed:
+            self._unlink(self.state_dir / name)
+        removed += doomed
+        for name in self.fs.listdir(self.state_dir):
+            if GEN_FILE_RE.match(name) and name not in referenced:
+                self._unlink(self.state_dir / name)
+                removed.append(name)
+        for parent in {(self.mirror_root / rel).parent for g in kept for rel in g.mirrors.values()}:
+            removed += remove_temp_files(self.fs, parent)
+        return removed
+
+    def _quiet_cleanup(self) -> None:
+        try:
+            self.cleanup()
+        except StorageError:
+            pass  # best effort: the next open cleans up again
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            self.fs.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _io(exc, path) from exc
+
+    # -- mirrors --------------------------------------------------------------------
+
+    def _publish_mirrors(self, gen: Generation, *, only_stale: bool) -> None:
+        for logical, rel in gen.mirrors.items():
+            if logical in gen.corrupt:
+                continue
+            src, dst = gen.path(logical), self.mirror_root / rel
+            try:
+                if only_stale and _same_file(src, dst, gen.files[logical]):
+                    continue
+                ensure_dir(self.fs, dst.parent)
+                publish_copy(self.fs, src, dst)
+            except StorageError as exc:
+                gen.mirror_errors[logical] = exc.message
+                continue
+            gen.mirror_errors.pop(logical, None)
+            if only_stale:
+                gen.mirrors_repaired.append(logical)
+
+
+class Transaction:
+    """Files being assembled into the next generation (see ``GenerationStore.transaction``)."""
+
+    def __init__(self, store: GenerationStore) -> None:
+        self._store = store
+        self.files: dict[str, FileEntry] = {}
+        self.mirrors: dict[str, str] = {}
+        self.generation: Generation | None = None
+
+    def path(self, stem: str, suffix: str) -> Path:
+        """Where to write a new data file of this generation."""
+        return self._store.gen_path(stem, suffix)
+
+    def add(self, logical: str, entry: FileEntry, *, mirror: str | None = None) -> None:
+        self.files[logical] = entry
+        if mirror is not None:
+            self.mirrors[logical] = mirror
+        else:
+            self.mirrors.pop(logical, None)
+
+    def carry(self, logical: str) -> None:
+        """Keep the current generation's ``logical`` file (and its mirror) unchanged."""
+        current = self._store.current
+        if current is None or logical not in current.files:
+            raise KeyError(logical)
+        self.add(logical, current.files[logical], mirror=current.mirrors.get(logical))
+
+
+def _encode(gen: Generation) -> bytes:
+    files: dict[str, dict[str, Any]] = {}
+    for logical, entry in gen.files.items():
+        item: dict[str, Any] = {
+            "name": entry.name, "size": entry.size, "checksum": entry.checksum,
+            "records": entry.records,
+        }
+        if logical in gen.mirrors:
+            item["mirror"] = gen.mirrors[logical]
+        files[logical] = item
+    body = orjson.dumps(
+        {"format": FORMAT, "version": VERSION, "generation": gen.number,
+         "created": gen.created, "files": files},
+        option=orjson.OPT_INDENT_2,
+    )
+    return _HEAD + body + b',"blake2b":"' + checksum(body).encode() + b'"}\n'
+
+
+def _parse_entry(path: Path, logical: Any, raw: Any) -> tuple[FileEntry, str | None]:
+    if not isinstance(raw, dict):
+        raise CorruptState(path, f"entry {logical!r} is not an object")
+    name, size, digest = raw.get("name"), raw.get("size"), raw.get("checksum")
+    records, mirror = raw.get("records"), raw.get("mirror")
+    if (
+        not isinstance(name, str)
+        or type(size) is not int
+        or not isinstance(digest, str)
+        or not (records is None or type(records) is int)
+        or not (mirror is None or isinstance(mirror, str))
+    ):
+        raise CorruptState(path, f"entry {logical!r} is malformed")
+    try:
+        _check_name(name)
+        if mirror is not None:
+            _check_rel(mirror)
+    except ValueError as exc:
+        raise CorruptState(path, str(exc)) from exc
+    return FileEntry(name, size, digest, records), mirror
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", "..") or name.startswith(".") or "\0" in name:
+        raise ValueError(f"data file name {name!r} must be a plain name in the state dir")
+
+
+def _check_rel(rel: str) -> None:
+    parts = PurePosixPath(rel).parts
+    if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        raise ValueError(f"mirror path {rel!r} must be relative and stay inside the root")
+
+
+def _check_size(path: Path, entry: FileEntry) -> None:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise _io(exc, path) from exc
+    if size != entry.size:
+        raise CorruptState(path, f"size {size} != expected {entry.size}")
+
+
+def _same_file(src: Path, dst: Path, entry: FileEntry) -> bool:
+    """Whether the mirror ``dst`` already holds the generation file's bytes."""
+    try:
+        a, b = os.stat(src), os.stat(dst)
+    except FileNotFoundError:
+        return False
+    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+        return True
+    try:
+        verify_file(dst, entry)  # a copy (no hard links here)
+    except CorruptState:
+        return False
+    return True
+
+
+def _io(exc: OSError, path: Path) -> StorageError:
+    return translate_os_error(exc, path)
