@@ -16,9 +16,10 @@ import trio
 
 from recalld.daemon import config as config_mod
 from recalld.daemon import systemd
+from recalld.daemon.app import build_supervisor
 from recalld.daemon.listener import SocketSetupError
 from recalld.daemon.lock import AlreadyServing
-from recalld.daemon.supervisor import Supervisor, reloader_for
+from recalld.daemon.supervisor import reloader_for
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     logging.getLogger().setLevel(level)
 
-    supervisor = Supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
+    supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
     try:
         trio.run(supervisor.run)
     except BaseException as exc:

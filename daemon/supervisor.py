@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ from recalld.daemon.workspaces import WorkspaceRegistry, WorkspaceService
 log = logging.getLogger(__name__)
 
 Reloader = Callable[[], DaemonConfig]
+# A daemon-wide service (the job manager...): started before the workspaces, in order.
+DaemonService = Callable[..., Awaitable[None]]
 
 
 def make_private_dir(path: Path) -> None:
@@ -55,8 +57,10 @@ class Supervisor:
         reload: Reloader | None = None,
         extra_methods: Iterable[Methods] = (),
         workspace_services: Iterable[tuple[str, WorkspaceService]] = (),
+        services: Iterable[tuple[str, DaemonService]] = (),
     ) -> None:
         self.config = config
+        self._services = list(services)
         self._systemd = systemd or SystemdEnvironment()
         self._reload = reload
         self.notifier = Notifier(self._systemd.notify_socket)
@@ -92,6 +96,9 @@ class Supervisor:
                     self.notifier.close()
 
     async def _serve(self, root: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        for name, service in self._services:
+            self.notifier.status(f"starting {name}")
+            await root.start(service)
         self.notifier.status("opening workspaces")
         await root.start(self.registry.run)
         for agent_id in self._initial_workspaces(self.config):

@@ -1,0 +1,80 @@
+"""Assembly: the supervisor with every capability plugged in.
+
+The supervisor knows services, workspace services and method tables, not what they do;
+this module decides which exist: the job manager (daemon-wide), the index of every
+workspace, and their RPC methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from recalld.daemon.api import CallContext, Methods
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index.methods import METHODS as INDEX_METHODS
+from recalld.daemon.index.methods import index_service, reindex_job
+from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
+from recalld.daemon.supervisor import Reloader, Supervisor
+from recalld.daemon.systemd import SystemdEnvironment
+
+
+def job_methods(manager: JobManager) -> Methods:
+    methods = Methods()
+
+    @methods.add("jobs.submit")
+    async def submit(ctx: CallContext, params: dict[str, Any]) -> Any:
+        return await rpc_submit(manager, params)
+
+    @methods.add("jobs.get")
+    async def get(ctx: CallContext, params: dict[str, Any]) -> Any:
+        return await rpc_get(manager, params)
+
+    @methods.add("jobs.list")
+    async def list_(ctx: CallContext, params: dict[str, Any]) -> Any:
+        return await rpc_list(manager, params)
+
+    @methods.add("jobs.cancel")
+    async def cancel(ctx: CallContext, params: dict[str, Any]) -> Any:
+        return await rpc_cancel(manager, params)
+
+    return methods
+
+
+def build_supervisor(
+    cfg: DaemonConfig,
+    *,
+    systemd: SystemdEnvironment | None = None,
+    reload: Reloader | None = None,
+) -> Supervisor:
+    """The daemon, ready for ``trio.run(supervisor.run)``."""
+    # One limiter for every CPU-heavy step of every workspace: two cores are shared by
+    # all agents, and one agent's rebuild must leave room for another's search.
+    cpu = trio.CapacityLimiter(max(1, cfg.cpu_threads))
+    holder: dict[str, Supervisor] = {}
+
+    def publish(topic: str, payload: dict[str, Any]) -> None:
+        holder["s"].events.publish(topic, payload)
+
+    def agent_exists(agent_id: str) -> bool:
+        return any(w.agent_id == agent_id for w in holder["s"].registry.list())
+
+    jobs = JobManager(
+        journal_path=cfg.state_dir / "jobs.journal",
+        publish=publish,
+        cpu_limiter=cpu,
+        agent_exists=agent_exists,
+    )
+    supervisor = Supervisor(
+        cfg,
+        systemd=systemd,
+        reload=reload,
+        extra_methods=[INDEX_METHODS, job_methods(jobs)],
+        workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish))],
+        services=[("jobs", jobs.run)],
+    )
+    holder["s"] = supervisor
+    jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
+    supervisor.state.stats["jobs"] = jobs.statistics
+    return supervisor

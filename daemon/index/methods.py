@@ -1,0 +1,88 @@
+"""RPC methods of the index: ``memory.search``, ``index.sync``, and the reindex job.
+
+Also the workspace-service factory that starts a :class:`WorkspaceIndex` for every
+open workspace and attaches it as ``"index"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from recalld.daemon.api import CallContext, Methods, Params
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.jobs import JobContext
+from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.ipc.errors import UnknownWorkspace
+
+METHODS = Methods()
+
+
+def index_of(ws: Workspace) -> WorkspaceIndex:
+    try:
+        index: WorkspaceIndex = ws.get("index")
+    except KeyError:
+        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no index yet") from None
+    return index
+
+
+@METHODS.add("memory.search", positional=("agent_id", "query"))
+async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = p.text("query")
+    max_results = p.integer("max_results", 5, minimum=1)
+    min_score = p.number("min_score", None)
+    filters = parse_filters(p.mapping("filters", None))
+    sync = p.boolean("sync", False)
+    p.done()
+    ws = ctx.workspace(agent_id)
+    index = index_of(ws)
+    if sync:
+        await index.sync()
+    return await search(
+        index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
+        filters=filters, config=ws.settings.search, agent_id=agent_id,
+    )
+
+
+@METHODS.add("index.sync", positional=("agent_id",))
+async def index_sync(ctx: CallContext, params: dict[str, Any]) -> Any:
+    p = Params(params)
+    agent_id = p.agent_id()
+    p.done()
+    index = index_of(ctx.workspace(agent_id))
+    await index.sync()
+    return {"synced": True, "files": len(index.state.files), "chunks": len(index.state.chunks)}
+
+
+def reindex_job(get_workspace: Callable[[str], Workspace]) -> Callable[[JobContext], Any]:
+    """The ``reindex`` job: rebuild one workspace's index with progress."""
+
+    async def run(job: JobContext) -> dict[str, Any]:
+        index = index_of(get_workspace(job.agent_id))
+        return await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
+
+    return run
+
+
+def index_service(
+    get_config: Callable[[], DaemonConfig],
+    cpu: trio.CapacityLimiter,
+    publish: Callable[[str, dict[str, Any]], None] | None = None,
+) -> WorkspaceService:
+    """A workspace service that runs the index of each workspace."""
+
+    async def run(
+        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        index = WorkspaceIndex(workspace, get_config(), cpu=cpu, publish=publish)
+        workspace.attach("index", index)
+        workspace.add_status("index", index.status)
+        await index.run(task_status=task_status)
+
+    return run

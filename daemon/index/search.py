@@ -1,0 +1,144 @@
+"""Search over one workspace: keyword branch, optional vector branch, fusion, links.
+
+Results follow QwenPaw's documented shape and text form. With only the keyword branch,
+``score`` is the BM25 score; with both, it is the fused score and ``vector`` / ``keyword``
+show each branch's own score (``None`` on the wire, ``-`` in the text, where a branch
+missed). Link expansion adds, after the hits, the first chunk of each file a hit links
+to or is linked from (``via`` names the hit), so an agent sees the neighbourhood.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from recalld.daemon.config import SearchConfig
+from recalld.daemon.index.fusion import fuse
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.ipc.errors import InvalidParams
+
+log = logging.getLogger(__name__)
+
+MAX_RESULTS_CAP = 100
+_DATE = "YYYY-MM-DD"
+
+
+def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
+    """``{path_prefix, date_from, date_to, bucket}`` (strings or lists) to :class:`Filters`."""
+    if not raw:
+        return Filters()
+    known = {"path_prefix", "date_from", "date_to", "bucket"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InvalidParams(f"unknown filter(s): {', '.join(unknown)}")
+
+    def strings(name: str) -> tuple[str, ...]:
+        value = raw.get(name)
+        if value is None:
+            return ()
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
+            raise InvalidParams(f"filter {name!r} must be a string or a list of strings")
+        return tuple(items)
+
+    def day(name: str) -> str | None:
+        value = raw.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str) or len(value) != len(_DATE) or value[4] != "-" or (
+            value[7] != "-") or not (value[:4] + value[5:7] + value[8:]).isdigit():
+            raise InvalidParams(f"filter {name!r} must be a date {_DATE}")
+        return value
+
+    buckets = strings("bucket")
+    for bucket in buckets:
+        if "/" in bucket.strip("/") or bucket in (".", ".."):
+            raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
+    return Filters(path_prefixes=strings("path_prefix"), date_from=day("date_from"),
+                   date_to=day("date_to"), buckets=buckets)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def render(hit: Mapping[str, Any], *, hybrid: bool) -> str:
+    """QwenPaw's text form of one result: a header line, then the chunk text."""
+    where = f"{hit['path']}:{hit['start_line']}-{hit['end_line']}"
+    if hybrid:
+        scores = (f"score={hit['score']:.4f} vector={_fmt(hit['vector'])} "
+                  f"keyword={_fmt(hit['keyword'])}")
+    else:
+        scores = f"score={hit['score']:.4f}"
+    return f"========== {where} [{scores}] ==========\n{hit['text']}"
+
+
+def _result(chunk: StoredChunk, score: float, keyword: float | None,
+            vector: float | None) -> dict[str, Any]:
+    return {
+        "path": chunk.path, "start_line": chunk.start_line, "end_line": chunk.end_line,
+        "text": chunk.text, "heading": chunk.heading, "chunk_id": chunk.id,
+        "score": score, "vector": vector, "keyword": keyword,
+    }
+
+
+async def search(
+    index: WorkspaceIndex,
+    query: str,
+    *,
+    max_results: int,
+    min_score: float | None,
+    filters: Filters,
+    config: SearchConfig,
+    agent_id: str,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    pool = min(max_results * max(config.candidate_multiplier, 1), config.max_candidates)
+    keyword_hits, chunks = await index.keyword_search(query, max(pool, max_results), filters)
+    vector_hits: list[tuple[int, float]] = []  # filled once an embedding model is configured
+    hybrid = bool(vector_hits)
+    results: list[dict[str, Any]] = []
+    if hybrid:
+        for f in fuse(keyword_hits, vector_hits, keyword_weight=config.keyword_weight,
+                      vector_weight=config.vector_weight, k=config.rrf_k):
+            results.append(_result(chunks[f.key], f.score, f.keyword, f.vector))
+    else:
+        results = [_result(chunks[key], score, score, None) for key, score in keyword_hits]
+    if min_score is not None:
+        results = [r for r in results if r["score"] >= min_score]
+    results = results[:max_results]
+
+    expanded: list[dict[str, Any]] = []
+    if config.link_expansion and results:
+        hit_paths = [r["path"] for r in results]
+        links = await index.neighbours(hit_paths)
+        for r in results:
+            r["links"] = links.get(r["path"], [])
+        seen = set(hit_paths)
+        extra: dict[str, str] = {}
+        for path in hit_paths:
+            for other in links.get(path, []):
+                if other not in seen and other not in extra:
+                    extra[other] = path
+        firsts = await index.first_chunks(list(extra)[:max_results])
+        for path, chunk in firsts.items():
+            item = _result(chunk, 0.0, None, None)
+            item["via"] = extra[path]
+            expanded.append(item)
+    for r in results:
+        r["rendered"] = render(r, hybrid=hybrid)
+    took_ms = (time.perf_counter() - started) * 1000
+    log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",
+             agent_id, len(vector_hits), len(keyword_hits), len(results), took_ms)
+    return {
+        "results": results,
+        "expanded": expanded,
+        "rendered": "\n\n".join(r["rendered"] for r in results),
+        "vector_hits": len(vector_hits),
+        "keyword_hits": len(keyword_hits),
+        "mode": "hybrid" if hybrid else "keyword",
+        "took_ms": round(took_ms, 3),
+    }

@@ -1,0 +1,274 @@
+"""The per-workspace index service: load, watch, apply, persist, search, rebuild.
+
+Owns one workspace's :class:`IndexState`, its :class:`Watcher` and its
+:class:`IndexStore`. ``run`` loads the last committed generation (rebuilding what is
+corrupt), starts the watcher (whose startup reconcile re-reads only files changed while
+the daemon was down), then a persist task, and only then reports started. It stops by
+cancellation: the persist task's last commit runs shielded under a deadline.
+
+Concurrency: reading, chunking and tokenizing happen in worker threads under the
+daemon-wide CPU limiter without the index lock; mutations and searches take the lock and
+run in a worker thread, so the event loop never waits on them and searches always see a
+whole batch or none of it. A rebuild (``reindex``) builds a new state beside the old one,
+which keeps answering, and swaps it in at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index.persist import IndexStore, LoadReport, snapshot
+from recalld.daemon.index.state import ApplyStats, Filters, IndexState, Prepared, prepare
+from recalld.daemon.store.errors import DiskFull, StorageError
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.workspaces import Workspace
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Files prepared per worker-thread call: big enough to amortise the thread hop, small
+# enough that a cancel or a search waiting for the lock is served quickly.
+PREPARE_BATCH = 64
+PERSIST_RETRY_MAX_S = 300.0
+
+
+class WorkspaceIndex:
+    """Keyword index, link graph and freshness for one workspace."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        config: DaemonConfig,
+        *,
+        cpu: trio.CapacityLimiter,
+        publish: Callable[[str, dict[str, Any]], None] | None = None,
+        watcher_config: WatcherConfig | None = None,
+    ) -> None:
+        self.ws = ws
+        self.root = ws.root
+        settings = ws.settings
+        self.daily_dir = settings.daily_dir
+        self.digest_dir = settings.digest_dir
+        self._max_chars = config.chunk_max_chars
+        self._persist_delay_s = config.persist_delay_s
+        self._cpu = cpu
+        self._publish = publish
+        self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
+        self.store = IndexStore(self.root / settings.metadata_dir)
+        self._lock = trio.Lock()
+        self._dirty = trio.Event()
+        self._changes = 0  # applied changes not yet committed
+        self._rebuilding = False
+        self.watcher = Watcher(
+            self.root,
+            [self.daily_dir, self.digest_dir],
+            apply=self.apply_paths,
+            # Through self: a rebuild swaps in a new state object.
+            known=lambda: self.state.known(),
+            config=watcher_config
+            or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s),
+            limiter=cpu,
+        )
+        self.load_report: LoadReport | None = None
+        self.last_commit: dict[str, Any] | None = None
+        self.persist_error: dict[str, Any] | None = None
+        self.searches = 0
+
+    # -- service ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.load_report = await trio.to_thread.run_sync(self.store.load, self.state)
+        if self.load_report.corrupt:
+            log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
+                        self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
+            self._mark_dirty()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.watcher.run)
+                nursery.start_soon(self._persist_loop)
+                task_status.started()
+        finally:
+            with trio.move_on_after(10.0) as cleanup:
+                cleanup.shield = True
+                if self._changes:
+                    await self._commit()
+
+    # -- applying changes ------------------------------------------------------------
+
+    async def apply_paths(self, paths: set[str]) -> None:
+        """Re-read ``paths`` (workspace-relative) and update the index to match the disk."""
+        ordered = sorted(paths)
+        for start in range(0, len(ordered), PREPARE_BATCH):
+            batch = ordered[start:start + PREPARE_BATCH]
+            digests = {p: self.state.digest_of(p) for p in batch}
+            prepared = await trio.to_thread.run_sync(
+                self._prepare_batch, self.state, batch, digests, limiter=self._cpu
+            )
+            stats: ApplyStats = await self._locked(self.state.apply, prepared)
+            if stats.changed:
+                self._changes += stats.added + stats.updated + stats.deleted
+                self._mark_dirty()
+
+    def _prepare_batch(
+        self, state: IndexState, paths: list[str], digests: dict[str, str | None]
+    ) -> list[Prepared]:
+        del state  # read-only snapshot of digests is passed in; state is not touched here
+        return [
+            prepare(self.root, p, max_chars=self._max_chars, known_digest=digests[p])
+            for p in paths
+        ]
+
+    async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self._lock:
+            return await trio.to_thread.run_sync(partial(fn, *args))
+
+    def _mark_dirty(self) -> None:
+        self._dirty.set()
+
+    # -- persistence -----------------------------------------------------------------
+
+    async def _persist_loop(self) -> None:
+        backoff = 1.0
+        while True:
+            await self._dirty.wait()
+            # Let a burst of edits settle, and never spend more than ~1/5 of the time
+            # writing state: a commit that took 1 s waits 5 s before the next one.
+            took = (self.last_commit or {}).get("duration_s", 0.0)
+            await trio.sleep(max(self._persist_delay_s, 5 * took))
+            try:
+                await self._commit()
+                backoff = 1.0
+            except StorageError as exc:
+                self.persist_error = {
+                    "time": time.time(), "error": str(exc),
+                    "disk_full": isinstance(exc, DiskFull),
+                }
+                log.error("%s: saving the index failed (%s); retrying in %.0f s",
+                          self.ws.agent_id, exc, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, PERSIST_RETRY_MAX_S)
+
+    async def _commit(self) -> None:
+        async with self._lock:
+            self._dirty = trio.Event()
+            changes, self._changes = self._changes, 0
+            snap = await trio.to_thread.run_sync(snapshot, self.state)
+        started = time.monotonic()
+        try:
+            number = await trio.to_thread.run_sync(self.store.save, snap, limiter=self._cpu)
+        except BaseException:
+            self._changes += changes
+            self._mark_dirty()
+            raise
+        self.persist_error = None
+        self.last_commit = {
+            "generation": number, "time": time.time(),
+            "duration_s": round(time.monotonic() - started, 4), "files": len(snap.files),
+            "chunks": len(snap.chunks),
+        }
+
+    # -- queries ---------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """Return once every change made to the workspace before the call is indexed."""
+        await self.watcher.sync()
+
+    async def keyword_search(
+        self, query: str, limit: int, filters: Filters
+    ) -> tuple[list[tuple[int, float]], dict[int, Any]]:
+        """Top keyword hits and their chunks, from one consistent view."""
+
+        def run() -> tuple[list[tuple[int, float]], dict[int, Any]]:
+            allowed = self.state.allowed(filters)
+            hits = self.state.keyword_search(query, limit, allowed)
+            return hits, {key: self.state.chunks[key] for key, _ in hits}
+
+        self.searches += 1
+        return await self._locked(run)
+
+    async def neighbours(self, paths: Iterable[str]) -> dict[str, list[str]]:
+        wanted = list(dict.fromkeys(paths))
+        return await self._locked(lambda: {p: self.state.neighbours(p) for p in wanted})
+
+    async def first_chunks(self, paths: Iterable[str]) -> dict[str, Any]:
+        """The first chunk of each path that is indexed (for link expansion)."""
+        wanted = list(dict.fromkeys(paths))
+
+        def run() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for p in wanted:
+                info = self.state.files.get(p)
+                if info and info.keys:
+                    out[p] = self.state.chunks[info.keys[0]]
+            return out
+
+        return await self._locked(run)
+
+    # -- rebuild ---------------------------------------------------------------------
+
+    async def rebuild(self, progress: Callable[[int, int, str], None]) -> dict[str, Any]:
+        """Build a fresh index from the Markdown beside the live one, then swap it in.
+
+        Searches keep answering from the old state until the swap. Cancellation leaves the
+        old state in place.
+        """
+        self._rebuilding = True
+        try:
+            started = time.monotonic()
+            disk = await trio.to_thread.run_sync(self.watcher.scan, limiter=self._cpu)
+            paths = sorted(disk)
+            fresh = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
+            total = len(paths)
+            progress(0, total, "scanning")
+            for start in range(0, total, PREPARE_BATCH):
+                batch = paths[start:start + PREPARE_BATCH]
+                prepared = await trio.to_thread.run_sync(
+                    self._prepare_batch, fresh, batch, dict.fromkeys(batch), limiter=self._cpu
+                )
+                await trio.to_thread.run_sync(fresh.apply, prepared, limiter=self._cpu)
+                progress(min(start + PREPARE_BATCH, total), total, "indexing")
+            async with self._lock:
+                self.state = fresh
+            # Changes made while building are caught by a reconcile against the new state.
+            await self.watcher.reconcile("after rebuild")
+            self._changes += 1
+            await self._commit()
+            progress(total, total, "done")
+            return {"files": len(fresh.files), "chunks": len(fresh.chunks),
+                    "duration_s": round(time.monotonic() - started, 3)}
+        finally:
+            self._rebuilding = False
+
+    # -- status ----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        watcher = self.watcher.status()
+        pending = watcher.get("pending", 0)
+        report = self.load_report
+        return {
+            "files": len(self.state.files),
+            "chunks": len(self.state.chunks),
+            "links": len(self.state.graph),
+            "pending_changes": pending,
+            "uncommitted_changes": self._changes,
+            "rebuilding": self._rebuilding,
+            "watcher": watcher,
+            "last_commit": self.last_commit,
+            "persist_error": self.persist_error,
+            "loaded_generation": None if report is None else report.generation,
+            "load_corrupt": {} if report is None else report.corrupt,
+            "searches": self.searches,
+            "keyword": self.state.bm25.stats(),
+        }
+
+
+def metadata_dir(ws: Workspace) -> Path:
+    return ws.root / ws.settings.metadata_dir

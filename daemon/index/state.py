@@ -1,0 +1,342 @@
+"""One workspace's in-memory index: files, chunks, keyword index and link graph.
+
+Pure and synchronous. The per-workspace service (``service.py``) prepares files in
+worker threads with :func:`prepare` (read, chunk, tokenize: the CPU-heavy part, no shared
+state touched) and then applies the prepared files here under its lock. Doc keys are
+small integers shared by the keyword index, the vector index and fusion; they are never
+reused within one state, and a full rebuild starts a new state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroaring import BitMap
+
+from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.chunker import Chunk, chunk_markdown
+from recalld.daemon.index.links import Link, LinkGraph, extract_links
+from recalld.daemon.index.tokenizer import tokenize, tokenize_query
+
+# Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
+# reading it whole on every save would stall its workspace.
+MAX_NOTE_BYTES = 8 * 1024 * 1024
+_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """A chunk as indexed; ``embedding`` is QwenPaw's ``_embedding_f16_b64`` when known."""
+
+    key: int
+    id: str
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    heading: str
+    metadata: Mapping[str, Any]
+    embedding: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "id": self.id, "path": self.path, "start_line": self.start_line,
+            "end_line": self.end_line, "text": self.text,
+            "metadata": {**self.metadata, "heading": self.heading, "key": self.key},
+        }
+        if self.embedding is not None:
+            rec["_embedding_f16_b64"] = self.embedding
+        return rec
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> StoredChunk:
+        meta = dict(rec.get("metadata") or {})
+        key = int(meta.pop("key"))
+        heading = str(meta.pop("heading", ""))
+        emb = rec.get("_embedding_f16_b64")
+        return cls(
+            key=key, id=str(rec["id"]), path=str(rec["path"]),
+            start_line=int(rec["start_line"]), end_line=int(rec["end_line"]),
+            text=str(rec["text"]), heading=heading, metadata=meta,
+            embedding=emb if isinstance(emb, str) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """What the index knows of one file: the stat it was read at and its chunks."""
+
+    path: str
+    mtime_ns: int
+    size: int
+    digest: str
+    keys: tuple[int, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
+                "digest": self.digest, "keys": list(self.keys)}
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> FileInfo:
+        return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
+                   str(rec["digest"]), tuple(int(k) for k in rec["keys"]))
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A file read and tokenized in a worker thread, ready to apply (``gone``: deleted)."""
+
+    path: str
+    gone: bool
+    mtime_ns: int = 0
+    size: int = 0
+    digest: str = ""
+    chunks: list[Chunk] = field(default_factory=list)
+    tokens: list[list[str]] = field(default_factory=list)
+    text: str = ""
+    unchanged: bool = False
+
+
+def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and stat of a regular file inside ``root``; None if absent or not a note.
+
+    The last component is opened without following symlinks, so a link planted in the
+    workspace cannot make the daemon read (and serve) a file outside it.
+    """
+    try:
+        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not _is_regular(st):
+            return None
+        chunks: list[bytes] = []
+        remaining = MAX_NOTE_BYTES
+        while remaining > 0:
+            data = os.read(fd, min(remaining, 1 << 20))
+            if not data:
+                break
+            chunks.append(data)
+            remaining -= len(data)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def _is_regular(st: os.stat_result) -> bool:
+    import stat as stat_mod
+
+    return stat_mod.S_ISREG(st.st_mode)
+
+
+def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -> Prepared:
+    """Read ``rel`` under ``root`` and chunk + tokenize it (worker-thread side)."""
+    got = _read_note(root, rel)
+    if got is None:
+        return Prepared(path=rel, gone=True)
+    data, st = got
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    if digest == known_digest:
+        return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
+                        digest=digest, unchanged=True)
+    text = data.decode("utf-8", errors="replace")
+    chunks = chunk_markdown(rel, text, max_chars=max_chars)
+    return Prepared(
+        path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
+        chunks=chunks, tokens=[tokenize(c.index_text) for c in chunks], text=text,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyStats:
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.deleted)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Search filters: path prefixes, daily-note date range, digest buckets."""
+
+    path_prefixes: tuple[str, ...] = ()
+    date_from: str | None = None
+    date_to: str | None = None
+    buckets: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets)
+
+
+def note_date(path: str) -> str | None:
+    """The ``YYYY-MM-DD`` of a daily note's folder, if the path has one."""
+    m = _DAILY_RE.search(path)
+    return m.group(1) if m else None
+
+
+class IndexState:
+    """Files, chunks, BM25 and links of one workspace. Not thread-safe: one user at a time."""
+
+    def __init__(self, *, daily_dir: str = "memory", digest_dir: str = "digest") -> None:
+        self.daily_dir = daily_dir
+        self.digest_dir = digest_dir
+        self.files: dict[str, FileInfo] = {}
+        self.chunks: dict[int, StoredChunk] = {}
+        self.bm25 = BM25Index()
+        self.graph = LinkGraph()
+        self.next_key = 1
+        self._by_stem: dict[str, str] = {}
+
+    # -- reading ---------------------------------------------------------------------
+
+    def known(self) -> dict[str, tuple[int, int]]:
+        return {p: (f.mtime_ns, f.size) for p, f in self.files.items()}
+
+    def digest_of(self, path: str) -> str | None:
+        info = self.files.get(path)
+        return info.digest if info else None
+
+    def resolve(self, name: str) -> str | None:
+        """A bare wikilink name (``[[foo]]``) to the file whose stem it is."""
+        return self._by_stem.get(name.strip().lower())
+
+    def allowed(self, filters: Filters) -> BitMap | None:
+        """The doc keys that pass ``filters`` (None: everything)."""
+        if filters.empty:
+            return None
+        out = BitMap()
+        prefixes = tuple(p.strip("/") for p in filters.path_prefixes)
+        buckets = tuple(f"{self.digest_dir}/{b.strip('/')}/" for b in filters.buckets)
+        for path, info in self.files.items():
+            if prefixes and not any(path == p or path.startswith(p + "/") or
+                                    (p.endswith(".md") and path == p) for p in prefixes):
+                continue
+            if buckets and not path.startswith(buckets):
+                continue
+            if filters.date_from or filters.date_to:
+                day = note_date(path) if path.startswith(self.daily_dir + "/") else None
+                if day is None:
+                    continue
+                if filters.date_from and day < filters.date_from:
+                    continue
+                if filters.date_to and day > filters.date_to:
+                    continue
+            out.update(info.keys)
+        return out
+
+    def keyword_search(
+        self, query: str, limit: int, allowed: BitMap | None = None
+    ) -> list[tuple[int, float]]:
+        return self.bm25.search(tokenize_query(query), limit, allowed=allowed)
+
+    def neighbours(self, path: str) -> list[str]:
+        return sorted(p for p in self.graph.neighbours(path, 1) if p != path and p in self.files)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def apply(self, batch: Iterable[Prepared]) -> ApplyStats:
+        """Bring the index in line with ``batch`` (each file replaced or dropped whole)."""
+        added = updated = deleted = unchanged = 0
+        new_docs: list[tuple[int, list[str]]] = []
+        for prep in batch:
+            old = self.files.get(prep.path)
+            if prep.gone:
+                if old is not None:
+                    self._drop(old)
+                    deleted += 1
+                continue
+            if prep.unchanged and old is not None:
+                if (old.mtime_ns, old.size) != (prep.mtime_ns, prep.size):
+                    self.files[prep.path] = FileInfo(
+                        prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
+                unchanged += 1
+                continue
+            if old is not None:
+                self._drop(old)
+                updated += 1
+            else:
+                added += 1
+            keys: list[int] = []
+            for chunk, tokens in zip(prep.chunks, prep.tokens, strict=True):
+                key = self.next_key
+                self.next_key += 1
+                keys.append(key)
+                self.chunks[key] = StoredChunk(
+                    key=key, id=chunk.id, path=chunk.path, start_line=chunk.start_line,
+                    end_line=chunk.end_line, text=chunk.text, heading=chunk.heading,
+                    metadata=chunk.metadata,
+                )
+                new_docs.append((key, tokens))
+            self.files[prep.path] = FileInfo(
+                prep.path, prep.mtime_ns, prep.size, prep.digest, tuple(keys))
+            self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
+                prep.path)
+            self.graph.add_file(prep.path, extract_links(prep.path, prep.text, self.resolve))
+        if len(new_docs) > 64:
+            self.bm25.add_many(new_docs)
+        else:
+            for key, tokens in new_docs:
+                self.bm25.add(key, tokens)
+        return ApplyStats(added, updated, deleted, unchanged)
+
+    def _drop(self, info: FileInfo) -> None:
+        for key in info.keys:
+            self.bm25.remove(key)
+            self.chunks.pop(key, None)
+        del self.files[info.path]
+        stem = posixpath.splitext(posixpath.basename(info.path))[0].lower()
+        if self._by_stem.get(stem) == info.path:
+            del self._by_stem[stem]
+        self.graph.remove_file(info.path)
+
+    # -- persistence -----------------------------------------------------------------
+
+    def restore(
+        self,
+        files: Iterable[FileInfo],
+        chunks: Iterable[StoredChunk],
+        bm25: BM25Index,
+        graph: LinkGraph,
+        next_key: int,
+    ) -> None:
+        """Adopt loaded state; raises ValueError when the parts do not agree."""
+        self.files = {f.path: f for f in files}
+        self.chunks = {c.key: c for c in chunks}
+        keys = {k for f in self.files.values() for k in f.keys}
+        if keys != set(self.chunks) or BitMap(keys) != bm25.live:
+            raise ValueError("files, chunks and keyword index disagree")
+        self.bm25 = bm25
+        self.graph = graph
+        self.next_key = max(next_key, max(keys, default=0) + 1)
+        self._by_stem = {
+            posixpath.splitext(posixpath.basename(p))[0].lower(): p for p in self.files
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {"files": len(self.files), "chunks": len(self.chunks), "links": len(self.graph),
+                "keyword": self.bm25.stats()}
+
+
+def rebuild_links(state: IndexState, texts: Mapping[str, str]) -> None:
+    """Re-extract every file's links (after restore, names may resolve differently)."""
+    for path, text in texts.items():
+        state.graph.add_file(path, extract_links(path, text, state.resolve))
+
+
+__all__ = [
+    "MAX_NOTE_BYTES", "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
+    "StoredChunk", "note_date", "prepare",
+]
