@@ -453,3 +453,19 @@ def test_local_unknown_model_is_a_config_error() -> None:
     cfg = EmbeddingModelConfig(backend="local", model_name="no-such-model")
     with pytest.raises(ProviderConfigError, match="unknown local embedding model"):
         EmbeddingClient(cfg, None, environ={})
+
+
+async def test_wait_healthy_retries_until_ok(fake: FakeProvider, bridge: ProviderBridge,
+                                             tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="recalld.daemon.providers")
+    policy = RetryPolicy(max_attempts=1)
+    client = make(fake, bridge, "openai", policy=policy)
+    fake.script(Reply(status=503), Reply(drop=True), Reply(dims=3))
+    with trio.fail_after(5):
+        await client.wait_healthy(tmp_path, backoff_base_s=0.01, backoff_max_s=0.02)
+    lines = [m.split(" -> ", 1)[1] for m in caplog.messages
+             if m.startswith("[EMBEDDING HEALTH CHECK]")]
+    assert [line.split(" ", 1)[0] for line in lines] == ["FAIL", "FAIL", "FAIL", "OK"]
+    assert client.status()["health"] == "ok"
+    assert len(fake.requests) == 4

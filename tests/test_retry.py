@@ -241,3 +241,30 @@ async def test_cancellation_releases_the_probe(autojump_clock: object) -> None:
     assert breaker.state == "half_open"
     assert await call_with_retry(policy, Script(), rng=random.Random(0), breaker=breaker) == "ok"
     assert breaker.state == "closed"
+
+
+def test_error_family_maps_to_the_wire() -> None:
+    from recalld.daemon.providers.errors import (
+        DimensionMismatch,
+        ProviderPermanent,
+        ProviderTransient,
+        redact,
+    )
+    from recalld.ipc.errors import PROVIDER_UNAVAILABLE, ProviderUnavailable
+
+    for exc in (ProviderConnectError("a"), ProviderTimeout("b"), CircuitOpen("c"),
+                status(503)):
+        assert isinstance(exc, ProviderTransient)
+        assert exc.transient
+    for exc in (ProviderBadResponse("d"), DimensionMismatch("e"), status(404)):
+        assert isinstance(exc, ProviderPermanent)
+        assert not exc.transient
+    err = status(429, retry_after=3.0)
+    assert isinstance(err, ProviderUnavailable)
+    assert err.code == PROVIDER_UNAVAILABLE
+    assert err.to_error() == {"code": PROVIDER_UNAVAILABLE, "message": "HTTP 429",
+                              "data": {"transient": True, "status": 429}}
+    wire = err.to_wire()
+    assert type(wire) is ProviderUnavailable
+    assert redact("key sk-abcdefghijkl and AIzaSyA1234567890123456789012 x", "x") == (
+        "key *** and *** ***")

@@ -116,14 +116,18 @@ class ProviderBridge:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[HttpResult]] = set()
         self._stopping = False
+        self._active = False
         self._requests_total = 0
 
     # ----------------------------------------------------------------- service
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the asyncio thread until cancelled. Raises if the thread dies on its own."""
-        if self._token is not None:
+        if self._active:
             raise RuntimeError("ProviderBridge.run() is already running")
+        self._active = True
+        # The token stays set after run() ends: a late completion may still need to wake a
+        # waiting caller in this trio run.
         self._token = trio.lowlevel.current_trio_token()
         self._stopping = False
         ready = trio.Event()
@@ -163,7 +167,7 @@ class ProviderBridge:
             if cs.cancelled_caught:
                 log.warning("provider bridge thread did not stop within %.1fs",
                             self._stop_timeout_s)
-            self._token = None
+            self._active = False
             self._loop = None
             self._session = None
 
@@ -281,7 +285,7 @@ class ProviderBridge:
         cancelled and awaited (bounded) before Cancelled propagates.
         """
         loop = self._loop
-        if loop is None or self._token is None or not self.running:
+        if loop is None or not self.running:
             raise ProviderConnectError("the provider bridge is not running")
         body = None
         hdrs = dict(headers)

@@ -7,8 +7,9 @@
   records the failure and does not spin on it.
 
 Library exceptions (aiohttp, OSError, asyncio timeouts) are translated into these once, in the
-bridge; nothing above the bridge sees a foreign exception. At the RPC boundary every provider
-error becomes ``recalld.ipc.errors.ProviderUnavailable`` via :meth:`ProviderError.to_wire`.
+bridge; nothing above the bridge sees a foreign exception. The root subclasses the wire's
+``ProviderUnavailable``, so every provider error maps to that JSON-RPC code (``to_wire()``
+gives the plain wire object).
 Messages never contain API keys: bodies quoted from a provider are cut short and redacted.
 """
 
@@ -38,8 +39,12 @@ def snippet(body: bytes, limit: int = 200) -> str:
     return redact(text) + ("..." if len(body) > limit else "")
 
 
-class ProviderError(Exception):
-    """Root of every error from an outbound provider call."""
+class ProviderError(ProviderUnavailable):
+    """Root of every error from an outbound provider call.
+
+    A kind of the wire's ProviderUnavailable, so one that reaches the RPC layer unhandled
+    still maps to the right JSON-RPC code.
+    """
 
     transient: ClassVar[bool] = False
 
@@ -50,19 +55,18 @@ class ProviderError(Exception):
         status: int | None = None,
         retry_after_s: float | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        data: dict[str, object] = {"transient": self.transient}
+        if status is not None:
+            data["status"] = status
+        super().__init__(message, data)
         #: HTTP status when the provider answered, else None.
         self.status = status
         #: The provider's Retry-After (seconds, uncapped), when it sent one.
         self.retry_after_s = retry_after_s
 
     def to_wire(self) -> ProviderUnavailable:
-        """The JSON-RPC error a client sees for this failure."""
-        data: dict[str, object] = {"transient": self.transient}
-        if self.status is not None:
-            data["status"] = self.status
-        return ProviderUnavailable(self.message, data)
+        """The plain wire error a client sees for this failure."""
+        return ProviderUnavailable(self.message, self.data)
 
 
 class ProviderTransient(ProviderError):

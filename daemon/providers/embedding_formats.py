@@ -1,0 +1,273 @@
+"""Embedding wire formats, sans-IO: build a provider's request, parse its answer.
+
+One class per remote backend, in the provider's real format: ``openai`` (any
+OpenAI-compatible server), ``dashscope`` (native text-embedding API),
+``dashscope_multimodal``, ``gemini`` (batchEmbedContents) and ``ollama`` (/api/embed). Also
+the input budget (a conservative token estimate, CJK-aware) and the answer check that turns
+vectors into L2-normalized float32 rows. No I/O, no state: embedding.py does the calling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse
+
+F32 = npt.NDArray[np.float32]
+REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
+BACKENDS = (*REMOTE_BACKENDS, "local")
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "dashscope": "https://dashscope.aliyuncs.com",
+    "dashscope_multimodal": "https://dashscope.aliyuncs.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "ollama": "http://localhost:11434",
+    "local": "",
+}
+
+
+# --------------------------------------------------------------------- input budget
+
+def _is_wide(ch: str) -> bool:
+    # CJK ideographs, kana, hangul and full-width forms: about one token per character.
+    o = ord(ch)
+    return (0x2E80 <= o <= 0x9FFF or 0xAC00 <= o <= 0xD7AF or 0xF900 <= o <= 0xFAFF
+            or 0xFF00 <= o <= 0xFFEF or 0x20000 <= o <= 0x3FFFF)
+
+
+def truncate_to_budget(text: str, max_tokens: int) -> str:
+    """Cut ``text`` so its estimated token count stays within ``max_tokens``.
+
+    Conservative on purpose: one token per CJK character, one per three other characters
+    (real tokenizers average ~4 for English), so the provider never rejects an input.
+    """
+    if max_tokens <= 0 or len(text) <= max_tokens:
+        return text
+    cost = 0.0
+    for i, ch in enumerate(text):
+        cost += 1.0 if _is_wide(ch) else 1.0 / 3.0
+        if cost > max_tokens:
+            return text[:i]
+    return text
+
+
+# ----------------------------------------------------------------- wire formats
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    url: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def _strip_suffixes(url: str, suffixes: tuple[str, ...]) -> str:
+    url = url.rstrip("/")
+    for suffix in suffixes:
+        if url.endswith(suffix):
+            return url[: -len(suffix)].rstrip("/")
+    return url
+
+
+def _loads(body: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ProviderBadResponse(f"{what}: answer is not valid JSON") from None
+
+
+def _field(obj: Any, *path: str | int, what: str) -> Any:
+    cur = obj
+    for key in path:
+        try:
+            cur = cur[key]
+        except (KeyError, IndexError, TypeError):
+            dotted = ".".join(str(p) for p in path)
+            raise ProviderBadResponse(f"{what}: answer has no {dotted}") from None
+    return cur
+
+
+class WireFormat:
+    """One provider's request/response format. Pure functions of config and data."""
+
+    name = "base"
+
+    def __init__(self, config: EmbeddingModelConfig, api_key: str) -> None:
+        self.config = config
+        self._api_key = api_key
+        self.base_url = (config.base_url or DEFAULT_BASE_URLS[config.backend]).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} model={self.config.model_name!r} url={self.endpoint}>"
+
+    @property
+    def endpoint(self) -> str:
+        raise NotImplementedError
+
+    def build(self, texts: list[str]) -> WireRequest:
+        raise NotImplementedError
+
+    def parse(self, body: bytes, n: int) -> list[Any]:
+        raise NotImplementedError
+
+    def _bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    @property
+    def _dims(self) -> int | None:
+        return self.config.dimensions if self.config.use_dimensions else None
+
+
+class OpenAIFormat(WireFormat):
+    name = "openai"
+
+    @property
+    def endpoint(self) -> str:
+        base = self.base_url
+        return base if base.endswith("/embeddings") else f"{base}/embeddings"
+
+    def build(self, texts: list[str]) -> WireRequest:
+        body: dict[str, Any] = {"model": self.config.model_name, "input": texts,
+                                "encoding_format": "float"}
+        if self._dims is not None:
+            body["dimensions"] = self._dims
+        return WireRequest(self.endpoint, self._bearer(), body)
+
+    def parse(self, body: bytes, n: int) -> list[Any]:
+        data = _field(_loads(body, self.name), "data", what=self.name)
+        if not isinstance(data, list):
+            raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
+        items = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
+        return [_field(item, "embedding", what=self.name) for item in items]
+
+
+class DashScopeFormat(WireFormat):
+    name = "dashscope"
+    path = "/api/v1/services/embeddings/text-embedding/text-embedding"
+    index_key = "text_index"
+
+    @property
+    def endpoint(self) -> str:
+        root = _strip_suffixes(self.base_url, ("/compatible-mode/v1", "/api/v1"))
+        return root if root.endswith(self.path) else root + self.path
+
+    def _input(self, texts: list[str]) -> dict[str, Any]:
+        return {"texts": texts}
+
+    def build(self, texts: list[str]) -> WireRequest:
+        body: dict[str, Any] = {"model": self.config.model_name, "input": self._input(texts)}
+        if self._dims is not None:
+            body["parameters"] = {"dimension": self._dims}
+        return WireRequest(self.endpoint, self._bearer(), body)
+
+    def parse(self, body: bytes, n: int) -> list[Any]:
+        embs = _field(_loads(body, self.name), "output", "embeddings", what=self.name)
+        if not isinstance(embs, list):
+            raise ProviderBadResponse(f"{self.name}: 'output.embeddings' is not a list")
+        items = sorted(embs, key=lambda d: d.get(self.index_key, 0) if isinstance(d, dict)
+                       else 0)
+        return [_field(item, "embedding", what=self.name) for item in items]
+
+
+class DashScopeMultimodalFormat(DashScopeFormat):
+    name = "dashscope_multimodal"
+    path = "/api/v1/services/embeddings/multimodal-embedding/multimodal-embedding"
+    index_key = "index"
+
+    def _input(self, texts: list[str]) -> dict[str, Any]:
+        return {"contents": [{"text": t} for t in texts]}
+
+
+class GeminiFormat(WireFormat):
+    name = "gemini"
+
+    @property
+    def _model(self) -> str:
+        return self.config.model_name.removeprefix("models/")
+
+    @property
+    def endpoint(self) -> str:
+        root = _strip_suffixes(self.base_url, ("/v1beta",))
+        return f"{root}/v1beta/models/{self._model}:batchEmbedContents"
+
+    def build(self, texts: list[str]) -> WireRequest:
+        requests = []
+        for text in texts:
+            req: dict[str, Any] = {"model": f"models/{self._model}",
+                                   "content": {"parts": [{"text": text}]}}
+            if self._dims is not None:
+                req["outputDimensionality"] = self._dims
+            requests.append(req)
+        headers = {"x-goog-api-key": self._api_key} if self._api_key else {}
+        return WireRequest(self.endpoint, headers, {"requests": requests})
+
+    def parse(self, body: bytes, n: int) -> list[Any]:
+        embs = _field(_loads(body, self.name), "embeddings", what=self.name)
+        if not isinstance(embs, list):
+            raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
+        return [_field(item, "values", what=self.name) for item in embs]
+
+
+class OllamaFormat(WireFormat):
+    name = "ollama"
+
+    @property
+    def endpoint(self) -> str:
+        root = _strip_suffixes(self.base_url, ("/api/embed", "/api", "/v1"))
+        return f"{root}/api/embed"
+
+    def build(self, texts: list[str]) -> WireRequest:
+        body: dict[str, Any] = {"model": self.config.model_name, "input": texts}
+        if self._dims is not None:
+            body["dimensions"] = self._dims
+        return WireRequest(self.endpoint, self._bearer(), body)
+
+    def parse(self, body: bytes, n: int) -> list[Any]:
+        embs = _field(_loads(body, self.name), "embeddings", what=self.name)
+        if not isinstance(embs, list):
+            raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
+        return embs
+
+
+FORMATS: dict[str, type[WireFormat]] = {
+    "openai": OpenAIFormat,
+    "dashscope": DashScopeFormat,
+    "dashscope_multimodal": DashScopeMultimodalFormat,
+    "gemini": GeminiFormat,
+    "ollama": OllamaFormat,
+}
+
+
+def to_unit_rows(vectors: list[Any], n: int, dims: int, what: str) -> F32:
+    """Validate count and dimension, then L2-normalize into float32 rows."""
+    if len(vectors) != n:
+        raise ProviderBadResponse(f"{what}: asked for {n} vectors, got {len(vectors)}")
+    try:
+        arr = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):
+        lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
+        if len(lengths) > 1 and dims in lengths:
+            raise DimensionMismatch(
+                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
+            ) from None
+        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
+    if arr.ndim != 2:
+        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
+    if arr.shape[1] != dims:
+        raise DimensionMismatch(
+            f"{what}: provider returned {arr.shape[1]}-dimensional vectors but dimensions="
+            f"{dims} is configured (set dimensions={arr.shape[1]}, or use_dimensions=true "
+            "if the model can shorten its vectors)"
+        )
+    if not np.isfinite(arr).all():
+        raise ProviderBadResponse(f"{what}: vectors contain NaN or infinity")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ProviderBadResponse(f"{what}: provider returned an all-zero vector")
+    rows: F32 = (arr / norms).astype(np.float32)
+    return rows
