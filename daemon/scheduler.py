@@ -1,0 +1,381 @@
+"""Cron for per-workspace jobs (auto_dream on ``dream_cron``), once per occurrence.
+
+Owns the schedule entries (one per workspace and job kind), one sleeping task per entry
+and a small JSON state file with the last occurrence fired per entry. ``CronScheduler.run``
+starts the entries' tasks and stops by cancellation (an occurrence whose jitter delay was
+cut short is not recorded, so the next start fires it).
+
+Rules, like cron(8) and anacron:
+
+- Occurrences are computed in local wall time of the entry's zone and mapped to instants.
+  A local time skipped by a spring-forward change fires once, at the instant the clock
+  jumps (cron(8) runs skipped jobs right after the change). A local time that repeats in a
+  fall-back change fires once, on its first pass. So every occurrence is one instant and
+  the instants strictly increase.
+- An occurrence fires at most once: the last one fired is persisted (temp + fsync +
+  rename) after its 0–``jitter_max_s`` random delay and before the job is submitted, and on
+  start every occurrence at or before it is skipped. A crash between that write and the
+  submit loses one run rather than doubling it.
+- Missed occurrences (daemon down, suspend, the wall clock stepped forward) run once, late,
+  like anacron: only the latest missed one, however many were missed. The wall clock
+  stepping back never re-fires an occurrence already fired. A new or re-enabled entry, or
+  one whose expression changed, starts from "now" (no catch-up for times before it existed).
+
+Sleeping: trio's clock is monotonic and stops during suspend, while cron speaks wall time.
+Each task sleeps toward its next occurrence in bounded steps (half the remaining time,
+between ``min_step_s`` and ``max_step_s``) and re-reads the wall clock after each, so an
+idle daemon wakes about once an hour, a little more often near a target, and a suspend or
+clock step is noticed within one step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+import trio
+from croniter import croniter
+
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc.errors import AlreadyRunning, RecalldError
+
+log = logging.getLogger(__name__)
+
+#: Submits a job: ``(agent_id, kind, params) -> job_id``.
+Submit = Callable[[str, str, dict[str, Any]], Awaitable[str]]
+
+# Time zone offsets change by at most a few hours; scanning this far around a time finds
+# every local occurrence that can map near it.
+_DST_MARGIN = timedelta(hours=3)
+_STATE_VERSION = 1
+
+
+def local_zone() -> tzinfo:
+    """The system's zone with its DST rules (``TZ``, else ``/etc/localtime``), else UTC."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    candidates = [name] if name else []
+    try:
+        target = os.readlink("/etc/localtime")
+        if "zoneinfo/" in target:
+            candidates.append(target.split("zoneinfo/", 1)[1])
+    except OSError:
+        pass
+    for key in candidates:
+        try:
+            return ZoneInfo(key)
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    try:
+        with open("/etc/localtime", "rb") as f:
+            return ZoneInfo.from_file(f, key="localtime")
+    except (OSError, ValueError):
+        return UTC
+
+
+class CronSchedule:
+    """A cron expression in a time zone, as a strictly increasing series of instants."""
+
+    def __init__(self, expr: str, tz: tzinfo | str | None = None) -> None:
+        if not isinstance(expr, str) or not croniter.is_valid(expr):
+            raise ValueError(f"invalid cron expression {expr!r}")
+        self.expr = expr
+        self.tz: tzinfo = (ZoneInfo(tz) if isinstance(tz, str)
+                           else tz if tz is not None else local_zone())
+        try:
+            croniter(expr, datetime(2000, 1, 1)).get_next(datetime)
+        except Exception as exc:  # croniter raises its own family for impossible dates
+            raise ValueError(f"cron expression {expr!r} never fires: {exc}") from None
+
+    def _local(self, at: datetime) -> datetime:
+        return at.astimezone(self.tz).replace(tzinfo=None)
+
+    def resolve(self, local: datetime) -> datetime:
+        """The instant (UTC) a naive local occurrence fires at (see the module rules)."""
+        first = local.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
+        second = local.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
+        if first == second or self._local(min(first, second)) == local:
+            return min(first, second)  # normal, or the first pass of a repeated time
+        # Skipped by a spring-forward change: the first instant whose local time is later,
+        # found by bisection between the two readings (whole seconds; zones change on them).
+        lo, hi = min(first, second), max(first, second)
+        while hi - lo > timedelta(seconds=1):
+            mid = lo + (hi - lo) / 2
+            if self._local(mid) >= local:
+                hi = mid
+            else:
+                lo = mid
+        return hi.replace(microsecond=0)
+
+    def next_after(self, at: datetime) -> datetime:
+        """The first occurrence strictly after ``at`` (aware)."""
+        it = croniter(self.expr, self._local(at) - _DST_MARGIN)
+        while True:
+            instant = self.resolve(it.get_next(datetime))
+            if instant > at:
+                return instant
+
+    def latest_at_or_before(self, at: datetime) -> datetime:
+        """The last occurrence at or before ``at`` (aware)."""
+        it = croniter(self.expr, self._local(at) + _DST_MARGIN)
+        while True:
+            instant = self.resolve(it.get_prev(datetime))
+            if instant <= at:
+                return instant
+
+    def occurrences(self, start: datetime) -> Iterator[datetime]:
+        at = start
+        while True:
+            at = self.next_after(at)
+            yield at
+
+
+class WallClock(Protocol):
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware."""
+        ...
+
+
+class SystemWallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FakeWallClock:
+    """Wall time that advances with trio's clock (a MockClock in tests) and can jump.
+
+    Create it inside ``trio.run``.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("start must be timezone-aware")
+        self._start = start
+        self._t0 = trio.current_time()
+        self._offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return self._start + self._offset + timedelta(seconds=trio.current_time() - self._t0)
+
+    def jump(self, delta: timedelta) -> None:
+        """Step the wall clock (NTP step, manual change, or a suspend's lost time)."""
+        self._offset += delta
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    jitter_max_s: float = 60.0
+    min_step_s: float = 60.0
+    max_step_s: float = 3600.0
+    state_write_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    agent_id: str
+    kind: str
+    schedule: CronSchedule
+    params: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.agent_id}/{self.kind}"
+
+
+class CronScheduler:
+    """Fires registered (workspace, job kind, cron) entries through ``submit``."""
+
+    def __init__(
+        self,
+        submit: Submit,
+        *,
+        state_path: Path | None = None,
+        wall: WallClock | None = None,
+        rng: random.Random | None = None,
+        config: SchedulerConfig | None = None,
+        run_sync: Callable[..., Awaitable[Any]] | None = None,
+    ) -> None:
+        self._submit = submit
+        # State file I/O runs in a worker thread; tests under a fake clock run it inline.
+        self._run_sync = run_sync or trio.to_thread.run_sync
+        self._state_path = state_path
+        self._wall: WallClock = wall or SystemWallClock()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+        self._config = config or SchedulerConfig()
+        self._entries: dict[str, _Entry] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._state: dict[str, dict[str, str]] = {}
+        self._state_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self.wakeups = 0
+        self.fired: dict[str, int] = {}
+
+    # -- registration --------------------------------------------------------------------------
+
+    def schedule(self, agent_id: str, kind: str, expr: str, *, enabled: bool = True,
+                 tz: tzinfo | str | None = None, params: Mapping[str, Any] | None = None) -> None:
+        """Add or replace the entry for ``(agent_id, kind)``; ``enabled=False`` removes it
+        and forgets its history. Raises ValueError for a bad expression or zone."""
+        key = f"{agent_id}/{kind}"
+        if not enabled:
+            self.unschedule(agent_id, kind)
+            if self._state.pop(key, None) is not None and self._nursery is not None:
+                self._nursery.start_soon(self._persist)
+            return
+        try:
+            entry = _Entry(agent_id, kind, CronSchedule(expr, tz), dict(params or {}))
+        except ZoneInfoNotFoundError as exc:
+            raise ValueError(f"unknown time zone {tz!r}") from exc
+        old = self._entries.get(key)
+        if old is not None and (old.schedule.expr, old.schedule.tz) == (expr, entry.schedule.tz):
+            self._entries[key] = entry
+            return
+        self.unschedule(agent_id, kind)
+        self._entries[key] = entry
+        if self._nursery is not None:
+            self._nursery.start_soon(self._entry_task, entry)
+
+    def unschedule(self, agent_id: str, kind: str) -> None:
+        key = f"{agent_id}/{kind}"
+        self._entries.pop(key, None)
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+
+    def status(self) -> list[dict[str, Any]]:
+        now = self._wall.now()
+        out = []
+        for key, entry in sorted(self._entries.items()):
+            last = self._state.get(key, {}).get("last_fired")
+            out.append({
+                "agent_id": entry.agent_id, "kind": entry.kind, "cron": entry.schedule.expr,
+                "tz": str(entry.schedule.tz), "last_fired": last,
+                "next": entry.schedule.next_after(now).isoformat(),
+            })
+        return out
+
+    # -- state file ----------------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        if self._state_path is None:
+            return
+        try:
+            data = orjson.loads(self._state_path.read_bytes())
+            entries = data["entries"] if data.get("version") == _STATE_VERSION else {}
+            self._state = {str(k): {str(f): str(v) for f, v in rec.items()}
+                           for k, rec in entries.items()}
+        except FileNotFoundError:
+            self._state = {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # Starting from "now" can only skip a catch-up run, never double one.
+            log.warning("scheduler state %s unreadable (%s); starting afresh",
+                        self._state_path, exc)
+            self._state = {}
+
+    def _write_state(self) -> None:
+        assert self._state_path is not None
+        ensure_dir(REAL, self._state_path.parent)
+        atomic_write(REAL, self._state_path,
+                     orjson.dumps({"version": _STATE_VERSION, "entries": self._state},
+                                  option=orjson.OPT_SORT_KEYS))
+
+    async def _record(self, entry: _Entry, last_fired: datetime) -> None:
+        self._state[entry.key] = {"last_fired": last_fired.isoformat(),
+                                  "cron": entry.schedule.expr, "tz": str(entry.schedule.tz)}
+        await self._persist()
+
+    async def _persist(self) -> None:
+        if self._state_path is None:
+            return
+        with trio.CancelScope(shield=True), \
+                trio.move_on_after(self._config.state_write_timeout_s):
+            async with self._state_lock:
+                try:
+                    await self._run_sync(self._write_state)
+                except RecalldError:
+                    log.exception("scheduler state write failed")
+
+    def _last_fired(self, entry: _Entry) -> datetime | None:
+        rec = self._state.get(entry.key)
+        if not rec or rec.get("cron") != entry.schedule.expr \
+                or rec.get("tz") != str(entry.schedule.tz):
+            return None
+        try:
+            return datetime.fromisoformat(rec["last_fired"])
+        except (KeyError, ValueError):
+            return None
+
+    # -- the entry tasks -----------------------------------------------------------------------
+
+    async def _sleep_toward(self, target: datetime) -> None:
+        """Sleep one bounded step toward a wall-clock target (see the module docstring)."""
+        remaining = (target - self._wall.now()).total_seconds()
+        if remaining <= 0:
+            return
+        cfg = self._config
+        step = remaining if remaining <= cfg.min_step_s else min(
+            max(remaining / 2, cfg.min_step_s), cfg.max_step_s)
+        await trio.sleep(step)
+        self.wakeups += 1
+
+    async def _entry_task(self, entry: _Entry) -> None:
+        with trio.CancelScope() as scope:
+            self._scopes[entry.key] = scope
+            try:
+                await self._entry_loop(entry)
+            finally:
+                if self._scopes.get(entry.key) is scope:
+                    del self._scopes[entry.key]
+
+    async def _entry_loop(self, entry: _Entry) -> None:
+        sched = entry.schedule
+        last = self._last_fired(entry)
+        if last is None:
+            last = self._wall.now()  # a new entry: occurrences from now on
+            await self._record(entry, last)
+        while True:
+            now = self._wall.now()
+            due = sched.next_after(last)
+            if due > now:
+                await self._sleep_toward(due)
+                continue
+            # Due or missed: fire the latest occurrence reached, once.
+            occurrence = sched.latest_at_or_before(now)
+            await trio.sleep(self._rng.uniform(0.0, self._config.jitter_max_s))
+            await self._record(entry, occurrence)
+            last = occurrence
+            await self._fire(entry, occurrence)
+
+    async def _fire(self, entry: _Entry, occurrence: datetime) -> None:
+        params = {**entry.params, "trigger": "cron", "occurrence": occurrence.isoformat()}
+        try:
+            job_id = await self._submit(entry.agent_id, entry.kind, params)
+        except AlreadyRunning as exc:
+            log.info("cron %s at %s skipped: %s", entry.key, occurrence, exc.message)
+            return
+        except RecalldError as exc:
+            log.warning("cron %s at %s not submitted: %s", entry.key, occurrence, exc)
+            return
+        self.fired[entry.key] = self.fired.get(entry.key, 0) + 1
+        log.info("cron %s fired for %s as job %s", entry.key, occurrence, job_id)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every entry (and those scheduled later) until cancelled."""
+        if self._state_path is not None:
+            await self._run_sync(self._load_state)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for entry in list(self._entries.values()):
+                    nursery.start_soon(self._entry_task, entry)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
