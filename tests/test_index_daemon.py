@@ -1,0 +1,230 @@
+"""The index through a real daemon and a real socket: search, freshness, restarts, damage."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.ipc.errors import AlreadyRunning, InvalidParams, UnknownWorkspace
+
+COMMUTE = """---
+name: commute-routine
+description: how the zugfahrt to the office works
+tags: [travel, routine]
+---
+# Commute
+
+I take the 7:40 train to Zurich every weekday.
+The connection failed with ECONNREFUSED inside handleWebSocketReconnect.
+
+## Notes
+
+See [[digest/wiki/trains]] for the timetable.
+"""
+
+CHINESE = """# 周末
+
+我每天坐火车去苏黎世上班。
+周末我们去爬山，天气很好。
+"""
+
+TRAINS = """---
+name: trains
+description: Swiss rail facts
+---
+The SBB runs every 30 minutes on the main line.
+related:: [[memory/2026-07-23/commute.md]]
+"""
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", COMMUTE)
+    write(root, "memory/2026-07-24/weekend.md", CHINESE)
+    write(root, "digest/wiki/trains.md", TRAINS)
+    write(root, "digest/personal/food.md", "I like ramen and dumplings.\n")
+    return root
+
+
+def search(d: Any, query: str, **params: Any) -> dict[str, Any]:
+    result: dict[str, Any] = d.call(
+        "memory.search", {"agent_id": "w", "query": query, **params})
+    return result
+
+
+def paths(result: dict[str, Any]) -> list[str]:
+    return [r["path"] for r in result["results"]]
+
+
+def open_ws(d: Any, root: Path) -> dict[str, Any]:
+    info: dict[str, Any] = d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    return info
+
+
+def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,
+                                                                  workspace: Path) -> None:
+    open_ws(daemon, workspace)
+    hit = search(daemon, "ECONNREFUSED")["results"][0]
+    assert hit["path"] == "memory/2026-07-23/commute.md"
+    lines = COMMUTE.splitlines()
+    # The hit's line range holds the identifier, 1-based and inclusive in the file.
+    assert any("ECONNREFUSED" in line for line in lines[hit["start_line"] - 1:hit["end_line"]])
+    assert hit["rendered"].startswith(
+        f"========== memory/2026-07-23/commute.md:{hit['start_line']}-{hit['end_line']} "
+        f"[score={hit['score']:.4f}] ==========\n")
+    assert hit["vector"] is None and hit["keyword"] == hit["score"]
+    # By its parts too, and in lower case.
+    assert paths(search(daemon, "websocket reconnect"))[0] == "memory/2026-07-23/commute.md"
+    assert paths(search(daemon, "爬山"))[0] == "memory/2026-07-24/weekend.md"
+    assert paths(search(daemon, "苏黎世"))[0] == "memory/2026-07-24/weekend.md"
+    # A word found only in the frontmatter description.
+    assert "memory/2026-07-23/commute.md" in paths(search(daemon, "zugfahrt"))
+    assert search(daemon, "nonexistentword")["results"] == []
+
+
+def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
+    open_ws(daemon, workspace)
+    assert paths(search(daemon, "train", filters={"bucket": "wiki"})) == ["digest/wiki/trains.md"]
+    only_daily = paths(search(daemon, "train", filters={"path_prefix": "memory"}))
+    assert only_daily and all(p.startswith("memory/") for p in only_daily)
+    assert paths(search(daemon, "天气", filters={"date_from": "2026-07-24"})) == [
+        "memory/2026-07-24/weekend.md"]
+    assert search(daemon, "天气", filters={"date_to": "2026-07-23"})["results"] == []
+    with pytest.raises(InvalidParams):
+        search(daemon, "x", filters={"date_from": "yesterday"})
+    with pytest.raises(InvalidParams):
+        search(daemon, "x", filters={"colour": "red"})
+
+    # "SBB" is only in the wiki node; its neighbour comes back through link expansion.
+    res = search(daemon, "SBB")
+    assert paths(res) == ["digest/wiki/trains.md"]
+    assert res["results"][0]["links"] == ["memory/2026-07-23/commute.md"]
+    expanded = {e["path"]: e["via"] for e in res["expanded"]}
+    assert expanded == {"memory/2026-07-23/commute.md": "digest/wiki/trains.md"}
+
+
+def test_changes_are_searchable_after_sync(daemon: Any, workspace: Path) -> None:
+    open_ws(daemon, workspace)
+    note = write(workspace, "memory/2026-07-25/new.md", "The quokka visited at noon.\n")
+    assert paths(search(daemon, "quokka", sync=True)) == ["memory/2026-07-25/new.md"]
+
+    # Editor save: write a temp file, rename over the note.
+    tmp = note.with_name(".new.md.swp")
+    tmp.write_text("The wombat replaced the quokka.\nSecond line.\n", encoding="utf-8")
+    os.replace(tmp, note)
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert paths(search(daemon, "wombat")) == ["memory/2026-07-25/new.md"]
+
+    # Rename, then move a whole directory, then delete.
+    note.rename(note.with_name("renamed.md"))
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert paths(search(daemon, "wombat")) == ["memory/2026-07-25/renamed.md"]
+    shutil.move(str(workspace / "memory/2026-07-25"), str(workspace / "memory/2026-07-26"))
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert paths(search(daemon, "wombat")) == ["memory/2026-07-26/renamed.md"]
+    (workspace / "memory/2026-07-26/renamed.md").unlink()
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert search(daemon, "wombat")["results"] == []
+
+    status = daemon.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    assert ws["index"]["files"] == 4
+    assert ws["index"]["pending_changes"] == 0
+
+
+def test_restart_is_incremental_and_keeps_results(daemon_factory: Any, workspace: Path) -> None:
+    config = f'[workspaces.w]\npath = "{workspace}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"})
+    before = search(d, "train Zurich")
+    assert before["results"]
+    assert d.stop() == 0
+
+    # Changed while the daemon was down: found by the startup reconcile.
+    write(workspace, "digest/personal/food.md", "I like ramen, dumplings and raclette.\n")
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    status = d2.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
+    assert ws["loaded_generation"] is not None
+    assert ws["watcher"]["last_reconcile"]["found"] == {"added": 0, "changed": 1, "deleted": 0}
+    after = search(d2, "train Zurich")
+    assert [(r["path"], r["start_line"], r["end_line"]) for r in after["results"]] == [
+        (r["path"], r["start_line"], r["end_line"]) for r in before["results"]]
+    assert paths(search(d2, "raclette")) == ["digest/personal/food.md"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete_manifests"])
+def test_corrupt_state_is_rebuilt_while_search_answers(
+    daemon_factory: Any, workspace: Path, damage: str
+) -> None:
+    config = f'[workspaces.w]\npath = "{workspace}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"})
+    expected = paths(search(d, "ECONNREFUSED"))
+    assert d.stop() == 0
+    index_dir = workspace / "mem_metadata" / "index"
+    if damage == "flip":
+        target = sorted(index_dir.glob("bm25.g*.arr"))[-1]
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        target.write_bytes(bytes(data))
+    elif damage == "truncate":
+        target = sorted(index_dir.glob("chunks.g*.jsonl.zst"))[-1]
+        target.write_bytes(target.read_bytes()[:-7])
+    else:
+        for manifest in index_dir.glob("MANIFEST-*.json"):
+            manifest.unlink()
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    assert paths(search(d2, "ECONNREFUSED", sync=True)) == expected
+    status = d2.call("daemon.status")
+    index = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
+    assert index["files"] == 4
+    if damage != "delete_manifests":
+        assert index["load_corrupt"]
+
+
+def test_reindex_job_and_exclusivity(daemon: Any, workspace: Path) -> None:
+    open_ws(daemon, workspace)
+    with daemon.connect() as conn:
+        conn.send([
+            {"jsonrpc": "2.0", "id": 1, "method": "jobs.submit",
+             "params": {"agent_id": "w", "kind": "reindex"}},
+            {"jsonrpc": "2.0", "id": 2, "method": "jobs.submit",
+             "params": {"agent_id": "w", "kind": "reindex"}},
+        ])
+        answers = {a["id"]: a for a in conn.recv()}
+    assert "result" in answers[1]
+    assert answers[2]["error"]["code"] == AlreadyRunning.code
+    job_id = answers[1]["result"]["job_id"]
+    for _ in range(200):
+        job = daemon.call("jobs.get", {"agent_id": "w", "job_id": job_id})
+        if job["state"] not in ("queued", "running"):
+            break
+        time.sleep(0.05)
+    assert job["state"] == "succeeded", job
+    assert job["result"]["files"] == 4
+    assert job["progress"]["done"] == job["progress"]["total"] == 4
+    assert paths(search(daemon, "ECONNREFUSED")) == ["memory/2026-07-23/commute.md"]
+
+
+def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
+    with pytest.raises(UnknownWorkspace):
+        daemon.call("memory.search", {"agent_id": "nobody", "query": "x"})
+    with pytest.raises(InvalidParams):
+        daemon.call("memory.search", {"agent_id": "default"})
+    with pytest.raises(InvalidParams):
+        daemon.call("memory.search", {"agent_id": "default", "query": "x", "max_results": 0})
+    assert daemon.call("memory.search", {"agent_id": "default", "query": "x"})["results"] == []
