@@ -44,6 +44,7 @@ def test_random_sigkill_during_commit_loop(tmp_path: Path, zygote: Zygote) -> No
     rng = random.Random(seed)
     acked: int | None = None
     progress = 0
+    orphaned = 0
     for i in range(KILLS):
         pid = zygote.fork("loop", str(state), str(root))
         time.sleep(rng.uniform(0, MAX_DELAY_S))
@@ -54,10 +55,15 @@ def test_random_sigkill_during_commit_loop(tmp_path: Path, zygote: Zygote) -> No
         if run.committed:
             acked = max(run.committed)
             progress += 1
-        checked = check_state(state, root, acked)
+        # Every other time the parent only reads, leaving the repair to the next worker.
+        checked = check_state(state, root, acked, reopen=i % 2 == 0)
         assert acked is None or checked.generation is not None
-    # The kills must not all have landed before the first commit finished.
+        orphaned += checked.orphans_before_open > 0
+    # The kills must not all have landed before the first commit finished, and some must
+    # have hit between data files and manifest.
     assert progress >= KILLS // 10, (seed, progress)
+    if KILLS >= 50:
+        assert orphaned > 0, seed
 
 
 @pytest.mark.slow

@@ -55,6 +55,8 @@ def state_names(store: GenerationStore) -> list[str]:
 
 def test_fresh_directory_has_no_generation(tmp_path: Path) -> None:
     store = make_store(tmp_path)
+    assert store.load() is None
+    assert store.cleanup() == []  # nothing to clean, no directory yet
     assert store.open() is None
     assert store.state_dir.is_dir()
     assert store.next_number == 1
@@ -279,6 +281,8 @@ def test_damage_shared_by_all_generations_is_reported_per_file(tmp_path: Path) -
         gen.read_records("chunks")
     # ...while the others serve.
     np.testing.assert_array_equal(gen.read_arrays("bm25")[0]["p"], postings(2))
+    with pytest.raises(CorruptState), reopened.transaction() as txn:
+        txn.carry("chunks")  # a known-damaged file is never carried into a new generation
     n = reopened.next_number
     with reopened.transaction() as txn:
         txn.carry("bm25")

@@ -375,7 +375,13 @@ class GenerationStore:
         for name in doomed:
             self._unlink(self.state_dir / name)
         removed += doomed
-        for name in self.fs.listdir(self.state_dir):
+        try:
+            names = self.fs.listdir(self.state_dir)
+        except FileNotFoundError:
+            names = []
+        except OSError as exc:
+            raise _io(exc, self.state_dir) from exc
+        for name in names:
             if GEN_FILE_RE.match(name) and name not in referenced:
                 self._unlink(self.state_dir / name)
                 removed.append(name)
@@ -438,10 +444,15 @@ class Transaction:
             self.mirrors.pop(logical, None)
 
     def carry(self, logical: str) -> None:
-        """Keep the current generation's ``logical`` file (and its mirror) unchanged."""
+        """Keep the current generation's ``logical`` file (and its mirror) unchanged.
+
+        Raises KeyError if there is none and CorruptState if it is known to be damaged.
+        """
         current = self._store.current
         if current is None or logical not in current.files:
             raise KeyError(logical)
+        if logical in current.corrupt:
+            raise CorruptState(current.path(logical), current.corrupt[logical])
         self.add(logical, current.files[logical], mirror=current.mirrors.get(logical))
 
 

@@ -111,10 +111,14 @@ class Checked:
     orphans_before_open: int
 
 
-def check_state(state_dir: Path, mirror_root: Path, acked: int | None) -> Checked:
+def check_state(
+    state_dir: Path, mirror_root: Path, acked: int | None, *, reopen: bool = True
+) -> Checked:
     """Everything a reopen after a crash must find; returns what it saw.
 
-    ``acked`` is the newest generation a worker reported committed (durable).
+    ``acked`` is the newest generation a worker reported committed (durable). Without
+    ``reopen`` the state is only read, so the next worker's own open has the cleanup and
+    mirror repair to do (and can be killed while doing it).
     """
     store = GenerationStore(state_dir, mirror_root=mirror_root)
     gen = store.load()  # read-only: the state exactly as the crash left it
@@ -148,6 +152,8 @@ def check_state(state_dir: Path, mirror_root: Path, acked: int | None) -> Checke
 
     names = set(os.listdir(state_dir))
     orphans = {x for x in names if GEN_FILE_RE.match(x)} - _referenced(store, names)
+    if not reopen:
+        return Checked(n, len(orphans))
 
     reopened = GenerationStore(state_dir, mirror_root=mirror_root).open()
     assert reopened is not None and reopened.number == n and reopened.ok
