@@ -84,13 +84,20 @@ def daemon_command(socket_path: Path) -> list[str]:
     return [sys.executable, "-m", "recalld.ipc", "serve", "--socket", str(socket_path)]
 
 
-def spawn_daemon(socket_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``recalld serve`` detached from this process (own session, no inherited fds)."""
+def spawn_daemon(socket_path: Path) -> None:
+    """Start ``recalld serve`` in the background, detached from this process.
+
+    A short-lived launcher starts the daemon in a new session and exits at once, so the
+    daemon is not our child: nothing to reap, and it outlives this process.
+    """
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
-    return subprocess.Popen(
-        daemon_command(socket_path),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True, env=env,
+    launcher = (
+        "import subprocess, sys\n"
+        "subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,"
+        " stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)\n"
     )
-
-
+    subprocess.run(
+        [sys.executable, "-c", launcher, *daemon_command(socket_path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, check=False, timeout=AUTOSTART_WAIT_S,
+    )

@@ -18,7 +18,7 @@ from recalld.ipc.types import (
     DaemonStatus,
     JobInfo,
     ReadResult,
-    SearchResult,
+    SearchResponse,
     WorkspaceInfo,
 )
 
@@ -59,10 +59,6 @@ def _as_list(key: str) -> Callable[[Any], list[Any]]:
         raise TypeError(f"expected a list of {key}, got {type(value).__name__}")
 
     return parse
-
-
-def _search_results(value: Any) -> list[SearchResult]:
-    return [SearchResult.from_wire(item) for item in _as_list("results")(value)]
 
 
 # ---------------------------------------------------------------------------- the table
@@ -117,15 +113,16 @@ def search(
     min_score: float | None = None,
     filters: Mapping[str, Any] | None = None,
     sync: bool = False,
-) -> Call[list[SearchResult]]:
-    """``memory.search``: hybrid search; ``sync=True`` waits for pending changes first."""
+) -> Call[SearchResponse]:
+    """``memory.search``: ranked hits (iterate the answer); ``sync=True`` first waits until
+    every earlier file change is indexed."""
     return Call(
         "memory.search",
         _params(
             agent_id=agent_id, query=query, max_results=max_results, min_score=min_score,
             filters=dict(filters) if filters else None, sync=sync or None,
         ),
-        _search_results,
+        SearchResponse.from_wire,
     )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import subprocess
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +85,6 @@ class AsyncClient:
         self._event_send, self._event_recv = trio.open_memory_channel[Event | _Lost](max_events)
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
-        self._spawned: subprocess.Popen[bytes] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -149,7 +147,7 @@ class AsyncClient:
             raise _core.connect_error(self.socket_path, exc) from None
 
     async def _start_daemon(self) -> trio.SocketStream:
-        self._spawned = _core.spawn_daemon(self.socket_path)
+        _core.spawn_daemon(self.socket_path)
         deadline = trio.current_time() + _core.AUTOSTART_WAIT_S
         while True:
             try:
@@ -228,12 +226,20 @@ class AsyncClient:
         waiter = _Waiter()
         conn.pending[id_] = waiter
         try:
-            try:
-                async with conn.send_lock:
+            async with conn.send_lock:
+                try:
                     await conn.stream.send_all(frame)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                conn.closed = True
-                raise _NotSent from None
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    conn.closed = True
+                    raise _NotSent from None
+                except BaseException:
+                    # Cancelled or timed out mid-frame: the stream may hold half a
+                    # request, so it cannot carry another. Close it; the next call
+                    # reconnects.
+                    conn.closed = True
+                    with trio.CancelScope(shield=True):
+                        await conn.stream.aclose()
+                    raise
             await waiter.done.wait()
         finally:
             conn.pending.pop(id_, None)

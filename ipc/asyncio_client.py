@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +69,6 @@ class AsyncioClient:
         self._connect_lock = asyncio.Lock()
         self._topics: list[str] = []
         self._events: asyncio.Queue[Event | _Lost] = asyncio.Queue(max_events)
-        self._spawned: subprocess.Popen[bytes] | None = None
 
     async def __aenter__(self) -> AsyncioClient:
         return self
@@ -132,7 +130,7 @@ class AsyncioClient:
             raise _core.connect_error(self.socket_path, exc) from None
 
     async def _start_daemon(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        self._spawned = _core.spawn_daemon(self.socket_path)
+        _core.spawn_daemon(self.socket_path)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _core.AUTOSTART_WAIT_S
         while True:

@@ -27,6 +27,7 @@ from recalld.ipc.render import (
     render_status,
     render_workspaces,
 )
+from recalld.ipc.types import SearchResult
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
@@ -251,17 +252,25 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    results = client.search(ns.agent, ns.query, max_results=ns.max_results,
-                            min_score=ns.min_score, sync=ns.sync)
+    answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
+                           min_score=ns.min_score, sync=ns.sync)
     if as_json:
-        print_json(out, [r.to_dict() for r in results])
+        print_json(out, answer.to_dict())
         return EXIT_OK
-    if not results:
+    if not answer.results:
         out.write("no results\n")
-    for r in results:
-        text = r.rendered or f"========== {r.path}:{r.start_line}-{r.end_line} ==========\n{r.text}"
-        out.write(text.rstrip("\n") + "\n\n")
+    for r in answer.results:
+        out.write(_rendered(r) + "\n\n")
+    if answer.expanded:
+        out.write("linked:\n\n")
+        for r in answer.expanded:
+            out.write(_rendered(r) + "\n\n")
     return EXIT_OK
+
+
+def _rendered(r: SearchResult) -> str:
+    text = r.rendered or f"========== {r.path}:{r.start_line}-{r.end_line} ==========\n{r.text}"
+    return text.rstrip("\n")
 
 
 def _job(kind: str) -> Handler:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import select
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -60,7 +59,6 @@ class Client:
         self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
         self._topics: list[str] = []
         self._lock = threading.RLock()
-        self._spawned: subprocess.Popen[bytes] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -118,7 +116,7 @@ class Client:
                                      + self.timeout_s)
 
     def _start_daemon(self) -> socket.socket:
-        self._spawned = _core.spawn_daemon(self.socket_path)
+        _core.spawn_daemon(self.socket_path)
         deadline = time.monotonic() + _core.AUTOSTART_WAIT_S
         while True:
             try:
@@ -180,6 +178,9 @@ class Client:
             except TimeoutError:
                 self._drop()  # a half-written frame would corrupt the stream
                 raise TimeoutError(f"{call.method}: sending timed out") from None
+            except BaseException:
+                self._drop()  # interrupted mid-frame (KeyboardInterrupt): same reason
+                raise
         return _core.finish(call, self._wait_response(call.method, id_, deadline))
 
     def _wait_response(self, method: str, id_: int, deadline: float) -> Response:

@@ -33,6 +33,8 @@ def _cell(value: Any, key: str = "") -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.3f}".rstrip("0").rstrip(".") if value % 1 else str(int(value))
     if isinstance(value, dict | list):
@@ -97,7 +99,25 @@ def render_status(status: Mapping[str, Any], socket_path: str) -> str:
         workspaces = [{"agent_id": k, **v} for k, v in workspaces.items()]
     lines.append("")
     lines.append(f"workspaces ({len(workspaces)}):")
-    return "\n".join(lines) + "\n" + render_workspaces(workspaces)
+    details = []
+    for ws in workspaces:
+        for key, value in ws.items():
+            if isinstance(value, dict) and key != "settings":
+                details.append(f"  {ws.get('agent_id', '?')} {key}: {_flat(value)}")
+    return "\n".join(lines) + "\n" + render_workspaces(workspaces) + "".join(
+        line + "\n" for line in details)
+
+
+def _flat(value: Mapping[str, Any]) -> str:
+    """One line from a nested status: scalars as k=v, sub-objects by their ``state``."""
+    parts = []
+    for k, v in value.items():
+        if isinstance(v, dict):
+            if "state" in v:
+                parts.append(f"{k}={_cell(v['state'])}")
+        elif _scalar(v) and v is not None:
+            parts.append(f"{k}={_cell(v, k)}")
+    return ", ".join(parts)
 
 
 def render_read(result: Mapping[str, Any]) -> str:

@@ -8,8 +8,9 @@ never breaks an older client.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, overload
 
 
 class WorkspaceInfo(TypedDict, total=False):
@@ -99,6 +100,65 @@ class SearchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchResponse:
+    """``memory.search``: the ranked ``results`` (iterate, index or ``len()`` this object
+    directly), neighbours found by link expansion, and how the search went."""
+
+    results: tuple[SearchResult, ...]
+    expanded: tuple[SearchResult, ...] = ()
+    rendered: str = ""
+    mode: str = ""
+    vector_hits: int | None = None
+    keyword_hits: int | None = None
+    took_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> SearchResponse:
+        if isinstance(obj, list):  # a bare list of results is accepted too
+            return cls(results=tuple(SearchResult.from_wire(r) for r in obj))
+        if not isinstance(obj, dict) or not isinstance(obj.get("results"), list):
+            raise TypeError("search answer must hold a list of results")
+        raw_expanded = obj.get("expanded")
+        expanded: list[Any] = raw_expanded if isinstance(raw_expanded, list) else []
+        known = {"results", "expanded", "rendered", "mode", "vector_hits", "keyword_hits",
+                 "took_ms"}
+        return cls(
+            results=tuple(SearchResult.from_wire(r) for r in obj["results"]),
+            expanded=tuple(SearchResult.from_wire(r) for r in expanded),
+            rendered=str(obj.get("rendered") or ""),
+            mode=str(obj.get("mode") or ""),
+            vector_hits=_opt_int(obj.get("vector_hits")),
+            keyword_hits=_opt_int(obj.get("keyword_hits")),
+            took_ms=_opt_float(obj.get("took_ms")),
+            extra={k: v for k, v in obj.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "results": [r.to_dict() for r in self.results],
+            "expanded": [r.to_dict() for r in self.expanded],
+            "rendered": self.rendered, "mode": self.mode, "vector_hits": self.vector_hits,
+            "keyword_hits": self.keyword_hits, "took_ms": self.took_ms, **self.extra,
+        }
+
+    def __iter__(self) -> Iterator[SearchResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    @overload
+    def __getitem__(self, index: int) -> SearchResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[SearchResult, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> SearchResult | tuple[SearchResult, ...]:
+        return self.results[index]
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """An ``event`` notification: its ``topic`` and the rest of its params."""
 
@@ -118,3 +178,7 @@ def _opt_float(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return None
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

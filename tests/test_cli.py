@@ -123,15 +123,35 @@ def test_ping_and_usage_errors(daemon: DaemonHandle) -> None:
     assert recalld("no-such-command", env=daemon.env).returncode == 2
 
 
-def test_later_methods_fail_cleanly_or_answer(daemon: DaemonHandle) -> None:
-    # search/reindex/dream talk to methods that later parts of the daemon provide; until
-    # then they must fail with one line, never a traceback.
-    for args in (["search", "commute", "--json"], ["reindex", "--json"], ["dream", "--json"]):
-        proc = recalld(*args, env=daemon.env)
-        if proc.returncode == 0:
-            json.loads(proc.stdout)
-        else:
-            assert_one_line_error(proc, 1)
+def test_search_and_reindex(daemon: DaemonHandle) -> None:
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "commute.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("# Commute\nthe VPN says ECONNREFUSED on Mondays\n", encoding="utf-8")
+    proc = recalld("search", "ECONNREFUSED", "--sync", env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    header = proc.stdout.splitlines()[0]
+    assert header.startswith("========== memory/2026-07-23/commute.md:1-2 [score=")
+    assert "ECONNREFUSED on Mondays" in proc.stdout
+    answer = as_json(recalld("search", "ECONNREFUSED", "-n", "1", "--json", env=daemon.env))
+    assert [r["path"] for r in answer["results"]] == ["memory/2026-07-23/commute.md"]
+    assert "no results" in recalld("search", "zzzunfindable", env=daemon.env).stdout
+
+    job = as_json(recalld("reindex", "--json", env=daemon.env))
+    assert job["state"] == "succeeded" and job["kind"] == "reindex"
+    assert job["progress"]["done"] == job["progress"]["total"]
+    proc = recalld("reindex", env=daemon.env)
+    assert proc.returncode == 0 and "succeeded" in proc.stdout, proc.stderr
+    submitted = as_json(recalld("reindex", "--no-wait", "--json", env=daemon.env))
+    assert submitted["job_id"]
+
+
+def test_dream_answers_or_fails_in_one_line(daemon: DaemonHandle) -> None:
+    # auto_dream is a job kind that later components add; until then one line, exit 1.
+    proc = recalld("dream", "--json", env=daemon.env)
+    if proc.returncode == 0:
+        assert json.loads(proc.stdout)["kind"] == "auto_dream"
+    else:
+        assert_one_line_error(proc, 1)
 
 
 def test_serve_when_already_running_exits_3(daemon: DaemonHandle) -> None:
@@ -190,3 +210,19 @@ def _alive(pid: int) -> bool:
 def test_help(args: list[str], daemon_factory: DaemonFactory) -> None:
     proc = recalld(*args, env=daemon_factory.environment())
     assert proc.returncode == 0 and "usage: recalld" in proc.stdout
+
+
+@pytest.mark.parametrize(("progress", "fraction"), [
+    ({"done": 3, "total": 4, "message": ""}, 0.75),
+    ({"done": 3, "total": None}, None),
+    ({"done": 5, "total": 0}, None),
+    (0.5, 0.5),
+    (50, 0.5),
+    ({"fraction": 0.2}, 0.2),
+    (None, None),
+    (True, None),
+])
+def test_progress_fraction(progress: Any, fraction: float | None) -> None:
+    from recalld.ipc.render import progress_fraction
+
+    assert progress_fraction(progress) == fraction

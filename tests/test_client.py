@@ -161,13 +161,18 @@ class FakeDaemon:
                 raise errors.PathOutsideWorkspace("path leaves the workspace")
             return {"path": params["path"], "text": "hello\n", "start_line": 1, "end_line": 1}
         if method == "memory.search":
-            return {"results": [
+            hits = [
                 {"path": f"memory/n{i}.md", "start_line": 1, "end_line": 3,
                  "text": params["query"], "score": 1.0 / (i + 1), "vector": None,
                  "keyword": 2.5, "rendered": f"== memory/n{i}.md:1-3 ==\n{params['query']}",
                  "links": []}
                 for i in range(params.get("max_results", 5))
-            ]}
+            ]
+            linked = {"path": "digest/wiki/x.md", "start_line": 2, "end_line": 2, "text": "x",
+                      "score": 0.0, "vector": None, "keyword": None}
+            return {"results": hits, "expanded": [linked], "mode": "keyword",
+                    "rendered": "\n\n".join(h["rendered"] for h in hits),
+                    "vector_hits": 0, "keyword_hits": len(hits), "took_ms": 0.5}
         raise errors.MethodNotFound(f"method not found: {method}")
 
 
@@ -216,6 +221,12 @@ def test_sync_typed_calls(fake: FakeDaemon) -> None:
     assert results[0].path == "memory/n0.md" and results[1].score == 0.5
     assert results[0].vector is None and results[0].keyword == 2.5
     assert results[0].extra == {"links": []}
+    assert len(results) == 2 and results[:1] == (results[0],)
+    assert [r.path for r in results.expanded] == ["digest/wiki/x.md"]
+    assert results.expanded[0].keyword is None and results.mode == "keyword"
+    assert results.keyword_hits == 2 and results.vector_hits == 0 and results.took_ms == 0.5
+    assert results.rendered.startswith("== memory/n0.md:1-3 ==")
+    assert results.to_dict()["results"][1]["score"] == 0.5
     # None-valued optionals are not sent, so the daemon's defaults apply.
     assert ("memory.read", {"agent_id": "a1", "path": "memory/x.md", "start_line": 1}) \
         in fake.calls

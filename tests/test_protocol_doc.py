@@ -67,7 +67,7 @@ def test_documented_methods_exist_and_served_ones_are_documented(daemon: DaemonH
 
 
 @pytest.mark.parametrize("topic", ["workspace.opened", "workspace.closed", "workspace.failed",
-                                   "events.dropped"])
+                                   "events.dropped", "job.state", "job.progress"])
 def test_event_topics_are_documented(topic: str) -> None:
     assert f"| `{topic}` |" in doc_text()
 
