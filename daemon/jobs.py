@@ -166,6 +166,7 @@ class JobManager:
         self._log = AppendLog(journal_path) if journal_path is not None else None
         self._log_lock = trio.Lock()
         self._log_lines = 0
+        self._log_open = False
 
     def register(self, kind: str, handler: Handler, *, exclusive: bool = False,
                  cpu_heavy: bool = False, resumable: bool = False) -> None:
@@ -279,8 +280,8 @@ class JobManager:
 
     async def _journal(self, job: _Job) -> None:
         """Append the job's record. Shielded: a state change that happened is recorded."""
-        if self._log is None:
-            return
+        if self._log is None or not self._log_open:
+            return  # before run(): recovery rewrites the journal with every known job
         record = job.as_dict()
         with trio.CancelScope(shield=True), \
                 trio.move_on_after(self._config.journal_write_timeout_s):
@@ -389,6 +390,7 @@ class JobManager:
         if self._log is None:
             return
         records, report = await trio.to_thread.run_sync(self._log.open)
+        self._log_open = True
         for bad in report.bad_lines:
             log.warning("job journal: skipped a damaged record: %s", bad)
         latest: dict[str, dict[str, Any]] = {}
@@ -424,6 +426,7 @@ class JobManager:
                     self._changed = trio.Event()
         finally:
             if self._log is not None:
+                self._log_open = False
                 self._log.close()
 
 

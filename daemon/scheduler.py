@@ -233,10 +233,8 @@ class CronScheduler:
             entry = _Entry(agent_id, kind, CronSchedule(expr, tz), dict(params or {}))
         except ZoneInfoNotFoundError as exc:
             raise ValueError(f"unknown time zone {tz!r}") from exc
-        old = self._entries.get(key)
-        if old is not None and (old.schedule.expr, old.schedule.tz) == (expr, entry.schedule.tz):
-            self._entries[key] = entry
-            return
+        # Restarting the task is safe: the history lives in the state, and a delay cut
+        # short was not recorded, so the occurrence still fires once.
         self.unschedule(agent_id, kind)
         self._entries[key] = entry
         if self._nursery is not None:

@@ -99,7 +99,13 @@ class ReconcileResult:
 
 
 class Watcher:
-    """Keeps one workspace's consumer in step with the Markdown files under ``roots``."""
+    """Keeps one workspace's consumer in step with the Markdown files under ``roots``.
+
+    ``roots`` are workspace-relative directories (``daily_dir``, ``digest_dir``), created
+    when missing. ``known()`` returns the consumer's snapshot, workspace-relative path to
+    ``(mtime_ns, size)`` as it last read them; ``apply(paths)`` makes the consumer re-read
+    each path (present: index it, absent: drop it). ``apply`` calls never overlap.
+    """
 
     def __init__(
         self,
@@ -258,15 +264,22 @@ class Watcher:
             self._walk(root, out)
         return out
 
-    def _expand_dirs(self, dirs: set[str], known_keys: list[str]) -> set[str]:
-        out: set[str] = set()
+    def _expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
+        # A directory event stands for the files below it: those on disk that the
+        # consumer does not have as they are, and those it has that are gone.
         found: dict[str, tuple[int, int]] = {}
         for rel in dirs:
             self._walk(self._workspace / rel, found)
-            prefix = rel + "/"
-            out.update(k for k in known_keys if k.startswith(prefix))
-        out.update(found)
+        out = {p for p, stat in found.items() if known.get(p) != stat}
+        prefixes = tuple(rel + "/" for rel in dirs)
+        out.update(p for p in known if p.startswith(prefixes) and p not in found)
         return out
+
+    def _known_here(self) -> dict[str, tuple[int, int]]:
+        # Only what lies under the watched roots takes part in the comparison.
+        prefixes = tuple(r + "/" for r in self._root_rels)
+        return {p: (int(v[0]), int(v[1])) for p, v in self._known().items()
+                if p.startswith(prefixes)}
 
     def _make_roots(self) -> None:
         for root in self._roots:
@@ -296,10 +309,10 @@ class Watcher:
         start = trio.current_time()
         try:
             disk = await self._run_sync(self.scan, limiter=self._limiter)
-            known = dict(self._known())
+            known = self._known_here()
             added = disk.keys() - known.keys()
             deleted = known.keys() - disk.keys()
-            changed = {p for p in disk.keys() & known.keys() if disk[p] != tuple(known[p])}
+            changed = {p for p in disk.keys() & known.keys() if disk[p] != known[p]}
             await self._apply_all(added | deleted | changed)
         finally:
             self._rescanning = False
@@ -321,9 +334,8 @@ class Watcher:
                 files, dirs = self._pending, self._pending_dirs
                 self._pending, self._pending_dirs = set(), set()
                 if dirs:
-                    keys = list(self._known())
                     files |= await self._run_sync(
-                        self._expand_dirs, dirs, keys, limiter=self._limiter)
+                        self._expand_dirs, dirs, self._known_here(), limiter=self._limiter)
                 await self._apply_all(files)
             self._applied_seq = max(self._applied_seq, upto)
             for name, seq in self._cookie_seen.items():

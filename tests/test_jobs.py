@@ -332,3 +332,21 @@ async def test_rpc_handlers_validate(autojump_clock: object) -> None:
         for fn, params, error in bad:
             with pytest.raises(error):
                 await fn(manager, params)
+
+
+async def test_jobs_submitted_before_run_are_journaled(tmp_path: Path) -> None:
+    journal = tmp_path / "jobs.jsonl"
+
+    async def quick(job: JobContext) -> dict[str, Any]:
+        return {"n": 1}
+
+    first = JobManager(journal_path=journal)
+    first.register("quick", quick)
+    early = await first.submit("a", "quick")  # queued while the manager is not running
+    async with running(first):
+        await wait_state(first, "a", early, "succeeded")
+
+    second = JobManager(journal_path=journal)
+    second.register("quick", quick)
+    async with running(second):
+        assert second.get("a", early)["result"] == {"n": 1}

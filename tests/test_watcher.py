@@ -210,6 +210,13 @@ async def test_directory_moves_expand_to_their_files(
         await eventually(lambda: all(p.startswith("memory/2026-07-03/") for p in index.docs))
         assert index.texts() == disk_notes(tmp_path)
         assert len(index.docs) == 3
+
+        # A metadata event on a directory re-applies only what differs from the snapshot.
+        index.batches.clear()
+        write(renamed / "sub" / "b0.md", "b0 edited!")
+        src.emit([(Change.modified, renamed)])
+        await eventually(lambda: bool(index.batches))
+        assert index.batches == [{"memory/2026-07-03/sub/b0.md"}]
         assert watcher.status()["last_reconcile"]["reason"] == "startup"
         nursery.cancel_scope.cancel()
 
