@@ -1,0 +1,231 @@
+"""CSR postings building blocks for the BM25 index: encode documents, merge, check saved arrays.
+
+Pure numpy functions and small value types, no state of their own; ``bm25.BM25Index`` owns the
+index and calls these for its merges and its persistence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+F32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """An immutable CSR segment: per term ``indptr`` slices of ``rows``/``tfs``, rows sorted."""
+
+    indptr: I64
+    rows: I32
+    tfs: F32
+    doclen: F32
+    row_keys: npt.NDArray[np.uint32]
+
+    @classmethod
+    def empty(cls) -> Segment:
+        return cls(
+            np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32),
+            np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32),
+            np.zeros(0, dtype=np.uint32),
+        )
+
+
+class Slab:
+    """Documents encoded as term ids (doc-major), waiting to become part of a segment."""
+
+    __slots__ = ("keys", "lens", "nterms", "tfs", "tids")
+
+    def __init__(self, tids: I32, tfs: F32, nterms: I64, lens: list[int], keys: list[int]) -> None:
+        self.tids, self.tfs, self.nterms = tids, tfs, nterms
+        self.lens, self.keys = lens, keys
+
+    @classmethod
+    def encode(cls, batch: dict[int, list[str]], ids: dict[str, int], terms: list[str]) -> Slab:
+        """Encode documents with numpy: one dict lookup per token, the counting in C.
+
+        New terms are appended to ``ids``/``terms`` in first-occurrence order, so term ids
+        do not depend on hash seeds.
+        """
+        flat = [t for toks in batch.values() for t in toks]
+        for term in dict.fromkeys(flat):
+            if term not in ids:
+                ids[term] = len(terms)
+                terms.append(term)
+        lens = [len(toks) for toks in batch.values()]
+        n_docs, n_terms = len(lens), max(len(terms), 1)
+        tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
+        pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
+        return cls(
+            (pairs % n_terms).astype(np.int32), counts.astype(np.float32),
+            np.bincount(pairs // n_terms, minlength=n_docs).astype(np.int64), lens, list(batch),
+        )
+
+    @classmethod
+    def from_counts(
+        cls, docs: Mapping[int, tuple[dict[str, int], int]], ids: dict[str, int], terms: list[str]
+    ) -> Slab:
+        """Encode already counted documents (key -> ({term: tf}, length)), in key order."""
+        tids: list[int] = []
+        tfs: list[int] = []
+        nterms: list[int] = []
+        lens: list[int] = []
+        keys = sorted(docs)
+        for key in keys:
+            counts, length = docs[key]
+            for term, tf in counts.items():
+                tid = ids.get(term)
+                if tid is None:
+                    tid = ids[term] = len(terms)
+                    terms.append(term)
+                tids.append(tid)
+                tfs.append(tf)
+            nterms.append(len(counts))
+            lens.append(length)
+        return cls(
+            np.asarray(tids, dtype=np.int32), np.asarray(tfs, dtype=np.float32),
+            np.asarray(nterms, dtype=np.int64), lens, keys,
+        )
+
+    def arrays(self, first_row: int) -> tuple[I32, I32, F32, F32, npt.NDArray[np.uint32]]:
+        """(tids, rows, tfs, lens, keys) with rows numbered from ``first_row``."""
+        n = len(self.lens)
+        rows = np.repeat(np.arange(first_row, first_row + n, dtype=np.int32), self.nterms)
+        return (
+            self.tids, rows, self.tfs, np.asarray(self.lens, dtype=np.float32),
+            np.asarray(self.keys, dtype=np.uint32),
+        )
+
+
+def merge(
+    seg: Segment, alive: npt.NDArray[np.bool_], slabs: list[Slab], n_terms: int
+) -> tuple[Segment, I64 | None]:
+    """A new segment from ``seg``'s alive rows plus ``slabs``; linear, main is never re-sorted.
+
+    Main postings are grouped by term and sorted by row, and every new document gets a row after
+    all of main's, so each term's new list is its surviving postings followed by its new ones:
+    both are scattered straight to their final positions. Returns the segment and, when some
+    of the ``n_terms`` terms are left without postings, the ids of the terms kept (the returned
+    segment is already renumbered to them).
+    """
+    n_terms_main = len(seg.indptr) - 1
+    rows_m, tfs_m = seg.rows, seg.tfs
+    alive_rows = np.flatnonzero(alive)
+    if len(alive_rows) < len(alive):
+        remap = np.full(len(alive), -1, dtype=np.int32)
+        remap[alive_rows] = np.arange(len(alive_rows), dtype=np.int32)
+        keep = alive[rows_m]
+        kept_before = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept_before[1:])
+        counts_m = kept_before[seg.indptr[1:]] - kept_before[seg.indptr[:-1]]
+        rows_m, tfs_m = remap[rows_m[keep]], tfs_m[keep]
+    else:
+        counts_m = np.diff(seg.indptr)
+    first_row = len(alive_rows)
+    parts: list[tuple[I32, I32, F32]] = []
+    lens = [seg.doclen[alive_rows]]
+    keys = [seg.row_keys[alive_rows]]
+    for slab in slabs:
+        if slab.lens:
+            t, r, f, ln, k = slab.arrays(first_row)
+            first_row += len(ln)
+            parts.append((t, r, f))
+            lens.append(ln)
+            keys.append(k)
+    if parts:
+        tids_x = np.concatenate([p[0] for p in parts])
+        order = np.argsort(tids_x, kind="stable")
+        tids_x = tids_x[order]
+        rows_x = np.concatenate([p[1] for p in parts])[order]
+        tfs_x = np.concatenate([p[2] for p in parts])[order]
+    else:
+        tids_x, rows_x = np.zeros(0, np.int32), np.zeros(0, np.int32)
+        tfs_x = np.zeros(0, np.float32)
+    counts_x = np.bincount(tids_x, minlength=n_terms).astype(np.int64)
+    counts_all = counts_x.copy()
+    counts_all[:n_terms_main] += counts_m
+    indptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(counts_all, out=indptr[1:])
+    out_rows = np.empty(int(indptr[-1]), dtype=np.int32)
+    out_tfs = np.empty(int(indptr[-1]), dtype=np.float32)
+    if len(rows_m):
+        start_m = np.zeros(n_terms_main, dtype=np.int64)
+        np.cumsum(counts_m[:-1], out=start_m[1:])
+        pos = np.arange(len(rows_m), dtype=np.int64)
+        pos += np.repeat(indptr[:n_terms_main] - start_m, counts_m)
+        out_rows[pos] = rows_m
+        out_tfs[pos] = tfs_m
+    if len(rows_x):
+        start_x = np.zeros(n_terms, dtype=np.int64)
+        np.cumsum(counts_x[:-1], out=start_x[1:])
+        dest = indptr[:-1].copy()
+        dest[:n_terms_main] += counts_m
+        pos = np.arange(len(rows_x), dtype=np.int64)
+        pos += np.repeat(dest - start_x, counts_x)
+        out_rows[pos] = rows_x
+        out_tfs[pos] = tfs_x
+    used: I64 | None = None
+    if n_terms and not counts_all.all():
+        used = np.flatnonzero(counts_all).astype(np.int64)
+        indptr = np.concatenate([indptr[:1], indptr[1:][used]])
+    doclen = np.concatenate(lens).astype(np.float32, copy=False)
+    row_keys = np.concatenate(keys).astype(np.uint32, copy=False)
+    return Segment(indptr, out_rows, out_tfs, doclen, row_keys), used
+
+
+def terms_to_arrays(terms: list[str]) -> tuple[npt.NDArray[np.uint8], I64]:
+    """The term dictionary as one UTF-8 blob plus offsets (term i is blob[off[i]:off[i+1]])."""
+    encoded = [t.encode("utf-8") for t in terms]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+def array(arrays: Mapping[str, npt.NDArray[Any]], name: str, dtype: type[Any]) -> Any:
+    """``arrays[name]`` if it is one-dimensional of ``dtype``, else ValueError."""
+    arr = arrays.get(name)
+    if arr is None or arr.ndim != 1 or arr.dtype != np.dtype(dtype):
+        raise ValueError(f"keyword index array {name!r} missing or malformed")
+    return arr
+
+
+def load_terms(arrays: Mapping[str, npt.NDArray[Any]]) -> list[str]:
+    blob = array(arrays, "terms_blob", np.uint8).tobytes()
+    offsets = array(arrays, "terms_offsets", np.int64)
+    if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(blob) or np.any(
+        np.diff(offsets) < 0
+    ):
+        raise ValueError("keyword index term offsets are inconsistent")
+    bounds = offsets.tolist()
+    try:
+        terms = [blob[bounds[i] : bounds[i + 1]].decode("utf-8") for i in range(len(bounds) - 1)]
+    except UnicodeDecodeError as exc:
+        raise ValueError("keyword index term dictionary is not UTF-8") from exc
+    if len(set(terms)) != len(terms):
+        raise ValueError("keyword index term dictionary has duplicates")
+    return terms
+
+
+def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int) -> Segment:
+    seg = Segment(
+        array(arrays, "indptr", np.int64), array(arrays, "rows", np.int32),
+        array(arrays, "tfs", np.float32), array(arrays, "doclen", np.float32),
+        array(arrays, "row_keys", np.uint32),
+    )
+    n_rows = len(seg.row_keys)
+    if (
+        len(seg.indptr) < 1 or len(seg.indptr) - 1 > n_terms or seg.indptr[0] != 0
+        or seg.indptr[-1] != len(seg.rows) or np.any(np.diff(seg.indptr) < 0)
+        or len(seg.tfs) != len(seg.rows) or len(seg.doclen) != n_rows
+        or (len(seg.rows) and (seg.rows.min() < 0 or seg.rows.max() >= n_rows))
+        or (len(seg.tfs) and seg.tfs.min() < 1) or (n_rows and seg.doclen.min() < 0)
+    ):
+        raise ValueError("keyword index arrays are inconsistent")
+    return seg
