@@ -31,17 +31,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import numpy as np
 import orjson
 
-from recalld.daemon.store import arrays as arrays_mod
-from recalld.daemon.store import records as records_mod
 from recalld.daemon.store.errors import (
     CorruptState,
     StorageError,
@@ -60,6 +56,7 @@ from recalld.daemon.store.fsio import (
     remove_temp_files,
     verify_file,
 )
+from recalld.daemon.store.generation import Generation
 
 FORMAT = "recalld-manifest"
 VERSION = 1
@@ -71,89 +68,10 @@ _HEAD = b'{"manifest":'
 _TAIL_RE = re.compile(rb',"blake2b":"([0-9a-f]{64})"\}\n\Z')
 
 Verify = Literal["size", "checksum"]
-_T = TypeVar("_T")
 
 
 def manifest_name(gen: int) -> str:
     return f"MANIFEST-{gen:06d}.json"
-
-
-@dataclass
-class Generation:
-    """One committed generation: its files, and what is known to be wrong with them.
-
-    ``corrupt`` maps logical names to reasons; ``skipped`` lists newer manifests passed
-    over at load and why; ``mirrors_repaired`` and ``mirror_errors`` report fixed-name
-    publishing. Readers below verify the bytes they read and raise CorruptState (and
-    record it in ``corrupt``) on a mismatch.
-    """
-
-    number: int
-    created: float
-    files: dict[str, FileEntry]
-    mirrors: dict[str, str]
-    state_dir: Path
-    mirror_root: Path
-    corrupt: dict[str, str] = field(default_factory=dict)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    mirrors_repaired: list[str] = field(default_factory=list)
-    mirror_errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.corrupt
-
-    def path(self, logical: str) -> Path:
-        return self.state_dir / self.files[logical].name
-
-    def mirror_path(self, logical: str) -> Path | None:
-        rel = self.mirrors.get(logical)
-        return None if rel is None else self.mirror_root / rel
-
-    def verify(self, logical: str) -> None:
-        """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong."""
-        self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
-
-    def read_records(self, logical: str) -> list[dict[str, Any]]:
-        return self._guard(
-            logical, lambda: records_mod.read_records(self.path(logical), self.files[logical])
-        )
-
-    def iter_records(self, logical: str) -> Iterator[dict[str, Any]]:
-        """Stream records; the file is verified before the first one is yielded."""
-        entry = self.files[logical]
-        try:
-            yield from records_mod.iter_records(self.path(logical), entry)
-        except CorruptState as exc:
-            self.corrupt[logical] = exc.reason
-            raise
-
-    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
-        return self._guard(
-            logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical])
-        )
-
-    def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
-        return self._guard(
-            logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical])
-        )
-
-    def read_bytes(self, logical: str) -> bytes:
-        return self._guard(logical, lambda: read_verified(self.path(logical), self.files[logical]))
-
-    def verified_path(self, logical: str) -> Path:
-        """The path of ``logical`` after checking it, for loaders that take a path (hnswlib)."""
-        self.verify(logical)
-        return self.path(logical)
-
-    def _guard(self, logical: str, read: Callable[[], _T]) -> _T:
-        if logical not in self.files:
-            raise KeyError(logical)
-        try:
-            return read()
-        except CorruptState as exc:
-            self.corrupt[logical] = exc.reason
-            raise
 
 
 class GenerationStore:

@@ -1,0 +1,101 @@
+"""A committed generation as loaded: its files, what is known to be wrong, verified readers.
+
+Built by ``manifest.GenerationStore``; holds no open files and starts nothing. Every reader
+verifies the bytes it reads against the manifest entry and records a failure in
+``corrupt`` before raising CorruptState, so the caller can rebuild that one file while the
+others keep serving. Readers block: run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from recalld.daemon.store import arrays as arrays_mod
+from recalld.daemon.store import records as records_mod
+from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.fsio import FileEntry, read_verified, verify_file
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class Generation:
+    """One committed generation: its files, and what is known to be wrong with them.
+
+    ``corrupt`` maps logical names to reasons; ``skipped`` lists newer manifests passed
+    over at load and why; ``mirrors_repaired`` and ``mirror_errors`` report fixed-name
+    publishing. Readers below verify the bytes they read and raise CorruptState (and
+    record it in ``corrupt``) on a mismatch.
+    """
+
+    number: int
+    created: float
+    files: dict[str, FileEntry]
+    mirrors: dict[str, str]
+    state_dir: Path
+    mirror_root: Path
+    corrupt: dict[str, str] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    mirrors_repaired: list[str] = field(default_factory=list)
+    mirror_errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt
+
+    def path(self, logical: str) -> Path:
+        return self.state_dir / self.files[logical].name
+
+    def mirror_path(self, logical: str) -> Path | None:
+        rel = self.mirrors.get(logical)
+        return None if rel is None else self.mirror_root / rel
+
+    def verify(self, logical: str) -> None:
+        """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong."""
+        self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
+
+    def read_records(self, logical: str) -> list[dict[str, Any]]:
+        return self._guard(
+            logical, lambda: records_mod.read_records(self.path(logical), self.files[logical])
+        )
+
+    def iter_records(self, logical: str) -> Iterator[dict[str, Any]]:
+        """Stream records; the file is verified before the first one is yielded."""
+        entry = self.files[logical]
+        try:
+            yield from records_mod.iter_records(self.path(logical), entry)
+        except CorruptState as exc:
+            self.corrupt[logical] = exc.reason
+            raise
+
+    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
+        return self._guard(
+            logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical])
+        )
+
+    def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
+        return self._guard(
+            logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical])
+        )
+
+    def read_bytes(self, logical: str) -> bytes:
+        return self._guard(logical, lambda: read_verified(self.path(logical), self.files[logical]))
+
+    def verified_path(self, logical: str) -> Path:
+        """The path of ``logical`` after checking it, for loaders that take a path (hnswlib)."""
+        self.verify(logical)
+        return self.path(logical)
+
+    def _guard(self, logical: str, read: Callable[[], _T]) -> _T:
+        if logical not in self.files:
+            raise KeyError(logical)
+        try:
+            return read()
+        except CorruptState as exc:
+            self.corrupt[logical] = exc.reason
+            raise
