@@ -1,0 +1,1 @@
+"""Memory that evolves: file operations for models, auto_memory, auto_dream, auto_resource, inbox."""
