@@ -7,8 +7,8 @@ then measures:
 - cold build: spawn ``recalld serve`` on fresh state, ``workspace.open`` the workspace,
   time until ``index.sync`` returns (and ``daemon.status`` shows every file, when it
   reports files);
-- query latency p50/p99 with 1 and 16 concurrent clients (one blocking client per thread,
-  each with its own connection), over a fixed mix of queries;
+- query latency p50/p99 with 1 and 16 concurrent clients (one blocking client per
+  process, each with its own connection), over a fixed mix of queries;
 - warm restart (median of 3): stop the daemon (SIGTERM), spawn it again on the same
   state, time until ping + ``workspace.open`` + ``index.sync`` + a first correct answer;
 - write-to-searchable p50/p95 over 50 edits: append a unique token to a note, then poll
@@ -27,8 +27,10 @@ path out. ``run_index_bench`` returns the result dict; ``main`` writes it as JSO
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -38,7 +40,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -286,56 +287,56 @@ def needle_hits(c: RpcClient, needles: Sequence[tuple[str, str]], k: int = 5) ->
     return hits / max(1, len(needles))
 
 
+def _query_worker(sock: str, queries: Sequence[str], i: int, per: int,
+                  start_at: float) -> tuple[list[float], float, float]:
+    """One client process: connect, warm up, wait for the common start, time ``per`` calls."""
+    c = connect(Path(sock))
+    try:
+        # A burst of connects may meet a full listen backlog (EAGAIN): retry briefly.
+        for attempt in range(200):
+            try:
+                search(c, queries[i % len(queries)])
+                break
+            except Exception as exc:
+                retryable = isinstance(exc, OSError) or type(exc).__name__ == "DaemonNotRunning"
+                if not retryable or attempt == 199:
+                    raise
+                time.sleep(0.01)
+        time.sleep(max(0.0, start_at - time.time()))
+        lat = []
+        t_start = time.time()
+        for j in range(per):
+            q = queries[(i * 7 + j) % len(queries)]
+            t0 = time.perf_counter()
+            search(c, q)
+            lat.append((time.perf_counter() - t0) * 1e3)
+        return lat, t_start, time.time()
+    finally:
+        c.close()
+
+
 def query_latency(sock: Path, queries: Sequence[str], samples: int,
                   clients: int) -> dict[str, Any]:
-    """p50/p99 of ``memory.search`` with ``clients`` threads, one connection each."""
-    lat: list[float] = []
-    lock = threading.Lock()
-    errors: list[str] = []
+    """p50/p99 of ``memory.search`` with ``clients`` client processes, one connection each.
+
+    Processes, not threads, so the clients do not serialize on one interpreter lock: the
+    daemon sees ``clients`` independent agents, as in real use.
+    """
     per = max(1, samples // clients)
-    barrier = threading.Barrier(clients)
-
-    def worker(i: int) -> None:
-        c = connect(sock)
-        mine: list[float] = []
-        try:
-            # Connect and warm up outside the timing; a burst of connects may meet a full
-            # listen backlog (EAGAIN), so retry briefly.
-            for attempt in range(200):
-                try:
-                    search(c, queries[i % len(queries)])
-                    break
-                except Exception as exc:
-                    retryable = isinstance(exc, OSError) or type(exc).__name__ == (
-                        "DaemonNotRunning")
-                    if not retryable or attempt == 199:
-                        raise
-                    time.sleep(0.01)
-            barrier.wait()
-            for j in range(per):
-                q = queries[(i * 7 + j) % len(queries)]
-                t0 = time.perf_counter()
-                search(c, q)
-                mine.append((time.perf_counter() - t0) * 1e3)
-        except Exception as exc:
-            errors.append(repr(exc))
-            barrier.abort()
-        finally:
-            c.close()
-            with lock:
-                lat.extend(mine)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"query clients failed: {errors[:3]}")
+    if clients == 1:
+        lat, t0, t1 = _query_worker(str(sock), queries, 0, per, 0.0)
+        runs = [(lat, t0, t1)]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        start_at = time.time() + 1.0 + 0.05 * clients  # after every client has connected
+        with concurrent.futures.ProcessPoolExecutor(clients, mp_context=ctx) as pool:
+            futs = [pool.submit(_query_worker, str(sock), list(queries), i, per, start_at)
+                    for i in range(clients)]
+            runs = [f.result() for f in futs]
+    lat = [x for r in runs for x in r[0]]
+    wall = max(r[2] for r in runs) - min(r[1] for r in runs)
     return {"clients": clients, "samples": len(lat), "p50_ms": pct(lat, 50),
-            "p99_ms": pct(lat, 99), "qps": len(lat) / wall if wall else None}
+            "p99_ms": pct(lat, 99), "qps": len(lat) / wall if wall > 0 else None}
 
 
 def write_to_searchable(c: RpcClient, ws: Path, edits: int, seed: int,
