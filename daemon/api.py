@@ -74,6 +74,8 @@ class DaemonState:
     version: str = __version__
     # Named statistics merged into daemon.status "queues" (server, event bus, jobs...).
     stats: dict[str, StatsProvider] = field(default_factory=dict)
+    # Named daemon-wide services handlers may use ("jobs", "providers", "scheduler"...).
+    services: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """Assembly: the supervisor with every capability plugged in.
 
 The supervisor knows services, workspace services and method tables, not what they do;
-this module decides which exist: the job manager (daemon-wide), the index of every
-workspace, and their RPC methods.
+this module decides which exist: the provider bridge and the job manager
+(daemon-wide), the index of every workspace, and their RPC methods. Handlers reach the
+daemon-wide ones through ``ctx.state.services``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.methods import METHODS as INDEX_METHODS
 from recalld.daemon.index.methods import index_service, reindex_job
 from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
+from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.supervisor import Reloader, Supervisor
 from recalld.daemon.systemd import SystemdEnvironment
 
@@ -60,6 +62,8 @@ def build_supervisor(
     def agent_exists(agent_id: str) -> bool:
         return any(w.agent_id == agent_id for w in holder["s"].registry.list())
 
+    # All outbound HTTP (embedding and chat providers) goes through this one bridge.
+    bridge = ProviderBridge()
     jobs = JobManager(
         journal_path=cfg.state_dir / "jobs.journal",
         publish=publish,
@@ -72,9 +76,10 @@ def build_supervisor(
         reload=reload,
         extra_methods=[INDEX_METHODS, job_methods(jobs)],
         workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish))],
-        services=[("jobs", jobs.run)],
+        services=[("providers", bridge.run), ("jobs", jobs.run)],
     )
     holder["s"] = supervisor
+    supervisor.state.services.update({"jobs": jobs, "providers": bridge, "cpu": cpu})
     jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
     supervisor.state.stats["jobs"] = jobs.statistics
     return supervisor
