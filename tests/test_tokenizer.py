@@ -110,7 +110,8 @@ def test_never_crashes_and_terms_are_normalized(text: str) -> None:
         for t in toks:
             assert t and t == t.casefold()
             assert not any(c.isspace() for c in t)
-    assert set(tokenize_query(text)) <= set(tokenize(text)) | set(tokenize_query(text))
+    # Query terms are a subset of the index terms of the same text (bigrams without unigrams).
+    assert set(tokenize_query(text)) <= set(tokenize(text))
     # The same text always gives the same terms.
     assert tokenize(text) == tokenize(text)
 

@@ -15,6 +15,14 @@ What it emits, after NFKC normalization and case folding:
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
   carries the word signal, and single characters of a long query would only add noise; a
   one-character run is queried by its unigram, so short queries still find something.
+
+Measured with our BM25 (tests/bench/quality_lexical.py), nDCG@10:
+- SciFact: 0.691 as shipped; without stemming 0.677, without stopwords 0.684 (bm25s with its
+  default tokenizer 0.662, SQLite FTS5 0.668).
+- CMRC 2018: 0.984 as shipped; unigrams also at query time 0.986 (kept off: single characters
+  have the longest postings lists, so they cost most of the query time for +0.002); no unigrams
+  in the index 0.984 (kept: single-character queries must find something).
+- Throughput: about 0.4-0.55M tokens/s (4-5M characters/s) on SciFact on one core.
 """
 
 from __future__ import annotations
