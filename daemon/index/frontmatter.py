@@ -93,10 +93,15 @@ def _split_flow(inner: str) -> list[str]:
     items: list[str] = []
     buf: list[str] = []
     quote = ""
+    escaped = False
     for ch in inner:
         if quote:
             buf.append(ch)
-            if ch == quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
                 quote = ""
         elif ch in "\"'" and not "".join(buf).strip():
             quote = ch  # quotes only open at the start of an item, as in YAML
