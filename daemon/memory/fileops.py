@@ -1,0 +1,520 @@
+"""File operations on a workspace's Markdown, for models and for memory jobs.
+
+Owns nothing long-lived and starts no task. :class:`FileOps` reads and writes files named
+relative to a workspace root, confined to it: names are checked by :mod:`safepath` (NUL,
+absolute, ``..`` refused) and every directory on the way is checked not to be a symbolic
+link before anything is written (``PathOutsideWorkspace``). Writes are allowed only under
+the folders of its :class:`WritePolicy` (by default the daily and digest folders, ``.md``
+files only: a model never writes under ``metadata_dir``, ``session_dir`` or
+``resource_dir``). Every write is an atomic publish (temp file, fsync, rename) and is then
+made searchable: ``await sync()`` (the workspace index's ``sync``) returns once the index
+has seen it.
+
+All writes of one workspace go through one lock (``fileops_for`` shares it), so two jobs
+picking a unique daily-note name cannot both take the same one. Each successful change is
+recorded in :attr:`FileOps.changes` (path, text before, text after): jobs use it for the
+inbox and for undo.
+
+The same operations are offered to a chat model as OpenAI tool schemas (:meth:`tools`)
+with a dispatcher (:meth:`call_tool`) that turns every error into text for the model and
+never raises (except cancellation).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import stat
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from recalld.daemon import safepath
+from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.index.frontmatter import (
+    DELETE,
+    parse_frontmatter,
+    render_frontmatter,
+)
+from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
+from recalld.daemon.store.errors import translate_os_error
+from recalld.daemon.store.fsio import REAL, atomic_write
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import (
+    InvalidParams,
+    NotAllowed,
+    NotFound,
+    PathOutsideWorkspace,
+    RecalldError,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WRITE_BYTES = 1 << 20
+MAX_EDIT_BYTES = 4 << 20
+MAX_TOOL_READ_BYTES = 64 * 1024
+SYNC_TIMEOUT_S = 30.0
+DAY_INDEX = "index.md"
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_NAME_BAD = re.compile(r"[^\w\-]+")
+ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
+
+Sync = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """Where writes may go: top folders (relative to the root) and allowed suffixes.
+
+    ``suffixes=None`` allows any file name (daemon-internal writes).
+    """
+
+    folders: tuple[str, ...]
+    suffixes: tuple[str, ...] | None = (".md",)
+
+    @classmethod
+    def for_model(cls, settings: WorkspaceSettings) -> WritePolicy:
+        """Daily notes and digest nodes, Markdown only."""
+        return cls((settings.daily_dir, settings.digest_dir), (".md",))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One file write: ``before`` is None for a created file."""
+
+    path: str
+    before: str | None
+    after: str
+
+    @property
+    def created(self) -> bool:
+        return self.before is None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """Where a write went; ``changed`` is False when the file already had that content."""
+
+    path: str
+    created: bool
+    changed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "created": self.created, "changed": self.changed}
+
+
+# -- blocking helpers (run them in a worker thread) -------------------------------------
+
+
+def _check_dir(path: Path, shown: str) -> bool:
+    """True if ``path`` is a real directory, False if missing; refuse links and files."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise PathOutsideWorkspace(f"path goes through a symbolic link: {shown}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidParams(f"not a directory on the way to {shown}")
+    return True
+
+
+def write_confined(root: Path, path: str, data: bytes) -> None:
+    """Publish ``data`` at ``root/path`` atomically, creating missing folders.
+
+    Refuses symbolic links anywhere on the way and at the target (an existing target must
+    be a regular file). Blocking.
+    """
+    parts = safepath.split_relative(path)
+    if any(p.startswith(".") for p in parts):
+        raise InvalidParams(f"hidden names are not writable: {path}")
+    current = root
+    for name in parts[:-1]:
+        current = current / name
+        if not _check_dir(current, path):
+            try:
+                REAL.mkdir(current)
+                REAL.fsync_dir(current.parent)
+            except FileExistsError:
+                _check_dir(current, path)
+            except OSError as exc:
+                raise translate_os_error(exc, current) from exc
+    target = current / parts[-1]
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise translate_os_error(exc, target) from exc
+    else:
+        if stat.S_ISLNK(st.st_mode):
+            raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidParams(f"not a regular file: {path}")
+    atomic_write(REAL, target, data)
+
+
+def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES) -> str | None:
+    """The text of ``root/path`` (None if it does not exist). Blocking."""
+    try:
+        fd = safepath.open_confined(root, path)
+    except NotFound:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
+    return data.decode("utf-8", errors="replace")
+
+
+def slug(name: str) -> str:
+    """A file-name stem from a model-chosen name: word characters and ``-`` only."""
+    stem = name.strip()
+    if stem.lower().endswith(".md"):
+        stem = stem[:-3]
+    stem = _NAME_BAD.sub("-", stem).strip("-_").lower()[:80].strip("-_")
+    if not stem:
+        stem = "note"
+    if stem == "index":
+        stem = "index-note"  # the day's index belongs to the daemon
+    return stem
+
+
+def check_date(date: str | None, today: Callable[[], dt.date]) -> str:
+    if date is None:
+        return today().isoformat()
+    if not isinstance(date, str) or not _DATE_RE.match(date):
+        raise InvalidParams("date must be YYYY-MM-DD")
+    try:
+        dt.date.fromisoformat(date)
+    except ValueError:
+        raise InvalidParams(f"not a calendar date: {date}") from None
+    return date
+
+
+def source_link(settings: WorkspaceSettings, session_id: str) -> str:
+    """The ``source_conversation`` wikilink of a session's dialog file."""
+    return f"[[{settings.session_dir}/dialog/{session_id}.jsonl]]"
+
+
+# -- the operations ------------------------------------------------------------------------
+
+
+@dataclass
+class FileOps:
+    """File operations on one workspace; see the module docstring.
+
+    ``session_id`` binds the ``daily_write`` tool to one conversation (jobs set it; a
+    model cannot write a note as another session). ``today`` gives the local date for
+    daily notes. Public async methods raise :mod:`recalld.ipc.errors` exceptions
+    (PathOutsideWorkspace, InvalidParams, NotAllowed, NotFound) or a StorageError.
+    Cancellation during a write leaves the old file (the publish is atomic).
+    """
+
+    root: Path
+    settings: WorkspaceSettings
+    policy: WritePolicy
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    sync: Sync | None = None
+    session_id: str | None = None
+    today: Callable[[], dt.date] = dt.date.today
+    changes: list[Change] = field(default_factory=list)
+
+    # -- policy -----------------------------------------------------------------------
+
+    def check_writable(self, path: str) -> str:
+        """The normalized relative path if the policy allows writing it."""
+        parts = safepath.split_relative(path)
+        rel = "/".join(parts)
+        for folder in self.policy.folders:
+            prefix = safepath.split_relative(folder)
+            if len(parts) > len(prefix) and parts[: len(prefix)] == prefix:
+                break
+        else:
+            allowed = ", ".join(f"{f}/" for f in self.policy.folders)
+            raise NotAllowed(f"writing {rel} is not allowed (only under {allowed})")
+        suffixes = self.policy.suffixes
+        if suffixes is not None and not rel.endswith(suffixes):
+            raise NotAllowed(f"only {', '.join(suffixes)} files may be written: {rel}")
+        return rel
+
+    # -- primitives --------------------------------------------------------------------
+
+    async def read_text(self, path: str) -> str | None:
+        """Whole text of a workspace file, or None if it does not exist."""
+        return await trio.to_thread.run_sync(read_confined, self.root, path)
+
+    async def _publish(self, rel: str, before: str | None, after: str) -> WriteResult:
+        """Write ``after`` (caller holds the lock); record the change; make it searchable."""
+        if before == after:
+            return WriteResult(rel, created=False, changed=False)
+        data = after.encode("utf-8")
+        if len(data) > MAX_WRITE_BYTES:
+            raise InvalidParams(f"content too large ({MAX_WRITE_BYTES} bytes max)")
+        await trio.to_thread.run_sync(write_confined, self.root, rel, data)
+        self.changes.append(Change(rel, before, after))
+        return WriteResult(rel, created=before is None, changed=True)
+
+    async def _searchable(self) -> None:
+        if self.sync is None:
+            return
+        with trio.move_on_after(SYNC_TIMEOUT_S) as scope:
+            await self.sync()
+        if scope.cancelled_caught:
+            log.warning("index sync after a write in %s took over %ss", self.root, SYNC_TIMEOUT_S)
+
+    # -- operations --------------------------------------------------------------------
+
+    async def read(self, path: str, start_line: int | None = None,
+                   end_line: int | None = None) -> safepath.LineSlice:
+        """Lines ``start_line..end_line`` (1-based, inclusive) of a workspace file."""
+        start = 1 if start_line is None else start_line
+        if start < 1 or (end_line is not None and end_line < start):
+            raise InvalidParams("bad line range")
+        return await trio.to_thread.run_sync(
+            lambda: safepath.read_lines(self.root, path, start_line=start, end_line=end_line,
+                                        max_bytes=MAX_TOOL_READ_BYTES))
+
+    async def write(self, path: str, content: str) -> WriteResult:
+        """Create or replace a file with ``content``."""
+        rel = self.check_writable(path)
+        async with self.lock:
+            before = await self.read_text(rel)
+            result = await self._publish(rel, before, content)
+        await self._searchable()
+        return result
+
+    async def edit(self, path: str, old: str, new: str) -> WriteResult:
+        """Replace the one occurrence of ``old`` by ``new`` (error if 0 or several)."""
+        rel = self.check_writable(path)
+        if not old:
+            raise InvalidParams("old text must not be empty")
+        async with self.lock:
+            before = await self.read_text(rel)
+            if before is None:
+                raise NotFound(f"no such file in the workspace: {rel}")
+            count = before.count(old)
+            if count != 1:
+                raise InvalidParams(
+                    f"old text occurs {count} times in {rel}; it must occur exactly once")
+            result = await self._publish(rel, before, before.replace(old, new, 1))
+        await self._searchable()
+        return result
+
+    async def frontmatter_update(self, path: str, changes: Mapping[str, Any]) -> WriteResult:
+        """Set frontmatter keys (a None value removes the key); other lines stay as they are."""
+        rel = self.check_writable(path)
+        edits = {str(k): (DELETE if v is None else v) for k, v in changes.items()}
+        async with self.lock:
+            before = await self.read_text(rel)
+            if before is None:
+                raise NotFound(f"no such file in the workspace: {rel}")
+            result = await self._publish(rel, before, _update_fm(before, edits))
+        await self._searchable()
+        return result
+
+    def day_folder(self, date: str) -> str:
+        return f"{'/'.join(safepath.split_relative(self.settings.daily_dir))}/{date}"
+
+    async def session_note(self, session_id: str, date: str) -> str | None:
+        """The path of ``session_id``'s note on ``date`` (first by name), if any."""
+
+        def scan() -> str | None:
+            folder = self.root / self.day_folder(date)
+            try:
+                names = sorted(os.listdir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            for name in names:
+                if not name.endswith(".md") or name == DAY_INDEX or name.startswith("."):
+                    continue
+                rel = f"{self.day_folder(date)}/{name}"
+                try:
+                    text = read_confined(self.root, rel)
+                except RecalldError:
+                    continue
+                if text is not None and parse_frontmatter(text)[0].get("session_id") == session_id:
+                    return rel
+            return None
+
+        return await trio.to_thread.run_sync(scan)
+
+    async def daily_write(self, session_id: str, name: str, content: str,
+                          date: str | None = None, description: str | None = None,
+                          extra: Mapping[str, Any] | None = None) -> WriteResult:
+        """Write ``session_id``'s note ``name`` under ``<daily_dir>/<date>/``.
+
+        The note gets frontmatter ``name``, ``description``, ``session_id`` and
+        ``source_conversation`` (plus ``extra`` fields); ``content`` is its body (a
+        frontmatter block at its start is merged, the daemon's fields win). If
+        ``<name>.md`` belongs to another session (or to nobody: a hand-written note), a
+        new unique name ``<name>-2.md``, ``-3``... is chosen; this session's own note is
+        updated in place. Never overwrites another session's note.
+        """
+        if not session_id or not isinstance(session_id, str):
+            raise InvalidParams("session_id must be a non-empty string")
+        day = check_date(date, self.today)
+        stem = slug(name)
+        given, body_start = parse_frontmatter(content)
+        body = "\n".join(content.split("\n")[body_start:]) if body_start else content
+        fields: dict[str, Any] = {
+            "name": given.get("name") or stem,
+            "description": description or given.get("description") or "",
+        }
+        for key, value in {**given, **dict(extra or {})}.items():
+            if key not in fields:
+                fields[key] = value
+        fields["session_id"] = session_id
+        fields["source_conversation"] = source_link(self.settings, session_id)
+        before: str | None = None
+        rel = ""
+        async with self.lock:
+            for n in range(1, 1000):
+                rel = f"{self.day_folder(day)}/{stem if n == 1 else f'{stem}-{n}'}.md"
+                self.check_writable(rel)
+                before = await self.read_text(rel)
+                if before is None:
+                    break
+                if parse_frontmatter(before)[0].get("session_id") == session_id:
+                    old_fields = parse_frontmatter(before)[0]
+                    if not description and not given.get("description"):
+                        fields["description"] = old_fields.get("description") or ""
+                    break
+            else:
+                raise InvalidParams(f"no free note name for {stem} on {day}")
+            text = render_frontmatter(fields) + body.lstrip("\n")
+            if not text.endswith("\n"):
+                text += "\n"
+            result = await self._publish(rel, before, text)
+        await self._searchable()
+        return result
+
+    # -- tools for a chat model --------------------------------------------------------
+
+    def tools(self, names: Iterable[str] = ALL_TOOLS) -> list[dict[str, Any]]:
+        """OpenAI ``tools`` entries for the named operations."""
+        wanted = list(names)
+        unknown = set(wanted) - set(_SCHEMAS)
+        if unknown:
+            raise ValueError(f"unknown tools: {sorted(unknown)}")
+        return [{"type": "function", "function": {"name": n, **_SCHEMAS[n]}} for n in wanted]
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run one tool call and describe the outcome as text; errors become text too."""
+        try:
+            return await self._call(name, dict(arguments))
+        except RecalldError as exc:  # StorageError included
+            return f"error: {exc.message}"
+        except (TypeError, ValueError, KeyError) as exc:
+            return f"error: bad arguments for {name}: {exc}"
+
+    async def _call(self, name: str, a: dict[str, Any]) -> str:
+        def text(key: str, required: bool = True) -> Any:
+            value = a.get(key)
+            if value is None and not required:
+                return None
+            if not isinstance(value, str):
+                raise InvalidParams(f"argument {key!r} must be a string")
+            return value
+
+        def line(key: str) -> int | None:
+            value = a.get(key)
+            if value is None:
+                return None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidParams(f"argument {key!r} must be an integer")
+            return value
+
+        if name == "read":
+            got = await self.read(text("path"), line("start_line"), line("end_line"))
+            more = " (truncated)" if got.truncated else ""
+            return (f"{text('path')} lines {got.start_line}-{got.end_line} of "
+                    f"{got.total_lines}{more}:\n{got.text}")
+        if name == "write":
+            res = await self.write(text("path"), text("content"))
+        elif name == "edit":
+            res = await self.edit(text("path"), text("old"), text("new"))
+        elif name == "frontmatter_update":
+            changes = a.get("changes")
+            if not isinstance(changes, dict):
+                raise InvalidParams("argument 'changes' must be an object")
+            res = await self.frontmatter_update(text("path"), changes)
+        elif name == "daily_write":
+            if self.session_id is None:
+                raise NotAllowed("daily_write needs a session")
+            res = await self.daily_write(self.session_id, text("name"), text("content"),
+                                         text("date", False), text("description", False))
+        else:
+            return f"error: unknown tool {name!r}"
+        return orjson.dumps({"ok": True, **res.as_dict()}).decode()
+
+
+_PATH = {"type": "string", "description": "path relative to the workspace root"}
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    "read": {
+        "description": "Read lines of a workspace file (1-based, inclusive range).",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"},
+        }, "required": ["path"]},
+    },
+    "write": {
+        "description": "Create or replace a Markdown file under the memory folders.",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "content": {"type": "string"},
+        }, "required": ["path", "content"]},
+    },
+    "edit": {
+        "description": "Replace one exact, unique occurrence of `old` with `new` in a file.",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "old": {"type": "string"}, "new": {"type": "string"},
+        }, "required": ["path", "old", "new"]},
+    },
+    "frontmatter_update": {
+        "description": "Set frontmatter fields of a note (null removes a field).",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "changes": {"type": "object"},
+        }, "required": ["path", "changes"]},
+    },
+    "daily_write": {
+        "description": ("Write this conversation's daily note (Markdown body; the daemon "
+                        "adds the frontmatter). Writing again updates the same note."),
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string", "description": "short file name, e.g. commute"},
+            "description": {"type": "string", "description": "one line: what the note holds"},
+            "content": {"type": "string", "description": "the note body in Markdown"},
+            "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
+        }, "required": ["name", "content"]},
+    },
+}
+
+
+def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
+                session_id: str | None = None,
+                today: Callable[[], dt.date] = dt.date.today) -> FileOps:
+    """FileOps on an open workspace: its shared write lock and its index's ``sync``.
+
+    ``policy`` defaults to :meth:`WritePolicy.for_model`.
+    """
+    try:
+        lock: trio.Lock = ws.get("fileops.lock")
+    except KeyError:
+        lock = trio.Lock()
+        ws.attach("fileops.lock", lock)
+    try:
+        index = ws.get("index")
+    except KeyError:
+        index = None
+    return FileOps(
+        root=ws.root, settings=ws.settings,
+        policy=policy if policy is not None else WritePolicy.for_model(ws.settings),
+        lock=lock, sync=index.sync if index is not None else None,
+        session_id=session_id, today=today,
+    )

@@ -1,0 +1,254 @@
+"""The workspace inbox: what memory jobs changed, for agents to pick up.
+
+Owns one workspace's inbox items and their log ``<metadata_dir>/inbox/inbox.jsonl`` (an
+:class:`AppendLog`: CRC-checked lines, torn tail repaired at open). The log lives in the
+workspace, not in the daemon's state directory, because items describe that workspace's
+files and must follow it when it is opened at another path or by another daemon; it sits
+under ``metadata_dir`` because it is daemon-written and never hand-edited. Losing it
+loses notifications only, never memory.
+
+An item is ``{id, time, kind, summary, changes: [paths], job_id, details, acked}``; ids
+sort in push order. Jobs call :meth:`Inbox.push` only when they changed memory (an empty
+``changes`` list is refused). Each push is published on the event bus as topic
+``inbox.item`` with payload ``{agent_id, item}`` when the workspace's
+``inbox_push_enabled`` is set.
+
+:func:`inbox_service` runs it as a workspace service (attached as ``"inbox"``; find it
+with :func:`inbox_of`): it opens the log, serves until cancelled, then closes the log.
+Writes are shielded under a deadline, so an item whose files were written is recorded
+even if its job is cancelled right then.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, dict[str, Any]], None]
+INBOX_TOPIC = "inbox.item"
+KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource"})
+DEFAULT_MAX_ITEMS = 1000
+WRITE_TIMEOUT_S = 10.0
+
+
+def inbox_path(ws: Workspace) -> Path:
+    return ws.root / ws.settings.metadata_dir / "inbox" / "inbox.jsonl"
+
+
+class Inbox:
+    """One workspace's inbox. ``open`` before use (the service does), ``close`` after.
+
+    Keeps the newest ``max_items`` items (older ones are dropped when the log is
+    compacted). ``push_enabled`` is read on every push (a callable, so a settings reload
+    applies at once).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        agent_id: str,
+        *,
+        publish: Publish | None = None,
+        push_enabled: Callable[[], bool] = lambda: True,
+        max_items: int = DEFAULT_MAX_ITEMS,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.agent_id = agent_id
+        self._publish = publish
+        self._push_enabled = push_enabled
+        self._max_items = max_items
+        self._wall = wall
+        self._items: dict[str, dict[str, Any]] = {}  # id -> item, in push order
+        self._seq = 0
+        self._log = AppendLog(path)
+        self._lines = 0
+        self._lock = trio.Lock()
+        self._open = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Recover the log (blocking work in a thread)."""
+        records, report = await trio.to_thread.run_sync(self._log.open)
+        for bad in report.bad_lines:
+            log.warning("inbox of %s: skipped a damaged record: %s", self.agent_id, bad)
+        for rec in records:
+            if rec.get("op") == "push" and isinstance(rec.get("item"), dict):
+                item = dict(rec["item"])
+                if isinstance(item.get("id"), str):
+                    self._items[item["id"]] = item
+                    self._seq = max(self._seq, _seq_of(item["id"]))
+            elif rec.get("op") == "ack" and isinstance(rec.get("ids"), list):
+                for item_id in rec["ids"]:
+                    if item_id in self._items:
+                        self._items[item_id]["acked"] = True
+        self._lines = len(records)
+        self._trim()
+        self._open = True
+
+    def close(self) -> None:
+        self._open = False
+        self._log.close()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open, serve until cancelled, close."""
+        await self.open()
+        try:
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            self.close()
+
+    # -- operations ------------------------------------------------------------------
+
+    async def push(
+        self,
+        kind: str,
+        summary: str,
+        changes: Sequence[str],
+        *,
+        job_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Record (and publish) one memory change; returns the new item.
+
+        ``kind`` is auto_memory, auto_dream or auto_resource; ``changes`` the workspace-
+        relative paths that changed (must not be empty: no change, no item).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown inbox item kind {kind!r}")
+        if not changes:
+            raise ValueError("an inbox item needs at least one changed path")
+        self._require_open()
+        async with self._lock:
+            self._seq += 1
+            item: dict[str, Any] = {
+                "id": f"{self._seq:010d}",
+                "time": self._wall(),
+                "kind": kind,
+                "summary": summary,
+                "changes": list(dict.fromkeys(changes)),
+                "job_id": job_id,
+                "details": dict(details or {}),
+                "acked": False,
+            }
+            await self._append([{"op": "push", "item": item}])
+            self._items[item["id"]] = item
+            self._trim()
+        if self._publish is not None and self._push_enabled():
+            try:
+                self._publish(INBOX_TOPIC, {"agent_id": self.agent_id, "item": dict(item)})
+            except Exception:
+                log.exception("publishing an inbox item failed")
+        return dict(item)
+
+    def list(self, since: str | None = None, include_acked: bool = False) -> list[dict[str, Any]]:
+        """Items after ``since`` (an item id, or an ISO-8601 time), oldest first.
+
+        Acknowledged items are left out unless ``include_acked``.
+        """
+        items: Iterable[dict[str, Any]] = self._items.values()
+        if since is not None:
+            if since.isdigit():
+                after = _seq_of(since)
+                items = [i for i in items if _seq_of(i["id"]) > after]
+            else:
+                t = _parse_time(since)
+                items = [i for i in items if float(i["time"]) > t]
+        return [dict(i) for i in items if include_acked or not i.get("acked")]
+
+    async def ack(self, ids: Iterable[str]) -> dict[str, builtins.list[str]]:
+        """Mark items as seen: ``{acked: [...], unknown: [...]}`` (already acked counts)."""
+        self._require_open()
+        wanted = list(dict.fromkeys(ids))
+        known = [i for i in wanted if i in self._items]
+        unknown = [i for i in wanted if i not in self._items]
+        new = [i for i in known if not self._items[i].get("acked")]
+        if new:
+            async with self._lock:
+                await self._append([{"op": "ack", "ids": new, "time": self._wall()}])
+                for item_id in new:
+                    self._items[item_id]["acked"] = True
+        return {"acked": known, "unknown": unknown}
+
+    def status(self) -> dict[str, Any]:
+        unacked = sum(1 for i in self._items.values() if not i.get("acked"))
+        return {"items": len(self._items), "unacked": unacked}
+
+    # -- internals -------------------------------------------------------------------
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise UnknownWorkspace(f"the inbox of {self.agent_id!r} is not open")
+
+    async def _append(self, records: builtins.list[dict[str, Any]]) -> None:
+        """Append (caller holds the lock); compacts when the log grew large."""
+        with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
+            await trio.to_thread.run_sync(self._log.append, records)
+            self._lines += len(records)
+            if self._lines > 2 * self._max_items + 100:
+                self._trim()
+                snapshot = [{"op": "push", "item": dict(i)} for i in self._items.values()]
+                await trio.to_thread.run_sync(self._log.rewrite, snapshot)
+                self._lines = len(snapshot)
+
+    def _trim(self) -> None:
+        excess = len(self._items) - self._max_items
+        if excess > 0:
+            for item_id in list(self._items)[:excess]:
+                del self._items[item_id]
+
+
+def _seq_of(item_id: str) -> int:
+    try:
+        return int(item_id)
+    except ValueError:
+        return 0
+
+
+def _parse_time(text: str) -> float:
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidParams("since must be an inbox item id or an ISO-8601 time") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a naive time is local, as a person would write it
+    return when.timestamp()
+
+
+def inbox_of(ws: Workspace) -> Inbox:
+    """The open inbox of a workspace (UnknownWorkspace if its service is not running)."""
+    try:
+        inbox: Inbox = ws.get("inbox")
+    except KeyError:
+        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no inbox yet") from None
+    return inbox
+
+
+def inbox_service(publish: Publish | None) -> WorkspaceService:
+    """A workspace service running the workspace's :class:`Inbox` (attached as "inbox")."""
+
+    async def run(
+        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        inbox = Inbox(inbox_path(workspace), workspace.agent_id, publish=publish,
+                      push_enabled=lambda: workspace.settings.inbox_push_enabled)
+        workspace.attach("inbox", inbox)
+        workspace.add_status("inbox", inbox.status)
+        await inbox.run(task_status=task_status)
+
+    return run

@@ -1,0 +1,127 @@
+"""A small tool-calling loop over a chat model, for memory jobs.
+
+Owns no task. :func:`run_tools` sends the conversation, runs the tool calls the model asks
+for through a dispatcher (whose errors go back to the model as text), and repeats until the
+model answers without tool calls, ``max_steps`` answers were spent, or ``deadline_s``
+passed. :func:`chat_client_for` builds (and caches per workspace and configuration) the
+:class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
+bridge.
+
+Errors: provider failures (after the client's own retries), malformed answers and "no chat
+model configured" propagate as the provider error family (ProviderUnavailable on the wire);
+a loop that runs out of time raises :class:`LoopFailed` (JobFailed on the wire). A job that
+lets them escape is reported failed with that code and message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import trio
+
+from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
+from recalld.daemon.providers.errors import ProviderConfigError
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import JobFailed
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[str, Mapping[str, Any]], Awaitable[str]]
+DEFAULT_DEADLINE_S = 600.0
+MAX_TOOL_RESULT_CHARS = 20_000
+
+
+class LoopFailed(JobFailed):
+    """The tool loop could not finish (deadline passed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """How a tool loop ended.
+
+    ``final_text`` is the model's last text answer ('' if none); ``steps`` counts chat
+    completions; ``tool_calls_made`` names every tool call in order; ``finished`` is False
+    when ``max_steps`` ran out while the model still asked for tools; ``messages`` is the
+    whole conversation including tool results.
+    """
+
+    final_text: str
+    steps: int
+    tool_calls_made: list[str] = field(default_factory=list)
+    finished: bool = True
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def run_tools(
+    chat: ChatClient,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    dispatch: Dispatch,
+    *,
+    max_steps: int = 8,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    on_step: Callable[[int, str], None] | None = None,
+) -> LoopResult:
+    """Run the chat/tool loop; see the module docstring.
+
+    ``dispatch(name, arguments)`` must return text; an exception it raises (other than
+    cancellation) is reported to the model as ``error: ...`` and the loop goes on.
+    ``on_step(step, message)`` is called after each completion (progress).
+    Cancellation stops the loop at once; writes done by earlier tool calls stay.
+    """
+    if max_steps < 1:
+        raise ValueError("max_steps must be at least 1")
+    convo: list[dict[str, Any]] = [dict(m) for m in messages]
+    made: list[str] = []
+    steps = 0
+    with trio.move_on_after(deadline_s) as scope:
+        while steps < max_steps:
+            answer = await chat.complete(convo, tools or None)
+            steps += 1
+            convo.append(answer.assistant_message())
+            if not answer.tool_calls:
+                if on_step is not None:
+                    on_step(steps, "model finished")
+                return LoopResult(answer.content or "", steps, made, True, convo)
+            for call in answer.tool_calls:
+                made.append(call.name)
+                try:
+                    out = await dispatch(call.name, call.arguments)
+                except Exception as exc:  # the model hears about it; the job goes on
+                    log.warning("tool %s failed: %s", call.name, exc)
+                    out = f"error: {type(exc).__name__}: {exc}"
+                if len(out) > MAX_TOOL_RESULT_CHARS:
+                    out = out[:MAX_TOOL_RESULT_CHARS] + "\n[truncated]"
+                convo.append({"role": "tool", "tool_call_id": call.id, "content": out})
+            if on_step is not None:
+                on_step(steps, f"ran {', '.join(c.name for c in answer.tool_calls)}")
+    if scope.cancelled_caught:
+        raise LoopFailed(
+            f"the chat model did not finish within {deadline_s:g} s ({steps} steps, "
+            f"{len(made)} tool calls)")
+    last = convo[-1].get("content") if convo else None
+    return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
+
+
+def chat_client_for(ws: Workspace, services: Mapping[str, Any]) -> ChatClient:
+    """The workspace's chat client (cached on the workspace while its config is the same).
+
+    Raises ProviderConfigError("no chat model configured") when the workspace has no
+    ``chat_model_config.model_name``.
+    """
+    config: ChatModelConfig | None = ws.settings.chat_model_config
+    if config is None or not config.model_name:
+        raise ProviderConfigError(NO_CHAT_MODEL)
+    try:
+        cached_config, client = ws.get("chat")
+    except KeyError:
+        cached_config, client = None, None
+    if client is None or cached_config != config:
+        client = ChatClient(config, services.get("providers"))
+        ws.attach("chat", (config, client))
+        ws.add_status("chat", client.status)
+    return cast(ChatClient, client)
