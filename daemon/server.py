@@ -156,7 +156,12 @@ class RpcServer:
                     await self._accept_loop(listener, conn_nursery)
                 finally:
                     with trio.CancelScope(shield=True):
+                        # Stop accepting and remove the socket file first, so new clients
+                        # see "not running" at once instead of waiting in the backlog.
                         await trio.aclose_forcefully(listener)
+                        if bound is not None:
+                            bound.close()
+                            bound = None
                         await self._drain(connections_scope)
         finally:
             if bound is not None:

@@ -89,9 +89,9 @@ class RawConnection:
     def call(self, method: str, params: Any = None) -> Any:
         id_ = self.request(method, params)
         msg = self.recv_response()
-        assert msg.get("id") == id_, msg
-        if "error" in msg:
+        if "error" in msg and msg.get("id") in (id_, None):
             raise error_from_wire(msg["error"])
+        assert msg.get("id") == id_, msg
         return msg["result"]
 
     def at_eof(self, timeout: float = 10.0) -> bool:

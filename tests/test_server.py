@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 import signal
 import socket
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pytest
 import trio
 
-from recalld.daemon.server import PeerCredentials, peer_allowed, peer_credentials
+from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.events import EventBus
+from recalld.daemon.listener import bind_listener
+from recalld.daemon.server import (
+    EVENT_QUEUE_SIZE,
+    PeerCredentials,
+    RpcServer,
+    peer_allowed,
+    peer_credentials,
+)
+from recalld.daemon.workspaces import WorkspaceRegistry
 from recalld.ipc import errors
 
 if TYPE_CHECKING:
-    from conftest import DaemonFactory, DaemonHandle
+    from conftest import DaemonFactory, DaemonHandle, RawConnection
 
 
 def fd_count(pid: int) -> int:
@@ -234,9 +249,7 @@ def test_a_client_that_never_reads_is_cut_off(daemon_factory: DaemonFactory) -> 
 
 def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> None:
     d = daemon_factory("[daemon]\nmax_connections = 3\n")
-    conns = [d.connect() for _ in range(3)]
-    for c in conns:
-        assert c.call("daemon.ping")["pong"] is True
+    conns = [_connect_admitted(d) for _ in range(3)]
     with d.connect() as extra:
         reply = extra.recv()
         assert reply == {"jsonrpc": "2.0", "id": None,
@@ -246,6 +259,20 @@ def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> Non
     wait_until(lambda: _ping_ok(d), what="a free slot")
     for c in conns:
         c.close()
+
+
+def _connect_admitted(d: DaemonHandle) -> RawConnection:
+    """A connection that the daemon counted (earlier short-lived ones may linger a moment)."""
+    end = time.monotonic() + 10
+    while True:
+        conn = d.connect()
+        try:
+            assert conn.call("daemon.ping")["pong"] is True
+            return conn
+        except errors.Overloaded:
+            conn.close()
+            assert time.monotonic() < end, "connection slots never freed"
+            time.sleep(0.05)
 
 
 def _ping_ok(d: DaemonHandle) -> bool:
@@ -324,3 +351,223 @@ def test_emfile_on_accept_is_survived(daemon_factory: DaemonFactory) -> None:
     stats = server_stats(d)
     assert stats["accept_errors_total"] >= 1
     assert "accept failed" in d.log()
+
+
+# ------------------------------------------------- in-process server (trio, real socket)
+
+
+class LineClient:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def send(self, message: Any) -> None:
+        await self.stream.send_all(orjson.dumps(message) + b"\n")
+
+    async def recv(self) -> Any:
+        while b"\n" not in self.buf:
+            chunk = await self.stream.receive_some(1 << 16)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return orjson.loads(line)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class InProcess:
+    """An RpcServer with the real API plus test methods, on a real socket."""
+
+    def __init__(self, short: Path, **limits: Any) -> None:
+        self.config = DaemonConfig(socket_path=short / "s.sock", data_dir=short / "data",
+                                   config_path=short / "none.toml", **limits)
+        self.release = trio.Event()
+        self.started: list[int] = []
+        test_methods = Methods()
+
+        @test_methods.add("test.block")
+        async def block(ctx: Any, params: dict[str, Any]) -> Any:
+            self.started.append(params["n"])
+            await self.release.wait()
+            return params["n"]
+
+        @test_methods.add("test.boom")
+        async def boom(ctx: Any, params: dict[str, Any]) -> Any:
+            raise RuntimeError("secret detail /home/someone/.ssh")
+
+        @test_methods.add("test.publish")
+        async def publish(ctx: Any, params: dict[str, Any]) -> Any:
+            for i in range(params["count"]):
+                ctx.state.events.publish("job.progress", {"i": i})
+            return True
+
+        bus = EventBus()
+        self.state = DaemonState(config=self.config,
+                                 registry=WorkspaceRegistry(lambda: self.config, bus),
+                                 events=bus, methods=build_methods([test_methods]))
+        self.dispatch = Dispatcher(self.state)
+
+    async def connect(self) -> LineClient:
+        return LineClient(await trio.open_unix_socket(str(self.config.socket_path)))
+
+
+@pytest.fixture
+def short_dir() -> Any:
+    path = Path(tempfile.mkdtemp(prefix="rdi-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_handler_exceptions_do_not_leak(short_dir: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    app = InProcess(short_dir)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(RpcServer(app.config, app.dispatch).run)
+        client = await app.connect()
+        await client.send({"jsonrpc": "2.0", "method": "test.boom", "id": 7})
+        reply = await client.recv()
+        assert reply == {"jsonrpc": "2.0", "id": 7,
+                         "error": {"code": errors.INTERNAL_ERROR, "message": "internal error"}}
+        assert "secret detail" in caplog.text  # logged for the operator, not sent
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
+    app = InProcess(short_dir, max_concurrent_calls_per_connection=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(RpcServer(app.config, app.dispatch).run)
+        client = await app.connect()
+        for n in (1, 2, 3):
+            await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": n},
+                               "id": n})
+        await client.send({"jsonrpc": "2.0", "method": "daemon.ping", "id": 4})
+        with trio.fail_after(5):
+            while len(app.started) < 2:
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
+        assert app.started == [1, 2]  # the third waits for a slot
+        app.release.set()
+        with trio.fail_after(5):
+            replies = [await client.recv() for _ in range(4)]
+        assert sorted(r["id"] for r in replies) == [1, 2, 3, 4]
+        assert all(r["result"] == r["id"] for r in replies if r["id"] != 4)
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_graceful_shutdown_answers_in_flight_calls(short_dir: Path) -> None:
+    app = InProcess(short_dir, graceful_timeout_s=5.0)
+    server_scope = trio.CancelScope()
+
+    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
+        with server_scope:
+            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_server)
+        client = await app.connect()
+        await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 9},
+                           "id": 1})
+        with trio.fail_after(5):
+            while not app.started:
+                await trio.sleep(0.01)
+        # Stop the server while the call runs; the call still answers.
+        server_scope.cancel()
+        await trio.sleep(0.2)
+        assert not app.config.socket_path.exists()  # no longer accepting
+        with pytest.raises(OSError):
+            await trio.open_unix_socket(str(app.config.socket_path))
+        app.release.set()
+        with trio.fail_after(5):
+            assert await client.recv() == {"jsonrpc": "2.0", "result": 9, "id": 1}
+            with pytest.raises(EOFError):
+                await client.recv()
+        await client.aclose()
+
+
+async def test_grace_period_is_bounded(short_dir: Path) -> None:
+    app = InProcess(short_dir, graceful_timeout_s=0.2)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(RpcServer(app.config, app.dispatch).run)
+            client = await app.connect()
+            await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 1},
+                               "id": 1})
+            while not app.started:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()  # the call never ends: cut after 0.2 s
+        with pytest.raises(EOFError):
+            await client.recv()
+        await client.aclose()
+
+
+async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
+    app = InProcess(short_dir)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(RpcServer(app.config, app.dispatch).run)
+        client = await app.connect()
+        await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                           "params": {"topics": ["job.*"]}, "id": 1})
+        assert (await client.recv())["result"] == {"subscribed": ["job.*"]}
+        # One handler publishes more than the queue holds without yielding in between.
+        await client.send({"jsonrpc": "2.0", "method": "test.publish",
+                           "params": {"count": EVENT_QUEUE_SIZE + 50}, "id": 2})
+        seen: list[int] = []
+        with trio.fail_after(10):
+            while True:
+                msg = await client.recv()
+                if msg.get("id") == 2:
+                    continue
+                if msg["params"]["topic"] == "events.dropped":
+                    break
+                seen.append(msg["params"]["i"])
+        # A prefix in order (one event may go straight to the waiting pump), then the drop.
+        assert seen == list(range(len(seen)))
+        assert EVENT_QUEUE_SIZE <= len(seen) < EVENT_QUEUE_SIZE + 50
+        assert app.state.events.statistics().subscriptions == 0
+        # The client can subscribe again and keeps working.
+        await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                           "params": {"topics": ["job.*"]}, "id": 3})
+        assert (await client.recv())["id"] == 3
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+class FlakyListener(trio.abc.Listener[trio.SocketStream]):
+    """A real listener whose first accepts fail with EMFILE."""
+
+    def __init__(self, inner: trio.SocketListener, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+
+    async def accept(self) -> trio.SocketStream:
+        if self.failures:
+            self.failures -= 1
+            await trio.sleep(0)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await self.inner.accept()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_emfile_in_process_backs_off_and_recovers(short_dir: Path) -> None:
+    app = InProcess(short_dir)
+    bound = bind_listener(app.config.socket_path)
+    listener = FlakyListener(trio.SocketListener(trio.socket.from_stdlib_socket(bound.sock)), 4)
+    server = RpcServer(app.config, app.dispatch, listener=listener)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            with trio.fail_after(5):
+                client = await app.connect()
+                await client.send({"jsonrpc": "2.0", "method": "daemon.ping", "id": 1})
+                assert (await client.recv())["result"]["pong"] is True
+            assert server.statistics().accept_errors_total == 4
+            await client.aclose()
+            nursery.cancel_scope.cancel()
+    finally:
+        bound.close()
