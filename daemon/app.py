@@ -17,6 +17,9 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.methods import METHODS as INDEX_METHODS
 from recalld.daemon.index.methods import index_service, reindex_job
 from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
+from recalld.daemon.maintenance import health_service
+from recalld.daemon.memory.consolidation_methods import install_consolidation
+from recalld.daemon.ops_methods import ops_methods
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.supervisor import Reloader, Supervisor
 from recalld.daemon.systemd import SystemdEnvironment
@@ -74,12 +77,14 @@ def build_supervisor(
         cfg,
         systemd=systemd,
         reload=reload,
-        extra_methods=[INDEX_METHODS, job_methods(jobs)],
-        workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish))],
+        extra_methods=[INDEX_METHODS, job_methods(jobs), ops_methods(cpu)],
+        workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish)),
+                            ("health", health_service(cpu))],
         services=[("providers", bridge.run), ("jobs", jobs.run)],
     )
     holder["s"] = supervisor
     supervisor.state.services.update({"jobs": jobs, "providers": bridge, "cpu": cpu})
     jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
+    install_consolidation(supervisor, jobs)
     supervisor.state.stats["jobs"] = jobs.statistics
     return supervisor

@@ -1,0 +1,307 @@
+"""Index maintenance and truthful health: ``index.verify``, ``index.compact``, health.
+
+``verify`` compares a workspace's derived state with its Markdown: files on disk against
+files indexed (by stat, then by content digest), chunk bookkeeping against the chunk
+table and the keyword index, and the committed generation (manifest, checksums, record
+counts, QwenPaw-named mirrors) against what the index holds. ``compact`` forces a merge of
+the keyword index and commits a generation.
+
+The ``health`` workspace service (started after ``index``) adds ``health`` to each
+workspace's status: ``clean`` only when nothing is pending and the last disk scan matched
+the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
+``degraded`` when persisting fails, the watcher failed or state was found corrupt and is
+not yet re-committed. It rescans the disk every ``HEALTH_SCAN_INTERVAL_S`` in a worker
+thread (and after every ``verify``) and stops by cancellation; nothing it does needs
+cleanup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon.index.persist import CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.state import prepare
+from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.manifest import GenerationStore
+from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.ipc.errors import UnknownWorkspace
+
+log = logging.getLogger(__name__)
+
+HEALTH_SCAN_INTERVAL_S = 60.0
+MAX_LISTED = 20  # paths shown per difference kind; counts are always complete
+
+
+def index_of(ws: Workspace) -> WorkspaceIndex:
+    try:
+        index: WorkspaceIndex = ws.get("index")
+    except KeyError:
+        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no index yet") from None
+    return index
+
+
+def dir_bytes(top: Path) -> int:
+    """Bytes used by the regular files under ``top`` (symlinks not followed)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(top):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+class Health:
+    """The last disk scan of one workspace and what it says about the index."""
+
+    def __init__(self, ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter) -> None:
+        self.ws = ws
+        self.index = index
+        self._cpu = cpu
+        self.scanned_at: float | None = None
+        self.disk_files: int | None = None
+        self.derived_bytes: int | None = None
+        # Paths whose disk stat differed from the index at the last scan, with that stat
+        # (None: indexed but gone from disk). Re-checked cheaply on every status call.
+        self._differs: dict[str, tuple[int, int] | None] = {}
+        self.errors: list[dict[str, Any]] = []
+
+    async def scan(self) -> None:
+        disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
+        meta = self.ws.root / self.ws.settings.metadata_dir
+        self.derived_bytes = await trio.to_thread.run_sync(dir_bytes, meta, limiter=self._cpu)
+        known = self.index.state.known()
+        differs: dict[str, tuple[int, int] | None] = {
+            p: st for p, st in disk.items() if known.get(p) != st}
+        differs.update({p: None for p in known if p not in disk})
+        self._differs = differs
+        self.disk_files = len(disk)
+        self.scanned_at = time.time()
+
+    def unindexed(self) -> list[str]:
+        """Paths that still differ from the index (as of the last scan)."""
+        known = self.index.state.known()
+        return sorted(p for p, st in self._differs.items()
+                      if (st is None and p in known) or (st is not None and known.get(p) != st))
+
+    def status(self) -> dict[str, Any]:
+        idx = self.index.status()
+        watcher = idx.get("watcher", {})
+        unindexed = self.unindexed()
+        degraded: list[str] = []
+        pending: list[str] = []
+        if idx.get("persist_error"):
+            degraded.append(f"saving the index fails: {idx['persist_error'].get('error')}")
+        if watcher.get("state") == "failed":
+            degraded.append(f"watcher failed: {watcher.get('why')}")
+        if idx.get("load_corrupt") and idx.get("last_commit") is None:
+            degraded.append("derived state was corrupt and is not re-committed yet")
+        if idx.get("pending_changes"):
+            pending.append(f"{idx['pending_changes']} change(s) waiting to be applied")
+        if unindexed:
+            pending.append(f"{len(unindexed)} file(s) on disk differ from the index")
+        if idx.get("rebuilding"):
+            pending.append("rebuilding")
+        if watcher.get("rescan_owed") or watcher.get("state") in ("starting", "rescanning"):
+            pending.append(f"watcher {watcher.get('state')}")
+        state = "degraded" if degraded else "pending" if pending else "clean"
+        last_errors = list(self.errors)
+        if idx.get("persist_error"):
+            last_errors.append({"what": "persist", **idx["persist_error"]})
+        if watcher.get("last_error"):
+            last_errors.append({"what": "watcher", "error": watcher["last_error"],
+                                "time": watcher.get("last_error_time")})
+        for name, why in (idx.get("load_corrupt") or {}).items():
+            last_errors.append({"what": f"load {name}", "error": why,
+                                "time": self.ws.opened_at})
+        return {
+            "state": state,
+            "reasons": degraded + pending,
+            "files_indexed": idx.get("files"),
+            "files_on_disk": self.disk_files,
+            "chunks": idx.get("chunks"),
+            "pending_changes": idx.get("pending_changes"),
+            "unindexed": len(unindexed),
+            "unindexed_paths": unindexed[:MAX_LISTED],
+            "watcher": watcher.get("state"),
+            "scanned_at": self.scanned_at,
+            "derived_bytes": self.derived_bytes,
+            # Filled by the vector index when it reports coverage and provider state.
+            "vectors": idx.get("vectors"),
+            "last_errors": last_errors[-MAX_LISTED:],
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.scan()
+        task_status.started()
+        while True:
+            await trio.sleep(HEALTH_SCAN_INTERVAL_S)
+            try:
+                await self.scan()
+            except OSError as exc:
+                self.errors = [*self.errors[-MAX_LISTED:],
+                               {"what": "health scan", "error": str(exc), "time": time.time()}]
+
+
+def health_service(cpu: trio.CapacityLimiter) -> WorkspaceService:
+    async def run(
+        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        health = Health(workspace, index_of(workspace), cpu)
+        workspace.attach("health", health)
+        workspace.add_status("health", health.status)
+        await health.run(task_status=task_status)
+
+    return run
+
+
+def health_of(ws: Workspace) -> Health | None:
+    try:
+        health: Health = ws.get("health")
+    except KeyError:
+        return None
+    return health
+
+
+# -------------------------------------------------------------------------------- verify
+
+
+def _listed(paths: list[str]) -> dict[str, Any]:
+    return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
+
+
+def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
+    """Re-read the committed generation read-only, verifying every checksum."""
+    live = index.store.store
+    store = GenerationStore(live.state_dir, live.fs, mirror_root=live.mirror_root)
+    out: dict[str, Any] = {"ok": False}
+    try:
+        gen = store.load(verify="checksum")
+    except (CorruptState, StorageError) as exc:
+        out["error"] = str(exc)
+        return out
+    if gen is None:
+        out["error"] = "no committed generation"
+        return out
+    out.update(generation=gen.number, created=gen.created, corrupt=dict(gen.corrupt),
+               skipped=[{"manifest": m, "why": w} for m, w in gen.skipped])
+    counts: dict[str, int | None] = {}
+    for logical in ("catalog", "chunks"):
+        if logical in gen.files and logical not in gen.corrupt:
+            counts[logical] = gen.files[logical].records
+    out["records"] = counts
+    mirrors: dict[str, str] = {}
+    for logical, rel in gen.mirrors.items():
+        mirror = gen.mirror_path(logical)
+        entry = gen.files.get(logical)
+        if mirror is None or entry is None:
+            continue
+        try:
+            size = mirror.stat().st_size
+        except FileNotFoundError:
+            mirrors[rel] = "missing"
+            continue
+        if size != entry.size:
+            mirrors[rel] = f"size {size} != {entry.size}"
+    expected = {CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR}
+    for rel in sorted(expected - set(gen.mirrors.values())):
+        mirrors[rel] = "not in manifest"
+    out["mirror_problems"] = mirrors
+    out["ok"] = not gen.corrupt and not mirrors
+    return out
+
+
+async def verify(ws: Workspace, cpu: trio.CapacityLimiter) -> dict[str, Any]:
+    """Compare ``ws``'s derived state with its Markdown; report every difference."""
+    index = index_of(ws)
+    started = time.monotonic()
+    disk = await trio.to_thread.run_sync(index.watcher.scan, limiter=cpu)
+
+    def inspect() -> dict[str, Any]:
+        state = index.state
+        files = dict(state.files)
+        keys_in_files = [k for f in files.values() for k in f.keys]
+        key_set = set(keys_in_files)
+        live = state.bm25.live
+        return {
+            "files": files,
+            "chunks": len(state.chunks),
+            "chunk_keys_in_files": len(keys_in_files),
+            "duplicate_keys": len(keys_in_files) - len(key_set),
+            "orphan_chunks": len(set(state.chunks) - key_set),
+            "missing_chunks": len(key_set - set(state.chunks)),
+            "keyword_docs": len(live),
+            "keyword_mismatch": len(set(live) ^ set(state.chunks)),
+        }
+
+    # Under the index lock: one consistent view, never half a batch.
+    async with index._lock:
+        snap = await trio.to_thread.run_sync(inspect)
+    files = snap.pop("files")
+    missing = [p for p in disk if p not in files]
+    stale_entries = [p for p in files if p not in disk]
+    stat_differs = [p for p in disk if p in files
+                    and (files[p].mtime_ns, files[p].size) != disk[p]]
+    same_stat = [p for p in disk if p in files and p not in stat_differs]
+
+    def digests() -> list[str]:
+        return [p for p in same_stat
+                if not prepare(index.root, p, max_chars=1 << 30,
+                               known_digest=files[p].digest).unchanged]
+
+    content_differs = await trio.to_thread.run_sync(digests, limiter=cpu)
+    generation = await trio.to_thread.run_sync(_verify_generation, index, limiter=cpu)
+    status = index.status()
+    consistent_chunks = (snap["duplicate_keys"] == 0 and snap["orphan_chunks"] == 0
+                         and snap["missing_chunks"] == 0 and snap["keyword_mismatch"] == 0)
+    committed_matches = (
+        status.get("uncommitted_changes", 0) > 0
+        or generation.get("records", {}).get("catalog") in (None, len(files)))
+    ok = (not missing and not stale_entries and not stat_differs and not content_differs
+          and consistent_chunks and generation.get("ok", False) and committed_matches)
+    health = health_of(ws)
+    if health is not None:
+        await health.scan()
+    return {
+        "agent_id": ws.agent_id,
+        "ok": ok,
+        "files_on_disk": len(disk),
+        "files_indexed": len(files),
+        "not_indexed": _listed(missing),
+        "indexed_but_gone": _listed(stale_entries),
+        "stat_differs": _listed(stat_differs),
+        "content_differs": _listed(content_differs),
+        "chunks": snap,
+        "chunks_consistent": consistent_chunks,
+        "generation": generation,
+        "uncommitted_changes": status.get("uncommitted_changes", 0),
+        "committed_matches_index": committed_matches,
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+
+
+async def compact(ws: Workspace) -> dict[str, Any]:
+    """Merge the keyword index's segments now and commit a generation."""
+    index = index_of(ws)
+    started = time.monotonic()
+    before = index.state.bm25.stats()
+    async with index._lock:
+        await trio.to_thread.run_sync(index.state.bm25.compact)
+    index._changes += 1  # a commit with no edits would be skipped otherwise
+    await index._commit()
+    after = index.state.bm25.stats()
+    return {"agent_id": ws.agent_id, "keyword_before": before, "keyword_after": after,
+            "generation": (index.last_commit or {}).get("generation"),
+            "duration_s": round(time.monotonic() - started, 3)}
+
+
+Getter = Callable[[str], Workspace]

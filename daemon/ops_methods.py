@@ -1,0 +1,289 @@
+"""RPC methods for operations: backups, restore and rollback, verify, compact, metrics.
+
+``backup.create`` writes a zip (see :mod:`recalld.daemon.backup`) into
+``<data_dir>/backups/`` unless told where. ``backup.restore`` validates the whole archive,
+plans every write, takes a snapshot of the affected workspaces (recorded in
+``backups/rollback.json`` so ``backup.rollback`` undoes the restore in one call), writes the
+files atomically and then makes each open workspace's index catch up (sync, then a
+reconcile) before answering, so a search right after sees the restored memory. A
+workspace that was not open is opened after its files are in place. One restore or
+rollback runs at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from recalld.daemon import backup as bk
+from recalld.daemon import metrics
+from recalld.daemon.api import CallContext, DaemonState, Methods, Params
+from recalld.daemon.maintenance import compact, health_of, index_of, verify
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc.errors import InvalidParams, NotFound
+
+ROLLBACK_RECORD = "rollback.json"
+
+
+def backups_dir(state: DaemonState) -> Path:
+    return state.config.data_dir / "backups"
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"-{os.getpid() % 1000:03d}"
+
+
+def _dirs_of(settings: Any) -> dict[str, str]:
+    return {role: str(getattr(settings, role)) for role in (*bk.CONTENT_ROLES, bk.DERIVED_ROLE)}
+
+
+def _source(ws: Workspace) -> bk.AgentSource:
+    return bk.AgentSource(ws.agent_id, ws.root, _dirs_of(ws.settings))
+
+
+def _resolve_file(state: DaemonState, name: str) -> Path:
+    """A backup named by the client: an absolute path, or a file in the backups dir."""
+    if "\x00" in name or not name.strip():
+        raise InvalidParams("param 'file' must be a path")
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        if "/" in name:
+            raise InvalidParams("param 'file' must be absolute or a name in the backups dir")
+        path = backups_dir(state) / name
+    return path
+
+
+def _unique(path: Path) -> Path:
+    n = 1
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
+    """The operations methods; ``cpu`` bounds compression and checksum work."""
+    methods = Methods()
+    restore_lock = trio.Lock()
+
+    async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
+                           include_derived: bool, note: str) -> dict[str, Any]:
+        summary: dict[str, Any] = await trio.to_thread.run_sync(
+            lambda: bk.create_backup(out, sources, include_derived=include_derived,
+                                     recalld_version=state.version, note=note),
+            limiter=cpu)
+        metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
+        return summary
+
+    @methods.add("backup.create")
+    async def backup_create(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        agents: list[str] | None = p.strings("agents", None)
+        out: str | None = p.text("out", None)
+        include_derived: bool = p.boolean("include_derived", False)
+        p.done()
+        if agents:
+            workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
+        else:
+            workspaces = [w for w in ctx.state.registry.list() if w.state == "ready"]
+        if not workspaces:
+            raise InvalidParams("no open workspace to back up")
+        if out is not None:
+            path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
+            if "\x00" in out or not path.is_absolute():
+                raise InvalidParams("param 'out' must be an absolute path")
+            if path.exists():
+                raise InvalidParams(f"{path} exists; choose another name")
+        else:
+            label = "-".join(w.agent_id for w in workspaces) if agents else "all"
+            path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
+        return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
+                                  include_derived, "")
+
+    @methods.add("backup.list")
+    async def backup_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+        Params(params).done()
+        folder = backups_dir(ctx.state)
+
+        def scan() -> list[dict[str, Any]]:
+            out = []
+            for entry in sorted(folder.glob("*.zip")):
+                st = entry.stat()
+                item: dict[str, Any] = {"file": str(entry), "name": entry.name,
+                                        "size": st.st_size, "modified_at": st.st_mtime}
+                item.update(_peek(entry))
+                out.append(item)
+            return out
+
+        items = await trio.to_thread.run_sync(scan) if folder.is_dir() else []
+        return {"dir": str(folder), "backups": items, "rollback": _read_record(ctx.state)}
+
+    @methods.add("backup.verify", positional=("file",))
+    async def backup_verify(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        path = _resolve_file(ctx.state, p.text("file"))
+        p.done()
+        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        return {"ok": True, **checked.summary()}
+
+    async def restore(state: DaemonState, path: Path, agents: list[str] | None,
+                      snapshot: bool) -> dict[str, Any]:
+        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        chosen = list(dict.fromkeys(agents)) if agents else checked.agents
+        for agent_id in chosen:
+            check_agent_id(agent_id)
+            if agent_id not in checked.meta["agents"]:
+                raise InvalidParams(f"agent {agent_id!r} is not in backup {path.name} "
+                                    f"(it has {', '.join(checked.agents) or 'none'})")
+        open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
+        targets: list[bk.AgentSource] = []
+        for agent_id in chosen:
+            ws = open_ws.get(agent_id)
+            if ws is not None:
+                targets.append(_source(ws))
+            else:
+                cfg = state.config
+                targets.append(bk.AgentSource(agent_id, cfg.workspace_path(agent_id).resolve(),
+                                              _dirs_of(cfg.workspace_settings(agent_id))))
+        plans = await trio.to_thread.run_sync(
+            lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets])
+        snap: dict[str, Any] | None = None
+        if snapshot:
+            out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
+            snap = await write_backup(state, targets, out, False, "pre-restore snapshot")
+            record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
+                      "restored_from": str(path)}
+            await trio.to_thread.run_sync(lambda: _write_record(state, record))
+        results = []
+        for plan in plans:
+            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
+            ws = open_ws.get(plan.agent_id)
+            if ws is not None:
+                index = index_of(ws)
+                await index.sync()
+                found = await index.watcher.reconcile("after restore")
+                done["reconcile"] = found.as_dict()
+                health = health_of(ws)
+                if health is not None:
+                    await health.scan()
+            else:
+                await state.registry.open(plan.agent_id)
+                done["opened"] = True
+            results.append(done)
+        metrics.count("recalld_restores_total")
+        return {"file": str(path), "restored": results,
+                "snapshot": None if snap is None else snap["file"]}
+
+    @methods.add("backup.restore", positional=("file",))
+    async def backup_restore(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        path = _resolve_file(ctx.state, p.text("file"))
+        agents: list[str] | None = p.strings("agents", None)
+        snapshot: bool = p.boolean("snapshot", True)
+        p.done()
+        async with restore_lock:
+            return await restore(ctx.state, path, agents, snapshot)
+
+    @methods.add("backup.rollback")
+    async def backup_rollback(ctx: CallContext, params: dict[str, Any]) -> Any:
+        Params(params).done()
+        record = _read_record(ctx.state)
+        if record is None:
+            raise NotFound("no restore to roll back (no pre-restore snapshot recorded)")
+        async with restore_lock:
+            result = await restore(ctx.state, Path(record["snapshot"]),
+                                   list(record["agents"]), snapshot=False)
+        return {**result, "rolled_back": record}
+
+    @methods.add("index.verify", positional=("agent_id",))
+    async def index_verify(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        agent_id = p.agent_id()
+        p.done()
+        return await verify(ctx.workspace(agent_id), cpu)
+
+    @methods.add("index.compact", positional=("agent_id",))
+    async def index_compact(ctx: CallContext, params: dict[str, Any]) -> Any:
+        p = Params(params)
+        agent_id = p.agent_id()
+        p.done()
+        return await compact(ctx.workspace(agent_id))
+
+    @methods.add("daemon.metrics")
+    async def daemon_metrics(ctx: CallContext, params: dict[str, Any]) -> Any:
+        Params(params).done()
+        return {"time": time.time(), "families": metrics.REGISTRY.snapshot() + _gauges(ctx)}
+
+    return methods
+
+
+def _gauges(ctx: CallContext) -> list[dict[str, Any]]:
+    state = ctx.state
+    files, chunks, pending, health = [], [], [], []
+    for ws in state.registry.list():
+        label = {"agent_id": ws.agent_id}
+        info = ws.status()
+        idx = info.get("index") or {}
+        if isinstance(idx.get("files"), int):
+            files.append((label, float(idx["files"])))
+            chunks.append((label, float(idx.get("chunks", 0))))
+            pending.append((label, float(idx.get("pending_changes", 0))))
+        h = info.get("health") or {}
+        for name in ("clean", "pending", "degraded"):
+            health.append(({**label, "state": name}, 1.0 if h.get("state") == name else 0.0))
+    queues = []
+    for name, provider in state.stats.items():
+        for key, value in dict(provider()).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                queues.append(({"queue": name, "field": key}, float(value)))
+    return [
+        metrics.gauge("recalld_uptime_seconds", "seconds since the daemon started",
+                      [({}, time.monotonic() - state.started_monotonic)]),
+        metrics.gauge("recalld_workspace_files", "files indexed per workspace", files),
+        metrics.gauge("recalld_workspace_chunks", "chunks indexed per workspace", chunks),
+        metrics.gauge("recalld_workspace_pending_changes", "changes waiting per workspace",
+                      pending),
+        metrics.gauge("recalld_workspace_health", "1 for the current health state", health),
+        metrics.gauge("recalld_queue", "daemon queue statistics", queues),
+    ]
+
+
+def _peek(path: Path) -> dict[str, Any]:
+    """meta.json's summary without verifying members (``backup.verify`` does that)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(bk.META)
+            if info.file_size > bk.BackupLimits().max_meta_bytes:
+                return {"error": "meta.json too large"}
+            meta = orjson.loads(zf.read(info))
+        return {"created": meta.get("created"), "agents": sorted(meta.get("agents", {})),
+                "members": len(meta.get("files", [])), "note": meta.get("note", "")}
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile, AttributeError):
+        return {"error": "not a readable recalld backup"}
+
+
+def _read_record(state: DaemonState) -> dict[str, Any] | None:
+    path = backups_dir(state) / ROLLBACK_RECORD
+    try:
+        record = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("snapshot"), str) or (
+            not isinstance(record.get("agents"), list)):
+        return None
+    return record
+
+
+def _write_record(state: DaemonState, record: dict[str, Any]) -> None:
+    folder = backups_dir(state)
+    ensure_dir(REAL, folder)
+    atomic_write(REAL, folder / ROLLBACK_RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))

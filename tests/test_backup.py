@@ -1,0 +1,226 @@
+"""Backup and restore through a real daemon: round trip, hostile archives, rollback."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import stat
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import DaemonHandle
+
+from recalld.daemon.backup import BackupInvalid, BackupLimits, open_checked
+from recalld.ipc.errors import InvalidParams, NotFound
+
+NOTES = {
+    "memory/2026-07-23/commute.md": "# Commute\n\nI take the 7:40 train to Zurich.\n"
+                                    "It failed with ECONNREFUSED once.\n",
+    "memory/2026-07-24/weekend.md": "# 周末\n\n周末我们去爬山，天气很好。\n",
+    "digest/wiki/trains.md": "---\nname: trains\n---\nThe SBB runs every 30 minutes.\n"
+                             "related:: [[memory/2026-07-23/commute.md]]\n",
+    "digest/personal/food.md": "I like ramen and dumplings.\n",
+    "mem_session/dialog/s1.jsonl": '{"role": "user", "content": "hello"}\n',
+    "resource/2026-07-23/paper.txt": "A resource file about rail timetables.\n",
+}
+QUERIES = ["train Zurich", "ECONNREFUSED", "爬山", "ramen", "SBB minutes"]
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def tree(root: Path, dirs: tuple[str, ...] = ("memory", "digest", "mem_session",
+                                               "resource")) -> dict[str, bytes]:
+    out = {}
+    for top in dirs:
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def searches(d: DaemonHandle, agent: str = "w") -> list[list[tuple[str, int, int, float]]]:
+    out = []
+    for q in QUERIES:
+        res = d.call("memory.search", {"agent_id": agent, "query": q, "sync": True})
+        out.append([(r["path"], r["start_line"], r["end_line"], round(r["score"], 6))
+                    for r in res["results"]])
+    return out
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: DaemonHandle) -> Path:
+    root = tmp_path / "ws"
+    write_tree(root, NOTES)
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    return root
+
+
+def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
+        daemon: DaemonHandle, ws: Path) -> None:
+    before_files = tree(ws)
+    before_search = searches(daemon)
+    assert all(before_search), before_search
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    archive = Path(made["file"])
+    assert archive.parent == daemon.data_dir / "backups" and archive.is_file()
+    assert made["members"] == len(NOTES) and made["agents"]["w"]["files"] == len(NOTES)
+    with zipfile.ZipFile(archive) as zf:
+        meta = orjson.loads(zf.read("meta.json"))
+        for entry in meta["files"]:
+            assert hashlib.sha256(zf.read(entry["path"])).hexdigest() == entry["sha256"]
+    assert daemon.call("backup.verify", {"file": archive.name})["ok"] is True
+    listed = daemon.call("backup.list")
+    assert archive.name in [b["name"] for b in listed["backups"]]
+
+    # Wipe the memory (the daemon keeps running and sees the deletions).
+    for top in ("memory", "digest", "mem_session", "resource"):
+        shutil.rmtree(ws / top)
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})["results"] == []
+
+    result = daemon.call("backup.restore", {"file": str(archive)})
+    assert result["restored"][0]["written"] == len(NOTES)
+    assert tree(ws) == before_files
+    # Answered only after the index caught up: no sync needed for the first search.
+    first = daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})
+    assert [r["path"] for r in first["results"]] == ["digest/personal/food.md"]
+    assert searches(daemon) == before_search
+    status = daemon.call("daemon.status")
+    health = next(w for w in status["workspaces"] if w["agent_id"] == "w")["health"]
+    assert health["state"] == "clean", health
+    assert health["files_on_disk"] == health["files_indexed"] == 4
+
+
+def test_pre_restore_snapshot_rolls_back(daemon: DaemonHandle, ws: Path) -> None:
+    archive = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    # Memory changes after the backup: a new note and an edit.
+    write_tree(ws, {"memory/2026-07-25/new.md": "A brand new zeppelin note.\n",
+                    "digest/personal/food.md": "I now prefer pizza.\n"})
+    daemon.call("index.sync", {"agent_id": "w"})
+    changed = tree(ws)
+    result = daemon.call("backup.restore", {"file": str(archive), "agents": ["w"]})
+    snapshot = Path(result["snapshot"])
+    assert snapshot.name.startswith("pre-restore-") and snapshot.is_file()
+    assert not (ws / "memory/2026-07-25/new.md").exists()
+    assert daemon.call("memory.search", {"agent_id": "w", "query": "zeppelin"})["results"] == []
+
+    rolled = daemon.call("backup.rollback")
+    assert rolled["rolled_back"]["snapshot"] == str(snapshot)
+    assert tree(ws) == changed
+    hits = daemon.call("memory.search", {"agent_id": "w", "query": "zeppelin"})["results"]
+    assert [h["path"] for h in hits] == ["memory/2026-07-25/new.md"]
+
+
+def test_rollback_without_a_snapshot_is_not_found(daemon: DaemonHandle) -> None:
+    with pytest.raises(NotFound):
+        daemon.call("backup.rollback")
+
+
+# ------------------------------------------------------------------------ hostile zips
+
+
+def _member(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o100644) -> dict[str, Any]:
+    info = zipfile.ZipInfo(name, (2026, 7, 23, 0, 0, 0))
+    info.external_attr = mode << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, data)
+    return {"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def hostile(path: Path, members: list[tuple[str, bytes, int]], *, meta: bool = True,
+            lie: dict[str, str] | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        files = [_member(zf, name, data, mode) for name, data, mode in members]
+        for entry in files:
+            if lie and entry["path"] in lie:
+                entry["sha256"] = lie[entry["path"]]
+        if meta:
+            doc = {"format": "recalld-backup", "version": 1, "created": 0.0,
+                   "agents": {"w": {"path": "/x", "dirs": {"daily_dir": "memory",
+                                                           "digest_dir": "digest"}}},
+                   "files": files}
+            zf.writestr("meta.json", orjson.dumps(doc))
+    return path
+
+
+GOOD = ("agents/w/memory/2026-01-01/a.md", b"fine\n", 0o100644)
+BOMB = b"\0" * (8 << 20)
+
+
+HOSTILE: list[tuple[str, list[tuple[str, bytes, int]], dict[str, Any]]] = [
+    ("traversal", [GOOD, ("agents/w/memory/../../../../etc/evil.md", b"x", 0o100644)], {}),
+    ("absolute", [GOOD, ("/tmp/evil.md", b"x", 0o100644)], {}),
+    ("symlink", [GOOD, ("agents/w/memory/link.md", b"/etc/passwd", 0o120777)], {}),
+    ("bomb", [GOOD, ("agents/w/memory/zeros.md", BOMB, 0o100644)], {}),
+    ("checksum", [GOOD], {"lie": {GOOD[0]: "0" * 64}}),
+    ("foreign", [("README.txt", b"just a zip", 0o100644)], {"meta": False}),
+    ("other-agent", [GOOD, ("agents/intruder/memory/x.md", b"x", 0o100644)], {}),
+    ("outside-dirs", [GOOD, ("agents/w/.bashrc", b"x", 0o100644)], {}),
+]
+
+
+def test_hostile_archives_are_refused_and_change_nothing(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    before = tree(ws)
+    backups = daemon.data_dir / "backups"
+    for name, members, kwargs in HOSTILE:
+        archive = hostile(tmp_path / f"{name}.zip", members, **kwargs)
+        with pytest.raises(InvalidParams) as err:
+            daemon.call("backup.restore", {"file": str(archive)})
+        assert "refusing" in err.value.message, (name, err.value.message)
+        assert tree(ws) == before, name
+        assert not (ws / "memory/2026-01-01").exists(), name
+        assert not list(backups.glob("pre-restore-*")), "no snapshot for a refused restore"
+        assert not Path("/tmp/evil.md").exists()
+        with pytest.raises(InvalidParams):
+            daemon.call("backup.verify", {"file": str(archive)})
+
+
+def test_duplicate_members_and_limits_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dup.zip"
+    with pytest.warns(UserWarning):  # zipfile itself warns about the duplicate
+        hostile(path, [GOOD, GOOD])
+    with pytest.raises(BackupInvalid, match="duplicate"):
+        open_checked(path)
+    ok = hostile(tmp_path / "ok.zip", [GOOD])
+    assert open_checked(ok).agents == ["w"]
+    with pytest.raises(BackupInvalid, match="exceeds"):
+        open_checked(ok, BackupLimits(max_total_bytes=3))
+    with pytest.raises(BackupInvalid, match="too large"):
+        open_checked(ok, BackupLimits(max_member_bytes=2))
+
+
+def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
+    ok = hostile(tmp_path / "ok.zip", [GOOD, ("agents/w/digest/b.md", b"y" * 5000, 0o100644)])
+    data = ok.read_bytes()
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BackupInvalid, match="unreadable"):
+        open_checked(cut)
+
+
+def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: Path,
+                                                    tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("outside the workspace\n")
+    (ws / "memory" / "link.md").symlink_to(secret)
+    (ws / "memory" / ".tmp-cookie").write_text("x")
+    out = tmp_path / "out" / "b.zip"
+    made = daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+    assert Path(made["file"]) == out
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        for info in zf.infolist():
+            assert stat.S_ISREG(info.external_attr >> 16)
+    assert "agents/w/memory/link.md" not in names and not any(".tmp" in n for n in names)
+    with pytest.raises(InvalidParams, match="exists"):
+        daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
