@@ -102,9 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--agent", default=DEFAULT_AGENT)
     reindex.add_argument("--no-wait", action="store_true", help="submit and return the job id")
 
-    dream = add("dream", "run auto_dream (consolidation) now")
+    dream = add("dream", "run auto_dream (consolidation) now, or undo one of its runs")
     dream.add_argument("--agent", default=DEFAULT_AGENT)
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
+    dream.add_argument("--undo", metavar="RUN",
+                       help="restore the files a dream run changed (run id from its log)")
+    dream.add_argument("--force", action="store_true",
+                       help="with --undo: restore even files changed since that run")
 
     for name, what in (("install-service", "write and enable"),
                        ("uninstall-service", "disable and remove")):
@@ -281,6 +285,19 @@ def _job(kind: str) -> Handler:
     return handler
 
 
+def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if not ns.undo:
+        return _job("auto_dream")(client, ns, out, as_json)
+    result = client.call("dream.undo", {"agent_id": ns.agent, "run_id": ns.undo,
+                                        "force": bool(ns.force)})
+    if as_json:
+        print_json(out, result)
+    else:
+        out.write(f"undid dream run {ns.undo}: restored {len(result['restored'])}, "
+                  f"removed {len(result['removed'])} file(s)\n")
+    return EXIT_OK
+
+
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     install = importlib.import_module("recalld.daemon.install")  # lazily, as for serve
     if command == "install-service":
@@ -305,7 +322,7 @@ _HANDLERS: dict[str, Handler] = {
     "read": _read,
     "search": _search,
     "reindex": _job("reindex"),
-    "dream": _job("auto_dream"),
+    "dream": _dream,
 }
 
 

@@ -1,0 +1,233 @@
+"""Dream run logs and undo.
+
+Every auto_dream run leaves two files in ``<metadata_dir>/dream/runs/``: ``<run_id>.md``, a
+change log for people (what changed, why, from which notes, what was refused), and
+``<run_id>.json``, the machine record: the actions and, for every file the run wrote, its
+bytes before the run (base64; null when the run created it) and the checksum of the bytes
+it left. :func:`undo_run` puts the previous bytes back, but only if nothing changed those
+files since (a later run or a person), unless forced. Undo does not re-queue the notes the
+run consumed: the dream catalog still has them, so the next run does not redo the change.
+
+Everything here blocks on the file system: run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
+
+RUN_ID_RE: Final = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+_VERSION: Final = 1
+
+
+class UndoConflict(NotAllowed):
+    """Files changed since the run; the message lists them (``force`` overrides)."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def runs_dir(root: Path, metadata_dir: str) -> Path:
+    return root / metadata_dir / "dream" / "runs"
+
+
+@dataclass(slots=True)
+class RunLog:
+    """What one run did, built up while it runs."""
+
+    run_id: str
+    started: str
+    trigger: str
+    notes: list[str] = field(default_factory=list)
+    failed_notes: dict[str, str] = field(default_factory=dict)
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    before: dict[str, bytes | None] = field(default_factory=dict)
+    after: dict[str, bytes | None] = field(default_factory=dict)
+    finished: str = ""
+
+    def record_write(self, path: str, before: bytes | None, after: bytes | None) -> None:
+        """Remember a write; the first ``before`` of a path is what undo restores."""
+        self.before.setdefault(path, before)
+        self.after[path] = after
+
+    @property
+    def changed(self) -> bool:
+        return any(self.before[p] != self.after.get(p) for p in self.before)
+
+    def to_json(self) -> dict[str, Any]:
+        files = {
+            p: {"before": None if b is None else base64.b64encode(b).decode(),
+                "after_sha256": None if self.after.get(p) is None
+                else sha256(self.after[p] or b"")}
+            for p, b in sorted(self.before.items())
+        }
+        return {"version": _VERSION, "run_id": self.run_id, "started": self.started,
+                "finished": self.finished, "trigger": self.trigger, "notes": self.notes,
+                "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
+                "undone": None}
+
+    def summary(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for a in self.actions:
+            key = a["action"] if a["status"] == "applied" else a["status"]
+            counts[key] = counts.get(key, 0) + 1
+        return {"run_id": self.run_id, "notes": len(self.notes),
+                "failed_notes": len(self.failed_notes), "actions": counts,
+                "files_changed": sorted(p for p in self.before
+                                        if self.before[p] != self.after.get(p))}
+
+
+def render_markdown(run: RunLog) -> str:
+    lines = [f"# Dream run {run.run_id}", "",
+             f"- started: {run.started}", f"- finished: {run.finished}",
+             f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}", ""]
+    if run.notes:
+        lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]
+    if run.failed_notes:
+        lines += ["## Notes not processed (retried next run)", ""]
+        lines += [f"- [[{n}]]: {why}" for n, why in sorted(run.failed_notes.items())] + [""]
+    applied = [a for a in run.actions if a["status"] == "applied"]
+    other = [a for a in run.actions if a["status"] != "applied"]
+    lines += ["## Changes", ""]
+    if not applied:
+        lines.append("No memory changed.")
+    for a in applied:
+        src = ", ".join(f"[[{s}]]" for s in a.get("sources", []))
+        why = f" Why: {a['reason']}" if a.get("reason") else ""
+        lines.append(f"- **{a['action']}** [[{a['path']}]]: {a['detail']}. From {src}.{why}")
+    lines.append("")
+    if other:
+        lines += ["## Refused or unchanged", ""]
+        for a in other:
+            lines.append(f"- {a['status']} {a['action']} {a['path']}: {a['detail']}")
+        lines.append("")
+    lines += [f"Undo with `recalld dream --undo {run.run_id}`.", ""]
+    return "\n".join(lines)
+
+
+def write_run(directory: Path, run: RunLog) -> None:
+    ensure_dir(REAL, directory)
+    atomic_write(REAL, directory / f"{run.run_id}.json",
+                 orjson.dumps(run.to_json(), option=orjson.OPT_INDENT_2))
+    atomic_write(REAL, directory / f"{run.run_id}.md", render_markdown(run).encode())
+
+
+def _check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise InvalidParams("run_id must look like 20261129T230012Z-a1b2c3")
+    return run_id
+
+
+def load_run(directory: Path, run_id: str) -> dict[str, Any]:
+    path = directory / f"{_check_run_id(run_id)}.json"
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise NotFound(f"no dream run {run_id!r}") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RecalldError(f"dream run {run_id} is unreadable: {exc}") from None
+    if not isinstance(data, dict) or data.get("version") != _VERSION:
+        raise RecalldError(f"dream run {run_id} has an unknown format")
+    return data
+
+
+def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
+    try:
+        names = sorted((n for n in os.listdir(directory) if n.endswith(".json")), reverse=True)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names[:limit]:
+        try:
+            data = load_run(directory, name.removesuffix(".json"))
+        except RecalldError:
+            continue
+        out.append({"run_id": data["run_id"], "started": data.get("started"),
+                    "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
+                    "files": sorted(data.get("files", {})), "undone": data.get("undone")})
+    return out
+
+
+def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
+    """``root/rel`` for a path a run record names; refuses anything that could leave the
+    digest folder (the record is a file on disk and could have been edited)."""
+    parts = rel.split("/")
+    if (not rel.startswith(allowed_prefix + "/") or any(p in ("", ".", "..") for p in parts)
+            or "\x00" in rel):
+        raise RecalldError(f"run record names a path outside {allowed_prefix}/: {rel!r}")
+    target = root / rel
+    real_root = os.path.realpath(root)
+    if not os.path.realpath(target.parent).startswith(real_root + os.sep):
+        raise RecalldError(f"run record path leaves the workspace: {rel!r}")
+    return target
+
+
+def _current(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
+             force: bool = False, now: str) -> dict[str, Any]:
+    """Restore every file the run wrote to its bytes before the run.
+
+    Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
+    changed since the run and ``force`` is false; nothing is restored then).
+    """
+    data = load_run(directory, run_id)
+    if data.get("undone"):
+        raise InvalidParams(f"dream run {run_id} was already undone at {data['undone']}")
+    files: dict[str, Any] = data.get("files") or {}
+    plan: list[tuple[str, Path, bytes | None]] = []
+    conflicts = []
+    for rel, rec in sorted(files.items()):
+        target = _confined(root, rel, digest_dir)
+        before = None if rec.get("before") is None else base64.b64decode(rec["before"])
+        current = _current(target)
+        expected = rec.get("after_sha256")
+        now_sha = None if current is None else sha256(current)
+        if now_sha != expected:
+            conflicts.append(rel)
+        if current != before:
+            plan.append((rel, target, before))
+    if conflicts and not force:
+        raise UndoConflict(
+            f"changed since run {run_id}: {', '.join(conflicts)} (use --force to restore "
+            "the previous versions anyway)", {"conflicts": conflicts})
+    restored, removed = [], []
+    for rel, target, before in plan:
+        if before is None:
+            target.unlink(missing_ok=True)
+            removed.append(rel)
+        else:
+            ensure_dir(REAL, target.parent)
+            atomic_write(REAL, target, before)
+            restored.append(rel)
+    data["undone"] = now
+    atomic_write(REAL, directory / f"{run_id}.json",
+                 orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    md = directory / f"{run_id}.md"
+    text = _current(md) or b""
+    atomic_write(REAL, md, text + f"\nUndone at {now}: restored {len(restored)}, removed "
+                 f"{len(removed)} file(s){' (forced)' if conflicts else ''}.\n".encode())
+    return {"run_id": run_id, "restored": restored, "removed": removed,
+            "forced_over": conflicts if force else []}

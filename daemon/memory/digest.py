@@ -1,0 +1,365 @@
+"""Digest nodes: their Markdown format and the four integration actions, as pure functions.
+
+A node is ``digest/<bucket>/<slug>.md`` with frontmatter ``name``, ``description``, ``type``,
+``bucket``, ``created``, ``updated``, ``confidence``, ``corroborations``, ``sources`` and
+``related``, a ``# <name>`` title, the content, and three sections the code owns:
+``## Related`` (``[[digest/...]]`` links), ``## History`` (corrected claims with date, old
+text, source and reason) and ``## Sources`` (``[[memory/<date>/<note>.md]]`` links). A person
+may edit a node by hand; every other heading stays part of the content.
+
+The model never writes a node. It proposes an :class:`Integration` and :func:`integrate`
+decides, deterministically, what the node becomes:
+
+- CREATE: a new node (on an existing node it acts as CORROBORATE: a fact seen twice is
+  stronger, not a second node);
+- CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
+  the content is not touched (nothing is ever just appended);
+- REFINE: the content is replaced by a more detailed version that must keep at least
+  ``MIN_KEEP_FRACTION`` of the old content lines; a rewrite that would drop most of a node
+  is refused with the reason;
+- CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
+  the date, the source and the reason.
+
+Nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+
+BUCKETS: Final = ("personal", "procedure", "wiki")
+ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
+MIN_KEEP_FRACTION: Final = 0.5
+MAX_CONTENT_CHARS: Final = 8000
+MAX_HISTORY_CLAIM_CHARS: Final = 600
+_MANAGED: Final = ("Related", "History", "Sources")
+_LINK_RE: Final = re.compile(r"\[\[([^\]|#]+)(?:[#|][^\]]*)?\]\]")
+_SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
+
+
+class IntegrationError(ValueError):
+    """The model's proposal cannot be applied; the message says why (it is shown to it)."""
+
+
+def slugify(text: str, limit: int = 60) -> str:
+    """A file-name-safe slug; keeps letters of any script (CJK names stay readable)."""
+    norm = unicodedata.normalize("NFKC", text).lower()
+    slug = _SLUG_RE.sub("-", norm).strip("-_")
+    return slug[:limit].rstrip("-_") or "node"
+
+
+def confidence_for(source_count: int) -> float:
+    """1 source 0.5, 2 sources 0.75, 3 sources 0.88 ...: each corroboration halves the doubt."""
+    return round(1.0 - 0.5 ** max(1, source_count), 2)
+
+
+@dataclass(slots=True)
+class Node:
+    """A parsed node. ``extra`` keeps frontmatter keys the code does not own."""
+
+    path: str
+    name: str
+    description: str = ""
+    type: str = ""
+    bucket: str = "wiki"
+    created: str = ""
+    updated: str = ""
+    corroborations: int = 0
+    sources: list[str] = field(default_factory=list)
+    related: list[str] = field(default_factory=list)
+    content: str = ""
+    history: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def confidence(self) -> float:
+        return confidence_for(len(self.sources))
+
+
+@dataclass(frozen=True, slots=True)
+class Integration:
+    """One proposed action, as the ``integrate`` tool receives it (already validated)."""
+
+    action: str
+    bucket: str
+    name: str
+    description: str = ""
+    content: str = ""
+    type: str = ""
+    sources: tuple[str, ...] = ()
+    related: tuple[str, ...] = ()
+    reason: str = ""
+    node: str | None = None  # an existing node's path, if the model names one
+
+    @property
+    def path(self) -> str:
+        return self.node or node_path(self.bucket, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :func:`integrate` decided: ``text`` is None when nothing is written."""
+
+    action: str  # the action actually taken (CREATE on an existing node -> CORROBORATE)
+    path: str
+    status: str  # "applied" | "unchanged" | "refused"
+    text: str | None
+    detail: str
+    sources: tuple[str, ...] = ()
+
+
+def node_path(bucket: str, name: str, digest_dir: str = "digest") -> str:
+    return f"{digest_dir}/{bucket}/{slugify(name)}.md"
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value if v not in (None, "")]
+    return []
+
+
+def _norm_line(line: str) -> str:
+    return " ".join(line.strip().lstrip("-*+> ").split()).lower()
+
+
+def _content_lines(text: str) -> list[str]:
+    return [n for n in (_norm_line(ln) for ln in text.splitlines()) if n]
+
+
+def kept_fraction(old: str, new: str) -> float:
+    """The share of the old content's lines still present (whitespace-insensitive) in new."""
+    old_lines = _content_lines(old)
+    if not old_lines:
+        return 1.0
+    new_lines = set(_content_lines(new))
+    return sum(1 for ln in old_lines if ln in new_lines) / len(old_lines)
+
+
+# -- parse / render ---------------------------------------------------------------------------
+
+
+def parse_node(path: str, text: str) -> Node:
+    """A node from its text; hand-edited or foreign nodes parse as well as they can."""
+    fields, body_start = parse_frontmatter(text)
+    body = text.split("\n")[body_start:]
+    sections: dict[str, list[str]] = {}
+    content: list[str] = []
+    current: list[str] = content
+    title_seen = False
+    for line in body:
+        stripped = line.strip()
+        if not title_seen and stripped.startswith("# ") and not content:
+            title_seen = True
+            continue
+        if stripped.startswith("## ") and stripped[3:].strip() in _MANAGED:
+            current = sections.setdefault(stripped[3:].strip(), [])
+            continue
+        current.append(line)
+    bucket = str(fields.get("bucket") or (path.split("/")[1] if path.count("/") >= 2 else "wiki"))
+    sources = _as_list(fields.get("sources"))
+    for line in sections.get("Sources", []):
+        sources.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+    related = _as_list(fields.get("related"))
+    for line in sections.get("Related", []):
+        related.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+    history = [ln for ln in sections.get("History", []) if ln.strip()]
+    own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
+           "corroborations", "sources", "related"}
+    corr = fields.get("corroborations")
+    return Node(
+        path=path,
+        name=str(fields.get("name") or path.rsplit("/", 1)[-1].removesuffix(".md")),
+        description=str(fields.get("description") or ""),
+        type=str(fields.get("type") or ""),
+        bucket=bucket,
+        created=str(fields.get("created") or ""),
+        updated=str(fields.get("updated") or ""),
+        corroborations=corr if isinstance(corr, int) and not isinstance(corr, bool) else 0,
+        sources=list(dict.fromkeys(sources)),
+        related=list(dict.fromkeys(related)),
+        content="\n".join(content).strip("\n"),
+        history=history,
+        extra={k: v for k, v in fields.items() if k not in own},
+    )
+
+
+def render_node(node: Node) -> str:
+    fields: dict[str, Any] = {
+        "name": node.name,
+        "description": node.description,
+        "type": node.type or node.bucket,
+        "bucket": node.bucket,
+        "created": node.created,
+        "updated": node.updated,
+        "confidence": node.confidence,
+        "corroborations": node.corroborations,
+        "sources": list(node.sources),
+        "related": list(node.related),
+        **node.extra,
+    }
+    parts = [render_frontmatter(fields), f"# {node.name}\n"]
+    if node.content.strip():
+        parts.append("\n" + node.content.strip("\n") + "\n")
+    if node.related:
+        parts.append("\n## Related\n\n" + "".join(f"- [[{r}]]\n" for r in node.related))
+    if node.history:
+        parts.append("\n## History\n\n" + "\n".join(node.history) + "\n")
+    parts.append("\n## Sources\n\n" + "".join(f"- [[{s}]]\n" for s in node.sources))
+    return "".join(parts)
+
+
+# -- validating a proposal ------------------------------------------------------------------
+
+
+def _string(args: Mapping[str, Any], name: str, *, required: bool = False,
+            limit: int = 500) -> str:
+    value = args.get(name, "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise IntegrationError(f"{name} must be a string")
+    value = value.strip()
+    if required and not value:
+        raise IntegrationError(f"{name} is required")
+    if len(value) > limit:
+        raise IntegrationError(f"{name} is longer than {limit} characters")
+    return value
+
+
+def parse_integration(args: Mapping[str, Any], *, digest_dir: str,
+                      allowed_sources: Sequence[str], default_source: str) -> Integration:
+    """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
+    the model can act on. Sources outside ``allowed_sources`` (the notes of this run) are
+    dropped; none left means the note being read."""
+    if not isinstance(args, Mapping):
+        raise IntegrationError("arguments must be an object")
+    action = _string(args, "action", required=True).upper()
+    if action not in ACTIONS:
+        raise IntegrationError(f"action must be one of {', '.join(ACTIONS)}")
+    node = _string(args, "node", limit=300) or None
+    bucket = _string(args, "bucket").lower()
+    if node is not None:
+        parts = node.removeprefix("[[").removesuffix("]]").split("/")
+        if (len(parts) != 3 or parts[0] != digest_dir or parts[1] not in BUCKETS
+                or not parts[2].endswith(".md") or parts[2].startswith(".")):
+            raise IntegrationError(
+                f"node must be a path like {digest_dir}/<bucket>/<name>.md")
+        node, bucket = "/".join(parts), parts[1]
+    if bucket not in BUCKETS:
+        raise IntegrationError(f"bucket must be one of {', '.join(BUCKETS)}")
+    name = _string(args, "name", required=node is None, limit=120)
+    if not name and node is not None:
+        name = node.rsplit("/", 1)[-1].removesuffix(".md")
+    content = _string(args, "content", required=action in ("CREATE", "REFINE", "CORRECT"),
+                      limit=MAX_CONTENT_CHARS)
+    allowed = set(allowed_sources)
+    sources = tuple(dict.fromkeys(
+        s.removeprefix("[[").removesuffix("]]") for s in _as_list(args.get("sources"))
+        if s.removeprefix("[[").removesuffix("]]") in allowed)) or (default_source,)
+    related = []
+    for r in _as_list(args.get("related")):
+        r = r.removeprefix("[[").removesuffix("]]")
+        if "/" not in r:
+            r = node_path(bucket, r, digest_dir)
+        parts = r.split("/")
+        if len(parts) == 3 and parts[0] == digest_dir and parts[1] in BUCKETS \
+                and r.endswith(".md"):
+            related.append(r)
+    return Integration(
+        action=action, bucket=bucket, name=name,
+        description=_string(args, "description", limit=300),
+        content=content, type=_string(args, "type", limit=40),
+        sources=sources, related=tuple(dict.fromkeys(related)),
+        reason=_string(args, "reason", limit=500),
+        node=node if node is not None else node_path(bucket, name, digest_dir),
+    )
+
+
+# -- applying a proposal ----------------------------------------------------------------------
+
+
+def _merge(into: list[str], more: Iterable[str], exclude: str = "") -> list[str]:
+    return [x for x in dict.fromkeys([*into, *more]) if x != exclude]
+
+
+def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str) -> str:
+    claim = " / ".join(ln.strip().lstrip("-*+ ").strip() for ln in dropped if ln.strip())
+    if len(claim) > MAX_HISTORY_CLAIM_CHARS:
+        claim = claim[: MAX_HISTORY_CLAIM_CHARS - 1] + "…"
+    src = ", ".join(f"[[{s}]]" for s in sources)
+    why = f"; reason: {reason}" if reason else ""
+    return f"- {today}: corrected; previously: \"{claim}\" (source: {src}{why})"
+
+
+def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
+    """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
+    path = proposal.path
+    action = proposal.action
+    if existing is None:
+        if action != "CREATE":
+            return Outcome(action, path, "refused", None,
+                           f"{action} needs an existing node; {path} does not exist "
+                           "(use CREATE, or node_search to find the right node)")
+        node = Node(path=path, name=proposal.name, description=proposal.description,
+                    type=proposal.type or proposal.bucket, bucket=proposal.bucket,
+                    created=today, updated=today, sources=list(proposal.sources),
+                    related=_merge([], proposal.related, path),
+                    content=proposal.content.strip())
+        return Outcome("CREATE", path, "applied", render_node(node),
+                       f"created {proposal.bucket} node", proposal.sources)
+
+    node = dataclasses.replace(existing, sources=list(existing.sources),
+                               related=list(existing.related),
+                               history=list(existing.history), extra=dict(existing.extra))
+    new_sources = [s for s in proposal.sources if s not in node.sources]
+    node.related = _merge(node.related, proposal.related, path)
+    if action == "CREATE":
+        action = "CORROBORATE"
+    if action == "CORROBORATE":
+        if not new_sources:
+            if node.related == existing.related:
+                return Outcome(action, path, "unchanged", None,
+                               "already backed by these sources")
+        else:
+            node.corroborations += len(new_sources)
+            node.sources.extend(new_sources)
+        detail = (f"corroborated by {len(new_sources)} new source(s); confidence "
+                  f"{existing.confidence} -> {node.confidence}")
+    elif action == "REFINE":
+        kept = kept_fraction(existing.content, proposal.content)
+        if kept < MIN_KEEP_FRACTION:
+            return Outcome(action, path, "refused", None,
+                           f"the rewrite keeps only {kept:.0%} of the node's lines (at least "
+                           f"{MIN_KEEP_FRACTION:.0%} required); use CORRECT for a "
+                           "contradiction")
+        if _content_lines(proposal.content) == _content_lines(existing.content) \
+                and not new_sources:
+            return Outcome(action, path, "unchanged", None, "no new detail")
+        node.content = proposal.content.strip()
+        node.sources.extend(new_sources)
+        detail = f"refined (kept {kept:.0%} of the previous lines)"
+    else:  # CORRECT
+        new_lines = set(_content_lines(proposal.content))
+        dropped = [ln for ln in existing.content.splitlines()
+                   if _norm_line(ln) and _norm_line(ln) not in new_lines]
+        if not dropped and not new_sources:
+            return Outcome(action, path, "unchanged", None, "nothing to correct")
+        if dropped:
+            node.history.append(_history_entry(today, dropped, proposal.sources,
+                                               proposal.reason))
+        node.content = proposal.content.strip()
+        node.sources.extend(new_sources)
+        detail = f"corrected; {len(dropped)} old line(s) kept under History"
+    if proposal.description and action != "CORROBORATE":
+        node.description = proposal.description
+    node.updated = today
+    return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources))

@@ -1,0 +1,395 @@
+"""auto_dream: consolidate the daily notes changed since the last dream into digest nodes.
+
+Owns the dream catalog (``<metadata_dir>/file_catalog/dream.jsonl.zst``: every daily note
+processed, with the SHA-256 of the text that was read) and one run at a time of the job
+(the job kind is exclusive). Starts no task.
+
+A run: find the daily notes whose digest differs from the catalog (``index.md`` day
+indexes are skipped), then for each note hold a short tool-calling conversation with the
+workspace's chat model. The model sees the note and the node names, and has four tools:
+``node_search`` (keyword search restricted to the digest folder), ``node_read``,
+``integrate`` (one CREATE / CORROBORATE / REFINE / CORRECT proposal) and
+``note_interests``. ``integrate`` is applied at once by :mod:`digest` (deterministic
+rules: sources, history, refusal of destructive rewrites) and written through the shared
+file operations, so the next search sees it. A note whose conversation failed (provider
+down, malformed answers) is left out of the catalog and retried by the next run; other
+notes go on. Then ``digest/interests.yaml`` is refreshed, the change log and undo record
+are written (:mod:`changelog`) and, if memory changed, one inbox item is pushed.
+
+Cancellation: files already written stay written; the run log and catalog of what was done
+so far are still saved (shielded, under a deadline), so undo and the next run see them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.search import parse_filters, search
+from recalld.daemon.memory import changelog, digest, interests
+from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
+from recalld.daemon.memory.llm import run_tools
+from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
+from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.fsio import REAL, ensure_dir
+from recalld.daemon.store.records import read_records, write_records
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import JobFailed, RecalldError
+
+log = logging.getLogger(__name__)
+
+INTERESTS_FILE: Final = "interests.yaml"
+SAVE_TIMEOUT_S: Final = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class DreamConfig:
+    max_note_chars: int = 12_000
+    max_notes_per_run: int = 200
+    max_steps_per_note: int = 12
+    deadline_per_note_s: float = 300.0
+    max_nodes_listed: int = 80
+    node_search_results: int = 8
+
+
+def catalog_path(root: Path, metadata_dir: str, job: str) -> Path:
+    return root / metadata_dir / "file_catalog" / f"{job}.jsonl.zst"
+
+
+def load_catalog(path: Path) -> dict[str, dict[str, Any]]:
+    """Catalog records by path; a damaged catalog is treated as empty (logged): the worst
+    case is re-reading notes, which the integration rules make harmless."""
+    if not path.exists():
+        return {}
+    try:
+        return {str(r["path"]): r for r in read_records(path) if "path" in r}
+    except CorruptState as exc:
+        log.warning("catalog %s is damaged (%s); starting it afresh", path, exc)
+        return {}
+
+
+def save_catalog(path: Path, records: Mapping[str, Mapping[str, Any]]) -> None:
+    ensure_dir(REAL, path.parent)
+    write_records(REAL, path, [records[k] for k in sorted(records)])
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def changed_notes(root: Path, daily_dir: str,
+                  catalog: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """``(path, sha256, text)`` of daily notes not processed as they are now (blocking)."""
+    out = []
+    top = root / daily_dir
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".md") or name.startswith(".") or name == "index.md":
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            text = read_confined(root, rel)
+            if text is None:
+                continue
+            sha = sha256_text(text)
+            rec = catalog.get(rel)
+            if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
+                out.append((rel, sha, text))
+    return out
+
+
+def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
+    """Names and descriptions of existing nodes, newest first (blocking)."""
+    found: list[tuple[float, dict[str, str]]] = []
+    for bucket in digest.BUCKETS:
+        folder = root / digest_dir / bucket
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if not entry.name.endswith(".md") or entry.name.startswith("."):
+                continue
+            rel = f"{digest_dir}/{bucket}/{entry.name}"
+            text = read_confined(root, rel, 64 * 1024) or ""
+            fields, _ = parse_frontmatter(text)
+            found.append((entry.stat().st_mtime, {
+                "path": rel, "name": str(fields.get("name") or entry.name[:-3]),
+                "description": str(fields.get("description") or "")}))
+    found.sort(key=lambda t: -t[0])
+    return [d for _, d in found[:limit]]
+
+
+SYSTEM_PROMPT: Final = """\
+You consolidate an agent's daily memory notes into long-term knowledge nodes.
+Read the daily note. Extract reusable units: facts about the user (bucket "personal"),
+how-to knowledge and procedures ("procedure"), and general knowledge ("wiki").
+Skip chit-chat and one-off details. For each unit call `integrate` once with one action:
+- CREATE: a new node (check first with `node_search` that none exists).
+- CORROBORATE: the note repeats what an existing node says.
+- REFINE: the note adds detail to a node; give the FULL new content, keeping what it says.
+- CORRECT: the note contradicts a node; give the corrected content and the reason.
+Name existing nodes by their path in `node`. Use `related` for nodes on related topics.
+Optionally call `note_interests` with the topics the user cares about.
+Answer with a short plain-text summary when done."""
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    def fn(name: str, description: str, props: dict[str, Any],
+           required: list[str]) -> dict[str, Any]:
+        return {"type": "function", "function": {
+            "name": name, "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required}}}
+
+    strings = {"type": "array", "items": {"type": "string"}}
+    return [
+        fn("node_search", "Search existing digest nodes by keywords.",
+           {"query": {"type": "string"}}, ["query"]),
+        fn("node_read", "Read one digest node.", {"path": {"type": "string"}}, ["path"]),
+        fn("integrate", "Integrate one unit of knowledge into the digest.", {
+            "action": {"type": "string", "enum": list(digest.ACTIONS)},
+            "bucket": {"type": "string", "enum": list(digest.BUCKETS)},
+            "node": {"type": "string", "description": "path of the existing node, if any"},
+            "name": {"type": "string", "description": "short title of the node"},
+            "description": {"type": "string", "description": "one line"},
+            "type": {"type": "string", "description": "fact, preference, procedure, ..."},
+            "content": {"type": "string", "description": "the node's full Markdown content"},
+            "sources": {**strings, "description": "daily note paths backing it"},
+            "related": {**strings, "description": "paths of related nodes"},
+            "reason": {"type": "string", "description": "why this action"},
+        }, ["action", "bucket", "name", "reason"]),
+        fn("note_interests", "Record topics the user is interested in.",
+           {"topics": strings}, ["topics"]),
+    ]
+
+
+@dataclass(slots=True)
+class _Run:
+    """One run's mutable state, shared by the tool dispatcher and the job."""
+
+    ws: Workspace
+    files: FileOps
+    log: changelog.RunLog
+    today: str
+    note: str = ""
+    topics: dict[str, float] = field(default_factory=dict)
+    config: DreamConfig = field(default_factory=DreamConfig)
+
+    @property
+    def digest_dir(self) -> str:
+        return self.ws.settings.digest_dir
+
+    async def dispatch(self, name: str, args: Mapping[str, Any]) -> str:
+        if name == "node_search":
+            return await self._node_search(args)
+        if name == "node_read":
+            path = str(args.get("path") or "").removeprefix("[[").removesuffix("]]")
+            if not path.startswith(self.digest_dir + "/"):
+                return f"error: node paths start with {self.digest_dir}/"
+            text = await trio.to_thread.run_sync(read_confined, self.ws.root, path)
+            return text if text is not None else f"error: no node {path}"
+        if name == "integrate":
+            return await self._integrate(args)
+        if name == "note_interests":
+            topics = args.get("topics")
+            if not isinstance(topics, list):
+                return "error: topics must be a list of strings"
+            for t in topics[:20]:
+                if isinstance(t, str) and t.strip():
+                    self.topics[t.strip()] = max(self.topics.get(t.strip(), 0.0), 0.6)
+            return f"noted {len(topics[:20])} topic(s)"
+        return f"error: unknown tool {name!r}"
+
+    async def _node_search(self, args: Mapping[str, Any]) -> str:
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return "error: query must be a non-empty string"
+        try:
+            index = self.ws.get("index")
+        except KeyError:
+            return "error: the index is not available"
+        answer = await search(
+            index, query, max_results=self.config.node_search_results, min_score=None,
+            filters=parse_filters({"path_prefix": self.digest_dir}),
+            config=self.ws.settings.search, agent_id=self.ws.agent_id)
+        seen: dict[str, str] = {}
+        for r in answer["results"]:
+            seen.setdefault(r["path"], " ".join(str(r.get("text", "")).split())[:300])
+        if not seen:
+            return "no matching nodes"
+        return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
+
+    async def _integrate(self, args: Mapping[str, Any]) -> str:
+        try:
+            proposal = digest.parse_integration(
+                args, digest_dir=self.digest_dir, allowed_sources=self.log.notes,
+                default_source=self.note)
+        except digest.IntegrationError as exc:
+            return f"error: {exc}"
+        before_text = await trio.to_thread.run_sync(read_confined, self.ws.root, proposal.path)
+        existing = None if before_text is None else digest.parse_node(proposal.path,
+                                                                       before_text)
+        outcome = digest.integrate(existing, proposal, self.today)
+        record = {"action": outcome.action, "path": outcome.path, "status": outcome.status,
+                  "detail": outcome.detail, "reason": proposal.reason,
+                  "sources": list(proposal.sources), "note": self.note}
+        if outcome.text is not None:
+            await self.files.write(outcome.path, outcome.text)
+            self.log.record_write(outcome.path,
+                                  None if before_text is None else before_text.encode(),
+                                  outcome.text.encode())
+            name = existing.name if existing is not None else proposal.name
+            self.topics[name] = max(self.topics.get(name, 0.0),
+                                    digest.parse_node(outcome.path, outcome.text).confidence)
+        self.log.actions.append(record)
+        return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}"
+
+
+def _user_message(note: str, text: str, nodes: list[dict[str, str]], limit: int) -> str:
+    body = text if len(text) <= limit else (
+        text[:limit] + f"\n[truncated: {len(text) - limit} more characters]")
+    listing = "\n".join(f"- {n['path']}: {n['name']} — {n['description']}" for n in nodes)
+    return (f"Daily note {note}:\n\n{body}\n\nExisting nodes (newest first):\n"
+            f"{listing or '(none yet)'}")
+
+
+async def run_dream(
+    ws: Workspace,
+    chat: ChatClient,
+    *,
+    trigger: str,
+    now: datetime | None = None,
+    progress: Callable[[int, int | None, str], None] = lambda d, t, m: None,
+    config: DreamConfig | None = None,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """One dream over ``ws`` (see the module docstring); returns the job result.
+
+    Raises ProviderConfigError without a chat model, JobFailed when every note failed.
+    """
+    cfg = config or DreamConfig()
+    if not chat.enabled:
+        raise ProviderConfigError("no chat model configured")
+    started = now or datetime.now(UTC)
+    today = started.astimezone().date().isoformat()
+    settings = ws.settings
+    cat_path = catalog_path(ws.root, settings.metadata_dir, "dream")
+    catalog = await trio.to_thread.run_sync(load_catalog, cat_path)
+    todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
+    todo = todo[: cfg.max_notes_per_run]
+    if not todo:
+        return {"run_id": None, "notes": 0, "changed": False, "actions": {}}
+    run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
+               changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
+                                notes=[p for p, _, _ in todo]),
+               today, config=cfg)
+    try:
+        for i, (note, sha, text) in enumerate(todo):
+            progress(i, len(todo), note)
+            run.note = note
+            nodes = await trio.to_thread.run_sync(list_nodes, ws.root, settings.digest_dir,
+                                                  cfg.max_nodes_listed)
+            messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "user", "content": _user_message(note, text, nodes,
+                                                                  cfg.max_note_chars)}]
+            try:
+                await run_tools(chat, messages, tool_schemas(), run.dispatch,
+                                max_steps=cfg.max_steps_per_note,
+                                deadline_s=cfg.deadline_per_note_s)
+            except ProviderConfigError:
+                raise
+            except (ProviderError, JobFailed) as exc:
+                log.warning("dream of %s: %s not processed: %s", ws.agent_id, note, exc)
+                run.log.failed_notes[note] = exc.message
+                catalog[note] = {"path": note, "digest": sha, "state": "failed",
+                                 "reason": exc.message, "run_id": run.log.run_id}
+                continue
+            catalog[note] = {"path": note, "digest": sha, "state": "processed",
+                             "run_id": run.log.run_id, "processed_at": started.isoformat()}
+        progress(len(todo), len(todo), "interests")
+        await _refresh_interests(run)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
+            run.log.finished = datetime.now(UTC).isoformat()
+            await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+            await trio.to_thread.run_sync(
+                changelog.write_run, changelog.runs_dir(ws.root, settings.metadata_dir),
+                run.log)
+    summary = run.log.summary()
+    if len(run.log.failed_notes) == len(todo):
+        raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
+                        summary)
+    summary["changed"] = run.log.changed
+    summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
+    if run.log.changed:
+        await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
+                         job_id=job_id, details={"run_id": run.log.run_id,
+                                                 "actions": summary["actions"]})
+    return summary
+
+
+async def _refresh_interests(run: _Run) -> None:
+    if not run.topics:
+        return
+    rel = f"{run.digest_dir}/{INTERESTS_FILE}"
+    before = await trio.to_thread.run_sync(read_confined, run.ws.root, rel)
+    topics = interests.refresh(interests.parse_interests(before or ""), run.topics)
+    text = interests.render_interests(topics, run.today)
+    if text != before:
+        await run.files.write(rel, text)
+        run.log.record_write(rel, None if before is None else before.encode(), text.encode())
+
+
+def _inbox_summary(summary: Mapping[str, Any]) -> str:
+    parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
+    return f"dream {summary['run_id']}: {', '.join(parts) or 'no actions'}"
+
+
+async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str], *,
+                     job_id: str | None, details: Mapping[str, Any]) -> bool:
+    """Push one inbox item; a workspace without an inbox only logs it."""
+    if not changes:
+        return False
+    try:
+        inbox = ws.get("inbox")
+    except KeyError:
+        log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
+        return False
+    try:
+        await inbox.push(kind, summary, changes, job_id=job_id, details=dict(details))
+    except (RecalldError, ValueError) as exc:
+        log.warning("%s: inbox push failed: %s", ws.agent_id, exc)
+        return False
+    return True
+
+
+async def undo(ws: Workspace, run_id: str, *, force: bool) -> dict[str, Any]:
+    """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
+    settings = ws.settings
+    files = fileops_for(ws)
+    async with files.lock:
+        result = await trio.to_thread.run_sync(
+            lambda: changelog.undo_run(
+                ws.root, changelog.runs_dir(ws.root, settings.metadata_dir), run_id,
+                digest_dir=settings.digest_dir, force=force,
+                now=datetime.now(UTC).isoformat()))
+    try:
+        await ws.get("index").sync()
+    except KeyError:
+        pass
+    return result
+
+
+async def runs(ws: Workspace, limit: int = 50) -> list[dict[str, Any]]:
+    directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
+    return await trio.to_thread.run_sync(changelog.list_runs, directory, limit)

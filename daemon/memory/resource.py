@@ -1,0 +1,346 @@
+"""auto_resource: turn files dropped into ``resource/`` into daily notes.
+
+Owns one workspace's resource catalog (``<metadata_dir>/file_catalog/resource.jsonl.zst``:
+per file its path, SHA-256, state, reason, date and note) and a :class:`Watcher` on
+``resource_dir`` that sees every file (any suffix; dot files and editor junk excepted).
+:meth:`ResourceCatalog.run` loads the catalog, starts the watcher (its startup reconcile
+catches what changed while the daemon was down) and stops by cancellation.
+
+The watcher only catalogs: a file with an allowed suffix (md txt json jsonl csv yaml html)
+that is new or whose digest changed becomes ``queued``; any other suffix is ``skipped``
+with the reason; a deleted file becomes ``removed``. Then an ``auto_resource`` job is
+requested; the job (:meth:`ResourceCatalog.process`) asks the chat model for a summary of
+each queued file (input bounded by ``max_input_chars``) and writes it to
+``memory/<date>/resource-<slug>.md`` with ``source_resource: [[resource/...]]`` and the
+file's digest; a changed file rewrites its own note. A deleted file's note is kept (it is
+memory, and digest nodes may cite it) and marked: frontmatter ``source_removed: <date>``
+and a line in the body. States: queued, processed, skipped, failed (the model failed; a
+later job or a change retries it), pending (no chat model configured), removed.
+
+Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
+to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
+that date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import date as Date
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
+from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, save_catalog
+from recalld.daemon.memory.fileops import fileops_for, read_confined
+from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
+from recalld.daemon.providers.errors import ProviderError
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.workspaces import Workspace
+
+log = logging.getLogger(__name__)
+
+ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
+_DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_SLUG_BAD: Final = re.compile(r"[^\w]+")
+WORK_STATES: Final = frozenset({"queued", "pending"})
+RequestJob = Callable[[], Awaitable[None]]
+
+SYSTEM_PROMPT: Final = """\
+You turn a file the user saved into a memory note. Write concise Markdown: one line saying
+what the file is, then its key facts, decisions, names, numbers and dates as a short list.
+Do not invent anything that is not in the file. Answer with the note text only."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceConfig:
+    max_input_chars: int = 16_000
+    summary_max_tokens: int = 1024
+    reconcile_interval_s: float = 300.0
+
+
+def resource_date(rel_in_resource: str, first_seen: str) -> str:
+    """The day a file belongs to (see the module docstring)."""
+    parts = rel_in_resource.split("/")
+    if len(parts) >= 2 and _DATE_RE.match(parts[0]):
+        try:
+            Date.fromisoformat(parts[0])
+            return parts[0]
+        except ValueError:
+            pass
+    return first_seen
+
+
+def note_stem(rel_in_resource: str) -> str:
+    parts = rel_in_resource.split("/")
+    if len(parts) >= 2 and _DATE_RE.match(parts[0]):
+        parts = parts[1:]
+    stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80].strip("-_")
+    return f"resource-{stem or 'file'}"
+
+
+def file_digest(path: Path) -> tuple[str, int, int] | None:
+    """``(sha256, mtime_ns, size)`` of a regular file, None if gone (blocking)."""
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+            st = os.fstat(fh.fileno())
+            h = hashlib.sha256()
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("resource %s unreadable: %s", path, exc)
+        return None
+    return h.hexdigest(), st.st_mtime_ns, st.st_size
+
+
+def read_head(path: Path, limit_chars: int) -> tuple[str, bool]:
+    """The first ``limit_chars`` characters (bytes decoded leniently), and if cut."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit_chars * 4 + 1)
+    text = data.decode("utf-8", errors="replace")
+    return (text[:limit_chars], len(text) > limit_chars or len(data) > limit_chars * 4)
+
+
+class ResourceCatalog:
+    """One workspace's resource catalog, watcher and note writer."""
+
+    def __init__(self, ws: Workspace, *, request_job: RequestJob | None = None,
+                 today: Callable[[], Date] = Date.today,
+                 config: ResourceConfig | None = None,
+                 limiter: trio.CapacityLimiter | None = None,
+                 chat_enabled: Callable[[], bool] = lambda: False) -> None:
+        self.ws = ws
+        self._chat_enabled = chat_enabled
+        self.config = config or ResourceConfig()
+        self._request_job = request_job
+        self._today = today
+        s = ws.settings
+        self.resource_dir = s.resource_dir
+        self.path = catalog_path(ws.root, s.metadata_dir, "resource")
+        self.records: dict[str, dict[str, Any]] = {}
+        self._lock = trio.Lock()
+        self.watcher = Watcher(
+            ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
+            config=WatcherConfig(suffixes=("",), ignore_dirs=(s.metadata_dir,),
+                                 reconcile_interval_s=self.config.reconcile_interval_s),
+            limiter=limiter)
+
+    # -- catalog -----------------------------------------------------------------------
+
+    def known(self) -> dict[str, tuple[int, int]]:
+        return {p: (int(r.get("mtime_ns", 0)), int(r.get("size", 0)))
+                for p, r in self.records.items() if r.get("state") != "removed"}
+
+    async def _save(self) -> None:
+        snapshot = {k: dict(v) for k, v in self.records.items()}
+        with trio.CancelScope(shield=True), trio.move_on_after(20.0):
+            await trio.to_thread.run_sync(save_catalog, self.path, snapshot)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.records.values():
+            out[r["state"]] = out.get(r["state"], 0) + 1
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return {"files": self.counts(), "watcher": self.watcher.status()}
+
+    def work(self, *, chat_enabled: bool, retry_failed: bool = False) -> list[str]:
+        states = {"queued"} | ({"pending"} if chat_enabled else set()) | (
+            {"failed"} if retry_failed and chat_enabled else set())
+        return sorted(p for p, r in self.records.items()
+                      if r["state"] in states
+                      or (r["state"] == "removed" and r.get("note") and not r.get("marked")))
+
+    # -- watcher side ------------------------------------------------------------------
+
+    async def apply_paths(self, paths: set[str]) -> None:
+        """Catalog what changed under resource/ (called by the watcher, never overlapping)."""
+        todo = set()
+        for rel in paths:
+            full = self.ws.root / rel
+            if await trio.to_thread.run_sync(full.is_dir):
+                # A directory event (a folder moved in or out) stands for its files.
+                todo |= set(await trio.to_thread.run_sync(_files_below, self.ws.root, rel))
+                todo |= {p for p in self.records if p.startswith(rel + "/")}
+            else:
+                todo.add(rel)
+        changed = False
+        async with self._lock:
+            for rel in sorted(todo):
+                changed |= await self._catalog_one(rel)
+        if changed:
+            await self._save()
+            if self._request_job is not None and self.work(chat_enabled=False):
+                await self._request_job()
+
+    async def _catalog_one(self, rel: str) -> bool:
+        info = await trio.to_thread.run_sync(file_digest, self.ws.root / rel)
+        rec = self.records.get(rel)
+        if info is None:
+            if rec is None or rec["state"] == "removed":
+                return False
+            rec.update(state="removed", reason="file deleted", marked=False,
+                       removed_on=self._today().isoformat())
+            return True
+        sha, mtime_ns, size = info
+        if rec is not None and rec.get("digest") == sha and rec["state"] != "removed":
+            rec.update(mtime_ns=mtime_ns, size=size)  # touched, same bytes
+            return True
+        inside = rel[len(self.resource_dir) + 1:]
+        first_seen = (rec or {}).get("first_seen") or self._today().isoformat()
+        new = {"path": rel, "digest": sha, "mtime_ns": mtime_ns, "size": size,
+               "first_seen": first_seen, "date": resource_date(inside, first_seen),
+               "note": (rec or {}).get("note"), "state": "queued", "reason": ""}
+        if not rel.lower().endswith(ALLOWED_SUFFIXES):
+            suffix = os.path.splitext(rel)[1] or "(none)"
+            new.update(state="skipped",
+                       reason=f"suffix {suffix} is not one of {' '.join(ALLOWED_SUFFIXES)}")
+        self.records[rel] = new
+        return True
+
+    # -- job side ----------------------------------------------------------------------
+
+    async def process(self, chat: ChatClient | None, *, retry_failed: bool = False,
+                      job_id: str | None = None,
+                      progress: Callable[[int, int | None, str], None] = lambda d, t, m: None,
+                      ) -> dict[str, Any]:
+        """Interpret queued files and mark removed ones; loops until no work is left."""
+        enabled = chat is not None and chat.enabled
+        done: dict[str, int] = {}
+        changes: list[str] = []
+        total = 0
+        while True:
+            async with self._lock:
+                batch = self.work(chat_enabled=enabled, retry_failed=retry_failed)
+                if not enabled:
+                    for p in batch:
+                        if self.records[p]["state"] == "queued":
+                            self.records[p].update(state="pending", reason=NO_CHAT_MODEL)
+                            done["pending"] = done.get("pending", 0) + 1
+                    batch = [p for p in batch if self.records[p]["state"] == "removed"]
+                    await self._save()
+            retry_failed = False
+            if not batch:
+                break
+            for rel in batch:
+                progress(total, None, rel)
+                total += 1
+                outcome, note = await self._handle(rel, chat)
+                done[outcome] = done.get(outcome, 0) + 1
+                if note is not None:
+                    changes.append(note)
+                await self._save()
+        if changes:
+            await push_inbox(self.ws, "auto_resource",
+                             f"resources: {len(changes)} note(s) written or updated", changes,
+                             job_id=job_id, details={"outcomes": done})
+        return {"outcomes": done, "notes": changes, "catalog": self.counts()}
+
+    async def _handle(self, rel: str, chat: ChatClient | None) -> tuple[str, str | None]:
+        rec = self.records[rel]
+        if rec["state"] == "removed":
+            note = await self._mark_removed(rec)
+            rec["marked"] = True
+            return "removed", note
+        assert chat is not None
+        sha = rec["digest"]
+        try:
+            text, cut = await trio.to_thread.run_sync(
+                read_head, self.ws.root / rel, self.config.max_input_chars)
+        except OSError as exc:
+            rec.update(state="failed", reason=f"unreadable: {exc.strerror}")
+            return "failed", None
+        prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
+                  f"\n\n{text}")
+        try:
+            answer = await chat.complete(
+                [{"role": "system", "content": SYSTEM_PROMPT},
+                 {"role": "user", "content": prompt}],
+                max_tokens=self.config.summary_max_tokens)
+        except ProviderError as exc:
+            rec.update(state="failed", reason=exc.message)
+            return "failed", None
+        summary = (answer.content or "").strip()
+        if not summary:
+            rec.update(state="failed", reason="the chat model answered with no text")
+            return "failed", None
+        if self.records.get(rel) is not rec or rec["digest"] != sha:
+            return "superseded", None  # changed meanwhile: queued again by the watcher
+        note = await self._write_note(rec, summary, truncated=cut)
+        rec.update(state="processed", reason="", note=note)
+        return "processed", note
+
+    async def _note_path(self, rec: dict[str, Any]) -> str:
+        if rec.get("note"):
+            return str(rec["note"])
+        inside = rec["path"][len(self.resource_dir) + 1:]
+        base = f"{self.ws.settings.daily_dir}/{rec['date']}/{note_stem(inside)}"
+        link = f"[[{rec['path']}]]"
+        for n in range(1, 100):
+            candidate = f"{base}.md" if n == 1 else f"{base}-{n}.md"
+            existing = await trio.to_thread.run_sync(read_confined, self.ws.root, candidate)
+            if existing is None or parse_frontmatter(existing)[0].get("source_resource") == link:
+                return candidate
+        raise RuntimeError(f"no free note name for {rec['path']}")
+
+    async def _write_note(self, rec: dict[str, Any], summary: str, *, truncated: bool) -> str:
+        note = await self._note_path(rec)
+        inside = rec["path"][len(self.resource_dir) + 1:]
+        first = next((ln.strip("# ").strip() for ln in summary.splitlines() if ln.strip()), "")
+        fields: dict[str, Any] = {
+            "name": f"Resource {inside}", "description": first[:200],
+            "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
+            "date": rec["date"], "truncated_input": truncated,
+        }
+        text = (render_frontmatter(fields) + f"# {inside}\n\n{summary}\n\n"
+                f"Source: [[{rec['path']}]]\n")
+        await fileops_for(self.ws).write(note, text)
+        return note
+
+    async def _mark_removed(self, rec: dict[str, Any]) -> str | None:
+        note = rec.get("note")
+        if not note:
+            return None
+        files = fileops_for(self.ws)
+        text = await files.read_text(note)
+        if text is None or parse_frontmatter(text)[0].get("source_removed"):
+            return None
+        removed_on = rec.get("removed_on") or self._today().isoformat()
+        updated = update_fm(text, {"source_removed": removed_on})
+        updated = updated.rstrip("\n") + (
+            f"\n\n> The source file {rec['path']} was removed on {removed_on}; "
+            "this note is kept as the memory of it.\n")
+        await files.write(str(note), updated)
+        return str(note)
+
+    # -- service -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.records = await trio.to_thread.run_sync(load_catalog, self.path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.watcher.run)
+            # Work left by a previous run of the daemon (queued when it stopped).
+            if self._request_job is not None and self.work(chat_enabled=self._chat_enabled()):
+                nursery.start_soon(self._request_job)
+            task_status.started()
+
+
+def _files_below(root: Path, rel: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root / rel):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if not name.startswith("."):
+                full = os.path.join(dirpath, name)
+                out.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    return out
