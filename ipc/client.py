@@ -15,7 +15,6 @@ parallel calls. Nothing here starts a thread.
 from __future__ import annotations
 
 import collections
-import select
 import socket
 import threading
 import time
@@ -133,12 +132,15 @@ class Client:
         sock = self._sock
         if sock is None:
             return False
+        # A non-blocking read of what arrived since the last call (select() would fail on
+        # descriptors above FD_SETSIZE in processes with many files open). Every other
+        # operation sets its own timeout again.
+        sock.settimeout(0)
         while True:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
-                return True
             try:
                 data = sock.recv(_core.READ_CHUNK_BYTES)
+            except BlockingIOError:
+                return True
             except OSError:
                 return False
             if not data:

@@ -39,6 +39,9 @@ class LineFramer:
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._buffer = bytearray()
+        # Bytes of the partial line already known to hold no newline: a line that
+        # arrives in many small pieces is scanned once, not once per piece.
+        self._scanned = 0
 
     @property
     def pending_bytes(self) -> int:
@@ -52,8 +55,9 @@ class LineFramer:
         self._buffer += data
         lines: list[bytes] = []
         start = 0
+        search_from = self._scanned
         while True:
-            end = self._buffer.find(b"\n", start)
+            end = self._buffer.find(b"\n", search_from)
             if end < 0:
                 break
             if end - start > self.max_frame_bytes:
@@ -61,8 +65,9 @@ class LineFramer:
             line = bytes(self._buffer[start:end]).strip()
             if line:
                 lines.append(line)
-            start = end + 1
+            start = search_from = end + 1
         del self._buffer[:start]
+        self._scanned = len(self._buffer)
         if len(self._buffer) > self.max_frame_bytes:
             raise FrameTooLarge
         return lines
