@@ -2,8 +2,11 @@
 
 - The socket's directory is created 0700; an existing one we own is tightened to 0700,
   one owned by someone else (or a symlink) is refused.
-- The socket is bound with umask 0o177, so it is born 0600: there is no moment in which
-  another user could connect before a chmod.
+- The socket is bound under a temporary name inside that private directory, set to 0600,
+  and only then renamed to its public name: the public path never exists with any other
+  mode, so there is no chmod window. (Binding under ``umask(0o177)`` would do the same,
+  but the umask is process-wide and threads started earlier could create files while it
+  is lowered.)
 - ``<socket>.lock`` (flock) makes the check-and-replace of a stale socket race-free
   between two starting daemons, and marks which daemon owns the path.
 - A socket file left by a killed daemon (connect refused) is unlinked and replaced; one
@@ -14,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -106,19 +108,24 @@ def bind_listener(path: Path) -> BoundSocket:
     try:
         remove_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        staging = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            old = os.umask(0o177)
-            try:
-                sock.bind(str(path))
-            finally:
-                os.umask(old)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staging)
+            sock.bind(str(staging))
+            os.chmod(staging, 0o600)
+            # rename() does not replace a socket somebody bound meanwhile without the
+            # lock: check once more, as late as possible.
+            if os.path.lexists(path):
+                raise AlreadyServing(f"another recalld is already serving {path}")
+            os.rename(staging, path)
             sock.listen(BACKLOG)
             sock.setblocking(False)
             st = os.lstat(path)
-        except OSError as exc:
+        except BaseException:
             sock.close()
-            if exc.errno == errno.EADDRINUSE:  # bound by someone between our check and bind
-                raise AlreadyServing(f"another recalld is already serving {path}") from None
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
             raise
     except BaseException:
         lock.release()

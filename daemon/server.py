@@ -90,7 +90,8 @@ class ServerStatistics:
 class RpcServer:
     """Serves ``dispatch`` on a Unix socket until cancelled.
 
-    ``sock`` is an already listening socket (systemd's fd 3); otherwise :meth:`run`
+    ``sock`` is an already listening socket (systemd's fd 3), ``bound`` one bound early by
+    the supervisor (the server then removes it when it stops); otherwise :meth:`run`
     binds ``config.socket_path`` itself. ``listener`` replaces the socket entirely
     (tests use it to inject accept failures).
     """
@@ -101,11 +102,13 @@ class RpcServer:
         dispatch: Dispatch,
         *,
         sock: socket.socket | None = None,
+        bound: BoundSocket | None = None,
         listener: trio.abc.Listener[trio.SocketStream] | None = None,
     ) -> None:
         self.config = config
         self._dispatch = dispatch
         self._sock = sock
+        self._bound = bound
         self._listener = listener
         self._own_uid = os.getuid()
         self._connections: set[Connection] = set()
@@ -136,10 +139,10 @@ class RpcServer:
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        bound: BoundSocket | None = None
+        bound = self._bound
         listener = self._listener
         if listener is None:
-            sock = self._sock
+            sock = bound.sock if bound is not None else self._sock
             if sock is None:
                 bound = bind_listener(self.config.socket_path)
                 sock = bound.sock

@@ -2,8 +2,10 @@
 
 Start order (each step only once the previous one can serve):
 1. the data-directory lock (a second daemon exits at once, status 3) and the state dirs;
+   then the socket (bound now, or adopted from systemd) so that a second daemon on the
+   same socket also fails fast;
 2. the workspace registry, then the default workspace and every ``[workspaces.*]`` table;
-3. the RPC server (socket bound or adopted from systemd);
+3. the RPC server on that socket;
 4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
 
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from recalld.daemon import config as config_mod
 from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
 from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
 from recalld.daemon.events import EventBus
+from recalld.daemon.listener import BoundSocket, bind_listener
 from recalld.daemon.lock import data_dir_lock
 from recalld.daemon.server import RpcServer
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
@@ -88,14 +92,27 @@ class Supervisor:
             make_private_dir(cfg.data_dir)
             make_private_dir(cfg.state_dir)
             with data_dir_lock(cfg.state_dir, cfg.data_dir):
+                # Claim the socket before the slow part of start-up, so a second daemon
+                # on the same socket exits at once; clients that connect meanwhile wait
+                # in the backlog until the server accepts.
+                sock = adopt_listener(self._systemd.listen_fds)
+                bound = bind_listener(cfg.socket_path) if sock is None else None
                 try:
                     async with trio.open_nursery() as root:
                         root.start_soon(self._handle_signals, signals, root.cancel_scope)
-                        await self._serve(root, task_status)
+                        await self._serve(root, task_status, sock, bound)
                 finally:
+                    if bound is not None:
+                        bound.close()
                     self.notifier.close()
 
-    async def _serve(self, root: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+    async def _serve(
+        self,
+        root: trio.Nursery,
+        task_status: trio.TaskStatus[None],
+        sock: socket.socket | None,
+        bound: BoundSocket | None,
+    ) -> None:
         for name, service in self._services:
             self.notifier.status(f"starting {name}")
             await root.start(service)
@@ -103,8 +120,7 @@ class Supervisor:
         await root.start(self.registry.run)
         for agent_id in self._initial_workspaces(self.config):
             await self.registry.open(agent_id)
-        sock = adopt_listener(self._systemd.listen_fds)
-        server = RpcServer(self.config, Dispatcher(self.state), sock=sock)
+        server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
         self.state.stats["server"] = lambda: _asdict(server.statistics())
         async with trio.open_nursery() as front:
