@@ -147,7 +147,7 @@ class AsyncClient:
             raise _core.connect_error(self.socket_path, exc) from None
 
     async def _start_daemon(self) -> trio.SocketStream:
-        _core.spawn_daemon(self.socket_path)
+        await trio.to_thread.run_sync(_core.spawn_daemon, self.socket_path)
         deadline = trio.current_time() + _core.AUTOSTART_WAIT_S
         while True:
             try:

@@ -130,7 +130,7 @@ class AsyncioClient:
             raise _core.connect_error(self.socket_path, exc) from None
 
     async def _start_daemon(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        _core.spawn_daemon(self.socket_path)
+        await asyncio.to_thread(_core.spawn_daemon, self.socket_path)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _core.AUTOSTART_WAIT_S
         while True:

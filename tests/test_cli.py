@@ -172,12 +172,28 @@ def test_install_service_write_only(daemon_factory: DaemonFactory) -> None:
     assert not any(units.iterdir())
 
 
-def test_client_autostart(daemon_factory: DaemonFactory) -> None:
+AUTOSTART = {
+    "sync": ("import json; from recalld.ipc.client import Client\n"
+             "with Client(autostart=True) as c:\n"
+             "    print(json.dumps(c.status()))\n"),
+    "trio": ("import json, trio; from recalld.ipc.aclient import AsyncClient\n"
+             "async def main():\n"
+             "    async with AsyncClient(autostart=True) as c:\n"
+             "        print(json.dumps(await c.status()))\n"
+             "trio.run(main)\n"),
+    "asyncio": ("import json, asyncio; from recalld.ipc.asyncio_client import AsyncioClient\n"
+                "async def main():\n"
+                "    async with AsyncioClient(autostart=True) as c:\n"
+                "        print(json.dumps(await c.status()))\n"
+                "asyncio.run(main())\n"),
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(AUTOSTART))
+def test_client_autostart(flavour: str, daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-    code = ("import json; from recalld.ipc.client import Client\n"
-            "with Client(autostart=True) as c:\n"
-            "    print(json.dumps(c.status()))\n")
+    code = AUTOSTART[flavour]
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
