@@ -571,3 +571,25 @@ async def test_emfile_in_process_backs_off_and_recovers(short_dir: Path) -> None
             nursery.cancel_scope.cancel()
     finally:
         bound.close()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (all threads)
+
+
+def test_an_idle_daemon_uses_no_cpu(daemon: DaemonHandle) -> None:
+    # Let start-up work (initial scans) finish: two quiet samples in a row.
+    previous = _cpu_ticks(daemon.pid)
+    for _ in range(20):
+        time.sleep(0.5)
+        now = _cpu_ticks(daemon.pid)
+        if now - previous <= 1:
+            break
+        previous = now
+    start = _cpu_ticks(daemon.pid)
+    time.sleep(2.0)
+    used = _cpu_ticks(daemon.pid) - start
+    hz = os.sysconf("SC_CLK_TCK")
+    # No polling loop anywhere: well under 2% of one core while nobody talks to it.
+    assert used <= 0.02 * 2.0 * hz, f"{used} ticks in 2 s"
