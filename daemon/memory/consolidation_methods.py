@@ -112,7 +112,8 @@ class Consolidation:
             out.update(next_run=entry["next"], last_fired=entry["last_fired"], tz=entry["tz"])
         return out
 
-    def _schedule(self, ws: Workspace) -> str | None:
+    def schedule_workspace(self, ws: Workspace) -> str | None:
+        """Register (or drop) ``ws``'s dream cron; the error text if it is invalid."""
         s = ws.settings
         try:
             if s.dream_cron_enabled:
@@ -141,7 +142,7 @@ class Consolidation:
                 ws, request_job=request_job,
                 limiter=self.services.get("cpu"),
                 chat_enabled=lambda: _chat_or_none(ws, self.services) is not None)
-            error = self._schedule(ws)
+            error = self.schedule_workspace(ws)
 
             def status() -> dict[str, Any]:
                 out = self.dream_status(ws)

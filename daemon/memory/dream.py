@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 INTERESTS_FILE: Final = "interests.yaml"
 SAVE_TIMEOUT_S: Final = 20.0
+INBOX_WAIT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,9 +361,18 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
     """Push one inbox item; a workspace without an inbox only logs it."""
     if not changes:
         return False
-    try:
-        inbox = ws.get("inbox")
-    except KeyError:
+    inbox = None
+    # A job started while its workspace is still opening may finish before the inbox
+    # service is up: wait for it a little rather than lose the item.
+    with trio.move_on_after(INBOX_WAIT_S):
+        while inbox is None:
+            try:
+                inbox = ws.get("inbox")
+            except KeyError:
+                if ws.state != "opening":
+                    break
+                await trio.sleep(0.05)
+    if inbox is None:
         log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
         return False
     try:

@@ -66,21 +66,25 @@ class ResourceConfig:
     reconcile_interval_s: float = 300.0
 
 
-def resource_date(rel_in_resource: str, first_seen: str) -> str:
-    """The day a file belongs to (see the module docstring)."""
-    parts = rel_in_resource.split("/")
+def _date_folder(parts: list[str]) -> str | None:
+    """The first component if it is a real calendar date and a folder (not the file)."""
     if len(parts) >= 2 and _DATE_RE.match(parts[0]):
         try:
             Date.fromisoformat(parts[0])
-            return parts[0]
         except ValueError:
-            pass
-    return first_seen
+            return None
+        return parts[0]
+    return None
+
+
+def resource_date(rel_in_resource: str, first_seen: str) -> str:
+    """The day a file belongs to (see the module docstring)."""
+    return _date_folder(rel_in_resource.split("/")) or first_seen
 
 
 def note_stem(rel_in_resource: str) -> str:
     parts = rel_in_resource.split("/")
-    if len(parts) >= 2 and _DATE_RE.match(parts[0]):
+    if _date_folder(parts):
         parts = parts[1:]
     stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80].strip("-_")
     return f"resource-{stem or 'file'}"

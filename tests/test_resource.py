@@ -1,0 +1,159 @@
+"""auto_resource end to end: files dropped into resource/ become daily notes.
+
+A real daemon watches a real resource folder; the chat model is the scripted fake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import ScriptedModel, chat_config, fake, run_job, write
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.store.records import read_records
+from recalld.ipc.errors import MethodNotFound
+
+__all__ = ["fake"]  # the fixture, shared with test_dream
+
+
+def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def catalog(root: Path) -> dict[str, dict[str, Any]]:
+    path = root / "mem_metadata/file_catalog/resource.jsonl.zst"
+    if not path.exists():
+        return {}
+    return {r["path"]: r for r in read_records(path)}
+
+
+def state_is(root: Path, rel: str, *states: str) -> Callable[[], bool]:
+    return lambda: catalog(root).get(rel, {}).get("state") in states
+
+
+def note_of(root: Path, rel: str) -> tuple[dict[str, Any], str]:
+    note = catalog(root)[rel]["note"]
+    text = (root / note).read_text(encoding="utf-8")
+    return parse_frontmatter(text)[0], text
+
+
+def resource_items(daemon: DaemonHandle, agent: str) -> list[dict[str, Any]] | None:
+    try:
+        answer = daemon.call("inbox.list", {"agent_id": agent})
+    except MethodNotFound:
+        return None
+    items = answer["items"] if isinstance(answer, dict) else answer
+    return [i for i in items if i["kind"] == "auto_resource"]
+
+
+def open_ws(daemon: DaemonHandle, agent: str, root: Path, fake: FakeProvider | None) -> None:
+    config: dict[str, Any] = {"dream_cron_enabled": False}
+    if fake is not None:
+        config["chat_model_config"] = chat_config(fake)
+    daemon.call("workspace.open", {"agent_id": agent, "path": str(root), "config": config})
+
+
+def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake: FakeProvider,
+                                                     tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    today = date.today().isoformat()
+    write(root, "resource/top.txt", "Quarterly numbers: 42 units.\n")
+    write(root, "resource/2026-11-01/deep/nested/x.md", "# Trip\nFlight at 9.\n")
+    write(root, "resource/2026-11-02/data.csv", "a,b\n1,2\n")
+    write(root, "resource/notes/misc.json", '{"k": 1}\n')
+    write(root, "resource/2026-13-40/odd.txt", "not a real date folder\n")
+    (root / "resource/image.png").write_bytes(b"\x89PNG\r\n")
+    open_ws(daemon, "res", root, fake)
+    wanted = {
+        "resource/top.txt": f"memory/{today}/resource-top-txt.md",
+        "resource/2026-11-01/deep/nested/x.md": "memory/2026-11-01/resource-deep-nested-x-md.md",
+        "resource/2026-11-02/data.csv": "memory/2026-11-02/resource-data-csv.md",
+        "resource/notes/misc.json": f"memory/{today}/resource-notes-misc-json.md",
+        "resource/2026-13-40/odd.txt": f"memory/{today}/resource-2026-13-40-odd-txt.md",
+    }
+    for rel in wanted:
+        wait_for(state_is(root, rel, "processed"))
+    cat = catalog(root)
+    for rel, note in wanted.items():
+        assert cat[rel]["note"] == note, cat[rel]
+        fields, text = note_of(root, rel)
+        assert fields["source_resource"] == f"[[{rel}]]"
+        digest = hashlib.sha256((root / rel).read_bytes()).hexdigest()
+        assert fields["resource_digest"] == digest == cat[rel]["digest"]
+        assert "- it has facts" in text and f"[[{rel}]]" in text
+    assert cat["resource/image.png"]["state"] == "skipped"
+    assert ".png" in cat["resource/image.png"]["reason"]
+    assert "note" not in cat["resource/image.png"] or not cat["resource/image.png"]["note"]
+    found = daemon.call("memory.search", {"agent_id": "res", "query": "facts", "sync": True})
+    assert set(wanted.values()) <= {r["path"] for r in found["results"]} | set(
+        r["path"] for r in daemon.call("memory.search", {
+            "agent_id": "res", "query": "facts", "max_results": 20})["results"])
+    first_items = resource_items(daemon, "res")
+
+    # Same bytes again (touch): no model call, nothing new.
+    calls = len(fake.requests)
+    (root / "resource/top.txt").write_text("Quarterly numbers: 42 units.\n")
+    time.sleep(0.5)
+    daemon.call("index.sync", {"agent_id": "res"})
+    assert len(fake.requests) == calls
+    if first_items is not None:
+        assert resource_items(daemon, "res") == first_items and first_items
+
+    # A changed file rewrites its own note.
+    model.resource_answer = "Updated.\n- now 43 units"
+    (root / "resource/top.txt").write_text("Quarterly numbers: 43 units.\n")
+    new_digest = hashlib.sha256(b"Quarterly numbers: 43 units.\n").hexdigest()
+    wait_for(lambda: catalog(root)["resource/top.txt"].get("digest") == new_digest
+             and catalog(root)["resource/top.txt"]["state"] == "processed")
+    fields, text = note_of(root, "resource/top.txt")
+    assert fields["resource_digest"] == new_digest and "now 43 units" in text
+    assert catalog(root)["resource/top.txt"]["note"] == wanted["resource/top.txt"]
+
+    # A deleted file's note is kept and marked.
+    (root / "resource/2026-11-02/data.csv").unlink()
+    wait_for(state_is(root, "resource/2026-11-02/data.csv", "removed"))
+    note = root / wanted["resource/2026-11-02/data.csv"]
+    wait_for(lambda: "source_removed" in note.read_text())
+    fields, text = parse_frontmatter(note.read_text())[0], note.read_text()
+    assert fields["source_removed"] == today and "was removed" in text
+    items = resource_items(daemon, "res")
+    if items is not None:
+        assert any(wanted["resource/2026-11-02/data.csv"] in i["changes"] for i in items)
+
+
+def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
+                                                        fake: FakeProvider,
+                                                        tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    write(plain, "resource/a.txt", "hello\n")
+    open_ws(daemon, "nomodel", plain, None)
+    wait_for(state_is(plain, "resource/a.txt", "pending"))
+    assert catalog(plain)["resource/a.txt"]["reason"] == "no chat model configured"
+    assert not (plain / "memory").exists() or not list((plain / "memory").rglob("*.md"))
+    assert resource_items(daemon, "nomodel") in (None, [])
+
+    ScriptedModel(fake)
+    root = tmp_path / "ws"
+    fake.script(Reply(raw=b"garbage"))
+    write(root, "resource/b.txt", "the code word is swordfish\n")
+    open_ws(daemon, "flaky", root, fake)
+    wait_for(state_is(root, "resource/b.txt", "failed"))
+    assert catalog(root)["resource/b.txt"]["reason"]
+    job = run_job(daemon, "auto_resource", agent="flaky")  # a manual run retries failures
+    assert job["state"] == "succeeded", job
+    assert job["result"]["outcomes"] == {"processed": 1}
+    assert catalog(root)["resource/b.txt"]["state"] == "processed"
