@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -412,7 +412,7 @@ class Connection:
                 return False
             return True
 
-    def subscribe(self, bus: EventBus, patterns: list[str] | Any) -> list[str]:
+    def subscribe(self, bus: EventBus, patterns: Sequence[str]) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new."""
         sub = self.subscription
         if sub is not None and not sub.closed:

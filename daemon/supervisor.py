@@ -174,7 +174,7 @@ class Supervisor:
             return
         self.notifier.reloading()
         try:
-            new = self._reload()
+            new = await trio.to_thread.run_sync(self._reload)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.notifier.notify("READY=1", f"STATUS=reload failed: {_short(str(exc))}")

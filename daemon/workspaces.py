@@ -76,7 +76,7 @@ class Workspace:
         self._services[name] = service
 
     def get(self, name: str) -> Any:
-        """The service attached as ``name``; InvalidParams-free KeyError if absent."""
+        """The service attached as ``name`` (KeyError if no service attached it)."""
         return self._services[name]
 
     def add_status(self, name: str, provider: StatusProvider) -> None:
