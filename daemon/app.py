@@ -18,6 +18,7 @@ from recalld.daemon.index.methods import METHODS as INDEX_METHODS
 from recalld.daemon.index.methods import index_service, reindex_job
 from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
 from recalld.daemon.maintenance import health_service
+from recalld.daemon.memory import methods as memory_capture
 from recalld.daemon.memory.consolidation_methods import install_consolidation
 from recalld.daemon.ops_methods import ops_methods
 from recalld.daemon.providers.bridge import ProviderBridge
@@ -87,4 +88,5 @@ def build_supervisor(
     jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
     install_consolidation(supervisor, jobs)
     supervisor.state.stats["jobs"] = jobs.statistics
+    memory_capture.install(supervisor)
     return supervisor

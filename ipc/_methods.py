@@ -161,20 +161,33 @@ def jobs_cancel(agent_id: str, job_id: str) -> Call[dict[str, Any]]:
 
 
 def add_turns(
-    agent_id: str, session_id: str, messages: Sequence[Mapping[str, Any]], flush: bool = False
+    agent_id: str,
+    session_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    flush: bool = False,
+    request_id: str | None = None,
 ) -> Call[dict[str, Any]]:
-    """``memory.add_turns``: hand conversation turns over for auto_memory."""
+    """``memory.add_turns``: hand conversation turns over for auto_memory.
+
+    A retry with the same ``request_id`` adds nothing and returns the first answer.
+    """
     return Call(
         "memory.add_turns",
         _params(agent_id=agent_id, session_id=session_id,
-                messages=[dict(m) for m in messages], flush=flush or None),
+                messages=[dict(m) for m in messages], flush=flush or None,
+                request_id=request_id),
         _as_dict,
     )
 
 
-def inbox_list(agent_id: str, since: str | None = None) -> Call[list[dict[str, Any]]]:
-    """``inbox.list``: memory changes pushed to this workspace's inbox."""
-    return Call("inbox.list", _params(agent_id=agent_id, since=since), _as_list("items"))
+def inbox_list(
+    agent_id: str, since: str | None = None, include_acked: bool = False
+) -> Call[list[dict[str, Any]]]:
+    """``inbox.list``: memory changes pushed to this workspace's inbox (unacked ones
+    unless ``include_acked``), oldest first; ``since`` is an item id or ISO-8601 time."""
+    return Call("inbox.list",
+                _params(agent_id=agent_id, since=since, include_acked=include_acked or None),
+                _as_list("items"))
 
 
 def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[dict[str, Any]]:

@@ -37,7 +37,7 @@ from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, dict[str, Any]], None]
+Publish = Callable[[str, dict[str, Any]], object]
 INBOX_TOPIC = "inbox.item"
 KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource"})
 DEFAULT_MAX_ITEMS = 1000

@@ -1,0 +1,261 @@
+"""The ``auto_memory`` job: turn a session's pending turns into its daily note.
+
+Job params: ``{session_id, upto?, date?}`` (``upto``: the last turn sequence number to
+cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). Steps:
+
+1. take the session's uncommitted turns up to ``upto`` (already sanitized and redacted
+   when they were added; see :mod:`sessions`); nothing pending -> done, no change;
+2. ask the workspace's chat model, in a tool-calling loop, to extract durable facts,
+   decisions and preferences into the session's note of the day through ``daily_write``
+   (one note per session per day: a second write updates it; the tools refuse touching
+   another session's note), with the current note in the prompt so it is merged, not
+   duplicated; model-written text is redacted again;
+3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (rewritten atomically;
+   turns already there are not repeated, so a re-run after a crash adds nothing twice);
+4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
+   with its description);
+5. commit the turns, then push one inbox item if a note changed.
+
+Jobs of one session run one at a time. Failures (no chat model, provider errors,
+malformed answers, deadline) fail the job with a clear message and leave the turns
+pending for the next run. Cancellation leaves no partial file (every write is atomic);
+the job kind is resumable, so one interrupted by a restart runs again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+import orjson
+import trio
+
+from recalld.daemon import safepath
+from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.jobs import JobContext
+from recalld.daemon.memory.fileops import (
+    DAY_INDEX,
+    FileOps,
+    WritePolicy,
+    check_date,
+    fileops_for,
+    read_confined,
+    write_confined,
+)
+from recalld.daemon.memory.inbox import inbox_of
+from recalld.daemon.memory.llm import chat_client_for, run_tools
+from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.sessions import check_session_id, store_of
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams, JobFailed
+
+log = logging.getLogger(__name__)
+
+MAX_STEPS = 8
+DEADLINE_S = 600.0
+MAX_PROMPT_CHARS = 60_000
+
+SYSTEM_PROMPT = """\
+You keep the long-term memory of an assistant. From the conversation you are given, \
+extract what is worth remembering later: durable facts about the user and their world, \
+decisions taken, preferences, commitments, and useful outcomes. Leave out small talk, \
+one-off details, anything recalled from memory, tool output, and secrets.
+
+Write them with the daily_write tool as this conversation's note for the day: a short \
+`name` (a few words, lowercase, dashes), a one-line `description`, and a Markdown body of \
+concise bullet points. If the note already exists (it is shown below), write the whole \
+merged note again: keep what it says, add what is new, correct what changed. Do not \
+create a second note. If nothing is worth remembering, do not call any tool and answer \
+"nothing to save"."""
+
+
+def _conversation_text(turns: list[dict[str, Any]]) -> str:
+    lines = [f"{t['role']}: {t['content']}" for t in turns]
+    text = "\n\n".join(lines)
+    if len(text) > MAX_PROMPT_CHARS:
+        text = "[earlier turns cut]\n\n" + text[-MAX_PROMPT_CHARS:]
+    return text
+
+
+def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | None,
+            turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if note_path is not None and note_text is not None:
+        current = f"The note of this conversation for {date} ({note_path}):\n\n{note_text}"
+    else:
+        current = f"This conversation has no note for {date} yet."
+    user = (f"Date: {date}\nConversation id: {session_id}\n\n{current}\n\n"
+            f"New turns of the conversation:\n\n{_conversation_text(turns)}")
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+class _SessionTools:
+    """The tools a model gets in auto_memory: only this session's note of one day."""
+
+    NAMES = ("daily_write", "read", "edit", "frontmatter_update")
+
+    def __init__(self, ops: FileOps, session_id: str, date: str) -> None:
+        self.ops = ops
+        self.session_id = session_id
+        self.date = date
+
+    async def _own(self, path: str) -> str | None:
+        """Why the model may not change ``path``, or None if it is this session's note."""
+        try:
+            parts = safepath.split_relative(path)
+        except InvalidParams as exc:
+            return exc.message
+        rel = "/".join(parts)
+        if PurePosixPath(rel).parent.as_posix() != self.ops.day_folder(self.date):
+            return f"only notes under {self.ops.day_folder(self.date)}/ may be changed"
+        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel)
+        if text is None or parse_frontmatter(text)[0].get("session_id") != self.session_id:
+            return f"{rel} is not this conversation's note"
+        return None
+
+    async def __call__(self, name: str, arguments: Mapping[str, Any]) -> str:
+        args = dict(arguments)
+        for key in ("content", "new", "description"):
+            if isinstance(args.get(key), str):
+                args[key] = redact(args[key])
+        if isinstance(args.get("changes"), dict):
+            args["changes"] = {k: redact(v) if isinstance(v, str) else v
+                               for k, v in args["changes"].items()}
+        if name == "daily_write":
+            args["date"] = self.date  # the job decides the day
+            existing = await self.ops.session_note(self.session_id, self.date)
+            if existing is not None:  # one note per session per day: update it
+                args["name"] = PurePosixPath(existing).stem
+        elif name in ("edit", "frontmatter_update"):
+            refusal = await self._own(str(args.get("path", "")))
+            if refusal is not None:
+                return f"error: {refusal}"
+        elif name != "read":
+            return f"error: unknown tool {name!r}"
+        return await self.ops.call_tool(name, args)
+
+
+async def _append_dialog(ws: Workspace, session_id: str, turns: list[dict[str, Any]]) -> str:
+    """Add ``turns`` to the session's dialog file (skipping seqs already there)."""
+    rel = f"{ws.settings.session_dir}/dialog/{session_id}.jsonl"
+
+    def run() -> None:
+        old = read_confined(ws.root, rel, max_bytes=256 << 20) or ""
+        last = 0
+        for line in old.splitlines():
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("seq"), int):
+                last = max(last, rec["seq"])
+        new = [t for t in turns if t["seq"] > last]
+        if not new:
+            return
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        add = b"".join(orjson.dumps({**t, "time": now}) + b"\n" for t in new)
+        prefix = old.encode("utf-8")
+        if prefix and not prefix.endswith(b"\n"):
+            prefix += b"\n"
+        write_confined(ws.root, rel, prefix + add)
+
+    await trio.to_thread.run_sync(run)
+    return rel
+
+
+async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
+    """Rewrite ``<daily_dir>/<date>/index.md`` from the day's notes; True if it changed."""
+    folder = ops.day_folder(date)
+
+    def collect() -> list[tuple[str, str]]:
+        try:
+            names = sorted((ws.root / folder).iterdir())
+        except FileNotFoundError:
+            return []
+        out: list[tuple[str, str]] = []
+        for path in names:
+            if (path.suffix != ".md" or path.name == DAY_INDEX or path.name.startswith(".")
+                    or not path.is_file() or path.is_symlink()):
+                continue
+            text = read_confined(ws.root, f"{folder}/{path.name}") or ""
+            desc = parse_frontmatter(text)[0].get("description")
+            out.append((path.name, str(desc) if desc else ""))
+        return out
+
+    notes = await trio.to_thread.run_sync(collect)
+    if not notes:
+        return False
+    body = [f"# {date}", ""]
+    for name, desc in notes:
+        body.append(f"- [{name[:-3]}]({name})" + (f": {desc}" if desc else ""))
+    text = render_frontmatter({"name": f"index {date}",
+                               "description": f"daily notes of {date}"}) + "\n".join(body) + "\n"
+    index_ops = FileOps(root=ops.root, settings=ops.settings,
+                        policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
+                        lock=ops.lock, sync=ops.sync)
+    result = await index_ops.write(f"{folder}/{DAY_INDEX}", text)
+    ops.changes.extend(index_ops.changes)
+    return result.changed
+
+
+def auto_memory_job(get_workspace: Callable[[str], Workspace],
+                    services: Mapping[str, Any],
+                    today: Callable[[], dt.date] = dt.date.today) -> Callable[[JobContext], Any]:
+    """The job handler (register it with ``resumable=True``)."""
+
+    async def run(job: JobContext) -> dict[str, Any]:
+        params = job.params
+        session_id = check_session_id(params.get("session_id"))
+        date = check_date(params.get("date"), today)
+        ws = get_workspace(job.agent_id)
+        store = store_of(ws)
+        async with store.job_lock(session_id):
+            upto = params.get("upto")
+            if not isinstance(upto, int) or isinstance(upto, bool):
+                upto = store.info(session_id).upto
+            turns = store.pending(session_id, upto)
+            if not turns:
+                await store.commit(session_id, upto)
+                return {"session_id": session_id, "turns": 0, "changed": [],
+                        "note": None, "message": "nothing pending"}
+            job.set_progress(0, 4, f"{len(turns)} turns")
+            chat = chat_client_for(ws, services)
+            ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
+                              session_id=session_id, today=today)
+            note_path = await ops.session_note(session_id, date)
+            note_text = await ops.read_text(note_path) if note_path else None
+            tools = _SessionTools(ops, session_id, date)
+            result = await run_tools(
+                chat, _prompt(session_id, date, note_path, note_text, turns),
+                ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
+                deadline_s=DEADLINE_S,
+                on_step=lambda step, msg: job.set_progress(1, 4, f"model step {step}: {msg}"))
+            notes = sorted({c.path for c in ops.changes})
+            if not result.finished and not notes:
+                raise JobFailed(f"the chat model did not finish within {MAX_STEPS} steps")
+            job.set_progress(2, 4, "saving the conversation")
+            dialog = await _append_dialog(ws, session_id, turns)
+            job.set_progress(3, 4, "refreshing the day index")
+            if notes:
+                await refresh_day_index(ws, date, ops)
+            await store.commit(session_id, upto)
+            changed = sorted({c.path for c in ops.changes})
+            note = await ops.session_note(session_id, date)
+            item = None
+            if notes:
+                summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
+                item = await inbox_of(ws).push(
+                    "auto_memory", summary, changed, job_id=job.job_id,
+                    details={"session_id": session_id, "date": date, "note": note})
+            job.set_progress(4, 4, "done")
+            return {
+                "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
+                "note": note, "changed": changed, "dialog": dialog,
+                "steps": result.steps, "tool_calls": result.tool_calls_made,
+                "finished": result.finished, "model_text": result.final_text[:500],
+                "inbox_item": item["id"] if item else None,
+            }
+
+    return run

@@ -1,0 +1,388 @@
+"""Conversation turns waiting for auto_memory: sanitizing, counting, persisting.
+
+Owns one workspace's pending turns and their log ``<metadata_dir>/sessions/pending.jsonl``
+(an :class:`AppendLog`). ``memory.add_turns`` hands messages here: they are sanitized
+(:func:`sanitize_messages`: tool results, media and base64 payloads, recalled-memory
+blocks and system prompts removed; secrets redacted) *before* they touch the disk, then
+appended with a per-workspace sequence number. An auto_memory job covers the turns of one
+session up to a sequence number (``upto``); it reads them with :meth:`SessionStore.pending`
+(from the last committed one, so a failed job's turns are picked up by the next) and
+marks them done with :meth:`SessionStore.commit`. Pending turns survive restarts.
+
+Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
+same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
+
+:func:`sessions_service` runs a store per workspace (attached as ``"sessions"``): open,
+serve until cancelled, close. Log writes are shielded under a deadline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon.memory.redact import redact
+from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+
+ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
+MAX_MESSAGES_PER_CALL = 1000
+MAX_REQUEST_IDS = 1024
+WRITE_TIMEOUT_S = 10.0
+#: Tags an agent wraps recalled memory in when it injects it into a prompt.
+RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant-memories")
+_RECALL = re.compile(
+    r"<(" + "|".join(map(re.escape, RECALL_TAGS)) + r")(?:\s[^>]*)?>.*?(?:</\1>|\Z)", re.S
+)
+_DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=\s]+")
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
+_SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+
+
+def check_session_id(value: object) -> str:
+    if (not isinstance(value, str) or not _SID.match(value) or value in (".", "..")
+            or value.startswith(".")):
+        raise InvalidParams(
+            "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
+    return value
+
+
+def _clean_text(text: str) -> str:
+    text = _RECALL.sub("", text)
+    text = _DATA_URL.sub("[data omitted]", text)
+    text = _BASE64_RUN.sub("[base64 omitted]", text)
+    return redact(text).strip()
+
+
+def _content_text(content: Any) -> str:
+    """The text of a message's content (string or OpenAI/Anthropic content blocks)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind in ("text", "input_text", "output_text") and isinstance(
+                        block.get("text"), str):
+                    parts.append(block["text"])
+                elif kind in ("image_url", "image", "input_image", "input_audio", "audio",
+                              "file", "video", "video_url"):
+                    parts.append(f"[{str(kind).split('_')[0]} omitted]")
+                # tool_result / tool_use / anything else: not the user's words, dropped
+        return "\n".join(p for p in parts if p)
+    raise InvalidParams("message content must be a string, an array of blocks or null")
+
+
+def check_messages(messages: object) -> list[Mapping[str, Any]]:
+    """Validate the shape of OpenAI-style chat messages (InvalidParams otherwise)."""
+    if not isinstance(messages, list):
+        raise InvalidParams("param 'messages' must be an array of messages")
+    if len(messages) > MAX_MESSAGES_PER_CALL:
+        raise InvalidParams(f"at most {MAX_MESSAGES_PER_CALL} messages per call")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise InvalidParams(
+                f"messages[{i}] must be an object with role one of {', '.join(sorted(ROLES))}")
+        if not (m.get("content") is None or isinstance(m.get("content"), str | list)):
+            raise InvalidParams(f"messages[{i}].content must be a string, an array or null")
+    return messages
+
+
+def count_user_turns(messages: Sequence[Mapping[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "user")
+
+
+def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Only what the user and the assistant said, as ``{role, content}`` text.
+
+    Dropped: tool/function results, system and developer prompts, tool-call arguments,
+    blocks of recalled memory (see ``RECALL_TAGS``), media; data URLs and long base64
+    runs become placeholders; secrets are redacted.
+    """
+    out: list[dict[str, str]] = []
+    for m in messages:
+        role = m.get("role")
+        if role not in ("user", "assistant"):
+            continue
+        text = _clean_text(_content_text(m.get("content")))
+        if text:
+            out.append({"role": str(role), "content": text})
+    return out
+
+
+@dataclass
+class _Session:
+    messages: list[dict[str, Any]] = field(default_factory=list)  # uncommitted, with seq
+    committed: int = 0  # every seq <= this one is done
+    submitted: int = 0  # the last upto a job was submitted for
+    last_job_id: str | None = None
+    user_turns_total: int = 0
+    user_seqs: list[int] = field(default_factory=list)  # seq of each uncommitted user turn
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What an add changed: the session's counters after it and the last seq."""
+
+    session_id: str
+    upto: int
+    pending_turns: int
+    pending_messages: int
+    user_turns_total: int
+    since_submit: int
+    submitted: int
+    last_job_id: str | None
+
+
+class SessionStore:
+    """One workspace's pending turns. ``open`` before use, ``close`` after."""
+
+    def __init__(self, path: Path, agent_id: str) -> None:
+        self.path = path
+        self.agent_id = agent_id
+        self._log = AppendLog(path)
+        self._sessions: dict[str, _Session] = {}
+        self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._seq = 0
+        self._lines = 0
+        self._open = False
+        #: Held by memory.add_turns around check-add-submit, so retries cannot interleave.
+        self.lock = trio.Lock()
+        self._job_locks: dict[str, trio.Lock] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        records, _report = await trio.to_thread.run_sync(self._log.open)
+        for rec in records:
+            self._apply(rec)
+        self._lines = len(records)
+        self._open = True
+
+    def close(self) -> None:
+        self._open = False
+        self._log.close()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.open()
+        try:
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            self.close()
+
+    def _apply(self, rec: Mapping[str, Any]) -> None:
+        op, sid = rec.get("op"), rec.get("session_id")
+        if op == "answer":
+            self._remember(rec.get("request_id"), rec.get("answer"))
+            return
+        if not isinstance(sid, str) or not sid:
+            return
+        s = self._sessions.setdefault(sid, _Session())
+        if op == "turns":
+            for msg in rec.get("messages") or []:
+                if isinstance(msg, dict) and isinstance(msg.get("seq"), int):
+                    self._seq = max(self._seq, msg["seq"])
+                    if msg["seq"] > s.committed:
+                        s.messages.append(dict(msg))
+            self._seq = max(self._seq, int(rec.get("upto") or 0))
+            s.user_turns_total += int(rec.get("user_turns") or 0)
+            s.user_seqs.extend(int(x) for x in rec.get("user_seqs") or [] if x > s.committed)
+            self._remember(rec.get("request_id"), rec.get("answer"))
+        elif op == "submit":
+            s.submitted = max(s.submitted, int(rec.get("upto") or 0))
+            s.last_job_id = rec.get("job_id")
+            self._remember(rec.get("request_id"), rec.get("answer"))
+        elif op == "commit":
+            s.committed = max(s.committed, int(rec.get("upto") or 0))
+            s.messages = [m for m in s.messages if m["seq"] > s.committed]
+            s.user_seqs = [x for x in s.user_seqs if x > s.committed]
+        elif op == "state":  # written by compaction
+            s.committed = int(rec.get("committed") or 0)
+            s.submitted = int(rec.get("submitted") or 0)
+            s.last_job_id = rec.get("last_job_id")
+            s.user_turns_total = int(rec.get("user_turns_total") or 0)
+            self._seq = max(self._seq, int(rec.get("seq") or 0))
+            for rid, answer in (rec.get("answers") or {}).items():
+                self._remember(rid, answer)
+
+    def _remember(self, request_id: Any, answer: Any) -> None:
+        if isinstance(request_id, str) and isinstance(answer, dict):
+            self._answers[request_id] = dict(answer)
+            self._answers.move_to_end(request_id)
+            while len(self._answers) > MAX_REQUEST_IDS:
+                self._answers.popitem(last=False)
+
+    async def _append(self, records: list[dict[str, Any]]) -> None:
+        if not self._open:
+            raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
+        with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
+            await trio.to_thread.run_sync(self._log.append, records)
+            self._lines += len(records)
+            if self._lines > 4 * (self._pending_count() + len(self._sessions)) + 2000:
+                snapshot = self._snapshot()
+                await trio.to_thread.run_sync(self._log.rewrite, snapshot)
+                self._lines = len(snapshot)
+
+    def _pending_count(self) -> int:
+        return sum(len(s.messages) for s in self._sessions.values())
+
+    def _snapshot(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        answers = dict(self._answers)
+        for sid, s in self._sessions.items():
+            out.append({"op": "state", "session_id": sid, "committed": s.committed,
+                        "submitted": s.submitted, "last_job_id": s.last_job_id,
+                        "user_turns_total": s.user_turns_total, "seq": self._seq,
+                        "answers": answers})
+            answers = {}
+            if s.messages:
+                out.append({"op": "turns", "session_id": sid, "messages": s.messages,
+                            "user_turns": 0, "user_seqs": s.user_seqs,
+                            "upto": s.messages[-1]["seq"]})
+        return out
+
+    # -- operations --------------------------------------------------------------------
+
+    def answer_for(self, request_id: str | None) -> dict[str, Any] | None:
+        """The answer already given to ``request_id``, if it is still remembered."""
+        if request_id is None:
+            return None
+        answer = self._answers.get(request_id)
+        return dict(answer) if answer is not None else None
+
+    def _added(self, sid: str) -> Added:
+        s = self._sessions.get(sid) or _Session()
+        return Added(
+            session_id=sid,
+            upto=s.messages[-1]["seq"] if s.messages else s.committed,
+            pending_turns=len(s.user_seqs),
+            pending_messages=len(s.messages),
+            user_turns_total=s.user_turns_total,
+            since_submit=sum(1 for x in s.user_seqs if x > s.submitted),
+            submitted=s.submitted,
+            last_job_id=s.last_job_id,
+        )
+
+    def info(self, session_id: str) -> Added:
+        return self._added(session_id)
+
+    async def add(self, session_id: str, messages: Sequence[Mapping[str, Any]],
+                  request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
+        """Sanitize and append ``messages``; user turns are counted before sanitizing."""
+        clean = sanitize_messages(messages)
+        s = self._sessions.setdefault(session_id, _Session())
+        stamped: list[dict[str, Any]] = []
+        user_seqs: list[int] = []
+        user_left = count_user_turns(messages)
+        # A user turn whose text was all removed (an image only) still counts: it gets
+        # the seq of the next kept message, or a seq of its own.
+        for msg in clean:
+            self._seq += 1
+            stamped.append({**msg, "seq": self._seq})
+            if msg["role"] == "user" and user_left > 0:
+                user_seqs.append(self._seq)
+                user_left -= 1
+        for _ in range(user_left):
+            self._seq += 1
+            user_seqs.append(self._seq)
+        if not stamped and not user_seqs:
+            return self._added(session_id)
+        n_user = count_user_turns(messages)
+        record: dict[str, Any] = {"op": "turns", "session_id": session_id,
+                                  "messages": stamped, "user_turns": n_user,
+                                  "user_seqs": user_seqs, "upto": self._seq}
+        after = _Session(messages=[*s.messages, *stamped], committed=s.committed,
+                         submitted=s.submitted, last_job_id=s.last_job_id,
+                         user_turns_total=s.user_turns_total + n_user,
+                         user_seqs=[*s.user_seqs, *user_seqs])
+        if request_id is not None:
+            record["request_id"] = request_id
+            record["answer"] = dict(answer or {})
+        await self._append([record])
+        self._sessions[session_id] = after
+        self._remember(request_id, record.get("answer"))
+        return self._added(session_id)
+
+    async def mark_submitted(self, session_id: str, upto: int, job_id: str,
+                             request_id: str | None, answer: Mapping[str, Any]) -> None:
+        rec: dict[str, Any] = {"op": "submit", "session_id": session_id, "upto": upto,
+                               "job_id": job_id}
+        if request_id is not None:
+            rec["request_id"] = request_id
+            rec["answer"] = dict(answer)
+        await self._append([rec])
+        s = self._sessions.setdefault(session_id, _Session())
+        s.submitted, s.last_job_id = max(s.submitted, upto), job_id
+        self._remember(request_id, rec.get("answer"))
+
+    async def remember(self, request_id: str | None, answer: Mapping[str, Any]) -> None:
+        """Record the answer of a request that added nothing (a bare flush)."""
+        if request_id is None:
+            return
+        await self._append([{"op": "answer", "session_id": "", "request_id": request_id,
+                             "answer": dict(answer)}])
+        self._remember(request_id, dict(answer))
+
+    def pending(self, session_id: str, upto: int) -> list[dict[str, Any]]:
+        """Uncommitted messages of the session with seq <= ``upto``, oldest first."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            return []
+        return [dict(m) for m in s.messages if m["seq"] <= upto]
+
+    def committed(self, session_id: str) -> int:
+        s = self._sessions.get(session_id)
+        return s.committed if s is not None else 0
+
+    async def commit(self, session_id: str, upto: int) -> None:
+        """Everything of the session up to ``upto`` is in memory now."""
+        s = self._sessions.setdefault(session_id, _Session())
+        if upto <= s.committed:
+            return
+        await self._append([{"op": "commit", "session_id": session_id, "upto": upto}])
+        s.committed = upto
+        s.messages = [m for m in s.messages if m["seq"] > upto]
+        s.user_seqs = [x for x in s.user_seqs if x > upto]
+
+    def job_lock(self, session_id: str) -> trio.Lock:
+        """Serializes auto_memory jobs of one session (they update the same note)."""
+        return self._job_locks.setdefault(session_id, trio.Lock())
+
+    def status(self) -> dict[str, Any]:
+        return {"sessions": len(self._sessions), "pending_messages": self._pending_count()}
+
+
+def store_of(ws: Workspace) -> SessionStore:
+    try:
+        store: SessionStore = ws.get("sessions")
+    except KeyError:
+        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no session store yet") from None
+    return store
+
+
+def sessions_service() -> WorkspaceService:
+    """A workspace service running the workspace's :class:`SessionStore`."""
+
+    async def run(
+        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        path = workspace.root / workspace.settings.metadata_dir / "sessions" / "pending.jsonl"
+        store = SessionStore(path, workspace.agent_id)
+        workspace.attach("sessions", store)
+        workspace.add_status("sessions", store.status)
+        await store.run(task_status=task_status)
+
+    return run

@@ -1,0 +1,309 @@
+"""auto_memory end to end: a real daemon, a real socket, a scripted chat server on 127.0.0.1.
+
+Covers memory.add_turns (counting, the interval trigger, flush, request-id idempotency,
+restart with pending turns), the job (note frontmatter, one note per session, no
+overwrite across sessions, the day index, the sanitized dialog file, secrets redacted in
+everything written, malformed and failing model answers, no chat model configured).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.ipc.errors import InvalidParams
+
+SECRET = "sk-proj-" + "Zq8Lm3Nx7Vb2Kc5Hj1Gf4Dd9Ss6Aa0Pp"
+IMAGE = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 20
+TOOL_RESULT = "RECALLED: the user's cat is named Whiskers"
+ACTIVE = ("queued", "running")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def config(root: Path, fake: FakeProvider | None, interval: int = 2) -> str:
+    chat = ""
+    if fake is not None:
+        chat = (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
+                f'model_name = "fake-model", timeout_s = 10.0}}\n')
+    return f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = {interval}\n{chat}'
+
+
+def add(d: Any, session: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = d.call("memory.add_turns", {
+        "agent_id": "w", "session_id": session, "messages": messages, **extra})
+    return result
+
+
+def turn(user: str, assistant: str = "Noted.") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def wait_job(d: Any, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout_s
+    while True:
+        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
+        if job["state"] not in ACTIVE:
+            return job
+        assert time.monotonic() < end, job
+        time.sleep(0.05)
+
+
+def write_note(name: str, body: str, description: str = "what matters") -> Reply:
+    return Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": name, "description": description, "content": body})]))
+
+
+def done(text: str = "saved") -> Reply:
+    return Reply(json=chat_answer(text))
+
+
+def today() -> str:
+    return dt.date.today().isoformat()
+
+
+def all_text(root: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
+
+
+def test_interval_trigger_writes_note_dialog_index_and_inbox(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=2))
+    first = add(d, "s1", turn("I commute by bike to the office every day."))
+    assert first["pending_turns"] == 1 and first["user_turns_total"] == 1
+    assert "job_id" not in first
+    fake.script(
+        write_note("Commute", f"- Commutes by bike daily\n- API key {SECRET}",
+                   description="how the user commutes"),
+        done(),
+    )
+    second = add(d, "s1", [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": [
+            {"type": "text", "text": f"My key is {SECRET}, and I prefer window seats."},
+            {"type": "image_url", "image_url": {"url": IMAGE}},
+        ]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "memory_search",
+                                                          "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": TOOL_RESULT},
+        {"role": "assistant", "content": "Window seats, noted. <recalled-memory>old fact: "
+                                         "likes trains</recalled-memory>"},
+    ])
+    assert second["user_turns_total"] == 2 and "job_id" in second
+    job = wait_job(d, second["job_id"])
+    assert job["state"] == "succeeded", job
+    res = job["result"]
+    note_rel = f"memory/{today()}/commute.md"
+    assert res["note"] == note_rel and res["turns"] > 0
+    assert "daily_write" in res["tool_calls"]
+
+    note = (root / note_rel).read_text()
+    fields, _ = parse_frontmatter(note)
+    assert fields["session_id"] == "s1"
+    assert fields["source_conversation"] == "[[mem_session/dialog/s1.jsonl]]"
+    assert fields["description"] == "how the user commutes"
+    assert "Commutes by bike daily" in note
+
+    dialog = [orjson.loads(line) for line in
+              (root / "mem_session/dialog/s1.jsonl").read_text().splitlines()]
+    said = "\n".join(m["content"] for m in dialog)
+    assert {m["role"] for m in dialog} == {"user", "assistant"}
+    assert "I commute by bike" in said and "window seats" in said
+    assert TOOL_RESULT not in said and "Whiskers" not in said
+    assert "iVBORw0KGgo" not in said and "likes trains" not in said
+    assert "You are helpful" not in said
+
+    index = (root / f"memory/{today()}/index.md").read_text()
+    assert "[commute](commute.md): how the user commutes" in index
+
+    # The model was never shown the secret, the image or the tool result either (the
+    # scripted model itself echoing a key in its tool call is what the redaction of its
+    # writes is for).
+    sent = fake.requests[0].body
+    assert SECRET.encode() not in sent and b"iVBORw0KGgo" not in sent
+    assert TOOL_RESULT.encode() not in sent
+    # No secret anywhere in the workspace (notes, dialog, pending log, inbox...).
+    assert SECRET not in all_text(root)
+    assert "[REDACTED]" in note
+
+    items = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert len(items) == 1 and items[0]["kind"] == "auto_memory"
+    assert note_rel in items[0]["changes"] and items[0]["job_id"] == second["job_id"]
+    # Immediately searchable.
+    hits = d.call("memory.search", {"agent_id": "w", "query": "bike"})["results"]
+    assert any(h["path"] == note_rel for h in hits)
+    after = add(d, "s1", [])
+    assert after["pending_turns"] == 0 and after["user_turns_total"] == 2
+
+
+def test_one_note_per_session_and_no_overwrite_across_sessions(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(write_note("trips", "- Plans a trip to Rome"), done())
+    a1 = add(d, "alice", turn("I plan a trip to Rome in May."), flush=True)
+    assert wait_job(d, a1["job_id"])["state"] == "succeeded"
+    # Another session's model picks the same name: it gets a new file.
+    fake.script(write_note("trips", "- Goes hiking in Norway"), done())
+    b1 = add(d, "bob", turn("I go hiking in Norway."), flush=True)
+    assert wait_job(d, b1["job_id"])["result"]["note"] == f"memory/{today()}/trips-2.md"
+    # The same session writing under another name updates its own note.
+    fake.script(write_note("rome-plans", "- Plans a trip to Rome in May\n- Flies on the 3rd"),
+                done())
+    a2 = add(d, "alice", turn("I fly on the 3rd."), flush=True)
+    assert wait_job(d, a2["job_id"])["result"]["note"] == f"memory/{today()}/trips.md"
+
+    day = root / "memory" / today()
+    notes = sorted(p.name for p in day.glob("*.md"))
+    assert notes == ["index.md", "trips-2.md", "trips.md"]
+    alice = (day / "trips.md").read_text()
+    bob = (day / "trips-2.md").read_text()
+    assert parse_frontmatter(alice)[0]["session_id"] == "alice"
+    assert "Flies on the 3rd" in alice and "Norway" not in alice
+    assert parse_frontmatter(bob)[0]["session_id"] == "bob" and "Norway" in bob
+    # The existing note was shown to the model so it could merge.
+    prompt = fake.requests[-2].json["messages"][1]["content"]
+    assert "Plans a trip to Rome" in prompt and "I fly on the 3rd" in prompt
+    index = (day / "index.md").read_text()
+    assert "(trips.md)" in index and "(trips-2.md)" in index
+
+
+def test_tools_refuse_other_sessions_and_outside_paths(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(write_note("bob-note", "- Bob likes tea"), done())
+    assert wait_job(d, add(d, "bob", turn("I like tea."), flush=True)["job_id"])[
+        "state"] == "succeeded"
+    bob_rel = f"memory/{today()}/bob-note.md"
+    fake.script(
+        Reply(json=chat_answer(None, [
+            tool_call("edit", {"path": bob_rel, "old": "tea", "new": "coffee"}, "c1"),
+            tool_call("edit", {"path": "../outside.md", "old": "a", "new": "b"}, "c2"),
+            tool_call("frontmatter_update", {"path": "mem_metadata/x.md", "changes": {}}, "c3"),
+            tool_call("write", {"path": "memory/x.md", "content": "x"}, "c4"),
+        ])),
+        done("nothing to save"),
+    )
+    job = wait_job(d, add(d, "eve", turn("hello"), flush=True)["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["changed"] == []
+    assert "coffee" not in (root / bob_rel).read_text()
+    assert not (tmp_path / "outside.md").exists() and not (root / "memory/x.md").exists()
+    answers = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert len(answers) == 4 and all(a.startswith("error:") for a in answers)
+    assert "not this conversation's note" in answers[0]
+    # Nothing changed: no inbox item for this job.
+    items = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert [i["job_id"] for i in items] != [] and all(
+        i["job_id"] != job["job_id"] for i in items)
+
+
+def test_flush_idempotency_and_nothing_to_save(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=5))
+    r1 = add(d, "s", turn("Hi there."), request_id="req-1")
+    r1_again = add(d, "s", turn("Hi there."), request_id="req-1")
+    assert r1_again == r1
+    assert add(d, "s", [])["pending_turns"] == 1  # the retry added nothing
+    fake.script(done("nothing to save"))
+    f1 = add(d, "s", [], flush=True, request_id="req-2")
+    assert "job_id" in f1
+    assert add(d, "s", [], flush=True, request_id="req-2") == f1
+    job = wait_job(d, f1["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["changed"] == []
+    assert job["result"]["note"] is None
+    # Inbox only on change; the dialog is still saved; nothing pending any more.
+    assert d.call("inbox.list", {"agent_id": "w"})["items"] == []
+    assert "Hi there." in (root / "mem_session/dialog/s.jsonl").read_text()
+    assert not list((root / "memory").rglob("*.md"))
+    again = add(d, "s", [], flush=True)
+    assert again["pending_turns"] == 0 and "job_id" not in again
+    assert len([j for j in d.call("jobs.list", {"agent_id": "w"})["jobs"]
+                if j["kind"] == "auto_memory"]) == 1
+    with pytest.raises(InvalidParams):
+        add(d, "../x", turn("hi"))
+    with pytest.raises(InvalidParams):
+        add(d, "s", [{"role": "wizard", "content": "hi"}])
+
+
+@pytest.mark.parametrize(("replies", "error_part"), [
+    ([Reply(json=chat_answer(None, [tool_call("daily_write", "{not json")]))],
+     "not valid JSON"),
+    ([Reply(json={"id": "x", "object": "chat.completion", "choices": []})], "no choices"),
+    ([Reply(status=400)], "HTTP 400"),
+])
+def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path,
+        replies: list[Reply], error_part: str) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(*replies)
+    r = add(d, "s", turn("I live in Basel."), flush=True)
+    job = wait_job(d, r["job_id"])
+    assert job["state"] == "failed" and error_part in job["error"], job
+    assert job["error_code"] == -32003
+    assert add(d, "s", [])["pending_turns"] == 1  # nothing lost
+    assert not (root / "mem_session/dialog/s.jsonl").exists()
+    # The daemon keeps serving, and the next flush retries the same turns.
+    fake.script(write_note("home", "- Lives in Basel"), done())
+    retry = wait_job(d, add(d, "s", [], flush=True)["job_id"])
+    assert retry["state"] == "succeeded" and "Basel" in (root / retry["result"]["note"]).read_text()
+
+
+def test_server_error_is_retried(daemon_factory: Any, fake: FakeProvider,
+                                 tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(Reply(status=500), write_note("food", "- Likes ramen"), done())
+    job = wait_job(d, add(d, "s", turn("I like ramen."), flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    assert len([r for r in fake.requests if r.path.endswith("/chat/completions")]) == 3
+
+
+def test_no_chat_model_configured(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory/2026-01-02").mkdir(parents=True)
+    (root / "memory/2026-01-02/a.md").write_text("Granola for breakfast.\n")
+    d = daemon_factory(config(root, None, interval=1))
+    r = add(d, "s", turn("I eat granola."))
+    job = wait_job(d, r["job_id"])
+    assert job["state"] == "failed" and job["error"] == "no chat model configured"
+    assert job["error_code"] == -32003
+    # Everything else works: turns are kept, search answers.
+    assert add(d, "s", [])["pending_turns"] == 1
+    hits = d.call("memory.search", {"agent_id": "w", "query": "granola", "sync": True})
+    assert hits["results"][0]["path"] == "memory/2026-01-02/a.md"
+
+
+def test_pending_turns_survive_a_restart(daemon_factory: Any, fake: FakeProvider,
+                                         tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, fake, interval=0)
+    d = daemon_factory(cfg)
+    add(d, "s", turn("My sister is called Anna."), request_id="r1")
+    first = add(d, "s", turn("She lives in Graz."))
+    assert first["pending_turns"] == 2
+    assert d.stop() == 0
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert add(d2, "s", turn("My sister is called Anna."), request_id="r1")["pending_turns"] == 1
+    fake.script(write_note("family", "- Sister Anna lives in Graz"), done())
+    r = add(d2, "s", [], flush=True)
+    assert r["pending_turns"] == 2 and r["user_turns_total"] == 2
+    assert wait_job(d2, r["job_id"])["state"] == "succeeded"
+    prompt = fake.requests[-2].json["messages"][1]["content"]
+    assert "Anna" in prompt and "Graz" in prompt
