@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -593,3 +594,55 @@ def test_an_idle_daemon_uses_no_cpu(daemon: DaemonHandle) -> None:
     hz = os.sysconf("SC_CLK_TCK")
     # No polling loop anywhere: well under 2% of one core while nobody talks to it.
     assert used <= 0.02 * 2.0 * hz, f"{used} ticks in 2 s"
+
+
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+OTHER_UID = 54321
+
+
+def _as_other_user(socket_path: Path) -> str:
+    """Connect from a child running as another uid; return what it observed."""
+    code = (
+        "import os, socket, sys\n"
+        f"os.setgid({OTHER_UID}); os.setuid({OTHER_UID})\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10)\n"
+        "try:\n"
+        "    s.connect(sys.argv[1])\n"
+        "except PermissionError:\n"
+        "    print('permission denied'); sys.exit()\n"
+        "s.sendall(b'{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\",\"id\":1}\\n')\n"
+        "try:\n"
+        "    print('closed' if s.recv(100) == b'' else 'answered')\n"
+        "except ConnectionResetError:\n"
+        "    print('closed')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(socket_path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    return proc.stdout.strip() or proc.stderr
+
+
+@needs_root
+def test_other_users_cannot_reach_the_socket(daemon: DaemonHandle) -> None:
+    assert _as_other_user(daemon.socket_path) == "permission denied"
+
+
+@needs_root
+def test_other_users_are_refused_by_peer_credentials(daemon: DaemonHandle) -> None:
+    # Open the file-system gates on purpose: SO_PEERCRED must still say no.
+    os.chmod(daemon.socket_path.parent.parent, 0o711)
+    os.chmod(daemon.socket_path.parent, 0o711)
+    os.chmod(daemon.socket_path, 0o666)
+    assert _as_other_user(daemon.socket_path) == "closed"
+    assert server_stats(daemon)["rejected_peer_total"] == 1
+    assert daemon.call("daemon.ping")["pong"] is True
+
+
+@needs_root
+def test_socket_directory_of_another_user_is_refused(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    sock_dir = Path(env["XDG_RUNTIME_DIR"]) / "recalld"
+    sock_dir.mkdir(mode=0o700)
+    os.chown(sock_dir, OTHER_UID, OTHER_UID)
+    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"], wait=False)
+    assert d.proc.wait(timeout=30) == 1
+    assert f"belongs to uid {OTHER_UID}" in d.log()
