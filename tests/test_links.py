@@ -49,6 +49,13 @@ def test_no_links_and_odd_brackets() -> None:
     assert extract_links("a.md", "plain text\n[[]]\n[[unclosed\n[single]\n") == []
 
 
+def test_embeds_of_notes_count_and_attachments_do_not() -> None:
+    links = extract_links("a.md", "![[photo.png]] ![[digest/wiki/foo]] [[v2.3 notes]]\n")
+    assert [(lk.dst, lk.resolved) for lk in links] == [
+        ("digest/wiki/foo.md", True), ("v2.3 notes", False)
+    ]
+
+
 def _graph() -> LinkGraph:
     g = LinkGraph()
     g.add_file("a.md", [Link("a.md", "b.md", "link", 1), Link("a.md", "c.md", "parent", 2)])

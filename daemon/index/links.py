@@ -103,7 +103,11 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         typed = _TYPED_RE.match(line)
         kind = typed.group(1).strip().lower() if typed is not None else "link"
         for m in _WIKILINK_RE.finditer(line):
-            dst, resolved = normalize_target(m.group(2), resolve)
+            name = m.group(2).strip()
+            ext = posixpath.splitext(name)[1].lower()
+            if m.group(1) and ext and ext != ".md":
+                continue  # an embedded image or attachment, not a note
+            dst, resolved = normalize_target(name, resolve)
             if not dst or dst == path:
                 continue
             key = (dst, kind, number)
