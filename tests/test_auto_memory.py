@@ -9,6 +9,8 @@ everything written, malformed and failing model answers, no chat model configure
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +309,36 @@ def test_pending_turns_survive_a_restart(daemon_factory: Any, fake: FakeProvider
     assert wait_job(d2, r["job_id"])["state"] == "succeeded"
     prompt = fake.requests[-2].json["messages"][1]["content"]
     assert "Anna" in prompt and "Graz" in prompt
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "agent_loop.py"
+
+
+def test_example_agent_loop_runs_one_turn(daemon_factory: Any, fake: FakeProvider,
+                                          tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory/2026-03-04").mkdir(parents=True)
+    (root / "memory/2026-03-04/work.md").write_text("I work at Globex on the billing team.\n")
+    d = daemon_factory(config(root, fake, interval=5))
+    d.call("index.sync", {"agent_id": "w"})
+    fake.script(done("You work at Globex."))
+    env = {**d.env, "OPENAI_BASE_URL": f"{fake.url}/v1", "OPENAI_API_KEY": "k",
+           "MODEL": "m", "RECALLD_SOCKET": str(d.socket_path)}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--agent", "w", "--session", "demo",
+         "--once", "Where do I work at Globex?"],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "You work at Globex."
+    first = fake.requests[0].json
+    assert fake.requests[0].headers["authorization"] == "Bearer k"
+    injected = [m["content"] for m in first["messages"] if "<recalled-memory>" in m["content"]]
+    assert injected and "billing team" in injected[0]
+    # The turn went back to the daemon, and the exit flushed it into an auto_memory job.
+    jobs = [j for j in d.call("jobs.list", {"agent_id": "w"})["jobs"]
+            if j["kind"] == "auto_memory"]
+    assert len(jobs) == 1 and "auto_memory job" in proc.stderr
+    job = wait_job(d, jobs[0]["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["turns"] == 2
+    dialog = (root / "mem_session/dialog/demo.jsonl").read_text()
+    assert "Where do I work at Globex?" in dialog and "billing team" not in dialog
