@@ -304,3 +304,114 @@ def test_no_chat_model_and_cron_status(daemon_factory: DaemonFactory, tmp_path: 
     assert (daemon.data_dir / "state" / "scheduler.json").exists()
     info = open_ws(daemon, root, None, dream_cron_enabled=False)
     assert "next_run" not in info["dream"] and info["dream"]["enabled"] is False
+
+
+def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: FakeProvider,
+                                                   tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
+    write(root, a, "Fact one: the cat is called Miso.\n")
+    write(root, b, "Fact two.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                                     "content": "- the cat is called Miso", "reason": "fact"})]]
+    # a: tool call, then its final answer; b's first request hangs until cancelled.
+    fake.script(Reply(), Reply(), Reply(delay_s=30))
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
+    wait = time.monotonic() + 20
+    while fake.pending_script() and time.monotonic() < wait:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    job = daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
+    assert job["state"] == "cancelled", job
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert len(runs) == 1 and "digest/personal/cat.md" in runs[0]["files"]
+    assert "**CREATE** [[digest/personal/cat.md]]" in (
+        root / f"mem_metadata/dream/runs/{runs[0]['run_id']}.md").read_text()
+    assert (root / "digest/personal/cat.md").exists()
+    # The next run reads only the note that was not finished.
+    model.plan[b] = []
+    result = dream(daemon)
+    assert result["notes"] == 1
+    daemon.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
+    assert not (root / "digest/personal/cat.md").exists()
+
+
+# -- the pure parts -------------------------------------------------------------------------
+
+
+def test_node_format_keeps_foreign_fields_and_hand_sections() -> None:
+    from recalld.daemon.memory import digest
+
+    text = ("---\nname: Editor\nowner: me\nsources: [memory/2026-01-01/x.md]\n---\n"
+            "# Editor\n\nUses vim.\n\n## Notes by hand\n\nkeep me\n\n## Sources\n\n"
+            "- [[memory/2026-01-02/y.md]]\n")
+    node = digest.parse_node("digest/personal/editor.md", text)
+    assert node.sources == ["memory/2026-01-01/x.md", "memory/2026-01-02/y.md"]
+    assert "## Notes by hand" in node.content and node.extra == {"owner": "me"}
+    again = digest.parse_node(node.path, digest.render_node(node))
+    assert (again.content, again.sources, again.extra) == (node.content, node.sources,
+                                                           node.extra)
+    assert digest.slugify("咖啡 偏好!") == "咖啡-偏好"
+    assert digest.kept_fraction("- a\n- b\n- c\n- d", "* a\n  b  \nnew") == 0.5
+
+
+def test_integration_arguments_are_checked() -> None:
+    from recalld.daemon.memory import digest
+
+    def parse(**args: Any) -> digest.Integration:
+        return digest.parse_integration(args, digest_dir="digest",
+                                        allowed_sources=["memory/d/a.md"],
+                                        default_source="memory/d/a.md")
+
+    for bad in ({"action": "CREATE", "bucket": "personal", "node": "digest/../x.md"},
+                {"action": "CREATE", "bucket": "nope", "name": "x", "content": "c"},
+                {"action": "REFINE", "bucket": "wiki", "name": "x"},
+                {"action": 3, "bucket": "wiki"}):
+        with pytest.raises(digest.IntegrationError):
+            parse(**bad)
+    ok = parse(action="create", bucket="wiki", name="Hal", content="c",
+               sources=["memory/other.md", "[[memory/d/a.md]]"], related=["Build", "x/y"])
+    assert ok.sources == ("memory/d/a.md",) and ok.related == ("digest/wiki/build.md",)
+    assert ok.path == "digest/wiki/hal.md"
+    # REFINE at exactly half kept is allowed; below is refused.
+    node = digest.parse_node(ok.path, digest.integrate(None, ok, "2026-01-01").text or "")
+    grown = dataclasses_replace(ok, action="REFINE", content="- a\n- b")
+    node.content = "- a\n- x\n- y\n- z"
+    assert digest.integrate(node, grown, "2026-01-02").status == "refused"
+    node.content = "- a\n- x"
+    assert digest.integrate(node, grown, "2026-01-02").status == "applied"
+
+
+def dataclasses_replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_interests_round_trip_and_decay() -> None:
+    from recalld.daemon.memory import interests
+
+    text = interests.render_interests({"tea": 0.8, 'say "hi"': 0.3}, "2026-01-01")
+    assert interests.parse_interests(text) == {"tea": 0.8, 'say "hi"': 0.3}
+    refreshed = interests.refresh(interests.parse_interests(text), {"rust": 0.6, "tea": 0.5})
+    assert refreshed == {"tea": 0.72, "rust": 0.6, 'say "hi"': 0.27}
+    assert interests.refresh({"old": 0.04}, {}) == {}
+
+
+def test_undo_refuses_records_pointing_outside_the_digest(tmp_path: Path) -> None:
+    from recalld.daemon.memory import changelog
+
+    runs = tmp_path / "mem_metadata/dream/runs"
+    run = changelog.RunLog("20260101T000000Z-abcdef", "s", "manual")
+    run.record_write("digest/wiki/a.md", None, b"new")
+    changelog.write_run(runs, run)
+    (tmp_path / "digest/wiki").mkdir(parents=True)
+    (tmp_path / "digest/wiki/a.md").write_bytes(b"new")
+    record = orjson.loads((runs / f"{run.run_id}.json").read_bytes())
+    record["files"]["../outside.md"] = record["files"].pop("digest/wiki/a.md")
+    (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
+    with pytest.raises(RecalldError, match="outside digest"):
+        changelog.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t")
+    assert (tmp_path / "digest/wiki/a.md").read_bytes() == b"new"

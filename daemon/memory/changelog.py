@@ -150,11 +150,11 @@ def load_run(directory: Path, run_id: str) -> dict[str, Any]:
 
 def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
     try:
-        names = sorted((n for n in os.listdir(directory) if n.endswith(".json")), reverse=True)
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
     except FileNotFoundError:
         return []
     out = []
-    for name in names[:limit]:
+    for name in names:
         try:
             data = load_run(directory, name.removesuffix(".json"))
         except RecalldError:
@@ -162,7 +162,9 @@ def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
         out.append({"run_id": data["run_id"], "started": data.get("started"),
                     "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
                     "files": sorted(data.get("files", {})), "undone": data.get("undone")})
-    return out
+    # Ids of runs started in the same second do not sort by time; the start stamps do.
+    out.sort(key=lambda r: (str(r["started"]), r["run_id"]), reverse=True)
+    return out[:limit]
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
