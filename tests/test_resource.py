@@ -157,3 +157,12 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     assert job["state"] == "succeeded", job
     assert job["result"]["outcomes"] == {"processed": 1}
     assert catalog(root)["resource/b.txt"]["state"] == "processed"
+
+    # Input to the model is bounded; the note says it saw only the first part.
+    write(root, "resource/2026-11-03/big.txt", "lorem ipsum " * 5000)
+    wait_for(state_is(root, "resource/2026-11-03/big.txt", "processed"))
+    fields, _ = note_of(root, "resource/2026-11-03/big.txt")
+    assert fields["truncated_input"] is True and fields["date"] == "2026-11-03"
+    last = [r.json for r in fake.requests if r.path.endswith("/chat/completions")][-1]
+    prompt = last["messages"][-1]["content"]
+    assert "first part only" in prompt and len(prompt) < 16_000 + 200

@@ -99,7 +99,11 @@ def changed_notes(root: Path, daily_dir: str,
             if not name.endswith(".md") or name.startswith(".") or name == "index.md":
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-            text = read_confined(root, rel)
+            try:
+                text = read_confined(root, rel)
+            except RecalldError as exc:  # too large, or a symbolic link: not ours to read
+                log.warning("dream skips %s: %s", rel, exc.message)
+                continue
             if text is None:
                 continue
             sha = sha256_text(text)
@@ -110,25 +114,30 @@ def changed_notes(root: Path, daily_dir: str,
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
-    """Names and descriptions of existing nodes, newest first (blocking)."""
-    found: list[tuple[float, dict[str, str]]] = []
+    """Names and descriptions of the ``limit`` newest nodes (blocking)."""
+    found: list[tuple[int, str]] = []
     for bucket in digest.BUCKETS:
-        folder = root / digest_dir / bucket
         try:
-            entries = list(os.scandir(folder))
+            entries = list(os.scandir(root / digest_dir / bucket))
         except FileNotFoundError:
             continue
         for entry in entries:
-            if not entry.name.endswith(".md") or entry.name.startswith("."):
-                continue
-            rel = f"{digest_dir}/{bucket}/{entry.name}"
-            text = read_confined(root, rel, 64 * 1024) or ""
-            fields, _ = parse_frontmatter(text)
-            found.append((entry.stat().st_mtime, {
-                "path": rel, "name": str(fields.get("name") or entry.name[:-3]),
-                "description": str(fields.get("description") or "")}))
-    found.sort(key=lambda t: -t[0])
-    return [d for _, d in found[:limit]]
+            if entry.name.endswith(".md") and not entry.name.startswith("."):
+                try:
+                    found.append((entry.stat().st_mtime_ns, f"{digest_dir}/{bucket}/{entry.name}"))
+                except FileNotFoundError:
+                    continue
+    found.sort(reverse=True)
+    out = []
+    for _, rel in found[:limit]:  # only the listed nodes are read
+        try:
+            fields, _ = parse_frontmatter(read_confined(root, rel) or "")
+        except RecalldError:
+            fields = {}
+        out.append({"path": rel,
+                    "name": str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3]),
+                    "description": str(fields.get("description") or "")})
+    return out
 
 
 SYSTEM_PROMPT: Final = """\

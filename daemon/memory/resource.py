@@ -44,6 +44,7 @@ from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
 from recalld.daemon.providers.errors import ProviderError
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,10 @@ class ResourceCatalog:
         link = f"[[{rec['path']}]]"
         for n in range(1, 100):
             candidate = f"{base}.md" if n == 1 else f"{base}-{n}.md"
-            existing = await trio.to_thread.run_sync(read_confined, self.ws.root, candidate)
+            try:
+                existing = await trio.to_thread.run_sync(read_confined, self.ws.root, candidate)
+            except RecalldError:
+                continue  # unreadable (too large, a link): not ours, take another name
             if existing is None or parse_frontmatter(existing)[0].get("source_resource") == link:
                 return candidate
         raise RuntimeError(f"no free note name for {rec['path']}")
