@@ -243,28 +243,29 @@ def test_flush_idempotency_and_nothing_to_save(
         add(d, "s", [{"role": "wizard", "content": "hi"}])
 
 
-@pytest.mark.parametrize(("replies", "error_part"), [
-    ([Reply(json=chat_answer(None, [tool_call("daily_write", "{not json")]))],
-     "not valid JSON"),
-    ([Reply(json={"id": "x", "object": "chat.completion", "choices": []})], "no choices"),
-    ([Reply(status=400)], "HTTP 400"),
-])
 def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path,
-        replies: list[Reply], error_part: str) -> None:
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     d = daemon_factory(config(root, fake, interval=0))
-    fake.script(*replies)
-    r = add(d, "s", turn("I live in Basel."), flush=True)
-    job = wait_job(d, r["job_id"])
-    assert job["state"] == "failed" and error_part in job["error"], job
-    assert job["error_code"] == -32003
-    assert add(d, "s", [])["pending_turns"] == 1  # nothing lost
-    assert not (root / "mem_session/dialog/s.jsonl").exists()
+    add(d, "s", turn("I live in Basel."))
+    for reply, error_part in [
+        (Reply(json=chat_answer(None, [tool_call("daily_write", "{not json")])),
+         "not valid JSON"),
+        (Reply(json={"id": "x", "object": "chat.completion", "choices": []}), "no choices"),
+        (Reply(raw=b"<html>oops</html>"), "not valid JSON"),
+        (Reply(status=400), "HTTP 400"),
+    ]:
+        fake.script(reply)
+        job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
+        assert job["state"] == "failed" and error_part in job["error"], job
+        assert job["error_code"] == -32003
+        assert add(d, "s", [])["pending_turns"] == 1  # nothing lost
+        assert not (root / "mem_session/dialog/s.jsonl").exists()
     # The daemon keeps serving, and the next flush retries the same turns.
     fake.script(write_note("home", "- Lives in Basel"), done())
     retry = wait_job(d, add(d, "s", [], flush=True)["job_id"])
     assert retry["state"] == "succeeded" and "Basel" in (root / retry["result"]["note"]).read_text()
+    assert add(d, "s", [])["pending_turns"] == 0
 
 
 def test_server_error_is_retried(daemon_factory: Any, fake: FakeProvider,
@@ -342,3 +343,24 @@ def test_example_agent_loop_runs_one_turn(daemon_factory: Any, fake: FakeProvide
     assert job["state"] == "succeeded" and job["result"]["turns"] == 2
     dialog = (root / "mem_session/dialog/demo.jsonl").read_text()
     assert "Where do I work at Globex?" in dialog and "billing team" not in dialog
+
+
+def test_cancel_mid_job_leaves_no_partial_files_and_keeps_turns(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(write_note("plans", "- Moves to Bern"), Reply(delay_s=30, json=chat_answer("x")))
+    r = add(d, "s", turn("I move to Bern."), flush=True)
+    end = time.monotonic() + 20
+    while len(fake.requests) < 2:  # the note is written, the model is thinking again
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    job = d.call("jobs.cancel", {"agent_id": "w", "job_id": r["job_id"]})
+    assert job["state"] == "cancelled"
+    assert not [p for p in root.rglob("*") if p.name.startswith(".") and ".tmp-" in p.name]
+    # The note written before the cancel is whole; the turns stay pending for a re-run.
+    note = root / "memory" / today() / "plans.md"
+    assert note.read_text().endswith("- Moves to Bern\n")
+    assert add(d, "s", [])["pending_turns"] == 1
+    assert d.call("inbox.list", {"agent_id": "w"})["items"] == []
+    assert d.call("daemon.ping")["pong"] is True
