@@ -610,10 +610,10 @@ def _as_other_user(socket_path: Path) -> str:
         "    s.connect(sys.argv[1])\n"
         "except PermissionError:\n"
         "    print('permission denied'); sys.exit()\n"
-        "s.sendall(b'{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\",\"id\":1}\\n')\n"
         "try:\n"
+        "    s.sendall(b'{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\",\"id\":1}\\n')\n"
         "    print('closed' if s.recv(100) == b'' else 'answered')\n"
-        "except ConnectionResetError:\n"
+        "except (ConnectionResetError, BrokenPipeError):\n"
         "    print('closed')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(socket_path)],
