@@ -198,6 +198,7 @@ def test_tools_refuse_other_sessions_and_outside_paths(
             tool_call("edit", {"path": "../outside.md", "old": "a", "new": "b"}, "c2"),
             tool_call("frontmatter_update", {"path": "mem_metadata/x.md", "changes": {}}, "c3"),
             tool_call("write", {"path": "memory/x.md", "content": "x"}, "c4"),
+            tool_call("read", {"path": "mem_session/dialog/bob.jsonl"}, "c5"),
         ])),
         done("nothing to save"),
     )
@@ -206,7 +207,7 @@ def test_tools_refuse_other_sessions_and_outside_paths(
     assert "coffee" not in (root / bob_rel).read_text()
     assert not (tmp_path / "outside.md").exists() and not (root / "memory/x.md").exists()
     answers = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
-    assert len(answers) == 4 and all(a.startswith("error:") for a in answers)
+    assert len(answers) == 5 and all(a.startswith("error:") for a in answers)
     assert "not this conversation's note" in answers[0]
     # Nothing changed: no inbox item for this job.
     items = d.call("inbox.list", {"agent_id": "w"})["items"]

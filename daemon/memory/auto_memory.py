@@ -50,7 +50,7 @@ from recalld.daemon.memory.llm import chat_client_for, run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id, store_of
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import InvalidParams, JobFailed
+from recalld.ipc.errors import InvalidParams, JobFailed, NotAllowed
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,13 @@ class _SessionTools:
             refusal = await self._own(str(args.get("path", "")))
             if refusal is not None:
                 return f"error: {refusal}"
-        elif name != "read":
+        elif name == "read":
+            # Notes only: not other sessions' dialogs, resources or derived state.
+            try:
+                self.ops.check_writable(str(args.get("path", "")))
+            except (InvalidParams, NotAllowed) as exc:
+                return f"error: {exc.message}"
+        else:
             return f"error: unknown tool {name!r}"
         return await self.ops.call_tool(name, args)
 
