@@ -11,8 +11,8 @@ workspace's status: ``clean`` only when nothing is pending and the last disk sca
 the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
 ``degraded`` when persisting fails, the watcher failed or state was found corrupt and is
 not yet re-committed. It rescans the disk every ``HEALTH_SCAN_INTERVAL_S`` in a worker
-thread (and after every ``verify``) and stops by cancellation; nothing it does needs
-cleanup.
+thread, soon after the index applied changes, and after every ``verify`` and restore;
+it stops by cancellation and needs no cleanup.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from recalld.ipc.errors import UnknownWorkspace
 log = logging.getLogger(__name__)
 
 HEALTH_SCAN_INTERVAL_S = 60.0
+HEALTH_MIN_RESCAN_S = 2.0
+HEALTH_POLL_S = 0.5
 MAX_LISTED = 20  # paths shown per difference kind; counts are always complete
 
 
@@ -140,11 +142,23 @@ class Health:
             "last_errors": last_errors[-MAX_LISTED:],
         }
 
+    def _due(self) -> bool:
+        if self.scanned_at is None:
+            return True
+        age = time.time() - self.scanned_at
+        applied = self.index.watcher.status().get("last_change_applied") or 0.0
+        # Rescan soon after the index changed (so disk counts stay current), but at most
+        # every HEALTH_MIN_RESCAN_S; and every HEALTH_SCAN_INTERVAL_S regardless.
+        return age >= HEALTH_SCAN_INTERVAL_S or (
+            applied >= self.scanned_at and age >= HEALTH_MIN_RESCAN_S)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.scan()
         task_status.started()
         while True:
-            await trio.sleep(HEALTH_SCAN_INTERVAL_S)
+            await trio.sleep(HEALTH_POLL_S)
+            if not self._due():
+                continue
             try:
                 await self.scan()
             except OSError as exc:

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import orjson
 import trio
 
+from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import DROPPED_TOPIC, EventBus, Subscription
 from recalld.daemon.listener import BoundSocket, bind_listener
@@ -372,11 +374,16 @@ class Connection:
         server = self.server
         server.requests_total += 1
         server.calls_in_flight += 1
+        started = time.perf_counter()
+        label = request.method
         try:
             result = await server._dispatch(request, self)
         except Exception as exc:
             err = _as_recalld_error(exc)
             server.errors_total += 1
+            if isinstance(err, errors.MethodNotFound):
+                label = "unknown"  # made-up names must not grow the metric table
+            metrics.count("recalld_rpc_errors_total", labels={"method": label})
             if err is None:
                 log.exception("method %s failed", request.method)
                 response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
@@ -386,6 +393,8 @@ class Connection:
             response = result_response(request.id, result)
         finally:
             server.calls_in_flight -= 1
+            metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
+                            {"method": label})
         return None if request.is_notification else response
 
     async def send(self, data: bytes) -> bool:

@@ -200,6 +200,53 @@ def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
     return Call("events.subscribe", {"topics": list(topics)}, _as_dict)
 
 
+def backup_create(
+    agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False
+) -> Call[dict[str, Any]]:
+    """``backup.create``: zip the agents' Markdown, sessions and resources (all open
+    workspaces by default) into ``out`` or ``<data_dir>/backups/``."""
+    return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
+                                         include_derived=include_derived or None), _as_dict)
+
+
+def backup_list() -> Call[dict[str, Any]]:
+    """``backup.list``: the archives in the backups folder and the rollback record."""
+    return Call("backup.list", {}, _as_dict)
+
+
+def backup_verify(file: str) -> Call[dict[str, Any]]:
+    """``backup.verify``: check an archive completely (structure, limits, checksums)."""
+    return Call("backup.verify", {"file": file}, _as_dict)
+
+
+def backup_restore(
+    file: str, agents: Sequence[str] | None = None, snapshot: bool = True
+) -> Call[dict[str, Any]]:
+    """``backup.restore``: validate, snapshot the current state, restore, reindex."""
+    return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
+                                          snapshot=None if snapshot else False), _as_dict)
+
+
+def backup_rollback() -> Call[dict[str, Any]]:
+    """``backup.rollback``: restore the snapshot taken before the last restore."""
+    return Call("backup.rollback", {}, _as_dict)
+
+
+def index_verify(agent_id: str) -> Call[dict[str, Any]]:
+    """``index.verify``: compare derived state with the Markdown; report differences."""
+    return Call("index.verify", _params(agent_id=agent_id), _as_dict)
+
+
+def index_compact(agent_id: str) -> Call[dict[str, Any]]:
+    """``index.compact``: merge the keyword index now and commit a generation."""
+    return Call("index.compact", _params(agent_id=agent_id), _as_dict)
+
+
+def metrics() -> Call[dict[str, Any]]:
+    """``daemon.metrics``: counters, gauges and latency histograms."""
+    return Call("daemon.metrics", {}, _as_dict)
+
+
 #: Wire name of every method above, for docs and tests.
 METHODS: dict[str, str] = {
     builder.__name__: builder(*args).method
@@ -209,6 +256,9 @@ METHODS: dict[str, str] = {
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
+        (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
+        (backup_restore, ("f",)), (backup_rollback, ()), (index_verify, ("a",)),
+        (index_compact, ("a",)), (metrics, ()),
     )
 }
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.service import WorkspaceIndex
@@ -131,6 +132,7 @@ async def search(
     for r in results:
         r["rendered"] = render(r, hybrid=hybrid)
     took_ms = (time.perf_counter() - started) * 1000
+    metrics.observe("recalld_search_seconds", took_ms / 1000)
     log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",
              agent_id, len(vector_hits), len(keyword_hits), len(results), took_ms)
     return {

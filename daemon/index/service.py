@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.persist import IndexStore, LoadReport, snapshot
 from recalld.daemon.index.state import ApplyStats, Filters, IndexState, Prepared, prepare
@@ -108,11 +109,14 @@ class WorkspaceIndex:
         ordered = sorted(paths)
         for start in range(0, len(ordered), PREPARE_BATCH):
             batch = ordered[start:start + PREPARE_BATCH]
+            started = time.monotonic()
             digests = {p: self.state.digest_of(p) for p in batch}
             prepared = await trio.to_thread.run_sync(
                 self._prepare_batch, self.state, batch, digests, limiter=self._cpu
             )
             stats: ApplyStats = await self._locked(self.state.apply, prepared)
+            metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
+            metrics.count("recalld_index_apply_files_total", len(batch))
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted
                 self._mark_dirty()

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import trio
 
+from recalld.daemon import metrics
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.breaker import CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
@@ -186,13 +187,18 @@ class EmbeddingClient:
         budget = self.config.max_input_length
         prepared = [truncate_to_budget(t, budget) or " " for t in texts]
         parts: list[F32] = []
+        started = time.monotonic()
         try:
             for start in range(0, len(prepared), self.max_batch_size):
                 batch = prepared[start:start + self.max_batch_size]
                 parts.append(await self._embed_batch(batch, kind))
         except ProviderError as exc:
             self.last_error = self._redact(str(exc))
+            metrics.count("recalld_embed_errors_total")
             raise
+        finally:
+            metrics.observe("recalld_embed_seconds", time.monotonic() - started)
+        metrics.count("recalld_embed_texts_total", len(texts))
         self.last_ok = time.time()
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows

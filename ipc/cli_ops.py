@@ -1,0 +1,350 @@
+"""Operations commands of the ``recalld`` CLI: backup, verify, compact, metrics, doctor,
+and the human form of ``status``.
+
+:func:`add_parsers` adds the subcommands to the main parser; :data:`HANDLERS` maps each
+to its handler with the same signature as the other commands (client, namespace, out,
+as_json) -> exit status. Errors raise :mod:`recalld.ipc.errors` exceptions, which the main
+``run`` turns into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+from recalld.ipc import _methods, errors
+from recalld.ipc._methods import Call
+from recalld.ipc.client import Client
+from recalld.ipc.doctor import Doctor
+from recalld.ipc.doctor import render as render_doctor
+from recalld.ipc.render import _cell, _uptime, print_json, table
+
+T = TypeVar("T")
+DEFAULT_AGENT = "default"
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+
+
+def _call(client: Client, call: Call[T]) -> T:
+    return client._run(call)
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add the operations subcommands to ``sub`` (the main parser's subparsers)."""
+
+    def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_, description=help_, parents=[common])
+        return parser
+
+    bk = add(sub, "backup", "back up, verify, restore or roll back workspaces")
+    bk_sub = bk.add_subparsers(dest="backup_command", required=True, metavar="ACTION")
+    create = add(bk_sub, "create", "write a zip of the agents' Markdown, sessions, resources")
+    create.add_argument("--agent", action="append", dest="agents", metavar="A",
+                        help="only this agent (repeatable; default: every open workspace)")
+    create.add_argument("--out", metavar="FILE", help="zip to write (default: data dir)")
+    create.add_argument("--include-derived", action="store_true",
+                        help="also store the derived index state (it can be rebuilt)")
+    add(bk_sub, "list", "list the backups in the data dir")
+    verify = add(bk_sub, "verify", "check a backup completely (structure, sizes, checksums)")
+    verify.add_argument("file")
+    restore = add(bk_sub, "restore", "restore a backup (a snapshot is taken first)")
+    restore.add_argument("file", nargs="?", help="zip path, or a name from `backup list`")
+    restore.add_argument("--agent", action="append", dest="agents", metavar="A",
+                         help="only this agent (repeatable; default: all in the backup)")
+    restore.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    restore.add_argument("--no-snapshot", action="store_true",
+                         help="skip the pre-restore snapshot (no rollback possible)")
+    restore.add_argument("--rollback", action="store_true",
+                         help="undo the last restore from its pre-restore snapshot")
+    rollback = add(bk_sub, "rollback", "undo the last restore from its pre-restore snapshot")
+    rollback.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    for name, help_ in (("verify", "check an agent's derived index against its Markdown"),
+                        ("compact", "merge an agent's keyword index now and save it")):
+        p = add(sub, name, help_)
+        p.add_argument("--agent", default=DEFAULT_AGENT)
+
+    metrics = add(sub, "metrics", "show counters and latency histograms")
+    metrics.add_argument("--prometheus", action="store_true",
+                         help="Prometheus text exposition format")
+    add(sub, "doctor", "check the environment (socket, limits, disk, service) and advise")
+
+
+# ------------------------------------------------------------------------------ backup
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise errors.InvalidParams("cancelled; nothing was changed")
+
+
+def _local_or_name(file: str) -> str:
+    # A path that exists here is sent absolute; a bare name means the daemon's backups dir.
+    path = Path(file).expanduser()
+    if path.exists() or "/" in file:
+        return str(path.absolute())
+    return file
+
+
+def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    action = ns.backup_command
+    result: dict[str, Any]
+    if action == "create":
+        outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
+        result = _call(client, _methods.backup_create(ns.agents, outfile, ns.include_derived))
+        if not as_json:
+            out.write(f"wrote {result['file']}: {result['members']} file(s) of "
+                      f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
+    elif action == "list":
+        result = _call(client, _methods.backup_list())
+        if not as_json:
+            rows = [{"name": b["name"], "created_at": b.get("created"),
+                     "agents": ",".join(b.get("agents", [])), "files": b.get("members"),
+                     "size": b["size"], "note": b.get("note") or b.get("error", "")}
+                    for b in result.get("backups", [])]
+            out.write(f"backups in {result.get('dir')}:\n")
+            out.write(table(rows, ["name", "created_at", "agents", "files", "size", "note"])
+                      if rows else "none\n")
+            if result.get("rollback"):
+                out.write(f"rollback available: {result['rollback']['snapshot']}\n")
+    elif action == "verify":
+        result = _call(client, _methods.backup_verify(_local_or_name(ns.file)))
+        if not as_json:
+            out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
+                      f"{', '.join(sorted(result.get('agents', {})))}\n")
+    elif action == "rollback" or (action == "restore" and ns.rollback):
+        listed = _call(client, _methods.backup_list())
+        record = listed.get("rollback")
+        if not record:
+            raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
+        _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
+                 ns.yes)
+        result = _call(client, _methods.backup_rollback())
+        if not as_json:
+            out.write(_restored_text(result, "rolled back"))
+    else:
+        if not ns.file:
+            raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
+        name = _local_or_name(ns.file)
+        checked = _call(client, _methods.backup_verify(name))
+        agents = ns.agents or sorted(checked.get("agents", {}))
+        _confirm(f"Restore {checked['members']} file(s) over agent(s) {', '.join(agents)}? "
+                 "Files they have that the backup lacks are removed.", ns.yes)
+        result = _call(client, _methods.backup_restore(name, ns.agents,
+                                                       snapshot=not ns.no_snapshot))
+        if not as_json:
+            out.write(_restored_text(result, "restored"))
+    if as_json:
+        print_json(out, result)
+    return EXIT_OK
+
+
+def _restored_text(result: Mapping[str, Any], verb: str) -> str:
+    lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r['removed']} removed"
+             for r in result.get("restored", [])]
+    if result.get("snapshot"):
+        lines.append(f"snapshot of the previous state: {result['snapshot']} "
+                     "(undo with: recalld backup rollback)")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- maintenance
+
+
+def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    result = _call(client, _methods.index_verify(ns.agent))
+    if as_json:
+        print_json(out, result)
+    else:
+        out.write(f"{ns.agent}: {'ok' if result['ok'] else 'DIFFERENCES FOUND'} "
+                  f"({result['files_on_disk']} files on disk, {result['files_indexed']} "
+                  f"indexed, {result['chunks']['chunks']} chunks)\n")
+        for key in ("not_indexed", "indexed_but_gone", "stat_differs", "content_differs"):
+            item = result.get(key) or {}
+            if item.get("count"):
+                out.write(f"  {key.replace('_', ' ')}: {item['count']}: "
+                          f"{', '.join(item['paths'])}\n")
+        if not result.get("chunks_consistent", True):
+            out.write(f"  chunk bookkeeping inconsistent: {_cell(result['chunks'])}\n")
+        gen = result.get("generation") or {}
+        if not gen.get("ok"):
+            out.write(f"  committed state: {_cell(gen)}\n")
+    return EXIT_OK if result.get("ok") else EXIT_ERROR
+
+
+def _compact(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    result = _call(client, _methods.index_compact(ns.agent))
+    if as_json:
+        print_json(out, result)
+    else:
+        before, after = result.get("keyword_before", {}), result.get("keyword_after", {})
+        out.write(f"{ns.agent}: compacted keyword index (dead rows {before.get('dead_rows')} -> "
+                  f"{after.get('dead_rows')}, delta docs {before.get('delta_docs')} -> "
+                  f"{after.get('delta_docs')}), generation {result.get('generation')}\n")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> str:
+    pairs = [*((str(k), str(v)) for k, v in sorted(labels.items())), *extra]
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+
+
+def _number(value: Any) -> str:
+    if value == "+Inf" or (isinstance(value, float) and math.isinf(value)):
+        return "+Inf"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def prometheus_text(families: Sequence[Mapping[str, Any]]) -> str:
+    """The text exposition format (version 0.0.4) of ``daemon.metrics`` families."""
+    lines: list[str] = []
+    for fam in families:
+        name, kind = str(fam["name"]), str(fam["type"])
+        help_ = str(fam.get("help", name)).replace("\\", "\\\\").replace("\n", "\\n")
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+        for sample in fam.get("samples", []):
+            labels = sample.get("labels") or {}
+            if kind == "histogram":
+                for le, count in sample["buckets"]:
+                    lines.append(f"{name}_bucket{_labels(labels, [('le', _number(le))])} "
+                                 f"{_number(count)}")
+                lines.append(f"{name}_sum{_labels(labels)} {_number(float(sample['sum']))}")
+                lines.append(f"{name}_count{_labels(labels)} {_number(sample['count'])}")
+            else:
+                lines.append(f"{name}{_labels(labels)} {_number(float(sample['value']))}")
+    return "\n".join(lines) + "\n"
+
+
+def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    result = _call(client, _methods.metrics())
+    families = result.get("families", [])
+    if ns.prometheus:
+        out.write(prometheus_text(families))
+    elif as_json:
+        print_json(out, result)
+    else:
+        for fam in families:
+            for s in fam.get("samples", []):
+                labels = _labels(s.get("labels") or {})
+                if fam["type"] == "histogram":
+                    n = s["count"]
+                    mean = s["sum"] / n * 1000 if n else 0.0
+                    out.write(f"{fam['name']}{labels}: {n} calls, mean {mean:.3f} ms\n")
+                else:
+                    out.write(f"{fam['name']}{labels}: {_number(float(s['value']))}\n")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------ doctor, status
+
+
+def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    doctor = Doctor(client.socket_path, timeout_s=client.timeout_s)
+    checks = doctor.checks()
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        print_json(out, {"ok": not failed, "checks": [c.as_dict() for c in checks]})
+    else:
+        out.write(render_doctor(checks))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, int):
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def render_status(status: Mapping[str, Any], socket_path: str) -> str:
+    """Per workspace: health, files on disk vs indexed, chunks, pending, watcher, disk use."""
+    lines = [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
+             f"up {_uptime(status.get('uptime_s'))})",
+             f"  socket: {status.get('socket_path', socket_path)}",
+             f"  data:   {status.get('data_dir', '-')}"]
+    for name, value in (status.get("queues") or {}).items():
+        if isinstance(value, dict):
+            shown = ", ".join(f"{k}={_cell(v, k)}" for k, v in value.items()
+                              if not isinstance(v, dict | list))
+            lines.append(f"  {name}: {shown}")
+    rows, notes = [], []
+    for ws in status.get("workspaces") or []:
+        agent = ws.get("agent_id", "?")
+        h = ws.get("health") or {}
+        idx = ws.get("index") or {}
+        watcher = idx.get("watcher") or {}
+        rows.append({
+            "agent": agent,
+            "state": ws.get("state"),
+            "health": h.get("state", "-"),
+            "files": f"{_cell(h.get('files_on_disk'))}/{_cell(idx.get('files'))}",
+            "chunks": idx.get("chunks"),
+            "pending": idx.get("pending_changes"),
+            "watcher": watcher.get("state"),
+            "derived": _size(h.get("derived_bytes")),
+            "path": ws.get("path"),
+        })
+        for reason in h.get("reasons") or []:
+            notes.append(f"  {agent}: {reason}")
+        if h.get("unindexed_paths"):
+            notes.append(f"  {agent}: not indexed: {', '.join(h['unindexed_paths'])}")
+        if isinstance(h.get("vectors"), dict):
+            notes.append(f"  {agent} vectors: " + ", ".join(
+                f"{k}={_cell(v, k)}" for k, v in h["vectors"].items()
+                if not isinstance(v, dict | list)))
+        for err in h.get("last_errors") or []:
+            notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
+                         f"{err.get('what')}: {err.get('error')}")
+        if ws.get("error"):
+            notes.append(f"  {agent}: {ws['error']}")
+    lines += ["", f"workspaces ({len(rows)}):"]
+    text = "\n".join(lines) + "\n"
+    if rows:
+        text += table(rows, ["agent", "state", "health", "files", "chunks", "pending",
+                             "watcher", "derived", "path"])
+        text += "  (files: on disk/indexed)\n"
+    return text + "".join(n + "\n" for n in notes)
+
+
+def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    status = client.status()
+    if as_json:
+        print_json(out, status)
+    else:
+        out.write(render_status(dict(status), str(client.socket_path)))
+    return EXIT_OK
+
+
+HANDLERS: dict[str, Handler] = {
+    "backup": _backup,
+    "verify": _verify,
+    "compact": _compact,
+    "metrics": _metrics,
+    "doctor": _doctor,
+    "status": _status,
+}

@@ -1,0 +1,280 @@
+"""``recalld doctor``: check the environment the daemon runs in and say what to fix.
+
+Each check returns ok, warn, fail or skip with a one-line detail and, unless ok, the
+command or setting that fixes it. The checks only read: file modes, /proc limits, free
+space, the daemon's own status, and (when present) ``systemctl --user`` and ``loginctl``
+with short timeouts. Runs in the client process; imports nothing from the daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from recalld.ipc import errors, paths
+from recalld.ipc.client import Client
+
+COMMAND_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 3.0
+DISK_FAIL_BYTES = 100 << 20
+DISK_WARN_BYTES = 1 << 30
+UNIT_NAMES = ("recalld.service", "recalld.socket")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class Doctor:
+    """Runs the checks for one socket path and environment."""
+
+    def __init__(self, socket_path: Path, environ: Mapping[str, str] | None = None,
+                 *, timeout_s: float = 10.0,
+                 run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None
+                 ) -> None:
+        self.socket_path = socket_path
+        self.env = os.environ if environ is None else environ
+        self.timeout_s = timeout_s
+        self._run = run or _run
+        self.status: dict[str, Any] | None = None
+        self.workspaces: list[dict[str, Any]] = []
+
+    def checks(self) -> list[Check]:
+        out = [self.socket_dir(), self.socket(), self.daemon()]
+        out += self.health()
+        out += [self.inotify(), self.disk(), *self.providers(), self.unit(), self.enabled(),
+                self.linger()]
+        return out
+
+    # -- the socket -----------------------------------------------------------------
+    def socket_dir(self) -> Check:
+        d = self.socket_path.parent
+        try:
+            st = d.lstat()
+        except FileNotFoundError:
+            return Check("socket_dir", "warn", f"{d} does not exist (daemon never started?)",
+                         "start the daemon: recalld serve (or systemctl --user start recalld)")
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            return Check("socket_dir", "fail", f"{d} is not a plain directory",
+                         f"remove {d} and restart the daemon")
+        if st.st_uid != os.getuid():
+            return Check("socket_dir", "fail", f"{d} belongs to uid {st.st_uid}",
+                         f"remove {d} and restart the daemon as yourself")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o077:
+            return Check("socket_dir", "fail",
+                         f"{d} has mode {mode:04o}; other users may reach the socket",
+                         f"chmod 700 {d}")
+        return Check("socket_dir", "ok", f"{d} mode {mode:04o}")
+
+    def socket(self) -> Check:
+        s = self.socket_path
+        try:
+            st = s.lstat()
+        except FileNotFoundError:
+            return Check("socket", "warn", f"no socket at {s}",
+                         "start the daemon: recalld serve (or systemctl --user start recalld)")
+        if not stat.S_ISSOCK(st.st_mode):
+            return Check("socket", "fail", f"{s} is not a socket", f"remove {s}")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o177:
+            return Check("socket", "fail", f"{s} has mode {mode:04o}", f"chmod 600 {s}")
+        return Check("socket", "ok", f"{s} mode {mode:04o}")
+
+    def daemon(self) -> Check:
+        try:
+            with Client(self.socket_path, timeout_s=self.timeout_s,
+                        connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+                self.status = dict(client.status())
+                self.workspaces = [dict(w) for w in client.workspace_list()]
+        except errors.DaemonNotRunning:
+            return Check("daemon", "fail", f"no daemon answers on {self.socket_path}",
+                         "recalld serve (or systemctl --user start recalld.socket "
+                         "recalld.service)")
+        except (errors.RecalldError, TimeoutError, OSError) as exc:
+            return Check("daemon", "fail", f"the daemon did not answer: {exc}",
+                         "see journalctl --user -u recalld")
+        s = self.status
+        return Check("daemon", "ok", f"recalld {s.get('version')} pid {s.get('pid')}, "
+                                     f"{len(s.get('workspaces') or [])} workspace(s)")
+
+    def health(self) -> list[Check]:
+        out = []
+        for ws in (self.status or {}).get("workspaces") or []:
+            agent = ws.get("agent_id", "?")
+            h = ws.get("health") or {}
+            state = h.get("state")
+            if ws.get("state") == "failed":
+                out.append(Check(f"workspace {agent}", "fail", f"failed: {ws.get('error')}",
+                                 f"recalld workspace open {agent}"))
+            elif state == "degraded":
+                out.append(Check(f"workspace {agent}", "fail",
+                                 "degraded: " + "; ".join(h.get("reasons") or []),
+                                 f"recalld verify --agent {agent}; recalld reindex --agent "
+                                 f"{agent}"))
+            elif state == "pending":
+                out.append(Check(f"workspace {agent}", "warn",
+                                 "pending: " + "; ".join(h.get("reasons") or []),
+                                 "wait a moment; if it persists: recalld reindex --agent "
+                                 f"{agent}"))
+            elif state == "clean":
+                out.append(Check(f"workspace {agent}", "ok",
+                                 f"{h.get('files_indexed')} files, {h.get('chunks')} chunks"))
+        return out
+
+    # -- the machine ----------------------------------------------------------------
+    def _watched_roots(self) -> list[Path]:
+        roots = []
+        for ws in self.workspaces:
+            settings = ws.get("settings") or {}
+            base = Path(str(ws.get("path", "")))
+            for key in ("daily_dir", "digest_dir", "resource_dir"):
+                if settings.get(key):
+                    roots.append(base / str(settings[key]))
+        if not roots:
+            roots = [paths.data_dir(self.env) / "workspaces"]
+        return roots
+
+    def inotify(self) -> Check:
+        try:
+            limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text().strip())
+        except (OSError, ValueError):
+            return Check("inotify", "skip", "no /proc/sys/fs/inotify (not Linux?)")
+        dirs = sum(1 for root in self._watched_roots() for _ in _dirs(root))
+        fix = ("echo fs.inotify.max_user_watches=524288 | sudo tee "
+               "/etc/sysctl.d/90-recalld.conf && sudo sysctl --system")
+        detail = f"{dirs} watched directories, max_user_watches={limit}"
+        if dirs >= limit:
+            return Check("inotify", "fail", detail + " (changes go unseen until a rescan)", fix)
+        if dirs > limit // 2:
+            return Check("inotify", "warn", detail + " (shared with every other program)", fix)
+        return Check("inotify", "ok", detail)
+
+    def disk(self) -> Check:
+        target = Path(str((self.status or {}).get("data_dir") or paths.data_dir(self.env)))
+        probe = target
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        usage = shutil.disk_usage(probe)
+        detail = f"{usage.free >> 20} MiB free of {usage.total >> 20} MiB at {probe}"
+        fix = f"free space on the file system of {target}"
+        if usage.free < DISK_FAIL_BYTES:
+            return Check("disk", "fail", detail, fix)
+        if usage.free < DISK_WARN_BYTES or usage.free < usage.total // 20:
+            return Check("disk", "warn", detail, fix)
+        return Check("disk", "ok", detail)
+
+    def providers(self) -> list[Check]:
+        urls: dict[str, str] = {}
+        for ws in self.workspaces:
+            settings = ws.get("settings") or {}
+            for key in ("embedding_model_config", "chat_model_config"):
+                cfg = settings.get(key) or {}
+                if isinstance(cfg, dict) and cfg.get("base_url") and cfg.get("model_name"):
+                    urls.setdefault(str(cfg["base_url"]), f"{key} of {ws.get('agent_id')}")
+        if not urls:
+            return [Check("providers", "skip", "no embedding or chat provider configured")]
+        out = []
+        for url, who in sorted(urls.items()):
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                with socket.create_connection((parts.hostname or "", port), CONNECT_TIMEOUT_S):
+                    pass
+            except OSError as exc:
+                out.append(Check("provider", "fail", f"{url} ({who}) unreachable: {exc}",
+                                 "check base_url, the network, or start the local server"))
+                continue
+            out.append(Check("provider", "ok", f"{url} ({who}) accepts connections"))
+        return out
+
+    # -- systemd --------------------------------------------------------------------
+    def _unit_dir(self) -> Path:
+        base = self.env.get("XDG_CONFIG_HOME") or str(
+            Path(self.env.get("HOME", "~")).expanduser() / ".config")
+        return Path(base) / "systemd" / "user"
+
+    def unit(self) -> Check:
+        unit_dir = self._unit_dir()
+        missing = [n for n in UNIT_NAMES if not (unit_dir / n).is_file()]
+        if missing:
+            return Check("unit", "warn", f"{', '.join(missing)} not in {unit_dir}",
+                         "recalld install-service")
+        return Check("unit", "ok", f"units installed in {unit_dir}")
+
+    def _bus(self) -> bool:
+        runtime = self.env.get("XDG_RUNTIME_DIR")
+        return bool(self.env.get("DBUS_SESSION_BUS_ADDRESS")) or bool(
+            runtime and Path(runtime, "bus").exists())
+
+    def enabled(self) -> Check:
+        if shutil.which("systemctl") is None:
+            return Check("enabled", "skip", "systemctl not found: cannot check the service")
+        if not self._bus():
+            return Check("enabled", "skip", "no user D-Bus session reachable (no "
+                         "XDG_RUNTIME_DIR/bus): cannot ask systemd --user")
+        try:
+            proc = self._run(["systemctl", "--user", "is-enabled", *UNIT_NAMES])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Check("enabled", "skip", f"systemctl --user did not answer: {exc}")
+        states = proc.stdout.split()
+        if proc.returncode == 0 and states and all(s == "enabled" for s in states):
+            return Check("enabled", "ok", "recalld.socket and recalld.service are enabled")
+        return Check("enabled", "warn", f"is-enabled says: {' '.join(states) or 'nothing'}",
+                     "systemctl --user enable --now recalld.socket recalld.service")
+
+    def linger(self) -> Check:
+        if shutil.which("loginctl") is None:
+            return Check("linger", "skip", "loginctl not found")
+        user = pwd.getpwuid(os.getuid()).pw_name
+        try:
+            proc = self._run(["loginctl", "show-user", user, "-p", "Linger"])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Check("linger", "skip", f"loginctl did not answer: {exc}")
+        value = proc.stdout.strip().partition("=")[2]
+        if proc.returncode != 0 or not value:
+            return Check("linger", "skip", "loginctl knows no session of this user")
+        if value == "yes":
+            return Check("linger", "ok", "lingering: the daemon runs without a login")
+        return Check("linger", "warn", "not lingering: the daemon stops at logout",
+                     f"loginctl enable-linger {user}")
+
+
+def _dirs(root: Path) -> Any:
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        yield dirpath
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          timeout=COMMAND_TIMEOUT_S)
+
+
+def render(checks: list[Check]) -> str:
+    marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+    lines = []
+    for c in checks:
+        lines.append(f"[{marks.get(c.status, c.status)}] {c.name}: {c.detail}")
+        if c.fix and c.status in ("warn", "fail"):
+            lines.append(f"       fix: {c.fix}")
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    lines.append(f"{failed} problem(s), {warned} warning(s)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,258 @@
+"""Operations through a real daemon and the real CLI: verify, compact, metrics, doctor,
+status, and the backup commands; plus truthful health on an index whose watcher misses
+a change (a silent change source, as when inotify drops events)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+from conftest import DaemonHandle
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.maintenance import Health, verify
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watchsource import ScriptedChangeSource
+from recalld.daemon.workspaces import Workspace
+
+
+def cli(d: DaemonHandle, *args: str, stdin: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recalld.ipc", "--socket", str(d.socket_path), *args],
+        env=env or d.env, capture_output=True, text=True, timeout=60,
+        input=stdin if stdin is not None else "", check=False)
+
+
+def note(d: DaemonHandle, rel: str, text: str, agent: str = "default") -> Path:
+    path = d.data_dir / "workspaces" / agent / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_verify_reports_damaged_derived_state_and_compact_repairs_it(
+        daemon: DaemonHandle) -> None:
+    for i in range(6):
+        note(daemon, f"memory/2026-07-0{i + 1}/n.md", f"# Day {i}\n\nwalrus number {i}\n")
+    daemon.call("index.sync", {"agent_id": "default"})
+    ws = daemon.data_dir / "workspaces" / "default"
+    (ws / "memory/2026-07-01/n.md").unlink()  # a deletion leaves a dead keyword row
+    daemon.call("index.sync", {"agent_id": "default"})
+    deadline_commit = daemon.call("index.compact", {"agent_id": "default"})
+    assert deadline_commit["keyword_after"]["dead_rows"] == 0
+    report = daemon.call("index.verify", {"agent_id": "default"})
+    assert report["ok"] is True, report
+    assert report["files_on_disk"] == report["files_indexed"] == 5
+    assert report["generation"]["records"]["catalog"] == 5
+
+    mirror = ws / "mem_metadata" / "file_store" / "file_chunks_default_v1.jsonl.zst"
+    mirror.unlink()
+    damaged = daemon.call("index.verify", {"agent_id": "default"})
+    assert damaged["ok"] is False
+    assert "missing" in damaged["generation"]["mirror_problems"].values()
+    proc = cli(daemon, "verify")
+    assert proc.returncode == 1 and "DIFFERENCES FOUND" in proc.stdout
+
+    compacted = daemon.call("index.compact", {"agent_id": "default"})
+    assert compacted["generation"] > deadline_commit["generation"]
+    assert mirror.is_file()
+    assert daemon.call("index.verify", {"agent_id": "default"})["ok"] is True
+    proc = cli(daemon, "verify")
+    assert proc.returncode == 0 and "default: ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+PROM_LINE = re.compile(r'^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+-]+|\+Inf)$')
+
+
+def test_metrics_count_rpc_search_and_apply_and_print_prometheus(daemon: DaemonHandle) -> None:
+    note(daemon, "digest/wiki/x.md", "the quokka is a marsupial\n")
+    for _ in range(3):
+        daemon.call("daemon.ping")
+    daemon.call("memory.search", {"agent_id": "default", "query": "quokka", "sync": True})
+    try:
+        daemon.call("no.such_method")
+    except Exception as exc:
+        assert "not found" in str(exc)
+    families = {f["name"]: f for f in daemon.call("daemon.metrics")["families"]}
+    rpc = {s["labels"]["method"]: s for s in families["recalld_rpc_seconds"]["samples"]}
+    assert rpc["daemon.ping"]["count"] >= 3
+    assert "no.such_method" not in rpc and rpc["unknown"]["count"] == 1
+    assert families["recalld_search_seconds"]["samples"][0]["count"] == 1
+    assert families["recalld_index_apply_seconds"]["samples"][0]["count"] >= 1
+    files = families["recalld_workspace_files"]["samples"]
+    assert files == [{"labels": {"agent_id": "default"}, "value": 1.0}]
+
+    proc = cli(daemon, "metrics", "--prometheus")
+    assert proc.returncode == 0, proc.stderr
+    types: dict[str, str] = {}
+    buckets: dict[str, list[float]] = {}
+    counts: dict[str, float] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+            continue
+        if line.startswith("# HELP "):
+            continue
+        m = PROM_LINE.match(line)
+        assert m, f"not exposition format: {line!r}"
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert base in types or name in types, f"{name} has no # TYPE"
+        if name.endswith("_bucket"):
+            key = base + re.sub(r',?le="[^"]*"', "", labels)
+            buckets.setdefault(key, []).append(float(value))
+            assert 'le="' in labels
+        elif name.endswith("_count") and types.get(base) == "histogram":
+            counts[base + labels] = float(value)
+    assert types["recalld_rpc_seconds"] == "histogram"
+    assert types["recalld_workspace_files"] == "gauge"
+    for key, series in buckets.items():
+        assert series == sorted(series), f"{key} buckets must be cumulative"
+        # The +Inf bucket equals _count.
+        assert series[-1] == counts[key.replace("{}", "")], key
+    assert 'recalld_rpc_seconds_bucket{method="daemon.ping",le="+Inf"}' in proc.stdout
+
+
+def test_doctor_finds_a_wrong_socket_dir_mode_and_a_missing_unit(
+        daemon: DaemonHandle) -> None:
+    proc = cli(daemon, "doctor", "--json")
+    report = orjson.loads(proc.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert proc.returncode == 0 and report["ok"] is True, proc.stdout
+    assert checks["socket_dir"]["status"] == "ok" and checks["socket"]["status"] == "ok"
+    assert checks["daemon"]["status"] == "ok"
+    assert checks["workspace default"]["status"] == "ok"
+    assert checks["unit"]["status"] == "warn"
+    assert checks["unit"]["fix"] == "recalld install-service"
+    assert checks["inotify"]["status"] in ("ok", "warn", "skip")
+
+    sock_dir = daemon.socket_path.parent
+    os.chmod(sock_dir, 0o755)
+    try:
+        proc = cli(daemon, "doctor")
+    finally:
+        os.chmod(sock_dir, 0o700)
+    assert proc.returncode == 1
+    assert "[FAIL] socket_dir" in proc.stdout and f"chmod 700 {sock_dir}" in proc.stdout
+
+    installed = cli(daemon, "install-service", "--write-only")
+    assert installed.returncode == 0, installed.stderr
+    checks = {c["name"]: c for c in orjson.loads(cli(daemon, "doctor", "--json").stdout)
+              ["checks"]}
+    assert checks["unit"]["status"] == "ok"
+
+    daemon.stop()
+    proc = cli(daemon, "doctor", "--json")
+    checks = {c["name"]: c for c in orjson.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1 and checks["daemon"]["status"] == "fail"
+    assert "recalld serve" in checks["daemon"]["fix"]
+
+
+def test_status_shows_health_files_and_watcher(daemon: DaemonHandle) -> None:
+    note(daemon, "memory/2026-07-01/a.md", "# A\n\nalpha\n")
+    daemon.call("index.sync", {"agent_id": "default"})
+    daemon.call("index.compact", {"agent_id": "default"})  # commits derived state now
+    daemon.call("index.verify", {"agent_id": "default"})  # also refreshes the disk scan
+    status = daemon.call("daemon.status")
+    health = status["workspaces"][0]["health"]
+    assert health["state"] == "clean" and health["files_on_disk"] == 1
+    assert health["derived_bytes"] > 0
+    proc = cli(daemon, "status")
+    assert proc.returncode == 0, proc.stderr
+    header, row = [ln for ln in proc.stdout.splitlines() if ln.startswith(("AGENT", "default"))]
+    assert header.split() == ["AGENT", "STATE", "HEALTH", "FILES", "CHUNKS", "PENDING",
+                              "WATCHER", "DERIVED", "PATH"]
+    assert row.split()[:7] == ["default", "ready", "clean", "1/1", "1", "0", "watching"]
+
+
+def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
+                                                    tmp_path: Path) -> None:
+    original = note(daemon, "digest/personal/a.md", "I keep bees.\n")
+    out = tmp_path / "b.zip"
+    made = cli(daemon, "backup", "create", "--agent", "default", "--out", str(out))
+    assert made.returncode == 0 and out.is_file(), made.stderr
+    listed = orjson.loads(cli(daemon, "backup", "list", "--json").stdout)
+    assert listed["backups"] == []  # --out wrote outside the backups dir
+    assert cli(daemon, "backup", "verify", str(out)).stdout.startswith("ok: ")
+
+    original.write_text("I keep wasps now.\n")
+    refused = cli(daemon, "backup", "restore", str(out))
+    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert original.read_text() == "I keep wasps now.\n"
+
+    done = cli(daemon, "backup", "restore", str(out), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "recalld backup rollback" in done.stdout
+    assert original.read_text() == "I keep bees.\n"
+    hits = daemon.call("memory.search", {"agent_id": "default", "query": "bees"})["results"]
+    assert [h["path"] for h in hits] == ["digest/personal/a.md"]
+
+    back = cli(daemon, "backup", "restore", "--rollback", "--yes")
+    assert back.returncode == 0, back.stderr
+    assert original.read_text() == "I keep wasps now.\n"
+    hits = daemon.call("memory.search", {"agent_id": "default", "query": "wasps"})["results"]
+    assert [h["path"] for h in hits] == ["digest/personal/a.md"]
+
+
+# --------------------------------------------------- health with a watcher that missed it
+
+
+async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-07-01").mkdir(parents=True)
+    (root / "memory" / "2026-07-01" / "seen.md").write_text("# Seen\n\nindexed at start\n")
+    ws = Workspace("w", root, WorkspaceSettings())
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    cpu = trio.CapacityLimiter(2)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu)
+    source = ScriptedChangeSource()
+    watcher_config = WatcherConfig(reconcile_interval_s=3600.0)
+    index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
+                            known=lambda: index.state.known(), source=source,
+                            config=watcher_config, limiter=cpu)
+    ws.attach("index", index)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        health = Health(ws, index, cpu)
+        await health.scan()
+        assert health.status()["state"] == "clean"
+
+        source.silent = True  # the kernel dropped the events (inotify overflow)
+        (root / "memory" / "2026-07-01" / "missed.md").write_text("# Missed\n\nunseen\n")
+        await health.scan()
+        status: dict[str, Any] = health.status()
+        assert status["state"] == "pending"
+        assert status["unindexed_paths"] == ["memory/2026-07-01/missed.md"]
+        assert status["files_on_disk"] == 2 and status["files_indexed"] == 1
+        report = await verify(ws, cpu)
+        assert report["ok"] is False
+        assert report["not_indexed"] == {"count": 1, "paths": ["memory/2026-07-01/missed.md"]}
+
+        # Same size and mtime but other bytes: only the content digest tells.
+        seen = root / "memory" / "2026-07-01" / "seen.md"
+        st = seen.stat()
+        seen.write_text("# Seen\n\nINDEXED AT START\n")
+        os.utime(seen, ns=(st.st_atime_ns, st.st_mtime_ns))
+        report = await verify(ws, cpu)
+        assert report["content_differs"]["paths"] == ["memory/2026-07-01/seen.md"]
+
+        await index.watcher.reconcile("test")  # what the periodic rescan does
+        assert health.status()["state"] == "clean"  # re-checked without a new scan
+        assert health.status()["unindexed"] == 0
+
+        index.persist_error = {"time": 1.0, "error": "disk full", "disk_full": True}
+        degraded = health.status()
+        assert degraded["state"] == "degraded"
+        assert degraded["last_errors"][-1]["error"] == "disk full"
+        index.persist_error = None
+        nursery.cancel_scope.cancel()
