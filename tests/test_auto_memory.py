@@ -365,3 +365,50 @@ def test_cancel_mid_job_leaves_no_partial_files_and_keeps_turns(
     assert add(d, "s", [])["pending_turns"] == 1
     assert d.call("inbox.list", {"agent_id": "w"})["items"] == []
     assert d.call("daemon.ping")["pong"] is True
+
+
+# -- the session store without a daemon ------------------------------------------------------
+
+
+def test_sanitize_messages_keeps_only_what_was_said() -> None:
+    from recalld.daemon.memory.sessions import sanitize_messages
+
+    out = sanitize_messages([
+        {"role": "system", "content": "system prompt"},
+        {"role": "developer", "content": "dev prompt"},
+        {"role": "user", "content": [{"type": "text", "text": "look"},
+                                     {"type": "image_url", "image_url": {"url": IMAGE}},
+                                     {"type": "tool_result", "content": TOOL_RESULT}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+        {"role": "tool", "content": TOOL_RESULT},
+        {"role": "function", "content": TOOL_RESULT},
+        {"role": "assistant", "content": f"inline {IMAGE} and <recalled-memory a=1>old"
+                                         f"</recalled-memory> kept, token={SECRET}"},
+    ])
+    assert out == [
+        {"role": "user", "content": "look\n[image omitted]"},
+        {"role": "assistant", "content": "inline [data omitted] and  kept, token=[REDACTED]"},
+    ]
+
+
+async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None:
+    from recalld.daemon.memory import sessions
+
+    path = tmp_path / "pending.jsonl"
+    store = sessions.SessionStore(path, "w")
+    await store.open()
+    for i in range(1100):
+        added = await store.add("s", turn(f"fact {i}"), f"r{i}", {"n": i})
+        await store.commit("s", added.upto)
+    a = await store.add("s", [{"role": "user", "content": [{"type": "image_url"}]}], None)
+    assert a.pending_turns == 1 and a.pending_messages == 1  # "[image omitted]" is kept
+    assert a.user_turns_total == 1101
+    store.close()
+    assert len(path.read_bytes().splitlines()) < 2200  # compacted along the way
+    again = sessions.SessionStore(path, "w")
+    await again.open()
+    info = again.info("s")
+    assert (info.pending_turns, info.user_turns_total) == (1, 1101)
+    assert again.answer_for("r1099") == {"n": 1099} and again.answer_for("r0") is None
+    assert [m["content"] for m in again.pending("s", info.upto)] == ["[image omitted]"]
+    again.close()

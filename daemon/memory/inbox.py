@@ -87,15 +87,7 @@ class Inbox:
         for bad in report.bad_lines:
             log.warning("inbox of %s: skipped a damaged record: %s", self.agent_id, bad)
         for rec in records:
-            if rec.get("op") == "push" and isinstance(rec.get("item"), dict):
-                item = dict(rec["item"])
-                if isinstance(item.get("id"), str):
-                    self._items[item["id"]] = item
-                    self._seq = max(self._seq, _seq_of(item["id"]))
-            elif rec.get("op") == "ack" and isinstance(rec.get("ids"), list):
-                for item_id in rec["ids"]:
-                    if item_id in self._items:
-                        self._items[item_id]["acked"] = True
+            self._apply(rec)
         self._lines = len(records)
         self._trim()
         self._open = True
@@ -147,8 +139,6 @@ class Inbox:
                 "acked": False,
             }
             await self._append([{"op": "push", "item": item}])
-            self._items[item["id"]] = item
-            self._trim()
         if self._publish is not None and self._push_enabled():
             try:
                 self._publish(INBOX_TOPIC, {"agent_id": self.agent_id, "item": dict(item)})
@@ -181,8 +171,6 @@ class Inbox:
         if new:
             async with self._lock:
                 await self._append([{"op": "ack", "ids": new, "time": self._wall()}])
-                for item_id in new:
-                    self._items[item_id]["acked"] = True
         return {"acked": known, "unknown": unknown}
 
     def status(self) -> dict[str, Any]:
@@ -199,12 +187,26 @@ class Inbox:
         """Append (caller holds the lock); compacts when the log grew large."""
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             await trio.to_thread.run_sync(self._log.append, records)
+            for rec in records:  # the in-memory effect is exactly what a replay does
+                self._apply(rec)
+            self._trim()
             self._lines += len(records)
             if self._lines > 2 * self._max_items + 100:
                 self._trim()
                 snapshot = [{"op": "push", "item": dict(i)} for i in self._items.values()]
                 await trio.to_thread.run_sync(self._log.rewrite, snapshot)
                 self._lines = len(snapshot)
+
+    def _apply(self, rec: Mapping[str, Any]) -> None:
+        if rec.get("op") == "push" and isinstance(rec.get("item"), dict):
+            item = dict(rec["item"])
+            if isinstance(item.get("id"), str):
+                self._items[item["id"]] = item
+                self._seq = max(self._seq, _seq_of(item["id"]))
+        elif rec.get("op") == "ack" and isinstance(rec.get("ids"), list):
+            for item_id in rec["ids"]:
+                if item_id in self._items:
+                    self._items[item_id]["acked"] = True
 
     def _trim(self) -> None:
         excess = len(self._items) - self._max_items

@@ -41,7 +41,7 @@ RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant
 _RECALL = re.compile(
     r"<(" + "|".join(map(re.escape, RECALL_TAGS)) + r")(?:\s[^>]*)?>.*?(?:</\1>|\Z)", re.S
 )
-_DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=\s]+")
+_DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
@@ -230,7 +230,10 @@ class SessionStore:
             raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             await trio.to_thread.run_sync(self._log.append, records)
+            for rec in records:  # the in-memory effect is exactly what a replay does
+                self._apply(rec)
             self._lines += len(records)
+            # Compact only after applying: the snapshot must include these records.
             if self._lines > 4 * (self._pending_count() + len(self._sessions)) + 2000:
                 snapshot = self._snapshot()
                 await trio.to_thread.run_sync(self._log.rewrite, snapshot)
@@ -283,7 +286,6 @@ class SessionStore:
                   request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
         """Sanitize and append ``messages``; user turns are counted before sanitizing."""
         clean = sanitize_messages(messages)
-        s = self._sessions.setdefault(session_id, _Session())
         stamped: list[dict[str, Any]] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
@@ -300,20 +302,13 @@ class SessionStore:
             user_seqs.append(self._seq)
         if not stamped and not user_seqs:
             return self._added(session_id)
-        n_user = count_user_turns(messages)
         record: dict[str, Any] = {"op": "turns", "session_id": session_id,
-                                  "messages": stamped, "user_turns": n_user,
+                                  "messages": stamped, "user_turns": count_user_turns(messages),
                                   "user_seqs": user_seqs, "upto": self._seq}
-        after = _Session(messages=[*s.messages, *stamped], committed=s.committed,
-                         submitted=s.submitted, last_job_id=s.last_job_id,
-                         user_turns_total=s.user_turns_total + n_user,
-                         user_seqs=[*s.user_seqs, *user_seqs])
         if request_id is not None:
             record["request_id"] = request_id
             record["answer"] = dict(answer or {})
         await self._append([record])
-        self._sessions[session_id] = after
-        self._remember(request_id, record.get("answer"))
         return self._added(session_id)
 
     async def mark_submitted(self, session_id: str, upto: int, job_id: str,
@@ -324,9 +319,6 @@ class SessionStore:
             rec["request_id"] = request_id
             rec["answer"] = dict(answer)
         await self._append([rec])
-        s = self._sessions.setdefault(session_id, _Session())
-        s.submitted, s.last_job_id = max(s.submitted, upto), job_id
-        self._remember(request_id, rec.get("answer"))
 
     async def remember(self, request_id: str | None, answer: Mapping[str, Any]) -> None:
         """Record the answer of a request that added nothing (a bare flush)."""
@@ -334,7 +326,6 @@ class SessionStore:
             return
         await self._append([{"op": "answer", "session_id": "", "request_id": request_id,
                              "answer": dict(answer)}])
-        self._remember(request_id, dict(answer))
 
     def pending(self, session_id: str, upto: int) -> list[dict[str, Any]]:
         """Uncommitted messages of the session with seq <= ``upto``, oldest first."""
@@ -353,9 +344,6 @@ class SessionStore:
         if upto <= s.committed:
             return
         await self._append([{"op": "commit", "session_id": session_id, "upto": upto}])
-        s.committed = upto
-        s.messages = [m for m in s.messages if m["seq"] > upto]
-        s.user_seqs = [x for x in s.user_seqs if x > upto]
 
     def job_lock(self, session_id: str) -> trio.Lock:
         """Serializes auto_memory jobs of one session (they update the same note)."""
