@@ -412,3 +412,24 @@ async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None
     assert again.answer_for("r1099") == {"n": 1099} and again.answer_for("r0") is None
     assert [m["content"] for m in again.pending("s", info.upto)] == ["[image omitted]"]
     again.close()
+
+
+def test_job_interrupted_by_a_crash_is_resumed(daemon_factory: Any, fake: FakeProvider,
+                                               tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, fake, interval=0)
+    d = daemon_factory(cfg)
+    fake.script(Reply(delay_s=30, json=chat_answer("x")))
+    r = add(d, "s", turn("I play the cello."), flush=True)
+    end = time.monotonic() + 20
+    while not fake.requests:
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    d.kill()
+    fake.script(write_note("music", "- Plays the cello"), done())
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    job = wait_job(d2, r["job_id"])
+    assert job["state"] == "succeeded" and job["resumed"] is True, job
+    assert "cello" in (root / job["result"]["note"]).read_text()
+    assert add(d2, "s", [])["pending_turns"] == 0
+    assert len(d2.call("inbox.list", {"agent_id": "w"})["items"]) == 1

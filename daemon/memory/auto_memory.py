@@ -50,13 +50,14 @@ from recalld.daemon.memory.llm import chat_client_for, run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id, store_of
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import InvalidParams, JobFailed, NotAllowed
+from recalld.ipc.errors import InvalidParams, JobFailed, NotAllowed, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8
 DEADLINE_S = 600.0
 MAX_PROMPT_CHARS = 60_000
+WORKSPACE_WAIT_S = 30.0
 
 SYSTEM_PROMPT = """\
 You keep the long-term memory of an assistant. From the conversation you are given, \
@@ -206,6 +207,19 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
     return result.changed
 
 
+async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: str,
+                          timeout_s: float = WORKSPACE_WAIT_S) -> Workspace:
+    """The workspace, waiting a little for it: a job resumed at daemon start may run
+    before its workspace has finished opening."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                return get_workspace(agent_id)
+            except UnknownWorkspace:
+                await trio.sleep(0.1)
+    return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
+
+
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     services: Mapping[str, Any],
                     today: Callable[[], dt.date] = dt.date.today) -> Callable[[JobContext], Any]:
@@ -215,7 +229,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
         params = job.params
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)
-        ws = get_workspace(job.agent_id)
+        ws = await _wait_workspace(get_workspace, job.agent_id)
         store = store_of(ws)
         async with store.job_lock(session_id):
             upto = params.get("upto")
