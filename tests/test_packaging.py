@@ -1,0 +1,148 @@
+"""Packaging: the sdist and wheel build from the tree, the wheel installs into a fresh venv
+(dependencies from the package index, as a person would get them), and the installed
+``recalld`` serves, answers ``status``, writes its user units and removes them again while
+the Markdown stays."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tracked_tree(dest: Path) -> None:
+    """Copy the files git knows (tracked or new, not ignored): what a clone would hold."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    for raw in listed:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = ROOT / rel
+        if not src.is_file():
+            continue  # deleted in the work tree
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = set()
+    for top, name in (("daemon", "recalld.daemon"), ("ipc", "recalld.ipc")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top).parts
+            found.add(".".join((name, *rel)))
+    assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _tracked_tree(src)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    # The PEP 517 hooks of the declared backend, run in the copy (they rewrite sys.argv).
+    build = (
+        "import sys; from setuptools import build_meta as b; out = sys.argv[1]; "
+        "print(b.build_sdist(out)); print(b.build_wheel(out))"
+    )
+    built = subprocess.run([sys.executable, "-c", build, str(dist)], cwd=src,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    sdist = next(dist.glob("recalld-*.tar.gz"))
+    wheel = next(dist.glob("recalld-*-py3-none-any.whl"), None)
+    assert wheel is not None, (built.stdout[-3000:], sorted(p.name for p in dist.iterdir()))
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    top = names[0].split("/")[0]
+    for needed in ("pyproject.toml", "README.md", "daemon/app.py", "ipc/cli.py"):
+        assert f"{top}/{needed}" in names, needed
+    with zipfile.ZipFile(wheel) as zf:
+        wheel_names = set(zf.namelist())
+    for needed in ("recalld/daemon/app.py", "recalld/daemon/backup.py", "recalld/ipc/cli.py",
+                   "recalld/daemon/py.typed", "recalld/ipc/py.typed"):
+        assert needed in wheel_names, needed
+    assert not any(n.startswith("tests/") for n in wheel_names)
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "-q",
+         str(wheel)], capture_output=True, text=True, timeout=240, check=False)
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-3000:]
+    recalld = venv / "bin" / "recalld"
+    assert recalld.is_file()
+
+    home = tmp_path / "home"
+    runtime = Path(tempfile.mkdtemp(prefix="rdp-", dir="/tmp"))
+    os.chmod(runtime, 0o700)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECALLD_", "NOTIFY_", "LISTEN_", "WATCHDOG_", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime),
+               XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
+               PATH=f"{venv / 'bin'}:/usr/bin:/bin")
+    note = home / "data" / "recalld" / "workspaces" / "default" / "memory" / "2026-07-23"
+    note.mkdir(parents=True)
+    (note / "a.md").write_text("# A\n\nthe installed daemon indexes this pangolin note\n")
+    log = (tmp_path / "serve.log").open("wb")
+    # Runs with cwd outside the tree, so only the installed copy can be imported.
+    proc = subprocess.Popen([str(recalld), "serve"], env=env, cwd=tmp_path, stdout=log,
+                            stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        status = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            got = subprocess.run([str(recalld), "status", "--json"], env=env, cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=30, check=False)
+            if got.returncode == 0:
+                status = orjson.loads(got.stdout)
+                break
+            time.sleep(0.2)
+        assert status is not None, (tmp_path / "serve.log").read_text()
+        assert status["version"] and status["pid"] == proc.pid
+        assert [w["agent_id"] for w in status["workspaces"]] == ["default"]
+        where = subprocess.run(
+            [str(venv / "bin" / "python"), "-c",
+             "import recalld.daemon.app as a; print(a.__file__)"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True)
+        assert where.stdout.startswith(str(venv)), where.stdout
+        found = subprocess.run([str(recalld), "search", "pangolin", "--sync", "--json"],
+                               env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=30, check=False)
+        assert found.returncode == 0, found.stderr
+        assert orjson.loads(found.stdout)["results"][0]["path"] == "memory/2026-07-23/a.md"
+
+        units = subprocess.run([str(recalld), "install-service", "--write-only"], env=env,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                               check=False)
+        assert units.returncode == 0, units.stderr
+        service = home / "config" / "systemd" / "user" / "recalld.service"
+        assert f"ExecStart={recalld} serve" in service.read_text()
+        removed = subprocess.run([str(recalld), "uninstall-service", "--write-only"], env=env,
+                                 cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                                 check=False)
+        assert removed.returncode == 0 and not service.exists()
+        assert (note / "a.md").is_file(), "uninstall keeps the Markdown"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        log.close()
+        shutil.rmtree(runtime, ignore_errors=True)
