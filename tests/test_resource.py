@@ -134,6 +134,18 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
     if items is not None:
         assert any(wanted["resource/2026-11-02/data.csv"] in i["changes"] for i in items)
 
+    # A folder moved out and another moved in.
+    (root / "resource/2026-11-01").rename(tmp_path / "moved-out")
+    (tmp_path / "incoming/sub").mkdir(parents=True)
+    (tmp_path / "incoming/sub/new.txt").write_text("moved in\n")
+    (tmp_path / "incoming").rename(root / "resource/2026-11-04")
+    wait_for(state_is(root, "resource/2026-11-01/deep/nested/x.md", "removed"))
+    wait_for(state_is(root, "resource/2026-11-04/sub/new.txt", "processed"))
+    assert catalog(root)["resource/2026-11-04/sub/new.txt"]["note"] == (
+        "memory/2026-11-04/resource-sub-new-txt.md")
+    moved_note = root / wanted["resource/2026-11-01/deep/nested/x.md"]
+    wait_for(lambda: "source_removed" in moved_note.read_text())
+
 
 def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
                                                         fake: FakeProvider,

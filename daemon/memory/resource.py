@@ -172,11 +172,11 @@ class ResourceCatalog:
         """Catalog what changed under resource/ (called by the watcher, never overlapping)."""
         todo = set()
         for rel in paths:
-            full = self.ws.root / rel
-            if await trio.to_thread.run_sync(full.is_dir):
-                # A directory event (a folder moved in or out) stands for its files.
+            # A directory event (a folder moved in or out) stands for the files below it,
+            # on disk and in the catalog.
+            todo |= {p for p in self.records if p.startswith(rel + "/")}
+            if await trio.to_thread.run_sync((self.ws.root / rel).is_dir):
                 todo |= set(await trio.to_thread.run_sync(_files_below, self.ws.root, rel))
-                todo |= {p for p in self.records if p.startswith(rel + "/")}
             else:
                 todo.add(rel)
         changed = False
