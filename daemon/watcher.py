@@ -1,6 +1,7 @@
 """Live watching of one workspace's Markdown roots, with reconcile scans as the safety net.
 
-Owns the change source (native inotify through watchfiles, or a scripted double in tests),
+Owns the change source (native inotify awaited by trio, watchfiles elsewhere, or a
+scripted double in tests),
 the pending set of changed paths, and reconcile scans. ``Watcher.run`` starts the source
 (restarted with exponential backoff after errors), a flush task that hands coalesced
 batches to the consumer, and a periodic reconcile task; it stops by cancellation. The
@@ -54,6 +55,14 @@ RunSync = Callable[..., Awaitable[Any]]
 
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
+
+
+def default_source() -> ChangeSource:
+    """inotify awaited by trio where the platform has it (no thread, no polling),
+    else watchfiles' notifier."""
+    from recalld.daemon import inotify
+
+    return inotify.InotifySource() if inotify.available() else WatchfilesSource()
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any,
@@ -127,7 +136,7 @@ class Watcher:
         self._roots = [self._workspace / r for r in self._root_rels]
         self._apply = apply
         self._known = known
-        self._source: ChangeSource = source if source is not None else WatchfilesSource()
+        self._source: ChangeSource = source if source is not None else default_source()
         self._config = config or WatcherConfig()
         self._limiter = limiter
         self._wall = wall

@@ -1,0 +1,202 @@
+"""The native change source on Linux: inotify, awaited by trio, no thread and no polling.
+
+watchfiles' notifier loops in a thread, waking every step to look for changes and for its
+stop event, so an idle daemon with many workspaces would still wake dozens of times a
+second. Here the inotify descriptor is registered with trio's I/O loop
+(``trio.lowlevel.wait_readable``): an idle workspace costs nothing, a change wakes the
+source at once, and cancellation is immediate.
+
+Owns one inotify instance per run with one watch per directory below the roots. New and
+moved-in directories get watches as they appear (their files are reported through the
+directory event; the watcher expands it). A directory moved away loses its watches, so
+stale paths never leak out. Queue overflow (``IN_Q_OVERFLOW``: the kernel dropped events)
+and a full watch table (``ENOSPC``: ``fs.inotify.max_user_watches``) raise
+:class:`WatchError`; the watcher then reconciles and restarts the source with backoff.
+Losing a root (deleted or moved) is reported as a deletion of the root itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import struct
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import trio
+from watchfiles import Change
+
+from recalld.daemon.watchsource import Emit, RawChange, WatchError
+
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_CLOSE_WRITE = 0x00000008
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_ISDIR = 0x40000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
+              | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
+_EVENT = struct.Struct("iIII")
+_READ_BYTES = 64 * 1024
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def available() -> bool:
+    """Whether this platform has inotify (Linux with a C library exposing it)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return hasattr(_libc(), "inotify_init1")
+    except OSError:
+        return False
+
+
+def parse_events(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """``(wd, mask, name)`` for each ``struct inotify_event`` in ``data``."""
+    offset = 0
+    while offset + _EVENT.size <= len(data):
+        wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        offset += _EVENT.size
+        raw = data[offset:offset + length]
+        offset += length
+        yield wd, mask, os.fsdecode(raw.split(b"\0", 1)[0])
+
+
+class _Inotify:
+    """One inotify instance and the directory each watch descriptor stands for."""
+
+    def __init__(self) -> None:
+        self._libc = _libc()
+        self._libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        self._libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise WatchError(f"inotify_init1 failed: {os.strerror(err)}")
+        self.fd: int = fd
+        self.paths: dict[int, str] = {}
+
+    def add_tree(self, top: str) -> None:
+        """Watch ``top`` and every directory below it (symlinks are not followed)."""
+        stack = [top]
+        while stack:
+            path = stack.pop()
+            if not self._add(path):
+                continue
+            try:
+                with os.scandir(path) as entries:
+                    stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue  # vanished or unreadable: its parent's events tell the rest
+
+    def _add(self, path: str) -> bool:
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
+        if wd < 0:
+            err = ctypes.get_errno()
+            if err == errno.ENOSPC:
+                raise WatchError(
+                    "inotify watch limit reached: raise fs.inotify.max_user_watches")
+            return False  # ENOENT/ENOTDIR: it went away before we got to it
+        self.paths[wd] = path
+        return True
+
+    def forget_tree(self, top: str) -> None:
+        """Drop the watches of ``top`` and below (it left the watched tree)."""
+        prefix = top + os.sep
+        for wd, path in list(self.paths.items()):
+            if path == top or path.startswith(prefix):
+                del self.paths[wd]
+                self._libc.inotify_rm_watch(self.fd, wd)
+
+    def read(self) -> bytes:
+        chunks = []
+        while True:
+            try:
+                data = os.read(self.fd, _READ_BYTES)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+            if len(data) < _READ_BYTES - 4096:
+                break
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        trio.lowlevel.notify_closing(self.fd)
+        os.close(self.fd)
+
+
+class InotifySource:
+    """The Linux change source (see the module docstring)."""
+
+    async def run(
+        self,
+        roots: Sequence[Path],
+        emit: Emit,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        notify = _Inotify()
+        try:
+            root_paths = {os.fspath(r) for r in roots}
+            for root in root_paths:
+                # Walking a large tree is disk work: keep it off the event loop.
+                await trio.to_thread.run_sync(notify.add_tree, root)
+            task_status.started()
+            while True:
+                await trio.lowlevel.wait_readable(notify.fd)
+                batch = self._translate(notify, notify.read(), root_paths)
+                if batch:
+                    emit(batch)
+        finally:
+            notify.close()
+
+    @staticmethod
+    def _translate(notify: _Inotify, data: bytes, roots: set[str]) -> set[RawChange]:
+        batch: set[RawChange] = set()
+        for wd, mask, name in parse_events(data):
+            if mask & IN_Q_OVERFLOW:
+                raise WatchError("inotify event queue overflowed; events were lost")
+            base = notify.paths.get(wd)
+            if base is None:
+                continue  # a watch we already dropped (IN_IGNORED and stragglers)
+            if mask & IN_IGNORED:
+                del notify.paths[wd]
+                if base in roots:
+                    batch.add((Change.deleted, base))
+                continue
+            if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                if base in roots:
+                    batch.add((Change.deleted, base))
+                continue
+            path = os.path.join(base, name) if name else base
+            if mask & IN_ISDIR:
+                if mask & (IN_CREATE | IN_MOVED_TO):
+                    notify.add_tree(path)
+                elif mask & IN_MOVED_FROM:
+                    notify.forget_tree(path)
+            if mask & (IN_CREATE | IN_MOVED_TO):
+                batch.add((Change.added, path))
+            elif mask & (IN_DELETE | IN_MOVED_FROM):
+                batch.add((Change.deleted, path))
+            else:
+                batch.add((Change.modified, path))
+        return batch

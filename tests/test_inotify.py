@@ -1,0 +1,127 @@
+"""The inotify change source on real directories (Linux)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from watchfiles import Change
+
+from recalld.daemon import inotify
+from recalld.daemon.watchsource import RawChange, WatchError
+
+pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.changes: set[RawChange] = set()
+        self.arrived = trio.Event()
+
+    def __call__(self, batch: set[RawChange]) -> None:
+        self.changes |= batch
+        self.arrived.set()
+
+    async def wait_for(self, *expected: RawChange) -> None:
+        with trio.fail_after(5):
+            while not set(expected) <= self.changes:
+                await self.arrived.wait()
+                self.arrived = trio.Event()
+
+
+async def started(nursery: trio.Nursery, roots: list[Path]) -> Collector:
+    collector = Collector()
+    await nursery.start(inotify.InotifySource().run, roots, collector)
+    return collector
+
+
+async def test_files_and_directories_are_reported(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    (root / "2026-01-01").mkdir(parents=True)
+    async with trio.open_nursery() as nursery:
+        seen = await started(nursery, [root])
+        note = root / "2026-01-01" / "a.md"
+        note.write_text("one")
+        await seen.wait_for((Change.added, str(note)))
+        with note.open("a") as fh:
+            fh.write("two")
+        await seen.wait_for((Change.modified, str(note)))
+        renamed = note.with_name("b.md")
+        note.rename(renamed)
+        await seen.wait_for((Change.deleted, str(note)), (Change.added, str(renamed)))
+
+        # A new directory is watched at once: a file written into it later is seen.
+        day = root / "2026-01-02"
+        day.mkdir()
+        await seen.wait_for((Change.added, str(day)))
+        late = day / "late.md"
+        late.write_text("x")
+        await seen.wait_for((Change.added, str(late)))
+
+        # Moving a directory within the tree keeps its files watched under the new name.
+        moved = root / "2026-01-03"
+        day.rename(moved)
+        await seen.wait_for((Change.deleted, str(day)), (Change.added, str(moved)))
+        (moved / "late.md").write_text("y")
+        await seen.wait_for((Change.modified, str(moved / "late.md")))
+
+        # Moved out: its watches go, no stale paths are reported afterwards.
+        outside = tmp_path / "outside"
+        moved.rename(outside)
+        await seen.wait_for((Change.deleted, str(moved)))
+        seen.changes.clear()
+        (outside / "late.md").write_text("z")
+        (root / "2026-01-01" / "b.md").unlink()
+        await seen.wait_for((Change.deleted, str(root / "2026-01-01" / "b.md")))
+        assert not any("outside" in p or "2026-01-03" in p for _, p in seen.changes)
+
+        # Moved in, with a file already inside: the directory event carries it.
+        incoming = tmp_path / "incoming"
+        incoming.mkdir()
+        (incoming / "c.md").write_text("c")
+        shutil.move(str(incoming), str(root / "2026-01-04"))
+        await seen.wait_for((Change.added, str(root / "2026-01-04")))
+        (root / "2026-01-04" / "c.md").write_text("cc")
+        await seen.wait_for((Change.modified, str(root / "2026-01-04" / "c.md")))
+        nursery.cancel_scope.cancel()
+
+
+async def test_losing_a_root_is_a_deletion_of_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "digest"
+    root.mkdir()
+    async with trio.open_nursery() as nursery:
+        seen = await started(nursery, [root])
+        shutil.rmtree(root)
+        await seen.wait_for((Change.deleted, str(root)))
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancel_is_immediate(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        await started(nursery, [tmp_path])
+        began = time.monotonic()
+        nursery.cancel_scope.cancel()
+    assert time.monotonic() - began < 1.0
+
+
+def test_overflow_is_a_watch_error() -> None:
+    notify = inotify._Inotify()
+    try:
+        data = struct.pack("iIII", -1, inotify.IN_Q_OVERFLOW, 0, 0)
+        with pytest.raises(WatchError, match="overflow"):
+            inotify.InotifySource._translate(notify, data, set())
+    finally:
+        os.close(notify.fd)
+
+
+def test_parse_events_reads_names_and_padding() -> None:
+    name = b"note.md" + b"\0" * 9
+    data = struct.pack("iIII", 3, inotify.IN_CREATE, 0, len(name)) + name
+    data += struct.pack("iIII", 4, inotify.IN_DELETE_SELF, 0, 0)
+    assert list(inotify.parse_events(data)) == [
+        (3, inotify.IN_CREATE, "note.md"), (4, inotify.IN_DELETE_SELF, "")]
