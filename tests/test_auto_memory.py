@@ -18,9 +18,17 @@ from typing import Any
 
 import orjson
 import pytest
+import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
+from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.memory import sessions
+from recalld.daemon.memory.llm import LoopFailed, run_tools
+from recalld.daemon.memory.sessions import sanitize_messages
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.retry import RetryPolicy
 from recalld.ipc.errors import InvalidParams
 
 SECRET = "sk-proj-" + "Zq8Lm3Nx7Vb2Kc5Hj1Gf4Dd9Ss6Aa0Pp"
@@ -371,8 +379,6 @@ def test_cancel_mid_job_leaves_no_partial_files_and_keeps_turns(
 
 
 def test_sanitize_messages_keeps_only_what_was_said() -> None:
-    from recalld.daemon.memory.sessions import sanitize_messages
-
     out = sanitize_messages([
         {"role": "system", "content": "system prompt"},
         {"role": "developer", "content": "dev prompt"},
@@ -392,8 +398,6 @@ def test_sanitize_messages_keeps_only_what_was_said() -> None:
 
 
 async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None:
-    from recalld.daemon.memory import sessions
-
     path = tmp_path / "pending.jsonl"
     store = sessions.SessionStore(path, "w")
     await store.open()
@@ -433,3 +437,57 @@ def test_job_interrupted_by_a_crash_is_resumed(daemon_factory: Any, fake: FakePr
     assert "cello" in (root / job["result"]["note"]).read_text()
     assert add(d2, "s", [])["pending_turns"] == 0
     assert len(d2.call("inbox.list", {"agent_id": "w"})["items"]) == 1
+
+
+# -- the tool loop on its own, against the loopback fake -------------------------------------
+
+
+@pytest.fixture
+async def bridge(nursery: trio.Nursery) -> ProviderBridge:
+    b = ProviderBridge()
+    await nursery.start(b.run)
+    return b
+
+
+def loop_client(fake: FakeProvider, bridge: ProviderBridge) -> ChatClient:
+    return ChatClient(ChatModelConfig(base_url=fake.url + "/v1", model_name="m"), bridge,
+                      policy=RetryPolicy(max_attempts=2, backoff_base_s=0.001,
+                                         backoff_max_s=0.002, deadline_s=10.0,
+                                         attempt_timeout_s=5.0), environ={})
+
+
+async def test_run_tools_loop_errors_to_model_and_step_limit(fake: FakeProvider,
+                                                             bridge: ProviderBridge) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def dispatch(name: str, arguments: Any) -> str:
+        calls.append((name, dict(arguments)))
+        if name == "boom":
+            raise RuntimeError("kaput")
+        return "ok " * 10_000  # long results are cut for the model
+
+    chat = loop_client(fake, bridge)
+    fake.script(Reply(json=chat_answer(None, [tool_call("boom", {"a": 1}, "c1"),
+                                              tool_call("fine", {}, "c2")])),
+                Reply(json=chat_answer("all done")))
+    steps: list[int] = []
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
+                          on_step=lambda n, _msg: steps.append(n))
+    assert res.finished and res.final_text == "all done" and res.steps == 2
+    assert res.tool_calls_made == ["boom", "fine"] and calls[0] == ("boom", {"a": 1})
+    tool_msgs = [m for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert tool_msgs[0] == {"role": "tool", "tool_call_id": "c1",
+                            "content": "error: RuntimeError: kaput"}
+    assert tool_msgs[1]["content"].endswith("[truncated]") and len(tool_msgs[1]["content"]) < 20_100
+    assert steps == [1, 2]
+
+    forever = Reply(json=chat_answer(None, [tool_call("fine", {})]))
+    fake.script(forever, forever, forever)
+    capped = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
+                             max_steps=3)
+    assert not capped.finished and capped.steps == 3 and capped.tool_calls_made == ["fine"] * 3
+
+    fake.script(Reply(delay_s=5, json=chat_answer("late")))
+    with pytest.raises(LoopFailed, match=r"did not finish within 0\.2 s"):
+        await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
+                        deadline_s=0.2)
