@@ -76,12 +76,22 @@ class Health:
         # (None: indexed but gone from disk). Re-checked cheaply on every status call.
         self._differs: dict[str, tuple[int, int] | None] = {}
         self.errors: list[dict[str, Any]] = []
+        self._first_seen: dict[str, float] = {}
+
+    def _note_errors(self) -> None:
+        error = self.index.watcher.status().get("last_error")
+        if error and error not in self._first_seen:
+            if len(self._first_seen) > MAX_LISTED:
+                self._first_seen.clear()
+            self._first_seen[error] = time.time()
 
     async def scan(self) -> None:
         disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
         meta = self.ws.root / self.ws.settings.metadata_dir
         self.derived_bytes = await trio.to_thread.run_sync(dir_bytes, meta, limiter=self._cpu)
-        known = self.index.state.known()
+        # Under the index lock: an apply mutates the state in a worker thread.
+        async with self.index._lock:
+            known = await trio.to_thread.run_sync(self.index.state.known)
         differs: dict[str, tuple[int, int] | None] = {
             p: st for p, st in disk.items() if known.get(p) != st}
         differs.update({p: None for p in known if p not in disk})
@@ -91,9 +101,16 @@ class Health:
 
     def unindexed(self) -> list[str]:
         """Paths that still differ from the index (as of the last scan)."""
-        known = self.index.state.known()
-        return sorted(p for p, st in self._differs.items()
-                      if (st is None and p in known) or (st is not None and known.get(p) != st))
+        if not self._differs:
+            return []
+        files = self.index.state.files  # lookups only: safe beside a running apply
+        out = []
+        for path, st in self._differs.items():
+            info = files.get(path)
+            if (st is None and info is not None) or (
+                    st is not None and (info is None or (info.mtime_ns, info.size) != st)):
+                out.append(path)
+        return sorted(out)
 
     def status(self) -> dict[str, Any]:
         idx = self.index.status()
@@ -120,8 +137,9 @@ class Health:
         if idx.get("persist_error"):
             last_errors.append({"what": "persist", **idx["persist_error"]})
         if watcher.get("last_error"):
+            # The watcher keeps no time for its errors; the poll loop notes when it saw one.
             last_errors.append({"what": "watcher", "error": watcher["last_error"],
-                                "time": watcher.get("last_error_time")})
+                                "time": self._first_seen.get(watcher["last_error"])})
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
@@ -157,6 +175,7 @@ class Health:
         task_status.started()
         while True:
             await trio.sleep(HEALTH_POLL_S)
+            self._note_errors()
             if not self._due():
                 continue
             try:

@@ -216,7 +216,9 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
     source = ScriptedChangeSource()
-    watcher_config = WatcherConfig(reconcile_interval_s=3600.0)
+    # No reconcile and no quick restart during the test: what it sees stays put.
+    watcher_config = WatcherConfig(reconcile_interval_s=3600.0,
+                                   restart_backoff_initial_s=3600.0)
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=source,
                             config=watcher_config, limiter=cpu)
@@ -224,7 +226,7 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         health = Health(ws, index, cpu)
-        await health.scan()
+        await nursery.start(health.run)
         assert health.status()["state"] == "clean"
 
         source.silent = True  # the kernel dropped the events (inotify overflow)
@@ -255,4 +257,16 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         assert degraded["state"] == "degraded"
         assert degraded["last_errors"][-1]["error"] == "disk full"
         index.persist_error = None
+
+        source.fail(OSError("inotify instance vanished"))
+        with trio.fail_after(10):
+            while True:
+                now = health.status()
+                watcher_errors = [e for e in now["last_errors"] if e["what"] == "watcher"]
+                if watcher_errors and watcher_errors[0]["time"] is not None:
+                    break
+                await trio.sleep(0.05)
+        assert now["state"] == "degraded" and now["watcher"] == "failed"
+        assert any("watcher failed" in r for r in now["reasons"])
+        assert "inotify instance vanished" in watcher_errors[0]["error"]
         nursery.cancel_scope.cancel()
