@@ -270,3 +270,40 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         assert any("watcher failed" in r for r in now["reasons"])
         assert "inotify instance vanished" in watcher_errors[0]["error"]
         nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------- doctor's systemd and linger checks
+
+
+def _tool(bin_dir: Path, name: str, output: str, status: int) -> None:
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\nprintf '%s\\n' '{output}'\nexit {status}\n")
+    path.chmod(0o755)
+
+
+def test_doctor_asks_systemctl_and_loginctl_and_says_what_to_fix(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from recalld.ipc.doctor import Doctor
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    (runtime / "bus").write_text("")  # a user bus is reachable
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime)}
+    doctor = Doctor(runtime / "recalld" / "recalld.sock", env)
+
+    _tool(bin_dir, "systemctl", "disabled", 1)
+    _tool(bin_dir, "loginctl", "Linger=no", 0)
+    enabled, linger = doctor.enabled(), doctor.linger()
+    assert enabled.status == "warn" and "enable --now recalld.socket" in enabled.fix
+    assert linger.status == "warn" and linger.fix.startswith("loginctl enable-linger ")
+
+    _tool(bin_dir, "systemctl", "enabled\nenabled", 0)
+    _tool(bin_dir, "loginctl", "Linger=yes", 0)
+    assert doctor.enabled().status == "ok" and doctor.linger().status == "ok"
+
+    (runtime / "bus").unlink()
+    assert doctor.enabled().status == "skip"  # no bus: says so instead of guessing
+    assert doctor.daemon().status == "fail"  # and nothing listens on the socket
