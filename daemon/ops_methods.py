@@ -29,6 +29,7 @@ from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound
 
 ROLLBACK_RECORD = "rollback.json"
+KEEP_SNAPSHOTS = 10  # automatic pre-restore snapshots kept; manual backups are never pruned
 
 
 def backups_dir(state: DaemonState) -> Path:
@@ -161,6 +162,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
             record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                       "restored_from": str(path)}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
+            await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
         results = []
         for plan in plans:
             done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
@@ -287,3 +289,10 @@ def _write_record(state: DaemonState, record: dict[str, Any]) -> None:
     folder = backups_dir(state)
     ensure_dir(REAL, folder)
     atomic_write(REAL, folder / ROLLBACK_RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def _prune_snapshots(folder: Path, keep: Path) -> None:
+    snapshots = sorted(folder.glob("pre-restore-*.zip"), key=lambda p: p.stat().st_mtime)
+    for old in snapshots[:-KEEP_SNAPSHOTS]:
+        if old != keep:
+            old.unlink(missing_ok=True)
