@@ -83,6 +83,10 @@ class Supervisor:
         self._stop_requested = trio.Event()
         self._ready = False
 
+    def add_service(self, name: str, service: DaemonService) -> None:
+        """Start ``service`` (daemon-wide) before the workspaces, after those added earlier."""
+        self._services.append((name, service))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until a stop signal; raises AlreadyServing if the data dir is taken."""
         cfg = self.config

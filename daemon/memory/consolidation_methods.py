@@ -171,7 +171,7 @@ def install_consolidation(supervisor: Supervisor, jobs: JobManager,
     c = Consolidation(supervisor, jobs, scheduler)
     # The supervisor takes daemon-wide services at construction; this appends one so the
     # assembly needs a single call. Services start in order: the job manager is before it.
-    supervisor._services.append(("scheduler", c.scheduler.run))
+    supervisor.add_service("scheduler", c.scheduler.run)
     supervisor.state.services["scheduler"] = c.scheduler
     supervisor.state.services["consolidation"] = c
     supervisor.registry.add_service("consolidation", c.workspace_service())
