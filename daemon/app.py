@@ -14,8 +14,10 @@ import trio
 
 from recalld.daemon.api import CallContext, Methods
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index.embedder import vector_service
 from recalld.daemon.index.methods import METHODS as INDEX_METHODS
 from recalld.daemon.index.methods import index_service, reindex_job
+from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
 from recalld.daemon.maintenance import health_service
 from recalld.daemon.memory import methods as memory_capture
@@ -68,6 +70,8 @@ def build_supervisor(
 
     # All outbound HTTP (embedding and chat providers) goes through this one bridge.
     bridge = ProviderBridge()
+    # Embedding clients and caches per vector space, shared by the workspaces using one.
+    spaces = VectorSpaces(cfg.state_dir / "embeddings", bridge, local_limiter=cpu)
     jobs = JobManager(
         journal_path=cfg.state_dir / "jobs.journal",
         publish=publish,
@@ -80,11 +84,14 @@ def build_supervisor(
         reload=reload,
         extra_methods=[INDEX_METHODS, job_methods(jobs), ops_methods(cpu)],
         workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish)),
+                            ("vectors", vector_service(spaces)),
                             ("health", health_service(cpu))],
         services=[("providers", bridge.run), ("jobs", jobs.run)],
     )
     holder["s"] = supervisor
-    supervisor.state.services.update({"jobs": jobs, "providers": bridge, "cpu": cpu})
+    supervisor.state.services.update({"jobs": jobs, "providers": bridge, "cpu": cpu,
+                                      "vector_spaces": spaces})
+    supervisor.state.stats["vector_spaces"] = spaces.statistics
     jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
     install_consolidation(supervisor, jobs)
     supervisor.state.stats["jobs"] = jobs.statistics

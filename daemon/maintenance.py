@@ -85,6 +85,19 @@ class Health:
                 self._first_seen.clear()
             self._first_seen[error] = time.time()
 
+    def _vectors(self) -> dict[str, Any] | None:
+        try:
+            worker = self.ws.get("vectors")
+        except KeyError:
+            return None
+        try:
+            full = dict(worker.status())
+        except Exception:  # the vector service's own status must not break health
+            log.exception("vector status of %s failed", self.ws.agent_id)
+            return {"error": "status unavailable"}
+        keys = ("enabled", "state", "coverage", "embedded", "total", "health", "last_error")
+        return {k: full.get(k) for k in keys if k in full}
+
     async def scan(self) -> None:
         disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
         meta = self.ws.root / self.ws.settings.metadata_dir
@@ -132,6 +145,12 @@ class Health:
             pending.append("rebuilding")
         if watcher.get("rescan_owed") or watcher.get("state") in ("starting", "rescanning"):
             pending.append(f"watcher {watcher.get('state')}")
+        vectors = self._vectors()
+        if vectors and vectors.get("enabled") and isinstance(vectors.get("total"), int) and (
+                isinstance(vectors.get("embedded"), int)
+                and vectors["embedded"] < vectors["total"]):
+            pending.append(f"vectors: {vectors['embedded']} of {vectors['total']} chunks "
+                           "embedded")
         state = "degraded" if degraded else "pending" if pending else "clean"
         last_errors = list(self.errors)
         if idx.get("persist_error"):
@@ -155,8 +174,8 @@ class Health:
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,
-            # Filled by the vector index when it reports coverage and provider state.
-            "vectors": idx.get("vectors"),
+            # Coverage and provider state, from the vector service when one is attached.
+            "vectors": vectors,
             "last_errors": last_errors[-MAX_LISTED:],
         }
 

@@ -255,6 +255,14 @@ class AsyncioClient:
     add_turns = async_method(_methods.add_turns)
     inbox_list = async_method(_methods.inbox_list)
     inbox_ack = async_method(_methods.inbox_ack)
+    backup_create = async_method(_methods.backup_create)
+    backup_list = async_method(_methods.backup_list)
+    backup_verify = async_method(_methods.backup_verify)
+    backup_restore = async_method(_methods.backup_restore)
+    backup_rollback = async_method(_methods.backup_rollback)
+    index_verify = async_method(_methods.index_verify)
+    index_compact = async_method(_methods.index_compact)
+    metrics = async_method(_methods.metrics)
 
 
 class _NotSent(Exception):

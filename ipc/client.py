@@ -285,6 +285,14 @@ class Client:
     add_turns = sync_method(_methods.add_turns)
     inbox_list = sync_method(_methods.inbox_list)
     inbox_ack = sync_method(_methods.inbox_ack)
+    backup_create = sync_method(_methods.backup_create)
+    backup_list = sync_method(_methods.backup_list)
+    backup_verify = sync_method(_methods.backup_verify)
+    backup_restore = sync_method(_methods.backup_restore)
+    backup_rollback = sync_method(_methods.backup_rollback)
+    index_verify = sync_method(_methods.index_verify)
+    index_compact = sync_method(_methods.index_compact)
+    metrics = sync_method(_methods.metrics)
 
 
 def _identity(value: Any) -> Any:
