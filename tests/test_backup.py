@@ -224,3 +224,17 @@ def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: P
     assert "agents/w/memory/link.md" not in names and not any(".tmp" in n for n in names)
     with pytest.raises(InvalidParams, match="exists"):
         daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+
+
+def test_restore_on_another_machine_opens_the_workspace_and_indexes_it(
+        daemon: DaemonHandle, ws: Path, daemon_factory: Any) -> None:
+    archive = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    expected = tree(ws)
+    other = daemon_factory()  # a second machine: its own data dir, no workspace "w"
+    assert "w" not in [w["agent_id"] for w in other.call("workspace.list")["workspaces"]]
+    result = other.call("backup.restore", {"file": str(archive)})
+    assert result["restored"][0]["opened"] is True
+    target = other.data_dir / "workspaces" / "w"
+    assert tree(target) == expected
+    hits = other.call("memory.search", {"agent_id": "w", "query": "ECONNREFUSED"})["results"]
+    assert [h["path"] for h in hits] == ["memory/2026-07-23/commute.md"]
