@@ -12,18 +12,25 @@ Everything here blocks; the index service runs it in worker threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph
 from recalld.daemon.index.state import FileInfo, IndexState, StoredChunk
 from recalld.daemon.index.tokenizer import tokenize
-from recalld.daemon.store.arrays import write_arrays
+from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.store.arrays import write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import FS, REAL
+from recalld.daemon.store.generation import Generation
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.store.records import write_records
 
@@ -45,17 +52,32 @@ class Snapshot:
     bm25_arrays: dict[str, Any]
     bm25_meta: dict[str, Any]
     next_key: int
+    #: hnswlib bytes when the vectors changed since the last save; None: carry or none.
+    vectors_blob: bytes | None = None
+    vectors_meta: dict[str, Any] | None = None
+    #: (state identity, vectors version) this snapshot's vectors correspond to.
+    vectors_stamp: tuple[int, int] | None = None
 
 
-def snapshot(state: IndexState) -> Snapshot:
-    return Snapshot(
+def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None) -> Snapshot:
+    """Copy what to save; the hnswlib graph is serialized only if it changed."""
+    snap = Snapshot(
         files=list(state.files.values()),
         chunks=list(state.chunks.values()),
         graph=state.graph.to_records(),
         bm25_arrays=state.bm25.to_arrays(),
-        bm25_meta=state.bm25.meta(),
+        bm25_meta={**state.bm25.meta(), "vector_space": state.vector_space,
+                   "vector_config": state.vector_config},
         next_key=state.next_key,
     )
+    if state.vectors is not None and len(state.vectors):
+        stamp = (id(state), state.vectors_version)
+        snap.vectors_stamp = stamp
+        snap.vectors_meta = {"space": state.vector_space, "dims": state.vectors.dim,
+                             "count": len(state.vectors), "state_format": FORMAT_VERSION}
+        if stamp != saved_stamp:
+            snap.vectors_blob = state.vectors.to_bytes()
+    return snap
 
 
 @dataclass(slots=True)
@@ -72,6 +94,8 @@ class IndexStore:
     def __init__(self, metadata_dir: Path, fs: FS = REAL) -> None:
         self.metadata_dir = metadata_dir
         self.store = GenerationStore(metadata_dir / "index", fs, mirror_root=metadata_dir)
+        #: The vectors stamp of the last committed generation (None: re-serialize next).
+        self.saved_vectors: tuple[int, int] | None = None
 
     def save(self, snap: Snapshot) -> int:
         """Commit ``snap`` as a new generation; returns its number.
@@ -90,7 +114,21 @@ class IndexStore:
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph), mirror=GRAPH_MIRROR)
             meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION}
             txn.add("bm25", write_arrays(fs, txn.path("bm25", ".arr"), snap.bm25_arrays, meta))
+            carried = False
+            if snap.vectors_blob is not None:
+                txn.add("vectors", write_blob(fs, txn.path("vectors", ".hnsw"),
+                                              snap.vectors_blob, snap.vectors_meta))
+            elif snap.vectors_meta is not None:
+                try:
+                    txn.carry("vectors")
+                    carried = True
+                except (KeyError, CorruptState):
+                    # Nothing to carry: this generation goes without a graph (a load
+                    # rebuilds it from the chunk embeddings) and the next save writes one.
+                    pass
         assert txn.generation is not None
+        self.saved_vectors = (
+            snap.vectors_stamp if snap.vectors_blob is not None or carried else None)
         return txn.generation.number
 
     def load(self, state: IndexState) -> LoadReport:
@@ -120,6 +158,7 @@ class IndexStore:
             report.rebuilt.append("all")
             return report
         next_key = 1
+        meta: dict[str, Any] = {}
         try:
             arrays, meta = gen.read_arrays("bm25")
             if meta.get("state_format") != FORMAT_VERSION:
@@ -137,7 +176,57 @@ class IndexStore:
             report.corrupt["consistency"] = str(exc)
             report.rebuilt.append("all")
             state.__init__(daily_dir=state.daily_dir, digest_dir=state.digest_dir)  # type: ignore[misc]
+            return report
+        bm25_meta = meta if "bm25" not in report.corrupt else {}
+        _restore_vectors(gen, state, bm25_meta, report)
+        if "vectors" not in report.corrupt and state.vectors is not None:
+            self.saved_vectors = (id(state), state.vectors_version)
         return report
+
+
+def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
+                     report: LoadReport) -> None:
+    """The hnswlib graph from its checksummed blob, else rebuilt from chunk embeddings."""
+    with_vec = [c for c in state.chunks.values() if c.embedding is not None]
+    space = meta.get("vector_space")
+    config = meta.get("vector_config")
+    state.vector_space = space if isinstance(space, str) else None
+    state.vector_config = config if isinstance(config, dict) else None
+    if not with_vec:
+        return
+    live = [c.key for c in with_vec]
+    if "vectors" in gen.files:
+        try:
+            blob, vmeta = gen.read_blob("vectors")
+            if vmeta.get("state_format") != FORMAT_VERSION:
+                raise ValueError(f"state format {vmeta.get('state_format')}")
+            if vmeta.get("count") != len(live):
+                raise ValueError(f"graph holds {vmeta.get('count')} vectors, chunks {len(live)}")
+            if state.vector_space is None and isinstance(vmeta.get("space"), str):
+                state.vector_space = vmeta["space"]
+            state.vectors = VectorIndex.from_bytes(blob, dim=int(vmeta["dims"]), live=live)
+            return
+        except (CorruptState, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            report.corrupt["vectors"] = _reason(exc)
+    else:
+        report.corrupt["vectors"] = "missing"
+    report.rebuilt.append("vectors")
+    decoded: dict[int, Any] = {}
+    for c in with_vec:
+        try:
+            decoded[c.key] = decode_f16(c.embedding or "")
+        except ValueError:
+            continue
+    dims = Counter(v.shape[0] for v in decoded.values()).most_common(1)
+    dim = dims[0][0] if dims else 0
+    keep = {k: v for k, v in decoded.items() if v.shape[0] == dim}
+    for c in with_vec:
+        if c.key not in keep:  # unreadable or of another size: embed it again
+            state.chunks[c.key] = dataclasses.replace(c, embedding=None)
+    if keep:
+        index = VectorIndex(dim, initial_capacity=len(keep))
+        index.add(list(keep), np.stack(list(keep.values())))
+        state.vectors = index
 
 
 def _index_text(chunk: StoredChunk) -> str:

@@ -5,6 +5,12 @@ Results follow QwenPaw's documented shape and text form. With only the keyword b
 show each branch's own score (``None`` on the wire, ``-`` in the text, where a branch
 missed). Link expansion adds, after the hits, the first chunk of each file a hit links
 to or is linked from (``via`` names the hit), so an agent sees the neighbourhood.
+
+The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
+deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
+a search never fails because of the embedding provider. Keyword hits that contain every
+identifier-like or very rare query term are ``exact`` and fusion ranks them first
+(``exact.py``, ``fusion.py``, docs/adr/0007-hybrid-fusion.md).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams
 
 log = logging.getLogger(__name__)
@@ -98,14 +105,26 @@ async def search(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     pool = min(max_results * max(config.candidate_multiplier, 1), config.max_candidates)
-    keyword_hits, chunks = await index.keyword_search(query, max(pool, max_results), filters)
-    vector_hits: list[tuple[int, float]] = []  # filled once an embedding model is configured
-    hybrid = bool(vector_hits)
+    query_vector = None
+    vector_error: str | None = None
+    worker = index.vectors
+    if worker is not None:
+        try:
+            query_vector = await worker.query_vector(query)
+        except ProviderError as exc:
+            vector_error = str(exc)
+            log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
+    keyword_hits, vector_hits, exact, chunks = await index.candidates(
+        query, max(pool, max_results), filters, query_vector)
+    hybrid = query_vector is not None
     results: list[dict[str, Any]] = []
     if hybrid:
         for f in fuse(keyword_hits, vector_hits, keyword_weight=config.keyword_weight,
-                      vector_weight=config.vector_weight, k=config.rrf_k):
-            results.append(_result(chunks[f.key], f.score, f.keyword, f.vector))
+                      vector_weight=config.vector_weight, k=config.rrf_k, exact=exact):
+            item = _result(chunks[f.key], f.score, f.keyword, f.vector)
+            if f.exact:
+                item["exact"] = True
+            results.append(item)
     else:
         results = [_result(chunks[key], score, score, None) for key, score in keyword_hits]
     if min_score is not None:
@@ -135,7 +154,7 @@ async def search(
     metrics.observe("recalld_search_seconds", took_ms / 1000)
     log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",
              agent_id, len(vector_hits), len(keyword_hits), len(results), took_ms)
-    return {
+    answer: dict[str, Any] = {
         "results": results,
         "expanded": expanded,
         "rendered": "\n\n".join(r["rendered"] for r in results),
@@ -144,3 +163,6 @@ async def search(
         "mode": "hybrid" if hybrid else "keyword",
         "took_ms": round(took_ms, 3),
     }
+    if vector_error is not None:
+        answer["vector_error"] = vector_error
+    return answer

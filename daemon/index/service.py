@@ -11,6 +11,12 @@ daemon-wide CPU limiter without the index lock; mutations and searches take the 
 run in a worker thread, so the event loop never waits on them and searches always see a
 whole batch or none of it. A rebuild (``reindex``) builds a new state beside the old one,
 which keeps answering, and swaps it in at the end.
+
+Vectors: a backfill (``embedder.py``, a separate workspace service) attaches itself as
+``vectors``; it reads pending work and installs vectors through :meth:`WorkspaceIndex.locked`
+and waits on :attr:`WorkspaceIndex.changed`. On the first open of a workspace that has no
+generation of ours yet, the QwenPaw chunk store is read before our first commit replaces
+it, so its ``_embedding_f16_b64`` vectors can seed the embedding cache.
 """
 
 from __future__ import annotations
@@ -20,17 +26,29 @@ import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.index.persist import IndexStore, LoadReport, snapshot
-from recalld.daemon.index.state import ApplyStats, Filters, IndexState, Prepared, prepare
+from recalld.daemon.index.exact import exact_keys, special_terms
+from recalld.daemon.index.persist import CHUNKS_MIRROR, IndexStore, LoadReport, snapshot
+from recalld.daemon.index.state import (
+    ApplyStats,
+    Filters,
+    IndexState,
+    Prepared,
+    StoredChunk,
+    prepare,
+)
 from recalld.daemon.store.errors import DiskFull, StorageError
+from recalld.daemon.store.records import read_foreign_records
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from recalld.daemon.index.embedder import VectorWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,11 +100,19 @@ class WorkspaceIndex:
         self.last_commit: dict[str, Any] | None = None
         self.persist_error: dict[str, Any] | None = None
         self.searches = 0
+        #: Set (and replaced) whenever chunks change; the vector backfill waits on it.
+        self.changed = trio.Event()
+        #: The vector backfill of this workspace, once it attached itself.
+        self.vectors: VectorWorker | None = None
+        #: ``(text, _embedding_f16_b64)`` pairs found in a QwenPaw chunk store on first open.
+        self.foreign_vectors: list[tuple[str, str]] = []
 
     # -- service ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.load_report = await trio.to_thread.run_sync(self.store.load, self.state)
+        if self.load_report.fresh:
+            self.foreign_vectors = await trio.to_thread.run_sync(self._read_foreign_vectors)
         if self.load_report.corrupt:
             log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
                         self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
@@ -120,6 +146,7 @@ class WorkspaceIndex:
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted
                 self._mark_dirty()
+                self._notify_changed()
 
     def _prepare_batch(
         self, state: IndexState, paths: list[str], digests: dict[str, str | None]
@@ -134,8 +161,42 @@ class WorkspaceIndex:
         async with self._lock:
             return await trio.to_thread.run_sync(partial(fn, *args))
 
+    async def locked(self, fn: Callable[[IndexState], T]) -> T:
+        """Run ``fn(state)`` in a worker thread under the index lock."""
+        async with self._lock:
+            state = self.state
+            return await trio.to_thread.run_sync(fn, state)
+
     def _mark_dirty(self) -> None:
         self._dirty.set()
+
+    def _notify_changed(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def vectors_changed(self, count: int) -> None:
+        """The backfill installed ``count`` vectors: commit them with the chunks."""
+        if count:
+            self._changes += count
+            self._mark_dirty()
+
+    def _read_foreign_vectors(self) -> list[tuple[str, str]]:
+        """Vectors of an existing QwenPaw chunk store (empty when there is none)."""
+        path = self.store.metadata_dir / CHUNKS_MIRROR
+        if not path.exists():
+            return []
+        try:
+            found = read_foreign_records(path)
+        except (OSError, StorageError) as exc:
+            log.warning("%s: cannot read the existing chunk store %s: %s",
+                        self.ws.agent_id, path, exc)
+            return []
+        out = [(str(r["text"]), r["_embedding_f16_b64"]) for r in found.records
+               if isinstance(r.get("text"), str)
+               and isinstance(r.get("_embedding_f16_b64"), str)]
+        if out:
+            log.info("%s: found %d stored vectors in %s", self.ws.agent_id, len(out), path)
+        return out
 
     # -- persistence -----------------------------------------------------------------
 
@@ -164,7 +225,8 @@ class WorkspaceIndex:
         async with self._lock:
             self._dirty = trio.Event()
             changes, self._changes = self._changes, 0
-            snap = await trio.to_thread.run_sync(snapshot, self.state)
+            snap = await trio.to_thread.run_sync(
+                partial(snapshot, self.state, saved_stamp=self.store.saved_vectors))
         started = time.monotonic()
         try:
             number = await trio.to_thread.run_sync(self.store.save, snap, limiter=self._cpu)
@@ -194,6 +256,29 @@ class WorkspaceIndex:
             allowed = self.state.allowed(filters)
             hits = self.state.keyword_search(query, limit, allowed)
             return hits, {key: self.state.chunks[key] for key, _ in hits}
+
+        self.searches += 1
+        return await self._locked(run)
+
+    async def candidates(
+        self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], set[int],
+               dict[int, StoredChunk]]:
+        """Keyword hits, vector hits, exact keys and their chunks, from one view."""
+
+        def run() -> tuple[list[tuple[int, float]], list[tuple[int, float]], set[int],
+                           dict[int, StoredChunk]]:
+            state = self.state
+            allowed = state.allowed(filters)
+            hits = state.keyword_search(query, limit, allowed)
+            chunks = {key: state.chunks[key] for key, _ in hits}
+            vec_hits: list[tuple[int, float]] = []
+            exact: set[int] = set()
+            if query_vector is not None and query_vector[0] == state.vector_space:
+                vec_hits = state.vector_search(query_vector[1], limit, allowed)
+                chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
+                exact = exact_keys(special_terms(query, state.bm25), hits, chunks)
+            return hits, vec_hits, exact, chunks
 
         self.searches += 1
         return await self._locked(run)
@@ -241,6 +326,7 @@ class WorkspaceIndex:
                 progress(min(start + PREPARE_BATCH, total), total, "indexing")
             async with self._lock:
                 self.state = fresh
+            self._notify_changed()
             # Changes made while building are caught by a reconcile against the new state.
             await self.watcher.reconcile("after rebuild")
             self._changes += 1
@@ -271,6 +357,7 @@ class WorkspaceIndex:
             "load_corrupt": {} if report is None else report.corrupt,
             "searches": self.searches,
             "keyword": self.state.bm25.stats(),
+            "vectors": None if self.vectors is None else self.vectors.status(),
         }
 
 

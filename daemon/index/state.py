@@ -24,6 +24,7 @@ from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, LinkGraph, extract_links
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
+from recalld.daemon.index.vectors import VectorIndex
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
 # reading it whole on every save would stall its workspace.
@@ -199,6 +200,12 @@ class IndexState:
         self.graph = LinkGraph()
         self.next_key = 1
         self._by_stem: dict[str, str] = {}
+        # The vectors of ``vector_space`` (chunk ``embedding`` values belong to that space);
+        # the backfill owns filling them, ``_drop`` keeps them in step with the chunks.
+        self.vectors: VectorIndex | None = None
+        self.vector_space: str | None = None
+        self.vector_config: dict[str, Any] | None = None
+        self.vectors_version = 0
 
     # -- reading ---------------------------------------------------------------------
 
@@ -241,6 +248,15 @@ class IndexState:
         self, query: str, limit: int, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:
         return self.bm25.search(tokenize_query(query), limit, allowed=allowed)
+
+    def vector_search(
+        self, query: Any, limit: int, allowed: BitMap | None = None
+    ) -> list[tuple[int, float]]:
+        """Nearest chunks by cosine similarity (empty without vectors)."""
+        if self.vectors is None or not len(self.vectors):
+            return []
+        return self.vectors.search(query, limit,
+                                   allowed=None if allowed is None else allowed.__contains__)
 
     def neighbours(self, path: str) -> list[str]:
         return sorted(p for p in self.graph.neighbours(path, 1) if p != path and p in self.files)
@@ -296,6 +312,9 @@ class IndexState:
         for key in info.keys:
             self.bm25.remove(key)
             self.chunks.pop(key, None)
+            if self.vectors is not None and key in self.vectors:
+                self.vectors.remove(key)
+                self.vectors_version += 1
         del self.files[info.path]
         stem = posixpath.splitext(posixpath.basename(info.path))[0].lower()
         if self._by_stem.get(stem) == info.path:

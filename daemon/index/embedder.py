@@ -1,0 +1,410 @@
+"""The vector backfill of one workspace: fills missing vectors without blocking anything.
+
+:class:`VectorWorker` is a workspace service started after the index. It owns:
+
+- the health check at start (``[EMBEDDING HEALTH CHECK] ... -> OK`` / ``-> FAIL <reason>``),
+  repeated with growing waits until OK; a failure is visible in ``daemon.status`` and never
+  turns vectors off for good;
+- the backfill loop: pending work is derived (chunks without a vector in the active space),
+  so it survives restarts without a queue of its own. Each round takes the index lock only
+  to read the next batch (newest content first: daily notes by date, other notes by mtime)
+  and again to install the vectors; embedding happens outside the lock, through the
+  text-keyed cache of the space first, the provider only for what the cache lacks. Keyword
+  indexing and search never wait for the provider;
+- outages: a transient provider error waits (exponential backoff with jitter, at least until
+  the circuit breaker admits a probe) instead of spinning; a permanent error parks the batch
+  for ``permanent_retry_s`` and says why in status;
+- model changes: when the index holds vectors of another space, they keep serving searches
+  (with the old space's client) while the new space fills a second :class:`VectorIndex`;
+  at full coverage the new index is swapped in and the chunk embeddings rewritten;
+- reuse of an existing QwenPaw workspace: vectors found in its chunk store seed the cache
+  of the configured space when their dimension matches.
+
+Stops by cancellation; nothing it holds needs a shielded cleanup (installed vectors are
+committed by the index's own persist task, pending work is re-derived at the next start).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
+from recalld.daemon.index.state import FileInfo, IndexState, note_date
+from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
+from recalld.daemon.workspaces import Workspace, WorkspaceService
+
+log = logging.getLogger(__name__)
+F32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillConfig:
+    """Tuning of the backfill; the defaults suit a real provider."""
+
+    #: Texts per round: the client's ``max_batch_size`` times this (one lock hop each way).
+    batches_per_round: int = 4
+    backoff_base_s: float = 2.0
+    backoff_max_s: float = 300.0
+    #: How long a batch the provider refused for good waits before it is tried again.
+    permanent_retry_s: float = 3600.0
+    query_timeout_s: float = 3.0
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one locked read found: the next texts to embed and the coverage counts."""
+
+    items: list[tuple[int, str]]
+    total: int
+    pending: int
+
+
+def _recency(info: FileInfo, daily_dir: str) -> float:
+    """Newest first: a daily note by its folder date, anything else by its mtime."""
+    if info.path.startswith(daily_dir + "/"):
+        day = note_date(info.path)
+        if day is not None:
+            try:
+                stamp = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
+            except ValueError:
+                pass
+            else:
+                return stamp + 86399.0
+    return info.mtime_ns / 1e9
+
+
+class VectorWorker:
+    """Backfill, query embedding and vector status of one workspace."""
+
+    def __init__(
+        self,
+        index: WorkspaceIndex,
+        spaces: VectorSpaces,
+        config: EmbeddingModelConfig,
+        *,
+        backfill: BackfillConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.index = index
+        self.spaces = spaces
+        self.config = config
+        self.cfg = backfill or BackfillConfig()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self.target: VectorSpace = spaces.space(config)
+        #: The space whose vectors answer searches now (the old one during a model change).
+        self.serving: VectorSpace | None = self.target
+        self._state: IndexState | None = None
+        self._building: VectorIndex | None = None
+        self._shadow: VectorIndex | None = None
+        self._failed: dict[int, float] = {}
+        self.total = 0
+        self.embedded = 0
+        self.provider_texts = 0
+        self.cache_texts = 0
+        self.seeded = 0
+        self.last_error: str | None = None
+        self.state = "starting"
+
+    @property
+    def enabled(self) -> bool:
+        return self.target.client.enabled
+
+    @property
+    def migrating(self) -> bool:
+        return self._shadow is not None
+
+    # -- service ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.index.vectors = self
+        self.target.members.add(self)
+        try:
+            if not self.enabled:
+                self.state = "disabled"
+                task_status.started()
+                await trio.sleep_forever()
+            await self.target.ensure_open()
+            await self._seed_foreign()
+            await self.index.locked(self._adopt)
+            task_status.started()
+            self.state = "health_check"
+            await self.target.client.wait_healthy(
+                self.index.root, backoff_base_s=self.cfg.backoff_base_s,
+                backoff_max_s=self.cfg.backoff_max_s)
+            await self._backfill()
+        finally:
+            self.target.members.discard(self)
+            if self.index.vectors is self:
+                self.index.vectors = None
+
+    async def _seed_foreign(self) -> None:
+        """Put vectors of a QwenPaw chunk store into the cache (dimension must match)."""
+        found, self.index.foreign_vectors = self.index.foreign_vectors, []
+        if not found:
+            return
+        dims = self.target.dims
+
+        def seed() -> int:
+            items: list[tuple[str, F32]] = []
+            for text, value in found:
+                try:
+                    vec = decode_f16(value)
+                except ValueError:
+                    continue
+                if vec.shape[0] == dims:
+                    items.append((text_hash(text), vec))
+            return self.target.cache.put_many(items)
+
+        self.seeded = await trio.to_thread.run_sync(seed)
+        log.info("%s: reused %d of %d stored vectors for %s", self.index.ws.agent_id,
+                 self.seeded, len(found), self.target.key)
+
+    # -- mode: which index is being filled, which one serves ---------------------------
+
+    def _adopt(self, state: IndexState) -> None:
+        """Bind to ``state`` (a rebuild swaps in a new one): normal mode or a migration."""
+        if state is self._state:
+            return
+        self._state = state
+        self._failed.clear()
+        target = self.target
+        old = state.vectors
+        if old is None or not len(old) or (
+            state.vector_space in (None, target.key) and old.dim == target.dims):
+            if old is None or old.dim != target.dims:
+                state.vectors = VectorIndex(target.dims)
+            state.vector_space = target.key
+            state.vector_config = public_config(target.client.config)
+            self._building, self._shadow = state.vectors, None
+            self.serving = target
+            return
+        # Another space's vectors: keep them answering while the new space fills up.
+        self._shadow = VectorIndex(target.dims, initial_capacity=max(len(state.chunks), 16))
+        self._building = self._shadow
+        self.serving = self.spaces.old_space(state.vector_config, self.config)
+        log.info("%s: embedding model changed (%s -> %s); the old vectors serve until the "
+                 "new ones are complete", self.index.ws.agent_id, state.vector_space,
+                 target.key)
+
+    def _next_round(self, state: IndexState, limit: int, now: float) -> _Round:
+        self._adopt(state)
+        building = self._building
+        assert building is not None
+        daily = state.daily_dir
+        items: list[tuple[int, str]] = []
+        pending = 0
+        parked: dict[int, float] = {}
+        for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
+                           reverse=True):
+            for key in info.keys:
+                if key in building:
+                    continue
+                pending += 1
+                until = self._failed.get(key, -math.inf)
+                if until > now:
+                    parked[key] = until
+                elif len(items) < limit:
+                    items.append((key, state.chunks[key].text))
+        self._failed = parked  # vanished or due keys leave the parking lot
+        return _Round(items, len(state.chunks), pending)
+
+    def _install(self, state: IndexState, found: list[tuple[int, str, F32]]) -> int:
+        if state is not self._state or self._building is None:
+            return 0  # a rebuild swapped the state; the cache keeps the vectors
+        keys: list[int] = []
+        rows: list[F32] = []
+        for key, text, vec in found:
+            chunk = state.chunks.get(key)
+            if chunk is None or chunk.text != text:
+                continue  # edited meanwhile: the new chunk is pending under a new key
+            if self._shadow is None:
+                state.chunks[key] = dataclasses.replace(chunk, embedding=encode_f16(vec))
+            keys.append(key)
+            rows.append(vec)
+        if keys:
+            self._building.add(keys, np.stack(rows))
+            if self._shadow is None:
+                state.vectors_version += 1
+        return 0 if self._shadow is not None else len(keys)
+
+    def _swap(self, state: IndexState) -> int:
+        """Finish a model change once the new space covers every chunk."""
+        shadow = self._shadow
+        if shadow is None or state is not self._state:
+            return 0
+        live = set(state.chunks)
+        for key in shadow.keys() - live:
+            shadow.remove(key)
+        if any(key not in shadow for key in live):
+            return 0
+        keys = sorted(live)
+        if keys:
+            for key, vec in zip(keys, shadow.vectors(keys), strict=True):
+                state.chunks[key] = dataclasses.replace(state.chunks[key],
+                                                        embedding=encode_f16(vec))
+        state.vectors = shadow
+        state.vector_space = self.target.key
+        state.vector_config = public_config(self.target.client.config)
+        state.vectors_version += 1
+        self._building, self._shadow = shadow, None
+        self.serving = self.target
+        return max(len(keys), 1)
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def _backfill(self) -> None:
+        client = self.target.client
+        limit = client.max_batch_size * max(1, self.cfg.batches_per_round)
+        backoff = self.cfg.backoff_base_s
+        while True:
+            changed = self.index.changed
+            now = trio.current_time()
+            rnd = await self.index.locked(partial(self._next_round, limit=limit, now=now))
+            self.total, self.embedded = rnd.total, rnd.total - rnd.pending
+            if not rnd.items:
+                if self._shadow is not None and not rnd.pending:
+                    swapped = await self.index.locked(self._swap)
+                    if swapped:
+                        self.index.vectors_changed(swapped)
+                        log.info("%s: vectors of %s complete; now serving them",
+                                 self.index.ws.agent_id, self.target.key)
+                        continue
+                self.state = "idle" if not rnd.pending else "waiting"
+                await self._maybe_compact()
+                wake = min(self._failed.values(), default=math.inf) - trio.current_time()
+                with trio.move_on_after(max(wake, 0.0)):
+                    await changed.wait()
+                continue
+            self.state = "embedding"
+            try:
+                installed = await self._embed_round(rnd.items)
+            except ProviderError as exc:
+                self.last_error = str(exc)
+                if isinstance(exc, ProviderPermanent):
+                    until = trio.current_time() + self.cfg.permanent_retry_s
+                    self._failed.update((key, until) for key, _ in rnd.items)
+                    log.warning("%s: embedding %d chunk(s) failed for good (%s); retrying "
+                                "them in %.0f s", self.index.ws.agent_id, len(rnd.items), exc,
+                                self.cfg.permanent_retry_s)
+                self.state = "backoff"
+                delay = backoff / 2 + self._rng.uniform(0.0, backoff / 2)
+                await trio.sleep(max(delay, client.breaker.retry_in_s()))
+                backoff = min(backoff * 2, self.cfg.backoff_max_s)
+                continue
+            backoff = self.cfg.backoff_base_s
+            self.embedded += installed
+            self.index.vectors_changed(installed)
+
+    async def _embed_round(self, items: list[tuple[int, str]]) -> int:
+        """Vectors for ``items``: the cache first, the provider for the rest; install them."""
+        space = self.target
+        texts = list(dict.fromkeys(text for _, text in items))
+        hashes = [text_hash(t) for t in texts]
+        cached = await trio.to_thread.run_sync(space.cache.get_many, hashes)
+        vectors: dict[str, F32] = {}
+        missing: list[int] = []
+        for i, vec in enumerate(cached):
+            if vec is None:
+                missing.append(i)
+            else:
+                vectors[texts[i]] = vec
+        self.cache_texts += len(texts) - len(missing)
+        if missing:
+            rows = await space.client.embed([texts[i] for i in missing], kind="passage")
+            self.provider_texts += len(missing)
+            fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
+            await trio.to_thread.run_sync(space.cache.put_many, fresh)
+            for j, i in enumerate(missing):
+                vectors[texts[i]] = rows[j]
+        self.last_error = None
+        found = [(key, text, vectors[text]) for key, text in items]
+        return await self.index.locked(partial(self._install, found=found))
+
+    async def _maybe_compact(self) -> None:
+        space = self.target
+        if not space.cache.needs_compaction(self.total):
+            return
+        live: set[str] = set()
+        for member in list(space.members):
+            live |= await member.index.locked(
+                lambda st: {text_hash(c.text) for c in st.chunks.values()})
+        dropped = await trio.to_thread.run_sync(space.cache.compact, live)
+        log.info("embedding cache %s: compacted, %d entries dropped", space.key, dropped)
+
+    # -- search side -----------------------------------------------------------------
+
+    async def query_vector(self, query: str) -> tuple[str, F32] | None:
+        """``(space, vector)`` for ``query``, or None when no vectors can serve.
+
+        Raises ProviderError when the provider fails or misses the deadline.
+        """
+        serving = self.serving
+        state = self.index.state
+        if (serving is None or not serving.client.enabled or state.vectors is None
+                or not len(state.vectors) or state.vector_space != serving.key):
+            return None
+        vec = await serving.embed_query(query, timeout_s=self.cfg.query_timeout_s)
+        return serving.key, vec
+
+    def status(self) -> dict[str, Any]:
+        client = self.target.client
+        total = self.total or len(self.index.state.chunks)
+        return {
+            "enabled": self.enabled,
+            "state": self.state,
+            "space": self.target.key,
+            "serving_space": None if self.serving is None else self.serving.key,
+            "migrating": self.migrating,
+            "dims": self.target.dims,
+            "embedded": self.embedded,
+            "total": total,
+            "coverage": round(self.embedded / total, 4) if total else 1.0,
+            "provider_texts": self.provider_texts,
+            "cache_texts": self.cache_texts,
+            "reused_vectors": self.seeded,
+            "parked": len(self._failed),
+            "health": client.health,
+            "last_error": self.last_error or client.last_error,
+            "provider": client.status(),
+            "cache": self.target.cache.stats(),
+        }
+
+
+def vector_service(
+    spaces: VectorSpaces, backfill: BackfillConfig | None = None,
+    *, on_worker: Callable[[VectorWorker], None] | None = None,
+) -> WorkspaceService:
+    """A workspace service running the vector backfill (after the index service)."""
+
+    async def run(
+        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        index: WorkspaceIndex = workspace.get("index")
+        worker = VectorWorker(index, spaces, workspace.settings.embedding_model_config,
+                              backfill=backfill)
+        workspace.attach("vectors", worker)
+        workspace.add_status("vectors", worker.status)
+        if on_worker is not None:
+            on_worker(worker)
+        await worker.run(task_status=task_status)
+
+    return run
+
+
+__all__ = ["BackfillConfig", "VectorWorker", "vector_service"]

@@ -1,0 +1,162 @@
+"""Vector spaces: one embedding client and one persistent cache per space, daemon-wide.
+
+A vector space is (backend, model, dimensions, endpoint): vectors from different spaces are
+not comparable. :class:`VectorSpaces` hands every workspace the :class:`VectorSpace` of its
+``embedding_model_config``; workspaces configured alike share the client (so its circuit
+breaker sees every failure of that provider) and the text-keyed cache
+(``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``). Each space also keeps a
+small in-memory LRU of query vectors.
+
+Nothing here starts a task; the cache opens lazily in a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index.embedcache import EmbeddingCache
+from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.embedding import EmbeddingClient
+from recalld.daemon.providers.errors import DimensionMismatch, ProviderTimeout
+from recalld.daemon.providers.retry import RetryPolicy
+
+F32 = npt.NDArray[np.float32]
+_PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimensions",
+                  "max_input_length", "max_batch_size")
+
+
+def public_config(config: EmbeddingModelConfig) -> dict[str, Any]:
+    """The fields that define a space, without secrets (persisted with the vectors)."""
+    return {name: getattr(config, name) for name in _PUBLIC_FIELDS}
+
+
+class VectorSpace:
+    """The client, the persistent cache and the query-vector LRU of one space."""
+
+    def __init__(self, client: EmbeddingClient, cache_dir: Path, *, query_cache_size: int) -> None:
+        self.client = client
+        self.key = client.vector_space_key()
+        self.dims = client.dimensions
+        self.cache = EmbeddingCache(cache_dir / f"{self.key}.log", self.dims,
+                                    max_cache_size=client.config.max_cache_size)
+        self._opened = False
+        self._open_lock = trio.Lock()
+        self._queries: OrderedDict[str, F32] = OrderedDict()
+        self._query_cache_size = query_cache_size
+        self.members: set[Any] = set()
+
+    async def ensure_open(self) -> None:
+        """Open the cache once (replaying its log in a worker thread)."""
+        async with self._open_lock:
+            if not self._opened:
+                await trio.to_thread.run_sync(self.cache.open)
+                self._opened = True
+
+    async def embed_query(self, text: str, *, timeout_s: float) -> F32:
+        """The query vector of ``text`` (LRU-cached), within ``timeout_s``.
+
+        Raises a ProviderError (ProviderTimeout past the deadline); cancellation cancels
+        the request in flight.
+        """
+        cached = self._queries.get(text)
+        if cached is not None:
+            self._queries.move_to_end(text)
+            return cached
+        with trio.move_on_after(timeout_s) as scope:
+            rows = await self.client.embed([text], kind="query")
+        if scope.cancelled_caught:
+            raise ProviderTimeout(f"query embedding took longer than {timeout_s:g}s")
+        if rows.shape != (1, self.dims):
+            raise DimensionMismatch(f"query vector of shape {rows.shape}, expected {self.dims}")
+        vec: F32 = rows[0]
+        self._queries[text] = vec
+        while len(self._queries) > self._query_cache_size:
+            self._queries.popitem(last=False)
+        return vec
+
+
+class VectorSpaces:
+    """Every vector space in use, keyed by space; shared by all workspaces."""
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        bridge: ProviderBridge | None,
+        *,
+        policy: RetryPolicy | None = None,
+        breaker_config: BreakerConfig | None = None,
+        environ: Mapping[str, str] | None = None,
+        local_limiter: trio.CapacityLimiter | None = None,
+        query_cache_size: int = 256,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cache_dir = cache_dir
+        self._bridge = bridge
+        self._policy = policy
+        self._breaker_config = breaker_config
+        self._environ = environ
+        self._local_limiter = local_limiter
+        self._query_cache_size = query_cache_size
+        self._rng = rng
+        self._by_config: dict[EmbeddingModelConfig, VectorSpace] = {}
+        self._by_key: dict[str, VectorSpace] = {}
+
+    def client(self, config: EmbeddingModelConfig) -> EmbeddingClient:
+        return EmbeddingClient(
+            config, self._bridge, policy=self._policy,
+            breaker=CircuitBreaker(self._breaker_config,
+                                   name=f"embedding provider {config.backend}"),
+            environ=self._environ, local_limiter=self._local_limiter, rng=self._rng,
+        )
+
+    def space(self, config: EmbeddingModelConfig) -> VectorSpace:
+        """The space of ``config`` (created on first use; alike configs share it)."""
+        found = self._by_config.get(config)
+        if found is not None:
+            return found
+        client = self.client(config)
+        key = client.vector_space_key()
+        space = self._by_key.get(key)
+        if space is None or space.client.enabled != client.enabled:
+            space = VectorSpace(client, self.cache_dir, query_cache_size=self._query_cache_size)
+            if client.enabled:
+                self._by_key[key] = space
+        self._by_config[config] = space
+        return space
+
+    def old_space(self, public: Mapping[str, Any] | None,
+                  current: EmbeddingModelConfig) -> VectorSpace | None:
+        """The space vectors were made in, from their persisted public config.
+
+        Its API key is the current config's when the backend is the same (keys are not
+        persisted), else whatever the environment provides. None when it cannot be rebuilt.
+        """
+        if not public:
+            return None
+        fields = {f.name for f in dataclasses.fields(EmbeddingModelConfig)}
+        try:
+            values = {k: v for k, v in public.items() if k in fields and k != "api_key"}
+            same = values.get("backend") == current.backend
+            config = EmbeddingModelConfig(**values, api_key=current.api_key if same else "")
+        except TypeError:
+            return None
+        space = self.space(config)
+        return space if space.client.enabled else None
+
+    def statistics(self) -> dict[str, Any]:
+        return {key: {"cache": s.cache.stats(), "workspaces": len(s.members)}
+                for key, s in self._by_key.items()}
+
+
+__all__ = ["VectorSpace", "VectorSpaces", "public_config"]
