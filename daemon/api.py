@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-from recalld.daemon import safepath
+from recalld.daemon import safepath, sharing
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.events import EventBus, check_topic_pattern
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
@@ -310,11 +310,13 @@ async def memory_read(ctx: CallContext, params: dict[str, Any]) -> Any:
     path = p.text("path")
     start_line: int = p.integer("start_line", 1, minimum=1)
     end_line: int | None = p.integer("end_line", None, minimum=1)
+    # Who asks, when it is not the workspace's owner (see recalld.daemon.sharing).
+    as_agent: str = check_agent_id(p.text("as_agent", agent_id))
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
     parts = safepath.split_relative(path)  # refuse bad names before touching anything
-    ws = ctx.workspace(agent_id)
+    ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
     got = await trio.to_thread.run_sync(
         lambda: safepath.read_lines(
             ws.root, path, start_line=start_line, end_line=end_line, max_bytes=MAX_READ_BYTES

@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from recalld.daemon.agents_api import METHODS as AGENT_METHODS
 from recalld.daemon.api import CallContext, Methods
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.embedder import vector_service
@@ -82,7 +83,7 @@ def build_supervisor(
         cfg,
         systemd=systemd,
         reload=reload,
-        extra_methods=[INDEX_METHODS, job_methods(jobs), ops_methods(cpu)],
+        extra_methods=[INDEX_METHODS, AGENT_METHODS, job_methods(jobs), ops_methods(cpu)],
         workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish)),
                             ("vectors", vector_service(spaces)),
                             ("health", health_service(cpu))],

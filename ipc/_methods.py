@@ -96,12 +96,17 @@ def workspace_close(agent_id: str) -> Call[dict[str, Any]]:
 
 
 def read(
-    agent_id: str, path: str, start_line: int | None = None, end_line: int | None = None
+    agent_id: str, path: str, start_line: int | None = None, end_line: int | None = None,
+    as_agent: str | None = None,
 ) -> Call[ReadResult]:
-    """``memory.read``: a workspace file, or lines ``start_line..end_line`` (1-based)."""
+    """``memory.read``: a workspace file, or lines ``start_line..end_line`` (1-based).
+
+    ``as_agent`` names the reader when it is not the workspace's owner; the owner's
+    settings must allow it (:class:`~recalld.ipc.errors.NotAllowed` otherwise)."""
     return Call(
         "memory.read",
-        _params(agent_id=agent_id, path=path, start_line=start_line, end_line=end_line),
+        _params(agent_id=agent_id, path=path, start_line=start_line, end_line=end_line,
+                as_agent=as_agent),
         cast(Callable[[Any], ReadResult], _as_dict),
     )
 
@@ -113,14 +118,17 @@ def search(
     min_score: float | None = None,
     filters: Mapping[str, Any] | None = None,
     sync: bool = False,
+    agents: Sequence[str] | None = None,
 ) -> Call[SearchResponse]:
     """``memory.search``: ranked hits (iterate the answer); ``sync=True`` first waits until
-    every earlier file change is indexed."""
+    every earlier file change is indexed. ``agents`` searches those workspaces instead of
+    ``agent_id``'s, as agent ``agent_id`` (each hit then carries ``agent_id``)."""
     return Call(
         "memory.search",
         _params(
             agent_id=agent_id, query=query, max_results=max_results, min_score=min_score,
             filters=dict(filters) if filters else None, sync=sync or None,
+            agents=list(agents) if agents is not None else None,
         ),
         SearchResponse.from_wire,
     )
@@ -178,6 +186,36 @@ def add_turns(
                 request_id=request_id),
         _as_dict,
     )
+
+
+def add_note(
+    agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
+    description: str | None = None,
+) -> Call[dict[str, Any]]:
+    """``memory.add_note``: append ``content`` to the agent's note of the day (one note
+    per ``session_id`` and ``name``); returns once it is searchable."""
+    return Call("memory.add_note",
+                _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
+                        description=description),
+                _as_dict)
+
+
+def memory_index(
+    agent_id: str, max_entries: int | None = None, as_agent: str | None = None
+) -> Call[dict[str, Any]]:
+    """``memory.index``: names and one-line descriptions of the long-term (digest) nodes;
+    ``rendered`` is a Markdown index ready for a system prompt."""
+    return Call("memory.index",
+                _params(agent_id=agent_id, max_entries=max_entries, as_agent=as_agent),
+                _as_dict)
+
+
+def memory_list(
+    agent_id: str, prefix: str | None = None, as_agent: str | None = None
+) -> Call[list[dict[str, Any]]]:
+    """``memory.list``: the workspace's Markdown files (``path``, ``size``, ``mtime``)."""
+    return Call("memory.list", _params(agent_id=agent_id, prefix=prefix, as_agent=as_agent),
+                _as_list("files"))
 
 
 def inbox_list(
@@ -252,6 +290,7 @@ METHODS: dict[str, str] = {
     builder.__name__: builder(*args).method
     for builder, args in (
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
+        (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
         (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),

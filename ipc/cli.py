@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     dream.add_argument("--force", action="store_true",
                        help="with --undo: restore even files changed since that run")
 
+    mcp = add("mcp", "serve an agent's memory to MCP clients over stdio "
+                     "(needs recalld[mcp])")
+    mcp.add_argument("--agent", default=DEFAULT_AGENT)
+    mcp.add_argument("--autostart", action="store_true",
+                     help="start a daemon in the background if none answers")
+
     for name, what in (("install-service", "write and enable"),
                        ("uninstall-service", "disable and remove")):
         svc = add(name, f"{what} the systemd user units")
@@ -169,6 +175,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
                 print(f"recalld: {exc}", file=err)
                 return EXIT_ERROR
+        if command == "mcp":
+            return _mcp(ns, err)
         client = Client(getattr(ns, "socket", None), timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]
@@ -313,6 +321,20 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
             print_json(out, {"removed": True})
         else:
             out.write("removed the recalld user units (your Markdown memory is kept)\n")
+    return EXIT_OK
+
+
+def _mcp(ns: argparse.Namespace, err: TextIO) -> int:
+    # Imported only here: the MCP SDK is an optional extra and heavy to import.
+    try:
+        bridge = importlib.import_module("recalld.ipc.mcp")
+    except ImportError as exc:
+        print(f"recalld: the MCP bridge needs the mcp package ({exc}); "
+              "install it with: pip install 'recalld[mcp]'", file=err)
+        return EXIT_ERROR
+    import asyncio  # only this command runs an event loop
+
+    asyncio.run(bridge.serve(ns.agent, getattr(ns, "socket", None), autostart=ns.autostart))
     return EXIT_OK
 
 

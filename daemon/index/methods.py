@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from recalld.daemon import sharing
 from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
@@ -39,14 +40,24 @@ async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
     min_score = p.number("min_score", None)
     filters = parse_filters(p.mapping("filters", None))
     sync = p.boolean("sync", False)
+    agents: list[str] | None = p.strings("agents", None)
     p.done()
-    ws = ctx.workspace(agent_id)
-    index = index_of(ws)
-    if sync:
-        await index.sync()
-    return await search(
-        index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
-        filters=filters, config=ws.settings.search, agent_id=agent_id,
+
+    async def search_one(ws: Workspace) -> dict[str, Any]:
+        index = index_of(ws)
+        if sync:
+            await index.sync()
+        return await search(
+            index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
+            filters=filters, config=ws.settings.search, agent_id=ws.agent_id,
+        )
+
+    if agents is None:
+        return await search_one(ctx.workspace(agent_id))
+    # The caller (agent_id) searches the named workspaces, each only if its owner allows.
+    return await sharing.search_workspaces(
+        sharing.targets(ctx.state.registry, agent_id, agents), search_one,
+        max_results=min(max_results, MAX_RESULTS_CAP),
     )
 
 

@@ -1,0 +1,230 @@
+"""RPC methods that agent integrations (framework middleware, the MCP bridge) need besides
+search and read: ``memory.add_note``, ``memory.index`` and ``memory.list``.
+
+``memory.add_note`` writes what an agent chose to remember into its own note of the day
+through the workspace file operations (confined, atomic, searchable before the answer).
+``memory.index`` is a short table of contents of the long-term nodes (name and one-line
+description from each node's frontmatter), ``memory.list`` the Markdown files of a
+workspace. Both read methods accept ``as_agent`` like ``memory.read`` (see
+:mod:`recalld.daemon.sharing`). Nothing here starts a task; file walks run in worker
+threads and are bounded in entries and bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from recalld.daemon import safepath, sharing
+from recalld.daemon.api import CallContext, Methods, Params
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
+from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams, RecalldError
+
+METHODS = Methods()
+
+MAX_NOTE_CHARS = 32_000
+DEFAULT_NOTE_SESSION = "agent-notes"
+DEFAULT_NOTE_NAME = "agent-notes"
+MAX_LIST_FILES = 10_000
+DEFAULT_INDEX_ENTRIES = 200
+MAX_INDEX_ENTRIES = 2_000
+# Only the head of a node is read for its frontmatter: an index must not read every byte.
+FRONTMATTER_HEAD_BYTES = 8 * 1024
+MAX_DESCRIPTION_CHARS = 200
+
+
+def _caller(p: Params, agent_id: str) -> str:
+    raw: str = p.text("as_agent", agent_id)
+    return raw
+
+
+# ------------------------------------------------------------------------ memory.add_note
+
+
+def _note_lock(ws: Workspace) -> trio.Lock:
+    # One lock per workspace: appending reads the note and writes it back.
+    try:
+        lock: trio.Lock = ws.get("agents.note_lock")
+    except KeyError:
+        lock = trio.Lock()
+        ws.attach("agents.note_lock", lock)
+    return lock
+
+
+@METHODS.add("memory.add_note")
+async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
+    """Append ``content`` to the agent's note of the day for ``session_id``.
+
+    The note is ``<daily_dir>/<today>/<name>.md`` owned by that session (another
+    session's note of the same name is never touched: the file operations pick a free
+    name). Secrets are redacted; the answer comes once the note is searchable.
+    """
+    p = Params(params)
+    agent_id = p.agent_id()
+    content: str = p.text("content")
+    session_id = check_session_id(p.text("session_id", DEFAULT_NOTE_SESSION))
+    name: str = p.text("name", DEFAULT_NOTE_NAME)
+    description: str | None = p.text("description", None)
+    p.done()
+    text = redact(content).strip()
+    if not text:
+        raise InvalidParams("param 'content' must not be empty")
+    if len(text) > MAX_NOTE_CHARS:
+        raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
+    if not slug(name):
+        raise InvalidParams("param 'name' must contain letters or digits")
+    ws = ctx.workspace(agent_id)
+    ops = fileops_for(ws, session_id=session_id)
+    day = check_date(None, ops.today)
+    async with _note_lock(ws):
+        body = ""
+        existing = await _own_note(ws, ops.day_folder(day), slug(name), session_id)
+        if existing is not None:
+            old = existing.split("\n")
+            body = "\n".join(old[parse_frontmatter(existing)[1]:]).strip()
+        new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
+        result = await ops.daily_write(session_id, name, new_body, date=day,
+                                       description=description)
+    return {"agent_id": agent_id, "session_id": session_id, "date": day, **result.as_dict()}
+
+
+async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> str | None:
+    """Text of ``session_id``'s note ``stem`` (or ``stem-N``) in ``folder``, if any."""
+
+    def scan() -> str | None:
+        for n in range(1, 1000):
+            rel = f"{folder}/{stem if n == 1 else f'{stem}-{n}'}.md"
+            text = read_confined(ws.root, rel)
+            if text is None:
+                return None
+            if parse_frontmatter(text)[0].get("session_id") == session_id:
+                return text
+        return None
+
+    return await trio.to_thread.run_sync(scan)
+
+
+# ---------------------------------------------------------------------------- memory.list
+
+
+def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
+        list[dict[str, Any]], bool]:
+    """Markdown files under ``tops`` (relative folders), no symlinks followed."""
+    files: list[dict[str, Any]] = []
+    for top in tops:
+        base = root / top
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for fname in sorted(filenames):
+                if not fname.endswith(".md") or fname.startswith("."):
+                    continue
+                full = os.path.join(dirpath, fname)
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                if not rel.startswith(prefix):
+                    continue
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if len(files) >= limit:
+                    return files, True
+                files.append({"path": rel, "size": st.st_size, "mtime": st.st_mtime})
+    return files, False
+
+
+@METHODS.add("memory.list", positional=("agent_id",))
+async def memory_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+    """The Markdown files of a workspace (daily notes and digest nodes), by path."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    prefix: str = p.text("prefix", "")
+    limit: int = p.integer("limit", MAX_LIST_FILES, minimum=1)
+    caller = _caller(p, agent_id)
+    p.done()
+    if prefix:
+        safepath.split_relative(prefix.rstrip("/"))  # refuse NUL, absolute, ..
+    ws = sharing.readable(ctx.state.registry, caller, agent_id)
+    s = ws.settings
+    tops = ["/".join(safepath.split_relative(d)) for d in (s.daily_dir, s.digest_dir)]
+    files, truncated = await trio.to_thread.run_sync(
+        _walk_markdown, ws.root, tops, prefix, min(limit, MAX_LIST_FILES))
+    return {"agent_id": agent_id, "files": files, "truncated": truncated}
+
+
+# --------------------------------------------------------------------------- memory.index
+
+
+def _head(root: Path, rel: str) -> str:
+    fd = safepath.open_confined(root, rel)
+    try:
+        data = os.read(fd, FRONTMATTER_HEAD_BYTES)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace")
+
+
+def _one_line(value: Any) -> str:
+    text = " ".join(str(value).split()) if value is not None else ""
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        text = text[: MAX_DESCRIPTION_CHARS - 1] + "…"
+    return text
+
+
+def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+    files, _ = _walk_markdown(root, [digest_dir], "", MAX_LIST_FILES)
+    entries: list[dict[str, Any]] = []
+    for f in files[:limit]:
+        rel = f["path"]
+        try:
+            fields, _ = parse_frontmatter(_head(root, rel))
+        except (OSError, RecalldError):
+            continue  # gone or swapped for a link since the walk
+        parts = rel.split("/")
+        bucket = parts[-2] if len(parts) >= 3 else ""
+        entries.append({
+            "path": rel,
+            "name": _one_line(fields.get("name")) or parts[-1].removesuffix(".md"),
+            "description": _one_line(fields.get("description")),
+            "bucket": bucket,
+        })
+    return entries, len(files)
+
+
+def render_index(entries: list[dict[str, Any]]) -> str:
+    """A ``MEMORY.md``-like index: one line per node, grouped by bucket."""
+    lines: list[str] = []
+    bucket: str | None = None
+    for e in sorted(entries, key=lambda e: (e["bucket"], e["path"])):
+        if e["bucket"] != bucket:
+            bucket = e["bucket"]
+            lines.append(f"## {bucket or 'other'}")
+        hook = f" — {e['description']}" if e["description"] else ""
+        lines.append(f"- [{e['name']}]({e['path']}){hook}")
+    return "\n".join(lines)
+
+
+@METHODS.add("memory.index", positional=("agent_id",))
+async def memory_index(ctx: CallContext, params: dict[str, Any]) -> Any:
+    """Names and one-line descriptions of the long-term nodes (digest), as entries and
+    as Markdown text ready for a system prompt."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    limit: int = p.integer("max_entries", DEFAULT_INDEX_ENTRIES, minimum=1)
+    caller = _caller(p, agent_id)
+    p.done()
+    ws = sharing.readable(ctx.state.registry, caller, agent_id)
+    digest = "/".join(safepath.split_relative(ws.settings.digest_dir))
+    entries, total = await trio.to_thread.run_sync(
+        _index_entries, ws.root, digest, min(limit, MAX_INDEX_ENTRIES))
+    return {"agent_id": agent_id, "entries": entries, "total": total,
+            "truncated": total > len(entries), "rendered": render_index(entries)}

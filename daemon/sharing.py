@@ -1,0 +1,123 @@
+"""Who may read which workspace, and searches that span several workspaces.
+
+Each agent owns one workspace and is isolated by default (``memory_isolation = true``).
+The owner of workspace Y grants reads to others in Y's own settings: ``shared_with``
+names the agents that may search and read Y (``"*"`` for every agent), and
+``memory_isolation = false`` opens Y to every agent. Access is never granted by the
+asking side.
+
+The caller names itself (``agent_id`` on ``memory.search``, ``as_agent`` on the read
+methods). Every client of the socket runs as the same user, so this is a guard against
+one agent reading another's memory by mistake, not a boundary between users: that one
+is the socket's permissions and the peer-uid check.
+
+Nothing here starts tasks except :func:`search_workspaces`, whose per-workspace searches
+run in a nursery it opens and closes (cancelling it cancels them all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import trio
+
+from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
+from recalld.ipc.errors import InvalidParams, NotAllowed
+
+EVERYONE = "*"
+MAX_WORKSPACES_PER_SEARCH = 64
+
+
+def may_read(caller: str, target: Workspace) -> bool:
+    """Whether agent ``caller`` may search and read ``target``."""
+    if caller == target.agent_id:
+        return True
+    settings = target.settings
+    if not settings.memory_isolation:
+        return True
+    return caller in settings.shared_with or EVERYONE in settings.shared_with
+
+
+def check_read(caller: str, target: Workspace) -> None:
+    """NotAllowed unless ``caller`` may read ``target``; the message says how to allow it."""
+    if not may_read(caller, target):
+        raise NotAllowed(
+            f"agent {caller!r} may not read the workspace of {target.agent_id!r}: it is "
+            f"isolated (add {caller!r} to [workspaces.{target.agent_id}] shared_with, or "
+            "set its memory_isolation = false)"
+        )
+
+
+def readable(registry: WorkspaceRegistry, caller: str, agent_id: str) -> Workspace:
+    """The open workspace ``agent_id`` if ``caller`` may read it."""
+    target = registry.get(check_agent_id(agent_id))
+    check_read(check_agent_id(caller), target)
+    return target
+
+
+def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]) -> list[Workspace]:
+    """The workspaces named in ``agents`` (deduplicated, order kept), each checked."""
+    if not agents:
+        raise InvalidParams("param 'agents' must name at least one workspace")
+    names = list(dict.fromkeys(agents))
+    if len(names) > MAX_WORKSPACES_PER_SEARCH:
+        raise InvalidParams(f"at most {MAX_WORKSPACES_PER_SEARCH} workspaces per search")
+    return [readable(registry, caller, name) for name in names]
+
+
+def _tag(hits: Iterable[dict[str, Any]], agent_id: str) -> list[dict[str, Any]]:
+    out = []
+    for hit in hits:
+        hit = dict(hit)
+        hit["agent_id"] = agent_id
+        rendered = hit.get("rendered")
+        if isinstance(rendered, str) and rendered.startswith("========== "):
+            # Same text form, with the workspace named before the path.
+            hit["rendered"] = f"========== [{agent_id}] " + rendered[len("========== "):]
+        out.append(hit)
+    return out
+
+
+async def search_workspaces(
+    workspaces: Sequence[Workspace],
+    search_one: Callable[[Workspace], Awaitable[dict[str, Any]]],
+    *,
+    max_results: int,
+) -> dict[str, Any]:
+    """Run ``search_one`` on every workspace concurrently and merge the answers.
+
+    Hits carry ``agent_id``; they are merged by score (each workspace scores with its own
+    statistics, so a merged order is approximate across workspaces) and cut to
+    ``max_results``. Counters are summed; ``took_ms`` is the slowest workspace's.
+    """
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def one(ws: Workspace) -> None:
+        answers[ws.agent_id] = await search_one(ws)
+
+    async with trio.open_nursery() as nursery:
+        for ws in workspaces:
+            nursery.start_soon(one, ws)
+
+    results: list[dict[str, Any]] = []
+    expanded: list[dict[str, Any]] = []
+    for ws in workspaces:
+        answer = answers[ws.agent_id]
+        results.extend(_tag(answer.get("results", []), ws.agent_id))
+        expanded.extend(_tag(answer.get("expanded", []), ws.agent_id))
+    results.sort(key=lambda r: -float(r.get("score") or 0.0))
+    results = results[:max_results]
+    kept = {(r["agent_id"], r.get("path")) for r in results}
+    expanded = [e for e in expanded if (e["agent_id"], e.get("via")) in kept]
+    modes = sorted({str(a.get("mode", "")) for a in answers.values()} - {""})
+    return {
+        "results": results,
+        "expanded": expanded,
+        "rendered": "\n\n".join(str(r.get("rendered", "")) for r in results),
+        "agents": [ws.agent_id for ws in workspaces],
+        "vector_hits": sum(int(a.get("vector_hits") or 0) for a in answers.values()),
+        "keyword_hits": sum(int(a.get("keyword_hits") or 0) for a in answers.values()),
+        "mode": modes[0] if len(modes) == 1 else "mixed",
+        "took_ms": max((float(a.get("took_ms") or 0.0) for a in answers.values()), default=0.0),
+    }

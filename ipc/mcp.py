@@ -1,0 +1,270 @@
+"""``recalld mcp``: an MCP server on stdio that forwards to the recalld daemon.
+
+Install with ``pip install 'recalld[mcp]'``. An MCP client (an IDE, a desktop assistant,
+an agent framework) launches ``recalld mcp --agent coder`` (or
+``python -m recalld.ipc.mcp --agent coder``) and gets:
+
+- tools ``memory_search`` (query, limit, optional other ``agents``), ``memory_read``
+  (a file or a line range, optionally of another agent's workspace), ``memory_add_turns``
+  (conversation turns for the daemon's auto_memory) and ``memory_add_note`` (one fact);
+- the agent's Markdown files as resources ``recalld://<agent>/<path>``.
+
+The bridge holds no index and no state besides one daemon connection: any number of
+bridges (one per MCP client) share the one daemon, and a daemon restart is bridged by
+the client's reconnect. Reads of other workspaces go out as this agent (``as_agent``),
+so the daemon's sharing rules apply. The server stops when stdin closes; the daemon
+connection is closed on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from recalld.ipc import __version__, errors
+from recalld.ipc.asyncio_client import AsyncioClient
+
+SCHEME = "recalld"
+DEFAULT_AGENT = "default"
+MAX_RESOURCES = 5000
+_DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
+
+TOOLS: list[types.Tool] = [
+    types.Tool(
+        name="memory_search",
+        description=("Search long-term memory (Markdown notes from past conversations and "
+                     "consolidated knowledge). Returns ranked excerpts with file:line ranges."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What to look for."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "agents": {"type": "array", "items": {"type": "string"},
+                           "description": "Search these agents' workspaces instead of your "
+                                          "own (each must be shared with you)."},
+            },
+            "required": ["query"],
+        },
+    ),
+    types.Tool(
+        name="memory_read",
+        description="Read a memory file, or a 1-based inclusive range of its lines.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "Path inside the workspace, as search shows it."},
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1},
+                "agent": {"type": "string",
+                          "description": "Another agent whose workspace is shared with you."},
+            },
+            "required": ["path"],
+        },
+    ),
+    types.Tool(
+        name="memory_add_turns",
+        description=("Hand conversation turns to long-term memory; durable facts are "
+                     "extracted into notes in the background. flush=true at the end of a "
+                     "conversation."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "session_id": {"type": "string"},
+                "messages": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"role": {"type": "string",
+                                            "enum": ["user", "assistant", "system", "tool"]},
+                                   "content": {"type": "string"}},
+                    "required": ["role", "content"]}},
+                "flush": {"type": "boolean", "default": False},
+            },
+            "required": ["session_id", "messages"],
+        },
+    ),
+    types.Tool(
+        name="memory_add_note",
+        description="Remember one durable fact now (stored as a note of the day).",
+        input_schema={
+            "type": "object",
+            "properties": {"content": {"type": "string"},
+                           "session_id": {"type": "string"}},
+            "required": ["content"],
+        },
+    ),
+]
+
+
+def resource_uri(agent: str, path: str) -> str:
+    return f"{SCHEME}://{agent}/{quote(path)}"
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    """``recalld://<agent>/<path>`` to (agent, path); ValueError otherwise."""
+    parts = urlsplit(uri)
+    path = unquote(parts.path).lstrip("/")
+    if parts.scheme != SCHEME or not parts.netloc or not path:
+        raise ValueError(f"not a recalld resource: {uri}")
+    return parts.netloc, path
+
+
+def _text(text: str, *, error: bool = False,
+          structured: Any = None) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error,
+                                structured_content=structured)
+
+
+class Bridge:
+    """The MCP handlers of one bridge process: agent ``agent`` over ``client``."""
+
+    def __init__(self, client: AsyncioClient, agent: str) -> None:
+        self.client = client
+        self.agent = agent
+        self._opened = False
+
+    async def _open(self) -> None:
+        if not self._opened:
+            await self.client.workspace_open(self.agent)
+            self._opened = True
+
+    # ------------------------------------------------------------------- tools
+
+    async def call_tool(self, name: str, args: dict[str, Any]) -> types.CallToolResult:
+        try:
+            await self._open()
+            if name == "memory_search":
+                return await self._search(args)
+            if name == "memory_read":
+                return await self._read(args)
+            if name == "memory_add_turns":
+                answer = await self.client.add_turns(
+                    self.agent, str(args.get("session_id", "")), list(args.get("messages", [])),
+                    flush=bool(args.get("flush", False)))
+                return _text(json.dumps(answer), structured=answer)
+            if name == "memory_add_note":
+                answer = await self.client.add_note(
+                    self.agent, str(args.get("content", "")), session_id=args.get("session_id"))
+                return _text(f"recorded in {answer.get('path')}", structured=answer)
+        except _DAEMON_ERRORS as exc:
+            code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""
+            return _text(f"{exc}{code}", error=True)
+        return _text(f"unknown tool: {name}", error=True)
+
+    async def _search(self, args: dict[str, Any]) -> types.CallToolResult:
+        agents = args.get("agents")
+        response = await self.client.search(
+            self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
+            agents=[str(a) for a in agents] if agents else None)
+        hits = [r.to_dict() for r in response]
+        if not hits:
+            return _text("(no results)", structured={"results": []})
+        text = response.rendered or "\n\n".join(r.rendered for r in response)
+        return _text(text, structured={"results": hits})
+
+    async def _read(self, args: dict[str, Any]) -> types.CallToolResult:
+        owner = str(args.get("agent") or self.agent)
+        got = await self.client.read(
+            owner, str(args.get("path", "")), start_line=args.get("start_line"),
+            end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
+        return _text(str(got.get("text", "")), structured=dict(got))
+
+    # --------------------------------------------------------------- resources
+
+    async def list_resources(self) -> list[types.Resource]:
+        await self._open()
+        files = await self.client.memory_list(self.agent)
+        return [
+            types.Resource(uri=resource_uri(self.agent, f["path"]), name=f["path"],
+                           mime_type="text/markdown", size=f.get("size"))
+            for f in files[:MAX_RESOURCES]
+        ]
+
+    async def read_resource(self, uri: str) -> str:
+        agent, path = parse_uri(uri)
+        await self._open()
+        got = await self.client.read(agent, path,
+                                     as_agent=self.agent if agent != self.agent else None)
+        return str(got.get("text", ""))
+
+
+def build_server(bridge: Bridge) -> Server[Any]:
+    """The MCP server whose handlers forward to ``bridge``."""
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=TOOLS)
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams,
+                           ) -> types.CallToolResult:
+        return await bridge.call_tool(params.name, dict(params.arguments or {}))
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        try:
+            return types.ListResourcesResult(resources=await bridge.list_resources())
+        except _DAEMON_ERRORS as exc:
+            raise RuntimeError(f"recalld: {exc}") from None
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams,
+                               ) -> types.ReadResourceResult:
+        try:
+            text = await bridge.read_resource(str(params.uri))
+        except (ValueError, *_DAEMON_ERRORS) as exc:
+            raise RuntimeError(f"recalld: {exc}") from None
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=str(params.uri), mime_type="text/markdown", text=text)])
+
+    @asynccontextmanager
+    async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield {}
+        finally:
+            await bridge.client.aclose()
+
+    return Server(
+        "recalld", version=__version__,
+        instructions=(f"Long-term memory of agent {bridge.agent!r}: search it before "
+                      "answering questions about earlier work, read files by path."),
+        lifespan=lifespan,
+        on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+        on_list_resources=on_list_resources, on_read_resource=on_read_resource,
+    )
+
+
+async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = None,
+                *, autostart: bool = False) -> None:
+    """Serve MCP on stdin/stdout until stdin closes."""
+    bridge = Bridge(AsyncioClient(socket_path, autostart=autostart), agent)
+    server = build_server(bridge)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agent", default=DEFAULT_AGENT,
+                        help="the agent whose workspace this bridge serves (default: default)")
+    parser.add_argument("--autostart", action="store_true",
+                        help="start a daemon in the background if none answers")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="recalld mcp",
+                                     description="MCP server (stdio) for recalld memory")
+    parser.add_argument("--socket", help="daemon socket")
+    add_arguments(parser)
+    ns = parser.parse_args(argv)
+    asyncio.run(serve(ns.agent, ns.socket, autostart=ns.autostart))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

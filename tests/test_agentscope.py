@@ -1,0 +1,261 @@
+"""The AgentScope middleware against a real daemon and real AgentScope agents.
+
+The agents' chat model is AgentScope's own OpenAI-compatible model class talking to the
+scripted fake provider on 127.0.0.1: what reaches the "model" (system prompt, injected
+memory, tool results) is checked on the wire, and what reaches the daemon through the
+files and RPCs it keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, chat_answer, tool_call
+
+from recalld.ipc.agentscope import RecalldMemoryMiddleware, workspace_name
+from recalld.ipc.client import Client
+
+NOTE = """---
+name: backups
+description: where the nightly backups go
+---
+# Backups
+
+The nightly backups of the laptop go to the NAS called quillfeather-7 over rsync.
+"""
+
+NODE = """---
+name: Deploy checklist
+description: When you are about to deploy the web app, read this first
+---
+1. run the migrations 2. flip the canary
+"""
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _chat_requests(fake: FakeProvider) -> list[dict[str, Any]]:
+    return [r.json for r in fake.requests if r.path.endswith("/chat/completions")]
+
+
+def _system(req: dict[str, Any]) -> str:
+    return "".join(_text(m["content"]) for m in req["messages"] if m["role"] == "system")
+
+
+def _non_system(req: dict[str, Any]) -> str:
+    return "".join(_text(m.get("content")) for m in req["messages"] if m["role"] != "system")
+
+
+def scripted(*calls: tuple[str, dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+    """A model that makes ``calls`` one by one (one per request that does not carry a tool
+    result yet), then answers with the text of the last tool result it saw."""
+    queue = list(calls)
+
+    def answer(body: Any) -> dict[str, Any]:
+        last = body["messages"][-1]
+        tool_results = [m for m in body["messages"] if m["role"] == "tool"]
+        if queue and (not tool_results or last["role"] == "tool"):
+            name, args = queue.pop(0)
+            return chat_answer(None, [tool_call(name, args, f"call_{len(queue)}")])
+        if tool_results:
+            return chat_answer("final: " + _text(tool_results[-1]["content"]))
+        return chat_answer("plain answer")
+
+    return answer
+
+
+def _open(daemon: DaemonHandle, agent: str, files: dict[str, str]) -> Path:
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open(agent)["path"])
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
+        c.index_sync(agent)
+    return root
+
+
+async def _reply(fake: FakeProvider, mw: RecalldMemoryMiddleware, name: str, text: str,
+                 ) -> tuple[Agent, str]:
+    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                            model="fake", stream=False, max_retries=0)
+    agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
+                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+    try:
+        msg = await agent.reply(UserMsg(name="user", content=text))
+    finally:
+        await model.client.close()
+    return agent, msg.get_text_content() or ""
+
+
+def _pending(daemon: DaemonHandle, agent: str, session: str) -> int:
+    with Client(daemon.socket_path) as c:
+        return int(c.add_turns(agent, session, [])["pending_messages"])
+
+
+def test_static_control_injects_hits_and_writes_back(daemon: DaemonHandle,
+                                                     fake: FakeProvider) -> None:
+    _open(daemon, "coder", {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted()
+
+    async def main() -> tuple[Agent, str, list[Any]]:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            agent, text = await _reply(fake, mw, "assistant", "where do the nightly backups go?")
+            return agent, text, await mw.list_tools()
+        finally:
+            await mw.close()
+
+    agent, text, tools = asyncio.run(main())
+    assert text == "plain answer" and tools == []
+    (req,) = _chat_requests(fake)
+    assert "quillfeather-7" in _non_system(req), "the hit is injected before reasoning"
+    assert "<recalled-memory>" in _non_system(req)
+    assert "memory_search" not in _system(req) and not req.get("tools")
+    # The exchange went to memory.add_turns under the agent's own session id.
+    assert _pending(daemon, "coder", agent.state.session_id) == 2
+
+
+def test_agent_control_tools_search_and_add_memory(daemon: DaemonHandle,
+                                                   fake: FakeProvider) -> None:
+    root = _open(daemon, "coder", {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted(("memory_search", {"query": "nightly backups NAS", "limit": 3}))
+
+    async def search_turn() -> tuple[str, list[str]]:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            _, text = await _reply(fake, mw, "assistant", "remind me about backups")
+            return text, [t.name for t in await mw.list_tools()]
+        finally:
+            await mw.close()
+
+    text, names = asyncio.run(search_turn())
+    assert names == ["memory_search", "add_memory"]
+    assert text.startswith("final: ") and "quillfeather-7" in text
+    first = _chat_requests(fake)[0]
+    assert "memory_search" in _system(first), "usage hint in the system prompt"
+    assert "quillfeather-7" not in _non_system(first), "no automatic injection"
+    assert {t["function"]["name"] for t in first["tools"]} >= {"memory_search", "add_memory"}
+
+    fake.requests.clear()
+    fake.chat_default = scripted(("add_memory", {
+        "thinking": "SECRET-RATIONALE the user stated a lasting preference",
+        "content": ["The user indents Python with tabs.", "The user's editor is helix."]}))
+
+    async def add_turn() -> str:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            return (await _reply(fake, mw, "assistant", "remember: I use tabs and helix"))[1]
+        finally:
+            await mw.close()
+
+    text = asyncio.run(add_turn())
+    assert "Recorded 2 fact(s)" in text
+    notes = [p for p in (root / "memory").rglob("agent-notes*.md")]
+    assert len(notes) == 1
+    body = notes[0].read_text(encoding="utf-8")
+    assert "indents Python with tabs" in body and "helix" in body
+    assert "SECRET-RATIONALE" not in body, "only content is stored, never thinking"
+    with Client(daemon.socket_path) as c:
+        hits = c.search("coder", "helix editor")
+    assert hits and hits[0].path == notes[0].relative_to(root).as_posix()
+
+
+def test_both_with_index_in_system_prompt(daemon: DaemonHandle, fake: FakeProvider) -> None:
+    _open(daemon, "ops", {"memory/2026-07-01/backups.md": NOTE,
+                          "digest/procedure/deploy.md": NODE})
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="ops", index_in_prompt=True,
+                                     socket_path=daemon.socket_path)
+        try:
+            assert [t.name for t in await mw.list_tools()] == ["memory_search", "add_memory"]
+            await _reply(fake, mw, "assistant", "the nightly backups, where?")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    (req,) = _chat_requests(fake)
+    system = _system(req)
+    assert "[Deploy checklist](digest/procedure/deploy.md)" in system
+    assert "When you are about to deploy the web app" in system
+    assert "memory_search" in system
+    assert "quillfeather-7" in _non_system(req)
+
+
+def test_one_instance_shared_by_agents_keeps_them_apart(daemon: DaemonHandle,
+                                                        fake: FakeProvider) -> None:
+    _open(daemon, "alice",
+          {"memory/2026-07-01/a.md": "# Cat\nAlice's cat is named Pumpernickel.\n"})
+    _open(daemon, "bob", {"memory/2026-07-01/b.md": "# Cat\nBob's cat is named Ziggurat.\n"})
+    fake.chat_default = scripted()
+
+    async def main() -> list[tuple[Agent, str]]:
+        mw = RecalldMemoryMiddleware(mode="static_control", socket_path=daemon.socket_path)
+        try:
+            return list(await asyncio.gather(
+                _reply(fake, mw, "alice", "what is my cat named?"),
+                _reply(fake, mw, "bob", "what is my cat named?"),
+            ))
+        finally:
+            await mw.close()
+            await mw.close()  # idempotent
+
+    (alice, _), (bob, _) = asyncio.run(main())
+    by_agent = {}
+    for req in _chat_requests(fake):
+        seen = _non_system(req)
+        by_agent["alice" if "Pumpernickel" in seen else "bob" if "Ziggurat" in seen else "?"] = seen
+    assert set(by_agent) == {"alice", "bob"}
+    assert "Ziggurat" not in by_agent["alice"] and "Pumpernickel" not in by_agent["bob"]
+    assert _pending(daemon, "alice", alice.state.session_id) == 2
+    assert _pending(daemon, "bob", bob.state.session_id) == 2
+    assert _pending(daemon, "alice", bob.state.session_id) == 0
+
+
+def test_daemon_down_never_breaks_a_reply(tmp_path: Path, fake: FakeProvider) -> None:
+    fake.chat_default = scripted()
+
+    async def main() -> str:
+        mw = RecalldMemoryMiddleware(agent_id="coder", socket_path=tmp_path / "none.sock")
+        try:
+            return (await _reply(fake, mw, "assistant", "hello there"))[1]
+        finally:
+            await mw.close()
+
+    assert asyncio.run(main()) == "plain answer"
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        RecalldMemoryMiddleware(mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top_k"):
+        RecalldMemoryMiddleware(top_k=0)
+    assert workspace_name("Research Bot #2") == "Research_Bot_2"

@@ -1,0 +1,151 @@
+"""The MCP bridge, driven by the official SDK's own stdio client against a real daemon.
+
+Each bridge is a real subprocess (``python -m recalld.ipc.mcp`` or ``recalld mcp``)
+launched by ``mcp.client.stdio.stdio_client``; several run at once on one daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from conftest import DaemonFactory, DaemonHandle
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from recalld.ipc.client import Client
+from recalld.ipc.errors import NOT_ALLOWED
+from recalld.ipc.mcp import parse_uri, resource_uri
+
+NOTE = "# Printers\n\nThe office printer is called marmalade-3 and needs a PIN.\n"
+
+
+@asynccontextmanager
+async def bridge(daemon: DaemonHandle, agent: str, *, cli: bool = False,
+                 ) -> AsyncIterator[ClientSession]:
+    module = ["-m", "recalld.ipc", "mcp"] if cli else ["-m", "recalld.ipc.mcp"]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[*module, "--agent", agent, "--socket", str(daemon.socket_path)],
+        env=daemon.env)
+    with open(daemon.home / f"mcp-{agent}.log", "w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def _write(daemon: DaemonHandle, agent: str, rel: str, text: str) -> Path:
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open(agent)["path"])
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+        c.index_sync(agent)
+    return root
+
+
+def _text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+def test_round_trip_through_the_sdk_client(daemon: DaemonHandle) -> None:
+    _write(daemon, "coder", "memory/2026-07-02/printers.md", NOTE)
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            tools = {t.name for t in (await s.list_tools()).tools}
+            assert tools == {"memory_search", "memory_read", "memory_add_turns",
+                             "memory_add_note"}
+
+            found = await s.call_tool("memory_search", {"query": "office printer", "limit": 3})
+            assert not found.is_error
+            assert "memory/2026-07-02/printers.md:" in _text(found)
+            hits = found.structured_content["results"]
+            assert hits[0]["path"] == "memory/2026-07-02/printers.md"
+
+            read = await s.call_tool("memory_read", {"path": "memory/2026-07-02/printers.md",
+                                                     "start_line": 3, "end_line": 3})
+            assert _text(read) == "The office printer is called marmalade-3 and needs a PIN.\n"
+
+            turns = await s.call_tool("memory_add_turns", {
+                "session_id": "mcp-1",
+                "messages": [{"role": "user", "content": "my shell is fish"},
+                             {"role": "assistant", "content": "noted"}]})
+            assert json.loads(_text(turns))["pending_messages"] == 2
+
+            note = await s.call_tool("memory_add_note", {"content": "The VPN is wireguard."})
+            assert not note.is_error and "recorded in memory/" in _text(note)
+            again = await s.call_tool("memory_search", {"query": "wireguard"})
+            assert "The VPN is wireguard." in _text(again)
+
+            resources = (await s.list_resources()).resources
+            uris = {str(r.uri) for r in resources}
+            assert resource_uri("coder", "memory/2026-07-02/printers.md") in uris
+            body = await s.read_resource(resource_uri("coder", "memory/2026-07-02/printers.md"))
+            assert body.contents[0].text == NOTE
+
+            bad = await s.call_tool("memory_read", {"path": "../../etc/passwd"})
+            assert bad.is_error and "code" in _text(bad)
+
+    asyncio.run(main())
+
+
+SHARED = """
+[workspaces.bob]
+shared_with = ["alice"]
+"""
+
+
+def test_many_bridges_share_one_daemon_and_sharing_rules_hold(
+        daemon_factory: DaemonFactory) -> None:
+    daemon = daemon_factory(SHARED)
+    _write(daemon, "bob", "memory/2026-07-02/bob.md", "# Garden\nBob plants tomatoes in May.\n")
+    _write(daemon, "carol", "memory/2026-07-02/c.md", "# Garden\nCarol grows basil.\n")
+    _write(daemon, "alice", "memory/2026-07-02/a.md", "# Garden\nAlice has no garden.\n")
+
+    async def as_alice() -> None:
+        async with bridge(daemon, "alice", cli=True) as s:
+            both = await s.call_tool("memory_search", {"query": "garden",
+                                                       "agents": ["alice", "bob"]})
+            owners = {h["agent_id"] for h in both.structured_content["results"]}
+            assert owners == {"alice", "bob"}
+            read = await s.call_tool("memory_read", {"agent": "bob",
+                                                     "path": "memory/2026-07-02/bob.md"})
+            assert "tomatoes" in _text(read)
+            refused = await s.call_tool("memory_search", {"query": "garden",
+                                                          "agents": ["carol"]})
+            assert refused.is_error and f"(code {NOT_ALLOWED})" in _text(refused)
+
+    async def as_carol() -> None:
+        async with bridge(daemon, "carol") as s:
+            own = await s.call_tool("memory_search", {"query": "basil"})
+            assert "Carol grows basil." in _text(own)
+            refused = await s.call_tool("memory_read", {"agent": "bob",
+                                                        "path": "memory/2026-07-02/bob.md"})
+            assert refused.is_error and "may not read" in _text(refused)
+            assert "tomatoes" not in _text(refused)
+
+    async def main() -> None:
+        await asyncio.gather(as_alice(), as_carol())
+
+    asyncio.run(main())
+    status = daemon.call("daemon.status")
+    assert status["pid"] == daemon.pid  # one daemon served both bridges
+
+
+def test_resource_uris_round_trip() -> None:
+    uri = resource_uri("coder", "memory/2026-07-02/a note.md")
+    assert uri == "recalld://coder/memory/2026-07-02/a%20note.md"
+    assert parse_uri(uri) == ("coder", "memory/2026-07-02/a note.md")
+    for bad in ("file:///etc/passwd", "recalld://coder/", "recalld:///x.md"):
+        with pytest.raises(ValueError):
+            parse_uri(bad)
