@@ -45,9 +45,13 @@ def test_random_sigkill_during_commit_loop(tmp_path: Path, zygote: Zygote) -> No
     acked: int | None = None
     progress = 0
     orphaned = 0
+    # The kill window follows the machine's speed: on a loaded machine a commit takes
+    # longer, so the window widens while kills keep landing before the first commit and
+    # narrows again once they do not, keeping kills spread over the whole commit.
+    max_delay_s = MAX_DELAY_S
     for i in range(KILLS):
         pid = zygote.fork("loop", str(state), str(root))
-        time.sleep(rng.uniform(0, MAX_DELAY_S))
+        time.sleep(rng.uniform(0, max_delay_s))
         os.kill(pid, signal.SIGKILL)
         run = zygote.reap(pid)
         assert run.errors == [], (seed, i, run.errors)
@@ -55,6 +59,9 @@ def test_random_sigkill_during_commit_loop(tmp_path: Path, zygote: Zygote) -> No
         if run.committed:
             acked = max(run.committed)
             progress += 1
+            max_delay_s = max(MAX_DELAY_S, max_delay_s * 0.95)
+        else:
+            max_delay_s = min(2.0, max_delay_s * 1.1)
         # Every other time the parent only reads, leaving the repair to the next worker.
         checked = check_state(state, root, acked, reopen=i % 2 == 0)
         assert acked is None or checked.generation is not None
