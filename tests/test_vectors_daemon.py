@@ -1,0 +1,78 @@
+"""Vectors through a real daemon: config, health check log, backfill, hybrid search, status."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider
+
+RENDER = re.compile(r"^========== memory/2026-07-23/commute\.md:\d+-\d+ \[score=\d\.\d{4} "
+                    r"vector=-?\d\.\d{4} keyword=\d+\.\d{4}\] ==========\n")
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def vectors_status(d: Any) -> dict[str, Any]:
+    status = d.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    out: dict[str, Any] = ws["index"]["vectors"]
+    return out
+
+
+def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md",
+          "# Commute\n\nThe 7:40 train to Zurich failed with ECONNREFUSED.\n")
+    write(root, "digest/personal/food.md", "# Food\n\nRamen and dumplings.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        config = (f'[workspaces.w]\npath = "{root}"\n'
+                  f'embedding_model_config = {{backend = "openai", base_url = "{fake.url}/v1", '
+                  f'api_key = "k", model_name = "m", dimensions = 8}}\n'
+                  '[daemon]\npersist_delay_s = 0.05\n')
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        deadline = time.monotonic() + 20
+        while (st := vectors_status(d))["coverage"] < 1.0 or st["total"] == 0:
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        assert st["enabled"] and st["embedded"] == st["total"] == 2 and st["dims"] == 8
+        assert st["health"] == "ok" and st["provider"]["breaker"]["state"] == "closed"
+        assert "k" not in str(st["provider"].get("endpoint"))
+        res = d.call("memory.search", {"agent_id": "w", "query": "ECONNREFUSED"})
+        assert res["mode"] == "hybrid" and res["vector_hits"] == 2
+        top = res["results"][0]
+        assert top["path"] == "memory/2026-07-23/commute.md" and top["exact"] is True
+        assert RENDER.match(top["rendered"]), top["rendered"]
+        assert f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> OK" in d.log()
+        assert "vector_hits=2 keyword_hits=1" in d.log()
+        assert d.stop() == 0
+    # The daemon-wide cache of that space holds both texts.
+    caches = list((d.data_dir / "state" / "embeddings").glob("openai-m-8-*.log"))
+    assert len(caches) == 1 and len(caches[0].read_text().splitlines()) == 2
+
+
+def test_daemon_health_check_failure_is_visible(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/a.md", "# A\n\nnothing to see\n")
+    config = (f'[workspaces.w]\npath = "{root}"\n'
+              'embedding_model_config = {backend = "openai", '
+              'base_url = "http://127.0.0.1:9/v1", api_key = "k", model_name = "m", '
+              'dimensions = 8}\n')
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"})
+    deadline = time.monotonic() + 20
+    while (st := vectors_status(d))["health"] != "fail":
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    assert st["enabled"] and st["coverage"] == 0.0 and st["last_error"]
+    prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> FAIL "
+    assert re.search(re.escape(prefix) + r"\S", d.log())
+    res = d.call("memory.search", {"agent_id": "w", "query": "nothing"})
+    assert res["mode"] == "keyword" and res["results"]
