@@ -54,6 +54,9 @@ import synth
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT_DIR = REPO_ROOT / "bench-results" / "index"
 AGENT = "bench"
+# workspace.open may hold its answer until the first build is done: a 100k-chunk build
+# must fit in one call.
+OPEN_TIMEOUT_S = 1800.0
 # How the daemon is started; the socket and config options are appended.
 DAEMON_ARGV: tuple[str, ...] = (sys.executable, "-m", "recalld.daemon.main", "serve")
 
@@ -271,7 +274,15 @@ def open_and_sync(c: RpcClient, ws: Path, expect_files: int,
     t0 = time.perf_counter()
     c.call("workspace.open", {"agent_id": AGENT, "path": str(ws)})
     t_open = time.perf_counter() - t0
-    c.call("index.sync", {"agent_id": AGENT})
+    while True:
+        try:
+            c.call("index.sync", {"agent_id": AGENT})
+            break
+        except Exception as exc:
+            # A workspace still opening in the background is not an error yet.
+            if "opening" not in str(exc) or time.perf_counter() - t0 > timeout_s:
+                raise
+            time.sleep(0.01)
     t_sync = time.perf_counter() - t0
     files = _find_key(workspace_status(c), "files")
     while files is not None and files < expect_files and time.perf_counter() - t0 < timeout_s:
@@ -387,7 +398,7 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
         with _phase(out, "cold_build"):
             t0 = time.perf_counter()
             out["ready_s"] = d.start()
-            c = connect(d.socket_path)
+            c = connect(d.socket_path, OPEN_TIMEOUT_S)
             info = open_and_sync(c, ws, expect_files)
             out["cold_build_s"] = time.perf_counter() - t0
             out["cold"] = info
@@ -403,7 +414,7 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
                 out["stop_s"] = d.stop()
                 t0 = time.perf_counter()
                 ready = d.start()
-                c = connect(d.socket_path)
+                c = connect(d.socket_path, OPEN_TIMEOUT_S)
                 open_and_sync(c, ws, expect_files)
                 q, path = needles[0]
                 if not any(r.get("path") == path for r in search(c, q)):
@@ -413,7 +424,7 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
             out["warm_restart_runs"] = runs
             out["warm_restart_s"] = sorted(r["total_s"] for r in runs)[len(runs) // 2]
         with _phase(out, "write_to_searchable"):
-            c = connect(d.socket_path)
+            c = connect(d.socket_path, OPEN_TIMEOUT_S)
             out["write_to_searchable"] = write_to_searchable(c, ws, edits, seed)
             c.close()
         rss = [x for x in (out.get("peak_rss_mb_cold"), d.peak_rss_mb()) if x is not None]
@@ -519,9 +530,9 @@ def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: 
                     for (_, p), hits in zip(needles, res, strict=True)) / max(1, len(needles))
             entry["reme"] = rm
             entry.update(compare(entry["recalld"], rm, size.name))
-        if not keep_workspaces:
-            for ws in (ws_r, ws_m):
-                shutil.rmtree(ws, ignore_errors=True)
+        if not keep_workspaces:  # the daemon's log stays next to them
+            for d in (ws_r, ws_m, out_dir / f"state-{size.name}"):
+                shutil.rmtree(d, ignore_errors=True)
     result["total_s"] = time.perf_counter() - t_all
     return result
 
