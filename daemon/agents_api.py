@@ -158,6 +158,7 @@ async def memory_list(ctx: CallContext, params: dict[str, Any]) -> Any:
     tops = ["/".join(safepath.split_relative(d)) for d in (s.daily_dir, s.digest_dir)]
     files, truncated = await trio.to_thread.run_sync(
         _walk_markdown, ws.root, tops, prefix, min(limit, MAX_LIST_FILES))
+    files.sort(key=lambda f: str(f["path"]))
     return {"agent_id": agent_id, "files": files, "truncated": truncated}
 
 

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-HEAVY = ("numpy", "hnswlib", "recalld.daemon", "pyroaring", "zstandard", "watchfiles")
+HEAVY = ("numpy", "hnswlib", "recalld.daemon", "pyroaring", "zstandard", "watchfiles",
+         # The optional integrations load only when asked for by name.
+         "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp")
 MODULES = ["recalld.ipc", "recalld.ipc.client", "recalld.ipc.aclient",
            "recalld.ipc.asyncio_client", "recalld.ipc.cli", "recalld.ipc.protocol"]
 
