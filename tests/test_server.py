@@ -626,14 +626,58 @@ def test_other_users_cannot_reach_the_socket(daemon: DaemonHandle) -> None:
     assert _as_other_user(daemon.socket_path) == "permission denied"
 
 
+def _refused_request_as_other_user(d: DaemonHandle) -> str:
+    """Send a ping from another uid and report what came back ('closed' or 'answered').
+
+    The daemon is frozen (SIGSTOP) while the child connects and writes, so the whole
+    request is in the socket buffer before the daemon can accept the connection and
+    look at its credentials. Without that, the daemon's close races the child's write
+    and the child may see its write fail (EPIPE) instead of the refusal it came to
+    observe. With it, the order is fixed: request queued, then refused, then read.
+    """
+    code = (
+        "import os, socket, sys\n"
+        f"os.setgid({OTHER_UID}); os.setuid({OTHER_UID})\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10)\n"
+        "s.connect(sys.argv[1])\n"
+        "s.sendall(b'{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\",\"id\":1}\\n')\n"
+        "print('sent', flush=True)\n"
+        "try:\n"
+        "    data = s.recv(100)\n"
+        "except ConnectionResetError:\n"
+        "    data = b''  # closed with our request unread: the kernel reports a reset\n"
+        "print('closed' if data == b'' else 'answered', flush=True)\n"
+    )
+    d.signal(signal.SIGSTOP)
+    try:
+        child = subprocess.Popen([sys.executable, "-c", code, str(d.socket_path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None
+            sent = child.stdout.readline().strip()
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+    finally:
+        d.signal(signal.SIGCONT)
+    out, err = child.communicate(timeout=30)
+    assert sent == "sent", err
+    return out.strip() or err
+
+
 @needs_root
 def test_other_users_are_refused_by_peer_credentials(daemon: DaemonHandle) -> None:
     # Open the file-system gates on purpose: SO_PEERCRED must still say no.
     os.chmod(daemon.socket_path.parent.parent, 0o711)
     os.chmod(daemon.socket_path.parent, 0o711)
     os.chmod(daemon.socket_path, 0o666)
-    assert _as_other_user(daemon.socket_path) == "closed"
-    assert server_stats(daemon)["rejected_peer_total"] == 1
+    before = server_stats(daemon)
+    assert _refused_request_as_other_user(daemon) == "closed"
+    after = server_stats(daemon)
+    assert after["rejected_peer_total"] == before["rejected_peer_total"] + 1
+    # The refused ping never reached a handler: only the status call above was counted.
+    assert after["requests_total"] == before["requests_total"] + 1
     assert daemon.call("daemon.ping")["pong"] is True
 
 
