@@ -117,7 +117,7 @@ class FakeProvider:
             def do_GET(self) -> None:
                 fake._handle(self)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(
@@ -246,6 +246,11 @@ class FakeProvider:
             return {"model": req["model"], "embeddings": self._vectors(
                 texts, req.get("dimensions"), reply)}
         raise KeyError(f"unknown path {path}")
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients hanging up mid-request is part of the script, not an error
 
 
 class _quiet:
