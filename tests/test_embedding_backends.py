@@ -469,3 +469,16 @@ async def test_wait_healthy_retries_until_ok(fake: FakeProvider, bridge: Provide
     assert [line.split(" ", 1)[0] for line in lines] == ["FAIL", "FAIL", "FAIL", "OK"]
     assert client.status()["health"] == "ok"
     assert len(fake.requests) == 4
+
+
+async def test_cancel_embed_at_many_points(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    client = make(fake, bridge, "dashscope", max_batch_size=1)
+    for i in range(12):
+        fake.script(Reply(delay_s=0.01), Reply(delay_s=0.01), Reply(delay_s=0.01))
+        with trio.move_on_after(i * 0.004):
+            await client.embed(["a", "b", "c"])
+        assert bridge.statistics().in_flight == 0
+        assert client.breaker.consecutive_failures == 0
+        fake.clear_script()  # drop unused replies before the next round
+    rows = await client.embed(["a", "b", "c"])
+    np.testing.assert_allclose(rows, expected(["a", "b", "c"]), rtol=1e-5, atol=1e-6)

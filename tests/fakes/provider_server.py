@@ -133,6 +133,10 @@ class FakeProvider:
         with self._lock:
             self._script.extend(replies)
 
+    def clear_script(self) -> None:
+        with self._lock:
+            self._script.clear()
+
     def pending_script(self) -> int:
         with self._lock:
             return len(self._script)
