@@ -209,7 +209,7 @@ async def test_restart_resumes_pending_and_reuses_stored_vectors(h: Harness) -> 
             await full(worker)
             await wait_for(lambda: (index.last_commit or {}).get("chunks") == 3
                            and index._changes == 0)
-        counts = passage_counts(fake)
+        counts = passage_counts(fake, 2)  # the two refused requests do not count
         counts.pop("ping", None)
         assert set(counts.values()) == {1}
         # Third start: vectors come from the chunk store and the persisted graph.
@@ -412,3 +412,21 @@ def test_store_rebuilds_a_corrupt_graph_from_chunk_embeddings(tmp_path: Path) ->
     got = rebuilt.vector_search(query, 3)
     assert [k for k, _ in got] == [k for k, _ in expected]
     assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=2e-3)
+
+
+async def test_rebuild_keeps_vectors_and_pays_nothing(h: Harness) -> None:
+    with FakeProvider(dims=DIMS) as fake:
+        async with h.open(h.emb(fake)) as (index, worker):
+            await full(worker)
+            before = len(fake.requests)
+            old_state = index.state
+            result = await index.rebuild(lambda done, total, msg: None)
+            assert result["chunks"] == 3 and index.state is not old_state
+            # Hybrid at once after the swap: the vectors moved with their texts.
+            assert len(index.state.vectors or ()) == 3
+            res = await ask(index, "ramen lunch")
+            assert res["mode"] == "hybrid" and res["vector_hits"] == 3
+            await wait_for(lambda: worker._state is index.state and worker.state == "idle")
+            assert worker.embedded == worker.total == 3
+            sent = [r.json["input"] for r in fake.requests[before:]]
+            assert sent == [["ramen lunch"]]

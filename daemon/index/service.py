@@ -40,6 +40,7 @@ from recalld.daemon.index.state import (
     IndexState,
     Prepared,
     StoredChunk,
+    carry_vectors,
     prepare,
 )
 from recalld.daemon.store.errors import DiskFull, StorageError
@@ -83,6 +84,7 @@ class WorkspaceIndex:
         self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
         self.store = IndexStore(self.root / settings.metadata_dir)
         self._lock = trio.Lock()
+        self._commit_lock = trio.Lock()
         self._dirty = trio.Event()
         self._changes = 0  # applied changes not yet committed
         self._rebuilding = False
@@ -222,6 +224,12 @@ class WorkspaceIndex:
                 backoff = min(backoff * 2, PERSIST_RETRY_MAX_S)
 
     async def _commit(self) -> None:
+        # One commit at a time: the persist loop and a rebuild may both want one, and the
+        # generation store is not meant for two writers.
+        async with self._commit_lock:
+            await self._commit_once()
+
+    async def _commit_once(self) -> None:
         async with self._lock:
             self._dirty = trio.Event()
             changes, self._changes = self._changes, 0
@@ -324,6 +332,12 @@ class WorkspaceIndex:
                 )
                 await trio.to_thread.run_sync(fresh.apply, prepared, limiter=self._cpu)
                 progress(min(start + PREPARE_BATCH, total), total, "indexing")
+            # Vectors of unchanged texts move over, so search stays hybrid after the swap.
+            old = await self.locked(lambda st: (
+                {c.text: c.embedding for c in st.chunks.values() if c.embedding is not None},
+                st.vector_space, st.vector_config))
+            await trio.to_thread.run_sync(
+                partial(carry_vectors, fresh, old[0], old[1], old[2]), limiter=self._cpu)
             async with self._lock:
                 self.state = fresh
             self._notify_changed()

@@ -9,6 +9,7 @@ reused within one state, and a full rebuild starts a new state.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import posixpath
@@ -18,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyroaring import BitMap
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
+from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph, extract_links
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
@@ -349,6 +352,40 @@ class IndexState:
                 "keyword": self.bm25.stats()}
 
 
+def carry_vectors(
+    fresh: IndexState, by_text: Mapping[str, str], space: str | None,
+    config: dict[str, Any] | None,
+) -> int:
+    """Give ``fresh`` the vectors (of ``space``) that an older state held for the same texts.
+
+    A rebuild then keeps hybrid search without waiting for the backfill. Returns how many
+    chunks got a vector; vectors of another size than the first are left out.
+    """
+    keys: list[int] = []
+    rows: list[Any] = []
+    for key, chunk in list(fresh.chunks.items()):
+        value = by_text.get(chunk.text)
+        if value is None:
+            continue
+        try:
+            vec = decode_f16(value)
+        except ValueError:
+            continue
+        if rows and vec.shape != rows[0].shape:
+            continue
+        fresh.chunks[key] = dataclasses.replace(chunk, embedding=value)
+        keys.append(key)
+        rows.append(vec)
+    if not keys:
+        return 0
+    fresh.vectors = VectorIndex(int(rows[0].shape[0]), initial_capacity=len(keys))
+    fresh.vectors.add(keys, np.stack(rows))
+    fresh.vector_space = space
+    fresh.vector_config = config
+    fresh.vectors_version += 1
+    return len(keys)
+
+
 def rebuild_links(state: IndexState, texts: Mapping[str, str]) -> None:
     """Re-extract every file's links (after restore, names may resolve differently)."""
     for path, text in texts.items():
@@ -357,5 +394,5 @@ def rebuild_links(state: IndexState, texts: Mapping[str, str]) -> None:
 
 __all__ = [
     "MAX_NOTE_BYTES", "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
-    "StoredChunk", "note_date", "prepare",
+    "StoredChunk", "carry_vectors", "note_date", "prepare",
 ]

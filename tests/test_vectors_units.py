@@ -1,0 +1,97 @@
+"""Pure parts of the vector path: exact-term detection, fusion order, the embedding cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.embedcache import EmbeddingCache, decode_f16, encode_f16, text_hash
+from recalld.daemon.index.exact import exact_keys, identifier_terms, rare_terms
+from recalld.daemon.index.fusion import fuse
+from recalld.daemon.index.state import StoredChunk
+from recalld.daemon.index.tokenizer import tokenize
+
+
+def test_identifier_terms() -> None:
+    assert identifier_terms("why ECONNREFUSED in handleWebSocketReconnect?") == [
+        "econnrefused", "handlewebsocketreconnect"]
+    assert identifier_terms("snake_case_name and config.toml and foo-bar, v2 k8s") == [
+        "snake_case_name", "config.toml", "foo-bar", "v2", "k8s"]
+    # Plain words, capitalised names, short caps and bare numbers are not identifiers.
+    assert identifier_terms("What did Caroline do in 2023 at the IT desk?") == []
+
+
+def test_rare_terms_need_a_real_index() -> None:
+    bm = BM25Index()
+    docs = [f"common words about trains number {i}" for i in range(60)]
+    docs[3] += " zugfahrt"
+    bm.add_many((i + 1, tokenize(d)) for i, d in enumerate(docs))
+    assert rare_terms("zugfahrt trains", bm) == ["zugfahrt"]
+    small = BM25Index()
+    small.add_many((i + 1, tokenize(d)) for i, d in enumerate(docs[:10]))
+    assert rare_terms("zugfahrt trains", small) == []
+
+
+def chunk(key: int, text: str) -> StoredChunk:
+    return StoredChunk(key, str(key), "p.md", 1, 1, text, "", {})
+
+
+def test_exact_keys_need_every_term() -> None:
+    chunks = {1: chunk(1, "ECONNREFUSED in config.toml"), 2: chunk(2, "ECONNREFUSED only")}
+    hits = [(1, 2.0), (2, 3.0)]
+    assert exact_keys(["econnrefused", "config.toml"], hits, chunks) == {1}
+    assert exact_keys(["econnrefused"], hits, chunks) == {1, 2}
+    assert exact_keys([], hits, chunks) == set()
+
+
+def test_fusion_puts_exact_first_and_ignores_an_empty_branch() -> None:
+    vector = [(k, 0.9 - k / 100) for k in range(10, 40)]
+    keyword = [(99, 5.0)]
+    plain = fuse(keyword, vector, keyword_weight=0.3, vector_weight=0.7, k=60)
+    assert [f.key for f in plain].index(99) > 20  # buried by plain weighted RRF
+    fused = fuse(keyword, vector, keyword_weight=0.3, vector_weight=0.7, k=60, exact={99})
+    assert fused[0].key == 99 and fused[0].exact and fused[0].vector is None
+    # Vector-only: the keyword weight does not dilute anything.
+    only = fuse([], vector, keyword_weight=0.3, vector_weight=0.7, k=60)
+    assert [f.key for f in only] == [k for k, _ in vector]
+    assert only[0].score == pytest.approx(0.7 / 61)
+
+
+def test_f16_round_trip() -> None:
+    vec = np.linspace(-1, 1, 16, dtype=np.float32)
+    assert np.allclose(decode_f16(encode_f16(vec)), vec, atol=1e-3)
+    for bad in ("not base64!", "", "AAAA"):
+        with pytest.raises(ValueError):
+            decode_f16(bad)
+
+
+def test_cache_persists_skips_damage_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "emb" / "space.log"
+    cache = EmbeddingCache(path, 4, max_cache_size=2)
+    cache.open()
+    vecs = {f"text {i}": np.full(4, i / 10, dtype=np.float32) for i in range(6)}
+    assert cache.put_many((text_hash(t), v) for t, v in vecs.items()) == 6
+    assert cache.put_many([(text_hash("text 0"), vecs["text 0"])]) == 0  # already there
+    cache.put_many([("wrongsize", np.zeros(3, dtype=np.float32))])  # refused: other dims
+    cache.close()
+    with path.open("ab") as fh:
+        fh.write(b"00000000 {\"h\": torn")  # a torn tail from a crash mid-append
+    again = EmbeddingCache(path, 4, max_cache_size=2)
+    again.open()
+    got = again.get_many([text_hash("text 3"), text_hash("missing")])
+    assert got[1] is None and got[0] is not None
+    assert np.allclose(got[0], vecs["text 3"], atol=1e-3)
+    assert len(again) == 6
+    # Compaction keeps live entries and the newest max_cache_size others.
+    live = {text_hash("text 0")}
+    assert again.compact(live) == 3
+    kept = again.get_many([text_hash(f"text {i}") for i in range(6)])
+    assert [v is not None for v in kept] == [True, False, False, False, True, True]
+    again.close()
+    third = EmbeddingCache(path, 4)
+    third.open()
+    assert len(third) == 3
+    third.close()
