@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -59,6 +60,8 @@ MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
 MAX_HIT_CHARS = 1200
+#: Sessions whose workspace is remembered for the tools (oldest forgotten first).
+MAX_SESSIONS = 10_000
 _AGENT_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
 
@@ -132,7 +135,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._opened: set[str] = set()
         # Keyed by session id: one instance may serve many agents and conversations.
         self._pending_hits: dict[str, list[str]] = {}
-        self._session_workspace: dict[str, str] = {}
+        self._session_workspace: OrderedDict[str, str] = OrderedDict()
         self._index_cache: dict[str, tuple[float, str]] = {}
 
     # ------------------------------------------------------------------ plumbing
@@ -193,6 +196,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         session = self._session_of(agent)
         if session is not None:
             self._session_workspace[session] = workspace
+            self._session_workspace.move_to_end(session)
+            while len(self._session_workspace) > MAX_SESSIONS:
+                self._session_workspace.popitem(last=False)
         query = _query_text(input_kwargs.get("inputs"))
         if query and session is not None and self.mode != "agent_control":
             try:

@@ -159,6 +159,8 @@ class Bridge:
         except _DAEMON_ERRORS as exc:
             code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""
             return _text(f"{exc}{code}", error=True)
+        except (TypeError, ValueError) as exc:  # arguments of the wrong shape
+            return _text(f"bad arguments for {name}: {exc}", error=True)
         return _text(f"unknown tool: {name}", error=True)
 
     async def _search(self, args: dict[str, Any]) -> types.CallToolResult:

@@ -95,6 +95,8 @@ def test_round_trip_through_the_sdk_client(daemon: DaemonHandle) -> None:
 
             bad = await s.call_tool("memory_read", {"path": "../../etc/passwd"})
             assert bad.is_error and "code" in _text(bad)
+            junk = await s.call_tool("memory_search", {"query": "printer", "limit": "lots"})
+            assert junk.is_error
 
     asyncio.run(main())
 
