@@ -165,6 +165,12 @@ async def test_backfill_end_to_end_and_hybrid_output(h: Harness) -> None:
             before = len(fake.requests)
             await ask(index, "train to Zurich")
             assert len(fake.requests) == before
+            # Filters apply to the vector branch too.
+            only = await search(index, "train to Zurich", max_results=5, min_score=None,
+                                filters=Filters(path_prefixes=("digest",)),
+                                config=SearchConfig(), agent_id="w")
+            assert only["vector_hits"] == 1
+            assert [r["path"] for r in only["results"]] == ["digest/wiki/hiking.md"]
 
 
 async def test_outage_keyword_keeps_working_then_each_text_once(h: Harness) -> None:
@@ -199,9 +205,13 @@ async def test_outage_keyword_keeps_working_then_each_text_once(h: Harness) -> N
 
 async def test_restart_resumes_pending_and_reuses_stored_vectors(h: Harness) -> None:
     with FakeProvider(dims=DIMS) as fake:
-        fake.script(*[Reply(status=400)] * 2)  # health check and first batch refused
-        async with h.open(h.emb(fake)) as (index, worker):
-            await wait_for(lambda: index.last_commit is not None)
+        # First run: the provider cannot be reached at all; chunks are committed without
+        # vectors (pending work is derived from them, there is no queue to lose).
+        down = EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:9/v1",
+                                    api_key="k", model_name="m", dimensions=DIMS)
+        async with h.open(down) as (index, worker):
+            await wait_for(lambda: index.last_commit is not None
+                           and worker.status()["health"] == "fail")
             assert worker.embedded == 0
         # Restart: the chunks were committed without vectors; they are pending again.
         h.spaces = h.new_spaces()
@@ -209,7 +219,7 @@ async def test_restart_resumes_pending_and_reuses_stored_vectors(h: Harness) -> 
             await full(worker)
             await wait_for(lambda: (index.last_commit or {}).get("chunks") == 3
                            and index._changes == 0)
-        counts = passage_counts(fake, 2)  # the two refused requests do not count
+        counts = passage_counts(fake)
         counts.pop("ping", None)
         assert set(counts.values()) == {1}
         # Third start: vectors come from the chunk store and the persisted graph.

@@ -59,7 +59,8 @@ class Snapshot:
     vectors_stamp: tuple[int, int] | None = None
 
 
-def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None) -> Snapshot:
+def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
+             tmp_dir: Path | None = None) -> Snapshot:
     """Copy what to save; the hnswlib graph is serialized only if it changed."""
     snap = Snapshot(
         files=list(state.files.values()),
@@ -76,7 +77,13 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None) -
         snap.vectors_meta = {"space": state.vector_space, "dims": state.vectors.dim,
                              "count": len(state.vectors), "state_format": FORMAT_VERSION}
         if stamp != saved_stamp:
-            snap.vectors_blob = state.vectors.to_bytes()
+            try:
+                snap.vectors_blob = state.vectors.to_bytes(tmp_dir)
+            except OSError as exc:
+                # This generation goes without a graph; a load rebuilds it from the
+                # chunk embeddings, and the next commit tries again.
+                log.warning("saving the vector graph failed: %s", exc)
+                snap.vectors_meta = snap.vectors_stamp = None
     return snap
 
 
@@ -204,7 +211,8 @@ def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
                 raise ValueError(f"graph holds {vmeta.get('count')} vectors, chunks {len(live)}")
             if state.vector_space is None and isinstance(vmeta.get("space"), str):
                 state.vector_space = vmeta["space"]
-            state.vectors = VectorIndex.from_bytes(blob, dim=int(vmeta["dims"]), live=live)
+            state.vectors = VectorIndex.from_bytes(blob, dim=int(vmeta["dims"]), live=live,
+                                                   tmp_dir=gen.state_dir)
             return
         except (CorruptState, KeyError, ValueError, TypeError, RuntimeError) as exc:
             report.corrupt["vectors"] = _reason(exc)

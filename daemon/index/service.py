@@ -234,7 +234,8 @@ class WorkspaceIndex:
             self._dirty = trio.Event()
             changes, self._changes = self._changes, 0
             snap = await trio.to_thread.run_sync(
-                partial(snapshot, self.state, saved_stamp=self.store.saved_vectors))
+                partial(snapshot, self.state, saved_stamp=self.store.saved_vectors,
+                        tmp_dir=self.store.store.state_dir))
         started = time.monotonic()
         try:
             number = await trio.to_thread.run_sync(self.store.save, snap, limiter=self._cpu)

@@ -12,9 +12,11 @@ Search uses ``ef = max(ef_search, 2 * k)``: hnswlib's default ef=10 gives poor r
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import hnswlib
@@ -133,18 +135,18 @@ class VectorIndex:
         return np.asarray(self._index.get_items(keys, return_type="numpy"), dtype=np.float32)
 
     # Persistence: hnswlib writes files; callers wrap the bytes in a checksummed blob so
-    # the native loader only ever sees verified bytes.
+    # the native loader only ever sees verified bytes. The scratch file lives in
+    # ``tmp_dir`` (the index's own state directory, whose cleanup removes a leftover).
 
-    def to_bytes(self) -> bytes:
-        with tempfile.TemporaryDirectory(prefix="recalld-hnsw-") as tmp:
-            path = Path(tmp) / "index.bin"
+    def to_bytes(self, tmp_dir: Path | None = None) -> bytes:
+        with _scratch(tmp_dir) as path:
             self._index.save_index(str(path))
             return path.read_bytes()
 
     @classmethod
     def from_bytes(
         cls, data: bytes, *, dim: int, live: Iterable[int], ef_search: int = 128,
-        num_threads: int = 1,
+        num_threads: int = 1, tmp_dir: Path | None = None,
     ) -> VectorIndex:
         """Load verified bytes; ``live`` is the set of keys the manifest says are live."""
         self = cls.__new__(cls)
@@ -154,13 +156,9 @@ class VectorIndex:
         self._m = 16
         self._ef_construction = 200
         self._index = hnswlib.Index(space="cosine", dim=dim)
-        fd, name = tempfile.mkstemp(prefix="recalld-hnsw-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            self._index.load_index(name, max_elements=0)
-        finally:
-            os.unlink(name)
+        with _scratch(tmp_dir) as path:
+            path.write_bytes(data)
+            self._index.load_index(str(path), max_elements=0)
         self._index.set_num_threads(num_threads)
         self._live = set(live)
         stored = set(self._index.get_ids_list())
@@ -173,3 +171,20 @@ class VectorIndex:
             except RuntimeError:
                 pass  # already marked in the saved file
         return self
+
+
+@contextlib.contextmanager
+def _scratch(tmp_dir: Path | None) -> Iterator[Path]:
+    """A private scratch file named like an interrupted publish (``.x.tmp-<hex>``)."""
+    if tmp_dir is None:
+        with tempfile.TemporaryDirectory(prefix="recalld-hnsw-") as tmp:
+            yield Path(tmp) / "index.bin"
+        return
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    path = tmp_dir / f".hnsw.tmp-{secrets.token_hex(6)}"
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
