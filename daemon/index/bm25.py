@@ -66,7 +66,7 @@ class BM25Index:
         self.k1 = float(k1)
         self.b = float(b)
         self._terms: list[str] = []
-        self._term_ids: dict[str, int] = {}
+        self._term_ids: dict[str, int] = postings.term_table()
         self._main_gen = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -205,7 +205,7 @@ class BM25Index:
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
             self._terms = [self._terms[i] for i in used.tolist()]
-            self._term_ids = {t: i for i, t in enumerate(self._terms)}
+            self._term_ids = postings.term_table(self._terms)
         self._set_main(seg)
         self._alive = np.ones(len(seg.row_keys), dtype=np.bool_)
         self._key_row = dict(zip(seg.row_keys.tolist(), range(len(seg.row_keys)), strict=True))
@@ -367,7 +367,7 @@ class BM25Index:
         alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
-        self._terms, self._term_ids = terms, {t: i for i, t in enumerate(terms)}
+        self._terms, self._term_ids = terms, postings.term_table(terms)
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)

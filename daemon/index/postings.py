@@ -6,7 +6,9 @@ index and calls these for its merges and its persistence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,17 @@ class Segment:
         )
 
 
+def term_table(terms: Iterable[str] = ()) -> defaultdict[str, int]:
+    """Term -> id, where looking up a new term with ``[]`` assigns it the next id.
+
+    Insertion order is id order, so the new terms of a batch are the dictionary's tail.
+    Searches use ``.get``, which never adds.
+    """
+    table: defaultdict[str, int] = defaultdict(int, ((t, i) for i, t in enumerate(terms)))
+    table.default_factory = table.__len__
+    return table
+
+
 class Slab:
     """Documents encoded as term ids (doc-major), waiting to become part of a segment."""
 
@@ -54,13 +67,19 @@ class Slab:
         do not depend on hash seeds.
         """
         flat = [t for toks in batch.values() for t in toks]
-        for term in dict.fromkeys(flat):
-            if term not in ids:
-                ids[term] = len(terms)
-                terms.append(term)
+        before = len(terms)
+        if isinstance(ids, defaultdict) and ids.default_factory == ids.__len__:
+            # One C-level pass: a missing term gets the next id on first lookup.
+            tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        else:
+            for term in dict.fromkeys(flat):
+                if term not in ids:
+                    ids[term] = len(ids)
+            tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        if len(ids) > before:
+            terms.extend(itertools.islice(ids, before, None))
         lens = [len(toks) for toks in batch.values()]
         n_docs, n_terms = len(lens), max(len(terms), 1)
-        tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
         pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
         return cls(
