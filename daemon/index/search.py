@@ -114,8 +114,11 @@ async def search(
         except ProviderError as exc:
             vector_error = str(exc)
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
-    keyword_hits, vector_hits, exact, chunks = await index.candidates(
-        query, max(pool, max_results), filters, query_vector)
+    found = await index.candidates(
+        query, max(pool, max_results), filters, query_vector,
+        link_limit=4 * max_results if config.link_expansion else 0)
+    keyword_hits, vector_hits, exact, chunks = (
+        found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
     results: list[dict[str, Any]] = []
     if hybrid:
@@ -134,7 +137,7 @@ async def search(
     expanded: list[dict[str, Any]] = []
     if config.link_expansion and results:
         hit_paths = [r["path"] for r in results]
-        links = await index.neighbours(hit_paths)
+        links = found.links
         for r in results:
             r["links"] = links.get(r["path"], [])
         seen = set(hit_paths)
@@ -143,8 +146,10 @@ async def search(
             for other in links.get(path, []):
                 if other not in seen and other not in extra:
                     extra[other] = path
-        firsts = await index.first_chunks(list(extra)[:max_results])
-        for path, chunk in firsts.items():
+        for path in list(extra)[:max_results]:
+            chunk = found.firsts.get(path)
+            if chunk is None:
+                continue
             item = _result(chunk, 0.0, None, None)
             item["via"] = extra[path]
             expanded.append(item)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,6 +59,18 @@ T = TypeVar("T")
 # enough that a cancel or a search waiting for the lock is served quickly.
 PREPARE_BATCH = 64
 PERSIST_RETRY_MAX_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What one search needs from the index, read under one lock acquisition."""
+
+    keyword: list[tuple[int, float]]
+    vector: list[tuple[int, float]]
+    exact: set[int]
+    chunks: dict[int, StoredChunk]
+    links: dict[str, list[str]]  # candidate path -> linked paths
+    firsts: dict[str, StoredChunk]  # linked path -> its first chunk
 
 
 class WorkspaceIndex:
@@ -256,27 +269,14 @@ class WorkspaceIndex:
         """Return once every change made to the workspace before the call is indexed."""
         await self.watcher.sync()
 
-    async def keyword_search(
-        self, query: str, limit: int, filters: Filters
-    ) -> tuple[list[tuple[int, float]], dict[int, Any]]:
-        """Top keyword hits and their chunks, from one consistent view."""
-
-        def run() -> tuple[list[tuple[int, float]], dict[int, Any]]:
-            allowed = self.state.allowed(filters)
-            hits = self.state.keyword_search(query, limit, allowed)
-            return hits, {key: self.state.chunks[key] for key, _ in hits}
-
-        self.searches += 1
-        return await self._locked(run)
-
     async def candidates(
-        self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None
-    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], set[int],
-               dict[int, StoredChunk]]:
-        """Keyword hits, vector hits, exact keys and their chunks, from one view."""
+        self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None,
+        *, link_limit: int = 0,
+    ) -> Candidates:
+        """Keyword hits, vector hits, exact keys, their chunks and their link
+        neighbourhood, from one consistent view in one worker-thread call."""
 
-        def run() -> tuple[list[tuple[int, float]], list[tuple[int, float]], set[int],
-                           dict[int, StoredChunk]]:
+        def run() -> Candidates:
             state = self.state
             allowed = state.allowed(filters)
             hits = state.keyword_search(query, limit, allowed)
@@ -287,27 +287,19 @@ class WorkspaceIndex:
                 vec_hits = state.vector_search(query_vector[1], limit, allowed)
                 chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
                 exact = exact_keys(special_terms(query, state.bm25), hits, chunks)
-            return hits, vec_hits, exact, chunks
+            links: dict[str, list[str]] = {}
+            firsts: dict[str, StoredChunk] = {}
+            if link_limit:
+                for path in dict.fromkeys(c.path for c in chunks.values()):
+                    links[path] = state.neighbours(path)
+                    for other in links[path]:
+                        info = state.files.get(other)
+                        if other not in firsts and len(firsts) < link_limit and info and (
+                                info.keys):
+                            firsts[other] = state.chunks[info.keys[0]]
+            return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
         self.searches += 1
-        return await self._locked(run)
-
-    async def neighbours(self, paths: Iterable[str]) -> dict[str, list[str]]:
-        wanted = list(dict.fromkeys(paths))
-        return await self._locked(lambda: {p: self.state.neighbours(p) for p in wanted})
-
-    async def first_chunks(self, paths: Iterable[str]) -> dict[str, Any]:
-        """The first chunk of each path that is indexed (for link expansion)."""
-        wanted = list(dict.fromkeys(paths))
-
-        def run() -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for p in wanted:
-                info = self.state.files.get(p)
-                if info and info.keys:
-                    out[p] = self.state.chunks[info.keys[0]]
-            return out
-
         return await self._locked(run)
 
     # -- rebuild ---------------------------------------------------------------------
