@@ -58,6 +58,9 @@ T = TypeVar("T")
 # Files prepared per worker-thread call: big enough to amortise the thread hop, small
 # enough that a cancel or a search waiting for the lock is served quickly.
 PREPARE_BATCH = 64
+# Prepared files applied at once: the keyword index merges once per apply, so a large
+# reconcile applies in a few merges, not hundreds.
+APPLY_BATCH = 1024
 PERSIST_RETRY_MAX_S = 300.0
 
 
@@ -146,22 +149,30 @@ class WorkspaceIndex:
     # -- applying changes ------------------------------------------------------------
 
     async def apply_paths(self, paths: set[str]) -> None:
-        """Re-read ``paths`` (workspace-relative) and update the index to match the disk."""
+        """Re-read ``paths`` (workspace-relative) and update the index to match the disk.
+
+        Files are read and tokenized in small batches (short worker-thread calls), then
+        applied together: one keyword-index merge for a startup reconcile of thousands of
+        files instead of one per small batch.
+        """
         ordered = sorted(paths)
+        pending: list[Prepared] = []
+        started = time.monotonic()
         for start in range(0, len(ordered), PREPARE_BATCH):
             batch = ordered[start:start + PREPARE_BATCH]
-            started = time.monotonic()
             digests = {p: self.state.digest_of(p) for p in batch}
-            prepared = await trio.to_thread.run_sync(
+            pending += await trio.to_thread.run_sync(
                 self._prepare_batch, self.state, batch, digests, limiter=self._cpu
             )
-            stats: ApplyStats = await self._locked(self.state.apply, prepared)
-            metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
-            metrics.count("recalld_index_apply_files_total", len(batch))
-            if stats.changed:
-                self._changes += stats.added + stats.updated + stats.deleted
-                self._mark_dirty()
-                self._notify_changed()
+            if len(pending) >= APPLY_BATCH or start + PREPARE_BATCH >= len(ordered):
+                stats: ApplyStats = await self._locked(self.state.apply, pending)
+                metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
+                metrics.count("recalld_index_apply_files_total", len(pending))
+                pending, started = [], time.monotonic()
+                if stats.changed:
+                    self._changes += stats.added + stats.updated + stats.deleted
+                    self._mark_dirty()
+                    self._notify_changed()
 
     def _prepare_batch(
         self, state: IndexState, paths: list[str], digests: dict[str, str | None]
