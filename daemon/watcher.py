@@ -88,6 +88,10 @@ class WatcherConfig:
     healthy_after_s: float = 60.0
     apply_batch_max: int = 2_000
     suffixes: tuple[str, ...] = (".md",)
+    # False: report started as soon as the watch is active and run the startup reconcile
+    # in the background (a first build of a large workspace takes minutes; the daemon
+    # serves meanwhile and ``sync`` waits for it).
+    reconcile_before_ready: bool = True
     ignore_dirs: tuple[str, ...] = ("mem_metadata",)
 
 
@@ -421,11 +425,15 @@ class Watcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled. Started once the native watch is active (or failed, then
-        the watcher serves by reconcile alone and keeps retrying) and the startup
-        reconcile has applied every change made while the daemon was down."""
+        the watcher serves by reconcile alone and keeps retrying) and, unless
+        ``reconcile_before_ready`` is off, the startup reconcile has applied every change
+        made while the daemon was down."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self._watch_loop)
-            await self.reconcile("startup")
+            if self._config.reconcile_before_ready:
+                await self.reconcile("startup")
+            else:
+                self._request_rescan("startup")  # the flush task runs it first
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self._periodic_loop)
             task_status.started()

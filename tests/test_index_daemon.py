@@ -156,10 +156,13 @@ def test_restart_is_incremental_and_keeps_results(daemon_factory: Any, workspace
     # Changed while the daemon was down: found by the startup reconcile.
     write(workspace, "digest/personal/food.md", "I like ramen, dumplings and raclette.\n")
     d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    d2.call("index.sync", {"agent_id": "w"})  # the startup reconcile runs in the background
     status = d2.call("daemon.status")
     ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
     assert ws["loaded_generation"] is not None
-    assert ws["watcher"]["last_reconcile"]["found"] == {"added": 0, "changed": 1, "deleted": 0}
+    startup = ws["watcher"]["last_reconcile"]
+    assert startup["reason"] == "startup", startup
+    assert startup["found"] == {"added": 0, "changed": 1, "deleted": 0}
     after = search(d2, "train Zurich")
     assert [(r["path"], r["start_line"], r["end_line"]) for r in after["results"]] == [
         (r["path"], r["start_line"], r["end_line"]) for r in before["results"]]

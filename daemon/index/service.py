@@ -111,7 +111,8 @@ class WorkspaceIndex:
             # Through self: a rebuild swaps in a new state object.
             known=lambda: self.state.known(),
             config=watcher_config
-            or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s),
+            or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s,
+                             reconcile_before_ready=False),
             limiter=cpu,
         )
         self.load_report: LoadReport | None = None
