@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -96,3 +97,63 @@ def test_target_chunks_sizes_and_edit_stream(tmp_path: Path) -> None:
         assert (tmp_path / e.path).read_text("utf-8").rstrip().endswith(
             f"{e.token} confirmed during the review.")
         assert re.fullmatch(r"[a-z]+", e.token)
+
+
+# ----------------------------------------------------------- quality scoring and run.py
+import quality_lexical as ql  # noqa: E402
+import run as bench_run  # noqa: E402
+
+
+def test_hit_metrics_counts_each_target_once_and_respects_line_ranges() -> None:
+    targets: list[ql.Target] = [("memory/a.md", 5), ("memory/b.md", None)]
+    hits: list[ql.Hit] = [
+        ("memory/c.md", 1, 9, 100),   # nothing
+        ("memory/a.md", 1, 4, 50),    # right file, evidence line outside the range
+        ("memory/b.md", 1, 3, 20),    # document target: any chunk of b
+        ("memory/b.md", 4, 9, 20),    # b again: no new gain
+        ("memory/a.md", 5, 8, 10),    # evidence line inside
+        ("memory/a.md", 5, 8, 999),   # rank 6: outside @5
+    ]
+    m = ql.hit_metrics(hits, targets)
+    assert m["recall@5"] == m["recall@10"] == 1.0
+    assert m["mrr"] == 1 / 3
+    ideal = 1 + 1 / math.log2(3)
+    assert m["ndcg@10"] == (1 / math.log2(4) + 1 / math.log2(6)) / ideal
+    assert m["ctx_chars@5"] == 200
+    none = ql.hit_metrics(hits[:2], targets)
+    assert none == {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0, "ndcg@10": 0.0,
+                    "ctx_chars@5": 150.0}
+    late = ql.hit_metrics([hits[0]] * 5 + [hits[2]], targets)
+    assert (late["recall@5"], late["recall@10"]) == (0.0, 0.5)
+
+
+def test_locomo_evidence_quirks_and_category_5() -> None:
+    conv = {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
+                          {"speaker": "B", "dia_id": "D1:2", "text": "a\nb"}],
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_2": [{"speaker": "A", "dia_id": "D2:5", "text": "x"}],
+            "session_2_date_time": "garbled"}
+    notes, where = ql.locomo_notes(conv, "c1")
+    assert sorted(notes) == ["memory/1970-01-01/c1-session2.md",
+                             "memory/2023-05-08/c1-session1.md"]
+    assert notes["memory/2023-05-08/c1-session1.md"].splitlines()[2] == "B: a b"
+    assert where["D1:2"] == ("memory/2023-05-08/c1-session1.md", 3)
+    qa = [{"question": "q1", "evidence": ["D1:1; D2:05"], "category": 1},
+          {"question": "q2", "evidence": ["D:1:2", "D9:9"], "category": 4},
+          {"question": "q3", "evidence": ["D1:1"], "category": 5},
+          {"question": "q4", "evidence": [], "category": 2},
+          {"question": "q5", "category": 3}]
+    stats: dict[str, int] = {}
+    got = ql.locomo_questions(qa, where, stats)
+    assert got == [("q1", [where["D1:1"], where["D2:5"]], 1), ("q2", [where["D1:2"]], 4)]
+    assert stats == {"questions": 5, "excluded_category_5": 1, "excluded_no_evidence": 2,
+                     "evidence_ids_missing_turn": 1}
+
+
+def test_run_py_passes_unknown_options_to_the_benchmark() -> None:
+    assert bench_run.split_args(["quality", "--quick"]) == (["quality", "--quick"], [])
+    assert bench_run.split_args(["quality", "--sets", "locomo", "--out", "x.json"]) == (
+        ["quality", "--out", "x.json"], ["--sets", "locomo"])
+    assert bench_run.split_args(["index", "quality", "--out-dir=d", "--", "--out", "y"]) == (
+        ["index", "quality", "--out-dir=d"], ["--out", "y"])
+    assert {"index", "quality", "ping"} <= set(bench_run.discover())

@@ -24,11 +24,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, Chunk, chunk_markdown
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The chunk size the daemon runs with (its config default), so chunks here match its own.
+DAEMON_MAX_CHARS: int = DaemonConfig.__dataclass_fields__["chunk_max_chars"].default
 # A ranker: (documents, queries, k) -> per query the ranked document indexes.
 Ranker = Callable[[Sequence[str], Sequence[str], int], tuple[list[list[int]], float, float]]
 
@@ -45,7 +48,7 @@ def rank_recalld(docs: Sequence[str], queries: Sequence[str], k: int) -> tuple[A
 
 def _bm25s_ranker(own_tokens: bool) -> Ranker | None:
     try:
-        import bm25s  # type: ignore[import-not-found,unused-ignore]
+        import bm25s  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
 
@@ -107,42 +110,91 @@ def rankers() -> dict[str, Ranker | None]:
 
 
 # ------------------------------------------------------------------ metrics
+#: A returned result: (path, start_line, end_line, chars handed back).
+Hit = tuple[str, int, int, int]
+#: What a query must find: a file (line None: any chunk of it) or one line of a file.
+Target = tuple[str, int | None]
+
+
 def _dcg(flags: Sequence[bool], k: int) -> float:
     return sum(1.0 / math.log2(i + 2) for i, f in enumerate(flags[:k]) if f)
+
+
+def covers(hit: Hit, target: Target) -> bool:
+    return hit[0] == target[0] and (target[1] is None or hit[1] <= target[1] <= hit[2])
+
+
+def hit_metrics(hits: Sequence[Hit], targets: Sequence[Target]) -> dict[str, float]:
+    """recall@5/@10, MRR, nDCG@10 and ctx_chars@5 of one query's ranked results.
+
+    Works on returned chunks, whatever their size: recall@k is the share of targets inside
+    the top k results; a result earns nDCG gain only for targets no earlier result covered
+    (two chunks of one relevant document count once); MRR is 1/rank of the first result
+    that covers any target (0 beyond rank 10); ctx_chars@5 is what the top 5 hand back.
+    """
+    covered: set[int] = set()
+    gains: list[bool] = []
+    first: int | None = None
+    found5: set[int] = set()
+    for i, hit in enumerate(hits[:10]):
+        got = {j for j, t in enumerate(targets) if covers(hit, t)}
+        if got and first is None:
+            first = i
+        gains.append(bool(got - covered))
+        covered |= got
+        if i == 4:
+            found5 = set(covered)
+    if len(hits) < 5:
+        found5 = covered
+    n = len(targets)
+    return {
+        "recall@5": len(found5) / n,
+        "recall@10": len(covered) / n,
+        "mrr": 0.0 if first is None else 1.0 / (first + 1),
+        "ndcg@10": _dcg(gains, 10) / _dcg([True] * min(n, 10), 10),
+        "ctx_chars@5": float(sum(h[3] for h in hits[:5])),
+    }
+
+
+def mean_metrics(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    keys = rows[0].keys() if rows else ()
+    return {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in keys}
 
 
 def beir_metrics(
     ranked: list[list[int]], rel: list[set[int]], docs: Sequence[str]
 ) -> dict[str, float]:
-    n = len(ranked)
-    acc = {"ndcg@10": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0, "ctx_chars@5": 0.0}
-    for got, want in zip(ranked, rel, strict=True):
-        flags = [d in want for d in got]
-        acc["ndcg@10"] += _dcg(flags, 10) / _dcg([True] * len(want), 10)
-        acc["recall@5"] += len(want & set(got[:5])) / len(want)
-        acc["recall@10"] += len(want & set(got[:10])) / len(want)
-        acc["mrr"] += next((1.0 / (i + 1) for i, f in enumerate(flags) if f), 0.0)
-        acc["ctx_chars@5"] += sum(len(docs[d]) for d in got[:5])
-    return {key: round(v / n, 4) for key, v in acc.items()}
+    """Document-level metrics: each ranked item is a whole document."""
+    rows = [hit_metrics([(str(d), 0, 0, len(docs[d])) for d in got],
+                       [(str(d), None) for d in sorted(want)])
+            for got, want in zip(ranked, rel, strict=True)]
+    return mean_metrics(rows)
 
 
-def load_beir(path: Path, split: str) -> tuple[list[str], list[str], list[set[int]]]:
+def read_beir(path: Path, split: str) -> tuple[list[dict[str, str]], list[tuple[str, str]],
+                                                dict[str, set[str]]]:
+    """BEIR files: corpus records, judged (query id, text) pairs, query id -> relevant ids."""
     corpus = [json.loads(line) for line in (path / "corpus.jsonl").open(encoding="utf-8")]
-    pos = {d["_id"]: i for i, d in enumerate(corpus)}
-    docs = [(d.get("title", "") + "\n" + d["text"]).strip() for d in corpus]
+    ids = {d["_id"] for d in corpus}
     qtext = {}
     for line in (path / "queries.jsonl").open(encoding="utf-8"):
         q = json.loads(line)
         qtext[q["_id"]] = q["text"]
-    rel: dict[str, set[int]] = {}
+    rel: dict[str, set[str]] = {}
     with (path / "qrels" / f"{split}.tsv").open(encoding="utf-8") as f:
         next(f)
         for line in f:
             qid, did, score = line.rstrip("\n").split("\t")
-            if int(score) > 0 and did in pos:
-                rel.setdefault(qid, set()).add(pos[did])
-    qids = [q for q in rel if q in qtext]
-    return docs, [qtext[q] for q in qids], [rel[q] for q in qids]
+            if int(score) > 0 and did in ids:
+                rel.setdefault(qid, set()).add(did)
+    return corpus, [(q, qtext[q]) for q in rel if q in qtext], rel
+
+
+def load_beir(path: Path, split: str) -> tuple[list[str], list[str], list[set[int]]]:
+    corpus, queries, rel = read_beir(path, split)
+    pos = {d["_id"]: i for i, d in enumerate(corpus)}
+    docs = [(d.get("title", "") + "\n" + d["text"]).strip() for d in corpus]
+    return docs, [t for _, t in queries], [{pos[d] for d in rel[q]} for q, _ in queries]
 
 
 def eval_beir(path: Path, split: str) -> dict[str, Any]:
@@ -193,56 +245,67 @@ def locomo_notes(
     return notes, where
 
 
-def _inside(chunk: Chunk, evidence: tuple[str, int]) -> bool:
-    return chunk.path == evidence[0] and chunk.start_line <= evidence[1] <= chunk.end_line
+def locomo_questions(
+    qa_list: Sequence[dict[str, Any]], where: dict[str, tuple[str, int]], stats: dict[str, int]
+) -> list[tuple[str, list[Target], int]]:
+    """Answerable questions as (question, evidence lines, category); counts the rest.
+
+    Evidence strings are normalised (``"D8:6; D9:17"`` is two ids, ``"D:11:26"`` and
+    ``"D30:05"`` are ``D11:26`` and ``D30:5``); ids of turns that do not exist are dropped.
+    Category 5 (adversarial: nothing to find) and questions left without evidence are
+    excluded; ``stats`` counts each case.
+    """
+    out: list[tuple[str, list[Target], int]] = []
+    for qa in qa_list:
+        stats["questions"] = stats.get("questions", 0) + 1
+        cat = int(qa.get("category", 0))
+        if cat == 5:
+            stats["excluded_category_5"] = stats.get("excluded_category_5", 0) + 1
+            continue
+        ev: list[Target] = []
+        for raw in qa.get("evidence") or []:
+            for m in _DIA_RE.finditer(str(raw)):
+                loc = where.get(f"D{int(m[1])}:{int(m[2])}")
+                if loc is None:
+                    stats["evidence_ids_missing_turn"] = (
+                        stats.get("evidence_ids_missing_turn", 0) + 1)
+                elif loc not in ev:
+                    ev.append(loc)
+        if not ev:
+            stats["excluded_no_evidence"] = stats.get("excluded_no_evidence", 0) + 1
+            continue
+        out.append((str(qa["question"]), ev, cat))
+    return out
 
 
 def eval_locomo(path: Path, max_chars: int, systems: dict[str, Ranker | None]) -> dict[str, Any]:
     data = json.loads((path / "locomo-dev.json").read_text(encoding="utf-8"))
-    per: dict[str, dict[str, list[float]]] = {}
+    per: dict[str, list[dict[str, float]]] = {}
     per_cat: dict[str, dict[int, list[float]]] = {}
     n_chunks = 0
+    stats: dict[str, int] = {}
     for item in data:
         notes, where = locomo_notes(item["conversation"], item["sample_id"])
         chunks: list[Chunk] = [
             c for p, t in sorted(notes.items()) for c in chunk_markdown(p, t, max_chars=max_chars)
         ]
         n_chunks += len(chunks)
-        qs: list[tuple[str, list[tuple[str, int]], int]] = []
-        for qa in item["qa"]:
-            ev = []
-            for raw in qa.get("evidence") or []:
-                for m in _DIA_RE.finditer(str(raw)):
-                    loc = where.get(f"D{int(m[1])}:{int(m[2])}")
-                    if loc is not None:
-                        ev.append(loc)
-            if ev and qa.get("category") != 5:
-                qs.append((qa["question"], ev, int(qa["category"])))
+        qs = locomo_questions(item["qa"], where, stats)
         docs = [c.index_text for c in chunks]
         for name, ranker in systems.items():
             if ranker is None:
                 continue
             ranked, _, _ = ranker(docs, [q for q, _, _ in qs], 10)
             for (_, ev, cat), got in zip(qs, ranked, strict=True):
-                relevant = {i for i, c in enumerate(chunks) for e in ev
-                            if c.path == e[0] and c.start_line <= e[1] <= c.end_line}
-                flags = [ci in relevant for ci in got]
-                found5 = sum(any(_inside(chunks[ci], e) for ci in got[:5]) for e in ev)
-                found10 = sum(any(_inside(chunks[ci], e) for ci in got[:10]) for e in ev)
-                row = {
-                    "recall@5": found5 / len(ev),
-                    "recall@10": found10 / len(ev),
-                    "mrr": next((1.0 / (i + 1) for i, f in enumerate(flags) if f), 0.0),
-                    "ndcg@10": _dcg(flags, 10) / _dcg([True] * len(relevant), 10),
-                    "ctx_chars@5": float(sum(len(chunks[ci].text) for ci in got[:5])),
-                }
-                for key, v in row.items():
-                    per.setdefault(name, {}).setdefault(key, []).append(v)
+                hits = [(chunks[i].path, chunks[i].start_line, chunks[i].end_line,
+                         len(chunks[i].text)) for i in got]
+                row = hit_metrics(hits, ev)
+                per.setdefault(name, []).append(row)
                 per_cat.setdefault(name, {}).setdefault(cat, []).append(row["recall@5"])
-    out: dict[str, Any] = {"max_chars": max_chars, "chunks": n_chunks}
-    for name, metrics in per.items():
-        out[name] = {k: round(sum(v) / len(v), 4) for k, v in metrics.items()}
-        out[name]["questions"] = len(metrics["mrr"])
+    out: dict[str, Any] = {"max_chars": max_chars, "chunks": n_chunks, "question_counts": stats}
+    for name, rows in per.items():
+        out[name] = mean_metrics(rows)
+        out[name]["questions"] = len(rows)
         out[name]["recall@5_by_category"] = {
             str(c): round(sum(v) / len(v), 4) for c, v in sorted(per_cat[name].items())
         }
@@ -252,7 +315,7 @@ def eval_locomo(path: Path, max_chars: int, systems: dict[str, Ranker | None]) -
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--sizes", default=f"1000,{DEFAULT_MAX_CHARS},4000",
+    ap.add_argument("--sizes", default=f"1000,{DAEMON_MAX_CHARS},{DEFAULT_MAX_CHARS},4000",
                     help="chunk sizes (max_chars) compared on LoCoMo with recalld's ranker")
     ap.add_argument("--sets", default="scifact,cmrc2018,locomo")
     args = ap.parse_args(argv)
@@ -263,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     if "cmrc2018" in sets:
         report["cmrc2018"] = eval_beir(args.data / "cmrc2018", "dev")
     if "locomo" in sets:
-        report["locomo"] = eval_locomo(args.data / "locomo", DEFAULT_MAX_CHARS, rankers())
+        report["locomo"] = eval_locomo(args.data / "locomo", DAEMON_MAX_CHARS, rankers())
         report["locomo_chunk_sizes"] = [
             eval_locomo(args.data / "locomo", int(s), {"recalld": rank_recalld})
             for s in args.sizes.split(",")

@@ -1,7 +1,7 @@
 """The one entry point for recalld's benchmarks.
 
-    .venv/bin/python tests/bench/run.py NAME [NAME ...] [--out FILE] [-- BENCH OPTIONS]
-    .venv/bin/python tests/bench/run.py all [--out-dir bench-results]
+    .venv/bin/python tests/bench/run.py NAME [NAME ...] [--quick] [--out FILE] [BENCH OPTIONS]
+    .venv/bin/python tests/bench/run.py all [--quick] [--out-dir bench-results]
     .venv/bin/python tests/bench/run.py --list
 
 A benchmark is a module in this folder named ``bench_<name>.py`` (or listed in ``EXTRA``)
@@ -11,6 +11,10 @@ Each one runs in its own interpreter (``python <file> BENCH OPTIONS``) so that d
 threads and memory of one never leak into the next. The JSON goes to ``--out`` (default
 ``bench-results/<name>.json``); ``all`` also writes ``bench-results/all.json`` with each
 benchmark's exit status and result.
+
+Options run.py does not know (and everything after ``--``) go to the benchmark(s) as they
+are: ``run.py quality --sets locomo --no-reme``. ``--quick`` is run.py's own: it gives each
+benchmark its own small-size option from ``QUICK`` (benchmarks not listed run as usual).
 """
 
 from __future__ import annotations
@@ -28,6 +32,44 @@ REPO_ROOT = HERE.parents[1]
 DEFAULT_OUT_DIR = REPO_ROOT / "bench-results"
 #: Benchmarks whose file does not follow the bench_<name>.py naming: name -> file stem.
 EXTRA = {"quality-lexical": "quality_lexical"}
+#: What ``--quick`` means for each benchmark (its own option for a small run).
+QUICK: dict[str, list[str]] = {
+    "index": ["--quick"],
+    "quality": ["--quick"],
+    "agents": ["--quick"],
+    "vectors": ["--quick", "300"],
+    "ping": ["--seconds", "1"],
+    "quality-lexical": ["--sizes", "1600"],
+}
+#: run.py's own options; the ones in the first set take a value.
+_OWN_WITH_VALUE = {"--out", "--out-dir"}
+_OWN_FLAGS = {"--list", "--quick", "-h", "--help"}
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(run.py's arguments, the benchmark's): names lead; unknown options go through."""
+    own: list[str] = []
+    extra: list[str] = []
+    in_names = True
+    i = 0
+    while i < len(args):
+        a = args[i]
+        key = a.split("=", 1)[0]
+        if a == "--":
+            extra += args[i + 1:]
+            break
+        if key in _OWN_WITH_VALUE:
+            own.append(a)
+            if "=" not in a and i + 1 < len(args):
+                i += 1
+                own.append(args[i])
+        elif key in _OWN_FLAGS or (in_names and not a.startswith("-")):
+            own.append(a)
+        else:
+            in_names = False
+            extra.append(a)
+        i += 1
+    return own, extra
 
 
 def discover() -> dict[str, Path]:
@@ -69,11 +111,7 @@ def run_one(name: str, path: Path, out: Path, extra: list[str]) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        at = args.index("--")
-        args, extra = args[:at], args[at + 1:]
+    args, extra = split_args(list(sys.argv[1:] if argv is None else argv))
     benches = discover()
     ap = argparse.ArgumentParser(description="Run recalld benchmarks; results as JSON.")
     ap.add_argument("names", nargs="*", metavar="NAME",
@@ -81,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="result file (one benchmark only)")
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     ap.add_argument("--list", action="store_true", help="list benchmarks and exit")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes: each benchmark's own quick option (see QUICK)")
     ns = ap.parse_args(args)
     if ns.list or not ns.names:
         for name, path in benches.items():
@@ -98,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for name in names:
         out = ns.out or ns.out_dir / f"{name}.json"
-        runs.append(run_one(name, benches[name], out, extra))
+        quick = QUICK.get(name, []) if ns.quick else []
+        runs.append(run_one(name, benches[name], out, [*quick, *extra]))
         if len(names) == 1:
             # One benchmark: its JSON on stdout too, for pipes.
             if runs[0]["result"] is not None:
