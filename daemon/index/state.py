@@ -14,6 +14,7 @@ import hashlib
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,7 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
         return None
     try:
         st = os.fstat(fd)
-        if not _is_regular(st):
+        if not stat.S_ISREG(st.st_mode):
             return None
         chunks: list[bytes] = []
         remaining = MAX_NOTE_BYTES
@@ -133,12 +134,6 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
         return b"".join(chunks), st
     finally:
         os.close(fd)
-
-
-def _is_regular(st: os.stat_result) -> bool:
-    import stat as stat_mod
-
-    return stat_mod.S_ISREG(st.st_mode)
 
 
 def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -> Prepared:
@@ -384,12 +379,6 @@ def carry_vectors(
     fresh.vector_config = config
     fresh.vectors_version += 1
     return len(keys)
-
-
-def rebuild_links(state: IndexState, texts: Mapping[str, str]) -> None:
-    """Re-extract every file's links (after restore, names may resolve differently)."""
-    for path, text in texts.items():
-        state.graph.add_file(path, extract_links(path, text, state.resolve))
 
 
 __all__ = [
