@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 
-__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "chunk_id", "chunk_markdown"]
+__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "chunk_id", "chunk_markdown", "index_text"]
 
 # Chosen by measurement on LoCoMo dev (tests/bench/quality_lexical.py; sessions written as daily
 # notes, one line per turn; our BM25 on our chunks; 1,986 questions with evidence):
@@ -62,9 +63,15 @@ class Chunk:
     def index_text(self) -> str:
         """What the keyword index should tokenize: the text, plus its heading path when the
         chunk continues a section whose heading line lies in an earlier chunk."""
-        if self.heading and not self.metadata.get("starts_with_heading", False):
-            return self.heading + "\n" + self.text
-        return self.text
+        return index_text(self.text, self.heading, self.metadata)
+
+
+def index_text(text: str, heading: str, metadata: Mapping[str, Any]) -> str:
+    """The text to tokenize for a chunk (see ``Chunk.index_text``); also used when a
+    keyword index is rebuilt from stored chunks."""
+    if heading and not metadata.get("starts_with_heading", False):
+        return heading + "\n" + text
+    return text
 
 
 def chunk_id(path: str, start_line: int, end_line: int, text: str) -> str:

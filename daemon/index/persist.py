@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph
 from recalld.daemon.index.state import FileInfo, IndexState, StoredChunk
@@ -176,7 +177,8 @@ class IndexStore:
             report.corrupt["bm25"] = _reason(exc)
             report.rebuilt.append("bm25")
             bm25 = BM25Index()
-            bm25.add_many((c.key, tokenize(_index_text(c))) for c in chunks)
+            bm25.add_many(
+                (c.key, tokenize(index_text(c.text, c.heading, c.metadata))) for c in chunks)
         try:
             state.restore(files, chunks, bm25, graph, next_key)
         except ValueError as exc:
@@ -235,11 +237,6 @@ def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
         index = VectorIndex(dim, initial_capacity=len(keep))
         index.add(list(keep), np.stack(list(keep.values())))
         state.vectors = index
-
-
-def _index_text(chunk: StoredChunk) -> str:
-    starts = bool(chunk.metadata.get("starts_with_heading", False))
-    return chunk.heading + "\n" + chunk.text if chunk.heading and not starts else chunk.text
 
 
 def _reason(exc: BaseException) -> str:
