@@ -118,7 +118,9 @@ class DaemonConfig:
     # persist delay batches commits of derived state after bursts of edits.
     reconcile_interval_s: float = 300.0
     persist_delay_s: float = 2.0
-    chunk_max_chars: int = 1600
+    # Measured on LoCoMo (see DEFAULT_MAX_CHARS in daemon/index/chunker.py): 2000
+    # characters keep most of whole-session recall at about half the context.
+    chunk_max_chars: int = 2000
     workspace_defaults: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     workspaces: Mapping[str, WorkspaceSettings] = field(default_factory=dict)
     workspace_paths: Mapping[str, Path] = field(default_factory=dict)
