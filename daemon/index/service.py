@@ -61,6 +61,9 @@ PREPARE_BATCH = 64
 # Prepared files applied at once: the keyword index merges once per apply, so a large
 # reconcile applies in a few merges, not hundreds.
 APPLY_BATCH = 1024
+# Up to this many chunks a search takes well under a millisecond: run it on the event
+# loop rather than pay a worker-thread round trip.
+INLINE_READ_MAX_CHUNKS = 20_000
 PERSIST_RETRY_MAX_S = 300.0
 
 
@@ -188,6 +191,15 @@ class WorkspaceIndex:
         async with self._lock:
             return await trio.to_thread.run_sync(partial(fn, *args))
 
+    async def _read(self, fn: Callable[[], T]) -> T:
+        """Run a read-only ``fn`` under the lock: inline when the index is small and no
+        writer holds the lock (a worker-thread hop costs more than the search itself),
+        in a worker thread otherwise so a large index never stalls the event loop."""
+        if len(self.state.chunks) <= INLINE_READ_MAX_CHUNKS and not self._lock.locked():
+            async with self._lock:
+                return fn()
+        return await self._locked(fn)
+
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
         """Run ``fn(state)`` in a worker thread under the index lock."""
         async with self._lock:
@@ -312,7 +324,7 @@ class WorkspaceIndex:
             return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
         self.searches += 1
-        return await self._locked(run)
+        return await self._read(run)
 
     # -- rebuild ---------------------------------------------------------------------
 
