@@ -101,6 +101,9 @@ class Method:
     handler: Handler
     # Names for positional (array) params, in order; None refuses arrays.
     positional: tuple[str, ...] | None = None
+    # Answers without waiting on anything (no I/O, locks, threads or sleeps): the server
+    # may run it on the connection's reader instead of starting a call task for it.
+    immediate: bool = False
 
 
 class Methods:
@@ -109,32 +112,42 @@ class Methods:
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
 
-    def add(self, name: str, *, positional: Sequence[str] | None = None) -> Callable[[H], H]:
+    def add(
+        self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False
+    ) -> Callable[[H], H]:
         """Decorator registering ``handler`` as ``name``.
 
         ``positional`` lists parameter names so that an array ``params`` is accepted
-        and mapped by position; without it an array is InvalidParams.
+        and mapped by position; without it an array is InvalidParams. ``immediate``
+        promises the handler never waits (see :attr:`Method.immediate`); a handler
+        that breaks the promise stalls its connection's reading while it waits.
         """
 
         def register(handler: H) -> H:
-            self.register(name, handler, positional=positional)
+            self.register(name, handler, positional=positional, immediate=immediate)
             return handler
 
         return register
 
     def register(
-        self, name: str, handler: Handler, *, positional: Sequence[str] | None = None
+        self, name: str, handler: Handler, *, positional: Sequence[str] | None = None,
+        immediate: bool = False,
     ) -> None:
         if name in self._methods:
             raise ValueError(f"method {name!r} is already registered")
         self._methods[name] = Method(
-            name, handler, tuple(positional) if positional is not None else None
+            name, handler, tuple(positional) if positional is not None else None, immediate
         )
 
     def include(self, other: Methods) -> Methods:
         for method in other._methods.values():
-            self.register(method.name, method.handler, positional=method.positional)
+            self.register(method.name, method.handler, positional=method.positional,
+                          immediate=method.immediate)
         return self
+
+    def is_immediate(self, name: str) -> bool:
+        method = self._methods.get(name)
+        return method is not None and method.immediate
 
     def names(self) -> list[str]:
         return sorted(self._methods)
@@ -167,6 +180,10 @@ class Dispatcher:
 
     async def __call__(self, request: Request, connection: Peer) -> Any:
         return await self.state.methods.dispatch(CallContext(self.state, connection, request))
+
+    def is_immediate(self, method: str) -> bool:
+        """True if ``method`` answers without waiting (the server may run it inline)."""
+        return self.state.methods.is_immediate(method)
 
 
 class Params:
@@ -222,6 +239,8 @@ class Params:
         return check_agent_id(self.text(name))
 
     def done(self) -> None:
+        if self._raw.keys() <= self._seen:
+            return
         unknown = sorted(set(self._raw) - self._seen)
         if unknown:
             raise InvalidParams(f"unknown param(s): {', '.join(unknown)}")
@@ -246,13 +265,13 @@ def workspace_info(ws: Workspace) -> dict[str, Any]:
 CORE = Methods()
 
 
-@CORE.add("daemon.ping")
+@CORE.add("daemon.ping", immediate=True)
 async def ping(ctx: CallContext, params: dict[str, Any]) -> Any:
     Params(params).done()
     return {"pong": True, "time": time.time()}
 
 
-@CORE.add("daemon.status")
+@CORE.add("daemon.status", immediate=True)
 async def status(ctx: CallContext, params: dict[str, Any]) -> Any:
     Params(params).done()
     state = ctx.state
@@ -288,7 +307,7 @@ async def workspace_open(ctx: CallContext, params: dict[str, Any]) -> Any:
     return workspace_info(ws)
 
 
-@CORE.add("workspace.list")
+@CORE.add("workspace.list", immediate=True)
 async def workspace_list(ctx: CallContext, params: dict[str, Any]) -> Any:
     Params(params).done()
     return {"workspaces": [workspace_info(ws) for ws in ctx.state.registry.list()]}

@@ -6,6 +6,16 @@ own. Each :class:`Connection` reads frames, runs calls concurrently (bounded per
 connection), writes answers and ``event`` notifications through one lock, and enforces
 the frame, idle and write limits of RELIABILITY 16-17.
 
+Per-request cost matters (many agents ping and search on one socket). Methods the API
+marks immediate (they answer without waiting: ``daemon.ping``, ``daemon.status``...) run
+on the connection's reader itself; other calls go to call tasks that the connection
+keeps and reuses instead of spawning one per call; the write lock is taken without a
+scheduler round trip when nobody holds it. Bytes move with plain non-blocking
+``os.read``/``os.write`` on the connection's descriptor, waiting through
+``trio.lowlevel.wait_readable``/``wait_writable`` only when the socket is not ready:
+``SocketStream``'s per-call context managers and its extra checkpoint after every
+successful send cost a ping more than the rest of its handling.
+
 Stopping: when :meth:`RpcServer.run` is cancelled it stops accepting, closes the
 listener, tells every connection to stop reading, gives calls already running
 ``graceful_timeout_s`` to answer, then cancels whatever is left. The connection tasks
@@ -21,6 +31,7 @@ import os
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +65,14 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 RECEIVE_SIZE = 1 << 16
 EVENT_QUEUE_SIZE = 256
 
+# ``await dispatch(request, connection)`` runs one call. A dispatcher may also have an
+# ``is_immediate(method) -> bool`` method (recalld.daemon.api.Dispatcher has): calls to
+# methods it names never wait, so the server runs them inline on the connection's reader.
 Dispatch = Callable[[Request, "Connection"], Awaitable[Any]]
+
+
+def _never_immediate(method: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +127,9 @@ class RpcServer:
     ) -> None:
         self.config = config
         self._dispatch = dispatch
+        self._is_immediate: Callable[[str], bool] = getattr(
+            dispatch, "is_immediate", _never_immediate
+        )
         self._sock = sock
         self._bound = bound
         self._listener = listener
@@ -260,16 +281,29 @@ class Connection:
         self.server = server
         self.config = server.config
         self.stream = stream
+        # The reader and the writers below use the descriptor directly; the stream only
+        # owns it (closes it when the connection ends).
+        self._fd = stream.socket.fileno()
         self._id = cid
         self._cred = cred
         self._protocol = ServerProtocol(max_batch=self.config.max_batch)
         self._write_lock = trio.Lock()
-        self._slots = trio.Semaphore(self.config.max_concurrent_calls_per_connection)
+        self._max_calls = self.config.max_concurrent_calls_per_connection
+        # Lines accepted for running (counted in _in_flight) that no worker took yet.
+        self._queued: deque[Incoming] = deque()
         self._in_flight = 0
-        self._calls_done = trio.Event()
-        self._calls_done.set()
+        # Call workers: started on demand up to _max_calls, then kept for the life of
+        # the connection; idle ones park in _idle_lot. Starting a task per call cost
+        # about a third of a ping's server time.
+        self._idle_workers = 0
+        self._idle_lot = trio.lowlevel.ParkingLot()
+        self._slot_lot = trio.lowlevel.ParkingLot()  # the reader, waiting for a free slot
+        self._calls_done: trio.Event | None = None  # set up only while someone waits
         self._nursery: trio.Nursery | None = None
-        self._read_scope = trio.CancelScope()
+        self._stopping = False
+        # Open only while the reader waits for bytes: stop_reading interrupts that wait
+        # and nothing else, so a call the reader runs inline still answers.
+        self._receive_scope: trio.CancelScope | None = None
         self._broken = False
         self.subscription: Subscription | None = None
 
@@ -283,45 +317,76 @@ class Connection:
 
     def stop_reading(self) -> None:
         """Stop taking requests; answers to calls already running are still sent."""
-        self._read_scope.cancel()
+        self._stopping = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+        self._slot_lot.unpark_all()
+
+    def _stop_requested(self) -> bool:
+        # A call, not the attribute: it changes while the reader awaits.
+        return self._stopping
 
     def abort(self) -> None:
         """Close at once: stop reading, cancel running calls and the event pump."""
-        self._read_scope.cancel()
+        self.stop_reading()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
     async def serve(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            graceful = False
-            with self._read_scope:
-                graceful = await self._read_loop(nursery)
-            if graceful or self._read_scope.cancelled_caught:
+            if await self._read_loop(nursery) and self._in_flight:
                 # EOF or server draining: let running calls answer, then close.
+                self._calls_done = trio.Event()
                 await self._calls_done.wait()
             nursery.cancel_scope.cancel()
 
-    async def _read_loop(self, nursery: trio.Nursery) -> bool:
-        """Read frames until EOF (returns True) or a reason to close at once (False)."""
-        framer = LineFramer(self.config.max_request_bytes)
-        last_frame = trio.current_time()
-        while True:
-            with trio.move_on_at(last_frame + self.config.idle_timeout_s) as idle:
-                try:
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return False
-            if idle.cancelled_caught:
-                busy = self._in_flight > 0 or self.subscription is not None
-                if framer.pending_bytes == 0 and busy:
-                    # Waiting for a long call or for events is not idleness.
-                    last_frame = trio.current_time()
-                    continue
-                self.server.timeouts_total += 1
-                log.info("connection %d: idle for %.1f s, closing",
-                         self._id, self.config.idle_timeout_s)
+    def _runs_inline(self, calls: list[Request]) -> bool:
+        immediate = self.server._is_immediate
+        for call in calls:
+            if not immediate(call.method):
                 return False
+        return True
+
+    async def _read_loop(self, nursery: trio.Nursery) -> bool:
+        """Read frames until EOF or stop_reading (True) or a reason to close at once (False)."""
+        framer = LineFramer(self.config.max_request_bytes)
+        fd = self._fd
+        last_frame = trio.current_time()
+        waited = False
+        while not self._stop_requested():
+            try:
+                data = os.read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                with trio.move_on_at(last_frame + self.config.idle_timeout_s) as idle:
+                    self._receive_scope = idle
+                    try:
+                        await trio.lowlevel.wait_readable(fd)
+                    except trio.ClosedResourceError:
+                        return False
+                    finally:
+                        self._receive_scope = None
+                if self._stop_requested():
+                    return True
+                if idle.cancelled_caught:
+                    busy = self._in_flight > 0 or self.subscription is not None
+                    if framer.pending_bytes == 0 and busy:
+                        # Waiting for a long call or for events is not idleness.
+                        last_frame = trio.current_time()
+                        continue
+                    self.server.timeouts_total += 1
+                    log.info("connection %d: idle for %.1f s, closing",
+                             self._id, self.config.idle_timeout_s)
+                    return False
+                waited = True
+                continue
+            except OSError:  # reset by the peer, or worse: nothing more to read
+                return False
+            if not waited:
+                # Bytes were there at once: still let other tasks run (and see
+                # cancellation) between chunks, as a stream's receive would.
+                await trio.lowlevel.checkpoint()
+            waited = False
             if not data:
                 return True
             try:
@@ -348,10 +413,39 @@ class Connection:
                     if fatal is not None and fatal["error"]["code"] == errors.REQUEST_TOO_LARGE:
                         return False
                     continue
-                await self._slots.acquire()
+                if self._stop_requested():
+                    return True
+                if self._runs_inline(incoming.calls):
+                    # Never waits (except to write the answer): no task, no slot.
+                    self._in_flight += 1
+                    await self._run_line(incoming)
+                    continue
+                while self._in_flight >= self._max_calls and not self._stop_requested():
+                    await self._slot_lot.park()
+                if self._stop_requested():
+                    return True
                 self._in_flight += 1
-                self._calls_done = trio.Event()
-                nursery.start_soon(self._run_line, incoming)
+                self._queued.append(incoming)
+                if self._idle_workers:
+                    self._idle_workers -= 1
+                    self._idle_lot.unpark()
+                else:
+                    nursery.start_soon(self._call_worker)
+        return True
+
+    async def _call_worker(self) -> None:
+        """Run queued lines one after another; park while there are none.
+
+        There are never more workers than call slots, and every queued line has a
+        worker on its way (started or unparked when it was queued), so none is left
+        behind. Workers end with the connection's nursery.
+        """
+        queued = self._queued
+        while True:
+            while queued:
+                await self._run_line(queued.popleft())
+            self._idle_workers += 1
+            await self._idle_lot.park()
 
     async def _run_line(self, incoming: Incoming) -> None:
         try:
@@ -366,8 +460,9 @@ class Connection:
                 await self.send(reply)
         finally:
             self._in_flight -= 1
-            self._slots.release()
-            if self._in_flight == 0:
+            if self._slot_lot:  # the reader waits for a free slot
+                self._slot_lot.unpark()
+            if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
 
     async def _call(self, request: Request) -> dict[str, Any] | None:
@@ -383,7 +478,7 @@ class Connection:
             server.errors_total += 1
             if isinstance(err, errors.MethodNotFound):
                 label = "unknown"  # made-up names must not grow the metric table
-            metrics.count("recalld_rpc_errors_total", labels={"method": label})
+            metrics.count("recalld_rpc_errors_total", labels=_method_labels(label))
             if err is None:
                 log.exception("method %s failed", request.method)
                 response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
@@ -394,7 +489,7 @@ class Connection:
         finally:
             server.calls_in_flight -= 1
             metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
-                            {"method": label})
+                            _method_labels(label))
         return None if request.is_notification else response
 
     async def send(self, data: bytes) -> bool:
@@ -403,15 +498,31 @@ class Connection:
         A client that does not read for ``write_timeout_s`` is cut off, so it cannot hold
         a call slot, an event queue or the write lock for long (RELIABILITY 17).
         """
-        async with self._write_lock:
+        lock = self._write_lock
+        try:
+            # Uncontended (the usual case): no scheduler round trip for the lock. A
+            # write that fits the socket buffer does not checkpoint either; every
+            # caller checkpoints while it waits for its next piece of work.
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             if self._broken:
                 return False
-            with trio.move_on_after(self.config.write_timeout_s) as stuck:
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._broken = True
-            if stuck.cancelled_caught:
+            try:
+                sent = os.write(self._fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # EPIPE, ECONNRESET: the client is gone
+                self._broken = True
+                sent = 0
+            if self._broken or sent == len(data):
+                stuck = None
+            else:
+                # The socket buffer is full: wait, but not longer than write_timeout_s.
+                with trio.move_on_after(self.config.write_timeout_s) as stuck:
+                    await self._write_rest(memoryview(data)[sent:])
+            if stuck is not None and stuck.cancelled_caught:
                 self.server.timeouts_total += 1
                 log.info("connection %d: client did not read for %.1f s, closing",
                          self._id, self.config.write_timeout_s)
@@ -420,6 +531,19 @@ class Connection:
                 self.abort()
                 return False
             return True
+        finally:
+            lock.release()
+
+    async def _write_rest(self, view: memoryview) -> None:
+        fd = self._fd
+        while view and not self._broken:
+            try:
+                await trio.lowlevel.wait_writable(fd)
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except (OSError, trio.ClosedResourceError):
+                self._broken = True
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str]) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new."""
@@ -448,6 +572,20 @@ class Connection:
             sub.close()
             if self.subscription is sub:
                 self.subscription = None
+
+
+_METHOD_LABELS: dict[str, dict[str, str]] = {}
+_METHOD_LABELS_MAX = 1024
+
+
+def _method_labels(method: str) -> dict[str, str]:
+    """The metric labels of ``method``, built once per name (bounded, never mutated)."""
+    labels = _METHOD_LABELS.get(method)
+    if labels is None:
+        labels = {"method": method}
+        if len(_METHOD_LABELS) < _METHOD_LABELS_MAX:
+            _METHOD_LABELS[method] = labels
+    return labels
 
 
 def _as_recalld_error(exc: BaseException) -> errors.RecalldError | None:

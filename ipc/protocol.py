@@ -109,7 +109,7 @@ def result_response(id_: Id, result: Any) -> dict[str, Any]:
 
 def encode(message: Any) -> bytes:
     """One frame: compact JSON and a newline."""
-    return orjson.dumps(message) + b"\n"
+    return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _valid_id(value: Any) -> bool:

@@ -394,6 +394,11 @@ class InProcess:
             await self.release.wait()
             return params["n"]
 
+        @test_methods.add("test.echo")
+        async def echo(ctx: Any, params: dict[str, Any]) -> Any:
+            await trio.lowlevel.checkpoint()  # a call task that really yields
+            return params["n"]
+
         @test_methods.add("test.boom")
         async def boom(ctx: Any, params: dict[str, Any]) -> Any:
             raise RuntimeError("secret detail /home/someone/.ssh")
@@ -455,6 +460,66 @@ async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
             replies = [await client.recv() for _ in range(4)]
         assert sorted(r["id"] for r in replies) == [1, 2, 3, 4]
         assert all(r["result"] == r["id"] for r in replies if r["id"] != 4)
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) -> None:
+    # daemon.ping is marked immediate: it runs on the reader and needs no call slot.
+    app = InProcess(short_dir, max_concurrent_calls_per_connection=2)
+    assert app.dispatch.is_immediate("daemon.ping")
+    assert not app.dispatch.is_immediate("test.block")
+    assert not app.dispatch.is_immediate("no.such.method")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(RpcServer(app.config, app.dispatch).run)
+        client = await app.connect()
+        for n in (1, 2):
+            await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": n},
+                               "id": n})
+        await client.send([{"jsonrpc": "2.0", "method": "daemon.ping", "id": 3},
+                           {"jsonrpc": "2.0", "method": "daemon.status", "id": 4}])
+        with trio.fail_after(5):
+            batch = await client.recv()
+        assert sorted(r["id"] for r in batch) == [3, 4]
+        assert app.started == [1, 2]  # both slots still held: nothing was answered yet
+        app.release.set()
+        with trio.fail_after(5):
+            replies = [await client.recv() for _ in range(2)]
+        assert sorted((r["id"], r["result"]) for r in replies) == [(1, 1), (2, 2)]
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_call_tasks_are_reused_and_stay_concurrent(short_dir: Path) -> None:
+    app = InProcess(short_dir, max_concurrent_calls_per_connection=3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(RpcServer(app.config, app.dispatch).run)
+        client = await app.connect()
+        # A pipelined burst far above the slot limit: every call answered exactly once.
+        await client.stream.send_all(b"".join(
+            orjson.dumps({"jsonrpc": "2.0", "method": "test.echo", "params": {"n": n},
+                          "id": n}) + b"\n"
+            for n in range(300)
+        ))
+        with trio.fail_after(20):
+            burst = [await client.recv() for _ in range(300)]
+        assert sorted(r["result"] for r in burst) == list(range(300))
+        assert all(r["id"] == r["result"] for r in burst)
+        # The (now idle) call tasks still run blocking calls side by side, round after round.
+        for round_ in range(3):
+            app.release = trio.Event()
+            app.started.clear()
+            ids = [10 * round_ + k for k in range(3)]
+            for n in ids:
+                await client.send({"jsonrpc": "2.0", "method": "test.block",
+                                   "params": {"n": n}, "id": n})
+            with trio.fail_after(5):
+                while len(app.started) < 3:
+                    await trio.sleep(0.01)
+            app.release.set()
+            with trio.fail_after(5):
+                replies = [await client.recv() for _ in range(3)]
+            assert sorted(r["result"] for r in replies) == ids
         await client.aclose()
         nursery.cancel_scope.cancel()
 
