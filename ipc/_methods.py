@@ -233,6 +233,20 @@ def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[dict[str, Any]]:
     return Call("inbox.ack", _params(agent_id=agent_id, ids=list(ids)), _as_dict)
 
 
+def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[dict[str, Any]]]:
+    """``dream.runs``: the latest auto_dream runs of a workspace, newest first (``run_id``,
+    ``started``, ``trigger``, ``notes``, ``files``, ``undone``); ``limit`` defaults to 20
+    (at most 200)."""
+    return Call("dream.runs", _params(agent_id=agent_id, limit=limit), _as_list("runs"))
+
+
+def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[dict[str, Any]]:
+    """``dream.undo``: restore the files one dream run changed (``restored``,
+    ``removed``); refused if they changed since, unless ``force``."""
+    return Call("dream.undo", _params(agent_id=agent_id, run_id=run_id, force=force or None),
+                _as_dict)
+
+
 def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
     """``events.subscribe``: receive ``event`` notifications for these topics."""
     return Call("events.subscribe", {"topics": list(topics)}, _as_dict)
@@ -295,6 +309,7 @@ METHODS: dict[str, str] = {
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
+        (dream_runs, ("a",)), (dream_undo, ("a", "r")),
         (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
         (backup_restore, ("f",)), (backup_rollback, ()), (index_verify, ("a",)),
         (index_compact, ("a",)), (metrics, ()),

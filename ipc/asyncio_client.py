@@ -258,6 +258,8 @@ class AsyncioClient:
     memory_list = async_method(_methods.memory_list)
     inbox_list = async_method(_methods.inbox_list)
     inbox_ack = async_method(_methods.inbox_ack)
+    dream_runs = async_method(_methods.dream_runs)
+    dream_undo = async_method(_methods.dream_undo)
     backup_create = async_method(_methods.backup_create)
     backup_list = async_method(_methods.backup_list)
     backup_verify = async_method(_methods.backup_verify)

@@ -24,7 +24,6 @@ from recalld.ipc.render import (
     JobWaiter,
     print_json,
     render_read,
-    render_status,
     render_workspaces,
 )
 from recalld.ipc.types import SearchResult
@@ -204,15 +203,6 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
 
 
-def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    status = client.status()
-    if as_json:
-        print_json(out, status)
-    else:
-        out.write(render_status(dict(status), str(client.socket_path)))
-    return EXIT_OK
-
-
 def _ping(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     result = client.ping()
     if as_json:
@@ -297,8 +287,7 @@ def _job(kind: str) -> Handler:
 def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if not ns.undo:
         return _job("auto_dream")(client, ns, out, as_json)
-    result = client.call("dream.undo", {"agent_id": ns.agent, "run_id": ns.undo,
-                                        "force": bool(ns.force)})
+    result = client.dream_undo(ns.agent, ns.undo, force=bool(ns.force))
     if as_json:
         print_json(out, result)
     else:
@@ -339,7 +328,6 @@ def _mcp(ns: argparse.Namespace, err: TextIO) -> int:
 
 
 _HANDLERS: dict[str, Handler] = {
-    "status": _status,
     "ping": _ping,
     "workspace": _workspace,
     "read": _read,

@@ -14,23 +14,17 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
-from recalld.ipc import _methods, errors
-from recalld.ipc._methods import Call
+from recalld.ipc import errors
 from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
-T = TypeVar("T")
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
-
-
-def _call(client: Client, call: Call[T]) -> T:
-    return client._run(call)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -101,12 +95,12 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     result: dict[str, Any]
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
-        result = _call(client, _methods.backup_create(ns.agents, outfile, ns.include_derived))
+        result = client.backup_create(ns.agents, outfile, ns.include_derived)
         if not as_json:
             out.write(f"wrote {result['file']}: {result['members']} file(s) of "
                       f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
     elif action == "list":
-        result = _call(client, _methods.backup_list())
+        result = client.backup_list()
         if not as_json:
             rows = [{"name": b["name"], "created_at": b.get("created"),
                      "agents": ",".join(b.get("agents", [])), "files": b.get("members"),
@@ -118,30 +112,29 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             if result.get("rollback"):
                 out.write(f"rollback available: {result['rollback']['snapshot']}\n")
     elif action == "verify":
-        result = _call(client, _methods.backup_verify(_local_or_name(ns.file)))
+        result = client.backup_verify(_local_or_name(ns.file))
         if not as_json:
             out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
                       f"{', '.join(sorted(result.get('agents', {})))}\n")
     elif action == "rollback" or (action == "restore" and ns.rollback):
-        listed = _call(client, _methods.backup_list())
+        listed = client.backup_list()
         record = listed.get("rollback")
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
-        result = _call(client, _methods.backup_rollback())
+        result = client.backup_rollback()
         if not as_json:
             out.write(_restored_text(result, "rolled back"))
     else:
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        checked = _call(client, _methods.backup_verify(name))
+        checked = client.backup_verify(name)
         agents = ns.agents or sorted(checked.get("agents", {}))
         _confirm(f"Restore {checked['members']} file(s) over agent(s) {', '.join(agents)}? "
                  "Files they have that the backup lacks are removed.", ns.yes)
-        result = _call(client, _methods.backup_restore(name, ns.agents,
-                                                       snapshot=not ns.no_snapshot))
+        result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:
@@ -162,7 +155,7 @@ def _restored_text(result: Mapping[str, Any], verb: str) -> str:
 
 
 def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    result = _call(client, _methods.index_verify(ns.agent))
+    result = client.index_verify(ns.agent)
     if as_json:
         print_json(out, result)
     else:
@@ -183,7 +176,7 @@ def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 
 
 def _compact(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    result = _call(client, _methods.index_compact(ns.agent))
+    result = client.index_compact(ns.agent)
     if as_json:
         print_json(out, result)
     else:
@@ -237,7 +230,7 @@ def prometheus_text(families: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    result = _call(client, _methods.metrics())
+    result = client.metrics()
     families = result.get("families", [])
     if ns.prometheus:
         out.write(prometheus_text(families))

@@ -288,6 +288,8 @@ class Client:
     memory_list = sync_method(_methods.memory_list)
     inbox_list = sync_method(_methods.inbox_list)
     inbox_ack = sync_method(_methods.inbox_ack)
+    dream_runs = sync_method(_methods.dream_runs)
+    dream_undo = sync_method(_methods.dream_undo)
     backup_create = sync_method(_methods.backup_create)
     backup_list = sync_method(_methods.backup_list)
     backup_verify = sync_method(_methods.backup_verify)

@@ -79,47 +79,6 @@ def _uptime(seconds: Any) -> str:
     return " ".join([*parts, f"{minutes}m", f"{s}s"])
 
 
-def render_status(status: Mapping[str, Any], socket_path: str) -> str:
-    lines = [f"recalld {status.get('version', '?')} running "
-             f"(pid {status.get('pid', '?')}, up {_uptime(status.get('uptime_s'))})",
-             f"  socket: {status.get('socket_path', socket_path)}"]
-    for key, value in status.items():
-        if key in ("version", "pid", "uptime_s", "socket", "socket_path", "workspaces"):
-            continue
-        if isinstance(value, dict):
-            lines.append(f"  {key}:")
-            for k, v in value.items():
-                shown = (", ".join(f"{kk}={_cell(vv, kk)}" for kk, vv in v.items())
-                         if isinstance(v, dict) else _cell(v, k))
-                lines.append(f"    {k}: {shown}")
-        elif _scalar(value):
-            lines.append(f"  {key}: {_cell(value, key)}")
-    workspaces = status.get("workspaces") or []
-    if isinstance(workspaces, dict):  # {agent_id: info} is accepted too
-        workspaces = [{"agent_id": k, **v} for k, v in workspaces.items()]
-    lines.append("")
-    lines.append(f"workspaces ({len(workspaces)}):")
-    details = []
-    for ws in workspaces:
-        for key, value in ws.items():
-            if isinstance(value, dict) and key != "settings":
-                details.append(f"  {ws.get('agent_id', '?')} {key}: {_flat(value)}")
-    return "\n".join(lines) + "\n" + render_workspaces(workspaces) + "".join(
-        line + "\n" for line in details)
-
-
-def _flat(value: Mapping[str, Any]) -> str:
-    """One line from a nested status: scalars as k=v, sub-objects by their ``state``."""
-    parts = []
-    for k, v in value.items():
-        if isinstance(v, dict):
-            if "state" in v:
-                parts.append(f"{k}={_cell(v['state'])}")
-        elif _scalar(v) and v is not None:
-            parts.append(f"{k}={_cell(v, k)}")
-    return ", ".join(parts)
-
-
 def render_read(result: Mapping[str, Any]) -> str:
     text = str(result.get("text", ""))
     return text if text.endswith("\n") or not text else text + "\n"
