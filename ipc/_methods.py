@@ -211,10 +211,13 @@ def memory_index(
 
 
 def memory_list(
-    agent_id: str, prefix: str | None = None, as_agent: str | None = None
+    agent_id: str, prefix: str | None = None, as_agent: str | None = None,
+    limit: int | None = None,
 ) -> Call[list[dict[str, Any]]]:
-    """``memory.list``: the workspace's Markdown files (``path``, ``size``, ``mtime``)."""
-    return Call("memory.list", _params(agent_id=agent_id, prefix=prefix, as_agent=as_agent),
+    """``memory.list``: the workspace's Markdown files (``path``, ``size``, ``mtime``), at
+    most ``limit`` of them (default and cap 10,000)."""
+    return Call("memory.list",
+                _params(agent_id=agent_id, prefix=prefix, as_agent=as_agent, limit=limit),
                 _as_list("files"))
 
 
