@@ -58,8 +58,8 @@ class Doctor:
     def checks(self) -> list[Check]:
         out = [self.socket_dir(), self.socket(), self.daemon()]
         out += self.health()
-        out += [self.inotify(), self.disk(), *self.providers(), self.unit(), self.enabled(),
-                self.linger()]
+        out += [self.inotify(), self.inotify_instances(), self.disk(), *self.providers(),
+                self.unit(), self.enabled(), self.linger()]
         return out
 
     # -- the socket -----------------------------------------------------------------
@@ -165,6 +165,25 @@ class Doctor:
         if dirs > limit // 2:
             return Check("inotify", "warn", detail + " (shared with every other program)", fix)
         return Check("inotify", "ok", detail)
+
+    def inotify_instances(self) -> Check:
+        """Each open workspace holds two inotify instances (memory/digest and resource/);
+        the per-user limit is shared with every other program of this user."""
+        try:
+            limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip())
+        except (OSError, ValueError):
+            return Check("inotify instances", "skip", "no /proc/sys/fs/inotify (not Linux?)")
+        used = _inotify_instances_in_use()
+        detail = (f"{used} in use by this user, max_user_instances={limit}, "
+                  f"{len(self.workspaces)} open workspace(s) use two each")
+        fix = ("echo fs.inotify.max_user_instances=1024 | sudo tee "
+               "/etc/sysctl.d/91-recalld.conf && sudo sysctl --system")
+        if used >= limit:
+            return Check("inotify instances", "fail",
+                         detail + " (new workspaces cannot watch)", fix)
+        if used > limit * 3 // 4:
+            return Check("inotify instances", "warn", detail, fix)
+        return Check("inotify instances", "ok", detail)
 
     def disk(self) -> Check:
         target = Path(str((self.status or {}).get("data_dir") or paths.data_dir(self.env)))
@@ -278,3 +297,20 @@ def render(checks: list[Check]) -> str:
     warned = sum(c.status == "warn" for c in checks)
     lines.append(f"{failed} problem(s), {warned} warning(s)")
     return "\n".join(lines) + "\n"
+
+
+def _inotify_instances_in_use() -> int:
+    """inotify instances held by processes of this user that /proc lets us see."""
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            entries = list(fd_dir.iterdir())
+        except OSError:
+            continue  # another user's process, or gone
+        for entry in entries:
+            try:
+                if os.readlink(entry) == "anon_inode:inotify":
+                    count += 1
+            except OSError:
+                continue
+    return count
