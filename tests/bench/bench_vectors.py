@@ -3,10 +3,11 @@
     .venv/bin/python tests/bench/run.py vectors [-- --parts latency,backfill,quality --quick]
 
 Parts (each with its baseline in the same run):
-- ``latency``: query latency of our VectorIndex (hnswlib, cosine, ef as shipped) against an
-  exact float16 numpy scan (what ReMe does), at 3k and 100k vectors, 384 and 1024 dims,
-  with recall@10 against the exact answer. Synthetic clustered vectors (a mixture of
-  Gaussians: real embeddings cluster; uniform random vectors are the worst case for HNSW).
+- ``latency``: query latency of our VectorIndex (hnswlib, cosine, ef as shipped and a few
+  others) against an exact float16 numpy scan (what ReMe does), at 3k and 100k vectors, 384
+  and 1024 dims, with recall@10 against the exact answer. Synthetic vectors: ``latent``
+  (default; clusters in a 48-d latent space projected up, like sentence embeddings) or
+  ``clustered`` (the hard case: high intrinsic dimension, neighbours nearly equidistant).
 - ``backfill``: texts/s of the real backfill (VectorWorker over a WorkspaceIndex on real
   files) against a loopback FakeProvider answering each call after 50 ms; baseline: one
   text per call, sequentially.
@@ -58,47 +59,69 @@ def log(msg: str) -> None:
 # ------------------------------------------------------------------ latency
 
 def clustered(n: int, dim: int, rng: np.random.Generator, centers: int = 200) -> F32:
+    """Hard case: Gaussian blobs whose spread is as large as the centres (high intrinsic
+    dimension, neighbours nearly equidistant)."""
     c = rng.standard_normal((centers, dim)).astype(np.float32)
     which = rng.integers(0, centers, n)
     out: F32 = (c[which] + 0.6 * rng.standard_normal((n, dim)).astype(np.float32))
     return normalize(out)
 
 
-def bench_latency(sizes: list[int], dims: list[int], queries: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def latent(n: int, dim: int, rng: np.random.Generator, rank: int = 48) -> F32:
+    """Embedding-like: clusters in a low-dimensional latent space, projected up, plus a
+    little isotropic noise (sentence embeddings have an intrinsic dimension of tens)."""
+    centers = rng.standard_normal((200, rank)).astype(np.float32)
+    z = centers[rng.integers(0, 200, n)] + 0.5 * rng.standard_normal((n, rank)).astype(
+        np.float32)
+    proj = rng.standard_normal((rank, dim)).astype(np.float32) / math.sqrt(rank)
+    out: F32 = z @ proj + 0.05 * rng.standard_normal((n, dim)).astype(np.float32)
+    return normalize(out)
+
+
+def bench_latency(sizes: list[int], dims: list[int], queries: int, kind: str,
+                  efs: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {"data": kind}
+    make = latent if kind == "latent" else clustered
     for dim in dims:
         for n in sizes:
             rng = np.random.default_rng(n + dim)
-            data = clustered(n, dim, rng)
+            data = make(n, dim, rng)
+            noise = 0.3 if kind != "latent" else 0.05
             qs = normalize(data[rng.integers(0, n, queries)]
-                           + 0.3 * rng.standard_normal((queries, dim)).astype(np.float32))
+                           + noise * rng.standard_normal((queries, dim)).astype(np.float32))
             data16 = data.astype(np.float16)
             t = time.perf_counter()
             index = VectorIndex(dim, initial_capacity=n, num_threads=2)
             index.add(range(n), data)
             build_s = time.perf_counter() - t
             index._threads = 1
-            hn_t, ex_t, recalls = [], [], []
+            ex_t, exact_sets = [], []
             for q in qs:
-                t = time.perf_counter()
-                got = index.search(q, 10)
-                hn_t.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 sims = data16 @ q.astype(np.float16)
                 top = np.argpartition(-sims, 10)[:10]
                 exact = top[np.argsort(-sims[top])]
                 ex_t.append(time.perf_counter() - t)
-                recalls.append(len({k for k, _ in got} & set(exact.tolist())) / 10)
-            hp50 = float(np.median(hn_t)) * 1000
+                exact_sets.append(set(exact.tolist()))
             ep50 = float(np.median(ex_t)) * 1000
-            out[f"{n}x{dim}"] = {
-                "hnswlib_p50_ms": round(hp50, 3),
-                "hnswlib_p95_ms": round(float(np.percentile(hn_t, 95)) * 1000, 3),
-                "f16_scan_p50_ms": round(ep50, 3),
-                "speedup": round(ep50 / hp50, 1),
-                "recall@10": round(float(np.mean(recalls)), 4),
-                "ef": index.ef_search, "build_s": round(build_s, 2),
-            }
+            row: dict[str, Any] = {"f16_scan_p50_ms": round(ep50, 3),
+                                   "build_s": round(build_s, 2)}
+            for ef in [index.ef_search, *[e for e in efs if e != index.ef_search]]:
+                index.ef_search = ef
+                hn_t, recalls = [], []
+                for q, want in zip(qs, exact_sets, strict=True):
+                    t = time.perf_counter()
+                    got = index.search(q, 10)
+                    hn_t.append(time.perf_counter() - t)
+                    recalls.append(len({k for k, _ in got} & want) / 10)
+                hp50 = float(np.median(hn_t)) * 1000
+                row[f"ef{ef}"] = {
+                    "hnswlib_p50_ms": round(hp50, 3),
+                    "hnswlib_p95_ms": round(float(np.percentile(hn_t, 95)) * 1000, 3),
+                    "speedup": round(ep50 / hp50, 1),
+                    "recall@10": round(float(np.mean(recalls)), 4),
+                }
+            out[f"{n}x{dim}"] = row
             log(f"latency {n}x{dim}: {out[f'{n}x{dim}']}")
     return out
 
@@ -206,6 +229,9 @@ class Embedder:
 Ranking = list[list[int]]
 
 
+RRF_K = 60
+
+
 def rank_all(docs: Sequence[str], queries: Sequence[str], dvec: F32, qvec: F32, k: int,
              weights: list[tuple[float, float]], pool: int) -> dict[str, Ranking]:
     bm = BM25Index()
@@ -225,9 +251,9 @@ def rank_all(docs: Sequence[str], queries: Sequence[str], dvec: F32, qvec: F32, 
         out["vector"].append([key - 1 for key, _ in vh[:k]])
         exact = exact_keys(special_terms(q, bm), kh, chunks)
         for vw, kw in weights:
-            f = fuse(kh, vh, keyword_weight=kw, vector_weight=vw, k=60, exact=exact)
+            f = fuse(kh, vh, keyword_weight=kw, vector_weight=vw, k=RRF_K, exact=exact)
             out[f"hybrid_{vw}_{kw}"].append([x.key - 1 for x in f[:k]])
-            f = fuse(kh, vh, keyword_weight=kw, vector_weight=vw, k=60)
+            f = fuse(kh, vh, keyword_weight=kw, vector_weight=vw, k=RRF_K)
             out[f"hybrid_{vw}_{kw}_noexact"].append([x.key - 1 for x in f[:k]])
     return out
 
@@ -328,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="3000,100000")
     ap.add_argument("--dims", default="384,1024")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--data-kind", default="latent", choices=("latent", "clustered"))
+    ap.add_argument("--efs", default="64,256",
+                    help="extra ef values measured besides the shipped one")
     ap.add_argument("--notes", type=int, default=400)
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -336,13 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default="locomo,scifact")
     ap.add_argument("--locomo-conversations", type=int, default=0)
     ap.add_argument("--max-chars", type=int, default=1600)
-    ap.add_argument("--weights", default="0.7:0.3,0.5:0.5,0.35:0.65")
+    ap.add_argument("--weights", default="0.7:0.3,0.5:0.5,0.35:0.65,0.2:0.8")
+    ap.add_argument("--rrf-k", type=int, default=60)
     args = ap.parse_args(argv)
+    global RRF_K
+    RRF_K = args.rrf_k
     parts = set(args.parts.split(","))
     report: dict[str, Any] = {}
     if "latency" in parts:
-        report["latency"] = bench_latency([int(s) for s in args.sizes.split(",")],
-                                          [int(d) for d in args.dims.split(",")], args.queries)
+        report["latency"] = bench_latency(
+            [int(s) for s in args.sizes.split(",")], [int(d) for d in args.dims.split(",")],
+            args.queries, args.data_kind, [int(e) for e in args.efs.split(",") if e])
     if "backfill" in parts:
         report["backfill"] = bench_backfill(args.notes, 0.05)
     if "quality" in parts:
