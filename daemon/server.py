@@ -295,15 +295,22 @@ class Connection:
         # Call workers: started on demand up to _max_calls, then kept for the life of
         # the connection; idle ones park in _idle_lot. Starting a task per call cost
         # about a third of a ping's server time.
+        self._workers = 0
         self._idle_workers = 0
         self._idle_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()  # the reader, waiting for a free slot
         self._calls_done: trio.Event | None = None  # set up only while someone waits
         self._nursery: trio.Nursery | None = None
         self._stopping = False
-        # Open only while the reader waits for bytes: stop_reading interrupts that wait
-        # and nothing else, so a call the reader runs inline still answers.
-        self._receive_scope: trio.CancelScope | None = None
+        self._idle_expired = False
+        # Around the whole read loop, but cancelled only while the reader waits for
+        # bytes (_waiting): stop_reading and the idle watch interrupt that wait and
+        # nothing else, so a call the reader runs inline still answers. One scope per
+        # connection, not one per wait: entering a scope costs as much as parsing.
+        self._read_scope = trio.CancelScope()
+        self._waiting = False
+        self._framer = LineFramer(self.config.max_request_bytes)
+        self._last_frame = 0.0
         self._broken = False
         self.subscription: Subscription | None = None
 
@@ -318,9 +325,14 @@ class Connection:
     def stop_reading(self) -> None:
         """Stop taking requests; answers to calls already running are still sent."""
         self._stopping = True
-        if self._receive_scope is not None:
-            self._receive_scope.cancel()
+        self._wake_reader()
         self._slot_lot.unpark_all()
+
+    def _wake_reader(self) -> None:
+        # Only a reader blocked in (or just woken from) its wait sees this cancel: it
+        # checks the flags right after the wait, before touching any bytes.
+        if self._waiting:
+            self._read_scope.cancel()
 
     def _stop_requested(self) -> bool:
         # A call, not the attribute: it changes while the reader awaits.
@@ -335,7 +347,14 @@ class Connection:
     async def serve(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if await self._read_loop(nursery) and self._in_flight:
+            self._last_frame = trio.current_time()
+            nursery.start_soon(self._watch_idle)
+            graceful = False
+            with self._read_scope:
+                graceful = await self._read_loop(nursery)
+            if self._read_scope.cancelled_caught:
+                graceful = not self._idle_expired
+            if graceful and self._in_flight:
                 # EOF or server draining: let running calls answer, then close.
                 self._calls_done = trio.Event()
                 await self._calls_done.wait()
@@ -350,43 +369,37 @@ class Connection:
 
     async def _read_loop(self, nursery: trio.Nursery) -> bool:
         """Read frames until EOF or stop_reading (True) or a reason to close at once (False)."""
-        framer = LineFramer(self.config.max_request_bytes)
+        framer = self._framer
         fd = self._fd
-        last_frame = trio.current_time()
-        waited = False
+        # Try to read before waiting? Only when the last read filled the buffer: after
+        # a short read the client is most likely waiting for our answer, and a read
+        # that fails costs a system call per request.
+        ready = True
         while not self._stop_requested():
+            if not ready:
+                self._waiting = True
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except trio.ClosedResourceError:
+                    return False
+                finally:
+                    self._waiting = False
+                if self._idle_expired:
+                    return False
+                if self._stop_requested():
+                    return True
             try:
                 data = os.read(fd, RECEIVE_SIZE)
             except BlockingIOError:
-                with trio.move_on_at(last_frame + self.config.idle_timeout_s) as idle:
-                    self._receive_scope = idle
-                    try:
-                        await trio.lowlevel.wait_readable(fd)
-                    except trio.ClosedResourceError:
-                        return False
-                    finally:
-                        self._receive_scope = None
-                if self._stop_requested():
-                    return True
-                if idle.cancelled_caught:
-                    busy = self._in_flight > 0 or self.subscription is not None
-                    if framer.pending_bytes == 0 and busy:
-                        # Waiting for a long call or for events is not idleness.
-                        last_frame = trio.current_time()
-                        continue
-                    self.server.timeouts_total += 1
-                    log.info("connection %d: idle for %.1f s, closing",
-                             self._id, self.config.idle_timeout_s)
-                    return False
-                waited = True
+                ready = False
                 continue
             except OSError:  # reset by the peer, or worse: nothing more to read
                 return False
-            if not waited:
-                # Bytes were there at once: still let other tasks run (and see
+            if ready:
+                # Read without waiting: still let other tasks run (and see
                 # cancellation) between chunks, as a stream's receive would.
                 await trio.lowlevel.checkpoint()
-            waited = False
+            ready = len(data) == RECEIVE_SIZE
             if not data:
                 return True
             try:
@@ -399,7 +412,7 @@ class Connection:
                 )))
                 return False
             if lines:
-                last_frame = trio.current_time()
+                self._last_frame = trio.current_time()
             for line in lines:
                 incoming = self._protocol.receive_line(line)
                 if not incoming.calls:
@@ -429,16 +442,43 @@ class Connection:
                 if self._idle_workers:
                     self._idle_workers -= 1
                     self._idle_lot.unpark()
-                else:
+                elif self._workers < self._max_calls:
+                    self._workers += 1
                     nursery.start_soon(self._call_worker)
+                # else every worker is busy or already woken, and looks at the queue
+                # before it parks again.
         return True
+
+    async def _watch_idle(self) -> None:
+        """End the connection once its reader has waited ``idle_timeout_s`` for a frame.
+
+        Waiting for a long call or for events is not idleness, but a half-sent frame
+        is. Sleeps until the deadline (moved by every frame), so it wakes at most once
+        per idle period instead of costing a timeout scope per read.
+        """
+        idle_s = self.config.idle_timeout_s
+        while True:
+            await trio.sleep_until(self._last_frame + idle_s)
+            now = trio.current_time()
+            if now < self._last_frame + idle_s:
+                continue  # frames came meanwhile
+            busy = self._in_flight > 0 or self.subscription is not None
+            if not self._waiting or (busy and self._framer.pending_bytes == 0):
+                self._last_frame = now
+                continue
+            self.server.timeouts_total += 1
+            log.info("connection %d: idle for %.1f s, closing", self._id, idle_s)
+            self._idle_expired = True
+            self._wake_reader()
+            return
 
     async def _call_worker(self) -> None:
         """Run queued lines one after another; park while there are none.
 
-        There are never more workers than call slots, and every queued line has a
-        worker on its way (started or unparked when it was queued), so none is left
-        behind. Workers end with the connection's nursery.
+        There are never more workers than call slots. Every queued line is taken: a
+        worker was started or unparked for it, or all workers are running lines or
+        already unparked, and each of those looks at the queue before it parks.
+        Workers end with the connection's nursery.
         """
         queued = self._queued
         while True:

@@ -476,12 +476,16 @@ async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) 
         for n in (1, 2):
             await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": n},
                                "id": n})
+        with trio.fail_after(10):
+            while len(app.started) < 2:
+                await trio.sleep(0.01)
+        # Both slots are held until release: the batch must not need one.
         await client.send([{"jsonrpc": "2.0", "method": "daemon.ping", "id": 3},
                            {"jsonrpc": "2.0", "method": "daemon.status", "id": 4}])
-        with trio.fail_after(5):
+        with trio.fail_after(10):
             batch = await client.recv()
         assert sorted(r["id"] for r in batch) == [3, 4]
-        assert app.started == [1, 2]  # both slots still held: nothing was answered yet
+        assert not app.release.is_set()
         app.release.set()
         with trio.fail_after(5):
             replies = [await client.recv() for _ in range(2)]
