@@ -325,11 +325,13 @@ async def test_exact_identifier_is_never_buried(h: Harness) -> None:
             # Plain weighted RRF would bury it below every vector-only candidate.
             from recalld.daemon.index.fusion import fuse
 
-            kw, vec, _, _ = await index.candidates(query, 15, Filters(), None)
+            found = await index.candidates(query, 15, Filters(), None)
+            kw, vec = found.keyword, found.vector
             assert kw == [(target, kw[0][1])]
             qv = await worker.query_vector(query)
             assert qv is not None
-            _, vec, exact, _ = await index.candidates(query, 15, Filters(), qv)
+            found = await index.candidates(query, 15, Filters(), qv)
+            vec, exact = found.vector, found.exact
             plain = [f.key for f in fuse(kw, vec, keyword_weight=0.3, vector_weight=0.7, k=60)]
             assert plain.index(target) >= 5
             assert exact == {target}
