@@ -83,8 +83,7 @@ class WorkspaceSettings:
     dream_cron_enabled: bool = True
     dream_cron: str = "0 23 * * *"
     memory_isolation: bool = True
-    # Other agents whose workspaces this one may search or read (memory_isolation off
-    # for them only).
+    # Agents that may search and read this workspace ("*": every agent).
     shared_with: tuple[str, ...] = ()
     embedding_model_config: EmbeddingModelConfig = field(default_factory=EmbeddingModelConfig)
     chat_model_config: ChatModelConfig | None = None

@@ -22,6 +22,7 @@ from recalld.daemon.lock import AlreadyServing
 from recalld.daemon.supervisor import reloader_for
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
+SWITCH_INTERVAL_S = 0.001
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 log = logging.getLogger("recalld")
@@ -86,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
     try:
+        # Searches answer on the event loop while rebuilds and backfills run in worker
+        # threads; a 1 ms GIL switch interval (Python's default is 5 ms) bounds how long a
+        # search waits behind a CPU-bound thread.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         trio.run(supervisor.run)
     except BaseException as exc:
         taken = _find(exc, AlreadyServing)
