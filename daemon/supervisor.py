@@ -122,8 +122,10 @@ class Supervisor:
             await root.start(service)
         self.notifier.status("opening workspaces")
         await root.start(self.registry.run)
-        for agent_id in self._initial_workspaces(self.config):
-            await self.registry.open(agent_id)
+        # Concurrently: each loads its saved index in a worker thread.
+        async with trio.open_nursery() as opening:
+            for agent_id in self._initial_workspaces(self.config):
+                opening.start_soon(self.registry.open, agent_id)
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
         self.state.stats["server"] = lambda: _asdict(server.statistics())
