@@ -10,7 +10,7 @@ The vector branch embeds the query through the workspace's backfill (LRU-cached,
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
 a search never fails because of the embedding provider. Keyword hits that contain every
 identifier-like or very rare query term are ``exact`` and fusion ranks them first
-(``exact.py``, ``fusion.py``, docs/adr/0007-hybrid-fusion.md).
+(``exact.py``, ``fusion.py``, docs/adr/0010-hybrid-fusion.md).
 """
 
 from __future__ import annotations
