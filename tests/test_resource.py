@@ -33,6 +33,11 @@ def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:
         time.sleep(0.05)
 
 
+def active_jobs(daemon: DaemonHandle, agent: str, kind: str) -> list[dict[str, Any]]:
+    jobs = daemon.call("jobs.list", {"agent_id": agent})["jobs"]
+    return [j for j in jobs if j["kind"] == kind and j["state"] in ("queued", "running")]
+
+
 def catalog(root: Path) -> dict[str, dict[str, Any]]:
     path = root / "mem_metadata/file_catalog/resource.jsonl.zst"
     if not path.exists():
@@ -165,6 +170,8 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     open_ws(daemon, "flaky", root, fake)
     wait_for(state_is(root, "resource/b.txt", "failed"))
     assert catalog(root)["resource/b.txt"]["reason"]
+    # The catalog is saved before the automatic job ends; one job of a kind runs at a time.
+    wait_for(lambda: not active_jobs(daemon, "flaky", "auto_resource"))
     job = run_job(daemon, "auto_resource", agent="flaky")  # a manual run retries failures
     assert job["state"] == "succeeded", job
     assert job["result"]["outcomes"] == {"processed": 1}
