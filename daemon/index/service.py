@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from recalld.daemon import metrics
+from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.exact import exact_keys, special_terms
 from recalld.daemon.index.persist import CHUNKS_MIRROR, IndexStore, LoadReport, snapshot
@@ -64,6 +64,8 @@ APPLY_BATCH = 1024
 # Up to this many chunks a search takes well under a millisecond: run it on the event
 # loop rather than pay a worker-thread round trip.
 INLINE_READ_MAX_CHUNKS = 20_000
+# Commits of at least this many chunks hand freed buffers back to the system afterwards.
+TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
 
 
@@ -160,6 +162,11 @@ class WorkspaceIndex:
         files instead of one per small batch.
         """
         ordered = sorted(paths)
+        await self._apply_sorted(ordered)
+        if len(ordered) >= APPLY_BATCH:  # a first build's token lists are garbage now
+            await trio.to_thread.run_sync(memtrim.trim)
+
+    async def _apply_sorted(self, ordered: list[str]) -> None:
         pending: list[Prepared] = []
         started = time.monotonic()
         for start in range(0, len(ordered), PREPARE_BATCH):
@@ -286,6 +293,10 @@ class WorkspaceIndex:
             "duration_s": round(time.monotonic() - started, 4), "files": len(snap.files),
             "chunks": len(snap.chunks),
         }
+        large = len(snap.chunks) >= TRIM_AFTER_CHUNKS
+        del snap
+        if large:  # the serialized generation was hundreds of MB of short-lived buffers
+            await trio.to_thread.run_sync(memtrim.trim)
 
     # -- queries ---------------------------------------------------------------------
 
