@@ -351,3 +351,75 @@ def async_method(
         return await self._run(builder(*args, **kwargs))
 
     return method
+
+
+def raw_call(method: str, params: dict[str, Any] | None = None) -> Call[Any]:
+    """An untyped call, as ``client.call`` makes: the raw result comes back."""
+    return Call(method, dict(params or {}), _identity)
+
+
+class SyncMethods:
+    """Every method of the table as a blocking method (mixed into the sync client)."""
+
+    ping = sync_method(ping)
+    status = sync_method(status)
+    workspace_open = sync_method(workspace_open)
+    workspace_list = sync_method(workspace_list)
+    workspace_close = sync_method(workspace_close)
+    read = sync_method(read)
+    search = sync_method(search)
+    index_sync = sync_method(index_sync)
+    jobs_submit = sync_method(jobs_submit)
+    jobs_get = sync_method(jobs_get)
+    jobs_list = sync_method(jobs_list)
+    jobs_cancel = sync_method(jobs_cancel)
+    add_turns = sync_method(add_turns)
+    add_note = sync_method(add_note)
+    memory_index = sync_method(memory_index)
+    memory_list = sync_method(memory_list)
+    inbox_list = sync_method(inbox_list)
+    inbox_ack = sync_method(inbox_ack)
+    dream_runs = sync_method(dream_runs)
+    dream_undo = sync_method(dream_undo)
+    backup_create = sync_method(backup_create)
+    backup_list = sync_method(backup_list)
+    backup_verify = sync_method(backup_verify)
+    backup_restore = sync_method(backup_restore)
+    backup_rollback = sync_method(backup_rollback)
+    index_verify = sync_method(index_verify)
+    index_compact = sync_method(index_compact)
+    metrics = sync_method(metrics)
+
+
+class AsyncMethods:
+    """Every method of the table as an async method (mixed into the trio and asyncio
+    clients)."""
+
+    ping = async_method(ping)
+    status = async_method(status)
+    workspace_open = async_method(workspace_open)
+    workspace_list = async_method(workspace_list)
+    workspace_close = async_method(workspace_close)
+    read = async_method(read)
+    search = async_method(search)
+    index_sync = async_method(index_sync)
+    jobs_submit = async_method(jobs_submit)
+    jobs_get = async_method(jobs_get)
+    jobs_list = async_method(jobs_list)
+    jobs_cancel = async_method(jobs_cancel)
+    add_turns = async_method(add_turns)
+    add_note = async_method(add_note)
+    memory_index = async_method(memory_index)
+    memory_list = async_method(memory_list)
+    inbox_list = async_method(inbox_list)
+    inbox_ack = async_method(inbox_ack)
+    dream_runs = async_method(dream_runs)
+    dream_undo = async_method(dream_undo)
+    backup_create = async_method(backup_create)
+    backup_list = async_method(backup_list)
+    backup_verify = async_method(backup_verify)
+    backup_restore = async_method(backup_restore)
+    backup_rollback = async_method(backup_rollback)
+    index_verify = async_method(index_verify)
+    index_compact = async_method(index_compact)
+    metrics = async_method(metrics)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import trio
 
 from recalld.ipc import _core, _methods, errors, paths
-from recalld.ipc._methods import Call, async_method
+from recalld.ipc._methods import Call
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
 from recalld.ipc.types import Event
 
@@ -60,7 +60,7 @@ class _Lost:
     """Marker put on the event channel when a subscribed connection dies."""
 
 
-class AsyncClient:
+class AsyncClient(_methods.AsyncMethods):
     """trio JSON-RPC client of the recalld daemon; see the module docstring."""
 
     def __init__(
@@ -202,7 +202,7 @@ class AsyncClient:
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
-        return await self._run(Call(method, dict(params or {}), _identity))
+        return await self._run(_methods.raw_call(method, params))
 
     async def _run(self, call: Call[T]) -> T:
         try:
@@ -277,41 +277,8 @@ class AsyncClient:
                 return
             yield event
 
-    # ------------------------------------------------------------ typed methods
-
-    ping = async_method(_methods.ping)
-    status = async_method(_methods.status)
-    workspace_open = async_method(_methods.workspace_open)
-    workspace_list = async_method(_methods.workspace_list)
-    workspace_close = async_method(_methods.workspace_close)
-    read = async_method(_methods.read)
-    search = async_method(_methods.search)
-    index_sync = async_method(_methods.index_sync)
-    jobs_submit = async_method(_methods.jobs_submit)
-    jobs_get = async_method(_methods.jobs_get)
-    jobs_list = async_method(_methods.jobs_list)
-    jobs_cancel = async_method(_methods.jobs_cancel)
-    add_turns = async_method(_methods.add_turns)
-    add_note = async_method(_methods.add_note)
-    memory_index = async_method(_methods.memory_index)
-    memory_list = async_method(_methods.memory_list)
-    inbox_list = async_method(_methods.inbox_list)
-    inbox_ack = async_method(_methods.inbox_ack)
-    dream_runs = async_method(_methods.dream_runs)
-    dream_undo = async_method(_methods.dream_undo)
-    backup_create = async_method(_methods.backup_create)
-    backup_list = async_method(_methods.backup_list)
-    backup_verify = async_method(_methods.backup_verify)
-    backup_restore = async_method(_methods.backup_restore)
-    backup_rollback = async_method(_methods.backup_rollback)
-    index_verify = async_method(_methods.index_verify)
-    index_compact = async_method(_methods.index_compact)
-    metrics = async_method(_methods.metrics)
 
 
 class _NotSent(Exception):
     """The request never reached a live daemon; it is safe to send again."""
 
-
-def _identity(value: Any) -> Any:
-    return value

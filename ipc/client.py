@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from recalld.ipc import _core, _methods, errors, paths
-from recalld.ipc._methods import Call, sync_method
+from recalld.ipc._methods import Call
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
 from recalld.ipc.types import Event
 
@@ -32,7 +32,7 @@ T = TypeVar("T")
 MAX_QUEUED_EVENTS = 10_000
 
 
-class Client:
+class Client(_methods.SyncMethods):
     """Blocking JSON-RPC client of the recalld daemon.
 
     ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
@@ -151,7 +151,7 @@ class Client:
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
-        return self._run(Call(method, dict(params or {}), _identity))
+        return self._run(_methods.raw_call(method, params))
 
     def _run(self, call: Call[T]) -> T:
         deadline = time.monotonic() + self.timeout_s
@@ -268,37 +268,4 @@ class Client:
                 raise errors.ConnectionLost("the daemon closed the connection")
             self._dispatch(data, want=None)
 
-    # ------------------------------------------------------------ typed methods
 
-    ping = sync_method(_methods.ping)
-    status = sync_method(_methods.status)
-    workspace_open = sync_method(_methods.workspace_open)
-    workspace_list = sync_method(_methods.workspace_list)
-    workspace_close = sync_method(_methods.workspace_close)
-    read = sync_method(_methods.read)
-    search = sync_method(_methods.search)
-    index_sync = sync_method(_methods.index_sync)
-    jobs_submit = sync_method(_methods.jobs_submit)
-    jobs_get = sync_method(_methods.jobs_get)
-    jobs_list = sync_method(_methods.jobs_list)
-    jobs_cancel = sync_method(_methods.jobs_cancel)
-    add_turns = sync_method(_methods.add_turns)
-    add_note = sync_method(_methods.add_note)
-    memory_index = sync_method(_methods.memory_index)
-    memory_list = sync_method(_methods.memory_list)
-    inbox_list = sync_method(_methods.inbox_list)
-    inbox_ack = sync_method(_methods.inbox_ack)
-    dream_runs = sync_method(_methods.dream_runs)
-    dream_undo = sync_method(_methods.dream_undo)
-    backup_create = sync_method(_methods.backup_create)
-    backup_list = sync_method(_methods.backup_list)
-    backup_verify = sync_method(_methods.backup_verify)
-    backup_restore = sync_method(_methods.backup_restore)
-    backup_rollback = sync_method(_methods.backup_rollback)
-    index_verify = sync_method(_methods.index_verify)
-    index_compact = sync_method(_methods.index_compact)
-    metrics = sync_method(_methods.metrics)
-
-
-def _identity(value: Any) -> Any:
-    return value

@@ -200,8 +200,8 @@ def test_one_table_drives_every_flavour() -> None:
     for name in METHODS:
         for cls in (Client, AsyncClient, AsyncioClient):
             assert callable(getattr(cls, name, None)), (
-                f"{cls.__name__} lacks {name}: add `{name} = sync_method(_methods.{name})` "
-                "to Client and `async_method(...)` to AsyncClient and AsyncioClient")
+                f"{cls.__name__} lacks {name}: add `{name} = sync_method({name})` to "
+                "_methods.SyncMethods and `async_method(...)` to _methods.AsyncMethods")
         assert getattr(Client, name).__doc__ == getattr(AsyncClient, name).__doc__
 
 
