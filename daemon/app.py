@@ -18,6 +18,7 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.embedder import vector_service
 from recalld.daemon.index.methods import METHODS as INDEX_METHODS
 from recalld.daemon.index.methods import index_service, reindex_job
+from recalld.daemon.index.procpool import PreparePool, cpu_count
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobManager, rpc_cancel, rpc_get, rpc_list, rpc_submit
 from recalld.daemon.maintenance import health_service
@@ -61,6 +62,8 @@ def build_supervisor(
     # One limiter for every CPU-heavy step of every workspace: two cores are shared by
     # all agents, and one agent's rebuild must leave room for another's search.
     cpu = trio.CapacityLimiter(max(1, cfg.cpu_threads))
+    # Big indexing passes of every workspace share one pool of processes (none when idle).
+    pool = PreparePool(min(cpu_count(), max(1, cfg.cpu_threads))) if cpu_count() > 1 else None
     holder: dict[str, Supervisor] = {}
 
     def publish(topic: str, payload: dict[str, Any]) -> None:
@@ -84,17 +87,22 @@ def build_supervisor(
         systemd=systemd,
         reload=reload,
         extra_methods=[INDEX_METHODS, AGENT_METHODS, job_methods(jobs), ops_methods(cpu)],
-        workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish)),
+        workspace_services=[("index", index_service(lambda: holder["s"].config, cpu, publish,
+                                                              pool)),
                             ("vectors", vector_service(spaces)),
                             ("health", health_service(cpu))],
-        services=[("providers", bridge.run), ("jobs", jobs.run)],
+        services=[("providers", bridge.run), ("jobs", jobs.run),
+                  *([("prepare-pool", pool.run)] if pool is not None else [])],
     )
     holder["s"] = supervisor
     supervisor.state.services.update({"jobs": jobs, "providers": bridge, "cpu": cpu,
+                                      "prepare_pool": pool,
                                       "vector_spaces": spaces})
     supervisor.state.stats["vector_spaces"] = spaces.statistics
     jobs.register("reindex", reindex_job(supervisor.registry.get), exclusive=True, cpu_heavy=False)
     install_consolidation(supervisor, jobs)
     supervisor.state.stats["jobs"] = jobs.statistics
+    if pool is not None:
+        supervisor.state.stats["prepare_pool"] = pool.status
     memory_capture.install(supervisor)
     return supervisor

@@ -12,6 +12,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.postings import Slab, stable_order
 
 
 def reference_scores(
@@ -61,6 +62,7 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bm25_mod, "DELTA_MAX_DOCS", 6)
     monkeypatch.setattr(bm25_mod, "DEAD_MIN_ROWS", 2)
     monkeypatch.setattr(bm25_mod, "SLAB_DOCS", 4)
+    monkeypatch.setattr(bm25_mod, "SMALL_ADD_DOCS", 2)
 
 
 _DOC = st.lists(st.sampled_from(VOCAB), max_size=8)
@@ -69,6 +71,8 @@ _OP = st.one_of(
     st.tuples(st.just("remove"), st.integers(0, 15), st.just([])),
     st.tuples(st.just("many"), st.integers(0, 15),
               st.lists(st.tuples(st.integers(0, 15), _DOC), max_size=6)),
+    st.tuples(st.just("encoded"), st.integers(0, 15),
+              st.dictionaries(st.integers(0, 15), _DOC, max_size=6).map(lambda d: list(d.items()))),
     st.tuples(st.just("compact"), st.just(0), st.just([])),
     st.tuples(st.just("reload"), st.just(0), st.just([])),
 )
@@ -93,6 +97,15 @@ def test_matches_reference_through_any_sequence(
             docs.pop(key, None)
         elif op == "many":
             index.add_many(arg)
+            docs.update(dict(arg))
+        elif op == "encoded":
+            # As worker processes send them: own vocabularies, keys set on apply.
+            parts = []
+            for piece in (arg[: key % 4], arg[key % 4:]):
+                slab, terms = Slab.local([doc for _, doc in piece])
+                parts.append((terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
+                                          [k for k, _ in piece])))
+            index.add_encoded(parts)
             docs.update(dict(arg))
         elif op == "compact":
             index.compact()
@@ -228,3 +241,20 @@ def test_from_arrays_refuses_inconsistent_input(damage: str) -> None:
         meta = {**meta, "version": 999}
     with pytest.raises(ValueError):
         BM25Index.from_arrays(arrays, meta)
+
+
+def test_add_encoded_refuses_repeated_keys_and_key_count_mismatch() -> None:
+    index = BM25Index()
+    slab, terms = Slab.local([["a"], ["b"]])
+    with pytest.raises(ValueError, match="repeats"):
+        index.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, [1, 1]))])
+    with pytest.raises(ValueError, match="keys for"):
+        slab.remap(terms, index._term_ids, index._terms, [1])
+    assert len(index) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**31 - 1) | st.integers(0, 70_000), max_size=200))
+def test_stable_order_is_a_stable_argsort(values: list[int]) -> None:
+    arr = np.asarray(values, dtype=np.int32)
+    assert np.array_equal(stable_order(arr), np.argsort(arr, kind="stable"))

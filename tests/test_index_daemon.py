@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from recalld.daemon.index.service import POOL_BATCH
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, UnknownWorkspace
 
 COMMUTE = """---
@@ -231,3 +233,48 @@ def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
     with pytest.raises(InvalidParams):
         daemon.call("memory.search", {"agent_id": "default", "query": "x", "max_results": 0})
     assert daemon.call("memory.search", {"agent_id": "default", "query": "x"})["results"] == []
+
+
+def test_large_workspace_is_built_in_worker_processes(daemon: Any, tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    for i in range(600):
+        write(root, f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md",
+              f"# Note {i}\n\nmarker{i} shared words [[n{(i + 1) % 600}]]\n")
+    open_ws(daemon, root)
+    for i in (0, 299, 599):
+        assert paths(search(daemon, f"marker{i}", sync=True))[:1] == [
+            f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md"]
+    pool = daemon.call("daemon.status", {})["queues"]["prepare_pool"]
+    assert pool["calls"] >= -(-600 // POOL_BATCH) and pool["starts"] >= 1
+    status = next(w for w in daemon.call("daemon.status", {})["workspaces"]
+                  if w["agent_id"] == "w")
+    assert status["index"]["files"] == 600 and status["index"]["links"] == 600
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.update(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    for i in range(3000):
+        write(root, f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md",
+              f"# Note {i}\n\n" + " ".join(f"w{(i * j) % 997}" for j in range(300)) + "\n")
+    d = daemon_factory()
+    open_ws(d, root)
+    deadline = time.monotonic() + 30
+    workers: set[int] = set()
+    while not workers and time.monotonic() < deadline:
+        if d.call("daemon.status", {})["queues"]["prepare_pool"]["alive"]:
+            workers = _children(d.pid)
+        time.sleep(0.02)
+    assert workers, "the build never used worker processes"
+    d.signal(signal.SIGKILL)
+    d.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()]

@@ -388,14 +388,14 @@ async def test_qwenpaw_vectors_are_reused(h: Harness) -> None:
 
 def test_store_rebuilds_a_corrupt_graph_from_chunk_embeddings(tmp_path: Path) -> None:
     from recalld.daemon.index.persist import IndexStore, snapshot
-    from recalld.daemon.index.state import IndexState, prepare
+    from recalld.daemon.index.state import IndexState, prepare_files
     from recalld.daemon.index.vectors import VectorIndex
 
     root = tmp_path / "ws"
     for rel, text in NOTES.items():
         write(root, rel, text)
     state = IndexState()
-    state.apply([prepare(root, rel, max_chars=1600, known_digest=None) for rel in NOTES])
+    state.apply([prepare_files(root, list(NOTES), max_chars=1600, digests={})])
     state.vectors = VectorIndex(DIMS)
     state.vector_space = "openai-m-8-x"
     for key, chunk in list(state.chunks.items()):

@@ -56,6 +56,8 @@ DELTA_MAX_DOCS: Final = 2048
 DEAD_MIN_ROWS: Final = 1024
 DEAD_FRACTION: Final = 0.25
 SLAB_DOCS: Final = 8192
+# add_encoded puts up to this many documents in the delta instead of merging main.
+SMALL_ADD_DOCS: Final = 64
 _MAX_KEY: Final = 2**32 - 1
 
 
@@ -105,8 +107,11 @@ class BM25Index:
         _check_key(doc_key)
         if doc_key in self._live:
             self._remove(doc_key)
-        counts = dict(Counter(tokens))
-        self._delta_docs[doc_key] = (counts, len(tokens))
+        self._add_counts(doc_key, dict(Counter(tokens)), len(tokens))
+        self._maybe_compact()
+
+    def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
+        self._delta_docs[doc_key] = (counts, length)
         for term, tf in counts.items():
             post = self._delta_post.get(term)
             if post is None:
@@ -114,7 +119,34 @@ class BM25Index:
             else:
                 post[doc_key] = tf
         self._live.add(doc_key)
-        self._total_len += len(tokens)
+        self._total_len += length
+
+    def add_encoded(self, parts: Iterable[tuple[list[str], Slab]]) -> None:
+        """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
+        with its ``keys`` set to the documents' keys). Few documents go to the delta, many
+        join main in one merge; keys already indexed are replaced.
+        """
+        parts = list(parts)
+        for _, slab in parts:
+            for key in slab.keys:
+                _check_key(key)
+        if len({k for _, slab in parts for k in slab.keys}) != sum(len(s.keys) for _, s in parts):
+            raise ValueError("a document key repeats within one add_encoded call")
+        for _, slab in parts:
+            for key in slab.keys:
+                if key in self._live:
+                    self._remove(key)
+        if sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS:
+            for terms, slab in parts:
+                for key, (counts, length) in zip(slab.keys, slab.counts(terms), strict=True):
+                    self._add_counts(key, counts, length)
+        else:
+            slabs = []
+            for terms, slab in parts:
+                slabs.append(slab.remap(terms, self._term_ids, self._terms, slab.keys))
+                self._live.update(slab.keys)
+                self._total_len += sum(slab.lens)
+            self._merge(slabs)
         self._maybe_compact()
 
     def add_many(self, docs: Iterable[tuple[int, list[str]]]) -> None:

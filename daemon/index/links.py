@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["Link", "LinkGraph", "extract_links", "normalize_target"]
+__all__ = ["Link", "LinkGraph", "extract_links", "normalize_target", "resolve_links"]
 
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
@@ -118,6 +118,27 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
                 Link(path, dst, kind, number, (m.group(3) or "").strip(),
                      (m.group(4) or "").strip(), resolved)
             )
+    return out
+
+
+def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]:
+    """``links`` of ``path`` (extracted without a resolver) with bare names resolved now:
+    a name that turns out to be ``path`` itself is dropped, and an edge that now repeats
+    another (same dst, kind, line) is kept once."""
+    if all(link.resolved for link in links):
+        return links
+    out: list[Link] = []
+    seen: set[tuple[str, str, int]] = set()
+    for link in links:
+        if not link.resolved:
+            dst, resolved = normalize_target(link.dst, resolve)
+            if dst == path:
+                continue
+            link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved)
+        key = (link.dst, link.kind, link.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(link)
     return out
 
 

@@ -14,6 +14,7 @@ import trio
 from recalld.daemon import sharing
 from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.jobs import JobContext
@@ -85,13 +86,14 @@ def index_service(
     get_config: Callable[[], DaemonConfig],
     cpu: trio.CapacityLimiter,
     publish: Callable[[str, dict[str, Any]], None] | None = None,
+    pool: PreparePool | None = None,
 ) -> WorkspaceService:
     """A workspace service that runs the index of each workspace."""
 
     async def run(
         workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        index = WorkspaceIndex(workspace, get_config(), cpu=cpu, publish=publish)
+        index = WorkspaceIndex(workspace, get_config(), cpu=cpu, publish=publish, pool=pool)
         workspace.attach("index", index)
         workspace.add_status("index", index.status)
         await index.run(task_status=task_status)

@@ -113,6 +113,41 @@ class Slab:
             np.asarray(nterms, dtype=np.int64), lens, keys,
         )
 
+    @classmethod
+    def local(cls, docs: list[list[str]]) -> tuple[Slab, list[str]]:
+        """Encode ``docs`` against a vocabulary of their own: (slab keyed 0..n-1, its terms).
+
+        Worker processes do this, so the daemon only maps each batch's distinct terms to its
+        own ids (:meth:`remap`) instead of looking up every token.
+        """
+        terms: list[str] = []
+        return cls.encode(dict(enumerate(docs)), term_table(), terms), terms
+
+    def remap(
+        self, local_terms: list[str], ids: dict[str, int], terms: list[str], keys: list[int]
+    ) -> Slab:
+        """This slab (encoded by :meth:`local`) in the ids of ``ids``/``terms``, under ``keys``.
+
+        ``ids`` must be a :func:`term_table`; new terms are appended to it and to ``terms``.
+        """
+        if len(keys) != len(self.lens):
+            raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
+        before = len(terms)
+        to_global = np.fromiter(map(ids.__getitem__, local_terms), dtype=np.int32,
+                                count=len(local_terms))
+        if len(ids) > before:
+            terms.extend(itertools.islice(ids, before, None))
+        return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
+
+    def counts(self, local_terms: list[str]) -> list[tuple[dict[str, int], int]]:
+        """Per document ({term: tf}, length), for the few documents that go to a delta."""
+        bounds = [0, *itertools.accumulate(self.nterms.tolist())]
+        tids, tfs = self.tids.tolist(), self.tfs.astype(np.int64).tolist()
+        return [
+            ({local_terms[t]: f for t, f in zip(tids[lo:hi], tfs[lo:hi], strict=True)}, length)
+            for lo, hi, length in zip(bounds[:-1], bounds[1:], self.lens, strict=True)
+        ]
+
     def arrays(self, first_row: int) -> tuple[I32, I32, F32, F32, npt.NDArray[np.uint32]]:
         """(tids, rows, tfs, lens, keys) with rows numbered from ``first_row``."""
         n = len(self.lens)
@@ -160,7 +195,7 @@ def merge(
             keys.append(k)
     if parts:
         tids_x = np.concatenate([p[0] for p in parts])
-        order = np.argsort(tids_x, kind="stable")
+        order = stable_order(tids_x)
         tids_x = tids_x[order]
         rows_x = np.concatenate([p[1] for p in parts])[order]
         tfs_x = np.concatenate([p[2] for p in parts])[order]
@@ -197,6 +232,17 @@ def merge(
     doclen = np.concatenate(lens).astype(np.float32, copy=False)
     row_keys = np.concatenate(keys).astype(np.uint32, copy=False)
     return Segment(indptr, out_rows, out_tfs, doclen, row_keys), used
+
+
+def stable_order(values: I32) -> I64:
+    """``np.argsort(values, kind="stable")`` for non-negative int32, in O(n): numpy radix-sorts
+    16-bit keys, so sort by the low half, then stably by the high half (3-4x faster than the
+    comparison sort it would use for int32; this is most of a cold build's merge time)."""
+    if not len(values) or int(values.max()) <= 0xFFFF:
+        return np.argsort(values.astype(np.uint16), kind="stable").astype(np.int64, copy=False)
+    low = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (values[low] >> 16).astype(np.uint16)
+    return low[np.argsort(high, kind="stable")].astype(np.int64, copy=False)
 
 
 def terms_to_arrays(terms: list[str]) -> tuple[npt.NDArray[np.uint8], I64]:

@@ -26,7 +26,8 @@ from pyroaring import BitMap
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.embedcache import decode_f16
-from recalld.daemon.index.links import Link, LinkGraph, extract_links
+from recalld.daemon.index.links import Link, LinkGraph, extract_links, resolve_links
+from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
 
@@ -96,7 +97,11 @@ class FileInfo:
 
 @dataclass(slots=True)
 class Prepared:
-    """A file read and tokenized in a worker thread, ready to apply (``gone``: deleted)."""
+    """A file read and chunked, ready to apply (``gone``: deleted; ``unchanged``: same digest).
+
+    ``links`` are extracted without a resolver: bare ``[[names]]`` are resolved on apply,
+    against the files the index knows then.
+    """
 
     path: str
     gone: bool
@@ -104,9 +109,26 @@ class Prepared:
     size: int = 0
     digest: str = ""
     chunks: list[Chunk] = field(default_factory=list)
-    tokens: list[list[str]] = field(default_factory=list)
-    text: str = ""
+    links: list[Link] = field(default_factory=list)
     unchanged: bool = False
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Files prepared together: ``slab`` holds one document per chunk of ``files`` (in order),
+    counted against the batch's own vocabulary ``terms``.
+
+    Built by :func:`prepare_files` in a worker thread or process (everything in it is plain
+    data), applied by :meth:`IndexState.apply` under the index lock.
+    """
+
+    files: list[Prepared]
+    terms: list[str]
+    slab: Slab
+
+    @property
+    def docs(self) -> int:
+        return len(self.slab.lens)
 
 
 def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
@@ -137,7 +159,7 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
 
 
 def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -> Prepared:
-    """Read ``rel`` under ``root`` and chunk + tokenize it (worker-thread side)."""
+    """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``)."""
     got = _read_note(root, rel)
     if got is None:
         return Prepared(path=rel, gone=True)
@@ -147,11 +169,21 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
                         digest=digest, unchanged=True)
     text = data.decode("utf-8", errors="replace")
-    chunks = chunk_markdown(rel, text, max_chars=max_chars)
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
-        chunks=chunks, tokens=[tokenize(c.index_text) for c in chunks], text=text,
+        chunks=chunk_markdown(rel, text, max_chars=max_chars), links=extract_links(rel, text),
     )
+
+
+def prepare_files(
+    root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None]
+) -> PreparedBatch:
+    """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
+    shared state, so it runs in worker threads or worker processes alike."""
+    files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel))
+             for rel in rels]
+    slab, terms = Slab.local([tokenize(c.index_text) for f in files for c in f.chunks])
+    return PreparedBatch(files, terms, slab)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,49 +293,51 @@ class IndexState:
 
     # -- writing ---------------------------------------------------------------------
 
-    def apply(self, batch: Iterable[Prepared]) -> ApplyStats:
-        """Bring the index in line with ``batch`` (each file replaced or dropped whole)."""
+    def apply(self, batches: Iterable[PreparedBatch]) -> ApplyStats:
+        """Bring the index in line with ``batches`` (each file replaced or dropped whole)."""
         added = updated = deleted = unchanged = 0
-        new_docs: list[tuple[int, list[str]]] = []
-        for prep in batch:
-            old = self.files.get(prep.path)
-            if prep.gone:
+        parts: list[tuple[list[str], Slab]] = []
+        for batch in batches:
+            keys: list[int] = []
+            for prep in batch.files:
+                old = self.files.get(prep.path)
+                if prep.gone:
+                    if old is not None:
+                        self._drop(old)
+                        deleted += 1
+                    continue
+                if prep.unchanged:
+                    # Read as unchanged against a digest this state no longer has (a file
+                    # dropped meanwhile): leave it to the next reconcile, which re-reads it.
+                    if old is not None and (old.mtime_ns, old.size) != (prep.mtime_ns, prep.size):
+                        self.files[prep.path] = FileInfo(
+                            prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
+                    unchanged += 1
+                    continue
                 if old is not None:
                     self._drop(old)
-                    deleted += 1
-                continue
-            if prep.unchanged and old is not None:
-                if (old.mtime_ns, old.size) != (prep.mtime_ns, prep.size):
-                    self.files[prep.path] = FileInfo(
-                        prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
-                unchanged += 1
-                continue
-            if old is not None:
-                self._drop(old)
-                updated += 1
-            else:
-                added += 1
-            keys: list[int] = []
-            for chunk, tokens in zip(prep.chunks, prep.tokens, strict=True):
-                key = self.next_key
-                self.next_key += 1
-                keys.append(key)
-                self.chunks[key] = StoredChunk(
-                    key=key, id=chunk.id, path=chunk.path, start_line=chunk.start_line,
-                    end_line=chunk.end_line, text=chunk.text, heading=chunk.heading,
-                    metadata=chunk.metadata,
-                )
-                new_docs.append((key, tokens))
-            self.files[prep.path] = FileInfo(
-                prep.path, prep.mtime_ns, prep.size, prep.digest, tuple(keys))
-            self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
-                prep.path)
-            self.graph.add_file(prep.path, extract_links(prep.path, prep.text, self.resolve))
-        if len(new_docs) > 64:
-            self.bm25.add_many(new_docs)
-        else:
-            for key, tokens in new_docs:
-                self.bm25.add(key, tokens)
+                    updated += 1
+                else:
+                    added += 1
+                first = len(keys)
+                for chunk in prep.chunks:
+                    key = self.next_key
+                    self.next_key += 1
+                    keys.append(key)
+                    self.chunks[key] = StoredChunk(
+                        key=key, id=chunk.id, path=chunk.path, start_line=chunk.start_line,
+                        end_line=chunk.end_line, text=chunk.text, heading=chunk.heading,
+                        metadata=chunk.metadata,
+                    )
+                self.files[prep.path] = FileInfo(
+                    prep.path, prep.mtime_ns, prep.size, prep.digest, tuple(keys[first:]))
+                self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
+                    prep.path)
+                self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
+            if keys:
+                slab = batch.slab
+                parts.append((batch.terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
+        self.bm25.add_encoded(parts)
         return ApplyStats(added, updated, deleted, unchanged)
 
     def _drop(self, info: FileInfo) -> None:
@@ -383,5 +417,5 @@ def carry_vectors(
 
 __all__ = [
     "MAX_NOTE_BYTES", "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
-    "StoredChunk", "carry_vectors", "note_date", "prepare",
+    "PreparedBatch", "StoredChunk", "carry_vectors", "note_date", "prepare", "prepare_files",
 ]

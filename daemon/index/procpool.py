@@ -1,0 +1,170 @@
+"""Worker processes for big indexing passes: first builds, rebuilds, large reconciles.
+
+Reading, chunking, tokenizing and counting a note is pure Python and holds the GIL; in
+threads it runs on one core and makes every search of every workspace wait for the
+interpreter. :class:`PreparePool` runs :func:`~recalld.daemon.index.state.prepare_files`
+in a daemon-wide pool of spawned processes instead (one pool for all workspaces, never one
+per workspace). The daemon then only applies the results: mapping each batch's distinct
+terms to its own ids and merging numpy arrays.
+
+The pool is started on the first big pass and shut down once it has been idle for
+``idle_s``, so an idle daemon has no worker processes. Results come back through a
+``concurrent.futures`` callback handed to trio with ``run_sync_soon``: no thread waits on
+them. Should a worker die (killed, out of memory), the pool is dropped and the caller gets
+:class:`PoolUnavailable`, upon which it prepares in a thread as it would without a pool.
+Work is small function calls with plain-data results (no persisted state goes through
+pickle; the process boundary is the only place it is used).
+
+Its ``run`` service stops by cancellation and shuts the processes down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+import trio
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+# Workers run at a lower priority than the daemon: a build may take both cores, but a
+# search (served by the daemon process) gets one at once.
+WORKER_NICE = 10
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent: int) -> None:
+    """Tie a worker's life to the daemon's: a SIGKILLed daemon must not leave workers
+    behind (they hold both ends of their queue's pipe, so they would never see EOF)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the daemon died before the line above
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the daemon to handle
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
+
+
+class PoolUnavailable(Exception):
+    """No worker process could run the call; do the work in this process instead."""
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class PreparePool:
+    """A lazily started, idle-stopped process pool shared by every workspace."""
+
+    def __init__(self, workers: int, *, idle_s: float = 30.0) -> None:
+        self.workers = max(1, workers)
+        self.idle_s = idle_s
+        self._executor: ProcessPoolExecutor | None = None
+        self._busy = 0
+        self._last_end = 0.0
+        self._ended = trio.Event()  # set when the last call in flight ends
+        self.starts = 0
+        self.calls = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._executor is not None
+
+    def status(self) -> dict[str, Any]:
+        return {"workers": self.workers, "alive": self.alive, "busy": self._busy,
+                "starts": self.starts, "calls": self.calls}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Stop the processes ``idle_s`` after the last call; on cancellation, at once."""
+        task_status.started()
+        try:
+            while True:
+                await self._ended.wait()
+                self._ended = trio.Event()
+                while self._executor is not None:
+                    await trio.sleep_until(self._last_end + self.idle_s)
+                    if self._busy == 0 and trio.current_time() >= self._last_end + self.idle_s:
+                        self._stop()
+        finally:
+            self._stop()
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker process; ``fn`` must be importable, args plain data.
+
+        Raises :class:`PoolUnavailable` if the pool cannot run it. A cancelled call is
+        abandoned (the worker finishes it and the result is dropped).
+        """
+        self._busy += 1
+        self.calls += 1
+        try:
+            try:
+                future = self._ensure().submit(fn, *args)
+            except (BrokenProcessPool, RuntimeError, OSError) as exc:
+                self._drop(exc)
+                raise PoolUnavailable(str(exc)) from exc
+            done = trio.Event()
+            token = trio.lowlevel.current_trio_token()
+
+            def wake(_: Future[T]) -> None:
+                try:
+                    token.run_sync_soon(done.set)
+                except trio.RunFinishedError:
+                    pass
+
+            future.add_done_callback(wake)
+            try:
+                await done.wait()
+            except BaseException:
+                future.cancel()
+                raise
+            try:
+                return future.result()
+            except BrokenProcessPool as exc:
+                self._drop(exc)
+                raise PoolUnavailable(str(exc)) from exc
+        finally:
+            self._busy -= 1
+            if self._busy == 0:
+                self._last_end = trio.current_time()
+                self._ended.set()
+
+    def _ensure(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # spawn, not fork: the daemon has threads (trio's, the provider loop) whose
+            # locks a forked child would inherit half-held.
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init, initargs=(os.getpid(),))
+            self.starts += 1
+            log.info("started %d indexing worker processes", self.workers)
+        return self._executor
+
+    def _drop(self, exc: BaseException) -> None:
+        log.warning("indexing worker processes failed (%s); preparing in threads", exc)
+        self._stop()
+
+    def _stop(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+            log.info("stopped the indexing worker processes")
+
+
+__all__ = ["PoolUnavailable", "PreparePool", "cpu_count"]

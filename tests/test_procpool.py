@@ -1,0 +1,74 @@
+"""The indexing process pool: real worker processes, started on demand, stopped when idle."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
+from recalld.daemon.index.state import IndexState, prepare_files
+
+
+async def test_calls_run_in_other_processes_and_the_pool_stops_when_idle(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pool = PreparePool(2, idle_s=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        assert not pool.alive
+        pids = set()
+        async with trio.open_nursery() as calls:
+            async def one() -> None:
+                pids.add(await pool.call(os.getpid))
+
+            for _ in range(4):
+                calls.start_soon(one)
+        assert pids and os.getpid() not in pids
+        assert pool.alive and pool.status()["starts"] == 1
+        await trio.sleep(6.0)
+        assert not pool.alive
+        assert await pool.call(os.getpid) != os.getpid()  # started again on demand
+        assert pool.status()["starts"] == 2
+        nursery.cancel_scope.cancel()
+    assert not pool.alive
+
+
+async def test_a_dead_worker_makes_the_call_fall_back() -> None:
+    pool = PreparePool(1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        with pytest.raises(PoolUnavailable):
+            await pool.call(partial(os._exit, 3))
+        assert not pool.alive
+        assert await pool.call(os.getpid) != os.getpid()
+        nursery.cancel_scope.cancel()
+
+
+async def test_prepared_in_a_process_indexes_like_prepared_here(tmp_path: Path) -> None:
+    notes = {
+        f"memory/2026-07-{d:02d}/n{i}.md": f"# Day {d}\n\nword{i} 周末爬山 [[n{(i + 1) % 5}]]\n"
+        for d in (1, 2) for i in range(5)
+    }
+    for rel, text in notes.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    rels = sorted(notes)
+    pool = PreparePool(1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        remote = await pool.call(partial(prepare_files, tmp_path, rels, max_chars=2000,
+                                         digests={}))
+        nursery.cancel_scope.cancel()
+    local = prepare_files(tmp_path, rels, max_chars=2000, digests={})
+    a, b = IndexState(), IndexState()
+    a.apply([remote])
+    b.apply([local])
+    for query in ("word3", "周末", "day"):
+        assert a.keyword_search(query, 5) == b.keyword_search(query, 5)
+        assert a.keyword_search(query, 5)
+    assert a.graph.to_records() == b.graph.to_records()
+    assert len(a.graph) > 0
