@@ -137,11 +137,15 @@ def _align(n: int) -> int:
 
 
 def read_arrays(
-    path: Path, expected: FileEntry | None = None
+    path: Path, expected: FileEntry | None = None, *, trusted: bool = False
 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
-    """The verified arrays (read-only) and meta of ``path``; CorruptState on any defect."""
-    data = read_verified(path, expected)
-    return _parse(path, data, "arrays")
+    """The verified arrays (read-only) and meta of ``path``; CorruptState on any defect.
+
+    With ``expected`` the whole file's checksum covers every array, so the per-array
+    checksums are not computed again (``trusted``: see ``fsio.read_verified``).
+    """
+    data = read_verified(path, expected, trusted=trusted)
+    return _parse(path, data, "arrays", whole_verified=expected is not None)
 
 
 def write_blob(
@@ -151,14 +155,17 @@ def write_blob(
     return write_arrays(fs, path, {_BLOB: np.frombuffer(blob, dtype=np.uint8)}, meta, _kind=_BLOB)
 
 
-def read_blob(path: Path, expected: FileEntry | None = None) -> tuple[bytes, dict[str, Any]]:
+def read_blob(
+    path: Path, expected: FileEntry | None = None, *, trusted: bool = False
+) -> tuple[bytes, dict[str, Any]]:
     """The verified byte string and meta of a blob file; CorruptState on any defect."""
-    arrays, meta = _parse(path, read_verified(path, expected), _BLOB)
+    arrays, meta = _parse(path, read_verified(path, expected, trusted=trusted), _BLOB,
+                          whole_verified=expected is not None)
     return arrays[_BLOB].tobytes(), meta
 
 
 def _parse(
-    path: Path, data: bytes, kind: str
+    path: Path, data: bytes, kind: str, *, whole_verified: bool = False
 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
     if len(data) < _PREFIX.size:
         raise CorruptState(path, "shorter than the array file prefix")
@@ -190,7 +197,7 @@ def _parse(
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     floor = _PREFIX.size + header_len
     for entry in toc:
-        name, array, start, end = _parse_array(path, data, entry, floor)
+        name, array, start, end = _parse_array(path, data, entry, floor, whole_verified)
         if name in arrays:
             raise CorruptState(path, f"array {name!r} listed twice")
         _check_padding(path, data, floor, start)
@@ -207,7 +214,7 @@ def _check_padding(path: Path, data: bytes, start: int, end: int) -> None:
 
 
 def _parse_array(
-    path: Path, data: bytes, entry: Any, floor: int
+    path: Path, data: bytes, entry: Any, floor: int, whole_verified: bool
 ) -> tuple[str, np.ndarray[Any, Any], int, int]:
     """One verified array and its byte range; ``floor`` is where the previous one ended."""
     if not isinstance(entry, dict):
@@ -236,7 +243,7 @@ def _parse_array(
     count = math.prod(shape)  # Python ints: an absurd shape cannot overflow
     nbytes = count * dtype.itemsize
     stored = memoryview(data)[offset : offset + length]
-    if checksum(stored) != digest:
+    if not whole_verified and checksum(stored) != digest:
         raise CorruptState(path, f"{where}: checksum mismatch")
     if codec == "raw":
         if length != nbytes:

@@ -40,6 +40,8 @@ class Generation:
     state_dir: Path
     mirror_root: Path
     corrupt: dict[str, str] = field(default_factory=dict)
+    #: Files whose checksum was verified on opening: reads check their size only.
+    verified: set[str] = field(default_factory=set)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     mirrors_repaired: list[str] = field(default_factory=list)
     mirror_errors: dict[str, str] = field(default_factory=dict)
@@ -61,30 +63,35 @@ class Generation:
 
     def read_records(self, logical: str) -> list[dict[str, Any]]:
         return self._guard(
-            logical, lambda: records_mod.read_records(self.path(logical), self.files[logical])
+            logical, lambda: records_mod.read_records(self.path(logical), self.files[logical],
+                                              trusted=logical in self.verified)
         )
 
     def iter_records(self, logical: str) -> Iterator[dict[str, Any]]:
         """Stream records; the file is verified before the first one is yielded."""
         entry = self.files[logical]
         try:
-            yield from records_mod.iter_records(self.path(logical), entry)
+            yield from records_mod.iter_records(self.path(logical), entry,
+                                                trusted=logical in self.verified)
         except CorruptState as exc:
             self.corrupt[logical] = exc.reason
             raise
 
     def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
         return self._guard(
-            logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical])
+            logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical],
+                                            trusted=logical in self.verified)
         )
 
     def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
         return self._guard(
-            logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical])
+            logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical],
+                                          trusted=logical in self.verified)
         )
 
     def read_bytes(self, logical: str) -> bytes:
-        return self._guard(logical, lambda: read_verified(self.path(logical), self.files[logical]))
+        return self._guard(logical, lambda: read_verified(self.path(logical), self.files[logical],
+                                                        trusted=logical in self.verified))
 
     def verified_path(self, logical: str) -> Path:
         """The path of ``logical`` after checking it, for loaders that take a path (hnswlib)."""

@@ -206,6 +206,7 @@ class GenerationStore:
             try:
                 if verify == "checksum":
                     verify_file(path, entry)
+                    gen.verified.add(logical)
                 else:
                     _check_size(path, entry)
             except CorruptState as exc:

@@ -97,15 +97,20 @@ def write_records(
     return out.entry(len(lines))
 
 
-def read_records(path: Path, expected: FileEntry | None = None) -> list[dict[str, Any]]:
+def read_records(
+    path: Path, expected: FileEntry | None = None, *, trusted: bool = False
+) -> list[dict[str, Any]]:
     """Every record of ``path``, verified; raise CorruptState on any defect.
 
-    With ``expected`` (the manifest entry) size, checksum and record count are checked too.
+    With ``expected`` (the manifest entry) size, checksum and record count are checked too
+    (``trusted``: the checksum was just verified; see ``fsio.read_verified``).
     """
-    return list(iter_records(path, expected))
+    return list(iter_records(path, expected, trusted=trusted))
 
 
-def iter_records(path: Path, expected: FileEntry | None = None) -> Iterator[dict[str, Any]]:
+def iter_records(
+    path: Path, expected: FileEntry | None = None, *, trusted: bool = False
+) -> Iterator[dict[str, Any]]:
     """Stream the records of ``path`` with the same checks as ``read_records``.
 
     The compressed bytes are read and (with ``expected``) verified before the first record
@@ -113,7 +118,7 @@ def iter_records(path: Path, expected: FileEntry | None = None) -> Iterator[dict
     one, a truncated frame or bad line can only be detected as it is reached: the
     CorruptState comes after some records, and the caller must discard what it got.
     """
-    data = read_verified(path, expected)
+    data = read_verified(path, expected, trusted=trusted)
     count = 0
     for offset, line in _verified_lines(path, data, strict=expected is not None):
         try:
