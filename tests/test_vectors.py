@@ -398,11 +398,9 @@ def test_store_rebuilds_a_corrupt_graph_from_chunk_embeddings(tmp_path: Path) ->
     state.apply([prepare_files(root, list(NOTES), max_chars=1600, digests={})])
     state.vectors = VectorIndex(DIMS)
     state.vector_space = "openai-m-8-x"
-    for key, chunk in list(state.chunks.items()):
-        vec = fake_vector(chunk.text, DIMS)
-        state.chunks[key] = chunk.__class__(**{**{f: getattr(chunk, f) for f in (
-            "key", "id", "path", "start_line", "end_line", "text", "heading", "metadata")},
-            "embedding": encode_f16(vec / np.linalg.norm(vec))})
+    for key, text in list(state.chunks.texts()):
+        vec = fake_vector(text, DIMS)
+        state.chunks.set_embedding(key, encode_f16(vec / np.linalg.norm(vec)))
         state.vectors.add([key], vec[None, :])
     store = IndexStore(root / "mem_metadata")
     store.save(snapshot(state))

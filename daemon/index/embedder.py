@@ -26,7 +26,6 @@ committed by the index's own persist task, pending work is re-derived at the nex
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import math
@@ -220,7 +219,7 @@ class VectorWorker:
                 if until > now:
                     parked[key] = until
                 elif len(items) < limit:
-                    items.append((key, state.chunks[key].text))
+                    items.append((key, state.chunks.text(key)))
         self._failed = parked  # vanished or due keys leave the parking lot
         return _Round(items, len(state.chunks), pending)
 
@@ -230,11 +229,10 @@ class VectorWorker:
         keys: list[int] = []
         rows: list[F32] = []
         for key, text, vec in found:
-            chunk = state.chunks.get(key)
-            if chunk is None or chunk.text != text:
+            if key not in state.chunks or state.chunks.text(key) != text:
                 continue  # edited meanwhile: the new chunk is pending under a new key
             if self._shadow is None:
-                state.chunks[key] = dataclasses.replace(chunk, embedding=encode_f16(vec))
+                state.chunks.set_embedding(key, encode_f16(vec))
             keys.append(key)
             rows.append(vec)
         if keys:
@@ -256,8 +254,7 @@ class VectorWorker:
         keys = sorted(live)
         if keys:
             for key, vec in zip(keys, shadow.vectors(keys), strict=True):
-                state.chunks[key] = dataclasses.replace(state.chunks[key],
-                                                        embedding=encode_f16(vec))
+                state.chunks.set_embedding(key, encode_f16(vec))
         state.vectors = shadow
         state.vector_space = self.target.key
         state.vector_config = public_config(self.target.client.config)
@@ -343,7 +340,7 @@ class VectorWorker:
         live: set[str] = set()
         for member in list(space.members):
             live |= await member.index.locked(
-                lambda st: {text_hash(c.text) for c in st.chunks.values()})
+                lambda st: {text_hash(text) for _, text in st.chunks.texts()})
         dropped = await trio.to_thread.run_sync(space.cache.compact, live)
         log.info("embedding cache %s: compacted, %d entries dropped", space.key, dropped)
 

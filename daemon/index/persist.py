@@ -12,7 +12,6 @@ Everything here blocks; the index service runs it in worker threads.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,9 +22,10 @@ import numpy as np
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import index_text
+from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph
-from recalld.daemon.index.state import FileInfo, IndexState, StoredChunk
+from recalld.daemon.index.state import FileInfo, IndexState
 from recalld.daemon.index.tokenizer import tokenize
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.store.arrays import write_arrays, write_blob
@@ -48,7 +48,7 @@ class Snapshot:
     """A consistent copy of what to save, taken under the index lock (cheap: no I/O)."""
 
     files: list[FileInfo]
-    chunks: list[StoredChunk]
+    chunks: ChunkTable
     graph: list[dict[str, Any]]
     bm25_arrays: dict[str, Any]
     bm25_meta: dict[str, Any]
@@ -65,7 +65,7 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
     """Copy what to save; the hnswlib graph is serialized only if it changed."""
     snap = Snapshot(
         files=list(state.files.values()),
-        chunks=list(state.chunks.values()),
+        chunks=state.chunks.copy(),
         graph=state.graph.to_records(),
         bm25_arrays=state.bm25.to_arrays(),
         bm25_meta={**state.bm25.meta(), "vector_space": state.vector_space,
@@ -116,8 +116,12 @@ class IndexStore:
                 fs, txn.path("catalog", ".jsonl.zst"), (f.to_record() for f in snap.files)),
                 mirror=CATALOG_MIRROR)
             txn.add("chunks", write_records(
-                fs, txn.path("chunks", ".jsonl.zst"), (c.to_record() for c in snap.chunks)),
+                fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records()),
                 mirror=CHUNKS_MIRROR)
+            # The same chunks as columns: what a warm start loads (no JSON per chunk).
+            txn.add("chunk_table", write_arrays(
+                fs, txn.path("chunk_table", ".arr"), snap.chunks.to_arrays(),
+                {"state_format": FORMAT_VERSION}))
             txn.add("graph", write_records(
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph), mirror=GRAPH_MIRROR)
             meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION}
@@ -159,7 +163,7 @@ class IndexStore:
         report.generation = gen.number
         try:
             files = [FileInfo.from_record(r) for r in gen.iter_records("catalog")]
-            chunks = [StoredChunk.from_record(r) for r in gen.iter_records("chunks")]
+            chunks = _load_chunks(gen, report)
             graph = LinkGraph.from_records(gen.read_records("graph"))
         except (CorruptState, KeyError, ValueError, TypeError) as exc:
             report.corrupt.update(gen.corrupt or {"state": _reason(exc)})
@@ -178,7 +182,8 @@ class IndexStore:
             report.rebuilt.append("bm25")
             bm25 = BM25Index()
             bm25.add_many(
-                (c.key, tokenize(index_text(c.text, c.heading, c.metadata))) for c in chunks)
+                (c.key, tokenize(index_text(c.text, c.heading, c.metadata)))
+                for c in chunks.values())
         try:
             state.restore(files, chunks, bm25, graph, next_key)
         except ValueError as exc:
@@ -193,17 +198,43 @@ class IndexStore:
         return report
 
 
+def _load_chunks(gen: Generation, report: LoadReport) -> ChunkTable:
+    """The chunk table of ``gen``: its columns, else (damaged, or state written before
+    they existed) its chunk records. Raises CorruptState, KeyError or ValueError.
+
+    The records are QwenPaw's chunk store; damage to them alone is noted in ``report``
+    (the caller commits soon, which writes them again).
+    """
+    if "chunks" in gen.corrupt:
+        report.corrupt["chunks"] = gen.corrupt["chunks"]
+    if "chunk_table" in gen.files:
+        try:
+            arrays, meta = gen.read_arrays("chunk_table")
+            if meta.get("state_format") != FORMAT_VERSION:
+                raise ValueError(f"chunk table format {meta.get('state_format')}")
+            return ChunkTable.from_arrays(arrays)
+        except (CorruptState, ValueError) as exc:
+            report.corrupt["chunk_table"] = _reason(exc)
+    table = ChunkTable()
+    records = sorted((StoredChunk.from_record(r) for r in gen.iter_records("chunks")),
+                     key=lambda c: c.key)
+    for c in records:
+        table.add(c.key, c.path, c.start_line, c.end_line, c.text, c.heading, c.metadata)
+        table.set_embedding(c.key, c.embedding)
+    return table
+
+
 def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
                      report: LoadReport) -> None:
     """The hnswlib graph from its checksummed blob, else rebuilt from chunk embeddings."""
-    with_vec = [c for c in state.chunks.values() if c.embedding is not None]
+    with_vec = state.chunks.embeddings()
     space = meta.get("vector_space")
     config = meta.get("vector_config")
     state.vector_space = space if isinstance(space, str) else None
     state.vector_config = config if isinstance(config, dict) else None
     if not with_vec:
         return
-    live = [c.key for c in with_vec]
+    live = list(with_vec)
     if "vectors" in gen.files:
         try:
             blob, vmeta = gen.read_blob("vectors")
@@ -222,17 +253,17 @@ def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
         report.corrupt["vectors"] = "missing"
     report.rebuilt.append("vectors")
     decoded: dict[int, Any] = {}
-    for c in with_vec:
+    for key, value in with_vec.items():
         try:
-            decoded[c.key] = decode_f16(c.embedding or "")
+            decoded[key] = decode_f16(value)
         except ValueError:
             continue
     dims = Counter(v.shape[0] for v in decoded.values()).most_common(1)
     dim = dims[0][0] if dims else 0
     keep = {k: v for k, v in decoded.items() if v.shape[0] == dim}
-    for c in with_vec:
-        if c.key not in keep:  # unreadable or of another size: embed it again
-            state.chunks[c.key] = dataclasses.replace(c, embedding=None)
+    for key in with_vec:
+        if key not in keep:  # unreadable or of another size: embed it again
+            state.chunks.set_embedding(key, None)
     if keep:
         index = VectorIndex(dim, initial_capacity=len(keep))
         index.add(list(keep), np.stack(list(keep.values())))

@@ -261,9 +261,12 @@ def array(arrays: Mapping[str, npt.NDArray[Any]], name: str, dtype: type[Any]) -
     return arr
 
 
-def load_terms(arrays: Mapping[str, npt.NDArray[Any]]) -> list[str]:
-    blob = array(arrays, "terms_blob", np.uint8).tobytes()
-    offsets = array(arrays, "terms_offsets", np.int64)
+def load_terms(
+    arrays: Mapping[str, npt.NDArray[Any]], *, unique: bool = True, prefix: str = "terms_"
+) -> list[str]:
+    """The strings saved by :func:`terms_to_arrays` as ``{prefix}blob``/``{prefix}offsets``."""
+    blob = array(arrays, f"{prefix}blob", np.uint8).tobytes()
+    offsets = array(arrays, f"{prefix}offsets", np.int64)
     if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(blob) or np.any(
         np.diff(offsets) < 0
     ):
@@ -273,7 +276,7 @@ def load_terms(arrays: Mapping[str, npt.NDArray[Any]]) -> list[str]:
         terms = [blob[bounds[i] : bounds[i + 1]].decode("utf-8") for i in range(len(bounds) - 1)]
     except UnicodeDecodeError as exc:
         raise ValueError("keyword index term dictionary is not UTF-8") from exc
-    if len(set(terms)) != len(terms):
+    if unique and len(set(terms)) != len(terms):
         raise ValueError("keyword index term dictionary has duplicates")
     return terms
 

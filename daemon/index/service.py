@@ -417,7 +417,7 @@ class WorkspaceIndex:
                                      lambda done: progress(done, total, "indexing"))
             # Vectors of unchanged texts move over, so search stays hybrid after the swap.
             old = await self.locked(lambda st: (
-                {c.text: c.embedding for c in st.chunks.values() if c.embedding is not None},
+                {st.chunks.text(k): v for k, v in st.chunks.embeddings().items()},
                 st.vector_space, st.vector_config))
             await trio.to_thread.run_sync(
                 partial(carry_vectors, fresh, old[0], old[1], old[2]), limiter=self._cpu)

@@ -9,7 +9,6 @@ reused within one state, and a full rebuild starts a new state.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import posixpath
@@ -25,6 +24,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
+from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph, extract_links, resolve_links
 from recalld.daemon.index.postings import Slab
@@ -35,44 +35,6 @@ from recalld.daemon.index.vectors import VectorIndex
 # reading it whole on every save would stall its workspace.
 MAX_NOTE_BYTES = 8 * 1024 * 1024
 _DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredChunk:
-    """A chunk as indexed; ``embedding`` is QwenPaw's ``_embedding_f16_b64`` when known."""
-
-    key: int
-    id: str
-    path: str
-    start_line: int
-    end_line: int
-    text: str
-    heading: str
-    metadata: Mapping[str, Any]
-    embedding: str | None = None
-
-    def to_record(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {
-            "id": self.id, "path": self.path, "start_line": self.start_line,
-            "end_line": self.end_line, "text": self.text,
-            "metadata": {**self.metadata, "heading": self.heading, "key": self.key},
-        }
-        if self.embedding is not None:
-            rec["_embedding_f16_b64"] = self.embedding
-        return rec
-
-    @classmethod
-    def from_record(cls, rec: Mapping[str, Any]) -> StoredChunk:
-        meta = dict(rec.get("metadata") or {})
-        key = int(meta.pop("key"))
-        heading = str(meta.pop("heading", ""))
-        emb = rec.get("_embedding_f16_b64")
-        return cls(
-            key=key, id=str(rec["id"]), path=str(rec["path"]),
-            start_line=int(rec["start_line"]), end_line=int(rec["end_line"]),
-            text=str(rec["text"]), heading=heading, metadata=meta,
-            embedding=emb if isinstance(emb, str) else None,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +187,7 @@ class IndexState:
         self.daily_dir = daily_dir
         self.digest_dir = digest_dir
         self.files: dict[str, FileInfo] = {}
-        self.chunks: dict[int, StoredChunk] = {}
+        self.chunks = ChunkTable()
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
         self.next_key = 1
@@ -324,11 +286,8 @@ class IndexState:
                     key = self.next_key
                     self.next_key += 1
                     keys.append(key)
-                    self.chunks[key] = StoredChunk(
-                        key=key, id=chunk.id, path=chunk.path, start_line=chunk.start_line,
-                        end_line=chunk.end_line, text=chunk.text, heading=chunk.heading,
-                        metadata=chunk.metadata,
-                    )
+                    self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
+                                    chunk.text, chunk.heading, chunk.metadata)
                 self.files[prep.path] = FileInfo(
                     prep.path, prep.mtime_ns, prep.size, prep.digest, tuple(keys[first:]))
                 self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
@@ -343,7 +302,7 @@ class IndexState:
     def _drop(self, info: FileInfo) -> None:
         for key in info.keys:
             self.bm25.remove(key)
-            self.chunks.pop(key, None)
+            self.chunks.remove(key)
             if self.vectors is not None and key in self.vectors:
                 self.vectors.remove(key)
                 self.vectors_version += 1
@@ -358,20 +317,23 @@ class IndexState:
     def restore(
         self,
         files: Iterable[FileInfo],
-        chunks: Iterable[StoredChunk],
+        chunks: ChunkTable,
         bm25: BM25Index,
         graph: LinkGraph,
         next_key: int,
     ) -> None:
         """Adopt loaded state; raises ValueError when the parts do not agree."""
         self.files = {f.path: f for f in files}
-        self.chunks = {c.key: c for c in chunks}
-        keys = {k for f in self.files.values() for k in f.keys}
-        if keys != set(self.chunks) or BitMap(keys) != bm25.live:
+        self.chunks = chunks
+        keys = BitMap()
+        for f in self.files.values():
+            keys.update(f.keys)
+        if len(keys) != sum(len(f.keys) for f in self.files.values()) or (
+                keys != chunks.live or keys != bm25.live):
             raise ValueError("files, chunks and keyword index disagree")
         self.bm25 = bm25
         self.graph = graph
-        self.next_key = max(next_key, max(keys, default=0) + 1)
+        self.next_key = max(next_key, (keys.max() if keys else 0) + 1)
         self._by_stem = {
             posixpath.splitext(posixpath.basename(p))[0].lower(): p for p in self.files
         }
@@ -392,8 +354,8 @@ def carry_vectors(
     """
     keys: list[int] = []
     rows: list[Any] = []
-    for key, chunk in list(fresh.chunks.items()):
-        value = by_text.get(chunk.text)
+    for key, text in list(fresh.chunks.texts()):
+        value = by_text.get(text)
         if value is None:
             continue
         try:
@@ -402,7 +364,7 @@ def carry_vectors(
             continue
         if rows and vec.shape != rows[0].shape:
             continue
-        fresh.chunks[key] = dataclasses.replace(chunk, embedding=value)
+        fresh.chunks.set_embedding(key, value)
         keys.append(key)
         rows.append(vec)
     if not keys:

@@ -1,0 +1,110 @@
+"""The columnar chunk table against a plain dict of chunks, through adds, removes,
+compactions, copies and persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recalld.daemon.index import chunktable as ct
+from recalld.daemon.index.chunker import chunk_id
+from recalld.daemon.index.chunktable import ChunkTable
+
+TEXTS = ["plain text", "周末我们去爬山", "", "emoji 🙂 and ＦＵＬＬ width", "line\nbreaks\n"]
+METAS: list[dict[str, object]] = [{}, {"headings": ["A"], "starts_with_heading": True}]
+# (operation, key or text index, heading or embedding, metadata index)
+_OP = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, len(TEXTS) - 1), st.sampled_from(["", "A > B"]),
+              st.integers(0, 1)),
+    st.tuples(st.just("remove"), st.integers(0, 40), st.none(), st.just(0)),
+    st.tuples(st.just("embed"), st.integers(0, 40), st.sampled_from(["AAAA", None]),
+              st.just(0)),
+    st.tuples(st.sampled_from(["reload", "copy"]), st.just(0), st.none(), st.just(0)),
+)
+Ref = tuple[str, int, int, str, str, dict[str, object], str | None]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_OP, max_size=60))
+def test_matches_a_dict_of_chunks(
+    ops: list[tuple[str, int, str | None, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ct, "DEAD_MIN_ROWS", 2)  # compact often
+    table = ChunkTable()
+    ref: dict[int, Ref] = {}
+    next_key = 1
+    for op, n, s, m in ops:
+        if op == "add":
+            path = f"memory/2026-07-0{next_key % 9 + 1}/n.md"
+            row: Ref = (path, next_key, next_key + 2, TEXTS[n], s or "", METAS[m], None)
+            table.add(next_key, *row[:6])
+            ref[next_key] = row
+            next_key += 1
+        elif op == "remove":
+            table.remove(n)
+            ref.pop(n, None)
+        elif op == "embed":
+            table.set_embedding(n, s)
+            if n in ref:
+                ref[n] = (*ref[n][:6], s)
+        elif op == "reload":
+            table = ChunkTable.from_arrays(table.to_arrays())
+        else:
+            copy = table.copy()
+            table.add(10_000 + next_key, "x.md", 1, 1, "only in the original", "", {})
+            table.remove(10_000 + next_key)
+            table = copy
+        assert len(table) == len(ref) and list(table) == sorted(ref)
+    for key, (path, start, end, text, heading, meta, emb) in ref.items():
+        chunk = table[key]
+        assert (chunk.path, chunk.start_line, chunk.end_line, chunk.text, chunk.heading,
+                dict(chunk.metadata), chunk.embedding) == (path, start, end, text, heading,
+                                                           meta, emb)
+        assert chunk.id == chunk_id(path, start, end, text)
+        assert table.text(key) == text
+    assert dict(table.texts()) == {k: v[3] for k, v in ref.items()}
+    assert table.embeddings() == {k: v[6] for k, v in ref.items() if v[6] is not None}
+    assert [r["text"] for r in table.records()] == [ref[k][3] for k in sorted(ref)]
+
+
+def test_keys_must_ascend_and_missing_keys_raise() -> None:
+    table = ChunkTable()
+    table.add(5, "a.md", 1, 2, "x", "", {})
+    with pytest.raises(ValueError, match="ascend"):
+        table.add(5, "a.md", 1, 2, "x", "", {})
+    table.remove(5)
+    with pytest.raises(KeyError):
+        table[5]
+    assert table.get(5) is None and 5 not in table and "5" not in table
+
+
+@pytest.mark.parametrize("damage", ["keys", "off", "path", "text_len", "missing"])
+def test_from_arrays_refuses_inconsistent_arrays(damage: str) -> None:
+    table = ChunkTable()
+    for key in (1, 2, 3):
+        table.add(key, f"n{key}.md", 1, 3, f"text {key}", "h", {"k": key})
+    arrays = {k: v.copy() for k, v in table.to_arrays().items()}
+    if damage == "keys":
+        arrays["keys"][2] = 1  # not ascending
+    elif damage == "off":
+        arrays["off"][1] = 10_000
+    elif damage == "path":
+        arrays["path"][0] = 7
+    elif damage == "text_len":
+        arrays["text_len"][0] = 1_000
+    else:
+        del arrays["head_len"]
+    with pytest.raises(ValueError):
+        ChunkTable.from_arrays(arrays)
+
+
+def test_saved_arrays_are_plain_numbers() -> None:
+    table = ChunkTable()
+    table.add(1, "a.md", 1, 1, "text", "", {})
+    table.set_embedding(1, "AAAA")
+    for arr in table.to_arrays().values():
+        assert arr.dtype.kind in "uif" and not arr.dtype.hasobject
+        assert isinstance(arr, np.ndarray)
