@@ -27,8 +27,8 @@ from typing import Any
 import trio
 
 from recalld.daemon.index.persist import CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR
+from recalld.daemon.index.prepare import prepare
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import prepare
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.workspaces import Workspace, WorkspaceService

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
-from recalld.daemon.index.state import IndexState, prepare_files
+from recalld.daemon.index.state import IndexState
 
 
 async def test_calls_run_in_other_processes_and_the_pool_stops_when_idle(

@@ -35,15 +35,14 @@ from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.exact import exact_keys, special_terms
 from recalld.daemon.index.persist import CHUNKS_MIRROR, IndexStore, LoadReport, snapshot
+from recalld.daemon.index.prepare import PreparedBatch, prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.state import (
     ApplyStats,
     Filters,
     IndexState,
-    PreparedBatch,
     StoredChunk,
     carry_vectors,
-    prepare_files,
 )
 from recalld.daemon.store.errors import DiskFull, StorageError
 from recalld.daemon.store.records import read_foreign_records

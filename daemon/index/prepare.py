@@ -1,0 +1,118 @@
+"""Reading a note and turning it into what the index applies: the CPU-heavy part.
+
+Pure functions over files, with plain-data results, so they run in worker threads and in
+the worker processes of ``procpool.py`` alike (this module imports only what they need:
+a worker process starts faster). :class:`~recalld.daemon.index.state.IndexState` applies
+the results under the index lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recalld.daemon.index.chunker import Chunk, chunk_markdown
+from recalld.daemon.index.links import Link, extract_links
+from recalld.daemon.index.postings import Slab
+from recalld.daemon.index.tokenizer import tokenize
+
+# Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
+# reading it whole on every save would stall its workspace.
+MAX_NOTE_BYTES = 8 * 1024 * 1024
+
+@dataclass(slots=True)
+class Prepared:
+    """A file read and chunked, ready to apply (``gone``: deleted; ``unchanged``: same digest).
+
+    ``links`` are extracted without a resolver: bare ``[[names]]`` are resolved on apply,
+    against the files the index knows then.
+    """
+
+    path: str
+    gone: bool
+    mtime_ns: int = 0
+    size: int = 0
+    digest: str = ""
+    chunks: list[Chunk] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    unchanged: bool = False
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Files prepared together: ``slab`` holds one document per chunk of ``files`` (in order),
+    counted against the batch's own vocabulary ``terms``.
+
+    Built by :func:`prepare_files` in a worker thread or process (everything in it is plain
+    data), applied by :meth:`IndexState.apply` under the index lock.
+    """
+
+    files: list[Prepared]
+    terms: list[str]
+    slab: Slab
+
+    @property
+    def docs(self) -> int:
+        return len(self.slab.lens)
+
+
+def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and stat of a regular file inside ``root``; None if absent or not a note.
+
+    The last component is opened without following symlinks, so a link planted in the
+    workspace cannot make the daemon read (and serve) a file outside it.
+    """
+    try:
+        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        chunks: list[bytes] = []
+        remaining = MAX_NOTE_BYTES
+        while remaining > 0:
+            data = os.read(fd, min(remaining, 1 << 20))
+            if not data:
+                break
+            chunks.append(data)
+            remaining -= len(data)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -> Prepared:
+    """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``)."""
+    got = _read_note(root, rel)
+    if got is None:
+        return Prepared(path=rel, gone=True)
+    data, st = got
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    if digest == known_digest:
+        return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
+                        digest=digest, unchanged=True)
+    text = data.decode("utf-8", errors="replace")
+    return Prepared(
+        path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
+        chunks=chunk_markdown(rel, text, max_chars=max_chars), links=extract_links(rel, text),
+    )
+
+
+def prepare_files(
+    root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None]
+) -> PreparedBatch:
+    """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
+    shared state, so it runs in worker threads or worker processes alike."""
+    files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel))
+             for rel in rels]
+    slab, terms = Slab.local([tokenize(c.index_text) for f in files for c in f.chunks])
+    return PreparedBatch(files, terms, slab)
+
+
+__all__ = ["MAX_NOTE_BYTES", "Prepared", "PreparedBatch", "prepare", "prepare_files"]
