@@ -37,6 +37,7 @@ __all__ = ["ChunkTable", "StoredChunk"]
 # Compaction once removed rows are this share of all rows (and at least this many).
 DEAD_FRACTION = 0.25
 DEAD_MIN_ROWS = 256
+_COLUMNS = ("_keys", "_ids", "_path", "_start", "_end", "_off", "_text_len", "_head_len")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
 
     def __init__(self) -> None:
         self._keys = array("I")  # row -> key, ascending
+        self._ids = array("Q")  # row -> chunk id (chunker.chunk_id, as a number)
         self._path = array("i")  # row -> index into _paths
         self._start = array("i")
         self._end = array("i")
@@ -110,7 +112,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         text, heading, meta = self._fields(row)
         path, start, end = self._paths[self._path[row]], self._start[row], self._end[row]
         return StoredChunk(
-            key=key, id=chunk_id(path, start, end, text), path=path, start_line=start,
+            key=key, id=f"{self._ids[row]:016x}", path=path, start_line=start,
             end_line=end, text=text, heading=heading, metadata=meta,
             embedding=self._embedding.get(key),
         )
@@ -156,6 +158,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         if metadata:
             self._blob += orjson.dumps(metadata)
         self._keys.append(key)
+        self._ids.append(int(chunk_id(path, start_line, end_line, text), 16))
         self._path.append(pid)
         self._start.append(start_line)
         self._end.append(end_line)
@@ -189,7 +192,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def copy(self) -> ChunkTable:
         """An independent copy: a few buffer copies, cheap enough to take under the lock."""
         out = ChunkTable()
-        for name in ("_keys", "_path", "_start", "_end", "_off", "_text_len", "_head_len"):
+        for name in _COLUMNS:
             setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
         out._blob = bytearray(self._blob)
         out._paths = list(self._paths)
@@ -207,6 +210,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         emb_blob, emb_off = terms_to_arrays([t._embedding[k] for k in emb_keys])
         return {
             "keys": np.frombuffer(t._keys, dtype=np.uint32),
+            "ids": np.frombuffer(t._ids, dtype=np.uint64),
             "path": np.frombuffer(t._path, dtype=np.int32),
             "start": np.frombuffer(t._start, dtype=np.int32),
             "end": np.frombuffer(t._end, dtype=np.int32),
@@ -223,6 +227,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> ChunkTable:
         """The table saved by :meth:`to_arrays`; ValueError when the arrays disagree."""
         keys = checked_array(arrays, "keys", np.uint32)
+        ids = checked_array(arrays, "ids", np.uint64)
         path = checked_array(arrays, "path", np.int32)
         start = checked_array(arrays, "start", np.int32)
         end = checked_array(arrays, "end", np.int32)
@@ -236,7 +241,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         n = len(keys)
         sizes = np.diff(off) if len(off) else off
         if (
-            any(len(a) != n for a in (path, start, end, text_len, head_len))
+            any(len(a) != n for a in (ids, path, start, end, text_len, head_len))
             or len(off) != n + 1 or off[0] != 0 or off[-1] != len(blob)
             or (n and (np.any(sizes < 0) or np.any(np.diff(keys.astype(np.int64)) <= 0)
                        or path.min() < 0 or path.max() >= len(paths)
@@ -247,6 +252,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
             raise ValueError("chunk table arrays are inconsistent")
         t = cls()
         t._keys = array("I", keys.tobytes())
+        t._ids = array("Q", ids.tobytes())
         t._path = array("i", path.tobytes())
         t._start = array("i", start.tobytes())
         t._end = array("i", end.tobytes())
@@ -292,6 +298,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
                 out._paths.append(path)
             out._blob += self._blob[a:b]
             out._keys.append(key)
+            out._ids.append(self._ids[row])
             out._path.append(pid)
             out._start.append(self._start[row])
             out._end.append(self._end[row])
@@ -303,6 +310,5 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return out
 
     def _adopt(self, other: ChunkTable) -> None:
-        for name in ("_keys", "_path", "_start", "_end", "_off", "_text_len", "_head_len",
-                     "_blob", "_paths", "_path_ids", "_live", "_embedding"):
+        for name in (*_COLUMNS, "_blob", "_paths", "_path_ids", "_live", "_embedding"):
             setattr(self, name, getattr(other, name))

@@ -116,7 +116,8 @@ async def search(
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
     found = await index.candidates(
         query, max(pool, max_results), filters, query_vector,
-        link_limit=4 * max_results if config.link_expansion else 0)
+        link_limit=2 * max_results if config.link_expansion else 0,
+        keep=max_results if query_vector is None else None)
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
@@ -129,7 +130,8 @@ async def search(
                 item["exact"] = True
             results.append(item)
     else:
-        results = [_result(chunks[key], score, score, None) for key, score in keyword_hits]
+        results = [_result(chunks[key], score, score, None)
+                   for key, score in keyword_hits[:max_results]]
     if min_score is not None:
         results = [r for r in results if r["score"] >= min_score]
     results = results[:max_results]

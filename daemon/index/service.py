@@ -361,16 +361,22 @@ class WorkspaceIndex:
 
     async def candidates(
         self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None,
-        *, link_limit: int = 0,
+        *, link_limit: int = 0, keep: int | None = None,
     ) -> Candidates:
         """Keyword hits, vector hits, exact keys, their chunks and their link
-        neighbourhood, from one consistent view in one worker-thread call."""
+        neighbourhood, from one consistent view in one worker-thread call.
+
+        ``keep``: only the best ``keep`` keyword hits can become results (a search without
+        a vector branch), so only their chunks and links are read; chunk objects are built
+        on demand, and building them is most of a small index's search time.
+        """
 
         def run() -> Candidates:
             state = self.state
             allowed = state.allowed(filters)
             hits = state.keyword_search(query, limit, allowed)
-            chunks = {key: state.chunks[key] for key, _ in hits}
+            chunks = {key: state.chunks[key] for key, _ in (hits if keep is None else
+                                                            hits[:keep])}
             vec_hits: list[tuple[int, float]] = []
             exact: set[int] = set()
             if query_vector is not None and query_vector[0] == state.vector_space:
