@@ -3,6 +3,8 @@ compactions, copies and persistence."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +13,9 @@ from hypothesis import strategies as st
 from recalld.daemon.index import chunktable as ct
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.chunktable import ChunkTable
+from recalld.daemon.index.persist import IndexStore, adopt_saved, snapshot, state_stamp
+from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.state import IndexState
 
 TEXTS = ["plain text", "周末我们去爬山", "", "emoji 🙂 and ＦＵＬＬ width", "line\nbreaks\n"]
 METAS: list[dict[str, object]] = [{}, {"headings": ["A"], "starts_with_heading": True}]
@@ -108,3 +113,41 @@ def test_saved_arrays_are_plain_numbers() -> None:
     for arr in table.to_arrays().values():
         assert arr.dtype.kind in "uif" and not arr.dtype.hasobject
         assert isinstance(arr, np.ndarray)
+
+
+def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for i in range(40):
+        rel = root / f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md"
+        rel.parent.mkdir(parents=True, exist_ok=True)
+        rel.write_text(f"# Note {i}\n\nword{i} shared 周末爬山 text\n\nsecond part {i % 3}\n",
+                       encoding="utf-8")
+    rels = sorted(str(p.relative_to(root)) for p in root.rglob("*.md"))
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=2000, digests={})])
+    store = IndexStore(root / "mem_metadata")
+    queries = ["word7", "shared", "周末", "second part 2"]
+
+    def answers(st: IndexState) -> list[object]:
+        return [[(k, round(s, 6), st.chunks[k].text, st.chunks[k].id)
+                 for k, s in st.keyword_search(q, 10)] for q in queries]
+
+    before = answers(state)
+    snap = snapshot(state)
+    store.save(snap)
+    assert state_stamp(state) == snap.stamp
+    assert store.store.current is not None
+    adopt_saved(state, store.store.current)
+    assert state.mapped and not state.bm25._rows.flags.writeable
+    assert answers(state) == before
+    # Changes after adopting go to memory beside the mapped parts, and save again.
+    (root / rels[0]).write_text("# Changed\n\nbrand new words\n", encoding="utf-8")
+    (root / rels[1]).unlink()
+    state.apply([prepare_files(root, rels[:2], max_chars=2000, digests={})])
+    after = answers(state)
+    gone = "word" + rels[1].rsplit("/n", 1)[1].removesuffix(".md")
+    assert state.keyword_search("brand", 5) and not state.keyword_search(gone, 5)
+    store.save(snapshot(state))
+    loaded = IndexState()
+    assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}
+    assert answers(loaded) == after

@@ -16,6 +16,7 @@ from pyroaring import BitMap
 from recalld.daemon.store.arrays import (
     MAGIC,
     MAX_ARRAY_BYTES,
+    map_arrays,
     read_arrays,
     read_blob,
     write_arrays,
@@ -282,3 +283,26 @@ def test_disk_full_while_writing_arrays(tmp_path: Path, persistent: bool) -> Non
         break
     assert k > len(ARRAYS)  # every one of the many writes failed once
     assert_same(read_arrays(path)[0])
+
+
+def test_mapped_arrays_match_read_arrays_and_are_read_only(tmp_path: Path) -> None:
+    arrays = {"a": np.arange(1000, dtype=np.int32), "b": np.linspace(0, 1, 7),
+              "c": np.frombuffer(b"text", dtype=np.uint8)}
+    path = tmp_path / "x.arr"
+    entry = write_arrays(REAL, path, arrays, {"k": 1})
+    got = map_arrays(path, entry)
+    assert got.meta == {"k": 1}
+    for name, arr in arrays.items():
+        assert np.array_equal(got.arrays[name], arr)
+        with pytest.raises(ValueError):
+            got.arrays[name][:1] = 0
+    got.evict()
+    assert int(got.arrays["a"].sum()) == sum(range(1000))  # pages come back after eviction
+    data = bytearray(path.read_bytes())
+    data[-70] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptState):
+        map_arrays(path, entry)
+    path.write_bytes(b"")
+    with pytest.raises(CorruptState):
+        map_arrays(path)

@@ -243,6 +243,25 @@ class BM25Index:
         self._key_row = dict(zip(seg.row_keys.tolist(), range(len(seg.row_keys)), strict=True))
         self._n_dead = 0
 
+    @property
+    def main_generation(self) -> int:
+        """Changes whenever the main segment is replaced (merges, loads)."""
+        return self._main_gen
+
+    def adopt_main(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
+        what it is now, e.g. mapped from the file just written). ValueError if they differ
+        in shape; the contents are the caller's promise."""
+        seg = postings.load_segment(arrays, len(self._terms))
+        if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
+                len(self._indptr), len(self._rows), len(self._row_keys)):
+            raise ValueError("saved keyword index does not match the one in memory")
+        norm_key, norms, old_gen = self._norm_key, self._norms, self._main_gen
+        self._set_main(seg)
+        if norm_key is not None and norm_key[1] == old_gen:
+            # Same rows, same lengths: the cached norms still hold.
+            self._norm_key, self._norms = (norm_key[0], self._main_gen), norms
+
     # ----------------------------------------------------------------- search
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None

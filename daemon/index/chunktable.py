@@ -87,10 +87,14 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._path = array("i")  # row -> index into _paths
         self._start = array("i")
         self._end = array("i")
-        self._off = array("q", [0])  # row r's bytes are _blob[_off[r]:_off[r + 1]]
+        # Row r's bytes are at _off[r]:_off[r + 1] of _base (bytes loaded or mapped with
+        # the table, read-only) followed by _blob (bytes of rows added since).
+        self._off = array("q", [0])
         self._text_len = array("i")  # ... text first, then heading, then metadata JSON
         self._head_len = array("i")
+        self._base: memoryview = memoryview(b"")
         self._blob = bytearray()
+        self.version = 0  # counts adds and removes (not vectors)
         self._paths: list[str] = []
         self._path_ids: dict[str, int] = {}
         self._live = BitMap()
@@ -121,15 +125,15 @@ class ChunkTable(Mapping[int, StoredChunk]):
         """Only the text of ``key`` (KeyError if it is not live)."""
         row = self._row(key)
         a = self._off[row]
-        return self._blob[a:a + self._text_len[row]].decode("utf-8", "replace")
+        return str(self._bytes(a, a + self._text_len[row]), "utf-8", "replace")
 
     def texts(self) -> Iterator[tuple[int, str]]:
         """(key, text) of every live chunk, in key order."""
-        blob, off, tl, live = self._blob, self._off, self._text_len, self._live
+        off, tl, live = self._off, self._text_len, self._live
         for row, key in enumerate(self._keys):
             if key in live:
                 a = off[row]
-                yield key, blob[a:a + tl[row]].decode("utf-8", "replace")
+                yield key, str(self._bytes(a, a + tl[row]), "utf-8", "replace")
 
     @property
     def live(self) -> BitMap:
@@ -164,14 +168,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._end.append(end_line)
         self._text_len.append(len(t))
         self._head_len.append(len(h))
-        self._off.append(len(self._blob))
+        self._off.append(len(self._base) + len(self._blob))
         self._live.add(key)
+        self.version += 1
 
     def remove(self, key: int) -> None:
         if key not in self._live:
             return
         self._live.discard(key)
         self._embedding.pop(key, None)
+        self.version += 1
         dead = len(self._keys) - len(self._live)
         if dead >= DEAD_MIN_ROWS and dead > DEAD_FRACTION * len(self._keys):
             self._adopt(self._compacted())
@@ -194,7 +200,9 @@ class ChunkTable(Mapping[int, StoredChunk]):
         out = ChunkTable()
         for name in _COLUMNS:
             setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
+        out._base = self._base  # read-only: shared
         out._blob = bytearray(self._blob)
+        out.version = self.version
         out._paths = list(self._paths)
         out._path_ids = dict(self._path_ids)
         out._live = BitMap(self._live)
@@ -217,7 +225,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
             "off": np.frombuffer(t._off, dtype=np.int64),
             "text_len": np.frombuffer(t._text_len, dtype=np.int32),
             "head_len": np.frombuffer(t._head_len, dtype=np.int32),
-            "blob": np.frombuffer(bytes(t._blob), dtype=np.uint8),
+            "blob": np.frombuffer(b"".join((t._base, t._blob)), dtype=np.uint8),
             "terms_blob": paths_blob, "terms_offsets": paths_off,
             "emb_keys": np.asarray(emb_keys, dtype=np.uint32),
             "emb_blob": emb_blob, "emb_offsets": emb_off,
@@ -259,7 +267,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         t._off = array("q", off.tobytes())
         t._text_len = array("i", text_len.tobytes())
         t._head_len = array("i", head_len.tobytes())
-        t._blob = bytearray(blob.tobytes())
+        t._base = blob.data  # no copy: a mapped file stays mapped
         t._paths = paths
         t._path_ids = {p: i for i, p in enumerate(paths)}
         t._live = BitMap(t._keys)
@@ -267,6 +275,11 @@ class ChunkTable(Mapping[int, StoredChunk]):
         t._embedding = {k: v for k, v in zip(emb_keys.tolist(), embeddings, strict=True)
                         if k in live}
         return t
+
+    def adopt_extras(self, other: ChunkTable) -> None:
+        """Take ``other``'s vectors and change count (this table stands in for it)."""
+        self._embedding = {k: v for k, v in other._embedding.items() if k in self._live}
+        self.version = other.version
 
     # -- internals -------------------------------------------------------------------
 
@@ -279,10 +292,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
         a, b = self._off[row], self._off[row + 1]
         t = a + self._text_len[row]
         h = t + self._head_len[row]
-        data = self._blob
-        meta = orjson.loads(data[h:b]) if b > h else {}
-        return (data[a:t].decode("utf-8", "replace"), data[t:h].decode("utf-8", "replace"),
+        data = self._bytes(a, b)
+        meta = orjson.loads(data[h - a:]) if b > h else {}
+        return (str(data[:t - a], "utf-8", "replace"), str(data[t - a:h - a], "utf-8", "replace"),
                 meta if isinstance(meta, dict) else {})
+
+    def _bytes(self, a: int, b: int) -> memoryview | bytearray:
+        nb = len(self._base)
+        if b <= nb:
+            return self._base[a:b]
+        return self._blob[a - nb:b - nb]  # a copy: never a view that pins the bytearray
 
     def _compacted(self) -> ChunkTable:
         out = ChunkTable()
@@ -296,7 +315,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
             if pid is None:
                 pid = out._path_ids[path] = len(out._paths)
                 out._paths.append(path)
-            out._blob += self._blob[a:b]
+            out._blob += self._bytes(a, b)
             out._keys.append(key)
             out._ids.append(self._ids[row])
             out._path.append(pid)
@@ -310,5 +329,5 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return out
 
     def _adopt(self, other: ChunkTable) -> None:
-        for name in (*_COLUMNS, "_blob", "_paths", "_path_ids", "_live", "_embedding"):
+        for name in (*_COLUMNS, "_base", "_blob", "_paths", "_path_ids", "_live", "_embedding"):
             setattr(self, name, getattr(other, name))

@@ -28,7 +28,7 @@ from recalld.daemon.index.links import Link, LinkGraph
 from recalld.daemon.index.state import FileInfo, IndexState
 from recalld.daemon.index.tokenizer import tokenize
 from recalld.daemon.index.vectors import VectorIndex
-from recalld.daemon.store.arrays import write_arrays, write_blob
+from recalld.daemon.store.arrays import Mapped, write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import FS, REAL
 from recalld.daemon.store.generation import Generation
@@ -58,6 +58,8 @@ class Snapshot:
     vectors_meta: dict[str, Any] | None = None
     #: (state identity, vectors version) this snapshot's vectors correspond to.
     vectors_stamp: tuple[int, int] | None = None
+    #: :func:`state_stamp` of the state this snapshot was taken from.
+    stamp: tuple[int, int, int] = (0, 0, 0)
 
 
 def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
@@ -71,6 +73,7 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
         bm25_meta={**state.bm25.meta(), "vector_space": state.vector_space,
                    "vector_config": state.vector_config},
         next_key=state.next_key,
+        stamp=state_stamp(state),
     )
     if state.vectors is not None and len(state.vectors):
         stamp = (id(state), state.vectors_version)
@@ -161,9 +164,10 @@ class IndexStore:
             report.fresh = True
             return report
         report.generation = gen.number
+        maps: list[Mapped] = []  # the files state arrays are mapped from
         try:
             files = [FileInfo.from_record(r) for r in gen.iter_records("catalog")]
-            chunks = _load_chunks(gen, report)
+            chunks = _load_chunks(gen, report, maps)
             graph = LinkGraph.from_records(gen.read_records("graph"))
         except (CorruptState, KeyError, ValueError, TypeError) as exc:
             report.corrupt.update(gen.corrupt or {"state": _reason(exc)})
@@ -172,10 +176,12 @@ class IndexStore:
         next_key = 1
         meta: dict[str, Any] = {}
         try:
-            arrays, meta = gen.read_arrays("bm25")
+            mapped = gen.map_arrays("bm25")
+            meta = mapped.meta
             if meta.get("state_format") != FORMAT_VERSION:
                 raise ValueError(f"state format {meta.get('state_format')}")
-            bm25 = BM25Index.from_arrays(arrays, meta)
+            bm25 = BM25Index.from_arrays(mapped.arrays, meta)
+            maps.append(mapped)
             next_key = int(meta.get("next_key", 1))
         except (CorruptState, KeyError, ValueError, TypeError) as exc:
             report.corrupt["bm25"] = _reason(exc)
@@ -191,6 +197,8 @@ class IndexStore:
             report.rebuilt.append("all")
             state.__init__(daily_dir=state.daily_dir, digest_dir=state.digest_dir)  # type: ignore[misc]
             return report
+        state.mapped = maps
+        state.evict()  # the loading checks read every page; searches need few of them
         bm25_meta = meta if "bm25" not in report.corrupt else {}
         _restore_vectors(gen, state, bm25_meta, report)
         if "vectors" not in report.corrupt and state.vectors is not None:
@@ -198,7 +206,7 @@ class IndexStore:
         return report
 
 
-def _load_chunks(gen: Generation, report: LoadReport) -> ChunkTable:
+def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped]) -> ChunkTable:
     """The chunk table of ``gen``: its columns, else (damaged, or state written before
     they existed) its chunk records. Raises CorruptState, KeyError or ValueError.
 
@@ -209,10 +217,12 @@ def _load_chunks(gen: Generation, report: LoadReport) -> ChunkTable:
         report.corrupt["chunks"] = gen.corrupt["chunks"]
     if "chunk_table" in gen.files:
         try:
-            arrays, meta = gen.read_arrays("chunk_table")
-            if meta.get("state_format") != FORMAT_VERSION:
-                raise ValueError(f"chunk table format {meta.get('state_format')}")
-            return ChunkTable.from_arrays(arrays)
+            mapped = gen.map_arrays("chunk_table")
+            if mapped.meta.get("state_format") != FORMAT_VERSION:
+                raise ValueError(f"chunk table format {mapped.meta.get('state_format')}")
+            table = ChunkTable.from_arrays(mapped.arrays)
+            maps.append(mapped)
+            return table
         except (CorruptState, ValueError) as exc:
             report.corrupt["chunk_table"] = _reason(exc)
     table = ChunkTable()
@@ -270,8 +280,31 @@ def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
         state.vectors = index
 
 
+def state_stamp(state: IndexState) -> tuple[int, int, int]:
+    """What must be unchanged for a saved generation to stand in for ``state``'s memory."""
+    return (id(state), state.bm25.main_generation, state.chunks.version)
+
+
+def adopt_saved(state: IndexState, gen: Generation) -> None:
+    """Serve ``state``'s keyword main segment and chunk table from ``gen``'s files, mapped,
+    instead of the copies in memory; the caller checked that ``gen`` was saved from
+    ``state`` as it is now (:func:`state_stamp`). Raises CorruptState / ValueError, leaving
+    ``state`` as it was."""
+    bm25 = gen.map_arrays("bm25")
+    table_map = gen.map_arrays("chunk_table")
+    table = ChunkTable.from_arrays(table_map.arrays)
+    if table.live != state.chunks.live:
+        raise ValueError("saved chunk table does not match the one in memory")
+    state.bm25.adopt_main(bm25.arrays)
+    table.adopt_extras(state.chunks)
+    state.chunks = table
+    state.mapped = [bm25, table_map]
+    state.evict()
+
+
 def _reason(exc: BaseException) -> str:
     return exc.reason if isinstance(exc, CorruptState) else f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "snapshot"]
+__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "adopt_saved", "snapshot",
+           "state_stamp"]

@@ -34,7 +34,14 @@ import trio
 from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.exact import exact_keys, special_terms
-from recalld.daemon.index.persist import CHUNKS_MIRROR, IndexStore, LoadReport, snapshot
+from recalld.daemon.index.persist import (
+    CHUNKS_MIRROR,
+    IndexStore,
+    LoadReport,
+    adopt_saved,
+    snapshot,
+    state_stamp,
+)
 from recalld.daemon.index.prepare import PreparedBatch, prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.state import (
@@ -44,7 +51,7 @@ from recalld.daemon.index.state import (
     StoredChunk,
     carry_vectors,
 )
-from recalld.daemon.store.errors import DiskFull, StorageError
+from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.store.records import read_foreign_records
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
@@ -349,9 +356,27 @@ class WorkspaceIndex:
             "chunks": len(snap.chunks),
         }
         large = len(snap.chunks) >= TRIM_AFTER_CHUNKS
+        stamp = snap.stamp
         del snap
+        await self._serve_saved(stamp, number)
         if large:  # the serialized generation was hundreds of MB of short-lived buffers
             await trio.to_thread.run_sync(memtrim.trim)
+
+    async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> None:
+        """Serve the index from the files just committed (memory-mapped: page cache, not
+        this process's heap) if nothing changed since they were written; either way, let go
+        of the mapped pages the save read."""
+        gen = self.store.store.current
+        async with self._lock:
+            state = self.state
+            if gen is None or gen.number != number or state_stamp(state) != stamp:
+                await trio.to_thread.run_sync(state.evict)
+                return
+            try:
+                await trio.to_thread.run_sync(adopt_saved, state, gen)
+            except (CorruptState, ValueError, OSError) as exc:
+                log.warning("%s: serving from generation %d failed (%s); kept in memory",
+                            self.ws.agent_id, number, exc)
 
     # -- queries ---------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from recalld.daemon.index.prepare import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.store.arrays import Mapped
 
 _DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
 
@@ -106,6 +107,8 @@ class IndexState:
         self.vector_space: str | None = None
         self.vector_config: dict[str, Any] | None = None
         self.vectors_version = 0
+        #: Files whose memory maps back parts of this state (kept to evict their pages).
+        self.mapped: list[Mapped] = []
 
     # -- reading ---------------------------------------------------------------------
 
@@ -245,6 +248,12 @@ class IndexState:
         self._by_stem = {
             posixpath.splitext(posixpath.basename(p))[0].lower(): p for p in self.files
         }
+
+    def evict(self) -> None:
+        """Let go of the mapped state pages this process touched (a save reads them all);
+        they stay in the page cache and searches fault in the few they need."""
+        for mapped in self.mapped:
+            mapped.evict()
 
     def stats(self) -> dict[str, Any]:
         return {"files": len(self.files), "chunks": len(self.chunks), "links": len(self.graph),

@@ -29,6 +29,8 @@ Everything here blocks: run it in a worker thread.
 from __future__ import annotations
 
 import math
+import mmap
+import os
 import re
 import struct
 from collections.abc import Mapping
@@ -40,7 +42,7 @@ import numpy as np
 import orjson
 import zstandard
 
-from recalld.daemon.store.errors import CorruptState, UnsupportedVersion
+from recalld.daemon.store.errors import CorruptState, UnsupportedVersion, translate_os_error
 from recalld.daemon.store.fsio import FS, FileEntry, atomic_writer, checksum, read_verified
 
 MAGIC = b"RCLDARR\x00"
@@ -148,6 +150,50 @@ def read_arrays(
     return _parse(path, data, "arrays", whole_verified=expected is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """Arrays of a file mapped into memory (see :func:`map_arrays`)."""
+
+    arrays: dict[str, np.ndarray[Any, Any]]
+    meta: dict[str, Any]
+    _map: mmap.mmap | None
+
+    def evict(self) -> None:
+        """Drop the pages read so far (checksums, checks) from this process's memory; they
+        stay in the page cache and come back on first use."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+
+def map_arrays(path: Path, expected: FileEntry | None = None, *,
+               trusted: bool = False) -> Mapped:
+    """Like :func:`read_arrays`, but raw arrays are read-only views of a memory map of the
+    file: their memory is the kernel's page cache, shared and reclaimable, and only pages
+    in use count as this process's. Compressed arrays are inflated into memory.
+
+    Generation files are written once and replaced by rename, never rewritten in place,
+    so a mapping stays valid (an unlinked file lives on while mapped). Someone truncating
+    a mapped state file by hand would fault the daemon; nothing in recalld does.
+    """
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if expected is not None and size != expected.size:
+                raise CorruptState(path, f"size {size} != expected {expected.size}")
+            if size == 0:
+                raise CorruptState(path, "empty")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    view = memoryview(mm)
+    if expected is not None and not trusted and checksum(view) != expected.checksum:
+        raise CorruptState(path, "checksum mismatch")
+    arrays, meta = _parse(path, view, "arrays", whole_verified=expected is not None)
+    return Mapped(arrays, meta, mm)
+
+
 def write_blob(
     fs: FS, path: Path, blob: bytes | bytearray | memoryview, meta: Mapping[str, Any] | None = None
 ) -> FileEntry:
@@ -165,7 +211,7 @@ def read_blob(
 
 
 def _parse(
-    path: Path, data: bytes, kind: str, *, whole_verified: bool = False
+    path: Path, data: bytes | memoryview, kind: str, *, whole_verified: bool = False
 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
     if len(data) < _PREFIX.size:
         raise CorruptState(path, "shorter than the array file prefix")
@@ -207,14 +253,14 @@ def _parse(
     return arrays, meta
 
 
-def _check_padding(path: Path, data: bytes, start: int, end: int) -> None:
+def _check_padding(path: Path, data: bytes | memoryview, start: int, end: int) -> None:
     # Padding is covered by no checksum; requiring zeros makes every byte verified.
-    if data.count(0, start, end) != end - start:
+    if bytes(data[start:end]).count(0) != end - start:
         raise CorruptState(path, f"nonzero padding in bytes {start}..{end}")
 
 
 def _parse_array(
-    path: Path, data: bytes, entry: Any, floor: int, whole_verified: bool
+    path: Path, data: bytes | memoryview, entry: Any, floor: int, whole_verified: bool
 ) -> tuple[str, np.ndarray[Any, Any], int, int]:
     """One verified array and its byte range; ``floor`` is where the previous one ended."""
     if not isinstance(entry, dict):

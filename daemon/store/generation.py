@@ -83,6 +83,12 @@ class Generation:
                                             trusted=logical in self.verified)
         )
 
+    def map_arrays(self, logical: str) -> arrays_mod.Mapped:
+        return self._guard(
+            logical, lambda: arrays_mod.map_arrays(self.path(logical), self.files[logical],
+                                                   trusted=logical in self.verified)
+        )
+
     def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
         return self._guard(
             logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical],

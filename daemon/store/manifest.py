@@ -246,6 +246,7 @@ class GenerationStore:
         except BaseException:
             self._quiet_cleanup()
             raise
+        gen.verified.update(files)  # their checksums were taken as they were written
         self.current = gen
         self._publish_mirrors(gen, only_stale=False)
         self._quiet_cleanup()

@@ -163,18 +163,33 @@ def wait_ready(daemon: Daemon, started: float) -> dict[str, float]:
     return {"ping_s": ping_s, "ready_s": time.monotonic() - started}
 
 
+def _with_descendants(pids: Sequence[int]) -> list[int]:
+    """``pids`` and every process below them (the daemon's indexing workers count too)."""
+    out: list[int] = []
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return out
+
+
 def memory_kb(pids: Sequence[int]) -> dict[str, int]:
     pss = rss = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss += int(line.split()[1])
-    return {"pss_kb": pss, "rss_kb": rss}
+    procs = _with_descendants(pids)
+    for pid in procs:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+                pss += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                rss += sum(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        except OSError:  # a worker that exited meanwhile
+            continue
+    return {"pss_kb": pss, "rss_kb": rss, "processes": len(procs)}
 
 
 def stop(daemons: Sequence[Daemon]) -> None:
@@ -275,7 +290,8 @@ def start_setup(kind: str, base: Path, agents: dict[str, Path],
 
 def memory_mb(daemons: Sequence[Daemon]) -> dict[str, float]:
     mem = memory_kb([d.proc.pid for d in daemons])
-    return {"pss_mb": round(mem["pss_kb"] / 1024, 1), "rss_mb": round(mem["rss_kb"] / 1024, 1)}
+    return {"pss_mb": round(mem["pss_kb"] / 1024, 1), "rss_mb": round(mem["rss_kb"] / 1024, 1),
+            "measured_processes": mem["processes"]}
 
 
 def run_setup(kind: str, base: Path, roots: Sequence[Path], notes: int,
