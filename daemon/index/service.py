@@ -151,6 +151,8 @@ class WorkspaceIndex:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.load_report = await trio.to_thread.run_sync(self.store.load, self.state)
+        # Loading read whole state files into short-lived buffers; hand them back.
+        await trio.to_thread.run_sync(memtrim.trim)
         if self.load_report.fresh:
             self.foreign_vectors = await trio.to_thread.run_sync(self._read_foreign_vectors)
         if self.load_report.corrupt:
