@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 from pathlib import Path
 
@@ -42,8 +43,19 @@ async def test_a_dead_worker_makes_the_call_fall_back() -> None:
     pool = PreparePool(1)
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
-        with pytest.raises(PoolUnavailable):
-            await pool.call(partial(os._exit, 3))
+        failed = []
+
+        async def one(fn: object) -> None:
+            try:
+                await pool.call(fn)  # type: ignore[arg-type]
+            except PoolUnavailable:
+                failed.append(fn)
+
+        async with trio.open_nursery() as calls:  # the queued call fails over too
+            calls.start_soon(one, partial(os._exit, 3))
+            await trio.sleep(0.01)
+            calls.start_soon(one, partial(time.sleep, 0.5))
+        assert len(failed) == 2
         assert not pool.alive
         assert await pool.call(os.getpid) != os.getpid()
         nursery.cancel_scope.cancel()
@@ -73,3 +85,19 @@ async def test_prepared_in_a_process_indexes_like_prepared_here(tmp_path: Path) 
         assert a.keyword_search(query, 5)
     assert a.graph.to_records() == b.graph.to_records()
     assert len(a.graph) > 0
+
+
+async def test_a_long_call_keeps_the_pool_without_waking_it(autojump_clock: trio.abc.Clock) -> None:
+    pool = PreparePool(1, idle_s=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        await pool.call(os.getpid)
+        await trio.sleep(4.0)
+        # Running across the idle deadline: the pool stays, and stops idle_s after it ends.
+        await pool.call(partial(time.sleep, 0.3))
+        assert pool.alive
+        await trio.sleep(4.9)
+        assert pool.alive
+        await trio.sleep(0.2)
+        assert not pool.alive
+        nursery.cancel_scope.cancel()

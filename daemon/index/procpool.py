@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable
+from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -96,12 +97,14 @@ class PreparePool:
         task_status.started()
         try:
             while True:
-                await self._ended.wait()
+                await self._ended.wait()  # no timer runs while calls are in flight
                 self._ended = trio.Event()
-                while self._executor is not None:
-                    await trio.sleep_until(self._last_end + self.idle_s)
-                    if self._busy == 0 and trio.current_time() >= self._last_end + self.idle_s:
+                while self._executor is not None and self._busy == 0:
+                    deadline = self._last_end + self.idle_s
+                    if trio.current_time() >= deadline:
                         self._stop()
+                        break
+                    await trio.sleep_until(deadline)  # a call meanwhile moves the deadline
         finally:
             self._stop()
 
@@ -139,6 +142,8 @@ class PreparePool:
             except BrokenProcessPool as exc:
                 self._drop(exc)
                 raise PoolUnavailable(str(exc)) from exc
+            except FutureCancelled as exc:  # the pool was dropped under this call
+                raise PoolUnavailable("the worker processes were stopped") from exc
         finally:
             self._busy -= 1
             if self._busy == 0:

@@ -459,6 +459,12 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str) -> dict[st
                                     _get(recalld, "write_to_searchable", "p95_s")),
         "peak_rss": (_get(reme, "peak_rss_mb"), _get(recalld, "peak_rss_mb")),
     }
+    # Like for like: both from a fresh process (ReMe's import time + its build, against
+    # recalld's process start + open + sync). "cold_build" alone leaves ReMe's imports out.
+    reme_import, reme_cold = _get(reme, "import_s"), _get(reme, "cold_build_s")
+    pairs["cold_build_from_process_start"] = (
+        reme_import + reme_cold if isinstance(reme_import, int | float)
+        and isinstance(reme_cold, int | float) else None, _get(recalld, "cold_build_s"))
     ratios = {k: (a / b if isinstance(a, int | float) and isinstance(b, int | float) and b
                   else None) for k, (a, b) in pairs.items()}
 
@@ -469,8 +475,8 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str) -> dict[st
     targets = {
         "write_to_searchable_p95_s": check(_get(recalld, "write_to_searchable", "p95_s"),
                                            lambda v: v < 0.25, "< 0.25 s"),
-        "cold_build_speedup": check(ratios["cold_build"], lambda v: v >= 5.0,
-                                    ">= 5x ReMe"),
+        "cold_build_speedup": check(ratios["cold_build_from_process_start"],
+                                    lambda v: v >= 5.0, ">= 5x ReMe, both from process start"),
     }
     if size.startswith("3k") or size.startswith("quick"):
         targets["query_p50_vs_reme"] = check(ratios["query_p50"], lambda v: v >= 1.0,
