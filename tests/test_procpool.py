@@ -7,7 +7,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-import pytest
 import trio
 
 from recalld.daemon.index.prepare import prepare_files
