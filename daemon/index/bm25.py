@@ -36,6 +36,7 @@ repeated query term counts once per repetition. Ties are broken by ascending doc
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -74,7 +75,9 @@ class BM25Index:
         self._norm_key: tuple[float, int] | None = None
         self._norms: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
         self._alive: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
-        self._key_row: dict[int, int] = {}
+        # key -> main row; None while main's rows are in ascending key order (the index
+        # service adds keys in order), when a binary search of row_keys finds them instead.
+        self._key_row: dict[int, int] | None = None
         self._n_dead = 0
         self._delta_docs: dict[int, tuple[dict[str, int], int]] = {}
         self._delta_post: dict[str, dict[int, int]] = {}
@@ -207,11 +210,25 @@ class BM25Index:
                     del self._delta_post[term]
             self._total_len -= length
         else:
-            row = self._key_row.pop(key)
+            row = self._row_of(key)
             self._alive[row] = False
             self._n_dead += 1
             self._total_len -= int(self._doclen[row])
         self._live.discard(key)
+
+    def _row_of(self, key: int) -> int:
+        """The main row of live ``key`` (which must be in main, not the delta)."""
+        if self._key_row is not None:
+            return self._key_row.pop(key)
+        return int(np.searchsorted(self._row_keys, key))
+
+    def _index_rows(self, rows: npt.NDArray[np.int64]) -> None:
+        """Set up :meth:`_row_of` for the live ``rows`` of main."""
+        keys = self._row_keys
+        if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
+            self._key_row = None
+        else:
+            self._key_row = dict(zip(keys[rows].tolist(), rows.tolist(), strict=True))
 
     def _maybe_compact(self) -> None:
         main_live = len(self._row_keys) - self._n_dead
@@ -240,7 +257,7 @@ class BM25Index:
             self._term_ids = postings.term_table(self._terms)
         self._set_main(seg)
         self._alive = np.ones(len(seg.row_keys), dtype=np.bool_)
-        self._key_row = dict(zip(seg.row_keys.tolist(), range(len(seg.row_keys)), strict=True))
+        self._index_rows(np.arange(len(seg.row_keys), dtype=np.int64))
         self._n_dead = 0
 
     @property
@@ -418,15 +435,17 @@ class BM25Index:
         alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
+        terms = [sys.intern(t) for t in terms]  # shared with other workspaces' terms
         self._terms, self._term_ids = terms, postings.term_table(terms)
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)
-        self._key_row = dict(zip(seg.row_keys[live_rows].tolist(), live_rows.tolist(), strict=True))
-        if len(self._key_row) != len(live_rows):
+        live_keys = seg.row_keys[live_rows]
+        if len(np.unique(live_keys)) != len(live_rows):
             raise ValueError("keyword index has duplicate live keys")
+        self._index_rows(live_rows)
         self._n_dead = len(alive) - len(live_rows)
-        self._live = BitMap(self._key_row)
+        self._live = BitMap(live_keys.tolist())
         self._total_len = int(seg.doclen[live_rows].astype(np.int64).sum())
         d_keys = postings.array(arrays, "delta_keys", np.uint32)
         d_indptr = postings.array(arrays, "delta_indptr", np.int64)

@@ -7,6 +7,7 @@ index and calls these for its merges and its persistence.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class Slab:
             for term, tf in counts.items():
                 tid = ids.get(term)
                 if tid is None:
+                    term = sys.intern(term)
                     tid = ids[term] = len(terms)
                     terms.append(term)
                 tids.append(tid)
@@ -133,8 +135,9 @@ class Slab:
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
         before = len(terms)
-        to_global = np.fromiter(map(ids.__getitem__, local_terms), dtype=np.int32,
-                                count=len(local_terms))
+        # Interned: workspaces of one daemon share one string per common term.
+        to_global = np.fromiter(map(ids.__getitem__, map(sys.intern, local_terms)),
+                                dtype=np.int32, count=len(local_terms))
         if len(ids) > before:
             terms.extend(itertools.islice(ids, before, None))
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,9 @@ class FileInfo:
     mtime_ns: int
     size: int
     digest: str
-    keys: tuple[int, ...]
+    #: The file's chunk keys, in order; a ``range`` when consecutive (as the index hands
+    #: them out), which costs the same for one chunk or a thousand.
+    keys: Sequence[int]
 
     def to_record(self) -> dict[str, Any]:
         return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
@@ -54,7 +56,14 @@ class FileInfo:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> FileInfo:
         return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
-                   str(rec["digest"]), tuple(int(k) for k in rec["keys"]))
+                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]))
+
+
+def compact_keys(keys: list[int]) -> Sequence[int]:
+    """``keys`` as a ``range`` when they are consecutive, else as a tuple."""
+    if keys and keys == list(range(keys[0], keys[0] + len(keys))):
+        return range(keys[0], keys[0] + len(keys))
+    return tuple(keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +209,7 @@ class IndexState:
                     self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
                                     chunk.text, chunk.heading, chunk.metadata)
                 self.files[prep.path] = FileInfo(
-                    prep.path, prep.mtime_ns, prep.size, prep.digest, tuple(keys[first:]))
+                    prep.path, prep.mtime_ns, prep.size, prep.digest, compact_keys(keys[first:]))
                 self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
                     prep.path)
                 self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
