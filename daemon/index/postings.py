@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections import defaultdict
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,14 +40,44 @@ class Segment:
         )
 
 
-def term_table(terms: Iterable[str] = ()) -> defaultdict[str, int]:
+# The int objects 0, 1, 2, ... that every workspace's term ids point at: a daemon with
+# many workspaces holds one int per id, not one per id per workspace (ids above 256 are
+# separate objects in CPython). Grown under a lock: index threads of several workspaces
+# may assign new ids at once.
+_IDS: list[int] = []
+_IDS_LOCK = threading.Lock()
+
+
+def _shared_id(i: int) -> int:
+    if i >= len(_IDS):
+        with _IDS_LOCK:
+            if i >= len(_IDS):
+                _IDS.extend(range(len(_IDS), max(i + 1, 2 * len(_IDS))))
+    return _IDS[i]
+
+
+class TermTable(dict[str, int]):
     """Term -> id, where looking up a new term with ``[]`` assigns it the next id.
 
-    Insertion order is id order, so the new terms of a batch are the dictionary's tail.
+    Insertion order is id order, so the new terms of a batch are the table's tail.
     Searches use ``.get``, which never adds.
     """
-    table: defaultdict[str, int] = defaultdict(int, ((t, i) for i, t in enumerate(terms)))
-    table.default_factory = table.__len__
+
+    __slots__ = ()
+
+    def __missing__(self, term: str) -> int:
+        tid = self[term] = _shared_id(len(self))
+        return tid
+
+
+def term_table(terms: Iterable[str] = ()) -> TermTable:
+    """A :class:`TermTable` holding ``terms`` with ids 0, 1, 2, ..."""
+    terms = list(terms)
+    if terms:
+        _shared_id(len(terms) - 1)
+    table = TermTable(zip(terms, _IDS, strict=False))  # _IDS may be longer
+    if len(table) != len(terms):
+        raise ValueError("duplicate terms")
     return table
 
 
@@ -69,7 +99,7 @@ class Slab:
         """
         flat = [t for toks in batch.values() for t in toks]
         before = len(terms)
-        if isinstance(ids, defaultdict) and ids.default_factory == ids.__len__:
+        if isinstance(ids, TermTable):
             # One C-level pass: a missing term gets the next id on first lookup.
             tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         else:
