@@ -249,7 +249,7 @@ def test_add_encoded_refuses_repeated_keys_and_key_count_mismatch() -> None:
     with pytest.raises(ValueError, match="repeats"):
         index.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, [1, 1]))])
     with pytest.raises(ValueError, match="keys for"):
-        slab.remap(terms, index._term_ids, index._terms, [1])
+        slab.remap(terms, index._term_ids, [1])
     assert len(index) == 0
 
 

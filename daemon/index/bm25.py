@@ -68,8 +68,8 @@ class BM25Index:
     def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1 = float(k1)
         self.b = float(b)
-        self._terms: list[str] = []
-        self._term_ids: dict[str, int] = postings.term_table()
+        # Term -> id; its insertion order is id order (the term list, without a list).
+        self._term_ids: postings.TermTable = postings.term_table()
         self._main_gen = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -100,7 +100,7 @@ class BM25Index:
     def stats(self) -> dict[str, int]:
         return {
             "docs": len(self._live), "main_rows": len(self._row_keys), "dead_rows": self._n_dead,
-            "delta_docs": len(self._delta_docs), "terms": len(self._terms),
+            "delta_docs": len(self._delta_docs), "terms": len(self._term_ids),
             "postings": len(self._rows), "merges": self.merges,
         }
 
@@ -146,7 +146,7 @@ class BM25Index:
         else:
             slabs = []
             for terms, slab in parts:
-                slabs.append(slab.remap(terms, self._term_ids, self._terms, slab.keys))
+                slabs.append(slab.remap(terms, self._term_ids, slab.keys))
                 self._live.update(slab.keys)
                 self._total_len += sum(slab.lens)
             self._merge(slabs)
@@ -166,7 +166,7 @@ class BM25Index:
                 _check_key(key)
                 if key in batch or key in pending:
                     # The same key twice in one call: merge what came before, the later wins.
-                    slabs.append(Slab.encode(batch, self._term_ids, self._terms))
+                    slabs.append(Slab.encode(batch, self._term_ids))
                     self._merge(slabs)
                     slabs, batch, pending = [], {}, set()
                 if key in self._live:
@@ -175,13 +175,13 @@ class BM25Index:
                 self._live.add(key)
                 self._total_len += len(tokens)
                 if len(batch) >= SLAB_DOCS:
-                    slabs.append(Slab.encode(batch, self._term_ids, self._terms))
+                    slabs.append(Slab.encode(batch, self._term_ids))
                     pending.update(batch)
                     batch = {}
         finally:
             # Even when a bad key stops the batch, what was accepted is indexed consistently.
             if batch:
-                slabs.append(Slab.encode(batch, self._term_ids, self._terms))
+                slabs.append(Slab.encode(batch, self._term_ids))
             if slabs:
                 self._merge(slabs)
         self._maybe_compact()
@@ -247,14 +247,14 @@ class BM25Index:
     def _merge(self, slabs: list[Slab]) -> None:
         """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``)."""
         self.merges += 1
-        delta = Slab.from_counts(self._delta_docs, self._term_ids, self._terms)
+        delta = Slab.from_counts(self._delta_docs, self._term_ids)
         self._delta_docs.clear()
         self._delta_post.clear()
-        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._terms))
+        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids))
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
-            self._terms = [self._terms[i] for i in used.tolist()]
-            self._term_ids = postings.term_table(self._terms)
+            terms = list(self._term_ids)
+            self._term_ids = postings.term_table([terms[i] for i in used.tolist()])
         self._set_main(seg)
         self._alive = np.ones(len(seg.row_keys), dtype=np.bool_)
         self._index_rows(np.arange(len(seg.row_keys), dtype=np.int64))
@@ -269,7 +269,7 @@ class BM25Index:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
-        seg = postings.load_segment(arrays, len(self._terms))
+        seg = postings.load_segment(arrays, len(self._term_ids))
         if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
                 len(self._indptr), len(self._rows), len(self._row_keys)):
             raise ValueError("saved keyword index does not match the one in memory")
@@ -390,7 +390,7 @@ class BM25Index:
         """JSON-able parameters and counters that go with ``to_arrays``."""
         return {
             "format": FORMAT, "version": VERSION, "k1": self.k1, "b": self.b,
-            "docs": len(self._live), "total_len": self._total_len, "terms": len(self._terms),
+            "docs": len(self._live), "total_len": self._total_len, "terms": len(self._term_ids),
         }
 
     def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
@@ -400,8 +400,8 @@ class BM25Index:
         never write into them). The delta is exported as its own small doc-major CSR, so
         persisting does not force a merge.
         """
-        delta = Slab.from_counts(self._delta_docs, self._term_ids, self._terms)
-        blob, offsets = postings.terms_to_arrays(self._terms)
+        delta = Slab.from_counts(self._delta_docs, self._term_ids)
+        blob, offsets = postings.terms_to_arrays(list(self._term_ids))
         d_indptr = np.zeros(len(delta.lens) + 1, dtype=np.int64)
         np.cumsum(delta.nterms, out=d_indptr[1:])
         return {
@@ -436,7 +436,7 @@ class BM25Index:
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
         terms = [sys.intern(t) for t in terms]  # shared with other workspaces' terms
-        self._terms, self._term_ids = terms, postings.term_table(terms)
+        self._term_ids = postings.term_table(terms)
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)

@@ -96,7 +96,9 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._blob = bytearray()
         self.version = 0  # counts adds and removes (not vectors)
         self._paths: list[str] = []
-        self._path_ids: dict[str, int] = {}
+        # path -> index into _paths; built on the first add after a load (a loaded table
+        # that only answers searches does not need it).
+        self._path_ids: dict[str, int] | None = {}
         self._live = BitMap()
         self._embedding: dict[int, str] = {}
 
@@ -151,6 +153,8 @@ class ChunkTable(Mapping[int, StoredChunk]):
         """Append a chunk; ``key`` must be above every key the table has held."""
         if self._keys and key <= self._keys[-1]:
             raise ValueError(f"chunk keys must ascend: {key} after {self._keys[-1]}")
+        if self._path_ids is None:
+            self._path_ids = {p: i for i, p in enumerate(self._paths)}
         pid = self._path_ids.get(path)
         if pid is None:
             pid = self._path_ids[path] = len(self._paths)
@@ -204,7 +208,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         out._blob = bytearray(self._blob)
         out.version = self.version
         out._paths = list(self._paths)
-        out._path_ids = dict(self._path_ids)
+        out._path_ids = None
         out._live = BitMap(self._live)
         out._embedding = dict(self._embedding)
         return out
@@ -269,7 +273,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         t._head_len = array("i", head_len.tobytes())
         t._base = blob.data  # no copy: a mapped file stays mapped
         t._paths = paths
-        t._path_ids = {p: i for i, p in enumerate(paths)}
+        t._path_ids = None
         t._live = BitMap(t._keys)
         live = t._live
         t._embedding = {k: v for k, v in zip(emb_keys.tolist(), embeddings, strict=True)
@@ -306,14 +310,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def _compacted(self) -> ChunkTable:
         out = ChunkTable()
         live = self._live
+        path_ids: dict[str, int] = {}
+        out._path_ids = path_ids
         for row, key in enumerate(self._keys):
             if key not in live:
                 continue
             a, b = self._off[row], self._off[row + 1]
             path = self._paths[self._path[row]]
-            pid = out._path_ids.get(path)
+            pid = path_ids.get(path)
             if pid is None:
-                pid = out._path_ids[path] = len(out._paths)
+                pid = path_ids[path] = len(out._paths)
                 out._paths.append(path)
             out._blob += self._bytes(a, b)
             out._keys.append(key)

@@ -91,26 +91,17 @@ class Slab:
         self.lens, self.keys = lens, keys
 
     @classmethod
-    def encode(cls, batch: dict[int, list[str]], ids: dict[str, int], terms: list[str]) -> Slab:
+    def encode(cls, batch: dict[int, list[str]], ids: TermTable) -> Slab:
         """Encode documents with numpy: one dict lookup per token, the counting in C.
 
-        New terms are appended to ``ids``/``terms`` in first-occurrence order, so term ids
-        do not depend on hash seeds.
+        New terms join ``ids`` in first-occurrence order, so term ids do not depend on hash
+        seeds.
         """
         flat = [t for toks in batch.values() for t in toks]
-        before = len(terms)
-        if isinstance(ids, TermTable):
-            # One C-level pass: a missing term gets the next id on first lookup.
-            tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
-        else:
-            for term in dict.fromkeys(flat):
-                if term not in ids:
-                    ids[term] = len(ids)
-            tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
-        if len(ids) > before:
-            terms.extend(itertools.islice(ids, before, None))
+        # One C-level pass: a missing term gets the next id on first lookup.
+        tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         lens = [len(toks) for toks in batch.values()]
-        n_docs, n_terms = len(lens), max(len(terms), 1)
+        n_docs, n_terms = len(lens), max(len(ids), 1)
         docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
         pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
         return cls(
@@ -120,7 +111,7 @@ class Slab:
 
     @classmethod
     def from_counts(
-        cls, docs: Mapping[int, tuple[dict[str, int], int]], ids: dict[str, int], terms: list[str]
+        cls, docs: Mapping[int, tuple[dict[str, int], int]], ids: TermTable
     ) -> Slab:
         """Encode already counted documents (key -> ({term: tf}, length)), in key order."""
         tids: list[int] = []
@@ -132,11 +123,7 @@ class Slab:
             counts, length = docs[key]
             for term, tf in counts.items():
                 tid = ids.get(term)
-                if tid is None:
-                    term = sys.intern(term)
-                    tid = ids[term] = len(terms)
-                    terms.append(term)
-                tids.append(tid)
+                tids.append(ids[sys.intern(term)] if tid is None else tid)
                 tfs.append(tf)
             nterms.append(len(counts))
             lens.append(length)
@@ -152,24 +139,18 @@ class Slab:
         Worker processes do this, so the daemon only maps each batch's distinct terms to its
         own ids (:meth:`remap`) instead of looking up every token.
         """
-        terms: list[str] = []
-        return cls.encode(dict(enumerate(docs)), term_table(), terms), terms
+        ids = term_table()
+        slab = cls.encode(dict(enumerate(docs)), ids)
+        return slab, list(ids)
 
-    def remap(
-        self, local_terms: list[str], ids: dict[str, int], terms: list[str], keys: list[int]
-    ) -> Slab:
-        """This slab (encoded by :meth:`local`) in the ids of ``ids``/``terms``, under ``keys``.
-
-        ``ids`` must be a :func:`term_table`; new terms are appended to it and to ``terms``.
-        """
+    def remap(self, local_terms: list[str], ids: TermTable, keys: list[int]) -> Slab:
+        """This slab (encoded by :meth:`local`) in the ids of ``ids`` (new terms join it),
+        under ``keys``."""
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
-        before = len(terms)
         # Interned: workspaces of one daemon share one string per common term.
         to_global = np.fromiter(map(ids.__getitem__, map(sys.intern, local_terms)),
                                 dtype=np.int32, count=len(local_terms))
-        if len(ids) > before:
-            terms.extend(itertools.islice(ids, before, None))
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
 
     def counts(self, local_terms: list[str]) -> list[tuple[dict[str, int], int]]:
