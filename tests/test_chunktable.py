@@ -151,3 +151,21 @@ def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> N
     loaded = IndexState()
     assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}
     assert answers(loaded) == after
+
+
+def test_bare_links_resolve_against_files_of_a_loaded_index(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "digest/wiki").mkdir(parents=True)
+    (root / "memory/2026-07-01").mkdir(parents=True)
+    (root / "digest/wiki/trains.md").write_text("# Trains\n\nSBB facts\n", encoding="utf-8")
+    state = IndexState()
+    state.apply([prepare_files(root, ["digest/wiki/trains.md"], max_chars=2000, digests={})])
+    store = IndexStore(root / "mem_metadata")
+    store.save(snapshot(state))
+    loaded = IndexState()
+    assert store.load(loaded).corrupt == {}
+    (root / "memory/2026-07-01/n.md").write_text("see [[Trains]]\n", encoding="utf-8")
+    loaded.apply([prepare_files(root, ["memory/2026-07-01/n.md"], max_chars=2000,
+                                digests={})])
+    assert loaded.neighbours("memory/2026-07-01/n.md") == ["digest/wiki/trains.md"]
+    assert loaded.neighbours("digest/wiki/trains.md") == ["memory/2026-07-01/n.md"]

@@ -92,6 +92,10 @@ class Filters:
         return not (self.path_prefixes or self.date_from or self.date_to or self.buckets)
 
 
+def _stem(path: str) -> str:
+    return posixpath.splitext(posixpath.basename(path))[0].lower()
+
+
 def note_date(path: str) -> str | None:
     """The ``YYYY-MM-DD`` of a daily note's folder, if the path has one."""
     m = _DAILY_RE.search(path)
@@ -109,7 +113,9 @@ class IndexState:
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
         self.next_key = 1
-        self._by_stem: dict[str, str] = {}
+        # Stem -> path for bare [[names]]; None until needed after a load (a workspace
+        # that is only searched never builds it).
+        self._by_stem: dict[str, str] | None = {}
         # The vectors of ``vector_space`` (chunk ``embedding`` values belong to that space);
         # the backfill owns filling them, ``_drop`` keeps them in step with the chunks.
         self.vectors: VectorIndex | None = None
@@ -130,6 +136,8 @@ class IndexState:
 
     def resolve(self, name: str) -> str | None:
         """A bare wikilink name (``[[foo]]``) to the file whose stem it is."""
+        if self._by_stem is None:
+            self._by_stem = {_stem(p): p for p in self.files}
         return self._by_stem.get(name.strip().lower())
 
     def allowed(self, filters: Filters) -> BitMap | None:
@@ -210,8 +218,8 @@ class IndexState:
                                     chunk.text, chunk.heading, chunk.metadata)
                 self.files[prep.path] = FileInfo(
                     prep.path, prep.mtime_ns, prep.size, prep.digest, compact_keys(keys[first:]))
-                self._by_stem[posixpath.splitext(posixpath.basename(prep.path))[0].lower()] = (
-                    prep.path)
+                if self._by_stem is not None:
+                    self._by_stem[_stem(prep.path)] = prep.path
                 self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
             if keys:
                 slab = batch.slab
@@ -227,8 +235,8 @@ class IndexState:
                 self.vectors.remove(key)
                 self.vectors_version += 1
         del self.files[info.path]
-        stem = posixpath.splitext(posixpath.basename(info.path))[0].lower()
-        if self._by_stem.get(stem) == info.path:
+        stem = _stem(info.path)
+        if self._by_stem is not None and self._by_stem.get(stem) == info.path:
             del self._by_stem[stem]
         self.graph.remove_file(info.path)
 
@@ -254,9 +262,7 @@ class IndexState:
         self.bm25 = bm25
         self.graph = graph
         self.next_key = max(next_key, (keys.max() if keys else 0) + 1)
-        self._by_stem = {
-            posixpath.splitext(posixpath.basename(p))[0].lower(): p for p in self.files
-        }
+        self._by_stem = None
 
     def evict(self) -> None:
         """Let go of the mapped state pages this process touched (a save reads them all);

@@ -14,8 +14,9 @@ for time to READY, memory and idle search again:
 
 - time to READY: from launch until every daemon answers ``daemon.ping`` and ``index.sync``
   returned for every workspace;
-- memory once ready: the sum over the setup's processes of PSS (``/proc/<pid>/smaps_rollup``,
-  shared pages split fairly) and of VmRSS;
+- memory once ready: the sum over the setup's processes, and every process below them
+  (the daemons' indexing worker processes during and after a first build), of PSS
+  (``/proc/<pid>/smaps_rollup``, shared pages split fairly) and of VmRSS;
 - search latency in workspace 1 while workspace 0 reindexes (``jobs.submit reindex``,
   resubmitted until enough samples), and without a reindex, as p50 / p99 / max of the
   client-side round trip.
