@@ -116,7 +116,8 @@ async def search(
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
     found = await index.candidates(
         query, max(pool, max_results), filters, query_vector,
-        link_limit=2 * max_results if config.link_expansion else 0,
+        link_limit=(max_results if query_vector is None else 2 * max_results)
+        if config.link_expansion else 0,
         keep=max_results if query_vector is None else None)
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)

@@ -413,12 +413,15 @@ class WorkspaceIndex:
             links: dict[str, list[str]] = {}
             firsts: dict[str, StoredChunk] = {}
             if link_limit:
-                for path in dict.fromkeys(c.path for c in chunks.values()):
+                hit_paths = dict.fromkeys(c.path for c in chunks.values())
+                for path in hit_paths:
                     links[path] = state.neighbours(path)
                     for other in links[path]:
+                        # With ``keep`` the hits are the results, which expansion skips.
+                        if other in firsts or (keep is not None and other in hit_paths):
+                            continue
                         info = state.files.get(other)
-                        if other not in firsts and len(firsts) < link_limit and info and (
-                                info.keys):
+                        if len(firsts) < link_limit and info and info.keys:
                             firsts[other] = state.chunks[info.keys[0]]
             return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
