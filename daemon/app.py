@@ -63,7 +63,8 @@ def build_supervisor(
     # all agents, and one agent's rebuild must leave room for another's search.
     cpu = trio.CapacityLimiter(max(1, cfg.cpu_threads))
     # Big indexing passes of every workspace share one pool of processes (none when idle).
-    pool = PreparePool(min(cpu_count(), max(1, cfg.cpu_threads))) if cpu_count() > 1 else None
+    cores = cpu_count()
+    pool = PreparePool(min(cores, max(1, cfg.cpu_threads))) if cores > 1 else None
     holder: dict[str, Supervisor] = {}
 
     def publish(topic: str, payload: dict[str, Any]) -> None:

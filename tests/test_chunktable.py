@@ -110,9 +110,12 @@ def test_saved_arrays_are_plain_numbers() -> None:
     table = ChunkTable()
     table.add(1, "a.md", 1, 1, "text", "", {})
     table.set_embedding(1, "AAAA")
-    for arr in table.to_arrays().values():
+    arrays = table.to_arrays()
+    for arr in arrays.values():
         assert arr.dtype.kind in "uif" and not arr.dtype.hasobject
         assert isinstance(arr, np.ndarray)
+    table.add(2, "b.md", 1, 1, "more", "", {})  # the arrays do not pin the table
+    assert arrays["keys"].tolist() == [1] and len(table) == 2
 
 
 def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> None:

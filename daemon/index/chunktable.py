@@ -214,21 +214,21 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return out
 
     def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
-        """Plain numeric arrays (no objects: safe to persist without pickle), copied, so the
-        table may change afterwards."""
-        t = self._compacted() if len(self._keys) != len(self._live) else self.copy()
+        """Plain numeric arrays (no objects: safe to persist without pickle). They are
+        copies (a view would pin the growable columns), so the table may change afterwards."""
+        t = self._compacted() if len(self._keys) != len(self._live) else self
         paths_blob, paths_off = terms_to_arrays(t._paths)
         emb_keys = sorted(t._embedding)
         emb_blob, emb_off = terms_to_arrays([t._embedding[k] for k in emb_keys])
         return {
-            "keys": np.frombuffer(t._keys, dtype=np.uint32),
-            "ids": np.frombuffer(t._ids, dtype=np.uint64),
-            "path": np.frombuffer(t._path, dtype=np.int32),
-            "start": np.frombuffer(t._start, dtype=np.int32),
-            "end": np.frombuffer(t._end, dtype=np.int32),
-            "off": np.frombuffer(t._off, dtype=np.int64),
-            "text_len": np.frombuffer(t._text_len, dtype=np.int32),
-            "head_len": np.frombuffer(t._head_len, dtype=np.int32),
+            "keys": np.array(t._keys, dtype=np.uint32),
+            "ids": np.array(t._ids, dtype=np.uint64),
+            "path": np.array(t._path, dtype=np.int32),
+            "start": np.array(t._start, dtype=np.int32),
+            "end": np.array(t._end, dtype=np.int32),
+            "off": np.array(t._off, dtype=np.int64),
+            "text_len": np.array(t._text_len, dtype=np.int32),
+            "head_len": np.array(t._head_len, dtype=np.int32),
             "blob": np.frombuffer(b"".join((t._base, t._blob)), dtype=np.uint8),
             "terms_blob": paths_blob, "terms_offsets": paths_off,
             "emb_keys": np.asarray(emb_keys, dtype=np.uint32),

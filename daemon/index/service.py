@@ -21,6 +21,7 @@ it, so its ``_embedding_f16_b64`` vectors can seed the embedding cache.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -227,11 +228,10 @@ class WorkspaceIndex:
             digests = {p: digest_of(p) for p in paths}
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
                           digests=digests)
-            try:
-                if pool is None:
-                    raise PoolUnavailable("no pool")
-                results[i] = await pool.call(job)
-            except PoolUnavailable:
+            if pool is not None:
+                with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
+                    results[i] = await pool.call(job)
+            if results[i] is None:
                 results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
             ready[i].set()
 
