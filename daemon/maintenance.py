@@ -10,9 +10,11 @@ The ``health`` workspace service (started after ``index``) adds ``health`` to ea
 workspace's status: ``clean`` only when nothing is pending and the last disk scan matched
 the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
 ``degraded`` when persisting fails, the watcher failed or state was found corrupt and is
-not yet re-committed. It rescans the disk every ``HEALTH_SCAN_INTERVAL_S`` in a worker
-thread, soon after the index applied changes, and after every ``verify`` and restore;
-it stops by cancellation and needs no cleanup.
+not yet re-committed. It scans the disk in a worker thread once the workspace is open (not
+before: a large workspace would wait for it), ``HEALTH_MIN_RESCAN_S`` after the index
+applied changes, every ``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every ``verify`` and
+restore; between scans it sleeps on the index's change event, so an idle workspace costs
+no wake-ups. It stops by cancellation and needs no cleanup.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +38,11 @@ from recalld.ipc.errors import UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
-HEALTH_SCAN_INTERVAL_S = 60.0
-HEALTH_MIN_RESCAN_S = 2.0
-HEALTH_POLL_S = 0.5
+# Missed watcher events are what a scan finds; the watcher's own reconcile (every
+# reconcile_interval_s, 5 min by default) repairs them, so health looks as often.
+HEALTH_SCAN_INTERVAL_S = 300.0
+HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
+HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
 MAX_LISTED = 20  # paths shown per difference kind; counts are always complete
 
 
@@ -76,14 +80,7 @@ class Health:
         # (None: indexed but gone from disk). Re-checked cheaply on every status call.
         self._differs: dict[str, tuple[int, int] | None] = {}
         self.errors: list[dict[str, Any]] = []
-        self._first_seen: dict[str, float] = {}
-
-    def _note_errors(self) -> None:
-        error = self.index.watcher.status().get("last_error")
-        if error and error not in self._first_seen:
-            if len(self._first_seen) > MAX_LISTED:
-                self._first_seen.clear()
-            self._first_seen[error] = time.time()
+        self.first_scan = trio.Event()  # set once the first scan is done
 
     def _vectors(self) -> dict[str, Any] | None:
         try:
@@ -100,17 +97,26 @@ class Health:
 
     async def scan(self) -> None:
         disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
-        meta = self.ws.root / self.ws.settings.metadata_dir
-        self.derived_bytes = await trio.to_thread.run_sync(dir_bytes, meta, limiter=self._cpu)
+        await self._measure_derived()
         # Under the index lock: an apply mutates the state in a worker thread.
         async with self.index._lock:
             known = await trio.to_thread.run_sync(self.index.state.known)
+        self._adopt(disk, known)
+
+    async def _measure_derived(self) -> None:
+        meta = self.ws.root / self.ws.settings.metadata_dir
+        self.derived_bytes = await trio.to_thread.run_sync(dir_bytes, meta, limiter=self._cpu)
+
+    def _adopt(self, disk: Mapping[str, tuple[int, int]],
+               known: Mapping[str, tuple[int, int]]) -> None:
+        """Take ``disk`` (a scan, ours or the watcher's) against the index's ``known``."""
         differs: dict[str, tuple[int, int] | None] = {
             p: st for p, st in disk.items() if known.get(p) != st}
         differs.update({p: None for p in known if p not in disk})
         self._differs = differs
         self.disk_files = len(disk)
         self.scanned_at = time.time()
+        self.first_scan.set()
 
     def unindexed(self) -> list[str]:
         """Paths that still differ from the index (as of the last scan)."""
@@ -137,6 +143,8 @@ class Health:
             degraded.append(f"watcher failed: {watcher.get('why')}")
         if idx.get("load_corrupt") and idx.get("last_commit") is None:
             degraded.append("derived state was corrupt and is not re-committed yet")
+        if self.scanned_at is None:
+            pending.append("first disk scan under way")
         if idx.get("pending_changes"):
             pending.append(f"{idx['pending_changes']} change(s) waiting to be applied")
         if unindexed:
@@ -156,9 +164,8 @@ class Health:
         if idx.get("persist_error"):
             last_errors.append({"what": "persist", **idx["persist_error"]})
         if watcher.get("last_error"):
-            # The watcher keeps no time for its errors; the poll loop notes when it saw one.
             last_errors.append({"what": "watcher", "error": watcher["last_error"],
-                                "time": self._first_seen.get(watcher["last_error"])})
+                                "time": watcher.get("last_error_at")})
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
@@ -179,29 +186,28 @@ class Health:
             "last_errors": last_errors[-MAX_LISTED:],
         }
 
-    def _due(self) -> bool:
-        if self.scanned_at is None:
-            return True
-        age = time.time() - self.scanned_at
-        applied = self.index.watcher.status().get("last_change_applied") or 0.0
-        # Rescan soon after the index changed (so disk counts stay current), but at most
-        # every HEALTH_MIN_RESCAN_S; and every HEALTH_SCAN_INTERVAL_S regardless.
-        return age >= HEALTH_SCAN_INTERVAL_S or (
-            applied >= self.scanned_at and age >= HEALTH_MIN_RESCAN_S)
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.scan()
+        # The watcher's reconciles scan the disk anyway (one at startup): take their view
+        # instead of scanning twice, which would also hold a CPU slot the startup needs.
+        self.index.watcher.scan_listeners.append(self._adopt)
         task_status.started()
+        with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
+            await self.first_scan.wait()
         while True:
-            await trio.sleep(HEALTH_POLL_S)
-            self._note_errors()
-            if not self._due():
-                continue
+            changed = self.index.changed  # taken before the scan: no change slips between
+            fresh = self.scanned_at is not None and (
+                time.time() - self.scanned_at < HEALTH_MIN_RESCAN_S)
             try:
-                await self.scan()
+                if fresh:
+                    await self._measure_derived()  # the watcher has just scanned
+                else:
+                    await self.scan()
             except OSError as exc:
                 self.errors = [*self.errors[-MAX_LISTED:],
                                {"what": "health scan", "error": str(exc), "time": time.time()}]
+            with trio.move_on_after(HEALTH_SCAN_INTERVAL_S):
+                await changed.wait()
+                await trio.sleep(HEALTH_MIN_RESCAN_S)
 
 
 def health_service(cpu: trio.CapacityLimiter) -> WorkspaceService:

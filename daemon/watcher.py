@@ -163,12 +163,17 @@ class Watcher:
         self._rescanning = False
         self._errors = 0
         self._last_error: str | None = None
+        self._last_error_at: float | None = None  # wall clock, for status
         self._restarts = 0
         self._sync_fallbacks = 0
         self._overflows = 0
         self._max_pending_seen = 0
         self._last_change_applied: float | None = None
         self._last_reconcile: ReconcileResult | None = None
+        #: Called with ``(disk, known)`` after every reconcile's scan, before it applies
+        #: the differences: others that need the disk's state (health) need not scan again.
+        self.scan_listeners: list[Callable[[Mapping[str, tuple[int, int]],
+                                            Mapping[str, tuple[int, int]]], None]] = []
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -323,6 +328,8 @@ class Watcher:
         try:
             disk = await self._run_sync(self.scan, limiter=self._limiter)
             known = self._known_here()
+            for listener in self.scan_listeners:
+                listener(disk, known)
             added = disk.keys() - known.keys()
             deleted = known.keys() - disk.keys()
             changed = {p for p in disk.keys() & known.keys() if disk[p] != known[p]}
@@ -381,6 +388,7 @@ class Watcher:
     def _record_error(self, what: str, exc: BaseException) -> None:
         self._errors += 1
         self._last_error = f"{what}: {_describe(exc)}"
+        self._last_error_at = time.time()
         log.warning("watcher of %s: %s", self._workspace, self._last_error, exc_info=exc)
 
     # -- the native watch, restarted with backoff -----------------------------------------------
@@ -493,6 +501,7 @@ class Watcher:
             "last_reconcile": None if last is None else last.as_dict(),
             "errors": self._errors,
             "last_error": self._last_error,
+            "last_error_at": self._last_error_at,
             "restarts": self._restarts,
             "overflows": self._overflows,
             "sync_fallbacks": self._sync_fallbacks,

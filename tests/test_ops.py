@@ -231,6 +231,8 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         await nursery.start(index.run)
         health = Health(ws, index, cpu)
         await nursery.start(health.run)
+        assert health.status()["state"] == "pending"  # until the first scan is done
+        await health.first_scan.wait()
         assert health.status()["state"] == "clean"
 
         source.silent = True  # the kernel dropped the events (inotify overflow)

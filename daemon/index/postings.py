@@ -285,11 +285,21 @@ def load_terms(
         np.diff(offsets) < 0
     ):
         raise ValueError("keyword index term offsets are inconsistent")
-    bounds = offsets.tolist()
+    # One decode of the whole blob, then slices at character offsets: a UTF-8 string's
+    # character index is its byte index less the continuation bytes before it.
+    raw = np.frombuffer(blob, dtype=np.uint8)
+    cont = (raw & 0xC0) == 0x80
+    starts = offsets[:-1][offsets[:-1] < len(blob)]
+    if cont[starts].any():
+        raise ValueError("keyword index term offsets split a character")
     try:
-        terms = [blob[bounds[i] : bounds[i + 1]].decode("utf-8") for i in range(len(bounds) - 1)]
+        text = blob.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError("keyword index term dictionary is not UTF-8") from exc
+    before = np.zeros(len(blob) + 1, dtype=np.int64)
+    np.cumsum(cont, out=before[1:])
+    bounds = (offsets - before[offsets]).tolist()
+    terms = [text[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
     if unique and len(set(terms)) != len(terms):
         raise ValueError("keyword index term dictionary has duplicates")
     return terms

@@ -125,6 +125,9 @@ class WorkspaceIndex:
         self._commit_lock = trio.Lock()
         self._dirty = trio.Event()
         self._changes = 0  # applied changes not yet committed
+        # Set once the loaded state's deferred checksums passed (or it was replaced):
+        # nothing derived from unchecked bytes may be saved before.
+        self._checked = trio.Event()
         self._rebuilding = False
         self.watcher = Watcher(
             self.root,
@@ -151,7 +154,8 @@ class WorkspaceIndex:
     # -- service ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.load_report = await trio.to_thread.run_sync(self.store.load, self.state)
+        self.load_report = await trio.to_thread.run_sync(
+            partial(self.store.load, self.state, defer_checks=True))
         # Loading read whole state files into short-lived buffers; hand them back.
         await trio.to_thread.run_sync(memtrim.trim)
         if self.load_report.fresh:
@@ -164,12 +168,42 @@ class WorkspaceIndex:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.watcher.run)
                 nursery.start_soon(self._persist_loop)
+                nursery.start_soon(self._check_loaded)
                 task_status.started()
         finally:
             with trio.move_on_after(10.0) as cleanup:
                 cleanup.shield = True
-                if self._changes:
+                # Dirty without counted changes: state repaired on load, still unsaved.
+                # Not yet checked: nothing is saved; the Markdown has every change and
+                # the next start's reconcile applies it.
+                if (self._changes or self._dirty.is_set()) and self._checked.is_set():
                     await self._commit()
+
+    async def _check_loaded(self) -> None:
+        """Checksum the state files the load mapped unchecked (searches are served from
+        them meanwhile). On damage, load again with every checksum, which falls back to
+        an older good generation or rebuilds from the Markdown, and swap that in."""
+        loaded = self.state
+        corrupt = await trio.to_thread.run_sync(self.store.verify_deferred, limiter=self._cpu)
+        if corrupt:
+            log.warning("%s: derived state failed its checksums (%s); loading again",
+                        self.ws.agent_id, corrupt)
+            if set(corrupt) != {"chunks"} and self.state is loaded:  # else: rewritten below
+                fresh = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
+                report = await trio.to_thread.run_sync(self.store.load, fresh,
+                                                       limiter=self._cpu)
+                report.corrupt = {**corrupt, **report.corrupt}
+                async with self._lock:
+                    if self.state is loaded:  # a rebuild may have replaced it meanwhile
+                        self.state, self.load_report = fresh, report
+                self._notify_changed()
+                self._checked.set()
+                await self.watcher.reconcile("after loading again")
+            else:
+                assert self.load_report is not None
+                self.load_report.corrupt.update(corrupt)
+            self._mark_dirty()
+        self._checked.set()
 
     # -- applying changes ------------------------------------------------------------
 
@@ -338,6 +372,7 @@ class WorkspaceIndex:
             await self._commit_once()
 
     async def _commit_once(self) -> None:
+        await self._checked.wait()
         async with self._lock:
             self._dirty = trio.Event()
             changes, self._changes = self._changes, 0
@@ -486,6 +521,7 @@ class WorkspaceIndex:
             "last_commit": self.last_commit,
             "persist_error": self.persist_error,
             "loaded_generation": None if report is None else report.generation,
+            "load_checked": self._checked.is_set(),
             "load_corrupt": {} if report is None else report.corrupt,
             "searches": self.searches,
             "keyword": self.state.bm25.stats(),

@@ -6,9 +6,11 @@ per-host limit). Trio code calls :meth:`ProviderBridge.request`, which performs 
 attempt; deadlines across attempts, retries and backoff live on the trio side
 (``retry.py``), so trio's clock governs them.
 
-Starts: :meth:`run` starts the thread and calls ``task_status.started()`` once the session
-exists. Stops: cancelling :meth:`run` tells the loop to cancel in-flight requests, close the
-session and end; it waits for the thread for at most ``stop_timeout_s`` (shielded).
+Starts: :meth:`run` calls ``task_status.started()`` at once; the thread, its loop and
+session (and the import of aiohttp, ~0.1 s) wait for the first request, so a daemon that
+never calls a provider has neither. Stops: cancelling :meth:`run` tells the loop to cancel
+in-flight requests, close the session and end; it waits for the thread for at most
+``stop_timeout_s`` (shielded).
 
 Hand-over between the two worlds: a request is started on the loop with
 ``loop.call_soon_threadsafe`` (which keeps start and cancel in FIFO order, so a cancel can
@@ -25,9 +27,8 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 import outcome
 import trio
@@ -39,6 +40,9 @@ from recalld.daemon.providers.errors import (
     ProviderError,
     ProviderTimeout,
 )
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ def _translate(exc: BaseException, url: str) -> BaseException:
     """Map library exceptions to the provider error family (once, here)."""
     if isinstance(exc, ProviderError):
         return exc
+    import aiohttp  # loaded by the thread that raised ``exc``
+
     where = url.split("?", 1)[0]
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return ProviderTimeout(f"request to {where} timed out")
@@ -118,11 +124,14 @@ class ProviderBridge:
         self._stopping = False
         self._active = False
         self._requests_total = 0
+        self._nursery: trio.Nursery | None = None
+        self._starting = trio.Lock()
 
     # ----------------------------------------------------------------- service
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the asyncio thread until cancelled. Raises if the thread dies on its own."""
+        """Serve until cancelled; the asyncio thread starts with the first request. Raises
+        if that thread dies on its own."""
         if self._active:
             raise RuntimeError("ProviderBridge.run() is already running")
         self._active = True
@@ -130,6 +139,29 @@ class ProviderBridge:
         # waiting caller in this trio run.
         self._token = trio.lowlevel.current_trio_token()
         self._stopping = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._stopping = True
+            self._active = False
+            self._loop = None
+            self._session = None
+
+    async def _ensure_thread(self) -> None:
+        async with self._starting:
+            if self._session is None and self._nursery is not None and not self._stopping:
+                try:
+                    await self._nursery.start(self._run_thread)
+                except Exception as exc:
+                    self._stopping = False  # the next request tries again
+                    raise ProviderConnectError(
+                        f"the provider bridge did not start: {exc}") from exc
+
+    async def _run_thread(self, *, task_status: trio.TaskStatus[None]) -> None:
         ready = trio.Event()
         finished = trio.Event()
         result: list[outcome.Outcome[None]] = []
@@ -167,9 +199,6 @@ class ProviderBridge:
             if cs.cancelled_caught:
                 log.warning("provider bridge thread did not stop within %.1fs",
                             self._stop_timeout_s)
-            self._active = False
-            self._loop = None
-            self._session = None
 
     def _wake(self, fn: Any) -> None:
         token = self._token
@@ -199,6 +228,8 @@ class ProviderBridge:
                 loop.close()
 
     async def _amain(self, loop: asyncio.AbstractEventLoop, ready: trio.Event) -> None:
+        import aiohttp  # here, in the thread: only a daemon that calls providers pays for it
+
         self._stop = asyncio.Event()
         connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
         async with aiohttp.ClientSession(connector=connector, raise_for_status=False) as session:
@@ -242,6 +273,8 @@ class ProviderBridge:
             call.task.cancel()
 
     async def _attempt(self, call: _Call) -> HttpResult:
+        import aiohttp
+
         session = self._session
         assert session is not None
         timeout = aiohttp.ClientTimeout(total=call.timeout_s)
@@ -263,7 +296,9 @@ class ProviderBridge:
 
     @property
     def running(self) -> bool:
-        return self._session is not None and not self._stopping
+        """Serving requests: ``run`` is active (the thread may still wait for its first
+        request)."""
+        return self._active and not self._stopping
 
     def statistics(self) -> BridgeStatistics:
         return BridgeStatistics(self.running, len(self._tasks), self._requests_total)
@@ -284,8 +319,11 @@ class ProviderBridge:
         ProviderBadResponse (oversized answer). On cancellation the asyncio task is
         cancelled and awaited (bounded) before Cancelled propagates.
         """
+        if not self.running:
+            raise ProviderConnectError("the provider bridge is not running")
+        await self._ensure_thread()
         loop = self._loop
-        if loop is None or not self.running:
+        if loop is None or self._stopping:
             raise ProviderConnectError("the provider bridge is not running")
         body = None
         hdrs = dict(headers)

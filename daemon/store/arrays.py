@@ -174,6 +174,10 @@ def map_arrays(path: Path, expected: FileEntry | None = None, *,
     Generation files are written once and replaced by rename, never rewritten in place,
     so a mapping stays valid (an unlinked file lives on while mapped). Someone truncating
     a mapped state file by hand would fault the daemon; nothing in recalld does.
+
+    ``trusted`` skips the data checksums (the header's and every structural check still
+    run): the caller verified the file, or verifies it later before relying on it
+    (``Generation.deferred``).
     """
     try:
         with path.open("rb") as f:

@@ -42,6 +42,9 @@ class Generation:
     corrupt: dict[str, str] = field(default_factory=dict)
     #: Files whose checksum was verified on opening: reads check their size only.
     verified: set[str] = field(default_factory=set)
+    #: Files opened with a size check only, their checksums left to ``verify_deferred``
+    #: (large mapped arrays a warm start serves from at once; see ``map_arrays``).
+    deferred: set[str] = field(default_factory=set)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     mirrors_repaired: list[str] = field(default_factory=list)
     mirror_errors: dict[str, str] = field(default_factory=dict)
@@ -60,6 +63,19 @@ class Generation:
     def verify(self, logical: str) -> None:
         """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong."""
         self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
+        self.verified.add(logical)
+        self.deferred.discard(logical)
+
+    def verify_deferred(self) -> dict[str, str]:
+        """Check the checksums ``open`` left for later; returns the files found corrupt."""
+        bad: dict[str, str] = {}
+        for logical in sorted(self.deferred):
+            try:
+                self.verify(logical)
+            except CorruptState as exc:
+                bad[logical] = exc.reason
+        self.deferred.clear()
+        return bad
 
     def read_records(self, logical: str) -> list[dict[str, Any]]:
         return self._guard(
@@ -84,9 +100,13 @@ class Generation:
         )
 
     def map_arrays(self, logical: str) -> arrays_mod.Mapped:
+        """``logical`` mapped read-only. A deferred file is mapped after its structural
+        checks (header checksum, layout, size) only: its data bytes are served before
+        ``verify_deferred`` has read them."""
+        trusted = logical in self.verified or logical in self.deferred
         return self._guard(
             logical, lambda: arrays_mod.map_arrays(self.path(logical), self.files[logical],
-                                                   trusted=logical in self.verified)
+                                                   trusted=trusted)
         )
 
     def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:

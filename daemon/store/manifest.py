@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -118,21 +118,24 @@ class GenerationStore:
 
     # -- opening --------------------------------------------------------------------
 
-    def open(self, *, verify: Verify = "checksum") -> Generation | None:
+    def open(self, *, verify: Verify = "checksum",
+             defer: Collection[str] = ()) -> Generation | None:
         """Load the best generation, remove leftovers, re-publish stale mirrors.
 
         Returns None when no valid manifest exists (a fresh or wholly corrupt directory:
-        the caller builds generation 1 from the Markdown).
+        the caller builds generation 1 from the Markdown). Files named in ``defer`` get a
+        size check only; their checksums wait for ``Generation.verify_deferred``.
         """
         ensure_dir(self.fs, self.state_dir)
-        gen = self.load(verify=verify)
+        gen = self.load(verify=verify, defer=defer)
         self.current = gen
         self.cleanup()
         if gen is not None:
             self._publish_mirrors(gen, only_stale=True)
         return gen
 
-    def load(self, *, verify: Verify = "checksum") -> Generation | None:
+    def load(self, *, verify: Verify = "checksum",
+             defer: Collection[str] = ()) -> Generation | None:
         """The best generation on disk (no changes to the disk; see module docstring)."""
         numbers = self.manifest_numbers()
         if numbers:
@@ -145,7 +148,7 @@ class GenerationStore:
             except CorruptState as exc:
                 skipped.append((manifest_name(number), exc.reason))
                 continue
-            self._check_files(gen, verify)
+            self._check_files(gen, verify, defer)
             if gen.ok:
                 gen.skipped = skipped
                 return gen
@@ -200,15 +203,17 @@ class GenerationStore:
         return Generation(number, float(created), entries, mirrors, self.state_dir,
                           self.mirror_root)
 
-    def _check_files(self, gen: Generation, verify: Verify) -> None:
+    def _check_files(self, gen: Generation, verify: Verify, defer: Collection[str]) -> None:
         for logical, entry in gen.files.items():
             path = gen.path(logical)
             try:
-                if verify == "checksum":
+                if verify == "checksum" and logical not in defer:
                     verify_file(path, entry)
                     gen.verified.add(logical)
                 else:
                     _check_size(path, entry)
+                    if verify == "checksum":
+                        gen.deferred.add(logical)
             except CorruptState as exc:
                 gen.corrupt[logical] = exc.reason
 
