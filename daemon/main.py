@@ -3,6 +3,11 @@
 Exit status: 0 clean stop, 1 any other failure, 2 configuration error, 3 another daemon
 already owns the data directory or the socket. Failures print one line on stderr (the
 traceback goes to the log only for unexpected errors).
+
+The daemon is imported inside ``main``, not at the top: the worker processes of
+``index/procpool.py`` are spawned, and a spawned child imports the parent's main module
+again (``python -m recalld.daemon.main``, as the systemd unit runs it), which must not
+load the whole daemon into every worker.
 """
 
 from __future__ import annotations
@@ -11,15 +16,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-
-import trio
-
-from recalld.daemon import config as config_mod
-from recalld.daemon import systemd
-from recalld.daemon.app import build_supervisor
-from recalld.daemon.listener import SocketSetupError
-from recalld.daemon.lock import AlreadyServing
-from recalld.daemon.supervisor import reloader_for
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 SWITCH_INTERVAL_S = 0.001
@@ -65,6 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = build_parser().parse_args(args)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
+
+    import trio
+
+    from recalld.daemon import config as config_mod
+    from recalld.daemon import systemd
+    from recalld.daemon.app import build_supervisor
+    from recalld.daemon.listener import SocketSetupError
+    from recalld.daemon.lock import AlreadyServing
+    from recalld.daemon.supervisor import reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from pyroaring import BitMap
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.postings import Slab, stable_order
+from recalld.daemon.index.tokenizer import tokenize, tokenize_split
 
 
 def reference_scores(
@@ -258,3 +260,32 @@ def test_add_encoded_refuses_repeated_keys_and_key_count_mismatch() -> None:
 def test_stable_order_is_a_stable_argsort(values: list[int]) -> None:
     arr = np.asarray(values, dtype=np.int32)
     assert np.array_equal(stable_order(arr), np.argsort(arr, kind="stable"))
+
+
+def _slab_counts(slab: Slab, terms: list[str]) -> list[dict[str, int]]:
+    bounds = [0, *np.cumsum(slab.nterms).tolist()]
+    return [
+        {terms[t]: int(f) for t, f in zip(slab.tids[lo:hi].tolist(),
+                                           slab.tfs[lo:hi].tolist(), strict=True)}
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+
+
+# Latin words, identifiers, CJK of several planes and scripts, full-width forms, spacing.
+_TEXT = st.lists(st.sampled_from([
+    "memory", "the", "ECONNREFUSED", "handleWebSocket", "v2.3.1", "C++", " ", "\n", "，",
+    "中", "文", "记忆", "𠀀", "𠀁", "한국어", "カタカナ", "ＡＢＣ", "１２", "é", "ß", "—",
+]), max_size=40).map("".join)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_TEXT, max_size=8))
+def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
+    # Worker processes count CJK runs in numpy (tokenize_split); the result must be the
+    # counts of tokenize(), which queries and rebuilds use.
+    split = [tokenize_split(t) for t in texts]
+    bulk, bulk_terms = Slab.local([w for w, _ in split], [r for _, r in split])
+    plain, plain_terms = Slab.local([tokenize(t) for t in texts])
+    assert bulk.lens == plain.lens == [len(tokenize(t)) for t in texts]
+    assert _slab_counts(bulk, bulk_terms) == _slab_counts(plain, plain_terms)
+    assert sorted(bulk_terms) == sorted(plain_terms)

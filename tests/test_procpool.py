@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -100,3 +102,11 @@ async def test_a_long_call_keeps_the_pool_without_waking_it(autojump_clock: trio
         await trio.sleep(0.2)
         assert not pool.alive
         nursery.cancel_scope.cancel()
+
+
+def test_daemon_main_module_is_light_for_spawned_workers() -> None:
+    # A spawned worker imports the daemon's main module again (``python -m
+    # recalld.daemon.main``); it must not pull the daemon (trio, numpy, hnswlib) in.
+    code = ("import sys, recalld.daemon.main; "
+            "sys.exit(bool({'trio', 'numpy', 'hnswlib'} & set(sys.modules)))")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -101,12 +101,18 @@ class Slab:
         # One C-level pass: a missing term gets the next id on first lookup.
         tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         lens = [len(toks) for toks in batch.values()]
-        n_docs, n_terms = len(lens), max(len(ids), 1)
-        docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
+        docs = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+        return cls._count(docs, tids, lens, list(batch), len(ids))
+
+    @classmethod
+    def _count(cls, docs: I64, tids: I64, lens: list[int], keys: list[int],
+               n_terms: int) -> Slab:
+        """The slab of tokens ``tids`` of documents ``docs`` (indexes into ``keys``)."""
+        n_terms = max(n_terms, 1)
         pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
         return cls(
             (pairs % n_terms).astype(np.int32), counts.astype(np.float32),
-            np.bincount(pairs // n_terms, minlength=n_docs).astype(np.int64), lens, list(batch),
+            np.bincount(pairs // n_terms, minlength=len(lens)).astype(np.int64), lens, keys,
         )
 
     @classmethod
@@ -133,14 +139,34 @@ class Slab:
         )
 
     @classmethod
-    def local(cls, docs: list[list[str]]) -> tuple[Slab, list[str]]:
+    def local(cls, docs: list[list[str]],
+              runs: list[list[str]] | None = None) -> tuple[Slab, list[str]]:
         """Encode ``docs`` against a vocabulary of their own: (slab keyed 0..n-1, its terms).
 
         Worker processes do this, so the daemon only maps each batch's distinct terms to its
-        own ids (:meth:`remap`) instead of looking up every token.
+        own ids (:meth:`remap`) instead of looking up every token. ``runs`` (per document,
+        from ``tokenizer.tokenize_split``) are CJK runs, counted as their characters and
+        neighbouring pairs in numpy: only distinct ones become strings.
         """
         ids = term_table()
-        slab = cls.encode(dict(enumerate(docs)), ids)
+        if runs is None:
+            slab = cls.encode(dict(enumerate(docs)), ids)
+            return slab, list(ids)
+        flat = [t for toks in docs for t in toks]
+        word_tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        word_docs = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
+        word_pairs, word_tfs = np.unique(word_docs << _DOC_SHIFT | word_tids,
+                                         return_counts=True)
+        cjk_pairs, cjk_tfs, cjk_lens = _cjk_pairs(runs, ids)
+        # Words and CJK runs never share a term: their (document, term) pairs are disjoint.
+        pairs = np.concatenate([word_pairs, cjk_pairs])
+        tfs = np.concatenate([word_tfs, cjk_tfs])
+        order = np.argsort(pairs)
+        pairs, tfs = pairs[order], tfs[order]
+        lens = [len(d) + n for d, n in zip(docs, cjk_lens, strict=True)]
+        slab = cls((pairs & _TERM_MASK).astype(np.int32), tfs.astype(np.float32),
+                   np.bincount(pairs >> _DOC_SHIFT, minlength=len(docs)).astype(np.int64),
+                   lens, list(range(len(docs))))
         return slab, list(ids)
 
     def remap(self, local_terms: list[str], ids: TermTable, keys: list[int]) -> Slab:
@@ -170,6 +196,45 @@ class Slab:
             self.tids, rows, self.tfs, np.asarray(self.lens, dtype=np.float32),
             np.asarray(self.keys, dtype=np.uint32),
         )
+
+
+# Bulk counting packs (document, term) into one int64: the document above _DOC_SHIFT.
+_DOC_SHIFT = 32
+_TERM_MASK = (1 << _DOC_SHIFT) - 1
+# A CJK token as one integer: a character is its code point (21 bits); a pair of
+# neighbours is (1 << 42) | first << 21 | second. With the document above bit 43.
+_PAIR = 1 << 42
+_CP_MASK = (1 << 21) - 1
+_KEY_BITS = 43
+
+
+def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
+    """The (document, term) pairs (packed as in ``Slab.local``) and their counts of every
+    character and neighbouring pair of ``runs`` (per document), and each document's number
+    of such tokens: what ``tokenizer._cjk`` emits with unigrams, without a string per
+    token (only distinct ones become terms)."""
+    per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
+    doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
+    # Runs back to back, each closed by a NUL (never inside a run): pairs cannot span two.
+    text = "".join(r + "\0" for rs in runs for r in rs)
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    doc_of_pos = np.repeat(doc_of_run, per_run + 1)
+    inside = cps != 0
+    pair = inside[:-1] & inside[1:]
+    tokens = np.concatenate([
+        doc_of_pos[inside] << _KEY_BITS | cps[inside],
+        doc_of_pos[:-1][pair] << _KEY_BITS | _PAIR | cps[:-1][pair] << 21 | cps[1:][pair],
+    ])
+    packed, tfs = np.unique(tokens, return_counts=True)
+    keys = packed & ((1 << _KEY_BITS) - 1)
+    distinct = np.unique(keys)
+    strings = [chr(k) if k < _PAIR else chr((k >> 21) & _CP_MASK) + chr(k & _CP_MASK)
+               for k in distinct.tolist()]
+    tids = np.fromiter(map(ids.__getitem__, strings), dtype=np.int64, count=len(strings))
+    term = tids[np.searchsorted(distinct, keys)]
+    per_doc = 2 * per_run - 1  # a run of n characters: n characters and n - 1 pairs
+    counts = np.bincount(doc_of_run, weights=per_doc, minlength=len(runs))
+    return (packed >> _KEY_BITS) << _DOC_SHIFT | term, tfs, counts.astype(np.int64).tolist()
 
 
 def merge(

@@ -18,7 +18,7 @@ from pathlib import Path
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
-from recalld.daemon.index.tokenizer import tokenize
+from recalld.daemon.index.tokenizer import tokenize_split
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
 # reading it whole on every save would stall its workspace.
@@ -111,7 +111,8 @@ def prepare_files(
     shared state, so it runs in worker threads or worker processes alike."""
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel))
              for rel in rels]
-    slab, terms = Slab.local([tokenize(c.index_text) for f in files for c in f.chunks])
+    split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
+    slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split])
     return PreparedBatch(files, terms, slab)
 
 

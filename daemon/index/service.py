@@ -137,7 +137,10 @@ class WorkspaceIndex:
             known=lambda: self.state.known(),
             config=watcher_config
             or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s,
-                             reconcile_before_ready=False),
+                             reconcile_before_ready=False,
+                             # One call for a whole reconcile: ``apply_paths`` pipelines
+                             # its own batches, and every call drains the pipeline.
+                             apply_batch_max=1 << 30),
             limiter=cpu,
         )
         self.load_report: LoadReport | None = None
