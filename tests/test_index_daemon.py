@@ -275,6 +275,27 @@ def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
     assert daemon.call("memory.search", {"agent_id": "default", "query": "x"})["results"] == []
 
 
+def test_a_first_build_is_committed_once_at_its_end(daemon_factory: Any,
+                                                   tmp_path: Path) -> None:
+    # Three applies (1024 + 1024 + 52 files); with a 50 ms persist delay each would be
+    # committed on its own if the persist loop did not wait for the pass to end.
+    root = tmp_path / "many"
+    body = " ".join(f"term{j} 记忆{j % 97}" for j in range(300))  # long enough to take time
+    for i in range(2100):
+        write(root, f"memory/2026-05-{i % 28 + 1:02d}/n{i}.md", f"# N{i}\n\nword{i} {body}\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n')
+    d.call("index.sync", {"agent_id": "w"})
+    deadline = time.monotonic() + 60
+    while True:
+        status = d.call("daemon.status")
+        index = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
+        if index["last_commit"]:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (index["last_commit"]["files"], index["last_commit"]["generation"]) == (2100, 1)
+
+
 def test_large_workspace_is_built_in_worker_processes(daemon: Any, tmp_path: Path) -> None:
     root = tmp_path / "big"
     for i in range(600):

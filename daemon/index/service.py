@@ -82,6 +82,7 @@ INLINE_READ_MAX_CHUNKS = 20_000
 # Commits of at least this many chunks hand freed buffers back to the system afterwards.
 TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
+BUSY_COMMIT_MAX_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,8 @@ class WorkspaceIndex:
         self._commit_lock = trio.Lock()
         self._dirty = trio.Event()
         self._changes = 0  # applied changes not yet committed
+        self._big_passes = 0  # apply_paths calls of POOL_MIN_FILES+ files under way
+        self._passes_done = trio.Event()  # set (and replaced) when the last one ends
         # Set once the loaded state's deferred checksums passed (or it was replaced):
         # nothing derived from unchecked bytes may be saved before.
         self._checked = trio.Event()
@@ -218,7 +221,17 @@ class WorkspaceIndex:
         files instead of one per small batch.
         """
         ordered = sorted(paths)
-        await self._apply_sorted(ordered)
+        big = len(ordered) >= POOL_MIN_FILES
+        if big:
+            self._big_passes += 1
+        try:
+            await self._apply_sorted(ordered)
+        finally:
+            if big:
+                self._big_passes -= 1
+                if not self._big_passes:
+                    self._passes_done.set()
+                    self._passes_done = trio.Event()
         if len(ordered) >= APPLY_BATCH:  # a first build's token lists are garbage now
             await trio.to_thread.run_sync(memtrim.trim)
 
@@ -355,6 +368,13 @@ class WorkspaceIndex:
             # writing state: a commit that took 1 s waits 5 s before the next one.
             took = (self.last_commit or {}).get("duration_s", 0.0)
             await trio.sleep(max(self._persist_delay_s, 5 * took))
+            if self._big_passes:
+                # A first build or a large reconcile: a commit now would write state
+                # that is stale in seconds (at 100k chunks a commit costs ~4 s of CPU
+                # the pass needs). Wait for its end, but save at least every
+                # BUSY_COMMIT_MAX_S so a crash late in a long pass loses little.
+                with trio.move_on_after(BUSY_COMMIT_MAX_S):
+                    await self._passes_done.wait()
             try:
                 await self._commit()
                 backoff = 1.0
