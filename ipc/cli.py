@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_ops, errors
+from recalld.ipc import cli_memory, cli_ops, errors
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         svc = add(name, f"{what} the systemd user units")
         svc.add_argument("--write-only", action="store_true",
                          help="only touch the unit files; run no systemctl command")
+    cli_memory.add_parsers(sub, common)
     cli_ops.add_parsers(sub, common)
     return parser
 
@@ -334,6 +335,7 @@ _HANDLERS: dict[str, Handler] = {
     "search": _search,
     "reindex": _job("reindex"),
     "dream": _dream,
+    **cli_memory.HANDLERS,  # jobs, inbox, note
     **cli_ops.HANDLERS,  # backup, verify, compact, metrics, doctor, and status's human form
 }
 

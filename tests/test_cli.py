@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from conftest import DaemonFactory, DaemonHandle
+
+from recalld.daemon.memory.inbox import Inbox
 
 SCRIPT = Path(sys.executable).parent / "recalld"
 
@@ -143,6 +146,48 @@ def test_search_and_reindex(daemon: DaemonHandle) -> None:
     assert proc.returncode == 0 and "succeeded" in proc.stdout, proc.stderr
     submitted = as_json(recalld("reindex", "--no-wait", "--json", env=daemon.env))
     assert submitted["job_id"]
+
+
+def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    # An item as a job that changed memory leaves it, written by the daemon's own class.
+    inbox = Inbox(root / "mem_metadata" / "inbox" / "inbox.jsonl", "w", publish=None,
+                  push_enabled=lambda: True)
+
+    async def push() -> None:
+        await inbox.open()
+        await inbox.push("auto_dream", "2 nodes refined", ["digest/wiki/vpn.md"])
+
+    trio.run(push)
+    daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    env = daemon.env
+
+    proc = recalld("note", "the office VPN says ECONNREFUSED", "--agent", "w", env=env)
+    assert proc.returncode == 0 and "searchable now" in proc.stdout, proc.stderr
+    found = as_json(recalld("search", "ECONNREFUSED", "--agent", "w", "--json", env=env))
+    assert [r["path"] for r in found["results"]] == [proc.stdout.split()[-3]]
+    assert_one_line_error(recalld("note", "-", "--agent", "w", env=env), 1)  # empty stdin
+
+    job_id = as_json(recalld("reindex", "--agent", "w", "--no-wait", "--json", env=env))["job_id"]
+    job = as_json(recalld("jobs", "get", job_id, "--agent", "w", "--json", env=env))
+    assert job["kind"] == "reindex" and job["state"] in ("queued", "running", "succeeded")
+    listed = recalld("jobs", "list", "--agent", "w", env=env)
+    assert listed.returncode == 0 and job_id in listed.stdout and "reindex" in listed.stdout
+    cancelled = as_json(recalld("jobs", "cancel", job_id, "--agent", "w", "--json", env=env))
+    assert cancelled["state"] in ("cancelled", "succeeded")
+    assert_one_line_error(recalld("jobs", "get", "no-such-job", "--agent", "w", env=env), 1)
+
+    shown = recalld("inbox", "list", "--agent", "w", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "auto_dream" in shown.stdout and "2 nodes refined" in shown.stdout
+    assert "- digest/wiki/vpn.md" in shown.stdout
+    assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 1)  # nothing named
+    acked = recalld("inbox", "ack", "--all", "--agent", "w", env=env)
+    assert "marked 1 item(s) seen" in acked.stdout, acked.stderr
+    assert recalld("inbox", "list", "--agent", "w", env=env).stdout == "inbox empty\n"
+    assert "(seen)" in recalld("inbox", "list", "--all", "--agent", "w", env=env).stdout
+    unknown = recalld("inbox", "ack", "nope", "--agent", "w", env=env)
+    assert "marked 0 item(s) seen; unknown: nope" in unknown.stdout
 
 
 def test_dream_answers_or_fails_in_one_line(daemon: DaemonHandle) -> None:

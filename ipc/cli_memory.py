@@ -1,0 +1,151 @@
+"""Memory and job commands of the ``recalld`` CLI: ``jobs``, ``inbox``, ``note``.
+
+:func:`add_parsers` adds the subcommands to the main parser; :data:`HANDLERS` maps each to
+its handler (client, namespace, out, as_json) -> exit status, as in ``cli_ops``. Errors
+raise :mod:`recalld.ipc.errors` exceptions, which the main ``run`` turns into one line and
+an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+from recalld.ipc import errors
+from recalld.ipc.client import Client
+from recalld.ipc.render import print_json, table
+
+DEFAULT_AGENT = "default"
+EXIT_OK = 0
+Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``jobs``, ``inbox`` and ``note`` to ``sub`` (the main parser's subparsers)."""
+
+    def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_, description=help_, parents=[common])
+        return parser
+
+    jobs = add(sub, "jobs", "list, show or cancel jobs (reindex, auto_dream, ...)")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    listing = add(jobs_sub, "list", "jobs of one agent, or of all (oldest first)")
+    listing.add_argument("--agent", help="only this agent's jobs (default: all)")
+    for name, help_ in (("get", "one job: state, progress, result, error"),
+                        ("cancel", "stop a queued or running job")):
+        p = add(jobs_sub, name, help_)
+        p.add_argument("job_id")
+        p.add_argument("--agent", default=DEFAULT_AGENT)
+
+    inbox = add(sub, "inbox", "memory changes made for an agent, and marking them seen")
+    inbox_sub = inbox.add_subparsers(dest="inbox_command", required=True, metavar="ACTION")
+    show = add(inbox_sub, "list", "items not yet marked seen (oldest first)")
+    show.add_argument("--agent", default=DEFAULT_AGENT)
+    show.add_argument("--all", action="store_true", help="seen items too")
+    show.add_argument("--since", metavar="ID|TIME", help="after an item id or ISO-8601 time")
+    ack = add(inbox_sub, "ack", "mark items as seen")
+    ack.add_argument("ids", nargs="*", metavar="ID")
+    ack.add_argument("--agent", default=DEFAULT_AGENT)
+    ack.add_argument("--all", action="store_true", help="every item not yet seen")
+
+    note = add(sub, "note", "append to an agent's note of the day (text, or stdin with -)")
+    note.add_argument("content", help="Markdown text; - reads it from stdin")
+    note.add_argument("--agent", default=DEFAULT_AGENT)
+    note.add_argument("--name", help="the note's file name (default agent-notes)")
+    note.add_argument("--session", dest="session_id", help="session id (default agent-notes)")
+
+
+# -------------------------------------------------------------------------------- jobs
+
+
+def _progress(job: Mapping[str, Any]) -> str:
+    p = job.get("progress") or {}
+    if p.get("total"):
+        return f"{p.get('done', 0)}/{p['total']}"
+    return str(p.get("message") or "-")
+
+
+def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    action = ns.jobs_command
+    if action == "list":
+        jobs = [dict(j) for j in client.jobs_list(ns.agent)]
+        if as_json:
+            print_json(out, jobs)
+        elif not jobs:
+            out.write("no jobs\n")
+        else:
+            for j in jobs:
+                j["progress"] = _progress(j)
+            out.write(table(jobs, ("job_id", "agent_id", "kind", "state", "progress",
+                                   "submitted_at", "finished_at")))
+        return EXIT_OK
+    if action == "get":
+        job = dict(client.jobs_get(ns.agent, ns.job_id))
+    else:
+        job = dict(client.jobs_cancel(ns.agent, ns.job_id))
+    if as_json:
+        print_json(out, job)
+        return EXIT_OK
+    out.write(f"{job['job_id']}  {job.get('kind')}  {job.get('state')}  "
+              f"progress {_progress(job)}\n")
+    if job.get("error"):
+        out.write(f"error: {job['error']}\n")
+    if job.get("result") is not None:
+        print_json(out, job["result"])
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------- inbox
+
+
+def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.inbox_command == "list":
+        items = client.inbox_list(ns.agent, since=ns.since, include_acked=ns.all)
+        if as_json:
+            print_json(out, items)
+        elif not items:
+            out.write("inbox empty\n")
+        else:
+            for item in items:
+                seen = "  (seen)" if item.get("acked") else ""
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(item["time"])))
+                out.write(f"{item['id']}  {when}  {item.get('kind')}{seen}\n"
+                          f"  {item.get('summary') or ''}\n")
+                out.writelines(f"  - {path}\n" for path in item.get("changes") or ())
+        return EXIT_OK
+    ids = list(ns.ids)
+    if ns.all:
+        ids += [item["id"] for item in client.inbox_list(ns.agent)]
+    if not ids:
+        raise errors.InvalidParams("name the items to mark seen, or pass --all")
+    result = client.inbox_ack(ns.agent, ids)
+    if as_json:
+        print_json(out, result)
+    else:
+        out.write(f"marked {len(result.get('acked') or [])} item(s) seen")
+        unknown = result.get("unknown") or []
+        out.write(f"; unknown: {', '.join(unknown)}\n" if unknown else "\n")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------------- note
+
+
+def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    content = sys.stdin.read() if ns.content == "-" else ns.content
+    if not content.strip():
+        raise errors.InvalidParams("the note is empty")
+    result = client.add_note(ns.agent, content, session_id=ns.session_id, name=ns.name)
+    if as_json:
+        print_json(out, result)
+    else:
+        verb = "created" if result.get("created") else "appended to"
+        out.write(f"{verb} {result['path']} (searchable now)\n")
+    return EXIT_OK
+
+
+HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note}
