@@ -376,6 +376,19 @@ class BM25Index:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         if len(row_parts) == 1:
             cand, scores = row_parts[0], weight_parts[0]
+        elif sum(len(r) for r in row_parts) * 4 < len(self._row_keys):
+            # Few postings against many rows: sort them rather than sweep an array as long
+            # as the index (1,500 postings: 41 -> 32 us at 13.7k rows, 218 -> 32 us at 82k;
+            # 200 postings: 38 -> 9 us). Each row's sum adds the same terms; numpy groups
+            # them differently, so a score may differ from bincount's in the last bit.
+            rows = np.concatenate(row_parts)
+            order = np.argsort(rows, kind="stable")
+            rows, weights = rows[order], np.concatenate(weight_parts)[order]
+            first = np.empty(len(rows), dtype=np.bool_)
+            first[0] = True
+            np.not_equal(rows[1:], rows[:-1], out=first[1:])
+            starts = np.flatnonzero(first)
+            cand, scores = rows[starts], np.add.reduceat(weights, starts)
         else:
             acc: npt.NDArray[np.float64] = np.bincount(
                 np.concatenate(row_parts), weights=np.concatenate(weight_parts),
