@@ -184,6 +184,14 @@ class LinkGraph:
         return [lk for src in sorted(self._in.get(path, ())) for lk in self._out[src]
                 if lk.dst == path]
 
+    def linked(self, path: str) -> set[str]:
+        """Files one hop from ``path`` along edges in either direction (``path`` excluded);
+        what ``neighbours(path, 1)`` finds, without the ordering."""
+        out = {lk.dst for lk in self._out.get(path, ())}
+        out.update(self._in.get(path, ()))
+        out.discard(path)
+        return out
+
     def neighbours(self, path: str, depth: int = 1) -> dict[str, int]:
         """Files within ``depth`` hops along edges in either direction -> their distance.
 

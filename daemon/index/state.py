@@ -179,7 +179,8 @@ class IndexState:
                                    allowed=None if allowed is None else allowed.__contains__)
 
     def neighbours(self, path: str) -> list[str]:
-        return sorted(p for p in self.graph.neighbours(path, 1) if p != path and p in self.files)
+        files = self.files
+        return sorted(p for p in self.graph.linked(path) if p in files)
 
     # -- writing ---------------------------------------------------------------------
 
