@@ -499,4 +499,5 @@ def _top_k(keys: I64, scores: npt.NDArray[np.float64], limit: int) -> list[tuple
         sel = scores >= kth
         keys, scores = keys[sel], scores[sel]
     order = np.lexsort((keys, -scores))[:limit]
-    return [(int(k), float(s)) for k, s in zip(keys[order], scores[order], strict=True)]
+    # tolist() converts in C: a third of the function's time at 50 hits.
+    return list(zip(keys[order].tolist(), scores[order].tolist(), strict=True))
