@@ -172,3 +172,16 @@ def test_bare_links_resolve_against_files_of_a_loaded_index(tmp_path: Path) -> N
                                 digests={})])
     assert loaded.neighbours("memory/2026-07-01/n.md") == ["digest/wiki/trains.md"]
     assert loaded.neighbours("digest/wiki/trains.md") == ["memory/2026-07-01/n.md"]
+
+
+def test_metadata_is_parsed_on_use_and_can_be_stored_again() -> None:
+    meta = {"name": "Commute", "tags": ["travel"], "starts_with_heading": True}
+    table = ChunkTable()
+    table.add(1, "memory/2026-07-23/commute.md", 1, 3, "train to Zurich", "Commute", meta)
+    chunk = table[1]
+    assert chunk.metadata == meta and dict(chunk.metadata) == meta and len(chunk.metadata) == 3
+    assert chunk.to_record()["metadata"] == {**meta, "heading": "Commute", "key": 1}
+    other = ChunkTable()  # a chunk read from one table goes into another unchanged
+    other.add(7, chunk.path, chunk.start_line, chunk.end_line, chunk.text, chunk.heading,
+              chunk.metadata)
+    assert dict(other[7].metadata) == meta

@@ -78,6 +78,34 @@ class StoredChunk:
         )
 
 
+class _Metadata(Mapping[str, Any]):
+    """A chunk's metadata, parsed from its stored JSON on first use."""
+
+    __slots__ = ("_parsed", "_raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._parsed: dict[str, Any] | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        if self._parsed is None:
+            value = orjson.loads(self._raw)
+            self._parsed = value if isinstance(value, dict) else {}
+        return self._parsed
+
+    def __getitem__(self, name: str) -> Any:
+        return self._dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
 class ChunkTable(Mapping[int, StoredChunk]):
     """Doc key -> chunk, stored column-wise (see the module docstring)."""
 
@@ -164,7 +192,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._blob += t
         self._blob += h
         if metadata:
-            self._blob += orjson.dumps(metadata)
+            self._blob += orjson.dumps(metadata if isinstance(metadata, dict) else dict(metadata))
         self._keys.append(key)
         self._ids.append(int(chunk_id(path, start_line, end_line, text), 16))
         self._path.append(pid)
@@ -292,14 +320,15 @@ class ChunkTable(Mapping[int, StoredChunk]):
             raise KeyError(key)
         return bisect_left(self._keys, key)
 
-    def _fields(self, row: int) -> tuple[str, str, dict[str, Any]]:
+    def _fields(self, row: int) -> tuple[str, str, Mapping[str, Any]]:
         a, b = self._off[row], self._off[row + 1]
         t = a + self._text_len[row]
         h = t + self._head_len[row]
         data = self._bytes(a, b)
-        meta = orjson.loads(data[h - a:]) if b > h else {}
+        # Searches never look at the metadata: parse it when something does.
+        meta: Mapping[str, Any] = _Metadata(bytes(data[h - a:])) if b > h else {}
         return (str(data[:t - a], "utf-8", "replace"), str(data[t - a:h - a], "utf-8", "replace"),
-                meta if isinstance(meta, dict) else {})
+                meta)
 
     def _bytes(self, a: int, b: int) -> memoryview | bytearray:
         nb = len(self._base)
