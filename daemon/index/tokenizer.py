@@ -24,6 +24,10 @@ Measured with our BM25 (tests/bench/quality_lexical.py), nDCG@10:
   in the index 0.984 (kept: single-character queries must find something).
 - Throughput on one core (best of 8 on a busy 2-core machine): SciFact 0.8M tokens/s (7M
   characters/s), CMRC 2018 2.8M characters/s.
+
+Index-time counting in bulk (worker processes) uses ``tokenize_split``: the same terms, with
+CJK runs handed over whole so ``postings.Slab.local`` counts their characters and pairs in
+numpy instead of making a string of each (most tokens of Chinese text are those).
 """
 
 from __future__ import annotations
