@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +303,29 @@ def test_size_only_load_defers_checksums_to_the_reader(tmp_path: Path) -> None:
     assert "bm25" in gen.corrupt
     with pytest.raises(CorruptState):
         gen.verify("bm25")
+
+
+def test_deferred_checksums_are_checked_later(tmp_path: Path) -> None:
+    store = two_generations(tmp_path)
+    path = store.state_dir / "bm25.g000002.arr"
+    data = bytearray(path.read_bytes())
+    (header_len,) = struct.unpack_from("<I", data, 12)
+    (entry,) = orjson.loads(bytes(data[48:48 + header_len]))["arrays"]
+    data[entry["offset"]] ^= 0x01  # array bytes: header, layout and size stay valid
+    path.write_bytes(bytes(data))
+    gen = make_store(tmp_path).open(defer=("bm25",))
+    assert gen is not None and gen.number == 2 and gen.ok and gen.deferred == {"bm25"}
+    assert "p" in gen.map_arrays("bm25").arrays  # served before its checksum is known
+    assert gen.verify_deferred() == {"bm25": "checksum mismatch"}
+    assert gen.corrupt == {"bm25": "checksum mismatch"} and not gen.deferred
+    # A deferred file that cannot be read at all counts as damaged too.
+    gen = make_store(tmp_path).open(defer=("chunks",))
+    assert gen is not None
+    chunks_path = gen.path("chunks")
+    chunks_path.unlink()
+    chunks_path.mkdir()  # opening it now fails with EISDIR, not "missing"
+    bad = gen.verify_deferred()
+    assert list(bad) == ["chunks"] and bad["chunks"].startswith("unreadable")
 
 
 def test_no_valid_manifest_means_rebuild(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from recalld.daemon.store import arrays as arrays_mod
 from recalld.daemon.store import records as records_mod
-from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import FileEntry, read_verified, verify_file
 
 _T = TypeVar("_T")
@@ -74,6 +74,8 @@ class Generation:
                 self.verify(logical)
             except CorruptState as exc:
                 bad[logical] = exc.reason
+            except StorageError as exc:  # unreadable (EIO): as untrustworthy as damaged
+                self.corrupt[logical] = bad[logical] = f"unreadable: {exc}"
         self.deferred.clear()
         return bad
 
