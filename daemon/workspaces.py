@@ -6,6 +6,9 @@ per-workspace services registered with :meth:`WorkspaceRegistry.add_service` (in
 cataloger, job runner, ...) in registration order with ``nursery.start``, so a workspace
 is ``ready`` only once all of them can serve.
 
+While open, a workspace holds an exclusive ``flock`` on ``<metadata_dir>/recalld.lock``, so
+a second daemon (another data directory) cannot serve the same directory at once.
+
 Closing a workspace cancels its nursery and waits for the services to finish their
 shielded cleanup. Cancelling the registry closes every workspace the same way. A
 service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
@@ -25,9 +28,12 @@ import trio
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
-from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
+from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
 
 log = logging.getLogger(__name__)
+
+LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
 State = Literal["opening", "ready", "closing", "closed", "failed"]
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -133,9 +139,22 @@ class Workspace:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Create the directories, start every service, serve until cancelled."""
+        """Create the directories, lock the workspace, start every service, serve until
+        cancelled."""
+        # One daemon per workspace directory: a second one (another data dir, or the same
+        # path opened under two agent ids) would write the same derived state.
+        lock = FileLock(self.root / self.settings.metadata_dir / LOCK_NAME,
+                        f"workspace {self.root}")
         try:
             await trio.to_thread.run_sync(self._create_directories)
+            try:
+                await trio.to_thread.run_sync(lock.acquire)
+            except AlreadyServing as exc:
+                raise AlreadyRunning(f"{exc}; one recalld serves a workspace at a time"
+                                     ) from None
+            except OSError as exc:
+                raise InvalidParams(f"cannot lock workspace {self.root}: {exc.strerror}"
+                                    ) from None
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
@@ -146,6 +165,7 @@ class Workspace:
                     task_status.started()
                     await trio.sleep_forever()
         finally:
+            lock.release()
             if self.state != "failed":
                 self.state = "closed"
             self._finished.set()

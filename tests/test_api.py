@@ -247,6 +247,21 @@ def test_workspace_methods(daemon: DaemonHandle, tmp_path: Path) -> None:
     assert {"server", "events"} <= set(status["queues"])
 
 
+def test_one_daemon_per_workspace_directory(daemon_factory: DaemonFactory,
+                                            tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    first = daemon_factory(f'[workspaces.a]\npath = "{shared}"\n')
+    assert first.call("workspace.open", {"agent_id": "a"})["state"] == "ready"
+    # Another daemon (its own data dir) would write the same derived state.
+    second = daemon_factory()
+    with pytest.raises(errors.AlreadyRunning, match=f"pid {first.pid}"):
+        second.call("workspace.open", {"agent_id": "a", "path": str(shared)})
+    assert second.call("daemon.ping")  # the refusal leaves the daemon serving
+    first.call("workspace.close", {"agent_id": "a"})
+    assert second.call("workspace.open", {"agent_id": "a", "path": str(shared)})[
+        "state"] == "ready"
+
+
 def test_memory_read_is_confined(daemon: DaemonHandle, tmp_path: Path) -> None:
     root = Path(daemon.call("workspace.list")["workspaces"][0]["path"])
     (root / "memory" / "2026-07-23").mkdir(parents=True)
