@@ -396,19 +396,23 @@ class WorkspaceIndex:
 
     async def _commit_once(self) -> None:
         await self._checked.wait()
-        async with self._lock:
-            self._dirty = trio.Event()
-            changes, self._changes = self._changes, 0
-            snap = await trio.to_thread.run_sync(
-                partial(snapshot, self.state, saved_stamp=self.store.saved_vectors,
-                        tmp_dir=self.store.store.state_dir))
-        started = time.monotonic()
-        try:
-            number = await trio.to_thread.run_sync(self.store.save, snap, limiter=self._cpu)
-        except BaseException:
-            self._changes += changes
-            self._mark_dirty()
-            raise
+        # The CPU slot is taken before the snapshot, not only for the save: after a first
+        # build of many workspaces, every one of them commits at once, and snapshots
+        # waiting for a slot would each hold a copy of their chunk text meanwhile.
+        async with self._cpu:
+            async with self._lock:
+                self._dirty = trio.Event()
+                changes, self._changes = self._changes, 0
+                snap = await trio.to_thread.run_sync(
+                    partial(snapshot, self.state, saved_stamp=self.store.saved_vectors,
+                            tmp_dir=self.store.store.state_dir))
+            started = time.monotonic()
+            try:
+                number = await trio.to_thread.run_sync(self.store.save, snap)
+            except BaseException:
+                self._changes += changes
+                self._mark_dirty()
+                raise
         self.persist_error = None
         self.last_commit = {
             "generation": number, "time": time.time(),
