@@ -191,6 +191,8 @@ class WorkspaceIndex:
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
         corrupt = await trio.to_thread.run_sync(self.store.verify_deferred, limiter=self._cpu)
+        # Hashing streamed the files through short-lived buffers; hand them back.
+        await trio.to_thread.run_sync(memtrim.trim)
         if corrupt:
             log.warning("%s: derived state failed its checksums (%s); loading again",
                         self.ws.agent_id, corrupt)
