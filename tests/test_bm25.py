@@ -289,3 +289,22 @@ def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
     assert bulk.lens == plain.lens == [len(tokenize(t)) for t in texts]
     assert _slab_counts(bulk, bulk_terms) == _slab_counts(plain, plain_terms)
     assert sorted(bulk_terms) == sorted(plain_terms)
+
+
+def test_a_loaded_vocabulary_stays_bytes_until_used() -> None:
+    # An idle workspace keeps no term dict: stats, saving and adopting do not build it;
+    # the first search does, and answers as the original index.
+    docs = {i: tokenize(t) for i, t in enumerate(
+        ["deploy the server", "数据库 迁移 服务器", "ECONNREFUSED on deploy", "coffee"], 1)}
+    built = BM25Index()
+    built.add_many(docs.items())
+    saved = {k: np.array(v) for k, v in built.to_arrays().items()}
+    loaded = BM25Index.from_arrays(saved, built.meta())
+    again = loaded.to_arrays()
+    assert all(np.array_equal(saved[k], again[k]) for k in saved)
+    assert loaded.stats()["terms"] == built.stats()["terms"] == loaded.meta()["terms"]
+    loaded.adopt_main(saved)
+    assert loaded._table is None
+    for query in (["deploy"], tokenize("数据库 迁移"), ["econnrefused"], ["absent"]):
+        assert loaded.search(query, 5) == built.search(query, 5)
+    assert loaded._table is not None and len(loaded._table) == built.stats()["terms"]

@@ -69,7 +69,12 @@ class BM25Index:
         self.k1 = float(k1)
         self.b = float(b)
         # Term -> id; its insertion order is id order (the term list, without a list).
-        self._term_ids: postings.TermTable = postings.term_table()
+        # After a load it stays the saved (blob, offsets) until something needs it: a
+        # workspace that is neither searched nor written keeps no dict and no strings
+        # (about 2 MB for 50k terms).
+        self._table: postings.TermTable | None = postings.term_table()
+        self._saved_terms: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
+        self._n_saved_terms = 0
         self._main_gen = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -93,6 +98,25 @@ class BM25Index:
         return isinstance(key, int) and 0 <= key <= _MAX_KEY and key in self._live
 
     @property
+    def _term_ids(self) -> postings.TermTable:
+        if self._table is None:
+            assert self._saved_terms is not None
+            blob, offsets = self._saved_terms
+            terms = postings.load_terms({"terms_blob": blob, "terms_offsets": offsets},
+                                        unique=False)  # checked when loaded
+            # Interned: workspaces of one daemon share one string per common term.
+            self._table = postings.term_table([sys.intern(t) for t in terms])
+            self._saved_terms = None
+        return self._table
+
+    @_term_ids.setter
+    def _term_ids(self, table: postings.TermTable) -> None:
+        self._table, self._saved_terms = table, None
+
+    def _n_terms(self) -> int:
+        return len(self._table) if self._table is not None else self._n_saved_terms
+
+    @property
     def live(self) -> BitMap:
         """The live document keys (a copy: callers may combine it freely)."""
         return BitMap(self._live)
@@ -100,7 +124,7 @@ class BM25Index:
     def stats(self) -> dict[str, int]:
         return {
             "docs": len(self._live), "main_rows": len(self._row_keys), "dead_rows": self._n_dead,
-            "delta_docs": len(self._delta_docs), "terms": len(self._term_ids),
+            "delta_docs": len(self._delta_docs), "terms": self._n_terms(),
             "postings": len(self._rows), "merges": self.merges,
         }
 
@@ -269,7 +293,7 @@ class BM25Index:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
-        seg = postings.load_segment(arrays, len(self._term_ids))
+        seg = postings.load_segment(arrays, self._n_terms())
         if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
                 len(self._indptr), len(self._rows), len(self._row_keys)):
             raise ValueError("saved keyword index does not match the one in memory")
@@ -403,7 +427,7 @@ class BM25Index:
         """JSON-able parameters and counters that go with ``to_arrays``."""
         return {
             "format": FORMAT, "version": VERSION, "k1": self.k1, "b": self.b,
-            "docs": len(self._live), "total_len": self._total_len, "terms": len(self._term_ids),
+            "docs": len(self._live), "total_len": self._total_len, "terms": self._n_terms(),
         }
 
     def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
@@ -413,8 +437,13 @@ class BM25Index:
         never write into them). The delta is exported as its own small doc-major CSR, so
         persisting does not force a merge.
         """
-        delta = Slab.from_counts(self._delta_docs, self._term_ids)
-        blob, offsets = postings.terms_to_arrays(list(self._term_ids))
+        if self._table is None and not self._delta_docs:
+            assert self._saved_terms is not None
+            delta = Slab.from_counts({}, postings.term_table())
+            blob, offsets = self._saved_terms  # unchanged since they were loaded
+        else:
+            delta = Slab.from_counts(self._delta_docs, self._term_ids)
+            blob, offsets = postings.terms_to_arrays(list(self._term_ids))
         d_indptr = np.zeros(len(delta.lens) + 1, dtype=np.int64)
         np.cumsum(delta.nterms, out=d_indptr[1:])
         return {
@@ -443,13 +472,15 @@ class BM25Index:
         return index
 
     def _load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
-        terms = postings.load_terms(arrays, unique=False)  # term_table refuses duplicates
+        terms = postings.load_terms(arrays)  # decoded and checked now, kept only as bytes
         seg = postings.load_segment(arrays, len(terms))
         alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
-        terms = [sys.intern(t) for t in terms]  # shared with other workspaces' terms
-        self._term_ids = postings.term_table(terms)
+        self._table = None
+        self._saved_terms = (postings.array(arrays, "terms_blob", np.uint8),
+                             postings.array(arrays, "terms_offsets", np.int64))
+        self._n_saved_terms = len(terms)
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)
