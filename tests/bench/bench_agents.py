@@ -16,7 +16,9 @@ for time to READY, memory and idle search again:
   returned for every workspace;
 - memory once ready: the sum over the setup's processes, and every process below them
   (the daemons' indexing worker processes during and after a first build), of PSS
-  (``/proc/<pid>/smaps_rollup``, shared pages split fairly) and of VmRSS;
+  (``/proc/<pid>/smaps_rollup``, shared pages split fairly) and of VmRSS; taken right
+  after READY (``right_after_ready``, while first builds are still being saved) and once
+  every workspace has committed what it indexed (``commit_wait_s``), which the ratios use;
 - search latency in workspace 1 while workspace 0 reindexes (``jobs.submit reindex``,
   resubmitted until enough samples), and without a reindex, as p50 / p99 / max of the
   client-side round trip.
@@ -162,6 +164,24 @@ def wait_ready(daemon: Daemon, started: float) -> dict[str, float]:
                         raise
                     time.sleep(0.05)
     return {"ping_s": ping_s, "ready_s": time.monotonic() - started}
+
+
+def wait_committed(daemons: Sequence[Daemon], timeout_s: float = 600.0) -> float:
+    """Seconds until every workspace has saved what it indexed (its index reports a commit
+    and no uncommitted changes): memory is compared in that steady state, not while the
+    first builds' state is being written."""
+    t0 = time.monotonic()
+    for daemon in daemons:
+        with Client(daemon.socket_path, timeout_s=60) as c:
+            while time.monotonic() - t0 < timeout_s:
+                status = c.status()
+                indexes = [w.get("index") or {} for w in status.get("workspaces", [])
+                           if w.get("agent_id") in daemon.agents]
+                if all(i.get("last_commit") and not i.get("uncommitted_changes")
+                       for i in indexes):
+                    break
+                time.sleep(0.2)
+    return round(time.monotonic() - t0, 3)
 
 
 def _with_descendants(pids: Sequence[int]) -> list[int]:
@@ -311,6 +331,8 @@ def run_setup(kind: str, base: Path, roots: Sequence[Path], notes: int,
         return next(d for d in daemons if agent in d.agents)
 
     with running(daemons):
+        out["right_after_ready"] = memory_mb(daemons)
+        out["commit_wait_s"] = wait_committed(daemons)
         idle = search_latency(owner(searcher), searcher, queries, samples, None, None)
         out.update({**memory_mb(daemons), "search_idle": idle})
         log(f"{kind}: pss {out['pss_mb']} MB, idle search p99 {idle['p99_ms']} ms")
