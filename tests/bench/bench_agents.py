@@ -18,7 +18,8 @@ for time to READY, memory and idle search again:
   (the daemons' indexing worker processes during and after a first build), of PSS
   (``/proc/<pid>/smaps_rollup``, shared pages split fairly) and of VmRSS; taken right
   after READY (``right_after_ready``, while first builds are still being saved) and once
-  every workspace has committed what it indexed (``commit_wait_s``), which the ratios use;
+  every workspace has committed what it indexed and the indexing workers have stopped
+  (``commit_wait_s``), which the ratios use;
 - search latency in workspace 1 while workspace 0 reindexes (``jobs.submit reindex``,
   resubmitted until enough samples), and without a reindex, as p50 / p99 / max of the
   client-side round trip.
@@ -168,8 +169,9 @@ def wait_ready(daemon: Daemon, started: float) -> dict[str, float]:
 
 def wait_committed(daemons: Sequence[Daemon], timeout_s: float = 600.0) -> float:
     """Seconds until every workspace has saved what it indexed (its index reports a commit
-    and no uncommitted changes): memory is compared in that steady state, not while the
-    first builds' state is being written."""
+    and no uncommitted changes) and every daemon's indexing worker processes have stopped
+    (30 s after their last batch): memory is compared in that steady state, not while the
+    first builds' state is being written or some setups still hold workers."""
     t0 = time.monotonic()
     for daemon in daemons:
         with Client(daemon.socket_path, timeout_s=60) as c:
@@ -177,8 +179,9 @@ def wait_committed(daemons: Sequence[Daemon], timeout_s: float = 600.0) -> float
                 status = c.status()
                 indexes = [w.get("index") or {} for w in status.get("workspaces", [])
                            if w.get("agent_id") in daemon.agents]
+                pool = (status.get("queues") or {}).get("prepare_pool") or {}
                 if all(i.get("last_commit") and not i.get("uncommitted_changes")
-                       for i in indexes):
+                       for i in indexes) and not pool.get("alive"):
                     break
                 time.sleep(0.2)
     return round(time.monotonic() - t0, 3)
