@@ -11,25 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from recalld.ipc import errors
+from recalld.ipc.cli_ops import DEFAULT_AGENT, EXIT_OK, Handler, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, table
-
-DEFAULT_AGENT = "default"
-EXIT_OK = 0
-Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``jobs``, ``inbox`` and ``note`` to ``sub`` (the main parser's subparsers)."""
 
     def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = parent.add_parser(
-            name, help=help_, description=help_, parents=[common])
-        return parser
+        return add_command(parent, common, name, help_)
 
     jobs = add(sub, "jobs", "list, show or cancel jobs (reindex, auto_dream, ...)")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")

@@ -27,13 +27,19 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
 
 
+def add_command(parent: Any, common: argparse.ArgumentParser, name: str,
+                help_: str) -> argparse.ArgumentParser:
+    """A subcommand of ``parent`` (a subparsers object) taking the ``common`` options."""
+    parser: argparse.ArgumentParser = parent.add_parser(
+        name, help=help_, description=help_, parents=[common])
+    return parser
+
+
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the operations subcommands to ``sub`` (the main parser's subparsers)."""
 
     def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = parent.add_parser(
-            name, help=help_, description=help_, parents=[common])
-        return parser
+        return add_command(parent, common, name, help_)
 
     bk = add(sub, "backup", "back up, verify, restore or roll back workspaces")
     bk_sub = bk.add_subparsers(dest="backup_command", required=True, metavar="ACTION")
