@@ -74,7 +74,6 @@ class BM25Index:
         # (about 2 MB for 50k terms).
         self._table: postings.TermTable | None = postings.term_table()
         self._saved_terms: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
-        self._n_saved_terms = 0
         self._main_gen = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -114,7 +113,10 @@ class BM25Index:
         self._table, self._saved_terms = table, None
 
     def _n_terms(self) -> int:
-        return len(self._table) if self._table is not None else self._n_saved_terms
+        if self._table is not None:
+            return len(self._table)
+        assert self._saved_terms is not None
+        return len(self._saved_terms[1]) - 1  # offsets: one more than terms
 
     @property
     def live(self) -> BitMap:
@@ -480,7 +482,6 @@ class BM25Index:
         self._table = None
         self._saved_terms = (postings.array(arrays, "terms_blob", np.uint8),
                              postings.array(arrays, "terms_offsets", np.int64))
-        self._n_saved_terms = len(terms)
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)

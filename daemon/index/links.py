@@ -203,8 +203,7 @@ class LinkGraph:
             cur = queue.popleft()
             if dist[cur] >= depth:
                 continue
-            nxt = {lk.dst for lk in self._out.get(cur, ())} | set(self._in.get(cur, ()))
-            for other in sorted(nxt):
+            for other in sorted(self.linked(cur)):
                 if other not in dist:
                     dist[other] = dist[cur] + 1
                     queue.append(other)

@@ -101,18 +101,12 @@ class Slab:
         # One C-level pass: a missing term gets the next id on first lookup.
         tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         lens = [len(toks) for toks in batch.values()]
-        docs = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        return cls._count(docs, tids, lens, list(batch), len(ids))
-
-    @classmethod
-    def _count(cls, docs: I64, tids: I64, lens: list[int], keys: list[int],
-               n_terms: int) -> Slab:
-        """The slab of tokens ``tids`` of documents ``docs`` (indexes into ``keys``)."""
-        n_terms = max(n_terms, 1)
+        n_docs, n_terms = len(lens), max(len(ids), 1)
+        docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
         pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
         return cls(
             (pairs % n_terms).astype(np.int32), counts.astype(np.float32),
-            np.bincount(pairs // n_terms, minlength=len(lens)).astype(np.int64), lens, keys,
+            np.bincount(pairs // n_terms, minlength=n_docs).astype(np.int64), lens, list(batch),
         )
 
     @classmethod

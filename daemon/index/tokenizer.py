@@ -186,8 +186,11 @@ def _cjk(run: str, out: list[str], *, unigrams: bool) -> None:
         out.extend(run)
 
 
-def _split(text: str) -> tuple[list[str], list[str]]:
-    """(terms of the words outside CJK runs, the CJK runs case-folded)."""
+def tokenize_split(text: str) -> tuple[list[str], list[str]]:
+    """``tokenize(text)`` in two parts, for counting in bulk: the terms outside CJK runs,
+    and the CJK runs case-folded, each of which stands for its every character and every
+    pair of neighbouring characters (``postings.Slab.local`` counts those without making
+    strings of them)."""
     # The hot path of cold builds: per-token work is kept to list comprehensions over the
     # regex's matches; text without CJK (most notes) uses a simpler, faster pattern, and ASCII
     # text also skips NFKC.
@@ -213,18 +216,10 @@ def _split(text: str) -> tuple[list[str], list[str]]:
 
 
 def _tokenize(text: str, *, unigrams: bool) -> list[str]:
-    out, runs = _split(text)
+    out, runs = tokenize_split(text)
     for run in runs:
         _cjk(run, out, unigrams=unigrams)
     return out
-
-
-def tokenize_split(text: str) -> tuple[list[str], list[str]]:
-    """``tokenize(text)`` in two parts, for counting in bulk: the terms outside CJK runs,
-    and the CJK runs, each of which stands for its every character and every pair of
-    neighbouring characters (``postings.Slab.local`` counts those without making strings
-    of them)."""
-    return _split(text)
 
 
 def tokenize(text: str) -> list[str]:
