@@ -24,6 +24,7 @@ import trio
 
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotAllowed
+from recalld.ipc.types import render_result
 
 EVERYONE = "*"
 MAX_WORKSPACES_PER_SEARCH = 64
@@ -66,15 +67,17 @@ def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]) -> 
     return [readable(registry, caller, name) for name in names]
 
 
-def _tag(hits: Iterable[dict[str, Any]], agent_id: str) -> list[dict[str, Any]]:
+def _tag(hits: Iterable[dict[str, Any]], agent_id: str,
+         hybrid: bool | None = None) -> list[dict[str, Any]]:
+    """Copies of ``hits`` naming ``agent_id``; with ``hybrid``, each with its text form
+    naming the workspace before the path (answers of several workspaces carry one per hit,
+    since their modes may differ)."""
     out = []
     for hit in hits:
         hit = dict(hit)
         hit["agent_id"] = agent_id
-        rendered = hit.get("rendered")
-        if isinstance(rendered, str) and rendered.startswith("========== "):
-            # Same text form, with the workspace named before the path.
-            hit["rendered"] = f"========== [{agent_id}] " + rendered[len("========== "):]
+        if hybrid is not None:
+            hit["rendered"] = render_result(hit, hybrid=hybrid, agent_id=agent_id)
         out.append(hit)
     return out
 
@@ -104,7 +107,8 @@ async def search_workspaces(
     expanded: list[dict[str, Any]] = []
     for ws in workspaces:
         answer = answers[ws.agent_id]
-        results.extend(_tag(answer.get("results", []), ws.agent_id))
+        results.extend(_tag(answer.get("results", []), ws.agent_id,
+                            hybrid=answer.get("mode") == "hybrid"))
         expanded.extend(_tag(answer.get("expanded", []), ws.agent_id))
     results.sort(key=lambda r: -float(r.get("score") or 0.0))
     results = results[:max_results]

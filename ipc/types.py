@@ -8,8 +8,8 @@ never breaks an older client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, overload
 
 
@@ -59,9 +59,34 @@ class JobInfo(TypedDict, total=False):
 JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 
+def render_result(hit: Mapping[str, Any], *, hybrid: bool, agent_id: str | None = None) -> str:
+    """The text form of one search hit, as QwenPaw documents it: a header, then the text.
+
+    ``========== memory/2026-07-23/commute.md:1-6 [score=3.1842] ==========`` (with
+    ``vector=`` and ``keyword=`` in hybrid mode, ``-`` for a missed branch, and the
+    workspace in brackets before the path when ``agent_id`` is given).
+    """
+    where = f"{hit['path']}:{hit['start_line']}-{hit['end_line']}"
+    if agent_id is not None:
+        where = f"[{agent_id}] {where}"
+    scores = f"score={hit['score']:.4f}"
+    if hybrid:
+        scores += f" vector={_fmt(hit['vector'])} keyword={_fmt(hit['keyword'])}"
+    return f"========== {where} [{scores}] ==========\n{hit['text']}"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """One hit of ``memory.search``; ``vector``/``keyword`` are None where a branch missed."""
+    """One hit of ``memory.search``; ``vector``/``keyword`` are None where a branch missed.
+
+    ``rendered`` is the hit's text form (:func:`render_result`): sent by the daemon for
+    hits of several workspaces, built here for the hits of one (the daemon sends that
+    text once, as the answer's ``rendered``). Neighbours from link expansion have none.
+    """
 
     path: str
     start_line: int
@@ -74,12 +99,14 @@ class SearchResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_wire(cls, obj: Any) -> SearchResult:
+    def from_wire(cls, obj: Any, *, hybrid: bool | None = None) -> SearchResult:
+        """``hybrid``: render the hit in that mode when the daemon sent no ``rendered``
+        (None: leave it empty)."""
         if not isinstance(obj, dict):
             raise TypeError(f"search result must be an object, got {type(obj).__name__}")
         known = {"path", "start_line", "end_line", "text", "score", "vector", "keyword",
                  "rendered"}
-        return cls(
+        hit = cls(
             path=str(obj.get("path", "")),
             start_line=int(obj.get("start_line", 0)),
             end_line=int(obj.get("end_line", 0)),
@@ -90,6 +117,12 @@ class SearchResult:
             rendered=str(obj.get("rendered", "")),
             extra={k: v for k, v in obj.items() if k not in known},
         )
+        if "rendered" in obj or hybrid is None:
+            return hit
+        text = render_result({"path": hit.path, "start_line": hit.start_line,
+                              "end_line": hit.end_line, "text": hit.text, "score": hit.score,
+                              "vector": hit.vector, "keyword": hit.keyword}, hybrid=hybrid)
+        return replace(hit, rendered=text)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,8 +156,9 @@ class SearchResponse:
         expanded: list[Any] = raw_expanded if isinstance(raw_expanded, list) else []
         known = {"results", "expanded", "rendered", "mode", "vector_hits", "keyword_hits",
                  "took_ms"}
+        hybrid = obj.get("mode") == "hybrid"
         return cls(
-            results=tuple(SearchResult.from_wire(r) for r in obj["results"]),
+            results=tuple(SearchResult.from_wire(r, hybrid=hybrid) for r in obj["results"]),
             expanded=tuple(SearchResult.from_wire(r) for r in expanded),
             rendered=str(obj.get("rendered") or ""),
             mode=str(obj.get("mode") or ""),

@@ -37,7 +37,7 @@ from recalld.ipc.protocol import (
     event_notification,
     result_response,
 )
-from recalld.ipc.types import SearchResult
+from recalld.ipc.types import SearchResult, render_result
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -164,14 +164,13 @@ class FakeDaemon:
             hits = [
                 {"path": f"memory/n{i}.md", "start_line": 1, "end_line": 3,
                  "text": params["query"], "score": 1.0 / (i + 1), "vector": None,
-                 "keyword": 2.5, "rendered": f"== memory/n{i}.md:1-3 ==\n{params['query']}",
-                 "links": []}
+                 "keyword": 2.5, "links": []}
                 for i in range(params.get("max_results", 5))
             ]
             linked = {"path": "digest/wiki/x.md", "start_line": 2, "end_line": 2, "text": "x",
                       "score": 0.0, "vector": None, "keyword": None}
             return {"results": hits, "expanded": [linked], "mode": "keyword",
-                    "rendered": "\n\n".join(h["rendered"] for h in hits),
+                    "rendered": "\n\n".join(render_result(h, hybrid=False) for h in hits),
                     "vector_hits": 0, "keyword_hits": len(hits), "took_ms": 0.5}
         raise errors.MethodNotFound(f"method not found: {method}")
 
@@ -227,7 +226,10 @@ def test_sync_typed_calls(fake: FakeDaemon) -> None:
     assert [r.path for r in results.expanded] == ["digest/wiki/x.md"]
     assert results.expanded[0].keyword is None and results.mode == "keyword"
     assert results.keyword_hits == 2 and results.vector_hits == 0 and results.took_ms == 0.5
-    assert results.rendered.startswith("== memory/n0.md:1-3 ==")
+    assert results.rendered.startswith("========== memory/n0.md:1-3 [score=1.0000] ======")
+    # The daemon sends the text form once; the client renders each hit from its fields.
+    assert [r.rendered for r in results] == results.rendered.split("\n\n")
+    assert results.expanded[0].rendered == ""
     assert results.to_dict()["results"][1]["score"] == 0.5
     # None-valued optionals are not sent, so the daemon's defaults apply.
     assert ("memory.read", {"agent_id": "a1", "path": "memory/x.md", "start_line": 1}) \

@@ -81,12 +81,15 @@ def open_ws(d: Any, root: Path) -> dict[str, Any]:
 def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,
                                                                   workspace: Path) -> None:
     open_ws(daemon, workspace)
-    hit = search(daemon, "ECONNREFUSED")["results"][0]
+    answer = search(daemon, "ECONNREFUSED")
+    hit = answer["results"][0]
     assert hit["path"] == "memory/2026-07-23/commute.md"
     lines = COMMUTE.splitlines()
     # The hit's line range holds the identifier, 1-based and inclusive in the file.
     assert any("ECONNREFUSED" in line for line in lines[hit["start_line"] - 1:hit["end_line"]])
-    assert hit["rendered"].startswith(
+    # The text form is sent once, for all results; a hit has none of its own.
+    assert "rendered" not in hit
+    assert answer["rendered"].startswith(
         f"========== memory/2026-07-23/commute.md:{hit['start_line']}-{hit['end_line']} "
         f"[score={hit['score']:.4f}] ==========\n")
     assert hit["vector"] is None and hit["keyword"] == hit["score"]

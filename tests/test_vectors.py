@@ -150,7 +150,7 @@ async def test_backfill_end_to_end_and_hybrid_output(h: Harness) -> None:
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3
             top = res["results"][0]
             assert top["path"] == "memory/2026-07-20/train.md"
-            assert RENDER.match(top["rendered"]), top["rendered"]
+            assert RENDER.match(res["rendered"]), res["rendered"]
             assert top["keyword"] is not None and top["vector"] is not None
             # The vector branch's score is the cosine of the fake's vectors.
             q = fake_vector("train to Zurich", DIMS)
@@ -160,7 +160,10 @@ async def test_backfill_end_to_end_and_hybrid_output(h: Harness) -> None:
             assert top["vector"] == pytest.approx(cos, abs=2e-3)
             # A vector-only candidate shows "-" for keyword.
             vec_only = [r for r in res["results"] if r["keyword"] is None]
-            assert vec_only and all("keyword=-]" in r["rendered"] for r in vec_only)
+            assert vec_only and all(
+                f"{r['path']}:{r['start_line']}-{r['end_line']} [score={r['score']:.4f} "
+                f"vector={r['vector']:.4f} keyword=-] ==========" in res["rendered"]
+                for r in vec_only)
             # The query vector is cached: asking again sends nothing.
             before = len(fake.requests)
             await ask(index, "train to Zurich")

@@ -49,7 +49,7 @@ def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Pat
         assert res["mode"] == "hybrid" and res["vector_hits"] == 2
         top = res["results"][0]
         assert top["path"] == "memory/2026-07-23/commute.md" and top["exact"] is True
-        assert RENDER.match(top["rendered"]), top["rendered"]
+        assert RENDER.match(res["rendered"]), res["rendered"]
         assert f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> OK" in d.log()
         assert "vector_hits=2 keyword_hits=1" in d.log()
         assert d.stop() == 0

@@ -27,6 +27,7 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.types import render_result
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +68,6 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
     return Filters(path_prefixes=strings("path_prefix"), date_from=day("date_from"),
                    date_to=day("date_to"), buckets=buckets)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
-def render(hit: Mapping[str, Any], *, hybrid: bool) -> str:
-    """QwenPaw's text form of one result: a header line, then the chunk text."""
-    where = f"{hit['path']}:{hit['start_line']}-{hit['end_line']}"
-    if hybrid:
-        scores = (f"score={hit['score']:.4f} vector={_fmt(hit['vector'])} "
-                  f"keyword={_fmt(hit['keyword'])}")
-    else:
-        scores = f"score={hit['score']:.4f}"
-    return f"========== {where} [{scores}] ==========\n{hit['text']}"
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,
@@ -156,8 +142,6 @@ async def search(
             item = _result(chunk, 0.0, None, None)
             item["via"] = extra[path]
             expanded.append(item)
-    for r in results:
-        r["rendered"] = render(r, hybrid=hybrid)
     took_ms = (time.perf_counter() - started) * 1000
     metrics.observe("recalld_search_seconds", took_ms / 1000)
     log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",
@@ -165,7 +149,9 @@ async def search(
     answer: dict[str, Any] = {
         "results": results,
         "expanded": expanded,
-        "rendered": "\n\n".join(r["rendered"] for r in results),
+        # The text form once, for all results (not per result: it would send each text
+        # twice more; clients render a single hit from its fields).
+        "rendered": "\n\n".join(render_result(r, hybrid=hybrid) for r in results),
         "vector_hits": len(vector_hits),
         "keyword_hits": len(keyword_hits),
         "mode": "hybrid" if hybrid else "keyword",
