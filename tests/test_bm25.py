@@ -67,6 +67,12 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bm25_mod, "SMALL_ADD_DOCS", 2)
 
 
+@pytest.fixture(params=["numpy", "python"])
+def scoring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ways of scoring: numpy always, or Python for every posting count.
+    monkeypatch.setattr(bm25_mod, "FEW_POSTINGS", 0 if request.param == "numpy" else 10**9)
+
+
 _DOC = st.lists(st.sampled_from(VOCAB), max_size=8)
 _OP = st.one_of(
     st.tuples(st.just("add"), st.integers(0, 15), _DOC),
@@ -85,7 +91,7 @@ _OP = st.one_of(
 @given(st.lists(_OP, max_size=30), st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
        st.sets(st.integers(0, 15)))
 def test_matches_reference_through_any_sequence(
-    small_thresholds: None, ops: list[tuple[str, int, list]],  # type: ignore[type-arg]
+    small_thresholds: None, scoring: None, ops: list[tuple[str, int, list]],  # type: ignore[type-arg]
     query: list[str], allowed_keys: set[int],
 ) -> None:
     index = BM25Index()
@@ -160,7 +166,7 @@ def test_query_details() -> None:
     assert [k for k, _ in index.search(["x"], 10, allowed=BitMap([4, 99]))] == [4]
 
 
-def test_narrow_and_wide_filters_agree_with_reference() -> None:
+def test_narrow_and_wide_filters_agree_with_reference(scoring: None) -> None:
     docs = {k: [VOCAB[k % 8], VOCAB[(k * 3) % 8], VOCAB[(k * 5) % 7]] for k in range(300)}
     index = BM25Index()
     index.add_many(docs.items())
