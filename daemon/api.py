@@ -104,6 +104,9 @@ class Method:
     # Answers without waiting on anything (no I/O, locks, threads or sleeps): the server
     # may run it on the connection's reader instead of starting a call task for it.
     immediate: bool = False
+    # Or: answers without waiting when ``immediate_when(state, params)`` says so, given
+    # what the daemon is doing right now (checked just before the call runs).
+    immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None
 
 
 class Methods:
@@ -113,18 +116,21 @@ class Methods:
         self._methods: dict[str, Method] = {}
 
     def add(
-        self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False
+        self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False,
+        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
     ) -> Callable[[H], H]:
         """Decorator registering ``handler`` as ``name``.
 
         ``positional`` lists parameter names so that an array ``params`` is accepted
         and mapped by position; without it an array is InvalidParams. ``immediate``
-        promises the handler never waits (see :attr:`Method.immediate`); a handler
-        that breaks the promise stalls its connection's reading while it waits.
+        promises the handler never waits, ``immediate_when`` that it does not wait when
+        the predicate holds (see :class:`Method`); a handler that breaks the promise
+        stalls its connection's reading while it waits.
         """
 
         def register(handler: H) -> H:
-            self.register(name, handler, positional=positional, immediate=immediate)
+            self.register(name, handler, positional=positional, immediate=immediate,
+                          immediate_when=immediate_when)
             return handler
 
         return register
@@ -132,22 +138,30 @@ class Methods:
     def register(
         self, name: str, handler: Handler, *, positional: Sequence[str] | None = None,
         immediate: bool = False,
+        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
     ) -> None:
         if name in self._methods:
             raise ValueError(f"method {name!r} is already registered")
         self._methods[name] = Method(
-            name, handler, tuple(positional) if positional is not None else None, immediate
+            name, handler, tuple(positional) if positional is not None else None, immediate,
+            immediate_when,
         )
 
     def include(self, other: Methods) -> Methods:
         for method in other._methods.values():
             self.register(method.name, method.handler, positional=method.positional,
-                          immediate=method.immediate)
+                          immediate=method.immediate, immediate_when=method.immediate_when)
         return self
 
-    def is_immediate(self, name: str) -> bool:
-        method = self._methods.get(name)
-        return method is not None and method.immediate
+    def is_immediate(self, request: Request, state: DaemonState) -> bool:
+        method = self._methods.get(request.method)
+        if method is None:
+            return False
+        if method.immediate:
+            return True
+        when = method.immediate_when
+        return when is not None and isinstance(request.params, dict) and when(
+            state, request.params)
 
     def names(self) -> list[str]:
         return sorted(self._methods)
@@ -181,9 +195,10 @@ class Dispatcher:
     async def __call__(self, request: Request, connection: Peer) -> Any:
         return await self.state.methods.dispatch(CallContext(self.state, connection, request))
 
-    def is_immediate(self, method: str) -> bool:
-        """True if ``method`` answers without waiting (the server may run it inline)."""
-        return self.state.methods.is_immediate(method)
+    def is_immediate(self, request: Request) -> bool:
+        """True if ``request`` will be answered without waiting (the server may run it
+        inline)."""
+        return self.state.methods.is_immediate(request, self.state)
 
 
 class Params:

@@ -152,7 +152,7 @@ class Connection:
     def _runs_inline(self, calls: list[Request]) -> bool:
         immediate = self.server._is_immediate
         for call in calls:
-            if not immediate(call.method):
+            if not immediate(call):
                 return False
         return True
 

@@ -56,12 +56,12 @@ ACCEPT_BACKOFF_MIN_S = 0.01
 ACCEPT_BACKOFF_MAX_S = 1.0
 
 # ``await dispatch(request, connection)`` runs one call. A dispatcher may also have an
-# ``is_immediate(method) -> bool`` method (recalld.daemon.api.Dispatcher has): calls to
-# methods it names never wait, so the server runs them inline on the connection's reader.
+# ``is_immediate(request) -> bool`` method (recalld.daemon.api.Dispatcher has): a call it
+# names will not wait, so the server runs it inline on the connection's reader.
 Dispatch = Callable[[Request, Connection], Awaitable[Any]]
 
 
-def _never_immediate(method: str) -> bool:
+def _never_immediate(request: Request) -> bool:
     return False
 
 
@@ -117,7 +117,7 @@ class RpcServer:
     ) -> None:
         self.config = config
         self._dispatch = dispatch
-        self._is_immediate: Callable[[str], bool] = getattr(
+        self._is_immediate: Callable[[Request], bool] = getattr(
             dispatch, "is_immediate", _never_immediate
         )
         self._sock = sock

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from recalld.daemon.index.service import POOL_BATCH
@@ -76,6 +77,35 @@ def paths(result: dict[str, Any]) -> list[str]:
 def open_ws(d: Any, root: Path) -> dict[str, Any]:
     info: dict[str, Any] = d.call("workspace.open", {"agent_id": "w", "path": str(root)})
     return info
+
+
+def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
+                                                              workspace: Path,
+                                                              tmp_path: Path) -> None:
+    # One call slot per connection. A keyword search of a small index nobody writes
+    # runs on the connection's reader, so it answers while another call holds the
+    # slot; a search that may wait (sync) queues for the slot like any other call.
+    d = daemon_factory("[daemon]\nmax_concurrent_calls_per_connection = 1\n")
+    open_ws(d, workspace)
+    other = tmp_path / "other"
+    for i in range(40):
+        write(other, f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md", f"note {i} about trains\n")
+    with d.connect() as conn:
+        frames = [{"jsonrpc": "2.0", "id": 1, "method": "workspace.open",
+                   "params": {"agent_id": "x", "path": str(other)}},
+                  {"jsonrpc": "2.0", "id": 2, "method": "memory.search",
+                   "params": {"agent_id": "w", "query": "ECONNREFUSED"}}]
+        conn.send_bytes(b"".join(orjson.dumps(f) + b"\n" for f in frames))
+        first, second = conn.recv_response(), conn.recv_response()
+        assert (first["id"], second["id"]) == (2, 1), (first, second)
+        assert first["result"]["results"][0]["path"] == "memory/2026-07-23/commute.md"
+        frames[0]["params"] = {"agent_id": "x"}
+        frames[0]["method"] = "workspace.close"
+        frames[1]["params"] = {"agent_id": "w", "query": "ECONNREFUSED", "sync": True}
+        conn.send_bytes(b"".join(orjson.dumps(f) + b"\n" for f in frames))
+        first, second = conn.recv_response(), conn.recv_response()
+        assert (first["id"], second["id"]) == (1, 2), (first, second)
+        assert second["result"]["results"][0]["path"] == "memory/2026-07-23/commute.md"
 
 
 def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,

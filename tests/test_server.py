@@ -33,6 +33,7 @@ from recalld.daemon.server import (
 )
 from recalld.daemon.workspaces import WorkspaceRegistry
 from recalld.ipc import errors
+from recalld.ipc.protocol import Request
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory, DaemonHandle, RawConnection
@@ -394,6 +395,11 @@ class InProcess:
             await self.release.wait()
             return params["n"]
 
+        @test_methods.add("test.maybe",
+                          immediate_when=lambda state, params: params.get("now") is True)
+        async def maybe(ctx: Any, params: dict[str, Any]) -> Any:
+            return params["n"]
+
         @test_methods.add("test.echo")
         async def echo(ctx: Any, params: dict[str, Any]) -> Any:
             await trio.lowlevel.checkpoint()  # a call task that really yields
@@ -467,9 +473,9 @@ async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
 async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) -> None:
     # daemon.ping is marked immediate: it runs on the reader and needs no call slot.
     app = InProcess(short_dir, max_concurrent_calls_per_connection=2)
-    assert app.dispatch.is_immediate("daemon.ping")
-    assert not app.dispatch.is_immediate("test.block")
-    assert not app.dispatch.is_immediate("no.such.method")
+    assert app.dispatch.is_immediate(Request("daemon.ping", {}, 1))
+    assert not app.dispatch.is_immediate(Request("test.block", {}, 1))
+    assert not app.dispatch.is_immediate(Request("no.such.method", {}, 1))
     async with trio.open_nursery() as nursery:
         await nursery.start(RpcServer(app.config, app.dispatch).run)
         client = await app.connect()
@@ -485,11 +491,23 @@ async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) 
         with trio.fail_after(10):
             batch = await client.recv()
         assert sorted(r["id"] for r in batch) == [3, 4]
+        # A method immediate only when its predicate says so: runs now, or waits for a slot.
+        assert app.dispatch.is_immediate(Request("test.maybe", {"now": True}, 5))
+        assert not app.dispatch.is_immediate(Request("test.maybe", [True], 5))
+        await client.send({"jsonrpc": "2.0", "method": "test.maybe",
+                           "params": {"now": True, "n": 5}, "id": 5})
+        with trio.fail_after(10):
+            assert (await client.recv())["result"] == 5
+        await client.send({"jsonrpc": "2.0", "method": "test.maybe",
+                           "params": {"now": False, "n": 6}, "id": 6})
+        with trio.move_on_after(0.2) as waiting:
+            await client.recv()
+        assert waiting.cancelled_caught  # no slot free: not answered yet
         assert not app.release.is_set()
         app.release.set()
         with trio.fail_after(5):
-            replies = [await client.recv() for _ in range(2)]
-        assert sorted((r["id"], r["result"]) for r in replies) == [(1, 1), (2, 2)]
+            replies = [await client.recv() for _ in range(3)]
+        assert sorted((r["id"], r["result"]) for r in replies) == [(1, 1), (2, 2), (6, 6)]
         await client.aclose()
         nursery.cancel_scope.cancel()
 

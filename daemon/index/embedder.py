@@ -346,15 +346,26 @@ class VectorWorker:
 
     # -- search side -----------------------------------------------------------------
 
+    def _serving_now(self) -> VectorSpace | None:
+        """The space that answers a query's vector now (None: no vectors can serve)."""
+        serving = self.serving
+        state = self.index.state
+        if (serving is None or not serving.client.enabled or state.vectors is None
+                or not len(state.vectors) or state.vector_space != serving.key):
+            return None
+        return serving
+
+    def embeds_queries(self) -> bool:
+        """Whether a search embeds its query now (and so may wait for the provider)."""
+        return self._serving_now() is not None
+
     async def query_vector(self, query: str) -> tuple[str, F32] | None:
         """``(space, vector)`` for ``query``, or None when no vectors can serve.
 
         Raises ProviderError when the provider fails or misses the deadline.
         """
-        serving = self.serving
-        state = self.index.state
-        if (serving is None or not serving.client.enabled or state.vectors is None
-                or not len(state.vectors) or state.vector_space != serving.key):
+        serving = self._serving_now()
+        if serving is None:
             return None
         vec = await serving.embed_query(query, timeout_s=self.cfg.query_timeout_s)
         return serving.key, vec

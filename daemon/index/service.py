@@ -314,13 +314,18 @@ class WorkspaceIndex:
         async with self._lock:
             return await trio.to_thread.run_sync(partial(fn, *args))
 
+    def reads_now(self) -> bool:
+        """Whether a read runs at once, without waiting: the index is small and no
+        writer holds the lock."""
+        return len(self.state.chunks) <= INLINE_READ_MAX_CHUNKS and not self._lock.locked()
+
     async def _read(self, fn: Callable[[], T]) -> T:
-        """Run a read-only ``fn`` under the lock: inline when the index is small and no
-        writer holds the lock (a worker-thread hop costs more than the search itself),
-        in a worker thread otherwise so a large index never stalls the event loop."""
-        if len(self.state.chunks) <= INLINE_READ_MAX_CHUNKS and not self._lock.locked():
-            async with self._lock:
-                return fn()
+        """Run a read-only ``fn`` under the lock: inline when :meth:`reads_now` (a
+        worker-thread hop costs more than the search itself; nothing else can run while
+        ``fn`` does, so the free lock need not be taken), in a worker thread otherwise so
+        a large index never stalls the event loop."""
+        if self.reads_now():
+            return fn()
         return await self._locked(fn)
 
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
