@@ -180,7 +180,9 @@ class IndexState:
 
     def neighbours(self, path: str) -> list[str]:
         files = self.files
-        return sorted(p for p in self.graph.linked(path) if p in files)
+        out = [p for p in self.graph.linked(path) if p in files]
+        out.sort()
+        return out
 
     # -- writing ---------------------------------------------------------------------
 
