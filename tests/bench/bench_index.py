@@ -383,6 +383,49 @@ def query_latency(sock: Path, queries: Sequence[str], samples: int,
             "p99_ms": pct(lat, 99), "qps": len(lat) / wall if wall > 0 else None}
 
 
+def interleaved_query_latency(ws: Path, state_dir: Path, reme_ws: Path, *,
+                              expect_files: int, queries: Sequence[str], rounds: int = 20,
+                              per_round: int = 100) -> dict[str, Any]:
+    """Query p50/p99 of recalld and ReMe measured in alternating rounds.
+
+    Both systems stay open on their built workspaces (a warm daemon; ReMe in its driver
+    process) and take turns, ``per_round`` sequential searches each, starting side
+    alternating; a warm-up round each is discarded. On a shared machine the speed drifts
+    by tens of percent within seconds; in turns, a drift affects both sides alike.
+    """
+    d = Daemon(state_dir, state_dir.parent / f"{state_dir.name}.log")
+    reme = reme_baseline.RemeRounds(reme_ws, queries)
+    try:
+        d.start()
+        c = connect(d.socket_path, OPEN_TIMEOUT_S)
+        open_and_sync(c, ws, expect_files)
+        reme.start()
+
+        def ours(offset: int) -> list[float]:
+            lat = []
+            for j in range(per_round):
+                q = queries[(offset + j) % len(queries)]
+                t0 = time.perf_counter()
+                search(c, q)
+                lat.append((time.perf_counter() - t0) * 1e3)
+            return lat
+
+        ours(0)
+        reme.round(per_round)
+        lat: dict[str, list[float]] = {"recalld": [], "reme": []}
+        for i in range(rounds):
+            offset = i * per_round
+            for side in (("recalld", "reme") if i % 2 == 0 else ("reme", "recalld")):
+                lat[side] += ours(offset) if side == "recalld" else reme.round(per_round, offset)
+        c.close()
+    finally:
+        reme.close()
+        d.cleanup()
+    return {"rounds": rounds, "per_round": per_round,
+            **{side: {"samples": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
+               for side, v in lat.items()}}
+
+
 def write_to_searchable(c: RpcClient, ws: Path, edits: int, seed: int,
                         poll_s: float = 0.005, timeout_s: float = 10.0) -> dict[str, Any]:
     """Append tokens; poll ``memory.search`` (no sync) until the edited note comes back."""
@@ -478,9 +521,17 @@ def _get(d: dict[str, Any], *keys: str | int) -> Any:
     return cur
 
 
-def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str) -> dict[str, Any]:
-    """Ratios (ReMe / recalld: > 1 means recalld is faster) and the issue's targets."""
+def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str,
+            interleaved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Ratios (ReMe / recalld: > 1 means recalld is faster) and the issue's targets.
+
+    The query p50 target is judged on the rounds taken in turns (``interleaved``) when
+    there are any: each system's own query phase runs at another time of the run.
+    """
+    il = interleaved or {}
     pairs: dict[str, tuple[Any, Any]] = {
+        "query_p50_interleaved": (_get(il, "reme", "p50_ms"), _get(il, "recalld", "p50_ms")),
+        "query_p99_interleaved": (_get(il, "reme", "p99_ms"), _get(il, "recalld", "p99_ms")),
         "cold_build": (_get(reme, "cold_build_s"), _get(recalld, "cold_build_s")),
         "warm_restart": (_get(reme, "warm_restart_s"), _get(recalld, "warm_restart_s")),
         "query_p50": (_get(reme, "search", "p50_ms"), _get(recalld, "query", 0, "p50_ms")),
@@ -513,8 +564,13 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str) -> dict[st
                                     lambda v: v >= 5.0, ">= 5x ReMe, both from process start"),
     }
     if size.startswith("3k") or size.startswith("quick"):
-        targets["query_p50_vs_reme"] = check(ratios["query_p50"], lambda v: v >= 1.0,
-                                             "no slower than ReMe (ratio >= 1)")
+        if ratios["query_p50_interleaved"] is not None:
+            targets["query_p50_vs_reme"] = check(
+                ratios["query_p50_interleaved"], lambda v: v >= 1.0,
+                "no slower than ReMe (ratio >= 1), measured in alternating rounds")
+        else:
+            targets["query_p50_vs_reme"] = check(ratios["query_p50"], lambda v: v >= 1.0,
+                                                 "no slower than ReMe (ratio >= 1)")
     if "chunks" in size:
         targets["query_p50_ms"] = check(_get(recalld, "query", 0, "p50_ms"),
                                         lambda v: v < 5.0, "< 5 ms")
@@ -570,7 +626,13 @@ def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: 
                     any(r["path"] == p for r in hits[:5])
                     for (_, p), hits in zip(needles, res, strict=True)) / max(1, len(needles))
             entry["reme"] = rm
-            entry.update(compare(entry["recalld"], rm, size.name))
+            il: dict[str, Any] = {}
+            with _phase(il, "query_interleaved"):
+                il.update(interleaved_query_latency(
+                    ws_r, out_dir / f"state-{size.name}", ws_m, expect_files=gen.files,
+                    queries=queries))
+            entry["query_interleaved"] = il
+            entry.update(compare(entry["recalld"], rm, size.name, il))
         if not keep_workspaces:  # the daemon's log stays next to them
             for d in (ws_r, ws_m, out_dir / f"state-{size.name}"):
                 shutil.rmtree(d, ignore_errors=True)
@@ -596,8 +658,9 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text + "\n", encoding="utf-8")
     print(text)
-    failed = any("errors" in e.get("recalld", {}) or "errors" in e.get("reme", {})
-                 for e in res["sizes"].values())
+    failed = any("errors" in e.get(part, {})
+                 for e in res["sizes"].values()
+                 for part in ("recalld", "reme", "query_interleaved"))
     return 1 if failed else 0
 
 

@@ -67,18 +67,22 @@ def ensure_reme_python(venv: Path = DEFAULT_VENV, *, install: bool = True) -> Pa
     return python
 
 
-def _call_driver(spec: dict[str, Any], *, python: Path | None, timeout_s: float) -> dict[str, Any]:
-    py = python or ensure_reme_python()
+def _driver_env() -> dict[str, str]:
     env = dict(os.environ)
     # Offline and quiet: no provider keys, no telemetry, one BLAS thread like the daemon.
     for key in ("LLM_API_KEY", "EMBEDDING_API_KEY", "OPENAI_API_KEY", "DASHSCOPE_API_KEY"):
         env.pop(key, None)
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                HF_HUB_OFFLINE="1", NO_PROXY="*")
+    return env
+
+
+def _call_driver(spec: dict[str, Any], *, python: Path | None, timeout_s: float) -> dict[str, Any]:
+    py = python or ensure_reme_python()
     done = subprocess.run(
         [str(py), str(Path(__file__).resolve()), "--driver"],
         input=json.dumps(spec), capture_output=True, text=True, timeout=timeout_s,
-        env=env, check=False,
+        env=_driver_env(), check=False,
     )
     if done.returncode != 0:
         tail = done.stderr[-4000:]
@@ -111,6 +115,60 @@ def run_reme(workspace: Path, *, queries: Sequence[str] = (),
         "metadata_dir": metadata_dir, "fresh": fresh, "with_text": with_text,
     }
     return _call_driver(spec, python=python, timeout_s=timeout_s)
+
+
+class RemeRounds:
+    """ReMe kept open on an indexed workspace, timing rounds of searches on request.
+
+    For latency comparisons interleaved in time with another system: the host alternates
+    ``round()`` calls between the two, so drifts of a shared machine hit both alike.
+    ``start()`` opens ReMe on ``workspace`` (its existing index, updated by one scan).
+    """
+
+    def __init__(self, workspace: Path, queries: Sequence[str], *, max_results: int = 5,
+                 metadata_dir: str = DEFAULT_METADATA_DIR, python: Path | None = None) -> None:
+        self._spec = {"mode": "rounds", "workspace": str(Path(workspace).resolve()),
+                      "queries": list(queries), "max_results": max_results,
+                      "metadata_dir": metadata_dir, "fresh": False}
+        self._python = python
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        py = self._python or ensure_reme_python()
+        self._proc = subprocess.Popen(
+            [str(py), str(Path(__file__).resolve()), "--rounds"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_driver_env())
+        self._ask(json.dumps(self._spec), timeout_s)
+
+    def round(self, samples: int, offset: int = 0) -> list[float]:
+        """Latencies (ms) of ``samples`` searches, queries taken from ``offset`` on."""
+        reply = self._ask(json.dumps({"samples": samples, "offset": offset}), 600.0)
+        lat: list[float] = reply["lat_ms"]
+        return lat
+
+    def _ask(self, line: str, timeout_s: float) -> dict[str, Any]:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            raise RuntimeError("ReMe rounds driver is not running")
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        answer = proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"ReMe rounds driver exited ({proc.wait(timeout_s)})")
+        reply: dict[str, Any] = json.loads(answer)
+        return reply
+
+    def close(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+            try:
+                self._proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
 
 
 def reme_search(workspace: Path, queries: Sequence[str], *, max_results: int = 10,
@@ -374,6 +432,41 @@ async def _write_to_searchable(ws: Path, meta: str, edits: int, k: int) -> dict[
                     "every 20 ms"}
 
 
+async def _rounds(spec: dict[str, Any], out: Any) -> None:
+    """Open ReMe on the indexed workspace, answer ready, then time one round of searches
+    per request line (``{samples, offset}``) until stdin closes."""
+    from reme.reme import ReMe  # type: ignore[import-not-found,unused-ignore]
+
+    ws, meta = str(Path(spec["workspace"])), spec["metadata_dir"]
+    queries: list[str] = list(spec["queries"])
+    k = int(spec.get("max_results", 5))
+    app = ReMe(**_reme_config(ws, meta, watcher=False))
+    await app.start()
+    await app.run_job("index_update")
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        ask = json.loads(line)
+        lat: list[float] = []
+        for j in range(int(ask["samples"])):
+            q = queries[(int(ask.get("offset", 0)) + j) % len(queries)]
+            t0 = time.perf_counter()
+            await app.run_job("search", query=q, limit=k)
+            lat.append((time.perf_counter() - t0) * 1e3)
+        out.write(json.dumps({"lat_ms": lat}) + "\n")
+        out.flush()
+    await app.close()
+
+
+def _rounds_main() -> int:
+    spec = json.loads(sys.stdin.readline())
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        asyncio.run(_rounds(spec, out))
+    return 0
+
+
 def _driver_main() -> int:
     spec = json.loads(sys.stdin.read())
     with contextlib.redirect_stdout(sys.stderr):
@@ -387,4 +480,6 @@ def _driver_main() -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--driver"]:
         raise SystemExit(_driver_main())
+    if sys.argv[1:2] == ["--rounds"]:
+        raise SystemExit(_rounds_main())
     raise SystemExit(main())
