@@ -52,6 +52,12 @@ class LineFramer:
 
         Raises :class:`FrameTooLarge` once a line exceeds the limit.
         """
+        if not self._buffer and data.find(b"\n") == len(data) - 1 >= 0:
+            # Exactly one whole line, the usual case: no copy through the buffer.
+            if len(data) - 1 > self.max_frame_bytes:
+                raise FrameTooLarge
+            line = data[:-1].strip()
+            return [line] if line else []
         self._buffer += data
         lines: list[bytes] = []
         start = 0
