@@ -42,7 +42,9 @@ Labels = tuple[tuple[str, str], ...]
 
 
 def _labels(labels: Mapping[str, str] | None) -> Labels:
-    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+    if not labels:
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 
 
 @dataclass(slots=True)

@@ -355,8 +355,9 @@ class BM25Index:
                 docs = self._delta_docs
                 for key, tf in dpost.items():
                     norm_d = k1 * (1.0 - b + b * (docs[key][1] / avgdl))
+                    # As the main segment's weights are computed, to the last bit.
                     delta_scores[key] = (
-                        delta_scores.get(key, 0.0) + idf * (k1 + 1.0) * tf / (tf + norm_d)
+                        delta_scores.get(key, 0.0) + tf / (norm_d + tf) * (idf * (k1 + 1.0))
                     )
         if sum(len(r) for r in row_parts) + len(delta_scores) <= FEW_POSTINGS:
             # Rare terms (identifiers, names): plain Python beats a dozen numpy calls.
@@ -371,11 +372,13 @@ class BM25Index:
         else:
             if len(row_parts) == 1:
                 rows, tfs = row_parts[0], tf_parts[0]
-                weights = np.multiply(tfs, factors[0], dtype=np.float64)
             else:
                 rows, tfs = np.concatenate(row_parts), np.concatenate(tf_parts)
-                weights = tfs * np.repeat(factors, [len(r) for r in row_parts])
-            weights /= self._row_norms(avgdl)[rows] + tfs
+            weights = tfs / (self._row_norms(avgdl)[rows] + tfs)
+            at = 0
+            for part, factor in zip(row_parts, factors, strict=True):
+                weights[at:at + len(part)] *= factor
+                at += len(part)
             cand_keys, cand_scores = self._main_candidates(rows, weights, len(row_parts))
         if delta_scores:
             items = sorted(delta_scores.items())
@@ -422,7 +425,7 @@ class BM25Index:
         for rows, tfs, factor in zip(row_parts, tf_parts, factors, strict=True):
             for key, norm, tf in zip(row_keys.take(rows).tolist(), norms.take(rows).tolist(),
                                      tfs.tolist(), strict=True):
-                out[key] = out.get(key, 0.0) + tf * factor / (norm + tf)
+                out[key] = out.get(key, 0.0) + tf / (norm + tf) * factor
         return out
 
     def _main_candidates(
