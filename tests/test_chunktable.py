@@ -185,3 +185,28 @@ def test_metadata_is_parsed_on_use_and_can_be_stored_again() -> None:
     other.add(7, chunk.path, chunk.start_line, chunk.end_line, chunk.text, chunk.heading,
               chunk.metadata)
     assert dict(other[7].metadata) == meta
+
+
+def test_neighbours_follow_every_change_of_links_and_files(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "digest/wiki").mkdir(parents=True)
+    (root / "memory/2026-07-01").mkdir(parents=True)
+    note, wiki = "memory/2026-07-01/n.md", "digest/wiki/trains.md"
+
+    def put(rel: str, text: str | None) -> None:
+        if text is None:
+            (root / rel).unlink()
+        else:
+            (root / rel).write_text(text, encoding="utf-8")
+        state.apply([prepare_files(root, [rel], max_chars=2000, digests={})])
+
+    state = IndexState()
+    put(wiki, "# Trains\n")
+    put(note, "see [[Trains]]\n")
+    assert state.neighbours(wiki) == [note] and state.neighbours(note) == [wiki]
+    put(note, "no link now\n")  # asked before: the answers must not be kept
+    assert state.neighbours(wiki) == [] and state.neighbours(note) == []
+    put(note, "back to [[Trains]]\n")
+    assert state.neighbours(wiki) == [note]
+    put(wiki, None)  # a deleted file is nobody's neighbour
+    assert state.neighbours(note) == []

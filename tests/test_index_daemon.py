@@ -151,6 +151,13 @@ def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     assert res["results"][0]["links"] == ["memory/2026-07-23/commute.md"]
     expanded = {e["path"]: e["via"] for e in res["expanded"]}
     assert expanded == {"memory/2026-07-23/commute.md": "digest/wiki/trains.md"}
+    # Links follow edits: both directions dropped, a new one found.
+    write(workspace, "memory/2026-07-23/commute.md", COMMUTE.replace("[[digest/wiki/trains]]", ""))
+    write(workspace, "digest/wiki/trains.md", TRAINS.replace(
+        "[[memory/2026-07-23/commute.md]]", "[[digest/personal/food]]"))
+    res = search(daemon, "SBB", sync=True)
+    assert res["results"][0]["links"] == ["digest/personal/food.md"]
+    assert [e["path"] for e in res["expanded"]] == ["digest/personal/food.md"]
 
 
 def test_changes_are_searchable_after_sync(daemon: Any, workspace: Path) -> None:
