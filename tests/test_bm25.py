@@ -182,6 +182,30 @@ def test_narrow_and_wide_filters_agree_with_reference(scoring: None) -> None:
         assert index.search(query, 3, allowed=allowed) == expected
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_small_limits_rank_like_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                              dense: bool) -> None:
+    # Many tied documents, some in the delta, limits far below the candidates: the dense
+    # ranking (bincount, best postings only) and the sorting one agree with the reference.
+    monkeypatch.setattr(bm25_mod, "DENSE_ROWS", 10**9 if dense else 0)
+    monkeypatch.setattr(bm25_mod, "FEW_POSTINGS", 0)
+    docs = {k: [VOCAB[k % 8], VOCAB[(k * 3) % 8], VOCAB[(k * 5) % 7]] for k in range(300)}
+    index = BM25Index()
+    index.add_many(docs.items())
+    for k in range(300, 310):
+        docs[k] = [VOCAB[k % 5], "apple", VOCAB[k % 3]]
+        index.add(k, docs[k])
+    assert index.stats()["delta_docs"] == 10
+    for query in (["apple"], ["apple", "cat"], ["apple", "cat", "apple"], ["dog", "egg", "hen"]):
+        ref = reference_scores(docs, query)
+        expected = [k for k, _ in sorted(ref.items(), key=lambda kv: (-round(kv[1], 9), kv[0]))]
+        for limit in (1, 3, 7, 20, 400):
+            got = index.search(query, limit)
+            assert [k for k, _ in got] == expected[:limit], (query, limit)
+            for key, score in got:
+                assert score == pytest.approx(ref[key], rel=1e-9)
+
+
 def test_add_many_repeated_key_and_bad_key(small_thresholds: None) -> None:
     index = BM25Index()
     index.add_many([(1, ["a"]), (2, ["b"]), (1, ["c"]), *((k, ["d"]) for k in range(10, 20))])

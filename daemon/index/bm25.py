@@ -59,6 +59,9 @@ DEAD_FRACTION: Final = 0.25
 SLAB_DOCS: Final = 8192
 # add_encoded puts up to this many documents in the delta instead of merging main.
 SMALL_ADD_DOCS: Final = 64
+# Unfiltered searches of a main segment of at most this many rows sum and rank with one
+# bincount over all rows (see _top_dense); larger ones sort the postings instead.
+DENSE_ROWS: Final = 32768
 # A search over at most this many postings scores them in Python (see _few_candidates):
 # 3 terms of 1 posting each, 23 -> 12 us; of 64 in all, even (37 / 35 us).
 FEW_POSTINGS: Final = 48
@@ -379,6 +382,8 @@ class BM25Index:
             for part, factor in zip(row_parts, factors, strict=True):
                 weights[at:at + len(part)] *= factor
                 at += len(part)
+            if allowed is None and len(self._row_keys) <= DENSE_ROWS:
+                return self._top_dense(rows, weights, len(row_parts), delta_scores, limit)
             cand_keys, cand_scores = self._main_candidates(rows, weights, len(row_parts))
         if delta_scores:
             items = sorted(delta_scores.items())
@@ -427,6 +432,29 @@ class BM25Index:
                                      tfs.tolist(), strict=True):
                 out[key] = out.get(key, 0.0) + tf / (norm + tf) * factor
         return out
+
+    def _top_dense(self, rows: I32, weights: npt.NDArray[np.float64], terms: int,
+                   extra: dict[int, float], limit: int) -> list[tuple[int, float]]:
+        """The best ``limit`` (key, score) of the main postings ``rows`` / ``weights``
+        (of ``terms`` terms, one after another) and the ``extra`` (delta) scores.
+
+        Rows are summed with one bincount over every main row, read back per posting
+        (a row's copies carry its sum), and only the best ``limit * terms`` postings are
+        looked at: they hold every row of the best ``limit``. A dozen numpy calls where
+        the sorting path makes two dozen; each costs a few microseconds when the caches
+        are cold, as they are when a search arrives over a socket.
+        """
+        if terms > 1:
+            acc = np.bincount(rows, weights=weights, minlength=len(self._row_keys))
+            weights = acc[rows]
+        want = limit * terms
+        if len(weights) > want:
+            kth = np.partition(weights, len(weights) - want)[len(weights) - want]
+            keep = weights >= kth
+            rows, weights = rows[keep], weights[keep]
+        best = dict(zip(self._row_keys[rows].tolist(), weights.tolist(), strict=True))
+        best.update(extra)  # a key is in main or in the delta, never both
+        return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
     def _main_candidates(
         self, rows: I32, weights: npt.NDArray[np.float64], terms: int
