@@ -445,7 +445,9 @@ class BM25Index:
         are cold, as they are when a search arrives over a socket.
         """
         if terms > 1:
-            acc = np.bincount(rows, weights=weights, minlength=len(self._row_keys))
+            acc: npt.NDArray[np.float64] = np.bincount(
+                rows, weights=weights, minlength=len(self._row_keys)
+            ).astype(np.float64, copy=False)
             weights = acc[rows]
         want = limit * terms
         if len(weights) > want:
