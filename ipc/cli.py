@@ -25,6 +25,7 @@ from recalld.ipc.render import (
     print_json,
     render_read,
     render_workspaces,
+    table,
 )
 from recalld.ipc.types import SearchResult
 
@@ -101,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--agent", default=DEFAULT_AGENT)
     reindex.add_argument("--no-wait", action="store_true", help="submit and return the job id")
 
-    dream = add("dream", "run auto_dream (consolidation) now, or undo one of its runs")
+    dream = add("dream", "run auto_dream (consolidation) now, list its runs, or undo one")
     dream.add_argument("--agent", default=DEFAULT_AGENT)
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
+    dream.add_argument("--runs", nargs="?", type=int, const=20, metavar="N",
+                       help="list the latest N runs (default 20), newest first")
     dream.add_argument("--undo", metavar="RUN",
                        help="restore the files a dream run changed (run id from its log)")
     dream.add_argument("--force", action="store_true",
@@ -286,6 +289,16 @@ def _job(kind: str) -> Handler:
 
 
 def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.runs is not None:
+        runs = client.dream_runs(ns.agent, limit=ns.runs)
+        if as_json:
+            print_json(out, runs)
+        elif not runs:
+            out.write("no dream runs yet\n")
+        else:
+            rows = [{**r, "files": len(r.get("files") or ())} for r in runs]
+            out.write(table(rows, ("run_id", "started", "trigger", "notes", "files", "undone")))
+        return EXIT_OK
     if not ns.undo:
         return _job("auto_dream")(client, ns, out, as_json)
     result = client.dream_undo(ns.agent, ns.undo, force=bool(ns.force))

@@ -217,6 +217,13 @@ def test_dream_lifecycle(daemon: DaemonHandle, fake: FakeProvider, tmp_path: Pat
     # Undo restores the exact previous bytes; a second undo is refused.
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert [r["run_id"] for r in runs] == [third["run_id"], second["run_id"], run1]
+    listed = subprocess.run(
+        [sys.executable, "-m", "recalld.ipc", "dream", "--agent", AGENT, "--runs", "2"],
+        env=daemon.env, capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["RUN_ID", "STARTED", "TRIGGER", "NOTES", "FILES", "UNDONE"]
+    assert [line.split()[0] for line in lines[1:]] == [third["run_id"], second["run_id"]]
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": third["run_id"]})
     assert TEA in undone["restored"]
     assert (root / TEA).read_bytes() == after_second
