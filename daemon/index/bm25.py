@@ -30,7 +30,8 @@ query, warm load via ``from_arrays`` 0.1-0.2 s.
 
 Scoring: BM25 Okapi with Lucene's non-negative IDF ``log(1 + (N - df + 0.5) / (df + 0.5))``,
 where N, df and avgdl count live documents only, so scores do not depend on merge timing. A
-repeated query term counts once per repetition. Ties are broken by ascending doc key.
+repeated query term counts once per repetition. Ties are broken by ascending doc key. Summing
+and ranking the postings a query found is ``ranking.py``'s.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
-from recalld.daemon.index import postings
-from recalld.daemon.index.postings import I32, I64, Segment, Slab
+from recalld.daemon.index import postings, ranking
+from recalld.daemon.index.postings import I32, Segment, Slab
 
 __all__ = ["BM25Index"]
 
@@ -60,9 +61,9 @@ SLAB_DOCS: Final = 8192
 # add_encoded puts up to this many documents in the delta instead of merging main.
 SMALL_ADD_DOCS: Final = 64
 # Unfiltered searches of a main segment of at most this many rows sum and rank with one
-# bincount over all rows (see _top_dense); larger ones sort the postings instead.
+# bincount over all rows (see ranking.top_dense); larger ones sort the postings instead.
 DENSE_ROWS: Final = 32768
-# A search over at most this many postings scores them in Python (see _few_candidates):
+# A search over at most this many postings scores them in Python (see ranking.top_few):
 # 3 terms of 1 posting each, 23 -> 12 us; of 64 in all, even (37 / 35 us).
 FEW_POSTINGS: Final = 48
 _MAX_KEY: Final = 2**32 - 1
@@ -364,12 +365,8 @@ class BM25Index:
                     )
         if sum(len(r) for r in row_parts) + len(delta_scores) <= FEW_POSTINGS:
             # Rare terms (identifiers, names): plain Python beats a dozen numpy calls.
-            scores = self._few_candidates(row_parts, tf_parts, factors, avgdl)
-            scores.update(delta_scores)  # a key is in main or in the delta, never both
-            ranked = sorted(scores.items() if allowed is None else
-                            ((k, v) for k, v in scores.items() if k in allowed),
-                            key=lambda kv: (-kv[1], kv[0]))
-            return ranked[:limit]
+            return ranking.top_few(self._row_keys, self._row_norms(avgdl), row_parts, tf_parts,
+                                   factors, limit, extra=delta_scores, allowed=allowed)
         if not row_parts:
             cand_keys, cand_scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         else:
@@ -383,33 +380,12 @@ class BM25Index:
                 weights[at:at + len(part)] *= factor
                 at += len(part)
             if allowed is None and len(self._row_keys) <= DENSE_ROWS:
-                return self._top_dense(rows, weights, len(row_parts), delta_scores, limit)
-            cand_keys, cand_scores = self._main_candidates(rows, weights, len(row_parts))
-        if delta_scores:
-            items = sorted(delta_scores.items())
-            if items:
-                dk = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
-                ds = np.fromiter((s for _, s in items), dtype=np.float64, count=len(items))
-                cand_keys = np.concatenate([cand_keys, dk])
-                cand_scores = np.concatenate([cand_scores, ds])
-        if allowed is None:
-            return _top_k(cand_keys, cand_scores, limit)
-        if len(allowed) * 4 < len(cand_keys):
-            # A narrow filter: one vectorized membership test over all candidates.
-            allowed_arr = np.frombuffer(allowed.to_array(), dtype=np.uint32).astype(np.int64)
-            if len(allowed_arr) == 0:
-                return []
-            pos = np.minimum(np.searchsorted(allowed_arr, cand_keys), len(allowed_arr) - 1)
-            ok = allowed_arr[pos] == cand_keys
-            return _top_k(cand_keys[ok], cand_scores[ok], limit)
-        # A wide filter: walk the best candidates in order, widening until enough pass.
-        want = limit * 4
-        while True:
-            ranked = _top_k(cand_keys, cand_scores, want)
-            out = [kv for kv in ranked if kv[0] in allowed][:limit]
-            if len(out) == limit or want >= len(cand_keys):
-                return out
-            want *= 4
+                return ranking.top_dense(self._row_keys, rows, weights, len(row_parts),
+                                         delta_scores, limit)
+            cand_keys, cand_scores = ranking.summed(self._row_keys, rows, weights,
+                                                    len(row_parts))
+        return ranking.top_k(cand_keys, cand_scores, limit, extra=delta_scores,
+                             allowed=allowed)
 
     def _row_norms(self, avgdl: float) -> npt.NDArray[np.float64]:
         """``k1 * (1 - b + b * dl / avgdl)`` per main row, cached until avgdl or main changes
@@ -420,70 +396,6 @@ class BM25Index:
             self._norms = self.k1 * (1.0 - self.b + self.b * (dl / avgdl))
             self._norm_key = key
         return self._norms
-
-    def _few_candidates(self, row_parts: list[I32], tf_parts: list[npt.NDArray[Any]],
-                        factors: list[float], avgdl: float) -> dict[int, float]:
-        """Key -> summed weight of a few main postings: the numpy path's weights, summed
-        term after term (as bincount sums; the sorting path may differ in the last bit)."""
-        norms, row_keys = self._row_norms(avgdl), self._row_keys
-        out: dict[int, float] = {}
-        for rows, tfs, factor in zip(row_parts, tf_parts, factors, strict=True):
-            for key, norm, tf in zip(row_keys.take(rows).tolist(), norms.take(rows).tolist(),
-                                     tfs.tolist(), strict=True):
-                out[key] = out.get(key, 0.0) + tf / (norm + tf) * factor
-        return out
-
-    def _top_dense(self, rows: I32, weights: npt.NDArray[np.float64], terms: int,
-                   extra: dict[int, float], limit: int) -> list[tuple[int, float]]:
-        """The best ``limit`` (key, score) of the main postings ``rows`` / ``weights``
-        (of ``terms`` terms, one after another) and the ``extra`` (delta) scores.
-
-        Rows are summed with one bincount over every main row, read back per posting
-        (a row's copies carry its sum), and only the best ``limit * terms`` postings are
-        looked at: they hold every row of the best ``limit``. A dozen numpy calls where
-        the sorting path makes two dozen; each costs a few microseconds when the caches
-        are cold, as they are when a search arrives over a socket.
-        """
-        if terms > 1:
-            acc: npt.NDArray[np.float64] = np.bincount(
-                rows, weights=weights, minlength=len(self._row_keys)
-            ).astype(np.float64, copy=False)
-            weights = acc[rows]
-        want = limit * terms
-        if len(weights) > want:
-            kth = np.partition(weights, len(weights) - want)[len(weights) - want]
-            keep = weights >= kth
-            rows, weights = rows[keep], weights[keep]
-        best = dict(zip(self._row_keys[rows].tolist(), weights.tolist(), strict=True))
-        best.update(extra)  # a key is in main or in the delta, never both
-        return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-
-    def _main_candidates(
-        self, rows: I32, weights: npt.NDArray[np.float64], terms: int
-    ) -> tuple[I64, npt.NDArray[np.float64]]:
-        """Keys and summed weights of the main rows in ``rows`` (postings of ``terms``
-        terms, one after another: a row repeats only across terms)."""
-        if terms == 1:
-            cand, scores = rows, weights
-        elif len(rows) * 4 < len(self._row_keys):
-            # Few postings against many rows: sort them rather than sweep an array as long
-            # as the index (1,500 postings: 41 -> 32 us at 13.7k rows, 218 -> 32 us at 82k;
-            # 200 postings: 38 -> 9 us). Each row's sum adds the same terms; numpy groups
-            # them differently, so a score may differ from bincount's in the last bit.
-            order = np.argsort(rows, kind="stable")
-            rows, weights = rows[order], weights[order]
-            first = np.empty(len(rows), dtype=np.bool_)
-            first[0] = True
-            np.not_equal(rows[1:], rows[:-1], out=first[1:])
-            starts = np.flatnonzero(first)
-            cand, scores = rows[starts], np.add.reduceat(weights, starts)
-        else:
-            acc: npt.NDArray[np.float64] = np.bincount(
-                rows, weights=weights, minlength=len(self._row_keys)
-            ).astype(np.float64, copy=False)
-            cand = np.flatnonzero(acc).astype(np.int32)
-            scores = acc[cand]
-        return self._row_keys[cand].astype(np.int64), scores
 
     # ----------------------------------------------------------------- persistence
     def meta(self) -> dict[str, Any]:
@@ -583,14 +495,3 @@ class BM25Index:
 def _check_key(key: int) -> None:
     if not isinstance(key, int) or not 0 <= key <= _MAX_KEY:
         raise ValueError(f"document keys are uint32, got {key!r}")
-
-
-def _top_k(keys: I64, scores: npt.NDArray[np.float64], limit: int) -> list[tuple[int, float]]:
-    """Best ``limit`` by score, ties by ascending key, without sorting every candidate."""
-    if len(keys) > limit:
-        kth = np.partition(scores, len(scores) - limit)[len(scores) - limit]
-        sel = scores >= kth
-        keys, scores = keys[sel], scores[sel]
-    order = np.lexsort((keys, -scores))[:limit]
-    # tolist() converts in C: a third of the function's time at 50 hits.
-    return list(zip(keys[order].tolist(), scores[order].tolist(), strict=True))
