@@ -75,8 +75,22 @@ def paths(result: dict[str, Any]) -> list[str]:
 
 
 def open_ws(d: Any, root: Path) -> dict[str, Any]:
+    """Open ``root`` as workspace ``w`` and wait until its files are indexed (an open
+    returns before the startup reconcile of a first build has applied them)."""
     info: dict[str, Any] = d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("index.sync", {"agent_id": "w"})
     return info
+
+
+def _open_files(pid: int) -> list[str]:
+    """What the descriptors of process ``pid`` point at (some may close meanwhile)."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
@@ -115,9 +129,7 @@ def test_workspaces_share_one_inotify_instance(daemon: Any, tmp_path: Path) -> N
         root = tmp_path / name
         write(root, "memory/2026-07-01/n.md", f"note of {name}\n")
         daemon.call("workspace.open", {"agent_id": name, "path": str(root)})
-    fds = [os.readlink(f"/proc/{daemon.pid}/fd/{fd}")
-           for fd in os.listdir(f"/proc/{daemon.pid}/fd")]
-    assert fds.count("anon_inode:inotify") == 1
+    assert _open_files(daemon.pid).count("anon_inode:inotify") == 1
     for name in ("a", "b", "c"):
         write(tmp_path / name, "memory/2026-07-02/m.md", f"quokka{name}\n")
         found = daemon.call("memory.search",
@@ -387,7 +399,7 @@ def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path:
         write(root, f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md",
               f"# Note {i}\n\n" + " ".join(f"w{(i * j) % 997}" for j in range(300)) + "\n")
     d = daemon_factory()
-    open_ws(d, root)
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})  # killed while building
     deadline = time.monotonic() + 30
     workers: set[int] = set()
     while not workers and time.monotonic() < deadline:
