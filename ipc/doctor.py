@@ -167,15 +167,15 @@ class Doctor:
         return Check("inotify", "ok", detail)
 
     def inotify_instances(self) -> Check:
-        """The daemon holds one inotify instance for all its workspaces; the per-user
-        limit is shared with every other program of this user."""
+        """Each open workspace holds two inotify instances (memory/digest and resource/);
+        the per-user limit is shared with every other program of this user."""
         try:
             limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip())
         except (OSError, ValueError):
             return Check("inotify instances", "skip", "no /proc/sys/fs/inotify (not Linux?)")
         used = _inotify_instances_in_use()
-        detail = (f"{used} in use by this user, max_user_instances={limit} "
-                  "(the daemon needs one for all its workspaces)")
+        detail = (f"{used} in use by this user, max_user_instances={limit}, "
+                  f"{len(self.workspaces)} open workspace(s) use two each")
         fix = ("echo fs.inotify.max_user_instances=1024 | sudo tee "
                "/etc/sysctl.d/91-recalld.conf && sudo sysctl --system")
         if used >= limit:

@@ -82,17 +82,6 @@ def open_ws(d: Any, root: Path) -> dict[str, Any]:
     return info
 
 
-def _open_files(pid: int) -> list[str]:
-    """What the descriptors of process ``pid`` point at (some may close meanwhile)."""
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except FileNotFoundError:
-            continue
-    return out
-
-
 def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
                                                               workspace: Path,
                                                               tmp_path: Path) -> None:
@@ -120,26 +109,6 @@ def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
         first, second = conn.recv_response(), conn.recv_response()
         assert (first["id"], second["id"]) == (1, 2), (first, second)
         assert second["result"]["results"][0]["path"] == "memory/2026-07-23/commute.md"
-
-
-def test_workspaces_share_one_inotify_instance(daemon: Any, tmp_path: Path) -> None:
-    # The kernel allows 128 instances per user by default: one per workspace watcher
-    # would stop a daemon at a few dozen agents. Every watcher's events still arrive.
-    for name in ("a", "b", "c"):
-        root = tmp_path / name
-        write(root, "memory/2026-07-01/n.md", f"note of {name}\n")
-        daemon.call("workspace.open", {"agent_id": name, "path": str(root)})
-    assert _open_files(daemon.pid).count("anon_inode:inotify") == 1
-    for name in ("a", "b", "c"):
-        write(tmp_path / name, "memory/2026-07-02/m.md", f"quokka{name}\n")
-        found = daemon.call("memory.search",
-                            {"agent_id": name, "query": f"quokka{name}", "sync": True})
-        assert [r["path"] for r in found["results"]] == ["memory/2026-07-02/m.md"]
-        write(tmp_path / name, "resource/r.txt", "a resource\n")
-    daemon.call("workspace.close", {"agent_id": "b"})
-    write(tmp_path / "c", "digest/wiki/late.md", "wombat\n")
-    found = daemon.call("memory.search", {"agent_id": "c", "query": "wombat", "sync": True})
-    assert [r["path"] for r in found["results"]] == ["digest/wiki/late.md"]
 
 
 def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,
