@@ -351,18 +351,17 @@ class BM25Index:
             if df == 0:
                 continue
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * qf
+            factor = idf * (k1 + 1.0)
             if rows is not None and tfs is not None and len(rows):
                 row_parts.append(rows)
                 tf_parts.append(tfs)
-                factors.append(idf * (k1 + 1.0))
+                factors.append(factor)
             if dpost:
                 docs = self._delta_docs
                 for key, tf in dpost.items():
                     norm_d = k1 * (1.0 - b + b * (docs[key][1] / avgdl))
                     # As the main segment's weights are computed, to the last bit.
-                    delta_scores[key] = (
-                        delta_scores.get(key, 0.0) + tf / (norm_d + tf) * (idf * (k1 + 1.0))
-                    )
+                    delta_scores[key] = delta_scores.get(key, 0.0) + tf / (norm_d + tf) * factor
         if sum(len(r) for r in row_parts) + len(delta_scores) <= FEW_POSTINGS:
             # Rare terms (identifiers, names): plain Python beats a dozen numpy calls.
             return ranking.top_few(self._row_keys, self._row_norms(avgdl), row_parts, tf_parts,

@@ -9,6 +9,7 @@ ascending key everywhere. The weight of a posting is ``tf / (norm + tf) * factor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -33,10 +34,8 @@ def top_few(row_keys: npt.NDArray[Any], norms: F64, row_parts: list[I32],
                                  tfs.tolist(), strict=True):
             scores[key] = scores.get(key, 0.0) + tf / (norm + tf) * factor
     scores.update(extra)  # a key is a row's or an extra one, never both
-    ranked = sorted(scores.items() if allowed is None else
-                    ((k, v) for k, v in scores.items() if k in allowed),
-                    key=lambda kv: (-kv[1], kv[0]))
-    return ranked[:limit]
+    return _ranked(scores.items() if allowed is None else
+                   ((k, v) for k, v in scores.items() if k in allowed), limit)
 
 
 def top_dense(row_keys: npt.NDArray[Any], rows: I32, weights: F64, terms: int,
@@ -61,7 +60,12 @@ def top_dense(row_keys: npt.NDArray[Any], rows: I32, weights: F64, terms: int,
         rows, weights = rows[keep], weights[keep]
     best = dict(zip(row_keys[rows].tolist(), weights.tolist(), strict=True))
     best.update(extra)  # a key is a row's or an extra one, never both
-    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return _ranked(best.items(), limit)
+
+
+def _ranked(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+    """The best ``limit`` (key, score) pairs, ties by ascending key."""
+    return sorted(items, key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
 def summed(row_keys: npt.NDArray[Any], rows: I32, weights: F64,
