@@ -119,10 +119,7 @@ class SearchResult:
         )
         if "rendered" in obj or hybrid is None:
             return hit
-        text = render_result({"path": hit.path, "start_line": hit.start_line,
-                              "end_line": hit.end_line, "text": hit.text, "score": hit.score,
-                              "vector": hit.vector, "keyword": hit.keyword}, hybrid=hybrid)
-        return replace(hit, rendered=text)
+        return replace(hit, rendered=render_result(hit.to_dict(), hybrid=hybrid))
 
     def to_dict(self) -> dict[str, Any]:
         return {
