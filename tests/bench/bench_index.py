@@ -386,6 +386,13 @@ def query_latency(sock: Path, queries: Sequence[str], samples: int,
             "p99_ms": pct(lat, 99), "qps": len(lat) / wall if wall > 0 else None}
 
 
+def _in_turns(rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, side) for each side of each round, the side going first alternating."""
+    for i in range(rounds):
+        for side in (("recalld", "reme") if i % 2 == 0 else ("reme", "recalld")):
+            yield i, side
+
+
 def interleaved_query_latency(ws: Path, state_dir: Path, reme_ws: Path, *,
                               expect_files: int, queries: Sequence[str], rounds: int = 20,
                               per_round: int = 100) -> dict[str, Any]:
@@ -416,10 +423,9 @@ def interleaved_query_latency(ws: Path, state_dir: Path, reme_ws: Path, *,
         ours(0)
         reme.round(per_round)
         lat: dict[str, list[float]] = {"recalld": [], "reme": []}
-        for i in range(rounds):
+        for i, side in _in_turns(rounds):
             offset = i * per_round
-            for side in (("recalld", "reme") if i % 2 == 0 else ("reme", "recalld")):
-                lat[side] += ours(offset) if side == "recalld" else reme.round(per_round, offset)
+            lat[side] += ours(offset) if side == "recalld" else reme.round(per_round, offset)
         c.close()
     finally:
         reme.close()
@@ -452,13 +458,12 @@ def cold_builds_interleaved(ws: Path, state_dir: Path, reme_ws: Path, *, expect_
     """Cold builds of recalld and ReMe from process start, in turns (starting side
     alternating), ``runs`` each; medians compared, as the query rounds are."""
     times: dict[str, list[float]] = {"recalld": [], "reme": []}
-    for i in range(runs):
-        for side in (("recalld", "reme") if i % 2 == 0 else ("reme", "recalld")):
-            if side == "recalld":
-                times["recalld"].append(recalld_cold_build(ws, state_dir, expect_files))
-            else:
-                r = reme_baseline.run_reme(reme_ws, warm_runs=0, edits=0)
-                times["reme"].append(float(r["import_s"]) + float(r["cold_build_s"]))
+    for _, side in _in_turns(runs):
+        if side == "recalld":
+            times["recalld"].append(recalld_cold_build(ws, state_dir, expect_files))
+        else:
+            r = reme_baseline.run_reme(reme_ws, warm_runs=0, edits=0)
+            times["reme"].append(float(r["import_s"]) + float(r["cold_build_s"]))
     return {"runs": runs, **{f"{side}_s": v for side, v in times.items()},
             **{f"{side}_median_s": statistics.median(v) for side, v in times.items()}}
 
