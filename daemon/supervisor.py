@@ -31,9 +31,9 @@ from recalld.daemon import config as config_mod
 from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
 from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
 from recalld.daemon.events import EventBus
-from recalld.daemon.listener import BoundSocket, bind_listener
 from recalld.daemon.lock import data_dir_lock
-from recalld.daemon.server import RpcServer
+from recalld.daemon.rpc.listener import BoundSocket, bind_listener
+from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
 from recalld.daemon.workspaces import WorkspaceRegistry, WorkspaceService
 

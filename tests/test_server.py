@@ -23,8 +23,8 @@ import trio
 from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus
-from recalld.daemon.listener import bind_listener
-from recalld.daemon.server import (
+from recalld.daemon.rpc.listener import bind_listener
+from recalld.daemon.rpc.server import (
     EVENT_QUEUE_SIZE,
     PeerCredentials,
     RpcServer,
