@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from recalld.daemon.errors import wire_error
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.errors import (
     JOB_FAILED,
@@ -42,13 +43,12 @@ from recalld.ipc.errors import (
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, dict[str, Any]], None]
+Publish = Callable[[str, dict[str, Any]], object]
 Handler = Callable[["JobContext"], Awaitable[dict[str, Any] | None]]
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE = frozenset({"queued", "running"})
 INTERRUPTED = "interrupted by daemon restart"
-DEFAULT_AGENT = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +378,8 @@ class JobManager:
         try:
             result = await spec.handler(JobContext(self, job))
         except RecalldError as exc:
-            await self._finish(job, "failed", error=exc.message, code=exc.code)
+            wire = wire_error(exc)
+            await self._finish(job, "failed", error=wire.message, code=wire.code)
         except Exception as exc:
             log.exception("job %s (%s) of %s failed", job.job_id, job.kind, job.agent_id)
             await self._finish(job, "failed", error=f"{type(exc).__name__}: {exc}",
@@ -428,51 +429,3 @@ class JobManager:
             if self._log is not None:
                 self._log_open = False
                 self._log.close()
-
-
-# -- RPC handlers (registered by the daemon on its method table) ----------------------------
-
-
-def _params(params: Any) -> Mapping[str, Any]:
-    if params is None:
-        return {}
-    if not isinstance(params, Mapping):
-        raise InvalidParams("params must be an object")
-    return params
-
-
-def _string(params: Mapping[str, Any], name: str, default: str | None = None) -> str:
-    value = params.get(name, default)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"{name} must be a non-empty string")
-    return value
-
-
-async def rpc_submit(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.submit {agent_id, kind, params?}`` → ``{job_id}``."""
-    p = _params(params)
-    job_params = p.get("params")
-    if job_params is not None and not isinstance(job_params, Mapping):
-        raise InvalidParams("params.params must be an object")
-    job_id = await manager.submit(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "kind"),
-                                  job_params)
-    return {"job_id": job_id}
-
-
-async def rpc_get(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.get {agent_id, job_id}`` → the job record."""
-    p = _params(params)
-    return manager.get(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
-
-
-async def rpc_list(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first."""
-    p = _params(params)
-    agent = None if p.get("agent_id") is None else _string(p, "agent_id")
-    return {"jobs": manager.list(agent)}
-
-
-async def rpc_cancel(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.cancel {agent_id, job_id}`` → the job record after cancelling."""
-    p = _params(params)
-    return await manager.cancel(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))

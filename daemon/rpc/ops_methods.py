@@ -22,8 +22,8 @@ import trio
 
 from recalld.daemon import backup as bk
 from recalld.daemon import metrics
-from recalld.daemon.api import CallContext, DaemonState, Methods, Params
-from recalld.daemon.maintenance import compact, health_of, index_of, verify
+from recalld.daemon.maintenance import compact, verify
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound
@@ -69,13 +69,15 @@ def _unique(path: Path) -> Path:
     return candidate
 
 
-def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
-    """The operations methods; ``cpu`` bounds compression and checksum work."""
+def ops_methods() -> Methods:
+    """The operations methods (one restore or rollback at a time per table); the
+    daemon's CPU limiter bounds compression and checksum work."""
     methods = Methods()
     restore_lock = trio.Lock()
 
     async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
                            include_derived: bool, note: str) -> dict[str, Any]:
+        cpu = state.services.cpu
         summary: dict[str, Any] = await trio.to_thread.run_sync(
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                      recalld_version=state.version, note=note),
@@ -131,11 +133,13 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
         p.done()
-        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        checked = await trio.to_thread.run_sync(bk.open_checked, path,
+                                                limiter=ctx.services.cpu)
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                       snapshot: bool) -> dict[str, Any]:
+        cpu = state.services.cpu
         checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
@@ -168,13 +172,11 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
             done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
             ws = open_ws.get(plan.agent_id)
             if ws is not None:
-                index = index_of(ws)
-                await index.sync()
-                found = await index.watcher.reconcile("after restore")
+                services = ws.services
+                await services.index.sync()
+                found = await services.index.watcher.reconcile("after restore")
                 done["reconcile"] = found.as_dict()
-                health = health_of(ws)
-                if health is not None:
-                    await health.scan()
+                await services.health.scan()
             else:
                 await state.registry.open(plan.agent_id)
                 done["opened"] = True
@@ -209,14 +211,16 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
-        return await verify(ctx.workspace(agent_id), cpu)
+        ws = ctx.workspace(agent_id)
+        return await verify(ws, ws.services.index, ctx.services.cpu, ws.services.health)
 
     @methods.add("index.compact", positional=("agent_id",))
     async def index_compact(ctx: CallContext, params: dict[str, Any]) -> Any:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
-        return await compact(ctx.workspace(agent_id))
+        ws = ctx.workspace(agent_id)
+        return await compact(ws, ws.services.index)
 
     @methods.add("daemon.metrics")
     async def daemon_metrics(ctx: CallContext, params: dict[str, Any]) -> Any:

@@ -1,23 +1,12 @@
-"""RPC methods of memory capture (``memory.add_turns``, ``inbox.list``, ``inbox.ack``) and
-:func:`install`, which plugs capture into a supervisor: the per-workspace session store
-and inbox services, these methods, and the ``auto_memory`` job kind.
-"""
+"""RPC methods of memory capture: ``memory.add_turns``, ``inbox.list``, ``inbox.ack``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.jobs import JobManager
-from recalld.daemon.memory.auto_memory import auto_memory_job
-from recalld.daemon.memory.inbox import inbox_of, inbox_service
-from recalld.daemon.memory.sessions import (
-    check_messages,
-    check_session_id,
-    sessions_service,
-    store_of,
-)
-from recalld.daemon.supervisor import Supervisor
+from recalld.daemon.memory.sessions import check_messages, check_session_id
+from recalld.daemon.rpc.dispatch import CallContext, Methods, Params
 from recalld.ipc.errors import InvalidParams, NotFound
 
 METHODS = Methods()
@@ -47,8 +36,8 @@ async def add_turns(ctx: CallContext, params: dict[str, Any]) -> Any:
         raise InvalidParams("request_id must be 1-200 characters")
     messages = check_messages(raw_messages if raw_messages is not None else [])
     ws = ctx.workspace(agent_id)
-    store = store_of(ws)
-    jobs: JobManager = ctx.state.services["jobs"]
+    store = ws.services.sessions
+    jobs = ctx.services.jobs
     async with store.lock:
         prior = store.answer_for(request_id)
         if prior is not None:
@@ -94,7 +83,7 @@ async def inbox_list(ctx: CallContext, params: dict[str, Any]) -> Any:
     since: str | None = p.text("since", None)
     include_acked: bool = p.boolean("include_acked", False)
     p.done()
-    inbox = inbox_of(ctx.workspace(agent_id))
+    inbox = ctx.workspace(agent_id).services.inbox
     return {"agent_id": agent_id, "items": inbox.list(since, include_acked)}
 
 
@@ -104,16 +93,5 @@ async def inbox_ack(ctx: CallContext, params: dict[str, Any]) -> Any:
     agent_id = p.agent_id()
     ids: list[str] = p.strings("ids")
     p.done()
-    inbox = inbox_of(ctx.workspace(agent_id))
+    inbox = ctx.workspace(agent_id).services.inbox
     return {"agent_id": agent_id, **await inbox.ack(ids)}
-
-
-def install(supervisor: Supervisor) -> None:
-    """Add memory capture to a supervisor that is not running yet."""
-    supervisor.registry.add_service("sessions", sessions_service())
-    supervisor.registry.add_service("inbox", inbox_service(supervisor.events.publish))
-    supervisor.state.methods.include(METHODS)
-    jobs: JobManager = supervisor.state.services["jobs"]
-    jobs.register("auto_memory",
-                  auto_memory_job(supervisor.registry.get, supervisor.state.services),
-                  resumable=True)

@@ -1,35 +1,16 @@
-"""RPC methods of the index: ``memory.search``, ``index.sync``, and the reindex job.
-
-Also the workspace-service factory that starts a :class:`WorkspaceIndex` for every
-open workspace and attaches it as ``"index"``.
-"""
+"""RPC methods of the index: ``memory.search`` and ``index.sync``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import trio
-
 from recalld.daemon import sharing
-from recalld.daemon.api import CallContext, DaemonState, Methods, Params
-from recalld.daemon.config import DaemonConfig
-from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
-from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.jobs import JobContext
-from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, Methods, Params
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import UnknownWorkspace
 
 METHODS = Methods()
-
-
-def index_of(ws: Workspace) -> WorkspaceIndex:
-    try:
-        index: WorkspaceIndex = ws.get("index")
-    except KeyError:
-        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no index yet") from None
-    return index
 
 
 def _search_answers_now(state: DaemonState, params: dict[str, Any]) -> bool:
@@ -41,7 +22,7 @@ def _search_answers_now(state: DaemonState, params: dict[str, Any]) -> bool:
     if not isinstance(agent_id, str):
         return False
     try:
-        index = index_of(state.registry.get(agent_id))
+        index = state.registry.get(agent_id).services.index
     except UnknownWorkspace:
         return False
     vectors = index.vectors
@@ -62,7 +43,7 @@ async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
     p.done()
 
     async def search_one(ws: Workspace) -> dict[str, Any]:
-        index = index_of(ws)
+        index = ws.services.index
         if sync:
             await index.sync()
         return await search(
@@ -84,35 +65,6 @@ async def index_sync(ctx: CallContext, params: dict[str, Any]) -> Any:
     p = Params(params)
     agent_id = p.agent_id()
     p.done()
-    index = index_of(ctx.workspace(agent_id))
+    index = ctx.workspace(agent_id).services.index
     await index.sync()
     return {"synced": True, "files": len(index.state.files), "chunks": len(index.state.chunks)}
-
-
-def reindex_job(get_workspace: Callable[[str], Workspace]) -> Callable[[JobContext], Any]:
-    """The ``reindex`` job: rebuild one workspace's index with progress."""
-
-    async def run(job: JobContext) -> dict[str, Any]:
-        index = index_of(get_workspace(job.agent_id))
-        return await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
-
-    return run
-
-
-def index_service(
-    get_config: Callable[[], DaemonConfig],
-    cpu: trio.CapacityLimiter,
-    publish: Callable[[str, dict[str, Any]], None] | None = None,
-    pool: PreparePool | None = None,
-) -> WorkspaceService:
-    """A workspace service that runs the index of each workspace."""
-
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        index = WorkspaceIndex(workspace, get_config(), cpu=cpu, publish=publish, pool=pool)
-        workspace.attach("index", index)
-        workspace.add_status("index", index.status)
-        await index.run(task_status=task_status)
-
-    return run

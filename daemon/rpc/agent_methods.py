@@ -20,11 +20,11 @@ from typing import Any
 import trio
 
 from recalld.daemon import safepath, sharing
-from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.rpc.dispatch import CallContext, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, RecalldError
 
@@ -47,16 +47,6 @@ def _caller(p: Params, agent_id: str) -> str:
 
 
 # ------------------------------------------------------------------------ memory.add_note
-
-
-def _note_lock(ws: Workspace) -> trio.Lock:
-    # One lock per workspace: appending reads the note and writes it back.
-    try:
-        lock: trio.Lock = ws.get("agents.note_lock")
-    except KeyError:
-        lock = trio.Lock()
-        ws.attach("agents.note_lock", lock)
-    return lock
 
 
 @METHODS.add("memory.add_note")
@@ -84,7 +74,7 @@ async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
     ws = ctx.workspace(agent_id)
     ops = fileops_for(ws, session_id=session_id)
     day = check_date(None, ops.today)
-    async with _note_lock(ws):
+    async with ws.services.note_lock:  # appending reads the note and writes it back
         body = ""
         existing = await _own_note(ws, ops.day_folder(day), slug(name), session_id)
         if existing is not None:
