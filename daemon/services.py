@@ -40,7 +40,7 @@ from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
 
-StatsProvider = Callable[[], Mapping[str, Any]]
+StatsProvider = Callable[[], Mapping[str, object]]
 
 
 class Service(Protocol):

@@ -7,14 +7,14 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import trio
 
 from recalld.daemon import safepath, sharing
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.rpc.dispatch import CallContext, Methods, Params
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams
 
@@ -23,7 +23,48 @@ MAX_READ_BYTES = 512 * 1024
 METHODS = Methods()
 
 
-def settings_for_wire(settings: WorkspaceSettings) -> dict[str, Any]:
+class Pong(TypedDict):
+    pong: bool
+    time: float
+
+
+class DaemonStatus(TypedDict):
+    version: str
+    pid: int
+    started_at: float
+    uptime_s: float
+    socket: str
+    socket_path: str
+    data_dir: str
+    config_path: str
+    workspaces: list[JsonObject]
+    queues: dict[str, JsonObject]
+
+
+class WorkspaceList(TypedDict):
+    workspaces: list[JsonObject]
+
+
+class WorkspaceClosed(TypedDict):
+    agent_id: str
+    closed: bool
+
+
+class ReadAnswer(TypedDict):
+    agent_id: str
+    path: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    text: str
+    truncated: bool
+
+
+class Subscribed(TypedDict):
+    subscribed: list[str]
+
+
+def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     """Workspace settings as JSON, with secrets masked."""
     raw = dataclasses.asdict(settings)
     for key in ("embedding_model_config", "chat_model_config"):
@@ -33,23 +74,20 @@ def settings_for_wire(settings: WorkspaceSettings) -> dict[str, Any]:
     return raw
 
 
-def workspace_info(ws: Workspace) -> dict[str, Any]:
+def workspace_info(ws: Workspace) -> JsonObject:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
-
-
-
 @METHODS.add("daemon.ping", immediate=True)
-async def ping(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def ping(ctx: CallContext, params: JsonObject) -> Pong:
     Params(params).done()
     return {"pong": True, "time": time.time()}
 
 
 @METHODS.add("daemon.status", immediate=True)
-async def status(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
     Params(params).done()
     state = ctx.state
-    queues: dict[str, Any] = {}
+    queues: dict[str, JsonObject] = {}
     for name, provider in state.stats.items():
         queues[name] = dict(provider())
     return {
@@ -67,7 +105,7 @@ async def status(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("workspace.open")
-async def workspace_open(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
     p = Params(params)
     agent_id = p.agent_id()
     path = p.text("path", None)
@@ -82,13 +120,13 @@ async def workspace_open(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("workspace.list", immediate=True)
-async def workspace_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     return {"workspaces": [workspace_info(ws) for ws in ctx.state.registry.list()]}
 
 
 @METHODS.add("workspace.close")
-async def workspace_close(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClosed:
     p = Params(params)
     agent_id = p.agent_id()
     p.done()
@@ -97,14 +135,14 @@ async def workspace_close(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("memory.read")
-async def memory_read(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def memory_read(ctx: CallContext, params: JsonObject) -> ReadAnswer:
     p = Params(params)
     agent_id = p.agent_id()
     path = p.text("path")
-    start_line: int = p.integer("start_line", 1, minimum=1)
-    end_line: int | None = p.integer("end_line", None, minimum=1)
+    start_line = p.integer("start_line", 1, minimum=1)
+    end_line = p.integer("end_line", None, minimum=1)
     # Who asks, when it is not the workspace's owner (see recalld.daemon.sharing).
-    as_agent: str = check_agent_id(p.text("as_agent", agent_id))
+    as_agent = check_agent_id(p.text("as_agent", agent_id))
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
@@ -127,9 +165,9 @@ async def memory_read(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("events.subscribe")
-async def events_subscribe(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     p = Params(params)
-    topics: list[str] = p.strings("topics")
+    topics = p.strings("topics")
     p.done()
     if not topics:
         raise InvalidParams("param 'topics' must not be empty")

@@ -7,7 +7,7 @@ Each handler module of this package fills a :class:`Methods` table the same way:
     METHODS = Methods()
 
     @METHODS.add("memory.search")
-    async def search(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
         p = Params(params)
         ws = ctx.workspace(p.agent_id())
         query = p.text("query")
@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
@@ -38,7 +38,13 @@ from recalld.ipc import __version__
 from recalld.ipc.errors import InvalidParams, MethodNotFound
 from recalld.ipc.protocol import Request
 
-_MISSING: Any = object()
+#: A JSON object as it arrives from or leaves for the wire: the one place values are
+#: untyped. Handlers check what they read (:class:`Params`) and return typed records.
+JsonObject = dict[str, Any]
+#: What a handler returns: a JSON value (a TypedDict, a JsonObject, a list...).
+Result = object
+D = TypeVar("D")
+_MISSING = object()  # "no default": the param is required
 
 
 class Peer(Protocol):
@@ -55,7 +61,7 @@ class Peer(Protocol):
         ...
 
 
-StatsProvider = Callable[[], Mapping[str, Any]]
+StatsProvider = Callable[[], Mapping[str, object]]
 
 
 @dataclass
@@ -101,7 +107,7 @@ class CallContext:
         return self.state.registry.get(agent_id)
 
 
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[Any]]
+Handler = Callable[[CallContext, JsonObject], Awaitable[Result]]
 H = TypeVar("H", bound=Handler)
 
 
@@ -116,7 +122,7 @@ class Method:
     immediate: bool = False
     # Or: answers without waiting when ``immediate_when(state, params)`` says so, given
     # what the daemon is doing right now (checked just before the call runs).
-    immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None
+    immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None
 
 
 class Methods:
@@ -127,7 +133,7 @@ class Methods:
 
     def add(
         self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False,
-        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
+        immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
     ) -> Callable[[H], H]:
         """Decorator registering ``handler`` as ``name``.
 
@@ -148,7 +154,7 @@ class Methods:
     def register(
         self, name: str, handler: Handler, *, positional: Sequence[str] | None = None,
         immediate: bool = False,
-        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
+        immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
     ) -> None:
         if name in self._methods:
             raise ValueError(f"method {name!r} is already registered")
@@ -179,7 +185,7 @@ class Methods:
     def __contains__(self, name: object) -> bool:
         return name in self._methods
 
-    async def dispatch(self, ctx: CallContext) -> Any:
+    async def dispatch(self, ctx: CallContext) -> Result:
         """Run the handler for ``ctx.request``; MethodNotFound / InvalidParams as needed."""
         request = ctx.request
         method = self._methods.get(request.method)
@@ -203,7 +209,7 @@ class Dispatcher:
     def __init__(self, state: DaemonState) -> None:
         self.state = state
 
-    async def __call__(self, request: Request, connection: Peer) -> Any:
+    async def __call__(self, request: Request, connection: Peer) -> Result:
         return await self.state.methods.dispatch(CallContext(self.state, connection, request))
 
     def is_immediate(self, request: Request) -> bool:
@@ -215,14 +221,17 @@ class Dispatcher:
 class Params:
     """Typed access to a params object; every accessor names the field in its error.
 
-    Call :meth:`done` after reading to refuse unknown fields (typos fail loudly).
+    Each accessor takes the field's name and, for an optional field, its default;
+    without a default the field is required. Call :meth:`done` after reading to refuse
+    unknown fields (typos fail loudly).
     """
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, object]) -> None:
         self._raw = raw
         self._seen: set[str] = set()
 
-    def _get(self, name: str, kinds: type | tuple[type, ...], what: str, default: Any) -> Any:
+    def _get(self, name: str, kinds: type | tuple[type, ...], what: str,
+             default: object) -> object:
         self._seen.add(name)
         value = self._raw.get(name)
         if value is None:
@@ -236,28 +245,53 @@ class Params:
             raise InvalidParams(f"param {name!r} must be {what}")
         return value
 
-    def text(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def text(self, name: str) -> str: ...
+    @overload
+    def text(self, name: str, default: D) -> str | D: ...
+    def text(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, str, "a string", default)
 
-    def integer(self, name: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+    @overload
+    def integer(self, name: str, *, minimum: int | None = None) -> int: ...
+    @overload
+    def integer(self, name: str, default: D, *, minimum: int | None = None) -> int | D: ...
+    def integer(self, name: str, default: object = _MISSING, *,
+                minimum: int | None = None) -> object:
         value = self._get(name, int, "an integer", default)
-        if value is not None and minimum is not None and value < minimum:
+        if isinstance(value, int) and minimum is not None and value < minimum:
             raise InvalidParams(f"param {name!r} must be at least {minimum}")
         return value
 
-    def number(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def number(self, name: str) -> float: ...
+    @overload
+    def number(self, name: str, default: D) -> float | D: ...
+    def number(self, name: str, default: object = _MISSING) -> object:
         value = self._get(name, (int, float), "a number", default)
-        return float(value) if value is not None else None
+        return float(value) if isinstance(value, int | float) else value
 
-    def boolean(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def boolean(self, name: str) -> bool: ...
+    @overload
+    def boolean(self, name: str, default: D) -> bool | D: ...
+    def boolean(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, bool, "true or false", default)
 
-    def mapping(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def mapping(self, name: str) -> JsonObject: ...
+    @overload
+    def mapping(self, name: str, default: D) -> JsonObject | D: ...
+    def mapping(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, dict, "an object", default)
 
-    def strings(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def strings(self, name: str) -> list[str]: ...
+    @overload
+    def strings(self, name: str, default: D) -> list[str] | D: ...
+    def strings(self, name: str, default: object = _MISSING) -> object:
         value = self._get(name, list, "an array of strings", default)
-        if value is not None and not all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
             raise InvalidParams(f"param {name!r} must be an array of strings")
         return value
 

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from recalld.daemon.memory import dream
-from recalld.daemon.rpc.dispatch import CallContext, Methods, Params
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 
 METHODS = Methods()
 
 
+class DreamRuns(TypedDict):
+    runs: list[JsonObject]
+
+
 @METHODS.add("dream.undo", positional=("agent_id", "run_id"))
-async def dream_undo(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def dream_undo(ctx: CallContext, params: JsonObject) -> JsonObject:
     p = Params(params)
     agent_id = p.agent_id()
     run_id = p.text("run_id")
@@ -22,7 +26,7 @@ async def dream_undo(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("dream.runs", positional=("agent_id",))
-async def dream_runs(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def dream_runs(ctx: CallContext, params: JsonObject) -> DreamRuns:
     p = Params(params)
     agent_id = p.agent_id()
     limit = p.integer("limit", 20, minimum=1)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from recalld.daemon import sharing
 from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
-from recalld.daemon.rpc.dispatch import CallContext, DaemonState, Methods, Params
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import UnknownWorkspace
 
 METHODS = Methods()
 
 
-def _search_answers_now(state: DaemonState, params: dict[str, Any]) -> bool:
+class Synced(TypedDict):
+    synced: bool
+    files: int
+    chunks: int
+
+
+def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
     """A keyword-only search of one small workspace nobody is writing to does not wait:
     it runs on the connection's reader (a call task would cost ~20 us more)."""
     if params.get("sync") or params.get("agents") is not None:
@@ -31,7 +37,7 @@ def _search_answers_now(state: DaemonState, params: dict[str, Any]) -> bool:
 
 @METHODS.add("memory.search", positional=("agent_id", "query"),
              immediate_when=_search_answers_now)
-async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
     p = Params(params)
     agent_id = p.agent_id()
     query = p.text("query")
@@ -39,10 +45,10 @@ async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
     min_score = p.number("min_score", None)
     filters = parse_filters(p.mapping("filters", None))
     sync = p.boolean("sync", False)
-    agents: list[str] | None = p.strings("agents", None)
+    agents = p.strings("agents", None)
     p.done()
 
-    async def search_one(ws: Workspace) -> dict[str, Any]:
+    async def search_one(ws: Workspace) -> JsonObject:
         index = ws.services.index
         if sync:
             await index.sync()
@@ -61,7 +67,7 @@ async def memory_search(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("index.sync", positional=("agent_id",))
-async def index_sync(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def index_sync(ctx: CallContext, params: JsonObject) -> Synced:
     p = Params(params)
     agent_id = p.agent_id()
     p.done()
