@@ -17,6 +17,7 @@ context, feature code through the workspace (``ws.services``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +40,8 @@ from recalld.daemon.memory.sessions import SessionStore
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+
+log = logging.getLogger(__name__)
 
 StatsProvider = Callable[[], Mapping[str, object]]
 
@@ -195,7 +198,8 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
     ws.add_status("inbox", services.inbox.status)
     ws.add_status("dream", services.resource.dream_status)
     ws.add_status("resource", services.resource.status)
-    for _name, service in services.in_start_order():
+    for name, service in services.in_start_order():
+        log.debug("starting %s for workspace %s", name, ws.agent_id)
         await nursery.start(service.run)
 
 
