@@ -1,8 +1,9 @@
 """The layering of the source, checked from the source itself (ast, no import).
 
 - The feature packages (``daemon/index``, ``daemon/memory``, ``daemon/store``,
-  ``daemon/providers``) never import the RPC layer (``daemon/rpc``), the supervisor or the
-  application wiring (``daemon/app.py``): the arrows point down only.
+  ``daemon/providers``), and every other daemon module below the RPC layer, never import
+  the RPC layer (``daemon/rpc``), the supervisor or the application wiring
+  (``daemon/app.py``): the arrows point down only.
 - ``recalld.ipc`` never imports ``recalld.daemon`` (not even through ``importlib``).
 - No module reads or writes another class's underscore names: ``x._name`` is allowed on
   ``self``/``cls``, on a module (``os._exit``), and for names a class of the same module
@@ -70,6 +71,18 @@ def _under(name: str, prefixes: tuple[str, ...]) -> bool:
 def test_feature_packages_do_not_import_upward() -> None:
     arrows = [f"{path.relative_to(ROOT)}:{line}: imports {target}"
               for module, path in sources(*FEATURES)
+              for line, target in imported_modules(module, ast.parse(path.read_text()))
+              if _under(target, UPWARD)]
+    assert arrows == []
+
+
+def test_nothing_below_the_rpc_layer_imports_it() -> None:
+    # Wider than the feature packages: jobs, workspaces, the composition (services.py)
+    # and every other daemon module sit below the RPC layer too.
+    top = {"recalld.daemon.app", "recalld.daemon.main", "recalld.daemon.supervisor"}
+    arrows = [f"{path.relative_to(ROOT)}:{line}: imports {target}"
+              for module, path in sources("daemon")
+              if module not in top and not _under(module, ("recalld.daemon.rpc",))
               for line, target in imported_modules(module, ast.parse(path.read_text()))
               if _under(target, UPWARD)]
     assert arrows == []
