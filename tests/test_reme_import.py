@@ -153,6 +153,11 @@ def test_a_reme_workspace_reuses_remes_vectors(daemon_factory: Any, tmp_path: Pa
         assert fresh and all("GPU reservation" in t or "budget" in t.lower() for t in fresh)
         assert len(fresh) <= 3
         assert d.stop() == 0
+    # ReMe's files are left as ReMe wrote them.
+    for rel in ("file_store/file_chunks_default_v1.jsonl.zst", "file_graph/default.jsonl.zst",
+                "file_catalog/dream.jsonl.zst"):
+        assert (ws / "mem_metadata" / rel).read_bytes() == (
+            FIXTURE / "mem_metadata" / rel).read_bytes(), rel
 
 
 def test_vectors_of_another_space_are_not_reused(daemon_factory: Any, tmp_path: Path) -> None:
@@ -176,3 +181,64 @@ def test_remes_space_id_uses_its_default_endpoints(backend: str) -> None:
     assert reme_import.space_id(a) == reme_import.space_id(b)
     assert reme_import.space_id(a) != reme_import.space_id(
         EmbeddingModelConfig(backend=backend, model_name="m", dimensions=16))
+
+
+REME_VENV = Path(__file__).resolve().parents[1] / "bench-results" / ".reme-venv" / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REME_VENV.exists(),
+                    reason="needs ReMe 0.4.2 in bench-results/.reme-venv (made by "
+                           "tests/bench/reme_baseline.py or reme_fixture.py)")
+def test_back_and_forth_between_recalld_and_reme(daemon_factory: Any, tmp_path: Path) -> None:
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
+    import reme_fixture
+
+    ws = copy_fixture(tmp_path / "ws")
+    stored = reme_import.read_store(ws / "mem_metadata")
+    assert stored is not None
+    edited = "memory/2026-06-16/deploy-2.md"
+    with fixture_provider() as fake:
+        config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+                  '[daemon]\npersist_delay_s = 0.05\n')
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_full(d)
+        with (ws / edited).open("a", encoding="utf-8") as f:
+            f.write("\nThe pool size went back to 50 after the fix.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        deadline = time.monotonic() + 60
+        while not passage_texts(fake):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        wait_full(d)
+        assert d.stop() == 0
+        # ReMe opens what recalld served: its chunks load as it left them, nothing is
+        # rebuilt; only the note edited meanwhile is indexed again.
+        got = reme_fixture.check(ws, python=REME_VENV, base_url=fake.url + "/v1")
+        assert got["loaded_chunks"] == got["loaded_vectors"] == len(stored), got
+        assert got["reindexed_files"] == [edited], got
+        assert got["dream_catalog"] == 20
+        # While on ReMe's side a note changes and one is added; ReMe embeds them.
+        changed, added = "memory/2026-06-17/travel-0.md", "memory/2026-06-18/garden.md"
+        with (ws / changed).open("a", encoding="utf-8") as f:
+            f.write("\nThe hotel confirmed the late check-in.\n")
+        (ws / added).parent.mkdir()
+        (ws / added).write_text("# Garden\n\nThe tomatoes need staking this week.\n",
+                                "utf-8")
+        got = reme_fixture.check(ws, python=REME_VENV, base_url=fake.url + "/v1")
+        assert got["reindexed_files"] == [changed, added], got
+        # Back to recalld: what ReMe embedded meanwhile is reused, not bought again.
+        before = len(passage_texts(fake))
+        d2 = daemon_factory(config)
+        d2.call("index.sync", {"agent_id": "w"})
+        found = d2.call("memory.search", {"agent_id": "w", "query": "tomatoes staking"})
+        assert found["results"][0]["path"] == added
+        deadline = time.monotonic() + 60
+        while vectors_status(d2)["embedded"] < vectors_status(d2)["total"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        asked = passage_texts(fake)[before:]
+        assert asked == ["tomatoes staking"], asked  # the query's own vector only
+        assert d2.stop() == 0

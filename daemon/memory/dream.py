@@ -1,7 +1,8 @@
 """auto_dream: consolidate the daily notes changed since the last dream into digest nodes.
 
-Owns the dream catalog (``<metadata_dir>/file_catalog/dream.jsonl.zst``: every daily note
-processed, with the SHA-256 of the text that was read) and one run at a time of the job
+Owns the dream catalog (``<metadata_dir>/catalog/dream.jsonl.zst``: every daily note
+processed, with the SHA-256 of the text that was read; ReMe's ``file_catalog/`` beside it
+stays as ReMe wrote it) and one run at a time of the job
 (the job kind is exclusive). Starts no task.
 
 A run: find the daily notes whose digest differs from the catalog (``index.md`` day
@@ -64,24 +65,50 @@ class DreamConfig:
 
 
 def catalog_path(root: Path, metadata_dir: str, job: str) -> Path:
-    return root / metadata_dir / "file_catalog" / f"{job}.jsonl.zst"
+    """recalld's catalog of ``job``: beside ReMe's ``file_catalog/``, which stays ReMe's."""
+    return root / metadata_dir / "catalog" / f"{job}.jsonl.zst"
+
+
+def _legacy_path(path: Path) -> Path:
+    """Where recalld kept the catalog before: in ReMe's ``file_catalog/`` folder."""
+    return path.parent.parent / "file_catalog" / path.name
+
+
+def _ours(records: list[dict[str, Any]]) -> bool:
+    """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
+    return bool(records) and all("digest" in r and "state" in r for r in records)
 
 
 def load_catalog(path: Path) -> dict[str, dict[str, Any]]:
     """Catalog records by path; a damaged catalog is treated as empty (logged): the worst
-    case is re-reading notes, which the integration rules make harmless."""
+    case is re-reading notes, which the integration rules make harmless. A catalog recalld
+    kept in ReMe's folder before is read from there until the next save moves it."""
+    source = path
     if not path.exists():
-        return {}
+        source = _legacy_path(path)
+        if not source.exists():
+            return {}
     try:
-        return {str(r["path"]): r for r in read_records(path) if "path" in r}
+        records = list(read_records(source))
     except CorruptState as exc:
-        log.warning("catalog %s is damaged (%s); starting it afresh", path, exc)
+        log.warning("catalog %s is damaged (%s); starting it afresh", source, exc)
         return {}
+    if source != path and not _ours(records):
+        return {}  # ReMe's own catalog: not ours to read here
+    return {str(r["path"]): r for r in records if "path" in r}
 
 
 def save_catalog(path: Path, records: Mapping[str, Mapping[str, Any]]) -> None:
     ensure_dir(REAL, path.parent)
     write_records(REAL, path, [records[k] for k in sorted(records)])
+    legacy = _legacy_path(path)
+    if legacy.exists():
+        # recalld's old copy in ReMe's folder goes, so ReMe finds nothing it cannot read.
+        try:
+            if _ours(list(read_records(legacy))):
+                legacy.unlink()
+        except (CorruptState, OSError) as exc:
+            log.warning("leaving %s in place: %s", legacy, exc)
 
 
 def sha256_text(text: str) -> str:
