@@ -36,7 +36,7 @@ import trio
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
-from recalld.daemon.memory import changelog, digest, interests
+from recalld.daemon.memory import changelog, digest, interests, reme_dream
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.providers.chat import ChatClient
@@ -138,6 +138,22 @@ def changed_notes(root: Path, daily_dir: str,
             if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
                 out.append((rel, sha, text))
     return out
+
+
+def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, dict[str, Any]]) -> int:
+    """Put the notes ReMe's dream consolidated, unchanged since, into ``catalog`` as
+    processed (``reme_dream.py``); returns how many (blocking)."""
+    s = ws.settings
+    found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
+    if found is None:
+        return 0
+    for rel, text in found.unchanged:
+        catalog[rel] = {"path": rel, "digest": sha256_text(text), "state": "processed",
+                        "source": "reme"}
+    if found.unchanged:
+        log.info("%s: %d note(s) ReMe's dream consolidated are not dreamed again (%d changed "
+                 "since)", ws.agent_id, len(found.unchanged), len(found.changed))
+    return len(found.unchanged)
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
@@ -322,10 +338,14 @@ async def run_dream(
     settings = ws.settings
     cat_path = catalog_path(ws.root, settings.metadata_dir, "dream")
     catalog = await trio.to_thread.run_sync(load_catalog, cat_path)
+    recognised = await trio.to_thread.run_sync(recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
     todo = todo[: cfg.max_notes_per_run]
     if not todo:
-        return {"run_id": None, "notes": 0, "changed": False, "actions": {}}
+        if recognised:
+            await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+        return {"run_id": None, "notes": 0, "changed": False, "actions": {},
+                "recognised_from_reme": recognised}
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
                changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                 notes=[p for p, _, _ in todo]),
@@ -367,6 +387,7 @@ async def run_dream(
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
     summary["changed"] = run.log.changed
+    summary["recognised_from_reme"] = recognised
     summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
     if run.log.changed:
         await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
