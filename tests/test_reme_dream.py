@@ -119,3 +119,35 @@ def test_a_catalog_recalld_kept_in_remes_folder_moves_beside_it(
     assert not legacy.exists()
     moved = {r["path"] for r in read_records(ws / "mem_metadata/catalog/dream.jsonl.zst")}
     assert moved == {"memory/2026-07-01/a.md", "memory/2026-07-02/b.md"}
+
+
+def test_old_derived_from_and_relates_to_lines_count_as_sources_and_relations() -> None:
+    from recalld.daemon.index.links import extract_links
+    from recalld.daemon.memory import digest
+
+    path = "digest/wiki/deploy-runbook.md"
+    text = (FIXTURE / path).read_text("utf-8").replace(
+        "relates_to:: [[digest/wiki/deploy-runbook]]",
+        "relates_to:: [[digest/wiki/budget-notes]]")
+    kinds = {(lk.kind, lk.dst) for lk in extract_links(path, text)}
+    assert ("related", "digest/wiki/budget-notes.md") in kinds
+    derived = {dst for kind, dst in kinds if kind == "source"}
+    assert len(derived) == 2 and all(d.startswith("memory/") for d in derived)
+    node = digest.parse_node(path, text)
+    assert set(node.sources) == derived and node.related == ["digest/wiki/budget-notes.md"]
+    assert node.confidence == digest.confidence_for(2)
+    assert "derived_from" not in node.content and "Consolidated knowledge" in node.content
+    # A corroboration adds to the old sources; the node is then written in recalld's form.
+    new_source = "memory/2026-06-17/deploy-1.md"
+    out = digest.integrate(node, digest.Integration(
+        action="CORROBORATE", bucket="wiki", name=node.name, sources=(new_source,),
+        node=path), "2026-06-18")
+    assert out.status == "applied" and out.text is not None
+    again = digest.parse_node(path, out.text)
+    assert set(again.sources) == derived | {new_source}
+    assert again.confidence == digest.confidence_for(3)
+    assert "derived_from::" not in out.text and "## Sources" in out.text
+    # Links under recalld's own section headings have the same kinds.
+    kinds = {(lk.kind, lk.dst) for lk in extract_links(path, out.text)}
+    assert ("source", new_source) in kinds
+    assert ("related", "digest/wiki/budget-notes.md") in kinds
