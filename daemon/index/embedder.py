@@ -121,6 +121,8 @@ class VectorWorker:
         self.seeded = 0
         #: ReMe's embedding cache of this space (ReMe text key -> vector) and its hits.
         self._reme_cache: dict[str, Any] = {}
+        #: Text hashes of the vectors taken from ReMe's chunk store.
+        self.reme_hashes: set[str] = set()
         self.reme_cache_texts = 0
         #: What was found of ReMe's vectors (see ``reme_report``); set once seeding is done.
         self.reme: dict[str, Any] = {}
@@ -186,6 +188,7 @@ class VectorWorker:
                 if vec.shape[0] == dims:
                     items.append((text_hash(text), vec))
             self.reme["store_vectors_used"] = len(items)
+            self.reme_hashes = {h for h, _ in items}
             return self.target.cache.put_many(items)
 
         try:
