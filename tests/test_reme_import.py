@@ -242,3 +242,44 @@ def test_back_and_forth_between_recalld_and_reme(daemon_factory: Any, tmp_path: 
         asked = passage_texts(fake)[before:]
         assert asked == ["tomatoes staking"], asked  # the query's own vector only
         assert d2.stop() == 0
+
+
+def test_copies_an_older_version_wrote_under_remes_names_go(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import write_records
+
+    ws = tmp_path / "ws"
+    (ws / "memory/2026-07-01").mkdir(parents=True)
+    (ws / "memory/2026-07-01/a.md").write_text("# A\n\nwalrus facts\n", "utf-8")
+    d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n[daemon]\npersist_delay_s = 0.05\n')
+    d.call("index.sync", {"agent_id": "w"})
+    deadline = time.monotonic() + 30
+    while not list((ws / "mem_metadata" / "index").glob("MANIFEST-*")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert d.stop() == 0
+    meta = ws / "mem_metadata"
+    old = {"file_store/file_chunks_default_v1.jsonl.zst": {
+               "id": "x", "path": "memory/2026-07-01/a.md", "start_line": 1, "end_line": 3,
+               "text": "# A\n\nwalrus facts", "metadata": {"heading": "", "key": 1}},
+           "file_graph/default.jsonl.zst": {"src": "a.md", "dst": "b.md", "kind": "link",
+                                            "line": 1},
+           "file_catalog/default.jsonl.zst": {"path": "memory/2026-07-01/a.md", "mtime_ns": 1,
+                                              "size": 1, "digest": "d", "keys": [1]}}
+    for rel, rec in old.items():
+        (meta / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_records(REAL, meta / rel, [rec])
+    # ReMe's own catalogs beside them stay.
+    write_records(REAL, meta / "file_catalog/dream.jsonl.zst",
+                  [{"path": "memory/2026-07-01/a.md", "st_mtime": 1.5}])
+    # Nothing of what ReMe wrote is taken for such a copy.
+    fx = copy_fixture(tmp_path / "fx")
+    assert reme_import.remove_own_mirrors(fx / "mem_metadata") == []
+    d2 = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n')
+    d2.call("index.sync", {"agent_id": "w"})
+    assert not any((meta / rel).exists() for rel in old)
+    assert (meta / "file_catalog/dream.jsonl.zst").exists()
+    res = d2.call("memory.search", {"agent_id": "w", "query": "walrus"})
+    assert res["results"][0]["path"] == "memory/2026-07-01/a.md"
+    assert d2.stop() == 0

@@ -29,17 +29,19 @@ import logging
 import re
 import unicodedata
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import orjson
+import zstandard
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.records import read_foreign_records
+from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +101,64 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
 def _chunk_of(rec: Mapping[str, Any]) -> tuple[str, ReMeChunk] | None:
     path, text = rec.get("path"), rec.get("text")
     start, end = rec.get("start_line"), rec.get("end_line")
-    meta = rec.get("metadata")
     if not (isinstance(path, str) and path and isinstance(text, str)
             and type(start) is int and type(end) is int and 1 <= start <= end):
         return None
-    if isinstance(meta, Mapping) and "key" in meta:
+    if _mirrored_chunk(rec):
         return None  # written by recalld, not ReMe
     emb = rec.get("_embedding_f16_b64")
     return path, ReMeChunk(start, end, text, emb if isinstance(emb, str) else None)
+
+
+# ------------------------------------------------------ what older recalld versions wrote
+
+
+def _mirrored_chunk(rec: Mapping[str, Any]) -> bool:
+    meta = rec.get("metadata")
+    return isinstance(meta, Mapping) and "key" in meta
+
+
+#: Files older recalld versions wrote under ReMe's names (copies of their own index
+#: state), each with what only recalld's records hold.
+OWN_MIRRORS: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
+    CHUNK_STORE: _mirrored_chunk,
+    "file_graph/default.jsonl.zst": lambda r: "src" in r and "dst" in r and "kind" in r,
+    "file_catalog/default.jsonl.zst": lambda r: "mtime_ns" in r and "keys" in r,
+}
+
+
+def first_record(path: Path, limit: int = 1 << 16) -> dict[str, Any] | None:
+    """The first JSON record of a (zstd) JSONL file, reading at most ``limit`` bytes of
+    it; None when empty or unreadable."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(0)
+            if head == ZSTD_MAGIC:
+                data = zstandard.ZstdDecompressor().stream_reader(f).read(limit)
+            else:
+                data = f.read(limit)
+        rec = orjson.loads(data.split(b"\n", 1)[0])
+    except (OSError, zstandard.ZstdError, orjson.JSONDecodeError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def remove_own_mirrors(metadata_dir: Path) -> list[str]:
+    """Delete what an older recalld version wrote under ReMe's names (ReMe loads none of
+    it; reading it again at every start would cost as much as the index itself). ReMe's
+    own files are told apart by their records and left alone. Returns what was removed."""
+    removed: list[str] = []
+    for rel, ours in OWN_MIRRORS.items():
+        path = metadata_dir / rel
+        rec = first_record(path) if path.is_file() else None
+        if rec is not None and ours(rec):
+            try:
+                path.unlink()
+                removed.append(rel)
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", path, exc)
+    return removed
 
 
 # ---------------------------------------------------------------------- vector spaces
@@ -206,5 +258,6 @@ def load_npz(path: Path, dims: int) -> dict[str, np.ndarray]:
     return {str(k): rows[i] for i, k in enumerate(keys)}
 
 
-__all__ = ["CHUNK_STORE", "ReMeChunk", "ReMeEmbeddings", "ReMeStore", "load_npz",
-           "read_embeddings", "read_store", "space_id", "text_key"]
+__all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
+           "first_record", "load_npz", "read_embeddings", "read_store", "remove_own_mirrors",
+           "space_id", "text_key"]

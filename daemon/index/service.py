@@ -168,7 +168,7 @@ class WorkspaceIndex:
             partial(self.store.load, self.state, defer_checks=True))
         # Loading read whole state files into short-lived buffers; hand them back.
         await trio.to_thread.run_sync(memtrim.trim)
-        await trio.to_thread.run_sync(self._read_reme_store)
+        await trio.to_thread.run_sync(self._read_reme_store, self.load_report.fresh)
         if self.load_report.corrupt:
             log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
                         self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
@@ -351,9 +351,16 @@ class WorkspaceIndex:
             self._changes += count
             self._mark_dirty()
 
-    def _read_reme_store(self) -> None:
+    def _read_reme_store(self, fresh: bool) -> None:
         """ReMe's chunk store, if the workspace has one: its vectors for the embedding
-        cache and its boundaries for the notes it chunked (``reme_chunks.py``)."""
+        cache and its boundaries for the notes it chunked (``reme_chunks.py``). Copies an
+        older version of recalld wrote under ReMe's names go once our own index is saved
+        (before, they still give their vectors)."""
+        if not fresh:
+            removed = reme_import.remove_own_mirrors(self.store.metadata_dir)
+            if removed:
+                log.info("%s: removed the copies of the index an older version wrote under "
+                         "ReMe's names: %s", self.ws.agent_id, ", ".join(removed))
         found = reme_import.read_store(self.store.metadata_dir)
         if found is None:
             return
