@@ -105,7 +105,10 @@ class IndexStore:
 
     def __init__(self, metadata_dir: Path, fs: FS = REAL) -> None:
         self.metadata_dir = metadata_dir
-        self.store = GenerationStore(metadata_dir / "index", fs, mirror_root=metadata_dir)
+        # Generations of older versions list copies under ReMe's names: not written again
+        # (ReMe may have written its own files there since).
+        self.store = GenerationStore(metadata_dir / "index", fs, mirror_root=metadata_dir,
+                                     publish_mirrors=False)
         #: The vectors stamp of the last committed generation (None: re-serialize next).
         self.saved_vectors: tuple[int, int] | None = None
         #: The generation the last ``load`` filled a state from.
