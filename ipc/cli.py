@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_memory, cli_ops, errors
+from recalld.ipc import cli_memory, cli_ops, errors, paths
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -175,7 +175,9 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         if command in ("install-service", "uninstall-service"):
             try:
                 return _service(command, ns, out, as_json)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            # install.ServiceError is a RuntimeError: one line saying what to do instead.
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired,
+                    RuntimeError) as exc:
                 print(f"recalld: {exc}", file=err)
                 return EXIT_ERROR
         if command == "mcp":
@@ -184,6 +186,9 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         with client:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)
+    except paths.PathError as exc:
+        print(f"recalld: configuration error: {exc}", file=err)
+        return EXIT_USAGE
     except errors.DaemonNotRunning as exc:
         print(f"recalld: {exc.message}", file=err)
         return EXIT_NOT_RUNNING
@@ -313,17 +318,27 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     install = importlib.import_module("recalld.daemon.install")  # lazily, as for serve
     if command == "install-service":
-        written = install.install_service(write_only=ns.write_only)
+        # The socket clients would look for (--socket, RECALLD_SOCKET, the config file).
+        sock = install.listen_path(paths.socket_path(getattr(ns, "socket", None)))
+        written = install.install_service(write_only=ns.write_only, socket_path=sock)
         if as_json:
-            print_json(out, {"written": written})
+            print_json(out, {"written": written, "enabled": not ns.write_only})
         else:
             out.writelines(f"wrote {path}\n" for path in written)
+            if ns.write_only:
+                out.write("to enable and start them: " + "; ".join(install.ENABLE_COMMANDS)
+                          + "\n")
+            else:
+                out.write("enabled and started recalld.socket and recalld.service\n")
     else:
-        install.uninstall_service(write_only=ns.write_only)
+        removed = install.uninstall_service(write_only=ns.write_only)
         if as_json:
-            print_json(out, {"removed": True})
+            print_json(out, {"removed": removed})
+        elif removed:
+            out.writelines(f"removed {path}\n" for path in removed)
+            out.write("(your Markdown memory is kept)\n")
         else:
-            out.write("removed the recalld user units (your Markdown memory is kept)\n")
+            out.write(f"no recalld units were installed in {install.unit_dir()}\n")
     return EXIT_OK
 
 
