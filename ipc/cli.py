@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = add("serve", "run the daemon in the foreground")
     serve.add_argument("args", nargs=argparse.REMAINDER, help="daemon options (see serve --help)")
-    add("status", "show the daemon and its workspaces")
+    status = add("status", "is memory OK? each workspace's health, pending work and problems")
+    status.add_argument("-v", "--verbose", action="store_true",
+                        help="also the daemon's queues and counters")
     add("ping", "check that the daemon answers")
 
     ws = add("workspace", "open, list or close workspaces")

@@ -47,9 +47,7 @@ def test_status_shows_daemon_and_default_workspace(daemon: DaemonHandle) -> None
     assert proc.returncode == 0, proc.stderr
     assert f"pid {daemon.pid}" in proc.stdout
     assert str(daemon.socket_path) in proc.stdout
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    default = [r for r in rows if r and r[0] == "default"]
-    assert default and default[0][1] == "ready"
+    assert "default: OK  (ready, " in proc.stdout
     assert str(daemon.data_dir / "workspaces" / "default") in proc.stdout
 
     status = as_json(recalld("status", "--json", env=daemon.env))

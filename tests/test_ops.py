@@ -172,9 +172,11 @@ def test_status_shows_health_files_and_watcher(daemon: DaemonHandle) -> None:
     assert health["derived_bytes"] > 0
     proc = cli(daemon, "status")
     assert proc.returncode == 0, proc.stderr
-    header, row = [ln for ln in proc.stdout.splitlines() if ln.startswith(("AGENT", "default"))]
+    assert "default: OK" in proc.stdout and "clean: 1 file(s), 1 chunk(s)" in proc.stdout
+    proc = cli(daemon, "status", "--verbose")
+    header, row = [ln for ln in proc.stdout.splitlines() if ln.startswith(("AGENT", "default "))]
     assert header.split() == ["AGENT", "STATE", "HEALTH", "FILES", "CHUNKS", "PENDING",
-                              "WATCHER", "DERIVED", "PATH"]
+                              "WATCHER", "DERIVED"]
     assert row.split()[:7] == ["default", "ready", "clean", "1/1", "1", "0", "watching"]
 
 
