@@ -1,8 +1,10 @@
 """The ``recalld`` command line: ``serve`` runs the daemon, everything else talks to it.
 
-Exit status: 0 success, 1 an error answered by the daemon (one line ``recalld: <message>
-(code N)``), 2 bad usage, 3 the daemon is not running (one line saying how to start it).
-Nothing here prints a traceback. ``serve``, ``install-service`` and ``uninstall-service``
+Exit status: 0 success, 1 failure (one line ``recalld: <message> (code N)`` for an error
+answered by the daemon), 2 bad usage (including invalid params found by the daemon and a
+bad config file), 3 the daemon is not running (one line saying how to start it), 130
+interrupted. Output into a closed pipe (``recalld search q | head -1``) ends quietly with
+0. Nothing here prints a traceback. ``serve``, ``install-service`` and ``uninstall-service``
 import the daemon lazily, so every other command stays light.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -18,7 +21,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_memory, cli_ops, errors, paths
+from recalld.ipc import __version__, cli_memory, cli_ops, errors, paths
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -27,10 +30,10 @@ from recalld.ipc.render import (
     render_workspaces,
     table,
 )
-from recalld.ipc.types import SearchResult
+from recalld.ipc.types import ReadResult, SearchResult
 
 DEFAULT_AGENT = "default"
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _common() -> argparse.ArgumentParser:
@@ -40,9 +43,19 @@ def _common() -> argparse.ArgumentParser:
                         help="daemon socket (default: $RECALLD_SOCKET or the XDG runtime dir)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable JSON on stdout")
-    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="S",
+    common.add_argument("--timeout", type=_seconds, default=argparse.SUPPRESS, metavar="S",
                         help="seconds to wait for an answer (default 30)")
     return common
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {value}")
+    return seconds
 
 
 def _lines(value: str) -> tuple[int, int]:
@@ -63,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="recalld", parents=[common],
         description="Long-term Markdown memory for AI agents: daemon and client.",
     )
+    parser.add_argument("--version", action="version", version=f"recalld {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
@@ -141,7 +155,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    return run(ns, out=sys.stdout, err=sys.stderr)
+    try:
+        code = run(ns, out=sys.stdout, err=sys.stderr)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_pipe()
+    return code
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``| head``): stop quietly. Later flushes of stdout (at exit)
+    go to /dev/null instead of failing again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def _serve_index(args: list[str]) -> int | None:
@@ -194,9 +222,12 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     except errors.DaemonNotRunning as exc:
         print(f"recalld: {exc.message}", file=err)
         return EXIT_NOT_RUNNING
-    except errors.ConnectionLost as exc:
+    except (errors.ConnectionLost, cli_ops.Declined) as exc:
         print(f"recalld: {exc.message}", file=err)
         return EXIT_ERROR
+    except errors.InvalidParams as exc:  # a usage error, found by the daemon or by us
+        print(f"recalld: {exc.message} (code {exc.code})", file=err)
+        return EXIT_USAGE
     except errors.RecalldError as exc:
         print(f"recalld: {exc.message} (code {exc.code})", file=err)
         return EXIT_ERROR
@@ -205,7 +236,9 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("recalld: interrupted", file=err)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_pipe()
     except OSError as exc:
         print(f"recalld: {exc}", file=err)
         return EXIT_ERROR
@@ -256,12 +289,31 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
 
 
 def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    start, end = ns.lines if ns.lines else (None, None)
-    result = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    """The whole file (or range): the daemon answers at most a bounded slice per call, so
+    the rest is asked for until the range is complete."""
+    start, end = ns.lines if ns.lines else (1, None)
+    first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    pieces, piece = [first], first
+    cut: list[int] = []
+    while piece.get("truncated"):
+        if not piece.get("text", "").endswith("\n"):
+            cut.append(piece["end_line"])  # one line longer than a slice: its head only
+        if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
+            break
+        piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
+                            end_line=end)
+        pieces.append(piece)
+    whole: ReadResult = {**first, "text": "".join(p.get("text", "") for p in pieces),
+                         "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
     if as_json:
-        print_json(out, result)
+        print_json(out, whole)
     else:
-        out.write(render_read(dict(result)))
+        out.write(render_read(whole))
+    if cut:
+        print(f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are longer than "
+              "the daemon hands out in one answer; only their first part is shown",
+              file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 

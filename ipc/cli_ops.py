@@ -79,6 +79,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ backup
 
 
+class Declined(errors.RecalldError):
+    """The person answered no to a confirmation (client side only; exit status 1)."""
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -86,7 +90,7 @@ def _confirm(question: str, yes: bool) -> None:
         raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
-        raise errors.InvalidParams("cancelled; nothing was changed")
+        raise Declined("cancelled; nothing was changed")
 
 
 def _local_or_name(file: str) -> str:

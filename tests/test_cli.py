@@ -92,12 +92,16 @@ def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> 
 
 def test_bad_workspace_config_is_one_line(daemon: DaemonHandle) -> None:
     line = assert_one_line_error(
-        recalld("workspace", "open", "x", "--config-json", "[1", env=daemon.env), 1)
+        recalld("workspace", "open", "x", "--config-json", "[1", env=daemon.env), 2)
     assert "--config-json" in line
     line = assert_one_line_error(
         recalld("workspace", "open", "x", "--config-json", '{"no_such_field": 1}',
-                env=daemon.env), 1)
+                env=daemon.env), 2)
     assert "no_such_field" in line and "(code -32602)" in line
+    line = assert_one_line_error(
+        recalld("workspace", "open", "x", "--config-json", '{"dream_cron": "0 25 * * *"}',
+                env=daemon.env), 2)
+    assert 'dream_cron = "0 25 * * *"' in line and "(code -32602)" in line
 
 
 def test_read(daemon: DaemonHandle) -> None:
@@ -110,7 +114,7 @@ def test_read(daemon: DaemonHandle) -> None:
     assert proc.stdout == "bike on Mondays\ntrain otherwise\n"
     got = as_json(recalld("read", rel, "--agent", "default", "--json", env=daemon.env))
     assert got["text"] == note.read_text(encoding="utf-8") and got["path"] == rel
-    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 1)
+    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 2)
     assert line.endswith("(code -32005)")
     line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
     assert line.endswith("(code -32001)")
@@ -164,28 +168,34 @@ def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: P
     assert proc.returncode == 0 and "searchable now" in proc.stdout, proc.stderr
     found = as_json(recalld("search", "ECONNREFUSED", "--agent", "w", "--json", env=env))
     assert [r["path"] for r in found["results"]] == [proc.stdout.split()[-3]]
-    assert_one_line_error(recalld("note", "-", "--agent", "w", env=env), 1)  # empty stdin
+    assert_one_line_error(recalld("note", "-", "--agent", "w", env=env), 2)  # empty stdin
 
     job_id = as_json(recalld("reindex", "--agent", "w", "--no-wait", "--json", env=env))["job_id"]
     job = as_json(recalld("jobs", "get", job_id, "--agent", "w", "--json", env=env))
     assert job["kind"] == "reindex" and job["state"] in ("queued", "running", "succeeded")
+    # Job ids are unique across agents: --agent is not needed.
+    assert as_json(recalld("jobs", "get", job_id, "--json", env=env))["job_id"] == job_id
     listed = recalld("jobs", "list", "--agent", "w", env=env)
     assert listed.returncode == 0 and job_id in listed.stdout and "reindex" in listed.stdout
     cancelled = as_json(recalld("jobs", "cancel", job_id, "--agent", "w", "--json", env=env))
     assert cancelled["state"] in ("cancelled", "succeeded")
     assert_one_line_error(recalld("jobs", "get", "no-such-job", "--agent", "w", env=env), 1)
+    assert "no job no-such-job" in assert_one_line_error(
+        recalld("jobs", "get", "no-such-job", env=env), 1)
 
     shown = recalld("inbox", "list", "--agent", "w", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "auto_dream" in shown.stdout and "2 nodes refined" in shown.stdout
     assert "- digest/wiki/vpn.md" in shown.stdout
-    assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 1)  # nothing named
+    assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 2)  # nothing named
     acked = recalld("inbox", "ack", "--all", "--agent", "w", env=env)
     assert "marked 1 item(s) seen" in acked.stdout, acked.stderr
     assert recalld("inbox", "list", "--agent", "w", env=env).stdout == "inbox empty\n"
     assert "(seen)" in recalld("inbox", "list", "--all", "--agent", "w", env=env).stdout
+    again = recalld("inbox", "ack", "--all", "--agent", "w", env=env)  # nothing left: fine
+    assert again.returncode == 0 and "marked 0 item(s) seen" in again.stdout, again.stderr
     unknown = recalld("inbox", "ack", "nope", "--agent", "w", env=env)
-    assert "marked 0 item(s) seen; unknown: nope" in unknown.stdout
+    assert "no inbox item(s) nope for agent w" in assert_one_line_error(unknown, 1)
 
 
 def test_dream_answers_or_fails_in_one_line(daemon: DaemonHandle) -> None:

@@ -192,7 +192,7 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
 
     original.write_text("I keep wasps now.\n")
     refused = cli(daemon, "backup", "restore", str(out))
-    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert refused.returncode == 2 and "--yes" in refused.stderr
     assert original.read_text() == "I keep wasps now.\n"
 
     done = cli(daemon, "backup", "restore", str(out), "--yes")
