@@ -234,8 +234,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     except TimeoutError as exc:
         print(f"recalld: {exc}", file=err)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("recalld: interrupted", file=err)
+    except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
+        print(f"recalld: {exc or 'interrupted'}", file=err)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _closed_pipe()

@@ -279,19 +279,3 @@ def _alive(pid: int) -> bool:
 def test_help(args: list[str], daemon_factory: DaemonFactory) -> None:
     proc = recalld(*args, env=daemon_factory.environment())
     assert proc.returncode == 0 and "usage: recalld" in proc.stdout
-
-
-@pytest.mark.parametrize(("progress", "fraction"), [
-    ({"done": 3, "total": 4, "message": ""}, 0.75),
-    ({"done": 3, "total": None}, None),
-    ({"done": 5, "total": 0}, None),
-    (0.5, 0.5),
-    (50, 0.5),
-    ({"fraction": 0.2}, 0.2),
-    (None, None),
-    (True, None),
-])
-def test_progress_fraction(progress: Any, fraction: float | None) -> None:
-    from recalld.ipc.render import progress_fraction
-
-    assert progress_fraction(progress) == fraction
