@@ -135,7 +135,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
-                      snapshot: bool) -> dict[str, Any]:
+                      snapshot: bool, dry_run: bool = False) -> dict[str, Any]:
         checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
@@ -155,6 +155,9 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
                                               _dirs_of(cfg.workspace_settings(agent_id))))
         plans = await trio.to_thread.run_sync(
             lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets])
+        if dry_run:
+            return {"file": str(path), "dry_run": True,
+                    "plans": [bk.plan_summary(plan) for plan in plans]}
         snap: dict[str, Any] | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
@@ -189,9 +192,10 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         path = _resolve_file(ctx.state, p.text("file"))
         agents: list[str] | None = p.strings("agents", None)
         snapshot: bool = p.boolean("snapshot", True)
+        dry_run: bool = p.boolean("dry_run", False)
         p.done()
         async with restore_lock:
-            return await restore(ctx.state, path, agents, snapshot)
+            return await restore(ctx.state, path, agents, snapshot, dry_run)
 
     @methods.add("backup.rollback")
     async def backup_rollback(ctx: CallContext, params: dict[str, Any]) -> Any:

@@ -62,8 +62,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                          help="skip the pre-restore snapshot (no rollback possible)")
     restore.add_argument("--rollback", action="store_true",
                          help="undo the last restore from its pre-restore snapshot")
+    restore.add_argument("--dry-run", action="store_true",
+                         help="say what would be written and removed; change nothing")
     rollback = add(bk_sub, "rollback", "undo the last restore from its pre-restore snapshot")
     rollback.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    rollback.add_argument("--dry-run", action="store_true",
+                          help="say what would be written and removed; change nothing")
 
     for name, help_ in (("verify", "check an agent's derived index against its Markdown"),
                         ("compact", "merge an agent's keyword index now and save it")):
@@ -132,6 +136,11 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         record = listed.get("rollback")
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
+        plan = client.backup_restore(record["snapshot"], record["agents"], dry_run=True)
+        if getattr(ns, "dry_run", False):
+            return _dry_run(out, plan, as_json)
+        if not as_json:
+            out.write(_plan_text(plan))
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
         result = client.backup_rollback()
@@ -141,15 +150,39 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        checked = client.backup_verify(name)
-        agents = ns.agents or sorted(checked.get("agents", {}))
-        _confirm(f"Restore {checked['members']} file(s) over agent(s) {', '.join(agents)}? "
-                 "Files they have that the backup lacks are removed.", ns.yes)
+        plan = client.backup_restore(name, ns.agents, dry_run=True)  # checks it all first
+        if ns.dry_run:
+            return _dry_run(out, plan, as_json)
+        if not as_json:
+            out.write(_plan_text(plan))
+        agents = [p["agent_id"] for p in plan.get("plans", [])]
+        _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
         result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:
         print_json(out, result)
+    return EXIT_OK
+
+
+def _plan_text(plan: Mapping[str, Any]) -> str:
+    """What a restore will write and remove, per agent (from a dry run)."""
+    lines = []
+    for p in plan.get("plans", []):
+        lines.append(f"{p['agent_id']}: will write {p['write']} file(s) into {p['root']} "
+                     f"({p['overwrite']} replace existing ones) and remove {p['remove']} "
+                     "file(s) the backup lacks")
+        lines += [f"  remove {rel}" for rel in p.get("removes", [])]
+        if p["remove"] > len(p.get("removes", [])):
+            lines.append(f"  ... and {p['remove'] - len(p['removes'])} more")
+    return "\n".join(lines) + "\n"
+
+
+def _dry_run(out: TextIO, plan: Mapping[str, Any], as_json: bool) -> int:
+    if as_json:
+        print_json(out, plan)
+    else:
+        out.write(_plan_text(plan) + "dry run: nothing was changed\n")
     return EXIT_OK
 
 

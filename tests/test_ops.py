@@ -191,9 +191,22 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
     assert cli(daemon, "backup", "verify", str(out)).stdout.startswith("ok: ")
 
     original.write_text("I keep wasps now.\n")
+    extra = note(daemon, "memory/2026-07-02/later.md", "written after the backup\n")
     refused = cli(daemon, "backup", "restore", str(out))
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert original.read_text() == "I keep wasps now.\n"
+    # What it would do, said before it asks; a dry run changes nothing.
+    assert "will write 1 file(s)" in refused.stdout and "remove 1 file(s)" in refused.stdout
+    dry = cli(daemon, "backup", "restore", str(out), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert ("default: will write 1 file(s) into " in dry.stdout
+            and "(1 replace existing ones) and remove 1 file(s) the backup lacks" in dry.stdout)
+    assert "  remove memory/2026-07-02/later.md" in dry.stdout
+    assert dry.stdout.endswith("dry run: nothing was changed\n")
+    plan = orjson.loads(cli(daemon, "backup", "restore", str(out), "--dry-run", "--json").stdout)
+    assert plan["dry_run"] is True and plan["plans"][0]["removes"] == [
+        "memory/2026-07-02/later.md"]
+    assert extra.exists() and original.read_text() == "I keep wasps now.\n"
 
     done = cli(daemon, "backup", "restore", str(out), "--yes")
     assert done.returncode == 0, done.stderr
@@ -202,6 +215,9 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
     hits = daemon.call("memory.search", {"agent_id": "default", "query": "bees"})["results"]
     assert [h["path"] for h in hits] == ["digest/personal/a.md"]
 
+    assert not extra.exists()
+    dry_back = cli(daemon, "backup", "rollback", "--dry-run")
+    assert dry_back.returncode == 0 and "remove 0 file(s)" in dry_back.stdout, dry_back.stderr
     back = cli(daemon, "backup", "restore", "--rollback", "--yes")
     assert back.returncode == 0, back.stderr
     assert original.read_text() == "I keep wasps now.\n"
