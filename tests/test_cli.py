@@ -253,6 +253,12 @@ def test_client_autostart(flavour: str, daemon_factory: DaemonFactory) -> None:
     pid = json.loads(proc.stdout)["pid"]
     try:
         assert as_json(recalld("ping", "--json", env=env))["pong"] is True
+        # It logs to a file under the state dir, not to /dev/null.
+        log = Path(env["XDG_DATA_HOME"]) / "recalld" / "state" / "recalld.log"
+        deadline = time.monotonic() + 30
+        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "no log file"
+            time.sleep(0.05)
     finally:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
@@ -279,3 +285,25 @@ def _alive(pid: int) -> bool:
 def test_help(args: list[str], daemon_factory: DaemonFactory) -> None:
     proc = recalld(*args, env=daemon_factory.environment())
     assert proc.returncode == 0 and "usage: recalld" in proc.stdout
+
+
+def test_autostart_of_a_misconfigured_daemon_says_why_at_once(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("[daemon]\ncpu_threads = 0\n")
+    code = ("from recalld.ipc.client import Client\n"
+            "from recalld.ipc.errors import DaemonNotRunning\n"
+            "try:\n"
+            "    Client(autostart=True).ping()\n"
+            "except DaemonNotRunning as exc:\n"
+            "    print(exc.message)\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "cpu_threads = 0: must be from 1 to 256" in proc.stdout, proc.stdout
+    assert "recalld-start.log" in proc.stdout
+    # It does not wait out the whole autostart deadline for a daemon that cannot start.
+    assert time.monotonic() - started < 25
