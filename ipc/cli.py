@@ -11,6 +11,7 @@ import the daemon lazily, so every other command stays light.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import subprocess
@@ -23,6 +24,7 @@ import orjson
 
 from recalld.ipc import __version__, cli_memory, cli_ops, errors, paths
 from recalld.ipc.client import Client
+from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
     print_json,
@@ -318,8 +320,11 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
-                           min_score=ns.min_score, sync=ns.sync)
+    with contextlib.ExitStack() as stack:
+        if ns.sync and not as_json:  # say what a long wait (a first build) waits for
+            stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
+        answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
+                               min_score=ns.min_score, sync=ns.sync)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK

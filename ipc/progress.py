@@ -4,16 +4,22 @@ Three forms: a bar redrawn in place on a terminal (counts, phase, rate and ETA);
 line every ``LINE_INTERVAL_S`` seconds (and at each phase change) when stderr is a file or
 a pipe; one JSON object per update with ``--json``, so stdout keeps only the result. The
 rate is measured within a phase, from the first update that phase reported.
+:class:`IndexingNotice` says what a call that waits for indexing is waiting for.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import orjson
+
+from recalld.ipc.client import Client
+from recalld.ipc.errors import RecalldError
 
 Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
@@ -131,3 +137,55 @@ class Progress:
                   "rate_per_s": None if r.rate_per_s is None else round(r.rate_per_s, 3),
                   "eta_s": None if r.eta_s is None else round(r.eta_s, 1)}
         self.stream.write(orjson.dumps(record).decode() + "\n")
+
+
+class IndexingNotice:
+    """While a call waits for indexing (``search --sync``, a first build), say on stderr
+    what the indexing is doing: after ``after_s``, then every ``LINE_INTERVAL_S``, read
+    from the daemon's status over a second connection by a helper thread. Stops (and
+    joins the thread) on exit."""
+
+    def __init__(self, socket_path: Path, agent_id: str, stream: TextIO, *,
+                 after_s: float = 2.0, timeout_s: float = 5.0) -> None:
+        self.socket_path = socket_path
+        self.agent_id = agent_id
+        self.stream = stream
+        self.after_s = after_s
+        self.timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recalld-indexing-notice",
+                                        daemon=True)
+
+    def __enter__(self) -> IndexingNotice:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def line(self, status: Mapping[str, Any]) -> str | None:
+        ws = next((w for w in status.get("workspaces") or []
+                   if w.get("agent_id") == self.agent_id), None)
+        if ws is None:
+            return None
+        idx = ws.get("index") or {}
+        reasons = (ws.get("health") or {}).get("reasons") or []
+        what = "; ".join(reasons) or f"{idx.get('pending_changes', 0)} change(s) pending"
+        return (f"recalld: waiting for the index of {self.agent_id}: {what} "
+                f"({idx.get('files', 0):,} file(s) indexed so far)")
+
+    def _run(self) -> None:
+        if self._stop.wait(self.after_s):
+            return
+        try:
+            with Client(self.socket_path, timeout_s=self.timeout_s) as client:
+                while not self._stop.is_set():
+                    text = self.line(client.status())
+                    if text is not None and not self._stop.is_set():
+                        self.stream.write(text + "\n")
+                        self.stream.flush()
+                    if self._stop.wait(LINE_INTERVAL_S):
+                        return
+        except (RecalldError, OSError, TimeoutError):
+            return  # only a notice: the waiting call reports real failures

@@ -123,3 +123,24 @@ def test_ctrl_c_says_the_job_goes_on_and_how_to_follow_it(
                     f"recalld jobs cancel {job['job_id']}")
     assert "Traceback" not in err
     assert job["state"] in ("running", "succeeded", "failed")  # not cancelled by Ctrl-C
+
+
+def test_indexing_notice_says_what_a_sync_waits_for(daemon: DaemonHandle) -> None:
+    from recalld.ipc.progress import IndexingNotice
+
+    out = io.StringIO()
+    with IndexingNotice(daemon.socket_path, "default", out, after_s=0.0):
+        deadline = time.monotonic() + 30
+        while not out.getvalue():
+            assert time.monotonic() < deadline, "no notice"
+            time.sleep(0.02)
+    line = out.getvalue().splitlines()[0]
+    assert line.startswith("recalld: waiting for the index of default: ")
+    assert "file(s) indexed so far" in line
+    notice = IndexingNotice(daemon.socket_path, "default", out)
+    status = {"workspaces": [{"agent_id": "default", "index": {"files": 1200,
+                                                                "pending_changes": 3},
+                              "health": {"reasons": ["first disk scan under way"]}}]}
+    assert notice.line(status) == ("recalld: waiting for the index of default: first disk "
+                                   "scan under way (1,200 file(s) indexed so far)")
+    assert notice.line({"workspaces": []}) is None
