@@ -42,7 +42,8 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a subcommand's missing option from hiding the one given before it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--socket", default=argparse.SUPPRESS,
-                        help="daemon socket (default: $RECALLD_SOCKET or the XDG runtime dir)")
+                        help="daemon socket (default: $RECALLD_SOCKET, else [daemon] "
+                             "socket_path of the config file, else the XDG runtime dir)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable JSON on stdout")
     common.add_argument("--timeout", type=_seconds, default=argparse.SUPPRESS, metavar="S",

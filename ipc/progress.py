@@ -20,6 +20,7 @@ import orjson
 
 from recalld.ipc.client import Client
 from recalld.ipc.errors import RecalldError
+from recalld.ipc.types import JOB_TERMINAL_STATES
 
 Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
@@ -89,6 +90,8 @@ class Progress:
         return Reading(state, phase, done, total, rate, eta)
 
     def update(self, state: str, progress: Any) -> None:
+        if state in JOB_TERMINAL_STATES and self.mode != "bar":
+            return  # the result (or the error line) says how it ended
         reading = self.read(state, progress)
         last = self._last
         changed_phase = last is None or reading.phase != last.phase

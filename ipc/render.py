@@ -138,8 +138,7 @@ class JobWaiter:
                         break
             if job.get("state") not in JOB_TERMINAL_STATES:
                 job = dict(self.client.jobs_get(self.agent_id, job_id))
-        if progress.mode == "bar":  # the bar ends full; elsewhere the result line says it
-            progress.update(str(job.get("state", "?")), job.get("progress"))
+        progress.update(str(job.get("state", "?")), job.get("progress"))  # fills the bar
         return job
 
     def _report(self, kind: str, job_id: str, job: Mapping[str, Any]) -> int:

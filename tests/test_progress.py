@@ -64,10 +64,11 @@ def test_json_lines_only_when_something_changed() -> None:
     p.update("running", {"done": 0, "total": 4, "message": "scanning"})
     clock.now += 1
     p.update("running", {"done": 0, "total": 4, "message": "scanning"})
-    p.update("succeeded", {"done": 4, "total": 4, "message": "done"})
+    p.update("running", {"done": 4, "total": 4, "message": "done"})
+    p.update("succeeded", {"done": 4, "total": 4, "message": "done"})  # the result says it
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["state"], r["phase"], r["done"]) for r in records] == [
-        ("running", "scanning", 0), ("succeeded", "done", 4)]
+        ("running", "scanning", 0), ("running", "done", 4)]
     assert records[0]["job_id"] == "j1" and records[0]["event"] == "progress"
 
 

@@ -61,6 +61,7 @@ def test_status_names_missing_key_bad_cron_and_pending_resource(
     assert "dream:" in out and "next " in out  # the running schedule still shows
     # Internals only with --verbose.
     assert "server:" not in out and "prepare_pool" not in out
+    wait_status(d, lambda s: bool(default_ws(s)["health"].get("scanned_at")), "a disk scan")
     verbose = recalld("status", "--verbose", env=d.env).stdout
     assert "server:" in verbose and "DERIVED" in verbose and "as of the disk scan" in verbose
 
