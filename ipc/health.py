@@ -214,6 +214,10 @@ def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Ass
     _vector_facts(a, ws)
     _dream(a, ws, mine)
     _resources(a, ws)
+    sessions = ws.get("sessions") or {}
+    if sessions.get("pending_messages"):
+        a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "
+                                   "wait for auto_memory"))
     inbox = ws.get("inbox") or {}
     if inbox.get("unacked"):
         a.facts.append(("inbox", f"{inbox['unacked']} unseen item(s) "

@@ -101,7 +101,10 @@ def _ws(**extra: Any) -> dict[str, Any]:
 
 
 def test_assess_reads_runtime_problems() -> None:
-    a = assess(_ws())
+    a = assess(_ws(sessions={"sessions": 1, "pending_messages": 4},
+                   inbox={"items": 3, "unacked": 2}))
+    assert ("capture", "4 conversation message(s) wait for auto_memory") in a.facts
+    assert ("inbox", "2 unseen item(s) (recalld inbox list --agent a)") in a.facts
     assert ("vectors", "backfill, 5 of 10 chunk(s) embedded (50%, backfill under way), "
                        "provider ok") in a.facts
     assert a.worst == "ok"
