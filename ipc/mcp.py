@@ -186,7 +186,11 @@ class Bridge:
 
     async def list_resources(self) -> list[types.Resource]:
         await self._open()
-        files = await self.client.memory_list(self.agent)
+        files = await self.client.memory_list(self.agent, limit=MAX_RESOURCES + 1)
+        if len(files) > MAX_RESOURCES:  # said where the MCP client keeps server logs
+            print(f"recalld mcp: listing the first {MAX_RESOURCES} of more files of "
+                  f"{self.agent}; memory_search and memory_read reach all of them",
+                  file=sys.stderr, flush=True)
         return [
             types.Resource(uri=resource_uri(self.agent, f["path"]), name=f["path"],
                            mime_type="text/markdown", size=f.get("size"))
