@@ -387,6 +387,14 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     return RestorePlan(agent_id, root, writes, sorted(set(removes)), skipped)
 
 
+def plan_summary(plan: RestorePlan, listed: int = 20) -> dict[str, Any]:
+    """What ``plan`` would do, for a dry run: counts, and the first files it removes."""
+    overwrite = sum(1 for rel in plan.writes.values() if (plan.root / rel).exists())
+    return {"agent_id": plan.agent_id, "root": str(plan.root), "write": len(plan.writes),
+            "overwrite": overwrite, "remove": len(plan.removes),
+            "removes": plan.removes[:listed], "skipped_derived": plan.skipped_derived}
+
+
 def _check_no_symlink(root: Path, rel: str) -> None:
     current = root
     for part in rel.split("/"):

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld.daemon import qwenpaw
+from recalld.daemon import config_rules, qwenpaw
 from recalld.ipc import paths
 from recalld.ipc.errors import InvalidParams
 
@@ -26,6 +25,10 @@ DEFAULT_AGENT = "default"
 
 class ConfigError(Exception):
     """The configuration file or a workspace config is invalid; the message says where."""
+
+
+#: Settings fields that are recorded by the loader, never keys a file or a client sets.
+NOT_KEYS = frozenset({"ignored_fields"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,34 +155,41 @@ _NESTED: dict[str, type[Any]] = {
 
 
 def _coerce(name: str, value: Any, default: Any, where: str) -> Any:
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"{where} {name} = {config_rules.shown(value)}: {what}")
+
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {name} must be true or false")
+            raise refuse("must be true or false")
         return value
     if isinstance(default, int) and not isinstance(default, bool):
         if value is None and name == "auto_memory_interval":
             return None
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {name} must be an integer")
+            raise refuse("must be an integer")
         return value
     if isinstance(default, float):
         if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {name} must be a number")
+            raise refuse("must be a number")
         return float(value)
     if isinstance(default, str):
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: {name} must be a string")
+            raise refuse("must be a string")
         return value
     if isinstance(default, tuple):
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings")
+            raise refuse("must be a list of strings")
         return tuple(value)
     return value
 
 
+def _nested_where(where: str, name: str) -> str:
+    return f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where}.{name}"
+
+
 def _build(cls: type[Any], table: Mapping[str, Any], *, base: Any = None, where: str) -> Any:
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
+        raise ConfigError(f"{where} must be a table, not {config_rules.shown(table)}")
     base = base if base is not None else cls()
     if cls is WorkspaceSettings:
         return _build_workspace(table, base, where)
@@ -187,7 +197,7 @@ def _build(cls: type[Any], table: Mapping[str, Any], *, base: Any = None, where:
 
 
 def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: str) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)} - {"ignored_fields"}
+    known = {f.name for f in dataclasses.fields(cls)} - NOT_KEYS
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -195,16 +205,30 @@ def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: st
     for name, value in table.items():
         default = getattr(base, name)
         if name in _NESTED:
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: "
+                                  f"must be a table ([{name}])")
             nested_base = default if default is not None else _NESTED[name]()
             changes[name] = (
                 None if value is None
-                else _build(_NESTED[name], value, base=nested_base, where=f"{where}.{name}")
+                else _build(_NESTED[name], value, base=nested_base,
+                            where=_nested_where(where, name))
             )
-        elif name == "auto_memory_interval":
+            continue
+        if name == "auto_memory_interval":
             changes[name] = _coerce(name, value, 0, where)
         else:
             changes[name] = _coerce(name, value, default, where)
-    return dataclasses.replace(base, **changes)
+        # The value has the right type; the rules table says whether it is in range.
+        wrong = config_rules.problem(cls.__name__, name, changes[name])
+        if wrong is not None:
+            raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: {wrong}")
+    built = dataclasses.replace(base, **changes)
+    across = config_rules.record_problem(
+        cls.__name__, {f.name: getattr(built, f.name) for f in dataclasses.fields(cls)})
+    if across is not None:
+        raise ConfigError(f"{where}: {across}")
+    return built
 
 
 def _build_workspace(table: Mapping[str, Any], base: WorkspaceSettings,
@@ -214,8 +238,9 @@ def _build_workspace(table: Mapping[str, Any], base: WorkspaceSettings,
     accepted and remembered in ``ignored_fields``."""
     if qwenpaw.looks_like_agent_json(table):
         table = qwenpaw.memory_part(table)
-    if "ignored_fields" in table:
-        raise ConfigError(f"{where}: unknown field(s) ignored_fields")
+    given = sorted(NOT_KEYS & set(table))
+    if given:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(given)}")
     try:
         found = qwenpaw.classify(table)
     except qwenpaw.QwenPawConfigError as exc:
@@ -270,53 +295,70 @@ def load(
     socket: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> DaemonConfig:
-    """Read the configuration. A missing file means defaults; a bad one raises ConfigError."""
+    """Read the configuration. A missing file means defaults; a bad one raises ConfigError
+    with one line naming the file, the key and the value."""
     env = os.environ if environ is None else environ
-    cfg_path = paths.config_path(config, env)
-    table: dict[str, Any] = {}
-    if cfg_path.exists():
-        try:
-            table = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{cfg_path}: {exc}") from None
-    elif config is not None or env.get("RECALLD_CONFIG"):
-        raise ConfigError(f"{cfg_path}: no such file")
+    try:
+        cfg_path = paths.config_path(config, env)
+        required = config is not None or bool(env.get("RECALLD_CONFIG"))
+        table: dict[str, Any] = paths.read_config(cfg_path, required=required)
+        daemon_table = dict(paths.daemon_table(cfg_path, table))
+    except paths.PathError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return _from_table(table, daemon_table, cfg_path, socket, env)
+    except (paths.PathError, ConfigError) as exc:
+        message = str(exc)  # path errors from the command line or environment name those
+        if message.startswith(f"{cfg_path}:") or not isinstance(exc, ConfigError):
+            raise ConfigError(message) from None
+        raise ConfigError(f"{cfg_path}: {message}") from None
 
+
+def _from_table(table: Mapping[str, Any], daemon_table: dict[str, Any], cfg_path: Path,
+                socket: str | os.PathLike[str] | None, env: Mapping[str, str]) -> DaemonConfig:
     unknown = sorted(set(table) - {"daemon", "workspace_defaults", "workspaces"})
     if unknown:
-        raise ConfigError(f"{cfg_path}: unknown table(s) {', '.join(unknown)}")
+        raise ConfigError(f"unknown table(s) {', '.join(unknown)}")
 
-    daemon_table = dict(table.get("daemon", {}))
     data = daemon_table.pop("data_dir", None)
     sock = daemon_table.pop("socket_path", None)
+    socket_path = paths.choose_socket(socket, env, sock, cfg_path)
+    data_dir = paths.choose_data_dir(env, data, cfg_path)
     bad = sorted(set(daemon_table) - _DAEMON_FIELDS)
     if bad:
-        raise ConfigError(f"{cfg_path}: [daemon] unknown field(s) {', '.join(bad)}")
+        raise ConfigError(f"[daemon] unknown field(s) {', '.join(bad)}")
 
     defaults = _build(
         WorkspaceSettings, table.get("workspace_defaults", {}), where="[workspace_defaults]"
     )
     workspaces: dict[str, WorkspaceSettings] = {}
     workspace_paths: dict[str, Path] = {}
-    for agent_id, ws_table in dict(table.get("workspaces", {})).items():
+    named = table.get("workspaces", {})
+    if not isinstance(named, Mapping):
+        raise ConfigError(f"workspaces = {config_rules.shown(named)}: must be tables "
+                          "([workspaces.AGENT])")
+    for agent_id, ws_table in named.items():
+        where = f"[workspaces.{agent_id}]"
+        if not config_rules.valid_agent_id(agent_id):
+            raise ConfigError(f"[workspaces.{config_rules.shown(agent_id)}]: the agent id "
+                              f"must be {config_rules.AGENT_ID_RULE}")
         if not isinstance(ws_table, Mapping):
-            raise ConfigError(f"{cfg_path}: [workspaces.{agent_id}] must be a table")
+            raise ConfigError(f"{where} must be a table, not {config_rules.shown(ws_table)}")
         ws_table = dict(ws_table)
         if "path" in ws_table:
-            workspace_paths[agent_id] = Path(str(ws_table.pop("path"))).expanduser()
+            path = ws_table.pop("path")
+            workspace_paths[agent_id] = paths.checked_path(
+                path, f"{cfg_path}: {where} path", environ=env)
         base_ws = defaults
         if "qwenpaw_agent_json" in ws_table:
             base_ws = _build(WorkspaceSettings,
                              _read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path),
-                             base=defaults, where=f"[workspaces.{agent_id}] qwenpaw_agent_json")
-        workspaces[agent_id] = _build(
-            WorkspaceSettings, ws_table, base=base_ws, where=f"[workspaces.{agent_id}]"
-        )
+                             base=defaults, where=f"{where} qwenpaw_agent_json")
+        workspaces[agent_id] = _build(WorkspaceSettings, ws_table, base=base_ws, where=where)
 
     base = DaemonConfig(
-        socket_path=paths.socket_path(socket or (env.get("RECALLD_SOCKET") or sock), env),
-        data_dir=Path(data).expanduser() if data and not env.get("RECALLD_DATA_DIR")
-        else paths.data_dir(env),
+        socket_path=socket_path,
+        data_dir=data_dir,
         config_path=cfg_path,
         workspace_defaults=defaults,
         workspaces=workspaces,

@@ -16,10 +16,14 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 SWITCH_INTERVAL_S = 0.001
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FILE_BYTES = 10 << 20
+LOG_FILE_BACKUPS = 3
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 log = logging.getLogger("recalld")
 
@@ -36,10 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="accepted for clarity; the daemon never forks")
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                         help="overrides [daemon] log_level")
+    parser.add_argument("--log-file", help="log to this file, rotated at "
+                        f"{LOG_FILE_BYTES >> 20} MiB ({LOG_FILE_BACKUPS} old files kept), "
+                        "instead of stderr")
     # Global client options that may ride along from `recalld --json serve`.
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", help=argparse.SUPPRESS)
     return parser
+
+
+def _rotating(path: str) -> logging.Handler:
+    from logging.handlers import RotatingFileHandler
+
+    target = Path(path).expanduser()
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return RotatingFileHandler(target, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS,
+                               encoding="utf-8")
 
 
 def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -75,11 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the environment so that nothing we start inherits them.
     sd_env = systemd.take_environment()
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=ns.log_level or "INFO",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    if ns.log_file:
+        try:
+            handler = _rotating(ns.log_file)
+        except OSError as exc:
+            print(f"recalld: cannot open the log file {ns.log_file}: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
     try:
         cfg = config_mod.load(config=ns.config, socket=ns.socket)
         level = (ns.log_level or cfg.log_level).upper()

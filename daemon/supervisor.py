@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,10 @@ class Supervisor:
         self.registry = services.registry
         self.state = DaemonState(services=services, methods=methods)
         self.state.stats.update(services.statistics())
+        # The last failed reload (cleared by a good one): the running config is the old one.
+        self.reload_error: dict[str, Any] = {"reload_error": None, "reload_failed_at": None}
+        self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
+                                              **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
         self._ready = False
@@ -172,9 +177,11 @@ class Supervisor:
             new = await trio.to_thread.run_sync(self._reload)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
+            self.reload_error = {"reload_error": str(exc), "reload_failed_at": time.time()}
             self.notifier.notify("READY=1", f"STATUS=reload failed: {_short(str(exc))}")
             self.events.publish("daemon.reload_failed", {"error": str(exc)})
             return
+        self.reload_error = {"reload_error": None, "reload_failed_at": None}
         old = self.config
         for name in ("socket_path", "data_dir"):
             if getattr(new, name) != getattr(old, name):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TypeVar
 
-from recalld.ipc import errors
+from recalld.ipc import errors, paths
 from recalld.ipc._methods import Call
 from recalld.ipc.protocol import DEFAULT_MAX_FRAME_BYTES, Response
 
@@ -80,24 +80,63 @@ def lost(fatal: Response | None) -> errors.RecalldError:
     return errors.ConnectionLost("the daemon closed the connection before answering")
 
 
-def daemon_command(socket_path: Path) -> list[str]:
-    return [sys.executable, "-m", "recalld.ipc", "serve", "--socket", str(socket_path)]
+def autostart_logs() -> tuple[Path, Path]:
+    """Where an auto-started daemon logs (rotated) and where its stderr goes (what it says
+    before logging is set up, e.g. a configuration error): under the daemon's state dir."""
+    state = paths.data_dir() / "state"
+    return state / "recalld.log", state / "recalld-start.log"
+
+
+def daemon_command(socket_path: Path, log_file: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "recalld.ipc", "serve", "--socket", str(socket_path)]
+    return cmd + (["--log-file", str(log_file)] if log_file is not None else [])
 
 
 def spawn_daemon(socket_path: Path) -> None:
-    """Start ``recalld serve`` in the background, detached from this process.
+    """Start ``recalld serve`` in the background, detached from this process, logging to
+    :func:`autostart_logs`.
 
     A short-lived launcher starts the daemon in a new session and exits at once, so the
     daemon is not our child: nothing to reap, and it outlives this process.
     """
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
+    log_file, start_log = autostart_logs()
+    start_log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    start_log.unlink(missing_ok=True)  # what the last start said is not this one's
     launcher = (
         "import subprocess, sys\n"
-        "subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,"
-        " stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)\n"
+        "with open(sys.argv[1], 'wb') as err:\n"
+        "    subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=err, stderr=err,"
+        " start_new_session=True, close_fds=True)\n"
     )
     subprocess.run(
-        [sys.executable, "-c", launcher, *daemon_command(socket_path)],
+        [sys.executable, "-c", launcher, str(start_log), *daemon_command(socket_path, log_file)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=env, check=False, timeout=AUTOSTART_WAIT_S,
     )
+
+
+def _start_said() -> list[str]:
+    try:
+        text = autostart_logs()[1].read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.strip().splitlines()
+
+
+def autostart_failed(socket_path: Path) -> errors.DaemonNotRunning:
+    """The error when an auto-started daemon did not answer in time: what it said, where."""
+    log_file, start_log = autostart_logs()
+    said = _start_said()
+    last = f": {said[-1]}" if said else ""
+    return errors.DaemonNotRunning(
+        f"started a daemon for {socket_path}, but it did not answer{last} "
+        f"(its log: {log_file}, {start_log})")
+
+
+def autostart_gave_up(socket_path: Path, deadline_passed: bool) -> errors.DaemonNotRunning | None:
+    """The error to raise now while waiting for an auto-started daemon, if any: at the
+    deadline, or at once when it refused its configuration (waiting cannot help)."""
+    if deadline_passed or any("configuration error" in line for line in _start_said()):
+        return autostart_failed(socket_path)
+    return None

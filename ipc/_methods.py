@@ -279,11 +279,14 @@ def backup_verify(file: str) -> Call[dict[str, Any]]:
 
 
 def backup_restore(
-    file: str, agents: Sequence[str] | None = None, snapshot: bool = True
+    file: str, agents: Sequence[str] | None = None, snapshot: bool = True,
+    dry_run: bool = False,
 ) -> Call[dict[str, Any]]:
-    """``backup.restore``: validate, snapshot the current state, restore, reindex."""
+    """``backup.restore``: validate, snapshot the current state, restore, reindex (with
+    ``dry_run``: only validate and say what it would write and remove)."""
     return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
-                                          snapshot=None if snapshot else False), _as_dict)
+                                          snapshot=None if snapshot else False,
+                                          dry_run=True if dry_run else None), _as_dict)
 
 
 def backup_rollback() -> Call[dict[str, Any]]:

@@ -153,8 +153,9 @@ class AsyncClient(_methods.AsyncMethods):
             try:
                 return await self._open_stream()
             except errors.DaemonNotRunning:
-                if trio.current_time() >= deadline:
-                    raise
+                failed = _core.autostart_gave_up(self.socket_path, trio.current_time() >= deadline)
+                if failed is not None:
+                    raise failed from None
                 await trio.sleep(_core.AUTOSTART_POLL_S)
 
     async def _reader(

@@ -137,8 +137,9 @@ class AsyncioClient(_methods.AsyncMethods):
             try:
                 return await self._open()
             except errors.DaemonNotRunning:
-                if loop.time() >= deadline:
-                    raise
+                failed = _core.autostart_gave_up(self.socket_path, loop.time() >= deadline)
+                if failed is not None:
+                    raise failed from None
                 await asyncio.sleep(_core.AUTOSTART_POLL_S)
 
     async def _read_loop(self, conn: _Connection) -> None:

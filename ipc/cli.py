@@ -1,15 +1,18 @@
 """The ``recalld`` command line: ``serve`` runs the daemon, everything else talks to it.
 
-Exit status: 0 success, 1 an error answered by the daemon (one line ``recalld: <message>
-(code N)``), 2 bad usage, 3 the daemon is not running (one line saying how to start it).
-Nothing here prints a traceback. Nothing here imports the daemon: ``serve`` replaces this
-process with ``python -m recalld.daemon.main`` (same pid, as systemd's NotifyAccess=main
-wants), so every other command stays light.
+Exit status: 0 success, 1 failure (one line ``recalld: <message> (code N)`` for an error
+answered by the daemon), 2 bad usage (including invalid params found by the daemon and a
+bad config file), 3 the daemon is not running (one line saying how to start it), 130
+interrupted. Output into a closed pipe (``recalld search q | head -1``) ends quietly with
+0. Nothing here prints a traceback. Nothing here imports the daemon: ``serve`` replaces
+this process with ``python -m recalld.daemon.main`` (same pid, as systemd's
+NotifyAccess=main wants), so every other command stays light.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import subprocess
@@ -20,8 +23,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_import, cli_memory, cli_ops, errors, install
+from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, install, paths
 from recalld.ipc.client import Client
+from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
     print_json,
@@ -29,22 +33,33 @@ from recalld.ipc.render import (
     render_workspaces,
     table,
 )
-from recalld.ipc.types import SearchResult
+from recalld.ipc.types import ReadResult, SearchResult
 
 DEFAULT_AGENT = "default"
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a subcommand's missing option from hiding the one given before it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--socket", default=argparse.SUPPRESS,
-                        help="daemon socket (default: $RECALLD_SOCKET or the XDG runtime dir)")
+                        help="daemon socket (default: $RECALLD_SOCKET, else [daemon] "
+                             "socket_path of the config file, else the XDG runtime dir)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable JSON on stdout")
-    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="S",
+    common.add_argument("--timeout", type=_seconds, default=argparse.SUPPRESS, metavar="S",
                         help="seconds to wait for an answer (default 30)")
     return common
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {value}")
+    return seconds
 
 
 def _lines(value: str) -> tuple[int, int]:
@@ -65,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="recalld", parents=[common],
         description="Long-term Markdown memory for AI agents: daemon and client.",
     )
+    parser.add_argument("--version", action="version", version=f"recalld {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
@@ -72,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = add("serve", "run the daemon in the foreground")
     serve.add_argument("args", nargs=argparse.REMAINDER, help="daemon options (see serve --help)")
-    add("status", "show the daemon and its workspaces")
+    status = add("status", "is memory OK? each workspace's health, pending work and problems")
+    status.add_argument("-v", "--verbose", action="store_true",
+                        help="also the daemon's queues and counters")
     add("ping", "check that the daemon answers")
 
     ws = add("workspace", "open, list or close workspaces")
@@ -142,7 +160,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    return run(ns, out=sys.stdout, err=sys.stderr)
+    try:
+        code = run(ns, out=sys.stdout, err=sys.stderr)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_pipe()
+    return code
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``| head``): stop quietly. Later flushes of stdout (at exit)
+    go to /dev/null instead of failing again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def _serve_index(args: list[str]) -> int | None:
@@ -179,7 +211,9 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         if command in ("install-service", "uninstall-service"):
             try:
                 return _service(command, ns, out, as_json)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            # install.ServiceError is a RuntimeError: one line saying what to do instead.
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired,
+                    RuntimeError) as exc:
                 print(f"recalld: {exc}", file=err)
                 return EXIT_ERROR
         if command == "mcp":
@@ -188,21 +222,29 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         with client:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)
+    except paths.PathError as exc:
+        print(f"recalld: configuration error: {exc}", file=err)
+        return EXIT_USAGE
     except errors.DaemonNotRunning as exc:
         print(f"recalld: {exc.message}", file=err)
         return EXIT_NOT_RUNNING
-    except errors.ConnectionLost as exc:
+    except (errors.ConnectionLost, cli_ops.Declined) as exc:
         print(f"recalld: {exc.message}", file=err)
         return EXIT_ERROR
+    except errors.InvalidParams as exc:  # a usage error, found by the daemon or by us
+        print(f"recalld: {exc.message} (code {exc.code})", file=err)
+        return EXIT_USAGE
     except errors.RecalldError as exc:
         print(f"recalld: {exc.message} (code {exc.code})", file=err)
         return EXIT_ERROR
     except TimeoutError as exc:
         print(f"recalld: {exc}", file=err)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("recalld: interrupted", file=err)
-        return 130
+    except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
+        print(f"recalld: {exc or 'interrupted'}", file=err)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_pipe()
     except OSError as exc:
         print(f"recalld: {exc}", file=err)
         return EXIT_ERROR
@@ -253,18 +295,40 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
 
 
 def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    start, end = ns.lines if ns.lines else (None, None)
-    result = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    """The whole file (or range): the daemon answers at most a bounded slice per call, so
+    the rest is asked for until the range is complete."""
+    start, end = ns.lines if ns.lines else (1, None)
+    first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    pieces, piece = [first], first
+    cut: list[int] = []
+    while piece.get("truncated"):
+        if not piece.get("text", "").endswith("\n"):
+            cut.append(piece["end_line"])  # one line longer than a slice: its head only
+        if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
+            break
+        piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
+                            end_line=end)
+        pieces.append(piece)
+    whole: ReadResult = {**first, "text": "".join(p.get("text", "") for p in pieces),
+                         "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
     if as_json:
-        print_json(out, result)
+        print_json(out, whole)
     else:
-        out.write(render_read(dict(result)))
+        out.write(render_read(whole))
+    if cut:
+        print(f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are longer than "
+              "the daemon hands out in one answer; only their first part is shown",
+              file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
-                           min_score=ns.min_score, sync=ns.sync)
+    with contextlib.ExitStack() as stack:
+        if ns.sync and not as_json:  # say what a long wait (a first build) waits for
+            stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
+        answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
+                               min_score=ns.min_score, sync=ns.sync)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK
@@ -316,17 +380,27 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if command == "install-service":
-        written = install.install_service(write_only=ns.write_only)
+        # The socket clients would look for (--socket, RECALLD_SOCKET, the config file).
+        sock = install.listen_path(paths.socket_path(getattr(ns, "socket", None)))
+        written = install.install_service(write_only=ns.write_only, socket_path=sock)
         if as_json:
-            print_json(out, {"written": written})
+            print_json(out, {"written": written, "enabled": not ns.write_only})
         else:
             out.writelines(f"wrote {path}\n" for path in written)
+            if ns.write_only:
+                out.write("to enable and start them: " + "; ".join(install.ENABLE_COMMANDS)
+                          + "\n")
+            else:
+                out.write("enabled and started recalld.socket and recalld.service\n")
     else:
-        install.uninstall_service(write_only=ns.write_only)
+        removed = install.uninstall_service(write_only=ns.write_only)
         if as_json:
-            print_json(out, {"removed": True})
+            print_json(out, {"removed": removed})
+        elif removed:
+            out.writelines(f"removed {path}\n" for path in removed)
+            out.write("(your Markdown memory is kept)\n")
         else:
-            out.write("removed the recalld user units (your Markdown memory is kept)\n")
+            out.write(f"no recalld units were installed in {install.unit_dir()}\n")
     return EXIT_OK
 
 

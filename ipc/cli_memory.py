@@ -34,7 +34,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                         ("cancel", "stop a queued or running job")):
         p = add(jobs_sub, name, help_)
         p.add_argument("job_id")
-        p.add_argument("--agent", default=DEFAULT_AGENT)
+        p.add_argument("--agent", help="the job's agent (default: found by its id)")
 
     inbox = add(sub, "inbox", "memory changes made for an agent, and marking them seen")
     inbox_sub = inbox.add_subparsers(dest="inbox_command", required=True, metavar="ACTION")
@@ -78,10 +78,11 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
             out.write(table(jobs, ("job_id", "agent_id", "kind", "state", "progress",
                                    "submitted_at", "finished_at")))
         return EXIT_OK
+    agent = ns.agent or _agent_of(client, ns.job_id)
     if action == "get":
-        job = dict(client.jobs_get(ns.agent, ns.job_id))
+        job = dict(client.jobs_get(agent, ns.job_id))
     else:
-        job = dict(client.jobs_cancel(ns.agent, ns.job_id))
+        job = dict(client.jobs_cancel(agent, ns.job_id))
     if as_json:
         print_json(out, job)
         return EXIT_OK
@@ -92,6 +93,14 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if job.get("result") is not None:
         print_json(out, job["result"])
     return EXIT_OK
+
+
+def _agent_of(client: Client, job_id: str) -> str:
+    """The agent of job ``job_id`` (job ids are unique across agents)."""
+    for job in client.jobs_list(None):
+        if job.get("job_id") == job_id:
+            return str(job["agent_id"])
+    raise errors.NotFound(f"no job {job_id} (recalld jobs list shows the jobs)")
 
 
 # ------------------------------------------------------------------------------- inbox
@@ -113,17 +122,21 @@ def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
                 out.writelines(f"  - {path}\n" for path in item.get("changes") or ())
         return EXIT_OK
     ids = list(ns.ids)
+    if not ids and not ns.all:
+        raise errors.InvalidParams("name the items to mark seen, or pass --all")
     if ns.all:
         ids += [item["id"] for item in client.inbox_list(ns.agent)]
-    if not ids:
-        raise errors.InvalidParams("name the items to mark seen, or pass --all")
-    result = client.inbox_ack(ns.agent, ids)
+    if not ids:  # --all with nothing unseen: already done
+        result: dict[str, Any] = {"acked": [], "unknown": []}
+    else:
+        result = dict(client.inbox_ack(ns.agent, ids))
+    unknown = result.get("unknown") or []
     if as_json:
         print_json(out, result)
     else:
-        out.write(f"marked {len(result.get('acked') or [])} item(s) seen")
-        unknown = result.get("unknown") or []
-        out.write(f"; unknown: {', '.join(unknown)}\n" if unknown else "\n")
+        out.write(f"marked {len(result.get('acked') or [])} item(s) seen\n")
+    if unknown:
+        raise errors.NotFound(f"no inbox item(s) {', '.join(unknown)} for agent {ns.agent}")
     return EXIT_OK
 
 

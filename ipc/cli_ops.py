@@ -20,6 +20,7 @@ from recalld.ipc import errors
 from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
+from recalld.ipc.health import assess, daemon_problems
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
 DEFAULT_AGENT = "default"
@@ -61,8 +62,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                          help="skip the pre-restore snapshot (no rollback possible)")
     restore.add_argument("--rollback", action="store_true",
                          help="undo the last restore from its pre-restore snapshot")
+    restore.add_argument("--dry-run", action="store_true",
+                         help="say what would be written and removed; change nothing")
     rollback = add(bk_sub, "rollback", "undo the last restore from its pre-restore snapshot")
     rollback.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    rollback.add_argument("--dry-run", action="store_true",
+                          help="say what would be written and removed; change nothing")
 
     for name, help_ in (("verify", "check an agent's derived index against its Markdown"),
                         ("compact", "merge an agent's keyword index now and save it")):
@@ -78,6 +83,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ backup
 
 
+class Declined(errors.RecalldError):
+    """The person answered no to a confirmation (client side only; exit status 1)."""
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -85,7 +94,7 @@ def _confirm(question: str, yes: bool) -> None:
         raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
-        raise errors.InvalidParams("cancelled; nothing was changed")
+        raise Declined("cancelled; nothing was changed")
 
 
 def _local_or_name(file: str) -> str:
@@ -127,6 +136,11 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         record = listed.get("rollback")
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
+        plan = client.backup_restore(record["snapshot"], record["agents"], dry_run=True)
+        if getattr(ns, "dry_run", False):
+            return _dry_run(out, plan, as_json)
+        if not as_json:
+            out.write(_plan_text(plan))
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
         result = client.backup_rollback()
@@ -136,15 +150,39 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        checked = client.backup_verify(name)
-        agents = ns.agents or sorted(checked.get("agents", {}))
-        _confirm(f"Restore {checked['members']} file(s) over agent(s) {', '.join(agents)}? "
-                 "Files they have that the backup lacks are removed.", ns.yes)
+        plan = client.backup_restore(name, ns.agents, dry_run=True)  # checks it all first
+        if ns.dry_run:
+            return _dry_run(out, plan, as_json)
+        if not as_json:
+            out.write(_plan_text(plan))
+        agents = [p["agent_id"] for p in plan.get("plans", [])]
+        _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
         result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:
         print_json(out, result)
+    return EXIT_OK
+
+
+def _plan_text(plan: Mapping[str, Any]) -> str:
+    """What a restore will write and remove, per agent (from a dry run)."""
+    lines = []
+    for p in plan.get("plans", []):
+        lines.append(f"{p['agent_id']}: will write {p['write']} file(s) into {p['root']} "
+                     f"({p['overwrite']} replace existing ones) and remove {p['remove']} "
+                     "file(s) the backup lacks")
+        lines += [f"  remove {rel}" for rel in p.get("removes", [])]
+        if p["remove"] > len(p.get("removes", [])):
+            lines.append(f"  ... and {p['remove'] - len(p['removes'])} more")
+    return "\n".join(lines) + "\n"
+
+
+def _dry_run(out: TextIO, plan: Mapping[str, Any], as_json: bool) -> int:
+    if as_json:
+        print_json(out, plan)
+    else:
+        out.write(_plan_text(plan) + "dry run: nothing was changed\n")
     return EXIT_OK
 
 
@@ -280,12 +318,42 @@ def _size(n: Any) -> str:
     return f"{n} B"
 
 
-def render_status(status: Mapping[str, Any], socket_path: str) -> str:
-    """Per workspace: health, files on disk vs indexed, chunks, pending, watcher, disk use."""
-    lines = [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
-             f"up {_uptime(status.get('uptime_s'))})",
-             f"  socket: {status.get('socket_path', socket_path)}",
-             f"  data:   {status.get('data_dir', '-')}"]
+def _header(status: Mapping[str, Any], socket_path: str) -> list[str]:
+    return [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
+            f"up {_uptime(status.get('uptime_s'))})",
+            f"  socket: {status.get('socket_path', socket_path)}",
+            f"  config: {status.get('config_path', '-')}",
+            f"  data:   {status.get('data_dir', '-')}"]
+
+
+MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
+
+
+def render_status(status: Mapping[str, Any], socket_path: str,
+                  jobs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Per workspace first: is its memory OK, what waits, what is wrong and the fix."""
+    lines = _header(status, socket_path)
+    for p in daemon_problems(status):
+        lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
+    for ws in status.get("workspaces") or []:
+        a = assess(ws, jobs)
+        problems = [p for p in a.problems if p.severity != "info"]
+        verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+        lines += ["", f"{a.agent_id}: {verdict}  ({ws.get('state')}, {ws.get('path')})"]
+        width = max((len(label) for label, _ in a.facts), default=0) + 1
+        lines += [f"  {(label + ':').ljust(width)} {text}" for label, text in a.facts]
+        for p in a.problems:
+            lines.append(f"  [{MARKS[p.severity]}] {p.what}")
+            if p.fix:
+                lines.append(f"         fix: {p.fix}")
+    if not status.get("workspaces"):
+        lines += ["", "no open workspaces (recalld workspace open AGENT)"]
+    return "\n".join(lines) + "\n"
+
+
+def render_internals(status: Mapping[str, Any]) -> str:
+    """``status --verbose``: queues and counters, and the per-workspace table."""
+    lines = ["", "internals:"]
     for name, value in (status.get("queues") or {}).items():
         if isinstance(value, dict):
             shown = ", ".join(f"{k}={_cell(v, k)}" for k, v in value.items()
@@ -306,36 +374,38 @@ def render_status(status: Mapping[str, Any], socket_path: str) -> str:
             "pending": idx.get("pending_changes"),
             "watcher": watcher.get("state"),
             "derived": _size(h.get("derived_bytes")),
-            "path": ws.get("path"),
         })
-        for reason in h.get("reasons") or []:
-            notes.append(f"  {agent}: {reason}")
+        if h.get("scanned_at"):
+            notes.append(f"  {agent}: files on disk and derived size as of the disk scan at "
+                         f"{_cell(h['scanned_at'], 'scanned_at')}")
         if h.get("unindexed_paths"):
             notes.append(f"  {agent}: not indexed: {', '.join(h['unindexed_paths'])}")
-        if isinstance(h.get("vectors"), dict):
-            notes.append(f"  {agent} vectors: " + ", ".join(
-                f"{k}={_cell(v, k)}" for k, v in h["vectors"].items()
-                if not isinstance(v, dict | list)))
         for err in h.get("last_errors") or []:
             notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
                          f"{err.get('what')}: {err.get('error')}")
-        if ws.get("error"):
-            notes.append(f"  {agent}: {ws['error']}")
-    lines += ["", f"workspaces ({len(rows)}):"]
     text = "\n".join(lines) + "\n"
     if rows:
         text += table(rows, ["agent", "state", "health", "files", "chunks", "pending",
-                             "watcher", "derived", "path"])
+                             "watcher", "derived"])
         text += "  (files: on disk/indexed)\n"
     return text + "".join(n + "\n" for n in notes)
+
+
+def _jobs_or_none(client: Client) -> list[dict[str, Any]]:
+    try:
+        return [dict(j) for j in client.jobs_list(None)]
+    except errors.MethodNotFound:
+        return []  # a daemon without jobs: the rest of the status still shows
 
 
 def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     status = client.status()
     if as_json:
         print_json(out, status)
-    else:
-        out.write(render_status(dict(status), str(client.socket_path)))
+        return EXIT_OK
+    out.write(render_status(dict(status), str(client.socket_path), _jobs_or_none(client)))
+    if getattr(ns, "verbose", False):
+        out.write(render_internals(dict(status)))
     return EXIT_OK
 
 

@@ -128,8 +128,9 @@ class Client(_methods.SyncMethods):
             except errors.DaemonNotRunning:
                 # A daemon that exits at once (say another one won the socket) is fine as
                 # long as some daemon answers before the deadline.
-                if time.monotonic() >= deadline:
-                    raise
+                failed = _core.autostart_gave_up(self.socket_path, time.monotonic() >= deadline)
+                if failed is not None:
+                    raise failed from None
                 time.sleep(_core.AUTOSTART_POLL_S)
 
     def _alive(self) -> bool:

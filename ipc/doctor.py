@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from recalld.ipc import errors, paths
 from recalld.ipc.client import Client
+from recalld.ipc.health import assess, daemon_problems
 
 COMMAND_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 3.0
@@ -115,27 +116,27 @@ class Doctor:
                                      f"{len(s.get('workspaces') or [])} workspace(s)")
 
     def health(self) -> list[Check]:
-        out = []
+        """Each workspace's problems (as human ``status`` shows them), with the fix."""
+        out = [Check("config", "fail", p.what, p.fix)
+               for p in daemon_problems(self.status or {})]
+        jobs: list[dict[str, Any]] = []
+        if self.status is not None:
+            try:
+                with Client(self.socket_path, timeout_s=self.timeout_s,
+                            connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+                    jobs = [dict(j) for j in client.jobs_list(None)]
+            except (errors.RecalldError, TimeoutError, OSError):
+                jobs = []  # the workspaces' own state still shows
         for ws in (self.status or {}).get("workspaces") or []:
-            agent = ws.get("agent_id", "?")
-            h = ws.get("health") or {}
-            state = h.get("state")
-            if ws.get("state") == "failed":
-                out.append(Check(f"workspace {agent}", "fail", f"failed: {ws.get('error')}",
-                                 f"recalld workspace open {agent}"))
-            elif state == "degraded":
-                out.append(Check(f"workspace {agent}", "fail",
-                                 "degraded: " + "; ".join(h.get("reasons") or []),
-                                 f"recalld verify --agent {agent}; recalld reindex --agent "
-                                 f"{agent}"))
-            elif state == "pending":
-                out.append(Check(f"workspace {agent}", "warn",
-                                 "pending: " + "; ".join(h.get("reasons") or []),
-                                 "wait a moment; if it persists: recalld reindex --agent "
-                                 f"{agent}"))
-            elif state == "clean":
-                out.append(Check(f"workspace {agent}", "ok",
-                                 f"{h.get('files_indexed')} files, {h.get('chunks')} chunks"))
+            a = assess(ws, jobs)
+            name = f"workspace {a.agent_id}"
+            for p in a.problems:
+                out.append(Check(name, "fail" if p.severity == "fail" else
+                                 "warn" if p.severity == "warn" else "ok", p.what, p.fix))
+            if not any(p.severity != "info" for p in a.problems):
+                h = ws.get("health") or {}
+                out.append(Check(name, "ok", f"{h.get('files_indexed')} files, "
+                                             f"{h.get('chunks')} chunks"))
         return out
 
     # -- the machine ----------------------------------------------------------------

@@ -4,15 +4,19 @@ The unit texts live here as templates, so a wheel carries them without package d
 ``systemd/recalld.service`` and ``systemd/recalld.socket`` in the repository are the
 same templates rendered with a placeholder path (a test keeps them identical).
 
-``install_service`` writes both units to ``$XDG_CONFIG_HOME/systemd/user`` (default
+``install_service`` first checks that a user systemd answers (``systemctl --user
+show-environment``), then writes both units to ``$XDG_CONFIG_HOME/systemd/user`` (default
 ``~/.config/systemd/user``) with ExecStart pointing at the ``recalld`` of the running
 interpreter, then runs ``systemctl --user daemon-reload`` and ``enable --now``; with
-``write_only`` it only writes the files.
+``write_only`` it only writes the files. A socket other than the default
+(``%t/recalld/recalld.sock``) goes into both units: ``ListenStream=`` and
+``serve --socket``. Failures raise :class:`ServiceError` with what to do instead.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -23,6 +27,15 @@ SOCKET_NAME = "recalld.socket"
 #: ExecStart used for the copies kept in the repository's systemd/ folder.
 PLACEHOLDER_EXEC = "%h/.local/bin/recalld"
 SYSTEMCTL_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 10.0
+DEFAULT_LISTEN = "%t/recalld/recalld.sock"
+#: What to run once a user systemd is there, after ``install-service --write-only``.
+ENABLE_COMMANDS = ("systemctl --user daemon-reload",
+                   f"systemctl --user enable --now {SOCKET_NAME} {SERVICE_NAME}")
+
+
+class ServiceError(RuntimeError):
+    """systemd could not do what was asked; the message says what to do instead."""
 
 SERVICE_TEMPLATE = """\
 # recalld user service. `recalld install-service` writes this file with ExecStart
@@ -35,7 +48,7 @@ After=recalld.socket
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={exec_start} serve
+ExecStart={exec_start} serve{serve_args}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=2
@@ -64,7 +77,7 @@ SOCKET_TEMPLATE = """\
 Description=recalld socket
 
 [Socket]
-ListenStream=%t/recalld/recalld.sock
+ListenStream={listen}
 SocketMode=0600
 DirectoryMode=0700
 
@@ -88,12 +101,16 @@ def default_exec_start() -> str:
     return f"{_quote(sys.executable)} -m recalld.daemon.main"
 
 
-def render_units(exec_start: str | None = None) -> dict[str, str]:
-    """File name -> unit text."""
+def render_units(exec_start: str | None = None,
+                 socket_path: Path | None = None) -> dict[str, str]:
+    """File name -> unit text; ``socket_path`` None means the default under ``%t``."""
     exe = exec_start if exec_start is not None else default_exec_start()
+    # "%" starts a systemd specifier: a literal one in a path is written "%%".
+    literal = str(socket_path).replace("%", "%%") if socket_path is not None else None
     return {
-        SERVICE_NAME: SERVICE_TEMPLATE.format(exec_start=exe),
-        SOCKET_NAME: SOCKET_TEMPLATE,
+        SERVICE_NAME: SERVICE_TEMPLATE.format(
+            exec_start=exe, serve_args=f" --socket {_quote(literal)}" if literal else ""),
+        SOCKET_NAME: SOCKET_TEMPLATE.format(listen=literal or DEFAULT_LISTEN),
     }
 
 
@@ -103,19 +120,63 @@ def unit_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "systemd" / "user"
 
 
+def listen_path(socket_path: Path, environ: Mapping[str, str] | None = None) -> Path | None:
+    """None when ``socket_path`` is the one systemd's ``%t`` default names."""
+    env = os.environ if environ is None else environ
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and socket_path == Path(runtime) / "recalld" / "recalld.sock":
+        return None
+    return socket_path
+
+
+def user_systemd_problem() -> str | None:
+    """Why ``systemctl --user`` cannot be used here (None: it answers)."""
+    if shutil.which("systemctl") is None:
+        return "systemctl is not installed (no systemd on this machine)"
+    try:
+        proc = subprocess.run(["systemctl", "--user", "show-environment"], check=False,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"systemctl --user did not answer: {exc}"
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return f"no user systemd answers ({why})"
+    return None
+
+
+def _no_systemd(problem: str, verb: str) -> ServiceError:
+    return ServiceError(
+        f"{problem}. Nothing was changed. Run `recalld {verb} --write-only` to "
+        f"{'write' if verb == 'install-service' else 'remove'} the unit files only"
+        + (", then in a session with a user systemd: " + "; ".join(ENABLE_COMMANDS)
+           if verb == "install-service" else "")
+        + "; or run the daemon without systemd: recalld serve")
+
+
 def _systemctl(*args: str, check: bool = True) -> None:
-    subprocess.run(
-        ["systemctl", "--user", *args], check=check, timeout=SYSTEMCTL_TIMEOUT_S,
-        stdout=subprocess.DEVNULL,
-    )
+    try:
+        proc = subprocess.run(["systemctl", "--user", *args], check=False,
+                              timeout=SYSTEMCTL_TIMEOUT_S, capture_output=True, text=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServiceError(f"systemctl --user {' '.join(args)} failed: {exc}") from None
+    if check and proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ServiceError(f"systemctl --user {' '.join(args)} failed: {why}")
 
 
-def install_service(*, write_only: bool) -> list[str]:
-    """Write the units (atomically) and, unless ``write_only``, enable and start them."""
+def install_service(*, write_only: bool, socket_path: Path | None = None) -> list[str]:
+    """Write the units (atomically) and, unless ``write_only``, enable and start them.
+
+    Without ``write_only`` a user systemd must answer first; otherwise nothing is written.
+    """
+    if not write_only:
+        problem = user_systemd_problem()
+        if problem is not None:
+            raise _no_systemd(problem, "install-service")
     target = unit_dir()
     target.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
-    for name, text in render_units().items():
+    for name, text in render_units(socket_path=socket_path).items():
         path = target / name
         tmp = path.with_name(f".{name}.tmp")
         tmp.write_text(text, encoding="utf-8")
@@ -127,12 +188,23 @@ def install_service(*, write_only: bool) -> list[str]:
     return written
 
 
-def uninstall_service(*, write_only: bool) -> None:
-    """Stop and disable the units (unless ``write_only``), then remove their files."""
+def uninstall_service(*, write_only: bool) -> list[str]:
+    """Stop and disable the units (unless ``write_only``), then remove their files.
+
+    Returns the unit files removed (empty: none were installed).
+    """
     if not write_only:
+        problem = user_systemd_problem()
+        if problem is not None:
+            raise _no_systemd(problem, "uninstall-service")
         _systemctl("disable", "--now", SERVICE_NAME, SOCKET_NAME, check=False)
     target = unit_dir()
+    removed = []
     for name in (SERVICE_NAME, SOCKET_NAME):
-        (target / name).unlink(missing_ok=True)
+        path = target / name
+        if path.exists():
+            path.unlink()
+            removed.append(str(path))
     if not write_only:
         _systemctl("daemon-reload", check=False)
+    return removed

@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote, urlsplit
 import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
 from recalld.ipc.asyncio_client import AsyncioClient
@@ -185,7 +186,11 @@ class Bridge:
 
     async def list_resources(self) -> list[types.Resource]:
         await self._open()
-        files = await self.client.memory_list(self.agent)
+        files = await self.client.memory_list(self.agent, limit=MAX_RESOURCES + 1)
+        if len(files) > MAX_RESOURCES:  # said where the MCP client keeps server logs
+            print(f"recalld mcp: listing the first {MAX_RESOURCES} of more files of "
+                  f"{self.agent}; memory_search and memory_read reach all of them",
+                  file=sys.stderr, flush=True)
         return [
             types.Resource(uri=resource_uri(self.agent, f["path"]), name=f["path"],
                            mime_type="text/markdown", size=f.get("size"))
@@ -198,6 +203,17 @@ class Bridge:
         got = await self.client.read(agent, path,
                                      as_agent=self.agent if agent != self.agent else None)
         return str(got.get("text", ""))
+
+
+def mcp_error(exc: BaseException) -> MCPError:
+    """The MCP error answer for a failure: the recalld code when the daemon gave one
+    (or ``-32602`` for a bad URI), else internal error; the SDK logs no traceback."""
+    if isinstance(exc, errors.RecalldError):
+        code = errors.INTERNAL_ERROR if isinstance(exc, errors.DaemonNotRunning) else exc.code
+        return MCPError(code=code, message=f"recalld: {exc.message}")
+    if isinstance(exc, ValueError):
+        return MCPError(code=errors.INVALID_PARAMS, message=f"recalld: {exc}")
+    return MCPError(code=errors.INTERNAL_ERROR, message=f"recalld: {exc}")
 
 
 def build_server(bridge: Bridge) -> Server[Any]:
@@ -214,14 +230,14 @@ def build_server(bridge: Bridge) -> Server[Any]:
         try:
             return types.ListResourcesResult(resources=await bridge.list_resources())
         except _DAEMON_ERRORS as exc:
-            raise RuntimeError(f"recalld: {exc}") from None
+            raise mcp_error(exc) from None
 
     async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams,
                                ) -> types.ReadResourceResult:
         try:
             text = await bridge.read_resource(str(params.uri))
         except (ValueError, *_DAEMON_ERRORS) as exc:
-            raise RuntimeError(f"recalld: {exc}") from None
+            raise mcp_error(exc) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=str(params.uri), mime_type="text/markdown", text=text)])
 
@@ -244,11 +260,24 @@ def build_server(bridge: Bridge) -> Server[Any]:
 
 async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = None,
                 *, autostart: bool = False) -> None:
-    """Serve MCP on stdin/stdout until stdin closes."""
-    bridge = Bridge(AsyncioClient(socket_path, autostart=autostart), agent)
+    """Serve MCP on stdin/stdout until stdin closes. Warns on stderr (the MCP client's
+    log) when no daemon answers at start; requests then answer with errors until one does.
+    """
+    client = AsyncioClient(socket_path, autostart=autostart)
+    if not autostart:
+        await warn_if_unreachable(client)
+    bridge = Bridge(client, agent)
     server = build_server(bridge)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def warn_if_unreachable(client: AsyncioClient) -> None:
+    try:
+        await client.ping()
+    except _DAEMON_ERRORS as exc:
+        print(f"recalld mcp: warning: {exc}; every request fails until a daemon answers "
+              "(or run recalld mcp --autostart)", file=sys.stderr, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,33 +1,77 @@
 """Where recalld keeps its socket, configuration and data, per the XDG base directories.
 
-Shared by the daemon and the clients so both agree without talking. Nothing here
-creates a directory; the daemon does that with the right modes.
+Shared by the daemon and the clients so both agree without talking: a client finds the
+socket the way the daemon chose it, reading the same configuration file
+(``[daemon] socket_path``) with the same precedence. Nothing here creates a directory;
+the daemon does that with the right modes.
+
+Precedence (first that is set):
+
+- config file: ``--config``, ``RECALLD_CONFIG``, ``$XDG_CONFIG_HOME/recalld/config.toml``;
+- socket: ``--socket``, ``RECALLD_SOCKET``, ``[daemon] socket_path``,
+  ``$XDG_RUNTIME_DIR/recalld/recalld.sock``, ``/tmp/recalld-<uid>/recalld.sock``;
+- data: ``RECALLD_DATA_DIR``, ``[daemon] data_dir``, ``$XDG_DATA_HOME/recalld``.
+
+``~`` is expanded everywhere. A relative path given on the command line is taken from the
+current directory; one from the environment or the file is refused (:class:`PathError`),
+since the daemon and its clients need not share a working directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+
+#: sun_path holds 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
+
+
+class PathError(ValueError):
+    """A configured path is unusable or the config file unreadable; the message says where."""
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-def socket_path(explicit: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None) -> Path:
-    """``--socket``, else ``RECALLD_SOCKET``, else ``$XDG_RUNTIME_DIR/recalld/recalld.sock``,
-    else ``/tmp/recalld-<uid>/recalld.sock``."""
-    env = _env(environ)
-    if explicit:
-        return Path(explicit)
-    if env.get("RECALLD_SOCKET"):
-        return Path(env["RECALLD_SOCKET"])
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / "recalld" / "recalld.sock"
-    return Path(f"/tmp/recalld-{os.getuid()}") / "recalld.sock"  # noqa: S108 - private 0700 dir
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME", "~")).expanduser()
+
+
+def _expand(value: str, env: Mapping[str, str]) -> Path:
+    if (value == "~" or value.startswith("~/")) and env.get("HOME"):
+        return Path(env["HOME"] + value[1:])
+    return Path(value).expanduser()
+
+
+def checked_path(value: object, where: str, *, from_cli: bool = False,
+                 environ: Mapping[str, str] | None = None) -> Path:
+    """``value`` as an absolute path with ``~`` expanded, or PathError naming ``where``."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise PathError(f"{where} = {_shown(value)}: must be a non-empty path string")
+    path = _expand(value, _env(environ))
+    if not path.is_absolute():
+        if not from_cli:
+            raise PathError(f"{where} = {_shown(value)}: must be an absolute path "
+                            "(or start with ~)")
+        path = path.absolute()
+    return path
+
+
+def _shown(value: object) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _socket_checked(path: Path, where: str) -> Path:
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+        raise PathError(f"{where} = {_shown(str(path))}: longer than the "
+                        f"{MAX_SOCKET_PATH_BYTES} bytes a Unix socket path may have")
+    return path
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None,
@@ -35,19 +79,89 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
     """``--config``, else ``RECALLD_CONFIG``, else ``$XDG_CONFIG_HOME/recalld/config.toml``."""
     env = _env(environ)
     if explicit:
-        return Path(explicit)
+        return checked_path(explicit, "--config", from_cli=True, environ=env)
     if env.get("RECALLD_CONFIG"):
-        return Path(env["RECALLD_CONFIG"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
-    return Path(base) / "recalld" / "config.toml"
+        return checked_path(env["RECALLD_CONFIG"], "RECALLD_CONFIG", environ=env)
+    base = env.get("XDG_CONFIG_HOME") or str(_home(env) / ".config")
+    return Path(base).expanduser() / "recalld" / "config.toml"
 
 
-def data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``RECALLD_DATA_DIR``, else ``$XDG_DATA_HOME/recalld`` (``~/.local/share/recalld``)."""
+def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
+    """The parsed TOML file at ``path``; ``{}`` when it does not exist and is not required."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise PathError(f"{path}: no such file") from None
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PathError(f"{path}: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PathError(f"{path}: {exc}") from None
+
+
+def daemon_table(path: Path, table: Mapping[str, object]) -> Mapping[str, object]:
+    """The ``[daemon]`` table of a parsed config file (``{}`` when absent)."""
+    daemon = table.get("daemon", {})
+    if not isinstance(daemon, Mapping):
+        raise PathError(f"{path}: daemon must be a table ([daemon]), not {daemon!r}")
+    return daemon
+
+
+def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
+                  configured: object, config_file: Path) -> Path:
+    """The socket by the precedence above; ``configured`` is ``[daemon] socket_path``."""
+    if explicit:
+        path = checked_path(explicit, "--socket", from_cli=True, environ=env)
+        return _socket_checked(path, "--socket")
+    if env.get("RECALLD_SOCKET"):
+        path = checked_path(env["RECALLD_SOCKET"], "RECALLD_SOCKET", environ=env)
+        return _socket_checked(path, "RECALLD_SOCKET")
+    if configured is not None:
+        where = f"{config_file}: [daemon] socket_path"
+        return _socket_checked(checked_path(configured, where, environ=env), where)
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "recalld" / "recalld.sock"
+    return Path(f"/tmp/recalld-{os.getuid()}") / "recalld.sock"  # noqa: S108 - private 0700 dir
+
+
+def choose_data_dir(env: Mapping[str, str], configured: object, config_file: Path) -> Path:
+    """The data directory by the precedence above; ``configured`` is ``[daemon] data_dir``."""
+    if env.get("RECALLD_DATA_DIR"):
+        return checked_path(env["RECALLD_DATA_DIR"], "RECALLD_DATA_DIR", environ=env)
+    if configured is not None:
+        return checked_path(configured, f"{config_file}: [daemon] data_dir", environ=env)
+    base = env.get("XDG_DATA_HOME") or str(_home(env) / ".local" / "share")
+    return Path(base).expanduser() / "recalld"
+
+
+def _configured(key: str, config: str | os.PathLike[str] | None,
+                env: Mapping[str, str]) -> tuple[object, Path]:
+    path = config_path(config, env)
+    required = bool(config) or bool(env.get("RECALLD_CONFIG"))
+    return daemon_table(path, read_config(path, required=required)).get(key), path
+
+
+def socket_path(explicit: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None,
+                *, config: str | os.PathLike[str] | None = None) -> Path:
+    """The daemon's socket, found as the daemon finds it (the config file is read only
+    when neither ``explicit`` nor ``RECALLD_SOCKET`` decides)."""
+    env = _env(environ)
+    if explicit or env.get("RECALLD_SOCKET"):
+        return choose_socket(explicit, env, None, Path())
+    configured, cfg = _configured("socket_path", config, env)
+    return choose_socket(None, env, configured, cfg)
+
+
+def data_dir(environ: Mapping[str, str] | None = None,
+             *, config: str | os.PathLike[str] | None = None) -> Path:
+    """The daemon's data directory, found as the daemon finds it."""
     env = _env(environ)
     if env.get("RECALLD_DATA_DIR"):
-        return Path(env["RECALLD_DATA_DIR"])
-    base = env.get("XDG_DATA_HOME") or str(
-        Path(env.get("HOME", "~")).expanduser() / ".local" / "share"
-    )
-    return Path(base) / "recalld"
+        return choose_data_dir(env, None, Path())
+    configured, cfg = _configured("data_dir", config, env)
+    return choose_data_dir(env, configured, cfg)

@@ -16,11 +16,11 @@ import orjson
 
 from recalld.ipc import errors
 from recalld.ipc.client import Client
+from recalld.ipc.progress import Mode, Progress
 from recalld.ipc.types import JOB_TERMINAL_STATES
 
 JOB_TOPICS = ("job.*",)
 JOB_POLL_S = 0.5
-BAR_WIDTH = 30
 
 
 def print_json(out: TextIO, value: Any) -> None:
@@ -84,27 +84,10 @@ def render_read(result: Mapping[str, Any]) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
-def progress_fraction(progress: Any) -> float | None:
-    """0..1 from the forms a job may report: a fraction, a percent, or done/total."""
-    if isinstance(progress, bool) or progress is None:
-        return None
-    if isinstance(progress, int | float):
-        value = float(progress)
-        return min(max(value / 100 if value > 1 else value, 0.0), 1.0)
-    if isinstance(progress, dict):
-        for key in ("fraction", "ratio"):
-            if isinstance(progress.get(key), int | float):
-                return progress_fraction(progress[key])
-        done = progress.get("done", progress.get("current"))
-        total = progress.get("total")
-        if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
-            return min(max(done / total, 0.0), 1.0)
-    return None
-
-
 class JobWaiter:
     """Submit a job, then follow it by ``event`` notifications, polling ``jobs.get`` as a
-    fallback, drawing a progress bar on stderr when it is a terminal."""
+    fallback, with its progress on stderr (:mod:`recalld.ipc.progress`). Ctrl-C stops
+    following, not the job: the message says how to follow or cancel it."""
 
     def __init__(self, client: Client, agent_id: str, *, out: TextIO, as_json: bool,
                  bar: TextIO | None = None) -> None:
@@ -113,7 +96,11 @@ class JobWaiter:
         self.out = out
         self.as_json = as_json
         self.bar = bar if bar is not None else sys.stderr
-        self._drawn = False
+
+    def _mode(self) -> Mode:
+        if self.as_json:
+            return "json"
+        return "bar" if self.bar.isatty() else "lines"
 
     def submit_and_wait(self, kind: str, *, wait: bool = True) -> int:
         submitted = self.client.jobs_submit(self.agent_id, kind)
@@ -124,44 +111,35 @@ class JobWaiter:
             else:
                 self.out.write(f"{kind} job {job_id} submitted\n")
             return 0
+        progress = Progress(self.bar, kind, job_id, mode=self._mode())
+        try:
+            job = self._follow(job_id, progress)
+        except KeyboardInterrupt:
+            progress.close()
+            raise KeyboardInterrupt(
+                f"interrupted; the {kind} job {job_id} goes on in the daemon. Follow it: "
+                f"recalld jobs get {job_id}; stop it: recalld jobs cancel {job_id}") from None
+        progress.close()
+        return self._report(kind, job_id, job)
+
+    def _follow(self, job_id: str, progress: Progress) -> dict[str, Any]:
         try:
             self.client.subscribe(list(JOB_TOPICS))
         except (errors.MethodNotFound, errors.InvalidParams):
             pass  # polling alone still works
         job = dict(self.client.jobs_get(self.agent_id, job_id))
         while job.get("state") not in JOB_TERMINAL_STATES:
-            self._draw(kind, job)
+            progress.update(str(job.get("state", "?")), job.get("progress"))
             for event in self.client.events(timeout_s=JOB_POLL_S):
                 if str(event.data.get("job_id", "")) == job_id:
                     job.update(event.data)
-                    self._draw(kind, job)
+                    progress.update(str(job.get("state", "?")), job.get("progress"))
                     if job.get("state") in JOB_TERMINAL_STATES:
                         break
             if job.get("state") not in JOB_TERMINAL_STATES:
                 job = dict(self.client.jobs_get(self.agent_id, job_id))
-        self._finish_bar(kind, job)
-        return self._report(kind, job_id, job)
-
-    def _draw(self, kind: str, job: Mapping[str, Any]) -> None:
-        if self.as_json or not self.bar.isatty():
-            return
-        fraction = progress_fraction(job.get("progress"))
-        state = job.get("state", "?")
-        if fraction is None:
-            spin = "|/-\\"[int(time.monotonic() * 4) % 4]
-            line = f"{kind} [{spin}] {state}"
-        else:
-            filled = int(fraction * BAR_WIDTH)
-            line = f"{kind} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {fraction:5.1%} {state}"
-        self.bar.write("\r" + line.ljust(BAR_WIDTH + 30))
-        self.bar.flush()
-        self._drawn = True
-
-    def _finish_bar(self, kind: str, job: Mapping[str, Any]) -> None:
-        if self._drawn:
-            self._draw(kind, job)
-            self.bar.write("\n")
-            self.bar.flush()
+        progress.update(str(job.get("state", "?")), job.get("progress"))  # fills the bar
+        return job
 
     def _report(self, kind: str, job_id: str, job: Mapping[str, Any]) -> int:
         state = job.get("state")

@@ -37,11 +37,13 @@ class DaemonStatus(TypedDict, total=False):
 class ReadResult(TypedDict, total=False):
     """``memory.read``: text of a workspace file, or of a 1-based inclusive line range."""
 
+    agent_id: str
     path: str
     text: str
     start_line: int
     end_line: int
     total_lines: int
+    truncated: bool  # the range did not fit one answer: ``end_line`` says where it stops
 
 
 class JobInfo(TypedDict, total=False):

@@ -47,9 +47,7 @@ def test_status_shows_daemon_and_default_workspace(daemon: DaemonHandle) -> None
     assert proc.returncode == 0, proc.stderr
     assert f"pid {daemon.pid}" in proc.stdout
     assert str(daemon.socket_path) in proc.stdout
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    default = [r for r in rows if r and r[0] == "default"]
-    assert default and default[0][1] == "ready"
+    assert "default: OK  (ready, " in proc.stdout
     assert str(daemon.data_dir / "workspaces" / "default") in proc.stdout
 
     status = as_json(recalld("status", "--json", env=daemon.env))
@@ -94,12 +92,16 @@ def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> 
 
 def test_bad_workspace_config_is_one_line(daemon: DaemonHandle) -> None:
     line = assert_one_line_error(
-        recalld("workspace", "open", "x", "--config-json", "[1", env=daemon.env), 1)
+        recalld("workspace", "open", "x", "--config-json", "[1", env=daemon.env), 2)
     assert "--config-json" in line
     line = assert_one_line_error(
         recalld("workspace", "open", "x", "--config-json", '{"no_such_field": 1}',
-                env=daemon.env), 1)
+                env=daemon.env), 2)
     assert "no_such_field" in line and "(code -32602)" in line
+    line = assert_one_line_error(
+        recalld("workspace", "open", "x", "--config-json", '{"dream_cron": "0 25 * * *"}',
+                env=daemon.env), 2)
+    assert 'dream_cron = "0 25 * * *"' in line and "(code -32602)" in line
 
 
 def test_read(daemon: DaemonHandle) -> None:
@@ -112,7 +114,7 @@ def test_read(daemon: DaemonHandle) -> None:
     assert proc.stdout == "bike on Mondays\ntrain otherwise\n"
     got = as_json(recalld("read", rel, "--agent", "default", "--json", env=daemon.env))
     assert got["text"] == note.read_text(encoding="utf-8") and got["path"] == rel
-    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 1)
+    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 2)
     assert line.endswith("(code -32005)")
     line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
     assert line.endswith("(code -32001)")
@@ -166,28 +168,34 @@ def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: P
     assert proc.returncode == 0 and "searchable now" in proc.stdout, proc.stderr
     found = as_json(recalld("search", "ECONNREFUSED", "--agent", "w", "--json", env=env))
     assert [r["path"] for r in found["results"]] == [proc.stdout.split()[-3]]
-    assert_one_line_error(recalld("note", "-", "--agent", "w", env=env), 1)  # empty stdin
+    assert_one_line_error(recalld("note", "-", "--agent", "w", env=env), 2)  # empty stdin
 
     job_id = as_json(recalld("reindex", "--agent", "w", "--no-wait", "--json", env=env))["job_id"]
     job = as_json(recalld("jobs", "get", job_id, "--agent", "w", "--json", env=env))
     assert job["kind"] == "reindex" and job["state"] in ("queued", "running", "succeeded")
+    # Job ids are unique across agents: --agent is not needed.
+    assert as_json(recalld("jobs", "get", job_id, "--json", env=env))["job_id"] == job_id
     listed = recalld("jobs", "list", "--agent", "w", env=env)
     assert listed.returncode == 0 and job_id in listed.stdout and "reindex" in listed.stdout
     cancelled = as_json(recalld("jobs", "cancel", job_id, "--agent", "w", "--json", env=env))
     assert cancelled["state"] in ("cancelled", "succeeded")
     assert_one_line_error(recalld("jobs", "get", "no-such-job", "--agent", "w", env=env), 1)
+    assert "no job no-such-job" in assert_one_line_error(
+        recalld("jobs", "get", "no-such-job", env=env), 1)
 
     shown = recalld("inbox", "list", "--agent", "w", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "auto_dream" in shown.stdout and "2 nodes refined" in shown.stdout
     assert "- digest/wiki/vpn.md" in shown.stdout
-    assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 1)  # nothing named
+    assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 2)  # nothing named
     acked = recalld("inbox", "ack", "--all", "--agent", "w", env=env)
     assert "marked 1 item(s) seen" in acked.stdout, acked.stderr
     assert recalld("inbox", "list", "--agent", "w", env=env).stdout == "inbox empty\n"
     assert "(seen)" in recalld("inbox", "list", "--all", "--agent", "w", env=env).stdout
+    again = recalld("inbox", "ack", "--all", "--agent", "w", env=env)  # nothing left: fine
+    assert again.returncode == 0 and "marked 0 item(s) seen" in again.stdout, again.stderr
     unknown = recalld("inbox", "ack", "nope", "--agent", "w", env=env)
-    assert "marked 0 item(s) seen; unknown: nope" in unknown.stdout
+    assert "no inbox item(s) nope for agent w" in assert_one_line_error(unknown, 1)
 
 
 def test_dream_answers_or_fails_in_one_line(daemon: DaemonHandle) -> None:
@@ -196,7 +204,10 @@ def test_dream_answers_or_fails_in_one_line(daemon: DaemonHandle) -> None:
     if proc.returncode == 0:
         assert json.loads(proc.stdout)["kind"] == "auto_dream"
     else:
-        assert_one_line_error(proc, 1)
+        # JSON progress lines of the followed job may come first; the error is one line.
+        *progress, line = proc.stderr.splitlines()
+        assert proc.returncode == 1 and line.startswith("recalld: "), proc.stderr
+        assert all(json.loads(p)["event"] == "progress" for p in progress)
 
 
 def test_serve_when_already_running_exits_3(daemon: DaemonHandle) -> None:
@@ -245,6 +256,12 @@ def test_client_autostart(flavour: str, daemon_factory: DaemonFactory) -> None:
     pid = json.loads(proc.stdout)["pid"]
     try:
         assert as_json(recalld("ping", "--json", env=env))["pong"] is True
+        # It logs to a file under the state dir, not to /dev/null.
+        log = Path(env["XDG_DATA_HOME"]) / "recalld" / "state" / "recalld.log"
+        deadline = time.monotonic() + 30
+        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "no log file"
+            time.sleep(0.05)
     finally:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
@@ -273,17 +290,23 @@ def test_help(args: list[str], daemon_factory: DaemonFactory) -> None:
     assert proc.returncode == 0 and "usage: recalld" in proc.stdout
 
 
-@pytest.mark.parametrize(("progress", "fraction"), [
-    ({"done": 3, "total": 4, "message": ""}, 0.75),
-    ({"done": 3, "total": None}, None),
-    ({"done": 5, "total": 0}, None),
-    (0.5, 0.5),
-    (50, 0.5),
-    ({"fraction": 0.2}, 0.2),
-    (None, None),
-    (True, None),
-])
-def test_progress_fraction(progress: Any, fraction: float | None) -> None:
-    from recalld.ipc.render import progress_fraction
-
-    assert progress_fraction(progress) == fraction
+def test_autostart_of_a_misconfigured_daemon_says_why_at_once(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("[daemon]\ncpu_threads = 0\n")
+    code = ("from recalld.ipc.client import Client\n"
+            "from recalld.ipc.errors import DaemonNotRunning\n"
+            "try:\n"
+            "    Client(autostart=True).ping()\n"
+            "except DaemonNotRunning as exc:\n"
+            "    print(exc.message)\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "cpu_threads = 0: must be from 1 to 256" in proc.stdout, proc.stdout
+    assert "recalld-start.log" in proc.stdout
+    # It does not wait out the whole autostart deadline for a daemon that cannot start.
+    assert time.monotonic() - started < 25

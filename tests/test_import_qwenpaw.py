@@ -100,7 +100,7 @@ def test_import_without_agent_json_or_vectors(daemon: DaemonHandle, tmp_path: Pa
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", "utf-8")
     proc = cli(daemon, "import-qwenpaw", str(ws), "--agent-json", str(bad))
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "not valid JSON" in proc.stderr
     proc = cli(daemon, "import-qwenpaw", str(tmp_path / "missing"))
-    assert proc.returncode == 1 and "not a directory" in proc.stderr
+    assert proc.returncode == 2 and "not a directory" in proc.stderr

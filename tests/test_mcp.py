@@ -151,3 +151,41 @@ def test_resource_uris_round_trip() -> None:
     for bad in ("file:///etc/passwd", "recalld://coder/", "recalld:///x.md"):
         with pytest.raises(ValueError):
             parse_uri(bad)
+
+
+def test_without_a_daemon_it_warns_and_every_request_is_a_valid_error(
+        daemon_factory: DaemonFactory) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    env = daemon_factory.environment()
+    home = Path(env["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    log = home / "mcp-down.log"
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "recalld.ipc", "mcp", "--agent", "coder"],
+                                       env=env)
+        with open(log, "w", encoding="utf-8") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as s:
+                await s.initialize()
+                assert [t.name for t in (await s.list_tools()).tools]
+                with pytest.raises(MCPError) as listed:
+                    await s.list_resources()
+                assert listed.value.code == -32603
+                assert f"daemon not running at {sock}" in listed.value.message
+                with pytest.raises(MCPError) as read:
+                    await s.read_resource(resource_uri("coder", "memory/x.md"))
+                assert read.value.code == -32603
+                with pytest.raises(MCPError) as bad_uri:
+                    await s.read_resource("recalld:///x.md")
+                assert bad_uri.value.code == -32602
+                called = await s.call_tool("memory_search", {"query": "printer"})
+                assert called.is_error and "daemon not running" in _text(called)
+
+    asyncio.run(main())
+    err = log.read_text(encoding="utf-8")
+    assert f"recalld mcp: warning: daemon not running at {sock}" in err
+    assert "Traceback" not in err, err

@@ -173,9 +173,11 @@ def test_status_shows_health_files_and_watcher(daemon: DaemonHandle) -> None:
     assert health["derived_bytes"] > 0
     proc = cli(daemon, "status")
     assert proc.returncode == 0, proc.stderr
-    header, row = [ln for ln in proc.stdout.splitlines() if ln.startswith(("AGENT", "default"))]
+    assert "default: OK" in proc.stdout and "clean: 1 file(s), 1 chunk(s)" in proc.stdout
+    proc = cli(daemon, "status", "--verbose")
+    header, row = [ln for ln in proc.stdout.splitlines() if ln.startswith(("AGENT", "default "))]
     assert header.split() == ["AGENT", "STATE", "HEALTH", "FILES", "CHUNKS", "PENDING",
-                              "WATCHER", "DERIVED", "PATH"]
+                              "WATCHER", "DERIVED"]
     assert row.split()[:7] == ["default", "ready", "clean", "1/1", "1", "0", "watching"]
 
 
@@ -190,9 +192,22 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
     assert cli(daemon, "backup", "verify", str(out)).stdout.startswith("ok: ")
 
     original.write_text("I keep wasps now.\n")
+    extra = note(daemon, "memory/2026-07-02/later.md", "written after the backup\n")
     refused = cli(daemon, "backup", "restore", str(out))
-    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert refused.returncode == 2 and "--yes" in refused.stderr
     assert original.read_text() == "I keep wasps now.\n"
+    # What it would do, said before it asks; a dry run changes nothing.
+    assert "will write 1 file(s)" in refused.stdout and "remove 1 file(s)" in refused.stdout
+    dry = cli(daemon, "backup", "restore", str(out), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert ("default: will write 1 file(s) into " in dry.stdout
+            and "(1 replace existing ones) and remove 1 file(s) the backup lacks" in dry.stdout)
+    assert "  remove memory/2026-07-02/later.md" in dry.stdout
+    assert dry.stdout.endswith("dry run: nothing was changed\n")
+    plan = orjson.loads(cli(daemon, "backup", "restore", str(out), "--dry-run", "--json").stdout)
+    assert plan["dry_run"] is True and plan["plans"][0]["removes"] == [
+        "memory/2026-07-02/later.md"]
+    assert extra.exists() and original.read_text() == "I keep wasps now.\n"
 
     done = cli(daemon, "backup", "restore", str(out), "--yes")
     assert done.returncode == 0, done.stderr
@@ -201,6 +216,9 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
     hits = daemon.call("memory.search", {"agent_id": "default", "query": "bees"})["results"]
     assert [h["path"] for h in hits] == ["digest/personal/a.md"]
 
+    assert not extra.exists()
+    dry_back = cli(daemon, "backup", "rollback", "--dry-run")
+    assert dry_back.returncode == 0 and "remove 0 file(s)" in dry_back.stdout, dry_back.stderr
     back = cli(daemon, "backup", "restore", "--rollback", "--yes")
     assert back.returncode == 0, back.stderr
     assert original.read_text() == "I keep wasps now.\n"

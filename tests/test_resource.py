@@ -162,6 +162,11 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     assert catalog(plain)["resource/a.txt"]["reason"] == "no chat model configured"
     assert not (plain / "memory").exists() or not list((plain / "memory").rglob("*.md"))
     assert resource_items(daemon, "nomodel") in (None, [])
+    # A run without a chat model does not report success while files wait for one.
+    wait_for(lambda: not active_jobs(daemon, "nomodel", "auto_resource"))
+    job = run_job(daemon, "auto_resource", agent="nomodel")
+    assert job["state"] == "failed", job
+    assert "no chat model configured: 1 resource file(s) wait" in str(job["error"]), job
 
     ScriptedModel(fake)
     root = tmp_path / "ws"

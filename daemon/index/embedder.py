@@ -145,6 +145,10 @@ class VectorWorker:
             if not self.enabled:
                 self.state = "disabled"
                 self.seeded_event.set()
+                client = self.target.client
+                if client.config.model_name:  # meant to be on: say why it is not
+                    log.warning("%s: vectors are off: %s", self.index.ws.agent_id,
+                                client.disabled_reason)
                 task_status.started()
                 await trio.sleep_forever()
             await self.target.ensure_open()

@@ -307,6 +307,8 @@ class WorkspaceIndex:
                 assert batch is not None
                 pending.append(batch)
                 files += len(batch.files)
+                if progress is not None and i < len(batches) - 1:
+                    progress(done + files)  # prepared: counts move per batch, not per apply
                 if files >= APPLY_BATCH or i == len(batches) - 1:
                     await apply(pending)
                     done += files
@@ -553,6 +555,7 @@ class WorkspaceIndex:
             # Changes made while building are caught by a reconcile against the new state.
             await self.watcher.reconcile("after rebuild")
             self._changes += 1
+            progress(total, total, "saving")
             await self._commit()
             progress(total, total, "done")
             return {"files": len(fresh.files), "chunks": len(fresh.chunks),

@@ -41,7 +41,7 @@ from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
-from recalld.daemon.providers.errors import ProviderError
+from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
@@ -249,6 +249,11 @@ class ResourceCatalog:
             await push_inbox(self.ws, "auto_resource",
                              f"resources: {len(changes)} note(s) written or updated", changes,
                              job_id=job_id, details={"outcomes": done})
+        waiting = self.counts().get("pending", 0)
+        if not enabled and waiting:
+            # Not a success: the files the job is for are still waiting.
+            raise ProviderConfigError(f"{NO_CHAT_MODEL}: {waiting} resource file(s) wait "
+                                      "(set chat_model_config.model_name)")
         return {"outcomes": done, "notes": changes, "catalog": self.counts()}
 
     async def _handle(self, rel: str, chat: ChatClient | None) -> tuple[str, str | None]:

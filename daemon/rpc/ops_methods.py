@@ -138,7 +138,7 @@ def ops_methods() -> Methods:
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
-                      snapshot: bool) -> JsonObject:
+                      snapshot: bool, dry_run: bool = False) -> JsonObject:
         cpu = state.services.cpu
         checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
@@ -159,6 +159,9 @@ def ops_methods() -> Methods:
                                               _dirs_of(cfg.workspace_settings(agent_id))))
         plans = await trio.to_thread.run_sync(
             lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets])
+        if dry_run:
+            return {"file": str(path), "dry_run": True,
+                    "plans": [bk.plan_summary(plan) for plan in plans]}
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
@@ -191,9 +194,10 @@ def ops_methods() -> Methods:
         path = _resolve_file(ctx.state, p.text("file"))
         agents: list[str] | None = p.strings("agents", None)
         snapshot: bool = p.boolean("snapshot", True)
+        dry_run: bool = p.boolean("dry_run", False)
         p.done()
         async with restore_lock:
-            return await restore(ctx.state, path, agents, snapshot)
+            return await restore(ctx.state, path, agents, snapshot, dry_run)
 
     @methods.add("backup.rollback")
     async def backup_rollback(ctx: CallContext, params: JsonObject) -> JsonObject:

@@ -1,0 +1,204 @@
+"""What each configuration value may be: ranges, choices and parsers, one table.
+
+``daemon/config.py`` checks every value it reads against :data:`RULES` (keyed by the
+settings class and field name), so a value that would make the daemon misbehave
+(``cpu_threads = -1``, ``max_request_bytes = 0``, ``dream_cron = "0 25 * * *"``) is
+refused at load with one line naming the key, never accepted. Types are checked by
+``config.py`` from the field defaults; this table says what a value of the right type may
+be. The README's configuration section documents the same ranges.
+
+Nothing here imports the rest of the daemon: the config module imports this one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
+
+from croniter import croniter
+
+#: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
+AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+AGENT_ID_RULE = "1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
+EMBEDDING_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama",
+                      "local")
+CHAT_BACKENDS = ("openai",)  # every chat provider is spoken to in OpenAI's wire format
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+DAY_S = 86400.0
+
+
+def _below(low: float) -> object:
+    return low - 1 if isinstance(low, int) else low - 0.5
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def valid_agent_id(value: object) -> bool:
+    return isinstance(value, str) and bool(AGENT_ID.match(value)) and value not in (".", "..")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a value may be. ``check`` returns None when it is fine, else what it must be;
+    ``bad`` is a value of the right type that the rule refuses (for the config tests)."""
+
+    check: Callable[[object], str | None]
+    bad: object
+
+
+def between(low: float, high: float, *, bad: object = None) -> Rule:
+    """A number from ``low`` to ``high``, both included."""
+    def check(value: object) -> str | None:
+        if isinstance(value, int | float) and not isinstance(value, bool) and (
+                low <= value <= high):
+            return None
+        return f"must be from {_num(low)} to {_num(high)}"
+
+    return Rule(check, bad if bad is not None else _below(low))
+
+
+def one_of(choices: Sequence[str], *, fold_case: bool = False) -> Rule:
+    def check(value: object) -> str | None:
+        shown = value.upper() if fold_case and isinstance(value, str) else value
+        if shown in choices:
+            return None
+        return f"must be one of {', '.join(choices)}"
+
+    return Rule(check, "no-such-" + choices[0].lower())
+
+
+def _cron(value: object) -> str | None:
+    if not isinstance(value, str) or not croniter.is_valid(value) or len(value.split()) != 5:
+        return "must be a cron expression of 5 fields (minute hour day month weekday), " \
+               "e.g. \"0 23 * * *\""
+    try:
+        croniter(value, datetime(2000, 1, 1)).get_next(datetime)
+    except Exception as exc:  # croniter raises its own family for impossible dates
+        return f"never fires: {exc}"
+    return None
+
+
+def _subdir(value: object) -> str | None:
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return "must be a non-empty directory name inside the workspace"
+    parts = PurePosixPath(value).parts
+    if value.startswith(("/", "~")) or ".." in parts or "\\" in value:
+        return "must be a directory inside the workspace (relative, no '..')"
+    return None
+
+
+def _url(value: object) -> str | None:
+    if value == "":
+        return None  # the backend's default endpoint
+    parts = urlsplit(str(value))
+    if parts.scheme in ("http", "https") and parts.hostname:
+        try:
+            _ = parts.port  # a port out of range or not a number raises
+        except ValueError:
+            return "has an invalid port"
+        return None
+    return "must be empty or an http:// or https:// URL"
+
+
+def _agents(value: object) -> str | None:
+    items = value if isinstance(value, list | tuple) else [value]
+    bad = [v for v in items if v != "*" and not valid_agent_id(v)]
+    if bad:
+        return f"entries must be \"*\" or agent ids ({AGENT_ID_RULE}); not {bad[0]!r}"
+    return None
+
+
+def _optional_between(low: int, high: int) -> Rule:
+    inner = between(low, high)
+    return Rule(lambda v: None if v is None else inner.check(v), inner.bad)
+
+
+SUBDIR = Rule(_subdir, "../outside")
+URL = Rule(_url, "ftp://example.com")
+
+#: (settings class, field) -> rule. Every number has a range; every enum its values.
+RULES: dict[tuple[str, str], Rule] = {
+    # [daemon]
+    ("DaemonConfig", "max_request_bytes"): between(64 << 10, 1 << 30),
+    ("DaemonConfig", "max_batch"): between(1, 10_000),
+    ("DaemonConfig", "max_connections"): between(1, 65_536),
+    ("DaemonConfig", "idle_timeout_s"): between(1.0, 7 * DAY_S),
+    ("DaemonConfig", "write_timeout_s"): between(0.1, 3600.0),
+    ("DaemonConfig", "graceful_timeout_s"): between(0.0, 600.0),
+    ("DaemonConfig", "max_concurrent_calls_per_connection"): between(1, 4096),
+    ("DaemonConfig", "cpu_threads"): between(1, 256),
+    ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
+    ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
+    ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
+    # Below a few hundred characters a chunk holds a line or two: search finds fragments.
+    ("DaemonConfig", "chunk_max_chars"): between(200, 1_000_000),
+    # [workspace_defaults] and [workspaces.X]
+    ("WorkspaceSettings", "metadata_dir"): SUBDIR,
+    ("WorkspaceSettings", "session_dir"): SUBDIR,
+    ("WorkspaceSettings", "mem_session_dir"): SUBDIR,
+    ("WorkspaceSettings", "resource_dir"): SUBDIR,
+    ("WorkspaceSettings", "daily_dir"): SUBDIR,
+    ("WorkspaceSettings", "digest_dir"): SUBDIR,
+    ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000),
+    ("WorkspaceSettings", "dream_cron"): Rule(_cron, "0 25 * * *"),
+    ("WorkspaceSettings", "shared_with"): Rule(_agents, ["../x"]),
+    # embedding_model_config
+    ("EmbeddingModelConfig", "backend"): one_of(EMBEDDING_BACKENDS),
+    ("EmbeddingModelConfig", "base_url"): URL,
+    ("EmbeddingModelConfig", "dimensions"): between(1, 65_536),
+    ("EmbeddingModelConfig", "max_cache_size"): between(0, 100_000_000),
+    ("EmbeddingModelConfig", "max_input_length"): between(1, 10_000_000),
+    ("EmbeddingModelConfig", "max_batch_size"): between(1, 10_000),
+    # chat_model_config
+    ("ChatModelConfig", "backend"): one_of(CHAT_BACKENDS),
+    ("ChatModelConfig", "base_url"): URL,
+    ("ChatModelConfig", "temperature"): between(0.0, 2.0),
+    ("ChatModelConfig", "max_tokens"): between(1, 10_000_000),
+    ("ChatModelConfig", "timeout_s"): between(1.0, 3600.0),
+    # search
+    ("SearchConfig", "vector_weight"): between(0.0, 1.0, bad=1.5),
+    ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
+    ("SearchConfig", "rrf_k"): between(1, 100_000),
+    ("SearchConfig", "candidate_multiplier"): between(1, 100),
+    ("SearchConfig", "max_candidates"): between(1, 100_000),
+}
+
+
+def problem(settings: str, field: str, value: object) -> str | None:
+    """What is wrong with ``value`` for ``settings.field`` (None: nothing, or no rule)."""
+    rule = RULES.get((settings, field))
+    return None if rule is None else rule.check(value)
+
+
+def record_problem(settings: str, values: dict[str, object]) -> str | None:
+    """What is wrong across the fields of one table (None: nothing)."""
+    if settings == "SearchConfig" and not (
+            _positive(values.get("vector_weight")) or _positive(values.get("keyword_weight"))):
+        return "vector_weight and keyword_weight must not both be 0"
+    return None
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def shown(value: object) -> str:
+    """A value as TOML would write it, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in value.items()) + "}"
+    if value is None:
+        return "null"
+    return str(value)

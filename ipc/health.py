@@ -1,0 +1,232 @@
+"""Is a workspace's memory OK? Facts and problems read from ``daemon.status`` and the jobs.
+
+One reading serves the human ``recalld status`` and ``recalld doctor``: per workspace,
+:func:`assess` returns the lines a person needs first (health, pending work, vectors and
+why they are off or lagging, the next and the last dream, resources waiting, failed jobs)
+and the :class:`Problem` list, each with the fix. Only reads the status mappings; no I/O.
+The daemon's answers are open objects, so every field is read leniently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Severity = Literal["fail", "warn", "info"]
+RESTART_FIX = ("then restart the daemon (systemctl --user restart recalld, or stop and "
+               "start recalld serve)")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong (fail), likely wrong (warn) or worth knowing (info), with its fix."""
+
+    severity: Severity
+    what: str
+    fix: str = ""
+
+
+@dataclass(slots=True)
+class Assessment:
+    agent_id: str
+    facts: list[tuple[str, str]] = field(default_factory=list)  # (label, text)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def worst(self) -> str:
+        kinds = {p.severity for p in self.problems}
+        return "fail" if "fail" in kinds else "warn" if "warn" in kinds else "ok"
+
+
+def _when(value: Any) -> str:
+    """A time from the daemon (epoch seconds or ISO-8601) as local 'YYYY-MM-DD HH:MM'."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M")
+        except ValueError:
+            return value
+    return "-"
+
+
+def _vectors(ws: Mapping[str, Any]) -> Mapping[str, Any]:
+    v = ws.get("vectors") or (ws.get("index") or {}).get("vectors") or {}
+    return v if isinstance(v, Mapping) else {}
+
+
+def _key_fix(reason: str) -> str:
+    if "API key" in reason:
+        return ("put the key in the daemon's environment (RECALLD_EMBEDDING_API_KEY, or the "
+                "backend's variable such as OPENAI_API_KEY) or set api_key in "
+                "[workspace_defaults.embedding_model_config]; " + RESTART_FIX)
+    if "model_name" in reason or "no embedding model" in reason:
+        return ("set embedding_model_config.model_name (README: Embedding models); "
+                + RESTART_FIX)
+    return "fix embedding_model_config in the config file; " + RESTART_FIX
+
+
+def _index(a: Assessment, ws: Mapping[str, Any]) -> None:
+    agent = a.agent_id
+    h = ws.get("health") or {}
+    idx = ws.get("index") or {}
+    state = h.get("state") or "-"
+    pending = idx.get("pending_changes") or 0
+    text = f"{state}: {idx.get('files', '-')} file(s), {idx.get('chunks', '-')} chunk(s) indexed"
+    if pending:
+        text += f", {pending} change(s) waiting"
+    if h.get("unindexed"):
+        text += f", {h['unindexed']} file(s) on disk not indexed yet"
+    a.facts.append(("index", text))
+    if ws.get("state") == "failed":
+        a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
+                                  f"recalld workspace open {agent}"))
+    elif state == "degraded":
+        a.problems.append(Problem("fail", "index degraded: " + "; ".join(h.get("reasons") or []),
+                                  f"recalld doctor; recalld verify --agent {agent}; "
+                                  f"recalld reindex --agent {agent}"))
+    elif state == "pending" and h.get("reasons"):
+        a.problems.append(Problem("info", "pending: " + "; ".join(h["reasons"]),
+                                  "wait: it catches up by itself (recalld search --sync waits)"))
+
+
+def _vector_facts(a: Assessment, ws: Mapping[str, Any]) -> None:
+    v = _vectors(ws)
+    if not v:
+        return
+    provider = v.get("provider") or {}
+    if not v.get("enabled"):
+        reason = str(provider.get("disabled_reason") or "disabled")
+        a.facts.append(("vectors", f"off: {reason} (search is keyword only)"))
+        if provider.get("model"):  # a model is named, so vectors were meant to be on
+            a.problems.append(Problem("fail", f"vectors are off: {reason}", _key_fix(reason)))
+        return
+    embedded, total = v.get("embedded"), v.get("total")
+    coverage = v.get("coverage")
+    text = f"{v.get('state', '-')}, {embedded} of {total} chunk(s) embedded"
+    if isinstance(coverage, int | float) and coverage < 1:
+        text += f" ({coverage:.0%}, backfill under way)"
+    text += f", provider {v.get('health', '-')}"
+    a.facts.append(("vectors", text))
+    error = v.get("last_error") or provider.get("last_error")
+    breaker = (provider.get("breaker") or {}).get("state")
+    if v.get("health") == "fail" or breaker == "open":
+        a.problems.append(Problem(
+            "fail", f"embedding provider failing: {error or 'circuit open'}",
+            "check base_url, the key and the network; the backfill resumes by itself "
+            "(see the [EMBEDDING HEALTH CHECK] line in the log)"))
+    if v.get("parked"):
+        a.problems.append(Problem(
+            "fail", f"{v['parked']} chunk(s) parked after permanent errors: {error}",
+            "a wrong dimensions value or a rejected key: fix embedding_model_config, "
+            f"then: recalld workspace close {a.agent_id}; recalld workspace open "
+            f"{a.agent_id}"))
+
+
+def _last_job(jobs: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    done = [j for j in jobs if j.get("kind") == kind and j.get("finished_at")]
+    return max(done, key=lambda j: float(j.get("finished_at") or 0), default=None)
+
+
+def _dream(a: Assessment, ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> None:
+    d = ws.get("dream")
+    if not isinstance(d, Mapping):
+        return
+    last = _last_job(jobs, "auto_dream")
+    if last is None:
+        last_text = "no run yet"
+    elif last.get("state") == "succeeded":
+        last_text = f"last run {_when(last.get('finished_at'))} succeeded"
+    else:
+        last_text = (f"last run {_when(last.get('finished_at'))} {last.get('state')}: "
+                     f"{last.get('error') or '-'}")
+    if d.get("error"):
+        a.facts.append(("dream", f"NOT scheduled: {d['error']}; {last_text}"))
+        a.problems.append(Problem(
+            "fail", f"dream_cron {d.get('cron')!r} is not scheduled: {d['error']}",
+            "set dream_cron to 5 cron fields, e.g. \"0 23 * * *\", then: recalld workspace "
+            f"close {a.agent_id}; recalld workspace open {a.agent_id}"))
+    elif not d.get("enabled"):
+        a.facts.append(("dream", f"off (dream_cron_enabled = false); {last_text}"))
+    else:
+        a.facts.append(("dream", f"next {_when(d.get('next_run'))} (cron {d.get('cron')}); "
+                                 f"{last_text}"))
+    if last is not None and last.get("state") == "failed":
+        a.problems.append(Problem("warn", f"the last dream failed: {last.get('error')}",
+                                  f"recalld jobs get {last.get('job_id')}; then recalld dream "
+                                  f"--agent {a.agent_id}"))
+
+
+def _resources(a: Assessment, ws: Mapping[str, Any]) -> None:
+    r = ws.get("resource")
+    files = r.get("files") if isinstance(r, Mapping) else None
+    if not isinstance(files, Mapping) or not files:
+        return
+    shown = ", ".join(f"{n} {state}" for state, n in sorted(files.items()))
+    a.facts.append(("resources", shown))
+    chat = ws.get("chat") or {}
+    if files.get("pending"):
+        a.problems.append(Problem(
+            "warn", f"{files['pending']} resource file(s) wait for a chat model",
+            "set chat_model_config.model_name (and base_url, and a key if the server wants "
+            f"one); {RESTART_FIX}"))
+    if files.get("failed"):
+        a.problems.append(Problem(
+            "warn", f"{files['failed']} resource file(s) failed"
+                    + (f" (chat: {chat.get('last_error')})" if chat.get("last_error") else ""),
+            "`recalld --json status` lists the catalog counts; a change to a file, or a "
+            "manual auto_resource job, retries it"))
+
+
+def _failed_jobs(a: Assessment, jobs: Sequence[Mapping[str, Any]],
+                 resources_waiting: bool) -> None:
+    skip = {"auto_dream"} | ({"auto_resource"} if resources_waiting else set())
+    for kind in sorted({str(j.get("kind")) for j in jobs} - skip):
+        last = _last_job(jobs, kind)
+        if last is not None and last.get("state") == "failed":
+            a.problems.append(Problem(
+                "warn", f"the last {kind} job ({last.get('job_id')}, "
+                        f"{_when(last.get('finished_at'))}) failed: {last.get('error')}",
+                f"recalld jobs get {last.get('job_id')}"))
+
+
+def daemon_problems(status: Mapping[str, Any]) -> list[Problem]:
+    """Problems of the daemon itself (not of one workspace)."""
+    out = []
+    cfg = (status.get("queues") or {}).get("config") or {}
+    if cfg.get("reload_error"):
+        out.append(Problem(
+            "fail", f"the configuration reload at {_when(cfg.get('reload_failed_at'))} "
+                    f"failed, the daemon runs on the previous one: {cfg['reload_error']}",
+            f"fix {cfg.get('path') or 'the config file'}, then: systemctl --user reload "
+            f"recalld (or kill -HUP {status.get('pid', '<pid>')})"))
+    return out
+
+
+def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Assessment:
+    """Facts and problems of one workspace of ``daemon.status``; ``jobs`` are its jobs."""
+    a = Assessment(str(ws.get("agent_id", "?")))
+    mine = [j for j in jobs if j.get("agent_id") in (None, a.agent_id)]
+    _index(a, ws)
+    _vector_facts(a, ws)
+    _dream(a, ws, mine)
+    _resources(a, ws)
+    sessions = ws.get("sessions") or {}
+    if sessions.get("pending_messages"):
+        a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "
+                                   "wait for auto_memory"))
+    inbox = ws.get("inbox") or {}
+    if inbox.get("unacked"):
+        a.facts.append(("inbox", f"{inbox['unacked']} unseen item(s) "
+                                 f"(recalld inbox list --agent {a.agent_id})"))
+    active = [j for j in mine if j.get("state") in ("queued", "running")]
+    if active:
+        a.facts.append(("jobs", ", ".join(f"{j.get('kind')} {j.get('state')}"
+                                          for j in active)))
+    # Resources waiting for a chat model already say why their job failed.
+    waiting = any("wait for a chat model" in p.what for p in a.problems)
+    _failed_jobs(a, mine, waiting)
+    return a

@@ -1,0 +1,194 @@
+"""Progress of a long job as a person or a script wants it, on stderr.
+
+Three forms: a bar redrawn in place on a terminal (counts, phase, rate and ETA); a plain
+line every ``LINE_INTERVAL_S`` seconds (and at each phase change) when stderr is a file or
+a pipe; one JSON object per update with ``--json``, so stdout keeps only the result. The
+rate is measured within a phase, from the first update that phase reported.
+:class:`IndexingNotice` says what a call that waits for indexing is waiting for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import orjson
+
+from recalld.ipc.client import Client
+from recalld.ipc.errors import RecalldError
+from recalld.ipc.types import JOB_TERMINAL_STATES
+
+Mode = Literal["bar", "lines", "json"]
+BAR_WIDTH = 24
+LINE_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One update: what the job said and what follows from the ones before."""
+
+    state: str
+    phase: str
+    done: int | None
+    total: int | None
+    rate_per_s: float | None
+    eta_s: float | None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.done is None or not self.total:
+            return None
+        return min(max(self.done / self.total, 0.0), 1.0)
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds + 0.5)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    return f"{hours}:{minutes:02d}:{s:02d}" if hours else f"{minutes}:{s:02d}"
+
+
+class Progress:
+    """Turns a job's ``state`` and ``progress`` updates into output on ``stream``."""
+
+    def __init__(self, stream: TextIO, kind: str, job_id: str, *, mode: Mode,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.kind = kind
+        self.job_id = job_id
+        self.mode = mode
+        self._clock = clock
+        self._phase: str | None = None
+        self._phase_start: tuple[float, int] | None = None  # (time, done) of the phase
+        self._last_line = float("-inf")
+        self._last: Reading | None = None
+        self._drawn = False
+
+    def read(self, state: str, progress: Any) -> Reading:
+        """The reading for an update (tracking rate and ETA per phase)."""
+        p = progress if isinstance(progress, Mapping) else {}
+        done, total = _count(p.get("done")), _count(p.get("total"))
+        phase = str(p.get("message") or state)
+        now = self._clock()
+        if phase != self._phase or self._phase_start is None or done is None:
+            self._phase = phase
+            self._phase_start = (now, done or 0)
+        start_t, start_done = self._phase_start
+        rate = eta = None
+        if done is not None and now > start_t and done > start_done:
+            rate = (done - start_done) / (now - start_t)
+            if total is not None and total >= done:
+                eta = (total - done) / rate
+        return Reading(state, phase, done, total, rate, eta)
+
+    def update(self, state: str, progress: Any) -> None:
+        if state in JOB_TERMINAL_STATES and self.mode != "bar":
+            return  # the result (or the error line) says how it ended
+        reading = self.read(state, progress)
+        last = self._last
+        changed_phase = last is None or reading.phase != last.phase
+        if self.mode == "json" and last is not None and (
+                reading.state, reading.phase, reading.done, reading.total) == (
+                last.state, last.phase, last.done, last.total):
+            return  # nothing new to tell a script
+        self._last = reading
+        if self.mode == "json":
+            self._json(reading)
+        elif self.mode == "bar":
+            self.stream.write("\r" + self.text(reading, bar=True).ljust(79)[:200])
+            self._drawn = True
+        elif changed_phase or self._clock() - self._last_line >= LINE_INTERVAL_S:
+            self._last_line = self._clock()
+            self.stream.write(self.text(reading, bar=False) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the bar's line (the result follows on its own line)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
+
+    def text(self, r: Reading, *, bar: bool) -> str:
+        parts = [self.kind]
+        fraction = r.fraction
+        if bar and fraction is not None:
+            filled = int(fraction * BAR_WIDTH)
+            parts.append(f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]")
+        if r.done is not None and r.total:
+            parts.append(f"{r.done:,}/{r.total:,} ({fraction or 0:.0%})")
+        elif r.done:
+            parts.append(f"{r.done:,} done")
+        parts.append(r.phase if r.phase == r.state else f"{r.phase} ({r.state})")
+        if r.rate_per_s is not None:
+            parts.append(f"{r.rate_per_s:,.1f}/s")
+        if r.eta_s is not None:
+            parts.append(f"ETA {duration(r.eta_s)}")
+        return " ".join(parts) if bar else f"{self.kind} {self.job_id}: " + " ".join(parts[1:])
+
+    def _json(self, r: Reading) -> None:
+        record = {"event": "progress", "job_id": self.job_id, "kind": self.kind,
+                  "state": r.state, "phase": r.phase, "done": r.done, "total": r.total,
+                  "rate_per_s": None if r.rate_per_s is None else round(r.rate_per_s, 3),
+                  "eta_s": None if r.eta_s is None else round(r.eta_s, 1)}
+        self.stream.write(orjson.dumps(record).decode() + "\n")
+
+
+class IndexingNotice:
+    """While a call waits for indexing (``search --sync``, a first build), say on stderr
+    what the indexing is doing: after ``after_s``, then every ``LINE_INTERVAL_S``, read
+    from the daemon's status over a second connection by a helper thread. Stops (and
+    joins the thread) on exit."""
+
+    def __init__(self, socket_path: Path, agent_id: str, stream: TextIO, *,
+                 after_s: float = 2.0, timeout_s: float = 5.0) -> None:
+        self.socket_path = socket_path
+        self.agent_id = agent_id
+        self.stream = stream
+        self.after_s = after_s
+        self.timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recalld-indexing-notice",
+                                        daemon=True)
+
+    def __enter__(self) -> IndexingNotice:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def line(self, status: Mapping[str, Any]) -> str | None:
+        ws = next((w for w in status.get("workspaces") or []
+                   if w.get("agent_id") == self.agent_id), None)
+        if ws is None:
+            return None
+        idx = ws.get("index") or {}
+        reasons = (ws.get("health") or {}).get("reasons") or []
+        what = "; ".join(reasons) or f"{idx.get('pending_changes', 0)} change(s) pending"
+        return (f"recalld: waiting for the index of {self.agent_id}: {what} "
+                f"({idx.get('files', 0):,} file(s) indexed so far)")
+
+    def _run(self) -> None:
+        if self._stop.wait(self.after_s):
+            return
+        try:
+            with Client(self.socket_path, timeout_s=self.timeout_s) as client:
+                while not self._stop.is_set():
+                    text = self.line(client.status())
+                    if text is not None and not self._stop.is_set():
+                        self.stream.write(text + "\n")
+                        self.stream.flush()
+                    if self._stop.wait(LINE_INTERVAL_S):
+                        return
+        except (RecalldError, OSError, TimeoutError):
+            return  # only a notice: the waiting call reports real failures

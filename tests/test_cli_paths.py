@@ -1,0 +1,87 @@
+"""The command line finds the daemon the way the daemon chose its socket: the same config
+file, the same precedence; install-service writes that socket into the units."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import DaemonFactory
+from test_cli import assert_one_line_error, recalld
+
+
+def test_config_socket_is_found_by_status_doctor_and_install_service(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "elsewhere" / "r.sock"
+    d = daemon_factory(f'[daemon]\nsocket_path = "{sock}"\n', wait=False)
+    d.socket_path = sock
+    d.wait_ready()
+    env = d.env
+
+    status = json.loads(recalld("status", "--json", env=env).stdout)
+    assert status["socket_path"] == str(sock) and status["pid"] == d.pid
+    human = recalld("status", env=env)
+    assert human.returncode == 0 and str(sock) in human.stdout
+
+    doctor = json.loads(recalld("doctor", "--json", env=env).stdout)
+    checks = {c["name"]: c for c in doctor["checks"]}
+    assert checks["daemon"]["status"] == "ok", checks["daemon"]
+    assert checks["socket"]["status"] == "ok" and str(sock) in checks["socket"]["detail"]
+
+    written = json.loads(recalld("install-service", "--write-only", "--json",
+                                 env=env).stdout)["written"]
+    units = {Path(p).name: Path(p).read_text() for p in written}
+    assert f"ListenStream={sock}\n" in units["recalld.socket"]
+    assert f" serve --socket {sock}\n" in units["recalld.service"]
+
+
+def test_install_service_honours_socket_option(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    other = Path(env["XDG_RUNTIME_DIR"]) / "x%y.sock"
+    proc = recalld("install-service", "--write-only", "--socket", str(other), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "systemctl --user enable --now recalld.socket recalld.service" in proc.stdout
+    units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    socket_unit = (units / "recalld.socket").read_text()
+    assert f"ListenStream={str(other).replace('%', '%%')}\n" in socket_unit
+    # The default socket keeps systemd's own specifier.
+    assert recalld("install-service", "--write-only", env=env).returncode == 0
+    assert "ListenStream=%t/recalld/recalld.sock\n" in (units / "recalld.socket").read_text()
+    assert "serve\n" in (units / "recalld.service").read_text()
+
+
+def test_install_service_without_user_systemd_says_what_to_do(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A PATH whose systemctl cannot reach a user manager, as on a machine without one.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    systemctl = fake_bin / "systemctl"
+    systemctl.write_text("#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\n"
+                         "exit 1\n")
+    systemctl.chmod(0o755)
+    env = daemon_factory.environment()
+    env["PATH"] = f"{fake_bin}:{env['PATH']}"
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    line = assert_one_line_error(recalld("install-service", env=env), 1)
+    assert "no user systemd answers" in line and "--write-only" in line
+    assert "systemctl --user enable --now" in line and "Traceback" not in line
+    units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    assert not units.exists() or not any(units.iterdir()), "nothing is written"
+    line = assert_one_line_error(recalld("uninstall-service", env=env), 1)
+    assert "no user systemd answers" in line
+    # With --write-only: truthful about what was (not) there.
+    proc = recalld("uninstall-service", "--write-only", env=env)
+    assert proc.returncode == 0 and "no recalld units were installed" in proc.stdout
+
+
+def test_bad_config_in_a_client_is_a_usage_error(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text('[daemon]\nsocket_path = ["a"]\n')
+    line = assert_one_line_error(recalld("status", env=env), 2)
+    assert f"{cfg}: [daemon] socket_path = [\"a\"]" in line
+    line = assert_one_line_error(recalld("status", env={**env, "RECALLD_SOCKET": "rel.sock"}), 2)
+    assert "RECALLD_SOCKET" in line and "absolute" in line

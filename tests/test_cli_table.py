@@ -1,0 +1,164 @@
+"""Exit codes of every client subcommand: 0 success, 1 failure (an error answered by the
+daemon), 2 usage (ours or found by the daemon), 3 no daemon; a closed pipe ends quietly."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from test_cli import SCRIPT, assert_one_line_error, recalld
+
+from recalld.ipc import __version__
+from recalld.ipc.cli import build_parser
+
+NOTE = "memory/2026-07-23/commute.md"
+# One row per subcommand: (name, success, usage error, daemon error). None: that outcome
+# cannot be provoked from the command line (the reason is in the comment).
+ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
+    ("status", ["status"], ["status", "extra"], None),  # no error status can answer
+    ("ping", ["ping"], ["ping", "--timeout", "-1"], None),  # ping always answers
+    # Refusals of workspace.open are about its params (exit 2); a workspace another daemon
+    # serves (-32002, exit 1) needs a second daemon: test_lock.
+    ("workspace open", ["workspace", "open", "t1"], ["workspace", "open", "bad/id"], None),
+    ("workspace list", ["workspace", "list"], ["workspace", "list", "x"], None),  # nothing fails
+    ("workspace close", ["workspace", "close", "t1"], ["workspace", "close"],
+     ["workspace", "close", "nobody"]),
+    ("read", ["read", NOTE], ["read", NOTE, "--lines", "5-2"], ["read", "nofile.md"]),
+    ("search", ["search", "bike"], ["search", "bike", "-n", "0"],
+     ["search", "bike", "--agent", "nobody"]),
+    ("reindex", ["reindex"], ["reindex", "--agent"], ["reindex", "--agent", "nobody"]),
+    ("dream", ["dream", "--runs"], ["dream", "--runs", "x"], ["dream"]),  # no chat model
+    ("jobs list", ["jobs", "list"], ["jobs"], ["jobs", "list", "--agent", "nobody"]),
+    ("jobs get", ["jobs", "get", "JOB"], ["jobs", "get"], ["jobs", "get", "no-such-job"]),
+    ("jobs cancel", ["jobs", "cancel", "JOB"], ["jobs", "cancel"],
+     ["jobs", "cancel", "no-such-job"]),
+    ("inbox list", ["inbox", "list"], ["inbox", "list", "--since"],
+     ["inbox", "list", "--agent", "nobody"]),
+    ("inbox ack", ["inbox", "ack", "--all"], ["inbox", "ack"], ["inbox", "ack", "nope"]),
+    ("note", ["note", "bike on Mondays"], ["note", " "], ["note", "x", "--agent", "nobody"]),
+    ("backup create", ["backup", "create", "--out", "OUT"], ["backup"],
+     ["backup", "create", "--agent", "nobody"]),
+    ("backup list", ["backup", "list"], ["backup", "list", "x"], None),  # nothing fails
+    # An archive the daemon refuses (missing, not a zip, bad checksums) is invalid params:
+    # exit 2, as the usage column shows; there is no other daemon error to provoke.
+    ("backup verify", ["backup", "verify", "OUT"], ["backup", "verify", "BAD"], None),
+    ("backup restore", ["backup", "restore", "OUT", "--yes"], ["backup", "restore", "OUT"],
+     None),  # as for verify: every refusal is about the archive or the agents named
+    ("backup rollback", ["backup", "rollback", "--yes"], ["backup", "rollback", "x"],
+     None),  # succeeds after the restore above; its failure is in test_ops
+    ("verify", ["verify"], ["verify", "--agent"], ["verify", "--agent", "nobody"]),
+    ("compact", ["compact"], ["compact", "x"], ["compact", "--agent", "nobody"]),
+    ("metrics", ["metrics"], ["metrics", "--prometheus", "x"], None),  # nothing fails
+    # Its refusals are about the folder or the agent.json named (exit 2).
+    ("import-qwenpaw", ["import-qwenpaw", "QWS", "--agent", "qw1"], ["import-qwenpaw", "BAD"],
+     None),
+]
+# Commands that do not talk to a running daemon the usual way, tested on their own:
+# serve (test_cli), mcp (test_mcp), install-service and uninstall-service (test_cli_paths),
+# doctor (below and test_ops).
+OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor"}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _commands() -> set[str]:
+    names = set()
+    for name, child in _subcommands(build_parser()).items():
+        nested = _subcommands(child)
+        names |= {f"{name} {n}" for n in nested} if nested else {name}
+    return names
+
+
+def test_the_table_covers_every_subcommand() -> None:
+    covered = {name for name, *_ in ROWS} | OWN_TESTS
+    assert _commands() <= covered, sorted(_commands() - covered)
+
+
+def _fill(args: list[str], **values: str) -> list[str]:
+    return [values.get(a, a) for a in args]
+
+
+def test_exit_codes_of_every_subcommand(daemon: DaemonHandle, tmp_path: Path) -> None:
+    note = daemon.data_dir / "workspaces" / "default" / NOTE
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("# Commute\nbike on Mondays\ntrain otherwise\n", encoding="utf-8")
+    bad_zip = tmp_path / "bad.zip"
+    bad_zip.write_bytes(b"not a zip")
+    qws = tmp_path / "qwenpaw"
+    qws.mkdir()
+    values = {"OUT": str(tmp_path / "b.zip"), "BAD": str(bad_zip), "QWS": str(qws)}
+    env = daemon.env
+    for name, success, usage, error in ROWS:
+        if name.startswith("jobs ") and name != "jobs list":
+            submitted = recalld("reindex", "--no-wait", "--json", env=env)
+            values["JOB"] = submitted.stdout.split('"job_id": "')[1].split('"')[0]
+        ok = recalld(*_fill(success, **values), env=env)
+        assert ok.returncode == 0, (name, ok.stdout, ok.stderr)
+        proc = recalld(*_fill(usage, **values), env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (name, proc.stderr)
+        if error is not None:
+            failed = recalld(*_fill(error, **values), env=env)
+            # A followed job's progress lines may come first; the error is the last line.
+            *progress, line = failed.stderr.splitlines() or [""]
+            assert failed.returncode == 1 and line.startswith("recalld: "), (name, failed)
+            assert all(p.startswith(name.split()[0]) or p.startswith("auto_dream ")
+                       for p in progress), (name, failed.stderr)
+            assert "(code -3" in line or "no job" in line or "no inbox item" in line, (name, line)
+
+
+def test_every_subcommand_says_daemon_down_with_3(daemon_factory: DaemonFactory,
+                                                  tmp_path: Path) -> None:
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    values = {"OUT": str(tmp_path / "b.zip"), "BAD": str(tmp_path / "b.zip"), "JOB": "j",
+              "QWS": str(tmp_path)}
+    for name, success, _, _ in ROWS:
+        line = assert_one_line_error(recalld(*_fill(success, **values), env=env), 3)
+        assert "daemon not running at" in line, (name, line)
+    proc = recalld("doctor", env=env)  # doctor reports instead: the daemon check fails
+    assert proc.returncode == 1 and "[FAIL] daemon: no daemon answers" in proc.stdout
+
+
+def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    for args in (["--timeout", "-1", "status"], ["status", "--timeout", "0"],
+                 ["status", "--timeout", "inf"], ["doctor", "x"], ["no-such-command"]):
+        proc = recalld(*args, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    version = recalld("--version", env=env)
+    assert version.returncode == 0 and version.stdout == f"recalld {__version__}\n"
+
+
+@pytest.mark.parametrize("lines", [80_001])
+def test_read_of_a_long_note_is_complete_and_a_closed_pipe_is_quiet(
+        daemon: DaemonHandle, lines: int) -> None:
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "long.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"line {i} of a long note\n" for i in range(1, lines + 1))
+    note.write_text(text, encoding="utf-8")
+    rel = "memory/2026-07-23/long.md"
+    proc = recalld("read", rel, env=daemon.env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout == text
+    tail = recalld("read", rel, "--lines", f"{lines - 1}-{lines}", env=daemon.env)
+    assert tail.stdout == f"line {lines - 1} of a long note\nline {lines} of a long note\n"
+
+    # `recalld read ... | head -1`: the reader goes away after one line.
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    with subprocess.Popen([*cmd, "read", rel], env=daemon.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) as piped:
+        assert piped.stdout is not None and piped.stderr is not None
+        assert piped.stdout.readline() == b"line 1 of a long note\n"
+        piped.stdout.close()
+        code = piped.wait(timeout=120)
+        err = piped.stderr.read().decode()
+    assert code == 0 and err == "", (code, err)

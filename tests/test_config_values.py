@@ -1,0 +1,191 @@
+"""Every configuration key with a bad value: exit 2 and one line naming file, key and value.
+
+The table is generated from the settings classes, so a key added later is covered: each
+key gets a value of the wrong type, and each key with a rule in ``config_rules.RULES`` a
+value of the right type that the rule refuses. Every number must have a range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.daemon import config, config_rules
+from recalld.daemon import main as daemon_main
+
+# Tables of the config file and the settings class each holds.
+WORKSPACE_TABLES = {
+    "": config.WorkspaceSettings,
+    "embedding_model_config": config.EmbeddingModelConfig,
+    "chat_model_config": config.ChatModelConfig,
+    "search": config.SearchConfig,
+}
+# Fields that are not keys of [daemon] (set from paths, or tables of their own).
+NOT_DAEMON_KEYS = {"socket_path", "data_dir", "config_path", "workspace_defaults",
+                   "workspaces", "workspace_paths"}
+# Free text: any string is a valid value.
+FREE_TEXT = {("EmbeddingModelConfig", "api_key"), ("EmbeddingModelConfig", "model_name"),
+             ("ChatModelConfig", "api_key"), ("ChatModelConfig", "model_name")}
+
+
+def _wrong_type(default: Any) -> Any:
+    if isinstance(default, bool):
+        return "yes"
+    if isinstance(default, int | float):
+        return "many"
+    if isinstance(default, str):
+        return 5
+    if isinstance(default, tuple):
+        return 5
+    return 5  # a nested table given as a number
+
+
+def _cases() -> list[tuple[str, str, str, Any]]:
+    """(table header, key, settings class name, bad value)."""
+    cases: list[tuple[str, str, str, Any]] = []
+    base = config.DaemonConfig(socket_path=Path("/s"), data_dir=Path("/d"),
+                               config_path=Path("/c"))
+    for f in dataclasses.fields(config.DaemonConfig):
+        if f.name in NOT_DAEMON_KEYS:
+            continue
+        cases.append(("daemon", f.name, "DaemonConfig", _wrong_type(getattr(base, f.name))))
+    cases += [("daemon", "socket_path", "DaemonConfig", ["a"]),
+              ("daemon", "data_dir", "DaemonConfig", 5),
+              ("daemon", "socket_path", "DaemonConfig", "relative/r.sock")]
+    for sub, cls in WORKSPACE_TABLES.items():
+        header = "workspace_defaults" + (f".{sub}" if sub else "")
+        instance = cls()
+        for f in dataclasses.fields(cls):
+            if f.name in config.NOT_KEYS:
+                continue
+            value = getattr(instance, f.name)
+            if f.name == "auto_memory_interval":
+                value = 5
+            cases.append((header, f.name, cls.__name__, _wrong_type(value)))
+    for (cls_name, key), rule in config_rules.RULES.items():
+        if cls_name == "DaemonConfig":
+            cases.append(("daemon", key, cls_name, rule.bad))
+            continue
+        sub = next(s for s, c in WORKSPACE_TABLES.items() if c.__name__ == cls_name)
+        header = "workspace_defaults" + (f".{sub}" if sub else "")
+        cases.append((header, key, cls_name, rule.bad))
+    return cases
+
+
+CASES = _cases()
+
+
+def _write(tmp_path: Path, header: str, key: str, value: Any) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[{header}]\n{key} = {config_rules.shown(value)}\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("header", "key", "cls_name", "value"), CASES,
+                         ids=[f"{h}.{k}={v!r}" for h, k, _, v in CASES])
+def test_bad_value_is_exit_2_naming_file_key_and_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        header: str, key: str, cls_name: str, value: Any) -> None:
+    path = _write(tmp_path, header, key, value)
+    for name in ("RECALLD_SOCKET", "RECALLD_DATA_DIR", "RECALLD_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert daemon_main.main(["--config", str(path)]) == daemon_main.EXIT_CONFIG
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"recalld: configuration error: {path}: "), line
+    assert f"{key} = {config_rules.shown(value)}" in line, line
+    assert "must" in line or "never fires" in line, line
+
+
+def test_every_number_has_a_range_and_every_text_a_rule_or_is_free_text() -> None:
+    base = config.DaemonConfig(socket_path=Path("/s"), data_dir=Path("/d"),
+                               config_path=Path("/c"))
+    classes = [(config.DaemonConfig, base)] + [(c, c()) for c in WORKSPACE_TABLES.values()]
+    missing = []
+    for cls, instance in classes:
+        for f in dataclasses.fields(cls):
+            if f.name in config.NOT_KEYS:
+                continue
+            value = getattr(instance, f.name)
+            if f.name in NOT_DAEMON_KEYS or dataclasses.is_dataclass(value) or value is None:
+                continue
+            if isinstance(value, bool):
+                continue
+            if (cls.__name__, f.name) in FREE_TEXT:
+                continue
+            if (cls.__name__, f.name) not in config_rules.RULES:
+                missing.append(f"{cls.__name__}.{f.name}")
+    assert not missing, f"keys without a rule in config_rules.RULES: {missing}"
+
+
+def test_every_default_passes_its_rule() -> None:
+    base = config.DaemonConfig(socket_path=Path("/s"), data_dir=Path("/d"),
+                               config_path=Path("/c"))
+    instances = {"DaemonConfig": base, **{c.__name__: c() for c in WORKSPACE_TABLES.values()}}
+    for (cls_name, key), rule in config_rules.RULES.items():
+        assert rule.check(getattr(instances[cls_name], key)) is None, (cls_name, key)
+
+
+def test_embedding_backends_are_the_providers() -> None:
+    from recalld.daemon.providers.embedding_formats import BACKENDS
+
+    assert set(config_rules.EMBEDDING_BACKENDS) == set(BACKENDS)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('[workspaces."../x"]\n', '[workspaces."../x"]'),
+    ('[workspaces.a]\npath = "relative/dir"\n', '[workspaces.a] path = "relative/dir"'),
+    ("workspaces = 5\n", "workspaces = 5"),
+    ("daemon = 3\n", "daemon must be a table"),
+    ('[workspace_defaults]\ndream_cron = "every night"\n', 'dream_cron = "every night"'),
+    ('[workspace_defaults.search]\nvector_weight = 0\nkeyword_weight = 0\n',
+     "must not both be 0"),
+    ("[workspace_defaults]\nsearch = 5\n", "search = 5: must be a table"),
+    ("[daemon\n", "config.toml"),
+])
+def test_structure_errors_are_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(config.ConfigError) as info:
+        config.load(config=path, environ={"HOME": str(tmp_path)})
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and needle in message and "\n" not in message
+
+
+def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[daemon]\ndata_dir = 5\n", encoding="utf-8")
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "serve", "--config", str(path)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"recalld: configuration error: {path}: "
+                                   "[daemon] data_dir = 5: must be a non-empty path string")
+
+
+def test_tilde_is_expanded_and_paths_agree(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[daemon]\nsocket_path = "~/run/r.sock"\ndata_dir = "~/data"\n'
+                    '[workspaces.a]\npath = "~/ws/a"\n', encoding="utf-8")
+    env = {"HOME": str(tmp_path), "RECALLD_CONFIG": str(path)}
+    cfg = config.load(environ=env)
+    assert cfg.socket_path == tmp_path / "run" / "r.sock"
+    assert cfg.data_dir == tmp_path / "data"
+    assert cfg.workspace_path("a") == tmp_path / "ws" / "a"
+    # The clients' resolution reads the same file the same way.
+    from recalld.ipc import paths
+
+    assert paths.socket_path(environ=env) == cfg.socket_path
+    assert paths.data_dir(env) == cfg.data_dir
+    # The environment still wins over the file, as the README's table says.
+    assert paths.socket_path(environ={**env, "RECALLD_SOCKET": "/x/y.sock"}) == Path(
+        "/x/y.sock")
+    assert config.load(environ={**env, "RECALLD_SOCKET": "/x/y.sock"}).socket_path == Path(
+        "/x/y.sock")

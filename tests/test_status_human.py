@@ -1,0 +1,137 @@
+"""Human ``recalld status`` and ``doctor`` answer "is my memory OK?" first, with the fix."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonFactory, DaemonHandle
+from test_cli import recalld
+
+from recalld.ipc.health import assess
+
+NO_KEY = {"OPENAI_API_KEY": "", "RECALLD_EMBEDDING_API_KEY": ""}
+
+
+def wait_status(d: DaemonHandle, ok: Callable[[dict[str, Any]], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        status = d.call("daemon.status")
+        if ok(status):
+            return
+        assert time.monotonic() < deadline, f"{what}: {json.dumps(status)[:2000]}"
+        time.sleep(0.05)
+
+
+def default_ws(status: dict[str, Any]) -> dict[str, Any]:
+    return next(w for w in status["workspaces"] if w["agent_id"] == "default")
+
+
+def test_status_names_missing_key_bad_cron_and_pending_resource(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    resource = Path(env["XDG_DATA_HOME"]) / "recalld/workspaces/default/resource"
+    resource.mkdir(parents=True)
+    (resource / "notes.txt").write_text("the code word is swordfish\n")
+    good = ('[workspace_defaults.embedding_model_config]\n'
+            'model_name = "text-embedding-3-small"\n')
+    d = daemon_factory(good, **NO_KEY)
+    assert "vectors are off: no API key for embedding backend 'openai'" in d.log()
+    wait_status(d, lambda s: (default_ws(s).get("resource") or {}).get("files", {}).get(
+        "pending") == 1, "the resource waits for a chat model")
+
+    # An invalid cron reaches a running daemon through a reload: it keeps the old config.
+    d.config_path.write_text(good + '[workspace_defaults]\ndream_cron = "0 25 * * *"\n')
+    d.signal(signal.SIGHUP)
+    wait_status(d, lambda s: bool(s["queues"]["config"]["reload_error"]), "reload failed")
+
+    proc = recalld("status", env=d.env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "default: 2 problem(s)" in out, out  # the third is the daemon's own
+    assert "vectors:" in out and "off: no API key for embedding backend 'openai'" in out
+    assert "[FAIL] vectors are off" in out and "RECALLD_EMBEDDING_API_KEY" in out
+    assert 'dream_cron = "0 25 * * *"' in out and "[FAIL] the configuration reload" in out
+    assert "1 resource file(s) wait for a chat model" in out
+    assert "fix: set chat_model_config.model_name" in out
+    assert "dream:" in out and "next " in out  # the running schedule still shows
+    # Internals only with --verbose.
+    assert "server:" not in out and "prepare_pool" not in out
+    wait_status(d, lambda s: bool(default_ws(s)["health"].get("scanned_at")), "a disk scan")
+    verbose = recalld("status", "--verbose", env=d.env).stdout
+    assert "server:" in verbose and "DERIVED" in verbose and "as of the disk scan" in verbose
+
+    doctor = recalld("doctor", env=d.env)
+    assert doctor.returncode == 1, doctor.stdout
+    for needle in ("[FAIL] workspace default: vectors are off",
+                   "[WARN] workspace default: 1 resource file(s) wait for a chat model",
+                   "[FAIL] config: the configuration reload"):
+        assert needle in doctor.stdout, doctor.stdout
+    assert doctor.stdout.count("fix: ") >= 3
+
+    # A good reload clears the reload problem.
+    d.config_path.write_text(good)
+    d.signal(signal.SIGHUP)
+    wait_status(d, lambda s: not s["queues"]["config"]["reload_error"], "reload ok")
+    assert "configuration reload" not in recalld("status", env=d.env).stdout
+
+
+def test_a_healthy_workspace_is_ok_and_says_why_vectors_are_off(daemon: DaemonHandle) -> None:
+    out = recalld("status", env=daemon.env).stdout
+    assert "default: OK" in out, out
+    assert "off: no embedding model configured" in out
+    assert "dream:" in out and "no run yet" in out
+
+
+def _ws(**extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "agent_id": "a", "state": "ready", "path": "/w",
+        "health": {"state": "clean", "reasons": []}, "index": {"files": 1, "chunks": 2},
+        "vectors": {"enabled": True, "state": "backfill", "embedded": 5, "total": 10,
+                    "coverage": 0.5, "health": "ok", "parked": 0, "provider": {}},
+        "dream": {"cron": "0 23 * * *", "enabled": True,
+                  "next_run": "2026-12-01T23:00:00+00:00"},
+    }
+    base.update(extra)
+    return base
+
+
+def test_assess_reads_runtime_problems() -> None:
+    a = assess(_ws(sessions={"sessions": 1, "pending_messages": 4},
+                   inbox={"items": 3, "unacked": 2}))
+    assert ("capture", "4 conversation message(s) wait for auto_memory") in a.facts
+    assert ("inbox", "2 unseen item(s) (recalld inbox list --agent a)") in a.facts
+    assert ("vectors", "backfill, 5 of 10 chunk(s) embedded (50%, backfill under way), "
+                       "provider ok") in a.facts
+    assert a.worst == "ok"
+
+    failing = _ws(vectors={"enabled": True, "state": "backfill", "embedded": 0, "total": 3,
+                           "coverage": 0.0, "health": "fail", "parked": 3,
+                           "last_error": "expected 1024 dimensions, got 8",
+                           "provider": {"breaker": {"state": "open"}}})
+    what = [p.what for p in assess(failing).problems]
+    assert any("embedding provider failing: expected 1024 dimensions" in w for w in what)
+    assert any("3 chunk(s) parked" in w for w in what)
+
+    bad_cron = _ws(dream={"cron": "61 * * * *", "enabled": True,
+                          "error": "invalid cron expression '61 * * * *'"})
+    a = assess(bad_cron, [{"agent_id": "a", "kind": "reindex", "state": "failed",
+                           "job_id": "j1", "error": "disk full", "finished_at": 10.0},
+                          {"agent_id": "b", "kind": "reindex", "state": "failed",
+                           "job_id": "j2", "error": "other agent", "finished_at": 11.0}])
+    assert a.worst == "fail"
+    texts = [p.what for p in a.problems]
+    assert "dream_cron '61 * * * *' is not scheduled: invalid cron expression '61 * * * *'" \
+        in texts
+    assert any("the last reindex job (j1" in t and "disk full" in t for t in texts)
+    assert not any("other agent" in t for t in texts)
+    # A later success clears a failed run of the same kind.
+    a = assess(_ws(), [{"agent_id": "a", "kind": "reindex", "state": "failed", "job_id": "j1",
+                        "finished_at": 10.0},
+                       {"agent_id": "a", "kind": "reindex", "state": "succeeded",
+                        "job_id": "j3", "finished_at": 12.0}])
+    assert a.problems == []
