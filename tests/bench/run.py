@@ -38,6 +38,7 @@ QUICK: dict[str, list[str]] = {
     "quality": ["--quick"],
     "agents": ["--quick"],
     "vectors": ["--quick", "300"],
+    "lanes": ["--quick"],
     "ping": ["--seconds", "1"],
     "quality-lexical": ["--sizes", "1600"],
 }
