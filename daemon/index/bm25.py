@@ -50,7 +50,7 @@ from recalld.daemon.index import postings, ranking
 from recalld.daemon.index.postings import I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 
-__all__ = ["BM25Index"]
+__all__ = ["BM25Index", "OutdatedFormat"]
 
 FORMAT: Final = "recalld-bm25"
 # 2: CJK text counts by characters in document lengths (tokenizer.doc_length).
@@ -69,6 +69,10 @@ DENSE_ROWS: Final = 32768
 # 3 terms of 1 posting each, 23 -> 12 us; of 64 in all, even (37 / 35 us).
 FEW_POSTINGS: Final = 48
 _MAX_KEY: Final = 2**32 - 1
+
+
+class OutdatedFormat(ValueError):
+    """Saved arrays of another format or version: rebuild, nothing is damaged."""
 
 
 class BM25Index:
@@ -448,7 +452,7 @@ class BM25Index:
     ) -> BM25Index:
         """Rebuild an index saved by ``to_arrays``; raises ValueError on any inconsistency."""
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise ValueError(
+            raise OutdatedFormat(
                 f"unsupported keyword index {meta.get('format')}/{meta.get('version')}"
             )
         index = cls(k1=float(meta["k1"]), b=float(meta["b"]))
