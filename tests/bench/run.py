@@ -39,6 +39,7 @@ QUICK: dict[str, list[str]] = {
     "agents": ["--quick"],
     "vectors": ["--quick", "300"],
     "lanes": ["--quick"],
+    "fusion": ["--quick"],
     "ping": ["--seconds", "1"],
     "quality-lexical": ["--sizes", "1600"],
 }
