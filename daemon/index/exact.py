@@ -45,14 +45,15 @@ LOOKUP_WORDS = 6
 _WORD = re.compile(r"[\w][\w.\-]*[\w]|\w", re.UNICODE)
 _CJK = CJK_RE
 _ALNUM = re.compile(r"[^\W_]")
-_IDENT = (
-    re.compile(r"[a-z][a-z0-9]*[A-Z]"),  # camelCase, handleWebSocket
-    re.compile(r"[A-Z][a-z0-9]+[A-Z]"),  # PascalCase with a second hump
-    re.compile(r"^[A-Z][A-Z0-9]{2,}$"),  # ECONNREFUSED, HNSW
-    re.compile(r"[A-Za-z]\d|\d[A-Za-z]"),  # v2, k8s, 3DES
-    re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]"),  # snake_case
-    re.compile(r"[A-Za-z0-9][.\-][A-Za-z]"),  # config.toml, foo-bar
-)
+# One pattern (a search per word, not six).
+_IDENT = re.compile("|".join((
+    r"[a-z][a-z0-9]*[A-Z]",  # camelCase, handleWebSocket
+    r"[A-Z][a-z0-9]+[A-Z]",  # PascalCase with a second hump
+    r"^[A-Z][A-Z0-9]{2,}$",  # ECONNREFUSED, HNSW
+    r"[A-Za-z]\d|\d[A-Za-z]",  # v2, k8s, 3DES
+    r"[A-Za-z0-9]_[A-Za-z0-9]",  # snake_case
+    r"[A-Za-z0-9][.\-][A-Za-z]",  # config.toml, foo-bar
+)))
 
 
 def identifier_terms(query: str) -> list[str]:
@@ -60,7 +61,7 @@ def identifier_terms(query: str) -> list[str]:
     out: list[str] = []
     for m in _WORD.finditer(query):
         word = m.group(0).strip(".-")
-        if len(word) >= 2 and any(p.search(word) for p in _IDENT):
+        if len(word) >= 2 and _IDENT.search(word):
             low = word.lower()
             if low not in out:
                 out.append(low)
@@ -157,31 +158,33 @@ def exact_first(
 ) -> tuple[list[tuple[int, float]], set[int]]:
     """``hits`` (a keyword search's, best first) with the exact ones first, and their keys.
 
-    Chunks that hold every special term but scored below the pool (a long note, many
-    shorter ones sharing the parts) are found with a search for the special terms' whole
-    forms alone and join the exact ones. Without special terms, ``hits`` come back as they are.
+    The chunks to check are those a search for the special terms' whole forms alone finds
+    (the tokenizer emits an identifier whole before its parts; the parts are what the
+    chunks that bury it have too): usually a few, however many ``hits`` there are, and
+    also those that scored below the pool (a long note, many shorter ones sharing the
+    parts). Without special terms, ``hits`` come back as they are.
     """
     special, idents = _special(query, bm25)
     if not special:
         return hits, set()
-    exact = exact_keys(special, hits, chunks, idents=idents)
-    scores = dict(hits)
-    # Each special term's whole form (the tokenizer emits it before an identifier's parts):
-    # the parts are what the chunks that bury it have too.
     wholes = [t for term in special for t in tokenize_query(term)[:1]]
     own = bm25.search(wholes, limit, allowed=allowed)
-    beyond = [(key, s) for key, s in own if key not in scores]
-    found = exact_keys(special, beyond, chunks, idents=idents)
-    if not exact and not found:
+    # More chunks hold the terms than one pool: the hits may hold others of them.
+    exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,
+                       idents=idents)
+    if not exact:
         return hits, set()
-    if found:
-        # Their score for the whole query, so exact hits rank among themselves as BM25 has
-        # it (a lookup of the same tokens restricted to them).
-        rescored = bm25.search(tokenize_query(query), len(found), allowed=BitMap(found))
-        exact |= found
-        hits = hits + rescored
+    scores = dict(hits)
+    missing = [key for key in exact if key not in scores]
+    if missing:
+        # Their score for the whole query, so exact hits rank among themselves as BM25
+        # has it (the same search restricted to them).
+        hits = hits + bm25.search(tokenize_query(query), len(missing),
+                                  allowed=BitMap(missing))
     ordered = [kv for kv in hits if kv[0] in exact]
     ordered.sort(key=lambda kv: (-kv[1], kv[0]))
     ordered += [kv for kv in hits if kv[0] not in exact]
     return ordered[:max(limit, len(exact))], exact
+
+
 __all__ = ["exact_first", "exact_keys", "identifier_terms", "rare_terms", "special_terms"]
