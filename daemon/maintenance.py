@@ -84,7 +84,8 @@ class Health:
         except Exception:  # the vector service's own status must not break health
             log.exception("vector status of %s failed", self.ws.agent_id)
             return {"error": "status unavailable"}
-        keys = ("enabled", "state", "coverage", "embedded", "total", "health", "last_error")
+        keys = ("enabled", "state", "coverage", "embedded", "total", "rate_per_s", "eta_s",
+                "health", "last_error")
         return {k: full.get(k) for k in keys if k in full}
 
     async def scan(self) -> None:

@@ -121,8 +121,9 @@ def test_hit_metrics_counts_each_target_once_and_respects_line_ranges() -> None:
     assert m["ndcg@10"] == (1 / math.log2(4) + 1 / math.log2(6)) / ideal
     assert m["ctx_chars@5"] == 200
     none = ql.hit_metrics(hits[:2], targets)
-    assert none == {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0, "ndcg@10": 0.0,
-                    "ctx_chars@5": 150.0}
+    assert none == {"hit@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0,
+                    "ndcg@10": 0.0, "ctx_chars@5": 150.0}
+    assert m["hit@1"] == 0.0 and ql.hit_metrics(hits[2:], targets)["hit@1"] == 1.0
     late = ql.hit_metrics([hits[0]] * 5 + [hits[2]], targets)
     assert (late["recall@5"], late["recall@10"]) == (0.0, 0.5)
 

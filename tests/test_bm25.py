@@ -14,7 +14,7 @@ from pyroaring import BitMap
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.postings import Slab, stable_order
-from recalld.daemon.index.tokenizer import tokenize, tokenize_split
+from recalld.daemon.index.tokenizer import doc_length, tokenize, tokenize_split
 
 
 def reference_scores(
@@ -316,7 +316,7 @@ def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
     split = [tokenize_split(t) for t in texts]
     bulk, bulk_terms = Slab.local([w for w, _ in split], [r for _, r in split])
     plain, plain_terms = Slab.local([tokenize(t) for t in texts])
-    assert bulk.lens == plain.lens == [len(tokenize(t)) for t in texts]
+    assert bulk.lens == plain.lens == [doc_length(tokenize(t)) for t in texts]
     assert _slab_counts(bulk, bulk_terms) == _slab_counts(plain, plain_terms)
     assert sorted(bulk_terms) == sorted(plain_terms)
 
@@ -338,3 +338,14 @@ def test_a_loaded_vocabulary_stays_bytes_until_used() -> None:
     for query in (["deploy"], tokenize("数据库 迁移"), ["econnrefused"], ["absent"]):
         assert loaded.search(query, 5) == built.search(query, 5)
     assert loaded._table is not None and len(loaded._table) == built.stats()["terms"]
+
+
+def test_cjk_text_counts_by_characters_in_lengths() -> None:
+    # Indexed as characters plus pairs, counted as one term per two characters, so a
+    # Chinese note is not several times as long as an English note of the same content.
+    assert doc_length(tokenize("数据迁移")) == 2  # 4 characters + 3 pairs indexed
+    assert doc_length(tokenize("数据迁移计划 ECONNREFUSED on deploy")) == 3 + 2
+    assert doc_length(tokenize("deploy the server")) == 2
+    split = tokenize_split("迁移 ECONNREFUSED 服务器")
+    bulk, _ = Slab.local([split[0]], [split[1]])
+    assert bulk.lens == [doc_length(tokenize("迁移 ECONNREFUSED 服务器"))] == [1 + 3]

@@ -1,4 +1,4 @@
-"""Chunker line ranges, size cap, frontmatter chunk; frontmatter parse/render/update."""
+"""Chunker line ranges, size cap, frontmatter in the first chunk; frontmatter parse/update."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
     lines = _lines(text)
     owner: dict[int, int] = {}
     last_end = 0
+    _, fm_end = parse_frontmatter(text)
+    body = [i for i in range(fm_end, len(lines)) if lines[i].strip()]
     for n, c in enumerate(chunks):
         assert 1 <= c.start_line <= c.end_line <= len(lines)
         assert c.start_line >= last_end  # increasing; equal only for pieces of one long line
@@ -54,7 +56,17 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             assert c.start_line == c.end_line == chunks[n - 1].end_line
         last_end = c.end_line
         original = "\n".join(lines[c.start_line - 1 : c.end_line])
-        if c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
+        assert ("frontmatter" in c.metadata) == (n == 0 and fm_end > 0)
+        if n == 0 and fm_end > 0 and body:
+            # The block joins the first body chunk: lines from 1, never a chunk of its own.
+            block = "\n".join(lines[: body[0]])
+            assert c.start_line == 1 and c.end_line >= body[0] + 1
+            rest = c.text[len(block) + 1:]
+            assert c.text.startswith(block + "\n") and rest in original
+            assert len(rest) <= max_chars
+            if "\n" in rest:
+                assert len(c.text) <= max(max_chars, len(block) + 1 + max_chars - max_chars // 2)
+        elif c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
             assert c.text in original and len(c.text) <= max_chars
         else:
             assert c.text == original
@@ -66,9 +78,14 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             assert i in owner, f"line {i} is in no chunk"
     # Pieces of a split line put the line back together exactly.
     by_line: dict[int, str] = {}
-    for c in chunks:
-        if c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
-            by_line[c.start_line] = by_line.get(c.start_line, "") + c.text
+    for n, c in enumerate(chunks):
+        piece = c.text
+        if n == 0 and fm_end > 0 and body:
+            piece = c.text[len("\n".join(lines[: body[0]])) + 1:]
+        if c.end_line == body[0] + 1 if n == 0 and fm_end > 0 and body else (
+                c.start_line == c.end_line):
+            if len(lines[c.end_line - 1]) > max_chars:
+                by_line[c.end_line] = by_line.get(c.end_line, "") + piece
     for ln, joined in by_line.items():
         assert joined == lines[ln - 1]
 
@@ -76,10 +93,14 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
 def test_note_chunks_and_line_ranges() -> None:
     chunks = chunk_markdown("memory/2026-07-23/commute.md", NOTE, max_chars=60)
     fm = [c for c in chunks if "frontmatter" in c.metadata]
-    # The frontmatter block, fences included, split by lines under the small cap.
-    assert fm[0].start_line == 1 and fm[-1].end_line == 5 and len(fm) == 2
+    # The frontmatter block, fences included, is the start of the first body chunk (under
+    # this small cap only the heading line fits after it), never a chunk of its own.
+    assert len(fm) == 1 and fm[0] is chunks[0]
+    assert (fm[0].start_line, fm[0].end_line) == (1, 6)
+    assert fm[0].text.startswith("---\nname: commute notes\n") and fm[0].text.endswith(
+        "---\n# Commute")
     assert fm[0].metadata["frontmatter"]["name"] == "commute notes"
-    assert chunks[len(fm)].start_line == 6
+    assert fm[0].heading == "Commute" and chunks[1].start_line == 8
     _check_invariants(NOTE, chunks, 60)
     costs = [c for c in chunks if "49 euros" in c.text]
     assert len(costs) == 1 and costs[0].heading == "Commute > Costs"
@@ -90,10 +111,34 @@ def test_note_chunks_and_line_ranges() -> None:
 
 def test_small_paragraphs_merge_up_to_the_cap() -> None:
     chunks = chunk_markdown("a.md", NOTE)
-    body = [c for c in chunks if "frontmatter" not in c.metadata]
-    # With the default cap each section is one chunk, blank lines inside it.
-    assert [(c.start_line, c.end_line) for c in body] == [(6, 11), (13, 15)]
-    assert "\n\n" in body[0].text
+    # With the default cap each section is one chunk, blank lines inside it; the first one
+    # holds the frontmatter from line 1.
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 11), (13, 15)]
+    assert "\n\n" in chunks[0].text and chunks[0].text.startswith("---\n")
+
+
+def test_frontmatter_is_never_a_chunk_by_itself() -> None:
+    session = '---\nname: standup\ndescription: ""\nsession_id: s-42\n---\n\n\nWe shipped.\n'
+    chunks = chunk_markdown("memory/2026-07-23/standup.md", session)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 8)]
+    assert chunks[0].text == session.rstrip("\n")
+    assert chunks[0].metadata["frontmatter"]["session_id"] == "s-42"
+    # Within the cap together: the block's size is held back from the first chunk.
+    long_body = "---\nname: n\n---\n" + "\n".join(f"line {i} of the body" for i in range(40))
+    chunks = chunk_markdown("b.md", long_body, max_chars=200)
+    assert chunks[0].start_line == 1 and len(chunks[0].text) <= 200
+    assert chunks[1].start_line == chunks[0].end_line + 1
+    _check_invariants(long_body, chunks, 200)
+    # A first line longer than what the block leaves, but within the cap, is not split.
+    wide = "---\nname: n\n---\n" + "w" * 190 + "\nnext line\n"
+    chunks = chunk_markdown("w.md", wide, max_chars=200)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 4), (5, 5)]
+    _check_invariants(wide, chunks, 200)
+    # A note that is only frontmatter still has its one chunk.
+    only = chunk_markdown("c.md", "---\nname: lonely\ntags: [a]\n---\n\n")
+    assert [(c.start_line, c.end_line, c.text) for c in only] == [
+        (1, 4, "---\nname: lonely\ntags: [a]\n---")]
+    assert only[0].metadata["frontmatter"] == {"name": "lonely", "tags": ["a"]}
 
 
 def test_frontmatter_words_are_searchable() -> None:
@@ -161,10 +206,12 @@ _LINE = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(_LINE, max_size=40), st.integers(min_value=10, max_value=120))
-def test_chunks_cover_every_line_exactly_once(lines: list[str], max_chars: int) -> None:
-    text = "\n".join(lines) + "\n"
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LINE, max_size=40), st.integers(min_value=10, max_value=120),
+       st.sampled_from(["", "---\nname: x\n---\n", "---\ndescription: a longer one\n---\n\n"]))
+def test_chunks_cover_every_line_exactly_once(lines: list[str], max_chars: int,
+                                              block: str) -> None:
+    text = block + "\n".join(lines) + "\n"
     chunks = chunk_markdown("p.md", text, max_chars=max_chars)
     _check_invariants(text, chunks, max_chars)
     # Chunks never overlap except the pieces of one split line.

@@ -26,22 +26,33 @@ def vectors_status(d: Any) -> dict[str, Any]:
     return out
 
 
+def fake_config(root: Path, fake: FakeProvider) -> str:
+    """A daemon config serving ``root`` as workspace ``w`` with vectors from ``fake``."""
+    return (f'[workspaces.w]\npath = "{root}"\n'
+            f'embedding_model_config = {{backend = "openai", base_url = "{fake.url}/v1", '
+            f'api_key = "k", model_name = "m", dimensions = 8}}\n'
+            '[daemon]\npersist_delay_s = 0.05\n')
+
+
+def wait_covered(d: Any) -> dict[str, Any]:
+    """The vectors status once every chunk (at least one) has its vector (20 s cap)."""
+    deadline = time.monotonic() + 20
+    while (st := vectors_status(d))["coverage"] < 1.0 or st["total"] == 0:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    return st
+
+
 def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md",
           "# Commute\n\nThe 7:40 train to Zurich failed with ECONNREFUSED.\n")
     write(root, "digest/personal/food.md", "# Food\n\nRamen and dumplings.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        config = (f'[workspaces.w]\npath = "{root}"\n'
-                  f'embedding_model_config = {{backend = "openai", base_url = "{fake.url}/v1", '
-                  f'api_key = "k", model_name = "m", dimensions = 8}}\n'
-                  '[daemon]\npersist_delay_s = 0.05\n')
+        config = fake_config(root, fake)
         d = daemon_factory(config)
         d.call("index.sync", {"agent_id": "w"})
-        deadline = time.monotonic() + 20
-        while (st := vectors_status(d))["coverage"] < 1.0 or st["total"] == 0:
-            assert time.monotonic() < deadline, st
-            time.sleep(0.05)
+        st = wait_covered(d)
         assert st["enabled"] and st["embedded"] == st["total"] == 2 and st["dims"] == 8
         assert st["health"] == "ok" and st["provider"]["breaker"]["state"] == "closed"
         assert "k" not in str(st["provider"].get("endpoint"))
@@ -76,3 +87,35 @@ def test_daemon_health_check_failure_is_visible(daemon_factory: Any, tmp_path: P
     assert re.search(re.escape(prefix) + r"\S", d.log())
     res = d.call("memory.search", {"agent_id": "w", "query": "nothing"})
     assert res["mode"] == "keyword" and res["results"]
+
+
+def test_a_query_is_embedded_while_a_backfill_call_is_held(daemon_factory: Any,
+                                                           tmp_path: Path) -> None:
+    # The provider holds every backfill request of the second note until the test opens
+    # the gate; a search meanwhile still embeds its query (hybrid, no vector_error).
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md",
+          "# Commute\n\nThe 7:40 train to Zurich failed with ECONNREFUSED.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        gate = fake.gate(lambda body: any("HELD-BACKFILL" in t for t in body.get("input", [])))
+        config = fake_config(root, fake)
+        try:
+            d = daemon_factory(config)
+            d.call("index.sync", {"agent_id": "w"})
+            st = wait_covered(d)
+            assert st["eta_s"] == 0.0
+            write(root, "memory/2026-07-24/later.md",
+                  "# Later\n\nHELD-BACKFILL: the trains to Zurich run late on Sundays.\n")
+            d.call("index.sync", {"agent_id": "w"})
+            assert gate.entered.wait(20), "the backfill request never came"
+            res = d.call("memory.search", {"agent_id": "w", "query": "Zurich trains"})
+            assert res["mode"] == "hybrid" and "vector_error" not in res, res
+            assert gate.held == 1 and not gate.released.is_set()
+            st = vectors_status(d)
+            assert st["embedded"] < st["total"] and st["state"] == "embedding"
+            assert st["eta_s"] != 0.0
+            gate.open()
+            st = wait_covered(d)
+            assert st["eta_s"] == 0.0 and st["pending"] == 0
+        finally:
+            gate.open()

@@ -9,10 +9,10 @@ import pytest
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.embedcache import EmbeddingCache, decode_f16, encode_f16, text_hash
-from recalld.daemon.index.exact import exact_keys, identifier_terms, rare_terms
+from recalld.daemon.index.exact import exact_first, exact_keys, identifier_terms, rare_terms
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.state import StoredChunk
-from recalld.daemon.index.tokenizer import tokenize
+from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 
 
 def test_identifier_terms() -> None:
@@ -95,3 +95,41 @@ def test_cache_persists_skips_damage_and_compacts(tmp_path: Path) -> None:
     third.open()
     assert len(third) == 3
     third.close()
+
+
+def test_exact_keys_match_identifiers_as_whole_words() -> None:
+    chunks = {1: chunk(1, "pinned kelmo v4.27.3 today"), 2: chunk(2, "kelmo v4.27 is old"),
+              3: chunk(3, "问题出在FP_KELMO_4821上"), 4: chunk(4, "see XFP_KELMO_48210")}
+    hits = [(k, 1.0) for k in chunks]
+    assert exact_keys(["v4.27"], hits, chunks, idents=["v4.27"]) == {2}
+    assert exact_keys(["fp_kelmo_4821"], hits, chunks, idents=["fp_kelmo_4821"]) == {3}
+    # A rare term is a stem: it matches at the start of a word or of an identifier's part.
+    assert exact_keys(["kelm"], hits, chunks) == {1, 2, 3, 4}
+    assert exact_keys(["elmo"], hits, chunks) == set()
+
+
+def test_exact_first_lifts_a_long_note_over_notes_sharing_the_parts() -> None:
+    # One long Chinese note holds the code; short English notes hold a sibling code and
+    # its parts. BM25 ranks the English notes first; exact_first puts the note that holds
+    # the code first, even when it scored below the candidate pool.
+    zh = "今天检查日志发现夜间任务重启以后停止运行下午和同事讨论迁移方案" * 20
+    texts = {1: f"{zh}，问题出在 QX_TORVEL_5831 上。{zh}"}
+    for k in range(2, 26):
+        texts[k] = f"QX_TORVEL_{5832 + k} again: qx torvel 5831, qx torvel 5831."
+    for k in range(26, 200):
+        texts[k] = f"coffee with the team, then review number {k}"
+    bm = BM25Index()
+    bm.add_many((k, tokenize(t)) for k, t in texts.items())
+    chunks = {k: chunk(k, t) for k, t in texts.items()}
+    query = "QX_TORVEL_5831"
+    plain = bm.search(tokenize_query(query), 5)
+    assert 1 not in [k for k, _ in plain]
+    hits, exact = exact_first(query, bm, plain, chunks, limit=5)
+    assert exact == {1} and hits[0][0] == 1 and len(hits) == 5
+    # A short question naming it is a lookup too; a long claim with one rare word is not.
+    hits, _ = exact_first("what went wrong with QX_TORVEL_5831?", bm,
+                          bm.search(tokenize_query("what went wrong with QX_TORVEL_5831?"), 5),
+                          chunks, limit=5)
+    assert hits[0][0] == 1
+    long_query = "notes about the sibling codes that came again after the nightly restart 5831"
+    assert exact_first(long_query, bm, plain, chunks, limit=5) == (plain, set())

@@ -48,11 +48,13 @@ from pyroaring import BitMap
 
 from recalld.daemon.index import postings, ranking
 from recalld.daemon.index.postings import I32, Segment, Slab
+from recalld.daemon.index.tokenizer import doc_length
 
-__all__ = ["BM25Index"]
+__all__ = ["BM25Index", "OutdatedFormat"]
 
 FORMAT: Final = "recalld-bm25"
-VERSION: Final = 1
+# 2: CJK text counts by characters in document lengths (tokenizer.doc_length).
+VERSION: Final = 2
 DELTA_MIN_DOCS: Final = 256
 DELTA_MAX_DOCS: Final = 2048
 DEAD_MIN_ROWS: Final = 1024
@@ -67,6 +69,10 @@ DENSE_ROWS: Final = 32768
 # 3 terms of 1 posting each, 23 -> 12 us; of 64 in all, even (37 / 35 us).
 FEW_POSTINGS: Final = 48
 _MAX_KEY: Final = 2**32 - 1
+
+
+class OutdatedFormat(ValueError):
+    """Saved arrays of another format or version: rebuild, nothing is damaged."""
 
 
 class BM25Index:
@@ -143,7 +149,7 @@ class BM25Index:
         _check_key(doc_key)
         if doc_key in self._live:
             self._remove(doc_key)
-        self._add_counts(doc_key, dict(Counter(tokens)), len(tokens))
+        self._add_counts(doc_key, dict(Counter(tokens)), doc_length(tokens))
         self._maybe_compact()
 
     def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
@@ -206,7 +212,7 @@ class BM25Index:
                     self._remove(key)
                 batch[key] = tokens
                 self._live.add(key)
-                self._total_len += len(tokens)
+                self._total_len += doc_length(tokens)
                 if len(batch) >= SLAB_DOCS:
                     slabs.append(Slab.encode(batch, self._term_ids))
                     pending.update(batch)
@@ -313,6 +319,16 @@ class BM25Index:
             self._norm_key, self._norms = (norm_key[0], self._main_gen), norms
 
     # ----------------------------------------------------------------- search
+    def doc_freq(self, term: str) -> int:
+        """How many live documents contain ``term`` (one lookup, no scoring)."""
+        df = len(self._delta_post.get(term, ()))
+        tid = self._term_ids.get(term)
+        if tid is not None and tid < len(self._indptr) - 1:
+            start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
+            df += (end - start if not self._n_dead else
+                   int(np.count_nonzero(self._alive[self._rows[start:end]])))
+        return df
+
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:
@@ -436,7 +452,7 @@ class BM25Index:
     ) -> BM25Index:
         """Rebuild an index saved by ``to_arrays``; raises ValueError on any inconsistency."""
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise ValueError(
+            raise OutdatedFormat(
                 f"unsupported keyword index {meta.get('format')}/{meta.get('version')}"
             )
         index = cls(k1=float(meta["k1"]), b=float(meta["b"]))

@@ -6,8 +6,15 @@ Owns the rules that turn a note into the units search returns. Pure and determin
 Rules:
 - Lines are split on ``\\n`` only (a trailing ``\\r`` is dropped), so numbers match editors, ``sed``
   and ``path:start-end`` in search results.
-- A frontmatter block becomes its own chunk over the block's lines; its raw text is what gets
-  indexed, so a word found only in ``name:``, ``description:`` or ``tags:`` finds the file.
+- A frontmatter block is part of the note's first body chunk, which then starts at line 1: its
+  raw text is indexed with that chunk (a word found only in ``name:``, ``description:`` or
+  ``tags:`` finds the file) and its scalar fields are that chunk's ``frontmatter`` metadata,
+  but it is never a hit by itself (a block of ``name: … / session_id: …`` wastes a result
+  slot). The first chunk is built under the cap less the block's size, so together they stay
+  within the cap, unless the block is larger than half the cap (the first chunk keeps half)
+  or the first line alone is longer than what the block leaves (lines are split only when
+  longer than the cap): then that chunk is over the cap by at most the block. A note that is
+  only frontmatter is chunked like a body (one chunk at usual sizes).
 - The body is split at ATX headings (``#`` .. ``######``, not inside fenced code) into sections,
   sections into paragraphs at blank lines (a fenced code block is one paragraph). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
@@ -102,6 +109,12 @@ class _Builder:
         self.lines = lines
         self.max_chars = max_chars
         self.chunks: list[Chunk] = []
+        # Characters the first chunk leaves for a frontmatter block joined to it.
+        self.reserve = 0
+
+    @property
+    def cap(self) -> int:
+        return self.max_chars - self.reserve if not self.chunks else self.max_chars
 
     def emit(self, start: int, end: int, headings: list[str], text: str | None = None) -> None:
         """Emit 0-based inclusive line range [start, end]."""
@@ -118,13 +131,13 @@ class _Builder:
         cur: tuple[int, int] | None = None
         for start, end in paragraphs:
             size = self.size(start, end)
-            if cur is not None and self.size(cur[0], end) <= self.max_chars:
+            if cur is not None and self.size(cur[0], end) <= self.cap:
                 cur = (cur[0], end)
                 continue
             if cur is not None:
                 self.emit(cur[0], cur[1], headings)
                 cur = None
-            if size <= self.max_chars:
+            if size <= self.cap:
                 cur = (start, end)
             else:
                 self.long_paragraph(start, end, headings)
@@ -135,7 +148,7 @@ class _Builder:
         cur_start, cur_size = -1, 0
         for i in range(start, end + 1):
             n = len(self.lines[i])
-            if cur_start >= 0 and cur_size + 1 + n <= self.max_chars:
+            if cur_start >= 0 and cur_size + 1 + n <= self.cap:
                 cur_size += 1 + n
                 continue
             if cur_start >= 0:
@@ -162,16 +175,29 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
     fields, body_start = parse_frontmatter(text)
+    first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
+    if body_start > 0 and first_body >= 0:
+        # The block and the blank lines after it, plus the newline that joins them.
+        builder.reserve = min(builder.size(0, first_body - 1) + 1, max_chars // 2)
+    _body(builder, lines, body_start)
     if body_start > 0:
         scalars = {
             k: v for k, v in fields.items() if isinstance(v, str | int | float | bool | list)
         }
-        before = len(builder.chunks)
-        builder.section([(0, body_start - 1)], [])
-        for i in range(before, len(builder.chunks)):
-            old = builder.chunks[i]
-            meta = {**old.metadata, "frontmatter": scalars}
-            builder.chunks[i] = Chunk(old.path, old.start_line, old.end_line, old.text, "", meta)
+        if not builder.chunks:
+            builder.section([(0, body_start - 1)], [])
+        first = builder.chunks[0]
+        if first.start_line > 1:
+            joined = "\n".join(lines[: first.start_line - 1]) + "\n" + first.text
+        else:
+            joined = first.text
+        meta = {**first.metadata, "frontmatter": scalars}
+        builder.chunks[0] = Chunk(first.path, 1, first.end_line, joined, first.heading, meta)
+    return builder.chunks
+
+
+def _body(builder: _Builder, lines: list[str], body_start: int) -> None:
+    """Chunk the lines from ``body_start`` on: sections at headings, paragraphs at blanks."""
     headings: list[str] = []
     levels: list[int] = []
     paragraphs: list[tuple[int, int]] = []
@@ -216,4 +242,3 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
             end -= 1
         paragraphs.append((para_start, end))
     builder.section(paragraphs, headings)
-    return builder.chunks

@@ -5,12 +5,15 @@
 - the health check at start (``[EMBEDDING HEALTH CHECK] ... -> OK`` / ``-> FAIL <reason>``),
   repeated with growing waits until OK; a failure is visible in ``daemon.status`` and never
   turns vectors off for good;
-- the backfill loop: pending work is derived (chunks without a vector in the active space),
-  so it survives restarts without a queue of its own. Each round takes the index lock only
-  to read the next batch (newest content first: daily notes by date, other notes by mtime)
-  and again to install the vectors; embedding happens outside the lock, through the
-  text-keyed cache of the space first, the provider only for what the cache lacks. Keyword
-  indexing and search never wait for the provider;
+- the backfill loop (its rate and time to full coverage in status): pending work is
+  derived (chunks without a vector in the active space), so it survives restarts without
+  a queue of its own; a round's texts go to the provider sorted by length. Each round
+  takes the index lock only to read the next batch (newest content first: daily notes by
+  date, other notes by mtime) and again to install the vectors; embedding happens outside
+  the lock, through the text-keyed cache of the space first, the provider only for what the
+  cache lacks. Keyword indexing and search never wait for the provider, nor does a
+  query's embedding wait behind a backfill call (the local backend gives queries a lane
+  of their own, ``providers/local.py``);
 - outages: a transient provider error waits (exponential backoff with jitter, at least until
   the circuit breaker admits a probe) instead of spinning; a permanent error parks the batch
   for ``permanent_retry_s`` and says why in status;
@@ -31,6 +34,7 @@ import datetime as dt
 import logging
 import math
 import random
+from collections import deque
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -50,6 +54,8 @@ from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
+#: Rounds the backfill rate is measured over.
+RATE_ROUNDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +133,8 @@ class VectorWorker:
         self.seeded_event = trio.Event()
         self.last_error: str | None = None
         self.state = "starting"
+        # (time, chunks) of recent rounds, for the rate and the time to full coverage.
+        self._done: deque[tuple[float, int]] = deque(maxlen=RATE_ROUNDS)
 
     @property
     def enabled(self) -> bool:
@@ -341,6 +349,7 @@ class VectorWorker:
                 continue
             backoff = self.cfg.backoff_base_s
             self.embedded += installed
+            self._done.append((trio.current_time(), len(rnd.items)))
             self.index.vectors_changed(installed)
 
     async def _embed_round(self, items: list[tuple[int, str]]) -> int:
@@ -366,6 +375,8 @@ class VectorWorker:
             self.reme_cache_texts += len(from_reme)
             missing = [i for i in missing if texts[i] not in vectors]
         if missing:
+            # Similar lengths in one provider batch (a local model pads to the longest).
+            missing.sort(key=lambda i: len(texts[i]))
             rows = await space.client.embed([texts[i] for i in missing], kind="passage")
             self.provider_texts += len(missing)
             fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
@@ -413,9 +424,21 @@ class VectorWorker:
         vec = await serving.embed_query(query, timeout_s=self.cfg.query_timeout_s)
         return serving.key, vec
 
+    def rate(self) -> float | None:
+        """Chunks embedded per second over the recent rounds (None before two rounds)."""
+        done = self._done
+        if len(done) < 2:
+            return None
+        span = done[-1][0] - done[0][0]
+        if span <= 0:
+            return None
+        return sum(n for _, n in list(done)[1:]) / span
+
     def status(self) -> dict[str, Any]:
         client = self.target.client
         total = self.total or len(self.index.state.chunks)
+        rate = self.rate()
+        pending = max(total - self.embedded, 0)
         return {
             "enabled": self.enabled,
             "state": self.state,
@@ -426,6 +449,9 @@ class VectorWorker:
             "embedded": self.embedded,
             "total": total,
             "coverage": round(self.embedded / total, 4) if total else 1.0,
+            "pending": pending,
+            "rate_per_s": None if rate is None else round(rate, 3),
+            "eta_s": 0.0 if not pending else (None if not rate else round(pending / rate, 1)),
             "provider_texts": self.provider_texts,
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,

@@ -1,9 +1,14 @@
-"""Exact-match protection for hybrid search: which keyword hits must not be buried.
+"""Exact-match protection: which keyword hits must not be buried, in either search mode.
 
-Weighted RRF ranks by position only, so with QwenPaw's 0.7/0.3 any vector-only candidate in
-the top 80 outranks a keyword-only hit, even when the query is ``ECONNREFUSED`` and only one
-note contains it. This module picks the query's *special* terms and marks the keyword hits
-that contain all of them; fusion (``fusion.py``) ranks those first.
+BM25 alone can bury them too. A query for an identifier is tokenized into the identifier
+and its parts (``QX_TORVEL_5831`` -> the whole, ``qx``, ``torvel``, ``5831``); a short
+English note that mentions a sibling (``QX_TORVEL_5832``) and the parts can outscore the
+one long note, Chinese say, that holds the identifier itself. And weighted RRF ranks by
+position only, so with QwenPaw's 0.7/0.3 any vector-only candidate in the top 80 outranks a
+keyword-only hit, even when the query is ``ECONNREFUSED`` and only one note contains it.
+This module picks the query's *special* terms, finds the chunks that contain all of them
+(also beyond the keyword candidate pool) and ranks those first: in the keyword list
+(:func:`exact_first`) and in fusion (``fusion.py``).
 
 Special terms:
 - identifier-like words of the raw query: camelCase, ALLCAPS of three or more letters,
@@ -12,32 +17,43 @@ Special terms:
 - very rare query terms: a term (after the index's own tokenizer) that at most
   ``RARE_DF`` chunks contain, in an index of at least ``RARE_MIN_DOCS`` chunks.
 
-A hit is exact when its heading + text contains every special term (case-insensitive).
-Only lookups count: when the special terms are under a third of the query's content words
-(a long question or claim with one rare word), no hit is exact.
+A hit is exact when its heading + text contains every special term (case-insensitive), an
+identifier as a whole word (``v4.27`` is not in ``v4.27.3``), a rare term at a word start
+(it is a stem: ``kelmo`` is in ``kelmos``). Only lookups count: when the special terms are
+under a third of the query's content words (a long question or claim with one rare word),
+no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an identifier.
 Pure functions; the caller runs them under the index lock.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
+from pyroaring import BitMap
+
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.state import StoredChunk
-from recalld.daemon.index.tokenizer import STOPWORDS, tokenize_query
+from recalld.daemon.index.tokenizer import CJK_RE, STOPWORDS, cjk_length, tokenize_query
 
 RARE_DF = 2
 RARE_MIN_DOCS = 50
+# A query of at most this many content words that names an identifier is a lookup, however
+# few of its words are special ("what broke in kelmo v4.27.3?").
+LOOKUP_WORDS = 6
 _WORD = re.compile(r"[\w][\w.\-]*[\w]|\w", re.UNICODE)
-_IDENT = (
-    re.compile(r"[a-z][a-z0-9]*[A-Z]"),  # camelCase, handleWebSocket
-    re.compile(r"[A-Z][a-z0-9]+[A-Z]"),  # PascalCase with a second hump
-    re.compile(r"^[A-Z][A-Z0-9]{2,}$"),  # ECONNREFUSED, HNSW
-    re.compile(r"[A-Za-z]\d|\d[A-Za-z]"),  # v2, k8s, 3DES
-    re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]"),  # snake_case
-    re.compile(r"[A-Za-z0-9][.\-][A-Za-z]"),  # config.toml, foo-bar
-)
+_CJK = CJK_RE
+_ALNUM = re.compile(r"[^\W_]")
+# One pattern (a search per word, not six).
+_IDENT = re.compile("|".join((
+    r"[a-z][a-z0-9]*[A-Z]",  # camelCase, handleWebSocket
+    r"[A-Z][a-z0-9]+[A-Z]",  # PascalCase with a second hump
+    r"^[A-Z][A-Z0-9]{2,}$",  # ECONNREFUSED, HNSW
+    r"[A-Za-z]\d|\d[A-Za-z]",  # v2, k8s, 3DES
+    r"[A-Za-z0-9]_[A-Za-z0-9]",  # snake_case
+    r"[A-Za-z0-9][.\-][A-Za-z]",  # config.toml, foo-bar
+)))
 
 
 def identifier_terms(query: str) -> list[str]:
@@ -45,7 +61,7 @@ def identifier_terms(query: str) -> list[str]:
     out: list[str] = []
     for m in _WORD.finditer(query):
         word = m.group(0).strip(".-")
-        if len(word) >= 2 and any(p.search(word) for p in _IDENT):
+        if len(word) >= 2 and _IDENT.search(word):
             low = word.lower()
             if low not in out:
                 out.append(low)
@@ -63,8 +79,7 @@ def rare_terms(query: str, bm25: BM25Index, *, skip: Iterable[str] = ()) -> list
             continue
         if term.isascii() and len(term) < 3:
             continue
-        hits = bm25.search([term], RARE_DF + 1)
-        if 0 < len(hits) <= RARE_DF:
+        if 0 < bm25.doc_freq(term) <= RARE_DF:
             out.append(term)
     return out
 
@@ -74,29 +89,102 @@ def special_terms(query: str, bm25: BM25Index) -> list[str]:
     query in which they are a small part (fewer than a third of its content words): there
     a rare word is not a lookup, and ranking every chunk that has it first cost SciFact
     0.02 nDCG@10."""
+    return _special(query, bm25)[0]
+
+
+def _special(query: str, bm25: BM25Index) -> tuple[list[str], list[str]]:
+    """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
     special = idents + rare_terms(query, bm25, skip=idents)
-    words = [w for w in _WORD.findall(query) if w.lower() not in STOPWORDS]
-    if len(special) * 3 < len(words):
-        return []
-    return special
+    words = _content_words(query)
+    if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):
+        return [], []
+    return special, idents
+
+
+def _content_words(query: str) -> int:
+    """How many content words ``query`` has: its non-stopwords, a CJK run counted as
+    ``tokenizer.cjk_length`` of its characters (about a word per two), not as one word: a
+    Chinese question is one run, and two rare pairs of it are no lookup."""
+    n = 0
+    for word in _WORD.findall(query):
+        cjk = len(_CJK.findall(word))
+        if not cjk:
+            n += word.lower() not in STOPWORDS
+        else:
+            rest = _CJK.sub("", word)
+            n += cjk_length(cjk) + (_ALNUM.search(rest) is not None)
+    return n
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
+    """``term`` not glued to a preceding ASCII letter or digit, and (``whole``) not followed
+    by one, nor by a connector and one (``v4.27`` does not match ``v4.27.3``). CJK has no
+    word boundaries: next to CJK characters a term always matches."""
+    left = r"(?<![a-z0-9])" if term[:1].isascii() and term[:1].isalnum() else ""
+    right = (r"(?![a-z0-9]|[._\-][a-z0-9])" if whole and term[-1:].isascii()
+             and term[-1:].isalnum() else "")
+    return re.compile(left + re.escape(term) + right)
+
+
+def _contains_all(text: str, terms: list[str], idents: frozenset[str]) -> bool:
+    low = text.lower()
+    return all(t in low and _pattern(t, whole=t in idents).search(low) for t in terms)
 
 
 def exact_keys(
-    terms: list[str], hits: Iterable[tuple[int, float]], chunks: Mapping[int, StoredChunk]
+    terms: list[str], hits: Iterable[tuple[int, float]], chunks: Mapping[int, StoredChunk],
+    *, idents: Iterable[str] = (),
 ) -> set[int]:
-    """Keyword hits whose chunk contains every one of ``terms`` (none without terms)."""
+    """Keyword hits whose chunk contains every one of ``terms`` (none without terms);
+    ``idents`` (among ``terms``) must appear as whole words."""
     if not terms:
         return set()
+    whole = frozenset(idents)
     out: set[int] = set()
     for key, _ in hits:
         chunk = chunks.get(key)
         if chunk is None:
             continue
-        text = (chunk.heading + "\n" + chunk.text).lower()
-        if all(t in text for t in terms):
+        if _contains_all(chunk.heading + "\n" + chunk.text, terms, whole):
             out.add(key)
     return out
 
 
-__all__ = ["exact_keys", "identifier_terms", "rare_terms", "special_terms"]
+def exact_first(
+    query: str, bm25: BM25Index, hits: list[tuple[int, float]],
+    chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None = None,
+) -> tuple[list[tuple[int, float]], set[int]]:
+    """``hits`` (a keyword search's, best first) with the exact ones first, and their keys.
+
+    The chunks to check are those a search for the special terms' whole forms alone finds
+    (the tokenizer emits an identifier whole before its parts; the parts are what the
+    chunks that bury it have too): usually a few, however many ``hits`` there are, and
+    also those that scored below the pool (a long note, many shorter ones sharing the
+    parts). Without special terms, ``hits`` come back as they are.
+    """
+    special, idents = _special(query, bm25)
+    if not special:
+        return hits, set()
+    wholes = [t for term in special for t in tokenize_query(term)[:1]]
+    own = bm25.search(wholes, limit, allowed=allowed)
+    # More chunks hold the terms than one pool: the hits may hold others of them.
+    exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,
+                       idents=idents)
+    if not exact:
+        return hits, set()
+    scores = dict(hits)
+    missing = [key for key in exact if key not in scores]
+    if missing:
+        # Their score for the whole query, so exact hits rank among themselves as BM25
+        # has it (the same search restricted to them).
+        hits = hits + bm25.search(tokenize_query(query), len(missing),
+                                  allowed=BitMap(missing))
+    ordered = [kv for kv in hits if kv[0] in exact]
+    ordered.sort(key=lambda kv: (-kv[1], kv[0]))
+    ordered += [kv for kv in hits if kv[0] not in exact]
+    return ordered[:max(limit, len(exact))], exact
+
+
+__all__ = ["exact_first", "exact_keys", "identifier_terms", "rare_terms", "special_terms"]

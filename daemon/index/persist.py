@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from recalld.daemon.index.bm25 import BM25Index
+from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
@@ -39,6 +39,9 @@ from recalld.daemon.store.records import write_records
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+# The chunker's rules (2: frontmatter joins the first body chunk); a generation saved under
+# other rules has its files chunked again after a load.
+CHUNKING = 2
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # ~0.5 s to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
@@ -131,7 +134,8 @@ class IndexStore:
                 {"state_format": FORMAT_VERSION}))
             txn.add("graph", write_records(
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph))
-            meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION}
+            meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION,
+                    "chunking": CHUNKING}
             txn.add("bm25", write_arrays(fs, txn.path("bm25", ".arr"), snap.bm25_arrays, meta))
             carried = False
             if snap.vectors_blob is not None:
@@ -193,12 +197,18 @@ class IndexStore:
             maps.append(mapped)
             next_key = int(meta.get("next_key", 1))
         except (CorruptState, KeyError, ValueError, TypeError) as exc:
-            report.corrupt["bm25"] = _reason(exc)
+            if not isinstance(exc, OutdatedFormat):  # an older format is not damage
+                report.corrupt["bm25"] = _reason(exc)
             report.rebuilt.append("bm25")
             bm25 = BM25Index()
             bm25.add_many(
                 (c.key, tokenize(index_text(c.text, c.heading, c.metadata)))
                 for c in chunks.values())
+        if meta.get("chunking") != CHUNKING and not report.corrupt:
+            # Chunked by other rules: every file reads as changed, so the startup
+            # reconcile chunks it again (its unchanged texts keep their cached vectors).
+            files = [FileInfo(f.path, 0, 0, "", f.keys) for f in files]
+            report.rebuilt.append("chunks")
         try:
             state.restore(files, chunks, bm25, graph, next_key)
         except ValueError as exc:

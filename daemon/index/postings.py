@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.index.tokenizer import cjk_length, doc_length
+
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
@@ -100,13 +102,14 @@ class Slab:
         flat = [t for toks in batch.values() for t in toks]
         # One C-level pass: a missing term gets the next id on first lookup.
         tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
-        lens = [len(toks) for toks in batch.values()]
-        n_docs, n_terms = len(lens), max(len(ids), 1)
-        docs = np.repeat(np.arange(n_docs, dtype=np.int64), lens)
+        sizes = [len(toks) for toks in batch.values()]
+        n_docs, n_terms = len(sizes), max(len(ids), 1)
+        docs = np.repeat(np.arange(n_docs, dtype=np.int64), sizes)
         pairs, counts = np.unique(docs * n_terms + tids, return_counts=True)
         return cls(
             (pairs % n_terms).astype(np.int32), counts.astype(np.float32),
-            np.bincount(pairs // n_terms, minlength=n_docs).astype(np.int64), lens, list(batch),
+            np.bincount(pairs // n_terms, minlength=n_docs).astype(np.int64),
+            [doc_length(toks) for toks in batch.values()], list(batch),
         )
 
     @classmethod
@@ -204,9 +207,9 @@ _KEY_BITS = 43
 
 def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
     """The (document, term) pairs (packed as in ``Slab.local``) and their counts of every
-    character and neighbouring pair of ``runs`` (per document), and each document's number
-    of such tokens: what ``tokenizer._cjk`` emits with unigrams, without a string per
-    token (only distinct ones become terms)."""
+    character and neighbouring pair of ``runs`` (per document), and each document's BM25
+    length of them (``tokenizer.cjk_length`` of its characters): what ``tokenizer._cjk``
+    emits with unigrams, without a string per token (only distinct ones become terms)."""
     per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
     doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
     # Runs back to back, each closed by a NUL (never inside a run): pairs cannot span two.
@@ -226,9 +229,9 @@ def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[in
                for k in distinct.tolist()]
     tids = np.fromiter(map(ids.__getitem__, strings), dtype=np.int64, count=len(strings))
     term = tids[np.searchsorted(distinct, keys)]
-    per_doc = 2 * per_run - 1  # a run of n characters: n characters and n - 1 pairs
-    counts = np.bincount(doc_of_run, weights=per_doc, minlength=len(runs))
-    return (packed >> _KEY_BITS) << _DOC_SHIFT | term, tfs, counts.astype(np.int64).tolist()
+    chars = np.bincount(doc_of_run, weights=per_run, minlength=len(runs)).astype(np.int64)
+    return ((packed >> _KEY_BITS) << _DOC_SHIFT | term, tfs,
+            [cjk_length(n) for n in chars.tolist()])
 
 
 def merge(

@@ -9,7 +9,7 @@ to or is linked from (``via`` names the hit), so an agent sees the neighbourhood
 The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
 a search never fails because of the embedding provider. Keyword hits that contain every
-identifier-like or very rare query term are ``exact`` and fusion ranks them first
+identifier-like or very rare query term are ``exact`` and rank first in either mode
 (``exact.py``, ``fusion.py``, docs/adr/0010-hybrid-fusion.md).
 """
 
@@ -117,8 +117,11 @@ async def search(
                 item["exact"] = True
             results.append(item)
     else:
-        results = [_result(chunks[key], score, score, None)
-                   for key, score in keyword_hits[:max_results]]
+        for key, score in keyword_hits[:max_results]:
+            item = _result(chunks[key], score, score, None)
+            if key in exact:
+                item["exact"] = True
+            results.append(item)
     if min_score is not None:
         results = [r for r in results if r["score"] >= min_score]
     results = results[:max_results]

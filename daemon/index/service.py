@@ -36,7 +36,7 @@ import trio
 from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.exact import exact_keys, special_terms
+from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.persist import (
     IndexStore,
     LoadReport,
@@ -494,15 +494,15 @@ class WorkspaceIndex:
         def run() -> Candidates:
             state = self.state
             allowed = state.allowed(filters)
-            hits = state.keyword_search(query, limit, allowed)
+            hits, exact = exact_first(
+                query, state.bm25, state.keyword_search(query, limit, allowed), state.chunks,
+                limit=limit, allowed=allowed)
             chunks = {key: state.chunks[key] for key, _ in (hits if keep is None else
                                                             hits[:keep])}
             vec_hits: list[tuple[int, float]] = []
-            exact: set[int] = set()
             if query_vector is not None and query_vector[0] == state.vector_space:
                 vec_hits = state.vector_search(query_vector[1], limit, allowed)
                 chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
-                exact = exact_keys(special_terms(query, state.bm25), hits, chunks)
             links: dict[str, list[str]] = {}
             firsts: dict[str, StoredChunk] = {}
             if link_limit:

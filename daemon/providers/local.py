@@ -9,10 +9,21 @@ Two encoders run with no network and no torch:
   numpy BERT forward pass below with the ``tokenizers`` package (English only, 384-d).
 
 Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
-``trio.to_thread.run_sync`` under a ``CapacityLimiter`` (default 1: the engines use every core
-on their own, and two numpy-heavy jobs at once slow each other down 3-4x). Models load lazily
-on first use, also in a worker thread. Nothing here starts a service; cancelling ``embed``
-abandons the worker thread's result (the thread finishes its batch and is discarded).
+``trio.to_thread.run_sync``, in two lanes:
+
+* passages (backfill) under the daemon's CPU ``CapacityLimiter`` (default 1: the engines use
+  every core on their own, and two numpy-heavy jobs at once slow each other down 3-4x),
+  sorted by length and cut into calls of at most ``PASSAGE_CALL_CHARS`` characters, so
+  similar lengths share a call and no call holds the CPU for long;
+* queries in a lane of their own (one at a time, not under the CPU limiter) with an
+  encoder instance of their own (the C engine keeps scratch state per model, and its
+  weights are mapped, so a second instance costs little memory): a search embeds its
+  query (~20 ms) while a backfill call is still running, instead of waiting behind it
+  (a 16-passage call of 2,000 characters each takes over ten seconds on two cores).
+
+Models load lazily on first use, also in a worker thread. Nothing here starts a service;
+cancelling ``embed`` abandons the worker thread's result (the thread finishes its batch
+and is discarded).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import importlib
 import importlib.util
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -130,6 +142,8 @@ class MiniLMEncoder:
 
     name = MINILM
     dim = LOCAL_DIMENSIONS
+    #: One instance serves both lanes: the forward pass keeps no state between calls.
+    reentrant = True
     max_tokens = 256
     _heads = 12
     _layers = 6
@@ -223,41 +237,79 @@ def load_encoder(model_name: str = "") -> Encoder:
     return MiniLMEncoder()
 
 
+#: Characters of passages per engine call (at least one passage): a call is a few seconds of
+#: CPU at most, so backfill yields the CPU limiter often.
+PASSAGE_CALL_CHARS = 8000
+
+
 class LocalEmbedder:
-    """Runs a local encoder in worker threads; loads it on first use."""
+    """Runs a local encoder in worker threads; loads it on first use.
+
+    ``load`` (default :func:`load_encoder`) makes an encoder from the model name: once for
+    passages and once for queries, unless the encoder is re-entrant (``reentrant``: then
+    both lanes share one).
+    """
 
     def __init__(self, model_name: str = "", *, limiter: trio.CapacityLimiter | None = None,
-                 batch_size: int = 16) -> None:
+                 batch_size: int = 16,
+                 load: Callable[[str], Encoder] | None = None) -> None:
         self.model_name = canonical_model_name(model_name)
         self.dim = LOCAL_DIMENSIONS
         self._limiter = limiter or trio.CapacityLimiter(1)
+        self._query_limiter = trio.CapacityLimiter(1)
         self._batch_size = max(1, batch_size)
-        self._encoder: Encoder | None = None
-        self._load_lock = trio.Lock()
+        self._load = load or load_encoder
+        self._encoders: dict[bool, Encoder] = {}
+        # One per lane: a query does not wait while the passage encoder loads.
+        self._load_locks = {True: trio.Lock(), False: trio.Lock()}
 
-    async def _get_encoder(self) -> Encoder:
-        async with self._load_lock:
-            if self._encoder is None:
-                self._encoder = await trio.to_thread.run_sync(
-                    load_encoder, self.model_name, limiter=self._limiter, abandon_on_cancel=True
-                )
-            return self._encoder
+    async def _get_encoder(self, *, for_query: bool) -> Encoder:
+        async with self._load_locks[for_query]:
+            encoder = self._encoders.get(for_query)
+            if encoder is None:
+                other = self._encoders.get(not for_query)
+                if other is not None and getattr(other, "reentrant", False):
+                    encoder = other
+                else:
+                    encoder = await trio.to_thread.run_sync(
+                        self._load, self.model_name,
+                        limiter=self._query_limiter if for_query else self._limiter,
+                        abandon_on_cancel=True)
+                self._encoders[for_query] = encoder
+            return encoder
+
+    def _calls(self, texts: list[str], *, is_query: bool) -> list[list[int]]:
+        """The indexes of ``texts`` per engine call: passages by length, within the
+        character budget and the batch size; queries as they come."""
+        if is_query:
+            return [list(range(i, min(i + self._batch_size, len(texts))))
+                    for i in range(0, len(texts), self._batch_size)]
+        calls: list[list[int]] = []
+        cur: list[int] = []
+        chars = 0
+        for i in sorted(range(len(texts)), key=lambda i: len(texts[i])):
+            n = len(texts[i])
+            if cur and (chars + n > PASSAGE_CALL_CHARS or len(cur) >= self._batch_size):
+                calls.append(cur)
+                cur, chars = [], 0
+            cur.append(i)
+            chars += n
+        if cur:
+            calls.append(cur)
+        return calls
 
     async def embed(self, texts: list[str], *, is_query: bool) -> F32:
-        """Embed ``texts`` (L2-normalized float32, shape (n, 384)).
+        """Embed ``texts`` (L2-normalized float32, shape (n, 384)), rows in their order.
 
-        Each sub-batch is one worker-thread call, so cancellation takes effect between
-        sub-batches at the latest.
+        Each engine call is one worker-thread call, so cancellation takes effect between
+        calls at the latest.
         """
-        encoder = await self._get_encoder()
-        parts: list[F32] = []
-        for start in range(0, len(texts), self._batch_size):
-            chunk = texts[start:start + self._batch_size]
-            parts.append(await trio.to_thread.run_sync(
-                functools.partial(encoder.encode, chunk, is_query=is_query),
-                limiter=self._limiter, abandon_on_cancel=True,
-            ))
-        if not parts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        res: F32 = np.concatenate(parts).astype(np.float32)
-        return res
+        encoder = await self._get_encoder(for_query=is_query)
+        limiter = self._query_limiter if is_query else self._limiter
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for idx in self._calls(texts, is_query=is_query):
+            out[idx] = await trio.to_thread.run_sync(
+                functools.partial(encoder.encode, [texts[i] for i in idx], is_query=is_query),
+                limiter=limiter, abandon_on_cancel=True,
+            )
+        return out

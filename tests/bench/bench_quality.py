@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_index
+import bilingual
 import quality_lexical as ql
 import reme_baseline
 from quality_lexical import Hit, Target
@@ -59,10 +60,12 @@ DEFAULT_OUT_DIR = REPO_ROOT / "bench-results" / "quality"
 K = 10
 QUICK_QUERIES = 300
 BEIR_DATE = "2024-01-01"
-SETS = ("locomo", "scifact", "cmrc2018")
+SETS = ("locomo", "scifact", "cmrc2018", "bilingual")
 # "Clearly above ReMe" on the Chinese set, made concrete: nDCG@10 higher by this much.
 CLEAR_MARGIN_NDCG = 0.05
 RANKING_METRICS = ("recall@5", "recall@10", "mrr", "ndcg@10")
+# Largest drop of a ranking metric allowed against the ranking before a change.
+MAX_DROP = 0.005
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,21 @@ def locomo_set(path: Path) -> QualitySet:
                                "without a resolvable evidence turn are excluded"})
 
 
-def load_set(name: str, data: Path) -> QualitySet:
+def bilingual_set(seed: int) -> QualitySet:
+    """The generated bilingual needle set (``bilingual.py``): one target file per query."""
+    bs = bilingual.generate(seed=seed)
+    return QualitySet("bilingual", bs.notes, bs.queries, [[(t, None)] for t in bs.targets],
+                      [0] * len(bs.queries),
+                      {"generated": f"bilingual.generate(seed={seed})", "notes": len(bs.notes),
+                       "needles": len(set(bs.targets)), "shapes": bilingual.SHAPES,
+                       "query_forms": sorted(set(bs.forms)),
+                       "note": "identifier needles in Chinese-heavy notes among English "
+                               "notes that share their parts; target hit@1 = 1.0"})
+
+
+def load_set(name: str, data: Path, seed: int = 0) -> QualitySet:
+    if name == "bilingual":
+        return bilingual_set(seed)
     if name == "locomo":
         return locomo_set(data / "locomo")
     if name == "scifact":
@@ -248,6 +265,18 @@ def targets_for(name: str, systems: dict[str, Any]) -> dict[str, Any]:
     # our tokens it is the ranking-only comparison.
     if (vs_same := at_least(systems.get("bm25s+recalld_tokens"))) is not None:
         out["at_least_bm25s_same_tokens"] = vs_same
+    before = systems.get("recalld_before")
+    if isinstance(ours, dict) and isinstance(before, dict):
+        drops = {m: round(before[m] - ours[m], 4) for m in RANKING_METRICS}
+        out["no_drop_vs_before"] = {
+            "target": f"no ranking metric below the keyword ranking before exact-term "
+                      f"promotion and CJK lengths by characters by more than {MAX_DROP}",
+            "drops": drops, "pass": all(d <= MAX_DROP for d in drops.values())}
+    if name == "bilingual" and isinstance(ours, dict):
+        out["needles_hit@1"] = {
+            "target": "hit@1 = 1.0", "recalld": ours["hit@1"],
+            "before": before.get("hit@1") if isinstance(before, dict) else None,
+            "pass": ours["hit@1"] == 1.0}
     reme = systems.get("reme")
     if name == "cmrc2018" and isinstance(ours, dict) and isinstance(reme, dict):
         gap = round(ours["ndcg@10"] - reme["ndcg@10"], 4)
@@ -259,6 +288,23 @@ def targets_for(name: str, systems: dict[str, Any]) -> dict[str, Any]:
             "misses@5_reme_over_recalld": round(miss_reme / miss_ours, 2) if miss_ours
             else None,
             "pass": gap >= CLEAR_MARGIN_NDCG and ours["recall@5"] > reme["recall@5"]}
+    return out
+
+
+_CJK = re.compile("[\u3400-\u9fff]")
+
+
+def cjk_length_options(qs: QualitySet, chunks: Sequence[Chunk]) -> dict[str, Any]:
+    """Keyword ranking in process with each way of counting CJK text in document lengths,
+    with and without exact-term promotion (the daemon: ``chars/2`` with)."""
+    out: dict[str, Any] = {}
+    for name, fn in ql.CJK_LENGTHS.items():
+        for exact in (True, False):
+            hits, _ = run_ranker(ql.recalld_ranker(exact=exact, cjk_length=fn), chunks,
+                                 qs.queries)
+            m = score(qs, hits)
+            out[f"{name}{'' if exact else ' no-exact'}"] = {
+                k: m[k] for k in ("hit@1", "recall@5", "mrr", "ndcg@10")}
     return out
 
 
@@ -284,7 +330,7 @@ def run_quality_bench(names: Sequence[str] = SETS, *, data: Path = DEFAULT_DATA,
         "scoring": ql.hit_metrics.__doc__, "sets": {},
     }
     errors: dict[str, str] = {}
-    sets = [subset(load_set(n, data), quick, seed) for n in names]
+    sets = [subset(load_set(n, data, seed), quick, seed) for n in names]
     ws_ours = {qs.name: out_dir / f"ws-{qs.name}-recalld" for qs in sets}
     ws_reme = {qs.name: out_dir / f"ws-{qs.name}-reme" for qs in sets}
     for qs in sets:
@@ -310,7 +356,8 @@ def run_quality_bench(names: Sequence[str] = SETS, *, data: Path = DEFAULT_DATA,
         entry["baseline_chunks"] = {"count": len(chunks), "max_chars": ql.DAEMON_MAX_CHARS,
                                     "same_count_as_daemon": ours is not None
                                     and ours["chunks"] == len(chunks)}
-        for name, ranker in {"recalld_inprocess": ql.rank_recalld, **{
+        for name, ranker in {"recalld_inprocess": ql.rank_recalld,
+                             "recalld_before": ql.rank_recalld_before, **{
                 k: v for k, v in ql.rankers().items() if k != "recalld"}}.items():
             if ranker is None:
                 systems[name] = "skipped: not installed"
@@ -320,6 +367,10 @@ def run_quality_bench(names: Sequence[str] = SETS, *, data: Path = DEFAULT_DATA,
                          functools.partial(run_ranker, ranker, chunks, qs.queries))
             if got is not None:
                 systems[name] = {**score(qs, got[0]), "build_s": round(got[1], 2)}
+        if any(_CJK.search(q) for q in qs.queries[:50]) or qs.name == "bilingual":
+            entry["cjk_length_options"] = _phase(
+                errors, f"{qs.name}/cjk_length_options",
+                functools.partial(cjk_length_options, qs, chunks))
         if reme:
             print(f"quality: {qs.name}: ReMe 0.4.2", file=sys.stderr, flush=True)
             write_workspace(ws_reme[qs.name], qs.notes)
@@ -336,6 +387,9 @@ def run_quality_bench(names: Sequence[str] = SETS, *, data: Path = DEFAULT_DATA,
         name: {"recalld_at_least_bm25s": e["targets"].get("at_least_bm25s", {}).get("pass"),
                **({"recalld_clearly_above_reme": e["targets"]["clearly_above_reme"]["pass"]}
                   if "clearly_above_reme" in e["targets"] else {}),
+               **({"needles_hit@1": e["targets"]["needles_hit@1"]}
+                  if "needles_hit@1" in e["targets"] else {}),
+               "no_drop_vs_before": e["targets"].get("no_drop_vs_before", {}).get("pass"),
                "ndcg@10": {s: v["ndcg@10"] for s, v in e["systems"].items()
                            if isinstance(v, dict)}}
         for name, e in result["sets"].items()}

@@ -20,30 +20,73 @@ import re
 import sqlite3
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recalld.daemon.config import DaemonConfig
+from recalld.daemon.config import DaemonConfig, SearchConfig
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, Chunk, chunk_markdown
-from recalld.daemon.index.tokenizer import tokenize, tokenize_query
+from recalld.daemon.index.exact import exact_first
+from recalld.daemon.index.postings import Slab, term_table
+from recalld.daemon.index.state import StoredChunk
+from recalld.daemon.index.tokenizer import tokenize, tokenize_query, tokenize_split
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The chunk size the daemon runs with (its config default), so chunks here match its own.
 DAEMON_MAX_CHARS: int = DaemonConfig.__dataclass_fields__["chunk_max_chars"].default
+#: The daemon's keyword candidate pool per result (its config default), which exact-term
+#: promotion reorders.
+POOL_MULTIPLIER: int = SearchConfig().candidate_multiplier
 # A ranker: (documents, queries, k) -> per query the ranked document indexes.
 Ranker = Callable[[Sequence[str], Sequence[str], int], tuple[list[list[int]], float, float]]
 
 
 # ------------------------------------------------------------------ rankers
-def rank_recalld(docs: Sequence[str], queries: Sequence[str], k: int) -> tuple[Any, float, float]:
-    t0 = time.perf_counter()
-    index = BM25Index()
-    index.add_many((i, tokenize(d)) for i, d in enumerate(docs))
-    t1 = time.perf_counter()
-    out = [[key for key, _ in index.search(tokenize_query(q), k)] for q in queries]
-    return out, t1 - t0, len(queries) / max(time.perf_counter() - t1, 1e-9)
+def recalld_ranker(*, exact: bool = True,
+                   cjk_length: Callable[[list[str]], int] | None = None) -> Ranker:
+    """Our tokenizer + BM25 in process, as the daemon ranks a keyword-only search: with
+    exact-term promotion (``exact``) and the daemon's document lengths, or a document's
+    length from its CJK runs by ``cjk_length`` (to compare how CJK text is counted)."""
+
+    def rank(docs: Sequence[str], queries: Sequence[str], k: int) -> tuple[Any, float, float]:
+        t0 = time.perf_counter()
+        index = BM25Index()
+        if cjk_length is None:
+            index.add_many((i, tokenize(d)) for i, d in enumerate(docs))
+        else:
+            counted: dict[int, tuple[dict[str, int], int]] = {}
+            for i, d in enumerate(docs):
+                words, runs = tokenize_split(d)
+                counted[i] = (dict(Counter(tokenize(d))), len(words) + cjk_length(runs))
+            table = term_table()
+            slab = Slab.from_counts(counted, table)  # fills the table
+            index.add_encoded([(list(table), slab)])
+        chunks = {i: StoredChunk(i, str(i), "", 0, 0, d, "", {}) for i, d in enumerate(docs)}
+        t1 = time.perf_counter()
+        out = []
+        pool = k * POOL_MULTIPLIER
+        for q in queries:
+            hits = index.search(tokenize_query(q), pool if exact else k)
+            if exact:
+                hits = exact_first(q, index, hits, chunks, limit=pool)[0]
+            out.append([key for key, _ in hits[:k]])
+        return out, t1 - t0, len(queries) / max(time.perf_counter() - t1, 1e-9)
+
+    return rank
+
+
+rank_recalld: Ranker = recalld_ranker()
+#: How a document's CJK runs could count in its BM25 length (measured side by side).
+CJK_LENGTHS: dict[str, Callable[[list[str]], int]] = {
+    "chars+pairs": lambda runs: sum(2 * len(r) - 1 for r in runs),
+    "chars": lambda runs: sum(len(r) for r in runs),
+    "chars/2": lambda runs: -(-sum(len(r) for r in runs) // 2),
+    "chars/3": lambda runs: -(-sum(len(r) for r in runs) // 3),
+}
+#: The keyword ranking before exact-term promotion and CJK lengths by characters.
+rank_recalld_before: Ranker = recalld_ranker(exact=False, cjk_length=CJK_LENGTHS["chars+pairs"])
 
 
 def _bm25s_ranker(own_tokens: bool) -> Ranker | None:
@@ -125,7 +168,7 @@ def covers(hit: Hit, target: Target) -> bool:
 
 
 def hit_metrics(hits: Sequence[Hit], targets: Sequence[Target]) -> dict[str, float]:
-    """recall@5/@10, MRR, nDCG@10 and ctx_chars@5 of one query's ranked results.
+    """hit@1, recall@5/@10, MRR, nDCG@10 and ctx_chars@5 of one query's ranked results.
 
     Works on returned chunks, whatever their size: recall@k is the share of targets inside
     the top k results; a result earns nDCG gain only for targets no earlier result covered
@@ -148,6 +191,7 @@ def hit_metrics(hits: Sequence[Hit], targets: Sequence[Target]) -> dict[str, flo
         found5 = covered
     n = len(targets)
     return {
+        "hit@1": 1.0 if first == 0 else 0.0,
         "recall@5": len(found5) / n,
         "recall@10": len(covered) / n,
         "mrr": 0.0 if first is None else 1.0 / (first + 1),

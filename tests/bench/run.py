@@ -39,6 +39,8 @@ QUICK: dict[str, list[str]] = {
     "reme_chunks": ["--quick"],
     "agents": ["--quick"],
     "vectors": ["--quick", "300"],
+    "lanes": ["--quick"],
+    "fusion": ["--quick"],
     "ping": ["--seconds", "1"],
     "quality-lexical": ["--sizes", "1600"],
 }

@@ -4,8 +4,9 @@ It speaks each provider's wire format (OpenAI-compatible /embeddings and /chat/c
 DashScope text and multimodal embeddings, Gemini batchEmbedContents, Ollama /api/embed) with
 deterministic vectors derived from a hash of the text, and lets a test script the answer to
 each request: status, headers (Retry-After), delays, malformed bodies, wrong dimensions, a
-dropped connection. It runs stdlib ``http.server`` in its own thread, so trio tests use it
-without any event loop of their own; every request is recorded for assertions.
+dropped connection; a gate holds the requests that match it until the test opens it. It
+runs stdlib ``http.server`` in its own thread, so trio tests use it without any event loop
+of their own; every request is recorded for assertions.
 
     with FakeProvider(dims=8) as fake:
         fake.script(Reply(status=429, headers={"Retry-After": "1"}), Reply())
@@ -91,6 +92,20 @@ def tool_call(name: str, arguments: Any, call_id: str = "call_1") -> dict[str, A
 _GEMINI = re.compile(r"/v1beta/models/(?P<model>[^/:]+):batchEmbedContents$")
 
 
+@dataclass
+class Gate:
+    """Holds every request whose JSON body ``match``es until :meth:`open` (or the server
+    stops): ``entered`` is set once one is held, ``held`` counts those waiting now."""
+
+    match: Callable[[Any], bool]
+    entered: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    held: int = 0
+
+    def open(self) -> None:
+        self.released.set()
+
+
 class FakeProvider:
     """Loopback HTTP server with a queue of scripted replies (then correct answers)."""
 
@@ -100,6 +115,7 @@ class FakeProvider:
         self.api_key = api_key
         self.requests: list[Recorded] = []
         self._script: deque[Reply] = deque()
+        self._gates: list[Gate] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.chat_default: Callable[[Any], dict[str, Any]] = lambda body: chat_answer()
@@ -137,6 +153,29 @@ class FakeProvider:
         with self._lock:
             self._script.clear()
 
+    def gate(self, match: Callable[[Any], bool]) -> Gate:
+        """Hold the requests whose JSON body ``match``es (see :class:`Gate`)."""
+        g = Gate(match)
+        with self._lock:
+            self._gates.append(g)
+        return g
+
+    def _hold(self, body: bytes) -> None:
+        try:
+            parsed = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError:
+            return
+        with self._lock:
+            gates = [g for g in self._gates if not g.released.is_set() and g.match(parsed)]
+        for g in gates:
+            with self._lock:
+                g.held += 1
+            g.entered.set()
+            while not (g.released.wait(0.05) or self._stop.is_set()):
+                pass
+            with self._lock:
+                g.held -= 1
+
     def pending_script(self) -> int:
         with self._lock:
             return len(self._script)
@@ -166,6 +205,7 @@ class FakeProvider:
         with self._lock:
             self.requests.append(Recorded(h.command, h.path, headers, body))
             reply = self._script.popleft() if self._script else Reply()
+        self._hold(body)
         if reply.delay_s and self._stop.wait(reply.delay_s):
             return
         if reply.drop:

@@ -1,0 +1,37 @@
+"""Exact terms across scripts through a real daemon: identifier needles in Chinese notes.
+
+A generated bilingual workspace (tests/bench/bilingual.py, seeded): identifiers of several
+shapes, each planted once in a Chinese-heavy note, while short English notes carry
+siblings of them that share their parts. A keyword search for a needle, alone, with
+Chinese words or in a short English question, must rank its note first.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
+
+import bilingual
+
+
+def test_identifier_needles_in_chinese_notes_rank_first(daemon: Any, tmp_path: Path) -> None:
+    bs = bilingual.generate(notes=120, needles=12, seed=7, distractors=20)
+    root = tmp_path / "ws"
+    bilingual.write(root, bs)
+    (root / "digest").mkdir()
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    synced = daemon.call("index.sync", {"agent_id": "w"})
+    assert synced["files"] == len(bs.notes)
+    assert set(bs.shapes) == set(bilingual.SHAPES)
+    misses = []
+    for query, target in zip(bs.queries, bs.targets, strict=True):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                               "max_results": 5})
+        assert answer["mode"] == "keyword"
+        top = answer["results"][0] if answer["results"] else None
+        if top is None or top["path"] != target or not top.get("exact"):
+            misses.append((query, target, top and top["path"]))
+    assert misses == [], f"hit@1 {1 - len(misses) / len(bs.queries):.3f}: {misses[:5]}"
