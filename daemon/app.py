@@ -26,6 +26,7 @@ from recalld.daemon.memory import methods as memory_capture
 from recalld.daemon.memory.consolidation_methods import install_consolidation
 from recalld.daemon.ops_methods import ops_methods
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.remote.hook import remote_service
 from recalld.daemon.supervisor import Reloader, Supervisor
 from recalld.daemon.systemd import SystemdEnvironment
 
@@ -106,4 +107,6 @@ def build_supervisor(
     if pool is not None:
         supervisor.state.stats["prepare_pool"] = pool.status
     memory_capture.install(supervisor)
+    # Shared workspaces (settings name a remote) replicate through PostgreSQL.
+    supervisor.registry.add_service("remote", remote_service())
     return supervisor

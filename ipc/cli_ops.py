@@ -280,6 +280,15 @@ def _size(n: Any) -> str:
     return f"{n} B"
 
 
+def remote_line(remote: Mapping[str, Any]) -> str:
+    """``remote: offline, outbox 3 (team-memory at postgresql://u:***@db/mem): why``."""
+    line = (f"remote: {remote.get('state')}, outbox {remote.get('outbox')} "
+            f"({remote.get('name')} at {remote.get('server')})")
+    if remote.get("state") != "online" and remote.get("last_error"):
+        line += f": {remote['last_error']}"
+    return line
+
+
 def render_status(status: Mapping[str, Any], socket_path: str) -> str:
     """Per workspace: health, files on disk vs indexed, chunks, pending, watcher, disk use."""
     lines = [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
@@ -321,6 +330,8 @@ def render_status(status: Mapping[str, Any], socket_path: str) -> str:
                          f"{err.get('what')}: {err.get('error')}")
         if ws.get("error"):
             notes.append(f"  {agent}: {ws['error']}")
+        if isinstance(ws.get("remote"), dict):
+            notes.append(f"  {agent}: {remote_line(ws['remote'])}")
     lines += ["", f"workspaces ({len(rows)}):"]
     text = "\n".join(lines) + "\n"
     if rows:

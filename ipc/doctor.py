@@ -136,6 +136,16 @@ class Doctor:
             elif state == "clean":
                 out.append(Check(f"workspace {agent}", "ok",
                                  f"{h.get('files_indexed')} files, {h.get('chunks')} chunks"))
+            remote = ws.get("remote")
+            if isinstance(remote, dict):
+                online = remote.get("state") == "online"
+                out.append(Check(
+                    f"shared workspace {agent}", "ok" if online else "warn",
+                    f"remote: {remote.get('state')}, outbox {remote.get('outbox')}"
+                    + ("" if online else f": {remote.get('last_error') or 'connecting'}"),
+                    "" if online else "check that the PostgreSQL server named by "
+                    f"[workspaces.{agent}].remote is reachable; local changes wait in the "
+                    "outbox and go up once it is"))
         return out
 
     # -- the machine ----------------------------------------------------------------

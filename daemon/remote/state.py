@@ -1,0 +1,102 @@
+"""What the replica last agreed on with the server, per file, and how far it has read.
+
+For each replicated path: the server version the local file corresponds to, its content
+hash (None: deleted or never present), the file's ``(mtime_ns, size)`` when the replica
+last saw it, and ``redirect``, the conflict copy that further local edits of the path go
+to until the winning version has been written locally. Plus ``cursor``, the highest
+server version the change feed has been applied up to.
+
+Persisted as an append log (``<metadata_dir>/remote/state.log``; records
+``{"p": path, "v", "h", "m", "r"}`` and ``{"cursor": n}``, the last one of a path wins),
+compacted into a snapshot when it grows. Appends happen after the file they describe is
+on disk, so a crash leaves the state behind the directory, never ahead of it: the next
+catch-up or upload then finds the file already as the server has it.
+
+Before the replica writes server content into a file it records a *landing*
+(``{"w": path, "h": hash}``): content that, found on disk after a crash, came from the
+server and is not a local edit. A landing ends with the next base recorded for its path.
+
+Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recalld.daemon.store.applog import AppendLog
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    version: int
+    hash: str | None
+    stat: tuple[int, int] | None = None
+    redirect: str | None = None
+
+    def to_record(self, path: str) -> dict[str, Any]:
+        return {"p": path, "v": self.version, "h": self.hash,
+                "m": None if self.stat is None else list(self.stat), "r": self.redirect}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Base:
+        m = rec.get("m")
+        return cls(version=int(rec.get("v") or 0), hash=rec.get("h"),
+                   stat=None if not m else (int(m[0]), int(m[1])), redirect=rec.get("r"))
+
+
+class ReplicaState:
+    def __init__(self, path: Path) -> None:
+        self._log = AppendLog(path)
+        self.bases: dict[str, Base] = {}
+        self.cursor = 0
+        #: Server content being written into files: path to hash (see the docstring).
+        self.landing: dict[str, str] = {}
+        self._lines = 0
+
+    def open(self) -> None:
+        records, _report = self._log.open()
+        for rec in records:
+            if "cursor" in rec:
+                self.cursor = max(self.cursor, int(rec["cursor"]))
+            elif "p" in rec:
+                self.bases[str(rec["p"])] = Base.from_record(rec)
+                self.landing.pop(str(rec["p"]), None)
+            elif "w" in rec:
+                self.landing[str(rec["w"])] = str(rec["h"])
+        self._lines = len(records)
+
+    def close(self) -> None:
+        self._log.close()
+
+    def land(self, files: Iterable[tuple[str, str]]) -> None:
+        """Record server content about to be written into files (path, hash)."""
+        batch = list(files)
+        if batch:
+            self._log.append([{"w": p, "h": h} for p, h in batch])
+            self.landing.update(batch)
+            self._lines += len(batch)
+
+    def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None) -> None:
+        """Persist new bases (and the cursor) in one append, then apply them."""
+        batch = list(bases)
+        records = [b.to_record(p) for p, b in batch]
+        if cursor is not None and cursor > self.cursor:
+            records.append({"cursor": cursor})
+        if not records:
+            return
+        self._log.append(records)
+        for path, base in batch:
+            self.bases[path] = base
+            self.landing.pop(path, None)
+        if cursor is not None:
+            self.cursor = max(self.cursor, cursor)
+        self._lines += len(records)
+        if self._lines > 2 * len(self.bases) + 1_000:
+            snapshot = [b.to_record(p) for p, b in self.bases.items()]
+            snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
+            snapshot.append({"cursor": self.cursor})
+            self._log.rewrite(snapshot)
+            self._lines = len(snapshot)
