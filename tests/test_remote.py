@@ -160,6 +160,21 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
     assert a.call("inbox.list", {"agent_id": "default"})["items"] == []
     wait_for(lambda: search_paths(a, "wombat") == [copy], message="copy searchable on a")
 
+    # A deletion that crosses an edit loses: the edit is restored where it was deleted.
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        (root(b) / "digest/wiki/plan.md").unlink()
+        write(a, "digest/wiki/plan.md", "# Plan\nversion of host a emu\n")
+        wait_for(lambda: remote_status(a)["uploaded"] > uploaded
+                 and remote_status(a)["outbox"] == 0, message="a uploaded")
+    finally:
+        b.signal(signal.SIGCONT)
+    wait_for(lambda: converged(a, b)
+             and (root(b) / "digest/wiki/plan.md").exists(), message="edit restored on b")
+    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a emu\n"
+    assert len(b.call("inbox.list", {"agent_id": "default"})["items"]) == 1
+
 
 def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
                                               pg_server: PgServer) -> None:  # noqa: F811

@@ -15,7 +15,7 @@ Blocking file I/O: every method that touches the log runs in a worker thread.
 from __future__ import annotations
 
 import base64
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +60,7 @@ class Outbox:
     def __init__(self, path: Path) -> None:
         self._log = AppendLog(path)
         self._pending: OrderedDict[str, Change] = OrderedDict()
+        self._paths: Counter[str] = Counter()
         self._lines = 0
 
     def open(self) -> None:
@@ -70,6 +71,7 @@ class Outbox:
                 self._pending[change.id] = change
             elif rec.get("op") == "done":
                 self._pending.pop(str(rec.get("id")), None)
+        self._paths = Counter(c.path for c in self._pending.values())
         self._lines = len(records)
 
     def close(self) -> None:
@@ -83,12 +85,17 @@ class Outbox:
         self._log.append([c.to_record() for c in batch])
         for change in batch:
             self._pending[change.id] = change
+            self._paths[change.path] += 1
         self._lines += len(batch)
 
     def done(self, change_id: str) -> None:
         """Mark a change answered; compacts the log when it has grown long."""
         self._log.append([{"op": "done", "id": change_id}])
-        self._pending.pop(change_id, None)
+        change = self._pending.pop(change_id, None)
+        if change is not None:
+            self._paths[change.path] -= 1
+            if self._paths[change.path] <= 0:
+                del self._paths[change.path]
         self._lines += 1
         if self._lines > COMPACT_AFTER_LINES and self._lines > 4 * len(self._pending):
             self._log.rewrite([c.to_record() for c in self._pending.values()])
@@ -101,7 +108,7 @@ class Outbox:
         return list(self._pending.values())
 
     def pending_for(self, path: str) -> bool:
-        return any(c.path == path for c in self._pending.values())
+        return path in self._paths
 
     def __len__(self) -> int:
         return len(self._pending)

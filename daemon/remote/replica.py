@@ -255,6 +255,12 @@ class Replica:
 
     async def _upload_loop(self, conn: db.Conn) -> None:
         assert self._workspace_id is not None
+        # Paths whose settling a disconnect or a crash interrupted.
+        for path, base in list(self._state.bases.items()):
+            if (base.redirect or base.settle) and not self._outbox.pending_for(path):
+                row = await _thread(db.fetch, conn, self._workspace_id, path)
+                async with self._lock:
+                    await self._settle(path, row)
         while True:
             wake = self._wake_uploader
             change = self._outbox.head()
@@ -297,15 +303,17 @@ class Replica:
             old = bases.get(change.path) or Base(0, None)
             updates.append((change.path, replace(old, redirect=copy)))
             self._conflicts += 1
-            if not answer.replayed:
-                await self._report_conflict(change.path, copy)
+            await self._report_conflict(change.path, copy, answer.replayed)
+        elif answer.outcome == "kept":
+            old = bases.get(change.path) or Base(0, None)
+            updates.append((change.path, replace(old, settle=True)))
         with trio.CancelScope(shield=True):
             await _thread(self._state.record, updates)
             await _thread(self._outbox.done, change.id)
         if self._outbox.pending_for(change.path):
             return False
         base = bases.get(change.path)
-        return answer.outcome == "kept" or bool(base is not None and base.redirect)
+        return bool(base is not None and (base.redirect or base.settle))
 
     async def _settle(self, path: str, row: db.Row | None) -> None:
         """Give ``path`` the server's version once every local edit of it went up."""
@@ -342,13 +350,17 @@ class Replica:
         self._last_local[path] = None if row is None else row.hash
         return Base(0 if row is None else row.version, None if row is None else row.hash, stat)
 
-    async def _report_conflict(self, path: str, copy: str) -> None:
+    async def _report_conflict(self, path: str, copy: str, replayed: bool) -> None:
         log.warning("shared workspace %s: %s was changed on another host first; this "
                     "host's version is kept as %s", self._cfg.name, path, copy)
         try:
             from recalld.daemon.memory.inbox import inbox_of
 
-            await inbox_of(self._ws).push(
+            inbox = inbox_of(self._ws)
+            if replayed and any(i.get("details", {}).get("conflict_copy") == copy
+                                for i in inbox.list(include_acked=True)):
+                return  # reported before a crash interrupted the bookkeeping
+            await inbox.push(
                 "sync_conflict",
                 f"{path} was changed on another host first; your version is kept as {copy}",
                 [path, copy], details={"path": path, "conflict_copy": copy,
@@ -396,8 +408,9 @@ class Replica:
                         "folders: %r", self._cfg.name, row.path)
             return None
         base = self._state.bases.get(row.path)
-        if base is not None and (row.version <= base.version or base.redirect):
-            return None
+        if base is not None and (row.version <= base.version or base.redirect
+                                 or base.settle):
+            return None  # already known, or the uploader settles the path
         if self._outbox.pending_for(row.path):
             return None  # uploads first; a conflict then settles the path
         local = await _thread(self._fs.read, row.path)

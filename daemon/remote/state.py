@@ -2,8 +2,9 @@
 
 For each replicated path: the server version the local file corresponds to, its content
 hash (None: deleted or never present), the file's ``(mtime_ns, size)`` when the replica
-last saw it, and ``redirect``, the conflict copy that further local edits of the path go
-to until the winning version has been written locally. Plus ``cursor``, the highest
+last saw it, ``redirect``, the conflict copy that further local edits of the path go
+to until the winning version has been written locally, and ``settle``, set while the
+path still has to take the server's version. Plus ``cursor``, the highest
 server version the change feed has been applied up to.
 
 Persisted as an append log (``<metadata_dir>/remote/state.log``; records
@@ -35,16 +36,21 @@ class Base:
     hash: str | None
     stat: tuple[int, int] | None = None
     redirect: str | None = None
+    #: The server kept another version of this path (a conflict, a delete that lost):
+    #: the path takes the server's version once no local edit of it is waiting.
+    settle: bool = False
 
     def to_record(self, path: str) -> dict[str, Any]:
         return {"p": path, "v": self.version, "h": self.hash,
-                "m": None if self.stat is None else list(self.stat), "r": self.redirect}
+                "m": None if self.stat is None else list(self.stat), "r": self.redirect,
+                "s": self.settle}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Base:
         m = rec.get("m")
         return cls(version=int(rec.get("v") or 0), hash=rec.get("h"),
-                   stat=None if not m else (int(m[0]), int(m[1])), redirect=rec.get("r"))
+                   stat=None if not m else (int(m[0]), int(m[1])), redirect=rec.get("r"),
+                   settle=bool(rec.get("s")))
 
 
 class ReplicaState:
