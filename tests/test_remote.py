@@ -200,6 +200,9 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
         shown = cli(b, "status")
         assert "default: remote: offline, outbox 5" in shown, shown
         assert "shared workspace default" in cli(b, "doctor")
+        # Work done once for all hosts waits for the server rather than running twice.
+        job = finished_job(a, "auto_dream")
+        assert job["error_code"] == -32003 and "is offline" in str(job["error"]), job
     finally:
         pg_server.start()
 
@@ -264,3 +267,36 @@ def test_kill_during_upload_and_catch_up_changes_nothing(
     assert changes_by(pg_server, name, "hostb") == (0, 0)
     assert remote_status(b)["conflicts"] == 0
     wait_for(lambda: search_paths(b, "yak399") == ["memory/2026-07-29/n399.md"])
+
+
+def finished_job(d: DaemonHandle, kind: str) -> dict[str, Any]:
+    job_id = d.call("jobs.submit", {"agent_id": "default", "kind": kind})["job_id"]
+    return dict(wait_for(lambda: (lambda j: j if j["state"] in ("succeeded", "failed")
+                                  else None)(d.call("jobs.get", {"agent_id": "default",
+                                                                 "job_id": job_id})),
+                         message=f"{kind} finished"))
+
+
+def test_dream_and_resource_run_on_one_host_at_a_time(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+
+    from recalld.daemon.remote import db
+
+    a, _b, name = pair(daemon_factory, pg_server)
+    with psycopg.connect(pg_server.dsn, autocommit=True,
+                         application_name="recalld hostc auto_dream") as other:
+        row = other.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                            (name,)).fetchone()
+        assert row is not None
+        for kind in ("auto_dream", "auto_resource"):
+            other.execute("SELECT pg_advisory_lock(%s, %s)", db.job_lock_key(row[0], kind))
+            job = finished_job(a, kind)
+            assert job["state"] == "failed", job
+            assert f"{kind} of shared workspace {name} is running on hostc" in str(job["error"])
+            assert job["error_code"] == -32002
+            other.execute("SELECT pg_advisory_unlock(%s, %s)", db.job_lock_key(row[0], kind))
+    # With the lock free the job runs (and needs a chat model, which these hosts lack).
+    job = finished_job(a, "auto_dream")
+    assert "no chat model configured" in str(job["error"]), job
+    assert finished_job(a, "auto_resource")["state"] == "succeeded"

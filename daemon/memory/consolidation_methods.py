@@ -30,6 +30,7 @@ from recalld.daemon.memory.llm import chat_client_for
 from recalld.daemon.memory.resource import ResourceCatalog
 from recalld.daemon.providers.chat import ChatClient
 from recalld.daemon.providers.errors import ProviderConfigError
+from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.supervisor import Supervisor
 from recalld.daemon.workspaces import Workspace, WorkspaceService
@@ -87,19 +88,21 @@ class Consolidation:
 
     async def dream_job(self, job: JobContext) -> dict[str, Any]:
         ws = self._supervisor.registry.get(job.agent_id)
-        chat = chat_client_for(ws, self.services)  # "no chat model configured" fails it
-        return await dream.run_dream(
-            ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-            progress=job.set_progress, job_id=job.job_id)
+        async with one_host_at_a_time(ws, DREAM_KIND):
+            chat = chat_client_for(ws, self.services)  # "no chat model configured" fails it
+            return await dream.run_dream(
+                ws, chat, trigger=str(job.params.get("trigger") or "manual"),
+                progress=job.set_progress, job_id=job.job_id)
 
     async def resource_job(self, job: JobContext) -> dict[str, Any]:
         catalog = self.catalogs.get(job.agent_id)
         if catalog is None:
             raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
         manual = job.params.get("trigger") != "watch"
-        return await catalog.process(
-            _chat_or_none(catalog.ws, self.services), retry_failed=manual,
-            job_id=job.job_id, progress=job.set_progress)
+        async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
+            return await catalog.process(
+                _chat_or_none(catalog.ws, self.services), retry_failed=manual,
+                job_id=job.job_id, progress=job.set_progress)
 
     # -- per workspace -----------------------------------------------------------------
 

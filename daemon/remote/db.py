@@ -66,7 +66,8 @@ class Row:
     author_host: str
 
 
-def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None) -> Conn:
+def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
+            application_name: str = "recalld") -> Conn:
     """An autocommit connection with bounded waits; the password never leaves libpq."""
     env = os.environ if environ is None else environ
     extra: dict[str, str] = {}
@@ -77,7 +78,7 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None) -> Conn
     return psycopg.connect(
         psycopg.conninfo.make_conninfo(cfg.dsn, **extra), autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
-        application_name="recalld", keepalives=1, keepalives_idle=10,
+        application_name=application_name, keepalives=1, keepalives_idle=10,
         keepalives_interval=5, keepalives_count=3, tcp_user_timeout=20_000,
         options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
     )
@@ -208,3 +209,26 @@ def fetch(conn: Conn, workspace_id: int, path: str) -> Row | None:
         "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"
         " WHERE workspace_id = %s AND path = %s", (workspace_id, path)).fetchone()
     return None if r is None else _row(r)
+
+
+# Second key of the session-level advisory lock that runs a job kind on one host at a
+# time ("rc" in the high bytes; the first key is the workspace id).
+JOB_LOCKS = {"auto_dream": 0x7263_0001, "auto_resource": 0x7263_0002}
+
+
+def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
+    return workspace_id, JOB_LOCKS[kind]
+
+
+def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
+    """Take the job's advisory lock on ``conn`` (held until it closes): None if taken,
+    else the ``application_name`` of the session holding it ("" if unknown)."""
+    key = job_lock_key(workspace_id, kind)
+    row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+    if row is not None and row[0]:
+        return None
+    holder = conn.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int::oid "
+        "AND l.objid = %s::int::oid AND l.objsubid = 2", key).fetchone()
+    return "" if holder is None else str(holder[0])

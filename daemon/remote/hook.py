@@ -4,11 +4,14 @@
 workspace (it reports started and returns) and runs the replica
 (:mod:`recalld.daemon.remote.replica`, which imports the PostgreSQL driver) for a
 workspace whose settings name a ``remote``. The import happens there, so a daemon with
-only local workspaces never loads psycopg.
+only local workspaces never loads psycopg. :func:`one_host_at_a_time` wraps the jobs
+that must run on one host of a shared workspace at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -28,3 +31,16 @@ def remote_service() -> WorkspaceService:
         await run_replica(workspace, task_status=task_status)
 
     return run
+
+
+@asynccontextmanager
+async def one_host_at_a_time(workspace: Workspace, kind: str) -> AsyncIterator[None]:
+    """Around a job whose work must be done once for a shared workspace (auto_dream,
+    auto_resource): nothing for a local workspace; for a shared one, the replica's
+    advisory lock (AlreadyRunning when another host runs it)."""
+    if workspace.settings.remote is None:
+        yield
+        return
+    replica = workspace.get("remote")
+    async with replica.job_lock(kind):
+        yield

@@ -38,7 +38,8 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
@@ -55,6 +56,7 @@ from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +426,36 @@ class Replica:
             await self._observe([local])  # a local edit not reported yet goes up first
             return None
         return await self._install(row.path, row)
+
+
+    @asynccontextmanager
+    async def job_lock(self, kind: str) -> AsyncIterator[None]:
+        """Run ``kind`` (auto_dream, auto_resource) on one host of the shared workspace at
+        a time: a session-level advisory lock on a connection of its own, held for the
+        block. Raises AlreadyRunning when another host holds it, ProviderUnavailable
+        while the server cannot be reached."""
+        if self._workspace_id is None or self._conn_state != "online":
+            raise ProviderUnavailable(
+                f"shared workspace {self._cfg.name} is offline: {kind} runs on one host at "
+                "a time and waits until the server can be reached")
+        workspace_id = self._workspace_id
+        try:
+            conn = await _thread(partial(db.connect, self._cfg,
+                                         application_name=f"recalld {self.host} {kind}"))
+        except _UNAVAILABLE as exc:
+            self._record_error(exc)
+            raise ProviderUnavailable(
+                f"shared workspace {self._cfg.name}: server unavailable for {kind}") from None
+        try:
+            holder = await _thread(db.try_job_lock, conn, workspace_id, kind)
+            if holder is not None:
+                where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
+                raise AlreadyRunning(
+                    f"{kind} of shared workspace {self._cfg.name} is running on {where}")
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await _thread(conn.close)  # closing the session releases the lock
 
 
 class _Flag:

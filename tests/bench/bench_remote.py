@@ -9,6 +9,7 @@ and two daemons with their own data directories and sockets, both sharing one wo
   watcher, outbox, upload, NOTIFY, B's feed read and atomic write, B's watcher and index);
 - ``upload``: A writes ``--bulk`` notes while B is stopped: time until A's outbox is empty;
 - ``catch_up``: B starts again: time until B has every note (files per second);
+- ``tables``: rows and bytes of the files and changes tables afterwards;
 - ``connections``: server connections with ``application_name = 'recalld'`` while both
   daemons are online (the stated count: two per shared workspace and daemon).
 
@@ -98,6 +99,23 @@ def _connections(pg: PgServer) -> int:
     return int(row[0]) if row else 0
 
 
+def _sizes(pg: PgServer) -> dict[str, Any]:
+    """Rows and on-disk bytes (table + indexes + TOAST) of the shared tables."""
+    import psycopg
+
+    out: dict[str, Any] = {}
+    with psycopg.connect(pg.dsn) as conn:
+        for table in ("recalld_files", "recalld_changes"):
+            row = conn.execute(
+                f"SELECT count(*), pg_total_relation_size('{table}'), "
+                f"pg_indexes_size('{table}') FROM {table}").fetchone()
+            assert row is not None
+            rows, total, indexes = int(row[0]), int(row[1]), int(row[2])
+            out[table] = {"rows": rows, "total_bytes": total, "index_bytes": indexes,
+                          "bytes_per_row": round(total / max(rows, 1))}
+    return out
+
+
 def run(notes: int, bulk: int) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="recalld-bench-remote-"))
     pg = PgServer(base / "pg")
@@ -147,6 +165,7 @@ def run(notes: int, bulk: int) -> dict[str, Any]:
             "upload": {"files": bulk, "seconds": upload_s, "files_per_s": bulk / upload_s},
             "catch_up": {"files": bulk, "seconds_from_spawn": catch_up_s,
                          "files_per_s": bulk / catch_up_s},
+            "tables": _sizes(pg),
             "connections": {"daemons": 2, "shared_workspaces": 1, "server_connections":
                             connections},
             "targets": {"remote_p95_le_1s": remote_s["p95_s"] <= TARGET_P95_S},
