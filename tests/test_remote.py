@@ -300,3 +300,50 @@ def test_dream_and_resource_run_on_one_host_at_a_time(
     job = finished_job(a, "auto_dream")
     assert "no chat model configured" in str(job["error"]), job
     assert finished_job(a, "auto_resource")["state"] == "succeeded"
+
+
+def vectors_of(d: DaemonHandle) -> dict[str, Any]:
+    for ws in d.call("daemon.status")["workspaces"]:
+        if ws["agent_id"] == "default":
+            return dict(ws["index"]["vectors"])
+    raise AssertionError("no default workspace")
+
+
+@pytest.mark.slow
+def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
+                                                  pg_server: PgServer) -> None:  # noqa: F811
+    from collections import Counter
+
+    from fakes.provider_server import FakeProvider
+
+    n = 3000
+    with FakeProvider(dims=8, api_key="k") as fake:
+        extra = ""
+        name = "t" + uuid.uuid4().hex[:12]
+        vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
+               'api_key = "k", model_name = "m", dimensions = 8 }\n')
+        a = daemon_factory(config(pg_server.dsn, name, "hosta", extra) + vec)
+        b = daemon_factory(config(pg_server.dsn, name, "hostb", extra) + vec)
+        for d in (a, b):
+            wait_for(lambda d=d: remote_status(d)["state"] == "online", message="online")
+        # Written on both hosts at once, so both index (and want vectors) concurrently.
+        for i in range(n):
+            write(a if i % 2 else b, f"memory/2026-07-{1 + i % 28:02d}/v{i}.md",
+                  f"# V{i}\nshared vector note marker{i} end\n")
+
+        def done(d: DaemonHandle) -> bool:
+            v = vectors_of(d)
+            return v["total"] == n and v["embedded"] == n
+        wait_for(lambda: done(a) and done(b), timeout=180, message="every chunk embedded")
+        asked: Counter[str] = Counter()
+        for req in fake.requests:
+            if req.path.endswith("/embeddings"):
+                for text in req.json["input"]:
+                    asked[text] += 1
+        ours = {t: c for t, c in asked.items() if "shared vector note" in t}
+        assert len(ours) == n, len(ours)
+        assert max(ours.values()) == 1, [t for t, c in ours.items() if c > 1][:5]
+        shared = remote_status(a)["vectors"]["shared"] + remote_status(b)["vectors"]["shared"]
+        assert shared >= n, (remote_status(a)["vectors"], remote_status(b)["vectors"])
+        res = b.call("memory.search", {"agent_id": "default", "query": "marker7", "sync": True})
+        assert res["mode"] == "hybrid"

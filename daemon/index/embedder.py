@@ -46,6 +46,7 @@ from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
+from recalld.daemon.remote.hook import embed_passages
 from recalld.daemon.workspaces import Workspace, WorkspaceService
 
 log = logging.getLogger(__name__)
@@ -323,7 +324,9 @@ class VectorWorker:
                 vectors[texts[i]] = vec
         self.cache_texts += len(texts) - len(missing)
         if missing:
-            rows = await space.client.embed([texts[i] for i in missing], kind="passage")
+            rows = await embed_passages(
+                self.index.ws, space.key, [hashes[i] for i in missing],
+                [texts[i] for i in missing], partial(space.client.embed, kind="passage"))
             self.provider_texts += len(missing)
             fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
             await trio.to_thread.run_sync(space.cache.put_many, fresh)

@@ -38,12 +38,14 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import psycopg
 import trio
 
@@ -61,8 +63,13 @@ from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+F32 = npt.NDArray[np.float32]
 
 CATCH_UP_EVERY_S = 30.0
+# How long an embedding waits for the first connection attempt after a start, and how
+# often it looks for vectors another host is computing.
+FIRST_CONNECT_WAIT_S = 15.0
+CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
 _UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
 
@@ -105,6 +112,12 @@ class Replica:
         self._pulled = 0
         self._conflicts = 0
         self._secrets = _secrets(cfg)
+        # The writer connection, shared by the uploader and the embedding exchange.
+        self._writer: db.Conn | None = None
+        self._writer_lock = trio.Lock()
+        self._first_attempt = trio.Event()
+        self.shared_vectors = 0
+        self.provider_vectors = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -154,6 +167,7 @@ class Replica:
             "last_error": self._last_error,
             "last_error_at": self._last_error_at,
             "watcher": self._watcher.state,
+            "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
         }
 
     # -- local changes ---------------------------------------------------------------
@@ -203,6 +217,7 @@ class Replica:
                 await self._session()
             except* _UNAVAILABLE as group:
                 self._record_error(group.exceptions[0])
+            self._first_attempt.set()
             self._conn_state = "offline"
             self._online_since = None
             if trio.current_time() - began > 60:
@@ -233,14 +248,17 @@ class Replica:
             poked = _Flag()
             listener.add_notify_handler(lambda _n: poked.set())
             await _thread(db.listen, listener, self._workspace_id)
+            self._writer = writer
             self._conn_state = "online"
             self._online_since = time.time()
+            self._first_attempt.set()
             log.info("shared workspace %s: online (%s), %d change(s) queued",
                      self._cfg.name, mask_dsn(self._cfg.dsn), len(self._outbox))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._upload_loop, writer)
                 nursery.start_soon(self._pull_loop, listener, poked)
         finally:
+            self._writer = None
             with trio.CancelScope(shield=True):
                 for conn in (listener, writer):
                     if conn is not None:
@@ -260,7 +278,8 @@ class Replica:
         # Paths whose settling a disconnect or a crash interrupted.
         for path, base in list(self._state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
-                row = await _thread(db.fetch, conn, self._workspace_id, path)
+                async with self._writer_lock:
+                    row = await _thread(db.fetch, conn, self._workspace_id, path)
                 async with self._lock:
                     await self._settle(path, row)
         while True:
@@ -272,14 +291,16 @@ class Replica:
                 continue
             async with self._lock:
                 target, base_version = self._target(change.path)
-            answer = await _thread(db.upload, conn, self._workspace_id, self.host, change,
-                                   target, base_version)
+            async with self._writer_lock:
+                answer = await _thread(db.upload, conn, self._workspace_id, self.host, change,
+                                       target, base_version)
             async with self._lock:
                 settle = await self._record_answer(change, target, answer)
             self._uploaded += 1
             self._last_upload = time.time()
             if settle:
-                row = await _thread(db.fetch, conn, self._workspace_id, change.path)
+                async with self._writer_lock:
+                    row = await _thread(db.fetch, conn, self._workspace_id, change.path)
                 async with self._lock:
                     await self._settle(change.path, row)
 
@@ -456,6 +477,60 @@ class Replica:
         finally:
             with trio.CancelScope(shield=True):
                 await _thread(conn.close)  # closing the session releases the lock
+
+
+    async def shared_embed(self, space: str, hashes: Sequence[str], texts: Sequence[str],
+                           embed: Callable[[list[str]], Awaitable[Any]],
+                           ) -> list[F32]:
+        """Vectors of ``texts`` (keyed by ``hashes``) in vector space ``space``, each asked of
+        the provider (``embed``) by one host of the shared workspace only.
+
+        Offline, or when the server fails meanwhile, the rest is embedded here: vectors
+        never wait for the server for long. Raises what ``embed`` raises (its claims are
+        given back first).
+        """
+        from recalld.daemon.remote import embeddings as shared
+
+        with trio.move_on_after(FIRST_CONNECT_WAIT_S):
+            await self._first_attempt.wait()
+        by_hash = dict(zip(hashes, texts, strict=True))
+        out: dict[str, F32] = {}
+        pending = list(by_hash)
+        try:
+            while pending:
+                writer, workspace_id = self._writer, self._workspace_id
+                if writer is None or workspace_id is None:
+                    break
+                async with self._writer_lock:
+                    found, mine = await _thread(shared.get_or_claim, writer, workspace_id,
+                                                space, pending, self.host)
+                out.update(found)
+                self.shared_vectors += len(found)
+                if mine:
+                    try:
+                        rows = await embed([by_hash[h] for h in mine])
+                    except BaseException:
+                        with trio.CancelScope(shield=True), trio.move_on_after(10):
+                            async with self._writer_lock:
+                                await _thread(shared.release, writer, workspace_id, space,
+                                              mine, self.host)
+                        raise
+                    self.provider_vectors += len(mine)
+                    out.update(zip(mine, rows, strict=True))
+                    async with self._writer_lock:
+                        await _thread(shared.store, writer, workspace_id, space,
+                                      list(zip(mine, rows, strict=True)))
+                pending = [h for h in pending if h not in out]
+                if pending:
+                    await trio.sleep(CLAIM_POLL_S)  # another host is embedding them
+        except _UNAVAILABLE as exc:
+            self._record_error(exc)
+        rest = [h for h in by_hash if h not in out]
+        if rest:
+            rows = await embed([by_hash[h] for h in rest])
+            self.provider_vectors += len(rest)
+            out.update(zip(rest, rows, strict=True))
+        return [out[h] for h in hashes]
 
 
 class _Flag:

@@ -81,8 +81,9 @@ CREATE TABLE recalld_embeddings (
     workspace_id bigint NOT NULL,
     space        text NOT NULL,
     text_hash    text NOT NULL,
-    embedding    vector NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT now(),
+    embedding    vector,
+    claimed_by   text,
+    claimed_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workspace_id, space, text_hash)
 );
 """, optional=True),
