@@ -347,3 +347,18 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
         assert shared >= n, (remote_status(a)["vectors"], remote_status(b)["vectors"])
         res = b.call("memory.search", {"agent_id": "default", "query": "marker7", "sync": True})
         assert res["mode"] == "hybrid"
+
+
+def test_pointing_a_replica_at_another_shared_workspace_starts_over(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    first, second = "t" + uuid.uuid4().hex[:12], "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, first, "hosta"))
+    wait_for(lambda: remote_status(a)["state"] == "online", message="online")
+    write(a, "digest/wiki/kept.md", "# Kept\nmoves with the replica\n")
+    wait_for(lambda: remote_status(a)["uploaded"] >= 1 and remote_status(a)["outbox"] == 0)
+    a.stop()
+    a = daemon_factory(config(pg_server.dsn, second, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    b = daemon_factory(config(pg_server.dsn, second, "hostb"))
+    wait_for(lambda: (root(b) / "digest/wiki/kept.md").exists(), message="file in the new one")
+    wait_for(lambda: converged(a, b), message="converged")
+    assert "every local file goes up again" in a.log()

@@ -52,8 +52,8 @@ def test_a_newer_schema_is_refused(conn: db.Conn) -> None:
 
 def test_upload_rules(conn: db.Conn) -> None:
     name = "rules-" + uuid.uuid4().hex[:8]
-    ws = db.open_workspace(conn, name)
-    assert db.open_workspace(conn, name) == ws
+    ws, ident = db.open_workspace(conn, name)
+    assert db.open_workspace(conn, name) == (ws, ident)
     p = "memory/2026-07-23/a.md"
     first = change(p, "one")
     a1 = db.upload(conn, ws, "ha", first, p, 0)
@@ -84,7 +84,7 @@ def test_upload_rules(conn: db.Conn) -> None:
 
 
 def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> None:  # noqa: F811
-    ws = db.open_workspace(conn, "notify-" + uuid.uuid4().hex[:8])
+    ws, _ = db.open_workspace(conn, "notify-" + uuid.uuid4().hex[:8])
     listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
     try:
         db.listen(listener, ws)

@@ -84,16 +84,19 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     )
 
 
-def open_workspace(conn: Conn, name: str) -> int:
-    """Migrate the schema if needed and return the shared workspace's id (created once)."""
+def open_workspace(conn: Conn, name: str) -> tuple[int, str]:
+    """Migrate the schema if needed; the shared workspace's id (created once) and its
+    identity (name, id and creation time: another server or a recreated database gives
+    another identity for the same name)."""
     migrate(conn)
     with conn.transaction():
         conn.execute("INSERT INTO recalld_workspaces (name) VALUES (%s) "
                      "ON CONFLICT (name) DO NOTHING", (name,))
-        row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
-                           (name,)).fetchone()
+        row = conn.execute("SELECT workspace_id, created_at FROM recalld_workspaces "
+                           "WHERE name = %s", (name,)).fetchone()
     assert row is not None
-    return int(str(row[0]))
+    workspace_id = int(str(row[0]))
+    return workspace_id, f"{name}/{workspace_id}/{row[1]}"
 
 
 def channel(workspace_id: int) -> str:

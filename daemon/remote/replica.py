@@ -243,7 +243,9 @@ class Replica:
         listener: db.Conn | None = None
         try:
             writer = await _thread(db.connect, self._cfg)
-            self._workspace_id = await _thread(db.open_workspace, writer, self._cfg.name)
+            self._workspace_id, ident = await _thread(db.open_workspace, writer,
+                                                      self._cfg.name)
+            await self._adopt(ident)
             listener = await _thread(db.connect, self._cfg)
             poked = _Flag()
             listener.add_notify_handler(lambda _n: poked.set())
@@ -263,6 +265,20 @@ class Replica:
                 for conn in (listener, writer):
                     if conn is not None:
                         await _thread(conn.close)
+
+    async def _adopt(self, ident: str) -> None:
+        """Start over when the state belongs to another shared workspace than the server's."""
+        async with self._lock:
+            reset = await _thread(self._state.adopt, ident)
+            if not reset:
+                return
+            log.warning("shared workspace %s: the server's workspace is not the one this "
+                        "replica synced with; every local file goes up again (identical "
+                        "content is no change, different content a conflict copy)",
+                        self._cfg.name)
+            self._last_local = {c.path: c.hash for c in self._outbox.pending()}
+            self._known.clear()
+        await self._watcher.reconcile("shared workspace changed")
 
     # -- uploading -------------------------------------------------------------------
 

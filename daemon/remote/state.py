@@ -17,6 +17,10 @@ Before the replica writes server content into a file it records a *landing*
 (``{"w": path, "h": hash}``): content that, found on disk after a crash, came from the
 server and is not a local edit. A landing ends with the next base recorded for its path.
 
+``{"ident": ...}`` names the shared workspace the state belongs to: pointed at another
+one, the replica starts over (every local file becomes a change based on nothing;
+identical content on the server is no change, differing content a conflict copy).
+
 Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
 """
 
@@ -60,12 +64,16 @@ class ReplicaState:
         self.cursor = 0
         #: Server content being written into files: path to hash (see the docstring).
         self.landing: dict[str, str] = {}
+        #: The shared workspace this state was agreed with (see ``db.open_workspace``).
+        self.ident: str | None = None
         self._lines = 0
 
     def open(self) -> None:
         records, _report = self._log.open()
         for rec in records:
-            if "cursor" in rec:
+            if "ident" in rec:
+                self.ident = str(rec["ident"])
+            elif "cursor" in rec:
                 self.cursor = max(self.cursor, int(rec["cursor"]))
             elif "p" in rec:
                 self.bases[str(rec["p"])] = Base.from_record(rec)
@@ -76,6 +84,24 @@ class ReplicaState:
 
     def close(self) -> None:
         self._log.close()
+
+    def adopt(self, ident: str) -> bool:
+        """Bind the state to shared workspace ``ident``; a different one than before
+        (another server, a recreated database) empties it first. Returns whether it did."""
+        if self.ident == ident:
+            return False
+        reset = self.ident is not None
+        if reset:
+            self.bases.clear()
+            self.landing.clear()
+            self.cursor = 0
+            self._log.rewrite([{"ident": ident}])
+            self._lines = 1
+        else:
+            self._log.append([{"ident": ident}])
+            self._lines += 1
+        self.ident = ident
+        return reset
 
     def land(self, files: Iterable[tuple[str, str]]) -> None:
         """Record server content about to be written into files (path, hash)."""
@@ -104,5 +130,7 @@ class ReplicaState:
             snapshot = [b.to_record(p) for p, b in self.bases.items()]
             snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
             snapshot.append({"cursor": self.cursor})
+            if self.ident is not None:
+                snapshot.insert(0, {"ident": self.ident})
             self._log.rewrite(snapshot)
             self._lines = len(snapshot)
