@@ -97,8 +97,11 @@ def pg_server() -> Iterator[PgServer]:
     base = Path(tempfile.mkdtemp(prefix="recalld-pg-"))
     try:
         server = PgServer(base)
-        server.init()
-        server.start()
+        try:
+            server.init()
+            server.start()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"the embedded PostgreSQL server cannot run here: {exc}")
         try:
             yield server
         finally:

@@ -33,6 +33,7 @@ call in flight, which the server and socket timeouts of :func:`db.connect` bound
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import socket
@@ -216,6 +217,12 @@ class Replica:
             try:
                 await self._session()
             except* _UNAVAILABLE as group:
+                self._record_error(group.exceptions[0])
+            except* Exception as group:
+                # A fault of ours (a full disk under the outbox, a bug) must not take the
+                # workspace down with it: record it and try again after a while.
+                log.error("shared workspace %s: replication failed", self._cfg.name,
+                          exc_info=group)
                 self._record_error(group.exceptions[0])
             self._first_attempt.set()
             self._conn_state = "offline"
@@ -514,39 +521,54 @@ class Replica:
         pending = list(by_hash)
         try:
             while pending:
-                writer, workspace_id = self._writer, self._workspace_id
-                if writer is None or workspace_id is None:
-                    break
-                async with self._writer_lock:
-                    found, mine = await _thread(shared.get_or_claim, writer, workspace_id,
-                                                space, pending, self.host)
+                found, mine = await self._on_writer(shared.get_or_claim, space, pending,
+                                                    self.host)
                 out.update(found)
                 self.shared_vectors += len(found)
                 if mine:
                     try:
                         rows = await embed([by_hash[h] for h in mine])
                     except BaseException:
-                        with trio.CancelScope(shield=True), trio.move_on_after(10):
-                            async with self._writer_lock:
-                                await _thread(shared.release, writer, workspace_id, space,
-                                              mine, self.host)
+                        with (trio.CancelScope(shield=True), trio.move_on_after(10),
+                              contextlib.suppress(_Unreachable)):
+                            await self._on_writer(shared.release, space, mine, self.host)
                         raise
                     self.provider_vectors += len(mine)
                     out.update(zip(mine, rows, strict=True))
-                    async with self._writer_lock:
-                        await _thread(shared.store, writer, workspace_id, space,
-                                      list(zip(mine, rows, strict=True)))
+                    await self._on_writer(shared.store, space,
+                                          list(zip(mine, rows, strict=True)))
                 pending = [h for h in pending if h not in out]
                 if pending:
                     await trio.sleep(CLAIM_POLL_S)  # another host is embedding them
-        except _UNAVAILABLE as exc:
-            self._record_error(exc)
+        except _Unreachable:
+            pass  # embedded here instead
         rest = [h for h in by_hash if h not in out]
         if rest:
             rows = await embed([by_hash[h] for h in rest])
             self.provider_vectors += len(rest)
             out.update(zip(rest, rows, strict=True))
         return [out[h] for h in hashes]
+
+
+    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(writer, workspace_id, *args)`` in a worker thread; _Unreachable when the
+        replica is not online or the call fails (the error is recorded)."""
+        writer, workspace_id = self._writer, self._workspace_id
+        if writer is None or workspace_id is None:
+            raise _Unreachable
+        try:
+            async with self._writer_lock:
+                return await _thread(fn, writer, workspace_id, *args)
+        except Exception as exc:
+            if not isinstance(exc, _UNAVAILABLE):
+                log.error("shared workspace %s: %s failed", self._cfg.name,
+                          getattr(fn, "__name__", fn), exc_info=exc)
+            self._record_error(exc)
+            raise _Unreachable from exc
+
+
+class _Unreachable(Exception):
+    """The shared workspace's server cannot serve this call now."""
 
 
 class _Flag:
