@@ -26,10 +26,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 
+from recalld.daemon.errors import wire_error
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.errors import (
     JOB_FAILED,
@@ -42,13 +43,36 @@ from recalld.ipc.errors import (
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, dict[str, Any]], None]
+Publish = Callable[[str, Mapping[str, Any]], object]
 Handler = Callable[["JobContext"], Awaitable[dict[str, Any] | None]]
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE = frozenset({"queued", "running"})
 INTERRUPTED = "interrupted by daemon restart"
-DEFAULT_AGENT = "default"
+
+
+class Progress(TypedDict):
+    done: int
+    total: int | None
+    message: str
+
+
+class JobRecord(TypedDict):
+    """A job as the journal keeps it and ``jobs.get`` answers it."""
+
+    job_id: str
+    agent_id: str
+    kind: str
+    params: dict[str, Any]
+    state: str  # one of STATES
+    progress: Progress
+    result: dict[str, Any] | None
+    error: str | None
+    error_code: int | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    resumed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +102,8 @@ class _Job:
     params: dict[str, Any]
     submitted_at: float
     state: str = "queued"
-    progress: dict[str, Any] = field(
-        default_factory=lambda: {"done": 0, "total": None, "message": ""})
+    progress: Progress = field(
+        default_factory=lambda: Progress(done=0, total=None, message=""))
     result: dict[str, Any] | None = None
     error: str | None = None
     error_code: int | None = None
@@ -90,10 +114,10 @@ class _Job:
     done: trio.Event = field(default_factory=trio.Event)
     last_progress_publish: float = float("-inf")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JobRecord:
         return {
             "job_id": self.job_id, "agent_id": self.agent_id, "kind": self.kind,
-            "params": self.params, "state": self.state, "progress": dict(self.progress),
+            "params": self.params, "state": self.state, "progress": self.progress.copy(),
             "result": self.result, "error": self.error, "error_code": self.error_code,
             "submitted_at": self.submitted_at, "started_at": self.started_at,
             "finished_at": self.finished_at, "resumed": self.resumed,
@@ -105,7 +129,12 @@ class _Job:
                   kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
                   submitted_at=float(rec.get("submitted_at") or 0.0))
         job.state = str(rec.get("state", "queued"))
-        job.progress = dict(rec.get("progress") or job.progress)
+        progress = rec.get("progress")
+        if isinstance(progress, Mapping):
+            total = progress.get("total")
+            job.progress = Progress(done=int(progress.get("done") or 0),
+                                    total=total if isinstance(total, int) else None,
+                                    message=str(progress.get("message") or ""))
         job.result = rec.get("result")
         job.error = rec.get("error")
         job.error_code = rec.get("error_code")
@@ -189,10 +218,10 @@ class JobManager:
             raise NotFound(f"no job {job_id!r} in workspace {agent_id!r}")
         return job
 
-    def get(self, agent_id: str, job_id: str) -> dict[str, Any]:
+    def get(self, agent_id: str, job_id: str) -> JobRecord:
         return self._find(agent_id, job_id).as_dict()
 
-    def list(self, agent_id: str | None = None) -> builtins.list[dict[str, Any]]:
+    def list(self, agent_id: str | None = None) -> builtins.list[JobRecord]:
         if agent_id is not None:
             self._check_agent(agent_id)
         agents = [agent_id] if agent_id is not None else sorted(self._jobs)
@@ -233,7 +262,7 @@ class JobManager:
         await self._journal(job)
         return job.job_id
 
-    async def cancel(self, agent_id: str, job_id: str) -> dict[str, Any]:
+    async def cancel(self, agent_id: str, job_id: str) -> JobRecord:
         """Cancel a job and return its record; waits up to ``cancel_grace_s`` for a running
         job to stop. Cancelling a finished job changes nothing."""
         job = self._find(agent_id, job_id)
@@ -261,7 +290,7 @@ class JobManager:
             self._turns.append(job.agent_id)
         self._changed.set()
 
-    def _publish(self, topic: str, payload: dict[str, Any]) -> None:
+    def _publish(self, topic: str, payload: Mapping[str, Any]) -> None:
         if self._publish_cb is None:
             return
         try:
@@ -270,13 +299,13 @@ class JobManager:
             log.exception("publishing %s failed", topic)
 
     def _progress(self, job: _Job, done: int, total: int | None, message: str) -> None:
-        job.progress = {"done": done, "total": total, "message": message}
+        job.progress = Progress(done=done, total=total, message=message)
         now = trio.current_time()
         if (now - job.last_progress_publish >= self._config.progress_interval_s
                 or (total is not None and done >= total)):
             job.last_progress_publish = now
             self._publish("job.progress", {"job_id": job.job_id, "agent_id": job.agent_id,
-                                           "kind": job.kind, "progress": dict(job.progress)})
+                                           "kind": job.kind, "progress": job.progress.copy()})
 
     async def _journal(self, job: _Job) -> None:
         """Append the job's record. Shielded: a state change that happened is recorded."""
@@ -295,7 +324,7 @@ class JobManager:
                 except RecalldError:
                     log.exception("job journal write failed for %s", job.job_id)
 
-    def _retained(self) -> builtins.list[dict[str, Any]]:
+    def _retained(self) -> builtins.list[JobRecord]:
         return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]
 
     def _retained_count(self) -> int:
@@ -378,7 +407,8 @@ class JobManager:
         try:
             result = await spec.handler(JobContext(self, job))
         except RecalldError as exc:
-            await self._finish(job, "failed", error=exc.message, code=exc.code)
+            wire = wire_error(exc)
+            await self._finish(job, "failed", error=wire.message, code=wire.code)
         except Exception as exc:
             log.exception("job %s (%s) of %s failed", job.job_id, job.kind, job.agent_id)
             await self._finish(job, "failed", error=f"{type(exc).__name__}: {exc}",
@@ -428,51 +458,3 @@ class JobManager:
             if self._log is not None:
                 self._log_open = False
                 self._log.close()
-
-
-# -- RPC handlers (registered by the daemon on its method table) ----------------------------
-
-
-def _params(params: Any) -> Mapping[str, Any]:
-    if params is None:
-        return {}
-    if not isinstance(params, Mapping):
-        raise InvalidParams("params must be an object")
-    return params
-
-
-def _string(params: Mapping[str, Any], name: str, default: str | None = None) -> str:
-    value = params.get(name, default)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"{name} must be a non-empty string")
-    return value
-
-
-async def rpc_submit(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.submit {agent_id, kind, params?}`` → ``{job_id}``."""
-    p = _params(params)
-    job_params = p.get("params")
-    if job_params is not None and not isinstance(job_params, Mapping):
-        raise InvalidParams("params.params must be an object")
-    job_id = await manager.submit(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "kind"),
-                                  job_params)
-    return {"job_id": job_id}
-
-
-async def rpc_get(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.get {agent_id, job_id}`` → the job record."""
-    p = _params(params)
-    return manager.get(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
-
-
-async def rpc_list(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first."""
-    p = _params(params)
-    agent = None if p.get("agent_id") is None else _string(p, "agent_id")
-    return {"jobs": manager.list(agent)}
-
-
-async def rpc_cancel(manager: JobManager, params: Any) -> dict[str, Any]:
-    """``jobs.cancel {agent_id, job_id}`` → the job record after cancelling."""
-    p = _params(params)
-    return await manager.cancel(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))

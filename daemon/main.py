@@ -67,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon import config as config_mod
     from recalld.daemon import systemd
     from recalld.daemon.app import build_supervisor
-    from recalld.daemon.listener import SocketSetupError
     from recalld.daemon.lock import AlreadyServing
+    from recalld.daemon.rpc.listener import SocketSetupError
     from recalld.daemon.supervisor import reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of

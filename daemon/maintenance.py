@@ -6,7 +6,7 @@ table and the keyword index, and the committed generation (manifest, checksums, 
 counts, QwenPaw-named mirrors) against what the index holds. ``compact`` forces a merge of
 the keyword index and commits a generation.
 
-The ``health`` workspace service (started after ``index``) adds ``health`` to each
+The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to each
 workspace's status: ``clean`` only when nothing is pending and the last disk scan matched
 the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
 ``degraded`` when persisting fails, the watcher failed or state was found corrupt and is
@@ -22,19 +22,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.persist import CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR
 from recalld.daemon.index.prepare import prepare
 from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
-from recalld.daemon.workspaces import Workspace, WorkspaceService
-from recalld.ipc.errors import UnknownWorkspace
+from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,6 @@ HEALTH_SCAN_INTERVAL_S = 300.0
 HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
 HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
 MAX_LISTED = 20  # paths shown per difference kind; counts are always complete
-
-
-def index_of(ws: Workspace) -> WorkspaceIndex:
-    try:
-        index: WorkspaceIndex = ws.get("index")
-    except KeyError:
-        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no index yet") from None
-    return index
 
 
 def dir_bytes(top: Path) -> int:
@@ -69,9 +62,11 @@ def dir_bytes(top: Path) -> int:
 class Health:
     """The last disk scan of one workspace and what it says about the index."""
 
-    def __init__(self, ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter) -> None:
+    def __init__(self, ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter,
+                 vectors: VectorWorker | None = None) -> None:
         self.ws = ws
         self.index = index
+        self.vectors = vectors
         self._cpu = cpu
         self.scanned_at: float | None = None
         self.disk_files: int | None = None
@@ -83,12 +78,10 @@ class Health:
         self.first_scan = trio.Event()  # set once the first scan is done
 
     def _vectors(self) -> dict[str, Any] | None:
-        try:
-            worker = self.ws.get("vectors")
-        except KeyError:
+        if self.vectors is None:
             return None
         try:
-            full = dict(worker.status())
+            full = dict(self.vectors.status())
         except Exception:  # the vector service's own status must not break health
             log.exception("vector status of %s failed", self.ws.agent_id)
             return {"error": "status unavailable"}
@@ -99,8 +92,7 @@ class Health:
         disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
         await self._measure_derived()
         # Under the index lock: an apply mutates the state in a worker thread.
-        async with self.index._lock:
-            known = await trio.to_thread.run_sync(self.index.state.known)
+        known = await self.index.locked(IndexState.known)
         self._adopt(disk, known)
 
     async def _measure_derived(self) -> None:
@@ -210,26 +202,6 @@ class Health:
                 await trio.sleep(HEALTH_MIN_RESCAN_S)
 
 
-def health_service(cpu: trio.CapacityLimiter) -> WorkspaceService:
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        health = Health(workspace, index_of(workspace), cpu)
-        workspace.attach("health", health)
-        workspace.add_status("health", health.status)
-        await health.run(task_status=task_status)
-
-    return run
-
-
-def health_of(ws: Workspace) -> Health | None:
-    try:
-        health: Health = ws.get("health")
-    except KeyError:
-        return None
-    return health
-
-
 # -------------------------------------------------------------------------------- verify
 
 
@@ -278,14 +250,14 @@ def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
     return out
 
 
-async def verify(ws: Workspace, cpu: trio.CapacityLimiter) -> dict[str, Any]:
-    """Compare ``ws``'s derived state with its Markdown; report every difference."""
-    index = index_of(ws)
+async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter,
+                 health: Health | None = None) -> dict[str, Any]:
+    """Compare ``ws``'s derived state (``index``) with its Markdown; report every
+    difference. ``health`` rescans afterwards."""
     started = time.monotonic()
     disk = await trio.to_thread.run_sync(index.watcher.scan, limiter=cpu)
 
-    def inspect() -> dict[str, Any]:
-        state = index.state
+    def inspect(state: IndexState) -> dict[str, Any]:
         files = dict(state.files)
         keys_in_files = [k for f in files.values() for k in f.keys]
         key_set = set(keys_in_files)
@@ -302,8 +274,7 @@ async def verify(ws: Workspace, cpu: trio.CapacityLimiter) -> dict[str, Any]:
         }
 
     # Under the index lock: one consistent view, never half a batch.
-    async with index._lock:
-        snap = await trio.to_thread.run_sync(inspect)
+    snap = await index.locked(inspect)
     files = snap.pop("files")
     missing = [p for p in disk if p not in files]
     stale_entries = [p for p in files if p not in disk]
@@ -326,7 +297,6 @@ async def verify(ws: Workspace, cpu: trio.CapacityLimiter) -> dict[str, Any]:
         or generation.get("records", {}).get("catalog") in (None, len(files)))
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
           and consistent_chunks and generation.get("ok", False) and committed_matches)
-    health = health_of(ws)
     if health is not None:
         await health.scan()
     return {
@@ -347,19 +317,13 @@ async def verify(ws: Workspace, cpu: trio.CapacityLimiter) -> dict[str, Any]:
     }
 
 
-async def compact(ws: Workspace) -> dict[str, Any]:
-    """Merge the keyword index's segments now and commit a generation."""
-    index = index_of(ws)
+async def compact(ws: Workspace, index: WorkspaceIndex) -> dict[str, Any]:
+    """Merge ``ws``'s keyword index segments now and commit a generation."""
     started = time.monotonic()
     before = index.state.bm25.stats()
-    async with index._lock:
-        await trio.to_thread.run_sync(index.state.bm25.compact)
-    index._changes += 1  # a commit with no edits would be skipped otherwise
-    await index._commit()
+    await index.compact()
     after = index.state.bm25.stats()
     return {"agent_id": ws.agent_id, "keyword_before": before, "keyword_after": after,
             "generation": (index.last_commit or {}).get("generation"),
             "duration_s": round(time.monotonic() - started, 3)}
 
-
-Getter = Callable[[str], Workspace]

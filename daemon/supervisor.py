@@ -4,7 +4,9 @@ Start order (each step only once the previous one can serve):
 1. the data-directory lock (a second daemon exits at once, status 3) and the state dirs;
    then the socket (bound now, or adopted from systemd) so that a second daemon on the
    same socket also fails fast;
-2. the workspace registry, then the default workspace and every ``[workspaces.*]`` table;
+2. the daemon-wide services (:class:`~recalld.daemon.services.DaemonServices`, in field
+   order, the workspace registry last), then the default workspace and every
+   ``[workspaces.*]`` table;
 3. the RPC server on that socket;
 4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
 
@@ -21,27 +23,24 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from recalld.daemon import config as config_mod
-from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
 from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
-from recalld.daemon.events import EventBus
-from recalld.daemon.listener import BoundSocket, bind_listener
 from recalld.daemon.lock import data_dir_lock
-from recalld.daemon.server import RpcServer
+from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
+from recalld.daemon.rpc.listener import BoundSocket, bind_listener
+from recalld.daemon.rpc.server import RpcServer
+from recalld.daemon.services import DaemonServices
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
-from recalld.daemon.workspaces import WorkspaceRegistry, WorkspaceService
 
 log = logging.getLogger(__name__)
 
 Reloader = Callable[[], DaemonConfig]
-# A daemon-wide service (the job manager...): started before the workspaces, in order.
-DaemonService = Callable[..., Awaitable[None]]
 
 
 def make_private_dir(path: Path) -> None:
@@ -55,37 +54,28 @@ class Supervisor:
 
     def __init__(
         self,
-        config: DaemonConfig,
+        services: DaemonServices,
+        methods: Methods,
         *,
         systemd: SystemdEnvironment | None = None,
         reload: Reloader | None = None,
-        extra_methods: Iterable[Methods] = (),
-        workspace_services: Iterable[tuple[str, WorkspaceService]] = (),
-        services: Iterable[tuple[str, DaemonService]] = (),
     ) -> None:
-        self.config = config
-        self._services = list(services)
+        self.services = services
         self._systemd = systemd or SystemdEnvironment()
         self._reload = reload
         self.notifier = Notifier(self._systemd.notify_socket)
-        self.events = EventBus()
-        self.registry = WorkspaceRegistry(lambda: self.config, self.events)
-        for name, service in workspace_services:
-            self.registry.add_service(name, service)
-        self.state = DaemonState(
-            config=config,
-            registry=self.registry,
-            events=self.events,
-            methods=build_methods(extra_methods),
-        )
-        self.state.stats["events"] = lambda: _asdict(self.events.statistics())
+        self.events = services.events
+        self.registry = services.registry
+        self.state = DaemonState(services=services, methods=methods)
+        self.state.stats.update(services.statistics())
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
         self._ready = False
 
-    def add_service(self, name: str, service: DaemonService) -> None:
-        """Start ``service`` (daemon-wide) before the workspaces, after those added earlier."""
-        self._services.append((name, service))
+    @property
+    def config(self) -> DaemonConfig:
+        """The running configuration (a reload replaces it)."""
+        return self.services.config.current
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until a stop signal; raises AlreadyServing if the data dir is taken."""
@@ -117,11 +107,10 @@ class Supervisor:
         sock: socket.socket | None,
         bound: BoundSocket | None,
     ) -> None:
-        for name, service in self._services:
+        for name, service in self.services.in_start_order():
             self.notifier.status(f"starting {name}")
-            await root.start(service)
+            await root.start(service.run)
         self.notifier.status("opening workspaces")
-        await root.start(self.registry.run)
         # Concurrently: each loads its saved index in a worker thread.
         async with trio.open_nursery() as opening:
             for agent_id in self._initial_workspaces(self.config):
@@ -190,8 +179,7 @@ class Supervisor:
         for name in ("socket_path", "data_dir"):
             if getattr(new, name) != getattr(old, name):
                 log.warning("reload: %s changed; restart the daemon to apply it", name)
-        self.config = new
-        self.state.config = new
+        self.services.config.replace(new)
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         opened: list[str] = []

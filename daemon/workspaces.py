@@ -1,10 +1,10 @@
 """The workspace registry: which agent workspaces are open, and their services.
 
 :class:`WorkspaceRegistry` is a service run by the supervisor. Its nursery hosts one
-task per open :class:`Workspace`; each workspace opens its own nursery and starts the
-per-workspace services registered with :meth:`WorkspaceRegistry.add_service` (index loop,
-cataloger, job runner, ...) in registration order with ``nursery.start``, so a workspace
-is ``ready`` only once all of them can serve.
+task per open :class:`Workspace`; each workspace opens its own nursery and hands it to
+the registry's :data:`WorkspaceStarter` (``recalld.daemon.services.start_workspace``),
+which builds the workspace's typed service record and starts its services in order with
+``nursery.start``, so a workspace is ``ready`` only once all of them can serve.
 
 While open, a workspace holds an exclusive ``flock`` on ``<metadata_dir>/recalld.lock``, so
 a second daemon (another data directory) cannot serve the same directory at once.
@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -30,6 +30,9 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_set
 from recalld.daemon.events import EventBus
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
+
+if TYPE_CHECKING:
+    from recalld.daemon.services import WorkspaceServices
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,9 @@ def check_agent_id(agent_id: object) -> str:
     return agent_id
 
 
-class WorkspaceService(Protocol):
-    """A per-workspace service: runs until cancelled; calls ``task_status.started()``
-    once it can serve. Use :meth:`Workspace.attach` to make itself reachable by methods,
-    and :meth:`Workspace.add_status` to contribute to ``daemon.status``."""
-
-    def __call__(
-        self, workspace: Workspace, *, task_status: trio.TaskStatus[Any] = ...
-    ) -> Awaitable[None]: ...
-
-
+#: Builds a workspace's services and starts them in ``nursery`` (in order, each with
+#: ``nursery.start``); returns once every one of them can serve.
+WorkspaceStarter = Callable[["Workspace", trio.Nursery], Awaitable[None]]
 StatusProvider = Callable[[], Mapping[str, Any]]
 
 
@@ -71,19 +67,25 @@ class Workspace:
         self.state: State = "opening"
         self.opened_at = time.time()
         self.error: str | None = None
-        self._services: dict[str, Any] = {}
+        self._services: WorkspaceServices | None = None
         self._status: dict[str, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
 
-    # -- hooks for services ---------------------------------------------------------
-    def attach(self, name: str, service: Any) -> None:
-        """Make a running service object findable by method handlers (``get``)."""
-        self._services[name] = service
+    # -- services -------------------------------------------------------------------
+    @property
+    def services(self) -> WorkspaceServices:
+        """This workspace's services (UnknownWorkspace before they are built)."""
+        if self._services is None:
+            raise UnknownWorkspace(f"workspace {self.agent_id!r} has no services yet "
+                                   f"({self.state})")
+        return self._services
 
-    def get(self, name: str) -> Any:
-        """The service attached as ``name`` (KeyError if no service attached it)."""
-        return self._services[name]
+    def provide(self, services: WorkspaceServices) -> None:
+        """Install the service record built for this workspace (once, before starting)."""
+        if self._services is not None:
+            raise RuntimeError(f"workspace {self.agent_id!r} already has its services")
+        self._services = services
 
     def add_status(self, name: str, provider: StatusProvider) -> None:
         """``provider()`` is merged into :meth:`status` under key ``name``."""
@@ -135,12 +137,12 @@ class Workspace:
 
     async def run(
         self,
-        services: list[tuple[str, WorkspaceService]],
+        start: WorkspaceStarter,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Create the directories, lock the workspace, start every service, serve until
-        cancelled."""
+        """Create the directories, lock the workspace, start its services with ``start``,
+        serve until cancelled."""
         # One daemon per workspace directory: a second one (another data dir, or the same
         # path opened under two agent ids) would write the same derived state.
         lock = FileLock(self.root / self.settings.metadata_dir / LOCK_NAME,
@@ -158,9 +160,7 @@ class Workspace:
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
-                    for name, service in services:
-                        log.debug("starting %s for workspace %s", name, self.agent_id)
-                        await nursery.start(service, self)
+                    await start(self, nursery)
                     self.state = "ready"
                     task_status.started()
                     await trio.sleep_forever()
@@ -182,19 +182,14 @@ class Workspace:
 class WorkspaceRegistry:
     """Opens, lists and closes workspaces; a service that runs in the supervisor."""
 
-    def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus) -> None:
+    def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus,
+                 start: WorkspaceStarter) -> None:
         self._get_config = get_config
         self._events = events
+        self._start = start
         self._workspaces: dict[str, Workspace] = {}
         self._locks: dict[str, trio.Lock] = {}
-        self._services: list[tuple[str, WorkspaceService]] = []
         self._nursery: trio.Nursery | None = None
-
-    def add_service(self, name: str, service: WorkspaceService) -> None:
-        """Register a service started in every workspace opened from now on."""
-        if any(n == name for n, _ in self._services):
-            raise ValueError(f"workspace service {name!r} is already registered")
-        self._services.append((name, service))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the workspaces until cancelled; cancellation closes all of them."""
@@ -216,6 +211,10 @@ class WorkspaceRegistry:
         if ws.state != "ready":
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
         return ws
+
+    def exists(self, agent_id: str) -> bool:
+        """True if ``agent_id`` has a workspace here, in any state."""
+        return agent_id in self._workspaces
 
     def list(self) -> list[Workspace]:
         return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
@@ -283,7 +282,7 @@ class WorkspaceRegistry:
             started = True
 
         try:
-            await ws.run(list(self._services), task_status=_Relay(task_status, mark_started))
+            await ws.run(self._start, task_status=_Relay(task_status, mark_started))
         except Exception as exc:
             ws.state = "failed"
             ws.error = _describe(exc)

@@ -2,14 +2,16 @@
 
 Exit status: 0 success, 1 an error answered by the daemon (one line ``recalld: <message>
 (code N)``), 2 bad usage, 3 the daemon is not running (one line saying how to start it).
-Nothing here prints a traceback. ``serve``, ``install-service`` and ``uninstall-service``
-import the daemon lazily, so every other command stays light.
+Nothing here prints a traceback. Nothing here imports the daemon: ``serve`` replaces this
+process with ``python -m recalld.daemon.main`` (same pid, as systemd's NotifyAccess=main
+wants), so every other command stays light.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -18,7 +20,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_memory, cli_ops, errors
+from recalld.ipc import cli_memory, cli_ops, errors, install
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -162,9 +164,10 @@ def _serve_index(args: list[str]) -> int | None:
 
 
 def _serve(argv: list[str]) -> int:
-    # Imported only here so that client commands never load the daemon.
-    daemon_main = importlib.import_module("recalld.daemon.main")
-    return int(daemon_main.main(argv))
+    """Become the daemon (``execv`` returns only if it fails)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "recalld.daemon.main", *argv])  # noqa: S606
 
 
 def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
@@ -311,7 +314,6 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 
 
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    install = importlib.import_module("recalld.daemon.install")  # lazily, as for serve
     if command == "install-service":
         written = install.install_service(write_only=ns.write_only)
         if as_json:

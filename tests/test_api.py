@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from recalld.daemon.api import CORE, CallContext, DaemonState, Methods, Params, build_methods
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import DROPPED_TOPIC, EventBus, check_topic_pattern
+from recalld.daemon.rpc.daemon_methods import METHODS as CORE
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, Methods, Params
+from recalld.daemon.rpc.methods import build_methods
+from recalld.daemon.services import build_daemon_services
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request
@@ -51,9 +54,7 @@ def test_params_checks_types_and_unknown_fields() -> None:
 def _state(tmp_path: Path, methods: Methods) -> DaemonState:
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
                        config_path=tmp_path / "c.toml")
-    bus = EventBus()
-    return DaemonState(config=cfg, registry=WorkspaceRegistry(lambda: cfg, bus), events=bus,
-                       methods=methods)
+    return DaemonState(services=build_daemon_services(cfg), methods=methods)
 
 
 class NoPeer:
@@ -101,12 +102,11 @@ async def test_workspace_services_start_report_and_stop(tmp_path: Path) -> None:
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
                        config_path=tmp_path / "c.toml")
     bus = EventBus()
-    registry = WorkspaceRegistry(lambda: cfg, bus)
     events: list[str] = []
 
     async def indexer(ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
-        ws.attach("index", {"docs": 0})
-        ws.add_status("index", lambda: {"docs": ws.get("index")["docs"]})
+        docs = {"docs": 0}
+        ws.add_status("index", lambda: dict(docs))
         events.append(f"start {ws.agent_id}")
         task_status.started()
         try:
@@ -114,9 +114,10 @@ async def test_workspace_services_start_report_and_stop(tmp_path: Path) -> None:
         finally:
             events.append(f"stop {ws.agent_id}")
 
-    registry.add_service("index", indexer)
-    with pytest.raises(ValueError, match="already registered"):
-        registry.add_service("index", indexer)
+    async def start(ws: Workspace, nursery: trio.Nursery) -> None:
+        await nursery.start(indexer, ws)
+
+    registry = WorkspaceRegistry(lambda: cfg, bus, start)
     sub = bus.subscribe(["workspace.*"])
     async with trio.open_nursery() as nursery:
         await nursery.start(registry.run)
@@ -146,7 +147,6 @@ async def test_workspace_services_start_report_and_stop(tmp_path: Path) -> None:
 async def test_failing_services_mark_the_workspace_failed(tmp_path: Path) -> None:
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "data",
                        config_path=tmp_path / "c.toml")
-    registry = WorkspaceRegistry(lambda: cfg, EventBus())
     crash_now = trio.Event()
 
     async def fragile(ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
@@ -156,7 +156,10 @@ async def test_failing_services_mark_the_workspace_failed(tmp_path: Path) -> Non
         await crash_now.wait()
         raise RuntimeError("lost the disk")
 
-    registry.add_service("fragile", fragile)
+    async def start(ws: Workspace, nursery: trio.Nursery) -> None:
+        await nursery.start(fragile, ws)
+
+    registry = WorkspaceRegistry(lambda: cfg, EventBus(), start)
     async with trio.open_nursery() as nursery:
         await nursery.start(registry.run)
         with pytest.raises(errors.RecalldError, match=r"failed to open.*cannot load index"):

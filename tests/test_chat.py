@@ -9,6 +9,7 @@ import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
 from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.errors import wire_error
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import (
     NO_CHAT_MODEL,
@@ -150,7 +151,7 @@ async def test_no_chat_model_configured(bridge: ProviderBridge) -> None:
         assert not c.enabled
         with pytest.raises(ProviderConfigError, match=NO_CHAT_MODEL) as info:
             await c.complete([{"role": "user", "content": "x"}])
-        wire = info.value.to_wire()
+        wire = wire_error(info.value)
         assert isinstance(wire, ProviderUnavailable)
         assert wire.code == PROVIDER_UNAVAILABLE
         assert wire.message == NO_CHAT_MODEL

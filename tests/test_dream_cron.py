@@ -20,13 +20,8 @@ from test_scheduler import inline
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.jobs import JobContext, JobManager
-from recalld.daemon.memory.consolidation_methods import (
-    DREAM_KIND,
-    Consolidation,
-    install_consolidation,
-)
+from recalld.daemon.memory.consolidation import DREAM_KIND, Consolidation
 from recalld.daemon.scheduler import CronScheduler, FakeWallClock
-from recalld.daemon.supervisor import Supervisor
 from recalld.daemon.workspaces import Workspace
 
 
@@ -35,15 +30,18 @@ class Harness:
         cfg = DaemonConfig(socket_path=tmp_path / "s.sock", data_dir=tmp_path / "data",
                            config_path=tmp_path / "config.toml")
         self.wall = wall
-        self.supervisor = Supervisor(cfg)
         self.jobs = JobManager(agent_exists=lambda agent: True)
         self.scheduler = CronScheduler(self.jobs.submit, state_path=cfg.state_dir
                                        / "scheduler.json", wall=wall,
                                        rng=random.Random(seed), run_sync=inline)
-        self.consolidation: Consolidation = install_consolidation(
-            self.supervisor, self.jobs, self.scheduler)
+        self.consolidation = Consolidation(self.jobs, self.scheduler, self.no_workspace)
+        self.consolidation.register_jobs()
         self.ran: list[tuple[str, dict[str, Any], datetime]] = []
         self.jobs.register(DREAM_KIND, self.record, exclusive=True)
+
+    @staticmethod
+    def no_workspace(agent_id: str) -> Workspace:
+        raise AssertionError(f"the recorded dream handler needs no workspace ({agent_id})")
 
     async def record(self, job: JobContext) -> dict[str, Any]:
         self.ran.append((job.agent_id, dict(job.params), self.wall.now()))

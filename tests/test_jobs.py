@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from recalld.daemon import jobs
 from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager, JobsConfig
+from recalld.daemon.rpc import job_methods
 from recalld.ipc.errors import (
     JOB_FAILED,
     AlreadyRunning,
@@ -304,30 +304,30 @@ async def test_rpc_handlers_validate(autojump_clock: object) -> None:
     manager = JobManager(agent_exists=lambda a: a in {"default", "alice"})
     manager.register("quick", quick)
     async with running(manager):
-        out = await jobs.rpc_submit(manager, {"agent_id": "alice", "kind": "quick",
+        out = await job_methods.rpc_submit(manager, {"agent_id": "alice", "kind": "quick",
                                               "params": {"n": 3}})
         job = await wait_state(manager, "alice", out["job_id"], "succeeded")
         assert job["result"] == {"n": 3}
-        got = await jobs.rpc_get(manager, {"agent_id": "alice", "job_id": out["job_id"]})
+        got = await job_methods.rpc_get(manager, {"agent_id": "alice", "job_id": out["job_id"]})
         assert got["state"] == "succeeded"
-        listed = await jobs.rpc_list(manager, {})
+        listed = await job_methods.rpc_list(manager, {})
         assert [j["job_id"] for j in listed["jobs"]] == [out["job_id"]]
-        assert (await jobs.rpc_list(manager, {"agent_id": "default"}))["jobs"] == []
-        default = await jobs.rpc_submit(manager, {"kind": "quick"})
+        assert (await job_methods.rpc_list(manager, {"agent_id": "default"}))["jobs"] == []
+        default = await job_methods.rpc_submit(manager, {"kind": "quick"})
         assert manager.get("default", default["job_id"])["agent_id"] == "default"
 
         bad: list[tuple[Callable[..., Any], Any, type[Exception]]] = [
-            (jobs.rpc_submit, ["alice", "quick"], InvalidParams),
-            (jobs.rpc_submit, {"agent_id": "alice"}, InvalidParams),
-            (jobs.rpc_submit, {"agent_id": "alice", "kind": "nope"}, InvalidParams),
-            (jobs.rpc_submit, {"agent_id": "alice", "kind": "quick", "params": [1]},
+            (job_methods.rpc_submit, ["alice", "quick"], InvalidParams),
+            (job_methods.rpc_submit, {"agent_id": "alice"}, InvalidParams),
+            (job_methods.rpc_submit, {"agent_id": "alice", "kind": "nope"}, InvalidParams),
+            (job_methods.rpc_submit, {"agent_id": "alice", "kind": "quick", "params": [1]},
              InvalidParams),
-            (jobs.rpc_submit, {"agent_id": "mallory", "kind": "quick"}, UnknownWorkspace),
-            (jobs.rpc_get, {"agent_id": "alice", "job_id": "missing"}, NotFound),
-            (jobs.rpc_get, {"agent_id": "alice"}, InvalidParams),
-            (jobs.rpc_get, {"agent_id": "mallory", "job_id": "x"}, UnknownWorkspace),
-            (jobs.rpc_cancel, {"agent_id": "alice", "job_id": 7}, InvalidParams),
-            (jobs.rpc_list, {"agent_id": "mallory"}, UnknownWorkspace),
+            (job_methods.rpc_submit, {"agent_id": "mallory", "kind": "quick"}, UnknownWorkspace),
+            (job_methods.rpc_get, {"agent_id": "alice", "job_id": "missing"}, NotFound),
+            (job_methods.rpc_get, {"agent_id": "alice"}, InvalidParams),
+            (job_methods.rpc_get, {"agent_id": "mallory", "job_id": "x"}, UnknownWorkspace),
+            (job_methods.rpc_cancel, {"agent_id": "alice", "job_id": 7}, InvalidParams),
+            (job_methods.rpc_list, {"agent_id": "mallory"}, UnknownWorkspace),
         ]
         for fn, params, error in bad:
             with pytest.raises(error):

@@ -226,7 +226,6 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=source,
                             config=watcher_config, limiter=cpu)
-    ws.attach("index", index)
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         health = Health(ws, index, cpu)
@@ -242,7 +241,7 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         assert status["state"] == "pending"
         assert status["unindexed_paths"] == ["memory/2026-07-01/missed.md"]
         assert status["files_on_disk"] == 2 and status["files_indexed"] == 1
-        report = await verify(ws, cpu)
+        report = await verify(ws, index, cpu)
         assert report["ok"] is False
         assert report["not_indexed"] == {"count": 1, "paths": ["memory/2026-07-01/missed.md"]}
 
@@ -251,7 +250,7 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         st = seen.stat()
         seen.write_text("# Seen\n\nINDEXED AT START\n")
         os.utime(seen, ns=(st.st_atime_ns, st.st_mtime_ns))
-        report = await verify(ws, cpu)
+        report = await verify(ws, index, cpu)
         assert report["content_differs"]["paths"] == ["memory/2026-07-01/seen.md"]
 
         await index.watcher.reconcile("test")  # what the periodic rescan does

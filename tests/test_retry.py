@@ -244,6 +244,7 @@ async def test_cancellation_releases_the_probe(autojump_clock: object) -> None:
 
 
 def test_error_family_maps_to_the_wire() -> None:
+    from recalld.daemon.errors import wire_error
     from recalld.daemon.providers.errors import (
         DimensionMismatch,
         ProviderPermanent,
@@ -260,11 +261,11 @@ def test_error_family_maps_to_the_wire() -> None:
         assert isinstance(exc, ProviderPermanent)
         assert not exc.transient
     err = status(429, retry_after=3.0)
-    assert isinstance(err, ProviderUnavailable)
-    assert err.code == PROVIDER_UNAVAILABLE
-    assert err.to_error() == {"code": PROVIDER_UNAVAILABLE, "message": "HTTP 429",
-                              "data": {"transient": True, "status": 429}}
-    wire = err.to_wire()
+    assert not isinstance(err, ProviderUnavailable)  # a domain error; mapped at the boundary
+    wire = wire_error(err)
     assert type(wire) is ProviderUnavailable
+    assert wire.code == PROVIDER_UNAVAILABLE
+    assert wire.to_error() == {"code": PROVIDER_UNAVAILABLE, "message": "HTTP 429",
+                               "data": {"transient": True, "status": 429}}
     assert redact("key sk-abcdefghijkl and AIzaSyA1234567890123456789012 x", "x") == (
         "key *** and *** ***")

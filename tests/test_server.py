@@ -20,18 +20,18 @@ import orjson
 import pytest
 import trio
 
-from recalld.daemon.api import DaemonState, Dispatcher, Methods, build_methods
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.events import EventBus
-from recalld.daemon.listener import bind_listener
-from recalld.daemon.server import (
+from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
+from recalld.daemon.rpc.listener import bind_listener
+from recalld.daemon.rpc.methods import build_methods
+from recalld.daemon.rpc.server import (
     EVENT_QUEUE_SIZE,
     PeerCredentials,
     RpcServer,
     peer_allowed,
     peer_credentials,
 )
-from recalld.daemon.workspaces import WorkspaceRegistry
+from recalld.daemon.services import build_daemon_services
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request
 
@@ -415,10 +415,8 @@ class InProcess:
                 ctx.state.events.publish("job.progress", {"i": i})
             return True
 
-        bus = EventBus()
-        self.state = DaemonState(config=self.config,
-                                 registry=WorkspaceRegistry(lambda: self.config, bus),
-                                 events=bus, methods=build_methods([test_methods]))
+        self.state = DaemonState(services=build_daemon_services(self.config),
+                                 methods=build_methods([test_methods]))
         self.dispatch = Dispatcher(self.state)
 
     async def connect(self) -> LineClient:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.daemon import install
+from recalld.ipc import install
 
 ROOT = Path(__file__).resolve().parent.parent
 

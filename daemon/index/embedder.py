@@ -30,7 +30,6 @@ import datetime as dt
 import logging
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -47,7 +46,6 @@ from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
-from recalld.daemon.workspaces import Workspace, WorkspaceService
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
@@ -397,25 +395,4 @@ class VectorWorker:
         }
 
 
-def vector_service(
-    spaces: VectorSpaces, backfill: BackfillConfig | None = None,
-    *, on_worker: Callable[[VectorWorker], None] | None = None,
-) -> WorkspaceService:
-    """A workspace service running the vector backfill (after the index service)."""
-
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        index: WorkspaceIndex = workspace.get("index")
-        worker = VectorWorker(index, spaces, workspace.settings.embedding_model_config,
-                              backfill=backfill)
-        workspace.attach("vectors", worker)
-        workspace.add_status("vectors", worker.status)
-        if on_worker is not None:
-            on_worker(worker)
-        await worker.run(task_status=task_status)
-
-    return run
-
-
-__all__ = ["BackfillConfig", "VectorWorker", "vector_service"]
+__all__ = ["BackfillConfig", "VectorWorker"]

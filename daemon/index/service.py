@@ -106,7 +106,7 @@ class WorkspaceIndex:
         config: DaemonConfig,
         *,
         cpu: trio.CapacityLimiter,
-        publish: Callable[[str, dict[str, Any]], None] | None = None,
+        publish: Callable[[str, dict[str, Any]], object] | None = None,
         watcher_config: WatcherConfig | None = None,
         pool: PreparePool | None = None,
     ) -> None:
@@ -449,6 +449,19 @@ class WorkspaceIndex:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self.ws.agent_id, number, exc)
 
+    async def compact(self) -> None:
+        """Merge the keyword index's segments now, then commit a generation.
+
+        The merge runs in a worker thread under the index lock (searches see the index
+        before or after it, never half of it); the commit follows even with no edit
+        pending. Cancelled during the merge, the thread still finishes it and the next
+        commit of the persist loop saves it.
+        """
+        async with self._lock:
+            await trio.to_thread.run_sync(self.state.bm25.compact)
+        self._changes += 1  # a commit with no edits would be skipped otherwise
+        await self._commit()
+
     # -- queries ---------------------------------------------------------------------
 
     async def sync(self) -> None:
@@ -541,6 +554,8 @@ class WorkspaceIndex:
     # -- status ----------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """This index's part of ``daemon.status``: counts, pending and uncommitted
+        changes, the last commit, load and persist problems, the watcher's state."""
         watcher = self.watcher.status()
         pending = watcher.get("pending", 0)
         report = self.load_report

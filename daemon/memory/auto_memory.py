@@ -45,10 +45,9 @@ from recalld.daemon.memory.fileops import (
     read_confined,
     write_confined,
 )
-from recalld.daemon.memory.inbox import inbox_of
-from recalld.daemon.memory.llm import chat_client_for, run_tools
+from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact
-from recalld.daemon.memory.sessions import check_session_id, store_of
+from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, JobFailed, NotAllowed, UnknownWorkspace
 
@@ -221,7 +220,6 @@ async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: s
 
 
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
-                    services: Mapping[str, Any],
                     today: Callable[[], dt.date] = dt.date.today) -> Callable[[JobContext], Any]:
     """The job handler (register it with ``resumable=True``)."""
 
@@ -230,7 +228,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)
         ws = await _wait_workspace(get_workspace, job.agent_id)
-        store = store_of(ws)
+        store = ws.services.sessions
         async with store.job_lock(session_id):
             upto = params.get("upto")
             if not isinstance(upto, int) or isinstance(upto, bool):
@@ -241,7 +239,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}
             job.set_progress(0, 4, f"{len(turns)} turns")
-            chat = chat_client_for(ws, services)
+            chat = ws.services.chat.client()
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)
             note_path = await ops.session_note(session_id, date)
@@ -266,7 +264,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             item = None
             if notes:
                 summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
-                item = await inbox_of(ws).push(
+                item = await ws.services.inbox.push(
                     "auto_memory", summary, changed, job_id=job.job_id,
                     details={"session_id": session_id, "date": date, "note": note})
             job.set_progress(4, 4, "done")

@@ -44,7 +44,7 @@ from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, ensure_dir
 from recalld.daemon.store.records import read_records, write_records
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import JobFailed, RecalldError
+from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +225,8 @@ class _Run:
         if not isinstance(query, str) or not query.strip():
             return "error: query must be a non-empty string"
         try:
-            index = self.ws.get("index")
-        except KeyError:
+            index = self.ws.services.index
+        except UnknownWorkspace:
             return "error: the index is not available"
         answer = await search(
             index, query, max_results=self.config.node_search_results, min_score=None,
@@ -376,10 +376,14 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
     with trio.move_on_after(INBOX_WAIT_S):
         while inbox is None:
             try:
-                inbox = ws.get("inbox")
-            except KeyError:
-                if ws.state != "opening":
-                    break
+                candidate = ws.services.inbox
+            except UnknownWorkspace:
+                candidate = None
+            if candidate is not None and candidate.is_open:
+                inbox = candidate
+            elif ws.state != "opening":
+                break
+            else:
                 await trio.sleep(0.05)
     if inbox is None:
         log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
@@ -403,9 +407,10 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> dict[str, Any]:
                 digest_dir=settings.digest_dir, force=force,
                 now=datetime.now(UTC).isoformat()))
     try:
-        await ws.get("index").sync()
-    except KeyError:
-        pass
+        index = ws.services.index
+    except UnknownWorkspace:
+        return result
+    await index.sync()
     return result
 
 

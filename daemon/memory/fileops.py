@@ -503,18 +503,10 @@ def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
 
     ``policy`` defaults to :meth:`WritePolicy.for_model`.
     """
-    try:
-        lock: trio.Lock = ws.get("fileops.lock")
-    except KeyError:
-        lock = trio.Lock()
-        ws.attach("fileops.lock", lock)
-    try:
-        index = ws.get("index")
-    except KeyError:
-        index = None
+    services = ws.services
     return FileOps(
         root=ws.root, settings=ws.settings,
         policy=policy if policy is not None else WritePolicy.for_model(ws.settings),
-        lock=lock, sync=index.sync if index is not None else None,
+        lock=services.write_lock, sync=services.index.sync,
         session_id=session_id, today=today,
     )

@@ -13,8 +13,8 @@ sort in push order. Jobs call :meth:`Inbox.push` only when they changed memory (
 ``inbox.item`` with payload ``{agent_id, item}`` when the workspace's
 ``inbox_push_enabled`` is set.
 
-:func:`inbox_service` runs it as a workspace service (attached as ``"inbox"``; find it
-with :func:`inbox_of`): it opens the log, serves until cancelled, then closes the log.
+As a workspace service (``WorkspaceServices.inbox``) :meth:`Inbox.run` opens the log,
+serves until cancelled, then closes the log.
 Writes are shielded under a deadline, so an item whose files were written is recorded
 even if its job is cancelled right then.
 """
@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from recalld.daemon.store.applog import AppendLog
-from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,11 @@ class Inbox:
                 await self._append([{"op": "ack", "ids": new, "time": self._wall()}])
         return {"acked": known, "unknown": unknown}
 
+    @property
+    def is_open(self) -> bool:
+        """True while the log is open: from the start of :meth:`run` until it stops."""
+        return self._open
+
     def status(self) -> dict[str, Any]:
         unacked = sum(1 for i in self._items.values() if not i.get("acked"))
         return {"items": len(self._items), "unacked": unacked}
@@ -230,27 +235,3 @@ def _parse_time(text: str) -> float:
     if when.tzinfo is None:
         when = when.astimezone()  # a naive time is local, as a person would write it
     return when.timestamp()
-
-
-def inbox_of(ws: Workspace) -> Inbox:
-    """The open inbox of a workspace (UnknownWorkspace if its service is not running)."""
-    try:
-        inbox: Inbox = ws.get("inbox")
-    except KeyError:
-        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no inbox yet") from None
-    return inbox
-
-
-def inbox_service(publish: Publish | None) -> WorkspaceService:
-    """A workspace service running the workspace's :class:`Inbox` (attached as "inbox")."""
-
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        inbox = Inbox(inbox_path(workspace), workspace.agent_id, publish=publish,
-                      push_enabled=lambda: workspace.settings.inbox_push_enabled)
-        workspace.attach("inbox", inbox)
-        workspace.add_status("inbox", inbox.status)
-        await inbox.run(task_status=task_status)
-
-    return run

@@ -3,7 +3,7 @@
 Owns no task. :func:`run_tools` sends the conversation, runs the tool calls the model asks
 for through a dispatcher (whose errors go back to the model as text), and repeats until the
 model answers without tool calls, ``max_steps`` answers were spent, or ``deadline_s``
-passed. :func:`chat_client_for` builds (and caches per workspace and configuration) the
+passed. :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge.
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import trio
 
 from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
 from recalld.daemon.providers.errors import ProviderConfigError
 from recalld.daemon.workspaces import Workspace
@@ -107,21 +108,31 @@ async def run_tools(
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
 
 
-def chat_client_for(ws: Workspace, services: Mapping[str, Any]) -> ChatClient:
-    """The workspace's chat client (cached on the workspace while its config is the same).
+class ChatClients:
+    """One workspace's chat client: made on first use from the workspace's
+    ``chat_model_config`` and the daemon's provider bridge, made again when that
+    configuration changes. Its status joins the workspace's as ``chat``."""
 
-    Raises ProviderConfigError("no chat model configured") when the workspace has no
-    ``chat_model_config.model_name``.
-    """
-    config: ChatModelConfig | None = ws.settings.chat_model_config
-    if config is None or not config.model_name:
-        raise ProviderConfigError(NO_CHAT_MODEL)
-    try:
-        cached_config, client = ws.get("chat")
-    except KeyError:
-        cached_config, client = None, None
-    if client is None or cached_config != config:
-        client = ChatClient(config, services.get("providers"))
-        ws.attach("chat", (config, client))
-        ws.add_status("chat", client.status)
-    return cast(ChatClient, client)
+    def __init__(self, ws: Workspace, bridge: ProviderBridge) -> None:
+        self._ws = ws
+        self._bridge = bridge
+        self._config: ChatModelConfig | None = None
+        self._client: ChatClient | None = None
+
+    def client(self) -> ChatClient:
+        """The client; ProviderConfigError("no chat model configured") without a model."""
+        config = self._ws.settings.chat_model_config
+        if config is None or not config.model_name:
+            raise ProviderConfigError(NO_CHAT_MODEL)
+        if self._client is None or self._config != config:
+            self._client = ChatClient(config, self._bridge)
+            self._config = config
+            self._ws.add_status("chat", self._client.status)
+        return self._client
+
+    def client_or_none(self) -> ChatClient | None:
+        """The client, or None when the workspace has no (usable) chat model."""
+        try:
+            return self.client()
+        except ProviderConfigError:
+            return None

@@ -12,7 +12,7 @@ marks them done with :meth:`SessionStore.commit`. Pending turns survive restarts
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
 
-:func:`sessions_service` runs a store per workspace (attached as ``"sessions"``): open,
+Each open workspace runs a store (``WorkspaceServices.sessions``): open,
 serve until cancelled, close. Log writes are shielded under a deadline.
 """
 
@@ -29,7 +29,6 @@ import trio
 
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.store.applog import AppendLog
-from recalld.daemon.workspaces import Workspace, WorkspaceService
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
@@ -351,26 +350,3 @@ class SessionStore:
 
     def status(self) -> dict[str, Any]:
         return {"sessions": len(self._sessions), "pending_messages": self._pending_count()}
-
-
-def store_of(ws: Workspace) -> SessionStore:
-    try:
-        store: SessionStore = ws.get("sessions")
-    except KeyError:
-        raise UnknownWorkspace(f"workspace {ws.agent_id!r} has no session store yet") from None
-    return store
-
-
-def sessions_service() -> WorkspaceService:
-    """A workspace service running the workspace's :class:`SessionStore`."""
-
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        path = workspace.root / workspace.settings.metadata_dir / "sessions" / "pending.jsonl"
-        store = SessionStore(path, workspace.agent_id)
-        workspace.attach("sessions", store)
-        workspace.add_status("sessions", store.status)
-        await store.run(task_status=task_status)
-
-    return run

@@ -5,8 +5,8 @@ circuit breaker.
 :class:`ChatClient` starts no task. ``complete`` sends one ``POST {base_url}/chat/completions``
 (retried per the policy) and returns a :class:`ChatResult`; every malformed answer becomes a
 :class:`ProviderBadResponse` with a clear message, never a crash. With no model configured,
-calls raise ``ProviderConfigError("no chat model configured")``; ``to_wire()`` turns it into
-the RPC's ProviderUnavailable. The API key comes from the config, else RECALLD_CHAT_API_KEY,
+calls raise ``ProviderConfigError("no chat model configured")``, which a client sees as
+ProviderUnavailable. The API key comes from the config, else RECALLD_CHAT_API_KEY,
 else OPENAI_API_KEY; it never appears in logs, reprs or status.
 """
 

@@ -7,9 +7,9 @@
   records the failure and does not spin on it.
 
 Library exceptions (aiohttp, OSError, asyncio timeouts) are translated into these once, in the
-bridge; nothing above the bridge sees a foreign exception. The root subclasses the wire's
-``ProviderUnavailable``, so every provider error maps to that JSON-RPC code (``to_wire()``
-gives the plain wire object).
+bridge; nothing above the bridge sees a foreign exception. The family knows nothing of the
+wire: ``recalld.daemon.errors`` maps every provider error to ``ProviderUnavailable`` where
+it reaches a client.
 Messages never contain API keys: bodies quoted from a provider are cut short and redacted.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from recalld.ipc.errors import ProviderUnavailable
+from recalld.ipc.errors import RecalldError
 
 _SECRETISH = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|(?:bearer|api[_-]?key)[\"'=:\s]+\S+)"
@@ -39,12 +39,9 @@ def snippet(body: bytes, limit: int = 200) -> str:
     return redact(text) + ("..." if len(body) > limit else "")
 
 
-class ProviderError(ProviderUnavailable):
-    """Root of every error from an outbound provider call.
-
-    A kind of the wire's ProviderUnavailable, so one that reaches the RPC layer unhandled
-    still maps to the right JSON-RPC code.
-    """
+class ProviderError(RecalldError):
+    """Root of every error from an outbound provider call (the wire sees
+    ``ProviderUnavailable``)."""
 
     transient: ClassVar[bool] = False
 
@@ -63,10 +60,6 @@ class ProviderError(ProviderUnavailable):
         self.status = status
         #: The provider's Retry-After (seconds, uncapped), when it sent one.
         self.retry_after_s = retry_after_s
-
-    def to_wire(self) -> ProviderUnavailable:
-        """The plain wire error a client sees for this failure."""
-        return ProviderUnavailable(self.message, self.data)
 
 
 class ProviderTransient(ProviderError):

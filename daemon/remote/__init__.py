@@ -1,6 +1,7 @@
 """Shared workspaces: a workspace replicated through PostgreSQL.
 
-Nothing here is imported unless a workspace's settings name a ``remote``: the daemon
-only registers :func:`recalld.daemon.remote.hook.remote_service`, which loads the driver
-and :mod:`recalld.daemon.remote.replica` on first use.
+Nothing that needs the driver is imported unless a workspace's settings name a
+``remote``: the daemon's workspace records hold a
+:class:`recalld.daemon.remote.hook.RemoteService`, which loads
+:mod:`recalld.daemon.remote.replica` (and psycopg) only for such a workspace.
 """

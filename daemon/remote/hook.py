@@ -1,40 +1,69 @@
-"""The one place the daemon reaches shared workspaces: a per-workspace service.
+"""The one place the daemon reaches shared workspaces: the workspace's ``remote`` service.
 
-:func:`remote_service` returns a workspace service that does nothing for a local
-workspace (it reports started and returns) and runs the replica
-(:mod:`recalld.daemon.remote.replica`, which imports the PostgreSQL driver) for a
-workspace whose settings name a ``remote``. The import happens there, so a daemon with
-only local workspaces never loads psycopg. :func:`one_host_at_a_time` wraps the jobs
-that must run on one host of a shared workspace at a time; :func:`embed_passages` is
-where the vector backfill asks for embeddings, once per text for all hosts.
+:class:`RemoteService` is a field of every workspace's service record. For a local
+workspace its ``run`` reports started and returns; for a workspace whose settings name a
+``remote`` it runs the replica (:mod:`recalld.daemon.remote.replica`, which imports the
+PostgreSQL driver). The import happens there, so a daemon with only local workspaces
+never loads psycopg.
+
+Two helpers let feature code use the replica without knowing it:
+:func:`one_host_at_a_time` wraps the jobs that must run on one host of a shared
+workspace at a time, :func:`embed_passages` is where the vector backfill asks for
+embeddings, once per text for all hosts.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from recalld.daemon.workspaces import Workspace, WorkspaceService
+from recalld.daemon.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from recalld.daemon.remote.replica import Replica
 
 # How long a shared workspace's first embeddings wait for its replica to be running.
 REPLICA_START_WAIT_S = 10.0
 
 
-def remote_service() -> WorkspaceService:
-    async def run(
-        workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        if workspace.settings.remote is None:
+class RemoteService:
+    """The replica of a shared workspace, or nothing for a local one."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self.replica: Replica | None = None
+        self._started = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Run the replica until cancelled (a local workspace: return at once)."""
+        cfg = self._ws.settings.remote
+        if cfg is None:
+            self._started.set()
             task_status.started()
             return
-        from recalld.daemon.remote.replica import run_replica
+        from recalld.daemon.remote.replica import Replica
 
-        await run_replica(workspace, task_status=task_status)
+        replica = Replica(self._ws, cfg)
+        self.replica = replica
+        self._ws.add_status("remote", replica.status)
+        self._started.set()
+        await replica.run(task_status=task_status)
 
-    return run
+    async def wait_replica(self, timeout_s: float) -> Replica | None:
+        """The running replica (None for a local workspace, or if it did not start in
+        time)."""
+        with trio.move_on_after(timeout_s):
+            await self._started.wait()
+        return self.replica
+
+
+def _service(workspace: Workspace) -> RemoteService:
+    remote: RemoteService = workspace.services.remote
+    return remote
 
 
 @asynccontextmanager
@@ -42,10 +71,12 @@ async def one_host_at_a_time(workspace: Workspace, kind: str) -> AsyncIterator[N
     """Around a job whose work must be done once for a shared workspace (auto_dream,
     auto_resource): nothing for a local workspace; for a shared one, the replica's
     advisory lock (AlreadyRunning when another host runs it)."""
-    if workspace.settings.remote is None:
+    replica = None
+    if workspace.settings.remote is not None:
+        replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
+    if replica is None:
         yield
         return
-    replica = workspace.get("remote")
     async with replica.job_lock(kind):
         yield
 
@@ -59,15 +90,10 @@ async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str]
     so each text is embedded by one host for all of them (see
     :mod:`recalld.daemon.remote.embeddings`).
     """
-    if workspace.settings.remote is None:
-        return list(await embed(list(texts)))
-    replica: Any = None
-    with trio.move_on_after(REPLICA_START_WAIT_S):
-        while replica is None:
-            try:
-                replica = workspace.get("remote")
-            except KeyError:
-                await trio.sleep(0.05)  # the replica starts after the vector service
+    replica = None
+    if workspace.settings.remote is not None:
+        # The replica starts after the vector service.
+        replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
     if replica is None:
         return list(await embed(list(texts)))
     result: list[Any] = await replica.shared_embed(space, hashes, texts, embed)

@@ -400,9 +400,7 @@ class Replica:
         log.warning("shared workspace %s: %s was changed on another host first; this "
                     "host's version is kept as %s", self._cfg.name, path, copy)
         try:
-            from recalld.daemon.memory.inbox import inbox_of
-
-            inbox = inbox_of(self._ws)
+            inbox = self._ws.services.inbox
             if replayed and any(i.get("details", {}).get("conflict_copy") == copy
                                 for i in inbox.list(include_acked=True)):
                 return  # reported before a crash interrupted the bookkeeping
@@ -597,13 +595,3 @@ def _secrets(cfg: RemoteConfig) -> list[str]:
     if password:
         out.append(str(password))
     return out
-
-
-async def run_replica(ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
-    """The workspace service: the replica of ``ws`` (its settings name a remote)."""
-    cfg = ws.settings.remote
-    assert cfg is not None
-    replica = Replica(ws, cfg)
-    ws.attach("remote", replica)
-    ws.add_status("remote", replica.status)
-    await replica.run(task_status=task_status)

@@ -2,9 +2,10 @@
 
 OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
 translated here, once, at the storage boundary; callers above only see ``StorageError``
-subclasses. They map to JSON-RPC ``InternalError`` when they reach the wire, but callers
-normally handle them: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
-"report it in status and retry with backoff".
+subclasses. The family knows nothing of the wire: ``recalld.daemon.errors`` maps it to
+JSON-RPC ``InternalError`` where it reaches a client, but callers normally handle it:
+``CorruptState`` means "rebuild this file", ``DiskFull`` means "report it in status and
+retry with backoff".
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import errno as errno_codes
 import os
 
-from recalld.ipc.errors import InternalError
+from recalld.ipc.errors import RecalldError
 
 #: errno values that mean "no space left": a full disk or an exhausted quota.
 _SPACE_ERRNOS = frozenset({errno_codes.ENOSPC, errno_codes.EDQUOT})
 
 
-class StorageError(InternalError):
+class StorageError(RecalldError):
     """Root of the storage family."""
 
     def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:

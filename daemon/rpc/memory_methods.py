@@ -1,27 +1,36 @@
-"""RPC methods of memory capture (``memory.add_turns``, ``inbox.list``, ``inbox.ack``) and
-:func:`install`, which plugs capture into a supervisor: the per-workspace session store
-and inbox services, these methods, and the ``auto_memory`` job kind.
-"""
+"""RPC methods of memory capture: ``memory.add_turns``, ``inbox.list``, ``inbox.ack``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.jobs import JobManager
-from recalld.daemon.memory.auto_memory import auto_memory_job
-from recalld.daemon.memory.inbox import inbox_of, inbox_service
-from recalld.daemon.memory.sessions import (
-    check_messages,
-    check_session_id,
-    sessions_service,
-    store_of,
-)
-from recalld.daemon.supervisor import Supervisor
+from recalld.daemon.memory.sessions import check_messages, check_session_id
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.errors import InvalidParams, NotFound
 
 METHODS = Methods()
 ACTIVE = ("queued", "running")
+
+
+class TurnsAdded(TypedDict):
+    session_id: str
+    added_messages: int
+    pending_turns: int
+    pending_messages: int
+    user_turns_total: int
+    job_id: NotRequired[str]
+
+
+class InboxItems(TypedDict):
+    agent_id: str
+    items: list[JsonObject]
+
+
+class InboxAcked(TypedDict):
+    agent_id: str
+    acked: list[str]
+    unknown: list[str]
 
 
 def _job_active(jobs: JobManager, agent_id: str, job_id: str | None) -> bool:
@@ -34,21 +43,21 @@ def _job_active(jobs: JobManager, agent_id: str, job_id: str | None) -> bool:
 
 
 @METHODS.add("memory.add_turns")
-async def add_turns(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonObject:
     """Store a session's new turns; submit auto_memory every N user turns or on flush."""
     raw_messages = params.get("messages", [])
     p = Params({k: v for k, v in params.items() if k != "messages"})
     agent_id = p.agent_id()
     session_id = check_session_id(p.text("session_id"))
-    flush: bool = p.boolean("flush", False)
-    request_id: str | None = p.text("request_id", None)
+    flush = p.boolean("flush", False)
+    request_id = p.text("request_id", None)
     p.done()
     if request_id is not None and not (0 < len(request_id) <= 200):
         raise InvalidParams("request_id must be 1-200 characters")
     messages = check_messages(raw_messages if raw_messages is not None else [])
     ws = ctx.workspace(agent_id)
-    store = store_of(ws)
-    jobs: JobManager = ctx.state.services["jobs"]
+    store = ws.services.sessions
+    jobs = ctx.services.jobs
     async with store.lock:
         prior = store.answer_for(request_id)
         if prior is not None:
@@ -56,8 +65,8 @@ async def add_turns(ctx: CallContext, params: dict[str, Any]) -> Any:
         before = store.info(session_id)
         added = await store.add(session_id, messages, request_id, answer=None)
 
-        def answer(job_id: str | None) -> dict[str, Any]:
-            out: dict[str, Any] = {
+        def answer(job_id: str | None) -> TurnsAdded:
+            out: TurnsAdded = {
                 "session_id": session_id,
                 "added_messages": max(0, added.pending_messages - before.pending_messages),
                 "pending_turns": added.pending_turns,
@@ -88,32 +97,22 @@ async def add_turns(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 @METHODS.add("inbox.list", positional=("agent_id",))
-async def inbox_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def inbox_list(ctx: CallContext, params: JsonObject) -> InboxItems:
     p = Params(params)
     agent_id = p.agent_id()
-    since: str | None = p.text("since", None)
-    include_acked: bool = p.boolean("include_acked", False)
+    since = p.text("since", None)
+    include_acked = p.boolean("include_acked", False)
     p.done()
-    inbox = inbox_of(ctx.workspace(agent_id))
+    inbox = ctx.workspace(agent_id).services.inbox
     return {"agent_id": agent_id, "items": inbox.list(since, include_acked)}
 
 
 @METHODS.add("inbox.ack")
-async def inbox_ack(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def inbox_ack(ctx: CallContext, params: JsonObject) -> InboxAcked:
     p = Params(params)
     agent_id = p.agent_id()
-    ids: list[str] = p.strings("ids")
+    ids = p.strings("ids")
     p.done()
-    inbox = inbox_of(ctx.workspace(agent_id))
-    return {"agent_id": agent_id, **await inbox.ack(ids)}
-
-
-def install(supervisor: Supervisor) -> None:
-    """Add memory capture to a supervisor that is not running yet."""
-    supervisor.registry.add_service("sessions", sessions_service())
-    supervisor.registry.add_service("inbox", inbox_service(supervisor.events.publish))
-    supervisor.state.methods.include(METHODS)
-    jobs: JobManager = supervisor.state.services["jobs"]
-    jobs.register("auto_memory",
-                  auto_memory_job(supervisor.registry.get, supervisor.state.services),
-                  resumable=True)
+    inbox = ctx.workspace(agent_id).services.inbox
+    acked = await inbox.ack(ids)
+    return {"agent_id": agent_id, "acked": acked["acked"], "unknown": acked["unknown"]}

@@ -15,16 +15,16 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import trio
 
 from recalld.daemon import safepath, sharing
-from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, RecalldError
 
@@ -41,26 +41,42 @@ FRONTMATTER_HEAD_BYTES = 8 * 1024
 MAX_DESCRIPTION_CHARS = 200
 
 
+class FileEntry(TypedDict):
+    path: str
+    size: int
+    mtime: float
+
+
+class FileList(TypedDict):
+    agent_id: str
+    files: list[FileEntry]
+    truncated: bool
+
+
+class IndexEntry(TypedDict):
+    path: str
+    name: str
+    description: str
+    bucket: str
+
+
+class MemoryIndex(TypedDict):
+    agent_id: str
+    entries: list[IndexEntry]
+    total: int
+    truncated: bool
+    rendered: str
+
+
 def _caller(p: Params, agent_id: str) -> str:
-    raw: str = p.text("as_agent", agent_id)
-    return raw
+    return p.text("as_agent", agent_id)
 
 
 # ------------------------------------------------------------------------ memory.add_note
 
 
-def _note_lock(ws: Workspace) -> trio.Lock:
-    # One lock per workspace: appending reads the note and writes it back.
-    try:
-        lock: trio.Lock = ws.get("agents.note_lock")
-    except KeyError:
-        lock = trio.Lock()
-        ws.attach("agents.note_lock", lock)
-    return lock
-
-
 @METHODS.add("memory.add_note")
-async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
     """Append ``content`` to the agent's note of the day for ``session_id``.
 
     The note is ``<daily_dir>/<today>/<name>.md`` owned by that session (another
@@ -69,10 +85,10 @@ async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
     """
     p = Params(params)
     agent_id = p.agent_id()
-    content: str = p.text("content")
+    content = p.text("content")
     session_id = check_session_id(p.text("session_id", DEFAULT_NOTE_SESSION))
-    name: str = p.text("name", DEFAULT_NOTE_NAME)
-    description: str | None = p.text("description", None)
+    name = p.text("name", DEFAULT_NOTE_NAME)
+    description = p.text("description", None)
     p.done()
     text = redact(content).strip()
     if not text:
@@ -84,7 +100,7 @@ async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
     ws = ctx.workspace(agent_id)
     ops = fileops_for(ws, session_id=session_id)
     day = check_date(None, ops.today)
-    async with _note_lock(ws):
+    async with ws.services.note_lock:  # appending reads the note and writes it back
         body = ""
         existing = await _own_note(ws, ops.day_folder(day), slug(name), session_id)
         if existing is not None:
@@ -116,9 +132,9 @@ async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> s
 
 
 def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
-        list[dict[str, Any]], bool]:
+        list[FileEntry], bool]:
     """Markdown files under ``tops`` (relative folders), no symlinks followed."""
-    files: list[dict[str, Any]] = []
+    files: list[FileEntry] = []
     for top in tops:
         base = root / top
         for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
@@ -143,12 +159,12 @@ def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tupl
 
 
 @METHODS.add("memory.list", positional=("agent_id",))
-async def memory_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def memory_list(ctx: CallContext, params: JsonObject) -> FileList:
     """The Markdown files of a workspace (daily notes and digest nodes), by path."""
     p = Params(params)
     agent_id = p.agent_id()
-    prefix: str = p.text("prefix", "")
-    limit: int = p.integer("limit", MAX_LIST_FILES, minimum=1)
+    prefix = p.text("prefix", "")
+    limit = p.integer("limit", MAX_LIST_FILES, minimum=1)
     caller = _caller(p, agent_id)
     p.done()
     if prefix:
@@ -174,16 +190,16 @@ def _head(root: Path, rel: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _one_line(value: Any) -> str:
+def _one_line(value: object) -> str:
     text = " ".join(str(value).split()) if value is not None else ""
     if len(text) > MAX_DESCRIPTION_CHARS:
         text = text[: MAX_DESCRIPTION_CHARS - 1] + "…"
     return text
 
 
-def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[IndexEntry], int]:
     files, _ = _walk_markdown(root, [digest_dir], "", MAX_LIST_FILES)
-    entries: list[dict[str, Any]] = []
+    entries: list[IndexEntry] = []
     for f in files[:limit]:
         rel = f["path"]
         try:
@@ -201,7 +217,7 @@ def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[dict[s
     return entries, len(files)
 
 
-def render_index(entries: list[dict[str, Any]]) -> str:
+def render_index(entries: list[IndexEntry]) -> str:
     """A ``MEMORY.md``-like index: one line per node, grouped by bucket."""
     lines: list[str] = []
     bucket: str | None = None
@@ -215,12 +231,12 @@ def render_index(entries: list[dict[str, Any]]) -> str:
 
 
 @METHODS.add("memory.index", positional=("agent_id",))
-async def memory_index(ctx: CallContext, params: dict[str, Any]) -> Any:
+async def memory_index(ctx: CallContext, params: JsonObject) -> MemoryIndex:
     """Names and one-line descriptions of the long-term nodes (digest), as entries and
     as Markdown text ready for a system prompt."""
     p = Params(params)
     agent_id = p.agent_id()
-    limit: int = p.integer("max_entries", DEFAULT_INDEX_ENTRIES, minimum=1)
+    limit = p.integer("max_entries", DEFAULT_INDEX_ENTRIES, minimum=1)
     caller = _caller(p, agent_id)
     p.done()
     ws = sharing.readable(ctx.state.registry, caller, agent_id)

@@ -27,8 +27,8 @@ from typing import Any
 import trio
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.connection import EVENT_QUEUE_SIZE, RECEIVE_SIZE, Connection
-from recalld.daemon.listener import BoundSocket, bind_listener
+from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE, RECEIVE_SIZE, Connection
+from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request, encode, error_response
 

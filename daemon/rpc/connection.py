@@ -53,7 +53,7 @@ from recalld.ipc.protocol import (
 )
 
 if TYPE_CHECKING:
-    from recalld.daemon.server import PeerCredentials, RpcServer
+    from recalld.daemon.rpc.server import PeerCredentials, RpcServer
 
 log = logging.getLogger(__name__)
 

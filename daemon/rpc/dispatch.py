@@ -1,47 +1,50 @@
-"""The method registry, the call context, parameter checks and the issue-2 methods.
+"""The dispatch core: the method registry, the call context and parameter checks.
 
-Other modules add their methods the same way this one does, without touching it::
+Each handler module of this package fills a :class:`Methods` table the same way::
 
-    from recalld.daemon.api import CallContext, Methods, Params
+    from recalld.daemon.rpc.dispatch import CallContext, Methods, Params
 
     METHODS = Methods()
 
     @METHODS.add("memory.search")
-    async def search(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
         p = Params(params)
         ws = ctx.workspace(p.agent_id())
         query = p.text("query")
         p.done()
         ...
 
-and the supervisor merges them with :meth:`Methods.include` (see ``build_methods``).
-Handlers raise :mod:`recalld.ipc.errors` exceptions for client-visible failures; any
-other exception becomes a generic internal error on the wire (and is logged).
+and the application merges them with :meth:`Methods.include`. Handlers reach the daemon's
+services through ``ctx.services`` (a :class:`~recalld.daemon.services.DaemonServices`)
+and a workspace's through ``ctx.workspace(agent_id).services``. They raise
+:mod:`recalld.ipc.errors` exceptions for client-visible failures; storage and provider
+errors become their wire errors here, once (:func:`recalld.daemon.errors.map_exceptions`);
+any other exception becomes a generic internal error on the wire (and is logged).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
-import trio
-
-from recalld.daemon import safepath, sharing
-from recalld.daemon.config import DaemonConfig, WorkspaceSettings
-from recalld.daemon.events import EventBus, check_topic_pattern
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.errors import map_exceptions
+from recalld.daemon.events import EventBus
+from recalld.daemon.services import DaemonServices
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc import __version__
 from recalld.ipc.errors import InvalidParams, MethodNotFound
 from recalld.ipc.protocol import Request
 
-MAX_READ_BYTES = 512 * 1024
-_MISSING: Any = object()
-T = TypeVar("T")
+#: A JSON object as it arrives from or leaves for the wire: the one place values are
+#: untyped. Handlers check what they read (:class:`Params`) and return typed records.
+JsonObject = dict[str, Any]
+#: What a handler returns: a JSON value (a TypedDict, a JsonObject, a list...).
+Result = object
+D = TypeVar("D")
+_MISSING = object()  # "no default": the param is required
 
 
 class Peer(Protocol):
@@ -58,24 +61,33 @@ class Peer(Protocol):
         ...
 
 
-StatsProvider = Callable[[], Mapping[str, Any]]
+StatsProvider = Callable[[], Mapping[str, object]]
 
 
 @dataclass
 class DaemonState:
-    """Everything a handler can reach. ``config`` is replaced (never mutated) on reload."""
+    """Everything a handler can reach: the daemon's services and the method table."""
 
-    config: DaemonConfig
-    registry: WorkspaceRegistry
-    events: EventBus
+    services: DaemonServices
     methods: Methods
     started_at: float = field(default_factory=time.time)
     started_monotonic: float = field(default_factory=time.monotonic)
     version: str = __version__
     # Named statistics merged into daemon.status "queues" (server, event bus, jobs...).
     stats: dict[str, StatsProvider] = field(default_factory=dict)
-    # Named daemon-wide services handlers may use ("jobs", "providers", "scheduler"...).
-    services: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> DaemonConfig:
+        """The running configuration (a reload replaces it)."""
+        return self.services.config.current
+
+    @property
+    def registry(self) -> WorkspaceRegistry:
+        return self.services.registry
+
+    @property
+    def events(self) -> EventBus:
+        return self.services.events
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +98,16 @@ class CallContext:
     connection: Peer
     request: Request
 
+    @property
+    def services(self) -> DaemonServices:
+        return self.state.services
+
     def workspace(self, agent_id: str) -> Workspace:
         """The ready workspace of ``agent_id`` (UnknownWorkspace otherwise)."""
         return self.state.registry.get(agent_id)
 
 
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[Any]]
+Handler = Callable[[CallContext, JsonObject], Awaitable[Result]]
 H = TypeVar("H", bound=Handler)
 
 
@@ -106,7 +122,7 @@ class Method:
     immediate: bool = False
     # Or: answers without waiting when ``immediate_when(state, params)`` says so, given
     # what the daemon is doing right now (checked just before the call runs).
-    immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None
+    immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None
 
 
 class Methods:
@@ -117,7 +133,7 @@ class Methods:
 
     def add(
         self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False,
-        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
+        immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
     ) -> Callable[[H], H]:
         """Decorator registering ``handler`` as ``name``.
 
@@ -138,7 +154,7 @@ class Methods:
     def register(
         self, name: str, handler: Handler, *, positional: Sequence[str] | None = None,
         immediate: bool = False,
-        immediate_when: Callable[[DaemonState, dict[str, Any]], bool] | None = None,
+        immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
     ) -> None:
         if name in self._methods:
             raise ValueError(f"method {name!r} is already registered")
@@ -169,7 +185,7 @@ class Methods:
     def __contains__(self, name: object) -> bool:
         return name in self._methods
 
-    async def dispatch(self, ctx: CallContext) -> Any:
+    async def dispatch(self, ctx: CallContext) -> Result:
         """Run the handler for ``ctx.request``; MethodNotFound / InvalidParams as needed."""
         request = ctx.request
         method = self._methods.get(request.method)
@@ -183,7 +199,8 @@ class Methods:
                 raise InvalidParams(f"{request.method} takes at most "
                                     f"{len(method.positional)} positional params")
             params = dict(zip(method.positional, params, strict=False))
-        return await method.handler(ctx, params)
+        with map_exceptions():
+            return await method.handler(ctx, params)
 
 
 class Dispatcher:
@@ -192,7 +209,7 @@ class Dispatcher:
     def __init__(self, state: DaemonState) -> None:
         self.state = state
 
-    async def __call__(self, request: Request, connection: Peer) -> Any:
+    async def __call__(self, request: Request, connection: Peer) -> Result:
         return await self.state.methods.dispatch(CallContext(self.state, connection, request))
 
     def is_immediate(self, request: Request) -> bool:
@@ -204,14 +221,17 @@ class Dispatcher:
 class Params:
     """Typed access to a params object; every accessor names the field in its error.
 
-    Call :meth:`done` after reading to refuse unknown fields (typos fail loudly).
+    Each accessor takes the field's name and, for an optional field, its default;
+    without a default the field is required. Call :meth:`done` after reading to refuse
+    unknown fields (typos fail loudly).
     """
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, object]) -> None:
         self._raw = raw
         self._seen: set[str] = set()
 
-    def _get(self, name: str, kinds: type | tuple[type, ...], what: str, default: Any) -> Any:
+    def _get(self, name: str, kinds: type | tuple[type, ...], what: str,
+             default: object) -> object:
         self._seen.add(name)
         value = self._raw.get(name)
         if value is None:
@@ -225,28 +245,53 @@ class Params:
             raise InvalidParams(f"param {name!r} must be {what}")
         return value
 
-    def text(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def text(self, name: str) -> str: ...
+    @overload
+    def text(self, name: str, default: D) -> str | D: ...
+    def text(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, str, "a string", default)
 
-    def integer(self, name: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+    @overload
+    def integer(self, name: str, *, minimum: int | None = None) -> int: ...
+    @overload
+    def integer(self, name: str, default: D, *, minimum: int | None = None) -> int | D: ...
+    def integer(self, name: str, default: object = _MISSING, *,
+                minimum: int | None = None) -> object:
         value = self._get(name, int, "an integer", default)
-        if value is not None and minimum is not None and value < minimum:
+        if isinstance(value, int) and minimum is not None and value < minimum:
             raise InvalidParams(f"param {name!r} must be at least {minimum}")
         return value
 
-    def number(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def number(self, name: str) -> float: ...
+    @overload
+    def number(self, name: str, default: D) -> float | D: ...
+    def number(self, name: str, default: object = _MISSING) -> object:
         value = self._get(name, (int, float), "a number", default)
-        return float(value) if value is not None else None
+        return float(value) if isinstance(value, int | float) else value
 
-    def boolean(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def boolean(self, name: str) -> bool: ...
+    @overload
+    def boolean(self, name: str, default: D) -> bool | D: ...
+    def boolean(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, bool, "true or false", default)
 
-    def mapping(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def mapping(self, name: str) -> JsonObject: ...
+    @overload
+    def mapping(self, name: str, default: D) -> JsonObject | D: ...
+    def mapping(self, name: str, default: object = _MISSING) -> object:
         return self._get(name, dict, "an object", default)
 
-    def strings(self, name: str, default: Any = _MISSING) -> Any:
+    @overload
+    def strings(self, name: str) -> list[str]: ...
+    @overload
+    def strings(self, name: str, default: D) -> list[str] | D: ...
+    def strings(self, name: str, default: object = _MISSING) -> object:
         value = self._get(name, list, "an array of strings", default)
-        if value is not None and not all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
             raise InvalidParams(f"param {name!r} must be an array of strings")
         return value
 
@@ -259,133 +304,3 @@ class Params:
         unknown = sorted(set(self._raw) - self._seen)
         if unknown:
             raise InvalidParams(f"unknown param(s): {', '.join(unknown)}")
-
-
-def settings_for_wire(settings: WorkspaceSettings) -> dict[str, Any]:
-    """Workspace settings as JSON, with secrets masked."""
-    raw = dataclasses.asdict(settings)
-    for key in ("embedding_model_config", "chat_model_config"):
-        nested = raw.get(key)
-        if isinstance(nested, dict) and nested.get("api_key"):
-            nested["api_key"] = "***"
-    if settings.remote is not None:
-        raw["remote"] = settings.remote.for_wire()
-    return raw
-
-
-def workspace_info(ws: Workspace) -> dict[str, Any]:
-    return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
-
-
-# ------------------------------------------------------------------ the issue-2 methods
-
-CORE = Methods()
-
-
-@CORE.add("daemon.ping", immediate=True)
-async def ping(ctx: CallContext, params: dict[str, Any]) -> Any:
-    Params(params).done()
-    return {"pong": True, "time": time.time()}
-
-
-@CORE.add("daemon.status", immediate=True)
-async def status(ctx: CallContext, params: dict[str, Any]) -> Any:
-    Params(params).done()
-    state = ctx.state
-    queues: dict[str, Any] = {}
-    for name, provider in state.stats.items():
-        queues[name] = dict(provider())
-    return {
-        "version": state.version,
-        "pid": os.getpid(),
-        "started_at": state.started_at,
-        "uptime_s": round(time.monotonic() - state.started_monotonic, 3),
-        "socket": str(state.config.socket_path),
-        "socket_path": str(state.config.socket_path),
-        "data_dir": str(state.config.data_dir),
-        "config_path": str(state.config.config_path),
-        "workspaces": [ws.describe() for ws in state.registry.list()],
-        "queues": queues,
-    }
-
-
-@CORE.add("workspace.open")
-async def workspace_open(ctx: CallContext, params: dict[str, Any]) -> Any:
-    p = Params(params)
-    agent_id = p.agent_id()
-    path = p.text("path", None)
-    overrides = p.mapping("config", None)
-    p.done()
-    if path is not None and ("\x00" in path or not path.strip()):
-        raise InvalidParams("param 'path' must be a non-empty path without NUL")
-    ws = await ctx.state.registry.open(
-        agent_id, Path(path) if path is not None else None, overrides
-    )
-    return workspace_info(ws)
-
-
-@CORE.add("workspace.list", immediate=True)
-async def workspace_list(ctx: CallContext, params: dict[str, Any]) -> Any:
-    Params(params).done()
-    return {"workspaces": [workspace_info(ws) for ws in ctx.state.registry.list()]}
-
-
-@CORE.add("workspace.close")
-async def workspace_close(ctx: CallContext, params: dict[str, Any]) -> Any:
-    p = Params(params)
-    agent_id = p.agent_id()
-    p.done()
-    await ctx.state.registry.close(agent_id)
-    return {"agent_id": agent_id, "closed": True}
-
-
-@CORE.add("memory.read")
-async def memory_read(ctx: CallContext, params: dict[str, Any]) -> Any:
-    p = Params(params)
-    agent_id = p.agent_id()
-    path = p.text("path")
-    start_line: int = p.integer("start_line", 1, minimum=1)
-    end_line: int | None = p.integer("end_line", None, minimum=1)
-    # Who asks, when it is not the workspace's owner (see recalld.daemon.sharing).
-    as_agent: str = check_agent_id(p.text("as_agent", agent_id))
-    p.done()
-    if end_line is not None and end_line < start_line:
-        raise InvalidParams("end_line must not be smaller than start_line")
-    parts = safepath.split_relative(path)  # refuse bad names before touching anything
-    ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
-    got = await trio.to_thread.run_sync(
-        lambda: safepath.read_lines(
-            ws.root, path, start_line=start_line, end_line=end_line, max_bytes=MAX_READ_BYTES
-        )
-    )
-    return {
-        "agent_id": agent_id,
-        "path": "/".join(parts),
-        "start_line": got.start_line,
-        "end_line": got.end_line,
-        "total_lines": got.total_lines,
-        "text": got.text,
-        "truncated": got.truncated,
-    }
-
-
-@CORE.add("events.subscribe")
-async def events_subscribe(ctx: CallContext, params: dict[str, Any]) -> Any:
-    p = Params(params)
-    topics: list[str] = p.strings("topics")
-    p.done()
-    if not topics:
-        raise InvalidParams("param 'topics' must not be empty")
-    try:
-        checked = [check_topic_pattern(t) for t in topics]
-    except ValueError as exc:
-        raise InvalidParams(str(exc)) from None
-    return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked)}
-
-
-def build_methods(extra: Iterable[Methods] = ()) -> Methods:
-    """The issue-2 methods plus ``extra`` registries (index, jobs, search...)."""
-    methods = Methods().include(CORE)
-    for more in extra:
-        methods.include(more)
-    return methods

@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 import trio
 
 from recalld.daemon import backup as bk
 from recalld.daemon import metrics
-from recalld.daemon.api import CallContext, DaemonState, Methods, Params
-from recalld.daemon.maintenance import compact, health_of, index_of, verify
+from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.maintenance import compact, verify
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound
@@ -40,7 +40,7 @@ def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"-{os.getpid() % 1000:03d}"
 
 
-def _dirs_of(settings: Any) -> dict[str, str]:
+def _dirs_of(settings: WorkspaceSettings) -> dict[str, str]:
     return {role: str(getattr(settings, role)) for role in (*bk.CONTENT_ROLES, bk.DERIVED_ROLE)}
 
 
@@ -69,14 +69,16 @@ def _unique(path: Path) -> Path:
     return candidate
 
 
-def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
-    """The operations methods; ``cpu`` bounds compression and checksum work."""
+def ops_methods() -> Methods:
+    """The operations methods (one restore or rollback at a time per table); the
+    daemon's CPU limiter bounds compression and checksum work."""
     methods = Methods()
     restore_lock = trio.Lock()
 
     async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
-                           include_derived: bool, note: str) -> dict[str, Any]:
-        summary: dict[str, Any] = await trio.to_thread.run_sync(
+                           include_derived: bool, note: str) -> JsonObject:
+        cpu = state.services.cpu
+        summary: JsonObject = await trio.to_thread.run_sync(
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                      recalld_version=state.version, note=note),
             limiter=cpu)
@@ -84,7 +86,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         return summary
 
     @methods.add("backup.create")
-    async def backup_create(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def backup_create(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         agents: list[str] | None = p.strings("agents", None)
         out: str | None = p.text("out", None)
@@ -109,15 +111,15 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
                                   include_derived, "")
 
     @methods.add("backup.list")
-    async def backup_list(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
         Params(params).done()
         folder = backups_dir(ctx.state)
 
-        def scan() -> list[dict[str, Any]]:
+        def scan() -> list[JsonObject]:
             out = []
             for entry in sorted(folder.glob("*.zip")):
                 st = entry.stat()
-                item: dict[str, Any] = {"file": str(entry), "name": entry.name,
+                item: JsonObject = {"file": str(entry), "name": entry.name,
                                         "size": st.st_size, "modified_at": st.st_mtime}
                 item.update(_peek(entry))
                 out.append(item)
@@ -127,15 +129,17 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         return {"dir": str(folder), "backups": items, "rollback": _read_record(ctx.state)}
 
     @methods.add("backup.verify", positional=("file",))
-    async def backup_verify(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def backup_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
         p.done()
-        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        checked = await trio.to_thread.run_sync(bk.open_checked, path,
+                                                limiter=ctx.services.cpu)
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
-                      snapshot: bool) -> dict[str, Any]:
+                      snapshot: bool) -> JsonObject:
+        cpu = state.services.cpu
         checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
@@ -155,7 +159,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
                                               _dirs_of(cfg.workspace_settings(agent_id))))
         plans = await trio.to_thread.run_sync(
             lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets])
-        snap: dict[str, Any] | None = None
+        snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
             snap = await write_backup(state, targets, out, False, "pre-restore snapshot")
@@ -168,13 +172,11 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
             done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
             ws = open_ws.get(plan.agent_id)
             if ws is not None:
-                index = index_of(ws)
-                await index.sync()
-                found = await index.watcher.reconcile("after restore")
+                services = ws.services
+                await services.index.sync()
+                found = await services.index.watcher.reconcile("after restore")
                 done["reconcile"] = found.as_dict()
-                health = health_of(ws)
-                if health is not None:
-                    await health.scan()
+                await services.health.scan()
             else:
                 await state.registry.open(plan.agent_id)
                 done["opened"] = True
@@ -184,7 +186,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
                 "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))
-    async def backup_restore(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def backup_restore(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
         agents: list[str] | None = p.strings("agents", None)
@@ -194,7 +196,7 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
             return await restore(ctx.state, path, agents, snapshot)
 
     @methods.add("backup.rollback")
-    async def backup_rollback(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def backup_rollback(ctx: CallContext, params: JsonObject) -> JsonObject:
         Params(params).done()
         record = _read_record(ctx.state)
         if record is None:
@@ -205,28 +207,30 @@ def ops_methods(cpu: trio.CapacityLimiter) -> Methods:
         return {**result, "rolled_back": record}
 
     @methods.add("index.verify", positional=("agent_id",))
-    async def index_verify(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def index_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
-        return await verify(ctx.workspace(agent_id), cpu)
+        ws = ctx.workspace(agent_id)
+        return await verify(ws, ws.services.index, ctx.services.cpu, ws.services.health)
 
     @methods.add("index.compact", positional=("agent_id",))
-    async def index_compact(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def index_compact(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
-        return await compact(ctx.workspace(agent_id))
+        ws = ctx.workspace(agent_id)
+        return await compact(ws, ws.services.index)
 
     @methods.add("daemon.metrics")
-    async def daemon_metrics(ctx: CallContext, params: dict[str, Any]) -> Any:
+    async def daemon_metrics(ctx: CallContext, params: JsonObject) -> JsonObject:
         Params(params).done()
         return {"time": time.time(), "families": metrics.REGISTRY.snapshot() + _gauges(ctx)}
 
     return methods
 
 
-def _gauges(ctx: CallContext) -> list[dict[str, Any]]:
+def _gauges(ctx: CallContext) -> list[JsonObject]:
     state = ctx.state
     files, chunks, pending, health = [], [], [], []
     for ws in state.registry.list():
@@ -257,7 +261,7 @@ def _gauges(ctx: CallContext) -> list[dict[str, Any]]:
     ]
 
 
-def _peek(path: Path) -> dict[str, Any]:
+def _peek(path: Path) -> JsonObject:
     """meta.json's summary without verifying members (``backup.verify`` does that)."""
     import zipfile
 
@@ -273,7 +277,7 @@ def _peek(path: Path) -> dict[str, Any]:
         return {"error": "not a readable recalld backup"}
 
 
-def _read_record(state: DaemonState) -> dict[str, Any] | None:
+def _read_record(state: DaemonState) -> JsonObject | None:
     path = backups_dir(state) / ROLLBACK_RECORD
     try:
         record = orjson.loads(path.read_bytes())
@@ -285,7 +289,7 @@ def _read_record(state: DaemonState) -> dict[str, Any] | None:
     return record
 
 
-def _write_record(state: DaemonState, record: dict[str, Any]) -> None:
+def _write_record(state: DaemonState, record: JsonObject) -> None:
     folder = backups_dir(state)
     ensure_dir(REAL, folder)
     atomic_write(REAL, folder / ROLLBACK_RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))

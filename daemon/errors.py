@@ -1,0 +1,45 @@
+"""The one table from daemon error families to wire errors, and ``map_exceptions``.
+
+Every recalld error derives from :class:`recalld.ipc.errors.RecalldError`. The wire
+family (one class per JSON-RPC code) lives in :mod:`recalld.ipc.errors`; the storage
+family (:mod:`recalld.daemon.store.errors`) and the provider family
+(:mod:`recalld.daemon.providers.errors`) are domain errors that know nothing of codes.
+They become wire errors here, once, where a daemon error leaves for a client: the RPC
+dispatch (:func:`map_exceptions` around every handler) and the job records
+(:func:`wire_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from recalld.daemon.providers.errors import ProviderError
+from recalld.daemon.store.errors import StorageError
+from recalld.ipc.errors import InternalError, ProviderUnavailable, RecalldError
+
+#: Domain family -> the wire error a client sees. The first matching row wins.
+WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
+    StorageError: InternalError,
+    ProviderError: ProviderUnavailable,
+}
+
+
+def wire_error(exc: RecalldError) -> RecalldError:
+    """The wire error for ``exc``: ``exc`` itself when it already is one."""
+    for family, wire in WIRE_ERRORS.items():
+        if isinstance(exc, family):
+            return wire(exc.message, exc.data)
+    return exc
+
+
+@contextmanager
+def map_exceptions() -> Iterator[None]:
+    """Re-raise a domain error of the table as its wire error (the cause kept)."""
+    try:
+        yield
+    except RecalldError as exc:
+        mapped = wire_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc

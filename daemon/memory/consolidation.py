@@ -1,0 +1,148 @@
+"""Consolidation in the daemon: auto_dream on cron and auto_resource, as jobs.
+
+:class:`Consolidation` (daemon-wide, built by the composition) owns:
+
+- the job handlers of ``auto_dream`` (exclusive per workspace) and ``auto_resource``
+  (exclusive; a running one picks up work queued meanwhile), registered on the job
+  manager by :meth:`Consolidation.register_jobs`;
+- the dream entries of the daemon-wide :class:`CronScheduler` (state file
+  ``<data>/state/scheduler.json``), which submits ``auto_dream`` jobs.
+
+:class:`ResourceService` is its per-workspace service: it registers the workspace's
+``dream_cron`` (when ``dream_cron_enabled``) with the scheduler, runs the resource catalog
+and its watcher, and on close unschedules the entry (its last fired occurrence stays in
+the scheduler state, so a reopen does not fire it again). It stops by cancellation with
+its workspace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.memory import dream
+from recalld.daemon.memory.llm import ChatClients
+from recalld.daemon.memory.resource import ResourceCatalog
+from recalld.daemon.remote.hook import one_host_at_a_time
+from recalld.daemon.scheduler import CronScheduler
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
+
+log = logging.getLogger(__name__)
+
+DREAM_KIND = "auto_dream"
+RESOURCE_KIND = "auto_resource"
+
+
+class Consolidation:
+    """The dream schedule and the consolidation job handlers, daemon-wide."""
+
+    def __init__(self, jobs: JobManager, scheduler: CronScheduler,
+                 get_workspace: Callable[[str], Workspace]) -> None:
+        self._jobs = jobs
+        self.scheduler = scheduler
+        self._get_workspace = get_workspace
+        self.catalogs: dict[str, ResourceCatalog] = {}
+
+    def register_jobs(self) -> None:
+        """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
+        self._jobs.register(DREAM_KIND, self.dream_job, exclusive=True)
+        self._jobs.register(RESOURCE_KIND, self.resource_job, exclusive=True)
+
+    # -- jobs --------------------------------------------------------------------------
+
+    async def dream_job(self, job: JobContext) -> dict[str, Any]:
+        ws = self._get_workspace(job.agent_id)
+        async with one_host_at_a_time(ws, DREAM_KIND):
+            chat = ws.services.chat.client()  # "no chat model configured" fails it
+            return await dream.run_dream(
+                ws, chat, trigger=str(job.params.get("trigger") or "manual"),
+                progress=job.set_progress, job_id=job.job_id)
+
+    async def resource_job(self, job: JobContext) -> dict[str, Any]:
+        catalog = self.catalogs.get(job.agent_id)
+        if catalog is None:
+            raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
+        manual = job.params.get("trigger") != "watch"
+        async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
+            return await catalog.process(
+                catalog.ws.services.chat.client_or_none(), retry_failed=manual,
+                job_id=job.job_id, progress=job.set_progress)
+
+    # -- per workspace -----------------------------------------------------------------
+
+    def dream_status(self, ws: Workspace) -> dict[str, Any]:
+        entry = next((e for e in self.scheduler.status()
+                      if e["agent_id"] == ws.agent_id and e["kind"] == DREAM_KIND), None)
+        out: dict[str, Any] = {"cron": ws.settings.dream_cron,
+                               "enabled": ws.settings.dream_cron_enabled}
+        if entry is not None:
+            out.update(next_run=entry["next"], last_fired=entry["last_fired"], tz=entry["tz"])
+        return out
+
+    def schedule_workspace(self, ws: Workspace) -> str | None:
+        """Register (or drop) ``ws``'s dream cron; the error text if it is invalid."""
+        s = ws.settings
+        try:
+            if s.dream_cron_enabled:
+                self.scheduler.schedule(ws.agent_id, DREAM_KIND, s.dream_cron)
+            else:
+                self.scheduler.unschedule(ws.agent_id, DREAM_KIND)
+        except ValueError as exc:
+            log.error("workspace %s: dream_cron not scheduled: %s", ws.agent_id, exc)
+            return str(exc)
+        return None
+
+    def resource_service(self, ws: Workspace, chat: ChatClients,
+                         cpu: trio.CapacityLimiter) -> ResourceService:
+        """The per-workspace service of ``ws`` (not started)."""
+
+        async def request_job() -> None:
+            try:
+                await self._jobs.submit(ws.agent_id, RESOURCE_KIND, {"trigger": "watch"})
+            except AlreadyRunning:
+                pass  # the queued or running job picks the new work up
+            except RecalldError as exc:
+                log.warning("%s: auto_resource not submitted: %s", ws.agent_id, exc)
+
+        catalog = ResourceCatalog(
+            ws, request_job=request_job, limiter=cpu,
+            chat_enabled=lambda: chat.client_or_none() is not None)
+        return ResourceService(self, ws, catalog)
+
+
+class ResourceService:
+    """One workspace's dream schedule entry and resource catalog (with its watcher)."""
+
+    def __init__(self, consolidation: Consolidation, ws: Workspace,
+                 catalog: ResourceCatalog) -> None:
+        self._consolidation = consolidation
+        self.ws = ws
+        self.catalog = catalog
+        self.schedule_error: str | None = None
+
+    def dream_status(self) -> dict[str, Any]:
+        out = self._consolidation.dream_status(self.ws)
+        if self.schedule_error:
+            out["error"] = self.schedule_error
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return self.catalog.status()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Schedule the dream cron, then run the catalog until cancelled; unschedule."""
+        c = self._consolidation
+        agent_id = self.ws.agent_id
+        self.schedule_error = c.schedule_workspace(self.ws)
+        c.catalogs[agent_id] = self.catalog
+        try:
+            await self.catalog.run(task_status=task_status)
+        finally:
+            c.scheduler.unschedule(agent_id, DREAM_KIND)
+            if c.catalogs.get(agent_id) is self.catalog:
+                del c.catalogs[agent_id]

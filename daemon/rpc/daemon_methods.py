@@ -1,0 +1,180 @@
+"""RPC methods of the daemon itself: ping, status, workspaces, ``memory.read`` and event
+subscriptions."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import TypedDict
+
+import trio
+
+from recalld.daemon import safepath, sharing
+from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.events import check_topic_pattern
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc.errors import InvalidParams
+
+MAX_READ_BYTES = 512 * 1024
+
+METHODS = Methods()
+
+
+class Pong(TypedDict):
+    pong: bool
+    time: float
+
+
+class DaemonStatus(TypedDict):
+    version: str
+    pid: int
+    started_at: float
+    uptime_s: float
+    socket: str
+    socket_path: str
+    data_dir: str
+    config_path: str
+    workspaces: list[JsonObject]
+    queues: dict[str, JsonObject]
+
+
+class WorkspaceList(TypedDict):
+    workspaces: list[JsonObject]
+
+
+class WorkspaceClosed(TypedDict):
+    agent_id: str
+    closed: bool
+
+
+class ReadAnswer(TypedDict):
+    agent_id: str
+    path: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    text: str
+    truncated: bool
+
+
+class Subscribed(TypedDict):
+    subscribed: list[str]
+
+
+def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
+    """Workspace settings as JSON, with secrets masked."""
+    raw = dataclasses.asdict(settings)
+    for key in ("embedding_model_config", "chat_model_config"):
+        nested = raw.get(key)
+        if isinstance(nested, dict) and nested.get("api_key"):
+            nested["api_key"] = "***"
+    if settings.remote is not None:
+        raw["remote"] = settings.remote.for_wire()
+    return raw
+
+
+def workspace_info(ws: Workspace) -> JsonObject:
+    return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
+
+@METHODS.add("daemon.ping", immediate=True)
+async def ping(ctx: CallContext, params: JsonObject) -> Pong:
+    Params(params).done()
+    return {"pong": True, "time": time.time()}
+
+
+@METHODS.add("daemon.status", immediate=True)
+async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
+    Params(params).done()
+    state = ctx.state
+    queues: dict[str, JsonObject] = {}
+    for name, provider in state.stats.items():
+        queues[name] = dict(provider())
+    return {
+        "version": state.version,
+        "pid": os.getpid(),
+        "started_at": state.started_at,
+        "uptime_s": round(time.monotonic() - state.started_monotonic, 3),
+        "socket": str(state.config.socket_path),
+        "socket_path": str(state.config.socket_path),
+        "data_dir": str(state.config.data_dir),
+        "config_path": str(state.config.config_path),
+        "workspaces": [ws.describe() for ws in state.registry.list()],
+        "queues": queues,
+    }
+
+
+@METHODS.add("workspace.open")
+async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path", None)
+    overrides = p.mapping("config", None)
+    p.done()
+    if path is not None and ("\x00" in path or not path.strip()):
+        raise InvalidParams("param 'path' must be a non-empty path without NUL")
+    ws = await ctx.state.registry.open(
+        agent_id, Path(path) if path is not None else None, overrides
+    )
+    return workspace_info(ws)
+
+
+@METHODS.add("workspace.list", immediate=True)
+async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
+    Params(params).done()
+    return {"workspaces": [workspace_info(ws) for ws in ctx.state.registry.list()]}
+
+
+@METHODS.add("workspace.close")
+async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClosed:
+    p = Params(params)
+    agent_id = p.agent_id()
+    p.done()
+    await ctx.state.registry.close(agent_id)
+    return {"agent_id": agent_id, "closed": True}
+
+
+@METHODS.add("memory.read")
+async def memory_read(ctx: CallContext, params: JsonObject) -> ReadAnswer:
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path")
+    start_line = p.integer("start_line", 1, minimum=1)
+    end_line = p.integer("end_line", None, minimum=1)
+    # Who asks, when it is not the workspace's owner (see recalld.daemon.sharing).
+    as_agent = check_agent_id(p.text("as_agent", agent_id))
+    p.done()
+    if end_line is not None and end_line < start_line:
+        raise InvalidParams("end_line must not be smaller than start_line")
+    parts = safepath.split_relative(path)  # refuse bad names before touching anything
+    ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
+    got = await trio.to_thread.run_sync(
+        lambda: safepath.read_lines(
+            ws.root, path, start_line=start_line, end_line=end_line, max_bytes=MAX_READ_BYTES
+        )
+    )
+    return {
+        "agent_id": agent_id,
+        "path": "/".join(parts),
+        "start_line": got.start_line,
+        "end_line": got.end_line,
+        "total_lines": got.total_lines,
+        "text": got.text,
+        "truncated": got.truncated,
+    }
+
+
+@METHODS.add("events.subscribe")
+async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
+    p = Params(params)
+    topics = p.strings("topics")
+    p.done()
+    if not topics:
+        raise InvalidParams("param 'topics' must not be empty")
+    try:
+        checked = [check_topic_pattern(t) for t in topics]
+    except ValueError as exc:
+        raise InvalidParams(str(exc)) from None
+    return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked)}

@@ -1,0 +1,34 @@
+"""RPC methods of dream runs: ``dream.undo {agent_id, run_id, force?}`` and
+``dream.runs {agent_id, limit?}``."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from recalld.daemon.memory import dream
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+
+METHODS = Methods()
+
+
+class DreamRuns(TypedDict):
+    runs: list[JsonObject]
+
+
+@METHODS.add("dream.undo", positional=("agent_id", "run_id"))
+async def dream_undo(ctx: CallContext, params: JsonObject) -> JsonObject:
+    p = Params(params)
+    agent_id = p.agent_id()
+    run_id = p.text("run_id")
+    force = p.boolean("force", False)
+    p.done()
+    return await dream.undo(ctx.workspace(agent_id), run_id, force=force)
+
+
+@METHODS.add("dream.runs", positional=("agent_id",))
+async def dream_runs(ctx: CallContext, params: JsonObject) -> DreamRuns:
+    p = Params(params)
+    agent_id = p.agent_id()
+    limit = p.integer("limit", 20, minimum=1)
+    p.done()
+    return {"runs": await dream.runs(ctx.workspace(agent_id), min(limit, 200))}

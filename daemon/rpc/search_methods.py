@@ -1,0 +1,76 @@
+"""RPC methods of the index: ``memory.search`` and ``index.sync``."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from recalld.daemon import sharing
+from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import UnknownWorkspace
+
+METHODS = Methods()
+
+
+class Synced(TypedDict):
+    synced: bool
+    files: int
+    chunks: int
+
+
+def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
+    """A keyword-only search of one small workspace nobody is writing to does not wait:
+    it runs on the connection's reader (a call task would cost ~20 us more)."""
+    if params.get("sync") or params.get("agents") is not None:
+        return False
+    agent_id = params.get("agent_id")
+    if not isinstance(agent_id, str):
+        return False
+    try:
+        index = state.registry.get(agent_id).services.index
+    except UnknownWorkspace:
+        return False
+    vectors = index.vectors
+    return (vectors is None or not vectors.embeds_queries()) and index.reads_now()
+
+
+@METHODS.add("memory.search", positional=("agent_id", "query"),
+             immediate_when=_search_answers_now)
+async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = p.text("query")
+    max_results = p.integer("max_results", 5, minimum=1)
+    min_score = p.number("min_score", None)
+    filters = parse_filters(p.mapping("filters", None))
+    sync = p.boolean("sync", False)
+    agents = p.strings("agents", None)
+    p.done()
+
+    async def search_one(ws: Workspace) -> JsonObject:
+        index = ws.services.index
+        if sync:
+            await index.sync()
+        return await search(
+            index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
+            filters=filters, config=ws.settings.search, agent_id=ws.agent_id,
+        )
+
+    if agents is None:
+        return await search_one(ctx.workspace(agent_id))
+    # The caller (agent_id) searches the named workspaces, each only if its owner allows.
+    return await sharing.search_workspaces(
+        sharing.targets(ctx.state.registry, agent_id, agents), search_one,
+        max_results=min(max_results, MAX_RESULTS_CAP),
+    )
+
+
+@METHODS.add("index.sync", positional=("agent_id",))
+async def index_sync(ctx: CallContext, params: JsonObject) -> Synced:
+    p = Params(params)
+    agent_id = p.agent_id()
+    p.done()
+    index = ctx.workspace(agent_id).services.index
+    await index.sync()
+    return {"synced": True, "files": len(index.state.files), "chunks": len(index.state.chunks)}

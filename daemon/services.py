@@ -1,0 +1,222 @@
+"""The daemon's composition: which services exist, how they are wired, in which order
+they start.
+
+:class:`DaemonServices` holds the daemon-wide services and :class:`WorkspaceServices`
+those of one open workspace. Both are built here and only here
+(:func:`build_daemon_services`, :func:`build_workspace_services`). The field order of
+each record is its start order: the supervisor starts the daemon's fields and
+:func:`start_workspace` a workspace's fields with ``await nursery.start(field.run)``,
+one after the other, each only once the one before can serve; cancellation stops them
+in reverse. Fields without a ``run`` (the running configuration, limiters, the event
+bus, locks, caches) need no start and sit before the first service that uses them.
+
+Nothing here imports the RPC layer: handlers reach these records through their call
+context, feature code through the workspace (``ws.services``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.events import EventBus
+from recalld.daemon.index.embedder import VectorWorker
+from recalld.daemon.index.procpool import PreparePool, cpu_count
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.spaces import VectorSpaces
+from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.maintenance import Health
+from recalld.daemon.memory.auto_memory import auto_memory_job
+from recalld.daemon.memory.consolidation import Consolidation, ResourceService
+from recalld.daemon.memory.inbox import Inbox, inbox_path
+from recalld.daemon.memory.llm import ChatClients
+from recalld.daemon.memory.sessions import SessionStore
+from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.remote.hook import RemoteService
+from recalld.daemon.scheduler import CronScheduler
+from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+
+log = logging.getLogger(__name__)
+
+StatsProvider = Callable[[], Mapping[str, object]]
+
+
+class Service(Protocol):
+    """What the start loops need of a field: ``run`` in the shape of every service."""
+
+    def run(self, *, task_status: trio.TaskStatus[None] = ...) -> Awaitable[None]: ...
+
+
+class LiveConfig:
+    """The running configuration: a frozen :class:`DaemonConfig` that a reload replaces."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self._config = config
+
+    @property
+    def current(self) -> DaemonConfig:
+        return self._config
+
+    def replace(self, config: DaemonConfig) -> None:
+        self._config = config
+
+
+def _in_order(record: DaemonServices | WorkspaceServices) -> Iterator[tuple[str, Service]]:
+    """``(name, service)`` for each field of ``record`` that has a ``run``, in field order."""
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if value is not None and callable(getattr(value, "run", None)):
+            yield f.name, value
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonServices:
+    """The daemon-wide services, in start order."""
+
+    config: LiveConfig
+    #: One limiter for every CPU-heavy step of every workspace: one agent's rebuild must
+    #: leave room for another's search.
+    cpu: trio.CapacityLimiter
+    events: EventBus
+    #: All outbound HTTP (embedding and chat providers).
+    providers: ProviderBridge
+    #: Embedding clients and caches per vector space, shared by the workspaces using one.
+    vector_spaces: VectorSpaces
+    jobs: JobManager
+    #: Worker processes for big indexing passes of every workspace (none on one core).
+    prepare_pool: PreparePool | None
+    scheduler: CronScheduler
+    consolidation: Consolidation
+    registry: WorkspaceRegistry
+
+    def in_start_order(self) -> Iterator[tuple[str, Service]]:
+        return _in_order(self)
+
+    def statistics(self) -> dict[str, StatsProvider]:
+        """Named statistics for ``daemon.status`` ``queues``."""
+        stats: dict[str, StatsProvider] = {
+            "events": lambda: _slots(self.events.statistics()),
+            "vector_spaces": self.vector_spaces.statistics,
+            "jobs": self.jobs.statistics,
+        }
+        if self.prepare_pool is not None:
+            stats["prepare_pool"] = self.prepare_pool.status
+        return stats
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceServices:
+    """One open workspace's services, in start order."""
+
+    #: Keyword index, link graph, watcher and persistence.
+    index: WorkspaceIndex
+    #: Vector backfill and the hnswlib graph (idle without an embedding model).
+    vectors: VectorWorker
+    #: Disk scans for a truthful ``health`` in the status.
+    health: Health
+    #: Pending conversation turns of ``memory.add_turns``.
+    sessions: SessionStore
+    #: Items pushed by memory jobs.
+    inbox: Inbox
+    #: The dream cron entry and the resource catalog with its watcher.
+    resource: ResourceService
+    #: A shared workspace's replica through PostgreSQL (returns at once for a local one).
+    remote: RemoteService
+    #: The workspace's chat client, made on first use.
+    chat: ChatClients
+    #: Serializes writes through the workspace file operations.
+    write_lock: trio.Lock
+    #: Serializes ``memory.add_note`` appends (each reads the note and writes it back).
+    note_lock: trio.Lock
+
+    def in_start_order(self) -> Iterator[tuple[str, Service]]:
+        return _in_order(self)
+
+
+def build_daemon_services(config: DaemonConfig) -> DaemonServices:
+    """Every daemon-wide service, wired and not started."""
+    live = LiveConfig(config)
+    cpu = trio.CapacityLimiter(max(1, config.cpu_threads))
+    events = EventBus()
+    bridge = ProviderBridge()
+    spaces = VectorSpaces(config.state_dir / "embeddings", bridge, local_limiter=cpu)
+    cores = cpu_count()
+    pool = PreparePool(min(cores, max(1, config.cpu_threads))) if cores > 1 else None
+
+    def start(ws: Workspace, nursery: trio.Nursery) -> Awaitable[None]:
+        return start_workspace(ws, nursery, services)
+
+    registry = WorkspaceRegistry(lambda: live.current, events, start)
+    jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
+                      publish=events.publish, cpu_limiter=cpu, agent_exists=registry.exists)
+    scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
+    consolidation = Consolidation(jobs, scheduler, registry.get)
+    services = DaemonServices(
+        config=live, cpu=cpu, events=events, providers=bridge, vector_spaces=spaces,
+        jobs=jobs, prepare_pool=pool, scheduler=scheduler, consolidation=consolidation,
+        registry=registry,
+    )
+    jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False)
+    jobs.register("auto_memory", auto_memory_job(registry.get), resumable=True)
+    consolidation.register_jobs()
+    return services
+
+
+def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> WorkspaceServices:
+    """Every service of ``ws``, wired and not started."""
+    index = WorkspaceIndex(ws, daemon.config.current, cpu=daemon.cpu,
+                           publish=daemon.events.publish, pool=daemon.prepare_pool)
+    vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
+    chat = ChatClients(ws, daemon.providers)
+    return WorkspaceServices(
+        index=index,
+        vectors=vectors,
+        health=Health(ws, index, daemon.cpu, vectors),
+        sessions=SessionStore(
+            ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id),
+        inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
+                    push_enabled=lambda: ws.settings.inbox_push_enabled),
+        resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
+        remote=RemoteService(ws),
+        chat=chat,
+        write_lock=trio.Lock(),
+        note_lock=trio.Lock(),
+    )
+
+
+async def start_workspace(ws: Workspace, nursery: trio.Nursery,
+                          daemon: DaemonServices) -> None:
+    """Build ``ws``'s services, then start them in ``nursery`` in field order."""
+    services = build_workspace_services(ws, daemon)
+    ws.provide(services)
+    ws.add_status("index", services.index.status)
+    ws.add_status("vectors", services.vectors.status)
+    ws.add_status("health", services.health.status)
+    ws.add_status("sessions", services.sessions.status)
+    ws.add_status("inbox", services.inbox.status)
+    ws.add_status("dream", services.resource.dream_status)
+    ws.add_status("resource", services.resource.status)
+    for name, service in services.in_start_order():
+        log.debug("starting %s for workspace %s", name, ws.agent_id)
+        await nursery.start(service.run)
+
+
+def reindex_job(get_workspace: Callable[[str], Workspace]
+                ) -> Callable[[JobContext], Awaitable[dict[str, Any]]]:
+    """The ``reindex`` job: rebuild one workspace's index with progress."""
+
+    async def run(job: JobContext) -> dict[str, Any]:
+        index = get_workspace(job.agent_id).services.index
+        return await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
+
+    return run
+
+
+def _slots(obj: object) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]
