@@ -9,6 +9,7 @@ the same. A reload (SIGHUP) builds new objects; nothing here is ever mutated.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recalld.daemon import qwenpaw
 from recalld.ipc import paths
 from recalld.ipc.errors import InvalidParams
 
@@ -135,6 +137,8 @@ class WorkspaceSettings:
     search: SearchConfig = field(default_factory=SearchConfig)
     # Shared through PostgreSQL when set (recalld.daemon.remote); None: local only.
     remote: RemoteConfig | None = None
+    # QwenPaw fields given but not acted on (reasons: ``qwenpaw.IGNORED_*``).
+    ignored_fields: tuple[str, ...] = ()
 
     def merged(self, overrides: Mapping[str, Any]) -> WorkspaceSettings:
         """A copy with ``overrides`` (a TOML table or ``workspace.open``'s config) applied."""
@@ -222,7 +226,13 @@ def _build(cls: type[Any], table: Mapping[str, Any], *, base: Any = None, where:
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table")
     base = base if base is not None else cls()
-    known = {f.name for f in dataclasses.fields(cls)}
+    if cls is WorkspaceSettings:
+        return _build_workspace(table, base, where)
+    return _build_fields(cls, table, base, where)
+
+
+def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)} - {"ignored_fields"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -244,6 +254,30 @@ def _build(cls: type[Any], table: Mapping[str, Any], *, base: Any = None, where:
     return dataclasses.replace(base, **changes)
 
 
+def _build_workspace(table: Mapping[str, Any], base: WorkspaceSettings,
+                     where: str) -> WorkspaceSettings:
+    """Workspace settings from a recalld table, a QwenPaw ``reme_light_memory_config``
+    or a whole QwenPaw ``agent.json``: QwenPaw fields recalld does not act on are
+    accepted and remembered in ``ignored_fields``."""
+    if qwenpaw.looks_like_agent_json(table):
+        table = qwenpaw.memory_part(table)
+    if "ignored_fields" in table:
+        raise ConfigError(f"{where}: unknown field(s) ignored_fields")
+    try:
+        found = qwenpaw.classify(table)
+    except qwenpaw.QwenPawConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if "inbox_push_enabled" in found.taken and found.taken["inbox_push_enabled"] is None:
+        del found.taken["inbox_push_enabled"]  # QwenPaw's "not set"
+    if found.taken.get("dream_cron") == "":
+        # QwenPaw's older way to turn the dream off.
+        found.taken["dream_cron"] = base.dream_cron
+        found.taken["dream_cron_enabled"] = False
+    built: WorkspaceSettings = _build_fields(WorkspaceSettings, found.taken, base, where)
+    ignored = tuple(sorted(set(base.ignored_fields) | set(found.ignored)))
+    return dataclasses.replace(built, ignored_fields=ignored)
+
+
 def workspace_settings_from_params(
     base: WorkspaceSettings, overrides: Any
 ) -> WorkspaceSettings:
@@ -254,6 +288,20 @@ def workspace_settings_from_params(
         return base.merged(overrides)
     except ConfigError as exc:
         raise InvalidParams(str(exc)) from None
+
+
+def _read_agent_json(value: Any, cfg_path: Path) -> Mapping[str, Any]:
+    """A QwenPaw ``agent.json`` named in the config file (relative to the file)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{cfg_path}: qwenpaw_agent_json must be a path")
+    path = (cfg_path.parent / Path(value).expanduser())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
 
 
 _DAEMON_FIELDS = {
@@ -303,8 +351,13 @@ def load(
         ws_table = dict(ws_table)
         if "path" in ws_table:
             workspace_paths[agent_id] = Path(str(ws_table.pop("path"))).expanduser()
+        base_ws = defaults
+        if "qwenpaw_agent_json" in ws_table:
+            base_ws = _build(WorkspaceSettings,
+                             _read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path),
+                             base=defaults, where=f"[workspaces.{agent_id}] qwenpaw_agent_json")
         workspaces[agent_id] = _build(
-            WorkspaceSettings, ws_table, base=defaults, where=f"[workspaces.{agent_id}]"
+            WorkspaceSettings, ws_table, base=base_ws, where=f"[workspaces.{agent_id}]"
         )
 
     base = DaemonConfig(

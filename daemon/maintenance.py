@@ -3,8 +3,8 @@
 ``verify`` compares a workspace's derived state with its Markdown: files on disk against
 files indexed (by stat, then by content digest), chunk bookkeeping against the chunk
 table and the keyword index, and the committed generation (manifest, checksums, record
-counts, QwenPaw-named mirrors) against what the index holds. ``compact`` forces a merge of
-the keyword index and commits a generation.
+counts) against what the index holds. ``compact`` forces a merge of the keyword index
+and commits a generation.
 
 The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to each
 workspace's status: ``clean`` only when nothing is pending and the last disk scan matched
@@ -29,7 +29,6 @@ from typing import Any
 import trio
 
 from recalld.daemon.index.embedder import VectorWorker
-from recalld.daemon.index.persist import CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR
 from recalld.daemon.index.prepare import prepare
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
@@ -229,24 +228,7 @@ def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
         if logical in gen.files and logical not in gen.corrupt:
             counts[logical] = gen.files[logical].records
     out["records"] = counts
-    mirrors: dict[str, str] = {}
-    for logical, rel in gen.mirrors.items():
-        mirror = gen.mirror_path(logical)
-        entry = gen.files.get(logical)
-        if mirror is None or entry is None:
-            continue
-        try:
-            size = mirror.stat().st_size
-        except FileNotFoundError:
-            mirrors[rel] = "missing"
-            continue
-        if size != entry.size:
-            mirrors[rel] = f"size {size} != {entry.size}"
-    expected = {CATALOG_MIRROR, CHUNKS_MIRROR, GRAPH_MIRROR}
-    for rel in sorted(expected - set(gen.mirrors.values())):
-        mirrors[rel] = "not in manifest"
-    out["mirror_problems"] = mirrors
-    out["ok"] = not gen.corrupt and not mirrors
+    out["ok"] = not gen.corrupt
     return out
 
 

@@ -75,12 +75,16 @@ def status() -> Call[DaemonStatus]:
 
 
 def workspace_open(
-    agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None
+    agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None,
+    import_report: bool = False,
 ) -> Call[WorkspaceInfo]:
-    """``workspace.open``: open (or create) agent ``agent_id``'s workspace."""
+    """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
+    ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
+    (under ``import``)."""
     return Call(
         "workspace.open",
-        _params(agent_id=agent_id, path=path, config=dict(config) if config else None),
+        _params(agent_id=agent_id, path=path, config=dict(config) if config else None,
+                import_report=import_report or None),
         cast(Callable[[Any], WorkspaceInfo], _as_dict),
     )
 

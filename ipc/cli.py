@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from recalld.ipc import cli_memory, cli_ops, errors, install
+from recalld.ipc import cli_import, cli_memory, cli_ops, errors, install
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="only touch the unit files; run no systemctl command")
     cli_memory.add_parsers(sub, common)
     cli_ops.add_parsers(sub, common)
+    cli_import.add_parsers(sub, common)
     return parser
 
 
@@ -352,6 +353,7 @@ _HANDLERS: dict[str, Handler] = {
     "dream": _dream,
     **cli_memory.HANDLERS,  # jobs, inbox, note
     **cli_ops.HANDLERS,  # backup, verify, compact, metrics, doctor, and status's human form
+    **cli_import.HANDLERS,  # import-qwenpaw
 }
 
 

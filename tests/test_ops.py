@@ -53,17 +53,18 @@ def test_verify_reports_damaged_derived_state_and_compact_repairs_it(
     assert report["files_on_disk"] == report["files_indexed"] == 5
     assert report["generation"]["records"]["catalog"] == 5
 
-    mirror = ws / "mem_metadata" / "file_store" / "file_chunks_default_v1.jsonl.zst"
-    mirror.unlink()
+    # Nothing is written under ReMe's names: a workspace ReMe also serves keeps its files.
+    assert not (ws / "mem_metadata" / "file_store").exists()
+    assert not (ws / "mem_metadata" / "file_graph").exists()
+    chunks = next((ws / "mem_metadata" / "index").glob("chunks.g*.jsonl.zst"))
+    chunks.write_bytes(chunks.read_bytes()[:-4])
     damaged = daemon.call("index.verify", {"agent_id": "default"})
-    assert damaged["ok"] is False
-    assert "missing" in damaged["generation"]["mirror_problems"].values()
+    assert damaged["ok"] is False and "chunks" in damaged["generation"]["corrupt"]
     proc = cli(daemon, "verify")
     assert proc.returncode == 1 and "DIFFERENCES FOUND" in proc.stdout
 
     compacted = daemon.call("index.compact", {"agent_id": "default"})
     assert compacted["generation"] > deadline_commit["generation"]
-    assert mirror.is_file()
     assert daemon.call("index.verify", {"agent_id": "default"})["ok"] is True
     proc = cli(daemon, "verify")
     assert proc.returncode == 0 and "default: ok" in proc.stdout, proc.stdout + proc.stderr

@@ -39,7 +39,7 @@ def active_jobs(daemon: DaemonHandle, agent: str, kind: str) -> list[dict[str, A
 
 
 def catalog(root: Path) -> dict[str, dict[str, Any]]:
-    path = root / "mem_metadata/file_catalog/resource.jsonl.zst"
+    path = root / "mem_metadata/catalog/resource.jsonl.zst"
     if not path.exists():
         return {}
     return {r["path"]: r for r in read_records(path)}

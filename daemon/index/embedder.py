@@ -17,8 +17,9 @@
 - model changes: when the index holds vectors of another space, they keep serving searches
   (with the old space's client) while the new space fills a second :class:`VectorIndex`;
   at full coverage the new index is swapped in and the chunk embeddings rewritten;
-- reuse of an existing QwenPaw workspace: vectors found in its chunk store seed the cache
-  of the configured space when their dimension matches.
+- reuse of an existing QwenPaw workspace: vectors found in ReMe's chunk store seed the cache
+  of the configured space (when ReMe's embedding cache does not place them in another
+  space), and ReMe's cache file of this space answers before the provider does.
 
 Stops by cancellation; nothing it holds needs a shielded cleanup (installed vectors are
 committed by the index's own persist task, pending work is re-derived at the next start).
@@ -39,6 +40,7 @@ import numpy.typing as npt
 import trio
 
 from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
@@ -116,6 +118,14 @@ class VectorWorker:
         self.provider_texts = 0
         self.cache_texts = 0
         self.seeded = 0
+        #: ReMe's embedding cache of this space (ReMe text key -> vector) and its hits.
+        self._reme_cache: dict[str, Any] = {}
+        #: Text hashes of the vectors taken from ReMe's chunk store.
+        self.reme_hashes: set[str] = set()
+        self.reme_cache_texts = 0
+        #: What was found of ReMe's vectors (see ``reme_report``); set once seeding is done.
+        self.reme: dict[str, Any] = {}
+        self.seeded_event = trio.Event()
         self.last_error: str | None = None
         self.state = "starting"
 
@@ -135,12 +145,13 @@ class VectorWorker:
         try:
             if not self.enabled:
                 self.state = "disabled"
+                self.seeded_event.set()
                 task_status.started()
                 await trio.sleep_forever()
             await self.target.ensure_open()
-            await self._seed_foreign()
             await self.index.locked(self._adopt)
             task_status.started()
+            await self._seed_foreign()
             self.state = "health_check"
             await self.target.client.wait_healthy(
                 self.index.root, backoff_base_s=self.cfg.backoff_base_s,
@@ -152,13 +163,21 @@ class VectorWorker:
                 self.index.vectors = None
 
     async def _seed_foreign(self) -> None:
-        """Put vectors of a QwenPaw chunk store into the cache (dimension must match)."""
+        """Reuse what ReMe embedded: its chunk store's vectors go into the cache of the
+        configured space (when ReMe's own cache says they were made in it, or says
+        nothing), and its cache file of this space is kept for lookups by ReMe's key."""
         found, self.index.foreign_vectors = self.index.foreign_vectors, []
-        if not found:
-            return
         dims = self.target.dims
+        metadata = self.index.store.metadata_dir
 
         def seed() -> int:
+            cache = reme_import.read_embeddings(metadata, self.config)
+            self._reme_cache = cache.vectors
+            self.reme = {"space": cache.space, "cache_vectors": len(cache.vectors),
+                         "other_spaces": cache.other_spaces, "refused": cache.refused,
+                         "store_vectors": len(found), "store_vectors_used": 0}
+            if not cache.space_known:
+                return 0
             items: list[tuple[str, F32]] = []
             for text, value in found:
                 try:
@@ -167,11 +186,25 @@ class VectorWorker:
                     continue
                 if vec.shape[0] == dims:
                     items.append((text_hash(text), vec))
+            self.reme["store_vectors_used"] = len(items)
+            self.reme_hashes = {h for h, _ in items}
             return self.target.cache.put_many(items)
 
-        self.seeded = await trio.to_thread.run_sync(seed)
-        log.info("%s: reused %d of %d stored vectors for %s", self.index.ws.agent_id,
-                 self.seeded, len(found), self.target.key)
+        try:
+            self.seeded = await trio.to_thread.run_sync(seed)
+        finally:
+            self.seeded_event.set()
+        if found or self._reme_cache:
+            log.info("%s: reused %d of %d stored vectors for %s (ReMe's cache of this space: "
+                     "%d vectors)", self.index.ws.agent_id, self.seeded, len(found),
+                     self.target.key, len(self._reme_cache))
+
+    def reme_vector(self, text: str) -> F32 | None:
+        """The vector ReMe's cache holds for ``text`` in this space, if any."""
+        if not self._reme_cache:
+            return None
+        row = self._reme_cache.get(reme_import.text_key(text, self.config.max_input_length))
+        return None if row is None else np.asarray(row, dtype=np.float32)
 
     # -- mode: which index is being filled, which one serves ---------------------------
 
@@ -321,6 +354,14 @@ class VectorWorker:
             else:
                 vectors[texts[i]] = vec
         self.cache_texts += len(texts) - len(missing)
+        from_reme = [(i, v) for i in missing if (v := self.reme_vector(texts[i])) is not None]
+        if from_reme:
+            await trio.to_thread.run_sync(
+                space.cache.put_many, [(hashes[i], v) for i, v in from_reme])
+            for i, v in from_reme:
+                vectors[texts[i]] = v
+            self.reme_cache_texts += len(from_reme)
+            missing = [i for i in missing if texts[i] not in vectors]
         if missing:
             rows = await embed_passages(
                 self.index.ws, space.key, [hashes[i] for i in missing],
@@ -387,6 +428,7 @@ class VectorWorker:
             "provider_texts": self.provider_texts,
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,
+            "reme_cache_texts": self.reme_cache_texts,
             "parked": len(self._failed),
             "health": client.health,
             "last_error": self.last_error or client.last_error,

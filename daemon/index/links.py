@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["Link", "LinkGraph", "extract_links", "normalize_target", "resolve_links"]
+__all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
+           "normalize_target", "resolve_links"]
 
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
@@ -30,6 +31,13 @@ _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN_RE: Final = re.compile(r"`[^`\n]*`")
 
 Resolver = Callable[[str], str | None]
+
+#: Typed keys of older digest nodes (ReMe's format) and the edge kind they stand for: a
+#: node's sources and its related nodes, like links under its ``## Sources`` and
+#: ``## Related`` headings.
+LEGACY_KINDS: Final = {"derived_from": "source", "relates_to": "related"}
+_SECTION_KINDS: Final = {"sources": "source", "related": "related"}
+_HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +102,23 @@ def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
 
 def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
     """Edges of one note, in text order; code blocks and code spans are skipped, and an edge to
-    the note itself is dropped. Duplicates (same dst, kind, line) are kept once."""
+    the note itself is dropped. Duplicates (same dst, kind, line) are kept once.
+
+    Kinds: the typed key (``parent::``), ``source`` / ``related`` for links under a
+    ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
+    ``relates_to::`` keys, else ``link``."""
     out: list[Link] = []
     seen: set[tuple[str, str, int]] = set()
+    section = "link"
     for number, line in _lines_outside_code(text):
+        heading = _HEADING_RE.match(line)
+        if heading is not None:
+            section = _SECTION_KINDS.get(heading.group(1).strip().lower(), "link")
         if "[[" not in line:
             continue
         typed = _TYPED_RE.match(line)
-        kind = typed.group(1).strip().lower() if typed is not None else "link"
+        kind = typed.group(1).strip().lower() if typed is not None else section
+        kind = LEGACY_KINDS.get(kind, kind)
         for m in _WIKILINK_RE.finditer(line):
             name = m.group(2).strip()
             ext = posixpath.splitext(name)[1].lower()
@@ -119,6 +136,20 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
                      (m.group(4) or "").strip(), resolved)
             )
     return out
+
+
+def legacy_edge(line: str) -> tuple[str, list[str]] | None:
+    """``("source" | "related", targets)`` for a ``derived_from::`` or ``relates_to::``
+    line of an older digest node (targets with a ``/`` as ``.md`` paths, like
+    :func:`normalize_target`); None for any other line."""
+    typed = _TYPED_RE.match(line)
+    if typed is None:
+        return None
+    kind = LEGACY_KINDS.get(typed.group(1).strip().lower())
+    if kind is None:
+        return None
+    targets = [normalize_target(m.group(2))[0] for m in _WIKILINK_RE.finditer(typed.group(2))]
+    return kind, [t for t in targets if t]
 
 
 def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]:

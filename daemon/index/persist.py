@@ -1,11 +1,12 @@
 """Saving and loading one workspace's index under ``<workspace>/<metadata_dir>/``.
 
 Generation files live in ``index/`` with a manifest as the only commit point
-(:mod:`recalld.daemon.store.manifest`); the QwenPaw-compatible names are mirrors of the
-current generation: ``file_store/file_chunks_default_v1.jsonl.zst`` (chunk records with
-``_embedding_f16_b64`` where a vector exists), ``file_graph/default.jsonl.zst`` (links) and
-``file_catalog/default.jsonl.zst`` (what was indexed, at which stat and digest). The
-keyword index is saved as checksummed numpy arrays, never pickled.
+(:mod:`recalld.daemon.store.manifest`): the chunk records (QwenPaw's record format, with
+``_embedding_f16_b64`` where a vector exists), links, and what was indexed at which stat
+and digest. Nothing is written under ReMe's names (``file_store/``, ``file_graph/``,
+``file_catalog/``): a workspace ReMe (QwenPaw) also serves keeps ReMe's files as ReMe wrote
+them, so going back to it needs no rebuild. The keyword index is saved as checksummed numpy
+arrays, never pickled.
 
 Everything here blocks; the index service runs it in worker threads.
 """
@@ -37,9 +38,6 @@ from recalld.daemon.store.records import write_records
 
 log = logging.getLogger(__name__)
 
-CHUNKS_MIRROR = "file_store/file_chunks_default_v1.jsonl.zst"
-GRAPH_MIRROR = "file_graph/default.jsonl.zst"
-CATALOG_MIRROR = "file_catalog/default.jsonl.zst"
 FORMAT_VERSION = 1
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # ~0.5 s to hash) and the chunk records, which a load reads only when the table is bad.
@@ -107,7 +105,10 @@ class IndexStore:
 
     def __init__(self, metadata_dir: Path, fs: FS = REAL) -> None:
         self.metadata_dir = metadata_dir
-        self.store = GenerationStore(metadata_dir / "index", fs, mirror_root=metadata_dir)
+        # Generations of older versions list copies under ReMe's names: not written again
+        # (ReMe may have written its own files there since).
+        self.store = GenerationStore(metadata_dir / "index", fs, mirror_root=metadata_dir,
+                                     publish_mirrors=False)
         #: The vectors stamp of the last committed generation (None: re-serialize next).
         self.saved_vectors: tuple[int, int] | None = None
         #: The generation the last ``load`` filled a state from.
@@ -121,17 +122,15 @@ class IndexStore:
         fs = self.store.fs
         with self.store.transaction() as txn:
             txn.add("catalog", write_records(
-                fs, txn.path("catalog", ".jsonl.zst"), (f.to_record() for f in snap.files)),
-                mirror=CATALOG_MIRROR)
+                fs, txn.path("catalog", ".jsonl.zst"), (f.to_record() for f in snap.files)))
             txn.add("chunks", write_records(
-                fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records()),
-                mirror=CHUNKS_MIRROR)
+                fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records()))
             # The same chunks as columns: what a warm start loads (no JSON per chunk).
             txn.add("chunk_table", write_arrays(
                 fs, txn.path("chunk_table", ".arr"), snap.chunks.to_arrays(),
                 {"state_format": FORMAT_VERSION}))
             txn.add("graph", write_records(
-                fs, txn.path("graph", ".jsonl.zst"), snap.graph), mirror=GRAPH_MIRROR)
+                fs, txn.path("graph", ".jsonl.zst"), snap.graph))
             meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION}
             txn.add("bm25", write_arrays(fs, txn.path("bm25", ".arr"), snap.bm25_arrays, meta))
             carried = False

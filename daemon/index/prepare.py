@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
@@ -87,8 +88,10 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
         os.close(fd)
 
 
-def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -> Prepared:
-    """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``)."""
+def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
+            reme: Sequence[ReMeChunk] | None = None) -> Prepared:
+    """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
+    ``reme``: ReMe's chunks of it, kept while the note still matches them."""
     got = _read_note(root, rel)
     if got is None:
         return Prepared(path=rel, gone=True)
@@ -98,19 +101,22 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
                         digest=digest, unchanged=True)
     text = data.decode("utf-8", errors="replace")
+    chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
-        chunks=chunk_markdown(rel, text, max_chars=max_chars), links=extract_links(rel, text),
+        chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
+        links=extract_links(rel, text),
     )
 
 
 def prepare_files(
-    root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None]
+    root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None],
+    reme: Mapping[str, Sequence[ReMeChunk]] | None = None,
 ) -> PreparedBatch:
     """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
     shared state, so it runs in worker threads or worker processes alike."""
-    files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel))
-             for rel in rels]
+    files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
+                     reme=(reme or {}).get(rel)) for rel in rels]
     split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
     slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split])
     return PreparedBatch(files, terms, slab)

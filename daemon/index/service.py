@@ -14,9 +14,10 @@ which keeps answering, and swaps it in at the end.
 
 Vectors: a backfill (``embedder.py``, a separate workspace service) attaches itself as
 ``vectors``; it reads pending work and installs vectors through :meth:`WorkspaceIndex.locked`
-and waits on :attr:`WorkspaceIndex.changed`. On the first open of a workspace that has no
-generation of ours yet, the QwenPaw chunk store is read before our first commit replaces
-it, so its ``_embedding_f16_b64`` vectors can seed the embedding cache.
+and waits on :attr:`WorkspaceIndex.changed`. When the workspace has a ReMe (QwenPaw) chunk
+store, it is read at every start (ReMe may have run in between): its ``_embedding_f16_b64``
+vectors seed the embedding cache and its chunk boundaries are kept for the notes that still
+match them (``reme_import.py``, ``reme_chunks.py``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ import trio
 
 from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.index import reme_import
 from recalld.daemon.index.exact import exact_keys, special_terms
 from recalld.daemon.index.persist import (
-    CHUNKS_MIRROR,
     IndexStore,
     LoadReport,
     adopt_saved,
@@ -53,7 +54,6 @@ from recalld.daemon.index.state import (
     carry_vectors,
 )
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
-from recalld.daemon.store.records import read_foreign_records
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
 
@@ -154,8 +154,12 @@ class WorkspaceIndex:
         self.changed = trio.Event()
         #: The vector backfill of this workspace, once it attached itself.
         self.vectors: VectorWorker | None = None
-        #: ``(text, _embedding_f16_b64)`` pairs found in a QwenPaw chunk store on first open.
+        #: ``(text, _embedding_f16_b64)`` pairs found in ReMe's chunk store at start.
         self.foreign_vectors: list[tuple[str, str]] = []
+        #: ReMe's chunk boundaries by note (texts, no vectors), kept for notes that match.
+        self.reme_boundaries: dict[str, list[reme_import.ReMeChunk]] = {}
+        #: What ReMe's chunk store held when the index started (None: no store).
+        self.reme_store: dict[str, int] | None = None
 
     # -- service ---------------------------------------------------------------------
 
@@ -164,8 +168,7 @@ class WorkspaceIndex:
             partial(self.store.load, self.state, defer_checks=True))
         # Loading read whole state files into short-lived buffers; hand them back.
         await trio.to_thread.run_sync(memtrim.trim)
-        if self.load_report.fresh:
-            self.foreign_vectors = await trio.to_thread.run_sync(self._read_foreign_vectors)
+        await trio.to_thread.run_sync(self._read_reme_store, self.load_report.fresh)
         if self.load_report.corrupt:
             log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
                         self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
@@ -278,8 +281,9 @@ class WorkspaceIndex:
 
         async def one(i: int, paths: list[str]) -> None:
             digests = {p: digest_of(p) for p in paths}
+            reme = {p: self.reme_boundaries[p] for p in paths if p in self.reme_boundaries}
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
-                          digests=digests)
+                          digests=digests, reme=reme or None)
             if pool is not None:
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
                     results[i] = await pool.call(job)
@@ -347,23 +351,28 @@ class WorkspaceIndex:
             self._changes += count
             self._mark_dirty()
 
-    def _read_foreign_vectors(self) -> list[tuple[str, str]]:
-        """Vectors of an existing QwenPaw chunk store (empty when there is none)."""
-        path = self.store.metadata_dir / CHUNKS_MIRROR
-        if not path.exists():
-            return []
-        try:
-            found = read_foreign_records(path)
-        except (OSError, StorageError) as exc:
-            log.warning("%s: cannot read the existing chunk store %s: %s",
-                        self.ws.agent_id, path, exc)
-            return []
-        out = [(str(r["text"]), r["_embedding_f16_b64"]) for r in found.records
-               if isinstance(r.get("text"), str)
-               and isinstance(r.get("_embedding_f16_b64"), str)]
-        if out:
-            log.info("%s: found %d stored vectors in %s", self.ws.agent_id, len(out), path)
-        return out
+    def _read_reme_store(self, fresh: bool) -> None:
+        """ReMe's chunk store, if the workspace has one: its vectors for the embedding
+        cache and its boundaries for the notes it chunked (``reme_chunks.py``). Copies an
+        older version of recalld wrote under ReMe's names go once our own index is saved
+        (before, they still give their vectors)."""
+        if not fresh:
+            removed = reme_import.remove_own_mirrors(self.store.metadata_dir)
+            if removed:
+                log.info("%s: removed the copies of the index an older version wrote under "
+                         "ReMe's names: %s", self.ws.agent_id, ", ".join(removed))
+        found = reme_import.read_store(self.store.metadata_dir)
+        if found is None:
+            return
+        self.foreign_vectors = found.vectors
+        self.reme_boundaries = {
+            path: [reme_import.ReMeChunk(c.start_line, c.end_line, c.text) for c in chunks]
+            for path, chunks in found.chunks.items()}
+        self.reme_store = {"records": found.records, "chunks": len(found),
+                           "notes": len(found.chunks), "skipped": found.skipped,
+                           "vectors": len(self.foreign_vectors)}
+        log.info("%s: ReMe's chunk store holds %d chunks of %d notes (%d with vectors)",
+                 self.ws.agent_id, len(found), len(found.chunks), len(self.foreign_vectors))
 
     # -- persistence -----------------------------------------------------------------
 

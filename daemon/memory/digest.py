@@ -5,7 +5,10 @@ A node is ``digest/<bucket>/<slug>.md`` with frontmatter ``name``, ``description
 ``related``, a ``# <name>`` title, the content, and three sections the code owns:
 ``## Related`` (``[[digest/...]]`` links), ``## History`` (corrected claims with date, old
 text, source and reason) and ``## Sources`` (``[[memory/<date>/<note>.md]]`` links). A person
-may edit a node by hand; every other heading stays part of the content.
+may edit a node by hand; every other heading stays part of the content. Older nodes (ReMe's
+format) name their sources and related nodes in ``derived_from:: [[...]]`` and
+``relates_to:: [[...]]`` lines; those count as sources and related nodes, and a node written
+again has them in its sections instead.
 
 The model never writes a node. It proposes an :class:`Integration` and :func:`integrate`
 decides, deterministically, what the node becomes:
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.links import legacy_edge
 
 BUCKETS: Final = ("personal", "procedure", "wiki")
 ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
@@ -155,8 +159,14 @@ def parse_node(path: str, text: str) -> Node:
     content: list[str] = []
     current: list[str] = content
     title_seen = False
+    # Older nodes (ReMe's format) name sources and related nodes in ``key:: [[...]]`` lines.
+    legacy: dict[str, list[str]] = {"source": [], "related": []}
     for line in body:
         stripped = line.strip()
+        edge = legacy_edge(line) if current is content else None
+        if edge is not None:
+            legacy[edge[0]].extend(edge[1])
+            continue
         if not title_seen and stripped.startswith("# ") and not content:
             title_seen = True
             continue
@@ -168,9 +178,11 @@ def parse_node(path: str, text: str) -> Node:
     sources = _as_list(fields.get("sources"))
     for line in sections.get("Sources", []):
         sources.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+    sources.extend(legacy["source"])
     related = _as_list(fields.get("related"))
     for line in sections.get("Related", []):
         related.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+    related.extend(legacy["related"])
     history = [ln for ln in sections.get("History", []) if ln.strip()]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
            "corroborations", "sources", "related"}

@@ -1,7 +1,8 @@
 """auto_dream: consolidate the daily notes changed since the last dream into digest nodes.
 
-Owns the dream catalog (``<metadata_dir>/file_catalog/dream.jsonl.zst``: every daily note
-processed, with the SHA-256 of the text that was read) and one run at a time of the job
+Owns the dream catalog (``<metadata_dir>/catalog/dream.jsonl.zst``: every daily note
+processed, with the SHA-256 of the text that was read; ReMe's ``file_catalog/`` beside it
+stays as ReMe wrote it) and one run at a time of the job
 (the job kind is exclusive). Starts no task.
 
 A run: find the daily notes whose digest differs from the catalog (``index.md`` day
@@ -35,7 +36,7 @@ import trio
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
-from recalld.daemon.memory import changelog, digest, interests
+from recalld.daemon.memory import changelog, digest, interests, reme_dream
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.providers.chat import ChatClient
@@ -64,24 +65,50 @@ class DreamConfig:
 
 
 def catalog_path(root: Path, metadata_dir: str, job: str) -> Path:
-    return root / metadata_dir / "file_catalog" / f"{job}.jsonl.zst"
+    """recalld's catalog of ``job``: beside ReMe's ``file_catalog/``, which stays ReMe's."""
+    return root / metadata_dir / "catalog" / f"{job}.jsonl.zst"
+
+
+def _legacy_path(path: Path) -> Path:
+    """Where recalld kept the catalog before: in ReMe's ``file_catalog/`` folder."""
+    return path.parent.parent / "file_catalog" / path.name
+
+
+def _ours(records: list[dict[str, Any]]) -> bool:
+    """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
+    return bool(records) and all("digest" in r and "state" in r for r in records)
 
 
 def load_catalog(path: Path) -> dict[str, dict[str, Any]]:
     """Catalog records by path; a damaged catalog is treated as empty (logged): the worst
-    case is re-reading notes, which the integration rules make harmless."""
+    case is re-reading notes, which the integration rules make harmless. A catalog recalld
+    kept in ReMe's folder before is read from there until the next save moves it."""
+    source = path
     if not path.exists():
-        return {}
+        source = _legacy_path(path)
+        if not source.exists():
+            return {}
     try:
-        return {str(r["path"]): r for r in read_records(path) if "path" in r}
+        records = list(read_records(source))
     except CorruptState as exc:
-        log.warning("catalog %s is damaged (%s); starting it afresh", path, exc)
+        log.warning("catalog %s is damaged (%s); starting it afresh", source, exc)
         return {}
+    if source != path and not _ours(records):
+        return {}  # ReMe's own catalog: not ours to read here
+    return {str(r["path"]): r for r in records if "path" in r}
 
 
 def save_catalog(path: Path, records: Mapping[str, Mapping[str, Any]]) -> None:
     ensure_dir(REAL, path.parent)
     write_records(REAL, path, [records[k] for k in sorted(records)])
+    legacy = _legacy_path(path)
+    if legacy.exists():
+        # recalld's old copy in ReMe's folder goes, so ReMe finds nothing it cannot read.
+        try:
+            if _ours(list(read_records(legacy))):
+                legacy.unlink()
+        except (CorruptState, OSError) as exc:
+            log.warning("leaving %s in place: %s", legacy, exc)
 
 
 def sha256_text(text: str) -> str:
@@ -111,6 +138,22 @@ def changed_notes(root: Path, daily_dir: str,
             if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
                 out.append((rel, sha, text))
     return out
+
+
+def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, dict[str, Any]]) -> int:
+    """Put the notes ReMe's dream consolidated, unchanged since, into ``catalog`` as
+    processed (``reme_dream.py``); returns how many (blocking)."""
+    s = ws.settings
+    found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
+    if found is None:
+        return 0
+    for rel, text in found.unchanged:
+        catalog[rel] = {"path": rel, "digest": sha256_text(text), "state": "processed",
+                        "source": "reme"}
+    if found.unchanged:
+        log.info("%s: %d note(s) ReMe's dream consolidated are not dreamed again (%d changed "
+                 "since)", ws.agent_id, len(found.unchanged), len(found.changed))
+    return len(found.unchanged)
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
@@ -295,10 +338,14 @@ async def run_dream(
     settings = ws.settings
     cat_path = catalog_path(ws.root, settings.metadata_dir, "dream")
     catalog = await trio.to_thread.run_sync(load_catalog, cat_path)
+    recognised = await trio.to_thread.run_sync(recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
     todo = todo[: cfg.max_notes_per_run]
     if not todo:
-        return {"run_id": None, "notes": 0, "changed": False, "actions": {}}
+        if recognised:
+            await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+        return {"run_id": None, "notes": 0, "changed": False, "actions": {},
+                "recognised_from_reme": recognised}
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
                changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                 notes=[p for p, _, _ in todo]),
@@ -340,6 +387,7 @@ async def run_dream(
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
     summary["changed"] = run.log.changed
+    summary["recognised_from_reme"] = recognised
     summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
     if run.log.changed:
         await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],

@@ -14,11 +14,14 @@ import trio
 from recalld.daemon import safepath, sharing
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.events import check_topic_pattern
+from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
+# How long ``workspace.open`` with ``import_report`` waits for the first indexing pass.
+IMPORT_REPORT_WAIT_S = 600.0
 
 METHODS = Methods()
 
@@ -112,12 +115,16 @@ async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
     agent_id = p.agent_id()
     path = p.text("path", None)
     overrides = p.mapping("config", None)
+    report = p.boolean("import_report", False)
     p.done()
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
     ws = await ctx.state.registry.open(
         agent_id, Path(path) if path is not None else None, overrides
     )
+    if report:  # what was found and reused of a QwenPaw workspace
+        return {**workspace_info(ws), "import": await import_report(
+            ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
     return workspace_info(ws)
 
 

@@ -88,6 +88,7 @@ class GenerationStore:
         *,
         mirror_root: Path | None = None,
         keep: int = 2,
+        publish_mirrors: bool = True,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
@@ -95,6 +96,8 @@ class GenerationStore:
         self.mirror_root = Path(mirror_root) if mirror_root is not None else self.state_dir
         self.fs = fs
         self.keep = keep
+        #: False: ``open`` does not re-publish the mirrors an older generation lists.
+        self.publish_mirrors = publish_mirrors
         self.current: Generation | None = None
         self._next = 1
 
@@ -130,7 +133,7 @@ class GenerationStore:
         gen = self.load(verify=verify, defer=defer)
         self.current = gen
         self.cleanup()
-        if gen is not None:
+        if gen is not None and self.publish_mirrors:
             self._publish_mirrors(gen, only_stale=True)
         return gen
 

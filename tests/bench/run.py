@@ -36,6 +36,7 @@ EXTRA = {"quality-lexical": "quality_lexical"}
 QUICK: dict[str, list[str]] = {
     "index": ["--quick"],
     "quality": ["--quick"],
+    "reme_chunks": ["--quick"],
     "agents": ["--quick"],
     "vectors": ["--quick", "300"],
     "ping": ["--seconds", "1"],

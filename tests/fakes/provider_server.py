@@ -94,7 +94,7 @@ _GEMINI = re.compile(r"/v1beta/models/(?P<model>[^/:]+):batchEmbedContents$")
 class FakeProvider:
     """Loopback HTTP server with a queue of scripted replies (then correct answers)."""
 
-    def __init__(self, *, dims: int = 8, api_key: str | None = None) -> None:
+    def __init__(self, *, dims: int = 8, api_key: str | None = None, port: int = 0) -> None:
         self.dims = dims
         #: When set, requests without this key (Bearer or x-goog-api-key) get 401.
         self.api_key = api_key
@@ -117,7 +117,7 @@ class FakeProvider:
             def do_GET(self) -> None:
                 fake._handle(self)
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(

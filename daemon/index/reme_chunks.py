@@ -1,0 +1,82 @@
+"""Chunk boundaries for notes ReMe (QwenPaw's memory) has already chunked and embedded.
+
+ReMe 0.4.2's chunk texts are Markdown rendered again by its own chunker (heading
+breadcrumb, ``[Part X/N]``), so recalld's chunker never produces the same texts, and no
+vector ReMe paid for could be reused by text. For a note ReMe chunked, recalld keeps
+ReMe's boundaries and texts (decision and measurement: docs/adr/0015-reme-chunk-boundaries.md)
+as long as the note still says what those chunks say, checked on content (file times
+change with copies and checkouts); once the note changes it is chunked by
+:mod:`chunker` like any other. Pure functions on plain data, so they run in the indexing
+worker processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recalld.daemon.index.chunker import Chunk
+from recalld.daemon.index.frontmatter import parse_frontmatter
+
+
+@dataclass(frozen=True, slots=True)
+class ReMeChunk:
+    """One chunk of ReMe's store (lines 1-based, inclusive)."""
+
+    start_line: int
+    end_line: int
+    text: str
+    embedding: str | None = None
+
+
+# ------------------------------------------------------------------- chunk boundaries
+
+
+def _alnum(text: str) -> str:
+    """The letters and digits of ``text``: what rendering Markdown again cannot change."""
+    return "".join(ch for ch in text if ch.isalnum()).casefold()
+
+
+def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk] | None:
+    """ReMe's chunks of ``path`` as recalld chunks, if the note still says what they say.
+
+    The note matches when every group of chunks over one line range starts and ends on a
+    line with text and contains the letters and digits of its lines in order, and every
+    line of the body with a letter or digit lies in some range. Frontmatter (which ReMe
+    does not index) is kept searchable by making its lines the first chunk's heading,
+    which the keyword index reads and the embedding does not. None: the note changed
+    since ReMe chunked it.
+    """
+    if not reme:
+        return None
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    fields, body_start = parse_frontmatter(text)
+    groups: dict[tuple[int, int], list[ReMeChunk]] = {}
+    for c in reme:
+        if (c.start_line <= body_start or c.end_line > len(lines)
+                or not lines[c.start_line - 1].strip() or not lines[c.end_line - 1].strip()):
+            return None
+        groups.setdefault((c.start_line, c.end_line), []).append(c)
+    covered = [False] * len(lines)
+    for (start, end), group in groups.items():
+        span = _alnum("\n".join(lines[start - 1:end]))
+        if span not in _alnum("\n".join(c.text for c in group)):
+            return None
+        for i in range(start - 1, end):
+            covered[i] = True
+    if any(not covered[i] and _alnum(lines[i]) for i in range(body_start, len(lines))):
+        return None
+    head = "\n".join(lines[:body_start]) if body_start else ""
+    scalars = {k: v for k, v in fields.items() if isinstance(v, str | int | float | bool | list)}
+    out: list[Chunk] = []
+    for i, c in enumerate(reme):
+        meta: dict[str, Any] = {"chunker": "reme"}
+        if i == 0 and head:
+            meta["frontmatter"] = scalars
+        out.append(Chunk(path, c.start_line, c.end_line, c.text, head if i == 0 else "",
+                         meta))
+    return out
+
+
+__all__ = ["ReMeChunk", "adopt_chunks"]

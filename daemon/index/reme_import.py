@@ -1,0 +1,263 @@
+"""Reading what ReMe (QwenPaw's memory) stored under ``<metadata_dir>/``, to reuse it.
+
+ReMe 0.4.2 keeps, beside the Markdown:
+
+- its chunk store ``file_store/file_chunks_default_v1.jsonl.zst``: one JSON object per
+  chunk (``path``, 1-based inclusive ``start_line``/``end_line``, ``text``, ``metadata``,
+  the vector as ``_embedding_f16_b64``). Its chunk text is Markdown *rendered* by its own
+  chunker (heading breadcrumb, ``[Part X/N]``), so recalld's chunker never produces the
+  same texts and no vector could be reused by text: ReMe's boundaries and texts are kept
+  for a note as long as the note still says what those chunks say (``reme_chunks.py``);
+- its embedding cache ``embedding_store/<name>_<version>_<space id>.npz`` per vector space:
+  ``keys`` (SHA-256 of the text as ReMe truncated it) and ``embeddings`` (float16 rows).
+  It is read with ``allow_pickle=False``; an archive with other members, dtypes or shapes
+  is refused as a whole.
+
+Vectors in the chunk store carry no vector space. They are reused only when ReMe's cache
+holds a file for the configured space (its vectors were made there) or holds no file at
+all; when ReMe's cache only knows other spaces, the chunk store's vectors are of one of
+those and are not used.
+
+Nothing here writes: ReMe's files stay as ReMe wrote them. Blocking; call from worker
+threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import unicodedata
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import orjson
+import zstandard
+
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index.reme_chunks import ReMeChunk
+from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
+
+log = logging.getLogger(__name__)
+
+CHUNK_STORE: Final = "file_store/file_chunks_default_v1.jsonl.zst"
+EMBEDDING_DIR: Final = "embedding_store"
+# The endpoints ReMe assumes when a config names none (its provider defaults).
+_DEFAULT_ENDPOINTS: Final = {"openai": "https://api.openai.com/v1",
+                             "ollama": "http://127.0.0.1:11434"}
+_NPZ_NAME: Final = re.compile(r"^(?P<name>.+)_(?P<version>v\d+)_(?P<space>[0-9a-f]{12})\.npz$")
+# An archive bigger than this is not an embedding cache of a workspace (1 GB: ~500k
+# vectors of 1,024 dimensions).
+MAX_NPZ_BYTES: Final = 1 << 30
+
+
+@dataclass(slots=True)
+class ReMeStore:
+    """What ReMe's chunk store holds: chunk boundaries by note, and every stored vector."""
+
+    chunks: dict[str, list[ReMeChunk]] = field(default_factory=dict)
+    #: ``(text, _embedding_f16_b64)`` of every record with both.
+    vectors: list[tuple[str, str]] = field(default_factory=list)
+    records: int = 0
+    #: Records that give no chunk boundaries (malformed, or recalld's own former mirrors).
+    skipped: int = 0
+
+    def __len__(self) -> int:
+        return sum(len(cs) for cs in self.chunks.values())
+
+
+def read_store(metadata_dir: Path) -> ReMeStore | None:
+    """ReMe's chunk store under ``metadata_dir``; None when there is none or it cannot be
+    read. Records that are not ReMe chunks (recalld's own former mirrors carry a ``key``)
+    or are malformed give no boundaries (counted in ``skipped``); their vectors count."""
+    path = metadata_dir / CHUNK_STORE
+    if not path.is_file():
+        return None
+    try:
+        found = read_foreign_records(path)
+    except (OSError, StorageError) as exc:
+        log.warning("cannot read ReMe's chunk store %s: %s", path, exc)
+        return None
+    store = ReMeStore(records=len(found.records))
+    for rec in found.records:
+        text, emb = rec.get("text"), rec.get("_embedding_f16_b64")
+        if isinstance(text, str) and isinstance(emb, str):
+            store.vectors.append((text, emb))
+        chunk = _chunk_of(rec)
+        if chunk is None:
+            store.skipped += 1
+            continue
+        store.chunks.setdefault(chunk[0], []).append(chunk[1])
+    for chunks in store.chunks.values():
+        chunks.sort(key=lambda c: (c.start_line, c.end_line))
+    return store
+
+
+def _chunk_of(rec: Mapping[str, Any]) -> tuple[str, ReMeChunk] | None:
+    path, text = rec.get("path"), rec.get("text")
+    start, end = rec.get("start_line"), rec.get("end_line")
+    if not (isinstance(path, str) and path and isinstance(text, str)
+            and type(start) is int and type(end) is int and 1 <= start <= end):
+        return None
+    if _mirrored_chunk(rec):
+        return None  # written by recalld, not ReMe
+    emb = rec.get("_embedding_f16_b64")
+    return path, ReMeChunk(start, end, text, emb if isinstance(emb, str) else None)
+
+
+# ------------------------------------------------------ what older recalld versions wrote
+
+
+def _mirrored_chunk(rec: Mapping[str, Any]) -> bool:
+    meta = rec.get("metadata")
+    return isinstance(meta, Mapping) and "key" in meta
+
+
+#: Files older recalld versions wrote under ReMe's names (copies of their own index
+#: state), each with what only recalld's records hold.
+OWN_MIRRORS: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
+    CHUNK_STORE: _mirrored_chunk,
+    "file_graph/default.jsonl.zst": lambda r: "src" in r and "dst" in r and "kind" in r,
+    "file_catalog/default.jsonl.zst": lambda r: "mtime_ns" in r and "keys" in r,
+}
+
+
+def first_record(path: Path, limit: int = 1 << 16) -> dict[str, Any] | None:
+    """The first JSON record of a (zstd) JSONL file, reading at most ``limit`` bytes of
+    it; None when empty or unreadable."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(0)
+            if head == ZSTD_MAGIC:
+                data = zstandard.ZstdDecompressor().stream_reader(f).read(limit)
+            else:
+                data = f.read(limit)
+        rec = orjson.loads(data.split(b"\n", 1)[0])
+    except (OSError, zstandard.ZstdError, orjson.JSONDecodeError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def remove_own_mirrors(metadata_dir: Path) -> list[str]:
+    """Delete what an older recalld version wrote under ReMe's names (ReMe loads none of
+    it; reading it again at every start would cost as much as the index itself). ReMe's
+    own files are told apart by their records and left alone. Returns what was removed."""
+    removed: list[str] = []
+    for rel, ours in OWN_MIRRORS.items():
+        path = metadata_dir / rel
+        rec = first_record(path) if path.is_file() else None
+        if rec is not None and ours(rec):
+            try:
+                path.unlink()
+                removed.append(rel)
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", path, exc)
+    return removed
+
+
+# ---------------------------------------------------------------------- vector spaces
+
+
+def space_id(config: EmbeddingModelConfig) -> str:
+    """The id ReMe gives the vector space of ``config`` (its cache file name): a digest of
+    backend, model, dimensions and endpoint."""
+    endpoint = config.base_url.rstrip("/") or _DEFAULT_ENDPOINTS.get(config.backend, "")
+    parts = (config.backend, config.model_name, str(config.dimensions), endpoint)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12]
+
+
+def text_key(text: str, max_input_length: int) -> str:
+    """ReMe's cache key of an input: SHA-256 of the text cut to its character budget
+    (ASCII: ``max_input_length`` characters; otherwise wide characters count 1.5, others
+    1, against 92 % of the budget)."""
+    return hashlib.sha256(_cut(text, max_input_length).encode()).hexdigest()
+
+
+def _cut(text: str, limit: int) -> str:
+    limit = max(0, limit)
+    if text.isascii():
+        return text[:limit]
+    budget = limit * 2 * 92 // 100  # in half units
+    used = 0
+    for i, ch in enumerate(text):
+        used += 3 if unicodedata.east_asian_width(ch) in ("W", "F") else 2
+        if used > budget:
+            return text[:i]
+    return text
+
+
+@dataclass(slots=True)
+class ReMeEmbeddings:
+    """ReMe's embedding cache for one space: ReMe text key -> float16 vector."""
+
+    space: str
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    #: ReMe cache files found for other spaces.
+    other_spaces: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def space_known(self) -> bool:
+        """Whether ReMe's cache has a file for this space, or none for any space."""
+        return bool(self.vectors) or not self.other_spaces
+
+
+def read_embeddings(metadata_dir: Path, config: EmbeddingModelConfig) -> ReMeEmbeddings:
+    """ReMe's cached vectors of ``config``'s space (empty when ReMe has none)."""
+    sid = space_id(config)
+    out = ReMeEmbeddings(sid)
+    folder = metadata_dir / EMBEDDING_DIR
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.npz")):
+        m = _NPZ_NAME.match(path.name)
+        if m is None:
+            continue
+        if m["space"] != sid:
+            out.other_spaces.append(m["space"])
+            continue
+        try:
+            out.vectors.update(load_npz(path, config.dimensions))
+        except ValueError as exc:
+            out.refused[path.name] = str(exc)
+            log.warning("ReMe embedding cache %s refused: %s", path, exc)
+    return out
+
+
+def load_npz(path: Path, dims: int) -> dict[str, np.ndarray]:
+    """``keys`` -> row of ``embeddings`` from one of ReMe's cache files. Only an archive of
+    exactly those two plain arrays is read (no pickled objects: ``allow_pickle=False``);
+    anything else raises ValueError."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_NPZ_BYTES:
+            raise ValueError(f"{size} bytes is more than an embedding cache holds")
+        with zipfile.ZipFile(path) as zf:
+            members = sorted(zf.namelist())
+        if members != ["embeddings.npy", "keys.npy"]:
+            raise ValueError(f"unexpected members {members[:5]}")
+        with np.load(path, allow_pickle=False) as data:
+            keys, emb = data["keys"], data["embeddings"]
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        raise ValueError(f"not a readable archive: {exc}") from None
+    if keys.dtype.kind != "U" or keys.ndim != 1:
+        raise ValueError(f"keys of dtype {keys.dtype} and shape {keys.shape}")
+    if emb.dtype.kind != "f" or emb.ndim != 2 or emb.shape[0] != keys.shape[0]:
+        raise ValueError(f"embeddings of dtype {emb.dtype} and shape {emb.shape}")
+    if emb.shape[1] != dims:
+        raise ValueError(f"vectors of {emb.shape[1]} dimensions, expected {dims}")
+    rows = emb.astype("<f2")
+    if not np.all(np.isfinite(rows)):
+        raise ValueError("non-finite values")
+    return {str(k): rows[i] for i, k in enumerate(keys)}
+
+
+__all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
+           "first_record", "load_npz", "read_embeddings", "read_store", "remove_own_mirrors",
+           "space_id", "text_key"]

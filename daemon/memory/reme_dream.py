@@ -1,0 +1,81 @@
+"""ReMe's (QwenPaw's) dream record: which daily notes its auto_dream already consolidated.
+
+ReMe 0.4.2 keeps them in ``<metadata_dir>/file_catalog/dream.jsonl.zst``, one file node
+per note (``path``, ``st_mtime``: the note's modification time when the dream read it); a
+note whose time differs is new to its next dream. recalld keys its own catalog by content
+hash (``dream.py``), so a note ReMe consolidated is recognised once, the first time
+recalld's dream meets it: if its modification time is still the one ReMe recorded, the
+note is as ReMe read it and its current hash goes into recalld's catalog as processed; if
+it changed since, it is dreamed like any new note. ReMe's file is only read, never
+written. Blocking: call from worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from recalld.daemon.memory.fileops import read_confined
+from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.records import read_foreign_records
+from recalld.ipc.errors import RecalldError
+
+log = logging.getLogger(__name__)
+
+REME_DREAM_CATALOG: Final = "file_catalog/dream.jsonl.zst"
+
+
+@dataclass(slots=True)
+class ReMeDreamed:
+    """The notes ReMe's dream consolidated, as they are now."""
+
+    #: ``(path, text)`` of notes unchanged since ReMe's dream read them.
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
+    #: Notes ReMe consolidated that changed since (dreamed again) or are gone.
+    changed: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    #: Records that are not ReMe file nodes.
+    skipped: int = 0
+
+
+def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
+                      known: Mapping[str, Any] | None = None) -> ReMeDreamed | None:
+    """The daily notes ReMe's dream catalog records, except those in ``known`` (recalld's
+    catalog); None when the workspace has no ReMe dream catalog."""
+    path = root / metadata_dir / REME_DREAM_CATALOG
+    if not path.is_file():
+        return None
+    try:
+        found = read_foreign_records(path)
+    except (OSError, StorageError) as exc:
+        log.warning("cannot read ReMe's dream catalog %s: %s", path, exc)
+        return None
+    out = ReMeDreamed()
+    prefix = daily_dir.rstrip("/") + "/"
+    for rec in found.records:
+        rel, mtime = rec.get("path"), rec.get("st_mtime")
+        if (not isinstance(rel, str) or not isinstance(mtime, int | float)
+                or isinstance(mtime, bool) or "digest" in rec):
+            out.skipped += 1
+            continue
+        if not rel.startswith(prefix) or not rel.endswith(".md") or rel in (known or {}):
+            continue  # day indexes (``memory/<day>.md``) and what recalld already knows
+        try:
+            st = os.stat(root / rel, follow_symlinks=False)
+            text = read_confined(root, rel)
+        except (OSError, RecalldError):
+            text = None
+        if text is None:
+            out.gone.append(rel)
+        elif st.st_mtime == float(mtime):
+            out.unchanged.append((rel, text))
+        else:
+            out.changed.append(rel)
+    return out
+
+
+__all__ = ["REME_DREAM_CATALOG", "ReMeDreamed", "read_reme_dreamed"]

@@ -1,0 +1,138 @@
+"""What QwenPaw writes in ``reme_light_memory_config`` and what recalld makes of it.
+
+QwenPaw keeps an agent's memory settings in ``agent.json`` under
+``running.reme_light_memory_config`` (older releases: ``running.memory_summary``). recalld
+reads the same field names (``config.py``); this module knows the fields it accepts but
+does not act on, each with the reason, and finds the memory part inside a whole
+``agent.json``. It holds no state and does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Workspace-level fields QwenPaw writes that recalld accepts and ignores, with the reason.
+IGNORED_WORKSPACE: dict[str, str] = {
+    "auto_memory_inbox_push_enabled":
+        "recalld has one inbox switch per workspace (inbox_push_enabled)",
+    "auto_dream_inbox_push_enabled":
+        "recalld has one inbox switch per workspace (inbox_push_enabled)",
+    "daily_paper_inbox_push_enabled": "Daily Paper is a QwenPaw job, not memory",
+    "auto_fin_inbox_push_enabled": "Auto Fin is a QwenPaw job, not memory",
+    "daily_paper_cron_enabled": "Daily Paper is a QwenPaw job, not memory",
+    "daily_paper_cron": "Daily Paper is a QwenPaw job, not memory",
+    "daily_paper_use_hf_mirror": "Daily Paper is a QwenPaw job, not memory",
+    "daily_paper_topics": "Daily Paper is a QwenPaw job, not memory",
+    "auto_fin_cron_enabled": "Auto Fin is a QwenPaw job, not memory",
+    "auto_fin_cron": "Auto Fin is a QwenPaw job, not memory",
+    "auto_fin_topics": "Auto Fin is a QwenPaw job, not memory",
+    "auto_fin_window_hours": "Auto Fin is a QwenPaw job, not memory",
+    "auto_memory_search_config":
+        "searching before each reply is the agent's side (the AgentScope middleware "
+        "or the client calls memory.search)",
+    "reranker_config": "recalld has no reranker; results are fused by weighted RRF",
+    "needs_reindex":
+        "recalld tracks the vector space of every stored vector and re-embeds on a change",
+    "pending_reindex_embedding_config":
+        "recalld tracks the vector space of every stored vector and re-embeds on a change",
+    "memory_search_enabled": "whether an agent gets a search tool is the agent's side",
+    "rebuild_memory_index_on_start":
+        "recalld checks its saved index at start and catches up with a rescan; "
+        "`recalld reindex` rebuilds on demand",
+    "recursive_file_watcher": "recalld always watches memory/ and digest/ recursively",
+    "enable_search_raw_log": "recalld logs searches in its metrics, not in a raw log",
+    "file_watcher":
+        "recalld's watcher (inotify plus a periodic rescan) watches daily_dir and digest_dir",
+}
+
+#: Fields of ``embedding_model_config`` accepted and ignored, with the reason.
+IGNORED_EMBEDDING: dict[str, str] = {
+    "health_check_timeout":
+        "the health check runs under recalld's provider deadline and retry policy",
+}
+
+#: The fields QwenPaw (and ReMeLight) knew in the sections recalld ignores as a whole;
+#: others are refused so a misspelt key is not silently dropped.
+KNOWN_SECTIONS: dict[str, frozenset[str]] = {
+    "auto_memory_search_config": frozenset({
+        "enabled", "max_results", "min_score", "timeout", "enhanced_search_enabled",
+        "reflection_enabled", "persist_to_context"}),
+    "reranker_config": frozenset({
+        "enabled", "api_key", "base_url", "model_name", "candidate_multiplier", "timeout"}),
+    "file_watcher": frozenset({
+        "backend", "file_store", "watch_paths", "suffix_filters", "recursive",
+        "rebuild_index_on_start", "poll_delay", "debounce"}),
+}
+
+_MEMORY_KEYS = ("reme_light_memory_config", "memory_summary")
+
+
+class QwenPawConfigError(ValueError):
+    """A QwenPaw section has a field recalld does not know."""
+
+
+@dataclass(slots=True)
+class Classified:
+    """The fields of one memory config: those recalld takes and those it ignores."""
+
+    taken: dict[str, Any] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+
+def memory_part(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The memory settings inside ``config``: a whole ``agent.json``, its ``running``
+    part, or the ``reme_light_memory_config`` itself (returned as is)."""
+    running = config.get("running")
+    if isinstance(running, Mapping):
+        config = running
+    for key in _MEMORY_KEYS:
+        part = config.get(key)
+        if isinstance(part, Mapping):
+            return part
+    return config
+
+
+def looks_like_agent_json(config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` is an ``agent.json`` (or its ``running`` part), not settings."""
+    return isinstance(config.get("running"), Mapping) or any(
+        isinstance(config.get(k), Mapping) for k in _MEMORY_KEYS)
+
+
+def classify(config: Mapping[str, Any]) -> Classified:
+    """Split a memory config into the fields recalld takes and those it ignores.
+
+    Raises QwenPawConfigError for an unknown key inside a section ignored as a whole.
+    """
+    out = Classified()
+    for name, value in config.items():
+        if name in IGNORED_WORKSPACE:
+            _check_section(name, value)
+            out.ignored[name] = IGNORED_WORKSPACE[name]
+        elif name == "embedding_model_config" and isinstance(value, Mapping):
+            taken = {}
+            for key, inner in value.items():
+                if key in IGNORED_EMBEDDING:
+                    out.ignored[f"{name}.{key}"] = IGNORED_EMBEDDING[key]
+                else:
+                    taken[key] = inner
+            out.taken[name] = taken
+        else:
+            out.taken[name] = value
+    return out
+
+
+def _check_section(name: str, value: Any) -> None:
+    known = KNOWN_SECTIONS.get(name)
+    if known is None or value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise QwenPawConfigError(f"{name} must be a table")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise QwenPawConfigError(f"{name}: unknown field(s) {', '.join(unknown)}")
+
+
+__all__ = ["IGNORED_EMBEDDING", "IGNORED_WORKSPACE", "Classified", "QwenPawConfigError",
+           "classify", "looks_like_agent_json", "memory_part"]

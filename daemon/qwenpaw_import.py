@@ -1,0 +1,133 @@
+"""What recalld found and reused of a QwenPaw (ReMe) workspace: the import report.
+
+``workspace.open`` with ``import_report`` (and ``recalld import-qwenpaw``) answers with it
+once the first indexing pass is done: the notes and chunks, how many chunks kept ReMe's
+boundaries, for every chunk whether its vector comes from ReMe (its chunk store or its
+embedding cache), was already embedded by recalld, or still has to be paid for (with the
+provider calls that takes at the configured batch size), the notes ReMe's dream already
+consolidated, and the QwenPaw settings applied or ignored (with the reason). It reads
+state; it changes nothing. Cancellation just stops the waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from recalld.daemon import qwenpaw
+from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.memory import reme_dream
+from recalld.daemon.memory.dream import catalog_path, load_catalog
+from recalld.daemon.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from recalld.daemon.index.embedder import VectorWorker
+    from recalld.daemon.index.service import WorkspaceIndex
+    from recalld.daemon.index.state import IndexState
+
+
+async def import_report(ws: Workspace, given: Mapping[str, Any] | None, *,
+                        timeout_s: float) -> dict[str, Any]:
+    """The report for ``ws`` (``given``: the config passed to ``workspace.open``).
+
+    Waits up to ``timeout_s`` for the first indexing pass and for ReMe's vectors to be
+    read; ``complete`` says whether both were done in time.
+    """
+    index: WorkspaceIndex = ws.services.index
+    worker: VectorWorker | None = index.vectors
+    complete = False
+    with trio.move_on_after(timeout_s):
+        await index.sync()
+        if worker is not None:
+            await worker.seeded_event.wait()
+        complete = True
+    chunks = await index.locked(_chunk_texts)
+    vectors = await trio.to_thread.run_sync(_vectors, worker, chunks["texts"])
+    dream = await trio.to_thread.run_sync(_dream, ws)
+    return {
+        "complete": complete,
+        "notes": chunks["notes"],
+        "chunks": {"total": len(chunks["texts"]), "reme_boundaries": chunks["adopted"]},
+        "reme_store": index.reme_store,
+        "vectors": vectors,
+        "dream": dream,
+        "settings": _settings(ws, given),
+    }
+
+
+def _chunk_texts(state: IndexState) -> dict[str, Any]:
+    """Per chunk: its text and whether it has a vector; and the ReMe-chunked count."""
+    embedded = state.chunks.embeddings()
+    adopted = sum(1 for key, _ in state.chunks.texts()
+                  if state.chunks[key].metadata.get("chunker") == "reme")
+    return {"notes": len(state.files), "adopted": adopted,
+            "texts": [(text, key in embedded) for key, text in state.chunks.texts()]}
+
+
+def _vectors(worker: VectorWorker | None,
+             texts: list[tuple[str, bool]]) -> dict[str, Any]:
+    if worker is None or not worker.enabled:
+        reason = None if worker is None else worker.target.client.disabled_reason
+        return {"enabled": False, "disabled_reason": reason or "no embedding model"}
+    from_reme = embedded = cached = 0
+    missing: list[str] = []
+    reme = worker.reme_hashes
+    pending = [(text, text_hash(text)) for text, has in texts if not has]
+    found = worker.target.cache.get_many([h for _, h in pending])
+    for (text, h), vec in zip(pending, found, strict=True):
+        if h in reme or worker.reme_vector(text) is not None:
+            from_reme += 1
+        elif vec is not None:
+            cached += 1
+        else:
+            missing.append(text)
+    for text, has in texts:
+        if has:
+            if text_hash(text) in reme or worker.reme_vector(text) is not None:
+                from_reme += 1
+            else:
+                embedded += 1
+    to_embed = len(set(missing))
+    batch = worker.target.client.max_batch_size
+    return {
+        "enabled": True, "space": worker.target.key, "reme_space": worker.reme.get("space"),
+        "reused_from_reme": from_reme, "embedded_before": embedded, "in_cache": cached,
+        "to_embed": to_embed, "estimated_provider_calls": math.ceil(to_embed / batch),
+        "batch_size": batch, "reme": worker.reme,
+    }
+
+
+def _dream(ws: Workspace) -> dict[str, Any]:
+    s = ws.settings
+    catalog = load_catalog(catalog_path(ws.root, s.metadata_dir, "dream"))
+    found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
+    already = sum(1 for r in catalog.values() if r.get("source") == "reme")
+    if found is None:
+        return {"reme_catalog": False, "recognised": already}
+    return {"reme_catalog": True, "recognised": already + len(found.unchanged),
+            "changed_since": len(found.changed), "gone": len(found.gone)}
+
+
+def _settings(ws: Workspace, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields given, as applied (secrets masked), and those ignored with the reason."""
+    reasons = {**qwenpaw.IGNORED_WORKSPACE,
+               **{f"embedding_model_config.{k}": v for k, v in qwenpaw.IGNORED_EMBEDDING.items()}}
+    ignored = {name: reasons.get(name, "") for name in ws.settings.ignored_fields}
+    applied: dict[str, Any] = {}
+    if given:
+        part = qwenpaw.memory_part(given) if qwenpaw.looks_like_agent_json(given) else given
+        for name, value in qwenpaw.classify(part).taken.items():
+            current = getattr(ws.settings, name, value)
+            if isinstance(value, Mapping) and hasattr(current, "__dataclass_fields__"):
+                for key in value:
+                    shown = getattr(current, key, None)
+                    applied[f"{name}.{key}"] = "***" if key == "api_key" and shown else shown
+            else:
+                applied[name] = current
+    return {"applied": applied, "ignored": ignored}
+
+
+__all__ = ["import_report"]

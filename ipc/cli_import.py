@@ -1,0 +1,129 @@
+"""``recalld import-qwenpaw PATH``: open a QwenPaw (ReMe) workspace and report what was reused.
+
+Reads the agent's ``agent.json`` (``PATH/agent.json`` unless ``--agent-json`` names
+another; none is fine), opens the workspace in place with those settings through
+``workspace.open`` (``import_report``), and prints what the daemon found: notes, chunks,
+vectors reused from ReMe against those still to embed (with the provider calls that
+takes), the notes ReMe's dream already consolidated, and the settings applied or ignored.
+Nothing is copied or converted: the workspace is served where it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from recalld.ipc import errors
+from recalld.ipc.client import Client
+from recalld.ipc.render import print_json
+
+EXIT_OK = 0
+# Opening waits for the first indexing pass of the whole workspace.
+IMPORT_TIMEOUT_S = 900.0
+_AGENT_ID = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    help_ = "open a QwenPaw (ReMe) workspace in place and report what is reused"
+    p: argparse.ArgumentParser = sub.add_parser(
+        "import-qwenpaw", help=help_, description=help_, parents=[common])
+    p.add_argument("path", help="the QwenPaw workspace directory (where memory/ is)")
+    p.add_argument("--agent", help="agent id (default: agent.json's id, else the folder name)")
+    p.add_argument("--agent-json", metavar="FILE",
+                   help="QwenPaw agent.json to take the settings from (default: PATH/agent.json)")
+
+
+def read_agent_json(path: Path, explicit: bool) -> dict[str, Any] | None:
+    """The parsed ``agent.json`` (None when absent and not named explicitly)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if explicit:
+            raise errors.InvalidParams(f"{path}: no such file") from None
+        return None
+    except OSError as exc:
+        raise errors.InvalidParams(f"{path}: {exc}") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.InvalidParams(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise errors.InvalidParams(f"{path} is not a JSON object")
+    return data
+
+
+def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    root = Path(ns.path).expanduser().absolute()
+    if not root.is_dir():
+        raise errors.InvalidParams(f"{root} is not a directory")
+    agent_json = Path(ns.agent_json).expanduser() if ns.agent_json else root / "agent.json"
+    config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
+    agent = ns.agent or (config or {}).get("id") or root.name
+    agent = _AGENT_ID.sub("-", str(agent)).strip("-.") or "default"
+    if getattr(ns, "timeout", None) is None:
+        client.timeout_s = IMPORT_TIMEOUT_S
+    info: dict[str, Any] = dict(client.workspace_open(agent, path=str(root), config=config,
+                                                      import_report=True))
+    if as_json:
+        print_json(out, info)
+    else:
+        report: dict[str, Any] = info.get("import") or {}
+        out.write(render_report(agent, str(root), report,
+                                agent_json if config is not None else None))
+    return EXIT_OK
+
+
+def render_report(agent: str, path: str, rep: dict[str, Any],
+                  agent_json: Path | None) -> str:
+    lines = [f"opened {path} as agent {agent}"
+             + (f" (settings from {agent_json})" if agent_json else "")]
+    if not rep.get("complete", True):
+        lines.append("  (the first indexing pass is still running: counts are partial)")
+    chunks = rep.get("chunks", {})
+    lines.append(f"notes:    {rep.get('notes', 0)}")
+    lines.append(f"chunks:   {chunks.get('total', 0)} ({chunks.get('reme_boundaries', 0)} "
+                 "keep ReMe's boundaries)")
+    store = rep.get("reme_store")
+    if store:
+        lines.append(f"ReMe's chunk store: {store['chunks']} chunks of {store['notes']} notes, "
+                     f"{store['vectors']} vectors")
+    vec = rep.get("vectors", {})
+    if vec.get("enabled"):
+        lines.append(f"vectors:  {vec['reused_from_reme']} reused from ReMe, "
+                     f"{vec['embedded_before']} embedded before, {vec['in_cache']} in the "
+                     f"cache, {vec['to_embed']} to embed (about "
+                     f"{vec['estimated_provider_calls']} provider calls of up to "
+                     f"{vec['batch_size']})")
+        reme = vec.get("reme") or {}
+        if reme.get("other_spaces") and not reme.get("cache_vectors"):
+            lines.append("          ReMe's vectors are of another embedding model or "
+                         "endpoint: not reused")
+        for name, why in (reme.get("refused") or {}).items():
+            lines.append(f"          refused {name}: {why}")
+    else:
+        lines.append(f"vectors:  off ({vec.get('disabled_reason') or 'no embedding model'})")
+    dream = rep.get("dream", {})
+    if dream.get("reme_catalog"):
+        lines.append(f"dream:    {dream['recognised']} notes ReMe consolidated are not dreamed "
+                     f"again; {dream.get('changed_since', 0)} changed since will be")
+    else:
+        lines.append("dream:    no ReMe dream record")
+    settings = rep.get("settings", {})
+    applied = settings.get("applied") or {}
+    if applied:
+        lines.append("settings applied:")
+        lines.extend(f"  {k} = {v}" for k, v in sorted(applied.items()))
+    ignored = settings.get("ignored") or {}
+    if ignored:
+        lines.append("settings ignored:")
+        lines.extend(f"  {k}: {why}" for k, why in sorted(ignored.items()))
+    return "\n".join(lines) + "\n"
+
+
+HANDLERS = {"import-qwenpaw": _import}
+
+__all__ = ["HANDLERS", "add_parsers", "render_report"]

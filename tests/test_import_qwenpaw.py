@@ -1,0 +1,106 @@
+"""``recalld import-qwenpaw``: a QwenPaw workspace opened in place, with what was reused."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonHandle
+from reme_fixture_util import (
+    BASE_URL,
+    DIMS,
+    MODEL,
+    copy_fixture,
+    fixture_notes,
+    fixture_provider,
+    passage_texts,
+)
+from test_qwenpaw_config import qwenpaw_memory_config
+
+from recalld.daemon.index import reme_import
+
+
+def cli(d: DaemonHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recalld.ipc", "--socket", str(d.socket_path), *args],
+        env={**d.env, "RECALLD_EMBEDDING_API_KEY": "k"}, capture_output=True, text=True,
+        timeout=300, input="", check=False)
+
+
+def agent_json(batch: int = 4) -> dict[str, Any]:
+    memory = qwenpaw_memory_config()
+    memory["embedding_model_config"].update(
+        base_url=BASE_URL, model_name=MODEL, dimensions=DIMS, api_key="k",
+        max_batch_size=batch, use_dimensions=False, max_input_length=8192)
+    memory["dream_cron_enabled"] = False
+    return {"id": "coder", "name": "Coder", "running": {"reme_light_memory_config": memory}}
+
+
+def test_import_reports_what_was_found_and_reused(daemon: DaemonHandle,
+                                                  tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "coder-ws")
+    (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
+    stored = reme_import.read_store(ws / "mem_metadata")
+    assert stored is not None
+    with fixture_provider() as fake:
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        info = json.loads(proc.stdout)
+        assert info["agent_id"] == "coder" and info["path"] == str(ws)
+        rep = info["import"]
+        assert rep["complete"] is True
+        assert rep["notes"] == len(fixture_notes())
+        assert rep["chunks"] == {"total": len(stored), "reme_boundaries": len(stored)}
+        vec = rep["vectors"]
+        assert vec["reused_from_reme"] == len(stored)
+        assert vec["to_embed"] == 0 and vec["estimated_provider_calls"] == 0
+        assert rep["dream"]["reme_catalog"] is True and rep["dream"]["recognised"] == 20
+        settings = rep["settings"]
+        assert settings["applied"]["embedding_model_config.model_name"] == MODEL
+        assert settings["applied"]["embedding_model_config.api_key"] == "***"
+        assert settings["applied"]["dream_cron_enabled"] is False
+        assert "auto_memory_search_config" in settings["ignored"]
+        assert "reranker" in settings["ignored"]["reranker_config"]
+        assert "embedding_model_config.health_check_timeout" in settings["ignored"]
+        assert passage_texts(fake) == []
+
+        # Notes changed since ReMe embedded them: the report says what is still to pay.
+        daemon.call("workspace.close", {"agent_id": "coder"})
+        for rel in fixture_notes()[-6:]:
+            with (ws / rel).open("a", encoding="utf-8") as f:
+                f.write("\nA line ReMe never saw.\n")
+        proc = cli(daemon, "import-qwenpaw", str(ws), "--agent", "coder2")
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout
+        assert "opened " + str(ws) + " as agent coder2" in text
+        assert "settings ignored:" in text and "reranker_config:" in text
+        proc = cli(daemon, "--json", "workspace", "list")
+        assert proc.returncode == 0
+        answer = json.loads(proc.stdout)
+        assert any(w["agent_id"] == "coder2" for w in answer)
+    d2 = daemon.call("workspace.open", {"agent_id": "coder2", "path": str(ws),
+                                        "import_report": True})["import"]["vectors"]
+    # Texts asked meanwhile by the backfill are no longer "to embed"; together they are
+    # the changed notes' chunks.
+    assert d2["reused_from_reme"] < len(stored)
+    assert d2["estimated_provider_calls"] == math.ceil(d2["to_embed"] / 4)
+
+
+def test_import_without_agent_json_or_vectors(daemon: DaemonHandle, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "plain")
+    proc = cli(daemon, "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "as agent plain" in proc.stdout
+    assert "vectors:  off" in proc.stdout
+    assert "dream:    20 notes ReMe consolidated" in proc.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", "utf-8")
+    proc = cli(daemon, "import-qwenpaw", str(ws), "--agent-json", str(bad))
+    assert proc.returncode == 1
+    assert "not valid JSON" in proc.stderr
+    proc = cli(daemon, "import-qwenpaw", str(tmp_path / "missing"))
+    assert proc.returncode == 1 and "not a directory" in proc.stderr

@@ -1,0 +1,115 @@
+"""QwenPaw's memory settings are accepted as QwenPaw writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.daemon import config, qwenpaw
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def qwenpaw_memory_config() -> dict[str, Any]:
+    """Every field of QwenPaw's ``reme_light_memory_config``, current and older releases."""
+    return {
+        "metadata_dir": "mem_metadata", "session_dir": "mem_session",
+        "mem_session_dir": "mem_agent", "resource_dir": "resource", "daily_dir": "memory",
+        "digest_dir": "digest", "summarize_when_compact": True, "inbox_push_enabled": None,
+        "auto_memory_inbox_push_enabled": True, "auto_dream_inbox_push_enabled": True,
+        "daily_paper_inbox_push_enabled": True, "auto_fin_inbox_push_enabled": True,
+        "auto_memory_interval": 7, "dream_cron_enabled": True, "dream_cron": "30 22 * * *",
+        "daily_paper_cron_enabled": False, "daily_paper_cron": "0 9 * * *",
+        "daily_paper_use_hf_mirror": False, "daily_paper_topics": "",
+        "auto_fin_cron_enabled": False, "auto_fin_cron": "0 18 * * *",
+        "auto_fin_topics": "gold,robotics,semiconductors", "auto_fin_window_hours": 24,
+        "auto_memory_search_config": {
+            "enabled": True, "max_results": 2, "min_score": 0.3, "timeout": 10.0,
+            "enhanced_search_enabled": False, "reflection_enabled": True,
+            "persist_to_context": False},
+        "embedding_model_config": {
+            "backend": "openai", "api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1",
+            "model_name": "text-embedding-v4", "dimensions": 256, "enable_cache": True,
+            "use_dimensions": True, "max_cache_size": 3000, "max_input_length": 4096,
+            "max_batch_size": 8, "health_check_timeout": 15.0},
+        "reranker_config": {
+            "enabled": False, "api_key": "", "base_url": "", "model_name": "",
+            "candidate_multiplier": 3, "timeout": 10.0},
+        "needs_reindex": False, "pending_reindex_embedding_config": None,
+        "memory_search_enabled": True, "rebuild_memory_index_on_start": False,
+        "recursive_file_watcher": False, "enable_search_raw_log": False,
+        "file_watcher": {"backend": "full", "file_store": "default",
+                         "suffix_filters": [".md"], "recursive": False,
+                         "rebuild_index_on_start": False, "watch_paths": []},
+    }
+
+
+def test_every_qwenpaw_field_is_accepted_and_the_honoured_ones_apply() -> None:
+    s = config.WorkspaceSettings().merged(qwenpaw_memory_config())
+    assert s.auto_memory_interval == 7
+    assert s.dream_cron == "30 22 * * *"
+    emb = s.embedding_model_config
+    assert (emb.model_name, emb.dimensions, emb.max_batch_size, emb.max_cache_size,
+            emb.max_input_length, emb.use_dimensions) == (
+        "text-embedding-v4", 256, 8, 3000, 4096, True)
+    assert s.inbox_push_enabled is True  # None is QwenPaw's "not set"
+    ignored = set(s.ignored_fields)
+    assert "auto_memory_search_config" in ignored
+    assert "embedding_model_config.health_check_timeout" in ignored
+    assert "file_watcher" in ignored
+    assert not ignored & {"dream_cron", "auto_memory_interval", "daily_dir"}
+
+
+def test_a_whole_agent_json_is_taken_as_is() -> None:
+    agent = {"id": "coder", "name": "Coder", "channels": {"console": {}},
+             "running": {"max_iters": 50, "reme_light_memory_config": qwenpaw_memory_config()}}
+    s = config.WorkspaceSettings().merged(agent)
+    assert s.embedding_model_config.dimensions == 256
+    assert "reranker_config" in s.ignored_fields
+
+
+def test_an_empty_dream_cron_turns_the_dream_off() -> None:
+    s = config.WorkspaceSettings().merged({"dream_cron": ""})
+    assert s.dream_cron_enabled is False
+    assert s.dream_cron == config.WorkspaceSettings().dream_cron
+
+
+@pytest.mark.parametrize("section", sorted(qwenpaw.KNOWN_SECTIONS))
+def test_a_misspelt_key_in_an_ignored_section_is_refused(section: str) -> None:
+    with pytest.raises(config.ConfigError, match=f"{section}: unknown field"):
+        config.WorkspaceSettings().merged({section: {"enabeld": True}})
+
+
+def test_unknown_top_level_fields_are_still_refused() -> None:
+    with pytest.raises(config.ConfigError, match="unknown field"):
+        config.WorkspaceSettings().merged({"dream_crn": "0 1 * * *"})
+    with pytest.raises(config.ConfigError, match="ignored_fields"):
+        config.WorkspaceSettings().merged({"ignored_fields": []})
+
+
+def test_the_config_file_can_include_an_agent_json(tmp_path: Path) -> None:
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps(
+        {"running": {"reme_light_memory_config": qwenpaw_memory_config()}}), "utf-8")
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text('[workspaces.coder]\nqwenpaw_agent_json = "agent.json"\n'
+                        "auto_memory_interval = 3\n", "utf-8")
+    cfg = config.load(config=cfg_file, environ={"HOME": str(tmp_path)})
+    s = cfg.workspace_settings("coder")
+    assert s.auto_memory_interval == 3  # the TOML table over the included file
+    assert s.embedding_model_config.dimensions == 256
+    assert "needs_reindex" in s.ignored_fields
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[workspaces.coder]\nqwenpaw_agent_json = "missing.json"\n', "utf-8")
+    with pytest.raises(config.ConfigError, match=r"missing\.json"):
+        config.load(config=bad, environ={"HOME": str(tmp_path)})
+
+
+def test_the_readme_lists_every_ignored_field_with_its_reason() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    for name in [*qwenpaw.IGNORED_WORKSPACE, *(f"embedding_model_config.{k}"
+                                               for k in qwenpaw.IGNORED_EMBEDDING)]:
+        assert f"`{name}`" in readme, name

@@ -1,0 +1,153 @@
+"""The dream does not consolidate again what ReMe's dream already did; digests' old edges count."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, chat_answer
+from reme_fixture_util import FIXTURE, copy_fixture, fixture_notes
+
+from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.records import read_foreign_records, read_records, write_records
+
+AGENT = "dreamer"
+
+
+class NoteRecorder:
+    """A chat model that answers every dream conversation at once, noting its note."""
+
+    def __init__(self, fake: FakeProvider) -> None:
+        self.notes: list[str] = []
+        self._lock = threading.Lock()
+        fake.chat_default = self.answer
+
+    def answer(self, req: Any) -> dict[str, Any]:
+        user = next(m["content"] for m in req["messages"] if m["role"] == "user")
+        if user.startswith("Daily note "):
+            with self._lock:
+                self.notes.append(user.split(":", 1)[0].removeprefix("Daily note "))
+        return chat_answer("nothing to integrate")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def open_ws(daemon: DaemonHandle, root: Path, fake: FakeProvider) -> None:
+    daemon.call("workspace.open", {"agent_id": AGENT, "path": str(root), "config": {
+        "dream_cron_enabled": False,
+        "chat_model_config": {"backend": "openai", "base_url": fake.url + "/v1",
+                              "model_name": "fake", "api_key": "sk-test", "timeout_s": 10.0}}})
+
+
+def dream(daemon: DaemonHandle) -> dict[str, Any]:
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream",
+                                         "params": {}})["job_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        job: dict[str, Any] = daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job_id})
+        if job["state"] not in ("queued", "running"):
+            assert job["state"] == "succeeded", job
+            result: dict[str, Any] = job["result"]
+            return result
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+
+
+def reme_dreamed() -> set[str]:
+    path = FIXTURE / "mem_metadata" / "file_catalog" / "dream.jsonl.zst"
+    return {r["path"] for r in read_foreign_records(path).records}
+
+
+def test_only_notes_reme_had_not_consolidated_are_dreamed(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    model = NoteRecorder(fake)
+    done_by_reme = reme_dreamed()
+    daily = [p for p in fixture_notes() if p.startswith("memory/")]
+    assert 0 < len(done_by_reme) < len(daily)
+    changed = sorted(done_by_reme)[0]  # consolidated by ReMe, changed since
+    with (ws / changed).open("a", encoding="utf-8") as f:
+        f.write("\nA fact ReMe's dream has not seen.\n")
+    open_ws(daemon, ws, fake)
+    result = dream(daemon)
+    expected = sorted({p for p in daily if p not in done_by_reme} | {changed})
+    assert sorted(model.notes) == expected
+    assert result["notes"] == len(expected)
+    assert result["recognised_from_reme"] == len(done_by_reme) - 1
+    # recalld's catalog beside ReMe's; ReMe's stays as ReMe wrote it.
+    ours = {r["path"]: r for r in read_records(ws / "mem_metadata/catalog/dream.jsonl.zst")}
+    assert set(ours) == set(daily)
+    assert {p for p, r in ours.items() if r.get("source") == "reme"} == done_by_reme - {changed}
+    assert (ws / "mem_metadata/file_catalog/dream.jsonl.zst").read_bytes() == (
+        FIXTURE / "mem_metadata/file_catalog/dream.jsonl.zst").read_bytes()
+    # The next run has nothing left; an edit to a note ReMe consolidated is dreamed.
+    model.notes.clear()
+    assert dream(daemon)["notes"] == 0 and model.notes == []
+    other = sorted(done_by_reme)[1]
+    with (ws / other).open("a", encoding="utf-8") as f:
+        f.write("\nOne more line.\n")
+    assert dream(daemon)["notes"] == 1 and model.notes == [other]
+
+
+def test_a_catalog_recalld_kept_in_remes_folder_moves_beside_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    note = ws / "memory/2026-07-01/a.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("Tea, no sugar.\n", "utf-8")
+    import hashlib
+    sha = hashlib.sha256(note.read_text("utf-8").encode()).hexdigest()
+    legacy = ws / "mem_metadata/file_catalog/dream.jsonl.zst"
+    legacy.parent.mkdir(parents=True)
+    write_records(REAL, legacy, [{"path": "memory/2026-07-01/a.md", "digest": sha,
+                                  "state": "processed"}])
+    model = NoteRecorder(fake)
+    open_ws(daemon, ws, fake)
+    note2 = ws / "memory/2026-07-02/b.md"
+    note2.parent.mkdir()
+    note2.write_text("Coffee, black.\n", "utf-8")
+    assert dream(daemon)["notes"] == 1 and model.notes == ["memory/2026-07-02/b.md"]
+    assert not legacy.exists()
+    moved = {r["path"] for r in read_records(ws / "mem_metadata/catalog/dream.jsonl.zst")}
+    assert moved == {"memory/2026-07-01/a.md", "memory/2026-07-02/b.md"}
+
+
+def test_old_derived_from_and_relates_to_lines_count_as_sources_and_relations() -> None:
+    from recalld.daemon.index.links import extract_links
+    from recalld.daemon.memory import digest
+
+    path = "digest/wiki/deploy-runbook.md"
+    text = (FIXTURE / path).read_text("utf-8").replace(
+        "relates_to:: [[digest/wiki/deploy-runbook]]",
+        "relates_to:: [[digest/wiki/budget-notes]]")
+    kinds = {(lk.kind, lk.dst) for lk in extract_links(path, text)}
+    assert ("related", "digest/wiki/budget-notes.md") in kinds
+    derived = {dst for kind, dst in kinds if kind == "source"}
+    assert len(derived) == 2 and all(d.startswith("memory/") for d in derived)
+    node = digest.parse_node(path, text)
+    assert set(node.sources) == derived and node.related == ["digest/wiki/budget-notes.md"]
+    assert node.confidence == digest.confidence_for(2)
+    assert "derived_from" not in node.content and "Consolidated knowledge" in node.content
+    # A corroboration adds to the old sources; the node is then written in recalld's form.
+    new_source = "memory/2026-06-17/deploy-1.md"
+    out = digest.integrate(node, digest.Integration(
+        action="CORROBORATE", bucket="wiki", name=node.name, sources=(new_source,),
+        node=path), "2026-06-18")
+    assert out.status == "applied" and out.text is not None
+    again = digest.parse_node(path, out.text)
+    assert set(again.sources) == derived | {new_source}
+    assert again.confidence == digest.confidence_for(3)
+    assert "derived_from::" not in out.text and "## Sources" in out.text
+    # Links under recalld's own section headings have the same kinds.
+    kinds = {(lk.kind, lk.dst) for lk in extract_links(path, out.text)}
+    assert ("source", new_source) in kinds
+    assert ("related", "digest/wiki/budget-notes.md") in kinds

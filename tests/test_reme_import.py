@@ -1,0 +1,285 @@
+"""A workspace made by the real ReMe 0.4.2 reuses what ReMe paid for (vectors, chunking)."""
+
+from __future__ import annotations
+
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from reme_fixture_util import (
+    DIMS,
+    FIXTURE,
+    MODEL,
+    copy_fixture,
+    embedding_toml,
+    fixture_provider,
+    passage_texts,
+)
+
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index import reme_import
+from recalld.daemon.index.reme_chunks import adopt_chunks
+
+CONFIG = EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:48231/v1",
+                              model_name=MODEL, dimensions=DIMS)
+
+
+def vectors_status(d: Any, agent: str = "w") -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == agent)
+    out: dict[str, Any] = ws["index"]["vectors"]
+    return out
+
+
+def wait_full(d: Any, agent: str = "w", deadline_s: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        st = vectors_status(d, agent)
+        if st["total"] and st["coverage"] == 1.0 and st["state"] in ("idle", "waiting"):
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+
+
+# -------------------------------------------------------------------- reading ReMe's files
+
+
+def test_remes_chunk_store_and_cache_are_read() -> None:
+    meta = FIXTURE / "mem_metadata"
+    store = reme_import.read_store(meta)
+    assert store is not None and store.skipped == 0
+    assert len(store) == len(store.vectors) == store.records > 30
+    cache = reme_import.read_embeddings(meta, CONFIG)
+    assert cache.space_known and not cache.refused and not cache.other_spaces
+    # Every stored chunk's text finds its vector in ReMe's cache under ReMe's own key.
+    keys = {reme_import.text_key(t, CONFIG.max_input_length) for t, _ in store.vectors}
+    assert keys <= set(cache.vectors)
+    other = reme_import.read_embeddings(meta, EmbeddingModelConfig(
+        backend="openai", base_url=CONFIG.base_url, model_name="another", dimensions=DIMS))
+    assert not other.vectors and other.other_spaces and not other.space_known
+
+
+def test_remes_boundaries_are_kept_only_while_the_note_matches(tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    store = reme_import.read_store(ws / "mem_metadata")
+    assert store is not None
+    for path, chunks in store.chunks.items():
+        got = adopt_chunks(path, (ws / path).read_text("utf-8"), chunks)
+        assert got is not None, path
+        assert [(c.start_line, c.end_line, c.text) for c in got] == [
+            (c.start_line, c.end_line, c.text) for c in chunks]
+    long_note = max(store.chunks, key=lambda p: len(store.chunks[p]))
+    assert len(store.chunks[long_note]) > 1
+    text = (ws / long_note).read_text("utf-8")
+    # Frontmatter stays searchable: it is the first chunk's heading (keyword side only).
+    fm_note = next(p for p in store.chunks if (ws / p).read_text("utf-8").startswith("---"))
+    first = adopt_chunks(fm_note, (ws / fm_note).read_text("utf-8"), store.chunks[fm_note])
+    assert first is not None and "description:" in first[0].index_text
+    assert "description:" not in first[0].text
+    # An edit inside a chunk, a line added after the last one, a line removed: ReMe's
+    # chunks no longer say what the note says.
+    assert adopt_chunks(long_note, text.replace("sentence 3", "sentence three", 1),
+                        store.chunks[long_note]) is None
+    assert adopt_chunks(long_note, text + "\nA new line.\n", store.chunks[long_note]) is None
+    lines = text.split("\n")
+    heading = max(i for i, ln in enumerate(lines) if ln.startswith("## Section"))
+    assert adopt_chunks(long_note, "\n".join(lines[:heading] + lines[heading + 1:]),
+                        store.chunks[long_note]) is None
+    # A blank line more before a chunk moves its lines: its range no longer fits.
+    blank = lines.index("")
+    assert adopt_chunks(long_note, "\n".join([*lines[:blank], "", *lines[blank:]]),
+                        store.chunks[long_note]) is None
+
+
+def test_an_unsafe_or_odd_embedding_cache_is_refused(tmp_path: Path) -> None:
+    meta = tmp_path / "mem_metadata"
+    folder = meta / "embedding_store"
+    folder.mkdir(parents=True)
+    name = f"default_v1_{reme_import.space_id(CONFIG)}.npz"
+    keys = np.array(["a" * 64], dtype=str)
+    # Object arrays need pickle to load: refused, never unpickled.
+    np.savez(folder / name, keys=np.array(["a" * 64], dtype=object),
+             embeddings=np.zeros((1, DIMS), np.float16))
+    got = reme_import.read_embeddings(meta, CONFIG)
+    assert not got.vectors and name in got.refused
+    np.savez(folder / name, keys=keys, embeddings=np.zeros((1, DIMS + 1), np.float16))
+    assert "dimensions" in reme_import.read_embeddings(meta, CONFIG).refused[name]
+    np.savez(folder / name, keys=keys, embeddings=np.zeros((1, DIMS), np.float16),
+             extra=np.zeros(1))
+    assert "members" in reme_import.read_embeddings(meta, CONFIG).refused[name]
+    (folder / name).write_bytes(b"PK\x03\x04 not really a zip")
+    assert "archive" in reme_import.read_embeddings(meta, CONFIG).refused[name]
+    np.savez(folder / name, keys=keys, embeddings=np.full((1, DIMS), np.nan, np.float16))
+    assert "non-finite" in reme_import.read_embeddings(meta, CONFIG).refused[name]
+    np.savez(folder / name, keys=keys, embeddings=np.ones((1, DIMS), np.float16))
+    ok = reme_import.read_embeddings(meta, CONFIG)
+    assert list(ok.vectors) == ["a" * 64] and not ok.refused
+    assert zipfile.is_zipfile(folder / name)
+
+
+# ------------------------------------------------------------------- through the daemon
+
+
+def test_a_reme_workspace_reuses_remes_vectors(daemon_factory: Any, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    store = reme_import.read_store(ws / "mem_metadata")
+    assert store is not None
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+                           '[daemon]\npersist_delay_s = 0.05\n')
+        synced = d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        asked = passage_texts(fake)
+        # Every chunk is ReMe's (its boundaries kept), and its vector came from ReMe.
+        assert synced["chunks"] == st["total"] == len(store)
+        assert (st["total"] - len(asked)) / st["total"] >= 0.9
+        assert asked == [], asked
+        res = d.call("memory.search", {"agent_id": "w", "query": "sourdough bulk ferment"})
+        assert res["mode"] == "hybrid" and "cooking" in res["results"][0]["path"]
+        # A changed note is chunked by recalld and only its new chunks are paid for.
+        before = len(passage_texts(fake))  # the query's vector
+        edited = "memory/2026-06-12/budget-0.md"
+        with (ws / edited).open("a", encoding="utf-8") as f:
+            f.write("\nThe GPU reservation ends in August.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        deadline = time.monotonic() + 60
+        while len(passage_texts(fake)) == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        wait_full(d)
+        fresh = passage_texts(fake)[before:]
+        assert fresh and all("GPU reservation" in t or "budget" in t.lower() for t in fresh)
+        assert len(fresh) <= 3
+        assert d.stop() == 0
+    # ReMe's files are left as ReMe wrote them.
+    for rel in ("file_store/file_chunks_default_v1.jsonl.zst", "file_graph/default.jsonl.zst",
+                "file_catalog/dream.jsonl.zst"):
+        assert (ws / "mem_metadata" / rel).read_bytes() == (
+            FIXTURE / "mem_metadata" / rel).read_bytes(), rel
+
+
+def test_vectors_of_another_space_are_not_reused(daemon_factory: Any, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    with fixture_provider() as fake:
+        emb = embedding_toml().replace(f'model_name = "{MODEL}"', 'model_name = "other"')
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{emb}')
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        assert len(passage_texts(fake)) == st["total"]
+        assert st["reused_vectors"] == 0
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("backend", ["openai", "ollama"])
+def test_remes_space_id_uses_its_default_endpoints(backend: str) -> None:
+    explicit = {"openai": "https://api.openai.com/v1", "ollama": "http://127.0.0.1:11434"}
+    a = EmbeddingModelConfig(backend=backend, model_name="m", dimensions=8)
+    b = EmbeddingModelConfig(backend=backend, model_name="m", dimensions=8,
+                             base_url=explicit[backend] + "/")
+    assert reme_import.space_id(a) == reme_import.space_id(b)
+    assert reme_import.space_id(a) != reme_import.space_id(
+        EmbeddingModelConfig(backend=backend, model_name="m", dimensions=16))
+
+
+REME_VENV = Path(__file__).resolve().parents[1] / "bench-results" / ".reme-venv" / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REME_VENV.exists(),
+                    reason="needs ReMe 0.4.2 in bench-results/.reme-venv (made by "
+                           "tests/bench/reme_baseline.py or reme_fixture.py)")
+def test_back_and_forth_between_recalld_and_reme(daemon_factory: Any, tmp_path: Path) -> None:
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
+    import reme_fixture
+
+    ws = copy_fixture(tmp_path / "ws")
+    stored = reme_import.read_store(ws / "mem_metadata")
+    assert stored is not None
+    edited = "memory/2026-06-16/deploy-2.md"
+    with fixture_provider() as fake:
+        config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+                  '[daemon]\npersist_delay_s = 0.05\n')
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_full(d)
+        with (ws / edited).open("a", encoding="utf-8") as f:
+            f.write("\nThe pool size went back to 50 after the fix.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        deadline = time.monotonic() + 60
+        while not passage_texts(fake):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        wait_full(d)
+        assert d.stop() == 0
+        # ReMe opens what recalld served: its chunks load as it left them, nothing is
+        # rebuilt; only the note edited meanwhile is indexed again.
+        got = reme_fixture.check(ws, python=REME_VENV, base_url=fake.url + "/v1")
+        assert got["loaded_chunks"] == got["loaded_vectors"] == len(stored), got
+        assert got["reindexed_files"] == [edited], got
+        assert got["dream_catalog"] == 20
+        # While on ReMe's side a note changes and one is added; ReMe embeds them.
+        changed, added = "memory/2026-06-17/travel-0.md", "memory/2026-06-18/garden.md"
+        with (ws / changed).open("a", encoding="utf-8") as f:
+            f.write("\nThe hotel confirmed the late check-in.\n")
+        (ws / added).parent.mkdir()
+        (ws / added).write_text("# Garden\n\nThe tomatoes need staking this week.\n",
+                                "utf-8")
+        got = reme_fixture.check(ws, python=REME_VENV, base_url=fake.url + "/v1")
+        assert got["reindexed_files"] == [changed, added], got
+        # Back to recalld: what ReMe embedded meanwhile is reused, not bought again.
+        before = len(passage_texts(fake))
+        d2 = daemon_factory(config)
+        d2.call("index.sync", {"agent_id": "w"})
+        found = d2.call("memory.search", {"agent_id": "w", "query": "tomatoes staking"})
+        assert found["results"][0]["path"] == added
+        deadline = time.monotonic() + 60
+        while vectors_status(d2)["embedded"] < vectors_status(d2)["total"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        asked = passage_texts(fake)[before:]
+        assert asked == ["tomatoes staking"], asked  # the query's own vector only
+        assert d2.stop() == 0
+
+
+def test_copies_an_older_version_wrote_under_remes_names_go(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import write_records
+
+    ws = tmp_path / "ws"
+    (ws / "memory/2026-07-01").mkdir(parents=True)
+    (ws / "memory/2026-07-01/a.md").write_text("# A\n\nwalrus facts\n", "utf-8")
+    d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n[daemon]\npersist_delay_s = 0.05\n')
+    d.call("index.sync", {"agent_id": "w"})
+    deadline = time.monotonic() + 30
+    while not list((ws / "mem_metadata" / "index").glob("MANIFEST-*")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert d.stop() == 0
+    meta = ws / "mem_metadata"
+    old = {"file_store/file_chunks_default_v1.jsonl.zst": {
+               "id": "x", "path": "memory/2026-07-01/a.md", "start_line": 1, "end_line": 3,
+               "text": "# A\n\nwalrus facts", "metadata": {"heading": "", "key": 1}},
+           "file_graph/default.jsonl.zst": {"src": "a.md", "dst": "b.md", "kind": "link",
+                                            "line": 1},
+           "file_catalog/default.jsonl.zst": {"path": "memory/2026-07-01/a.md", "mtime_ns": 1,
+                                              "size": 1, "digest": "d", "keys": [1]}}
+    for rel, rec in old.items():
+        (meta / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_records(REAL, meta / rel, [rec])
+    # ReMe's own catalogs beside them stay.
+    write_records(REAL, meta / "file_catalog/dream.jsonl.zst",
+                  [{"path": "memory/2026-07-01/a.md", "st_mtime": 1.5}])
+    # Nothing of what ReMe wrote is taken for such a copy.
+    fx = copy_fixture(tmp_path / "fx")
+    assert reme_import.remove_own_mirrors(fx / "mem_metadata") == []
+    d2 = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n')
+    d2.call("index.sync", {"agent_id": "w"})
+    assert not any((meta / rel).exists() for rel in old)
+    assert (meta / "file_catalog/dream.jsonl.zst").exists()
+    res = d2.call("memory.search", {"agent_id": "w", "query": "walrus"})
+    assert res["results"][0]["path"] == "memory/2026-07-01/a.md"
+    assert d2.stop() == 0
