@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,47 @@ class SearchConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoteConfig:
+    """Where a shared workspace's truth lives (``remote = { kind = "postgres", ... }``).
+
+    The password comes from the DSN, from ``passfile`` (libpq's ``.pgpass`` format) or from
+    the environment variable named by ``password_env``; it is never logged, and
+    :meth:`for_wire` masks it. ``host`` names this replica in the shared workspace
+    (author of its changes, suffix of its conflict copies); empty: the machine's name.
+    """
+
+    kind: str = "postgres"
+    dsn: str = ""
+    name: str = ""
+    passfile: str = ""
+    password_env: str = ""
+    host: str = ""
+
+    def check(self, where: str) -> None:
+        if self.kind != "postgres":
+            raise ConfigError(f"{where}: kind must be \"postgres\"")
+        if not self.dsn:
+            raise ConfigError(f"{where}: dsn is required (postgresql://user@host/db)")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
+            raise ConfigError(f"{where}: name must be 1-64 characters of A-Z a-z 0-9 _ . -")
+        if self.host and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.host):
+            raise ConfigError(f"{where}: host must be 1-64 characters of A-Z a-z 0-9 _ . -")
+
+    def for_wire(self) -> dict[str, str]:
+        """The settings as JSON with any password in the DSN masked."""
+        return {"kind": self.kind, "dsn": mask_dsn(self.dsn), "name": self.name,
+                "passfile": self.passfile, "password_env": self.password_env,
+                "host": self.host}
+
+
+def mask_dsn(dsn: str) -> str:
+    """``dsn`` with the password of a URI's user part or a ``password=`` field as ``***``."""
+    masked = re.sub(r"^(postgres(?:ql)?://[^:@/?#]*):[^@/?#]*@", r"\1:***@", dsn)
+    masked = re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", masked)
+    return masked
+
+
+@dataclass(frozen=True, slots=True)
 class WorkspaceSettings:
     """One workspace's settings, with QwenPaw's field names and defaults."""
 
@@ -96,6 +138,8 @@ class WorkspaceSettings:
     embedding_model_config: EmbeddingModelConfig = field(default_factory=EmbeddingModelConfig)
     chat_model_config: ChatModelConfig | None = None
     search: SearchConfig = field(default_factory=SearchConfig)
+    # Shared through PostgreSQL when set (recalld.daemon.remote); None: local only.
+    remote: RemoteConfig | None = None
     # QwenPaw fields given but not acted on (reasons: ``qwenpaw.IGNORED_*``).
     ignored_fields: tuple[str, ...] = ()
 
@@ -151,6 +195,7 @@ _NESTED: dict[str, type[Any]] = {
     "embedding_model_config": EmbeddingModelConfig,
     "chat_model_config": ChatModelConfig,
     "search": SearchConfig,
+    "remote": RemoteConfig,
 }
 
 
@@ -214,6 +259,8 @@ def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: st
                 else _build(_NESTED[name], value, base=nested_base,
                             where=_nested_where(where, name))
             )
+            if isinstance(changes[name], RemoteConfig):
+                changes[name].check(_nested_where(where, name))
             continue
         if name == "auto_memory_interval":
             changes[name] = _coerce(name, value, 0, where)

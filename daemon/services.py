@@ -38,6 +38,7 @@ from recalld.daemon.memory.inbox import Inbox, inbox_path
 from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.sessions import SessionStore
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
 
@@ -125,6 +126,8 @@ class WorkspaceServices:
     inbox: Inbox
     #: The dream cron entry and the resource catalog with its watcher.
     resource: ResourceService
+    #: A shared workspace's replica through PostgreSQL (returns at once for a local one).
+    remote: RemoteService
     #: The workspace's chat client, made on first use.
     chat: ChatClients
     #: Serializes writes through the workspace file operations.
@@ -180,6 +183,7 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
+        remote=RemoteService(ws),
         chat=chat,
         write_lock=trio.Lock(),
         note_lock=trio.Lock(),

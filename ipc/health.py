@@ -206,6 +206,23 @@ def daemon_problems(status: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
+def _remote(a: Assessment, ws: Mapping[str, Any]) -> None:
+    """A shared workspace's replica: its state and the local changes waiting to go up."""
+    remote = ws.get("remote")
+    if not isinstance(remote, Mapping):
+        return
+    state = remote.get("state")
+    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')} "
+                              f"({remote.get('name')} at {remote.get('server')})"))
+    if state != "online":
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: remote {state}: "
+                    f"{remote.get('last_error') or 'connecting'}; "
+                    f"{remote.get('outbox')} local change(s) wait in the outbox",
+            f"check that the PostgreSQL server named by [workspaces.{a.agent_id}].remote is "
+            "reachable; the outbox goes up once it is"))
+
+
 def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Assessment:
     """Facts and problems of one workspace of ``daemon.status``; ``jobs`` are its jobs."""
     a = Assessment(str(ws.get("agent_id", "?")))
@@ -214,6 +231,7 @@ def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Ass
     _vector_facts(a, ws)
     _dream(a, ws, mine)
     _resources(a, ws)
+    _remote(a, ws)
     sessions = ws.get("sessions") or {}
     if sessions.get("pending_messages"):
         a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "

@@ -51,6 +51,7 @@ from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
+from recalld.daemon.remote.hook import embed_passages
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
@@ -377,7 +378,9 @@ class VectorWorker:
         if missing:
             # Similar lengths in one provider batch (a local model pads to the longest).
             missing.sort(key=lambda i: len(texts[i]))
-            rows = await space.client.embed([texts[i] for i in missing], kind="passage")
+            rows = await embed_passages(
+                self.index.ws, space.key, [hashes[i] for i in missing],
+                [texts[i] for i in missing], partial(space.client.embed, kind="passage"))
             self.provider_texts += len(missing)
             fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
             await trio.to_thread.run_sync(space.cache.put_many, fresh)

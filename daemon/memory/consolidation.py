@@ -27,6 +27,7 @@ from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.memory import dream
 from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.resource import ResourceCatalog
+from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
@@ -56,19 +57,21 @@ class Consolidation:
 
     async def dream_job(self, job: JobContext) -> dict[str, Any]:
         ws = self._get_workspace(job.agent_id)
-        chat = ws.services.chat.client()  # "no chat model configured" fails it
-        return await dream.run_dream(
-            ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-            progress=job.set_progress, job_id=job.job_id)
+        async with one_host_at_a_time(ws, DREAM_KIND):
+            chat = ws.services.chat.client()  # "no chat model configured" fails it
+            return await dream.run_dream(
+                ws, chat, trigger=str(job.params.get("trigger") or "manual"),
+                progress=job.set_progress, job_id=job.job_id)
 
     async def resource_job(self, job: JobContext) -> dict[str, Any]:
         catalog = self.catalogs.get(job.agent_id)
         if catalog is None:
             raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
         manual = job.params.get("trigger") != "watch"
-        return await catalog.process(
-            catalog.ws.services.chat.client_or_none(), retry_failed=manual,
-            job_id=job.job_id, progress=job.set_progress)
+        async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
+            return await catalog.process(
+                catalog.ws.services.chat.client_or_none(), retry_failed=manual,
+                job_id=job.job_id, progress=job.set_progress)
 
     # -- per workspace -----------------------------------------------------------------
 

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[str, dict[str, Any]], object]
 INBOX_TOPIC = "inbox.item"
-KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource"})
+KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict"})
 DEFAULT_MAX_ITEMS = 1000
 WRITE_TIMEOUT_S = 10.0
 

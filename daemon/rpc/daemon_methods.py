@@ -74,6 +74,8 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
         nested = raw.get(key)
         if isinstance(nested, dict) and nested.get("api_key"):
             nested["api_key"] = "***"
+    if settings.remote is not None:
+        raw["remote"] = settings.remote.for_wire()
     return raw
 
 

@@ -42,6 +42,7 @@ QUICK: dict[str, list[str]] = {
     "lanes": ["--quick"],
     "fusion": ["--quick"],
     "ping": ["--seconds", "1"],
+    "remote": ["--notes", "20", "--bulk", "200"],
     "quality-lexical": ["--sizes", "1600"],
 }
 #: run.py's own options; the ones in the first set take a value.

@@ -1,0 +1,237 @@
+"""The shared workspace's rows in PostgreSQL: connecting, uploading a change, reading the feed.
+
+Blocking psycopg 3 calls, run by :mod:`recalld.daemon.remote.replica` in worker threads
+(``trio.to_thread.run_sync``); nothing here touches trio. Every call is bounded on the
+server side (``statement_timeout``) and the network side (``connect_timeout``, TCP
+keepalives, ``tcp_user_timeout``), so a worker thread never waits on a dead server for
+long. Errors are psycopg's; the caller treats any of them as "the server is unavailable".
+
+Uploading one change is one transaction (:func:`upload`):
+
+1. if the change id is already in ``recalld_changes`` the change was committed before (a
+   crash came between the commit and the local bookkeeping): its recorded outcome is
+   returned and nothing is written again;
+2. the workspace's ``last_version`` is incremented (its row lock orders the writers of
+   one workspace, so versions commit in increasing order and a reader of ``version > n``
+   never misses a row committed later with a smaller version);
+3. the file's row decides: no row, or the version the change was based on → ``applied``;
+   the same content already there → ``same``; a deletion of a file changed since →
+   ``kept`` (the change loses, nothing is lost); a file deleted since → ``applied`` (an
+   edit outlives a deletion); otherwise ``conflict``: the first committed version keeps
+   the path and this change is stored as a conflict copy beside it;
+4. the change id and outcome go into ``recalld_changes``; ``pg_notify`` wakes the
+   listeners of the workspace's channel at commit.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import psycopg
+
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.remote.localfs import conflict_name
+from recalld.daemon.remote.outbox import Change
+from recalld.daemon.remote.schema import migrate
+
+Outcome = Literal["applied", "same", "kept", "conflict"]
+Conn = psycopg.Connection[tuple[object, ...]]
+
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_MS = 30_000
+FEED_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The server's answer to one uploaded change."""
+
+    outcome: Outcome
+    version: int
+    stored_path: str
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One file as the server has it."""
+
+    path: str
+    data: bytes | None  # None: deleted
+    hash: str | None
+    version: int
+    author_host: str
+
+
+def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
+            application_name: str = "recalld") -> Conn:
+    """An autocommit connection with bounded waits; the password never leaves libpq."""
+    env = os.environ if environ is None else environ
+    extra: dict[str, str] = {}
+    if cfg.passfile:
+        extra["passfile"] = os.path.expanduser(cfg.passfile)
+    if cfg.password_env and env.get(cfg.password_env):
+        extra["password"] = env[cfg.password_env]
+    return psycopg.connect(
+        psycopg.conninfo.make_conninfo(cfg.dsn, **extra), autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        application_name=application_name, keepalives=1, keepalives_idle=10,
+        keepalives_interval=5, keepalives_count=3, tcp_user_timeout=20_000,
+        options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+    )
+
+
+def open_workspace(conn: Conn, name: str) -> tuple[int, str]:
+    """Migrate the schema if needed; the shared workspace's id (created once) and its
+    identity (name, id and creation time: another server or a recreated database gives
+    another identity for the same name)."""
+    migrate(conn)
+    with conn.transaction():
+        conn.execute("INSERT INTO recalld_workspaces (name) VALUES (%s) "
+                     "ON CONFLICT (name) DO NOTHING", (name,))
+        row = conn.execute("SELECT workspace_id, created_at FROM recalld_workspaces "
+                           "WHERE name = %s", (name,)).fetchone()
+    assert row is not None
+    workspace_id = int(str(row[0]))
+    return workspace_id, f"{name}/{workspace_id}/{row[1]}"
+
+
+def channel(workspace_id: int) -> str:
+    return f"recalld_ws_{workspace_id}"
+
+
+def listen(conn: Conn, workspace_id: int) -> None:
+    conn.execute(f'LISTEN "{channel(workspace_id)}"'.encode())
+
+
+def drain_notifies(conn: Conn) -> int:
+    """Consume notifications already received (without waiting); how many there were."""
+    return sum(1 for _ in conn.notifies(timeout=0.0))
+
+
+def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
+           base_version: int) -> Answer:
+    """Commit ``change`` (stored at ``target``) if it was based on the current version."""
+    cid = uuid.UUID(change.id)
+    with conn.transaction():
+        done = conn.execute(
+            "SELECT outcome, version, stored_path FROM recalld_changes "
+            "WHERE workspace_id = %s AND change_id = %s", (workspace_id, cid)).fetchone()
+        if done is not None:
+            return Answer(str(done[0]), int(str(done[1])), str(done[2]),  # type: ignore[arg-type]
+                          replayed=True)
+        bumped = conn.execute(
+            "UPDATE recalld_workspaces SET last_version = last_version + 1 "
+            "WHERE workspace_id = %s RETURNING last_version", (workspace_id,)).fetchone()
+        assert bumped is not None
+        version = int(str(bumped[0]))
+        current = conn.execute(
+            "SELECT version, content_hash, deleted FROM recalld_files "
+            "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
+        ).fetchone()
+        outcome: Outcome
+        stored = target
+        if current is None:
+            outcome = "same" if change.deleted else "applied"
+            kept_version = 0
+        else:
+            cur_version, cur_hash, cur_deleted = int(str(current[0])), current[1], current[2]
+            kept_version = cur_version
+            if cur_version == base_version:
+                outcome = "applied"
+            elif (bool(cur_deleted) and change.deleted) or (
+                    not cur_deleted and not change.deleted and cur_hash == change.hash):
+                outcome = "same"
+            elif cur_deleted:
+                outcome = "applied"
+            elif change.deleted:
+                outcome = "kept"
+            else:
+                outcome = "conflict"
+                stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
+        if outcome in ("applied", "conflict"):
+            _write_row(conn, workspace_id, stored, change, version, host, cid)
+            conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(version)))
+        else:
+            version = kept_version
+        conn.execute(
+            "INSERT INTO recalld_changes (workspace_id, change_id, path, stored_path, outcome,"
+            " version, author_host) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (workspace_id, cid, change.path, stored, outcome, version, host))
+    return Answer(outcome, version, stored)
+
+
+def _free_conflict_name(conn: Conn, workspace_id: int, path: str, when: float,
+                        host: str) -> str:
+    for attempt in range(1000):
+        name = conflict_name(path, when, host, attempt)
+        taken = conn.execute(
+            "SELECT 1 FROM recalld_files WHERE workspace_id = %s AND path = %s "
+            "AND NOT deleted", (workspace_id, name)).fetchone()
+        if taken is None:
+            return name
+    raise RuntimeError(f"no free conflict copy name for {path}")
+
+
+def _write_row(conn: Conn, workspace_id: int, path: str, change: Change, version: int,
+               host: str, cid: uuid.UUID) -> None:
+    conn.execute(
+        "INSERT INTO recalld_files (workspace_id, path, content, content_hash, version,"
+        " author_host, deleted, change_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (workspace_id, path) DO UPDATE SET content = EXCLUDED.content,"
+        " content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,"
+        " author_host = EXCLUDED.author_host, deleted = EXCLUDED.deleted,"
+        " change_id = EXCLUDED.change_id, changed_at = now()",
+        (workspace_id, path, change.data or b"", change.hash, version, host, change.deleted,
+         cid))
+
+
+def _row(r: tuple[object, ...]) -> Row:
+    deleted = bool(r[4])
+    data = r[1]
+    assert isinstance(data, bytes | memoryview)
+    return Row(path=str(r[0]), data=None if deleted else bytes(data),
+               hash=None if deleted else str(r[2]), version=int(str(r[3])),
+               author_host=str(r[5]))
+
+
+def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE) -> list[Row]:
+    """Files changed after version ``after``, oldest change first (latest state of each)."""
+    rows = conn.execute(
+        "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"
+        " WHERE workspace_id = %s AND version > %s ORDER BY version LIMIT %s",
+        (workspace_id, after, limit)).fetchall()
+    return [_row(r) for r in rows]
+
+
+def fetch(conn: Conn, workspace_id: int, path: str) -> Row | None:
+    r = conn.execute(
+        "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"
+        " WHERE workspace_id = %s AND path = %s", (workspace_id, path)).fetchone()
+    return None if r is None else _row(r)
+
+
+# Second key of the session-level advisory lock that runs a job kind on one host at a
+# time ("rc" in the high bytes; the first key is the workspace id).
+JOB_LOCKS = {"auto_dream": 0x7263_0001, "auto_resource": 0x7263_0002}
+
+
+def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
+    return workspace_id, JOB_LOCKS[kind]
+
+
+def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
+    """Take the job's advisory lock on ``conn`` (held until it closes): None if taken,
+    else the ``application_name`` of the session holding it ("" if unknown)."""
+    key = job_lock_key(workspace_id, kind)
+    row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+    if row is not None and row[0]:
+        return None
+    holder = conn.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int::oid "
+        "AND l.objid = %s::int::oid AND l.objsubid = 2", key).fetchone()
+    return "" if holder is None else str(holder[0])

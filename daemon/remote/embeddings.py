@@ -1,0 +1,80 @@
+"""Embeddings computed once per (vector space, text) for every host of a shared workspace.
+
+Rows of ``recalld_embeddings`` (pgvector): a vector per ``(workspace_id, space, text
+hash)``, or a *claim* (no vector yet, ``claimed_by`` a host, ``claimed_at`` a time). A host
+that needs vectors asks for them in one transaction (:func:`get_or_claim`): those stored
+are returned, absent ones are claimed by it (``INSERT ... ON CONFLICT DO NOTHING``, so two
+hosts never claim one text), and claims older than ``CLAIM_STALE_S`` (a host that died
+mid-call) are taken over. The claimant asks its provider and stores the vectors
+(:func:`store`); the others wait for them. A failed provider call gives its claims back
+(:func:`release`).
+
+Vectors cross the wire as pgvector's text form (``[0.1,0.2,...]``), so no adapter
+package is needed. Blocking psycopg calls: run them in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.daemon.remote.db import Conn
+
+F32 = npt.NDArray[np.float32]
+CLAIM_STALE_S = 60
+
+
+def _parse(text: str) -> F32:
+    return np.array(text.strip("[]").split(","), dtype=np.float32)
+
+
+def _text(vector: npt.ArrayLike) -> str:
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32)) + "]"
+
+
+def get_or_claim(conn: Conn, workspace_id: int, space: str, hashes: Sequence[str],
+                 host: str) -> tuple[dict[str, F32], list[str]]:
+    """(vectors stored, hashes now claimed by ``host``); the rest are claimed by others."""
+    wanted = list(dict.fromkeys(hashes))
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT text_hash, embedding::text FROM recalld_embeddings WHERE workspace_id = %s"
+            " AND space = %s AND text_hash = ANY(%s) AND embedding IS NOT NULL",
+            (workspace_id, space, wanted)).fetchall()
+        found = {str(h): _parse(str(v)) for h, v in rows}
+        rest = [h for h in wanted if h not in found]
+        mine: list[str] = []
+        if rest:
+            mine = [str(r[0]) for r in conn.execute(
+                "INSERT INTO recalld_embeddings (workspace_id, space, text_hash, claimed_by)"
+                " SELECT %s, %s, unnest(%s::text[]), %s ON CONFLICT DO NOTHING"
+                " RETURNING text_hash", (workspace_id, space, rest, host)).fetchall()]
+            mine += [str(r[0]) for r in conn.execute(
+                "UPDATE recalld_embeddings SET claimed_by = %s, claimed_at = now()"
+                " WHERE workspace_id = %s AND space = %s AND text_hash = ANY(%s)"
+                " AND embedding IS NULL AND (claimed_by = %s"
+                " OR claimed_at < now() - make_interval(secs => %s))"
+                " RETURNING text_hash",
+                (host, workspace_id, space, [h for h in rest if h not in mine], host,
+                 CLAIM_STALE_S)).fetchall()]
+    return found, mine
+
+
+def store(conn: Conn, workspace_id: int, space: str,
+          items: Sequence[tuple[str, npt.ArrayLike]]) -> None:
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO recalld_embeddings (workspace_id, space, text_hash, embedding)"
+            " VALUES (%s, %s, %s, %s::vector) ON CONFLICT (workspace_id, space, text_hash)"
+            " DO UPDATE SET embedding = EXCLUDED.embedding, claimed_by = NULL",
+            [(workspace_id, space, h, _text(v)) for h, v in items])
+
+
+def release(conn: Conn, workspace_id: int, space: str, hashes: Sequence[str],
+            host: str) -> None:
+    conn.execute(
+        "DELETE FROM recalld_embeddings WHERE workspace_id = %s AND space = %s"
+        " AND text_hash = ANY(%s) AND embedding IS NULL AND claimed_by = %s",
+        (workspace_id, space, list(hashes), host))

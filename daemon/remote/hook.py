@@ -1,0 +1,100 @@
+"""The one place the daemon reaches shared workspaces: the workspace's ``remote`` service.
+
+:class:`RemoteService` is a field of every workspace's service record. For a local
+workspace its ``run`` reports started and returns; for a workspace whose settings name a
+``remote`` it runs the replica (:mod:`recalld.daemon.remote.replica`, which imports the
+PostgreSQL driver). The import happens there, so a daemon with only local workspaces
+never loads psycopg.
+
+Two helpers let feature code use the replica without knowing it:
+:func:`one_host_at_a_time` wraps the jobs that must run on one host of a shared
+workspace at a time, :func:`embed_passages` is where the vector backfill asks for
+embeddings, once per text for all hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from recalld.daemon.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from recalld.daemon.remote.replica import Replica
+
+# How long a shared workspace's first embeddings wait for its replica to be running.
+REPLICA_START_WAIT_S = 10.0
+
+
+class RemoteService:
+    """The replica of a shared workspace, or nothing for a local one."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self.replica: Replica | None = None
+        self._started = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Run the replica until cancelled (a local workspace: return at once)."""
+        cfg = self._ws.settings.remote
+        if cfg is None:
+            self._started.set()
+            task_status.started()
+            return
+        from recalld.daemon.remote.replica import Replica
+
+        replica = Replica(self._ws, cfg)
+        self.replica = replica
+        self._ws.add_status("remote", replica.status)
+        self._started.set()
+        await replica.run(task_status=task_status)
+
+    async def wait_replica(self, timeout_s: float) -> Replica | None:
+        """The running replica (None for a local workspace, or if it did not start in
+        time)."""
+        with trio.move_on_after(timeout_s):
+            await self._started.wait()
+        return self.replica
+
+
+def _service(workspace: Workspace) -> RemoteService:
+    remote: RemoteService = workspace.services.remote
+    return remote
+
+
+@asynccontextmanager
+async def one_host_at_a_time(workspace: Workspace, kind: str) -> AsyncIterator[None]:
+    """Around a job whose work must be done once for a shared workspace (auto_dream,
+    auto_resource): nothing for a local workspace; for a shared one, the replica's
+    advisory lock (AlreadyRunning when another host runs it)."""
+    replica = None
+    if workspace.settings.remote is not None:
+        replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
+    if replica is None:
+        yield
+        return
+    async with replica.job_lock(kind):
+        yield
+
+
+async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str],
+                         texts: Sequence[str],
+                         embed: Callable[[list[str]], Awaitable[Any]]) -> list[Any]:
+    """Vectors of ``texts`` (``hashes`` their text hashes) in vector space ``space``.
+
+    A local workspace asks its provider (``embed``); a shared one asks the server first,
+    so each text is embedded by one host for all of them (see
+    :mod:`recalld.daemon.remote.embeddings`).
+    """
+    replica = None
+    if workspace.settings.remote is not None:
+        # The replica starts after the vector service.
+        replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
+    if replica is None:
+        return list(await embed(list(texts)))
+    result: list[Any] = await replica.shared_embed(space, hashes, texts, embed)
+    return result

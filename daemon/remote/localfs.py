@@ -1,0 +1,123 @@
+"""The replica's file operations on the workspace directory, confined to it.
+
+Reads go through :func:`recalld.daemon.safepath.open_confined`, writes through
+:func:`recalld.daemon.memory.fileops.write_confined` (temp file, fsync, rename; symbolic
+links refused on the way), deletions walk the directories with ``O_NOFOLLOW`` the same
+way. Only Markdown files under the watched folders (``daily_dir``, ``digest_dir``) are
+replicated: a path arriving from the server that names anything else is refused, so a
+shared workspace cannot write into another host's metadata or outside its root.
+
+Everything here blocks on the file system; call it through ``trio.to_thread.run_sync``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from recalld.daemon import safepath
+from recalld.daemon.memory.fileops import write_confined
+from recalld.ipc.errors import NotFound, RecalldError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalFile:
+    """A file as it is on disk now: its bytes, hash and stat (None when absent)."""
+
+    path: str
+    data: bytes | None
+    hash: str | None
+    stat: tuple[int, int] | None
+
+    @property
+    def exists(self) -> bool:
+        return self.data is not None
+
+
+class Confinement:
+    """Which workspace-relative paths the replica reads and writes."""
+
+    def __init__(self, root: Path, roots: tuple[str, ...], suffixes: tuple[str, ...] = (".md",)
+                 ) -> None:
+        self.root = root
+        self.roots = tuple(r.strip("/") for r in roots)
+        self.suffixes = suffixes
+
+    def accepts(self, path: str) -> bool:
+        """Whether ``path`` is a replicated note (under a watched folder, no hidden part)."""
+        try:
+            parts = safepath.split_relative(path)
+        except RecalldError:
+            return False
+        if "/".join(parts) != path or len(parts) < 2:
+            return False
+        if any(p.startswith(".") for p in parts):
+            return False
+        return "/".join(parts[:1]) in self.roots and parts[-1].endswith(self.suffixes)
+
+    def read(self, path: str) -> LocalFile:
+        try:
+            fd = safepath.open_confined(self.root, path)
+        except NotFound:
+            return LocalFile(path, None, None, None)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+        return LocalFile(path, data, content_hash(data), (st.st_mtime_ns, st.st_size))
+
+    def write(self, path: str, data: bytes) -> tuple[int, int]:
+        """Publish ``data`` at ``path`` atomically; returns its new ``(mtime_ns, size)``."""
+        if not self.accepts(path):
+            raise RecalldError(f"refusing to write a path the replica does not own: {path}")
+        write_confined(self.root, path, data)
+        st = os.stat(self.root / path, follow_symlinks=False)
+        return (st.st_mtime_ns, st.st_size)
+
+    def remove(self, path: str) -> None:
+        """Delete ``path`` if it exists (directories on the way must not be links)."""
+        if not self.accepts(path):
+            raise RecalldError(f"refusing to delete a path the replica does not own: {path}")
+        parts = safepath.split_relative(path)
+        current = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in parts[:-1]:
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=current)
+                except (FileNotFoundError, NotADirectoryError):
+                    return
+                os.close(current)
+                current = child
+            try:
+                st = os.stat(parts[-1], dir_fd=current, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(parts[-1], dir_fd=current)
+                os.fsync(current)
+        finally:
+            os.close(current)
+
+
+def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
+    """Syncthing's name for a conflict copy: ``note.sync-conflict-20261201-153216-host.md``.
+
+    ``attempt`` > 0 adds a counter for the rare copy whose name is already taken.
+    """
+    head, _, name = path.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        stem, ext = name, ""
+    stamp = dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y%m%d-%H%M%S")
+    extra = f"-{attempt}" if attempt else ""
+    new = f"{stem}.sync-conflict-{stamp}-{host}{extra}" + (f".{ext}" if ext else "")
+    return f"{head}/{new}" if head else new

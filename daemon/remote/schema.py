@@ -1,0 +1,131 @@
+"""The PostgreSQL schema of shared workspaces, as numbered migrations run by recalld.
+
+Every table except the workspace registry's own counter carries ``workspace_id`` first in
+its primary key: it is the distribution column for Citus (``create_distributed_table(...,
+'workspace_id')``) and keeps each workspace's rows together everywhere else. The
+migrations are documented in docs/remote.md; a migration is never edited once released,
+a change is a new one.
+
+:func:`migrate` runs the missing migrations in one transaction under an advisory lock, so
+several daemons starting at once against an empty database do not race. A database whose
+schema is newer than this recalld knows is refused with a clear error. Blocking (psycopg).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key of the migration step ("recalld" as a number).
+MIGRATION_LOCK = 0x7265_6361_6C6C_64
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+    #: Optional migrations (an extension the server may lack) are skipped when they fail
+    #: and tried again at the next start.
+    optional: bool = False
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "files and change feed", """
+CREATE TABLE recalld_workspaces (
+    workspace_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text NOT NULL UNIQUE,
+    last_version bigint NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE recalld_files (
+    workspace_id bigint NOT NULL,
+    path         text NOT NULL,
+    content      bytea NOT NULL,
+    content_hash text,
+    version      bigint NOT NULL,
+    author_host  text NOT NULL,
+    changed_at   timestamptz NOT NULL DEFAULT now(),
+    deleted      boolean NOT NULL DEFAULT false,
+    change_id    uuid NOT NULL,
+    PRIMARY KEY (workspace_id, path)
+);
+CREATE INDEX recalld_files_feed ON recalld_files (workspace_id, version);
+CREATE TABLE recalld_changes (
+    workspace_id bigint NOT NULL,
+    change_id    uuid NOT NULL,
+    path         text NOT NULL,
+    stored_path  text NOT NULL,
+    outcome      text NOT NULL,
+    version      bigint NOT NULL,
+    author_host  text NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace_id, change_id)
+);
+CREATE TABLE recalld_catalog (
+    workspace_id bigint NOT NULL,
+    job          text NOT NULL,
+    key          text NOT NULL,
+    value        jsonb NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace_id, job, key)
+);
+"""),
+    Migration(2, "embeddings per vector space and text (pgvector)", """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE recalld_embeddings (
+    workspace_id bigint NOT NULL,
+    space        text NOT NULL,
+    text_hash    text NOT NULL,
+    embedding    vector,
+    claimed_by   text,
+    claimed_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workspace_id, space, text_hash)
+);
+""", optional=True),
+)
+
+LATEST = MIGRATIONS[-1].version
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer recalld."""
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+    """Apply the missing migrations; returns the versions applied now."""
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute("""
+CREATE TABLE IF NOT EXISTS recalld_schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)""")
+        done = {int(str(r[0])) for r in conn.execute(
+            "SELECT version FROM recalld_schema_migrations").fetchall()}
+        if done and max(done) > LATEST:
+            raise SchemaTooNew(
+                f"the shared database's schema is at version {max(done)}, this recalld knows "
+                f"up to {LATEST}: upgrade recalld")
+        for m in MIGRATIONS:
+            if m.version in done:
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute(m.sql.encode())
+                    conn.execute("INSERT INTO recalld_schema_migrations (version, name) "
+                                 "VALUES (%s, %s)", (m.version, m.name))
+            except psycopg.Error as exc:
+                if not m.optional:
+                    raise
+                log.warning("schema migration %d (%s) skipped: %s", m.version, m.name,
+                            str(exc).strip().splitlines()[0] if str(exc) else type(exc))
+                continue
+            applied.append(m.version)
+    return applied

@@ -1,0 +1,136 @@
+"""What the replica last agreed on with the server, per file, and how far it has read.
+
+For each replicated path: the server version the local file corresponds to, its content
+hash (None: deleted or never present), the file's ``(mtime_ns, size)`` when the replica
+last saw it, ``redirect``, the conflict copy that further local edits of the path go
+to until the winning version has been written locally, and ``settle``, set while the
+path still has to take the server's version. Plus ``cursor``, the highest
+server version the change feed has been applied up to.
+
+Persisted as an append log (``<metadata_dir>/remote/state.log``; records
+``{"p": path, "v", "h", "m", "r"}`` and ``{"cursor": n}``, the last one of a path wins),
+compacted into a snapshot when it grows. Appends happen after the file they describe is
+on disk, so a crash leaves the state behind the directory, never ahead of it: the next
+catch-up or upload then finds the file already as the server has it.
+
+Before the replica writes server content into a file it records a *landing*
+(``{"w": path, "h": hash}``): content that, found on disk after a crash, came from the
+server and is not a local edit. A landing ends with the next base recorded for its path.
+
+``{"ident": ...}`` names the shared workspace the state belongs to: pointed at another
+one, the replica starts over (every local file becomes a change based on nothing;
+identical content on the server is no change, differing content a conflict copy).
+
+Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recalld.daemon.store.applog import AppendLog
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    version: int
+    hash: str | None
+    stat: tuple[int, int] | None = None
+    redirect: str | None = None
+    #: The server kept another version of this path (a conflict, a delete that lost):
+    #: the path takes the server's version once no local edit of it is waiting.
+    settle: bool = False
+
+    def to_record(self, path: str) -> dict[str, Any]:
+        return {"p": path, "v": self.version, "h": self.hash,
+                "m": None if self.stat is None else list(self.stat), "r": self.redirect,
+                "s": self.settle}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Base:
+        m = rec.get("m")
+        return cls(version=int(rec.get("v") or 0), hash=rec.get("h"),
+                   stat=None if not m else (int(m[0]), int(m[1])), redirect=rec.get("r"),
+                   settle=bool(rec.get("s")))
+
+
+class ReplicaState:
+    def __init__(self, path: Path) -> None:
+        self._log = AppendLog(path)
+        self.bases: dict[str, Base] = {}
+        self.cursor = 0
+        #: Server content being written into files: path to hash (see the docstring).
+        self.landing: dict[str, str] = {}
+        #: The shared workspace this state was agreed with (see ``db.open_workspace``).
+        self.ident: str | None = None
+        self._lines = 0
+
+    def open(self) -> None:
+        records, _report = self._log.open()
+        for rec in records:
+            if "ident" in rec:
+                self.ident = str(rec["ident"])
+            elif "cursor" in rec:
+                self.cursor = max(self.cursor, int(rec["cursor"]))
+            elif "p" in rec:
+                self.bases[str(rec["p"])] = Base.from_record(rec)
+                self.landing.pop(str(rec["p"]), None)
+            elif "w" in rec:
+                self.landing[str(rec["w"])] = str(rec["h"])
+        self._lines = len(records)
+
+    def close(self) -> None:
+        self._log.close()
+
+    def adopt(self, ident: str) -> bool:
+        """Bind the state to shared workspace ``ident``; a different one than before
+        (another server, a recreated database) empties it first. Returns whether it did."""
+        if self.ident == ident:
+            return False
+        reset = self.ident is not None
+        if reset:
+            self.bases.clear()
+            self.landing.clear()
+            self.cursor = 0
+            self._log.rewrite([{"ident": ident}])
+            self._lines = 1
+        else:
+            self._log.append([{"ident": ident}])
+            self._lines += 1
+        self.ident = ident
+        return reset
+
+    def land(self, files: Iterable[tuple[str, str]]) -> None:
+        """Record server content about to be written into files (path, hash)."""
+        batch = list(files)
+        if batch:
+            self._log.append([{"w": p, "h": h} for p, h in batch])
+            self.landing.update(batch)
+            self._lines += len(batch)
+
+    def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None) -> None:
+        """Persist new bases (and the cursor) in one append, then apply them."""
+        batch = list(bases)
+        records = [b.to_record(p) for p, b in batch]
+        if cursor is not None and cursor > self.cursor:
+            records.append({"cursor": cursor})
+        if not records:
+            return
+        self._log.append(records)
+        for path, base in batch:
+            self.bases[path] = base
+            self.landing.pop(path, None)
+        if cursor is not None:
+            self.cursor = max(self.cursor, cursor)
+        self._lines += len(records)
+        if self._lines > 2 * len(self.bases) + 1_000:
+            snapshot = [b.to_record(p) for p, b in self.bases.items()]
+            snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
+            snapshot.append({"cursor": self.cursor})
+            if self.ident is not None:
+                snapshot.insert(0, {"ident": self.ident})
+            self._log.rewrite(snapshot)
+            self._lines = len(snapshot)

@@ -1,0 +1,365 @@
+"""Shared workspaces through a real PostgreSQL: two daemons ("two hosts") share one.
+
+Each daemon has its own data directory, socket and workspace directory; both name the
+same shared workspace on the server started by ``pg_server`` (tests/pgserver.py). Every
+wait is on a condition with a generous cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+
+CAP_S = 60.0
+
+
+def wait_for(what: Callable[[], Any], timeout: float = CAP_S, message: str = "") -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {message or what}")
+        time.sleep(0.05)
+
+
+def config(dsn: str, name: str, host: str, extra: str = "") -> str:
+    return (f'[workspaces.default]\nremote = {{ kind = "postgres", dsn = "{dsn}", '
+            f'name = "{name}", host = "{host}"{extra} }}\n')
+
+
+def root(d: DaemonHandle) -> Path:
+    return d.data_dir / "workspaces" / "default"
+
+
+def remote_status(d: DaemonHandle) -> dict[str, Any]:
+    for ws in d.call("daemon.status")["workspaces"]:
+        if ws["agent_id"] == "default":
+            return dict(ws["remote"])
+    raise AssertionError("no default workspace")
+
+
+def search_paths(d: DaemonHandle, query: str) -> list[str]:
+    res = d.call("memory.search", {"agent_id": "default", "query": query, "sync": True,
+                                   "max_results": 20})
+    return [r["path"] for r in res["results"]]
+
+
+def notes(d: DaemonHandle) -> dict[str, str]:
+    """Every replicated Markdown file of the workspace, path to sha256."""
+    out = {}
+    base = root(d)
+    for top in ("memory", "digest"):
+        for p in sorted((base / top).rglob("*.md")):
+            if not any(part.startswith(".") for part in p.relative_to(base).parts):
+                out[p.relative_to(base).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def write(d: DaemonHandle, rel: str, text: str) -> None:
+    p = root(d) / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name("." + p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.rename(p)
+
+
+def pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = ""
+         ) -> tuple[DaemonHandle, DaemonHandle, str]:
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg.dsn, name, "hosta", extra))
+    b = daemon_factory(config(pg.dsn, name, "hostb", extra))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", message="online")
+    return a, b, name
+
+
+def cli(d: DaemonHandle, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc.cli", "--socket",
+                           str(d.socket_path), *args], capture_output=True, text=True,
+                          env=d.env, timeout=60, check=False)
+    return proc.stdout + proc.stderr
+
+
+def converged(a: DaemonHandle, b: DaemonHandle) -> bool:
+    return (notes(a) == notes(b) and remote_status(a)["outbox"] == 0
+            and remote_status(b)["outbox"] == 0)
+
+
+def test_note_edit_rename_delete_propagate(daemon_factory: DaemonFactory,
+                                           pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    assert "psycopg" in Path(f"/proc/{a.pid}/maps").read_text()  # the driver, on demand
+    write(a, "memory/2026-07-23/commute.md", "# Commute\nbike on Mondays zebracrossing\n")
+    wait_for(lambda: "memory/2026-07-23/commute.md" in search_paths(b, "zebracrossing"),
+             message="note searchable on b")
+
+    write(a, "memory/2026-07-23/commute.md", "# Commute\ntrain on Tuesdays quokkaferry\n")
+    wait_for(lambda: "memory/2026-07-23/commute.md" in search_paths(b, "quokkaferry"),
+             message="edit searchable on b")
+    assert search_paths(b, "zebracrossing") == []
+
+    # A rename is a delete and a create; it comes back from the other host as well.
+    (root(b) / "digest" / "wiki").mkdir(parents=True, exist_ok=True)
+    (root(b) / "memory/2026-07-23/commute.md").rename(root(b) / "digest/wiki/commute.md")
+    wait_for(lambda: search_paths(a, "quokkaferry") == ["digest/wiki/commute.md"],
+             message="rename on a")
+    assert not (root(a) / "memory/2026-07-23/commute.md").exists()
+
+    (root(a) / "digest/wiki/commute.md").unlink()
+    wait_for(lambda: not (root(b) / "digest/wiki/commute.md").exists(), message="delete on b")
+    assert search_paths(b, "quokkaferry") == []
+    wait_for(lambda: converged(a, b), message="converged")
+    # A file the replica wrote is not uploaded back as a change of its own.
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
+                                             pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    write(a, "digest/wiki/plan.md", "# Plan\nfirst draft\n")
+    wait_for(lambda: (root(b) / "digest/wiki/plan.md").exists(), message="plan on b")
+    wait_for(lambda: converged(a, b), message="converged before the edits")
+
+    # Both hosts edit the file while b cannot reach the server: a's edit commits first.
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        write(b, "digest/wiki/plan.md", "# Plan\nversion of host b wombat\n")
+        write(a, "digest/wiki/plan.md", "# Plan\nversion of host a koala\n")
+        wait_for(lambda: remote_status(a)["uploaded"] > uploaded
+                 and remote_status(a)["outbox"] == 0, message="a uploaded")
+    finally:
+        b.signal(signal.SIGCONT)
+
+    def copies(d: DaemonHandle) -> list[str]:
+        return sorted(p for p in notes(d) if ".sync-conflict-" in p)
+
+    wait_for(lambda: converged(a, b) and copies(a), message="converged with a conflict copy")
+    assert (root(a) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a koala\n"
+    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a koala\n"
+    [copy] = copies(b)
+    assert copy.startswith("digest/wiki/plan.sync-conflict-") and copy.endswith("-hostb.md")
+    assert (root(b) / copy).read_text() == "# Plan\nversion of host b wombat\n"
+    assert (root(a) / copy).read_text() == "# Plan\nversion of host b wombat\n"
+    items = b.call("inbox.list", {"agent_id": "default"})["items"]
+    assert [i["kind"] for i in items] == ["sync_conflict"]
+    assert items[0]["changes"] == ["digest/wiki/plan.md", copy]
+    assert a.call("inbox.list", {"agent_id": "default"})["items"] == []
+    wait_for(lambda: search_paths(a, "wombat") == [copy], message="copy searchable on a")
+
+    # A deletion that crosses an edit loses: the edit is restored where it was deleted.
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        (root(b) / "digest/wiki/plan.md").unlink()
+        write(a, "digest/wiki/plan.md", "# Plan\nversion of host a emu\n")
+        wait_for(lambda: remote_status(a)["uploaded"] > uploaded
+                 and remote_status(a)["outbox"] == 0, message="a uploaded")
+    finally:
+        b.signal(signal.SIGCONT)
+    wait_for(lambda: converged(a, b)
+             and (root(b) / "digest/wiki/plan.md").exists(), message="edit restored on b")
+    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a emu\n"
+    assert len(b.call("inbox.list", {"agent_id": "default"})["items"]) == 1
+
+
+def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
+                                              pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-07-20/base.md", "# Base\nshared before the outage\n")
+    wait_for(lambda: converged(a, b) and "memory/2026-07-20/base.md" in notes(b))
+
+    pg_server.stop()
+    try:
+        for d in (a, b):
+            wait_for(lambda d=d: remote_status(d)["state"] == "offline", message="offline")
+        # Both keep serving and accepting writes; the outbox holds them.
+        for i in range(3):
+            write(a, f"memory/2026-07-21/a{i}.md", f"# A{i}\noffline note alpaca{i}\n")
+            write(b, f"memory/2026-07-21/b{i}.md", f"# B{i}\noffline note bison{i}\n")
+        (root(b) / "memory/2026-07-20/base.md").unlink()
+        b.call("memory.add_note", {"agent_id": "default", "content": "added through rpc ibex",
+                                   "name": "rpcnote"})
+        assert search_paths(a, "alpaca1") == ["memory/2026-07-21/a1.md"]
+        assert search_paths(b, "ibex")
+        wait_for(lambda: remote_status(a)["outbox"] == 3, message="a's queue")
+        wait_for(lambda: remote_status(b)["outbox"] == 5, message="b's queue")
+        shown = cli(b, "status")
+        assert re.search(r"remote: +offline, outbox 5 ", shown), shown
+        assert "shared workspace default" in cli(b, "doctor")
+        # Work done once for all hosts waits for the server rather than running twice.
+        job = finished_job(a, "auto_dream")
+        assert job["error_code"] == -32003 and "is offline" in str(job["error"]), job
+    finally:
+        pg_server.start()
+
+    wait_for(lambda: converged(a, b), message="converged after the outage")
+    files = notes(a)
+    assert "memory/2026-07-20/base.md" not in files
+    assert {f"memory/2026-07-21/a{i}.md" for i in range(3)} <= files.keys()
+    assert {f"memory/2026-07-21/b{i}.md" for i in range(3)} <= files.keys()
+    assert any(p.endswith("rpcnote.md") for p in files)
+    wait_for(lambda: search_paths(a, "bison2") == ["memory/2026-07-21/b2.md"])
+    wait_for(lambda: search_paths(b, "alpaca0") == ["memory/2026-07-21/a0.md"])
+
+
+def changes_by(pg: PgServer, name: str, host: str) -> tuple[int, int]:
+    """(changes recorded, distinct change ids) that ``host`` committed to ``name``."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(DISTINCT c.change_id) FROM recalld_changes c JOIN "
+            "recalld_workspaces w USING (workspace_id) WHERE w.name = %s AND c.author_host = %s",
+            (name, host)).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.slow
+def test_kill_during_upload_and_catch_up_changes_nothing(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    b.stop()
+    n = 400
+    for i in range(n):
+        write(a, f"memory/2026-07-{10 + i % 20:02d}/n{i}.md", f"# N{i}\nbulk note {i} yak{i}\n")
+    # kill -9 while uploading, then again at once after the restart.
+    wait_for(lambda: remote_status(a)["uploaded"] > 20, message="a uploading")
+    a.kill()
+    cfg_a = config(pg_server.dsn, name, "hosta")
+    a = daemon_factory(cfg_a, RECALLD_DATA_DIR=str(a.data_dir))
+    a.kill()
+    a = daemon_factory(cfg_a, RECALLD_DATA_DIR=str(a.data_dir))
+    wait_for(lambda: remote_status(a)["outbox"] == 0 and remote_status(a)["state"] == "online",
+             message="a uploaded everything")
+    expected = notes(a)
+    assert len(expected) == n
+    # Every file went up exactly once: one recorded change per file, none twice.
+    assert changes_by(pg_server, name, "hosta") == (n, n)
+
+    # kill -9 of b while it catches up: with some files written, then with more.
+    cfg_b = config(pg_server.dsn, name, "hostb")
+    during = []
+    for at_least in (1, n // 3):
+        b = daemon_factory(cfg_b, RECALLD_DATA_DIR=str(b.data_dir))
+        wait_for(lambda b=b, k=at_least: len(notes(b)) >= k, message="b catching up")
+        b.kill()
+        during.append(len(notes(b)))
+    assert min(during) < n, f"no kill landed during the catch-up: {during}"
+    b = daemon_factory(cfg_b, RECALLD_DATA_DIR=str(b.data_dir))
+    wait_for(lambda: converged(a, b), message="converged after kills")
+    assert notes(b) == expected
+    # Nothing b received went back up as a change of its own.
+    assert changes_by(pg_server, name, "hostb") == (0, 0)
+    assert remote_status(b)["conflicts"] == 0
+    wait_for(lambda: search_paths(b, "yak399") == ["memory/2026-07-29/n399.md"])
+
+
+def finished_job(d: DaemonHandle, kind: str) -> dict[str, Any]:
+    job_id = d.call("jobs.submit", {"agent_id": "default", "kind": kind})["job_id"]
+    return dict(wait_for(lambda: (lambda j: j if j["state"] in ("succeeded", "failed")
+                                  else None)(d.call("jobs.get", {"agent_id": "default",
+                                                                 "job_id": job_id})),
+                         message=f"{kind} finished"))
+
+
+def test_dream_and_resource_run_on_one_host_at_a_time(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+
+    from recalld.daemon.remote import db
+
+    a, _b, name = pair(daemon_factory, pg_server)
+    with psycopg.connect(pg_server.dsn, autocommit=True,
+                         application_name="recalld hostc auto_dream") as other:
+        row = other.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                            (name,)).fetchone()
+        assert row is not None
+        for kind in ("auto_dream", "auto_resource"):
+            other.execute("SELECT pg_advisory_lock(%s, %s)", db.job_lock_key(row[0], kind))
+            job = finished_job(a, kind)
+            assert job["state"] == "failed", job
+            assert f"{kind} of shared workspace {name} is running on hostc" in str(job["error"])
+            assert job["error_code"] == -32002
+            other.execute("SELECT pg_advisory_unlock(%s, %s)", db.job_lock_key(row[0], kind))
+    # With the lock free the job runs (and needs a chat model, which these hosts lack).
+    job = finished_job(a, "auto_dream")
+    assert "no chat model configured" in str(job["error"]), job
+    assert finished_job(a, "auto_resource")["state"] == "succeeded"
+
+
+def vectors_of(d: DaemonHandle) -> dict[str, Any]:
+    for ws in d.call("daemon.status")["workspaces"]:
+        if ws["agent_id"] == "default":
+            return dict(ws["index"]["vectors"])
+    raise AssertionError("no default workspace")
+
+
+@pytest.mark.slow
+def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
+                                                  pg_server: PgServer) -> None:  # noqa: F811
+    from collections import Counter
+
+    from fakes.provider_server import FakeProvider
+
+    n = 3000
+    with FakeProvider(dims=8, api_key="k") as fake:
+        extra = ""
+        name = "t" + uuid.uuid4().hex[:12]
+        vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
+               'api_key = "k", model_name = "m", dimensions = 8 }\n')
+        a = daemon_factory(config(pg_server.dsn, name, "hosta", extra) + vec)
+        b = daemon_factory(config(pg_server.dsn, name, "hostb", extra) + vec)
+        for d in (a, b):
+            wait_for(lambda d=d: remote_status(d)["state"] == "online", message="online")
+        # Written on both hosts at once, so both index (and want vectors) concurrently.
+        for i in range(n):
+            write(a if i % 2 else b, f"memory/2026-07-{1 + i % 28:02d}/v{i}.md",
+                  f"# V{i}\nshared vector note marker{i} end\n")
+
+        def done(d: DaemonHandle) -> bool:
+            v = vectors_of(d)
+            return v["total"] == n and v["embedded"] == n
+        wait_for(lambda: done(a) and done(b), timeout=180, message="every chunk embedded")
+        asked: Counter[str] = Counter()
+        for req in fake.requests:
+            if req.path.endswith("/embeddings"):
+                for text in req.json["input"]:
+                    asked[text] += 1
+        ours = {t: c for t, c in asked.items() if "shared vector note" in t}
+        assert len(ours) == n, len(ours)
+        assert max(ours.values()) == 1, [t for t, c in ours.items() if c > 1][:5]
+        shared = remote_status(a)["vectors"]["shared"] + remote_status(b)["vectors"]["shared"]
+        assert shared >= n, (remote_status(a)["vectors"], remote_status(b)["vectors"])
+        res = b.call("memory.search", {"agent_id": "default", "query": "marker7", "sync": True})
+        assert res["mode"] == "hybrid"
+
+
+def test_pointing_a_replica_at_another_shared_workspace_starts_over(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    first, second = "t" + uuid.uuid4().hex[:12], "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, first, "hosta"))
+    wait_for(lambda: remote_status(a)["state"] == "online", message="online")
+    write(a, "digest/wiki/kept.md", "# Kept\nmoves with the replica\n")
+    wait_for(lambda: remote_status(a)["uploaded"] >= 1 and remote_status(a)["outbox"] == 0)
+    a.stop()
+    a = daemon_factory(config(pg_server.dsn, second, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    b = daemon_factory(config(pg_server.dsn, second, "hostb"))
+    wait_for(lambda: (root(b) / "digest/wiki/kept.md").exists(), message="file in the new one")
+    wait_for(lambda: converged(a, b), message="converged")
+    assert "every local file goes up again" in a.log()

