@@ -1,73 +1,87 @@
-"""Secrets redaction: applied to conversation text before anything is written to memory.
+"""Secrets redaction: what looks like a credential becomes ``[REDACTED]`` before it is
+written to memory, logged, indexed or sent to a chat model.
 
-Pure functions, no state. :func:`redact` replaces what looks like a credential with
-``[REDACTED]``:
+Pure functions over text; :func:`redact_async` moves big inputs to a worker thread so the
+event loop never stalls on them. The rules (``RULES``) each find spans of one kind:
 
-- well-known token shapes: OpenAI/Anthropic ``sk-...``, AWS access key ids
-  (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghs_``, ``ghu_``, ``ghr_``,
-  ``github_pat_``), Slack (``xox?-``), Google API keys (``AIza``), Stripe
-  (``sk_live_``...), JSON Web Tokens, and PEM private key blocks;
-- ``Bearer <token>`` / ``Basic <token>`` authorization values and the password of
+- *formats*: secrets recognisable wherever they appear: private key blocks of every
+  armour (PEM, OpenSSH, encrypted, PGP, PuTTY, age), cloud keys (AWS access key ids and
+  secret keys, GCP OAuth secrets and tokens, Azure storage and connection-string keys,
+  Alibaba), SaaS tokens (GitHub, GitLab, Slack, Telegram, SendGrid, Stripe, Twilio, npm,
+  PyPI, OpenAI, Anthropic, Google, Discord, Mailgun, Hugging Face, DigitalOcean, Shopify
+  and other vendors' prefixed tokens), JSON Web Tokens, webhook URLs and the password of
   ``scheme://user:password@host`` URLs;
-- values assigned to key-like names (``password=...``, ``token: ...``,
-  ``"api_key": "..."``, ``export FOO_SECRET=...``), when the value looks like a secret
-  (quoted, or containing digits or symbols, or long and high-entropy), so prose such as
-  "Token: each word" is left alone;
-- "my password is X" sentences, when X looks like a password.
+- *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
+  ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
+  ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
+  passphrase is correct horse battery staple", "set the token to ..."), and high-entropy
+  strings near a credential word ("the AWS secret key is wJalr...").
 
-Deliberately *not* redacted: bare 40-hex git commit ids and other hex digests, UUIDs,
-ordinary words, numbers and paths. A key-like context (``github_token=<40 hex>``) still
-redacts its value.
+Each rule names the lowercase hints one of which must occur in the text before its
+regular expression runs, so prose without them costs one ``in`` test per hint.
+Deliberately *not* redacted: bare git commit ids and other hex digests, UUIDs, ordinary
+words, numbers, paths and URLs without credentials, and placeholders (``<token>``,
+``${VAR}``, ``****``). Spans are found on the original text and merged, so redacting is
+idempotent: ``[REDACTED]`` is never found again.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-MASK = "[REDACTED]"
+import trio
 
-_KEY_WORDS = (
-    r"pass(?:word|wd|phrase|code)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
-    r"|secret[_-]?key|private[_-]?key|client[_-]?secret|auth(?:[_-]?token)?|credentials?"
-    r"|session[_-]?key|signing[_-]?key"
-)
+MASK: Final = "[REDACTED]"
+#: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
+INLINE_CHARS: Final = 16_384
 
-# Shapes that are secrets wherever they appear.
-_TOKENS = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
-    r"sk-(?:ant-|proj-|live-)?[A-Za-z0-9_\-]{20,}"
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"
-    r"|github_pat_[A-Za-z0-9_]{22,}"
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
-    r"|AIza[0-9A-Za-z_\-]{35}"
-    r"|(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
-    r")(?![A-Za-z0-9])"
-)
-_PEM = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S
-)
-_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{16,}=*)")
-_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)([^\s@/]+)(@)")
-# name = value, name: value, "name": "value", NAME_SECRET=value ...
-_ASSIGN = re.compile(
-    r"(?i)(?P<key>[\"']?\b[\w.\-]*(?:" + _KEY_WORDS + r")[\w.\-]*[\"']?)"
-    r"(?P<sep>\s*(?::=|=>|:|=)\s*)"
-    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\]\"']+)"
-)
-_SENTENCE = re.compile(
-    r"(?i)\b(password|passphrase|passcode|pin|api key|token|secret)"
-    r"(\s+(?:is|was|=)\s+)([\"']?)([^\s\"']{4,})(\3)"
-)
+Span = tuple[int, int]
+Finder = Callable[[str], Iterable[Span]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One kind of secret: ``find`` yields its spans in a text containing one of ``hints``
+    (lowercase substrings; empty: always run). ``format`` rules recognise a secret by its
+    shape alone; the others need a credential word nearby."""
+
+    kind: str
+    hints: tuple[str, ...]
+    find: Finder
+    format: bool = True
+
+
+# -- value judgement ---------------------------------------------------------------------
+
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
-_PLACEHOLDER = re.compile(r"(?i)^(?:\[redacted\]|\*+|x+|<[^>]*>|\$\{?[A-Za-z_][\w]*\}?|none|null|"
-                          r"true|false|required|optional|string|str|env|\.\.\.)$")
+_PLACEHOLDER = re.compile(
+    r"(?i)^(?:\[redacted\]|\*+|x+|\.+|-+|_+|#+|<[^>]*>|\$\{?[A-Za-z_][\w]*\}?|\{\{[^}]*\}\}"
+    r"|%\(?[\w]*\)?s?|none|null|nil|true|false|yes|no|required|optional|string|str|env"
+    r"|undefined|empty|secret|password|token|changeme|example|placeholder|redacted|hidden)$")
+#: Words that start a description of a credential rather than the credential itself.
+_FUNCTION_WORDS: Final = frozenset("""
+a an the not too very so still just also now then being been no any some all only never
+always usually same different in on at of for to from with by as into about my your his her
+our their its this that these those it what which who whom how where when why here there
+nothing something anything everything somewhere saved stored kept written hidden shown sent
+encrypted hashed required needed optional set reset changed updated generated managed known
+unknown missing empty blank expired rotated revoked valid invalid wrong incorrect correct
+right weak strong long short easy hard simple complex complicated secure insecure safe
+unsafe fine ok okay good bad great important private public personal shared case sensitive
+and or but if because since while although though than like is are was were be will would
+should could can may might must do does did has have had i you he she we they me us them
+one two three four five six seven eight nine ten several many few more most less least
+please thanks thank sorry yeah yep nope sure maybe really actually probably definitely
+literally basically again either neither both each every other another such own
+""".split())
+_WORD = re.compile(r"[A-Za-z][a-z]*")
 
 
 def entropy_bits(text: str) -> float:
@@ -79,62 +93,468 @@ def entropy_bits(text: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+def _classes(value: str) -> tuple[bool, bool, bool, bool]:
+    return (any(c.isdigit() for c in value), any(c.isupper() for c in value),
+            any(c.islower() for c in value), any(not c.isalnum() for c in value))
+
+
+def _compound(value: str) -> bool:
+    """Words joined by ``-``, ``_`` or ``.`` ("NLRP12-associated", "helix-loop-helix",
+    "test_disk_full"): every piece a lowercase word or short, one a real word."""
+    pieces = [p for p in re.split(r"[-_.]+", value) if p]
+    return len(pieces) >= 2 and any(len(p) >= 4 and p.isalpha() and p.islower() for p in pieces) \
+        and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6 for p in pieces)
+
+
+def looks_random(value: str, min_len: int = 16) -> bool:
+    """Is ``value`` a machine-made secret (long, mixed, high-entropy), not a word or a
+    digest? Hex strings and UUIDs are not (commit ids, checksums, request ids)."""
+    if len(value) < min_len or _HEX.match(value) or _UUID.match(value) or _compound(value):
+        return False
+    digit, upper, lower, _ = _classes(value)
+    if sum((digit, upper, lower)) < 2:
+        return False
+    if not digit and _WORD.fullmatch(value.replace("_", "").replace("-", "")[:1] or "1"):
+        # Letters only: camelCase identifiers are words glued together; need more entropy.
+        return entropy_bits(value) >= 4.0 and sum(c.isupper() for c in value) >= len(value) / 5
+    return entropy_bits(value) >= min(3.0 + len(value) / 32, 3.8)
+
+
 def looks_secret(value: str) -> bool:
-    """Would this assigned value plausibly be a credential (not prose, not a placeholder)?"""
+    """Would this value, found where a credential is expected, plausibly be one (not prose,
+    not a placeholder)?"""
     if len(value) < 4 or _PLACEHOLDER.match(value) or value.startswith(("[REDACTED", "<", "$")):
         return False
-    if _UUID.match(value):
-        return True  # in a key context a UUID is a token
-    has_digit = any(c.isdigit() for c in value)
-    has_symbol = any(not c.isalnum() for c in value)
-    mixed = any(c.isupper() for c in value[1:]) and any(c.islower() for c in value)
-    if len(value) >= 16 and entropy_bits(value) >= 3.0:
+    if _UUID.match(value) or looks_random(value):
         return True
     if value.isalpha() and value.islower():
         return False  # a plain word: "token: each", "password: required"
-    return has_digit or has_symbol or mixed
+    digit, upper, lower, symbol = _classes(value)
+    return digit or symbol or (upper and lower and any(c.isupper() for c in value[1:]))
 
 
-def _sub_assign(m: re.Match[str]) -> str:
-    value = m.group("value")
-    quoted = value[:1] in "\"'" and len(value) >= 2
-    inner = value[1:-1] if quoted else value
-    if inner.startswith(("[REDACTED", "<", "${", "{{")):
-        return m.group(0)  # already masked, or a placeholder
-    if not inner or not (looks_secret(inner) or (quoted and len(inner) >= 4
-                                                  and not _PLACEHOLDER.match(inner))):
-        return m.group(0)
-    masked = f"{value[0]}{MASK}{value[-1]}" if quoted else MASK
-    return f"{m.group('key')}{m.group('sep')}{masked}"
+def _keyish(value: str) -> bool:
+    """A value named only "...key": random-looking, a UUID, or a long hex string."""
+    return (looks_random(value, 12) or bool(_UUID.match(value))
+            or (len(value) >= 16 and bool(_HEX.match(value))))
 
 
-def _sub_sentence(m: re.Match[str]) -> str:
-    if not looks_secret(m.group(4)) or (_HEX.match(m.group(4)) and len(m.group(4)) == 40):
-        return m.group(0)
-    return f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}{m.group(5)}"
+def _plain_password(value: str) -> bool:
+    """A single plain word where a password is stated ("the wifi password is bluebird")."""
+    return (len(value) >= 4 and value.isalpha() and value.lower() not in _FUNCTION_WORDS
+            and not _PLACEHOLDER.match(value))
 
 
-_STEPS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
-    (_PEM, MASK),
-    (_TOKENS, MASK),
-    (_URL_PASSWORD, r"\1" + MASK + r"\3"),
-    (_AUTH_HEADER, r"\1\2" + MASK),
-    (_ASSIGN, _sub_assign),
-    (_SENTENCE, _sub_sentence),
-]
+def _passphrase(words: Sequence[str]) -> bool:
+    """Several words stated as a password or passphrase ("correct horse battery staple"),
+    not a description of one ("too weak and short", "the name of my dog")."""
+    if (len(words) < 2 or not words[0].isalpha() or words[0].lower() in _FUNCTION_WORDS
+            or _PLACEHOLDER.match(words[0])):
+        return False
+    content = [w for w in words if w.lower() not in _FUNCTION_WORDS]
+    return len(content) >= 2 or (len(content) >= 1 and len(words) >= 3 and
+                                 words[0].lower() not in _FUNCTION_WORDS)
 
 
-def redact(text: str) -> str:
-    """``text`` with every secret it seems to contain replaced by ``[REDACTED]``."""
-    for pattern, repl in _STEPS:
-        text = pattern.sub(repl, text)
-    return text
+# -- format rules ------------------------------------------------------------------------
+
+_B = r"(?<![A-Za-z0-9_\-])"  # token start: not glued to a word before it
+_E = r"(?![A-Za-z0-9_\-])"  # token end
+
+
+def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
+                group: int = 0, check: Callable[[str], bool] | None = None) -> Rule:
+    rx = re.compile(pattern, flags)
+
+    def find(text: str) -> Iterable[Span]:
+        for m in rx.finditer(text):
+            if m.group(group) and (check is None or check(m.group(group))):
+                yield m.span(group)
+
+    return Rule(kind, hints, find)
+
+
+def _tail_random(value: str) -> bool:
+    """A prefixed token's characters are mixed (not a word, a phrase or a path)."""
+    digit, upper, lower, _ = _classes(value)
+    return (digit and (upper or lower)) or (upper and lower and entropy_bits(value) >= 3.5)
+
+
+_KEY_BLOCK = (
+    r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
+    r".*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+)
+_PUTTY = (
+    r"PuTTY-User-Key-File-\d:.*?(?:Private-MAC:\s*[0-9a-fA-F]+|Private-Hash:\s*[0-9a-fA-F]+|\Z)"
+)
+
+FORMAT_RULES: Final[tuple[Rule, ...]] = (
+    _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S),
+    _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S),
+    _regex_rule("age_key", ("age-secret-key-",), r"AGE-SECRET-KEY-1[0-9A-Z]{50,}"),
+    _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
+                _B + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E),
+    _regex_rule("aws_secret_key", (),
+                r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
+                check=lambda v: ("//" not in v and v.count("/") + v.count("+") <= 6
+                                 and all(_classes(v)[:3]) and entropy_bits(v) >= 4.2)),
+    _regex_rule("github", ("gh", "github_pat_"),
+                _B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})" + _E),
+    _regex_rule("gitlab", ("gl", "gr1348941"),
+                _B + r"(?:gl(?:pat|dt|rt|ptt|ft|cbt|oas|soat|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{20,}"
+                r"(?:\.[A-Za-z0-9_\-]+)*"
+                r"|GR1348941[A-Za-z0-9_\-]{20,})" + _E),
+    _regex_rule("slack_token", ("xox", "xapp-"),
+                _B + r"(?:xox[abposre](?:\.xox[a-z])?-[A-Za-z0-9\-]{10,}"
+                r"|xapp-\d-[A-Za-z0-9\-]{10,})" + _E),
+    _regex_rule("webhook_url", ("hooks.slack.com", "/api/webhooks/", "webhook.office.com",
+                                "hooks.zapier.com"),
+                r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+                r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/"
+                r"|[\w.\-]*webhook\.office\.com/webhookb2/"
+                r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+"),
+    _regex_rule("telegram_bot_token", (":",),
+                r"(?<![\w:])\d{5,12}:[A-Za-z0-9_\-]{30,50}(?![\w\-])", check=_tail_random),
+    _regex_rule("sendgrid", ("sg.",), _B + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _E),
+    _regex_rule("stripe", ("_live_", "_test_", "_prod_", "whsec_"),
+                _B + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
+                + _E),
+    _regex_rule("twilio", ("sk", "ac"), _B + r"(?:SK|AC)[0-9a-f]{32}" + _E),
+    _regex_rule("npm", ("npm_",), _B + r"npm_[A-Za-z0-9]{36}" + _E),
+    _regex_rule("pypi", ("pypi-",), _B + r"pypi-[A-Za-z0-9_\-]{40,}" + _E),
+    _regex_rule("openai_anthropic", ("sk-",), _B + r"sk-[A-Za-z0-9_\-]{20,}" + _E,
+                check=_tail_random),
+    _regex_rule("google", ("aiza", "gocspx-", "ya29.", "1//"),
+                _B + r"(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}"
+                r"|ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{30,})" + _E),
+    _regex_rule("discord_token", (".",),
+                _B + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _E,
+                check=_tail_random),
+    _regex_rule("mailgun", ("key-", "-"),
+                _B + r"(?:key-[0-9a-zA-Z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _E),
+    _regex_rule("huggingface", ("hf_", "api_org_"),
+                _B + r"(?:hf_|api_org_)[A-Za-z0-9]{30,}" + _E),
+    _regex_rule("digitalocean", ("_v1_",), _B + r"do[opr]_v1_[a-f0-9]{64}" + _E),
+    _regex_rule("shopify", ("shp",), _B + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _E),
+    _regex_rule("azure_key", ("accountkey", "sharedaccesskey", "sig="),
+                r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&]sig)="
+                r"([A-Za-z0-9+/%=]{16,})", group=1),
+    _regex_rule("azure_client_secret", ("q~",),
+                _B + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
+    _regex_rule("alibaba", ("ltai",), _B + r"LTAI[A-Za-z0-9]{12,24}" + _E),
+    # Vendors whose tokens carry a fixed prefix, then a random tail.
+    _regex_rule("vendor_token",
+                ("_", "-", "."),
+                _B + r"(?:glc_|glsa_|lin_api_|ntn_|secret_|PMAK-|pul-|hv[sb]\.|sntrys_"
+                r"|sq0(?:atp|csp)-|gsk_|r8_|pplx-|xai-|figd_|fo1_|pscale_(?:tkn|pw|oauth)_|sbp_"
+                r"|tskey-(?:auth|api)-"
+                r"|bkua_|tfp_|NRAK-|aio_|lsv2_(?:pt|sk)_|ops_eyJ|CLOJARS_|rubygems_|dckr_pat_"
+                r"|dapi|dp\.(?:pt|st|sa|ct|scim|audit)\.|ATATT3|AKCp|HRKU-|EAA[A-Za-z0-9]{4}"
+                r"|sk\.eyJ|oy2|cfut_|pat_|rk_|key_|ak_|tok_|api_)[A-Za-z0-9_\-=.]{20,}" + _E,
+                check=_tail_random),
+    _regex_rule("jwt", ("eyj",),
+                _B + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
+    _regex_rule("url_password", ("://",),
+                r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s@/\"'<>]+)@[\w.\-\[]",
+                group=1, check=lambda v: not _PLACEHOLDER.match(v)),
+    _regex_rule("auth_header", ("bearer", "basic", "token "),
+                r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
+                group=1, check=lambda v: looks_random(v, 16) or bool(_HEX.match(v))),
+)
+
+
+# -- context rules -----------------------------------------------------------------------
+
+#: Words naming a credential, in names (split into parts) and in prose.
+_STRONG_PARTS: Final = frozenset({
+    "password", "passwd", "passphrase", "passcode", "pass", "pwd", "pw", "pin", "passwort",
+    "secret", "secrets", "token", "tokens", "apikey", "credential", "credentials", "cred",
+    "creds", "auth", "authorization", "sig", "signature", "cookie", "sessionid",
+    "privatekey", "secretkey", "accesskey", "clientsecret", "pat", "otp", "totp", "mfa",
+})
+_PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcode", "pass",
+                                    "pwd", "pw", "pin", "passwort"})
+_NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _name_kind(name: str) -> str | None:
+    """'password' for password-like names, 'secret' for other credential names, 'key' for
+    names ending in key (need a random-looking value), None otherwise."""
+    parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
+    if not parts:
+        return None
+    joined = {a + b for a, b in itertools.pairwise(parts)}
+    if any(p in _PASSWORD_PARTS for p in parts):
+        return "password"
+    if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS:
+        return "secret"
+    if parts[-1] in ("key", "keys") or (len(parts) >= 2 and parts[-2] in ("key",)):
+        return "key"
+    return None
+
+
+_ASSIGN = re.compile(
+    r"(?P<key>[\"'`]?(?<![\w.\-])[A-Za-z_$][\w.\-]{0,60}[\"'`]?)"
+    r"(?P<sep>[ \t]*(?::=|=>|==|:|=)[ \t]*|[ \t]+(?=[\"']))"
+    r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|`[^`\n]{1,400}`"
+    r"|[^\s\"'`,;&}\]\)<>|]{1,400}(?:[ \t]+[A-Za-z][a-z]*){0,8})"
+)
+_FLAG = re.compile(r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]{0,40})(?:=|[ \t]+)"
+                   r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|[^\s\"']{1,400})")
+_XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(?P=key)>")
+
+
+def _value_span(kind: str, value: str, start: int, multiword_ok: bool) -> Span | None:
+    """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
+    quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
+    if quoted:
+        inner = value[1:-1]
+        if (inner.startswith(("[REDACTED", "${", "{{", "<")) or _PLACEHOLDER.match(inner)
+                or len(inner) < 3 or (kind == "key" and not _keyish(inner))):
+            return None
+        return start + 1, start + len(value) - 1
+    words = value.split()
+    first = words[0] if words else ""
+    if first.startswith("[REDACTED"):
+        return None
+    if kind == "key":
+        return (start, start + len(first)) if _keyish(first) else None
+    if looks_secret(first):
+        return start, start + len(first)
+    if kind == "password":
+        if multiword_ok and _passphrase(words):
+            return start, start + len(value.rstrip())
+        if _plain_password(first) and len(words) == 1:
+            return start, start + len(first)
+    return None
+
+
+def _find_assignments(text: str) -> Iterable[Span]:
+    pos = 0
+    while (m := _ASSIGN.search(text, pos)) is not None:
+        kind = _name_kind(m.group("key"))
+        # A value may itself be the next name ('"user": "password": "x"'): go on from it.
+        pos = m.end() if kind is not None else max(m.start("value"), m.start() + 1)
+        if kind is None:
+            continue
+        sep = m.group("sep")
+        value = m.group("value")
+        # Several words only after ':' or '=' ending a line's key (YAML, .env, prose "pw: ...").
+        span = _value_span(kind, value, m.start("value"), multiword_ok=sep.strip() in (":", "="))
+        if span is not None:
+            yield span
+    for m in _FLAG.finditer(text):
+        kind = _name_kind(m.group("key"))
+        if kind is not None:
+            span = _value_span(kind, m.group("value"), m.start("value"), multiword_ok=False)
+            if span is not None:
+                yield span
+    for m in _XML.finditer(text):
+        kind = _name_kind(m.group("key"))
+        if kind is not None:
+            value = m.group("value").strip()
+            if value and (looks_secret(value) or kind == "password"):
+                yield m.start("value"), m.end("value")
+
+
+_CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?:code|number))?"
+         r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
+         r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
+         r"tokens?|tokens?|secrets?|credentials?|creds|(?:client|app)[\s_\-]secrets?|otp|keys?)")
+_STATE = re.compile(
+    r"(?i)\b(?P<cred>" + _CRED + r")\b"
+    r"(?P<mid>(?:[ \t]+(?:for|of|on|to|at|in|from)(?:[ \t]+(?!(?:is|was|are|were)\b)"
+    r"[^\s.,;:!?\"']+){1,4})?)"
+    r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
+    r"|currently|set[ \t]+to|changed[ \t]+to))?|[ \t]+(?:will[ \t]+be|became|becomes)"
+    r"|[ \t]*(?:=|->|=>|:)|[ \t]+[-—][ \t]+|—)"
+    r"[ \t]*(?:[:\-—][ \t]*)?"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|`[^`\n]{1,200}`"
+    r"|[!#-&*-~\u00a0-\u024f]+(?:[ \t]+[^\s.,;!?\"'“`()]+){0,8})"
+)
+_SET = re.compile(
+    r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]+(?:(?:the|my|our|your|his|her"
+    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>" + _CRED + r")(?:[ \t]+(?:for|of|on)"
+    r"[ \t]+[\w.\-]+(?:[ \t]+[\w.\-]+)?)?[ \t]+(?:to|as|=)[ \t]+"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]+"
+    r"(?:[ \t]+[^\s.,;!?\"'()]+){0,8})"
+)
+_CLAUSE_END = re.compile(r"[.,;!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
+
+
+def _cred_kind(word: str) -> str:
+    w = word.lower()
+    if w.startswith(("pass", "pw", "pin")):
+        return "password"
+    if w.rstrip("s") in ("key", "token", "secret", "otp") or w.startswith("key"):
+        return "key"
+    return "secret"
+
+
+def _clip(value: str) -> str:
+    """``value`` up to the end of its clause (a passphrase ends there)."""
+    if value[:1] in "\"'“`":
+        return value
+    m = _CLAUSE_END.search(value)
+    out = value[: m.start() + (1 if value[m.start()] in ".,;!?)" else 0)] if m else value
+    return out.rstrip(".,;!?)")
+
+
+def _find_statements(text: str) -> Iterable[Span]:
+    for rx in (_STATE, _SET):
+        for m in rx.finditer(text):
+            cred = m.group("cred")
+            kind = _cred_kind(cred)
+            value = _clip(m.group("value"))
+            if not value:
+                continue
+            if value[:1] == "“":
+                value = '"' + value[1:-1] + '"'
+            if cred.lower().endswith("s") and not cred.lower().endswith(("pass", "ss")):
+                kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
+            first = value.split()[0] if value.split() else ""
+            if first.endswith("ly") and not any(c.isdigit() for c in first):
+                continue  # "is usually", "was initially": a description
+            span = _value_span(kind, value, m.start("value"), multiword_ok=True)
+            if span is not None:
+                yield span
+
+
+_NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
+_CANDIDATE = re.compile(r"(?<![\w/+=\-.])[A-Za-z0-9/+=_\-.~]{12,}(?![\w/+=\-])")
+_NEAR_CHARS = 80
+_BEFORE_CHARS = 40
+#: A credential word followed directly by a value: "passwd GMClz2", "token: x9Y...".
+_BARE_VALUE = re.compile(
+    r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
+    r"(?P<value>[!#-&*-+\--~]{6,200})")
+_ZH = re.compile(r"(?:密码|口令|密钥|令牌|暗号|验证码)(?:是|为|：|:|=)[ \t]*[\"'“「]?"
+                 r"(?P<value>[^\s\"'”」，。,]{4,200})")
+
+
+def _strip_end(value: str) -> str:
+    return value.rstrip(".,;:!?)")
+
+
+def _near_value(value: str, word: str) -> bool:
+    if looks_random(value, 12):
+        return True
+    # Hex near "password"/"token"/"secret" (not a bare "key": "key commit 3f78...") is one.
+    return bool(_HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
+
+
+def _find_near_credential_words(text: str) -> Iterable[Span]:
+    """High-entropy strings shortly after (or just before) a credential word."""
+    for m in _NEAR.finditer(text):
+        window_end = m.end() + _NEAR_CHARS
+        nl = text.find("\n\n", m.end(), window_end)
+        for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
+            value = _strip_end(c.group(0))
+            if _near_value(value, m.group(0)):
+                yield c.start(), c.start() + len(value)
+        for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
+            value = _strip_end(c.group(0))
+            if looks_random(value, 16):
+                yield c.start(), c.start() + len(value)
+    for rx in (_BARE_VALUE, _ZH):
+        for m in rx.finditer(text):
+            value = _strip_end(m.group("value"))
+            if looks_secret(value) and (rx is _ZH or any(not c.isalpha() for c in value)):
+                yield m.start("value"), m.start("value") + len(value)
+
+
+_CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
+               "session", "otp", "pat", "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+CONTEXT_RULES: Final[tuple[Rule, ...]] = (
+    Rule("assignment", _CRED_HINTS, _find_assignments, format=False),
+    Rule("statement", _CRED_HINTS, _find_statements, format=False),
+    Rule("near_credential_word", _CRED_HINTS, _find_near_credential_words, format=False),
+)
+RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
+
+
+# -- applying ----------------------------------------------------------------------------
+
+
+def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
+    """The merged, sorted spans of ``text`` that ``rules`` take for secrets."""
+    if not text:
+        return []
+    lower = text.lower()
+    spans: list[Span] = []
+    for rule in rules:
+        if rule.hints and not any(h in lower for h in rule.hints):
+            continue
+        spans.extend(s for s in rule.find(text) if s[1] > s[0])
+    return _merge(spans)
+
+
+def _merge(spans: list[Span]) -> list[Span]:
+    spans.sort()
+    out: list[Span] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def _apply(text: str, spans: Sequence[Span], keep_lines: bool) -> str:
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in spans:
+        parts.append(text[pos:start])
+        parts.append(MASK + "\n" * text.count("\n", start, end) if keep_lines else MASK)
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def redact(text: str, *, keep_lines: bool = False) -> str:
+    """``text`` with every secret it seems to contain replaced by ``[REDACTED]``.
+
+    ``keep_lines``: a masked span keeps its line breaks (after the mask), so line numbers
+    of the rest stay those of the original (the index maps chunks to lines).
+    """
+    return _apply(text, find_spans(text), keep_lines)
 
 
 def redact_count(text: str) -> tuple[str, int]:
     """The redacted text and how many secrets were masked."""
-    out = redact(text)
-    return out, out.count(MASK) - text.count(MASK)
+    spans = find_spans(text)
+    return _apply(text, spans, False), len(spans)
+
+
+def has_secret(text: str, *, formats_only: bool = False) -> bool:
+    """Does ``text`` hold something redaction would mask? ``formats_only``: only secrets
+    recognisable by their shape (for identifiers, which have no context)."""
+    return bool(find_spans(text, FORMAT_RULES if formats_only else RULES))
+
+
+def redact_parts(parts: Sequence[str]) -> list[str]:
+    """Redact adjacent pieces of one text (content blocks of a message) as one text.
+
+    A secret split across pieces is found in their concatenation and masked in each piece
+    it touches; what is found in a piece alone is masked too.
+    """
+    if len(parts) <= 1:
+        return [redact(p) for p in parts]
+    joined = "".join(parts)
+    spans = find_spans(joined)
+    out: list[str] = []
+    offset = 0
+    for part in parts:
+        end = offset + len(part)
+        local = [(max(s, offset) - offset, min(e, end) - offset) for s, e in spans
+                 if s < end and e > offset]
+        local.extend(find_spans(part))
+        out.append(_apply(part, _merge(local), False))
+        offset = end
+    return out
 
 
 def redact_value(value: Any) -> Any:
@@ -146,3 +566,11 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: redact_value(v) for k, v in value.items()}
     return value
+
+
+async def redact_async(text: str, *, keep_lines: bool = False) -> str:
+    """:func:`redact`, in a worker thread when ``text`` is long (the loop keeps serving).
+    Cancellation while in the thread abandons the result."""
+    if len(text) <= INLINE_CHARS:
+        return redact(text, keep_lines=keep_lines)
+    return await trio.to_thread.run_sync(lambda: redact(text, keep_lines=keep_lines))
