@@ -23,7 +23,7 @@ from recalld.daemon import safepath, sharing
 from recalld.daemon.api import CallContext, Methods, Params
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, RecalldError
@@ -74,7 +74,7 @@ async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
     name: str = p.text("name", DEFAULT_NOTE_NAME)
     description: str | None = p.text("description", None)
     p.done()
-    text = redact(content).strip()
+    text = (await redact_async(content)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
     if len(text) > MAX_NOTE_CHARS:

@@ -19,6 +19,7 @@ from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.tokenizer import tokenize_split
+from recalld.daemon.memory.redact import redact
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
 # reading it whole on every save would stall its workspace.
@@ -97,7 +98,9 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None) -
     if digest == known_digest:
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
                         digest=digest, unchanged=True)
-    text = data.decode("utf-8", errors="replace")
+    # The index never holds a credential a note contains (nor do embedding requests, made
+    # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
+    text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars), links=extract_links(rel, text),

@@ -31,11 +31,11 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import trio
+import orjson
 
 MASK: Final = "[REDACTED]"
 #: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
@@ -568,9 +568,58 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+def redact_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages (OpenAI format) with secrets redacted in their text: string content,
+    adjacent text blocks (across block boundaries) and tool-call arguments."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        msg = dict(message)
+        content = msg.get("content")
+        if isinstance(content, str):
+            msg["content"] = redact(content)
+        elif isinstance(content, list):
+            msg["content"] = _redact_blocks(content)
+        if isinstance(msg.get("tool_calls"), list):
+            msg["tool_calls"] = [_redact_call(c) for c in msg["tool_calls"]]
+        out.append(msg)
+    return out
+
+
+def _redact_blocks(blocks: list[Any]) -> list[Any]:
+    texts = [i for i, b in enumerate(blocks) if isinstance(b, dict)
+             and isinstance(b.get("text"), str)]
+    out = list(blocks)
+    for i, text in zip(texts, redact_parts([blocks[i]["text"] for i in texts]), strict=True):
+        out[i] = {**blocks[i], "text": text}
+    return out
+
+
+def _redact_call(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = orjson.loads(fn["arguments"])
+    except orjson.JSONDecodeError:
+        return {**call, "function": {**fn, "arguments": redact(fn["arguments"])}}
+    return {**call, "function": {**fn, "arguments": orjson.dumps(redact_value(args)).decode()}}
+
+
+async def redact_messages_async(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`redact_messages`, in a worker thread when the messages are long."""
+    import trio  # here: index worker processes import this module and need no trio
+
+    size = sum(len(str(m.get("content") or "")) for m in messages)
+    if size <= INLINE_CHARS:
+        return redact_messages(messages)
+    return await trio.to_thread.run_sync(redact_messages, messages)
+
+
 async def redact_async(text: str, *, keep_lines: bool = False) -> str:
     """:func:`redact`, in a worker thread when ``text`` is long (the loop keeps serving).
     Cancellation while in the thread abandons the result."""
+    import trio
+
     if len(text) <= INLINE_CHARS:
         return redact(text, keep_lines=keep_lines)
     return await trio.to_thread.run_sync(lambda: redact(text, keep_lines=keep_lines))

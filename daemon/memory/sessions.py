@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.workspaces import Workspace, WorkspaceService
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
@@ -51,22 +51,30 @@ def check_session_id(value: object) -> str:
             or value.startswith(".")):
         raise InvalidParams(
             "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
+    if has_secret(value, formats_only=True):
+        # It would become a file name and a frontmatter field: never a credential.
+        raise InvalidParams("session_id looks like a credential; use another id")
     return value
 
 
-def _clean_text(text: str) -> str:
+def _strip(text: str) -> str:
     text = _RECALL.sub("", text)
     text = _DATA_URL.sub("[data omitted]", text)
-    text = _BASE64_RUN.sub("[base64 omitted]", text)
-    return redact(text).strip()
+    return _BASE64_RUN.sub("[base64 omitted]", text)
 
 
-def _content_text(content: Any) -> str:
-    """The text of a message's content (string or OpenAI/Anthropic content blocks)."""
+def _clean_blocks(blocks: list[str]) -> str:
+    """The blocks of one message as one text, secrets redacted across block boundaries
+    (a key split over two blocks is found in their concatenation)."""
+    return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
+
+
+def _content_blocks(content: Any) -> list[str]:
+    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks)."""
     if content is None:
-        return ""
+        return []
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         parts: list[str] = []
         for block in content:
@@ -81,7 +89,7 @@ def _content_text(content: Any) -> str:
                               "file", "video", "video_url"):
                     parts.append(f"[{str(kind).split('_')[0]} omitted]")
                 # tool_result / tool_use / anything else: not the user's words, dropped
-        return "\n".join(p for p in parts if p)
+        return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")
 
 
@@ -116,7 +124,7 @@ def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
         role = m.get("role")
         if role not in ("user", "assistant"):
             continue
-        text = _clean_text(_content_text(m.get("content")))
+        text = _clean_blocks(_content_blocks(m.get("content")))
         if text:
             out.append({"role": str(role), "content": text})
     return out
@@ -284,8 +292,16 @@ class SessionStore:
 
     async def add(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                   request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
-        """Sanitize and append ``messages``; user turns are counted before sanitizing."""
-        clean = sanitize_messages(messages)
+        """Sanitize and append ``messages``; user turns are counted before sanitizing.
+
+        Big batches are sanitized in a worker thread (redaction is regular-expression work).
+        """
+        size = sum(len(m["content"]) if isinstance(m.get("content"), str) else 1024
+                   for m in messages)
+        if size > INLINE_CHARS:
+            clean = await trio.to_thread.run_sync(sanitize_messages, messages)
+        else:
+            clean = sanitize_messages(messages)
         stamped: list[dict[str, Any]] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
