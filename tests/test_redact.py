@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from recalld.daemon.memory.redact import MASK, entropy_bits, redact, redact_count, redact_value
+from recalld.daemon.memory.redact import (
+    MASK,
+    entropy_bits,
+    redact,
+    redact_count,
+    redact_messages,
+    redact_parts,
+    redact_value,
+)
 
 OPENAI = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
 ANTHROPIC = "sk-ant-api03-" + "x7Yz" * 8
@@ -112,3 +120,138 @@ def test_entropy() -> None:
     assert entropy_bits("") == 0.0
     assert entropy_bits("aaaa") == 0.0
     assert entropy_bits("abcd") == pytest.approx(2.0)
+
+
+# -- one case per kind (strings made up here, in the issuer's format) ---------------------
+
+def _b64(n: int, seed: int) -> str:
+    import random
+    rng = random.Random(seed)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+KEY_LINES = [_b64(64, i) for i in range(3)]
+KINDS: list[tuple[str, str, list[str]]] = [
+    ("pem_rsa", "-----BEGIN RSA PRIVATE KEY-----\n{k}\n-----END RSA PRIVATE KEY-----", KEY_LINES),
+    ("pem_ec", "-----BEGIN EC PRIVATE KEY-----\n{k}\n-----END EC PRIVATE KEY-----", KEY_LINES),
+    ("pem_dsa", "-----BEGIN DSA PRIVATE KEY-----\n{k}\n-----END DSA PRIVATE KEY-----", KEY_LINES),
+    ("openssh", "-----BEGIN OPENSSH PRIVATE KEY-----\n{k}\n-----END OPENSSH PRIVATE KEY-----",
+     KEY_LINES),
+    ("encrypted", "-----BEGIN ENCRYPTED PRIVATE KEY-----\n{k}\n-----END ENCRYPTED PRIVATE KEY-----",
+     KEY_LINES),
+    ("pgp", "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: x\n\n{k}\n=q1Zx\n"
+            "-----END PGP PRIVATE KEY BLOCK-----", KEY_LINES),
+    ("putty", "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPublic-Lines: 1\nAAAAB3Nz\n"
+              "Private-Lines: 3\n{k}\nPrivate-MAC: 9a8b7c6d5e4f30211203", KEY_LINES),
+    ("gcp_json", '{{"private_key": "-----BEGIN PRIVATE KEY-----\\n{k1}\\n-----END PRIVATE KEY-----'
+                 '\\n", "client_email": "svc@p.iam.gserviceaccount.com"}}', KEY_LINES[:1]),
+    ("aws_id", "aws key id ASIAY34FZKBOKMUTVV7A in use", ["ASIAY34FZKBOKMUTVV7A"]),
+    ("aws_secret_prose", "I think the secret was Tq9/Xv3LmZp8Rk2Wn7Hs4Jd6Fb1Gc5Ye0Ua+Ko3Ni okay",
+     ["Tq9/Xv3LmZp8Rk2Wn7Hs4Jd6Fb1Gc5Ye0Ua+Ko3Ni"]),
+    ("aws_secret_bare", "creds file: Tq9/Xv3LmZp8Rk2Wn7Hs4Jd6Fb1Gc5Ye0Ua+Ko3Ni",
+     ["Tq9/Xv3LmZp8Rk2Wn7Hs4Jd6Fb1Gc5Ye0Ua+Ko3Ni"]),
+    ("azure_conn", "AccountName=acme;AccountKey=" + _b64(86, 9) + "==;EndpointSuffix=core",
+     [_b64(86, 9)]),
+    ("github", "ghs_" + "Zq4" * 12 + " was leaked", ["ghs_" + "Zq4" * 12]),
+    ("github_pat", "github_pat_11AAQ3ZTQ0aBcD9eFgHiJk_" + "Lm4" * 19, ["Lm4" * 19]),
+    ("gitlab", "runner uses glpat-Vh3kPq9LmZx2Rt7Wn4Ys", ["glpat-Vh3kPq9LmZx2Rt7Wn4Ys"]),
+    ("slack", "SLACK=xoxp-2345678901-3456789012-4567890123-abcdef0123456789abcdef0123456789",
+     ["abcdef0123456789abcdef0123456789"]),
+    ("slack_webhook", "hook https://hooks.slack.com/services/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",
+     ["Kl5mNo6pQr7sTu8vWx9yZa0b"]),
+    ("telegram", "bot 987654321:AAF" + "k3J" * 11 + " ok", ["AAF" + "k3J" * 11]),
+    ("sendgrid", "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",
+     ["wX7zA9cE1gI3kM5oQ7sU9wY1aC3eG5iK7mO9qS1uW3y"]),
+    ("stripe", "rk_live_51HxYz2AbCdEfGhIjKlMnOpQr", ["rk_live_51HxYz2AbCdEfGhIjKlMnOpQr"]),
+    ("twilio", "twilio SK0123456789abcdef0123456789abcdef", ["SK0123456789abcdef0123456789abcdef"]),
+    ("npm", "npm_" + "a1B2" * 9, ["a1B2" * 9]),
+    ("pypi", "pypi-AgEIcHlwaS5vcmcCJDk" + "x9Y_" * 15, ["x9Y_" * 15]),
+    ("openai", "sk-svcacct-" + "Hq7_Lp2" * 7, ["Hq7_Lp2" * 7]),
+    ("anthropic", "sk-ant-admin01-" + "Rt5-Wq8" * 12, ["Rt5-Wq8" * 12]),
+    ("google",
+     "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", ["AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"]),
+    ("discord", "MTA4NjQ3NzE5OTU3MjE0NjI0Mw.GkP3xZ.Abc9dEf8GhI7jKl6MnO5pQr4StU3vWx2Yz",
+     ["Abc9dEf8GhI7jKl6MnO5pQr4StU3vWx2Yz"]),
+    ("mailgun",
+     "mailgun key-3ax6xnjp29jd6fds4gc373sgvjxteol0", ["3ax6xnjp29jd6fds4gc373sgvjxteol0"]),
+    ("huggingface",
+     "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", ["hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"]),
+    ("digitalocean", "dop_v1_" + "0123456789abcdef" * 4, ["0123456789abcdef" * 4]),
+    ("shopify", "shpat_" + "0123456789abcdef" * 2, ["shpat_" + "0123456789abcdef" * 2]),
+    ("jwt", "cookie=" + JWT, [JWT]),
+    ("url_password", "mysql://root:Hunter2x@10.0.0.5/app", ["Hunter2x"]),
+    ("db_conn", "Server=db;User Id=sa;Password=Winter2026;Encrypt=true", ["Winter2026"]),
+    ("password_json", '{{"user": "bob", "password": "zebra42"}}', ["zebra42"]),
+    ("password_yaml", "db:\n  password: plainword\n  host: x", ["plainword"]),
+    ("password_env", "DB_PASS=q1w2e3r4", ["q1w2e3r4"]),
+    ("pw_colon", "pw: tortoise77", ["tortoise77"]),
+    ("pwd_flag", "mysqldump --password=Gh7kLm app", ["Gh7kLm"]),
+    ("passphrase", "my passphrase is purple monkey dishwasher robot", ["purple monkey dishwasher"]),
+    ("passphrase_colon", "passphrase: lemon tiger cloud marble", ["lemon tiger cloud"]),
+    ("prose_for", "The password for the staging db is Qz8!mKt, use it carefully.", ["Qz8!mKt"]),
+    ("prose_plain_word", "the wifi password is bluebird", ["bluebird"]),
+    ("prose_set", "I changed my password to Spring2026! yesterday", ["Spring2026!"]),
+    ("api_key_prose",
+     "api key: 7c9e6679f4e64f1d8a5c2b3e4f5a6b7c", ["7c9e6679f4e64f1d8a5c2b3e4f5a6b7c"]),
+    ("entropy_near_word",
+     "here's the access token, kT8vQ2mX9pL4rW7nZ3bY6", ["kT8vQ2mX9pL4rW7nZ3bY6"]),
+    ("chinese", "我的密码是 abc12345，别告诉别人", ["abc12345"]),
+    ("age", "AGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGP",
+     ["QYQSZQGPQYQSZQGPQYQSZQGP"]),
+]
+
+
+@pytest.mark.parametrize(("kind", "template", "hidden"), KINDS, ids=[k[0] for k in KINDS])
+def test_each_kind_is_masked(kind: str, template: str, hidden: list[str]) -> None:
+    text = template.format(k="\n".join(KEY_LINES), k1=KEY_LINES[0])
+    out = redact(text)
+    assert MASK in out, kind
+    for secret in hidden:
+        assert secret not in out, (kind, out)
+
+
+def test_a_key_split_across_blocks_is_masked_in_both() -> None:
+    key = "glpat-" + "Wd4kR9" * 4
+    parts = redact_parts(["deploy with " + key[:11], key[11:] + " tonight", "unrelated"])
+    assert key[:11] not in parts[0] and key[11:] not in parts[1]
+    assert parts[0].startswith("deploy with ") and parts[1].endswith(" tonight")
+    assert parts[2] == "unrelated"
+
+
+def test_masks_keep_line_breaks_when_asked() -> None:
+    text = f"a\n{PEM}\nb\nc"
+    out = redact(text, keep_lines=True)
+    assert out.count("\n") == text.count("\n")
+    assert out.splitlines()[-2:] == ["b", "c"] and "MIIEow" not in out
+
+
+def test_chat_messages_are_redacted_in_content_blocks_and_tool_calls() -> None:
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8t"
+    msgs = redact_messages([
+        {"role": "user", "content": [{"type": "text", "text": key[:10]},
+                                     {"type": "text", "text": key[10:]}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function",
+             "function": {"name": "write", "arguments": f'{{"content": "key {key}"}}'}}]},
+        {"role": "tool", "tool_call_id": "c", "content": f"password={key}"},
+    ])
+    assert key[:10] not in str(msgs) and key[10:] not in str(msgs)
+    assert msgs[1]["tool_calls"][0]["function"]["name"] == "write"
+
+
+@pytest.mark.parametrize("text", [
+    "The basic helix-loop-helix factor NeuroD1 and NLRP12-associated disease are key topics.",
+    "PINs are initially delivered to the plasma membrane in a non-polar manner.",
+    "The password is required; my password is too weak and the token is refreshed hourly.",
+    "passwords are long; the secret is to practise daily; key points: 1) plan 2) act",
+    "Run test_disk_full_while_writing_keeps_old_file and handleWebSocketReconnect2 now.",
+    "the key to success is patience; the key is 42 minutes away",
+    "United States Secret Service，缩写USSS）是美国联邦政府的执法机构",
+    "image at https://example.com/a/b/c/PhotoOfTheDay2024.jpg and /usr/lib/x86_64-linux-gnu/",
+    "sha512: cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0",
+    "The auth flow uses OAuth2; see RFC 6749 section 4.1.",
+    "I passed the exam with 95 points; pin the tab please.",
+])
+def test_more_prose_is_left_alone(text: str) -> None:
+    assert redact(text) == text
