@@ -27,6 +27,7 @@ from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.types import visible
 
 METHODS = Methods()
 
@@ -210,7 +211,7 @@ def render_index(entries: list[dict[str, Any]]) -> str:
             bucket = e["bucket"]
             lines.append(f"## {bucket or 'other'}")
         hook = f" — {e['description']}" if e["description"] else ""
-        lines.append(f"- [{e['name']}]({e['path']}){hook}")
+        lines.append(f"- [{e['name']}]({visible(e['path'])}){hook}")
     return "\n".join(lines)
 
 
