@@ -2,9 +2,12 @@
 
 OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
 translated here, once, at the storage boundary; callers above only see ``StorageError``
-subclasses. They map to JSON-RPC ``InternalError`` when they reach the wire, but callers
-normally handle them: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
-"report it in status and retry with backoff".
+subclasses. They map to JSON-RPC ``InternalError`` when they reach the wire (``DiskFull``
+to its own code), but callers normally handle them: ``CorruptState`` means "rebuild this
+file", ``DiskFull`` means "report it in status and retry with backoff".
+
+The message a client sees (``message``) names a file by its name only; the full path is
+in ``path`` and in ``str(exc)``, for the daemon's log.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import errno as errno_codes
 import os
 
+from recalld.ipc import errors as wire
 from recalld.ipc.errors import InternalError
 
 #: errno values that mean "no space left": a full disk or an exhausted quota.
@@ -23,7 +27,14 @@ class StorageError(InternalError):
 
     def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
         self.path = None if path is None else str(path)
-        super().__init__(message, None if self.path is None else {"path": self.path})
+        self.detail = message
+        public = message
+        if self.path:
+            public = public.replace(self.path, os.path.basename(self.path.rstrip("/")) or "/")
+        super().__init__(public)
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class CorruptState(StorageError):
@@ -55,12 +66,21 @@ class StorageIOError(StorageError):
         super().__init__(message, path)
 
 
-class DiskFull(StorageIOError):
+class DiskFull(StorageIOError, wire.DiskFull):
     """No space left (ENOSPC or EDQUOT) while writing; nothing was published.
 
     Temp files are already removed and the previous generation is intact, so the caller
-    reports "disk full" in its status and retries with backoff.
+    reports "disk full" in its status and retries with backoff. On the wire it is
+    ``DiskFull`` (-32011) with ``data.errno``, not an internal error.
     """
+
+    code = wire.DISK_FULL
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None, errno: int | None, message: str
+    ) -> None:
+        super().__init__(path, errno, message)
+        self.data = {"errno": errno_codes.errorcode.get(errno or 0, "ENOSPC")}
 
 
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
