@@ -9,6 +9,11 @@ session up to a sequence number (``upto``); it reads them with :meth:`SessionSto
 (from the last committed one, so a failed job's turns are picked up by the next) and
 marks them done with :meth:`SessionStore.commit`. Pending turns survive restarts.
 
+A damaged record in the log (a bad checksum, garbage) is never dropped silently: it is set
+aside in ``<metadata_dir>/sessions/pending.quarantine.jsonl`` (raw bytes, offset, reason),
+logged, and counted in the workspace status (``sessions.quarantined_records``); the log
+is rewritten without it, and the records around it are kept.
+
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
 
@@ -18,6 +23,7 @@ serve until cancelled, close. Log writes are shielded under a deadline.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -31,6 +37,8 @@ from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.workspaces import Workspace, WorkspaceService
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+
+log = logging.getLogger(__name__)
 
 ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
 MAX_MESSAGES_PER_CALL = 1000
@@ -160,7 +168,9 @@ class SessionStore:
     def __init__(self, path: Path, agent_id: str) -> None:
         self.path = path
         self.agent_id = agent_id
-        self._log = AppendLog(path)
+        self.quarantine_path = path.with_name(path.stem + ".quarantine.jsonl")
+        self._log = AppendLog(path, quarantine=self.quarantine_path)
+        self._quarantined = 0
         self._sessions: dict[str, _Session] = {}
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._seq = 0
@@ -173,11 +183,25 @@ class SessionStore:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        records, _report = await trio.to_thread.run_sync(self._log.open)
+        records, report = await trio.to_thread.run_sync(self._log.open)
+        self._quarantined = await trio.to_thread.run_sync(self._count_quarantined)
+        if report.quarantined:
+            log.warning("%s: %d damaged piece(s) of the pending-turns log set aside in %s "
+                        "(offsets %s); the other records are kept", self.agent_id,
+                        report.quarantined, self.quarantine_path,
+                        [b.offset for b in report.bad_lines] + (
+                            [report.truncated_at] if report.truncated_at is not None else []))
         for rec in records:
             self._apply(rec)
         self._lines = len(records)
         self._open = True
+
+    def _count_quarantined(self) -> int:
+        try:
+            with self.quarantine_path.open("rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except FileNotFoundError:
+            return 0
 
     def close(self) -> None:
         self._open = False
@@ -366,7 +390,8 @@ class SessionStore:
         return self._job_locks.setdefault(session_id, trio.Lock())
 
     def status(self) -> dict[str, Any]:
-        return {"sessions": len(self._sessions), "pending_messages": self._pending_count()}
+        return {"sessions": len(self._sessions), "pending_messages": self._pending_count(),
+                "quarantined_records": self._quarantined}
 
 
 def store_of(ws: Workspace) -> SessionStore:
