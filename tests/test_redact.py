@@ -255,3 +255,139 @@ def test_chat_messages_are_redacted_in_content_blocks_and_tool_calls() -> None:
 ])
 def test_more_prose_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+# -- phrasings as people write them (both directions) ------------------------------------
+
+STATED_SECRETS = [
+    ("Don't forget: the root password on the NAS is Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("My passphrase is correct horse battery staple", "horse battery"),
+    ("my passphrase is correct horse battery staple.", "horse battery"),
+    ("passphrase = 'winter is coming soon'", "winter is coming"),
+    ("The password for prod is hunter2", "hunter2"),
+    ("the password for prod is swordfish", "swordfish"),
+    ("pw: hunter2", "hunter2"), ("PWD=hunter2", "hunter2"), ("password=s3cr3t!", "s3cr3t!"),
+    ("user=admin password=letmein123", "letmein123"),
+    ("my AWS secret access key is wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("AWS creds: AKIAIOSFODNN7EXAMPLE / wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("here you go wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY thanks", "wJalrXUtnFEMI"),
+    ("gitlab token glpat-ABCDEFGHIJKLMNOPQRST", "glpat-ABCD"),
+    ("slack: xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx", "abcdefghijklmnop"),
+    ("telegram bot token: 110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "AAHdqTcvCH1v"),
+    ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG",
+     "abcdefghijklmnopqrstuvwxyz0123"),
+    ("mongodb://admin:secret@localhost:27017", ":secret@"),
+    ("connect with postgres://app:password@db/app", ":password@"),
+    ('"password": "secret"', '"secret"'), ("password=changeme", "changeme"),
+    ("wifi: MyHomeNet / pass: bluebird42", "bluebird42"), ("PIN: 4821", "4821"),
+    ("my bank pin is 4821", "4821"), ("my PIN is 4821.", "4821"),
+    ("TWILIO_AUTH_TOKEN=a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6", "a1b2c3d4e5f6"),
+    ("The secret key is 'sup3r-s3cret'", "sup3r-s3cret"),
+    ("Server=myServer;Database=myDB;User Id=myUser;Password=myPassword;", "myPassword"),
+    ("password: correct horse battery staple", "horse battery"),
+    ("The password is: Summer2024", "Summer2024"),
+    ("password -> Summer2024", "Summer2024"),
+    ("Use the password 'Summer2024' to log in", "Summer2024"),
+    ("log in with password Summer2024!", "Summer2024!"),
+    ("the login for the router is admin/Summer2024", "Summer2024"),
+    ("our vault passphrase: blue-falcon-orange-river", "blue-falcon"),
+    ("Twilio Account SID AC0123456789abcdef0123456789abcdef auth token 012"
+     "3456789abcdef0123456789abcdef",
+     "0123456789abcdef0123456789abcdef"),
+    ("npm token npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "npm_AbCd"),
+    ("pypi-AgEIcHlwaS5vcmcCJGQ0ZDM3ZWQ1LTIzZjMtNDlmYS04ZjA0LWU2YjI2ZjY1YjI0MgACKlsz",
+     "AgEIcHlwaS5vcmc"),
+    ("discord: MTIzNDU2Nzg5MDEyMzQ1Njc4.GhIjKl.MnOpQrStUvWxYzAbCdEfGhIjKlMnOpQrSt", "MnOpQrStUvWx"),
+    ("mailgun key-1234567890abcdef1234567890abcdef", "key-1234567890abcdef"),
+    ("hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "hf_abcdefgh"),
+    ("dop_v1_" + "ab12"*16, "ab12ab12"), ("shpat_" + "ab12"*8, "shpat_ab12"),
+    ("the stripe key: sk_live_51ABCdefGHIjklMNOpqrSTUvwx", "sk_live_51"),
+    ("sk-ant-api03-" + "AbCd1234"*11 + "AA", "AbCd1234AbCd"),
+    ("Google: AIzaSyAbCdEfGhIjKlMnOpQrStUvWxYz0123456", "AIzaSyAbCd"),
+    ("my github token is ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "ghp_ABCDEF"),
+    ("gho_16C7e42F292c6912E7710c838347Ae178B4a", "gho_16C7"),
+    ("I set DB_PASSWORD to Kx9#mPq2 in the .env", "Kx9#mPq2"),
+    ("password is hunter2 and user is bob", "hunter2"),
+    ("secret: 7Gh2Kp9Lm4", "7Gh2Kp9Lm4"),
+    ("my password's Pa$$w0rd", "Pa$$w0rd"),
+    ("password - Pa$$w0rd", "Pa$$w0rd"),
+    ("Passwort: geheim123", "geheim123"),
+    ("the api key for openweather is 8f14e45fceea167a5a36dedd4bea2543", "8f14e45fceea"),
+    ("token=8f14e45fceea167a5a36dedd4bea2543", "8f14e45f"),
+    ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----",
+     "MIIEvQIBADAN"),
+    ("azure: DefaultEndpointsProtocol=https;AccountName=x;AccountKey=abc12"
+     "3DEF456ghi789JKL012mno345PQR678stu901VWX234yz==;EndpointSuffix=core.windows.net",
+     "abc123DEF456"),
+    ("https://user:hunter2@example.com/path", "hunter2"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+     "dBjftJeZ4CVP"),
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), STATED_SECRETS)
+def test_stated_secrets_are_masked(text: str, fragment: str) -> None:
+    assert fragment not in redact(text)
+
+
+TALK_ABOUT_CREDENTIALS = """I forgot my password again, so I had to reset it.
+The password is stored in 1Password, don't worry.
+My password is too weak, I should change it.
+Passwords are annoying but necessary.
+The key to a good relationship is communication.
+She finally found the key to the garage.
+The secret to her cookies is brown butter.
+The secret is out: we're having a baby!
+I passed the exam with flying colors!
+Can you pass me the salt?
+We got tokens for the arcade games.
+Each token is worth 25 cents.
+The login page was down this morning.
+My login is the same as yours.
+Her PIN was stolen at the ATM last week, so she called the bank.
+The pin is in the drawer.
+Key takeaways: be kind, be curious, be brave.
+Access key cards are required for the lab.
+The auth service was migrated to Kubernetes 1.29 last sprint.
+Use OAuth2 with PKCE for mobile apps.
+The password policy requires 12 characters.
+I'll pass on the party, thanks.
+We used the session-based approach for login handling.
+My credentials expired, so IT sent new ones.
+The api key rotation happens every 90 days.
+Set the token expiry to 3600 seconds.
+Token: the smallest unit of text in NLP.
+The passphrase should be long and memorable.
+Secret Santa is on Friday!
+Key: value pairs are stored in the config map.
+I changed my password to something longer.
+I set my password to expire every month.
+The password for the wifi is on the fridge.
+Password for the guest network is written on the card.
+My passport number changed after renewal.
+Passover dinner at 7pm with the family.
+The key was under the mat, as always.
+The token was accepted by the vending machine.
+Melanie: I'm so proud of you, Caroline! Keep it up!
+Caroline: Thanks! I went to the LGBTQ support group yesterday and it was so powerful.
+version 2.3.1-beta.4 released; see build 20240115.1 and commit a1b2c3d.
+Call me at +1 (555) 123-4567 or email jane.doe@example.com.
+The meeting ID is 845 2231 9987 and the passcode is on the invite.
+Visit https://www.example.com/articles/2024/05/how-to-bake-bread?ref=homepage
+The function getUserById2 returns a UserDTO object.
+Order #A1B2C3D4 shipped via UPS tracking 1Z999AA10123456784.
+My flight code is BA2490 and seat 14C.
+the secret ingredient is love
+the key is 42
+the key question is whether it scales.
+my pin code is the same as my birthday
+The access token lifetime is 1h by default.
+Bearer of good news, as always!
+basic training starts Monday
+token economy is a behavioral therapy technique
+""".strip().split("\n")
+
+
+@pytest.mark.parametrize("text", TALK_ABOUT_CREDENTIALS)
+def test_talk_about_credentials_is_left_alone(text: str) -> None:
+    assert redact(text) == text

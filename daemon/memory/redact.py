@@ -64,22 +64,29 @@ _UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _PLACEHOLDER = re.compile(
     r"(?i)^(?:\[redacted\]|\*+|x+|\.+|-+|_+|#+|<[^>]*>|\$\{?[A-Za-z_][\w]*\}?|\{\{[^}]*\}\}"
     r"|%\(?[\w]*\)?s?|none|null|nil|true|false|yes|no|required|optional|string|str|env"
-    r"|undefined|empty|secret|password|token|changeme|example|placeholder|redacted|hidden)$")
-#: Words that start a description of a credential rather than the credential itself.
+    r"|undefined|empty|placeholder|redacted)$")
+#: Grammar words: a value starting with one describes a credential ("is too weak", "is
+#: the name of my dog"), it is not one.
 _FUNCTION_WORDS: Final = frozenset("""
 a an the not too very so still just also now then being been no any some all only never
 always usually same different in on at of for to from with by as into about my your his her
 our their its this that these those it what which who whom how where when why here there
-nothing something anything everything somewhere saved stored kept written hidden shown sent
-encrypted hashed required needed optional set reset changed updated generated managed known
-unknown missing empty blank expired rotated revoked valid invalid wrong incorrect correct
-right weak strong long short easy hard simple complex complicated secure insecure safe
-unsafe fine ok okay good bad great important private public personal shared case sensitive
-and or but if because since while although though than like is are was were be will would
-should could can may might must do does did has have had i you he she we they me us them
-one two three four five six seven eight nine ten several many few more most less least
-please thanks thank sorry yeah yep nope sure maybe really actually probably definitely
-literally basically again either neither both each every other another such own
+nothing something anything everything somewhere and or but if because since while although
+though than like is are was were be will would should could can may might must do does did
+has have had i you he she we they me us them one two three four five six seven eight nine
+ten several many few more most less least please thanks thank sorry yeah yep nope sure
+maybe really actually probably definitely literally basically again either neither both
+each every other another such own
+""".split())
+#: Words judging or describing a credential: alone they are not one ("my password is
+#: correct", "the password is stored"), though a passphrase may start with one.
+_JUDGEMENT_WORDS: Final = frozenset("""
+saved stored kept written hidden shown sent encrypted hashed required needed optional set
+reset changed updated generated managed known unknown missing empty blank expired rotated
+revoked valid invalid wrong incorrect correct right weak strong long short easy hard simple
+complex complicated secure insecure safe unsafe fine ok okay good bad great important
+private public personal shared case sensitive new old same different fixed broken locked
+protected lost forgotten compromised leaked enabled disabled needed working ready
 """.split())
 _WORD = re.compile(r"[A-Za-z][a-z]*")
 
@@ -141,19 +148,21 @@ def _keyish(value: str) -> bool:
 
 def _plain_password(value: str) -> bool:
     """A single plain word where a password is stated ("the wifi password is bluebird")."""
-    return (len(value) >= 4 and value.isalpha() and value.lower() not in _FUNCTION_WORDS
-            and not _PLACEHOLDER.match(value))
+    return (len(value) >= 4 and value.isalpha() and not _PLACEHOLDER.match(value)
+            and value.lower() not in _FUNCTION_WORDS | _JUDGEMENT_WORDS)
 
 
-def _passphrase(words: Sequence[str]) -> bool:
+def _passphrase(words: Sequence[str], min_words: int) -> bool:
     """Several words stated as a password or passphrase ("correct horse battery staple"),
-    not a description of one ("too weak and short", "the name of my dog")."""
-    if (len(words) < 2 or not words[0].isalpha() or words[0].lower() in _FUNCTION_WORDS
-            or _PLACEHOLDER.match(words[0])):
+    not a description of one ("too weak and short", "stored in the vault", "stolen at the
+    ATM"): at least ``min_words`` words that are neither grammar nor judgement."""
+    first = words[0].lower() if words else ""
+    if (len(words) < 2 or not first.isalpha() or first in _FUNCTION_WORDS
+            or _PLACEHOLDER.match(first)
+            or (first.endswith(("ed", "en", "ing")) and first not in _JUDGEMENT_WORDS)):
         return False
-    content = [w for w in words if w.lower() not in _FUNCTION_WORDS]
-    return len(content) >= 2 or (len(content) >= 1 and len(words) >= 3 and
-                                 words[0].lower() not in _FUNCTION_WORDS)
+    content = [w for w in words if w.lower() not in _FUNCTION_WORDS | _JUDGEMENT_WORDS]
+    return len(content) >= min_words and all(w.isalpha() for w in content[:min_words])
 
 
 # -- format rules ------------------------------------------------------------------------
@@ -304,7 +313,12 @@ _FLAG = re.compile(r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]{0,40})(?:=|[ \t]+)"
 _XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(?P=key)>")
 
 
-def _value_span(kind: str, value: str, start: int, multiword_ok: bool) -> Span | None:
+def _phrase_words(name: str) -> int:
+    """How many real words make a passphrase after ``name`` (0: never several words)."""
+    return 2 if "phrase" in name.lower() else 3
+
+
+def _value_span(kind: str, value: str, start: int, min_words: int) -> Span | None:
     """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
     quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
     if quoted:
@@ -322,7 +336,7 @@ def _value_span(kind: str, value: str, start: int, multiword_ok: bool) -> Span |
     if looks_secret(first):
         return start, start + len(first)
     if kind == "password":
-        if multiword_ok and _passphrase(words):
+        if min_words and _passphrase(words, min_words):
             return start, start + len(value.rstrip())
         if _plain_password(first) and len(words) == 1:
             return start, start + len(first)
@@ -340,13 +354,14 @@ def _find_assignments(text: str) -> Iterable[Span]:
         sep = m.group("sep")
         value = m.group("value")
         # Several words only after ':' or '=' ending a line's key (YAML, .env, prose "pw: ...").
-        span = _value_span(kind, value, m.start("value"), multiword_ok=sep.strip() in (":", "="))
+        span = _value_span(kind, value, m.start("value"), _phrase_words(m.group("key"))
+                           if sep.strip() in (":", "=") else 0)
         if span is not None:
             yield span
     for m in _FLAG.finditer(text):
         kind = _name_kind(m.group("key"))
         if kind is not None:
-            span = _value_span(kind, m.group("value"), m.start("value"), multiword_ok=False)
+            span = _value_span(kind, m.group("value"), m.start("value"), 0)
             if span is not None:
                 yield span
     for m in _XML.finditer(text):
@@ -360,9 +375,10 @@ def _find_assignments(text: str) -> Iterable[Span]:
 _CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?:code|number))?"
          r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
          r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
-         r"tokens?|tokens?|secrets?|credentials?|creds|(?:client|app)[\s_\-]secrets?|otp|keys?)")
+         r"tokens?|tokens?|secrets?|credentials?|creds|logins?|(?:client|app)[\s_\-]secrets?|otp"
+         r"|keys?)")
 _STATE = re.compile(
-    r"(?i)\b(?P<cred>" + _CRED + r")\b"
+    r"(?i)\b(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
     r"(?P<mid>(?:[ \t]+(?:for|of|on|to|at|in|from)(?:[ \t]+(?!(?:is|was|are|were)\b)"
     r"[^\s.,;:!?\"']+){1,4})?)"
     r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
@@ -374,21 +390,18 @@ _STATE = re.compile(
 )
 _SET = re.compile(
     r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]+(?:(?:the|my|our|your|his|her"
-    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>" + _CRED + r")(?:[ \t]+(?:for|of|on)"
+    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
+    r"(?:[ \t]+(?:for|of|on)"
     r"[ \t]+[\w.\-]+(?:[ \t]+[\w.\-]+)?)?[ \t]+(?:to|as|=)[ \t]+"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]+"
     r"(?:[ \t]+[^\s.,;!?\"'()]+){0,8})"
 )
-_CLAUSE_END = re.compile(r"[.,;!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
+_CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
 
 
 def _cred_kind(word: str) -> str:
-    w = word.lower()
-    if w.startswith(("pass", "pw", "pin")):
-        return "password"
-    if w.rstrip("s") in ("key", "token", "secret", "otp") or w.startswith("key"):
-        return "key"
-    return "secret"
+    """How strong a value must look where ``word`` names it (see :func:`_name_kind`)."""
+    return _name_kind(word.replace(" ", "_")) or "secret"
 
 
 def _clip(value: str) -> str:
@@ -396,8 +409,8 @@ def _clip(value: str) -> str:
     if value[:1] in "\"'“`":
         return value
     m = _CLAUSE_END.search(value)
-    out = value[: m.start() + (1 if value[m.start()] in ".,;!?)" else 0)] if m else value
-    return out.rstrip(".,;!?)")
+    out = value[: m.start() + (1 if value[m.start()] in ".,;:!?)" else 0)] if m else value
+    return out.rstrip(".,;:!?)")
 
 
 def _find_statements(text: str) -> Iterable[Span]:
@@ -415,7 +428,7 @@ def _find_statements(text: str) -> Iterable[Span]:
             first = value.split()[0] if value.split() else ""
             if first.endswith("ly") and not any(c.isdigit() for c in first):
                 continue  # "is usually", "was initially": a description
-            span = _value_span(kind, value, m.start("value"), multiword_ok=True)
+            span = _value_span(kind, value, m.start("value"), _phrase_words(cred))
             if span is not None:
                 yield span
 
@@ -464,7 +477,7 @@ def _find_near_credential_words(text: str) -> Iterable[Span]:
 
 
 _CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
-               "session", "otp", "pat", "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+               "session", "otp", "pat", "login", "密码", "口令", "密钥", "令牌", "暗号", "验证码")
 CONTEXT_RULES: Final[tuple[Rule, ...]] = (
     Rule("assignment", _CRED_HINTS, _find_assignments, format=False),
     Rule("statement", _CRED_HINTS, _find_statements, format=False),
