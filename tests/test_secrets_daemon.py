@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import random
 import string
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from test_auto_memory import wait_job
 
 from recalld.ipc.errors import InvalidParams
 
-ACTIVE = ("queued", "running")
 RNG = random.Random(20261201)
 B62 = string.ascii_letters + string.digits
 
@@ -75,16 +74,6 @@ def _config(root: Path, fake: FakeProvider) -> str:
             f'model_name = "fake-model", timeout_s = 10.0}}\n')
 
 
-def _wait_job(d: Any, job_id: str, timeout_s: float = 60.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout_s
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        if job["state"] not in ACTIVE:
-            return job
-        assert time.monotonic() < end, job
-        time.sleep(0.05)
-
-
 def _leaks(text: str) -> list[str]:
     return [f"{kind}: {s[:12]}..." for kind, values in SECRETS.items() for s in values
             if s in text]
@@ -123,7 +112,7 @@ def test_secrets_reach_no_note_log_index_or_chat_request(
     ]})
     pending_log = root / "mem_metadata" / "sessions" / "pending.jsonl"
     assert _leaks(pending_log.read_text()) == []
-    job = _wait_job(d, added["job_id"])
+    job = wait_job(d, added["job_id"], timeout_s=60.0)
     assert job["state"] == "succeeded", job
 
     note = d.call("memory.add_note", {
