@@ -20,8 +20,10 @@ import orjson
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
     RULES,
+    TOKEN_RUN,
     Rule,
     Span,
+    anchors,
     entropy_bits,
     looks_random,
     looks_secret,
@@ -39,12 +41,26 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     if not text:
         return []
     lower = text.lower()
+    if len(lower) != len(text):  # a few characters lowercase to two: keep positions
+        lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     spans: list[Span] = []
+    starts: list[int] | None = None
+    runs: list[Span] | None = None
     for rule in rules:
         if rule.hints and not any(h in lower for h in rule.hints):
             continue
-        spans.extend(s for s in rule.find(text) if s[1] > s[0])
-    return _merge(spans)
+        if rule.anchored is not None:
+            if starts is None:
+                starts = anchors(text, lower)
+            spans.extend(rule.anchored(text, starts))
+        elif rule.find is not None and rule.token:
+            if runs is None:
+                runs = [m.span() for m in TOKEN_RUN.finditer(text)]
+            for pos, endpos in runs:
+                spans.extend(rule.find(text, pos, endpos))
+        elif rule.find is not None:
+            spans.extend(rule.find(text, 0, len(text)))
+    return _merge([s for s in spans if s[1] > s[0]])
 
 
 def _merge(spans: list[Span]) -> list[Span]:

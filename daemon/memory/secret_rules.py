@@ -32,20 +32,33 @@ from dataclasses import dataclass
 from typing import Final
 
 Span = tuple[int, int]
-Finder = Callable[[str], Iterable[Span]]
+#: A format finder: spans of ``text[pos:endpos]`` (patterns still see what lies around).
+Finder = Callable[[str, int, int], Iterable[Span]]
+#: A context finder: the text and the positions where a credential word (or the name
+#: holding one) starts; it tries its patterns only there.
+AnchoredFinder = Callable[[str, Sequence[int]], Iterable[Span]]
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One kind of secret: ``find`` yields its spans in a text containing one of ``hints``
     (lowercase substrings; empty: always run). ``format`` rules recognise a secret by its
-    shape alone; the others need a credential word nearby."""
+    shape alone; context rules (``anchored`` set instead of ``find``) need a credential
+    word and look only where one is (see :func:`anchors`)."""
 
     kind: str
     hints: tuple[str, ...]
-    find: Finder
+    find: Finder | None = None
+    anchored: AnchoredFinder | None = None
     format: bool = True
+    #: A token rule's secrets are single runs of token characters (see ``TOKEN_RUN``):
+    #: it looks only inside such runs.
+    token: bool = False
 
+
+#: A run of characters tokens are made of, long enough to hold any token a token rule
+#: knows; prose has few, so token rules look only inside them.
+TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]{16,}")
 
 # -- value judgement ---------------------------------------------------------------------
 
@@ -162,15 +175,16 @@ _E = r"(?![A-Za-z0-9_\-])"  # token end
 
 
 def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
-                group: int = 0, check: Callable[[str], bool] | None = None) -> Rule:
+                group: int = 0, check: Callable[[str], bool] | None = None,
+                token: bool = True) -> Rule:
     rx = re.compile(pattern, flags)
 
-    def find(text: str) -> Iterable[Span]:
-        for m in rx.finditer(text):
+    def find(text: str, pos: int, endpos: int) -> Iterable[Span]:
+        for m in rx.finditer(text, pos, endpos):
             if m.group(group) and (check is None or check(m.group(group))):
                 yield m.span(group)
 
-    return Rule(kind, hints, find)
+    return Rule(kind, hints, find, token=token)
 
 
 def _tail_random(value: str) -> bool:
@@ -188,8 +202,8 @@ _PUTTY = (
 )
 
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
-    _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S),
-    _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S),
+    _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S, token=False),
+    _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S, token=False),
     _regex_rule("age_key", ("age-secret-key-",), r"AGE-SECRET-KEY-1[0-9A-Z]{50,}"),
     _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
                 _B + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E),
@@ -211,7 +225,7 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
                 r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/"
                 r"|[\w.\-]*webhook\.office\.com/webhookb2/"
-                r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+"),
+                r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+", token=False),
     _regex_rule("telegram_bot_token", (":",),
                 r"(?<![\w:])\d{5,12}:[A-Za-z0-9_\-]{30,50}(?![\w\-])", check=_tail_random),
     _regex_rule("sendgrid", ("sg.",), _B + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _E),
@@ -237,7 +251,7 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("shopify", ("shp",), _B + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _E),
     _regex_rule("azure_key", ("accountkey", "sharedaccesskey", "sig="),
                 r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&]sig)="
-                r"([A-Za-z0-9+/%=]{16,})", group=1),
+                r"([A-Za-z0-9+/%=]{16,})", group=1, token=False),
     _regex_rule("azure_client_secret", ("q~",),
                 _B + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
     _regex_rule("alibaba", ("ltai",), _B + r"LTAI[A-Za-z0-9]{12,24}" + _E),
@@ -255,10 +269,10 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 _B + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s@/\"'<>]+)@[\w.\-\[]",
-                group=1, check=lambda v: not _PLACEHOLDER.match(v)),
+                group=1, check=lambda v: not _PLACEHOLDER.match(v), token=False),
     _regex_rule("auth_header", ("bearer", "basic", "token "),
                 r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
-                group=1, check=lambda v: looks_random(v, 16) or bool(_HEX.match(v))),
+                group=1, check=lambda v: looks_random(v, 16) or bool(_HEX.match(v)), token=False),
 )
 
 
@@ -333,30 +347,25 @@ def _value_span(kind: str, value: str, start: int, min_words: int) -> Span | Non
     return None
 
 
-def _find_assignments(text: str) -> Iterable[Span]:
-    pos = 0
-    while (m := _ASSIGN.search(text, pos)) is not None:
-        kind = _name_kind(m.group("key"))
-        # A value may itself be the next name ('"user": "password": "x"'): go on from it.
-        pos = m.end() if kind is not None else max(m.start("value"), m.start() + 1)
-        if kind is None:
-            continue
-        sep = m.group("sep")
-        value = m.group("value")
-        # Several words only after ':' or '=' ending a line's key (YAML, .env, prose "pw: ...").
-        span = _value_span(kind, value, m.start("value"), _phrase_words(m.group("key"))
-                           if sep.strip() in (":", "=") else 0)
-        if span is not None:
-            yield span
-    for m in _FLAG.finditer(text):
-        kind = _name_kind(m.group("key"))
-        if kind is not None:
+def _find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for a in starts:
+        for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
+            m = _ASSIGN.match(text, key_start)
+            if m is None or (kind := _name_kind(m.group("key"))) is None:
+                continue
+            sep = m.group("sep")
+            # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
+            span = _value_span(kind, m.group("value"), m.start("value"),
+                               _phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
+            if span is not None:
+                yield span
+        m = _FLAG.match(text, a) if text.startswith("-", a) else None
+        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
             span = _value_span(kind, m.group("value"), m.start("value"), 0)
             if span is not None:
                 yield span
-    for m in _XML.finditer(text):
-        kind = _name_kind(m.group("key"))
-        if kind is not None:
+        m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
+        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
             value = m.group("value").strip()
             if value and (looks_secret(value) or kind == "password"):
                 yield m.start("value"), m.end("value")
@@ -386,6 +395,8 @@ _SET = re.compile(
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]+"
     r"(?:[ \t]+[^\s.,;!?\"'()]+){0,8})"
 )
+_SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
+_SET_REACH = 80  # the verb is at most this far before the credential word
 _CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
 
 
@@ -403,24 +414,34 @@ def _clip(value: str) -> str:
     return out.rstrip(".,;:!?)")
 
 
-def _find_statements(text: str) -> Iterable[Span]:
-    for rx in (_STATE, _SET):
-        for m in rx.finditer(text):
-            cred = m.group("cred")
-            kind = _cred_kind(cred)
-            value = _clip(m.group("value"))
-            if not value:
-                continue
-            if value[:1] == "“":
-                value = '"' + value[1:-1] + '"'
-            if cred.lower().endswith("s") and not cred.lower().endswith(("pass", "ss")):
-                kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
-            first = value.split()[0] if value.split() else ""
-            if first.endswith("ly") and not any(c.isdigit() for c in first):
-                continue  # "is usually", "was initially": a description
-            span = _value_span(kind, value, m.start("value"), _phrase_words(cred))
-            if span is not None:
-                yield span
+def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
+    for a in starts:
+        m = _STATE.match(text, a)
+        if m is not None:
+            yield m
+        for verb in _SET_VERB.finditer(text, max(0, a - _SET_REACH), a):
+            m = _SET.match(text, verb.start())
+            if m is not None:
+                yield m
+
+
+def _find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for m in _statements_at(text, starts):
+        cred = m.group("cred")
+        kind = _cred_kind(cred)
+        value = _clip(m.group("value"))
+        if not value:
+            continue
+        if value[:1] == "“":
+            value = '"' + value[1:-1] + '"'
+        if cred.lower().endswith("s") and not cred.lower().endswith(("pass", "ss")):
+            kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
+        first = value.split()[0] if value.split() else ""
+        if first.endswith("ly") and not any(c.isdigit() for c in first):
+            continue  # "is usually", "was initially": a description
+        span = _value_span(kind, value, m.start("value"), _phrase_words(cred))
+        if span is not None:
+            yield span
 
 
 _NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
@@ -446,31 +467,63 @@ def _near_value(value: str, word: str) -> bool:
     return bool(_HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
 
 
-def _find_near_credential_words(text: str) -> Iterable[Span]:
-    """High-entropy strings shortly after (or just before) a credential word."""
-    for m in _NEAR.finditer(text):
-        window_end = m.end() + _NEAR_CHARS
-        nl = text.find("\n\n", m.end(), window_end)
-        for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
-            value = _strip_end(c.group(0))
-            if _near_value(value, m.group(0)):
-                yield c.start(), c.start() + len(value)
-        for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
-            value = _strip_end(c.group(0))
-            if looks_random(value, 16):
-                yield c.start(), c.start() + len(value)
-    for rx in (_BARE_VALUE, _ZH):
-        for m in rx.finditer(text):
-            value = _strip_end(m.group("value"))
-            if looks_secret(value) and (rx is _ZH or any(not c.isalpha() for c in value)):
-                yield m.start("value"), m.start("value") + len(value)
+def _find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    """High-entropy strings shortly after (or just before) a credential word, and values
+    right after one ("passwd GMClz2")."""
+    for a in starts:
+        m = _NEAR.match(text, a)
+        if m is not None:
+            window_end = m.end() + _NEAR_CHARS
+            nl = text.find("\n\n", m.end(), window_end)
+            for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
+                value = _strip_end(c.group(0))
+                if _near_value(value, m.group(0)):
+                    yield c.start(), c.start() + len(value)
+            for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
+                value = _strip_end(c.group(0))
+                if looks_random(value, 16):
+                    yield c.start(), c.start() + len(value)
+        for rx in (_BARE_VALUE, _ZH):
+            m = rx.match(text, a)
+            if m is not None:
+                value = _strip_end(m.group("value"))
+                if looks_secret(value) and (rx is _ZH or any(not c.isalpha() for c in value)):
+                    yield m.start("value"), m.start("value") + len(value)
+
+
+#: Lowercase words where a credential name or statement can start (the anchors).
+_ANCHOR_WORDS: Final = (
+    "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
+    "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
+    "license", "ssh", "app", "bearer", "refresh", "bot", "client",
+    "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
+_NAME_REACH = 64
+
+
+def anchors(text: str, lower: str) -> list[int]:
+    """Where a context rule may match: each credential word found in ``lower`` (``text``
+    lowercased, the same length), and the start of the name it is part of
+    (``DB_PASSWORD``, ``--token``, ``dbPassword``)."""
+    found: set[int] = set()
+    for word in _ANCHOR_WORDS:
+        i = lower.find(word)
+        while i >= 0:
+            found.add(i)
+            start = i
+            while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
+                start -= 1
+            found.add(start)
+            i = lower.find(word, i + len(word))
+    return sorted(found)
 
 
 _CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
                "session", "otp", "pat", "login", "密码", "口令", "密钥", "令牌", "暗号", "验证码")
 CONTEXT_RULES: Final[tuple[Rule, ...]] = (
-    Rule("assignment", _CRED_HINTS, _find_assignments, format=False),
-    Rule("statement", _CRED_HINTS, _find_statements, format=False),
-    Rule("near_credential_word", _CRED_HINTS, _find_near_credential_words, format=False),
+    Rule("assignment", _CRED_HINTS, anchored=_find_assignments, format=False),
+    Rule("statement", _CRED_HINTS, anchored=_find_statements, format=False),
+    Rule("near_credential_word", _CRED_HINTS, anchored=_find_near_credential_words,
+         format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
