@@ -322,6 +322,23 @@ STATED_SECRETS = [
     ("https://user:hunter2@example.com/path", "hunter2"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
      "dBjftJeZ4CVP"),
+    ("Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+     "SharedAccessKey=Qm9vT2tEeHh5WlJ0c1ZqNkx3cEdIN2t3dFpzMkE1cz0=", "Qm9vT2tEeHh5WlJ0"),
+    ("https://acct.blob.core.windows.net/c?sv=2021-08-06&sr=b&sig=abcDEF123ghiJKL456mno%2Bs%3D",
+     "abcDEF123ghi"),
+    ('"private_key_id": "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"', "a1b2c3d4e5f6071829"),
+    ("twilio auth token is 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "9f8e7d6c5b4a3928"),
+    ("Redis password: foobared", "foobared"),
+    ("jdbc:postgresql://db:5432/app?user=app&password=Sup3r", "Sup3r"),
+    ("machine api.github.com login bob password gh0stRider99", "gh0stRider99"),
+    ("Her new phone passcode is 482913", "482913"),
+    ("my ssh key passphrase: tangerine submarine", "tangerine submarine"),
+    ('Passphrase - "blue whale singing"', "blue whale singing"),
+    ("credentials: admin / Winter2025!", "Winter2025!"),
+    ("user: alice, pass: Sunshine#9", "Sunshine#9"),
+    ("x-api-key: 3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c", "3f9a8b7c6d5e4f3a"),
+    ('api_key: "AbCdEfGh12345678"', "AbCdEfGh12345678"),
+    ("bot token 7012345678:AAHx-abcdefGHIJKLmnopQRSTuvwxYZ01234", "AAHx-abcdef"),
 ]
 
 

@@ -452,6 +452,9 @@ _BEFORE_CHARS = 40
 _BARE_VALUE = re.compile(
     r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
     r"(?P<value>[!#-&*-+\--~]{6,200})")
+#: "credentials: admin / Winter2025!": a user and a password after a credential word.
+_PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
+                   r"(?P<value>[^\s,;]{4,100})")
 _ZH = re.compile(r"(?:密码|口令|密钥|令牌|暗号|验证码)(?:是|为|：|:|=)[ \t]*[\"'“「]?"
                  r"(?P<value>[^\s\"'”」，。,]{4,200})")
 
@@ -473,6 +476,10 @@ def _find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Sp
     for a in starts:
         m = _NEAR.match(text, a)
         if m is not None:
+            pair = _PAIR.match(text, m.end())
+            if pair is not None and looks_secret(_strip_end(pair.group("value"))):
+                yield pair.start("value"), pair.start("value") + len(
+                    _strip_end(pair.group("value")))
             window_end = m.end() + _NEAR_CHARS
             nl = text.find("\n\n", m.end(), window_end)
             for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
