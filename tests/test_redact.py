@@ -339,6 +339,11 @@ STATED_SECRETS = [
     ("x-api-key: 3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c", "3f9a8b7c6d5e4f3a"),
     ('api_key: "AbCdEfGh12345678"', "AbCdEfGh12345678"),
     ("bot token 7012345678:AAHx-abcdefGHIJKLmnopQRSTuvwxYZ01234", "AAHx-abcdef"),
+    ("mongodb+srv://svc:BmQwoHn71@@cluster0.example.net/", "BmQwoHn71"),
+    ("password: correctvelvet thanks!", "correctvelvet"),
+    ("the wifi password is rocketorange thanks!", "rocketorange"),
+    ("my password is correct silver harbor, don't tell anyone", "silver harbor"),
+    ("Redis password: foobared", "foobared"),
 ]
 
 
@@ -402,6 +407,8 @@ The access token lifetime is 1h by default.
 Bearer of good news, as always!
 basic training starts Monday
 token economy is a behavioral therapy technique
+her password was hacked last year
+His password was leaked online yesterday.
 """.strip().split("\n")
 
 

@@ -79,7 +79,9 @@ though than like is are was were be will would should could can may might must d
 has have had i you he she we they me us them one two three four five six seven eight nine
 ten several many few more most less least please thanks thank sorry yeah yep nope sure
 maybe really actually probably definitely literally basically again either neither both
-each every other another such own
+each every other another such own online offline yesterday today tomorrow tonight recently
+already soon later earlier somewhere everywhere anywhere nowhere home outside inside away
+ago last next once twice day days week weeks month months year years night morning evening
 """.split())
 #: Words judging or describing a credential: alone they are not one ("my password is
 #: correct", "the password is stored"), though a passphrase may start with one.
@@ -155,14 +157,20 @@ def _plain_password(value: str) -> bool:
             and value.lower() not in _FUNCTION_WORDS | _JUDGEMENT_WORDS)
 
 
+def _verb_form(word: str) -> bool:
+    """A participle or adverb after "is"/"was": what happened to a credential ("was
+    hacked", "is expiring", "was stolen", "is usually")."""
+    return word.lower().endswith(("ed", "en", "ing", "ly")) and not any(
+        c.isdigit() for c in word)
+
+
 def _passphrase(words: Sequence[str], min_words: int) -> bool:
     """Several words stated as a password or passphrase ("correct horse battery staple"),
     not a description of one ("too weak and short", "stored in the vault", "stolen at the
     ATM"): at least ``min_words`` words that are neither grammar nor judgement."""
     first = words[0].lower() if words else ""
     if (len(words) < 2 or not first.isalpha() or first in _FUNCTION_WORDS
-            or _PLACEHOLDER.match(first)
-            or (first.endswith(("ed", "en", "ing")) and first not in _JUDGEMENT_WORDS)):
+            or _PLACEHOLDER.match(first) or (_verb_form(first) and first not in _JUDGEMENT_WORDS)):
         return False
     content = [w for w in words if w.lower() not in _FUNCTION_WORDS | _JUDGEMENT_WORDS]
     return len(content) >= min_words and all(w.isalpha() for w in content[:min_words])
@@ -268,7 +276,7 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("jwt", ("eyj",),
                 _B + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
     _regex_rule("url_password", ("://",),
-                r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s@/\"'<>]+)@[\w.\-\[]",
+                r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not _PLACEHOLDER.match(v), token=False),
     _regex_rule("auth_header", ("bearer", "basic", "token "),
                 r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
@@ -319,10 +327,11 @@ _XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(
 
 def _phrase_words(name: str) -> int:
     """How many real words make a passphrase after ``name`` (0: never several words)."""
-    return 2 if "phrase" in name.lower() else 3
+    return 2
 
 
-def _value_span(kind: str, value: str, start: int, min_words: int) -> Span | None:
+def _value_span(kind: str, value: str, start: int, min_words: int,
+                statement: str = "") -> Span | None:
     """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
     quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
     if quoted:
@@ -342,7 +351,11 @@ def _value_span(kind: str, value: str, start: int, min_words: int) -> Span | Non
     if kind == "password":
         if min_words and _passphrase(words, min_words):
             return start, start + len(value.rstrip())
-        if _plain_password(first) and len(words) == 1:
+        # "password: bluebird thanks" names it; in a sentence only a lone word does ("the
+        # password is bluebird thanks", not "was stolen at the ATM", "set to expire monthly").
+        alone = len(words) == 1 or (statement == "is" and all(
+            w.lower().strip(".,!?") in _FUNCTION_WORDS for w in words[1:]))
+        if _plain_password(first) and (not statement or (alone and not _verb_form(first))):
             return start, start + len(first)
     return None
 
@@ -439,7 +452,8 @@ def _find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
         first = value.split()[0] if value.split() else ""
         if first.endswith("ly") and not any(c.isdigit() for c in first):
             continue  # "is usually", "was initially": a description
-        span = _value_span(kind, value, m.start("value"), _phrase_words(cred))
+        span = _value_span(kind, value, m.start("value"), _phrase_words(cred),
+                           statement="is" if m.re is _STATE else "set")
         if span is not None:
             yield span
 
