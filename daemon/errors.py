@@ -15,12 +15,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from recalld.daemon.providers.errors import ProviderError
-from recalld.daemon.store.errors import StorageError
-from recalld.ipc.errors import InternalError, ProviderUnavailable, RecalldError
+from recalld.daemon.store import errors as store
+from recalld.ipc.errors import DiskFull, InternalError, ProviderUnavailable, RecalldError
 
 #: Domain family -> the wire error a client sees. The first matching row wins.
 WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
-    StorageError: InternalError,
+    store.DiskFull: DiskFull,
+    store.StorageError: InternalError,
     ProviderError: ProviderUnavailable,
 }
 

@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from recalld.daemon.index.embedder import VectorWorker
-from recalld.daemon.index.prepare import prepare
+from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.store.errors import CorruptState, StorageError
@@ -135,6 +135,10 @@ class Health:
             degraded.append(f"watcher failed: {watcher.get('why')}")
         if idx.get("load_corrupt") and idx.get("last_commit") is None:
             degraded.append("derived state was corrupt and is not re-committed yet")
+        partial = partly_indexed(self.index.state.files)
+        if partial:
+            degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
+                            "only up to that size")
         if self.scanned_at is None:
             pending.append("first disk scan under way")
         if idx.get("pending_changes"):
@@ -170,6 +174,8 @@ class Health:
             "pending_changes": idx.get("pending_changes"),
             "unindexed": len(unindexed),
             "unindexed_paths": unindexed[:MAX_LISTED],
+            "partly_indexed": len(partial),
+            "partly_indexed_paths": partial[:MAX_LISTED],
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,
@@ -278,8 +284,10 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     committed_matches = (
         status.get("uncommitted_changes", 0) > 0
         or generation.get("records", {}).get("catalog") in (None, len(files)))
+    partial = partly_indexed(files)
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
-          and consistent_chunks and generation.get("ok", False) and committed_matches)
+          and consistent_chunks and generation.get("ok", False) and committed_matches
+          and not partial)
     if health is not None:
         await health.scan()
     return {
@@ -291,6 +299,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "indexed_but_gone": _listed(stale_entries),
         "stat_differs": _listed(stat_differs),
         "content_differs": _listed(content_differs),
+        "partly_indexed": _listed(partial),
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
         "generation": generation,

@@ -33,7 +33,7 @@ from recalld.ipc.render import (
     render_workspaces,
     table,
 )
-from recalld.ipc.types import ReadResult, SearchResult
+from recalld.ipc.types import ReadResult, SearchResult, visible
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -344,7 +344,8 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 
 
 def _rendered(r: SearchResult) -> str:
-    text = r.rendered or f"========== {r.path}:{r.start_line}-{r.end_line} ==========\n{r.text}"
+    text = r.rendered or (
+        f"========== {visible(r.path)}:{r.start_line}-{r.end_line} ==========\n{r.text}")
     return text.rstrip("\n")
 
 

@@ -27,6 +27,7 @@ OVERLOADED = -32007
 NOT_FOUND = -32008
 SHUTTING_DOWN = -32009
 NOT_ALLOWED = -32010
+DISK_FULL = -32011
 
 
 class RecalldError(Exception):
@@ -117,6 +118,13 @@ class NotAllowed(RecalldError):
     code = NOT_ALLOWED
 
 
+class DiskFull(RecalldError):
+    """No space left (a full disk or an exhausted quota): nothing of the change was
+    published; free space and retry."""
+
+    code = DISK_FULL
+
+
 _BY_CODE: dict[int, type[RecalldError]] = {
     cls.code: cls
     for cls in (
@@ -135,6 +143,7 @@ _BY_CODE: dict[int, type[RecalldError]] = {
         NotFound,
         ShuttingDown,
         NotAllowed,
+        DiskFull,
     )
 }
 

@@ -17,7 +17,7 @@ import orjson
 from recalld.ipc import errors
 from recalld.ipc.client import Client
 from recalld.ipc.progress import Mode, Progress
-from recalld.ipc.types import JOB_TERMINAL_STATES
+from recalld.ipc.types import JOB_TERMINAL_STATES, visible
 
 JOB_TOPICS = ("job.*",)
 JOB_POLL_S = 0.5
@@ -43,8 +43,9 @@ def _cell(value: Any, key: str = "") -> str:
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A plain text table with a header line; cells are single-line strings."""
-    cells = [[_cell(row.get(c), c).replace("\n", " ") for c in columns] for row in rows]
+    """A plain text table with a header line; cells are single-line strings (control
+    characters shown escaped)."""
+    cells = [[visible(_cell(row.get(c), c)) for c in columns] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]

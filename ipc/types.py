@@ -8,9 +8,27 @@ never breaks an older client.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, overload
+
+# C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
+# could start a new line (or redraw one) where a name is shown inside text.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    char = m.group(0)
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``,
+    ``\\u2028``), so a file name shown in a header or a line of text cannot break it."""
+    return _CONTROL.sub(_escape, text)
 
 
 class WorkspaceInfo(TypedDict, total=False):
@@ -66,11 +84,12 @@ def render_result(hit: Mapping[str, Any], *, hybrid: bool, agent_id: str | None 
 
     ``========== memory/2026-07-23/commute.md:1-6 [score=3.1842] ==========`` (with
     ``vector=`` and ``keyword=`` in hybrid mode, ``-`` for a missed branch, and the
-    workspace in brackets before the path when ``agent_id`` is given).
+    workspace in brackets before the path when ``agent_id`` is given). Control characters
+    in the path are shown escaped (:func:`visible`): a file name cannot forge a header.
     """
-    where = f"{hit['path']}:{hit['start_line']}-{hit['end_line']}"
+    where = f"{visible(str(hit['path']))}:{hit['start_line']}-{hit['end_line']}"
     if agent_id is not None:
-        where = f"[{agent_id}] {where}"
+        where = f"[{visible(agent_id)}] {where}"
     scores = f"score={hit['score']:.4f}"
     if hybrid:
         scores += f" vector={_fmt(hit['vector'])} keyword={_fmt(hit['keyword'])}"

@@ -154,3 +154,27 @@ def test_rewrite_compacts_atomically(tmp_path: Path) -> None:
 def test_append_requires_open(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="not open"):
         AppendLog(tmp_path / "x.log").append([{"a": 1}])
+
+
+def test_quarantine_sets_aside_bad_lines_and_the_tail_then_rewrites(tmp_path: Path) -> None:
+    import base64
+
+    path = tmp_path / "log.jsonl"
+    aside = tmp_path / "q" / "log.quarantine.jsonl"
+    good = [encode_line({"n": n}) for n in range(3)]
+    bad = b"0badc0de {\"n\": 99}\n"
+    path.write_bytes(good[0] + bad + good[1] + good[2] + b"00000000 {\"tor")
+    with AppendLog(path, quarantine=aside) as log:
+        records, report = log.opened
+        assert [r["n"] for r in records] == [0, 1, 2]
+        assert report.quarantined == 2 and len(report.bad_lines) == 1
+        log.append([{"n": 3}])
+    set_aside, _ = replay(aside)
+    assert [r["reason"] for r in set_aside] == ["CRC mismatch", "torn or garbled tail"]
+    assert base64.b64decode(set_aside[0]["raw_b64"]) == bad.rstrip(b"\n")
+    assert set_aside[0]["offset"] == len(good[0])
+    # Rewritten: the next open finds nothing to set aside and keeps the append.
+    with AppendLog(path, quarantine=aside) as log:
+        records, report = log.opened
+        assert [r["n"] for r in records] == [0, 1, 2, 3] and report.quarantined == 0
+    assert len(replay(aside)[0]) == 2

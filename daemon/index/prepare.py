@@ -14,16 +14,29 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
+from recalld.daemon.memory.redact import redact
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
-# reading it whole on every save would stall its workspace.
+# reading it whole on every save would stall its workspace. Such notes are reported
+# (health ``degraded``, ``partly_indexed`` in status and index.verify), never silently cut.
 MAX_NOTE_BYTES = 8 * 1024 * 1024
+
+
+def partly_indexed(files: Mapping[str, FileSize]) -> list[str]:
+    """Paths of ``files`` (path -> what the index knows of it) too large to index whole."""
+    return sorted(p for p, f in files.items() if f.size > MAX_NOTE_BYTES)
+
+class FileSize(Protocol):
+    @property
+    def size(self) -> int: ...
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -100,7 +113,9 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     if digest == known_digest:
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
                         digest=digest, unchanged=True)
-    text = data.decode("utf-8", errors="replace")
+    # The index never holds a credential a note contains (nor do embedding requests, made
+    # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
+    text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
@@ -122,4 +137,5 @@ def prepare_files(
     return PreparedBatch(files, terms, slab)
 
 
-__all__ = ["MAX_NOTE_BYTES", "Prepared", "PreparedBatch", "prepare", "prepare_files"]
+__all__ = ["MAX_NOTE_BYTES", "Prepared", "PreparedBatch", "partly_indexed", "prepare",
+           "prepare_files"]

@@ -398,7 +398,7 @@ class WorkspaceIndex:
                 backoff = 1.0
             except StorageError as exc:
                 self.persist_error = {
-                    "time": time.time(), "error": str(exc),
+                    "time": time.time(), "error": exc.message,
                     "disk_full": isinstance(exc, DiskFull),
                 }
                 log.error("%s: saving the index failed (%s); retrying in %.0f s",

@@ -9,7 +9,7 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
    decisions and preferences into the session's note of the day through ``daily_write``
    (one note per session per day: a second write updates it; the tools refuse touching
    another session's note), with the current note in the prompt so it is merged, not
-   duplicated; model-written text is redacted again;
+   duplicated; model-written text is redacted again (by the file operations);
 3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (rewritten atomically;
    turns already there are not repeated, so a re-run after a crash adds nothing twice);
 4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
@@ -116,13 +116,8 @@ class _SessionTools:
         return None
 
     async def __call__(self, name: str, arguments: Mapping[str, Any]) -> str:
+        # What the model writes is redacted by the file operations themselves.
         args = dict(arguments)
-        for key in ("content", "new", "description"):
-            if isinstance(args.get(key), str):
-                args[key] = redact(args[key])
-        if isinstance(args.get("changes"), dict):
-            args["changes"] = {k: redact(v) if isinstance(v, str) else v
-                               for k, v in args["changes"].items()}
         if name == "daily_write":
             args["date"] = self.date  # the job decides the day
             existing = await self.ops.session_note(self.session_id, self.date)
@@ -157,7 +152,10 @@ async def _append_dialog(ws: Workspace, session_id: str, turns: list[dict[str, A
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("seq"), int):
                 last = max(last, rec["seq"])
-        new = [t for t in turns if t["seq"] > last]
+        # Turns were redacted when added; again here, for turns kept from before a rule
+        # was added.
+        new = [{**t, "content": redact(t["content"])} if isinstance(t.get("content"), str)
+               else t for t in turns if t["seq"] > last]
         if not new:
             return
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -272,7 +270,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
                 "note": note, "changed": changed, "dialog": dialog,
                 "steps": result.steps, "tool_calls": result.tool_calls_made,
-                "finished": result.finished, "model_text": result.final_text[:500],
+                "finished": result.finished, "model_text": redact(result.final_text[:500]),
                 "inbox_item": item["id"] if item else None,
             }
 

@@ -10,6 +10,10 @@ files only: a model never writes under ``metadata_dir``, ``session_dir`` or
 made searchable: ``await sync()`` (the workspace index's ``sync``) returns once the index
 has seen it.
 
+Text coming in (content, replacement text, frontmatter values, names and descriptions)
+is redacted (:mod:`redact`) before it is written: whoever calls, a note never receives
+a credential. Text already in a file is left as its author wrote it.
+
 All writes of one workspace go through one lock (``fileops_for`` shares it), so two jobs
 picking a unique daily-note name cannot both take the same one. Each successful change is
 recorded in :attr:`FileOps.changes` (path, text before, text after): jobs use it for the
@@ -43,6 +47,7 @@ from recalld.daemon.index.frontmatter import (
     render_frontmatter,
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
+from recalld.daemon.memory.redact import redact, redact_async, redact_value
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write
 from recalld.daemon.workspaces import Workspace
@@ -286,6 +291,7 @@ class FileOps:
     async def write(self, path: str, content: str) -> WriteResult:
         """Create or replace a file with ``content``."""
         rel = self.check_writable(path)
+        content = await redact_async(content)
         async with self.lock:
             before = await self.read_text(rel)
             result = await self._publish(rel, before, content)
@@ -297,6 +303,7 @@ class FileOps:
         rel = self.check_writable(path)
         if not old:
             raise InvalidParams("old text must not be empty")
+        new = await redact_async(new)
         async with self.lock:
             before = await self.read_text(rel)
             if before is None:
@@ -312,7 +319,7 @@ class FileOps:
     async def frontmatter_update(self, path: str, changes: Mapping[str, Any]) -> WriteResult:
         """Set frontmatter keys (a None value removes the key); other lines stay as they are."""
         rel = self.check_writable(path)
-        edits = {str(k): (DELETE if v is None else v) for k, v in changes.items()}
+        edits = {str(k): (DELETE if v is None else redact_value(v)) for k, v in changes.items()}
         async with self.lock:
             before = await self.read_text(rel)
             if before is None:
@@ -362,7 +369,10 @@ class FileOps:
         if not session_id or not isinstance(session_id, str):
             raise InvalidParams("session_id must be a non-empty string")
         day = check_date(date, self.today)
-        stem = slug(name)
+        stem = slug(redact(name))
+        content = await redact_async(content)
+        description = redact(description) if description else description
+        extra = redact_value(dict(extra)) if extra else extra
         given, body_start = parse_frontmatter(content)
         body = "\n".join(content.split("\n")[body_start:]) if body_start else content
         fields: dict[str, Any] = {

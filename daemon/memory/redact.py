@@ -1,140 +1,134 @@
-"""Secrets redaction: applied to conversation text before anything is written to memory.
+"""Secrets redaction: what looks like a credential becomes ``[REDACTED]`` before it is
+written to memory, logged, indexed or sent to a chat model.
 
-Pure functions, no state. :func:`redact` replaces what looks like a credential with
-``[REDACTED]``:
-
-- well-known token shapes: OpenAI/Anthropic ``sk-...``, AWS access key ids
-  (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghs_``, ``ghu_``, ``ghr_``,
-  ``github_pat_``), Slack (``xox?-``), Google API keys (``AIza``), Stripe
-  (``sk_live_``...), JSON Web Tokens, and PEM private key blocks;
-- ``Bearer <token>`` / ``Basic <token>`` authorization values and the password of
-  ``scheme://user:password@host`` URLs;
-- values assigned to key-like names (``password=...``, ``token: ...``,
-  ``"api_key": "..."``, ``export FOO_SECRET=...``), when the value looks like a secret
-  (quoted, or containing digits or symbols, or long and high-entropy), so prose such as
-  "Token: each word" is left alone;
-- "my password is X" sentences, when X looks like a password.
-
-Deliberately *not* redacted: bare 40-hex git commit ids and other hex digests, UUIDs,
-ordinary words, numbers and paths. A key-like context (``github_token=<40 hex>``) still
-redacts its value.
+Pure functions over text, applying the rules of :mod:`secret_rules`: spans are found on
+the original text by every rule and merged, so redacting is idempotent (``[REDACTED]`` is
+never found again). :func:`redact_parts` redacts adjacent pieces of one text (content
+blocks of a message) as one, so a key split across them is masked in both;
+:func:`redact_messages` does it for chat messages. :func:`redact_async` and
+:func:`redact_messages_async` move big inputs to a worker thread so the event loop never
+stalls on them.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
-MASK = "[REDACTED]"
+import orjson
 
-_KEY_WORDS = (
-    r"pass(?:word|wd|phrase|code)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
-    r"|secret[_-]?key|private[_-]?key|client[_-]?secret|auth(?:[_-]?token)?|credentials?"
-    r"|session[_-]?key|signing[_-]?key"
+from recalld.daemon.memory.secret_rules import (
+    FORMAT_RULES,
+    RULES,
+    TOKEN_RUN,
+    Rule,
+    Span,
+    anchors,
+    entropy_bits,
+    looks_random,
+    looks_secret,
 )
 
-# Shapes that are secrets wherever they appear.
-_TOKENS = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
-    r"sk-(?:ant-|proj-|live-)?[A-Za-z0-9_\-]{20,}"
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"
-    r"|github_pat_[A-Za-z0-9_]{22,}"
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
-    r"|AIza[0-9A-Za-z_\-]{35}"
-    r"|(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
-    r")(?![A-Za-z0-9])"
-)
-_PEM = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S
-)
-_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{16,}=*)")
-_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)([^\s@/]+)(@)")
-# name = value, name: value, "name": "value", NAME_SECRET=value ...
-_ASSIGN = re.compile(
-    r"(?i)(?P<key>[\"']?\b[\w.\-]*(?:" + _KEY_WORDS + r")[\w.\-]*[\"']?)"
-    r"(?P<sep>\s*(?::=|=>|:|=)\s*)"
-    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\]\"']+)"
-)
-_SENTENCE = re.compile(
-    r"(?i)\b(password|passphrase|passcode|pin|api key|token|secret)"
-    r"(\s+(?:is|was|=)\s+)([\"']?)([^\s\"']{4,})(\3)"
-)
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
-_PLACEHOLDER = re.compile(r"(?i)^(?:\[redacted\]|\*+|x+|<[^>]*>|\$\{?[A-Za-z_][\w]*\}?|none|null|"
-                          r"true|false|required|optional|string|str|env|\.\.\.)$")
+MASK: Final = "[REDACTED]"
+#: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
+INLINE_CHARS: Final = 16_384
+
+# -- applying ----------------------------------------------------------------------------
 
 
-def entropy_bits(text: str) -> float:
-    """Shannon entropy of ``text`` in bits per character."""
+def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
+    """The merged, sorted spans of ``text`` that ``rules`` take for secrets."""
     if not text:
-        return 0.0
-    counts = Counter(text)
-    n = len(text)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
+        return []
+    lower = text.lower()
+    if len(lower) != len(text):  # a few characters lowercase to two: keep positions
+        lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    spans: list[Span] = []
+    starts: list[int] | None = None
+    runs: list[Span] | None = None
+    for rule in rules:
+        if rule.hints and not any(h in lower for h in rule.hints):
+            continue
+        if rule.anchored is not None:
+            if starts is None:
+                starts = anchors(text, lower)
+            spans.extend(rule.anchored(text, starts))
+        elif rule.find is not None and rule.token:
+            if runs is None:
+                runs = [m.span() for m in TOKEN_RUN.finditer(text)]
+            for pos, endpos in runs:
+                spans.extend(rule.find(text, pos, endpos))
+        elif rule.find is not None:
+            spans.extend(rule.find(text, 0, len(text)))
+    return _merge([s for s in spans if s[1] > s[0]])
 
 
-def looks_secret(value: str) -> bool:
-    """Would this assigned value plausibly be a credential (not prose, not a placeholder)?"""
-    if len(value) < 4 or _PLACEHOLDER.match(value) or value.startswith(("[REDACTED", "<", "$")):
-        return False
-    if _UUID.match(value):
-        return True  # in a key context a UUID is a token
-    has_digit = any(c.isdigit() for c in value)
-    has_symbol = any(not c.isalnum() for c in value)
-    mixed = any(c.isupper() for c in value[1:]) and any(c.islower() for c in value)
-    if len(value) >= 16 and entropy_bits(value) >= 3.0:
-        return True
-    if value.isalpha() and value.islower():
-        return False  # a plain word: "token: each", "password: required"
-    return has_digit or has_symbol or mixed
+def _merge(spans: list[Span]) -> list[Span]:
+    spans.sort()
+    out: list[Span] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
-def _sub_assign(m: re.Match[str]) -> str:
-    value = m.group("value")
-    quoted = value[:1] in "\"'" and len(value) >= 2
-    inner = value[1:-1] if quoted else value
-    if inner.startswith(("[REDACTED", "<", "${", "{{")):
-        return m.group(0)  # already masked, or a placeholder
-    if not inner or not (looks_secret(inner) or (quoted and len(inner) >= 4
-                                                  and not _PLACEHOLDER.match(inner))):
-        return m.group(0)
-    masked = f"{value[0]}{MASK}{value[-1]}" if quoted else MASK
-    return f"{m.group('key')}{m.group('sep')}{masked}"
+def _apply(text: str, spans: Sequence[Span], keep_lines: bool) -> str:
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in spans:
+        parts.append(text[pos:start])
+        parts.append(MASK + "\n" * text.count("\n", start, end) if keep_lines else MASK)
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
-def _sub_sentence(m: re.Match[str]) -> str:
-    if not looks_secret(m.group(4)) or (_HEX.match(m.group(4)) and len(m.group(4)) == 40):
-        return m.group(0)
-    return f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}{m.group(5)}"
+def redact(text: str, *, keep_lines: bool = False) -> str:
+    """``text`` with every secret it seems to contain replaced by ``[REDACTED]``.
 
-
-_STEPS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
-    (_PEM, MASK),
-    (_TOKENS, MASK),
-    (_URL_PASSWORD, r"\1" + MASK + r"\3"),
-    (_AUTH_HEADER, r"\1\2" + MASK),
-    (_ASSIGN, _sub_assign),
-    (_SENTENCE, _sub_sentence),
-]
-
-
-def redact(text: str) -> str:
-    """``text`` with every secret it seems to contain replaced by ``[REDACTED]``."""
-    for pattern, repl in _STEPS:
-        text = pattern.sub(repl, text)
-    return text
+    ``keep_lines``: a masked span keeps its line breaks (after the mask), so line numbers
+    of the rest stay those of the original (the index maps chunks to lines).
+    """
+    return _apply(text, find_spans(text), keep_lines)
 
 
 def redact_count(text: str) -> tuple[str, int]:
     """The redacted text and how many secrets were masked."""
-    out = redact(text)
-    return out, out.count(MASK) - text.count(MASK)
+    spans = find_spans(text)
+    return _apply(text, spans, False), len(spans)
+
+
+def has_secret(text: str, *, formats_only: bool = False) -> bool:
+    """Does ``text`` hold something redaction would mask? ``formats_only``: only secrets
+    recognisable by their shape (for identifiers, which have no context)."""
+    return bool(find_spans(text, FORMAT_RULES if formats_only else RULES))
+
+
+def redact_parts(parts: Sequence[str]) -> list[str]:
+    """Redact adjacent pieces of one text (content blocks of a message) as one text.
+
+    A secret split across pieces is found in their concatenation and masked in each piece
+    it touches; what is found in a piece alone is masked too.
+    """
+    if len(parts) <= 1:
+        return [redact(p) for p in parts]
+    joined = "".join(parts)
+    spans = find_spans(joined)
+    out: list[str] = []
+    offset = 0
+    for part in parts:
+        end = offset + len(part)
+        local = [(max(s, offset) - offset, min(e, end) - offset) for s, e in spans
+                 if s < end and e > offset]
+        local.extend(find_spans(part))
+        out.append(_apply(part, _merge(local), False))
+        offset = end
+    return out
 
 
 def redact_value(value: Any) -> Any:
@@ -146,3 +140,65 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: redact_value(v) for k, v in value.items()}
     return value
+
+
+def redact_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages (OpenAI format) with secrets redacted in their text: string content,
+    adjacent text blocks (across block boundaries) and tool-call arguments."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        msg = dict(message)
+        content = msg.get("content")
+        if isinstance(content, str):
+            msg["content"] = redact(content)
+        elif isinstance(content, list):
+            msg["content"] = _redact_blocks(content)
+        if isinstance(msg.get("tool_calls"), list):
+            msg["tool_calls"] = [_redact_call(c) for c in msg["tool_calls"]]
+        out.append(msg)
+    return out
+
+
+def _redact_blocks(blocks: list[Any]) -> list[Any]:
+    texts = [i for i, b in enumerate(blocks) if isinstance(b, dict)
+             and isinstance(b.get("text"), str)]
+    out = list(blocks)
+    for i, text in zip(texts, redact_parts([blocks[i]["text"] for i in texts]), strict=True):
+        out[i] = {**blocks[i], "text": text}
+    return out
+
+
+def _redact_call(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = orjson.loads(fn["arguments"])
+    except orjson.JSONDecodeError:
+        return {**call, "function": {**fn, "arguments": redact(fn["arguments"])}}
+    return {**call, "function": {**fn, "arguments": orjson.dumps(redact_value(args)).decode()}}
+
+
+async def redact_messages_async(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`redact_messages`, in a worker thread when the messages are long."""
+    import trio  # here: index worker processes import this module and need no trio
+
+    size = sum(len(str(m.get("content") or "")) for m in messages)
+    if size <= INLINE_CHARS:
+        return redact_messages(messages)
+    return await trio.to_thread.run_sync(redact_messages, messages)
+
+
+async def redact_async(text: str, *, keep_lines: bool = False) -> str:
+    """:func:`redact`, in a worker thread when ``text`` is long (the loop keeps serving).
+    Cancellation while in the thread abandons the result."""
+    import trio
+
+    if len(text) <= INLINE_CHARS:
+        return redact(text, keep_lines=keep_lines)
+    return await trio.to_thread.run_sync(lambda: redact(text, keep_lines=keep_lines))
+
+
+__all__ = ["INLINE_CHARS", "MASK", "entropy_bits", "find_spans", "has_secret", "looks_random",
+           "looks_secret", "redact", "redact_async", "redact_count", "redact_messages",
+           "redact_messages_async", "redact_parts", "redact_value"]

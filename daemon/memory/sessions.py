@@ -9,6 +9,11 @@ session up to a sequence number (``upto``); it reads them with :meth:`SessionSto
 (from the last committed one, so a failed job's turns are picked up by the next) and
 marks them done with :meth:`SessionStore.commit`. Pending turns survive restarts.
 
+A damaged record in the log (a bad checksum, garbage) is never dropped silently: it is set
+aside in ``<metadata_dir>/sessions/pending.quarantine.jsonl`` (raw bytes, offset, reason),
+logged, and counted in the workspace status (``sessions.quarantined_records``); the log
+is rewritten without it, and the records around it are kept.
+
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
 
@@ -18,6 +23,7 @@ serve until cancelled, close. Log writes are shielded under a deadline.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -27,9 +33,11 @@ from typing import Any
 
 import trio
 
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+
+log = logging.getLogger(__name__)
 
 ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
 MAX_MESSAGES_PER_CALL = 1000
@@ -50,22 +58,30 @@ def check_session_id(value: object) -> str:
             or value.startswith(".")):
         raise InvalidParams(
             "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
+    if has_secret(value, formats_only=True):
+        # It would become a file name and a frontmatter field: never a credential.
+        raise InvalidParams("session_id looks like a credential; use another id")
     return value
 
 
-def _clean_text(text: str) -> str:
+def _strip(text: str) -> str:
     text = _RECALL.sub("", text)
     text = _DATA_URL.sub("[data omitted]", text)
-    text = _BASE64_RUN.sub("[base64 omitted]", text)
-    return redact(text).strip()
+    return _BASE64_RUN.sub("[base64 omitted]", text)
 
 
-def _content_text(content: Any) -> str:
-    """The text of a message's content (string or OpenAI/Anthropic content blocks)."""
+def _clean_blocks(blocks: list[str]) -> str:
+    """The blocks of one message as one text, secrets redacted across block boundaries
+    (a key split over two blocks is found in their concatenation)."""
+    return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
+
+
+def _content_blocks(content: Any) -> list[str]:
+    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks)."""
     if content is None:
-        return ""
+        return []
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         parts: list[str] = []
         for block in content:
@@ -80,7 +96,7 @@ def _content_text(content: Any) -> str:
                               "file", "video", "video_url"):
                     parts.append(f"[{str(kind).split('_')[0]} omitted]")
                 # tool_result / tool_use / anything else: not the user's words, dropped
-        return "\n".join(p for p in parts if p)
+        return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")
 
 
@@ -115,7 +131,7 @@ def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
         role = m.get("role")
         if role not in ("user", "assistant"):
             continue
-        text = _clean_text(_content_text(m.get("content")))
+        text = _clean_blocks(_content_blocks(m.get("content")))
         if text:
             out.append({"role": str(role), "content": text})
     return out
@@ -151,7 +167,9 @@ class SessionStore:
     def __init__(self, path: Path, agent_id: str) -> None:
         self.path = path
         self.agent_id = agent_id
-        self._log = AppendLog(path)
+        self.quarantine_path = path.with_name(path.stem + ".quarantine.jsonl")
+        self._log = AppendLog(path, quarantine=self.quarantine_path)
+        self._quarantined = 0
         self._sessions: dict[str, _Session] = {}
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._seq = 0
@@ -164,11 +182,25 @@ class SessionStore:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        records, _report = await trio.to_thread.run_sync(self._log.open)
+        records, report = await trio.to_thread.run_sync(self._log.open)
+        self._quarantined = await trio.to_thread.run_sync(self._count_quarantined)
+        if report.quarantined:
+            log.warning("%s: %d damaged piece(s) of the pending-turns log set aside in %s "
+                        "(offsets %s); the other records are kept", self.agent_id,
+                        report.quarantined, self.quarantine_path,
+                        [b.offset for b in report.bad_lines] + (
+                            [report.truncated_at] if report.truncated_at is not None else []))
         for rec in records:
             self._apply(rec)
         self._lines = len(records)
         self._open = True
+
+    def _count_quarantined(self) -> int:
+        try:
+            with self.quarantine_path.open("rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except FileNotFoundError:
+            return 0
 
     def close(self) -> None:
         self._open = False
@@ -283,8 +315,16 @@ class SessionStore:
 
     async def add(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                   request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
-        """Sanitize and append ``messages``; user turns are counted before sanitizing."""
-        clean = sanitize_messages(messages)
+        """Sanitize and append ``messages``; user turns are counted before sanitizing.
+
+        Big batches are sanitized in a worker thread (redaction is regular-expression work).
+        """
+        size = sum(len(m["content"]) if isinstance(m.get("content"), str) else 1024
+                   for m in messages)
+        if size > INLINE_CHARS:
+            clean = await trio.to_thread.run_sync(sanitize_messages, messages)
+        else:
+            clean = sanitize_messages(messages)
         stamped: list[dict[str, Any]] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
@@ -349,4 +389,6 @@ class SessionStore:
         return self._job_locks.setdefault(session_id, trio.Lock())
 
     def status(self) -> dict[str, Any]:
-        return {"sessions": len(self._sessions), "pending_messages": self._pending_count()}
+        return {"sessions": len(self._sessions), "pending_messages": self._pending_count(),
+                "quarantined_records": self._quarantined}
+

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.memory.redact import redact_messages_async
 from recalld.daemon.providers.breaker import CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import (
@@ -188,7 +189,8 @@ class ChatClient:
 
         Raises ProviderConfigError(NO_CHAT_MODEL) without a model, ProviderTransient after
         retries are exhausted, ProviderPermanent for rejected or malformed answers.
-        Cancellation cancels the HTTP attempt in flight.
+        Cancellation cancels the HTTP attempt in flight. Secrets in the messages are
+        redacted before they leave (whatever the caller put in them).
         """
         if not self.enabled:
             raise ProviderConfigError(NO_CHAT_MODEL)
@@ -197,7 +199,7 @@ class ChatClient:
             raise ProviderConfigError("no provider bridge to send chat requests through")
         body: dict[str, Any] = {
             "model": self.config.model_name,
-            "messages": list(messages),
+            "messages": await redact_messages_async(messages),
             "temperature": self.config.temperature if temperature is None else temperature,
             "max_tokens": self.config.max_tokens if max_tokens is None else max_tokens,
         }

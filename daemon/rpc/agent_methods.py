@@ -22,11 +22,12 @@ import trio
 from recalld.daemon import safepath, sharing
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.types import visible
 
 METHODS = Methods()
 
@@ -90,7 +91,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
     p.done()
-    text = redact(content).strip()
+    text = (await redact_async(content)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
     if len(text) > MAX_NOTE_CHARS:
@@ -226,7 +227,7 @@ def render_index(entries: list[IndexEntry]) -> str:
             bucket = e["bucket"]
             lines.append(f"## {bucket or 'other'}")
         hook = f" — {e['description']}" if e["description"] else ""
-        lines.append(f"- [{e['name']}]({e['path']}){hook}")
+        lines.append(f"- [{e['name']}]({visible(e['path'])}){hook}")
     return "\n".join(lines)
 
 

@@ -10,6 +10,11 @@ pay for one fsync). Recovery (``replay``) reads every line and checks its CRC an
 - a bad line *followed by good ones* was committed and later damaged: it is reported with
   its byte offset and skipped, never fatal.
 
+A log opened with a ``quarantine`` file sets damage aside instead of only skipping it:
+the bad lines and the cut tail are appended there (raw bytes, offset, reason) before the
+log is rewritten without them, so nothing is silently lost and the same damage is not
+met again at the next open.
+
 ``rewrite`` compacts the log into exactly the given records through an atomic publish. A
 failed append is rolled back (the file is truncated to its previous length), so a disk-full
 error never leaves half a line behind. Blocking I/O: run it in a worker thread.
@@ -17,7 +22,9 @@ error never leaves half a line behind. Blocking I/O: run it in a worker thread.
 
 from __future__ import annotations
 
+import base64
 import os
+import time
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +49,8 @@ class ReplayReport:
     #: Offset the file was (or, without repair, would be) truncated to; None if intact.
     truncated_at: int | None = None
     truncated_bytes: int = 0
+    #: Pieces (bad lines, a cut tail) set aside in the quarantine file by this open.
+    quarantined: int = 0
 
 
 def encode_line(record: Mapping[str, Any]) -> bytes:
@@ -97,12 +106,29 @@ def parse(data: bytes) -> tuple[list[dict[str, Any]], ReplayReport, int]:
     return records, report, good_end
 
 
+def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[dict[str, Any]]:
+    """Quarantine records for the damaged pieces of a log's bytes."""
+    now = time.time()
+    pieces = []
+    for bad in report.bad_lines:
+        end = data.find(b"\n", bad.offset)
+        raw = data[bad.offset:end if end >= 0 else len(data)]
+        pieces.append({"time": now, "offset": bad.offset, "reason": bad.reason,
+                       "raw_b64": base64.b64encode(raw).decode()})
+    if len(data) > good_end:
+        pieces.append({"time": now, "offset": good_end, "reason": "torn or garbled tail",
+                       "raw_b64": base64.b64encode(data[good_end:]).decode()})
+    return pieces
+
+
 def replay(
-    path: Path, fs: FS = REAL, *, repair: bool = True
+    path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None
 ) -> tuple[list[dict[str, Any]], ReplayReport]:
     """The good records of the log at ``path`` (none if it does not exist).
 
-    With ``repair`` a torn tail is truncated away (and the truncation fsynced).
+    With ``repair`` a torn tail is truncated away (and the truncation fsynced). With a
+    ``quarantine`` file (implies repair), damaged lines and the tail are appended there
+    first and the log is rewritten with only its good records.
     """
     try:
         data = path.read_bytes()
@@ -111,6 +137,21 @@ def replay(
     except OSError as exc:
         raise translate_os_error(exc, path) from exc
     records, report, good_end = parse(data)
+    if quarantine is not None and (report.bad_lines or report.truncated_at is not None):
+        pieces = _set_aside(data, report, good_end)
+        ensure_dir(fs, quarantine.parent)
+        try:
+            fd = fs.open_append(quarantine)
+            try:
+                fs.write(fd, encode(pieces))
+                fs.fsync(fd)
+            finally:
+                fs.close(fd)
+        except OSError as exc:
+            raise translate_os_error(exc, quarantine) from exc
+        atomic_write(fs, path, data[:good_end] if not report.bad_lines else encode(records))
+        report.quarantined = len(pieces)
+        return records, report
     if repair and report.truncated_at is not None:
         try:
             fd = fs.open_append(path)
@@ -130,9 +171,10 @@ class AppendLog:
     Usable as a context manager (``with AppendLog(p) as log: records, report = log.opened``).
     """
 
-    def __init__(self, path: Path, fs: FS = REAL) -> None:
+    def __init__(self, path: Path, fs: FS = REAL, *, quarantine: Path | None = None) -> None:
         self.path = Path(path)
         self.fs = fs
+        self.quarantine = quarantine
         self._fd: int | None = None
         self._size = 0
         self._rollback_pending = False
@@ -142,7 +184,7 @@ class AppendLog:
         """Recover the log (see ``replay``) and open it for appending."""
         ensure_dir(self.fs, self.path.parent)
         existed = self.path.exists()
-        records, report = replay(self.path, self.fs, repair=True)
+        records, report = replay(self.path, self.fs, repair=True, quarantine=self.quarantine)
         self._reopen()
         if not existed:
             try:

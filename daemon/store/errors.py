@@ -3,9 +3,12 @@
 OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
 translated here, once, at the storage boundary; callers above only see ``StorageError``
 subclasses. The family knows nothing of the wire: ``recalld.daemon.errors`` maps it to
-JSON-RPC ``InternalError`` where it reaches a client, but callers normally handle it:
-``CorruptState`` means "rebuild this file", ``DiskFull`` means "report it in status and
-retry with backoff".
+JSON-RPC ``InternalError`` where it reaches a client (``DiskFull`` to its own code), but
+callers normally handle it: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
+"report it in status and retry with backoff".
+
+The message a client sees (``message``) names a file by its name only; the full path is
+in ``path`` and in ``str(exc)``, for the daemon's log.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ class StorageError(RecalldError):
 
     def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
         self.path = None if path is None else str(path)
-        super().__init__(message, None if self.path is None else {"path": self.path})
+        self.detail = message
+        public = message
+        if self.path:
+            public = public.replace(self.path, os.path.basename(self.path.rstrip("/")) or "/")
+        super().__init__(public)
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class CorruptState(StorageError):
@@ -60,8 +70,15 @@ class DiskFull(StorageIOError):
     """No space left (ENOSPC or EDQUOT) while writing; nothing was published.
 
     Temp files are already removed and the previous generation is intact, so the caller
-    reports "disk full" in its status and retries with backoff.
+    reports "disk full" in its status and retries with backoff. On the wire it is
+    ``DiskFull`` (-32011) with ``data.errno``, not an internal error.
     """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None, errno: int | None, message: str
+    ) -> None:
+        super().__init__(path, errno, message)
+        self.data = {"errno": errno_codes.errorcode.get(errno or 0, "ENOSPC")}
 
 
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:

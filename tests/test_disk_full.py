@@ -1,0 +1,83 @@
+"""Disk full through real calls: the daemon's own error code and message, no internal path.
+
+The daemon runs as a real process, started through a launcher that swaps the storage
+layer's filesystem seam for a ``FailingFS`` (fail the k-th write, with ENOSPC or EDQUOT)
+armed when a trigger file exists: the disk fills while the daemon serves, and empties
+again when the file is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from recalld.ipc import errors
+
+LAUNCHER = (
+    sys.executable, "-c",
+    "import errno, os, sys\n"
+    "from pathlib import Path\n"
+    "from recalld.daemon.store import fsio\n"
+    "trigger = Path(os.environ['DISK_FULL_TRIGGER'])\n"
+    "class Full(fsio.FailingFS):\n"
+    "    def _check(self, op):\n"
+    "        return trigger.exists() and super()._check(op)\n"
+    "full = Full(int(os.environ['DISK_FULL_AT']), persistent=True,\n"
+    "            err=getattr(errno, os.environ['DISK_FULL_ERRNO']))\n"
+    "fsio.REAL.__class__ = Full\n"
+    "fsio.REAL.__dict__.update(vars(full))\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def _raw_error(d: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    with d.connect() as conn:
+        conn.request(method, params)
+        answer: dict[str, Any] = conn.recv_response()
+    assert "error" in answer, answer
+    return dict(answer["error"])
+
+
+@pytest.mark.parametrize(("err", "fail_at"), [("ENOSPC", 1), ("EDQUOT", 3)])
+def test_disk_full_has_its_own_code_and_no_internal_path(
+        daemon_factory: Any, tmp_path: Path, err: str, fail_at: int) -> None:
+    root = tmp_path / "ws"
+    trigger = tmp_path / "disk-is-full"
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=LAUNCHER,
+                       DISK_FULL_TRIGGER=str(trigger), DISK_FULL_AT=str(fail_at),
+                       DISK_FULL_ERRNO=err)
+    first = d.call("memory.add_note", {"agent_id": "w", "content": "before: the disk had room"})
+    trigger.touch()
+    for n in range(fail_at - 1):
+        # The writes before the k-th find room (unless the index's own saves, which write
+        # through the same seam, took them first: then this is the disk-full answer).
+        with contextlib.suppress(errors.DiskFull):
+            d.call("memory.add_note", {"agent_id": "w", "content": f"still room {n}"})
+    turns = {"agent_id": "w", "session_id": "s1",
+             "messages": [{"role": "user", "content": "while the disk is full"}]}
+    for method, params in (
+            ("memory.add_note", {"agent_id": "w", "content": "while the disk is full"}),
+            ("memory.add_turns", turns)):
+        error = _raw_error(d, method, params)
+        assert error["code"] == errors.DISK_FULL == -32011, error
+        assert error["message"].startswith("disk full"), error
+        assert error.get("data") == {"errno": err}
+        sent = orjson.dumps(error).decode()
+        assert str(tmp_path) not in sent and "mem_metadata" not in sent, sent
+        assert isinstance(errors.error_from_wire(error), errors.DiskFull)
+    assert d.call("daemon.ping")["pong"] is True
+    # Nothing half-written: the note holds only what was saved before.
+    note = (root / first["path"]).read_text()
+    assert "before: the disk had room" in note and "while the disk is full" not in note
+    assert d.call("memory.add_turns", {**turns, "messages": []})["pending_turns"] == 0
+    # Space again: the same calls succeed.
+    trigger.unlink()
+    d.call("memory.add_note", {"agent_id": "w", "content": "after: room again"})
+    assert d.call("memory.add_turns", turns)["pending_turns"] == 1
+    assert "after: room again" in (root / first["path"]).read_text()

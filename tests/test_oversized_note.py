@@ -1,0 +1,59 @@
+"""A note too large to index whole is reported, never cut silently: a real daemon, a real
+9 MiB note, health and index.verify before and after it shrinks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+
+pytestmark = pytest.mark.slow
+NOTE = "memory/2026-02-02/dump.md"
+
+
+def _health(d: Any) -> dict[str, Any]:
+    status = d.call("daemon.status", timeout=30.0)
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    return dict(ws["health"])
+
+
+def _wait_health(d: Any, want: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout_s
+    while True:
+        d.call("index.sync", {"agent_id": "w"}, timeout=60.0)
+        health = _health(d)
+        if health["state"] == want:
+            return health
+        assert time.monotonic() < end, health
+        time.sleep(0.2)
+
+
+def test_a_note_over_the_limit_is_reported_in_health_and_verify(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-02-02").mkdir(parents=True)
+    line = "the quick brown fox jumps over the lazy dog again and again\n"
+    head = "# Dump\nbeginning marker aardvark\n"
+    tail = "\nfinal marker zymurgy\n"
+    body = line * ((MAX_NOTE_BYTES + (1 << 20)) // len(line))
+    (root / NOTE).write_text(head + body + tail)
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    health = _wait_health(d, "degraded")
+    assert health["partly_indexed"] == 1 and health["partly_indexed_paths"] == [NOTE]
+    assert any("8 MiB" in r for r in health["reasons"])
+    verify = d.call("index.verify", {"agent_id": "w"}, timeout=120.0)
+    assert verify["partly_indexed"] == {"count": 1, "paths": [NOTE]} and verify["ok"] is False
+    # What is indexed is the head; the tail beyond the limit is not (and is reported).
+    assert d.call("memory.search", {"agent_id": "w", "query": "aardvark"})["results"]
+    assert not d.call("memory.search", {"agent_id": "w", "query": "zymurgy"})["results"]
+
+    (root / NOTE).write_text(head + line * 10 + tail)
+    health = _wait_health(d, "clean")
+    assert health["partly_indexed"] == 0 and health["partly_indexed_paths"] == []
+    verify = d.call("index.verify", {"agent_id": "w"}, timeout=120.0)
+    assert verify["partly_indexed"] == {"count": 0, "paths": []}, verify
+    assert d.call("memory.search", {"agent_id": "w", "query": "zymurgy"})["results"]

@@ -1,0 +1,156 @@
+"""Secrets never reach memory, from outside: a real daemon, a real socket, a scripted chat
+server on 127.0.0.1.
+
+Conversation turns (string content and content blocks, a key split across two blocks)
+go through ``memory.add_turns`` and an ``auto_memory`` job whose model echoes every secret
+back in its note; ``memory.add_note`` gets secrets in each field; a note written by hand
+holds one too. None of them may appear in the notes, the dialog log, the pending-turns
+log, the index (searching for them) or any request the chat server received.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from test_auto_memory import wait_job
+
+from recalld.ipc.errors import InvalidParams
+
+RNG = random.Random(20261201)
+B62 = string.ascii_letters + string.digits
+
+
+def _rand(n: int, alphabet: str = B62) -> str:
+    while True:
+        s = "".join(RNG.choice(alphabet) for _ in range(n))
+        if any(c.isdigit() for c in s) and any(c.isupper() for c in s) and any(
+                c.islower() for c in s):
+            return s
+
+
+PGP_BODY = [_rand(64, B62 + "+/") for _ in range(4)]
+PGP = ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n" + "\n".join(PGP_BODY)
+       + "\n=Ab3x\n-----END PGP PRIVATE KEY BLOCK-----")
+AWS_SECRET = _rand(40, B62 + "/+")
+PASSWORD = "Plum" + str(RNG.randrange(1000, 9999)) + "!"
+PASSPHRASE = "purple giraffe tambourine lighthouse"
+PROD_PASSWORD = "Vx" + _rand(8) + "#"
+PW = "k" + _rand(9)
+GITLAB = "glpat-" + _rand(20)
+SLACK = f"xoxb-{RNG.randrange(10**11, 10**12)}-{RNG.randrange(10**11, 10**12)}-{_rand(24)}"
+TELEGRAM = f"{RNG.randrange(10**8, 10**9)}:AA{_rand(33)}"
+SENDGRID = f"SG.{_rand(22)}.{_rand(43)}"
+SPLIT = "ghp_" + _rand(36)
+DESCRIPTION_KEY = "sk-proj-" + _rand(40)
+HAND_KEY = "AKIA" + "".join(RNG.choice(string.ascii_uppercase + string.digits) for _ in range(16))
+
+TURN_TEXT = (
+    f"Here is my PGP key, keep it:\n{PGP}\n"
+    f"The AWS secret key is {AWS_SECRET} for the backup user.\n"
+    f"config: password={PASSWORD}\n"
+    f"my passphrase is {PASSPHRASE}\n"
+    f"the password for prod is {PROD_PASSWORD}\n"
+    f"pw: {PW}\n"
+    f"tokens: gitlab {GITLAB}, slack {SLACK}, telegram {TELEGRAM}, sendgrid {SENDGRID}.\n"
+)
+SECRETS = {
+    "pgp": PGP_BODY, "aws": [AWS_SECRET], "password": [PASSWORD], "passphrase": [PASSPHRASE],
+    "prod": [PROD_PASSWORD], "pw": [PW], "gitlab": [GITLAB], "slack": [SLACK],
+    "telegram": [TELEGRAM], "sendgrid": [SENDGRID],
+    # The split key: whole, and each block's piece of it.
+    "split": [SPLIT, SPLIT[:20], SPLIT[20:]],
+    "description": [DESCRIPTION_KEY], "hand": [HAND_KEY],
+}
+
+
+def _config(root: Path, fake: FakeProvider) -> str:
+    return (f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
+            f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
+            f'model_name = "fake-model", timeout_s = 10.0}}\n')
+
+
+def _leaks(text: str) -> list[str]:
+    return [f"{kind}: {s[:12]}..." for kind, values in SECRETS.items() for s in values
+            if s in text]
+
+
+def _workspace_text(root: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in root.rglob("*")
+                     if p.is_file() and p.suffix in (".md", ".jsonl", ".json", ".yaml", ""))
+
+
+@pytest.fixture
+def fake() -> Any:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def test_secrets_reach_no_note_log_index_or_chat_request(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    # A note written by hand that holds a key: the index must not take it in.
+    hand = root / "memory" / "2026-01-05" / "aws.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_text(f"# AWS\nThe deploy user uses access key {HAND_KEY} in eu-west-1.\n")
+    d = daemon_factory(_config(root, fake))
+    # The model echoes every secret it could have seen into its note and description.
+    echo = TURN_TEXT + f"\nsplit key {SPLIT}\n"
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "keys", "description": f"keys incl. {DESCRIPTION_KEY}", "content": echo})])),
+        Reply(json=chat_answer("saved")))
+    added = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True,
+                                        "messages": [
+        {"role": "user", "content": TURN_TEXT},
+        {"role": "user", "content": [{"type": "text", "text": f"the new key is {SPLIT[:20]}"},
+                                     {"type": "text", "text": f"{SPLIT[20:]} (rotate monthly)"}]},
+        {"role": "assistant", "content": "Noted, I will keep them safe."},
+    ]})
+    pending_log = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    assert _leaks(pending_log.read_text()) == []
+    job = wait_job(d, added["job_id"], timeout_s=60.0)
+    assert job["state"] == "succeeded", job
+
+    note = d.call("memory.add_note", {
+        "agent_id": "w", "content": f"deploy notes: password={PASSWORD}, token {GITLAB}",
+        "description": f"creds {SLACK} and passphrase: {PASSPHRASE}", "name": "deploy"})
+    note_text = (root / note["path"]).read_text()
+    assert "[REDACTED]" in note_text and "deploy notes" in note_text
+    assert _leaks(note_text) == []
+
+    dialog = root / "mem_session" / "dialog" / "s1.jsonl"
+    assert "Noted, I will keep them safe" in dialog.read_text()
+    assert _leaks(dialog.read_text()) == []
+    assert _leaks(pending_log.read_text()) == []
+    model_note = root / job["result"]["note"]
+    assert "[REDACTED]" in model_note.read_text()
+    assert _leaks(_workspace_text(root)) == ["hand: " + HAND_KEY[:12] + "..."]
+
+    # The index: the hand-written note is found, its key is not in it, and searching for
+    # any secret finds no text holding it.
+    d.call("index.sync", {"agent_id": "w"})
+    hits = d.call("memory.search", {"agent_id": "w", "query": "deploy user access key"})
+    assert any(h["path"] == "memory/2026-01-05/aws.md" for h in hits["results"])
+    for values in SECRETS.values():
+        for secret in values:
+            found = d.call("memory.search", {"agent_id": "w", "query": secret, "max_results": 20})
+            assert _leaks(str(found)) == [], secret[:12]
+    # The chat server never received any of them (prompt, tool results, echoed calls).
+    assert fake.requests, "the chat model was called"
+    for request in fake.requests:
+        assert _leaks(request.body.decode()) == []
+
+
+def test_session_id_that_is_a_credential_is_refused(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    d = daemon_factory(_config(tmp_path / "ws", fake))
+    with pytest.raises(InvalidParams, match="credential"):
+        d.call("memory.add_note", {"agent_id": "w", "content": "x", "session_id": GITLAB})
+    with pytest.raises(InvalidParams, match="credential"):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": SPLIT,
+                                    "messages": [{"role": "user", "content": "hi"}]})
+    assert d.call("daemon.ping")["pong"] is True
