@@ -39,6 +39,7 @@ QUICK: dict[str, list[str]] = {
     "agents": ["--quick"],
     "vectors": ["--quick", "300"],
     "ping": ["--seconds", "1"],
+    "idle": ["--seconds", "10"],
     "quality-lexical": ["--sizes", "1600"],
 }
 #: run.py's own options; the ones in the first set take a value.
