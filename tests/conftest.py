@@ -248,6 +248,18 @@ class DaemonFactory:
         assert not leaked, f"daemon(s) ignored SIGTERM and had to be killed: {leaked}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A skip must say why (``pytest -ra`` lists the reasons): a bare one fails the test."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].removeprefix("Skipped:").strip()
+        if reason in ("", "Skipped", "unconditional skip"):
+            report.outcome = "failed"
+            report.longrepr = f"{item.nodeid} was skipped without a reason"
+
+
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
     factory = DaemonFactory(tmp_path)
