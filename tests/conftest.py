@@ -176,8 +176,9 @@ class DaemonHandle:
 class DaemonFactory:
     """Starts isolated daemons; see the module docstring."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, pycache: Path | None = None) -> None:
         self.tmp_path = tmp_path
+        self.pycache = pycache
         self.handles: list[DaemonHandle] = []
         self._short_dirs: list[str] = []
 
@@ -189,6 +190,11 @@ class DaemonFactory:
         self._short_dirs.append(runtime)
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith("RECALLD_") and k not in _STRIPPED_ENV}
+        if self.pycache is not None:
+            # Bytecode compiled by the first daemon serves every later one (an environment
+            # that forbids writing it would have each start compile the package again).
+            base.pop("PYTHONDONTWRITEBYTECODE", None)
+            base["PYTHONPYCACHEPREFIX"] = str(self.pycache)
         base.update({
             "HOME": str(home),
             "XDG_RUNTIME_DIR": runtime,
@@ -262,9 +268,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.longrepr = f"{item.nodeid} was skipped without a reason"
 
 
+@pytest.fixture(scope="session")
+def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One bytecode cache for the session's daemons and client processes."""
+    return tmp_path_factory.mktemp("pycache")
+
+
 @pytest.fixture
-def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path)
+def daemon_factory(tmp_path: Path, pycache: Path) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path, pycache)
     try:
         yield factory
     finally:
