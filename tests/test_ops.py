@@ -225,6 +225,33 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
 # --------------------------------------------------- health with a watcher that missed it
 
 
+async def test_health_started_after_the_startup_reconcile_scans_at_once(
+        tmp_path: Path) -> None:
+    # Other workspace services can start between the index and health; when the index's
+    # startup reconcile has ended by then, health scans itself instead of waiting for it.
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-07-01").mkdir(parents=True)
+    (root / "memory" / "2026-07-01" / "a.md").write_text("# A\n\nalpha\n")
+    ws = Workspace("w", root, WorkspaceSettings())
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    cpu = trio.CapacityLimiter(2)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu)
+    index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
+                            known=lambda: index.state.known(), source=ScriptedChangeSource(),
+                            config=WatcherConfig(reconcile_interval_s=3600.0), limiter=cpu)
+    ws.attach("index", index)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)  # returns after its startup reconcile
+        health = Health(ws, index, cpu)
+        await nursery.start(health.run)
+        with trio.fail_after(10):  # far below the fallback wait for a reconcile
+            await health.first_scan.wait()
+        assert health.status()["state"] == "clean"
+        assert health.status()["files_on_disk"] == 1
+        nursery.cancel_scope.cancel()
+
+
 async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / "memory" / "2026-07-01").mkdir(parents=True)
