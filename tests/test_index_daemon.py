@@ -364,6 +364,7 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+@pytest.mark.slow
 def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "big"
     for i in range(1500):  # their build is still under way when the workers are first seen

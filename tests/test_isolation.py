@@ -144,6 +144,7 @@ BIG_NOTES = 400  # a reindex of these outlasts hundreds of searches (3 are requi
 SEARCH_BOUND_S = 1.0  # generous: the benchmark holds the real number (p99 < 20 ms)
 
 
+@pytest.mark.slow
 def test_reindex_in_one_workspace_does_not_stall_search_in_another(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     big = tmp_path / "big"
