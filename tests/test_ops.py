@@ -225,22 +225,32 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
 # --------------------------------------------------- health with a watcher that missed it
 
 
-async def test_health_started_after_the_startup_reconcile_scans_at_once(
-        tmp_path: Path) -> None:
-    # Other workspace services can start between the index and health; when the index's
-    # startup reconcile has ended by then, health scans itself instead of waiting for it.
+def indexed_workspace(tmp_path: Path, note: str, source: ScriptedChangeSource,
+                      config: WatcherConfig) -> tuple[Workspace, WorkspaceIndex,
+                                                      trio.CapacityLimiter]:
+    """A workspace with one note at ``memory/2026-07-01/<note>`` and its (unstarted) index,
+    watched through ``source``."""
     root = tmp_path / "ws"
     (root / "memory" / "2026-07-01").mkdir(parents=True)
-    (root / "memory" / "2026-07-01" / "a.md").write_text("# A\n\nalpha\n")
+    (root / "memory" / "2026-07-01" / note).write_text("# Seen\n\nindexed at start\n")
     ws = Workspace("w", root, WorkspaceSettings())
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
                        config_path=tmp_path / "c.toml", persist_delay_s=0.01)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
-                            known=lambda: index.state.known(), source=ScriptedChangeSource(),
-                            config=WatcherConfig(reconcile_interval_s=3600.0), limiter=cpu)
+                            known=lambda: index.state.known(), source=source,
+                            config=config, limiter=cpu)
     ws.attach("index", index)
+    return ws, index, cpu
+
+
+async def test_health_started_after_the_startup_reconcile_scans_at_once(
+        tmp_path: Path) -> None:
+    # Other workspace services can start between the index and health; when the index's
+    # startup reconcile has ended by then, health scans itself instead of waiting for it.
+    ws, index, cpu = indexed_workspace(tmp_path, "a.md", ScriptedChangeSource(),
+                                       WatcherConfig(reconcile_interval_s=3600.0))
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)  # returns after its startup reconcile
         health = Health(ws, index, cpu)
@@ -253,22 +263,12 @@ async def test_health_started_after_the_startup_reconcile_scans_at_once(
 
 
 async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    (root / "memory" / "2026-07-01").mkdir(parents=True)
-    (root / "memory" / "2026-07-01" / "seen.md").write_text("# Seen\n\nindexed at start\n")
-    ws = Workspace("w", root, WorkspaceSettings())
-    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
-                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
-    cpu = trio.CapacityLimiter(2)
-    index = WorkspaceIndex(ws, cfg, cpu=cpu)
     source = ScriptedChangeSource()
     # No periodic reconcile and no quick restart during the test: what it sees stays put.
-    watcher_config = WatcherConfig(reconcile_interval_s=3600.0,
-                                   restart_backoff_initial_s=3600.0)
-    index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
-                            known=lambda: index.state.known(), source=source,
-                            config=watcher_config, limiter=cpu)
-    ws.attach("index", index)
+    ws, index, cpu = indexed_workspace(
+        tmp_path, "seen.md", source,
+        WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0))
+    root = ws.root
     async with trio.open_nursery() as nursery:
         # Health first, so that it takes the view of the watcher's startup reconcile
         # (which index.run finishes before it reports started).
