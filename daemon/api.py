@@ -1,4 +1,4 @@
-"""The method registry, the call context, parameter checks and the issue-2 methods.
+"""The method registry, the call context, parameter checks and the core daemon methods.
 
 Other modules add their methods the same way this one does, without touching it::
 
@@ -275,7 +275,7 @@ def workspace_info(ws: Workspace) -> dict[str, Any]:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
 
-# ------------------------------------------------------------------ the issue-2 methods
+# ---------------------------------------------------------------- the core daemon methods
 
 CORE = Methods()
 
@@ -382,7 +382,7 @@ async def events_subscribe(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 
 def build_methods(extra: Iterable[Methods] = ()) -> Methods:
-    """The issue-2 methods plus ``extra`` registries (index, jobs, search...)."""
+    """The core daemon methods plus ``extra`` registries (index, jobs, search...)."""
     methods = Methods().include(CORE)
     for more in extra:
         methods.include(more)

@@ -42,7 +42,7 @@ GRAPH_MIRROR = "file_graph/default.jsonl.zst"
 CATALOG_MIRROR = "file_catalog/default.jsonl.zst"
 FORMAT_VERSION = 1
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
-# ~0.5 s to hash) and the chunk records, which a load reads only when the table is bad.
+# slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
 
 

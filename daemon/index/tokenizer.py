@@ -22,8 +22,6 @@ Measured with our BM25 (tests/bench/quality_lexical.py), nDCG@10:
 - CMRC 2018: 0.984 as shipped; unigrams also at query time 0.986 (kept off: single characters
   have the longest postings lists, so they cost most of the query time for +0.002); no unigrams
   in the index 0.984 (kept: single-character queries must find something).
-- Throughput on one core (best of 8 on a busy 2-core machine): SciFact 0.8M tokens/s (7M
-  characters/s), CMRC 2018 2.8M characters/s.
 
 Index-time counting in bulk (worker processes) uses ``tokenize_split``: the same terms, with
 CJK runs handed over whole so ``postings.Slab.local`` counts their characters and pairs in
@@ -141,8 +139,8 @@ def _stem(w: str) -> str:
 
 
 def _normalize(text: str) -> str:
-    # ASCII is already NFKC-normal, and so is much other text: the quick check costs ~1/50
-    # of normalizing (measured on the synthetic Chinese notes; about half pass it).
+    # ASCII is already NFKC-normal, and so is much other text: the quick check costs a
+    # small fraction of normalizing.
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     return unicodedata.normalize("NFKC", text)

@@ -10,7 +10,7 @@ Two encoders run with no network and no torch:
 
 Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
 ``trio.to_thread.run_sync`` under a ``CapacityLimiter`` (default 1: the engines use every core
-on their own, and two numpy-heavy jobs at once slow each other down 3-4x). Models load lazily
+on their own, and two numpy-heavy jobs at once slow each other down badly). Models load lazily
 on first use, also in a worker thread. Nothing here starts a service; cancelling ``embed``
 abandons the worker thread's result (the thread finishes its batch and is discarded).
 """
