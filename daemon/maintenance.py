@@ -189,8 +189,11 @@ class Health:
         # instead of scanning twice, which would also hold a CPU slot the startup needs.
         self.index.watcher.scan_listeners.append(self._adopt)
         task_status.started()
-        with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
-            await self.first_scan.wait()
+        # A startup reconcile that ended before the listener was added goes unseen: then
+        # the first scan is ours, at once.
+        if self.index.watcher.status()["last_reconcile"] is None:
+            with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
+                await self.first_scan.wait()
         while True:
             changed = self.index.changed  # taken before the scan: no change slips between
             fresh = self.scanned_at is not None and (

@@ -37,15 +37,11 @@ from recalld.daemon.watchsource import (
     COOKIE_PREFIX,
     ChangeSource,
     RawChange,
-    ScriptedChangeSource,
     WatchError,
     WatchfilesSource,
 )
 
-__all__ = [
-    "COOKIE_PREFIX", "ChangeSource", "ReconcileResult", "ScriptedChangeSource", "WatchError",
-    "Watcher", "WatcherConfig", "WatchfilesSource",
-]
+__all__ = ["ReconcileResult", "Watcher", "WatcherConfig"]
 
 log = logging.getLogger(__name__)
 

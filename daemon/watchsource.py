@@ -11,13 +11,12 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 import trio
+import watchfiles
 from watchfiles import Change
-from watchfiles._rust_notify import RustNotify
 
 RawChange = tuple[Change, str]
 #: Receives one batch of raw changes (absolute paths); must not block.
@@ -57,18 +56,21 @@ async def _set_on_cancel(stop: threading.Event) -> None:
 
 @dataclass(frozen=True, slots=True)
 class WatchfilesSource:
-    """The native source: watchfiles' Rust notifier (inotify on Linux), recursive.
+    """The portable source: ``watchfiles.watch`` (inotify, FSEvents, kqueue or polling,
+    through the notify crate), recursive, iterated in one worker thread.
 
     ``watchfiles.awatch`` runs under trio through anyio, but it cannot say when the watch
-    is active, its constructor blocks the event loop, its thread holds a token of the
-    default thread limiter, and a cancel waits up to its rust timeout (5 s). Driving the
-    notifier directly fixes all four: it is built in a worker thread, waits in a thread
-    under its own one-token limiter, and a sibling task sets its stop event on cancel.
+    is active and its thread holds a token of the default thread limiter. Here the
+    generator runs in a thread under its own one-token limiter and yields on every
+    ``timeout_ms`` without changes: its first yield means the notifier exists, so the watch
+    is active (which bounds the start by ``timeout_ms``). Batches reach ``emit`` on the
+    event loop; on cancellation a sibling task sets the stop event, which the notifier
+    checks every ``step_ms``.
     """
 
     debounce_ms: int = 50
     step_ms: int = 20
-    idle_timeout_ms: int = 30_000
+    timeout_ms: int = 100
     force_polling: bool = False
     poll_delay_ms: int = 300
 
@@ -79,30 +81,29 @@ class WatchfilesSource:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        limiter = trio.CapacityLimiter(1)
-        notify = await trio.to_thread.run_sync(
-            partial(RustNotify, [str(r) for r in roots], False, self.force_polling,
-                    self.poll_delay_ms, True, True),
-            limiter=limiter,
-        )
         stop = threading.Event()
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_set_on_cancel, stop)
-                task_status.started()
-                while True:
-                    raw = await trio.to_thread.run_sync(
-                        notify.watch, self.debounce_ms, self.step_ms, self.idle_timeout_ms,
-                        stop, limiter=limiter,
-                    )
-                    if raw == "stop":
-                        # Only our cancel sets the event: let the pending Cancelled land.
-                        await trio.lowlevel.checkpoint()
-                        raise WatchError("the native watch stopped")
-                    if isinstance(raw, set):
-                        emit({(Change(kind), path) for kind, path in raw})
-        finally:
-            notify.close()
+
+        def iterate() -> None:
+            started = False
+            for changes in watchfiles.watch(
+                *roots, watch_filter=None, debounce=self.debounce_ms, step=self.step_ms,
+                stop_event=stop, rust_timeout=self.timeout_ms, yield_on_timeout=True,
+                debug=False, raise_interrupt=False, force_polling=self.force_polling,
+                poll_delay_ms=self.poll_delay_ms, recursive=True,
+                ignore_permission_denied=True,
+            ):
+                if not started:
+                    started = True
+                    trio.from_thread.run_sync(task_status.started)
+                if changes:
+                    trio.from_thread.run_sync(emit, changes)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_set_on_cancel, stop)
+            await trio.to_thread.run_sync(iterate, limiter=trio.CapacityLimiter(1))
+            # Only our cancel sets the event: let the pending Cancelled land.
+            await trio.lowlevel.checkpoint()
+            raise WatchError("the native watch stopped")
 
 
 class ScriptedChangeSource:

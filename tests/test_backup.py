@@ -236,5 +236,8 @@ def test_restore_on_another_machine_opens_the_workspace_and_indexes_it(
     assert result["restored"][0]["opened"] is True
     target = other.data_dir / "workspaces" / "w"
     assert tree(target) == expected
-    hits = other.call("memory.search", {"agent_id": "w", "query": "ECONNREFUSED"})["results"]
+    # The workspace opened by the restore builds its index in the background (as any
+    # workspace.open): the search waits for it.
+    hits = other.call("memory.search",
+                      {"agent_id": "w", "query": "ECONNREFUSED", "sync": True})["results"]
     assert [h["path"] for h in hits] == ["memory/2026-07-23/commute.md"]

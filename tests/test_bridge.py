@@ -136,6 +136,23 @@ async def test_cancel_at_many_points_leaves_no_task(bridge: ProviderBridge,
     assert bridge.running
 
 
+async def test_a_first_request_cancelled_while_the_thread_starts_leaves_it_usable(
+        fake: FakeProvider) -> None:
+    # The first request starts the asyncio thread; cancelled at points up to 4 ms (some
+    # inside that start), the bridge must still serve the next one.
+    for i in range(40):
+        b = ProviderBridge(stop_timeout_s=5.0, cancel_timeout_s=5.0)
+        async with trio.open_nursery() as service:
+            await service.start(b.run)
+            with trio.move_on_after(i * 0.0001):
+                await b.request("POST", fake.url + "/p", headers={}, json={}, timeout_s=5)
+            assert b.running, i
+            r = await b.request("POST", fake.url + "/v1/embeddings", headers={},
+                                json={"model": "m", "input": ["a"]}, timeout_s=30)
+            assert r.status == 200, i
+            service.cancel_scope.cancel()
+
+
 async def test_concurrent_requests(bridge: ProviderBridge, fake: FakeProvider) -> None:
     fake.script(*[Reply(delay_s=0.05, raw=str(i).encode()) for i in range(20)])
     bodies: list[bytes] = []

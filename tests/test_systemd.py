@@ -194,6 +194,33 @@ def test_notifier_abstract_socket() -> None:
         sock.close()
 
 
+def test_notifier_reports_failures_and_never_blocks(short_dir: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # A manager that never reads: the receive queue fills, sends fail at once (no block).
+    fake = FakeSystemd(short_dir / "notify")
+    n = Notifier(str(fake.path))
+    try:
+        sent = 0
+        t0 = time.monotonic()
+        while n.status("é 记忆 " + "x" * 200):  # UTF-8, as systemd reads it
+            sent += 1
+            assert sent < 100_000, "the receive queue never filled"
+        assert time.monotonic() - t0 < 10
+        assert sent > 0
+        first = fake.receive(timeout=5)
+        assert first["STATUS"].startswith("é 记忆 ")
+        assert any("sd_notify STATUS failed" in r.getMessage() for r in caplog.records)
+    finally:
+        n.close()
+        fake.close()
+    # A socket that is gone: False and a warning, not an exception and not silence.
+    caplog.clear()
+    gone = Notifier(str(short_dir / "gone"))
+    assert gone.enabled and gone.ready("x") is False
+    assert any("sd_notify READY failed" in r.getMessage() for r in caplog.records)
+    gone.close()
+
+
 def test_adopt_listener_refuses_a_non_listening_socket() -> None:
     a, b = socket.socketpair()
     try:

@@ -18,13 +18,8 @@ import trio
 import trio.testing
 from watchfiles import Change
 
-from recalld.daemon.watcher import (
-    COOKIE_PREFIX,
-    ScriptedChangeSource,
-    Watcher,
-    WatcherConfig,
-    WatchfilesSource,
-)
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource, WatchfilesSource
 
 ROOTS = ("memory", "digest")
 

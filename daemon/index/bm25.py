@@ -17,16 +17,15 @@ main is rewritten once a quarter of its rows are dead. A merge is linear in the 
 never re-sorted, see ``postings.merge``); below the cap the thresholds grow geometrically with the
 index, so the total merge work over n adds is O(n). The cap bounds the delta's Python memory and
 its per-query cost on very large indexes, at the price of one main rewrite per 2,048 single adds
-there (about 0.15-0.3 s at 120k chunks on this machine). ``add_many`` encodes documents into numpy
+there. ``add_many`` encodes documents into numpy
 slabs and merges once: that is the cold-build path.
 
 Filters are the caller's: pass ``allowed`` (a BitMap of doc keys, e.g. built from path prefix,
 daily-note date or digest bucket) and only those keys are returned; a narrow filter is applied
 as one vectorized membership test, a wide one lazily while walking the ranked candidates.
 
-Measured (tests/bench/quality_lexical.py; 2 shared cores): SciFact (5,183 docs) about 2,000-2,600
-queries/s on one thread; 120k chunk-sized docs (7.3M postings): p50 1.5-2 ms, p99 6-11 ms per
-query, warm load via ``from_arrays`` 0.1-0.2 s.
+Its speed is measured by tests/bench/quality_lexical.py and bench_index.py (figures in
+tests/bench/README.md).
 
 Scoring: BM25 Okapi with Lucene's non-negative IDF ``log(1 + (N - df + 0.5) / (df + 0.5))``,
 where N, df and avgdl count live documents only, so scores do not depend on merge timing. A
@@ -66,7 +65,7 @@ SMALL_ADD_DOCS: Final = 64
 # bincount over all rows (see ranking.top_dense); larger ones sort the postings instead.
 DENSE_ROWS: Final = 32768
 # A search over at most this many postings scores them in Python (see ranking.top_few):
-# 3 terms of 1 posting each, 23 -> 12 us; of 64 in all, even (37 / 35 us).
+# for so few, a Python loop costs less than numpy's per-call overhead.
 FEW_POSTINGS: Final = 48
 _MAX_KEY: Final = 2**32 - 1
 

@@ -43,7 +43,7 @@ FORMAT_VERSION = 1
 # other rules has its files chunked again after a load.
 CHUNKING = 2
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
-# ~0.5 s to hash) and the chunk records, which a load reads only when the table is bad.
+# slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
 
 

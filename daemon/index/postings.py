@@ -312,8 +312,8 @@ def merge(
 
 def stable_order(values: I32) -> I64:
     """``np.argsort(values, kind="stable")`` for non-negative int32, in O(n): numpy radix-sorts
-    16-bit keys, so sort by the low half, then stably by the high half (3-4x faster than the
-    comparison sort it would use for int32; this is most of a cold build's merge time)."""
+    16-bit keys, so sort by the low half, then stably by the high half (linear, where int32
+    would get a comparison sort; this is most of a cold build's merge time)."""
     if not len(values) or int(values.max()) <= 0xFFFF:
         return np.argsort(values.astype(np.uint16), kind="stable").astype(np.int64, copy=False)
     low = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")

@@ -71,7 +71,7 @@ PREPARE_BATCH = 64
 # pool): below it, starting processes costs more than the threads' single core.
 POOL_MIN_FILES = 512
 # Files per worker-process call: larger than in threads, since each batch's vocabulary is
-# mapped once (3k notes: the daemon's share of a first build 2.7 s -> 0.7 s with 256).
+# mapped once.
 POOL_BATCH = 256
 # Prepared files applied at once: the keyword index merges once per apply, so a large
 # reconcile applies in a few merges, not hundreds.

@@ -22,8 +22,6 @@ Measured with our BM25 (tests/bench/quality_lexical.py), nDCG@10:
 - CMRC 2018: 0.984 as shipped; unigrams also at query time 0.986 (kept off: single characters
   have the longest postings lists, so they cost most of the query time for +0.002); no unigrams
   in the index 0.984 (kept: single-character queries must find something).
-- Throughput on one core (best of 8 on a busy 2-core machine): SciFact 0.8M tokens/s (7M
-  characters/s), CMRC 2018 2.8M characters/s.
 
 A document's length for BM25 (``doc_length``) counts its CJK text by characters, one term per
 ``CJK_CHARS_PER_TERM`` of them (about a word), not by the characters plus pairs it is indexed
@@ -155,8 +153,8 @@ def _stem(w: str) -> str:
 
 
 def _normalize(text: str) -> str:
-    # ASCII is already NFKC-normal, and so is much other text: the quick check costs ~1/50
-    # of normalizing (measured on the synthetic Chinese notes; about half pass it).
+    # ASCII is already NFKC-normal, and so is much other text: the quick check costs a
+    # small fraction of normalizing.
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     return unicodedata.normalize("NFKC", text)

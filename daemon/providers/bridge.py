@@ -160,6 +160,9 @@ class ProviderBridge:
                     self._stopping = False  # the next request tries again
                     raise ProviderConnectError(
                         f"the provider bridge did not start: {exc}") from exc
+                except BaseException:
+                    self._stopping = False  # cancelled while starting: the next one tries again
+                    raise
 
     async def _run_thread(self, *, task_status: trio.TaskStatus[None]) -> None:
         ready = trio.Event()

@@ -12,14 +12,14 @@ Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
 ``trio.to_thread.run_sync``, in two lanes:
 
 * passages (backfill) under the daemon's CPU ``CapacityLimiter`` (default 1: the engines use
-  every core on their own, and two numpy-heavy jobs at once slow each other down 3-4x),
+  every core on their own, and two numpy-heavy jobs at once slow each other down badly),
   sorted by length and cut into calls of at most ``PASSAGE_CALL_CHARS`` characters, so
   similar lengths share a call and no call holds the CPU for long;
 * queries in a lane of their own (one at a time, not under the CPU limiter) with an
   encoder instance of their own (the C engine keeps scratch state per model, and its
   weights are mapped, so a second instance costs little memory): a search embeds its
-  query (~20 ms) while a backfill call is still running, instead of waiting behind it
-  (a 16-passage call of 2,000 characters each takes over ten seconds on two cores).
+  query while a backfill call is still running, instead of waiting behind it (a call of
+  long passages can hold the CPU for seconds).
 
 Models load lazily on first use, also in a worker thread. Nothing here starts a service;
 cancelling ``embed`` abandons the worker thread's result (the thread finishes its batch

@@ -21,7 +21,7 @@ class Synced(TypedDict):
 
 def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
     """A keyword-only search of one small workspace nobody is writing to does not wait:
-    it runs on the connection's reader (a call task would cost ~20 us more)."""
+    it runs on the connection's reader, without starting a call task."""
     if params.get("sync") or params.get("agents") is not None:
         return False
     agent_id = params.get("agent_id")
