@@ -74,7 +74,8 @@ async def add_note(ctx: CallContext, params: dict[str, Any]) -> Any:
     name: str = p.text("name", DEFAULT_NOTE_NAME)
     description: str | None = p.text("description", None)
     p.done()
-    text = redact(content).strip()
+    cpu: trio.CapacityLimiter = ctx.state.services["cpu"]
+    text = (await trio.to_thread.run_sync(redact, content, limiter=cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
     if len(text) > MAX_NOTE_CHARS:

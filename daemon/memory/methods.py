@@ -110,7 +110,8 @@ async def inbox_ack(ctx: CallContext, params: dict[str, Any]) -> Any:
 
 def install(supervisor: Supervisor) -> None:
     """Add memory capture to a supervisor that is not running yet."""
-    supervisor.registry.add_service("sessions", sessions_service())
+    supervisor.registry.add_service("sessions", sessions_service(
+        supervisor.state.services["cpu"]))
     supervisor.registry.add_service("inbox", inbox_service(supervisor.events.publish))
     supervisor.state.methods.include(METHODS)
     jobs: JobManager = supervisor.state.services["jobs"]

@@ -149,9 +149,13 @@ class Added:
 class SessionStore:
     """One workspace's pending turns. ``open`` before use, ``close`` after."""
 
-    def __init__(self, path: Path, agent_id: str) -> None:
+    def __init__(self, path: Path, agent_id: str, *,
+                 cpu: trio.CapacityLimiter | None = None) -> None:
         self.path = path
         self.agent_id = agent_id
+        # Sanitizing a large batch of turns takes far longer than the event loop may be
+        # held: it runs in a worker thread under ``cpu`` (the daemon's CPU limiter).
+        self._cpu = cpu
         self._log = AppendLog(path)
         self._sessions: dict[str, _Session] = {}
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -285,7 +289,7 @@ class SessionStore:
     async def add(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                   request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
         """Sanitize and append ``messages``; user turns are counted before sanitizing."""
-        clean = sanitize_messages(messages)
+        clean = await trio.to_thread.run_sync(sanitize_messages, messages, limiter=self._cpu)
         stamped: list[dict[str, Any]] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
@@ -361,14 +365,14 @@ def store_of(ws: Workspace) -> SessionStore:
     return store
 
 
-def sessions_service() -> WorkspaceService:
+def sessions_service(cpu: trio.CapacityLimiter) -> WorkspaceService:
     """A workspace service running the workspace's :class:`SessionStore`."""
 
     async def run(
         workspace: Workspace, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
     ) -> None:
         path = workspace.root / workspace.settings.metadata_dir / "sessions" / "pending.jsonl"
-        store = SessionStore(path, workspace.agent_id)
+        store = SessionStore(path, workspace.agent_id, cpu=cpu)
         workspace.attach("sessions", store)
         workspace.add_status("sessions", store.status)
         await store.run(task_status=task_status)
