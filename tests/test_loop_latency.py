@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import DaemonFactory
+    from collections.abc import Callable
+
+    from conftest import DaemonFactory, DaemonHandle, RawConnection
 
 SYLLABLES = ["ka", "lo", "mir", "tsu", "ven", "dra", "pol", "quen", "sa", "tor", "bel", "nix"]
 
@@ -31,6 +33,42 @@ def _write_workspace(root: Path, vocab: list[str], rng: random.Random, files: in
         (day / f"note-{i:04d}.md").write_text(f"# note {i}\n\n" + "\n\n".join(sections) + "\n")
 
 
+def _pings_while(d: DaemonHandle, work: Callable[[RawConnection], None],
+                 done: Callable[[], bool]) -> list[float]:
+    """Ping latencies (sorted, at least 300) while another connection repeats ``work``
+    until ``done()``."""
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            with d.connect(timeout=120) as conn:
+                while not stop.is_set():
+                    work(conn)
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=loop, daemon=True)
+    latencies: list[float] = []
+    with d.connect() as pinger:
+        for _ in range(20):
+            assert pinger.call("daemon.ping")["pong"] is True
+        worker.start()
+        end = time.monotonic() + 180
+        try:
+            while not done() or len(latencies) < 300:
+                assert not failure, failure
+                assert time.monotonic() < end, len(latencies)
+                started = time.perf_counter()
+                assert pinger.call("daemon.ping")["pong"] is True
+                latencies.append(time.perf_counter() - started)
+        finally:
+            stop.set()
+            worker.join(timeout=120)
+    assert not failure, failure
+    return sorted(latencies)
+
+
 @pytest.mark.slow
 def test_a_heavy_search_does_not_delay_another_clients_ping(
     daemon_factory: DaemonFactory,
@@ -46,39 +84,41 @@ def test_a_heavy_search_does_not_delay_another_clients_ping(
              "max_results": 5}
 
     took_ms: list[float] = []
-    stop = threading.Event()
-    failure: list[BaseException] = []
 
-    def search_loop() -> None:
-        try:
-            with d.connect(timeout=120) as conn:
-                while not stop.is_set():
-                    took_ms.append(conn.call("memory.search", heavy)["took_ms"])
-        except BaseException as exc:
-            failure.append(exc)
+    def search(conn: RawConnection) -> None:
+        took_ms.append(conn.call("memory.search", heavy)["took_ms"])
 
-    searcher = threading.Thread(target=search_loop, daemon=True)
-    latencies: list[float] = []
-    with d.connect() as pinger:
-        for _ in range(20):
-            assert pinger.call("daemon.ping")["pong"] is True
-        searcher.start()
-        end = time.monotonic() + 180
-        # Ping for as long as it takes the daemon to run several heavy searches.
-        while len(took_ms) < 6 or len(latencies) < 300:
-            assert not failure, failure
-            assert time.monotonic() < end, (len(took_ms), len(latencies))
-            started = time.perf_counter()
-            assert pinger.call("daemon.ping")["pong"] is True
-            latencies.append(time.perf_counter() - started)
-        stop.set()
-    searcher.join(timeout=120)
-    assert not failure, failure
+    latencies = _pings_while(d, search, lambda: len(took_ms) >= 6)
     took_ms.sort()
-    latencies.sort()
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     # The searches really were heavy: each one alone is worth dozens of pings...
     assert took_ms[len(took_ms) // 2] >= 20, took_ms
     # ...yet the pings that ran meanwhile were answered at once.
     assert p50 < 0.01, (p50, p99, took_ms)
     assert p99 < 0.05, (p50, p99, took_ms)
+
+
+@pytest.mark.slow
+def test_capturing_large_batches_of_turns_does_not_delay_pings(
+    daemon_factory: DaemonFactory,
+) -> None:
+    rng = random.Random(11)
+    vocab = _vocabulary(rng, 2000)
+    d = daemon_factory()
+    secret = "sk-" + "A1b2C3d4" * 5
+    # 20 messages of ~30k characters each: sanitizing and redacting them takes a
+    # noticeable fraction of a second, which must not be spent on the event loop.
+    messages = [{"role": "assistant",
+                 "content": " ".join(rng.choices(vocab, k=4000)) + f" key {secret}"}
+                for _ in range(20)]
+    calls: list[int] = []
+
+    def capture(conn: RawConnection) -> None:
+        conn.call("memory.add_turns", {"agent_id": "default", "session_id": "big",
+                                       "messages": messages})
+        calls.append(1)
+
+    latencies = _pings_while(d, capture, lambda: len(calls) >= 4)
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    assert p50 < 0.01, (p50, p99)
+    assert p99 < 0.05, (p50, p99)
