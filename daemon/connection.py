@@ -352,8 +352,8 @@ class Connection:
 
         Frames are written whole and one at a time. A client that does not take a frame
         within ``write_timeout_s`` is cut off, so it cannot hold call slots, an event
-        queue or the write lock for long (RELIABILITY 17). Cancelled while writing, the
-        connection is aborted too (a frame may be half written).
+        queue or the write lock for long (RELIABILITY 17). Cancelled while writing (the
+        connection is ending), a half written frame marks the connection broken.
         """
         lock = self._write_lock
         self._unsent += len(data)
