@@ -318,8 +318,11 @@ class WorkspaceIndex:
                         progress(done)
 
     async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._lock:
-            return await trio.to_thread.run_sync(partial(fn, *args), limiter=self._cpu)
+        # The CPU token before the index lock, as a commit takes them: in the other order
+        # a commit holding the last token and an apply holding the lock would wait for
+        # each other for ever.
+        async with self._cpu, self._lock:
+            return await trio.to_thread.run_sync(partial(fn, *args))
 
     def reads_now(self, query: str) -> bool:
         """Whether a search for ``query`` runs at once, on the event loop: its scoring is
@@ -340,11 +343,10 @@ class WorkspaceIndex:
         return await self._locked(fn)
 
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
-        """Run ``fn(state)`` in a worker thread (under the CPU limiter) under the index
-        lock."""
-        async with self._lock:
+        """Run ``fn(state)`` in a worker thread, holding a CPU token and the index lock."""
+        async with self._cpu, self._lock:
             state = self.state
-            return await trio.to_thread.run_sync(fn, state, limiter=self._cpu)
+            return await trio.to_thread.run_sync(fn, state)
 
     def _mark_dirty(self) -> None:
         self._dirty.set()
@@ -422,12 +424,14 @@ class WorkspaceIndex:
             async with self._lock:
                 self._dirty = trio.Event()
                 changes, self._changes = self._changes, 0
+                # No limiter: this task holds a CPU token already (taking a second one
+                # would deadlock once every token is held by a committing workspace).
                 snap = await trio.to_thread.run_sync(
                     partial(snapshot, self.state, saved_stamp=self.store.saved_vectors,
-                            tmp_dir=self.store.store.state_dir), limiter=self._cpu)
+                            tmp_dir=self.store.store.state_dir))
             started = time.monotonic()
             try:
-                number = await trio.to_thread.run_sync(self.store.save, snap, limiter=self._cpu)
+                number = await trio.to_thread.run_sync(self.store.save, snap)
             except BaseException:
                 self._changes += changes
                 self._mark_dirty()
@@ -453,10 +457,10 @@ class WorkspaceIndex:
         async with self._lock:
             state = self.state
             if gen is None or gen.number != number or state_stamp(state) != stamp:
-                await trio.to_thread.run_sync(state.evict, limiter=self._cpu)
+                await trio.to_thread.run_sync(state.evict)
                 return
             try:
-                await trio.to_thread.run_sync(adopt_saved, state, gen, limiter=self._cpu)
+                await trio.to_thread.run_sync(adopt_saved, state, gen)
             except (CorruptState, ValueError, OSError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self.ws.agent_id, number, exc)
