@@ -163,15 +163,24 @@ class InotifySource:
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(notify.fd)
-                batch = self._translate(notify, notify.read(), root_paths)
+                batch, new_dirs = self._translate(notify, notify.read(), root_paths)
+                if new_dirs:
+                    # Watch new directories before their change goes out (the watcher
+                    # then scans them, so nothing created meanwhile is missed); walking
+                    # a tree moved in is disk work: keep it off the event loop.
+                    await trio.to_thread.run_sync(_add_trees, notify, new_dirs)
                 if batch:
                     emit(batch)
         finally:
             notify.close()
 
     @staticmethod
-    def _translate(notify: _Inotify, data: bytes, roots: set[str]) -> set[RawChange]:
+    def _translate(
+        notify: _Inotify, data: bytes, roots: set[str]
+    ) -> tuple[set[RawChange], list[str]]:
+        """The changes in ``data`` and the directories that appeared (to watch)."""
         batch: set[RawChange] = set()
+        new_dirs: list[str] = []
         for wd, mask, name in parse_events(data):
             if mask & IN_Q_OVERFLOW:
                 raise WatchError("inotify event queue overflowed; events were lost")
@@ -190,7 +199,7 @@ class InotifySource:
             path = os.path.join(base, name) if name else base
             if mask & IN_ISDIR:
                 if mask & (IN_CREATE | IN_MOVED_TO):
-                    notify.add_tree(path)
+                    new_dirs.append(path)
                 elif mask & IN_MOVED_FROM:
                     notify.forget_tree(path)
             if mask & (IN_CREATE | IN_MOVED_TO):
@@ -199,4 +208,9 @@ class InotifySource:
                 batch.add((Change.deleted, path))
             else:
                 batch.add((Change.modified, path))
-        return batch
+        return batch, new_dirs
+
+
+def _add_trees(notify: _Inotify, tops: list[str]) -> None:
+    for top in tops:
+        notify.add_tree(top)

@@ -179,7 +179,8 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         vectors=vectors,
         health=Health(ws, index, daemon.cpu, vectors),
         sessions=SessionStore(
-            ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id),
+            ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id,
+            cpu=daemon.cpu),
         inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),

@@ -238,7 +238,9 @@ class WorkspaceRegistry:
         root = (path if path is not None else config.workspace_path(agent_id)).expanduser()
         if not root.is_absolute():
             raise InvalidParams("workspace path must be absolute")
-        root = root.resolve()
+        # Resolving symlinks stats every component: on a slow or hung mount that takes
+        # long, so not on the event loop.
+        root = await trio.to_thread.run_sync(root.resolve)
         async with self._lock(agent_id):
             current = self._workspaces.get(agent_id)
             if current is not None and current.state in ("opening", "ready"):

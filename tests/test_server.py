@@ -21,11 +21,11 @@ import pytest
 import trio
 
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import bind_listener
 from recalld.daemon.rpc.methods import build_methods
 from recalld.daemon.rpc.server import (
-    EVENT_QUEUE_SIZE,
     PeerCredentials,
     RpcServer,
     peer_allowed,
@@ -249,6 +249,66 @@ def test_a_client_that_never_reads_is_cut_off(daemon_factory: DaemonFactory) -> 
     stuck.close()
 
 
+def _vm_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+@pytest.mark.slow
+def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFactory) -> None:
+    # Many connections pipeline large reads and never read an answer: each stops being
+    # read from after a few calls (back pressure), is cut after write_timeout_s, and the
+    # daemon's peak memory grows by a few answers per connection, not by every request;
+    # meanwhile another client's pings are answered at once.
+    d = daemon_factory("[daemon]\nwrite_timeout_s = 3.0\n")
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)  # 400 KB
+    read = {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    assert len(d.call("memory.read", read["params"])["text"]) >= 399_000
+    clients, requests_each, answer_mb = 24, 64, 0.4
+    with d.connect() as pinger:
+        for _ in range(20):  # warm: the ping path and the read path have run
+            assert pinger.call("daemon.ping")["pong"] is True
+        before = server_stats(d)
+        peak_before_kib = _vm_kib(d.pid, "VmHWM")
+        stuck = []
+        for _ in range(clients):
+            conn = d.connect()
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.send_bytes(b"".join(orjson.dumps({**read, "id": i}) + b"\n"
+                                     for i in range(requests_each)))
+            stuck.append(conn)
+        latencies: list[float] = []
+        end = time.monotonic() + 60
+        while True:
+            started = time.perf_counter()
+            assert pinger.call("daemon.ping")["pong"] is True
+            latencies.append(time.perf_counter() - started)
+            if len(latencies) % 10 == 0:
+                stats = pinger.call("daemon.status")["queues"]["server"]
+                if stats["timeouts_total"] - before["timeouts_total"] >= clients:
+                    break
+            assert time.monotonic() < end, "stuck clients were never cut off"
+        for conn in stuck:
+            assert conn.at_eof(timeout=10)
+            conn.close()
+        after = server_stats(d)
+    reads_run = after["requests_total"] - before["requests_total"] - len(latencies) - (
+        len(latencies) // 10)
+    grown_mb = (_vm_kib(d.pid, "VmHWM") - peak_before_kib) / 1024
+    # Without back pressure each connection runs every request its 32 call slots allow
+    # (768 reads here) and holds their answers: several hundred MB.
+    assert reads_run <= clients * 8, reads_run
+    assert grown_mb < clients * 8 * answer_mb * 2 + 50, grown_mb
+    latencies.sort()
+    assert latencies[len(latencies) // 2] < 0.05, latencies[len(latencies) // 2]
+    assert latencies[-1] < 5.0, latencies[-1]
+    assert d.call("daemon.ping")["pong"] is True
+
+
 def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> None:
     d = daemon_factory("[daemon]\nmax_connections = 3\n")
     conns = [_connect_admitted(d) for _ in range(3)]
@@ -458,7 +518,7 @@ async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
             while len(app.started) < 2:
                 await trio.sleep(0.01)
         await trio.sleep(0.1)
-        assert app.started == [1, 2]  # the third waits for a slot
+        assert sorted(app.started) == [1, 2]  # the third waits for a slot
         app.release.set()
         with trio.fail_after(5):
             replies = [await client.recv() for _ in range(4)]

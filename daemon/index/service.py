@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +53,7 @@ from recalld.daemon.index.state import (
     StoredChunk,
     carry_vectors,
 )
+from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
@@ -76,9 +77,14 @@ POOL_BATCH = 256
 # Prepared files applied at once: the keyword index merges once per apply, so a large
 # reconcile applies in a few merges, not hundreds.
 APPLY_BATCH = 1024
-# Up to this many chunks a search takes well under a millisecond: run it on the event
-# loop rather than pay a worker-thread round trip.
+# A search runs on the event loop, rather than paying a worker-thread round trip, only
+# while its keyword scoring surely takes under about a millisecond: scoring walks the
+# postings of every query term, so its cost grows with chunks x terms (a 16-character
+# Chinese query, 15 bigrams, over 15k chunks is about that). Anything larger goes to a
+# worker thread under the CPU limiter.
 INLINE_READ_MAX_CHUNKS = 20_000
+INLINE_SEARCH_BUDGET = 200_000  # chunks x query terms
+INLINE_QUERY_MAX_CHARS = 256  # longer queries are not even tokenized on the loop
 # Commits of at least this many chunks hand freed buffers back to the system afterwards.
 TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
@@ -165,10 +171,11 @@ class WorkspaceIndex:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.load_report = await trio.to_thread.run_sync(
-            partial(self.store.load, self.state, defer_checks=True))
+            partial(self.store.load, self.state, defer_checks=True), limiter=self._cpu)
         # Loading read whole state files into short-lived buffers; hand them back.
-        await trio.to_thread.run_sync(memtrim.trim)
-        await trio.to_thread.run_sync(self._read_reme_store, self.load_report.fresh)
+        await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+        await trio.to_thread.run_sync(self._read_reme_store, self.load_report.fresh,
+                                      limiter=self._cpu)
         if self.load_report.corrupt:
             log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
                         self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
@@ -195,7 +202,7 @@ class WorkspaceIndex:
         loaded = self.state
         corrupt = await trio.to_thread.run_sync(self.store.verify_deferred, limiter=self._cpu)
         # Hashing streamed the files through short-lived buffers; hand them back.
-        await trio.to_thread.run_sync(memtrim.trim)
+        await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
         if corrupt:
             log.warning("%s: derived state failed its checksums (%s); loading again",
                         self.ws.agent_id, corrupt)
@@ -238,7 +245,7 @@ class WorkspaceIndex:
                     self._passes_done.set()
                     self._passes_done = trio.Event()
         if len(ordered) >= APPLY_BATCH:  # a first build's token lists are garbage now
-            await trio.to_thread.run_sync(memtrim.trim)
+            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
     async def _apply_sorted(self, ordered: list[str]) -> None:
         started = time.monotonic()
@@ -317,26 +324,33 @@ class WorkspaceIndex:
                         progress(done)
 
     async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._lock:
+        # The CPU token before the index lock, as a commit takes them: in the other order
+        # a commit holding the last token and an apply holding the lock would wait for
+        # each other for ever.
+        async with self._cpu, self._lock:
             return await trio.to_thread.run_sync(partial(fn, *args))
 
-    def reads_now(self) -> bool:
-        """Whether a read runs at once, without waiting: the index is small and no
-        writer holds the lock."""
-        return len(self.state.chunks) <= INLINE_READ_MAX_CHUNKS and not self._lock.locked()
+    def reads_now(self, query: str) -> bool:
+        """Whether a search for ``query`` runs at once, on the event loop: its scoring is
+        short (see :data:`INLINE_SEARCH_BUDGET`) and no writer holds the lock."""
+        if len(query) > INLINE_QUERY_MAX_CHARS or self._lock.locked():
+            return False
+        chunks = len(self.state.chunks)
+        return chunks <= INLINE_READ_MAX_CHUNKS and (
+            chunks * max(1, _query_terms(query)) <= INLINE_SEARCH_BUDGET)
 
-    async def _read(self, fn: Callable[[], T]) -> T:
-        """Run a read-only ``fn`` under the lock: inline when :meth:`reads_now` (a
-        worker-thread hop costs more than the search itself; nothing else can run while
-        ``fn`` does, so the free lock need not be taken), in a worker thread otherwise so
-        a large index never stalls the event loop."""
-        if self.reads_now():
+    async def _read(self, fn: Callable[[], T], query: str) -> T:
+        """Run a search's read-only ``fn`` under the lock: inline when :meth:`reads_now`
+        (a worker-thread hop costs more than the search itself; nothing else can run
+        while ``fn`` does, so the free lock need not be taken), in a worker thread under
+        the CPU limiter otherwise, so the event loop never waits on a long one."""
+        if self.reads_now(query):
             return fn()
         return await self._locked(fn)
 
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
-        """Run ``fn(state)`` in a worker thread under the index lock."""
-        async with self._lock:
+        """Run ``fn(state)`` in a worker thread, holding a CPU token and the index lock."""
+        async with self._cpu, self._lock:
             state = self.state
             return await trio.to_thread.run_sync(fn, state)
 
@@ -421,6 +435,8 @@ class WorkspaceIndex:
             async with self._lock:
                 self._dirty = trio.Event()
                 changes, self._changes = self._changes, 0
+                # No limiter: this task holds a CPU token already (taking a second one
+                # would deadlock once every token is held by a committing workspace).
                 snap = await trio.to_thread.run_sync(
                     partial(snapshot, self.state, saved_stamp=self.store.saved_vectors,
                             tmp_dir=self.store.store.state_dir))
@@ -442,7 +458,7 @@ class WorkspaceIndex:
         del snap
         await self._serve_saved(stamp, number)
         if large:  # the serialized generation was hundreds of MB of short-lived buffers
-            await trio.to_thread.run_sync(memtrim.trim)
+            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
     async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> None:
         """Serve the index from the files just committed (memory-mapped: page cache, not
@@ -519,7 +535,7 @@ class WorkspaceIndex:
             return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
         self.searches += 1
-        return await self._read(run)
+        return await self._read(run, query)
 
     # -- rebuild ---------------------------------------------------------------------
 
@@ -592,3 +608,9 @@ class WorkspaceIndex:
 
 def metadata_dir(ws: Workspace) -> Path:
     return ws.root / ws.settings.metadata_dir
+
+
+@lru_cache(maxsize=256)
+def _query_terms(query: str) -> int:
+    """How many terms ``query`` has (asked twice per inline search: cached)."""
+    return len(tokenize_query(query))

@@ -13,7 +13,7 @@ stalls on them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -28,6 +28,9 @@ from recalld.daemon.memory.secret_rules import (
     looks_random,
     looks_secret,
 )
+
+if TYPE_CHECKING:
+    from trio import CapacityLimiter
 
 MASK: Final = "[REDACTED]"
 #: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
@@ -179,24 +182,28 @@ def _redact_call(call: Any) -> Any:
     return {**call, "function": {**fn, "arguments": orjson.dumps(redact_value(args)).decode()}}
 
 
-async def redact_messages_async(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`redact_messages`, in a worker thread when the messages are long."""
+async def redact_messages_async(messages: Sequence[Mapping[str, Any]], *,
+                                limiter: CapacityLimiter | None = None) -> list[dict[str, Any]]:
+    """:func:`redact_messages`, in a worker thread (under ``limiter``) when the messages
+    are long."""
     import trio  # here: index worker processes import this module and need no trio
 
     size = sum(len(str(m.get("content") or "")) for m in messages)
     if size <= INLINE_CHARS:
         return redact_messages(messages)
-    return await trio.to_thread.run_sync(redact_messages, messages)
+    return await trio.to_thread.run_sync(redact_messages, messages, limiter=limiter)
 
 
-async def redact_async(text: str, *, keep_lines: bool = False) -> str:
-    """:func:`redact`, in a worker thread when ``text`` is long (the loop keeps serving).
-    Cancellation while in the thread abandons the result."""
+async def redact_async(text: str, *, keep_lines: bool = False,
+                       limiter: CapacityLimiter | None = None) -> str:
+    """:func:`redact`, in a worker thread (under ``limiter``) when ``text`` is long (the
+    loop keeps serving). Cancellation while in the thread abandons the result."""
     import trio
 
     if len(text) <= INLINE_CHARS:
         return redact(text, keep_lines=keep_lines)
-    return await trio.to_thread.run_sync(lambda: redact(text, keep_lines=keep_lines))
+    return await trio.to_thread.run_sync(lambda: redact(text, keep_lines=keep_lines),
+                                         limiter=limiter)
 
 
 __all__ = ["INLINE_CHARS", "MASK", "entropy_bits", "find_spans", "has_secret", "looks_random",

@@ -164,12 +164,16 @@ class Added:
 class SessionStore:
     """One workspace's pending turns. ``open`` before use, ``close`` after."""
 
-    def __init__(self, path: Path, agent_id: str) -> None:
+    def __init__(self, path: Path, agent_id: str, *,
+                 cpu: trio.CapacityLimiter | None = None) -> None:
         self.path = path
         self.agent_id = agent_id
         self.quarantine_path = path.with_name(path.stem + ".quarantine.jsonl")
         self._log = AppendLog(path, quarantine=self.quarantine_path)
         self._quarantined = 0
+        # Sanitizing a large batch of turns takes far longer than the event loop may be
+        # held: it runs in a worker thread under ``cpu`` (the daemon's CPU limiter).
+        self._cpu = cpu
         self._sessions: dict[str, _Session] = {}
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._seq = 0
@@ -322,7 +326,8 @@ class SessionStore:
         size = sum(len(m["content"]) if isinstance(m.get("content"), str) else 1024
                    for m in messages)
         if size > INLINE_CHARS:
-            clean = await trio.to_thread.run_sync(sanitize_messages, messages)
+            clean = await trio.to_thread.run_sync(sanitize_messages, messages,
+                                                  limiter=self._cpu)
         else:
             clean = sanitize_messages(messages)
         stamped: list[dict[str, Any]] = []

@@ -91,7 +91,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
     p.done()
-    text = (await redact_async(content)).strip()
+    text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
     if len(text) > MAX_NOTE_CHARS:

@@ -1,28 +1,32 @@
 """One client connection of the JSON-RPC server: read frames, run calls, write answers.
 
-:class:`Connection` owns, for one accepted client: the sans-IO protocol state and line
-framer, a write lock, a small pool of call workers, an idle watch and, once the client
-calls ``events.subscribe``, an event subscription with its pump. It starts all of those
-tasks in a nursery of its own, opened by :meth:`Connection.serve`; the descriptor and the
-task that runs ``serve`` belong to :class:`recalld.daemon.server.RpcServer`, which accepts,
-counts, caps and drains connections. The connection reads frames, runs calls concurrently
-(bounded per connection), writes answers and ``event`` notifications through one lock,
-and enforces the frame, idle and write limits of RELIABILITY 16-17.
+:class:`Connection` owns, for one accepted client stream: the sans-IO protocol state and
+line framer, a write lock, its running calls and, once the client calls
+``events.subscribe``, an event subscription with its pump. Calls and the pump run in a
+nursery of the connection's own, opened by :meth:`Connection.serve`; the stream and the
+task that runs ``serve`` belong to :class:`recalld.daemon.rpc.server.RpcServer`, which accepts,
+counts, caps and drains connections. The connection knows nothing of the server: it is
+given the dispatch function, the predicate that says which calls answer at once, the
+daemon settings and the counters it shares with the server's other connections.
 
-Per-request cost matters (many agents ping and search on one socket). Methods the API
-marks immediate (they answer without waiting: ``daemon.ping``, ``daemon.status``...) run
-on the connection's reader itself; other calls go to call tasks that the connection
-keeps and reuses instead of spawning one per call; the write lock is taken without a
-scheduler round trip when nobody holds it. Bytes move with plain non-blocking
-``os.read``/``os.write`` on the connection's descriptor, waiting through
-``trio.lowlevel.wait_readable``/``wait_writable`` only when the socket is not ready:
-``SocketStream``'s per-call context managers and its extra checkpoint after every
-successful send cost a ping more than the rest of its handling.
+Limits (RELIABILITY 16-17, ADR 0008 and 0018):
+
+- a frame over ``max_request_bytes`` or a batch over ``max_batch``: one error, then close;
+- a reader waiting ``idle_timeout_s`` for a frame closes the connection, unless the client
+  is owed something (a call running, an event subscription) and sent no half frame;
+- an answer that the client does not take within ``write_timeout_s`` aborts the connection;
+- at most ``max_concurrent_calls_per_connection`` calls run at once; a batch is one call;
+- back pressure: a new call starts only while the answers waiting to be written, plus an
+  estimate of each running call's answer, stay within :data:`MAX_UNSENT_BYTES`; until
+  then nothing more is read, so the client's own writes block in its socket.
+
+Calls that the API marks immediate (``daemon.ping``, ``daemon.status``...: they never
+wait) run on the reader itself and take no call slot; every other call gets a task.
 
 Stopping: :meth:`Connection.serve` returns at EOF, after :meth:`Connection.stop_reading`
 (the server draining) once running calls have answered, or at once after a fatal frame,
 an idle timeout, a client that stops reading, or :meth:`Connection.abort`; returning
-cancels the workers and the event pump. Cancelling ``serve`` cancels all of them too.
+cancels running calls and the event pump. Cancelling ``serve`` cancels all of them too.
 """
 
 from __future__ import annotations
@@ -30,14 +34,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import trio
 
 from recalld.daemon import metrics
+from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import DROPPED_TOPIC, EventBus, Subscription
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
@@ -52,55 +57,73 @@ from recalld.ipc.protocol import (
     result_response,
 )
 
-if TYPE_CHECKING:
-    from recalld.daemon.rpc.server import PeerCredentials, RpcServer
-
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
 EVENT_QUEUE_SIZE = 256
+# Back pressure. A connection starts a call only while the answers waiting to be written
+# (not yet taken by the socket) plus an estimate for each running call's answer stay
+# within MAX_UNSENT_BYTES (one call may always run); otherwise it reads nothing more. The
+# estimate starts at INITIAL_ANSWER_ESTIMATE (at most 4 calls before any answer is seen)
+# and follows the sizes of the answers written since, decaying by 1/8 per answer.
+MAX_UNSENT_BYTES = 256 * 1024
+INITIAL_ANSWER_ESTIMATE = 64 * 1024
+MIN_ANSWER_ESTIMATE = 1024
+
+
+@dataclass(slots=True)
+class CallCounters:
+    """Counters the connections of one server share (``daemon.status`` shows them)."""
+
+    calls_in_flight: int = 0
+    requests_total: int = 0
+    errors_total: int = 0
+    timeouts_total: int = 0
 
 
 class Connection:
     """One client connection: reader loop, concurrent calls, serialized writes, events."""
 
     def __init__(
-        self, server: RpcServer, stream: trio.SocketStream, cid: int, cred: PeerCredentials | None
+        self,
+        stream: trio.SocketStream,
+        *,
+        connection_id: int,
+        peer_pid: int | None,
+        config: DaemonConfig,
+        dispatch: Callable[[Request, Connection], Awaitable[Any]],
+        answers_now: Callable[[Request], bool],
+        counters: CallCounters,
     ) -> None:
-        self.server = server
-        self.config = server.config
-        self.stream = stream
-        # The reader and the writers below use the descriptor directly; the stream only
-        # owns it (closes it when the connection ends).
+        # Bytes move with plain non-blocking reads and writes on the stream's descriptor
+        # (the stream only owns it): see ADR 0018 for why not through the stream.
         self._fd = stream.socket.fileno()
-        self._id = cid
-        self._cred = cred
-        self._protocol = ServerProtocol(max_batch=self.config.max_batch)
+        self._id = connection_id
+        self._peer_pid = peer_pid
+        self._config = config
+        self._dispatch = dispatch
+        self._answers_now = answers_now
+        self._counters = counters
+        self._protocol = ServerProtocol(max_batch=config.max_batch)
+        self._framer = LineFramer(config.max_request_bytes)
         self._write_lock = trio.Lock()
-        self._max_calls = self.config.max_concurrent_calls_per_connection
-        # Lines accepted for running (counted in _in_flight) that no worker took yet.
-        self._queued: deque[Incoming] = deque()
-        self._in_flight = 0
-        # Call workers: started on demand up to _max_calls, then kept for the life of
-        # the connection; idle ones park in _idle_lot. Starting a task per call cost
-        # about a third of a ping's server time.
-        self._workers = 0
-        self._idle_workers = 0
-        self._idle_lot = trio.lowlevel.ParkingLot()
-        self._slot_lot = trio.lowlevel.ParkingLot()  # the reader, waiting for a free slot
-        self._calls_done: trio.Event | None = None  # set up only while someone waits
+        self._in_flight = 0  # lines running (inline or in a task)
+        self._unsent = 0  # bytes of answers handed to send() and not yet written
+        self._answer_estimate = INITIAL_ANSWER_ESTIMATE
+        self._progress: trio.Event | None = None  # the reader waits for a slot or a write
+        self._calls_done: trio.Event | None = None
+        # Around the whole read loop, but cancelled only while the reader waits: the idle
+        # watch and stop_reading interrupt that wait and nothing else, so a call the
+        # reader runs inline still answers. One scope per connection
+        # rather than one per wait, which would cost a ping as much as its parsing.
+        self._read_scope = trio.CancelScope()
+        self._waiting = False  # for bytes
+        self._parked = False  # for a call slot or for the answers to drain
+        self._idle_expired = False
         self._nursery: trio.Nursery | None = None
         self._stopping = False
-        self._idle_expired = False
-        # Around the whole read loop, but cancelled only while the reader waits for
-        # bytes (_waiting): stop_reading and the idle watch interrupt that wait and
-        # nothing else, so a call the reader runs inline still answers. One scope per
-        # connection, not one per wait: entering a scope costs as much as parsing.
-        self._read_scope = trio.CancelScope()
-        self._waiting = False
-        self._framer = LineFramer(self.config.max_request_bytes)
-        self._last_frame = 0.0
         self._broken = False
+        self._last_frame = 0.0
         self.subscription: Subscription | None = None
 
     @property
@@ -109,18 +132,12 @@ class Connection:
 
     @property
     def peer_pid(self) -> int | None:
-        return self._cred.pid if self._cred else None
+        return self._peer_pid
 
     def stop_reading(self) -> None:
         """Stop taking requests; answers to calls already running are still sent."""
         self._stopping = True
-        self._wake_reader()
-        self._slot_lot.unpark_all()
-
-    def _wake_reader(self) -> None:
-        # Only a reader blocked in (or just woken from) its wait sees this cancel: it
-        # checks the flags right after the wait, before touching any bytes.
-        if self._waiting:
+        if self._waiting or self._parked:
             self._read_scope.cancel()
 
     def _stop_requested(self) -> bool:
@@ -134,6 +151,7 @@ class Connection:
             self._nursery.cancel_scope.cancel()
 
     async def serve(self) -> None:
+        """Serve the client until EOF, a limit or :meth:`stop_reading` ends it."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._last_frame = trio.current_time()
@@ -149,23 +167,14 @@ class Connection:
                 await self._calls_done.wait()
             nursery.cancel_scope.cancel()
 
-    def _runs_inline(self, calls: list[Request]) -> bool:
-        immediate = self.server._is_immediate
-        for call in calls:
-            if not immediate(call):
-                return False
-        return True
-
     async def _read_loop(self, nursery: trio.Nursery) -> bool:
         """Read frames until EOF or stop_reading (True) or a reason to close at once (False)."""
-        framer = self._framer
         fd = self._fd
-        # Try to read before waiting? Only when the last read filled the buffer: after
-        # a short read the client is most likely waiting for our answer, and a read
-        # that fails costs a system call per request.
-        ready = True
+        framer = self._framer
+        ready = False
         while not self._stop_requested():
-            if not ready:
+            data = self._receive_ready() if ready else None
+            if data is None:
                 self._waiting = True
                 try:
                     await trio.lowlevel.wait_readable(fd)
@@ -173,79 +182,82 @@ class Connection:
                     return False
                 finally:
                     self._waiting = False
+                # Checked right after the wait, before touching any bytes: a stop or an
+                # idle expiry that woke the reader ends it here.
                 if self._idle_expired:
                     return False
                 if self._stop_requested():
                     return True
-            try:
-                data = os.read(fd, RECEIVE_SIZE)
-            except BlockingIOError:
-                ready = False
-                continue
-            except OSError:  # reset by the peer, or worse: nothing more to read
-                return False
-            if ready:
-                # Read without waiting: still let other tasks run (and see
-                # cancellation) between chunks, as a stream's receive would.
+                data = self._receive_ready()
+                if data is None:
+                    continue
+            else:
+                # Read without waiting: still let other tasks run (and see cancellation)
+                # between chunks, as a stream's receive would.
                 await trio.lowlevel.checkpoint()
+            # Try to read before waiting next time only when this read filled the buffer:
+            # after a short read the client most likely waits for our answer.
             ready = len(data) == RECEIVE_SIZE
             if not data:
                 return True
             try:
                 lines = framer.feed(data)
             except FrameTooLarge:
-                self.server.errors_total += 1
+                self._counters.errors_total += 1
                 await self.send(encode(error_response(
                     None, errors.REQUEST_TOO_LARGE,
-                    f"request larger than {self.config.max_request_bytes} bytes",
+                    f"request larger than {self._config.max_request_bytes} bytes",
                 )))
                 return False
             if lines:
                 self._last_frame = trio.current_time()
             for line in lines:
-                incoming = self._protocol.receive_line(line)
-                if not incoming.calls:
-                    # Parse errors and invalid requests are answered in order; an
-                    # oversize batch is answered once and closes the connection.
-                    self.server.errors_total += 1
-                    reply = self._protocol.reply(incoming, [])
-                    if reply is not None and not await self.send(reply):
-                        return False
-                    fatal = incoming.fatal
-                    if fatal is not None and fatal["error"]["code"] == errors.REQUEST_TOO_LARGE:
-                        return False
-                    continue
                 if self._stop_requested():
                     return True
-                if self._runs_inline(incoming.calls):
-                    # Never waits (except to write the answer): no task, no slot.
-                    self._in_flight += 1
-                    await self._run_line(incoming)
-                    continue
-                while self._in_flight >= self._max_calls and not self._stop_requested():
-                    await self._slot_lot.park()
-                if self._stop_requested():
-                    return True
-                self._in_flight += 1
-                self._queued.append(incoming)
-                if self._idle_workers:
-                    self._idle_workers -= 1
-                    self._idle_lot.unpark()
-                elif self._workers < self._max_calls:
-                    self._workers += 1
-                    nursery.start_soon(self._call_worker)
-                # else every worker is busy or already woken, and looks at the queue
-                # before it parks again.
+                if not await self._take_line(line, nursery):
+                    return False
         return True
+
+    async def _take_line(self, line: bytes, nursery: trio.Nursery) -> bool:
+        """Answer or start one line; False if the connection must close at once."""
+        incoming = self._protocol.receive_line(line)
+        if not incoming.calls:
+            # Parse errors and invalid requests are answered in order; an oversize batch
+            # is answered once and closes the connection.
+            self._counters.errors_total += 1
+            reply = self._protocol.reply(incoming, [])
+            if reply is not None and not await self.send(reply):
+                return False
+            fatal = incoming.fatal
+            return fatal is None or fatal["error"]["code"] != errors.REQUEST_TOO_LARGE
+        inline = all(self._answers_now(call) for call in incoming.calls)
+        if not await self._wait_room(need_slot=not inline):
+            return True  # stopping: the read loop sees it
+        self._in_flight += 1
+        if inline:
+            # Never waits (except to write the answer): no task, no slot.
+            await self._run_line(incoming, inline=True)
+        else:
+            nursery.start_soon(self._run_line, incoming, False)
+        return True
+
+    def _receive_ready(self) -> bytes | None:
+        """The bytes the socket holds now (b"" at EOF or error), None if it holds none."""
+        try:
+            return os.read(self._fd, RECEIVE_SIZE)
+        except BlockingIOError:
+            return None
+        except OSError:  # reset by the peer, or worse: nothing more to read
+            return b""
 
     async def _watch_idle(self) -> None:
         """End the connection once its reader has waited ``idle_timeout_s`` for a frame.
 
-        Waiting for a long call or for events is not idleness, but a half-sent frame
-        is. Sleeps until the deadline (moved by every frame), so it wakes at most once
-        per idle period instead of costing a timeout scope per read.
+        Waiting for a call or for events is not idleness, but a half sent frame is.
+        Sleeps until the deadline (moved by every frame), so it wakes at most once per
+        idle period instead of costing a timer per read.
         """
-        idle_s = self.config.idle_timeout_s
+        idle_s = self._config.idle_timeout_s
         while True:
             await trio.sleep_until(self._last_frame + idle_s)
             now = trio.current_time()
@@ -255,28 +267,40 @@ class Connection:
             if not self._waiting or (busy and self._framer.pending_bytes == 0):
                 self._last_frame = now
                 continue
-            self.server.timeouts_total += 1
+            self._counters.timeouts_total += 1
             log.info("connection %d: idle for %.1f s, closing", self._id, idle_s)
             self._idle_expired = True
-            self._wake_reader()
+            self._read_scope.cancel()
             return
 
-    async def _call_worker(self) -> None:
-        """Run queued lines one after another; park while there are none.
+    def _has_room(self, *, need_slot: bool) -> bool:
+        """Whether a new call may start now (see :data:`MAX_UNSENT_BYTES`)."""
+        if not need_slot or self._in_flight == 0:
+            return self._unsent <= MAX_UNSENT_BYTES
+        return self._in_flight < self._config.max_concurrent_calls_per_connection and (
+            self._unsent + (self._in_flight + 1) * self._answer_estimate <= MAX_UNSENT_BYTES)
 
-        There are never more workers than call slots. Every queued line is taken: a
-        worker was started or unparked for it, or all workers are running lines or
-        already unparked, and each of those looks at the queue before it parks.
-        Workers end with the connection's nursery.
-        """
-        queued = self._queued
-        while True:
-            while queued:
-                await self._run_line(queued.popleft())
-            self._idle_workers += 1
-            await self._idle_lot.park()
+    async def _wait_room(self, *, need_slot: bool) -> bool:
+        """Wait until a new call may start: a slot is free (if ``need_slot``) and the
+        answers waiting to be written leave room for it. False if the connection stops
+        reading; stop_reading interrupts the wait."""
+        while not self._has_room(need_slot=need_slot):
+            if self._stop_requested():
+                return False
+            self._progress = progress = trio.Event()
+            self._parked = True
+            try:
+                await progress.wait()
+            finally:
+                self._parked = False
+        return True
 
-    async def _run_line(self, incoming: Incoming) -> None:
+    def _wake_reader(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
+
+    async def _run_line(self, incoming: Incoming, inline: bool) -> None:
         try:
             # Members of a batch run one after another within one slot: bounded, and a
             # batch cannot starve the connection's other calls of slots.
@@ -286,25 +310,27 @@ class Connection:
             except orjson.JSONEncodeError:
                 reply = self._protocol.reply(incoming, [_encodable(a) for a in answers])
             if reply is not None:
+                if not inline:  # the estimate is for the calls that take slots
+                    self._answer_estimate = max(len(reply), self._answer_estimate * 7 // 8,
+                                                MIN_ANSWER_ESTIMATE)
                 await self.send(reply)
         finally:
             self._in_flight -= 1
-            if self._slot_lot:  # the reader waits for a free slot
-                self._slot_lot.unpark()
+            self._wake_reader()
             if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
 
     async def _call(self, request: Request) -> dict[str, Any] | None:
-        server = self.server
-        server.requests_total += 1
-        server.calls_in_flight += 1
+        counters = self._counters
+        counters.requests_total += 1
+        counters.calls_in_flight += 1
         started = time.perf_counter()
         label = request.method
         try:
-            result = await server._dispatch(request, self)
+            result = await self._dispatch(request, self)
         except Exception as exc:
             err = _as_recalld_error(exc)
-            server.errors_total += 1
+            counters.errors_total += 1
             if isinstance(err, errors.MethodNotFound):
                 label = "unknown"  # made-up names must not grow the metric table
             metrics.count("recalld_rpc_errors_total", labels=_method_labels(label))
@@ -316,7 +342,7 @@ class Connection:
         else:
             response = result_response(request.id, result)
         finally:
-            server.calls_in_flight -= 1
+            counters.calls_in_flight -= 1
             metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
                             _method_labels(label))
         return None if request.is_notification else response
@@ -324,55 +350,66 @@ class Connection:
     async def send(self, data: bytes) -> bool:
         """Write one frame; False (and the connection aborted) if the client is gone or stuck.
 
-        A client that does not read for ``write_timeout_s`` is cut off, so it cannot hold
-        a call slot, an event queue or the write lock for long (RELIABILITY 17).
+        Frames are written whole and one at a time. A client that does not take a frame
+        within ``write_timeout_s`` is cut off, so it cannot hold call slots, an event
+        queue or the write lock for long (RELIABILITY 17). Cancelled while writing (the
+        connection is ending), a half written frame marks the connection broken.
         """
         lock = self._write_lock
+        self._unsent += len(data)
         try:
-            # Uncontended (the usual case): no scheduler round trip for the lock. A
-            # write that fits the socket buffer does not checkpoint either; every
-            # caller checkpoints while it waits for its next piece of work.
-            lock.acquire_nowait()
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
-            if self._broken:
-                return False
             try:
-                sent = os.write(self._fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:  # EPIPE, ECONNRESET: the client is gone
-                self._broken = True
-                sent = 0
-            if self._broken or sent == len(data):
-                stuck = None
-            else:
-                # The socket buffer is full: wait, but not longer than write_timeout_s.
-                with trio.move_on_after(self.config.write_timeout_s) as stuck:
-                    await self._write_rest(memoryview(data)[sent:])
-            if stuck is not None and stuck.cancelled_caught:
-                self.server.timeouts_total += 1
-                log.info("connection %d: client did not read for %.1f s, closing",
-                         self._id, self.config.write_timeout_s)
-                self._broken = True
-            if self._broken:
+                # Uncontended (the usual case): no scheduler round trip for the lock.
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+            try:
+                written = await self._write(data)
+            finally:
+                lock.release()
+            if not written:
                 self.abort()
-                return False
-            return True
+            return written
         finally:
-            lock.release()
+            self._unsent -= len(data)
+            self._wake_reader()
 
-    async def _write_rest(self, view: memoryview) -> None:
+    async def _write(self, data: bytes) -> bool:
+        """Write all of ``data`` (the caller holds the write lock); False if the client
+        is gone or did not read for ``write_timeout_s``."""
+        if self._broken:
+            return False
         fd = self._fd
-        while view and not self._broken:
-            try:
-                await trio.lowlevel.wait_writable(fd)
-                view = view[os.write(fd, view):]
-            except BlockingIOError:
-                continue
-            except (OSError, trio.ClosedResourceError):
-                self._broken = True
+        try:
+            # Most answers fit the socket buffer: then no wait, no timer, no checkpoint
+            # (every caller checkpoints while it waits for its next piece of work).
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # EPIPE, ECONNRESET: the client is gone
+            self._broken = True
+            return False
+        if sent == len(data):
+            return True
+        view = memoryview(data)[sent:]
+        try:
+            with trio.move_on_after(self._config.write_timeout_s) as timer:
+                while view:
+                    try:
+                        await trio.lowlevel.wait_writable(fd)
+                        view = view[os.write(fd, view):]
+                    except BlockingIOError:
+                        continue
+                    except (OSError, trio.ClosedResourceError):
+                        break
+        finally:
+            # A frame cut short (also by cancellation) leaves the stream unusable.
+            self._broken = bool(view)
+        if view and timer.cancelled_caught:
+            self._counters.timeouts_total += 1
+            log.info("connection %d: client did not read for %.1f s, closing",
+                     self._id, self._config.write_timeout_s)
+        return not view
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str]) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new."""

@@ -155,10 +155,12 @@ def ops_methods() -> Methods:
                 targets.append(_source(ws))
             else:
                 cfg = state.config
-                targets.append(bk.AgentSource(agent_id, cfg.workspace_path(agent_id).resolve(),
+                root = await trio.to_thread.run_sync(cfg.workspace_path(agent_id).resolve)
+                targets.append(bk.AgentSource(agent_id, root,
                                               _dirs_of(cfg.workspace_settings(agent_id))))
         plans = await trio.to_thread.run_sync(
-            lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets])
+            lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets],
+            limiter=cpu)
         if dry_run:
             return {"file": str(path), "dry_run": True,
                     "plans": [bk.plan_summary(plan) for plan in plans]}

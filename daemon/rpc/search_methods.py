@@ -20,19 +20,19 @@ class Synced(TypedDict):
 
 
 def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
-    """A keyword-only search of one small workspace nobody is writing to does not wait:
-    it runs on the connection's reader, without starting a call task."""
+    """A short keyword-only search of one small workspace nobody is writing to does not
+    wait: it runs on the connection's reader, without starting a call task."""
     if params.get("sync") or params.get("agents") is not None:
         return False
-    agent_id = params.get("agent_id")
-    if not isinstance(agent_id, str):
+    agent_id, query = params.get("agent_id"), params.get("query")
+    if not isinstance(agent_id, str) or not isinstance(query, str):
         return False
     try:
         index = state.registry.get(agent_id).services.index
     except UnknownWorkspace:
         return False
     vectors = index.vectors
-    return (vectors is None or not vectors.embeds_queries()) and index.reads_now()
+    return (vectors is None or not vectors.embeds_queries()) and index.reads_now(query)
 
 
 @METHODS.add("memory.search", positional=("agent_id", "query"),

@@ -3,7 +3,7 @@
 :class:`RpcServer` owns the listening socket (bound by :mod:`recalld.daemon.listener`,
 or passed by systemd), the accept loop, the peer check and the connection cap, the
 server-wide counters behind :meth:`RpcServer.statistics`, and a nursery of its own that
-holds one task per connection. Each task runs a :class:`recalld.daemon.connection.Connection`,
+holds one task per connection. Each task runs a :class:`recalld.daemon.rpc.connection.Connection`,
 which owns everything about one client (reading, calls, writes, events).
 
 Stopping: when :meth:`RpcServer.run` is cancelled it stops accepting, closes the
@@ -27,26 +27,10 @@ from typing import Any
 import trio
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE, RECEIVE_SIZE, Connection
+from recalld.daemon.rpc.connection import CallCounters, Connection
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request, encode, error_response
-
-# Names that lived here before the connection got its own module stay importable here.
-__all__ = [
-    "ACCEPT_BACKOFF_MAX_S",
-    "ACCEPT_BACKOFF_MIN_S",
-    "ACCEPT_CAPACITY_ERRNOS",
-    "EVENT_QUEUE_SIZE",
-    "RECEIVE_SIZE",
-    "Connection",
-    "Dispatch",
-    "PeerCredentials",
-    "RpcServer",
-    "ServerStatistics",
-    "peer_allowed",
-    "peer_credentials",
-]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +40,8 @@ ACCEPT_BACKOFF_MIN_S = 0.01
 ACCEPT_BACKOFF_MAX_S = 1.0
 
 # ``await dispatch(request, connection)`` runs one call. A dispatcher may also have an
-# ``is_immediate(request) -> bool`` method (recalld.daemon.api.Dispatcher has): a call it
-# names will not wait, so the server runs it inline on the connection's reader.
+# ``is_immediate(request) -> bool`` method (recalld.daemon.rpc.dispatch.Dispatcher has): a call it
+# names will not wait, so the connection runs it inline on its reader.
 Dispatch = Callable[[Request, Connection], Awaitable[Any]]
 
 
@@ -128,27 +112,25 @@ class RpcServer:
         self._draining = False
         self._all_closed: trio.Event | None = None
         self.listening = trio.Event()
-        # counters for daemon.status
-        self.connections_total = 0
-        self.calls_in_flight = 0
-        self.requests_total = 0
-        self.errors_total = 0
-        self.rejected_overloaded_total = 0
-        self.rejected_peer_total = 0
-        self.timeouts_total = 0
-        self.accept_errors_total = 0
+        # counters for daemon.status; the connections keep the call counters
+        self._calls = CallCounters()
+        self._connections_total = 0
+        self._rejected_overloaded_total = 0
+        self._rejected_peer_total = 0
+        self._accept_errors_total = 0
 
     def statistics(self) -> ServerStatistics:
+        calls = self._calls
         return ServerStatistics(
             connections_open=len(self._connections),
-            connections_total=self.connections_total,
-            calls_in_flight=self.calls_in_flight,
-            requests_total=self.requests_total,
-            errors_total=self.errors_total,
-            rejected_overloaded_total=self.rejected_overloaded_total,
-            rejected_peer_total=self.rejected_peer_total,
-            timeouts_total=self.timeouts_total,
-            accept_errors_total=self.accept_errors_total,
+            connections_total=self._connections_total,
+            calls_in_flight=calls.calls_in_flight,
+            requests_total=calls.requests_total,
+            errors_total=calls.errors_total,
+            rejected_overloaded_total=self._rejected_overloaded_total,
+            rejected_peer_total=self._rejected_peer_total,
+            timeouts_total=calls.timeouts_total,
+            accept_errors_total=self._accept_errors_total,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -203,7 +185,7 @@ class RpcServer:
                     raise
                 # Out of descriptors or memory: the pending client stays in the backlog;
                 # retry after a pause instead of spinning or dying (RELIABILITY 18).
-                self.accept_errors_total += 1
+                self._accept_errors_total += 1
                 if backoff == ACCEPT_BACKOFF_MIN_S:
                     log.error("accept failed: %s; retrying with backoff", exc.strerror)
                 await trio.sleep(backoff)
@@ -228,25 +210,29 @@ class RpcServer:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         """One connection, start to end. Never raises: a bug here must not stop the server."""
-        self.connections_total += 1
-        cid = self.connections_total
+        self._connections_total += 1
+        cid = self._connections_total
         try:
             try:
                 cred: PeerCredentials | None = peer_credentials(stream.socket)
             except OSError:
                 cred = None
             if not peer_allowed(cred, self._own_uid):
-                self.rejected_peer_total += 1
+                self._rejected_peer_total += 1
                 log.warning("refused connection from uid %s", cred.uid if cred else "unknown")
                 return
             if len(self._connections) >= self.config.max_connections or self._draining:
-                self.rejected_overloaded_total += 1
+                self._rejected_overloaded_total += 1
                 code = errors.SHUTTING_DOWN if self._draining else errors.OVERLOADED
                 message = "shutting down" if self._draining else "too many connections"
                 with trio.move_on_after(self.config.write_timeout_s):
                     await stream.send_all(encode(error_response(None, code, message)))
                 return
-            conn = Connection(self, stream, cid, cred)
+            conn = Connection(
+                stream, connection_id=cid, peer_pid=cred.pid if cred else None,
+                config=self.config, dispatch=self._dispatch, answers_now=self._is_immediate,
+                counters=self._calls,
+            )
             self._connections.add(conn)
             try:
                 await conn.serve()
