@@ -3,8 +3,10 @@
 Results follow QwenPaw's documented shape and text form. With only the keyword branch,
 ``score`` is the BM25 score; with both, it is the fused score and ``vector`` / ``keyword``
 show each branch's own score (``None`` on the wire, ``-`` in the text, where a branch
-missed). Link expansion adds, after the hits, the first chunk of each file a hit links
-to or is linked from (``via`` names the hit), so an agent sees the neighbourhood.
+missed). Link expansion adds, after the hits, one chunk of each file a hit links to or is
+linked from (``via`` names the hit): the file's best keyword match for the query, else its
+first chunk with body text, never a bare frontmatter block; so an agent sees the
+neighbourhood.
 
 The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:

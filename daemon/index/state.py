@@ -21,6 +21,7 @@ from pyroaring import BitMap
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.index.frontmatter import has_body
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
@@ -183,6 +184,36 @@ class IndexState:
         out = [p for p in self.graph.linked(path) if p in files]
         out.sort()
         return out
+
+    def linked_chunks(self, query: str, paths: Sequence[str]) -> dict[str, StoredChunk]:
+        """For each of ``paths`` (linked files), the chunk that stands for it beside a hit:
+        its best keyword match for ``query``, else its first chunk with body text. A file
+        whose chunks are all bare frontmatter has none (a block of keys tells an agent
+        little)."""
+        owner: dict[int, str] = {}
+        for path in paths:
+            info = self.files.get(path)
+            if info is not None:
+                owner.update((key, path) for key in info.keys)
+        out: dict[str, StoredChunk] = {}
+        if not owner:
+            return out
+        for key, _ in self.keyword_search(query, len(owner), BitMap(owner)):
+            path = owner[key]
+            if path not in out:
+                chunk = self.chunks[key]
+                if has_body(chunk.text):
+                    out[path] = chunk
+        for path in paths:
+            info = self.files.get(path)
+            if path in out or info is None:
+                continue
+            for key in info.keys:
+                chunk = self.chunks[key]
+                if has_body(chunk.text):
+                    out[path] = chunk
+                    break
+        return {path: out[path] for path in paths if path in out}
 
     # -- writing ---------------------------------------------------------------------
 
