@@ -225,6 +225,22 @@ def memory_list(
                 _as_list("files"))
 
 
+def recall(
+    agent_id: str, query: str | None = None,
+    messages: Sequence[Mapping[str, str]] | None = None, max_results: int | None = None,
+    budget_chars: int | None = None, include_index: bool = False,
+) -> Call[dict[str, Any]]:
+    """``memory.recall``: the block to put before a reply for ``query`` (or the last user
+    ``messages``): hits, their linked context and, with ``include_index``, the memory
+    index, labelled with path and lines, in at most ``budget_chars`` (``rendered``)."""
+    return Call("memory.recall",
+                _params(agent_id=agent_id, query=query,
+                        messages=[dict(m) for m in messages] if messages is not None else None,
+                        max_results=max_results, budget_chars=budget_chars,
+                        include_index=include_index or None),
+                _as_dict)
+
+
 def inbox_list(
     agent_id: str, since: str | None = None, include_acked: bool = False
 ) -> Call[list[dict[str, Any]]]:
@@ -312,7 +328,7 @@ METHODS: dict[str, str] = {
     for builder, args in (
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
         (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
-        (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
+        (recall, ("a", "q")), (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
@@ -381,6 +397,7 @@ class SyncMethods:
     add_note = sync_method(add_note)
     memory_index = sync_method(memory_index)
     memory_list = sync_method(memory_list)
+    recall = sync_method(recall)
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
@@ -415,6 +432,7 @@ class AsyncMethods:
     add_note = async_method(add_note)
     memory_index = async_method(memory_index)
     memory_list = async_method(memory_list)
+    recall = async_method(recall)
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)

@@ -1,5 +1,6 @@
 """RPC methods that agent integrations (framework middleware, the MCP bridge) need besides
-search and read: ``memory.add_note``, ``memory.index`` and ``memory.list``.
+search and read: ``memory.add_note``, ``memory.index``, ``memory.list`` and
+``memory.recall`` (the block an agent puts before its reply, :mod:`recalld.daemon.memory.recall`).
 
 ``memory.add_note`` writes what an agent chose to remember into its own note of the day
 through the workspace file operations (confined, atomic, searchable before the answer).
@@ -21,7 +22,16 @@ import trio
 
 from recalld.daemon import safepath, sharing
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.search import MAX_RESULTS_CAP, search
+from recalld.daemon.index.state import Filters
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
+from recalld.daemon.memory.recall import (
+    DEFAULT_BUDGET_CHARS,
+    MAX_BUDGET_CHARS,
+    Recall,
+    build_recall,
+    query_of,
+)
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -245,3 +255,31 @@ async def memory_index(ctx: CallContext, params: JsonObject) -> MemoryIndex:
         _index_entries, ws.root, digest, min(limit, MAX_INDEX_ENTRIES))
     return {"agent_id": agent_id, "entries": entries, "total": total,
             "truncated": total > len(entries), "rendered": render_index(entries)}
+
+
+# -------------------------------------------------------------------------- memory.recall
+
+
+@METHODS.add("memory.recall", positional=("agent_id", "query"))
+async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
+    """The recall block for a query (or the last user messages): hits, their linked
+    context and, with ``include_index``, the memory index, within ``budget_chars``."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = query_of(p.text("query", None), p.array("messages", None))
+    max_results = min(p.integer("max_results", 5, minimum=1), MAX_RESULTS_CAP)
+    budget = p.integer("budget_chars", DEFAULT_BUDGET_CHARS, minimum=1)
+    include_index = p.boolean("include_index", False)
+    p.done()
+    if budget > MAX_BUDGET_CHARS:
+        raise InvalidParams(f"param 'budget_chars' must be at most {MAX_BUDGET_CHARS}")
+    ws = ctx.workspace(agent_id)
+    answer = await search(ws.services.index, query, max_results=max_results, min_score=None,
+                          filters=Filters(), config=ws.settings.search, agent_id=agent_id)
+    index_text = None
+    if include_index:
+        digest = "/".join(safepath.split_relative(ws.settings.digest_dir))
+        entries, _ = await trio.to_thread.run_sync(
+            _index_entries, ws.root, digest, DEFAULT_INDEX_ENTRIES)
+        index_text = render_index(entries)
+    return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text)
