@@ -14,7 +14,8 @@ middlewares offer, without an index in the agent process::
     await memory.close()
 
 - ReMe-style retrieval modes: ``static_control`` searches the whole workspace when a
-  reply starts and injects the hits before the first reasoning step; ``agent_control``
+  reply starts and injects the daemon's recall block (the hits, then the notes they link
+  to, labelled with path and lines) before the first reasoning step; ``agent_control``
   gives the agent the ``memory_search`` and ``add_memory`` tools (from
   :meth:`list_tools`) and says so in the system prompt; ``both`` (default) does both.
 - Write-back in every mode: each reply's new messages go to ``memory.add_turns`` under
@@ -101,6 +102,9 @@ def _msg_text(msg: Msg) -> str:
 class RecalldMemoryMiddleware(MiddlewareBase):
     """AgentScope middleware giving agents recalld long-term memory (module docstring)."""
 
+    #: Size cap of the block injected before a reply (``memory.recall``'s budget_chars).
+    recall_budget_chars: int = 4000
+
     def __init__(
         self,
         *,
@@ -156,6 +160,18 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                                             agents=self.agents)
         return format_hits(response)
 
+    async def recall_block(self, workspace: str, query: str) -> list[str]:
+        """What is injected before a reply: the daemon's recall block (``memory.recall``:
+        hits, then the notes they link to, within ``recall_budget_chars``). With ``agents``
+        the hits of every named workspace are injected instead (the block covers one)."""
+        if self.agents is not None:
+            return await self.search(workspace, query)
+        await self._ensure_open(workspace)
+        answer = await self.client.recall(workspace, query, max_results=self.top_k,
+                                          budget_chars=self.recall_budget_chars)
+        rendered = str(answer.get("rendered") or "")
+        return [rendered] if rendered else []
+
     async def add(self, workspace: str, content: str, session_id: str | None) -> dict[str, Any]:
         """Store ``content`` as a note of the day; returns where it went."""
         await self._ensure_open(workspace)
@@ -202,7 +218,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         query = _query_text(input_kwargs.get("inputs"))
         if query and session is not None and self.mode != "agent_control":
             try:
-                hits = await self.search(workspace, query)
+                hits = await self.recall_block(workspace, query)
             except _DAEMON_ERRORS as exc:
                 log.warning("recalld search for %s failed: %s", workspace, exc)
                 hits = []
