@@ -49,7 +49,7 @@ from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
 from recalld.ipc.asyncio_client import AsyncioClient
-from recalld.ipc.types import SearchResponse
+from recalld.ipc.types import SearchResponse, render_linked
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -158,7 +158,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         await self._ensure_open(workspace)
         response = await self.client.search(workspace, query, max_results=limit or self.top_k,
                                             agents=self.agents)
-        return format_hits(response)
+        linked = render_linked(response, MAX_HIT_CHARS)
+        return format_hits(response) + ([linked] if linked else [])
 
     async def recall_block(self, workspace: str, query: str) -> list[str]:
         """What is injected before a reply: the daemon's recall block (``memory.recall``:

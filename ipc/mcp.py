@@ -38,6 +38,7 @@ from mcp.server.stdio import stdio_server
 
 from recalld.ipc import __version__, errors
 from recalld.ipc.asyncio_client import AsyncioClient
+from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
 DEFAULT_AGENT = "default"
@@ -214,7 +215,10 @@ class Bridge:
         if not hits:
             return _text("(no results)", structured={"results": []})
         text = response.rendered or "\n\n".join(r.rendered for r in response)
-        return _text(text, structured={"results": hits})
+        linked = render_linked(response)
+        return _text(f"{text}\n\n{linked}" if linked else text,
+                     structured={"results": hits,
+                                 "expanded": [r.to_dict() for r in response.expanded]})
 
     async def recall(self, query: str, *, limit: int | None = None,
                      budget_chars: int | None = None,

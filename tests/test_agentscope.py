@@ -176,6 +176,22 @@ def test_injection_carries_the_linked_node_body(daemon: DaemonHandle,
     assert "(linked from memory/2026-07-25/lake.md)" in linked
     assert "name: ferry-facts" not in injected and "type: reference" not in injected
 
+    # The memory_search tool gives the linked context as well.
+    fake.requests.clear()
+    fake.chat_default = scripted(("memory_search", {"query": "quokkaboat"}))
+
+    async def tool_turn() -> str:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            return (await _reply(fake, mw, "assistant", "the boat trip?"))[1]
+        finally:
+            await mw.close()
+
+    text = asyncio.run(tool_turn())
+    assert "leaves Bürkliplatz hourly" in text.split("## Linked context", 1)[1]
+    assert "name: ferry-facts" not in text
+
 
 def test_agent_control_tools_search_and_add_memory(daemon: DaemonHandle,
                                                    fake: FakeProvider) -> None:

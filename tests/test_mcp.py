@@ -192,6 +192,11 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
             block = small.messages[0].content.text.split("\n\n", 1)[1]
             assert len(block) <= 60
 
+            # The search tool shows the linked context too.
+            searched = _text(await s.call_tool("memory_search", {"query": "quokkaboat"}))
+            assert "leaves Bürkliplatz hourly" in searched.split("## Linked context", 1)[1]
+            assert "name: ferry-facts" not in searched
+
             bad = await s.call_tool("memory_recall", {"query": "  "})
             assert bad.is_error and "empty" in _text(bad)
 
