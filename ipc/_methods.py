@@ -194,13 +194,14 @@ def add_turns(
 
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
-    description: str | None = None,
+    description: str | None = None, author: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``memory.add_note``: append ``content`` to the agent's note of the day (one note
-    per ``session_id`` and ``name``); returns once it is searchable."""
+    per ``session_id`` and ``name``; ``author``, the writing agent, goes in its
+    frontmatter for the ``author`` search filter); returns once it is searchable."""
     return Call("memory.add_note",
                 _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
-                        description=description),
+                        description=description, author=author),
                 _as_dict)
 
 

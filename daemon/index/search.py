@@ -38,10 +38,11 @@ _DATE = "YYYY-MM-DD"
 
 
 def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
-    """``{path_prefix, date_from, date_to, bucket}`` (strings or lists) to :class:`Filters`."""
+    """``{path_prefix, date_from, date_to, bucket, author}`` (strings or lists) to
+    :class:`Filters`."""
     if not raw:
         return Filters()
-    known = {"path_prefix", "date_from", "date_to", "bucket"}
+    known = {"path_prefix", "date_from", "date_to", "bucket", "author"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise InvalidParams(f"unknown filter(s): {', '.join(unknown)}")
@@ -69,7 +70,7 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
         if "/" in bucket.strip("/") or bucket in (".", ".."):
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
     return Filters(path_prefixes=strings("path_prefix"), date_from=day("date_from"),
-                   date_to=day("date_to"), buckets=buckets)
+                   date_to=day("date_to"), buckets=buckets, authors=strings("author"))
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,

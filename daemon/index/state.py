@@ -81,16 +81,19 @@ class ApplyStats:
 
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """Search filters: path prefixes, daily-note date range, digest buckets."""
+    """Search filters: path prefixes, daily-note date range, digest buckets, and the
+    ``author`` a note's frontmatter names (the agent that wrote it)."""
 
     path_prefixes: tuple[str, ...] = ()
     date_from: str | None = None
     date_to: str | None = None
     buckets: tuple[str, ...] = ()
+    authors: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets)
+        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets
+                    or self.authors)
 
 
 def _stem(path: str) -> str:
@@ -162,8 +165,19 @@ class IndexState:
                     continue
                 if filters.date_to and day > filters.date_to:
                     continue
+            if filters.authors and self.author(path) not in filters.authors:
+                continue
             out.update(info.keys)
         return out
+
+    def author(self, path: str) -> str | None:
+        """The ``author`` field of the file's frontmatter (kept with its first chunk)."""
+        info = self.files.get(path)
+        if info is None or not info.keys:
+            return None
+        fields = self.chunks[info.keys[0]].metadata.get("frontmatter")
+        value = fields.get("author") if isinstance(fields, Mapping) else None
+        return value if isinstance(value, str) else None
 
     def keyword_search(
         self, query: str, limit: int, allowed: BitMap | None = None

@@ -99,7 +99,10 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
     session_id = check_session_id(p.text("session_id", DEFAULT_NOTE_SESSION))
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
+    author = p.text("author", None)
     p.done()
+    if author is not None and not slug(author):
+        raise InvalidParams("param 'author' must contain letters or digits")
     text = redact(content).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
@@ -118,7 +121,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
             body = "\n".join(old[parse_frontmatter(existing)[1]:]).strip()
         new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
         result = await ops.daily_write(session_id, name, new_body, date=day,
-                                       description=description)
+                                       description=description,
+                                       extra={"author": author} if author else None)
     return {"agent_id": agent_id, "session_id": session_id, "date": day, **result.as_dict()}
 
 
