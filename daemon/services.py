@@ -37,6 +37,7 @@ from recalld.daemon.memory.consolidation import Consolidation, ResourceService
 from recalld.daemon.memory.inbox import Inbox, inbox_path
 from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.sessions import SessionStore
+from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
@@ -127,6 +128,8 @@ class WorkspaceServices:
     resource: ResourceService
     #: The workspace's chat client, made on first use.
     chat: ChatClients
+    #: ``<digest_dir>/MEMORY.md``, the index of the topic files, kept current.
+    memory_file: MemoryFile
     #: Serializes writes through the workspace file operations.
     write_lock: trio.Lock
     #: Serializes ``memory.add_note`` appends (each reads the note and writes it back).
@@ -181,6 +184,7 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
         chat=chat,
+        memory_file=MemoryFile(ws, index),
         write_lock=trio.Lock(),
         note_lock=trio.Lock(),
     )

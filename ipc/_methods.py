@@ -242,6 +242,23 @@ def recall(
                 _as_dict)
 
 
+def topic_write(
+    agent_id: str, path: str, name: str, description: str, type: str, body: str,
+) -> Call[dict[str, Any]]:
+    """``memory.topic_write``: create or replace a topic file in the digest folder
+    (``type`` one of user, feedback, project, reference); MEMORY.md lists it on return."""
+    return Call("memory.topic_write",
+                _params(agent_id=agent_id, path=path, name=name, description=description,
+                        type=type, body=body),
+                _as_dict)
+
+
+def topic_edit(agent_id: str, path: str, old: str, new: str) -> Call[dict[str, Any]]:
+    """``memory.topic_edit``: replace the one occurrence of ``old`` in a topic file."""
+    return Call("memory.topic_edit", _params(agent_id=agent_id, path=path, old=old, new=new),
+                _as_dict)
+
+
 def inbox_list(
     agent_id: str, since: str | None = None, include_acked: bool = False
 ) -> Call[list[dict[str, Any]]]:
@@ -329,7 +346,9 @@ METHODS: dict[str, str] = {
     for builder, args in (
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
         (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
-        (recall, ("a", "q")), (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
+        (recall, ("a", "q")), (topic_write, ("a", "p", "n", "d", "user", "b")),
+        (topic_edit, ("a", "p", "o", "n")), (workspace_close, ("a",)), (read, ("a", "p")),
+        (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
@@ -399,6 +418,8 @@ class SyncMethods:
     memory_index = sync_method(memory_index)
     memory_list = sync_method(memory_list)
     recall = sync_method(recall)
+    topic_write = sync_method(topic_write)
+    topic_edit = sync_method(topic_edit)
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
@@ -434,6 +455,8 @@ class AsyncMethods:
     memory_index = async_method(memory_index)
     memory_list = async_method(memory_list)
     recall = async_method(recall)
+    topic_write = async_method(topic_write)
+    topic_edit = async_method(topic_edit)
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)

@@ -13,6 +13,7 @@ threads and are bounded in entries and bytes.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -24,6 +25,7 @@ from recalld.daemon import safepath, sharing
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.index.state import Filters
+from recalld.daemon.memory import topics
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
 from recalld.daemon.memory.recall import (
     DEFAULT_BUDGET_CHARS,
@@ -36,7 +38,9 @@ from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
+
+log = logging.getLogger(__name__)
 
 METHODS = Methods()
 
@@ -287,3 +291,70 @@ async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
             _index_entries, ws.root, digest, DEFAULT_INDEX_ENTRIES)
         index_text = render_index(entries)
     return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text)
+
+
+# ------------------------------------------------------- memory.topic_write / topic_edit
+
+
+class TopicWritten(TypedDict):
+    agent_id: str
+    path: str
+    created: bool
+    changed: bool
+    memory_md: str
+
+
+async def _topic_done(ws: Workspace, rel: str, created: bool, changed: bool,
+                      action: str) -> TopicWritten:
+    # The index file follows at once (the service would also catch it on the next change).
+    await ws.services.memory_file.refresh()
+    log.info("workspace %s: topic file %s %s", ws.agent_id, rel,
+             action if changed else "unchanged")
+    return {"agent_id": ws.agent_id, "path": rel, "created": created, "changed": changed,
+            "memory_md": f"{topics.digest_folder(ws)}/{topics.INDEX_FILE}"}
+
+
+@METHODS.add("memory.topic_write")
+async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
+    """Create or replace a topic file of the digest folder (frontmatter ``name``,
+    ``description``, ``type``); answers once it is searchable and listed in MEMORY.md."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path")
+    name = p.text("name")
+    description = p.text("description")
+    type_ = p.text("type")
+    body = p.text("body")
+    p.done()
+    ws = ctx.workspace(agent_id)
+    rel = topics.topic_path(topics.digest_folder(ws), path)
+    text = topics.render_topic(name, description, type_, redact(body))
+    result = await fileops_for(ws).write(rel, text)
+    return await _topic_done(ws, rel, result.created, result.changed, "written")
+
+
+@METHODS.add("memory.topic_edit")
+async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
+    """Replace the one occurrence of ``old`` by ``new`` in a topic file; the result must
+    still be a valid topic file."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path")
+    old = p.text("old")
+    new = p.text("new")
+    p.done()
+    ws = ctx.workspace(agent_id)
+    rel = topics.topic_path(topics.digest_folder(ws), path)
+    if not old:
+        raise InvalidParams("param 'old' must not be empty")
+    before = await trio.to_thread.run_sync(read_confined, ws.root, rel)
+    if before is None:
+        raise NotFound(f"no such topic file: {rel}")
+    count = before.count(old)
+    if count != 1:
+        raise InvalidParams(f"'old' occurs {count} times in {rel}; it must occur exactly once")
+    topics.checked_topic(before.replace(old, redact(new), 1), rel)
+    # The file operations apply the edit under the workspace write lock, against the
+    # file as it is then (so a write in between is never lost).
+    result = await fileops_for(ws).edit(rel, old, redact(new))
+    return await _topic_done(ws, rel, False, result.changed, "edited")
