@@ -230,16 +230,24 @@ def recall(
     agent_id: str, query: str | None = None,
     messages: Sequence[Mapping[str, str]] | None = None, max_results: int | None = None,
     budget_chars: int | None = None, include_index: bool = False,
+    include_interests: bool = False,
 ) -> Call[dict[str, Any]]:
     """``memory.recall``: the block to put before a reply for ``query`` (or the last user
-    ``messages``): hits, their linked context and, with ``include_index``, the memory
-    index, labelled with path and lines, in at most ``budget_chars`` (``rendered``)."""
+    ``messages``): hits, their linked context and, with ``include_index`` /
+    ``include_interests``, the memory index and the top interest topics, labelled with
+    path and lines, in at most ``budget_chars`` (``rendered``)."""
     return Call("memory.recall",
                 _params(agent_id=agent_id, query=query,
                         messages=[dict(m) for m in messages] if messages is not None else None,
                         max_results=max_results, budget_chars=budget_chars,
-                        include_index=include_index or None),
+                        include_index=include_index or None,
+                        include_interests=include_interests or None),
                 _as_dict)
+
+
+def interests(agent_id: str, limit: int | None = None) -> Call[dict[str, Any]]:
+    """``memory.interests``: the weighted interest topics each dream refreshes."""
+    return Call("memory.interests", _params(agent_id=agent_id, limit=limit), _as_dict)
 
 
 def topic_write(
@@ -347,7 +355,8 @@ METHODS: dict[str, str] = {
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
         (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
         (recall, ("a", "q")), (topic_write, ("a", "p", "n", "d", "user", "b")),
-        (topic_edit, ("a", "p", "o", "n")), (workspace_close, ("a",)), (read, ("a", "p")),
+        (topic_edit, ("a", "p", "o", "n")), (interests, ("a",)),
+        (workspace_close, ("a",)), (read, ("a", "p")),
         (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
@@ -420,6 +429,7 @@ class SyncMethods:
     recall = sync_method(recall)
     topic_write = sync_method(topic_write)
     topic_edit = sync_method(topic_edit)
+    interests = sync_method(interests)
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
@@ -457,6 +467,7 @@ class AsyncMethods:
     recall = async_method(recall)
     topic_write = async_method(topic_write)
     topic_edit = async_method(topic_edit)
+    interests = async_method(interests)
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)

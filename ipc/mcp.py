@@ -77,6 +77,8 @@ TOOLS: list[types.Tool] = [
                                  "default": 4000},
                 "include_index": {"type": "boolean", "default": False,
                                   "description": "Add the index of long-term notes."},
+                "include_interests": {"type": "boolean", "default": False,
+                                      "description": "Add the top interest topics."},
             },
             "required": ["query"],
         },
@@ -221,20 +223,22 @@ class Bridge:
                                  "expanded": [r.to_dict() for r in response.expanded]})
 
     async def recall(self, query: str, *, limit: int | None = None,
-                     budget_chars: int | None = None,
-                     include_index: bool = False) -> dict[str, Any]:
+                     budget_chars: int | None = None, include_index: bool = False,
+                     include_interests: bool = False) -> dict[str, Any]:
         """``memory.recall`` for this agent (the tool and the prompt)."""
         await self._open()
         return await self.client.recall(self.agent, query, max_results=limit,
                                         budget_chars=budget_chars,
-                                        include_index=include_index)
+                                        include_index=include_index,
+                                        include_interests=include_interests)
 
     async def _recall(self, args: dict[str, Any]) -> types.CallToolResult:
         limit, budget = args.get("limit"), args.get("budget_chars")
         answer = await self.recall(
             str(args.get("query", "")), limit=int(limit) if limit is not None else None,
             budget_chars=int(budget) if budget is not None else None,
-            include_index=bool(args.get("include_index", False)))
+            include_index=bool(args.get("include_index", False)),
+            include_interests=bool(args.get("include_interests", False)))
         return _text(str(answer.get("rendered") or "(no relevant memories found)"),
                      structured=answer)
 

@@ -4,6 +4,7 @@ the block builder's budget as a property."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,12 @@ def ws(daemon: DaemonHandle, tmp_path: Path) -> Path:
               f"# Filler {i}\n\nThe quokkaboat log entry {i}: " + "calm water. " * (5 + 7 * i)
               + "\n")
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    # The node is a topic file (it has a type): the daemon writes digest/MEMORY.md for it,
+    # which is indexed like any note; wait for it so every call sees the same files.
+    end = time.monotonic() + 30
+    while not (root / "digest" / "MEMORY.md").exists():
+        assert time.monotonic() < end, "MEMORY.md not written"
+        time.sleep(0.05)
     daemon.call("index.sync", {"agent_id": "w"})
     return root
 
@@ -169,3 +176,25 @@ def test_build_recall_stays_in_budget_and_keeps_order(
     if HITS_HEADER in rendered and LINKED_HEADER in rendered:
         assert rendered.index(HITS_HEADER) < rendered.index(LINKED_HEADER)
     assert out["index_included"] == (index is not None and INDEX_HEADER in rendered)
+
+
+def test_interests_are_read_and_join_the_block_when_asked(daemon: DaemonHandle,
+                                                         ws: Path) -> None:
+    assert daemon.call("memory.interests", {"agent_id": "w"}) == {
+        "agent_id": "w", "topics": [], "total": 0}
+    write(ws, "digest/interests.yaml",
+          '# refreshed by every dream\nupdated: 2026-07-25\ntopics:\n'
+          '  - topic: "lake ferries"\n    weight: 0.4\n'
+          '  - topic: "spark tuning"\n    weight: 0.9\n'
+          '  - topic: "tea"\n    weight: 0.1\n')
+    got = daemon.call("memory.interests", {"agent_id": "w", "limit": 2})
+    assert got["total"] == 3
+    assert got["topics"] == [{"topic": "spark tuning", "weight": 0.9},
+                             {"topic": "lake ferries", "weight": 0.4}]
+    answer = recall(daemon, query="quokkaboat", include_interests=True, budget_chars=20_000)
+    assert answer["interests_included"] is True
+    assert answer["rendered"].endswith(
+        "## Interests\n- spark tuning (0.90)\n- lake ferries (0.40)\n- tea (0.10)")
+    assert recall(daemon, query="quokkaboat")["interests_included"] is False
+    with Client(daemon.socket_path, timeout_s=10) as client:
+        assert client.interests("w")["total"] == 3

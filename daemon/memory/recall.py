@@ -31,6 +31,7 @@ MAX_QUERY_CHARS: Final = 2000
 HITS_HEADER: Final = "## Relevant memories"
 LINKED_HEADER: Final = "## Linked context"
 INDEX_HEADER: Final = "## Memory index"
+INTERESTS_HEADER: Final = "## Interests"
 ELLIPSIS: Final = "…"
 
 
@@ -49,6 +50,7 @@ class Recall(TypedDict):
     query: str
     items: list[RecallItem]
     index_included: bool
+    interests_included: bool
     truncated: bool
     budget_chars: int
     rendered: str
@@ -142,10 +144,10 @@ class _Block:
 
 def build_recall(
     agent_id: str, query: str, answer: Mapping[str, Any], *, budget_chars: int,
-    index_text: str | None,
+    index_text: str | None, interests: Sequence[tuple[str, float]] | None = None,
 ) -> Recall:
     """The recall block from a ``memory.search`` answer (``results`` and ``expanded``)
-    and, when given, the rendered memory index."""
+    and, when given, the rendered memory index and the weighted interest topics."""
     hits = [_item("hit", r) for r in answer.get("results", [])]
     linked = [i for i in (_item("linked", r) for r in answer.get("expanded", [])) if i["text"]]
     block = _Block(budget_chars)
@@ -173,8 +175,16 @@ def build_recall(
             index_included = True
         else:
             truncated = True
+    interests_included = False
+    if interests is not None:
+        lines = "\n".join(f"- {topic} ({weight:.2f})" for topic, weight in interests)
+        if not block.full and block.add(f"{INTERESTS_HEADER}\n{lines or '(none yet)'}"):
+            interests_included = True
+        else:
+            truncated = True
     rendered = block.render()
     assert len(rendered) <= budget_chars
     return {"agent_id": agent_id, "query": query, "items": items,
-            "index_included": index_included, "truncated": truncated,
+            "index_included": index_included, "interests_included": interests_included,
+            "truncated": truncated,
             "budget_chars": budget_chars, "rendered": rendered}

@@ -26,7 +26,9 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.index.state import Filters
 from recalld.daemon.memory import topics
+from recalld.daemon.memory.dream import INTERESTS_FILE
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
+from recalld.daemon.memory.interests import parse_interests
 from recalld.daemon.memory.recall import (
     DEFAULT_BUDGET_CHARS,
     MAX_BUDGET_CHARS,
@@ -278,6 +280,7 @@ async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
     max_results = min(p.integer("max_results", 5, minimum=1), MAX_RESULTS_CAP)
     budget = p.integer("budget_chars", DEFAULT_BUDGET_CHARS, minimum=1)
     include_index = p.boolean("include_index", False)
+    include_interests = p.boolean("include_interests", False)
     p.done()
     if budget > MAX_BUDGET_CHARS:
         raise InvalidParams(f"param 'budget_chars' must be at most {MAX_BUDGET_CHARS}")
@@ -290,7 +293,46 @@ async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
         entries, _ = await trio.to_thread.run_sync(
             _index_entries, ws.root, digest, DEFAULT_INDEX_ENTRIES)
         index_text = render_index(entries)
-    return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text)
+    interests = (await read_interests(ws))[:RECALL_INTERESTS] if include_interests else None
+    return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text,
+                        interests=interests)
+
+
+# ------------------------------------------------------------------------ memory.interests
+
+RECALL_INTERESTS = 5
+DEFAULT_INTERESTS = 20
+
+
+class Interest(TypedDict):
+    topic: str
+    weight: float
+
+
+class Interests(TypedDict):
+    agent_id: str
+    topics: list[Interest]
+    total: int
+
+
+async def read_interests(ws: Workspace) -> list[tuple[str, float]]:
+    """The workspace's interest topics (``<digest>/interests.yaml``), heaviest first."""
+    rel = f"{topics.digest_folder(ws)}/{INTERESTS_FILE}"
+    text = await trio.to_thread.run_sync(read_confined, ws.root, rel)
+    weights = parse_interests(text or "")
+    return sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+@METHODS.add("memory.interests", positional=("agent_id",))
+async def memory_interests(ctx: CallContext, params: JsonObject) -> Interests:
+    """The weighted interest topics each dream refreshes, heaviest first."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    limit = p.integer("limit", DEFAULT_INTERESTS, minimum=1)
+    p.done()
+    found = await read_interests(ctx.workspace(agent_id))
+    return {"agent_id": agent_id, "total": len(found),
+            "topics": [{"topic": t, "weight": w} for t, w in found[:limit]]}
 
 
 # ------------------------------------------------------- memory.topic_write / topic_edit
