@@ -245,6 +245,13 @@ def recall(
                 _as_dict)
 
 
+def select(agent_id: str, query: str, limit: int | None = None) -> Call[dict[str, Any]]:
+    """``memory.select``: up to ``limit`` topic files for ``query``, chosen by the
+    workspace's chat model (``method`` ``model``) or, without one, by the search."""
+    return Call("memory.select", _params(agent_id=agent_id, query=query, limit=limit),
+                _as_dict)
+
+
 def interests(agent_id: str, limit: int | None = None) -> Call[dict[str, Any]]:
     """``memory.interests``: the weighted interest topics each dream refreshes."""
     return Call("memory.interests", _params(agent_id=agent_id, limit=limit), _as_dict)
@@ -355,7 +362,7 @@ METHODS: dict[str, str] = {
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
         (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
         (recall, ("a", "q")), (topic_write, ("a", "p", "n", "d", "user", "b")),
-        (topic_edit, ("a", "p", "o", "n")), (interests, ("a",)),
+        (topic_edit, ("a", "p", "o", "n")), (interests, ("a",)), (select, ("a", "q")),
         (workspace_close, ("a",)), (read, ("a", "p")),
         (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
@@ -430,6 +437,7 @@ class SyncMethods:
     topic_write = sync_method(topic_write)
     topic_edit = sync_method(topic_edit)
     interests = sync_method(interests)
+    select = sync_method(select)
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
@@ -468,6 +476,7 @@ class AsyncMethods:
     topic_write = async_method(topic_write)
     topic_edit = async_method(topic_edit)
     interests = async_method(interests)
+    select = async_method(select)
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)

@@ -37,6 +37,7 @@ from recalld.daemon.memory.recall import (
     query_of,
 )
 from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.selection import MAX_SELECT, Selected, select_topics
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
@@ -400,3 +401,33 @@ async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
     # file as it is then (so a write in between is never lost).
     result = await fileops_for(ws).edit(rel, old, redact(new))
     return await _topic_done(ws, rel, False, result.changed, "edited")
+
+
+# -------------------------------------------------------------------------- memory.select
+
+
+@METHODS.add("memory.select", positional=("agent_id", "query"))
+async def memory_select(ctx: CallContext, params: JsonObject) -> Selected:
+    """Up to ``limit`` topic files for ``query``, chosen by the workspace's chat model,
+    else by the search (:mod:`recalld.daemon.memory.selection`)."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = p.text("query").strip()
+    limit = min(p.integer("limit", 5, minimum=1), MAX_SELECT)
+    p.done()
+    if not query:
+        raise InvalidParams("param 'query' must not be empty")
+    ws = ctx.workspace(agent_id)
+    digest = topics.digest_folder(ws)
+    entries = await trio.to_thread.run_sync(topics.topic_entries, ws.root, digest)
+
+    async def search_paths() -> list[str]:
+        answer = await search(
+            ws.services.index, query, max_results=min(3 * limit, MAX_RESULTS_CAP),
+            min_score=None, filters=Filters(path_prefixes=(digest,)),
+            config=ws.settings.search, agent_id=agent_id)
+        index_file = f"{digest}/{topics.INDEX_FILE}"
+        return [str(r["path"]) for r in answer["results"] if r["path"] != index_file]
+
+    return await select_topics(agent_id, query, limit, entries,
+                               ws.services.chat.client_or_none(), search_paths)
