@@ -37,6 +37,7 @@ from recalld.daemon.memory.consolidation import Consolidation, ResourceService
 from recalld.daemon.memory.inbox import Inbox, inbox_path
 from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.sessions import SessionStore
+from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
@@ -130,6 +131,8 @@ class WorkspaceServices:
     remote: RemoteService
     #: The workspace's chat client, made on first use.
     chat: ChatClients
+    #: ``<digest_dir>/MEMORY.md``, the index of the topic files, kept current.
+    memory_file: MemoryFile
     #: Serializes writes through the workspace file operations.
     write_lock: trio.Lock
     #: Serializes ``memory.add_note`` appends (each reads the note and writes it back).
@@ -186,6 +189,7 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
         remote=RemoteService(ws),
         chat=chat,
+        memory_file=MemoryFile(ws, index),
         write_lock=trio.Lock(),
         note_lock=trio.Lock(),
     )

@@ -194,13 +194,14 @@ def add_turns(
 
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
-    description: str | None = None,
+    description: str | None = None, author: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``memory.add_note``: append ``content`` to the agent's note of the day (one note
-    per ``session_id`` and ``name``); returns once it is searchable."""
+    per ``session_id`` and ``name``; ``author``, the writing agent, goes in its
+    frontmatter for the ``author`` search filter); returns once it is searchable."""
     return Call("memory.add_note",
                 _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
-                        description=description),
+                        description=description, author=author),
                 _as_dict)
 
 
@@ -223,6 +224,54 @@ def memory_list(
     return Call("memory.list",
                 _params(agent_id=agent_id, prefix=prefix, as_agent=as_agent, limit=limit),
                 _as_list("files"))
+
+
+def recall(
+    agent_id: str, query: str | None = None,
+    messages: Sequence[Mapping[str, str]] | None = None, max_results: int | None = None,
+    budget_chars: int | None = None, include_index: bool = False,
+    include_interests: bool = False,
+) -> Call[dict[str, Any]]:
+    """``memory.recall``: the block to put before a reply for ``query`` (or the last user
+    ``messages``): hits, their linked context and, with ``include_index`` /
+    ``include_interests``, the memory index and the top interest topics, labelled with
+    path and lines, in at most ``budget_chars`` (``rendered``)."""
+    return Call("memory.recall",
+                _params(agent_id=agent_id, query=query,
+                        messages=[dict(m) for m in messages] if messages is not None else None,
+                        max_results=max_results, budget_chars=budget_chars,
+                        include_index=include_index or None,
+                        include_interests=include_interests or None),
+                _as_dict)
+
+
+def select(agent_id: str, query: str, limit: int | None = None) -> Call[dict[str, Any]]:
+    """``memory.select``: up to ``limit`` topic files for ``query``, chosen by the
+    workspace's chat model (``method`` ``model``) or, without one, by the search."""
+    return Call("memory.select", _params(agent_id=agent_id, query=query, limit=limit),
+                _as_dict)
+
+
+def interests(agent_id: str, limit: int | None = None) -> Call[dict[str, Any]]:
+    """``memory.interests``: the weighted interest topics each dream refreshes."""
+    return Call("memory.interests", _params(agent_id=agent_id, limit=limit), _as_dict)
+
+
+def topic_write(
+    agent_id: str, path: str, name: str, description: str, type: str, body: str,
+) -> Call[dict[str, Any]]:
+    """``memory.topic_write``: create or replace a topic file in the digest folder
+    (``type`` one of user, feedback, project, reference); MEMORY.md lists it on return."""
+    return Call("memory.topic_write",
+                _params(agent_id=agent_id, path=path, name=name, description=description,
+                        type=type, body=body),
+                _as_dict)
+
+
+def topic_edit(agent_id: str, path: str, old: str, new: str) -> Call[dict[str, Any]]:
+    """``memory.topic_edit``: replace the one occurrence of ``old`` in a topic file."""
+    return Call("memory.topic_edit", _params(agent_id=agent_id, path=path, old=old, new=new),
+                _as_dict)
 
 
 def inbox_list(
@@ -315,7 +364,10 @@ METHODS: dict[str, str] = {
     for builder, args in (
         (ping, ()), (status, ()), (workspace_open, ("a",)), (workspace_list, ()),
         (add_note, ("a", "c")), (memory_index, ("a",)), (memory_list, ("a",)),
-        (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
+        (recall, ("a", "q")), (topic_write, ("a", "p", "n", "d", "user", "b")),
+        (topic_edit, ("a", "p", "o", "n")), (interests, ("a",)), (select, ("a", "q")),
+        (workspace_close, ("a",)), (read, ("a", "p")),
+        (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
@@ -384,6 +436,11 @@ class SyncMethods:
     add_note = sync_method(add_note)
     memory_index = sync_method(memory_index)
     memory_list = sync_method(memory_list)
+    recall = sync_method(recall)
+    topic_write = sync_method(topic_write)
+    topic_edit = sync_method(topic_edit)
+    interests = sync_method(interests)
+    select = sync_method(select)
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
@@ -418,6 +475,11 @@ class AsyncMethods:
     add_note = async_method(add_note)
     memory_index = async_method(memory_index)
     memory_list = async_method(memory_list)
+    recall = async_method(recall)
+    topic_write = async_method(topic_write)
+    topic_edit = async_method(topic_edit)
+    interests = async_method(interests)
+    select = async_method(select)
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)

@@ -14,7 +14,8 @@ middlewares offer, without an index in the agent process::
     await memory.close()
 
 - ReMe-style retrieval modes: ``static_control`` searches the whole workspace when a
-  reply starts and injects the hits before the first reasoning step; ``agent_control``
+  reply starts and injects the daemon's recall block (the hits, then the notes they link
+  to, labelled with path and lines) before the first reasoning step; ``agent_control``
   gives the agent the ``memory_search`` and ``add_memory`` tools (from
   :meth:`list_tools`) and says so in the system prompt; ``both`` (default) does both.
 - Write-back in every mode: each reply's new messages go to ``memory.add_turns`` under
@@ -33,14 +34,16 @@ failures are logged and never break a reply; the tools report them to the model.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from agentscope.event import ReplyStartEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg, TextBlock, ToolResultState
 from agentscope.middleware import MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
@@ -48,7 +51,7 @@ from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
 from recalld.ipc.asyncio_client import AsyncioClient
-from recalld.ipc.types import SearchResponse
+from recalld.ipc.types import SearchResponse, render_linked
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -100,6 +103,9 @@ def _msg_text(msg: Msg) -> str:
 
 class RecalldMemoryMiddleware(MiddlewareBase):
     """AgentScope middleware giving agents recalld long-term memory (module docstring)."""
+
+    #: Size cap of the block injected before a reply (``memory.recall``'s budget_chars).
+    recall_budget_chars: int = 4000
 
     def __init__(
         self,
@@ -154,7 +160,20 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         await self._ensure_open(workspace)
         response = await self.client.search(workspace, query, max_results=limit or self.top_k,
                                             agents=self.agents)
-        return format_hits(response)
+        linked = render_linked(response, MAX_HIT_CHARS)
+        return format_hits(response) + ([linked] if linked else [])
+
+    async def recall_block(self, workspace: str, query: str) -> list[str]:
+        """What is injected before a reply: the daemon's recall block (``memory.recall``:
+        hits, then the notes they link to, within ``recall_budget_chars``). With ``agents``
+        the hits of every named workspace are injected instead (the block covers one)."""
+        if self.agents is not None:
+            return await self.search(workspace, query)
+        await self._ensure_open(workspace)
+        answer = await self.client.recall(workspace, query, max_results=self.top_k,
+                                          budget_chars=self.recall_budget_chars)
+        rendered = str(answer.get("rendered") or "")
+        return [rendered] if rendered else []
 
     async def add(self, workspace: str, content: str, session_id: str | None) -> dict[str, Any]:
         """Store ``content`` as a note of the day; returns where it went."""
@@ -202,7 +221,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         query = _query_text(input_kwargs.get("inputs"))
         if query and session is not None and self.mode != "agent_control":
             try:
-                hits = await self.search(workspace, query)
+                hits = await self.recall_block(workspace, query)
             except _DAEMON_ERRORS as exc:
                 log.warning("recalld search for %s failed: %s", workspace, exc)
                 hits = []
@@ -250,6 +269,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if self.mode == "static_control":
             return []
         return [MemorySearchTool(self), AddMemoryTool(self)]
+
+    def topic_tools(self) -> list[ToolBase]:
+        """Agentic Memory's ``memory_write`` and ``memory_edit`` for the agent's own topic
+        files in the digest folder (the daemon keeps ``MEMORY.md`` listing them); add them
+        to the toolkit beside :meth:`list_tools`."""
+        return [MemoryWriteTool(self), MemoryEditTool(self)]
 
     async def _write_back(self, agent: Agent, workspace: str, session: str,
                           before: set[str]) -> None:
@@ -399,3 +424,362 @@ class AddMemoryTool(_MemoryTool):
             return _chunk(f"recording memory failed: {exc}", error=True)
         rationale = f" (rationale: {thinking})" if thinking else ""
         return _chunk(f"Recorded {len(facts)} fact(s) in {where.get('path')}{rationale}")
+
+
+class MemoryWriteTool(_MemoryTool):
+    """``memory_write(path, name, description, type, body)``: create or replace a topic
+    file (``memory.topic_write``)."""
+
+    name = "memory_write"
+    description = ("Create or replace one of your long-term memory topic files (Markdown in "
+                   "the digest folder). MEMORY.md, the index of them, is kept for you.")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "File name in the digest folder, e.g. user_role.md"},
+                "name": {"type": "string", "description": "Short title."},
+                "description": {"type": "string",
+                                "description": "One line: when this file is worth reading."},
+                "type": {"type": "string", "enum": ["user", "feedback", "project",
+                                                   "reference"]},
+                "body": {"type": "string", "description": "The content (Markdown)."},
+            },
+            "required": ["path", "name", "description", "type", "body"],
+        }
+
+    async def call(self, path: str = "", name: str = "", description: str = "",
+                   type: str = "", body: str = "", _agent_state: Any = None,
+                   **_: Any) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            await self._mw._ensure_open(workspace)
+            done = await self._mw.client.topic_write(workspace, path, name, description,
+                                                     type, body)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_write failed: {exc}", error=True)
+        return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
+                      f"listed in {done.get('memory_md')}")
+
+
+class MemoryEditTool(_MemoryTool):
+    """``memory_edit(path, old, new)``: replace one exact passage of a topic file."""
+
+    name = "memory_edit"
+    description = ("Edit one of your memory topic files: replace the one occurrence of "
+                   "`old` with `new` (the frontmatter must stay valid).")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The topic file."},
+                "old": {"type": "string", "description": "Exact text to replace (once)."},
+                "new": {"type": "string", "description": "Replacement text."},
+            },
+            "required": ["path", "old", "new"],
+        }
+
+    async def call(self, path: str = "", old: str = "", new: str = "",
+                   _agent_state: Any = None, **_: Any) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            await self._mw._ensure_open(workspace)
+            done = await self._mw.client.topic_edit(workspace, path, old, new)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_edit failed: {exc}", error=True)
+        return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")
+
+
+# ------------------------------------------------------------------- Mem0 compatibility
+
+MEM0_SECTION_HEADER = "## Relevant memories from past conversations"
+MEM0_SECTION_INTRO = ("The following memories about the user may be relevant. "
+                      "Use them only if they are pertinent to the current request.")
+MEM0_TOOL_INSTRUCTIONS = (
+    "## Long-term memory\n\n"
+    "You have `search_memory` and `add_memory` tools available. Use them whenever the "
+    "conversation depends on (search) or contributes (add) a durable fact about the user "
+    "— see each tool's own description for the exact input shape and usage guidance."
+)
+#: Name of the notes the Mem0-compatible middleware writes (one per writing agent a day).
+MEM0_NOTE_NAME = "mem0"
+
+
+class RecalldMem0Middleware(MiddlewareBase):
+    """A drop-in for AgentScope's ``Mem0Middleware`` backed by the recalld daemon.
+
+    Same constructor keywords, modes, tools and injection; swapping is one line::
+
+        memory = RecalldMem0Middleware(user_id="alice", agent_id="coder", mode="both")
+
+    - ``user_id`` names whose memory it is: the recalld workspace of that name
+      (:func:`workspace_name` of it), so every agent of one user shares one workspace.
+    - ``agent_id`` is the writing agent: every note this middleware writes records it as
+      ``author`` in its frontmatter. With ``scope_search_by_agent`` (default true, as in
+      Mem0) searches only return notes whose ``author`` is this ``agent_id`` (the
+      ``author`` search filter); off, or without ``agent_id``, the user's whole workspace.
+    - ``static_control`` / ``both``: before a reply, the user's text is searched (``top_k``
+      hits, at least ``threshold``: the daemon's score, BM25 or fused) and the memories
+      are injected when the reply starts; after it, the exchange is stored as a note (Mem0
+      stores it after extraction; the note is searchable at once). ``await_write=False``
+      stores it in the background.
+    - ``agent_control`` / ``both``: tools ``search_memory(keywords, limit)`` (each keyword
+      searched, results merged and de-duplicated) and ``add_memory(thinking, content)``
+      (only ``content`` is stored).
+    - ``client``, ``chat_model``, ``embedding_model`` and ``mem0_config`` are accepted for
+      the one-line swap and not used: the daemon's configured models serve every agent.
+    """
+
+    def __init__(
+        self,
+        *,
+        user_id: str,
+        client: Any = None,
+        chat_model: Any = None,
+        embedding_model: Any = None,
+        mem0_config: Any = None,
+        mode: Mode = "both",
+        agent_id: str | None = None,
+        top_k: int = 5,
+        threshold: float | None = None,
+        scope_search_by_agent: bool = True,
+        await_write: bool = True,
+        memory_section_header: str = MEM0_SECTION_HEADER,
+        memory_section_intro: str = MEM0_SECTION_INTRO,
+        tool_instructions: str = MEM0_TOOL_INSTRUCTIONS,
+        socket_path: str | Path | None = None,
+        autostart: bool = False,
+        timeout_s: float = 30.0,
+        daemon_client: AsyncioClient | None = None,
+    ) -> None:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ValueError("RecalldMem0Middleware requires a non-empty `user_id`.")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        unused = [name for name, value in (("client", client), ("chat_model", chat_model),
+                                           ("embedding_model", embedding_model),
+                                           ("mem0_config", mem0_config)) if value is not None]
+        if unused:
+            log.warning("RecalldMem0Middleware: %s not used; the recalld daemon's own "
+                        "configuration serves this memory", ", ".join(unused))
+        self.user_id = user_id
+        self.workspace = workspace_name(user_id)
+        self.agent_id = agent_id
+        self.mode: Mode = mode
+        self.top_k = top_k
+        self.threshold = threshold
+        self.scope_search_by_agent = scope_search_by_agent
+        self.await_write = await_write
+        self.memory_section_header = memory_section_header
+        self.memory_section_intro = memory_section_intro
+        self.tool_instructions = tool_instructions
+        self._owns_client = daemon_client is None
+        self.client = daemon_client or AsyncioClient(socket_path, timeout_s=timeout_s,
+                                                     autostart=autostart)
+        self._opened = False
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def _open(self) -> None:
+        if not self._opened:
+            await self.client.workspace_open(self.workspace)
+            self._opened = True
+
+    async def search_memories(self, query: str, limit: int | None = None) -> list[str]:
+        """Memory texts for ``query`` (``[path:lines] text``), scoped as configured."""
+        await self._open()
+        scoped = self.scope_search_by_agent and self.agent_id
+        response = await self.client.search(
+            self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
+            filters={"author": self.agent_id} if scoped else None)
+        return [f"[{hit.path}:{hit.start_line}-{hit.end_line}] {' '.join(hit.text.split())}"
+                for hit in response]
+
+    async def add_memory_text(self, text: str) -> dict[str, Any]:
+        """Store ``text`` as a note of the day, recording this agent as its author."""
+        await self._open()
+        writer = self.agent_id or "agent"
+        return await self.client.add_note(
+            self.workspace, text, session_id=f"mem0-{workspace_name(writer)}"[:128],
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id)
+
+    async def wait_writes(self) -> None:
+        """Wait for background writes (``await_write=False``) to finish."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish background writes, close the daemon connection if owned. Idempotent."""
+        await self.wait_writes()
+        if self._owns_client:
+            await self.client.aclose()
+
+    def _memory_message(self, memories: Sequence[str]) -> Msg:
+        bullets = "\n".join(f"- {m}" for m in memories)
+        return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(
+            hint=f"{self.memory_section_header}\n{self.memory_section_intro}\n{bullets}")])
+
+    async def _write(self, text: str) -> None:
+        try:
+            await self.add_memory_text(text)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld add_note for %s failed: %s", self.workspace, exc)
+
+    async def on_reply(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, Any],
+        next_handler: Callable[..., AsyncGenerator[Any, None]],
+    ) -> AsyncGenerator[Any, None]:
+        if self.mode == "agent_control":
+            async for item in next_handler(**input_kwargs):
+                yield item
+            return
+        query = _query_text(input_kwargs.get("inputs"))
+        memories: list[str] = []
+        if query:
+            try:
+                memories = await self.search_memories(query)
+            except _DAEMON_ERRORS as exc:
+                log.warning("recalld search for %s failed: %s", self.workspace, exc)
+        final: Msg | None = None
+        injected = False
+        try:
+            async for item in next_handler(**input_kwargs):
+                if not injected and memories and isinstance(item, ReplyStartEvent):
+                    agent.state.context.append(self._memory_message(memories))
+                    injected = True
+                if isinstance(item, Msg) and item.role == "assistant":
+                    final = item
+                yield item
+        finally:
+            answer = _msg_text(final) if final is not None else ""
+            if query and answer:
+                exchange = f"User: {query}\nAssistant: {answer}"
+                if self.await_write:
+                    await self._write(exchange)
+                else:
+                    task = asyncio.get_running_loop().create_task(self._write(exchange))
+                    self._writes.add(task)
+                    task.add_done_callback(self._writes.discard)
+
+    async def on_system_prompt(self, agent: Agent, current_prompt: str) -> str:
+        if self.mode == "static_control":
+            return current_prompt
+        return f"{current_prompt}\n\n{self.tool_instructions}"
+
+    async def list_tools(self) -> list[ToolBase]:
+        """``search_memory`` and ``add_memory`` unless the mode is ``static_control``."""
+        if self.mode == "static_control":
+            return []
+        return [Mem0SearchMemoryTool(self), Mem0AddMemoryTool(self)]
+
+
+class _Mem0Tool(ToolBase):
+    """Mem0-compatible tools: always allowed; the workspace is the middleware's user."""
+
+    is_external_tool = False
+    is_state_injected = False
+    is_mcp = False
+    mcp_name = None
+
+    schema: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, middleware: RecalldMem0Middleware) -> None:
+        super().__init__()
+        self._mw = middleware
+        self.input_schema = dict(self.schema)
+
+    async def check_permissions(self, tool_input: dict[str, Any],
+                                context: Any) -> PermissionDecision:
+        return PermissionDecision(behavior=PermissionBehavior.ALLOW,
+                                  message="recalld long-term memory tool")
+
+
+class Mem0SearchMemoryTool(_Mem0Tool):
+    """``search_memory(keywords, limit)``: each keyword searched, merged, de-duplicated."""
+
+    name = "search_memory"
+    description = ("Retrieve memories based on short, targeted search keywords. Each keyword "
+                   "is issued as an independent query; results are merged and deduplicated.")
+    is_concurrency_safe = True
+    is_read_only = True
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "keywords": {"type": "array", "items": {"type": "string"},
+                         "description": "Short, targeted search phrases such as a person's "
+                                        "name, a specific date, a location, or a phrase "
+                                        "describing what to retrieve from memory."},
+            "limit": {"type": "integer",
+                      "description": "Maximum number of memories to retrieve per keyword.",
+                      "default": 5},
+        },
+        "required": ["keywords"],
+    }
+
+    async def call(self, keywords: Sequence[str] | str = (), limit: int = 5,
+                   **_: Any) -> ToolChunk:
+        words = [keywords] if isinstance(keywords, str) else list(keywords)
+        words = [str(w).strip() for w in words if str(w).strip()]
+        if not words:
+            return _chunk("(no keywords supplied — nothing to search)")
+        try:
+            per_keyword = await asyncio.gather(
+                *(self._mw.search_memories(w, max(1, int(limit))) for w in words))
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"Error retrieving memory: {exc}", error=True)
+        merged = list(dict.fromkeys(m for found in per_keyword for m in found))
+        if not merged:
+            return _chunk("(no relevant memories found)")
+        return _chunk("\n".join(f"- {m}" for m in merged))
+
+
+class Mem0AddMemoryTool(_Mem0Tool):
+    """``add_memory(thinking, content)``: only ``content`` is stored."""
+
+    name = "add_memory"
+    description = ("Record important, durable information that may be useful later. Only "
+                   "the provided content is persisted; thinking is retained in the tool "
+                   "result for auditability.")
+    is_concurrency_safe = False
+    is_read_only = False
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "thinking": {"type": "string",
+                         "description": "Reasoning about why this information is worth "
+                                        "remembering. This is not persisted."},
+            "content": {"type": "array", "items": {"type": "string"},
+                        "description": "Specific facts to remember. Each item should be a "
+                                       "complete, standalone sentence."},
+        },
+        "required": ["thinking", "content"],
+    }
+
+    async def call(self, thinking: str = "", content: Sequence[str] | str = (),
+                   **_: Any) -> ToolChunk:
+        items = [content] if isinstance(content, str) else list(content)
+        facts = [str(c).strip() for c in items if str(c).strip()]
+        if not facts:
+            return _chunk("`content` is empty — nothing to record.", error=True)
+        try:
+            where = await self._mw.add_memory_text("\n".join(f"- {f}" for f in facts))
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"Error recording memory: {exc}", error=True)
+        rationale = f" (rationale: {thinking})" if thinking else ""
+        return _chunk(f"Successfully recorded to memory{rationale} → {where.get('path')}")

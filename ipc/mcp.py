@@ -4,9 +4,13 @@ Install with ``pip install 'recalld[mcp]'``. An MCP client (an IDE, a desktop as
 an agent framework) launches ``recalld mcp --agent coder`` (or
 ``python -m recalld.ipc.mcp --agent coder``) and gets:
 
-- tools ``memory_search`` (query, limit, optional other ``agents``), ``memory_read``
+- tools ``memory_search`` (query, limit, optional other ``agents``), ``memory_recall``
+  (the recall block of ``memory.recall``: hits, linked context, optionally the memory
+  index, within a size budget), ``memory_read``
   (a file or a line range, optionally of another agent's workspace), ``memory_add_turns``
   (conversation turns for the daemon's auto_memory) and ``memory_add_note`` (one fact);
+- the prompt ``recall`` (arguments ``query``, ``budget_chars``, ``include_index``): the
+  recall block as a user message to put before the reply;
 - the agent's Markdown files as resources ``recalld://<agent>/<path>``.
 
 The bridge holds no index and no state besides one daemon connection: any number of
@@ -35,6 +39,7 @@ from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
 from recalld.ipc.asyncio_client import AsyncioClient
+from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
 DEFAULT_AGENT = "default"
@@ -54,6 +59,27 @@ TOOLS: list[types.Tool] = [
                 "agents": {"type": "array", "items": {"type": "string"},
                            "description": "Search these agents' workspaces instead of your "
                                           "own (each must be shared with you)."},
+            },
+            "required": ["query"],
+        },
+    ),
+    types.Tool(
+        name="memory_recall",
+        description=("What long-term memory holds for a request, ready to read before "
+                     "answering: the best hits, the notes they link to, optionally the "
+                     "memory index, each labelled with file:line ranges, within a size "
+                     "budget."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The request or topic."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "budget_chars": {"type": "integer", "minimum": 1, "maximum": 200000,
+                                 "default": 4000},
+                "include_index": {"type": "boolean", "default": False,
+                                  "description": "Add the index of long-term notes."},
+                "include_interests": {"type": "boolean", "default": False,
+                                      "description": "Add the top interest topics."},
             },
             "required": ["query"],
         },
@@ -107,6 +133,23 @@ TOOLS: list[types.Tool] = [
 ]
 
 
+RECALL_PROMPT = types.Prompt(
+    name="recall",
+    description=("Long-term memory for a request, to put before the reply: hits, the "
+                 "notes they link to and, if asked, the memory index."),
+    arguments=[
+        types.PromptArgument(name="query", description="The request or topic.",
+                             required=True),
+        types.PromptArgument(name="budget_chars",
+                             description="At most this many characters (default 4000).",
+                             required=False),
+        types.PromptArgument(name="include_index",
+                             description="'true' to add the index of long-term notes.",
+                             required=False),
+    ],
+)
+
+
 def resource_uri(agent: str, path: str) -> str:
     return f"{SCHEME}://{agent}/{quote(path)}"
 
@@ -146,6 +189,8 @@ class Bridge:
             await self._open()
             if name == "memory_search":
                 return await self._search(args)
+            if name == "memory_recall":
+                return await self._recall(args)
             if name == "memory_read":
                 return await self._read(args)
             if name == "memory_add_turns":
@@ -173,7 +218,48 @@ class Bridge:
         if not hits:
             return _text("(no results)", structured={"results": []})
         text = response.rendered or "\n\n".join(r.rendered for r in response)
-        return _text(text, structured={"results": hits})
+        linked = render_linked(response)
+        return _text(f"{text}\n\n{linked}" if linked else text,
+                     structured={"results": hits,
+                                 "expanded": [r.to_dict() for r in response.expanded]})
+
+    async def recall(self, query: str, *, limit: int | None = None,
+                     budget_chars: int | None = None, include_index: bool = False,
+                     include_interests: bool = False) -> dict[str, Any]:
+        """``memory.recall`` for this agent (the tool and the prompt)."""
+        await self._open()
+        return await self.client.recall(self.agent, query, max_results=limit,
+                                        budget_chars=budget_chars,
+                                        include_index=include_index,
+                                        include_interests=include_interests)
+
+    async def _recall(self, args: dict[str, Any]) -> types.CallToolResult:
+        limit, budget = args.get("limit"), args.get("budget_chars")
+        answer = await self.recall(
+            str(args.get("query", "")), limit=int(limit) if limit is not None else None,
+            budget_chars=int(budget) if budget is not None else None,
+            include_index=bool(args.get("include_index", False)),
+            include_interests=bool(args.get("include_interests", False)))
+        return _text(str(answer.get("rendered") or "(no relevant memories found)"),
+                     structured=answer)
+
+    async def get_prompt(self, name: str, args: dict[str, str]) -> types.GetPromptResult:
+        """The ``recall`` prompt: the recall block as one user message."""
+        if name != RECALL_PROMPT.name:
+            raise ValueError(f"unknown prompt: {name}")
+        budget = args.get("budget_chars")
+        try:
+            budget_chars = int(budget) if budget else None
+        except ValueError:
+            raise ValueError(f"budget_chars must be a whole number, not {budget!r}") from None
+        answer = await self.recall(
+            str(args.get("query", "")), budget_chars=budget_chars,
+            include_index=str(args.get("include_index", "")).lower() in ("true", "1", "yes"))
+        block = str(answer.get("rendered") or "(no relevant memories found)")
+        return types.GetPromptResult(
+            description=f"long-term memory of {self.agent} for the request",
+            messages=[types.PromptMessage(role="user", content=types.TextContent(
+                text=f"Relevant long-term memory (use only what is pertinent):\n\n{block}"))])
 
     async def _read(self, args: dict[str, Any]) -> types.CallToolResult:
         owner = str(args.get("agent") or self.agent)
@@ -241,6 +327,16 @@ def build_server(bridge: Bridge) -> Server[Any]:
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=str(params.uri), mime_type="text/markdown", text=text)])
 
+    async def on_list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[RECALL_PROMPT])
+
+    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams,
+                            ) -> types.GetPromptResult:
+        try:
+            return await bridge.get_prompt(params.name, dict(params.arguments or {}))
+        except (ValueError, *_DAEMON_ERRORS) as exc:
+            raise RuntimeError(f"recalld: {exc}") from None
+
     @asynccontextmanager
     async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
         try:
@@ -255,6 +351,7 @@ def build_server(bridge: Bridge) -> Server[Any]:
         lifespan=lifespan,
         on_list_tools=on_list_tools, on_call_tool=on_call_tool,
         on_list_resources=on_list_resources, on_read_resource=on_read_resource,
+        on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt,
     )
 
 

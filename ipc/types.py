@@ -234,3 +234,20 @@ def _opt_float(value: Any) -> float | None:
 
 def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
+    """The neighbours of a search answer (``expanded``) as text for a model: a header, then
+    ``[path:start-end] (linked from <hit>)`` and the text of each, cut to ``max_chars``;
+    empty when there are none."""
+    parts = []
+    for item in response.expanded:
+        text = item.text.strip()
+        if not text:
+            continue
+        if len(text) > max_chars:
+            text = text[:max_chars] + "…"
+        via = item.extra.get("via")
+        origin = f" (linked from {via})" if isinstance(via, str) else ""
+        parts.append(f"[{item.path}:{item.start_line}-{item.end_line}]{origin}\n{text}")
+    return "## Linked context\n\n" + "\n\n".join(parts) if parts else ""

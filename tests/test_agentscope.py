@@ -140,6 +140,59 @@ def test_static_control_injects_hits_and_writes_back(daemon: DaemonHandle,
     assert _pending(daemon, "coder", agent.state.session_id) == 2
 
 
+FERRY_NODE = """---
+name: ferry-facts
+description: what the lake ferries cost
+type: reference
+---
+# Ferries
+
+The lake ferry leaves Bürkliplatz hourly from April to October; the GA covers it.
+"""
+
+
+def test_injection_carries_the_linked_node_body(daemon: DaemonHandle,
+                                                fake: FakeProvider) -> None:
+    _open(daemon, "coder", {
+        "digest/wiki/ferry.md": FERRY_NODE,
+        "memory/2026-07-25/lake.md": "# Saturday\n\nWe rode the quokkaboat, see "
+                                     "[[digest/wiki/ferry]].\n"})
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            await _reply(fake, mw, "assistant", "what was the quokkaboat trip about?")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    (req,) = _chat_requests(fake)
+    injected = _non_system(req).split("<recalled-memory>", 1)[1]
+    assert "[memory/2026-07-25/lake.md:" in injected
+    linked = injected.split("## Linked context", 1)[1]
+    assert "leaves Bürkliplatz hourly" in linked
+    assert "(linked from memory/2026-07-25/lake.md)" in linked
+    assert "name: ferry-facts" not in injected and "type: reference" not in injected
+
+    # The memory_search tool gives the linked context as well.
+    fake.requests.clear()
+    fake.chat_default = scripted(("memory_search", {"query": "quokkaboat"}))
+
+    async def tool_turn() -> str:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            return (await _reply(fake, mw, "assistant", "the boat trip?"))[1]
+        finally:
+            await mw.close()
+
+    text = asyncio.run(tool_turn())
+    assert "leaves Bürkliplatz hourly" in text.split("## Linked context", 1)[1]
+    assert "name: ferry-facts" not in text
+
+
 def test_agent_control_tools_search_and_add_memory(daemon: DaemonHandle,
                                                    fake: FakeProvider) -> None:
     root = _open(daemon, "coder", {"memory/2026-07-01/backups.md": NOTE})

@@ -163,6 +163,53 @@ def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     assert [e["path"] for e in res["expanded"]] == ["digest/personal/food.md"]
 
 
+NODE = """---
+name: harbour-ferries
+description: ferry knowledge
+type: reference
+---
+# Timetable
+
+The lake ferry leaves Bürkliplatz hourly from April to October.
+
+# Tickets
+
+A day pass for the ferry costs the same as the tram pass, and the GA covers it.
+"""
+
+
+def test_a_linked_neighbour_is_its_best_matching_chunk_never_bare_frontmatter(
+        daemon: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/lake.md", "We rode the wombatboat. See [[digest/wiki/ferry]].\n")
+    write(root, "digest/wiki/ferry.md", NODE)
+    open_ws(daemon, root)
+    node_lines = NODE.splitlines()
+
+    def neighbour(query: str) -> dict[str, Any]:
+        # Hits from the daily notes only; the node is reached through the link.
+        res = search(daemon, query, filters={"path_prefix": "memory"})
+        assert paths(res) == ["memory/2026-07-23/lake.md"]
+        (item,) = res["expanded"]
+        assert item["path"] == "digest/wiki/ferry.md"
+        assert item["via"] == "memory/2026-07-23/lake.md"
+        # Its lines are the file's, 1-based and inclusive.
+        assert item["text"].strip() == "\n".join(
+            node_lines[item["start_line"] - 1:item["end_line"]]).strip()
+        assert "name: harbour-ferries" not in item["text"]
+        return item
+
+    # The query's own words pick the neighbour's chunk.
+    assert "day pass" in neighbour("wombatboat pass")["text"]
+    assert "Bürkliplatz" in neighbour("wombatboat Bürkliplatz")["text"]
+    # Nothing of the query in the neighbour: its first chunk with body text.
+    assert "Bürkliplatz" in neighbour("wombatboat")["text"]
+    # A neighbour that is nothing but frontmatter is left out.
+    write(root, "digest/wiki/ferry.md", "---\nname: empty\ndescription: nothing\n---\n")
+    res = search(daemon, "wombatboat", sync=True)
+    assert paths(res) == ["memory/2026-07-23/lake.md"] and res["expanded"] == []
+
+
 def test_changes_are_searchable_after_sync(daemon: Any, workspace: Path) -> None:
     open_ws(daemon, workspace)
     note = write(workspace, "memory/2026-07-25/new.md", "The quokka visited at noon.\n")

@@ -63,8 +63,8 @@ def test_round_trip_through_the_sdk_client(daemon: DaemonHandle) -> None:
     async def main() -> None:
         async with bridge(daemon, "coder") as s:
             tools = {t.name for t in (await s.list_tools()).tools}
-            assert tools == {"memory_search", "memory_read", "memory_add_turns",
-                             "memory_add_note"}
+            assert tools == {"memory_search", "memory_recall", "memory_read",
+                             "memory_add_turns", "memory_add_note"}
 
             found = await s.call_tool("memory_search", {"query": "office printer", "limit": 3})
             assert not found.is_error
@@ -189,3 +189,53 @@ def test_without_a_daemon_it_warns_and_every_request_is_a_valid_error(
     err = log.read_text(encoding="utf-8")
     assert f"recalld mcp: warning: daemon not running at {sock}" in err
     assert "Traceback" not in err, err
+
+
+FERRY_NODE = """---
+name: ferry-facts
+description: what the lake ferries cost
+type: reference
+---
+# Ferries
+
+The lake ferry leaves Bürkliplatz hourly from April to October; the GA covers it.
+"""
+
+
+def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle) -> None:
+    _write(daemon, "coder", "digest/wiki/ferry.md", FERRY_NODE)
+    _write(daemon, "coder", "memory/2026-07-25/lake.md",
+           "# Saturday\n\nWe rode the quokkaboat, see [[digest/wiki/ferry]].\n")
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            found = await s.call_tool("memory_recall", {"query": "quokkaboat",
+                                                        "include_index": True})
+            assert not found.is_error
+            text = _text(found)
+            assert text.startswith("## Relevant memories\n\n[memory/2026-07-25/lake.md:")
+            assert "leaves Bürkliplatz hourly" in text.split("## Linked context", 1)[1]
+            assert "name: ferry-facts" not in text and "type: reference" not in text
+            assert "[ferry-facts](digest/wiki/ferry.md)" in text.split("## Memory index")[1]
+            assert found.structured_content["items"][1]["via"] == "memory/2026-07-25/lake.md"
+
+            prompts = (await s.list_prompts()).prompts
+            assert [p.name for p in prompts] == ["recall"]
+            got = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "300"})
+            (message,) = got.messages
+            assert message.role == "user"
+            assert "leaves Bürkliplatz hourly" in message.content.text
+            assert "name: ferry-facts" not in message.content.text
+            small = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "60"})
+            block = small.messages[0].content.text.split("\n\n", 1)[1]
+            assert len(block) <= 60
+
+            # The search tool shows the linked context too.
+            searched = _text(await s.call_tool("memory_search", {"query": "quokkaboat"}))
+            assert "leaves Bürkliplatz hourly" in searched.split("## Linked context", 1)[1]
+            assert "name: ferry-facts" not in searched
+
+            bad = await s.call_tool("memory_recall", {"query": "  "})
+            assert bad.is_error and "empty" in _text(bad)
+
+    asyncio.run(main())

@@ -17,7 +17,8 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["DELETE", "parse_frontmatter", "render_frontmatter", "update_frontmatter"]
+__all__ = ["DELETE", "body_of", "has_body", "parse_frontmatter", "render_frontmatter",
+           "update_frontmatter"]
 
 _FENCE: Final = "---"
 _KEY_RE: Final = re.compile(r"^([A-Za-z_][\w.\- ]*?)\s*:(?:\s+(.*?))?\s*$")
@@ -199,6 +200,19 @@ def parse_frontmatter(text: str) -> tuple[dict[str, Any], int]:
         return fields, end + 1
     except (_Malformed, ValueError, IndexError, RecursionError):
         return {}, 0
+
+
+def body_of(text: str) -> tuple[str, int]:
+    """``text`` without its frontmatter block, and the 0-based line where that body starts."""
+    _, start = parse_frontmatter(text)
+    if not start:
+        return text, 0
+    return "\n".join(text.split("\n")[start:]), start
+
+
+def has_body(text: str) -> bool:
+    """Whether ``text`` says anything beyond a frontmatter block."""
+    return bool(body_of(text)[0].strip())
 
 
 _PLAIN_RE: Final = re.compile(r"^[^\s\"'\[\]{}#&*!|>%@`,:-][^\n#:]*(?<!\s)$")

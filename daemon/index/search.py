@@ -3,8 +3,10 @@
 Results follow QwenPaw's documented shape and text form. With only the keyword branch,
 ``score`` is the BM25 score; with both, it is the fused score and ``vector`` / ``keyword``
 show each branch's own score (``None`` on the wire, ``-`` in the text, where a branch
-missed). Link expansion adds, after the hits, the first chunk of each file a hit links
-to or is linked from (``via`` names the hit), so an agent sees the neighbourhood.
+missed). Link expansion adds, after the hits, one chunk of each file a hit links to or is
+linked from (``via`` names the hit): the file's best keyword match for the query, else its
+first chunk with body text, never a bare frontmatter block; so an agent sees the
+neighbourhood.
 
 The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
@@ -36,10 +38,11 @@ _DATE = "YYYY-MM-DD"
 
 
 def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
-    """``{path_prefix, date_from, date_to, bucket}`` (strings or lists) to :class:`Filters`."""
+    """``{path_prefix, date_from, date_to, bucket, author}`` (strings or lists) to
+    :class:`Filters`."""
     if not raw:
         return Filters()
-    known = {"path_prefix", "date_from", "date_to", "bucket"}
+    known = {"path_prefix", "date_from", "date_to", "bucket", "author"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise InvalidParams(f"unknown filter(s): {', '.join(unknown)}")
@@ -67,7 +70,7 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
         if "/" in bucket.strip("/") or bucket in (".", ".."):
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
     return Filters(path_prefixes=strings("path_prefix"), date_from=day("date_from"),
-                   date_to=day("date_to"), buckets=buckets)
+                   date_to=day("date_to"), buckets=buckets, authors=strings("author"))
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,

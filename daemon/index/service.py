@@ -100,7 +100,8 @@ class Candidates:
     exact: set[int]
     chunks: dict[int, StoredChunk]
     links: dict[str, list[str]]  # candidate path -> linked paths
-    firsts: dict[str, StoredChunk]  # linked path -> its first chunk
+    #: linked path -> its chunk that best matches the query, else its first with body text
+    firsts: dict[str, StoredChunk]
 
 
 class WorkspaceIndex:
@@ -523,15 +524,16 @@ class WorkspaceIndex:
             firsts: dict[str, StoredChunk] = {}
             if link_limit:
                 hit_paths = dict.fromkeys(c.path for c in chunks.values())
+                targets: dict[str, None] = {}
                 for path in hit_paths:
                     links[path] = state.neighbours(path)
                     for other in links[path]:
                         # With ``keep`` the hits are the results, which expansion skips.
-                        if other in firsts or (keep is not None and other in hit_paths):
+                        if other in targets or (keep is not None and other in hit_paths):
                             continue
-                        info = state.files.get(other)
-                        if len(firsts) < link_limit and info and info.keys:
-                            firsts[other] = state.chunks[info.keys[0]]
+                        if len(targets) < link_limit and other in state.files:
+                            targets[other] = None
+                firsts = state.linked_chunks(query, list(targets))
             return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
         self.searches += 1

@@ -21,6 +21,7 @@ from pyroaring import BitMap
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
@@ -80,16 +81,19 @@ class ApplyStats:
 
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """Search filters: path prefixes, daily-note date range, digest buckets."""
+    """Search filters: path prefixes, daily-note date range, digest buckets, and the
+    ``author`` a note's frontmatter names (the agent that wrote it)."""
 
     path_prefixes: tuple[str, ...] = ()
     date_from: str | None = None
     date_to: str | None = None
     buckets: tuple[str, ...] = ()
+    authors: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets)
+        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets
+                    or self.authors)
 
 
 def _stem(path: str) -> str:
@@ -161,8 +165,19 @@ class IndexState:
                     continue
                 if filters.date_to and day > filters.date_to:
                     continue
+            if filters.authors and self.author(path) not in filters.authors:
+                continue
             out.update(info.keys)
         return out
+
+    def author(self, path: str) -> str | None:
+        """The ``author`` field of the file's frontmatter (kept with its first chunk)."""
+        info = self.files.get(path)
+        if info is None or not info.keys:
+            return None
+        fields = self.chunks[info.keys[0]].metadata.get("frontmatter")
+        value = fields.get("author") if isinstance(fields, Mapping) else None
+        return value if isinstance(value, str) else None
 
     def keyword_search(
         self, query: str, limit: int, allowed: BitMap | None = None
@@ -183,6 +198,36 @@ class IndexState:
         out = [p for p in self.graph.linked(path) if p in files]
         out.sort()
         return out
+
+    def linked_chunks(self, query: str, paths: Sequence[str]) -> dict[str, StoredChunk]:
+        """For each of ``paths`` (linked files), the chunk that stands for it beside a hit:
+        its best keyword match for ``query``, else its first chunk with body text, shown
+        without the note's frontmatter block (its lines start after it). A file whose
+        chunks are all bare frontmatter has none (a block of keys tells an agent little)."""
+        owner: dict[int, str] = {}
+        for path in paths:
+            info = self.files.get(path)
+            if info is not None:
+                owner.update((key, path) for key in info.keys)
+        out: dict[str, StoredChunk] = {}
+        if not owner:
+            return out
+        for key, _ in self.keyword_search(query, len(owner), BitMap(owner)):
+            path = owner[key]
+            if path not in out:
+                chunk = _body_chunk(self.chunks[key])
+                if chunk is not None:
+                    out[path] = chunk
+        for path in paths:
+            info = self.files.get(path)
+            if path in out or info is None:
+                continue
+            for key in info.keys:
+                chunk = _body_chunk(self.chunks[key])
+                if chunk is not None:
+                    out[path] = chunk
+                    break
+        return {path: out[path] for path in paths if path in out}
 
     # -- writing ---------------------------------------------------------------------
 
@@ -316,3 +361,13 @@ __all__ = [
     "MAX_NOTE_BYTES", "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
     "PreparedBatch", "StoredChunk", "carry_vectors", "note_date", "prepare", "prepare_files",
 ]
+
+
+def _body_chunk(chunk: StoredChunk) -> StoredChunk | None:
+    """``chunk`` without a leading frontmatter block (None when nothing else is in it)."""
+    body, skipped = body_of(chunk.text)
+    if not body.strip():
+        return None
+    if not skipped:
+        return chunk
+    return chunk._replace(text=body, start_line=chunk.start_line + skipped)

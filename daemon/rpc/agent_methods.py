@@ -1,5 +1,6 @@
 """RPC methods that agent integrations (framework middleware, the MCP bridge) need besides
-search and read: ``memory.add_note``, ``memory.index`` and ``memory.list``.
+search and read: ``memory.add_note``, ``memory.index``, ``memory.list`` and
+``memory.recall`` (the block an agent puts before its reply, :mod:`recalld.daemon.memory.recall`).
 
 ``memory.add_note`` writes what an agent chose to remember into its own note of the day
 through the workspace file operations (confined, atomic, searchable before the answer).
@@ -12,6 +13,7 @@ threads and are bounded in entries and bytes.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -21,13 +23,28 @@ import trio
 
 from recalld.daemon import safepath, sharing
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.search import MAX_RESULTS_CAP, search
+from recalld.daemon.index.state import Filters
+from recalld.daemon.memory import topics
+from recalld.daemon.memory.dream import INTERESTS_FILE
 from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
-from recalld.daemon.memory.redact import redact_async
+from recalld.daemon.memory.interests import parse_interests
+from recalld.daemon.memory.recall import (
+    DEFAULT_BUDGET_CHARS,
+    MAX_BUDGET_CHARS,
+    Recall,
+    build_recall,
+    query_of,
+)
+from recalld.daemon.memory.redact import redact, redact_async
+from recalld.daemon.memory.selection import MAX_SELECT, Selected, select_topics
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
 from recalld.ipc.types import visible
+
+log = logging.getLogger(__name__)
 
 METHODS = Methods()
 
@@ -90,7 +107,10 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
     session_id = check_session_id(p.text("session_id", DEFAULT_NOTE_SESSION))
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
+    author = p.text("author", None)
     p.done()
+    if author is not None and not slug(author):
+        raise InvalidParams("param 'author' must contain letters or digits")
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
@@ -109,7 +129,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
             body = "\n".join(old[parse_frontmatter(existing)[1]:]).strip()
         new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
         result = await ops.daily_write(session_id, name, new_body, date=day,
-                                       description=description)
+                                       description=description,
+                                       extra={"author": author} if author else None)
     return {"agent_id": agent_id, "session_id": session_id, "date": day, **result.as_dict()}
 
 
@@ -246,3 +267,168 @@ async def memory_index(ctx: CallContext, params: JsonObject) -> MemoryIndex:
         _index_entries, ws.root, digest, min(limit, MAX_INDEX_ENTRIES))
     return {"agent_id": agent_id, "entries": entries, "total": total,
             "truncated": total > len(entries), "rendered": render_index(entries)}
+
+
+# -------------------------------------------------------------------------- memory.recall
+
+
+@METHODS.add("memory.recall", positional=("agent_id", "query"))
+async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
+    """The recall block for a query (or the last user messages): hits, their linked
+    context and, with ``include_index``, the memory index, within ``budget_chars``."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = query_of(p.text("query", None), p.array("messages", None))
+    max_results = min(p.integer("max_results", 5, minimum=1), MAX_RESULTS_CAP)
+    budget = p.integer("budget_chars", DEFAULT_BUDGET_CHARS, minimum=1)
+    include_index = p.boolean("include_index", False)
+    include_interests = p.boolean("include_interests", False)
+    p.done()
+    if budget > MAX_BUDGET_CHARS:
+        raise InvalidParams(f"param 'budget_chars' must be at most {MAX_BUDGET_CHARS}")
+    ws = ctx.workspace(agent_id)
+    answer = await search(ws.services.index, query, max_results=max_results, min_score=None,
+                          filters=Filters(), config=ws.settings.search, agent_id=agent_id)
+    index_text = None
+    if include_index:
+        digest = "/".join(safepath.split_relative(ws.settings.digest_dir))
+        entries, _ = await trio.to_thread.run_sync(
+            _index_entries, ws.root, digest, DEFAULT_INDEX_ENTRIES)
+        index_text = render_index(entries)
+    interests = (await read_interests(ws))[:RECALL_INTERESTS] if include_interests else None
+    return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text,
+                        interests=interests)
+
+
+# ------------------------------------------------------------------------ memory.interests
+
+RECALL_INTERESTS = 5
+DEFAULT_INTERESTS = 20
+
+
+class Interest(TypedDict):
+    topic: str
+    weight: float
+
+
+class Interests(TypedDict):
+    agent_id: str
+    topics: list[Interest]
+    total: int
+
+
+async def read_interests(ws: Workspace) -> list[tuple[str, float]]:
+    """The workspace's interest topics (``<digest>/interests.yaml``), heaviest first."""
+    rel = f"{topics.digest_folder(ws)}/{INTERESTS_FILE}"
+    text = await trio.to_thread.run_sync(read_confined, ws.root, rel)
+    weights = parse_interests(text or "")
+    return sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+@METHODS.add("memory.interests", positional=("agent_id",))
+async def memory_interests(ctx: CallContext, params: JsonObject) -> Interests:
+    """The weighted interest topics each dream refreshes, heaviest first."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    limit = p.integer("limit", DEFAULT_INTERESTS, minimum=1)
+    p.done()
+    found = await read_interests(ctx.workspace(agent_id))
+    return {"agent_id": agent_id, "total": len(found),
+            "topics": [{"topic": t, "weight": w} for t, w in found[:limit]]}
+
+
+# ------------------------------------------------------- memory.topic_write / topic_edit
+
+
+class TopicWritten(TypedDict):
+    agent_id: str
+    path: str
+    created: bool
+    changed: bool
+    memory_md: str
+
+
+async def _topic_done(ws: Workspace, rel: str, created: bool, changed: bool,
+                      action: str) -> TopicWritten:
+    # The index file follows at once (the service would also catch it on the next change).
+    await ws.services.memory_file.refresh()
+    log.info("workspace %s: topic file %s %s", ws.agent_id, rel,
+             action if changed else "unchanged")
+    return {"agent_id": ws.agent_id, "path": rel, "created": created, "changed": changed,
+            "memory_md": f"{topics.digest_folder(ws)}/{topics.INDEX_FILE}"}
+
+
+@METHODS.add("memory.topic_write")
+async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
+    """Create or replace a topic file of the digest folder (frontmatter ``name``,
+    ``description``, ``type``); answers once it is searchable and listed in MEMORY.md."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path")
+    name = p.text("name")
+    description = p.text("description")
+    type_ = p.text("type")
+    body = p.text("body")
+    p.done()
+    ws = ctx.workspace(agent_id)
+    rel = topics.topic_path(topics.digest_folder(ws), path)
+    text = topics.render_topic(name, description, type_, redact(body))
+    result = await fileops_for(ws).write(rel, text)
+    return await _topic_done(ws, rel, result.created, result.changed, "written")
+
+
+@METHODS.add("memory.topic_edit")
+async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
+    """Replace the one occurrence of ``old`` by ``new`` in a topic file; the result must
+    still be a valid topic file."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    path = p.text("path")
+    old = p.text("old")
+    new = p.text("new")
+    p.done()
+    ws = ctx.workspace(agent_id)
+    rel = topics.topic_path(topics.digest_folder(ws), path)
+    if not old:
+        raise InvalidParams("param 'old' must not be empty")
+    before = await trio.to_thread.run_sync(read_confined, ws.root, rel)
+    if before is None:
+        raise NotFound(f"no such topic file: {rel}")
+    count = before.count(old)
+    if count != 1:
+        raise InvalidParams(f"'old' occurs {count} times in {rel}; it must occur exactly once")
+    topics.checked_topic(before.replace(old, redact(new), 1), rel)
+    # The file operations apply the edit under the workspace write lock, against the
+    # file as it is then (so a write in between is never lost).
+    result = await fileops_for(ws).edit(rel, old, redact(new))
+    return await _topic_done(ws, rel, False, result.changed, "edited")
+
+
+# -------------------------------------------------------------------------- memory.select
+
+
+@METHODS.add("memory.select", positional=("agent_id", "query"))
+async def memory_select(ctx: CallContext, params: JsonObject) -> Selected:
+    """Up to ``limit`` topic files for ``query``, chosen by the workspace's chat model,
+    else by the search (:mod:`recalld.daemon.memory.selection`)."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    query = p.text("query").strip()
+    limit = min(p.integer("limit", 5, minimum=1), MAX_SELECT)
+    p.done()
+    if not query:
+        raise InvalidParams("param 'query' must not be empty")
+    ws = ctx.workspace(agent_id)
+    digest = topics.digest_folder(ws)
+    entries = await trio.to_thread.run_sync(topics.topic_entries, ws.root, digest)
+
+    async def search_paths() -> list[str]:
+        answer = await search(
+            ws.services.index, query, max_results=min(3 * limit, MAX_RESULTS_CAP),
+            min_score=None, filters=Filters(path_prefixes=(digest,)),
+            config=ws.settings.search, agent_id=agent_id)
+        index_file = f"{digest}/{topics.INDEX_FILE}"
+        return [str(r["path"]) for r in answer["results"] if r["path"] != index_file]
+
+    return await select_topics(agent_id, query, limit, entries,
+                               ws.services.chat.client_or_none(), search_paths)

@@ -295,6 +295,13 @@ class Params:
             raise InvalidParams(f"param {name!r} must be an array of strings")
         return value
 
+    @overload
+    def array(self, name: str) -> list[object]: ...
+    @overload
+    def array(self, name: str, default: D) -> list[object] | D: ...
+    def array(self, name: str, default: object = _MISSING) -> object:
+        return self._get(name, list, "an array", default)
+
     def agent_id(self, name: str = "agent_id") -> str:
         return check_agent_id(self.text(name))
 

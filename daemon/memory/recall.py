@@ -1,0 +1,190 @@
+"""The recall block: what an agent puts before its reply, built from one search.
+
+Hits come first, then the linked context of the hits (each neighbour's chunk that best
+matches the query, without its frontmatter), then, when asked, the long-term memory
+index. Every item is labelled with its path and 1-based inclusive lines. The block never
+exceeds ``budget_chars``: items are added whole while they fit; the first one that does
+not fit is cut (with an ellipsis) when a useful part of it still fits, and everything
+after it is left out (``truncated`` says so). Pure functions; the RPC layer runs the
+search and reads the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, TypedDict
+
+from recalld.daemon.index.frontmatter import body_of
+from recalld.ipc.errors import InvalidParams
+
+__all__ = ["DEFAULT_BUDGET_CHARS", "MAX_BUDGET_CHARS", "Recall", "RecallItem", "build_recall",
+           "query_of"]
+
+DEFAULT_BUDGET_CHARS: Final = 4000
+MAX_BUDGET_CHARS: Final = 200_000
+#: An item cut shorter than this many characters of text is left out instead.
+MIN_CUT_CHARS: Final = 80
+#: The last user messages that make the query when ``messages`` are given.
+QUERY_TURNS: Final = 2
+MAX_QUERY_CHARS: Final = 2000
+
+HITS_HEADER: Final = "## Relevant memories"
+LINKED_HEADER: Final = "## Linked context"
+INDEX_HEADER: Final = "## Memory index"
+INTERESTS_HEADER: Final = "## Interests"
+ELLIPSIS: Final = "…"
+
+
+class RecallItem(TypedDict):
+    kind: Literal["hit", "linked"]
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+    via: str | None  # for linked context: the hit that links to it
+
+
+class Recall(TypedDict):
+    agent_id: str
+    query: str
+    items: list[RecallItem]
+    index_included: bool
+    interests_included: bool
+    truncated: bool
+    budget_chars: int
+    rendered: str
+
+
+def query_of(query: str | None, messages: Sequence[Any] | None) -> str:
+    """The search query: ``query``, or the text of the last user messages."""
+    if (query is None) == (messages is None):
+        raise InvalidParams("give exactly one of 'query' and 'messages'")
+    if query is not None:
+        text = query.strip()
+    else:
+        assert messages is not None
+        texts: list[str] = []
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, Mapping) or not isinstance(msg.get("content"), str) or (
+                    not isinstance(msg.get("role"), str)):
+                raise InvalidParams(
+                    f"messages[{i}] must be an object with string 'role' and 'content'")
+            if msg["role"] == "user" and msg["content"].strip():
+                texts.append(msg["content"].strip())
+        text = "\n".join(texts[-QUERY_TURNS:])
+    if not text:
+        raise InvalidParams("the query is empty (no text, or no user message with text)")
+    return text[-MAX_QUERY_CHARS:]
+
+
+def _item(kind: Literal["hit", "linked"], raw: Mapping[str, Any]) -> RecallItem:
+    text = str(raw.get("text") or "")
+    start = int(raw["start_line"])
+    end = int(raw["end_line"])
+    if kind == "linked":
+        # Neighbours are shown by their body: a block of keys tells an agent little.
+        body, skipped = body_of(text)
+        lines = body.split("\n")
+        lead = 0
+        while lead < len(lines) and not lines[lead].strip():
+            lead += 1
+        start += skipped + lead
+        text = "\n".join(lines[lead:])
+    via = raw.get("via")
+    return {"kind": kind, "path": str(raw["path"]), "start_line": start,
+            "end_line": max(start, end), "text": text.strip(),
+            "score": float(raw.get("score") or 0.0),
+            "via": via if isinstance(via, str) else None}
+
+
+def _label(item: RecallItem) -> str:
+    where = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
+    if item["via"]:
+        where += f" (linked from {item['via']})"
+    return where
+
+
+class _Block:
+    """Text under a fixed budget: pieces are added whole, or cut, or refused."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.parts: list[str] = []
+        self.full = False
+
+    def size(self) -> int:
+        return len(self.render())
+
+    def room(self, text: str) -> int:
+        """What is left of the budget once ``text`` is added (negative: it does not fit)."""
+        return self.budget - self.size() - len(text) - (2 if self.parts else 0)
+
+    def add(self, text: str) -> bool:
+        if self.full or self.room(text) < 0:
+            return False
+        self.parts.append(text)
+        return True
+
+    def add_cut(self, head: str, text: str) -> Literal["whole", "cut", "none"]:
+        """``head`` and ``text``, or ``head`` and as much of ``text`` as fits (at least
+        :data:`MIN_CUT_CHARS`); after a cut or a refusal the block takes nothing more."""
+        if self.add(f"{head}\n{text}"):
+            return "whole"
+        room = self.room(f"{head}\n{ELLIPSIS}")
+        fitted = not self.full and room > 0 and room >= min(MIN_CUT_CHARS, len(text))
+        if fitted:
+            self.add(f"{head}\n{text[:room].rstrip()}{ELLIPSIS}")
+        self.full = True
+        return "cut" if fitted else "none"
+
+    def render(self) -> str:
+        return "\n\n".join(self.parts)
+
+
+def build_recall(
+    agent_id: str, query: str, answer: Mapping[str, Any], *, budget_chars: int,
+    index_text: str | None, interests: Sequence[tuple[str, float]] | None = None,
+) -> Recall:
+    """The recall block from a ``memory.search`` answer (``results`` and ``expanded``)
+    and, when given, the rendered memory index and the weighted interest topics."""
+    hits = [_item("hit", r) for r in answer.get("results", [])]
+    linked = [i for i in (_item("linked", r) for r in answer.get("expanded", [])) if i["text"]]
+    block = _Block(budget_chars)
+    items: list[RecallItem] = []
+    truncated = False
+    for header, group in ((HITS_HEADER, hits), (LINKED_HEADER, linked)):
+        if not group:
+            continue
+        if not block.add(header):
+            block.full = truncated = True
+            continue
+        for item in group:
+            placed = block.add_cut(_label(item), item["text"])
+            if placed != "none":
+                items.append(item)
+            if placed != "whole":
+                truncated = True
+                break
+        if block.parts[-1] == header:  # nothing of the group fitted: no bare header
+            block.parts.pop()
+    index_included = False
+    if index_text is not None:
+        text = index_text.strip() or "(no long-term notes yet)"
+        if not block.full and block.add(f"{INDEX_HEADER}\n{text}"):
+            index_included = True
+        else:
+            truncated = True
+    interests_included = False
+    if interests is not None:
+        lines = "\n".join(f"- {topic} ({weight:.2f})" for topic, weight in interests)
+        if not block.full and block.add(f"{INTERESTS_HEADER}\n{lines or '(none yet)'}"):
+            interests_included = True
+        else:
+            truncated = True
+    rendered = block.render()
+    assert len(rendered) <= budget_chars
+    return {"agent_id": agent_id, "query": query, "items": items,
+            "index_included": index_included, "interests_included": interests_included,
+            "truncated": truncated,
+            "budget_chars": budget_chars, "rendered": rendered}

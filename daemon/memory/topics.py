@@ -1,0 +1,179 @@
+"""Topic files and ``<digest_dir>/MEMORY.md``, AgentScope's Agentic Memory layout.
+
+A topic file is a digest Markdown file whose frontmatter has ``name``, ``description``
+and a ``type`` of ``user``, ``feedback``, ``project`` or ``reference``; agents write and
+edit their own through ``memory.topic_write`` / ``memory.topic_edit`` (confined to the
+digest folder, frontmatter checked). ``MEMORY.md`` in the digest folder is the index of
+them: one line per topic file (link and description), grouped by type. The
+:class:`MemoryFile` service rewrites it whenever the index applies a change (and at
+start, so a restart puts it right), only when its text differs; it is created once the
+first topic file exists. Markdown links, not ``[[wikilinks]]``: the index adds no edges
+to the link graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Any, Final, TypedDict
+
+import trio
+
+from recalld.daemon import safepath
+from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.memory.fileops import read_confined, write_confined
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams, RecalldError
+
+log = logging.getLogger(__name__)
+
+TYPES: Final = ("user", "feedback", "project", "reference")
+INDEX_FILE: Final = "MEMORY.md"
+INDEX_TITLE: Final = "# Memory index"
+MAX_TOPIC_CHARS: Final = 64_000
+MAX_DESCRIPTION_CHARS: Final = 300
+MAX_TOPICS: Final = 2_000
+_HEAD_BYTES: Final = 8 * 1024
+
+
+class TopicEntry(TypedDict):
+    path: str  # relative to the workspace
+    name: str
+    description: str
+    type: str
+
+
+def digest_folder(ws: Workspace) -> str:
+    return "/".join(safepath.split_relative(ws.settings.digest_dir))
+
+
+def topic_path(digest: str, path: str) -> str:
+    """Workspace-relative path of a topic file given as ``name.md``, ``sub/name.md`` or
+    ``<digest>/...``; only Markdown inside the digest folder, never the index itself."""
+    parts = safepath.split_relative(path)
+    rel = "/".join(parts)
+    if not (rel + "/").startswith(digest + "/"):
+        rel = f"{digest}/{rel}"
+    if not rel.endswith(".md") or rel == f"{digest}/{INDEX_FILE}":
+        raise InvalidParams(f"a topic file is a .md file in {digest}/ other than "
+                            f"{INDEX_FILE}, not {path!r}")
+    return rel
+
+
+def check_fields(fields: dict[str, Any], where: str) -> None:
+    """``name``, ``description`` (one line each) and ``type`` (one of :data:`TYPES`)."""
+    for key in ("name", "description"):
+        value = fields.get(key)
+        if not isinstance(value, str) or not value.strip() or "\n" in value:
+            raise InvalidParams(f"{where}: frontmatter {key!r} must be one non-empty line")
+    if len(str(fields["description"])) > MAX_DESCRIPTION_CHARS:
+        raise InvalidParams(f"{where}: description is longer than {MAX_DESCRIPTION_CHARS}")
+    if fields.get("type") not in TYPES:
+        raise InvalidParams(f"{where}: frontmatter 'type' must be one of {', '.join(TYPES)}")
+
+
+def render_topic(name: str, description: str, type_: str, body: str) -> str:
+    fields = {"name": name.strip(), "description": description.strip(), "type": type_}
+    check_fields(fields, "topic")
+    text = f"{render_frontmatter(fields)}\n{body.strip()}\n"
+    if len(text) > MAX_TOPIC_CHARS:
+        raise InvalidParams(f"a topic file is at most {MAX_TOPIC_CHARS} characters")
+    return text
+
+
+def checked_topic(text: str, where: str) -> str:
+    """``text`` if its frontmatter makes it a valid topic file (else InvalidParams)."""
+    fields, start = parse_frontmatter(text)
+    if not start:
+        raise InvalidParams(f"{where}: a topic file starts with a frontmatter block")
+    check_fields(fields, where)
+    if len(text) > MAX_TOPIC_CHARS:
+        raise InvalidParams(f"a topic file is at most {MAX_TOPIC_CHARS} characters")
+    return text
+
+
+def topic_entries(root: Path, digest: str) -> list[TopicEntry]:
+    """Every topic file under the digest folder (symbolic links skipped), by path."""
+    out: list[TopicEntry] = []
+    base = root / digest
+    for folder, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
+        for name in sorted(files):
+            full = Path(folder) / name
+            rel = full.relative_to(root).as_posix()
+            if not name.endswith(".md") or rel == f"{digest}/{INDEX_FILE}":
+                continue
+            try:
+                if not stat.S_ISREG(os.lstat(full).st_mode):
+                    continue
+                head = read_confined(root, rel, _HEAD_BYTES)
+            except (OSError, RecalldError):
+                continue
+            fields, _ = parse_frontmatter(head or "")
+            if fields.get("type") not in TYPES:
+                continue
+            out.append({"path": rel, "type": str(fields["type"]),
+                        "name": " ".join(str(fields.get("name") or name[:-3]).split()),
+                        "description": " ".join(str(fields.get("description") or "").split())})
+            if len(out) >= MAX_TOPICS:
+                return out
+    return out
+
+
+def render_memory_md(entries: list[TopicEntry], digest: str) -> str:
+    """``MEMORY.md``: a title, then per type a heading and one line per topic file."""
+    lines = [INDEX_TITLE, ""]
+    for type_ in TYPES:
+        group = [e for e in entries if e["type"] == type_]
+        if not group:
+            continue
+        lines.append(f"## {type_}")
+        for e in group:
+            link = e["path"].removeprefix(digest + "/")
+            hook = f" — {e['description']}" if e["description"] else ""
+            lines.append(f"- [{e['name']}]({link}){hook}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+class MemoryFile:
+    """Keeps ``<digest_dir>/MEMORY.md`` in line with the topic files (module docstring)."""
+
+    def __init__(self, ws: Workspace, index: WorkspaceIndex) -> None:
+        self.ws = ws
+        self.index = index
+        self._lock = trio.Lock()
+
+    def _refresh_sync(self) -> bool:
+        digest = digest_folder(self.ws)
+        rel = f"{digest}/{INDEX_FILE}"
+        entries = topic_entries(self.ws.root, digest)
+        current = read_confined(self.ws.root, rel)
+        if current is None and not entries:
+            return False
+        text = render_memory_md(entries, digest)
+        if text == current:
+            return False
+        write_confined(self.ws.root, rel, text.encode("utf-8"))
+        log.info("workspace %s: %s rewritten (%d topic files)", self.ws.agent_id, rel,
+                 len(entries))
+        return True
+
+    async def refresh(self) -> bool:
+        """Rewrite ``MEMORY.md`` if it differs from the topic files; True if written."""
+        async with self._lock:
+            return await trio.to_thread.run_sync(self._refresh_sync)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        task_status.started()
+        while True:
+            changed = self.index.changed
+            try:
+                await self.refresh()
+            except (OSError, RecalldError) as exc:
+                log.warning("workspace %s: MEMORY.md not updated: %s", self.ws.agent_id, exc)
+            await changed.wait()

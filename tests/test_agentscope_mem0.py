@@ -1,0 +1,146 @@
+"""RecalldMem0Middleware in place of AgentScope's Mem0Middleware: real AgentScope agents, a
+real daemon, the scripted OpenAI-compatible chat server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.middleware import Mem0Middleware
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_agentscope import _chat_requests, _non_system, _system, fake, scripted
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.ipc.agentscope import RecalldMem0Middleware
+from recalld.ipc.client import Client
+
+__all__ = ["fake"]
+
+
+def test_every_mem0_keyword_is_accepted_with_its_default() -> None:
+    theirs = inspect.signature(Mem0Middleware.__init__).parameters
+    ours = inspect.signature(RecalldMem0Middleware.__init__).parameters
+    for name, param in theirs.items():
+        assert name in ours, name
+        if name not in ("self", "memory_section_header", "memory_section_intro",
+                        "tool_instructions"):
+            assert ours[name].default == param.default, name
+    assert ours["scope_search_by_agent"].default is True
+    with pytest.raises(ValueError, match="user_id"):
+        RecalldMem0Middleware(user_id=" ")
+    with pytest.raises(ValueError, match="mode"):
+        RecalldMem0Middleware(user_id="alice", mode="sometimes")  # type: ignore[arg-type]
+
+
+async def _reply(fake: FakeProvider, mw: Any, name: str, text: str) -> str:
+    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                            model="fake", stream=False, max_retries=0)
+    agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
+                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+    try:
+        msg = await agent.reply(UserMsg(name="user", content=text))
+    finally:
+        await model.client.close()
+    return msg.get_text_content() or ""
+
+
+def _turn(daemon: DaemonHandle, fake: FakeProvider, text: str, **kwargs: Any) -> str:
+    async def main() -> str:
+        # The one line that differs from a Mem0Middleware agent (plus the test's socket).
+        mw = RecalldMem0Middleware(user_id="alice", socket_path=daemon.socket_path, **kwargs)
+        try:
+            return await _reply(fake, mw, str(kwargs.get("agent_id") or "agent"), text)
+        finally:
+            await mw.close()
+
+    return asyncio.run(main())
+
+
+def _workspace(daemon: DaemonHandle, user: str) -> Path:
+    with Client(daemon.socket_path) as c:
+        return Path(c.workspace_open(user)["path"])
+
+
+def test_tools_behave_as_mem0_documents_and_user_id_is_shared_across_agents(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    fake.chat_default = scripted(("add_memory", {
+        "thinking": "SECRET-RATIONALE a lasting preference",
+        "content": ["Alice's cat is called Pixelwhisker.", "Alice drinks oolong tea."]}))
+    text = _turn(daemon, fake, "remember my cat and my tea", agent_id="planner",
+                 mode="agent_control")
+    assert text.startswith("final: Successfully recorded to memory (rationale: SECRET")
+    first = _chat_requests(fake)[0]
+    assert {t["function"]["name"] for t in first["tools"]} == {"search_memory", "add_memory"}
+    assert "`search_memory` and `add_memory`" in _system(first)
+    # One workspace per user; the note records its writing agent; thinking is not stored.
+    root = _workspace(daemon, "alice")
+    (note,) = list((root / "memory").rglob("mem0-planner*.md"))
+    body = note.read_text(encoding="utf-8")
+    assert parse_frontmatter(body)[0]["author"] == "planner"
+    assert "Pixelwhisker" in body and "SECRET-RATIONALE" not in body
+
+    # search_memory: every keyword searched, results merged and de-duplicated.
+    fake.requests.clear()
+    fake.chat_default = scripted(("search_memory", {
+        "keywords": ["Pixelwhisker", "oolong", "cat Pixelwhisker"], "limit": 3}))
+    found = _turn(daemon, fake, "what do you know about me?", agent_id="planner",
+                  mode="agent_control")
+    lines = [ln for ln in found.removeprefix("final: ").splitlines() if ln.startswith("- ")]
+    assert any("Pixelwhisker" in ln for ln in lines) and any("oolong" in ln for ln in lines)
+    assert len(lines) == len(set(lines)) >= 1
+    assert all(ln.startswith("- [memory/") for ln in lines)
+
+    # Another agent of the same user: scoped by default, so it sees none of planner's.
+    fake.requests.clear()
+    fake.chat_default = scripted(("search_memory", {"keywords": ["Pixelwhisker"]}))
+    other = _turn(daemon, fake, "my cat?", agent_id="writer", mode="agent_control")
+    assert other == "final: (no relevant memories found)"
+    # Unscoped, the user's memory serves every agent.
+    fake.requests.clear()
+    fake.chat_default = scripted(("search_memory", {"keywords": ["Pixelwhisker"]}))
+    shared = _turn(daemon, fake, "my cat?", agent_id="writer", mode="agent_control",
+                   scope_search_by_agent=False)
+    assert "Pixelwhisker" in shared
+    # No keywords, no content: Mem0's answers.
+    fake.requests.clear()
+    fake.chat_default = scripted(("search_memory", {"keywords": []}))
+    assert "nothing to search" in _turn(daemon, fake, "?", agent_id="writer",
+                                        mode="agent_control")
+    fake.chat_default = scripted(("add_memory", {"thinking": "t", "content": []}))
+    assert "nothing to record" in _turn(daemon, fake, "?", agent_id="writer",
+                                        mode="agent_control")
+
+
+@pytest.mark.parametrize("await_write", [True, False])
+def test_static_control_injects_at_reply_start_and_writes_back(
+        daemon: DaemonHandle, fake: FakeProvider, await_write: bool) -> None:
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("alice")
+        c.add_note("alice", "Alice's bicycle is a green Brompton.", session_id="mem0-planner",
+                   name="mem0-planner", author="planner")
+    fake.chat_default = scripted()
+    answer = _turn(daemon, fake, "which bicycle do I ride? Brompton", agent_id="planner",
+                   mode="static_control", await_write=await_write, threshold=0.0)
+    assert answer == "plain answer"
+    (req,) = _chat_requests(fake)
+    assert not req.get("tools") and "search_memory" not in _system(req)
+    injected = _non_system(req)
+    assert "## Relevant memories from past conversations" in injected
+    assert "green Brompton" in injected
+    # The exchange is stored (close() waits for a background write) and searchable.
+    with Client(daemon.socket_path) as c:
+        hits = c.search("alice", "which bicycle do I ride", filters={"author": "planner"},
+                        max_results=10)
+    assert any("Assistant: plain answer" in h.text for h in hits)

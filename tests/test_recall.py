@@ -1,0 +1,200 @@
+"""memory.recall: the block an agent puts before its reply, through a real daemon, and
+the block builder's budget as a property."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonHandle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recalld.daemon.memory.recall import (
+    HITS_HEADER,
+    INDEX_HEADER,
+    LINKED_HEADER,
+    build_recall,
+)
+from recalld.ipc.client import Client
+from recalld.ipc.errors import InvalidParams
+
+NODE = """---
+name: ferry-facts
+description: what the lake ferries cost and when they run
+type: reference
+tags: [travel]
+---
+# Ferries
+
+The lake ferry leaves Bürkliplatz hourly from April to October; the GA covers it.
+"""
+
+NOTE = """# Saturday
+
+We rode the quokkaboat across the lake, see [[digest/wiki/ferry]].
+"""
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def ws(daemon: DaemonHandle, tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-25/lake.md", NOTE)
+    write(root, "digest/wiki/ferry.md", NODE)
+    for i in range(12):
+        write(root, f"memory/2026-07-2{i % 10}/filler{i}.md",
+              f"# Filler {i}\n\nThe quokkaboat log entry {i}: " + "calm water. " * (5 + 7 * i)
+              + "\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    # The node is a topic file (it has a type): the daemon writes digest/MEMORY.md for it,
+    # which is indexed like any note; wait for it so every call sees the same files.
+    end = time.monotonic() + 30
+    while not (root / "digest" / "MEMORY.md").exists():
+        assert time.monotonic() < end, "MEMORY.md not written"
+        time.sleep(0.05)
+    daemon.call("index.sync", {"agent_id": "w"})
+    return root
+
+
+def recall(daemon: DaemonHandle, **params: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = daemon.call("memory.recall", {"agent_id": "w", **params})
+    return answer
+
+
+def test_hits_first_then_the_linked_node_body_labelled_with_lines(
+        daemon: DaemonHandle, ws: Path) -> None:
+    answer = recall(daemon, query="quokkaboat lake", max_results=1)
+    text = answer["rendered"]
+    assert text.startswith(HITS_HEADER + "\n\n[memory/2026-07-25/lake.md:")
+    assert text.index(HITS_HEADER) < text.index(LINKED_HEADER)
+    linked = text.split(LINKED_HEADER, 1)[1]
+    # The node's body, labelled with the lines it has in the file, never its frontmatter.
+    assert "leaves Bürkliplatz hourly" in linked
+    assert "name: ferry-facts" not in text and "type: reference" not in text
+    node_lines = NODE.splitlines()
+    (item,) = [i for i in answer["items"] if i["kind"] == "linked"]
+    assert item["via"] == "memory/2026-07-25/lake.md"
+    assert item["path"] == "digest/wiki/ferry.md"
+    assert item["text"] == "\n".join(node_lines[item["start_line"] - 1:item["end_line"]])
+    assert (f"[digest/wiki/ferry.md:{item['start_line']}-{item['end_line']}] "
+            f"(linked from memory/2026-07-25/lake.md)") in linked
+    assert not answer["truncated"] and answer["index_included"] is False
+
+
+def test_messages_make_the_query_and_the_index_comes_when_asked(
+        daemon: DaemonHandle, ws: Path) -> None:
+    messages = [{"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "hi, how can I help?"},
+                {"role": "user", "content": "what did we ride across the lake? quokkaboat"}]
+    answer = recall(daemon, messages=messages, include_index=True, budget_chars=20_000)
+    assert "quokkaboat" in answer["query"]
+    assert answer["items"][0]["kind"] == "hit"
+    assert answer["index_included"] is True
+    index = answer["rendered"].split(INDEX_HEADER, 1)[1]
+    assert "[ferry-facts](digest/wiki/ferry.md) — what the lake ferries cost" in index
+    # Through the Python client as well.
+    with Client(daemon.socket_path, timeout_s=10) as client:
+        same = client.recall("w", messages=messages, include_index=True, budget_chars=20_000)
+    assert same["rendered"] == answer["rendered"]
+
+
+def test_the_block_never_exceeds_its_budget(daemon: DaemonHandle, ws: Path) -> None:
+    full = recall(daemon, query="quokkaboat", max_results=20, include_index=True,
+                  budget_chars=200_000)
+    assert not full["truncated"] and len(full["rendered"]) > 1000
+    sizes = sorted({1, 2, 5, 10, 19, 20, 21, 40, 79, 80, 81, 100, 150, 200, 333, 500, 777,
+                    1000, 1500, len(full["rendered"]) - 1, len(full["rendered"])})
+    for budget in sizes:
+        answer = recall(daemon, query="quokkaboat", max_results=20, include_index=True,
+                        budget_chars=budget)
+        assert len(answer["rendered"]) <= budget, budget
+        # What fits is a prefix of the full block, cut at most in its last item.
+        shown = answer["rendered"].removesuffix("…")
+        assert full["rendered"].startswith(shown.rstrip()), budget
+        assert answer["truncated"] == (budget < len(full["rendered"])), budget
+
+
+def test_bad_requests_are_refused_clearly(daemon: DaemonHandle, ws: Path) -> None:
+    for params, needle in (
+            ({}, "exactly one of 'query' and 'messages'"),
+            ({"query": "x", "messages": []}, "exactly one"),
+            ({"query": "   "}, "empty"),
+            ({"messages": [{"role": "assistant", "content": "only me"}]}, "empty"),
+            ({"messages": ["text"]}, "messages[0]"),
+            ({"query": "x", "budget_chars": 0}, "budget_chars"),
+            ({"query": "x", "budget_chars": 10**9}, "budget_chars"),
+            ({"query": "x", "colour": "red"}, "colour")):
+        with pytest.raises(InvalidParams, match=re.escape(needle)):
+            recall(daemon, **params)
+    assert recall(daemon, query="quokkaboat")["items"]  # still serving
+
+
+# ------------------------------------------------------------------ the builder alone
+
+_line = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                max_size=120)
+
+
+def _raw(kind: str) -> Any:
+    return st.builds(
+        lambda path, start, lines, front, via: {
+            "path": path, "start_line": start, "end_line": start + len(lines) + 3,
+            "text": ("---\nname: n\ndescription: d\n---\n" if front else "") + "\n".join(lines),
+            "score": 1.0, **({"via": via} if kind == "linked" else {})},
+        st.from_regex(r"[a-z]{1,8}/[a-z]{1,8}\.md", fullmatch=True),
+        st.integers(1, 500), st.lists(_line, max_size=8), st.booleans(),
+        st.from_regex(r"[a-z]{1,8}\.md", fullmatch=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hits=st.lists(_raw("hit"), max_size=6), linked=st.lists(_raw("linked"), max_size=6),
+       index=st.one_of(st.none(), _line), budget=st.integers(1, 3000))
+def test_build_recall_stays_in_budget_and_keeps_order(
+        hits: list[dict[str, Any]], linked: list[dict[str, Any]], index: str | None,
+        budget: int) -> None:
+    out = build_recall("w", "q", {"results": hits, "expanded": linked}, budget_chars=budget,
+                       index_text=index)
+    rendered = out["rendered"]
+    assert len(rendered) <= budget
+    kinds = [i["kind"] for i in out["items"]]
+    assert kinds == sorted(kinds, key=lambda k: k != "hit")  # hits before linked context
+    for item in out["items"]:
+        label = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
+        assert label in rendered
+        if item["kind"] == "linked":
+            assert not item["text"].startswith("---\nname: n")
+    if HITS_HEADER in rendered and LINKED_HEADER in rendered:
+        assert rendered.index(HITS_HEADER) < rendered.index(LINKED_HEADER)
+    assert out["index_included"] == (index is not None and INDEX_HEADER in rendered)
+
+
+def test_interests_are_read_and_join_the_block_when_asked(daemon: DaemonHandle,
+                                                         ws: Path) -> None:
+    assert daemon.call("memory.interests", {"agent_id": "w"}) == {
+        "agent_id": "w", "topics": [], "total": 0}
+    write(ws, "digest/interests.yaml",
+          '# refreshed by every dream\nupdated: 2026-07-25\ntopics:\n'
+          '  - topic: "lake ferries"\n    weight: 0.4\n'
+          '  - topic: "spark tuning"\n    weight: 0.9\n'
+          '  - topic: "tea"\n    weight: 0.1\n')
+    got = daemon.call("memory.interests", {"agent_id": "w", "limit": 2})
+    assert got["total"] == 3
+    assert got["topics"] == [{"topic": "spark tuning", "weight": 0.9},
+                             {"topic": "lake ferries", "weight": 0.4}]
+    answer = recall(daemon, query="quokkaboat", include_interests=True, budget_chars=20_000)
+    assert answer["interests_included"] is True
+    assert answer["rendered"].endswith(
+        "## Interests\n- spark tuning (0.90)\n- lake ferries (0.40)\n- tea (0.10)")
+    assert recall(daemon, query="quokkaboat")["interests_included"] is False
+    with Client(daemon.socket_path, timeout_s=10) as client:
+        assert client.interests("w")["total"] == 3

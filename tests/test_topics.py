@@ -1,0 +1,151 @@
+"""Agentic Memory parity: topic files written and edited through an agent's tools, and
+``<digest>/MEMORY.md`` kept by the daemon (real daemon, real AgentScope agent, scripted
+chat server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_agentscope import fake, scripted
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.ipc.agentscope import RecalldMemoryMiddleware
+from recalld.ipc.client import Client
+from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+
+__all__ = ["fake"]
+
+CAP_S = 30.0
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + CAP_S
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {CAP_S} s: {what}")
+        time.sleep(0.05)
+
+
+def _memory_md(root: Path) -> str:
+    path = root / "digest" / "MEMORY.md"
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def test_an_agent_writes_and_edits_two_topic_files_and_memory_md_lists_them(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    config = f'[workspaces.coder]\npath = "{root}"\n'
+    daemon = daemon_factory(config)
+    fake.chat_default = scripted(
+        ("memory_write", {"path": "user_role.md", "name": "User role",
+                          "description": "the user is a data engineer on the billing team",
+                          "type": "user", "body": "Works on Spark jobs; likes terse answers."}),
+        ("memory_write", {"path": "feedback_tests.md", "name": "Testing feedback",
+                          "description": "how the user wants tests written",
+                          "type": "feedback",
+                          "body": "Integration tests hit a real database, never mocks."}),
+        ("memory_edit", {"path": "user_role.md", "old": "the billing team",
+                         "new": "the payments team"}))
+
+    async def main() -> str:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        model = OpenAIChatModel(
+            credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+            model="fake", stream=False, max_retries=0)
+        agent = Agent(name="coder", system_prompt="You are a helpful assistant.", model=model,
+                      toolkit=Toolkit(tools=[*await mw.list_tools(), *mw.topic_tools()]),
+                      middlewares=[mw])
+        try:
+            msg = await agent.reply(UserMsg(name="user", content="remember who I am"))
+        finally:
+            await model.client.close()
+            await mw.close()
+        return msg.get_text_content() or ""
+
+    text = asyncio.run(main())
+    assert text == "final: Edited digest/user_role.md; listed in digest/MEMORY.md"
+    # Listed, with the edited description, as the tool returns (no waiting needed).
+    index = _memory_md(root)
+    assert index == (
+        "# Memory index\n\n"
+        "## user\n"
+        "- [User role](user_role.md) — the user is a data engineer on the payments team\n\n"
+        "## feedback\n"
+        "- [Testing feedback](feedback_tests.md) — how the user wants tests written\n")
+    fields, _ = parse_frontmatter((root / "digest" / "user_role.md").read_text("utf-8"))
+    assert fields == {"name": "User role", "type": "user",
+                      "description": "the user is a data engineer on the payments team"}
+    with Client(daemon.socket_path) as c:
+        hits = c.search("coder", "real database never mocks")
+        assert hits and hits[0].path == "digest/feedback_tests.md"
+        # A topic file written by hand is listed too, once the index has seen it.
+        (root / "digest" / "project_q3.md").write_text(
+            "---\nname: Q3 goal\ndescription: ship the ledger rewrite\ntype: project\n---\n"
+            "Deadline end of September.\n", encoding="utf-8")
+        wait_for(lambda: "- [Q3 goal](project_q3.md) — ship the ledger rewrite"
+                 in _memory_md(root), "a hand-written topic file listed")
+        # A digest node without a type is not a topic file.
+        (root / "digest" / "wiki").mkdir(parents=True, exist_ok=True)
+        (root / "digest" / "wiki" / "plain.md").write_text("# Plain\n\nno type\n", "utf-8")
+        c.index_sync("coder")
+    assert "plain" not in _memory_md(root).lower()
+    assert daemon.stop() == 0
+
+    # Changed while the daemon was down: the restart puts MEMORY.md right.
+    (root / "digest" / "feedback_tests.md").unlink()
+    (root / "digest" / "MEMORY.md").write_text("stale\n", encoding="utf-8")
+    again = daemon_factory(config, RECALLD_DATA_DIR=str(daemon.data_dir))
+    wait_for(lambda: _memory_md(root).startswith("# Memory index\n")
+             and "Testing feedback" not in _memory_md(root), "MEMORY.md right after restart")
+    assert "- [User role](user_role.md)" in _memory_md(root)
+    assert "- [Q3 goal](project_q3.md)" in _memory_md(root)
+    assert again.stop() == 0
+
+
+def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
+    good: dict[str, Any] = {"agent_id": "a", "path": "x.md", "name": "X", "description": "d",
+                            "type": "reference", "body": "body"}
+    daemon.call("workspace.open", {"agent_id": "a"})
+    for change, error in (
+            ({"path": "../escape.md"}, PathOutsideWorkspace),
+            ({"path": "/etc/x.md"}, PathOutsideWorkspace),
+            ({"path": "MEMORY.md"}, InvalidParams),
+            ({"path": "digest/MEMORY.md"}, InvalidParams),
+            ({"path": "notes.txt"}, InvalidParams),
+            ({"type": "secret"}, InvalidParams),
+            ({"name": "two\nlines"}, InvalidParams),
+            ({"description": ""}, InvalidParams),
+            ({"body": "x" * 70_000}, InvalidParams)):
+        with pytest.raises(error):
+            daemon.call("memory.topic_write", {**good, **change})
+    written = daemon.call("memory.topic_write", {**good, "path": "memory/inside.md"})
+    assert written["path"] == "digest/memory/inside.md" and written["created"]
+    with pytest.raises(InvalidParams, match="type"):
+        daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
+                                          "old": "type: reference", "new": "type: nope"})
+    with pytest.raises(InvalidParams, match="0 times"):
+        daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
+                                          "old": "absent", "new": "x"})
+    with pytest.raises(NotFound):
+        daemon.call("memory.topic_edit", {"agent_id": "a", "path": "gone.md",
+                                          "old": "a", "new": "b"})
+    edited = daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
+                                               "old": "body", "new": "new body"})
+    assert edited["changed"] is True
+    assert daemon.call("daemon.ping")["pong"] is True
