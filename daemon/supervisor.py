@@ -11,7 +11,9 @@ Start order (each step only once the previous one can serve):
 4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
 
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
-(in-flight calls get ``graceful_timeout_s``), then the workspaces close. SIGHUP reloads
+(in-flight calls get ``graceful_timeout_s``), pending conversation turns are queued for
+auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
+restart), then the workspaces close. SIGHUP reloads
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
@@ -129,8 +131,18 @@ class Supervisor:
             await self._stop_requested.wait()
             self.notifier.stopping("stopping: draining connections")
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
+        self.notifier.status("stopping: writing pending conversation turns")
+        await self._flush_sessions(self.config.graceful_timeout_s)
         self.notifier.status("stopping: closing workspaces")
         root.cancel_scope.cancel()
+
+    async def _flush_sessions(self, deadline_s: float) -> None:
+        """Queue auto_memory for every open workspace's uncovered turns and give the jobs
+        ``deadline_s``; the journal resumes the unfinished ones after the restart."""
+        async with trio.open_nursery() as nursery:
+            for ws in self.registry.list():
+                if ws.state == "ready":
+                    nursery.start_soon(ws.services.capture.flush_for_stop, deadline_s)
 
     @staticmethod
     def _initial_workspaces(cfg: DaemonConfig) -> list[str]:

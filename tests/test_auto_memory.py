@@ -310,7 +310,7 @@ def test_pending_turns_survive_a_restart(daemon_factory: Any, fake: FakeProvider
     add(d, "s", turn("My sister is called Anna."), request_id="r1")
     first = add(d, "s", turn("She lives in Graz."))
     assert first["pending_turns"] == 2
-    assert d.stop() == 0
+    d.kill()  # a crash: a graceful stop would have written them (tests/test_capture.py)
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert add(d2, "s", turn("My sister is called Anna."), request_id="r1")["pending_turns"] == 1
     fake.script(write_note("family", "- Sister Anna lives in Graz"), done())

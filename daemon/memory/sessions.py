@@ -333,6 +333,10 @@ class SessionStore:
             return []
         return [dict(m) for m in s.messages if m["seq"] <= upto]
 
+    def sessions_pending(self) -> list[str]:
+        """The sessions with turns not yet committed by auto_memory."""
+        return [sid for sid, s in self._sessions.items() if s.messages or s.user_seqs]
+
     def committed(self, session_id: str) -> int:
         s = self._sessions.get(session_id)
         return s.committed if s is not None else 0
