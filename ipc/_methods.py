@@ -188,6 +188,15 @@ def add_turns(
     )
 
 
+def end_session(agent_id: str, session_id: str) -> Call[dict[str, Any]]:
+    """The conversation ended: its pending turns go to auto_memory now
+    (``memory.add_turns`` with no messages and ``flush``); the answer carries the
+    ``job_id`` when there was something to write."""
+    return Call("memory.add_turns",
+                _params(agent_id=agent_id, session_id=session_id, messages=[], flush=True),
+                _as_dict)
+
+
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
     description: str | None = None,
@@ -311,6 +320,7 @@ METHODS: dict[str, str] = {
         (workspace_close, ("a",)), (read, ("a", "p")), (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
+        (end_session, ("a", "s")),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
         (dream_runs, ("a",)), (dream_undo, ("a", "r")),
         (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
@@ -374,6 +384,7 @@ class SyncMethods:
     jobs_list = sync_method(jobs_list)
     jobs_cancel = sync_method(jobs_cancel)
     add_turns = sync_method(add_turns)
+    end_session = sync_method(end_session)
     add_note = sync_method(add_note)
     memory_index = sync_method(memory_index)
     memory_list = sync_method(memory_list)
@@ -408,6 +419,7 @@ class AsyncMethods:
     jobs_list = async_method(jobs_list)
     jobs_cancel = async_method(jobs_cancel)
     add_turns = async_method(add_turns)
+    end_session = async_method(end_session)
     add_note = async_method(add_note)
     memory_index = async_method(memory_index)
     memory_list = async_method(memory_list)
