@@ -414,7 +414,7 @@ async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None
     info = again.info("s")
     assert (info.pending_turns, info.user_turns_total) == (1, 1101)
     assert again.answer_for("r1099") == {"n": 1099} and again.answer_for("r0") is None
-    assert [m["content"] for m in again.pending("s", info.upto)] == ["[image omitted]"]
+    assert [m["content"] for m in await again.pending("s", info.upto)] == ["[image omitted]"]
     again.close()
 
 

@@ -176,3 +176,41 @@ def test_without_a_chat_model_turns_wait_and_health_says_why(daemon_factory: Any
     assert add(d2, "s1", [])["pending_messages"] == 2
     assert add(d2, "s2", [])["pending_messages"] == 2
     assert memory_jobs(d2) == []
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
+                                                           tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, None, idle_s=600)
+    d = daemon_factory(cfg)
+    add(d, "warm-up", turn("warming up the code paths"))
+    idle = rss_bytes(d.pid)
+    total = 300_000
+    batch = 1000
+    with d.connect(timeout=60) as conn:
+        for b in range(total // batch):
+            messages = [{"role": "user" if i % 2 == 0 else "assistant",
+                         "content": f"message {b}-{i}: the quick brown fox jumps over the "
+                                    f"lazy dog near the riverbank, item {i}"}
+                        for i in range(batch)]
+            conn.call("memory.add_turns", {"agent_id": "w", "session_id": f"s{b % 10}",
+                                           "messages": messages})
+    grown = rss_bytes(d.pid) - idle
+    assert grown < 50 << 20, f"RSS grew by {grown >> 20} MiB for {total} pending messages"
+    h = health(d)
+    assert h["state"] == "pending"
+    assert f"{total + 2} conversation message(s) of 11 session(s) wait for auto_memory" in (
+        " ".join(h["reasons"]))
+    # After a restart the store is rebuilt from the log, still without the texts.
+    assert d.stop() == 0
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert add(d2, "s0", [])["pending_messages"] == total // 10
+    assert rss_bytes(d2.pid) - idle < 50 << 20

@@ -233,13 +233,17 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             upto = params.get("upto")
             if not isinstance(upto, int) or isinstance(upto, bool):
                 upto = store.info(session_id).upto
-            turns = store.pending(session_id, upto)
+            if store.info(session_id).pending_messages == 0:
+                await store.commit(session_id, upto)
+                return {"session_id": session_id, "turns": 0, "changed": [],
+                        "note": None, "message": "nothing pending"}
+            chat = ws.services.chat.client()  # before reading the turns back from disk
+            turns = await store.pending(session_id, upto)
             if not turns:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}
             job.set_progress(0, 4, f"{len(turns)} turns")
-            chat = ws.services.chat.client()
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)
             note_path = await ops.session_note(session_id, date)
