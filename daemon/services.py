@@ -152,7 +152,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     def start(ws: Workspace, nursery: trio.Nursery) -> Awaitable[None]:
         return start_workspace(ws, nursery, services)
 
-    registry = WorkspaceRegistry(lambda: live.current, events, start)
+    registry = WorkspaceRegistry(lambda: live.current, events, start,
+                                 remembered_path=config.state_dir / "workspaces.json")
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
                       publish=events.publish, cpu_limiter=cpu, agent_exists=registry.exists)
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")

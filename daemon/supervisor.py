@@ -39,6 +39,7 @@ from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
+from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,14 @@ class Supervisor:
         async with trio.open_nursery() as opening:
             for agent_id in self._initial_workspaces(self.config):
                 opening.start_soon(self.registry.open, agent_id)
+        # Then every workspace served before (by RPC, a middleware, an MCP bridge), so
+        # its watcher, resource catalog and dream cron run with no client connected.
+        async with trio.open_nursery() as opening:
+            open_now = {w.agent_id for w in self.registry.list()}
+            for agent_id, rec in self.registry.remembered().items():
+                if agent_id not in open_now:
+                    opening.start_soon(self._reopen, agent_id, Path(rec["path"]),
+                                       rec["config"])
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
         self.state.stats["server"] = lambda: _asdict(server.statistics())
@@ -135,6 +144,14 @@ class Supervisor:
         await self._flush_sessions(self.config.graceful_timeout_s)
         self.notifier.status("stopping: closing workspaces")
         root.cancel_scope.cancel()
+
+    async def _reopen(self, agent_id: str, path: Path,
+                      overrides: dict[str, Any] | None) -> None:
+        """Open a recorded workspace; a failure is logged and shown in its state."""
+        try:
+            await self.registry.open(agent_id, path, overrides)
+        except RecalldError as exc:
+            log.error("reopening workspace %s at %s failed: %s", agent_id, path, exc.message)
 
     async def _flush_sessions(self, deadline_s: float) -> None:
         """Queue auto_memory for every open workspace's uncovered turns and give the jobs

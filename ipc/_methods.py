@@ -90,9 +90,11 @@ def workspace_list() -> Call[list[WorkspaceInfo]]:
     return Call("workspace.list", {}, _as_list("workspaces"))
 
 
-def workspace_close(agent_id: str) -> Call[dict[str, Any]]:
-    """``workspace.close``: stop serving a workspace (its files stay)."""
-    return Call("workspace.close", _params(agent_id=agent_id), _as_dict)
+def workspace_close(agent_id: str, forget: bool = False) -> Call[dict[str, Any]]:
+    """``workspace.close``: stop serving a workspace (its files stay); with ``forget`` the
+    daemon also stops reopening it at start."""
+    return Call("workspace.close", _params(agent_id=agent_id, forget=forget or None),
+                _as_dict)
 
 
 def read(
