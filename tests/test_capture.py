@@ -214,3 +214,46 @@ def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert add(d2, "s0", [])["pending_messages"] == total // 10
     assert rss_bytes(d2.pid) - idle < 50 << 20
+
+
+def wait_job(d: Any, job_id: str) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
+        return job if job["state"] not in ACTIVE else None
+    result: dict[str, Any] = wait_for(finished, why=f"job {job_id}")
+    return result
+
+
+def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakeProvider,
+                                               tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(write_note("family", "- Sister Anna lives in Graz\n- Brother Tom is a pilot"),
+                done())
+    first = add(d, "s1", turn("My sister Anna lives in Graz, my brother Tom flies planes."),
+                flush=True)
+    assert wait_job(d, first["job_id"])["state"] == "succeeded"
+    (note,) = notes(root)
+    # The model rewrites the note without the old facts, is refused, then merges.
+    fake.script(write_note("family", "- Works as a nurse"),
+                write_note("family", "- Sister Anna lives in Graz\n- Brother Tom is a pilot\n"
+                                     "- Works as a nurse"),
+                done())
+    second = add(d, "s1", turn("I work as a nurse."), flush=True)
+    job = wait_job(d, second["job_id"])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["refused"] == [{
+        "tool": "daily_write", "path": note.relative_to(root).as_posix(),
+        "dropped": ["- Sister Anna lives in Graz", "- Brother Tom is a pilot"]}]
+    refusal = [m for m in fake.requests[-1].json["messages"] if m["role"] == "tool"][-2]
+    assert "refused" in refusal["content"] and "Sister Anna" in refusal["content"]
+    text = note.read_text()
+    assert "Sister Anna" in text and "Tom is a pilot" in text and "nurse" in text
+    items = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert items[-1]["details"]["refused"][0]["dropped"][0] == "- Sister Anna lives in Graz"
+    # A model that only drops facts changes nothing; the refusal is reported.
+    fake.script(write_note("family", "- Likes tea"), done())
+    third = add(d, "s1", turn("I like tea."), flush=True)
+    job = wait_job(d, third["job_id"])
+    assert job["state"] == "succeeded" and len(job["result"]["refused"]) == 1
+    assert job["result"]["changed"] == [] and note.read_text() == text
