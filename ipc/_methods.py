@@ -267,12 +267,16 @@ def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
 
 
 def backup_create(
-    agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False
+    agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
+    include_secrets: bool = False,
 ) -> Call[dict[str, Any]]:
-    """``backup.create``: zip the agents' Markdown, sessions and resources (all open
-    workspaces by default) into ``out`` or ``<data_dir>/backups/``."""
+    """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
+    state (pending turns, inbox, dream runs; all open workspaces by default) and the
+    daemon's config (secrets masked unless ``include_secrets``) and workspace record into
+    ``out`` or ``<data_dir>/backups/``."""
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
-                                         include_derived=include_derived or None), _as_dict)
+                                         include_derived=include_derived or None,
+                                         include_secrets=include_secrets or None), _as_dict)
 
 
 def backup_list() -> Call[dict[str, Any]]:
