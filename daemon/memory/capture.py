@@ -164,8 +164,10 @@ class SessionFlusher:
             reason = "auto_memory job queued or running"
         else:
             idle = self.ws.settings.auto_memory_idle_s
-            reason = (f"waiting for {self.ws.settings.auto_memory_interval} user turns"
-                      + (f" or {idle:g} s idle" if idle > 0 else "") + " or a flush")
+            interval = self.ws.settings.auto_memory_interval
+            triggers = ([f"{interval} user turns"] if interval else []) + (
+                [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
+            reason = "waiting for " + " or ".join(triggers)
         return Waiting(messages=messages, sessions=len(sessions), reason=reason)
 
     def waiting_reason(self) -> str | None:
