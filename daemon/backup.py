@@ -4,8 +4,12 @@ A backup is a zip file. ``meta.json`` names the format and version, the time, an
 agent with its workspace path and directory settings, and lists every other member with
 its size and SHA-256. Members are ``agents/<agent_id>/<path in the workspace>``: the
 Markdown (``daily_dir``, ``digest_dir``), sessions (``session_dir``, ``mem_session_dir``)
-and resources (``resource_dir``); derived state (``metadata_dir``) only on request, since
-it can be rebuilt. Hidden files (``.name``: temp files, sync cookies) are left out.
+and resources (``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
+(:data:`RESUMABLE`: pending conversation turns, the inbox, dream run records), the rest
+of it (derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
+carry the daemon's own files (:data:`DAEMON_FILES`: its config file, with secrets masked
+unless asked for, and its record of workspaces). Hidden files (``.name``: temp files,
+sync cookies) are left out.
 
 A restore reads nothing it has not checked: :func:`open_checked` validates the whole
 archive first (meta.json well-formed, every member named in it and vice versa, names
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import time
 import zipfile
@@ -41,6 +46,20 @@ VERSION = 1
 META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"
+#: Under ``metadata_dir``: what a restore needs to resume (never rebuilt from Markdown).
+RESUMABLE = ("sessions/", "inbox/", "dream/runs/")
+DAEMON_FILES = ("config.toml", "workspaces.json")
+_SECRET_VALUE = re.compile(
+    r"""(?im)^([ \t]*[\w.-]*(?:api_key|apikey|token|secret|password)[\w.-]*[ \t]*=[ \t]*)"""
+    r"""("[^"\n]*"|'[^'\n]*')""")
+_INLINE_SECRET = re.compile(
+    r"""(?i)([{,][ \t]*[\w.-]*(?:api_key|apikey|token|secret|password)[\w.-]*[ \t]*=[ \t]*)"""
+    r"""("[^"\n]*"|'[^'\n]*')""")
+
+
+def mask_secrets(config_text: str) -> str:
+    """``config_text`` (TOML) with every secret-named string value emptied."""
+    return _INLINE_SECRET.sub(r'\1""', _SECRET_VALUE.sub(r'\1""', config_text))
 _COPY_CHUNK = 1 << 20
 
 
@@ -102,11 +121,13 @@ def roles_for(include_derived: bool) -> tuple[str, ...]:
 
 def source_files(source: AgentSource, include_derived: bool) -> list[str]:
     seen: dict[str, None] = {}
-    for role in roles_for(include_derived):
-        top = source.dirs.get(role)
-        if top:
-            for rel in _walk_files(source.root, top.strip("/")):
-                seen.setdefault(rel, None)
+    tops = [d.strip("/") for d in (source.dirs.get(r) for r in roles_for(include_derived)) if d]
+    meta = (source.dirs.get(DERIVED_ROLE) or "").strip("/")
+    if not include_derived and meta:
+        tops += [f"{meta}/{sub.rstrip('/')}" for sub in RESUMABLE]
+    for top in tops:
+        for rel in _walk_files(source.root, top):
+            seen.setdefault(rel, None)
     return list(seen)
 
 
@@ -117,9 +138,13 @@ def create_backup(
     include_derived: bool = False,
     recalld_version: str = "",
     note: str = "",
+    daemon_files: Mapping[str, bytes] | None = None,
+    secrets: bool = False,
 ) -> dict[str, Any]:
-    """Write a backup of ``sources`` to ``out`` atomically; return its summary (meta minus
-    the file list). Files that vanish while being read are left out."""
+    """Write a backup of ``sources`` (and ``daemon_files``, by name in
+    :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
+    list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets.
+    Files that vanish while being read are left out."""
     sources = list(sources)
     created = time.time()
     stamp = time.localtime(created)[:6]
@@ -138,10 +163,19 @@ def create_backup(
                     files.append(entry)
                     count += 1
             agents[src.agent_id] = {"path": str(src.root), "dirs": dict(src.dirs), "files": count}
+        for name, data in sorted((daemon_files or {}).items()):
+            if name not in DAEMON_FILES:
+                raise ValueError(f"unknown daemon file {name!r}")
+            info = zipfile.ZipInfo(f"daemon/{name}", stamp)
+            info.external_attr = (stat.S_IFREG | 0o600) << 16
+            zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+            files.append({"path": f"daemon/{name}", "size": len(data),
+                          "sha256": hashlib.sha256(data).hexdigest()})
         meta = {
             "format": FORMAT, "version": VERSION, "created": created,
             "recalld_version": recalld_version, "include_derived": include_derived,
             "note": note, "agents": agents, "files": files,
+            "daemon": sorted(daemon_files or {}), "secrets": secrets,
         }
         info = zipfile.ZipInfo(META, stamp)
         info.external_attr = (stat.S_IFREG | 0o644) << 16
@@ -184,6 +218,19 @@ class CheckedBackup:
     meta: dict[str, Any]
     members: dict[str, dict[str, Any]]  # zip name -> {"path", "size", "sha256"}
     by_agent: dict[str, list[str]] = field(default_factory=dict)
+    #: Daemon files in the archive: name (in DAEMON_FILES) -> member.
+    daemon: dict[str, str] = field(default_factory=dict)
+
+    def daemon_file(self, name: str) -> bytes | None:
+        """The verified bytes of daemon file ``name``, None if the archive has none."""
+        member = self.daemon.get(name)
+        if member is None:
+            return None
+        with zipfile.ZipFile(self.path) as zf:
+            data = zf.read(member)
+        if hashlib.sha256(data).hexdigest() != self.members[member]["sha256"]:
+            raise _refuse(self.path, f"checksum mismatch for {member!r}")
+        return data
 
     @property
     def agents(self) -> list[str]:
@@ -304,6 +351,13 @@ def _open_checked(path: Path, limits: BackupLimits) -> CheckedBackup:
             if info.filename == META:
                 continue
             parts = info.filename.split("/")
+            if parts[0] == "daemon" and len(parts) == 2 and parts[1] in DAEMON_FILES:
+                entry = listed[info.filename]
+                if entry["size"] != info.file_size or (
+                        _member_sha256(zf, info) != entry["sha256"]):
+                    raise _refuse(path, f"checksum mismatch for {info.filename!r}")
+                checked.daemon[parts[1]] = info.filename
+                continue
             if len(parts) < 3 or parts[0] != "agents" or parts[1] not in meta["agents"]:
                 raise _refuse(path, f"member {info.filename!r} belongs to no listed agent")
             tops = [d.strip("/") + "/" for r, d in meta["agents"][parts[1]]["dirs"].items()
@@ -352,7 +406,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     (directory names may differ from the backed-up workspace: they map by role).
 
     Files now in the content directories that the backup lacks are removed, so the
-    workspace ends equal to the backup. Derived state is never written (it is rebuilt).
+    workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
+    written (the rest is rebuilt).
     Raises PathOutsideWorkspace if a target would pass through a symlink.
     """
     saved_dirs: dict[str, str] = backup.meta["agents"][agent_id]["dirs"]
@@ -367,7 +422,7 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         role = next((r for r, d in roles if rel.startswith(d + "/")), None)
         if role is None:
             raise _refuse(backup.path, f"member {name!r} is outside the agent's directories")
-        if role == DERIVED_ROLE:
+        if role == DERIVED_ROLE and not rel[len(dict(roles)[role]) + 1:].startswith(RESUMABLE):
             skipped += 1
             continue
         target_dir = dirs.get(role, "").strip("/")

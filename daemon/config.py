@@ -130,6 +130,8 @@ class WorkspaceSettings:
     summarize_when_compact: bool = True
     inbox_push_enabled: bool = True
     auto_memory_interval: int | None = 5
+    # A session with pending turns and no new turn for this long goes to auto_memory.
+    auto_memory_idle_s: float = 600.0
     dream_cron_enabled: bool = True
     dream_cron: str = "0 23 * * *"
     memory_isolation: bool = True

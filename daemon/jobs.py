@@ -262,6 +262,14 @@ class JobManager:
         await self._journal(job)
         return job.job_id
 
+    async def wait(self, agent_id: str, job_id: str) -> JobRecord:
+        """Wait until the job has finished and return its record (NotFound if unknown).
+        Cancelling the wait leaves the job alone."""
+        job = self._find(agent_id, job_id)
+        if job.state in ACTIVE:
+            await job.done.wait()
+        return job.as_dict()
+
     async def cancel(self, agent_id: str, job_id: str) -> JobRecord:
         """Cancel a job and return its record; waits up to ``cancel_grace_s`` for a running
         job to stop. Cancelling a finished job changes nothing."""

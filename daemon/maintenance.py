@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,11 @@ class Health:
     """The last disk scan of one workspace and what it says about the index."""
 
     def __init__(self, ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter,
-                 vectors: VectorWorker | None = None) -> None:
+                 vectors: VectorWorker | None = None,
+                 capture: Callable[[], str | None] | None = None) -> None:
         self.ws = ws
+        #: Why conversation turns still wait for auto_memory (None: none wait).
+        self._capture = capture
         self.index = index
         self.vectors = vectors
         self._cpu = cpu
@@ -155,6 +158,9 @@ class Health:
                 and vectors["embedded"] < vectors["total"]):
             pending.append(f"vectors: {vectors['embedded']} of {vectors['total']} chunks "
                            "embedded")
+        waiting = self._capture() if self._capture is not None else None
+        if waiting is not None:
+            pending.append(waiting)
         state = "degraded" if degraded else "pending" if pending else "clean"
         last_errors = list(self.errors)
         if idx.get("persist_error"):

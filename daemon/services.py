@@ -33,6 +33,7 @@ from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.maintenance import Health
 from recalld.daemon.memory.auto_memory import auto_memory_job
+from recalld.daemon.memory.capture import SessionFlusher
 from recalld.daemon.memory.consolidation import Consolidation, ResourceService
 from recalld.daemon.memory.inbox import Inbox, inbox_path
 from recalld.daemon.memory.llm import ChatClients
@@ -123,6 +124,8 @@ class WorkspaceServices:
     health: Health
     #: Pending conversation turns of ``memory.add_turns``.
     sessions: SessionStore
+    #: When pending turns go to auto_memory: interval, flush, idle time, graceful stop.
+    capture: SessionFlusher
     #: Items pushed by memory jobs.
     inbox: Inbox
     #: The dream cron entry and the resource catalog with its watcher.
@@ -155,7 +158,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     def start(ws: Workspace, nursery: trio.Nursery) -> Awaitable[None]:
         return start_workspace(ws, nursery, services)
 
-    registry = WorkspaceRegistry(lambda: live.current, events, start)
+    registry = WorkspaceRegistry(lambda: live.current, events, start,
+                                 remembered_path=config.state_dir / "workspaces.json")
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
                       publish=events.publish, cpu_limiter=cpu, agent_exists=registry.exists)
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
@@ -177,13 +181,17 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
                            publish=daemon.events.publish, pool=daemon.prepare_pool)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)
+    sessions = SessionStore(
+        ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id,
+        cpu=daemon.cpu)
+    capture = SessionFlusher(ws, sessions, daemon.jobs,
+                             lambda: chat.client_or_none() is not None)
     return WorkspaceServices(
         index=index,
         vectors=vectors,
-        health=Health(ws, index, daemon.cpu, vectors),
-        sessions=SessionStore(
-            ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id,
-            cpu=daemon.cpu),
+        health=Health(ws, index, daemon.cpu, vectors, capture=capture.waiting_reason),
+        sessions=sessions,
+        capture=capture,
         inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
@@ -204,6 +212,7 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
     ws.add_status("vectors", services.vectors.status)
     ws.add_status("health", services.health.status)
     ws.add_status("sessions", services.sessions.status)
+    ws.add_status("capture", services.capture.status)
     ws.add_status("inbox", services.inbox.status)
     ws.add_status("dream", services.resource.dream_status)
     ws.add_status("resource", services.resource.status)

@@ -11,7 +11,9 @@ Start order (each step only once the previous one can serve):
 4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
 
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
-(in-flight calls get ``graceful_timeout_s``), then the workspaces close. SIGHUP reloads
+(in-flight calls get ``graceful_timeout_s``), pending conversation turns are queued for
+auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
+restart), then the workspaces close. SIGHUP reloads
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
@@ -38,6 +40,7 @@ from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
+from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,14 @@ class Supervisor:
         async with trio.open_nursery() as opening:
             for agent_id in self._initial_workspaces(self.config):
                 opening.start_soon(self.registry.open, agent_id)
+        # Then every workspace served before (by RPC, a middleware, an MCP bridge), so
+        # its watcher, resource catalog and dream cron run with no client connected.
+        async with trio.open_nursery() as opening:
+            open_now = {w.agent_id for w in self.registry.list()}
+            for agent_id, rec in self.registry.remembered().items():
+                if agent_id not in open_now:
+                    opening.start_soon(self._reopen, agent_id, Path(rec["path"]),
+                                       rec["config"])
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
         self.state.stats["server"] = lambda: _asdict(server.statistics())
@@ -134,8 +145,26 @@ class Supervisor:
             await self._stop_requested.wait()
             self.notifier.stopping("stopping: draining connections")
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
+        self.notifier.status("stopping: writing pending conversation turns")
+        await self._flush_sessions(self.config.graceful_timeout_s)
         self.notifier.status("stopping: closing workspaces")
         root.cancel_scope.cancel()
+
+    async def _reopen(self, agent_id: str, path: Path,
+                      overrides: dict[str, Any] | None) -> None:
+        """Open a recorded workspace; a failure is logged and shown in its state."""
+        try:
+            await self.registry.open(agent_id, path, overrides)
+        except RecalldError as exc:
+            log.error("reopening workspace %s at %s failed: %s", agent_id, path, exc.message)
+
+    async def _flush_sessions(self, deadline_s: float) -> None:
+        """Queue auto_memory for every open workspace's uncovered turns and give the jobs
+        ``deadline_s``; the journal resumes the unfinished ones after the restart."""
+        async with trio.open_nursery() as nursery:
+            for ws in self.registry.list():
+                if ws.state == "ready":
+                    nursery.start_soon(ws.services.capture.flush_for_stop, deadline_s)
 
     @staticmethod
     def _initial_workspaces(cfg: DaemonConfig) -> list[str]:

@@ -9,6 +9,10 @@ which builds the workspace's typed service record and starts its services in ord
 While open, a workspace holds an exclusive ``flock`` on ``<metadata_dir>/recalld.lock``, so
 a second daemon (another data directory) cannot serve the same directory at once.
 
+Every workspace that opened is recorded in ``<data>/state/workspaces.json``
+(:mod:`recalld.daemon.remembered`) with its path and overrides, so the supervisor reopens
+it after a restart; ``close(..., forget=True)`` drops the record.
+
 Closing a workspace cancels its nursery and waits for the services to finish their
 shielded cleanup. Cancelling the registry closes every workspace the same way. A
 service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.lock import AlreadyServing, FileLock
@@ -183,8 +188,10 @@ class WorkspaceRegistry:
     """Opens, lists and closes workspaces; a service that runs in the supervisor."""
 
     def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus,
-                 start: WorkspaceStarter) -> None:
+                 start: WorkspaceStarter, remembered_path: Path | None = None) -> None:
         self._get_config = get_config
+        self._remembered_path = remembered_path
+        self._remembered: dict[str, remembered.Remembered] = {}
         self._events = events
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
@@ -193,6 +200,9 @@ class WorkspaceRegistry:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the workspaces until cancelled; cancellation closes all of them."""
+        if self._remembered_path is not None:
+            self._remembered = await trio.to_thread.run_sync(remembered.load,
+                                                             self._remembered_path)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -218,6 +228,33 @@ class WorkspaceRegistry:
 
     def list(self) -> list[Workspace]:
         return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
+
+    def remembered(self) -> dict[str, remembered.Remembered]:
+        """Every recorded workspace (open or not), by agent id."""
+        return dict(self._remembered)
+
+    async def _remember(self, agent_id: str, root: Path,
+                        overrides: Mapping[str, Any] | None) -> None:
+        if self._remembered_path is None:
+            return
+        old = self._remembered.get(agent_id)
+        config = dict(overrides) if overrides else None
+        if old is not None and old["path"] == str(root) and old["config"] == config:
+            return
+        self._remembered[agent_id] = remembered.Remembered(
+            path=str(root), config=config,
+            registered_at=old["registered_at"] if old is not None else time.time())
+        await self._save_remembered()
+
+    async def _save_remembered(self) -> None:
+        assert self._remembered_path is not None
+        entries = dict(self._remembered)
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(remembered.save, self._remembered_path, entries)
+            except RecalldError as exc:  # the workspace serves; the record waits for later
+                log.error("recording the workspaces in %s failed: %s",
+                          self._remembered_path, exc.message)
 
     def _lock(self, agent_id: str) -> trio.Lock:
         return self._locks.setdefault(agent_id, trio.Lock())
@@ -272,6 +309,7 @@ class WorkspaceRegistry:
                     raise
                 log.exception("workspace %s failed to open", agent_id)
                 raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
+            await self._remember(agent_id, root, overrides)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
 
@@ -293,16 +331,28 @@ class WorkspaceRegistry:
             log.exception("workspace %s failed", ws.agent_id)
             self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
 
-    async def close(self, agent_id: str) -> None:
-        """Close ``agent_id``'s workspace and wait until its services stopped."""
+    async def close(self, agent_id: str, *, forget: bool = False) -> bool:
+        """Close ``agent_id``'s workspace and wait until its services stopped; with
+        ``forget`` also drop its record (it is not reopened after a restart). A recorded
+        workspace that is not open can be forgotten. Returns whether one was closed."""
         async with self._lock(agent_id):
             ws = self._workspaces.get(agent_id)
-            if ws is None or ws.state == "closed":
+            known = forget and agent_id in self._remembered
+            if (ws is None or ws.state == "closed") and not known:
                 raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
-            ws.request_close()
-            await ws.wait_closed()
-            del self._workspaces[agent_id]
-        self._events.publish("workspace.closed", {"agent_id": agent_id})
+            closed = False
+            if ws is not None:
+                if ws.state != "closed":
+                    ws.request_close()
+                    await ws.wait_closed()
+                    closed = True
+                del self._workspaces[agent_id]
+            if known:
+                del self._remembered[agent_id]
+                await self._save_remembered()
+        if closed:
+            self._events.publish("workspace.closed", {"agent_id": agent_id})
+        return closed
 
 
 class _Relay:

@@ -94,9 +94,11 @@ def workspace_list() -> Call[list[WorkspaceInfo]]:
     return Call("workspace.list", {}, _as_list("workspaces"))
 
 
-def workspace_close(agent_id: str) -> Call[dict[str, Any]]:
-    """``workspace.close``: stop serving a workspace (its files stay)."""
-    return Call("workspace.close", _params(agent_id=agent_id), _as_dict)
+def workspace_close(agent_id: str, forget: bool = False) -> Call[dict[str, Any]]:
+    """``workspace.close``: stop serving a workspace (its files stay); with ``forget`` the
+    daemon also stops reopening it at start."""
+    return Call("workspace.close", _params(agent_id=agent_id, forget=forget or None),
+                _as_dict)
 
 
 def read(
@@ -190,6 +192,15 @@ def add_turns(
                 request_id=request_id),
         _as_dict,
     )
+
+
+def end_session(agent_id: str, session_id: str) -> Call[dict[str, Any]]:
+    """The conversation ended: its pending turns go to auto_memory now
+    (``memory.add_turns`` with no messages and ``flush``); the answer carries the
+    ``job_id`` when there was something to write."""
+    return Call("memory.add_turns",
+                _params(agent_id=agent_id, session_id=session_id, messages=[], flush=True),
+                _as_dict)
 
 
 def add_note(
@@ -309,12 +320,16 @@ def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
 
 
 def backup_create(
-    agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False
+    agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
+    include_secrets: bool = False,
 ) -> Call[dict[str, Any]]:
-    """``backup.create``: zip the agents' Markdown, sessions and resources (all open
-    workspaces by default) into ``out`` or ``<data_dir>/backups/``."""
+    """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
+    state (pending turns, inbox, dream runs; all open workspaces by default) and the
+    daemon's config (secrets masked unless ``include_secrets``) and workspace record into
+    ``out`` or ``<data_dir>/backups/``."""
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
-                                         include_derived=include_derived or None), _as_dict)
+                                         include_derived=include_derived or None,
+                                         include_secrets=include_secrets or None), _as_dict)
 
 
 def backup_list() -> Call[dict[str, Any]]:
@@ -370,6 +385,7 @@ METHODS: dict[str, str] = {
         (search, ("a", "q")),
         (index_sync, ("a",)), (jobs_submit, ("a", "k")), (jobs_get, ("a", "j")),
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
+        (end_session, ("a", "s")),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
         (dream_runs, ("a",)), (dream_undo, ("a", "r")),
         (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
@@ -433,6 +449,7 @@ class SyncMethods:
     jobs_list = sync_method(jobs_list)
     jobs_cancel = sync_method(jobs_cancel)
     add_turns = sync_method(add_turns)
+    end_session = sync_method(end_session)
     add_note = sync_method(add_note)
     memory_index = sync_method(memory_index)
     memory_list = sync_method(memory_list)
@@ -472,6 +489,7 @@ class AsyncMethods:
     jobs_list = async_method(jobs_list)
     jobs_cancel = async_method(jobs_cancel)
     add_turns = async_method(add_turns)
+    end_session = async_method(end_session)
     add_note = async_method(add_note)
     memory_index = async_method(memory_index)
     memory_list = async_method(memory_list)

@@ -19,7 +19,12 @@ middlewares offer, without an index in the agent process::
   gives the agent the ``memory_search`` and ``add_memory`` tools (from
   :meth:`list_tools`) and says so in the system prompt; ``both`` (default) does both.
 - Write-back in every mode: each reply's new messages go to ``memory.add_turns`` under
-  the agent's ``state.session_id``; the daemon's auto_memory job turns them into notes.
+  the agent's ``state.session_id``; the daemon's auto_memory job turns them into notes
+  (every ``auto_memory_interval`` user turns, after ``auto_memory_idle_s`` without a
+  turn, and when :meth:`~RecalldMemoryMiddleware.close` ends the conversations it saw).
+- Context compaction: when the agent compacts its context and the workspace's
+  ``summarize_when_compact`` is true (the default), the turns the compaction folds
+  away go to auto_memory first (``on_compress_context``).
 - Mem0-style ``add_memory(thinking, content)``: only ``content`` is stored, as a note
   of the day through ``memory.add_note``.
 - Agentic-Memory-style index: with ``index_in_prompt=True`` the system prompt gets the
@@ -39,7 +44,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -138,7 +143,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._owns_client = client is None
         self.client = client or AsyncioClient(socket_path, timeout_s=timeout_s,
                                               autostart=autostart)
-        self._opened: set[str] = set()
+        #: Open workspaces and their settings (as ``workspace.open`` answered).
+        self._opened: dict[str, dict[str, Any]] = {}
+        #: Sessions with turns written back since their last flush, and their workspace.
+        self._unflushed: OrderedDict[str, str] = OrderedDict()
+        #: Ids of the context messages before the running reply of each session.
+        self._reply_before: dict[str, set[str]] = {}
         # Keyed by session id: one instance may serve many agents and conversations.
         self._pending_hits: dict[str, list[str]] = {}
         self._session_workspace: OrderedDict[str, str] = OrderedDict()
@@ -152,8 +162,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def _ensure_open(self, workspace: str) -> None:
         if workspace not in self._opened:
-            await self.client.workspace_open(workspace)
-            self._opened.add(workspace)
+            info = await self.client.workspace_open(workspace)
+            settings = info.get("settings") if isinstance(info, dict) else None
+            self._opened[workspace] = dict(settings) if isinstance(settings, dict) else {}
 
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
@@ -192,8 +203,22 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._index_cache[workspace] = (now, rendered)
         return rendered
 
+    async def end_session(self, workspace: str, session: str) -> None:
+        """Hand the session's pending turns to auto_memory now (failures are logged)."""
+        self._unflushed.pop(session, None)
+        try:
+            await self._ensure_open(workspace)
+            await self.client.end_session(workspace, session)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld end_session for %s/%s failed: %s", workspace, session, exc)
+
     async def close(self) -> None:
-        """Close the daemon connection (if this instance opened it). Idempotent."""
+        """End every conversation written back since its last flush (its turns go to
+        auto_memory), then close the daemon connection if this instance opened it.
+        Idempotent."""
+        while self._unflushed:
+            session, workspace = self._unflushed.popitem(last=False)
+            await self.end_session(workspace, session)
         if self._owns_client:
             await self.client.aclose()
 
@@ -228,12 +253,15 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             if hits:
                 self._pending_hits[session] = hits
         before = {m.id for m in agent.state.context if isinstance(m, Msg)}
+        if session is not None:
+            self._reply_before[session] = before
         try:
             async for item in next_handler(**input_kwargs):
                 yield item
         finally:
             if session is not None:
                 self._pending_hits.pop(session, None)
+                self._reply_before.pop(session, None)
             if self.write_back and query and session is not None:
                 await self._write_back(agent, workspace, session, before)
 
@@ -249,6 +277,51 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             agent.state.context.append(memory_message(hits))
         async for event in next_handler(**input_kwargs):
             yield event
+
+    async def on_compress_context(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, Any],
+        next_handler: Callable[..., Awaitable[None]],
+    ) -> None:
+        """Compaction folds old messages into a summary: with ``summarize_when_compact``
+        the running reply's folded messages are written back and the session's pending
+        turns go to auto_memory. (AgentScope calls this before every reasoning step; it
+        acts only when messages really left the context.)"""
+        context = [m for m in agent.state.context if isinstance(m, Msg)]
+        await next_handler(**input_kwargs)
+        session = self._session_of(agent)
+        if session is None or not self.write_back:
+            return
+        workspace = self.workspace_of(agent)
+        kept = {m.id for m in agent.state.context if isinstance(m, Msg)}
+        folded = [m for m in context if m.id not in kept]
+        if not folded:
+            return
+        try:
+            await self._ensure_open(workspace)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld workspace.open for %s failed: %s", workspace, exc)
+            return
+        if not self._opened.get(workspace, {}).get("summarize_when_compact", True):
+            return
+        before = self._reply_before.get(session)
+        current = [m for m in folded if before is not None and m.id not in before
+                   and m.name != MEMORY_MSG_NAME]
+        if before is not None:
+            before.update(m.id for m in current)  # not written back twice at reply end
+        messages = _turns(current)
+        try:
+            if messages:
+                await self.client.add_turns(
+                    workspace, session, messages, flush=True,
+                    request_id=f"asc:{session}:{agent.state.reply_id}:{current[0].id}"[:200])
+                self._unflushed.pop(session, None)
+            else:
+                await self.end_session(workspace, session)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld flush before compaction of %s/%s failed: %s", workspace,
+                        session, exc)
 
     async def on_system_prompt(self, agent: Agent, current_prompt: str) -> str:
         parts = [current_prompt]
@@ -280,8 +353,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                           before: set[str]) -> None:
         new = [m for m in agent.state.context
                if isinstance(m, Msg) and m.id not in before and m.name != MEMORY_MSG_NAME]
-        messages = [{"role": m.role, "content": _msg_text(m)} for m in new
-                    if m.role in ("user", "assistant") and _msg_text(m)]
+        messages = _turns(new)
         if not any(m["role"] == "assistant" for m in messages):
             return  # no real exchange (interrupted, or only tool calls)
         try:
@@ -289,6 +361,10 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             # The reply id makes a retried write-back add nothing twice.
             await self.client.add_turns(workspace, session, messages,
                                         request_id=f"as:{session}:{agent.state.reply_id}"[:200])
+            self._unflushed[session] = workspace
+            self._unflushed.move_to_end(session)
+            while len(self._unflushed) > MAX_SESSIONS:
+                self._unflushed.popitem(last=False)  # its idle flush still comes
         except _DAEMON_ERRORS as exc:
             log.warning("recalld add_turns for %s/%s failed: %s", workspace, session, exc)
 
@@ -297,6 +373,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if self.agent_id is not None:
             return self.agent_id
         return self._session_workspace.get(session) if session is not None else None
+
+
+def _turns(msgs: Sequence[Msg]) -> list[dict[str, Any]]:
+    """The user and assistant texts of ``msgs`` as chat messages."""
+    return [{"role": m.role, "content": _msg_text(m)} for m in msgs
+            if m.role in ("user", "assistant") and _msg_text(m)]
 
 
 def memory_message(hits: Sequence[str]) -> Msg:

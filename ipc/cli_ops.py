@@ -50,6 +50,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument("--out", metavar="FILE", help="zip to write (default: data dir)")
     create.add_argument("--include-derived", action="store_true",
                         help="also store the derived index state (it can be rebuilt)")
+    create.add_argument("--include-secrets", action="store_true",
+                        help="keep the secrets of the daemon's config file (masked otherwise)")
     add(bk_sub, "list", "list the backups in the data dir")
     verify = add(bk_sub, "verify", "check a backup completely (structure, sizes, checksums)")
     verify.add_argument("file")
@@ -110,7 +112,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     result: dict[str, Any]
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
-        result = client.backup_create(ns.agents, outfile, ns.include_derived)
+        result = client.backup_create(ns.agents, outfile, ns.include_derived,
+                                       ns.include_secrets)
         if not as_json:
             out.write(f"wrote {result['file']}: {result['members']} file(s) of "
                       f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")

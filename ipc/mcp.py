@@ -16,8 +16,9 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
 The bridge holds no index and no state besides one daemon connection: any number of
 bridges (one per MCP client) share the one daemon, and a daemon restart is bridged by
 the client's reconnect. Reads of other workspaces go out as this agent (``as_agent``),
-so the daemon's sharing rules apply. The server stops when stdin closes; the daemon
-connection is closed on the way out.
+so the daemon's sharing rules apply. The server stops when stdin closes; on the way out
+every session given turns without a final ``flush`` is ended (its turns go to
+auto_memory now, ``end_session``), then the daemon connection is closed.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from recalld.ipc.types import render_linked
 SCHEME = "recalld"
 DEFAULT_AGENT = "default"
 MAX_RESOURCES = 5000
+#: Sessions the bridge remembers to end at shutdown.
+MAX_SESSIONS = 10_000
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
 
 TOOLS: list[types.Tool] = [
@@ -176,6 +179,8 @@ class Bridge:
         self.client = client
         self.agent = agent
         self._opened = False
+        #: Sessions given turns since their last flush, ended when the stream ends.
+        self._unflushed: dict[str, None] = {}
 
     async def _open(self) -> None:
         if not self._opened:
@@ -194,9 +199,14 @@ class Bridge:
             if name == "memory_read":
                 return await self._read(args)
             if name == "memory_add_turns":
+                session = str(args.get("session_id", ""))
+                flush = bool(args.get("flush", False))
                 answer = await self.client.add_turns(
-                    self.agent, str(args.get("session_id", "")), list(args.get("messages", [])),
-                    flush=bool(args.get("flush", False)))
+                    self.agent, session, list(args.get("messages", [])), flush=flush)
+                if flush:
+                    self._unflushed.pop(session, None)
+                elif len(self._unflushed) < MAX_SESSIONS:  # beyond: the idle flush
+                    self._unflushed[session] = None
                 return _text(json.dumps(answer), structured=answer)
             if name == "memory_add_note":
                 answer = await self.client.add_note(
@@ -267,6 +277,17 @@ class Bridge:
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
         return _text(str(got.get("text", "")), structured=dict(got))
+
+    async def end_sessions(self) -> None:
+        """End every session given turns since its last flush (errors are skipped:
+        the daemon's idle flush writes them later)."""
+        while self._unflushed:
+            session = next(iter(self._unflushed))
+            del self._unflushed[session]
+            try:
+                await self.client.end_session(self.agent, session)
+            except _DAEMON_ERRORS as exc:
+                print(f"recalld mcp: ending session {session} failed: {exc}", file=sys.stderr)
 
     # --------------------------------------------------------------- resources
 
@@ -342,7 +363,10 @@ def build_server(bridge: Bridge) -> Server[Any]:
         try:
             yield {}
         finally:
-            await bridge.client.aclose()
+            try:
+                await bridge.end_sessions()
+            finally:
+                await bridge.client.aclose()
 
     return Server(
         "recalld", version=__version__,

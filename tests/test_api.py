@@ -237,8 +237,8 @@ def test_workspace_methods(daemon: DaemonHandle, tmp_path: Path) -> None:
         daemon.call("workspace.open", {"agent_id": "../evil"})
     names = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]]
     assert names == ["default", "qp"]
-    assert daemon.call("workspace.close", {"agent_id": "qp"}) == {"agent_id": "qp",
-                                                                  "closed": True}
+    assert daemon.call("workspace.close", {"agent_id": "qp"}) == {
+        "agent_id": "qp", "closed": True, "forgotten": False}
     assert target.is_dir()  # closing keeps the files
     with pytest.raises(errors.UnknownWorkspace):
         daemon.call("workspace.close", {"agent_id": "qp"})

@@ -310,7 +310,7 @@ def test_pending_turns_survive_a_restart(daemon_factory: Any, fake: FakeProvider
     add(d, "s", turn("My sister is called Anna."), request_id="r1")
     first = add(d, "s", turn("She lives in Graz."))
     assert first["pending_turns"] == 2
-    assert d.stop() == 0
+    d.kill()  # a crash: a graceful stop would have written them (tests/test_capture.py)
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert add(d2, "s", turn("My sister is called Anna."), request_id="r1")["pending_turns"] == 1
     fake.script(write_note("family", "- Sister Anna lives in Graz"), done())
@@ -414,7 +414,7 @@ async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None
     info = again.info("s")
     assert (info.pending_turns, info.user_turns_total) == (1, 1101)
     assert again.answer_for("r1099") == {"n": 1099} and again.answer_for("r0") is None
-    assert [m["content"] for m in again.pending("s", info.upto)] == ["[image omitted]"]
+    assert [m["content"] for m in await again.pending("s", info.upto)] == ["[image omitted]"]
     again.close()
 
 

@@ -87,7 +87,9 @@ def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> 
     closed = recalld("workspace", "close", "bob", env=env)
     assert closed.returncode == 0 and "bob" in closed.stdout
     listed = as_json(recalld("workspace", "list", "--json", env=env))
-    assert [w["agent_id"] for w in listed] == ["default"]
+    # Closed, still recorded: reopened at the next start unless forgotten.
+    assert [(w["agent_id"], w["state"]) for w in listed] == [("default", "ready"),
+                                                             ("bob", "closed")]
 
 
 def test_bad_workspace_config_is_one_line(daemon: DaemonHandle) -> None:

@@ -88,10 +88,20 @@ async def test_torn_tail_is_repaired(tmp_path: Path) -> None:
 async def test_push_disabled_and_trim_and_compaction(tmp_path: Path) -> None:
     path = tmp_path / "inbox.jsonl"
     events: list[tuple[str, dict[str, Any]]] = []
-    inbox = new_inbox(path, events, enabled=False, max_items=3)
+    off = new_inbox(tmp_path / "off.jsonl", events, enabled=False)
+    await off.open()
+    assert await off.push("auto_memory", "n", ["a.md"]) is None
+    assert events == [] and off.list() == []  # inbox_push_enabled off: nothing recorded
+    off.close()
+    assert (tmp_path / "off.jsonl").read_bytes() == b""
+    inbox = new_inbox(path, events, max_items=3)
     await inbox.open()
-    ids = [(await inbox.push("auto_memory", f"n{i}", [f"{i}.md"]))["id"] for i in range(120)]
-    assert events == []  # inbox_push_enabled off: stored, not published
+    ids = []
+    for i in range(120):
+        item = await inbox.push("auto_memory", f"n{i}", [f"{i}.md"])
+        assert item is not None
+        ids.append(item["id"])
+    assert len(events) == 120
     assert [i["id"] for i in inbox.list()] == ids[-3:]
     inbox.close()
     assert len(path.read_bytes().splitlines()) < 120  # compacted

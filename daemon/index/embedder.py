@@ -354,11 +354,15 @@ class VectorWorker:
             self.index.vectors_changed(installed)
 
     async def _embed_round(self, items: list[tuple[int, str]]) -> int:
-        """Vectors for ``items``: the cache first, the provider for the rest; install them."""
+        """Vectors for ``items``: the cache first, the provider for the rest; install them.
+        With ``enable_cache`` off the cache is neither read nor written."""
         space = self.target
+        use_cache = self.config.enable_cache
         texts = list(dict.fromkeys(text for _, text in items))
         hashes = [text_hash(t) for t in texts]
-        cached = await trio.to_thread.run_sync(space.cache.get_many, hashes)
+        cached: list[F32 | None] = (
+            await trio.to_thread.run_sync(space.cache.get_many, hashes) if use_cache
+            else [None] * len(texts))
         vectors: dict[str, F32] = {}
         missing: list[int] = []
         for i, vec in enumerate(cached):
@@ -383,7 +387,8 @@ class VectorWorker:
                 [texts[i] for i in missing], partial(space.client.embed, kind="passage"))
             self.provider_texts += len(missing)
             fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
-            await trio.to_thread.run_sync(space.cache.put_many, fresh)
+            if use_cache:
+                await trio.to_thread.run_sync(space.cache.put_many, fresh)
             for j, i in enumerate(missing):
                 vectors[texts[i]] = rows[j]
         self.last_error = None

@@ -16,6 +16,11 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
    with its description);
 5. commit the turns, then push one inbox item if a note changed.
 
+A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
+one of its bullet points is refused (the model is told which, and may write again
+keeping them); each refusal is in the job result (``refused``), in the inbox item's
+details and in the log.
+
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
 malformed answers, deadline) fail the job with a clear message and leave the turns
 pending for the next run. Cancellation leaves no partial file (every write is atomic);
@@ -36,6 +41,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.jobs import JobContext
+from recalld.daemon.memory.digest import dropped_bullets
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
     FileOps,
@@ -100,6 +106,21 @@ class _SessionTools:
         self.ops = ops
         self.session_id = session_id
         self.date = date
+        #: Rewrites refused because they dropped bullet points of the note.
+        self.refused: list[dict[str, Any]] = []
+
+    async def _body(self, rel: str) -> str:
+        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
+        return "\n".join(text.split("\n")[parse_frontmatter(text)[1]:])
+
+    def _refuse(self, tool: str, rel: str, dropped: list[str]) -> str:
+        self.refused.append({"tool": tool, "path": rel, "dropped": dropped})
+        log.warning("auto_memory: refused a %s of %s that dropped %d bullet point(s)",
+                    tool, rel, len(dropped))
+        listed = "\n".join(dropped[:20])
+        return (f"error: refused: this would drop {len(dropped)} bullet point(s) the note "
+                f"already holds. Write the whole note again keeping them (correct a fact by "
+                f"rewording its bullet, never by removing it):\n{listed}")
 
     async def _own(self, path: str) -> str | None:
         """Why the model may not change ``path``, or None if it is this session's note."""
@@ -123,10 +144,18 @@ class _SessionTools:
             existing = await self.ops.session_note(self.session_id, self.date)
             if existing is not None:  # one note per session per day: update it
                 args["name"] = PurePosixPath(existing).stem
+                dropped = dropped_bullets(await self._body(existing),
+                                          str(args.get("content", "")))
+                if dropped:
+                    return self._refuse(name, existing, dropped)
         elif name in ("edit", "frontmatter_update"):
             refusal = await self._own(str(args.get("path", "")))
             if refusal is not None:
                 return f"error: {refusal}"
+            if name == "edit":
+                dropped = dropped_bullets(str(args.get("old", "")), str(args.get("new", "")))
+                if dropped:
+                    return self._refuse(name, str(args.get("path", "")), dropped)
         elif name == "read":
             # Notes only: not other sessions' dialogs, resources or derived state.
             try:
@@ -231,13 +260,17 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             upto = params.get("upto")
             if not isinstance(upto, int) or isinstance(upto, bool):
                 upto = store.info(session_id).upto
-            turns = store.pending(session_id, upto)
+            if store.info(session_id).pending_messages == 0:
+                await store.commit(session_id, upto)
+                return {"session_id": session_id, "turns": 0, "changed": [],
+                        "note": None, "message": "nothing pending"}
+            chat = ws.services.chat.client()  # before reading the turns back from disk
+            turns = await store.pending(session_id, upto)
             if not turns:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}
             job.set_progress(0, 4, f"{len(turns)} turns")
-            chat = ws.services.chat.client()
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)
             note_path = await ops.session_note(session_id, date)
@@ -264,7 +297,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
                 item = await ws.services.inbox.push(
                     "auto_memory", summary, changed, job_id=job.job_id,
-                    details={"session_id": session_id, "date": date, "note": note})
+                    details={"session_id": session_id, "date": date, "note": note,
+                             "refused": tools.refused})
             job.set_progress(4, 4, "done")
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
@@ -272,6 +306,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 "steps": result.steps, "tool_calls": result.tool_calls_made,
                 "finished": result.finished, "model_text": redact(result.final_text[:500]),
                 "inbox_item": item["id"] if item else None,
+                "refused": tools.refused,
             }
 
     return run

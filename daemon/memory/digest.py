@@ -139,6 +139,25 @@ def _content_lines(text: str) -> list[str]:
     return [n for n in (_norm_line(ln) for ln in text.splitlines()) if n]
 
 
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
+_BULLET_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_WORD = re.compile(r"\w+")
+
+
+def dropped_bullets(old: str, new: str) -> list[str]:
+    """The bullet points of ``old`` (``-``, ``*``, ``+`` or numbered) that no line of
+    ``new`` keeps, as written in ``old``. A line keeps a bullet if it holds all of the
+    bullet's words (case-insensitive): a refinement that adds detail keeps it."""
+    new_words = [set(_WORD.findall(ln)) for ln in _content_lines(new)]
+    out = []
+    for line in old.splitlines():
+        if _BULLET.match(line):
+            words = set(_WORD.findall(_norm_line(_BULLET_MARK.sub("", line))))
+            if words and not any(words <= have for have in new_words):
+                out.append(line.strip())
+    return out
+
+
 def kept_fraction(old: str, new: str) -> float:
     """The share of the old content's lines still present (whitespace-insensitive) in new."""
     old_lines = _content_lines(old)

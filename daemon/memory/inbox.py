@@ -10,8 +10,8 @@ loses notifications only, never memory.
 An item is ``{id, time, kind, summary, changes: [paths], job_id, details, acked}``; ids
 sort in push order. Jobs call :meth:`Inbox.push` only when they changed memory (an empty
 ``changes`` list is refused). Each push is published on the event bus as topic
-``inbox.item`` with payload ``{agent_id, item}`` when the workspace's
-``inbox_push_enabled`` is set.
+``inbox.item`` with payload ``{agent_id, item}``. With the workspace's
+``inbox_push_enabled`` off nothing is recorded nor published.
 
 As a workspace service (``WorkspaceServices.inbox``) :meth:`Inbox.run` opens the log,
 serves until cancelled, then closes the log.
@@ -115,8 +115,9 @@ class Inbox:
         *,
         job_id: str | None = None,
         details: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Record (and publish) one memory change; returns the new item.
+    ) -> dict[str, Any] | None:
+        """Record (and publish) one memory change; returns the new item, or None when
+        ``inbox_push_enabled`` is off (nothing recorded).
 
         ``kind`` is auto_memory, auto_dream or auto_resource; ``changes`` the workspace-
         relative paths that changed (must not be empty: no change, no item).
@@ -126,6 +127,8 @@ class Inbox:
         if not changes:
             raise ValueError("an inbox item needs at least one changed path")
         self._require_open()
+        if not self._push_enabled():
+            return None
         async with self._lock:
             self._seq += 1
             item: dict[str, Any] = {
@@ -139,7 +142,7 @@ class Inbox:
                 "acked": False,
             }
             await self._append([{"op": "push", "item": item}])
-        if self._publish is not None and self._push_enabled():
+        if self._publish is not None:
             try:
                 self._publish(INBOX_TOPIC, {"agent_id": self.agent_id, "item": dict(item)})
             except Exception:

@@ -14,6 +14,10 @@ aside in ``<metadata_dir>/sessions/pending.quarantine.jsonl`` (raw bytes, offset
 logged, and counted in the workspace status (``sessions.quarantined_records``); the log
 is rewritten without it, and the records around it are kept.
 
+Memory stays bounded however many turns wait (no chat model, a long outage): the texts
+live only in the log; the store keeps each pending message's sequence number (8 bytes)
+and :meth:`SessionStore.pending` reads the texts back from the log when a job needs them.
+
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
 
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import logging
 import re
+from array import array
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +39,9 @@ from typing import Any
 
 import trio
 
+from recalld.daemon import memtrim
 from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
-from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.store.applog import AppendLog, replay
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -137,14 +144,24 @@ def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
     return out
 
 
+def _seqs() -> array[int]:
+    return array("q")
+
+
 @dataclass
 class _Session:
-    messages: list[dict[str, Any]] = field(default_factory=list)  # uncommitted, with seq
+    #: Seq of each uncommitted message, ascending (the texts stay in the log).
+    seqs: array[int] = field(default_factory=_seqs)
     committed: int = 0  # every seq <= this one is done
     submitted: int = 0  # the last upto a job was submitted for
     last_job_id: str | None = None
     user_turns_total: int = 0
-    user_seqs: list[int] = field(default_factory=list)  # seq of each uncommitted user turn
+    #: Seq of each uncommitted user turn, ascending.
+    user_seqs: array[int] = field(default_factory=_seqs)
+
+    def drop_upto(self, upto: int) -> None:
+        del self.seqs[:bisect_right(self.seqs, upto)]
+        del self.user_seqs[:bisect_right(self.user_seqs, upto)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +198,8 @@ class SessionStore:
         self._open = False
         #: Held by memory.add_turns around check-add-submit, so retries cannot interleave.
         self.lock = trio.Lock()
+        #: One log write at a time: a compaction must not drop a concurrent append.
+        self._write_lock = trio.Lock()
         self._job_locks: dict[str, trio.Lock] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -194,9 +213,11 @@ class SessionStore:
                         report.quarantined, self.quarantine_path,
                         [b.offset for b in report.bad_lines] + (
                             [report.truncated_at] if report.truncated_at is not None else []))
+        self._log.opened = ([], report)  # the texts stay on disk only
         for rec in records:
             self._apply(rec)
         self._lines = len(records)
+        del records
         self._open = True
 
     def _count_quarantined(self) -> int:
@@ -231,7 +252,7 @@ class SessionStore:
                 if isinstance(msg, dict) and isinstance(msg.get("seq"), int):
                     self._seq = max(self._seq, msg["seq"])
                     if msg["seq"] > s.committed:
-                        s.messages.append(dict(msg))
+                        s.seqs.append(msg["seq"])
             self._seq = max(self._seq, int(rec.get("upto") or 0))
             s.user_turns_total += int(rec.get("user_turns") or 0)
             s.user_seqs.extend(int(x) for x in rec.get("user_seqs") or [] if x > s.committed)
@@ -242,8 +263,7 @@ class SessionStore:
             self._remember(rec.get("request_id"), rec.get("answer"))
         elif op == "commit":
             s.committed = max(s.committed, int(rec.get("upto") or 0))
-            s.messages = [m for m in s.messages if m["seq"] > s.committed]
-            s.user_seqs = [x for x in s.user_seqs if x > s.committed]
+            s.drop_upto(s.committed)
         elif op == "state":  # written by compaction
             s.committed = int(rec.get("committed") or 0)
             s.submitted = int(rec.get("submitted") or 0)
@@ -264,33 +284,70 @@ class SessionStore:
         if not self._open:
             raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
-            await trio.to_thread.run_sync(self._log.append, records)
-            for rec in records:  # the in-memory effect is exactly what a replay does
-                self._apply(rec)
-            self._lines += len(records)
-            # Compact only after applying: the snapshot must include these records.
-            if self._lines > 4 * (self._pending_count() + len(self._sessions)) + 2000:
-                snapshot = self._snapshot()
-                await trio.to_thread.run_sync(self._log.rewrite, snapshot)
-                self._lines = len(snapshot)
+            async with self._write_lock:
+                await self._append_locked(records)
+
+    async def _append_locked(self, records: list[dict[str, Any]]) -> None:
+        await trio.to_thread.run_sync(self._log.append, records)
+        for rec in records:  # the in-memory effect is exactly what a replay does
+            self._apply(rec)
+        self._lines += len(records)
+        # Compact only after applying: the snapshot must include these records.
+        if self._lines > 4 * (self._pending_count() + len(self._sessions)) + 2000:
+            states = self._states()
+            self._lines = await trio.to_thread.run_sync(self._compact, states)
 
     def _pending_count(self) -> int:
-        return sum(len(s.messages) for s in self._sessions.values())
+        return sum(len(s.seqs) for s in self._sessions.values())
 
-    def _snapshot(self) -> list[dict[str, Any]]:
+    def _states(self) -> list[dict[str, Any]]:
+        """One ``state`` record per session (the in-memory part of a snapshot)."""
         out: list[dict[str, Any]] = []
         answers = dict(self._answers)
         for sid, s in self._sessions.items():
             out.append({"op": "state", "session_id": sid, "committed": s.committed,
                         "submitted": s.submitted, "last_job_id": s.last_job_id,
                         "user_turns_total": s.user_turns_total, "seq": self._seq,
-                        "answers": answers})
+                        "answers": answers, "user_seqs": list(s.user_seqs)})
             answers = {}
-            if s.messages:
-                out.append({"op": "turns", "session_id": sid, "messages": s.messages,
-                            "user_turns": 0, "user_seqs": s.user_seqs,
-                            "upto": s.messages[-1]["seq"]})
         return out
+
+    def _messages_on_disk(self, committed: Mapping[str, int], upto: int | None = None,
+                          ) -> dict[str, list[dict[str, Any]]]:
+        """Uncommitted messages per session, read back from the log (worker thread)."""
+        records, _report = replay(self.path, repair=False)
+        out: dict[str, dict[int, dict[str, Any]]] = {}
+        for rec in records:
+            sid = rec.get("session_id")
+            if rec.get("op") != "turns" or not isinstance(sid, str) or sid not in committed:
+                continue
+            for msg in rec.get("messages") or []:
+                seq = msg.get("seq") if isinstance(msg, dict) else None
+                if isinstance(seq, int) and seq > committed[sid] and (
+                        upto is None or seq <= upto):
+                    out.setdefault(sid, {})[seq] = msg
+        big = len(records) > 10_000 or sum(map(len, out.values())) > 10_000
+        del records
+        if big:  # hand the transient heap back (see memtrim)
+            memtrim.trim()
+        return {sid: [msgs[k] for k in sorted(msgs)] for sid, msgs in out.items()}
+
+    def _compact(self, states: list[dict[str, Any]]) -> int:
+        """Rewrite the log as ``states`` plus the uncommitted turns (worker thread)."""
+        committed = {str(st["session_id"]): int(st["committed"]) for st in states}
+        messages = self._messages_on_disk(committed)
+        out: list[dict[str, Any]] = []
+        for st in states:
+            user_seqs = st.pop("user_seqs")
+            out.append(st)
+            pending = messages.get(str(st["session_id"]))
+            if pending or user_seqs:
+                out.append({"op": "turns", "session_id": st["session_id"],
+                            "messages": pending or [], "user_turns": 0,
+                            "user_seqs": user_seqs,
+                            "upto": max([m["seq"] for m in pending or []] + user_seqs)})
+        self._log.rewrite(out)
+        return len(out)
 
     # -- operations --------------------------------------------------------------------
 
@@ -303,11 +360,12 @@ class SessionStore:
 
     def _added(self, sid: str) -> Added:
         s = self._sessions.get(sid) or _Session()
+        last = max(s.seqs[-1] if s.seqs else 0, s.user_seqs[-1] if s.user_seqs else 0)
         return Added(
             session_id=sid,
-            upto=s.messages[-1]["seq"] if s.messages else s.committed,
+            upto=max(last, s.committed),
             pending_turns=len(s.user_seqs),
-            pending_messages=len(s.messages),
+            pending_messages=len(s.seqs),
             user_turns_total=s.user_turns_total,
             since_submit=sum(1 for x in s.user_seqs if x > s.submitted),
             submitted=s.submitted,
@@ -371,12 +429,19 @@ class SessionStore:
         await self._append([{"op": "answer", "session_id": "", "request_id": request_id,
                              "answer": dict(answer)}])
 
-    def pending(self, session_id: str, upto: int) -> list[dict[str, Any]]:
-        """Uncommitted messages of the session with seq <= ``upto``, oldest first."""
+    async def pending(self, session_id: str, upto: int) -> list[dict[str, Any]]:
+        """Uncommitted messages of the session with seq <= ``upto``, oldest first (read
+        back from the log in a worker thread)."""
         s = self._sessions.get(session_id)
-        if s is None:
+        if s is None or not s.seqs or s.seqs[0] > upto:
             return []
-        return [dict(m) for m in s.messages if m["seq"] <= upto]
+        found = await trio.to_thread.run_sync(
+            self._messages_on_disk, {session_id: s.committed}, upto)
+        return found.get(session_id, [])
+
+    def sessions_pending(self) -> list[str]:
+        """The sessions with turns not yet committed by auto_memory."""
+        return [sid for sid, s in self._sessions.items() if s.seqs or s.user_seqs]
 
     def committed(self, session_id: str) -> int:
         s = self._sessions.get(session_id)

@@ -51,6 +51,7 @@ class WorkspaceList(TypedDict):
 class WorkspaceClosed(TypedDict):
     agent_id: str
     closed: bool
+    forgotten: bool
 
 
 class ReadAnswer(TypedDict):
@@ -131,16 +132,26 @@ async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
 @METHODS.add("workspace.list", immediate=True)
 async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
-    return {"workspaces": [workspace_info(ws) for ws in ctx.state.registry.list()]}
+    registry = ctx.state.registry
+    known = registry.remembered()
+    listed: list[JsonObject] = [{**workspace_info(ws), "registered": ws.agent_id in known}
+                                for ws in registry.list()]
+    open_now = {ws.agent_id for ws in registry.list()}
+    for agent_id, rec in sorted(known.items()):
+        if agent_id not in open_now:  # recorded, not served now: reopened at next start
+            listed.append({"agent_id": agent_id, "path": rec["path"], "state": "closed",
+                           "registered": True, "registered_at": rec["registered_at"]})
+    return {"workspaces": listed}
 
 
 @METHODS.add("workspace.close")
 async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClosed:
     p = Params(params)
     agent_id = p.agent_id()
+    forget = p.boolean("forget", False)
     p.done()
-    await ctx.state.registry.close(agent_id)
-    return {"agent_id": agent_id, "closed": True}
+    closed = await ctx.state.registry.close(agent_id, forget=forget)
+    return {"agent_id": agent_id, "closed": closed, "forgotten": forget}
 
 
 @METHODS.add("memory.read")

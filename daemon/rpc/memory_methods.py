@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.sessions import check_messages, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.ipc.errors import InvalidParams, NotFound
+from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
 ACTIVE = ("queued", "running")
@@ -33,15 +32,6 @@ class InboxAcked(TypedDict):
     unknown: list[str]
 
 
-def _job_active(jobs: JobManager, agent_id: str, job_id: str | None) -> bool:
-    if job_id is None:
-        return False
-    try:
-        return jobs.get(agent_id, job_id)["state"] in ACTIVE
-    except NotFound:
-        return False
-
-
 @METHODS.add("memory.add_turns")
 async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonObject:
     """Store a session's new turns; submit auto_memory every N user turns or on flush."""
@@ -57,7 +47,6 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
     messages = check_messages(raw_messages if raw_messages is not None else [])
     ws = ctx.workspace(agent_id)
     store = ws.services.sessions
-    jobs = ctx.services.jobs
     async with store.lock:
         prior = store.answer_for(request_id)
         if prior is not None:
@@ -80,16 +69,17 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
         interval = ws.settings.auto_memory_interval
         periodic = interval is not None and interval > 0 and added.since_submit >= interval
         has_pending = added.pending_messages > 0 or added.pending_turns > 0
+        capture = ws.services.capture
+        if added.pending_messages > before.pending_messages or (
+                added.pending_turns > before.pending_turns):
+            capture.touched(session_id)
         job_id: str | None = None
         if (periodic or flush) and has_pending:
-            if (not periodic and added.upto <= added.submitted
-                    and _job_active(jobs, agent_id, added.last_job_id)):
+            if not periodic and capture.covered(added):
                 job_id = added.last_job_id  # a queued or running job covers it all
             else:
-                job_id = await jobs.submit(agent_id, "auto_memory",
-                                           {"session_id": session_id, "upto": added.upto})
-                await store.mark_submitted(session_id, added.upto, job_id, request_id,
-                                           answer(job_id))
+                job_id = await capture.submit(session_id, added.upto, request_id,
+                                              lambda jid: dict(answer(jid)))
                 return answer(job_id)
         result = answer(job_id)
         await store.remember(request_id, result)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import trio
@@ -60,6 +61,53 @@ def _resolve_file(state: DaemonState, name: str) -> Path:
     return path
 
 
+def _daemon_files(state: DaemonState, include_secrets: bool) -> dict[str, bytes]:
+    """The daemon's config file (secrets masked unless asked for) and workspace record."""
+    out: dict[str, bytes] = {}
+    try:
+        text = state.config.config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = None
+    if text is not None:
+        out["config.toml"] = (text if include_secrets else bk.mask_secrets(text)).encode()
+    try:
+        out["workspaces.json"] = (state.config.state_dir / "workspaces.json").read_bytes()
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _restore_config(state: DaemonState, checked: bk.CheckedBackup) -> bool:
+    """Put the backed-up config file in place: always if it kept its secrets, else only
+    where this daemon has none (masked secrets must not replace real ones). It applies
+    at the next reload (SIGHUP) or start."""
+    data = checked.daemon_file("config.toml")
+    target = state.config.config_path
+    if data is None or (not checked.meta.get("secrets") and target.exists()):
+        return False
+    ensure_dir(REAL, target.parent)
+    atomic_write(REAL, target, data)
+    return True
+
+
+def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Any]:
+    """The backed-up workspace record (agent id -> {path, config, ...}), or empty."""
+    data = checked.daemon_file("workspaces.json")
+    if data is None:
+        return {}
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {}
+    entries = doc.get("workspaces") if isinstance(doc, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def _resumes(plan: bk.RestorePlan) -> bool:
+    """True if ``plan`` writes session, inbox or dream-run state."""
+    return any("/" + sub in "/" + rel for rel in plan.writes.values() for sub in bk.RESUMABLE)
+
+
 def _unique(path: Path) -> Path:
     n = 1
     candidate = path
@@ -76,11 +124,14 @@ def ops_methods() -> Methods:
     restore_lock = trio.Lock()
 
     async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
-                           include_derived: bool, note: str) -> JsonObject:
+                           include_derived: bool, note: str,
+                           include_secrets: bool = False) -> JsonObject:
         cpu = state.services.cpu
+        daemon_files = await trio.to_thread.run_sync(_daemon_files, state, include_secrets)
         summary: JsonObject = await trio.to_thread.run_sync(
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
-                                     recalld_version=state.version, note=note),
+                                     recalld_version=state.version, note=note,
+                                     daemon_files=daemon_files, secrets=include_secrets),
             limiter=cpu)
         metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
         return summary
@@ -91,6 +142,7 @@ def ops_methods() -> Methods:
         agents: list[str] | None = p.strings("agents", None)
         out: str | None = p.text("out", None)
         include_derived: bool = p.boolean("include_derived", False)
+        include_secrets: bool = p.boolean("include_secrets", False)
         p.done()
         if agents:
             workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
@@ -108,7 +160,7 @@ def ops_methods() -> Methods:
             label = "-".join(w.agent_id for w in workspaces) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
         return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
-                                  include_derived, "")
+                                  include_derived, "", include_secrets)
 
     @methods.add("backup.list")
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -172,22 +224,33 @@ def ops_methods() -> Methods:
                       "restored_from": str(path)}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
             await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
+        config_restored = await trio.to_thread.run_sync(_restore_config, state, checked)
+        recorded = await trio.to_thread.run_sync(_recorded_in, checked)
         results = []
         for plan in plans:
-            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
             ws = open_ws.get(plan.agent_id)
-            if ws is not None:
+            was_open = ws is not None
+            known = state.registry.remembered().get(plan.agent_id)
+            overrides = (known["config"] if known is not None
+                         else recorded.get(plan.agent_id, {}).get("config"))
+            if ws is not None and _resumes(plan):
+                # Its session and inbox logs are about to be replaced: serve them afresh.
+                await state.registry.close(plan.agent_id)
+                ws = None
+            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
+            if ws is None:
+                ws = await state.registry.open(
+                    plan.agent_id, plan.root, overrides if isinstance(overrides, dict) else None)
+                done["opened"] = not was_open
+            if was_open:  # answered once the index has caught up with the restored files
                 services = ws.services
                 await services.index.sync()
                 found = await services.index.watcher.reconcile("after restore")
                 done["reconcile"] = found.as_dict()
                 await services.health.scan()
-            else:
-                await state.registry.open(plan.agent_id)
-                done["opened"] = True
             results.append(done)
         metrics.count("recalld_restores_total")
-        return {"file": str(path), "restored": results,
+        return {"file": str(path), "restored": results, "config_restored": config_restored,
                 "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))

@@ -1,0 +1,189 @@
+"""When a session's pending turns go to auto_memory: the flush triggers of one workspace.
+
+Owns the decision to submit an ``auto_memory`` job for a session, whatever asks for it:
+
+- ``memory.add_turns`` after every ``auto_memory_interval`` user turns, or with ``flush``
+  (:meth:`SessionFlusher.after_add`);
+- the session idle for ``auto_memory_idle_s`` (0: off): one trio deadline per workspace,
+  the earliest of its sessions' last activity plus the idle time; the task sleeps until
+  then or until a new turn moves it, so an idle daemon does no work;
+- the daemon's graceful stop (:meth:`SessionFlusher.flush_for_stop`, called by the
+  supervisor before the workspaces close): a job is submitted (and journaled) for every
+  session with turns no job covers, then awaited up to the stop deadline; a job still
+  queued or running when the daemon stops is resumed after the restart.
+
+Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
+and its note) count as active at that moment, so the idle flush writes them after
+``auto_memory_idle_s``. Without a chat model nothing is submitted: the turns stay on
+disk and :meth:`SessionFlusher.waiting` says how many wait and why (``health``).
+
+Run by each open workspace (``WorkspaceServices.capture``); it stops by cancellation
+and needs no cleanup.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from recalld.daemon.jobs import JobManager
+from recalld.daemon.memory.sessions import Added, SessionStore
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import NotFound, RecalldError
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("queued", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Pending turns of one workspace and why they wait."""
+
+    messages: int
+    sessions: int
+    reason: str
+
+
+class SessionFlusher:
+    """Submits auto_memory jobs for one workspace's sessions."""
+
+    def __init__(self, ws: Workspace, store: SessionStore, jobs: JobManager,
+                 has_chat_model: Callable[[], bool]) -> None:
+        self.ws = ws
+        self.store = store
+        self.jobs = jobs
+        self._has_chat_model = has_chat_model
+        #: trio time of each session's last turn, for sessions an idle flush may concern.
+        self._active: dict[str, float] = {}
+        self._wake = trio.Event()
+        self.idle_flushes = 0
+
+    # -- the decision ----------------------------------------------------------------
+
+    def job_active(self, job_id: str | None) -> bool:
+        if job_id is None:
+            return False
+        try:
+            return self.jobs.get(self.ws.agent_id, job_id)["state"] in ACTIVE
+        except NotFound:
+            return False
+
+    def covered(self, added: Added) -> bool:
+        """True if a queued or running job already covers every pending turn."""
+        return added.upto <= added.submitted and self.job_active(added.last_job_id)
+
+    async def submit(self, session_id: str, upto: int, request_id: str | None = None,
+                     answer: Callable[[str], dict[str, object]] | None = None) -> str:
+        """Queue auto_memory for ``session_id`` up to ``upto`` and record it."""
+        job_id = await self.jobs.submit(self.ws.agent_id, "auto_memory",
+                                        {"session_id": session_id, "upto": upto})
+        await self.store.mark_submitted(session_id, upto, job_id, request_id,
+                                        answer(job_id) if answer is not None else {})
+        return job_id
+
+    async def flush(self, session_id: str) -> str | None:
+        """Submit the session's pending turns unless a job covers them; the job id."""
+        async with self.store.lock:
+            added = self.store.info(session_id)
+            if added.pending_messages == 0 and added.pending_turns == 0:
+                return None
+            if self.covered(added):
+                return added.last_job_id
+            return await self.submit(session_id, added.upto)
+
+    def touched(self, session_id: str) -> None:
+        """A turn was added: the session's idle time starts again."""
+        self._active[session_id] = trio.current_time()
+        self._wake.set()
+
+    # -- idle and stop ---------------------------------------------------------------
+
+    def _idle_s(self) -> float:
+        idle = self.ws.settings.auto_memory_idle_s
+        return idle if idle > 0 else math.inf
+
+    async def _flush_quietly(self, session_id: str, why: str) -> str | None:
+        try:
+            return await self.flush(session_id)
+        except RecalldError as exc:  # the workspace is closing, the journal is gone...
+            log.warning("%s flush of %s/%s failed: %s", why, self.ws.agent_id, session_id,
+                        exc.message)
+            return None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Flush sessions idle for ``auto_memory_idle_s`` until cancelled."""
+        now = trio.current_time()
+        for session_id in self.store.sessions_pending():
+            self._active[session_id] = now
+        task_status.started()
+        while True:
+            self._wake = trio.Event()
+            idle_s = self._idle_s()
+            due_at = min(self._active.values(), default=math.inf) + idle_s
+            with trio.move_on_at(due_at):
+                await self._wake.wait()
+            now = trio.current_time()
+            for session_id, last in list(self._active.items()):
+                if last + idle_s > now:
+                    continue
+                del self._active[session_id]
+                if self._has_chat_model() and await self._flush_quietly(
+                        session_id, "idle") is not None:
+                    self.idle_flushes += 1
+
+    async def flush_for_stop(self, deadline_s: float) -> None:
+        """Queue auto_memory for every session with turns no job covers, then wait for
+        those jobs up to ``deadline_s``; what does not finish runs after the restart."""
+        if not self._has_chat_model():
+            return
+        job_ids: list[str] = []
+        for session_id in self.store.sessions_pending():
+            job_id = await self._flush_quietly(session_id, "stop")
+            if job_id is not None:
+                job_ids.append(job_id)
+        with trio.move_on_after(deadline_s):
+            for job_id in job_ids:
+                await self.jobs.wait(self.ws.agent_id, job_id)
+
+    # -- status ----------------------------------------------------------------------
+
+    def waiting(self) -> Waiting | None:
+        """How many messages wait for auto_memory and why; None if none wait."""
+        sessions = self.store.sessions_pending()
+        if not sessions:
+            return None
+        messages = sum(self.store.info(s).pending_messages for s in sessions)
+        if not self._has_chat_model():
+            reason = "no chat model configured"
+        elif any(self.covered(self.store.info(s)) for s in sessions):
+            reason = "auto_memory job queued or running"
+        else:
+            idle = self.ws.settings.auto_memory_idle_s
+            interval = self.ws.settings.auto_memory_interval
+            triggers = ([f"{interval} user turns"] if interval else []) + (
+                [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
+            reason = "waiting for " + " or ".join(triggers)
+        return Waiting(messages=messages, sessions=len(sessions), reason=reason)
+
+    def waiting_reason(self) -> str | None:
+        """One line for ``health``: what waits for auto_memory and why; None if nothing."""
+        waiting = self.waiting()
+        if waiting is None:
+            return None
+        return (f"{waiting.messages} conversation message(s) of {waiting.sessions} "
+                f"session(s) wait for auto_memory: {waiting.reason}")
+
+    def status(self) -> dict[str, object]:
+        waiting = self.waiting()
+        return {
+            "idle_s": self.ws.settings.auto_memory_idle_s,
+            "idle_flushes": self.idle_flushes,
+            "waiting_messages": waiting.messages if waiting else 0,
+            "waiting_sessions": waiting.sessions if waiting else 0,
+            "reason": waiting.reason if waiting else None,
+        }

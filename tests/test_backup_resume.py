@@ -1,0 +1,96 @@
+"""A backup holds everything needed to resume elsewhere: config, pending turns, inbox.
+
+Backup on one data dir, restore on an empty one with another socket: the same config,
+the same pending turns (written by the next flush), the same inbox. Secrets of the
+config are masked unless asked for.
+"""
+
+from __future__ import annotations
+
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+
+SECRET = "sk-test-" + "Q7w8E9r0T1y2U3i4O5p6"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def note_reply(name: str, body: str) -> list[Reply]:
+    return [Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": name, "description": "facts", "content": body})])),
+        Reply(json=chat_answer("saved"))]
+
+
+def wait_job(d: Any, job_id: str) -> dict[str, Any]:
+    end = time.monotonic() + 60
+    while True:
+        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
+        if job["state"] not in ("queued", "running"):
+            return job
+        assert time.monotonic() < end, job
+        time.sleep(0.05)
+
+
+def test_backup_restores_config_pending_turns_and_inbox_elsewhere(
+        daemon_factory: Any, fake: FakeProvider) -> None:
+    config = ("[workspace_defaults]\nauto_memory_idle_s = 0\n"
+              "[workspace_defaults.chat_model_config]\n"
+              f'base_url = "{fake.url}/v1"\napi_key = "{SECRET}"\nmodel_name = "m"\n')
+    d1 = daemon_factory(config)
+    d1.call("workspace.open", {"agent_id": "w", "config": {"auto_memory_interval": 7}})
+    fake.script(*note_reply("tea", "- Drinks green tea"))
+    r = d1.call("memory.add_turns", {"agent_id": "w", "session_id": "s0", "flush": True,
+                                     "messages": [{"role": "user", "content": "I drink tea."},
+                                                  {"role": "assistant", "content": "ok"}]})
+    assert wait_job(d1, r["job_id"])["state"] == "succeeded"
+    pending = d1.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+        {"role": "user", "content": "My locker code is on the blue card."},
+        {"role": "assistant", "content": "Noted."}]})
+    assert pending["pending_messages"] == 2
+    inbox = d1.call("inbox.list", {"agent_id": "w"})["items"]
+    assert len(inbox) == 1
+
+    masked = d1.call("backup.create", {})
+    with zipfile.ZipFile(masked["file"]) as zf:
+        names = set(zf.namelist())
+        assert "daemon/config.toml" in names and "daemon/workspaces.json" in names
+        assert "agents/w/mem_metadata/sessions/pending.jsonl" in names
+        assert "agents/w/mem_metadata/inbox/inbox.jsonl" in names
+        text = zf.read("daemon/config.toml").decode()
+        assert SECRET not in text and 'api_key = ""' in text and fake.url in text
+    full = d1.call("backup.create", {"include_secrets": True})
+    with zipfile.ZipFile(full["file"]) as zf:
+        assert zf.read("daemon/config.toml").decode() == config
+    d1.kill()  # the original machine is gone; nothing more was flushed
+
+    d2 = daemon_factory(None)
+    assert d2.socket_path != d1.socket_path and not d2.config_path.exists()
+    restored = d2.call("backup.restore", {"file": full["file"]}, timeout=60)
+    assert restored["config_restored"] is True
+    assert d2.config_path.read_text() == config
+    assert d2.stop() == 0  # the restored config applies at the next start
+    d3 = daemon_factory(None, XDG_DATA_HOME=d2.env["XDG_DATA_HOME"],
+                        XDG_CONFIG_HOME=d2.env["XDG_CONFIG_HOME"])
+    listed = {w["agent_id"]: w for w in d3.call("workspace.list")["workspaces"]}
+    assert listed["w"]["state"] == "ready"
+    assert listed["w"]["settings"]["auto_memory_interval"] == 7  # as it was opened
+    assert d3.call("inbox.list", {"agent_id": "w"})["items"] == inbox
+    fake.script(*note_reply("locker", "- Locker code is on the blue card"))
+    flushed = d3.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True})
+    assert flushed["pending_messages"] == 2
+    job = wait_job(d3, flushed["job_id"])
+    assert job["state"] == "succeeded", job
+    root = Path(listed["w"]["path"])
+    assert "blue card" in (root / job["result"]["note"]).read_text()
+    prompt = fake.requests[-2].json["messages"][1]["content"]
+    assert "My locker code is on the blue card." in prompt

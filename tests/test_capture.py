@@ -1,0 +1,259 @@
+"""Every turn handed to the daemon becomes memory: idle flush, graceful-stop flush, crash.
+
+A real daemon, a real socket, a scripted OpenAI-compatible chat server on 127.0.0.1.
+Idle times are small settings (1-3 s) and every wait is on a condition with a generous cap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+
+ACTIVE = ("queued", "running")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def config(root: Path, fake: FakeProvider | None, *, idle_s: float = 600.0,
+           interval: int = 5, graceful_s: float = 5.0) -> str:
+    chat = ""
+    if fake is not None:
+        chat = (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
+                f'model_name = "fake-model", timeout_s = 60.0}}\n')
+    return (f"[daemon]\ngraceful_timeout_s = {graceful_s}\n"
+            f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = {interval}\n'
+            f"auto_memory_idle_s = {idle_s}\n{chat}")
+
+
+def add(d: Any, session: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = d.call("memory.add_turns", {
+        "agent_id": "w", "session_id": session, "messages": messages, **extra})
+    return result
+
+
+def turn(user: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": "Noted."}]
+
+
+def write_note(name: str, body: str) -> Reply:
+    return Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": name, "description": "what matters", "content": body})]))
+
+
+def done() -> Reply:
+    return Reply(json=chat_answer("saved"))
+
+
+def wait_for(what: Callable[[], Any], timeout_s: float = 60.0, why: str = "") -> Any:
+    end = time.monotonic() + timeout_s
+    while True:
+        value = what()
+        if value:
+            return value
+        assert time.monotonic() < end, f"timed out waiting for {why or what}"
+        time.sleep(0.05)
+
+
+def notes(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "memory").rglob("*.md") if p.name != "index.md")
+
+
+def memory_jobs(d: Any) -> list[dict[str, Any]]:
+    jobs = d.call("jobs.list", {"agent_id": "w"})["jobs"]
+    return [j for j in jobs if j["kind"] == "auto_memory"]
+
+
+def chat_requests(fake: FakeProvider) -> int:
+    return sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
+
+
+def health(d: Any) -> dict[str, Any]:
+    status = d.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    result: dict[str, Any] = ws["health"]
+    return result
+
+
+def test_idle_session_is_written_without_a_flush(daemon_factory: Any, fake: FakeProvider,
+                                                 tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=1.0))
+    fake.script(write_note("bike", "- Commutes by bike"), done())
+    r = add(d, "s1", turn("I commute by bike."))
+    assert "job_id" not in r and r["pending_turns"] == 1
+    assert health(d)["state"] == "pending"
+    note = wait_for(lambda: notes(root), why="the idle flush's note")
+    assert "Commutes by bike" in note[0].read_text()
+    job = wait_for(lambda: [j for j in memory_jobs(d) if j["state"] == "succeeded"])[0]
+    assert job["params"]["session_id"] == "s1"
+    assert wait_for(lambda: add(d, "s1", [])["pending_turns"] == 0)
+    # Nothing more to do: no second job however long the session stays idle.
+    status = d.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    assert ws["capture"]["idle_flushes"] == 1 and ws["capture"]["waiting_messages"] == 0
+    assert len(memory_jobs(d)) == 1
+
+
+def test_graceful_stop_writes_pending_turns(daemon_factory: Any, fake: FakeProvider,
+                                            tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(write_note("tea", "- Drinks green tea"), done())
+    assert add(d, "s1", turn("I drink green tea."))["pending_turns"] == 1
+    assert d.stop() == 0
+    assert "green tea" in notes(root)[0].read_text()
+
+
+def test_stop_flush_unfinished_in_the_deadline_runs_after_restart(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, fake, idle_s=0, graceful_s=1.0)
+    d = daemon_factory(cfg)
+    fake.script(Reply(delay_s=20, json=chat_answer("too late")))
+    add(d, "s1", turn("My cat is called Pixel."))
+    assert d.stop() == 0
+    assert notes(root) == []
+    fake.script(write_note("cat", "- Cat named Pixel"), done())
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    note = wait_for(lambda: notes(root), why="the resumed stop flush")
+    assert "Pixel" in note[0].read_text()
+    job = wait_for(lambda: [j for j in memory_jobs(d2) if j["state"] == "succeeded"])[0]
+    assert job["resumed"] is True
+    assert add(d2, "s1", [])["pending_turns"] == 0
+
+
+@pytest.mark.slow
+def test_kill_after_acknowledgement_loses_nothing(daemon_factory: Any, fake: FakeProvider,
+                                                  tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, fake, idle_s=2.0)
+    d = daemon_factory(cfg)
+    assert add(d, "s1", turn("I was born in Lisbon."))["pending_turns"] == 1
+    d.kill()
+    assert chat_requests(fake) == 0 and notes(root) == []
+    fake.script(write_note("origin", "- Born in Lisbon"), done())
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    note = wait_for(lambda: notes(root), why="the idle flush after the restart")
+    assert "Lisbon" in note[0].read_text()
+    wait_for(lambda: add(d2, "s1", [])["pending_turns"] == 0)
+    # Exactly once: one job, one note, the dialog holds the turn once.
+    wait_for(lambda: all(j["state"] not in ACTIVE for j in memory_jobs(d2)))
+    assert [j["state"] for j in memory_jobs(d2)] == ["succeeded"]
+    assert chat_requests(fake) == 2 and len(notes(root)) == 1
+    dialog = (root / "mem_session/dialog/s1.jsonl").read_text().splitlines()
+    assert sum("Lisbon" in line for line in dialog) == 1
+    assert d2.stop() == 0  # nothing left to flush at the stop either
+    assert chat_requests(fake) == 2
+
+
+def test_without_a_chat_model_turns_wait_and_health_says_why(daemon_factory: Any,
+                                                              tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, None, idle_s=0.5)
+    d = daemon_factory(cfg)
+    add(d, "s1", turn("I like rye bread."))
+    add(d, "s2", turn("Remind me of the dentist."))
+
+    def reasons() -> list[str]:
+        h = health(d)
+        return [r for r in h["reasons"] if "auto_memory" in r] if h["state"] == "pending" else []
+
+    why = wait_for(reasons, why="a pending reason")
+    assert why == ["4 conversation message(s) of 2 session(s) wait for auto_memory: "
+                   "no chat model configured"]
+    assert memory_jobs(d) == []  # nothing submitted that can only fail
+    assert d.stop() == 0
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert add(d2, "s1", [])["pending_messages"] == 2
+    assert add(d2, "s2", [])["pending_messages"] == 2
+    assert memory_jobs(d2) == []
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
+                                                           tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, None, idle_s=600)
+    d = daemon_factory(cfg)
+    add(d, "warm-up", turn("warming up the code paths"))
+    idle = rss_bytes(d.pid)
+    total = 300_000
+    batch = 1000
+    with d.connect(timeout=60) as conn:
+        for b in range(total // batch):
+            messages = [{"role": "user" if i % 2 == 0 else "assistant",
+                         "content": f"message {b}-{i}: the quick brown fox jumps over the "
+                                    f"lazy dog near the riverbank, item {i}"}
+                        for i in range(batch)]
+            conn.call("memory.add_turns", {"agent_id": "w", "session_id": f"s{b % 10}",
+                                           "messages": messages})
+    grown = rss_bytes(d.pid) - idle
+    assert grown < 50 << 20, f"RSS grew by {grown >> 20} MiB for {total} pending messages"
+    h = health(d)
+    assert h["state"] == "pending"
+    assert f"{total + 2} conversation message(s) of 11 session(s) wait for auto_memory" in (
+        " ".join(h["reasons"]))
+    # After a restart the store is rebuilt from the log, still without the texts.
+    assert d.stop() == 0
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert add(d2, "s0", [])["pending_messages"] == total // 10
+    assert rss_bytes(d2.pid) - idle < 50 << 20
+
+
+def wait_job(d: Any, job_id: str) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
+        return job if job["state"] not in ACTIVE else None
+    result: dict[str, Any] = wait_for(finished, why=f"job {job_id}")
+    return result
+
+
+def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakeProvider,
+                                               tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(write_note("family", "- Sister Anna lives in Graz\n- Brother Tom is a pilot"),
+                done())
+    first = add(d, "s1", turn("My sister Anna lives in Graz, my brother Tom flies planes."),
+                flush=True)
+    assert wait_job(d, first["job_id"])["state"] == "succeeded"
+    (note,) = notes(root)
+    # The model rewrites the note without the old facts, is refused, then merges.
+    fake.script(write_note("family", "- Works as a nurse"),
+                write_note("family", "- Sister Anna lives in Graz\n- Brother Tom is a pilot\n"
+                                     "- Works as a nurse"),
+                done())
+    second = add(d, "s1", turn("I work as a nurse."), flush=True)
+    job = wait_job(d, second["job_id"])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["refused"] == [{
+        "tool": "daily_write", "path": note.relative_to(root).as_posix(),
+        "dropped": ["- Sister Anna lives in Graz", "- Brother Tom is a pilot"]}]
+    refusal = [m for m in fake.requests[-1].json["messages"] if m["role"] == "tool"][-2]
+    assert "refused" in refusal["content"] and "Sister Anna" in refusal["content"]
+    text = note.read_text()
+    assert "Sister Anna" in text and "Tom is a pilot" in text and "nurse" in text
+    items = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert items[-1]["details"]["refused"][0]["dropped"][0] == "- Sister Anna lives in Graz"
+    # A model that only drops facts changes nothing; the refusal is reported.
+    fake.script(write_note("family", "- Likes tea"), done())
+    third = add(d, "s1", turn("I like tea."), flush=True)
+    job = wait_job(d, third["job_id"])
+    assert job["state"] == "succeeded" and len(job["result"]["refused"]) == 1
+    assert job["result"]["changed"] == [] and note.read_text() == text

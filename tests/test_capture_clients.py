@@ -1,0 +1,182 @@
+"""A one-turn conversation becomes a daily note through every client, closed or not.
+
+Real daemon, real AgentScope agents (each retrieval mode), the MCP SDK's stdio client
+against the real bridge, and one scripted OpenAI-compatible chat server on 127.0.0.1
+that plays both the agents' model and the daemon's auto_memory model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope")
+pytest.importorskip("mcp")
+
+from agentscope.agent import Agent, ContextConfig
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, chat_answer, tool_call
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from recalld.ipc.agentscope import MODES, Mode, RecalldMemoryMiddleware
+from recalld.ipc.asyncio_client import AsyncioClient
+from recalld.ipc.client import Client
+
+MEMORY_PROMPT = "You keep the long-term memory"
+
+
+def model_answer(body: Any) -> dict[str, Any]:
+    """auto_memory gets a note of the user's words; an agent gets a plain answer."""
+    messages = body["messages"]
+    if MEMORY_PROMPT not in str(messages[0].get("content")):
+        return chat_answer("plain answer")
+    if any(m["role"] == "tool" for m in messages):
+        return chat_answer("saved")
+    said = [line[len("user: "):] for line in str(messages[1]["content"]).splitlines()
+            if line.startswith("user: ")]
+    return chat_answer(None, [tool_call("daily_write", {
+        "name": "conversation", "description": "what the user said",
+        "content": "\n".join(f"- {s}" for s in said)})])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        provider.chat_default = model_answer
+        yield provider
+
+
+def config(fake: FakeProvider, idle_s: float) -> str:
+    return ("[workspace_defaults]\n"
+            f"auto_memory_idle_s = {idle_s}\n"
+            "[workspace_defaults.chat_model_config]\n"
+            f'base_url = "{fake.url}/v1"\napi_key = "k"\nmodel_name = "fake"\n')
+
+
+def wait_note(root: Path, text: str, timeout_s: float = 60.0) -> Path:
+    end = time.monotonic() + timeout_s
+    while True:
+        for path in (root / "memory").rglob("*.md"):
+            if path.name != "index.md" and text in path.read_text(encoding="utf-8"):
+                return path
+        assert time.monotonic() < end, f"no note with {text!r} under {root}"
+        time.sleep(0.05)
+
+
+def workspace_root(daemon: DaemonHandle, agent: str) -> Path:
+    with Client(daemon.socket_path) as c:
+        return Path(c.workspace_open(agent)["path"])
+
+
+async def one_turn(fake: FakeProvider, mw: RecalldMemoryMiddleware, text: str) -> Agent:
+    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                            model="fake", stream=False, max_retries=0)
+    agent = Agent(name="helper", system_prompt="You are a helpful assistant.", model=model,
+                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+    try:
+        await agent.reply(UserMsg(name="user", content=text))
+    finally:
+        await model.client.close()
+    return agent
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_agentscope_close_writes_the_note(daemon_factory: Any, fake: FakeProvider,
+                                          mode: Mode) -> None:
+    daemon = daemon_factory(config(fake, idle_s=600))
+    fact = f"My favourite tree in {mode} is the rowan."
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="gardener", mode=mode,
+                                     socket_path=daemon.socket_path)
+        try:
+            await one_turn(fake, mw, fact)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    wait_note(workspace_root(daemon, "gardener"), fact)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_agentscope_without_close_is_written_when_idle(daemon_factory: Any,
+                                                       fake: FakeProvider, mode: Mode) -> None:
+    daemon = daemon_factory(config(fake, idle_s=1))
+    fact = f"My bicycle in {mode} is green."
+
+    async def main() -> None:
+        client = AsyncioClient(daemon.socket_path)
+        mw = RecalldMemoryMiddleware(agent_id="cyclist", mode=mode, client=client)
+        try:
+            await one_turn(fake, mw, fact)  # and the middleware is never closed
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    wait_note(workspace_root(daemon, "cyclist"), fact)
+
+
+def test_agentscope_compaction_writes_folded_turns_first(daemon_factory: Any,
+                                                          fake: FakeProvider) -> None:
+    daemon = daemon_factory(config(fake, idle_s=600))
+    fact = "My first pet was a tortoise called Atlas."
+
+    async def main() -> None:
+        client = AsyncioClient(daemon.socket_path)
+        mw = RecalldMemoryMiddleware(agent_id="keeper", mode="static_control", client=client)
+        try:
+            agent = await one_turn(fake, mw, fact)
+            # Compact everything: the context's turns are folded into a summary.
+            agent.model.context_size = 10
+            await agent.compress_context(
+                context_config=ContextConfig(trigger_ratio=0.1, reserve_ratio=0.1))
+            assert all(fact not in (m.get_text_content() or "") for m in agent.state.context)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    wait_note(workspace_root(daemon, "keeper"), fact)
+
+
+async def mcp_turn(daemon: DaemonHandle, agent: str, fact: str, *,
+                   wait_inside: Path | None = None) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "recalld.ipc.mcp", "--agent", agent, "--socket", str(daemon.socket_path)],
+        env=daemon.env)
+    with open(daemon.home / f"mcp-{agent}.log", "w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("memory_add_turns", {
+                "session_id": "chat-1",
+                "messages": [{"role": "user", "content": fact},
+                             {"role": "assistant", "content": "noted"}]})
+            assert not result.is_error
+            if wait_inside is not None:  # the stream stays open: only the idle flush
+                await asyncio.to_thread(wait_note, wait_inside, fact)
+
+
+def test_mcp_end_of_stdio_writes_the_note(daemon_factory: Any, fake: FakeProvider) -> None:
+    daemon = daemon_factory(config(fake, idle_s=600))
+    fact = "The office plant is a monstera."
+    asyncio.run(mcp_turn(daemon, "botanist", fact))
+    wait_note(workspace_root(daemon, "botanist"), fact)
+
+
+def test_mcp_open_stream_is_written_when_idle(daemon_factory: Any, fake: FakeProvider) -> None:
+    daemon = daemon_factory(config(fake, idle_s=1))
+    fact = "The car is parked on level three."
+    root = workspace_root(daemon, "driver")
+    asyncio.run(mcp_turn(daemon, "driver", fact, wait_inside=root))

@@ -1,0 +1,140 @@
+"""Every workspace the daemon served is looked after again after a restart, with no client.
+
+Workspaces are opened by RPC, by the AgentScope middleware and by the MCP bridge; the
+daemon restarts; files written after the restart (before any client opens anything)
+are searchable after ``index.sync``, and a dream due after the restart fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("agentscope")
+pytest.importorskip("mcp")
+
+from conftest import DaemonHandle
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from recalld.daemon import remembered
+from recalld.ipc.agentscope import RecalldMemoryMiddleware
+from recalld.ipc.errors import UnknownWorkspace
+
+
+def open_by_middleware(daemon: DaemonHandle, agent: str) -> None:
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id=agent, socket_path=daemon.socket_path)
+        try:
+            await mw.search(agent, "anything")  # opens the workspace
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+
+
+def open_by_mcp(daemon: DaemonHandle, agent: str) -> None:
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "recalld.ipc.mcp", "--agent", agent, "--socket",
+                  str(daemon.socket_path)], env=daemon.env)
+        with open(daemon.home / f"mcp-{agent}.log", "w", encoding="utf-8") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool("memory_search", {"query": "anything"})
+                assert not result.is_error
+
+    asyncio.run(main())
+
+
+def paths(daemon: DaemonHandle) -> dict[str, Path]:
+    listed = daemon.call("workspace.list")["workspaces"]
+    return {w["agent_id"]: Path(w["path"]) for w in listed}
+
+
+def test_restart_reopens_every_workspace_served_before(daemon_factory: Any,
+                                                       tmp_path: Path) -> None:
+    d = daemon_factory()
+    custom = tmp_path / "elsewhere"
+    d.call("workspace.open", {"agent_id": "by-rpc", "path": str(custom),
+                              "config": {"auto_memory_interval": 3}})
+    open_by_middleware(d, "by-middleware")
+    open_by_mcp(d, "by-mcp")
+    d.call("workspace.open", {"agent_id": "closed-kept"})
+    d.call("workspace.open", {"agent_id": "forgotten"})
+    assert d.call("workspace.close", {"agent_id": "closed-kept"})["closed"] is True
+    assert d.call("workspace.close", {"agent_id": "forgotten", "forget": True}) == {
+        "agent_id": "forgotten", "closed": True, "forgotten": True}
+    listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+    assert listed["closed-kept"]["state"] == "closed" and listed["closed-kept"]["registered"]
+    assert "forgotten" not in listed
+    roots = paths(d)
+    assert roots["by-rpc"] == custom.resolve()
+    assert d.stop() == 0
+
+    record = remembered.load(d.data_dir / "state" / "workspaces.json")
+    assert set(record) == {"default", "by-rpc", "by-middleware", "by-mcp", "closed-kept"}
+    assert record["by-rpc"]["config"] == {"auto_memory_interval": 3}
+
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    # Written after the restart, before any client opened anything.
+    agents = ["by-rpc", "by-middleware", "by-mcp", "closed-kept"]
+    for agent in agents:
+        note = roots[agent] / "memory" / "2026-05-05" / "after.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"The {agent} lighthouse keeper is named Orla.\n", encoding="utf-8")
+    for agent in agents:
+        d2.call("index.sync", {"agent_id": agent}, timeout=60)
+        hits = d2.call("memory.search", {"agent_id": agent, "query": "lighthouse Orla"})
+        assert hits["results"][0]["path"] == "memory/2026-05-05/after.md", agent
+    status = {w["agent_id"]: w for w in d2.call("daemon.status")["workspaces"]}
+    assert status["by-rpc"]["state"] == "ready"
+    settings = {w["agent_id"]: w.get("settings") for w in
+                d2.call("workspace.list")["workspaces"]}
+    assert settings["by-rpc"]["auto_memory_interval"] == 3  # opened as it was
+    with pytest.raises(UnknownWorkspace):
+        d2.call("index.sync", {"agent_id": "forgotten"})
+    # A recorded workspace that is not open can be forgotten too.
+    assert d2.call("workspace.close", {"agent_id": "closed-kept", "forget": True})[
+        "forgotten"] is True
+
+
+def test_a_record_that_does_not_verify_is_set_aside(daemon_factory: Any) -> None:
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "kept"})
+    assert d.stop() == 0
+    state = d.data_dir / "state" / "workspaces.json"
+    doc = orjson.loads(state.read_bytes())
+    doc["workspaces"]["kept"]["path"] = "/somewhere/else"  # the checksum no longer matches
+    state.write_bytes(orjson.dumps(doc))
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert [w["agent_id"] for w in d2.call("workspace.list")["workspaces"]] == ["default"]
+    assert (state.parent / "workspaces.json.corrupt").exists()
+    assert "does not verify" in d2.log()
+
+
+@pytest.mark.slow
+def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -> None:
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "dreamer",
+                              "config": {"dream_cron": "* * * * *"}})
+    assert d.stop() == 0
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    # The next minute boundary plus the scheduler's 0-60 s jitter: at most ~2 minutes.
+    end = time.monotonic() + 200
+    while True:
+        jobs = d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
+        fired = [j for j in jobs if j["kind"] == "auto_dream"]
+        if fired:
+            break
+        assert time.monotonic() < end, "no dream fired after the restart"
+        time.sleep(1.0)
+    assert fired[0]["params"].get("trigger") == "cron"
