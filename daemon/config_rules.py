@@ -147,6 +147,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("WorkspaceSettings", "daily_dir"): SUBDIR,
     ("WorkspaceSettings", "digest_dir"): SUBDIR,
     ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000),
+    # Seconds a conversation may stay idle before its turns are written (0: never).
+    ("WorkspaceSettings", "auto_memory_idle_s"): between(0, 31_536_000),
     ("WorkspaceSettings", "dream_cron"): Rule(_cron, "0 25 * * *"),
     ("WorkspaceSettings", "shared_with"): Rule(_agents, ["../x"]),
     # embedding_model_config

@@ -211,17 +211,22 @@ def test_cli_backup_restore_needs_yes_and_rolls_back(daemon: DaemonHandle,
     refused = cli(daemon, "backup", "restore", str(out))
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert original.read_text() == "I keep wasps now.\n"
-    # What it would do, said before it asks; a dry run changes nothing.
-    assert "will write 1 file(s)" in refused.stdout and "remove 1 file(s)" in refused.stdout
+    # What it would do, said before it asks; a dry run changes nothing. The backup holds
+    # the note and the workspace's own state (pending turns, inbox); only later.md goes.
+    plan = orjson.loads(cli(daemon, "backup", "restore", str(out), "--dry-run", "--json").stdout)
+    (summary,) = plan["plans"]
+    assert plan["dry_run"] is True and summary["removes"] == ["memory/2026-07-02/later.md"]
+    writes, overwrites = summary["write"], summary["overwrite"]
+    assert writes >= 1 and summary["remove"] == 1
+    assert (f"will write {writes} file(s)" in refused.stdout
+            and "remove 1 file(s)" in refused.stdout)
     dry = cli(daemon, "backup", "restore", str(out), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert ("default: will write 1 file(s) into " in dry.stdout
-            and "(1 replace existing ones) and remove 1 file(s) the backup lacks" in dry.stdout)
+    assert (f"default: will write {writes} file(s) into " in dry.stdout
+            and f"({overwrites} replace existing ones) and remove 1 file(s) the backup lacks"
+            in dry.stdout)
     assert "  remove memory/2026-07-02/later.md" in dry.stdout
     assert dry.stdout.endswith("dry run: nothing was changed\n")
-    plan = orjson.loads(cli(daemon, "backup", "restore", str(out), "--dry-run", "--json").stdout)
-    assert plan["dry_run"] is True and plan["plans"][0]["removes"] == [
-        "memory/2026-07-02/later.md"]
     assert extra.exists() and original.read_text() == "I keep wasps now.\n"
 
     done = cli(daemon, "backup", "restore", str(out), "--yes")
