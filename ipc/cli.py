@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     ws_sub.add_parser("list", help="list open workspaces", parents=[common])
     ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
     ws_close.add_argument("agent")
+    ws_close.add_argument("--forget", action="store_true",
+                          help="also stop reopening it when the daemon starts")
 
     read = add("read", "print a workspace file or a range of its lines")
     read.add_argument("path", help="path inside the workspace, e.g. memory/2026-07-23/note.md")
@@ -286,9 +288,11 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
         else:
             out.write(render_workspaces([dict(i) for i in items]))
     else:
-        result = client.workspace_close(ns.agent)
+        result = client.workspace_close(ns.agent, forget=ns.forget)
         if as_json:
             print_json(out, result)
+        elif result.get("forgotten"):
+            out.write(f"closed workspace {ns.agent}; the daemon no longer reopens it at start\n")
         else:
             out.write(f"closed workspace {ns.agent}\n")
     return EXIT_OK
