@@ -17,7 +17,7 @@ import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -333,6 +333,10 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
         answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
                                min_score=ns.min_score, sync=ns.sync)
+    if not ns.sync:
+        note = _index_incomplete_note(client, ns.agent)
+        if note is not None:
+            print(note, file=sys.stderr)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK
@@ -345,6 +349,32 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         for r in answer.expanded:
             out.write(_rendered(r) + "\n\n")
     return EXIT_OK
+
+
+#: Health reasons that mean files on disk are not all in the index yet (a first build,
+#: a rebuild, changes still to apply); lagging vectors or captures are not.
+_INDEX_INCOMPLETE = ("disk scan", "change(s) waiting", "differ from the index", "rebuilding",
+                     "watcher starting", "watcher rescanning")
+
+
+def _index_incomplete_note(client: Client, agent: str) -> str | None:
+    """A note for stderr when the searched workspace's index is still being built (its
+    health is ``pending`` for that), read from ``workspace.list``, an answer from memory;
+    None when complete or when the check itself fails (it is only a note)."""
+    try:
+        listed = client.workspace_list()
+    except (errors.RecalldError, OSError, TimeoutError):
+        return None
+    ws: Mapping[str, Any] = next((w for w in listed if w.get("agent_id") == agent), {})
+    health = ws.get("health")
+    if not isinstance(health, Mapping) or health.get("state") != "pending":
+        return None
+    reasons = [str(r) for r in health.get("reasons") or []
+               if any(mark in str(r) for mark in _INDEX_INCOMPLETE)]
+    if not reasons:
+        return None
+    return (f"recalld: note: the index of {agent} is still being built ({'; '.join(reasons)}); "
+            "results may be incomplete (search --sync waits for it)")
 
 
 def _rendered(r: SearchResult) -> str:
