@@ -221,7 +221,7 @@ def test_select_injects_the_files_the_model_picks(daemon: DaemonHandle,
         try:
             await mw._ensure_open("sel")
             _write_topic(daemon, "sel")
-            await _reply(mw, model, "when do I have to leave for work?")
+            await _reply(mw, model, "what time should I set my alarm?")
         finally:
             await mw.close()
             await model.client.close()
@@ -233,6 +233,8 @@ def test_select_injects_the_files_the_model_picks(daemon: DaemonHandle,
     sent = json.dumps(reply["messages"])
     # The picked file, labelled, though the query shares no word with it.
     assert f"[{TOPIC[0]}:1-" in sent and "pier 4 at 07:10" in sent
+    with Client(daemon.socket_path) as c:  # the search alone finds nothing for it
+        assert not c.search("sel", "what time should I set my alarm?").results
 
 
 def test_select_falls_back_to_the_search(daemon: DaemonHandle, fake: FakeProvider) -> None:
