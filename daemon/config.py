@@ -117,6 +117,16 @@ def mask_dsn(dsn: str) -> str:
     return masked
 
 
+_URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")
+_URL_QUERY_SECRET = re.compile(r"(?i)([?&][^=&#]*(?:key|token|secret|password|sig)[^=&#]*=)[^&#]*")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with a password in its user part and the values of query parameters named
+    like a credential (``key``, ``token``, ``secret``, ``password``, ``sig``) as ``***``."""
+    return _URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
+
+
 @dataclass(frozen=True, slots=True)
 class WorkspaceSettings:
     """One workspace's settings, with QwenPaw's field names and defaults."""

@@ -30,6 +30,19 @@ middlewares offer, without an index in the agent process::
 - Agentic-Memory-style index: with ``index_in_prompt=True`` the system prompt gets the
   names and one-line descriptions of the long-term nodes (``memory.index``).
 
+- The agent's own models: ``chat_model`` (AgentScope's ``OpenAIChatModel`` or
+  ``DashScopeChatModel``) and ``embedding_model`` (``OpenAIEmbeddingModel`` or
+  ``DashScopeEmbeddingModel``), or a mapping of the daemon's field names, are handed to
+  the daemon when the middleware opens a workspace (``chat_model_config`` and
+  ``embedding_model_config`` overrides), so that workspace's jobs (auto_memory, dreams)
+  and vectors use them and the daemon needs no model configured. The key is sent over
+  the per-user socket only, never logged, and masked in ``workspace.list``; the daemon
+  records the overrides with the workspace so a restart keeps serving it. A workspace
+  already open keeps the models it was opened with (close it to change them).
+- Selection (``select=True``): before a reply the chat model picks the relevant topic
+  files (``memory.select``); when it picks none or no chat model is configured, the
+  recall block (the search) is injected as usual.
+
 Workspaces: ``agent_id`` pins one workspace for every agent using this instance;
 without it each agent uses the workspace named after ``agent.name``. ``agents`` adds
 other workspaces to every search (their owners must share them). All per-conversation
@@ -44,9 +57,9 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 from agentscope.event import ReplyStartEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg, TextBlock, ToolResultState
@@ -101,6 +114,114 @@ def format_hits(response: SearchResponse) -> list[str]:
     return out
 
 
+class ChatModelOverride(TypedDict, total=False):
+    """The daemon's ``chat_model_config`` fields a middleware hands over."""
+
+    backend: str
+    base_url: str
+    api_key: str
+    model_name: str
+
+
+class EmbeddingModelOverride(TypedDict, total=False):
+    """The daemon's ``embedding_model_config`` fields a middleware hands over."""
+
+    backend: str
+    base_url: str
+    api_key: str
+    model_name: str
+    dimensions: int
+    use_dimensions: bool
+
+
+class ModelOverrides(TypedDict, total=False):
+    """``workspace.open``'s ``config`` carrying the agent's models."""
+
+    chat_model_config: ChatModelOverride
+    embedding_model_config: EmbeddingModelOverride
+
+
+def _credential(model: object, what: str) -> tuple[str, str]:
+    """The API key and base URL of an AgentScope model's credential ("" for the
+    provider's default URL)."""
+    credential = getattr(model, "credential", None)
+    secret = getattr(credential, "api_key", None)
+    get = getattr(secret, "get_secret_value", None)
+    key = get() if callable(get) else secret
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{what}: the model's credential has no API key")
+    base_url = getattr(credential, "base_url", None)
+    return key, base_url if isinstance(base_url, str) else ""
+
+
+def chat_model_override(model: object) -> ChatModelOverride:
+    """The daemon's ``chat_model_config`` for an AgentScope chat model speaking OpenAI's
+    wire format (``OpenAIChatModel``; ``DashScopeChatModel``, whose credential names
+    DashScope's OpenAI-compatible endpoint), or a mapping of those fields as given."""
+    if isinstance(model, Mapping):
+        return ChatModelOverride(**{k: v for k, v in model.items()})  # type: ignore[typeddict-item]
+    from agentscope.model import DashScopeChatModel, OpenAIChatModel
+
+    if not isinstance(model, (OpenAIChatModel, DashScopeChatModel)):
+        raise ValueError(
+            f"chat_model: {type(model).__name__} does not speak OpenAI's wire format; pass "
+            "OpenAIChatModel, DashScopeChatModel or a mapping of chat_model_config fields")
+    key, base_url = _credential(model, "chat_model")
+    return ChatModelOverride(backend="openai", base_url=base_url, api_key=key,
+                             model_name=str(model.model))
+
+
+def embedding_model_override(model: object) -> EmbeddingModelOverride:
+    """The daemon's ``embedding_model_config`` for ``OpenAIEmbeddingModel`` or
+    ``DashScopeEmbeddingModel`` (text or multimodal), or a mapping of those fields."""
+    if isinstance(model, Mapping):
+        return EmbeddingModelOverride(**{k: v for k, v in model.items()})  # type: ignore[typeddict-item]
+    from agentscope.embedding import DashScopeEmbeddingModel, OpenAIEmbeddingModel
+
+    if not isinstance(model, (OpenAIEmbeddingModel, DashScopeEmbeddingModel)):
+        raise ValueError(
+            f"embedding_model: {type(model).__name__} is not supported; pass "
+            "OpenAIEmbeddingModel, DashScopeEmbeddingModel or a mapping of "
+            "embedding_model_config fields")
+    key, base_url = _credential(model, "embedding_model")
+    if isinstance(model, OpenAIEmbeddingModel):
+        override = EmbeddingModelOverride(backend="openai", base_url=base_url, api_key=key,
+                                          model_name=str(model.model),
+                                          use_dimensions=bool(model.pass_dimensions))
+    elif isinstance(model, DashScopeEmbeddingModel):
+        backend = "dashscope_multimodal" if model.supports_multimodal else "dashscope"
+        override = EmbeddingModelOverride(backend=backend, base_url=base_url, api_key=key,
+                                          model_name=str(model.model))
+    if isinstance(model.dimensions, int):
+        override["dimensions"] = model.dimensions
+    return override
+
+
+def model_overrides(chat_model: object = None, embedding_model: object = None
+                    ) -> ModelOverrides:
+    """``workspace.open``'s ``config`` for the agent's own models (empty: none given)."""
+    config = ModelOverrides()
+    if chat_model is not None:
+        config["chat_model_config"] = chat_model_override(chat_model)
+    if embedding_model is not None:
+        config["embedding_model_config"] = embedding_model_override(embedding_model)
+    return config
+
+
+def _warn_if_other_models(workspace: str, wanted: ModelOverrides,
+                          settings: Mapping[str, Any]) -> None:
+    """A workspace already open keeps its models: say so when they are not the agent's."""
+    names = {"chat_model_config": wanted.get("chat_model_config", {}).get("model_name"),
+             "embedding_model_config": wanted.get("embedding_model_config", {}).get(
+                 "model_name")}
+    for key, want in names.items():
+        have = settings.get(key)
+        if want and isinstance(have, Mapping) and have.get("model_name") != want:
+            log.warning("recalld workspace %s was already open with another %s (%s); it "
+                        "keeps that one until it is closed", workspace, key,
+                        have.get("model_name") or "none")
+
+
 def _msg_text(msg: Msg) -> str:
     text = msg.get_text_content()
     return text.strip() if text else ""
@@ -127,11 +248,17 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         autostart: bool = False,
         timeout_s: float = 30.0,
         client: AsyncioClient | None = None,
+        chat_model: object = None,
+        embedding_model: object = None,
+        select: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
+        #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
+        self.models = model_overrides(chat_model, embedding_model)
+        self.select = select
         self.agent_id = agent_id
         self.mode: Mode = mode
         self.top_k = top_k
@@ -162,9 +289,10 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def _ensure_open(self, workspace: str) -> None:
         if workspace not in self._opened:
-            info = await self.client.workspace_open(workspace)
+            info = await self.client.workspace_open(workspace, config=self.models or None)
             settings = info.get("settings") if isinstance(info, dict) else None
             self._opened[workspace] = dict(settings) if isinstance(settings, dict) else {}
+            _warn_if_other_models(workspace, self.models, self._opened[workspace])
 
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
@@ -181,10 +309,35 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if self.agents is not None:
             return await self.search(workspace, query)
         await self._ensure_open(workspace)
+        if self.select:
+            selected = await self.selected_files(workspace, query)
+            if selected:
+                return selected
         answer = await self.client.recall(workspace, query, max_results=self.top_k,
                                           budget_chars=self.recall_budget_chars)
         rendered = str(answer.get("rendered") or "")
         return [rendered] if rendered else []
+
+    async def selected_files(self, workspace: str, query: str) -> list[str]:
+        """The topic files the chat model picks for ``query`` (``memory.select``), each
+        labelled with its path and lines, within ``recall_budget_chars``; empty when the
+        daemon fell back to the search (the recall block then serves)."""
+        answer = await self.client.select(workspace, query, limit=self.top_k)
+        files = answer.get("files") if answer.get("method") == "model" else None
+        out: list[str] = []
+        left = self.recall_budget_chars
+        for entry in files or []:
+            path = str(entry.get("path", ""))
+            read = await self.client.read(workspace, path)
+            text = str(read.get("text") or "").strip()
+            label = f"[{path}:1-{read.get('end_line', 1)}]"
+            room = left - len(label) - 1
+            if room <= 0:
+                break
+            body = text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+            out.append(f"{label}\n{body}")
+            left -= len(label) + 1 + len(body)
+        return out
 
     async def add(self, workspace: str, content: str, session_id: str | None) -> dict[str, Any]:
         """Store ``content`` as a note of the day; returns where it went."""
@@ -621,8 +774,10 @@ class RecalldMem0Middleware(MiddlewareBase):
     - ``agent_control`` / ``both``: tools ``search_memory(keywords, limit)`` (each keyword
       searched, results merged and de-duplicated) and ``add_memory(thinking, content)``
       (only ``content`` is stored).
-    - ``client``, ``chat_model``, ``embedding_model`` and ``mem0_config`` are accepted for
-      the one-line swap and not used: the daemon's configured models serve every agent.
+    - ``chat_model`` and ``embedding_model`` are handed to the daemon for the user's
+      workspace (as for :class:`RecalldMemoryMiddleware`): its auto_memory and dream jobs
+      and its vectors use them. ``client`` and ``mem0_config`` are accepted for the
+      one-line swap and not used.
     """
 
     def __init__(
@@ -653,12 +808,13 @@ class RecalldMem0Middleware(MiddlewareBase):
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
-        unused = [name for name, value in (("client", client), ("chat_model", chat_model),
-                                           ("embedding_model", embedding_model),
-                                           ("mem0_config", mem0_config)) if value is not None]
+        unused = [name for name, value in (("client", client), ("mem0_config", mem0_config))
+                  if value is not None]
         if unused:
             log.warning("RecalldMem0Middleware: %s not used; the recalld daemon's own "
                         "configuration serves this memory", ", ".join(unused))
+        #: ``workspace.open``'s config: the agent's own models for the user's workspace.
+        self.models = model_overrides(chat_model, embedding_model)
         self.user_id = user_id
         self.workspace = workspace_name(user_id)
         self.agent_id = agent_id
@@ -678,7 +834,10 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def _open(self) -> None:
         if not self._opened:
-            await self.client.workspace_open(self.workspace)
+            info = await self.client.workspace_open(self.workspace, config=self.models or None)
+            settings = info.get("settings") if isinstance(info, dict) else None
+            if isinstance(settings, Mapping):
+                _warn_if_other_models(self.workspace, self.models, settings)
             self._opened = True
 
     async def search_memories(self, query: str, limit: int | None = None) -> list[str]:

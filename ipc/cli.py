@@ -17,7 +17,7 @@ import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     ws_sub.add_parser("list", help="list open workspaces", parents=[common])
     ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
     ws_close.add_argument("agent")
+    ws_close.add_argument("--forget", action="store_true",
+                          help="also stop reopening it when the daemon starts")
 
     read = add("read", "print a workspace file or a range of its lines")
     read.add_argument("path", help="path inside the workspace, e.g. memory/2026-07-23/note.md")
@@ -286,9 +288,11 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
         else:
             out.write(render_workspaces([dict(i) for i in items]))
     else:
-        result = client.workspace_close(ns.agent)
+        result = client.workspace_close(ns.agent, forget=ns.forget)
         if as_json:
             print_json(out, result)
+        elif result.get("forgotten"):
+            out.write(f"closed workspace {ns.agent}; the daemon no longer reopens it at start\n")
         else:
             out.write(f"closed workspace {ns.agent}\n")
     return EXIT_OK
@@ -329,6 +333,10 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
         answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
                                min_score=ns.min_score, sync=ns.sync)
+    if not ns.sync:
+        note = _index_incomplete_note(client, ns.agent)
+        if note is not None:
+            print(note, file=sys.stderr)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK
@@ -341,6 +349,32 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         for r in answer.expanded:
             out.write(_rendered(r) + "\n\n")
     return EXIT_OK
+
+
+#: Health reasons that mean files on disk are not all in the index yet (a first build,
+#: a rebuild, changes still to apply); lagging vectors or captures are not.
+_INDEX_INCOMPLETE = ("disk scan", "change(s) waiting", "differ from the index", "rebuilding",
+                     "watcher starting", "watcher rescanning")
+
+
+def _index_incomplete_note(client: Client, agent: str) -> str | None:
+    """A note for stderr when the searched workspace's index is still being built (its
+    health is ``pending`` for that), read from ``workspace.list``, an answer from memory;
+    None when complete or when the check itself fails (it is only a note)."""
+    try:
+        listed = client.workspace_list()
+    except (errors.RecalldError, OSError, TimeoutError):
+        return None
+    ws: Mapping[str, Any] = next((w for w in listed if w.get("agent_id") == agent), {})
+    health = ws.get("health")
+    if not isinstance(health, Mapping) or health.get("state") != "pending":
+        return None
+    reasons = [str(r) for r in health.get("reasons") or []
+               if any(mark in str(r) for mark in _INDEX_INCOMPLETE)]
+    if not reasons:
+        return None
+    return (f"recalld: note: the index of {agent} is still being built ({'; '.join(reasons)}); "
+            "results may be incomplete (search --sync waits for it)")
 
 
 def _rendered(r: SearchResult) -> str:

@@ -21,6 +21,7 @@ from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
 from recalld.ipc.health import assess, daemon_problems
+from recalld.ipc.progress import call_progress
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
 DEFAULT_AGENT = "default"
@@ -112,8 +113,9 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     result: dict[str, Any]
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
-        result = client.backup_create(ns.agents, outfile, ns.include_derived,
-                                       ns.include_secrets)
+        with call_progress(client, "backup create", "writing the archive", as_json=as_json):
+            result = client.backup_create(ns.agents, outfile, ns.include_derived,
+                                           ns.include_secrets)
         if not as_json:
             out.write(f"wrote {result['file']}: {result['members']} file(s) of "
                       f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
@@ -146,21 +148,25 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             out.write(_plan_text(plan))
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
-        result = client.backup_rollback()
+        with call_progress(client, "backup rollback", "restoring the snapshot", as_json=as_json):
+            result = client.backup_rollback()
         if not as_json:
             out.write(_restored_text(result, "rolled back"))
     else:
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        plan = client.backup_restore(name, ns.agents, dry_run=True)  # checks it all first
+        with call_progress(client, "backup restore", "checking the archive", as_json=as_json):
+            plan = client.backup_restore(name, ns.agents, dry_run=True)  # checks it all
         if ns.dry_run:
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
         agents = [p["agent_id"] for p in plan.get("plans", [])]
         _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
-        result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
+        phase = "restoring" if ns.no_snapshot else "taking a snapshot, then restoring"
+        with call_progress(client, "backup restore", phase, as_json=as_json):
+            result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:

@@ -9,6 +9,7 @@ rate is measured within a phase, from the first update that phase reported.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -192,3 +193,80 @@ class IndexingNotice:
                         return
         except (RecalldError, OSError, TimeoutError):
             return  # only a notice: the waiting call reports real failures
+
+
+class CallProgress:
+    """Progress of one phase of a plain call the daemon answers only when done (backup,
+    restore, import): it reports no counts, so this says the phase and the time elapsed.
+    A bar redrawn every second on a terminal; a line at the start and every
+    ``LINE_INTERVAL_S`` otherwise; with ``--json`` one record (the job progress record
+    with ``job_id`` and counts null, plus ``elapsed_s``) at the start and as often. A
+    helper thread keeps time; it is joined on exit."""
+
+    def __init__(self, stream: TextIO, kind: str, phase: str, *, mode: Mode,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.kind = kind
+        self.phase = phase
+        self.mode = mode
+        self._clock = clock
+        self._start = clock()
+        self._last = float("-inf")
+        self._drawn = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recalld-call-progress",
+                                        daemon=True)
+
+    def __enter__(self) -> CallProgress:
+        if self.mode != "bar":
+            self.tick()  # a script or a log sees at once what is under way
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        with self._lock:
+            if self._drawn:
+                self.stream.write("\n")
+                self.stream.flush()
+                self._drawn = False
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
+
+    def tick(self) -> None:
+        """Write what is due now (the bar every call, lines and JSON every interval)."""
+        with self._lock:
+            now = self._clock()
+            elapsed = max(now - self._start, 0.0)
+            if self.mode == "bar":
+                text = f"{self.kind}: {self.phase}… {duration(elapsed)} elapsed"
+                self.stream.write("\r" + text.ljust(79)[:200])
+                self._drawn = True
+            elif now - self._last < LINE_INTERVAL_S:
+                return
+            elif self.mode == "json":
+                record = {"event": "progress", "job_id": None, "kind": self.kind,
+                          "state": "running", "phase": self.phase, "done": None,
+                          "total": None, "rate_per_s": None, "eta_s": None,
+                          "elapsed_s": round(elapsed, 1)}
+                self.stream.write(orjson.dumps(record).decode() + "\n")
+            else:
+                self.stream.write(f"{self.kind}: {self.phase} ({duration(elapsed)} elapsed)\n")
+            self._last = now
+            self.stream.flush()
+
+
+def call_progress(client: Client, kind: str, phase: str, *, as_json: bool,
+                  stream: TextIO | None = None) -> CallProgress:
+    """A :class:`CallProgress` on ``stream`` (stderr) in the form its reader wants. The
+    daemon is reached first (a ping when not connected yet), so a daemon that is down is
+    one error line, not a progress line and then the error."""
+    if not client.connected:
+        client.ping()
+    out = stream if stream is not None else sys.stderr
+    mode: Mode = "json" if as_json else "bar" if out.isatty() else "lines"
+    return CallProgress(out, kind, phase, mode=mode)

@@ -162,3 +162,22 @@ def test_read_of_a_long_note_is_complete_and_a_closed_pipe_is_quiet(
         code = piped.wait(timeout=120)
         err = piped.stderr.read().decode()
     assert code == 0 and err == "", (code, err)
+
+
+def test_workspace_close_forget_is_not_reopened_at_start(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory()
+    for agent in ("kept", "gone"):
+        assert recalld("workspace", "open", agent, env=d.env).returncode == 0
+    kept = recalld("workspace", "close", "kept", env=d.env)
+    assert kept.returncode == 0 and kept.stdout == "closed workspace kept\n"
+    gone = recalld("workspace", "close", "gone", "--forget", env=d.env)
+    assert gone.returncode == 0 and "no longer reopens it" in gone.stdout, gone
+    listed = recalld("workspace", "list", "--json", env=d.env)
+    assert listed.returncode == 0 and '"gone"' not in listed.stdout and '"kept"' in listed.stdout
+    assert d.stop() == 0
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    agents = {w["agent_id"] for w in d2.call("workspace.list")["workspaces"]}
+    assert "kept" in agents and "gone" not in agents
+    # Forgetting one that was never served is the daemon's refusal: exit 1, one line.
+    again = recalld("workspace", "close", "never", "--forget", env=d2.env)
+    assert again.returncode == 1 and again.stderr.startswith("recalld: "), again

@@ -24,13 +24,17 @@ _SECRETISH = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|(?:bearer|api[_-]?key)[\"'=:\s]+\S+)"
 )
 
+#: The password of a URL's user part (``https://user:password@host``).
+_URL_PASSWORD = re.compile(r"(://[^:@/\s?#]*):[^@/\s?#]*@")
+
 
 def redact(text: str, *secrets: str) -> str:
-    """``text`` with the given secrets and anything that looks like an API key masked."""
+    """``text`` with the given secrets, URL passwords and anything that looks like an API
+    key masked."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    return _SECRETISH.sub("***", text)
+    return _SECRETISH.sub("***", _URL_PASSWORD.sub(r"\1:***@", text))
 
 
 def snippet(body: bytes, limit: int = 200) -> str:

@@ -12,7 +12,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import safepath, sharing
-from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.config import WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -73,8 +73,12 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     raw = dataclasses.asdict(settings)
     for key in ("embedding_model_config", "chat_model_config"):
         nested = raw.get(key)
-        if isinstance(nested, dict) and nested.get("api_key"):
+        if not isinstance(nested, dict):
+            continue
+        if nested.get("api_key"):
             nested["api_key"] = "***"
+        if isinstance(nested.get("base_url"), str):
+            nested["base_url"] = mask_url(nested["base_url"])
     if settings.remote is not None:
         raw["remote"] = settings.remote.for_wire()
     return raw
