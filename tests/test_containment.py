@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 
 from recalld.ipc.client import Client
 
@@ -64,3 +66,89 @@ def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: Daemo
     failing = {c["name"] for c in checks if c["status"] == "fail"}
     assert {"workspace gone", "workspace lockdir", "workspace indexfile"} <= failing, checks
     assert daemon.stop() == 0
+
+
+def _wait_for(cond: Callable[[], bool], what: str, deadline_s: float = 120.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _texts(daemon: DaemonHandle, agent: str, query: str) -> str:
+    with Client(daemon.socket_path) as c:
+        return "\n".join(r.text for r in c.search(agent, query, sync=True).results)
+
+
+LINKED = "# Bob\n\nThe zanzibar vault code is kept by bob alone.\n"
+OWN = "# Alice\n\nAlice waters the zanzibar ferns on Mondays.\n"
+
+
+def test_a_directory_link_out_of_the_workspace_is_not_indexed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    other = tmp_path / "other-agent" / "memory"
+    other.mkdir(parents=True)
+    (other / "vault.md").write_text(LINKED, encoding="utf-8")
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "memory" / "x").symlink_to(other, target_is_directory=True)
+    (alice / "memory" / "own.md").write_text(OWN, encoding="utf-8")
+    found = _texts(daemon, "alice", "zanzibar")
+    assert "ferns" in found
+    assert "vault" not in found
+    assert daemon.stop() == 0
+    daemon = daemon_factory(config)
+    found = _texts(daemon, "alice", "zanzibar")
+    assert "ferns" in found and "vault" not in found
+    # A link that stays in the workspace is followed.
+    (alice / "archive").mkdir()
+    (alice / "archive" / "kept.md").write_text(
+        "# Kept\n\nThe zanzibar archive lives in the attic.\n", encoding="utf-8")
+    (alice / "memory" / "inside").symlink_to(alice / "archive", target_is_directory=True)
+    _wait_for(lambda: "attic" in _texts(daemon, "alice", "zanzibar attic"),
+              "the note behind an in-workspace link")
+
+
+def test_notes_indexed_through_a_link_before_are_removed(daemon_factory: DaemonFactory,
+                                                         tmp_path: Path) -> None:
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "memory" / "x").mkdir(parents=True)
+    (alice / "memory" / "x" / "vault.md").write_text(LINKED, encoding="utf-8")
+    assert "vault" in _texts(daemon, "alice", "zanzibar")
+    assert daemon.stop() == 0
+    # While the daemon is down the folder becomes a link to the same note elsewhere: the
+    # index holds a note that now lies outside the workspace.
+    other = tmp_path / "other-agent" / "memory"
+    other.parent.mkdir(parents=True)
+    (alice / "memory" / "x").rename(other)
+    (alice / "memory" / "x").symlink_to(other, target_is_directory=True)
+    daemon = daemon_factory(config)
+    _wait_for(lambda: "vault" not in _texts(daemon, "alice", "zanzibar"),
+              "the linked note to leave the index")
+
+
+def test_a_resource_link_out_of_the_workspace_is_not_catalogued(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    other = tmp_path / "other-agent" / "resource"
+    other.mkdir(parents=True)
+    (other / "secret.txt").write_text("bob's private contract terms\n", encoding="utf-8")
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "resource" / "x").symlink_to(other, target_is_directory=True)
+    (alice / "resource" / "own.txt").write_text("alice's shopping list\n", encoding="utf-8")
+
+    def catalogued() -> int:
+        ws = next(w for w in daemon.call("daemon.status")["workspaces"]
+                  if w["agent_id"] == "alice")
+        return sum(ws["resource"]["files"].values())
+
+    _wait_for(lambda: catalogued() >= 1, "the own resource file to be catalogued")
+    assert catalogued() == 1
+    assert daemon.stop() == 0
+    daemon = daemon_factory(config)
+    _wait_for(lambda: catalogued() >= 1, "the catalog after a restart")
+    assert catalogued() == 1
