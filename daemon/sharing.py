@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
-from recalld.ipc.errors import InvalidParams, NotAllowed
+from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 
 EVERYONE = "*"
@@ -38,6 +38,18 @@ def may_read(caller: str, target: Workspace) -> bool:
     if not settings.memory_isolation:
         return True
     return caller in settings.shared_with or EVERYONE in settings.shared_with
+
+
+def may_see(registry: WorkspaceRegistry, caller: str, agent_id: str) -> bool:
+    """Whether ``caller`` may see the events and jobs of ``agent_id``'s workspace: its
+    own, or an open one whose owner shares it with ``caller``."""
+    if caller == agent_id:
+        return True
+    try:
+        target = registry.get(agent_id)
+    except UnknownWorkspace:
+        return False
+    return may_read(caller, target)
 
 
 def check_read(caller: str, target: Workspace) -> None:

@@ -7,6 +7,7 @@ the others.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
 
+from recalld.ipc import errors
 from recalld.ipc.client import Client
 
 SCRIPT = Path(sys.executable).parent / "recalld"
@@ -152,3 +154,60 @@ def test_a_resource_link_out_of_the_workspace_is_not_catalogued(
     daemon = daemon_factory(config)
     _wait_for(lambda: catalogued() >= 1, "the catalog after a restart")
     assert catalogued() == 1
+
+
+SHARING = """
+[workspaces.alice]
+shared_with = ["bob"]
+
+[workspaces.bob]
+
+[workspaces.carol]
+"""
+
+
+def test_jobs_and_events_show_only_what_the_agent_may_read(
+        daemon_factory: DaemonFactory) -> None:
+    daemon = daemon_factory(SHARING)
+    with daemon.connect() as bob_events, daemon.connect() as anon_events:
+        bob_events.call("events.subscribe", {"topics": ["job.state"], "agent_id": "bob"})
+        anon_events.call("events.subscribe", {"topics": ["job.*", "daemon.*"]})
+        ids = {a: daemon.call("jobs.submit", {"agent_id": a, "kind": "reindex"})["job_id"]
+               for a in ("carol", "alice", "bob")}
+
+        def owners(agent: str | None) -> set[str]:
+            params = {} if agent is None else {"agent_id": agent}
+            return {j["agent_id"] for j in daemon.call("jobs.list", params)["jobs"]}
+
+        assert owners("bob") == {"alice", "bob"}
+        assert owners("alice") == {"alice"}
+        assert owners("carol") == {"carol"}
+        assert owners(None) == set()  # the default agent has no jobs: not everyone's
+        # bob hears of alice's and his own jobs until both are done, never of carol's.
+        done: set[str] = set()
+        while done != {ids["alice"], ids["bob"]}:
+            event = bob_events.recv()["params"]
+            assert event["agent_id"] in ("alice", "bob"), event
+            if event["state"] in ("succeeded", "failed", "cancelled"):
+                done.add(event["job_id"])
+        for params in ({"agent_id": "bob", "kind": "reindex", "extra": 1},
+                       {"agent_id": "../bob", "kind": "reindex"}):
+            try:
+                daemon.call("jobs.submit", params)
+            except errors.InvalidParams:
+                continue
+            raise AssertionError(f"jobs.submit accepted {params}")
+        for method, params in (("jobs.list", {"agent_id": "bob", "all": True}),
+                               ("jobs.get", {"agent_id": "bob", "job_id": ids["bob"],
+                                             "x": 1}),
+                               ("jobs.cancel", {"agent_id": "a/b", "job_id": ids["bob"]})):
+            try:
+                daemon.call(method, params)
+            except errors.InvalidParams:
+                continue
+            raise AssertionError(f"{method} accepted {params}")
+        # The anonymous subscriber (the default agent) heard nothing of the three jobs:
+        # the first event it gets is the daemon's own reload, published after them all.
+        daemon.signal(signal.SIGHUP)
+        event = anon_events.recv()["params"]
+        assert event["topic"] == "daemon.reloaded", event
