@@ -200,7 +200,9 @@ def test_jobs_and_events_show_only_what_the_agent_may_read(
         for method, params in (("jobs.list", {"agent_id": "bob", "all": True}),
                                ("jobs.get", {"agent_id": "bob", "job_id": ids["bob"],
                                              "x": 1}),
-                               ("jobs.cancel", {"agent_id": "a/b", "job_id": ids["bob"]})):
+                               ("jobs.cancel", {"agent_id": "a/b", "job_id": ids["bob"]}),
+                               ("memory.list", {"agent_id": "alice", "as_agent": "../bob"}),
+                               ("memory.index", {"agent_id": "alice", "as_agent": ""})):
             try:
                 daemon.call(method, params)
             except errors.InvalidParams:
