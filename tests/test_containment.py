@@ -213,3 +213,45 @@ def test_jobs_and_events_show_only_what_the_agent_may_read(
         daemon.signal(signal.SIGHUP)
         event = anon_events.recv()["params"]
         assert event["topic"] == "daemon.reloaded", event
+
+
+def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
+                                                 tmp_path: Path) -> None:
+    alice = tmp_path / "alice"
+    bob = tmp_path / "bob"
+    config = (f'[workspaces.alice]\npath = "{alice}"\nshared_with = ["carol"]\n\n'
+              f'[workspaces.bob]\npath = "{bob}"\n')
+    daemon = daemon_factory(config)
+    refused = [
+        ({"agent_id": "x1", "path": "/"}, "system folder"),
+        ({"agent_id": "x2", "path": "/etc"}, "system folder"),
+        ({"agent_id": "x3", "path": "/usr/share/x3"}, "system folder"),
+        ({"agent_id": "x4", "path": "/proc/self"}, "system folder"),
+        ({"agent_id": "x5", "path": str(bob / "memory" / "x5")}, "inside the workspace"),
+        ({"agent_id": "x6", "path": str(tmp_path)}, "around the workspace"),
+        ({"agent_id": "x7", "path": str(bob)}, "already open for agent 'bob'"),
+        ({"agent_id": "x8", "path": str(tmp_path / "x8"), "config": {"daily_dir": "../up"}},
+         "inside the workspace"),
+        ({"agent_id": "x9", "path": str(tmp_path / "x9"), "config": {"resource_dir": "/etc"}},
+         "inside the workspace"),
+    ]
+    for params, why in refused:
+        try:
+            daemon.call("workspace.open", params)
+        except errors.InvalidParams as exc:
+            assert why in exc.message, (params, exc.message)
+            continue
+        raise AssertionError(f"workspace.open accepted {params}")
+    assert not Path("/etc/memory").exists()
+    (tmp_path / "afile").write_text("x\n", encoding="utf-8")
+    try:
+        daemon.call("workspace.open", {"agent_id": "x10", "path": str(tmp_path / "afile")})
+    except errors.InvalidParams as exc:
+        assert "not a directory" in exc.message
+    else:
+        raise AssertionError("a file was opened as a workspace")
+    # alice shares with carol: carol may keep a workspace inside alice's.
+    inside = daemon.call("workspace.open", {"agent_id": "carol",
+                                            "path": str(alice / "carol")})
+    assert inside["state"] == "ready"
+    assert daemon.call("daemon.ping")["pong"] is True
