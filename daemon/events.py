@@ -16,7 +16,7 @@ The bus owns no task: delivery happens in the connection's event pump (server.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,8 @@ import trio
 
 DROPPED_TOPIC = "events.dropped"
 DEFAULT_MAX_QUEUED = 256
+#: Whether a subscriber may see an event, by its payload.
+Accept = Callable[[Mapping[str, Any]], bool]
 _TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)$")
 
 
@@ -53,9 +55,13 @@ class Subscription:
     after the bus dropped the subscription, in which case :attr:`dropped` is True.
     """
 
-    def __init__(self, bus: EventBus, patterns: Iterable[str], max_queued: int) -> None:
+    def __init__(self, bus: EventBus, patterns: Iterable[str], max_queued: int, *,
+                 owner: str | None = None, accept: Accept | None = None) -> None:
         self._bus = bus
         self.patterns: set[str] = set(patterns)
+        #: Who subscribed (an agent id), and which payloads that subscriber may see.
+        self.owner = owner
+        self._accept = accept
         self._send, self.receive = trio.open_memory_channel[Event](max_queued)
         self.dropped = False
         self.closed = False
@@ -63,6 +69,9 @@ class Subscription:
 
     def matches(self, topic: str) -> bool:
         return any(topic_matches(p, topic) for p in self.patterns)
+
+    def accepts(self, payload: Mapping[str, Any]) -> bool:
+        return self._accept is None or self._accept(payload)
 
     def add(self, patterns: Iterable[str]) -> list[str]:
         self.patterns.update(patterns)
@@ -106,9 +115,13 @@ class EventBus:
         self._delivered = 0
         self._dropped = 0
 
-    def subscribe(self, patterns: Iterable[str], *, max_queued: int | None = None) -> Subscription:
+    def subscribe(self, patterns: Iterable[str], *, max_queued: int | None = None,
+                  owner: str | None = None, accept: Accept | None = None) -> Subscription:
+        """A subscription to ``patterns``; with ``accept``, only the events whose payload
+        it accepts are queued (what ``owner`` may see)."""
         checked = [check_topic_pattern(p) for p in patterns]
-        sub = Subscription(self, checked, max_queued or self.max_queued)
+        sub = Subscription(self, checked, max_queued or self.max_queued, owner=owner,
+                           accept=accept)
         self._subscriptions.add(sub)
         return sub
 
@@ -123,7 +136,7 @@ class EventBus:
         self._published += 1
         sent = 0
         for sub in list(self._subscriptions):
-            if sub.matches(topic):
+            if sub.matches(topic) and sub.accepts(event.payload):
                 if sub._offer(event):
                     sent += 1
                 elif sub.dropped:

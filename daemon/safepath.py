@@ -172,3 +172,43 @@ def read_lines(
         text=text,
         truncated=truncated,
     )
+
+
+def is_inside(path: Path | str, root: Path | str) -> bool:
+    """Whether ``path``, with every symbolic link resolved, lies in ``root`` (resolved).
+
+    A directory link that stays in the workspace passes; one that leads out of it (to
+    another agent's memory, to a system folder) does not, nor does a link loop.
+    """
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (OSError, RuntimeError):
+        return False
+    return _within(real, os.path.realpath(root))
+
+
+def _within(real: str, base: str) -> bool:
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def open_inside(root: Path, rel: str) -> int:
+    """Open ``root/rel`` read-only for the daemon's own scans (indexer, cataloguer).
+
+    Unlike :func:`open_confined`, directory links on the way are followed, but only as far
+    as they stay in ``root``: the file opened is checked where it really lies (through its
+    descriptor, so a link swapped in meanwhile cannot redirect the check). The last
+    component is never followed. Returns a descriptor the caller closes; raises
+    PathOutsideWorkspace for a file outside ``root`` and OSError as ``os.open`` does.
+    """
+    fd = os.open(os.path.join(root, rel), _FILE_FLAGS)
+    try:
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")  # already free of links
+        except OSError:  # no /proc: resolve the name instead
+            real = os.path.realpath(os.path.join(root, rel))
+        if not _within(real, os.path.realpath(root)):
+            raise PathOutsideWorkspace(f"{rel} lies outside the workspace")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -22,22 +22,34 @@ from typing import Any
 
 import trio
 
-from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
-from recalld.ipc.errors import InvalidParams, NotAllowed
+from recalld.daemon.workspaces import (
+    SHARED_WITH_EVERYONE,
+    Workspace,
+    WorkspaceRegistry,
+    check_agent_id,
+)
+from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 
-EVERYONE = "*"
+EVERYONE = SHARED_WITH_EVERYONE
 MAX_WORKSPACES_PER_SEARCH = 64
 
 
 def may_read(caller: str, target: Workspace) -> bool:
     """Whether agent ``caller`` may search and read ``target``."""
-    if caller == target.agent_id:
+    return target.shares_with(caller)
+
+
+def may_see(registry: WorkspaceRegistry, caller: str, agent_id: str) -> bool:
+    """Whether ``caller`` may see the events and jobs of ``agent_id``'s workspace: its
+    own, or an open one whose owner shares it with ``caller``."""
+    if caller == agent_id:
         return True
-    settings = target.settings
-    if not settings.memory_isolation:
-        return True
-    return caller in settings.shared_with or EVERYONE in settings.shared_with
+    try:
+        target = registry.get(agent_id)
+    except UnknownWorkspace:
+        return False
+    return may_read(caller, target)
 
 
 def check_read(caller: str, target: Workspace) -> None:

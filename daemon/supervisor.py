@@ -122,14 +122,14 @@ class Supervisor:
         # Concurrently: each loads its saved index in a worker thread.
         async with trio.open_nursery() as opening:
             for agent_id in self._initial_workspaces(self.config):
-                opening.start_soon(self.registry.open, agent_id)
+                opening.start_soon(self._open_at_start, agent_id, None, None)
         # Then every workspace served before (by RPC, a middleware, an MCP bridge), so
         # its watcher, resource catalog and dream cron run with no client connected.
         async with trio.open_nursery() as opening:
             open_now = {w.agent_id for w in self.registry.list()}
             for agent_id, rec in self.registry.remembered().items():
                 if agent_id not in open_now:
-                    opening.start_soon(self._reopen, agent_id, Path(rec["path"]),
+                    opening.start_soon(self._open_at_start, agent_id, Path(rec["path"]),
                                        rec["config"])
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
@@ -150,13 +150,17 @@ class Supervisor:
         self.notifier.status("stopping: closing workspaces")
         root.cancel_scope.cancel()
 
-    async def _reopen(self, agent_id: str, path: Path,
-                      overrides: dict[str, Any] | None) -> None:
-        """Open a recorded workspace; a failure is logged and shown in its state."""
+    async def _open_at_start(self, agent_id: str, path: Path | None,
+                             overrides: dict[str, Any] | None) -> None:
+        """Open a configured or recorded workspace. A failure (a path on a missing disk, a
+        mangled metadata folder) is logged and shown as the workspace's ``failed`` state;
+        the daemon serves the others."""
         try:
             await self.registry.open(agent_id, path, overrides)
         except RecalldError as exc:
-            log.error("reopening workspace %s at %s failed: %s", agent_id, path, exc.message)
+            log.error("opening workspace %s at %s failed: %s", agent_id,
+                      path if path is not None else self.config.workspace_path(agent_id),
+                      exc.message)
 
     async def _flush_sessions(self, deadline_s: float) -> None:
         """Queue auto_memory for every open workspace's uncovered turns and give the jobs

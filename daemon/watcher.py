@@ -33,6 +33,7 @@ from typing import Any
 import trio
 from watchfiles import Change
 
+from recalld.daemon import safepath
 from recalld.daemon.watchsource import (
     COOKIE_PREFIX,
     ChangeSource,
@@ -246,6 +247,13 @@ class Watcher:
     # -- disk scans (worker threads) ---------------------------------------------------------
 
     def _walk(self, top: Path, out: dict[str, tuple[int, int]]) -> None:
+        # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
+        # itself (a root, or a folder named by an event) may be a link, followed only
+        # while it stays in the workspace: another agent's memory never enters this one.
+        if not safepath.is_inside(top, self._workspace):
+            if os.path.lexists(top):
+                log.warning("not descending %s: it leads out of the workspace", top)
+            return
         stack = [top]
         while stack:
             current = stack.pop()

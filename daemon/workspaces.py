@@ -22,7 +22,9 @@ without taking the daemon down; ``workspace.open`` on a failed workspace starts 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -41,6 +43,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SHARED_WITH_EVERYONE = "*"
+#: Folders that hold the system: a workspace is never at or below one of them.
+SYSTEM_TREES = tuple(Path(p) for p in (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys",
+    "/dev", "/boot", "/run", "/var/log", "/var/spool", "/var/cache", "/var/mail"))
+#: Folders whose own contents are the system's: a workspace may lie below, not at them.
+SYSTEM_FOLDERS = tuple(Path(p) for p in (
+    "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
 LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
 State = Literal["opening", "ready", "closing", "closed", "failed"]
@@ -62,6 +72,25 @@ WorkspaceStarter = Callable[["Workspace", trio.Nursery], Awaitable[None]]
 StatusProvider = Callable[[], Mapping[str, Any]]
 
 
+def check_root(root: Path) -> None:
+    """InvalidParams unless ``root`` (absolute, resolved) may be a workspace: not a system
+    folder, and a directory of the user who runs the daemon if it exists (blocking)."""
+    if root in SYSTEM_FOLDERS or any(root.is_relative_to(t) for t in SYSTEM_TREES):
+        raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
+                            "its own")
+    try:
+        st = os.stat(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # to be created by the daemon (if it can): its own
+    except OSError as exc:
+        raise InvalidParams(f"workspace {root} is not available: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidParams(f"workspace {root} is not a directory")
+    if st.st_uid != os.getuid():
+        raise InvalidParams(f"workspace {root} belongs to uid {st.st_uid}, not to the "
+                            "user recalld runs as")
+
+
 class Workspace:
     """One open workspace: its root, settings, state and the services running for it."""
 
@@ -76,6 +105,15 @@ class Workspace:
         self._status: dict[str, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
+
+    def shares_with(self, agent_id: str) -> bool:
+        """Whether agent ``agent_id`` may search and read this workspace: its owner, or
+        one its settings open it to (``shared_with``, ``memory_isolation = false``)."""
+        if agent_id == self.agent_id:
+            return True
+        s = self.settings
+        return (not s.memory_isolation or agent_id in s.shared_with
+                or SHARED_WITH_EVERYONE in s.shared_with)
 
     # -- services -------------------------------------------------------------------
     @property
@@ -286,11 +324,8 @@ class WorkspaceRegistry:
                         f"workspace {agent_id!r} is already open at {current.root}"
                     )
                 return current
-            for other in self._workspaces.values():
-                if other.agent_id != agent_id and other.root == root and other.state in (
-                    "opening", "ready",
-                ):
-                    raise InvalidParams(f"{root} is already open for agent {other.agent_id!r}")
+            await trio.to_thread.run_sync(check_root, root)
+            self._check_overlap(agent_id, root)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )
@@ -312,6 +347,31 @@ class WorkspaceRegistry:
             await self._remember(agent_id, root, overrides)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
+
+    def _check_overlap(self, agent_id: str, root: Path) -> None:
+        """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,
+        or recorded to reopen), unless that workspace is shared with ``agent_id``."""
+        others: dict[str, tuple[Path, Workspace | None]] = {
+            a: (Path(rec["path"]), None) for a, rec in self._remembered.items()}
+        others.update((w.agent_id, (w.root, w)) for w in self._workspaces.values()
+                      if w.state in ("opening", "ready"))
+        for other_id, (other_root, ws) in others.items():
+            if other_id == agent_id:
+                continue
+            if other_root == root:
+                if ws is not None:
+                    raise InvalidParams(f"{root} is already open for agent {other_id!r}")
+                raise InvalidParams(f"{root} is the recorded workspace of agent "
+                                    f"{other_id!r} (closing it with forget frees it)")
+            inside = root.is_relative_to(other_root)
+            if not inside and not other_root.is_relative_to(root):
+                continue
+            if ws is not None and ws.shares_with(agent_id):
+                continue
+            where = "inside" if inside else "around"
+            raise InvalidParams(
+                f"{root} lies {where} the workspace of agent {other_id!r} ({other_root}), "
+                f"which is not shared with {agent_id!r}; choose a folder of its own")
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""

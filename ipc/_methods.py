@@ -165,7 +165,8 @@ def jobs_get(agent_id: str, job_id: str) -> Call[JobInfo]:
 
 
 def jobs_list(agent_id: str | None = None) -> Call[list[JobInfo]]:
-    """``jobs.list``: jobs of one workspace, or of all."""
+    """``jobs.list``: the jobs of ``agent_id``'s workspace and of those shared with it
+    (the default agent's without one)."""
     return Call("jobs.list", _params(agent_id=agent_id), _as_list("jobs"))
 
 
@@ -314,9 +315,10 @@ def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[dict[str
                 _as_dict)
 
 
-def subscribe(topics: Sequence[str]) -> Call[dict[str, Any]]:
-    """``events.subscribe``: receive ``event`` notifications for these topics."""
-    return Call("events.subscribe", {"topics": list(topics)}, _as_dict)
+def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[dict[str, Any]]:
+    """``events.subscribe``: receive ``event`` notifications for these topics, of the
+    workspaces ``agent_id`` may read (its own and those shared with it)."""
+    return Call("events.subscribe", _params(topics=list(topics), agent_id=agent_id), _as_dict)
 
 
 def backup_create(

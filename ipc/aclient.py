@@ -82,6 +82,7 @@ class AsyncClient(_methods.AsyncMethods):
         self._conn: _Connection | None = None
         self._connect_lock = trio.Lock()
         self._topics: list[str] = []
+        self._topics_agent: str | None = None
         self._event_send, self._event_recv = trio.open_memory_channel[Event | _Lost](max_events)
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
@@ -134,7 +135,8 @@ class AsyncClient(_methods.AsyncMethods):
             await self._nursery.start(self._reader, conn)
             self._conn = conn
             if self._topics:
-                await self._call_on(conn, _methods.subscribe(self._topics))
+                await self._call_on(conn, _methods.subscribe(
+                    self._topics, self._topics_agent))
             return conn
 
     async def _open_stream(self) -> trio.SocketStream:
@@ -251,10 +253,13 @@ class AsyncClient(_methods.AsyncMethods):
 
     # ------------------------------------------------------------------- events
 
-    async def subscribe(self, topics: Sequence[str]) -> dict[str, Any]:
-        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects)."""
-        result = await self._run(_methods.subscribe(topics))
+    async def subscribe(self, topics: Sequence[str],
+                        agent_id: str | None = None) -> dict[str, Any]:
+        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
+        the workspaces ``agent_id`` may read (the default agent's without one)."""
+        result = await self._run(_methods.subscribe(topics, agent_id))
         self._topics = list(topics)
+        self._topics_agent = agent_id
         return result
 
     async def next_event(self, timeout_s: float | None = None) -> Event | None:

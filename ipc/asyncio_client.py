@@ -68,6 +68,7 @@ class AsyncioClient(_methods.AsyncMethods):
         self._conn: _Connection | None = None
         self._connect_lock = asyncio.Lock()
         self._topics: list[str] = []
+        self._topics_agent: str | None = None
         self._events: asyncio.Queue[Event | _Lost] = asyncio.Queue(max_events)
 
     async def __aenter__(self) -> AsyncioClient:
@@ -115,7 +116,8 @@ class AsyncioClient(_methods.AsyncMethods):
             conn.task = asyncio.create_task(self._read_loop(conn))
             self._conn = conn
             if self._topics:
-                await self._call_on(conn, _methods.subscribe(self._topics))
+                await self._call_on(conn, _methods.subscribe(
+                    self._topics, self._topics_agent))
             return conn
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -216,10 +218,13 @@ class AsyncioClient(_methods.AsyncMethods):
             conn.pending.pop(id_, None)
         return _core.finish(call, response)
 
-    async def subscribe(self, topics: Sequence[str]) -> dict[str, Any]:
-        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects)."""
-        result = await self._run(_methods.subscribe(topics))
+    async def subscribe(self, topics: Sequence[str],
+                        agent_id: str | None = None) -> dict[str, Any]:
+        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
+        the workspaces ``agent_id`` may read (the default agent's without one)."""
+        result = await self._run(_methods.subscribe(topics, agent_id))
         self._topics = list(topics)
+        self._topics_agent = agent_id
         return result
 
     async def next_event(self, timeout_s: float | None = None) -> Event | None:

@@ -97,7 +97,7 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
 
 def _agent_of(client: Client, job_id: str) -> str:
     """The agent of job ``job_id`` (job ids are unique across agents)."""
-    for job in client.jobs_list(None):
+    for job in client.jobs_of_every_workspace():
         if job.get("job_id") == job_id:
             return str(job["agent_id"])
     raise errors.NotFound(f"no job {job_id} (recalld jobs list shows the jobs)")

@@ -402,7 +402,7 @@ def render_internals(status: Mapping[str, Any]) -> str:
 
 def _jobs_or_none(client: Client) -> list[dict[str, Any]]:
     try:
-        return [dict(j) for j in client.jobs_list(None)]
+        return [dict(j) for j in client.jobs_of_every_workspace()]
     except errors.MethodNotFound:
         return []  # a daemon without jobs: the rest of the status still shows
 

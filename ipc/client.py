@@ -15,6 +15,7 @@ parallel calls. Nothing here starts a thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import select
 import socket
 import threading
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 from recalld.ipc import _core, _methods, errors, paths
 from recalld.ipc._methods import Call
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
-from recalld.ipc.types import Event
+from recalld.ipc.types import Event, JobInfo
 
 T = TypeVar("T")
 MAX_QUEUED_EVENTS = 10_000
@@ -59,6 +60,7 @@ class Client(_methods.SyncMethods):
         self._protocol = ClientProtocol()
         self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
         self._topics: list[str] = []
+        self._topics_agent: str | None = None
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- lifecycle
@@ -116,8 +118,8 @@ class Client(_methods.SyncMethods):
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
         if self._topics:
-            self._call_on_connection(_methods.subscribe(self._topics), time.monotonic()
-                                     + self.timeout_s)
+            self._call_on_connection(_methods.subscribe(self._topics, self._topics_agent),
+                                     time.monotonic() + self.timeout_s)
 
     def _start_daemon(self) -> socket.socket:
         _core.spawn_daemon(self.socket_path)
@@ -233,12 +235,27 @@ class Client(_methods.SyncMethods):
                     found = message
         return found
 
+    def jobs_of_every_workspace(self) -> list[JobInfo]:
+        """The jobs of every open workspace (each listed as its own agent), oldest first:
+        what ``recalld status`` and ``doctor`` show the user who runs the daemon."""
+        seen: dict[str, JobInfo] = {}
+        for ws in self.workspace_list():
+            if ws.get("state") != "ready":
+                continue
+            with contextlib.suppress(errors.UnknownWorkspace):  # closed meanwhile
+                for job in self.jobs_list(str(ws["agent_id"])):
+                    seen.setdefault(str(job["job_id"]), job)
+        return sorted(seen.values(), key=lambda j: j.get("submitted_at", 0.0))
+
     # ------------------------------------------------------------------- events
 
-    def subscribe(self, topics: Sequence[str]) -> dict[str, Any]:
-        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects)."""
-        result = self._run(_methods.subscribe(topics))
+    def subscribe(self, topics: Sequence[str],
+                  agent_id: str | None = None) -> dict[str, Any]:
+        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
+        the workspaces ``agent_id`` may read (the default agent's without one)."""
+        result = self._run(_methods.subscribe(topics, agent_id))
         self._topics = list(topics)
+        self._topics_agent = agent_id
         return result
 
     def events(self, timeout_s: float | None = None) -> Iterator[Event]:

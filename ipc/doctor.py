@@ -124,7 +124,7 @@ class Doctor:
             try:
                 with Client(self.socket_path, timeout_s=self.timeout_s,
                             connect_timeout_s=CONNECT_TIMEOUT_S) as client:
-                    jobs = [dict(j) for j in client.jobs_list(None)]
+                    jobs = [dict(j) for j in client.jobs_of_every_workspace()]
             except (errors.RecalldError, TimeoutError, OSError):
                 jobs = []  # the workspaces' own state still shows
         for ws in (self.status or {}).get("workspaces") or []:

@@ -74,6 +74,7 @@ class JobInfo(TypedDict, total=False):
     progress: Any
     result: Any
     error: Any
+    submitted_at: float
 
 
 JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})

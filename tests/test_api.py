@@ -203,14 +203,23 @@ def test_event_bus_drops_a_slow_subscriber_without_blocking() -> None:
 
 def test_events_reach_subscribers_over_the_socket(daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as listener:
-        got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"]})
+        got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"],
+                                                 "agent_id": "evt"})
         assert got == {"subscribed": ["job.done", "workspace.*"]}
+        # Another agent's isolated workspace: its events do not reach this subscriber.
+        daemon.call("workspace.open", {"agent_id": "other", "path": str(tmp_path / "other")})
         daemon.call("workspace.open", {"agent_id": "evt", "path": str(tmp_path / "evt")})
         event = listener.recv()
         assert event == {"jsonrpc": "2.0", "method": "event", "params": {
             "topic": "workspace.opened", "agent_id": "evt", "path": str(tmp_path / "evt")}}
         with pytest.raises(errors.InvalidParams):
-            listener.call("events.subscribe", {"topics": ["bad topic"]})
+            listener.call("events.subscribe", {"topics": ["bad topic"], "agent_id": "evt"})
+        with pytest.raises(errors.InvalidParams, match="on another connection"):
+            listener.call("events.subscribe", {"topics": ["job.*"], "agent_id": "other"})
+        for bad in ({"topics": ["job.*"], "agent_id": "../x"},
+                    {"topics": ["job.*"], "agent": "evt"}):
+            with pytest.raises(errors.InvalidParams):
+                daemon.call("events.subscribe", bad)
 
 
 # -------------------------------------------------------------- methods over the wire

@@ -69,7 +69,8 @@ def test_import_reports_what_was_found_and_reused(daemon: DaemonHandle,
         assert passage_texts(fake) == []
 
         # Notes changed since ReMe embedded them: the report says what is still to pay.
-        daemon.call("workspace.close", {"agent_id": "coder"})
+        # The folder moves to another agent: the old one's record is forgotten first.
+        daemon.call("workspace.close", {"agent_id": "coder", "forget": True})
         for rel in fixture_notes()[-6:]:
             with (ws / rel).open("a", encoding="utf-8") as f:
                 f.write("\nA line ReMe never saw.\n")

@@ -140,7 +140,8 @@ def test_inbox_event_list_and_ack_over_the_socket(daemon_factory: Any, fake: Fak
         "name": "pets", "description": "pets", "content": "- Has a dog named Rex"})])),
         Reply(json=chat_answer("saved")))
     with d.connect() as listener:
-        assert listener.call("events.subscribe", {"topics": ["inbox.*"]})["subscribed"] == [
+        assert listener.call("events.subscribe", {"topics": ["inbox.*"],
+                                                    "agent_id": "w"})["subscribed"] == [
             "inbox.*"]
         r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "flush": True,
                                         "messages": [{"role": "user", "content": "My dog Rex"}]})

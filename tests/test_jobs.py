@@ -310,9 +310,13 @@ async def test_rpc_handlers_validate(autojump_clock: object) -> None:
         assert job["result"] == {"n": 3}
         got = await job_methods.rpc_get(manager, {"agent_id": "alice", "job_id": out["job_id"]})
         assert got["state"] == "succeeded"
-        listed = await job_methods.rpc_list(manager, {})
+        listed = await job_methods.rpc_list(manager, {"agent_id": "alice"})
         assert [j["job_id"] for j in listed["jobs"]] == [out["job_id"]]
+        # Without an agent id: the default agent's jobs, not everyone's.
+        assert (await job_methods.rpc_list(manager, {}))["jobs"] == []
         assert (await job_methods.rpc_list(manager, {"agent_id": "default"}))["jobs"] == []
+        shared = await job_methods.rpc_list(manager, {}, lambda caller, owner: True)
+        assert [j["job_id"] for j in shared["jobs"]] == [out["job_id"]]
         default = await job_methods.rpc_submit(manager, {"kind": "quick"})
         assert manager.get("default", default["job_id"])["agent_id"] == "default"
 
@@ -328,6 +332,14 @@ async def test_rpc_handlers_validate(autojump_clock: object) -> None:
             (job_methods.rpc_get, {"agent_id": "mallory", "job_id": "x"}, UnknownWorkspace),
             (job_methods.rpc_cancel, {"agent_id": "alice", "job_id": 7}, InvalidParams),
             (job_methods.rpc_list, {"agent_id": "mallory"}, UnknownWorkspace),
+            (job_methods.rpc_list, {"agent_id": "../x"}, InvalidParams),
+            (job_methods.rpc_list, {"agent": "alice"}, InvalidParams),
+            (job_methods.rpc_get, {"agent_id": "alice", "job_id": "x", "extra": 1},
+             InvalidParams),
+            (job_methods.rpc_cancel, {"agent_id": "alice", "job_id": "x", "force": True},
+             InvalidParams),
+            (job_methods.rpc_submit, {"agent_id": "alice", "kind": "quick", "prio": 1},
+             InvalidParams),
         ]
         for fn, params, error in bad:
             with pytest.raises(error):

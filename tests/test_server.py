@@ -68,14 +68,28 @@ def test_socket_is_0600_in_a_0700_directory(daemon: DaemonHandle) -> None:
     assert dst.st_uid == os.getuid()
 
 
-def test_loose_socket_directory_is_tightened(daemon_factory: DaemonFactory) -> None:
+def test_loose_socket_directory_is_refused_not_chmodded(daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     sock_dir = Path(env["XDG_RUNTIME_DIR"]) / "recalld"
     sock_dir.mkdir(mode=0o755)
     os.chmod(sock_dir, 0o755)
-    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"])
-    assert stat.S_IMODE(os.lstat(sock_dir).st_mode) == 0o700
-    assert d.call("daemon.ping")["pong"] is True
+    d = daemon_factory(XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"], wait=False)
+    assert d.proc.wait(timeout=60) == 1
+    assert stat.S_IMODE(os.lstat(sock_dir).st_mode) == 0o755
+    assert f"{sock_dir} is not private (mode 755)" in d.log()
+
+
+def test_a_socket_in_home_leaves_home_alone(daemon_factory: DaemonFactory) -> None:
+    # "~/x.sock": ~ is expanded, and $HOME (not private) is refused, never chmod-ed.
+    home = daemon_factory.tmp_path / f"d{len(daemon_factory.handles)}"
+    home.mkdir(mode=0o755)
+    os.chmod(home, 0o755)
+    d = daemon_factory(RECALLD_SOCKET="~/x.sock", wait=False)
+    assert d.home == home
+    assert d.proc.wait(timeout=60) == 1
+    assert stat.S_IMODE(os.lstat(d.home).st_mode) == 0o755
+    assert f"{d.home} is not private" in d.log()
+    assert not (d.home / "x.sock").exists()
 
 
 def test_peer_check_refuses_other_users() -> None:

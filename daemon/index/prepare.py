@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
 from recalld.daemon.memory.redact import redact
+from recalld.ipc.errors import PathOutsideWorkspace
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
 # reading it whole on every save would stall its workspace. Such notes are reported
@@ -77,12 +79,13 @@ class PreparedBatch:
 def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
     """The bytes and stat of a regular file inside ``root``; None if absent or not a note.
 
-    The last component is opened without following symlinks, so a link planted in the
-    workspace cannot make the daemon read (and serve) a file outside it.
+    The last component is opened without following symlinks, and a directory link that
+    leads out of the workspace is refused, so a link planted in the workspace cannot make
+    the daemon index (and serve) a file outside it.
     """
     try:
-        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+        fd = safepath.open_inside(root, rel)
+    except (OSError, PathOutsideWorkspace):
         return None
     try:
         st = os.fstat(fd)

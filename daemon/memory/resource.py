@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, save_catalog
@@ -44,7 +45,7 @@ from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import RecalldError
+from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -91,25 +92,29 @@ def note_stem(rel_in_resource: str) -> str:
     return f"resource-{stem or 'file'}"
 
 
-def file_digest(path: Path) -> tuple[str, int, int] | None:
-    """``(sha256, mtime_ns, size)`` of a regular file, None if gone (blocking)."""
+def file_digest(root: Path, rel: str) -> tuple[str, int, int] | None:
+    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``, None if gone or
+    reached through a directory link out of ``root`` (blocking)."""
     try:
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+        with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
             st = os.fstat(fh.fileno())
             h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
+    except PathOutsideWorkspace:  # reached through a link out of the workspace
+        return None
     except OSError as exc:
-        log.warning("resource %s unreadable: %s", path, exc)
+        log.warning("resource %s unreadable: %s", rel, exc)
         return None
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
-def read_head(path: Path, limit_chars: int) -> tuple[str, bool]:
-    """The first ``limit_chars`` characters (bytes decoded leniently), and if cut."""
-    with open(path, "rb") as fh:
+def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
+    """The first ``limit_chars`` characters of ``root/rel`` (bytes decoded leniently), and
+    if cut. A file outside ``root`` raises PathOutsideWorkspace."""
+    with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         data = fh.read(limit_chars * 4 + 1)
     text = data.decode("utf-8", errors="replace")
     return (text[:limit_chars], len(text) > limit_chars or len(data) > limit_chars * 4)
@@ -189,7 +194,7 @@ class ResourceCatalog:
                 await self._request_job()
 
     async def _catalog_one(self, rel: str) -> bool:
-        info = await trio.to_thread.run_sync(file_digest, self.ws.root / rel)
+        info = await trio.to_thread.run_sync(file_digest, self.ws.root, rel)
         rec = self.records.get(rel)
         if info is None:
             if rec is None or rec["state"] == "removed":
@@ -266,9 +271,12 @@ class ResourceCatalog:
         sha = rec["digest"]
         try:
             text, cut = await trio.to_thread.run_sync(
-                read_head, self.ws.root / rel, self.config.max_input_chars)
+                read_head, self.ws.root, rel, self.config.max_input_chars)
         except OSError as exc:
             rec.update(state="failed", reason=f"unreadable: {exc.strerror}")
+            return "failed", None
+        except PathOutsideWorkspace:
+            rec.update(state="failed", reason="outside the workspace (a directory link)")
             return "failed", None
         prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
                   f"\n\n{text}")
@@ -349,7 +357,9 @@ class ResourceCatalog:
 
 
 def _files_below(root: Path, rel: str) -> list[str]:
-    out = []
+    out: list[str] = []
+    if not safepath.is_inside(root / rel, root):
+        return out  # a directory link out of the workspace is not descended
     for dirpath, dirnames, filenames in os.walk(root / rel):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:

@@ -40,7 +40,7 @@ from recalld.daemon.memory.redact import redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, Selected, select_topics
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.daemon.workspaces import Workspace
+from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
 from recalld.ipc.types import visible
 
@@ -87,7 +87,7 @@ class MemoryIndex(TypedDict):
 
 
 def _caller(p: Params, agent_id: str) -> str:
-    return p.text("as_agent", agent_id)
+    return check_agent_id(p.text("as_agent", agent_id))
 
 
 # ------------------------------------------------------------------------ memory.add_note

@@ -43,7 +43,7 @@ import trio
 
 from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.events import DROPPED_TOPIC, EventBus, Subscription
+from recalld.daemon.events import DROPPED_TOPIC, Accept, EventBus, Subscription
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
     FrameTooLarge,
@@ -411,14 +411,20 @@ class Connection:
                      self._id, self._config.write_timeout_s)
         return not view
 
-    def subscribe(self, bus: EventBus, patterns: Sequence[str]) -> list[str]:
-        """Add ``patterns`` to this connection's subscription, starting its pump if new."""
+    def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
+                  accept: Accept | None = None) -> list[str]:
+        """Add ``patterns`` to this connection's subscription, starting its pump if new.
+        One connection subscribes for one agent (``owner``)."""
         sub = self.subscription
         if sub is not None and not sub.closed:
+            if sub.owner != owner:
+                raise errors.InvalidParams(
+                    f"this connection receives the events of agent {sub.owner!r}; "
+                    f"subscribe for {owner!r} on another connection")
             return sub.add(patterns)
         if self._nursery is None:
             raise errors.InternalError("connection is not serving")
-        sub = bus.subscribe(patterns, max_queued=EVENT_QUEUE_SIZE)
+        sub = bus.subscribe(patterns, max_queued=EVENT_QUEUE_SIZE, owner=owner, accept=accept)
         self.subscription = sub
         self._nursery.start_soon(self._pump_events, sub)
         return sorted(sub.patterns)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import trio
 
 from recalld.daemon import safepath, sharing
-from recalld.daemon.config import WorkspaceSettings, mask_url
+from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -192,11 +193,20 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadAnswer:
 async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     p = Params(params)
     topics = p.strings("topics")
+    caller = check_agent_id(p.text("agent_id", DEFAULT_AGENT))
     p.done()
+    registry = ctx.state.registry
+
+    def accept(payload: Mapping[str, Any]) -> bool:
+        # Daemon events name no agent; a workspace's events reach those who may read it.
+        owner = payload.get("agent_id")
+        return not isinstance(owner, str) or sharing.may_see(registry, caller, owner)
+
     if not topics:
         raise InvalidParams("param 'topics' must not be empty")
     try:
         checked = [check_topic_pattern(t) for t in topics]
     except ValueError as exc:
         raise InvalidParams(str(exc)) from None
-    return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked)}
+    return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked, owner=caller,
+                                                   accept=accept)}

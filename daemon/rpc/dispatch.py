@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
-from recalld.daemon.events import EventBus
+from recalld.daemon.events import Accept, EventBus
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc import __version__
@@ -56,8 +56,10 @@ class Peer(Protocol):
     @property
     def peer_pid(self) -> int | None: ...
 
-    def subscribe(self, bus: EventBus, patterns: Sequence[str]) -> list[str]:
-        """Add ``patterns`` to this connection's event subscription; return them all."""
+    def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
+                  accept: Accept | None = None) -> list[str]:
+        """Add ``patterns`` to this connection's event subscription (made for ``owner``,
+        seeing what ``accept`` lets through); return them all."""
         ...
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypedDict, TypeVar
 
+from recalld.daemon import sharing
+from recalld.daemon.config import DEFAULT_AGENT
 from recalld.daemon.jobs import JobManager, JobRecord
-from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods
+from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.workspaces import check_agent_id
 from recalld.ipc.errors import InvalidParams
 
-DEFAULT_AGENT = "default"
 METHODS = Methods()
 R = TypeVar("R")
 
@@ -23,49 +25,58 @@ class JobList(TypedDict):
     jobs: list[JobRecord]
 
 
-def _params(params: object) -> Mapping[str, object]:
+def _params(params: object) -> Params:
     if params is None:
-        return {}
+        return Params({})
     if not isinstance(params, Mapping):
         raise InvalidParams("params must be an object")
-    return params
+    return Params(params)
 
 
-def _string(params: Mapping[str, object], name: str, default: str | None = None) -> str:
-    value = params.get(name, default)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"{name} must be a non-empty string")
-    return value
+def _agent(p: Params) -> str:
+    return check_agent_id(p.text("agent_id", DEFAULT_AGENT))
 
 
 async def rpc_submit(manager: JobManager, params: object) -> JobSubmitted:
     """``jobs.submit {agent_id, kind, params?}`` → ``{job_id}``."""
     p = _params(params)
-    job_params = p.get("params")
-    if job_params is not None and not isinstance(job_params, Mapping):
-        raise InvalidParams("params.params must be an object")
-    job_id = await manager.submit(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "kind"),
-                                  job_params)
+    agent, kind = _agent(p), p.text("kind")
+    job_params = p.mapping("params", None)
+    p.done()
+    if not kind:
+        raise InvalidParams("param 'kind' must be a non-empty string")
+    job_id = await manager.submit(agent, kind, job_params)
     return {"job_id": job_id}
 
 
 async def rpc_get(manager: JobManager, params: object) -> JobRecord:
     """``jobs.get {agent_id, job_id}`` → the job record."""
     p = _params(params)
-    return manager.get(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
+    agent, job_id = _agent(p), p.text("job_id")
+    p.done()
+    return manager.get(agent, job_id)
 
 
-async def rpc_list(manager: JobManager, params: object) -> JobList:
-    """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first."""
+async def rpc_list(manager: JobManager, params: object,
+                   may_see: Callable[[str, str], bool] = lambda caller, owner: False,
+                   ) -> JobList:
+    """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first: the jobs of the agent's
+    own workspace and of the others' that ``may_see(agent, owner)`` allows (shared with
+    it)."""
     p = _params(params)
-    agent = None if p.get("agent_id") is None else _string(p, "agent_id")
-    return {"jobs": manager.list(agent)}
+    agent = _agent(p)
+    p.done()
+    jobs = manager.list(agent) + [j for j in manager.list() if j["agent_id"] != agent
+                                  and may_see(agent, j["agent_id"])]
+    return {"jobs": sorted(jobs, key=lambda j: j["submitted_at"])}
 
 
 async def rpc_cancel(manager: JobManager, params: object) -> JobRecord:
     """``jobs.cancel {agent_id, job_id}`` → the job record after cancelling."""
     p = _params(params)
-    return await manager.cancel(_string(p, "agent_id", DEFAULT_AGENT), _string(p, "job_id"))
+    agent, job_id = _agent(p), p.text("job_id")
+    p.done()
+    return await manager.cancel(agent, job_id)
 
 
 def _on_manager(
@@ -79,5 +90,13 @@ def _on_manager(
 
 METHODS.register("jobs.submit", _on_manager(rpc_submit))
 METHODS.register("jobs.get", _on_manager(rpc_get))
-METHODS.register("jobs.list", _on_manager(rpc_list))
+
+
+async def _list(ctx: CallContext, params: JsonObject) -> JobList:
+    registry = ctx.state.registry
+    return await rpc_list(ctx.services.jobs, params,
+                          lambda caller, owner: sharing.may_see(registry, caller, owner))
+
+
+METHODS.register("jobs.list", _list)
 METHODS.register("jobs.cancel", _on_manager(rpc_cancel))

@@ -1,7 +1,8 @@
 """Creating the listening Unix socket safely (RELIABILITY 13-14).
 
-- The socket's directory is created 0700; an existing one we own is tightened to 0700,
-  one owned by someone else (or a symlink) is refused.
+- The socket's directory is created 0700; an existing one must already be a private
+  (0700-like) directory of ours and is never chmod-ed: one that others can enter, that
+  someone else owns, or a symlink is refused.
 - The socket is bound under a temporary name inside that private directory, set to 0600,
   and only then renamed to its public name: the public path never exists with any other
   mode, so there is no chmod window. (Binding under ``umask(0o177)`` would do the same,
@@ -37,18 +38,31 @@ class SocketSetupError(Exception):
 
 
 def prepare_socket_dir(directory: Path) -> None:
-    """Make ``directory`` a 0700 directory owned by us, or raise SocketSetupError."""
+    """Create ``directory`` with mode 0700, or accept an existing one only if it is a
+    private directory of ours; raise SocketSetupError otherwise.
+
+    An existing directory is never chmod-ed: the socket path may name any folder (the
+    current one, ``$HOME``, ``/tmp``), and tightening it would change what the user or
+    other programs rely on.
+    """
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(directory, 0o700)  # ours, just made: only the umask could have narrowed it
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode):
         raise SocketSetupError(f"{directory} is not a directory")
     if st.st_uid != os.getuid():
         raise SocketSetupError(f"{directory} belongs to uid {st.st_uid}, not to us")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        log.warning("tightening mode of %s from %o to 700", directory, stat.S_IMODE(st.st_mode))
-        os.chmod(directory, 0o700)
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise SocketSetupError(
+            f"{directory} is not private (mode {mode:o}): other users could reach the "
+            "socket; choose a socket path in a directory only you can use (mode 700), "
+            "or one recalld may create")
 
 
 def remove_if_stale(path: Path) -> None:

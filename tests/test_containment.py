@@ -1,0 +1,257 @@
+"""Fault and path containment seen from outside: a real daemon, a real socket, real files.
+
+A workspace that cannot open at start is ``failed`` with its reason while the daemon serves
+the others.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import DaemonFactory, DaemonHandle
+
+from recalld.ipc import errors
+from recalld.ipc.client import Client
+
+SCRIPT = Path(sys.executable).parent / "recalld"
+
+
+def recalld(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+
+
+def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path) -> None:
+    # A path on a "disk" that is not there: its parent is a plain file, so nothing can be
+    # created below it (as on an unmounted mount point made read-only).
+    (tmp_path / "unmounted").write_text("not a directory\n", encoding="utf-8")
+    gone = tmp_path / "unmounted" / "ws"
+    lockdir = tmp_path / "lockdir"
+    (lockdir / "mem_metadata" / "recalld.lock").mkdir(parents=True)
+    indexfile = tmp_path / "indexfile"
+    (indexfile / "mem_metadata").mkdir(parents=True)
+    (indexfile / "mem_metadata" / "index").write_text("garbage\n", encoding="utf-8")
+    good = tmp_path / "good"
+    (good / "memory").mkdir(parents=True)
+    (good / "memory" / "facts.md").write_text(
+        "# Facts\n\nThe quokka ledger is kept in the blue binder.\n", encoding="utf-8")
+    config = "".join(f'[workspaces.{name}]\npath = "{path}"\n\n' for name, path in (
+        ("gone", gone), ("lockdir", lockdir), ("indexfile", indexfile), ("good", good)))
+
+    daemon = daemon_factory(config)  # waits until it answers: it did not exit
+    status = daemon.call("daemon.status")
+    states = {w["agent_id"]: w for w in status["workspaces"]}
+    assert states["good"]["state"] == "ready"
+    assert states["default"]["state"] == "ready"
+    for name in ("gone", "lockdir", "indexfile"):
+        assert states[name]["state"] == "failed", states[name]
+        assert states[name]["error"], states[name]
+    with Client(daemon.socket_path) as c:
+        hits = c.search("good", "quokka ledger", sync=True).results
+    assert any("blue binder" in h.text for h in hits)
+
+    shown = recalld("status", env=daemon.env)
+    assert shown.returncode == 0, shown.stderr
+    for name in ("gone", "lockdir", "indexfile"):
+        line = next(x for x in shown.stdout.splitlines() if name in x)
+        assert "failed" in line, shown.stdout
+    doctor = recalld("doctor", "--json", env=daemon.env)
+    checks = json.loads(doctor.stdout)["checks"]
+    failing = {c["name"] for c in checks if c["status"] == "fail"}
+    assert {"workspace gone", "workspace lockdir", "workspace indexfile"} <= failing, checks
+    assert daemon.stop() == 0
+
+
+def _wait_for(cond: Callable[[], bool], what: str, deadline_s: float = 120.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _texts(daemon: DaemonHandle, agent: str, query: str) -> str:
+    with Client(daemon.socket_path) as c:
+        return "\n".join(r.text for r in c.search(agent, query, sync=True).results)
+
+
+LINKED = "# Bob\n\nThe zanzibar vault code is kept by bob alone.\n"
+OWN = "# Alice\n\nAlice waters the zanzibar ferns on Mondays.\n"
+
+
+def test_a_directory_link_out_of_the_workspace_is_not_indexed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    other = tmp_path / "other-agent" / "memory"
+    other.mkdir(parents=True)
+    (other / "vault.md").write_text(LINKED, encoding="utf-8")
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "memory" / "x").symlink_to(other, target_is_directory=True)
+    (alice / "memory" / "own.md").write_text(OWN, encoding="utf-8")
+    found = _texts(daemon, "alice", "zanzibar")
+    assert "ferns" in found
+    assert "vault" not in found
+    assert daemon.stop() == 0
+    daemon = daemon_factory(config)
+    found = _texts(daemon, "alice", "zanzibar")
+    assert "ferns" in found and "vault" not in found
+    # A link that stays in the workspace is followed.
+    (alice / "archive").mkdir()
+    (alice / "archive" / "kept.md").write_text(
+        "# Kept\n\nThe zanzibar archive lives in the attic.\n", encoding="utf-8")
+    (alice / "memory" / "inside").symlink_to(alice / "archive", target_is_directory=True)
+    _wait_for(lambda: "attic" in _texts(daemon, "alice", "zanzibar attic"),
+              "the note behind an in-workspace link")
+
+
+def test_notes_indexed_through_a_link_before_are_removed(daemon_factory: DaemonFactory,
+                                                         tmp_path: Path) -> None:
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "memory" / "x").mkdir(parents=True)
+    (alice / "memory" / "x" / "vault.md").write_text(LINKED, encoding="utf-8")
+    assert "vault" in _texts(daemon, "alice", "zanzibar")
+    assert daemon.stop() == 0
+    # While the daemon is down the folder becomes a link to the same note elsewhere: the
+    # index holds a note that now lies outside the workspace.
+    other = tmp_path / "other-agent" / "memory"
+    other.parent.mkdir(parents=True)
+    (alice / "memory" / "x").rename(other)
+    (alice / "memory" / "x").symlink_to(other, target_is_directory=True)
+    daemon = daemon_factory(config)
+    _wait_for(lambda: "vault" not in _texts(daemon, "alice", "zanzibar"),
+              "the linked note to leave the index")
+
+
+def test_a_resource_link_out_of_the_workspace_is_not_catalogued(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    other = tmp_path / "other-agent" / "resource"
+    other.mkdir(parents=True)
+    (other / "secret.txt").write_text("bob's private contract terms\n", encoding="utf-8")
+    alice = tmp_path / "alice"
+    config = f'[workspaces.alice]\npath = "{alice}"\n'
+    daemon = daemon_factory(config)
+    (alice / "resource" / "x").symlink_to(other, target_is_directory=True)
+    (alice / "resource" / "own.txt").write_text("alice's shopping list\n", encoding="utf-8")
+
+    def catalogued() -> int:
+        ws = next(w for w in daemon.call("daemon.status")["workspaces"]
+                  if w["agent_id"] == "alice")
+        return sum(ws["resource"]["files"].values())
+
+    _wait_for(lambda: catalogued() >= 1, "the own resource file to be catalogued")
+    assert catalogued() == 1
+    assert daemon.stop() == 0
+    daemon = daemon_factory(config)
+    _wait_for(lambda: catalogued() >= 1, "the catalog after a restart")
+    assert catalogued() == 1
+
+
+SHARING = """
+[workspaces.alice]
+shared_with = ["bob"]
+
+[workspaces.bob]
+
+[workspaces.carol]
+"""
+
+
+def test_jobs_and_events_show_only_what_the_agent_may_read(
+        daemon_factory: DaemonFactory) -> None:
+    daemon = daemon_factory(SHARING)
+    with daemon.connect() as bob_events, daemon.connect() as anon_events:
+        bob_events.call("events.subscribe", {"topics": ["job.state"], "agent_id": "bob"})
+        anon_events.call("events.subscribe", {"topics": ["job.*", "daemon.*"]})
+        ids = {a: daemon.call("jobs.submit", {"agent_id": a, "kind": "reindex"})["job_id"]
+               for a in ("carol", "alice", "bob")}
+
+        def owners(agent: str | None) -> set[str]:
+            params = {} if agent is None else {"agent_id": agent}
+            return {j["agent_id"] for j in daemon.call("jobs.list", params)["jobs"]}
+
+        assert owners("bob") == {"alice", "bob"}
+        assert owners("alice") == {"alice"}
+        assert owners("carol") == {"carol"}
+        assert owners(None) == set()  # the default agent has no jobs: not everyone's
+        # bob hears of alice's and his own jobs until both are done, never of carol's.
+        done: set[str] = set()
+        while done != {ids["alice"], ids["bob"]}:
+            event = bob_events.recv()["params"]
+            assert event["agent_id"] in ("alice", "bob"), event
+            if event["state"] in ("succeeded", "failed", "cancelled"):
+                done.add(event["job_id"])
+        for params in ({"agent_id": "bob", "kind": "reindex", "extra": 1},
+                       {"agent_id": "../bob", "kind": "reindex"}):
+            try:
+                daemon.call("jobs.submit", params)
+            except errors.InvalidParams:
+                continue
+            raise AssertionError(f"jobs.submit accepted {params}")
+        for method, params in (("jobs.list", {"agent_id": "bob", "all": True}),
+                               ("jobs.get", {"agent_id": "bob", "job_id": ids["bob"],
+                                             "x": 1}),
+                               ("jobs.cancel", {"agent_id": "a/b", "job_id": ids["bob"]}),
+                               ("memory.list", {"agent_id": "alice", "as_agent": "../bob"}),
+                               ("memory.index", {"agent_id": "alice", "as_agent": ""})):
+            try:
+                daemon.call(method, params)
+            except errors.InvalidParams:
+                continue
+            raise AssertionError(f"{method} accepted {params}")
+        # The anonymous subscriber (the default agent) heard nothing of the three jobs:
+        # the first event it gets is the daemon's own reload, published after them all.
+        daemon.signal(signal.SIGHUP)
+        event = anon_events.recv()["params"]
+        assert event["topic"] == "daemon.reloaded", event
+
+
+def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
+                                                 tmp_path: Path) -> None:
+    alice = tmp_path / "alice"
+    bob = tmp_path / "bob"
+    config = (f'[workspaces.alice]\npath = "{alice}"\nshared_with = ["carol"]\n\n'
+              f'[workspaces.bob]\npath = "{bob}"\n')
+    daemon = daemon_factory(config)
+    refused = [
+        ({"agent_id": "x1", "path": "/"}, "system folder"),
+        ({"agent_id": "x2", "path": "/etc"}, "system folder"),
+        ({"agent_id": "x3", "path": "/usr/share/x3"}, "system folder"),
+        ({"agent_id": "x4", "path": "/proc/self"}, "system folder"),
+        ({"agent_id": "x5", "path": str(bob / "memory" / "x5")}, "inside the workspace"),
+        ({"agent_id": "x6", "path": str(tmp_path)}, "around the workspace"),
+        ({"agent_id": "x7", "path": str(bob)}, "already open for agent 'bob'"),
+        ({"agent_id": "x8", "path": str(tmp_path / "x8"), "config": {"daily_dir": "../up"}},
+         "inside the workspace"),
+        ({"agent_id": "x9", "path": str(tmp_path / "x9"), "config": {"resource_dir": "/etc"}},
+         "inside the workspace"),
+    ]
+    for params, why in refused:
+        try:
+            daemon.call("workspace.open", params)
+        except errors.InvalidParams as exc:
+            assert why in exc.message, (params, exc.message)
+            continue
+        raise AssertionError(f"workspace.open accepted {params}")
+    assert not Path("/etc/memory").exists()
+    (tmp_path / "afile").write_text("x\n", encoding="utf-8")
+    try:
+        daemon.call("workspace.open", {"agent_id": "x10", "path": str(tmp_path / "afile")})
+    except errors.InvalidParams as exc:
+        assert "not a directory" in exc.message
+    else:
+        raise AssertionError("a file was opened as a workspace")
+    # alice shares with carol: carol may keep a workspace inside alice's.
+    inside = daemon.call("workspace.open", {"agent_id": "carol",
+                                            "path": str(alice / "carol")})
+    assert inside["state"] == "ready"
+    assert daemon.call("daemon.ping")["pong"] is True
