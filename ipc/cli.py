@@ -243,7 +243,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         print(f"recalld: {exc}", file=err)
         return EXIT_ERROR
     except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
-        print(f"recalld: {exc or 'interrupted'}", file=err)
+        print(f"recalld: {str(exc) or 'interrupted'}", file=err)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _closed_pipe()

@@ -113,6 +113,11 @@ def test_ctrl_c_says_the_job_goes_on_and_how_to_follow_it(
                    if j["kind"] == "auto_dream" and j["state"] == "running"]:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
+        # The CLI follows the job once its first progress line is out (before that an
+        # interrupt has no job id to name).
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert first.startswith("auto_dream"), first
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
