@@ -143,7 +143,13 @@ def exact_keys(
         return set()
     whole = frozenset(idents)
     out: set[int] = set()
+    seen: set[int] = set()
     for key, _ in hits:
+        # The same chunk can come twice (found by the whole forms and by the query): its
+        # text is read and matched once.
+        if key in seen:
+            continue
+        seen.add(key)
         chunk = chunks.get(key)
         if chunk is None:
             continue

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
@@ -511,11 +511,12 @@ class WorkspaceIndex:
         def run() -> Candidates:
             state = self.state
             allowed = state.allowed(filters)
+            # The exact check reads the top hits' chunks; the results reuse them.
+            table = _ChunkMemo(state.chunks)
             hits, exact = exact_first(
-                query, state.bm25, state.keyword_search(query, limit, allowed), state.chunks,
+                query, state.bm25, state.keyword_search(query, limit, allowed), table,
                 limit=limit, allowed=allowed)
-            chunks = {key: state.chunks[key] for key, _ in (hits if keep is None else
-                                                            hits[:keep])}
+            chunks = {key: table[key] for key, _ in (hits if keep is None else hits[:keep])}
             vec_hits: list[tuple[int, float]] = []
             if query_vector is not None and query_vector[0] == state.vector_space:
                 vec_hits = state.vector_search(query_vector[1], limit, allowed)
@@ -610,6 +611,27 @@ class WorkspaceIndex:
 
 def metadata_dir(ws: Workspace) -> Path:
     return ws.root / ws.settings.metadata_dir
+
+
+class _ChunkMemo(Mapping[int, StoredChunk]):
+    """``table`` with every chunk built once: chunk objects are built on demand, and one
+    search reads some of them twice (the exact-term check, then the results)."""
+
+    def __init__(self, table: Mapping[int, StoredChunk]) -> None:
+        self._table = table
+        self._got: dict[int, StoredChunk] = {}
+
+    def __getitem__(self, key: int) -> StoredChunk:
+        got = self._got.get(key)
+        if got is None:
+            got = self._got[key] = self._table[key]
+        return got
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
 
 
 @lru_cache(maxsize=256)

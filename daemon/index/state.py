@@ -13,6 +13,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -204,20 +205,21 @@ class IndexState:
         its best keyword match for ``query``, else its first chunk with body text, shown
         without the note's frontmatter block (its lines start after it). A file whose
         chunks are all bare frontmatter has none (a block of keys tells an agent little)."""
+        # Only a file of several chunks has a best match to look for: a one-chunk file's
+        # candidate is that chunk either way, so it costs no search.
         owner: dict[int, str] = {}
         for path in paths:
             info = self.files.get(path)
-            if info is not None:
+            if info is not None and len(info.keys) > 1:
                 owner.update((key, path) for key in info.keys)
         out: dict[str, StoredChunk] = {}
-        if not owner:
-            return out
-        for key, _ in self.keyword_search(query, len(owner), BitMap(owner)):
-            path = owner[key]
-            if path not in out:
-                chunk = _body_chunk(self.chunks[key])
-                if chunk is not None:
-                    out[path] = chunk
+        if owner:
+            for key, _ in self.keyword_search(query, len(owner), BitMap(owner)):
+                path = owner[key]
+                if path not in out:
+                    chunk = _body_chunk(self.chunks[key])
+                    if chunk is not None:
+                        out[path] = chunk
         for path in paths:
             info = self.files.get(path)
             if path in out or info is None:
@@ -363,9 +365,20 @@ __all__ = [
 ]
 
 
+@lru_cache(maxsize=4096)
+def _body_of(text: str) -> tuple[str, int]:
+    """:func:`body_of`, remembered: the same linked notes come back search after search, and
+    parsing their frontmatter block is most of what picking their chunk costs."""
+    return body_of(text)
+
+
 def _body_chunk(chunk: StoredChunk) -> StoredChunk | None:
     """``chunk`` without a leading frontmatter block (None when nothing else is in it)."""
-    body, skipped = body_of(chunk.text)
+    text = chunk.text
+    if not text.lstrip("\ufeff").startswith("---"):
+        # No fence on the first line: no frontmatter block to strip.
+        return chunk if text.strip() else None
+    body, skipped = _body_of(text)
     if not body.strip():
         return None
     if not skipped:

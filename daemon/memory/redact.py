@@ -49,9 +49,16 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     spans: list[Span] = []
     starts: list[int] | None = None
     runs: list[Span] | None = None
+    # Rules may share their hints (the context rules all share theirs): each set of hints
+    # is looked for once.
+    hinted: dict[tuple[str, ...], bool] = {}
     for rule in rules:
-        if rule.hints and not any(h in lower for h in rule.hints):
-            continue
+        if rule.hints:
+            found = hinted.get(rule.hints)
+            if found is None:
+                found = hinted[rule.hints] = any(h in lower for h in rule.hints)
+            if not found:
+                continue
         if rule.anchored is not None:
             if starts is None:
                 starts = anchors(text, lower)
