@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,39 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     agents = {w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]}
     assert "etc" not in agents
     assert daemon.stop() == 0
+
+
+def test_an_autostarted_daemon_finds_its_data_folder_private(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    data = Path(env["XDG_DATA_HOME"]) / "recalld"
+    code = ("import json\nfrom recalld.ipc.client import Client\n"
+            "with Client(autostart=True) as c:\n    print(json.dumps(c.status()['pid']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    try:
+        assert _mode(data) == 0o700
+        assert _mode(data / "state") == 0o700
+        log = data / "state" / "recalld.log"
+        deadline = time.monotonic() + 60
+        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "no log file"
+            time.sleep(0.05)
+        assert "open to other users" not in log.read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid):
+        assert time.monotonic() < deadline, "the auto-started daemon ignored SIGTERM"
+        time.sleep(0.05)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return "Z"

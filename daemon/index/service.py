@@ -509,7 +509,9 @@ class WorkspaceIndex:
         """
         gen = self.store.store.current
         found = {} if gen is None else gen.changed_on_disk()
-        if found and gen is not None:
+        # A commit in a worker thread may have replaced ``gen`` meanwhile and removed its
+        # files: only the files of the generation still current count.
+        if found and gen is not None and gen is self.store.store.current:
             now = time.time()
             for logical, why in found.items():
                 self.damaged[logical] = {

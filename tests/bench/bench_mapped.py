@@ -171,21 +171,22 @@ def _run_way(way: str, ws: Path, state_dir: Path, expect: int, queries: list[str
         d.cleanup()
 
 
-def run(notes: int, rounds: int, n_queries: int, seed: int = 0) -> dict[str, Any]:
+def run(notes: int | None, rounds: int, n_queries: int, seed: int = 0, *,
+        chunks: int | None = None, ways: tuple[str, ...] = WAYS) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="rcl-mapped-"))
     try:
         ws = tmp / "ws"
-        stats = synth.generate(ws, notes=notes, seed=seed)
+        stats = synth.generate(ws, notes=notes, target_chunks=chunks, seed=seed)
         expect = stats.notes + stats.digests
-        queries = [q for q, _ in synth.needles(seed, notes=notes)] or ["project"]
+        queries = [q for q, _ in synth.needles(seed, notes=stats.notes)] or ["project"]
         print(f"building the index of {expect} notes", file=sys.stderr, flush=True)
         bench_index.recalld_cold_build(ws, tmp / "state", expect)
         arr_files = sorted((ws / bench_index.METADATA_DIR / "index").glob("*.arr"))
         files = {p.name.split(".")[0]: p.stat().st_size for p in arr_files}
         open_ms = time_maps(arr_files)
-        per: dict[str, list[dict[str, Any]]] = {w: [] for w in WAYS}
+        per: dict[str, list[dict[str, Any]]] = {w: [] for w in ways}
         for r in range(rounds):
-            order = WAYS[r % len(WAYS):] + WAYS[:r % len(WAYS)]
+            order = ways[r % len(ways):] + ways[:r % len(ways)]
             for way in order:
                 print(f"round {r + 1}/{rounds}: {way}", file=sys.stderr, flush=True)
                 per[way].append(_run_way(way, ws, tmp / "state", expect, queries, n_queries))
@@ -199,14 +200,14 @@ def run(notes: int, rounds: int, n_queries: int, seed: int = 0) -> dict[str, Any
         ratios = {way: {k: round(v / base[k], 3) for k, v in s.items() if base.get(k)}
                   for way, s in summary.items() if way != "shared"}
         return {
-            "bench": "mapped", "notes": expect, "chunks": per["private"][0].get("chunks"),
+            "bench": "mapped", "notes": expect, "chunks": per["shared"][0].get("chunks"),
             "array_file_bytes": files, "open_file_ms": open_ms, "rounds": rounds,
             "queries": n_queries,
             "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "baseline": "shared",
             "summary": summary, "vs_shared": ratios, "runs": per,
             "targets": {"daemon_rss_mb_max": 80,
-                        "private_rss_mb": summary["private"].get("rss_mb")},
+                        "private_rss_mb": summary.get("private", {}).get("rss_mb")},
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args[1], args[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--notes", type=int, default=3000)
+    ap.add_argument("--chunks", type=int, default=None,
+                    help="size the workspace by chunks instead (e.g. 110000)")
+    ap.add_argument("--ways", default=",".join(WAYS), help="comma-separated, of " + str(WAYS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="300 notes, one round")
@@ -225,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(args)
     if ns.quick:
         ns.notes, ns.rounds = 300, 1
-    result = run(ns.notes, ns.rounds, ns.queries)
+    ways = tuple(w for w in ns.ways.split(",") if w)
+    if "shared" not in ways or not set(ways) <= set(WAYS):
+        ap.error(f"--ways: some of {WAYS}, with the baseline 'shared'")
+    result = run(None if ns.chunks else ns.notes, ns.rounds, ns.queries, chunks=ns.chunks,
+                 ways=ways)
     text = json.dumps(result, indent=2)
     if ns.out is not None:
         ns.out.parent.mkdir(parents=True, exist_ok=True)
