@@ -67,6 +67,15 @@ def _array_files(root: Path) -> dict[str, Path]:
     return found
 
 
+def _mapped_copies(daemon: DaemonHandle, root: Path) -> set[str]:
+    """The unnamed files in the index folder the daemon has mapped (its private copies)."""
+    index_dir = str(root / "mem_metadata" / "index") + "/"
+    with open(f"/proc/{daemon.pid}/maps", encoding="utf-8") as f:
+        fields = [line.split(maxsplit=5) for line in f]
+    return {f[5].strip() for f in fields
+            if len(f) == 6 and f[5].startswith(index_dir) and f[5].strip().endswith("(deleted)")}
+
+
 class Searchers:
     """Client threads searching in a loop until stopped; every answer is kept."""
 
@@ -186,6 +195,8 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
         report = c.index_verify(AGENT)
         assert report["ok"] is True, report
         assert [h.path for h in c.search(AGENT, QUERY, max_results=5).results] == before
+    # The copies served from are the current generation's two: none left behind.
+    assert len(_mapped_copies(daemon, root)) == 2, _mapped_copies(daemon, root)
     extra.unlink()
     assert _markdown(root) == markdown
     assert daemon.stop() == 0
