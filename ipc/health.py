@@ -81,7 +81,12 @@ def _index(a: Assessment, ws: Mapping[str, Any]) -> None:
     if h.get("unindexed"):
         text += f", {h['unindexed']} file(s) on disk not indexed yet"
     a.facts.append(("index", text))
-    if ws.get("state") == "failed":
+    if ws.get("state") == "failed" and ws.get("refused"):
+        a.problems.append(Problem(
+            "fail", f"workspace not opened: {ws.get('error')}",
+            f"give it a folder of its own ([workspaces.{agent}] path in the config file, "
+            f"then kill -HUP the daemon), or: recalld workspace close {agent} --forget"))
+    elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent}"))
     elif state == "degraded":
