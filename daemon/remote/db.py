@@ -33,6 +33,8 @@ from typing import Literal
 import psycopg
 
 from recalld.daemon.config import RemoteConfig
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.schema import migrate
@@ -113,9 +115,12 @@ def drain_notifies(conn: Conn) -> int:
 
 
 def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
-           base_version: int) -> Answer:
-    """Commit ``change`` (stored at ``target``) if it was based on the current version."""
+           base_version: int, max_chars: int = DEFAULT_MAX_CHARS) -> Answer:
+    """Commit ``change`` (stored at ``target``) if it was based on the current version,
+    with its chunks for searching in the server (``max_chars`` as the local index)."""
     cid = uuid.UUID(change.id)
+    rows = None if change.data is None else chunks.chunk_rows(target, change.data,
+                                                               max_chars=max_chars)
     with conn.transaction():
         done = conn.execute(
             "SELECT outcome, version, stored_path FROM recalld_changes "
@@ -154,6 +159,7 @@ def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str
                 stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
         if outcome in ("applied", "conflict"):
             _write_row(conn, workspace_id, stored, change, version, host, cid)
+            chunks.replace(conn, workspace_id, stored, rows, version)
             conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(version)))
         else:
             version = kept_version
