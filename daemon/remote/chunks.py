@@ -2,10 +2,11 @@
 
 Every file row of a shared workspace has its chunks in ``recalld_chunks``: made by the
 same code the local index uses (credentials masked, ``chunk_markdown``, the tokenizer),
-each with its terms and their counts (``terms``/``tfs``, parallel arrays) and its BM25
-length (``tokenizer.doc_length``), so a BM25 computed over these rows gives the scores the
-local index gives. The workspace's row keeps the chunk count and the sum of lengths
-(``search_chunks``, ``search_length``) for the average length.
+each with its BM25 length (``tokenizer.doc_length``), and one ``recalld_postings`` row
+per chunk and term with the term's count (an inverted index, read by index-only scans),
+so a BM25 computed over these rows gives the scores the local index gives. The
+workspace's row keeps the chunk count and the sum of lengths (``search_chunks``,
+``search_length``) for the average length.
 
 The host that uploads a change writes its chunks in the same transaction
 (:func:`replace`, called by ``db.upload``); :func:`backfill` chunks the files written
@@ -76,15 +77,22 @@ def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | Non
         (workspace_id, path)).fetchall()
     removed = len(old)
     removed_len = sum(int(str(r[0])) for r in old)
+    conn.execute("DELETE FROM recalld_postings WHERE workspace_id = %s AND path = %s",
+                 (workspace_id, path))
     rows = rows or []
     if rows:
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO recalld_chunks (workspace_id, path, seq, start_line, end_line,"
-                " heading, text, text_hash, author, terms, tfs, doc_len)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " heading, text, text_hash, author, doc_len)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 [(workspace_id, path, r.seq, r.start_line, r.end_line, r.heading, r.text,
-                  r.text_hash, r.author, r.terms, r.tfs, r.doc_len) for r in rows])
+                  r.text_hash, r.author, r.doc_len) for r in rows])
+            with cur.copy("COPY recalld_postings (workspace_id, term, path, seq, tf, doc_len)"
+                          " FROM STDIN") as copy:
+                for r in rows:
+                    for term, tf in zip(r.terms, r.tfs, strict=True):
+                        copy.write_row((workspace_id, term, path, r.seq, tf, r.doc_len))
     added_len = sum(r.doc_len for r in rows)
     if removed or rows:
         conn.execute(

@@ -102,13 +102,20 @@ CREATE TABLE recalld_chunks (
     text         text NOT NULL,
     text_hash    text NOT NULL,
     author       text,
-    terms        text[] NOT NULL,
-    tfs          integer[] NOT NULL,
     doc_len      integer NOT NULL,
     PRIMARY KEY (workspace_id, path, seq)
 );
-CREATE INDEX recalld_chunks_terms ON recalld_chunks USING gin (terms);
 CREATE INDEX recalld_chunks_text ON recalld_chunks (workspace_id, text_hash);
+CREATE TABLE recalld_postings (
+    workspace_id bigint NOT NULL,
+    term         text NOT NULL,
+    path         text NOT NULL,
+    seq          integer NOT NULL,
+    tf           integer NOT NULL,
+    doc_len      integer NOT NULL,
+    PRIMARY KEY (workspace_id, term, path, seq) INCLUDE (tf, doc_len)
+);
+CREATE INDEX recalld_postings_path ON recalld_postings (workspace_id, path);
 """),
 )
 

