@@ -21,7 +21,7 @@ from recalld.daemon.remote.schema import LATEST
 
 #: The tables docs/scaling.md distributes on ``workspace_id``, co-located.
 DISTRIBUTED = ("recalld_files", "recalld_changes", "recalld_catalog", "recalld_embeddings",
-               "recalld_chunks")
+               "recalld_chunks", "recalld_postings")
 
 
 def _unique_indexes(conn: psycopg.Connection[tuple[object, ...]]

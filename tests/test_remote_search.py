@@ -11,6 +11,7 @@ both and must return the same hits, in the same order, with the same scores.
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import wait_for
+from test_remote import cli, wait_for
 
 WORDS = ("river", "garden", "invoice", "deploy", "kernel", "picnic", "budget", "tennis",
          "vaccine", "harbor", "lantern", "orchard", "compiler", "mortgage", "glacier",
@@ -140,9 +141,9 @@ def same_ranking(local: dict[str, Any], server: dict[str, Any], *, tol: float) -
         assert texts[(r["path"], r["start_line"])] == r["text"]
 
 
-def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = ""
-                ) -> DaemonHandle:
-    name = "s" + uuid.uuid4().hex[:12]
+def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "",
+                name: str = "") -> DaemonHandle:
+    name = name or "s" + uuid.uuid4().hex[:12]
     d = daemon_factory(config(pg.dsn, name, extra))
     for agent in ("loc", "srv"):
         wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
@@ -169,6 +170,8 @@ def test_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
     status = ws_status(d, "srv")["remote"]
     assert status["search_mode"] == "server"
     assert ws_status(d, "loc")["remote"]["search_mode"] == "local"
+    shown = cli(d, "status")
+    assert re.search(r"remote: +online, outbox 0, searched in the server \(", shown), shown
     compared = 0
     for query, filters in QUERIES:
         local = search(d, "loc", query, filters)
@@ -253,3 +256,34 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
                         assert x["keyword"] == pytest.approx(y["keyword"], rel=1e-9)
                     if x["vector"] is not None and y["vector"] is not None:
                         assert x["vector"] == pytest.approx(y["vector"], abs=5e-3)
+
+
+def test_rows_written_before_the_server_kept_chunks_are_chunked(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+
+    name = "s" + uuid.uuid4().hex[:12]
+    d = shared_pair(daemon_factory, pg_server, name=name)
+    expected = {q: search(d, "loc", q, None) for q in ("garden", "数据库连接超时", "ECONNREFUSED")}
+    d.stop()
+    # As an older recalld left them: files without chunks, postings or totals.
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                           (name,)).fetchone()
+        assert row is not None
+        ws = row[0]
+        for table in ("recalld_chunks", "recalld_postings"):
+            conn.execute(f"DELETE FROM {table} WHERE workspace_id = %s", (ws,))
+        conn.execute("UPDATE recalld_files SET chunked_version = NULL WHERE workspace_id = %s",
+                     (ws,))
+        conn.execute("UPDATE recalld_workspaces SET search_chunks = 0, search_length = 0"
+                     " WHERE workspace_id = %s", (ws,))
+    d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
+    files = len(generate(seed=20))
+    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files,
+             timeout=120, message="older rows chunked")
+    for q, want in expected.items():
+        got = search(d, "srv", q, None)
+        assert got["search_mode"] == "server"
+        assert want["results"]
+        same_ranking(want, got, tol=1e-9)

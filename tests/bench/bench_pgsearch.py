@@ -7,11 +7,15 @@ index) holds the set's notes at start and uploads them, ``<set>-server``
 (``search_mode = "server"``) receives them and searches in PostgreSQL. Every query goes
 to both, one after the other, through ``memory.search``; recall@5/@10, MRR and nDCG@10
 are scored as tests/bench/bench_quality.py scores them, and the latencies are taken from
-the same calls. Keyword only (no embedding model configured). Acceptance: recall@5 of
-server search within 0.02 of local search on every set.
+the same calls. Keyword only by default; ``--embed local`` configures the local
+multilingual-e5-small model for both workspaces (each text is embedded once for both,
+through the shared embeddings) and waits for every chunk's vector before the queries,
+so both sides search hybrid. Acceptance: recall@5 of server search within 0.02 of local
+search on every set.
 
     .venv/bin/python tests/bench/run.py pgsearch [--queries 300] [--sets locomo,scifact]
     .venv/bin/python tests/bench/bench_pgsearch.py --queries 0      # every query
+    .venv/bin/python tests/bench/run.py pgsearch --sets locomo --embed local  # hybrid
     (``--data DIR`` where the sets are not at ../shared/data, e.g. from a worktree)
 """
 
@@ -63,7 +67,7 @@ def _tables(pg: PgServer) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     with psycopg.connect(pg.dsn) as conn:
-        for table in ("recalld_files", "recalld_chunks"):
+        for table in ("recalld_files", "recalld_chunks", "recalld_postings"):
             row = conn.execute(
                 f"SELECT count(*), pg_total_relation_size('{table}'), "
                 f"pg_indexes_size('{table}') FROM {table}").fetchone()
@@ -74,8 +78,12 @@ def _tables(pg: PgServer) -> dict[str, Any]:
     return out
 
 
-def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
-        ) -> dict[str, Any]:
+EMBED_LOCAL = ('embedding_model_config = { backend = "local", '
+               'model_name = "multilingual-e5-small", dimensions = 384 }\n')
+
+
+def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA,
+        embed: str = "") -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="recalld-bench-pgsearch-"))
     pg = PgServer(base / "pg")
     pg.base.mkdir(parents=True)
@@ -95,7 +103,8 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
                     root.mkdir(parents=True)
                 config += (f'[workspaces."{name}-{mode}"]\npath = "{root}"\n'
                            f'remote = {{ kind = "postgres", dsn = "{pg.dsn}", '
-                           f'name = "{shared}", host = "{mode}", search_mode = "{mode}" }}\n')
+                           f'name = "{shared}", host = "{mode}", search_mode = "{mode}" }}\n'
+                           + (EMBED_LOCAL if embed == "local" else ""))
         started = time.monotonic()
         d = factory(config)
 
@@ -112,6 +121,15 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
         for name in sets:
             for mode in ("local", "server"):
                 d.call("index.sync", {"agent_id": f"{name}-{mode}"})
+        if embed:
+            def embedded() -> bool:
+                for ws in _status(d).values():
+                    v = ws["index"].get("vectors") or {}
+                    if ws["agent_id"] != "default" and (
+                            not v.get("total") or v.get("embedded") != v.get("total")):
+                        return False
+                return True
+            _wait(embedded, cap_s=7200, what="every chunk embedded")
         replicate_s = time.monotonic() - started
         print(f"replicated in {replicate_s:.1f} s", file=sys.stderr)
 
@@ -120,6 +138,7 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
             hits: dict[str, list[list[bq.Hit]]] = {"local": [], "server": []}
             lat: dict[str, list[float]] = {"local": [], "server": []}
             served: dict[str, int] = {}
+            modes: dict[str, dict[str, int]] = {"local": {}, "server": {}}
             for i, q in enumerate(qs.queries):
                 # Alternate which side goes first, so neither always finds warm caches.
                 order = ("local", "server") if i % 2 == 0 else ("server", "local")
@@ -129,6 +148,8 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
                                                      "max_results": bq.K})
                     lat[mode].append((time.perf_counter() - t0) * 1e3)
                     hits[mode].append([bq._hit(r) for r in reply["results"]])
+                    kind = str(reply["mode"])
+                    modes[mode][kind] = modes[mode].get(kind, 0) + 1
                     if mode == "server":
                         where = str(reply.get("search_mode"))
                         served[where] = served.get(where, 0) + 1
@@ -141,12 +162,13 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
                 "queries": len(qs.queries), "notes": len(qs.notes),
                 "local": {**{k: v for k, v in scores["local"].items() if k != "by_category"},
                           "query_p50_ms": _pct(lat["local"], 50),
-                          "query_p95_ms": _pct(lat["local"], 95)},
+                          "query_p95_ms": _pct(lat["local"], 95),
+                          "modes": modes["local"]},
                 "server": {**{k: v for k, v in scores["server"].items()
                               if k != "by_category"},
                            "query_p50_ms": _pct(lat["server"], 50),
                            "query_p95_ms": _pct(lat["server"], 95),
-                           "answered_by": served},
+                           "answered_by": served, "modes": modes["server"]},
                 "recall@5_gap": gap,
                 "same_top5_share": round(same_top5 / max(len(qs.queries), 1), 4),
                 "p50_ratio": round(statistics.median(lat["server"])
@@ -161,6 +183,7 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA
             "replicate_s": round(replicate_s, 1),
             "tables": _tables(pg),
             "load_avg": os.getloadavg(),
+            "embedding": embed or None,
             "targets": {"recall@5_within_0.02": all(
                 abs(v["recall@5_gap"]) <= MAX_RECALL5_GAP for v in out.values())},
         }
@@ -178,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=bq.DEFAULT_DATA,
                         help="the shared data sets (default: ../shared/data)")
+    parser.add_argument("--embed", choices=("", "local"), default="",
+                        help="local: the local e5 model for both sides (hybrid search)")
     parser.add_argument("--out", type=Path, help="write the JSON here too")
     args = parser.parse_args(argv)
-    result = run([s for s in args.sets.split(",") if s], args.queries, args.seed, args.data)
+    result = run([s for s in args.sets.split(",") if s], args.queries, args.seed, args.data,
+                 args.embed)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
