@@ -219,8 +219,10 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
         assert hits(during) == hits(before)
     finally:
         pg_server.start()
-    wait_for(lambda: ws_status(d, "srv")["remote"]["state"] == "online", message="online")
-    assert search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server"
+    # Online again, and once the server is known to hold every file's chunks (checked
+    # at each connect), the server answers again.
+    wait_for(lambda: search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server",
+             message="searched in the server again")
 
 
 def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
@@ -280,8 +282,9 @@ def test_rows_written_before_the_server_kept_chunks_are_chunked(
                      " WHERE workspace_id = %s", (ws,))
     d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
     files = len(generate(seed=20))
-    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files,
+    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
              timeout=120, message="older rows chunked")
+    assert ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files
     for q, want in expected.items():
         got = search(d, "srv", q, None)
         assert got["search_mode"] == "server"

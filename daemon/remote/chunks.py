@@ -8,10 +8,13 @@ so a BM25 computed over these rows gives the scores the local index gives. The
 workspace's row keeps the chunk count and the sum of lengths (``search_chunks``,
 ``search_length``) for the average length.
 
-The host that uploads a change writes its chunks in the same transaction
-(:func:`replace`, called by ``db.upload``); :func:`backfill` chunks the files written
-before (``chunked_version`` differs from ``version``). Blocking psycopg calls: run them in
-worker threads.
+Only workspaces some host searches in the server pay for this: such a host sets the
+workspace's ``search_chunked`` (:func:`start_chunking`), from then on the host that
+uploads a change writes its chunks in the same transaction (:func:`replace`, called by
+``db.upload``), and :func:`backfill` chunks the files written before (``chunked_version``
+differs from ``version``). The flag is set under the workspace row's lock, which every
+upload takes first, so each upload either saw it or committed before it and is
+backfilled. Blocking psycopg calls: run them in worker threads.
 """
 
 from __future__ import annotations
@@ -101,6 +104,12 @@ def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | Non
             (len(rows) - removed, added_len - removed_len, workspace_id))
     conn.execute("UPDATE recalld_files SET chunked_version = %s"
                  " WHERE workspace_id = %s AND path = %s", (version, workspace_id, path))
+
+
+def start_chunking(conn: Conn, workspace_id: int) -> None:
+    """Have every later upload of the workspace write its chunks (see the module)."""
+    conn.execute("UPDATE recalld_workspaces SET search_chunked = true"
+                 " WHERE workspace_id = %s AND NOT search_chunked", (workspace_id,))
 
 
 def backfill(conn: Conn, workspace_id: int, *, max_chars: int,

@@ -132,6 +132,9 @@ class Replica:
         self.server_searches = 0
         self.search_fallbacks = 0
         self.chunks_backfilled = 0
+        # Every file of the workspace has its chunks in the server (checked once per
+        # session): until then the local index answers.
+        self._chunks_ready = False
         self._last_search_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -189,6 +192,7 @@ class Replica:
             "search_mode": self._cfg.search_mode,
             "search": {"server_searches": self.server_searches,
                        "local_fallbacks": self.search_fallbacks,
+                       "chunks_ready": self._chunks_ready,
                        "chunks_backfilled": self.chunks_backfilled,
                        "last_error": self._last_search_error},
         }
@@ -280,6 +284,7 @@ class Replica:
             listener.add_notify_handler(lambda _n: poked.set())
             await _thread(db.listen, listener, self._workspace_id)
             self._writer = writer
+            self._chunks_ready = False
             self._conn_state = "online"
             self._online_since = time.time()
             self._first_attempt.set()
@@ -594,16 +599,19 @@ class Replica:
     # -- searching in the server -------------------------------------------------------
 
     async def _chunk_backfill(self, conn: db.Conn) -> None:
-        """Chunk the files written before the server kept chunks (by an older recalld), a
-        page at a time between uploads."""
+        """Have the workspace's uploads write their chunks from now on, and chunk the
+        files written before, a page at a time between uploads."""
         from recalld.daemon.remote import chunks
 
         assert self._workspace_id is not None
+        async with self._writer_lock:
+            await _thread(chunks.start_chunking, conn, self._workspace_id)
         while True:
             async with self._writer_lock:
                 done = await _thread(partial(chunks.backfill, conn, self._workspace_id,
                                              max_chars=self._max_chars))
             if not done:
+                self._chunks_ready = True
                 return
             self.chunks_backfilled += done
 
@@ -637,6 +645,9 @@ class Replica:
         if workspace_id is None or self._conn_state != "online":
             raise SearchUnavailable(f"shared workspace {self._cfg.name} is "
                                     f"{self._conn_state}")
+        if not self._chunks_ready:
+            raise SearchUnavailable(f"the server is still chunking shared workspace "
+                                    f"{self._cfg.name} ({self.chunks_backfilled} files so far)")
         s = self._ws.settings
         run = partial(server.candidates, workspace_id=workspace_id, query=query, limit=limit,
                       filters=filters, query_vector=query_vector, daily_dir=s.daily_dir,

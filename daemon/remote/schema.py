@@ -89,6 +89,7 @@ CREATE TABLE recalld_embeddings (
 """, optional=True),
     Migration(3, "chunks for searching in the server", """
 ALTER TABLE recalld_workspaces
+    ADD COLUMN search_chunked boolean NOT NULL DEFAULT false,
     ADD COLUMN search_chunks bigint NOT NULL DEFAULT 0,
     ADD COLUMN search_length bigint NOT NULL DEFAULT 0;
 ALTER TABLE recalld_files ADD COLUMN chunked_version bigint;

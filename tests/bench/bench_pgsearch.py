@@ -7,11 +7,15 @@ index) holds the set's notes at start and uploads them, ``<set>-server``
 (``search_mode = "server"``) receives them and searches in PostgreSQL. Every query goes
 to both, one after the other, through ``memory.search``; recall@5/@10, MRR and nDCG@10
 are scored as tests/bench/bench_quality.py scores them, and the latencies are taken from
-the same calls. Keyword only by default; ``--embed local`` configures the local
-multilingual-e5-small model for both workspaces (each text is embedded once for both,
-through the shared embeddings) and waits for every chunk's vector before the queries,
-so both sides search hybrid. Acceptance: recall@5 of server search within 0.02 of local
-search on every set.
+the same calls. ``upload`` (``--upload N``, in process against the same server): one
+upload transaction (``db.upload``) per note of SciFact into a shared workspace searched
+in the server (its chunks and postings written too), beside the same notes into one that
+is not (the upload as it was before the server kept chunks), alternating in batches of
+50. Keyword only by default;
+``--embed local`` configures the local multilingual-e5-small model for both workspaces
+(each text is embedded once for both, through the shared embeddings) and waits for every
+chunk's vector before the queries, so both sides search hybrid. Acceptance: recall@5 of
+server search within 0.02 of local search on every set.
 
     .venv/bin/python tests/bench/run.py pgsearch [--queries 300] [--sets locomo,scifact]
     .venv/bin/python tests/bench/bench_pgsearch.py --queries 0      # every query
@@ -82,8 +86,44 @@ EMBED_LOCAL = ('embedding_model_config = { backend = "local", '
                'model_name = "multilingual-e5-small", dimensions = 384 }\n')
 
 
+def upload_cost(pg: PgServer, notes: dict[str, str], n: int) -> dict[str, Any]:
+    """Upload transactions per second with and without the chunks, alternating."""
+    from recalld.daemon.config import RemoteConfig
+    from recalld.daemon.remote import chunks, db
+    from recalld.daemon.remote.localfs import content_hash
+    from recalld.daemon.remote.outbox import Change
+
+    conn = db.connect(RemoteConfig(dsn=pg.dsn, name="upload"))
+    # Two shared workspaces: one searched in the server (its uploads write chunks), one
+    # not (its uploads are what every upload was before the server kept chunks).
+    spaces = {}
+    for mode in ("with_chunks", "without_chunks"):
+        spaces[mode], _ = db.open_workspace(conn, f"upload-{mode}-{uuid.uuid4().hex[:8]}")
+    chunks.start_chunking(conn, spaces["with_chunks"])
+    texts = [t.encode() for _, t in sorted(notes.items())][:n]
+    took = {"with_chunks": 0.0, "without_chunks": 0.0}
+    done = {"with_chunks": 0, "without_chunks": 0}
+    try:
+        for start in range(0, len(texts), 50):
+            for mode in (("with_chunks", "without_chunks") if (start // 50) % 2 == 0
+                         else ("without_chunks", "with_chunks")):
+                t0 = time.perf_counter()
+                for i, data in enumerate(texts[start:start + 50], start):
+                    change = Change(str(uuid.uuid4()), f"memory/2024-01-01/u{i}.md", data,
+                                    content_hash(data), time.time())
+                    db.upload(conn, spaces[mode], "bench", change, change.path, 0)
+                took[mode] += time.perf_counter() - t0
+                done[mode] += len(texts[start:start + 50])
+    finally:
+        conn.close()
+    rate = {m: round(done[m] / took[m], 1) for m in took if took[m]}
+    return {"notes": done, "files_per_s": rate,
+            "ratio": round(rate["with_chunks"] / rate["without_chunks"], 3)
+            if len(rate) == 2 else None}
+
+
 def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA,
-        embed: str = "") -> dict[str, Any]:
+        embed: str = "", upload: int = 0) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="recalld-bench-pgsearch-"))
     pg = PgServer(base / "pg")
     pg.base.mkdir(parents=True)
@@ -177,8 +217,13 @@ def run(names: list[str], queries: int, seed: int, data: Path = bq.DEFAULT_DATA,
             print(f"{name}: recall@5 local {scores['local']['recall@5']} server "
                   f"{scores['server']['recall@5']}, p50 {out[name]['local']['query_p50_ms']} "
                   f"/ {out[name]['server']['query_p50_ms']} ms", file=sys.stderr)
+        uploads = None
+        if upload:
+            uploads = upload_cost(pg, bq.load_set("scifact", data).notes, upload)
+            print(f"upload: {uploads['files_per_s']}", file=sys.stderr)
         return {
             "benchmark": "pgsearch",
+            "upload": uploads,
             "sets": out,
             "replicate_s": round(replicate_s, 1),
             "tables": _tables(pg),
@@ -203,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the shared data sets (default: ../shared/data)")
     parser.add_argument("--embed", choices=("", "local"), default="",
                         help="local: the local e5 model for both sides (hybrid search)")
+    parser.add_argument("--upload", type=int, default=0,
+                        help="also time N upload transactions with and without chunks")
     parser.add_argument("--out", type=Path, help="write the JSON here too")
     args = parser.parse_args(argv)
     result = run([s for s in args.sets.split(",") if s], args.queries, args.seed, args.data,
-                 args.embed)
+                 args.embed, args.upload)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
