@@ -5,7 +5,9 @@ Owns the workspace's outbox and replica state (``<metadata_dir>/remote/``), a
 the index: inotify plus reconcile scans) and, while the server is reachable, two
 connections: the *writer* uploads the outbox in order, the *listener* receives the
 workspace's NOTIFY channel and reads the change feed. Connection count: two per shared
-workspace, none while offline.
+workspace, none while offline; with ``search_mode = "server"`` a third, opened by the
+first search, runs searches in the server (``remote/search.py``) and the session makes
+sure every file has its chunks there (``remote/chunks.py``).
 
 Local → remote: the watcher reports paths; each is read and hashed under the replica
 lock and compared with the last content the replica knows for it (the server's, or the
