@@ -241,23 +241,41 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
                     return False
             return True
         wait_for(embedded, timeout=120, message="every chunk embedded")
-        for query, filters in QUERIES:
-            local = search(d, "loc", query, filters)
-            server = search(d, "srv", query, filters)
-            assert server["search_mode"] == "server", server.get("server_error")
-            assert local["mode"] == server["mode"] == "hybrid"
-            # Local vectors are stored as float16, the server's as float32: similarities
-            # differ in the fourth digit, so near ties may trade places; the hits agree.
-            assert server["vector_hits"] == local["vector_hits"]
-            top_local = {(r["path"], r["start_line"]) for r in local["results"]}
-            top_server = {(r["path"], r["start_line"]) for r in server["results"]}
-            assert len(top_local ^ top_server) <= 2, (hits(local), hits(server))
-            for x, y in zip(local["results"], server["results"], strict=False):
-                if (x["path"], x["start_line"]) == (y["path"], y["start_line"]):
-                    if x["keyword"] is not None and y["keyword"] is not None:
-                        assert x["keyword"] == pytest.approx(y["keyword"], rel=1e-9)
-                    if x["vector"] is not None and y["vector"] is not None:
-                        assert x["vector"] == pytest.approx(y["vector"], abs=5e-3)
+        compare_hybrid(d)
+        # The first searches scan the vectors exactly; the HNSW index of the space is
+        # built in the background meanwhile, and later searches go through it.
+        wait_for(lambda: hnsw_index_valid(pg_server, 16), message="HNSW index built")
+        compare_hybrid(d)
+
+
+def hnsw_index_valid(pg: PgServer, dims: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(pg.dsn) as conn:
+        row = conn.execute("SELECT bool_and(x.indisvalid) FROM pg_class c JOIN pg_index x"
+                           " ON x.indexrelid = c.oid WHERE c.relname LIKE %s",
+                           (f"recalld_embeddings_hnsw_{dims}_%",)).fetchone()
+    return bool(row and row[0])
+
+
+def compare_hybrid(d: DaemonHandle) -> None:
+    for query, filters in QUERIES:
+        local = search(d, "loc", query, filters)
+        server = search(d, "srv", query, filters)
+        assert server["search_mode"] == "server", server.get("server_error")
+        assert local["mode"] == server["mode"] == "hybrid"
+        # Local vectors are stored as float16, the server's as float32: similarities
+        # differ in the fourth digit, so near ties may trade places; the hits agree.
+        assert server["vector_hits"] == local["vector_hits"]
+        top_local = {(r["path"], r["start_line"]) for r in local["results"]}
+        top_server = {(r["path"], r["start_line"]) for r in server["results"]}
+        assert len(top_local ^ top_server) <= 2, (hits(local), hits(server))
+        for x, y in zip(local["results"], server["results"], strict=False):
+            if (x["path"], x["start_line"]) == (y["path"], y["start_line"]):
+                if x["keyword"] is not None and y["keyword"] is not None:
+                    assert x["keyword"] == pytest.approx(y["keyword"], rel=1e-9)
+                if x["vector"] is not None and y["vector"] is not None:
+                    assert x["vector"] == pytest.approx(y["vector"], abs=5e-3)
 
 
 def test_rows_written_before_the_server_kept_chunks_are_chunked(

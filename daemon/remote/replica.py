@@ -137,6 +137,9 @@ class Replica:
         # Every file of the workspace has its chunks in the server (checked once per
         # session): until then the local index answers.
         self._chunks_ready = False
+        # HNSW indexes of vector spaces searched in the server: built or being built.
+        self._vector_indexes: set[tuple[str, int]] = set()
+        self._nursery: trio.Nursery | None = None
         self._last_search_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -161,6 +164,7 @@ class Replica:
         await _thread(self._open)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(self._watcher.run)
                 nursery.start_soon(self._connection_loop)
                 task_status.started()
@@ -677,8 +681,37 @@ class Replica:
                         raise SearchUnavailable(self._last_search_error) from exc
                     continue
                 self.server_searches += 1
+                if query_vector is not None:
+                    self._want_vector_index(query_vector[0], len(query_vector[1]))
                 return found
         raise AssertionError("unreachable")
+
+    def _want_vector_index(self, space: str, dims: int) -> None:
+        """Have the server's HNSW index of ``space`` built, once, in the background
+        (searches scan the vectors exactly until it exists)."""
+        if (space, dims) in self._vector_indexes or self._nursery is None:
+            return
+        self._vector_indexes.add((space, dims))
+        self._nursery.start_soon(self._build_vector_index, space, dims)
+
+    async def _build_vector_index(self, space: str, dims: int) -> None:
+        from recalld.daemon.remote import search as server
+
+        try:
+            conn = await _thread(partial(db.connect, self._cfg,
+                                         application_name=f"recalld {self.host} index"))
+            try:
+                await _thread(server.build_vector_index, conn, space, dims)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await _thread(conn.close)
+        except Exception as exc:
+            # Searches go on with exact scans; the next search of the space tries again.
+            self._vector_indexes.discard((space, dims))
+            if not isinstance(exc, _UNAVAILABLE):
+                log.error("shared workspace %s: building the vector index failed",
+                          self._cfg.name, exc_info=exc)
+            self._last_search_error = _one_line(exc, self._secrets)
 
     def searched_locally(self) -> None:
         self.search_fallbacks += 1

@@ -13,7 +13,8 @@ ranking and the result format are the local ones.
   rare-term hits rank first as they do locally.
 - Vectors: the stored embeddings of the workspace's chunk texts (``recalld_embeddings``,
   filled by the hosts' backfill) through a pgvector HNSW index of the vector space
-  (created on first use: :func:`ensure_vector_index`), cosine similarity as hnswlib's.
+  (built in the background after the first search of the space:
+  :func:`build_vector_index`; an exact scan until then), cosine similarity as hnswlib's.
 
 Filters (path prefix, dates, bucket, author) are SQL conditions. Link expansion needs
 the link graph, which stays local: server answers carry no ``expanded`` neighbours.
@@ -184,20 +185,29 @@ def index_name(space: str, dims: int) -> str:
     return f"recalld_embeddings_hnsw_{dims}_{digest}"
 
 
-def ensure_vector_index(conn: Conn, space: str, dims: int) -> None:
-    """The HNSW index (cosine) of one vector space's embeddings, built once for the whole
-    server: an index on the vectors cast to their dimension, partial on the space."""
+def has_vector_index(conn: Conn, space: str, dims: int) -> bool:
+    """Whether the HNSW index of the vector space exists and is usable."""
+    row = conn.execute("SELECT x.indisvalid FROM pg_class c JOIN pg_index x"
+                       " ON x.indexrelid = c.oid WHERE c.relname = %s",
+                       (index_name(space, dims),)).fetchone()
+    return row is not None and bool(row[0])
+
+
+def build_vector_index(conn: Conn, space: str, dims: int) -> None:
+    """Build the HNSW index (cosine) of one vector space's embeddings, once for the whole
+    server: on the vectors cast to their dimension, partial on the space. Built
+    ``CONCURRENTLY`` (writers of embeddings go on meanwhile) without a statement timeout,
+    on an autocommit connection of its own: it may take minutes for a large space. A
+    build that failed half-way leaves an invalid index, which is dropped and built again."""
     name = index_name(space, dims)
-    exists = conn.execute("SELECT 1 FROM pg_class WHERE relname = %s", (name,)).fetchone()
-    if exists is not None:
+    if has_vector_index(conn, space, dims):
         return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
-        conn.execute(sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON recalld_embeddings USING hnsw"
-            " ((embedding::vector({dims})) vector_cosine_ops) WHERE space = {space}"
-        ).format(name=sql.Identifier(name), dims=sql.Literal(dims),
-                 space=sql.Literal(space)))
+    conn.execute("SET statement_timeout = 0")
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    conn.execute(sql.SQL(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON recalld_embeddings USING hnsw"
+        " ((embedding::vector({dims})) vector_cosine_ops) WHERE space = {space}"
+    ).format(name=sql.Identifier(name), dims=sql.Literal(dims), space=sql.Literal(space)))
 
 
 def _vector_text(vector: Sequence[float]) -> str:
@@ -207,9 +217,10 @@ def _vector_text(vector: Sequence[float]) -> str:
 def vector_search(conn: Conn, workspace_id: int, kw: ServerKeywords, space: str,
                   vector: Sequence[float], limit: int, where: sql.Composable,
                   where_params: Sequence[Any]) -> list[tuple[int, float]]:
-    """The ``limit`` chunks nearest to ``vector`` (cosine similarity), best first."""
+    """The ``limit`` chunks nearest to ``vector`` (cosine similarity), best first: through
+    the space's HNSW index once it is built (:func:`build_vector_index`), by an exact scan
+    of the workspace's vectors before."""
     dims = len(vector)
-    ensure_vector_index(conn, space, dims)
     distance = sql.SQL("(e.embedding::vector({d}) <=> %s::vector({d}))").format(
         d=sql.Literal(dims))
     # The chunk condition sits inside the index scan: with pgvector's iterative scan the
