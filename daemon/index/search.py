@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
@@ -35,6 +35,15 @@ log = logging.getLogger(__name__)
 
 MAX_RESULTS_CAP = 100
 _DATE = "YYYY-MM-DD"
+
+
+class CandidateSource(Protocol):
+    """Where a search's candidates come from: ``WorkspaceIndex.candidates``, or the
+    server of a shared workspace searched there (``remote/hook.py``)."""
+
+    async def __call__(self, query: str, limit: int, filters: Filters,
+                       query_vector: tuple[str, Any] | None, *, link_limit: int = 0,
+                       keep: int | None = None) -> Candidates: ...
 
 
 def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
@@ -91,7 +100,7 @@ async def search(
     filters: Filters,
     config: SearchConfig,
     agent_id: str,
-    source: Callable[..., Awaitable[Candidates]] | None = None,
+    source: CandidateSource | None = None,
 ) -> dict[str, Any]:
     """Search ``index``; ``source`` stands in for ``index.candidates`` when another
     index holds the workspace (a shared workspace searched in the server)."""
