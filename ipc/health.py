@@ -217,7 +217,8 @@ def _remote(a: Assessment, ws: Mapping[str, Any]) -> None:
     if not isinstance(remote, Mapping):
         return
     state = remote.get("state")
-    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')} "
+    searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
+    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{searched} "
                               f"({remote.get('name')} at {remote.get('server')})"))
     if state != "online":
         a.problems.append(Problem(

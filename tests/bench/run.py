@@ -43,6 +43,7 @@ QUICK: dict[str, list[str]] = {
     "fusion": ["--quick"],
     "ping": ["--seconds", "1"],
     "remote": ["--notes", "20", "--bulk", "200"],
+    "pgsearch": ["--queries", "50"],
     "idle": ["--seconds", "10"],
     "mapped": ["--quick"],
     "quality-lexical": ["--sizes", "1600"],
