@@ -14,8 +14,8 @@ sync cookies) are left out.
 A restore reads nothing it has not checked: :func:`open_checked` validates the whole
 archive first (meta.json well-formed, every member named in it and vice versa, names
 relative without ``..``, no symlink or special members, no duplicates, no encryption,
-bounded sizes and compression ratios, checksums) and raises InvalidParams on the first
-problem, before anything is written. Writes go through :func:`atomic_write`, so each
+bounded sizes and compression ratios, checksums) and raises BackupInvalid (wire code -32012) on
+the first problem, before anything is written. Writes go through :func:`atomic_write`, so each
 restored file appears whole or not at all.
 
 Everything here blocks on the file system; the RPC layer runs it in worker threads.
@@ -39,7 +39,7 @@ import orjson
 
 from recalld.daemon import safepath
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
-from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace, RecalldError
+from recalld.ipc.errors import InvalidBackup, PathOutsideWorkspace, RecalldError
 
 FORMAT = "recalld-backup"
 VERSION = 1
@@ -85,12 +85,12 @@ class AgentSource:
     dirs: Mapping[str, str]
 
 
-class BackupInvalid(InvalidParams):
+class BackupInvalid(InvalidBackup):
     """The archive is not a recalld backup or fails a check; nothing was changed."""
 
 
 def _refuse(path: Path, why: str) -> BackupInvalid:
-    return BackupInvalid(f"refusing backup {path.name}: {why}", {"file": str(path), "reason": why})
+    return BackupInvalid(f"refusing backup {path}: {why}", {"file": str(path), "reason": why})
 
 
 # ------------------------------------------------------------------------------ writing
