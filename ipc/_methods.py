@@ -308,6 +308,16 @@ def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[dict[str, A
     return Call("dream.runs", _params(agent_id=agent_id, limit=limit), _as_list("runs"))
 
 
+def memory_changes(agent_id: str, kind: str | None = None,
+                   limit: int | None = None) -> Call[list[dict[str, Any]]]:
+    """``memory.changes``: the change log records of the memory jobs (``auto_memory``:
+    every run that changed or refused to change a note; ``auto_dream``: every dream run),
+    newest first, each with ``kind``, ``run_id``, ``started`` and ``log`` (the
+    workspace-relative path of its Markdown record); ``limit`` defaults to 20."""
+    return Call("memory.changes", _params(agent_id=agent_id, kind=kind, limit=limit),
+                _as_list("changes"))
+
+
 def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[dict[str, Any]]:
     """``dream.undo``: restore the files one dream run changed (``restored``,
     ``removed``); refused if they changed since, unless ``force``."""
@@ -389,7 +399,7 @@ METHODS: dict[str, str] = {
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (end_session, ("a", "s")),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
-        (dream_runs, ("a",)), (dream_undo, ("a", "r")),
+        (dream_runs, ("a",)), (dream_undo, ("a", "r")), (memory_changes, ("a",)),
         (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
         (backup_restore, ("f",)), (backup_rollback, ()), (index_verify, ("a",)),
         (index_compact, ("a",)), (metrics, ()),
@@ -463,6 +473,7 @@ class SyncMethods:
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
+    memory_changes = sync_method(memory_changes)
     dream_undo = sync_method(dream_undo)
     backup_create = sync_method(backup_create)
     backup_list = sync_method(backup_list)
@@ -503,6 +514,7 @@ class AsyncMethods:
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)
+    memory_changes = async_method(memory_changes)
     dream_undo = async_method(dream_undo)
     backup_create = async_method(backup_create)
     backup_list = async_method(backup_list)

@@ -40,6 +40,7 @@ ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
      ["inbox", "list", "--agent", "nobody"]),
     ("inbox ack", ["inbox", "ack", "--all"], ["inbox", "ack"], ["inbox", "ack", "nope"]),
     ("note", ["note", "bike on Mondays"], ["note", " "], ["note", "x", "--agent", "nobody"]),
+    ("changes", ["changes"], ["changes", "-n", "0"], ["changes", "--agent", "nobody"]),
     ("backup create", ["backup", "create", "--out", "OUT"], ["backup"],
      ["backup", "create", "--agent", "nobody"]),
     ("backup list", ["backup", "list"], ["backup", "list", "x"], None),  # nothing fails
