@@ -5,11 +5,13 @@ agent with its workspace path and directory settings, and lists every other memb
 its size and SHA-256. Members are ``agents/<agent_id>/<path in the workspace>``: the
 Markdown (``daily_dir``, ``digest_dir``), sessions (``session_dir``, ``mem_session_dir``)
 and resources (``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
-(:data:`RESUMABLE`: pending conversation turns, the inbox, dream run records), the rest
+(:data:`RESUMABLE`: pending conversation turns, the inbox, the change logs of dream and
+auto_memory runs), the rest
 of it (derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
-carry the daemon's own files (:data:`DAEMON_FILES`: its config file, with secrets masked
-unless asked for, and its record of workspaces). Hidden files (``.name``: temp files,
-sync cookies) are left out.
+carry the daemon's own files (:data:`DAEMON_FILES`: its config file and its record of
+workspaces, whose model keys handed over by clients are secrets too; both with secrets
+left out unless asked for, ``meta.json``'s ``secrets_left_out`` naming the record's).
+Hidden files (``.name``: temp files, sync cookies) are left out.
 
 A restore reads nothing it has not checked: :func:`open_checked` validates the whole
 archive first (meta.json well-formed, every member named in it and vice versa, names
@@ -47,7 +49,7 @@ META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"
 #: Under ``metadata_dir``: what a restore needs to resume (never rebuilt from Markdown).
-RESUMABLE = ("sessions/", "inbox/", "dream/runs/")
+RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/")
 DAEMON_FILES = ("config.toml", "workspaces.json")
 _SECRET_VALUE = re.compile(
     r"""(?im)^([ \t]*[\w.-]*(?:api_key|apikey|token|secret|password)[\w.-]*[ \t]*=[ \t]*)"""
@@ -140,10 +142,12 @@ def create_backup(
     note: str = "",
     daemon_files: Mapping[str, bytes] | None = None,
     secrets: bool = False,
+    secrets_left_out: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Write a backup of ``sources`` (and ``daemon_files``, by name in
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
-    list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets.
+    list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
+    ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
     Files that vanish while being read are left out."""
     sources = list(sources)
     created = time.time()
@@ -176,6 +180,7 @@ def create_backup(
             "recalld_version": recalld_version, "include_derived": include_derived,
             "note": note, "agents": agents, "files": files,
             "daemon": sorted(daemon_files or {}), "secrets": secrets,
+            "secrets_left_out": dict(secrets_left_out or {}),
         }
         info = zipfile.ZipInfo(META, stamp)
         info.external_attr = (stat.S_IFREG | 0o644) << 16

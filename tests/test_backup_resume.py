@@ -7,6 +7,7 @@ config are masked unless asked for.
 
 from __future__ import annotations
 
+import json
 import time
 import zipfile
 from collections.abc import Iterator
@@ -94,3 +95,83 @@ def test_backup_restores_config_pending_turns_and_inbox_elsewhere(
     assert "blue card" in (root / job["result"]["note"]).read_text()
     prompt = fake.requests[-2].json["messages"][1]["content"]
     assert "My locker code is on the blue card." in prompt
+
+
+CHAT_KEY = "sk-agent-" + "Zx9Cv8Bn7Mq6Lw5Ke4"
+EMBED_KEY = "dsk-embed-" + "Pp3Oo2Ii1Uu0Yy9Tt8"
+
+
+def handed_over(fake: FakeProvider) -> dict[str, Any]:
+    """The overrides an AgentScope middleware sends for the agent's own models."""
+    return {"chat_model_config": {"base_url": f"{fake.url}/v1", "api_key": CHAT_KEY,
+                                  "model_name": "agent-chat"},
+            "embedding_model_config": {"backend": "openai", "base_url": f"{fake.url}/v1",
+                                       "api_key": EMBED_KEY, "model_name": "agent-embed",
+                                       "dimensions": 8}}
+
+
+def test_model_keys_handed_over_by_agents_stay_out_of_backups(
+        daemon_factory: Any, fake: FakeProvider) -> None:
+    from test_cli import recalld
+
+    d1 = daemon_factory(None)
+    d1.call("workspace.open", {"agent_id": "coder", "config": handed_over(fake)})
+    d1.call("workspace.open", {"agent_id": "writer.v2", "config": {
+        "chat_model_config": {"base_url": "https://u:pg-Secret-99@example.org/v1",
+                              "model_name": "x"}}})
+    d1.call("workspace.open", {"agent_id": "plain", "config": {"auto_memory_interval": 3}})
+    record = (d1.data_dir / "state" / "workspaces.json").read_text()
+    assert CHAT_KEY in record and EMBED_KEY in record  # the daemon needs them to run
+
+    masked = d1.call("backup.create", {})
+    with zipfile.ZipFile(masked["file"]) as zf:
+        text = zf.read("daemon/workspaces.json").decode()
+        meta = json.loads(zf.read("meta.json"))
+    assert CHAT_KEY not in text and EMBED_KEY not in text and "pg-Secret-99" not in text
+    assert "agent-chat" in text and '"auto_memory_interval":3' in text
+    assert meta["secrets_left_out"] == {
+        "coder": ["chat_model_config.api_key", "embedding_model_config.api_key"],
+        "writer.v2": ["chat_model_config.base_url"]}
+    assert masked["secrets_left_out"] == meta["secrets_left_out"]
+    full = d1.call("backup.create", {"include_secrets": True})
+    with zipfile.ZipFile(full["file"]) as zf:
+        assert CHAT_KEY in zf.read("daemon/workspaces.json").decode()
+        assert json.loads(zf.read("meta.json"))["secrets_left_out"] == {}
+    d1.kill()
+
+    # Restored with the keys: they are back, nothing is reported missing.
+    d2 = daemon_factory(None)
+    restored = d2.call("backup.restore", {"file": full["file"]}, timeout=120)
+    assert all("secrets_left_out" not in r for r in restored["restored"]), restored
+    assert CHAT_KEY in (d2.data_dir / "state" / "workspaces.json").read_text()
+    status = d2.call("daemon.status")
+    assert all("secrets_left_out" not in w for w in status["workspaces"])
+
+    # Restored without them: the result, status and workspace.list say what is missing.
+    d3 = daemon_factory(None)
+    restored = d3.call("backup.restore", {"file": masked["file"]}, timeout=120)
+    by_agent = {r["agent_id"]: r for r in restored["restored"]}
+    assert by_agent["coder"]["secrets_left_out"] == ["chat_model_config.api_key",
+                                                     "embedding_model_config.api_key"]
+    assert "hand it over again" in by_agent["coder"]["warning"]
+    assert by_agent["writer.v2"]["secrets_left_out"] == ["chat_model_config.base_url"]
+    assert "secrets_left_out" not in by_agent["plain"]
+    assert CHAT_KEY not in (d3.data_dir / "state" / "workspaces.json").read_text()
+    human = recalld("status", env=d3.env)
+    assert human.returncode == 0, human.stderr
+    assert ("chat_model_config.api_key, embedding_model_config.api_key was left out of the "
+            "backup") in human.stdout
+    assert "hand its model over again" in human.stdout
+    # It stays said across a restart, until the agent hands its model over again.
+    assert d3.stop() == 0
+    d4 = daemon_factory(None, XDG_DATA_HOME=d3.env["XDG_DATA_HOME"])
+    listed = {w["agent_id"]: w for w in d4.call("workspace.list")["workspaces"]}
+    assert listed["coder"]["secrets_left_out"] == ["chat_model_config.api_key",
+                                                   "embedding_model_config.api_key"]
+    info = d4.call("workspace.open", {"agent_id": "coder", "config": handed_over(fake)})
+    assert info["settings"]["chat_model_config"]["api_key"] == "***"  # in use, masked
+    assert "secrets_left_out" not in info
+    listed = {w["agent_id"]: w for w in d4.call("workspace.list")["workspaces"]}
+    assert "secrets_left_out" not in listed["coder"]
+    assert listed["writer.v2"]["secrets_left_out"] == ["chat_model_config.base_url"]
+    assert CHAT_KEY in (d4.data_dir / "state" / "workspaces.json").read_text()

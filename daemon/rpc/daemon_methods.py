@@ -17,7 +17,7 @@ from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc.errors import InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
@@ -85,6 +85,13 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     return raw
 
 
+def _with_left_out(registry: WorkspaceRegistry, info: JsonObject) -> JsonObject:
+    """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
+    the workspace's overrides (model keys handed over by its agent)."""
+    missing = registry.left_out(str(info.get("agent_id")))
+    return {**info, "secrets_left_out": missing} if missing else info
+
+
 def workspace_info(ws: Workspace) -> JsonObject:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
@@ -110,7 +117,8 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
         "socket_path": str(state.config.socket_path),
         "data_dir": str(state.config.data_dir),
         "config_path": str(state.config.config_path),
-        "workspaces": [ws.describe() for ws in state.registry.list()],
+        "workspaces": [_with_left_out(state.registry, ws.describe())
+                       for ws in state.registry.list()],
         "queues": queues,
     }
 
@@ -139,8 +147,9 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     registry = ctx.state.registry
     known = registry.remembered()
-    listed: list[JsonObject] = [{**workspace_info(ws), "registered": ws.agent_id in known}
-                                for ws in registry.list()]
+    listed: list[JsonObject] = [
+        _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known})
+        for ws in registry.list()]
     open_now = {ws.agent_id for ws in registry.list()}
     for agent_id, rec in sorted(known.items()):
         if agent_id not in open_now:  # recorded, not served now: reopened at next start

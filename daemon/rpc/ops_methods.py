@@ -21,7 +21,7 @@ import orjson
 import trio
 
 from recalld.daemon import backup as bk
-from recalld.daemon import metrics
+from recalld.daemon import metrics, remembered
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.maintenance import compact, verify
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
@@ -61,9 +61,13 @@ def _resolve_file(state: DaemonState, name: str) -> Path:
     return path
 
 
-def _daemon_files(state: DaemonState, include_secrets: bool) -> dict[str, bytes]:
-    """The daemon's config file (secrets masked unless asked for) and workspace record."""
+def _daemon_files(state: DaemonState,
+                  include_secrets: bool) -> tuple[dict[str, bytes], dict[str, list[str]]]:
+    """The daemon's config file and workspace record, secrets left out unless asked for
+    (the record's are the model keys clients handed over); and what was left out of the
+    record, by agent."""
     out: dict[str, bytes] = {}
+    left_out: dict[str, list[str]] = {}
     try:
         text = state.config.config_path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -71,10 +75,13 @@ def _daemon_files(state: DaemonState, include_secrets: bool) -> dict[str, bytes]
     if text is not None:
         out["config.toml"] = (text if include_secrets else bk.mask_secrets(text)).encode()
     try:
-        out["workspaces.json"] = (state.config.state_dir / "workspaces.json").read_bytes()
+        record = (state.config.state_dir / "workspaces.json").read_bytes()
     except FileNotFoundError:
-        pass
-    return out
+        return out, left_out
+    if not include_secrets:
+        record, left_out = remembered.without_secrets(record)
+    out["workspaces.json"] = record
+    return out, left_out
 
 
 def _restore_config(state: DaemonState, checked: bk.CheckedBackup) -> bool:
@@ -127,11 +134,13 @@ def ops_methods() -> Methods:
                            include_derived: bool, note: str,
                            include_secrets: bool = False) -> JsonObject:
         cpu = state.services.cpu
-        daemon_files = await trio.to_thread.run_sync(_daemon_files, state, include_secrets)
+        daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
+                                                               include_secrets)
         summary: JsonObject = await trio.to_thread.run_sync(
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                      recalld_version=state.version, note=note,
-                                     daemon_files=daemon_files, secrets=include_secrets),
+                                     daemon_files=daemon_files, secrets=include_secrets,
+                                     secrets_left_out=left_out),
             limiter=cpu)
         metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
         return summary
@@ -233,6 +242,10 @@ def ops_methods() -> Methods:
             known = state.registry.remembered().get(plan.agent_id)
             overrides = (known["config"] if known is not None
                          else recorded.get(plan.agent_id, {}).get("config"))
+            # Model keys the backup left out are missing only where this daemon had none.
+            missing = [] if known is not None else [
+                str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
+                    plan.agent_id, [])]
             if ws is not None and _resumes(plan):
                 # Its session and inbox logs are about to be replaced: serve them afresh.
                 await state.registry.close(plan.agent_id)
@@ -242,6 +255,14 @@ def ops_methods() -> Methods:
                 ws = await state.registry.open(
                     plan.agent_id, plan.root, overrides if isinstance(overrides, dict) else None)
                 done["opened"] = not was_open
+            if missing:
+                await state.registry.note_left_out(plan.agent_id, missing)
+                done["secrets_left_out"] = missing
+                done["warning"] = (
+                    f"{', '.join(missing)} of workspace {plan.agent_id} was left out of the "
+                    "backup (made without --include-secrets): hand it over again (the "
+                    "agent's middleware does when it opens the workspace) or set it in "
+                    "the config file")
             if was_open:  # answered once the index has caught up with the restored files
                 services = ws.services
                 await services.index.sync()
