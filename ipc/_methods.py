@@ -76,15 +76,15 @@ def status() -> Call[DaemonStatus]:
 
 def workspace_open(
     agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None,
-    import_report: bool = False,
+    import_report: bool = False, progress_token: str | None = None,
 ) -> Call[WorkspaceInfo]:
     """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
     ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
-    (under ``import``)."""
+    (under ``import``). ``progress_token``: see :meth:`Client.progress_of`."""
     return Call(
         "workspace.open",
         _params(agent_id=agent_id, path=path, config=dict(config) if config else None,
-                import_report=import_report or None),
+                import_report=import_report or None, progress_token=progress_token),
         cast(Callable[[Any], WorkspaceInfo], _as_dict),
     )
 
@@ -333,7 +333,7 @@ def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[dict[s
 
 def backup_create(
     agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
-    include_secrets: bool = False,
+    include_secrets: bool = False, progress_token: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
     state (pending turns, inbox, dream runs; all open workspaces by default) and the
@@ -341,7 +341,8 @@ def backup_create(
     ``out`` or ``<data_dir>/backups/``."""
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
                                          include_derived=include_derived or None,
-                                         include_secrets=include_secrets or None), _as_dict)
+                                         include_secrets=include_secrets or None,
+                                         progress_token=progress_token), _as_dict)
 
 
 def backup_list() -> Call[dict[str, Any]]:
@@ -356,18 +357,19 @@ def backup_verify(file: str) -> Call[dict[str, Any]]:
 
 def backup_restore(
     file: str, agents: Sequence[str] | None = None, snapshot: bool = True,
-    dry_run: bool = False,
+    dry_run: bool = False, progress_token: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``backup.restore``: validate, snapshot the current state, restore, reindex (with
     ``dry_run``: only validate and say what it would write and remove)."""
     return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
                                           snapshot=None if snapshot else False,
-                                          dry_run=True if dry_run else None), _as_dict)
+                                          dry_run=True if dry_run else None,
+                                          progress_token=progress_token), _as_dict)
 
 
-def backup_rollback() -> Call[dict[str, Any]]:
+def backup_rollback(progress_token: str | None = None) -> Call[dict[str, Any]]:
     """``backup.rollback``: restore the snapshot taken before the last restore."""
-    return Call("backup.rollback", {}, _as_dict)
+    return Call("backup.rollback", _params(progress_token=progress_token), _as_dict)
 
 
 def index_verify(agent_id: str) -> Call[dict[str, Any]]:

@@ -16,6 +16,7 @@ from recalld.daemon import safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
+from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc.errors import InvalidParams
@@ -130,15 +131,28 @@ async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
     path = p.text("path", None)
     overrides = p.mapping("config", None)
     report = p.boolean("import_report", False)
+    progress = CallProgress(ctx.connection.notify,
+                            check_token(p.text("progress_token", None)), "workspace.open")
     p.done()
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
-    ws = await ctx.state.registry.open(
-        agent_id, Path(path) if path is not None else None, overrides
-    )
-    if report:  # what was found and reused of a QwenPaw workspace
-        return {**workspace_info(ws), "import": await import_report(
-            ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
+    async with progress.pumping():
+        progress.phase("opening")
+        ws = await ctx.state.registry.open(
+            agent_id, Path(path) if path is not None else None, overrides
+        )
+        if report:
+            index = ws.services.index
+
+            def indexed() -> tuple[int, int | None]:
+                status = index.status()
+                files = int(status.get("files") or 0)
+                return files, files + int(status.get("pending_changes") or 0)
+
+            progress.phase("indexing", sample=indexed)
+            # What was found and reused of a QwenPaw workspace, once indexed.
+            return {**workspace_info(ws), "import": await import_report(
+                ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
     return workspace_info(ws)
 
 

@@ -24,6 +24,7 @@ from recalld.daemon import backup as bk
 from recalld.daemon import metrics, remembered
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.maintenance import compact, verify
+from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -124,6 +125,12 @@ def _unique(path: Path) -> Path:
     return candidate
 
 
+def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
+    """The call's progress reporter: to its connection if it passed ``progress_token``."""
+    token = check_token(p.text("progress_token", None))
+    return CallProgress(ctx.connection.notify, token, method)
+
+
 def ops_methods() -> Methods:
     """The operations methods (one restore or rollback at a time per table); the
     daemon's CPU limiter bounds compression and checksum work."""
@@ -132,7 +139,9 @@ def ops_methods() -> Methods:
 
     async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
                            include_derived: bool, note: str,
-                           include_secrets: bool = False) -> JsonObject:
+                           include_secrets: bool = False,
+                           progress: bk.ProgressSink = bk.NO_PROGRESS,
+                           phase: str = "writing the archive") -> JsonObject:
         cpu = state.services.cpu
         daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
                                                                include_secrets)
@@ -140,7 +149,8 @@ def ops_methods() -> Methods:
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                      recalld_version=state.version, note=note,
                                      daemon_files=daemon_files, secrets=include_secrets,
-                                     secrets_left_out=left_out),
+                                     secrets_left_out=left_out, progress=progress,
+                                     phase=phase),
             limiter=cpu)
         metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
         return summary
@@ -152,6 +162,7 @@ def ops_methods() -> Methods:
         out: str | None = p.text("out", None)
         include_derived: bool = p.boolean("include_derived", False)
         include_secrets: bool = p.boolean("include_secrets", False)
+        progress = _progress(ctx, p, "backup.create")
         p.done()
         if agents:
             workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
@@ -168,8 +179,9 @@ def ops_methods() -> Methods:
         else:
             label = "-".join(w.agent_id for w in workspaces) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
-        return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
-                                  include_derived, "", include_secrets)
+        async with progress.pumping():
+            return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
+                                      include_derived, "", include_secrets, progress)
 
     @methods.add("backup.list")
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -199,9 +211,12 @@ def ops_methods() -> Methods:
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
-                      snapshot: bool, dry_run: bool = False) -> JsonObject:
+                      snapshot: bool, dry_run: bool = False,
+                      progress: CallProgress | None = None) -> JsonObject:
         cpu = state.services.cpu
-        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        sink: bk.ProgressSink = progress if progress is not None else bk.NO_PROGRESS
+        checked = await trio.to_thread.run_sync(
+            lambda: bk.open_checked(path, progress=sink), limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
             check_agent_id(agent_id)
@@ -219,16 +234,24 @@ def ops_methods() -> Methods:
                 root = await trio.to_thread.run_sync(cfg.workspace_path(agent_id).resolve)
                 targets.append(bk.AgentSource(agent_id, root,
                                               _dirs_of(cfg.workspace_settings(agent_id))))
-        plans = await trio.to_thread.run_sync(
-            lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets],
-            limiter=cpu)
+        sink.phase("planning", total=len(targets))
+
+        def plan_all() -> list[bk.RestorePlan]:
+            out = []
+            for t in targets:
+                out.append(bk.plan_restore(checked, t.agent_id, t.root, t.dirs))
+                sink.advance()
+            return out
+
+        plans = await trio.to_thread.run_sync(plan_all, limiter=cpu)
         if dry_run:
             return {"file": str(path), "dry_run": True,
                     "plans": [bk.plan_summary(plan) for plan in plans]}
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
-            snap = await write_backup(state, targets, out, False, "pre-restore snapshot")
+            snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
+                                      progress=sink, phase="writing the snapshot")
             record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                       "restored_from": str(path)}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
@@ -250,7 +273,8 @@ def ops_methods() -> Methods:
                 # Its session and inbox logs are about to be replaced: serve them afresh.
                 await state.registry.close(plan.agent_id)
                 ws = None
-            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
+            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, sink,
+                                                 limiter=cpu)
             if ws is None:
                 ws = await state.registry.open(
                     plan.agent_id, plan.root, overrides if isinstance(overrides, dict) else None)
@@ -264,6 +288,7 @@ def ops_methods() -> Methods:
                     "agent's middleware does when it opens the workspace) or set it in "
                     "the config file")
             if was_open:  # answered once the index has caught up with the restored files
+                sink.phase(f"indexing {plan.agent_id}")
                 services = ws.services
                 await services.index.sync()
                 found = await services.index.watcher.reconcile("after restore")
@@ -281,19 +306,22 @@ def ops_methods() -> Methods:
         agents: list[str] | None = p.strings("agents", None)
         snapshot: bool = p.boolean("snapshot", True)
         dry_run: bool = p.boolean("dry_run", False)
+        progress = _progress(ctx, p, "backup.restore")
         p.done()
-        async with restore_lock:
-            return await restore(ctx.state, path, agents, snapshot, dry_run)
+        async with restore_lock, progress.pumping():
+            return await restore(ctx.state, path, agents, snapshot, dry_run, progress)
 
     @methods.add("backup.rollback")
     async def backup_rollback(ctx: CallContext, params: JsonObject) -> JsonObject:
-        Params(params).done()
+        p = Params(params)
+        progress = _progress(ctx, p, "backup.rollback")
+        p.done()
         record = _read_record(ctx.state)
         if record is None:
             raise NotFound("no restore to roll back (no pre-restore snapshot recorded)")
-        async with restore_lock:
+        async with restore_lock, progress.pumping():
             result = await restore(ctx.state, Path(record["snapshot"]),
-                                   list(record["agents"]), snapshot=False)
+                                   list(record["agents"]), snapshot=False, progress=progress)
         return {**result, "rolled_back": record}
 
     @methods.add("index.verify", positional=("agent_id",))
