@@ -67,7 +67,8 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     agent = _AGENT_ID.sub("-", str(agent)).strip("-.") or "default"
     if getattr(ns, "timeout", None) is None:
         client.timeout_s = IMPORT_TIMEOUT_S
-    with following(client, "import-qwenpaw", as_json=as_json) as token:
+    with following(client, "import-qwenpaw", as_json=as_json,
+                   after=f"recalld workspace list shows {agent} once it is open") as token:
         info: dict[str, Any] = dict(client.workspace_open(
             agent, path=str(root), config=config, import_report=True, progress_token=token))
     if as_json:

@@ -90,6 +90,9 @@ class Declined(errors.RecalldError):
     """The person answered no to a confirmation (client side only; exit status 1)."""
 
 
+_AFTER_RESTORE = "recalld status shows the workspaces; recalld backup list the rollback point"
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -113,7 +116,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     result: dict[str, Any]
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
-        with following(client, "backup create", as_json=as_json) as token:
+        with following(client, "backup create", as_json=as_json,
+                       after="recalld backup list shows the archive once it is written") as token:
             result = client.backup_create(ns.agents, outfile, ns.include_derived,
                                            ns.include_secrets, progress_token=token)
         if not as_json:
@@ -141,7 +145,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         record = listed.get("rollback")
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
-        with following(client, "backup rollback", as_json=as_json) as token:
+        with following(client, "backup rollback", as_json=as_json, after=None) as token:
             plan = client.backup_restore(record["snapshot"], record["agents"], dry_run=True,
                                          progress_token=token)
         if getattr(ns, "dry_run", False):
@@ -150,7 +154,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             out.write(_plan_text(plan))
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
-        with following(client, "backup rollback", as_json=as_json) as token:
+        with following(client, "backup rollback", as_json=as_json,
+                       after=_AFTER_RESTORE) as token:
             result = client.backup_rollback(progress_token=token)
         if not as_json:
             out.write(_restored_text(result, "rolled back"))
@@ -158,7 +163,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        with following(client, "backup restore", as_json=as_json) as token:
+        with following(client, "backup restore", as_json=as_json, after=None) as token:
             plan = client.backup_restore(name, ns.agents, dry_run=True,  # checks it all
                                          progress_token=token)
         if ns.dry_run:
@@ -167,7 +172,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             out.write(_plan_text(plan))
         agents = [p["agent_id"] for p in plan.get("plans", [])]
         _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
-        with following(client, "backup restore", as_json=as_json) as token:
+        with following(client, "backup restore", as_json=as_json,
+                       after=_AFTER_RESTORE) as token:
             result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot,
                                            progress_token=token)
         if not as_json:

@@ -222,13 +222,15 @@ class IndexingNotice:
 
 
 @contextmanager
-def following(client: Client, kind: str, *, as_json: bool,
-              stream: TextIO | None = None) -> Iterator[str]:
+def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None = None,
+              after: str | None = "") -> Iterator[str]:
     """A fresh ``progress_token`` for one long call made inside the block; the call's
     ``call.progress`` events are drawn by a :class:`Progress` on ``stream`` (stderr) in
     the form its reader wants. The daemon is reached first (a ping when not connected
     yet), so a daemon that is down is one error line, not a progress line and then the
-    error."""
+    error. Ctrl-C stops waiting, not the call: the daemon finishes it, and the
+    KeyboardInterrupt says so (``after``: how to see the outcome; None for a call that
+    changes nothing, a dry run)."""
     if not client.connected:
         client.ping()
     out = stream if stream is not None else sys.stderr
@@ -245,5 +247,12 @@ def following(client: Client, kind: str, *, as_json: bool,
     with client.progress_of(token, show):
         try:
             yield token
+        except KeyboardInterrupt:
+            progress.close()
+            if after is None:
+                raise KeyboardInterrupt("interrupted; nothing was changed") from None
+            raise KeyboardInterrupt(
+                f"interrupted; the {kind} goes on in the daemon and finishes by itself"
+                + (f" ({after})" if after else "")) from None
         finally:
             progress.close()

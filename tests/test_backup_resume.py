@@ -79,22 +79,30 @@ def test_backup_restores_config_pending_turns_and_inbox_elsewhere(
     restored = d2.call("backup.restore", {"file": full["file"]}, timeout=60)
     assert restored["config_restored"] is True
     assert d2.config_path.read_text() == config
-    assert d2.stop() == 0  # the restored config applies at the next start
-    d3 = daemon_factory(None, XDG_DATA_HOME=d2.env["XDG_DATA_HOME"],
-                        XDG_CONFIG_HOME=d2.env["XDG_CONFIG_HOME"])
-    listed = {w["agent_id"]: w for w in d3.call("workspace.list")["workspaces"]}
-    assert listed["w"]["state"] == "ready"
+    # Its workspace settings (the chat model) apply to the restored workspace at once.
+    listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
     assert listed["w"]["settings"]["auto_memory_interval"] == 7  # as it was opened
-    assert d3.call("inbox.list", {"agent_id": "w"})["items"] == inbox
+    assert listed["w"]["settings"]["chat_model_config"]["model_name"] == "m"
+    assert d2.call("inbox.list", {"agent_id": "w"})["items"] == inbox
     fake.script(*note_reply("locker", "- Locker code is on the blue card"))
-    flushed = d3.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True})
+    flushed = d2.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True})
     assert flushed["pending_messages"] == 2
-    job = wait_job(d3, flushed["job_id"])
+    job = wait_job(d2, flushed["job_id"])
     assert job["state"] == "succeeded", job
     root = Path(listed["w"]["path"])
     assert "blue card" in (root / job["result"]["note"]).read_text()
     prompt = fake.requests[-2].json["messages"][1]["content"]
     assert "My locker code is on the blue card." in prompt
+    # And the whole config at the next start: the same workspace, settings and inbox.
+    assert d2.stop() == 0
+    d3 = daemon_factory(None, XDG_DATA_HOME=d2.env["XDG_DATA_HOME"],
+                        XDG_CONFIG_HOME=d2.env["XDG_CONFIG_HOME"])
+    listed = {w["agent_id"]: w for w in d3.call("workspace.list")["workspaces"]}
+    assert listed["w"]["state"] == "ready"
+    assert listed["w"]["settings"]["auto_memory_interval"] == 7
+    assert d3.call("inbox.list", {"agent_id": "w"})["items"][:1] == inbox
+    assert d3.call("memory.add_turns", {"agent_id": "w", "session_id": "s1"})[
+        "pending_messages"] == 0
 
 
 CHAT_KEY = "sk-agent-" + "Zx9Cv8Bn7Mq6Lw5Ke4"
@@ -175,3 +183,67 @@ def test_model_keys_handed_over_by_agents_stay_out_of_backups(
     assert "secrets_left_out" not in listed["coder"]
     assert listed["writer.v2"]["secrets_left_out"] == ["chat_model_config.base_url"]
     assert CHAT_KEY in (d4.data_dir / "state" / "workspaces.json").read_text()
+
+
+def test_several_workspaces_and_sessions_resume_from_a_backup(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    from test_capture_many import scripted_model, session_notes
+
+    fake.chat_default = scripted_model
+    config = ("[workspace_defaults]\nauto_memory_idle_s = 0\nauto_memory_interval = 0\n"
+              "[workspace_defaults.chat_model_config]\n"
+              f'base_url = "{fake.url}/v1"\napi_key = "{SECRET}"\nmodel_name = "m"\n'
+              f'[workspaces."team.notes"]\npath = "{tmp_path / "team"}"\n')
+    turns = {"研究助手": {"s-1": "我们下周三在杭州开会。", "s:2": "预算上限是五万元。"},
+             "team.notes": {"sprint@42": "リリースは金曜日です。",
+                            "s-1": "The release train leaves on Friday 🚆"}}
+    d1 = daemon_factory(config)
+    d1.call("workspace.open", {"agent_id": "research-2", "path": str(tmp_path / "r")})
+    agent_of = {"研究助手": "research-2", "team.notes": "team.notes"}
+    # One conversation of each workspace is written now (an inbox item), the rest waits.
+    for label, sessions in turns.items():
+        agent = agent_of[label]
+        first, *rest = sessions.items()
+        done = d1.call("memory.add_turns", {"agent_id": agent, "session_id": first[0],
+                                            "flush": True, "messages": [
+                                                {"role": "user", "content": first[1]}]})
+        assert wait_job_of(d1, agent, done["job_id"])["state"] == "succeeded"
+        for session, text in rest:
+            d1.call("memory.add_turns", {"agent_id": agent, "session_id": session,
+                                         "messages": [{"role": "user", "content": text}]})
+    inbox = {a: d1.call("inbox.list", {"agent_id": a})["items"] for a in agent_of.values()}
+    assert all(len(items) == 1 for items in inbox.values()), inbox
+    archive = d1.call("backup.create", {"include_secrets": True})["file"]
+    d1.kill()
+
+    d2 = daemon_factory(None)  # another machine: empty, its own socket and data dir
+    restored = d2.call("backup.restore", {"file": archive}, timeout=120)
+    assert restored["config_restored"] is True and restored["config_error"] is None
+    assert d2.config_path.read_text() == config
+    listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
+    # The workspace the config file places goes where it says; the restored settings
+    # (its chat model) apply to the restored workspaces at once, without a restart.
+    assert listed["team.notes"]["path"] == str((tmp_path / "team").resolve())
+    for label, sessions in turns.items():
+        agent = agent_of[label]
+        assert listed[agent]["state"] == "ready", listed
+        assert d2.call("inbox.list", {"agent_id": agent})["items"] == inbox[agent]
+        root = Path(listed[agent]["path"])
+        _, *rest = sessions.items()
+        for session, text in rest:
+            flushed = d2.call("memory.add_turns", {"agent_id": agent, "session_id": session,
+                                                   "flush": True})
+            assert flushed["pending_messages"] == 1, (agent, session, flushed)
+            assert wait_job_of(d2, agent, flushed["job_id"])["state"] == "succeeded"
+            (note,) = session_notes(root, session)
+            assert text in note.read_text(encoding="utf-8"), (agent, session)
+
+
+def wait_job_of(d: Any, agent: str, job_id: str) -> dict[str, Any]:
+    end = time.monotonic() + 60
+    while True:
+        job: dict[str, Any] = d.call("jobs.get", {"agent_id": agent, "job_id": job_id})
+        if job["state"] not in ("queued", "running"):
+            return job
+        assert time.monotonic() < end, job
+        time.sleep(0.05)

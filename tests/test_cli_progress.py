@@ -201,3 +201,23 @@ def test_search_notes_an_index_still_being_built(daemon: DaemonHandle,
         assert _index_incomplete_note(client, "big") is None
     proc = recalld("search", "lighthouse", "--agent", "big", env=daemon.env)
     assert proc.returncode == 0 and "still being built" not in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> None:
+    from recalld.ipc.progress import following
+
+    with Client(daemon.socket_path) as client:
+        for after, said in (
+                ("recalld backup list shows it", "interrupted; the backup create goes on in "
+                 "the daemon and finishes by itself (recalld backup list shows it)"),
+                (None, "interrupted; nothing was changed")):
+            stream = io.StringIO()
+            try:
+                with following(client, "backup create", as_json=False, stream=stream,
+                               after=after):
+                    raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                assert str(exc) == said
+            else:
+                raise AssertionError("the interrupt was swallowed")
+        assert client.ping()["pong"] is True  # the client stays usable

@@ -12,6 +12,7 @@ rollback runs at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -21,8 +22,9 @@ import orjson
 import trio
 
 from recalld.daemon import backup as bk
+from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
-from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.maintenance import compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
@@ -85,17 +87,35 @@ def _daemon_files(state: DaemonState,
     return out, left_out
 
 
-def _restore_config(state: DaemonState, checked: bk.CheckedBackup) -> bool:
-    """Put the backed-up config file in place: always if it kept its secrets, else only
-    where this daemon has none (masked secrets must not replace real ones). It applies
-    at the next reload (SIGHUP) or start."""
+def _config_to_restore(state: DaemonState, checked: bk.CheckedBackup) -> bytes | None:
+    """The backed-up config file if a restore puts it in place: always if it kept its
+    secrets, else only where this daemon has none (masked secrets must not replace real
+    ones)."""
     data = checked.daemon_file("config.toml")
+    if data is None or (not checked.meta.get("secrets") and state.config.config_path.exists()):
+        return None
+    return data
+
+
+def _incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
+    """The running configuration with the workspace settings (defaults, tables, paths) of
+    config file ``data``: where the restored workspaces go and how they are opened. The
+    daemon's own settings apply at the next reload or start. Raises ConfigError."""
+    probe = state.config.state_dir / f".config-restore-{os.getpid()}.toml"
+    ensure_dir(REAL, probe.parent)
+    try:
+        atomic_write(REAL, probe, data)
+        new = config_mod.load(config=probe)
+    finally:
+        probe.unlink(missing_ok=True)
+    return dataclasses.replace(state.config, workspace_defaults=new.workspace_defaults,
+                               workspaces=new.workspaces, workspace_paths=new.workspace_paths)
+
+
+def _restore_config(state: DaemonState, data: bytes) -> None:
     target = state.config.config_path
-    if data is None or (not checked.meta.get("secrets") and target.exists()):
-        return False
     ensure_dir(REAL, target.parent)
     atomic_write(REAL, target, data)
-    return True
 
 
 def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Any]:
@@ -224,13 +244,20 @@ def ops_methods() -> Methods:
                 raise InvalidParams(f"agent {agent_id!r} is not in backup {path.name} "
                                     f"(it has {', '.join(checked.agents) or 'none'})")
         open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
+        config_data = await trio.to_thread.run_sync(_config_to_restore, state, checked)
+        cfg = state.config
+        config_error: str | None = None
+        if config_data is not None:
+            try:
+                cfg = await trio.to_thread.run_sync(_incoming_config, state, config_data)
+            except ConfigError as exc:  # kept out: it would stop the next start
+                config_error, config_data = str(exc), None
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
                 targets.append(_source(ws))
             else:
-                cfg = state.config
                 root = await trio.to_thread.run_sync(cfg.workspace_path(agent_id).resolve)
                 targets.append(bk.AgentSource(agent_id, root,
                                               _dirs_of(cfg.workspace_settings(agent_id))))
@@ -256,7 +283,9 @@ def ops_methods() -> Methods:
                       "restored_from": str(path)}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
             await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
-        config_restored = await trio.to_thread.run_sync(_restore_config, state, checked)
+        if config_data is not None:
+            await trio.to_thread.run_sync(_restore_config, state, config_data)
+            state.services.config.replace(cfg)  # workspaces opened from here on use it
         recorded = await trio.to_thread.run_sync(_recorded_in, checked)
         results = []
         for plan in plans:
@@ -296,7 +325,8 @@ def ops_methods() -> Methods:
                 await services.health.scan()
             results.append(done)
         metrics.count("recalld_restores_total")
-        return {"file": str(path), "restored": results, "config_restored": config_restored,
+        return {"file": str(path), "restored": results,
+                "config_restored": config_data is not None, "config_error": config_error,
                 "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))
