@@ -123,15 +123,21 @@ class CallProgress:
         if not self.enabled:
             yield self
             return
-        async with trio.open_nursery() as nursery:
-            async def pump() -> None:
-                while True:
-                    await self._flush()
-                    await trio.sleep(self._interval_s)
+        try:
+            async with trio.open_nursery() as nursery:
+                async def pump() -> None:
+                    while True:
+                        await self._flush()
+                        await trio.sleep(self._interval_s)
 
-            nursery.start_soon(pump)
-            yield self
-            nursery.cancel_scope.cancel()
+                nursery.start_soon(pump)
+                yield self
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The body's own error, as the caller would see it without the pump.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         if self._phase:
             with self._lock:
                 self._milestones.append(self._reading())
