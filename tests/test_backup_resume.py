@@ -172,10 +172,11 @@ def test_model_keys_handed_over_by_agents_stay_out_of_backups(
     assert "hand its model over again" in human.stdout
     # It stays said across a restart, until the agent hands its model over again.
     assert d3.stop() == 0
-    d4 = daemon_factory(None, XDG_DATA_HOME=d3.env["XDG_DATA_HOME"])
+    # A key set in the config file instead counts as handed over.
+    d4 = daemon_factory('[workspaces.coder.chat_model_config]\napi_key = "from-the-file"\n',
+                        XDG_DATA_HOME=d3.env["XDG_DATA_HOME"])
     listed = {w["agent_id"]: w for w in d4.call("workspace.list")["workspaces"]}
-    assert listed["coder"]["secrets_left_out"] == ["chat_model_config.api_key",
-                                                   "embedding_model_config.api_key"]
+    assert listed["coder"]["secrets_left_out"] == ["embedding_model_config.api_key"]
     info = d4.call("workspace.open", {"agent_id": "coder", "config": handed_over(fake)})
     assert info["settings"]["chat_model_config"]["api_key"] == "***"  # in use, masked
     assert "secrets_left_out" not in info

@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 import trio
 
-from recalld.daemon import safepath, sharing
+from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
@@ -86,10 +86,15 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     return raw
 
 
-def _with_left_out(registry: WorkspaceRegistry, info: JsonObject) -> JsonObject:
+def _with_left_out(registry: WorkspaceRegistry, info: JsonObject,
+                   ws: Workspace | None = None) -> JsonObject:
     """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
-    the workspace's overrides (model keys handed over by its agent)."""
+    the workspace's overrides (model keys handed over by its agent) and its settings do
+    not have them from elsewhere either (the config file)."""
     missing = registry.left_out(str(info.get("agent_id")))
+    if ws is not None:
+        settings = dataclasses.asdict(ws.settings)
+        missing = [k for k in missing if not remembered.has_value(settings, k)]
     return {**info, "secrets_left_out": missing} if missing else info
 
 
@@ -118,7 +123,7 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
         "socket_path": str(state.config.socket_path),
         "data_dir": str(state.config.data_dir),
         "config_path": str(state.config.config_path),
-        "workspaces": [_with_left_out(state.registry, ws.describe())
+        "workspaces": [_with_left_out(state.registry, ws.describe(), ws)
                        for ws in state.registry.list()],
         "queues": queues,
     }
@@ -162,7 +167,7 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     registry = ctx.state.registry
     known = registry.remembered()
     listed: list[JsonObject] = [
-        _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known})
+        _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known}, ws)
         for ws in registry.list()]
     open_now = {ws.agent_id for ws in registry.list()}
     for agent_id, rec in sorted(known.items()):
