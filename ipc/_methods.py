@@ -350,9 +350,9 @@ def backup_list() -> Call[dict[str, Any]]:
     return Call("backup.list", {}, _as_dict)
 
 
-def backup_verify(file: str) -> Call[dict[str, Any]]:
+def backup_verify(file: str, progress_token: str | None = None) -> Call[dict[str, Any]]:
     """``backup.verify``: check an archive completely (structure, limits, checksums)."""
-    return Call("backup.verify", {"file": file}, _as_dict)
+    return Call("backup.verify", _params(file=file, progress_token=progress_token), _as_dict)
 
 
 def backup_restore(

@@ -136,7 +136,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             if result.get("rollback"):
                 out.write(f"rollback available: {result['rollback']['snapshot']}\n")
     elif action == "verify":
-        result = client.backup_verify(_local_or_name(ns.file))
+        with following(client, "backup verify", as_json=as_json, after=None) as token:
+            result = client.backup_verify(_local_or_name(ns.file), progress_token=token)
         if not as_json:
             out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
                       f"{', '.join(sorted(result.get('agents', {})))}\n")

@@ -138,6 +138,10 @@ def test_backup_and_restore_report_counts_in_every_form(daemon: DaemonHandle,
     assert any(f"[{'#' * 24}] {total:,}/{total:,} (100%)" in f for f in frames), drawn
     assert any("writing the archive" in f and " KiB/" in f for f in frames), drawn
 
+    verified = recalld("backup", "verify", str(out), "--json", env=daemon.env)
+    assert verified.returncode == 0, verified.stderr
+    assert _phase(_records(verified.stderr), "checking the archive")[-1]["total"] >= total
+
     restored = recalld("backup", "restore", str(out), "--yes", "--json", env=daemon.env)
     assert restored.returncode == 0, restored.stderr
     records = _records(restored.stderr)

@@ -1,13 +1,13 @@
 """Progress of a long call, sent to the connection that made it.
 
 A client that passes ``progress_token`` (1-64 characters) to a long method
-(``backup.create``, ``backup.restore``, ``backup.rollback``, ``workspace.open`` with
-``import_report``) receives on that connection, and only there, ``event`` notifications
-with topic ``call.progress``: ``{token, method, phase, done, total, bytes_done,
-bytes_total}``, the counts of the current phase (``total`` and the byte counts null when
-unknown). One is sent when a phase starts and when it ends, and in between at most every
-``interval_s`` while the counts move; all of them before the call's answer. Without a
-token nothing is sent and nothing runs.
+(``backup.create``, ``backup.verify``, ``backup.restore``, ``backup.rollback``,
+``workspace.open`` with ``import_report``) receives on that connection, and only there,
+``event`` notifications with topic ``call.progress``: ``{token, method, phase, done,
+total, bytes_done, bytes_total}``, the counts of the current phase (``total`` and the
+byte counts null when unknown). One is sent when a phase starts and when it ends, and
+in between at most every ``interval_s`` while the counts move; all of them before the
+call's answer. Without a token nothing is sent and nothing runs.
 
 The work reports from worker threads (:meth:`CallProgress.phase`,
 :meth:`CallProgress.advance`, under a lock); a trio task of the call

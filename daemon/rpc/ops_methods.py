@@ -225,9 +225,11 @@ def ops_methods() -> Methods:
     async def backup_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
+        progress = _progress(ctx, p, "backup.verify")
         p.done()
-        checked = await trio.to_thread.run_sync(bk.open_checked, path,
-                                                limiter=ctx.services.cpu)
+        async with progress.pumping():
+            checked = await trio.to_thread.run_sync(
+                lambda: bk.open_checked(path, progress=progress), limiter=ctx.services.cpu)
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
