@@ -5,17 +5,19 @@ agent with its workspace path and directory settings, and lists every other memb
 its size and SHA-256. Members are ``agents/<agent_id>/<path in the workspace>``: the
 Markdown (``daily_dir``, ``digest_dir``), sessions (``session_dir``, ``mem_session_dir``)
 and resources (``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
-(:data:`RESUMABLE`: pending conversation turns, the inbox, dream run records), the rest
+(:data:`RESUMABLE`: pending conversation turns, the inbox, the change logs of dream and
+auto_memory runs), the rest
 of it (derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
-carry the daemon's own files (:data:`DAEMON_FILES`: its config file, with secrets masked
-unless asked for, and its record of workspaces). Hidden files (``.name``: temp files,
-sync cookies) are left out.
+carry the daemon's own files (:data:`DAEMON_FILES`: its config file and its record of
+workspaces, whose model keys handed over by clients are secrets too; both with secrets
+left out unless asked for, ``meta.json``'s ``secrets_left_out`` naming the record's).
+Hidden files (``.name``: temp files, sync cookies) are left out.
 
 A restore reads nothing it has not checked: :func:`open_checked` validates the whole
 archive first (meta.json well-formed, every member named in it and vice versa, names
 relative without ``..``, no symlink or special members, no duplicates, no encryption,
-bounded sizes and compression ratios, checksums) and raises InvalidParams on the first
-problem, before anything is written. Writes go through :func:`atomic_write`, so each
+bounded sizes and compression ratios, checksums) and raises BackupInvalid (wire code -32012) on
+the first problem, before anything is written. Writes go through :func:`atomic_write`, so each
 restored file appears whole or not at all.
 
 Everything here blocks on the file system; the RPC layer runs it in worker threads.
@@ -33,13 +35,13 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 import orjson
 
 from recalld.daemon import safepath
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
-from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace, RecalldError
+from recalld.ipc.errors import InvalidBackup, PathOutsideWorkspace, RecalldError
 
 FORMAT = "recalld-backup"
 VERSION = 1
@@ -47,7 +49,7 @@ META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"
 #: Under ``metadata_dir``: what a restore needs to resume (never rebuilt from Markdown).
-RESUMABLE = ("sessions/", "inbox/", "dream/runs/")
+RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/")
 DAEMON_FILES = ("config.toml", "workspaces.json")
 _SECRET_VALUE = re.compile(
     r"""(?im)^([ \t]*[\w.-]*(?:api_key|apikey|token|secret|password)[\w.-]*[ \t]*=[ \t]*)"""
@@ -61,6 +63,27 @@ def mask_secrets(config_text: str) -> str:
     """``config_text`` (TOML) with every secret-named string value emptied."""
     return _INLINE_SECRET.sub(r'\1""', _SECRET_VALUE.sub(r'\1""', config_text))
 _COPY_CHUNK = 1 << 20
+
+
+class ProgressSink(Protocol):
+    """Where the long steps here report their counts (from the worker thread)."""
+
+    def phase(self, name: str, total: int | None = None,
+              bytes_total: int | None = None) -> None: ...
+
+    def advance(self, n: int = 1, nbytes: int = 0) -> None: ...
+
+
+class _NoProgress:
+    def phase(self, name: str, total: int | None = None,
+              bytes_total: int | None = None) -> None:
+        pass
+
+    def advance(self, n: int = 1, nbytes: int = 0) -> None:
+        pass
+
+
+NO_PROGRESS: ProgressSink = _NoProgress()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +108,12 @@ class AgentSource:
     dirs: Mapping[str, str]
 
 
-class BackupInvalid(InvalidParams):
+class BackupInvalid(InvalidBackup):
     """The archive is not a recalld backup or fails a check; nothing was changed."""
 
 
 def _refuse(path: Path, why: str) -> BackupInvalid:
-    return BackupInvalid(f"refusing backup {path.name}: {why}", {"file": str(path), "reason": why})
+    return BackupInvalid(f"refusing backup {path}: {why}", {"file": str(path), "reason": why})
 
 
 # ------------------------------------------------------------------------------ writing
@@ -140,11 +163,16 @@ def create_backup(
     note: str = "",
     daemon_files: Mapping[str, bytes] | None = None,
     secrets: bool = False,
+    secrets_left_out: Mapping[str, list[str]] | None = None,
+    progress: ProgressSink = NO_PROGRESS,
+    phase: str = "writing the archive",
 ) -> dict[str, Any]:
     """Write a backup of ``sources`` (and ``daemon_files``, by name in
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
-    list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets.
-    Files that vanish while being read are left out."""
+    list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
+    ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
+    Files that vanish while being read are left out. ``progress`` gets a ``listing
+    files`` phase, then ``phase`` with the files and bytes to write."""
     sources = list(sources)
     created = time.time()
     stamp = time.localtime(created)[:6]
@@ -152,13 +180,27 @@ def create_backup(
     agents: dict[str, Any] = {}
     ensure_dir(REAL, out.parent)
     # AtomicFile has no tell(): zipfile then streams members with data descriptors.
+    progress.phase("listing files")
+    listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
+    for src in sources:
+        sized = []
+        for rel in source_files(src, include_derived):
+            try:
+                sized.append((rel, os.lstat(src.root / rel).st_size))
+            except OSError:
+                sized.append((rel, 0))
+            progress.advance()
+        listed.append((src, sized))
+    progress.phase(phase, total=sum(len(s) for _, s in listed),
+                   bytes_total=sum(n for _, s in listed for _, n in s))
     with atomic_writer(REAL, out) as raw, zipfile.ZipFile(
         cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6
     ) as zf:
-        for src in sources:
+        for src, sized in listed:
             count = 0
-            for rel in source_files(src, include_derived):
+            for rel, size in sized:
                 entry = _add_member(zf, src, rel, stamp)
+                progress.advance(1, size)
                 if entry is not None:
                     files.append(entry)
                     count += 1
@@ -176,6 +218,7 @@ def create_backup(
             "recalld_version": recalld_version, "include_derived": include_derived,
             "note": note, "agents": agents, "files": files,
             "daemon": sorted(daemon_files or {}), "secrets": secrets,
+            "secrets_left_out": dict(secrets_left_out or {}),
         }
         info = zipfile.ZipInfo(META, stamp)
         info.external_attr = (stat.S_IFREG | 0o644) << 16
@@ -307,11 +350,13 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> dict[st
     return meta
 
 
-def open_checked(path: Path, limits: BackupLimits = BackupLimits()) -> CheckedBackup:
+def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
+                 progress: ProgressSink = NO_PROGRESS) -> CheckedBackup:
     """Validate the whole archive at ``path`` (see the module docstring), reading every
-    member once to verify its checksum. Raises BackupInvalid; writes nothing."""
+    member once to verify its checksum (``progress``: a ``checking the archive`` phase
+    counting members and bytes). Raises BackupInvalid; writes nothing."""
     try:
-        return _open_checked(path, limits)
+        return _open_checked(path, limits, progress)
     except BackupInvalid:
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
@@ -319,7 +364,7 @@ def open_checked(path: Path, limits: BackupLimits = BackupLimits()) -> CheckedBa
         raise _refuse(path, f"unreadable archive ({type(exc).__name__}: {exc})") from None
 
 
-def _open_checked(path: Path, limits: BackupLimits) -> CheckedBackup:
+def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> CheckedBackup:
     if not path.is_file():
         raise _refuse(path, "no such file")
     with zipfile.ZipFile(path) as zf:
@@ -347,9 +392,12 @@ def _open_checked(path: Path, limits: BackupLimits) -> CheckedBackup:
             raise _refuse(path, f"members and meta.json disagree (unlisted {extra}, "
                                 f"missing {missing})")
         checked = CheckedBackup(path, meta, listed)
+        progress.phase("checking the archive", total=len(listed),
+                       bytes_total=sum(e["size"] for e in listed.values()))
         for info in infos:
             if info.filename == META:
                 continue
+            progress.advance(1, info.file_size)
             parts = info.filename.split("/")
             if parts[0] == "daemon" and len(parts) == 2 and parts[1] in DAEMON_FILES:
                 entry = listed[info.filename]
@@ -462,9 +510,13 @@ def _check_no_symlink(root: Path, rel: str) -> None:
             raise PathOutsideWorkspace(f"restore target {rel} passes through a symlink")
 
 
-def apply_restore(backup: CheckedBackup, plan: RestorePlan) -> dict[str, Any]:
+def apply_restore(backup: CheckedBackup, plan: RestorePlan,
+                  progress: ProgressSink = NO_PROGRESS) -> dict[str, Any]:
     """Write ``plan``'s files atomically (checksums verified again while copying), then
-    remove the files the backup lacks. Returns counts."""
+    remove the files the backup lacks. Returns counts. ``progress``: a ``restoring
+    <agent>`` phase counting files written and removed."""
+    progress.phase(f"restoring {plan.agent_id}", total=len(plan.writes) + len(plan.removes),
+                   bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
     written = 0
     with zipfile.ZipFile(backup.path) as zf:
         for name, rel in sorted(plan.writes.items()):
@@ -480,8 +532,10 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan) -> dict[str, Any]:
                 if digest.hexdigest() != expected:  # the file changed under us: publish nothing
                     raise _refuse(backup.path, f"checksum mismatch for {name!r} while restoring")
             written += 1
+            progress.advance(1, backup.members[name]["size"])
     removed = 0
     for rel in plan.removes:
+        progress.advance()
         _check_no_symlink(plan.root, rel)
         try:
             (plan.root / rel).unlink()

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -36,6 +37,47 @@ class Remembered(TypedDict):
     #: The ``config`` overrides it was opened with (null: none).
     config: dict[str, Any] | None
     registered_at: float
+    #: Secrets of ``config`` a restore could not put back (left out of the backup), as
+    #: dotted keys (``chat_model_config.api_key``); cleared when a client hands them over.
+    left_out: NotRequired[list[str]]
+
+
+_SECRET_KEY = re.compile(r"(?i)(api_?key|token|secret|password|passwd)")
+_EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/@:\s]*:@")
+_URL_PASSWORD = re.compile(r"(?i)^([a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@")
+
+
+def strip_secrets(config: Mapping[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """``config`` without its secrets: every non-empty string under a secret-named key
+    (``api_key``, ``token``, ``password`` ...) left out, every URL password emptied; and
+    the dotted keys of what was taken out."""
+    out: dict[str, Any] = {}
+    taken: list[str] = []
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out[key], inner = strip_secrets(value, name + ".")
+            taken += inner
+        elif isinstance(value, str) and value and _SECRET_KEY.search(str(key)):
+            taken.append(name)
+        elif isinstance(value, str) and _URL_PASSWORD.match(value):
+            out[key] = _URL_PASSWORD.sub(r"\1:@", value)
+            taken.append(name)
+        else:
+            out[key] = value
+    return out, taken
+
+
+def has_value(config: Mapping[str, Any] | None, dotted: str) -> bool:
+    """True if ``config`` holds a non-empty value at ``dotted`` (``a.b.c``)."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    if isinstance(node, str) and _EMPTIED_PASSWORD.match(node):
+        return False  # a URL whose password was left out
+    return node not in (None, "")
 
 
 def _canonical(entries: Mapping[str, Remembered]) -> bytes:
@@ -66,6 +108,9 @@ def load(path: Path) -> dict[str, Remembered]:
             out[str(agent_id)] = Remembered(
                 path=rec["path"], config=config if isinstance(config, dict) else None,
                 registered_at=float(rec.get("registered_at") or 0.0))
+            left_out = rec.get("left_out")
+            if isinstance(left_out, list) and left_out:
+                out[str(agent_id)]["left_out"] = [str(k) for k in left_out]
         return out
     except (ValueError, KeyError, TypeError) as exc:
         aside = path.with_name(path.name + ".corrupt")
@@ -75,9 +120,34 @@ def load(path: Path) -> dict[str, Remembered]:
         return {}
 
 
+def dump(entries: Mapping[str, Remembered]) -> bytes:
+    """The file's bytes for ``entries``."""
+    doc = {"version": VERSION, "crc32": f"{zlib.crc32(_canonical(entries)):08x}",
+           "workspaces": dict(entries)}
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+
+def without_secrets(data: bytes) -> tuple[bytes, dict[str, list[str]]]:
+    """A record file's bytes with the secrets of every workspace's ``config`` taken out
+    (:func:`strip_secrets`), and what was taken out by agent id. Bytes that are not a
+    record are returned as they are."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data, {}
+    entries = doc.get("workspaces") if isinstance(doc, dict) else None
+    if not isinstance(entries, dict):
+        return data, {}
+    taken: dict[str, list[str]] = {}
+    for agent_id, rec in entries.items():
+        if isinstance(rec, dict) and isinstance(rec.get("config"), dict):
+            rec["config"], keys = strip_secrets(rec["config"])
+            if keys:
+                taken[str(agent_id)] = keys
+    return dump(entries), taken
+
+
 def save(path: Path, entries: Mapping[str, Remembered]) -> None:
     """Publish ``entries`` atomically."""
     ensure_dir(REAL, path.parent)
-    doc = {"version": VERSION, "crc32": f"{zlib.crc32(_canonical(entries)):08x}",
-           "workspaces": dict(entries)}
-    atomic_write(REAL, path, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
+    atomic_write(REAL, path, dump(entries))

@@ -21,6 +21,7 @@ without taking the daemon down; ``workspace.open`` on a failed workspace starts 
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import re
@@ -283,10 +284,40 @@ class WorkspaceRegistry:
         config = dict(overrides) if overrides else None
         if old is not None and old["path"] == str(root) and old["config"] == config:
             return
-        self._remembered[agent_id] = remembered.Remembered(
+        entry = remembered.Remembered(
             path=str(root), config=config,
             registered_at=old["registered_at"] if old is not None else time.time())
+        # Secrets a restore left out stay missing until a client hands them over again.
+        before = old.get("left_out", []) if old is not None else []
+        missing = [k for k in before if not remembered.has_value(config, k)]
+        if missing:
+            entry["left_out"] = missing
+        self._remembered[agent_id] = entry
         await self._save_remembered()
+
+    async def note_left_out(self, agent_id: str, keys: builtins.list[str]) -> None:
+        """Record that the secrets ``keys`` of ``agent_id``'s overrides were left out of
+        the backup it was restored from (shown in status until handed over again)."""
+        entry = self._remembered.get(agent_id)
+        if self._remembered_path is None or entry is None:
+            return
+        missing = [k for k in keys if not remembered.has_value(entry["config"], k)]
+        if missing == entry.get("left_out", []):
+            return
+        if missing:
+            entry["left_out"] = missing
+        else:
+            entry.pop("left_out", None)
+        await self._save_remembered()
+
+    def _hands_back(self, agent_id: str, overrides: Mapping[str, Any] | None) -> bool:
+        missing = self.left_out(agent_id)
+        return bool(missing) and any(remembered.has_value(overrides, k) for k in missing)
+
+    def left_out(self, agent_id: str) -> builtins.list[str]:
+        """The secrets of ``agent_id``'s overrides a restore could not put back."""
+        entry = self._remembered.get(agent_id)
+        return list(entry.get("left_out", [])) if entry is not None else []
 
     async def _save_remembered(self) -> None:
         assert self._remembered_path is not None
@@ -327,7 +358,15 @@ class WorkspaceRegistry:
                     raise InvalidParams(
                         f"workspace {agent_id!r} is already open at {current.root}"
                     )
-                return current
+                if not self._hands_back(agent_id, overrides):
+                    return current
+                # The overrides bring back secrets a restore left out (an agent's model
+                # key): serve the workspace with them from now on.
+                log.info("workspace %s: reopening with the secrets a restore left out",
+                         agent_id)
+                current.request_close()
+                await current.wait_closed()
+                del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
             self._check_overlap(agent_id, root)
             settings = workspace_settings_from_params(

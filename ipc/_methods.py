@@ -76,15 +76,15 @@ def status() -> Call[DaemonStatus]:
 
 def workspace_open(
     agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None,
-    import_report: bool = False,
+    import_report: bool = False, progress_token: str | None = None,
 ) -> Call[WorkspaceInfo]:
     """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
     ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
-    (under ``import``)."""
+    (under ``import``). ``progress_token``: see :meth:`Client.progress_of`."""
     return Call(
         "workspace.open",
         _params(agent_id=agent_id, path=path, config=dict(config) if config else None,
-                import_report=import_report or None),
+                import_report=import_report or None, progress_token=progress_token),
         cast(Callable[[Any], WorkspaceInfo], _as_dict),
     )
 
@@ -308,6 +308,16 @@ def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[dict[str, A
     return Call("dream.runs", _params(agent_id=agent_id, limit=limit), _as_list("runs"))
 
 
+def memory_changes(agent_id: str, kind: str | None = None,
+                   limit: int | None = None) -> Call[list[dict[str, Any]]]:
+    """``memory.changes``: the change log records of the memory jobs (``auto_memory``:
+    every run that changed or refused to change a note; ``auto_dream``: every dream run),
+    newest first, each with ``kind``, ``run_id``, ``started`` and ``log`` (the
+    workspace-relative path of its Markdown record); ``limit`` defaults to 20."""
+    return Call("memory.changes", _params(agent_id=agent_id, kind=kind, limit=limit),
+                _as_list("changes"))
+
+
 def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[dict[str, Any]]:
     """``dream.undo``: restore the files one dream run changed (``restored``,
     ``removed``); refused if they changed since, unless ``force``."""
@@ -323,7 +333,7 @@ def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[dict[s
 
 def backup_create(
     agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
-    include_secrets: bool = False,
+    include_secrets: bool = False, progress_token: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
     state (pending turns, inbox, dream runs; all open workspaces by default) and the
@@ -331,7 +341,8 @@ def backup_create(
     ``out`` or ``<data_dir>/backups/``."""
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
                                          include_derived=include_derived or None,
-                                         include_secrets=include_secrets or None), _as_dict)
+                                         include_secrets=include_secrets or None,
+                                         progress_token=progress_token), _as_dict)
 
 
 def backup_list() -> Call[dict[str, Any]]:
@@ -339,25 +350,26 @@ def backup_list() -> Call[dict[str, Any]]:
     return Call("backup.list", {}, _as_dict)
 
 
-def backup_verify(file: str) -> Call[dict[str, Any]]:
+def backup_verify(file: str, progress_token: str | None = None) -> Call[dict[str, Any]]:
     """``backup.verify``: check an archive completely (structure, limits, checksums)."""
-    return Call("backup.verify", {"file": file}, _as_dict)
+    return Call("backup.verify", _params(file=file, progress_token=progress_token), _as_dict)
 
 
 def backup_restore(
     file: str, agents: Sequence[str] | None = None, snapshot: bool = True,
-    dry_run: bool = False,
+    dry_run: bool = False, progress_token: str | None = None,
 ) -> Call[dict[str, Any]]:
     """``backup.restore``: validate, snapshot the current state, restore, reindex (with
     ``dry_run``: only validate and say what it would write and remove)."""
     return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
                                           snapshot=None if snapshot else False,
-                                          dry_run=True if dry_run else None), _as_dict)
+                                          dry_run=True if dry_run else None,
+                                          progress_token=progress_token), _as_dict)
 
 
-def backup_rollback() -> Call[dict[str, Any]]:
+def backup_rollback(progress_token: str | None = None) -> Call[dict[str, Any]]:
     """``backup.rollback``: restore the snapshot taken before the last restore."""
-    return Call("backup.rollback", {}, _as_dict)
+    return Call("backup.rollback", _params(progress_token=progress_token), _as_dict)
 
 
 def index_verify(agent_id: str) -> Call[dict[str, Any]]:
@@ -389,7 +401,7 @@ METHODS: dict[str, str] = {
         (jobs_list, ()), (jobs_cancel, ("a", "j")), (add_turns, ("a", "s", [])),
         (end_session, ("a", "s")),
         (inbox_list, ("a",)), (inbox_ack, ("a", [])), (subscribe, ([],)),
-        (dream_runs, ("a",)), (dream_undo, ("a", "r")),
+        (dream_runs, ("a",)), (dream_undo, ("a", "r")), (memory_changes, ("a",)),
         (backup_create, ()), (backup_list, ()), (backup_verify, ("f",)),
         (backup_restore, ("f",)), (backup_rollback, ()), (index_verify, ("a",)),
         (index_compact, ("a",)), (metrics, ()),
@@ -463,6 +475,7 @@ class SyncMethods:
     inbox_list = sync_method(inbox_list)
     inbox_ack = sync_method(inbox_ack)
     dream_runs = sync_method(dream_runs)
+    memory_changes = sync_method(memory_changes)
     dream_undo = sync_method(dream_undo)
     backup_create = sync_method(backup_create)
     backup_list = sync_method(backup_list)
@@ -503,6 +516,7 @@ class AsyncMethods:
     inbox_list = async_method(inbox_list)
     inbox_ack = async_method(inbox_ack)
     dream_runs = async_method(dream_runs)
+    memory_changes = async_method(memory_changes)
     dream_undo = async_method(dream_undo)
     backup_create = async_method(backup_create)
     backup_list = async_method(backup_list)

@@ -44,7 +44,8 @@ middlewares offer, without an index in the agent process::
   recall block (the search) is injected as usual.
 
 Workspaces: ``agent_id`` pins one workspace for every agent using this instance;
-without it each agent uses the workspace named after ``agent.name``. ``agents`` adds
+without it each agent uses the workspace named after ``agent.name`` (a name in a
+non-Latin script gets a digest of itself: :func:`workspace_name`). ``agents`` adds
 other workspaces to every search (their owners must share them). All per-conversation
 state is keyed by session id, so one instance may serve many agents at once. Daemon
 failures are logged and never break a reply; the tools report them to the model.
@@ -53,9 +54,11 @@ failures are logged and never break a reply; the tools report them to the model.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -98,9 +101,18 @@ INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
 def workspace_name(name: str) -> str:
-    """A valid recalld agent id derived from an AgentScope agent name."""
-    cleaned = _AGENT_ID_BAD.sub("_", name).strip(".")[:64]
-    return cleaned or "default"
+    """A valid recalld agent id derived from an AgentScope agent name.
+
+    An ASCII name keeps its letters, digits and ``_.-`` (others become ``_``). A name in
+    another script would lose most of its characters and collide with every other one
+    ("研究助手" and "写作助手" both became ``_``), so it becomes its ASCII letters (accents
+    folded, ``agent`` if none) and a digest of the whole name: distinct names, distinct
+    workspaces, the same one every time."""
+    if name.isascii():
+        return _AGENT_ID_BAD.sub("_", name).strip(".")[:64] or "default"
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    base = _AGENT_ID_BAD.sub("_", folded).strip("._-")[:55] or "agent"
+    return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"
 
 
 def format_hits(response: SearchResponse) -> list[str]:

@@ -1,12 +1,13 @@
 """The ``recalld`` command line: ``serve`` runs the daemon, everything else talks to it.
 
 Exit status: 0 success, 1 failure (one line ``recalld: <message> (code N)`` for an error
-answered by the daemon), 2 bad usage (including invalid params found by the daemon and a
-bad config file), 3 the daemon is not running (one line saying how to start it), 130
-interrupted. Output into a closed pipe (``recalld search q | head -1``) ends quietly with
-0. Nothing here prints a traceback. Nothing here imports the daemon: ``serve`` replaces
-this process with ``python -m recalld.daemon.main`` (same pid, as systemd's
-NotifyAccess=main wants), so every other command stays light.
+answered by the daemon, a refused backup archive among them), 2 bad usage (including
+invalid params found by the daemon and a bad config file), 3 the daemon is not running
+(one line saying how to start it), 130 interrupted. Output into a closed pipe
+(``recalld search q | head -1``) ends quietly with 0. Nothing here prints a traceback.
+Nothing here imports the daemon: ``serve`` replaces this process with
+``python -m recalld.daemon.main`` (same pid, as systemd's NotifyAccess=main wants), so
+every other command stays light.
 """
 
 from __future__ import annotations

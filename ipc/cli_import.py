@@ -19,7 +19,7 @@ import orjson
 
 from recalld.ipc import errors
 from recalld.ipc.client import Client
-from recalld.ipc.progress import call_progress
+from recalld.ipc.progress import following
 from recalld.ipc.render import print_json
 
 EXIT_OK = 0
@@ -67,9 +67,10 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     agent = _AGENT_ID.sub("-", str(agent)).strip("-.") or "default"
     if getattr(ns, "timeout", None) is None:
         client.timeout_s = IMPORT_TIMEOUT_S
-    with call_progress(client, "import-qwenpaw", f"opening and indexing {root}", as_json=as_json):
-        info: dict[str, Any] = dict(client.workspace_open(agent, path=str(root),
-                                                          config=config, import_report=True))
+    with following(client, "import-qwenpaw", as_json=as_json,
+                   after=f"recalld workspace list shows {agent} once it is open") as token:
+        info: dict[str, Any] = dict(client.workspace_open(
+            agent, path=str(root), config=config, import_report=True, progress_token=token))
     if as_json:
         print_json(out, info)
     else:

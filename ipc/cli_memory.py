@@ -1,4 +1,5 @@
-"""Memory and job commands of the ``recalld`` CLI: ``jobs``, ``inbox``, ``note``.
+"""Memory and job commands of the ``recalld`` CLI: ``jobs``, ``inbox``, ``note``,
+``changes``.
 
 :func:`add_parsers` adds the subcommands to the main parser; :data:`HANDLERS` maps each to
 its handler (client, namespace, out, as_json) -> exit status, as in ``cli_ops``. Errors
@@ -46,6 +47,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     ack.add_argument("ids", nargs="*", metavar="ID")
     ack.add_argument("--agent", default=DEFAULT_AGENT)
     ack.add_argument("--all", action="store_true", help="every item not yet seen")
+
+    changes = add(sub, "changes", "what the memory jobs changed or refused to change "
+                                  "(auto_memory and auto_dream change logs), newest first")
+    changes.add_argument("--agent", default=DEFAULT_AGENT)
+    changes.add_argument("--kind", choices=("auto_memory", "auto_dream"),
+                         help="only this job's records (default: both)")
+    changes.add_argument("-n", "--limit", type=int, default=20, metavar="N",
+                         help="at most N records (default 20)")
+    changes.add_argument("--show", metavar="RUN",
+                         help="print one record's log in full (run id from the list)")
 
     note = add(sub, "note", "append to an agent's note of the day (text, or stdin with -)")
     note.add_argument("content", help="Markdown text; - reads it from stdin")
@@ -140,6 +151,50 @@ def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------- changes
+
+
+def _what(change: Mapping[str, Any]) -> str:
+    if change.get("kind") == "auto_dream":
+        return f"{change.get('notes', 0)} note(s) read, {len(change.get('files') or ())} " \
+               "file(s) changed" + (" (undone)" if change.get("undone") else "")
+    parts = [f"{change.get('added', 0)} fact(s) added"]
+    if change.get("refused"):
+        parts.append(f"{change['refused']} bullet(s) a refused rewrite would have dropped")
+    return ", ".join(parts)
+
+
+def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.limit < 1:
+        raise errors.InvalidParams("-n must be at least 1")
+    if ns.show:
+        listed = client.memory_changes(ns.agent, kind=ns.kind, limit=500)
+        found = next((c for c in listed if c.get("run_id") == ns.show), None)
+        if found is None:
+            raise errors.NotFound(f"no change record {ns.show} for agent {ns.agent} "
+                                  "(recalld changes lists them)")
+        text = client.read(ns.agent, str(found["log"]))["text"]
+        if as_json:
+            print_json(out, {**found, "text": text})
+        else:
+            out.write(text if text.endswith("\n") else text + "\n")
+        return EXIT_OK
+    changes = client.memory_changes(ns.agent, kind=ns.kind, limit=ns.limit)
+    if as_json:
+        print_json(out, changes)
+    elif not changes:
+        out.write("no change records yet\n")
+    else:
+        rows = [{"run_id": c.get("run_id"), "kind": c.get("kind"), "started": c.get("started"),
+                 "outcome": c.get("outcome") or c.get("trigger"),
+                 "session": c.get("session_id") or "-", "note": c.get("note") or "-",
+                 "what": _what(c)} for c in changes]
+        out.write(table(rows, ("run_id", "kind", "started", "outcome", "session", "note",
+                               "what")))
+        out.write("full record: recalld changes --show RUN\n")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------- note
 
 
@@ -156,4 +211,5 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     return EXIT_OK
 
 
-HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note}
+HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note,
+                                "changes": _changes}

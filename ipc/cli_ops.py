@@ -21,7 +21,7 @@ from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
 from recalld.ipc.health import assess, daemon_problems
-from recalld.ipc.progress import call_progress
+from recalld.ipc.progress import following, size
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
 DEFAULT_AGENT = "default"
@@ -90,6 +90,9 @@ class Declined(errors.RecalldError):
     """The person answered no to a confirmation (client side only; exit status 1)."""
 
 
+_AFTER_RESTORE = "recalld status shows the workspaces; recalld backup list the rollback point"
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -113,9 +116,10 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     result: dict[str, Any]
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
-        with call_progress(client, "backup create", "writing the archive", as_json=as_json):
+        with following(client, "backup create", as_json=as_json,
+                       after="recalld backup list shows the archive once it is written") as token:
             result = client.backup_create(ns.agents, outfile, ns.include_derived,
-                                           ns.include_secrets)
+                                           ns.include_secrets, progress_token=token)
         if not as_json:
             out.write(f"wrote {result['file']}: {result['members']} file(s) of "
                       f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
@@ -132,7 +136,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             if result.get("rollback"):
                 out.write(f"rollback available: {result['rollback']['snapshot']}\n")
     elif action == "verify":
-        result = client.backup_verify(_local_or_name(ns.file))
+        with following(client, "backup verify", as_json=as_json, after=None) as token:
+            result = client.backup_verify(_local_or_name(ns.file), progress_token=token)
         if not as_json:
             out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
                       f"{', '.join(sorted(result.get('agents', {})))}\n")
@@ -141,32 +146,37 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         record = listed.get("rollback")
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
-        plan = client.backup_restore(record["snapshot"], record["agents"], dry_run=True)
+        with following(client, "backup rollback", as_json=as_json, after=None) as token:
+            plan = client.backup_restore(record["snapshot"], record["agents"], dry_run=True,
+                                         progress_token=token)
         if getattr(ns, "dry_run", False):
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
         _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
-        with call_progress(client, "backup rollback", "restoring the snapshot", as_json=as_json):
-            result = client.backup_rollback()
+        with following(client, "backup rollback", as_json=as_json,
+                       after=_AFTER_RESTORE) as token:
+            result = client.backup_rollback(progress_token=token)
         if not as_json:
             out.write(_restored_text(result, "rolled back"))
     else:
         if not ns.file:
             raise errors.InvalidParams("backup restore needs FILE (or --rollback)")
         name = _local_or_name(ns.file)
-        with call_progress(client, "backup restore", "checking the archive", as_json=as_json):
-            plan = client.backup_restore(name, ns.agents, dry_run=True)  # checks it all
+        with following(client, "backup restore", as_json=as_json, after=None) as token:
+            plan = client.backup_restore(name, ns.agents, dry_run=True,  # checks it all
+                                         progress_token=token)
         if ns.dry_run:
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
         agents = [p["agent_id"] for p in plan.get("plans", [])]
         _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
-        phase = "restoring" if ns.no_snapshot else "taking a snapshot, then restoring"
-        with call_progress(client, "backup restore", phase, as_json=as_json):
-            result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot)
+        with following(client, "backup restore", as_json=as_json,
+                       after=_AFTER_RESTORE) as token:
+            result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot,
+                                           progress_token=token)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:
@@ -317,14 +327,7 @@ def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 
 
 def _size(n: Any) -> str:
-    if not isinstance(n, int):
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
+    return size(n) if isinstance(n, int) else "-"
 
 
 def _header(status: Mapping[str, Any], socket_path: str) -> list[str]:

@@ -20,7 +20,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from recalld.ipc.types import Event, JobInfo
 
 T = TypeVar("T")
 MAX_QUEUED_EVENTS = 10_000
+PROGRESS_TOPIC = "call.progress"
 
 
 class Client(_methods.SyncMethods):
@@ -60,6 +61,8 @@ class Client(_methods.SyncMethods):
         self._protocol = ClientProtocol()
         self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
         self._topics: list[str] = []
+        #: token -> handler of the ``call.progress`` events of a call being waited for.
+        self._progress: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._topics_agent: str | None = None
         self._lock = threading.RLock()
 
@@ -227,7 +230,13 @@ class Client(_methods.SyncMethods):
             for message in self._protocol.receive_line(line):
                 if isinstance(message, Notification):
                     if message.method == "event":
-                        self._events.append(Event.from_params(message.params))
+                        event = Event.from_params(message.params)
+                        handler = (self._progress.get(str(event.data.get("token")))
+                                   if event.topic == PROGRESS_TOPIC else None)
+                        if handler is not None:
+                            handler(event.data)
+                        else:
+                            self._events.append(event)
                 elif message.id == want or (message.id is None and message.error is not None
                                             and want is not None):
                     # A null id with an error answers a request the daemon could not read
@@ -248,6 +257,18 @@ class Client(_methods.SyncMethods):
         return sorted(seen.values(), key=lambda j: j.get("submitted_at", 0.0))
 
     # ------------------------------------------------------------------- events
+
+    @contextlib.contextmanager
+    def progress_of(self, token: str,
+                    handler: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+        """While in the block, the ``call.progress`` events of a call made with
+        ``progress_token=token`` go to ``handler`` (called in the thread that waits for
+        the call, as they arrive) instead of :meth:`events`."""
+        self._progress[token] = handler
+        try:
+            yield
+        finally:
+            self._progress.pop(token, None)
 
     def subscribe(self, topics: Sequence[str],
                   agent_id: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ NOT_FOUND = -32008
 SHUTTING_DOWN = -32009
 NOT_ALLOWED = -32010
 DISK_FULL = -32011
+INVALID_BACKUP = -32012
 
 
 class RecalldError(Exception):
@@ -125,6 +126,14 @@ class DiskFull(RecalldError):
     code = DISK_FULL
 
 
+class InvalidBackup(RecalldError):
+    """A backup archive is not a recalld backup or fails a check (corrupt, hostile
+    member names, bad checksums, another format); nothing was changed. ``data`` holds
+    ``file`` and ``reason``."""
+
+    code = INVALID_BACKUP
+
+
 _BY_CODE: dict[int, type[RecalldError]] = {
     cls.code: cls
     for cls in (
@@ -144,6 +153,7 @@ _BY_CODE: dict[int, type[RecalldError]] = {
         ShuttingDown,
         NotAllowed,
         DiskFull,
+        InvalidBackup,
     )
 }
 

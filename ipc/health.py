@@ -238,6 +238,14 @@ def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Ass
     _dream(a, ws, mine)
     _resources(a, ws)
     _remote(a, ws)
+    left_out = [str(k) for k in ws.get("secrets_left_out") or ()]
+    if left_out:
+        a.problems.append(Problem(
+            "warn", f"{', '.join(left_out)} was left out of the backup this workspace was "
+            "restored from (made without --include-secrets)",
+            "let the agent hand its model over again (an AgentScope middleware given "
+            "chat_model / embedding_model does when it opens the workspace), or set it in "
+            "the config file, or restore a backup made with --include-secrets"))
     sessions = ws.get("sessions") or {}
     if sessions.get("pending_messages"):
         a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "

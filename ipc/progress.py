@@ -1,18 +1,23 @@
-"""Progress of a long job as a person or a script wants it, on stderr.
+"""Progress of long work as a person or a script wants it, on stderr.
 
-Three forms: a bar redrawn in place on a terminal (counts, phase, rate and ETA); a plain
-line every ``LINE_INTERVAL_S`` seconds (and at each phase change) when stderr is a file or
-a pipe; one JSON object per update with ``--json``, so stdout keeps only the result. The
+One renderer, :class:`Progress`, for jobs (followed by ``job.*`` events) and for the
+long calls that report ``call.progress`` events on their own connection (backup,
+restore, rollback, import; :func:`following`). Three forms: a bar redrawn in place on a
+terminal (counts, bytes, phase, rate and ETA); a plain line every ``LINE_INTERVAL_S``
+seconds, at each phase change and when a phase completes, when stderr is a file or a
+pipe; one JSON object per update with ``--json``, so stdout keeps only the result. The
 rate is measured within a phase, from the first update that phase reported.
 :class:`IndexingNotice` says what a call that waits for indexing is waiting for.
 """
 
 from __future__ import annotations
 
+import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -38,6 +43,8 @@ class Reading:
     total: int | None
     rate_per_s: float | None
     eta_s: float | None
+    bytes_done: int | None = None
+    bytes_total: int | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -50,6 +57,15 @@ def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
 def duration(seconds: float) -> str:
     s = int(seconds + 0.5)
     hours, s = divmod(s, 3600)
@@ -60,7 +76,7 @@ def duration(seconds: float) -> str:
 class Progress:
     """Turns a job's ``state`` and ``progress`` updates into output on ``stream``."""
 
-    def __init__(self, stream: TextIO, kind: str, job_id: str, *, mode: Mode,
+    def __init__(self, stream: TextIO, kind: str, job_id: str | None, *, mode: Mode,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.kind = kind
@@ -88,7 +104,8 @@ class Progress:
             rate = (done - start_done) / (now - start_t)
             if total is not None and total >= done:
                 eta = (total - done) / rate
-        return Reading(state, phase, done, total, rate, eta)
+        return Reading(state, phase, done, total, rate, eta, _count(p.get("bytes_done")),
+                       _count(p.get("bytes_total")))
 
     def update(self, state: str, progress: Any) -> None:
         if state in JOB_TERMINAL_STATES and self.mode != "bar":
@@ -96,9 +113,12 @@ class Progress:
         reading = self.read(state, progress)
         last = self._last
         changed_phase = last is None or reading.phase != last.phase
+        completed = (reading.total is not None and reading.done == reading.total and (
+            changed_phase or last is None or last.done != reading.done))
         if self.mode == "json" and last is not None and (
-                reading.state, reading.phase, reading.done, reading.total) == (
-                last.state, last.phase, last.done, last.total):
+                reading.state, reading.phase, reading.done, reading.total,
+                reading.bytes_done) == (last.state, last.phase, last.done, last.total,
+                                        last.bytes_done):
             return  # nothing new to tell a script
         self._last = reading
         if self.mode == "json":
@@ -106,7 +126,7 @@ class Progress:
         elif self.mode == "bar":
             self.stream.write("\r" + self.text(reading, bar=True).ljust(79)[:200])
             self._drawn = True
-        elif changed_phase or self._clock() - self._last_line >= LINE_INTERVAL_S:
+        elif changed_phase or completed or self._clock() - self._last_line >= LINE_INTERVAL_S:
             self._last_line = self._clock()
             self.stream.write(self.text(reading, bar=False) + "\n")
         self.stream.flush()
@@ -128,16 +148,22 @@ class Progress:
             parts.append(f"{r.done:,}/{r.total:,} ({fraction or 0:.0%})")
         elif r.done:
             parts.append(f"{r.done:,} done")
+        if r.bytes_total:
+            parts.append(f"{size(r.bytes_done or 0)}/{size(r.bytes_total)}")
         parts.append(r.phase if r.phase == r.state else f"{r.phase} ({r.state})")
         if r.rate_per_s is not None:
             parts.append(f"{r.rate_per_s:,.1f}/s")
         if r.eta_s is not None:
             parts.append(f"ETA {duration(r.eta_s)}")
-        return " ".join(parts) if bar else f"{self.kind} {self.job_id}: " + " ".join(parts[1:])
+        if bar:
+            return " ".join(parts)
+        who = self.kind if self.job_id is None else f"{self.kind} {self.job_id}"
+        return f"{who}: " + " ".join(parts[1:])
 
     def _json(self, r: Reading) -> None:
         record = {"event": "progress", "job_id": self.job_id, "kind": self.kind,
                   "state": r.state, "phase": r.phase, "done": r.done, "total": r.total,
+                  "bytes_done": r.bytes_done, "bytes_total": r.bytes_total,
                   "rate_per_s": None if r.rate_per_s is None else round(r.rate_per_s, 3),
                   "eta_s": None if r.eta_s is None else round(r.eta_s, 1)}
         self.stream.write(orjson.dumps(record).decode() + "\n")
@@ -195,78 +221,38 @@ class IndexingNotice:
             return  # only a notice: the waiting call reports real failures
 
 
-class CallProgress:
-    """Progress of one phase of a plain call the daemon answers only when done (backup,
-    restore, import): it reports no counts, so this says the phase and the time elapsed.
-    A bar redrawn every second on a terminal; a line at the start and every
-    ``LINE_INTERVAL_S`` otherwise; with ``--json`` one record (the job progress record
-    with ``job_id`` and counts null, plus ``elapsed_s``) at the start and as often. A
-    helper thread keeps time; it is joined on exit."""
-
-    def __init__(self, stream: TextIO, kind: str, phase: str, *, mode: Mode,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
-        self.kind = kind
-        self.phase = phase
-        self.mode = mode
-        self._clock = clock
-        self._start = clock()
-        self._last = float("-inf")
-        self._drawn = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="recalld-call-progress",
-                                        daemon=True)
-
-    def __enter__(self) -> CallProgress:
-        if self.mode != "bar":
-            self.tick()  # a script or a log sees at once what is under way
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        with self._lock:
-            if self._drawn:
-                self.stream.write("\n")
-                self.stream.flush()
-                self._drawn = False
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            self.tick()
-
-    def tick(self) -> None:
-        """Write what is due now (the bar every call, lines and JSON every interval)."""
-        with self._lock:
-            now = self._clock()
-            elapsed = max(now - self._start, 0.0)
-            if self.mode == "bar":
-                text = f"{self.kind}: {self.phase}… {duration(elapsed)} elapsed"
-                self.stream.write("\r" + text.ljust(79)[:200])
-                self._drawn = True
-            elif now - self._last < LINE_INTERVAL_S:
-                return
-            elif self.mode == "json":
-                record = {"event": "progress", "job_id": None, "kind": self.kind,
-                          "state": "running", "phase": self.phase, "done": None,
-                          "total": None, "rate_per_s": None, "eta_s": None,
-                          "elapsed_s": round(elapsed, 1)}
-                self.stream.write(orjson.dumps(record).decode() + "\n")
-            else:
-                self.stream.write(f"{self.kind}: {self.phase} ({duration(elapsed)} elapsed)\n")
-            self._last = now
-            self.stream.flush()
-
-
-def call_progress(client: Client, kind: str, phase: str, *, as_json: bool,
-                  stream: TextIO | None = None) -> CallProgress:
-    """A :class:`CallProgress` on ``stream`` (stderr) in the form its reader wants. The
-    daemon is reached first (a ping when not connected yet), so a daemon that is down is
-    one error line, not a progress line and then the error."""
+@contextmanager
+def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None = None,
+              after: str | None = "") -> Iterator[str]:
+    """A fresh ``progress_token`` for one long call made inside the block; the call's
+    ``call.progress`` events are drawn by a :class:`Progress` on ``stream`` (stderr) in
+    the form its reader wants. The daemon is reached first (a ping when not connected
+    yet), so a daemon that is down is one error line, not a progress line and then the
+    error. Ctrl-C stops waiting, not the call: the daemon finishes it, and the
+    KeyboardInterrupt says so (``after``: how to see the outcome; None for a call that
+    changes nothing, a dry run)."""
     if not client.connected:
         client.ping()
     out = stream if stream is not None else sys.stderr
     mode: Mode = "json" if as_json else "bar" if out.isatty() else "lines"
-    return CallProgress(out, kind, phase, mode=mode)
+    progress = Progress(out, kind, None, mode=mode)
+    token = secrets.token_hex(8)
+
+    def show(event: Mapping[str, Any]) -> None:
+        progress.update("running", {
+            "message": event.get("phase"), "done": event.get("done"),
+            "total": event.get("total"), "bytes_done": event.get("bytes_done"),
+            "bytes_total": event.get("bytes_total")})
+
+    with client.progress_of(token, show):
+        try:
+            yield token
+        except KeyboardInterrupt:
+            progress.close()
+            if after is None:
+                raise KeyboardInterrupt("interrupted; nothing was changed") from None
+            raise KeyboardInterrupt(
+                f"interrupted; the {kind} goes on in the daemon and finishes by itself"
+                + (f" ({after})" if after else "")) from None
+        finally:
+            progress.close()

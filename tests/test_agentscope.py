@@ -312,3 +312,4 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="top_k"):
         RecalldMemoryMiddleware(top_k=0)
     assert workspace_name("Research Bot #2") == "Research_Bot_2"
+    assert workspace_name("研究助手") != workspace_name("写作助手")

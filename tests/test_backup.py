@@ -14,7 +14,7 @@ import pytest
 from conftest import DaemonHandle
 
 from recalld.daemon.backup import BackupInvalid, BackupLimits, open_checked
-from recalld.ipc.errors import InvalidParams, NotFound
+from recalld.ipc.errors import InvalidBackup, InvalidParams, NotFound
 
 NOTES = {
     "memory/2026-07-23/commute.md": "# Commute\n\nI take the 7:40 train to Zurich.\n"
@@ -176,14 +176,16 @@ def test_hostile_archives_are_refused_and_change_nothing(
     backups = daemon.data_dir / "backups"
     for name, members, kwargs in HOSTILE:
         archive = hostile(tmp_path / f"{name}.zip", members, **kwargs)
-        with pytest.raises(InvalidParams) as err:
+        with pytest.raises(InvalidBackup) as err:
             daemon.call("backup.restore", {"file": str(archive)})
-        assert "refusing" in err.value.message, (name, err.value.message)
+        assert err.value.message.startswith(f"refusing backup {archive}: "), (
+            name, err.value.message)
+        assert err.value.data["file"] == str(archive) and err.value.data["reason"], name
         assert tree(ws) == before, name
         assert not (ws / "memory/2026-01-01").exists(), name
         assert not list(backups.glob("pre-restore-*")), "no snapshot for a refused restore"
         assert not Path("/tmp/evil.md").exists()
-        with pytest.raises(InvalidParams):
+        with pytest.raises(InvalidBackup):
             daemon.call("backup.verify", {"file": str(archive)})
 
 

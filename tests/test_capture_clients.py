@@ -180,3 +180,42 @@ def test_mcp_open_stream_is_written_when_idle(daemon_factory: Any, fake: FakePro
     fact = "The car is parked on level three."
     root = workspace_root(daemon, "driver")
     asyncio.run(mcp_turn(daemon, "driver", fact, wait_inside=root))
+
+
+def test_agents_named_in_any_script_keep_their_own_memory(daemon_factory: Any,
+                                                           fake: FakeProvider) -> None:
+    """One middleware instance (no agent_id) serves agents named in Chinese, German and
+    emoji: each gets a workspace of its own, the same one every time, and its one-turn
+    conversation becomes a note there after close()."""
+    from recalld.ipc.agentscope import workspace_name
+
+    daemon = daemon_factory(config(fake, idle_s=600))
+    facts = {"研究助手": "我最喜欢的城市是杭州。", "写作助手": "我的小说写的是一座灯塔。",
+             "Bürohund": "Der Bürohund heißt Keks.", "🤖": "Robots like 🔋 batteries."}
+    ids = {name: workspace_name(name) for name in facts}
+    assert len(set(ids.values())) == len(facts), ids  # no two names share a workspace
+    assert ids == {name: workspace_name(name) for name in facts}  # stable
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(mode="static_control", socket_path=daemon.socket_path)
+        try:
+            for name, fact in facts.items():
+                model = OpenAIChatModel(
+                    credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                    model="fake", stream=False, max_retries=0)
+                agent = Agent(name=name, system_prompt="You are a helpful assistant.",
+                              model=model, toolkit=Toolkit(tools=await mw.list_tools()),
+                              middlewares=[mw])
+                try:
+                    await agent.reply(UserMsg(name="user", content=fact))
+                finally:
+                    await model.client.close()
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    for name, fact in facts.items():
+        root = workspace_root(daemon, ids[name])
+        note = wait_note(root, fact)
+        others = [f for n, f in facts.items() if n != name]
+        assert not any(f in note.read_text(encoding="utf-8") for f in others), (name, note)

@@ -1,94 +1,181 @@
-"""Progress of the plain calls the daemon answers only when done (backup create, backup
-restore, import-qwenpaw): phase and elapsed time as a bar on a terminal, lines when piped,
-JSON lines with --json; and the note on stderr when a search reads an index still being
-built."""
+"""Progress of the long calls (backup create, backup restore, backup rollback,
+import-qwenpaw): counts of files and bytes per phase, reported by the daemon on the
+call's own connection and drawn like a job's progress: a bar on a terminal, lines when
+piped, JSON lines with --json; and the note on stderr when a search reads an index
+still being built."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonHandle
-from test_cli import recalld
+from test_cli import SCRIPT, recalld
 from test_progress import Clock
 
 from recalld.ipc.cli import _index_incomplete_note
 from recalld.ipc.client import Client
-from recalld.ipc.progress import LINE_INTERVAL_S, CallProgress
+from recalld.ipc.progress import Progress
+
+NOTES = 600  # more than one update per phase whatever the machine's speed
 
 
-def test_call_progress_lines_json_and_bar() -> None:
+def test_call_progress_with_bytes_in_every_form() -> None:
     out, clock = io.StringIO(), Clock()
-    p = CallProgress(out, "backup create", "writing the archive", mode="lines", clock=clock)
-    p.tick()
+    p = Progress(out, "backup create", None, mode="lines", clock=clock)
+    p.update("running", {"message": "writing the archive", "done": 0, "total": 300,
+                         "bytes_done": 0, "bytes_total": 3 << 20})
     clock.now += 1.0
-    p.tick()  # too soon for another line
-    clock.now += LINE_INTERVAL_S
-    p.tick()
+    p.update("running", {"message": "writing the archive", "done": 150, "total": 300,
+                         "bytes_done": 3 << 19, "bytes_total": 3 << 20})  # too soon
+    p.update("running", {"message": "writing the archive", "done": 300, "total": 300,
+                         "bytes_done": 3 << 20, "bytes_total": 3 << 20})  # phase done
     assert out.getvalue().splitlines() == [
-        "backup create: writing the archive (0:00 elapsed)",
-        "backup create: writing the archive (0:06 elapsed)"]
-
-    out, clock = io.StringIO(), Clock()
-    p = CallProgress(out, "backup restore", "restoring", mode="json", clock=clock)
-    p.tick()
-    clock.now += LINE_INTERVAL_S + 0.5
-    p.tick()
-    records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [r["elapsed_s"] for r in records] == [0.0, LINE_INTERVAL_S + 0.5]
-    assert all(r["event"] == "progress" and r["kind"] == "backup restore"
-               and r["phase"] == "restoring" and r["done"] is None and r["job_id"] is None
-               for r in records)
-
-    out, clock = io.StringIO(), Clock()
-    with CallProgress(out, "import-qwenpaw", "opening", mode="bar", clock=clock) as p:
-        clock.now += 75.0
-        p.tick()
-    drawn = out.getvalue()
-    assert drawn.startswith("\r") and "import-qwenpaw: opening… 1:15 elapsed" in drawn
-    assert drawn.endswith("\n")  # the result starts on its own line
+        "backup create: 0/300 (0%) 0 B/3.0 MiB writing the archive (running)",
+        "backup create: 300/300 (100%) 3.0 MiB/3.0 MiB writing the archive (running) "
+        "300.0/s ETA 0:00"]
+    out = io.StringIO()
+    p = Progress(out, "backup restore", None, mode="json", clock=clock)
+    p.update("running", {"message": "checking the archive", "done": 2, "total": 5,
+                         "bytes_done": 10, "bytes_total": 50})
+    p.update("running", {"message": "checking the archive", "done": 2, "total": 5,
+                         "bytes_done": 10, "bytes_total": 50})  # nothing new: no record
+    (record,) = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert record["job_id"] is None and record["bytes_total"] == 50 and record["done"] == 2
 
 
-def _note_file(daemon: DaemonHandle) -> None:
-    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-01" / "n.md"
-    note.parent.mkdir(parents=True, exist_ok=True)
-    note.write_text("# Note\nthe lighthouse keeper is Orla\n", encoding="utf-8")
+def _notes(daemon: DaemonHandle, n: int = NOTES) -> Path:
+    root = daemon.data_dir / "workspaces" / "default"
+    for i in range(n):
+        note = root / "memory" / f"2026-07-{i % 28 + 1:02d}" / f"笔记-{i}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# Note {i}\nthe lighthouse keeper is Orla, 灯塔 {i}\n" * 20,
+                        encoding="utf-8")  # about 1 KiB each
+    return root
 
 
-def test_backup_and_restore_say_their_phase_piped_and_as_json(daemon: DaemonHandle,
-                                                              tmp_path: Path) -> None:
-    _note_file(daemon)
+def _records(stderr: str) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in stderr.splitlines()]
+    assert records and all(r["event"] == "progress" for r in records), stderr
+    return records
+
+
+def _phase(records: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+    """The records of ``phase``: each time it runs (a restore checks the archive in its
+    dry run, then again), counts from 0 up to its total."""
+    mine = [r for r in records if r["phase"] == phase]
+    assert len(mine) >= 2, (phase, records)  # its start and its end at least
+    runs: list[list[dict[str, Any]]] = []
+    for r in mine:
+        if not runs or r["done"] < runs[-1][-1]["done"]:
+            runs.append([])
+        runs[-1].append(r)
+    for run in runs:
+        assert run[0]["done"] == 0 and run[-1]["done"] == run[-1]["total"], (phase, run)
+    return mine
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal; its exit status and what it drew."""
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    master, slave = pty.openpty()
+    with subprocess.Popen([*cmd, *args], env=env, stdout=subprocess.PIPE, stderr=slave,
+                          stdin=subprocess.DEVNULL) as proc:
+        os.close(slave)
+        drawn = b""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 1 << 16)
+                except OSError:  # the other end closed
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=60)
+    os.close(master)
+    return code, drawn.decode(errors="replace")
+
+
+def test_backup_and_restore_report_counts_in_every_form(daemon: DaemonHandle,
+                                                        tmp_path: Path) -> None:
+    _notes(daemon)
     out = tmp_path / "b.zip"
-    created = recalld("backup", "create", "--out", str(out), env=daemon.env)
-    assert created.returncode == 0, created.stderr
-    assert created.stderr.startswith("backup create: writing the archive (0:0")
-    assert "\r" not in created.stderr and created.stdout.startswith(f"wrote {out}")
-
-    as_json = recalld("backup", "create", "--out", str(tmp_path / "c.zip"), "--json",
-                      env=daemon.env)
+    as_json = recalld("backup", "create", "--out", str(out), "--json", env=daemon.env)
     assert as_json.returncode == 0, as_json.stderr
-    records = [json.loads(line) for line in as_json.stderr.splitlines()]
-    assert records and records[0]["kind"] == "backup create"
-    assert records[0]["phase"] == "writing the archive" and "elapsed_s" in records[0]
-    assert json.loads(as_json.stdout)["file"] == str(tmp_path / "c.zip")
+    records = _records(as_json.stderr)
+    assert records[0]["kind"] == "backup create" and records[0]["job_id"] is None
+    writing = _phase(records, "writing the archive")
+    assert writing[-1]["total"] >= NOTES and writing[-1]["bytes_total"] > NOTES * 1000
+    assert writing[-1]["bytes_done"] == writing[-1]["bytes_total"]
+    assert json.loads(as_json.stdout)["file"] == str(out)
 
-    restored = recalld("backup", "restore", str(out), "--yes", env=daemon.env)
+    piped = recalld("backup", "create", "--out", str(tmp_path / "c.zip"), env=daemon.env)
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stderr.splitlines()
+    assert "\r" not in piped.stderr and piped.stdout.startswith("wrote ")
+    total = writing[-1]["total"]
+    assert any(ln.startswith(f"backup create: 0/{total:,} (0%) 0 B/") and
+               ln.endswith("writing the archive (running)") for ln in lines), lines
+    assert any(ln.startswith(f"backup create: {total:,}/{total:,} (100%)") for ln in lines)
+
+    code, drawn = _on_a_terminal(["backup", "create", "--out", str(tmp_path / "d.zip")],
+                                 daemon.env)
+    assert code == 0, drawn
+    frames = drawn.split("\r")
+    assert any(f"[{'#' * 24}] {total:,}/{total:,} (100%)" in f for f in frames), drawn
+    assert any("writing the archive" in f and " KiB/" in f for f in frames), drawn
+
+    verified = recalld("backup", "verify", str(out), "--json", env=daemon.env)
+    assert verified.returncode == 0, verified.stderr
+    assert _phase(_records(verified.stderr), "checking the archive")[-1]["total"] >= total
+
+    restored = recalld("backup", "restore", str(out), "--yes", "--json", env=daemon.env)
     assert restored.returncode == 0, restored.stderr
-    lines = restored.stderr.splitlines()
-    assert lines[0].startswith("backup restore: checking the archive (")
-    assert any(line.startswith("backup restore: taking a snapshot, then restoring (")
-               for line in lines), lines
+    records = _records(restored.stderr)
+    checking = _phase(records, "checking the archive")
+    # The archive also holds the daemon's own files (its workspace record).
+    assert checking[-1]["total"] >= total and checking[-1]["bytes_total"] > 0
+    _phase(records, "writing the snapshot")
+    restoring = _phase(records, "restoring default")
+    assert restoring[-1]["total"] >= total
+    assert any(r["phase"] == "indexing default" for r in records), records
+    piped = recalld("backup", "restore", str(out), "--yes", env=daemon.env)
+    assert piped.returncode == 0, piped.stderr
+    assert any(ln.startswith(f"backup restore: {total:,}/{total:,} (100%)")
+               and "restoring default" in ln for ln in piped.stderr.splitlines()), piped.stderr
+    rolled = recalld("backup", "rollback", "--yes", "--json", env=daemon.env)
+    assert rolled.returncode == 0, rolled.stderr
+    _phase(_records(rolled.stderr), "restoring default")
 
 
-def test_import_says_its_phase(daemon: DaemonHandle, tmp_path: Path) -> None:
+def test_import_reports_the_files_indexed(daemon: DaemonHandle, tmp_path: Path) -> None:
     ws = tmp_path / "qw"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "memory" / "2026-07-01.md").write_text("# Day\nthe ferry Marrowind\n")
-    proc = recalld("import-qwenpaw", str(ws), "--agent", "qw", env=daemon.env)
+    for i in range(NOTES):
+        note = ws / "memory" / f"2026-06-{i % 28 + 1:02d}" / f"n{i}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# Day {i}\nthe ferry Marrowind {i}\n")
+    proc = recalld("import-qwenpaw", str(ws), "--agent", "qw", "--json", env=daemon.env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.startswith(f"import-qwenpaw: opening and indexing {ws} (0:")
+    records = _records(proc.stderr)
+    assert records[0]["phase"] == "opening"
+    indexing = [r for r in records if r["phase"] == "indexing"]
+    assert indexing and indexing[-1]["done"] == indexing[-1]["total"] == NOTES, records
+    piped = recalld("import-qwenpaw", str(ws), "--agent", "qw", env=daemon.env)
+    assert piped.returncode == 0, piped.stderr
+    assert f"import-qwenpaw: {NOTES}/{NOTES} (100%) indexing (running)" in piped.stderr
 
 
 def test_search_notes_an_index_still_being_built(daemon: DaemonHandle,
@@ -118,3 +205,23 @@ def test_search_notes_an_index_still_being_built(daemon: DaemonHandle,
         assert _index_incomplete_note(client, "big") is None
     proc = recalld("search", "lighthouse", "--agent", "big", env=daemon.env)
     assert proc.returncode == 0 and "still being built" not in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> None:
+    from recalld.ipc.progress import following
+
+    with Client(daemon.socket_path) as client:
+        for after, said in (
+                ("recalld backup list shows it", "interrupted; the backup create goes on in "
+                 "the daemon and finishes by itself (recalld backup list shows it)"),
+                (None, "interrupted; nothing was changed")):
+            stream = io.StringIO()
+            try:
+                with following(client, "backup create", as_json=False, stream=stream,
+                               after=after):
+                    raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                assert str(exc) == said
+            else:
+                raise AssertionError("the interrupt was swallowed")
+        assert client.ping()["pong"] is True  # the client stays usable

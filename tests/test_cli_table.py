@@ -40,14 +40,17 @@ ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
      ["inbox", "list", "--agent", "nobody"]),
     ("inbox ack", ["inbox", "ack", "--all"], ["inbox", "ack"], ["inbox", "ack", "nope"]),
     ("note", ["note", "bike on Mondays"], ["note", " "], ["note", "x", "--agent", "nobody"]),
+    ("changes", ["changes"], ["changes", "-n", "0"], ["changes", "--agent", "nobody"]),
     ("backup create", ["backup", "create", "--out", "OUT"], ["backup"],
      ["backup", "create", "--agent", "nobody"]),
     ("backup list", ["backup", "list"], ["backup", "list", "x"], None),  # nothing fails
-    # An archive the daemon refuses (missing, not a zip, bad checksums) is invalid params:
-    # exit 2, as the usage column shows; there is no other daemon error to provoke.
-    ("backup verify", ["backup", "verify", "OUT"], ["backup", "verify", "BAD"], None),
+    # An archive the daemon refuses (not a zip here; missing, hostile, bad checksums in
+    # test_refused_archives_exit_1_naming_the_archive) is a failure: the command line was
+    # right, the archive is bad (-32012, exit 1).
+    ("backup verify", ["backup", "verify", "OUT"], ["backup", "verify"],
+     ["backup", "verify", "BAD"]),
     ("backup restore", ["backup", "restore", "OUT", "--yes"], ["backup", "restore", "OUT"],
-     None),  # as for verify: every refusal is about the archive or the agents named
+     ["backup", "restore", "BAD", "--yes"]),
     ("backup rollback", ["backup", "rollback", "--yes"], ["backup", "rollback", "x"],
      None),  # succeeds after the restore above; its failure is in test_ops
     ("verify", ["verify"], ["verify", "--agent"], ["verify", "--agent", "nobody"]),
@@ -181,3 +184,39 @@ def test_workspace_close_forget_is_not_reopened_at_start(daemon_factory: DaemonF
     # Forgetting one that was never served is the daemon's refusal: exit 1, one line.
     again = recalld("workspace", "close", "never", "--forget", env=d2.env)
     assert again.returncode == 1 and again.stderr.startswith("recalld: "), again
+
+
+def test_refused_archives_exit_1_naming_the_archive(daemon: DaemonHandle,
+                                                    tmp_path: Path) -> None:
+    from test_backup import GOOD, hostile
+
+    folder = tmp_path / "архив с пробелами"  # a path with spaces and Cyrillic
+    folder.mkdir()
+    good = hostile(folder / "good.zip", [GOOD, ("agents/w/digest/b.md", b"y" * 5000, 0o100644)])
+    cut = folder / "cut.zip"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    text = folder / "notes.zip"
+    text.write_text("plain text, not a zip\n")
+    cases = {
+        "missing": (folder / "nowhere.zip", "no such file"),
+        "not a zip": (text, "unreadable archive"),
+        "truncated": (cut, "unreadable archive"),
+        "traversal": (hostile(folder / "up.zip", [GOOD, (
+            "agents/w/memory/../../../../etc/evil.md", b"x", 0o100644)]), "'..'"),
+        "foreign": (hostile(folder / "foreign.zip", [("README.txt", b"x", 0o100644)],
+                            meta=False), "not a recalld backup"),
+        "checksum": (hostile(folder / "lie.zip", [GOOD], lie={GOOD[0]: "0" * 64}),
+                     "checksum mismatch"),
+    }
+    for name, (archive, reason) in cases.items():
+        for args in (["backup", "verify", str(archive)],
+                     ["backup", "restore", str(archive), "--yes"],
+                     ["backup", "restore", str(archive), "--dry-run"],
+                     ["backup", "restore", str(archive), "--yes", "--json"]):
+            proc = recalld(*args, env=daemon.env)
+            line = proc.stderr.splitlines()[-1] if proc.stderr else ""
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, (name, args, proc)
+            assert line.startswith(f"recalld: refusing backup {archive}: "), (name, line)
+            assert reason in line and line.endswith("(code -32012)"), (name, line)
+    assert not (daemon.data_dir / "backups").exists() or not list(
+        (daemon.data_dir / "backups").glob("pre-restore-*")), "a refusal takes no snapshot"

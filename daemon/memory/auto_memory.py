@@ -19,7 +19,10 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
 A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
 one of its bullet points is refused (the model is told which, and may write again
 keeping them); each refusal is in the job result (``refused``), in the inbox item's
-details and in the log.
+details, in the daemon's log and in the change log. Every run that changed or refused to
+change the note leaves a change log record (:mod:`capture_log`,
+``<metadata_dir>/auto_memory/runs/``), also when the job then fails; its path is the
+result's ``log``.
 
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
 malformed answers, deadline) fail the job with a clear message and leave the turns
@@ -41,6 +44,8 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.jobs import JobContext
+from recalld.daemon.memory import capture_log
+from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.digest import dropped_bullets
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
@@ -55,7 +60,13 @@ from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import InvalidParams, JobFailed, NotAllowed, UnknownWorkspace
+from recalld.ipc.errors import (
+    InvalidParams,
+    JobFailed,
+    NotAllowed,
+    RecalldError,
+    UnknownWorkspace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +257,30 @@ async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: s
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
 
 
+async def _write_log(ws: Workspace, ops: FileOps, run: capture_log.CaptureRun) -> str | None:
+    """Write ``run``'s change log record if it changed or refused to change the note;
+    its workspace-relative path (None: nothing to record, or the write failed)."""
+    first: dict[str, str | None] = {}
+    last: dict[str, str | None] = {}
+    for change in ops.changes:
+        first.setdefault(change.path, change.before)
+        last[change.path] = change.after
+    for path in sorted(last):
+        run.note = path
+        run.record_change(path, first[path], last[path])
+    if not run.worth_keeping:
+        return None
+    run.finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    written: str | None = None
+    try:
+        with trio.CancelScope(shield=True):
+            written = await trio.to_thread.run_sync(
+                capture_log.write, ws.root, ws.settings.metadata_dir, run)
+    except (OSError, RecalldError) as exc:  # the note is written; only its log is lost
+        log.warning("auto_memory of %s: writing the change log failed: %s", ws.agent_id, exc)
+    return written
+
+
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     today: Callable[[], dt.date] = dt.date.today) -> Callable[[JobContext], Any]:
     """The job handler (register it with ``resumable=True``)."""
@@ -276,14 +311,28 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             note_path = await ops.session_note(session_id, date)
             note_text = await ops.read_text(note_path) if note_path else None
             tools = _SessionTools(ops, session_id, date)
-            result = await run_tools(
-                chat, _prompt(session_id, date, note_path, note_text, turns),
-                ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
-                deadline_s=DEADLINE_S,
-                on_step=lambda step, msg: job.set_progress(1, 4, f"model step {step}: {msg}"))
-            notes = sorted({c.path for c in ops.changes})
-            if not result.finished and not notes:
-                raise JobFailed(f"the chat model did not finish within {MAX_STEPS} steps")
+            started = dt.datetime.now(dt.UTC)
+            trigger = params.get("trigger")
+            run_log = capture_log.CaptureRun(
+                new_run_id(started), started.isoformat(), ws.agent_id,
+                session_id, job.job_id, date, len(turns),
+                trigger=trigger if isinstance(trigger, str) else None, note=note_path,
+                refused=tools.refused)
+            try:
+                result = await run_tools(
+                    chat, _prompt(session_id, date, note_path, note_text, turns),
+                    ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
+                    deadline_s=DEADLINE_S,
+                    on_step=lambda step, msg: job.set_progress(1, 4,
+                                                               f"model step {step}: {msg}"))
+                notes = sorted({c.path for c in ops.changes})
+                if not result.finished and not notes:
+                    raise JobFailed(f"the chat model did not finish within {MAX_STEPS} steps")
+            except RecalldError as exc:
+                run_log.error = exc.message
+                await _write_log(ws, ops, run_log)
+                raise
+            log_rel = await _write_log(ws, ops, run_log)
             job.set_progress(2, 4, "saving the conversation")
             dialog = await _append_dialog(ws, session_id, turns)
             job.set_progress(3, 4, "refreshing the day index")
@@ -298,7 +347,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 item = await ws.services.inbox.push(
                     "auto_memory", summary, changed, job_id=job.job_id,
                     details={"session_id": session_id, "date": date, "note": note,
-                             "refused": tools.refused})
+                             "refused": tools.refused, "log": log_rel})
             job.set_progress(4, 4, "done")
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
@@ -306,7 +355,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 "steps": result.steps, "tool_calls": result.tool_calls_made,
                 "finished": result.finished, "model_text": redact(result.final_text[:500]),
                 "inbox_item": item["id"] if item else None,
-                "refused": tools.refused,
+                "refused": tools.refused, "log": log_rel,
             }
 
     return run

@@ -78,15 +78,18 @@ class SessionFlusher:
         return added.upto <= added.submitted and self.job_active(added.last_job_id)
 
     async def submit(self, session_id: str, upto: int, request_id: str | None = None,
-                     answer: Callable[[str], dict[str, object]] | None = None) -> str:
-        """Queue auto_memory for ``session_id`` up to ``upto`` and record it."""
+                     answer: Callable[[str], dict[str, object]] | None = None,
+                     trigger: str = "flush") -> str:
+        """Queue auto_memory for ``session_id`` up to ``upto`` and record it; ``trigger``
+        (interval, flush, idle, stop) goes into the job's params and its change log."""
         job_id = await self.jobs.submit(self.ws.agent_id, "auto_memory",
-                                        {"session_id": session_id, "upto": upto})
+                                        {"session_id": session_id, "upto": upto,
+                                         "trigger": trigger})
         await self.store.mark_submitted(session_id, upto, job_id, request_id,
                                         answer(job_id) if answer is not None else {})
         return job_id
 
-    async def flush(self, session_id: str) -> str | None:
+    async def flush(self, session_id: str, trigger: str = "flush") -> str | None:
         """Submit the session's pending turns unless a job covers them; the job id."""
         async with self.store.lock:
             added = self.store.info(session_id)
@@ -94,7 +97,7 @@ class SessionFlusher:
                 return None
             if self.covered(added):
                 return added.last_job_id
-            return await self.submit(session_id, added.upto)
+            return await self.submit(session_id, added.upto, trigger=trigger)
 
     def touched(self, session_id: str) -> None:
         """A turn was added: the session's idle time starts again."""
@@ -109,7 +112,7 @@ class SessionFlusher:
 
     async def _flush_quietly(self, session_id: str, why: str) -> str | None:
         try:
-            return await self.flush(session_id)
+            return await self.flush(session_id, why)
         except RecalldError as exc:  # the workspace is closing, the journal is gone...
             log.warning("%s flush of %s/%s failed: %s", why, self.ws.agent_id, session_id,
                         exc.message)

@@ -1,4 +1,4 @@
-"""Dream run logs and undo.
+"""Change logs of the memory jobs, and dream undo.
 
 Every auto_dream run leaves two files in ``<metadata_dir>/dream/runs/``: ``<run_id>.md``, a
 change log for people (what changed, why, from which notes, what was refused), and
@@ -7,6 +7,10 @@ bytes before the run (base64; null when the run created it) and the checksum of 
 it left. :func:`undo_run` puts the previous bytes back, but only if nothing changed those
 files since (a later run or a person), unless forced. Undo does not re-queue the notes the
 run consumed: the dream catalog still has them, so the next run does not redo the change.
+
+The writing, loading, listing and pruning of such record pairs (:func:`write_record`,
+:func:`load_record`, :func:`list_records`) serve every job kind that keeps a change log
+(``<metadata_dir>/<kind>/runs/``): auto_dream here, auto_memory in :mod:`capture_log`.
 
 Everything here blocks on the file system: run it in a worker thread.
 """
@@ -18,6 +22,7 @@ import hashlib
 import os
 import re
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -44,8 +49,9 @@ def new_run_id(now: datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def runs_dir(root: Path, metadata_dir: str) -> Path:
-    return root / metadata_dir / "dream" / "runs"
+def runs_dir(root: Path, metadata_dir: str, kind: str = "dream") -> Path:
+    """Where the change log of job ``kind`` (``dream``, ``auto_memory``) lives."""
+    return root / metadata_dir / kind / "runs"
 
 
 @dataclass(slots=True)
@@ -122,11 +128,20 @@ def render_markdown(run: RunLog) -> str:
     return "\n".join(lines)
 
 
-def write_run(directory: Path, run: RunLog) -> None:
+def write_record(directory: Path, run_id: str, record: Mapping[str, Any], markdown: str,
+                 *, keep: int | None = None) -> None:
+    """Publish one run's machine record and its Markdown log (each atomically); with
+    ``keep``, remove the oldest record pairs beyond that many."""
     ensure_dir(REAL, directory)
-    atomic_write(REAL, directory / f"{run.run_id}.json",
-                 orjson.dumps(run.to_json(), option=orjson.OPT_INDENT_2))
-    atomic_write(REAL, directory / f"{run.run_id}.md", render_markdown(run).encode())
+    atomic_write(REAL, directory / f"{run_id}.json",
+                 orjson.dumps(dict(record), option=orjson.OPT_INDENT_2))
+    atomic_write(REAL, directory / f"{run_id}.md", markdown.encode())
+    if keep is not None:
+        prune_records(directory, keep)
+
+
+def write_run(directory: Path, run: RunLog) -> None:
+    write_record(directory, run.run_id, run.to_json(), render_markdown(run))
 
 
 def _check_run_id(run_id: object) -> str:
@@ -135,36 +150,67 @@ def _check_run_id(run_id: object) -> str:
     return run_id
 
 
-def load_run(directory: Path, run_id: str) -> dict[str, Any]:
+def load_record(directory: Path, run_id: str, what: str = "dream run") -> dict[str, Any]:
+    """The machine record of run ``run_id``; NotFound, or RecalldError when unreadable."""
     path = directory / f"{_check_run_id(run_id)}.json"
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        raise NotFound(f"no dream run {run_id!r}") from None
+        raise NotFound(f"no {what} {run_id!r}") from None
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise RecalldError(f"dream run {run_id} is unreadable: {exc}") from None
+        raise RecalldError(f"{what} {run_id} is unreadable: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
-        raise RecalldError(f"dream run {run_id} has an unknown format")
+        raise RecalldError(f"{what} {run_id} has an unknown format")
     return data
 
 
-def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
+def load_run(directory: Path, run_id: str) -> dict[str, Any]:
+    return load_record(directory, run_id, "dream run")
+
+
+def _record_ids(directory: Path) -> list[str]:
     try:
-        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+        names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    return [n.removesuffix(".json") for n in names
+            if n.endswith(".json") and RUN_ID_RE.match(n.removesuffix(".json"))]
+
+
+def list_records(directory: Path, summarize: Callable[[dict[str, Any]], dict[str, Any]],
+                 limit: int = 50, what: str = "run") -> list[dict[str, Any]]:
+    """``summarize`` of each readable record, newest first (unreadable ones skipped)."""
     out = []
-    for name in names:
+    for run_id in _record_ids(directory):
         try:
-            data = load_run(directory, name.removesuffix(".json"))
+            data = load_record(directory, run_id, what)
         except RecalldError:
             continue
-        out.append({"run_id": data["run_id"], "started": data.get("started"),
-                    "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
-                    "files": sorted(data.get("files", {})), "undone": data.get("undone")})
+        out.append(summarize(data))
     # Ids of runs started in the same second do not sort by time; the start stamps do.
-    out.sort(key=lambda r: (str(r["started"]), r["run_id"]), reverse=True)
+    out.sort(key=lambda r: (str(r.get("started")), str(r.get("run_id"))), reverse=True)
     return out[:limit]
+
+
+def prune_records(directory: Path, keep: int) -> int:
+    """Remove the oldest record pairs (by run id, which starts with the UTC time) beyond
+    ``keep``; the number removed."""
+    ids = sorted(_record_ids(directory))
+    old = ids[: max(0, len(ids) - keep)]
+    for run_id in old:
+        (directory / f"{run_id}.json").unlink(missing_ok=True)
+        (directory / f"{run_id}.md").unlink(missing_ok=True)
+    return len(old)
+
+
+def _dream_summary(data: dict[str, Any]) -> dict[str, Any]:
+    return {"run_id": data["run_id"], "started": data.get("started"),
+            "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
+            "files": sorted(data.get("files", {})), "undone": data.get("undone")}
+
+
+def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
+    return list_records(directory, _dream_summary, limit, "dream run")
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:

@@ -141,13 +141,18 @@ def _content_lines(text: str) -> list[str]:
 
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
 _BULLET_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_WORD = re.compile(r"\w+")
+# Scripts written without spaces between words (Chinese, Japanese; Korean syllables): each
+# character is a word of its own, so a refinement that inserts detail inside such a run
+# ("妹妹住在格拉茨" -> "妹妹安娜住在格拉茨") still holds every word of the old line.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
 
 
 def dropped_bullets(old: str, new: str) -> list[str]:
-    """The bullet points of ``old`` (``-``, ``*``, ``+`` or numbered) that no line of
-    ``new`` keeps, as written in ``old``. A line keeps a bullet if it holds all of the
-    bullet's words (case-insensitive): a refinement that adds detail keeps it."""
+    """The bullet points of ``old`` (``-``, ``*``, ``+`` or numbered, nested too) that no
+    line of ``new`` keeps, as written in ``old``. A line keeps a bullet if it holds all of
+    the bullet's words (case-insensitive; in CJK text, its characters): a refinement that
+    adds detail keeps it."""
     new_words = [set(_WORD.findall(ln)) for ln in _content_lines(new)]
     out = []
     for line in old.splitlines():

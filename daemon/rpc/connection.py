@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,6 +410,10 @@ class Connection:
             log.info("connection %d: client did not read for %.1f s, closing",
                      self._id, self._config.write_timeout_s)
         return not view
+
+    async def notify(self, topic: str, payload: Mapping[str, Any]) -> bool:
+        """One ``event`` notification to this connection only (see :class:`Peer`)."""
+        return await self.send(event_notification(topic, dict(payload)))
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
                   accept: Accept | None = None) -> list[str]:

@@ -12,12 +12,13 @@ from typing import Any, TypedDict
 
 import trio
 
-from recalld.daemon import safepath, sharing
+from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.qwenpaw_import import import_report
+from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc.errors import InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
@@ -85,6 +86,18 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     return raw
 
 
+def _with_left_out(registry: WorkspaceRegistry, info: JsonObject,
+                   ws: Workspace | None = None) -> JsonObject:
+    """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
+    the workspace's overrides (model keys handed over by its agent) and its settings do
+    not have them from elsewhere either (the config file)."""
+    missing = registry.left_out(str(info.get("agent_id")))
+    if ws is not None:
+        settings = dataclasses.asdict(ws.settings)
+        missing = [k for k in missing if not remembered.has_value(settings, k)]
+    return {**info, "secrets_left_out": missing} if missing else info
+
+
 def workspace_info(ws: Workspace) -> JsonObject:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
@@ -110,7 +123,8 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
         "socket_path": str(state.config.socket_path),
         "data_dir": str(state.config.data_dir),
         "config_path": str(state.config.config_path),
-        "workspaces": [ws.describe() for ws in state.registry.list()],
+        "workspaces": [_with_left_out(state.registry, ws.describe(), ws)
+                       for ws in state.registry.list()],
         "queues": queues,
     }
 
@@ -122,15 +136,28 @@ async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
     path = p.text("path", None)
     overrides = p.mapping("config", None)
     report = p.boolean("import_report", False)
+    progress = CallProgress(ctx.connection.notify,
+                            check_token(p.text("progress_token", None)), "workspace.open")
     p.done()
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
-    ws = await ctx.state.registry.open(
-        agent_id, Path(path) if path is not None else None, overrides
-    )
-    if report:  # what was found and reused of a QwenPaw workspace
-        return {**workspace_info(ws), "import": await import_report(
-            ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
+    async with progress.pumping():
+        progress.phase("opening")
+        ws = await ctx.state.registry.open(
+            agent_id, Path(path) if path is not None else None, overrides
+        )
+        if report:
+            index = ws.services.index
+
+            def indexed() -> tuple[int, int | None]:
+                status = index.status()
+                files = int(status.get("files") or 0)
+                return files, files + int(status.get("pending_changes") or 0)
+
+            progress.phase("indexing", sample=indexed)
+            # What was found and reused of a QwenPaw workspace, once indexed.
+            return {**workspace_info(ws), "import": await import_report(
+                ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
     return workspace_info(ws)
 
 
@@ -139,8 +166,9 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     registry = ctx.state.registry
     known = registry.remembered()
-    listed: list[JsonObject] = [{**workspace_info(ws), "registered": ws.agent_id in known}
-                                for ws in registry.list()]
+    listed: list[JsonObject] = [
+        _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known}, ws)
+        for ws in registry.list()]
     open_now = {ws.agent_id for ws in registry.list()}
     for agent_id, rec in sorted(known.items()):
         if agent_id not in open_now:  # recorded, not served now: reopened at next start

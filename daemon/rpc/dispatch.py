@@ -62,6 +62,11 @@ class Peer(Protocol):
         seeing what ``accept`` lets through); return them all."""
         ...
 
+    async def notify(self, topic: str, payload: Mapping[str, Any]) -> bool:
+        """Send one ``event`` notification to this connection only (progress of its own
+        call); False if the connection is gone."""
+        ...
+
 
 StatsProvider = Callable[[], Mapping[str, object]]
 

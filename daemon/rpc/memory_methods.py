@@ -1,9 +1,13 @@
-"""RPC methods of memory capture: ``memory.add_turns``, ``inbox.list``, ``inbox.ack``."""
+"""RPC methods of memory capture: ``memory.add_turns``, ``memory.changes``, ``inbox.list``,
+``inbox.ack``."""
 
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+import trio
+
+from recalld.daemon.memory import capture_log, changelog
 from recalld.daemon.memory.sessions import check_messages, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.errors import InvalidParams
@@ -19,6 +23,14 @@ class TurnsAdded(TypedDict):
     pending_messages: int
     user_turns_total: int
     job_id: NotRequired[str]
+
+
+class Changes(TypedDict):
+    agent_id: str
+    changes: list[JsonObject]
+
+
+CHANGE_KINDS = ("auto_memory", "auto_dream")
 
 
 class InboxItems(TypedDict):
@@ -79,11 +91,39 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
                 job_id = added.last_job_id  # a queued or running job covers it all
             else:
                 job_id = await capture.submit(session_id, added.upto, request_id,
-                                              lambda jid: dict(answer(jid)))
+                                              lambda jid: dict(answer(jid)),
+                                              trigger="interval" if periodic else "flush")
                 return answer(job_id)
         result = answer(job_id)
         await store.remember(request_id, result)
         return result
+
+
+@METHODS.add("memory.changes", positional=("agent_id",))
+async def memory_changes(ctx: CallContext, params: JsonObject) -> Changes:
+    """The change log records of the memory jobs (auto_memory, auto_dream), newest first."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    kind = p.text("kind", None)
+    limit = min(p.integer("limit", 20, minimum=1), 500)
+    p.done()
+    if kind is not None and kind not in CHANGE_KINDS:
+        raise InvalidParams(f"kind must be one of {', '.join(CHANGE_KINDS)}")
+    ws = ctx.workspace(agent_id)
+    meta = ws.settings.metadata_dir
+
+    def collect() -> list[JsonObject]:
+        out: list[JsonObject] = []
+        if kind in (None, "auto_memory"):
+            out += capture_log.list_runs(ws.root, meta, limit)
+        if kind in (None, "auto_dream"):
+            out += [{"kind": "auto_dream", **run,
+                     "log": f"{meta}/dream/runs/{run['run_id']}.md"}
+                    for run in changelog.list_runs(changelog.runs_dir(ws.root, meta), limit)]
+        out.sort(key=lambda r: (str(r.get("started")), str(r["run_id"])), reverse=True)
+        return out[:limit]
+
+    return {"agent_id": agent_id, "changes": await trio.to_thread.run_sync(collect)}
 
 
 @METHODS.add("inbox.list", positional=("agent_id",))

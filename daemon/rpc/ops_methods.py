@@ -12,6 +12,7 @@ rollback runs at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -21,9 +22,11 @@ import orjson
 import trio
 
 from recalld.daemon import backup as bk
-from recalld.daemon import metrics
-from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon import config as config_mod
+from recalld.daemon import metrics, remembered
+from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.maintenance import compact, verify
+from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -61,9 +64,13 @@ def _resolve_file(state: DaemonState, name: str) -> Path:
     return path
 
 
-def _daemon_files(state: DaemonState, include_secrets: bool) -> dict[str, bytes]:
-    """The daemon's config file (secrets masked unless asked for) and workspace record."""
+def _daemon_files(state: DaemonState,
+                  include_secrets: bool) -> tuple[dict[str, bytes], dict[str, list[str]]]:
+    """The daemon's config file and workspace record, secrets left out unless asked for
+    (the record's are the model keys clients handed over); and what was left out of the
+    record, by agent."""
     out: dict[str, bytes] = {}
+    left_out: dict[str, list[str]] = {}
     try:
         text = state.config.config_path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -71,23 +78,44 @@ def _daemon_files(state: DaemonState, include_secrets: bool) -> dict[str, bytes]
     if text is not None:
         out["config.toml"] = (text if include_secrets else bk.mask_secrets(text)).encode()
     try:
-        out["workspaces.json"] = (state.config.state_dir / "workspaces.json").read_bytes()
+        record = (state.config.state_dir / "workspaces.json").read_bytes()
     except FileNotFoundError:
-        pass
-    return out
+        return out, left_out
+    if not include_secrets:
+        record, left_out = remembered.without_secrets(record)
+    out["workspaces.json"] = record
+    return out, left_out
 
 
-def _restore_config(state: DaemonState, checked: bk.CheckedBackup) -> bool:
-    """Put the backed-up config file in place: always if it kept its secrets, else only
-    where this daemon has none (masked secrets must not replace real ones). It applies
-    at the next reload (SIGHUP) or start."""
+def _config_to_restore(state: DaemonState, checked: bk.CheckedBackup) -> bytes | None:
+    """The backed-up config file if a restore puts it in place: always if it kept its
+    secrets, else only where this daemon has none (masked secrets must not replace real
+    ones)."""
     data = checked.daemon_file("config.toml")
+    if data is None or (not checked.meta.get("secrets") and state.config.config_path.exists()):
+        return None
+    return data
+
+
+def _incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
+    """The running configuration with the workspace settings (defaults, tables, paths) of
+    config file ``data``: where the restored workspaces go and how they are opened. The
+    daemon's own settings apply at the next reload or start. Raises ConfigError."""
+    probe = state.config.state_dir / f".config-restore-{os.getpid()}.toml"
+    ensure_dir(REAL, probe.parent)
+    try:
+        atomic_write(REAL, probe, data)
+        new = config_mod.load(config=probe)
+    finally:
+        probe.unlink(missing_ok=True)
+    return dataclasses.replace(state.config, workspace_defaults=new.workspace_defaults,
+                               workspaces=new.workspaces, workspace_paths=new.workspace_paths)
+
+
+def _restore_config(state: DaemonState, data: bytes) -> None:
     target = state.config.config_path
-    if data is None or (not checked.meta.get("secrets") and target.exists()):
-        return False
     ensure_dir(REAL, target.parent)
     atomic_write(REAL, target, data)
-    return True
 
 
 def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Any]:
@@ -117,6 +145,12 @@ def _unique(path: Path) -> Path:
     return candidate
 
 
+def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
+    """The call's progress reporter: to its connection if it passed ``progress_token``."""
+    token = check_token(p.text("progress_token", None))
+    return CallProgress(ctx.connection.notify, token, method)
+
+
 def ops_methods() -> Methods:
     """The operations methods (one restore or rollback at a time per table); the
     daemon's CPU limiter bounds compression and checksum work."""
@@ -125,13 +159,18 @@ def ops_methods() -> Methods:
 
     async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
                            include_derived: bool, note: str,
-                           include_secrets: bool = False) -> JsonObject:
+                           include_secrets: bool = False,
+                           progress: bk.ProgressSink = bk.NO_PROGRESS,
+                           phase: str = "writing the archive") -> JsonObject:
         cpu = state.services.cpu
-        daemon_files = await trio.to_thread.run_sync(_daemon_files, state, include_secrets)
+        daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
+                                                               include_secrets)
         summary: JsonObject = await trio.to_thread.run_sync(
             lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                      recalld_version=state.version, note=note,
-                                     daemon_files=daemon_files, secrets=include_secrets),
+                                     daemon_files=daemon_files, secrets=include_secrets,
+                                     secrets_left_out=left_out, progress=progress,
+                                     phase=phase),
             limiter=cpu)
         metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
         return summary
@@ -143,6 +182,7 @@ def ops_methods() -> Methods:
         out: str | None = p.text("out", None)
         include_derived: bool = p.boolean("include_derived", False)
         include_secrets: bool = p.boolean("include_secrets", False)
+        progress = _progress(ctx, p, "backup.create")
         p.done()
         if agents:
             workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
@@ -159,8 +199,9 @@ def ops_methods() -> Methods:
         else:
             label = "-".join(w.agent_id for w in workspaces) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
-        return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
-                                  include_derived, "", include_secrets)
+        async with progress.pumping():
+            return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
+                                      include_derived, "", include_secrets, progress)
 
     @methods.add("backup.list")
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -184,15 +225,20 @@ def ops_methods() -> Methods:
     async def backup_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
+        progress = _progress(ctx, p, "backup.verify")
         p.done()
-        checked = await trio.to_thread.run_sync(bk.open_checked, path,
-                                                limiter=ctx.services.cpu)
+        async with progress.pumping():
+            checked = await trio.to_thread.run_sync(
+                lambda: bk.open_checked(path, progress=progress), limiter=ctx.services.cpu)
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
-                      snapshot: bool, dry_run: bool = False) -> JsonObject:
+                      snapshot: bool, dry_run: bool = False,
+                      progress: CallProgress | None = None) -> JsonObject:
         cpu = state.services.cpu
-        checked = await trio.to_thread.run_sync(bk.open_checked, path, limiter=cpu)
+        sink: bk.ProgressSink = progress if progress is not None else bk.NO_PROGRESS
+        checked = await trio.to_thread.run_sync(
+            lambda: bk.open_checked(path, progress=sink), limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
             check_agent_id(agent_id)
@@ -200,31 +246,48 @@ def ops_methods() -> Methods:
                 raise InvalidParams(f"agent {agent_id!r} is not in backup {path.name} "
                                     f"(it has {', '.join(checked.agents) or 'none'})")
         open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
+        config_data = await trio.to_thread.run_sync(_config_to_restore, state, checked)
+        cfg = state.config
+        config_error: str | None = None
+        if config_data is not None:
+            try:
+                cfg = await trio.to_thread.run_sync(_incoming_config, state, config_data)
+            except ConfigError as exc:  # kept out: it would stop the next start
+                config_error, config_data = str(exc), None
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
                 targets.append(_source(ws))
             else:
-                cfg = state.config
                 root = await trio.to_thread.run_sync(cfg.workspace_path(agent_id).resolve)
                 targets.append(bk.AgentSource(agent_id, root,
                                               _dirs_of(cfg.workspace_settings(agent_id))))
-        plans = await trio.to_thread.run_sync(
-            lambda: [bk.plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets],
-            limiter=cpu)
+        sink.phase("planning", total=len(targets))
+
+        def plan_all() -> list[bk.RestorePlan]:
+            out = []
+            for t in targets:
+                out.append(bk.plan_restore(checked, t.agent_id, t.root, t.dirs))
+                sink.advance()
+            return out
+
+        plans = await trio.to_thread.run_sync(plan_all, limiter=cpu)
         if dry_run:
             return {"file": str(path), "dry_run": True,
                     "plans": [bk.plan_summary(plan) for plan in plans]}
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
-            snap = await write_backup(state, targets, out, False, "pre-restore snapshot")
+            snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
+                                      progress=sink, phase="writing the snapshot")
             record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                       "restored_from": str(path)}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
             await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
-        config_restored = await trio.to_thread.run_sync(_restore_config, state, checked)
+        if config_data is not None:
+            await trio.to_thread.run_sync(_restore_config, state, config_data)
+            state.services.config.replace(cfg)  # workspaces opened from here on use it
         recorded = await trio.to_thread.run_sync(_recorded_in, checked)
         results = []
         for plan in plans:
@@ -233,16 +296,30 @@ def ops_methods() -> Methods:
             known = state.registry.remembered().get(plan.agent_id)
             overrides = (known["config"] if known is not None
                          else recorded.get(plan.agent_id, {}).get("config"))
+            # Model keys the backup left out are missing only where this daemon had none.
+            missing = [] if known is not None else [
+                str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
+                    plan.agent_id, [])]
             if ws is not None and _resumes(plan):
                 # Its session and inbox logs are about to be replaced: serve them afresh.
                 await state.registry.close(plan.agent_id)
                 ws = None
-            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, limiter=cpu)
+            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, sink,
+                                                 limiter=cpu)
             if ws is None:
                 ws = await state.registry.open(
                     plan.agent_id, plan.root, overrides if isinstance(overrides, dict) else None)
                 done["opened"] = not was_open
+            if missing:
+                await state.registry.note_left_out(plan.agent_id, missing)
+                done["secrets_left_out"] = missing
+                done["warning"] = (
+                    f"{', '.join(missing)} of workspace {plan.agent_id} was left out of the "
+                    "backup (made without --include-secrets): hand it over again (the "
+                    "agent's middleware does when it opens the workspace) or set it in "
+                    "the config file")
             if was_open:  # answered once the index has caught up with the restored files
+                sink.phase(f"indexing {plan.agent_id}")
                 services = ws.services
                 await services.index.sync()
                 found = await services.index.watcher.reconcile("after restore")
@@ -250,7 +327,8 @@ def ops_methods() -> Methods:
                 await services.health.scan()
             results.append(done)
         metrics.count("recalld_restores_total")
-        return {"file": str(path), "restored": results, "config_restored": config_restored,
+        return {"file": str(path), "restored": results,
+                "config_restored": config_data is not None, "config_error": config_error,
                 "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))
@@ -260,19 +338,22 @@ def ops_methods() -> Methods:
         agents: list[str] | None = p.strings("agents", None)
         snapshot: bool = p.boolean("snapshot", True)
         dry_run: bool = p.boolean("dry_run", False)
+        progress = _progress(ctx, p, "backup.restore")
         p.done()
-        async with restore_lock:
-            return await restore(ctx.state, path, agents, snapshot, dry_run)
+        async with restore_lock, progress.pumping():
+            return await restore(ctx.state, path, agents, snapshot, dry_run, progress)
 
     @methods.add("backup.rollback")
     async def backup_rollback(ctx: CallContext, params: JsonObject) -> JsonObject:
-        Params(params).done()
+        p = Params(params)
+        progress = _progress(ctx, p, "backup.rollback")
+        p.done()
         record = _read_record(ctx.state)
         if record is None:
             raise NotFound("no restore to roll back (no pre-restore snapshot recorded)")
-        async with restore_lock:
+        async with restore_lock, progress.pumping():
             result = await restore(ctx.state, Path(record["snapshot"]),
-                                   list(record["agents"]), snapshot=False)
+                                   list(record["agents"]), snapshot=False, progress=progress)
         return {**result, "rolled_back": record}
 
     @methods.add("index.verify", positional=("agent_id",))
