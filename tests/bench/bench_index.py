@@ -277,6 +277,17 @@ def process_memory_mb(pid: int) -> dict[str, float] | None:
     return out or None
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far: on a loaded machine a
+    steadier measure of start-up work than the wall clock."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def steady_memory(d: Daemon, c: RpcClient, queries: Sequence[str],
                   settle_s: float = 3.0) -> dict[str, Any]:
     """The daemon's resident memory once the build is committed and its buffers trimmed:
@@ -494,6 +505,7 @@ def reme_warm_from_process_start(reme_ws: Path, queries: Sequence[str],
     answered; median of ``runs``. ``warm_restart_s`` of ``run_reme`` starts after the
     imports, in a process that is already running."""
     times: list[float] = []
+    cpus: list[float] = []
     for _ in range(runs):
         reme = reme_baseline.RemeRounds(reme_ws, queries)
         try:
@@ -501,9 +513,13 @@ def reme_warm_from_process_start(reme_ws: Path, queries: Sequence[str],
             reme.start()
             reme.round(1)
             times.append(time.perf_counter() - t0)
+            cpu = process_cpu_s(reme.pid) if reme.pid is not None else None
+            if cpu is not None:
+                cpus.append(cpu)
         finally:
             reme.close()
-    return {"runs_s": times, "median_s": statistics.median(times)}
+    return {"runs_s": times, "median_s": statistics.median(times), "cpu_runs_s": cpus,
+            "cpu_median_s": statistics.median(cpus) if cpus else None}
 
 
 def recalld_cold_build(ws: Path, state_dir: Path, expect_files: int) -> float:
@@ -616,13 +632,16 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
                 if not any(r.get("path") == path for r in search(c, q)):
                     raise RuntimeError(f"after restart, {q!r} does not find {path}")
                 first = time.perf_counter() - t0
+                cpu = process_cpu_s(d.proc.pid) if d.proc is not None else None
                 open_and_sync(c, ws, expect_files)
                 runs.append({"first_answer_s": first, "ready_s": ready,
-                             "synced_s": time.perf_counter() - t0})
+                             "synced_s": time.perf_counter() - t0, "first_answer_cpu_s": cpu})
                 c.close()
             out["warm_restart_runs"] = runs
             out["warm_restart_s"] = statistics.median(r["first_answer_s"] for r in runs)
             out["warm_restart_synced_s"] = statistics.median(r["synced_s"] for r in runs)
+            cpus = [r["first_answer_cpu_s"] for r in runs if r["first_answer_cpu_s"] is not None]
+            out["warm_restart_cpu_s"] = statistics.median(cpus) if cpus else None
             with _phase(out, "warm_memory"):
                 c = connect(d.socket_path, OPEN_TIMEOUT_S)
                 out["steady_memory_warm_mb"] = steady_memory(d, c, queries[:20], 1.0)
@@ -679,6 +698,9 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str,
         "warm_restart_from_process_start": (
             _get(reme, "warm_restart_from_process_start", "median_s"),
             _get(recalld, "warm_restart_s")),
+        "warm_restart_cpu_from_process_start": (
+            _get(reme, "warm_restart_from_process_start", "cpu_median_s"),
+            _get(recalld, "warm_restart_cpu_s")),
     }
     # Like for like: both from a fresh process (ReMe's import time + its build, against
     # recalld's process start + open + sync). "cold_build" alone leaves ReMe's imports out.
