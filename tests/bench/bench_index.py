@@ -289,22 +289,29 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def steady_memory(d: Daemon, c: RpcClient, queries: Sequence[str],
-                  settle_s: float = 3.0) -> dict[str, Any]:
+                  settle_s: float = 3.0, idle_max_s: float = 120.0) -> dict[str, Any]:
     """The daemon's resident memory once the build is committed and its buffers trimmed:
-    after a pass of keyword searches (serving touches the index), then ``settle_s`` of
-    quiet; sampled until two readings 0.5 s apart agree within 1 MB."""
+    after a pass of keyword searches (serving touches the index), ``settle_s`` of quiet,
+    then until the daemon is idle (no CPU time used for 1 s: the commit's adoption of
+    the saved files and the trim after it are done; at most ``idle_max_s``) and two
+    readings 1 s apart agree within 1 MB."""
     for q in queries:
         search(c, q)
     time.sleep(settle_s)
-    last = d.memory_mb()
-    for _ in range(20):
-        time.sleep(0.5)
-        now = d.memory_mb()
-        if now is None or last is None or abs(now["rss"] - last["rss"]) < 1.0:
-            last = now
+    pid = d.proc.pid if d.proc is not None else None
+    t0 = time.perf_counter()
+    last, cpu = d.memory_mb(), process_cpu_s(pid) if pid else None
+    idle = False
+    while time.perf_counter() - t0 < idle_max_s:
+        time.sleep(1.0)
+        now, cpu_now = d.memory_mb(), process_cpu_s(pid) if pid else None
+        idle = cpu is not None and cpu_now is not None and cpu_now - cpu < 0.02
+        stable = now is None or last is None or abs(now["rss"] - last["rss"]) < 1.0
+        last, cpu = now, cpu_now
+        if idle and stable:
             break
-        last = now
-    return {"after_searches": len(queries), "settle_s": settle_s, **(last or {})}
+    return {"after_searches": len(queries), "settle_s": settle_s, "idle": idle,
+            "waited_s": round(time.perf_counter() - t0, 1), **(last or {})}
 
 
 def _results(reply: Any) -> list[dict[str, Any]]:
