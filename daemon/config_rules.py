@@ -19,8 +19,6 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
-from croniter import croniter
-
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 AGENT_ID_RULE = "1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
@@ -75,6 +73,8 @@ def one_of(choices: Sequence[str], *, fold_case: bool = False) -> Rule:
 
 
 def _cron(value: object) -> str | None:
+    from croniter import croniter  # only when a cron expression is checked
+
     if not isinstance(value, str) or not croniter.is_valid(value) or len(value.split()) != 5:
         return "must be a cron expression of 5 fields (minute hour day month weekday), " \
                "e.g. \"0 23 * * *\""

@@ -27,9 +27,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import trio
-from watchfiles import Change
 
-from recalld.daemon.watchsource import Emit, RawChange, WatchError
+from recalld.daemon.watchsource import Change, Emit, RawChange, WatchError
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004

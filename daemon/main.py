@@ -20,6 +20,8 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 SWITCH_INTERVAL_S = 0.001
+# malloc arenas of the daemon process: the event loop's and one for the worker threads.
+MALLOC_ARENAS = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
@@ -77,6 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = build_parser().parse_args(args)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
+
+    from recalld.daemon import memtrim
+
+    # Before any library can start a thread (numpy's BLAS starts its own on import): a
+    # build's worker threads would otherwise each keep a malloc arena resident.
+    memtrim.limit_arenas(MALLOC_ARENAS)
 
     import trio
 

@@ -4,25 +4,48 @@ A first build or a commit of a large index allocates hundreds of MB of short-liv
 objects (token lists, serialized records) in worker threads. glibc keeps freed memory in
 per-thread arenas, so without a trim the daemon's resident size stays at its build-time
 peak for good. ``malloc_trim(0)`` returns the free tops and pages of every arena.
+
+glibc also gives each thread that allocates its own arena (up to 8 per core), and a
+long-lived object left in one pins that arena's pages: after a build, memory freed in
+the worker threads' arenas stays resident around a few survivors. :func:`limit_arenas`
+caps them (``mallopt(M_ARENA_MAX)``, what ``MALLOC_ARENA_MAX`` does) before the first
+thread starts; the daemon's threads take the GIL for almost every allocation anyway,
+so they hardly ever contend for an arena.
+
 Elsewhere than glibc this does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
+import os
 import sys
+
+#: ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
+_M_ARENA_MAX = -8
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        # The symbols already loaded into the process, libc's among them: no library
+        # search (``ctypes.util.find_library`` runs ldconfig, slow at start-up).
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
 
 
 @functools.cache
 def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if not sys.platform.startswith("linux"):
-        return None
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
-    except (OSError, AttributeError):
+        fn = libc.malloc_trim if libc is not None else None
+    except AttributeError:
+        return None
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
@@ -36,3 +59,18 @@ def trim() -> bool:
         return False
     fn(0)
     return True
+
+
+def limit_arenas(count: int) -> bool:
+    """Let malloc use at most ``count`` arenas from now on (call before threads start);
+    False where that is not possible. ``MALLOC_ARENA_MAX`` in the environment wins."""
+    libc = _libc()
+    if libc is None or count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = libc.mallopt
+    except AttributeError:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, count))

@@ -42,7 +42,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 import trio
-from croniter import croniter
 
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.errors import AlreadyRunning, RecalldError
@@ -84,6 +83,8 @@ class CronSchedule:
     """A cron expression in a time zone, as a strictly increasing series of instants."""
 
     def __init__(self, expr: str, tz: tzinfo | str | None = None) -> None:
+        from croniter import croniter  # loaded with the first schedule, not at start-up
+
         if not isinstance(expr, str) or not croniter.is_valid(expr):
             raise ValueError(f"invalid cron expression {expr!r}")
         self.expr = expr
@@ -116,6 +117,8 @@ class CronSchedule:
 
     def next_after(self, at: datetime) -> datetime:
         """The first occurrence strictly after ``at`` (aware)."""
+        from croniter import croniter
+
         it = croniter(self.expr, self._local(at) - _DST_MARGIN)
         while True:
             instant = self.resolve(it.get_next(datetime))
@@ -124,6 +127,8 @@ class CronSchedule:
 
     def latest_at_or_before(self, at: datetime) -> datetime:
         """The last occurrence at or before ``at`` (aware)."""
+        from croniter import croniter
+
         it = croniter(self.expr, self._local(at) + _DST_MARGIN)
         while True:
             instant = self.resolve(it.get_prev(datetime))

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from watchfiles import Change
 
 from recalld.daemon import safepath
 from recalld.daemon.watchsource import (
     COOKIE_PREFIX,
+    Change,
     ChangeSource,
     RawChange,
     WatchError,

@@ -11,12 +11,22 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import Protocol
 
 import trio
-import watchfiles
-from watchfiles import Change
+
+
+class Change(IntEnum):
+    """What happened to a path: watchfiles' ``Change`` values, so its batches pass as
+    they are. Defined here because the native source needs no watchfiles at all (which
+    loads its Rust extension and anyio); :class:`WatchfilesSource` imports it when run."""
+
+    added = 1
+    modified = 2
+    deleted = 3
+
 
 RawChange = tuple[Change, str]
 #: Receives one batch of raw changes (absolute paths); must not block.
@@ -81,6 +91,8 @@ class WatchfilesSource:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        import watchfiles
+
         stop = threading.Event()
 
         def iterate() -> None:
@@ -96,7 +108,7 @@ class WatchfilesSource:
                     started = True
                     trio.from_thread.run_sync(task_status.started)
                 if changes:
-                    trio.from_thread.run_sync(emit, changes)
+                    trio.from_thread.run_sync(emit, {(Change(c), p) for c, p in changes})
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_set_on_cancel, stop)

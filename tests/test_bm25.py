@@ -13,7 +13,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.bm25 import BM25Index
-from recalld.daemon.index.postings import Slab, stable_order
+from recalld.daemon.index.postings import Slab, SortedTerms, stable_order, terms_to_arrays
 from recalld.daemon.index.tokenizer import doc_length, tokenize, tokenize_split
 
 
@@ -326,9 +326,10 @@ def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
     assert sorted(bulk_terms) == sorted(plain_terms)
 
 
-def test_a_loaded_vocabulary_stays_bytes_until_used() -> None:
-    # An idle workspace keeps no term dict: stats, saving and adopting do not build it;
-    # the first search does, and answers as the original index.
+def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
+    # A loaded workspace keeps no term dict: stats, saving, adopting and searching do not
+    # build it (searches look terms up in the sorted bytes), and answer as the original
+    # index; the first write builds it.
     docs = {i: tokenize(t) for i, t in enumerate(
         ["deploy the server", "数据库 迁移 服务器", "ECONNREFUSED on deploy", "coffee"], 1)}
     built = BM25Index()
@@ -342,7 +343,33 @@ def test_a_loaded_vocabulary_stays_bytes_until_used() -> None:
     assert loaded._table is None
     for query in (["deploy"], tokenize("数据库 迁移"), ["econnrefused"], ["absent"]):
         assert loaded.search(query, 5) == built.search(query, 5)
+        assert loaded.doc_freq(query[0]) == built.doc_freq(query[0])
+    assert loaded._table is None
+    loaded.add_many([(9, ["deploy", "coffee"])])
+    built.add_many([(9, ["deploy", "coffee"])])
     assert loaded._table is not None and len(loaded._table) == built.stats()["terms"]
+    assert loaded.search(["deploy"], 5) == built.search(["deploy"], 5)
+
+
+def test_sorted_terms_find_every_saved_term_and_refuse_bad_dictionaries() -> None:
+    # Short and long terms (over the fixed width), CJK, a term with a NUL byte: each is
+    # found under its id; absent terms are not; duplicates and split characters refuse.
+    terms = ["deploy", "数据库", "x" * (SortedTerms.WIDTH + 5), "a\x00b", "", "z",
+             "handleWebSocketReconnectAfterTimeoutExpired", "迁"]
+    blob, offsets = terms_to_arrays(terms)
+    table = SortedTerms(blob, offsets)
+    assert len(table) == len(terms)
+    for tid, term in enumerate(terms):
+        assert table.get(term) == tid
+        assert table[tid] == term
+    for absent in ("deplo", "deploy ", "x" * SortedTerms.WIDTH, "a", "数据", "\udcff"):
+        assert table.get(absent) is None
+    for dup in (["a", "b", "a"], ["y" * 40, "y" * 40]):
+        with pytest.raises(ValueError, match="duplicates"):
+            SortedTerms(*terms_to_arrays(dup))
+    blob, offsets = terms_to_arrays(["数据"])
+    with pytest.raises(ValueError, match="split a character"):
+        SortedTerms(blob, np.array([0, 1, len(blob)], dtype=np.int64))
 
 
 def test_cjk_text_counts_by_characters_in_lengths() -> None:

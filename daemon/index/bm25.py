@@ -86,6 +86,8 @@ class BM25Index:
         # (about 2 MB for 50k terms).
         self._table: postings.TermTable | None = postings.term_table()
         self._saved_terms: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
+        # Searches look terms up here while there is no ``_table`` (see _lookup).
+        self._sorted_terms: postings.SortedTerms | None = None
         self._main_gen = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -117,12 +119,24 @@ class BM25Index:
                                         unique=False)  # checked when loaded
             # Interned: workspaces of one daemon share one string per common term.
             self._table = postings.term_table([sys.intern(t) for t in terms])
-            self._saved_terms = None
+            self._saved_terms = self._sorted_terms = None
         return self._table
 
     @_term_ids.setter
     def _term_ids(self, table: postings.TermTable) -> None:
-        self._table, self._saved_terms = table, None
+        self._table, self._saved_terms, self._sorted_terms = table, None, None
+
+    @property
+    def _lookup(self) -> postings.TermTable | postings.SortedTerms:
+        """Term -> id for searches: the table once a write needed it, else the loaded
+        dictionary's sorted form (no string per term: a loaded index that is only
+        searched never builds the table)."""
+        if self._table is not None:
+            return self._table
+        if self._sorted_terms is None:
+            assert self._saved_terms is not None
+            self._sorted_terms = postings.SortedTerms(*self._saved_terms)
+        return self._sorted_terms
 
     def _n_terms(self) -> int:
         if self._table is not None:
@@ -321,7 +335,7 @@ class BM25Index:
     def doc_freq(self, term: str) -> int:
         """How many live documents contain ``term`` (one lookup, no scoring)."""
         df = len(self._delta_post.get(term, ()))
-        tid = self._term_ids.get(term)
+        tid = self._lookup.get(term)
         if tid is not None and tid < len(self._indptr) - 1:
             start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
             df += (end - start if not self._n_dead else
@@ -349,8 +363,9 @@ class BM25Index:
         tf_parts: list[npt.NDArray[Any]] = []
         factors: list[float] = []
         delta_scores: dict[int, float] = {}
+        lookup = self._lookup
         for term, qf in Counter(query_tokens).items():
-            tid = self._term_ids.get(term)
+            tid = lookup.get(term)
             rows = tfs = None
             df = 0
             if tid is not None and tid < n_terms_main:
@@ -461,14 +476,18 @@ class BM25Index:
         return index
 
     def _load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
-        terms = postings.load_terms(arrays)  # decoded and checked now, kept only as bytes
+        # Checked now (offsets, UTF-8, no duplicates) and searchable as it is: the term
+        # strings are made only when a write needs the table.
+        blob = postings.array(arrays, "terms_blob", np.uint8)
+        offsets = postings.array(arrays, "terms_offsets", np.int64)
+        terms = postings.SortedTerms(blob, offsets)
         seg = postings.load_segment(arrays, len(terms))
         alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
         self._table = None
-        self._saved_terms = (postings.array(arrays, "terms_blob", np.uint8),
-                             postings.array(arrays, "terms_offsets", np.int64))
+        self._saved_terms = (blob, offsets)
+        self._sorted_terms = terms
         self._set_main(seg)
         self._alive = alive
         live_rows = np.flatnonzero(alive)

@@ -367,6 +367,98 @@ def load_terms(
     return terms
 
 
+class SortedTerms:
+    """Read-only term -> id lookup over a saved term dictionary (the UTF-8 blob and
+    offsets of :func:`terms_to_arrays`) without a Python string per term.
+
+    Terms of up to :attr:`WIDTH` bytes sit in one sorted fixed-width byte array searched
+    by bisection, longer ones (identifiers, a few percent) in a small dict. Building it
+    checks what :func:`load_terms` checks (offsets, UTF-8, no duplicates) with array
+    operations, so a loaded index is checked and searchable at once, in a fraction of the
+    memory (about 1.5 MB against 13 MB for 50k terms) and time of the full dictionary,
+    which only a write needs.
+    """
+
+    WIDTH = 24
+    # Recent lookups, so the terms of repeated queries cost one dict lookup.
+    RECENT_MAX = 4096
+
+    __slots__ = ("_blob", "_ids", "_long", "_offsets", "_recent", "_sorted", "n_terms")
+
+    def __init__(self, blob: npt.NDArray[np.uint8], offsets: I64) -> None:
+        width = self.WIDTH
+        n = len(offsets) - 1
+        if n < 0 or offsets[0] != 0 or offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
+            raise ValueError("keyword index term offsets are inconsistent")
+        raw = blob.tobytes()
+        cont = (blob & 0xC0) == 0x80
+        starts = offsets[:-1][offsets[:-1] < len(blob)]
+        if cont[starts].any():
+            raise ValueError("keyword index term offsets split a character")
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError("keyword index term dictionary is not UTF-8") from exc
+        lens = np.diff(offsets)
+        short = lens <= width
+        # A fixed-width bytes array drops trailing NULs: such terms go to the dict.
+        nul = np.flatnonzero(blob == 0)
+        if len(nul):
+            short[np.searchsorted(offsets, nul, side="right") - 1] = False
+        ids = np.flatnonzero(short)
+        # Each short term's bytes and what follows, one row per term, then the bytes past
+        # its end zeroed.
+        padded = np.concatenate([blob, np.zeros(width, dtype=np.uint8)])
+        mat = np.lib.stride_tricks.sliding_window_view(padded, width)[offsets[:-1][ids]]
+        mat[np.arange(width) >= lens[ids][:, None]] = 0
+        keys = np.ascontiguousarray(mat).view(f"S{width}").ravel()
+        order = np.argsort(keys, kind="stable")
+        self._sorted = keys[order]
+        self._ids = ids[order].astype(np.int32)
+        if len(self._sorted) > 1 and bool(np.any(self._sorted[1:] == self._sorted[:-1])):
+            raise ValueError("keyword index term dictionary has duplicates")
+        long_ids = np.flatnonzero(~short).tolist()
+        bounds = offsets.tolist()
+        self._long = {raw[bounds[i]:bounds[i + 1]].decode("utf-8"): i for i in long_ids}
+        if len(self._long) != len(long_ids):
+            raise ValueError("keyword index term dictionary has duplicates")
+        self._recent: dict[str, int | None] = {}
+        self._blob, self._offsets = blob, offsets
+        self.n_terms = n
+
+    def __len__(self) -> int:
+        return self.n_terms
+
+    def __getitem__(self, tid: int) -> str:
+        """The term with id ``tid``."""
+        a, b = int(self._offsets[tid]), int(self._offsets[tid + 1])
+        return self._blob[a:b].tobytes().decode("utf-8")
+
+    def get(self, term: str) -> int | None:
+        """The id of ``term``, None if the dictionary does not hold it."""
+        try:
+            return self._recent[term]
+        except KeyError:
+            pass
+        tid = self._find(term)
+        if len(self._recent) >= self.RECENT_MAX:
+            self._recent.clear()
+        self._recent[term] = tid
+        return tid
+
+    def _find(self, term: str) -> int | None:
+        try:
+            key = term.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        if len(key) > self.WIDTH or b"\0" in key:
+            return self._long.get(term)
+        i = int(np.searchsorted(self._sorted, key))
+        if i < len(self._sorted) and self._sorted[i] == key:
+            return int(self._ids[i])
+        return None
+
+
 def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int) -> Segment:
     seg = Segment(
         array(arrays, "indptr", np.int64), array(arrays, "rows", np.int32),

@@ -22,7 +22,6 @@ from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
-from recalld.daemon.memory.redact import redact
 from recalld.ipc.errors import PathOutsideWorkspace
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
@@ -118,6 +117,10 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
                         digest=digest, unchanged=True)
     # The index never holds a credential a note contains (nor do embedding requests, made
     # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
+    # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
+    # warm start that finds nothing changed never needs.
+    from recalld.daemon.memory.redact import redact
+
     text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(

@@ -22,7 +22,6 @@ cancelled, the asyncio task is cancelled and the caller waits (shielded, bounded
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
@@ -42,6 +41,8 @@ from recalld.daemon.providers.errors import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     import aiohttp
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ def _translate(exc: BaseException, url: str) -> BaseException:
     import aiohttp  # loaded by the thread that raised ``exc``
 
     where = url.split("?", 1)[0]
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError
         return ProviderTimeout(f"request to {where} timed out")
     if isinstance(exc, aiohttp.InvalidURL):
         return ProviderConfigError(f"invalid provider URL {where!r}")
@@ -220,6 +221,9 @@ class ProviderBridge:
     # ----------------------------------------------------------- asyncio side
 
     def _thread_main(self, ready: trio.Event) -> None:
+        # asyncio too is loaded here: a daemon that never calls a provider never needs it.
+        import asyncio
+
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(self._amain(loop, ready))
@@ -231,6 +235,8 @@ class ProviderBridge:
                 loop.close()
 
     async def _amain(self, loop: asyncio.AbstractEventLoop, ready: trio.Event) -> None:
+        import asyncio
+
         import aiohttp  # here, in the thread: only a daemon that calls providers pays for it
 
         self._stop = asyncio.Event()

@@ -10,14 +10,21 @@ then measures:
 - the first commit after the build (``first_commit_s``), waited for before timing queries;
 - query latency p50/p99 with 1 and 16 concurrent clients (one blocking client per
   process, each with its own connection), over a fixed mix of queries;
+- steady-state memory after the build: RSS and PSS (with their anonymous and
+  file-backed parts, ``smaps_rollup``) once the build is committed and trimmed and a pass
+  of searches has run, and again after the warm restarts;
 - warm restart (median of 3): stop the daemon (SIGTERM), spawn it again on the same
-  state, time until ping + ``workspace.open`` + ``index.sync`` + a first correct answer;
+  state, time from the spawn to the first correct answer of a search (the daemon reopens
+  the workspace by itself; ``warm_restart_s``), and on to ``workspace.open`` +
+  ``index.sync`` returning (``warm_restart_synced_s``: the startup scan for changes made
+  while it was down is done);
 - write-to-searchable p50/p95 over 50 edits: append a unique token to a note, then poll
   ``memory.search`` (without ``sync``) every 5 ms until the note is returned, so the
   watcher path is what is measured;
 - peak RSS of the daemon (``VmHWM`` from ``/proc/<pid>/status``);
 - the ReMe baseline through ``reme_baseline.run_reme`` (cold build, warm restart, search
-  job latency, write-to-searchable over fewer edits because its watcher polls every 5 s);
+  job latency, write-to-searchable over fewer edits because its watcher polls every 5 s),
+  and ReMe's warm restart from spawning its process to the first answer;
 - ratios (ReMe / recalld: above 1 means recalld is faster) and the issue's targets.
 
 The daemon runs as a child process with its own socket, config and data directory under
@@ -216,6 +223,14 @@ class Daemon:
             return None
         return None
 
+    def memory_mb(self) -> dict[str, float] | None:
+        """Resident memory now: ``rss``, ``pss`` and their anonymous / file-backed parts
+        (``/proc/<pid>/smaps_rollup``; PSS shares file pages among the processes that
+        map them), MB."""
+        if self.proc is None:
+            return None
+        return process_memory_mb(self.proc.pid)
+
     def stop(self, grace_s: float = 15.0) -> float:
         """SIGTERM and wait (SIGKILL after ``grace_s``); returns the seconds it took."""
         t0 = time.perf_counter()
@@ -242,6 +257,61 @@ def pct(xs: Sequence[float], p: float) -> float | None:
         return None
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+_SMAPS_FIELDS = {"Rss:": "rss", "Pss:": "pss", "Pss_Anon:": "pss_anon",
+                 "Pss_File:": "pss_file", "Anonymous:": "anon"}
+
+
+def process_memory_mb(pid: int) -> dict[str, float] | None:
+    """RSS, PSS and their parts of process ``pid`` in MB, from ``smaps_rollup``."""
+    out: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                parts = line.split()
+                if parts and parts[0] in _SMAPS_FIELDS:
+                    out[_SMAPS_FIELDS[parts[0]]] = int(parts[1]) / 1024
+    except OSError:
+        return None
+    return out or None
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far: on a loaded machine a
+    steadier measure of start-up work than the wall clock."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steady_memory(d: Daemon, c: RpcClient, queries: Sequence[str],
+                  settle_s: float = 3.0, idle_max_s: float = 120.0) -> dict[str, Any]:
+    """The daemon's resident memory once the build is committed and its buffers trimmed:
+    after a pass of keyword searches (serving touches the index), ``settle_s`` of quiet,
+    then until the daemon is idle (no CPU time used for 1 s: the commit's adoption of
+    the saved files and the trim after it are done; at most ``idle_max_s``) and two
+    readings 1 s apart agree within 1 MB."""
+    for q in queries:
+        search(c, q)
+    time.sleep(settle_s)
+    pid = d.proc.pid if d.proc is not None else None
+    t0 = time.perf_counter()
+    last, cpu = d.memory_mb(), process_cpu_s(pid) if pid else None
+    idle = False
+    while time.perf_counter() - t0 < idle_max_s:
+        time.sleep(1.0)
+        now, cpu_now = d.memory_mb(), process_cpu_s(pid) if pid else None
+        idle = cpu is not None and cpu_now is not None and cpu_now - cpu < 0.02
+        stable = now is None or last is None or abs(now["rss"] - last["rss"]) < 1.0
+        last, cpu = now, cpu_now
+        if idle and stable:
+            break
+    return {"after_searches": len(queries), "settle_s": settle_s, "idle": idle,
+            "waited_s": round(time.perf_counter() - t0, 1), **(last or {})}
 
 
 def _results(reply: Any) -> list[dict[str, Any]]:
@@ -435,6 +505,30 @@ def interleaved_query_latency(ws: Path, state_dir: Path, reme_ws: Path, *,
                for side, v in lat.items()}}
 
 
+def reme_warm_from_process_start(reme_ws: Path, queries: Sequence[str],
+                                 runs: int = 3) -> dict[str, Any]:
+    """ReMe's warm restart as recalld's is timed: from spawning its process (interpreter,
+    imports, loading its saved index, the scan that finds nothing) to the first search
+    answered; median of ``runs``. ``warm_restart_s`` of ``run_reme`` starts after the
+    imports, in a process that is already running."""
+    times: list[float] = []
+    cpus: list[float] = []
+    for _ in range(runs):
+        reme = reme_baseline.RemeRounds(reme_ws, queries)
+        try:
+            t0 = time.perf_counter()
+            reme.start()
+            reme.round(1)
+            times.append(time.perf_counter() - t0)
+            cpu = process_cpu_s(reme.pid) if reme.pid is not None else None
+            if cpu is not None:
+                cpus.append(cpu)
+        finally:
+            reme.close()
+    return {"runs_s": times, "median_s": statistics.median(times), "cpu_runs_s": cpus,
+            "cpu_median_s": statistics.median(cpus) if cpus else None}
+
+
 def recalld_cold_build(ws: Path, state_dir: Path, expect_files: int) -> float:
     """Seconds from spawning a daemon on fresh state to ``index.sync`` of ``ws`` returning
     with every file indexed (the workspace's own derived state deleted first)."""
@@ -523,25 +617,42 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
             out["needle_hit_at_5"] = needle_hits(c, needles)
             out["first_commit_s"] = wait_committed(c)
             c.close()
+        with _phase(out, "steady_memory"):
+            c = connect(d.socket_path, OPEN_TIMEOUT_S)
+            out["steady_memory_mb"] = steady_memory(d, c, queries[:20])
+            c.close()
         with _phase(out, "query_latency"):
             out["query"] = [query_latency(d.socket_path, queries, query_samples, n)
                             for n in concurrency]
         out["peak_rss_mb_cold"] = d.peak_rss_mb()
         with _phase(out, "warm_restart"):
             runs = []
-            for _ in range(warm_runs):
+            for i in range(warm_runs):
                 out["stop_s"] = d.stop()
+                # A needle the daemon has not been asked for since its build.
+                q, path = needles[(i + 1) % len(needles)]
                 t0 = time.perf_counter()
                 ready = d.start()
                 c = connect(d.socket_path, OPEN_TIMEOUT_S)
-                open_and_sync(c, ws, expect_files)
-                q, path = needles[0]
+                # The workspace was opened before the restart: the daemon reopens it
+                # by itself, and the first search answers from the committed state.
                 if not any(r.get("path") == path for r in search(c, q)):
                     raise RuntimeError(f"after restart, {q!r} does not find {path}")
-                runs.append({"total_s": time.perf_counter() - t0, "ready_s": ready})
+                first = time.perf_counter() - t0
+                cpu = process_cpu_s(d.proc.pid) if d.proc is not None else None
+                open_and_sync(c, ws, expect_files)
+                runs.append({"first_answer_s": first, "ready_s": ready,
+                             "synced_s": time.perf_counter() - t0, "first_answer_cpu_s": cpu})
                 c.close()
             out["warm_restart_runs"] = runs
-            out["warm_restart_s"] = sorted(r["total_s"] for r in runs)[len(runs) // 2]
+            out["warm_restart_s"] = statistics.median(r["first_answer_s"] for r in runs)
+            out["warm_restart_synced_s"] = statistics.median(r["synced_s"] for r in runs)
+            cpus = [r["first_answer_cpu_s"] for r in runs if r["first_answer_cpu_s"] is not None]
+            out["warm_restart_cpu_s"] = statistics.median(cpus) if cpus else None
+            with _phase(out, "warm_memory"):
+                c = connect(d.socket_path, OPEN_TIMEOUT_S)
+                out["steady_memory_warm_mb"] = steady_memory(d, c, queries[:20], 1.0)
+                c.close()
         with _phase(out, "write_to_searchable"):
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
             out["write_to_searchable"] = write_to_searchable(c, ws, edits, seed)
@@ -589,6 +700,14 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str,
         "write_to_searchable_p95": (_get(reme, "write_to_searchable", "p95_s"),
                                     _get(recalld, "write_to_searchable", "p95_s")),
         "peak_rss": (_get(reme, "peak_rss_mb"), _get(recalld, "peak_rss_mb")),
+        # Both from spawning the process to the first answer (recalld's warm_restart_s is
+        # that; ReMe's own warm_restart_s leaves its start-up and imports out).
+        "warm_restart_from_process_start": (
+            _get(reme, "warm_restart_from_process_start", "median_s"),
+            _get(recalld, "warm_restart_s")),
+        "warm_restart_cpu_from_process_start": (
+            _get(reme, "warm_restart_from_process_start", "cpu_median_s"),
+            _get(recalld, "warm_restart_cpu_s")),
     }
     # Like for like: both from a fresh process (ReMe's import time + its build, against
     # recalld's process start + open + sync). "cold_build" alone leaves ReMe's imports out.
@@ -613,7 +732,14 @@ def compare(recalld: dict[str, Any], reme: dict[str, Any], size: str,
         targets["cold_build_speedup"] = check(
             ratios["cold_build_interleaved"], lambda v: v >= 5.0,
             ">= 5x ReMe, both from process start, medians of builds taken in turns")
+    targets["warm_restart_vs_reme"] = check(
+        ratios["warm_restart"], lambda v: v >= 2.0,
+        "at most half of ReMe's (ratio >= 2); recalld from process start to the first "
+        "answer, ReMe from after its imports")
     if size.startswith("3k") or size.startswith("quick"):
+        targets["steady_rss_mb"] = check(_get(recalld, "steady_memory_mb", "rss"),
+                                         lambda v: v <= 80.0,
+                                         "<= 80 MB after the build, caches trimmed")
         if ratios["query_p50_interleaved"] is not None:
             targets["query_p50_vs_reme"] = check(
                 ratios["query_p50_interleaved"], lambda v: v >= 1.0,
@@ -682,6 +808,9 @@ def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: 
                     ws_r, out_dir / f"state-{size.name}", ws_m, expect_files=gen.files,
                     queries=queries))
             entry["query_interleaved"] = il
+            with _phase(rm, "reme_warm_from_process_start"):
+                rm["warm_restart_from_process_start"] = reme_warm_from_process_start(
+                    ws_m, queries, warm_runs)
             if not size.name.startswith("100k"):  # ReMe takes minutes per build there
                 cb: dict[str, Any] = {}
                 with _phase(cb, "cold_interleaved"):

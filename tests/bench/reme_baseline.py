@@ -140,6 +140,11 @@ class RemeRounds:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_driver_env())
         self._ask(json.dumps(self._spec), timeout_s)
 
+    @property
+    def pid(self) -> int | None:
+        """The driver process's id while it runs."""
+        return None if self._proc is None else self._proc.pid
+
     def round(self, samples: int, offset: int = 0) -> list[float]:
         """Latencies (ms) of ``samples`` searches, queries taken from ``offset`` on."""
         reply = self._ask(json.dumps({"samples": samples, "offset": offset}), 600.0)
