@@ -13,6 +13,10 @@ import ctypes
 import ctypes.util
 import functools
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -36,3 +40,11 @@ def trim() -> bool:
         return False
     fn(0)
     return True
+
+
+def trimmed(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, then :func:`trim` (for worker processes: this module is light)."""
+    try:
+        return fn(*args)
+    finally:
+        trim()

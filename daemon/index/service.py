@@ -72,8 +72,8 @@ PREPARE_BATCH = 64
 # pool): below it, starting processes costs more than the threads' single core.
 POOL_MIN_FILES = 512
 # Files per worker-process call: larger than in threads, since each batch's vocabulary is
-# mapped once.
-POOL_BATCH = 256
+# mapped once; small enough that a worker's working set stays small (tens of MB at 256).
+POOL_BATCH = 128
 # Prepared files applied at once: the keyword index merges once per apply, so a large
 # reconcile applies in a few merges, not hundreds.
 APPLY_BATCH = 1024
@@ -299,30 +299,43 @@ class WorkspaceIndex:
                 results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
             ready[i].set()
 
-        async with trio.open_nursery() as nursery:
-            async def feed() -> None:
-                for i, paths in enumerate(batches):
-                    await slots.acquire()
-                    nursery.start_soon(one, i, paths)
+        # The worker processes are let go once the last batch is prepared: the applies
+        # and the commit that follow need memory, not workers.
+        with contextlib.ExitStack() as hold:
+            if pool is not None:
+                hold.enter_context(pool.holding())
+            async with trio.open_nursery() as nursery:
+                async def feed() -> None:
+                    for i, paths in enumerate(batches):
+                        await slots.acquire()
+                        nursery.start_soon(one, i, paths)
 
-            nursery.start_soon(feed)
-            pending: list[PreparedBatch] = []
-            files = done = 0
-            for i in range(len(batches)):
-                await ready[i].wait()
-                batch, results[i] = results[i], None
-                slots.release()
-                assert batch is not None
-                pending.append(batch)
-                files += len(batch.files)
-                if progress is not None and i < len(batches) - 1:
-                    progress(done + files)  # prepared: counts move per batch, not per apply
-                if files >= APPLY_BATCH or i == len(batches) - 1:
-                    await apply(pending)
-                    done += files
-                    pending, files = [], 0
-                    if progress is not None:
-                        progress(done)
+                nursery.start_soon(feed)
+                pending: list[PreparedBatch] = []
+                files = done = 0
+                for i in range(len(batches)):
+                    await ready[i].wait()
+                    batch, results[i] = results[i], None
+                    slots.release()
+                    assert batch is not None
+                    pending.append(batch)
+                    files += len(batch.files)
+                    last = i == len(batches) - 1
+                    if last:
+                        hold.close()
+                    elif progress is not None:
+                        progress(done + files)  # prepared: counts move per batch
+                    if files >= APPLY_BATCH or last:
+                        await apply(pending)
+                        done += files
+                        pending, files = [], 0
+                        batch = None
+                        if pool is not None:
+                            # A merge's buffers are freed, but glibc keeps them: hand
+                            # them back before the next one, so they do not add up.
+                            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+                        if progress is not None:
+                            progress(done)
 
     async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         # The CPU token before the index lock, as a commit takes them: in the other order
