@@ -34,6 +34,7 @@ from pyroaring import BitMap
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.postings import array as checked_array
 from recalld.daemon.index.postings import load_terms, terms_to_arrays
+from recalld.daemon.store.arrays import ByteParts
 
 __all__ = ["ChunkTable", "StoredChunk"]
 
@@ -257,6 +258,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Plain numeric arrays (no objects: safe to persist without pickle). They are
         copies (a view would pin the growable columns), so the table may change afterwards."""
+        arrays, blob = self._arrays()
+        return {**arrays, "blob": np.frombuffer(b"".join(blob.parts), dtype=np.uint8)}
+
+    def save_arrays(self) -> dict[str, npt.NDArray[Any] | ByteParts]:
+        """:meth:`to_arrays` for ``write_arrays``: the bytes as the buffers they are in (a
+        mapped file, sealed buffers), not joined into one copy."""
+        arrays, blob = self._arrays()
+        return {**arrays, "blob": blob}
+
+    def _arrays(self) -> tuple[dict[str, npt.NDArray[Any]], ByteParts]:
         t = self._compacted() if len(self._keys) != len(self._live) else self
         paths_blob, paths_off = terms_to_arrays(t._paths)
         emb_keys = sorted(t._embedding)
@@ -270,11 +281,13 @@ class ChunkTable(Mapping[int, StoredChunk]):
             "off": np.array(t._off, dtype=np.int64),
             "text_len": np.array(t._text_len, dtype=np.int32),
             "head_len": np.array(t._head_len, dtype=np.int32),
-            "blob": np.frombuffer(t._all_bytes(), dtype=np.uint8),
             "terms_blob": paths_blob, "terms_offsets": paths_off,
             "emb_keys": np.asarray(emb_keys, dtype=np.uint32),
             "emb_blob": emb_blob, "emb_offsets": emb_off,
-        }
+        }, ByteParts(tuple(p for p in t._buffers() if len(p)))
+
+    def _buffers(self) -> list[memoryview | bytearray]:
+        return [self._base, *self._sealed, self._blob]
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> ChunkTable:
@@ -362,14 +375,6 @@ class ChunkTable(Mapping[int, StoredChunk]):
             self._top += len(self._blob)
             self._sealed_end.append(self._top)
             self._blob = bytearray()
-
-    def _all_bytes(self) -> bytes | memoryview:
-        """Every row's bytes, contiguous: a view when they are in one buffer already."""
-        every: list[memoryview | bytearray] = [self._base, *self._sealed, self._blob]
-        parts = [p for p in every if len(p)]
-        if len(parts) == 1 and isinstance(parts[0], memoryview):
-            return parts[0]
-        return b"".join(parts)
 
     def _compacted(self) -> ChunkTable:
         out = ChunkTable()

@@ -132,7 +132,7 @@ class IndexStore:
                 fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records))
             # The same chunks as columns: what a warm start loads (no JSON per chunk).
             txn.add("chunk_table", write_arrays(
-                fs, txn.path("chunk_table", ".arr"), snap.chunks.to_arrays(),
+                fs, txn.path("chunk_table", ".arr"), snap.chunks.save_arrays(),
                 {"state_format": FORMAT_VERSION}))
             txn.add("graph", write_records(
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph))
