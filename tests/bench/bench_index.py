@@ -653,7 +653,7 @@ def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: 
                     out_dir: Path = DEFAULT_OUT_DIR, edits: int = 50, reme: bool = True,
                     reme_edits: int = reme_baseline.DEFAULT_EDITS, query_samples: int = 400,
                     concurrency: Sequence[int] = (1, 16), warm_runs: int = 3,
-                    keep_workspaces: bool = False) -> dict[str, Any]:
+                    keep_workspaces: bool = False, large_cold_runs: int = 0) -> dict[str, Any]:
     """Run the index bench for each size; returns the JSON-ready result dict."""
     t_all = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -702,11 +702,14 @@ def run_index_bench(sizes: Sequence[str | BenchSize] = ("3k", "100k"), *, seed: 
                     ws_r, out_dir / f"state-{size.name}", ws_m, expect_files=gen.files,
                     queries=queries))
             entry["query_interleaved"] = il
-            if not size.name.startswith("100k"):  # ReMe takes minutes per build there
+            # ReMe takes minutes per build at 100k chunks: there only on request.
+            runs = large_cold_runs if size.name.startswith("100k") else 3
+            if runs:
                 cb: dict[str, Any] = {}
                 with _phase(cb, "cold_interleaved"):
                     cb.update(cold_builds_interleaved(
-                        ws_r, out_dir / f"state-{size.name}", ws_m, expect_files=gen.files))
+                        ws_r, out_dir / f"state-{size.name}", ws_m, expect_files=gen.files,
+                        runs=runs))
                 entry["cold_interleaved"] = cb
             entry.update(compare(entry["recalld"], rm, size.name, il,
                                  entry.get("cold_interleaved")))
@@ -726,11 +729,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reme-edits", type=int, default=reme_baseline.DEFAULT_EDITS)
     ap.add_argument("--no-reme", action="store_true")
     ap.add_argument("--keep-workspaces", action="store_true")
+    ap.add_argument("--large-cold-runs", type=int, default=0,
+                    help="cold builds in turns at 100k chunks too (each side, minutes each)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "index.json")
     a = ap.parse_args(argv)
     sizes = ["quick"] if a.quick else [s.strip() for s in a.sizes.split(",") if s.strip()]
     res = run_index_bench(sizes, seed=a.seed, edits=a.edits, reme=not a.no_reme,
-                          reme_edits=a.reme_edits, keep_workspaces=a.keep_workspaces)
+                          reme_edits=a.reme_edits, keep_workspaces=a.keep_workspaces,
+                          large_cold_runs=a.large_cold_runs)
     text = json.dumps(res, indent=2, ensure_ascii=False)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text + "\n", encoding="utf-8")
