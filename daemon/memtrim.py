@@ -21,6 +21,10 @@ import ctypes
 import functools
 import os
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
 _M_ARENA_MAX = -8
@@ -74,3 +78,11 @@ def limit_arenas(count: int) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_ARENA_MAX, count))
+
+
+def trimmed(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, then :func:`trim` (for worker processes: this module is light)."""
+    try:
+        return fn(*args)
+    finally:
+        trim()

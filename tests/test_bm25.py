@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from recalld.daemon.index import bm25 as bm25_mod
+from recalld.daemon.index import postings as postings_mod
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.postings import Slab, SortedTerms, stable_order, terms_to_arrays
 from recalld.daemon.index.tokenizer import doc_length, tokenize, tokenize_split
@@ -70,6 +71,7 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bm25_mod, "DEAD_MIN_ROWS", 2)
     monkeypatch.setattr(bm25_mod, "SLAB_DOCS", 4)
     monkeypatch.setattr(bm25_mod, "SMALL_ADD_DOCS", 2)
+    monkeypatch.setattr(postings_mod, "SCATTER_BLOCK", 3)  # merges move postings in steps
 
 
 @pytest.fixture(params=["numpy", "python"])

@@ -26,7 +26,8 @@ _OP = st.one_of(
     st.tuples(st.just("remove"), st.integers(0, 40), st.none(), st.just(0)),
     st.tuples(st.just("embed"), st.integers(0, 40), st.sampled_from(["AAAA", None]),
               st.just(0)),
-    st.tuples(st.sampled_from(["reload", "copy"]), st.just(0), st.none(), st.just(0)),
+    st.tuples(st.sampled_from(["reload", "copy", "keep_copy"]), st.just(0), st.none(),
+              st.just(0)),
 )
 Ref = tuple[str, int, int, str, str, dict[str, object], str | None]
 
@@ -41,6 +42,8 @@ def test_matches_a_dict_of_chunks(
     table = ChunkTable()
     ref: dict[int, Ref] = {}
     next_key = 1
+    # Copies taken while the original goes on changing (they share its sealed bytes).
+    copies: list[tuple[ChunkTable, dict[int, Ref]]] = []
     for op, n, s, m in ops:
         if op == "add":
             path = f"memory/2026-07-0{next_key % 9 + 1}/n.md"
@@ -57,6 +60,8 @@ def test_matches_a_dict_of_chunks(
                 ref[n] = (*ref[n][:6], s)
         elif op == "reload":
             table = ChunkTable.from_arrays(table.to_arrays())
+        elif op == "keep_copy":
+            copies.append((table.copy(), dict(ref)))
         else:
             copy = table.copy()
             table.add(10_000 + next_key, "x.md", 1, 1, "only in the original", "", {})
@@ -73,6 +78,10 @@ def test_matches_a_dict_of_chunks(
     assert dict(table.texts()) == {k: v[3] for k, v in ref.items()}
     assert table.embeddings() == {k: v[6] for k, v in ref.items() if v[6] is not None}
     assert [r["text"] for r in table.records()] == [ref[k][3] for k in sorted(ref)]
+    for copy, at in copies:
+        assert {k: (c.path, c.start_line, c.end_line, c.text, c.heading, dict(c.metadata))
+                for k, c in copy.items()} == {k: v[:6] for k, v in at.items()}
+        assert ChunkTable.from_arrays(copy.to_arrays()).live == copy.live
 
 
 def test_keys_must_ascend_and_missing_keys_raise() -> None:

@@ -40,6 +40,24 @@ async def test_calls_run_in_other_processes_and_the_pool_stops_when_idle(
     assert not pool.alive
 
 
+async def test_a_pass_holding_the_pool_stops_it_when_it_ends(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pool = PreparePool(1, idle_s=600.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        with pool.holding():
+            with pool.holding():  # a second pass at the same time
+                first = await pool.call(os.getpid)
+            assert pool.alive  # the other pass still holds it
+            assert await pool.call(os.getpid) == first
+        assert not pool.alive  # at once, not idle_s later
+        with pool.holding():
+            assert await pool.call(os.getpid) != first  # started again on demand
+        assert not pool.alive and pool.status()["starts"] == 2
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_dead_worker_makes_the_call_fall_back() -> None:
     pool = PreparePool(1)
     async with trio.open_nursery() as nursery:

@@ -16,6 +16,7 @@ from pyroaring import BitMap
 from recalld.daemon.store.arrays import (
     MAGIC,
     MAX_ARRAY_BYTES,
+    ByteParts,
     map_arrays,
     read_arrays,
     read_blob,
@@ -67,6 +68,17 @@ def test_non_contiguous_input_is_written_in_logical_order(tmp_path: Path) -> Non
     arrays, _ = read_arrays(tmp_path / "a.arr", entry)
     np.testing.assert_array_equal(arrays["t"], base.T)
     np.testing.assert_array_equal(arrays["s"], base[:, ::2])
+
+
+def test_byte_parts_are_written_as_one_array(tmp_path: Path) -> None:
+    parts = (b"abc", bytearray(b""), memoryview("周末".encode()), bytearray(b"xyz" * 100))
+    joined = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    other = np.arange(5, dtype=np.int64)
+    a = write_arrays(REAL, tmp_path / "a.arr", {"x": other, "blob": ByteParts(parts)})
+    b = write_arrays(REAL, tmp_path / "b.arr", {"x": other, "blob": joined})
+    assert (a.size, a.checksum) == (b.size, b.checksum)
+    arrays, _ = read_arrays(tmp_path / "a.arr", a)
+    assert arrays["blob"].tobytes() == joined.tobytes()
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from recalld.daemon.store.records import (
     read_foreign_records,
     read_records,
     write_records,
+    write_records_twice,
 )
 
 
@@ -93,6 +94,21 @@ def test_large_file_spans_many_blocks(tmp_path: Path) -> None:
     truncate(tmp_path / "big.jsonl.zst", entry.size // 2)
     with pytest.raises(CorruptState, match="truncated"):
         read_records(tmp_path / "big.jsonl.zst")
+
+
+def test_written_in_two_passes_the_file_is_the_same(tmp_path: Path) -> None:
+    many = [chunk(i) for i in range(3000)]
+    once = write_records(REAL, tmp_path / "once.jsonl.zst", many)
+    twice = write_records_twice(REAL, tmp_path / "twice.jsonl.zst", lambda: iter(many))
+    assert (twice.size, twice.checksum, twice.records) == (once.size, once.checksum, 3000)
+    assert read_records(tmp_path / "twice.jsonl.zst", twice) == many
+
+
+def test_two_passes_that_differ_publish_nothing(tmp_path: Path) -> None:
+    passes = iter([[chunk(1), chunk(2)], [chunk(1), chunk(3, vector=False)]])
+    with pytest.raises(zstandard.ZstdError):
+        write_records_twice(REAL, tmp_path / "x.jsonl.zst", lambda: next(passes))
+    assert list(tmp_path.iterdir()) == []
 
 
 def _assert_rejected(path: Path, entry: FileEntry | None) -> None:

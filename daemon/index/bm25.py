@@ -321,7 +321,7 @@ class BM25Index:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
-        seg = postings.load_segment(arrays, self._n_terms())
+        seg = postings.load_segment(arrays, self._n_terms(), check_values=False)
         if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
                 len(self._indptr), len(self._rows), len(self._row_keys)):
             raise ValueError("saved keyword index does not match the one in memory")

@@ -12,13 +12,17 @@ Removal clears a key from the live set; rows and bytes of removed chunks are dro
 compaction once they make up a quarter of the table (linear, so amortized O(1) per change).
 Vectors, where known, are kept as QwenPaw's ``_embedding_f16_b64`` strings by key.
 
+A copy (what a commit saves) shares the bytes instead of copying them: the bytes added so
+far are sealed (kept by both tables, never written again) and the table goes on appending
+to a fresh buffer. A first build's commit then holds its chunk texts once, not three times.
+
 Pure and synchronous; not thread-safe (the index service serializes its users).
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -30,6 +34,7 @@ from pyroaring import BitMap
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.postings import array as checked_array
 from recalld.daemon.index.postings import load_terms, terms_to_arrays
+from recalld.daemon.store.arrays import ByteParts
 
 __all__ = ["ChunkTable", "StoredChunk"]
 
@@ -37,6 +42,7 @@ __all__ = ["ChunkTable", "StoredChunk"]
 DEAD_FRACTION = 0.25
 DEAD_MIN_ROWS = 256
 _COLUMNS = ("_keys", "_ids", "_path", "_start", "_end", "_off", "_text_len", "_head_len")
+_BYTES = ("_base", "_sealed", "_sealed_end", "_top", "_blob")
 
 
 class StoredChunk(NamedTuple):
@@ -117,11 +123,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._start = array("i")
         self._end = array("i")
         # Row r's bytes are at _off[r]:_off[r + 1] of _base (bytes loaded or mapped with
-        # the table, read-only) followed by _blob (bytes of rows added since).
+        # the table, read-only), then the sealed buffers (bytes added before the last
+        # copy, read-only; _sealed_end: where each ends), then _blob (bytes added since),
+        # which starts at _top. A row's bytes never span two of them.
         self._off = array("q", [0])
         self._text_len = array("i")  # ... text first, then heading, then metadata JSON
         self._head_len = array("i")
         self._base: memoryview = memoryview(b"")
+        self._sealed: list[memoryview] = []
+        self._sealed_end: list[int] = []
+        self._top = 0
         self._blob = bytearray()
         self.version = 0  # counts adds and removes (not vectors)
         self._paths: list[str] = []
@@ -199,7 +210,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._end.append(end_line)
         self._text_len.append(len(t))
         self._head_len.append(len(h))
-        self._off.append(len(self._base) + len(self._blob))
+        self._off.append(self._top + len(self._blob))
         self._live.add(key)
         self.version += 1
 
@@ -227,12 +238,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
             yield self[key].to_record()
 
     def copy(self) -> ChunkTable:
-        """An independent copy: a few buffer copies, cheap enough to take under the lock."""
+        """An independent copy: the columns are copied, the bytes shared (sealed: see the
+        module docstring); cheap enough to take under the lock."""
+        self._seal()
         out = ChunkTable()
         for name in _COLUMNS:
             setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
         out._base = self._base  # read-only: shared
-        out._blob = bytearray(self._blob)
+        out._sealed = list(self._sealed)
+        out._sealed_end = list(self._sealed_end)
+        out._top = self._top
         out.version = self.version
         out._paths = list(self._paths)
         out._path_ids = None
@@ -243,6 +258,16 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Plain numeric arrays (no objects: safe to persist without pickle). They are
         copies (a view would pin the growable columns), so the table may change afterwards."""
+        arrays, blob = self._arrays()
+        return {**arrays, "blob": np.frombuffer(b"".join(blob.parts), dtype=np.uint8)}
+
+    def save_arrays(self) -> dict[str, npt.NDArray[Any] | ByteParts]:
+        """:meth:`to_arrays` for ``write_arrays``: the bytes as the buffers they are in (a
+        mapped file, sealed buffers), not joined into one copy."""
+        arrays, blob = self._arrays()
+        return {**arrays, "blob": blob}
+
+    def _arrays(self) -> tuple[dict[str, npt.NDArray[Any]], ByteParts]:
         t = self._compacted() if len(self._keys) != len(self._live) else self
         paths_blob, paths_off = terms_to_arrays(t._paths)
         emb_keys = sorted(t._embedding)
@@ -256,11 +281,13 @@ class ChunkTable(Mapping[int, StoredChunk]):
             "off": np.array(t._off, dtype=np.int64),
             "text_len": np.array(t._text_len, dtype=np.int32),
             "head_len": np.array(t._head_len, dtype=np.int32),
-            "blob": np.frombuffer(b"".join((t._base, t._blob)), dtype=np.uint8),
             "terms_blob": paths_blob, "terms_offsets": paths_off,
             "emb_keys": np.asarray(emb_keys, dtype=np.uint32),
             "emb_blob": emb_blob, "emb_offsets": emb_off,
-        }
+        }, ByteParts(tuple(p for p in t._buffers() if len(p)))
+
+    def _buffers(self) -> list[memoryview | bytearray]:
+        return [self._base, *self._sealed, self._blob]
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> ChunkTable:
@@ -290,6 +317,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         t._text_len = array("i", text_len.tobytes())
         t._head_len = array("i", head_len.tobytes())
         t._base = blob.data  # no copy: a mapped file stays mapped
+        t._top = len(blob)
         t._paths = paths
         t._path_ids = None
         t._live = BitMap(t._keys)
@@ -338,10 +366,23 @@ class ChunkTable(Mapping[int, StoredChunk]):
                 meta)
 
     def _bytes(self, a: int, b: int) -> memoryview | bytearray:
+        top = self._top
+        if a >= top:
+            return self._blob[a - top:b - top]  # a copy: never a view that pins the bytearray
         nb = len(self._base)
         if b <= nb:
             return self._base[a:b]
-        return self._blob[a - nb:b - nb]  # a copy: never a view that pins the bytearray
+        i = bisect_right(self._sealed_end, a)
+        start = self._sealed_end[i - 1] if i else nb
+        return self._sealed[i][a - start:b - start]
+
+    def _seal(self) -> None:
+        """Keep the bytes added so far as a read-only buffer; append to a new one."""
+        if self._blob:
+            self._sealed.append(memoryview(self._blob).toreadonly())
+            self._top += len(self._blob)
+            self._sealed_end.append(self._top)
+            self._blob = bytearray()
 
     def _compacted(self) -> ChunkTable:
         out = ChunkTable()
@@ -371,7 +412,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return out
 
     def _adopt(self, other: ChunkTable) -> None:
-        for name in (*_COLUMNS, "_base", "_blob", "_paths", "_path_ids", "_live", "_embedding"):
+        for name in (*_COLUMNS, *_BYTES, "_paths", "_path_ids", "_live", "_embedding"):
             setattr(self, name, getattr(other, name))
 
 

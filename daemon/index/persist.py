@@ -34,7 +34,7 @@ from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import FS, REAL
 from recalld.daemon.store.generation import Generation
 from recalld.daemon.store.manifest import GenerationStore
-from recalld.daemon.store.records import write_records
+from recalld.daemon.store.records import write_records, write_records_twice
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,13 @@ class IndexStore:
         with self.store.transaction() as txn:
             txn.add("catalog", write_records(
                 fs, txn.path("catalog", ".jsonl.zst"), (f.to_record() for f in snap.files)))
-            txn.add("chunks", write_records(
-                fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records()))
+            # Serialized twice rather than held whole: at 100k chunks the records are
+            # hundreds of MB of JSON.
+            txn.add("chunks", write_records_twice(
+                fs, txn.path("chunks", ".jsonl.zst"), snap.chunks.records))
             # The same chunks as columns: what a warm start loads (no JSON per chunk).
             txn.add("chunk_table", write_arrays(
-                fs, txn.path("chunk_table", ".arr"), snap.chunks.to_arrays(),
+                fs, txn.path("chunk_table", ".arr"), snap.chunks.save_arrays(),
                 {"state_format": FORMAT_VERSION}))
             txn.add("graph", write_records(
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph))

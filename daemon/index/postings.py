@@ -205,11 +205,36 @@ _CP_MASK = (1 << 21) - 1
 _KEY_BITS = 43
 
 
+# CJK characters counted per step of ``_cjk_pairs``: its arrays take about 100 bytes a
+# character, so a step stays at a few MB however many documents a batch has.
+CJK_BLOCK_CHARS = 1 << 15
+
+
 def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
     """The (document, term) pairs (packed as in ``Slab.local``) and their counts of every
     character and neighbouring pair of ``runs`` (per document), and each document's BM25
     length of them (``tokenizer.cjk_length`` of its characters): what ``tokenizer._cjk``
-    emits with unigrams, without a string per token (only distinct ones become terms)."""
+    emits with unigrams, without a string per token (only distinct ones become terms).
+    Documents are counted a block of about ``CJK_BLOCK_CHARS`` characters at a time."""
+    pairs: list[I64] = []
+    tfs: list[I64] = []
+    lens: list[int] = []
+    lo = chars = 0
+    for hi, doc in enumerate(runs, 1):
+        chars += sum(len(r) for r in doc)
+        if chars >= CJK_BLOCK_CHARS or hi == len(runs):
+            p, f, n = _cjk_block(runs[lo:hi], ids)
+            pairs.append(p + (lo << _DOC_SHIFT))
+            tfs.append(f)
+            lens += n
+            lo, chars = hi, 0
+    if not pairs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+    return np.concatenate(pairs), np.concatenate(tfs), lens
+
+
+def _cjk_block(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
+    """:func:`_cjk_pairs` of one block, its documents numbered from 0."""
     per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
     doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
     # Runs back to back, each closed by a NUL (never inside a run): pairs cannot span two.
@@ -286,21 +311,11 @@ def merge(
     out_rows = np.empty(int(indptr[-1]), dtype=np.int32)
     out_tfs = np.empty(int(indptr[-1]), dtype=np.float32)
     if len(rows_m):
-        start_m = np.zeros(n_terms_main, dtype=np.int64)
-        np.cumsum(counts_m[:-1], out=start_m[1:])
-        pos = np.arange(len(rows_m), dtype=np.int64)
-        pos += np.repeat(indptr[:n_terms_main] - start_m, counts_m)
-        out_rows[pos] = rows_m
-        out_tfs[pos] = tfs_m
+        _scatter(indptr[:n_terms_main], counts_m, rows_m, tfs_m, out_rows, out_tfs)
     if len(rows_x):
-        start_x = np.zeros(n_terms, dtype=np.int64)
-        np.cumsum(counts_x[:-1], out=start_x[1:])
         dest = indptr[:-1].copy()
         dest[:n_terms_main] += counts_m
-        pos = np.arange(len(rows_x), dtype=np.int64)
-        pos += np.repeat(dest - start_x, counts_x)
-        out_rows[pos] = rows_x
-        out_tfs[pos] = tfs_x
+        _scatter(dest, counts_x, rows_x, tfs_x, out_rows, out_tfs)
     used: I64 | None = None
     if n_terms and not counts_all.all():
         used = np.flatnonzero(counts_all).astype(np.int64)
@@ -308,6 +323,31 @@ def merge(
     doclen = np.concatenate(lens).astype(np.float32, copy=False)
     row_keys = np.concatenate(keys).astype(np.uint32, copy=False)
     return Segment(indptr, out_rows, out_tfs, doclen, row_keys), used
+
+
+# Postings moved per step of ``_scatter``: its position arrays (16 bytes a posting) stay
+# this small however large the index is.
+SCATTER_BLOCK = 1 << 20
+
+
+def _scatter(dest: I64, counts: I64, rows: I32, tfs: F32, out_rows: I32, out_tfs: F32) -> None:
+    """Copy each term's run of ``rows``/``tfs`` (the runs back to back, ``counts[t]`` long)
+    to ``out_*[dest[t]:dest[t] + counts[t]]``, about ``SCATTER_BLOCK`` postings at a time."""
+    n = len(counts)
+    src = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=src[1:])
+    t0 = 0
+    while t0 < n:
+        # The terms whose runs fit in one block from here (at least one term).
+        t1 = int(np.searchsorted(src, src[t0] + SCATTER_BLOCK, side="right")) - 1
+        t1 = min(n, max(t0 + 1, t1))
+        a, b = int(src[t0]), int(src[t1])
+        if b > a:
+            pos = np.repeat(dest[t0:t1] - src[t0:t1], counts[t0:t1])
+            pos += np.arange(a, b, dtype=np.int64)
+            out_rows[pos] = rows[a:b]
+            out_tfs[pos] = tfs[a:b]
+        t0 = t1
 
 
 def stable_order(values: I32) -> I64:
@@ -459,7 +499,13 @@ class SortedTerms:
         return None
 
 
-def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int) -> Segment:
+def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int, *,
+                 check_values: bool = True) -> Segment:
+    """The segment saved in ``arrays``; ValueError when they are inconsistent.
+
+    ``check_values=False`` checks shapes and bounds of the small arrays only, not every
+    posting: for arrays known to be what the index itself just wrote (reading every
+    posting of a mapped file would bring all its pages in at once)."""
     seg = Segment(
         array(arrays, "indptr", np.int64), array(arrays, "rows", np.int32),
         array(arrays, "tfs", np.float32), array(arrays, "doclen", np.float32),
@@ -470,8 +516,9 @@ def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int) -> Segmen
         len(seg.indptr) < 1 or len(seg.indptr) - 1 > n_terms or seg.indptr[0] != 0
         or seg.indptr[-1] != len(seg.rows) or np.any(np.diff(seg.indptr) < 0)
         or len(seg.tfs) != len(seg.rows) or len(seg.doclen) != n_rows
-        or (len(seg.rows) and (seg.rows.min() < 0 or seg.rows.max() >= n_rows))
-        or (len(seg.tfs) and seg.tfs.min() < 1) or (n_rows and seg.doclen.min() < 0)
+        or (check_values and len(seg.rows) and (seg.rows.min() < 0 or seg.rows.max() >= n_rows))
+        or (check_values and len(seg.tfs) and seg.tfs.min() < 1)
+        or (n_rows and seg.doclen.min() < 0)
     ):
         raise ValueError("keyword index arrays are inconsistent")
     return seg

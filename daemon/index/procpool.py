@@ -7,8 +7,10 @@ in a daemon-wide pool of spawned processes instead (one pool for all workspaces,
 per workspace). The daemon then only applies the results: mapping each batch's distinct
 terms to its own ids and merging numpy arrays.
 
-The pool is started on the first big pass and shut down once it has been idle for
-``idle_s``, so an idle daemon has no worker processes. Results come back through a
+The pool is started on the first big pass and shut down as soon as the last pass that
+holds it (:meth:`PreparePool.holding`) ends, or once it has been idle for ``idle_s``, so
+an idle daemon has no worker processes: a worker holds tens of MB, and a first build's
+commit, which follows the pass, needs the most memory of all. Results come back through a
 ``concurrent.futures`` callback handed to trio with ``run_sync_soon``: no thread waits on
 them. Should a worker die (killed, out of memory), the pool is dropped and the caller gets
 :class:`PoolUnavailable`, upon which it prepares in a thread as it would without a pool.
@@ -25,13 +27,16 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import trio
+
+from recalld.daemon import memtrim
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,6 +86,7 @@ class PreparePool:
         self._busy = 0
         self._last_end = 0.0
         self._ended = trio.Event()  # set when the last call in flight ends
+        self._holders = 0  # passes under way that will call again soon
         self.starts = 0
         self.calls = 0
 
@@ -108,6 +114,18 @@ class PreparePool:
         finally:
             self._stop()
 
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep the processes for a pass of many calls; when the last pass holding them
+        ends with no call in flight, stop them at once rather than after ``idle_s``."""
+        self._holders += 1
+        try:
+            yield
+        finally:
+            self._holders -= 1
+            if not self._holders and not self._busy:
+                self._stop()
+
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker process; ``fn`` must be importable, args plain data.
 
@@ -118,7 +136,9 @@ class PreparePool:
         self.calls += 1
         try:
             try:
-                future = self._ensure().submit(fn, *args)
+                # Trimmed after each call: a worker then holds its result's buffers
+                # between calls, not the peak of the last one.
+                future = self._ensure().submit(memtrim.trimmed, fn, *args)
             except (BrokenProcessPool, RuntimeError, OSError) as exc:
                 self._drop(exc)
                 raise PoolUnavailable(str(exc)) from exc

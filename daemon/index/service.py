@@ -72,11 +72,15 @@ PREPARE_BATCH = 64
 # pool): below it, starting processes costs more than the threads' single core.
 POOL_MIN_FILES = 512
 # Files per worker-process call: larger than in threads, since each batch's vocabulary is
-# mapped once.
-POOL_BATCH = 256
+# mapped once; small enough that a worker's working set stays small (tens of MB at 256).
+POOL_BATCH = 128
 # Prepared files applied at once: the keyword index merges once per apply, so a large
-# reconcile applies in a few merges, not hundreds.
-APPLY_BATCH = 1024
+# reconcile applies in a few merges, not hundreds. A merge rewrites the whole main
+# segment, so the batch grows with the index (a quarter of the files indexed), from
+# APPLY_MIN_FILES (prepared files wait in memory until applied: a small index's build
+# holds few) up to APPLY_BATCH.
+APPLY_BATCH = 2048
+APPLY_MIN_FILES = 512
 # A search runs on the event loop, rather than paying a worker-thread round trip, only
 # while its keyword scoring surely takes under about a millisecond: scoring walks the
 # postings of every query term, so its cost grows with chunks x terms (a 16-character
@@ -251,7 +255,7 @@ class WorkspaceIndex:
                 if not self._big_passes:
                     self._passes_done.set()
                     self._passes_done = trio.Event()
-        if len(ordered) >= APPLY_BATCH:  # a first build's token lists are garbage now
+        if len(ordered) >= APPLY_MIN_FILES:  # a first build's token lists are garbage now
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
     async def _apply_sorted(self, ordered: list[str]) -> None:
@@ -268,7 +272,8 @@ class WorkspaceIndex:
                 self._mark_dirty()
                 self._notify_changed()
 
-        await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply)
+        await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply,
+                                 indexed=len(self.state.files))
 
     async def _prepare_each(
         self,
@@ -276,10 +281,13 @@ class WorkspaceIndex:
         digest_of: Callable[[str], str | None],
         apply: Callable[[list[PreparedBatch]], Awaitable[None]],
         progress: Callable[[int], None] | None = None,
+        *,
+        indexed: int = 0,
     ) -> None:
-        """Prepare ``ordered`` in batches and hand them to ``apply`` in order, about
-        ``APPLY_BATCH`` files at a time (one keyword-index merge for a startup reconcile of
-        thousands of files instead of one per small batch).
+        """Prepare ``ordered`` in batches and hand them to ``apply`` in order, from
+        ``APPLY_MIN_FILES`` up to ``APPLY_BATCH`` files at a time (one keyword-index merge
+        for a startup reconcile of thousands of files instead of one per small batch);
+        ``indexed``: how many files the index held before.
 
         Many files go to the worker processes, a few batches ahead of ``apply``; few files
         (an edit, a small reconcile) are prepared in worker threads, where a process hop
@@ -305,30 +313,44 @@ class WorkspaceIndex:
                 results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
             ready[i].set()
 
-        async with trio.open_nursery() as nursery:
-            async def feed() -> None:
-                for i, paths in enumerate(batches):
-                    await slots.acquire()
-                    nursery.start_soon(one, i, paths)
+        # The worker processes are let go once the last batch is prepared: the applies
+        # and the commit that follow need memory, not workers.
+        with contextlib.ExitStack() as hold:
+            if pool is not None:
+                hold.enter_context(pool.holding())
+            async with trio.open_nursery() as nursery:
+                async def feed() -> None:
+                    for i, paths in enumerate(batches):
+                        await slots.acquire()
+                        nursery.start_soon(one, i, paths)
 
-            nursery.start_soon(feed)
-            pending: list[PreparedBatch] = []
-            files = done = 0
-            for i in range(len(batches)):
-                await ready[i].wait()
-                batch, results[i] = results[i], None
-                slots.release()
-                assert batch is not None
-                pending.append(batch)
-                files += len(batch.files)
-                if progress is not None and i < len(batches) - 1:
-                    progress(done + files)  # prepared: counts move per batch, not per apply
-                if files >= APPLY_BATCH or i == len(batches) - 1:
-                    await apply(pending)
-                    done += files
-                    pending, files = [], 0
-                    if progress is not None:
-                        progress(done)
+                nursery.start_soon(feed)
+                pending: list[PreparedBatch] = []
+                files = done = 0
+                for i in range(len(batches)):
+                    await ready[i].wait()
+                    batch, results[i] = results[i], None
+                    slots.release()
+                    assert batch is not None
+                    pending.append(batch)
+                    files += len(batch.files)
+                    last = i == len(batches) - 1
+                    if last:
+                        hold.close()
+                    elif progress is not None:
+                        progress(done + files)  # prepared: counts move per batch
+                    at = min(APPLY_BATCH, max(APPLY_MIN_FILES, (indexed + done) // 4))
+                    if files >= at or last:
+                        await apply(pending)
+                        done += files
+                        pending, files = [], 0
+                        batch = None
+                        if pool is not None:
+                            # A merge's buffers are freed, but glibc keeps them: hand
+                            # them back before the next one, so they do not add up.
+                            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+                        if progress is not None:
+                            progress(done)
 
     async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         # The CPU token before the index lock, as a commit takes them: in the other order

@@ -46,7 +46,14 @@ import orjson
 import zstandard
 
 from recalld.daemon.store.errors import CorruptState, UnsupportedVersion, translate_os_error
-from recalld.daemon.store.fsio import FS, FileEntry, atomic_writer, checksum, read_verified
+from recalld.daemon.store.fsio import (
+    FS,
+    FileEntry,
+    atomic_writer,
+    checksum,
+    new_hash,
+    read_verified,
+)
 
 MAGIC = b"RCLDARR\x00"
 VERSION = 1
@@ -69,12 +76,32 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class ByteParts:
+    """A one-dimensional uint8 array given as buffers back to back: written (and read
+    back) as one array, never joined in memory first."""
+
+    parts: tuple[bytes | bytearray | memoryview, ...]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+@dataclass(frozen=True, slots=True)
 class _Stored:
     name: str
     dtype: str
     shape: tuple[int, ...]
     codec: str
-    data: bytes | memoryview
+    data: bytes | memoryview | ByteParts
+
+
+def _checksum(data: bytes | memoryview | ByteParts) -> str:
+    if not isinstance(data, ByteParts):
+        return checksum(data)
+    h = new_hash()
+    for part in data.parts:
+        h.update(part)
+    return h.hexdigest()
 
 
 def _check_dtype(name: str, dtype: np.dtype[Any]) -> str:
@@ -89,7 +116,7 @@ def _check_dtype(name: str, dtype: np.dtype[Any]) -> str:
 def write_arrays(
     fs: FS,
     path: Path,
-    arrays: Mapping[str, np.ndarray[Any, Any]],
+    arrays: Mapping[str, np.ndarray[Any, Any] | ByteParts],
     meta: Mapping[str, Any] | None = None,
     *,
     compress: bool = False,
@@ -97,11 +124,16 @@ def write_arrays(
 ) -> FileEntry:
     """Atomically write ``arrays`` and JSON ``meta`` to ``path``; return its entry.
 
+    A :class:`ByteParts` value is written as a uint8 array, uncompressed.
+
     Raises TypeError for a disallowed dtype (before touching the disk), StorageIOError /
     DiskFull on I/O failure (nothing published).
     """
     stored: list[_Stored] = []
     for name, array in arrays.items():
+        if isinstance(array, ByteParts):
+            stored.append(_Stored(name, "|u1", (len(array),), "raw", array))
+            continue
         dtype = _check_dtype(name, array.dtype)
         flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         data: bytes | memoryview = flat.data
@@ -123,7 +155,7 @@ def write_arrays(
             toc.append({
                 "name": item.name, "dtype": item.dtype, "shape": list(item.shape),
                 "codec": item.codec, "offset": offset, "length": len(item.data),
-                "checksum": checksum(item.data),
+                "checksum": _checksum(item.data),
             })
             offset = _align(offset + len(item.data))
         header = orjson.dumps({
@@ -138,7 +170,8 @@ def write_arrays(
         out.write(header)
         for item, entry in zip(stored, toc, strict=True):
             out.write(b"\0" * (entry["offset"] - out.size))
-            out.write(item.data)
+            for part in item.data.parts if isinstance(item.data, ByteParts) else (item.data,):
+                out.write(part)
         out.write(b"\0" * (offset - out.size))
     return out.entry()
 

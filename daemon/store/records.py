@@ -21,7 +21,7 @@ Everything here blocks (file I/O, zstd, JSON): run it in a worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
@@ -77,14 +77,41 @@ def write_records(
     ``TypeError`` and nothing is published; I/O failures raise StorageIOError / DiskFull.
     """
     lines = [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
-    total = sum(len(line) for line in lines)
+    return _write_lines(fs, path, lambda: lines, sum(len(line) for line in lines), len(lines),
+                        threads)
+
+
+def write_records_twice(
+    fs: FS, path: Path, records: Callable[[], Iterable[Mapping[str, Any]]], *,
+    threads: int = 0,
+) -> FileEntry:
+    """:func:`write_records` for many records: ``records()`` is called twice and must give
+    the same records both times. The first pass only measures the content size (which the
+    frame header carries), the second streams; no more than a batch of serialized records
+    is held at once, where :func:`write_records` holds them all."""
+    total = count = 0
+    for r in records():
+        total += len(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE))
+        count += 1
+
+    def lines() -> Iterator[bytes]:
+        for r in records():
+            yield orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
+
+    return _write_lines(fs, path, lines, total, count, threads)
+
+
+def _write_lines(fs: FS, path: Path, lines: Callable[[], Iterable[bytes]], total: int,
+                 count: int, threads: int) -> FileEntry:
     with atomic_writer(fs, path) as out:
         # AtomicFile is file-like enough for zstd (write/flush); the stubs want IO[bytes].
         sink = cast("IO[bytes]", out)
+        # A pass that differs from the one measured fails here (zstd checks the pledged
+        # size), and nothing is published.
         writer = _compressor(threads).stream_writer(sink, size=total, closefd=False)
         batch: list[bytes] = []
         pending = 0
-        for line in lines:
+        for line in lines():
             batch.append(line)
             pending += len(line)
             if pending >= _OUT_BATCH:
@@ -94,7 +121,7 @@ def write_records(
         if batch:
             writer.write(b"".join(batch))
         writer.flush(zstandard.FLUSH_FRAME)
-    return out.entry(len(lines))
+    return out.entry(count)
 
 
 def read_records(

@@ -78,16 +78,26 @@ def _driver_env() -> dict[str, str]:
 
 
 def _call_driver(spec: dict[str, Any], *, python: Path | None, timeout_s: float) -> dict[str, Any]:
+    from procmem import TreeMemory  # this folder; the driver side never needs it
+
     py = python or ensure_reme_python()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [str(py), str(Path(__file__).resolve()), "--driver"],
-        input=json.dumps(spec), capture_output=True, text=True, timeout=timeout_s,
-        env=_driver_env(), check=False,
-    )
-    if done.returncode != 0:
-        tail = done.stderr[-4000:]
-        raise RuntimeError(f"ReMe driver failed ({done.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(done.stdout)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_driver_env())
+    # The driver's memory (and any process it starts), sampled over its whole run.
+    with TreeMemory(proc.pid) as mem:
+        try:
+            stdout, stderr = proc.communicate(json.dumps(spec), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    if proc.returncode != 0:
+        tail = stderr[-4000:]
+        raise RuntimeError(f"ReMe driver failed ({proc.returncode}):\n{tail}")
+    result: dict[str, Any] = json.loads(stdout)
+    result["memory"] = mem.result()
     return result
 
 
