@@ -127,7 +127,18 @@ def test_matches_reference_through_any_sequence(
         assert len(index) == len(docs)
         assert index.live == BitMap(docs)
         assert_matches(index, docs, query)
+        assert_scores_keys_like_search(index, query, allowed_keys)
     assert_matches(index, docs, query, BitMap(allowed_keys))
+
+
+def assert_scores_keys_like_search(index: BM25Index, query: list[str], keys: set[int]) -> None:
+    """``score_keys`` gives the keys what a search restricted to them gives (the sorting
+    path may sum in another order: equal up to the last bits)."""
+    got = index.score_keys(query, keys)
+    expected = dict(index.search(query, len(keys) + 1, allowed=BitMap(keys)))
+    assert set(got) == set(expected)
+    for key, score in got.items():
+        assert score == pytest.approx(expected[key], rel=1e-12)
 
 
 def test_compaction_happens_by_itself(small_thresholds: None) -> None:
