@@ -34,7 +34,7 @@ import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 import trio
@@ -102,6 +102,14 @@ class Change:
         return self.before is None
 
 
+class Written(TypedDict):
+    """A :class:`WriteResult` on the wire."""
+
+    path: str
+    created: bool
+    changed: bool
+
+
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     """Where a write went; ``changed`` is False when the file already had that content."""
@@ -110,7 +118,7 @@ class WriteResult:
     created: bool
     changed: bool
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Written:
         return {"path": self.path, "created": self.created, "changed": self.changed}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from recalld.daemon import sharing
-from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
+from recalld.daemon.index.search import MAX_RESULTS_CAP, SearchAnswer, parse_filters, search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import UnknownWorkspace
@@ -37,7 +37,7 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
 
 @METHODS.add("memory.search", positional=("agent_id", "query"),
              immediate_when=_search_answers_now)
-async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
+async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     p = Params(params)
     agent_id = p.agent_id()
     query = p.text("query")
@@ -48,7 +48,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
     agents = p.strings("agents", None)
     p.done()
 
-    async def search_one(ws: Workspace) -> JsonObject:
+    async def search_one(ws: Workspace) -> SearchAnswer:
         index = ws.services.index
         if sync:
             await index.sync()
