@@ -67,6 +67,9 @@ DENSE_ROWS: Final = 32768
 # A search over at most this many postings scores them in Python (see ranking.top_few):
 # for so few, a Python loop costs less than numpy's per-call overhead.
 FEW_POSTINGS: Final = 48
+# score_keys looks up each term's postings of the given keys for queries of at most this
+# many distinct terms; longer queries run a search restricted to the keys.
+SCORE_KEYS_MAX_TERMS: Final = 8
 _MAX_KEY: Final = 2**32 - 1
 
 
@@ -406,15 +409,20 @@ class BM25Index:
         (the same sums in the same order, to the last bit); keys that are not live or match
         no query term are left out.
 
-        For a few keys this looks up each term's postings of just those rows instead of
+        For a short query this looks up each term's postings of just those rows instead of
         scoring the whole index and filtering: a search restricted to the chunks of a few
-        files costs as much as an unrestricted one.
+        files costs as much as an unrestricted one. A query of many terms is a restricted
+        search: a handful of array operations per term would cost more than one pass over
+        every term's postings (and hold the interpreter for as long).
         """
         n_docs = len(self._live)
         live, delta_docs = self._live, self._delta_docs
         wanted = [k for k in keys if k in live]
         if n_docs == 0 or not wanted or not query_tokens:
             return {}
+        counts = Counter(query_tokens)
+        if len(counts) > SCORE_KEYS_MAX_TERMS:
+            return dict(self.search(query_tokens, len(wanted), allowed=BitMap(wanted)))
         main_keys = [k for k in wanted if k not in delta_docs]
         delta_keys = [k for k in wanted if k in delta_docs]
         k1, b = self.k1, self.b
@@ -424,7 +432,7 @@ class BM25Index:
         indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
         n_terms_main = len(indptr) - 1
         scores: dict[int, float] = {}
-        for term, qf in Counter(query_tokens).items():
+        for term, qf in counts.items():
             tid = self._term_ids.get(term)
             rows = tfs = None
             df = 0
