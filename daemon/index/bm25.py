@@ -406,8 +406,9 @@ class BM25Index:
 
     def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]:
         """The scores :meth:`search` gives ``keys`` for the query, computed for them alone
-        (the same sums in the same order, to the last bit); keys that are not live or match
-        no query term are left out.
+        (summed term after term, as search's bincount and Python paths sum; its sorting
+        path may differ in the last bit); keys that are not live or match no query term
+        are left out.
 
         For a short query this looks up each term's postings of just those rows instead of
         scoring the whole index and filtering: a search restricted to the chunks of a few
