@@ -11,8 +11,8 @@ dispatch (:func:`map_exceptions` around every handler) and the job records
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from types import TracebackType
 
 from recalld.daemon.providers.errors import ProviderError
 from recalld.daemon.store import errors as store
@@ -34,13 +34,27 @@ def wire_error(exc: RecalldError) -> RecalldError:
     return exc
 
 
-@contextmanager
-def map_exceptions() -> Iterator[None]:
-    """Re-raise a domain error of the table as its wire error (the cause kept)."""
-    try:
-        yield
-    except RecalldError as exc:
-        mapped = wire_error(exc)
-        if mapped is exc:
-            raise
-        raise mapped from exc
+class _WireErrors:
+    """The context manager :func:`map_exceptions` returns (stateless: one is shared)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, RecalldError):
+            mapped = wire_error(exc)
+            if mapped is not exc:
+                raise mapped from exc
+
+
+_WIRE_ERRORS = _WireErrors()
+
+
+def map_exceptions() -> _WireErrors:
+    """``with map_exceptions():`` re-raises a domain error of the table as its wire error
+    (the cause kept). Not a generator context manager: it wraps every RPC call, and
+    entering and leaving a generator costs several times more."""
+    return _WIRE_ERRORS

@@ -18,7 +18,7 @@ run in a nursery it opens and closes (cancelling it cancels them all).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -30,6 +30,9 @@ from recalld.daemon.workspaces import (
 )
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
+
+if TYPE_CHECKING:
+    from recalld.daemon.index.search import SearchAnswer, SearchHit
 
 EVERYONE = SHARED_WITH_EVERYONE
 MAX_WORKSPACES_PER_SEARCH = 64
@@ -79,14 +82,14 @@ def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]) -> 
     return [readable(registry, caller, name) for name in names]
 
 
-def _tag(hits: Iterable[dict[str, Any]], agent_id: str,
-         hybrid: bool | None = None) -> list[dict[str, Any]]:
+def _tag(hits: Iterable[SearchHit], agent_id: str,
+         hybrid: bool | None = None) -> list[SearchHit]:
     """Copies of ``hits`` naming ``agent_id``; with ``hybrid``, each with its text form
     naming the workspace before the path (answers of several workspaces carry one per hit,
     since their modes may differ)."""
     out = []
     for hit in hits:
-        hit = dict(hit)
+        hit = hit.copy()
         hit["agent_id"] = agent_id
         if hybrid is not None:
             hit["rendered"] = render_result(hit, hybrid=hybrid, agent_id=agent_id)
@@ -96,17 +99,17 @@ def _tag(hits: Iterable[dict[str, Any]], agent_id: str,
 
 async def search_workspaces(
     workspaces: Sequence[Workspace],
-    search_one: Callable[[Workspace], Awaitable[dict[str, Any]]],
+    search_one: Callable[[Workspace], Awaitable[SearchAnswer]],
     *,
     max_results: int,
-) -> dict[str, Any]:
+) -> SearchAnswer:
     """Run ``search_one`` on every workspace concurrently and merge the answers.
 
     Hits carry ``agent_id``; they are merged by score (each workspace scores with its own
     statistics, so a merged order is approximate across workspaces) and cut to
     ``max_results``. Counters are summed; ``took_ms`` is the slowest workspace's.
     """
-    answers: dict[str, dict[str, Any]] = {}
+    answers: dict[str, SearchAnswer] = {}
 
     async def one(ws: Workspace) -> None:
         answers[ws.agent_id] = await search_one(ws)
@@ -115,25 +118,24 @@ async def search_workspaces(
         for ws in workspaces:
             nursery.start_soon(one, ws)
 
-    results: list[dict[str, Any]] = []
-    expanded: list[dict[str, Any]] = []
+    results: list[SearchHit] = []
+    expanded: list[SearchHit] = []
     for ws in workspaces:
         answer = answers[ws.agent_id]
-        results.extend(_tag(answer.get("results", []), ws.agent_id,
-                            hybrid=answer.get("mode") == "hybrid"))
-        expanded.extend(_tag(answer.get("expanded", []), ws.agent_id))
-    results.sort(key=lambda r: -float(r.get("score") or 0.0))
+        results.extend(_tag(answer["results"], ws.agent_id, hybrid=answer["mode"] == "hybrid"))
+        expanded.extend(_tag(answer["expanded"], ws.agent_id))
+    results.sort(key=lambda r: -r["score"])
     results = results[:max_results]
-    kept = {(r["agent_id"], r.get("path")) for r in results}
-    expanded = [e for e in expanded if (e["agent_id"], e.get("via")) in kept]
-    modes = sorted({str(a.get("mode", "")) for a in answers.values()} - {""})
+    kept = {(r.get("agent_id"), r["path"]) for r in results}
+    expanded = [e for e in expanded if (e.get("agent_id"), e.get("via")) in kept]
+    modes = sorted({a["mode"] for a in answers.values()} - {""})
     return {
         "results": results,
         "expanded": expanded,
-        "rendered": "\n\n".join(str(r.get("rendered", "")) for r in results),
+        "rendered": "\n\n".join(r.get("rendered", "") for r in results),
         "agents": [ws.agent_id for ws in workspaces],
-        "vector_hits": sum(int(a.get("vector_hits") or 0) for a in answers.values()),
-        "keyword_hits": sum(int(a.get("keyword_hits") or 0) for a in answers.values()),
+        "vector_hits": sum(a["vector_hits"] for a in answers.values()),
+        "keyword_hits": sum(a["keyword_hits"] for a in answers.values()),
         "mode": modes[0] if len(modes) == 1 else "mixed",
-        "took_ms": max((float(a.get("took_ms") or 0.0) for a in answers.values()), default=0.0),
+        "took_ms": max((a["took_ms"] for a in answers.values()), default=0.0),
     }

@@ -98,7 +98,8 @@ _OP = st.one_of(
 @given(st.lists(_OP, max_size=30), st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4),
        st.sets(st.integers(0, 15)))
 def test_matches_reference_through_any_sequence(
-    small_thresholds: None, scoring: None, ops: list[tuple[str, int, list]],  # type: ignore[type-arg]
+    small_thresholds: None, scoring: None, score_keys_path: None,
+    ops: list[tuple[str, int, list]],  # type: ignore[type-arg]
     query: list[str], allowed_keys: set[int],
 ) -> None:
     index = BM25Index()
@@ -129,7 +130,24 @@ def test_matches_reference_through_any_sequence(
         assert len(index) == len(docs)
         assert index.live == BitMap(docs)
         assert_matches(index, docs, query)
+        assert_scores_keys_like_search(index, query, allowed_keys)
     assert_matches(index, docs, query, BitMap(allowed_keys))
+
+
+@pytest.fixture(params=["per-term", "search"])
+def score_keys_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ways score_keys works: term by term, or a search restricted to the keys.
+    monkeypatch.setattr(bm25_mod, "SCORE_KEYS_MAX_TERMS", 0 if request.param == "search" else 99)
+
+
+def assert_scores_keys_like_search(index: BM25Index, query: list[str], keys: set[int]) -> None:
+    """``score_keys`` gives the keys what a search restricted to them gives (the sorting
+    path may sum in another order: equal up to the last bits)."""
+    got = index.score_keys(query, keys)
+    expected = dict(index.search(query, len(keys) + 1, allowed=BitMap(keys)))
+    assert set(got) == set(expected)
+    for key, score in got.items():
+        assert score == pytest.approx(expected[key], rel=1e-12)
 
 
 def test_compaction_happens_by_itself(small_thresholds: None) -> None:

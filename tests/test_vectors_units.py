@@ -106,6 +106,9 @@ def test_exact_keys_match_identifiers_as_whole_words() -> None:
     # A rare term is a stem: it matches at the start of a word or of an identifier's part.
     assert exact_keys(["kelm"], hits, chunks) == {1, 2, 3, 4}
     assert exact_keys(["elmo"], hits, chunks) == set()
+    # Every occurrence is looked at: a glued one before a free one does not hide it.
+    glued = {5: chunk(5, "xv4.27 and v4.27.1, then v4.27 alone"), 6: chunk(6, "2v4.27 v4.27x")}
+    assert exact_keys(["v4.27"], [(5, 1.0), (6, 1.0)], glued, idents=["v4.27"]) == {5}
 
 
 def test_exact_first_lifts_a_long_note_over_notes_sharing_the_parts() -> None:

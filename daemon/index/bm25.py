@@ -67,6 +67,9 @@ DENSE_ROWS: Final = 32768
 # A search over at most this many postings scores them in Python (see ranking.top_few):
 # for so few, a Python loop costs less than numpy's per-call overhead.
 FEW_POSTINGS: Final = 48
+# score_keys looks up each term's postings of the given keys for queries of at most this
+# many distinct terms; longer queries run a search restricted to the keys.
+SCORE_KEYS_MAX_TERMS: Final = 8
 _MAX_KEY: Final = 2**32 - 1
 
 
@@ -415,6 +418,74 @@ class BM25Index:
                                                     len(row_parts))
         return ranking.top_k(cand_keys, cand_scores, limit, extra=delta_scores,
                              allowed=allowed)
+
+    def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]:
+        """The scores :meth:`search` gives ``keys`` for the query, computed for them alone
+        (summed term after term, as search's bincount and Python paths sum; its sorting
+        path may differ in the last bit); keys that are not live or match no query term
+        are left out.
+
+        For a short query this looks up each term's postings of just those rows instead of
+        scoring the whole index and filtering: a search restricted to the chunks of a few
+        files costs as much as an unrestricted one. A query of many terms is a restricted
+        search: a handful of array operations per term would cost more than one pass over
+        every term's postings (and hold the interpreter for as long).
+        """
+        n_docs = len(self._live)
+        live, delta_docs = self._live, self._delta_docs
+        wanted = [k for k in keys if k in live]
+        if n_docs == 0 or not wanted or not query_tokens:
+            return {}
+        counts = Counter(query_tokens)
+        if len(counts) > SCORE_KEYS_MAX_TERMS:
+            return dict(self.search(query_tokens, len(wanted), allowed=BitMap(wanted)))
+        main_keys = [k for k in wanted if k not in delta_docs]
+        delta_keys = [k for k in wanted if k in delta_docs]
+        k1, b = self.k1, self.b
+        avgdl = self._total_len / n_docs if self._total_len else 1.0
+        key_rows = self._rows_of_keys(main_keys)
+        norms = self._row_norms(avgdl)[key_rows].tolist()
+        indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
+        n_terms_main = len(indptr) - 1
+        scores: dict[int, float] = {}
+        for term, qf in counts.items():
+            tid = self._term_ids.get(term)
+            rows = tfs = None
+            df = 0
+            if tid is not None and tid < n_terms_main:
+                start, end = int(indptr[tid]), int(indptr[tid + 1])
+                rows, tfs = all_rows[start:end], all_tfs[start:end]
+                df = end - start if not self._n_dead else int(
+                    np.count_nonzero(self._alive[rows]))
+            dpost = self._delta_post.get(term)
+            if dpost:
+                df += len(dpost)
+            if df == 0:
+                continue
+            factor = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * qf * (k1 + 1.0)
+            if main_keys and rows is not None and tfs is not None and len(rows):
+                # A term's postings are sorted by row; a live key has one live row.
+                # (Array methods and ufuncs: numpy's function wrappers cost more than the
+                # lookup for a few keys.)
+                pos = np.minimum(rows.searchsorted(key_rows), len(rows) - 1)
+                for i in (rows[pos] == key_rows).nonzero()[0].tolist():
+                    tf, norm, key = float(tfs[pos[i]]), norms[i], main_keys[i]
+                    scores[key] = scores.get(key, 0.0) + tf / (norm + tf) * factor
+            if dpost:
+                for key in delta_keys:
+                    dtf = dpost.get(key)
+                    if dtf:
+                        norm_d = k1 * (1.0 - b + b * (delta_docs[key][1] / avgdl))
+                        scores[key] = scores.get(key, 0.0) + dtf / (norm_d + dtf) * factor
+        return scores
+
+    def _rows_of_keys(self, keys: list[int]) -> npt.NDArray[np.int64]:
+        """The main rows of live main ``keys`` (without :meth:`_row_of`'s bookkeeping)."""
+        if self._key_row is not None:
+            key_row = self._key_row
+            return np.fromiter((key_row[k] for k in keys), dtype=np.int64, count=len(keys))
+        return self._row_keys.searchsorted(np.asarray(keys, dtype=np.int64)).astype(
+            np.int64, copy=False)
 
     def _row_norms(self, avgdl: float) -> npt.NDArray[np.float64]:
         """``k1 * (1 - b + b * dl / avgdl)`` per main row, cached until avgdl or main changes

@@ -67,6 +67,9 @@ class KeywordIndex(Protocol):
     def search(self, query_tokens: list[str], limit: int, *,
                allowed: BitMap | None = None) -> list[tuple[int, float]]: ...
 
+    def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]:
+        ...
+
 
 def identifier_terms(query: str) -> list[str]:
     """The identifier-like words of ``query``, lower-cased, in order, without repeats."""
@@ -80,13 +83,15 @@ def identifier_terms(query: str) -> list[str]:
     return out
 
 
-def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = ()) -> list[str]:
-    """Query terms that at most ``RARE_DF`` chunks contain (none in a tiny index)."""
+def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = (),
+               tokens: list[str] | None = None) -> list[str]:
+    """Query terms that at most ``RARE_DF`` chunks contain (none in a tiny index);
+    ``tokens``: ``tokenize_query(query)`` when the caller has it."""
     if len(bm25) < RARE_MIN_DOCS:
         return []
     skipped = set(skip)
     out: list[str] = []
-    for term in dict.fromkeys(tokenize_query(query)):
+    for term in dict.fromkeys(tokenize_query(query) if tokens is None else tokens):
         if term in skipped or any(term in s for s in skipped):
             continue
         if term.isascii() and len(term) < 3:
@@ -104,10 +109,11 @@ def special_terms(query: str, bm25: KeywordIndex) -> list[str]:
     return _special(query, bm25)[0]
 
 
-def _special(query: str, bm25: KeywordIndex) -> tuple[list[str], list[str]]:
+def _special(query: str, bm25: KeywordIndex,
+             tokens: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
-    special = idents + rare_terms(query, bm25, skip=idents)
+    special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
     words = _content_words(query)
     if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):
         return [], []
@@ -134,10 +140,15 @@ def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
     """``term`` not glued to a preceding ASCII letter or digit, and (``whole``) not followed
     by one, nor by a connector and one (``v4.27`` does not match ``v4.27.3``). CJK has no
     word boundaries: next to CJK characters a term always matches."""
-    left = r"(?<![a-z0-9])" if term[:1].isascii() and term[:1].isalnum() else ""
+    escaped = re.escape(term)
+    # The left check looks back from the end of the term ("term, not preceded by a letter
+    # or digit"), so the pattern starts with the term itself and the engine scans for it
+    # as a literal; a leading look-behind would be tried at every position of the text.
+    left = (rf"(?<![a-z0-9]{escaped})" if term[:1].isascii() and term[:1].isalnum()
+            else "")
     right = (r"(?![a-z0-9]|[._\-][a-z0-9])" if whole and term[-1:].isascii()
              and term[-1:].isalnum() else "")
-    return re.compile(left + re.escape(term) + right)
+    return re.compile(escaped + left + right)
 
 
 def _contains_all(text: str, terms: list[str], idents: frozenset[str]) -> bool:
@@ -173,6 +184,7 @@ def exact_keys(
 def exact_first(
     query: str, bm25: KeywordIndex, hits: list[tuple[int, float]],
     chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None = None,
+    tokens: list[str] | None = None,
 ) -> tuple[list[tuple[int, float]], set[int]]:
     """``hits`` (a keyword search's, best first) with the exact ones first, and their keys.
 
@@ -180,9 +192,12 @@ def exact_first(
     (the tokenizer emits an identifier whole before its parts; the parts are what the
     chunks that bury it have too): usually a few, however many ``hits`` there are, and
     also those that scored below the pool (a long note, many shorter ones sharing the
-    parts). Without special terms, ``hits`` come back as they are.
+    parts). Without special terms, ``hits`` come back as they are. ``tokens``:
+    ``tokenize_query(query)`` when the caller has it (the search that found ``hits``).
     """
-    special, idents = _special(query, bm25)
+    if tokens is None:
+        tokens = tokenize_query(query)
+    special, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
     wholes = [t for term in special for t in tokenize_query(term)[:1]]
@@ -197,8 +212,8 @@ def exact_first(
     if missing:
         # Their score for the whole query, so exact hits rank among themselves as BM25
         # has it (the same search restricted to them).
-        hits = hits + bm25.search(tokenize_query(query), len(missing),
-                                  allowed=BitMap(missing))
+        scores = bm25.score_keys(tokens, missing)
+        hits = hits + sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     ordered = [kv for kv in hits if kv[0] in exact]
     ordered.sort(key=lambda kv: (-kv[1], kv[0]))
     ordered += [kv for kv in hits if kv[0] not in exact]

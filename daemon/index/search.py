@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
@@ -46,7 +46,44 @@ class CandidateSource(Protocol):
                        keep: int | None = None) -> Candidates: ...
 
 
-def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
+
+
+class SearchHit(TypedDict):
+    """One result of ``memory.search`` (or a neighbour from link expansion)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    heading: str
+    chunk_id: str
+    score: float  # BM25 (keyword only) or fused; 0.0 for a neighbour
+    vector: float | None  # each branch's own score, None where it missed
+    keyword: float | None
+    exact: NotRequired[bool]  # holds every special query term (exact.py)
+    links: NotRequired[list[str]]  # paths this hit's file links to or is linked from
+    via: NotRequired[str]  # a neighbour: the hit's path that links it
+    agent_id: NotRequired[str]  # answers over several workspaces: whose hit
+    rendered: NotRequired[str]  # idem: the hit's text form
+
+
+class SearchAnswer(TypedDict):
+    """The answer of ``memory.search``."""
+
+    results: list[SearchHit]
+    expanded: list[SearchHit]
+    rendered: str  # the text form of every result, once
+    vector_hits: int
+    keyword_hits: int
+    mode: str  # keyword | hybrid (| mixed over several workspaces)
+    took_ms: float
+    vector_error: NotRequired[str]  # why the vector branch was skipped
+    agents: NotRequired[list[str]]  # the workspaces searched, when several were
+    search_mode: NotRequired[str]  # a shared workspace: server | local (who answered)
+    server_error: NotRequired[str]  # why the server did not answer (local answered)
+
+
+def parse_filters(raw: Mapping[str, object] | None) -> Filters:
     """``{path_prefix, date_from, date_to, bucket, author}`` (strings or lists) to
     :class:`Filters`."""
     if not raw:
@@ -83,7 +120,7 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,
-            vector: float | None) -> dict[str, Any]:
+            vector: float | None) -> SearchHit:
     return {
         "path": chunk.path, "start_line": chunk.start_line, "end_line": chunk.end_line,
         "text": chunk.text, "heading": chunk.heading, "chunk_id": chunk.id,
@@ -101,7 +138,7 @@ async def search(
     config: SearchConfig,
     agent_id: str,
     source: CandidateSource | None = None,
-) -> dict[str, Any]:
+) -> SearchAnswer:
     """Search ``index``; ``source`` stands in for ``index.candidates`` when another
     index holds the workspace (a shared workspace searched in the server)."""
     started = time.perf_counter()
@@ -123,7 +160,7 @@ async def search(
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
-    results: list[dict[str, Any]] = []
+    results: list[SearchHit] = []
     if hybrid:
         for f in fuse(keyword_hits, vector_hits, keyword_weight=config.keyword_weight,
                       vector_weight=config.vector_weight, k=config.rrf_k, exact=exact):
@@ -141,7 +178,7 @@ async def search(
         results = [r for r in results if r["score"] >= min_score]
     results = results[:max_results]
 
-    expanded: list[dict[str, Any]] = []
+    expanded: list[SearchHit] = []
     if config.link_expansion and results:
         hit_paths = [r["path"] for r in results]
         links = found.links
@@ -164,7 +201,7 @@ async def search(
     metrics.observe("recalld_search_seconds", took_ms / 1000)
     log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",
              agent_id, len(vector_hits), len(keyword_hits), len(results), took_ms)
-    answer: dict[str, Any] = {
+    answer: SearchAnswer = {
         "results": results,
         "expanded": expanded,
         # The text form once, for all results (not per result: it would send each text

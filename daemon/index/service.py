@@ -598,9 +598,10 @@ class WorkspaceIndex:
             allowed = state.allowed(filters)
             # The exact check reads the top hits' chunks; the results reuse them.
             table = _ChunkMemo(state.chunks)
+            tokens = tokenize_query(query)  # once for every step below
             hits, exact = exact_first(
-                query, state.bm25, state.keyword_search(query, limit, allowed), table,
-                limit=limit, allowed=allowed)
+                query, state.bm25, state.keyword_search(query, limit, allowed, tokens=tokens),
+                table, limit=limit, allowed=allowed, tokens=tokens)
             chunks = {key: table[key] for key, _ in (hits if keep is None else hits[:keep])}
             vec_hits: list[tuple[int, float]] = []
             if query_vector is not None and query_vector[0] == state.vector_space:
@@ -619,7 +620,7 @@ class WorkspaceIndex:
                             continue
                         if len(targets) < link_limit and other in state.files:
                             targets[other] = None
-                firsts = state.linked_chunks(query, list(targets))
+                firsts = state.linked_chunks(query, list(targets), tokens=tokens)
             return Candidates(hits, vec_hits, exact, chunks, links, firsts)
 
         self.searches += 1

@@ -181,9 +181,13 @@ class IndexState:
         return value if isinstance(value, str) else None
 
     def keyword_search(
-        self, query: str, limit: int, allowed: BitMap | None = None
+        self, query: str, limit: int, allowed: BitMap | None = None, *,
+        tokens: list[str] | None = None,
     ) -> list[tuple[int, float]]:
-        return self.bm25.search(tokenize_query(query), limit, allowed=allowed)
+        """The best ``limit`` keyword hits; ``tokens``: ``tokenize_query(query)`` when the
+        caller has it."""
+        return self.bm25.search(tokenize_query(query) if tokens is None else tokens, limit,
+                                allowed=allowed)
 
     def vector_search(
         self, query: Any, limit: int, allowed: BitMap | None = None
@@ -200,11 +204,13 @@ class IndexState:
         out.sort()
         return out
 
-    def linked_chunks(self, query: str, paths: Sequence[str]) -> dict[str, StoredChunk]:
+    def linked_chunks(self, query: str, paths: Sequence[str], *,
+                      tokens: list[str] | None = None) -> dict[str, StoredChunk]:
         """For each of ``paths`` (linked files), the chunk that stands for it beside a hit:
         its best keyword match for ``query``, else its first chunk with body text, shown
         without the note's frontmatter block (its lines start after it). A file whose
-        chunks are all bare frontmatter has none (a block of keys tells an agent little)."""
+        chunks are all bare frontmatter has none (a block of keys tells an agent little).
+        ``tokens``: ``tokenize_query(query)`` when the caller has it."""
         # Only a file of several chunks has a best match to look for: a one-chunk file's
         # candidate is that chunk either way, so it costs no search.
         owner: dict[int, str] = {}
@@ -214,7 +220,9 @@ class IndexState:
                 owner.update((key, path) for key in info.keys)
         out: dict[str, StoredChunk] = {}
         if owner:
-            for key, _ in self.keyword_search(query, len(owner), BitMap(owner)):
+            scores = self.bm25.score_keys(
+                tokenize_query(query) if tokens is None else tokens, owner)
+            for key in sorted(scores, key=lambda k: (-scores[k], k)):
                 path = owner[key]
                 if path not in out:
                     chunk = _body_chunk(self.chunks[key])

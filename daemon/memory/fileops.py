@@ -21,7 +21,7 @@ inbox and for undo.
 
 The same operations are offered to a chat model as OpenAI tool schemas (:meth:`tools`)
 with a dispatcher (:meth:`call_tool`) that turns every error into text for the model and
-never raises (except cancellation).
+never raises (except cancellation); both are in :mod:`filetools`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-import orjson
 import trio
 
 from recalld.daemon import safepath
@@ -47,6 +46,8 @@ from recalld.daemon.index.frontmatter import (
     render_frontmatter,
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
+from recalld.daemon.memory import filetools
+from recalld.daemon.memory.filetools import ALL_TOOLS
 from recalld.daemon.memory.redact import redact, redact_async, redact_value
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write
@@ -68,7 +69,6 @@ SYNC_TIMEOUT_S = 30.0
 DAY_INDEX = "index.md"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME_BAD = re.compile(r"[^\w\-]+")
-ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
 
 Sync = Callable[[], Awaitable[None]]
 
@@ -102,6 +102,14 @@ class Change:
         return self.before is None
 
 
+class Written(TypedDict):
+    """A :class:`WriteResult` on the wire."""
+
+    path: str
+    created: bool
+    changed: bool
+
+
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     """Where a write went; ``changed`` is False when the file already had that content."""
@@ -110,7 +118,7 @@ class WriteResult:
     created: bool
     changed: bool
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Written:
         return {"path": self.path, "created": self.created, "changed": self.changed}
 
 
@@ -410,100 +418,13 @@ class FileOps:
     # -- tools for a chat model --------------------------------------------------------
 
     def tools(self, names: Iterable[str] = ALL_TOOLS) -> list[dict[str, Any]]:
-        """OpenAI ``tools`` entries for the named operations."""
-        wanted = list(names)
-        unknown = set(wanted) - set(_SCHEMAS)
-        if unknown:
-            raise ValueError(f"unknown tools: {sorted(unknown)}")
-        return [{"type": "function", "function": {"name": n, **_SCHEMAS[n]}} for n in wanted]
+        """OpenAI ``tools`` entries for the named operations (:mod:`filetools`)."""
+        return filetools.schemas(names)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
-        """Run one tool call and describe the outcome as text; errors become text too."""
-        try:
-            return await self._call(name, dict(arguments))
-        except RecalldError as exc:  # StorageError included
-            return f"error: {exc.message}"
-        except (TypeError, ValueError, KeyError) as exc:
-            return f"error: bad arguments for {name}: {exc}"
-
-    async def _call(self, name: str, a: dict[str, Any]) -> str:
-        def text(key: str, required: bool = True) -> Any:
-            value = a.get(key)
-            if value is None and not required:
-                return None
-            if not isinstance(value, str):
-                raise InvalidParams(f"argument {key!r} must be a string")
-            return value
-
-        def line(key: str) -> int | None:
-            value = a.get(key)
-            if value is None:
-                return None
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidParams(f"argument {key!r} must be an integer")
-            return value
-
-        if name == "read":
-            got = await self.read(text("path"), line("start_line"), line("end_line"))
-            more = " (truncated)" if got.truncated else ""
-            return (f"{text('path')} lines {got.start_line}-{got.end_line} of "
-                    f"{got.total_lines}{more}:\n{got.text}")
-        if name == "write":
-            res = await self.write(text("path"), text("content"))
-        elif name == "edit":
-            res = await self.edit(text("path"), text("old"), text("new"))
-        elif name == "frontmatter_update":
-            changes = a.get("changes")
-            if not isinstance(changes, dict):
-                raise InvalidParams("argument 'changes' must be an object")
-            res = await self.frontmatter_update(text("path"), changes)
-        elif name == "daily_write":
-            if self.session_id is None:
-                raise NotAllowed("daily_write needs a session")
-            res = await self.daily_write(self.session_id, text("name"), text("content"),
-                                         text("date", False), text("description", False))
-        else:
-            return f"error: unknown tool {name!r}"
-        return orjson.dumps({"ok": True, **res.as_dict()}).decode()
-
-
-_PATH = {"type": "string", "description": "path relative to the workspace root"}
-_SCHEMAS: dict[str, dict[str, Any]] = {
-    "read": {
-        "description": "Read lines of a workspace file (1-based, inclusive range).",
-        "parameters": {"type": "object", "properties": {
-            "path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"},
-        }, "required": ["path"]},
-    },
-    "write": {
-        "description": "Create or replace a Markdown file under the memory folders.",
-        "parameters": {"type": "object", "properties": {
-            "path": _PATH, "content": {"type": "string"},
-        }, "required": ["path", "content"]},
-    },
-    "edit": {
-        "description": "Replace one exact, unique occurrence of `old` with `new` in a file.",
-        "parameters": {"type": "object", "properties": {
-            "path": _PATH, "old": {"type": "string"}, "new": {"type": "string"},
-        }, "required": ["path", "old", "new"]},
-    },
-    "frontmatter_update": {
-        "description": "Set frontmatter fields of a note (null removes a field).",
-        "parameters": {"type": "object", "properties": {
-            "path": _PATH, "changes": {"type": "object"},
-        }, "required": ["path", "changes"]},
-    },
-    "daily_write": {
-        "description": ("Write this conversation's daily note (Markdown body; the daemon "
-                        "adds the frontmatter). Writing again updates the same note."),
-        "parameters": {"type": "object", "properties": {
-            "name": {"type": "string", "description": "short file name, e.g. commute"},
-            "description": {"type": "string", "description": "one line: what the note holds"},
-            "content": {"type": "string", "description": "the note body in Markdown"},
-            "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
-        }, "required": ["name", "content"]},
-    },
-}
+        """Run one tool call and describe the outcome as text; errors become text too
+        (:func:`filetools.call`)."""
+        return await filetools.call(self, name, arguments)
 
 
 def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,

@@ -12,10 +12,13 @@ search and reads the index.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, TypedDict
+from typing import TYPE_CHECKING, Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import body_of
 from recalld.ipc.errors import InvalidParams
+
+if TYPE_CHECKING:
+    from recalld.daemon.index.search import SearchAnswer, SearchHit
 
 __all__ = ["DEFAULT_BUDGET_CHARS", "MAX_BUDGET_CHARS", "Recall", "RecallItem", "build_recall",
            "query_of"]
@@ -56,7 +59,7 @@ class Recall(TypedDict):
     rendered: str
 
 
-def query_of(query: str | None, messages: Sequence[Any] | None) -> str:
+def query_of(query: str | None, messages: Sequence[object] | None) -> str:
     """The search query: ``query``, or the text of the last user messages."""
     if (query is None) == (messages is None):
         raise InvalidParams("give exactly one of 'query' and 'messages'")
@@ -78,10 +81,10 @@ def query_of(query: str | None, messages: Sequence[Any] | None) -> str:
     return text[-MAX_QUERY_CHARS:]
 
 
-def _item(kind: Literal["hit", "linked"], raw: Mapping[str, Any]) -> RecallItem:
-    text = str(raw.get("text") or "")
-    start = int(raw["start_line"])
-    end = int(raw["end_line"])
+def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
+    text = raw["text"]
+    start = raw["start_line"]
+    end = raw["end_line"]
     if kind == "linked":
         # Neighbours are shown by their body: a block of keys tells an agent little.
         body, skipped = body_of(text)
@@ -91,11 +94,9 @@ def _item(kind: Literal["hit", "linked"], raw: Mapping[str, Any]) -> RecallItem:
             lead += 1
         start += skipped + lead
         text = "\n".join(lines[lead:])
-    via = raw.get("via")
-    return {"kind": kind, "path": str(raw["path"]), "start_line": start,
-            "end_line": max(start, end), "text": text.strip(),
-            "score": float(raw.get("score") or 0.0),
-            "via": via if isinstance(via, str) else None}
+    return {"kind": kind, "path": raw["path"], "start_line": start,
+            "end_line": max(start, end), "text": text.strip(), "score": raw["score"],
+            "via": raw.get("via")}
 
 
 def _label(item: RecallItem) -> str:
@@ -143,13 +144,13 @@ class _Block:
 
 
 def build_recall(
-    agent_id: str, query: str, answer: Mapping[str, Any], *, budget_chars: int,
+    agent_id: str, query: str, answer: SearchAnswer, *, budget_chars: int,
     index_text: str | None, interests: Sequence[tuple[str, float]] | None = None,
 ) -> Recall:
     """The recall block from a ``memory.search`` answer (``results`` and ``expanded``)
     and, when given, the rendered memory index and the weighted interest topics."""
-    hits = [_item("hit", r) for r in answer.get("results", [])]
-    linked = [i for i in (_item("linked", r) for r in answer.get("expanded", [])) if i["text"]]
+    hits = [_item("hit", r) for r in answer["results"]]
+    linked = [i for i in (_item("linked", r) for r in answer["expanded"]) if i["text"]]
     block = _Block(budget_chars)
     items: list[RecallItem] = []
     truncated = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypedDict
+from typing import Final, Literal, TypedDict
 
 import orjson
 
@@ -68,7 +68,7 @@ async def select_topics(
     elif not entries:
         reason = "no topic files"
     else:
-        messages: list[dict[str, Any]] = [
+        messages: list[dict[str, str]] = [
             {"role": "system", "content": SELECT_PROMPT.replace("LIMIT", str(limit))},
             {"role": "user", "content": f"Request: {query}\n\nMemory files:\n"
                                         f"{_listing(entries)}"}]

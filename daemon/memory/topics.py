@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Final, TypedDict
 
 import trio
 
@@ -63,7 +64,7 @@ def topic_path(digest: str, path: str) -> str:
     return rel
 
 
-def check_fields(fields: dict[str, Any], where: str) -> None:
+def check_fields(fields: Mapping[str, object], where: str) -> None:
     """``name``, ``description`` (one line each) and ``type`` (one of :data:`TYPES`)."""
     for key in ("name", "description"):
         value = fields.get(key)

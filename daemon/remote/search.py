@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -130,6 +130,14 @@ class ServerKeywords:
             self.chunks[key] = StoredChunk(key, chunk_id(path, start, end, text), path,
                                            start, end, text, heading, {})
         return key
+
+    def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]:
+        """The scores :meth:`search` gives ``keys`` for the query (keys that match no
+        query term are left out)."""
+        wanted = BitMap(keys)
+        if not wanted:
+            return {}
+        return dict(self.search(query_tokens, len(wanted), allowed=wanted))
 
     def search(self, query_tokens: list[str], limit: int, *,
                allowed: BitMap | None = None) -> list[tuple[int, float]]:

@@ -86,6 +86,15 @@ class MemoryIndex(TypedDict):
     rendered: str
 
 
+class NoteAdded(TypedDict):
+    agent_id: str
+    session_id: str
+    date: str
+    path: str
+    created: bool
+    changed: bool
+
+
 def _caller(p: Params, agent_id: str) -> str:
     return check_agent_id(p.text("as_agent", agent_id))
 
@@ -94,7 +103,7 @@ def _caller(p: Params, agent_id: str) -> str:
 
 
 @METHODS.add("memory.add_note")
-async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
+async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     """Append ``content`` to the agent's note of the day for ``session_id``.
 
     The note is ``<daily_dir>/<today>/<name>.md`` owned by that session (another
@@ -131,7 +140,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> JsonObject:
         result = await ops.daily_write(session_id, name, new_body, date=day,
                                        description=description,
                                        extra={"author": author} if author else None)
-    return {"agent_id": agent_id, "session_id": session_id, "date": day, **result.as_dict()}
+    return {"agent_id": agent_id, "session_id": session_id, "date": day,
+            "path": result.path, "created": result.created, "changed": result.changed}
 
 
 async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> str | None:
@@ -428,7 +438,7 @@ async def memory_select(ctx: CallContext, params: JsonObject) -> Selected:
             min_score=None, filters=Filters(path_prefixes=(digest,)),
             config=ws.settings.search, agent_id=agent_id)
         index_file = f"{digest}/{topics.INDEX_FILE}"
-        return [str(r["path"]) for r in answer["results"] if r["path"] != index_file]
+        return [r["path"] for r in answer["results"] if r["path"] != index_file]
 
     return await select_topics(agent_id, query, limit, entries,
                                ws.services.chat.client_or_none(), search_paths)

@@ -45,6 +45,9 @@ JsonObject = dict[str, Any]
 Result = object
 D = TypeVar("D")
 _MISSING = object()  # "no default": the param is required
+# The JSON types a param may have, as isinstance takes them.
+_STR, _INT, _NUMBER, _BOOL = (str,), (int,), (int, float), (bool,)
+_OBJECT, _ARRAY = (dict,), (list,)
 
 
 class Peer(Protocol):
@@ -237,18 +240,15 @@ class Params:
         self._raw = raw
         self._seen: set[str] = set()
 
-    def _get(self, name: str, kinds: type | tuple[type, ...], what: str,
-             default: object) -> object:
+    def _get(self, name: str, kinds: tuple[type, ...], what: str, default: object) -> object:
         self._seen.add(name)
         value = self._raw.get(name)
         if value is None:
             if default is _MISSING:
                 raise InvalidParams(f"missing required param {name!r}")
             return default
-        bad_bool = isinstance(value, bool) and bool not in (
-            kinds if isinstance(kinds, tuple) else (kinds,)
-        )
-        if not isinstance(value, kinds) or bad_bool:
+        # JSON true/false are bools, and bool is an int: only a bool field takes them.
+        if not isinstance(value, kinds) or (value.__class__ is bool and bool not in kinds):
             raise InvalidParams(f"param {name!r} must be {what}")
         return value
 
@@ -257,7 +257,7 @@ class Params:
     @overload
     def text(self, name: str, default: D) -> str | D: ...
     def text(self, name: str, default: object = _MISSING) -> object:
-        return self._get(name, str, "a string", default)
+        return self._get(name, _STR, "a string", default)
 
     @overload
     def integer(self, name: str, *, minimum: int | None = None) -> int: ...
@@ -265,7 +265,7 @@ class Params:
     def integer(self, name: str, default: D, *, minimum: int | None = None) -> int | D: ...
     def integer(self, name: str, default: object = _MISSING, *,
                 minimum: int | None = None) -> object:
-        value = self._get(name, int, "an integer", default)
+        value = self._get(name, _INT, "an integer", default)
         if isinstance(value, int) and minimum is not None and value < minimum:
             raise InvalidParams(f"param {name!r} must be at least {minimum}")
         return value
@@ -275,7 +275,7 @@ class Params:
     @overload
     def number(self, name: str, default: D) -> float | D: ...
     def number(self, name: str, default: object = _MISSING) -> object:
-        value = self._get(name, (int, float), "a number", default)
+        value = self._get(name, _NUMBER, "a number", default)
         return float(value) if isinstance(value, int | float) else value
 
     @overload
@@ -283,21 +283,21 @@ class Params:
     @overload
     def boolean(self, name: str, default: D) -> bool | D: ...
     def boolean(self, name: str, default: object = _MISSING) -> object:
-        return self._get(name, bool, "true or false", default)
+        return self._get(name, _BOOL, "true or false", default)
 
     @overload
     def mapping(self, name: str) -> JsonObject: ...
     @overload
     def mapping(self, name: str, default: D) -> JsonObject | D: ...
     def mapping(self, name: str, default: object = _MISSING) -> object:
-        return self._get(name, dict, "an object", default)
+        return self._get(name, _OBJECT, "an object", default)
 
     @overload
     def strings(self, name: str) -> list[str]: ...
     @overload
     def strings(self, name: str, default: D) -> list[str] | D: ...
     def strings(self, name: str, default: object = _MISSING) -> object:
-        value = self._get(name, list, "an array of strings", default)
+        value = self._get(name, _ARRAY, "an array of strings", default)
         if isinstance(value, list) and not all(isinstance(v, str) for v in value):
             raise InvalidParams(f"param {name!r} must be an array of strings")
         return value
@@ -307,7 +307,7 @@ class Params:
     @overload
     def array(self, name: str, default: D) -> list[object] | D: ...
     def array(self, name: str, default: object = _MISSING) -> object:
-        return self._get(name, list, "an array", default)
+        return self._get(name, _ARRAY, "an array", default)
 
     def agent_id(self, name: str = "agent_id") -> str:
         return check_agent_id(self.text(name))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 import trio
@@ -118,8 +118,9 @@ def _restore_config(state: DaemonState, data: bytes) -> None:
     atomic_write(REAL, target, data)
 
 
-def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Any]:
-    """The backed-up workspace record (agent id -> {path, config, ...}), or empty."""
+def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Mapping[str, object]]:
+    """The backed-up workspace record (agent id -> {path, config, ...}), or empty; entries
+    that are not objects are left out."""
     data = checked.daemon_file("workspaces.json")
     if data is None:
         return {}
@@ -128,7 +129,9 @@ def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     entries = doc.get("workspaces") if isinstance(doc, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    if not isinstance(entries, dict):
+        return {}
+    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, dict)}
 
 
 def _resumes(plan: bk.RestorePlan) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from recalld.daemon import sharing
-from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
+from recalld.daemon.index.search import MAX_RESULTS_CAP, SearchAnswer, parse_filters, search
 from recalld.daemon.remote.hook import server_search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
@@ -42,7 +42,7 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
 
 @METHODS.add("memory.search", positional=("agent_id", "query"),
              immediate_when=_search_answers_now)
-async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
+async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     p = Params(params)
     agent_id = p.agent_id()
     query = p.text("query")
@@ -53,7 +53,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
     agents = p.strings("agents", None)
     p.done()
 
-    async def search_one(ws: Workspace) -> JsonObject:
+    async def search_one(ws: Workspace) -> SearchAnswer:
         index = ws.services.index
         server = server_search(ws)
         if sync:
@@ -65,7 +65,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
         )
         if server is not None:
             answer["search_mode"] = server.served
-            if server.served == "local":
+            if server.served == "local" and server.error is not None:
                 answer["server_error"] = server.error
         return answer
 

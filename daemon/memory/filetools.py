@@ -1,0 +1,121 @@
+"""The workspace file operations offered to a chat model: OpenAI tool schemas
+(:func:`schemas`) and a dispatcher (:func:`call`) that runs one tool call on a
+:class:`~recalld.daemon.memory.fileops.FileOps` and describes the outcome as text.
+
+Every error becomes text for the model; :func:`call` never raises (except cancellation).
+Starts nothing and holds no state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.fileops import FileOps
+
+ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
+
+
+def schemas(names: Iterable[str] = ALL_TOOLS) -> list[dict[str, Any]]:
+    """OpenAI ``tools`` entries for the named operations."""
+    wanted = list(names)
+    unknown = set(wanted) - set(_SCHEMAS)
+    if unknown:
+        raise ValueError(f"unknown tools: {sorted(unknown)}")
+    return [{"type": "function", "function": {"name": n, **_SCHEMAS[n]}} for n in wanted]
+
+
+async def call(ops: FileOps, name: str, arguments: Mapping[str, Any]) -> str:
+    """Run one tool call and describe the outcome as text; errors become text too."""
+    try:
+        return await _call(ops, name, dict(arguments))
+    except RecalldError as exc:  # StorageError included
+        return f"error: {exc.message}"
+    except (TypeError, ValueError, KeyError) as exc:
+        return f"error: bad arguments for {name}: {exc}"
+
+
+async def _call(ops: FileOps, name: str, a: dict[str, Any]) -> str:
+    def text(key: str) -> str:
+        value = a.get(key)
+        if not isinstance(value, str):
+            raise InvalidParams(f"argument {key!r} must be a string")
+        return value
+
+    def optional_text(key: str) -> str | None:
+        return None if a.get(key) is None else text(key)
+
+    def line(key: str) -> int | None:
+        value = a.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidParams(f"argument {key!r} must be an integer")
+        return value
+
+    if name == "read":
+        got = await ops.read(text("path"), line("start_line"), line("end_line"))
+        more = " (truncated)" if got.truncated else ""
+        return (f"{text('path')} lines {got.start_line}-{got.end_line} of "
+                f"{got.total_lines}{more}:\n{got.text}")
+    if name == "write":
+        res = await ops.write(text("path"), text("content"))
+    elif name == "edit":
+        res = await ops.edit(text("path"), text("old"), text("new"))
+    elif name == "frontmatter_update":
+        changes = a.get("changes")
+        if not isinstance(changes, dict):
+            raise InvalidParams("argument 'changes' must be an object")
+        res = await ops.frontmatter_update(text("path"), changes)
+    elif name == "daily_write":
+        if ops.session_id is None:
+            raise NotAllowed("daily_write needs a session")
+        res = await ops.daily_write(ops.session_id, text("name"), text("content"),
+                                     optional_text("date"), optional_text("description"))
+    else:
+        return f"error: unknown tool {name!r}"
+    return orjson.dumps({"ok": True, **res.as_dict()}).decode()
+
+
+_PATH = {"type": "string", "description": "path relative to the workspace root"}
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    "read": {
+        "description": "Read lines of a workspace file (1-based, inclusive range).",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"},
+        }, "required": ["path"]},
+    },
+    "write": {
+        "description": "Create or replace a Markdown file under the memory folders.",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "content": {"type": "string"},
+        }, "required": ["path", "content"]},
+    },
+    "edit": {
+        "description": "Replace one exact, unique occurrence of `old` with `new` in a file.",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "old": {"type": "string"}, "new": {"type": "string"},
+        }, "required": ["path", "old", "new"]},
+    },
+    "frontmatter_update": {
+        "description": "Set frontmatter fields of a note (null removes a field).",
+        "parameters": {"type": "object", "properties": {
+            "path": _PATH, "changes": {"type": "object"},
+        }, "required": ["path", "changes"]},
+    },
+    "daily_write": {
+        "description": ("Write this conversation's daily note (Markdown body; the daemon "
+                        "adds the frontmatter). Writing again updates the same note."),
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string", "description": "short file name, e.g. commute"},
+            "description": {"type": "string", "description": "one line: what the note holds"},
+            "content": {"type": "string", "description": "the note body in Markdown"},
+            "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
+        }, "required": ["name", "content"]},
+    },
+}
