@@ -178,6 +178,10 @@ class DaemonConfig:
     graceful_timeout_s: float = 5.0
     max_concurrent_calls_per_connection: int = 32
     cpu_threads: int = 2
+    # The local embedding backfill: OpenMP threads per passage call (0: every core) and the
+    # nice increment of its thread, so queries and the event loop keep a core.
+    backfill_threads: int = 1
+    backfill_nice: int = 10
     log_level: str = "INFO"
     # Index maintenance: a rescan catches watch events the kernel dropped silently; the
     # persist delay batches commits of derived state after bursts of edits.
@@ -344,6 +348,7 @@ def _read_agent_json(value: Any, cfg_path: Path) -> Mapping[str, Any]:
 _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
+    "backfill_threads", "backfill_nice",
     "reconcile_interval_s", "persist_delay_s", "chunk_max_chars",
 }
 

@@ -134,6 +134,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "graceful_timeout_s"): between(0.0, 600.0),
     ("DaemonConfig", "max_concurrent_calls_per_connection"): between(1, 4096),
     ("DaemonConfig", "cpu_threads"): between(1, 256),
+    ("DaemonConfig", "backfill_threads"): between(0, 256),
+    ("DaemonConfig", "backfill_nice"): between(0, 19),
     ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
