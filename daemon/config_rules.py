@@ -170,6 +170,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("SearchConfig", "vector_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "rrf_k"): between(1, 100_000),
+    ("SearchConfig", "keyword_guard"): between(0.0, 10.0),
     ("SearchConfig", "candidate_multiplier"): between(1, 100),
     ("SearchConfig", "max_candidates"): between(1, 100_000),
 }
