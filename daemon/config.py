@@ -184,10 +184,10 @@ class DaemonConfig:
     graceful_timeout_s: float = 5.0
     max_concurrent_calls_per_connection: int = 32
     cpu_threads: int = 2
-    # The local embedding backfill: OpenMP threads per passage call (0: every core) and the
-    # nice increment of its thread, so queries and the event loop keep a core.
+    # The local embedding backfill: OpenMP threads per passage call (0: every core), so
+    # queries and the event loop keep a core, and the nice increment of its thread.
     backfill_threads: int = 1
-    backfill_nice: int = 10
+    backfill_nice: int = 0
     log_level: str = "INFO"
     # Index maintenance: a rescan catches watch events the kernel dropped silently; the
     # persist delay batches commits of derived state after bursts of edits.

@@ -14,9 +14,10 @@ Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
 * passages (backfill) under the daemon's CPU ``CapacityLimiter``, sorted by length and cut
   into calls of at most ``PASSAGE_CALL_CHARS`` characters, so similar lengths share a call
   and no call holds the CPU for long; they run on a thread of their own
-  (:class:`PassageLane`) with a lower CPU priority (``nice``) and, for the e5 engine, one
-  OpenMP thread (``threads``): the backfill takes what the machine leaves, and a core stays
-  free for queries and the event loop;
+  (:class:`PassageLane`) with, for the e5 engine, one OpenMP thread (``threads``), so a
+  core stays free for queries and the event loop, and optionally a lower CPU priority
+  (``nice``; off by default: on a machine kept busy by other work a niced backfill all but
+  stops);
 * queries in a lane of their own (one at a time, not under the CPU limiter) with an
   encoder instance of their own (the C engine keeps scratch state per model, and its
   weights are mapped, so a second instance costs little memory) and the engine's own
@@ -93,7 +94,7 @@ class PassageLane:
     default, every core) and the ``nice`` increment of the lane's thread (0: none)."""
 
     threads: int = 1
-    nice: int = 10
+    nice: int = 0
 
 
 def _openmp_set_threads() -> Callable[[int], None] | None:
