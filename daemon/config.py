@@ -72,11 +72,11 @@ class SearchConfig:
     keyword_weight: float = 0.65
     rrf_k: int = 60
     #: The keyword reach (``fusion.keyword_reach``) at and above which the keyword branch
-    #: keeps its full weight in fusion; below it the weight shrinks in proportion, so a
-    #: near-blind keyword branch (an English question over Chinese notes) cannot bury the
-    #: vector branch's hits. 0 turns the guard off. Chosen by measurement
-    #: (docs/adr/0022-blind-keyword-guard.md).
-    keyword_guard: float = 0.3
+    #: keeps its full weight in fusion; below it the weight shrinks to none at 0.4 of it
+    #: (``fusion.guarded_weight``), so a near-blind keyword branch (an English question
+    #: over Chinese notes) cannot bury the vector branch's hits. 0 turns the guard off.
+    #: Chosen by measurement (docs/adr/0022-blind-keyword-guard.md).
+    keyword_guard: float = 0.5
     candidate_multiplier: int = 3
     max_candidates: int = 200
     link_expansion: bool = True

@@ -112,7 +112,10 @@ def test_keyword_reach_and_guarded_weight() -> None:
     assert unseen == pytest.approx(0.25)
     assert keyword_reach([], 3.0, lambda t: 1, 100) == 0.0
     assert keyword_reach(["x"], 0.0, lambda t: 1, 100) == 0.0
-    assert guarded_weight(0.65, 1.2, full_at=0.3) == 0.65
-    assert guarded_weight(0.65, 0.15, full_at=0.3) == pytest.approx(0.325)
-    assert guarded_weight(0.65, 0.0, full_at=0.3) == 0.0
+    # Full weight from full_at up, none at 0.4 of it and below, linear between.
+    assert guarded_weight(0.65, 1.2, full_at=0.5) == 0.65
+    assert guarded_weight(0.65, 0.5, full_at=0.5) == pytest.approx(0.65)
+    assert guarded_weight(0.65, 0.35, full_at=0.5) == pytest.approx(0.325)
+    assert guarded_weight(0.65, 0.2, full_at=0.5) == 0.0
+    assert guarded_weight(0.65, 0.05, full_at=0.5) == 0.0
     assert guarded_weight(0.65, 0.01, full_at=0.0) == 0.65

@@ -14,8 +14,8 @@ Chinese notes matches a number or a Latin name in some passage and little else, 
 full weight those chance hits push the vector branch's good hits down. ``keyword_reach``
 measures how much of the query the best keyword hit holds (its BM25 score against what a
 chunk holding every query term would score), and ``guarded_weight`` lowers the keyword
-weight in proportion when that reach is small. Exact hits are not affected: a query with
-an exact hit keeps the full weight, and exact hits still rank first.
+weight when that reach is small, to nothing when it is very small. Exact hits are not
+affected: a query with an exact hit keeps the full weight, and exact hits still rank first.
 """
 
 from __future__ import annotations
@@ -89,9 +89,18 @@ def keyword_reach(
     return best_score / total if total > 0 else 0.0
 
 
+#: Where the guard's ramp starts, as a share of ``full_at``: at or below it the keyword
+#: branch has no weight. Chosen with ``full_at`` by measurement (tests/bench, ``xling``).
+GUARD_FLOOR = 0.4
+
+
 def guarded_weight(weight: float, reach: float, *, full_at: float) -> float:
     """The keyword weight for a query of keyword ``reach``: full at ``full_at`` and above,
-    in proportion below it (``full_at`` 0 turns the guard off)."""
+    none at ``GUARD_FLOOR * full_at`` and below, linear between (``full_at`` 0 turns the
+    guard off). A proportional cut is not enough: in reciprocal-rank fusion a chance
+    keyword match at rank 1 outscores the vector branch's rank 1 at any keyword weight
+    above the vector weight."""
     if full_at <= 0:
         return weight
-    return weight * min(1.0, max(reach, 0.0) / full_at)
+    low = GUARD_FLOOR * full_at
+    return weight * min(1.0, max(0.0, (reach - low) / (full_at - low)))

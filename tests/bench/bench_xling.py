@@ -17,8 +17,9 @@ Systems per set, all through the daemon's own functions (``tokenize``, ``BM25Ind
 the daemon's default weights, RRF k and candidate pool: ``bm25`` (exact-term promotion),
 ``vector`` (one vector per chunk, ``query:``/``passage:`` prefixes), ``hybrid`` (the fusion
 before the guard) and ``hybrid_guard_<r>`` (the keyword weight scaled down below reach
-``r``). Per set also the distribution of the keyword reach. Embeddings are cached in
-``bench-results/embcache/`` (``bench_vectors.Embedder``); ``--prepare`` only fills that
+``r``, to none at 0.4 of ``r``). Per set also the distribution of the keyword reach.
+Embeddings are cached in ``bench-results/embcache/`` (``bench_vectors.Embedder``);
+``--prepare`` only fills that
 cache (start it early: the first run embeds for tens of minutes).
 """
 
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=bq.DEFAULT_DATA)
     ap.add_argument("--model", default="multilingual-e5-small")
     ap.add_argument("--sets", default="xling,cmrc2018,locomo,scifact")
-    ap.add_argument("--reach", default="0.2,0.3,0.5", help="guard thresholds to compare")
+    ap.add_argument("--reach", default="0.3,0.5,0.7",
+                    help="guard thresholds (keyword_guard values) to compare")
     ap.add_argument("--conversations", type=int, default=2)
     ap.add_argument("--cmrc-queries", type=int, default=300)
     ap.add_argument("--scifact-queries", type=int, default=100)
@@ -197,11 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                            "sets": {}}
     for qs in chosen:
         res["sets"][qs.name] = run_set(qs, emb, reaches, cfg)
-    default = SearchConfig().keyword_guard if hasattr(SearchConfig(), "keyword_guard") else None
     targets: dict[str, Any] = {}
     if "xling" in res["sets"]:
         s = res["sets"]["xling"]["systems"]
-        name = f"hybrid_guard_{default}" if default is not None else "hybrid"
+        name = f"hybrid_guard_{cfg.keyword_guard}"
         if name in s:
             targets["xling_hybrid_at_least_vector"] = {
                 "system": name, "ndcg@10": s[name]["ndcg@10"],
