@@ -71,6 +71,12 @@ class SearchConfig:
     vector_weight: float = 0.35
     keyword_weight: float = 0.65
     rrf_k: int = 60
+    #: The keyword reach (``fusion.keyword_reach``) at and above which the keyword branch
+    #: keeps its full weight in fusion; below it the weight shrinks to none at 0.4 of it
+    #: (``fusion.guarded_weight``), so a near-blind keyword branch (an English question
+    #: over Chinese notes) cannot bury the vector branch's hits. 0 turns the guard off.
+    #: Chosen by measurement (docs/adr/0022-blind-keyword-guard.md).
+    keyword_guard: float = 0.5
     candidate_multiplier: int = 3
     max_candidates: int = 200
     link_expansion: bool = True
@@ -183,6 +189,10 @@ class DaemonConfig:
     graceful_timeout_s: float = 5.0
     max_concurrent_calls_per_connection: int = 32
     cpu_threads: int = 2
+    # The local embedding backfill: OpenMP threads per passage call (0: every core), so
+    # queries and the event loop keep a core, and the nice increment of its thread.
+    backfill_threads: int = 1
+    backfill_nice: int = 0
     log_level: str = "INFO"
     # Index maintenance: a rescan catches watch events the kernel dropped silently; the
     # persist delay batches commits of derived state after bursts of edits.
@@ -349,6 +359,7 @@ def _read_agent_json(value: Any, cfg_path: Path) -> Mapping[str, Any]:
 _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
+    "backfill_threads", "backfill_nice",
     "reconcile_interval_s", "persist_delay_s", "chunk_max_chars",
 }
 

@@ -134,6 +134,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "graceful_timeout_s"): between(0.0, 600.0),
     ("DaemonConfig", "max_concurrent_calls_per_connection"): between(1, 4096),
     ("DaemonConfig", "cpu_threads"): between(1, 256),
+    ("DaemonConfig", "backfill_threads"): between(0, 256),
+    ("DaemonConfig", "backfill_nice"): between(0, 19),
     ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
@@ -168,6 +170,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("SearchConfig", "vector_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "rrf_k"): between(1, 100_000),
+    ("SearchConfig", "keyword_guard"): between(0.0, 10.0),
     ("SearchConfig", "candidate_multiplier"): between(1, 100),
     ("SearchConfig", "max_candidates"): between(1, 100_000),
 }

@@ -40,6 +40,7 @@ from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.sessions import SessionStore
 from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
@@ -151,7 +152,9 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     cpu = trio.CapacityLimiter(max(1, config.cpu_threads))
     events = EventBus()
     bridge = ProviderBridge()
-    spaces = VectorSpaces(config.state_dir / "embeddings", bridge, local_limiter=cpu)
+    spaces = VectorSpaces(config.state_dir / "embeddings", bridge, local_limiter=cpu,
+                          passage_lane=PassageLane(config.backfill_threads,
+                                                   config.backfill_nice))
     cores = cpu_count()
     pool = PreparePool(min(cores, max(1, config.cpu_threads))) if cores > 1 else None
 

@@ -230,8 +230,11 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
     from fakes.provider_server import FakeProvider
 
     with FakeProvider(dims=16, api_key="k") as fake:
+        # The server's search has no blind-keyword guard (it needs the local index's term
+        # statistics): compare with the guard off on both sides.
         vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
-               'api_key = "k", model_name = "m", dimensions = 16 }\n')
+               'api_key = "k", model_name = "m", dimensions = 16 }\n'
+               'search = { keyword_guard = 0.0 }\n')
         d = shared_pair(daemon_factory, pg_server, vec)
 
         def embedded() -> bool:

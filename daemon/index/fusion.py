@@ -8,11 +8,21 @@ and k=60, ``0.3/61 < 0.7/(60 + r)`` for every rank r < 82. An agent that asks fo
 rare term of the query as *exact*; exact hits are ranked ahead of the rest (among
 themselves by fused score), and a branch that found nothing does not dilute the other:
 with one branch empty, its weight is simply absent from every score.
+
+A keyword branch can also be nearly blind without being empty: an English question over
+Chinese notes matches a number or a Latin name in some passage and little else, and at
+full weight those chance hits push the vector branch's good hits down. ``keyword_reach``
+measures how much of the query the best keyword hit holds (its BM25 score against what a
+chunk holding every query term would score), and ``guarded_weight`` lowers the keyword
+weight when that reach is small, to nothing when it is very small. Exact hits are not
+affected: a query with an exact hit keeps the full weight, and exact hits still rank first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import math
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -59,3 +69,38 @@ def fuse(
     # Exact keyword hits first, then by fused score; ties broken by key for determinism.
     fused.sort(key=lambda f: (not f.exact, -f.score, f.key))
     return fused if limit is None else fused[:limit]
+
+
+def keyword_reach(
+    query_terms: Sequence[str], best_score: float, doc_freq: Callable[[str], int],
+    n_docs: int,
+) -> float:
+    """How much of the query the keyword branch sees: ``best_score`` (the top BM25 hit's)
+    over the sum of the query terms' IDFs, which is what a chunk of average length holding
+    each term once scores. A term no chunk holds counts with the IDF of a term one chunk
+    holds (it is as specific as a term can be), so a query whose words the notes do not
+    use at all has a reach near 0; one whose top hit holds its terms, about 1 or more."""
+    if not query_terms or n_docs <= 0 or best_score <= 0:
+        return 0.0
+    total = 0.0
+    for term, qf in Counter(query_terms).items():
+        df = max(doc_freq(term), 1)
+        total += math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * qf
+    return best_score / total if total > 0 else 0.0
+
+
+#: Where the guard's ramp starts, as a share of ``full_at``: at or below it the keyword
+#: branch has no weight. Chosen with ``full_at`` by measurement (tests/bench, ``xling``).
+GUARD_FLOOR = 0.4
+
+
+def guarded_weight(weight: float, reach: float, *, full_at: float) -> float:
+    """The keyword weight for a query of keyword ``reach``: full at ``full_at`` and above,
+    none at ``GUARD_FLOOR * full_at`` and below, linear between (``full_at`` 0 turns the
+    guard off). A proportional cut is not enough: in reciprocal-rank fusion a chance
+    keyword match at rank 1 outscores the vector branch's rank 1 at any keyword weight
+    above the vector weight."""
+    if full_at <= 0:
+        return weight
+    low = GUARD_FLOOR * full_at
+    return weight * min(1.0, max(0.0, (reach - low) / (full_at - low)))

@@ -24,7 +24,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.fusion import fuse
+from recalld.daemon.index.fusion import fuse, guarded_weight
 from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.providers.errors import ProviderError
@@ -78,6 +78,7 @@ class SearchAnswer(TypedDict):
     mode: str  # keyword | hybrid (| mixed over several workspaces)
     took_ms: float
     vector_error: NotRequired[str]  # why the vector branch was skipped
+    keyword_weight: NotRequired[float]  # hybrid: the keyword weight used (blind-keyword guard)
     agents: NotRequired[list[str]]  # the workspaces searched, when several were
     search_mode: NotRequired[str]  # a shared workspace: server | local (who answered)
     server_error: NotRequired[str]  # why the server did not answer (local answered)
@@ -161,8 +162,14 @@ async def search(
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
     results: list[SearchHit] = []
+    keyword_weight = config.keyword_weight
     if hybrid:
-        for f in fuse(keyword_hits, vector_hits, keyword_weight=config.keyword_weight,
+        # A keyword branch that sees little of the query (no exact hit, a low reach) weighs
+        # less, so its chance matches do not bury the vector branch's hits.
+        if not exact:
+            keyword_weight = guarded_weight(keyword_weight, found.reach,
+                                            full_at=config.keyword_guard)
+        for f in fuse(keyword_hits, vector_hits, keyword_weight=keyword_weight,
                       vector_weight=config.vector_weight, k=config.rrf_k, exact=exact):
             item = _result(chunks[f.key], f.score, f.keyword, f.vector)
             if f.exact:
@@ -212,6 +219,8 @@ async def search(
         "mode": "hybrid" if hybrid else "keyword",
         "took_ms": round(took_ms, 3),
     }
+    if hybrid:
+        answer["keyword_weight"] = round(keyword_weight, 4)
     if vector_error is not None:
         answer["vector_error"] = vector_error
     return answer

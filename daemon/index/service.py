@@ -106,6 +106,9 @@ class Candidates:
     links: dict[str, list[str]]  # candidate path -> linked paths
     #: linked path -> its chunk that best matches the query, else its first with body text
     firsts: dict[str, StoredChunk]
+    #: How much of the query the keyword branch sees (``fusion.keyword_reach``); measured
+    #: only when there is a vector branch to fuse with.
+    reach: float = 1.0
 
 
 class WorkspaceIndex:
@@ -604,9 +607,11 @@ class WorkspaceIndex:
                 table, limit=limit, allowed=allowed, tokens=tokens)
             chunks = {key: table[key] for key, _ in (hits if keep is None else hits[:keep])}
             vec_hits: list[tuple[int, float]] = []
+            reach = 1.0
             if query_vector is not None and query_vector[0] == state.vector_space:
                 vec_hits = state.vector_search(query_vector[1], limit, allowed)
                 chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
+                reach = state.keyword_reach(query, hits)
             links: dict[str, list[str]] = {}
             firsts: dict[str, StoredChunk] = {}
             if link_limit:
@@ -621,7 +626,7 @@ class WorkspaceIndex:
                         if len(targets) < link_limit and other in state.files:
                             targets[other] = None
                 firsts = state.linked_chunks(query, list(targets), tokens=tokens)
-            return Candidates(hits, vec_hits, exact, chunks, links, firsts)
+            return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach)
 
         self.searches += 1
         return await self._read(run, query)

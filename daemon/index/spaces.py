@@ -29,6 +29,7 @@ from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import EmbeddingClient
 from recalld.daemon.providers.errors import DimensionMismatch, ProviderTimeout
+from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.providers.retry import RetryPolicy
 
 F32 = npt.NDArray[np.float32]
@@ -98,6 +99,7 @@ class VectorSpaces:
         breaker_config: BreakerConfig | None = None,
         environ: Mapping[str, str] | None = None,
         local_limiter: trio.CapacityLimiter | None = None,
+        passage_lane: PassageLane | None = None,
         query_cache_size: int = 256,
         rng: random.Random | None = None,
     ) -> None:
@@ -107,6 +109,7 @@ class VectorSpaces:
         self._breaker_config = breaker_config
         self._environ = environ
         self._local_limiter = local_limiter
+        self._passage_lane = passage_lane
         self._query_cache_size = query_cache_size
         self._rng = rng
         self._by_config: dict[EmbeddingModelConfig, VectorSpace] = {}
@@ -117,7 +120,8 @@ class VectorSpaces:
             config, self._bridge, policy=self._policy,
             breaker=CircuitBreaker(self._breaker_config,
                                    name=f"embedding provider {config.backend}"),
-            environ=self._environ, local_limiter=self._local_limiter, rng=self._rng,
+            environ=self._environ, local_limiter=self._local_limiter,
+            passage_lane=self._passage_lane, rng=self._rng,
         )
 
     def space(self, config: EmbeddingModelConfig) -> VectorSpace:

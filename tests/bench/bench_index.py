@@ -170,6 +170,8 @@ class Daemon:
         self.config_path = state_dir / "config.toml"
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Applied over the environment below (None removes a variable).
+        self.env_overrides: dict[str, str | None] = {}
         state_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
             f'[daemon]\ndata_dir = "{state_dir / "data"}"\n'
@@ -184,6 +186,11 @@ class Daemon:
                    OPENBLAS_NUM_THREADS="1")
         for key in ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
             env.pop(key, None)
+        for key, value in self.env_overrides.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         t0 = time.perf_counter()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -41,6 +41,8 @@ QUICK: dict[str, list[str]] = {
     "vectors": ["--quick", "300"],
     "lanes": ["--quick"],
     "fusion": ["--quick"],
+    "xling": ["--quick"],
+    "search_backfill": ["--quick"],
     "ping": ["--seconds", "1"],
     "remote": ["--notes", "20", "--bulk", "200"],
     "pgsearch": ["--queries", "50"],
