@@ -71,6 +71,15 @@ class SearchConfig:
     vector_weight: float = 0.35
     keyword_weight: float = 0.65
     rrf_k: int = 60
+    #: "rrf" (weighted reciprocal rank) or "score" (convex combination of each branch's
+    #: min-max scaled scores), both with exact keyword hits first (docs/adr/0021).
+    fusion: str = "rrf"
+    #: The vector unit: windows of about this many characters of a chunk, a chunk scored by
+    #: its best window (0: one vector per whole chunk).
+    vector_window_chars: int = 400
+    #: A hybrid hit hands back its best window and this many lines each side of it (-1:
+    #: the whole chunk).
+    context_lines: int = -1
     candidate_multiplier: int = 3
     max_candidates: int = 200
     link_expansion: bool = True

@@ -24,9 +24,10 @@ from typing import Any
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.fusion import fuse
+from recalld.daemon.index.fusion import Fused, fuse, fuse_scores
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.types import render_result
@@ -74,12 +75,27 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,
-            vector: float | None) -> dict[str, Any]:
+            vector: float | None, window: Window | None = None,
+            context_lines: int = -1) -> dict[str, Any]:
+    start, end, text = chunk.start_line, chunk.end_line, chunk.text
+    if window is not None and context_lines >= 0:
+        first, last, text = around(chunk.text, window, context_lines)
+        start, end = chunk.start_line + first, chunk.start_line + last
     return {
-        "path": chunk.path, "start_line": chunk.start_line, "end_line": chunk.end_line,
-        "text": chunk.text, "heading": chunk.heading, "chunk_id": chunk.id,
+        "path": chunk.path, "start_line": start, "end_line": end,
+        "text": text, "heading": chunk.heading, "chunk_id": chunk.id,
         "score": score, "vector": vector, "keyword": keyword,
     }
+
+
+def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, float]],
+                  exact: set[int], config: SearchConfig) -> list[Fused]:
+    """The two branches fused as ``config`` says (``fusion.py``)."""
+    if config.fusion == "score":
+        return fuse_scores(keyword, vector, keyword_weight=config.keyword_weight,
+                           vector_weight=config.vector_weight, exact=exact)
+    return fuse(keyword, vector, keyword_weight=config.keyword_weight,
+                vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
 
 
 async def search(
@@ -107,15 +123,16 @@ async def search(
         query, max(pool, max_results), filters, query_vector,
         link_limit=(max_results if query_vector is None else 2 * max_results)
         if config.link_expansion else 0,
-        keep=max_results if query_vector is None else None)
+        keep=max_results if query_vector is None else None,
+        windows=config.context_lines >= 0)
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
     results: list[dict[str, Any]] = []
     if hybrid:
-        for f in fuse(keyword_hits, vector_hits, keyword_weight=config.keyword_weight,
-                      vector_weight=config.vector_weight, k=config.rrf_k, exact=exact):
-            item = _result(chunks[f.key], f.score, f.keyword, f.vector)
+        for f in fuse_branches(keyword_hits, vector_hits, exact, config):
+            item = _result(chunks[f.key], f.score, f.keyword, f.vector,
+                           found.windows.get(f.key), config.context_lines)
             if f.exact:
                 item["exact"] = True
             results.append(item)

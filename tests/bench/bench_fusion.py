@@ -1,25 +1,28 @@
-"""Fusion study: why hybrid adds little over BM25 on LoCoMo, configuration by configuration.
+"""Hybrid retrieval, configuration by configuration, with BM25 beside it on the same run.
 
-    .venv/bin/python tests/bench/run.py fusion [-- --conversations 2 --model multilingual-e5-small]
+    .venv/bin/python tests/bench/run.py fusion [-- --sets locomo,scifact,cmrc2018]
+    .venv/bin/python tests/bench/bench_fusion.py --prefetch    # only fill the vector store
 
-In process, on the very chunks the daemon makes of LoCoMo dev sessions (the first
-``--conversations`` conversations; category 5 excluded, as in ``quality``), with the local
-model's embeddings cached under ``bench-results/embcache/`` (``bench_vectors.Embedder``).
-A retrieval report (recall@5/@10, MRR, nDCG@10, ctx_chars@5) for every configuration:
+In process, on the very chunks the daemon makes of the quality sets (``bench_quality``:
+LoCoMo dev, every conversation; SciFact test, the whole corpus; CMRC 2018 dev), with the
+daemon's own functions: ``chunker.chunk_markdown``, ``bm25`` + ``exact.exact_first`` (the
+keyword branch), ``windows.windows`` (the vector unit), ``fusion.fuse`` (every fusion
+mode) and ``fusion.context_lines`` (what a hit hands back). The local model's vectors come
+from ``vecstore.VectorStore`` (``bench-results/embstore/``: every distinct text embedded
+once, ever), so each configuration is a cheap re-score.
 
-- ``bm25``: our keyword ranking with exact-term promotion (the baseline every other row is
-  compared with, ``delta_recall@5``);
-- vector branch alone: ``vec_chunk`` (one vector per chunk, ``passage:``/``query:``
-  prefixes as shipped), ``vec_chunk_symmetric`` (the query embedded as a passage: what
-  the prefixes are worth), ``vec_window`` (each chunk scored by its best window of about
-  ``--window`` characters, whole lines);
-- ``hybrid_<branch>_<vw>:<kw>_k<k>``: weighted RRF (``fusion.fuse``, exact keyword hits
-  first) of BM25 with that vector branch, for each weight pair and RRF k;
-- ``hybrid_<branch>_guard_...``: the same with a blind-branch guard: when the query has
-  no keyword hit at all the vector list ranks alone, and when BM25's best score is weak
-  (below ``--guard`` times its median over the queries) the keyword weight is halved.
+Rows (a retrieval report each: recall@5/@10, MRR, nDCG@10, ctx_chars@5, and the change
+against ``bm25`` on the same run):
 
-Candidate pools are 30 (the daemon's ``max_results`` 10 times its multiplier 3).
+- ``bm25``: the keyword branch as the daemon ranks it (exact-term promotion);
+- ``vec_chunk`` / ``vec_window<size>``: the vector branch alone, one vector per chunk or a
+  chunk scored by its best window;
+- ``<mode>_<unit>_...``: fusion of the two: ``rrf`` (weighted reciprocal rank, weights
+  vector:keyword, RRF k) or ``score`` (a convex combination of each branch's scores
+  scaled to [0, 1] over the candidates), each with exact keyword hits first; ``+ctx``
+  rows hand back the best window's lines (and their neighbours) instead of the chunk.
+
+Candidate pools are 30 (``max_results`` 10 times the daemon's multiplier 3).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,142 +43,214 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
 import bench_quality as bq  # noqa: E402
-import bench_vectors as bv  # noqa: E402
+import quality_lexical as ql  # noqa: E402
+from vecstore import VectorStore  # noqa: E402
 
 from recalld.daemon.index.bm25 import BM25Index  # noqa: E402
 from recalld.daemon.index.chunker import Chunk  # noqa: E402
 from recalld.daemon.index.exact import exact_first  # noqa: E402
-from recalld.daemon.index.fusion import fuse  # noqa: E402
+from recalld.daemon.index.fusion import fuse, fuse_scores  # noqa: E402
 from recalld.daemon.index.state import StoredChunk  # noqa: E402
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query  # noqa: E402
+from recalld.daemon.index.windows import Window, around, windows  # noqa: E402
 
 K = 10
 POOL = 30
+SETS = ("locomo", "scifact", "cmrc2018")
 Hits = list[tuple[int, float]]
 
 
-def windows(chunk: Chunk, size: int) -> list[str]:
-    """``chunk``'s text in windows of whole lines, each about ``size`` characters."""
-    out: list[str] = []
-    cur: list[str] = []
-    n = 0
-    for line in chunk.text.split("\n"):
-        if cur and n + len(line) > size:
-            out.append("\n".join(cur))
-            cur, n = [], 0
-        if line.strip():
-            cur.append(line)
-            n += len(line) + 1
-    if cur:
-        out.append("\n".join(cur))
-    return out or [chunk.text]
+@dataclass
+class Prepared:
+    qs: bq.QualitySet
+    chunks: list[Chunk]
+    wins: dict[int, list[list[Window]]]  # window size -> per chunk
+
+
+def prepare(name: str, data: Path, sizes: Sequence[int]) -> Prepared:
+    qs = bq.load_set(name, data)
+    chunks = bq.chunks_of(qs)
+    return Prepared(qs, chunks, {s: [windows(c.text, s) for c in chunks] for s in sizes})
+
+
+def prefetch(store: VectorStore, data: Path, names: Sequence[str], sizes: Sequence[int],
+             chunk_vectors: bool) -> None:
+    """Embed what the study needs, cheapest and most needed first."""
+    for name in names:
+        p = prepare(name, data, sizes)
+        print(f"prefetch {name}: {len(p.qs.queries)} queries", file=sys.stderr, flush=True)
+        store.embed(p.qs.queries, is_query=True)
+        for s in sizes:
+            texts = [w.text for ws in p.wins[s] for w in ws]
+            print(f"prefetch {name}: {len(texts)} windows of {s}, "
+                  f"{sum(map(len, texts))} chars", file=sys.stderr, flush=True)
+            store.embed(texts, is_query=False)
+        if chunk_vectors:
+            print(f"prefetch {name}: {len(p.chunks)} chunks", file=sys.stderr, flush=True)
+            store.embed([c.text for c in p.chunks], is_query=False)
+
+
+class Study:
+    """One set's branches, ready to re-score under any configuration."""
+
+    def __init__(self, p: Prepared, store: VectorStore, sizes: Sequence[int],
+                 chunk_vectors: bool) -> None:
+        self.p = p
+        qs, chunks = p.qs, p.chunks
+        self.bm = BM25Index()
+        self.bm.add_many((i, tokenize(c.index_text)) for i, c in enumerate(chunks))
+        stored = {i: StoredChunk(i, str(i), c.path, c.start_line, c.end_line, c.text,
+                                 c.heading, {}) for i, c in enumerate(chunks)}
+        self.kw: list[Hits] = []
+        self.exact: list[set[int]] = []
+        for q in qs.queries:
+            hits, exact = exact_first(q, self.bm, self.bm.search(tokenize_query(q), POOL),
+                                      stored, limit=POOL)
+            self.kw.append(hits)
+            self.exact.append(exact)
+        qvec = store.embed(qs.queries, is_query=True)
+        #: unit -> per query: per chunk score (best window), and the best window's index
+        self.vec: dict[str, list[Hits]] = {}
+        self.best: dict[str, np.ndarray] = {}
+        if chunk_vectors and store.has([c.text for c in chunks], is_query=False):
+            cvec = store.embed([c.text for c in chunks], is_query=False)
+            sims = qvec @ cvec.T
+            self.vec["chunk"] = [top(row, POOL) for row in sims]
+        for size in sizes:
+            texts = [w.text for ws in p.wins[size] for w in ws]
+            if not store.has(texts, is_query=False):
+                print(f"fusion {qs.name}: windows of {size} not all embedded yet: skipped",
+                      file=sys.stderr, flush=True)
+                continue
+            wvec = store.embed(texts, is_query=False)
+            counts = np.array([len(ws) for ws in p.wins[size]])
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            per_chunk = []
+            best = np.zeros((len(qs.queries), len(chunks)), dtype=np.int32)
+            for qi in range(len(qs.queries)):
+                sims = wvec @ qvec[qi]
+                score = np.maximum.reduceat(sims, starts)
+                # index of the best window inside its chunk
+                arg = np.zeros(len(chunks), dtype=np.int32)
+                for ci in np.flatnonzero(counts > 1):
+                    s0 = starts[ci]
+                    arg[ci] = int(np.argmax(sims[s0:s0 + counts[ci]]))
+                best[qi] = arg
+                per_chunk.append(top(score, POOL))
+            self.vec[f"window{size}"] = per_chunk
+            self.best[f"window{size}"] = best
+
+    def hits_of(self, ranked: Sequence[Sequence[int]], unit: str | None = None,
+                neighbours: int = -1) -> list[list[ql.Hit]]:
+        out = []
+        for qi, got in enumerate(ranked):
+            row: list[ql.Hit] = []
+            for ci in got[:K]:
+                c = self.p.chunks[ci]
+                if neighbours < 0 or unit is None or unit not in self.best:
+                    row.append((c.path, c.start_line, c.end_line, len(c.text)))
+                    continue
+                size = int(unit.removeprefix("window"))
+                w = self.p.wins[size][ci][int(self.best[unit][qi, ci])]
+                first, last, text = around(c.text, w, neighbours)
+                row.append((c.path, c.start_line + first, c.start_line + last, len(text)))
+            out.append(row)
+        return out
+
+    def report(self, ranked: Sequence[Sequence[int]], unit: str | None = None,
+               neighbours: int = -1) -> dict[str, Any]:
+        m = bq.score(self.p.qs, self.hits_of(ranked, unit, neighbours))
+        return {k: m[k] for k in ("recall@5", "recall@10", "mrr", "ndcg@10", "ctx_chars@5")}
 
 
 def top(scores: np.ndarray, n: int) -> Hits:
-    idx = np.argsort(-scores, kind="stable")[:n]
+    n = min(n, len(scores))
+    idx = np.argpartition(-scores, n - 1)[:n]
+    idx = idx[np.argsort(-scores[idx], kind="stable")]
     return [(int(i), float(scores[i])) for i in idx]
 
 
-def report(qs: bq.QualitySet, chunks: Sequence[Chunk], ranked: list[list[int]]) -> dict[str, Any]:
-    hits = [[(chunks[i].path, chunks[i].start_line, chunks[i].end_line, len(chunks[i].text))
-             for i in got[:K]] for got in ranked]
-    m = bq.score(qs, hits)
-    return {k: m[k] for k in ("recall@5", "recall@10", "mrr", "ndcg@10", "ctx_chars@5")}
+Fuser = Callable[[Hits, Hits, set[int]], list[int]]
+
+
+def fusers(weights: Sequence[tuple[float, float]], ks: Sequence[int],
+           convex: Sequence[float]) -> dict[str, Fuser]:
+    out: dict[str, Fuser] = {}
+    for vw, kw in weights:
+        for k in ks:
+            out[f"rrf_{vw}:{kw}_k{k}"] = (
+                lambda kh, vh, ex, vw=vw, kw=kw, k=k: [f.key for f in fuse(
+                    kh, vh, keyword_weight=kw, vector_weight=vw, k=k, exact=ex)])
+    for a in convex:
+        out[f"score_{a}:{round(1 - a, 2)}"] = (
+            lambda kh, vh, ex, a=a: [f.key for f in fuse_scores(
+                kh, vh, keyword_weight=1 - a, vector_weight=a, exact=ex)])
+    return out
+
+
+def study(st: Study, weights: Sequence[tuple[float, float]], ks: Sequence[int],
+          convex: Sequence[float], neighbours: Sequence[int]) -> dict[str, Any]:
+    n = len(st.p.qs.queries)
+    systems: dict[str, Any] = {"bm25": st.report([[k for k, _ in h] for h in st.kw])}
+    for unit, lists in st.vec.items():
+        systems[f"vec_{unit}"] = st.report([[k for k, _ in h] for h in lists])
+    for unit, lists in st.vec.items():
+        for name, fn in fusers(weights, ks, convex).items():
+            ranked = [fn(st.kw[qi], lists[qi], st.exact[qi]) for qi in range(n)]
+            systems[f"{name}_{unit}"] = st.report(ranked)
+            if unit in st.best:
+                for nb in neighbours:
+                    systems[f"{name}_{unit}+ctx{nb}"] = st.report(ranked, unit, nb)
+    base = systems["bm25"]
+    for row in systems.values():
+        for m in ("recall@5", "ndcg@10"):
+            row[f"delta_{m}"] = round(row[m] - base[m], 4)
+        row["ctx_vs_bm25"] = round(row["ctx_chars@5"] / base["ctx_chars@5"], 3)
+    return systems
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="fusion study on LoCoMo dev (in process)")
+    ap = argparse.ArgumentParser(description="hybrid retrieval study (in process)")
     ap.add_argument("--data", type=Path, default=bq.DEFAULT_DATA)
-    ap.add_argument("--conversations", type=int, default=2)
+    ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--model", default="multilingual-e5-small")
-    ap.add_argument("--window", type=int, default=400)
-    ap.add_argument("--weights", default="0.35:0.65,0.5:0.5,0.7:0.3")
-    ap.add_argument("--rrf-k", default="60,10")
-    ap.add_argument("--guard", type=float, default=0.5)
-    ap.add_argument("--quick", action="store_true", help="one conversation")
+    ap.add_argument("--sizes", default="400")
+    ap.add_argument("--no-chunk-vectors", action="store_true")
+    ap.add_argument("--prefetch", action="store_true")
+    ap.add_argument("--weights", default="0.35:0.65,0.5:0.5,0.65:0.35")
+    ap.add_argument("--rrf-k", default="60,20,10,5")
+    ap.add_argument("--convex", default="0.3,0.4,0.5,0.6,0.7")
+    ap.add_argument("--neighbours", default="0,1,2")
+    ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    t_all = time.perf_counter()
-    full = bq.locomo_set(a.data / "locomo")
-    convs = sorted({p.rsplit("/", 1)[1].split("-session")[0] for p in full.notes})
-    keep = set(convs[:1 if a.quick else a.conversations])
-    notes = {p: t for p, t in full.notes.items()
-             if p.rsplit("/", 1)[1].split("-session")[0] in keep}
-    idx = [i for i, t in enumerate(full.targets) if all(p in notes for p, _ in t)]
-    qs = bq.QualitySet("locomo", notes, [full.queries[i] for i in idx],
-                       [full.targets[i] for i in idx], [full.categories[i] for i in idx],
-                       {"conversations": sorted(keep)})
-    chunks = bq.chunks_of(qs)
-    wins = [windows(c, a.window) for c in chunks]
-    flat = [w for ws in wins for w in ws]
-    owner = np.repeat(np.arange(len(chunks)), [len(ws) for ws in wins])
-    print(f"fusion: {len(chunks)} chunks, {len(flat)} windows, {len(qs.queries)} questions",
-          file=sys.stderr, flush=True)
-    emb = bv.Embedder(a.model)
+    store = VectorStore(a.model)
+    names = [n for n in a.sets.split(",") if n]
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    if a.prefetch:
+        prefetch(store, a.data, names, sizes, not a.no_chunk_vectors)
+        return 0
+    weights = [tuple(float(x) for x in w.split(":")) for w in a.weights.split(",") if w]
+    ks = [int(x) for x in a.rrf_k.split(",") if x]
+    convex = [float(x) for x in a.convex.split(",") if x]
+    neighbours = [int(x) for x in a.neighbours.split(",") if x]
+    out: dict[str, Any] = {"bench": "fusion", "model": a.model, "pool": POOL,
+                           "loadavg_at_start": os.getloadavg(), "sets": {}}
     t0 = time.perf_counter()
-    cvec = emb.embed([c.text for c in chunks], is_query=False)
-    wvec = emb.embed(flat, is_query=False)
-    qvec = emb.embed(qs.queries, is_query=True)
-    qsym = emb.embed(qs.queries, is_query=False)
-    embed_s = time.perf_counter() - t0
-
-    bm = BM25Index()
-    bm.add_many((i, tokenize(c.index_text)) for i, c in enumerate(chunks))
-    stored = {i: StoredChunk(i, str(i), c.path, c.start_line, c.end_line, c.text, c.heading, {})
-              for i, c in enumerate(chunks)}
-    kw_hits: list[Hits] = []
-    exacts: list[set[int]] = []
-    for q in qs.queries:
-        hits, exact = exact_first(q, bm, bm.search(tokenize_query(q), POOL), stored, limit=POOL)
-        kw_hits.append(hits)
-        exacts.append(exact)
-    best_kw = [h[0][1] if h else 0.0 for h in kw_hits]
-    median_kw = statistics.median([b for b in best_kw if b > 0] or [1.0])
-
-    branches: dict[str, list[Hits]] = {"chunk": [], "chunk_symmetric": [], "window": []}
-    for qi in range(len(qs.queries)):
-        branches["chunk"].append(top(cvec @ qvec[qi], POOL))
-        branches["chunk_symmetric"].append(top(cvec @ qsym[qi], POOL))
-        per_chunk = np.full(len(chunks), -1.0)
-        np.maximum.at(per_chunk, owner, wvec @ qvec[qi])
-        branches["window"].append(top(per_chunk, POOL))
-
-    systems: dict[str, Any] = {"bm25": report(qs, chunks, [[k for k, _ in h] for h in kw_hits])}
-    for name, lists in branches.items():
-        systems[f"vec_{name}"] = report(qs, chunks, [[k for k, _ in h] for h in lists])
-    weights = [tuple(float(x) for x in w.split(":")) for w in a.weights.split(",")]
-    for branch in ("chunk", "window"):
-        for vw, kw in weights:
-            for k in (int(x) for x in a.rrf_k.split(",")):
-                for guard in (False, True):
-                    ranked = []
-                    for qi, vh in enumerate(branches[branch]):
-                        kh, w_kw = kw_hits[qi], kw
-                        if guard and not kh:
-                            ranked.append([key for key, _ in vh])
-                            continue
-                        if guard and best_kw[qi] < a.guard * median_kw:
-                            w_kw = kw / 2
-                        fused = fuse(kh, vh, keyword_weight=w_kw, vector_weight=vw, k=k,
-                                     exact=exacts[qi])
-                        ranked.append([f.key for f in fused])
-                    name = (f"hybrid_{branch}{'_guard' if guard else ''}_{vw}:{kw}_k{k}")
-                    systems[name] = report(qs, chunks, ranked)
-    base = systems["bm25"]
-    for row in systems.values():
-        row["delta_recall@5"] = round(row["recall@5"] - base["recall@5"], 4)
-        row["ctx_vs_bm25"] = round(row["ctx_chars@5"] / base["ctx_chars@5"], 3)
-    best = max((n for n in systems if n.startswith("hybrid")),
-               key=lambda n: (systems[n]["recall@5"], -systems[n]["ctx_chars@5"]))
-    out = {"bench": "fusion", "model": a.model, "conversations": sorted(keep),
-           "chunks": len(chunks), "windows": len(flat), "window_chars": a.window,
-           "questions": len(qs.queries), "embed_s": round(embed_s, 1),
-           "loadavg": os.getloadavg(), "systems": systems,
-           "best_hybrid": {"name": best, **systems[best]},
-           "target": "LoCoMo recall@5 >= BM25 + 0.04 with ctx_chars@5 <= BM25's",
-           "target_met_by": sorted(n for n, r in systems.items()
-                                   if r["delta_recall@5"] >= 0.04 and r["ctx_vs_bm25"] <= 1.0),
-           "total_s": round(time.perf_counter() - t_all, 1)}
-    print(json.dumps(out, indent=2))
+    for name in names:
+        p = prepare(name, a.data, sizes)
+        st = Study(p, store, sizes, not a.no_chunk_vectors)
+        systems = study(st, weights, ks, convex, neighbours)
+        out["sets"][name] = {"queries": len(p.qs.queries), "chunks": len(p.chunks),
+                             "windows": {s: sum(map(len, p.wins[s])) for s in sizes},
+                             "systems": systems}
+    out["loadavg_at_end"] = os.getloadavg()
+    out["embedded_now"] = {"texts": store.embedded_texts, "chars": store.embedded_chars,
+                           "seconds": round(store.embed_s, 1)}
+    out["total_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(out, indent=1)
+    if a.out:
+        a.out.write_text(text, encoding="utf-8")
+    print(text)
     return 0
 
 
