@@ -52,7 +52,7 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
-from recalld.daemon.index.windows import Window, chunk_windows
+from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
 
@@ -293,12 +293,7 @@ class VectorWorker:
 
     def units(self, text: str) -> list[str]:
         """What is embedded for a chunk of ``text``: its windows, or the text itself."""
-        if not self.window_chars:
-            return [text]
-        wins = chunk_windows(text, self.window_chars)
-        # A chunk of one window is embedded as itself (the same cache entry as without
-        # windows, and ReMe's vector of it still applies).
-        return [text] if len(wins) == 1 else [w.text for w in wins]
+        return embed_units(text, self.window_chars)
 
     def _install(self, state: IndexState, found: list[tuple[int, str, F32]],
                  windows: list[F32] | None = None) -> int:

@@ -95,6 +95,16 @@ def chunk_windows(text: str, size: int) -> list[Window]:
     return out
 
 
+def embed_units(text: str, size: int) -> list[str]:
+    """What the vector branch embeds for a chunk of ``text``: its windows; a chunk of one
+    window (or ``size`` 0) as itself, so its vector is the same cache entry as without
+    windows and ReMe's vector of that text still applies."""
+    if not size:
+        return [text]
+    wins = chunk_windows(text, size)
+    return [text] if len(wins) == 1 else [w.text for w in wins]
+
+
 def around(text: str, window: Window, neighbours: int) -> tuple[int, int, str]:
     """``window`` widened by ``neighbours`` lines each side, within ``text``: (first, last,
     the lines' text); the part of a chunk a hit hands back when its best window is known."""
@@ -102,4 +112,4 @@ def around(text: str, window: Window, neighbours: int) -> tuple[int, int, str]:
     first = max(window.first - neighbours, 0)
     last = min(window.last + neighbours, len(lines) - 1)
     return first, last, "\n".join(lines[first:last + 1])
-__all__ = ["SLOTS", "Window", "around", "chunk_windows", "windows"]
+__all__ = ["SLOTS", "Window", "around", "chunk_windows", "embed_units", "windows"]

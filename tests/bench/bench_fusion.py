@@ -52,7 +52,7 @@ from recalld.daemon.index.exact import exact_first  # noqa: E402
 from recalld.daemon.index.fusion import fuse, fuse_scores  # noqa: E402
 from recalld.daemon.index.state import StoredChunk  # noqa: E402
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query  # noqa: E402
-from recalld.daemon.index.windows import Window, around, windows  # noqa: E402
+from recalld.daemon.index.windows import Window, around, chunk_windows, embed_units  # noqa: E402
 
 K = 10
 POOL = 30
@@ -64,27 +64,80 @@ Hits = list[tuple[int, float]]
 class Prepared:
     qs: bq.QualitySet
     chunks: list[Chunk]
-    wins: dict[int, list[list[Window]]]  # window size -> per chunk
+    wins: dict[int, list[list[Window]]]  # window size -> per chunk: its windows (lines)
+    units: dict[int, list[list[str]]]  # window size -> per chunk: the texts embedded
 
 
 def prepare(name: str, data: Path, sizes: Sequence[int]) -> Prepared:
     qs = bq.load_set(name, data)
     chunks = bq.chunks_of(qs)
-    return Prepared(qs, chunks, {s: [windows(c.text, s) for c in chunks] for s in sizes})
+    return Prepared(qs, chunks, {s: [chunk_windows(c.text, s) for c in chunks] for s in sizes},
+                    {s: [embed_units(c.text, s) for c in chunks] for s in sizes})
+
+
+def note_order(p: Prepared) -> list[str]:
+    """Notes by how much the study needs their vectors: judged ones, then those in any
+    query's BM25 top 30 (by best rank), then the rest."""
+    judged = dict.fromkeys(path for ts in p.qs.targets for path, _ in ts)
+    bm = BM25Index()
+    bm.add_many((i, tokenize(c.index_text)) for i, c in enumerate(p.chunks))
+    rank: dict[str, int] = {}
+    for q in p.qs.queries:
+        for r, (i, _) in enumerate(bm.search(tokenize_query(q), POOL)):
+            path = p.chunks[i].path
+            rank[path] = min(rank.get(path, POOL), r)
+    near = sorted((path for path in rank if path not in judged), key=lambda x: (rank[x], x))
+    rest = sorted(set(p.qs.notes) - judged.keys() - rank.keys())
+    return [*judged, *near, *rest]
+
+
+def restrict(p: Prepared, store: VectorStore, size: int) -> Prepared:
+    """``p`` cut down to the notes whose windows are all embedded (queries whose judged
+    notes are all among them), when a corpus is too large to embed in one sitting."""
+    keep: set[str] = set()
+    by_note: dict[str, list[int]] = {}
+    for i, c in enumerate(p.chunks):
+        by_note.setdefault(c.path, []).append(i)
+    for path, idx in by_note.items():
+        if store.has([t for i in idx for t in p.units[size][i]], is_query=False):
+            keep.add(path)
+    if len(keep) == len(p.qs.notes):
+        return p
+    qs = p.qs
+    sel = [i for i, ts in enumerate(qs.targets) if all(path in keep for path, _ in ts)]
+    sub = bq.QualitySet(qs.name, {k: v for k, v in qs.notes.items() if k in keep},
+                        [qs.queries[i] for i in sel], [qs.targets[i] for i in sel],
+                        [qs.categories[i] for i in sel],
+                        {**qs.info, "restricted_to_embedded": {
+                            "notes": len(keep), "of_notes": len(qs.notes),
+                            "queries": len(sel), "of_queries": len(qs.queries)}})
+    chunks = [c for c in p.chunks if c.path in keep]
+    return Prepared(sub, chunks, {s: [chunk_windows(c.text, s) for c in chunks]
+                                  for s in p.wins},
+                    {s: [embed_units(c.text, s) for c in chunks] for s in p.units})
 
 
 def prefetch(store: VectorStore, data: Path, names: Sequence[str], sizes: Sequence[int],
              chunk_vectors: bool) -> None:
-    """Embed what the study needs, cheapest and most needed first."""
+    """Embed what the study needs, cheapest and most needed first; a large corpus note
+    group by note group (``note_order``), so a partial run is usable (``restrict``)."""
     for name in names:
         p = prepare(name, data, sizes)
         print(f"prefetch {name}: {len(p.qs.queries)} queries", file=sys.stderr, flush=True)
         store.embed(p.qs.queries, is_query=True)
+        order = note_order(p)
         for s in sizes:
-            texts = [w.text for ws in p.wins[s] for w in ws]
-            print(f"prefetch {name}: {len(texts)} windows of {s}, "
-                  f"{sum(map(len, texts))} chars", file=sys.stderr, flush=True)
-            store.embed(texts, is_query=False)
+            by_note: dict[str, list[str]] = {}
+            for c, ts in zip(p.chunks, p.units[s], strict=True):
+                by_note.setdefault(c.path, []).extend(ts)
+            total = sum(len(t) for ts in by_note.values() for t in ts)
+            print(f"prefetch {name}: {sum(map(len, by_note.values()))} windows of {s}, "
+                  f"{total} chars", file=sys.stderr, flush=True)
+            for g in range(0, len(order), 250):
+                group = order[g:g + 250]
+                store.embed([t for path in group for t in by_note[path]], is_query=False)
+                print(f"prefetch {name}: notes {g + len(group)}/{len(order)} embedded "
+                      f"({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         if chunk_vectors:
             print(f"prefetch {name}: {len(p.chunks)} chunks", file=sys.stderr, flush=True)
             store.embed([c.text for c in p.chunks], is_query=False)
@@ -112,18 +165,18 @@ class Study:
         #: unit -> per query: per chunk score (best window), and the best window's index
         self.vec: dict[str, list[Hits]] = {}
         self.best: dict[str, np.ndarray] = {}
-        if chunk_vectors and store.has([c.text for c in chunks], is_query=False):
+        if chunk_vectors and store.has([c.text for c in chunks], is_query=False, share=0.97):
             cvec = store.embed([c.text for c in chunks], is_query=False)
             sims = qvec @ cvec.T
             self.vec["chunk"] = [top(row, POOL) for row in sims]
         for size in sizes:
-            texts = [w.text for ws in p.wins[size] for w in ws]
-            if not store.has(texts, is_query=False):
+            texts = [t for ts in p.units[size] for t in ts]
+            if not store.has(texts, is_query=False, share=0.97):
                 print(f"fusion {qs.name}: windows of {size} not all embedded yet: skipped",
                       file=sys.stderr, flush=True)
                 continue
             wvec = store.embed(texts, is_query=False)
-            counts = np.array([len(ws) for ws in p.wins[size]])
+            counts = np.array([len(ts) for ts in p.units[size]])
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             per_chunk = []
             best = np.zeros((len(qs.queries), len(chunks)), dtype=np.int32)
@@ -209,6 +262,89 @@ def study(st: Study, weights: Sequence[tuple[float, float]], ks: Sequence[int],
     return systems
 
 
+def run_daemon(p: Prepared, store: VectorStore, out_dir: Path, *, seed_cache: bool,
+               wait_s: float) -> dict[str, Any]:
+    """The chosen defaults end to end: one real daemon, the set as two workspaces of the
+    same notes, ``kw`` (no embedding model: BM25) and ``hy`` (the local model, every
+    search setting at its default), each query through ``memory.search``."""
+    import bench_index
+
+    from recalld.daemon.config import EmbeddingModelConfig, SearchConfig
+    from recalld.daemon.index.embedcache import EmbeddingCache, text_hash
+    from recalld.daemon.providers.embedding import EmbeddingClient
+
+    qs = p.qs
+    roots = {"kw": out_dir / "ws-kw", "hy": out_dir / "ws-hy"}
+    for root in roots.values():
+        bq.write_workspace(root, qs.notes)
+    state = out_dir / "state"
+    import shutil
+
+    shutil.rmtree(state, ignore_errors=True)
+    d = bench_index.Daemon(state, out_dir / "daemon.log")
+    model = EmbeddingModelConfig(backend="local", model_name=store.model, dimensions=384)
+    size = SearchConfig().vector_window_chars
+    seeded = 0
+    if seed_cache:
+        # The vectors this bench already made with the same model, put where the daemon's
+        # backfill looks first (its text-keyed cache): the daemon still windows, averages,
+        # indexes, searches and fuses by itself.
+        key = EmbeddingClient(model, None).vector_space_key()
+        cache = EmbeddingCache(state / "data" / "state" / "embeddings" / f"{key}.log", 384)
+        texts = list(dict.fromkeys(t for c in p.chunks for t in embed_units(c.text, size)))
+        rows = store.embed(texts, is_query=False)
+        seeded = cache.put_many((text_hash(t), r) for t, r in zip(texts, rows, strict=True))
+    with d.config_path.open("a", encoding="utf-8") as fh:
+        fh.write(f'[workspaces.kw]\npath = "{roots["kw"]}"\n'
+                 f'[workspaces.hy]\npath = "{roots["hy"]}"\n'
+                 f'embedding_model_config = {{backend = "local", model_name = "{store.model}",'
+                 f' dimensions = 384}}\n')
+    out: dict[str, Any] = {"seeded_vectors": seeded, "window_chars": size}
+    try:
+        out["ready_s"] = round(d.start(), 2)
+        c = bench_index.connect(d.socket_path, bench_index.OPEN_TIMEOUT_S)
+        try:
+            for agent in roots:
+                c.call("index.sync", {"agent_id": agent})
+            t0 = time.perf_counter()
+            while True:
+                st = c.call("daemon.status")
+                vec = next(w for w in st["workspaces"] if w["agent_id"] == "hy")
+                vec = vec["index"]["vectors"]
+                if vec["total"] and vec["coverage"] >= 1.0 and vec["state"] == "idle":
+                    break
+                if time.perf_counter() - t0 > wait_s:
+                    raise TimeoutError(f"vectors not complete after {wait_s} s: {vec}")
+                time.sleep(1.0)
+            out["backfill_s"] = round(time.perf_counter() - t0, 1)
+            out["vectors"] = {k: vec[k] for k in ("embedded", "total", "provider_texts",
+                                                 "cache_texts")}
+            for agent in roots:
+                hits: list[list[ql.Hit]] = []
+                modes: set[str] = set()
+                lat: list[float] = []
+                for q in qs.queries:
+                    t1 = time.perf_counter()
+                    reply = c.call("memory.search", {"agent_id": agent, "query": q,
+                                                     "max_results": K})
+                    lat.append((time.perf_counter() - t1) * 1e3)
+                    modes.add(reply["mode"])
+                    hits.append([bq._hit(r) for r in reply["results"]])
+                m = bq.score(qs, hits)
+                out[agent] = {**{k: m[k] for k in ("recall@5", "recall@10", "mrr", "ndcg@10",
+                                                   "ctx_chars@5")},
+                              "modes": sorted(modes),
+                              "query_p50_ms": bench_index.pct(lat, 50)}
+        finally:
+            c.close()
+    finally:
+        d.cleanup()
+    if "kw" in out and "hy" in out:
+        out["delta_recall@5"] = round(out["hy"]["recall@5"] - out["kw"]["recall@5"], 4)
+        out["ctx_vs_bm25"] = round(out["hy"]["ctx_chars@5"] / out["kw"]["ctx_chars@5"], 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="hybrid retrieval study (in process)")
     ap.add_argument("--data", type=Path, default=bq.DEFAULT_DATA)
@@ -222,9 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--convex", default="0.3,0.4,0.5,0.6,0.7")
     ap.add_argument("--neighbours", default="0,1,2")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--quick", action="store_true", help="LoCoMo only, 300 seeded questions")
+    ap.add_argument("--daemon", action="store_true",
+                    help="also confirm the defaults through a real daemon (LoCoMo)")
+    ap.add_argument("--no-seed-cache", action="store_true",
+                    help="let the daemon embed everything itself (slow)")
+    ap.add_argument("--daemon-wait-s", type=float, default=7200.0)
     a = ap.parse_args(argv)
     store = VectorStore(a.model)
-    names = [n for n in a.sets.split(",") if n]
+    names = ["locomo"] if a.quick else [n for n in a.sets.split(",") if n]
     sizes = [int(s) for s in a.sizes.split(",") if s]
     if a.prefetch:
         prefetch(store, a.data, names, sizes, not a.no_chunk_vectors)
@@ -238,11 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in names:
         p = prepare(name, a.data, sizes)
+        p = restrict(p, store, sizes[0])
+        if a.quick:
+            p.qs = bq.subset(p.qs, bq.QUICK_QUERIES, 0)
         st = Study(p, store, sizes, not a.no_chunk_vectors)
         systems = study(st, weights, ks, convex, neighbours)
-        out["sets"][name] = {"queries": len(p.qs.queries), "chunks": len(p.chunks),
+        out["sets"][name] = {"info": p.qs.info,
+                             "queries": len(p.qs.queries), "chunks": len(p.chunks),
                              "windows": {s: sum(map(len, p.wins[s])) for s in sizes},
                              "systems": systems}
+        if a.daemon and name == "locomo":
+            out["sets"][name]["daemon"] = run_daemon(
+                p, store, bq.DEFAULT_OUT_DIR.parent / "fusion", seed_cache=not a.no_seed_cache,
+                wait_s=a.daemon_wait_s)
     out["loadavg_at_end"] = os.getloadavg()
     out["embedded_now"] = {"texts": store.embedded_texts, "chars": store.embedded_chars,
                            "seconds": round(store.embed_s, 1)}

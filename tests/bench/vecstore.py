@@ -61,8 +61,11 @@ class VectorStore:
                 self.rows[k] = row
             self._seen.add(meta.name)
 
-    def has(self, texts: Sequence[str], *, is_query: bool) -> bool:
-        return all(key_of(t, is_query=is_query) in self.rows for t in texts)
+    def has(self, texts: Sequence[str], *, is_query: bool, share: float = 1.0) -> bool:
+        """Whether at least ``share`` of ``texts`` are stored (re-reading new shards)."""
+        self.refresh()
+        have = sum(key_of(t, is_query=is_query) in self.rows for t in texts)
+        return have >= share * len(texts)
 
     def _encode(self, texts: list[str], is_query: bool) -> F32:
         if self._encoder is None:
