@@ -96,8 +96,9 @@ def test_whole_chunk_context_and_score_fusion(daemon_factory: Any, tmp_path: Pat
         top = res["results"][0]
         assert res["mode"] == "hybrid" and top["path"] == REL
         assert top["text"] == chunk_text() and top["start_line"] == 1
-        # Score fusion: the best of both branches scores 1 (each branch scaled to [0, 1]).
-        assert abs(top["score"] - 1.0) < 1e-6
+        # Score fusion: the best of both branches scores 1 (each branch scaled to [0, 1]),
+        # less the default length penalty of 0.1 per 2,000 characters.
+        assert abs(top["score"] - (1.0 - 0.1 * len(chunk_text()) / 2000)) < 1e-6
         assert d.stop() == 0
 
 

@@ -12,8 +12,11 @@ with one branch empty, its weight is simply absent from every score.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+
+#: The length a ``length_penalty`` is given per (the default largest chunk).
+PENALTY_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ def fuse_scores(
     vector_weight: float,
     exact: Collection[int] = (),
     limit: int | None = None,
+    lengths: Mapping[int, int] | None = None,
+    length_penalty: float = 0.0,
 ) -> list[Fused]:
     """Fuse two scored lists by a convex combination of their min-max scaled scores.
 
@@ -88,6 +93,10 @@ def fuse_scores(
     branch finds far closer than the rest keeps that lead, and a flat tail weighs little.
     A candidate missing from a branch counts as that branch's worst (0). Exact keyword
     hits first, as in :func:`fuse`; an empty branch drops out as there.
+
+    ``length_penalty`` takes that much off a candidate's score per
+    :data:`PENALTY_CHARS` characters of its text (``lengths``): the agent pays for every
+    character a hit hands back, so of two nearly equal candidates the shorter wins.
     """
     kw = _scaled(keyword)
     vec = _scaled(vector)
@@ -96,10 +105,12 @@ def fuse_scores(
     w_kw = keyword_weight if kw else 0.0
     w_vec = vector_weight if vec else 0.0
     total = (w_kw + w_vec) or 1.0
+    per_char = length_penalty / PENALTY_CHARS if lengths is not None else 0.0
     fused = [
         Fused(
             key=key,
-            score=(w_kw * kw.get(key, 0.0) + w_vec * vec.get(key, 0.0)) / total,
+            score=(w_kw * kw.get(key, 0.0) + w_vec * vec.get(key, 0.0)) / total
+            - (per_char * lengths.get(key, 0) if lengths is not None else 0.0),
             keyword=kw_score.get(key),
             vector=vec_score.get(key),
             exact=key in exact and key in kw,

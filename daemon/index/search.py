@@ -89,11 +89,14 @@ def _result(chunk: StoredChunk, score: float, keyword: float | None,
 
 
 def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, float]],
-                  exact: set[int], config: SearchConfig) -> list[Fused]:
+                  exact: set[int], config: SearchConfig,
+                  chunks: Mapping[int, StoredChunk]) -> list[Fused]:
     """The two branches fused as ``config`` says (``fusion.py``)."""
     if config.fusion == "score":
         return fuse_scores(keyword, vector, keyword_weight=config.keyword_weight,
-                           vector_weight=config.vector_weight, exact=exact)
+                           vector_weight=config.vector_weight, exact=exact,
+                           lengths={key: len(c.text) for key, c in chunks.items()},
+                           length_penalty=config.length_penalty)
     return fuse(keyword, vector, keyword_weight=config.keyword_weight,
                 vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
 
@@ -130,7 +133,7 @@ async def search(
     hybrid = query_vector is not None
     results: list[dict[str, Any]] = []
     if hybrid:
-        for f in fuse_branches(keyword_hits, vector_hits, exact, config):
+        for f in fuse_branches(keyword_hits, vector_hits, exact, config, chunks):
             item = _result(chunks[f.key], f.score, f.keyword, f.vector,
                            found.windows.get(f.key), config.context_lines)
             if f.exact:

@@ -46,10 +46,12 @@ import bench_quality as bq  # noqa: E402
 import quality_lexical as ql  # noqa: E402
 from vecstore import VectorStore  # noqa: E402
 
+from recalld.daemon.config import SearchConfig  # noqa: E402
 from recalld.daemon.index.bm25 import BM25Index  # noqa: E402
 from recalld.daemon.index.chunker import Chunk  # noqa: E402
 from recalld.daemon.index.exact import exact_first  # noqa: E402
 from recalld.daemon.index.fusion import fuse, fuse_scores  # noqa: E402
+from recalld.daemon.index.search import fuse_branches  # noqa: E402
 from recalld.daemon.index.state import StoredChunk  # noqa: E402
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query  # noqa: E402
 from recalld.daemon.index.windows import Window, around, chunk_windows, embed_units  # noqa: E402
@@ -152,7 +154,7 @@ class Study:
         qs, chunks = p.qs, p.chunks
         self.bm = BM25Index()
         self.bm.add_many((i, tokenize(c.index_text)) for i, c in enumerate(chunks))
-        stored = {i: StoredChunk(i, str(i), c.path, c.start_line, c.end_line, c.text,
+        self.stored = stored = {i: StoredChunk(i, str(i), c.path, c.start_line, c.end_line, c.text,
                                  c.heading, {}) for i, c in enumerate(chunks)}
         self.kw: list[Hits] = []
         self.exact: list[set[int]] = []
@@ -223,35 +225,41 @@ def top(scores: np.ndarray, n: int) -> Hits:
     return [(int(i), float(scores[i])) for i in idx]
 
 
-Fuser = Callable[[Hits, Hits, set[int]], list[int]]
+Fuser = Callable[[Hits, Hits, set[int], dict[int, StoredChunk]], list[int]]
 
 
 def fusers(weights: Sequence[tuple[float, float]], ks: Sequence[int],
-           convex: Sequence[float]) -> dict[str, Fuser]:
-    out: dict[str, Fuser] = {}
+           convex: Sequence[float], penalties: Sequence[float]) -> dict[str, Fuser]:
+    default = SearchConfig()
+    out: dict[str, Fuser] = {
+        "default": lambda kh, vh, ex, ch: [
+            f.key for f in fuse_branches(kh, vh, ex, default, ch)]}
     for vw, kw in weights:
         for k in ks:
             out[f"rrf_{vw}:{kw}_k{k}"] = (
-                lambda kh, vh, ex, vw=vw, kw=kw, k=k: [f.key for f in fuse(
+                lambda kh, vh, ex, ch, vw=vw, kw=kw, k=k: [f.key for f in fuse(
                     kh, vh, keyword_weight=kw, vector_weight=vw, k=k, exact=ex)])
     for a in convex:
-        out[f"score_{a}:{round(1 - a, 2)}"] = (
-            lambda kh, vh, ex, a=a: [f.key for f in fuse_scores(
-                kh, vh, keyword_weight=1 - a, vector_weight=a, exact=ex)])
+        for lp in penalties:
+            out[f"score_{a}:{round(1 - a, 2)}_lp{lp}"] = (
+                lambda kh, vh, ex, ch, a=a, lp=lp: [f.key for f in fuse_scores(
+                    kh, vh, keyword_weight=1 - a, vector_weight=a, exact=ex,
+                    lengths={k: len(c.text) for k, c in ch.items()}, length_penalty=lp)])
     return out
 
 
 def study(st: Study, weights: Sequence[tuple[float, float]], ks: Sequence[int],
-          convex: Sequence[float], neighbours: Sequence[int]) -> dict[str, Any]:
+          convex: Sequence[float], penalties: Sequence[float],
+          neighbours: Sequence[int]) -> dict[str, Any]:
     n = len(st.p.qs.queries)
     systems: dict[str, Any] = {"bm25": st.report([[k for k, _ in h] for h in st.kw])}
     for unit, lists in st.vec.items():
         systems[f"vec_{unit}"] = st.report([[k for k, _ in h] for h in lists])
     for unit, lists in st.vec.items():
-        for name, fn in fusers(weights, ks, convex).items():
-            ranked = [fn(st.kw[qi], lists[qi], st.exact[qi]) for qi in range(n)]
+        for name, fn in fusers(weights, ks, convex, penalties).items():
+            ranked = [fn(st.kw[qi], lists[qi], st.exact[qi], st.stored) for qi in range(n)]
             systems[f"{name}_{unit}"] = st.report(ranked)
-            if unit in st.best:
+            if unit in st.best and name == "default":
                 for nb in neighbours:
                     systems[f"{name}_{unit}+ctx{nb}"] = st.report(ranked, unit, nb)
     base = systems["bm25"]
@@ -269,7 +277,7 @@ def run_daemon(p: Prepared, store: VectorStore, out_dir: Path, *, seed_cache: bo
     search setting at its default), each query through ``memory.search``."""
     import bench_index
 
-    from recalld.daemon.config import EmbeddingModelConfig, SearchConfig
+    from recalld.daemon.config import EmbeddingModelConfig
     from recalld.daemon.index.embedcache import EmbeddingCache, text_hash
     from recalld.daemon.providers.embedding import EmbeddingClient
 
@@ -293,7 +301,12 @@ def run_daemon(p: Prepared, store: VectorStore, out_dir: Path, *, seed_cache: bo
         cache = EmbeddingCache(state / "data" / "state" / "embeddings" / f"{key}.log", 384)
         texts = list(dict.fromkeys(t for c in p.chunks for t in embed_units(c.text, size)))
         rows = store.embed(texts, is_query=False)
-        seeded = cache.put_many((text_hash(t), r) for t, r in zip(texts, rows, strict=True))
+        cache.path.parent.mkdir(parents=True, exist_ok=True)
+        cache.open()
+        try:
+            seeded = cache.put_many((text_hash(t), r) for t, r in zip(texts, rows, strict=True))
+        finally:
+            cache.close()
     with d.config_path.open("a", encoding="utf-8") as fh:
         fh.write(f'[workspaces.kw]\npath = "{roots["kw"]}"\n'
                  f'[workspaces.hy]\npath = "{roots["hy"]}"\n'
@@ -354,9 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-chunk-vectors", action="store_true")
     ap.add_argument("--prefetch", action="store_true")
     ap.add_argument("--weights", default="0.35:0.65,0.5:0.5,0.65:0.35")
-    ap.add_argument("--rrf-k", default="60,20,10,5")
-    ap.add_argument("--convex", default="0.3,0.4,0.5,0.6,0.7")
-    ap.add_argument("--neighbours", default="0,1,2")
+    ap.add_argument("--rrf-k", default="60,10,5")
+    ap.add_argument("--convex", default="0.3,0.4,0.5,0.6")
+    ap.add_argument("--neighbours", default="4,8",
+                    help="context rows: the best window and this many lines each side")
+    ap.add_argument("--length-penalty", default="0,0.05,0.1")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quick", action="store_true", help="LoCoMo only, 300 seeded questions")
     ap.add_argument("--daemon", action="store_true",
@@ -375,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(x) for x in a.rrf_k.split(",") if x]
     convex = [float(x) for x in a.convex.split(",") if x]
     neighbours = [int(x) for x in a.neighbours.split(",") if x]
+    penalties = [float(x) for x in a.length_penalty.split(",") if x]
     out: dict[str, Any] = {"bench": "fusion", "model": a.model, "pool": POOL,
                            "loadavg_at_start": os.getloadavg(), "sets": {}}
     t0 = time.perf_counter()
@@ -384,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.quick:
             p.qs = bq.subset(p.qs, bq.QUICK_QUERIES, 0)
         st = Study(p, store, sizes, not a.no_chunk_vectors)
-        systems = study(st, weights, ks, convex, neighbours)
+        systems = study(st, weights, ks, convex, penalties, neighbours)
         out["sets"][name] = {"info": p.qs.info,
                              "queries": len(p.qs.queries), "chunks": len(p.chunks),
                              "windows": {s: sum(map(len, p.wins[s])) for s in sizes},
