@@ -396,6 +396,12 @@ class VectorWorker:
         use_cache = self.config.enable_cache
         if units is None:
             units = [[text] for _, text in items]
+        else:
+            # A chunk whose whole vector ReMe already made keeps it (one window spanning
+            # the chunk) rather than paying the provider for its windows.
+            units = [[text] if len(ts) > 1 and (text_hash(text) in self.reme_hashes
+                                                 or self.reme_vector(text) is not None)
+                     else ts for (_, text), ts in zip(items, units, strict=True)]
         texts = list(dict.fromkeys(t for ts in units for t in ts))
         hashes = [text_hash(t) for t in texts]
         cached: list[F32 | None] = (
@@ -488,7 +494,7 @@ class VectorWorker:
         out: dict[int, Window] = {}
         for key, (i, _) in wins.best(query, keys).items():
             parts = chunk_windows(state.chunks.text(key), self.window_chars)
-            if i < len(parts):
+            if wins.count(key) == len(parts):  # else one vector spans the whole chunk
                 out[key] = parts[i]
         return out
 

@@ -198,6 +198,10 @@ class WindowVectors:
     def keys(self) -> set[int]:
         return set(self._count)
 
+    def count(self, key: int) -> int:
+        """How many window vectors chunk ``key`` has (0: none)."""
+        return self._count.get(key, 0)
+
     def add(self, key: int, vectors: npt.ArrayLike) -> None:
         """Set chunk ``key``'s window vectors (rows, window order), replacing older ones."""
         rows = normalize(vectors)

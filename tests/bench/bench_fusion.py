@@ -119,14 +119,25 @@ def restrict(p: Prepared, store: VectorStore, size: int) -> Prepared:
                     {s: [embed_units(c.text, s) for c in chunks] for s in p.units})
 
 
+def query_subset(p: Prepared, store: VectorStore, n: int) -> Prepared:
+    """All queries when every one is embedded, else the seeded ``n`` (``bq.subset``)."""
+    if not n or store.has(p.qs.queries, is_query=True):
+        return p
+    return Prepared(bq.subset(p.qs, n, 0), p.chunks, p.wins, p.units)
+
+
 def prefetch(store: VectorStore, data: Path, names: Sequence[str], sizes: Sequence[int],
-             chunk_vectors: bool) -> None:
+             chunk_vectors: bool, first_queries: int = 0) -> None:
     """Embed what the study needs, cheapest and most needed first; a large corpus note
     group by note group (``note_order``), so a partial run is usable (``restrict``)."""
     for name in names:
         p = prepare(name, data, sizes)
         print(f"prefetch {name}: {len(p.qs.queries)} queries", file=sys.stderr, flush=True)
-        store.embed(p.qs.queries, is_query=True)
+        if first_queries:
+            # A seeded sample first, the corpus, then the remaining queries.
+            store.embed(bq.subset(p.qs, first_queries, 0).queries, is_query=True)
+        else:
+            store.embed(p.qs.queries, is_query=True)
         order = note_order(p)
         for s in sizes:
             by_note: dict[str, list[str]] = {}
@@ -140,6 +151,7 @@ def prefetch(store: VectorStore, data: Path, names: Sequence[str], sizes: Sequen
                 store.embed([t for path in group for t in by_note[path]], is_query=False)
                 print(f"prefetch {name}: notes {g + len(group)}/{len(order)} embedded "
                       f"({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+        store.embed(p.qs.queries, is_query=True)
         if chunk_vectors:
             print(f"prefetch {name}: {len(p.chunks)} chunks", file=sys.stderr, flush=True)
             store.embed([c.text for c in p.chunks], is_query=False)
@@ -373,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="context rows: the best window and this many lines each side")
     ap.add_argument("--length-penalty", default="0,0.05,0.1")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--queries", type=int, default=1000,
+                    help="a seeded sample of this many queries of a set whose queries are "
+                         "not all embedded yet (and embedded first by --prefetch)")
     ap.add_argument("--quick", action="store_true", help="LoCoMo only, 300 seeded questions")
     ap.add_argument("--daemon", action="store_true",
                     help="also confirm the defaults through a real daemon (LoCoMo)")
@@ -384,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ["locomo"] if a.quick else [n for n in a.sets.split(",") if n]
     sizes = [int(s) for s in a.sizes.split(",") if s]
     if a.prefetch:
-        prefetch(store, a.data, names, sizes, not a.no_chunk_vectors)
+        prefetch(store, a.data, names, sizes, not a.no_chunk_vectors, a.queries)
         return 0
     weights = [tuple(float(x) for x in w.split(":")) for w in a.weights.split(",") if w]
     ks = [int(x) for x in a.rrf_k.split(",") if x]
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in names:
         p = prepare(name, a.data, sizes)
-        p = restrict(p, store, sizes[0])
+        p = query_subset(restrict(p, store, sizes[0]), store, a.queries)
         if a.quick:
             p.qs = bq.subset(p.qs, bq.QUICK_QUERIES, 0)
         st = Study(p, store, sizes, not a.no_chunk_vectors)
