@@ -95,6 +95,8 @@ class RemoteConfig:
     the environment variable named by ``password_env``; it is never logged, and
     :meth:`for_wire` masks it. ``host`` names this replica in the shared workspace
     (author of its changes, suffix of its conflict copies); empty: the machine's name.
+    ``search_mode``: ``"local"`` searches the replica's own index, ``"server"`` runs
+    searches in PostgreSQL (``recalld.daemon.remote.search``).
     """
 
     kind: str = "postgres"
@@ -103,6 +105,7 @@ class RemoteConfig:
     passfile: str = ""
     password_env: str = ""
     host: str = ""
+    search_mode: str = "local"
 
     def check(self, where: str) -> None:
         if self.kind != "postgres":
@@ -113,12 +116,14 @@ class RemoteConfig:
             raise ConfigError(f"{where}: name must be 1-64 characters of A-Z a-z 0-9 _ . -")
         if self.host and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.host):
             raise ConfigError(f"{where}: host must be 1-64 characters of A-Z a-z 0-9 _ . -")
+        if self.search_mode not in ("local", "server"):
+            raise ConfigError(f"{where}: search_mode must be \"local\" or \"server\"")
 
     def for_wire(self) -> dict[str, str]:
         """The settings as JSON with any password in the DSN masked."""
         return {"kind": self.kind, "dsn": mask_dsn(self.dsn), "name": self.name,
                 "passfile": self.passfile, "password_env": self.password_env,
-                "host": self.host}
+                "host": self.host, "search_mode": self.search_mode}
 
 
 def mask_dsn(dsn: str) -> str:

@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon.app import build_supervisor
     from recalld.daemon.lock import AlreadyServing
     from recalld.daemon.rpc.listener import SocketSetupError
-    from recalld.daemon.supervisor import reloader_for
+    from recalld.daemon.supervisor import NotPrivate, reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.
@@ -121,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if taken is not None:
             print(str(taken), file=sys.stderr)
             return EXIT_ALREADY_RUNNING
+        private = _find(exc, NotPrivate)
+        if private is not None:
+            print(f"recalld: cannot keep data private: {private}", file=sys.stderr)
+            return EXIT_FAILURE
         setup = _find(exc, SocketSetupError)
         if setup is not None:
             print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)

@@ -6,15 +6,17 @@ table and the keyword index, and the committed generation (manifest, checksums, 
 counts) against what the index holds. ``compact`` forces a merge of the keyword index
 and commits a generation.
 
-The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to each
-workspace's status: ``clean`` only when nothing is pending and the last disk scan matched
-the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
-``degraded`` when persisting fails, the watcher failed or state was found corrupt and is
-not yet re-committed. It scans the disk in a worker thread once the workspace is open (not
-before: a large workspace would wait for it), ``HEALTH_MIN_RESCAN_S`` after the index
-applied changes, every ``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every ``verify`` and
-restore; between scans it sleeps on the index's change event, so an idle workspace costs
-no wake-ups. It stops by cancellation and needs no cleanup.
+The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to
+each workspace's status: ``clean`` only when nothing is pending and the last disk scan
+matched the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
+``degraded`` when persisting fails, the watcher failed, the workspace failed, state was
+found corrupt and is not yet re-committed, a file of the current generation changed on disk
+(a few ``stat`` calls on every status; a new generation is saved from memory), or ``verify``
+found the index in memory damaged. It scans the disk in a worker thread once the workspace
+is open (not before: a large workspace would wait for it), ``HEALTH_MIN_RESCAN_S`` after
+the index applied changes, every ``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every
+``verify`` and restore; between scans it sleeps on the index's change event, so an idle
+workspace costs no wake-ups. It stops by cancellation and needs no cleanup.
 """
 
 from __future__ import annotations
@@ -138,6 +140,17 @@ class Health:
             degraded.append(f"watcher failed: {watcher.get('why')}")
         if idx.get("load_corrupt") and idx.get("last_commit") is None:
             degraded.append("derived state was corrupt and is not re-committed yet")
+        if self.ws.state == "failed":
+            degraded.append(f"workspace failed: {self.ws.error}")
+        damaged = self.index.check_files()
+        for d in damaged.values():
+            degraded.append(f"index file {d['file']} damaged ({d['reason']}); a new "
+                            "generation is saved from memory")
+        live = self.index.live_problems()
+        if live:
+            degraded.append("the index in memory is damaged ("
+                            + "; ".join(f"{k}: {v}" for k, v in live.items())
+                            + "); rebuild it with reindex")
         partial = partly_indexed(self.index.state.files)
         if partial:
             degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
@@ -168,6 +181,9 @@ class Health:
         if watcher.get("last_error"):
             last_errors.append({"what": "watcher", "error": watcher["last_error"],
                                 "time": watcher.get("last_error_at")})
+        for d in damaged.values():
+            last_errors.append({"what": f"index file {d['file']}", "error": d["reason"],
+                                "time": d["time"]})
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
@@ -201,6 +217,7 @@ class Health:
             with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
                 await self.first_scan.wait()
         while True:
+            self.index.check_files()
             changed = self.index.changed  # taken before the scan: no change slips between
             fresh = self.scanned_at is not None and (
                 time.time() - self.scanned_at < HEALTH_MIN_RESCAN_S)
@@ -286,7 +303,9 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
                                known_digest=files[p].digest).unchanged]
 
     content_differs = await trio.to_thread.run_sync(digests, limiter=cpu)
+    index.check_files()
     generation = await trio.to_thread.run_sync(_verify_generation, index, limiter=cpu)
+    live = await index.locked(index.check_live)
     status = index.status()
     consistent_chunks = (snap["duplicate_keys"] == 0 and snap["orphan_chunks"] == 0
                          and snap["missing_chunks"] == 0 and snap["keyword_mismatch"] == 0)
@@ -296,7 +315,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     partial = partly_indexed(files)
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
           and consistent_chunks and generation.get("ok", False) and committed_matches
-          and not partial)
+          and not partial and not live)
     if health is not None:
         await health.scan()
     return {
@@ -312,6 +331,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
         "generation": generation,
+        "live": {"ok": not live, "damaged": live},
         "uncommitted_changes": status.get("uncommitted_changes", 0),
         "committed_matches_index": committed_matches,
         "duration_s": round(time.monotonic() - started, 3),

@@ -195,7 +195,7 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
         resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
-        remote=RemoteService(ws),
+        remote=RemoteService(ws, chunk_max_chars=daemon.config.current.chunk_max_chars),
         chat=chat,
         memory_file=MemoryFile(ws, index),
         write_lock=trio.Lock(),

@@ -1,7 +1,8 @@
 """The supervisor: owns the root nursery and the daemon's lifetime.
 
 Start order (each step only once the previous one can serve):
-1. the data-directory lock (a second daemon exits at once, status 3) and the state dirs;
+1. the private data and state directories (never chmod-ed when they exist), the
+   data-directory lock (a second daemon exits at once, status 3);
    then the socket (bound now, or adopted from systemd) so that a second daemon on the
    same socket also fails fast;
 2. the daemon-wide services (:class:`~recalld.daemon.services.DaemonServices`, in field
@@ -25,6 +26,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +49,57 @@ log = logging.getLogger(__name__)
 Reloader = Callable[[], DaemonConfig]
 
 
-def make_private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with the leaf at mode 0700."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+class NotPrivate(Exception):
+    """A directory recalld keeps its data in is someone else's or open to other users."""
+
+
+def make_private_dir(path: Path, *, shared_ok: bool = False) -> bool:
+    """Create ``path`` (and parents) with the leaf at mode 0700, or accept an existing
+    directory of ours; returns whether it is private.
+
+    An existing directory is never chmod-ed: ``data_dir`` may name any folder (``$HOME``),
+    and tightening it would change what the user or other programs rely on. One that
+    someone else owns is refused (NotPrivate); one other users may enter is refused too,
+    unless ``shared_ok`` (the caller then keeps its files in private subfolders).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, 0o700)  # ours, just made: only the umask could have narrowed it
+        return True
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotPrivate(f"{path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise NotPrivate(f"{path} belongs to uid {st.st_uid}, not to the user recalld runs "
+                         "as; choose a data_dir of your own")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077 and not shared_ok:
+        raise NotPrivate(
+            f"{path} is open to other users (mode {mode:o}): they could read what recalld "
+            f"keeps there. recalld does not change the mode of a folder it did not create: "
+            f"make it private yourself (chmod 700 {path}) or remove it so that recalld "
+            "creates it (mode 700)")
+    return not mode & 0o077
+
+
+def prepare_data_dirs(cfg: DaemonConfig) -> None:
+    """The data and state directories, private. A data directory other users may enter
+    (``data_dir = "~"``) keeps its mode: recalld's own folders in it are made private
+    instead (the state folder must be, the others are created so), and a WARNING says so."""
+    if make_private_dir(cfg.data_dir, shared_ok=True):
+        make_private_dir(cfg.state_dir)
+        return
+    make_private_dir(cfg.state_dir)
+    opened = [d for d in (cfg.data_dir / "workspaces", cfg.data_dir / "backups")
+              if not make_private_dir(d, shared_ok=True)]
+    log.warning("the data directory %s is open to other users; its mode is left alone and "
+                "recalld keeps its files in private folders in it%s", cfg.data_dir,
+                "" if not opened else "; these are open to other users too, make them "
+                "private (chmod 700): " + ", ".join(map(str, opened)))
 
 
 class Supervisor:
@@ -91,8 +140,7 @@ class Supervisor:
         # Receive signals before anything else: a SIGTERM during start-up must not kill
         # us with the default handler while the lock and socket are half set up.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            make_private_dir(cfg.data_dir)
-            make_private_dir(cfg.state_dir)
+            prepare_data_dirs(cfg)
             with data_dir_lock(cfg.state_dir, cfg.data_dir):
                 # Claim the socket before the slow part of start-up, so a second daemon
                 # on the same socket exits at once; clients that connect meanwhile wait
@@ -155,12 +203,14 @@ class Supervisor:
         """Open a configured or recorded workspace. A failure (a path on a missing disk, a
         mangled metadata folder) is logged and shown as the workspace's ``failed`` state;
         the daemon serves the others."""
+        root = path if path is not None else self.config.workspace_path(agent_id)
         try:
             await self.registry.open(agent_id, path, overrides)
         except RecalldError as exc:
-            log.error("opening workspace %s at %s failed: %s", agent_id,
-                      path if path is not None else self.config.workspace_path(agent_id),
-                      exc.message)
+            log.error("opening workspace %s at %s failed: %s", agent_id, root, exc.message)
+            # Refused before it started (a system folder, another user's, another
+            # workspace's): shown in status and doctor like a workspace that failed.
+            self.registry.record_refused(agent_id, root, exc.message)
 
     async def _flush_sessions(self, deadline_s: float) -> None:
         """Queue auto_memory for every open workspace's uncovered turns and give the jobs
@@ -224,11 +274,17 @@ class Supervisor:
             set_log_level(new.log_level)
         opened: list[str] = []
         for agent_id in self._initial_workspaces(new):
-            if agent_id not in {w.agent_id for w in self.registry.list()}:
+            if agent_id not in {w.agent_id for w in self.registry.list()
+                                if not w.refused}:
                 try:
                     await self.registry.open(agent_id)
                     opened.append(agent_id)
-                except Exception as exc:  # one bad workspace must not stop the reload
+                except RecalldError as exc:  # one bad workspace must not stop the reload
+                    log.error("reload: opening workspace %s failed: %s", agent_id,
+                              exc.message)
+                    self.registry.record_refused(agent_id, new.workspace_path(agent_id),
+                                                 exc.message)
+                except Exception as exc:
                     log.error("reload: opening workspace %s failed: %s", agent_id, exc)
         log.info("configuration reloaded from %s", new.config_path)
         self.events.publish("daemon.reloaded", {"opened": opened})

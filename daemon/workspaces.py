@@ -101,6 +101,8 @@ class Workspace:
         self.state: State = "opening"
         self.opened_at = time.time()
         self.error: str | None = None
+        #: Never opened: its path or settings were refused (``error`` says why).
+        self.refused = False
         self._services: WorkspaceServices | None = None
         self._status: dict[str, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
@@ -165,6 +167,8 @@ class Workspace:
         }
         if self.error is not None:
             info["error"] = self.error
+        if self.refused:
+            info["refused"] = True
         info.update(self.status())
         return info
 
@@ -347,6 +351,20 @@ class WorkspaceRegistry:
             await self._remember(agent_id, root, overrides)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
+
+    def record_refused(self, agent_id: str, root: Path, error: str) -> None:
+        """Show a configured or recorded workspace whose opening was refused before it
+        started (its path, its settings) as ``failed`` with ``error``, like one whose
+        services failed; ``workspace.open`` tries again, ``close`` drops it."""
+        current = self._workspaces.get(agent_id)
+        if current is not None and current.state != "closed" and not current.refused:
+            return  # it started opening: its own state and error say what happened
+        ws = Workspace(agent_id, root, self._get_config().workspace_defaults)
+        ws.state = "failed"
+        ws.error = error
+        ws.refused = True
+        ws._finished.set()  # nothing runs: closing it has nothing to wait for
+        self._workspaces[agent_id] = ws
 
     def _check_overlap(self, agent_id: str, root: Path) -> None:
         """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,

@@ -101,7 +101,11 @@ def spawn_daemon(socket_path: Path) -> None:
     """
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
     log_file, start_log = autostart_logs()
-    start_log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The data folder too, if it is new: the daemon never tightens one that exists.
+    data = start_log.parent.parent
+    data.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (data, start_log.parent):
+        folder.mkdir(mode=0o700, exist_ok=True)
     start_log.unlink(missing_ok=True)  # what the last start said is not this one's
     launcher = (
         "import subprocess, sys\n"

@@ -81,7 +81,12 @@ def _index(a: Assessment, ws: Mapping[str, Any]) -> None:
     if h.get("unindexed"):
         text += f", {h['unindexed']} file(s) on disk not indexed yet"
     a.facts.append(("index", text))
-    if ws.get("state") == "failed":
+    if ws.get("state") == "failed" and ws.get("refused"):
+        a.problems.append(Problem(
+            "fail", f"workspace not opened: {ws.get('error')}",
+            f"give it a folder of its own ([workspaces.{agent}] path in the config file, "
+            f"then kill -HUP the daemon), or: recalld workspace close {agent} --forget"))
+    elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent}"))
     elif state == "degraded":
@@ -212,7 +217,8 @@ def _remote(a: Assessment, ws: Mapping[str, Any]) -> None:
     if not isinstance(remote, Mapping):
         return
     state = remote.get("state")
-    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')} "
+    searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
+    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{searched} "
                               f"({remote.get('name')} at {remote.get('server')})"))
     if state != "online":
         a.problems.append(Problem(

@@ -277,17 +277,8 @@ class ChunkTable(Mapping[int, StoredChunk]):
         paths = load_terms(arrays)
         emb_keys = checked_array(arrays, "emb_keys", np.uint32)
         embeddings = load_terms(arrays, unique=False, prefix="emb_")
-        n = len(keys)
-        sizes = np.diff(off) if len(off) else off
-        if (
-            any(len(a) != n for a in (ids, path, start, end, text_len, head_len))
-            or len(off) != n + 1 or off[0] != 0 or off[-1] != len(blob)
-            or (n and (np.any(sizes < 0) or np.any(np.diff(keys.astype(np.int64)) <= 0)
-                       or path.min() < 0 or path.max() >= len(paths)
-                       or text_len.min() < 0 or head_len.min() < 0
-                       or np.any(text_len.astype(np.int64) + head_len > sizes)))
-            or len(emb_keys) != len(embeddings)
-        ):
+        if not _consistent(keys, (ids, start, end), path, off, text_len, head_len, len(blob),
+                           len(paths)) or len(emb_keys) != len(embeddings):
             raise ValueError("chunk table arrays are inconsistent")
         t = cls()
         t._keys = array("I", keys.tobytes())
@@ -306,6 +297,23 @@ class ChunkTable(Mapping[int, StoredChunk]):
         t._embedding = {k: v for k, v in zip(emb_keys.tolist(), embeddings, strict=True)
                         if k in live}
         return t
+
+    def check(self) -> None:
+        """ValueError unless the columns agree with each other and with the text bytes
+        (keys ascending, every row's text and heading inside its byte range, the live keys
+        among the rows): what a load checks, asked of the table as it is now."""
+        def col(name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+            return np.frombuffer(getattr(self, name), dtype=dtype)
+
+        if not _consistent(col("_keys", np.uint32), (col("_ids", np.uint64),
+                           col("_start", np.int32), col("_end", np.int32)),
+                           col("_path", np.int32), col("_off", np.int64),
+                           col("_text_len", np.int32), col("_head_len", np.int32),
+                           len(self._base) + len(self._blob), len(self._paths)):
+            raise ValueError("chunk table columns are inconsistent")
+        missing = len(self._live - BitMap(self._keys))
+        if missing:
+            raise ValueError(f"{missing} live key(s) without a row")
 
     def adopt_extras(self, other: ChunkTable) -> None:
         """Take ``other``'s vectors and change count (this table stands in for it)."""
@@ -365,3 +373,18 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def _adopt(self, other: ChunkTable) -> None:
         for name in (*_COLUMNS, "_base", "_blob", "_paths", "_path_ids", "_live", "_embedding"):
             setattr(self, name, getattr(other, name))
+
+
+def _consistent(keys: npt.NDArray[Any], same_length: tuple[npt.NDArray[Any], ...],
+                path: npt.NDArray[Any], off: npt.NDArray[Any], text_len: npt.NDArray[Any],
+                head_len: npt.NDArray[Any], blob_len: int, n_paths: int) -> bool:
+    """Whether the columns of a table of ``len(keys)`` rows agree (see ``check``)."""
+    n = len(keys)
+    sizes = np.diff(off) if len(off) else off
+    return not (
+        any(len(a) != n for a in (*same_length, path, text_len, head_len))
+        or len(off) != n + 1 or off[0] != 0 or off[-1] != blob_len
+        or (n and (np.any(sizes < 0) or np.any(np.diff(keys.astype(np.int64)) <= 0)
+                   or path.min() < 0 or path.max() >= n_paths
+                   or text_len.min() < 0 or head_len.min() < 0
+                   or np.any(text_len.astype(np.int64) + head_len > sizes))))

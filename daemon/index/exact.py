@@ -30,10 +30,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from pyroaring import BitMap
 
-from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import CJK_RE, STOPWORDS, cjk_length, tokenize_query
 
@@ -56,6 +56,18 @@ _IDENT = re.compile("|".join((
 )))
 
 
+class KeywordIndex(Protocol):
+    """What the exact check asks of a keyword index: :class:`~.bm25.BM25Index`, or the
+    chunks of a shared workspace searched in PostgreSQL (``remote/search.py``)."""
+
+    def __len__(self) -> int: ...
+
+    def doc_freq(self, term: str) -> int: ...
+
+    def search(self, query_tokens: list[str], limit: int, *,
+               allowed: BitMap | None = None) -> list[tuple[int, float]]: ...
+
+
 def identifier_terms(query: str) -> list[str]:
     """The identifier-like words of ``query``, lower-cased, in order, without repeats."""
     out: list[str] = []
@@ -68,7 +80,7 @@ def identifier_terms(query: str) -> list[str]:
     return out
 
 
-def rare_terms(query: str, bm25: BM25Index, *, skip: Iterable[str] = ()) -> list[str]:
+def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = ()) -> list[str]:
     """Query terms that at most ``RARE_DF`` chunks contain (none in a tiny index)."""
     if len(bm25) < RARE_MIN_DOCS:
         return []
@@ -84,7 +96,7 @@ def rare_terms(query: str, bm25: BM25Index, *, skip: Iterable[str] = ()) -> list
     return out
 
 
-def special_terms(query: str, bm25: BM25Index) -> list[str]:
+def special_terms(query: str, bm25: KeywordIndex) -> list[str]:
     """The terms a hit must contain to count as exact; none for a long natural-language
     query in which they are a small part (fewer than a third of its content words): there
     a rare word is not a lookup, and ranking every chunk that has it first cost SciFact
@@ -92,7 +104,7 @@ def special_terms(query: str, bm25: BM25Index) -> list[str]:
     return _special(query, bm25)[0]
 
 
-def _special(query: str, bm25: BM25Index) -> tuple[list[str], list[str]]:
+def _special(query: str, bm25: KeywordIndex) -> tuple[list[str], list[str]]:
     """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
     special = idents + rare_terms(query, bm25, skip=idents)
@@ -159,7 +171,7 @@ def exact_keys(
 
 
 def exact_first(
-    query: str, bm25: BM25Index, hits: list[tuple[int, float]],
+    query: str, bm25: KeywordIndex, hits: list[tuple[int, float]],
     chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None = None,
 ) -> tuple[list[tuple[int, float]], set[int]]:
     """``hits`` (a keyword search's, best first) with the exact ones first, and their keys.
@@ -193,4 +205,5 @@ def exact_first(
     return ordered[:max(limit, len(exact))], exact
 
 
-__all__ = ["exact_first", "exact_keys", "identifier_terms", "rare_terms", "special_terms"]
+__all__ = ["KeywordIndex", "exact_first", "exact_keys", "identifier_terms", "rare_terms",
+           "special_terms"]

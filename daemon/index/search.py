@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores
-from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 
 MAX_RESULTS_CAP = 100
 _DATE = "YYYY-MM-DD"
+
+
+class CandidateSource(Protocol):
+    """Where a search's candidates come from: ``WorkspaceIndex.candidates``, or the
+    server of a shared workspace searched there (``remote/hook.py``)."""
+
+    async def __call__(self, query: str, limit: int, filters: Filters,
+                       query_vector: tuple[str, Any] | None, *, link_limit: int = 0,
+                       keep: int | None = None) -> Candidates: ...
 
 
 def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
@@ -110,7 +119,10 @@ async def search(
     filters: Filters,
     config: SearchConfig,
     agent_id: str,
+    source: CandidateSource | None = None,
 ) -> dict[str, Any]:
+    """Search ``index``; ``source`` stands in for ``index.candidates`` when another
+    index holds the workspace (a shared workspace searched in the server)."""
     started = time.perf_counter()
     pool = min(max_results * max(config.candidate_multiplier, 1), config.max_candidates)
     query_vector = None
@@ -122,12 +134,16 @@ async def search(
         except ProviderError as exc:
             vector_error = str(exc)
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
-    found = await index.candidates(
-        query, max(pool, max_results), filters, query_vector,
-        link_limit=(max_results if query_vector is None else 2 * max_results)
-        if config.link_expansion else 0,
-        keep=max_results if query_vector is None else None,
-        windows=config.context_lines >= 0)
+    link_limit = ((max_results if query_vector is None else 2 * max_results)
+                  if config.link_expansion else 0)
+    keep = max_results if query_vector is None else None
+    if source is None:
+        found = await index.candidates(
+            query, max(pool, max_results), filters, query_vector, link_limit=link_limit,
+            keep=keep, windows=config.context_lines >= 0)
+    else:
+        found = await source(query, max(pool, max_results), filters, query_vector,
+                             link_limit=link_limit, keep=keep)
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None

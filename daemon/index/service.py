@@ -159,6 +159,12 @@ class WorkspaceIndex:
         self.load_report: LoadReport | None = None
         self.last_commit: dict[str, Any] | None = None
         self.persist_error: dict[str, Any] | None = None
+        #: Files of the current generation that changed on disk after they were opened or
+        #: written (logical name -> file, reason, generation, time); see ``check_files``.
+        self.damaged: dict[str, dict[str, Any]] = {}
+        #: What ``check_live`` found wrong with the state in memory (empty: nothing).
+        self.live_damage: dict[str, str] = {}
+        self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         self.searches = 0
         #: Set (and replaced) whenever chunks change; the vector backfill waits on it.
         self.changed = trio.Event()
@@ -452,6 +458,7 @@ class WorkspaceIndex:
                 self._mark_dirty()
                 raise
         self.persist_error = None
+        self.damaged = {k: v for k, v in self.damaged.items() if v["generation"] >= number}
         self.last_commit = {
             "generation": number, "time": time.time(),
             "duration_s": round(time.monotonic() - started, 4), "files": len(snap.files),
@@ -492,6 +499,62 @@ class WorkspaceIndex:
             await trio.to_thread.run_sync(self.state.bm25.compact)
         self._changes += 1  # a commit with no edits would be skipped otherwise
         await self._commit()
+
+    # -- damage ----------------------------------------------------------------------
+
+    def check_files(self) -> dict[str, dict[str, Any]]:
+        """Files of the current generation someone changed on disk (truncated, written
+        to, replaced, removed) since they were opened or written; returns ``damaged``.
+
+        A few ``stat`` calls. The index serves from private copies (``map_arrays``) and
+        memory, so what it holds is intact: a new generation is saved from it, which
+        clears the damage; until then health is ``degraded`` and names the files.
+        """
+        gen = self.store.store.current
+        found = {} if gen is None else gen.changed_on_disk()
+        # A commit in a worker thread may have replaced ``gen`` meanwhile and removed its
+        # files: only the files of the generation still current count.
+        if found and gen is not None and gen is self.store.store.current:
+            now = time.time()
+            for logical, why in found.items():
+                self.damaged[logical] = {
+                    "file": str(gen.path(logical).relative_to(self.root)),
+                    "reason": why, "generation": gen.number, "time": now}
+            log.warning("%s: index files of generation %d changed on disk (%s); saving a "
+                        "new generation from memory", self.ws.agent_id, gen.number,
+                        "; ".join(f"{d['file']}: {d['reason']}" for d in
+                                  (self.damaged[k] for k in found)))
+            if "vectors" in found:
+                self.store.saved_vectors = None  # not carried: written again
+            self._changes += 1
+            self._mark_dirty()
+        return self.damaged
+
+    def check_live(self, state: IndexState) -> dict[str, str]:
+        """Check the state in memory (call under the index lock, in a worker thread): the
+        chunk table's structure, and every array file it is served from against its
+        manifest checksum. Records and returns what is wrong (a rebuild clears it)."""
+        bad: dict[str, str] = {}
+        try:
+            state.chunks.check()
+        except ValueError as exc:
+            bad["chunk_table"] = f"in memory: {exc}"
+        for mapped in state.mapped:
+            try:
+                if not mapped.matches():
+                    name = mapped.source.name if mapped.source is not None else "?"
+                    bad[name] = "the copy in use does not match its checksum"
+            finally:
+                mapped.evict()
+        self.live_damage, self._live_checked = bad, state
+        if bad:
+            log.error("%s: the index in memory is damaged (%s); rebuild it: recalld "
+                      "reindex --agent %s", self.ws.agent_id, bad, self.ws.agent_id)
+        return bad
+
+    def live_problems(self) -> dict[str, str]:
+        """What the last ``check_live`` found, while that state is still the one served."""
+        return self.live_damage if self._live_checked is self.state else {}
 
     # -- queries ---------------------------------------------------------------------
 
@@ -612,6 +675,8 @@ class WorkspaceIndex:
             "loaded_generation": None if report is None else report.generation,
             "load_checked": self._checked.is_set(),
             "load_corrupt": {} if report is None else report.corrupt,
+            "damaged_files": dict(self.damaged),
+            "live_damage": dict(self.live_problems()),
             "searches": self.searches,
             "keyword": self.state.bm25.stats(),
             "vectors": None if self.vectors is None else self.vectors.status(),

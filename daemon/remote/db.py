@@ -19,7 +19,9 @@ Uploading one change is one transaction (:func:`upload`):
    ``kept`` (the change loses, nothing is lost); a file deleted since → ``applied`` (an
    edit outlives a deletion); otherwise ``conflict``: the first committed version keeps
    the path and this change is stored as a conflict copy beside it;
-4. the change id and outcome go into ``recalld_changes``; ``pg_notify`` wakes the
+4. when a host searches the workspace in the server (``search_chunked``), the file's
+   chunks and postings are replaced (``chunks.replace``);
+5. the change id and outcome go into ``recalld_changes``; ``pg_notify`` wakes the
    listeners of the workspace's channel at commit.
 """
 
@@ -33,6 +35,8 @@ from typing import Literal
 import psycopg
 
 from recalld.daemon.config import RemoteConfig
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.schema import migrate
@@ -113,8 +117,9 @@ def drain_notifies(conn: Conn) -> int:
 
 
 def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
-           base_version: int) -> Answer:
-    """Commit ``change`` (stored at ``target``) if it was based on the current version."""
+           base_version: int, max_chars: int = DEFAULT_MAX_CHARS) -> Answer:
+    """Commit ``change`` (stored at ``target``) if it was based on the current version,
+    with its chunks for searching in the server (``max_chars`` as the local index)."""
     cid = uuid.UUID(change.id)
     with conn.transaction():
         done = conn.execute(
@@ -125,9 +130,11 @@ def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str
                           replayed=True)
         bumped = conn.execute(
             "UPDATE recalld_workspaces SET last_version = last_version + 1 "
-            "WHERE workspace_id = %s RETURNING last_version", (workspace_id,)).fetchone()
+            "WHERE workspace_id = %s RETURNING last_version, search_chunked",
+            (workspace_id,)).fetchone()
         assert bumped is not None
         version = int(str(bumped[0]))
+        search_chunked = bool(bumped[1])
         current = conn.execute(
             "SELECT version, content_hash, deleted FROM recalld_files "
             "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
@@ -154,6 +161,11 @@ def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str
                 stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
         if outcome in ("applied", "conflict"):
             _write_row(conn, workspace_id, stored, change, version, host, cid)
+            if search_chunked:
+                # Some host searches this workspace in the server: its chunks go along.
+                rows = None if change.data is None else chunks.chunk_rows(
+                    target, change.data, max_chars=max_chars)
+                chunks.replace(conn, workspace_id, stored, rows, version)
             conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(version)))
         else:
             version = kept_version

@@ -6,10 +6,11 @@ workspace its ``run`` reports started and returns; for a workspace whose setting
 PostgreSQL driver). The import happens there, so a daemon with only local workspaces
 never loads psycopg.
 
-Two helpers let feature code use the replica without knowing it:
+Helpers let feature code use the replica without knowing it:
 :func:`one_host_at_a_time` wraps the jobs that must run on one host of a shared
 workspace at a time, :func:`embed_passages` is where the vector backfill asks for
-embeddings, once per text for all hosts.
+embeddings, once per text for all hosts, and :func:`server_search` is where a search of
+a workspace whose ``search_mode`` is ``"server"`` gets its candidates from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.index.service import Candidates
+from recalld.daemon.index.state import Filters
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
@@ -32,8 +36,9 @@ REPLICA_START_WAIT_S = 10.0
 class RemoteService:
     """The replica of a shared workspace, or nothing for a local one."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, *, chunk_max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self._ws = ws
+        self._max_chars = chunk_max_chars
         self.replica: Replica | None = None
         self._started = trio.Event()
 
@@ -47,7 +52,7 @@ class RemoteService:
             return
         from recalld.daemon.remote.replica import Replica
 
-        replica = Replica(self._ws, cfg)
+        replica = Replica(self._ws, cfg, chunk_max_chars=self._max_chars)
         self.replica = replica
         self._ws.add_status("remote", replica.status)
         self._started.set()
@@ -98,3 +103,53 @@ async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str]
         return list(await embed(list(texts)))
     result: list[Any] = await replica.shared_embed(space, hashes, texts, embed)
     return result
+
+
+# How long a search with ``sync`` waits for this host's earlier changes to reach the
+# server before it answers from the local index instead.
+SEARCH_SYNC_WAIT_S = 30.0
+
+
+class ServerSearch:
+    """The candidates of one search of a ``search_mode = "server"`` workspace: from
+    PostgreSQL while the replica is online, else from the local index (the host keeps
+    its replica indexed). ``served`` says which answered, ``error`` why not the server."""
+
+    def __init__(self, workspace: Workspace, replica: Replica) -> None:
+        self._ws = workspace
+        self._replica = replica
+        self.served = "server"
+        self.error: str | None = None
+
+    async def sync(self) -> None:
+        """Before a search with ``sync``: local changes made before it are on the server
+        (and, for the fallback, in the local index)."""
+        await self._ws.services.index.sync()
+        if not await self._replica.wait_uploaded(SEARCH_SYNC_WAIT_S):
+            self.error = "local changes not yet on the server"
+
+    async def candidates(self, query: str, limit: int, filters: Filters,
+                         query_vector: tuple[str, Any] | None, *, link_limit: int = 0,
+                         keep: int | None = None) -> Candidates:
+        from recalld.daemon.remote.replica import SearchUnavailable
+
+        if self.error is None:
+            try:
+                return await self._replica.search_candidates(
+                    query, limit, filters, query_vector, link_limit=link_limit, keep=keep)
+            except SearchUnavailable as exc:
+                self.error = str(exc)
+        self.served = "local"
+        self._replica.searched_locally()
+        return await self._ws.services.index.candidates(
+            query, limit, filters, query_vector, link_limit=link_limit, keep=keep)
+
+
+def server_search(workspace: Workspace) -> ServerSearch | None:
+    """A :class:`ServerSearch` for a workspace that searches in the server, else None
+    (local mode, or the replica has not started)."""
+    cfg = workspace.settings.remote
+    if cfg is None or cfg.search_mode != "server":
+        return None
+    replica = _service(workspace).replica
+    return None if replica is None else ServerSearch(workspace, replica)

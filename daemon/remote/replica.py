@@ -5,7 +5,9 @@ Owns the workspace's outbox and replica state (``<metadata_dir>/remote/``), a
 the index: inotify plus reconcile scans) and, while the server is reachable, two
 connections: the *writer* uploads the outbox in order, the *listener* receives the
 workspace's NOTIFY channel and reads the change feed. Connection count: two per shared
-workspace, none while offline.
+workspace, none while offline; with ``search_mode = "server"`` a third, opened by the
+first search, runs searches in the server (``remote/search.py``) and the session makes
+sure every file has its chunks there (``remote/chunks.py``).
 
 Local → remote: the watcher reports paths; each is read and hashed under the replica
 lock and compared with the last content the replica knows for it (the server's, or the
@@ -51,6 +53,9 @@ import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig, mask_dsn
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.index.service import Candidates
+from recalld.daemon.index.state import Filters
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
@@ -83,9 +88,11 @@ class Replica:
     """The replica service of one shared workspace (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig,
-                 *, reconcile_interval_s: float = 300.0) -> None:
+                 *, reconcile_interval_s: float = 300.0,
+                 chunk_max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self._ws = ws
         self._cfg = cfg
+        self._max_chars = chunk_max_chars
         self.host = cfg.host or socket.gethostname().split(".")[0] or "host"
         s = ws.settings
         meta = ws.root / s.metadata_dir / "remote"
@@ -119,6 +126,21 @@ class Replica:
         self._first_attempt = trio.Event()
         self.shared_vectors = 0
         self.provider_vectors = 0
+        # Searching in the server (search_mode "server"): a connection of its own, opened
+        # on the first search, so searches never queue behind a burst of uploads.
+        self._reader: db.Conn | None = None
+        self._reader_lock = trio.Lock()
+        self._uploaded_event = trio.Event()
+        self.server_searches = 0
+        self.search_fallbacks = 0
+        self.chunks_backfilled = 0
+        # Every file of the workspace has its chunks in the server (checked once per
+        # session): until then the local index answers.
+        self._chunks_ready = False
+        # HNSW indexes of vector spaces searched in the server: built or being built.
+        self._vector_indexes: set[tuple[str, int]] = set()
+        self._nursery: trio.Nursery | None = None
+        self._last_search_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -142,11 +164,15 @@ class Replica:
         await _thread(self._open)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(self._watcher.run)
                 nursery.start_soon(self._connection_loop)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
+                reader, self._reader = self._reader, None
+                if reader is not None:
+                    await _thread(reader.close)
                 await _thread(self._close)
 
     # -- status ----------------------------------------------------------------------
@@ -169,6 +195,12 @@ class Replica:
             "last_error_at": self._last_error_at,
             "watcher": self._watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
+            "search_mode": self._cfg.search_mode,
+            "search": {"server_searches": self.server_searches,
+                       "local_fallbacks": self.search_fallbacks,
+                       "chunks_ready": self._chunks_ready,
+                       "chunks_backfilled": self.chunks_backfilled,
+                       "last_error": self._last_search_error},
         }
 
     # -- local changes ---------------------------------------------------------------
@@ -258,6 +290,7 @@ class Replica:
             listener.add_notify_handler(lambda _n: poked.set())
             await _thread(db.listen, listener, self._workspace_id)
             self._writer = writer
+            self._chunks_ready = False
             self._conn_state = "online"
             self._online_since = time.time()
             self._first_attempt.set()
@@ -266,6 +299,8 @@ class Replica:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._upload_loop, writer)
                 nursery.start_soon(self._pull_loop, listener, poked)
+                if self._cfg.search_mode == "server":
+                    nursery.start_soon(self._chunk_backfill, writer)
         finally:
             self._writer = None
             with trio.CancelScope(shield=True):
@@ -316,11 +351,13 @@ class Replica:
                 target, base_version = self._target(change.path)
             async with self._writer_lock:
                 answer = await _thread(db.upload, conn, self._workspace_id, self.host, change,
-                                       target, base_version)
+                                       target, base_version, self._max_chars)
             async with self._lock:
                 settle = await self._record_answer(change, target, answer)
             self._uploaded += 1
             self._last_upload = time.time()
+            self._uploaded_event.set()
+            self._uploaded_event = trio.Event()
             if settle:
                 async with self._writer_lock:
                     row = await _thread(db.fetch, conn, self._workspace_id, change.path)
@@ -563,6 +600,132 @@ class Replica:
                           getattr(fn, "__name__", fn), exc_info=exc)
             self._record_error(exc)
             raise _Unreachable from exc
+
+
+    # -- searching in the server -------------------------------------------------------
+
+    async def _chunk_backfill(self, conn: db.Conn) -> None:
+        """Have the workspace's uploads write their chunks from now on, and chunk the
+        files written before, a page at a time between uploads."""
+        from recalld.daemon.remote import chunks
+
+        assert self._workspace_id is not None
+        async with self._writer_lock:
+            await _thread(chunks.start_chunking, conn, self._workspace_id)
+        while True:
+            async with self._writer_lock:
+                done = await _thread(partial(chunks.backfill, conn, self._workspace_id,
+                                             max_chars=self._max_chars))
+            if not done:
+                self._chunks_ready = True
+                return
+            self.chunks_backfilled += done
+
+    async def wait_uploaded(self, timeout_s: float) -> bool:
+        """Wait until every local change made before the call is on the server (False:
+        not within ``timeout_s``, or the server cannot be reached now)."""
+        with trio.move_on_after(timeout_s):
+            await self._watcher.sync()
+            async with self._lock:
+                waiting = {c.id for c in self._outbox.pending()}
+            while waiting:
+                if self._conn_state != "online":
+                    return False
+                event = self._uploaded_event
+                waiting &= {c.id for c in self._outbox.pending()}
+                if waiting:
+                    await event.wait()
+            return True
+        return False
+
+    async def search_candidates(self, query: str, limit: int, filters: Filters,
+                                query_vector: tuple[str, Any] | None, *,
+                                link_limit: int = 0, keep: int | None = None) -> Candidates:
+        """One search's candidates from the server (``remote/search.py``); SearchUnavailable
+        when the server cannot answer now (the caller searches locally instead).
+        ``link_limit`` is accepted for the local signature: links stay local."""
+        from recalld.daemon.remote import search as server
+
+        del link_limit
+        workspace_id = self._workspace_id
+        if workspace_id is None or self._conn_state != "online":
+            raise SearchUnavailable(f"shared workspace {self._cfg.name} is "
+                                    f"{self._conn_state}")
+        if not self._chunks_ready:
+            raise SearchUnavailable(f"the server is still chunking shared workspace "
+                                    f"{self._cfg.name} ({self.chunks_backfilled} files so far)")
+        s = self._ws.settings
+        run = partial(server.candidates, workspace_id=workspace_id, query=query, limit=limit,
+                      filters=filters, query_vector=query_vector, daily_dir=s.daily_dir,
+                      digest_dir=s.digest_dir, keep=keep)
+        async with self._reader_lock:
+            # A connection kept from before may have died with a server restart: one
+            # more try on a new one before the local index answers.
+            for fresh in (self._reader is None, True):
+                try:
+                    if self._reader is None:
+                        self._reader = await _thread(partial(
+                            db.connect, self._cfg,
+                            application_name=f"recalld {self.host} search"))
+                    found = await _thread(partial(run, self._reader))
+                except Exception as exc:
+                    reader, self._reader = self._reader, None
+                    if reader is not None:
+                        with trio.CancelScope(shield=True):
+                            await _thread(reader.close)
+                    if not isinstance(exc, _UNAVAILABLE):
+                        log.error("shared workspace %s: search in the server failed",
+                                  self._cfg.name, exc_info=exc)
+                    self._last_search_error = _one_line(exc, self._secrets)
+                    if fresh or not isinstance(exc, psycopg.OperationalError):
+                        raise SearchUnavailable(self._last_search_error) from exc
+                    continue
+                self.server_searches += 1
+                if query_vector is not None:
+                    self._want_vector_index(query_vector[0], len(query_vector[1]))
+                return found
+        raise AssertionError("unreachable")
+
+    def _want_vector_index(self, space: str, dims: int) -> None:
+        """Have the server's HNSW index of ``space`` built, once, in the background
+        (searches scan the vectors exactly until it exists)."""
+        if (space, dims) in self._vector_indexes or self._nursery is None:
+            return
+        self._vector_indexes.add((space, dims))
+        self._nursery.start_soon(self._build_vector_index, space, dims)
+
+    async def _build_vector_index(self, space: str, dims: int) -> None:
+        from recalld.daemon.remote import search as server
+
+        try:
+            conn = await _thread(partial(db.connect, self._cfg,
+                                         application_name=f"recalld {self.host} index"))
+            try:
+                await _thread(server.build_vector_index, conn, space, dims)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await _thread(conn.close)
+        except Exception as exc:
+            # Searches go on with exact scans; the next search of the space tries again.
+            self._vector_indexes.discard((space, dims))
+            if not isinstance(exc, _UNAVAILABLE):
+                log.error("shared workspace %s: building the vector index failed",
+                          self._cfg.name, exc_info=exc)
+            self._last_search_error = _one_line(exc, self._secrets)
+
+    def searched_locally(self) -> None:
+        self.search_fallbacks += 1
+
+
+class SearchUnavailable(Exception):
+    """The server cannot run this search now; the local index answers it."""
+
+
+def _one_line(exc: BaseException, secrets: Sequence[str]) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 class _Unreachable(Exception):

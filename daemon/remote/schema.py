@@ -87,6 +87,37 @@ CREATE TABLE recalld_embeddings (
     PRIMARY KEY (workspace_id, space, text_hash)
 );
 """, optional=True),
+    Migration(3, "chunks for searching in the server", """
+ALTER TABLE recalld_workspaces
+    ADD COLUMN search_chunked boolean NOT NULL DEFAULT false,
+    ADD COLUMN search_chunks bigint NOT NULL DEFAULT 0,
+    ADD COLUMN search_length bigint NOT NULL DEFAULT 0;
+ALTER TABLE recalld_files ADD COLUMN chunked_version bigint;
+CREATE TABLE recalld_chunks (
+    workspace_id bigint NOT NULL,
+    path         text NOT NULL,
+    seq          integer NOT NULL,
+    start_line   integer NOT NULL,
+    end_line     integer NOT NULL,
+    heading      text NOT NULL,
+    text         text NOT NULL,
+    text_hash    text NOT NULL,
+    author       text,
+    doc_len      integer NOT NULL,
+    PRIMARY KEY (workspace_id, path, seq)
+);
+CREATE INDEX recalld_chunks_text ON recalld_chunks (workspace_id, text_hash);
+CREATE TABLE recalld_postings (
+    workspace_id bigint NOT NULL,
+    term         text NOT NULL,
+    path         text NOT NULL,
+    seq          integer NOT NULL,
+    tf           integer NOT NULL,
+    doc_len      integer NOT NULL,
+    PRIMARY KEY (workspace_id, term, path, seq) INCLUDE (tf, doc_len)
+);
+CREATE INDEX recalld_postings_path ON recalld_postings (workspace_id, path);
+"""),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -6,6 +6,7 @@ from typing import TypedDict
 
 from recalld.daemon import sharing
 from recalld.daemon.index.search import MAX_RESULTS_CAP, parse_filters, search
+from recalld.daemon.remote.hook import server_search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import UnknownWorkspace
@@ -28,9 +29,13 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
     if not isinstance(agent_id, str) or not isinstance(query, str):
         return False
     try:
-        index = state.registry.get(agent_id).services.index
+        ws = state.registry.get(agent_id)
     except UnknownWorkspace:
         return False
+    remote = ws.settings.remote
+    if remote is not None and remote.search_mode == "server":
+        return False  # a round trip to the server: never on the connection's reader
+    index = ws.services.index
     vectors = index.vectors
     return (vectors is None or not vectors.embeds_queries()) and index.reads_now(query)
 
@@ -50,12 +55,19 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> JsonObject:
 
     async def search_one(ws: Workspace) -> JsonObject:
         index = ws.services.index
+        server = server_search(ws)
         if sync:
-            await index.sync()
-        return await search(
+            await (index.sync() if server is None else server.sync())
+        answer = await search(
             index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
             filters=filters, config=ws.settings.search, agent_id=ws.agent_id,
+            source=None if server is None else server.candidates,
         )
+        if server is not None:
+            answer["search_mode"] = server.served
+            if server.served == "local":
+                answer["server_error"] = server.error
+        return answer
 
     if agents is None:
         return await search_one(ctx.workspace(agent_id))

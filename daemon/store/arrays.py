@@ -28,11 +28,14 @@ Everything here blocks: run it in a worker thread.
 
 from __future__ import annotations
 
+import errno
+import logging
 import math
 import mmap
 import os
 import re
 import struct
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +60,12 @@ _ZSTD_LEVEL = 3
 # Canonical numpy dtype strings we accept: '<f4', '|u1', '|b1', '>i8', '<c16', '|S12'.
 _DTYPE_RE = re.compile(r"^(?:[<>|][biufc](?:1|2|4|8|16)|\|S[1-9][0-9]{0,8})$")
 _BLOB = "blob"
+_COPY_BLOCK = 1 << 20
+# copy_file_range refused (old kernel, a filesystem pair it cannot copy between): copy by hand.
+_NO_COPY_RANGE = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP,
+                            errno.EPERM, errno.EBADF})
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +159,18 @@ def read_arrays(
     return _parse(path, data, "arrays", whole_verified=expected is not None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Mapped:
     """Arrays of a file mapped into memory (see :func:`map_arrays`)."""
 
     arrays: dict[str, np.ndarray[Any, Any]]
     meta: dict[str, Any]
     _map: mmap.mmap | None
+    #: The bytes the arrays view when the file could not be copied (read into memory).
+    _data: bytes | None = None
+    #: The file and the manifest entry the arrays were read from, when one was given.
+    source: Path | None = None
+    entry: FileEntry | None = None
 
     def evict(self) -> None:
         """Drop the pages read so far (checksums, checks) from this process's memory; they
@@ -164,21 +178,41 @@ class Mapped:
         if self._map is not None:
             self._map.madvise(mmap.MADV_DONTNEED)
 
+    def matches(self, expected: FileEntry | None = None) -> bool:
+        """Whether the bytes the arrays are served from have the size and checksum of
+        ``expected`` (default: the entry they were read with; True without one). Reads
+        every page: :meth:`evict` afterwards."""
+        expected = expected or self.entry
+        if expected is None:
+            return True
+        data: bytes | memoryview = memoryview(self._map) if self._map is not None else (
+            self._data or b"")
+        try:
+            return len(data) == expected.size and checksum(data) == expected.checksum
+        finally:
+            if isinstance(data, memoryview):
+                data.release()
+
 
 def map_arrays(path: Path, expected: FileEntry | None = None, *,
                trusted: bool = False) -> Mapped:
-    """Like :func:`read_arrays`, but raw arrays are read-only views of a memory map of the
-    file: their memory is the kernel's page cache, shared and reclaimable, and only pages
-    in use count as this process's. Compressed arrays are inflated into memory.
+    """Like :func:`read_arrays`, but raw arrays are read-only views of a memory map: their
+    memory is the kernel's page cache, reclaimable, and only pages in use count as this
+    process's. Compressed arrays are inflated into memory.
 
-    Generation files are written once and replaced by rename, never rewritten in place,
-    so a mapping stays valid (an unlinked file lives on while mapped). Someone truncating
-    a mapped state file by hand would fault the daemon; nothing in recalld does.
+    What is mapped is a private copy of ``path``: an unnamed file (``O_TMPFILE``) in the
+    same directory, filled by an in-kernel copy (a reflink where the filesystem shares
+    extents) and checked after the copy. A mapping of the published file itself would
+    kill the process with SIGBUS on the next page read once someone truncates the file,
+    and show whatever is written into it; nothing outside this process can reach the
+    copy. When the copy cannot be made (disk full), the file is read into memory instead.
 
     ``trusted`` skips the data checksums (the header's and every structural check still
-    run): the caller verified the file, or verifies it later before relying on it
-    (``Generation.deferred``).
+    run): the caller verified the file, or verifies the copy later before relying on it
+    (``Generation.deferred``, :meth:`Mapped.matches`).
     """
+    mm: mmap.mmap | None = None
+    data: bytes | None = None
     try:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -186,16 +220,59 @@ def map_arrays(path: Path, expected: FileEntry | None = None, *,
                 raise CorruptState(path, f"size {size} != expected {expected.size}")
             if size == 0:
                 raise CorruptState(path, "empty")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                mm = _private_map(f.fileno(), size, path)
+            except OSError as exc:
+                log.warning("%s: no private copy to map (%s); reading it into memory",
+                            path, exc)
+                f.seek(0)
+                data = f.read(size + 1)
     except FileNotFoundError as exc:
         raise CorruptState(path, "missing") from exc
     except OSError as exc:
         raise translate_os_error(exc, path) from exc
-    view = memoryview(mm)
+    if mm is None:
+        assert data is not None
+        if len(data) != size:
+            raise CorruptState(path, f"size {len(data)} != {size}: changed while read")
+        view = memoryview(data)
+    elif len(mm) != size:
+        mm.close()
+        raise CorruptState(path, f"size {len(mm)} != {size}: changed while copied")
+    else:
+        view = memoryview(mm)
     if expected is not None and not trusted and checksum(view) != expected.checksum:
         raise CorruptState(path, "checksum mismatch")
     arrays, meta = _parse(path, view, "arrays", whole_verified=expected is not None)
-    return Mapped(arrays, meta, mm)
+    return Mapped(arrays, meta, mm, data, path, expected)
+
+
+def _private_map(src: int, size: int, path: Path) -> mmap.mmap:
+    """A read-only map of a copy of the first ``size`` bytes of ``src`` (open on ``path``),
+    in an unnamed file of this process beside it (the mapping keeps the file alive). The copy
+    may come out shorter if the source shrank meanwhile: the caller checks its size."""
+    with tempfile.TemporaryFile(dir=path.parent) as dst:
+        out = dst.fileno()
+        done = 0
+        try:
+            while done < size:
+                n = os.copy_file_range(src, out, size - done, done, done)
+                if n == 0:
+                    break
+                done += n
+        except OSError as exc:
+            if exc.errno not in _NO_COPY_RANGE:
+                raise
+            while done < size:
+                block = os.pread(src, min(_COPY_BLOCK, size - done), done)
+                if not block:
+                    break
+                os.pwrite(out, block, done)
+                done += len(block)
+        copied = os.fstat(out).st_size
+        if copied == 0:
+            raise CorruptState(path, "empty: changed while copied")
+        return mmap.mmap(out, copied, access=mmap.ACCESS_READ)
 
 
 def write_blob(

@@ -8,6 +8,8 @@ others keep serving. Readers block: run them in a worker thread.
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,13 @@ class Generation:
     #: (large mapped arrays a warm start serves from at once; see ``map_arrays``).
     deferred: set[str] = field(default_factory=set)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: (inode, size, mtime_ns) of each file as opened or written. Generation files are
+    #: never rewritten in place, so another stat later means someone else changed it.
+    stats: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: The private copies ``map_arrays`` serves arrays from, by logical name, while the
+    #: state that mapped them holds them.
+    served: weakref.WeakValueDictionary[str, arrays_mod.Mapped] = field(
+        default_factory=weakref.WeakValueDictionary)
     mirrors_repaired: list[str] = field(default_factory=list)
     mirror_errors: dict[str, str] = field(default_factory=dict)
 
@@ -61,10 +70,60 @@ class Generation:
         return None if rel is None else self.mirror_root / rel
 
     def verify(self, logical: str) -> None:
-        """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong."""
-        self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
+        """Check ``logical``'s size and checksum now; CorruptState (and recorded) if wrong.
+        A file served from a private copy (``map_arrays``) is checked in that copy: those
+        are the bytes in use."""
+        served = self.served.get(logical)
+        if served is None:
+            self._guard(logical, lambda: verify_file(self.path(logical), self.files[logical]))
+        else:
+            self._guard(logical, lambda: self._check_served(logical, served))
         self.verified.add(logical)
         self.deferred.discard(logical)
+
+    def _check_served(self, logical: str, served: arrays_mod.Mapped) -> None:
+        try:
+            if not served.matches(self.files[logical]):
+                raise CorruptState(self.path(logical), "checksum mismatch")
+        finally:
+            served.evict()  # hashing read every page; searches need few of them
+
+    def remember_stats(self) -> None:
+        """Record each good file's stat as it is now (just opened or written)."""
+        for logical in self.files:
+            if logical in self.corrupt:
+                continue
+            try:
+                st = os.stat(self.path(logical))
+            except OSError:
+                continue
+            self.stats[logical] = (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def changed_on_disk(self) -> dict[str, str]:
+        """The files whose stat is no longer the one :meth:`remember_stats` recorded, with
+        why; each is recorded in ``corrupt``. A few ``stat`` calls: cheap enough to ask on
+        every status."""
+        found: dict[str, str] = {}
+        for logical, (ino, size, mtime_ns) in self.stats.items():
+            if logical in self.corrupt:
+                continue
+            try:
+                st = os.stat(self.path(logical))
+            except FileNotFoundError:
+                why = "missing"
+            except OSError as exc:
+                why = f"unreadable: {exc.strerror}"
+            else:
+                if st.st_size != size:
+                    why = f"size {st.st_size} != expected {size} (truncated or extended)"
+                elif st.st_ino != ino:
+                    why = "replaced by another file"
+                elif st.st_mtime_ns != mtime_ns:
+                    why = "written to in place"
+                else:
+                    continue
+            self.corrupt[logical] = found[logical] = f"changed on disk: {why}"
+        return found
 
     def verify_deferred(self) -> dict[str, str]:
         """Check the checksums ``open`` left for later; returns the files found corrupt."""
@@ -106,10 +165,12 @@ class Generation:
         checks (header checksum, layout, size) only: its data bytes are served before
         ``verify_deferred`` has read them."""
         trusted = logical in self.verified or logical in self.deferred
-        return self._guard(
+        mapped = self._guard(
             logical, lambda: arrays_mod.map_arrays(self.path(logical), self.files[logical],
                                                    trusted=trusted)
         )
+        self.served[logical] = mapped
+        return mapped
 
     def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
         return self._guard(

@@ -131,6 +131,8 @@ class GenerationStore:
         """
         ensure_dir(self.fs, self.state_dir)
         gen = self.load(verify=verify, defer=defer)
+        if gen is not None:
+            gen.remember_stats()
         self.current = gen
         self.cleanup()
         if gen is not None and self.publish_mirrors:
@@ -255,6 +257,7 @@ class GenerationStore:
             self._quiet_cleanup()
             raise
         gen.verified.update(files)  # their checksums were taken as they were written
+        gen.remember_stats()
         self.current = gen
         self._publish_mirrors(gen, only_stale=False)
         self._quiet_cleanup()

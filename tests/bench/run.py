@@ -43,7 +43,9 @@ QUICK: dict[str, list[str]] = {
     "fusion": ["--quick"],
     "ping": ["--seconds", "1"],
     "remote": ["--notes", "20", "--bulk", "200"],
+    "pgsearch": ["--queries", "50"],
     "idle": ["--seconds", "10"],
+    "mapped": ["--quick"],
     "quality-lexical": ["--sizes", "1600"],
 }
 #: run.py's own options; the ones in the first set take a value.

@@ -1,0 +1,139 @@
+"""A shared workspace's chunks in PostgreSQL, for searching in the server.
+
+Every file row of a shared workspace has its chunks in ``recalld_chunks``: made by the
+same code the local index uses (credentials masked, ``chunk_markdown``, the tokenizer),
+each with its BM25 length (``tokenizer.doc_length``), and one ``recalld_postings`` row
+per chunk and term with the term's count (an inverted index, read by index-only scans),
+so a BM25 computed over these rows gives the scores the local index gives. The
+workspace's row keeps the chunk count and the sum of lengths (``search_chunks``,
+``search_length``) for the average length.
+
+Only workspaces some host searches in the server pay for this: such a host sets the
+workspace's ``search_chunked`` (:func:`start_chunking`), from then on the host that
+uploads a change writes its chunks in the same transaction (:func:`replace`, called by
+``db.upload``), and :func:`backfill` chunks the files written before (``chunked_version``
+differs from ``version``). The flag is set under the workspace row's lock, which every
+upload takes first, so each upload either saw it or committed before it and is
+backfilled. Blocking psycopg calls: run them in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg
+
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
+from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.tokenizer import doc_length, tokenize
+from recalld.daemon.memory.redact import redact
+
+Conn = psycopg.Connection[tuple[object, ...]]
+BACKFILL_PAGE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One chunk as the server stores it."""
+
+    seq: int
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    text_hash: str
+    author: str | None
+    terms: list[str]
+    tfs: list[int]
+    doc_len: int
+
+
+def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
+               ) -> list[ChunkRow]:
+    """The chunks of the note ``path`` holding ``data``, as the local index makes them."""
+    text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
+    chunks = chunk_markdown(path, text, max_chars=max_chars)
+    author: str | None = None
+    if chunks:
+        fields = chunks[0].metadata.get("frontmatter")
+        value = fields.get("author") if isinstance(fields, Mapping) else None
+        author = value if isinstance(value, str) else None
+    rows = []
+    for seq, c in enumerate(chunks):
+        tokens = tokenize(c.index_text)
+        counts = Counter(tokens)
+        rows.append(ChunkRow(seq, c.start_line, c.end_line, c.heading, c.text,
+                             text_hash(c.text), author, list(counts),
+                             list(counts.values()), doc_length(tokens)))
+    return rows
+
+
+def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | None,
+            version: int) -> None:
+    """Make ``path``'s chunks ``rows`` (None: the file is gone) and keep the workspace's
+    totals in step. Inside the caller's transaction, which holds the workspace row's lock
+    (the totals are read-modify-write)."""
+    old = conn.execute(
+        "DELETE FROM recalld_chunks WHERE workspace_id = %s AND path = %s RETURNING doc_len",
+        (workspace_id, path)).fetchall()
+    removed = len(old)
+    removed_len = sum(int(str(r[0])) for r in old)
+    conn.execute("DELETE FROM recalld_postings WHERE workspace_id = %s AND path = %s",
+                 (workspace_id, path))
+    rows = rows or []
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO recalld_chunks (workspace_id, path, seq, start_line, end_line,"
+                " heading, text, text_hash, author, doc_len)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [(workspace_id, path, r.seq, r.start_line, r.end_line, r.heading, r.text,
+                  r.text_hash, r.author, r.doc_len) for r in rows])
+            with cur.copy("COPY recalld_postings (workspace_id, term, path, seq, tf, doc_len)"
+                          " FROM STDIN") as copy:
+                for r in rows:
+                    for term, tf in zip(r.terms, r.tfs, strict=True):
+                        copy.write_row((workspace_id, term, path, r.seq, tf, r.doc_len))
+    added_len = sum(r.doc_len for r in rows)
+    if removed or rows:
+        conn.execute(
+            "UPDATE recalld_workspaces SET search_chunks = search_chunks + %s,"
+            " search_length = search_length + %s WHERE workspace_id = %s",
+            (len(rows) - removed, added_len - removed_len, workspace_id))
+    conn.execute("UPDATE recalld_files SET chunked_version = %s"
+                 " WHERE workspace_id = %s AND path = %s", (version, workspace_id, path))
+
+
+def start_chunking(conn: Conn, workspace_id: int) -> None:
+    """Have every later upload of the workspace write its chunks (see the module)."""
+    conn.execute("UPDATE recalld_workspaces SET search_chunked = true"
+                 " WHERE workspace_id = %s AND NOT search_chunked", (workspace_id,))
+
+
+def backfill(conn: Conn, workspace_id: int, *, max_chars: int,
+             limit: int = BACKFILL_PAGE) -> int:
+    """Chunk up to ``limit`` files whose chunks are missing or stale; how many were done
+    (0: none left). Each file in a transaction of its own that re-checks its version."""
+    todo = conn.execute(
+        "SELECT path, version FROM recalld_files WHERE workspace_id = %s"
+        " AND chunked_version IS DISTINCT FROM version ORDER BY version LIMIT %s",
+        (workspace_id, limit)).fetchall()
+    for path_, version_ in todo:
+        path, version = str(path_), int(str(version_))
+        with conn.transaction():
+            # The workspace row first, as an upload takes it: the same lock order.
+            conn.execute("SELECT 1 FROM recalld_workspaces WHERE workspace_id = %s"
+                         " FOR UPDATE", (workspace_id,))
+            row = conn.execute(
+                "SELECT content, deleted, version FROM recalld_files"
+                " WHERE workspace_id = %s AND path = %s FOR UPDATE",
+                (workspace_id, path)).fetchone()
+            if row is None or int(str(row[2])) != version:
+                continue  # changed meanwhile: its upload wrote the chunks
+            data = row[0]
+            assert isinstance(data, bytes | memoryview)
+            rows = None if row[1] else chunk_rows(path, bytes(data), max_chars=max_chars)
+            replace(conn, workspace_id, path, rows, version)
+    return len(todo)

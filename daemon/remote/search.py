@@ -1,0 +1,266 @@
+"""Searching a shared workspace in PostgreSQL: the candidates of one search, from the server.
+
+The server holds every chunk of the workspace with its recalld terms (``chunks.py``), so
+both branches run there and hand :func:`recalld.daemon.index.search.search` the same
+:class:`~recalld.daemon.index.service.Candidates` the local index would; fusion, exact
+ranking and the result format are the local ones.
+
+- Keyword: BM25 as ``bm25.BM25Index`` computes it (Lucene's IDF over every chunk of the
+  workspace, k1 1.2, b 0.75, the same length counting), scored in SQL over the postings
+  of the query's terms (``recalld_postings``, read by an index-only scan of its primary
+  key); the document frequencies are counts over the same index.
+  :class:`ServerKeywords` is that index for ``exact.exact_first``, so identifier and
+  rare-term hits rank first as they do locally.
+- Vectors: the stored embeddings of the workspace's chunk texts (``recalld_embeddings``,
+  filled by the hosts' backfill) through a pgvector HNSW index of the vector space
+  (built in the background after the first search of the space:
+  :func:`build_vector_index`; an exact scan until then), cosine similarity as hnswlib's.
+
+Filters (path prefix, dates, bucket, author) are SQL conditions. Link expansion needs
+the link graph, which stays local: server answers carry no ``expanded`` neighbours.
+Blocking psycopg calls: run them in worker threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from pyroaring import BitMap
+
+from recalld.daemon.index.chunker import chunk_id
+from recalld.daemon.index.exact import exact_first
+from recalld.daemon.index.service import Candidates
+from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.index.tokenizer import tokenize_query
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+K1 = 1.2
+B = 0.75
+# pgvector's HNSW candidate list: at least this, and never below the branch's pool.
+EF_SEARCH_MIN = 64
+
+_CHUNK_COLUMNS = "c.path, c.seq, c.start_line, c.end_line, c.heading, c.text"
+_DAILY_DATE = r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)"
+
+
+def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
+               ) -> tuple[sql.Composable, list[Any]]:
+    """``filters`` as conditions on ``recalld_chunks c`` (each begins with AND), and their
+    parameters: what ``IndexState.allowed`` keeps."""
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    prefixes = [p.strip("/") for p in filters.path_prefixes]
+    if prefixes:
+        parts.append(sql.SQL(" AND (c.path = ANY(%s) OR EXISTS (SELECT 1 FROM unnest(%s::text[])"
+                             " p WHERE starts_with(c.path, p || '/')))"))
+        params += [prefixes, prefixes]
+    if filters.buckets:
+        parts.append(sql.SQL(" AND EXISTS (SELECT 1 FROM unnest(%s::text[]) p"
+                             " WHERE starts_with(c.path, p))"))
+        params.append([f"{digest_dir}/{b.strip('/')}/" for b in filters.buckets])
+    if filters.date_from or filters.date_to:
+        day = sql.SQL("substring(c.path from {})").format(sql.Literal(_DAILY_DATE))
+        parts.append(sql.SQL(" AND starts_with(c.path, %s)"))
+        params.append(daily_dir + "/")
+        if filters.date_from:
+            parts.append(sql.SQL(" AND {} >= %s").format(day))
+            params.append(filters.date_from)
+        if filters.date_to:
+            parts.append(sql.SQL(" AND {} <= %s").format(day))
+            params.append(filters.date_to)
+    if filters.authors:
+        parts.append(sql.SQL(" AND c.author = ANY(%s)"))
+        params.append(list(filters.authors))
+    return sql.Composed(parts), params
+
+
+class ServerKeywords:
+    """BM25 over a shared workspace's chunks in PostgreSQL, keyed like a local index: the
+    chunks a search meets get small integer keys (``chunks`` holds them), so ``exact.py``
+    and fusion work on them unchanged. Statistics are read once, at construction: one
+    search sees one state of the workspace."""
+
+    def __init__(self, conn: Conn, workspace_id: int, where: sql.Composable,
+                 where_params: Sequence[Any]) -> None:
+        self._conn = conn
+        self._ws = workspace_id
+        self._where = where
+        self._where_params = list(where_params)
+        row = conn.execute("SELECT search_chunks, search_length FROM recalld_workspaces"
+                           " WHERE workspace_id = %s", (workspace_id,)).fetchone()
+        self._n = 0 if row is None else int(str(row[0]))
+        self._total = 0 if row is None else int(str(row[1]))
+        self._df: dict[str, int] = {}
+        self._keys: dict[tuple[str, int], int] = {}
+        self._places: list[tuple[str, int]] = [("", 0)]  # key 0 unused
+        self.chunks: dict[int, StoredChunk] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def doc_freq(self, term: str) -> int:
+        return self._doc_freqs([term])[term]
+
+    def _doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        missing = [t for t in dict.fromkeys(terms) if t not in self._df]
+        if missing:
+            rows = self._conn.execute(
+                "SELECT term, count(*) FROM recalld_postings WHERE workspace_id = %s"
+                " AND term = ANY(%s::text[]) GROUP BY term", (self._ws, missing)).fetchall()
+            self._df.update(dict.fromkeys(missing, 0))
+            self._df.update((str(t), int(str(n))) for t, n in rows)
+        return {t: self._df[t] for t in terms}
+
+    def key(self, row: Sequence[object]) -> int:
+        """The key of the chunk in ``row`` (columns as ``_CHUNK_COLUMNS``), built once."""
+        place = (str(row[0]), int(str(row[1])))
+        key = self._keys.get(place)
+        if key is None:
+            key = self._keys[place] = len(self._places)
+            self._places.append(place)
+            path, start, end = place[0], int(str(row[2])), int(str(row[3]))
+            text, heading = str(row[5]), str(row[4])
+            self.chunks[key] = StoredChunk(key, chunk_id(path, start, end, text), path,
+                                           start, end, text, heading, {})
+        return key
+
+    def search(self, query_tokens: list[str], limit: int, *,
+               allowed: BitMap | None = None) -> list[tuple[int, float]]:
+        """Top ``limit`` (key, score), best first; only keys in ``allowed`` if given."""
+        n = self._n
+        if n == 0 or limit <= 0 or not query_tokens:
+            return []
+        counts = Counter(query_tokens)
+        df = self._doc_freqs(list(counts))
+        terms: list[str] = []
+        factors: list[float] = []
+        for term, qf in counts.items():
+            if df[term] == 0:
+                continue
+            idf = math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5)) * qf
+            terms.append(term)
+            factors.append(idf * (K1 + 1.0))
+        if not terms:
+            return []
+        avgdl = self._total / n if self._total else 1.0
+        only: sql.Composable = sql.SQL("")
+        only_params: list[Any] = []
+        if allowed is not None:
+            places = [self._places[k] for k in allowed if 0 < k < len(self._places)]
+            if not places:
+                return []
+            only = sql.SQL(" AND (p.path, p.seq) IN (SELECT * FROM unnest(%s::text[],"
+                           " %s::int[]))")
+            only_params = [[p for p, _ in places], [s for _, s in places]]
+        # Filters name chunk columns (the author): join the chunks only for them.
+        chunks = (sql.SQL(" JOIN recalld_chunks c ON c.workspace_id = p.workspace_id"
+                          " AND c.path = p.path AND c.seq = p.seq")
+                  if self._where_params else sql.SQL(""))
+        query = sql.SQL(
+            "WITH q(term, factor) AS (SELECT * FROM unnest(%s::text[], %s::float8[]))"
+            " SELECT {cols}, s.score FROM ("
+            " SELECT p.path, p.seq, sum(p.tf::float8 / (%s * (1 - %s + %s * (p.doc_len / %s))"
+            " + p.tf) * q.factor) AS score FROM q JOIN recalld_postings p"
+            " ON p.workspace_id = %s AND p.term = q.term{chunks}"
+            " WHERE true{where}{only} GROUP BY p.path, p.seq"
+            " ORDER BY score DESC, p.path, p.seq LIMIT %s)"
+            " s JOIN recalld_chunks c ON c.workspace_id = %s AND c.path = s.path"
+            " AND c.seq = s.seq ORDER BY s.score DESC, s.path, s.seq"
+        ).format(cols=sql.SQL(_CHUNK_COLUMNS), chunks=chunks, where=self._where, only=only)
+        params: list[Any] = [terms, factors, K1, B, B, avgdl, self._ws,
+                             *self._where_params, *only_params, limit, self._ws]
+        rows = self._conn.execute(query, params).fetchall()
+        return [(self.key(r), float(str(r[6]))) for r in rows]
+
+
+def index_name(space: str, dims: int) -> str:
+    digest = hashlib.blake2b(space.encode(), digest_size=6).hexdigest()
+    return f"recalld_embeddings_hnsw_{dims}_{digest}"
+
+
+def has_vector_index(conn: Conn, space: str, dims: int) -> bool:
+    """Whether the HNSW index of the vector space exists and is usable."""
+    row = conn.execute("SELECT x.indisvalid FROM pg_class c JOIN pg_index x"
+                       " ON x.indexrelid = c.oid WHERE c.relname = %s",
+                       (index_name(space, dims),)).fetchone()
+    return row is not None and bool(row[0])
+
+
+def build_vector_index(conn: Conn, space: str, dims: int) -> None:
+    """Build the HNSW index (cosine) of one vector space's embeddings, once for the whole
+    server: on the vectors cast to their dimension, partial on the space. Built
+    ``CONCURRENTLY`` (writers of embeddings go on meanwhile) without a statement timeout,
+    on an autocommit connection of its own: it may take minutes for a large space. A
+    build that failed half-way leaves an invalid index, which is dropped and built again."""
+    name = index_name(space, dims)
+    if has_vector_index(conn, space, dims):
+        return
+    conn.execute("SET statement_timeout = 0")
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    conn.execute(sql.SQL(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON recalld_embeddings USING hnsw"
+        " ((embedding::vector({dims})) vector_cosine_ops) WHERE space = {space}"
+    ).format(name=sql.Identifier(name), dims=sql.Literal(dims), space=sql.Literal(space)))
+
+
+def _vector_text(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def vector_search(conn: Conn, workspace_id: int, kw: ServerKeywords, space: str,
+                  vector: Sequence[float], limit: int, where: sql.Composable,
+                  where_params: Sequence[Any]) -> list[tuple[int, float]]:
+    """The ``limit`` chunks nearest to ``vector`` (cosine similarity), best first: through
+    the space's HNSW index once it is built (:func:`build_vector_index`), by an exact scan
+    of the workspace's vectors before."""
+    dims = len(vector)
+    distance = sql.SQL("(e.embedding::vector({d}) <=> %s::vector({d}))").format(
+        d=sql.Literal(dims))
+    # The chunk condition sits inside the index scan: with pgvector's iterative scan the
+    # HNSW walk goes on until enough embeddings of live (and, filtered, allowed) chunks
+    # were found, rather than cutting the list first.
+    query = sql.SQL(
+        "WITH near AS MATERIALIZED (SELECT e.text_hash, {dist} AS dist"
+        " FROM recalld_embeddings e WHERE e.space = {space} AND e.workspace_id = %s"
+        " AND e.embedding IS NOT NULL AND EXISTS (SELECT 1 FROM recalld_chunks c"
+        " WHERE c.workspace_id = %s AND c.text_hash = e.text_hash{where})"
+        " ORDER BY {dist} LIMIT %s)"
+        " SELECT {cols}, 1 - near.dist FROM near JOIN recalld_chunks c"
+        " ON c.workspace_id = %s AND c.text_hash = near.text_hash{where}"
+        " ORDER BY near.dist, c.path, c.seq LIMIT %s"
+    ).format(dist=distance, space=sql.Literal(space), cols=sql.SQL(_CHUNK_COLUMNS),
+             where=where)
+    text = _vector_text(vector)
+    with conn.transaction():
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+            sql.Literal(min(1000, max(EF_SEARCH_MIN, 2 * limit)))))
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        rows = conn.execute(query, [text, workspace_id, workspace_id, *where_params, text,
+                                    limit, workspace_id, *where_params, limit]).fetchall()
+    return [(kw.key(r), float(str(r[6]))) for r in rows]
+
+
+def candidates(conn: Conn, workspace_id: int, query: str, limit: int, filters: Filters,
+               query_vector: tuple[str, Any] | None, *, daily_dir: str, digest_dir: str,
+               keep: int | None = None) -> Candidates:
+    """What :func:`recalld.daemon.index.search.search` needs of one search, from the
+    server: keyword hits (exact ones first), vector hits, their chunks."""
+    where, params = filter_sql(filters, daily_dir=daily_dir, digest_dir=digest_dir)
+    kw = ServerKeywords(conn, workspace_id, where, params)
+    hits, exact = exact_first(query, kw, kw.search(tokenize_query(query), limit), kw.chunks,
+                              limit=limit)
+    chunks = {key: kw.chunks[key] for key, _ in (hits if keep is None else hits[:keep])}
+    vec_hits: list[tuple[int, float]] = []
+    if query_vector is not None:
+        space, vector = query_vector
+        vec_hits = vector_search(conn, workspace_id, kw, space, [float(x) for x in vector],
+                                 limit, where, params)
+        chunks.update((key, kw.chunks[key]) for key, _ in vec_hits)
+    return Candidates(hits, vec_hits, exact, chunks, {}, {})

@@ -1,0 +1,310 @@
+"""Searching a shared workspace in PostgreSQL gives the hits the local index gives.
+
+One daemon opens two workspaces that share one workspace on a real PostgreSQL
+(tests/pgserver.py): ``loc`` searches its own index (``search_mode = "local"``), ``srv``
+searches in the server (``search_mode = "server"``). A generated workspace (English
+notes, identifiers, Chinese and mixed notes, digest nodes with authors) is written into
+``loc``; once both replicas hold every file, the same queries of several shapes go to
+both and must return the same hits, in the same order, with the same scores.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import cli, wait_for
+
+WORDS = ("river", "garden", "invoice", "deploy", "kernel", "picnic", "budget", "tennis",
+         "vaccine", "harbor", "lantern", "orchard", "compiler", "mortgage", "glacier",
+         "festival", "quartz", "saddle", "meadow", "violin", "cathedral", "bakery",
+         "satellite", "pottery", "monsoon", "ledger", "canyon", "archive", "falcon")
+IDENTS = ("ECONNREFUSED", "handleWebSocketReconnect", "retry_backoff_ms", "config.toml",
+          "v4.27.3", "QX_TORVEL_5831", "k8s-operator", "parseRequests")
+ZH = ("数据库连接超时", "机器学习模型", "北京的天气很好", "周末去公园散步", "项目进度报告",
+      "服务器部署失败", "向量检索系统", "会议纪要整理", "自然语言处理", "家庭聚会安排")
+
+
+def generate(seed: int) -> dict[str, str]:
+    """About 150 notes: daily notes in English, Chinese and both, digest nodes with an
+    ``author``; identifiers and rare words scattered so exact hits and BM25 both matter."""
+    rng = random.Random(seed)
+    notes: dict[str, str] = {}
+    for i in range(120):
+        day = f"2026-07-{1 + i % 20:02d}"
+        kind = i % 4
+        lines = [f"# Note {i} {rng.choice(WORDS)}"]
+        for _ in range(rng.randint(2, 12)):
+            words = rng.sample(WORDS, rng.randint(3, 9))
+            if kind in (1, 3):
+                words.insert(rng.randrange(len(words) + 1), rng.choice(ZH))
+            if rng.random() < 0.2:
+                words.append(rng.choice(IDENTS))
+            if kind == 1:
+                words = [w for w in words if w in ZH or rng.random() < 0.2]
+            lines.append(" ".join(words))
+        if i % 17 == 0:
+            lines.append(f"the rare word zorblax{i // 17} appears once")
+        notes[f"memory/{day}/n{i}.md"] = "\n".join(lines) + "\n"
+    for j in range(30):
+        bucket = ("wiki", "personal", "procedure")[j % 3]
+        author = ("alice", "bob")[j % 2]
+        body = "\n\n".join(" ".join([*rng.sample(WORDS, 6), rng.choice(ZH)])
+                           for _ in range(rng.randint(1, 4)))
+        notes[f"digest/{bucket}/node{j}.md"] = (
+            f"---\nname: node{j}\nauthor: {author}\n---\n# Node {j}\n\n{body}\n")
+    return notes
+
+
+QUERIES: list[tuple[str, dict[str, Any] | None]] = [
+    ("garden", None),
+    ("river budget", None),
+    ("what happened with the kernel compiler deploy", None),
+    ("ECONNREFUSED", None),
+    ("handleWebSocketReconnect retry", None),
+    ("config.toml v4.27.3", None),
+    ("QX_TORVEL_5831", None),
+    ("zorblax3", None),
+    ("数据库连接超时", None),
+    ("机器学习", None),
+    ("北京 天气", None),
+    ("向量检索 satellite", None),
+    ("会", None),
+    ("meadow violin", {"path_prefix": "memory/2026-07-03"}),
+    ("festival", {"date_from": "2026-07-05", "date_to": "2026-07-09"}),
+    ("archive falcon", {"bucket": "wiki"}),
+    ("ledger", {"author": "alice"}),
+    ("nothingmatchesthisword", None),
+]
+
+
+def config(dsn: str, name: str, extra: str = "") -> str:
+    out = ""
+    for agent, mode in (("loc", "local"), ("srv", "server")):
+        out += (f'[workspaces.{agent}]\nremote = {{ kind = "postgres", dsn = "{dsn}", '
+                f'name = "{name}", host = "host{agent}", search_mode = "{mode}" }}\n{extra}')
+    return out
+
+
+def ws_status(d: DaemonHandle, agent: str) -> dict[str, Any]:
+    for ws in d.call("daemon.status")["workspaces"]:
+        if ws["agent_id"] == agent:
+            return dict(ws)
+    raise AssertionError(f"no workspace {agent}")
+
+
+def ws_root(d: DaemonHandle, agent: str) -> Path:
+    return d.data_dir / "workspaces" / agent
+
+
+def search(d: DaemonHandle, agent: str, query: str, filters: dict[str, Any] | None,
+           n: int = 5) -> dict[str, Any]:
+    params: dict[str, Any] = {"agent_id": agent, "query": query, "max_results": n,
+                              "sync": True}
+    if filters:
+        params["filters"] = filters
+    return dict(d.call("memory.search", params))
+
+
+def hits(answer: dict[str, Any]) -> list[tuple[str, int, int, bool]]:
+    return [(r["path"], r["start_line"], r["end_line"], bool(r.get("exact")))
+            for r in answer["results"]]
+
+
+def same_ranking(local: dict[str, Any], server: dict[str, Any], *, tol: float) -> None:
+    """The same hits in the same order; chunks whose scores tie (within ``tol``) may
+    trade places, since each side breaks ties by its own chunk keys."""
+    a, b = local["results"], server["results"]
+    assert len(a) == len(b), (hits(local), hits(server))
+    for x, y in zip(a, b, strict=True):
+        assert x["score"] == pytest.approx(y["score"], rel=tol, abs=tol), (x, y)
+        assert bool(x.get("exact")) == bool(y.get("exact")), (x, y)
+    def groups(rs: list[dict[str, Any]]) -> list[set[tuple[str, int]]]:
+        out: list[set[tuple[str, int]]] = []
+        last: float | None = None
+        for r in rs:
+            if last is None or abs(r["score"] - last) > tol * max(1.0, abs(last)):
+                out.append(set())
+            out[-1].add((r["path"], r["start_line"]))
+            last = r["score"]
+        return out
+
+    assert groups(a) == groups(b), (hits(local), hits(server))
+    texts = {(r["path"], r["start_line"]): r["text"] for r in b}
+    for r in a:
+        assert texts[(r["path"], r["start_line"])] == r["text"]
+
+
+def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "",
+                name: str = "") -> DaemonHandle:
+    name = name or "s" + uuid.uuid4().hex[:12]
+    d = daemon_factory(config(pg.dsn, name, extra))
+    for agent in ("loc", "srv"):
+        wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
+                 message=f"{agent} online")
+    notes = generate(seed=20)
+    base = ws_root(d, "loc")
+    for rel, text in notes.items():
+        p = base / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+
+    def replicated() -> bool:
+        other = ws_root(d, "srv")
+        return (all((other / rel).exists() for rel in notes)
+                and ws_status(d, "loc")["remote"]["outbox"] == 0
+                and ws_status(d, "srv")["remote"]["outbox"] == 0)
+    wait_for(replicated, timeout=120, message="every note on both replicas")
+    return d
+
+
+def test_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
+                                             pg_server: PgServer) -> None:  # noqa: F811
+    d = shared_pair(daemon_factory, pg_server)
+    status = ws_status(d, "srv")["remote"]
+    assert status["search_mode"] == "server"
+    assert ws_status(d, "loc")["remote"]["search_mode"] == "local"
+    shown = cli(d, "status")
+    assert re.search(r"remote: +online, outbox 0, searched in the server \(", shown), shown
+    compared = 0
+    for query, filters in QUERIES:
+        local = search(d, "loc", query, filters)
+        server = search(d, "srv", query, filters)
+        assert "search_mode" not in local
+        assert server["search_mode"] == "server", server.get("server_error")
+        assert server["mode"] == local["mode"] == "keyword"
+        same_ranking(local, server, tol=1e-9)
+        compared += bool(local["results"])
+    # Most shapes find something; the nonsense word finds nothing on both sides.
+    assert compared >= len(QUERIES) - 1
+    assert ws_status(d, "srv")["remote"]["search"]["server_searches"] >= len(QUERIES)
+    # A larger pool, as an agent asking for more would get.
+    for query in ("garden river", "项目进度报告", "parseRequests"):
+        same_ranking(search(d, "loc", query, None, n=30), search(d, "srv", query, None, n=30),
+                     tol=1e-9)
+
+
+def test_server_search_sees_an_edit_made_just_before(daemon_factory: DaemonFactory,
+                                                    pg_server: PgServer) -> None:  # noqa: F811
+    d = shared_pair(daemon_factory, pg_server)
+    p = ws_root(d, "srv") / "memory/2026-08-01/fresh.md"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("# Fresh\nquibbleworth arrived today\n", encoding="utf-8")
+    # ``sync`` waits until this host's change is on the server.
+    got = search(d, "srv", "quibbleworth", None)
+    assert got["search_mode"] == "server"
+    assert [r["path"] for r in got["results"]] == ["memory/2026-08-01/fresh.md"]
+    p.unlink()
+    got = search(d, "srv", "quibbleworth", None)
+    assert got["results"] == []
+
+
+def test_server_search_falls_back_to_the_local_index_while_offline(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    d = shared_pair(daemon_factory, pg_server)
+    before = search(d, "srv", "ECONNREFUSED", None)
+    assert before["search_mode"] == "server"
+    pg_server.stop()
+    try:
+        wait_for(lambda: ws_status(d, "srv")["remote"]["state"] == "offline",
+                 message="offline")
+        during = search(d, "srv", "ECONNREFUSED", None)
+        assert during["search_mode"] == "local" and during["server_error"]
+        assert hits(during) == hits(before)
+    finally:
+        pg_server.start()
+    # Online again, and once the server is known to hold every file's chunks (checked
+    # at each connect), the server answers again.
+    wait_for(lambda: search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server",
+             message="searched in the server again")
+
+
+def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
+                                                    pg_server: PgServer) -> None:  # noqa: F811
+    from fakes.provider_server import FakeProvider
+
+    with FakeProvider(dims=16, api_key="k") as fake:
+        vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
+               'api_key = "k", model_name = "m", dimensions = 16 }\n')
+        d = shared_pair(daemon_factory, pg_server, vec)
+
+        def embedded() -> bool:
+            for agent in ("loc", "srv"):
+                v = ws_status(d, agent)["index"]["vectors"] or {}
+                if not v.get("total") or v.get("embedded") != v.get("total"):
+                    return False
+            return True
+        wait_for(embedded, timeout=120, message="every chunk embedded")
+        compare_hybrid(d)
+        # The first searches scan the vectors exactly; the HNSW index of the space is
+        # built in the background meanwhile, and later searches go through it.
+        wait_for(lambda: hnsw_index_valid(pg_server, 16), message="HNSW index built")
+        compare_hybrid(d)
+
+
+def hnsw_index_valid(pg: PgServer, dims: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(pg.dsn) as conn:
+        row = conn.execute("SELECT bool_and(x.indisvalid) FROM pg_class c JOIN pg_index x"
+                           " ON x.indexrelid = c.oid WHERE c.relname LIKE %s",
+                           (f"recalld_embeddings_hnsw_{dims}_%",)).fetchone()
+    return bool(row and row[0])
+
+
+def compare_hybrid(d: DaemonHandle) -> None:
+    for query, filters in QUERIES:
+        local = search(d, "loc", query, filters)
+        server = search(d, "srv", query, filters)
+        assert server["search_mode"] == "server", server.get("server_error")
+        assert local["mode"] == server["mode"] == "hybrid"
+        # Local vectors are stored as float16, the server's as float32: similarities
+        # differ in the fourth digit, so near ties may trade places; the hits agree.
+        assert server["vector_hits"] == local["vector_hits"]
+        top_local = {(r["path"], r["start_line"]) for r in local["results"]}
+        top_server = {(r["path"], r["start_line"]) for r in server["results"]}
+        assert len(top_local ^ top_server) <= 2, (hits(local), hits(server))
+        for x, y in zip(local["results"], server["results"], strict=False):
+            if (x["path"], x["start_line"]) == (y["path"], y["start_line"]):
+                if x["keyword"] is not None and y["keyword"] is not None:
+                    assert x["keyword"] == pytest.approx(y["keyword"], rel=1e-9)
+                if x["vector"] is not None and y["vector"] is not None:
+                    assert x["vector"] == pytest.approx(y["vector"], abs=5e-3)
+
+
+def test_rows_written_before_the_server_kept_chunks_are_chunked(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+
+    name = "s" + uuid.uuid4().hex[:12]
+    d = shared_pair(daemon_factory, pg_server, name=name)
+    expected = {q: search(d, "loc", q, None) for q in ("garden", "数据库连接超时", "ECONNREFUSED")}
+    d.stop()
+    # As an older recalld left them: files without chunks, postings or totals.
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                           (name,)).fetchone()
+        assert row is not None
+        ws = row[0]
+        for table in ("recalld_chunks", "recalld_postings"):
+            conn.execute(f"DELETE FROM {table} WHERE workspace_id = %s", (ws,))
+        conn.execute("UPDATE recalld_files SET chunked_version = NULL WHERE workspace_id = %s",
+                     (ws,))
+        conn.execute("UPDATE recalld_workspaces SET search_chunks = 0, search_length = 0"
+                     " WHERE workspace_id = %s", (ws,))
+    d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
+    files = len(generate(seed=20))
+    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
+             timeout=120, message="older rows chunked")
+    assert ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files
+    for q, want in expected.items():
+        got = search(d, "srv", q, None)
+        assert got["search_mode"] == "server"
+        assert want["results"]
+        same_ranking(want, got, tol=1e-9)

@@ -1,0 +1,178 @@
+"""What a starting daemon refuses, seen from outside: real daemons, real folders, the real
+``recalld status`` and ``doctor``.
+
+- The data and state folders are created private (0700); an existing one is never chmod-ed.
+  A data folder other users may enter (``data_dir = "~"``) keeps its mode while recalld's
+  own folders in it are private; a state folder that is not private, or a data folder of
+  another user, is refused with a clear message.
+- A configured workspace path the root checks refuse (a system folder, another user's
+  folder) is shown as a failed workspace with the
+  reason in status and doctor, and the daemon serves the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+
+from recalld.ipc.client import Client
+
+SCRIPT = Path(sys.executable).parent / "recalld"
+
+
+def recalld(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_shared_data_folder_keeps_its_mode(daemon_factory: DaemonFactory,
+                                             tmp_path: Path) -> None:
+    home = tmp_path / "home-like"
+    home.mkdir()
+    os.chmod(home, 0o755)
+    (home / "notes.txt").write_text("the user's own file\n", encoding="utf-8")
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(home))
+    assert _mode(home) == 0o755
+    assert _mode(home / "state") == 0o700
+    assert _mode(home / "workspaces") == 0o700
+    assert _mode(home / "backups") == 0o700
+    assert "is open to other users; its mode is left alone" in daemon.log()
+    with Client(daemon.socket_path) as c:
+        c.add_note("default", "the kestrel nests on the north tower")
+        hits = c.search("default", "kestrel", sync=True).results
+    assert hits and hits[0].path.startswith("memory/")
+    assert daemon.stop() == 0
+    assert _mode(home) == 0o755
+
+
+def test_a_fresh_data_folder_is_created_private(daemon_factory: DaemonFactory,
+                                                tmp_path: Path) -> None:
+    data = tmp_path / "fresh" / "recalld"
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(data))
+    assert _mode(data) == 0o700
+    assert _mode(data / "state") == 0o700
+    assert "open to other users" not in daemon.log()
+    assert daemon.stop() == 0
+
+
+def test_a_state_folder_open_to_others_is_refused_not_changed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "state").mkdir(parents=True)
+    os.chmod(data, 0o700)
+    os.chmod(data / "state", 0o755)
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
+    assert daemon.proc.wait(timeout=60) == 1
+    log = daemon.log()
+    assert f"{data / 'state'} is open to other users (mode 755)" in log, log
+    assert f"chmod 700 {data / 'state'}" in log
+    assert "Traceback" not in log
+    assert _mode(data / "state") == 0o755
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a folder another user's")
+def test_a_data_folder_of_another_user_is_refused(daemon_factory: DaemonFactory,
+                                                  tmp_path: Path) -> None:
+    data = tmp_path / "theirs"
+    data.mkdir(mode=0o700)
+    os.chown(data, 4321, 4321)
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
+    assert daemon.proc.wait(timeout=60) == 1
+    assert "belongs to uid 4321" in daemon.log()
+    assert list(data.iterdir()) == []
+
+
+def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    (good / "memory").mkdir(parents=True)
+    (good / "memory" / "facts.md").write_text(
+        "# Facts\n\nThe osprey ledger sits on the top shelf.\n", encoding="utf-8")
+    paths = {"etc": "/etc", "root": "/", "good": str(good)}
+    if os.getuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 4321, 4321)
+        paths["theirs"] = str(theirs)
+    config = "".join(f'[workspaces.{name}]\npath = "{path}"\n\n'
+                     for name, path in paths.items())
+    daemon = daemon_factory(config)  # answers: the refusals did not stop it
+    status = daemon.call("daemon.status")
+    states = {w["agent_id"]: w for w in status["workspaces"]}
+    assert states["good"]["state"] == "ready"
+    refused = {"etc": "system folder", "root": "system folder", "theirs": "belongs to uid"}
+    for name in set(paths) - {"good"}:
+        ws = states[name]
+        assert ws["state"] == "failed" and ws["refused"] is True, ws
+        assert refused[name] in ws["error"], ws
+    assert not (Path("/etc") / "memory").exists()
+
+    shown = recalld("status", env=daemon.env)
+    assert shown.returncode == 0, shown.stderr
+    for name in set(paths) - {"good"}:
+        assert f"workspace not opened: {states[name]['error']}" in shown.stdout, shown.stdout
+    doctor = recalld("doctor", "--json", env=daemon.env)
+    checks = json.loads(doctor.stdout)["checks"]
+    failing = {c["name"]: c for c in checks if c["status"] == "fail"}
+    for name in set(paths) - {"good"}:
+        check = failing[f"workspace {name}"]
+        assert refused[name] in check["detail"], check
+        assert f"[workspaces.{name}] path" in check["fix"], check
+    with Client(daemon.socket_path) as c:
+        hits = c.search("good", "osprey ledger", sync=True).results
+        assert any("top shelf" in h.text for h in hits)
+        # Closing a refused workspace drops it at once; nothing was running.
+        c.call("workspace.close", {"agent_id": "etc"})
+    agents = {w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]}
+    assert "etc" not in agents
+    assert daemon.stop() == 0
+
+
+def test_an_autostarted_daemon_finds_its_data_folder_private(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    data = Path(env["XDG_DATA_HOME"]) / "recalld"
+    code = ("import json\nfrom recalld.ipc.client import Client\n"
+            "with Client(autostart=True) as c:\n    print(json.dumps(c.status()['pid']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    try:
+        assert _mode(data) == 0o700
+        assert _mode(data / "state") == 0o700
+        log = data / "state" / "recalld.log"
+        deadline = time.monotonic() + 60
+        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "no log file"
+            time.sleep(0.05)
+        assert "open to other users" not in log.read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid):
+        assert time.monotonic() < deadline, "the auto-started daemon ignored SIGTERM"
+        time.sleep(0.05)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return "Z"
