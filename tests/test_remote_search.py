@@ -230,8 +230,11 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
     from fakes.provider_server import FakeProvider
 
     with FakeProvider(dims=16, api_key="k") as fake:
+        # The server holds one vector per chunk: the local replica compares like with
+        # like when it scores chunks by their own vector too (not by their best window).
         vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
-               'api_key = "k", model_name = "m", dimensions = 16 }\n')
+               'api_key = "k", model_name = "m", dimensions = 16 }\n'
+               'search = { vector_window_chars = 0 }\n')
         d = shared_pair(daemon_factory, pg_server, vec)
 
         def embedded() -> bool:
