@@ -65,11 +65,10 @@ class ChatModelConfig:
 class SearchConfig:
     """Hybrid search settings; QwenPaw's weights stay available as configuration."""
 
-    # Chosen by measurement (docs/adr/0010-hybrid-fusion.md): with multilingual-e5-small on
-    # LoCoMo dev, recall@10 was BM25 0.863, 0.7/0.3 hybrid 0.854, 0.35/0.65 hybrid 0.867.
-    # QwenPaw's 0.7/0.3 stays available as configuration.
-    vector_weight: float = 0.35
-    keyword_weight: float = 0.65
+    # Chosen by measurement (docs/adr/0021-score-fusion-and-window-vectors.md, the
+    # ``fusion`` benchmark); QwenPaw's 0.7/0.3 with RRF stays available as configuration.
+    vector_weight: float = 0.4
+    keyword_weight: float = 0.6
     rrf_k: int = 60
     #: The keyword reach (``fusion.keyword_reach``) at and above which the keyword branch
     #: keeps its full weight in fusion; below it the weight shrinks to none at 0.4 of it
@@ -77,6 +76,18 @@ class SearchConfig:
     #: over Chinese notes) cannot bury the vector branch's hits. 0 turns the guard off.
     #: Chosen by measurement (docs/adr/0022-blind-keyword-guard.md).
     keyword_guard: float = 0.5
+    #: "score" (convex combination of each branch's min-max scaled scores) or "rrf"
+    #: (weighted reciprocal rank, k = ``rrf_k``), both with exact keyword hits first
+    #: (docs/adr/0021-score-fusion-and-window-vectors.md).
+    fusion: str = "score"
+    #: Score fusion only: taken off a candidate's score per 2,000 characters of its text.
+    length_penalty: float = 0.1
+    #: The vector unit: windows of about this many characters of a chunk, a chunk scored by
+    #: its best window (0: one vector per whole chunk).
+    vector_window_chars: int = 400
+    #: A hybrid hit hands back its best window and this many lines each side of it (-1:
+    #: the whole chunk).
+    context_lines: int = -1
     candidate_multiplier: int = 3
     max_candidates: int = 200
     link_expansion: bool = True

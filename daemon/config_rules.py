@@ -85,6 +85,13 @@ def _cron(value: object) -> str | None:
     return None
 
 
+def _window_chars(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and (
+            value == 0 or 100 <= value <= 100_000):
+        return None
+    return "must be 0 (one vector per chunk) or from 100 to 100000"
+
+
 def _subdir(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         return "must be a non-empty directory name inside the workspace"
@@ -171,6 +178,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "rrf_k"): between(1, 100_000),
     ("SearchConfig", "keyword_guard"): between(0.0, 10.0),
+    ("SearchConfig", "fusion"): one_of(("score", "rrf")),
+    ("SearchConfig", "length_penalty"): between(0.0, 10.0),
+    ("SearchConfig", "vector_window_chars"): Rule(_window_chars, 50),
+    ("SearchConfig", "context_lines"): between(-1, 10_000),
     ("SearchConfig", "candidate_multiplier"): between(1, 100),
     ("SearchConfig", "max_candidates"): between(1, 100_000),
 }

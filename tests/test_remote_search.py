@@ -230,11 +230,12 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
     from fakes.provider_server import FakeProvider
 
     with FakeProvider(dims=16, api_key="k") as fake:
-        # The server's search has no blind-keyword guard (it needs the local index's term
-        # statistics): compare with the guard off on both sides.
+        # The server holds one vector per chunk and has no blind-keyword guard (it needs the
+        # local index's term statistics): the local replica compares like with like when it
+        # scores chunks by their own vector and fuses without the guard.
         vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
                'api_key = "k", model_name = "m", dimensions = 16 }\n'
-               'search = { keyword_guard = 0.0 }\n')
+               'search = { vector_window_chars = 0, keyword_guard = 0.0 }\n')
         d = shared_pair(daemon_factory, pg_server, vec)
 
         def embedded() -> bool:

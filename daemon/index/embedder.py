@@ -35,6 +35,7 @@ import logging
 import math
 import random
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import trio
+from pyroaring import BitMap
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
@@ -49,7 +51,8 @@ from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import FileInfo, IndexState, note_date
-from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.index.vectors import VectorIndex, WindowVectors
+from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
 
@@ -79,6 +82,8 @@ class _Round:
     items: list[tuple[int, str]]
     total: int
     pending: int
+    #: Per item, the texts to embed: its windows, or the chunk text itself.
+    texts: list[list[str]]
 
 
 def _recency(info: FileInfo, daily_dir: str) -> float:
@@ -113,6 +118,11 @@ class VectorWorker:
         self.cfg = backfill or BackfillConfig()
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self.target: VectorSpace = spaces.space(config)
+        #: Window size of the vector unit (``SearchConfig.vector_window_chars``; 0: the
+        #: whole chunk is the unit, one vector each).
+        self.window_chars = index.ws.settings.search.vector_window_chars
+        #: The chunks' window vectors in the target space (with ``window_chars``).
+        self.windows: WindowVectors | None = None
         #: The space whose vectors answer searches now (the old one during a model change).
         self.serving: VectorSpace | None = self.target
         self._state: IndexState | None = None
@@ -227,6 +237,9 @@ class VectorWorker:
         self._state = state
         self._failed.clear()
         target = self.target
+        # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
+        # the embedding cache).
+        self.windows = WindowVectors(target.dims) if self.window_chars else None
         old = state.vectors
         if old is None or not len(old) or (
             state.vector_space in (None, target.key) and old.dim == target.dims):
@@ -253,11 +266,22 @@ class VectorWorker:
         items: list[tuple[int, str]] = []
         pending = 0
         parked: dict[int, float] = {}
+        wins = self.windows
+        if wins is not None:
+            for key in wins.keys():
+                if key not in state.chunks:
+                    wins.remove(key)
         for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
                            reverse=True):
             for key in info.keys:
                 if key in building:
-                    continue
+                    if wins is None or key in wins:
+                        continue
+                    units = self.units(state.chunks.text(key))
+                    if len(units) == 1:
+                        # One window: the chunk's own vector is that window's.
+                        wins.add(key, building.vectors([key]))
+                        continue
                 pending += 1
                 until = self._failed.get(key, -math.inf)
                 if until > now:
@@ -265,16 +289,23 @@ class VectorWorker:
                 elif len(items) < limit:
                     items.append((key, state.chunks.text(key)))
         self._failed = parked  # vanished or due keys leave the parking lot
-        return _Round(items, len(state.chunks), pending)
+        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
 
-    def _install(self, state: IndexState, found: list[tuple[int, str, F32]]) -> int:
+    def units(self, text: str) -> list[str]:
+        """What is embedded for a chunk of ``text``: its windows, or the text itself."""
+        return embed_units(text, self.window_chars)
+
+    def _install(self, state: IndexState, found: list[tuple[int, str, F32]],
+                 windows: list[F32] | None = None) -> int:
         if state is not self._state or self._building is None:
             return 0  # a rebuild swapped the state; the cache keeps the vectors
         keys: list[int] = []
         rows: list[F32] = []
-        for key, text, vec in found:
+        for i, (key, text, vec) in enumerate(found):
             if key not in state.chunks or state.chunks.text(key) != text:
                 continue  # edited meanwhile: the new chunk is pending under a new key
+            if windows is not None and self.windows is not None:
+                self.windows.add(key, windows[i])
             if self._shadow is None:
                 state.chunks.set_embedding(key, encode_f16(vec))
             keys.append(key)
@@ -334,7 +365,7 @@ class VectorWorker:
                 continue
             self.state = "embedding"
             try:
-                installed = await self._embed_round(rnd.items)
+                installed = await self._embed_round(rnd.items, rnd.texts)
             except ProviderError as exc:
                 self.last_error = str(exc)
                 if isinstance(exc, ProviderPermanent):
@@ -353,12 +384,25 @@ class VectorWorker:
             self._done.append((trio.current_time(), len(rnd.items)))
             self.index.vectors_changed(installed)
 
-    async def _embed_round(self, items: list[tuple[int, str]]) -> int:
+    async def _embed_round(self, items: list[tuple[int, str]],
+                           units: list[list[str]] | None = None) -> int:
         """Vectors for ``items``: the cache first, the provider for the rest; install them.
-        With ``enable_cache`` off the cache is neither read nor written."""
+        With ``enable_cache`` off the cache is neither read nor written.
+
+        ``units``: per item the texts embedded for it (its windows); the chunk's own
+        vector is then their normalised mean (what is persisted with the chunk, and what
+        serves a search until the chunk's windows are back after a restart)."""
         space = self.target
         use_cache = self.config.enable_cache
-        texts = list(dict.fromkeys(text for _, text in items))
+        if units is None:
+            units = [[text] for _, text in items]
+        else:
+            # A chunk whose whole vector ReMe already made keeps it (one window spanning
+            # the chunk) rather than paying the provider for its windows.
+            units = [[text] if len(ts) > 1 and (text_hash(text) in self.reme_hashes
+                                                 or self.reme_vector(text) is not None)
+                     else ts for (_, text), ts in zip(items, units, strict=True)]
+        texts = list(dict.fromkeys(t for ts in units for t in ts))
         hashes = [text_hash(t) for t in texts]
         cached: list[F32 | None] = (
             await trio.to_thread.run_sync(space.cache.get_many, hashes) if use_cache
@@ -392,17 +436,24 @@ class VectorWorker:
             for j, i in enumerate(missing):
                 vectors[texts[i]] = rows[j]
         self.last_error = None
+        if self.window_chars:
+            per_item = [np.stack([vectors[t] for t in ts]).astype(np.float32) for ts in units]
+            found = [(key, text, _mean_unit(rows))
+                     for (key, text), rows in zip(items, per_item, strict=True)]
+            return await self.index.locked(
+                partial(self._install, found=found, windows=per_item))
         found = [(key, text, vectors[text]) for key, text in items]
         return await self.index.locked(partial(self._install, found=found))
 
     async def _maybe_compact(self) -> None:
         space = self.target
-        if not space.cache.needs_compaction(self.total):
+        if not space.cache.needs_compaction(self.total * (4 if self.window_chars else 1)):
             return
         live: set[str] = set()
         for member in list(space.members):
             live |= await member.index.locked(
-                lambda st: {text_hash(text) for _, text in st.chunks.texts()})
+                lambda st, m=member: {text_hash(unit) for _, text in st.chunks.texts()
+                                      for unit in {text, *m.units(text)}})
         dropped = await trio.to_thread.run_sync(space.cache.compact, live)
         log.info("embedding cache %s: compacted, %d entries dropped", space.key, dropped)
 
@@ -416,6 +467,36 @@ class VectorWorker:
                 or not len(state.vectors) or state.vector_space != serving.key):
             return None
         return serving
+
+    def search(self, state: IndexState, query: F32, limit: int,
+               allowed: BitMap | None) -> list[tuple[int, float]]:
+        """Nearest chunks, each by its best window where its windows are in (not during
+        a model change), else by its own vector. Called under the index lock."""
+        wins = self.windows
+        if wins is None or not len(wins) or self._shadow is not None or state is not self._state:
+            return state.vector_search(query, limit, allowed)
+        test = None if allowed is None else allowed.__contains__
+        hits = wins.search(query, limit, allowed=test)
+        if len(wins) < len(state.chunks):
+            # Chunks whose windows are not back yet (after a restart) keep their own vector.
+            hits += [(key, score) for key, score in state.vector_search(query, limit, allowed)
+                     if key not in wins]
+            hits.sort(key=lambda kv: (-kv[1], kv[0]))
+        return hits[:limit]
+
+    def best_windows(self, state: IndexState, query: F32,
+                     keys: Iterable[int]) -> dict[int, Window]:
+        """The best window (lines of the chunk text) of each of ``keys`` that has windows.
+        Called under the index lock."""
+        wins = self.windows
+        if wins is None or self._shadow is not None or state is not self._state:
+            return {}
+        out: dict[int, Window] = {}
+        for key, (i, _) in wins.best(query, keys).items():
+            parts = chunk_windows(state.chunks.text(key), self.window_chars)
+            if wins.count(key) == len(parts):  # else one vector spans the whole chunk
+                out[key] = parts[i]
+        return out
 
     def embeds_queries(self) -> bool:
         """Whether a search embeds its query now (and so may wait for the provider)."""
@@ -470,6 +551,17 @@ class VectorWorker:
             "provider": client.status(),
             "cache": self.target.cache.stats(),
         }
+
+
+def _mean_unit(rows: F32) -> F32:
+    """The normalised mean of unit rows (one row: itself)."""
+    if len(rows) == 1:
+        first: F32 = rows[0]
+        return first
+    mean = rows.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    out: F32 = mean / norm if norm > 0 else mean
+    return out
 
 
 __all__ = ["BackfillConfig", "VectorWorker"]

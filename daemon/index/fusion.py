@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+
+#: The length a ``length_penalty`` is given per (the default largest chunk).
+PENALTY_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +107,60 @@ def guarded_weight(weight: float, reach: float, *, full_at: float) -> float:
         return weight
     low = GUARD_FLOOR * full_at
     return weight * min(1.0, max(0.0, (reach - low) / (full_at - low)))
+
+
+def _scaled(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """A branch's scores mapped onto [0, 1] over its own candidates (best = 1)."""
+    if not hits:
+        return {}
+    scores = [s for _, s in hits]
+    top, low = max(scores), min(scores)
+    span = top - low
+    if span <= 0:
+        return {key: 1.0 for key, _ in hits}
+    return {key: (s - low) / span for key, s in hits}
+
+
+def fuse_scores(
+    keyword: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
+    *,
+    keyword_weight: float,
+    vector_weight: float,
+    exact: Collection[int] = (),
+    limit: int | None = None,
+    lengths: Mapping[int, int] | None = None,
+    length_penalty: float = 0.0,
+) -> list[Fused]:
+    """Fuse two scored lists by a convex combination of their min-max scaled scores.
+
+    Unlike ranks, scaled scores keep how far apart the candidates are: a chunk the vector
+    branch finds far closer than the rest keeps that lead, and a flat tail weighs little.
+    A candidate missing from a branch counts as that branch's worst (0). Exact keyword
+    hits first, as in :func:`fuse`; an empty branch drops out as there.
+
+    ``length_penalty`` takes that much off a candidate's score per
+    :data:`PENALTY_CHARS` characters of its text (``lengths``): the agent pays for every
+    character a hit hands back, so of two nearly equal candidates the shorter wins.
+    """
+    kw = _scaled(keyword)
+    vec = _scaled(vector)
+    kw_score = dict(keyword)
+    vec_score = dict(vector)
+    w_kw = keyword_weight if kw else 0.0
+    w_vec = vector_weight if vec else 0.0
+    total = (w_kw + w_vec) or 1.0
+    per_char = length_penalty / PENALTY_CHARS if lengths is not None else 0.0
+    fused = [
+        Fused(
+            key=key,
+            score=(w_kw * kw.get(key, 0.0) + w_vec * vec.get(key, 0.0)) / total
+            - (per_char * lengths.get(key, 0) if lengths is not None else 0.0),
+            keyword=kw_score.get(key),
+            vector=vec_score.get(key),
+            exact=key in exact and key in kw,
+        )
+        for key in kw.keys() | vec.keys()
+    ]
+    fused.sort(key=lambda f: (not f.exact, -f.score, f.key))
+    return fused if limit is None else fused[:limit]

@@ -24,9 +24,10 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.fusion import fuse, guarded_weight
+from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight
 from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.types import render_result
@@ -121,12 +122,34 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,
-            vector: float | None) -> SearchHit:
+            vector: float | None, window: Window | None = None,
+            context_lines: int = -1) -> SearchHit:
+    start, end, text = chunk.start_line, chunk.end_line, chunk.text
+    if window is not None and context_lines >= 0:
+        first, last, text = around(chunk.text, window, context_lines)
+        start, end = chunk.start_line + first, chunk.start_line + last
     return {
-        "path": chunk.path, "start_line": chunk.start_line, "end_line": chunk.end_line,
-        "text": chunk.text, "heading": chunk.heading, "chunk_id": chunk.id,
+        "path": chunk.path, "start_line": start, "end_line": end,
+        "text": text, "heading": chunk.heading, "chunk_id": chunk.id,
         "score": score, "vector": vector, "keyword": keyword,
     }
+
+
+def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, float]],
+                  exact: set[int], config: SearchConfig,
+                  chunks: Mapping[int, StoredChunk], *,
+                  keyword_weight: float | None = None) -> list[Fused]:
+    """The two branches fused as ``config`` says (``fusion.py``); ``keyword_weight``
+    stands in for the configured one (the blind-keyword guard's)."""
+    if keyword_weight is None:
+        keyword_weight = config.keyword_weight
+    if config.fusion == "score":
+        return fuse_scores(keyword, vector, keyword_weight=keyword_weight,
+                           vector_weight=config.vector_weight, exact=exact,
+                           lengths={key: len(c.text) for key, c in chunks.items()},
+                           length_penalty=config.length_penalty)
+    return fuse(keyword, vector, keyword_weight=keyword_weight,
+                vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
 
 
 async def search(
@@ -153,11 +176,16 @@ async def search(
         except ProviderError as exc:
             vector_error = str(exc)
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
-    found = await (index.candidates if source is None else source)(
-        query, max(pool, max_results), filters, query_vector,
-        link_limit=(max_results if query_vector is None else 2 * max_results)
-        if config.link_expansion else 0,
-        keep=max_results if query_vector is None else None)
+    link_limit = ((max_results if query_vector is None else 2 * max_results)
+                  if config.link_expansion else 0)
+    keep = max_results if query_vector is None else None
+    if source is None:
+        found = await index.candidates(
+            query, max(pool, max_results), filters, query_vector, link_limit=link_limit,
+            keep=keep, windows=config.context_lines >= 0)
+    else:
+        found = await source(query, max(pool, max_results), filters, query_vector,
+                             link_limit=link_limit, keep=keep)
     keyword_hits, vector_hits, exact, chunks = (
         found.keyword, found.vector, found.exact, found.chunks)
     hybrid = query_vector is not None
@@ -169,9 +197,10 @@ async def search(
         if not exact:
             keyword_weight = guarded_weight(keyword_weight, found.reach,
                                             full_at=config.keyword_guard)
-        for f in fuse(keyword_hits, vector_hits, keyword_weight=keyword_weight,
-                      vector_weight=config.vector_weight, k=config.rrf_k, exact=exact):
-            item = _result(chunks[f.key], f.score, f.keyword, f.vector)
+        for f in fuse_branches(keyword_hits, vector_hits, exact, config, chunks,
+                               keyword_weight=keyword_weight):
+            item = _result(chunks[f.key], f.score, f.keyword, f.vector,
+                           found.windows.get(f.key), config.context_lines)
             if f.exact:
                 item["exact"] = True
             results.append(item)

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,6 +54,7 @@ from recalld.daemon.index.state import (
     carry_vectors,
 )
 from recalld.daemon.index.tokenizer import tokenize_query
+from recalld.daemon.index.windows import Window
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.workspaces import Workspace
@@ -109,6 +110,8 @@ class Candidates:
     #: How much of the query the keyword branch sees (``fusion.keyword_reach``); measured
     #: only when there is a vector branch to fuse with.
     reach: float = 1.0
+    #: candidate key -> its window nearest the query (when asked for and known)
+    windows: dict[int, Window] = field(default_factory=dict)
 
 
 class WorkspaceIndex:
@@ -586,7 +589,7 @@ class WorkspaceIndex:
 
     async def candidates(
         self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None,
-        *, link_limit: int = 0, keep: int | None = None,
+        *, link_limit: int = 0, keep: int | None = None, windows: bool = False,
     ) -> Candidates:
         """Keyword hits, vector hits, exact keys, their chunks and their link
         neighbourhood, from one consistent view in one worker-thread call.
@@ -609,7 +612,10 @@ class WorkspaceIndex:
             vec_hits: list[tuple[int, float]] = []
             reach = 1.0
             if query_vector is not None and query_vector[0] == state.vector_space:
-                vec_hits = state.vector_search(query_vector[1], limit, allowed)
+                worker = self.vectors
+                vec_hits = (state.vector_search(query_vector[1], limit, allowed)
+                            if worker is None else
+                            worker.search(state, query_vector[1], limit, allowed))
                 chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
                 reach = state.keyword_reach(query, hits)
             links: dict[str, list[str]] = {}
@@ -626,7 +632,10 @@ class WorkspaceIndex:
                         if len(targets) < link_limit and other in state.files:
                             targets[other] = None
                 firsts = state.linked_chunks(query, list(targets), tokens=tokens)
-            return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach)
+            best: dict[int, Window] = {}
+            if windows and query_vector is not None and self.vectors is not None:
+                best = self.vectors.best_windows(state, query_vector[1], chunks)
+            return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best)
 
         self.searches += 1
         return await self._read(run, query)

@@ -23,6 +23,8 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.index.windows import SLOTS
+
 F32 = npt.NDArray[np.float32]
 
 
@@ -171,6 +173,89 @@ class VectorIndex:
             except RuntimeError:
                 pass  # already marked in the saved file
         return self
+
+
+class WindowVectors:
+    """Vectors of chunk windows (``windows.py``), a chunk scored by its best window.
+
+    Window ``i`` of chunk ``key`` is label ``key * SLOTS + i`` of one hnswlib index, so a
+    chunk's windows are found, replaced and deleted together without a table. Kept in
+    memory only: it is refilled from the text-keyed embedding cache after a restart.
+    Not thread-safe, like :class:`VectorIndex`.
+    """
+
+    def __init__(self, dim: int, *, initial_capacity: int = 1024) -> None:
+        self.dim = dim
+        self._index = VectorIndex(dim, initial_capacity=initial_capacity)
+        self._count: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._count)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._count
+
+    def keys(self) -> set[int]:
+        return set(self._count)
+
+    def count(self, key: int) -> int:
+        """How many window vectors chunk ``key`` has (0: none)."""
+        return self._count.get(key, 0)
+
+    def add(self, key: int, vectors: npt.ArrayLike) -> None:
+        """Set chunk ``key``'s window vectors (rows, window order), replacing older ones."""
+        rows = normalize(vectors)
+        if not 0 < len(rows) <= SLOTS:
+            raise ValueError(f"a chunk has 1 to {SLOTS} windows, not {len(rows)}")
+        self.remove(key)
+        self._index.add(range(key * SLOTS, key * SLOTS + len(rows)), rows)
+        self._count[key] = len(rows)
+
+    def remove(self, key: int) -> None:
+        n = self._count.pop(key, 0)
+        for label in range(key * SLOTS, key * SLOTS + n):
+            self._index.remove(label)
+
+    def search(
+        self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` chunks whose best window is nearest, with that window's cosine."""
+        if not self._count or k <= 0:
+            return []
+        count = self._count
+
+        def live(label: int) -> bool:
+            key = label // SLOTS
+            return key in count and (allowed is None or allowed(key))
+
+        best: dict[int, float] = {}
+        # Several windows of one chunk may come first; ask for more until k chunks show.
+        want = 4 * k
+        while True:
+            hits = self._index.search(query, want, allowed=live)
+            best.clear()
+            for label, score in hits:
+                key = label // SLOTS
+                if score > best.get(key, -2.0):
+                    best[key] = score
+            if len(best) >= k or len(hits) < want:
+                break
+            want *= 2
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:k]
+
+    def best(self, query: npt.ArrayLike, keys: Iterable[int]) -> dict[int, tuple[int, float]]:
+        """For each of ``keys`` that has windows: (its best window's index, cosine)."""
+        q = normalize(query)[0]
+        out: dict[int, tuple[int, float]] = {}
+        for key in keys:
+            n = self._count.get(key)
+            if not n:
+                continue
+            sims = self._index.vectors(list(range(key * SLOTS, key * SLOTS + n))) @ q
+            i = int(np.argmax(sims))
+            out[key] = (i, float(sims[i]))
+        return out
 
 
 @contextlib.contextmanager

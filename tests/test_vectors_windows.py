@@ -1,0 +1,153 @@
+"""Window vectors through a real daemon: what is embedded, best-window scoring, the
+context a hybrid hit hands back, score fusion, and the refill after a restart."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider
+from test_vectors_daemon import vectors_status, write
+
+from recalld.daemon.index.windows import chunk_windows, embed_units
+
+# Six turns of ~150 characters: one chunk, three windows of two lines at 400 characters.
+TURNS = [
+    f"Speaker{i}: " + " ".join(f"{word}{i}" for word in (
+        "morning", "harbour", "ferry", "ticket", "bakery", "umbrella", "violin", "granite",
+        "lantern", "meadow", "orchard", "pebble", "quartz", "saddle", "thistle", "walnut",
+        "zephyr", "cobalt")) + "."
+    for i in range(6)
+]
+NOTE = "# Trip\n\n" + "\n".join(TURNS) + "\n"
+OTHER = "# Food\n\nRamen and dumplings on a rainy evening.\n"
+REL = "memory/2026-07-23/trip.md"
+
+
+def config(root: Path, fake: FakeProvider, search: str = "") -> str:
+    return (f'[workspaces.w]\npath = "{root}"\n'
+            f'embedding_model_config = {{backend = "openai", base_url = "{fake.url}/v1", '
+            f'api_key = "k", model_name = "m", dimensions = 8}}\n'
+            + (f"search = {{{search}}}\n" if search else "")
+            + '[daemon]\npersist_delay_s = 0.05\n')
+
+
+def wait_idle(d: Any) -> dict[str, Any]:
+    """The vectors status once every chunk has its vectors and the backfill rests."""
+    deadline = time.monotonic() + 60
+    while True:
+        st = vectors_status(d)
+        if st["total"] and st["coverage"] >= 1.0 and st["state"] == "idle":
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+
+
+def passages(fake: FakeProvider) -> list[str]:
+    return [t for r in fake.requests if r.path.endswith("/embeddings")
+            for t in r.json["input"] if t != "ping"]
+
+
+def chunk_text() -> str:
+    # The note's one body chunk: the title, the blank line and the six turns.
+    return NOTE.rstrip("\n")
+
+
+def test_windows_are_embedded_and_a_hit_hands_back_its_best_window(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    write(root, "digest/personal/food.md", OTHER)
+    wins = chunk_windows(chunk_text(), 400)
+    assert len(wins) == 3 and embed_units(chunk_text(), 400) == [w.text for w in wins]
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 0"))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_idle(d)
+        assert st["embedded"] == st["total"] == 2
+        sent = passages(fake)
+        # The long chunk went as its three windows (never whole); the short note as itself.
+        assert sorted(sent) == sorted([*(w.text for w in wins), OTHER.rstrip("\n")])
+        # The fake's vectors are hashes of the text: a query equal to the middle window
+        # is nearest to it, so the hit is cut to that window's lines.
+        middle = wins[1]
+        res = d.call("memory.search", {"agent_id": "w", "query": middle.text,
+                                       "max_results": 2})
+        assert res["mode"] == "hybrid"
+        top = res["results"][0]
+        assert top["path"] == REL and top["vector"] > 0.99
+        assert top["text"] == middle.text
+        # Line numbers in the file: the chunk starts at line 1 of the note.
+        assert (top["start_line"], top["end_line"]) == (1 + middle.first, 1 + middle.last)
+        assert d.stop() == 0
+
+
+def test_whole_chunk_context_and_score_fusion(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    write(root, "digest/personal/food.md", OTHER)
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, 'fusion = "score", context_lines = -1'))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        wins = chunk_windows(chunk_text(), 400)
+        res = d.call("memory.search", {"agent_id": "w", "query": wins[2].text})
+        top = res["results"][0]
+        assert res["mode"] == "hybrid" and top["path"] == REL
+        assert top["text"] == chunk_text() and top["start_line"] == 1
+        # Score fusion: the best of both branches scores 1 (each branch scaled to [0, 1]),
+        # less the default length penalty of 0.1 per 2,000 characters.
+        assert abs(top["score"] - (1.0 - 0.1 * len(chunk_text()) / 2000)) < 1e-6
+        assert d.stop() == 0
+
+
+def test_exact_identifier_still_first_with_windows(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    write(root, "memory/2026-07-24/error.md",
+          "# Error\n\nThe deploy failed with ERR_QX_7731 at the gateway.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        for search in ('fusion = "rrf"', 'fusion = "score"'):
+            d = daemon_factory(config(root, fake, search))
+            d.call("index.sync", {"agent_id": "w"})
+            wait_idle(d)
+            # Whatever the vector branch says, the note that contains the identifier
+            # comes first in either fusion.
+            res = d.call("memory.search", {"agent_id": "w", "query": "ERR_QX_7731"})
+            assert res["mode"] == "hybrid" and res["vector_hits"] == 2
+            top = res["results"][0]
+            assert top["path"] == "memory/2026-07-24/error.md" and top["exact"] is True, res
+            assert d.stop() == 0
+
+
+def test_restart_refills_windows_without_the_provider(daemon_factory: Any,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    data = str(tmp_path / "data")  # both daemons: one data dir, so one embedding cache
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        assert d.stop() == 0
+        before = len(passages(fake))
+        d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_idle(d)
+        assert st["provider_texts"] == 0 and st["cache_texts"] == 3, st
+        assert len(passages(fake)) == before
+        wins = chunk_windows(chunk_text(), 400)
+        res = d.call("memory.search", {"agent_id": "w", "query": wins[2].text})
+        assert res["results"][0]["text"] == wins[2].text
+        assert d.stop() == 0
+
+
+def test_window_setting_is_checked(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "vector_window_chars = 20"), wait=False)
+        assert d.proc.wait(timeout=60) == 2
+        assert "vector_window_chars = 20: must be 0 (one vector per chunk) or from 100" in (
+            d.log())
