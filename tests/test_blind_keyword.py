@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import guarded_weight, keyword_reach
 from recalld.daemon.providers.local import local_model_available
+
+#: The configured keyword weight (the daemon's default), which the guard scales down.
+FULL = SearchConfig().keyword_weight
 
 needs_e5 = pytest.mark.skipif(
     not local_model_available("multilingual-e5-small"),
@@ -87,12 +91,12 @@ def test_english_question_over_chinese_notes(daemon_factory: Any, tmp_path: Path
             exact = _search(d, "what happened with ERR_QX_5831 last night")
             assert exact["results"][0]["path"] == "memory/2026-03-07/deploy.md"
             assert exact["results"][0]["exact"] is True
-            assert exact["keyword_weight"] == 0.65
+            assert exact["keyword_weight"] == FULL
         assert d.stop() == 0
     guarded, plain = answers[None], answers[0]
     # The keyword branch sees one number of a long question: it weighs less...
-    assert guarded["keyword_hits"] >= 1 and guarded["keyword_weight"] < 0.65 / 2
-    assert plain["keyword_weight"] == 0.65
+    assert guarded["keyword_hits"] >= 1 and guarded["keyword_weight"] < FULL / 2
+    assert plain["keyword_weight"] == FULL
     # ...so the note the question is about leads, not the one that shares "2023".
     assert guarded["results"][0]["path"] == "memory/2026-03-01/checkup.md", guarded["rendered"]
     assert plain["results"][0]["path"] == "memory/2026-03-06/deer.md", plain["rendered"]
