@@ -41,6 +41,7 @@ from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
+from recalld.daemon.store.fsio import mkdir_private
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
 from recalld.ipc.errors import RecalldError
 
@@ -62,13 +63,7 @@ def make_private_dir(path: Path, *, shared_ok: bool = False) -> bool:
     someone else owns is refused (NotPrivate); one other users may enter is refused too,
     unless ``shared_ok`` (the caller then keeps its files in private subfolders).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(path, 0o700)  # ours, just made: only the umask could have narrowed it
+    if mkdir_private(path):
         return True
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.daemon.store.fsio import mkdir_private
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +46,7 @@ def prepare_socket_dir(directory: Path) -> None:
     current one, ``$HOME``, ``/tmp``), and tightening it would change what the user or
     other programs rely on.
     """
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(directory, 0o700)  # ours, just made: only the umask could have narrowed it
+    mkdir_private(directory)
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode):
         raise SocketSetupError(f"{directory} is not a directory")

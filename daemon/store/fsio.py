@@ -202,6 +202,19 @@ class FailingFS(FS):
         super().mkdir(path)
 
 
+def mkdir_private(path: Path) -> bool:
+    """Create ``path`` (parents as needed) with mode 0700 and return True, or return False
+    when it exists already: an existing directory is never chmod-ed (it may be any folder
+    the user named), so the caller checks what it found."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return False
+    os.chmod(path, 0o700)  # ours, just made: only the umask could have narrowed it
+    return True
+
+
 def temp_name(name: str) -> str:
     """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``)."""
     return f".{name}.tmp-{secrets.token_hex(6)}"
