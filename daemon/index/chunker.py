@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 
-__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "chunk_id", "chunk_markdown", "index_text"]
+__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "chunk_id", "chunk_markdown", "index_text", "split_line"]
 
 # Chosen by measurement on LoCoMo dev (tests/bench/quality_lexical.py; sessions written as daily
 # notes, one line per turn; our BM25 on our chunks; 1,986 questions with evidence):
@@ -89,7 +89,7 @@ def chunk_id(path: str, start_line: int, end_line: int, text: str) -> str:
     return h.hexdigest()
 
 
-def _split_line(line: str, max_chars: int) -> list[str]:
+def split_line(line: str, max_chars: int) -> list[str]:
     """Pieces of one overlong line, each at most ``max_chars``, cut at whitespace if possible."""
     pieces: list[str] = []
     rest = line
@@ -157,7 +157,7 @@ class _Builder:
             if n <= self.max_chars:
                 cur_start, cur_size = i, n
             else:
-                for piece in _split_line(self.lines[i], self.max_chars):
+                for piece in split_line(self.lines[i], self.max_chars):
                     self.emit(i, i, headings, piece)
         if cur_start >= 0:
             self.emit(cur_start, end, headings)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from recalld.daemon.index.chunker import _split_line
+from recalld.daemon.index.chunker import split_line
 
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 
@@ -37,7 +37,7 @@ def _pieces(line: str, size: int) -> list[str]:
     out: list[str] = []
     for sentence in _SENTENCE_END.split(line):
         if sentence:
-            out.extend(_split_line(sentence, size))
+            out.extend(split_line(sentence, size))
     return out
 
 
