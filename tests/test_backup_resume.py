@@ -8,7 +8,6 @@ config are masked unless asked for.
 from __future__ import annotations
 
 import json
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_job
 
 SECRET = "sk-test-" + "Q7w8E9r0T1y2U3i4O5p6"
 
@@ -32,14 +32,6 @@ def note_reply(name: str, body: str) -> list[Reply]:
         Reply(json=chat_answer("saved"))]
 
 
-def wait_job(d: Any, job_id: str) -> dict[str, Any]:
-    end = time.monotonic() + 60
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            return job
-        assert time.monotonic() < end, job
-        time.sleep(0.05)
 
 
 def test_backup_restores_config_pending_turns_and_inbox_elsewhere(
@@ -208,7 +200,7 @@ def test_several_workspaces_and_sessions_resume_from_a_backup(
         done = d1.call("memory.add_turns", {"agent_id": agent, "session_id": first[0],
                                             "flush": True, "messages": [
                                                 {"role": "user", "content": first[1]}]})
-        assert wait_job_of(d1, agent, done["job_id"])["state"] == "succeeded"
+        assert wait_job(d1, agent=agent, job_id=done["job_id"])["state"] == "succeeded"
         for session, text in rest:
             d1.call("memory.add_turns", {"agent_id": agent, "session_id": session,
                                          "messages": [{"role": "user", "content": text}]})
@@ -235,16 +227,8 @@ def test_several_workspaces_and_sessions_resume_from_a_backup(
             flushed = d2.call("memory.add_turns", {"agent_id": agent, "session_id": session,
                                                    "flush": True})
             assert flushed["pending_messages"] == 1, (agent, session, flushed)
-            assert wait_job_of(d2, agent, flushed["job_id"])["state"] == "succeeded"
+            assert wait_job(d2, agent=agent, job_id=flushed["job_id"])["state"] == "succeeded"
             (note,) = session_notes(root, session)
             assert text in note.read_text(encoding="utf-8"), (agent, session)
 
 
-def wait_job_of(d: Any, agent: str, job_id: str) -> dict[str, Any]:
-    end = time.monotonic() + 60
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": agent, "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            return job
-        assert time.monotonic() < end, job
-        time.sleep(0.05)

@@ -10,11 +10,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for
 
 from recalld.ipc import errors
 from recalld.ipc.client import Client
@@ -70,11 +69,6 @@ def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: Daemo
     assert daemon.stop() == 0
 
 
-def _wait_for(cond: Callable[[], bool], what: str, deadline_s: float = 120.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not cond():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _texts(daemon: DaemonHandle, agent: str, query: str) -> str:
@@ -108,7 +102,7 @@ def test_a_directory_link_out_of_the_workspace_is_not_indexed(
     (alice / "archive" / "kept.md").write_text(
         "# Kept\n\nThe zanzibar archive lives in the attic.\n", encoding="utf-8")
     (alice / "memory" / "inside").symlink_to(alice / "archive", target_is_directory=True)
-    _wait_for(lambda: "attic" in _texts(daemon, "alice", "zanzibar attic"),
+    wait_for(lambda: "attic" in _texts(daemon, "alice", "zanzibar attic"),
               "the note behind an in-workspace link")
 
 
@@ -128,7 +122,7 @@ def test_notes_indexed_through_a_link_before_are_removed(daemon_factory: DaemonF
     (alice / "memory" / "x").rename(other)
     (alice / "memory" / "x").symlink_to(other, target_is_directory=True)
     daemon = daemon_factory(config)
-    _wait_for(lambda: "vault" not in _texts(daemon, "alice", "zanzibar"),
+    wait_for(lambda: "vault" not in _texts(daemon, "alice", "zanzibar"),
               "the linked note to leave the index")
 
 
@@ -148,11 +142,11 @@ def test_a_resource_link_out_of_the_workspace_is_not_catalogued(
                   if w["agent_id"] == "alice")
         return sum(ws["resource"]["files"].values())
 
-    _wait_for(lambda: catalogued() >= 1, "the own resource file to be catalogued")
+    wait_for(lambda: catalogued() >= 1, "the own resource file to be catalogued")
     assert catalogued() == 1
     assert daemon.stop() == 0
     daemon = daemon_factory(config)
-    _wait_for(lambda: catalogued() >= 1, "the catalog after a restart")
+    wait_for(lambda: catalogued() >= 1, "the catalog after a restart")
     assert catalogued() == 1
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for
 
 from recalld.ipc.client import Client
 from recalld.ipc.errors import RecalldError
@@ -49,11 +48,6 @@ def _workspace(daemon: DaemonHandle) -> dict[str, Any]:
     return next(w for w in status["workspaces"] if w["agent_id"] == AGENT)
 
 
-def _wait_for(cond: Callable[[], bool], what: str, deadline_s: float = 120.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not cond():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _committed(daemon: DaemonHandle) -> bool:
@@ -106,7 +100,7 @@ class Searchers:
     def __enter__(self) -> Searchers:
         for t in self._threads:
             t.start()
-        _wait_for(lambda: len(self.answers) >= 10 or bool(self.broken), "the first searches")
+        wait_for(lambda: len(self.answers) >= 10 or bool(self.broken), "the first searches")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -129,7 +123,7 @@ def _check_damaged(daemon: DaemonHandle, files: dict[str, Path], root: Path) -> 
     def degraded() -> bool:
         return _workspace(daemon)["health"]["state"] == "degraded"
 
-    _wait_for(degraded, "health to turn degraded")
+    wait_for(degraded, "health to turn degraded")
     health = _workspace(daemon)["health"]
     reasons = "\n".join(health["reasons"])
     for path in files.values():
@@ -156,7 +150,7 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
         c.index_compact(AGENT)  # a generation saved and then served from its files
         before = [h.path for h in c.search(AGENT, QUERY, max_results=5).results]
     assert len(before) == 5
-    _wait_for(lambda: _committed(daemon), "the first commit")
+    wait_for(lambda: _committed(daemon), "the first commit")
     markdown = _markdown(root)
     files = _array_files(root)
 
@@ -171,7 +165,7 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
             hits = c.search(AGENT, "quillwort", max_results=3, sync=True).results
         assert [h.path for h in hits] == ["memory/2026-07-30/late.md"]
         count = len(searchers.answers)
-        _wait_for(lambda: len(searchers.answers) > count + 20, "searches after the damage")
+        wait_for(lambda: len(searchers.answers) > count + 20, "searches after the damage")
     assert not searchers.broken, searchers.broken
     assert not searchers.errors, searchers.errors[:3]
     assert daemon.proc.poll() is None, daemon.log()[-2000:]
@@ -187,9 +181,9 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
             c.index_compact(AGENT)  # saves a new generation from what the daemon holds
         else:
             job = c.jobs_submit(AGENT, "reindex")
-            _wait_for(lambda: c.jobs_get(AGENT, job["job_id"])["state"] == "succeeded",
+            wait_for(lambda: c.jobs_get(AGENT, job["job_id"])["state"] == "succeeded",
                       "the reindex")
-    _wait_for(lambda: _workspace(daemon)["health"]["state"] == "clean", "health to be clean")
+    wait_for(lambda: _workspace(daemon)["health"]["state"] == "clean", "health to be clean")
     assert _workspace(daemon)["index"]["damaged_files"] == {}
     with Client(daemon.socket_path) as c:
         report = c.index_verify(AGENT)
@@ -205,6 +199,6 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
     with Client(daemon.socket_path) as c:
         c.index_sync(AGENT)
         assert [h.path for h in c.search(AGENT, QUERY, max_results=5).results] == before
-    _wait_for(lambda: _workspace(daemon)["index"]["load_checked"], "the load checks")
+    wait_for(lambda: _workspace(daemon)["index"]["load_checked"], "the load checks")
     assert _workspace(daemon)["index"]["load_corrupt"] == {}
     assert daemon.stop() == 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import waits
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
 from recalld.daemon.memory.inbox import INBOX_TOPIC, Inbox
@@ -121,13 +121,7 @@ def fake() -> Iterator[FakeProvider]:
 
 
 def wait_job(d: Any, job_id: str) -> dict[str, Any]:
-    end = time.monotonic() + 30
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            return job
-        assert time.monotonic() < end
-        time.sleep(0.05)
+    return waits.wait_job(d, job_id, deadline_s=30.0)
 
 
 def test_inbox_event_list_and_ack_over_the_socket(daemon_factory: Any, fake: FakeProvider,
