@@ -218,6 +218,14 @@ class Workspace:
                 self.state = "closed"
             self._finished.set()
 
+    def refuse(self, error: str) -> None:
+        """Mark a workspace that never started as refused (``failed`` with ``error``):
+        nothing runs in it, so closing it has nothing to wait for."""
+        self.state = "failed"
+        self.error = error
+        self.refused = True
+        self._finished.set()
+
     def request_close(self) -> None:
         self.state = "closing"
         if self._cancel_scope is not None:
@@ -399,10 +407,7 @@ class WorkspaceRegistry:
         if current is not None and current.state != "closed" and not current.refused:
             return  # it started opening: its own state and error say what happened
         ws = Workspace(agent_id, root, self._get_config().workspace_defaults)
-        ws.state = "failed"
-        ws.error = error
-        ws.refused = True
-        ws._finished.set()  # nothing runs: closing it has nothing to wait for
+        ws.refuse(error)
         self._workspaces[agent_id] = ws
 
     def _check_overlap(self, agent_id: str, root: Path) -> None:
