@@ -617,7 +617,7 @@ class WorkspaceIndex:
                             if worker is None else
                             worker.search(state, query_vector[1], limit, allowed))
                 chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
-                reach = state.keyword_reach(query, hits)
+                reach = state.keyword_reach(tokens, hits)
             links: dict[str, list[str]] = {}
             firsts: dict[str, StoredChunk] = {}
             if link_limit:

@@ -190,12 +190,11 @@ class IndexState:
         return self.bm25.search(tokenize_query(query) if tokens is None else tokens, limit,
                                 allowed=allowed)
 
-    def keyword_reach(self, query: str, hits: Sequence[tuple[int, float]]) -> float:
-        """How much of ``query`` the keyword branch sees, judged by its best hit
-        (``fusion.keyword_reach``)."""
+    def keyword_reach(self, tokens: list[str], hits: Sequence[tuple[int, float]]) -> float:
+        """How much of the query (``tokens``, as ``tokenize_query`` gives them) the keyword
+        branch sees, judged by its best hit (``fusion.keyword_reach``)."""
         bm25 = self.bm25
-        return keyword_reach(tokenize_query(query), hits[0][1] if hits else 0.0,
-                             bm25.doc_freq, len(bm25))
+        return keyword_reach(tokens, hits[0][1] if hits else 0.0, bm25.doc_freq, len(bm25))
 
     def vector_search(
         self, query: Any, limit: int, allowed: BitMap | None = None
