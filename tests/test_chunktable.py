@@ -68,6 +68,9 @@ def test_matches_a_dict_of_chunks(
             table.remove(10_000 + next_key)
             table = copy
         assert len(table) == len(ref) and list(table) == sorted(ref)
+        table.check()  # what a health check asks of the table in memory, after any history
+        for copy, _ in copies:
+            copy.check()
     for key, (path, start, end, text, heading, meta, emb) in ref.items():
         chunk = table[key]
         assert (chunk.path, chunk.start_line, chunk.end_line, chunk.text, chunk.heading,

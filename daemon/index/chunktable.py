@@ -337,7 +337,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
                            col("_start", np.int32), col("_end", np.int32)),
                            col("_path", np.int32), col("_off", np.int64),
                            col("_text_len", np.int32), col("_head_len", np.int32),
-                           len(self._base) + len(self._blob), len(self._paths)):
+                           self._top + len(self._blob), len(self._paths)):
             raise ValueError("chunk table columns are inconsistent")
         missing = len(self._live - BitMap(self._keys))
         if missing:
