@@ -34,9 +34,9 @@ def _write_workspace(root: Path, vocab: list[str], rng: random.Random, files: in
 
 
 def _pings_while(d: DaemonHandle, work: Callable[[RawConnection], None],
-                 done: Callable[[], bool]) -> list[float]:
-    """Ping latencies (sorted, at least 300) while another connection repeats ``work``
-    until ``done()``."""
+                 done: Callable[[], bool]) -> tuple[list[float], list[float]]:
+    """Ping latencies (sorted, 300) with nothing else running, then (sorted, at least 300)
+    while another connection repeats ``work`` until ``done()``."""
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -53,6 +53,11 @@ def _pings_while(d: DaemonHandle, work: Callable[[RawConnection], None],
     with d.connect() as pinger:
         for _ in range(20):
             assert pinger.call("daemon.ping")["pong"] is True
+        baseline: list[float] = []
+        for _ in range(300):
+            started = time.perf_counter()
+            assert pinger.call("daemon.ping")["pong"] is True
+            baseline.append(time.perf_counter() - started)
         worker.start()
         end = time.monotonic() + 180
         try:
@@ -66,7 +71,24 @@ def _pings_while(d: DaemonHandle, work: Callable[[RawConnection], None],
             stop.set()
             worker.join(timeout=120)
     assert not failure, failure
-    return sorted(latencies)
+    return sorted(baseline), sorted(latencies)
+
+
+def _percentiles(latencies: list[float]) -> tuple[float, float]:
+    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.9)]
+
+
+def _assert_not_delayed(baseline: list[float], during: list[float], *context: object) -> None:
+    """The pings answered during the work were about as quick as with nothing else running.
+
+    Work held on the event loop would delay most pings by a good part of its own length
+    (tens of milliseconds here), so the median shows it at once. A worker thread that the
+    OS deschedules while it holds the GIL delays a few pings by a time slice on a busy
+    machine, with the work rightly off the loop: the 90th percentile gets room for that,
+    and the slowest 1 % (the scheduler's alone) is not judged."""
+    (b50, b90), (p50, p90) = _percentiles(baseline), _percentiles(during)
+    assert p50 < max(0.01, 3 * b50), (p50, p90, b50, b90, *context)
+    assert p90 < max(0.05, 3 * b90), (p50, p90, b50, b90, *context)
 
 
 @pytest.mark.slow
@@ -88,14 +110,12 @@ def test_a_heavy_search_does_not_delay_another_clients_ping(
     def search(conn: RawConnection) -> None:
         took_ms.append(conn.call("memory.search", heavy)["took_ms"])
 
-    latencies = _pings_while(d, search, lambda: len(took_ms) >= 6)
+    baseline, latencies = _pings_while(d, search, lambda: len(took_ms) >= 6)
     took_ms.sort()
-    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     # The searches really were heavy: each one alone is worth dozens of pings...
     assert took_ms[len(took_ms) // 2] >= 20, took_ms
     # ...yet the pings that ran meanwhile were answered at once.
-    assert p50 < 0.01, (p50, p99, took_ms)
-    assert p99 < 0.05, (p50, p99, took_ms)
+    _assert_not_delayed(baseline, latencies, took_ms)
 
 
 @pytest.mark.slow
@@ -118,7 +138,5 @@ def test_capturing_large_batches_of_turns_does_not_delay_pings(
                                        "messages": messages})
         calls.append(1)
 
-    latencies = _pings_while(d, capture, lambda: len(calls) >= 4)
-    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
-    assert p50 < 0.01, (p50, p99)
-    assert p99 < 0.05, (p50, p99)
+    baseline, latencies = _pings_while(d, capture, lambda: len(calls) >= 4)
+    _assert_not_delayed(baseline, latencies)
