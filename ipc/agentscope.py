@@ -62,7 +62,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
+from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
 
 from agentscope.event import ReplyStartEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg, TextBlock, ToolResultState
@@ -399,9 +399,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_reply(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         workspace = self.workspace_of(agent)
         session = self._session_of(agent)
         if session is not None:
@@ -434,9 +434,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_reasoning(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         session = self._session_of(agent)
         hits = self._pending_hits.pop(session, None) if session is not None else None
         if hits:
@@ -447,7 +447,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_compress_context(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
+        input_kwargs: dict[str, object],
         next_handler: Callable[..., Awaitable[None]],
     ) -> None:
         """Compaction folds old messages into a summary: with ``summarize_when_compact``
@@ -896,9 +896,9 @@ class RecalldMem0Middleware(MiddlewareBase):
     async def on_reply(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         if self.mode == "agent_control":
             async for item in next_handler(**input_kwargs):
                 yield item

@@ -8,6 +8,7 @@ not declare.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from conftest import DaemonHandle
 from waits import wait_job
 
 from recalld.daemon import jobs as daemon_jobs
+from recalld.daemon.index import search as daemon_search
 from recalld.daemon.memory import capture_log, changelog, selection, topics
 from recalld.daemon.memory import recall as daemon_recall
 from recalld.daemon.memory.inbox import Inbox
@@ -32,6 +34,7 @@ from recalld.daemon.rpc import (
 )
 from recalld.ipc import _methods, answers
 from recalld.ipc.client import Client
+from recalld.ipc.types import SearchResponse, SearchResult
 
 
 def _optional(annotation: object) -> bool:
@@ -73,6 +76,14 @@ SAME_SHAPES = [
                          ids=[c.__name__ for c, _ in SAME_SHAPES])
 def test_client_and_daemon_declare_the_same_keys(client: type, daemon: type) -> None:
     assert keys(client) == keys(daemon)
+
+
+@pytest.mark.parametrize(("client", "daemon"), [(SearchResult, daemon_search.SearchHit),
+                                                (SearchResponse, daemon_search.SearchAnswer)])
+def test_search_values_read_keys_the_daemon_sends(client: type, daemon: type) -> None:
+    # Every other key of a hit or an answer is kept in ``extra``.
+    fields = {f.name for f in dataclasses.fields(client)}
+    assert fields - {"extra"} <= set(daemon.__annotations__)
 
 
 def test_the_keys_read_from_annotations_see_not_required() -> None:
