@@ -16,6 +16,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from recalld.ipc.answers import (
     BackupList,
+    BackupSummary,
     ChangeRecord,
     DaemonStatus,
     DreamRun,
@@ -368,7 +369,7 @@ def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[Subscr
 def backup_create(
     agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
     include_secrets: bool = False, progress_token: str | None = None,
-) -> Call[JsonObject]:
+) -> Call[BackupSummary]:
     """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
     state (pending turns, inbox, dream runs; all open workspaces by default) and the
     daemon's config (secrets masked unless ``include_secrets``) and workspace record into
@@ -376,7 +377,8 @@ def backup_create(
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
                                          include_derived=include_derived or None,
                                          include_secrets=include_secrets or None,
-                                         progress_token=progress_token), _as_dict)
+                                         progress_token=progress_token),
+                _answer(BackupSummary))
 
 
 def backup_list() -> Call[BackupList]:
@@ -384,9 +386,10 @@ def backup_list() -> Call[BackupList]:
     return Call("backup.list", {}, _answer(BackupList))
 
 
-def backup_verify(file: str, progress_token: str | None = None) -> Call[JsonObject]:
+def backup_verify(file: str, progress_token: str | None = None) -> Call[BackupSummary]:
     """``backup.verify``: check an archive completely (structure, limits, checksums)."""
-    return Call("backup.verify", _params(file=file, progress_token=progress_token), _as_dict)
+    return Call("backup.verify", _params(file=file, progress_token=progress_token),
+                _answer(BackupSummary))
 
 
 def backup_restore(

@@ -319,6 +319,27 @@ class DreamUndone(TypedDict):
     forced_over: list[str]
 
 
+class BackupSummary(TypedDict):
+    """``backup.create`` and ``backup.verify``: the archive's ``meta.json`` without its
+    member list, where the archive is, and how many members and bytes it holds."""
+
+    format: str
+    version: int
+    created: str
+    recalld_version: str
+    include_derived: bool
+    note: str
+    agents: dict[str, JsonObject]  # agent id -> {path, dirs, files}
+    daemon: list[str]  # the daemon's files in the archive (config, workspace record)
+    secrets: bool  # the config file kept its secrets
+    secrets_left_out: dict[str, list[str]]  # agent id -> dotted keys left out
+    file: str
+    members: int
+    bytes: int
+    size: NotRequired[int]  # backup.create: the archive's size on disk
+    ok: NotRequired[bool]  # backup.verify: every check passed
+
+
 class BackupList(TypedDict):
     """``backup.list``: the archives (each ``file``, ``name``, ``size``, ``modified_at`` and
     what its ``meta.json`` says) and the pre-restore snapshot record, if any."""

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TextIO, TypeAlias
 
 from recalld.ipc import errors
-from recalld.ipc.answers import BackupList, DaemonStatus, JobInfo, JsonObject, MetricFamily
+from recalld.ipc.answers import (
+    BackupList,
+    BackupSummary,
+    DaemonStatus,
+    JobInfo,
+    JsonObject,
+    MetricFamily,
+)
 from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
@@ -114,16 +121,16 @@ def _local_or_name(file: str) -> str:
 
 def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     action = ns.backup_command
-    result: JsonObject | BackupList
+    result: JsonObject | BackupList | BackupSummary
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
         with following(client, "backup create", as_json=as_json,
                        after="recalld backup list shows the archive once it is written") as token:
-            result = client.backup_create(ns.agents, outfile, ns.include_derived,
-                                           ns.include_secrets, progress_token=token)
+            result = made = client.backup_create(ns.agents, outfile, ns.include_derived,
+                                                  ns.include_secrets, progress_token=token)
         if not as_json:
-            out.write(f"wrote {result['file']}: {result['members']} file(s) of "
-                      f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
+            out.write(f"wrote {made['file']}: {made['members']} file(s) of "
+                      f"{', '.join(sorted(made.get('agents', {})))}, {made.get('size')} bytes\n")
     elif action == "list":
         result = listing = client.backup_list()
         if not as_json:
@@ -138,10 +145,11 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
                 out.write(f"rollback available: {listing['rollback']['snapshot']}\n")
     elif action == "verify":
         with following(client, "backup verify", as_json=as_json, after=None) as token:
-            result = client.backup_verify(_local_or_name(ns.file), progress_token=token)
+            result = checked = client.backup_verify(_local_or_name(ns.file),
+                                                    progress_token=token)
         if not as_json:
-            out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
-                      f"{', '.join(sorted(result.get('agents', {})))}\n")
+            out.write(f"ok: {checked['file']}: {checked['members']} file(s), agents "
+                      f"{', '.join(sorted(checked.get('agents', {})))}\n")
     elif action == "rollback" or (action == "restore" and ns.rollback):
         listed = client.backup_list()
         record = listed["rollback"]

@@ -214,6 +214,12 @@ def test_a_daemons_answers_match_their_types(daemon: DaemonHandle, tmp_path: Pat
             check(change, answers.ChangeRecord)
         check(c.dream_undo("w", run_id), answers.DreamUndone)
 
+        made = c.backup_create(["w"], str(tmp_path / "w.zip"))
+        check(made, answers.BackupSummary)
+        assert "size" in made
+        verified = c.backup_verify(made["file"])
+        check(verified, answers.BackupSummary)
+        assert verified.get("ok") is True
         check(c.backup_list(), answers.BackupList)
         compacted = c.index_compact("w")
         check(compacted, answers.IndexCompacted)
