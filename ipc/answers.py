@@ -1,10 +1,10 @@
 """The shapes of the daemon's answers, as the client libraries type them.
 
-Each TypedDict says what one method answers (the daemon builds the same keys; the wire
-tests hold the two sides together). Nothing is checked at run time: an answer is the
-decoded JSON object, so a key a newer daemon adds is simply there too. Objects whose
-contents are open (job params and results, workspace settings, the status each service
-reports) are :data:`JsonObject`.
+Each TypedDict says what one method answers (the daemon builds the same keys, and
+``tests/test_answers.py`` holds the two sides together). Nothing is checked at run time:
+an answer is the decoded JSON object, so a key a newer daemon adds is simply there too.
+Objects whose contents are open (job params and results, workspace settings, the status
+each service reports) are :data:`JsonObject`.
 """
 
 from __future__ import annotations
