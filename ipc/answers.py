@@ -325,7 +325,7 @@ class BackupSummary(TypedDict):
 
     format: str
     version: int
-    created: str
+    created: float  # unix seconds
     recalld_version: str
     include_derived: bool
     note: str
