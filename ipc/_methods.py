@@ -14,13 +14,37 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
-from recalld.ipc.types import (
+from recalld.ipc.answers import (
+    BackupList,
+    BackupSummary,
+    ChangeRecord,
     DaemonStatus,
+    DreamRun,
+    DreamUndone,
+    FileEntry,
+    InboxAcked,
+    InboxItem,
+    IndexCompacted,
+    Interests,
     JobInfo,
+    JobSubmitted,
+    JsonObject,
+    MemoryIndex,
+    Metrics,
+    NoteAdded,
+    Pong,
     ReadResult,
-    SearchResponse,
+    Recall,
+    Selected,
+    Subscribed,
+    Synced,
+    TopicWritten,
+    TurnsAdded,
+    WorkspaceClosed,
     WorkspaceInfo,
+    WorkspaceOpened,
 )
+from recalld.ipc.types import SearchResponse
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -32,30 +56,38 @@ class Call(Generic[T_co]):
     """One method call, ready to send: ``parse`` turns the raw result into ``T``."""
 
     method: str
-    params: dict[str, Any]
-    parse: Callable[[Any], T_co]
+    params: JsonObject
+    parse: Callable[[object], T_co]
 
 
-def _params(**values: Any) -> dict[str, Any]:
+def _params(**values: object) -> JsonObject:
     # Optional arguments left at None are not sent, so the daemon's defaults apply.
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _identity(value: Any) -> Any:
+def _identity(value: T) -> T:
     return value
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def _as_dict(value: object) -> JsonObject:
     return value if isinstance(value, dict) else {"result": value}
 
 
-def _as_list(key: str) -> Callable[[Any], list[Any]]:
-    # Accept both a bare array and an object wrapping it, e.g. {"workspaces": [...]}.
-    def parse(value: Any) -> list[Any]:
+def _answer(shape: type[T]) -> Callable[[object], T]:
+    """The parser of an answer typed ``shape`` (a TypedDict): the decoded object as it is,
+    typed, not checked (see :mod:`recalld.ipc.answers`)."""
+    return cast(Callable[[object], T], _as_dict)
+
+
+def _as_list(key: str, shape: type[T]) -> Callable[[object], list[T]]:
+    """The parser of an answer that lists ``shape`` items under ``key``; a bare array is
+    accepted too (e.g. ``{"workspaces": [...]}`` or ``[...]``)."""
+
+    def parse(value: object) -> list[T]:
         if isinstance(value, list):
-            return value
+            return cast(list[T], value)
         if isinstance(value, dict) and isinstance(value.get(key), list):
-            return cast(list[Any], value[key])
+            return cast(list[T], value[key])
         raise TypeError(f"expected a list of {key}, got {type(value).__name__}")
 
     return parse
@@ -64,20 +96,20 @@ def _as_list(key: str) -> Callable[[Any], list[Any]]:
 # ---------------------------------------------------------------------------- the table
 
 
-def ping() -> Call[dict[str, Any]]:
+def ping() -> Call[Pong]:
     """``daemon.ping``: a round trip that touches no workspace."""
-    return Call("daemon.ping", {}, _as_dict)
+    return Call("daemon.ping", {}, _answer(Pong))
 
 
 def status() -> Call[DaemonStatus]:
     """``daemon.status``: version, uptime, pid, workspaces and queue statistics."""
-    return Call("daemon.status", {}, cast(Callable[[Any], DaemonStatus], _as_dict))
+    return Call("daemon.status", {}, _answer(DaemonStatus))
 
 
 def workspace_open(
-    agent_id: str, path: str | None = None, config: Mapping[str, Any] | None = None,
+    agent_id: str, path: str | None = None, config: Mapping[str, object] | None = None,
     import_report: bool = False, progress_token: str | None = None,
-) -> Call[WorkspaceInfo]:
+) -> Call[WorkspaceOpened]:
     """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
     ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
     (under ``import``). ``progress_token``: see :meth:`Client.progress_of`."""
@@ -85,20 +117,20 @@ def workspace_open(
         "workspace.open",
         _params(agent_id=agent_id, path=path, config=dict(config) if config else None,
                 import_report=import_report or None, progress_token=progress_token),
-        cast(Callable[[Any], WorkspaceInfo], _as_dict),
+        _answer(WorkspaceOpened),
     )
 
 
 def workspace_list() -> Call[list[WorkspaceInfo]]:
     """``workspace.list``: every open workspace."""
-    return Call("workspace.list", {}, _as_list("workspaces"))
+    return Call("workspace.list", {}, _as_list("workspaces", WorkspaceInfo))
 
 
-def workspace_close(agent_id: str, forget: bool = False) -> Call[dict[str, Any]]:
+def workspace_close(agent_id: str, forget: bool = False) -> Call[WorkspaceClosed]:
     """``workspace.close``: stop serving a workspace (its files stay); with ``forget`` the
     daemon also stops reopening it at start."""
     return Call("workspace.close", _params(agent_id=agent_id, forget=forget or None),
-                _as_dict)
+                _answer(WorkspaceClosed))
 
 
 def read(
@@ -113,7 +145,7 @@ def read(
         "memory.read",
         _params(agent_id=agent_id, path=path, start_line=start_line, end_line=end_line,
                 as_agent=as_agent),
-        cast(Callable[[Any], ReadResult], _as_dict),
+        _answer(ReadResult),
     )
 
 
@@ -122,7 +154,7 @@ def search(
     query: str,
     max_results: int = 5,
     min_score: float | None = None,
-    filters: Mapping[str, Any] | None = None,
+    filters: Mapping[str, object] | None = None,
     sync: bool = False,
     agents: Sequence[str] | None = None,
 ) -> Call[SearchResponse]:
@@ -140,19 +172,19 @@ def search(
     )
 
 
-def index_sync(agent_id: str) -> Call[dict[str, Any]]:
+def index_sync(agent_id: str) -> Call[Synced]:
     """``index.sync``: returns once every change made before the call is indexed."""
-    return Call("index.sync", _params(agent_id=agent_id), _as_dict)
+    return Call("index.sync", _params(agent_id=agent_id), _answer(Synced))
 
 
 def jobs_submit(
-    agent_id: str, kind: str, params: Mapping[str, Any] | None = None
-) -> Call[dict[str, Any]]:
+    agent_id: str, kind: str, params: Mapping[str, object] | None = None
+) -> Call[JobSubmitted]:
     """``jobs.submit``: start a job (reindex, auto_dream, ...); the result has ``job_id``."""
     return Call(
         "jobs.submit",
         _params(agent_id=agent_id, kind=kind, params=dict(params) if params else None),
-        _as_dict,
+        _answer(JobSubmitted),
     )
 
 
@@ -160,28 +192,28 @@ def jobs_get(agent_id: str, job_id: str) -> Call[JobInfo]:
     """``jobs.get``: state, progress, result and error of one job."""
     return Call(
         "jobs.get", _params(agent_id=agent_id, job_id=job_id),
-        cast(Callable[[Any], JobInfo], _as_dict),
+        _answer(JobInfo),
     )
 
 
 def jobs_list(agent_id: str | None = None) -> Call[list[JobInfo]]:
     """``jobs.list``: the jobs of ``agent_id``'s workspace and of those shared with it
     (the default agent's without one)."""
-    return Call("jobs.list", _params(agent_id=agent_id), _as_list("jobs"))
+    return Call("jobs.list", _params(agent_id=agent_id), _as_list("jobs", JobInfo))
 
 
-def jobs_cancel(agent_id: str, job_id: str) -> Call[dict[str, Any]]:
-    """``jobs.cancel``: ask a queued or running job to stop."""
-    return Call("jobs.cancel", _params(agent_id=agent_id, job_id=job_id), _as_dict)
+def jobs_cancel(agent_id: str, job_id: str) -> Call[JobInfo]:
+    """``jobs.cancel``: ask a queued or running job to stop; the job as it is then."""
+    return Call("jobs.cancel", _params(agent_id=agent_id, job_id=job_id), _answer(JobInfo))
 
 
 def add_turns(
     agent_id: str,
     session_id: str,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     flush: bool = False,
     request_id: str | None = None,
-) -> Call[dict[str, Any]]:
+) -> Call[TurnsAdded]:
     """``memory.add_turns``: hand conversation turns over for auto_memory.
 
     A retry with the same ``request_id`` adds nothing and returns the first answer.
@@ -191,51 +223,51 @@ def add_turns(
         _params(agent_id=agent_id, session_id=session_id,
                 messages=[dict(m) for m in messages], flush=flush or None,
                 request_id=request_id),
-        _as_dict,
+        _answer(TurnsAdded),
     )
 
 
-def end_session(agent_id: str, session_id: str) -> Call[dict[str, Any]]:
+def end_session(agent_id: str, session_id: str) -> Call[TurnsAdded]:
     """The conversation ended: its pending turns go to auto_memory now
     (``memory.add_turns`` with no messages and ``flush``); the answer carries the
     ``job_id`` when there was something to write."""
     return Call("memory.add_turns",
                 _params(agent_id=agent_id, session_id=session_id, messages=[], flush=True),
-                _as_dict)
+                _answer(TurnsAdded))
 
 
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
     description: str | None = None, author: str | None = None,
-) -> Call[dict[str, Any]]:
+) -> Call[NoteAdded]:
     """``memory.add_note``: append ``content`` to the agent's note of the day (one note
     per ``session_id`` and ``name``; ``author``, the writing agent, goes in its
     frontmatter for the ``author`` search filter); returns once it is searchable."""
     return Call("memory.add_note",
                 _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
                         description=description, author=author),
-                _as_dict)
+                _answer(NoteAdded))
 
 
 def memory_index(
     agent_id: str, max_entries: int | None = None, as_agent: str | None = None
-) -> Call[dict[str, Any]]:
+) -> Call[MemoryIndex]:
     """``memory.index``: names and one-line descriptions of the long-term (digest) nodes;
     ``rendered`` is a Markdown index ready for a system prompt."""
     return Call("memory.index",
                 _params(agent_id=agent_id, max_entries=max_entries, as_agent=as_agent),
-                _as_dict)
+                _answer(MemoryIndex))
 
 
 def memory_list(
     agent_id: str, prefix: str | None = None, as_agent: str | None = None,
     limit: int | None = None,
-) -> Call[list[dict[str, Any]]]:
+) -> Call[list[FileEntry]]:
     """``memory.list``: the workspace's Markdown files (``path``, ``size``, ``mtime``), at
     most ``limit`` of them (default and cap 10,000)."""
     return Call("memory.list",
                 _params(agent_id=agent_id, prefix=prefix, as_agent=as_agent, limit=limit),
-                _as_list("files"))
+                _as_list("files", FileEntry))
 
 
 def recall(
@@ -243,7 +275,7 @@ def recall(
     messages: Sequence[Mapping[str, str]] | None = None, max_results: int | None = None,
     budget_chars: int | None = None, include_index: bool = False,
     include_interests: bool = False,
-) -> Call[dict[str, Any]]:
+) -> Call[Recall]:
     """``memory.recall``: the block to put before a reply for ``query`` (or the last user
     ``messages``): hits, their linked context and, with ``include_index`` /
     ``include_interests``, the memory index and the top interest topics, labelled with
@@ -254,87 +286,90 @@ def recall(
                         max_results=max_results, budget_chars=budget_chars,
                         include_index=include_index or None,
                         include_interests=include_interests or None),
-                _as_dict)
+                _answer(Recall))
 
 
-def select(agent_id: str, query: str, limit: int | None = None) -> Call[dict[str, Any]]:
+def select(agent_id: str, query: str, limit: int | None = None) -> Call[Selected]:
     """``memory.select``: up to ``limit`` topic files for ``query``, chosen by the
     workspace's chat model (``method`` ``model``) or, without one, by the search."""
     return Call("memory.select", _params(agent_id=agent_id, query=query, limit=limit),
-                _as_dict)
+                _answer(Selected))
 
 
-def interests(agent_id: str, limit: int | None = None) -> Call[dict[str, Any]]:
+def interests(agent_id: str, limit: int | None = None) -> Call[Interests]:
     """``memory.interests``: the weighted interest topics each dream refreshes."""
-    return Call("memory.interests", _params(agent_id=agent_id, limit=limit), _as_dict)
+    return Call("memory.interests", _params(agent_id=agent_id, limit=limit),
+                _answer(Interests))
 
 
 def topic_write(
     agent_id: str, path: str, name: str, description: str, type: str, body: str,
-) -> Call[dict[str, Any]]:
+) -> Call[TopicWritten]:
     """``memory.topic_write``: create or replace a topic file in the digest folder
     (``type`` one of user, feedback, project, reference); MEMORY.md lists it on return."""
     return Call("memory.topic_write",
                 _params(agent_id=agent_id, path=path, name=name, description=description,
                         type=type, body=body),
-                _as_dict)
+                _answer(TopicWritten))
 
 
-def topic_edit(agent_id: str, path: str, old: str, new: str) -> Call[dict[str, Any]]:
+def topic_edit(agent_id: str, path: str, old: str, new: str) -> Call[TopicWritten]:
     """``memory.topic_edit``: replace the one occurrence of ``old`` in a topic file."""
     return Call("memory.topic_edit", _params(agent_id=agent_id, path=path, old=old, new=new),
-                _as_dict)
+                _answer(TopicWritten))
 
 
 def inbox_list(
     agent_id: str, since: str | None = None, include_acked: bool = False
-) -> Call[list[dict[str, Any]]]:
+) -> Call[list[InboxItem]]:
     """``inbox.list``: memory changes pushed to this workspace's inbox (unacked ones
     unless ``include_acked``), oldest first; ``since`` is an item id or ISO-8601 time."""
     return Call("inbox.list",
                 _params(agent_id=agent_id, since=since, include_acked=include_acked or None),
-                _as_list("items"))
+                _as_list("items", InboxItem))
 
 
-def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[dict[str, Any]]:
+def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[InboxAcked]:
     """``inbox.ack``: mark inbox items as seen."""
-    return Call("inbox.ack", _params(agent_id=agent_id, ids=list(ids)), _as_dict)
+    return Call("inbox.ack", _params(agent_id=agent_id, ids=list(ids)), _answer(InboxAcked))
 
 
-def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[dict[str, Any]]]:
+def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[DreamRun]]:
     """``dream.runs``: the latest auto_dream runs of a workspace, newest first (``run_id``,
     ``started``, ``trigger``, ``notes``, ``files``, ``undone``); ``limit`` defaults to 20
     (at most 200)."""
-    return Call("dream.runs", _params(agent_id=agent_id, limit=limit), _as_list("runs"))
+    return Call("dream.runs", _params(agent_id=agent_id, limit=limit),
+                _as_list("runs", DreamRun))
 
 
 def memory_changes(agent_id: str, kind: str | None = None,
-                   limit: int | None = None) -> Call[list[dict[str, Any]]]:
+                   limit: int | None = None) -> Call[list[ChangeRecord]]:
     """``memory.changes``: the change log records of the memory jobs (``auto_memory``:
     every run that changed or refused to change a note; ``auto_dream``: every dream run),
     newest first, each with ``kind``, ``run_id``, ``started`` and ``log`` (the
     workspace-relative path of its Markdown record); ``limit`` defaults to 20."""
     return Call("memory.changes", _params(agent_id=agent_id, kind=kind, limit=limit),
-                _as_list("changes"))
+                _as_list("changes", ChangeRecord))
 
 
-def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[dict[str, Any]]:
+def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[DreamUndone]:
     """``dream.undo``: restore the files one dream run changed (``restored``,
     ``removed``); refused if they changed since, unless ``force``."""
     return Call("dream.undo", _params(agent_id=agent_id, run_id=run_id, force=force or None),
-                _as_dict)
+                _answer(DreamUndone))
 
 
-def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[dict[str, Any]]:
+def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[Subscribed]:
     """``events.subscribe``: receive ``event`` notifications for these topics, of the
     workspaces ``agent_id`` may read (its own and those shared with it)."""
-    return Call("events.subscribe", _params(topics=list(topics), agent_id=agent_id), _as_dict)
+    return Call("events.subscribe", _params(topics=list(topics), agent_id=agent_id),
+                _answer(Subscribed))
 
 
 def backup_create(
     agents: Sequence[str] | None = None, out: str | None = None, include_derived: bool = False,
     include_secrets: bool = False, progress_token: str | None = None,
-) -> Call[dict[str, Any]]:
+) -> Call[BackupSummary]:
     """``backup.create``: zip the agents' Markdown, sessions, resources and resumable
     state (pending turns, inbox, dream runs; all open workspaces by default) and the
     daemon's config (secrets masked unless ``include_secrets``) and workspace record into
@@ -342,23 +377,25 @@ def backup_create(
     return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
                                          include_derived=include_derived or None,
                                          include_secrets=include_secrets or None,
-                                         progress_token=progress_token), _as_dict)
+                                         progress_token=progress_token),
+                _answer(BackupSummary))
 
 
-def backup_list() -> Call[dict[str, Any]]:
+def backup_list() -> Call[BackupList]:
     """``backup.list``: the archives in the backups folder and the rollback record."""
-    return Call("backup.list", {}, _as_dict)
+    return Call("backup.list", {}, _answer(BackupList))
 
 
-def backup_verify(file: str, progress_token: str | None = None) -> Call[dict[str, Any]]:
+def backup_verify(file: str, progress_token: str | None = None) -> Call[BackupSummary]:
     """``backup.verify``: check an archive completely (structure, limits, checksums)."""
-    return Call("backup.verify", _params(file=file, progress_token=progress_token), _as_dict)
+    return Call("backup.verify", _params(file=file, progress_token=progress_token),
+                _answer(BackupSummary))
 
 
 def backup_restore(
     file: str, agents: Sequence[str] | None = None, snapshot: bool = True,
     dry_run: bool = False, progress_token: str | None = None,
-) -> Call[dict[str, Any]]:
+) -> Call[JsonObject]:
     """``backup.restore``: validate, snapshot the current state, restore, reindex (with
     ``dry_run``: only validate and say what it would write and remove)."""
     return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
@@ -367,24 +404,24 @@ def backup_restore(
                                           progress_token=progress_token), _as_dict)
 
 
-def backup_rollback(progress_token: str | None = None) -> Call[dict[str, Any]]:
+def backup_rollback(progress_token: str | None = None) -> Call[JsonObject]:
     """``backup.rollback``: restore the snapshot taken before the last restore."""
     return Call("backup.rollback", _params(progress_token=progress_token), _as_dict)
 
 
-def index_verify(agent_id: str) -> Call[dict[str, Any]]:
+def index_verify(agent_id: str) -> Call[JsonObject]:
     """``index.verify``: compare derived state with the Markdown; report differences."""
     return Call("index.verify", _params(agent_id=agent_id), _as_dict)
 
 
-def index_compact(agent_id: str) -> Call[dict[str, Any]]:
+def index_compact(agent_id: str) -> Call[IndexCompacted]:
     """``index.compact``: merge the keyword index now and commit a generation."""
-    return Call("index.compact", _params(agent_id=agent_id), _as_dict)
+    return Call("index.compact", _params(agent_id=agent_id), _answer(IndexCompacted))
 
 
-def metrics() -> Call[dict[str, Any]]:
+def metrics() -> Call[Metrics]:
     """``daemon.metrics``: counters, gauges and latency histograms."""
-    return Call("daemon.metrics", {}, _as_dict)
+    return Call("daemon.metrics", {}, _answer(Metrics))
 
 
 #: Wire name of every method above, for docs and tests.
@@ -442,7 +479,7 @@ def async_method(
     return method
 
 
-def raw_call(method: str, params: dict[str, Any] | None = None) -> Call[Any]:
+def raw_call(method: str, params: Mapping[str, object] | None = None) -> Call[Any]:
     """An untyped call, as ``client.call`` makes: the raw result comes back."""
     return Call(method, dict(params or {}), _identity)
 

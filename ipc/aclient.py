@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +26,7 @@ import trio
 
 from recalld.ipc import _core, _methods, errors, paths
 from recalld.ipc._methods import Call
+from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
 from recalld.ipc.types import Event
 
@@ -203,7 +204,7 @@ class AsyncClient(_methods.AsyncMethods):
 
     # -------------------------------------------------------------------- calls
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
         return await self._run(_methods.raw_call(method, params))
 
@@ -254,7 +255,7 @@ class AsyncClient(_methods.AsyncMethods):
     # ------------------------------------------------------------------- events
 
     async def subscribe(self, topics: Sequence[str],
-                        agent_id: str | None = None) -> dict[str, Any]:
+                        agent_id: str | None = None) -> Subscribed:
         """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
         the workspaces ``agent_id`` may read (the default agent's without one)."""
         result = await self._run(_methods.subscribe(topics, agent_id))

@@ -62,15 +62,16 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
+from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
 
 from agentscope.event import ReplyStartEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg, TextBlock, ToolResultState
 from agentscope.middleware import MiddlewareBase
-from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
+from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.types import SearchResponse, render_linked
 
@@ -221,7 +222,7 @@ def model_overrides(chat_model: object = None, embedding_model: object = None
 
 
 def _warn_if_other_models(workspace: str, wanted: ModelOverrides,
-                          settings: Mapping[str, Any]) -> None:
+                          settings: Mapping[str, object]) -> None:
     """A workspace already open keeps its models: say so when they are not the agent's."""
     names = {"chat_model_config": wanted.get("chat_model_config", {}).get("model_name"),
              "embedding_model_config": wanted.get("embedding_model_config", {}).get(
@@ -283,7 +284,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self.client = client or AsyncioClient(socket_path, timeout_s=timeout_s,
                                               autostart=autostart)
         #: Open workspaces and their settings (as ``workspace.open`` answered).
-        self._opened: dict[str, dict[str, Any]] = {}
+        self._opened: dict[str, JsonObject] = {}
         #: Sessions with turns written back since their last flush, and their workspace.
         self._unflushed: OrderedDict[str, str] = OrderedDict()
         #: Ids of the context messages before the running reply of each session.
@@ -302,7 +303,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def _ensure_open(self, workspace: str) -> None:
         if workspace not in self._opened:
             info = await self.client.workspace_open(workspace, config=self.models or None)
-            settings = info.get("settings") if isinstance(info, dict) else None
+            settings = info.get("settings")
             self._opened[workspace] = dict(settings) if isinstance(settings, dict) else {}
             _warn_if_other_models(workspace, self.models, self._opened[workspace])
 
@@ -351,7 +352,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             left -= len(label) + 1 + len(body)
         return out
 
-    async def add(self, workspace: str, content: str, session_id: str | None) -> dict[str, Any]:
+    async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
         """Store ``content`` as a note of the day; returns where it went."""
         await self._ensure_open(workspace)
         return await self.client.add_note(workspace, content, session_id=session_id)
@@ -398,9 +399,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_reply(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         workspace = self.workspace_of(agent)
         session = self._session_of(agent)
         if session is not None:
@@ -433,9 +434,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_reasoning(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         session = self._session_of(agent)
         hits = self._pending_hits.pop(session, None) if session is not None else None
         if hits:
@@ -446,7 +447,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def on_compress_context(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
+        input_kwargs: dict[str, object],
         next_handler: Callable[..., Awaitable[None]],
     ) -> None:
         """Compaction folds old messages into a summary: with ``summarize_when_compact``
@@ -540,7 +541,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         return self._session_workspace.get(session) if session is not None else None
 
 
-def _turns(msgs: Sequence[Msg]) -> list[dict[str, Any]]:
+def _turns(msgs: Sequence[Msg]) -> list[dict[str, str]]:
     """The user and assistant texts of ``msgs`` as chat messages."""
     return [{"role": m.role, "content": _msg_text(m)} for m in msgs
             if m.role in ("user", "assistant") and _msg_text(m)]
@@ -555,7 +556,7 @@ def memory_message(hits: Sequence[str]) -> Msg:
     return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(hint=hint)])
 
 
-def _query_text(inputs: Any) -> str | None:
+def _query_text(inputs: object) -> str | None:
     """The user's text in the reply inputs (None for resumption events)."""
     msgs = inputs if isinstance(inputs, list) else [inputs]
     texts = [_msg_text(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
@@ -586,12 +587,12 @@ class _MemoryTool(ToolBase):
         super().__init__()
         self._mw = middleware
 
-    async def check_permissions(self, tool_input: dict[str, Any],
-                                context: Any) -> PermissionDecision:
+    async def check_permissions(self, tool_input: JsonObject,
+                                context: PermissionContext) -> PermissionDecision:
         return PermissionDecision(behavior=PermissionBehavior.ALLOW,
                                   message="recalld long-term memory tool")
 
-    def _workspace(self, state: Any) -> str | None:
+    def _workspace(self, state: object) -> str | None:
         session = getattr(state, "session_id", None)
         return self._mw.workspace_for_session(session if isinstance(session, str) else None)
 
@@ -619,7 +620,7 @@ class MemorySearchTool(_MemoryTool):
         }
 
     async def call(self, query: str = "", limit: int | None = None,
-                   _agent_state: Any = None, **_: Any) -> ToolChunk:
+                   _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
@@ -655,7 +656,7 @@ class AddMemoryTool(_MemoryTool):
         }
 
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
-                   _agent_state: Any = None, **_: Any) -> ToolChunk:
+                   _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
@@ -701,8 +702,8 @@ class MemoryWriteTool(_MemoryTool):
         }
 
     async def call(self, path: str = "", name: str = "", description: str = "",
-                   type: str = "", body: str = "", _agent_state: Any = None,
-                   **_: Any) -> ToolChunk:
+                   type: str = "", body: str = "", _agent_state: object = None,
+                   **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
@@ -738,7 +739,7 @@ class MemoryEditTool(_MemoryTool):
         }
 
     async def call(self, path: str = "", old: str = "", new: str = "",
-                   _agent_state: Any = None, **_: Any) -> ToolChunk:
+                   _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
@@ -796,10 +797,10 @@ class RecalldMem0Middleware(MiddlewareBase):
         self,
         *,
         user_id: str,
-        client: Any = None,
-        chat_model: Any = None,
-        embedding_model: Any = None,
-        mem0_config: Any = None,
+        client: object = None,
+        chat_model: object = None,
+        embedding_model: object = None,
+        mem0_config: object = None,
         mode: Mode = "both",
         agent_id: str | None = None,
         top_k: int = 5,
@@ -847,7 +848,7 @@ class RecalldMem0Middleware(MiddlewareBase):
     async def _open(self) -> None:
         if not self._opened:
             info = await self.client.workspace_open(self.workspace, config=self.models or None)
-            settings = info.get("settings") if isinstance(info, dict) else None
+            settings = info.get("settings")
             if isinstance(settings, Mapping):
                 _warn_if_other_models(self.workspace, self.models, settings)
             self._opened = True
@@ -862,7 +863,7 @@ class RecalldMem0Middleware(MiddlewareBase):
         return [f"[{hit.path}:{hit.start_line}-{hit.end_line}] {' '.join(hit.text.split())}"
                 for hit in response]
 
-    async def add_memory_text(self, text: str) -> dict[str, Any]:
+    async def add_memory_text(self, text: str) -> NoteAdded:
         """Store ``text`` as a note of the day, recording this agent as its author."""
         await self._open()
         writer = self.agent_id or "agent"
@@ -895,9 +896,9 @@ class RecalldMem0Middleware(MiddlewareBase):
     async def on_reply(
         self,
         agent: Agent,
-        input_kwargs: dict[str, Any],
-        next_handler: Callable[..., AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
         if self.mode == "agent_control":
             async for item in next_handler(**input_kwargs):
                 yield item
@@ -950,15 +951,15 @@ class _Mem0Tool(ToolBase):
     is_mcp = False
     mcp_name = None
 
-    schema: ClassVar[dict[str, Any]] = {}
+    schema: ClassVar[JsonObject] = {}
 
     def __init__(self, middleware: RecalldMem0Middleware) -> None:
         super().__init__()
         self._mw = middleware
         self.input_schema = dict(self.schema)
 
-    async def check_permissions(self, tool_input: dict[str, Any],
-                                context: Any) -> PermissionDecision:
+    async def check_permissions(self, tool_input: JsonObject,
+                                context: PermissionContext) -> PermissionDecision:
         return PermissionDecision(behavior=PermissionBehavior.ALLOW,
                                   message="recalld long-term memory tool")
 
@@ -971,7 +972,7 @@ class Mem0SearchMemoryTool(_Mem0Tool):
                    "is issued as an independent query; results are merged and deduplicated.")
     is_concurrency_safe = True
     is_read_only = True
-    schema: ClassVar[dict[str, Any]] = {
+    schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "keywords": {"type": "array", "items": {"type": "string"},
@@ -986,7 +987,7 @@ class Mem0SearchMemoryTool(_Mem0Tool):
     }
 
     async def call(self, keywords: Sequence[str] | str = (), limit: int = 5,
-                   **_: Any) -> ToolChunk:
+                   **_: object) -> ToolChunk:
         words = [keywords] if isinstance(keywords, str) else list(keywords)
         words = [str(w).strip() for w in words if str(w).strip()]
         if not words:
@@ -1011,7 +1012,7 @@ class Mem0AddMemoryTool(_Mem0Tool):
                    "result for auditability.")
     is_concurrency_safe = False
     is_read_only = False
-    schema: ClassVar[dict[str, Any]] = {
+    schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "thinking": {"type": "string",
@@ -1025,7 +1026,7 @@ class Mem0AddMemoryTool(_Mem0Tool):
     }
 
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
-                   **_: Any) -> ToolChunk:
+                   **_: object) -> ToolChunk:
         items = [content] if isinstance(content, str) else list(content)
         facts = [str(c).strip() for c in items if str(c).strip()]
         if not facts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from recalld.ipc import _core, _methods, errors, paths
 from recalld.ipc._methods import Call
+from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
 from recalld.ipc.types import Event
 
@@ -178,7 +179,7 @@ class AsyncioClient(_methods.AsyncMethods):
         if future is not None and not future.done():
             future.set_result(message)
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
         return await self._run(_methods.raw_call(method, params))
 
@@ -219,7 +220,7 @@ class AsyncioClient(_methods.AsyncMethods):
         return _core.finish(call, response)
 
     async def subscribe(self, topics: Sequence[str],
-                        agent_id: str | None = None) -> dict[str, Any]:
+                        agent_id: str | None = None) -> Subscribed:
         """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
         the workspaces ``agent_id`` may read (the default agent's without one)."""
         result = await self._run(_methods.subscribe(topics, agent_id))

@@ -20,11 +20,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 
 from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, install, paths
+from recalld.ipc.answers import JsonObject, ReadResult
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
@@ -34,7 +35,7 @@ from recalld.ipc.render import (
     render_workspaces,
     table,
 )
-from recalld.ipc.types import ReadResult, SearchResult, visible
+from recalld.ipc.types import SearchResult, visible
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -267,7 +268,7 @@ def _ping(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
 
 def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if ns.ws_command == "open":
-        config: Any = None
+        config: JsonObject | None = None
         if ns.config_json:
             try:
                 config = orjson.loads(ns.config_json)
@@ -366,8 +367,8 @@ def _index_incomplete_note(client: Client, agent: str) -> str | None:
         listed = client.workspace_list()
     except (errors.RecalldError, OSError, TimeoutError):
         return None
-    ws: Mapping[str, Any] = next((w for w in listed if w.get("agent_id") == agent), {})
-    health = ws.get("health")
+    ws = next((w for w in listed if w.get("agent_id") == agent), None)
+    health = ws.get("health") if ws is not None else None
     if not isinstance(health, Mapping) or health.get("state") != "pending":
         return None
     reasons = [str(r) for r in health.get("reasons") or []

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 
 from recalld.ipc import errors
+from recalld.ipc.answers import JsonObject
+from recalld.ipc.cli_ops import Subparsers
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
 from recalld.ipc.render import print_json
@@ -28,9 +30,9 @@ IMPORT_TIMEOUT_S = 900.0
 _AGENT_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     help_ = "open a QwenPaw (ReMe) workspace in place and report what is reused"
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = sub.add_parser(
         "import-qwenpaw", help=help_, description=help_, parents=[common])
     p.add_argument("path", help="the QwenPaw workspace directory (where memory/ is)")
     p.add_argument("--agent", help="agent id (default: agent.json's id, else the folder name)")
@@ -38,7 +40,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="QwenPaw agent.json to take the settings from (default: PATH/agent.json)")
 
 
-def read_agent_json(path: Path, explicit: bool) -> dict[str, Any] | None:
+def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     """The parsed ``agent.json`` (None when absent and not named explicitly)."""
     try:
         raw = path.read_bytes()
@@ -69,18 +71,18 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         client.timeout_s = IMPORT_TIMEOUT_S
     with following(client, "import-qwenpaw", as_json=as_json,
                    after=f"recalld workspace list shows {agent} once it is open") as token:
-        info: dict[str, Any] = dict(client.workspace_open(
-            agent, path=str(root), config=config, import_report=True, progress_token=token))
+        info = client.workspace_open(
+            agent, path=str(root), config=config, import_report=True, progress_token=token)
     if as_json:
         print_json(out, info)
     else:
-        report: dict[str, Any] = info.get("import") or {}
+        report = info.get("import") or {}
         out.write(render_report(agent, str(root), report,
                                 agent_json if config is not None else None))
     return EXIT_OK
 
 
-def render_report(agent: str, path: str, rep: dict[str, Any],
+def render_report(agent: str, path: str, rep: JsonObject,
                   agent_json: Path | None) -> str:
     lines = [f"opened {path} as agent {agent}"
              + (f" (settings from {agent_json})" if agent_json else "")]

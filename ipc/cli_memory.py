@@ -12,19 +12,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import TextIO
 
 from recalld.ipc import errors
-from recalld.ipc.cli_ops import DEFAULT_AGENT, EXIT_OK, Handler, add_command
+from recalld.ipc.answers import ChangeRecord, JobInfo
+from recalld.ipc.cli_ops import DEFAULT_AGENT, EXIT_OK, Handler, Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, table
 
 
-def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     """Add ``jobs``, ``inbox`` and ``note`` to ``sub`` (the main parser's subparsers)."""
 
-    def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    def add(parent: Subparsers, name: str, help_: str) -> argparse.ArgumentParser:
         return add_command(parent, common, name, help_)
 
     jobs = add(sub, "jobs", "list, show or cancel jobs (reindex, auto_dream, ...)")
@@ -68,8 +68,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 # -------------------------------------------------------------------------------- jobs
 
 
-def _progress(job: Mapping[str, Any]) -> str:
-    p = job.get("progress") or {}
+def _progress(job: JobInfo) -> str:
+    p = job["progress"]
     if p.get("total"):
         return f"{p.get('done', 0)}/{p['total']}"
     return str(p.get("message") or "-")
@@ -78,22 +78,21 @@ def _progress(job: Mapping[str, Any]) -> str:
 def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     action = ns.jobs_command
     if action == "list":
-        jobs = [dict(j) for j in client.jobs_list(ns.agent)]
+        jobs = client.jobs_list(ns.agent)
         if as_json:
             print_json(out, jobs)
         elif not jobs:
             out.write("no jobs\n")
         else:
-            for j in jobs:
-                j["progress"] = _progress(j)
-            out.write(table(jobs, ("job_id", "agent_id", "kind", "state", "progress",
+            rows = [{**j, "progress": _progress(j)} for j in jobs]
+            out.write(table(rows, ("job_id", "agent_id", "kind", "state", "progress",
                                    "submitted_at", "finished_at")))
         return EXIT_OK
     agent = ns.agent or _agent_of(client, ns.job_id)
     if action == "get":
-        job = dict(client.jobs_get(agent, ns.job_id))
+        job = client.jobs_get(agent, ns.job_id)
     else:
-        job = dict(client.jobs_cancel(agent, ns.job_id))
+        job = client.jobs_cancel(agent, ns.job_id)
     if as_json:
         print_json(out, job)
         return EXIT_OK
@@ -137,15 +136,13 @@ def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
         raise errors.InvalidParams("name the items to mark seen, or pass --all")
     if ns.all:
         ids += [item["id"] for item in client.inbox_list(ns.agent)]
-    if not ids:  # --all with nothing unseen: already done
-        result: dict[str, Any] = {"acked": [], "unknown": []}
-    else:
-        result = dict(client.inbox_ack(ns.agent, ids))
-    unknown = result.get("unknown") or []
+    # --all with nothing unseen: already done
+    result = client.inbox_ack(ns.agent, ids) if ids else None
+    acked, unknown = (result["acked"], result["unknown"]) if result is not None else ([], [])
     if as_json:
-        print_json(out, result)
+        print_json(out, result if result is not None else {"acked": acked, "unknown": unknown})
     else:
-        out.write(f"marked {len(result.get('acked') or [])} item(s) seen\n")
+        out.write(f"marked {len(acked)} item(s) seen\n")
     if unknown:
         raise errors.NotFound(f"no inbox item(s) {', '.join(unknown)} for agent {ns.agent}")
     return EXIT_OK
@@ -154,7 +151,7 @@ def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 # ----------------------------------------------------------------------------- changes
 
 
-def _what(change: Mapping[str, Any]) -> str:
+def _what(change: ChangeRecord) -> str:
     if change.get("kind") == "auto_dream":
         return f"{change.get('notes', 0)} note(s) read, {len(change.get('files') or ())} " \
                "file(s) changed" + (" (undone)" if change.get("undone") else "")

@@ -14,9 +14,17 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO, TypeAlias
 
 from recalld.ipc import errors
+from recalld.ipc.answers import (
+    BackupList,
+    BackupSummary,
+    DaemonStatus,
+    JobInfo,
+    JsonObject,
+    MetricFamily,
+)
 from recalld.ipc.client import Client
 from recalld.ipc.doctor import Doctor
 from recalld.ipc.doctor import render as render_doctor
@@ -27,20 +35,20 @@ from recalld.ipc.render import _cell, _uptime, print_json, table
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+#: What ``add_subparsers`` returns (a private class of argparse, hence the string).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def add_command(parent: Any, common: argparse.ArgumentParser, name: str,
+def add_command(parent: Subparsers, common: argparse.ArgumentParser, name: str,
                 help_: str) -> argparse.ArgumentParser:
     """A subcommand of ``parent`` (a subparsers object) taking the ``common`` options."""
-    parser: argparse.ArgumentParser = parent.add_parser(
-        name, help=help_, description=help_, parents=[common])
-    return parser
+    return parent.add_parser(name, help=help_, description=help_, parents=[common])
 
 
-def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     """Add the operations subcommands to ``sub`` (the main parser's subparsers)."""
 
-    def add(parent: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    def add(parent: Subparsers, name: str, help_: str) -> argparse.ArgumentParser:
         return add_command(parent, common, name, help_)
 
     bk = add(sub, "backup", "back up, verify, restore or roll back workspaces")
@@ -113,37 +121,38 @@ def _local_or_name(file: str) -> str:
 
 def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     action = ns.backup_command
-    result: dict[str, Any]
+    result: JsonObject | BackupList | BackupSummary
     if action == "create":
         outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
         with following(client, "backup create", as_json=as_json,
                        after="recalld backup list shows the archive once it is written") as token:
-            result = client.backup_create(ns.agents, outfile, ns.include_derived,
-                                           ns.include_secrets, progress_token=token)
+            result = made = client.backup_create(ns.agents, outfile, ns.include_derived,
+                                                  ns.include_secrets, progress_token=token)
         if not as_json:
-            out.write(f"wrote {result['file']}: {result['members']} file(s) of "
-                      f"{', '.join(sorted(result.get('agents', {})))}, {result['size']} bytes\n")
+            out.write(f"wrote {made['file']}: {made['members']} file(s) of "
+                      f"{', '.join(sorted(made.get('agents', {})))}, {made.get('size')} bytes\n")
     elif action == "list":
-        result = client.backup_list()
+        result = listing = client.backup_list()
         if not as_json:
             rows = [{"name": b["name"], "created_at": b.get("created"),
                      "agents": ",".join(b.get("agents", [])), "files": b.get("members"),
                      "size": b["size"], "note": b.get("note") or b.get("error", "")}
-                    for b in result.get("backups", [])]
-            out.write(f"backups in {result.get('dir')}:\n")
+                    for b in listing["backups"]]
+            out.write(f"backups in {listing['dir']}:\n")
             out.write(table(rows, ["name", "created_at", "agents", "files", "size", "note"])
                       if rows else "none\n")
-            if result.get("rollback"):
-                out.write(f"rollback available: {result['rollback']['snapshot']}\n")
+            if listing["rollback"]:
+                out.write(f"rollback available: {listing['rollback']['snapshot']}\n")
     elif action == "verify":
         with following(client, "backup verify", as_json=as_json, after=None) as token:
-            result = client.backup_verify(_local_or_name(ns.file), progress_token=token)
+            result = checked = client.backup_verify(_local_or_name(ns.file),
+                                                    progress_token=token)
         if not as_json:
-            out.write(f"ok: {result['file']}: {result['members']} file(s), agents "
-                      f"{', '.join(sorted(result.get('agents', {})))}\n")
+            out.write(f"ok: {checked['file']}: {checked['members']} file(s), agents "
+                      f"{', '.join(sorted(checked.get('agents', {})))}\n")
     elif action == "rollback" or (action == "restore" and ns.rollback):
         listed = client.backup_list()
-        record = listed.get("rollback")
+        record = listed["rollback"]
         if not record:
             raise errors.NotFound("no restore to roll back (no pre-restore snapshot recorded)")
         with following(client, "backup rollback", as_json=as_json, after=None) as token:
@@ -184,7 +193,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     return EXIT_OK
 
 
-def _plan_text(plan: Mapping[str, Any]) -> str:
+def _plan_text(plan: JsonObject) -> str:
     """What a restore will write and remove, per agent (from a dry run)."""
     lines = []
     for p in plan.get("plans", []):
@@ -197,7 +206,7 @@ def _plan_text(plan: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dry_run(out: TextIO, plan: Mapping[str, Any], as_json: bool) -> int:
+def _dry_run(out: TextIO, plan: JsonObject, as_json: bool) -> int:
     if as_json:
         print_json(out, plan)
     else:
@@ -205,7 +214,7 @@ def _dry_run(out: TextIO, plan: Mapping[str, Any], as_json: bool) -> int:
     return EXIT_OK
 
 
-def _restored_text(result: Mapping[str, Any], verb: str) -> str:
+def _restored_text(result: JsonObject, verb: str) -> str:
     lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r['removed']} removed"
              for r in result.get("restored", [])]
     if result.get("snapshot"):
@@ -257,14 +266,14 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(labels: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> str:
+def _labels(labels: Mapping[str, object], extra: Sequence[tuple[str, str]] = ()) -> str:
     pairs = [*((str(k), str(v)) for k, v in sorted(labels.items())), *extra]
     if not pairs:
         return ""
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
 
 
-def _number(value: Any) -> str:
+def _number(value: object) -> str:
     if value == "+Inf" or (isinstance(value, float) and math.isinf(value)):
         return "+Inf"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
@@ -272,7 +281,7 @@ def _number(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def prometheus_text(families: Sequence[Mapping[str, Any]]) -> str:
+def prometheus_text(families: Sequence[MetricFamily]) -> str:
     """The text exposition format (version 0.0.4) of ``daemon.metrics`` families."""
     lines: list[str] = []
     for fam in families:
@@ -294,7 +303,7 @@ def prometheus_text(families: Sequence[Mapping[str, Any]]) -> str:
 
 def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     result = client.metrics()
-    families = result.get("families", [])
+    families = result["families"]
     if ns.prometheus:
         out.write(prometheus_text(families))
     elif as_json:
@@ -326,11 +335,11 @@ def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     return EXIT_ERROR if failed else EXIT_OK
 
 
-def _size(n: Any) -> str:
+def _size(n: object) -> str:
     return size(n) if isinstance(n, int) else "-"
 
 
-def _header(status: Mapping[str, Any], socket_path: str) -> list[str]:
+def _header(status: DaemonStatus, socket_path: str) -> list[str]:
     return [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
             f"up {_uptime(status.get('uptime_s'))})",
             f"  socket: {status.get('socket_path', socket_path)}",
@@ -341,8 +350,8 @@ def _header(status: Mapping[str, Any], socket_path: str) -> list[str]:
 MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
 
 
-def render_status(status: Mapping[str, Any], socket_path: str,
-                  jobs: Sequence[Mapping[str, Any]] = ()) -> str:
+def render_status(status: DaemonStatus, socket_path: str,
+                  jobs: Sequence[JobInfo] = ()) -> str:
     """Per workspace first: is its memory OK, what waits, what is wrong and the fix."""
     lines = _header(status, socket_path)
     for p in daemon_problems(status):
@@ -363,7 +372,7 @@ def render_status(status: Mapping[str, Any], socket_path: str,
     return "\n".join(lines) + "\n"
 
 
-def render_internals(status: Mapping[str, Any]) -> str:
+def render_internals(status: DaemonStatus) -> str:
     """``status --verbose``: queues and counters, and the per-workspace table."""
     lines = ["", "internals:"]
     for name, value in (status.get("queues") or {}).items():
@@ -403,9 +412,9 @@ def render_internals(status: Mapping[str, Any]) -> str:
     return text + "".join(n + "\n" for n in notes)
 
 
-def _jobs_or_none(client: Client) -> list[dict[str, Any]]:
+def _jobs_or_none(client: Client) -> list[JobInfo]:
     try:
-        return [dict(j) for j in client.jobs_of_every_workspace()]
+        return client.jobs_of_every_workspace()
     except errors.MethodNotFound:
         return []  # a daemon without jobs: the rest of the status still shows
 
@@ -415,9 +424,9 @@ def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if as_json:
         print_json(out, status)
         return EXIT_OK
-    out.write(render_status(dict(status), str(client.socket_path), _jobs_or_none(client)))
+    out.write(render_status(status, str(client.socket_path), _jobs_or_none(client)))
     if getattr(ns, "verbose", False):
-        out.write(render_internals(dict(status)))
+        out.write(render_internals(status))
     return EXIT_OK
 
 

@@ -20,15 +20,16 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from recalld.ipc import _core, _methods, errors, paths
 from recalld.ipc._methods import Call
+from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
-from recalld.ipc.types import Event, JobInfo
+from recalld.ipc.types import Event
 
 T = TypeVar("T")
 MAX_QUEUED_EVENTS = 10_000
@@ -62,7 +63,7 @@ class Client(_methods.SyncMethods):
         self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
         self._topics: list[str] = []
         #: token -> handler of the ``call.progress`` events of a call being waited for.
-        self._progress: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._progress: dict[str, Callable[[JsonObject], None]] = {}
         self._topics_agent: str | None = None
         self._lock = threading.RLock()
 
@@ -163,7 +164,7 @@ class Client(_methods.SyncMethods):
 
     # -------------------------------------------------------------------- calls
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
         return self._run(_methods.raw_call(method, params))
 
@@ -260,7 +261,7 @@ class Client(_methods.SyncMethods):
 
     @contextlib.contextmanager
     def progress_of(self, token: str,
-                    handler: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+                    handler: Callable[[JsonObject], None]) -> Iterator[None]:
         """While in the block, the ``call.progress`` events of a call made with
         ``progress_token=token`` go to ``handler`` (called in the thread that waits for
         the call, as they arrive) instead of :meth:`events`."""
@@ -271,7 +272,7 @@ class Client(_methods.SyncMethods):
             self._progress.pop(token, None)
 
     def subscribe(self, topics: Sequence[str],
-                  agent_id: str | None = None) -> dict[str, Any]:
+                  agent_id: str | None = None) -> Subscribed:
         """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
         the workspaces ``agent_id`` may read (the default agent's without one)."""
         result = self._run(_methods.subscribe(topics, agent_id))

@@ -14,13 +14,13 @@ import shutil
 import socket
 import stat
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from recalld.ipc import errors, paths
+from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
 from recalld.ipc.health import assess, daemon_problems
 
@@ -53,8 +53,8 @@ class Doctor:
         self.env = os.environ if environ is None else environ
         self.timeout_s = timeout_s
         self._run = run or _run
-        self.status: dict[str, Any] | None = None
-        self.workspaces: list[dict[str, Any]] = []
+        self.status: DaemonStatus | None = None
+        self.workspaces: list[WorkspaceInfo] = []
 
     def checks(self) -> list[Check]:
         out = [self.socket_dir(), self.socket(), self.daemon()]
@@ -102,8 +102,8 @@ class Doctor:
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,
                         connect_timeout_s=CONNECT_TIMEOUT_S) as client:
-                self.status = dict(client.status())
-                self.workspaces = [dict(w) for w in client.workspace_list()]
+                self.status = client.status()
+                self.workspaces = client.workspace_list()
         except errors.DaemonNotRunning:
             return Check("daemon", "fail", f"no daemon answers on {self.socket_path}",
                          "recalld serve (or systemctl --user start recalld.socket "
@@ -117,17 +117,17 @@ class Doctor:
 
     def health(self) -> list[Check]:
         """Each workspace's problems (as human ``status`` shows them), with the fix."""
-        out = [Check("config", "fail", p.what, p.fix)
-               for p in daemon_problems(self.status or {})]
-        jobs: list[dict[str, Any]] = []
-        if self.status is not None:
-            try:
-                with Client(self.socket_path, timeout_s=self.timeout_s,
-                            connect_timeout_s=CONNECT_TIMEOUT_S) as client:
-                    jobs = [dict(j) for j in client.jobs_of_every_workspace()]
-            except (errors.RecalldError, TimeoutError, OSError):
-                jobs = []  # the workspaces' own state still shows
-        for ws in (self.status or {}).get("workspaces") or []:
+        if self.status is None:
+            return []
+        out = [Check("config", "fail", p.what, p.fix) for p in daemon_problems(self.status)]
+        jobs: list[JobInfo] = []
+        try:
+            with Client(self.socket_path, timeout_s=self.timeout_s,
+                        connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+                jobs = client.jobs_of_every_workspace()
+        except (errors.RecalldError, TimeoutError, OSError):
+            jobs = []  # the workspaces' own state still shows
+        for ws in self.status.get("workspaces") or []:
             a = assess(ws, jobs)
             name = f"workspace {a.agent_id}"
             for p in a.problems:
@@ -187,7 +187,8 @@ class Doctor:
         return Check("inotify instances", "ok", detail)
 
     def disk(self) -> Check:
-        target = Path(str((self.status or {}).get("data_dir") or paths.data_dir(self.env)))
+        data_dir = self.status.get("data_dir") if self.status is not None else None
+        target = Path(str(data_dir or paths.data_dir(self.env)))
         probe = target
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
@@ -276,7 +277,7 @@ class Doctor:
                      f"loginctl enable-linger {user}")
 
 
-def _dirs(root: Path) -> Any:
+def _dirs(root: Path) -> Iterator[str]:
     for dirpath, dirnames, _ in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         yield dirpath

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
+
 Severity = Literal["fail", "warn", "info"]
 RESTART_FIX = ("then restart the daemon (systemctl --user restart recalld, or stop and "
                "start recalld serve)")
@@ -41,7 +43,7 @@ class Assessment:
         return "fail" if "fail" in kinds else "warn" if "warn" in kinds else "ok"
 
 
-def _when(value: Any) -> str:
+def _when(value: object) -> str:
     """A time from the daemon (epoch seconds or ISO-8601) as local 'YYYY-MM-DD HH:MM'."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
@@ -53,7 +55,7 @@ def _when(value: Any) -> str:
     return "-"
 
 
-def _vectors(ws: Mapping[str, Any]) -> Mapping[str, Any]:
+def _vectors(ws: WorkspaceInfo) -> Mapping[str, Any]:
     v = ws.get("vectors") or (ws.get("index") or {}).get("vectors") or {}
     return v if isinstance(v, Mapping) else {}
 
@@ -69,7 +71,7 @@ def _key_fix(reason: str) -> str:
     return "fix embedding_model_config in the config file; " + RESTART_FIX
 
 
-def _index(a: Assessment, ws: Mapping[str, Any]) -> None:
+def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     agent = a.agent_id
     h = ws.get("health") or {}
     idx = ws.get("index") or {}
@@ -98,7 +100,7 @@ def _index(a: Assessment, ws: Mapping[str, Any]) -> None:
                                   "wait: it catches up by itself (recalld search --sync waits)"))
 
 
-def _vector_facts(a: Assessment, ws: Mapping[str, Any]) -> None:
+def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     v = _vectors(ws)
     if not v:
         return
@@ -131,12 +133,12 @@ def _vector_facts(a: Assessment, ws: Mapping[str, Any]) -> None:
             f"{a.agent_id}"))
 
 
-def _last_job(jobs: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+def _last_job(jobs: Sequence[JobInfo], kind: str) -> JobInfo | None:
     done = [j for j in jobs if j.get("kind") == kind and j.get("finished_at")]
     return max(done, key=lambda j: float(j.get("finished_at") or 0), default=None)
 
 
-def _dream(a: Assessment, ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> None:
+def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
     d = ws.get("dream")
     if not isinstance(d, Mapping):
         return
@@ -165,7 +167,7 @@ def _dream(a: Assessment, ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any
                                   f"--agent {a.agent_id}"))
 
 
-def _resources(a: Assessment, ws: Mapping[str, Any]) -> None:
+def _resources(a: Assessment, ws: WorkspaceInfo) -> None:
     r = ws.get("resource")
     files = r.get("files") if isinstance(r, Mapping) else None
     if not isinstance(files, Mapping) or not files:
@@ -186,7 +188,7 @@ def _resources(a: Assessment, ws: Mapping[str, Any]) -> None:
             "manual auto_resource job, retries it"))
 
 
-def _failed_jobs(a: Assessment, jobs: Sequence[Mapping[str, Any]],
+def _failed_jobs(a: Assessment, jobs: Sequence[JobInfo],
                  resources_waiting: bool) -> None:
     skip = {"auto_dream"} | ({"auto_resource"} if resources_waiting else set())
     for kind in sorted({str(j.get("kind")) for j in jobs} - skip):
@@ -198,7 +200,7 @@ def _failed_jobs(a: Assessment, jobs: Sequence[Mapping[str, Any]],
                 f"recalld jobs get {last.get('job_id')}"))
 
 
-def daemon_problems(status: Mapping[str, Any]) -> list[Problem]:
+def daemon_problems(status: DaemonStatus) -> list[Problem]:
     """Problems of the daemon itself (not of one workspace)."""
     out = []
     cfg = (status.get("queues") or {}).get("config") or {}
@@ -211,7 +213,7 @@ def daemon_problems(status: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
-def _remote(a: Assessment, ws: Mapping[str, Any]) -> None:
+def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
     """A shared workspace's replica: its state and the local changes waiting to go up."""
     remote = ws.get("remote")
     if not isinstance(remote, Mapping):
@@ -229,7 +231,7 @@ def _remote(a: Assessment, ws: Mapping[str, Any]) -> None:
             "reachable; the outbox goes up once it is"))
 
 
-def assess(ws: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]] = ()) -> Assessment:
+def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     """Facts and problems of one workspace of ``daemon.status``; ``jobs`` are its jobs."""
     a = Assessment(str(ws.get("agent_id", "?")))
     mine = [j for j in jobs if j.get("agent_id") in (None, a.agent_id)]

@@ -27,18 +27,19 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import mcp.types as types
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
+from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.types import render_linked
 
@@ -167,9 +168,10 @@ def parse_uri(uri: str) -> tuple[str, str]:
 
 
 def _text(text: str, *, error: bool = False,
-          structured: Any = None) -> types.CallToolResult:
+          structured: Mapping[str, object] | None = None) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error,
-                                structured_content=structured)
+                                structured_content=None if structured is None
+                                else dict(structured))
 
 
 class Bridge:
@@ -189,7 +191,7 @@ class Bridge:
 
     # ------------------------------------------------------------------- tools
 
-    async def call_tool(self, name: str, args: dict[str, Any]) -> types.CallToolResult:
+    async def call_tool(self, name: str, args: JsonObject) -> types.CallToolResult:
         try:
             await self._open()
             if name == "memory_search":
@@ -209,9 +211,9 @@ class Bridge:
                     self._unflushed[session] = None
                 return _text(json.dumps(answer), structured=answer)
             if name == "memory_add_note":
-                answer = await self.client.add_note(
+                note = await self.client.add_note(
                     self.agent, str(args.get("content", "")), session_id=args.get("session_id"))
-                return _text(f"recorded in {answer.get('path')}", structured=answer)
+                return _text(f"recorded in {note.get('path')}", structured=note)
         except _DAEMON_ERRORS as exc:
             code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""
             return _text(f"{exc}{code}", error=True)
@@ -219,7 +221,7 @@ class Bridge:
             return _text(f"bad arguments for {name}: {exc}", error=True)
         return _text(f"unknown tool: {name}", error=True)
 
-    async def _search(self, args: dict[str, Any]) -> types.CallToolResult:
+    async def _search(self, args: JsonObject) -> types.CallToolResult:
         agents = args.get("agents")
         response = await self.client.search(
             self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
@@ -235,7 +237,7 @@ class Bridge:
 
     async def recall(self, query: str, *, limit: int | None = None,
                      budget_chars: int | None = None, include_index: bool = False,
-                     include_interests: bool = False) -> dict[str, Any]:
+                     include_interests: bool = False) -> Recall:
         """``memory.recall`` for this agent (the tool and the prompt)."""
         await self._open()
         return await self.client.recall(self.agent, query, max_results=limit,
@@ -243,7 +245,7 @@ class Bridge:
                                         include_index=include_index,
                                         include_interests=include_interests)
 
-    async def _recall(self, args: dict[str, Any]) -> types.CallToolResult:
+    async def _recall(self, args: JsonObject) -> types.CallToolResult:
         limit, budget = args.get("limit"), args.get("budget_chars")
         answer = await self.recall(
             str(args.get("query", "")), limit=int(limit) if limit is not None else None,
@@ -271,12 +273,12 @@ class Bridge:
             messages=[types.PromptMessage(role="user", content=types.TextContent(
                 text=f"Relevant long-term memory (use only what is pertinent):\n\n{block}"))])
 
-    async def _read(self, args: dict[str, Any]) -> types.CallToolResult:
+    async def _read(self, args: JsonObject) -> types.CallToolResult:
         owner = str(args.get("agent") or self.agent)
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
-        return _text(str(got.get("text", "")), structured=dict(got))
+        return _text(str(got.get("text", "")), structured=got)
 
     async def end_sessions(self) -> None:
         """End every session given turns since its last flush (errors are skipped:
@@ -323,23 +325,30 @@ def mcp_error(exc: BaseException) -> MCPError:
     return MCPError(code=errors.INTERNAL_ERROR, message=f"recalld: {exc}")
 
 
-def build_server(bridge: Bridge) -> Server[Any]:
+# What the server's lifespan hands its handlers: nothing they use.
+_Lifespan = dict[str, object]
+_Context = ServerRequestContext[_Lifespan]
+
+
+def build_server(bridge: Bridge) -> Server[_Lifespan]:
     """The MCP server whose handlers forward to ``bridge``."""
 
-    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    async def on_list_tools(ctx: _Context, params: types.PaginatedRequestParams | None,
+                            ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
 
-    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams,
+    async def on_call_tool(ctx: _Context, params: types.CallToolRequestParams,
                            ) -> types.CallToolResult:
         return await bridge.call_tool(params.name, dict(params.arguments or {}))
 
-    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+    async def on_list_resources(ctx: _Context, params: types.PaginatedRequestParams | None,
+                                ) -> types.ListResourcesResult:
         try:
             return types.ListResourcesResult(resources=await bridge.list_resources())
         except _DAEMON_ERRORS as exc:
             raise mcp_error(exc) from None
 
-    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams,
+    async def on_read_resource(ctx: _Context, params: types.ReadResourceRequestParams,
                                ) -> types.ReadResourceResult:
         try:
             text = await bridge.read_resource(str(params.uri))
@@ -348,10 +357,11 @@ def build_server(bridge: Bridge) -> Server[Any]:
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=str(params.uri), mime_type="text/markdown", text=text)])
 
-    async def on_list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    async def on_list_prompts(ctx: _Context, params: types.PaginatedRequestParams | None,
+                              ) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[RECALL_PROMPT])
 
-    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams,
+    async def on_get_prompt(ctx: _Context, params: types.GetPromptRequestParams,
                             ) -> types.GetPromptResult:
         try:
             return await bridge.get_prompt(params.name, dict(params.arguments or {}))
@@ -359,7 +369,7 @@ def build_server(bridge: Bridge) -> Server[Any]:
             raise RuntimeError(f"recalld: {exc}") from None
 
     @asynccontextmanager
-    async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_: Server[_Lifespan]) -> AsyncIterator[_Lifespan]:
         try:
             yield {}
         finally:

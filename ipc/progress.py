@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 import orjson
 
+from recalld.ipc.answers import JOB_TERMINAL_STATES, DaemonStatus
 from recalld.ipc.client import Client
 from recalld.ipc.errors import RecalldError
-from recalld.ipc.types import JOB_TERMINAL_STATES
 
 Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
@@ -53,7 +53,7 @@ class Reading:
         return min(max(self.done / self.total, 0.0), 1.0)
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -89,7 +89,7 @@ class Progress:
         self._last: Reading | None = None
         self._drawn = False
 
-    def read(self, state: str, progress: Any) -> Reading:
+    def read(self, state: str, progress: object) -> Reading:
         """The reading for an update (tracking rate and ETA per phase)."""
         p = progress if isinstance(progress, Mapping) else {}
         done, total = _count(p.get("done")), _count(p.get("total"))
@@ -107,7 +107,7 @@ class Progress:
         return Reading(state, phase, done, total, rate, eta, _count(p.get("bytes_done")),
                        _count(p.get("bytes_total")))
 
-    def update(self, state: str, progress: Any) -> None:
+    def update(self, state: str, progress: object) -> None:
         if state in JOB_TERMINAL_STATES and self.mode != "bar":
             return  # the result (or the error line) says how it ended
         reading = self.read(state, progress)
@@ -194,7 +194,7 @@ class IndexingNotice:
         self._stop.set()
         self._thread.join()
 
-    def line(self, status: Mapping[str, Any]) -> str | None:
+    def line(self, status: DaemonStatus) -> str | None:
         ws = next((w for w in status.get("workspaces") or []
                    if w.get("agent_id") == self.agent_id), None)
         if ws is None:
@@ -238,7 +238,7 @@ def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None
     progress = Progress(out, kind, None, mode=mode)
     token = secrets.token_hex(8)
 
-    def show(event: Mapping[str, Any]) -> None:
+    def show(event: Mapping[str, object]) -> None:
         progress.update("running", {
             "message": event.get("phase"), "done": event.get("done"),
             "total": event.get("total"), "bytes_done": event.get("bytes_done"),

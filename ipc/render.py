@@ -10,25 +10,26 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 
 from recalld.ipc import errors
+from recalld.ipc.answers import JOB_TERMINAL_STATES, ReadResult
 from recalld.ipc.client import Client
 from recalld.ipc.progress import Mode, Progress
-from recalld.ipc.types import JOB_TERMINAL_STATES, visible
+from recalld.ipc.types import visible
 
 JOB_TOPICS = ("job.*",)
 JOB_POLL_S = 0.5
 
 
-def print_json(out: TextIO, value: Any) -> None:
+def print_json(out: TextIO, value: object) -> None:
     out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
     out.write("\n")
 
 
-def _cell(value: Any, key: str = "") -> str:
+def _cell(value: object, key: str = "") -> str:
     if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
     if value is None:
@@ -42,7 +43,7 @@ def _cell(value: Any, key: str = "") -> str:
     return str(value)
 
 
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     """A plain text table with a header line; cells are single-line strings (control
     characters shown escaped)."""
     cells = [[visible(_cell(row.get(c), c)) for c in columns] for row in rows]
@@ -52,24 +53,24 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _scalar(value: Any) -> bool:
+def _scalar(value: object) -> bool:
     return not isinstance(value, dict | list)
 
 
-def _columns(rows: Sequence[Mapping[str, Any]], first: Sequence[str]) -> list[str]:
+def _columns(rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> list[str]:
     columns = [c for c in first if any(c in r for r in rows)]
     for row in rows:
         columns += [k for k, v in row.items() if k not in columns and _scalar(v)]
     return columns
 
 
-def render_workspaces(rows: Sequence[Mapping[str, Any]]) -> str:
+def render_workspaces(rows: Sequence[Mapping[str, object]]) -> str:
     if not rows:
         return "no open workspaces\n"
     return table(rows, _columns(rows, ("agent_id", "state", "path")))
 
 
-def _uptime(seconds: Any) -> str:
+def _uptime(seconds: object) -> str:
     if not isinstance(seconds, int | float):
         return _cell(seconds)
     s = int(seconds)
@@ -80,7 +81,7 @@ def _uptime(seconds: Any) -> str:
     return " ".join([*parts, f"{minutes}m", f"{s}s"])
 
 
-def render_read(result: Mapping[str, Any]) -> str:
+def render_read(result: ReadResult) -> str:
     text = str(result.get("text", ""))
     return text if text.endswith("\n") or not text else text + "\n"
 
@@ -123,12 +124,12 @@ class JobWaiter:
         progress.close()
         return self._report(kind, job_id, job)
 
-    def _follow(self, job_id: str, progress: Progress) -> dict[str, Any]:
+    def _follow(self, job_id: str, progress: Progress) -> dict[str, object]:
         try:
             self.client.subscribe(list(JOB_TOPICS))
         except (errors.MethodNotFound, errors.InvalidParams):
             pass  # polling alone still works
-        job = dict(self.client.jobs_get(self.agent_id, job_id))
+        job: dict[str, object] = dict(self.client.jobs_get(self.agent_id, job_id))
         while job.get("state") not in JOB_TERMINAL_STATES:
             progress.update(str(job.get("state", "?")), job.get("progress"))
             for event in self.client.events(timeout_s=JOB_POLL_S):
@@ -142,7 +143,7 @@ class JobWaiter:
         progress.update(str(job.get("state", "?")), job.get("progress"))  # fills the bar
         return job
 
-    def _report(self, kind: str, job_id: str, job: Mapping[str, Any]) -> int:
+    def _report(self, kind: str, job_id: str, job: Mapping[str, object]) -> int:
         state = job.get("state")
         if self.as_json:
             print_json(self.out, {"job_id": job_id, **job})

@@ -1,9 +1,9 @@
-"""Typed shapes of what the daemon answers, shared by every client flavour.
+"""Values the client builds from what the daemon sends, shared by every client flavour:
+search results and answers, events, and the text form of a hit.
 
-TypedDicts are used where the daemon returns an open object that later versions extend
-(status, workspaces, jobs); frozen dataclasses where the client builds a value it owns
-(search results, events). Parsing is lenient about extra keys so that a newer daemon
-never breaks an older client.
+Frozen dataclasses, because the client owns these values (the plain answers are
+TypedDicts, :mod:`recalld.ipc.answers`). Parsing is lenient about extra keys (kept in
+``extra``) so that a newer daemon never breaks an older client.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict, overload
+from typing import overload
+
+from recalld.ipc.answers import JsonObject
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text.
@@ -31,56 +33,7 @@ def visible(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
-class WorkspaceInfo(TypedDict, total=False):
-    """One workspace as ``workspace.open`` / ``workspace.list`` / ``daemon.status`` show it."""
-
-    agent_id: str
-    path: str
-    state: str
-    settings: dict[str, Any]
-
-
-class DaemonStatus(TypedDict, total=False):
-    """``daemon.status``: who answers, since when, and the state of every workspace."""
-
-    version: str
-    pid: int
-    uptime_s: float
-    socket_path: str
-    data_dir: str
-    workspaces: list[WorkspaceInfo]
-    queues: dict[str, Any]
-
-
-class ReadResult(TypedDict, total=False):
-    """``memory.read``: text of a workspace file, or of a 1-based inclusive line range."""
-
-    agent_id: str
-    path: str
-    text: str
-    start_line: int
-    end_line: int
-    total_lines: int
-    truncated: bool  # the range did not fit one answer: ``end_line`` says where it stops
-
-
-class JobInfo(TypedDict, total=False):
-    """``jobs.get`` / ``jobs.list`` entries."""
-
-    job_id: str
-    agent_id: str
-    kind: str
-    state: str  # queued | running | succeeded | failed | cancelled
-    progress: Any
-    result: Any
-    error: Any
-    submitted_at: float
-
-
-JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-
-
-def render_result(hit: Mapping[str, Any], *, hybrid: bool, agent_id: str | None = None) -> str:
+def render_result(hit: Mapping[str, object], *, hybrid: bool, agent_id: str | None = None) -> str:
     """The text form of one search hit, as QwenPaw documents it: a header, then the text.
 
     ``========== memory/2026-07-23/commute.md:1-6 [score=3.1842] ==========`` (with
@@ -97,7 +50,7 @@ def render_result(hit: Mapping[str, Any], *, hybrid: bool, agent_id: str | None 
     return f"========== {where} [{scores}] ==========\n{hit['text']}"
 
 
-def _fmt(value: float | None) -> str:
+def _fmt(value: object) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
@@ -118,10 +71,10 @@ class SearchResult:
     vector: float | None = None
     keyword: float | None = None
     rendered: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @classmethod
-    def from_wire(cls, obj: Any, *, hybrid: bool | None = None) -> SearchResult:
+    def from_wire(cls, obj: object, *, hybrid: bool | None = None) -> SearchResult:
         """``hybrid``: render the hit in that mode when the daemon sent no ``rendered``
         (None: leave it empty)."""
         if not isinstance(obj, dict):
@@ -143,7 +96,7 @@ class SearchResult:
             return hit
         return replace(hit, rendered=render_result(hit.to_dict(), hybrid=hybrid))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "path": self.path, "start_line": self.start_line, "end_line": self.end_line,
             "text": self.text, "score": self.score, "vector": self.vector,
@@ -163,16 +116,16 @@ class SearchResponse:
     vector_hits: int | None = None
     keyword_hits: int | None = None
     took_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @classmethod
-    def from_wire(cls, obj: Any) -> SearchResponse:
+    def from_wire(cls, obj: object) -> SearchResponse:
         if isinstance(obj, list):  # a bare list of results is accepted too
             return cls(results=tuple(SearchResult.from_wire(r) for r in obj))
         if not isinstance(obj, dict) or not isinstance(obj.get("results"), list):
             raise TypeError("search answer must hold a list of results")
         raw_expanded = obj.get("expanded")
-        expanded: list[Any] = raw_expanded if isinstance(raw_expanded, list) else []
+        expanded: list[object] = raw_expanded if isinstance(raw_expanded, list) else []
         known = {"results", "expanded", "rendered", "mode", "vector_hits", "keyword_hits",
                  "took_ms"}
         hybrid = obj.get("mode") == "hybrid"
@@ -187,7 +140,7 @@ class SearchResponse:
             extra={k: v for k, v in obj.items() if k not in known},
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "results": [r.to_dict() for r in self.results],
             "expanded": [r.to_dict() for r in self.expanded],
@@ -216,24 +169,24 @@ class Event:
     """An ``event`` notification: its ``topic`` and the rest of its params."""
 
     topic: str
-    data: dict[str, Any]
+    data: JsonObject
 
     @classmethod
-    def from_params(cls, params: Any) -> Event:
+    def from_params(cls, params: object) -> Event:
         if not isinstance(params, dict):
             return cls(topic="", data={"value": params})
         rest = {k: v for k, v in params.items() if k != "topic"}
         return cls(topic=str(params.get("topic", "")), data=rest)
 
 
-def _opt_float(value: Any) -> float | None:
+def _opt_float(value: object) -> float | None:
     # The daemon may send "-" (as the rendered form does) or null for a missed branch.
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return None
 
 
-def _opt_int(value: Any) -> int | None:
+def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

@@ -334,8 +334,9 @@ def test_sync_unexpected_result_shape_is_a_typed_error(fake: FakeDaemon) -> None
 
 def _bad_list_call() -> Any:
     from recalld.ipc._methods import Call, _as_list
+    from recalld.ipc.answers import WorkspaceInfo
 
-    return Call("test.sleep", {"s": 0, "value": "nope"}, _as_list("workspaces"))
+    return Call("test.sleep", {"s": 0, "value": "nope"}, _as_list("workspaces", WorkspaceInfo))
 
 
 # ------------------------------------------------------------------------ trio

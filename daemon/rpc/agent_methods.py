@@ -41,6 +41,14 @@ from recalld.daemon.memory.selection import MAX_SELECT, Selected, select_topics
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc.answers import (
+    FileEntry,
+    IndexEntry,
+    Interests,
+    MemoryIndex,
+    NoteAdded,
+    TopicWritten,
+)
 from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
 from recalld.ipc.types import visible
 
@@ -59,40 +67,10 @@ FRONTMATTER_HEAD_BYTES = 8 * 1024
 MAX_DESCRIPTION_CHARS = 200
 
 
-class FileEntry(TypedDict):
-    path: str
-    size: int
-    mtime: float
-
-
 class FileList(TypedDict):
     agent_id: str
     files: list[FileEntry]
     truncated: bool
-
-
-class IndexEntry(TypedDict):
-    path: str
-    name: str
-    description: str
-    bucket: str
-
-
-class MemoryIndex(TypedDict):
-    agent_id: str
-    entries: list[IndexEntry]
-    total: int
-    truncated: bool
-    rendered: str
-
-
-class NoteAdded(TypedDict):
-    agent_id: str
-    session_id: str
-    date: str
-    path: str
-    created: bool
-    changed: bool
 
 
 def _caller(p: Params, agent_id: str) -> str:
@@ -316,17 +294,6 @@ RECALL_INTERESTS = 5
 DEFAULT_INTERESTS = 20
 
 
-class Interest(TypedDict):
-    topic: str
-    weight: float
-
-
-class Interests(TypedDict):
-    agent_id: str
-    topics: list[Interest]
-    total: int
-
-
 async def read_interests(ws: Workspace) -> list[tuple[str, float]]:
     """The workspace's interest topics (``<digest>/interests.yaml``), heaviest first."""
     rel = f"{topics.digest_folder(ws)}/{INTERESTS_FILE}"
@@ -348,14 +315,6 @@ async def memory_interests(ctx: CallContext, params: JsonObject) -> Interests:
 
 
 # ------------------------------------------------------- memory.topic_write / topic_edit
-
-
-class TopicWritten(TypedDict):
-    agent_id: str
-    path: str
-    created: bool
-    changed: bool
-    memory_md: str
 
 
 async def _topic_done(ws: Workspace, rel: str, created: bool, changed: bool,

@@ -19,6 +19,7 @@ from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
+from recalld.ipc.answers import Pong, ReadResult, Subscribed, WorkspaceClosed
 from recalld.ipc.errors import InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
@@ -26,11 +27,6 @@ MAX_READ_BYTES = 512 * 1024
 IMPORT_REPORT_WAIT_S = 600.0
 
 METHODS = Methods()
-
-
-class Pong(TypedDict):
-    pong: bool
-    time: float
 
 
 class DaemonStatus(TypedDict):
@@ -48,26 +44,6 @@ class DaemonStatus(TypedDict):
 
 class WorkspaceList(TypedDict):
     workspaces: list[JsonObject]
-
-
-class WorkspaceClosed(TypedDict):
-    agent_id: str
-    closed: bool
-    forgotten: bool
-
-
-class ReadAnswer(TypedDict):
-    agent_id: str
-    path: str
-    start_line: int
-    end_line: int
-    total_lines: int
-    text: str
-    truncated: bool
-
-
-class Subscribed(TypedDict):
-    subscribed: list[str]
 
 
 def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
@@ -188,7 +164,7 @@ async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClos
 
 
 @METHODS.add("memory.read")
-async def memory_read(ctx: CallContext, params: JsonObject) -> ReadAnswer:
+async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     p = Params(params)
     agent_id = p.agent_id()
     path = p.text("path")

@@ -11,14 +11,11 @@ from recalld.daemon.config import DEFAULT_AGENT
 from recalld.daemon.jobs import JobManager, JobRecord
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import check_agent_id
+from recalld.ipc.answers import JobSubmitted
 from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
 R = TypeVar("R")
-
-
-class JobSubmitted(TypedDict):
-    job_id: str
 
 
 class JobList(TypedDict):

@@ -3,26 +3,18 @@
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import TypedDict
 
 import trio
 
 from recalld.daemon.memory import capture_log, changelog
 from recalld.daemon.memory.sessions import check_messages, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.ipc.answers import InboxAcked, TurnsAdded
 from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
 ACTIVE = ("queued", "running")
-
-
-class TurnsAdded(TypedDict):
-    session_id: str
-    added_messages: int
-    pending_turns: int
-    pending_messages: int
-    user_turns_total: int
-    job_id: NotRequired[str]
 
 
 class Changes(TypedDict):
@@ -36,12 +28,6 @@ CHANGE_KINDS = ("auto_memory", "auto_dream")
 class InboxItems(TypedDict):
     agent_id: str
     items: list[JsonObject]
-
-
-class InboxAcked(TypedDict):
-    agent_id: str
-    acked: list[str]
-    unknown: list[str]
 
 
 @METHODS.add("memory.add_turns")

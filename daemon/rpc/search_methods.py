@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
-
 from recalld.daemon import sharing
 from recalld.daemon.index.search import MAX_RESULTS_CAP, SearchAnswer, parse_filters, search
 from recalld.daemon.remote.hook import server_search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import Synced
 from recalld.ipc.errors import UnknownWorkspace
 
 METHODS = Methods()
-
-
-class Synced(TypedDict):
-    synced: bool
-    files: int
-    chunks: int
 
 
 def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:

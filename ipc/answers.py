@@ -1,0 +1,373 @@
+"""The shapes of the daemon's answers, as the client libraries type them.
+
+Each TypedDict says what one method answers (the daemon builds the same keys, and
+``tests/test_answers.py`` holds the two sides together). Nothing is checked at run time:
+an answer is the decoded JSON object, so a key a newer daemon adds is simply there too.
+Objects whose contents are open (job params and results, workspace settings, the status
+each service reports) are :data:`JsonObject`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+#: A JSON object as it crosses the socket: the one name for what the client leaves open
+#: (params passed through, job params and results, user metadata, the status sections of
+#: a workspace that each service fills).
+JsonObject = dict[str, Any]
+
+
+class Pong(TypedDict):
+    """``daemon.ping``."""
+
+    pong: bool
+    time: float  # the daemon's clock, unix seconds
+
+
+class WorkspaceInfo(TypedDict):
+    """One workspace as ``workspace.open`` / ``workspace.list`` / ``daemon.status`` show it.
+
+    Besides who, where and its state, each of the workspace's services reports under its
+    own key (``index``, ``health``, ``vectors``, ...: open objects, read leniently). A
+    recorded workspace that is not open (``workspace.list``) has only ``agent_id``,
+    ``path``, ``state`` ``closed``, ``registered`` and ``registered_at``.
+    """
+
+    agent_id: str
+    path: str
+    state: str  # opening | ready | closing | closed | failed
+    opened_at: NotRequired[float]
+    settings: NotRequired[JsonObject]  # secrets masked; not in daemon.status
+    error: NotRequired[str]  # why it failed
+    refused: NotRequired[bool]  # its path or settings were refused: never opened
+    registered: NotRequired[bool]  # workspace.list: reopened at start
+    registered_at: NotRequired[float]
+    secrets_left_out: NotRequired[list[str]]  # restored without these override secrets
+    index: NotRequired[JsonObject]
+    health: NotRequired[JsonObject]
+    vectors: NotRequired[JsonObject]
+    sessions: NotRequired[JsonObject]
+    capture: NotRequired[JsonObject]
+    inbox: NotRequired[JsonObject]
+    dream: NotRequired[JsonObject]
+    resource: NotRequired[JsonObject]
+    chat: NotRequired[JsonObject]  # once a chat model was used
+    remote: NotRequired[JsonObject]  # a shared workspace's replica
+
+
+# ``import`` is a keyword: this part can only be spelled in the functional form.
+_ImportReport = TypedDict("_ImportReport", {"import": NotRequired[JsonObject]})
+
+
+class WorkspaceOpened(WorkspaceInfo, _ImportReport):
+    """``workspace.open``: the workspace; with ``import_report``, also ``import`` (what was
+    found and reused of a QwenPaw workspace)."""
+
+
+class DaemonStatus(TypedDict):
+    """``daemon.status``: who answers, since when, and the state of every workspace."""
+
+    version: str
+    pid: int
+    started_at: float
+    uptime_s: float
+    socket: str
+    socket_path: str  # the same path as ``socket``
+    data_dir: str
+    config_path: str
+    workspaces: list[WorkspaceInfo]  # without ``settings``
+    queues: dict[str, JsonObject]  # statistics by component (server, events, jobs, ...)
+
+
+class WorkspaceClosed(TypedDict):
+    """``workspace.close``."""
+
+    agent_id: str
+    closed: bool  # it was open
+    forgotten: bool
+
+
+class ReadResult(TypedDict):
+    """``memory.read``: text of a workspace file, or of a 1-based inclusive line range."""
+
+    agent_id: str
+    path: str
+    text: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    truncated: bool  # the range did not fit one answer: ``end_line`` says where it stops
+
+
+class Subscribed(TypedDict):
+    """``events.subscribe``: every topic pattern of the connection's subscription."""
+
+    subscribed: list[str]
+
+
+class Synced(TypedDict):
+    """``index.sync``."""
+
+    synced: bool
+    files: int
+    chunks: int
+
+
+class JobSubmitted(TypedDict):
+    """``jobs.submit``."""
+
+    job_id: str
+
+
+class JobProgress(TypedDict):
+    done: int
+    total: int | None
+    message: str
+
+
+class JobInfo(TypedDict):
+    """``jobs.get`` / ``jobs.list`` / ``jobs.cancel``, and the ``job.state`` event."""
+
+    job_id: str
+    agent_id: str
+    kind: str
+    params: JsonObject
+    state: str  # queued | running | succeeded | failed | cancelled
+    progress: JobProgress
+    result: JsonObject | None
+    error: str | None
+    error_code: int | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    resumed: bool  # picked up again after a daemon restart
+
+
+JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class TurnsAdded(TypedDict):
+    """``memory.add_turns``: what waits for auto_memory; ``job_id`` when one was submitted
+    (or a queued or running one covers the turns)."""
+
+    session_id: str
+    added_messages: int
+    pending_turns: int
+    pending_messages: int
+    user_turns_total: int
+    job_id: NotRequired[str]
+
+
+class NoteAdded(TypedDict):
+    """``memory.add_note``."""
+
+    agent_id: str
+    session_id: str
+    date: str
+    path: str
+    created: bool
+    changed: bool
+
+
+class IndexEntry(TypedDict):
+    path: str
+    name: str
+    description: str
+    bucket: str
+
+
+class MemoryIndex(TypedDict):
+    """``memory.index``: the long-term nodes, as entries and as Markdown (``rendered``)."""
+
+    agent_id: str
+    entries: list[IndexEntry]
+    total: int
+    truncated: bool
+    rendered: str
+
+
+class FileEntry(TypedDict):
+    """One file of ``memory.list``."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+class RecallItem(TypedDict):
+    kind: Literal["hit", "linked"]
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+    via: str | None  # linked context: the hit that links to it
+
+
+class Recall(TypedDict):
+    """``memory.recall``: the block to put before a reply (``rendered``) and its items."""
+
+    agent_id: str
+    query: str
+    items: list[RecallItem]
+    index_included: bool
+    interests_included: bool
+    truncated: bool
+    budget_chars: int
+    rendered: str
+
+
+class TopicEntry(TypedDict):
+    path: str
+    name: str
+    description: str
+    type: str  # user | feedback | project | reference
+
+
+class Selected(TypedDict):
+    """``memory.select``: the topic files chosen for a query, and who chose them."""
+
+    agent_id: str
+    query: str
+    method: Literal["model", "search"]
+    fallback: str | None  # why the search chose instead of the model
+    files: list[TopicEntry]
+
+
+class Interest(TypedDict):
+    topic: str
+    weight: float
+
+
+class Interests(TypedDict):
+    """``memory.interests``: heaviest first."""
+
+    agent_id: str
+    topics: list[Interest]
+    total: int
+
+
+class TopicWritten(TypedDict):
+    """``memory.topic_write`` / ``memory.topic_edit``."""
+
+    agent_id: str
+    path: str
+    created: bool
+    changed: bool
+    memory_md: str  # the index file that lists it
+
+
+class InboxItem(TypedDict):
+    """One item of ``inbox.list`` (and of the ``inbox.item`` event)."""
+
+    id: str
+    time: float
+    kind: str  # auto_memory | auto_dream | auto_resource | sync_conflict
+    summary: str
+    changes: list[str]
+    job_id: str | None
+    details: JsonObject
+    acked: bool
+
+
+class InboxAcked(TypedDict):
+    """``inbox.ack``."""
+
+    agent_id: str
+    acked: list[str]
+    unknown: list[str]
+
+
+class DreamRun(TypedDict):
+    """One run of ``dream.runs``."""
+
+    run_id: str
+    started: str | None
+    trigger: str | None
+    notes: int
+    files: list[str]
+    undone: str | None  # when it was undone
+
+
+class ChangeRecord(TypedDict):
+    """One record of ``memory.changes``: ``kind``, ``run_id``, ``started`` and ``log``,
+    then an auto_memory run's outcome or a dream run's summary (as ``dream.runs``)."""
+
+    kind: str  # auto_memory | auto_dream
+    run_id: str
+    started: str | None
+    log: str  # the workspace-relative path of its Markdown record
+    trigger: str | None
+    files: list[str]
+    outcome: NotRequired[str | None]
+    agent_id: NotRequired[str | None]
+    session_id: NotRequired[str | None]
+    job_id: NotRequired[str | None]
+    note: NotRequired[str | None]
+    added: NotRequired[int]
+    refused: NotRequired[int]
+    notes: NotRequired[int]
+    undone: NotRequired[str | None]
+
+
+class DreamUndone(TypedDict):
+    """``dream.undo``."""
+
+    run_id: str
+    restored: list[str]
+    removed: list[str]
+    forced_over: list[str]
+
+
+class BackupSummary(TypedDict):
+    """``backup.create`` and ``backup.verify``: the archive's ``meta.json`` without its
+    member list, where the archive is, and how many members and bytes it holds."""
+
+    format: str
+    version: int
+    created: float  # unix seconds
+    recalld_version: str
+    include_derived: bool
+    note: str
+    agents: dict[str, JsonObject]  # agent id -> {path, dirs, files}
+    daemon: list[str]  # the daemon's files in the archive (config, workspace record)
+    secrets: bool  # the config file kept its secrets
+    secrets_left_out: dict[str, list[str]]  # agent id -> dotted keys left out
+    file: str
+    members: int
+    bytes: int
+    size: NotRequired[int]  # backup.create: the archive's size on disk
+    ok: NotRequired[bool]  # backup.verify: every check passed
+
+
+class BackupList(TypedDict):
+    """``backup.list``: the archives (each ``file``, ``name``, ``size``, ``modified_at`` and
+    what its ``meta.json`` says) and the pre-restore snapshot record, if any."""
+
+    dir: str
+    backups: list[JsonObject]
+    rollback: JsonObject | None
+
+
+class IndexCompacted(TypedDict):
+    """``index.compact``."""
+
+    agent_id: str
+    keyword_before: dict[str, int]  # the keyword index's rows, terms and merges
+    keyword_after: dict[str, int]
+    generation: int | None  # the generation committed
+    duration_s: float
+
+
+class MetricFamily(TypedDict):
+    name: str
+    type: str  # counter | gauge | histogram
+    help: str
+    samples: list[JsonObject]
+
+
+class Metrics(TypedDict):
+    """``daemon.metrics``."""
+
+    time: float
+    families: list[MetricFamily]
