@@ -235,6 +235,24 @@ def _warn_if_other_models(workspace: str, wanted: ModelOverrides,
                         have.get("model_name") or "none")
 
 
+async def _open_workspace(client: AsyncioClient, workspace: str,
+                          models: ModelOverrides) -> JsonObject:
+    """Open ``workspace`` with the agent's models; its settings as the daemon answered."""
+    info = await client.workspace_open(workspace, config=models or None)
+    settings = info.get("settings")
+    opened = dict(settings) if isinstance(settings, Mapping) else {}
+    _warn_if_other_models(workspace, models, opened)
+    return opened
+
+
+def _check_mode(mode: str, top_k: int) -> None:
+    """Refuse the constructor arguments both middlewares take, when out of range."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+
+
 def _msg_text(msg: Msg) -> str:
     text = msg.get_text_content()
     return text.strip() if text else ""
@@ -265,10 +283,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         embedding_model: object = None,
         select: bool = False,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
+        _check_mode(mode, top_k)
         #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
         self.models = model_overrides(chat_model, embedding_model)
         self.select = select
@@ -302,10 +317,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def _ensure_open(self, workspace: str) -> None:
         if workspace not in self._opened:
-            info = await self.client.workspace_open(workspace, config=self.models or None)
-            settings = info.get("settings")
-            self._opened[workspace] = dict(settings) if isinstance(settings, dict) else {}
-            _warn_if_other_models(workspace, self.models, self._opened[workspace])
+            self._opened[workspace] = await _open_workspace(self.client, workspace, self.models)
 
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
@@ -567,6 +579,12 @@ def _query_text(inputs: object) -> str | None:
 # ------------------------------------------------------------------------------- tools
 
 
+def _facts(content: Sequence[str] | str) -> list[str]:
+    """``add_memory``'s ``content`` (one string or a list) as non-empty facts."""
+    items = [content] if isinstance(content, str) else list(content)
+    return [str(c).strip() for c in items if str(c).strip()]
+
+
 def _chunk(text: str, *, error: bool = False) -> ToolChunk:
     if error:
         return ToolChunk(content=[TextBlock(type="text", text=text)],
@@ -574,23 +592,28 @@ def _chunk(text: str, *, error: bool = False) -> ToolChunk:
     return ToolChunk(content=[TextBlock(type="text", text=text)])
 
 
-class _MemoryTool(ToolBase):
+class _AllowedTool(ToolBase):
     """Memory tools are part of the agent's own capabilities: always allowed."""
 
     is_external_tool = False
-    # The agent state tells which conversation (and so which workspace) calls.
-    is_state_injected = True
     is_mcp = False
     mcp_name = None
-
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__()
-        self._mw = middleware
 
     async def check_permissions(self, tool_input: JsonObject,
                                 context: PermissionContext) -> PermissionDecision:
         return PermissionDecision(behavior=PermissionBehavior.ALLOW,
                                   message="recalld long-term memory tool")
+
+
+class _MemoryTool(_AllowedTool):
+    """A tool of :class:`RecalldMemoryMiddleware`."""
+
+    # The agent state tells which conversation (and so which workspace) calls.
+    is_state_injected = True
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__()
+        self._mw = middleware
 
     def _workspace(self, state: object) -> str | None:
         session = getattr(state, "session_id", None)
@@ -660,8 +683,7 @@ class AddMemoryTool(_MemoryTool):
         workspace = self._workspace(_agent_state)
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
-        items = [content] if isinstance(content, str) else list(content)
-        facts = [str(c).strip() for c in items if str(c).strip()]
+        facts = _facts(content)
         if not facts:
             return _chunk("`content` is empty: nothing to record", error=True)
         session = getattr(_agent_state, "session_id", None)
@@ -817,10 +839,7 @@ class RecalldMem0Middleware(MiddlewareBase):
     ) -> None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError("RecalldMem0Middleware requires a non-empty `user_id`.")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
+        _check_mode(mode, top_k)
         unused = [name for name, value in (("client", client), ("mem0_config", mem0_config))
                   if value is not None]
         if unused:
@@ -847,10 +866,7 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def _open(self) -> None:
         if not self._opened:
-            info = await self.client.workspace_open(self.workspace, config=self.models or None)
-            settings = info.get("settings")
-            if isinstance(settings, Mapping):
-                _warn_if_other_models(self.workspace, self.models, settings)
+            await _open_workspace(self.client, self.workspace, self.models)
             self._opened = True
 
     async def search_memories(self, query: str, limit: int | None = None) -> list[str]:
@@ -943,13 +959,10 @@ class RecalldMem0Middleware(MiddlewareBase):
         return [Mem0SearchMemoryTool(self), Mem0AddMemoryTool(self)]
 
 
-class _Mem0Tool(ToolBase):
-    """Mem0-compatible tools: always allowed; the workspace is the middleware's user."""
+class _Mem0Tool(_AllowedTool):
+    """Mem0-compatible tools: the workspace is the middleware's user."""
 
-    is_external_tool = False
     is_state_injected = False
-    is_mcp = False
-    mcp_name = None
 
     schema: ClassVar[JsonObject] = {}
 
@@ -957,11 +970,6 @@ class _Mem0Tool(ToolBase):
         super().__init__()
         self._mw = middleware
         self.input_schema = dict(self.schema)
-
-    async def check_permissions(self, tool_input: JsonObject,
-                                context: PermissionContext) -> PermissionDecision:
-        return PermissionDecision(behavior=PermissionBehavior.ALLOW,
-                                  message="recalld long-term memory tool")
 
 
 class Mem0SearchMemoryTool(_Mem0Tool):
@@ -1027,8 +1035,7 @@ class Mem0AddMemoryTool(_Mem0Tool):
 
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
                    **_: object) -> ToolChunk:
-        items = [content] if isinstance(content, str) else list(content)
-        facts = [str(c).strip() for c in items if str(c).strip()]
+        facts = _facts(content)
         if not facts:
             return _chunk("`content` is empty — nothing to record.", error=True)
         try:

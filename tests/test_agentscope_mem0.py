@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("agentscope")
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential

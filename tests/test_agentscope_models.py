@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-pytest.importorskip("agentscope")
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential
@@ -28,6 +27,7 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
+from waits import ACTIVE, wait_value
 
 from recalld.daemon.config import mask_url
 from recalld.ipc.agentscope import (
@@ -92,14 +92,11 @@ async def _reply(mw: Any, model: OpenAIChatModel, text: str, session: str = "s1"
 
 
 def _wait_auto_memory(daemon: DaemonHandle, agent: str) -> dict[str, Any]:
-    end = time.monotonic() + 90
-    while True:
-        jobs = [j for j in daemon.call("jobs.list", {"agent_id": agent})["jobs"]
-                if j["kind"] == "auto_memory"]
-        if jobs and jobs[0]["state"] not in ("queued", "running"):
-            return dict(jobs[0])
-        assert time.monotonic() < end, jobs
-        time.sleep(0.2)
+    jobs = wait_value(lambda: [j for j in daemon.call("jobs.list", {"agent_id": agent})["jobs"]
+                               if j["kind"] == "auto_memory"],
+                      lambda jobs: jobs and jobs[0]["state"] not in ACTIVE,
+                      f"auto_memory of {agent}")
+    return dict(jobs[0])
 
 
 def _settings(daemon: DaemonHandle, agent: str) -> dict[str, Any]:

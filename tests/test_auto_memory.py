@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import orjson
 import pytest
 import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_for, wait_job
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.index.frontmatter import parse_frontmatter
@@ -34,7 +34,6 @@ from recalld.ipc.errors import InvalidParams
 SECRET = "sk-proj-" + "Zq8Lm3Nx7Vb2Kc5Hj1Gf4Dd9Ss6Aa0Pp"
 IMAGE = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 20
 TOOL_RESULT = "RECALLED: the user's cat is named Whiskers"
-ACTIVE = ("queued", "running")
 
 
 @pytest.fixture
@@ -59,16 +58,6 @@ def add(d: Any, session: str, messages: list[dict[str, Any]], **extra: Any) -> d
 
 def turn(user: str, assistant: str = "Noted.") -> list[dict[str, Any]]:
     return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-
-
-def wait_job(d: Any, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout_s
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        if job["state"] not in ACTIVE:
-            return job
-        assert time.monotonic() < end, job
-        time.sleep(0.05)
 
 
 def write_note(name: str, body: str, description: str = "what matters") -> Reply:
@@ -360,10 +349,8 @@ def test_cancel_mid_job_leaves_no_partial_files_and_keeps_turns(
     d = daemon_factory(config(root, fake, interval=0))
     fake.script(write_note("plans", "- Moves to Bern"), Reply(delay_s=30, json=chat_answer("x")))
     r = add(d, "s", turn("I move to Bern."), flush=True)
-    end = time.monotonic() + 20
-    while len(fake.requests) < 2:  # the note is written, the model is thinking again
-        assert time.monotonic() < end
-        time.sleep(0.02)
+    # The note is written, the model is thinking again.
+    wait_for(lambda: len(fake.requests) >= 2, "the second chat request")
     job = d.call("jobs.cancel", {"agent_id": "w", "job_id": r["job_id"]})
     assert job["state"] == "cancelled"
     assert not [p for p in root.rglob("*") if p.name.startswith(".") and ".tmp-" in p.name]
@@ -425,10 +412,7 @@ def test_job_interrupted_by_a_crash_is_resumed(daemon_factory: Any, fake: FakePr
     d = daemon_factory(cfg)
     fake.script(Reply(delay_s=30, json=chat_answer("x")))
     r = add(d, "s", turn("I play the cello."), flush=True)
-    end = time.monotonic() + 20
-    while not fake.requests:
-        assert time.monotonic() < end
-        time.sleep(0.02)
+    wait_for(lambda: fake.requests, "the first chat request")
     d.kill()
     fake.script(write_note("music", "- Plays the cello"), done())
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])

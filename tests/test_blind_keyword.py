@@ -10,11 +10,11 @@ hit keeps the full weight and still ranks first.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import wait_value, workspace_status
 
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import guarded_weight, keyword_reach
@@ -57,15 +57,9 @@ def _write(root: Path) -> None:
 
 
 def _wait_covered(d: Any) -> None:
-    deadline = time.monotonic() + 300  # the local model on a busy machine
-    while True:
-        status = d.call("daemon.status")
-        ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
-        vec = ws["index"]["vectors"]
-        if vec["total"] and vec["coverage"] >= 1.0:
-            return
-        assert time.monotonic() < deadline, vec
-        time.sleep(0.1)
+    wait_value(lambda: (workspace_status(d, "w") or {})["index"]["vectors"],
+               lambda vec: vec["total"] and vec["coverage"] >= 1.0, "every vector",
+               deadline_s=300)  # the local model on a busy machine
 
 
 def _search(d: Any, query: str, n: int = 1) -> dict[str, Any]:

@@ -6,15 +6,13 @@ Idle times are small settings (1-3 s) and every wait is on a condition with a ge
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-
-ACTIVE = ("queued", "running")
+from waits import ACTIVE, wait_for, wait_job
 
 
 @pytest.fixture
@@ -53,16 +51,6 @@ def done() -> Reply:
     return Reply(json=chat_answer("saved"))
 
 
-def wait_for(what: Callable[[], Any], timeout_s: float = 60.0, why: str = "") -> Any:
-    end = time.monotonic() + timeout_s
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out waiting for {why or what}"
-        time.sleep(0.05)
-
-
 def notes(root: Path) -> list[Path]:
     return sorted(p for p in (root / "memory").rglob("*.md") if p.name != "index.md")
 
@@ -91,7 +79,7 @@ def test_idle_session_is_written_without_a_flush(daemon_factory: Any, fake: Fake
     r = add(d, "s1", turn("I commute by bike."))
     assert "job_id" not in r and r["pending_turns"] == 1
     assert health(d)["state"] == "pending"
-    note = wait_for(lambda: notes(root), why="the idle flush's note")
+    note = wait_for(lambda: notes(root), "the idle flush's note")
     assert "Commutes by bike" in note[0].read_text()
     job = wait_for(lambda: [j for j in memory_jobs(d) if j["state"] == "succeeded"])[0]
     assert job["params"]["session_id"] == "s1"
@@ -124,7 +112,7 @@ def test_stop_flush_unfinished_in_the_deadline_runs_after_restart(
     assert notes(root) == []
     fake.script(write_note("cat", "- Cat named Pixel"), done())
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    note = wait_for(lambda: notes(root), why="the resumed stop flush")
+    note = wait_for(lambda: notes(root), "the resumed stop flush")
     assert "Pixel" in note[0].read_text()
     job = wait_for(lambda: [j for j in memory_jobs(d2) if j["state"] == "succeeded"])[0]
     assert job["resumed"] is True
@@ -142,7 +130,7 @@ def test_kill_after_acknowledgement_loses_nothing(daemon_factory: Any, fake: Fak
     assert chat_requests(fake) == 0 and notes(root) == []
     fake.script(write_note("origin", "- Born in Lisbon"), done())
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    note = wait_for(lambda: notes(root), why="the idle flush after the restart")
+    note = wait_for(lambda: notes(root), "the idle flush after the restart")
     assert "Lisbon" in note[0].read_text()
     wait_for(lambda: add(d2, "s1", [])["pending_turns"] == 0)
     # Exactly once: one job, one note, the dialog holds the turn once.
@@ -167,7 +155,7 @@ def test_without_a_chat_model_turns_wait_and_health_says_why(daemon_factory: Any
         h = health(d)
         return [r for r in h["reasons"] if "auto_memory" in r] if h["state"] == "pending" else []
 
-    why = wait_for(reasons, why="a pending reason")
+    why = wait_for(reasons, "a pending reason")
     assert why == ["4 conversation message(s) of 2 session(s) wait for auto_memory: "
                    "no chat model configured"]
     assert memory_jobs(d) == []  # nothing submitted that can only fail
@@ -214,14 +202,6 @@ def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert add(d2, "s0", [])["pending_messages"] == total // 10
     assert rss_bytes(d2.pid) - idle < 50 << 20
-
-
-def wait_job(d: Any, job_id: str) -> dict[str, Any]:
-    def finished() -> dict[str, Any] | None:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        return job if job["state"] not in ACTIVE else None
-    result: dict[str, Any] = wait_for(finished, why=f"job {job_id}")
-    return result
 
 
 def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakeProvider,

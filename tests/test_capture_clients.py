@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytest.importorskip("agentscope")
-pytest.importorskip("mcp")
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
@@ -28,6 +27,7 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from waits import wait_for
 
 from recalld.ipc.agentscope import MODES, Mode, RecalldMemoryMiddleware
 from recalld.ipc.asyncio_client import AsyncioClient
@@ -64,14 +64,13 @@ def config(fake: FakeProvider, idle_s: float) -> str:
             f'base_url = "{fake.url}/v1"\napi_key = "k"\nmodel_name = "fake"\n')
 
 
-def wait_note(root: Path, text: str, timeout_s: float = 60.0) -> Path:
-    end = time.monotonic() + timeout_s
-    while True:
+def wait_note(root: Path, text: str) -> Path:
+    def note() -> Path | None:
         for path in (root / "memory").rglob("*.md"):
             if path.name != "index.md" and text in path.read_text(encoding="utf-8"):
                 return path
-        assert time.monotonic() < end, f"no note with {text!r} under {root}"
-        time.sleep(0.05)
+        return None
+    return wait_for(note, f"a note with {text!r} under {root}")
 
 
 def workspace_root(daemon: DaemonHandle, agent: str) -> Path:

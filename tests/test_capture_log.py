@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-from test_capture import add, config, done, notes, turn, wait_job, write_note
+from test_capture import add, config, done, notes, turn, write_note
 from test_cli import recalld
+from waits import wait_job
 
 from recalld.daemon.memory import capture_log, changelog
 from recalld.daemon.memory.digest import dropped_bullets

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
-from test_capture import wait_for
+from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.errors import InvalidParams
@@ -85,11 +85,11 @@ def test_many_workspaces_and_sessions_survive_a_kill(daemon_factory: Any, fake: 
     for agent, root in roots.items():
         for session in TURNS:
             wait_for(lambda r=root, s=session: session_notes(r, s),
-                     timeout_s=180, why=f"the note of {agent}/{session}")
+                     deadline_s=180, what=f"the note of {agent}/{session}")
     for agent, root in roots.items():
         wait_for(lambda a=agent: all(
             d2.call("memory.add_turns", {"agent_id": a, "session_id": s})["pending_turns"] == 0
-            for s in TURNS), timeout_s=120, why=f"{agent}'s turns committed")
+            for s in TURNS), deadline_s=120, what=f"{agent}'s turns committed")
         for session, text in TURNS.items():
             (note,) = session_notes(root, session)  # one note per session: exactly once
             assert note.read_text(encoding="utf-8").count(text) == 1, (agent, session)

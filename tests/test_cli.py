@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_gone, wait_log
 
 from recalld.daemon.memory.inbox import Inbox
 
@@ -260,30 +261,11 @@ def test_client_autostart(flavour: str, daemon_factory: DaemonFactory) -> None:
         assert as_json(recalld("ping", "--json", env=env))["pong"] is True
         # It logs to a file under the state dir, not to /dev/null.
         log = Path(env["XDG_DATA_HOME"]) / "recalld" / "state" / "recalld.log"
-        deadline = time.monotonic() + 30
-        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, "no log file"
-            time.sleep(0.05)
+        wait_log(log, "recalld serving on", "the daemon's log file")
     finally:
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.05)
-    assert not _alive(pid), "the auto-started daemon ignored SIGTERM"
+        wait_gone(pid, "the auto-started daemon to stop on SIGTERM")
     assert_one_line_error(recalld("status", env=env), 3)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by init) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("args", [["--help"], ["workspace", "--help"]])

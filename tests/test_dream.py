@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_for, wait_job
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.errors import InvalidParams, MethodNotFound, NotAllowed, RecalldError
@@ -94,13 +94,7 @@ def run_job(daemon: DaemonHandle, kind: str, params: dict[str, Any] | None = Non
             agent: str = AGENT) -> dict[str, Any]:
     job_id = daemon.call("jobs.submit", {"agent_id": agent, "kind": kind,
                                          "params": params or {}})["job_id"]
-    deadline = time.monotonic() + 30
-    while True:
-        job: dict[str, Any] = daemon.call("jobs.get", {"agent_id": agent, "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            return job
-        assert time.monotonic() < deadline, job
-        time.sleep(0.05)
+    return wait_job(daemon, job_id, agent=agent)
 
 
 def dream(daemon: DaemonHandle) -> dict[str, Any]:
@@ -326,10 +320,8 @@ def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: F
     # a: tool call, then its final answer; b's first request hangs until cancelled.
     fake.script(Reply(), Reply(), Reply(delay_s=30))
     job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
-    wait = time.monotonic() + 60
-    while fake.pending_script():  # b's request has arrived (and hangs) once none is left
-        assert time.monotonic() < wait, "the job never reached the second note"
-        time.sleep(0.02)
+    # b's request has arrived (and hangs) once none is left.
+    wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
     job = daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
     assert job["state"] == "cancelled", job
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]

@@ -18,11 +18,8 @@ from fakes.provider_server import FakeProvider, Reply, fake_vector, unit
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.embedding import (
-    EmbeddingClient,
-    resolve_api_key,
-    truncate_to_budget,
-)
+from recalld.daemon.providers.embedding import EmbeddingClient, resolve_api_key
+from recalld.daemon.providers.embedding_formats import truncate_to_budget
 from recalld.daemon.providers.errors import (
     CircuitOpen,
     DimensionMismatch,

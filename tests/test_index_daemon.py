@@ -7,12 +7,12 @@ import os
 import shutil
 import signal
 import struct
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from waits import wait_for, wait_job, wait_value, workspace_status
 
 from recalld.daemon.index.service import POOL_BATCH
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, UnknownWorkspace
@@ -310,10 +310,9 @@ def test_corrupt_state_is_rebuilt_while_search_answers(
 
     # The large files' checksums are checked once the workspace serves; then a good
     # generation is committed again.
-    deadline = time.monotonic() + 30
-    while not ((index := index_status(d2))["load_checked"] and index["last_commit"]):
-        assert time.monotonic() < deadline, index
-        time.sleep(0.05)
+    index = wait_value(lambda: index_status(d2),
+                       lambda index: index["load_checked"] and index["last_commit"],
+                       "the checked load and a new commit")
     assert index["files"] == 4
     if damage in ("flip", "flip_data"):
         assert "bm25" in index["load_corrupt"]
@@ -325,8 +324,8 @@ def test_corrupt_state_is_rebuilt_while_search_answers(
     assert d2.stop() == 0
     d3 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
     d3.call("index.sync", {"agent_id": "w"})
-    while not (index := index_status(d3))["load_checked"]:
-        time.sleep(0.05)
+    index = wait_value(lambda: index_status(d3), lambda index: index["load_checked"],
+                       "the checked load")
     assert index["load_corrupt"] == {}
     assert paths(search(d3, "ECONNREFUSED")) == expected
 
@@ -344,11 +343,7 @@ def test_reindex_job_and_exclusivity(daemon: Any, workspace: Path) -> None:
     assert "result" in answers[1]
     assert answers[2]["error"]["code"] == AlreadyRunning.code
     job_id = answers[1]["result"]["job_id"]
-    for _ in range(200):
-        job = daemon.call("jobs.get", {"agent_id": "w", "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            break
-        time.sleep(0.05)
+    job = wait_job(daemon, job_id)
     assert job["state"] == "succeeded", job
     assert job["result"]["files"] == 4
     assert job["progress"]["done"] == job["progress"]["total"] == 4
@@ -377,14 +372,8 @@ def test_a_first_build_is_committed_once_at_its_end(daemon_factory: Any,
         write(root, f"memory/2026-05-{i % 28 + 1:02d}/n{i}.md", f"# N{i}\n\nword{i} {body}\n")
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n')
     d.call("index.sync", {"agent_id": "w"}, timeout=240)  # waits for the whole build
-    deadline = time.monotonic() + 60
-    while True:
-        status = d.call("daemon.status")
-        index = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
-        if index["last_commit"]:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    index = wait_value(lambda: (workspace_status(d, "w") or {})["index"],
+                       lambda index: index["last_commit"], "the first commit")
     assert (index["last_commit"]["files"], index["last_commit"]["generation"]) == (2100, 1)
 
 
@@ -419,16 +408,10 @@ def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path:
               f"# Note {i}\n\n" + " ".join(f"w{(i * j) % 997}" for j in range(300)) + "\n")
     d = daemon_factory()
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})  # killed while building
-    deadline = time.monotonic() + 30
-    workers: set[int] = set()
-    while not workers and time.monotonic() < deadline:
-        if d.call("daemon.status", {})["queues"]["prepare_pool"]["alive"]:
-            workers = _children(d.pid)
-        time.sleep(0.02)
-    assert workers, "the build never used worker processes"
+    workers = wait_for(
+        lambda: d.call("daemon.status", {})["queues"]["prepare_pool"]["alive"]
+        and _children(d.pid), "the build's worker processes")
     d.signal(signal.SIGKILL)
     d.proc.wait(10)
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in workers if Path(f"/proc/{p}").exists()]
+    wait_for(lambda: not [p for p in workers if Path(f"/proc/{p}").exists()],
+             "the worker processes to exit")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
 from conftest import DaemonFactory, DaemonHandle
 from mcp import ClientSession

@@ -8,13 +8,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import trio
 from conftest import DaemonHandle
+from waits import wait_value, workspace_status
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
@@ -124,17 +124,13 @@ def test_metrics_count_rpc_search_and_apply_and_print_prometheus(daemon: DaemonH
     assert 'recalld_rpc_seconds_bucket{method="daemon.ping",le="+Inf"}' in proc.stdout
 
 
-def wait_settled(d: DaemonHandle, agent: str = "default", cap_s: float = 60.0) -> None:
+def wait_settled(d: DaemonHandle, agent: str = "default") -> None:
     """Wait until ``agent``'s workspace runs all its services and its first disk scan is
     in (health "clean"): before that, doctor rightly reports it as pending."""
-    deadline = time.monotonic() + cap_s
-    while True:
-        found = [w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == agent]
-        if found and found[0]["state"] == "ready" and (
-                (found[0].get("health") or {}).get("state") == "clean"):
-            return
-        assert time.monotonic() < deadline, found
-        time.sleep(0.05)
+    wait_value(lambda: workspace_status(d, agent),
+               lambda ws: ws and ws["state"] == "ready"
+               and (ws.get("health") or {}).get("state") == "clean",
+               f"{agent} ready and clean")
 
 
 def test_doctor_finds_a_wrong_socket_dir_mode_and_a_missing_unit(

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import wait_value
 
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 
@@ -21,15 +21,11 @@ def _health(d: Any) -> dict[str, Any]:
     return dict(ws["health"])
 
 
-def _wait_health(d: Any, want: str, timeout_s: float = 120.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout_s
-    while True:
+def _wait_health(d: Any, want: str) -> dict[str, Any]:
+    def synced_health() -> dict[str, Any]:
         d.call("index.sync", {"agent_id": "w"}, timeout=60.0)
-        health = _health(d)
-        if health["state"] == want:
-            return health
-        assert time.monotonic() < end, health
-        time.sleep(0.2)
+        return _health(d)
+    return wait_value(synced_health, lambda health: health["state"] == want, f"health {want}")
 
 
 def test_a_note_over_the_limit_is_reported_in_health_and_verify(

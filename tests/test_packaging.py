@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from waits import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,16 +111,12 @@ def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
     proc = subprocess.Popen([str(recalld), "serve"], env=env, cwd=tmp_path, stdout=log,
                             stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        status = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and proc.poll() is None:
+        def serving() -> Any:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
             got = subprocess.run([str(recalld), "status", "--json"], env=env, cwd=tmp_path,
                                  capture_output=True, text=True, timeout=30, check=False)
-            if got.returncode == 0:
-                status = orjson.loads(got.stdout)
-                break
-            time.sleep(0.2)
-        assert status is not None, (tmp_path / "serve.log").read_text()
+            return orjson.loads(got.stdout) if got.returncode == 0 else None
+        status = wait_for(serving, "the installed daemon's status")
         assert status["version"] and status["pid"] == proc.pid
         assert [w["agent_id"] for w in status["workspaces"]] == ["default"]
         where = subprocess.run(

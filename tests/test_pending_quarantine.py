@@ -4,11 +4,11 @@ dropped silently: a real daemon, its real log file damaged in the middle, a rest
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
+from waits import wait_value
 
 from recalld.daemon.store.applog import parse
 
@@ -57,10 +57,7 @@ def test_a_damaged_record_is_quarantined_logged_and_counted(
     assert records[0]["reason"] == "CRC mismatch"
     assert records[0]["offset"] == len(lines[0])
     assert base64.b64decode(records[0]["raw_b64"]) + b"\n" == damaged_line
-    end = time.monotonic() + 10
-    while "set aside" not in d2.log():
-        assert time.monotonic() < end, d2.log()
-        time.sleep(0.05)
+    wait_value(d2.log, lambda log: "set aside" in log, "the damaged record set aside")
     assert "pending-turns log" in d2.log()
     # The log was rewritten without it: another restart finds nothing new to set aside.
     assert damaged_line not in log_path.read_bytes()

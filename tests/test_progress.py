@@ -8,13 +8,14 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_cli import SCRIPT
 from test_dream import AGENT, fake, open_ws, write
+from waits import wait_for
 
 from recalld.ipc.progress import LINE_INTERVAL_S, Progress, duration
 
@@ -108,11 +109,11 @@ def test_ctrl_c_says_the_job_goes_on_and_how_to_follow_it(
     open_ws(daemon, root, fake)
     fake.script(Reply(delay_s=8.0))  # the dream's first model call takes a while
     with _recalld("dream", "--agent", AGENT, env=daemon.env) as proc:
-        deadline = time.monotonic() + 60
-        while not [j for j in daemon.call("jobs.list", {"agent_id": AGENT})["jobs"]
-                   if j["kind"] == "auto_dream" and j["state"] == "running"]:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        def running() -> list[Any]:
+            assert proc.poll() is None
+            return [j for j in daemon.call("jobs.list", {"agent_id": AGENT})["jobs"]
+                    if j["kind"] == "auto_dream" and j["state"] == "running"]
+        wait_for(running, "the dream to run")
         # The CLI follows the job once its first progress line is out (before that an
         # interrupt has no job id to name).
         assert proc.stderr is not None
@@ -136,10 +137,7 @@ def test_indexing_notice_says_what_a_sync_waits_for(daemon: DaemonHandle) -> Non
 
     out = io.StringIO()
     with IndexingNotice(daemon.socket_path, "default", out, after_s=0.0):
-        deadline = time.monotonic() + 30
-        while not out.getvalue():
-            assert time.monotonic() < deadline, "no notice"
-            time.sleep(0.02)
+        wait_for(out.getvalue, "the notice")
     line = out.getvalue().splitlines()[0]
     assert line.startswith("recalld: waiting for the index of default: ")
     assert "file(s) indexed so far" in line

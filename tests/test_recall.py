@@ -4,7 +4,6 @@ the block builder's budget as a property."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from conftest import DaemonHandle
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from waits import wait_for
 
 from recalld.daemon.memory.recall import (
     HITS_HEADER,
@@ -58,10 +58,7 @@ def ws(daemon: DaemonHandle, tmp_path: Path) -> Path:
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     # The node is a topic file (it has a type): the daemon writes digest/MEMORY.md for it,
     # which is indexed like any note; wait for it so every call sees the same files.
-    end = time.monotonic() + 30
-    while not (root / "digest" / "MEMORY.md").exists():
-        assert time.monotonic() < end, "MEMORY.md not written"
-        time.sleep(0.05)
+    wait_for((root / "digest" / "MEMORY.md").exists, "MEMORY.md")
     daemon.call("index.sync", {"agent_id": "w"})
     return root
 

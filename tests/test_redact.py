@@ -6,13 +6,13 @@ import pytest
 
 from recalld.daemon.memory.redact import (
     MASK,
-    entropy_bits,
     redact,
     redact_count,
     redact_messages,
     redact_parts,
     redact_value,
 )
+from recalld.daemon.memory.secret_rules import entropy_bits
 
 OPENAI = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
 ANTHROPIC = "sk-ant-api03-" + "x7Yz" * 8

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer
 from reme_fixture_util import FIXTURE, copy_fixture, fixture_notes
+from waits import wait_job
 
 from recalld.daemon.store.fsio import REAL
 from recalld.daemon.store.records import read_foreign_records, read_records, write_records
@@ -51,15 +51,10 @@ def open_ws(daemon: DaemonHandle, root: Path, fake: FakeProvider) -> None:
 def dream(daemon: DaemonHandle) -> dict[str, Any]:
     job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream",
                                          "params": {}})["job_id"]
-    deadline = time.monotonic() + 60
-    while True:
-        job: dict[str, Any] = daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job_id})
-        if job["state"] not in ("queued", "running"):
-            assert job["state"] == "succeeded", job
-            result: dict[str, Any] = job["result"]
-            return result
-        assert time.monotonic() < deadline, job
-        time.sleep(0.05)
+    job = wait_job(daemon, job_id, agent=AGENT)
+    assert job["state"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
 
 
 def reme_dreamed() -> set[str]:

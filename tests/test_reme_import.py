@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from reme_fixture_util import (
     fixture_provider,
     passage_texts,
 )
+from waits import wait_for, wait_value
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
@@ -33,14 +33,11 @@ def vectors_status(d: Any, agent: str = "w") -> dict[str, Any]:
     return out
 
 
-def wait_full(d: Any, agent: str = "w", deadline_s: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        st = vectors_status(d, agent)
-        if st["total"] and st["coverage"] == 1.0 and st["state"] in ("idle", "waiting"):
-            return st
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
+def wait_full(d: Any, agent: str = "w", deadline_s: float = 120.0) -> dict[str, Any]:
+    return wait_value(lambda: vectors_status(d, agent),
+                      lambda st: st["total"] and st["coverage"] == 1.0
+                      and st["state"] in ("idle", "waiting"),
+                      f"every vector of {agent}", deadline_s)
 
 
 # -------------------------------------------------------------------- reading ReMe's files
@@ -144,10 +141,7 @@ def test_a_reme_workspace_reuses_remes_vectors(daemon_factory: Any, tmp_path: Pa
         with (ws / edited).open("a", encoding="utf-8") as f:
             f.write("\nThe GPU reservation ends in August.\n")
         d.call("index.sync", {"agent_id": "w"})
-        deadline = time.monotonic() + 60
-        while len(passage_texts(fake)) == before:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: len(passage_texts(fake)) > before, "the edit's passages")
         wait_full(d)
         fresh = passage_texts(fake)[before:]
         assert fresh and all("GPU reservation" in t or "budget" in t.lower() for t in fresh)
@@ -211,10 +205,7 @@ def test_back_and_forth_between_recalld_and_reme(daemon_factory: Any, tmp_path: 
         with (ws / edited).open("a", encoding="utf-8") as f:
             f.write("\nThe pool size went back to 50 after the fix.\n")
         d.call("index.sync", {"agent_id": "w"})
-        deadline = time.monotonic() + 60
-        while not passage_texts(fake):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: passage_texts(fake), "the edit's passages")
         wait_full(d)
         assert d.stop() == 0
         # ReMe opens what recalld served: its chunks load as it left them, nothing is
@@ -238,10 +229,8 @@ def test_back_and_forth_between_recalld_and_reme(daemon_factory: Any, tmp_path: 
         d2.call("index.sync", {"agent_id": "w"})
         found = d2.call("memory.search", {"agent_id": "w", "query": "tomatoes staking"})
         assert found["results"][0]["path"] == added
-        deadline = time.monotonic() + 60
-        while vectors_status(d2)["embedded"] < vectors_status(d2)["total"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_value(lambda: vectors_status(d2), lambda st: st["embedded"] >= st["total"],
+                   "every chunk embedded")
         asked = passage_texts(fake)[before:]
         assert asked == ["tomatoes staking"], asked  # the query's own vector only
         assert d2.stop() == 0
@@ -257,10 +246,7 @@ def test_copies_an_older_version_wrote_under_remes_names_go(daemon_factory: Any,
     (ws / "memory/2026-07-01/a.md").write_text("# A\n\nwalrus facts\n", "utf-8")
     d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n[daemon]\npersist_delay_s = 0.05\n')
     d.call("index.sync", {"agent_id": "w"})
-    deadline = time.monotonic() + 30
-    while not list((ws / "mem_metadata" / "index").glob("MANIFEST-*")):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(lambda: list((ws / "mem_metadata" / "index").glob("MANIFEST-*")), "a manifest")
     assert d.stop() == 0
     meta = ws / "mem_metadata"
     old = {"file_store/file_chunks_default_v1.jsonl.zst": {

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-pytest.importorskip("agentscope")
-pytest.importorskip("mcp")
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
 from conftest import DaemonHandle
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from waits import wait_for
 
 from recalld.daemon import remembered
 from recalld.ipc.agentscope import RecalldMemoryMiddleware
@@ -129,12 +129,7 @@ def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -
     assert d.stop() == 0
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     # The next minute boundary plus the scheduler's 0-60 s jitter: at most ~2 minutes.
-    end = time.monotonic() + 200
-    while True:
-        jobs = d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
-        fired = [j for j in jobs if j["kind"] == "auto_dream"]
-        if fired:
-            break
-        assert time.monotonic() < end, "no dream fired after the restart"
-        time.sleep(1.0)
+    fired = wait_for(lambda: [j for j in d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
+                              if j["kind"] == "auto_dream"],
+                     "a dream after the restart", deadline_s=200)
     assert fired[0]["params"].get("trigger") == "cron"

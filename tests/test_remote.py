@@ -12,28 +12,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-
-CAP_S = 60.0
-
-
-def wait_for(what: Callable[[], Any], timeout: float = CAP_S, message: str = "") -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {message or what}")
-        time.sleep(0.05)
+from waits import wait_for
 
 
 def config(dsn: str, name: str, host: str, extra: str = "") -> str:
@@ -83,7 +69,7 @@ def pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = ""
     a = daemon_factory(config(pg.dsn, name, "hosta", extra))
     b = daemon_factory(config(pg.dsn, name, "hostb", extra))
     for d in (a, b):
-        wait_for(lambda d=d: remote_status(d)["state"] == "online", message="online")
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
     return a, b, name
 
 
@@ -105,24 +91,24 @@ def test_note_edit_rename_delete_propagate(daemon_factory: DaemonFactory,
     assert "psycopg" in Path(f"/proc/{a.pid}/maps").read_text()  # the driver, on demand
     write(a, "memory/2026-07-23/commute.md", "# Commute\nbike on Mondays zebracrossing\n")
     wait_for(lambda: "memory/2026-07-23/commute.md" in search_paths(b, "zebracrossing"),
-             message="note searchable on b")
+             what="note searchable on b")
 
     write(a, "memory/2026-07-23/commute.md", "# Commute\ntrain on Tuesdays quokkaferry\n")
     wait_for(lambda: "memory/2026-07-23/commute.md" in search_paths(b, "quokkaferry"),
-             message="edit searchable on b")
+             what="edit searchable on b")
     assert search_paths(b, "zebracrossing") == []
 
     # A rename is a delete and a create; it comes back from the other host as well.
     (root(b) / "digest" / "wiki").mkdir(parents=True, exist_ok=True)
     (root(b) / "memory/2026-07-23/commute.md").rename(root(b) / "digest/wiki/commute.md")
     wait_for(lambda: search_paths(a, "quokkaferry") == ["digest/wiki/commute.md"],
-             message="rename on a")
+             what="rename on a")
     assert not (root(a) / "memory/2026-07-23/commute.md").exists()
 
     (root(a) / "digest/wiki/commute.md").unlink()
-    wait_for(lambda: not (root(b) / "digest/wiki/commute.md").exists(), message="delete on b")
+    wait_for(lambda: not (root(b) / "digest/wiki/commute.md").exists(), what="delete on b")
     assert search_paths(b, "quokkaferry") == []
-    wait_for(lambda: converged(a, b), message="converged")
+    wait_for(lambda: converged(a, b), what="converged")
     # A file the replica wrote is not uploaded back as a change of its own.
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
 
@@ -131,8 +117,8 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
                                              pg_server: PgServer) -> None:  # noqa: F811
     a, b, _ = pair(daemon_factory, pg_server)
     write(a, "digest/wiki/plan.md", "# Plan\nfirst draft\n")
-    wait_for(lambda: (root(b) / "digest/wiki/plan.md").exists(), message="plan on b")
-    wait_for(lambda: converged(a, b), message="converged before the edits")
+    wait_for(lambda: (root(b) / "digest/wiki/plan.md").exists(), what="plan on b")
+    wait_for(lambda: converged(a, b), what="converged before the edits")
 
     # Both hosts edit the file while b cannot reach the server: a's edit commits first.
     uploaded = remote_status(a)["uploaded"]
@@ -141,14 +127,14 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
         write(b, "digest/wiki/plan.md", "# Plan\nversion of host b wombat\n")
         write(a, "digest/wiki/plan.md", "# Plan\nversion of host a koala\n")
         wait_for(lambda: remote_status(a)["uploaded"] > uploaded
-                 and remote_status(a)["outbox"] == 0, message="a uploaded")
+                 and remote_status(a)["outbox"] == 0, what="a uploaded")
     finally:
         b.signal(signal.SIGCONT)
 
     def copies(d: DaemonHandle) -> list[str]:
         return sorted(p for p in notes(d) if ".sync-conflict-" in p)
 
-    wait_for(lambda: converged(a, b) and copies(a), message="converged with a conflict copy")
+    wait_for(lambda: converged(a, b) and copies(a), what="converged with a conflict copy")
     assert (root(a) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a koala\n"
     assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a koala\n"
     [copy] = copies(b)
@@ -159,7 +145,7 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
     assert [i["kind"] for i in items] == ["sync_conflict"]
     assert items[0]["changes"] == ["digest/wiki/plan.md", copy]
     assert a.call("inbox.list", {"agent_id": "default"})["items"] == []
-    wait_for(lambda: search_paths(a, "wombat") == [copy], message="copy searchable on a")
+    wait_for(lambda: search_paths(a, "wombat") == [copy], what="copy searchable on a")
 
     # A deletion that crosses an edit loses: the edit is restored where it was deleted.
     uploaded = remote_status(a)["uploaded"]
@@ -168,11 +154,11 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
         (root(b) / "digest/wiki/plan.md").unlink()
         write(a, "digest/wiki/plan.md", "# Plan\nversion of host a emu\n")
         wait_for(lambda: remote_status(a)["uploaded"] > uploaded
-                 and remote_status(a)["outbox"] == 0, message="a uploaded")
+                 and remote_status(a)["outbox"] == 0, what="a uploaded")
     finally:
         b.signal(signal.SIGCONT)
     wait_for(lambda: converged(a, b)
-             and (root(b) / "digest/wiki/plan.md").exists(), message="edit restored on b")
+             and (root(b) / "digest/wiki/plan.md").exists(), what="edit restored on b")
     assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a emu\n"
     assert len(b.call("inbox.list", {"agent_id": "default"})["items"]) == 1
 
@@ -186,7 +172,7 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
     pg_server.stop()
     try:
         for d in (a, b):
-            wait_for(lambda d=d: remote_status(d)["state"] == "offline", message="offline")
+            wait_for(lambda d=d: remote_status(d)["state"] == "offline", what="offline")
         # Both keep serving and accepting writes; the outbox holds them.
         for i in range(3):
             write(a, f"memory/2026-07-21/a{i}.md", f"# A{i}\noffline note alpaca{i}\n")
@@ -196,8 +182,8 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
                                    "name": "rpcnote"})
         assert search_paths(a, "alpaca1") == ["memory/2026-07-21/a1.md"]
         assert search_paths(b, "ibex")
-        wait_for(lambda: remote_status(a)["outbox"] == 3, message="a's queue")
-        wait_for(lambda: remote_status(b)["outbox"] == 5, message="b's queue")
+        wait_for(lambda: remote_status(a)["outbox"] == 3, what="a's queue")
+        wait_for(lambda: remote_status(b)["outbox"] == 5, what="b's queue")
         shown = cli(b, "status")
         assert re.search(r"remote: +offline, outbox 5 ", shown), shown
         assert "shared workspace default" in cli(b, "doctor")
@@ -207,7 +193,7 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
     finally:
         pg_server.start()
 
-    wait_for(lambda: converged(a, b), message="converged after the outage")
+    wait_for(lambda: converged(a, b), what="converged after the outage")
     files = notes(a)
     assert "memory/2026-07-20/base.md" not in files
     assert {f"memory/2026-07-21/a{i}.md" for i in range(3)} <= files.keys()
@@ -239,14 +225,14 @@ def test_kill_during_upload_and_catch_up_changes_nothing(
     for i in range(n):
         write(a, f"memory/2026-07-{10 + i % 20:02d}/n{i}.md", f"# N{i}\nbulk note {i} yak{i}\n")
     # kill -9 while uploading, then again at once after the restart.
-    wait_for(lambda: remote_status(a)["uploaded"] > 20, message="a uploading")
+    wait_for(lambda: remote_status(a)["uploaded"] > 20, what="a uploading")
     a.kill()
     cfg_a = config(pg_server.dsn, name, "hosta")
     a = daemon_factory(cfg_a, RECALLD_DATA_DIR=str(a.data_dir))
     a.kill()
     a = daemon_factory(cfg_a, RECALLD_DATA_DIR=str(a.data_dir))
     wait_for(lambda: remote_status(a)["outbox"] == 0 and remote_status(a)["state"] == "online",
-             message="a uploaded everything")
+             what="a uploaded everything")
     expected = notes(a)
     assert len(expected) == n
     # Every file went up exactly once: one recorded change per file, none twice.
@@ -257,12 +243,12 @@ def test_kill_during_upload_and_catch_up_changes_nothing(
     during = []
     for at_least in (1, n // 3):
         b = daemon_factory(cfg_b, RECALLD_DATA_DIR=str(b.data_dir))
-        wait_for(lambda b=b, k=at_least: len(notes(b)) >= k, message="b catching up")
+        wait_for(lambda b=b, k=at_least: len(notes(b)) >= k, what="b catching up")
         b.kill()
         during.append(len(notes(b)))
     assert min(during) < n, f"no kill landed during the catch-up: {during}"
     b = daemon_factory(cfg_b, RECALLD_DATA_DIR=str(b.data_dir))
-    wait_for(lambda: converged(a, b), message="converged after kills")
+    wait_for(lambda: converged(a, b), what="converged after kills")
     assert notes(b) == expected
     # Nothing b received went back up as a change of its own.
     assert changes_by(pg_server, name, "hostb") == (0, 0)
@@ -275,7 +261,7 @@ def finished_job(d: DaemonHandle, kind: str) -> dict[str, Any]:
     return dict(wait_for(lambda: (lambda j: j if j["state"] in ("succeeded", "failed")
                                   else None)(d.call("jobs.get", {"agent_id": "default",
                                                                  "job_id": job_id})),
-                         message=f"{kind} finished"))
+                         what=f"{kind} finished"))
 
 
 def test_dream_and_resource_run_on_one_host_at_a_time(
@@ -326,7 +312,7 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
         a = daemon_factory(config(pg_server.dsn, name, "hosta", extra) + vec)
         b = daemon_factory(config(pg_server.dsn, name, "hostb", extra) + vec)
         for d in (a, b):
-            wait_for(lambda d=d: remote_status(d)["state"] == "online", message="online")
+            wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
         # Written on both hosts at once, so both index (and want vectors) concurrently.
         for i in range(n):
             write(a if i % 2 else b, f"memory/2026-07-{1 + i % 28:02d}/v{i}.md",
@@ -335,7 +321,7 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
         def done(d: DaemonHandle) -> bool:
             v = vectors_of(d)
             return v["total"] == n and v["embedded"] == n
-        wait_for(lambda: done(a) and done(b), timeout=180, message="every chunk embedded")
+        wait_for(lambda: done(a) and done(b), deadline_s=180, what="every chunk embedded")
         asked: Counter[str] = Counter()
         for req in fake.requests:
             if req.path.endswith("/embeddings"):
@@ -354,12 +340,12 @@ def test_pointing_a_replica_at_another_shared_workspace_starts_over(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     first, second = "t" + uuid.uuid4().hex[:12], "t" + uuid.uuid4().hex[:12]
     a = daemon_factory(config(pg_server.dsn, first, "hosta"))
-    wait_for(lambda: remote_status(a)["state"] == "online", message="online")
+    wait_for(lambda: remote_status(a)["state"] == "online", what="online")
     write(a, "digest/wiki/kept.md", "# Kept\nmoves with the replica\n")
     wait_for(lambda: remote_status(a)["uploaded"] >= 1 and remote_status(a)["outbox"] == 0)
     a.stop()
     a = daemon_factory(config(pg_server.dsn, second, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
     b = daemon_factory(config(pg_server.dsn, second, "hostb"))
-    wait_for(lambda: (root(b) / "digest/wiki/kept.md").exists(), message="file in the new one")
-    wait_for(lambda: converged(a, b), message="converged")
+    wait_for(lambda: (root(b) / "digest/wiki/kept.md").exists(), what="file in the new one")
+    wait_for(lambda: converged(a, b), what="converged")
     assert "every local file goes up again" in a.log()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from waits import wait_for
 
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db, schema
@@ -90,10 +90,8 @@ def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> N
         db.listen(listener, ws)
         assert db.drain_notifies(listener) == 0
         db.upload(conn, ws, "ha", change("digest/wiki/n.md", "x"), "digest/wiki/n.md", 0)
-        end = time.monotonic() + 30
-        got = 0
-        while not got and time.monotonic() < end:
-            got = sum(1 for _ in listener.notifies(timeout=0.5, stop_after=1))
+        got = wait_for(lambda: sum(1 for _ in listener.notifies(timeout=0.5, stop_after=1)),
+                       "the notification")
         assert got == 1
     finally:
         listener.close()

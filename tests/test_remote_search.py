@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import cli, wait_for
+from test_remote import cli
+from waits import wait_for
 
 WORDS = ("river", "garden", "invoice", "deploy", "kernel", "picnic", "budget", "tennis",
          "vaccine", "harbor", "lantern", "orchard", "compiler", "mortgage", "glacier",
@@ -147,7 +148,7 @@ def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "",
     d = daemon_factory(config(pg.dsn, name, extra))
     for agent in ("loc", "srv"):
         wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
-                 message=f"{agent} online")
+                 what=f"{agent} online")
     notes = generate(seed=20)
     base = ws_root(d, "loc")
     for rel, text in notes.items():
@@ -160,7 +161,7 @@ def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "",
         return (all((other / rel).exists() for rel in notes)
                 and ws_status(d, "loc")["remote"]["outbox"] == 0
                 and ws_status(d, "srv")["remote"]["outbox"] == 0)
-    wait_for(replicated, timeout=120, message="every note on both replicas")
+    wait_for(replicated, deadline_s=120, what="every note on both replicas")
     return d
 
 
@@ -213,7 +214,7 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
     pg_server.stop()
     try:
         wait_for(lambda: ws_status(d, "srv")["remote"]["state"] == "offline",
-                 message="offline")
+                 what="offline")
         during = search(d, "srv", "ECONNREFUSED", None)
         assert during["search_mode"] == "local" and during["server_error"]
         assert hits(during) == hits(before)
@@ -222,7 +223,7 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
     # Online again, and once the server is known to hold every file's chunks (checked
     # at each connect), the server answers again.
     wait_for(lambda: search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server",
-             message="searched in the server again")
+             what="searched in the server again")
 
 
 def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
@@ -244,11 +245,11 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
                 if not v.get("total") or v.get("embedded") != v.get("total"):
                     return False
             return True
-        wait_for(embedded, timeout=120, message="every chunk embedded")
+        wait_for(embedded, deadline_s=120, what="every chunk embedded")
         compare_hybrid(d)
         # The first searches scan the vectors exactly; the HNSW index of the space is
         # built in the background meanwhile, and later searches go through it.
-        wait_for(lambda: hnsw_index_valid(pg_server, 16), message="HNSW index built")
+        wait_for(lambda: hnsw_index_valid(pg_server, 16), what="HNSW index built")
         compare_hybrid(d)
 
 
@@ -305,7 +306,7 @@ def test_rows_written_before_the_server_kept_chunks_are_chunked(
     d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
     files = len(generate(seed=20))
     wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
-             timeout=120, message="older rows chunked")
+             deadline_s=120, what="older rows chunked")
     assert ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files
     for q, want in expected.items():
         got = search(d, "srv", q, None)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
-from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -16,22 +14,13 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import ScriptedModel, chat_config, fake, run_job, write
+from waits import wait_for, wait_value
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.store.records import read_records
 from recalld.ipc.errors import MethodNotFound
 
 __all__ = ["fake"]  # the fixture, shared with test_dream
-
-
-def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def active_jobs(daemon: DaemonHandle, agent: str, kind: str) -> list[dict[str, Any]]:
@@ -46,8 +35,9 @@ def catalog(root: Path) -> dict[str, dict[str, Any]]:
     return {r["path"]: r for r in read_records(path)}
 
 
-def state_is(root: Path, rel: str, *states: str) -> Callable[[], bool]:
-    return lambda: catalog(root).get(rel, {}).get("state") in states
+def wait_state(root: Path, rel: str, *states: str) -> None:
+    wait_value(lambda: catalog(root).get(rel, {}), lambda entry: entry.get("state") in states,
+               f"{rel} {' or '.join(states)}")
 
 
 def note_of(root: Path, rel: str) -> tuple[dict[str, Any], str]:
@@ -92,7 +82,7 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
         "resource/2026-13-40/odd.txt": f"memory/{today}/resource-2026-13-40-odd-txt.md",
     }
     for rel in wanted:
-        wait_for(state_is(root, rel, "processed"))
+        wait_state(root, rel, "processed")
     cat = catalog(root)
     for rel, note in wanted.items():
         assert cat[rel]["note"] == note, cat[rel]
@@ -135,7 +125,7 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
 
     # A deleted file's note is kept and marked.
     (root / "resource/2026-11-02/data.csv").unlink()
-    wait_for(state_is(root, "resource/2026-11-02/data.csv", "removed"))
+    wait_state(root, "resource/2026-11-02/data.csv", "removed")
     note = root / wanted["resource/2026-11-02/data.csv"]
     wait_for(lambda: "source_removed" in note.read_text())
     fields, text = parse_frontmatter(note.read_text())[0], note.read_text()
@@ -149,8 +139,8 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
     (tmp_path / "incoming/sub").mkdir(parents=True)
     (tmp_path / "incoming/sub/new.txt").write_text("moved in\n")
     (tmp_path / "incoming").rename(root / "resource/2026-11-04")
-    wait_for(state_is(root, "resource/2026-11-01/deep/nested/x.md", "removed"))
-    wait_for(state_is(root, "resource/2026-11-04/sub/new.txt", "processed"))
+    wait_state(root, "resource/2026-11-01/deep/nested/x.md", "removed")
+    wait_state(root, "resource/2026-11-04/sub/new.txt", "processed")
     assert catalog(root)["resource/2026-11-04/sub/new.txt"]["note"] == (
         "memory/2026-11-04/resource-sub-new-txt.md")
     moved_note = root / wanted["resource/2026-11-01/deep/nested/x.md"]
@@ -163,7 +153,7 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     plain = tmp_path / "plain"
     write(plain, "resource/a.txt", "hello\n")
     open_ws(daemon, "nomodel", plain, None)
-    wait_for(state_is(plain, "resource/a.txt", "pending"))
+    wait_state(plain, "resource/a.txt", "pending")
     assert catalog(plain)["resource/a.txt"]["reason"] == "no chat model configured"
     assert not (plain / "memory").exists() or not list((plain / "memory").rglob("*.md"))
     assert resource_items(daemon, "nomodel") in (None, [])
@@ -178,7 +168,7 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     fake.script(Reply(raw=b"garbage"))
     write(root, "resource/b.txt", "the code word is swordfish\n")
     open_ws(daemon, "flaky", root, fake)
-    wait_for(state_is(root, "resource/b.txt", "failed"))
+    wait_state(root, "resource/b.txt", "failed")
     assert catalog(root)["resource/b.txt"]["reason"]
     # The catalog is saved before the automatic job ends; one job of a kind runs at a time.
     wait_for(lambda: not active_jobs(daemon, "flaky", "auto_resource"))
@@ -189,7 +179,7 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
 
     # Input to the model is bounded; the note says it saw only the first part.
     write(root, "resource/2026-11-03/big.txt", "lorem ipsum " * 5000)
-    wait_for(state_is(root, "resource/2026-11-03/big.txt", "processed"))
+    wait_state(root, "resource/2026-11-03/big.txt", "processed")
     fields, _ = note_of(root, "resource/2026-11-03/big.txt")
     assert fields["truncated_input"] is True and fields["date"] == "2026-11-03"
     last = [r.json for r in fake.requests if r.path.endswith("/chat/completions")][-1]

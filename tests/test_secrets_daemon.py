@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-from test_auto_memory import wait_job
+from waits import wait_job
 
 from recalld.ipc.errors import InvalidParams
 
@@ -112,7 +112,7 @@ def test_secrets_reach_no_note_log_index_or_chat_request(
     ]})
     pending_log = root / "mem_metadata" / "sessions" / "pending.jsonl"
     assert _leaks(pending_log.read_text()) == []
-    job = wait_job(d, added["job_id"], timeout_s=60.0)
+    job = wait_job(d, added["job_id"])
     assert job["state"] == "succeeded", job
 
     note = d.call("memory.add_note", {

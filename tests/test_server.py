@@ -13,15 +13,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
 import trio
+import trio.testing
+from waits import wait_for
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE
+from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE, CallCounters, Connection
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import bind_listener
 from recalld.daemon.rpc.methods import build_methods
@@ -41,14 +45,6 @@ if TYPE_CHECKING:
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def wait_until(predicate: Any, deadline_s: float = 10.0, what: str = "condition") -> None:
-    end = time.monotonic() + deadline_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def server_stats(d: DaemonHandle) -> dict[str, Any]:
@@ -257,8 +253,8 @@ def test_a_client_that_never_reads_is_cut_off(daemon_factory: DaemonFactory) -> 
     # Others are served while the stuck client holds its answers hostage.
     for _ in range(5):
         assert d.call("daemon.ping")["pong"] is True
-    wait_until(lambda: server_stats(d)["timeouts_total"] >= 1, what="write timeout")
-    wait_until(lambda: server_stats(d)["connections_open"] == 1, what="stuck client dropped")
+    wait_for(lambda: server_stats(d)["timeouts_total"] >= 1, what="write timeout")
+    wait_for(lambda: server_stats(d)["connections_open"] == 1, what="stuck client dropped")
     assert stuck.at_eof(timeout=5)
     stuck.close()
 
@@ -332,23 +328,22 @@ def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> Non
                          "error": {"code": errors.OVERLOADED, "message": "too many connections"}}
         assert extra.at_eof()
     conns.pop().close()
-    wait_until(lambda: _ping_ok(d), what="a free slot")
+    wait_for(lambda: _ping_ok(d), what="a free slot")
     for c in conns:
         c.close()
 
 
 def _connect_admitted(d: DaemonHandle) -> RawConnection:
     """A connection that the daemon counted (earlier short-lived ones may linger a moment)."""
-    end = time.monotonic() + 10
-    while True:
+    def admitted() -> RawConnection | None:
         conn = d.connect()
         try:
             assert conn.call("daemon.ping")["pong"] is True
             return conn
         except errors.Overloaded:
             conn.close()
-            assert time.monotonic() < end, "connection slots never freed"
-            time.sleep(0.05)
+            return None
+    return wait_for(admitted, "a free connection slot")
 
 
 def _ping_ok(d: DaemonHandle) -> bool:
@@ -396,10 +391,10 @@ async def test_100_clients_50_requests_each(daemon: DaemonHandle) -> None:
             for n in range(100):
                 nursery.start_soon(client, n)
     assert failures == []
-    wait_until(lambda: fd_count(daemon.pid) <= baseline, what="fds back to baseline")
+    wait_for(lambda: fd_count(daemon.pid) <= baseline, what="fds back to baseline")
     # A connection's task counts itself out just after its socket is closed: wait for the
     # last ones (the status call itself is the one left open).
-    wait_until(lambda: server_stats(daemon)["connections_open"] == 1,
+    wait_for(lambda: server_stats(daemon)["connections_open"] == 1,
                what="every client connection counted out")
     assert server_stats(daemon)["requests_total"] >= 5000
 
@@ -425,13 +420,18 @@ def test_emfile_on_accept_is_survived(daemon_factory: DaemonFactory) -> None:
     assert d.proc.poll() is None
     for s in held:
         s.close()
-    wait_until(lambda: _ping_ok(d), deadline_s=15, what="daemon to recover")
+    wait_for(lambda: _ping_ok(d), what="daemon to recover")
     stats = server_stats(d)
     assert stats["accept_errors_total"] >= 1
     assert "accept failed" in d.log()
 
 
-# ------------------------------------------------- in-process server (trio, real socket)
+# ------------------------------------------------- in-process: one connection, or the server
+#
+# A connection moves bytes on its socket's descriptor (ADR 0018), so the nearest thing to an
+# in-memory stream it can run on is a socket pair: no path, no listener, no accept, no peer
+# check. The tests of the server itself (draining, the grace period, accept failures) run
+# it on a real listening socket.
 
 
 class LineClient:
@@ -456,18 +456,21 @@ class LineClient:
 
 
 class InProcess:
-    """An RpcServer with the real API plus test methods, on a real socket."""
+    """The real API plus test methods, for an :class:`RpcServer` on a real socket
+    (:meth:`connect`) or one :class:`Connection` on a socket pair (:meth:`connection`)."""
 
     def __init__(self, short: Path, **limits: Any) -> None:
         self.config = DaemonConfig(socket_path=short / "s.sock", data_dir=short / "data",
                                    config_path=short / "none.toml", **limits)
         self.release = trio.Event()
         self.started: list[int] = []
+        self._block_started = trio.Event()
         test_methods = Methods()
 
         @test_methods.add("test.block")
         async def block(ctx: Any, params: dict[str, Any]) -> Any:
             self.started.append(params["n"])
+            self._block_started.set()
             await self.release.wait()
             return params["n"]
 
@@ -494,9 +497,33 @@ class InProcess:
         self.state = DaemonState(services=build_daemon_services(self.config),
                                  methods=build_methods([test_methods]))
         self.dispatch = Dispatcher(self.state)
+        self.counters = CallCounters()
+
+    async def wait_started(self, count: int) -> None:
+        """Until ``count`` test.block calls have started."""
+        while len(self.started) < count:
+            self._block_started = trio.Event()
+            await self._block_started.wait()
 
     async def connect(self) -> LineClient:
         return LineClient(await trio.open_unix_socket(str(self.config.socket_path)))
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[LineClient]:
+        """A :class:`Connection` serving one end of a socket pair; the client the other."""
+        ours, theirs = trio.socket.socketpair()
+        stream = trio.SocketStream(ours)
+        conn = Connection(stream, connection_id=1, peer_pid=None, config=self.config,
+                          dispatch=self.dispatch, answers_now=self.dispatch.is_immediate,
+                          counters=self.counters)
+        client = LineClient(trio.SocketStream(theirs))
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(conn.serve)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+                nursery.cancel_scope.cancel()
 
 
 @pytest.fixture
@@ -509,39 +536,30 @@ def short_dir() -> Any:
 async def test_handler_exceptions_do_not_leak(short_dir: Path,
                                               caplog: pytest.LogCaptureFixture) -> None:
     app = InProcess(short_dir)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(RpcServer(app.config, app.dispatch).run)
-        client = await app.connect()
+    async with app.connection() as client:
         await client.send({"jsonrpc": "2.0", "method": "test.boom", "id": 7})
         reply = await client.recv()
         assert reply == {"jsonrpc": "2.0", "id": 7,
                          "error": {"code": errors.INTERNAL_ERROR, "message": "internal error"}}
         assert "secret detail" in caplog.text  # logged for the operator, not sent
-        await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
     app = InProcess(short_dir, max_concurrent_calls_per_connection=2)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(RpcServer(app.config, app.dispatch).run)
-        client = await app.connect()
+    async with app.connection() as client:
         for n in (1, 2, 3):
             await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": n},
                                "id": n})
         await client.send({"jsonrpc": "2.0", "method": "daemon.ping", "id": 4})
         with trio.fail_after(5):
-            while len(app.started) < 2:
-                await trio.sleep(0.01)
-        await trio.sleep(0.1)
+            await app.wait_started(2)
+        await trio.testing.wait_all_tasks_blocked()
         assert sorted(app.started) == [1, 2]  # the third waits for a slot
         app.release.set()
         with trio.fail_after(5):
             replies = [await client.recv() for _ in range(4)]
         assert sorted(r["id"] for r in replies) == [1, 2, 3, 4]
         assert all(r["result"] == r["id"] for r in replies if r["id"] != 4)
-        await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) -> None:
@@ -550,15 +568,12 @@ async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) 
     assert app.dispatch.is_immediate(Request("daemon.ping", {}, 1))
     assert not app.dispatch.is_immediate(Request("test.block", {}, 1))
     assert not app.dispatch.is_immediate(Request("no.such.method", {}, 1))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(RpcServer(app.config, app.dispatch).run)
-        client = await app.connect()
+    async with app.connection() as client:
         for n in (1, 2):
             await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": n},
                                "id": n})
         with trio.fail_after(10):
-            while len(app.started) < 2:
-                await trio.sleep(0.01)
+            await app.wait_started(2)
         # Both slots are held until release: the batch must not need one.
         await client.send([{"jsonrpc": "2.0", "method": "daemon.ping", "id": 3},
                            {"jsonrpc": "2.0", "method": "daemon.status", "id": 4}])
@@ -582,15 +597,11 @@ async def test_immediate_calls_answer_while_every_slot_is_busy(short_dir: Path) 
         with trio.fail_after(5):
             replies = [await client.recv() for _ in range(3)]
         assert sorted((r["id"], r["result"]) for r in replies) == [(1, 1), (2, 2), (6, 6)]
-        await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_call_tasks_are_reused_and_stay_concurrent(short_dir: Path) -> None:
     app = InProcess(short_dir, max_concurrent_calls_per_connection=3)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(RpcServer(app.config, app.dispatch).run)
-        client = await app.connect()
+    async with app.connection() as client:
         # A pipelined burst far above the slot limit: every call answered exactly once.
         await client.stream.send_all(b"".join(
             orjson.dumps({"jsonrpc": "2.0", "method": "test.echo", "params": {"n": n},
@@ -610,14 +621,11 @@ async def test_call_tasks_are_reused_and_stay_concurrent(short_dir: Path) -> Non
                 await client.send({"jsonrpc": "2.0", "method": "test.block",
                                    "params": {"n": n}, "id": n})
             with trio.fail_after(5):
-                while len(app.started) < 3:
-                    await trio.sleep(0.01)
+                await app.wait_started(3)
             app.release.set()
             with trio.fail_after(5):
                 replies = [await client.recv() for _ in range(3)]
             assert sorted(r["result"] for r in replies) == ids
-        await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_graceful_shutdown_answers_in_flight_calls(short_dir: Path) -> None:
@@ -634,11 +642,10 @@ async def test_graceful_shutdown_answers_in_flight_calls(short_dir: Path) -> Non
         await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 9},
                            "id": 1})
         with trio.fail_after(5):
-            while not app.started:
-                await trio.sleep(0.01)
+            await app.wait_started(1)
         # Stop the server while the call runs; the call still answers.
         server_scope.cancel()
-        await trio.sleep(0.2)
+        await trio.testing.wait_all_tasks_blocked()
         assert not app.config.socket_path.exists()  # no longer accepting
         with pytest.raises(OSError):
             await trio.open_unix_socket(str(app.config.socket_path))
@@ -658,8 +665,7 @@ async def test_grace_period_is_bounded(short_dir: Path) -> None:
             client = await app.connect()
             await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 1},
                                "id": 1})
-            while not app.started:
-                await trio.sleep(0.01)
+            await app.wait_started(1)
             nursery.cancel_scope.cancel()  # the call never ends: cut after 0.2 s
         with pytest.raises(EOFError):
             await client.recv()
@@ -668,9 +674,7 @@ async def test_grace_period_is_bounded(short_dir: Path) -> None:
 
 async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
     app = InProcess(short_dir)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(RpcServer(app.config, app.dispatch).run)
-        client = await app.connect()
+    async with app.connection() as client:
         await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
                            "params": {"topics": ["job.*"]}, "id": 1})
         assert (await client.recv())["result"] == {"subscribed": ["job.*"]}
@@ -694,8 +698,6 @@ async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
         await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
                            "params": {"topics": ["job.*"]}, "id": 3})
         assert (await client.recv())["id"] == 3
-        await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 class FlakyListener(trio.abc.Listener[trio.SocketStream]):

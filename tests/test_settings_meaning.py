@@ -6,19 +6,11 @@ reads nor writes the embedding cache (every text goes to the provider).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-
-
-def wait_for(what: Any, timeout_s: float = 60.0) -> Any:
-    end = time.monotonic() + timeout_s
-    while not (value := what()):
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
+from waits import wait_for, wait_job, workspace_status
 
 
 def test_inbox_push_disabled_records_nothing(daemon_factory: Any, tmp_path: Path) -> None:
@@ -34,12 +26,7 @@ def test_inbox_push_disabled_records_nothing(daemon_factory: Any, tmp_path: Path
         r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "flush": True,
                                         "messages": [{"role": "user", "content": "Green tea."},
                                                      {"role": "assistant", "content": "ok"}]})
-
-        def finished() -> dict[str, Any] | None:
-            job: dict[str, Any] = d.call("jobs.get", {"agent_id": "w", "job_id": r["job_id"]})
-            return job if job["state"] not in ("queued", "running") else None
-
-        job = wait_for(finished)
+        job = wait_job(d, r["job_id"])
         assert job["state"] == "succeeded" and job["result"]["changed"], job
         assert job["result"]["inbox_item"] is None
         assert d.call("inbox.list", {"agent_id": "w", "include_acked": True})["items"] == []
@@ -67,18 +54,16 @@ def test_enable_cache_false_bypasses_the_embedding_cache(daemon_factory: Any,
             f'api_key = "k", model_name = "m", dimensions = 8, enable_cache = false}}\n')
 
         def covered(total: int) -> bool:
-            status = d.call("daemon.status")
-            ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
-            v = ws["index"]["vectors"]
-            return bool(v["total"] == total and v["coverage"] >= 1.0)
+            v = (workspace_status(d, "w") or {"index": {"vectors": {}}})["index"]["vectors"]
+            return bool(v.get("total") == total and v.get("coverage", 0) >= 1.0)
 
         d.call("index.sync", {"agent_id": "w"})
-        wait_for(lambda: covered(1))
+        wait_for(lambda: covered(1), "the first file embedded")
         assert embedded(fake, "7:40 train") == 1
         # The same text in a second file: with the cache it would not be sent again.
         (note.parent / "copy.md").write_text(text, encoding="utf-8")
         d.call("index.sync", {"agent_id": "w"})
-        wait_for(lambda: covered(2))
+        wait_for(lambda: covered(2), "the copy embedded")
         assert embedded(fake, "7:40 train") == 2
         assert d.stop() == 0
     caches = list((d.data_dir / "state" / "embeddings").glob("*.log"))

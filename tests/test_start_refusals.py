@@ -18,11 +18,11 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory
+from waits import wait_gone, wait_log
 
 from recalld.ipc.client import Client
 
@@ -157,22 +157,10 @@ def test_an_autostarted_daemon_finds_its_data_folder_private(
         assert _mode(data) == 0o700
         assert _mode(data / "state") == 0o700
         log = data / "state" / "recalld.log"
-        deadline = time.monotonic() + 60
-        while "recalld serving on" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, "no log file"
-            time.sleep(0.05)
-        assert "open to other users" not in log.read_text()
+        assert "open to other users" not in wait_log(log, "recalld serving on",
+                                                     "the daemon's log file")
     finally:
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid):
-        assert time.monotonic() < deadline, "the auto-started daemon ignored SIGTERM"
-        time.sleep(0.05)
+    wait_gone(pid, "the auto-started daemon to stop on SIGTERM")
 
 
-def _proc_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return "Z"

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
 from test_cli import recalld
+from waits import wait_status
 
 from recalld.ipc.health import assess
 
 NO_KEY = {"OPENAI_API_KEY": "", "RECALLD_EMBEDDING_API_KEY": ""}
-
-
-def wait_status(d: DaemonHandle, ok: Callable[[dict[str, Any]], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        status = d.call("daemon.status")
-        if ok(status):
-            return
-        assert time.monotonic() < deadline, f"{what}: {json.dumps(status)[:2000]}"
-        time.sleep(0.05)
 
 
 def default_ws(status: dict[str, Any]) -> dict[str, Any]:

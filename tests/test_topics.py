@@ -5,14 +5,12 @@ chat server)."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytest.importorskip("agentscope")
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential
@@ -22,6 +20,7 @@ from agentscope.tool import Toolkit
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_agentscope import fake, scripted
+from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.agentscope import RecalldMemoryMiddleware
@@ -29,17 +28,6 @@ from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 __all__ = ["fake"]
-
-CAP_S = 30.0
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + CAP_S
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {CAP_S} s: {what}")
-        time.sleep(0.05)
-
 
 def _memory_md(root: Path) -> str:
     path = root / "digest" / "MEMORY.md"

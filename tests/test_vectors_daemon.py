@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
+from waits import wait_value
 
 RENDER = re.compile(r"^========== memory/2026-07-23/commute\.md:\d+-\d+ \[score=\d\.\d{4} "
                     r"vector=-?\d\.\d{4} keyword=\d+\.\d{4}\] ==========\n")
@@ -35,12 +35,9 @@ def fake_config(root: Path, fake: FakeProvider) -> str:
 
 
 def wait_covered(d: Any) -> dict[str, Any]:
-    """The vectors status once every chunk (at least one) has its vector (20 s cap)."""
-    deadline = time.monotonic() + 20
-    while (st := vectors_status(d))["coverage"] < 1.0 or st["total"] == 0:
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
-    return st
+    """The vectors status once every chunk (at least one) has its vector."""
+    return wait_value(lambda: vectors_status(d),
+                      lambda st: st["coverage"] >= 1.0 and st["total"] > 0, "every vector")
 
 
 def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Path) -> None:
@@ -78,10 +75,8 @@ def test_daemon_health_check_failure_is_visible(daemon_factory: Any, tmp_path: P
               'dimensions = 8}\n')
     d = daemon_factory(config)
     d.call("index.sync", {"agent_id": "w"})
-    deadline = time.monotonic() + 20
-    while (st := vectors_status(d))["health"] != "fail":
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
+    st = wait_value(lambda: vectors_status(d), lambda st: st["health"] == "fail",
+                    "the failed health check")
     assert st["enabled"] and st["coverage"] == 0.0 and st["last_error"]
     prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> FAIL "
     assert re.search(re.escape(prefix) + r"\S", d.log())

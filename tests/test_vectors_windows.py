@@ -3,12 +3,12 @@ context a hybrid hit hands back, score fusion, and the refill after a restart.""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
 from test_vectors_daemon import vectors_status, write
+from waits import wait_value
 
 from recalld.daemon.index.windows import chunk_windows, embed_units
 
@@ -35,13 +35,9 @@ def config(root: Path, fake: FakeProvider, search: str = "") -> str:
 
 def wait_idle(d: Any) -> dict[str, Any]:
     """The vectors status once every chunk has its vectors and the backfill rests."""
-    deadline = time.monotonic() + 60
-    while True:
-        st = vectors_status(d)
-        if st["total"] and st["coverage"] >= 1.0 and st["state"] == "idle":
-            return st
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
+    return wait_value(lambda: vectors_status(d),
+                      lambda st: st["total"] and st["coverage"] >= 1.0 and st["state"] == "idle",
+                      "every vector, backfill idle")
 
 
 def passages(fake: FakeProvider) -> list[str]:

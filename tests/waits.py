@@ -3,29 +3,88 @@ fixed sleep standing in for the condition)."""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: Job states that are not finished yet.
 ACTIVE = ("queued", "running")
 
+#: How often a condition is polled.
+POLL_S = 0.05
 
-def wait_for(cond: Callable[[], bool], what: str, deadline_s: float = 120.0) -> None:
-    """Return once ``cond()`` holds; fail naming ``what`` after ``deadline_s``."""
+
+def _describe(cond: Callable[..., Any]) -> str:
+    """The condition's source, for a failure that says what was awaited."""
+    try:
+        return inspect.getsource(cond).strip()
+    except (OSError, TypeError):
+        return repr(cond)
+
+
+def wait_value(get: Callable[[], T], ok: Callable[[T], Any], what: str,
+               deadline_s: float = 120.0) -> T:
+    """The first value of ``get()`` that ``ok`` accepts; fail naming ``what`` and the
+    last value seen after ``deadline_s``."""
     end = time.monotonic() + deadline_s
-    while not cond():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    while not ok(value := get()):
+        assert time.monotonic() < end, f"timed out waiting for {what}; last: {value!r:.2000}"
+        time.sleep(POLL_S)
+    return value
 
 
-def wait_job(d: Any, job_id: str, *, agent: str = "w", deadline_s: float = 60.0,
+def wait_for(cond: Callable[[], T], what: str = "", deadline_s: float = 120.0) -> T:
+    """The first true value of ``cond()``; fail naming ``what`` (or the condition's
+    source) after ``deadline_s``."""
+    end = time.monotonic() + deadline_s
+    while not (value := cond()):
+        assert time.monotonic() < end, f"timed out waiting for {what or _describe(cond)}"
+        time.sleep(POLL_S)
+    return value
+
+
+def wait_job(d: Any, job_id: str, *, agent: str = "w", deadline_s: float = 120.0,
              ) -> dict[str, Any]:
     """The job ``job_id`` of ``agent`` once it has finished (any end state)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        job: dict[str, Any] = d.call("jobs.get", {"agent_id": agent, "job_id": job_id})
-        if job["state"] not in ACTIVE:
-            return job
-        assert time.monotonic() < end, job
-        time.sleep(0.05)
+    job: dict[str, Any] = wait_value(
+        lambda: d.call("jobs.get", {"agent_id": agent, "job_id": job_id}),
+        lambda job: job["state"] not in ACTIVE, f"job {job_id} of {agent}", deadline_s)
+    return job
+
+
+def workspace_status(d: Any, agent: str) -> dict[str, Any] | None:
+    """``agent``'s entry in ``daemon.status`` (None while it is not open)."""
+    status: dict[str, Any] = d.call("daemon.status")
+    return next((w for w in status["workspaces"] if w["agent_id"] == agent), None)
+
+
+def wait_status(d: Any, ok: Callable[[dict[str, Any]], Any], what: str,
+                deadline_s: float = 120.0) -> dict[str, Any]:
+    """``daemon.status`` once ``ok(status)`` holds."""
+    status: dict[str, Any] = wait_value(lambda: d.call("daemon.status"), ok, what, deadline_s)
+    return status
+
+
+def wait_log(path: Path, text: str, what: str, deadline_s: float = 120.0) -> str:
+    """The log at ``path`` once it holds ``text``."""
+    log: str = wait_value(lambda: path.read_text() if path.exists() else "",
+                          lambda log: text in log, what, deadline_s)
+    return log
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, what: str, deadline_s: float = 120.0) -> None:
+    """Return once process ``pid`` has exited."""
+    wait_for(lambda: not alive(pid), what, deadline_s)

@@ -115,7 +115,19 @@ class Candidates:
 
 
 class WorkspaceIndex:
-    """Keyword index, link graph and freshness for one workspace."""
+    """Keyword index, link graph and freshness for one workspace.
+
+    What other modules read (maintenance, the vector backfill, the RPC handlers): ``root``
+    (the workspace directory); ``state``, the :class:`IndexState` served now (a rebuild
+    swaps in a new object: read it again rather than keep it; lookups are safe beside a
+    running apply, anything more goes through :meth:`locked`); ``store``, the
+    :class:`IndexStore` of the committed generations; ``watcher``, the :class:`Watcher`
+    of the indexed directories (its ``scan`` and ``scan_listeners`` serve the health
+    scans); ``changed``, an event set and replaced whenever chunks change; and
+    ``last_commit``, the generation, time, duration and counts of the last commit (None before
+    one). Maintenance goes through :meth:`locked`, :meth:`compact`, :meth:`check_files`,
+    :meth:`check_live`, :meth:`live_problems` and :meth:`status`.
+    """
 
     def __init__(
         self,

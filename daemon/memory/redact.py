@@ -24,9 +24,6 @@ from recalld.daemon.memory.secret_rules import (
     Rule,
     Span,
     anchors,
-    entropy_bits,
-    looks_random,
-    looks_secret,
 )
 
 if TYPE_CHECKING:
@@ -213,6 +210,6 @@ async def redact_async(text: str, *, keep_lines: bool = False,
                                          limiter=limiter)
 
 
-__all__ = ["INLINE_CHARS", "MASK", "entropy_bits", "find_spans", "has_secret", "looks_random",
-           "looks_secret", "redact", "redact_async", "redact_count", "redact_messages",
-           "redact_messages_async", "redact_parts", "redact_value"]
+__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "redact", "redact_async",
+           "redact_count", "redact_messages", "redact_messages_async", "redact_parts",
+           "redact_value"]

@@ -35,10 +35,8 @@ from recalld.daemon.providers.breaker import CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import (
     BACKENDS,
-    DEFAULT_BASE_URLS,
     F32,
     FORMATS,
-    REMOTE_BACKENDS,
     WireFormat,
     to_unit_rows,
     truncate_to_budget,
@@ -56,10 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "BACKENDS", "DEFAULT_BASE_URLS", "REMOTE_BACKENDS", "EmbeddingClient", "Kind",
-    "disabled_reason", "resolve_api_key", "truncate_to_budget",
-]
+__all__ = ["EmbeddingClient", "Kind", "disabled_reason", "resolve_api_key"]
 
 Kind = Literal["passage", "query"]
 
