@@ -179,8 +179,10 @@ def _redact_blocks(blocks: list[Any]) -> list[Any]:
     return out
 
 
-def _redact_call(call: Any) -> Any:
-    fn = call.get("function") if isinstance(call, dict) else None
+def _redact_call(call: object) -> object:
+    if not isinstance(call, dict):
+        return call
+    fn = call.get("function")
     if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
         return call
     try:
