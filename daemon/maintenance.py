@@ -79,7 +79,7 @@ class Health:
         # Paths whose disk stat differed from the index at the last scan, with that stat
         # (None: indexed but gone from disk). Re-checked cheaply on every status call.
         self._differs: dict[str, tuple[int, int] | None] = {}
-        self.errors: list[JsonObject] = []  # {"what", "error", "time"}
+        self.errors: list[HealthError] = []
         self.first_scan = trio.Event()  # set once the first scan is done
 
     def _vectors(self) -> JsonObject | None:
@@ -177,7 +177,7 @@ class Health:
         if waiting is not None:
             pending.append(waiting)
         state = "degraded" if degraded else "pending" if pending else "clean"
-        last_errors = list(self.errors)
+        last_errors: list[JsonObject] = [dict(e) for e in self.errors]
         if idx.get("persist_error"):
             last_errors.append({"what": "persist", **idx["persist_error"]})
         if watcher.get("last_error"):
@@ -237,6 +237,14 @@ class Health:
 
 
 # -------------------------------------------------------------------------------- verify
+
+
+class HealthError(TypedDict):
+    """A failure the health service met itself (a scan)."""
+
+    what: str
+    error: str
+    time: float
 
 
 class HealthReport(TypedDict):
