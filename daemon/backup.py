@@ -35,16 +35,72 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol, cast
+from typing import IO, NotRequired, Protocol, TypedDict, cast
 
 import orjson
 
 from recalld.daemon import safepath
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
 from recalld.ipc.errors import InvalidBackup, PathOutsideWorkspace, RecalldError
 
 FORMAT = "recalld-backup"
 VERSION = 1
+
+
+class Member(TypedDict):
+    """A file in the archive, as meta.json lists it."""
+
+    path: str  # the zip member's name
+    size: int
+    sha256: str
+
+
+class AgentEntry(TypedDict):
+    path: str  # the workspace's root when backed up
+    dirs: dict[str, str]  # directory settings by role
+    files: int
+
+
+class BackupMeta(TypedDict):
+    """meta.json of an archive."""
+
+    format: str
+    version: int
+    created: float
+    recalld_version: str
+    include_derived: bool
+    note: str
+    agents: dict[str, AgentEntry]
+    files: list[Member]
+    daemon: list[str]  # daemon files, by name
+    secrets: bool  # whether the config kept its secrets
+    secrets_left_out: dict[str, list[str]]  # by agent
+
+
+class PlanSummary(TypedDict):
+    """What restoring one agent would do (a dry run)."""
+
+    agent_id: str
+    root: str
+    write: int
+    overwrite: int
+    remove: int
+    removes: list[str]  # the first few
+    skipped_derived: int
+
+
+class Restored(TypedDict):
+    """One agent restored (``backup.restore`` adds what happened around the copy)."""
+
+    agent_id: str
+    written: int
+    removed: int
+    skipped_derived: int
+    opened: NotRequired[bool]  # the workspace was opened for the restore
+    secrets_left_out: NotRequired[list[str]]
+    warning: NotRequired[str]
+    reconcile: NotRequired[JsonObject]  # the rescan after the restore
 META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"
@@ -166,7 +222,7 @@ def create_backup(
     secrets_left_out: Mapping[str, list[str]] | None = None,
     progress: ProgressSink = NO_PROGRESS,
     phase: str = "writing the archive",
-) -> dict[str, Any]:
+) -> JsonObject:
     """Write a backup of ``sources`` (and ``daemon_files``, by name in
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
@@ -176,8 +232,8 @@ def create_backup(
     sources = list(sources)
     created = time.time()
     stamp = time.localtime(created)[:6]
-    files: list[dict[str, Any]] = []
-    agents: dict[str, Any] = {}
+    files: list[Member] = []
+    agents: dict[str, AgentEntry] = {}
     ensure_dir(REAL, out.parent)
     # AtomicFile has no tell(): zipfile then streams members with data descriptors.
     progress.phase("listing files")
@@ -213,7 +269,7 @@ def create_backup(
             zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
             files.append({"path": f"daemon/{name}", "size": len(data),
                           "sha256": hashlib.sha256(data).hexdigest()})
-        meta = {
+        meta: BackupMeta = {
             "format": FORMAT, "version": VERSION, "created": created,
             "recalld_version": recalld_version, "include_derived": include_derived,
             "note": note, "agents": agents, "files": files,
@@ -224,14 +280,14 @@ def create_backup(
         info.external_attr = (stat.S_IFREG | 0o644) << 16
         zf.writestr(info, orjson.dumps(meta, option=orjson.OPT_INDENT_2),
                     compress_type=zipfile.ZIP_DEFLATED)
-    summary = {k: v for k, v in meta.items() if k != "files"}
+    summary: JsonObject = {k: v for k, v in meta.items() if k != "files"}
     summary.update(file=str(out), size=out.stat().st_size, members=len(files),
                    bytes=sum(f["size"] for f in files))
     return summary
 
 
 def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str,
-                stamp: tuple[int, ...]) -> dict[str, Any] | None:
+                stamp: tuple[int, ...]) -> Member | None:
     try:
         fd = safepath.open_confined(src.root, rel)
     except RecalldError:
@@ -258,8 +314,8 @@ class CheckedBackup:
     """A validated archive: its meta and members, grouped by agent."""
 
     path: Path
-    meta: dict[str, Any]
-    members: dict[str, dict[str, Any]]  # zip name -> {"path", "size", "sha256"}
+    meta: JsonObject  # meta.json as read (its agents and files checked)
+    members: dict[str, Member]  # by zip name
     by_agent: dict[str, list[str]] = field(default_factory=dict)
     #: Daemon files in the archive: name (in DAEMON_FILES) -> member.
     daemon: dict[str, str] = field(default_factory=dict)
@@ -279,8 +335,8 @@ class CheckedBackup:
     def agents(self) -> list[str]:
         return sorted(self.meta["agents"])
 
-    def summary(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.meta.items() if k != "files"}
+    def summary(self) -> JsonObject:
+        out: JsonObject = {k: v for k, v in self.meta.items() if k != "files"}
         out.update(file=str(self.path), members=len(self.members),
                    bytes=sum(m["size"] for m in self.members.values()))
         return out
@@ -316,7 +372,7 @@ def _check_info(path: Path, info: zipfile.ZipInfo, limits: BackupLimits) -> None
                             f"{info.compress_size}: a decompression bomb")
 
 
-def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> dict[str, Any]:
+def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObject:
     try:
         info = zf.getinfo(META)
     except KeyError:
@@ -382,7 +438,7 @@ def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> C
         if total > limits.max_total_bytes:
             raise _refuse(path, f"uncompressed size {total} exceeds {limits.max_total_bytes}")
         meta = _read_meta(path, zf, limits)
-        listed = {e["path"]: e for e in meta["files"]}
+        listed: dict[str, Member] = {e["path"]: e for e in meta["files"]}
         if len(listed) != len(meta["files"]):
             raise _refuse(path, "meta.json lists a member twice")
         present = set(names) - {META}
@@ -490,7 +546,7 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     return RestorePlan(agent_id, root, writes, sorted(set(removes)), skipped)
 
 
-def plan_summary(plan: RestorePlan, listed: int = 20) -> dict[str, Any]:
+def plan_summary(plan: RestorePlan, listed: int = 20) -> PlanSummary:
     """What ``plan`` would do, for a dry run: counts, and the first files it removes."""
     overwrite = sum(1 for rel in plan.writes.values() if (plan.root / rel).exists())
     return {"agent_id": plan.agent_id, "root": str(plan.root), "write": len(plan.writes),
@@ -511,7 +567,7 @@ def _check_no_symlink(root: Path, rel: str) -> None:
 
 
 def apply_restore(backup: CheckedBackup, plan: RestorePlan,
-                  progress: ProgressSink = NO_PROGRESS) -> dict[str, Any]:
+                  progress: ProgressSink = NO_PROGRESS) -> Restored:
     """Write ``plan``'s files atomically (checksums verified again while copying), then
     remove the files the backup lacks. Returns counts. ``progress``: a ``restoring
     <agent>`` phase counting files written and removed."""

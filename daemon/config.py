@@ -15,7 +15,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from recalld.daemon import config_rules, qwenpaw
 from recalld.ipc import paths
@@ -177,12 +180,10 @@ class WorkspaceSettings:
     # QwenPaw fields given but not acted on (reasons: ``qwenpaw.IGNORED_*``).
     ignored_fields: tuple[str, ...] = ()
 
-    def merged(self, overrides: Mapping[str, Any]) -> WorkspaceSettings:
-        """A copy with ``overrides`` (a TOML table or ``workspace.open``'s config) applied."""
-        merged: WorkspaceSettings = _build(
-            WorkspaceSettings, overrides, base=self, where="workspace config"
-        )
-        return merged
+    def merged(self, overrides: object) -> WorkspaceSettings:
+        """A copy with ``overrides`` (a TOML table or ``workspace.open``'s config) applied;
+        ConfigError when it is not a table or a field is wrong."""
+        return _build(WorkspaceSettings, overrides, base=self, where="workspace config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +230,10 @@ class DaemonConfig:
         return self.data_dir / "state"
 
 
-_NESTED: dict[str, type[Any]] = {
+#: A settings record: built from a table of the configuration (TOML or JSON).
+Settings = TypeVar("Settings", bound="DataclassInstance")
+
+_NESTED: dict[str, type[DataclassInstance]] = {
     "embedding_model_config": EmbeddingModelConfig,
     "chat_model_config": ChatModelConfig,
     "search": SearchConfig,
@@ -237,7 +241,8 @@ _NESTED: dict[str, type[Any]] = {
 }
 
 
-def _coerce(name: str, value: Any, default: Any, where: str) -> Any:
+def _coerce(name: str, value: object, default: object, where: str) -> object:
+    """``value`` of a table checked against the type of the field's ``default``."""
     def refuse(what: str) -> ConfigError:
         return ConfigError(f"{where} {name} = {config_rules.shown(value)}: {what}")
 
@@ -270,21 +275,24 @@ def _nested_where(where: str, name: str) -> str:
     return f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where}.{name}"
 
 
-def _build(cls: type[Any], table: Mapping[str, Any], *, base: Any = None, where: str) -> Any:
+def _build(cls: type[Settings], table: object, *, base: Settings | None = None,
+           where: str) -> Settings:
+    """``base`` (default: ``cls()``) with the fields of ``table`` applied and checked."""
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table, not {config_rules.shown(table)}")
     base = base if base is not None else cls()
-    if cls is WorkspaceSettings:
-        return _build_workspace(table, base, where)
+    if isinstance(base, WorkspaceSettings):
+        return cast(Settings, _build_workspace(table, base, where))
     return _build_fields(cls, table, base, where)
 
 
-def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: str) -> Any:
+def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settings,
+                  where: str) -> Settings:
     known = {f.name for f in dataclasses.fields(cls)} - NOT_KEYS
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}")
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for name, value in table.items():
         default = getattr(base, name)
         if name in _NESTED:
@@ -292,13 +300,14 @@ def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: st
                 raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: "
                                   f"must be a table ([{name}])")
             nested_base = default if default is not None else _NESTED[name]()
-            changes[name] = (
+            nested = (
                 None if value is None
                 else _build(_NESTED[name], value, base=nested_base,
                             where=_nested_where(where, name))
             )
-            if isinstance(changes[name], RemoteConfig):
-                changes[name].check(_nested_where(where, name))
+            if isinstance(nested, RemoteConfig):
+                nested.check(_nested_where(where, name))
+            changes[name] = nested
             continue
         if name == "auto_memory_interval":
             changes[name] = _coerce(name, value, 0, where)
@@ -316,7 +325,7 @@ def _build_fields(cls: type[Any], table: Mapping[str, Any], base: Any, where: st
     return built
 
 
-def _build_workspace(table: Mapping[str, Any], base: WorkspaceSettings,
+def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
                      where: str) -> WorkspaceSettings:
     """Workspace settings from a recalld table, a QwenPaw ``reme_light_memory_config``
     or a whole QwenPaw ``agent.json``: QwenPaw fields recalld does not act on are
@@ -336,13 +345,13 @@ def _build_workspace(table: Mapping[str, Any], base: WorkspaceSettings,
         # QwenPaw's older way to turn the dream off.
         found.taken["dream_cron"] = base.dream_cron
         found.taken["dream_cron_enabled"] = False
-    built: WorkspaceSettings = _build_fields(WorkspaceSettings, found.taken, base, where)
+    built = _build_fields(WorkspaceSettings, found.taken, base, where)
     ignored = tuple(sorted(set(base.ignored_fields) | set(found.ignored)))
     return dataclasses.replace(built, ignored_fields=ignored)
 
 
 def workspace_settings_from_params(
-    base: WorkspaceSettings, overrides: Any
+    base: WorkspaceSettings, overrides: object
 ) -> WorkspaceSettings:
     """Apply ``workspace.open``'s ``config``; bad fields are a client error."""
     if overrides is None:
@@ -353,7 +362,7 @@ def workspace_settings_from_params(
         raise InvalidParams(str(exc)) from None
 
 
-def _read_agent_json(value: Any, cfg_path: Path) -> Mapping[str, Any]:
+def _read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
     """A QwenPaw ``agent.json`` named in the config file (relative to the file)."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{cfg_path}: qwenpaw_agent_json must be a path")
@@ -387,7 +396,7 @@ def load(
     try:
         cfg_path = paths.config_path(config, env)
         required = config is not None or bool(env.get("RECALLD_CONFIG"))
-        table: dict[str, Any] = paths.read_config(cfg_path, required=required)
+        table: dict[str, object] = paths.read_config(cfg_path, required=required)
         daemon_table = dict(paths.daemon_table(cfg_path, table))
     except paths.PathError as exc:
         raise ConfigError(str(exc)) from None
@@ -400,7 +409,7 @@ def load(
         raise ConfigError(f"{cfg_path}: {message}") from None
 
 
-def _from_table(table: Mapping[str, Any], daemon_table: dict[str, Any], cfg_path: Path,
+def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cfg_path: Path,
                 socket: str | os.PathLike[str] | None, env: Mapping[str, str]) -> DaemonConfig:
     unknown = sorted(set(table) - {"daemon", "workspace_defaults", "workspaces"})
     if unknown:
@@ -450,4 +459,4 @@ def _from_table(table: Mapping[str, Any], daemon_table: dict[str, Any], cfg_path
         workspaces=workspaces,
         workspace_paths=workspace_paths,
     )
-    return _build(DaemonConfig, daemon_table, base=base, where="[daemon]")  # type: ignore[no-any-return]
+    return _build(DaemonConfig, daemon_table, base=base, where="[daemon]")

@@ -18,14 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 DROPPED_TOPIC = "events.dropped"
 DEFAULT_MAX_QUEUED = 256
 #: Whether a subscriber may see an event, by its payload.
-Accept = Callable[[Mapping[str, Any]], bool]
+Accept = Callable[[Mapping[str, object]], bool]
 _TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)$")
 
 
@@ -45,7 +44,7 @@ def topic_matches(pattern: str, topic: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class Event:
     topic: str
-    payload: Mapping[str, Any]
+    payload: Mapping[str, object]
 
 
 class Subscription:
@@ -70,7 +69,7 @@ class Subscription:
     def matches(self, topic: str) -> bool:
         return any(topic_matches(p, topic) for p in self.patterns)
 
-    def accepts(self, payload: Mapping[str, Any]) -> bool:
+    def accepts(self, payload: Mapping[str, object]) -> bool:
         return self._accept is None or self._accept(payload)
 
     def add(self, patterns: Iterable[str]) -> list[str]:
@@ -125,7 +124,7 @@ class EventBus:
         self._subscriptions.add(sub)
         return sub
 
-    def publish(self, topic: str, payload: Mapping[str, Any] | None = None) -> int:
+    def publish(self, topic: str, payload: Mapping[str, object] | None = None) -> int:
         """Queue ``topic`` with ``payload`` for every matching subscription.
 
         ``payload`` must be JSON-serializable and must not contain the key ``topic``.

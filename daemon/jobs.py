@@ -26,11 +26,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import trio
 
 from recalld.daemon.errors import wire_error
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.errors import (
     JOB_FAILED,
@@ -43,8 +44,9 @@ from recalld.ipc.errors import (
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, Mapping[str, Any]], object]
-Handler = Callable[["JobContext"], Awaitable[dict[str, Any] | None]]
+Publish = Callable[[str, Mapping[str, object]], object]
+#: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
+Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE = frozenset({"queued", "running"})
@@ -63,16 +65,22 @@ class JobRecord(TypedDict):
     job_id: str
     agent_id: str
     kind: str
-    params: dict[str, Any]
+    params: JsonObject  # as the client sent them
     state: str  # one of STATES
     progress: Progress
-    result: dict[str, Any] | None
+    result: JsonObject | None  # what the handler returned, as JSON
     error: str | None
     error_code: int | None
     submitted_at: float
     started_at: float | None
     finished_at: float | None
     resumed: bool
+
+
+class JobStatistics(TypedDict):
+    running: int
+    queued: int
+    cpu_tokens_in_use: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +107,12 @@ class _Job:
     job_id: str
     agent_id: str
     kind: str
-    params: dict[str, Any]
+    params: JsonObject
     submitted_at: float
     state: str = "queued"
     progress: Progress = field(
         default_factory=lambda: Progress(done=0, total=None, message=""))
-    result: dict[str, Any] | None = None
+    result: JsonObject | None = None
     error: str | None = None
     error_code: int | None = None
     started_at: float | None = None
@@ -124,7 +132,8 @@ class _Job:
         }
 
     @classmethod
-    def from_dict(cls, rec: Mapping[str, Any]) -> _Job:
+    def from_dict(cls, rec: JsonObject) -> _Job:
+        """A job from its journal record (JSON read back from disk)."""
         job = cls(job_id=str(rec["job_id"]), agent_id=str(rec["agent_id"]),
                   kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
                   submitted_at=float(rec.get("submitted_at") or 0.0))
@@ -159,7 +168,7 @@ class JobContext:
         self.job_id = job.job_id
         self.agent_id = job.agent_id
         self.kind = job.kind
-        self.params: Mapping[str, Any] = job.params
+        self.params: Mapping[str, object] = job.params
         self.resumed = job.resumed
         self.cancel_scope = job.scope
 
@@ -227,7 +236,7 @@ class JobManager:
         agents = [agent_id] if agent_id is not None else sorted(self._jobs)
         return [j.as_dict() for a in agents for j in self._jobs.get(a, {}).values()]
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> JobStatistics:
         return {
             "running": sum(self._running.values()),
             "queued": sum(len(q) for q in self._queues.values()),
@@ -237,7 +246,7 @@ class JobManager:
     # -- submit / cancel -----------------------------------------------------------------------
 
     async def submit(self, agent_id: str, kind: str,
-                     params: Mapping[str, Any] | None = None) -> str:
+                     params: Mapping[str, object] | None = None) -> str:
         """Queue a job and return its id once its record is journaled.
 
         Raises InvalidParams (unknown kind), UnknownWorkspace, AlreadyRunning (an exclusive
@@ -298,7 +307,7 @@ class JobManager:
             self._turns.append(job.agent_id)
         self._changed.set()
 
-    def _publish(self, topic: str, payload: Mapping[str, Any]) -> None:
+    def _publish(self, topic: str, payload: Mapping[str, object]) -> None:
         if self._publish_cb is None:
             return
         try:
@@ -338,7 +347,7 @@ class JobManager:
     def _retained_count(self) -> int:
         return sum(len(jobs) for jobs in self._jobs.values())
 
-    async def _finish(self, job: _Job, state: str, *, result: dict[str, Any] | None = None,
+    async def _finish(self, job: _Job, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
         job.state, job.result, job.error, job.error_code = state, result, error, code
         job.finished_at = self._wall()
@@ -422,7 +431,7 @@ class JobManager:
             await self._finish(job, "failed", error=f"{type(exc).__name__}: {exc}",
                                code=JOB_FAILED)
         else:
-            await self._finish(job, "succeeded", result=result or {})
+            await self._finish(job, "succeeded", result=dict(result or {}))
 
     async def _recover(self) -> None:
         if self._log is None:
@@ -431,7 +440,7 @@ class JobManager:
         self._log_open = True
         for bad in report.bad_lines:
             log.warning("job journal: skipped a damaged record: %s", bad)
-        latest: dict[str, dict[str, Any]] = {}
+        latest: dict[str, JsonObject] = {}
         for rec in records:
             if "job_id" in rec and "agent_id" in rec and "kind" in rec:
                 latest[str(rec["job_id"])] = rec  # later records win

@@ -26,14 +26,15 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import IndexState
+from recalld.daemon.index.state import FileInfo, IndexState
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.workspaces import Workspace
@@ -78,10 +79,11 @@ class Health:
         # Paths whose disk stat differed from the index at the last scan, with that stat
         # (None: indexed but gone from disk). Re-checked cheaply on every status call.
         self._differs: dict[str, tuple[int, int] | None] = {}
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[HealthError] = []
         self.first_scan = trio.Event()  # set once the first scan is done
 
-    def _vectors(self) -> dict[str, Any] | None:
+    def _vectors(self) -> JsonObject | None:
+        """Coverage and provider state: some keys of the vector service's status."""
         if self.vectors is None:
             return None
         try:
@@ -128,7 +130,7 @@ class Health:
                 out.append(path)
         return sorted(out)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HealthReport:
         idx = self.index.status()
         watcher = idx.get("watcher", {})
         unindexed = self.unindexed()
@@ -175,7 +177,7 @@ class Health:
         if waiting is not None:
             pending.append(waiting)
         state = "degraded" if degraded else "pending" if pending else "clean"
-        last_errors = list(self.errors)
+        last_errors: list[JsonObject] = [dict(e) for e in self.errors]
         if idx.get("persist_error"):
             last_errors.append({"what": "persist", **idx["persist_error"]})
         if watcher.get("last_error"):
@@ -237,15 +239,104 @@ class Health:
 # -------------------------------------------------------------------------------- verify
 
 
-def _listed(paths: list[str]) -> dict[str, Any]:
+class HealthError(TypedDict):
+    """A failure the health service met itself (a scan)."""
+
+    what: str
+    error: str
+    time: float
+
+
+class HealthReport(TypedDict):
+    """A workspace's health: clean, pending (work under way) or degraded, and why."""
+
+    state: str
+    reasons: list[str]
+    files_indexed: int | None
+    files_on_disk: int | None
+    chunks: int | None
+    pending_changes: int | None
+    unindexed: int
+    unindexed_paths: list[str]
+    partly_indexed: int
+    partly_indexed_paths: list[str]
+    watcher: str | None
+    scanned_at: float | None
+    derived_bytes: int | None
+    vectors: JsonObject | None
+    last_errors: list[JsonObject]
+
+
+class Listed(TypedDict):
+    count: int
+    paths: list[str]  # the first MAX_LISTED, sorted
+
+
+class ChunkCheck(TypedDict):
+    """The index's chunks checked against its file entries and its keyword index."""
+
+    chunks: int
+    chunk_keys_in_files: int
+    duplicate_keys: int
+    orphan_chunks: int
+    missing_chunks: int
+    keyword_docs: int
+    keyword_mismatch: int
+
+
+class GenerationCheck(TypedDict):
+    """The committed generation, re-read with every checksum verified."""
+
+    ok: bool
+    error: NotRequired[str]
+    generation: NotRequired[int]
+    created: NotRequired[float]
+    corrupt: NotRequired[dict[str, str]]
+    skipped: NotRequired[list[JsonObject]]
+    records: NotRequired[dict[str, int | None]]
+
+
+class LiveCheck(TypedDict):
+    ok: bool
+    damaged: dict[str, str]
+
+
+class VerifyReport(TypedDict):
+    agent_id: str
+    ok: bool
+    files_on_disk: int
+    files_indexed: int
+    not_indexed: Listed
+    indexed_but_gone: Listed
+    stat_differs: Listed
+    content_differs: Listed
+    partly_indexed: Listed
+    chunks: ChunkCheck
+    chunks_consistent: bool
+    generation: GenerationCheck
+    live: LiveCheck
+    uncommitted_changes: int
+    committed_matches_index: bool
+    duration_s: float
+
+
+class Compacted(TypedDict):
+    agent_id: str
+    keyword_before: dict[str, int]
+    keyword_after: dict[str, int]
+    generation: int | None
+    duration_s: float
+
+
+def _listed(paths: list[str]) -> Listed:
     return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
 
 
-def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
+def _verify_generation(index: WorkspaceIndex) -> GenerationCheck:
     """Re-read the committed generation read-only, verifying every checksum."""
     live = index.store.store
     store = GenerationStore(live.state_dir, live.fs, mirror_root=live.mirror_root)
-    out: dict[str, Any] = {"ok": False}
+    out: GenerationCheck = {"ok": False}
     try:
         gen = store.load(verify="checksum")
     except (CorruptState, StorageError) as exc:
@@ -254,8 +345,10 @@ def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
     if gen is None:
         out["error"] = "no committed generation"
         return out
-    out.update(generation=gen.number, created=gen.created, corrupt=dict(gen.corrupt),
-               skipped=[{"manifest": m, "why": w} for m, w in gen.skipped])
+    out["generation"] = gen.number
+    out["created"] = gen.created
+    out["corrupt"] = dict(gen.corrupt)
+    out["skipped"] = [{"manifest": m, "why": w} for m, w in gen.skipped]
     counts: dict[str, int | None] = {}
     for logical in ("catalog", "chunks"):
         if logical in gen.files and logical not in gen.corrupt:
@@ -266,19 +359,18 @@ def _verify_generation(index: WorkspaceIndex) -> dict[str, Any]:
 
 
 async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter,
-                 health: Health | None = None) -> dict[str, Any]:
+                 health: Health | None = None) -> VerifyReport:
     """Compare ``ws``'s derived state (``index``) with its Markdown; report every
     difference. ``health`` rescans afterwards."""
     started = time.monotonic()
     disk = await trio.to_thread.run_sync(index.watcher.scan, limiter=cpu)
 
-    def inspect(state: IndexState) -> dict[str, Any]:
+    def inspect(state: IndexState) -> tuple[dict[str, FileInfo], ChunkCheck]:
         files = dict(state.files)
         keys_in_files = [k for f in files.values() for k in f.keys]
         key_set = set(keys_in_files)
         live = state.bm25.live
-        return {
-            "files": files,
+        return files, {
             "chunks": len(state.chunks),
             "chunk_keys_in_files": len(keys_in_files),
             "duplicate_keys": len(keys_in_files) - len(key_set),
@@ -289,8 +381,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         }
 
     # Under the index lock: one consistent view, never half a batch.
-    snap = await index.locked(inspect)
-    files = snap.pop("files")
+    files, snap = await index.locked(inspect)
     missing = [p for p in disk if p not in files]
     stale_entries = [p for p in files if p not in disk]
     stat_differs = [p for p in disk if p in files
@@ -338,7 +429,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     }
 
 
-async def compact(ws: Workspace, index: WorkspaceIndex) -> dict[str, Any]:
+async def compact(ws: Workspace, index: WorkspaceIndex) -> Compacted:
     """Merge ``ws``'s keyword index segments now and commit a generation."""
     started = time.monotonic()
     before = index.state.bm25.stats()

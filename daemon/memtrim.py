@@ -22,9 +22,10 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 #: ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
 _M_ARENA_MAX = -8
@@ -80,7 +81,7 @@ def limit_arenas(count: int) -> bool:
     return bool(mallopt(_M_ARENA_MAX, count))
 
 
-def trimmed(fn: Callable[..., T], *args: Any) -> T:
+def trimmed(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     """``fn(*args)``, then :func:`trim` (for worker processes: this module is light)."""
     try:
         return fn(*args)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 #: Latency buckets in seconds: sub-millisecond RPCs up to multi-second rebuilds.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -60,6 +60,27 @@ class _Histogram:
         self.n += 1
 
 
+class Sample(TypedDict):
+    labels: dict[str, str]
+    value: float
+
+
+class HistogramSample(TypedDict):
+    labels: dict[str, str]
+    buckets: list[list[float | str]]  # cumulative [le, count]; the last le is "+Inf"
+    sum: float
+    count: int
+
+
+class Family(TypedDict):
+    """One metric family on the wire (``daemon.metrics``)."""
+
+    name: str
+    type: str  # counter, histogram, gauge
+    help: str
+    samples: list[Sample | HistogramSample]
+
+
 class Registry:
     """Counters and histograms keyed by name and label set.
 
@@ -95,7 +116,7 @@ class Registry:
             self._counters.clear()
             self._histograms.clear()
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[Family]:
         """Every metric family as JSON: ``{name, type, help, samples}``.
 
         Histogram samples carry cumulative ``buckets`` as ``[le, count]`` pairs (the last
@@ -105,7 +126,7 @@ class Registry:
             counters = {n: dict(s) for n, s in self._counters.items()}
             hists = {n: {k: (list(h.counts), h.total, h.n) for k, h in s.items()}
                      for n, s in self._histograms.items()}
-        families: list[dict[str, Any]] = []
+        families: list[Family] = []
         for name in sorted(counters):
             families.append({
                 "name": name, "type": "counter", "help": HELP.get(name, name),
@@ -113,10 +134,10 @@ class Registry:
                             for k, v in sorted(counters[name].items())],
             })
         for name in sorted(hists):
-            samples = []
+            samples: list[Sample | HistogramSample] = []
             for key, (counts, total, n) in sorted(hists[name].items()):
                 cumulative = 0
-                buckets: list[list[Any]] = []
+                buckets: list[list[float | str]] = []
                 for bound, c in zip(LATENCY_BUCKETS_S, counts, strict=False):
                     cumulative += c
                     buckets.append([bound, cumulative])
@@ -158,7 +179,7 @@ def timed(name: str, labels: Mapping[str, str] | None = None) -> Iterator[None]:
 
 
 def gauge(name: str, help_: str,
-          samples: Sequence[tuple[Mapping[str, str], float]]) -> dict[str, Any]:
+          samples: Sequence[tuple[Mapping[str, str], float]]) -> Family:
     """A gauge family in the snapshot's wire form (values computed by the caller)."""
     return {"name": name, "type": "gauge", "help": help_,
             "samples": [{"labels": dict(lbl), "value": v} for lbl, v in samples]}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 #: Workspace-level fields QwenPaw writes that recalld accepts and ignores, with the reason.
 IGNORED_WORKSPACE: dict[str, str] = {
@@ -77,11 +76,11 @@ class QwenPawConfigError(ValueError):
 class Classified:
     """The fields of one memory config: those recalld takes and those it ignores."""
 
-    taken: dict[str, Any] = field(default_factory=dict)
+    taken: dict[str, object] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)
 
 
-def memory_part(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def memory_part(config: Mapping[str, object]) -> Mapping[str, object]:
     """The memory settings inside ``config``: a whole ``agent.json``, its ``running``
     part, or the ``reme_light_memory_config`` itself (returned as is)."""
     running = config.get("running")
@@ -94,13 +93,13 @@ def memory_part(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def looks_like_agent_json(config: Mapping[str, Any]) -> bool:
+def looks_like_agent_json(config: Mapping[str, object]) -> bool:
     """Whether ``config`` is an ``agent.json`` (or its ``running`` part), not settings."""
     return isinstance(config.get("running"), Mapping) or any(
         isinstance(config.get(k), Mapping) for k in _MEMORY_KEYS)
 
 
-def classify(config: Mapping[str, Any]) -> Classified:
+def classify(config: Mapping[str, object]) -> Classified:
     """Split a memory config into the fields recalld takes and those it ignores.
 
     Raises QwenPawConfigError for an unknown key inside a section ignored as a whole.
@@ -111,7 +110,7 @@ def classify(config: Mapping[str, Any]) -> Classified:
             _check_section(name, value)
             out.ignored[name] = IGNORED_WORKSPACE[name]
         elif name == "embedding_model_config" and isinstance(value, Mapping):
-            taken = {}
+            taken: dict[str, object] = {}
             for key, inner in value.items():
                 if key in IGNORED_EMBEDDING:
                     out.ignored[f"{name}.{key}"] = IGNORED_EMBEDDING[key]
@@ -123,7 +122,7 @@ def classify(config: Mapping[str, Any]) -> Classified:
     return out
 
 
-def _check_section(name: str, value: Any) -> None:
+def _check_section(name: str, value: object) -> None:
     known = KNOWN_SECTIONS.get(name)
     if known is None or value is None:
         return

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon import qwenpaw
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.dream import catalog_path, load_catalog
 from recalld.daemon.workspaces import Workspace
@@ -29,8 +30,44 @@ if TYPE_CHECKING:
     from recalld.daemon.index.state import IndexState
 
 
-async def import_report(ws: Workspace, given: Mapping[str, Any] | None, *,
-                        timeout_s: float) -> dict[str, Any]:
+class ChunkCounts(TypedDict):
+    total: int
+    reme_boundaries: int  # chunks cut where ReMe cut them
+
+
+class DreamReport(TypedDict):
+    reme_catalog: bool  # whether the workspace has ReMe's dream catalog
+    recognised: int  # notes ReMe's dream consolidated, not dreamed again
+    changed_since: NotRequired[int]
+    gone: NotRequired[int]
+
+
+class SettingsReport(TypedDict):
+    applied: dict[str, object]  # dotted field -> the value in use (secrets masked)
+    ignored: dict[str, str]  # field -> why recalld does not act on it
+
+
+class ImportReport(TypedDict):
+    """What recalld made of a QwenPaw workspace (``workspace.open`` with
+    ``import_report``)."""
+
+    complete: bool
+    notes: int
+    chunks: ChunkCounts
+    reme_store: dict[str, int] | None
+    vectors: JsonObject
+    dream: DreamReport
+    settings: SettingsReport
+
+
+class _ChunkTexts(TypedDict):
+    notes: int
+    adopted: int
+    texts: list[tuple[str, bool]]  # each chunk's text, and whether it has a vector
+
+
+async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
+                        timeout_s: float) -> ImportReport:
     """The report for ``ws`` (``given``: the config passed to ``workspace.open``).
 
     Waits up to ``timeout_s`` for the first indexing pass and for ReMe's vectors to be
@@ -58,7 +95,7 @@ async def import_report(ws: Workspace, given: Mapping[str, Any] | None, *,
     }
 
 
-def _chunk_texts(state: IndexState) -> dict[str, Any]:
+def _chunk_texts(state: IndexState) -> _ChunkTexts:
     """Per chunk: its text and whether it has a vector; and the ReMe-chunked count."""
     embedded = state.chunks.embeddings()
     adopted = sum(1 for key, _ in state.chunks.texts()
@@ -68,7 +105,7 @@ def _chunk_texts(state: IndexState) -> dict[str, Any]:
 
 
 def _vectors(worker: VectorWorker | None,
-             texts: list[tuple[str, bool]]) -> dict[str, Any]:
+             texts: list[tuple[str, bool]]) -> JsonObject:
     if worker is None or not worker.enabled:
         reason = None if worker is None else worker.target.client.disabled_reason
         return {"enabled": False, "disabled_reason": reason or "no embedding model"}
@@ -100,7 +137,7 @@ def _vectors(worker: VectorWorker | None,
     }
 
 
-def _dream(ws: Workspace) -> dict[str, Any]:
+def _dream(ws: Workspace) -> DreamReport:
     s = ws.settings
     catalog = load_catalog(catalog_path(ws.root, s.metadata_dir, "dream"))
     found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
@@ -111,12 +148,12 @@ def _dream(ws: Workspace) -> dict[str, Any]:
             "changed_since": len(found.changed), "gone": len(found.gone)}
 
 
-def _settings(ws: Workspace, given: Mapping[str, Any] | None) -> dict[str, Any]:
+def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsReport:
     """The fields given, as applied (secrets masked), and those ignored with the reason."""
     reasons = {**qwenpaw.IGNORED_WORKSPACE,
                **{f"embedding_model_config.{k}": v for k, v in qwenpaw.IGNORED_EMBEDDING.items()}}
     ignored = {name: reasons.get(name, "") for name in ws.settings.ignored_fields}
-    applied: dict[str, Any] = {}
+    applied: dict[str, object] = {}
     if given:
         part = qwenpaw.memory_part(given) if qwenpaw.looks_like_agent_json(given) else given
         for name, value in qwenpaw.classify(part).taken.items():

@@ -19,10 +19,11 @@ import re
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import orjson
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class Remembered(TypedDict):
 
     path: str
     #: The ``config`` overrides it was opened with (null: none).
-    config: dict[str, Any] | None
+    config: JsonObject | None
     registered_at: float
     #: Secrets of ``config`` a restore could not put back (left out of the backup), as
     #: dotted keys (``chat_model_config.api_key``); cleared when a client hands them over.
@@ -47,11 +48,12 @@ _EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/@:\s]*:@")
 _URL_PASSWORD = re.compile(r"(?i)^([a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@")
 
 
-def strip_secrets(config: Mapping[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+def strip_secrets(config: Mapping[str, object], prefix: str = "",
+                  ) -> tuple[JsonObject, list[str]]:
     """``config`` without its secrets: every non-empty string under a secret-named key
     (``api_key``, ``token``, ``password`` ...) left out, every URL password emptied; and
     the dotted keys of what was taken out."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     taken: list[str] = []
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -68,9 +70,9 @@ def strip_secrets(config: Mapping[str, Any], prefix: str = "") -> tuple[dict[str
     return out, taken
 
 
-def has_value(config: Mapping[str, Any] | None, dotted: str) -> bool:
+def has_value(config: Mapping[str, object] | None, dotted: str) -> bool:
     """True if ``config`` holds a non-empty value at ``dotted`` (``a.b.c``)."""
-    node: Any = config
+    node: object = config
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
             return False

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
@@ -49,7 +49,7 @@ from recalld.ipc.errors import AlreadyRunning, RecalldError
 log = logging.getLogger(__name__)
 
 #: Submits a job: ``(agent_id, kind, params) -> job_id``.
-Submit = Callable[[str, str, dict[str, Any]], Awaitable[str]]
+Submit = Callable[[str, str, dict[str, object]], Awaitable[str]]
 
 # Time zone offsets change by at most a few hours; scanning this far around a time finds
 # every local occurrence that can map near it.
@@ -187,11 +187,22 @@ class _Entry:
     agent_id: str
     kind: str
     schedule: CronSchedule
-    params: Mapping[str, Any]
+    params: Mapping[str, object]  # the job's params
 
     @property
     def key(self) -> str:
         return f"{self.agent_id}/{self.kind}"
+
+
+class ScheduleEntry(TypedDict):
+    """A scheduled job kind of a workspace, as its status shows it."""
+
+    agent_id: str
+    kind: str
+    cron: str
+    tz: str
+    last_fired: str | None
+    next: str
 
 
 class CronScheduler:
@@ -205,7 +216,7 @@ class CronScheduler:
         wall: WallClock | None = None,
         rng: random.Random | None = None,
         config: SchedulerConfig | None = None,
-        run_sync: Callable[..., Awaitable[Any]] | None = None,
+        run_sync: Callable[[Callable[[], None]], Awaitable[None]] | None = None,
     ) -> None:
         self._submit = submit
         # State file I/O runs in a worker thread; tests under a fake clock run it inline.
@@ -225,7 +236,8 @@ class CronScheduler:
     # -- registration --------------------------------------------------------------------------
 
     def schedule(self, agent_id: str, kind: str, expr: str, *, enabled: bool = True,
-                 tz: tzinfo | str | None = None, params: Mapping[str, Any] | None = None) -> None:
+                 tz: tzinfo | str | None = None,
+                 params: Mapping[str, object] | None = None) -> None:
         """Add or replace the entry for ``(agent_id, kind)``; ``enabled=False`` removes it
         and forgets its history. Raises ValueError for a bad expression or zone."""
         key = f"{agent_id}/{kind}"
@@ -252,9 +264,9 @@ class CronScheduler:
         if scope is not None:
             scope.cancel()
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[ScheduleEntry]:
         now = self._wall.now()
-        out = []
+        out: list[ScheduleEntry] = []
         for key, entry in sorted(self._entries.items()):
             last = self._state.get(key, {}).get("last_fired")
             out.append({

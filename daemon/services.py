@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -31,6 +31,7 @@ from recalld.daemon.index.procpool import PreparePool, cpu_count
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.maintenance import Health
 from recalld.daemon.memory.auto_memory import auto_memory_job
 from recalld.daemon.memory.capture import SessionFlusher
@@ -225,15 +226,15 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
 
 
 def reindex_job(get_workspace: Callable[[str], Workspace]
-                ) -> Callable[[JobContext], Awaitable[dict[str, Any]]]:
+                ) -> Callable[[JobContext], Awaitable[JsonObject]]:
     """The ``reindex`` job: rebuild one workspace's index with progress."""
 
-    async def run(job: JobContext) -> dict[str, Any]:
+    async def run(job: JobContext) -> JsonObject:
         index = get_workspace(job.agent_id).services.index
         return await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
 
     return run
 
 
-def _slots(obj: object) -> dict[str, Any]:
+def _slots(obj: object) -> dict[str, object]:
     return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]

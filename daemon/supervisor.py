@@ -22,24 +22,26 @@ applied, a bad file is logged and reported in STATUS= while the old config keeps
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import trio
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import data_dir_lock
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
-from recalld.daemon.rpc.server import RpcServer
+from recalld.daemon.rpc.server import RpcServer, ServerStatistics
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.store.fsio import mkdir_private
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
@@ -97,6 +99,13 @@ def prepare_data_dirs(cfg: DaemonConfig) -> None:
                 "private (chmod 700): " + ", ".join(map(str, opened)))
 
 
+class ReloadError(TypedDict):
+    """The last failed reload (both None once a reload succeeds)."""
+
+    reload_error: str | None
+    reload_failed_at: float | None
+
+
 class Supervisor:
     """Runs the whole daemon until SIGTERM/SIGINT (or cancellation)."""
 
@@ -117,7 +126,7 @@ class Supervisor:
         self.state = DaemonState(services=services, methods=methods)
         self.state.stats.update(services.statistics())
         # The last failed reload (cleared by a good one): the running config is the old one.
-        self.reload_error: dict[str, Any] = {"reload_error": None, "reload_failed_at": None}
+        self.reload_error: ReloadError = {"reload_error": None, "reload_failed_at": None}
         self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
                                               **self.reload_error}
         self.server: RpcServer | None = None
@@ -194,7 +203,7 @@ class Supervisor:
         root.cancel_scope.cancel()
 
     async def _open_at_start(self, agent_id: str, path: Path | None,
-                             overrides: dict[str, Any] | None) -> None:
+                             overrides: JsonObject | None) -> None:
         """Open a configured or recorded workspace. A failure (a path on a missing disk, a
         mangled metadata folder) is logged and shown as the workspace's ``failed`` state;
         the daemon serves the others."""
@@ -231,7 +240,7 @@ class Supervisor:
         self._stop_requested.set()
 
     async def _handle_signals(
-        self, signals: Any, root_scope: trio.CancelScope
+        self, signals: AsyncIterator[int], root_scope: trio.CancelScope
     ) -> None:
         async for signum in signals:
             if signum == signal.SIGHUP:
@@ -297,8 +306,8 @@ def reloader_for(
     return lambda: config_mod.load(config=config_arg, socket=socket_arg)
 
 
-def _asdict(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__}
+def _asdict(obj: ServerStatistics) -> dict[str, object]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -29,13 +29,14 @@ import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
 
@@ -70,7 +71,8 @@ def check_agent_id(agent_id: object) -> str:
 #: Builds a workspace's services and starts them in ``nursery`` (in order, each with
 #: ``nursery.start``); returns once every one of them can serve.
 WorkspaceStarter = Callable[["Workspace", trio.Nursery], Awaitable[None]]
-StatusProvider = Callable[[], Mapping[str, Any]]
+#: A service's part of the workspace's status (a TypedDict, mostly).
+StatusProvider = Callable[[], Mapping[str, object]]
 
 
 def check_root(root: Path) -> None:
@@ -159,8 +161,9 @@ class Workspace:
             ) from None
 
     # -- lifecycle ------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {
+    def describe(self) -> JsonObject:
+        """The workspace, with every service's status by name (``workspace.list``)."""
+        info: JsonObject = {
             "agent_id": self.agent_id,
             "path": str(self.root),
             "state": self.state,
@@ -173,8 +176,8 @@ class Workspace:
         info.update(self.status())
         return info
 
-    def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def status(self) -> dict[str, JsonObject]:
+        out: dict[str, JsonObject] = {}
         for name, provider in self._status.items():
             try:
                 out[name] = dict(provider())
@@ -285,7 +288,7 @@ class WorkspaceRegistry:
         return dict(self._remembered)
 
     async def _remember(self, agent_id: str, root: Path,
-                        overrides: Mapping[str, Any] | None) -> None:
+                        overrides: Mapping[str, object] | None) -> None:
         if self._remembered_path is None:
             return
         old = self._remembered.get(agent_id)
@@ -318,7 +321,7 @@ class WorkspaceRegistry:
             entry.pop("left_out", None)
         await self._save_remembered()
 
-    def _hands_back(self, agent_id: str, overrides: Mapping[str, Any] | None) -> bool:
+    def _hands_back(self, agent_id: str, overrides: Mapping[str, object] | None) -> bool:
         missing = self.left_out(agent_id)
         return bool(missing) and any(remembered.has_value(overrides, k) for k in missing)
 
@@ -344,7 +347,7 @@ class WorkspaceRegistry:
         self,
         agent_id: str,
         path: Path | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, object] | None = None,
     ) -> Workspace:
         """Open ``agent_id``'s workspace (idempotent at the same path).
 

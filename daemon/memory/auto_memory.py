@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import PurePosixPath
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 import trio
@@ -44,6 +44,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.jobs import JobContext
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log
 from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.digest import dropped_bullets
@@ -59,6 +60,7 @@ from recalld.daemon.memory.fileops import (
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.providers.chat import ChatMessage
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
     InvalidParams,
@@ -89,7 +91,28 @@ create a second note. If nothing is worth remembering, do not call any tool and 
 "nothing to save"."""
 
 
-def _conversation_text(turns: list[dict[str, Any]]) -> str:
+class CaptureResult(TypedDict):
+    """The result of an auto_memory job (only the first five keys when nothing was
+    pending)."""
+
+    session_id: str
+    turns: int
+    changed: list[str]
+    note: str | None
+    message: NotRequired[str]
+    upto: NotRequired[int]
+    date: NotRequired[str]
+    dialog: NotRequired[str]
+    steps: NotRequired[int]
+    tool_calls: NotRequired[list[str]]
+    finished: NotRequired[bool]
+    model_text: NotRequired[str]
+    inbox_item: NotRequired[str | None]
+    refused: NotRequired[list[capture_log.Refusal]]
+    log: NotRequired[str | None]
+
+
+def _conversation_text(turns: list[JsonObject]) -> str:
     lines = [f"{t['role']}: {t['content']}" for t in turns]
     text = "\n\n".join(lines)
     if len(text) > MAX_PROMPT_CHARS:
@@ -98,7 +121,7 @@ def _conversation_text(turns: list[dict[str, Any]]) -> str:
 
 
 def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | None,
-            turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            turns: list[JsonObject]) -> list[ChatMessage]:
     if note_path is not None and note_text is not None:
         current = f"The note of this conversation for {date} ({note_path}):\n\n{note_text}"
     else:
@@ -118,7 +141,7 @@ class _SessionTools:
         self.session_id = session_id
         self.date = date
         #: Rewrites refused because they dropped bullet points of the note.
-        self.refused: list[dict[str, Any]] = []
+        self.refused: list[capture_log.Refusal] = []
 
     async def _body(self, rel: str) -> str:
         text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
@@ -147,7 +170,7 @@ class _SessionTools:
             return f"{rel} is not this conversation's note"
         return None
 
-    async def __call__(self, name: str, arguments: Mapping[str, Any]) -> str:
+    async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
         # What the model writes is redacted by the file operations themselves.
         args = dict(arguments)
         if name == "daily_write":
@@ -178,7 +201,7 @@ class _SessionTools:
         return await self.ops.call_tool(name, args)
 
 
-async def _append_dialog(ws: Workspace, session_id: str, turns: list[dict[str, Any]]) -> str:
+async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]) -> str:
     """Add ``turns`` to the session's dialog file (skipping seqs already there)."""
     rel = f"{ws.settings.session_dir}/dialog/{session_id}.jsonl"
 
@@ -282,10 +305,11 @@ async def _write_log(ws: Workspace, ops: FileOps, run: capture_log.CaptureRun) -
 
 
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
-                    today: Callable[[], dt.date] = dt.date.today) -> Callable[[JobContext], Any]:
+                    today: Callable[[], dt.date] = dt.date.today,
+                    ) -> Callable[[JobContext], Awaitable[CaptureResult]]:
     """The job handler (register it with ``resumable=True``)."""
 
-    async def run(job: JobContext) -> dict[str, Any]:
+    async def run(job: JobContext) -> CaptureResult:
         params = job.params
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)

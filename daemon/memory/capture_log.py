@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog
 from recalld.daemon.memory.digest import dropped_bullets
 
@@ -46,6 +47,59 @@ def added_facts(before: str | None, after: str | None) -> list[str]:
     return facts[:MAX_LISTED_LINES]
 
 
+class Refusal(TypedDict):
+    """A rewrite of a note refused because it would have dropped bullet points."""
+
+    tool: str
+    path: str
+    dropped: list[str]
+
+
+class FileChecksums(TypedDict):
+    before_sha256: str | None  # None: no file
+    after_sha256: str | None
+
+
+class CaptureRecord(TypedDict):
+    """The machine record ``<run_id>.json`` of an auto_memory run."""
+
+    version: int
+    kind: Literal["auto_memory"]
+    run_id: str
+    started: str
+    finished: str
+    agent_id: str
+    session_id: str
+    job_id: str
+    trigger: str | None
+    date: str
+    turns: int
+    note: str | None
+    outcome: str
+    files: dict[str, FileChecksums]
+    added: list[str]
+    refused: list[Refusal]
+    error: str | None
+
+
+class ListedCapture(TypedDict):
+    """An auto_memory run as a list of runs shows it."""
+
+    kind: str
+    run_id: str
+    started: str | None
+    outcome: str | None
+    agent_id: str | None
+    session_id: str | None
+    job_id: str | None
+    trigger: str | None
+    note: str | None
+    added: int
+    refused: int
+    files: list[str]
+    log: str
+
+
 @dataclass(slots=True)
 class CaptureRun:
     """What one auto_memory run did to its session's note, built up while it runs."""
@@ -60,10 +114,9 @@ class CaptureRun:
     trigger: str | None = None
     finished: str = ""
     note: str | None = None
-    #: path -> {"before_sha256", "after_sha256"} (null: no file)
-    files: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    files: dict[str, FileChecksums] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
-    refused: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
     error: str | None = None
 
     def record_change(self, path: str, before: str | None, after: str | None) -> None:
@@ -84,7 +137,7 @@ class CaptureRun:
             return "changed, some rewrites refused" if self.refused else "changed"
         return "refused"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CaptureRecord:
         return {"version": 1, "kind": KIND, "run_id": self.run_id, "started": self.started,
                 "finished": self.finished, "agent_id": self.agent_id,
                 "session_id": self.session_id, "job_id": self.job_id,
@@ -131,8 +184,8 @@ def write(root: Path, metadata_dir: str, run: CaptureRun) -> str:
     return log_path(metadata_dir, run.run_id)
 
 
-def _summary(metadata_dir: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def summarize(data: dict[str, Any]) -> dict[str, Any]:
+def _summary(metadata_dir: str) -> Callable[[JsonObject], ListedCapture]:
+    def summarize(data: JsonObject) -> ListedCapture:
         refused = data.get("refused") or []
         return {"kind": KIND, "run_id": data["run_id"], "started": data.get("started"),
                 "outcome": data.get("outcome"), "agent_id": data.get("agent_id"),
@@ -146,13 +199,14 @@ def _summary(metadata_dir: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return summarize
 
 
-def list_runs(root: Path, metadata_dir: str, limit: int = 50) -> list[dict[str, Any]]:
+def list_runs(root: Path, metadata_dir: str, limit: int = 50) -> list[ListedCapture]:
     """The latest runs' summaries, newest first."""
     return changelog.list_records(changelog.runs_dir(root, metadata_dir, KIND),
                                   _summary(metadata_dir), limit, "auto_memory run")
 
 
-def load(root: Path, metadata_dir: str, run_id: str) -> dict[str, Any]:
-    """One run's full record (NotFound if there is none)."""
+def load(root: Path, metadata_dir: str, run_id: str) -> JsonObject:
+    """One run's full record as read (a :class:`CaptureRecord`; NotFound if there is
+    none)."""
     return changelog.load_record(changelog.runs_dir(root, metadata_dir, KIND), run_id,
                                  "auto_memory run")

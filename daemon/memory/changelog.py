@@ -26,15 +26,85 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict, TypeVar
 
 import orjson
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 RUN_ID_RE: Final = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
 _VERSION: Final = 1
+
+
+S = TypeVar("S", bound=Mapping[str, object])
+
+
+class Action(TypedDict):
+    """One integration a dream run tried, as its record and change log keep it."""
+
+    action: str
+    path: str
+    status: str  # "applied" or why not
+    detail: str
+    reason: str
+    sources: list[str]
+    note: str
+
+
+class FileBefore(TypedDict):
+    """A file a run wrote: its bytes before (base64; None: the run created it) and the
+    checksum of what the run left (None: the run removed it)."""
+
+    before: str | None
+    after_sha256: str | None
+
+
+class DreamRecord(TypedDict):
+    """The machine record ``<run_id>.json`` of a dream run."""
+
+    version: int
+    run_id: str
+    started: str
+    finished: str
+    trigger: str
+    notes: list[str]
+    failed_notes: dict[str, str]
+    actions: list[Action]
+    files: dict[str, FileBefore]
+    undone: str | None
+
+
+class RunSummary(TypedDict):
+    """What a dream run did, counted; the result of the auto_dream job."""
+
+    run_id: str | None  # None: there was nothing to dream
+    notes: int
+    actions: dict[str, int]  # applied actions by kind, others by status
+    failed_notes: NotRequired[int]
+    files_changed: NotRequired[list[str]]
+    changed: NotRequired[bool]
+    recognised_from_reme: NotRequired[int]
+    log: NotRequired[str]
+
+
+class ListedRun(TypedDict):
+    """A dream run as ``dream.runs`` lists it."""
+
+    run_id: str
+    started: str | None
+    trigger: str | None
+    notes: int
+    files: list[str]
+    undone: str | None
+
+
+class Undone(TypedDict):
+    run_id: str
+    restored: list[str]
+    removed: list[str]
+    forced_over: list[str]
 
 
 class UndoConflict(NotAllowed):
@@ -63,7 +133,7 @@ class RunLog:
     trigger: str
     notes: list[str] = field(default_factory=list)
     failed_notes: dict[str, str] = field(default_factory=dict)
-    actions: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
     before: dict[str, bytes | None] = field(default_factory=dict)
     after: dict[str, bytes | None] = field(default_factory=dict)
     finished: str = ""
@@ -77,8 +147,8 @@ class RunLog:
     def changed(self) -> bool:
         return any(self.before[p] != self.after.get(p) for p in self.before)
 
-    def to_json(self) -> dict[str, Any]:
-        files = {
+    def to_json(self) -> DreamRecord:
+        files: dict[str, FileBefore] = {
             p: {"before": None if b is None else base64.b64encode(b).decode(),
                 "after_sha256": None if self.after.get(p) is None
                 else sha256(self.after[p] or b"")}
@@ -89,7 +159,7 @@ class RunLog:
                 "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
                 "undone": None}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RunSummary:
         counts: dict[str, int] = {}
         for a in self.actions:
             key = a["action"] if a["status"] == "applied" else a["status"]
@@ -128,7 +198,7 @@ def render_markdown(run: RunLog) -> str:
     return "\n".join(lines)
 
 
-def write_record(directory: Path, run_id: str, record: Mapping[str, Any], markdown: str,
+def write_record(directory: Path, run_id: str, record: Mapping[str, object], markdown: str,
                  *, keep: int | None = None) -> None:
     """Publish one run's machine record and its Markdown log (each atomically); with
     ``keep``, remove the oldest record pairs beyond that many."""
@@ -150,8 +220,9 @@ def _check_run_id(run_id: object) -> str:
     return run_id
 
 
-def load_record(directory: Path, run_id: str, what: str = "dream run") -> dict[str, Any]:
-    """The machine record of run ``run_id``; NotFound, or RecalldError when unreadable."""
+def load_record(directory: Path, run_id: str, what: str = "dream run") -> JsonObject:
+    """The machine record of run ``run_id`` as read (only its version is checked);
+    NotFound, or RecalldError when unreadable."""
     path = directory / f"{_check_run_id(run_id)}.json"
     try:
         data = orjson.loads(path.read_bytes())
@@ -164,7 +235,7 @@ def load_record(directory: Path, run_id: str, what: str = "dream run") -> dict[s
     return data
 
 
-def load_run(directory: Path, run_id: str) -> dict[str, Any]:
+def load_run(directory: Path, run_id: str) -> JsonObject:
     return load_record(directory, run_id, "dream run")
 
 
@@ -177,8 +248,8 @@ def _record_ids(directory: Path) -> list[str]:
             if n.endswith(".json") and RUN_ID_RE.match(n.removesuffix(".json"))]
 
 
-def list_records(directory: Path, summarize: Callable[[dict[str, Any]], dict[str, Any]],
-                 limit: int = 50, what: str = "run") -> list[dict[str, Any]]:
+def list_records(directory: Path, summarize: Callable[[JsonObject], S],
+                 limit: int = 50, what: str = "run") -> list[S]:
     """``summarize`` of each readable record, newest first (unreadable ones skipped)."""
     out = []
     for run_id in _record_ids(directory):
@@ -203,13 +274,13 @@ def prune_records(directory: Path, keep: int) -> int:
     return len(old)
 
 
-def _dream_summary(data: dict[str, Any]) -> dict[str, Any]:
+def _dream_summary(data: JsonObject) -> ListedRun:
     return {"run_id": data["run_id"], "started": data.get("started"),
             "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
             "files": sorted(data.get("files", {})), "undone": data.get("undone")}
 
 
-def list_runs(directory: Path, limit: int = 50) -> list[dict[str, Any]]:
+def list_runs(directory: Path, limit: int = 50) -> list[ListedRun]:
     return list_records(directory, _dream_summary, limit, "dream run")
 
 
@@ -235,7 +306,7 @@ def _current(path: Path) -> bytes | None:
 
 
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
-             force: bool = False, now: str) -> dict[str, Any]:
+             force: bool = False, now: str) -> Undone:
     """Restore every file the run wrote to its bytes before the run.
 
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
@@ -244,7 +315,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     data = load_run(directory, run_id)
     if data.get("undone"):
         raise InvalidParams(f"dream run {run_id} was already undone at {data['undone']}")
-    files: dict[str, Any] = data.get("files") or {}
+    files: JsonObject = data.get("files") or {}
     plan: list[tuple[str, Path, bytes | None]] = []
     conflicts = []
     for rel, rec in sorted(files.items()):

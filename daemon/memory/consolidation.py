@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon.jobs import JobContext, JobManager
-from recalld.daemon.memory import dream
+from recalld.daemon.memory import changelog, dream
 from recalld.daemon.memory.llm import ChatClients
-from recalld.daemon.memory.resource import ResourceCatalog
+from recalld.daemon.memory.resource import ResourceCatalog, ResourceResult, ResourceStatus
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace
@@ -36,6 +36,17 @@ log = logging.getLogger(__name__)
 
 DREAM_KIND = "auto_dream"
 RESOURCE_KIND = "auto_resource"
+
+
+class DreamStatus(TypedDict):
+    """A workspace's dream schedule, as its status shows it."""
+
+    cron: str
+    enabled: bool
+    next_run: NotRequired[str]
+    last_fired: NotRequired[str | None]
+    tz: NotRequired[str]
+    error: NotRequired[str]  # why the cron is not scheduled
 
 
 class Consolidation:
@@ -55,7 +66,7 @@ class Consolidation:
 
     # -- jobs --------------------------------------------------------------------------
 
-    async def dream_job(self, job: JobContext) -> dict[str, Any]:
+    async def dream_job(self, job: JobContext) -> changelog.RunSummary:
         ws = self._get_workspace(job.agent_id)
         async with one_host_at_a_time(ws, DREAM_KIND):
             chat = ws.services.chat.client()  # "no chat model configured" fails it
@@ -63,7 +74,7 @@ class Consolidation:
                 ws, chat, trigger=str(job.params.get("trigger") or "manual"),
                 progress=job.set_progress, job_id=job.job_id)
 
-    async def resource_job(self, job: JobContext) -> dict[str, Any]:
+    async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)
         if catalog is None:
             raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
@@ -75,13 +86,15 @@ class Consolidation:
 
     # -- per workspace -----------------------------------------------------------------
 
-    def dream_status(self, ws: Workspace) -> dict[str, Any]:
+    def dream_status(self, ws: Workspace) -> DreamStatus:
         entry = next((e for e in self.scheduler.status()
                       if e["agent_id"] == ws.agent_id and e["kind"] == DREAM_KIND), None)
-        out: dict[str, Any] = {"cron": ws.settings.dream_cron,
-                               "enabled": ws.settings.dream_cron_enabled}
+        out: DreamStatus = {"cron": ws.settings.dream_cron,
+                            "enabled": ws.settings.dream_cron_enabled}
         if entry is not None:
-            out.update(next_run=entry["next"], last_fired=entry["last_fired"], tz=entry["tz"])
+            out["next_run"] = entry["next"]
+            out["last_fired"] = entry["last_fired"]
+            out["tz"] = entry["tz"]
         return out
 
     def schedule_workspace(self, ws: Workspace) -> str | None:
@@ -125,13 +138,13 @@ class ResourceService:
         self.catalog = catalog
         self.schedule_error: str | None = None
 
-    def dream_status(self) -> dict[str, Any]:
+    def dream_status(self) -> DreamStatus:
         out = self._consolidation.dream_status(self.ws)
         if self.schedule_error:
             out["error"] = self.schedule_error
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ResourceStatus:
         return self.catalog.status()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -33,10 +33,11 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.links import legacy_edge
+from recalld.daemon.jsontypes import JsonObject
 
 BUCKETS: Final = ("personal", "procedure", "wiki")
 ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
@@ -80,7 +81,7 @@ class Node:
     related: list[str] = field(default_factory=list)
     content: str = ""
     history: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)  # other frontmatter: user metadata
 
     @property
     def confidence(self) -> float:
@@ -123,7 +124,7 @@ def node_path(bucket: str, name: str, digest_dir: str = "digest") -> str:
     return f"{digest_dir}/{bucket}/{slugify(name)}.md"
 
 
-def _as_list(value: Any) -> list[str]:
+def _as_list(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
     if isinstance(value, list | tuple):
@@ -229,7 +230,7 @@ def parse_node(path: str, text: str) -> Node:
 
 
 def render_node(node: Node) -> str:
-    fields: dict[str, Any] = {
+    fields: JsonObject = {
         "name": node.name,
         "description": node.description,
         "type": node.type or node.bucket,
@@ -256,7 +257,7 @@ def render_node(node: Node) -> str:
 # -- validating a proposal ------------------------------------------------------------------
 
 
-def _string(args: Mapping[str, Any], name: str, *, required: bool = False,
+def _string(args: Mapping[str, object], name: str, *, required: bool = False,
             limit: int = 500) -> str:
     value = args.get(name, "")
     if value is None:
@@ -271,7 +272,7 @@ def _string(args: Mapping[str, Any], name: str, *, required: bool = False,
     return value
 
 
-def parse_integration(args: Mapping[str, Any], *, digest_dir: str,
+def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                       allowed_sources: Sequence[str], default_source: str) -> Integration:
     """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
     the model can act on. Sources outside ``allowed_sources`` (the notes of this run) are

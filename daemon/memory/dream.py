@@ -30,16 +30,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import trio
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog, digest, interests, reme_dream
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
 from recalld.daemon.memory.llm import run_tools
-from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, ensure_dir
@@ -74,15 +75,16 @@ def _legacy_path(path: Path) -> Path:
     return path.parent.parent / "file_catalog" / path.name
 
 
-def _ours(records: list[dict[str, Any]]) -> bool:
+def _ours(records: list[JsonObject]) -> bool:
     """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
     return bool(records) and all("digest" in r and "state" in r for r in records)
 
 
-def load_catalog(path: Path) -> dict[str, dict[str, Any]]:
-    """Catalog records by path; a damaged catalog is treated as empty (logged): the worst
-    case is re-reading notes, which the integration rules make harmless. A catalog recalld
-    kept in ReMe's folder before is read from there until the next save moves it."""
+def load_catalog(path: Path) -> dict[str, JsonObject]:
+    """Catalog records by path, as read from disk; a damaged catalog is treated as empty
+    (logged): the worst case is re-reading notes, which the integration rules make
+    harmless. A catalog recalld kept in ReMe's folder before is read from there until the
+    next save moves it."""
     source = path
     if not path.exists():
         source = _legacy_path(path)
@@ -98,7 +100,7 @@ def load_catalog(path: Path) -> dict[str, dict[str, Any]]:
     return {str(r["path"]): r for r in records if "path" in r}
 
 
-def save_catalog(path: Path, records: Mapping[str, Mapping[str, Any]]) -> None:
+def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> None:
     ensure_dir(REAL, path.parent)
     write_records(REAL, path, [records[k] for k in sorted(records)])
     legacy = _legacy_path(path)
@@ -116,7 +118,7 @@ def sha256_text(text: str) -> str:
 
 
 def changed_notes(root: Path, daily_dir: str,
-                  catalog: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+                  catalog: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str, str]]:
     """``(path, sha256, text)`` of daily notes not processed as they are now (blocking)."""
     out = []
     top = root / daily_dir
@@ -140,7 +142,7 @@ def changed_notes(root: Path, daily_dir: str,
     return out
 
 
-def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, dict[str, Any]]) -> int:
+def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:
     """Put the notes ReMe's dream consolidated, unchanged since, into ``catalog`` as
     processed (``reme_dream.py``); returns how many (blocking)."""
     s = ws.settings
@@ -197,12 +199,11 @@ Optionally call `note_interests` with the topics the user cares about.
 Answer with a short plain-text summary when done."""
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    def fn(name: str, description: str, props: dict[str, Any],
-           required: list[str]) -> dict[str, Any]:
-        return {"type": "function", "function": {
-            "name": name, "description": description,
-            "parameters": {"type": "object", "properties": props, "required": required}}}
+def tool_schemas() -> list[ToolSchema]:
+    def fn(name: str, description: str, props: JsonObject,
+           required: list[str]) -> ToolSchema:
+        return function_tool(name, description,
+                             {"type": "object", "properties": props, "required": required})
 
     strings = {"type": "array", "items": {"type": "string"}}
     return [
@@ -242,7 +243,7 @@ class _Run:
     def digest_dir(self) -> str:
         return self.ws.settings.digest_dir
 
-    async def dispatch(self, name: str, args: Mapping[str, Any]) -> str:
+    async def dispatch(self, name: str, args: Mapping[str, object]) -> str:
         if name == "node_search":
             return await self._node_search(args)
         if name == "node_read":
@@ -263,7 +264,7 @@ class _Run:
             return f"noted {len(topics[:20])} topic(s)"
         return f"error: unknown tool {name!r}"
 
-    async def _node_search(self, args: Mapping[str, Any]) -> str:
+    async def _node_search(self, args: Mapping[str, object]) -> str:
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
             return "error: query must be a non-empty string"
@@ -282,7 +283,7 @@ class _Run:
             return "no matching nodes"
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
 
-    async def _integrate(self, args: Mapping[str, Any]) -> str:
+    async def _integrate(self, args: Mapping[str, object]) -> str:
         try:
             proposal = digest.parse_integration(
                 args, digest_dir=self.digest_dir, allowed_sources=self.log.notes,
@@ -293,9 +294,10 @@ class _Run:
         existing = None if before_text is None else digest.parse_node(proposal.path,
                                                                        before_text)
         outcome = digest.integrate(existing, proposal, self.today)
-        record = {"action": outcome.action, "path": outcome.path, "status": outcome.status,
-                  "detail": outcome.detail, "reason": proposal.reason,
-                  "sources": list(proposal.sources), "note": self.note}
+        record: changelog.Action = {
+            "action": outcome.action, "path": outcome.path, "status": outcome.status,
+            "detail": outcome.detail, "reason": proposal.reason,
+            "sources": list(proposal.sources), "note": self.note}
         if outcome.text is not None:
             await self.files.write(outcome.path, outcome.text)
             self.log.record_write(outcome.path,
@@ -325,7 +327,7 @@ async def run_dream(
     progress: Callable[[int, int | None, str], None] = lambda d, t, m: None,
     config: DreamConfig | None = None,
     job_id: str | None = None,
-) -> dict[str, Any]:
+) -> changelog.RunSummary:
     """One dream over ``ws`` (see the module docstring); returns the job result.
 
     Raises ProviderConfigError without a chat model, JobFailed when every note failed.
@@ -356,9 +358,10 @@ async def run_dream(
             run.note = note
             nodes = await trio.to_thread.run_sync(list_nodes, ws.root, settings.digest_dir,
                                                   cfg.max_nodes_listed)
-            messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                        {"role": "user", "content": _user_message(note, text, nodes,
-                                                                  cfg.max_note_chars)}]
+            messages: list[ChatMessage] = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": _user_message(note, text, nodes,
+                                                          cfg.max_note_chars)}]
             try:
                 await run_tools(chat, messages, tool_schemas(), run.dispatch,
                                 max_steps=cfg.max_steps_per_note,
@@ -408,13 +411,13 @@ async def _refresh_interests(run: _Run) -> None:
         run.log.record_write(rel, None if before is None else before.encode(), text.encode())
 
 
-def _inbox_summary(summary: Mapping[str, Any]) -> str:
+def _inbox_summary(summary: changelog.RunSummary) -> str:
     parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
     return f"dream {summary['run_id']}: {', '.join(parts) or 'no actions'}"
 
 
 async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str], *,
-                     job_id: str | None, details: Mapping[str, Any]) -> bool:
+                     job_id: str | None, details: Mapping[str, object]) -> bool:
     """Push one inbox item; a workspace without an inbox only logs it."""
     if not changes:
         return False
@@ -444,7 +447,7 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
     return True
 
 
-async def undo(ws: Workspace, run_id: str, *, force: bool) -> dict[str, Any]:
+async def undo(ws: Workspace, run_id: str, *, force: bool) -> changelog.Undone:
     """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
     settings = ws.settings
     files = fileops_for(ws)
@@ -462,6 +465,6 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> dict[str, Any]:
     return result
 
 
-async def runs(ws: Workspace, limit: int = 50) -> list[dict[str, Any]]:
+async def runs(ws: Workspace, limit: int = 50) -> list[changelog.ListedRun]:
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
     return await trio.to_thread.run_sync(changelog.list_runs, directory, limit)

@@ -34,7 +34,7 @@ import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import trio
 
@@ -46,9 +46,11 @@ from recalld.daemon.index.frontmatter import (
     render_frontmatter,
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import filetools
 from recalld.daemon.memory.filetools import ALL_TOOLS
 from recalld.daemon.memory.redact import redact, redact_async, redact_value
+from recalld.daemon.providers.chat import ToolSchema
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write
 from recalld.daemon.workspaces import Workspace
@@ -201,7 +203,7 @@ def slug(name: str) -> str:
     return stem
 
 
-def check_date(date: str | None, today: Callable[[], dt.date]) -> str:
+def check_date(date: object, today: Callable[[], dt.date]) -> str:
     if date is None:
         return today().isoformat()
     if not isinstance(date, str) or not _DATE_RE.match(date):
@@ -324,7 +326,7 @@ class FileOps:
         await self._searchable()
         return result
 
-    async def frontmatter_update(self, path: str, changes: Mapping[str, Any]) -> WriteResult:
+    async def frontmatter_update(self, path: str, changes: Mapping[str, object]) -> WriteResult:
         """Set frontmatter keys (a None value removes the key); other lines stay as they are."""
         rel = self.check_writable(path)
         edits = {str(k): (DELETE if v is None else redact_value(v)) for k, v in changes.items()}
@@ -364,7 +366,7 @@ class FileOps:
 
     async def daily_write(self, session_id: str, name: str, content: str,
                           date: str | None = None, description: str | None = None,
-                          extra: Mapping[str, Any] | None = None) -> WriteResult:
+                          extra: Mapping[str, object] | None = None) -> WriteResult:
         """Write ``session_id``'s note ``name`` under ``<daily_dir>/<date>/``.
 
         The note gets frontmatter ``name``, ``description``, ``session_id`` and
@@ -383,7 +385,7 @@ class FileOps:
         extra = redact_value(dict(extra)) if extra else extra
         given, body_start = parse_frontmatter(content)
         body = "\n".join(content.split("\n")[body_start:]) if body_start else content
-        fields: dict[str, Any] = {
+        fields: JsonObject = {  # frontmatter: user metadata
             "name": given.get("name") or stem,
             "description": description or given.get("description") or "",
         }
@@ -417,11 +419,11 @@ class FileOps:
 
     # -- tools for a chat model --------------------------------------------------------
 
-    def tools(self, names: Iterable[str] = ALL_TOOLS) -> list[dict[str, Any]]:
+    def tools(self, names: Iterable[str] = ALL_TOOLS) -> list[ToolSchema]:
         """OpenAI ``tools`` entries for the named operations (:mod:`filetools`)."""
         return filetools.schemas(names)
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+    async def call_tool(self, name: str, arguments: Mapping[str, object]) -> str:
         """Run one tool call and describe the outcome as text; errors become text too
         (:func:`filetools.call`)."""
         return await filetools.call(self, name, arguments)

@@ -9,10 +9,12 @@ Starts nothing and holds no state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.providers.chat import ToolSchema, function_tool
 from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
 
 if TYPE_CHECKING:
@@ -21,16 +23,22 @@ if TYPE_CHECKING:
 ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
 
 
-def schemas(names: Iterable[str] = ALL_TOOLS) -> list[dict[str, Any]]:
+class _Tool(TypedDict):
+    description: str
+    parameters: JsonObject  # a JSON Schema
+
+
+def schemas(names: Iterable[str] = ALL_TOOLS) -> list[ToolSchema]:
     """OpenAI ``tools`` entries for the named operations."""
     wanted = list(names)
     unknown = set(wanted) - set(_SCHEMAS)
     if unknown:
         raise ValueError(f"unknown tools: {sorted(unknown)}")
-    return [{"type": "function", "function": {"name": n, **_SCHEMAS[n]}} for n in wanted]
+    return [function_tool(n, _SCHEMAS[n]["description"], _SCHEMAS[n]["parameters"])
+            for n in wanted]
 
 
-async def call(ops: FileOps, name: str, arguments: Mapping[str, Any]) -> str:
+async def call(ops: FileOps, name: str, arguments: Mapping[str, object]) -> str:
     """Run one tool call and describe the outcome as text; errors become text too."""
     try:
         return await _call(ops, name, dict(arguments))
@@ -40,7 +48,7 @@ async def call(ops: FileOps, name: str, arguments: Mapping[str, Any]) -> str:
         return f"error: bad arguments for {name}: {exc}"
 
 
-async def _call(ops: FileOps, name: str, a: dict[str, Any]) -> str:
+async def _call(ops: FileOps, name: str, a: dict[str, object]) -> str:
     def text(key: str) -> str:
         value = a.get(key)
         if not isinstance(value, str):
@@ -83,7 +91,7 @@ async def _call(ops: FileOps, name: str, a: dict[str, Any]) -> str:
 
 
 _PATH = {"type": "string", "description": "path relative to the workspace root"}
-_SCHEMAS: dict[str, dict[str, Any]] = {
+_SCHEMAS: dict[str, _Tool] = {
     "read": {
         "description": "Read lines of a workspace file (1-based, inclusive range).",
         "parameters": {"type": "object", "properties": {

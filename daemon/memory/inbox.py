@@ -21,27 +21,48 @@ even if its job is cancelled right then.
 
 from __future__ import annotations
 
-import builtins
 import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, dict[str, Any]], object]
+Publish = Callable[[str, Mapping[str, object]], object]
 INBOX_TOPIC = "inbox.item"
 KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict"})
 DEFAULT_MAX_ITEMS = 1000
 WRITE_TIMEOUT_S = 10.0
+
+
+class InboxItem(TypedDict):
+    id: str  # ascending, zero-padded
+    time: float
+    kind: str  # one of KINDS
+    summary: str
+    changes: list[str]
+    job_id: str | None
+    details: JsonObject  # what the job tells about the change
+    acked: bool
+
+
+class Acked(TypedDict):
+    acked: list[str]
+    unknown: list[str]
+
+
+class InboxStatus(TypedDict):
+    items: int
+    unacked: int
 
 
 def inbox_path(ws: Workspace) -> Path:
@@ -72,7 +93,8 @@ class Inbox:
         self._push_enabled = push_enabled
         self._max_items = max_items
         self._wall = wall
-        self._items: dict[str, dict[str, Any]] = {}  # id -> item, in push order
+        # id -> item (an InboxItem, as recovered from the log), in push order
+        self._items: dict[str, JsonObject] = {}
         self._seq = 0
         self._log = AppendLog(path)
         self._lines = 0
@@ -114,8 +136,8 @@ class Inbox:
         changes: Sequence[str],
         *,
         job_id: str | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
+        details: Mapping[str, object] | None = None,
+    ) -> InboxItem | None:
         """Record (and publish) one memory change; returns the new item, or None when
         ``inbox_push_enabled`` is off (nothing recorded).
 
@@ -131,7 +153,7 @@ class Inbox:
             return None
         async with self._lock:
             self._seq += 1
-            item: dict[str, Any] = {
+            item: InboxItem = {
                 "id": f"{self._seq:010d}",
                 "time": self._wall(),
                 "kind": kind,
@@ -144,17 +166,17 @@ class Inbox:
             await self._append([{"op": "push", "item": item}])
         if self._publish is not None:
             try:
-                self._publish(INBOX_TOPIC, {"agent_id": self.agent_id, "item": dict(item)})
+                self._publish(INBOX_TOPIC, {"agent_id": self.agent_id, "item": item.copy()})
             except Exception:
                 log.exception("publishing an inbox item failed")
-        return dict(item)
+        return item.copy()
 
-    def list(self, since: str | None = None, include_acked: bool = False) -> list[dict[str, Any]]:
+    def list(self, since: str | None = None, include_acked: bool = False) -> list[JsonObject]:
         """Items after ``since`` (an item id, or an ISO-8601 time), oldest first.
 
         Acknowledged items are left out unless ``include_acked``.
         """
-        items: Iterable[dict[str, Any]] = self._items.values()
+        items: Iterable[JsonObject] = self._items.values()
         if since is not None:
             if since.isdigit():
                 after = _seq_of(since)
@@ -164,7 +186,7 @@ class Inbox:
                 items = [i for i in items if float(i["time"]) > t]
         return [dict(i) for i in items if include_acked or not i.get("acked")]
 
-    async def ack(self, ids: Iterable[str]) -> dict[str, builtins.list[str]]:
+    async def ack(self, ids: Iterable[str]) -> Acked:
         """Mark items as seen: ``{acked: [...], unknown: [...]}`` (already acked counts)."""
         self._require_open()
         wanted = list(dict.fromkeys(ids))
@@ -181,7 +203,7 @@ class Inbox:
         """True while the log is open: from the start of :meth:`run` until it stops."""
         return self._open
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InboxStatus:
         unacked = sum(1 for i in self._items.values() if not i.get("acked"))
         return {"items": len(self._items), "unacked": unacked}
 
@@ -191,7 +213,7 @@ class Inbox:
         if not self._open:
             raise UnknownWorkspace(f"the inbox of {self.agent_id!r} is not open")
 
-    async def _append(self, records: builtins.list[dict[str, Any]]) -> None:
+    async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
         """Append (caller holds the lock); compacts when the log grew large."""
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             await trio.to_thread.run_sync(self._log.append, records)
@@ -206,6 +228,7 @@ class Inbox:
                 self._lines = len(snapshot)
 
     def _apply(self, rec: Mapping[str, Any]) -> None:
+        """Apply one log record (JSON as replayed from disk, or one just written)."""
         if rec.get("op") == "push" and isinstance(rec.get("item"), dict):
             item = dict(rec["item"])
             if isinstance(item.get("id"), str):

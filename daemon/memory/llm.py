@@ -16,22 +16,23 @@ lets them escape is reported failed with that code and message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
 from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
+from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient, ChatMessage, ToolSchema
 from recalld.daemon.providers.errors import ProviderConfigError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
 
 log = logging.getLogger(__name__)
 
-Dispatch = Callable[[str, Mapping[str, Any]], Awaitable[str]]
+#: Runs one tool call: its name and the arguments as the model wrote them (unchecked).
+Dispatch = Callable[[str, JsonObject], Awaitable[str]]
 DEFAULT_DEADLINE_S = 600.0
 MAX_TOOL_RESULT_CHARS = 20_000
 
@@ -54,13 +55,13 @@ class LoopResult:
     steps: int
     tool_calls_made: list[str] = field(default_factory=list)
     finished: bool = True
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
 
 
 async def run_tools(
     chat: ChatClient,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]],
+    messages: Sequence[ChatMessage],
+    tools: Sequence[ToolSchema],
     dispatch: Dispatch,
     *,
     max_steps: int = 8,
@@ -76,7 +77,7 @@ async def run_tools(
     """
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
-    convo: list[dict[str, Any]] = [dict(m) for m in messages]
+    convo: list[ChatMessage] = [m.copy() for m in messages]
     made: list[str] = []
     steps = 0
     with trio.move_on_after(deadline_s) as scope:
@@ -104,7 +105,7 @@ async def run_tools(
         raise LoopFailed(
             f"the chat model did not finish within {deadline_s:g} s ({steps} steps, "
             f"{len(made)} tool calls)")
-    last = convo[-1].get("content") if convo else None
+    last = convo[-1]["content"] if convo else None
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
 
 

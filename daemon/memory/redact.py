@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
     RULES,
@@ -149,12 +150,12 @@ def redact_value(value: Any) -> Any:
     return value
 
 
-def redact_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject]:
     """Chat messages (OpenAI format) with secrets redacted in their text: string content,
     adjacent text blocks (across block boundaries) and tool-call arguments."""
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for message in messages:
-        msg = dict(message)
+        msg: JsonObject = dict(message)
         content = msg.get("content")
         if isinstance(content, str):
             msg["content"] = redact(content)
@@ -175,8 +176,10 @@ def _redact_blocks(blocks: list[Any]) -> list[Any]:
     return out
 
 
-def _redact_call(call: Any) -> Any:
-    fn = call.get("function") if isinstance(call, dict) else None
+def _redact_call(call: object) -> object:
+    if not isinstance(call, dict):
+        return call
+    fn = call.get("function")
     if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
         return call
     try:
@@ -186,8 +189,8 @@ def _redact_call(call: Any) -> Any:
     return {**call, "function": {**fn, "arguments": orjson.dumps(redact_value(args)).decode()}}
 
 
-async def redact_messages_async(messages: Sequence[Mapping[str, Any]], *,
-                                limiter: CapacityLimiter | None = None) -> list[dict[str, Any]]:
+async def redact_messages_async(messages: Sequence[Mapping[str, object]], *,
+                                limiter: CapacityLimiter | None = None) -> list[JsonObject]:
     """:func:`redact_messages`, in a worker thread (under ``limiter``) when the messages
     are long."""
     import trio  # here: index worker processes import this module and need no trio

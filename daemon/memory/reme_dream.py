@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.store.errors import StorageError
@@ -43,7 +43,7 @@ class ReMeDreamed:
 
 
 def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
-                      known: Mapping[str, Any] | None = None) -> ReMeDreamed | None:
+                      known: Mapping[str, object] | None = None) -> ReMeDreamed | None:
     """The daily notes ReMe's dream catalog records, except those in ``known`` (recalld's
     catalog); None when the workspace has no ReMe dream catalog."""
     path = root / metadata_dir / REME_DREAM_CATALOG

@@ -32,13 +32,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date as Date
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypedDict
 
 import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
@@ -120,6 +121,19 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     return (text[:limit_chars], len(text) > limit_chars or len(data) > limit_chars * 4)
 
 
+class ResourceStatus(TypedDict):
+    files: dict[str, int]  # catalog records by state
+    watcher: JsonObject
+
+
+class ResourceResult(TypedDict):
+    """The result of an auto_resource job."""
+
+    outcomes: dict[str, int]  # files by what became of them
+    notes: list[str]  # notes written or updated
+    catalog: dict[str, int]  # catalog records by state, after the job
+
+
 class ResourceCatalog:
     """One workspace's resource catalog, watcher and note writer."""
 
@@ -136,7 +150,9 @@ class ResourceCatalog:
         s = ws.settings
         self.resource_dir = s.resource_dir
         self.path = catalog_path(ws.root, s.metadata_dir, "resource")
-        self.records: dict[str, dict[str, Any]] = {}
+        #: Catalog records by path: JSON as the catalog file keeps it (``state``,
+        #: ``digest``, ``size``, ``mtime_ns``, ``reason``, ``note``...).
+        self.records: dict[str, JsonObject] = {}
         self._lock = trio.Lock()
         self.watcher = Watcher(
             ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
@@ -161,7 +177,7 @@ class ResourceCatalog:
             out[r["state"]] = out.get(r["state"], 0) + 1
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ResourceStatus:
         return {"files": self.counts(), "watcher": self.watcher.status()}
 
     def work(self, *, chat_enabled: bool, retry_failed: bool = False) -> list[str]:
@@ -223,7 +239,7 @@ class ResourceCatalog:
     async def process(self, chat: ChatClient | None, *, retry_failed: bool = False,
                       job_id: str | None = None,
                       progress: Callable[[int, int | None, str], None] = lambda d, t, m: None,
-                      ) -> dict[str, Any]:
+                      ) -> ResourceResult:
         """Interpret queued files and mark removed ones; loops until no work is left."""
         enabled = chat is not None and chat.enabled
         done: dict[str, int] = {}
@@ -298,7 +314,7 @@ class ResourceCatalog:
         rec.update(state="processed", reason="", note=note)
         return "processed", note
 
-    async def _note_path(self, rec: dict[str, Any]) -> str:
+    async def _note_path(self, rec: JsonObject) -> str:
         if rec.get("note"):
             return str(rec["note"])
         inside = rec["path"][len(self.resource_dir) + 1:]
@@ -314,11 +330,11 @@ class ResourceCatalog:
                 return candidate
         raise RuntimeError(f"no free note name for {rec['path']}")
 
-    async def _write_note(self, rec: dict[str, Any], summary: str, *, truncated: bool) -> str:
+    async def _write_note(self, rec: JsonObject, summary: str, *, truncated: bool) -> str:
         note = await self._note_path(rec)
         inside = rec["path"][len(self.resource_dir) + 1:]
         first = next((ln.strip("# ").strip() for ln in summary.splitlines() if ln.strip()), "")
-        fields: dict[str, Any] = {
+        fields: dict[str, object] = {
             "name": f"Resource {inside}", "description": first[:200],
             "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
             "date": rec["date"], "truncated_input": truncated,
@@ -328,7 +344,7 @@ class ResourceCatalog:
         await fileops_for(self.ws).write(note, text)
         return note
 
-    async def _mark_removed(self, rec: dict[str, Any]) -> str | None:
+    async def _mark_removed(self, rec: JsonObject) -> str | None:
         note = rec.get("note")
         if not note:
             return None

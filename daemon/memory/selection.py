@@ -18,7 +18,7 @@ from typing import Final, Literal, TypedDict
 import orjson
 
 from recalld.daemon.memory.topics import TopicEntry
-from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ async def select_topics(
     elif not entries:
         reason = "no topic files"
     else:
-        messages: list[dict[str, str]] = [
+        messages: list[ChatMessage] = [
             {"role": "system", "content": SELECT_PROMPT.replace("LIMIT", str(limit))},
             {"role": "user", "content": f"Request: {query}\n\nMemory files:\n"
                                         f"{_listing(entries)}"}]

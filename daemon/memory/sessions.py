@@ -35,11 +35,12 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon import memtrim
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
@@ -83,7 +84,7 @@ def _clean_blocks(blocks: list[str]) -> str:
     return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
 
 
-def _content_blocks(content: Any) -> list[str]:
+def _content_blocks(content: object) -> list[str]:
     """The text pieces of a message's content (string or OpenAI/Anthropic content blocks)."""
     if content is None:
         return []
@@ -107,7 +108,7 @@ def _content_blocks(content: Any) -> list[str]:
     raise InvalidParams("message content must be a string, an array of blocks or null")
 
 
-def check_messages(messages: object) -> list[Mapping[str, Any]]:
+def check_messages(messages: object) -> list[JsonObject]:
     """Validate the shape of OpenAI-style chat messages (InvalidParams otherwise)."""
     if not isinstance(messages, list):
         raise InvalidParams("param 'messages' must be an array of messages")
@@ -122,18 +123,18 @@ def check_messages(messages: object) -> list[Mapping[str, Any]]:
     return messages
 
 
-def count_user_turns(messages: Sequence[Mapping[str, Any]]) -> int:
+def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
     return sum(1 for m in messages if m.get("role") == "user")
 
 
-def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def sanitize_messages(messages: Sequence[Mapping[str, object]]) -> list[Turn]:
     """Only what the user and the assistant said, as ``{role, content}`` text.
 
     Dropped: tool/function results, system and developer prompts, tool-call arguments,
     blocks of recalled memory (see ``RECALL_TAGS``), media; data URLs and long base64
     runs become placeholders; secrets are redacted.
     """
-    out: list[dict[str, str]] = []
+    out: list[Turn] = []
     for m in messages:
         role = m.get("role")
         if role not in ("user", "assistant"):
@@ -142,6 +143,61 @@ def sanitize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
         if text:
             out.append({"role": str(role), "content": text})
     return out
+
+
+class Turn(TypedDict):
+    """A sanitized message: only the text the user or the assistant said."""
+
+    role: str
+    content: str
+
+
+class LoggedTurn(Turn):
+    seq: int  # its place in the workspace's sequence of messages
+
+
+class TurnsRecord(TypedDict):
+    """Messages added to a session (a log record)."""
+
+    op: Literal["turns"]
+    session_id: str
+    messages: list[LoggedTurn]
+    user_turns: int
+    user_seqs: list[int]
+    upto: int
+    request_id: NotRequired[str]
+    answer: NotRequired[JsonObject]  # the answer given to ``request_id``
+
+
+class SubmitRecord(TypedDict):
+    """An auto_memory job was submitted for a session's turns up to ``upto``."""
+
+    op: Literal["submit"]
+    session_id: str
+    upto: int
+    job_id: str
+    request_id: NotRequired[str]
+    answer: NotRequired[JsonObject]
+
+
+class StateRecord(TypedDict):
+    """A session's counters, written by compaction."""
+
+    op: Literal["state"]
+    session_id: str
+    committed: int
+    submitted: int
+    last_job_id: str | None
+    user_turns_total: int
+    seq: int
+    answers: dict[str, JsonObject]
+    user_seqs: NotRequired[list[int]]  # moved into a turns record when written
+
+
+class SessionsStatus(TypedDict):
+    sessions: int
+    pending_messages: int
+    quarantined_records: int
 
 
 def _seqs() -> array[int]:
@@ -192,7 +248,8 @@ class SessionStore:
         # held: it runs in a worker thread under ``cpu`` (the daemon's CPU limiter).
         self._cpu = cpu
         self._sessions: dict[str, _Session] = {}
-        self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        #: The answers of recent requests by request id (RPC answers, passed on).
+        self._answers: OrderedDict[str, JsonObject] = OrderedDict()
         self._seq = 0
         self._lines = 0
         self._open = False
@@ -240,6 +297,7 @@ class SessionStore:
             self.close()
 
     def _apply(self, rec: Mapping[str, Any]) -> None:
+        """Apply one log record (JSON as replayed from disk, or one just written)."""
         op, sid = rec.get("op"), rec.get("session_id")
         if op == "answer":
             self._remember(rec.get("request_id"), rec.get("answer"))
@@ -273,21 +331,21 @@ class SessionStore:
             for rid, answer in (rec.get("answers") or {}).items():
                 self._remember(rid, answer)
 
-    def _remember(self, request_id: Any, answer: Any) -> None:
+    def _remember(self, request_id: object, answer: object) -> None:
         if isinstance(request_id, str) and isinstance(answer, dict):
             self._answers[request_id] = dict(answer)
             self._answers.move_to_end(request_id)
             while len(self._answers) > MAX_REQUEST_IDS:
                 self._answers.popitem(last=False)
 
-    async def _append(self, records: list[dict[str, Any]]) -> None:
+    async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
         if not self._open:
             raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             async with self._write_lock:
                 await self._append_locked(records)
 
-    async def _append_locked(self, records: list[dict[str, Any]]) -> None:
+    async def _append_locked(self, records: Sequence[Mapping[str, object]]) -> None:
         await trio.to_thread.run_sync(self._log.append, records)
         for rec in records:  # the in-memory effect is exactly what a replay does
             self._apply(rec)
@@ -300,9 +358,9 @@ class SessionStore:
     def _pending_count(self) -> int:
         return sum(len(s.seqs) for s in self._sessions.values())
 
-    def _states(self) -> list[dict[str, Any]]:
+    def _states(self) -> list[StateRecord]:
         """One ``state`` record per session (the in-memory part of a snapshot)."""
-        out: list[dict[str, Any]] = []
+        out: list[StateRecord] = []
         answers = dict(self._answers)
         for sid, s in self._sessions.items():
             out.append({"op": "state", "session_id": sid, "committed": s.committed,
@@ -313,10 +371,11 @@ class SessionStore:
         return out
 
     def _messages_on_disk(self, committed: Mapping[str, int], upto: int | None = None,
-                          ) -> dict[str, list[dict[str, Any]]]:
-        """Uncommitted messages per session, read back from the log (worker thread)."""
+                          ) -> dict[str, list[JsonObject]]:
+        """Uncommitted messages per session, read back from the log (worker thread): the
+        :class:`LoggedTurn` records as they are on disk."""
         records, _report = replay(self.path, repair=False)
-        out: dict[str, dict[int, dict[str, Any]]] = {}
+        out: dict[str, dict[int, JsonObject]] = {}
         for rec in records:
             sid = rec.get("session_id")
             if rec.get("op") != "turns" or not isinstance(sid, str) or sid not in committed:
@@ -332,11 +391,11 @@ class SessionStore:
             memtrim.trim()
         return {sid: [msgs[k] for k in sorted(msgs)] for sid, msgs in out.items()}
 
-    def _compact(self, states: list[dict[str, Any]]) -> int:
+    def _compact(self, states: list[StateRecord]) -> int:
         """Rewrite the log as ``states`` plus the uncommitted turns (worker thread)."""
         committed = {str(st["session_id"]): int(st["committed"]) for st in states}
         messages = self._messages_on_disk(committed)
-        out: list[dict[str, Any]] = []
+        out: list[Mapping[str, object]] = []
         for st in states:
             user_seqs = st.pop("user_seqs")
             out.append(st)
@@ -351,7 +410,7 @@ class SessionStore:
 
     # -- operations --------------------------------------------------------------------
 
-    def answer_for(self, request_id: str | None) -> dict[str, Any] | None:
+    def answer_for(self, request_id: str | None) -> JsonObject | None:
         """The answer already given to ``request_id``, if it is still remembered."""
         if request_id is None:
             return None
@@ -375,27 +434,27 @@ class SessionStore:
     def info(self, session_id: str) -> Added:
         return self._added(session_id)
 
-    async def add(self, session_id: str, messages: Sequence[Mapping[str, Any]],
-                  request_id: str | None, answer: Mapping[str, Any] | None = None) -> Added:
+    async def add(self, session_id: str, messages: Sequence[Mapping[str, object]],
+                  request_id: str | None, answer: Mapping[str, object] | None = None) -> Added:
         """Sanitize and append ``messages``; user turns are counted before sanitizing.
 
         Big batches are sanitized in a worker thread (redaction is regular-expression work).
         """
-        size = sum(len(m["content"]) if isinstance(m.get("content"), str) else 1024
+        size = sum(len(content) if isinstance(content := m.get("content"), str) else 1024
                    for m in messages)
         if size > INLINE_CHARS:
             clean = await trio.to_thread.run_sync(sanitize_messages, messages,
                                                   limiter=self._cpu)
         else:
             clean = sanitize_messages(messages)
-        stamped: list[dict[str, Any]] = []
+        stamped: list[LoggedTurn] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
         # A user turn whose text was all removed (an image only) still counts: it gets
         # the seq of the next kept message, or a seq of its own.
         for msg in clean:
             self._seq += 1
-            stamped.append({**msg, "seq": self._seq})
+            stamped.append({"role": msg["role"], "content": msg["content"], "seq": self._seq})
             if msg["role"] == "user" and user_left > 0:
                 user_seqs.append(self._seq)
                 user_left -= 1
@@ -404,9 +463,9 @@ class SessionStore:
             user_seqs.append(self._seq)
         if not stamped and not user_seqs:
             return self._added(session_id)
-        record: dict[str, Any] = {"op": "turns", "session_id": session_id,
-                                  "messages": stamped, "user_turns": count_user_turns(messages),
-                                  "user_seqs": user_seqs, "upto": self._seq}
+        record: TurnsRecord = {"op": "turns", "session_id": session_id,
+                               "messages": stamped, "user_turns": count_user_turns(messages),
+                               "user_seqs": user_seqs, "upto": self._seq}
         if request_id is not None:
             record["request_id"] = request_id
             record["answer"] = dict(answer or {})
@@ -414,22 +473,22 @@ class SessionStore:
         return self._added(session_id)
 
     async def mark_submitted(self, session_id: str, upto: int, job_id: str,
-                             request_id: str | None, answer: Mapping[str, Any]) -> None:
-        rec: dict[str, Any] = {"op": "submit", "session_id": session_id, "upto": upto,
-                               "job_id": job_id}
+                             request_id: str | None, answer: Mapping[str, object]) -> None:
+        rec: SubmitRecord = {"op": "submit", "session_id": session_id, "upto": upto,
+                             "job_id": job_id}
         if request_id is not None:
             rec["request_id"] = request_id
             rec["answer"] = dict(answer)
         await self._append([rec])
 
-    async def remember(self, request_id: str | None, answer: Mapping[str, Any]) -> None:
+    async def remember(self, request_id: str | None, answer: Mapping[str, object]) -> None:
         """Record the answer of a request that added nothing (a bare flush)."""
         if request_id is None:
             return
         await self._append([{"op": "answer", "session_id": "", "request_id": request_id,
                              "answer": dict(answer)}])
 
-    async def pending(self, session_id: str, upto: int) -> list[dict[str, Any]]:
+    async def pending(self, session_id: str, upto: int) -> list[JsonObject]:
         """Uncommitted messages of the session with seq <= ``upto``, oldest first (read
         back from the log in a worker thread)."""
         s = self._sessions.get(session_id)
@@ -458,7 +517,7 @@ class SessionStore:
         """Serializes auto_memory jobs of one session (they update the same note)."""
         return self._job_locks.setdefault(session_id, trio.Lock())
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SessionsStatus:
         return {"sessions": len(self._sessions), "pending_messages": self._pending_count(),
                 "quarantined_records": self._quarantined}
 

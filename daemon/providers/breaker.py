@@ -10,7 +10,7 @@ clock drives it in tests. No task, no I/O: callers report outcomes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import trio
 
@@ -26,6 +26,16 @@ class BreakerConfig:
     open_max_s: float = 300.0
 
 
+class BreakerState(TypedDict):
+    """:class:`BreakerSnapshot` as JSON."""
+
+    state: State
+    opened_at: float | None
+    open_for_s: float
+    consecutive_failures: int
+    last_error: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class BreakerSnapshot:
     """The breaker's state for ``daemon.status`` (times are trio clock seconds)."""
@@ -36,7 +46,7 @@ class BreakerSnapshot:
     consecutive_failures: int
     last_error: str | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> BreakerState:
         return {
             "state": self.state,
             "opened_at": self.opened_at,

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import outcome
@@ -204,7 +204,7 @@ class ProviderBridge:
                 log.warning("provider bridge thread did not stop within %.1fs",
                             self._stop_timeout_s)
 
-    def _wake(self, fn: Any) -> None:
+    def _wake(self, fn: Callable[[], object]) -> None:
         token = self._token
         if token is None:
             return
@@ -318,7 +318,7 @@ class ProviderBridge:
         url: str,
         *,
         headers: Mapping[str, str],
-        json: Any = None,
+        json: object = None,
         timeout_s: float,
     ) -> HttpResult:
         """One HTTP attempt; any status is returned, transport failures raise.

@@ -17,13 +17,14 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 import orjson
 
 from recalld.daemon.config import ChatModelConfig
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
-from recalld.daemon.providers.breaker import CircuitBreaker
+from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import (
     ProviderBadResponse,
@@ -37,11 +38,73 @@ NO_CHAT_MODEL = "no chat model configured"
 DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
 
 
+class FunctionCall(TypedDict):
+    """The function part of a tool call as the wire carries it: arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class WireToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ChatMessage(TypedDict):
+    """One message of a conversation sent to the model (OpenAI format)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None
+    tool_calls: NotRequired[list[WireToolCall]]
+    tool_call_id: NotRequired[str]
+
+
+class FunctionSchema(TypedDict):
+    name: str
+    description: str
+    parameters: JsonObject  # a JSON Schema
+
+
+class ToolSchema(TypedDict):
+    """A tool offered to the model."""
+
+    type: Literal["function"]
+    function: FunctionSchema
+
+
+def function_tool(name: str, description: str, parameters: JsonObject) -> ToolSchema:
+    """A tool entry offering function ``name`` whose arguments follow JSON Schema
+    ``parameters``."""
+    return {"type": "function",
+            "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+class ChatRequest(TypedDict):
+    """The body of ``POST /chat/completions``."""
+
+    model: str
+    messages: list[JsonObject]  # ChatMessages, redacted
+    temperature: float
+    max_tokens: int
+    tools: NotRequired[list[ToolSchema]]
+    tool_choice: NotRequired[str | JsonObject]
+
+
+class ChatStatus(TypedDict):
+    enabled: bool
+    model: str
+    endpoint: str
+    breaker: BreakerState
+    last_error: str | None
+    last_ok: float | None
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject  # as the model wrote them: the tool checks them
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +112,11 @@ class ChatResult:
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: JsonObject = field(default_factory=dict)  # provider-specific counts, passed on
 
-    def assistant_message(self) -> dict[str, Any]:
+    def assistant_message(self) -> ChatMessage:
         """This answer as a message to append to the conversation for the next turn."""
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        msg: ChatMessage = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function",
@@ -78,15 +141,16 @@ def _bad(message: str) -> ProviderBadResponse:
     return ProviderBadResponse(f"chat completion: {message}")
 
 
-def _parse_tool_call(raw: Any, index: int) -> ToolCall:
+def _parse_tool_call(raw: object, index: int) -> ToolCall:
     if not isinstance(raw, dict):
         raise _bad(f"tool call {index} is not an object")
     fn = raw.get("function")
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise _bad(f"tool call {index} has no function name")
     args_raw = fn.get("arguments", "{}")
+    args: object
     if isinstance(args_raw, dict):  # some servers (Ollama) send an object, not a string
-        args: Any = args_raw
+        args = args_raw
     elif isinstance(args_raw, str):
         try:
             args = orjson.loads(args_raw) if args_raw.strip() else {}
@@ -178,10 +242,10 @@ class ChatClient:
 
     async def complete(
         self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSchema] | None = None,
         *,
-        tool_choice: str | Mapping[str, Any] | None = None,
+        tool_choice: str | JsonObject | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult:
@@ -197,7 +261,7 @@ class ChatClient:
         bridge = self._bridge
         if bridge is None:
             raise ProviderConfigError("no provider bridge to send chat requests through")
-        body: dict[str, Any] = {
+        body: ChatRequest = {
             "model": self.config.model_name,
             "messages": await redact_messages_async(messages),
             "temperature": self.config.temperature if temperature is None else temperature,
@@ -227,7 +291,7 @@ class ChatClient:
         self.last_ok = time.time()
         return answer
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ChatStatus:
         """For daemon.status: no secrets."""
         return {
             "enabled": self.enabled,

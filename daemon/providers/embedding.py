@@ -24,14 +24,14 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 import trio
 
 from recalld.daemon import metrics
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.providers.breaker import CircuitBreaker
+from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import (
     BACKENDS,
@@ -50,11 +50,26 @@ from recalld.daemon.providers.errors import (
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
 if TYPE_CHECKING:
-    from recalld.daemon.providers.local import PassageLane
+    from recalld.daemon.providers.local import LocalEmbedder, PassageLane
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddingClient", "Kind", "disabled_reason", "resolve_api_key"]
+
+class EmbeddingStatus(TypedDict):
+    enabled: bool
+    disabled_reason: str | None
+    backend: str
+    model: str
+    dims: int
+    endpoint: str
+    vector_space: str
+    health: Literal["unknown", "ok", "fail"]
+    breaker: BreakerState
+    last_error: str | None
+    last_ok: float | None
+
+
+__all__ = ["EmbeddingClient", "EmbeddingStatus", "Kind", "disabled_reason", "resolve_api_key"]
 
 Kind = Literal["passage", "query"]
 
@@ -118,7 +133,7 @@ class EmbeddingClient:
         self._health_timeout_s = health_timeout_s
         self.disabled_reason = disabled_reason(config, self._api_key)
         self._format: WireFormat | None = None
-        self._local: Any = None
+        self._local: LocalEmbedder | None = None
         self.dimensions = config.dimensions
         if self.disabled_reason is None:
             if config.backend == "local":
@@ -276,7 +291,7 @@ class EmbeddingClient:
             await trio.sleep(max(delay, self.breaker.retry_in_s()))
             attempt += 1
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> EmbeddingStatus:
         """For daemon.status: no secrets, JSON-serializable."""
         c = self.config
         return {

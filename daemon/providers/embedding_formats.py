@@ -9,8 +9,9 @@ vectors into L2-normalized float32 rows. No I/O, no state: embedding.py does the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -59,11 +60,59 @@ def truncate_to_budget(text: str, max_tokens: int) -> str:
 
 # ----------------------------------------------------------------- wire formats
 
+class OpenAIEmbeddingRequest(TypedDict):
+    """``openai`` and ``ollama`` (which has no ``encoding_format``)."""
+
+    model: str
+    input: list[str]
+    encoding_format: NotRequired[Literal["float"]]
+    dimensions: NotRequired[int]
+
+
+class TextPart(TypedDict):
+    text: str
+
+
+class DashScopeTexts(TypedDict):
+    texts: list[str]
+
+
+class DashScopeContents(TypedDict):
+    contents: list[TextPart]
+
+
+class DashScopeParameters(TypedDict):
+    dimension: int
+
+
+class DashScopeRequest(TypedDict):
+    model: str
+    input: DashScopeTexts | DashScopeContents
+    parameters: NotRequired[DashScopeParameters]
+
+
+class GeminiContent(TypedDict):
+    parts: list[TextPart]
+
+
+class GeminiEmbedRequest(TypedDict):
+    model: str
+    content: GeminiContent
+    outputDimensionality: NotRequired[int]
+
+
+class GeminiBatchRequest(TypedDict):
+    requests: list[GeminiEmbedRequest]
+
+
+EmbeddingRequest = OpenAIEmbeddingRequest | DashScopeRequest | GeminiBatchRequest
+
+
 @dataclass(frozen=True, slots=True)
 class WireRequest:
     url: str
     headers: dict[str, str]
-    body: dict[str, Any]
+    body: EmbeddingRequest
 
 
 def _strip_suffixes(url: str, suffixes: tuple[str, ...]) -> str:
@@ -74,21 +123,21 @@ def _strip_suffixes(url: str, suffixes: tuple[str, ...]) -> str:
     return url
 
 
-def _loads(body: bytes, what: str) -> Any:
+def _loads(body: bytes, what: str) -> object:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ProviderBadResponse(f"{what}: answer is not valid JSON") from None
 
 
-def _field(obj: Any, *path: str | int, what: str) -> Any:
+def _field(obj: object, *path: str, what: str) -> object:
+    """``obj[path[0]][path[1]]...`` of a parsed answer; ProviderBadResponse if missing."""
     cur = obj
     for key in path:
-        try:
-            cur = cur[key]
-        except (KeyError, IndexError, TypeError):
-            dotted = ".".join(str(p) for p in path)
-            raise ProviderBadResponse(f"{what}: answer has no {dotted}") from None
+        if not isinstance(cur, dict) or key not in cur:
+            dotted = ".".join(path)
+            raise ProviderBadResponse(f"{what}: answer has no {dotted}")
+        cur = cur[key]
     return cur
 
 
@@ -112,7 +161,7 @@ class WireFormat:
     def build(self, texts: list[str]) -> WireRequest:
         raise NotImplementedError
 
-    def parse(self, body: bytes, n: int) -> list[Any]:
+    def parse(self, body: bytes, n: int) -> list[object]:
         raise NotImplementedError
 
     def _bearer(self) -> dict[str, str]:
@@ -132,13 +181,13 @@ class OpenAIFormat(WireFormat):
         return base if base.endswith("/embeddings") else f"{base}/embeddings"
 
     def build(self, texts: list[str]) -> WireRequest:
-        body: dict[str, Any] = {"model": self.config.model_name, "input": texts,
-                                "encoding_format": "float"}
+        body: OpenAIEmbeddingRequest = {"model": self.config.model_name, "input": texts,
+                                         "encoding_format": "float"}
         if self._dims is not None:
             body["dimensions"] = self._dims
         return WireRequest(self.endpoint, self._bearer(), body)
 
-    def parse(self, body: bytes, n: int) -> list[Any]:
+    def parse(self, body: bytes, n: int) -> list[object]:
         data = _field(_loads(body, self.name), "data", what=self.name)
         if not isinstance(data, list):
             raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
@@ -156,16 +205,17 @@ class DashScopeFormat(WireFormat):
         root = _strip_suffixes(self.base_url, ("/compatible-mode/v1", "/api/v1"))
         return root if root.endswith(self.path) else root + self.path
 
-    def _input(self, texts: list[str]) -> dict[str, Any]:
+    def _input(self, texts: list[str]) -> DashScopeTexts | DashScopeContents:
         return {"texts": texts}
 
     def build(self, texts: list[str]) -> WireRequest:
-        body: dict[str, Any] = {"model": self.config.model_name, "input": self._input(texts)}
+        body: DashScopeRequest = {"model": self.config.model_name,
+                                  "input": self._input(texts)}
         if self._dims is not None:
             body["parameters"] = {"dimension": self._dims}
         return WireRequest(self.endpoint, self._bearer(), body)
 
-    def parse(self, body: bytes, n: int) -> list[Any]:
+    def parse(self, body: bytes, n: int) -> list[object]:
         embs = _field(_loads(body, self.name), "output", "embeddings", what=self.name)
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'output.embeddings' is not a list")
@@ -179,7 +229,7 @@ class DashScopeMultimodalFormat(DashScopeFormat):
     path = "/api/v1/services/embeddings/multimodal-embedding/multimodal-embedding"
     index_key = "index"
 
-    def _input(self, texts: list[str]) -> dict[str, Any]:
+    def _input(self, texts: list[str]) -> DashScopeTexts | DashScopeContents:
         return {"contents": [{"text": t} for t in texts]}
 
 
@@ -198,15 +248,15 @@ class GeminiFormat(WireFormat):
     def build(self, texts: list[str]) -> WireRequest:
         requests = []
         for text in texts:
-            req: dict[str, Any] = {"model": f"models/{self._model}",
-                                   "content": {"parts": [{"text": text}]}}
+            req: GeminiEmbedRequest = {"model": f"models/{self._model}",
+                                       "content": {"parts": [{"text": text}]}}
             if self._dims is not None:
                 req["outputDimensionality"] = self._dims
             requests.append(req)
         headers = {"x-goog-api-key": self._api_key} if self._api_key else {}
         return WireRequest(self.endpoint, headers, {"requests": requests})
 
-    def parse(self, body: bytes, n: int) -> list[Any]:
+    def parse(self, body: bytes, n: int) -> list[object]:
         embs = _field(_loads(body, self.name), "embeddings", what=self.name)
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
@@ -222,12 +272,12 @@ class OllamaFormat(WireFormat):
         return f"{root}/api/embed"
 
     def build(self, texts: list[str]) -> WireRequest:
-        body: dict[str, Any] = {"model": self.config.model_name, "input": texts}
+        body: OpenAIEmbeddingRequest = {"model": self.config.model_name, "input": texts}
         if self._dims is not None:
             body["dimensions"] = self._dims
         return WireRequest(self.endpoint, self._bearer(), body)
 
-    def parse(self, body: bytes, n: int) -> list[Any]:
+    def parse(self, body: bytes, n: int) -> list[object]:
         embs = _field(_loads(body, self.name), "embeddings", what=self.name)
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
@@ -243,7 +293,7 @@ FORMATS: dict[str, type[WireFormat]] = {
 }
 
 
-def to_unit_rows(vectors: list[Any], n: int, dims: int, what: str) -> F32:
+def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32:
     """Validate count and dimension, then L2-normalize into float32 rows."""
     if len(vectors) != n:
         raise ProviderBadResponse(f"{what}: asked for {n} vectors, got {len(vectors)}")

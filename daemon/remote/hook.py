@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
 import trio
 
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
@@ -28,6 +30,8 @@ from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.replica import Replica
+
+F32 = npt.NDArray[np.float32]
 
 # How long a shared workspace's first embeddings wait for its replica to be running.
 REPLICA_START_WAIT_S = 10.0
@@ -88,7 +92,7 @@ async def one_host_at_a_time(workspace: Workspace, kind: str) -> AsyncIterator[N
 
 async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str],
                          texts: Sequence[str],
-                         embed: Callable[[list[str]], Awaitable[Any]]) -> list[Any]:
+                         embed: Callable[[list[str]], Awaitable[F32]]) -> list[F32]:
     """Vectors of ``texts`` (``hashes`` their text hashes) in vector space ``space``.
 
     A local workspace asks its provider (``embed``); a shared one asks the server first,
@@ -101,8 +105,7 @@ async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str]
         replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
     if replica is None:
         return list(await embed(list(texts)))
-    result: list[Any] = await replica.shared_embed(space, hashes, texts, embed)
-    return result
+    return await replica.shared_embed(space, hashes, texts, embed)
 
 
 # How long a search with ``sync`` waits for this host's earlier changes to reach the
@@ -129,7 +132,7 @@ class ServerSearch:
             self.error = "local changes not yet on the server"
 
     async def candidates(self, query: str, limit: int, filters: Filters,
-                         query_vector: tuple[str, Any] | None, *, link_limit: int = 0,
+                         query_vector: tuple[str, F32] | None, *, link_limit: int = 0,
                          keep: int | None = None) -> Candidates:
         from recalld.daemon.remote.replica import SearchUnavailable
 

@@ -19,11 +19,23 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 
 COMPACT_AFTER_LINES = 2_000
+
+
+class ChangeRecord(TypedDict):
+    """A :class:`Change` in the outbox log."""
+
+    op: Literal["add"]
+    id: str
+    path: str
+    hash: str | None
+    time: float
+    data: str | None  # base64; None: a deletion
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +52,14 @@ class Change:
     def deleted(self) -> bool:
         return self.data is None
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> ChangeRecord:
         return {
             "op": "add", "id": self.id, "path": self.path, "hash": self.hash, "time": self.time,
             "data": None if self.data is None else base64.b64encode(self.data).decode("ascii"),
         }
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> Change:
+    def from_record(cls, rec: JsonObject) -> Change:
         data = rec.get("data")
         return cls(id=str(rec["id"]), path=str(rec["path"]),
                    data=None if data is None else base64.b64decode(data),

@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar, TypeVarTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +69,7 @@ from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 F32 = npt.NDArray[np.float32]
 
 CATCH_UP_EVERY_S = 30.0
@@ -80,8 +81,44 @@ RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
 _UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
 
 
-async def _thread(fn: Callable[..., T], *args: Any) -> T:
+async def _thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return await trio.to_thread.run_sync(fn, *args)
+
+
+class VectorCounts(TypedDict):
+    shared: int  # vectors another host had embedded
+    embedded_here: int
+
+
+class ServerSearch(TypedDict):
+    server_searches: int
+    local_fallbacks: int
+    chunks_ready: bool
+    chunks_backfilled: int
+    last_error: str | None
+
+
+class ReplicaStatus(TypedDict):
+    """A shared workspace's replica, as the workspace's status shows it."""
+
+    state: str  # connecting, online, offline
+    server: str  # the DSN, password masked
+    name: str
+    host: str
+    outbox: int
+    cursor: int
+    uploaded: int
+    pulled: int
+    conflicts: int
+    online_since: float | None
+    last_upload: float | None
+    last_pull: float | None
+    last_error: str | None
+    last_error_at: float | None
+    watcher: str
+    vectors: VectorCounts
+    search_mode: str
+    search: ServerSearch
 
 
 class Replica:
@@ -177,7 +214,7 @@ class Replica:
 
     # -- status ----------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReplicaStatus:
         return {
             "state": self._conn_state,
             "server": mask_dsn(self._cfg.dsn),
@@ -282,13 +319,13 @@ class Replica:
         listener: db.Conn | None = None
         try:
             writer = await _thread(db.connect, self._cfg)
-            self._workspace_id, ident = await _thread(db.open_workspace, writer,
-                                                      self._cfg.name)
+            workspace_id, ident = await _thread(db.open_workspace, writer, self._cfg.name)
+            self._workspace_id = workspace_id
             await self._adopt(ident)
             listener = await _thread(db.connect, self._cfg)
             poked = _Flag()
             listener.add_notify_handler(lambda _n: poked.set())
-            await _thread(db.listen, listener, self._workspace_id)
+            await _thread(db.listen, listener, workspace_id)
             self._writer = writer
             self._chunks_ready = False
             self._conn_state = "online"
@@ -538,7 +575,7 @@ class Replica:
 
 
     async def shared_embed(self, space: str, hashes: Sequence[str], texts: Sequence[str],
-                           embed: Callable[[list[str]], Awaitable[Any]],
+                           embed: Callable[[list[str]], Awaitable[F32]],
                            ) -> list[F32]:
         """Vectors of ``texts`` (keyed by ``hashes``) in vector space ``space``, each asked of
         the provider (``embed``) by one host of the shared workspace only.
@@ -585,7 +622,7 @@ class Replica:
         return [out[h] for h in hashes]
 
 
-    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _on_writer(self, fn: Callable[[db.Conn, int, *Ts], T], *args: *Ts) -> T:
         """``fn(writer, workspace_id, *args)`` in a worker thread; _Unreachable when the
         replica is not online or the call fails (the error is recorded)."""
         writer, workspace_id = self._writer, self._workspace_id
@@ -639,7 +676,7 @@ class Replica:
         return False
 
     async def search_candidates(self, query: str, limit: int, filters: Filters,
-                                query_vector: tuple[str, Any] | None, *,
+                                query_vector: tuple[str, F32] | None, *,
                                 link_limit: int = 0, keep: int | None = None) -> Candidates:
         """One search's candidates from the server (``remote/search.py``); SearchUnavailable
         when the server cannot answer now (the caller searches locally instead).

@@ -27,8 +27,9 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import psycopg
 from psycopg import sql
 from pyroaring import BitMap
@@ -40,6 +41,7 @@ from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.index.tokenizer import tokenize_query
 
 Conn = psycopg.Connection[tuple[object, ...]]
+F32 = npt.NDArray[np.float32]
 
 K1 = 1.2
 B = 0.75
@@ -51,11 +53,11 @@ _DAILY_DATE = r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)"
 
 
 def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
-               ) -> tuple[sql.Composable, list[Any]]:
+               ) -> tuple[sql.Composable, list[object]]:
     """``filters`` as conditions on ``recalld_chunks c`` (each begins with AND), and their
     parameters: what ``IndexState.allowed`` keeps."""
     parts: list[sql.Composable] = []
-    params: list[Any] = []
+    params: list[object] = []
     prefixes = [p.strip("/") for p in filters.path_prefixes]
     if prefixes:
         parts.append(sql.SQL(" AND (c.path = ANY(%s) OR EXISTS (SELECT 1 FROM unnest(%s::text[])"
@@ -88,7 +90,7 @@ class ServerKeywords:
     search sees one state of the workspace."""
 
     def __init__(self, conn: Conn, workspace_id: int, where: sql.Composable,
-                 where_params: Sequence[Any]) -> None:
+                 where_params: Sequence[object]) -> None:
         self._conn = conn
         self._ws = workspace_id
         self._where = where
@@ -159,7 +161,7 @@ class ServerKeywords:
             return []
         avgdl = self._total / n if self._total else 1.0
         only: sql.Composable = sql.SQL("")
-        only_params: list[Any] = []
+        only_params: list[object] = []
         if allowed is not None:
             places = [self._places[k] for k in allowed if 0 < k < len(self._places)]
             if not places:
@@ -182,7 +184,7 @@ class ServerKeywords:
             " s JOIN recalld_chunks c ON c.workspace_id = %s AND c.path = s.path"
             " AND c.seq = s.seq ORDER BY s.score DESC, s.path, s.seq"
         ).format(cols=sql.SQL(_CHUNK_COLUMNS), chunks=chunks, where=self._where, only=only)
-        params: list[Any] = [terms, factors, K1, B, B, avgdl, self._ws,
+        params: list[object] = [terms, factors, K1, B, B, avgdl, self._ws,
                              *self._where_params, *only_params, limit, self._ws]
         rows = self._conn.execute(query, params).fetchall()
         return [(self.key(r), float(str(r[6]))) for r in rows]
@@ -224,7 +226,7 @@ def _vector_text(vector: Sequence[float]) -> str:
 
 def vector_search(conn: Conn, workspace_id: int, kw: ServerKeywords, space: str,
                   vector: Sequence[float], limit: int, where: sql.Composable,
-                  where_params: Sequence[Any]) -> list[tuple[int, float]]:
+                  where_params: Sequence[object]) -> list[tuple[int, float]]:
     """The ``limit`` chunks nearest to ``vector`` (cosine similarity), best first: through
     the space's HNSW index once it is built (:func:`build_vector_index`), by an exact scan
     of the workspace's vectors before."""
@@ -256,7 +258,7 @@ def vector_search(conn: Conn, workspace_id: int, kw: ServerKeywords, space: str,
 
 
 def candidates(conn: Conn, workspace_id: int, query: str, limit: int, filters: Filters,
-               query_vector: tuple[str, Any] | None, *, daily_dir: str, digest_dir: str,
+               query_vector: tuple[str, F32] | None, *, daily_dir: str, digest_dir: str,
                keep: int | None = None) -> Candidates:
     """What :func:`recalld.daemon.index.search.search` needs of one search, from the
     server: keyword hits (exact ones first), vector hits, their chunks."""

@@ -26,12 +26,24 @@ Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
+
+
+class BaseRecord(TypedDict):
+    """A :class:`Base` in the state log (short keys: one line per file)."""
+
+    p: str  # path
+    v: int  # version
+    h: str | None  # hash
+    m: list[int] | None  # stat: mtime_ns, size
+    r: str | None  # redirect
+    s: bool  # settle
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +56,13 @@ class Base:
     #: the path takes the server's version once no local edit of it is waiting.
     settle: bool = False
 
-    def to_record(self, path: str) -> dict[str, Any]:
+    def to_record(self, path: str) -> BaseRecord:
         return {"p": path, "v": self.version, "h": self.hash,
                 "m": None if self.stat is None else list(self.stat), "r": self.redirect,
                 "s": self.settle}
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> Base:
+    def from_record(cls, rec: JsonObject) -> Base:
         m = rec.get("m")
         return cls(version=int(rec.get("v") or 0), hash=rec.get("h"),
                    stat=None if not m else (int(m[0]), int(m[1])), redirect=rec.get("r"),
@@ -114,7 +126,7 @@ class ReplicaState:
     def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None) -> None:
         """Persist new bases (and the cursor) in one append, then apply them."""
         batch = list(bases)
-        records = [b.to_record(p) for p, b in batch]
+        records: list[Mapping[str, object]] = [b.to_record(p) for p, b in batch]
         if cursor is not None and cursor > self.cursor:
             records.append({"cursor": cursor})
         if not records:
@@ -127,7 +139,8 @@ class ReplicaState:
             self.cursor = max(self.cursor, cursor)
         self._lines += len(records)
         if self._lines > 2 * len(self.bases) + 1_000:
-            snapshot = [b.to_record(p) for p, b in self.bases.items()]
+            snapshot: list[Mapping[str, object]] = [
+                b.to_record(p) for p, b in self.bases.items()]
             snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
             snapshot.append({"cursor": self.cursor})
             if self.ident is not None:

@@ -32,15 +32,15 @@ from typing import Any, Protocol, TypeVar, overload
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
 from recalld.daemon.events import Accept, EventBus
+from recalld.daemon.jsontypes import JsonObject as JsonObject
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc import __version__
 from recalld.ipc.errors import InvalidParams, MethodNotFound
 from recalld.ipc.protocol import Request
 
-#: A JSON object as it arrives from or leaves for the wire: the one place values are
-#: untyped. Handlers check what they read (:class:`Params`) and return typed records.
-JsonObject = dict[str, Any]
+# A params object is a JsonObject (recalld.daemon.jsontypes): handlers check what they
+# read (:class:`Params`) and return typed records.
 #: What a handler returns: a JSON value (a TypedDict, a JsonObject, a list...).
 Result = object
 D = TypeVar("D")

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from recalld.daemon.memory import dream
+from recalld.daemon.memory import changelog, dream
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 
 METHODS = Methods()
 
 
 class DreamRuns(TypedDict):
-    runs: list[JsonObject]
+    runs: list[changelog.ListedRun]
 
 
 @METHODS.add("dream.undo", positional=("agent_id", "run_id"))
-async def dream_undo(ctx: CallContext, params: JsonObject) -> JsonObject:
+async def dream_undo(ctx: CallContext, params: JsonObject) -> changelog.Undone:
     p = Params(params)
     agent_id = p.agent_id()
     run_id = p.text("run_id")

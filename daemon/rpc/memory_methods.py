@@ -101,7 +101,7 @@ async def memory_changes(ctx: CallContext, params: JsonObject) -> Changes:
     def collect() -> list[JsonObject]:
         out: list[JsonObject] = []
         if kind in (None, "auto_memory"):
-            out += capture_log.list_runs(ws.root, meta, limit)
+            out += [dict(run) for run in capture_log.list_runs(ws.root, meta, limit)]
         if kind in (None, "auto_dream"):
             out += [{"kind": "auto_dream", **run,
                      "log": f"{meta}/dream/runs/{run['run_id']}.md"}

@@ -25,7 +25,7 @@ from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
-from recalld.daemon.maintenance import compact, verify
+from recalld.daemon.maintenance import Compacted, VerifyReport, compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
@@ -360,7 +360,7 @@ def ops_methods() -> Methods:
         return {**result, "rolled_back": record}
 
     @methods.add("index.verify", positional=("agent_id",))
-    async def index_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
+    async def index_verify(ctx: CallContext, params: JsonObject) -> VerifyReport:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
@@ -368,7 +368,7 @@ def ops_methods() -> Methods:
         return await verify(ws, ws.services.index, ctx.services.cpu, ws.services.health)
 
     @methods.add("index.compact", positional=("agent_id",))
-    async def index_compact(ctx: CallContext, params: JsonObject) -> JsonObject:
+    async def index_compact(ctx: CallContext, params: JsonObject) -> Compacted:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()
@@ -383,7 +383,7 @@ def ops_methods() -> Methods:
     return methods
 
 
-def _gauges(ctx: CallContext) -> list[JsonObject]:
+def _gauges(ctx: CallContext) -> list[metrics.Family]:
     state = ctx.state
     files, chunks, pending, health = [], [], [], []
     for ws in state.registry.list():

@@ -30,10 +30,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TypedDict
 
 import orjson
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import StorageError, translate_os_error
 from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir
 from recalld.daemon.store.records import BadLine
@@ -53,16 +54,16 @@ class ReplayReport:
     quarantined: int = 0
 
 
-def encode_line(record: Mapping[str, Any]) -> bytes:
+def encode_line(record: Mapping[str, object]) -> bytes:
     body = orjson.dumps(record)
     return b"%08x %s\n" % (zlib.crc32(body), body)
 
 
-def encode(records: Iterable[Mapping[str, Any]]) -> bytes:
+def encode(records: Iterable[Mapping[str, object]]) -> bytes:
     return b"".join(encode_line(r) for r in records)
 
 
-def _decode_line(line: bytes) -> dict[str, Any] | str:
+def _decode_line(line: bytes) -> JsonObject | str:
     """The record of one line (without its newline), or why it is bad."""
     if len(line) < _CRC_LEN + 2 or line[_CRC_LEN : _CRC_LEN + 1] != b" ":
         return "malformed line"
@@ -82,9 +83,9 @@ def _decode_line(line: bytes) -> dict[str, Any] | str:
     return record
 
 
-def parse(data: bytes) -> tuple[list[dict[str, Any]], ReplayReport, int]:
+def parse(data: bytes) -> tuple[list[JsonObject], ReplayReport, int]:
     """Records, report and the length of the good prefix of a log's bytes."""
-    records: list[dict[str, Any]] = []
+    records: list[JsonObject] = []
     bad: list[BadLine] = []
     good_end = 0
     pos = 0
@@ -106,10 +107,19 @@ def parse(data: bytes) -> tuple[list[dict[str, Any]], ReplayReport, int]:
     return records, report, good_end
 
 
-def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[dict[str, Any]]:
+class SetAside(TypedDict):
+    """A damaged piece of a log, as its quarantine file keeps it."""
+
+    time: float
+    offset: int
+    reason: str
+    raw_b64: str
+
+
+def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[SetAside]:
     """Quarantine records for the damaged pieces of a log's bytes."""
     now = time.time()
-    pieces = []
+    pieces: list[SetAside] = []
     for bad in report.bad_lines:
         end = data.find(b"\n", bad.offset)
         raw = data[bad.offset:end if end >= 0 else len(data)]
@@ -123,7 +133,7 @@ def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[dict[st
 
 def replay(
     path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None
-) -> tuple[list[dict[str, Any]], ReplayReport]:
+) -> tuple[list[JsonObject], ReplayReport]:
     """The good records of the log at ``path`` (none if it does not exist).
 
     With ``repair`` a torn tail is truncated away (and the truncation fsynced). With a
@@ -178,9 +188,9 @@ class AppendLog:
         self._fd: int | None = None
         self._size = 0
         self._rollback_pending = False
-        self.opened: tuple[list[dict[str, Any]], ReplayReport] = ([], ReplayReport())
+        self.opened: tuple[list[JsonObject], ReplayReport] = ([], ReplayReport())
 
-    def open(self) -> tuple[list[dict[str, Any]], ReplayReport]:
+    def open(self) -> tuple[list[JsonObject], ReplayReport]:
         """Recover the log (see ``replay``) and open it for appending."""
         ensure_dir(self.fs, self.path.parent)
         existed = self.path.exists()
@@ -202,7 +212,7 @@ class AppendLog:
         except OSError as exc:
             raise translate_os_error(exc, self.path) from exc
 
-    def append(self, records: Iterable[Mapping[str, Any]], *, sync: bool = True) -> None:
+    def append(self, records: Iterable[Mapping[str, object]], *, sync: bool = True) -> None:
         """Append ``records`` (one write, then one fsync unless ``sync=False``).
 
         On failure (DiskFull, ...) the file is cut back to its previous length, so either
@@ -238,7 +248,7 @@ class AppendLog:
         except OSError as exc:
             raise translate_os_error(exc, self.path) from exc
 
-    def rewrite(self, records: Iterable[Mapping[str, Any]]) -> None:
+    def rewrite(self, records: Iterable[Mapping[str, object]]) -> None:
         """Replace the whole log with ``records`` atomically (compaction)."""
         self._require_open()
         atomic_write(self.fs, self.path, encode(records))

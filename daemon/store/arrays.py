@@ -39,12 +39,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import zstandard
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, UnsupportedVersion, translate_os_error
 from recalld.daemon.store.fsio import (
     FS,
@@ -86,6 +88,18 @@ class ByteParts:
         return sum(len(p) for p in self.parts)
 
 
+class TocEntry(TypedDict):
+    """Where one array lies in the file, and what it holds."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    codec: str
+    offset: int
+    length: int
+    checksum: str
+
+
 @dataclass(frozen=True, slots=True)
 class _Stored:
     name: str
@@ -104,7 +118,7 @@ def _checksum(data: bytes | memoryview | ByteParts) -> str:
     return h.hexdigest()
 
 
-def _check_dtype(name: str, dtype: np.dtype[Any]) -> str:
+def _check_dtype(name: str, dtype: np.dtype[np.generic]) -> str:
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise TypeError(f"array {name!r}: dtype {dtype} is not a plain numeric dtype")
     text = dtype.str
@@ -116,8 +130,8 @@ def _check_dtype(name: str, dtype: np.dtype[Any]) -> str:
 def write_arrays(
     fs: FS,
     path: Path,
-    arrays: Mapping[str, np.ndarray[Any, Any] | ByteParts],
-    meta: Mapping[str, Any] | None = None,
+    arrays: Mapping[str, npt.NDArray[np.generic] | ByteParts],
+    meta: Mapping[str, object] | None = None,
     *,
     compress: bool = False,
     _kind: str = "arrays",
@@ -150,7 +164,7 @@ def write_arrays(
     header_len = 0
     while True:
         offset = _align(_PREFIX.size + header_len)
-        toc: list[dict[str, Any]] = []
+        toc: list[TocEntry] = []
         for item in stored:
             toc.append({
                 "name": item.name, "dtype": item.dtype, "shape": list(item.shape),
@@ -182,7 +196,7 @@ def _align(n: int) -> int:
 
 def read_arrays(
     path: Path, expected: FileEntry | None = None, *, trusted: bool = False
-) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
     """The verified arrays (read-only) and meta of ``path``; CorruptState on any defect.
 
     With ``expected`` the whole file's checksum covers every array, so the per-array
@@ -197,7 +211,7 @@ class Mapped:
     """Arrays of a file mapped into memory (see :func:`map_arrays`)."""
 
     arrays: dict[str, np.ndarray[Any, Any]]
-    meta: dict[str, Any]
+    meta: JsonObject
     _map: mmap.mmap | None
     #: The bytes the arrays view when the file could not be copied (read into memory).
     _data: bytes | None = None
@@ -309,7 +323,8 @@ def _private_map(src: int, size: int, path: Path) -> mmap.mmap:
 
 
 def write_blob(
-    fs: FS, path: Path, blob: bytes | bytearray | memoryview, meta: Mapping[str, Any] | None = None
+    fs: FS, path: Path, blob: bytes | bytearray | memoryview,
+    meta: Mapping[str, object] | None = None,
 ) -> FileEntry:
     """Atomically write one opaque byte string (e.g. ``BitMap.serialize()``) with ``meta``."""
     return write_arrays(fs, path, {_BLOB: np.frombuffer(blob, dtype=np.uint8)}, meta, _kind=_BLOB)
@@ -317,7 +332,7 @@ def write_blob(
 
 def read_blob(
     path: Path, expected: FileEntry | None = None, *, trusted: bool = False
-) -> tuple[bytes, dict[str, Any]]:
+) -> tuple[bytes, JsonObject]:
     """The verified byte string and meta of a blob file; CorruptState on any defect."""
     arrays, meta = _parse(path, read_verified(path, expected, trusted=trusted), _BLOB,
                           whole_verified=expected is not None)
@@ -326,7 +341,7 @@ def read_blob(
 
 def _parse(
     path: Path, data: bytes | memoryview, kind: str, *, whole_verified: bool = False
-) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
     if len(data) < _PREFIX.size:
         raise CorruptState(path, "shorter than the array file prefix")
     magic, version, header_len, header_sum = _PREFIX.unpack_from(data)
@@ -374,7 +389,7 @@ def _check_padding(path: Path, data: bytes | memoryview, start: int, end: int) -
 
 
 def _parse_array(
-    path: Path, data: bytes | memoryview, entry: Any, floor: int, whole_verified: bool
+    path: Path, data: bytes | memoryview, entry: object, floor: int, whole_verified: bool
 ) -> tuple[str, np.ndarray[Any, Any], int, int]:
     """One verified array and its byte range; ``floor`` is where the previous one ended."""
     if not isinstance(entry, dict):

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store import arrays as arrays_mod
 from recalld.daemon.store import records as records_mod
 from recalld.daemon.store.errors import CorruptState, StorageError
@@ -138,13 +139,13 @@ class Generation:
         self.deferred.clear()
         return bad
 
-    def read_records(self, logical: str) -> list[dict[str, Any]]:
+    def read_records(self, logical: str) -> list[JsonObject]:
         return self._guard(
             logical, lambda: records_mod.read_records(self.path(logical), self.files[logical],
                                               trusted=logical in self.verified)
         )
 
-    def iter_records(self, logical: str) -> Iterator[dict[str, Any]]:
+    def iter_records(self, logical: str) -> Iterator[JsonObject]:
         """Stream records; the file is verified before the first one is yielded."""
         entry = self.files[logical]
         try:
@@ -154,7 +155,7 @@ class Generation:
             self.corrupt[logical] = exc.reason
             raise
 
-    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
+    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
         return self._guard(
             logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical],
                                             trusted=logical in self.verified)
@@ -172,7 +173,7 @@ class Generation:
         self.served[logical] = mapped
         return mapped
 
-    def read_blob(self, logical: str) -> tuple[bytes, dict[str, Any]]:
+    def read_blob(self, logical: str) -> tuple[bytes, JsonObject]:
         return self._guard(
             logical, lambda: arrays_mod.read_blob(self.path(logical), self.files[logical],
                                           trusted=logical in self.verified)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 import orjson
 
@@ -387,10 +387,20 @@ class Transaction:
         self.add(logical, current.files[logical], mirror=current.mirrors.get(logical))
 
 
+class ManifestFile(TypedDict):
+    """One logical file of a generation, as the manifest names it."""
+
+    name: str
+    size: int
+    checksum: str
+    records: int | None
+    mirror: NotRequired[str]
+
+
 def _encode(gen: Generation) -> bytes:
-    files: dict[str, dict[str, Any]] = {}
+    files: dict[str, ManifestFile] = {}
     for logical, entry in gen.files.items():
-        item: dict[str, Any] = {
+        item: ManifestFile = {
             "name": entry.name, "size": entry.size, "checksum": entry.checksum,
             "records": entry.records,
         }
@@ -405,7 +415,7 @@ def _encode(gen: Generation) -> bytes:
     return _HEAD + body + b',"blake2b":"' + checksum(body).encode() + b'"}\n'
 
 
-def _parse_entry(path: Path, logical: Any, raw: Any) -> tuple[FileEntry, str | None]:
+def _parse_entry(path: Path, logical: object, raw: object) -> tuple[FileEntry, str | None]:
     if not isinstance(raw, dict):
         raise CorruptState(path, f"entry {logical!r} is not an object")
     name, size, digest = raw.get("name"), raw.get("size"), raw.get("checksum")

@@ -24,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 
 import orjson
 import zstandard
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import FS, FileEntry, atomic_writer, read_verified
 
@@ -52,7 +53,7 @@ class BadLine:
 class ForeignRecords:
     """What the lenient reader recovered from a foreign record file."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[JsonObject] = field(default_factory=list)
     bad_lines: list[BadLine] = field(default_factory=list)
     #: The unterminated, unparsable last line (a torn write), if any.
     torn_tail: BadLine | None = None
@@ -68,7 +69,7 @@ def _compressor(threads: int = 0) -> zstandard.ZstdCompressor:
 
 
 def write_records(
-    fs: FS, path: Path, records: Iterable[Mapping[str, Any]], *, threads: int = 0
+    fs: FS, path: Path, records: Iterable[Mapping[str, object]], *, threads: int = 0
 ) -> FileEntry:
     """Atomically write ``records`` to ``path`` as one zstd JSONL frame; return its entry.
 
@@ -82,7 +83,7 @@ def write_records(
 
 
 def write_records_twice(
-    fs: FS, path: Path, records: Callable[[], Iterable[Mapping[str, Any]]], *,
+    fs: FS, path: Path, records: Callable[[], Iterable[Mapping[str, object]]], *,
     threads: int = 0,
 ) -> FileEntry:
     """:func:`write_records` for many records: ``records()`` is called twice and must give
@@ -126,7 +127,7 @@ def _write_lines(fs: FS, path: Path, lines: Callable[[], Iterable[bytes]], total
 
 def read_records(
     path: Path, expected: FileEntry | None = None, *, trusted: bool = False
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Every record of ``path``, verified; raise CorruptState on any defect.
 
     With ``expected`` (the manifest entry) size, checksum and record count are checked too
@@ -137,7 +138,7 @@ def read_records(
 
 def iter_records(
     path: Path, expected: FileEntry | None = None, *, trusted: bool = False
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[JsonObject]:
     """Stream the records of ``path`` with the same checks as ``read_records``.
 
     The compressed bytes are read and (with ``expected``) verified before the first record
@@ -263,7 +264,7 @@ def _inflate_leniently(data: bytes) -> tuple[bytes, str | None]:
     return b"".join(parts), None
 
 
-def _parse_into(line: bytes, records: list[dict[str, Any]]) -> str | None:
+def _parse_into(line: bytes, records: list[JsonObject]) -> str | None:
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
