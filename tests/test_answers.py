@@ -23,6 +23,7 @@ from waits import wait_job
 from recalld.daemon import jobs as daemon_jobs
 from recalld.daemon.index import search as daemon_search
 from recalld.daemon.memory import capture_log, changelog, selection, topics
+from recalld.daemon.memory import inbox as daemon_inbox
 from recalld.daemon.memory import recall as daemon_recall
 from recalld.daemon.memory.inbox import Inbox
 from recalld.daemon.rpc import (
@@ -69,6 +70,9 @@ SAME_SHAPES = [
     (answers.RecallItem, daemon_recall.RecallItem),
     (answers.Selected, selection.Selected),
     (answers.TopicEntry, topics.TopicEntry),
+    (answers.InboxItem, daemon_inbox.InboxItem),
+    (answers.DreamRun, changelog.ListedRun),
+    (answers.DreamUndone, changelog.Undone),
 ]
 
 
