@@ -171,16 +171,16 @@ class Supervisor:
             self.notifier.status(f"starting {name}")
             await root.start(service.run)
         self.notifier.status("opening workspaces")
-        # Concurrently: each loads its saved index in a worker thread.
+        # Concurrently, each loading its saved index in a worker thread: the configured
+        # workspaces, and every workspace served before (by RPC, a middleware, an MCP
+        # bridge), so its watcher, resource catalog and dream cron run with no client
+        # connected. A configured agent opens at its configured path.
         async with trio.open_nursery() as opening:
-            for agent_id in self._initial_workspaces(self.config):
+            initial = self._initial_workspaces(self.config)
+            for agent_id in initial:
                 opening.start_soon(self._open_at_start, agent_id, None, None)
-        # Then every workspace served before (by RPC, a middleware, an MCP bridge), so
-        # its watcher, resource catalog and dream cron run with no client connected.
-        async with trio.open_nursery() as opening:
-            open_now = {w.agent_id for w in self.registry.list()}
             for agent_id, rec in self.registry.remembered().items():
-                if agent_id not in open_now:
+                if agent_id not in initial:
                     opening.start_soon(self._open_at_start, agent_id, Path(rec["path"]),
                                        rec["config"])
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)

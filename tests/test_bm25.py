@@ -364,6 +364,8 @@ def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
     for query in (["deploy"], tokenize("数据库 迁移"), ["econnrefused"], ["absent"]):
         assert loaded.search(query, 5) == built.search(query, 5)
         assert loaded.doc_freq(query[0]) == built.doc_freq(query[0])
+        # Link expansion scores a few chosen chunks the same way.
+        assert loaded.score_keys(query, [1, 2, 3, 4]) == built.score_keys(query, [1, 2, 3, 4])
     assert loaded._table is None
     loaded.add_many([(9, ["deploy", "coffee"])])
     built.add_many([(9, ["deploy", "coffee"])])

@@ -448,8 +448,9 @@ class BM25Index:
         indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
         n_terms_main = len(indptr) - 1
         scores: dict[int, float] = {}
+        lookup = self._lookup
         for term, qf in counts.items():
-            tid = self._term_ids.get(term)
+            tid = lookup.get(term)
             rows = tfs = None
             df = 0
             if tid is not None and tid < n_terms_main:

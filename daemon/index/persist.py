@@ -14,6 +14,7 @@ Everything here blocks; the index service runs it in worker threads.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ CHUNKING = 2
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
+# The files a loaded state serves from private mapped copies (ADR 0020).
+MAPPED = ("chunk_table", "bm25")
 
 
 @dataclass(slots=True)
@@ -179,19 +182,31 @@ class IndexStore:
             return report
         self.loaded = gen
         report.generation = gen.number
+        # The mapped files are copied (ADR 0020) while this thread reads the small ones.
+        copying = {name: _Copying(gen, name) for name in MAPPED if name in gen.files}
+        try:
+            return self._fill(state, gen, report, copying)
+        finally:
+            for pending in copying.values():
+                pending.join()
+
+    def _fill(self, state: IndexState, gen: Generation, report: LoadReport,
+              copying: dict[str, _Copying]) -> LoadReport:
         maps: list[Mapped] = []  # the files state arrays are mapped from
         try:
             files = [FileInfo.from_record(r) for r in gen.iter_records("catalog")]
-            chunks = _load_chunks(gen, report, maps)
+            chunks = _load_chunks(gen, report, maps, copying.get("chunk_table"))
             graph = LinkGraph.from_records(gen.read_records("graph"))
         except (CorruptState, KeyError, ValueError, TypeError) as exc:
+            for pending in copying.values():
+                pending.join()  # they may still record what they find in gen.corrupt
             report.corrupt.update(gen.corrupt or {"state": _reason(exc)})
             report.rebuilt.append("all")
             return report
         next_key = 1
         meta: dict[str, Any] = {}
         try:
-            mapped = gen.map_arrays("bm25")
+            mapped = copying["bm25"].result() if "bm25" in copying else gen.map_arrays("bm25")
             meta = mapped.meta
             if meta.get("state_format") != FORMAT_VERSION:
                 raise ValueError(f"state format {meta.get('state_format')}")
@@ -233,9 +248,38 @@ class IndexStore:
         return {} if self.loaded is None else self.loaded.verify_deferred()
 
 
-def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped]) -> ChunkTable:
+class _Copying(threading.Thread):
+    """``gen.map_arrays(logical)`` in a thread of its own, started at once: the private
+    copy is made in the kernel (``copy_file_range``, without the GIL), so it runs beside
+    the loading thread's parsing of the other files instead of before or after it."""
+
+    def __init__(self, gen: Generation, logical: str) -> None:
+        super().__init__(name=f"recalld-copy-{logical}", daemon=True)
+        self._gen, self._logical = gen, logical
+        self._mapped: Mapped | None = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._mapped = self._gen.map_arrays(self._logical)
+        except BaseException as exc:  # raised again in the loading thread by result()
+            self._error = exc
+
+    def result(self) -> Mapped:
+        """The mapping, or what ``map_arrays`` raised."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._mapped is not None
+        return self._mapped
+
+
+def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped],
+                 copying: _Copying | None = None) -> ChunkTable:
     """The chunk table of ``gen``: its columns, else (damaged, or state written before
     they existed) its chunk records. Raises CorruptState, KeyError or ValueError.
+    ``copying``: the table's mapping, already under way.
 
     The records are QwenPaw's chunk store; damage to them alone is noted in ``report``
     (the caller commits soon, which writes them again).
@@ -244,7 +288,7 @@ def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped]) -> Chu
         report.corrupt["chunks"] = gen.corrupt["chunks"]
     if "chunk_table" in gen.files:
         try:
-            mapped = gen.map_arrays("chunk_table")
+            mapped = copying.result() if copying is not None else gen.map_arrays("chunk_table")
             if mapped.meta.get("state_format") != FORMAT_VERSION:
                 raise ValueError(f"chunk table format {mapped.meta.get('state_format')}")
             table = ChunkTable.from_arrays(mapped.arrays)

@@ -156,8 +156,12 @@ class ResourceCatalog:
         self._lock = trio.Lock()
         self.watcher = Watcher(
             ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
+            # The startup reconcile runs once the workspace serves: behind a large index's
+            # start-up scans (CPU limiter) it would hold up the first search. What it
+            # finds requests its job like any change (``apply_paths``).
             config=WatcherConfig(suffixes=("",), ignore_dirs=(s.metadata_dir,),
-                                 reconcile_interval_s=self.config.reconcile_interval_s),
+                                 reconcile_interval_s=self.config.reconcile_interval_s,
+                                 reconcile_before_ready=False),
             limiter=limiter)
 
     # -- catalog -----------------------------------------------------------------------

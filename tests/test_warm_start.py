@@ -1,0 +1,86 @@
+"""A warm start through a real daemon: the first search is answered from the committed
+generation while the startup reconciles (notes and resources) may still run, and every
+change made while the daemon was down is caught all the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from test_resource import catalog, state_is
+from waits import wait_for
+
+NOTES = 300  # added while the daemon is down: the startup reconcile has work to do
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def workspace_status(d: Any) -> dict[str, Any]:
+    status = d.call("daemon.status")
+    found: dict[str, Any] = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    return found
+
+
+def paths(d: Any, query: str) -> list[str]:
+    answer = d.call("memory.search", {"agent_id": "w", "query": query, "max_results": 10})
+    return [r["path"] for r in answer["results"]]
+
+
+def test_changes_made_while_down_are_caught_after_the_first_answer(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
+    write(root, "memory/2026-07-24/lunch.md", "# Lunch\nRamen and dumplings.\n")
+    write(root, "digest/wiki/gone.md", "# Gone\nA note about the old quokka enclosure.\n")
+    (root / "resource").mkdir(parents=True)
+    config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"})
+
+    def committed() -> bool:
+        index = workspace_status(d)["index"]
+        return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
+
+    wait_for(committed, "the first build committed")
+    assert d.stop() == 0
+
+    # While the daemon is down: a note edited, one removed, many added, a resource dropped.
+    write(root, "memory/2026-07-24/lunch.md", "# Lunch\nRamen, dumplings and raclette.\n")
+    (root / "digest/wiki/gone.md").unlink()
+    for i in range(NOTES):
+        write(root, f"memory/2026-08-{i % 28 + 1:02d}/n{i}.md",
+              f"# Note {i}\nOffline entry number {i} about marmots.\n")
+    write(root, "resource/offline.txt", "dropped while the daemon was down\n")
+
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    # The first call: answered from the committed generation, whether or not the startup
+    # reconcile is done.
+    assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
+    ws = workspace_status(d2)
+    index = ws["index"]
+    assert index["loaded_generation"] is not None
+    watcher = index["watcher"]
+    if watcher["last_reconcile"] is None:
+        # Answered before the startup reconcile ended: status says it is owed or under
+        # way, and health counts the workspace as pending, never clean.
+        assert watcher["rescan_owed"] == "startup" or watcher["state"] == "rescanning", watcher
+        assert ws["health"]["state"] == "pending", ws["health"]
+        assert any("watcher" in r for r in ws["health"]["reasons"]), ws["health"]
+
+    d2.call("index.sync", {"agent_id": "w"})
+    startup = workspace_status(d2)["index"]["watcher"]["last_reconcile"]
+    assert startup["reason"] == "startup", startup
+    assert startup["found"] == {"added": NOTES, "changed": 1, "deleted": 1}, startup
+    assert paths(d2, "raclette") == ["memory/2026-07-24/lunch.md"]
+    assert paths(d2, "quokka") == []
+    assert "memory/2026-08-05/n4.md" in paths(d2, "offline entry number 4 marmots")
+    assert workspace_status(d2)["index"]["files"] == NOTES + 2
+    # The resource catalog's own startup reconcile runs once the workspace serves.
+    wait_for(state_is(root, "resource/offline.txt", "pending", "queued", "processed"),
+             "the resource dropped while the daemon was down is catalogued")
+    assert catalog(root)["resource/offline.txt"]["size"] == len(
+        "dropped while the daemon was down\n")
