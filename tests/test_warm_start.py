@@ -7,22 +7,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from test_resource import catalog, state_is
-from waits import wait_for
+from test_resource import catalog
+from waits import wait_for, workspace_status
 
 NOTES = 300  # added while the daemon is down: the startup reconcile has work to do
+
+
+def ws_status(d: Any) -> dict[str, Any]:
+    found = workspace_status(d, "w")
+    assert found is not None, "workspace w is not open"
+    return found
 
 
 def write(root: Path, rel: str, text: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-
-
-def workspace_status(d: Any) -> dict[str, Any]:
-    status = d.call("daemon.status")
-    found: dict[str, Any] = next(w for w in status["workspaces"] if w["agent_id"] == "w")
-    return found
 
 
 def paths(d: Any, query: str) -> list[str]:
@@ -42,7 +42,7 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
     d.call("index.sync", {"agent_id": "w"})
 
     def committed() -> bool:
-        index = workspace_status(d)["index"]
+        index = ws_status(d)["index"]
         return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
 
     wait_for(committed, "the first build committed")
@@ -60,7 +60,7 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
     # The first call: answered from the committed generation, whether or not the startup
     # reconcile is done.
     assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
-    ws = workspace_status(d2)
+    ws = ws_status(d2)
     index = ws["index"]
     assert index["loaded_generation"] is not None
     watcher = index["watcher"]
@@ -72,15 +72,16 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
         assert any("watcher" in r for r in ws["health"]["reasons"]), ws["health"]
 
     d2.call("index.sync", {"agent_id": "w"})
-    startup = workspace_status(d2)["index"]["watcher"]["last_reconcile"]
+    startup = ws_status(d2)["index"]["watcher"]["last_reconcile"]
     assert startup["reason"] == "startup", startup
     assert startup["found"] == {"added": NOTES, "changed": 1, "deleted": 1}, startup
     assert paths(d2, "raclette") == ["memory/2026-07-24/lunch.md"]
     assert paths(d2, "quokka") == []
     assert "memory/2026-08-05/n4.md" in paths(d2, "offline entry number 4 marmots")
-    assert workspace_status(d2)["index"]["files"] == NOTES + 2
+    assert ws_status(d2)["index"]["files"] == NOTES + 2
     # The resource catalog's own startup reconcile runs once the workspace serves.
-    wait_for(state_is(root, "resource/offline.txt", "pending", "queued", "processed"),
+    wait_for(lambda: catalog(root).get("resource/offline.txt", {}).get("state")
+             in ("pending", "queued", "processed"),
              "the resource dropped while the daemon was down is catalogued")
     assert catalog(root)["resource/offline.txt"]["size"] == len(
         "dropped while the daemon was down\n")
