@@ -79,6 +79,10 @@ class SearchConfig:
     #: over Chinese notes) cannot bury the vector branch's hits. 0 turns the guard off.
     #: Chosen by measurement (docs/adr/0022-blind-keyword-guard.md).
     keyword_guard: float = 0.5
+    #: Hybrid: the keyword branch's best hit ranks no lower than this place (1-based) of
+    #: the fused list, however the fusion scored it (0: no such place). Chosen by
+    #: measurement (docs/adr/0026-keyword-best-keeps-a-place.md).
+    keyword_best_within: int = 5
     #: "score" (convex combination of each branch's min-max scaled scores) or "rrf"
     #: (weighted reciprocal rank, k = ``rrf_k``), both with exact keyword hits first
     #: (docs/adr/0021-score-fusion-and-window-vectors.md).

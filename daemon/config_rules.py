@@ -178,6 +178,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "rrf_k"): between(1, 100_000),
     ("SearchConfig", "keyword_guard"): between(0.0, 10.0),
+    ("SearchConfig", "keyword_best_within"): between(0, 1000),
     ("SearchConfig", "fusion"): one_of(("score", "rrf")),
     ("SearchConfig", "length_penalty"): between(0.0, 10.0),
     ("SearchConfig", "vector_window_chars"): Rule(_window_chars, 50),

@@ -16,6 +16,12 @@ measures how much of the query the best keyword hit holds (its BM25 score agains
 chunk holding every query term would score), and ``guarded_weight`` lowers the keyword
 weight when that reach is small, to nothing when it is very small. Exact hits are not
 affected: a query with an exact hit keeps the full weight, and exact hits still rank first.
+
+Fused scores can still push the keyword branch's best hit far down when the vector
+branch likes a dozen other chunks a little more (a guarded weight, a keyword list whose
+head is close to its tail). ``keep_within`` gives one chosen hit (the keyword branch's
+best) a place among the first few results: a lexical match that BM25 ranks first is
+rarely worthless, and it costs the vector branch one place at the end of the top few.
 """
 
 from __future__ import annotations
@@ -164,3 +170,17 @@ def fuse_scores(
     ]
     fused.sort(key=lambda f: (not f.exact, -f.score, f.key))
     return fused if limit is None else fused[:limit]
+
+
+def keep_within(fused: list[Fused], key: int | None, within: int) -> list[Fused]:
+    """``fused`` with the candidate ``key`` moved up to place ``within`` (1-based) when it
+    ranks below it; the candidates it passes move down one place. ``within`` 0 or a key
+    not among the candidates leaves the list as it is."""
+    if within <= 0 or key is None:
+        return fused
+    for i, f in enumerate(fused):
+        if f.key == key:
+            if i >= within:
+                return [*fused[:within - 1], f, *fused[within - 1:i], *fused[i + 1:]]
+            return fused
+    return fused

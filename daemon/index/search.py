@@ -24,7 +24,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight
+from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.index.windows import Window, around
@@ -139,17 +139,21 @@ def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, floa
                   exact: set[int], config: SearchConfig,
                   chunks: Mapping[int, StoredChunk], *,
                   keyword_weight: float | None = None) -> list[Fused]:
-    """The two branches fused as ``config`` says (``fusion.py``); ``keyword_weight``
-    stands in for the configured one (the blind-keyword guard's)."""
+    """The two branches fused as ``config`` says (``fusion.py``), the keyword branch's best
+    hit within the first ``config.keyword_best_within``; ``keyword_weight`` stands in for
+    the configured one (the blind-keyword guard's)."""
     if keyword_weight is None:
         keyword_weight = config.keyword_weight
     if config.fusion == "score":
-        return fuse_scores(keyword, vector, keyword_weight=keyword_weight,
-                           vector_weight=config.vector_weight, exact=exact,
-                           lengths={key: len(c.text) for key, c in chunks.items()},
-                           length_penalty=config.length_penalty)
-    return fuse(keyword, vector, keyword_weight=keyword_weight,
-                vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
+        fused = fuse_scores(keyword, vector, keyword_weight=keyword_weight,
+                            vector_weight=config.vector_weight, exact=exact,
+                            lengths={key: len(c.text) for key, c in chunks.items()},
+                            length_penalty=config.length_penalty)
+    else:
+        fused = fuse(keyword, vector, keyword_weight=keyword_weight,
+                     vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
+    # The keyword branch's best hit keeps a place among the first few (fusion.keep_within).
+    return keep_within(fused, keyword[0][0] if keyword else None, config.keyword_best_within)
 
 
 async def search(

@@ -17,10 +17,19 @@ against ``bm25`` on the same run):
 - ``bm25``: the keyword branch as the daemon ranks it (exact-term promotion);
 - ``vec_chunk`` / ``vec_window<size>``: the vector branch alone, one vector per chunk or a
   chunk scored by its best window;
+- ``default_<unit>``: what ``search.py`` does with the default ``SearchConfig``: the
+  blind-keyword guard's keyword weight, ``search.fuse_branches`` (score fusion, the
+  length penalty, the keyword branch's best hit kept within the first five);
+  ``default_nokeep`` without that last rule, ``default_noguard`` without the guard;
 - ``<mode>_<unit>_...``: fusion of the two: ``rrf`` (weighted reciprocal rank, weights
   vector:keyword, RRF k) or ``score`` (a convex combination of each branch's scores
   scaled to [0, 1] over the candidates), each with exact keyword hits first; ``+ctx``
   rows hand back the best window's lines (and their neighbours) instead of the chunk.
+
+LoCoMo rows also carry two halves by conversation (``tune_...`` and ``held_out``): a
+choice made on one half is checked on the other. ``xling`` is CMRC 2018's passages with
+English glosses of its questions (``xling.py``): its hybrid must not fall below the
+vector branch alone.
 
 Candidate pools are 30 (``max_results`` 10 times the daemon's multiplier 3).
 """
@@ -50,7 +59,12 @@ from recalld.daemon.config import SearchConfig  # noqa: E402
 from recalld.daemon.index.bm25 import BM25Index  # noqa: E402
 from recalld.daemon.index.chunker import Chunk  # noqa: E402
 from recalld.daemon.index.exact import exact_first  # noqa: E402
-from recalld.daemon.index.fusion import fuse, fuse_scores  # noqa: E402
+from recalld.daemon.index.fusion import (  # noqa: E402
+    fuse,
+    fuse_scores,
+    guarded_weight,
+    keyword_reach,
+)
 from recalld.daemon.index.search import fuse_branches  # noqa: E402
 from recalld.daemon.index.state import StoredChunk  # noqa: E402
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query  # noqa: E402
@@ -58,7 +72,7 @@ from recalld.daemon.index.windows import Window, around, chunk_windows, embed_un
 
 K = 10
 POOL = 30
-SETS = ("locomo", "scifact", "cmrc2018")
+SETS = ("locomo", "scifact", "cmrc2018", "xling")
 Hits = list[tuple[int, float]]
 
 
@@ -70,8 +84,18 @@ class Prepared:
     units: dict[int, list[list[str]]]  # window size -> per chunk: the texts embedded
 
 
+def load(name: str, data: Path) -> bq.QualitySet:
+    """A quality set by name; ``xling``: CMRC 2018's passages with the English glosses of
+    its questions (``xling.py``), the set of the blind-keyword guard."""
+    if name != "xling":
+        return bq.load_set(name, data)
+    import xling
+
+    return xling.xling_set(data)
+
+
 def prepare(name: str, data: Path, sizes: Sequence[int]) -> Prepared:
-    qs = bq.load_set(name, data)
+    qs = load(name, data)
     chunks = bq.chunks_of(qs)
     return Prepared(qs, chunks, {s: [chunk_windows(c.text, s) for c in chunks] for s in sizes},
                     {s: [embed_units(c.text, s) for c in chunks] for s in sizes})
@@ -170,11 +194,19 @@ class Study:
                                  c.heading, {}) for i, c in enumerate(chunks)}
         self.kw: list[Hits] = []
         self.exact: list[set[int]] = []
+        #: the keyword weight of each query after the blind-keyword guard, as search.py
+        self.kw_weight: list[float] = []
+        default = SearchConfig()
         for q in qs.queries:
-            hits, exact = exact_first(q, self.bm, self.bm.search(tokenize_query(q), POOL),
+            terms = tokenize_query(q)
+            hits, exact = exact_first(q, self.bm, self.bm.search(terms, POOL),
                                       stored, limit=POOL)
             self.kw.append(hits)
             self.exact.append(exact)
+            reach = keyword_reach(terms, hits[0][1] if hits else 0.0, self.bm.doc_freq,
+                                  len(self.bm))
+            self.kw_weight.append(default.keyword_weight if exact else guarded_weight(
+                default.keyword_weight, reach, full_at=default.keyword_guard))
         qvec = store.embed(qs.queries, is_query=True)
         #: unit -> per query: per chunk score (best window), and the best window's index
         self.vec: dict[str, list[Hits]] = {}
@@ -226,8 +258,24 @@ class Study:
 
     def report(self, ranked: Sequence[Sequence[int]], unit: str | None = None,
                neighbours: int = -1) -> dict[str, Any]:
-        m = bq.score(self.p.qs, self.hits_of(ranked, unit, neighbours))
-        return {k: m[k] for k in ("recall@5", "recall@10", "mrr", "ndcg@10", "ctx_chars@5")}
+        hits = self.hits_of(ranked, unit, neighbours)
+        m = bq.score(self.p.qs, hits)
+        out = {k: m[k] for k in ("recall@5", "recall@10", "mrr", "ndcg@10", "ctx_chars@5")}
+        for half, idx in halves(self.p.qs).items():
+            h = ql.mean_metrics([ql.hit_metrics(hits[i], self.p.qs.targets[i]) for i in idx])
+            out[half] = {k: h[k] for k in ("recall@5", "ndcg@10", "ctx_chars@5")}
+        return out
+
+
+def halves(qs: bq.QualitySet) -> dict[str, list[int]]:
+    """LoCoMo's questions in two halves by conversation (every other one, sorted): a
+    configuration chosen on ``tune`` is honest only if it holds on ``held_out``."""
+    if qs.name != "locomo":
+        return {}
+    conv = [t[0][0].rsplit("/", 1)[1].split("-session")[0] if t else "" for t in qs.targets]
+    tune = set(sorted(set(conv))[0::2])
+    return {f"tune_{'+'.join(sorted(tune))}": [i for i, c in enumerate(conv) if c in tune],
+            "held_out": [i for i, c in enumerate(conv) if c not in tune]}
 
 
 def top(scores: np.ndarray, n: int) -> Hits:
@@ -237,24 +285,32 @@ def top(scores: np.ndarray, n: int) -> Hits:
     return [(int(i), float(scores[i])) for i in idx]
 
 
-Fuser = Callable[[Hits, Hits, set[int], dict[int, StoredChunk]], list[int]]
+#: (keyword hits, vector hits, exact keys, chunks, the guarded keyword weight) -> ranking
+Fuser = Callable[[Hits, Hits, set[int], dict[int, StoredChunk], float], list[int]]
 
 
 def fusers(weights: Sequence[tuple[float, float]], ks: Sequence[int],
            convex: Sequence[float], penalties: Sequence[float]) -> dict[str, Fuser]:
     default = SearchConfig()
+    no_keep = SearchConfig(keyword_best_within=0)
+    # ``default`` is search.py's path: the guarded keyword weight, fusion, the keyword
+    # branch's best hit kept within the first five; ``default_nokeep`` without that place.
     out: dict[str, Fuser] = {
-        "default": lambda kh, vh, ex, ch: [
+        "default": lambda kh, vh, ex, ch, w: [
+            f.key for f in fuse_branches(kh, vh, ex, default, ch, keyword_weight=w)],
+        "default_nokeep": lambda kh, vh, ex, ch, w: [
+            f.key for f in fuse_branches(kh, vh, ex, no_keep, ch, keyword_weight=w)],
+        "default_noguard": lambda kh, vh, ex, ch, w: [
             f.key for f in fuse_branches(kh, vh, ex, default, ch)]}
     for vw, kw in weights:
         for k in ks:
             out[f"rrf_{vw}:{kw}_k{k}"] = (
-                lambda kh, vh, ex, ch, vw=vw, kw=kw, k=k: [f.key for f in fuse(
+                lambda kh, vh, ex, ch, w, vw=vw, kw=kw, k=k: [f.key for f in fuse(
                     kh, vh, keyword_weight=kw, vector_weight=vw, k=k, exact=ex)])
     for a in convex:
         for lp in penalties:
             out[f"score_{a}:{round(1 - a, 2)}_lp{lp}"] = (
-                lambda kh, vh, ex, ch, a=a, lp=lp: [f.key for f in fuse_scores(
+                lambda kh, vh, ex, ch, w, a=a, lp=lp: [f.key for f in fuse_scores(
                     kh, vh, keyword_weight=1 - a, vector_weight=a, exact=ex,
                     lengths={k: len(c.text) for k, c in ch.items()}, length_penalty=lp)])
     return out
@@ -269,7 +325,8 @@ def study(st: Study, weights: Sequence[tuple[float, float]], ks: Sequence[int],
         systems[f"vec_{unit}"] = st.report([[k for k, _ in h] for h in lists])
     for unit, lists in st.vec.items():
         for name, fn in fusers(weights, ks, convex, penalties).items():
-            ranked = [fn(st.kw[qi], lists[qi], st.exact[qi], st.stored) for qi in range(n)]
+            ranked = [fn(st.kw[qi], lists[qi], st.exact[qi], st.stored, st.kw_weight[qi])
+                      for qi in range(n)]
             systems[f"{name}_{unit}"] = st.report(ranked)
             if unit in st.best and name == "default":
                 for nb in neighbours:
@@ -279,6 +336,11 @@ def study(st: Study, weights: Sequence[tuple[float, float]], ks: Sequence[int],
         for m in ("recall@5", "ndcg@10"):
             row[f"delta_{m}"] = round(row[m] - base[m], 4)
         row["ctx_vs_bm25"] = round(row["ctx_chars@5"] / base["ctx_chars@5"], 3)
+        for half in halves(st.p.qs):
+            row[half]["delta_recall@5"] = round(
+                row[half]["recall@5"] - base[half]["recall@5"], 4)
+            row[half]["ctx_vs_bm25"] = round(
+                row[half]["ctx_chars@5"] / base[half]["ctx_chars@5"], 3)
     return systems
 
 
@@ -314,6 +376,11 @@ def run_daemon(p: Prepared, store: VectorStore, out_dir: Path, *, seed_cache: bo
         texts = list(dict.fromkeys(t for c in p.chunks for t in embed_units(c.text, size)))
         rows = store.embed(texts, is_query=False)
         cache.path.parent.mkdir(parents=True, exist_ok=True)
+        # The daemon keeps its data folders private and refuses ones open to others.
+        for folder in (cache.path.parent, *cache.path.parent.parents):
+            if folder == state.parent:
+                break
+            folder.chmod(0o700)
         cache.open()
         try:
             seeded = cache.put_many((text_hash(t), r) for t, r in zip(texts, rows, strict=True))
