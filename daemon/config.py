@@ -81,7 +81,7 @@ class SearchConfig:
     keyword_guard: float = 0.5
     #: Hybrid: the keyword branch's best hit ranks no lower than this place (1-based) of
     #: the fused list, however the fusion scored it (0: no such place). Chosen by
-    #: measurement (docs/adr/0026-keyword-best-keeps-a-place.md).
+    #: measurement (docs/adr/0027-keyword-best-keeps-a-place.md).
     keyword_best_within: int = 5
     #: "score" (convex combination of each branch's min-max scaled scores) or "rrf"
     #: (weighted reciprocal rank, k = ``rrf_k``), both with exact keyword hits first
