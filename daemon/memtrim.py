@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -65,11 +66,23 @@ def trim() -> bool:
     return True
 
 
+def collect() -> bool:
+    """Collect garbage of every generation (cycles included), then :func:`trim`."""
+    gc.collect()
+    return trim()
+
+
 def limit_arenas(count: int) -> bool:
     """Let malloc use at most ``count`` arenas from now on (call before threads start);
     False where that is not possible. ``MALLOC_ARENA_MAX`` in the environment wins."""
+    if count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    return _mallopt(_M_ARENA_MAX, count)
+
+
+def _mallopt(param: int, value: int) -> bool:
     libc = _libc()
-    if libc is None or count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
+    if libc is None:
         return False
     try:
         mallopt = libc.mallopt
@@ -77,7 +90,7 @@ def limit_arenas(count: int) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, count))
+    return bool(mallopt(param, value))
 
 
 def trimmed(fn: Callable[..., T], *args: Any) -> T:
