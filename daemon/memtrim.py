@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
+#: ``M_MMAP_THRESHOLD`` and ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
+_M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
 
@@ -78,6 +79,21 @@ def limit_arenas(count: int) -> bool:
     if count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
         return False
     return _mallopt(_M_ARENA_MAX, count)
+
+
+def map_large(min_bytes: int) -> bool:
+    """Give every block of ``min_bytes`` or more a mapping of its own, returned to the
+    system when freed; False where that is not possible. ``MALLOC_MMAP_THRESHOLD_`` in
+    the environment wins.
+
+    glibc raises this threshold by itself (up to 32 MB) each time a mapped block is
+    freed, so after a build's merges its large arrays come from the heap, and numpy
+    marks the ranges of arrays of 4 MB or more for transparent huge pages: freed, such
+    a range can stay resident as a whole 2 MB page that a trim does not split.
+    """
+    if min_bytes < 1 or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    return _mallopt(_M_MMAP_THRESHOLD, min_bytes)
 
 
 def _mallopt(param: int, value: int) -> bool:
