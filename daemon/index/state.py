@@ -340,25 +340,28 @@ class IndexState:
 
         After a large pass the objects that outlive it were made a batch at a time in
         between the pass's garbage, so a few of them keep most of the heap's pages in use
-        (CPython never returns a partly used arena). Written out as bytes first, the old
-        ones are all freed before the new ones are made, which then fill few pages.
+        (CPython never returns a partly used arena). Made anew from their records, one
+        at a time, they fill few pages, and the old ones go. Readers without the lock
+        (status, the watcher's file list) see the old parts or the new ones, never none.
         """
         if chunks.live != self.chunks.live or bm25.live != self.bm25.live:
             raise ValueError("the reloaded index holds other chunks than the one in memory")
         bm25.merges = self.bm25.merges
-        files, links = io.BytesIO(), io.BytesIO()
+        records = io.BytesIO()
         for info in self.files.values():
-            files.write(orjson.dumps(info.to_record()) + b"\n")
+            records.write(orjson.dumps(info.to_record()) + b"\n")
+        links = io.BytesIO()
         for rec in self.graph.records():
             links.write(orjson.dumps(rec) + b"\n")
-        self.files, self.graph, self._by_stem = {}, LinkGraph(), None
-        self.chunks, self.bm25 = chunks, bm25
-        files.seek(0)
-        for line in files:
-            info = FileInfo.from_record(orjson.loads(line))
-            self.files[info.path] = info
+        records.seek(0)
         links.seek(0)
-        self.graph = LinkGraph.from_records(orjson.loads(line) for line in links)
+        files: dict[str, FileInfo] = {}
+        for line in records:
+            info = FileInfo.from_record(orjson.loads(line))
+            files[info.path] = info
+        graph = LinkGraph.from_records(orjson.loads(line) for line in links)
+        self.files, self.graph, self._by_stem = files, graph, None
+        self.chunks, self.bm25 = chunks, bm25
 
     def evict(self) -> None:
         """Let go of the mapped state pages this process touched (a save reads them all);
