@@ -23,6 +23,9 @@ EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 SWITCH_INTERVAL_S = 0.001
 # malloc arenas of the daemon process: the event loop's and one for the worker threads.
 MALLOC_ARENAS = 2
+# Blocks from this size on get a mapping of their own (numpy's huge-page arrays among
+# them), returned to the system when freed: memtrim.map_large.
+MALLOC_MMAP_MIN_BYTES = 4 << 20
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
@@ -86,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before any library can start a thread (numpy's BLAS starts its own on import): a
     # build's worker threads would otherwise each keep a malloc arena resident.
     memtrim.limit_arenas(MALLOC_ARENAS)
+    memtrim.map_large(MALLOC_MMAP_MIN_BYTES)
 
     import trio
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -27,7 +28,8 @@ from typing import TypeVar, TypeVarTuple
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-#: ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
+#: ``M_MMAP_THRESHOLD`` and ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
+_M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
 
@@ -66,11 +68,38 @@ def trim() -> bool:
     return True
 
 
+def collect() -> bool:
+    """Collect garbage of every generation (cycles included), then :func:`trim`."""
+    gc.collect()
+    return trim()
+
+
 def limit_arenas(count: int) -> bool:
     """Let malloc use at most ``count`` arenas from now on (call before threads start);
     False where that is not possible. ``MALLOC_ARENA_MAX`` in the environment wins."""
+    if count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    return _mallopt(_M_ARENA_MAX, count)
+
+
+def map_large(min_bytes: int) -> bool:
+    """Give every block of ``min_bytes`` or more a mapping of its own, returned to the
+    system when freed; False where that is not possible. ``MALLOC_MMAP_THRESHOLD_`` in
+    the environment wins.
+
+    glibc raises this threshold by itself (up to 32 MB) each time a mapped block is
+    freed, so after a build's merges its large arrays come from the heap, and numpy
+    marks the ranges of arrays of 4 MB or more for transparent huge pages: freed, such
+    a range can stay resident as a whole 2 MB page that a trim does not split.
+    """
+    if min_bytes < 1 or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    return _mallopt(_M_MMAP_THRESHOLD, min_bytes)
+
+
+def _mallopt(param: int, value: int) -> bool:
     libc = _libc()
-    if libc is None or count < 1 or os.environ.get("MALLOC_ARENA_MAX"):
+    if libc is None:
         return False
     try:
         mallopt = libc.mallopt
@@ -78,7 +107,7 @@ def limit_arenas(count: int) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, count))
+    return bool(mallopt(param, value))
 
 
 def trimmed(fn: Callable[[*Ts], T], *args: *Ts) -> T:

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from recalld.daemon.index import chunktable as ct
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.chunktable import ChunkTable
-from recalld.daemon.index.persist import IndexStore, adopt_saved, snapshot, state_stamp
+from recalld.daemon.index.persist import (
+    IndexStore,
+    adopt_saved,
+    reload_saved,
+    snapshot,
+    state_stamp,
+)
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.state import IndexState
 
@@ -166,6 +172,79 @@ def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> N
     loaded = IndexState()
     assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}
     assert answers(loaded) == after
+
+
+def _linked_notes(root: Path, count: int) -> list[str]:
+    for i in range(count):
+        rel = root / f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md"
+        rel.parent.mkdir(parents=True, exist_ok=True)
+        rel.write_text(f"# Note {i}\n\nword{i} shared 周末爬山 [[n{(i + 1) % count}]]\n\n"
+                       f"second part {i % 3} related:: [[n{(i + 7) % count}]]\n",
+                       encoding="utf-8")
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.md"))
+
+
+def test_state_reloaded_from_its_saved_files_is_the_one_a_warm_start_loads(
+        tmp_path: Path) -> None:
+    # After a large pass the whole state is served as a warm start loads it: same
+    # answers, files and links; the keyword dictionary is the saved bytes again (no
+    # string per term) until a write needs it; writes and saves go on as before.
+    root = tmp_path / "ws"
+    rels = _linked_notes(root, 100)  # more than one delta: the bulk path, into main
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=2000, digests={})])
+    store = IndexStore(root / "mem_metadata")
+    queries = ["word7", "shared", "周末", "second part 2", "n12"]
+
+    def answers(st: IndexState) -> list[object]:
+        return [[(k, round(s, 6), st.chunks[k].text) for k, s in st.keyword_search(q, 10)]
+                for q in queries]
+
+    def shape(st: IndexState) -> object:
+        return (st.files, st.graph.to_records(), st.next_key, st.chunks.live,
+                [st.neighbours(p) for p in rels], st.resolve("n3"),
+                # (a save gives the delta's new terms ids: "terms" counts them after it)
+                {k: v for k, v in st.bm25.stats().items() if k not in ("merges", "terms")})
+
+    before, files_before = answers(state), shape(state)
+    snap = snapshot(state)
+    store.save(snap)
+    assert store.store.current is not None and state_stamp(state) == snap.stamp
+    reload_saved(state, store.store.current)
+    assert answers(state) == before and shape(state) == files_before
+    assert state.mapped and state.bm25._table is None  # the saved bytes, as after a load
+    assert state.linked_chunks("second", rels[:3]) and state.bm25._table is None
+    loaded = IndexState()
+    assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}
+    assert answers(loaded) == before and shape(loaded) == files_before
+    # A write after the reload, saved and loaded again.
+    (root / rels[0]).write_text("# Changed\n\nbrand new words [[n5]]\n", encoding="utf-8")
+    state.apply([prepare_files(root, rels[:1], max_chars=2000, digests={})])
+    assert [state.chunks[k].path for k, _ in state.keyword_search("brand", 5)] == [rels[0]]
+    linked = state.neighbours(rels[0])  # its own links and the links to it
+    assert "memory/2026-07-06/n5.md" in linked and "memory/2026-07-02/n1.md" not in linked
+    after, files_after = answers(state), shape(state)
+    store.save(snapshot(state))
+    again = IndexState()
+    assert IndexStore(root / "mem_metadata").load(again).corrupt == {}
+    assert answers(again) == after and shape(again) == files_after
+
+
+def test_a_reload_that_does_not_match_leaves_the_state_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    rels = _linked_notes(root, 12)
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=2000, digests={})])
+    store = IndexStore(root / "mem_metadata")
+    store.save(snapshot(state))
+    assert store.store.current is not None
+    (root / rels[0]).unlink()  # the state moves on; the saved generation does not
+    state.apply([prepare_files(root, rels[:1], max_chars=2000, digests={})])
+    files, chunks, bm25, graph = state.files, state.chunks, state.bm25, state.graph
+    with pytest.raises(ValueError, match="other chunks"):
+        reload_saved(state, store.store.current)
+    assert (state.files, state.chunks, state.bm25, state.graph) == (files, chunks, bm25, graph)
+    assert rels[0] not in state.files and state.keyword_search("word1", 5)
 
 
 def test_bare_links_resolve_against_files_of_a_loaded_index(tmp_path: Path) -> None:

@@ -393,6 +393,54 @@ def test_large_workspace_is_built_in_worker_processes(daemon: Any, tmp_path: Pat
     assert status["index"]["files"] == 600 and status["index"]["links"] == 600
 
 
+def _last_commit(d: Any) -> dict[str, Any]:
+    """The workspace's last commit once everything applied is committed."""
+    deadline = time.monotonic() + 120
+    while True:
+        status = d.call("daemon.status")
+        index = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
+        if index["last_commit"] and not index["uncommitted_changes"]:
+            commit: dict[str, Any] = index["last_commit"]
+            return commit
+        assert time.monotonic() < deadline, index
+        time.sleep(0.05)
+
+
+def test_after_a_first_build_searches_answer_as_after_a_restart(daemon_factory: Any,
+                                                                 tmp_path: Path) -> None:
+    # A first build of this size runs in the worker processes, and once committed its
+    # state is loaded back from the files, as a warm start loads it: searches (with
+    # linked notes), edits and a restart must not tell the difference.
+    root = tmp_path / "big"
+    for i in range(600):
+        write(root, f"memory/2026-06-{i % 28 + 1:02d}/n{i}.md",
+              f"# Note {i}\n\nmarker{i} shared 周末爬山 words [[n{(i + 1) % 600}]]\n\n"
+              f"more {i % 7} text related:: [[n{(i + 13) % 600}]]\n")
+    config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"}, timeout=240)
+    assert _last_commit(d)["files"] == 600
+    queries = ["marker7", "shared 周末", "more 3 text", "n100 words", "爬山"]
+
+    def answers(handle: Any) -> list[object]:
+        return [[(r["path"], r["start_line"], r["end_line"], r["score"])
+                 for r in search(handle, q, max_results=8)["results"]] for q in queries]
+
+    built = answers(d)
+    assert all(built) and built[0][0][0] == "memory/2026-06-08/n7.md"
+    # An edit after the build: searchable at once, and committed.
+    write(root, "memory/2026-06-08/n7.md", "# Note 7\n\nrewritten 冰川 [[n9]]\n")
+    assert paths(search(d, "冰川", sync=True)) == ["memory/2026-06-08/n7.md"]
+    assert "marker7" not in str(search(d, "marker7")["results"])
+    edited = answers(d)
+    _last_commit(d)
+    assert d.stop() == 0
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    d2.call("index.sync", {"agent_id": "w"})
+    assert answers(d2) == edited
+    assert paths(search(d2, "冰川")) == ["memory/2026-06-08/n7.md"]
+
+
 def _children(pid: int) -> set[int]:
     out: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -179,7 +179,7 @@ class BM25Index:
         self._live.add(doc_key)
         self._total_len += length
 
-    def add_encoded(self, parts: Iterable[tuple[list[str], Slab]]) -> None:
+    def add_encoded(self, parts: Iterable[tuple[list[str] | str, Slab]]) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
         with its ``keys`` set to the documents' keys). Few documents go to the delta, many
         join main in one merge; keys already indexed are replaced.
@@ -534,26 +534,31 @@ class BM25Index:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, npt.NDArray[Any]], meta: Mapping[str, Any]
+        cls, arrays: Mapping[str, npt.NDArray[Any]], meta: Mapping[str, Any], *,
+        check_values: bool = True,
     ) -> BM25Index:
-        """Rebuild an index saved by ``to_arrays``; raises ValueError on any inconsistency."""
+        """Rebuild an index saved by ``to_arrays``; raises ValueError on any inconsistency.
+
+        ``check_values=False``: the postings are not read value by value (arrays this
+        process just wrote, mapped: checking would bring every page in; see
+        ``postings.load_segment``)."""
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise OutdatedFormat(
                 f"unsupported keyword index {meta.get('format')}/{meta.get('version')}"
             )
         index = cls(k1=float(meta["k1"]), b=float(meta["b"]))
-        index._load(arrays)
+        index._load(arrays, check_values=check_values)
         if len(index) != meta.get("docs") or index._total_len != meta.get("total_len"):
             raise ValueError("keyword index counters do not match its arrays")
         return index
 
-    def _load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+    def _load(self, arrays: Mapping[str, npt.NDArray[Any]], *, check_values: bool) -> None:
         # Checked now (offsets, UTF-8, no duplicates) and searchable as it is: the term
         # strings are made only when a write needs the table.
         blob = postings.array(arrays, "terms_blob", np.uint8)
         offsets = postings.array(arrays, "terms_offsets", np.int64)
         terms = postings.SortedTerms(blob, offsets)
-        seg = postings.load_segment(arrays, len(terms))
+        seg = postings.load_segment(arrays, len(terms), check_values=check_values)
         alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")

@@ -246,7 +246,13 @@ class LinkGraph:
 
     def to_records(self) -> list[dict[str, Any]]:
         """All edges as JSON-able dicts, sorted by source path then line."""
-        return [lk.to_record() for src in sorted(self._out) for lk in self._out[src]]
+        return list(self.records())
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """:meth:`to_records`, one at a time."""
+        for src in sorted(self._out):
+            for lk in self._out[src]:
+                yield lk.to_record()
 
     @classmethod
     def from_records(cls, records: Iterable[dict[str, Any]]) -> LinkGraph:

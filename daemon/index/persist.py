@@ -373,9 +373,30 @@ def adopt_saved(state: IndexState, gen: Generation) -> None:
     state.evict()
 
 
+def reload_saved(state: IndexState, gen: Generation) -> None:
+    """Replace ``state``'s files, chunks, keyword index and links by what a warm start
+    loads from ``gen`` (its vectors stay); the caller checked that ``gen`` was saved from
+    ``state`` as it is now (:func:`state_stamp`).
+
+    For the end of a first build or another large pass: the objects that outlive it
+    (term strings, file records, links) were made one batch at a time in between the
+    pass's garbage, and each keeps a page of the heap resident that is otherwise free.
+    Loaded at once, the same state fills few pages, the pass's copies go, and the keyword
+    dictionary stays the saved bytes until a write needs it, as after a warm start.
+    Raises CorruptState / ValueError, leaving ``state`` as it was."""
+    bm25_map = gen.map_arrays("bm25")
+    bm25 = BM25Index.from_arrays(bm25_map.arrays, bm25_map.meta, check_values=False)
+    table_map = gen.map_arrays("chunk_table")
+    table = ChunkTable.from_arrays(table_map.arrays)
+    table.adopt_extras(state.chunks)
+    state.repack(table, bm25)
+    state.mapped = [bm25_map, table_map]
+    state.evict()
+
+
 def _reason(exc: BaseException) -> str:
     return exc.reason if isinstance(exc, CorruptState) else f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "adopt_saved", "snapshot",
-           "state_stamp"]
+__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "adopt_saved", "reload_saved",
+           "snapshot", "state_stamp"]

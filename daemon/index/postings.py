@@ -166,18 +166,20 @@ class Slab:
                    lens, list(range(len(docs))))
         return slab, list(ids)
 
-    def remap(self, local_terms: list[str], ids: TermTable, keys: list[int]) -> Slab:
+    def remap(self, local_terms: list[str] | str, ids: TermTable, keys: list[int]) -> Slab:
         """This slab (encoded by :meth:`local`) in the ids of ``ids`` (new terms join it),
-        under ``keys``."""
+        under ``keys``; ``local_terms`` as :meth:`local` gives them or :func:`join_terms`d."""
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
+        local_terms = split_terms(local_terms)
         # Interned: workspaces of one daemon share one string per common term.
         to_global = np.fromiter(map(ids.__getitem__, map(sys.intern, local_terms)),
                                 dtype=np.int32, count=len(local_terms))
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
 
-    def counts(self, local_terms: list[str]) -> list[tuple[dict[str, int], int]]:
+    def counts(self, local_terms: list[str] | str) -> list[tuple[dict[str, int], int]]:
         """Per document ({term: tf}, length), for the few documents that go to a delta."""
+        local_terms = split_terms(local_terms)
         bounds = [0, *itertools.accumulate(self.nterms.tolist())]
         tids, tfs = self.tids.tolist(), self.tfs.astype(np.int64).tolist()
         return [
@@ -193,6 +195,29 @@ class Slab:
             self.tids, rows, self.tfs, np.asarray(self.lens, dtype=np.float32),
             np.asarray(self.keys, dtype=np.uint32),
         )
+
+
+def join_terms(terms: list[str]) -> str:
+    """``terms`` (of :meth:`Slab.local`: none empty, none with a line break) as one string.
+
+    What a worker process hands back: one string instead of one per term (tens of
+    thousands a batch) is one block of the daemon's heap, returned to the system once
+    freed, where many small strings would spread over the interpreter's small-object
+    arenas, which stay resident while any object in them lives.
+    """
+    joined = "\n".join(terms)
+    if joined.count("\n") != max(len(terms) - 1, 0):
+        raise ValueError("a term holds a line break")
+    if (terms and not joined) or "\n\n" in joined or joined[:1] == "\n" or joined[-1:] == "\n":
+        raise ValueError("a term is empty")
+    return joined
+
+
+def split_terms(terms: list[str] | str) -> list[str]:
+    """The terms :func:`join_terms` joined (a list is returned as it is)."""
+    if not isinstance(terms, str):
+        return terms
+    return terms.split("\n") if terms else []
 
 
 # Bulk counting packs (document, term) into one int64: the document above _DOC_SHIFT.

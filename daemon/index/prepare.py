@@ -19,7 +19,7 @@ from typing import Protocol
 from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
-from recalld.daemon.index.postings import Slab
+from recalld.daemon.index.postings import Slab, join_terms
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -60,14 +60,14 @@ class Prepared:
 @dataclass(slots=True)
 class PreparedBatch:
     """Files prepared together: ``slab`` holds one document per chunk of ``files`` (in order),
-    counted against the batch's own vocabulary ``terms``.
+    counted against the batch's own vocabulary ``terms`` (joined: ``postings.join_terms``).
 
     Built by :func:`prepare_files` in a worker thread or process (everything in it is plain
     data), applied by :meth:`IndexState.apply` under the index lock.
     """
 
     files: list[Prepared]
-    terms: list[str]
+    terms: str
     slab: Slab
 
     @property
@@ -140,7 +140,7 @@ def prepare_files(
                      reme=(reme or {}).get(rel)) for rel in rels]
     split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
     slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split])
-    return PreparedBatch(files, terms, slab)
+    return PreparedBatch(files, join_terms(terms), slab)
 
 
 __all__ = ["MAX_NOTE_BYTES", "Prepared", "PreparedBatch", "partly_indexed", "prepare",

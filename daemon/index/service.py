@@ -41,6 +41,7 @@ from recalld.daemon.index.persist import (
     IndexStore,
     LoadReport,
     adopt_saved,
+    reload_saved,
     snapshot,
     state_stamp,
 )
@@ -157,6 +158,9 @@ class WorkspaceIndex:
         self._changes = 0  # applied changes not yet committed
         self._big_passes = 0  # apply_paths calls of POOL_MIN_FILES+ files under way
         self._passes_done = trio.Event()  # set (and replaced) when the last one ends
+        # A large pass (first build, big reconcile, rebuild) changed the state: the commit
+        # after it serves the state loaded back from its files (``reload_saved``).
+        self._reload = False
         # Set once the loaded state's deferred checksums passed (or it was replaced):
         # nothing derived from unchecked bytes may be saved before.
         self._checked = trio.Event()
@@ -266,7 +270,7 @@ class WorkspaceIndex:
         if big:
             self._big_passes += 1
         try:
-            await self._apply_sorted(ordered)
+            await self._apply_sorted(ordered, big)
         finally:
             if big:
                 self._big_passes -= 1
@@ -276,7 +280,7 @@ class WorkspaceIndex:
         if len(ordered) >= APPLY_MIN_FILES:  # a first build's token lists are garbage now
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
-    async def _apply_sorted(self, ordered: list[str]) -> None:
+    async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()
 
         async def apply(batches: list[PreparedBatch]) -> None:
@@ -287,6 +291,7 @@ class WorkspaceIndex:
             started = time.monotonic()
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted
+                self._reload = self._reload or big
                 self._mark_dirty()
                 self._notify_changed()
 
@@ -504,25 +509,36 @@ class WorkspaceIndex:
         large = len(snap.chunks) >= TRIM_AFTER_CHUNKS
         stamp = snap.stamp
         del snap
-        await self._serve_saved(stamp, number)
-        if large:  # the serialized generation was hundreds of MB of short-lived buffers
+        if await self._serve_saved(stamp, number):
+            # The large pass's objects are garbage now, cycles among them too.
+            await trio.to_thread.run_sync(memtrim.collect, limiter=self._cpu)
+        elif large:  # the serialized generation was hundreds of MB of short-lived buffers
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
-    async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> None:
+    async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> bool:
         """Serve the index from the files just committed (memory-mapped: page cache, not
         this process's heap) if nothing changed since they were written; either way, let go
-        of the mapped pages the save read."""
+        of the mapped pages the save read. After a large pass (``_reload``) the whole state
+        is loaded back from those files, as a warm start loads it, rather than only its
+        big arrays (``reload_saved``); returns whether it was."""
         gen = self.store.store.current
         async with self._lock:
             state = self.state
             if gen is None or gen.number != number or state_stamp(state) != stamp:
                 await trio.to_thread.run_sync(state.evict)
-                return
+                return False
+            # Not while a large pass is still applying: it would need the whole keyword
+            # dictionary back as strings at its next apply.
+            whole = self._reload and not self._big_passes
             try:
-                await trio.to_thread.run_sync(adopt_saved, state, gen)
-            except (CorruptState, ValueError, OSError) as exc:
+                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved, state, gen)
+            except (CorruptState, KeyError, ValueError, OSError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self.ws.agent_id, number, exc)
+                return False
+            if whole:
+                self._reload = False
+            return whole
 
     async def compact(self) -> None:
         """Merge the keyword index's segments now, then commit a generation.
@@ -686,6 +702,7 @@ class WorkspaceIndex:
             # Changes made while building are caught by a reconcile against the new state.
             await self.watcher.reconcile("after rebuild")
             self._changes += 1
+            self._reload = True
             progress(total, total, "saving")
             await self._commit()
             progress(total, total, "done")

@@ -9,6 +9,7 @@ reused within one state, and a full rebuild starts a new state.
 
 from __future__ import annotations
 
+import io
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import orjson
 from pyroaring import BitMap
 
 from recalld.daemon.index.bm25 import BM25Index
@@ -251,7 +253,7 @@ class IndexState:
     def apply(self, batches: Iterable[PreparedBatch]) -> ApplyStats:
         """Bring the index in line with ``batches`` (each file replaced or dropped whole)."""
         added = updated = deleted = unchanged = 0
-        parts: list[tuple[list[str], Slab]] = []
+        parts: list[tuple[list[str] | str, Slab]] = []
         for batch in batches:
             keys: list[int] = []
             for prep in batch.files:
@@ -315,19 +317,51 @@ class IndexState:
         graph: LinkGraph,
         next_key: int,
     ) -> None:
-        """Adopt loaded state; raises ValueError when the parts do not agree."""
-        self.files = {f.path: f for f in files}
-        self.chunks = chunks
+        """Adopt loaded state; raises ValueError when the parts do not agree (and then
+        leaves this state as it was)."""
+        by_path = {f.path: f for f in files}
         keys = BitMap()
-        for f in self.files.values():
+        for f in by_path.values():
             keys.update(f.keys)
-        if len(keys) != sum(len(f.keys) for f in self.files.values()) or (
+        if len(keys) != sum(len(f.keys) for f in by_path.values()) or (
                 keys != chunks.live or keys != bm25.live):
             raise ValueError("files, chunks and keyword index disagree")
+        self.files = by_path
+        self.chunks = chunks
         self.bm25 = bm25
         self.graph = graph
         self.next_key = max(next_key, (keys.max() if keys else 0) + 1)
         self._by_stem = None
+
+    def repack(self, chunks: ChunkTable, bm25: BM25Index) -> None:
+        """Serve ``chunks`` and ``bm25`` (this state's own, loaded back from the files it
+        was just saved to) and make every file record and link anew, after the old ones
+        are gone; raises ValueError (and changes nothing) if they hold other keys.
+
+        After a large pass the objects that outlive it were made a batch at a time in
+        between the pass's garbage, so a few of them keep most of the heap's pages in use
+        (CPython never returns a partly used arena). Made anew from their records, one
+        at a time, they fill few pages, and the old ones go. Readers without the lock
+        (status, the watcher's file list) see the old parts or the new ones, never none.
+        """
+        if chunks.live != self.chunks.live or bm25.live != self.bm25.live:
+            raise ValueError("the reloaded index holds other chunks than the one in memory")
+        bm25.merges = self.bm25.merges
+        records = io.BytesIO()
+        for info in self.files.values():
+            records.write(orjson.dumps(info.to_record()) + b"\n")
+        links = io.BytesIO()
+        for rec in self.graph.records():
+            links.write(orjson.dumps(rec) + b"\n")
+        records.seek(0)
+        links.seek(0)
+        files: dict[str, FileInfo] = {}
+        for line in records:
+            info = FileInfo.from_record(orjson.loads(line))
+            files[info.path] = info
+        graph = LinkGraph.from_records(orjson.loads(line) for line in links)
+        self.files, self.graph, self._by_stem = files, graph, None
+        self.chunks, self.bm25 = chunks, bm25
 
     def evict(self) -> None:
         """Let go of the mapped state pages this process touched (a save reads them all);
