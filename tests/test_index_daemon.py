@@ -395,15 +395,11 @@ def test_large_workspace_is_built_in_worker_processes(daemon: Any, tmp_path: Pat
 
 def _last_commit(d: Any) -> dict[str, Any]:
     """The workspace's last commit once everything applied is committed."""
-    deadline = time.monotonic() + 120
-    while True:
-        status = d.call("daemon.status")
-        index = next(w for w in status["workspaces"] if w["agent_id"] == "w")["index"]
-        if index["last_commit"] and not index["uncommitted_changes"]:
-            commit: dict[str, Any] = index["last_commit"]
-            return commit
-        assert time.monotonic() < deadline, index
-        time.sleep(0.05)
+    index = wait_value(lambda: workspace_status(d, "w")["index"],
+                       lambda i: i["last_commit"] and not i["uncommitted_changes"],
+                       "everything applied is committed")
+    commit: dict[str, Any] = index["last_commit"]
+    return commit
 
 
 def test_after_a_first_build_searches_answer_as_after_a_restart(daemon_factory: Any,
