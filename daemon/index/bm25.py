@@ -31,6 +31,12 @@ Scoring: BM25 Okapi with Lucene's non-negative IDF ``log(1 + (N - df + 0.5) / (d
 where N, df and avgdl count live documents only, so scores do not depend on merge timing. A
 repeated query term counts once per repetition. Ties are broken by ascending doc key. Summing
 and ranking the postings a query found is ``ranking.py``'s.
+
+Between two writes, searches keep what does not change until the next one: each query term's
+live postings and their ``tf / (norm + tf)`` (bounded by ``TERM_CACHE_POSTINGS``), and the
+full scores of the last ``SCORED_MAX`` unfiltered searches, which ``score_keys`` reads for the
+same query (the chunks of linked files are scored right after the search that found the
+hits). Every write drops both.
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ SCORED_MAX: Final = 2
 # Searches keep query terms' postings and weights until the next write, up to about this
 # many postings (then they start again).
 TERM_CACHE_POSTINGS: Final = 131_072
+# Queries of at most this many terms with postings in main reuse each term's weights;
+# longer ones compute them for all terms at once.
+BASES_MAX_TERMS: Final = 16
 _MAX_KEY: Final = 2**32 - 1
 
 
@@ -433,12 +442,16 @@ class BM25Index:
             cand_keys, cand_scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         else:
             norms = self._row_norms(avgdl)
-            # Each term's tf / (norm + tf) is kept until the next write (_TermPostings).
-            bases = [terms[t].base(norms) for t in part_terms]
             if len(row_parts) == 1:
-                rows, weights = row_parts[0], bases[0] * factors[0]
+                rows, weights = row_parts[0], terms[part_terms[0]].base(norms) * factors[0]
             else:
-                rows, weights = np.concatenate(row_parts), np.concatenate(bases)
+                rows = np.concatenate(row_parts)
+                if len(row_parts) <= BASES_MAX_TERMS:
+                    # Each term's tf / (norm + tf) is kept until the next write.
+                    weights = np.concatenate([terms[t].base(norms) for t in part_terms])
+                else:  # one pass over all postings beats an array operation per term
+                    tfs = np.concatenate(tf_parts)
+                    weights = tfs / (norms[rows] + tfs)
                 at = 0
                 for part, factor in zip(row_parts, factors, strict=True):
                     weights[at:at + len(part)] *= factor
