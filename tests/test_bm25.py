@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -403,3 +404,41 @@ def test_cjk_text_counts_by_characters_in_lengths() -> None:
     split = tokenize_split("迁移 ECONNREFUSED 服务器")
     bulk, _ = Slab.local([split[0]], [split[1]])
     assert bulk.lens == [doc_length(tokenize("迁移 ECONNREFUSED 服务器"))] == [1 + 3]
+
+
+@pytest.mark.parametrize("query", [["cat"], ["cat", "dog"], ["apple", "cat", "apple", "t3"],
+                                   ["t5"], ["hen", "nothing"]])
+@pytest.mark.parametrize("bases_max_terms", [0, 16])
+def test_score_keys_after_a_search_reads_its_scores_to_the_bit(
+        scoring: None, query: list[str], bases_max_terms: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The search remembers its scores; score_keys for the same query then reads them and
+    # must give exactly what walking the postings gives (main rows, dead rows, delta),
+    # whether the search reused each term's weights or computed them for all at once.
+    monkeypatch.setattr(bm25_mod, "BASES_MAX_TERMS", bases_max_terms)
+    def build() -> BM25Index:
+        index = BM25Index()
+        index.add_many((key, [VOCAB[key % 8], VOCAB[(key * 3) % 8], f"t{key % 7}"] * (key % 3 + 1))
+                       for key in range(60))
+        for key in range(0, 60, 9):
+            index.remove(key)  # dead rows in main
+        for key in range(60, 70):
+            index.add(key, [VOCAB[key % 8], "cat", f"t{key % 7}"])  # delta documents
+        return index
+
+    keys = set(range(0, 75))
+    walked = build().score_keys(query, keys)
+    index = build()
+    hits = index.search(query, 5)
+    assert index.search(query, 5) == hits  # again, from the kept postings and weights
+    assert index.score_keys(query, keys) == walked
+    assert all(walked[k] == s for k, s in hits)
+    index.add(80, ["cat", "dog"])  # a write: the remembered scores no longer hold
+    assert index.score_keys(query, keys | {80}) == build_after(build, query, keys | {80})
+
+
+def build_after(build: Callable[[], BM25Index], query: list[str],
+                keys: set[int]) -> dict[int, float]:
+    index = build()
+    index.add(80, ["cat", "dog"])
+    return index.score_keys(query, keys)

@@ -31,6 +31,12 @@ Scoring: BM25 Okapi with Lucene's non-negative IDF ``log(1 + (N - df + 0.5) / (d
 where N, df and avgdl count live documents only, so scores do not depend on merge timing. A
 repeated query term counts once per repetition. Ties are broken by ascending doc key. Summing
 and ranking the postings a query found is ``ranking.py``'s.
+
+Between two writes, searches keep what does not change until the next one: each query term's
+live postings and their ``tf / (norm + tf)`` (bounded by ``TERM_CACHE_POSTINGS``), and the
+full scores of the last ``SCORED_MAX`` unfiltered searches, which ``score_keys`` reads for the
+same query (the chunks of linked files are scored right after the search that found the
+hits). Every write drops both.
 """
 
 from __future__ import annotations
@@ -70,6 +76,15 @@ FEW_POSTINGS: Final = 48
 # score_keys looks up each term's postings of the given keys for queries of at most this
 # many distinct terms; longer queries run a search restricted to the keys.
 SCORE_KEYS_MAX_TERMS: Final = 8
+# How many searches' full scores score_keys can read back (see _Scored): a search's
+# own and its exact-term search's.
+SCORED_MAX: Final = 2
+# Searches keep query terms' postings and weights until the next write, up to about this
+# many postings (then they start again).
+TERM_CACHE_POSTINGS: Final = 131_072
+# Queries of at most this many terms with postings in main reuse each term's weights;
+# longer ones compute them for all terms at once.
+BASES_MAX_TERMS: Final = 16
 _MAX_KEY: Final = 2**32 - 1
 
 
@@ -92,6 +107,16 @@ class BM25Index:
         # Searches look terms up here while there is no ``_table`` (see _lookup).
         self._sorted_terms: postings.SortedTerms | None = None
         self._main_gen = 0
+        # Bumped by every change of what a search sees; it dates the remembered scores.
+        self._writes = 0
+        # The full scores of the last few unfiltered searches (query tokens -> them), so
+        # ``score_keys`` for the same query reads them instead of scoring again.
+        self._scored: dict[tuple[str, ...], _Scored] = {}
+        self._scored_at = 0
+        # Query terms' live postings and weights until the next write (see _terms_now).
+        self._terms: dict[str, _TermPostings] = {}
+        self._terms_at = 0
+        self._terms_size = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
         self._norms: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
@@ -169,6 +194,7 @@ class BM25Index:
         self._maybe_compact()
 
     def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
+        self._writes += 1
         self._delta_docs[doc_key] = (counts, length)
         for term, tf in counts.items():
             post = self._delta_post.get(term)
@@ -255,6 +281,7 @@ class BM25Index:
             self._merge([])
 
     def _remove(self, key: int) -> None:
+        self._writes += 1
         entry = self._delta_docs.pop(key, None)
         if entry is not None:
             counts, length = entry
@@ -296,6 +323,9 @@ class BM25Index:
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
         self._main_gen += 1  # invalidates the cached length norms
+        self._writes += 1
+        self._scored = {}  # they may hold views of the arrays replaced
+        self._terms = {}
         self._indptr, self._rows, self._tfs = seg.indptr, seg.rows, seg.tfs
         self._doclen, self._row_keys = seg.doclen, seg.row_keys
 
@@ -365,19 +395,25 @@ class BM25Index:
         row_parts: list[I32] = []
         tf_parts: list[npt.NDArray[Any]] = []
         factors: list[float] = []
+        part_terms: list[str] = []
         delta_scores: dict[int, float] = {}
         lookup = self._lookup
+        terms = self._terms_now()
         for term, qf in Counter(query_tokens).items():
-            tid = lookup.get(term)
-            rows = tfs = None
-            df = 0
-            if tid is not None and tid < n_terms_main:
-                start, end = int(indptr[tid]), int(indptr[tid + 1])
-                rows, tfs = all_rows[start:end], all_tfs[start:end]
-                if self._n_dead:
-                    keep = self._alive[rows]
-                    rows, tfs = rows[keep], tfs[keep]
-                df = len(rows)
+            found = terms.get(term)
+            if found is None:
+                tid = lookup.get(term)
+                rows = tfs = None
+                if tid is not None and tid < n_terms_main:
+                    start, end = int(indptr[tid]), int(indptr[tid + 1])
+                    rows, tfs = all_rows[start:end], all_tfs[start:end]
+                    if self._n_dead:
+                        keep = self._alive[rows]
+                        rows, tfs = rows[keep], tfs[keep]
+                found = terms[term] = _TermPostings(rows, tfs)
+                self._terms_size += 1 + (0 if rows is None else len(rows))
+            rows, tfs = found.rows, found.tfs
+            df = 0 if rows is None else len(rows)
             dpost = self._delta_post.get(term)
             if dpost:
                 df += len(dpost)
@@ -389,6 +425,7 @@ class BM25Index:
                 row_parts.append(rows)
                 tf_parts.append(tfs)
                 factors.append(factor)
+                part_terms.append(term)
             if dpost:
                 docs = self._delta_docs
                 for key, tf in dpost.items():
@@ -397,22 +434,34 @@ class BM25Index:
                     delta_scores[key] = delta_scores.get(key, 0.0) + tf / (norm_d + tf) * factor
         if sum(len(r) for r in row_parts) + len(delta_scores) <= FEW_POSTINGS:
             # Rare terms (identifiers, names): plain Python beats a dozen numpy calls.
-            return ranking.top_few(self._row_keys, self._row_norms(avgdl), row_parts, tf_parts,
-                                   factors, limit, extra=delta_scores, allowed=allowed)
+            scores = ranking.few_scores(self._row_keys, self._row_norms(avgdl), row_parts,
+                                        tf_parts, factors, extra=delta_scores)
+            self._remember(query_tokens, _Scored(scores=scores))
+            return ranking.top_few(scores, limit, allowed=allowed)
         if not row_parts:
             cand_keys, cand_scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         else:
+            norms = self._row_norms(avgdl)
             if len(row_parts) == 1:
-                rows, tfs = row_parts[0], tf_parts[0]
+                rows, weights = row_parts[0], terms[part_terms[0]].base(norms) * factors[0]
             else:
-                rows, tfs = np.concatenate(row_parts), np.concatenate(tf_parts)
-            weights = tfs / (self._row_norms(avgdl)[rows] + tfs)
-            at = 0
-            for part, factor in zip(row_parts, factors, strict=True):
-                weights[at:at + len(part)] *= factor
-                at += len(part)
+                rows = np.concatenate(row_parts)
+                if len(row_parts) <= BASES_MAX_TERMS:
+                    # Each term's tf / (norm + tf) is kept until the next write.
+                    weights = np.concatenate([terms[t].base(norms) for t in part_terms])
+                else:  # one pass over all postings beats an array operation per term
+                    tfs = np.concatenate(tf_parts)
+                    weights = tfs / (norms[rows] + tfs)
+                at = 0
+                for part, factor in zip(row_parts, factors, strict=True):
+                    weights[at:at + len(part)] *= factor
+                    at += len(part)
             if allowed is None and len(self._row_keys) <= DENSE_ROWS:
-                return ranking.top_dense(self._row_keys, rows, weights, len(row_parts),
+                acc = (ranking.row_sums(rows, weights, len(self._row_keys))
+                       if len(row_parts) > 1 else None)
+                self._remember(query_tokens, _Scored(
+                    rows=rows, weights=weights, acc=acc, extra=delta_scores))
+                return ranking.top_dense(self._row_keys, rows, weights, len(row_parts), acc,
                                          delta_scores, limit)
             cand_keys, cand_scores = ranking.summed(self._row_keys, rows, weights,
                                                     len(row_parts))
@@ -441,6 +490,9 @@ class BM25Index:
             return dict(self.search(query_tokens, len(wanted), allowed=BitMap(wanted)))
         main_keys = [k for k in wanted if k not in delta_docs]
         delta_keys = [k for k in wanted if k in delta_docs]
+        scored = self._scored.get(tuple(query_tokens)) if self._scored_at == self._writes else None
+        if scored is not None:
+            return scored.of(main_keys, self._rows_of_keys(main_keys), delta_keys)
         k1, b = self.k1, self.b
         avgdl = self._total_len / n_docs if self._total_len else 1.0
         key_rows = self._rows_of_keys(main_keys)
@@ -479,6 +531,23 @@ class BM25Index:
                         norm_d = k1 * (1.0 - b + b * (delta_docs[key][1] / avgdl))
                         scores[key] = scores.get(key, 0.0) + dtf / (norm_d + dtf) * factor
         return scores
+
+    def _terms_now(self) -> dict[str, _TermPostings]:
+        """Query terms' live main postings as searches found them since the last write
+        (an empty table after one, or once it holds :data:`TERM_CACHE_POSTINGS`)."""
+        if self._terms_at != self._writes or self._terms_size > TERM_CACHE_POSTINGS:
+            self._terms = {}
+            self._terms_at = self._writes
+            self._terms_size = 0
+        return self._terms
+
+    def _remember(self, query_tokens: list[str], scored: _Scored) -> None:
+        if self._scored_at != self._writes:
+            self._scored.clear()
+            self._scored_at = self._writes
+        elif len(self._scored) >= SCORED_MAX:
+            del self._scored[next(iter(self._scored))]
+        self._scored[tuple(query_tokens)] = scored
 
     def _rows_of_keys(self, keys: list[int]) -> npt.NDArray[np.int64]:
         """The main rows of live main ``keys`` (without :meth:`_row_of`'s bookkeeping)."""
@@ -600,6 +669,68 @@ class BM25Index:
                 self._delta_post.setdefault(term, {})[key] = tf
             self._live.add(key)
             self._total_len += int(length)
+
+
+class _TermPostings:
+    """One query term's live postings in main (None: it has none there) and, once a
+    search needed them, their ``tf / (norm + tf)`` with the norms of the current average
+    length: what every search computed again between two writes."""
+
+    __slots__ = ("_base", "rows", "tfs")
+
+    def __init__(self, rows: I32 | None, tfs: npt.NDArray[Any] | None) -> None:
+        self.rows, self.tfs = rows, tfs
+        self._base: npt.NDArray[np.float64] | None = None
+
+    def base(self, norms: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """``tf / (norm + tf)`` per posting (``norms``: per row, for the current average
+        document length; they change only with a write, which drops this record)."""
+        if self._base is None:
+            assert self.rows is not None and self.tfs is not None
+            self._base = self.tfs / (norms[self.rows] + self.tfs)
+        return self._base
+
+
+class _Scored:
+    """Every score one search gave: ``scores`` (key -> score, the Python path), or the
+    postings' ``rows`` and ``weights`` with their per-row sums ``acc`` (None: one term, a
+    row's weight is its sum) and the delta's scores ``extra``. The values are those
+    :meth:`BM25Index.score_keys` computes (summed term after term alike), so it reads
+    them for the query's other keys (the chunks of linked files, exact hits outside the
+    pool) instead of walking the postings again."""
+
+    __slots__ = ("_acc", "_rows", "_weights", "extra", "scores")
+
+    def __init__(self, *, scores: dict[int, float] | None = None, rows: I32 | None = None,
+                 weights: npt.NDArray[np.float64] | None = None,
+                 acc: npt.NDArray[np.float64] | None = None,
+                 extra: dict[int, float] | None = None) -> None:
+        self.scores = scores
+        self._rows, self._weights, self._acc = rows, weights, acc
+        self.extra = extra or {}
+
+    def of(self, main_keys: list[int], key_rows: npt.NDArray[np.int64],
+           delta_keys: list[int]) -> dict[int, float]:
+        """The scores of the live keys given (main keys with their rows, delta keys); keys
+        no query term matched are left out."""
+        if self.scores is not None:
+            scores = self.scores
+            return {k: scores[k] for k in (*main_keys, *delta_keys) if k in scores}
+        out: dict[int, float] = {}
+        if main_keys:
+            if self._acc is None:
+                assert self._rows is not None and self._weights is not None
+                # One term: each row has at most one posting, its weight is the sum.
+                pos = np.minimum(self._rows.searchsorted(key_rows), len(self._rows) - 1)
+                hit = (self._rows[pos] == key_rows).tolist()
+                values = self._weights[pos].tolist()
+            else:
+                values = self._acc[key_rows].tolist()
+                hit = [v > 0.0 for v in values]  # a matched term always adds a weight > 0
+            out = {k: v for k, v, h in zip(main_keys, values, hit, strict=True) if h}
+        extra = self.extra
+        out.update((k, extra[k]) for k in delta_keys if k in extra)
+        return out
 
 
 def _check_key(key: int) -> None:

@@ -151,9 +151,9 @@ def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
     return re.compile(escaped + left + right)
 
 
-def _contains_all(text: str, terms: list[str], idents: frozenset[str]) -> bool:
+def _contains_all(text: str, terms: list[tuple[str, re.Pattern[str]]]) -> bool:
     low = text.lower()
-    return all(t in low and _pattern(t, whole=t in idents).search(low) for t in terms)
+    return all(t in low and pattern.search(low) for t, pattern in terms)
 
 
 def exact_keys(
@@ -165,6 +165,7 @@ def exact_keys(
     if not terms:
         return set()
     whole = frozenset(idents)
+    patterns = [(t, _pattern(t, whole=t in whole)) for t in terms]
     out: set[int] = set()
     seen: set[int] = set()
     for key, _ in hits:
@@ -176,7 +177,7 @@ def exact_keys(
         chunk = chunks.get(key)
         if chunk is None:
             continue
-        if _contains_all(chunk.heading + "\n" + chunk.text, terms, whole):
+        if _contains_all(chunk.heading + "\n" + chunk.text, patterns):
             out.add(key)
     return out
 

@@ -21,37 +21,50 @@ from recalld.daemon.index.postings import I32, I64
 F64 = npt.NDArray[np.float64]
 
 
-def top_few(row_keys: npt.NDArray[Any], norms: F64, row_parts: list[I32],
-            tf_parts: list[npt.NDArray[Any]], factors: list[float], limit: int, *,
-            extra: dict[int, float], allowed: BitMap | None) -> list[tuple[int, float]]:
-    """The best ``limit`` of a few postings (one part per term, ``norms`` per row) and the
-    ``extra`` scores, only keys in ``allowed`` if given, in plain Python: below a few
-    dozen postings that beats a dozen numpy calls. Summed term after term, as bincount
-    sums (the sorting path may differ in the last bit)."""
+def few_scores(row_keys: npt.NDArray[Any], norms: F64, row_parts: list[I32],
+               tf_parts: list[npt.NDArray[Any]], factors: list[float], *,
+               extra: dict[int, float]) -> dict[int, float]:
+    """Every matched key's score from a few postings (one part per term, ``norms`` per
+    row) and the ``extra`` scores, in plain Python: below a few dozen postings that beats
+    a dozen numpy calls. Summed term after term, as bincount sums (the sorting path may
+    differ in the last bit)."""
     scores: dict[int, float] = {}
     for rows, tfs, factor in zip(row_parts, tf_parts, factors, strict=True):
         for key, norm, tf in zip(row_keys.take(rows).tolist(), norms.take(rows).tolist(),
                                  tfs.tolist(), strict=True):
             scores[key] = scores.get(key, 0.0) + tf / (norm + tf) * factor
     scores.update(extra)  # a key is a row's or an extra one, never both
+    return scores
+
+
+def top_few(scores: dict[int, float], limit: int, *,
+            allowed: BitMap | None) -> list[tuple[int, float]]:
+    """The best ``limit`` of :func:`few_scores`' scores, only keys in ``allowed`` if given."""
     return _ranked(scores.items() if allowed is None else
                    ((k, v) for k, v in scores.items() if k in allowed), limit)
 
 
+def row_sums(rows: I32, weights: F64, n_rows: int) -> F64:
+    """Each row's summed weights (0.0 for rows without postings), one bincount: postings
+    add up in their order, term after term, as a Python loop over them adds."""
+    acc: F64 = np.bincount(rows, weights=weights, minlength=n_rows).astype(
+        np.float64, copy=False)
+    return acc
+
+
 def top_dense(row_keys: npt.NDArray[Any], rows: I32, weights: F64, terms: int,
-              extra: dict[int, float], limit: int) -> list[tuple[int, float]]:
+              acc: F64 | None, extra: dict[int, float], limit: int) -> list[tuple[int, float]]:
     """The best ``limit`` (key, score) of the postings and the ``extra`` scores (of
     documents outside ``row_keys``, such as the delta's).
 
-    Rows are summed with one bincount over every row, read back per posting (a row's
-    copies carry its sum), and only the best ``limit * terms`` postings are looked at:
-    they hold every row of the best ``limit``. A dozen numpy calls where :func:`summed`
-    and :func:`top_k` make two dozen; each costs a few microseconds when the caches are
-    cold, as they are when a search arrives over a socket.
+    ``acc``: the rows' sums (:func:`row_sums`) when the postings are of several
+    ``terms``, None for one term. Sums are read back per posting (a row's copies carry its sum), and
+    only the best ``limit * terms`` postings are looked at: they hold every row of the
+    best ``limit``. A dozen numpy calls where :func:`summed` and :func:`top_k` make two
+    dozen; each costs a few microseconds when the caches are cold, as they are when a
+    search arrives over a socket.
     """
-    if terms > 1:
-        acc: F64 = np.bincount(rows, weights=weights, minlength=len(row_keys)).astype(
-            np.float64, copy=False)
+    if acc is not None:
         weights = acc[rows]
     want = limit * terms
     if len(weights) > want:

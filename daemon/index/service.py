@@ -632,7 +632,9 @@ class WorkspaceIndex:
             allowed = state.allowed(filters)
             # The exact check reads the top hits' chunks; the results reuse them.
             table = _ChunkMemo(state.chunks)
-            tokens = tokenize_query(query)  # once for every step below
+            # Once for every step below; a short query's are remembered (_query_tokens).
+            tokens = (list(_query_tokens(query)) if len(query) <= INLINE_QUERY_MAX_CHARS
+                      else tokenize_query(query))
             hits, exact = exact_first(
                 query, state.bm25, state.keyword_search(query, limit, allowed, tokens=tokens),
                 table, limit=limit, allowed=allowed, tokens=tokens)
@@ -766,6 +768,13 @@ class _ChunkMemo(Mapping[int, StoredChunk]):
 
 
 @lru_cache(maxsize=256)
+def _query_tokens(query: str) -> tuple[str, ...]:
+    """``tokenize_query(query)`` of a short query (at most
+    :data:`INLINE_QUERY_MAX_CHARS`), remembered: an inline search asks for its terms to
+    decide where it runs, then searches with them; agents repeat queries."""
+    return tuple(tokenize_query(query))
+
+
 def _query_terms(query: str) -> int:
-    """How many terms ``query`` has (asked twice per inline search: cached)."""
-    return len(tokenize_query(query))
+    """How many terms ``query`` has."""
+    return len(_query_tokens(query))
