@@ -346,6 +346,27 @@ def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
     assert sorted(bulk_terms) == sorted(plain_terms)
 
 
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_TEXT, max_size=8), st.integers(1, 40))
+def test_bulk_counting_does_not_depend_on_its_blocks(texts: list[str], block: int) -> None:
+    # CJK runs are counted a block of characters at a time: small blocks (one per few
+    # characters, documents split across none) give the same counts and lengths; word
+    # terms are numbered first, in the order they first occur (as a TermTable would).
+    split = [tokenize_split(t) for t in texts]
+    whole, whole_terms = Slab.local([w for w, _ in split], [r for _, r in split])
+    saved = postings_mod.CJK_BLOCK_CHARS
+    postings_mod.CJK_BLOCK_CHARS = block
+    try:
+        small, small_terms = Slab.local([w for w, _ in split], [r for _, r in split])
+    finally:
+        postings_mod.CJK_BLOCK_CHARS = saved
+    assert _slab_counts(small, small_terms) == _slab_counts(whole, whole_terms)
+    assert sorted(small_terms) == sorted(whole_terms)
+    assert (small.lens, small.keys) == (whole.lens, whole.keys)
+    words = [t for w, _ in split for t in w]
+    assert whole_terms[:len(dict.fromkeys(words))] == list(dict.fromkeys(words))
+
+
 def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
     # A loaded workspace keeps no term dict: stats, saving, adopting and searching do not
     # build it (searches look terms up in the sorted bytes), and answer as the original
