@@ -153,7 +153,7 @@ class Slab:
         # A plain dict: local ids need not be the shared ints of ``TermTable``, and new
         # terms are added in bulk (``_local_ids``), not one ``__missing__`` call each.
         local: dict[str, int] = {}
-        flat = [t for toks in docs for t in toks]
+        flat = list(itertools.chain.from_iterable(docs))
         word_tids = _local_ids(flat, local)
         word_docs = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
         word_pairs, word_tfs = np.unique(word_docs << _DOC_SHIFT | word_tids,
