@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from recalld.daemon.memory import secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
-from recalld.daemon.memory.secret_rules import RULES, TOKEN_RUN, Rule, Span, anchors, token_runs
+from recalld.daemon.memory.secret_rules import (
+    RULES,
+    TOKEN_RUN,
+    Rule,
+    Span,
+    anchor_words,
+    anchors,
+    token_runs,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "bench"))
 
@@ -91,6 +99,17 @@ def test_anchors_are_every_occurrence_of_every_word(text: str) -> None:
     lower = text.lower()
     if len(lower) == len(text):
         assert anchors(text, lower) == reference_anchors(text, lower)
+        # A hint that is an anchor word is in the text exactly where an anchor word
+        # starts with it (find_spans decides the context rules' hints so).
+        words = anchor_words(lower)
+        for hint in secret_rules.ANCHOR_WORDS:
+            assert (hint in lower) == any(lower.startswith(hint, i) for i in words)
+
+
+def test_the_context_rules_hints_are_anchor_words() -> None:
+    # Else find_spans looks for them with a scan each (still right, only slower).
+    context = [rule for rule in RULES if rule.anchored is not None]
+    assert context and all(secret_rules.ANCHOR_WORDS.issuperset(r.hints) for r in context)
 
 
 @settings(max_examples=300, deadline=None)

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from recalld.daemon.memory.secret_rules import (
+    ANCHOR_WORDS,
     FORMAT_RULES,
     RULES,
     Rule,
     Span,
+    anchor_words,
     anchors,
     entropy_bits,
     looks_random,
@@ -48,6 +50,9 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     spans: list[Span] = []
     starts: list[int] | None = None
+    # Where anchor words start: one pass finds them all, and tells which of the context
+    # rules' hints (anchor words all) the text holds without a scan for each.
+    words: list[int] | None = None
     runs: list[Span] | None = None
     # Rules may share their hints (the context rules all share theirs): each set of hints
     # is looked for once.
@@ -75,12 +80,20 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
                 if found_spans and (not rule.hints or has_hint(rule.hints)):
                     spans.extend(found_spans)
                 continue
+        if rule.anchored is not None:
+            if words is None:
+                words = anchor_words(lower)
+            if rule.hints and not (
+                any(lower.startswith(rule.hints, i) for i in words)
+                if ANCHOR_WORDS.issuperset(rule.hints) else has_hint(rule.hints)
+            ):
+                continue
+            if starts is None:
+                starts = anchors(text, lower, words)
+            spans.extend(rule.anchored(text, starts))
+            continue
         if rule.hints and not has_hint(rule.hints):
             continue
-        if rule.anchored is not None:
-            if starts is None:
-                starts = anchors(text, lower)
-            spans.extend(rule.anchored(text, starts))
         elif rule.find is not None and rule.token:
             assert runs is not None
             for pos, endpos in runs:

@@ -554,21 +554,34 @@ def _alternation(words: Iterable[str]) -> str:
 _ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
 
 
-def anchors(text: str, lower: str) -> list[int]:
-    """Where a context rule may match: each credential word found in ``lower`` (``text``
-    lowercased, the same length), and the start of the name it is part of
-    (``DB_PASSWORD``, ``--token``, ``dbPassword``)."""
-    found: set[int] = set()
+#: Hints that are anchor words: one of them is in a text exactly when it starts at one
+#: of the text's ``anchor_words``.
+ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
+
+
+def anchor_words(lower: str) -> list[int]:
+    """Every position of ``lower`` where an anchor word starts."""
+    found: list[int] = []
     search = _ANCHOR_RE.search
     m = search(lower)
     while m is not None:
-        i = m.start()
+        found.append(m.start())
+        m = search(lower, m.start() + 1)
+    return found
+
+
+def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[int]:
+    """Where a context rule may match: each credential word found in ``lower`` (``text``
+    lowercased, the same length), and the start of the name it is part of
+    (``DB_PASSWORD``, ``--token``, ``dbPassword``). ``words``: ``anchor_words(lower)``,
+    when the caller has them."""
+    found: set[int] = set()
+    for i in anchor_words(lower) if words is None else words:
         found.add(i)
         start = i
         while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
             start -= 1
         found.add(start)
-        m = search(lower, i + 1)
     return sorted(found)
 
 
