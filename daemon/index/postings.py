@@ -235,11 +235,12 @@ def _cjk_pairs(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, li
     pairs: list[I64] = []
     tfs: list[I64] = []
     lens: list[int] = []
+    known = _KnownTokens(ids)
     lo = chars = 0
     for hi, doc in enumerate(runs, 1):
         chars += sum(len(r) for r in doc)
         if chars >= CJK_BLOCK_CHARS or hi == len(runs) or hi - lo > _BLOCK_DOC_MASK:
-            p, f, n = _cjk_block(runs[lo:hi], ids)
+            p, f, n = _cjk_block(runs[lo:hi], known)
             pairs.append(p + (lo << _DOC_SHIFT))
             tfs.append(f)
             lens += n
@@ -249,7 +250,51 @@ def _cjk_pairs(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, li
     return np.concatenate(pairs), np.concatenate(tfs), lens
 
 
-def _cjk_block(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, list[int]]:
+class _KnownTokens:
+    """The CJK tokens (packed integers, ascending) already given an id in ``ids``, so a
+    block makes strings and looks up ids only for tokens earlier blocks did not have."""
+
+    __slots__ = ("codes", "ids", "tids")
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        self.ids = ids
+        self.codes = np.zeros(0, dtype=np.int64)
+        self.tids = np.zeros(0, dtype=np.int64)
+
+    def lookup(self, distinct: I64) -> I64:
+        """The ids of ``distinct`` (ascending tokens); new ones join ``ids`` in order."""
+        tids = np.empty(len(distinct), dtype=np.int64)
+        if len(self.codes):
+            at = np.minimum(np.searchsorted(self.codes, distinct), len(self.codes) - 1)
+            seen = self.codes[at] == distinct
+            tids[seen] = self.tids[at[seen]]
+            new = distinct[~seen]
+        else:
+            seen = np.zeros(len(distinct), dtype=np.bool_)
+            new = distinct
+        if len(new):
+            new_tids = _local_ids(_token_strings(new), self.ids)
+            tids[~seen] = new_tids
+            codes = np.concatenate([self.codes, new])
+            order = np.argsort(codes, kind="stable")
+            self.codes = codes[order]
+            self.tids = np.concatenate([self.tids, new_tids])[order]
+        return tids
+
+
+def _token_strings(tokens: I64) -> list[str]:
+    """The strings of ascending packed CJK tokens: characters (which sort first), then
+    pairs, whose two code points decode as one UTF-32 string."""
+    n_chars = int(np.searchsorted(tokens, _PAIR))
+    strings = list(map(chr, tokens[:n_chars].tolist()))
+    two = np.empty((len(tokens) - n_chars, 2), dtype=np.uint32)
+    two[:, 0] = (tokens[n_chars:] >> 21) & _CP_MASK
+    two[:, 1] = tokens[n_chars:] & _CP_MASK
+    strings += _TWO.findall(two.tobytes().decode("utf-32-le"))
+    return strings
+
+
+def _cjk_block(runs: list[list[str]], known: _KnownTokens) -> tuple[I64, I64, list[int]]:
     """:func:`_cjk_pairs` of one block, its documents numbered from 0."""
     per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
     doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
@@ -270,15 +315,7 @@ def _cjk_block(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, li
     keys = packed >> _BLOCK_DOC_BITS
     starts = np.ones(len(keys), dtype=np.bool_)
     np.not_equal(keys[1:], keys[:-1], out=starts[1:])
-    distinct = keys[starts]
-    # Characters sort before pairs; a pair's two code points decode as one string.
-    n_chars = int(np.searchsorted(distinct, _PAIR))
-    strings = list(map(chr, distinct[:n_chars].tolist()))
-    two = np.empty((len(distinct) - n_chars, 2), dtype=np.uint32)
-    two[:, 0] = (distinct[n_chars:] >> 21) & _CP_MASK
-    two[:, 1] = distinct[n_chars:] & _CP_MASK
-    strings += _TWO.findall(two.tobytes().decode("utf-32-le"))
-    term = _local_ids(strings, ids)[np.cumsum(starts) - 1]
+    term = known.lookup(keys[starts])[np.cumsum(starts) - 1]
     chars = np.bincount(doc_of_run, weights=per_run, minlength=len(runs)).astype(np.int64)
     return ((packed & _BLOCK_DOC_MASK) << _DOC_SHIFT | term, tfs,
             [cjk_length(n) for n in chars.tolist()])
