@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -365,6 +366,26 @@ def test_bulk_counting_does_not_depend_on_its_blocks(texts: list[str], block: in
     assert (small.lens, small.keys) == (whole.lens, whole.keys)
     words = [t for w, _ in split for t in w]
     assert whole_terms[:len(dict.fromkeys(words))] == list(dict.fromkeys(words))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([*VOCAB, "中", "文件", "x" * 40]), unique=True, max_size=12),
+       st.lists(st.sampled_from([*VOCAB, "中", "文件", "x" * 40, "新"]), unique=True,
+                max_size=12))
+def test_remap_is_a_lookup_of_every_term(known: list[str], local: list[str]) -> None:
+    # Known terms are looked up, new ones join in local order, interned; as if each term
+    # were looked up in turn.
+    ids = postings_mod.term_table(known)
+    reference = postings_mod.term_table(known)
+    slab = Slab(np.arange(len(local), dtype=np.int32)[::-1].copy(),
+                np.ones(len(local), dtype=np.float32),
+                np.asarray([len(local)], dtype=np.int64), [len(local)], [0])
+    got = slab.remap(["".join(t) for t in local], ids, [7])  # new string objects
+    expected = [reference[sys.intern(t)] for t in local][::-1]
+    assert got.tids.tolist() == expected and got.keys == [7]
+    assert list(ids.items()) == list(reference.items())
+    for term in ids:
+        assert term is sys.intern(term)
 
 
 def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:

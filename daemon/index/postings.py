@@ -175,9 +175,14 @@ class Slab:
         under ``keys``."""
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
-        # Interned: workspaces of one daemon share one string per common term.
-        to_global = np.fromiter(map(ids.__getitem__, map(sys.intern, local_terms)),
+        # Known terms are looked up as they come (the table's keys are interned already);
+        # new ones join in their order, interned: workspaces of one daemon share one
+        # string per common term.
+        to_global = np.fromiter(map(ids.get, local_terms, itertools.repeat(-1)),
                                 dtype=np.int32, count=len(local_terms))
+        new = np.flatnonzero(to_global < 0)
+        if len(new):
+            to_global[new] = [ids[sys.intern(local_terms[i])] for i in new.tolist()]
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
 
     def counts(self, local_terms: list[str]) -> list[tuple[dict[str, int], int]]:
