@@ -14,8 +14,10 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   passphrase is correct horse battery staple", "set the token to ..."), and high-entropy
   strings near a credential word ("the AWS secret key is wJalr...").
 
-Each rule names the lowercase hints one of which must occur in a text before its regular
-expression runs, so prose without them costs one ``in`` test per hint. Deliberately not
+Each rule names the lowercase hints one of which must occur in a text for its spans to
+count; ``redact.find_spans`` decides in whichever order is cheaper (a token rule's pattern
+over the few token runs first, or the hints first), the context rules' hints from the
+positions of the anchor words. Deliberately not
 secrets: bare git commit ids and other hex digests, UUIDs, ordinary words, numbers, paths
 and URLs without credentials, placeholders (``<token>``, ``${VAR}``, ``****``), and talk
 about credentials ("my password is too weak", "the token is refreshed hourly").
