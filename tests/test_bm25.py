@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -345,6 +346,47 @@ def test_bulk_cjk_counting_matches_the_token_lists(texts: list[str]) -> None:
     assert bulk.lens == plain.lens == [doc_length(tokenize(t)) for t in texts]
     assert _slab_counts(bulk, bulk_terms) == _slab_counts(plain, plain_terms)
     assert sorted(bulk_terms) == sorted(plain_terms)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_TEXT, max_size=8), st.integers(1, 40))
+def test_bulk_counting_does_not_depend_on_its_blocks(texts: list[str], block: int) -> None:
+    # CJK runs are counted a block of characters at a time: small blocks (one per few
+    # characters, documents split across none) give the same counts and lengths; word
+    # terms are numbered first, in the order they first occur (as a TermTable would).
+    split = [tokenize_split(t) for t in texts]
+    whole, whole_terms = Slab.local([w for w, _ in split], [r for _, r in split])
+    saved = postings_mod.CJK_BLOCK_CHARS
+    postings_mod.CJK_BLOCK_CHARS = block
+    try:
+        small, small_terms = Slab.local([w for w, _ in split], [r for _, r in split])
+    finally:
+        postings_mod.CJK_BLOCK_CHARS = saved
+    assert _slab_counts(small, small_terms) == _slab_counts(whole, whole_terms)
+    assert sorted(small_terms) == sorted(whole_terms)
+    assert (small.lens, small.keys) == (whole.lens, whole.keys)
+    words = [t for w, _ in split for t in w]
+    assert whole_terms[:len(dict.fromkeys(words))] == list(dict.fromkeys(words))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([*VOCAB, "中", "文件", "x" * 40]), unique=True, max_size=12),
+       st.lists(st.sampled_from([*VOCAB, "中", "文件", "x" * 40, "新"]), unique=True,
+                max_size=12))
+def test_remap_is_a_lookup_of_every_term(known: list[str], local: list[str]) -> None:
+    # Known terms are looked up, new ones join in local order, interned; as if each term
+    # were looked up in turn.
+    ids = postings_mod.term_table(known)
+    reference = postings_mod.term_table(known)
+    slab = Slab(np.arange(len(local), dtype=np.int32)[::-1].copy(),
+                np.ones(len(local), dtype=np.float32),
+                np.asarray([len(local)], dtype=np.int64), [len(local)], [0])
+    got = slab.remap(["".join(t) for t in local], ids, [7])  # new string objects
+    expected = [reference[sys.intern(t)] for t in local][::-1]
+    assert got.tids.tolist() == expected and got.keys == [7]
+    assert list(ids.items()) == list(reference.items())
+    for term in ids:
+        assert term is sys.intern(term)
 
 
 def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 from typing import Any
 
 from hypothesis import given, settings
@@ -305,3 +306,14 @@ def test_update_adds_a_block_when_missing() -> None:
     out = update_frontmatter("# Title\n", {"name": "n"})
     assert out == "---\nname: n\n---\n# Title\n"
     assert update_frontmatter("# Title\n", {"name": DELETE}) == "# Title\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_LINE, max_size=30))
+def test_chunks_cross_the_process_boundary_whole(lines: list[str]) -> None:
+    # Worker processes send chunks pickled (Chunk.__reduce__): every field comes back.
+    chunks = chunk_markdown("memory/2026-01-01/a.md", "---\nname: x\n---\n" + "\n".join(lines),
+                            max_chars=80)
+    back = pickle.loads(pickle.dumps(chunks, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == chunks
+    assert [type(c) for c in back] == [Chunk] * len(chunks)

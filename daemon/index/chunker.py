@@ -66,6 +66,12 @@ class Chunk:
     def id(self) -> str:
         return chunk_id(self.path, self.start_line, self.end_line, self.text)
 
+    def __reduce__(self) -> tuple[type[Chunk], tuple[str, int, int, str, str, dict[str, Any]]]:
+        # Worker processes send chunks to the daemon by the thousand: as the arguments of
+        # a call, pickled in C, not through the generic dataclass state functions.
+        return Chunk, (self.path, self.start_line, self.end_line, self.text, self.heading,
+                       self.metadata)
+
     @property
     def index_text(self) -> str:
         """What the keyword index should tokenize: the text, plus its heading path when the

@@ -7,11 +7,12 @@ index and calls these for its merges and its persistence.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -145,16 +146,19 @@ class Slab:
         from ``tokenizer.tokenize_split``) are CJK runs, counted as their characters and
         neighbouring pairs in numpy: only distinct ones become strings.
         """
-        ids = term_table()
         if runs is None:
+            ids = term_table()
             slab = cls.encode(dict(enumerate(docs)), ids)
             return slab, list(ids)
-        flat = [t for toks in docs for t in toks]
-        word_tids = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        # A plain dict: local ids need not be the shared ints of ``TermTable``, and new
+        # terms are added in bulk (``_local_ids``), not one ``__missing__`` call each.
+        local: dict[str, int] = {}
+        flat = list(itertools.chain.from_iterable(docs))
+        word_tids = _local_ids(flat, local)
         word_docs = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
         word_pairs, word_tfs = np.unique(word_docs << _DOC_SHIFT | word_tids,
                                          return_counts=True)
-        cjk_pairs, cjk_tfs, cjk_lens = _cjk_pairs(runs, ids)
+        cjk_pairs, cjk_tfs, cjk_lens = _cjk_pairs(runs, local)
         # Words and CJK runs never share a term: their (document, term) pairs are disjoint.
         pairs = np.concatenate([word_pairs, cjk_pairs])
         tfs = np.concatenate([word_tfs, cjk_tfs])
@@ -164,7 +168,7 @@ class Slab:
         slab = cls((pairs & _TERM_MASK).astype(np.int32), tfs.astype(np.float32),
                    np.bincount(pairs >> _DOC_SHIFT, minlength=len(docs)).astype(np.int64),
                    lens, list(range(len(docs))))
-        return slab, list(ids)
+        return slab, list(local)
 
     def remap(self, local_terms: list[str] | str, ids: TermTable, keys: list[int]) -> Slab:
         """This slab (encoded by :meth:`local`) in the ids of ``ids`` (new terms join it),
@@ -172,9 +176,14 @@ class Slab:
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
         local_terms = split_terms(local_terms)
-        # Interned: workspaces of one daemon share one string per common term.
-        to_global = np.fromiter(map(ids.__getitem__, map(sys.intern, local_terms)),
+        # Known terms are looked up as they come (the table's keys are interned already);
+        # new ones join in their order, interned: workspaces of one daemon share one
+        # string per common term.
+        to_global = np.fromiter(map(ids.get, local_terms, itertools.repeat(-1)),
                                 dtype=np.int32, count=len(local_terms))
+        new = np.flatnonzero(to_global < 0)
+        if len(new):
+            to_global[new] = [ids[sys.intern(local_terms[i])] for i in new.tolist()]
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
 
     def counts(self, local_terms: list[str] | str) -> list[tuple[dict[str, int], int]]:
@@ -224,18 +233,30 @@ def split_terms(terms: list[str] | str) -> list[str]:
 _DOC_SHIFT = 32
 _TERM_MASK = (1 << _DOC_SHIFT) - 1
 # A CJK token as one integer: a character is its code point (21 bits); a pair of
-# neighbours is (1 << 42) | first << 21 | second. With the document above bit 43.
+# neighbours is (1 << 42) | first << 21 | second. Counted with the block's document in
+# the low _BLOCK_DOC_BITS bits (43 + 20 bits: a non-negative int64).
 _PAIR = 1 << 42
 _CP_MASK = (1 << 21) - 1
-_KEY_BITS = 43
+_BLOCK_DOC_BITS = 20
+_BLOCK_DOC_MASK = (1 << _BLOCK_DOC_BITS) - 1
+
+
+def _local_ids(terms: list[str], ids: dict[str, int]) -> I64:
+    """The ids of ``terms`` in ``ids``, where each new term gets the next id in the order
+    of its first occurrence (as a ``TermTable`` would give them)."""
+    fresh = [t for t in dict.fromkeys(terms) if t not in ids]
+    ids.update(zip(fresh, range(len(ids), len(ids) + len(fresh)), strict=True))
+    return np.fromiter(map(ids.__getitem__, terms), dtype=np.int64, count=len(terms))
 
 
 # CJK characters counted per step of ``_cjk_pairs``: its arrays take about 100 bytes a
 # character, so a step stays at a few MB however many documents a batch has.
 CJK_BLOCK_CHARS = 1 << 15
+# Two code points of a pair, as two characters of one UTF-32 string.
+_TWO: Final = re.compile("..", re.S)
 
 
-def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
+def _cjk_pairs(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, list[int]]:
     """The (document, term) pairs (packed as in ``Slab.local``) and their counts of every
     character and neighbouring pair of ``runs`` (per document), and each document's BM25
     length of them (``tokenizer.cjk_length`` of its characters): what ``tokenizer._cjk``
@@ -244,11 +265,12 @@ def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[in
     pairs: list[I64] = []
     tfs: list[I64] = []
     lens: list[int] = []
+    known = _KnownTokens(ids)
     lo = chars = 0
     for hi, doc in enumerate(runs, 1):
         chars += sum(len(r) for r in doc)
-        if chars >= CJK_BLOCK_CHARS or hi == len(runs):
-            p, f, n = _cjk_block(runs[lo:hi], ids)
+        if chars >= CJK_BLOCK_CHARS or hi == len(runs) or hi - lo > _BLOCK_DOC_MASK:
+            p, f, n = _cjk_block(runs[lo:hi], known)
             pairs.append(p + (lo << _DOC_SHIFT))
             tfs.append(f)
             lens += n
@@ -258,7 +280,51 @@ def _cjk_pairs(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[in
     return np.concatenate(pairs), np.concatenate(tfs), lens
 
 
-def _cjk_block(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[int]]:
+class _KnownTokens:
+    """The CJK tokens (packed integers, ascending) already given an id in ``ids``, so a
+    block makes strings and looks up ids only for tokens earlier blocks did not have."""
+
+    __slots__ = ("codes", "ids", "tids")
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        self.ids = ids
+        self.codes = np.zeros(0, dtype=np.int64)
+        self.tids = np.zeros(0, dtype=np.int64)
+
+    def lookup(self, distinct: I64) -> I64:
+        """The ids of ``distinct`` (ascending tokens); new ones join ``ids`` in order."""
+        tids = np.empty(len(distinct), dtype=np.int64)
+        if len(self.codes):
+            at = np.minimum(np.searchsorted(self.codes, distinct), len(self.codes) - 1)
+            seen = self.codes[at] == distinct
+            tids[seen] = self.tids[at[seen]]
+            new = distinct[~seen]
+        else:
+            seen = np.zeros(len(distinct), dtype=np.bool_)
+            new = distinct
+        if len(new):
+            new_tids = _local_ids(_token_strings(new), self.ids)
+            tids[~seen] = new_tids
+            codes = np.concatenate([self.codes, new])
+            order = np.argsort(codes, kind="stable")
+            self.codes = codes[order]
+            self.tids = np.concatenate([self.tids, new_tids])[order]
+        return tids
+
+
+def _token_strings(tokens: I64) -> list[str]:
+    """The strings of ascending packed CJK tokens: characters (which sort first), then
+    pairs, whose two code points decode as one UTF-32 string."""
+    n_chars = int(np.searchsorted(tokens, _PAIR))
+    strings = list(map(chr, tokens[:n_chars].tolist()))
+    two = np.empty((len(tokens) - n_chars, 2), dtype=np.uint32)
+    two[:, 0] = (tokens[n_chars:] >> 21) & _CP_MASK
+    two[:, 1] = tokens[n_chars:] & _CP_MASK
+    strings += _TWO.findall(two.tobytes().decode("utf-32-le"))
+    return strings
+
+
+def _cjk_block(runs: list[list[str]], known: _KnownTokens) -> tuple[I64, I64, list[int]]:
     """:func:`_cjk_pairs` of one block, its documents numbered from 0."""
     per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
     doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
@@ -268,19 +334,20 @@ def _cjk_block(runs: list[list[str]], ids: TermTable) -> tuple[I64, I64, list[in
     doc_of_pos = np.repeat(doc_of_run, per_run + 1)
     inside = cps != 0
     pair = inside[:-1] & inside[1:]
+    # The token above the document: one sort groups every token's documents, so its
+    # distinct tokens (ascending) and each count's token come out of that sort.
     tokens = np.concatenate([
-        doc_of_pos[inside] << _KEY_BITS | cps[inside],
-        doc_of_pos[:-1][pair] << _KEY_BITS | _PAIR | cps[:-1][pair] << 21 | cps[1:][pair],
+        cps[inside] << _BLOCK_DOC_BITS | doc_of_pos[inside],
+        (_PAIR | cps[:-1][pair] << 21 | cps[1:][pair]) << _BLOCK_DOC_BITS
+        | doc_of_pos[:-1][pair],
     ])
     packed, tfs = np.unique(tokens, return_counts=True)
-    keys = packed & ((1 << _KEY_BITS) - 1)
-    distinct = np.unique(keys)
-    strings = [chr(k) if k < _PAIR else chr((k >> 21) & _CP_MASK) + chr(k & _CP_MASK)
-               for k in distinct.tolist()]
-    tids = np.fromiter(map(ids.__getitem__, strings), dtype=np.int64, count=len(strings))
-    term = tids[np.searchsorted(distinct, keys)]
+    keys = packed >> _BLOCK_DOC_BITS
+    starts = np.ones(len(keys), dtype=np.bool_)
+    np.not_equal(keys[1:], keys[:-1], out=starts[1:])
+    term = known.lookup(keys[starts])[np.cumsum(starts) - 1]
     chars = np.bincount(doc_of_run, weights=per_run, minlength=len(runs)).astype(np.int64)
-    return ((packed >> _KEY_BITS) << _DOC_SHIFT | term, tfs,
+    return ((packed & _BLOCK_DOC_MASK) << _DOC_SHIFT | term, tfs,
             [cjk_length(n) for n in chars.tolist()])
 
 

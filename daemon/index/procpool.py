@@ -22,11 +22,9 @@ Its ``run`` service stops by cancellation and shuts the processes down.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
-import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -37,32 +35,10 @@ from typing import Any, TypeVar
 import trio
 
 from recalld.daemon import memtrim
+from recalld.daemon.index.worker import WORKER_NICE, worker_init
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-# Workers run at a lower priority than the daemon: a build may take both cores, but a
-# search (served by the daemon process) gets one at once.
-WORKER_NICE = 10
-_PR_SET_PDEATHSIG = 1
-
-
-def _worker_init(parent: int) -> None:
-    """Tie a worker's life to the daemon's: a SIGKILLed daemon must not leave workers
-    behind (they hold both ends of their queue's pipe, so they would never see EOF)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the daemon died before the line above
-        os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the daemon to handle
-    try:
-        os.nice(WORKER_NICE)
-    except OSError:
-        pass
 
 
 class PoolUnavailable(Exception):
@@ -176,7 +152,7 @@ class PreparePool:
             # locks a forked child would inherit half-held.
             self._executor = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init, initargs=(os.getpid(),))
+                initializer=worker_init, initargs=(os.getpid(),))
             self.starts += 1
             log.info("started %d indexing worker processes", self.workers)
         return self._executor
@@ -192,4 +168,4 @@ class PreparePool:
             log.info("stopped the indexing worker processes")
 
 
-__all__ = ["PoolUnavailable", "PreparePool", "cpu_count"]
+__all__ = ["WORKER_NICE", "PoolUnavailable", "PreparePool", "cpu_count"]

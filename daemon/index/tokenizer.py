@@ -38,10 +38,13 @@ numpy instead of making a string of each (most tokens of Chinese text are those)
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
-import unicodedata
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from recalld.daemon.index import nfkc
 
 __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "tokenize",
            "tokenize_query", "tokenize_split"]
@@ -52,19 +55,15 @@ _CJK_RANGES: Final = (
     "\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
-# A letter or digit that is not CJK: "\w minus underscore minus CJK" written as a negated class.
-_ALNUM: Final = rf"[^\W_{_CJK_RANGES}]"
-# Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
-# suffix (C++, C#, F#). Connectors only count between two alnum runs, so a sentence's final
-# period or a dash used as punctuation is not glued to the word.
-_TOKEN_RE: Final = re.compile(
-    rf"([{_CJK_RANGES}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|#|\+(?!{_ALNUM}))?)"
-)
-# The same word pattern for texts known to hold no CJK (simpler classes match about twice as
-# fast): Unicode letters and digits, then ASCII only.
 _CJK_RE: Final = re.compile(f"[{_CJK_RANGES}]")
+_CJK_RUN_SPLIT: Final = re.compile(f"([{_CJK_RANGES}]+)")
 #: One CJK character (Han, kana, hangul), as the tokenizer defines them.
 CJK_RE: Final = _CJK_RE
+# Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
+# suffix (C++, C#, F#). Connectors only count between two alnum runs, so a sentence's final
+# period or a dash used as punctuation is not glued to the word. Matched over text without
+# CJK (CJK runs are split off first): Unicode letters and digits, then ASCII only (simpler
+# classes match about twice as fast).
 _WORD_TOKEN_RE: Final = re.compile(r"[^\W_]+(?:(?:[._\-/]|_+)[^\W_]+)*(?:\+\+|#|\+(?![^\W_]))?")
 _ASCII_TOKEN_RE: Final = re.compile(
     r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|#|\+(?![A-Za-z0-9]))?"
@@ -84,6 +83,8 @@ STOPWORDS: Final = frozenset(
     these they this those through to too under until up very was we were what when where which
     while who whom why will with would you your yours yourself yourselves""".split()
 )
+
+T = TypeVar("T")
 
 # BM25 counts a document's CJK text as one term per this many characters (see doc_length).
 CJK_CHARS_PER_TERM: Final = 2
@@ -154,10 +155,9 @@ def _stem(w: str) -> str:
 
 def _normalize(text: str) -> str:
     # ASCII is already NFKC-normal, and so is much other text: the quick check costs a
-    # small fraction of normalizing.
-    if text.isascii() or unicodedata.is_normalized("NFKC", text):
-        return text
-    return unicodedata.normalize("NFKC", text)
+    # small fraction of normalizing; ``nfkc.normalize`` changes only the characters that
+    # change where it can (a Chinese note's full-width punctuation).
+    return nfkc.normalize(text)
 
 
 def _parts(raw: str, out: list[str]) -> None:
@@ -213,18 +213,57 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     elif _CJK_RE.search(norm) is None:
         words = _WORD_TOKEN_RE.findall(norm)
     else:
-        pairs = _TOKEN_RE.findall(norm)
-        words = [w for _, w in pairs if w]
-        runs = [c.casefold() for c, _ in pairs if c]
-    stop = STOPWORDS
-    cached = _STEM_CACHE.get
+        # CJK runs split off (no CJK character has a case to fold), the words of what is
+        # between them found as in text without CJK: a run separates words as the space
+        # that joins the pieces does (neither is a letter, a digit or a connector), so
+        # this gives the words of a single pattern with both alternatives, faster.
+        pieces = _CJK_RUN_SPLIT.split(norm)
+        runs = pieces[1::2]
+        rest = " ".join(pieces[0::2])
+        words = (_ASCII_TOKEN_RE if rest.isascii() else _WORD_TOKEN_RE).findall(rest)
     # Every word's whole form, case-folded and stemmed (stemming leaves non-alphabetic tokens
-    # alone and ignores case, so `ECONNREFUSED` and `econnrefused` meet on one term). Most
-    # words are lower case, which `_is_plain` would pass anyway: checked inline first.
-    out = [cached(w) or _stem(w) for w in map(str.casefold, words) if w not in stop]
-    for word in [w for w in words if not (w.islower() and w.isalnum()) and not _is_plain(w)]:
-        _parts(word, out)
+    # alone and ignores case, so `ECONNREFUSED` and `econnrefused` meet on one term), then
+    # the parts of identifiers and compounds; both looked up per distinct word.
+    out = list(filter(None, map(_WHOLE.__getitem__, words)))
+    out.extend(itertools.chain.from_iterable(map(_PARTS.__getitem__, words)))
     return out, runs
+
+
+def _whole(word: str) -> str:
+    """The term a word stands for whole ("" for a stopword)."""
+    folded = word.casefold()
+    return "" if folded in STOPWORDS else _stem(folded)
+
+
+def _word_parts(word: str) -> tuple[str, ...]:
+    """The terms of a word's parts (none for a plain word)."""
+    if (word.islower() and word.isalnum()) or _is_plain(word):
+        return ()
+    out: list[str] = []
+    _parts(word, out)
+    return tuple(out)
+
+
+class _Memo(dict[str, T]):
+    """word -> ``fn(word)``, computed on first use; bounded (cleared when full). Misses
+    of two threads at once compute a value twice, the same value."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[str], T]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, word: str) -> T:
+        if len(self) >= _WORD_MEMO_MAX:
+            self.clear()
+        value = self[word] = self.fn(word)
+        return value
+
+
+_WORD_MEMO_MAX: Final = 1 << 17
+_WHOLE: Final = _Memo(_whole)
+_PARTS: Final = _Memo(_word_parts)
 
 
 def cjk_length(chars: int) -> int:

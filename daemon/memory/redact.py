@@ -19,12 +19,14 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_rules import (
+    ANCHOR_WORDS,
     FORMAT_RULES,
     RULES,
-    TOKEN_RUN,
     Rule,
     Span,
+    anchor_words,
     anchors,
+    token_runs,
 )
 
 if TYPE_CHECKING:
@@ -46,24 +48,52 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     spans: list[Span] = []
     starts: list[int] | None = None
+    # Where anchor words start: one pass finds them all, and tells which of the context
+    # rules' hints (anchor words all) the text holds without a scan for each.
+    words: list[int] | None = None
     runs: list[Span] | None = None
     # Rules may share their hints (the context rules all share theirs): each set of hints
     # is looked for once.
     hinted: dict[tuple[str, ...], bool] = {}
+
+    def has_hint(hints: tuple[str, ...]) -> bool:
+        found = hinted.get(hints)
+        if found is None:
+            found = hinted[hints] = any(h in lower for h in hints)
+        return found
+
     for rule in rules:
-        if rule.hints:
-            found = hinted.get(rule.hints)
-            if found is None:
-                found = hinted[rule.hints] = any(h in lower for h in rule.hints)
-            if not found:
+        if rule.find is not None and rule.token:
+            if runs is None:
+                runs = token_runs(text)
+                # Looking for a hint scans the whole text; a token rule's pattern scans
+                # only the runs. Where the runs are a small part of the text, the pattern
+                # goes first and the hint is looked for only when it found something
+                # (the spans kept are the same in either order).
+                pattern_first = sum(b - a for a, b in runs) * 8 < len(text)
+            if not runs:
+                continue
+            if pattern_first:
+                found_spans = [s for pos, endpos in runs for s in rule.find(text, pos, endpos)]
+                if found_spans and (not rule.hints or has_hint(rule.hints)):
+                    spans.extend(found_spans)
                 continue
         if rule.anchored is not None:
+            if words is None:
+                words = anchor_words(lower)
+            if rule.hints and not (
+                any(lower.startswith(rule.hints, i) for i in words)
+                if ANCHOR_WORDS.issuperset(rule.hints) else has_hint(rule.hints)
+            ):
+                continue
             if starts is None:
-                starts = anchors(text, lower)
+                starts = anchors(text, lower, words)
             spans.extend(rule.anchored(text, starts))
+            continue
+        if rule.hints and not has_hint(rule.hints):
+            continue
         elif rule.find is not None and rule.token:
-            if runs is None:
-                runs = [m.span() for m in TOKEN_RUN.finditer(text)]
+            assert runs is not None
             for pos, endpos in runs:
                 spans.extend(rule.find(text, pos, endpos))
         elif rule.find is not None:

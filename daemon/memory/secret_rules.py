@@ -14,8 +14,10 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   passphrase is correct horse battery staple", "set the token to ..."), and high-entropy
   strings near a credential word ("the AWS secret key is wJalr...").
 
-Each rule names the lowercase hints one of which must occur in a text before its regular
-expression runs, so prose without them costs one ``in`` test per hint. Deliberately not
+Each rule names the lowercase hints one of which must occur in a text for its spans to
+count; ``redact.find_spans`` decides in whichever order is cheaper (a token rule's pattern
+over the few token runs first, or the hints first), the context rules' hints from the
+positions of the anchor words. Deliberately not
 secrets: bare git commit ids and other hex digests, UUIDs, ordinary words, numbers, paths
 and URLs without credentials, placeholders (``<token>``, ``${VAR}``, ``****``), and talk
 about credentials ("my password is too weak", "the token is refreshed hourly").
@@ -57,8 +59,20 @@ class Rule:
 
 
 #: A run of characters tokens are made of, long enough to hold any token a token rule
-#: knows; prose has few, so token rules look only inside them.
+#: knows; prose has few, so token rules look only inside them (see :func:`token_runs`).
 TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]{16,}")
+_RUN_CHAR = r"[A-Za-z0-9_\-.:/+=~]"
+# TOKEN_RUN's matches, found by one match per run: skip shorter runs with what follows
+# them (possessively: no backtracking), then take a run. A search for TOKEN_RUN itself
+# would rescan each short run (each word) from every one of its characters.
+_SKIP_TO_RUN: Final = re.compile(
+    rf"(?:{_RUN_CHAR}{{0,15}}+[^A-Za-z0-9_\-.:/+=~]+)*+({_RUN_CHAR}{{16,}})?")
+
+
+def token_runs(text: str) -> list[Span]:
+    """The spans of ``TOKEN_RUN``'s matches in ``text`` (``finditer``'s, found faster)."""
+    return [m.span(1) for m in _SKIP_TO_RUN.finditer(text) if m.start(1) >= 0]
+
 
 # -- value judgement ---------------------------------------------------------------------
 
@@ -522,20 +536,54 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _NAME_REACH = 64
 
 
-def anchors(text: str, lower: str) -> list[int]:
+def _alternation(words: Iterable[str]) -> str:
+    """A regular expression matching any of ``words``, factored by first characters (a
+    trie), so that a position is tried against one branch per character, not every word."""
+    heads: dict[str, list[str]] = {}
+    for word in words:
+        heads.setdefault(word[0], []).append(word[1:])
+    branches = []
+    for head, tails in sorted(heads.items()):
+        rest = sorted({t for t in tails if t})
+        inner = _alternation(rest) if rest else ""
+        optional = "?" if "" in tails else ""
+        branches.append(re.escape(head) + (f"(?:{inner}){optional}" if inner else ""))
+    return "|".join(branches)
+
+
+#: Any anchor word: searched from each found position plus one, so overlapping words
+#: ("apin": "api" and "pin") are all found, as one ``find`` loop per word finds them.
+_ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
+
+
+#: Hints that are anchor words: one of them is in a text exactly when it starts at one
+#: of the text's ``anchor_words``.
+ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
+
+
+def anchor_words(lower: str) -> list[int]:
+    """Every position of ``lower`` where an anchor word starts."""
+    found: list[int] = []
+    search = _ANCHOR_RE.search
+    m = search(lower)
+    while m is not None:
+        found.append(m.start())
+        m = search(lower, m.start() + 1)
+    return found
+
+
+def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[int]:
     """Where a context rule may match: each credential word found in ``lower`` (``text``
     lowercased, the same length), and the start of the name it is part of
-    (``DB_PASSWORD``, ``--token``, ``dbPassword``)."""
+    (``DB_PASSWORD``, ``--token``, ``dbPassword``). ``words``: ``anchor_words(lower)``,
+    when the caller has them."""
     found: set[int] = set()
-    for word in _ANCHOR_WORDS:
-        i = lower.find(word)
-        while i >= 0:
-            found.add(i)
-            start = i
-            while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
-                start -= 1
-            found.add(start)
-            i = lower.find(word, i + len(word))
+    for i in anchor_words(lower) if words is None else words:
+        found.add(i)
+        start = i
+        while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        found.add(start)
     return sorted(found)
 
 

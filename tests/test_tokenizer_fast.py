@@ -1,0 +1,80 @@
+"""The tokenizer's fast paths against the straightforward definition, on generated text.
+
+``tokenize_split`` splits CJK runs off before finding words, looks each distinct word's
+terms up in a memo, and normalizes through ``nfkc.normalize``; the reference below is
+one pattern for CJK runs and words, full NFKC, and every token handled one by one.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recalld.daemon.index import tokenizer
+from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query, tokenize_split
+
+_CJK = tokenizer._CJK_RANGES
+_ALNUM = rf"[^\W_{_CJK}]"
+_TOKEN_RE = re.compile(
+    rf"([{_CJK}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|#|\+(?!{_ALNUM}))?)")
+
+
+def reference_split(text: str) -> tuple[list[str], list[str]]:
+    norm = unicodedata.normalize("NFKC", text)
+    pairs = _TOKEN_RE.findall(norm)
+    words = [w for _, w in pairs if w]
+    runs = [c.casefold() for c, _ in pairs if c]
+    out = [tokenizer._stem(w.casefold()) for w in words if w.casefold() not in STOPWORDS]
+    for word in words:
+        if not tokenizer._is_plain(word):
+            tokenizer._parts(word, out)
+    return out, runs
+
+
+# Latin words and stopwords in every case, identifiers, connectors next to CJK, CJK of
+# several scripts and planes, full-width forms, emoji, combining marks, and very long
+# tokens (longer than any memo key seen before).
+_PIECE = st.sampled_from([
+    "the", "The", "IN", "iN", "memory", "Memories", "running", "ECONNREFUSED",
+    "handleWebSocketReconnect", "HTTPServer", "snake_case_name", "v2.3.1", "config.toml",
+    "foo-bar.md", "C++", "C#", "c+", "a.", ".b", "-", "_", "/", "+", "#", " ", "\n", ",",
+    "，", "。", "中", "文", "记忆", "𠀀", "한국어", "カタカナ", "ｶﾞ", "ＡＢＣ", "１２", "é",
+    "e\u0301", "ß", "İ", "ﬃ", "😀", "🔑", "x" * 300, "Ab" * 200, "9" * 50,
+])
+_TEXT = st.lists(_PIECE | st.text(max_size=6), max_size=30).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_TEXT)
+def test_tokenize_split_is_the_plain_definition(text: str) -> None:
+    assert tokenize_split(text) == reference_split(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT)
+def test_tokenize_is_the_plain_definition(text: str) -> None:
+    words, runs = reference_split(text)
+    expected_index, expected_query = list(words), list(words)
+    for run in runs:
+        tokenizer._cjk(run, expected_index, unigrams=True)
+        tokenizer._cjk(run, expected_query, unigrams=False)
+    assert tokenize(text) == expected_index
+    assert tokenize_query(text) == expected_query
+
+
+def test_a_full_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The word memos are bounded: past their size they are emptied and refilled, and
+    # the terms stay the same.
+    text = " ".join(f"word{i} Mixed{i}Case" for i in range(50))
+    expected = reference_split(text)
+    tokenizer._WHOLE.clear()
+    tokenizer._PARTS.clear()
+    monkeypatch.setattr(tokenizer, "_WORD_MEMO_MAX", 7)
+    assert tokenize_split(text) == expected
+    assert len(tokenizer._WHOLE) <= 7 and len(tokenizer._PARTS) <= 7
+    monkeypatch.undo()
+    assert tokenize_split(text) == expected
