@@ -66,13 +66,15 @@ class Health:
 
     def __init__(self, ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter,
                  vectors: VectorWorker | None = None,
-                 capture: Callable[[], str | None] | None = None) -> None:
+                 capture: Callable[[], str | None] | None = None,
+                 background: trio.CapacityLimiter | None = None) -> None:
         self.ws = ws
         #: Why conversation turns still wait for auto_memory (None: none wait).
         self._capture = capture
         self.index = index
         self.vectors = vectors
         self._cpu = cpu
+        self._background = background or trio.CapacityLimiter(1)
         self.scanned_at: float | None = None
         self.disk_files: int | None = None
         self.derived_bytes: int | None = None
@@ -96,8 +98,9 @@ class Health:
         return {k: full.get(k) for k in keys if k in full}
 
     async def scan(self) -> None:
-        disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
-        await self._measure_derived()
+        async with self._background:
+            disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
+            await self._measure_derived()
         # Under the index lock: an apply mutates the state in a worker thread.
         known = await self.index.locked(IndexState.known)
         self._adopt(disk, known)

@@ -87,6 +87,10 @@ class DaemonServices:
     #: One limiter for every CPU-heavy step of every workspace: one agent's rebuild must
     #: leave room for another's search.
     cpu: trio.CapacityLimiter
+    #: Taken before a CPU token by work nobody waits for (startup checksums, reconcile
+    #: and health scans): it has all but one of ``cpu``'s tokens, so however much of that
+    #: work is queued, a search finds a token free.
+    background: trio.CapacityLimiter
     events: EventBus
     #: All outbound HTTP (embedding and chat providers).
     providers: ProviderBridge
@@ -151,6 +155,7 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     """Every daemon-wide service, wired and not started."""
     live = LiveConfig(config)
     cpu = trio.CapacityLimiter(max(1, config.cpu_threads))
+    background = trio.CapacityLimiter(max(1, config.cpu_threads - 1))
     events = EventBus()
     bridge = ProviderBridge()
     spaces = VectorSpaces(config.state_dir / "embeddings", bridge, local_limiter=cpu,
@@ -169,9 +174,9 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
     consolidation = Consolidation(jobs, scheduler, registry.get)
     services = DaemonServices(
-        config=live, cpu=cpu, events=events, providers=bridge, vector_spaces=spaces,
-        jobs=jobs, prepare_pool=pool, scheduler=scheduler, consolidation=consolidation,
-        registry=registry,
+        config=live, cpu=cpu, background=background, events=events, providers=bridge,
+        vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
+        consolidation=consolidation, registry=registry,
     )
     jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False)
     jobs.register("auto_memory", auto_memory_job(registry.get), resumable=True)
@@ -182,6 +187,7 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
 def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> WorkspaceServices:
     """Every service of ``ws``, wired and not started."""
     index = WorkspaceIndex(ws, daemon.config.current, cpu=daemon.cpu,
+                           background=daemon.background,
                            publish=daemon.events.publish, pool=daemon.prepare_pool)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)
@@ -193,12 +199,14 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
     return WorkspaceServices(
         index=index,
         vectors=vectors,
-        health=Health(ws, index, daemon.cpu, vectors, capture=capture.waiting_reason),
+        health=Health(ws, index, daemon.cpu, vectors, capture=capture.waiting_reason,
+                      background=daemon.background),
         sessions=sessions,
         capture=capture,
         inbox=Inbox(inbox_path(ws), ws.agent_id, publish=daemon.events.publish,
                     push_enabled=lambda: ws.settings.inbox_push_enabled),
-        resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu),
+        resource=daemon.consolidation.resource_service(ws, chat, daemon.cpu,
+                                                       daemon.background),
         remote=RemoteService(ws, chunk_max_chars=daemon.config.current.chunk_max_chars),
         chat=chat,
         memory_file=MemoryFile(ws, index),

@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -127,6 +128,7 @@ class Watcher:
         source: ChangeSource | None = None,
         config: WatcherConfig | None = None,
         limiter: trio.CapacityLimiter | None = None,
+        background: trio.CapacityLimiter | None = None,
         wall: Callable[[], float] = time.time,
         run_sync: RunSync | None = None,
     ) -> None:
@@ -140,6 +142,8 @@ class Watcher:
         self._source: ChangeSource = source if source is not None else default_source()
         self._config = config or WatcherConfig()
         self._limiter = limiter
+        # Taken before ``limiter`` by reconcile scans, which nobody waits for.
+        self._background = background
         self._wall = wall
         # Disk work runs in worker threads; tests under a fake clock run it inline.
         self._run_sync: RunSync = run_sync or _in_thread
@@ -330,7 +334,8 @@ class Watcher:
         self._rescanning = True
         start = trio.current_time()
         try:
-            disk = await self._run_sync(self.scan, limiter=self._limiter)
+            async with self._background or nullcontext():
+                disk = await self._run_sync(self.scan, limiter=self._limiter)
             known = self._known_here()
             for listener in self.scan_listeners:
                 listener(disk, known)

@@ -495,3 +495,25 @@ def test_editor_litter_is_not_a_note(tmp_path: Path, name: str) -> None:
     assert not watcher.is_note(f"memory/2026-07-01/{name}")
     assert watcher.is_note("memory/2026-07-01/a.md")
     assert not watcher.is_note("memory/mem_metadata/a.md")
+
+
+async def test_reconcile_scans_wait_for_a_background_token(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # The daemon gives work nobody waits for all but one CPU token (services.background):
+    # a reconcile's scan takes one of those first, so it never holds a search's token.
+    write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
+    index = FakeIndex(tmp_path)
+    background = trio.CapacityLimiter(1)
+    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
+                      source=ScriptedChangeSource(),  # type: ignore[arg-type]
+                      config=WatcherConfig(reconcile_interval_s=300.0,
+                                           reconcile_before_ready=False),
+                      background=background, wall=trio.current_time, run_sync=inline)
+    async with trio.open_nursery() as nursery:
+        async with background:
+            await nursery.start(watcher.run)
+            await trio.sleep(60)
+            assert index.applied_paths() == set()  # the startup scan waits for the token
+        await eventually(lambda: index.applied_paths() == {"memory/2026-07-01/n0.md"})
+        nursery.cancel_scope.cancel()

@@ -136,6 +136,7 @@ class WorkspaceIndex:
         config: DaemonConfig,
         *,
         cpu: trio.CapacityLimiter,
+        background: trio.CapacityLimiter | None = None,
         publish: Callable[[str, dict[str, Any]], object] | None = None,
         watcher_config: WatcherConfig | None = None,
         pool: PreparePool | None = None,
@@ -148,6 +149,8 @@ class WorkspaceIndex:
         self._max_chars = config.chunk_max_chars
         self._persist_delay_s = config.persist_delay_s
         self._cpu = cpu
+        # Work nobody waits for takes a token of this before a CPU token (see services).
+        self._background = background or trio.CapacityLimiter(1)
         self._pool = pool
         self._publish = publish
         self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
@@ -178,6 +181,7 @@ class WorkspaceIndex:
                              # its own batches, and every call drains the pipeline.
                              apply_batch_max=1 << 30),
             limiter=cpu,
+            background=self._background,
         )
         self.load_report: LoadReport | None = None
         self.last_commit: dict[str, Any] | None = None
@@ -233,9 +237,11 @@ class WorkspaceIndex:
         them meanwhile). On damage, load again with every checksum, which falls back to
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
-        corrupt = await trio.to_thread.run_sync(self.store.verify_deferred, limiter=self._cpu)
-        # Hashing streamed the files through short-lived buffers; hand them back.
-        await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+        async with self._background:
+            corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
+                                                    limiter=self._cpu)
+            # Hashing streamed the files through short-lived buffers; hand them back.
+            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
         if corrupt:
             log.warning("%s: derived state failed its checksums (%s); loading again",
                         self.ws.agent_id, corrupt)

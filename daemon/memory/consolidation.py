@@ -110,8 +110,8 @@ class Consolidation:
             return str(exc)
         return None
 
-    def resource_service(self, ws: Workspace, chat: ChatClients,
-                         cpu: trio.CapacityLimiter) -> ResourceService:
+    def resource_service(self, ws: Workspace, chat: ChatClients, cpu: trio.CapacityLimiter,
+                         background: trio.CapacityLimiter | None = None) -> ResourceService:
         """The per-workspace service of ``ws`` (not started)."""
 
         async def request_job() -> None:
@@ -123,7 +123,7 @@ class Consolidation:
                 log.warning("%s: auto_resource not submitted: %s", ws.agent_id, exc)
 
         catalog = ResourceCatalog(
-            ws, request_job=request_job, limiter=cpu,
+            ws, request_job=request_job, limiter=cpu, background=background,
             chat_enabled=lambda: chat.client_or_none() is not None)
         return ResourceService(self, ws, catalog)
 

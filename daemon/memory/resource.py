@@ -141,6 +141,7 @@ class ResourceCatalog:
                  today: Callable[[], Date] = Date.today,
                  config: ResourceConfig | None = None,
                  limiter: trio.CapacityLimiter | None = None,
+                 background: trio.CapacityLimiter | None = None,
                  chat_enabled: Callable[[], bool] = lambda: False) -> None:
         self.ws = ws
         self._chat_enabled = chat_enabled
@@ -162,7 +163,7 @@ class ResourceCatalog:
             config=WatcherConfig(suffixes=("",), ignore_dirs=(s.metadata_dir,),
                                  reconcile_interval_s=self.config.reconcile_interval_s,
                                  reconcile_before_ready=False),
-            limiter=limiter)
+            limiter=limiter, background=background)
 
     # -- catalog -----------------------------------------------------------------------
 
