@@ -42,6 +42,7 @@ import orjson
 from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
+from recalld.daemon.watcher import ReconcileRecord
 from recalld.ipc.errors import InvalidBackup, PathOutsideWorkspace, RecalldError
 
 FORMAT = "recalld-backup"
@@ -100,7 +101,7 @@ class Restored(TypedDict):
     opened: NotRequired[bool]  # the workspace was opened for the restore
     secrets_left_out: NotRequired[list[str]]
     warning: NotRequired[str]
-    reconcile: NotRequired[JsonObject]  # the rescan after the restore
+    reconcile: NotRequired[ReconcileRecord]  # the rescan after the restore
 META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"

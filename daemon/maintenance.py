@@ -139,8 +139,9 @@ class Health:
         unindexed = self.unindexed()
         degraded: list[str] = []
         pending: list[str] = []
-        if idx.get("persist_error"):
-            degraded.append(f"saving the index fails: {idx['persist_error'].get('error')}")
+        persist_error = idx["persist_error"]
+        if persist_error:
+            degraded.append(f"saving the index fails: {persist_error['error']}")
         if watcher.get("state") == "failed":
             degraded.append(f"watcher failed: {watcher.get('why')}")
         if idx.get("load_corrupt") and idx.get("last_commit") is None:
@@ -181,8 +182,8 @@ class Health:
             pending.append(waiting)
         state = "degraded" if degraded else "pending" if pending else "clean"
         last_errors: list[JsonObject] = [dict(e) for e in self.errors]
-        if idx.get("persist_error"):
-            last_errors.append({"what": "persist", **idx["persist_error"]})
+        if persist_error:
+            last_errors.append({"what": "persist", **persist_error})
         if watcher.get("last_error"):
             last_errors.append({"what": "watcher", "error": watcher["last_error"],
                                 "time": watcher.get("last_error_at")})
@@ -439,6 +440,6 @@ async def compact(ws: Workspace, index: WorkspaceIndex) -> Compacted:
     await index.compact()
     after = index.state.bm25.stats()
     return {"agent_id": ws.agent_id, "keyword_before": before, "keyword_after": after,
-            "generation": (index.last_commit or {}).get("generation"),
+            "generation": None if index.last_commit is None else index.last_commit["generation"],
             "duration_s": round(time.monotonic() - started, 3)}
 

@@ -239,7 +239,8 @@ def reindex_job(get_workspace: Callable[[str], Workspace]
 
     async def run(job: JobContext) -> JsonObject:
         index = get_workspace(job.agent_id).services.index
-        return await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
+        rebuilt = await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
+        return {**rebuilt}
 
     return run
 

@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 
@@ -43,7 +43,10 @@ from recalld.daemon.watchsource import (
     WatchfilesSource,
 )
 
-__all__ = ["ReconcileResult", "Watcher", "WatcherConfig"]
+__all__ = [
+    "ReconcileFound", "ReconcileRecord", "ReconcileResult", "Watcher", "WatcherConfig",
+    "WatcherStatus",
+]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,38 @@ class WatcherConfig:
     ignore_dirs: tuple[str, ...] = ("mem_metadata",)
 
 
+class ReconcileFound(TypedDict):
+    added: int
+    changed: int
+    deleted: int
+
+
+class ReconcileRecord(TypedDict):
+    """A reconcile as status shows it."""
+
+    reason: str
+    time: float
+    duration_s: float
+    found: ReconcileFound
+
+
+class WatcherStatus(TypedDict):
+    state: str
+    why: str | None
+    roots: list[str]
+    last_change_applied: float | None
+    pending: int
+    rescan_owed: str | None
+    last_reconcile: ReconcileRecord | None
+    errors: int
+    last_error: str | None
+    last_error_at: float | None
+    restarts: int
+    overflows: int
+    sync_fallbacks: int
+    max_pending_seen: int
+
+
 @dataclass(frozen=True, slots=True)
 class ReconcileResult:
     reason: str
@@ -102,7 +137,7 @@ class ReconcileResult:
     deleted: int
     duration_s: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ReconcileRecord:
         return {
             "reason": self.reason, "time": self.time, "duration_s": self.duration_s,
             "found": {"added": self.added, "changed": self.changed, "deleted": self.deleted},
@@ -498,7 +533,7 @@ class Watcher:
             return "failed"
         return "rescanning" if self._rescanning else self._watch_state
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> WatcherStatus:
         last = self._last_reconcile
         return {
             "state": self.state,

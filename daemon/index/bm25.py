@@ -45,15 +45,16 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
 from recalld.daemon.index import postings, ranking
-from recalld.daemon.index.postings import I32, Segment, Slab
+from recalld.daemon.index.postings import F32, I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
+from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["BM25Index", "OutdatedFormat"]
 
@@ -86,6 +87,18 @@ TERM_CACHE_POSTINGS: Final = 131_072
 # longer ones compute them for all terms at once.
 BASES_MAX_TERMS: Final = 16
 _MAX_KEY: Final = 2**32 - 1
+
+
+class BM25Meta(TypedDict):
+    """The parameters and counters saved beside :meth:`BM25Index.to_arrays`."""
+
+    format: str
+    version: int
+    k1: float
+    b: float
+    docs: int
+    total_len: int
+    terms: int
 
 
 class OutdatedFormat(ValueError):
@@ -350,7 +363,7 @@ class BM25Index:
         """Changes whenever the main segment is replaced (merges, loads)."""
         return self._main_gen
 
-    def adopt_main(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+    def adopt_main(self, arrays: Mapping[str, npt.NDArray[np.generic]]) -> None:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
@@ -393,7 +406,7 @@ class BM25Index:
         # Each term's main postings and (k1 + 1) * idf; the arithmetic over the postings
         # is then done once for all terms, not once per term.
         row_parts: list[I32] = []
-        tf_parts: list[npt.NDArray[Any]] = []
+        tf_parts: list[F32] = []
         factors: list[float] = []
         part_terms: list[str] = []
         delta_scores: dict[int, float] = {}
@@ -568,14 +581,14 @@ class BM25Index:
         return self._norms
 
     # ----------------------------------------------------------------- persistence
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> BM25Meta:
         """JSON-able parameters and counters that go with ``to_arrays``."""
         return {
             "format": FORMAT, "version": VERSION, "k1": self.k1, "b": self.b,
             "docs": len(self._live), "total_len": self._total_len, "terms": self._n_terms(),
         }
 
-    def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """The whole index as plain numeric arrays (no objects, safe without pickle).
 
         Main arrays are returned without copying; treat them as read-only (merges replace them,
@@ -603,7 +616,7 @@ class BM25Index:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, npt.NDArray[Any]], meta: Mapping[str, Any], *,
+        cls, arrays: Mapping[str, npt.NDArray[np.generic]], meta: JsonObject, *,
         check_values: bool = True,
     ) -> BM25Index:
         """Rebuild an index saved by ``to_arrays``; raises ValueError on any inconsistency.
@@ -621,7 +634,7 @@ class BM25Index:
             raise ValueError("keyword index counters do not match its arrays")
         return index
 
-    def _load(self, arrays: Mapping[str, npt.NDArray[Any]], *, check_values: bool) -> None:
+    def _load(self, arrays: Mapping[str, npt.NDArray[np.generic]], *, check_values: bool) -> None:
         # Checked now (offsets, UTF-8, no duplicates) and searchable as it is: the term
         # strings are made only when a write needs the table.
         blob = postings.array(arrays, "terms_blob", np.uint8)
@@ -678,7 +691,7 @@ class _TermPostings:
 
     __slots__ = ("_base", "rows", "tfs")
 
-    def __init__(self, rows: I32 | None, tfs: npt.NDArray[Any] | None) -> None:
+    def __init__(self, rows: I32 | None, tfs: F32 | None) -> None:
         self.rows, self.tfs = rows, tfs
         self._base: npt.NDArray[np.float64] | None = None
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple, NotRequired, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,7 @@ from pyroaring import BitMap
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.postings import array as checked_array
 from recalld.daemon.index.postings import load_terms, terms_to_arrays
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import ByteParts
 
 __all__ = ["ChunkTable", "StoredChunk"]
@@ -43,6 +44,19 @@ DEAD_FRACTION = 0.25
 DEAD_MIN_ROWS = 256
 _COLUMNS = ("_keys", "_ids", "_path", "_start", "_end", "_off", "_text_len", "_head_len")
 _BYTES = ("_base", "_sealed", "_sealed_end", "_top", "_blob")
+_S = TypeVar("_S", bound=np.generic)
+
+
+class ChunkRecord(TypedDict):
+    """A chunk as QwenPaw stores it (one line of its chunk records)."""
+
+    id: str
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    metadata: JsonObject
+    _embedding_f16_b64: NotRequired[str]
 
 
 class StoredChunk(NamedTuple):
@@ -58,11 +72,11 @@ class StoredChunk(NamedTuple):
     end_line: int
     text: str
     heading: str
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, object]
     embedding: str | None = None
 
-    def to_record(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {
+    def to_record(self) -> ChunkRecord:
+        rec: ChunkRecord = {
             "id": self.id, "path": self.path, "start_line": self.start_line,
             "end_line": self.end_line, "text": self.text,
             "metadata": {**self.metadata, "heading": self.heading, "key": self.key},
@@ -72,7 +86,7 @@ class StoredChunk(NamedTuple):
         return rec
 
     @classmethod
-    def from_record(cls, rec: Mapping[str, Any]) -> StoredChunk:
+    def from_record(cls, rec: JsonObject) -> StoredChunk:
         meta = dict(rec.get("metadata") or {})
         key = int(meta.pop("key"))
         heading = str(meta.pop("heading", ""))
@@ -85,22 +99,22 @@ class StoredChunk(NamedTuple):
         )
 
 
-class _Metadata(Mapping[str, Any]):
+class _Metadata(Mapping[str, object]):
     """A chunk's metadata, parsed from its stored JSON on first use."""
 
     __slots__ = ("_parsed", "_raw")
 
     def __init__(self, raw: bytes) -> None:
         self._raw = raw
-        self._parsed: dict[str, Any] | None = None
+        self._parsed: JsonObject | None = None
 
-    def _dict(self) -> dict[str, Any]:
+    def _dict(self) -> JsonObject:
         if self._parsed is None:
             value = orjson.loads(self._raw)
             self._parsed = value if isinstance(value, dict) else {}
         return self._parsed
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         return self._dict()[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -187,7 +201,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
     # -- changes ---------------------------------------------------------------------
 
     def add(self, key: int, path: str, start_line: int, end_line: int, text: str,
-            heading: str, metadata: Mapping[str, Any]) -> None:
+            heading: str, metadata: Mapping[str, object]) -> None:
         """Append a chunk; ``key`` must be above every key the table has held."""
         if self._keys and key <= self._keys[-1]:
             raise ValueError(f"chunk keys must ascend: {key} after {self._keys[-1]}")
@@ -232,7 +246,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
 
     # -- persistence -----------------------------------------------------------------
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[ChunkRecord]:
         """The QwenPaw chunk records of the live chunks, in key order."""
         for key in self._live:
             yield self[key].to_record()
@@ -255,19 +269,19 @@ class ChunkTable(Mapping[int, StoredChunk]):
         out._embedding = dict(self._embedding)
         return out
 
-    def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Plain numeric arrays (no objects: safe to persist without pickle). They are
         copies (a view would pin the growable columns), so the table may change afterwards."""
         arrays, blob = self._arrays()
         return {**arrays, "blob": np.frombuffer(b"".join(blob.parts), dtype=np.uint8)}
 
-    def save_arrays(self) -> dict[str, npt.NDArray[Any] | ByteParts]:
+    def save_arrays(self) -> dict[str, npt.NDArray[np.generic] | ByteParts]:
         """:meth:`to_arrays` for ``write_arrays``: the bytes as the buffers they are in (a
         mapped file, sealed buffers), not joined into one copy."""
         arrays, blob = self._arrays()
         return {**arrays, "blob": blob}
 
-    def _arrays(self) -> tuple[dict[str, npt.NDArray[Any]], ByteParts]:
+    def _arrays(self) -> tuple[dict[str, npt.NDArray[np.generic]], ByteParts]:
         t = self._compacted() if len(self._keys) != len(self._live) else self
         paths_blob, paths_off = terms_to_arrays(t._paths)
         emb_keys = sorted(t._embedding)
@@ -290,7 +304,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return [self._base, *self._sealed, self._blob]
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> ChunkTable:
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[np.generic]]) -> ChunkTable:
         """The table saved by :meth:`to_arrays`; ValueError when the arrays disagree."""
         keys = checked_array(arrays, "keys", np.uint32)
         ids = checked_array(arrays, "ids", np.uint64)
@@ -330,7 +344,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
         """ValueError unless the columns agree with each other and with the text bytes
         (keys ascending, every row's text and heading inside its byte range, the live keys
         among the rows): what a load checks, asked of the table as it is now."""
-        def col(name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+        def col(name: str, dtype: type[_S]) -> npt.NDArray[_S]:
             return np.frombuffer(getattr(self, name), dtype=dtype)
 
         if not _consistent(col("_keys", np.uint32), (col("_ids", np.uint64),
@@ -355,13 +369,13 @@ class ChunkTable(Mapping[int, StoredChunk]):
             raise KeyError(key)
         return bisect_left(self._keys, key)
 
-    def _fields(self, row: int) -> tuple[str, str, Mapping[str, Any]]:
+    def _fields(self, row: int) -> tuple[str, str, Mapping[str, object]]:
         a, b = self._off[row], self._off[row + 1]
         t = a + self._text_len[row]
         h = t + self._head_len[row]
         data = self._bytes(a, b)
         # Searches never look at the metadata: parse it when something does.
-        meta: Mapping[str, Any] = _Metadata(bytes(data[h - a:])) if b > h else {}
+        meta: Mapping[str, object] = _Metadata(bytes(data[h - a:])) if b > h else {}
         return (str(data[:t - a], "utf-8", "replace"), str(data[t - a:h - a], "utf-8", "replace"),
                 meta)
 
@@ -416,9 +430,10 @@ class ChunkTable(Mapping[int, StoredChunk]):
             setattr(self, name, getattr(other, name))
 
 
-def _consistent(keys: npt.NDArray[Any], same_length: tuple[npt.NDArray[Any], ...],
-                path: npt.NDArray[Any], off: npt.NDArray[Any], text_len: npt.NDArray[Any],
-                head_len: npt.NDArray[Any], blob_len: int, n_paths: int) -> bool:
+def _consistent(keys: npt.NDArray[np.uint32], same_length: tuple[npt.NDArray[np.generic], ...],
+                path: npt.NDArray[np.int32], off: npt.NDArray[np.int64],
+                text_len: npt.NDArray[np.int32], head_len: npt.NDArray[np.int32], blob_len: int,
+                n_paths: int) -> bool:
     """Whether the columns of a table of ``len(keys)`` rows agree (see ``check``)."""
     n = len(keys)
     sizes = np.diff(off) if len(off) else off

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final
+from typing import Final
+
+from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["DELETE", "body_of", "has_body", "parse_frontmatter", "render_frontmatter",
            "update_frontmatter"]
@@ -69,7 +71,11 @@ def _unquote(value: str) -> str:
     return value[1:-1].replace("''", "'")
 
 
-def _scalar(raw: str) -> Any:
+#: What one frontmatter value reads as (a block or flow list holds these).
+_Scalar = str | int | float | bool | None
+
+
+def _scalar(raw: str) -> _Scalar:
     value = raw.strip()
     if not value:
         return None
@@ -122,7 +128,7 @@ def _split_flow(inner: str) -> list[str]:
     return items
 
 
-def _value(raw: str) -> Any:
+def _value(raw: str) -> _Scalar | list[_Scalar]:
     value = raw.strip()
     if value.startswith("["):
         value = _strip_comment(value)
@@ -132,9 +138,9 @@ def _value(raw: str) -> Any:
     return _scalar(value)
 
 
-def _parse_block(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int]]]:
     """Parse the lines between the fences; also returns each key's line span (end exclusive)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     spans: list[tuple[str, int, int]] = []
     i, n = 0, len(lines)
     while i < n:
@@ -170,7 +176,7 @@ def _parse_block(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, int,
         elif all(ln.strip().startswith("- ") or ln.strip() in ("-", "") for ln in nested):
             out[key] = [_value(ln.strip()[1:]) for ln in nested if ln.strip()]
         else:
-            sub: dict[str, Any] = {}
+            sub: JsonObject = {}
             for ln in nested:
                 if not ln.strip() or ln.lstrip().startswith("#"):
                     continue
@@ -185,7 +191,7 @@ def _parse_block(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, int,
     return out, spans
 
 
-def parse_frontmatter(text: str) -> tuple[dict[str, Any], int]:
+def parse_frontmatter(text: str) -> tuple[JsonObject, int]:
     """Return (fields, body_start_line): the 0-based index of the first body line.
 
     ``body_start_line`` equals the number of lines the block occupies including both fences,
@@ -218,7 +224,7 @@ def has_body(text: str) -> bool:
 _PLAIN_RE: Final = re.compile(r"^[^\s\"'\[\]{}#&*!|>%@`,:-][^\n#:]*(?<!\s)$")
 
 
-def _render_scalar(value: Any, *, in_flow: bool = False) -> str:
+def _render_scalar(value: object, *, in_flow: bool = False) -> str:
     if value is None:
         return "null"
     if value is True or value is False:
@@ -236,7 +242,7 @@ def _render_scalar(value: Any, *, in_flow: bool = False) -> str:
     return text if plain else json.dumps(text, ensure_ascii=False)
 
 
-def _render_item(key: str, value: Any) -> list[str]:
+def _render_item(key: str, value: object) -> list[str]:
     if isinstance(value, list | tuple):
         items = [_render_scalar(v, in_flow=True) for v in value]
         flow = "[" + ", ".join(items) + "]"
@@ -248,7 +254,7 @@ def _render_item(key: str, value: Any) -> list[str]:
     return [f"{key}: {_render_scalar(value)}"]
 
 
-def render_frontmatter(fields: dict[str, Any]) -> str:
+def render_frontmatter(fields: JsonObject) -> str:
     """A frontmatter block (fences and trailing newline included) that parses back to ``fields``."""
     lines = [_FENCE]
     for key, value in fields.items():
@@ -257,7 +263,7 @@ def render_frontmatter(fields: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_frontmatter(text: str, changes: dict[str, Any]) -> str:
+def update_frontmatter(text: str, changes: JsonObject) -> str:
     """Apply ``changes`` (``DELETE`` removes a key) to the note's frontmatter.
 
     Untouched keys keep their original lines, comments and order; changed keys are rewritten in

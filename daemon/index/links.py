@@ -18,7 +18,9 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypedDict
+
+from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
            "normalize_target", "resolve_links"]
@@ -40,6 +42,18 @@ _SECTION_KINDS: Final = {"sources": "source", "related": "related"}
 _HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
 
 
+class LinkRecord(TypedDict):
+    """A :class:`Link` as the graph records store it."""
+
+    src: str
+    dst: str
+    kind: str
+    line: int
+    heading: str
+    alias: str
+    resolved: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """One edge. ``kind`` is ``"link"`` for a plain wikilink, else the typed key (``parent``);
@@ -53,14 +67,14 @@ class Link:
     alias: str = ""
     resolved: bool = True
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> LinkRecord:
         return {
             "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
             "heading": self.heading, "alias": self.alias, "resolved": self.resolved,
         }
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> Link:
+    def from_record(cls, rec: JsonObject) -> Link:
         return cls(
             str(rec["src"]), str(rec["dst"]), str(rec["kind"]), int(rec["line"]),
             str(rec.get("heading", "")), str(rec.get("alias", "")), bool(rec.get("resolved", True)),
@@ -244,18 +258,18 @@ class LinkGraph:
     def files(self) -> list[str]:
         return sorted(self._out)
 
-    def to_records(self) -> list[dict[str, Any]]:
+    def to_records(self) -> list[LinkRecord]:
         """All edges as JSON-able dicts, sorted by source path then line."""
         return list(self.records())
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[LinkRecord]:
         """:meth:`to_records`, one at a time."""
         for src in sorted(self._out):
             for lk in self._out[src]:
                 yield lk.to_record()
 
     @classmethod
-    def from_records(cls, records: Iterable[dict[str, Any]]) -> LinkGraph:
+    def from_records(cls, records: Iterable[JsonObject]) -> LinkGraph:
         by_src: dict[str, list[Link]] = {}
         for rec in records:
             lk = Link.from_record(rec)

@@ -18,18 +18,19 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import decode_f16
-from recalld.daemon.index.links import Link, LinkGraph
+from recalld.daemon.index.embedcache import F32, decode_f16
+from recalld.daemon.index.links import Link, LinkGraph, LinkRecord
 from recalld.daemon.index.state import FileInfo, IndexState
 from recalld.daemon.index.tokenizer import tokenize
 from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped, write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import FS, REAL
@@ -56,13 +57,13 @@ class Snapshot:
 
     files: list[FileInfo]
     chunks: ChunkTable
-    graph: list[dict[str, Any]]
-    bm25_arrays: dict[str, Any]
-    bm25_meta: dict[str, Any]
+    graph: list[LinkRecord]
+    bm25_arrays: dict[str, npt.NDArray[np.generic]]
+    bm25_meta: JsonObject
     next_key: int
     #: hnswlib bytes when the vectors changed since the last save; None: carry or none.
     vectors_blob: bytes | None = None
-    vectors_meta: dict[str, Any] | None = None
+    vectors_meta: JsonObject | None = None
     #: (state identity, vectors version) this snapshot's vectors correspond to.
     vectors_stamp: tuple[int, int] | None = None
     #: :func:`state_stamp` of the state this snapshot was taken from.
@@ -204,7 +205,7 @@ class IndexStore:
             report.rebuilt.append("all")
             return report
         next_key = 1
-        meta: dict[str, Any] = {}
+        meta: JsonObject = {}
         try:
             mapped = copying["bm25"].result() if "bm25" in copying else gen.map_arrays("bm25")
             meta = mapped.meta
@@ -305,7 +306,7 @@ def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped],
     return table
 
 
-def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
+def _restore_vectors(gen: Generation, state: IndexState, meta: JsonObject,
                      report: LoadReport) -> None:
     """The hnswlib graph from its checksummed blob, else rebuilt from chunk embeddings."""
     with_vec = state.chunks.embeddings()
@@ -333,7 +334,7 @@ def _restore_vectors(gen: Generation, state: IndexState, meta: dict[str, Any],
     else:
         report.corrupt["vectors"] = "missing"
     report.rebuilt.append("vectors")
-    decoded: dict[int, Any] = {}
+    decoded: dict[int, F32] = {}
     for key, value in with_vec.items():
         try:
             decoded[key] = decode_f16(value)

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from recalld.daemon.index.tokenizer import cjk_length, doc_length
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
+_S = TypeVar("_S", bound=np.generic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,16 +462,18 @@ def terms_to_arrays(terms: list[str]) -> tuple[npt.NDArray[np.uint8], I64]:
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
 
 
-def array(arrays: Mapping[str, npt.NDArray[Any]], name: str, dtype: type[Any]) -> Any:
+def array(arrays: Mapping[str, npt.NDArray[np.generic]], name: str,
+          dtype: type[_S]) -> npt.NDArray[_S]:
     """``arrays[name]`` if it is one-dimensional of ``dtype``, else ValueError."""
     arr = arrays.get(name)
     if arr is None or arr.ndim != 1 or arr.dtype != np.dtype(dtype):
         raise ValueError(f"keyword index array {name!r} missing or malformed")
-    return arr
+    return cast("npt.NDArray[_S]", arr)  # its dtype was just checked
 
 
 def load_terms(
-    arrays: Mapping[str, npt.NDArray[Any]], *, unique: bool = True, prefix: str = "terms_"
+    arrays: Mapping[str, npt.NDArray[np.generic]], *, unique: bool = True,
+    prefix: str = "terms_"
 ) -> list[str]:
     """The strings saved by :func:`terms_to_arrays` as ``{prefix}blob``/``{prefix}offsets``."""
     blob = array(arrays, f"{prefix}blob", np.uint8).tobytes()
@@ -591,7 +594,7 @@ class SortedTerms:
         return None
 
 
-def load_segment(arrays: Mapping[str, npt.NDArray[Any]], n_terms: int, *,
+def load_segment(arrays: Mapping[str, npt.NDArray[np.generic]], n_terms: int, *,
                  check_values: bool = True) -> Segment:
     """The segment saved in ``arrays``; ValueError when they are inconsistent.
 

@@ -10,7 +10,6 @@ ascending key everywhere. The weight of a posting is ``tf / (norm + tf) * factor
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,8 +20,8 @@ from recalld.daemon.index.postings import I32, I64
 F64 = npt.NDArray[np.float64]
 
 
-def few_scores(row_keys: npt.NDArray[Any], norms: F64, row_parts: list[I32],
-               tf_parts: list[npt.NDArray[Any]], factors: list[float], *,
+def few_scores(row_keys: npt.NDArray[np.uint32], norms: F64, row_parts: list[I32],
+               tf_parts: list[npt.NDArray[np.float32]], factors: list[float], *,
                extra: dict[int, float]) -> dict[int, float]:
     """Every matched key's score from a few postings (one part per term, ``norms`` per
     row) and the ``extra`` scores, in plain Python: below a few dozen postings that beats
@@ -52,7 +51,7 @@ def row_sums(rows: I32, weights: F64, n_rows: int) -> F64:
     return acc
 
 
-def top_dense(row_keys: npt.NDArray[Any], rows: I32, weights: F64, terms: int,
+def top_dense(row_keys: npt.NDArray[np.uint32], rows: I32, weights: F64, terms: int,
               acc: F64 | None, extra: dict[int, float], limit: int) -> list[tuple[int, float]]:
     """The best ``limit`` (key, score) of the postings and the ``extra`` scores (of
     documents outside ``row_keys``, such as the delta's).
@@ -81,7 +80,7 @@ def _ranked(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, f
     return sorted(items, key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
-def summed(row_keys: npt.NDArray[Any], rows: I32, weights: F64,
+def summed(row_keys: npt.NDArray[np.uint32], rows: I32, weights: F64,
            terms: int) -> tuple[I64, F64]:
     """Keys and summed weights of the distinct rows among the postings."""
     if terms == 1:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import trio
 
@@ -56,8 +56,9 @@ from recalld.daemon.index.state import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
@@ -95,6 +96,57 @@ INLINE_QUERY_MAX_CHARS = 256  # longer queries are not even tokenized on the loo
 TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
 BUSY_COMMIT_MAX_S = 60.0
+
+
+class CommitRecord(TypedDict):
+    """The last commit: its generation, wall time, duration and counts."""
+
+    generation: int
+    time: float
+    duration_s: float
+    files: int
+    chunks: int
+
+
+class PersistError(TypedDict):
+    time: float
+    error: str
+    disk_full: bool
+
+
+class DamagedFile(TypedDict):
+    """A file of the current generation changed on disk since it was opened or written."""
+
+    file: str
+    reason: str
+    generation: int
+    time: float
+
+
+class Rebuilt(TypedDict):
+    files: int
+    chunks: int
+    duration_s: float
+
+
+class IndexStatus(TypedDict):
+    files: int
+    chunks: int
+    links: int
+    pending_changes: int
+    uncommitted_changes: int
+    rebuilding: bool
+    watcher: WatcherStatus
+    last_commit: CommitRecord | None
+    persist_error: PersistError | None
+    loaded_generation: int | None
+    load_checked: bool
+    load_corrupt: dict[str, str]
+    damaged_files: dict[str, DamagedFile]
+    live_damage: dict[str, str]
+    searches: int
+    keyword: dict[str, int]
+    vectors: JsonObject | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +236,11 @@ class WorkspaceIndex:
             background=self._background,
         )
         self.load_report: LoadReport | None = None
-        self.last_commit: dict[str, Any] | None = None
-        self.persist_error: dict[str, Any] | None = None
+        self.last_commit: CommitRecord | None = None
+        self.persist_error: PersistError | None = None
         #: Files of the current generation that changed on disk after they were opened or
         #: written (logical name -> file, reason, generation, time); see ``check_files``.
-        self.damaged: dict[str, dict[str, Any]] = {}
+        self.damaged: dict[str, DamagedFile] = {}
         #: What ``check_live`` found wrong with the state in memory (empty: nothing).
         self.live_damage: dict[str, str] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
@@ -456,7 +508,7 @@ class WorkspaceIndex:
             await self._dirty.wait()
             # Let a burst of edits settle, and never spend more than ~1/5 of the time
             # writing state: a commit that took 1 s waits 5 s before the next one.
-            took = (self.last_commit or {}).get("duration_s", 0.0)
+            took = self.last_commit["duration_s"] if self.last_commit else 0.0
             await trio.sleep(max(self._persist_delay_s, 5 * took))
             if self._big_passes:
                 # A first build or a large reconcile: a commit now would write state
@@ -561,7 +613,7 @@ class WorkspaceIndex:
 
     # -- damage ----------------------------------------------------------------------
 
-    def check_files(self) -> dict[str, dict[str, Any]]:
+    def check_files(self) -> dict[str, DamagedFile]:
         """Files of the current generation someone changed on disk (truncated, written
         to, replaced, removed) since they were opened or written; returns ``damaged``.
 
@@ -678,7 +730,7 @@ class WorkspaceIndex:
 
     # -- rebuild ---------------------------------------------------------------------
 
-    async def rebuild(self, progress: Callable[[int, int, str], None]) -> dict[str, Any]:
+    async def rebuild(self, progress: Callable[[int, int, str], None]) -> Rebuilt:
         """Build a fresh index from the Markdown beside the live one, then swap it in.
 
         Searches keep answering from the old state until the swap. Cancellation leaves the
@@ -721,7 +773,7 @@ class WorkspaceIndex:
 
     # -- status ----------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> IndexStatus:
         """This index's part of ``daemon.status``: counts, pending and uncommitted
         changes, the last commit, load and persist problems, the watcher's state."""
         watcher = self.watcher.status()

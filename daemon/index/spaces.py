@@ -25,6 +25,7 @@ import trio
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.embedcache import EmbeddingCache
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import EmbeddingClient
@@ -37,7 +38,7 @@ _PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimens
                   "max_input_length", "max_batch_size")
 
 
-def public_config(config: EmbeddingModelConfig) -> dict[str, Any]:
+def public_config(config: EmbeddingModelConfig) -> JsonObject:
     """The fields that define a space, without secrets (persisted with the vectors)."""
     return {name: getattr(config, name) for name in _PUBLIC_FIELDS}
 
@@ -139,7 +140,7 @@ class VectorSpaces:
         self._by_config[config] = space
         return space
 
-    def old_space(self, public: Mapping[str, Any] | None,
+    def old_space(self, public: JsonObject | None,
                   current: EmbeddingModelConfig) -> VectorSpace | None:
         """The space vectors were made in, from their persisted public config.
 

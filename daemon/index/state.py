@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -23,7 +23,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.index.embedcache import F32, decode_f16
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
@@ -37,9 +37,27 @@ from recalld.daemon.index.prepare import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped
 
 _DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
+
+
+class FileRecord(TypedDict):
+    """A :class:`FileInfo` as the catalog stores it."""
+
+    path: str
+    mtime_ns: int
+    size: int
+    digest: str
+    keys: list[int]
+
+
+class StateStats(TypedDict):
+    files: int
+    chunks: int
+    links: int
+    keyword: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +72,12 @@ class FileInfo:
     #: them out), which costs the same for one chunk or a thousand.
     keys: Sequence[int]
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> FileRecord:
         return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
                 "digest": self.digest, "keys": list(self.keys)}
 
     @classmethod
-    def from_record(cls, rec: Mapping[str, Any]) -> FileInfo:
+    def from_record(cls, rec: JsonObject) -> FileInfo:
         return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
                    str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]))
 
@@ -128,7 +146,7 @@ class IndexState:
         # the backfill owns filling them, ``_drop`` keeps them in step with the chunks.
         self.vectors: VectorIndex | None = None
         self.vector_space: str | None = None
-        self.vector_config: dict[str, Any] | None = None
+        self.vector_config: JsonObject | None = None
         self.vectors_version = 0
         #: Files whose memory maps back parts of this state (kept to evict their pages).
         self.mapped: list[Mapped] = []
@@ -199,7 +217,7 @@ class IndexState:
         return keyword_reach(tokens, hits[0][1] if hits else 0.0, bm25.doc_freq, len(bm25))
 
     def vector_search(
-        self, query: Any, limit: int, allowed: BitMap | None = None
+        self, query: F32, limit: int, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:
         """Nearest chunks by cosine similarity (empty without vectors)."""
         if self.vectors is None or not len(self.vectors):
@@ -369,14 +387,14 @@ class IndexState:
         for mapped in self.mapped:
             mapped.evict()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StateStats:
         return {"files": len(self.files), "chunks": len(self.chunks), "links": len(self.graph),
                 "keyword": self.bm25.stats()}
 
 
 def carry_vectors(
     fresh: IndexState, by_text: Mapping[str, str], space: str | None,
-    config: dict[str, Any] | None,
+    config: JsonObject | None,
 ) -> int:
     """Give ``fresh`` the vectors (of ``space``) that an older state held for the same texts.
 
@@ -384,7 +402,7 @@ def carry_vectors(
     chunks got a vector; vectors of another size than the first are left out.
     """
     keys: list[int] = []
-    rows: list[Any] = []
+    rows: list[F32] = []
     for key, text in list(fresh.chunks.texts()):
         value = by_text.get(text)
         if value is None:

@@ -44,7 +44,7 @@ from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, 
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
 
@@ -123,7 +123,7 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
 
 class ResourceStatus(TypedDict):
     files: dict[str, int]  # catalog records by state
-    watcher: JsonObject
+    watcher: WatcherStatus
 
 
 class ResourceResult(TypedDict):
