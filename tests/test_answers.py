@@ -71,8 +71,6 @@ SAME_SHAPES = [
     (answers.Selected, selection.Selected),
     (answers.TopicEntry, topics.TopicEntry),
     (answers.InboxItem, daemon_inbox.InboxItem),
-    (answers.DreamRun, changelog.ListedRun),
-    (answers.DreamUndone, changelog.Undone),
 ]
 
 

@@ -32,6 +32,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 RUN_ID_RE: Final = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
@@ -87,24 +88,6 @@ class RunSummary(TypedDict):
     changed: NotRequired[bool]
     recognised_from_reme: NotRequired[int]
     log: NotRequired[str]
-
-
-class ListedRun(TypedDict):
-    """A dream run as ``dream.runs`` lists it."""
-
-    run_id: str
-    started: str | None
-    trigger: str | None
-    notes: int
-    files: list[str]
-    undone: str | None
-
-
-class Undone(TypedDict):
-    run_id: str
-    restored: list[str]
-    removed: list[str]
-    forced_over: list[str]
 
 
 class UndoConflict(NotAllowed):
@@ -274,13 +257,13 @@ def prune_records(directory: Path, keep: int) -> int:
     return len(old)
 
 
-def _dream_summary(data: JsonObject) -> ListedRun:
+def _dream_summary(data: JsonObject) -> DreamRun:
     return {"run_id": data["run_id"], "started": data.get("started"),
             "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
             "files": sorted(data.get("files", {})), "undone": data.get("undone")}
 
 
-def list_runs(directory: Path, limit: int = 50) -> list[ListedRun]:
+def list_runs(directory: Path, limit: int = 50) -> list[DreamRun]:
     return list_records(directory, _dream_summary, limit, "dream run")
 
 
@@ -306,7 +289,7 @@ def _current(path: Path) -> bytes | None:
 
 
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
-             force: bool = False, now: str) -> Undone:
+             force: bool = False, now: str) -> DreamUndone:
     """Restore every file the run wrote to its bytes before the run.
 
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file

@@ -46,6 +46,7 @@ from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, ensure_dir
 from recalld.daemon.store.records import read_records, write_records
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -447,7 +448,7 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
     return True
 
 
-async def undo(ws: Workspace, run_id: str, *, force: bool) -> changelog.Undone:
+async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
     settings = ws.settings
     files = fileops_for(ws)
@@ -465,6 +466,6 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> changelog.Undone:
     return result
 
 
-async def runs(ws: Workspace, limit: int = 50) -> list[changelog.ListedRun]:
+async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
     return await trio.to_thread.run_sync(changelog.list_runs, directory, limit)

@@ -33,6 +33,7 @@ import trio
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import InboxItem
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -42,17 +43,6 @@ INBOX_TOPIC = "inbox.item"
 KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict"})
 DEFAULT_MAX_ITEMS = 1000
 WRITE_TIMEOUT_S = 10.0
-
-
-class InboxItem(TypedDict):
-    id: str  # ascending, zero-padded
-    time: float
-    kind: str  # one of KINDS
-    summary: str
-    changes: list[str]
-    job_id: str | None
-    details: JsonObject  # what the job tells about the change
-    acked: bool
 
 
 class Acked(TypedDict):

@@ -12,9 +12,10 @@ search and reads the index.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Literal, TypedDict
+from typing import TYPE_CHECKING, Final, Literal
 
 from recalld.daemon.index.frontmatter import body_of
+from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
 
 if TYPE_CHECKING:
@@ -36,27 +37,6 @@ LINKED_HEADER: Final = "## Linked context"
 INDEX_HEADER: Final = "## Memory index"
 INTERESTS_HEADER: Final = "## Interests"
 ELLIPSIS: Final = "…"
-
-
-class RecallItem(TypedDict):
-    kind: Literal["hit", "linked"]
-    path: str
-    start_line: int
-    end_line: int
-    text: str
-    score: float
-    via: str | None  # for linked context: the hit that links to it
-
-
-class Recall(TypedDict):
-    agent_id: str
-    query: str
-    items: list[RecallItem]
-    index_included: bool
-    interests_included: bool
-    truncated: bool
-    budget_chars: int
-    rendered: str
 
 
 def query_of(query: str | None, messages: Sequence[object] | None) -> str:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Literal, TypedDict
+from typing import Final
 
 import orjson
 
-from recalld.daemon.memory.topics import TopicEntry
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderError
+from recalld.ipc.answers import Selected, TopicEntry
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +28,6 @@ SELECT_PROMPT: Final = (
     "You pick the long-term memory files that help answer a request. Answer with one JSON "
     'object {"paths": [...]} naming at most LIMIT paths from the list, most useful first; '
     '{"paths": []} when none helps. Never name a path that is not listed.')
-
-
-class Selected(TypedDict):
-    agent_id: str
-    query: str
-    method: Literal["model", "search"]
-    fallback: str | None
-    files: list[TopicEntry]
 
 
 def _listing(entries: Sequence[TopicEntry]) -> str:

@@ -18,7 +18,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, TypedDict
+from typing import Final
 
 import trio
 
@@ -27,6 +27,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatt
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.memory.fileops import read_confined, write_confined
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError
 
 log = logging.getLogger(__name__)
@@ -38,13 +39,6 @@ MAX_TOPIC_CHARS: Final = 64_000
 MAX_DESCRIPTION_CHARS: Final = 300
 MAX_TOPICS: Final = 2_000
 _HEAD_BYTES: Final = 8 * 1024
-
-
-class TopicEntry(TypedDict):
-    path: str  # relative to the workspace
-    name: str
-    description: str
-    type: str
 
 
 def digest_folder(ws: Workspace) -> str:

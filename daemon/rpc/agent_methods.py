@@ -32,12 +32,11 @@ from recalld.daemon.memory.interests import parse_interests
 from recalld.daemon.memory.recall import (
     DEFAULT_BUDGET_CHARS,
     MAX_BUDGET_CHARS,
-    Recall,
     build_recall,
     query_of,
 )
 from recalld.daemon.memory.redact import redact, redact_async
-from recalld.daemon.memory.selection import MAX_SELECT, Selected, select_topics
+from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.sessions import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -47,6 +46,8 @@ from recalld.ipc.answers import (
     Interests,
     MemoryIndex,
     NoteAdded,
+    Recall,
+    Selected,
     TopicWritten,
 )
 from recalld.ipc.errors import InvalidParams, NotFound, RecalldError

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from recalld.daemon.memory import changelog, dream
+from recalld.daemon.memory import dream
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.ipc.answers import DreamRun, DreamUndone
 
 METHODS = Methods()
 
 
 class DreamRuns(TypedDict):
-    runs: list[changelog.ListedRun]
+    runs: list[DreamRun]
 
 
 @METHODS.add("dream.undo", positional=("agent_id", "run_id"))
-async def dream_undo(ctx: CallContext, params: JsonObject) -> changelog.Undone:
+async def dream_undo(ctx: CallContext, params: JsonObject) -> DreamUndone:
     p = Params(params)
     agent_id = p.agent_id()
     run_id = p.text("run_id")
