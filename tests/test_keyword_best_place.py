@@ -4,12 +4,12 @@ fake embedding provider, and the list operation itself."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, fake_vector, unit
 from test_vectors_daemon import vectors_status, write
+from waits import wait_value
 
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.fusion import Fused, keep_within
@@ -68,13 +68,9 @@ def _config(root: Path, fake: FakeProvider, within: int | None) -> str:
 
 
 def _wait_idle(d: Any) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        st = vectors_status(d)
-        if st["total"] and st["coverage"] >= 1.0 and st["state"] == "idle":
-            return
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
+    wait_value(lambda: vectors_status(d),
+               lambda st: st["total"] and st["coverage"] >= 1.0 and st["state"] == "idle",
+               "every chunk embedded and the backfill idle")
 
 
 def test_keyword_best_hit_keeps_a_place_in_the_first_five(daemon_factory: Any,
