@@ -33,6 +33,7 @@ import trio
 from recalld.daemon.errors import wire_error
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
+from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import (
     JOB_FAILED,
     AlreadyRunning,
@@ -51,30 +52,6 @@ Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE = frozenset({"queued", "running"})
 INTERRUPTED = "interrupted by daemon restart"
-
-
-class Progress(TypedDict):
-    done: int
-    total: int | None
-    message: str
-
-
-class JobRecord(TypedDict):
-    """A job as the journal keeps it and ``jobs.get`` answers it."""
-
-    job_id: str
-    agent_id: str
-    kind: str
-    params: JsonObject  # as the client sent them
-    state: str  # one of STATES
-    progress: Progress
-    result: JsonObject | None  # what the handler returned, as JSON
-    error: str | None
-    error_code: int | None
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    resumed: bool
 
 
 class JobStatistics(TypedDict):
@@ -110,8 +87,8 @@ class _Job:
     params: JsonObject
     submitted_at: float
     state: str = "queued"
-    progress: Progress = field(
-        default_factory=lambda: Progress(done=0, total=None, message=""))
+    progress: JobProgress = field(
+        default_factory=lambda: JobProgress(done=0, total=None, message=""))
     result: JsonObject | None = None
     error: str | None = None
     error_code: int | None = None
@@ -122,7 +99,7 @@ class _Job:
     done: trio.Event = field(default_factory=trio.Event)
     last_progress_publish: float = float("-inf")
 
-    def as_dict(self) -> JobRecord:
+    def as_dict(self) -> JobInfo:
         return {
             "job_id": self.job_id, "agent_id": self.agent_id, "kind": self.kind,
             "params": self.params, "state": self.state, "progress": self.progress.copy(),
@@ -141,7 +118,7 @@ class _Job:
         progress = rec.get("progress")
         if isinstance(progress, Mapping):
             total = progress.get("total")
-            job.progress = Progress(done=int(progress.get("done") or 0),
+            job.progress = JobProgress(done=int(progress.get("done") or 0),
                                     total=total if isinstance(total, int) else None,
                                     message=str(progress.get("message") or ""))
         job.result = rec.get("result")
@@ -227,10 +204,10 @@ class JobManager:
             raise NotFound(f"no job {job_id!r} in workspace {agent_id!r}")
         return job
 
-    def get(self, agent_id: str, job_id: str) -> JobRecord:
+    def get(self, agent_id: str, job_id: str) -> JobInfo:
         return self._find(agent_id, job_id).as_dict()
 
-    def list(self, agent_id: str | None = None) -> builtins.list[JobRecord]:
+    def list(self, agent_id: str | None = None) -> builtins.list[JobInfo]:
         if agent_id is not None:
             self._check_agent(agent_id)
         agents = [agent_id] if agent_id is not None else sorted(self._jobs)
@@ -271,7 +248,7 @@ class JobManager:
         await self._journal(job)
         return job.job_id
 
-    async def wait(self, agent_id: str, job_id: str) -> JobRecord:
+    async def wait(self, agent_id: str, job_id: str) -> JobInfo:
         """Wait until the job has finished and return its record (NotFound if unknown).
         Cancelling the wait leaves the job alone."""
         job = self._find(agent_id, job_id)
@@ -279,7 +256,7 @@ class JobManager:
             await job.done.wait()
         return job.as_dict()
 
-    async def cancel(self, agent_id: str, job_id: str) -> JobRecord:
+    async def cancel(self, agent_id: str, job_id: str) -> JobInfo:
         """Cancel a job and return its record; waits up to ``cancel_grace_s`` for a running
         job to stop. Cancelling a finished job changes nothing."""
         job = self._find(agent_id, job_id)
@@ -316,7 +293,7 @@ class JobManager:
             log.exception("publishing %s failed", topic)
 
     def _progress(self, job: _Job, done: int, total: int | None, message: str) -> None:
-        job.progress = Progress(done=done, total=total, message=message)
+        job.progress = JobProgress(done=done, total=total, message=message)
         now = trio.current_time()
         if (now - job.last_progress_publish >= self._config.progress_interval_s
                 or (total is not None and done >= total)):
@@ -341,7 +318,7 @@ class JobManager:
                 except RecalldError:
                     log.exception("job journal write failed for %s", job.job_id)
 
-    def _retained(self) -> builtins.list[JobRecord]:
+    def _retained(self) -> builtins.list[JobInfo]:
         return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]
 
     def _retained_count(self) -> int:

@@ -38,6 +38,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import IndexCompacted
 
 log = logging.getLogger(__name__)
 
@@ -324,14 +325,6 @@ class VerifyReport(TypedDict):
     duration_s: float
 
 
-class Compacted(TypedDict):
-    agent_id: str
-    keyword_before: dict[str, int]
-    keyword_after: dict[str, int]
-    generation: int | None
-    duration_s: float
-
-
 def _listed(paths: list[str]) -> Listed:
     return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
 
@@ -433,7 +426,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     }
 
 
-async def compact(ws: Workspace, index: WorkspaceIndex) -> Compacted:
+async def compact(ws: Workspace, index: WorkspaceIndex) -> IndexCompacted:
     """Merge ``ws``'s keyword index segments now and commit a generation."""
     started = time.monotonic()
     before = index.state.bm25.stats()

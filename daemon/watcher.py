@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Protocol, TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
@@ -52,7 +52,15 @@ log = logging.getLogger(__name__)
 
 Known = Callable[[], Mapping[str, tuple[int, int]]]
 Apply = Callable[[set[str]], Awaitable[None]]
-RunSync = Callable[..., Awaitable[Any]]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class RunSync(Protocol):
+    """Runs a blocking ``fn(*args)`` off the event loop (in a worker thread by default)."""
+
+    async def __call__(self, fn: Callable[[*Ts], T], *args: *Ts,
+                       limiter: trio.CapacityLimiter | None = None) -> T: ...
 
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
@@ -66,8 +74,8 @@ def default_source() -> ChangeSource:
     return inotify.InotifySource() if inotify.available() else WatchfilesSource()
 
 
-async def _in_thread(fn: Callable[..., Any], *args: Any,
-                     limiter: trio.CapacityLimiter | None = None) -> Any:
+async def _in_thread(fn: Callable[[*Ts], T], *args: *Ts,
+                     limiter: trio.CapacityLimiter | None = None) -> T:
     return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 

@@ -38,6 +38,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_set
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
@@ -56,6 +57,10 @@ SYSTEM_FOLDERS = tuple(Path(p) for p in (
 LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
 State = Literal["opening", "ready", "closing", "closed", "failed"]
+#: The services that report under their own key of a workspace's status (the open
+#: sections of :class:`recalld.ipc.answers.WorkspaceInfo`).
+StatusName = Literal["index", "health", "vectors", "sessions", "capture", "inbox", "dream",
+                     "resource", "chat", "remote"]
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -107,7 +112,7 @@ class Workspace:
         #: Never opened: its path or settings were refused (``error`` says why).
         self.refused = False
         self._services: WorkspaceServices | None = None
-        self._status: dict[str, StatusProvider] = {}
+        self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
 
@@ -135,7 +140,7 @@ class Workspace:
             raise RuntimeError(f"workspace {self.agent_id!r} already has its services")
         self._services = services
 
-    def add_status(self, name: str, provider: StatusProvider) -> None:
+    def add_status(self, name: StatusName, provider: StatusProvider) -> None:
         """``provider()`` is merged into :meth:`status` under key ``name``."""
         self._status[name] = provider
 
@@ -161,9 +166,9 @@ class Workspace:
             ) from None
 
     # -- lifecycle ------------------------------------------------------------------
-    def describe(self) -> JsonObject:
+    def describe(self) -> WorkspaceInfo:
         """The workspace, with every service's status by name (``workspace.list``)."""
-        info: JsonObject = {
+        info: WorkspaceInfo = {
             "agent_id": self.agent_id,
             "path": str(self.root),
             "state": self.state,
@@ -173,11 +178,12 @@ class Workspace:
             info["error"] = self.error
         if self.refused:
             info["refused"] = True
-        info.update(self.status())
+        for name, status in self.status().items():
+            info[name] = status
         return info
 
-    def status(self) -> dict[str, JsonObject]:
-        out: dict[str, JsonObject] = {}
+    def status(self) -> dict[StatusName, JsonObject]:
+        out: dict[StatusName, JsonObject] = {}
         for name, provider in self._status.items():
             try:
                 out[name] = dict(provider())

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-#: A JSON object as it crosses the socket: the one name for what the client leaves open
-#: (params passed through, job params and results, user metadata, the status sections of
-#: a workspace that each service fills).
+#: A JSON object as it crosses the socket: the one name for what is left open (params as
+#: decoded or passed through, job params and results, user metadata, the status sections
+#: of a workspace that each service fills). The daemon uses the same alias
+#: (``recalld.daemon.jsontypes``).
 JsonObject = dict[str, Any]
 
 

@@ -7,7 +7,8 @@ stable and documented in docs/protocol.md; never renumber one.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, NotRequired, TypedDict
 
 # JSON-RPC 2.0 standard codes.
 PARSE_ERROR = -32700
@@ -31,19 +32,27 @@ DISK_FULL = -32011
 INVALID_BACKUP = -32012
 
 
+class ErrorObject(TypedDict):
+    """The JSON-RPC ``error`` member of a response."""
+
+    code: int
+    message: str
+    data: NotRequired[object]  # any JSON value: what the error is about
+
+
 class RecalldError(Exception):
     """Root of every recalld error a client can see."""
 
     code: ClassVar[int] = INTERNAL_ERROR
 
-    def __init__(self, message: str, data: Any = None) -> None:
+    def __init__(self, message: str, data: object = None) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
 
-    def to_error(self) -> dict[str, Any]:
+    def to_error(self) -> ErrorObject:
         """The JSON-RPC ``error`` member for this exception."""
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        error: ErrorObject = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error
@@ -161,7 +170,7 @@ _BY_CODE: dict[int, type[RecalldError]] = {
 CODE_NAMES: dict[int, str] = {code: cls.__name__ for code, cls in _BY_CODE.items()}
 
 
-def error_from_wire(error: dict[str, Any]) -> RecalldError:
+def error_from_wire(error: Mapping[str, object]) -> RecalldError:
     """Build the typed exception for a JSON-RPC ``error`` member received from the daemon."""
     code = error.get("code")
     message = str(error.get("message", "error"))

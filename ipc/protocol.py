@@ -14,19 +14,37 @@ Rules kept exactly as the specification says:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 import orjson
 
 from recalld.ipc import errors
+from recalld.ipc.answers import JsonObject
+from recalld.ipc.errors import ErrorObject
 
 JSONRPC = "2.0"
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 DEFAULT_MAX_BATCH = 100
 
 Id = int | str | None
+
+
+class ErrorResponse(TypedDict):
+    jsonrpc: str
+    error: ErrorObject
+    id: Id
+
+
+class ResultResponse(TypedDict):
+    jsonrpc: str
+    result: object  # what the handler returned: any JSON value
+    id: Id
+
+
+#: The answer to one call.
+Answer = ResultResponse | ErrorResponse
 
 
 class FrameTooLarge(Exception):
@@ -84,7 +102,7 @@ class Request:
     """A call to run. ``id`` is absent for notifications (``is_notification``)."""
 
     method: str
-    params: dict[str, Any] | list[Any]
+    params: JsonObject | list[object]  # as decoded: handlers check what they read
     id: Id = None
     is_notification: bool = False
 
@@ -95,30 +113,30 @@ class Incoming:
 
     calls: list[Request] = field(default_factory=list)
     # Pre-built error responses for members that were invalid, in arrival order.
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ErrorResponse] = field(default_factory=list)
     is_batch: bool = False
     # Set when the line itself must be answered with a single error (parse error,
     # empty batch, batch too large); calls and errors are then empty.
-    fatal: dict[str, Any] | None = None
+    fatal: ErrorResponse | None = None
 
 
-def error_response(id_: Id, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
+def error_response(id_: Id, code: int, message: str, data: object = None) -> ErrorResponse:
+    error: ErrorObject = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
     return {"jsonrpc": JSONRPC, "error": error, "id": id_}
 
 
-def result_response(id_: Id, result: Any) -> dict[str, Any]:
+def result_response(id_: Id, result: object) -> ResultResponse:
     return {"jsonrpc": JSONRPC, "result": result, "id": id_}
 
 
-def encode(message: Any) -> bytes:
+def encode(message: object) -> bytes:
     """One frame: compact JSON and a newline."""
     return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def _valid_id(value: Any) -> bool:
+def _valid_id(value: object) -> TypeGuard[Id]:
     # Booleans are ints in Python but not valid ids; floats are discouraged by the spec
     # and refused here so answers always echo an exact id.
     return value is None or isinstance(value, str) or (
@@ -126,7 +144,7 @@ def _valid_id(value: Any) -> bool:
     )
 
 
-def _member(obj: Any) -> Request | dict[str, Any]:
+def _member(obj: object) -> Request | ErrorResponse:
     """Validate one request object; return it, or the error response to send."""
     if not isinstance(obj, dict):
         return error_response(None, errors.INVALID_REQUEST, "invalid request: not an object")
@@ -190,14 +208,15 @@ class ServerProtocol:
         return Incoming(errors=[member])
 
     @staticmethod
-    def reply(incoming: Incoming, answers: list[dict[str, Any] | None]) -> bytes | None:
+    def reply(incoming: Incoming, answers: Sequence[Answer | None]) -> bytes | None:
         """The line to send back, given one answer per call (``None`` for notifications).
 
         Returns ``None`` when nothing must be sent (notifications only).
         """
         if incoming.fatal is not None:
             return encode(incoming.fatal)
-        responses = [a for a in answers if a is not None] + incoming.errors
+        responses: list[Answer] = [a for a in answers if a is not None]
+        responses += incoming.errors
         if not responses:
             return None
         if incoming.is_batch:
@@ -210,8 +229,8 @@ class Response:
     """An answer to one of our requests (client side)."""
 
     id: Id
-    result: Any = None
-    error: dict[str, Any] | None = None
+    result: object = None  # any JSON value: the method's parser checks it
+    error: Mapping[str, object] | None = None  # as received: read leniently
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +238,7 @@ class Notification:
     """A server-to-client notification (client side), e.g. method ``event``."""
 
     method: str
-    params: Any
+    params: object  # as received: an event's parser checks it
 
 
 class ClientProtocol:
@@ -228,14 +247,15 @@ class ClientProtocol:
     def __init__(self) -> None:
         self._ids: Iterator[int] = itertools.count(1)
 
-    def request(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    def request(self, method: str,
+                params: Mapping[str, object] | None = None) -> tuple[int, bytes]:
         id_ = next(self._ids)
         return id_, encode(
             {"jsonrpc": JSONRPC, "method": method, "params": params or {}, "id": id_}
         )
 
     @staticmethod
-    def notification(method: str, params: dict[str, Any] | None = None) -> bytes:
+    def notification(method: str, params: Mapping[str, object] | None = None) -> bytes:
         return encode({"jsonrpc": JSONRPC, "method": method, "params": params or {}})
 
     @staticmethod
@@ -260,6 +280,6 @@ class ClientProtocol:
         return out
 
 
-def event_notification(topic: str, payload: dict[str, Any]) -> bytes:
+def event_notification(topic: str, payload: Mapping[str, object]) -> bytes:
     """A server-to-client ``event`` notification frame."""
     return encode({"jsonrpc": JSONRPC, "method": "event", "params": {"topic": topic, **payload}})

@@ -20,7 +20,7 @@ import trio
 from conftest import DaemonHandle
 from waits import wait_job
 
-from recalld.daemon import jobs as daemon_jobs
+from recalld.daemon import workspaces as daemon_workspaces
 from recalld.daemon.index import search as daemon_search
 from recalld.daemon.memory import capture_log, changelog, selection, topics
 from recalld.daemon.memory import inbox as daemon_inbox
@@ -63,9 +63,6 @@ def check(answer: Mapping[str, Any], shape: type) -> None:
 # ------------------------------------------------------------ both sides' declarations
 
 SAME_SHAPES = [
-    (answers.DaemonStatus, daemon_methods.DaemonStatus),
-    (answers.JobInfo, daemon_jobs.JobRecord),
-    (answers.JobProgress, daemon_jobs.Progress),
     (answers.Recall, daemon_recall.Recall),
     (answers.RecallItem, daemon_recall.RecallItem),
     (answers.Selected, selection.Selected),
@@ -86,6 +83,17 @@ def test_search_values_read_keys_the_daemon_sends(client: type, daemon: type) ->
     # Every other key of a hit or an answer is kept in ``extra``.
     fields = {f.name for f in dataclasses.fields(client)}
     assert fields - {"extra"} <= set(daemon.__annotations__)
+
+
+def test_every_service_status_has_its_key_in_workspace_info() -> None:
+    # A workspace's services report under the names of ``StatusName``; each is an open
+    # section of the client's WorkspaceInfo, and every open section but the settings is
+    # one of them.
+    hints = answers.WorkspaceInfo.__annotations__
+    sections = {k for k, v in hints.items()
+                if (v.__forward_arg__ if isinstance(v, typing.ForwardRef) else str(v))
+                == "NotRequired[JsonObject]"} - {"settings"}
+    assert set(typing.get_args(daemon_workspaces.StatusName)) == sections
 
 
 def test_the_keys_read_from_annotations_see_not_required() -> None:

@@ -30,11 +30,13 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "chunk_id", "chunk_markdown", "index_text", "split_line"]
+__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "index_text",
+           "split_line"]
 
 # Chosen by measurement on LoCoMo dev (tests/bench/quality_lexical.py; sessions written as daily
 # notes, one line per turn; our BM25 on our chunks; 1,986 questions with evidence):
@@ -51,6 +53,15 @@ _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
+class ChunkMeta(TypedDict, total=False):
+    """What a chunk carries besides its text (stored with it in the chunk table)."""
+
+    headings: list[str]  # the heading path down to the chunk
+    starts_with_heading: bool  # its first line is a heading
+    chunker: Literal["reme"]  # cut where ReMe cut it (absent: cut here)
+    frontmatter: JsonObject  # the file's frontmatter scalars (first chunk only)
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """A searchable piece of one file; lines are 1-based, inclusive, in the original file."""
@@ -60,13 +71,13 @@ class Chunk:
     end_line: int
     text: str
     heading: str
-    metadata: dict[str, Any]
+    metadata: ChunkMeta
 
     @property
     def id(self) -> str:
         return chunk_id(self.path, self.start_line, self.end_line, self.text)
 
-    def __reduce__(self) -> tuple[type[Chunk], tuple[str, int, int, str, str, dict[str, Any]]]:
+    def __reduce__(self) -> tuple[type[Chunk], tuple[str, int, int, str, str, ChunkMeta]]:
         # Worker processes send chunks to the daemon by the thousand: as the arguments of
         # a call, pickled in C, not through the generic dataclass state functions.
         return Chunk, (self.path, self.start_line, self.end_line, self.text, self.heading,
@@ -79,7 +90,7 @@ class Chunk:
         return index_text(self.text, self.heading, self.metadata)
 
 
-def index_text(text: str, heading: str, metadata: Mapping[str, Any]) -> str:
+def index_text(text: str, heading: str, metadata: Mapping[str, object]) -> str:
     """The text to tokenize for a chunk (see ``Chunk.index_text``); also used when a
     keyword index is rebuilt from stored chunks."""
     if heading and not metadata.get("starts_with_heading", False):
@@ -125,7 +136,7 @@ class _Builder:
     def emit(self, start: int, end: int, headings: list[str], text: str | None = None) -> None:
         """Emit 0-based inclusive line range [start, end]."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
-        meta: dict[str, Any] = {"headings": list(headings)}
+        meta: ChunkMeta = {"headings": list(headings)}
         if _HEADING_RE.match(self.lines[start]) and text is None:
             meta["starts_with_heading"] = True
         self.chunks.append(
@@ -197,7 +208,7 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
             joined = "\n".join(lines[: first.start_line - 1]) + "\n" + first.text
         else:
             joined = first.text
-        meta = {**first.metadata, "frontmatter": scalars}
+        meta: ChunkMeta = {**first.metadata, "frontmatter": scalars}
         builder.chunks[0] = Chunk(first.path, 1, first.end_line, joined, first.heading, meta)
     return builder.chunks
 

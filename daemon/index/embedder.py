@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,7 @@ from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
+from recalld.daemon.providers.embedding import EmbeddingStatus
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
 
@@ -73,6 +74,43 @@ class BackfillConfig:
     #: How long a batch the provider refused for good waits before it is tried again.
     permanent_retry_s: float = 3600.0
     query_timeout_s: float = 3.0
+
+
+class ReMeVectors(TypedDict, total=False):
+    """What was found of ReMe's vectors (empty until seeding is done)."""
+
+    space: str  # the configured space, as ReMe names it
+    cache_vectors: int  # vectors in ReMe's cache file of that space
+    other_spaces: list[str]  # ReMe cache files of other spaces
+    refused: dict[str, str]  # cache file -> why it was not read
+    store_vectors: int  # vectors in ReMe's chunk store
+    store_vectors_used: int  # of those, the ones of the configured dimensions
+
+
+class VectorStatus(TypedDict):
+    """The vector service's part of a workspace's status (``vectors``)."""
+
+    enabled: bool
+    state: str
+    space: str
+    serving_space: str | None
+    migrating: bool
+    dims: int
+    embedded: int
+    total: int
+    coverage: float
+    pending: int
+    rate_per_s: float | None
+    eta_s: float | None
+    provider_texts: int
+    cache_texts: int
+    reused_vectors: int
+    reme_cache_texts: int
+    parked: int
+    health: Literal["unknown", "ok", "fail"]
+    last_error: str | None
+    provider: EmbeddingStatus
+    cache: dict[str, int]
 
 
 @dataclass(slots=True)
@@ -135,12 +173,12 @@ class VectorWorker:
         self.cache_texts = 0
         self.seeded = 0
         #: ReMe's embedding cache of this space (ReMe text key -> vector) and its hits.
-        self._reme_cache: dict[str, Any] = {}
+        self._reme_cache: dict[str, reme_import.F16] = {}
         #: Text hashes of the vectors taken from ReMe's chunk store.
         self.reme_hashes: set[str] = set()
         self.reme_cache_texts = 0
         #: What was found of ReMe's vectors (see ``reme_report``); set once seeding is done.
-        self.reme: dict[str, Any] = {}
+        self.reme: ReMeVectors = {}
         self.seeded_event = trio.Event()
         self.last_error: str | None = None
         self.state = "starting"
@@ -451,9 +489,12 @@ class VectorWorker:
             return
         live: set[str] = set()
         for member in list(space.members):
-            live |= await member.index.locked(
-                lambda st, m=member: {text_hash(unit) for _, text in st.chunks.texts()
-                                      for unit in {text, *m.units(text)}})
+
+            def hashes(st: IndexState, m: VectorWorker = member) -> set[str]:
+                return {text_hash(unit) for _, text in st.chunks.texts()
+                        for unit in {text, *m.units(text)}}
+
+            live |= await member.index.locked(hashes)
         dropped = await trio.to_thread.run_sync(space.cache.compact, live)
         log.info("embedding cache %s: compacted, %d entries dropped", space.key, dropped)
 
@@ -523,7 +564,7 @@ class VectorWorker:
             return None
         return sum(n for _, n in list(done)[1:]) / span
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> VectorStatus:
         client = self.target.client
         total = self.total or len(self.index.state.chunks)
         rate = self.rate()

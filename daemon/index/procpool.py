@@ -30,7 +30,7 @@ from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
@@ -39,6 +39,15 @@ from recalld.daemon.index.worker import WORKER_NICE, worker_init
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class PoolStatus(TypedDict):
+    workers: int
+    alive: bool
+    busy: int  # calls in flight
+    starts: int
+    calls: int
 
 
 class PoolUnavailable(Exception):
@@ -70,7 +79,7 @@ class PreparePool:
     def alive(self) -> bool:
         return self._executor is not None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PoolStatus:
         return {"workers": self.workers, "alive": self.alive, "busy": self._busy,
                 "starts": self.starts, "calls": self.calls}
 
@@ -102,7 +111,7 @@ class PreparePool:
             if not self._holders and not self._busy:
                 self._stop()
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """``fn(*args)`` in a worker process; ``fn`` must be importable, args plain data.
 
         Raises :class:`PoolUnavailable` if the pool cannot run it. A cancelled call is
@@ -114,7 +123,8 @@ class PreparePool:
             try:
                 # Trimmed after each call: a worker then holds its result's buffers
                 # between calls, not the peak of the last one.
-                future = self._ensure().submit(memtrim.trimmed, fn, *args)
+                run: Callable[[Callable[[*Ts], T], *Ts], T] = memtrim.trimmed
+                future = self._ensure().submit(run, fn, *args)
             except (BrokenProcessPool, RuntimeError, OSError) as exc:
                 self._drop(exc)
                 raise PoolUnavailable(str(exc)) from exc

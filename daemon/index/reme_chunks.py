@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from recalld.daemon.index.chunker import Chunk
+from recalld.daemon.index.chunker import Chunk, ChunkMeta
 from recalld.daemon.index.frontmatter import parse_frontmatter
 
 
@@ -71,7 +70,7 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk]
     scalars = {k: v for k, v in fields.items() if isinstance(v, str | int | float | bool | list)}
     out: list[Chunk] = []
     for i, c in enumerate(reme):
-        meta: dict[str, Any] = {"chunker": "reme"}
+        meta: ChunkMeta = {"chunker": "reme"}
         if i == 0 and head:
             meta["frontmatter"] = scalars
         out.append(Chunk(path, c.start_line, c.end_line, c.text, head if i == 0 else "",

@@ -32,14 +32,16 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import zstandard
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.reme_chunks import ReMeChunk
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
 
@@ -54,6 +56,8 @@ _NPZ_NAME: Final = re.compile(r"^(?P<name>.+)_(?P<version>v\d+)_(?P<space>[0-9a-
 # An archive bigger than this is not an embedding cache of a workspace (1 GB: ~500k
 # vectors of 1,024 dimensions).
 MAX_NPZ_BYTES: Final = 1 << 30
+#: A vector as ReMe's cache keeps it.
+F16 = npt.NDArray[np.float16]
 
 
 @dataclass(slots=True)
@@ -98,7 +102,7 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     return store
 
 
-def _chunk_of(rec: Mapping[str, Any]) -> tuple[str, ReMeChunk] | None:
+def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
     path, text = rec.get("path"), rec.get("text")
     start, end = rec.get("start_line"), rec.get("end_line")
     if not (isinstance(path, str) and path and isinstance(text, str)
@@ -113,21 +117,21 @@ def _chunk_of(rec: Mapping[str, Any]) -> tuple[str, ReMeChunk] | None:
 # ------------------------------------------------------ what older recalld versions wrote
 
 
-def _mirrored_chunk(rec: Mapping[str, Any]) -> bool:
+def _mirrored_chunk(rec: Mapping[str, object]) -> bool:
     meta = rec.get("metadata")
     return isinstance(meta, Mapping) and "key" in meta
 
 
 #: Files older recalld versions wrote under ReMe's names (copies of their own index
 #: state), each with what only recalld's records hold.
-OWN_MIRRORS: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
+OWN_MIRRORS: Final[dict[str, Callable[[Mapping[str, object]], bool]]] = {
     CHUNK_STORE: _mirrored_chunk,
     "file_graph/default.jsonl.zst": lambda r: "src" in r and "dst" in r and "kind" in r,
     "file_catalog/default.jsonl.zst": lambda r: "mtime_ns" in r and "keys" in r,
 }
 
 
-def first_record(path: Path, limit: int = 1 << 16) -> dict[str, Any] | None:
+def first_record(path: Path, limit: int = 1 << 16) -> JsonObject | None:
     """The first JSON record of a (zstd) JSONL file, reading at most ``limit`` bytes of
     it; None when empty or unreadable."""
     try:
@@ -197,7 +201,7 @@ class ReMeEmbeddings:
     """ReMe's embedding cache for one space: ReMe text key -> float16 vector."""
 
     space: str
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    vectors: dict[str, F16] = field(default_factory=dict)
     #: ReMe cache files found for other spaces.
     other_spaces: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
@@ -230,7 +234,7 @@ def read_embeddings(metadata_dir: Path, config: EmbeddingModelConfig) -> ReMeEmb
     return out
 
 
-def load_npz(path: Path, dims: int) -> dict[str, np.ndarray]:
+def load_npz(path: Path, dims: int) -> dict[str, F16]:
     """``keys`` -> row of ``embeddings`` from one of ReMe's cache files. Only an archive of
     exactly those two plain arrays is read (no pickled objects: ``allow_pickle=False``);
     anything else raises ValueError."""

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
 from recalld.daemon.config import SearchConfig
+from recalld.daemon.index.embedcache import F32
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk
@@ -43,7 +44,7 @@ class CandidateSource(Protocol):
     server of a shared workspace searched there (``remote/hook.py``)."""
 
     async def __call__(self, query: str, limit: int, filters: Filters,
-                       query_vector: tuple[str, Any] | None, *, link_limit: int = 0,
+                       query_vector: tuple[str, F32] | None, *, link_limit: int = 0,
                        keep: int | None = None) -> Candidates: ...
 
 

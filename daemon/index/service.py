@@ -29,13 +29,14 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon import memtrim, metrics
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index import reme_import
+from recalld.daemon.index.embedcache import F32
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.persist import (
     IndexStore,
@@ -56,16 +57,16 @@ from recalld.daemon.index.state import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
-from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
-    from recalld.daemon.index.embedder import VectorWorker
+    from recalld.daemon.index.embedder import VectorStatus, VectorWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Files prepared per worker call: big enough to amortise the thread or process hop and
 # to share a vocabulary (the daemon maps each batch's distinct terms, not every token),
@@ -146,7 +147,7 @@ class IndexStatus(TypedDict):
     live_damage: dict[str, str]
     searches: int
     keyword: dict[str, int]
-    vectors: JsonObject | None
+    vectors: VectorStatus | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ class WorkspaceIndex:
         *,
         cpu: trio.CapacityLimiter,
         background: trio.CapacityLimiter | None = None,
-        publish: Callable[[str, dict[str, Any]], object] | None = None,
+        publish: Callable[[str, Mapping[str, object]], object] | None = None,
         watcher_config: WatcherConfig | None = None,
         pool: PreparePool | None = None,
     ) -> None:
@@ -433,7 +434,7 @@ class WorkspaceIndex:
                         if progress is not None:
                             progress(done)
 
-    async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _locked(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         # The CPU token before the index lock, as a commit takes them: in the other order
         # a commit holding the last token and an apply holding the lock would wait for
         # each other for ever.
@@ -674,7 +675,7 @@ class WorkspaceIndex:
         await self.watcher.sync()
 
     async def candidates(
-        self, query: str, limit: int, filters: Filters, query_vector: tuple[str, Any] | None,
+        self, query: str, limit: int, filters: Filters, query_vector: tuple[str, F32] | None,
         *, link_limit: int = 0, keep: int | None = None, windows: bool = False,
     ) -> Candidates:
         """Keyword hits, vector hits, exact keys, their chunks and their link

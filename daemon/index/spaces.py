@@ -17,7 +17,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,9 @@ from recalld.daemon.providers.errors import DimensionMismatch, ProviderTimeout
 from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.providers.retry import RetryPolicy
 
+if TYPE_CHECKING:
+    from recalld.daemon.index.embedder import VectorWorker
+
 F32 = npt.NDArray[np.float32]
 _PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimensions",
                   "max_input_length", "max_batch_size")
@@ -41,6 +44,11 @@ _PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimens
 def public_config(config: EmbeddingModelConfig) -> JsonObject:
     """The fields that define a space, without secrets (persisted with the vectors)."""
     return {name: getattr(config, name) for name in _PUBLIC_FIELDS}
+
+
+class SpaceStatistics(TypedDict):
+    cache: dict[str, int]  # the embedding cache's entries, hits, misses, ...
+    workspaces: int  # the vector workers that use the space
 
 
 class VectorSpace:
@@ -56,7 +64,7 @@ class VectorSpace:
         self._open_lock = trio.Lock()
         self._queries: OrderedDict[str, F32] = OrderedDict()
         self._query_cache_size = query_cache_size
-        self.members: set[Any] = set()
+        self.members: set[VectorWorker] = set()
 
     async def ensure_open(self) -> None:
         """Open the cache once (replaying its log in a worker thread)."""
@@ -159,7 +167,7 @@ class VectorSpaces:
         space = self.space(config)
         return space if space.client.enabled else None
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> dict[str, SpaceStatistics]:
         return {key: {"cache": s.cache.stats(), "workspaces": len(s.members)}
                 for key, s in self._by_key.items()}
 

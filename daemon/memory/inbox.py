@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import trio
 
@@ -217,15 +217,16 @@ class Inbox:
                 await trio.to_thread.run_sync(self._log.rewrite, snapshot)
                 self._lines = len(snapshot)
 
-    def _apply(self, rec: Mapping[str, Any]) -> None:
+    def _apply(self, rec: Mapping[str, object]) -> None:
         """Apply one log record (JSON as replayed from disk, or one just written)."""
-        if rec.get("op") == "push" and isinstance(rec.get("item"), dict):
-            item = dict(rec["item"])
+        op, pushed, ids = rec.get("op"), rec.get("item"), rec.get("ids")
+        if op == "push" and isinstance(pushed, dict):
+            item = dict(pushed)
             if isinstance(item.get("id"), str):
                 self._items[item["id"]] = item
                 self._seq = max(self._seq, _seq_of(item["id"]))
-        elif rec.get("op") == "ack" and isinstance(rec.get("ids"), list):
-            for item_id in rec["ids"]:
+        elif op == "ack" and isinstance(ids, list):
+            for item_id in ids:
                 if item_id in self._items:
                     self._items[item_id]["acked"] = True
 

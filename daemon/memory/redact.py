@@ -13,7 +13,7 @@ stalls on them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, overload
 
 import orjson
 
@@ -169,7 +169,15 @@ def redact_parts(parts: Sequence[str]) -> list[str]:
     return out
 
 
-def redact_value(value: Any) -> Any:
+@overload
+def redact_value(value: str) -> str: ...
+@overload
+def redact_value(value: dict[str, object]) -> JsonObject: ...
+@overload
+def redact_value(value: object) -> object: ...
+
+
+def redact_value(value: object) -> object:
     """Redact every string inside a JSON-like value (dicts, lists, strings)."""
     if isinstance(value, str):
         return redact(value)
@@ -197,12 +205,13 @@ def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject
     return out
 
 
-def _redact_blocks(blocks: list[Any]) -> list[Any]:
-    texts = [i for i, b in enumerate(blocks) if isinstance(b, dict)
+def _redact_blocks(blocks: list[object]) -> list[object]:
+    texts = [(i, b) for i, b in enumerate(blocks) if isinstance(b, dict)
              and isinstance(b.get("text"), str)]
     out = list(blocks)
-    for i, text in zip(texts, redact_parts([blocks[i]["text"] for i in texts]), strict=True):
-        out[i] = {**blocks[i], "text": text}
+    for (i, block), text in zip(texts, redact_parts([b["text"] for _, b in texts]),
+                                strict=True):
+        out[i] = {**block, "text": text}
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypedDict
+from typing import Final, TypedDict
 
 import trio
 
@@ -28,7 +28,7 @@ from recalld.ipc.errors import InvalidParams
 
 TOPIC: Final = "call.progress"
 MAX_TOKEN_CHARS: Final = 64
-Notify = Callable[[str, Mapping[str, Any]], Awaitable[bool]]
+Notify = Callable[[str, Mapping[str, object]], Awaitable[bool]]
 Sample = Callable[[], tuple[int, int | None]]
 
 

@@ -36,7 +36,6 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 import trio
@@ -46,6 +45,7 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import DROPPED_TOPIC, Accept, EventBus, Subscription
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
+    Answer,
     FrameTooLarge,
     Incoming,
     LineFramer,
@@ -91,7 +91,7 @@ class Connection:
         connection_id: int,
         peer_pid: int | None,
         config: DaemonConfig,
-        dispatch: Callable[[Request, Connection], Awaitable[Any]],
+        dispatch: Callable[[Request, Connection], Awaitable[object]],
         answers_now: Callable[[Request], bool],
         counters: CallCounters,
     ) -> None:
@@ -320,12 +320,13 @@ class Connection:
             if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
 
-    async def _call(self, request: Request) -> dict[str, Any] | None:
+    async def _call(self, request: Request) -> Answer | None:
         counters = self._counters
         counters.requests_total += 1
         counters.calls_in_flight += 1
         started = time.perf_counter()
         label = request.method
+        response: Answer
         try:
             result = await self._dispatch(request, self)
         except Exception as exc:
@@ -411,7 +412,7 @@ class Connection:
                      self._id, self._config.write_timeout_s)
         return not view
 
-    async def notify(self, topic: str, payload: Mapping[str, Any]) -> bool:
+    async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:
         """One ``event`` notification to this connection only (see :class:`Peer`)."""
         return await self.send(event_notification(topic, dict(payload)))
 
@@ -471,7 +472,7 @@ def _as_recalld_error(exc: BaseException) -> errors.RecalldError | None:
     return exc if isinstance(exc, errors.RecalldError) else None
 
 
-def _encodable(answer: dict[str, Any] | None) -> dict[str, Any] | None:
+def _encodable(answer: Answer | None) -> Answer | None:
     if answer is None:
         return None
     try:

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import trio
 
@@ -19,7 +19,15 @@ from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
-from recalld.ipc.answers import Pong, ReadResult, Subscribed, WorkspaceClosed
+from recalld.ipc.answers import (
+    DaemonStatus,
+    Pong,
+    ReadResult,
+    Subscribed,
+    WorkspaceClosed,
+    WorkspaceInfo,
+    WorkspaceOpened,
+)
 from recalld.ipc.errors import InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
@@ -29,21 +37,8 @@ IMPORT_REPORT_WAIT_S = 600.0
 METHODS = Methods()
 
 
-class DaemonStatus(TypedDict):
-    version: str
-    pid: int
-    started_at: float
-    uptime_s: float
-    socket: str
-    socket_path: str
-    data_dir: str
-    config_path: str
-    workspaces: list[JsonObject]
-    queues: dict[str, JsonObject]
-
-
 class WorkspaceList(TypedDict):
-    workspaces: list[JsonObject]
+    workspaces: list[WorkspaceInfo]
 
 
 def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
@@ -62,8 +57,8 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
     return raw
 
 
-def _with_left_out(registry: WorkspaceRegistry, info: JsonObject,
-                   ws: Workspace | None = None) -> JsonObject:
+def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
+                   ws: Workspace | None = None) -> WorkspaceInfo:
     """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
     the workspace's overrides (model keys handed over by its agent) and its settings do
     not have them from elsewhere either (the config file)."""
@@ -74,7 +69,7 @@ def _with_left_out(registry: WorkspaceRegistry, info: JsonObject,
     return {**info, "secrets_left_out": missing} if missing else info
 
 
-def workspace_info(ws: Workspace) -> JsonObject:
+def workspace_info(ws: Workspace) -> WorkspaceInfo:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
 @METHODS.add("daemon.ping", immediate=True)
@@ -106,7 +101,8 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
 
 
 @METHODS.add("workspace.open")
-async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
+async def workspace_open(ctx: CallContext,
+                         params: JsonObject) -> WorkspaceInfo | WorkspaceOpened:
     p = Params(params)
     agent_id = p.agent_id()
     path = p.text("path", None)
@@ -132,8 +128,8 @@ async def workspace_open(ctx: CallContext, params: JsonObject) -> JsonObject:
 
             progress.phase("indexing", sample=indexed)
             # What was found and reused of a QwenPaw workspace, once indexed.
-            return {**workspace_info(ws), "import": await import_report(
-                ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)}
+            found = await import_report(ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)
+            return {**workspace_info(ws), "import": {**found}}
     return workspace_info(ws)
 
 
@@ -142,7 +138,7 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     registry = ctx.state.registry
     known = registry.remembered()
-    listed: list[JsonObject] = [
+    listed: list[WorkspaceInfo] = [
         _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known}, ws)
         for ws in registry.list()]
     open_now = {ws.agent_id for ws in registry.list()}
@@ -201,7 +197,7 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     p.done()
     registry = ctx.state.registry
 
-    def accept(payload: Mapping[str, Any]) -> bool:
+    def accept(payload: Mapping[str, object]) -> bool:
         # Daemon events name no agent; a workspace's events reach those who may read it.
         owner = payload.get("agent_id")
         return not isinstance(owner, str) or sharing.may_see(registry, caller, owner)

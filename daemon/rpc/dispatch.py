@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, overload
+from typing import Protocol, TypeVar, overload
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
@@ -65,7 +65,7 @@ class Peer(Protocol):
         seeing what ``accept`` lets through); return them all."""
         ...
 
-    async def notify(self, topic: str, payload: Mapping[str, Any]) -> bool:
+    async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:
         """Send one ``event`` notification to this connection only (progress of its own
         call); False if the connection is gone."""
         ...

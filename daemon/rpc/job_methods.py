@@ -8,10 +8,10 @@ from typing import TypedDict, TypeVar
 
 from recalld.daemon import sharing
 from recalld.daemon.config import DEFAULT_AGENT
-from recalld.daemon.jobs import JobManager, JobRecord
+from recalld.daemon.jobs import JobManager
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import check_agent_id
-from recalld.ipc.answers import JobSubmitted
+from recalld.ipc.answers import JobInfo, JobSubmitted
 from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
@@ -19,7 +19,7 @@ R = TypeVar("R")
 
 
 class JobList(TypedDict):
-    jobs: list[JobRecord]
+    jobs: list[JobInfo]
 
 
 def _params(params: object) -> Params:
@@ -46,7 +46,7 @@ async def rpc_submit(manager: JobManager, params: object) -> JobSubmitted:
     return {"job_id": job_id}
 
 
-async def rpc_get(manager: JobManager, params: object) -> JobRecord:
+async def rpc_get(manager: JobManager, params: object) -> JobInfo:
     """``jobs.get {agent_id, job_id}`` → the job record."""
     p = _params(params)
     agent, job_id = _agent(p), p.text("job_id")
@@ -68,7 +68,7 @@ async def rpc_list(manager: JobManager, params: object,
     return {"jobs": sorted(jobs, key=lambda j: j["submitted_at"])}
 
 
-async def rpc_cancel(manager: JobManager, params: object) -> JobRecord:
+async def rpc_cancel(manager: JobManager, params: object) -> JobInfo:
     """``jobs.cancel {agent_id, job_id}`` → the job record after cancelling."""
     p = _params(params)
     agent, job_id = _agent(p), p.text("job_id")

@@ -25,11 +25,12 @@ from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
-from recalld.daemon.maintenance import Compacted, VerifyReport, compact, verify
+from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.errors import InvalidParams, NotFound
 
 ROLLBACK_RECORD = "rollback.json"
@@ -368,7 +369,7 @@ def ops_methods() -> Methods:
         return await verify(ws, ws.services.index, ctx.services.cpu, ws.services.health)
 
     @methods.add("index.compact", positional=("agent_id",))
-    async def index_compact(ctx: CallContext, params: JsonObject) -> Compacted:
+    async def index_compact(ctx: CallContext, params: JsonObject) -> IndexCompacted:
         p = Params(params)
         agent_id = p.agent_id()
         p.done()

@@ -22,7 +22,6 @@ import socket
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -42,7 +41,7 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 # ``await dispatch(request, connection)`` runs one call. A dispatcher may also have an
 # ``is_immediate(request) -> bool`` method (recalld.daemon.rpc.dispatch.Dispatcher has): a call it
 # names will not wait, so the connection runs it inline on its reader.
-Dispatch = Callable[[Request, Connection], Awaitable[Any]]
+Dispatch = Callable[[Request, Connection], Awaitable[object]]
 
 
 def _never_immediate(request: Request) -> bool:
@@ -56,7 +55,7 @@ class PeerCredentials:
     gid: int
 
 
-def peer_credentials(sock: Any) -> PeerCredentials:
+def peer_credentials(sock: socket.socket | trio.socket.SocketType) -> PeerCredentials:
     """SO_PEERCRED of a connected Unix socket (stdlib or trio socket)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)

@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,10 @@ from recalld.daemon.store.fsio import (
     new_hash,
     read_verified,
 )
+
+#: An array as read back: its dtype is the one the file declares (checked against an
+#: allow-list), so readers narrow it where they know what they stored.
+StoredArray = npt.NDArray[np.generic]
 
 MAGIC = b"RCLDARR\x00"
 VERSION = 1
@@ -196,7 +200,7 @@ def _align(n: int) -> int:
 
 def read_arrays(
     path: Path, expected: FileEntry | None = None, *, trusted: bool = False
-) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
+) -> tuple[dict[str, StoredArray], JsonObject]:
     """The verified arrays (read-only) and meta of ``path``; CorruptState on any defect.
 
     With ``expected`` the whole file's checksum covers every array, so the per-array
@@ -210,7 +214,7 @@ def read_arrays(
 class Mapped:
     """Arrays of a file mapped into memory (see :func:`map_arrays`)."""
 
-    arrays: dict[str, np.ndarray[Any, Any]]
+    arrays: dict[str, StoredArray]
     meta: JsonObject
     _map: mmap.mmap | None
     #: The bytes the arrays view when the file could not be copied (read into memory).
@@ -341,7 +345,7 @@ def read_blob(
 
 def _parse(
     path: Path, data: bytes | memoryview, kind: str, *, whole_verified: bool = False
-) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
+) -> tuple[dict[str, StoredArray], JsonObject]:
     if len(data) < _PREFIX.size:
         raise CorruptState(path, "shorter than the array file prefix")
     magic, version, header_len, header_sum = _PREFIX.unpack_from(data)
@@ -369,7 +373,7 @@ def _parse(
     if not isinstance(meta, dict) or not isinstance(toc, list):
         raise CorruptState(path, "header lacks meta or arrays")
 
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    arrays: dict[str, StoredArray] = {}
     floor = _PREFIX.size + header_len
     for entry in toc:
         name, array, start, end = _parse_array(path, data, entry, floor, whole_verified)
@@ -390,7 +394,7 @@ def _check_padding(path: Path, data: bytes | memoryview, start: int, end: int) -
 
 def _parse_array(
     path: Path, data: bytes | memoryview, entry: object, floor: int, whole_verified: bool
-) -> tuple[str, np.ndarray[Any, Any], int, int]:
+) -> tuple[str, StoredArray, int, int]:
     """One verified array and its byte range; ``floor`` is where the previous one ended."""
     if not isinstance(entry, dict):
         raise CorruptState(path, "array entry is not an object")

@@ -13,9 +13,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TypeVar
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store import arrays as arrays_mod
@@ -155,7 +153,7 @@ class Generation:
             self.corrupt[logical] = exc.reason
             raise
 
-    def read_arrays(self, logical: str) -> tuple[dict[str, np.ndarray[Any, Any]], JsonObject]:
+    def read_arrays(self, logical: str) -> tuple[dict[str, arrays_mod.StoredArray], JsonObject]:
         return self._guard(
             logical, lambda: arrays_mod.read_arrays(self.path(logical), self.files[logical],
                                             trusted=logical in self.verified)
