@@ -1,4 +1,4 @@
-"""What the three client flavours share besides the method table: how a connect failure,
+"""What the two client flavours share besides the method table: how a connect failure,
 a response and a server-side close turn into typed errors, and how a daemon is auto-started.
 
 No I/O waits here except :func:`spawn_daemon`, which only starts a process.

@@ -1,10 +1,10 @@
-"""The one table of daemon methods that drives the sync, trio and asyncio clients.
+"""The one table of daemon methods that drives the blocking and the async client.
 
 Each builder below takes the Python arguments of one method and returns a :class:`Call`:
 the wire method name, its params (``None`` values left out) and a function that turns the
 raw result into its typed shape. A client flavour only knows how to run a ``Call``;
 :func:`sync_method` and :func:`async_method` turn each builder into a bound method with the
-builder's exact signature, so the three flavours cannot drift apart.
+builder's exact signature, so the two flavours cannot drift apart.
 """
 
 from __future__ import annotations
@@ -525,8 +525,7 @@ class SyncMethods:
 
 
 class AsyncMethods:
-    """Every method of the table as an async method (mixed into the trio and asyncio
-    clients)."""
+    """Every method of the table as an async method (mixed into the async client)."""
 
     ping = async_method(ping)
     status = async_method(status)

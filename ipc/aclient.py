@@ -1,34 +1,49 @@
-"""The trio client: many concurrent calls over one connection, typed methods, events.
+"""The async client, for trio and asyncio programs alike: many concurrent calls over one
+connection, typed methods, events.
 
-Use it as ``async with AsyncClient() as client:``. Entering opens a nursery that holds one
-reader task per connection; the reader routes answers by id to the waiting calls and
-``event`` notifications into a bounded channel (:meth:`AsyncClient.events`). Leaving
-cancels the reader and closes the socket.
+Written on anyio, it runs on the event loop of whoever calls it. It starts no task: the
+tasks that wait read. One waiting task at a time reads the socket and routes what
+arrives, answers by id to the calls that wait for them and ``event`` notifications into
+a bounded buffer (:meth:`AsyncClient.next_event`); once it has its own answer, or is
+cancelled, another waiting task takes over the reading. So the client needs no task
+group of its own: ``async with AsyncClient() as client:`` closes the connection at the
+end, and a client kept in an object without a block is closed with :meth:`aclose`.
 
 A connection found dead before a request is sent is replaced once, transparently (the
-daemon restarted); calls in flight when it dies raise :class:`ConnectionLost`, and the next
-call reconnects and subscribes to the same topics again. Every call runs under
-``trio.fail_after(timeout_s)`` and raises :class:`TimeoutError` when it expires; a
-cancelled call leaves the connection usable (its late answer is dropped).
+daemon restarted); calls in flight when it dies raise :class:`ConnectionLost`, and the
+next call reconnects and subscribes to the same topics again. Every call runs under a
+``timeout_s`` deadline and raises :class:`TimeoutError` when it passes. A cancelled call
+leaves the connection usable (its late answer is dropped), except one cancelled in the
+middle of sending its request: that connection is closed, since it may hold half a
+request, and the next call reconnects.
+
+Events are read while some task waits (for an answer, or in :meth:`next_event`); the
+ones that arrive in between wait in the socket until then. A subscriber keeps reading
+its events: the daemon cuts off a client that leaves its socket full for its
+``write_timeout_s``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import trio
+import anyio
 
 from recalld.ipc import _core, _methods, errors, paths
 from recalld.ipc._methods import Call
 from recalld.ipc.answers import Subscribed
-from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
+from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, LineFramer, Notification, Response
 from recalld.ipc.types import Event
+
+if TYPE_CHECKING:
+    from anyio.abc import SocketStream
 
 T = TypeVar("T")
 DEFAULT_MAX_EVENTS = 1024
@@ -36,33 +51,49 @@ DEFAULT_MAX_EVENTS = 1024
 
 @dataclass(eq=False)
 class _Waiter:
-    done: trio.Event = field(default_factory=trio.Event)
+    """A task waiting on a connection: for the answer to request ``answer_id``, or (None)
+    for events. ``wake`` is set when something it may want arrived, or when the task that
+    read stopped reading."""
+
+    answer_id: int | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
     response: Response | None = None
     error: errors.RecalldError | None = None
+
+    def answered(self) -> bool:
+        return self.response is not None or self.error is not None
 
 
 @dataclass(eq=False)
 class _Connection:
-    stream: trio.SocketStream
+    stream: SocketStream
+    #: The stream's non-blocking socket, for the send that needs no wait (see ``_send``).
+    sock: socket.socket
+    framer: LineFramer = field(
+        default_factory=lambda: LineFramer(_core.CLIENT_MAX_FRAME_BYTES))
     pending: dict[int, _Waiter] = field(default_factory=dict)
-    send_lock: trio.Lock = field(default_factory=trio.Lock)
+    #: Waiters asleep while another task reads, in arrival order.
+    idle: dict[_Waiter, None] = field(default_factory=dict)
+    reading: bool = False
+    #: Held while a request is sent in more than one piece; taken without a checkpoint.
+    send_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     closed: bool = False
     fatal: Response | None = None
 
-    def fail_all(self) -> None:
-        self.closed = True
-        for waiter in self.pending.values():
-            waiter.error = _core.lost(self.fatal)
-            waiter.done.set()
-        self.pending.clear()
-
 
 class _Lost:
-    """Marker put on the event channel when a subscribed connection dies."""
+    """Marker put in the event buffer when a subscribed connection dies."""
 
 
 class AsyncClient(_methods.AsyncMethods):
-    """trio JSON-RPC client of the recalld daemon; see the module docstring."""
+    """Async JSON-RPC client of the recalld daemon, for trio and asyncio; see the module
+    docstring.
+
+    ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
+    each connect. With ``autostart=True`` a missing daemon is started with
+    ``recalld serve`` in the background and waited for. At most ``max_events`` events
+    wait to be read; more are dropped and counted in ``events_dropped``.
+    """
 
     def __init__(
         self,
@@ -77,23 +108,21 @@ class AsyncClient(_methods.AsyncMethods):
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.autostart = autostart
-        #: Events dropped because nobody read the channel fast enough.
+        #: Events dropped because nobody read them fast enough.
         self.events_dropped = 0
+        self._max_events = max_events
         self._protocol = ClientProtocol()
         self._conn: _Connection | None = None
-        self._connect_lock = trio.Lock()
+        self._connect_lock = anyio.Lock()
+        #: Set (and replaced) whenever a connection opens: event waiters wait for one.
+        self._opened = anyio.Event()
         self._topics: list[str] = []
         self._topics_agent: str | None = None
-        self._event_send, self._event_recv = trio.open_memory_channel[Event | _Lost](max_events)
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
+        self._events: collections.deque[Event | _Lost] = collections.deque()
 
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> AsyncClient:
-        stack = contextlib.AsyncExitStack()
-        self._nursery = await stack.enter_async_context(trio.open_nursery())
-        self._stack = stack
         return self
 
     async def __aexit__(
@@ -101,98 +130,129 @@ class AsyncClient(_methods.AsyncMethods):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
         await self.aclose()
-        assert self._stack is not None
-        stack, self._stack, self._nursery = self._stack, None, None
-        return await stack.__aexit__(exc_type, exc, tb)
 
     async def aclose(self) -> None:
-        """Close the connection and stop its reader (idempotent)."""
+        """Close the connection (idempotent): calls waiting on it raise
+        :class:`ConnectionLost`. The client can still be used: it reconnects."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.fail_all()
-            # Closing the stream ends its reader (receive_some raises ClosedResourceError);
-            # the nursery is not cancelled, as its scope also covers the caller's block.
-            await conn.stream.aclose()
+            await self._close(conn)
 
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
     async def _connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn  # the usual case: no lock, no checkpoint
         async with self._connect_lock:
             if self._conn is not None and not self._conn.closed:
                 return self._conn
-            if self._nursery is None:
-                raise RuntimeError("use the client as: async with AsyncClient() as client")
             try:
                 stream = await self._open_stream()
             except errors.DaemonNotRunning:
                 if not self.autostart:
                     raise
                 stream = await self._start_daemon()
-            conn = _Connection(stream)
-            await self._nursery.start(self._reader, conn)
-            self._conn = conn
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 (not Django)
+            conn = self._conn = _Connection(stream, raw)
+            self._opened.set()
+            self._opened = anyio.Event()
             if self._topics:
                 await self._call_on(conn, _methods.subscribe(
                     self._topics, self._topics_agent))
             return conn
 
-    async def _open_stream(self) -> trio.SocketStream:
+    async def _open_stream(self) -> SocketStream:
         try:
-            with trio.fail_after(self.connect_timeout_s):
-                return await trio.open_unix_socket(str(self.socket_path))
-        except trio.TooSlowError:
+            with anyio.fail_after(self.connect_timeout_s):
+                return await anyio.connect_unix(self.socket_path)
+        except TimeoutError:
             raise TimeoutError(f"connecting to {self.socket_path} timed out") from None
         except OSError as exc:
             raise _core.connect_error(self.socket_path, exc) from None
 
-    async def _start_daemon(self) -> trio.SocketStream:
-        await trio.to_thread.run_sync(_core.spawn_daemon, self.socket_path)
-        deadline = trio.current_time() + _core.AUTOSTART_WAIT_S
+    async def _start_daemon(self) -> SocketStream:
+        await anyio.to_thread.run_sync(_core.spawn_daemon, self.socket_path)
+        deadline = anyio.current_time() + _core.AUTOSTART_WAIT_S
         while True:
             try:
                 return await self._open_stream()
             except errors.DaemonNotRunning:
-                failed = _core.autostart_gave_up(self.socket_path, trio.current_time() >= deadline)
+                failed = _core.autostart_gave_up(self.socket_path,
+                                                 anyio.current_time() >= deadline)
                 if failed is not None:
                     raise failed from None
-                await trio.sleep(_core.AUTOSTART_POLL_S)
+                await anyio.sleep(_core.AUTOSTART_POLL_S)
 
-    async def _reader(
-        self, conn: _Connection, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Route everything the daemon sends until EOF; then fail the calls still waiting."""
-        framer = LineFramer(_core.CLIENT_MAX_FRAME_BYTES)
-        task_status.started()
+    async def _close(self, conn: _Connection) -> None:
+        """End ``conn``: fail the calls waiting on it, tell subscribers, close the stream."""
+        if not conn.closed:
+            conn.closed = True
+            error = _core.lost(conn.fatal)
+            for waiter in conn.pending.values():
+                waiter.error = error
+                waiter.wake.set()
+            conn.pending.clear()
+            for waiter in conn.idle:
+                waiter.wake.set()
+            if self._topics and len(self._events) < self._max_events:
+                self._events.append(_Lost())
+        with anyio.CancelScope(shield=True):
+            await conn.stream.aclose()
+
+    # ------------------------------------------------------------------ reading
+
+    async def _wait(self, conn: _Connection, waiter: _Waiter,
+                    ready: Callable[[], bool]) -> None:
+        """Return once ``ready()`` or ``conn`` has ended: read the connection, or sleep
+        while another task reads it and routes to ``waiter``.
+
+        Cancelled, it hands the reading on like any reader that leaves.
+        """
         try:
-            while True:
-                data = await conn.stream.receive_some(_core.READ_CHUNK_BYTES)
-                if not data:
-                    break
-                for line in framer.feed(data):
-                    for message in self._protocol.receive_line(line):
-                        self._route(conn, message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, errors.ParseError):
-            pass
+            while not ready() and not conn.closed:
+                if conn.reading:
+                    waiter.wake = anyio.Event()
+                    conn.idle[waiter] = None
+                    try:
+                        await waiter.wake.wait()
+                    finally:
+                        del conn.idle[waiter]
+                    continue
+                conn.reading = True
+                try:
+                    await self._read_some(conn)
+                finally:
+                    conn.reading = False
         finally:
-            conn.fail_all()
-            if self._topics:
-                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
-                    self._event_send.send_nowait(_Lost())
-            with trio.CancelScope(shield=True):
-                await conn.stream.aclose()
+            if not conn.reading and conn.idle:
+                next(iter(conn.idle)).wake.set()
+
+    async def _read_some(self, conn: _Connection) -> None:
+        """Read what has arrived and route it; at EOF or garbage, end the connection."""
+        try:
+            data = await conn.stream.receive(_core.READ_CHUNK_BYTES)
+            for line in conn.framer.feed(data):
+                for message in self._protocol.receive_line(line):
+                    self._route(conn, message)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                errors.ParseError, FrameTooLarge):
+            await self._close(conn)
 
     def _route(self, conn: _Connection, message: Response | Notification) -> None:
         if isinstance(message, Notification):
             if message.method == "event":
-                try:
-                    self._event_send.send_nowait(Event.from_params(message.params))
-                except trio.WouldBlock:
-                    # The reader must never wait for a slow consumer: answers would stall.
+                if len(self._events) >= self._max_events:
                     self.events_dropped += 1
+                    return
+                self._events.append(Event.from_params(message.params))
+                for idle in conn.idle:
+                    if idle.answer_id is None:
+                        idle.wake.set()
             return
         if message.id is None:
             conn.fatal = message  # sent just before the daemon closes this connection
@@ -200,7 +260,7 @@ class AsyncClient(_methods.AsyncMethods):
         waiter = conn.pending.pop(message.id, None) if isinstance(message.id, int) else None
         if waiter is not None:
             waiter.response = message
-            waiter.done.set()
+            waiter.wake.set()
 
     # -------------------------------------------------------------------- calls
 
@@ -209,48 +269,77 @@ class AsyncClient(_methods.AsyncMethods):
         return await self._run(_methods.raw_call(method, params))
 
     async def _run(self, call: Call[T]) -> T:
-        try:
-            with trio.fail_after(self.timeout_s):
-                for attempt in range(2):
-                    conn = await self._connection()
-                    try:
-                        return await self._call_on(conn, call)
-                    except _NotSent:
-                        if attempt:
-                            raise errors.ConnectionLost(
-                                "the daemon closed the connection"
-                            ) from None
-                raise AssertionError("unreachable")
-        except trio.TooSlowError:
-            raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s") from None
+        with anyio.move_on_after(self.timeout_s):
+            for attempt in range(2):
+                conn = await self._connection()
+                try:
+                    return await self._call_on(conn, call)
+                except _NotSent:
+                    if attempt:
+                        raise errors.ConnectionLost("the daemon closed the connection") from None
+        raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s")
 
     async def _call_on(self, conn: _Connection, call: Call[T]) -> T:
         id_, frame = self._protocol.request(call.method, call.params)
         _core.check_request_size(frame)
-        waiter = _Waiter()
+        waiter = _Waiter(id_)
         conn.pending[id_] = waiter
         try:
-            async with conn.send_lock:
-                try:
-                    await conn.stream.send_all(frame)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    conn.closed = True
-                    raise _NotSent from None
-                except BaseException:
-                    # Cancelled or timed out mid-frame: the stream may hold half a
-                    # request, so it cannot carry another. Close it; the next call
-                    # reconnects.
-                    conn.closed = True
-                    with trio.CancelScope(shield=True):
-                        await conn.stream.aclose()
-                    raise
-            await waiter.done.wait()
+            await self._send(conn, frame)
+            await self._wait(conn, waiter, waiter.answered)
         finally:
             conn.pending.pop(id_, None)
         if waiter.error is not None:
             raise waiter.error
         assert waiter.response is not None
         return _core.finish(call, waiter.response)
+
+    async def _send(self, conn: _Connection, frame: bytes) -> None:
+        """Send one whole request; :class:`_NotSent` if ``conn`` is found dead first.
+
+        Most requests fit the socket buffer: while no other request is half sent, one
+        non-blocking ``send`` writes it without a wait, so the requests of many tasks
+        leave together and their answers come back together. The rest of a request
+        that does not fit is sent under the lock, which keeps requests whole and in order.
+        """
+        if conn.closed:
+            raise _NotSent
+        if not conn.send_lock.locked():
+            try:
+                sent = conn.sock.send(frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                await self._closed_by_daemon(conn)
+                raise _NotSent from None
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
+        async with conn.send_lock:
+            if conn.closed:
+                raise _NotSent
+            try:
+                await conn.stream.send(frame)
+                return
+            except anyio.BrokenResourceError:
+                await self._closed_by_daemon(conn)
+            except anyio.ClosedResourceError:
+                await self._close(conn)  # closed here meanwhile (aclose)
+            except BaseException:
+                # Cancelled or timed out mid-frame: the stream may hold half a request,
+                # so it cannot carry another. Close it; the next call reconnects.
+                await self._close(conn)
+                raise
+            raise _NotSent
+
+    async def _closed_by_daemon(self, conn: _Connection) -> None:
+        """End ``conn``, found closed by the daemon (it restarted) while sending, once
+        what the daemon sent before closing (events, a last error) has been read."""
+        try:
+            with anyio.move_on_after(self.connect_timeout_s):
+                await self._wait(conn, _Waiter(), lambda: False)
+        finally:
+            await self._close(conn)
 
     # ------------------------------------------------------------------- events
 
@@ -267,10 +356,17 @@ class AsyncClient(_methods.AsyncMethods):
         """The next event, or None after ``timeout_s`` without one.
 
         Raises :class:`ConnectionLost` when the subscribed connection dies; the next call
-        reconnects and subscribes again.
+        reconnects and subscribes again. Cancelled, it takes no event.
         """
-        with trio.move_on_after(math.inf if timeout_s is None else timeout_s):
-            item = await self._event_recv.receive()
+        with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
+            waiter = _Waiter()
+            while not self._events:
+                conn = self._conn
+                if conn is None or conn.closed:
+                    await self._opened.wait()  # nothing arrives until a call connects
+                else:
+                    await self._wait(conn, waiter, lambda: bool(self._events))
+            item = self._events.popleft()
             if isinstance(item, _Lost):
                 raise errors.ConnectionLost("the daemon closed the connection")
             return item
@@ -285,7 +381,5 @@ class AsyncClient(_methods.AsyncMethods):
             yield event
 
 
-
 class _NotSent(Exception):
     """The request never reached a live daemon; it is safe to send again."""
-

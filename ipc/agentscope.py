@@ -71,8 +71,8 @@ from agentscope.permission import PermissionBehavior, PermissionContext, Permiss
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
+from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.answers import JsonObject, NoteAdded
-from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.types import SearchResponse, render_linked
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def _warn_if_other_models(workspace: str, wanted: ModelOverrides,
                         have.get("model_name") or "none")
 
 
-async def _open_workspace(client: AsyncioClient, workspace: str,
+async def _open_workspace(client: AsyncClient, workspace: str,
                           models: ModelOverrides) -> JsonObject:
     """Open ``workspace`` with the agent's models; its settings as the daemon answered."""
     info = await client.workspace_open(workspace, config=models or None)
@@ -278,7 +278,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         socket_path: str | Path | None = None,
         autostart: bool = False,
         timeout_s: float = 30.0,
-        client: AsyncioClient | None = None,
+        client: AsyncClient | None = None,
         chat_model: object = None,
         embedding_model: object = None,
         select: bool = False,
@@ -296,7 +296,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self.index_ttl_s = index_ttl_s
         self.write_back = write_back
         self._owns_client = client is None
-        self.client = client or AsyncioClient(socket_path, timeout_s=timeout_s,
+        self.client = client or AsyncClient(socket_path, timeout_s=timeout_s,
                                               autostart=autostart)
         #: Open workspaces and their settings (as ``workspace.open`` answered).
         self._opened: dict[str, JsonObject] = {}
@@ -835,7 +835,7 @@ class RecalldMem0Middleware(MiddlewareBase):
         socket_path: str | Path | None = None,
         autostart: bool = False,
         timeout_s: float = 30.0,
-        daemon_client: AsyncioClient | None = None,
+        daemon_client: AsyncClient | None = None,
     ) -> None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError("RecalldMem0Middleware requires a non-empty `user_id`.")
@@ -859,7 +859,7 @@ class RecalldMem0Middleware(MiddlewareBase):
         self.memory_section_intro = memory_section_intro
         self.tool_instructions = tool_instructions
         self._owns_client = daemon_client is None
-        self.client = daemon_client or AsyncioClient(socket_path, timeout_s=timeout_s,
+        self.client = daemon_client or AsyncClient(socket_path, timeout_s=timeout_s,
                                                      autostart=autostart)
         self._opened = False
         self._writes: set[asyncio.Task[None]] = set()

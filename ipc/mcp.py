@@ -39,8 +39,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
+from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.answers import JsonObject, Recall
-from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
@@ -177,7 +177,7 @@ def _text(text: str, *, error: bool = False,
 class Bridge:
     """The MCP handlers of one bridge process: agent ``agent`` over ``client``."""
 
-    def __init__(self, client: AsyncioClient, agent: str) -> None:
+    def __init__(self, client: AsyncClient, agent: str) -> None:
         self.client = client
         self.agent = agent
         self._opened = False
@@ -394,7 +394,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     """Serve MCP on stdin/stdout until stdin closes. Warns on stderr (the MCP client's
     log) when no daemon answers at start; requests then answer with errors until one does.
     """
-    client = AsyncioClient(socket_path, autostart=autostart)
+    client = AsyncClient(socket_path, autostart=autostart)
     if not autostart:
         await warn_if_unreachable(client)
     bridge = Bridge(client, agent)
@@ -403,7 +403,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def warn_if_unreachable(client: AsyncioClient) -> None:
+async def warn_if_unreachable(client: AsyncClient) -> None:
     try:
         await client.ping()
     except _DAEMON_ERRORS as exc:

@@ -29,8 +29,8 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from waits import wait_for
 
+from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agentscope import MODES, Mode, RecalldMemoryMiddleware
-from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.client import Client
 
 MEMORY_PROMPT = "You keep the long-term memory"
@@ -115,7 +115,7 @@ def test_agentscope_without_close_is_written_when_idle(daemon_factory: Any,
     fact = f"My bicycle in {mode} is green."
 
     async def main() -> None:
-        client = AsyncioClient(daemon.socket_path)
+        client = AsyncClient(daemon.socket_path)
         mw = RecalldMemoryMiddleware(agent_id="cyclist", mode=mode, client=client)
         try:
             await one_turn(fake, mw, fact)  # and the middleware is never closed
@@ -132,7 +132,7 @@ def test_agentscope_compaction_writes_folded_turns_first(daemon_factory: Any,
     fact = "My first pet was a tortoise called Atlas."
 
     async def main() -> None:
-        client = AsyncioClient(daemon.socket_path)
+        client = AsyncClient(daemon.socket_path)
         mw = RecalldMemoryMiddleware(agent_id="keeper", mode="static_control", client=client)
         try:
             agent = await one_turn(fake, mw, fact)

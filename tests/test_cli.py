@@ -240,9 +240,9 @@ AUTOSTART = {
              "    async with AsyncClient(autostart=True) as c:\n"
              "        print(json.dumps(await c.status()))\n"
              "trio.run(main)\n"),
-    "asyncio": ("import json, asyncio; from recalld.ipc.asyncio_client import AsyncioClient\n"
+    "asyncio": ("import json, asyncio; from recalld.ipc.aclient import AsyncClient\n"
                 "async def main():\n"
-                "    async with AsyncioClient(autostart=True) as c:\n"
+                "    async with AsyncClient(autostart=True) as c:\n"
                 "        print(json.dumps(await c.status()))\n"
                 "asyncio.run(main())\n"),
 }

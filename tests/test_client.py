@@ -3,29 +3,33 @@
 The server runs in its own thread (its own trio loop) and is built on the same
 ServerProtocol as the daemon, so the sync, trio and asyncio clients all talk to it the
 same way. It has a few test-only methods: ``test.emit`` sends events before answering,
-``test.sleep`` answers late, ``test.drop`` closes the connection without an answer.
+``test.sleep`` answers late, ``test.drop`` closes the connection without an answer,
+``test.emit_later`` answers first and sends its events a moment later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import itertools
 import os
 import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import trio
+from waits import wait_for
 
 from recalld.ipc import errors
 from recalld.ipc._methods import METHODS
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.client import Client
 from recalld.ipc.protocol import (
     FrameTooLarge,
@@ -52,6 +56,8 @@ class FakeDaemon:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.calls: list[tuple[str, Any]] = []
+        #: Events sent by ``test.emit_later`` so far.
+        self.events_sent = 0
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -124,6 +130,14 @@ class FakeDaemon:
     async def _answer(self, call: Request, send: Send,
                       stream: trio.SocketStream) -> dict[str, Any] | None:
         self.calls.append((call.method, call.params))
+        if call.method == "test.emit_later":
+            count = call.params.get("count", 1)
+            await send(encode(result_response(call.id, {"later": count})))
+            await trio.sleep(0.05)  # the client has its answer and is idle
+            for i in range(count):
+                await send(event_notification("job.progress", {"i": i}))
+                self.events_sent += 1
+            raise _Dropped  # answered above
         try:
             result = await self._method(call.method, dict(call.params), send, stream)
         except errors.RecalldError as exc:
@@ -197,7 +211,7 @@ def fake(sockdir: Path) -> Iterator[FakeDaemon]:
 def test_one_table_drives_every_flavour() -> None:
     assert METHODS["search"] == "memory.search" and METHODS["ping"] == "daemon.ping"
     for name in METHODS:
-        for cls in (Client, AsyncClient, AsyncioClient):
+        for cls in (Client, AsyncClient):
             assert callable(getattr(cls, name, None)), (
                 f"{cls.__name__} lacks {name}: add `{name} = sync_method({name})` to "
                 "_methods.SyncMethods and `async_method(...)` to _methods.AsyncMethods")
@@ -339,35 +353,108 @@ def _bad_list_call() -> Any:
     return Call("test.sleep", {"s": 0, "value": "nope"}, _as_list("workspaces", WorkspaceInfo))
 
 
-# ------------------------------------------------------------------------ trio
+# ----------------------------------------------------------------------- async
+# One client for trio and asyncio programs: every test body runs under each event loop's
+# own runner, as an application would run it.
+
+BACKENDS = ["trio", "asyncio"]
 
 
-async def test_trio_concurrent_calls_route_by_id(fake: FakeDaemon) -> None:
+def each_loop(body: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """A test that runs the async ``body`` once under ``trio.run`` and once under
+    ``asyncio.run``, with ``body``'s fixtures."""
+
+    def test(backend: str, **fixtures: Any) -> None:
+        if backend == "trio":
+            trio.run(functools.partial(body, **fixtures))
+        else:
+            asyncio.run(body(**fixtures))
+
+    params = inspect.signature(body).parameters.values()
+    test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("backend", inspect.Parameter.POSITIONAL_OR_KEYWORD), *params])
+    test.__name__ = test.__qualname__ = body.__name__
+    return pytest.mark.parametrize("backend", BACKENDS)(test)
+
+
+async def until(cond: Callable[[], object], what: str) -> None:
+    """Wait (off the event loop) until ``cond()`` holds, with the suite's generous cap."""
+    await anyio.to_thread.run_sync(lambda: wait_for(cond, what))
+
+
+@each_loop
+async def test_async_concurrent_calls_route_by_id(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path) as client:
         got: dict[int, Any] = {}
 
         async def one(i: int, delay: float) -> None:
             got[i] = await client.call("test.sleep", {"s": delay, "value": i})
 
-        async with trio.open_nursery() as nursery:
-            for i, delay in enumerate([0.3, 0.1, 0.2, 0.0, 0.15]):
-                nursery.start_soon(one, i, delay)
-        assert got == {i: i for i in range(5)}
+        delays = [0.3, 0.1, 0.2, 0.0, 0.15] + [0.0] * 50
+        async with anyio.create_task_group() as tg:
+            for i, delay in enumerate(delays):
+                tg.start_soon(one, i, delay)
+        assert got == {i: i for i in range(len(delays))}
         results = await client.search("a", "q", max_results=3)
         assert [r.path for r in results] == [f"memory/n{i}.md" for i in range(3)]
+        assert [r.text for r in results] == ["q"] * 3
 
 
-async def test_trio_typed_errors_and_not_running(fake: FakeDaemon, sockdir: Path) -> None:
+@each_loop
+async def test_async_large_requests_stay_whole(fake: FakeDaemon) -> None:
+    # Requests larger than the socket buffer go out in pieces while small ones from other
+    # tasks wait their turn: every request reaches the daemon whole and in one piece.
     async with AsyncClient(fake.path) as client:
-        with pytest.raises(errors.UnknownWorkspace):
+        got: dict[int, Any] = {}
+
+        async def one(i: int) -> None:
+            value = f"{i}:" + "x" * (600_000 if i % 3 == 0 else 10)
+            got[i] = await client.call("test.sleep", {"s": 0, "value": value})
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i)
+        assert {i: len(v) for i, v in got.items()} == {
+            i: len(f"{i}:") + (600_000 if i % 3 == 0 else 10) for i in range(12)}
+        assert all(v.startswith(f"{i}:") for i, v in got.items())
+
+
+@each_loop
+async def test_async_typed_calls_and_errors(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        with pytest.raises(errors.UnknownWorkspace) as info:
             await client.workspace_open("ghost")
-        assert (await client.ping())["pong"]
-    async with AsyncClient(sockdir / "none.sock") as client:
-        with pytest.raises(errors.DaemonNotRunning):
-            await client.ping()
+        assert info.value.code == errors.UNKNOWN_WORKSPACE
+        assert info.value.data == {"agent_id": "ghost"}
+        with pytest.raises(errors.PathOutsideWorkspace):
+            await client.read("a", "../../etc/passwd")
+        with pytest.raises(errors.MethodNotFound):
+            await client.jobs_list()
+        with pytest.raises(errors.RequestTooLarge):  # refused before sending
+            await client.call("daemon.ping", {"blob": "x" * (2 << 20)})
+        with pytest.raises(errors.InternalError):
+            await client._run(_bad_list_call())
+        assert (await client.ping())["pong"]  # errors leave the connection usable
+        assert (await client.status())["workspaces"][0]["agent_id"] == "default"
+        assert (await client.read("a1", "memory/x.md"))["text"] == "hello\n"
+    assert not client.connected
 
 
-async def test_trio_events_and_lost_connection(fake: FakeDaemon) -> None:
+@each_loop
+async def test_async_not_running(sockdir: Path) -> None:
+    stale = sockdir / "stale.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(stale))  # bound, never listening: what a killed daemon leaves
+    sock.close()
+    for path in (sockdir / "none.sock", stale):
+        async with AsyncClient(path) as client:
+            with pytest.raises(errors.DaemonNotRunning) as info:
+                await client.ping()
+            assert str(path) in info.value.message
+
+
+@each_loop
+async def test_async_events_and_lost_connection(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path) as client:
         await client.subscribe(["job.*"])
         await client.call("test.emit", {"count": 2})
@@ -378,78 +465,144 @@ async def test_trio_events_and_lost_connection(fake: FakeDaemon) -> None:
             with pytest.raises(errors.ConnectionLost):
                 await client.call("test.sleep", {"s": 5})
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(in_flight)
-            await trio.sleep(0.05)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_flight)
+            await until(lambda: "test.sleep" in fake.methods(), "the first call sent")
             with pytest.raises(errors.ConnectionLost):
                 await client.call("test.drop")
         with pytest.raises(errors.ConnectionLost):
             await client.next_event(timeout_s=1)  # subscribers learn the stream broke
         assert (await client.ping())["pong"]
+        assert fake.methods().count("events.subscribe") == 2, "subscribed again"
 
 
-async def test_trio_reconnect_after_restart(fake: FakeDaemon) -> None:
+@each_loop
+async def test_async_events_sent_between_calls_wait_to_be_read(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        await client.subscribe(["job.*"])
+        assert await client.call("test.emit_later", {"count": 3}) == {"later": 3}
+        await until(lambda: fake.events_sent == 3, "the events sent after the answer")
+        events = [e async for e in client.events(timeout_s=0.5)]
+        assert [(e.topic, e.data) for e in events] == [
+            ("job.progress", {"i": i}) for i in range(3)]
+
+
+@each_loop
+async def test_async_event_buffer_is_bounded(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path, max_events=2) as client:
+        await client.subscribe(["job.*"])
+        assert await client.call("test.emit", {"count": 5}) == {"sent": 5}
+        assert [e.data async for e in client.events(timeout_s=0.2)] == [{"i": 0}, {"i": 1}]
+        assert client.events_dropped == 3
+
+
+@each_loop
+async def test_async_waiting_for_events_reads_answers_of_calls(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        await client.subscribe(["job.*"])
+        got: list[Any] = []
+
+        async def listen() -> None:
+            got.append(await client.next_event(timeout_s=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen)
+            assert await client.call("test.sleep", {"s": 0.1, "value": 7}) == 7
+            await client.call("test.emit", {"count": 1})
+        assert [e.data for e in got] == [{"i": 0}]
+
+
+@each_loop
+async def test_async_reconnect_after_restart(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path) as client:
         await client.subscribe(["job.*"])
         assert (await client.ping())["pong"]
-        await trio.to_thread.run_sync(fake.restart)
-        await trio.sleep(0.05)  # let the reader see EOF
-        assert (await client.ping())["pong"]
-        assert fake.methods().count("events.subscribe") == 2
+        await anyio.to_thread.run_sync(fake.restart)
+        assert (await client.ping())["pong"], "the first call after a restart must work"
+        assert fake.methods().count("events.subscribe") == 2, "subscribed again"
+        with pytest.raises(errors.ConnectionLost):  # events may have been missed
+            await client.next_event(timeout_s=1)
+        await client.call("test.emit", {"count": 1})
+        assert [e.data for e in [await client.next_event(timeout_s=2)] if e] == [{"i": 0}]
 
 
-async def test_trio_timeout(fake: FakeDaemon) -> None:
+@each_loop
+async def test_async_timeout_keeps_connection(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path, timeout_s=0.1) as client:
-        with pytest.raises(TimeoutError):
-            await client.call("test.sleep", {"s": 0.5})
+        with pytest.raises(TimeoutError, match="no answer within"):
+            await client.call("test.sleep", {"s": 0.5, "value": "late"})
         client.timeout_s = 5
-        assert (await client.ping())["pong"]
+        # The late answer arrives on the same connection and is dropped, not mistaken.
+        assert await client.call("test.sleep", {"s": 0.6, "value": "mine"}) == "mine"
+        assert fake.methods().count("test.sleep") == 2 and client.connected
 
 
-async def test_trio_needs_async_with(fake: FakeDaemon) -> None:
-    with pytest.raises(RuntimeError, match="async with"):
-        await AsyncClient(fake.path).ping()
+@each_loop
+async def test_async_cancelling_the_reading_call_hands_reading_on(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        got: list[Any] = []
+        first_scope = anyio.CancelScope()
+
+        async def first() -> None:
+            with first_scope:
+                await client.call("test.sleep", {"s": 30, "value": "first"})
+
+        async def second() -> None:
+            got.append(await client.call("test.sleep", {"s": 0.3, "value": "second"}))
+
+        async with anyio.create_task_group() as tg:
+            # The first call reads the socket; the second waits for it to route.
+            tg.start_soon(first)
+            await until(lambda: fake.methods().count("test.sleep") == 1, "first sent")
+            tg.start_soon(second)
+            await until(lambda: fake.methods().count("test.sleep") == 2, "second sent")
+            first_scope.cancel()
+        assert got == ["second"], "another waiting call took over the reading"
+        assert (await client.ping())["pong"] and client.connected
 
 
-# --------------------------------------------------------------------- asyncio
+@each_loop
+async def test_async_works_without_async_with(fake: FakeDaemon) -> None:
+    client = AsyncClient(fake.path)
+    assert (await client.ping())["pong"] and client.connected
+    await client.aclose()
+    assert not client.connected
+    assert (await client.ping())["pong"], "a closed client reconnects"
+    await client.aclose()
+    await client.aclose()  # idempotent
 
 
-def test_asyncio_client(fake: FakeDaemon, sockdir: Path) -> None:
+@each_loop
+async def test_async_aclose_fails_calls_in_flight(fake: FakeDaemon) -> None:
+    client = AsyncClient(fake.path)
+
+    async def in_flight() -> None:
+        with pytest.raises(errors.ConnectionLost):
+            await client.call("test.sleep", {"s": 30})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(in_flight)
+        await until(lambda: "test.sleep" in fake.methods(), "the call sent")
+        await client.aclose()
+
+
+def test_plain_asyncio_program(fake: FakeDaemon, sockdir: Path) -> None:
+    # asyncio.gather and asyncio.timeout: native asyncio tasks and cancellation, no anyio.
     async def scenario() -> None:
-        async with AsyncioClient(fake.path) as client:
+        async with AsyncClient(fake.path) as client:
             results = await asyncio.gather(*(
                 client.call("test.sleep", {"s": d, "value": i})
                 for i, d in enumerate([0.2, 0.0, 0.1])
             ))
             assert results == [0, 1, 2]
-            with pytest.raises(errors.UnknownWorkspace):
-                await client.workspace_open("ghost")
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await client.call("test.sleep", {"s": 0.5})
             await client.subscribe(["job.*"])
             await client.call("test.emit", {"count": 2})
             assert [e.data async for e in client.events(timeout_s=0.5)] == [{"i": 0}, {"i": 1}]
             with pytest.raises(errors.ConnectionLost):
                 await client.call("test.drop")
-            assert (await client.ping())["pong"]
-            with pytest.raises(TimeoutError):
-                client.timeout_s = 0.1
-                await client.call("test.sleep", {"s": 0.5})
-            client.timeout_s = 5
             assert (await client.search("a", "q", max_results=1))[0].text == "q"
-        async with AsyncioClient(sockdir / "none.sock") as missing:
-            with pytest.raises(errors.DaemonNotRunning):
-                await missing.ping()
 
     asyncio.run(scenario())
-
-
-def test_asyncio_reconnect_after_restart(fake: FakeDaemon) -> None:
-    async def scenario() -> None:
-        async with AsyncioClient(fake.path) as client:
-            await client.subscribe(["job.*"])
-            assert (await client.ping())["pong"]
-            await asyncio.to_thread(fake.restart)
-            await asyncio.sleep(0.05)
-            assert (await client.ping())["pong"]
-
-    asyncio.run(scenario())
-    assert fake.methods().count("events.subscribe") == 2

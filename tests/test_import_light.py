@@ -1,5 +1,7 @@
 """An agent process that only queries must stay light: the client side never loads the
-daemon, numpy or hnswlib (checked in a fresh interpreter, since this one has them)."""
+daemon, numpy or hnswlib, nor an event loop library of its own: the async client runs on
+the program's trio or asyncio, whose anyio backend loads at its first call (checked in a
+fresh interpreter, since this one has them all)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import pytest
 HEAVY = ("numpy", "hnswlib", "recalld.daemon", "pyroaring", "zstandard", "watchfiles",
          # The optional integrations load only when asked for by name.
          "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp")
-MODULES = ["recalld.ipc", "recalld.ipc.client", "recalld.ipc.aclient",
-           "recalld.ipc.asyncio_client", "recalld.ipc.cli", "recalld.ipc.protocol"]
+#: The event loop is the program's: trio, asyncio and anyio's backends for them.
+LOOPS = ("trio", "asyncio", "anyio._backends")
+MODULES = ["recalld.ipc", "recalld.ipc.client", "recalld.ipc.aclient", "recalld.ipc.cli",
+           "recalld.ipc.protocol"]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -26,7 +30,8 @@ def test_import_is_light(module: str) -> None:
                           check=True, timeout=60)
     loaded = set(json.loads(proc.stdout))
     assert module in loaded
-    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY + LOOPS
+                   or m.startswith(HEAVY + LOOPS))
     assert heavy == [], f"importing {module} loaded {heavy}"
 
 
@@ -42,4 +47,35 @@ def test_cli_help_is_light() -> None:
                           check=True, timeout=60)
     rc, loaded = json.loads(proc.stdout)
     assert rc == 3
+    assert not [m for m in loaded if m.startswith(HEAVY + LOOPS)]
+
+
+RUN_ON = {
+    "asyncio": "import asyncio\nasyncio.run(main())\n",
+    "trio": "import trio\ntrio.run(main)\n",
+}
+
+
+@pytest.mark.parametrize("loop", sorted(RUN_ON))
+def test_async_client_loads_only_the_programs_loop(loop: str) -> None:
+    # A first call (to a socket that does not exist) loads anyio's backend for the loop
+    # that runs it, and nothing of the other one.
+    code = (
+        "import json, sys\n"
+        "from recalld.ipc import errors\n"
+        "from recalld.ipc.aclient import AsyncClient\n"
+        "async def main():\n"
+        "    try:\n"
+        "        await AsyncClient('/nonexistent/recalld.sock').ping()\n"
+        "    except errors.DaemonNotRunning:\n"
+        "        print(json.dumps(sorted(sys.modules)))\n"
+        + RUN_ON[loop]
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    loaded = set(json.loads(proc.stdout))
+    other = "trio" if loop == "asyncio" else "asyncio"
+    assert f"anyio._backends._{loop}" in loaded
+    assert f"anyio._backends._{other}" not in loaded
+    assert other not in loaded, f"a {loop} program loaded {other}"
     assert not [m for m in loaded if m.startswith(HEAVY)]

@@ -19,7 +19,6 @@ from conftest import DaemonFactory, DaemonHandle
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.asyncio_client import AsyncioClient
 from recalld.ipc.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
@@ -194,7 +193,7 @@ def test_sync_and_asyncio_clients_survive_a_restart(agents: DaemonHandle,
     assert [h.path for h in client.search("bob", "blue-green")] == [NOTE]
 
     async def with_asyncio() -> tuple[int, int]:
-        async with AsyncioClient(agents.socket_path) as ac:
+        async with AsyncClient(agents.socket_path) as ac:
             first = (await ac.status())["pid"]
             await asyncio.to_thread(_restart, daemon_factory, agents)
             hits = await ac.search("bob", "blue-green", sync=True)

@@ -47,6 +47,8 @@ QUICK: dict[str, list[str]] = {
     "remote": ["--notes", "20", "--bulk", "200"],
     "pgsearch": ["--queries", "50"],
     "idle": ["--seconds", "10"],
+    "imports": ["--rounds", "3"],
+    "aclient": ["--seconds", "1", "--rounds", "1"],
     "mapped": ["--quick"],
     "quality-lexical": ["--sizes", "1600"],
 }
