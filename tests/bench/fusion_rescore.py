@@ -1,7 +1,7 @@
 """More ways to combine the branches, measured on every fusion set beside the defaults.
 
     .venv/bin/python tests/bench/fusion_rescore.py [--sets locomo,scifact,cmrc2018,xling]
-                                                   [--out FILE]
+                                                   [--only PREFIXES] [--learned] [--out FILE]
 
 In process on ``bench_fusion.Study`` (the daemon's chunks, BM25 + exact rule, the guarded
 keyword weight, window vectors from ``bench-results/embstore``; nothing is embedded). Each
@@ -32,6 +32,11 @@ five: ``row default_check`` re-implements it and must equal ``default``):
 - ``qtw_<beta>``: the vector branch re-scored per window as cosine plus ``beta`` times the
   window's share of the query terms' IDF, a chunk by its best window;
 - ``combo_...``: some of the above together.
+
+``--learned`` adds ``learned_lr``: a logistic regression over these signals (``FEATURES``)
+trained on LoCoMo's tuning half and applied, with the same weights, to every set; and
+``learned_lr_nolength`` without the length signal. It bounds what any linear mix of them
+can do.
 
 LoCoMo rows carry the two halves by conversation (choose on ``tune_...``, check on
 ``held_out``); every row carries each set's change against ``bm25`` and ``default``.
@@ -141,6 +146,7 @@ class Rescore:
         self.qrare = [{t: x for t, x in w.items()
                        if st.bm.doc_freq(t) <= RARE_SHARE * n_docs} or w for w in self.qidf]
         self._sims: dict[int, np.ndarray] = {}
+        self.st_tokens = [set(tokenize(c.index_text)) for c in p.chunks]
 
     def sims(self, qi: int) -> np.ndarray:
         got = self._sims.get(qi)
@@ -349,6 +355,77 @@ def rows(r: Rescore, bm25_grid: Sequence[tuple[float, float]]) -> dict[str, Row]
     return out
 
 
+# -- a learned combination: how far any linear mix of these signals goes ---------------
+
+FEATURES = ("kw", "vec", "in_kw", "in_vec", "kw_rank", "vec_rank", "best_cos", "mean_cos",
+            "cov", "prox", "chunk_cov", "length", "guarded_kw")
+
+
+def features(r: Rescore, qi: int) -> tuple[list[int], np.ndarray]:
+    """Every candidate of either branch and its signals (cosines relative to the query's
+    best chunk, so they compare across queries)."""
+    kh, vh = r.st.kw[qi], r.vec[qi]
+    k, v = scaled(kh), scaled(vh)
+    kr = {c: i for i, (c, _) in enumerate(kh)}
+    vr = {c: i for i, (c, _) in enumerate(vh)}
+    keys = sorted(k.keys() | v.keys())
+    sims = r.sims(qi)
+    best = np.maximum.reduceat(sims, r.starts)
+    mean = np.add.reduceat(sims, r.starts) / r.counts
+    top = float(best.max())
+    idf = r.qidf[qi]
+    total = sum(idf.values()) or 1.0
+    wk = r.st.kw_weight[qi] / DEFAULT.keyword_weight
+    rows = []
+    for c in keys:
+        cset = r.st_tokens[c]
+        rows.append([k.get(c, 0.0), v.get(c, 0.0), float(c in k), float(c in v),
+                     1.0 / (kr.get(c, 60) + 5), 1.0 / (vr.get(c, 60) + 5),
+                     float(best[c]) - top, float(mean[c]) - top,
+                     r.window_match(qi, c, False), r.window_match(qi, c, True),
+                     sum(x for t, x in idf.items() if t in cset) / total,
+                     r.lens[c] / PENALTY_CHARS, wk * k.get(c, 0.0)])
+    return keys, np.array(rows, dtype=np.float64)
+
+
+def labels(r: Rescore, qi: int, keys: list[int]) -> np.ndarray:
+    ts = r.st.p.qs.targets[qi]
+    chunks = r.st.p.chunks
+    return np.array([float(any(
+        chunks[c].path == t[0] and (t[1] is None or chunks[c].start_line <= t[1]
+                                    <= chunks[c].end_line) for t in ts)) for c in keys])
+
+
+def train(x: np.ndarray, y: np.ndarray, l2: float = 1e-3,
+          steps: int = 3000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Logistic regression by gradient descent on standardised features."""
+    mu, sd = x.mean(0), x.std(0) + 1e-9
+    z = (x - mu) / sd
+    z = np.hstack([z, np.ones((len(z), 1))])
+    w = np.zeros(z.shape[1])
+    pos = y.mean()
+    weight = np.where(y > 0, 0.5 / max(pos, 1e-9), 0.5 / max(1 - pos, 1e-9))
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-(z @ w)))
+        grad = z.T @ (weight * (p - y)) / len(y) + l2 * w
+        w -= 0.5 * grad
+    return w, mu, sd
+
+
+def learned_order(r: Rescore, qi: int, model: tuple[np.ndarray, np.ndarray, np.ndarray],
+                  keys: list[int], x: np.ndarray) -> list[int]:
+    w, mu, sd = model
+    score = ((x - mu) / sd) @ w[:-1]
+    kh = r.st.kw[qi]
+    kd = dict(kh)
+    ex = r.st.exact[qi]
+    fused = [Fused(c, float(s) - 0.0, None, None, c in ex and c in kd)
+             for c, s in zip(keys, score, strict=True)]
+    fused.sort(key=lambda f: (not f.exact, -f.score, f.key))
+    fused = keep_within(fused, kh[0][0] if kh else None, DEFAULT.keyword_best_within)
+    return [f.key for f in fused]
+
+
 def summary(row: dict[str, Any], base: dict[str, Any], default: dict[str, Any],
             vec: dict[str, Any]) -> dict[str, Any]:
     out = {m: row[m] for m in ("recall@5", "ndcg@10", "ctx_chars@5")}
@@ -373,8 +450,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bm25", default="1.2:0.75,0.9:0.4,1.5:0.75,1.2:0.5,2.0:0.75,1.2:0.9")
     ap.add_argument("--queries", type=int, default=0,
                     help="a seeded sample of this many queries per set (0: all)")
+    ap.add_argument("--learned", action="store_true",
+                    help="also a logistic regression over the signals, trained on LoCoMo's "
+                         "tuning half (LoCoMo must come first in --sets)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    model: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    short = model
     store = VectorStore("multilingual-e5-small")
     grid = [tuple(float(x) for x in p.split(":")) for p in a.bm25.split(",") if p]
     only = [p for p in a.only.split(",") if p]
@@ -397,6 +479,29 @@ def main(argv: list[str] | None = None) -> int:
             "bm25": summary(base, base, default, vec),
             "vector": summary(vec, base, default, vec),
             "default": summary(default, base, default, vec)}
+        if a.learned:
+            feats = [features(r, q) for q in range(r.n)]
+            # Without the length signal too: a model free to prefer long chunks buys
+            # recall with context.
+            cut = FEATURES.index("length")
+            if name == "locomo":
+                tune = bf.halves(p.qs)
+                idx = next(v for h, v in tune.items() if h.startswith("tune"))
+                x = np.vstack([feats[q][1] for q in idx])
+                y = np.concatenate([labels(r, q, feats[q][0]) for q in idx])
+                model = train(x, y)
+                short = train(np.delete(x, cut, axis=1), y)
+                out["learned_weights"] = dict(zip([*FEATURES, "bias"], (
+                    round(float(v), 4) for v in model[0]), strict=True))
+            if model is not None:
+                for row, m, drop in (("learned_lr", model, False),
+                                     ("learned_lr_nolength", short, True)):
+                    systems[row] = summary(st.report([learned_order(
+                        r, q, m, feats[q][0],
+                        np.delete(feats[q][1], cut, axis=1) if drop else feats[q][1])
+                        for q in range(r.n)]), base, default, vec)
+                    print(f"{name} {row}: {json.dumps(systems[row])}", file=sys.stderr,
+                          flush=True)
         for row, fn in rows(r, grid).items():
             if only and not any(row.startswith(x) for x in only) and row != "default_check":
                 continue
