@@ -18,8 +18,8 @@ Losing a root (deleted or moved) is reported as a deletion of the root itself.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 import struct
 import sys
@@ -53,8 +53,12 @@ _EVENT = struct.Struct("iIII")
 _READ_BYTES = 64 * 1024
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The symbols already loaded into the process, libc's among them, once: no library
+    # search (``ctypes.util.find_library`` runs ``ldconfig -p`` in a child process each
+    # call, and every watcher of every workspace opens an instance at start-up).
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def available() -> bool:

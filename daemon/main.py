@@ -84,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
 
+    # No cyclic collection while the daemon is imported: its modules, classes and
+    # functions live as long as the process, and the collector would walk the growing
+    # set of them on every full collection it sets off meanwhile.
+    gc.disable()
     from recalld.daemon import memtrim
 
     # Before any library can start a thread (numpy's BLAS starts its own on import): a
@@ -104,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # walk them again on every full collection (a warm start's load allocates enough to
     # run several, each walking them all).
     gc.freeze()
+    gc.enable()
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.

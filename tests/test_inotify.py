@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import shutil
 import struct
@@ -98,6 +99,29 @@ async def test_losing_a_root_is_a_deletion_of_the_root(tmp_path: Path) -> None:
         seen = await started(nursery, [root])
         shutil.rmtree(root)
         await seen.wait_for((Change.deleted, str(root)))
+        nursery.cancel_scope.cancel()
+
+
+async def test_sources_open_without_a_library_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every watcher of every workspace opens a source at start-up; finding the C library
+    # by name runs ``ldconfig -p`` in a child process, so the sources must not search.
+    def no_search(name: str) -> str | None:
+        raise AssertionError(f"library search for {name!r} while opening a watch")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_search)
+    inotify._libc.cache_clear()
+    roots = [tmp_path / f"ws{i}" for i in range(3)]
+    for root in roots:
+        root.mkdir()
+    async with trio.open_nursery() as nursery:
+        seen = [await started(nursery, [root]) for root in roots]
+        for root, collector in zip(roots, seen, strict=True):
+            note = root / "a.md"
+            note.write_text("one")
+            await collector.wait_for((Change.added, str(note)))
+            assert all(path.startswith(str(root)) for _, path in collector.changes)
         nursery.cancel_scope.cancel()
 
 
