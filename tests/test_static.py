@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -19,6 +21,10 @@ def test_ruff_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# A cold cache (a fresh checkout) checks every module and the third-party stubs: minutes
+# on a busy 2-core machine, more than the suite's default per-test cap.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_mypy_strict_clean() -> None:
     # The import packages live in folders named daemon/ and ipc/; a link tree gives mypy
     # the recalld.* names that the installed distribution has. Tree and cache stay in the
