@@ -90,9 +90,22 @@ _OP = st.one_of(
               st.lists(st.tuples(st.integers(0, 15), _DOC), max_size=6)),
     st.tuples(st.just("encoded"), st.integers(0, 15),
               st.dictionaries(st.integers(0, 15), _DOC, max_size=6).map(lambda d: list(d.items()))),
+    st.tuples(st.just("staged"), st.integers(0, 15),
+              st.dictionaries(st.integers(0, 15), _DOC, max_size=6).map(lambda d: list(d.items()))),
     st.tuples(st.just("compact"), st.just(0), st.just([])),
     st.tuples(st.just("reload"), st.just(0), st.just([])),
 )
+
+
+def _encoded(key: int, docs: list[tuple[int, list[str]]]) -> list[tuple[str | list[str], Slab]]:
+    """``docs`` as worker processes send them: in two parts (split by ``key``), each with
+    its own vocabulary, keys set on apply."""
+    parts: list[tuple[str | list[str], Slab]] = []
+    for piece in (docs[: key % 4], docs[key % 4:]):
+        slab, terms = Slab.local([doc for _, doc in piece])
+        parts.append((terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
+                                  [k for k, _ in piece])))
+    return parts
 
 
 @settings(max_examples=120, deadline=None,
@@ -106,7 +119,11 @@ def test_matches_reference_through_any_sequence(
 ) -> None:
     index = BM25Index()
     docs: dict[int, list[str]] = {}
+    staged: dict[int, list[str]] = {}  # added with stage=True, not searchable yet
     for op, key, arg in ops:
+        if op != "staged":  # any other write merges what was staged first
+            docs.update(staged)
+            staged = {}
         if op == "add":
             index.add(key, arg)
             docs[key] = arg
@@ -117,14 +134,15 @@ def test_matches_reference_through_any_sequence(
             index.add_many(arg)
             docs.update(dict(arg))
         elif op == "encoded":
-            # As worker processes send them: own vocabularies, keys set on apply.
-            parts = []
-            for piece in (arg[: key % 4], arg[key % 4:]):
-                slab, terms = Slab.local([doc for _, doc in piece])
-                parts.append((terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
-                                          [k for k, _ in piece])))
-            index.add_encoded(parts)
+            index.add_encoded(_encoded(key, arg))
             docs.update(dict(arg))
+        elif op == "staged":
+            index.add_encoded(_encoded(key, arg), stage=True)
+            merged = {**docs, **staged, **dict(arg)}
+            if index.live == BitMap(merged):  # merged now (few, replacing, or enough)
+                docs, staged = merged, {}
+            else:
+                staged.update(dict(arg))
         elif op == "compact":
             index.compact()
         else:
@@ -134,6 +152,59 @@ def test_matches_reference_through_any_sequence(
         assert_matches(index, docs, query)
         assert_scores_keys_like_search(index, query, allowed_keys)
     assert_matches(index, docs, query, BitMap(allowed_keys))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(0, 30))
+def test_a_staged_pass_builds_the_same_index(sizes: list[int], before: int) -> None:
+    # A pass applied in calls that stage all but the last gives the arrays the same calls
+    # give unstaged; staged documents are not searchable until they are merged.
+    rng = np.random.default_rng(sum(sizes) + before)
+    words = [f"w{i}" for i in range(60)]
+
+    def doc() -> list[str]:
+        return [words[int(i)] for i in rng.integers(0, len(words), int(rng.integers(0, 12)))]
+
+    first = [(k, doc()) for k in range(before)]
+    calls = []
+    key = before
+    for n in sizes:
+        calls.append([(key + i, doc()) for i in range(n)])
+        key += n
+    plain, staged = BM25Index(), BM25Index()
+    for index in (plain, staged):
+        if first:
+            index.add_encoded(_encoded(0, first))
+    for i, call in enumerate(calls):
+        plain.add_encoded(_encoded(i, call))
+        last = i == len(calls) - 1
+        staged.add_encoded(_encoded(i, call), stage=not last)
+        if not last:
+            assert staged.live <= plain.live
+            assert len(staged) == len(staged.live)
+            assert all(k in staged.live for k, _ in staged.search(["w1", "w2"], 50))
+    assert staged.live == plain.live
+    got, want = staged.to_arrays(), plain.to_arrays()
+    assert set(got) == set(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    assert staged.meta() == plain.meta()
+    assert staged.merges <= plain.merges
+
+
+def test_staged_documents_are_searchable_after_any_other_write() -> None:
+    index = BM25Index()
+    index.add_encoded(_encoded(0, [(k, ["base"]) for k in range(200)]))
+    index.add_encoded(_encoded(1, [(k, ["fresh"]) for k in range(200, 300)]), stage=True)
+    assert index.search(["fresh"], 5) == []  # staged: 100 < 200 live
+    assert len(index) == 200
+    index.remove(0)  # a write: the staged documents join main first
+    assert [k for k, _ in index.search(["fresh"], 3)] == [200, 201, 202]
+    assert len(index) == 299
+    index.add_encoded(_encoded(2, [(k, ["late"]) for k in range(300, 400)]), stage=True)
+    saved = BM25Index.from_arrays(index.to_arrays(), index.meta())  # saving merges them
+    assert [k for k, _ in saved.search(["late"], 1)] == [300]
+    assert len(saved) == 399
 
 
 @pytest.fixture(params=["per-term", "search"])

@@ -143,6 +143,11 @@ class BM25Index:
         self._live = BitMap()
         self._total_len = 0
         self.merges = 0
+        # Slabs added with ``stage``: remapped, not yet searchable, merged into main
+        # together (see add_encoded); their keys and summed lengths.
+        self._staged: list[Slab] = []
+        self._staged_keys = BitMap()
+        self._staged_len = 0
 
     # ----------------------------------------------------------------- introspection
     def __len__(self) -> int:
@@ -201,6 +206,7 @@ class BM25Index:
     def add(self, doc_key: int, tokens: list[str]) -> None:
         """Index ``tokens`` under ``doc_key``, replacing any earlier version of that key."""
         _check_key(doc_key)
+        self.merge_staged()
         if doc_key in self._live:
             self._remove(doc_key)
         self._add_counts(doc_key, dict(Counter(tokens)), doc_length(tokens))
@@ -218,10 +224,18 @@ class BM25Index:
         self._live.add(doc_key)
         self._total_len += length
 
-    def add_encoded(self, parts: Iterable[tuple[list[str] | str, Slab]]) -> None:
+    def add_encoded(self, parts: Iterable[tuple[list[str] | str, Slab]], *,
+                    stage: bool = False) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
         with its ``keys`` set to the documents' keys). Few documents go to the delta, many
         join main in one merge; keys already indexed are replaced.
+
+        ``stage`` (a pass of many calls, such as a first build): many new documents wait
+        beside main, in this index's term ids, and join it in one merge with later ones:
+        at the next call without ``stage`` or any other write, at the latest once they
+        are as many as main's. A merge rewrites main, so a pass of n documents then
+        copies main O(log n) times rather than once per call. Staged documents are not
+        searchable yet and do not count in the corpus statistics.
         """
         parts = list(parts)
         for _, slab in parts:
@@ -229,16 +243,28 @@ class BM25Index:
                 _check_key(key)
         if len({k for _, slab in parts for k in slab.keys}) != sum(len(s.keys) for _, s in parts):
             raise ValueError("a document key repeats within one add_encoded call")
+        small = sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS
+        if small or any(key in self._live or key in self._staged_keys
+                        for _, slab in parts for key in slab.keys):
+            self.merge_staged()  # they come first, as if merged when they were added
+        elif stage:
+            for terms, slab in parts:
+                self._staged.append(slab.remap(terms, self._term_ids, slab.keys))
+                self._staged_keys.update(slab.keys)
+                self._staged_len += sum(slab.lens)
+            if len(self._staged_keys) >= len(self._live):
+                self.merge_staged()
+            return
         for _, slab in parts:
             for key in slab.keys:
                 if key in self._live:
                     self._remove(key)
-        if sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS:
+        if small:
             for terms, slab in parts:
                 for key, (counts, length) in zip(slab.keys, slab.counts(terms), strict=True):
                     self._add_counts(key, counts, length)
         else:
-            slabs = []
+            slabs = self._take_staged()
             for terms, slab in parts:
                 slabs.append(slab.remap(terms, self._term_ids, slab.keys))
                 self._live.update(slab.keys)
@@ -252,6 +278,7 @@ class BM25Index:
         This is the cold-build path; documents are encoded a slab at a time with numpy, and the
         single merge is linear in the postings of the index.
         """
+        self.merge_staged()
         slabs: list[Slab] = []
         batch: dict[int, list[str]] = {}
         pending: set[int] = set()  # keys in encoded slabs, not yet merged
@@ -282,6 +309,7 @@ class BM25Index:
 
     def remove(self, doc_key: int) -> bool:
         """Delete ``doc_key``; returns whether it was indexed. O(1) apart from compaction."""
+        self.merge_staged()
         if doc_key not in self:
             return False
         self._remove(doc_key)
@@ -290,8 +318,23 @@ class BM25Index:
 
     def compact(self) -> None:
         """Merge the delta and drop dead rows now (normally automatic)."""
-        if self._delta_docs or self._n_dead:
+        if self._staged:
+            self.merge_staged()
+        elif self._delta_docs or self._n_dead:
             self._merge([])
+
+    def merge_staged(self) -> None:
+        """Merge the documents ``add_encoded`` staged into main (searchable from then on)."""
+        if self._staged:
+            self._merge(self._take_staged())
+
+    def _take_staged(self) -> list[Slab]:
+        """The staged slabs, their documents counted as live (the caller merges them)."""
+        slabs, self._staged = self._staged, []
+        self._live |= self._staged_keys
+        self._total_len += self._staged_len
+        self._staged_keys, self._staged_len = BitMap(), 0
+        return slabs
 
     def _remove(self, key: int) -> None:
         self._writes += 1
@@ -583,6 +626,7 @@ class BM25Index:
     # ----------------------------------------------------------------- persistence
     def meta(self) -> BM25Meta:
         """JSON-able parameters and counters that go with ``to_arrays``."""
+        self.merge_staged()
         return {
             "format": FORMAT, "version": VERSION, "k1": self.k1, "b": self.b,
             "docs": len(self._live), "total_len": self._total_len, "terms": self._n_terms(),
@@ -593,8 +637,9 @@ class BM25Index:
 
         Main arrays are returned without copying; treat them as read-only (merges replace them,
         never write into them). The delta is exported as its own small doc-major CSR, so
-        persisting does not force a merge.
+        persisting does not force a merge (staged documents are merged first).
         """
+        self.merge_staged()
         if self._table is None and not self._delta_docs:
             assert self._saved_terms is not None
             delta = Slab.from_counts({}, postings.term_table())

@@ -341,9 +341,10 @@ class WorkspaceIndex:
     async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()
 
-        async def apply(batches: list[PreparedBatch]) -> None:
+        async def apply(batches: list[PreparedBatch], last: bool) -> None:
             nonlocal started
-            stats: ApplyStats = await self._locked(self.state.apply, batches)
+            stats: ApplyStats = await self._locked(
+                partial(self.state.apply, batches, stage=not last))
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
@@ -360,15 +361,16 @@ class WorkspaceIndex:
         self,
         ordered: list[str],
         digest_of: Callable[[str], str | None],
-        apply: Callable[[list[PreparedBatch]], Awaitable[None]],
+        apply: Callable[[list[PreparedBatch], bool], Awaitable[None]],
         progress: Callable[[int], None] | None = None,
         *,
         indexed: int = 0,
     ) -> None:
         """Prepare ``ordered`` in batches and hand them to ``apply`` in order, from
         ``APPLY_MIN_FILES`` up to ``APPLY_BATCH`` files at a time (one keyword-index merge
-        for a startup reconcile of thousands of files instead of one per small batch);
-        ``indexed``: how many files the index held before.
+        for a startup reconcile of thousands of files instead of one per small batch),
+        with whether they are the last (until then the keyword index may stage them and merge
+        several applies at once); ``indexed``: how many files the index held before.
 
         Many files go to the worker processes, a few batches ahead of ``apply``; few files
         (an edit, a small reconcile) are prepared in worker threads, where a process hop
@@ -422,7 +424,7 @@ class WorkspaceIndex:
                         progress(done + files)  # prepared: counts move per batch
                     at = min(APPLY_BATCH, max(APPLY_MIN_FILES, (indexed + done) // 4))
                     if files >= at or last:
-                        await apply(pending)
+                        await apply(pending, last)
                         done += files
                         pending, files = [], 0
                         batch = None
@@ -745,8 +747,9 @@ class WorkspaceIndex:
             total = len(paths)
             progress(0, total, "scanning")
 
-            async def apply(batches: list[PreparedBatch]) -> None:
-                await trio.to_thread.run_sync(fresh.apply, batches, limiter=self._cpu)
+            async def apply(batches: list[PreparedBatch], last: bool) -> None:
+                await trio.to_thread.run_sync(partial(fresh.apply, batches, stage=not last),
+                                              limiter=self._cpu)
 
             await self._prepare_each(paths, lambda _: None, apply,
                                      lambda done: progress(done, total, "indexing"))

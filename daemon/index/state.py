@@ -268,8 +268,11 @@ class IndexState:
 
     # -- writing ---------------------------------------------------------------------
 
-    def apply(self, batches: Iterable[PreparedBatch]) -> ApplyStats:
-        """Bring the index in line with ``batches`` (each file replaced or dropped whole)."""
+    def apply(self, batches: Iterable[PreparedBatch], *, stage: bool = False) -> ApplyStats:
+        """Bring the index in line with ``batches`` (each file replaced or dropped whole).
+
+        ``stage``: more of the same pass follows; the keyword index may keep these
+        documents aside and merge them with the next (``BM25Index.add_encoded``)."""
         added = updated = deleted = unchanged = 0
         parts: list[tuple[list[str] | str, Slab]] = []
         for batch in batches:
@@ -309,7 +312,7 @@ class IndexState:
             if keys:
                 slab = batch.slab
                 parts.append((batch.terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
-        self.bm25.add_encoded(parts)
+        self.bm25.add_encoded(parts, stage=stage)
         return ApplyStats(added, updated, deleted, unchanged)
 
     def _drop(self, info: FileInfo) -> None:
