@@ -460,6 +460,68 @@ def test_remap_is_a_lookup_of_every_term(known: list[str], local: list[str]) -> 
         assert term is sys.intern(term)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_TEXT, min_size=1, max_size=5), min_size=1, max_size=6),
+       st.lists(st.integers(0, 1), min_size=6, max_size=6))
+def test_batches_counted_against_a_kept_vocabulary_index_the_same(
+    batches: list[list[str]], workers: list[int],
+) -> None:
+    # Worker processes keep one vocabulary over a pass and hand back only the terms a
+    # batch added to it; the daemon maps them through vocabulary_ids. The index built is
+    # the one per-batch vocabularies build, array for array, when batches are merged (as
+    # a pass's batches of 128 files are; the delta of a few documents numbers its terms
+    # as they come, a merge in batch order).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bm25_mod, "SMALL_ADD_DOCS", 0)
+        _build_both(batches, workers)
+
+
+def _build_both(batches: list[list[str]], workers: list[int]) -> None:
+    plain, kept = BM25Index(), BM25Index()
+    held: list[dict[str, int]] = [{}, {}]
+    key = 0
+    for i, texts in enumerate(batches):
+        split = [tokenize_split(t) for t in texts]
+        words, runs = [w for w, _ in split], [r for _, r in split]
+        keys = list(range(key, key + len(texts)))
+        key += len(texts)
+        slab, terms = Slab.local(words, runs)
+        plain.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys))],
+                          stage=i < len(batches) - 1)
+        vocab = held[workers[i]]
+        start = len(vocab)
+        slab, new_terms = Slab.local(words, runs, vocab=vocab)
+        assert new_terms == list(vocab)[start:]
+        to_global = kept.vocabulary_ids(("pass", workers[i]), start,
+                                        postings_mod.join_terms(new_terms))
+        kept.add_encoded([(None, slab.mapped(to_global, keys))], stage=i < len(batches) - 1)
+    got, want = kept.to_arrays(), plain.to_arrays()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def test_a_vocabulary_out_of_step_is_refused_and_held_terms_stay() -> None:
+    index = BM25Index()
+    index.add(0, ["gone"])
+    index.compact()
+    ids = index.vocabulary_ids(("p", 1), 0, "alpha\nbeta")
+    assert ids.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="not the one held"):
+        index.vocabulary_ids(("p", 1), 5, "gamma")
+    with pytest.raises(ValueError, match="not the one held"):
+        index.vocabulary_ids(("p", 2), 3, "gamma")
+    assert index.vocabulary_ids(("p", 1), 2, "gamma").tolist() == [1, 2, 3]
+    assert index.vocabulary_ids(("p", 1), 0, "beta").tolist() == [2]  # began again
+    # While a vocabulary is held, a merge keeps terms without postings: its ids hold.
+    index.remove(0)
+    index.compact()
+    assert index.stats()["terms"] == 4
+    index.forget_vocabularies()
+    index.add(5, ["beta"])
+    index.compact()
+    assert index.stats()["terms"] == 1
+
+
 def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
     # A loaded workspace keeps no term dict: stats, saving, adopting and searching do not
     # build it (searches look terms up in the sorted bytes), and answer as the original

@@ -148,6 +148,9 @@ class BM25Index:
         self._staged: list[Slab] = []
         self._staged_keys = BitMap()
         self._staged_len = 0
+        # Vocabularies kept by worker processes over the batches of a pass: (pass token,
+        # pid) -> this index's id of each of their terms (see vocabulary_ids).
+        self._vocabs: dict[tuple[str, int], I32] = {}
 
     # ----------------------------------------------------------------- introspection
     def __len__(self) -> int:
@@ -224,11 +227,12 @@ class BM25Index:
         self._live.add(doc_key)
         self._total_len += length
 
-    def add_encoded(self, parts: Iterable[tuple[list[str] | str, Slab]], *,
+    def add_encoded(self, parts: Iterable[tuple[list[str] | str | None, Slab]], *,
                     stage: bool = False) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
         with its ``keys`` set to the documents' keys). Few documents go to the delta, many
-        join main in one merge; keys already indexed are replaced.
+        join main in one merge; keys already indexed are replaced. Terms None: the slab's
+        term ids are this index's already (``Slab.mapped`` with :meth:`vocabulary_ids`).
 
         ``stage`` (a pass of many calls, such as a first build): many new documents wait
         beside main, in this index's term ids, and join it in one merge with later ones:
@@ -249,7 +253,7 @@ class BM25Index:
             self.merge_staged()  # they come first, as if merged when they were added
         elif stage:
             for terms, slab in parts:
-                self._staged.append(slab.remap(terms, self._term_ids, slab.keys))
+                self._staged.append(self._own_ids(terms, slab))
                 self._staged_keys.update(slab.keys)
                 self._staged_len += sum(slab.lens)
             if len(self._staged_keys) >= len(self._live):
@@ -261,16 +265,43 @@ class BM25Index:
                     self._remove(key)
         if small:
             for terms, slab in parts:
-                for key, (counts, length) in zip(slab.keys, slab.counts(terms), strict=True):
+                named = list(self._term_ids) if terms is None else terms
+                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
                     self._add_counts(key, counts, length)
         else:
             slabs = self._take_staged()
             for terms, slab in parts:
-                slabs.append(slab.remap(terms, self._term_ids, slab.keys))
+                slabs.append(self._own_ids(terms, slab))
                 self._live.update(slab.keys)
                 self._total_len += sum(slab.lens)
             self._merge(slabs)
         self._maybe_compact()
+
+    def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
+        return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
+
+    def vocabulary_ids(self, source: tuple[str, int], start: int,
+                       terms: list[str] | str) -> I32:
+        """This index's id of every term of a vocabulary that ``source`` keeps over many
+        batches (a worker process's over a pass): ``terms`` are those it added since it
+        held ``start`` terms (0: it began again). New terms join this index in their order,
+        as :meth:`add_encoded` would add them. ValueError if ``start`` is not what this
+        index has of that vocabulary.
+
+        While any vocabulary is held, merges keep terms left without postings, so the ids
+        given stay valid; :meth:`forget_vocabularies` lets them go.
+        """
+        held = self._vocabs.get(source) if start else None
+        if (0 if held is None else len(held)) != start:
+            raise ValueError(f"a vocabulary of {start} terms is not the one held for {source}")
+        new = postings.global_ids(postings.split_terms(terms), self._term_ids)
+        ids = new if held is None else np.concatenate([held, new])
+        self._vocabs[source] = ids
+        return ids
+
+    def forget_vocabularies(self) -> None:
+        """Drop what :meth:`vocabulary_ids` held (a pass ended)."""
+        self._vocabs = {}
 
     def add_many(self, docs: Iterable[tuple[int, list[str]]]) -> None:
         """Index many documents at once: they bypass the delta and join main in one merge.
@@ -391,7 +422,8 @@ class BM25Index:
         delta = Slab.from_counts(self._delta_docs, self._term_ids)
         self._delta_docs.clear()
         self._delta_post.clear()
-        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids))
+        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids),
+                                   drop_unused=not self._vocabs)
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
             terms = list(self._term_ids)

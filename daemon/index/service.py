@@ -23,7 +23,9 @@ match them (``reme_import.py``, ``reme_chunks.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -378,6 +380,9 @@ class WorkspaceIndex:
         """
         pool = self._pool if len(ordered) >= POOL_MIN_FILES else None
         size = PREPARE_BATCH if pool is None else POOL_BATCH
+        # Each worker process counts this pass's batches against one vocabulary, so a
+        # batch carries (and the apply looks up) only the terms new to its worker.
+        vocab = f"{os.getpid()}-{next(_PASSES)}"
         batches = [ordered[i:i + size] for i in range(0, len(ordered), size)]
         window = 2 * pool.workers if pool is not None else 1
         results: list[PreparedBatch | None] = [None] * len(batches)
@@ -391,7 +396,7 @@ class WorkspaceIndex:
                           digests=digests, reme=reme or None)
             if pool is not None:
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
-                    results[i] = await pool.call(job)
+                    results[i] = await pool.call(partial(job, vocab=vocab))
             if results[i] is None:
                 results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
             ready[i].set()
@@ -801,6 +806,9 @@ class WorkspaceIndex:
             "keyword": self.state.bm25.stats(),
             "vectors": None if self.vectors is None else self.vectors.status(),
         }
+
+
+_PASSES = itertools.count()
 
 
 def metadata_dir(ws: Workspace) -> Path:
