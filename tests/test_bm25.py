@@ -215,6 +215,19 @@ def test_staged_documents_are_searchable_after_any_other_write() -> None:
     assert len(saved) == 399
 
 
+def test_staging_merges_at_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # However large main is, at most STAGED_MAX_DOCS documents wait: a merge's temporary
+    # arrays grow with the documents it adds.
+    monkeypatch.setattr(bm25_mod, "STAGED_MAX_DOCS", 150)
+    index = BM25Index()
+    index.add_encoded(_encoded(0, [(k, ["base"]) for k in range(1000)]))
+    index.add_encoded(_encoded(1, [(k, ["a"]) for k in range(1000, 1100)]), stage=True)
+    assert index.search(["a"], 1) == [] and len(index) == 1000  # 100 wait
+    index.add_encoded(_encoded(2, [(k, ["b"]) for k in range(1100, 1200)]), stage=True)
+    assert len(index) == 1200  # 200 >= 150: merged, though main holds 1,000
+    assert [k for k, _ in index.search(["b"], 1)] == [1100]
+
+
 @pytest.fixture(params=["per-term", "search"])
 def score_keys_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     # Both ways score_keys works: term by term, or a search restricted to the keys.

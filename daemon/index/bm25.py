@@ -68,6 +68,9 @@ DEAD_FRACTION: Final = 0.25
 SLAB_DOCS: Final = 8192
 # add_encoded puts up to this many documents in the delta instead of merging main.
 SMALL_ADD_DOCS: Final = 64
+# add_encoded(stage=True) merges once this many documents are staged (or as many as main
+# holds, if fewer): a merge's temporary arrays grow with the documents it adds.
+STAGED_MAX_DOCS: Final = 8192
 # Unfiltered searches of a main segment of at most this many rows sum and rank with one
 # bincount over all rows (see ranking.top_dense); larger ones sort the postings instead.
 DENSE_ROWS: Final = 32768
@@ -237,8 +240,8 @@ class BM25Index:
         ``stage`` (a pass of many calls, such as a first build): many new documents wait
         beside main, in this index's term ids, and join it in one merge with later ones:
         at the next call without ``stage`` or any other write, at the latest once they
-        are as many as main's. A merge rewrites main, so a pass of n documents then
-        copies main O(log n) times rather than once per call. Staged documents are not
+        are as many as main's (or ``STAGED_MAX_DOCS``). A merge rewrites main, so a pass
+        then copies main fewer times than once per call. Staged documents are not
         searchable yet and do not count in the corpus statistics.
         """
         parts = list(parts)
@@ -256,7 +259,7 @@ class BM25Index:
                 self._staged.append(self._own_ids(terms, slab))
                 self._staged_keys.update(slab.keys)
                 self._staged_len += sum(slab.lens)
-            if len(self._staged_keys) >= len(self._live):
+            if len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
                 self.merge_staged()
             return
         for _, slab in parts:
