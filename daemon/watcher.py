@@ -506,7 +506,8 @@ class Watcher:
         Writes a cookie file into the first root and waits until its event has arrived
         and the batch holding everything before it is applied. If the cookie does not
         show up within ``sync_timeout_s`` (events lost, watch down), a reconcile runs
-        instead. On cancellation the cookie is removed and nothing else changes.
+        instead; if it did show up and an apply is still running, the wait goes on. On
+        cancellation the cookie is removed and nothing else changes.
         """
         if self._watch_state != "watching":
             await self.reconcile("sync without a watch")
@@ -515,6 +516,7 @@ class Watcher:
         name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
         path = self._roots[0] / name
         done = trio.Event()
+        errors = self._errors
         self._cookies[name] = done
         try:
             try:
@@ -522,9 +524,18 @@ class Watcher:
             except OSError as exc:
                 log.debug("sync cookie %s not written: %s", path, exc)
             else:
-                with trio.move_on_after(self._config.sync_timeout_s):
-                    await done.wait()
-                    return
+                while True:
+                    with trio.move_on_after(self._config.sync_timeout_s):
+                        await done.wait()
+                        return
+                    # The cookie came, and the batch holding it waits behind an apply
+                    # still running or owed (a first build's reconcile takes seconds):
+                    # the events flow, so wait for it rather than scan the disk after
+                    # it. An apply that failed meanwhile ends the wait: the reconcile
+                    # below raises its error to the caller.
+                    owed = self._apply_lock.locked() or self._wake.is_set()
+                    if name not in self._cookie_seen or errors != self._errors or not owed:
+                        break
             self._sync_fallbacks += 1
             await self.reconcile("sync cookie not seen")
         finally:

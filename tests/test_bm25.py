@@ -90,9 +90,22 @@ _OP = st.one_of(
               st.lists(st.tuples(st.integers(0, 15), _DOC), max_size=6)),
     st.tuples(st.just("encoded"), st.integers(0, 15),
               st.dictionaries(st.integers(0, 15), _DOC, max_size=6).map(lambda d: list(d.items()))),
+    st.tuples(st.just("staged"), st.integers(0, 15),
+              st.dictionaries(st.integers(0, 15), _DOC, max_size=6).map(lambda d: list(d.items()))),
     st.tuples(st.just("compact"), st.just(0), st.just([])),
     st.tuples(st.just("reload"), st.just(0), st.just([])),
 )
+
+
+def _encoded(key: int, docs: list[tuple[int, list[str]]]) -> list[tuple[str | list[str], Slab]]:
+    """``docs`` as worker processes send them: in two parts (split by ``key``), each with
+    its own vocabulary, keys set on apply."""
+    parts: list[tuple[str | list[str], Slab]] = []
+    for piece in (docs[: key % 4], docs[key % 4:]):
+        slab, terms = Slab.local([doc for _, doc in piece])
+        parts.append((terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
+                                  [k for k, _ in piece])))
+    return parts
 
 
 @settings(max_examples=120, deadline=None,
@@ -106,7 +119,11 @@ def test_matches_reference_through_any_sequence(
 ) -> None:
     index = BM25Index()
     docs: dict[int, list[str]] = {}
+    staged: dict[int, list[str]] = {}  # added with stage=True, not searchable yet
     for op, key, arg in ops:
+        if op != "staged":  # any other write merges what was staged first
+            docs.update(staged)
+            staged = {}
         if op == "add":
             index.add(key, arg)
             docs[key] = arg
@@ -117,14 +134,15 @@ def test_matches_reference_through_any_sequence(
             index.add_many(arg)
             docs.update(dict(arg))
         elif op == "encoded":
-            # As worker processes send them: own vocabularies, keys set on apply.
-            parts = []
-            for piece in (arg[: key % 4], arg[key % 4:]):
-                slab, terms = Slab.local([doc for _, doc in piece])
-                parts.append((terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
-                                          [k for k, _ in piece])))
-            index.add_encoded(parts)
+            index.add_encoded(_encoded(key, arg))
             docs.update(dict(arg))
+        elif op == "staged":
+            index.add_encoded(_encoded(key, arg), stage=True)
+            merged = {**docs, **staged, **dict(arg)}
+            if index.live == BitMap(merged):  # merged now (few, replacing, or enough)
+                docs, staged = merged, {}
+            else:
+                staged.update(dict(arg))
         elif op == "compact":
             index.compact()
         else:
@@ -134,6 +152,80 @@ def test_matches_reference_through_any_sequence(
         assert_matches(index, docs, query)
         assert_scores_keys_like_search(index, query, allowed_keys)
     assert_matches(index, docs, query, BitMap(allowed_keys))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(0, 30))
+def test_a_staged_pass_builds_the_same_index(sizes: list[int], before: int) -> None:
+    # A pass applied in calls that stage all but the last gives the arrays the same calls
+    # give unstaged; staged documents are not searchable until they are merged. Calls of
+    # any size are merged (as a pass's batches of hundreds of files are), not put in
+    # the delta.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bm25_mod, "SMALL_ADD_DOCS", 0)
+        _staged_and_plain(sizes, before)
+
+
+def _staged_and_plain(sizes: list[int], before: int) -> None:
+    rng = np.random.default_rng(sum(sizes) + before)
+    words = [f"w{i}" for i in range(60)]
+
+    def doc() -> list[str]:
+        return [words[int(i)] for i in rng.integers(0, len(words), int(rng.integers(0, 12)))]
+
+    first = [(k, doc()) for k in range(before)]
+    calls = []
+    key = before
+    for n in sizes:
+        calls.append([(key + i, doc()) for i in range(n)])
+        key += n
+    plain, staged = BM25Index(), BM25Index()
+    for index in (plain, staged):
+        if first:
+            index.add_encoded(_encoded(0, first))
+    for i, call in enumerate(calls):
+        plain.add_encoded(_encoded(i, call))
+        last = i == len(calls) - 1
+        staged.add_encoded(_encoded(i, call), stage=not last)
+        if not last:
+            assert staged.live <= plain.live
+            assert len(staged) == len(staged.live)
+            assert all(k in staged.live for k, _ in staged.search(["w1", "w2"], 50))
+    assert staged.live == plain.live
+    got, want = staged.to_arrays(), plain.to_arrays()
+    assert set(got) == set(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    assert staged.meta() == plain.meta()
+    assert staged.merges <= plain.merges
+
+
+def test_staged_documents_are_searchable_after_any_other_write() -> None:
+    index = BM25Index()
+    index.add_encoded(_encoded(0, [(k, ["base"]) for k in range(200)]))
+    index.add_encoded(_encoded(1, [(k, ["fresh"]) for k in range(200, 300)]), stage=True)
+    assert index.search(["fresh"], 5) == []  # staged: 100 < 200 live
+    assert len(index) == 200
+    index.remove(0)  # a write: the staged documents join main first
+    assert [k for k, _ in index.search(["fresh"], 3)] == [200, 201, 202]
+    assert len(index) == 299
+    index.add_encoded(_encoded(2, [(k, ["late"]) for k in range(300, 400)]), stage=True)
+    saved = BM25Index.from_arrays(index.to_arrays(), index.meta())  # saving merges them
+    assert [k for k, _ in saved.search(["late"], 1)] == [300]
+    assert len(saved) == 399
+
+
+def test_staging_merges_at_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # However large main is, at most STAGED_MAX_DOCS documents wait: a merge's temporary
+    # arrays grow with the documents it adds.
+    monkeypatch.setattr(bm25_mod, "STAGED_MAX_DOCS", 150)
+    index = BM25Index()
+    index.add_encoded(_encoded(0, [(k, ["base"]) for k in range(1000)]))
+    index.add_encoded(_encoded(1, [(k, ["a"]) for k in range(1000, 1100)]), stage=True)
+    assert index.search(["a"], 1) == [] and len(index) == 1000  # 100 wait
+    index.add_encoded(_encoded(2, [(k, ["b"]) for k in range(1100, 1200)]), stage=True)
+    assert len(index) == 1200  # 200 >= 150: merged, though main holds 1,000
+    assert [k for k, _ in index.search(["b"], 1)] == [1100]
 
 
 @pytest.fixture(params=["per-term", "search"])
@@ -387,6 +479,68 @@ def test_remap_is_a_lookup_of_every_term(known: list[str], local: list[str]) -> 
     assert list(ids.items()) == list(reference.items())
     for term in ids:
         assert term is sys.intern(term)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_TEXT, min_size=1, max_size=5), min_size=1, max_size=6),
+       st.lists(st.integers(0, 1), min_size=6, max_size=6))
+def test_batches_counted_against_a_kept_vocabulary_index_the_same(
+    batches: list[list[str]], workers: list[int],
+) -> None:
+    # Worker processes keep one vocabulary over a pass and hand back only the terms a
+    # batch added to it; the daemon maps them through vocabulary_ids. The index built is
+    # the one per-batch vocabularies build, array for array, when batches are merged (as
+    # a pass's batches of 128 files are; the delta of a few documents numbers its terms
+    # as they come, a merge in batch order).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bm25_mod, "SMALL_ADD_DOCS", 0)
+        _build_both(batches, workers)
+
+
+def _build_both(batches: list[list[str]], workers: list[int]) -> None:
+    plain, kept = BM25Index(), BM25Index()
+    held: list[dict[str, int]] = [{}, {}]
+    key = 0
+    for i, texts in enumerate(batches):
+        split = [tokenize_split(t) for t in texts]
+        words, runs = [w for w, _ in split], [r for _, r in split]
+        keys = list(range(key, key + len(texts)))
+        key += len(texts)
+        slab, terms = Slab.local(words, runs)
+        plain.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys))],
+                          stage=i < len(batches) - 1)
+        vocab = held[workers[i]]
+        start = len(vocab)
+        slab, new_terms = Slab.local(words, runs, vocab=vocab)
+        assert new_terms == list(vocab)[start:]
+        to_global = kept.vocabulary_ids(("pass", workers[i]), start,
+                                        postings_mod.join_terms(new_terms))
+        kept.add_encoded([(None, slab.mapped(to_global, keys))], stage=i < len(batches) - 1)
+    got, want = kept.to_arrays(), plain.to_arrays()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def test_a_vocabulary_out_of_step_is_refused_and_held_terms_stay() -> None:
+    index = BM25Index()
+    index.add(0, ["gone"])
+    index.compact()
+    ids = index.vocabulary_ids(("p", 1), 0, "alpha\nbeta")
+    assert ids.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="not the one held"):
+        index.vocabulary_ids(("p", 1), 5, "gamma")
+    with pytest.raises(ValueError, match="not the one held"):
+        index.vocabulary_ids(("p", 2), 3, "gamma")
+    assert index.vocabulary_ids(("p", 1), 2, "gamma").tolist() == [1, 2, 3]
+    assert index.vocabulary_ids(("p", 1), 0, "beta").tolist() == [2]  # began again
+    # While a vocabulary is held, a merge keeps terms without postings: its ids hold.
+    index.remove(0)
+    index.compact()
+    assert index.stats()["terms"] == 4
+    index.forget_vocabularies()
+    index.add(5, ["beta"])
+    index.compact()
+    assert index.stats()["terms"] == 1
 
 
 def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:

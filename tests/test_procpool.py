@@ -9,8 +9,11 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+import pytest
 import trio
 
+from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.state import IndexState
@@ -104,6 +107,43 @@ async def test_prepared_in_a_process_indexes_like_prepared_here(tmp_path: Path) 
         assert a.keyword_search(query, 5)
     assert a.graph.to_records() == b.graph.to_records()
     assert len(a.graph) > 0
+
+
+async def test_a_pass_of_worker_vocabularies_indexes_like_batches_prepared_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pool's processes keep one vocabulary each over a pass and send only the terms
+    # new to it; applied in order, the index is the one per-batch vocabularies give
+    # (merged as a pass's batches of 128 files are, not put in the delta).
+    monkeypatch.setattr(bm25_mod, "SMALL_ADD_DOCS", 0)
+    rels = []
+    for i in range(24):
+        rel = f"memory/2026-07-{i % 3 + 1:02d}/n{i}.md"
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# Note {i}\n\nshared words 周末爬山 only{i} 第{i}天\n",
+                                    encoding="utf-8")
+        rels.append(rel)
+    batches = [rels[i:i + 3] for i in range(0, len(rels), 3)]
+    pool = PreparePool(2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        remote = [await pool.call(partial(prepare_files, tmp_path, b, max_chars=2000,
+                                          digests={}, vocab="pass-1")) for b in batches]
+        nursery.cancel_scope.cancel()
+    assert all(b.vocab is not None and b.vocab.pid != os.getpid() for b in remote)
+    sent = sum(len(b.terms.split("\n")) for b in remote)
+    local = [prepare_files(tmp_path, b, max_chars=2000, digests={}) for b in batches]
+    assert sent < sum(len(b.terms.split("\n")) for b in local)  # shared terms sent once
+    a, b = IndexState(), IndexState()
+    a.apply(remote[:4], stage=True)
+    a.apply(remote[4:])
+    b.apply(local[:4], stage=True)
+    b.apply(local[4:])
+    got, want = a.bm25.to_arrays(), b.bm25.to_arrays()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    assert a.keyword_search("周末", 30) == b.keyword_search("周末", 30)
+    assert len(a.keyword_search("only7", 5)) == 1
 
 
 async def test_a_long_call_keeps_the_pool_without_waking_it(autojump_clock: trio.abc.Clock) -> None:

@@ -68,6 +68,9 @@ DEAD_FRACTION: Final = 0.25
 SLAB_DOCS: Final = 8192
 # add_encoded puts up to this many documents in the delta instead of merging main.
 SMALL_ADD_DOCS: Final = 64
+# add_encoded(stage=True) merges once this many documents are staged (or as many as main
+# holds, if fewer): a merge's temporary arrays grow with the documents it adds.
+STAGED_MAX_DOCS: Final = 8192
 # Unfiltered searches of a main segment of at most this many rows sum and rank with one
 # bincount over all rows (see ranking.top_dense); larger ones sort the postings instead.
 DENSE_ROWS: Final = 32768
@@ -143,6 +146,14 @@ class BM25Index:
         self._live = BitMap()
         self._total_len = 0
         self.merges = 0
+        # Slabs added with ``stage``: remapped, not yet searchable, merged into main
+        # together (see add_encoded); their keys and summed lengths.
+        self._staged: list[Slab] = []
+        self._staged_keys = BitMap()
+        self._staged_len = 0
+        # Vocabularies kept by worker processes over the batches of a pass: (pass token,
+        # pid) -> this index's id of each of their terms (see vocabulary_ids).
+        self._vocabs: dict[tuple[str, int], I32] = {}
 
     # ----------------------------------------------------------------- introspection
     def __len__(self) -> int:
@@ -201,6 +212,7 @@ class BM25Index:
     def add(self, doc_key: int, tokens: list[str]) -> None:
         """Index ``tokens`` under ``doc_key``, replacing any earlier version of that key."""
         _check_key(doc_key)
+        self.merge_staged()
         if doc_key in self._live:
             self._remove(doc_key)
         self._add_counts(doc_key, dict(Counter(tokens)), doc_length(tokens))
@@ -218,10 +230,19 @@ class BM25Index:
         self._live.add(doc_key)
         self._total_len += length
 
-    def add_encoded(self, parts: Iterable[tuple[list[str] | str, Slab]]) -> None:
+    def add_encoded(self, parts: Iterable[tuple[list[str] | str | None, Slab]], *,
+                    stage: bool = False) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
         with its ``keys`` set to the documents' keys). Few documents go to the delta, many
-        join main in one merge; keys already indexed are replaced.
+        join main in one merge; keys already indexed are replaced. Terms None: the slab's
+        term ids are this index's already (``Slab.mapped`` with :meth:`vocabulary_ids`).
+
+        ``stage`` (a pass of many calls, such as a first build): many new documents wait
+        beside main, in this index's term ids, and join it in one merge with later ones:
+        at the next call without ``stage`` or any other write, at the latest once they
+        are as many as main's (or ``STAGED_MAX_DOCS``). A merge rewrites main, so a pass
+        then copies main fewer times than once per call. Staged documents are not
+        searchable yet and do not count in the corpus statistics.
         """
         parts = list(parts)
         for _, slab in parts:
@@ -229,22 +250,61 @@ class BM25Index:
                 _check_key(key)
         if len({k for _, slab in parts for k in slab.keys}) != sum(len(s.keys) for _, s in parts):
             raise ValueError("a document key repeats within one add_encoded call")
+        small = sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS
+        if small or any(key in self._live or key in self._staged_keys
+                        for _, slab in parts for key in slab.keys):
+            self.merge_staged()  # they come first, as if merged when they were added
+        elif stage:
+            for terms, slab in parts:
+                self._staged.append(self._own_ids(terms, slab))
+                self._staged_keys.update(slab.keys)
+                self._staged_len += sum(slab.lens)
+            if len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
+                self.merge_staged()
+            return
         for _, slab in parts:
             for key in slab.keys:
                 if key in self._live:
                     self._remove(key)
-        if sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS:
+        if small:
             for terms, slab in parts:
-                for key, (counts, length) in zip(slab.keys, slab.counts(terms), strict=True):
+                named = list(self._term_ids) if terms is None else terms
+                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
                     self._add_counts(key, counts, length)
         else:
-            slabs = []
+            slabs = self._take_staged()
             for terms, slab in parts:
-                slabs.append(slab.remap(terms, self._term_ids, slab.keys))
+                slabs.append(self._own_ids(terms, slab))
                 self._live.update(slab.keys)
                 self._total_len += sum(slab.lens)
             self._merge(slabs)
         self._maybe_compact()
+
+    def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
+        return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
+
+    def vocabulary_ids(self, source: tuple[str, int], start: int,
+                       terms: list[str] | str) -> I32:
+        """This index's id of every term of a vocabulary that ``source`` keeps over many
+        batches (a worker process's over a pass): ``terms`` are those it added since it
+        held ``start`` terms (0: it began again). New terms join this index in their order,
+        as :meth:`add_encoded` would add them. ValueError if ``start`` is not what this
+        index has of that vocabulary.
+
+        While any vocabulary is held, merges keep terms left without postings, so the ids
+        given stay valid; :meth:`forget_vocabularies` lets them go.
+        """
+        held = self._vocabs.get(source) if start else None
+        if (0 if held is None else len(held)) != start:
+            raise ValueError(f"a vocabulary of {start} terms is not the one held for {source}")
+        new = postings.global_ids(postings.split_terms(terms), self._term_ids)
+        ids = new if held is None else np.concatenate([held, new])
+        self._vocabs[source] = ids
+        return ids
+
+    def forget_vocabularies(self) -> None:
+        """Drop what :meth:`vocabulary_ids` held (a pass ended)."""
+        self._vocabs = {}
 
     def add_many(self, docs: Iterable[tuple[int, list[str]]]) -> None:
         """Index many documents at once: they bypass the delta and join main in one merge.
@@ -252,6 +312,7 @@ class BM25Index:
         This is the cold-build path; documents are encoded a slab at a time with numpy, and the
         single merge is linear in the postings of the index.
         """
+        self.merge_staged()
         slabs: list[Slab] = []
         batch: dict[int, list[str]] = {}
         pending: set[int] = set()  # keys in encoded slabs, not yet merged
@@ -282,6 +343,7 @@ class BM25Index:
 
     def remove(self, doc_key: int) -> bool:
         """Delete ``doc_key``; returns whether it was indexed. O(1) apart from compaction."""
+        self.merge_staged()
         if doc_key not in self:
             return False
         self._remove(doc_key)
@@ -290,8 +352,23 @@ class BM25Index:
 
     def compact(self) -> None:
         """Merge the delta and drop dead rows now (normally automatic)."""
-        if self._delta_docs or self._n_dead:
+        if self._staged:
+            self.merge_staged()
+        elif self._delta_docs or self._n_dead:
             self._merge([])
+
+    def merge_staged(self) -> None:
+        """Merge the documents ``add_encoded`` staged into main (searchable from then on)."""
+        if self._staged:
+            self._merge(self._take_staged())
+
+    def _take_staged(self) -> list[Slab]:
+        """The staged slabs, their documents counted as live (the caller merges them)."""
+        slabs, self._staged = self._staged, []
+        self._live |= self._staged_keys
+        self._total_len += self._staged_len
+        self._staged_keys, self._staged_len = BitMap(), 0
+        return slabs
 
     def _remove(self, key: int) -> None:
         self._writes += 1
@@ -348,7 +425,8 @@ class BM25Index:
         delta = Slab.from_counts(self._delta_docs, self._term_ids)
         self._delta_docs.clear()
         self._delta_post.clear()
-        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids))
+        seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids),
+                                   drop_unused=not self._vocabs)
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
             terms = list(self._term_ids)
@@ -583,6 +661,7 @@ class BM25Index:
     # ----------------------------------------------------------------- persistence
     def meta(self) -> BM25Meta:
         """JSON-able parameters and counters that go with ``to_arrays``."""
+        self.merge_staged()
         return {
             "format": FORMAT, "version": VERSION, "k1": self.k1, "b": self.b,
             "docs": len(self._live), "total_len": self._total_len, "terms": self._n_terms(),
@@ -593,8 +672,9 @@ class BM25Index:
 
         Main arrays are returned without copying; treat them as read-only (merges replace them,
         never write into them). The delta is exported as its own small doc-major CSR, so
-        persisting does not force a merge.
+        persisting does not force a merge (staged documents are merged first).
         """
+        self.merge_staged()
         if self._table is None and not self._delta_docs:
             assert self._saved_terms is not None
             delta = Slab.from_counts({}, postings.term_table())

@@ -138,22 +138,29 @@ class Slab:
         )
 
     @classmethod
-    def local(cls, docs: list[list[str]],
-              runs: list[list[str]] | None = None) -> tuple[Slab, list[str]]:
+    def local(cls, docs: list[list[str]], runs: list[list[str]] | None = None, *,
+              vocab: dict[str, int] | None = None) -> tuple[Slab, list[str]]:
         """Encode ``docs`` against a vocabulary of their own: (slab keyed 0..n-1, its terms).
 
         Worker processes do this, so the daemon only maps each batch's distinct terms to its
         own ids (:meth:`remap`) instead of looking up every token. ``runs`` (per document,
         from ``tokenizer.tokenize_split``) are CJK runs, counted as their characters and
         neighbouring pairs in numpy: only distinct ones become strings.
+
+        ``vocab`` (with ``runs``): a vocabulary to go on with, such as a worker's over the
+        batches of one pass; its terms keep their ids, new ones get the next, in the order
+        a new vocabulary would give them, and only the new terms are returned.
         """
         if runs is None:
+            if vocab is not None:
+                raise ValueError("a vocabulary to go on with needs the CJK runs split off")
             ids = term_table()
             slab = cls.encode(dict(enumerate(docs)), ids)
             return slab, list(ids)
         # A plain dict: local ids need not be the shared ints of ``TermTable``, and new
         # terms are added in bulk (``_local_ids``), not one ``__missing__`` call each.
-        local: dict[str, int] = {}
+        local: dict[str, int] = {} if vocab is None else vocab
+        start = len(local)
         flat = list(itertools.chain.from_iterable(docs))
         word_tids = _local_ids(flat, local)
         word_docs = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
@@ -169,22 +176,17 @@ class Slab:
         slab = cls((pairs & _TERM_MASK).astype(np.int32), tfs.astype(np.float32),
                    np.bincount(pairs >> _DOC_SHIFT, minlength=len(docs)).astype(np.int64),
                    lens, list(range(len(docs))))
-        return slab, list(local)
+        return slab, list(itertools.islice(local, start, None))
 
     def remap(self, local_terms: list[str] | str, ids: TermTable, keys: list[int]) -> Slab:
         """This slab (encoded by :meth:`local`) in the ids of ``ids`` (new terms join it),
         under ``keys``; ``local_terms`` as :meth:`local` gives them or :func:`join_terms`d."""
+        return self.mapped(global_ids(split_terms(local_terms), ids), keys)
+
+    def mapped(self, to_global: I32, keys: list[int]) -> Slab:
+        """This slab with term id ``i`` replaced by ``to_global[i]``, under ``keys``."""
         if len(keys) != len(self.lens):
             raise ValueError(f"{len(keys)} keys for {len(self.lens)} documents")
-        local_terms = split_terms(local_terms)
-        # Known terms are looked up as they come (the table's keys are interned already);
-        # new ones join in their order, interned: workspaces of one daemon share one
-        # string per common term.
-        to_global = np.fromiter(map(ids.get, local_terms, itertools.repeat(-1)),
-                                dtype=np.int32, count=len(local_terms))
-        new = np.flatnonzero(to_global < 0)
-        if len(new):
-            to_global[new] = [ids[sys.intern(local_terms[i])] for i in new.tolist()]
         return Slab(to_global[self.tids], self.tfs, self.nterms, self.lens, keys)
 
     def counts(self, local_terms: list[str] | str) -> list[tuple[dict[str, int], int]]:
@@ -205,6 +207,19 @@ class Slab:
             self.tids, rows, self.tfs, np.asarray(self.lens, dtype=np.float32),
             np.asarray(self.keys, dtype=np.uint32),
         )
+
+
+def global_ids(terms: list[str], ids: TermTable) -> I32:
+    """The ids of ``terms`` in ``ids``; new terms join it in their order."""
+    # Known terms are looked up as they come (the table's keys are interned already);
+    # new ones join in their order, interned: workspaces of one daemon share one string
+    # per common term.
+    to_global = np.fromiter(map(ids.get, terms, itertools.repeat(-1)),
+                            dtype=np.int32, count=len(terms))
+    new = np.flatnonzero(to_global < 0)
+    if len(new):
+        to_global[new] = [ids[sys.intern(terms[i])] for i in new.tolist()]
+    return to_global
 
 
 def join_terms(terms: list[str]) -> str:
@@ -353,7 +368,8 @@ def _cjk_block(runs: list[list[str]], known: _KnownTokens) -> tuple[I64, I64, li
 
 
 def merge(
-    seg: Segment, alive: npt.NDArray[np.bool_], slabs: list[Slab], n_terms: int
+    seg: Segment, alive: npt.NDArray[np.bool_], slabs: list[Slab], n_terms: int, *,
+    drop_unused: bool = True,
 ) -> tuple[Segment, I64 | None]:
     """A new segment from ``seg``'s alive rows plus ``slabs``; linear, main is never re-sorted.
 
@@ -361,7 +377,8 @@ def merge(
     all of main's, so each term's new list is its surviving postings followed by its new ones:
     both are scattered straight to their final positions. Returns the segment and, when some
     of the ``n_terms`` terms are left without postings, the ids of the terms kept (the returned
-    segment is already renumbered to them).
+    segment is already renumbered to them); with ``drop_unused`` off, terms are never
+    dropped (ids held elsewhere stay valid).
     """
     n_terms_main = len(seg.indptr) - 1
     rows_m, tfs_m = seg.rows, seg.tfs
@@ -410,7 +427,7 @@ def merge(
         dest[:n_terms_main] += counts_m
         _scatter(dest, counts_x, rows_x, tfs_x, out_rows, out_tfs)
     used: I64 | None = None
-    if n_terms and not counts_all.all():
+    if drop_unused and n_terms and not counts_all.all():
         used = np.flatnonzero(counts_all).astype(np.int64)
         indptr = np.concatenate([indptr[:1], indptr[1:][used]])
     doclen = np.concatenate(lens).astype(np.float32, copy=False)

@@ -28,6 +28,12 @@ from recalld.ipc.errors import PathOutsideWorkspace
 # reading it whole on every save would stall its workspace. Such notes are reported
 # (health ``degraded``, ``partly_indexed`` in status and index.verify), never silently cut.
 MAX_NOTE_BYTES = 8 * 1024 * 1024
+# A worker's vocabulary over the batches of a pass (``prepare_files``'s ``vocab``) begins
+# again past this many terms, so that a worker of a very large pass stays small.
+VOCAB_MAX_TERMS = 1 << 18
+# That vocabulary: (the pass's token, term -> id). One per process: a worker serves one
+# call at a time, and a call of another pass begins a new one.
+_vocab: tuple[str, dict[str, int]] | None = None
 
 
 def partly_indexed(files: Mapping[str, FileSize]) -> list[str]:
@@ -57,18 +63,32 @@ class Prepared:
     unchanged: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class VocabRef:
+    """Where a batch's term ids come from when its worker process keeps one vocabulary
+    over the batches of a pass: the pass's ``token``, the worker's ``pid``, and ``start``,
+    how many terms that vocabulary held before the batch (0: it began with the batch)."""
+
+    token: str
+    pid: int
+    start: int
+
+
 @dataclass(slots=True)
 class PreparedBatch:
     """Files prepared together: ``slab`` holds one document per chunk of ``files`` (in order),
     counted against the batch's own vocabulary ``terms`` (joined: ``postings.join_terms``).
 
     Built by :func:`prepare_files` in a worker thread or process (everything in it is plain
-    data), applied by :meth:`IndexState.apply` under the index lock.
+    data), applied by :meth:`IndexState.apply` under the index lock. With ``vocab``, the
+    vocabulary is the worker's over the pass so far and ``terms`` are only the terms the
+    batch added to it.
     """
 
     files: list[Prepared]
     terms: str
     slab: Slab
+    vocab: VocabRef | None = None
 
     @property
     def docs(self) -> int:
@@ -132,16 +152,34 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
 
 def prepare_files(
     root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None],
-    reme: Mapping[str, Sequence[ReMeChunk]] | None = None,
+    reme: Mapping[str, Sequence[ReMeChunk]] | None = None, vocab: str | None = None,
 ) -> PreparedBatch:
     """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
-    shared state, so it runs in worker threads or worker processes alike."""
+    shared state, so it runs in worker threads or worker processes alike.
+
+    ``vocab`` (worker processes only): the token of a pass whose batches this process
+    counts against one vocabulary, so that each batch hands back, and the daemon looks
+    up, only the terms earlier batches of the process did not have.
+    """
+    global _vocab
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
                      reme=(reme or {}).get(rel)) for rel in rels]
     split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
-    slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split])
-    return PreparedBatch(files, join_terms(terms), slab)
+    ids: dict[str, int] | None = None
+    ref: VocabRef | None = None
+    if vocab is not None:
+        if _vocab is None or _vocab[0] != vocab or len(_vocab[1]) > VOCAB_MAX_TERMS:
+            _vocab = (vocab, {})
+        ids = _vocab[1]
+        ref = VocabRef(vocab, os.getpid(), len(ids))
+    try:
+        slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split],
+                                 vocab=ids)
+    except BaseException:
+        _vocab = None  # possibly half updated: the daemon would not know its terms
+        raise
+    return PreparedBatch(files, join_terms(terms), slab, ref)
 
 
-__all__ = ["MAX_NOTE_BYTES", "Prepared", "PreparedBatch", "partly_indexed", "prepare",
-           "prepare_files"]
+__all__ = ["MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared", "PreparedBatch", "VocabRef",
+           "partly_indexed", "prepare", "prepare_files"]

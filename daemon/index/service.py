@@ -23,7 +23,9 @@ match them (``reme_import.py``, ``reme_chunks.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -342,9 +344,10 @@ class WorkspaceIndex:
     async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()
 
-        async def apply(batches: list[PreparedBatch]) -> None:
+        async def apply(batches: list[PreparedBatch], last: bool) -> None:
             nonlocal started
-            stats: ApplyStats = await self._locked(self.state.apply, batches)
+            stats: ApplyStats = await self._locked(
+                partial(self.state.apply, batches, stage=not last))
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
@@ -361,15 +364,16 @@ class WorkspaceIndex:
         self,
         ordered: list[str],
         digest_of: Callable[[str], str | None],
-        apply: Callable[[list[PreparedBatch]], Awaitable[None]],
+        apply: Callable[[list[PreparedBatch], bool], Awaitable[None]],
         progress: Callable[[int], None] | None = None,
         *,
         indexed: int = 0,
     ) -> None:
         """Prepare ``ordered`` in batches and hand them to ``apply`` in order, from
         ``APPLY_MIN_FILES`` up to ``APPLY_BATCH`` files at a time (one keyword-index merge
-        for a startup reconcile of thousands of files instead of one per small batch);
-        ``indexed``: how many files the index held before.
+        for a startup reconcile of thousands of files instead of one per small batch),
+        with whether they are the last (until then the keyword index may stage them and merge
+        several applies at once); ``indexed``: how many files the index held before.
 
         Many files go to the worker processes, a few batches ahead of ``apply``; few files
         (an edit, a small reconcile) are prepared in worker threads, where a process hop
@@ -377,6 +381,9 @@ class WorkspaceIndex:
         """
         pool = self._pool if len(ordered) >= POOL_MIN_FILES else None
         size = PREPARE_BATCH if pool is None else POOL_BATCH
+        # Each worker process counts this pass's batches against one vocabulary, so a
+        # batch carries (and the apply looks up) only the terms new to its worker.
+        vocab = f"{os.getpid()}-{next(_PASSES)}"
         batches = [ordered[i:i + size] for i in range(0, len(ordered), size)]
         window = 2 * pool.workers if pool is not None else 1
         results: list[PreparedBatch | None] = [None] * len(batches)
@@ -390,7 +397,7 @@ class WorkspaceIndex:
                           digests=digests, reme=reme or None)
             if pool is not None:
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
-                    results[i] = await pool.call(job)
+                    results[i] = await pool.call(partial(job, vocab=vocab))
             if results[i] is None:
                 results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
             ready[i].set()
@@ -423,7 +430,7 @@ class WorkspaceIndex:
                         progress(done + files)  # prepared: counts move per batch
                     at = min(APPLY_BATCH, max(APPLY_MIN_FILES, (indexed + done) // 4))
                     if files >= at or last:
-                        await apply(pending)
+                        await apply(pending, last)
                         done += files
                         pending, files = [], 0
                         batch = None
@@ -746,8 +753,9 @@ class WorkspaceIndex:
             total = len(paths)
             progress(0, total, "scanning")
 
-            async def apply(batches: list[PreparedBatch]) -> None:
-                await trio.to_thread.run_sync(fresh.apply, batches, limiter=self._cpu)
+            async def apply(batches: list[PreparedBatch], last: bool) -> None:
+                await trio.to_thread.run_sync(partial(fresh.apply, batches, stage=not last),
+                                              limiter=self._cpu)
 
             await self._prepare_each(paths, lambda _: None, apply,
                                      lambda done: progress(done, total, "indexing"))
@@ -799,6 +807,9 @@ class WorkspaceIndex:
             "keyword": self.state.bm25.stats(),
             "vectors": None if self.vectors is None else self.vectors.status(),
         }
+
+
+_PASSES = itertools.count()
 
 
 def metadata_dir(ws: Workspace) -> Path:

@@ -268,11 +268,20 @@ class IndexState:
 
     # -- writing ---------------------------------------------------------------------
 
-    def apply(self, batches: Iterable[PreparedBatch]) -> ApplyStats:
-        """Bring the index in line with ``batches`` (each file replaced or dropped whole)."""
+    def apply(self, batches: Iterable[PreparedBatch], *, stage: bool = False) -> ApplyStats:
+        """Bring the index in line with ``batches`` (each file replaced or dropped whole).
+
+        ``stage``: more of the same pass follows; the keyword index may keep these
+        documents aside and merge them with the next (``BM25Index.add_encoded``)."""
+        batches = list(batches)
+        # Vocabularies kept by worker processes are looked up first, in batch order (as
+        # add_encoded would add the terms), before anything changes: a batch that does
+        # not fit what is held leaves the index as it was.
+        own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
+            (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
         added = updated = deleted = unchanged = 0
-        parts: list[tuple[list[str] | str, Slab]] = []
-        for batch in batches:
+        parts: list[tuple[list[str] | str | None, Slab]] = []
+        for batch, to_global in zip(batches, own_ids, strict=True):
             keys: list[int] = []
             for prep in batch.files:
                 old = self.files.get(prep.path)
@@ -308,8 +317,14 @@ class IndexState:
                 self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
             if keys:
                 slab = batch.slab
-                parts.append((batch.terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
-        self.bm25.add_encoded(parts)
+                if to_global is not None:
+                    parts.append((None, slab.mapped(to_global, keys)))
+                else:
+                    parts.append((batch.terms,
+                                  Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
+        self.bm25.add_encoded(parts, stage=stage)
+        if not stage:  # a pass's last apply, or no pass
+            self.bm25.forget_vocabularies()
         return ApplyStats(added, updated, deleted, unchanged)
 
     def _drop(self, info: FileInfo) -> None:
