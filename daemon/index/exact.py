@@ -151,6 +151,13 @@ def _count_content_words(query: str) -> int:
 _content_words = functools.lru_cache(maxsize=1024)(_count_content_words)
 
 
+@functools.lru_cache(maxsize=1024)
+def _whole_form(term: str) -> tuple[str, ...]:
+    """The first token of a special term (the tokenizer emits an identifier whole before
+    its parts), remembered: a special term is a word of the query or one of its tokens."""
+    return tuple(tokenize_query(term)[:1])
+
+
 @functools.lru_cache(maxsize=256)
 def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
     """``term`` not glued to a preceding ASCII letter or digit, and (``whole``) not followed
@@ -217,7 +224,9 @@ def exact_first(
     special, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
-    wholes = [t for term in special for t in tokenize_query(term)[:1]]
+    wholes = [t for term in special
+              for t in (_whole_form(term) if len(term) <= MEMO_QUERY_CHARS
+                        else tokenize_query(term)[:1])]
     own = bm25.search(wholes, limit, allowed=allowed)
     # More chunks hold the terms than one pool: the hits may hold others of them.
     exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,

@@ -6,7 +6,8 @@ time the daemon spends per ``memory.search`` (summed over its threads from
 it within a few percent. Each tree runs its own ``recalld serve`` (the tree's
 ``daemon/`` and ``ipc/`` put first on the import path) on its own copy of the workspace,
 whose derived state it builds once (kept under ``--state-root`` for later runs); every
-measurement is of a warm start, as the index bench's query rounds are. Rounds of
+measurement is of a warm start, as the index bench's query rounds are (``--fresh``:
+of the daemons that built, each built anew). Rounds of
 sequential searches alternate between the trees (the first side alternating too), after
 two discarded warm-up passes each.
 
@@ -28,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,6 +74,20 @@ def shim(tree: Path, where: Path) -> Path:
     for name in ("daemon", "ipc"):
         (pkg / name).symlink_to(tree.resolve() / name)
     return where
+
+
+def ref_tree(ref: str, where: Path) -> tuple[str, Path]:
+    """``ref``'s daemon/ and ipc/ (``git archive``) under ``where``; (name, tree), the
+    name carrying the commit, so a moved ref gets its own state."""
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO_ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    tree = where / f"src-{sha}"
+    if not tree.exists():
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", sha, "daemon", "ipc"], cwd=REPO_ROOT,
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return f"{ref}-{sha}", tree
 
 
 def workspace_queries(ws: Path, n: int, seed: int = 1) -> list[str]:
@@ -135,6 +151,15 @@ class Side:
             d.cleanup()
         (self.state / "built").write_text("", encoding="utf-8")
 
+    def build_and_serve(self, source: Path, files: int) -> None:
+        """Build anew and go on serving from the daemon that built (no restart)."""
+        for d in (self.ws, self.state):
+            shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(source, self.ws, ignore=shutil.ignore_patterns("mem_metadata"))
+        self.start(files)
+        wait_saved(self.client)
+        (self.state / "built").write_text("", encoding="utf-8")
+
     def start(self, files: int) -> None:
         self.daemon = d = self._new_daemon()
         d.start()
@@ -187,16 +212,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="a workspace (default: synth.py's of --notes notes, made once)")
     ap.add_argument("--notes", type=int, default=3000)
     ap.add_argument("--tree", action="append", default=[],
-                    help="NAME=PATH of a source tree (repeat; default this tree)")
+                    help="NAME=PATH of a source tree with daemon/ and ipc/ (repeat; "
+                         "default: --before-ref's and this tree)")
+    ap.add_argument("--before-ref", default="main",
+                    help="the git ref measured beside this tree when no --tree is given")
     ap.add_argument("--state-root", type=Path, default=None,
                     help="where built state is kept between runs (default: beside --ws)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per-round", type=int, default=400)
+    ap.add_argument("--fresh", action="store_true",
+                    help="build every tree anew and measure the daemons that built (no "
+                         "warm start)")
     ap.add_argument("--dump", type=Path, default=None, help="write full answers here")
     ap.add_argument("--dump-queries", type=int, default=300)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    trees = [t.split("=", 1) for t in args.tree] or [["this", str(REPO_ROOT)]]
     ws = args.ws
     if ws is None:
         ws = REPO_ROOT / "bench-results" / "search_cpu" / f"ws-{args.notes}"
@@ -206,15 +236,24 @@ def main(argv: list[str] | None = None) -> int:
     state_root = (args.state_root or ws.parent / f"qcpu-{ws.name}").resolve()
     files = sum(1 for p in ws.rglob("*.md") if "mem_metadata" not in p.parts)
     state_root.mkdir(parents=True, exist_ok=True)
+    trees = [t.split("=", 1) for t in args.tree]
+    if not trees:
+        name, tree = ref_tree(args.before_ref, state_root)
+        trees = [[name, str(tree)], ["this", str(REPO_ROOT)]]
     sides = [Side(name, Path(path), ws, state_root) for name, path in trees]
     queries = reme_baseline.default_queries(0)
-    result: dict[str, Any] = {"ws": str(ws), "files": files, "load_before": os.getloadavg(),
+    result: dict[str, Any] = {"ws": str(ws), "files": files, "fresh": args.fresh,
+                              "load_before": os.getloadavg(),
                               "sides": {}}
     try:
+        if not args.fresh:
+            for s in sides:
+                s.build(files)
         for s in sides:
-            s.build(files)
-        for s in sides:
-            s.start(files)
+            if args.fresh:
+                s.build_and_serve(ws, files)
+            else:
+                s.start(files)
             for _ in range(2):
                 for q in queries:
                     s.search(q)
