@@ -184,7 +184,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
                             self._start[row], self._end[row], text, heading, meta,
                             self._embedding.get(key))
         if len(built) >= BUILT_MAX:
-            del built[next(iter(built))]  # the oldest
+            built.clear()  # whole: safe beside a reader in another thread
         built[key] = chunk
         return chunk
 
