@@ -11,6 +11,8 @@ chunk (a warm start at 82k chunks spent 1.3 s parsing those).
 Removal clears a key from the live set; rows and bytes of removed chunks are dropped by a
 compaction once they make up a quarter of the table (linear, so amortized O(1) per change).
 Vectors, where known, are kept as QwenPaw's ``_embedding_f16_b64`` strings by key.
+The last few hundred chunk objects built are kept until their chunk changes: searches
+read the same ones again and again (the hits' linked notes, the results).
 
 A copy (what a commit saves) shares the bytes instead of copying them: the bytes added so
 far are sealed (kept by both tables, never written again) and the table goes on appending
