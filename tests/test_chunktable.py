@@ -74,6 +74,10 @@ def test_matches_a_dict_of_chunks(
             table.remove(10_000 + next_key)
             table = copy
         assert len(table) == len(ref) and list(table) == sorted(ref)
+        # Read after every change: a chunk built (and kept) before it must not be served
+        # after it.
+        assert {k: (c.text, c.embedding) for k, c in table.items()} == {
+            k: (v[3], v[6]) for k, v in ref.items()}
         table.check()  # what a health check asks of the table in memory, after any history
         for copy, _ in copies:
             copy.check()
@@ -295,6 +299,8 @@ def test_neighbours_follow_every_change_of_links_and_files(tmp_path: Path) -> No
     put(wiki, "# Trains\n")
     put(note, "see [[Trains]]\n")
     assert state.neighbours(wiki) == [note] and state.neighbours(note) == [wiki]
+    state.neighbours(wiki).append("elsewhere.md")  # a caller's list is its own
+    assert state.neighbours(wiki) == [note]
     put(note, "no link now\n")  # asked before: the answers must not be kept
     assert state.neighbours(wiki) == [] and state.neighbours(note) == []
     put(note, "back to [[Trains]]\n")

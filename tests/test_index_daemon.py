@@ -210,6 +210,40 @@ def test_a_linked_neighbour_is_its_best_matching_chunk_never_bare_frontmatter(
     assert paths(res) == ["memory/2026-07-23/lake.md"] and res["expanded"] == []
 
 
+def test_a_search_after_a_write_sees_it_in_hits_links_and_neighbours(
+        daemon: Any, tmp_path: Path) -> None:
+    # Searches keep what they read until the next write (chunks, link neighbours, term
+    # postings, scores): a write between two identical searches must show in the second.
+    root = tmp_path / "ws"
+    lake, ferry, tram = ("memory/2026-07-23/lake.md", "digest/wiki/ferry.md",
+                         "digest/wiki/tram.md")
+    write(root, lake, "We rode the wombatboat. See [[digest/wiki/ferry]].\n")
+    write(root, ferry, NODE)
+    open_ws(daemon, root)
+    for _ in range(3):
+        res = search(daemon, "wombatboat")
+        assert paths(res) == [lake] and res["results"][0]["links"] == [ferry]
+        assert [e["path"] for e in res["expanded"]] == [ferry]
+        assert "Bürkliplatz" in res["expanded"][0]["text"]
+    # The neighbour's text changes.
+    write(root, ferry, NODE.replace("Bürkliplatz", "Bellevue"))
+    res = search(daemon, "wombatboat", sync=True)
+    assert "Bellevue" in res["expanded"][0]["text"]
+    # The hit's text and its link change; a new note holds the query's word too.
+    write(root, tram, "# Tram\n\nThe tram pass covers the city.\n")
+    write(root, lake, "We rode the wombatboat again. See [[digest/wiki/tram]].\n")
+    res = search(daemon, "wombatboat", sync=True)
+    assert paths(res) == [lake] and "again" in res["results"][0]["text"]
+    assert res["results"][0]["links"] == [tram]
+    assert [e["path"] for e in res["expanded"]] == [tram]
+    write(root, "memory/2026-07-24/boat.md", "Another wombatboat trip, a longer one.\n")
+    res = search(daemon, "wombatboat", sync=True)
+    assert sorted(paths(res)) == [lake, "memory/2026-07-24/boat.md"]
+    (root / lake).unlink()
+    res = search(daemon, "wombatboat", sync=True)
+    assert paths(res) == ["memory/2026-07-24/boat.md"] and res["expanded"] == []
+
+
 def test_changes_are_searchable_after_sync(daemon: Any, workspace: Path) -> None:
     open_ws(daemon, workspace)
     note = write(workspace, "memory/2026-07-25/new.md", "The quokka visited at noon.\n")

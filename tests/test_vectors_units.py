@@ -22,6 +22,11 @@ def test_identifier_terms() -> None:
         "snake_case_name", "config.toml", "foo-bar", "v2", "k8s"]
     # Plain words, capitalised names, short caps and bare numbers are not identifiers.
     assert identifier_terms("What did Caroline do in 2023 at the IT desk?") == []
+    # A short query's answer is remembered; each caller still gets its own list, and a
+    # long query is looked at as well.
+    identifier_terms("v2 k8s").append("changed")
+    assert identifier_terms("v2 k8s") == ["v2", "k8s"]
+    assert identifier_terms("plain words " * 40 + "ECONNREFUSED") == ["econnrefused"]
 
 
 def test_rare_terms_need_a_real_index() -> None:

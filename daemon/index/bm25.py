@@ -392,7 +392,7 @@ class BM25Index:
         """The main row of live ``key`` (which must be in main, not the delta)."""
         if self._key_row is not None:
             return self._key_row.pop(key)
-        return int(np.searchsorted(self._row_keys, key))
+        return int(self._row_keys.searchsorted(np.uint32(key)))  # see _rows_of_keys
 
     def _index_rows(self, rows: npt.NDArray[np.int64]) -> None:
         """Set up :meth:`_row_of` for the live ``rows`` of main."""
@@ -640,13 +640,17 @@ class BM25Index:
             del self._scored[next(iter(self._scored))]
         self._scored[tuple(query_tokens)] = scored
 
-    def _rows_of_keys(self, keys: list[int]) -> npt.NDArray[np.int64]:
-        """The main rows of live main ``keys`` (without :meth:`_row_of`'s bookkeeping)."""
+    def _rows_of_keys(self, keys: list[int]) -> I32:
+        """The main rows of live main ``keys`` (without :meth:`_row_of`'s bookkeeping), in
+        the postings' dtype.
+
+        Searched and compared in the arrays' own dtypes: numpy casts the whole array to
+        a wider needle's dtype on every call (all rows, or all of a term's postings)."""
         if self._key_row is not None:
             key_row = self._key_row
-            return np.fromiter((key_row[k] for k in keys), dtype=np.int64, count=len(keys))
-        return self._row_keys.searchsorted(np.asarray(keys, dtype=np.int64)).astype(
-            np.int64, copy=False)
+            return np.fromiter((key_row[k] for k in keys), dtype=np.int32, count=len(keys))
+        return self._row_keys.searchsorted(np.asarray(keys, dtype=np.uint32)).astype(
+            np.int32)
 
     def _row_norms(self, avgdl: float) -> npt.NDArray[np.float64]:
         """``k1 * (1 - b + b * dl / avgdl)`` per main row, cached until avgdl or main changes
@@ -802,7 +806,7 @@ class _Scored:
         self._rows, self._weights, self._acc = rows, weights, acc
         self.extra = extra or {}
 
-    def of(self, main_keys: list[int], key_rows: npt.NDArray[np.int64],
+    def of(self, main_keys: list[int], key_rows: I32,
            delta_keys: list[int]) -> dict[int, float]:
         """The scores of the live keys given (main keys with their rows, delta keys); keys
         no query term matched are left out."""

@@ -11,6 +11,8 @@ chunk (a warm start at 82k chunks spent 1.3 s parsing those).
 Removal clears a key from the live set; rows and bytes of removed chunks are dropped by a
 compaction once they make up a quarter of the table (linear, so amortized O(1) per change).
 Vectors, where known, are kept as QwenPaw's ``_embedding_f16_b64`` strings by key.
+The last few hundred chunk objects built are kept until their chunk changes: searches
+read the same ones again and again (the hits' linked notes, the results).
 
 A copy (what a commit saves) shares the bytes instead of copying them: the bytes added so
 far are sealed (kept by both tables, never written again) and the table goes on appending
@@ -42,6 +44,8 @@ __all__ = ["ChunkTable", "StoredChunk"]
 # Compaction once removed rows are this share of all rows (and at least this many).
 DEAD_FRACTION = 0.25
 DEAD_MIN_ROWS = 256
+# How many built chunks a table keeps for the next reads (a few hundred KB of text).
+BUILT_MAX = 512
 _COLUMNS = ("_keys", "_ids", "_path", "_start", "_end", "_off", "_text_len", "_head_len")
 _BYTES = ("_base", "_sealed", "_sealed_end", "_top", "_blob")
 _S = TypeVar("_S", bound=np.generic)
@@ -155,6 +159,9 @@ class ChunkTable(Mapping[int, StoredChunk]):
         self._path_ids: dict[str, int] | None = {}
         self._live = BitMap()
         self._embedding: dict[int, str] = {}
+        # The chunks built lately, until they change: searches read the same ones again
+        # (the hits' linked notes, the exact check's and the results' chunks).
+        self._built: dict[int, StoredChunk] = {}
 
     # -- mapping ---------------------------------------------------------------------
 
@@ -168,12 +175,20 @@ class ChunkTable(Mapping[int, StoredChunk]):
         return isinstance(key, int) and 0 <= key < 2**32 and key in self._live
 
     def __getitem__(self, key: int) -> StoredChunk:
+        built = self._built
+        chunk = built.get(key)
+        if chunk is not None:
+            return chunk
         row = self._row(key)
         text, heading, meta = self._fields(row)
         # Positional: every search builds a few of these.
-        return StoredChunk(key, f"{self._ids[row]:016x}", self._paths[self._path[row]],
-                           self._start[row], self._end[row], text, heading, meta,
-                           self._embedding.get(key))
+        chunk = StoredChunk(key, f"{self._ids[row]:016x}", self._paths[self._path[row]],
+                            self._start[row], self._end[row], text, heading, meta,
+                            self._embedding.get(key))
+        if len(built) >= BUILT_MAX:
+            built.clear()  # whole: safe beside a reader in another thread
+        built[key] = chunk
+        return chunk
 
     def text(self, key: int) -> str:
         """Only the text of ``key`` (KeyError if it is not live)."""
@@ -233,12 +248,14 @@ class ChunkTable(Mapping[int, StoredChunk]):
             return
         self._live.discard(key)
         self._embedding.pop(key, None)
+        self._built.pop(key, None)
         self.version += 1
         dead = len(self._keys) - len(self._live)
         if dead >= DEAD_MIN_ROWS and dead > DEAD_FRACTION * len(self._keys):
             self._adopt(self._compacted())
 
     def set_embedding(self, key: int, value: str | None) -> None:
+        self._built.pop(key, None)
         if value is None:
             self._embedding.pop(key, None)
         elif key in self._live:
@@ -360,6 +377,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def adopt_extras(self, other: ChunkTable) -> None:
         """Take ``other``'s vectors and change count (this table stands in for it)."""
         self._embedding = {k: v for k, v in other._embedding.items() if k in self._live}
+        self._built = {}
         self.version = other.version
 
     # -- internals -------------------------------------------------------------------
@@ -428,6 +446,7 @@ class ChunkTable(Mapping[int, StoredChunk]):
     def _adopt(self, other: ChunkTable) -> None:
         for name in (*_COLUMNS, *_BYTES, "_paths", "_path_ids", "_live", "_embedding"):
             setattr(self, name, getattr(other, name))
+        self._built = {}
 
 
 def _consistent(keys: npt.NDArray[np.uint32], same_length: tuple[npt.NDArray[np.generic], ...],

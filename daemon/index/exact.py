@@ -42,6 +42,9 @@ RARE_MIN_DOCS = 50
 # A query of at most this many content words that names an identifier is a lookup, however
 # few of its words are special ("what broke in kelmo v4.27.3?").
 LOOKUP_WORDS = 6
+# Queries of at most this many characters have their identifiers and content words
+# remembered.
+MEMO_QUERY_CHARS = 256
 _WORD = re.compile(r"[\w][\w.\-]*[\w]|\w", re.UNICODE)
 _CJK = CJK_RE
 _ALNUM = re.compile(r"[^\W_]")
@@ -73,6 +76,11 @@ class KeywordIndex(Protocol):
 
 def identifier_terms(query: str) -> list[str]:
     """The identifier-like words of ``query``, lower-cased, in order, without repeats."""
+    return list(_identifiers(query) if len(query) <= MEMO_QUERY_CHARS else
+                _find_identifiers(query))
+
+
+def _find_identifiers(query: str) -> tuple[str, ...]:
     out: list[str] = []
     for m in _WORD.finditer(query):
         word = m.group(0).strip(".-")
@@ -80,7 +88,12 @@ def identifier_terms(query: str) -> list[str]:
             low = word.lower()
             if low not in out:
                 out.append(low)
-    return out
+    return tuple(out)
+
+
+# What depends on a short query alone is remembered (``_identifiers``, ``_content_words``):
+# agents repeat queries, and the regular expressions cost more than the rest of the check.
+_identifiers = functools.lru_cache(maxsize=1024)(_find_identifiers)
 
 
 def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = (),
@@ -114,13 +127,13 @@ def _special(query: str, bm25: KeywordIndex,
     """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
     special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
-    words = _content_words(query)
+    words = (_content_words if len(query) <= MEMO_QUERY_CHARS else _count_content_words)(query)
     if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):
         return [], []
     return special, idents
 
 
-def _content_words(query: str) -> int:
+def _count_content_words(query: str) -> int:
     """How many content words ``query`` has: its non-stopwords, a CJK run counted as
     ``tokenizer.cjk_length`` of its characters (about a word per two), not as one word: a
     Chinese question is one run, and two rare pairs of it are no lookup."""
@@ -133,6 +146,16 @@ def _content_words(query: str) -> int:
             rest = _CJK.sub("", word)
             n += cjk_length(cjk) + (_ALNUM.search(rest) is not None)
     return n
+
+
+_content_words = functools.lru_cache(maxsize=1024)(_count_content_words)
+
+
+@functools.lru_cache(maxsize=1024)
+def _whole_form(term: str) -> tuple[str, ...]:
+    """The first token of a special term (the tokenizer emits an identifier whole before
+    its parts), remembered: a special term is a word of the query or one of its tokens."""
+    return tuple(tokenize_query(term)[:1])
 
 
 @functools.lru_cache(maxsize=256)
@@ -201,7 +224,9 @@ def exact_first(
     special, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
-    wholes = [t for term in special for t in tokenize_query(term)[:1]]
+    wholes = [t for term in special
+              for t in (_whole_form(term) if len(term) <= MEMO_QUERY_CHARS
+                        else tokenize_query(term)[:1])]
     own = bm25.search(wholes, limit, allowed=allowed)
     # More chunks hold the terms than one pool: the hits may hold others of them.
     exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,

@@ -40,6 +40,8 @@ from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped
 
+# :meth:`IndexState.neighbours` remembers up to this many files' neighbours.
+NEIGHBOURS_MEMO_MAX = 4096
 _DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
 
 
@@ -150,6 +152,9 @@ class IndexState:
         self.vectors_version = 0
         #: Files whose memory maps back parts of this state (kept to evict their pages).
         self.mapped: list[Mapped] = []
+        # What :meth:`neighbours` found, until files or links change (every search asks
+        # it for each hit's file).
+        self._neighbours: dict[str, list[str]] = {}
 
     # -- reading ---------------------------------------------------------------------
 
@@ -226,10 +231,15 @@ class IndexState:
                                    allowed=None if allowed is None else allowed.__contains__)
 
     def neighbours(self, path: str) -> list[str]:
-        files = self.files
-        out = [p for p in self.graph.linked(path) if p in files]
-        out.sort()
-        return out
+        """The indexed files one link from ``path`` (either way), sorted."""
+        memo = self._neighbours
+        found = memo.get(path)
+        if found is None:
+            if len(memo) >= NEIGHBOURS_MEMO_MAX:
+                memo.clear()
+            files = self.files
+            found = memo[path] = sorted(p for p in self.graph.linked(path) if p in files)
+        return list(found)
 
     def linked_chunks(self, query: str, paths: Sequence[str], *,
                       tokens: list[str] | None = None) -> dict[str, StoredChunk]:
@@ -280,6 +290,7 @@ class IndexState:
         own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
             (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
         added = updated = deleted = unchanged = 0
+        self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
         for batch, to_global in zip(batches, own_ids, strict=True):
             keys: list[int] = []
@@ -365,6 +376,7 @@ class IndexState:
         self.graph = graph
         self.next_key = max(next_key, (keys.max() if keys else 0) + 1)
         self._by_stem = None
+        self._neighbours = {}
 
     def repack(self, chunks: ChunkTable, bm25: BM25Index) -> None:
         """Serve ``chunks`` and ``bm25`` (this state's own, loaded back from the files it
@@ -394,6 +406,7 @@ class IndexState:
             files[info.path] = info
         graph = LinkGraph.from_records(orjson.loads(line) for line in links)
         self.files, self.graph, self._by_stem = files, graph, None
+        self._neighbours = {}
         self.chunks, self.bm25 = chunks, bm25
 
     def evict(self) -> None:

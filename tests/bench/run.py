@@ -43,6 +43,7 @@ QUICK: dict[str, list[str]] = {
     "fusion": ["--quick"],
     "xling": ["--quick"],
     "search_backfill": ["--quick"],
+    "search_cpu": ["--notes", "300", "--rounds", "2", "--per-round", "200"],
     "ping": ["--seconds", "1"],
     "remote": ["--notes", "20", "--bulk", "200"],
     "pgsearch": ["--queries", "50"],
