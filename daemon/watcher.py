@@ -185,7 +185,8 @@ class Watcher:
         self._source: ChangeSource = source if source is not None else default_source()
         self._config = config or WatcherConfig()
         self._limiter = limiter
-        # Taken before ``limiter`` by reconcile scans, which nobody waits for.
+        # Taken before ``limiter`` by the scans nobody waits for (startup, periodic and owed
+        # reconciles); a reconcile a caller waits for (a sync, a restore) takes only ``limiter``.
         self._background = background
         self._wall = wall
         # Disk work runs in worker threads; tests under a fake clock run it inline.
@@ -364,20 +365,22 @@ class Watcher:
         if ordered:
             self._last_change_applied = self._wall()
 
-    async def reconcile(self, reason: str = "requested") -> ReconcileResult:
+    async def reconcile(self, reason: str = "requested", *,
+                        unattended: bool = False) -> ReconcileResult:
         """Compare the disk with ``known()`` and apply every difference.
 
+        ``unattended``: nobody waits for it, so its scan waits for a background token too.
         Raises what the consumer's ``apply`` raises. On cancellation some batches may be
         applied and others not; the next reconcile finds the rest.
         """
         async with self._apply_lock:
-            return await self._reconcile_locked(reason)
+            return await self._reconcile_locked(reason, unattended)
 
-    async def _reconcile_locked(self, reason: str) -> ReconcileResult:
+    async def _reconcile_locked(self, reason: str, unattended: bool) -> ReconcileResult:
         self._rescanning = True
         start = trio.current_time()
         try:
-            async with self._background or nullcontext():
+            async with (self._background if unattended else None) or nullcontext():
                 disk = await self._run_sync(self.scan, limiter=self._limiter)
             known = self._known_here()
             for listener in self.scan_listeners:
@@ -401,7 +404,7 @@ class Watcher:
             upto = self._received_seq
             if self._rescan is not None:
                 reason, self._rescan = self._rescan, None
-                await self._reconcile_locked(reason)
+                await self._reconcile_locked(reason, unattended=True)
             else:
                 files, dirs = self._pending, self._pending_dirs
                 self._pending, self._pending_dirs = set(), set()
@@ -433,7 +436,7 @@ class Watcher:
         while True:
             await trio.sleep(self._config.reconcile_interval_s)
             try:
-                await self.reconcile("periodic")
+                await self.reconcile("periodic", unattended=True)
             except Exception as exc:
                 self._record_error("periodic reconcile failed", exc)
 
@@ -491,7 +494,7 @@ class Watcher:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._watch_loop)
             if self._config.reconcile_before_ready:
-                await self.reconcile("startup")
+                await self.reconcile("startup", unattended=True)
             else:
                 self._request_rescan("startup")  # the flush task runs it first
             nursery.start_soon(self._flush_loop)

@@ -310,7 +310,7 @@ class WorkspaceIndex:
                         self.state, self.load_report = fresh, report
                 self._notify_changed()
                 self._checked.set()
-                await self.watcher.reconcile("after loading again")
+                await self.watcher.reconcile("after loading again", unattended=True)
             else:
                 assert self.load_report is not None
                 self.load_report.corrupt.update(corrupt)
