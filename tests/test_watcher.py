@@ -558,3 +558,23 @@ async def test_reconcile_scans_wait_for_a_background_token(
             assert index.applied_paths() == set()  # the startup scan waits for the token
         await eventually(lambda: index.applied_paths() == {"memory/2026-07-01/n0.md"})
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reconcile_someone_waits_for_takes_no_background_token(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # A sync's fallback, a restore or a rebuild reconciles for a caller that waits: it must
+    # not queue behind other workspaces' background work.
+    write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
+    index = FakeIndex(tmp_path)
+    background = trio.CapacityLimiter(1)
+    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
+                      source=ScriptedChangeSource(),  # type: ignore[arg-type]
+                      config=WatcherConfig(reconcile_interval_s=300.0,
+                                           reconcile_before_ready=False),
+                      background=background, wall=trio.current_time, run_sync=inline)
+    async with background:
+        with trio.fail_after(60):  # virtual time: fails at once if it waits for the token
+            result = await watcher.reconcile("after restore")
+    assert result.added == 1
+    assert index.applied_paths() == {"memory/2026-07-01/n0.md"}
