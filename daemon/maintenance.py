@@ -366,7 +366,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         files = dict(state.files)
         keys_in_files = [k for f in files.values() for k in f.keys]
         key_set = set(keys_in_files)
-        live = state.bm25.live
+        live = state.bm25.live | state.bm25.staged  # a pass's held documents are indexed
         return files, {
             "chunks": len(state.chunks),
             "chunk_keys_in_files": len(keys_in_files),

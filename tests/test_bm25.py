@@ -149,6 +149,7 @@ def test_matches_reference_through_any_sequence(
             index = BM25Index.from_arrays(index.to_arrays(), index.meta())
         assert len(index) == len(docs)
         assert index.live == BitMap(docs)
+        assert index.staged == BitMap(staged)
         assert_matches(index, docs, query)
         assert_scores_keys_like_search(index, query, allowed_keys)
     assert_matches(index, docs, query, BitMap(allowed_keys))

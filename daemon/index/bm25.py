@@ -201,6 +201,11 @@ class BM25Index:
         """The live document keys (a copy: callers may combine it freely)."""
         return BitMap(self._live)
 
+    @property
+    def staged(self) -> BitMap:
+        """Keys of the documents a pass holds aside until it merges them (a copy)."""
+        return BitMap(self._staged_keys)
+
     def stats(self) -> dict[str, int]:
         return {
             "docs": len(self._live), "main_rows": len(self._row_keys), "dead_rows": self._n_dead,
