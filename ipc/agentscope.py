@@ -580,7 +580,8 @@ def _query_text(inputs: object) -> str | None:
 
 
 def _facts(content: Sequence[str] | str) -> list[str]:
-    """``add_memory``'s ``content`` (one string or a list) as non-empty facts."""
+    """A tool argument given as one string or a list (``content``, ``keywords``) as its
+    non-empty stripped strings."""
     items = [content] if isinstance(content, str) else list(content)
     return [str(c).strip() for c in items if str(c).strip()]
 
@@ -996,8 +997,7 @@ class Mem0SearchMemoryTool(_Mem0Tool):
 
     async def call(self, keywords: Sequence[str] | str = (), limit: int = 5,
                    **_: object) -> ToolChunk:
-        words = [keywords] if isinstance(keywords, str) else list(keywords)
-        words = [str(w).strip() for w in words if str(w).strip()]
+        words = _facts(keywords)
         if not words:
             return _chunk("(no keywords supplied — nothing to search)")
         try:

@@ -19,7 +19,7 @@ import orjson
 
 from recalld.ipc import errors
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_ops import Subparsers
+from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
 from recalld.ipc.render import print_json
@@ -32,8 +32,7 @@ _AGENT_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     help_ = "open a QwenPaw (ReMe) workspace in place and report what is reused"
-    p = sub.add_parser(
-        "import-qwenpaw", help=help_, description=help_, parents=[common])
+    p = add_command(sub, common, "import-qwenpaw", help_)
     p.add_argument("path", help="the QwenPaw workspace directory (where memory/ is)")
     p.add_argument("--agent", help="agent id (default: agent.json's id, else the folder name)")
     p.add_argument("--agent-json", metavar="FILE",

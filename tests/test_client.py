@@ -4,7 +4,7 @@ The server runs in its own thread (its own trio loop) and is built on the same
 ServerProtocol as the daemon, so the sync, trio and asyncio clients all talk to it the
 same way. It has a few test-only methods: ``test.emit`` sends events before answering,
 ``test.sleep`` answers late, ``test.drop`` closes the connection without an answer,
-``test.emit_later`` answers first and sends its events a moment later.
+``test.emit_later`` answers first and sends its events once the test sets ``emit_now``.
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ class FakeDaemon:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.calls: list[tuple[str, Any]] = []
-        #: Events sent by ``test.emit_later`` so far.
+        #: Events sent by ``test.emit_later`` so far; it sends them once this is set.
         self.events_sent = 0
+        self.emit_now = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -133,7 +134,8 @@ class FakeDaemon:
         if call.method == "test.emit_later":
             count = call.params.get("count", 1)
             await send(encode(result_response(call.id, {"later": count})))
-            await trio.sleep(0.05)  # the client has its answer and is idle
+            # Until the test has its answer back and the client is idle.
+            await trio.to_thread.run_sync(self.emit_now.wait, 30.0)
             for i in range(count):
                 await send(event_notification("job.progress", {"i": i}))
                 self.events_sent += 1
@@ -481,6 +483,7 @@ async def test_async_events_sent_between_calls_wait_to_be_read(fake: FakeDaemon)
     async with AsyncClient(fake.path) as client:
         await client.subscribe(["job.*"])
         assert await client.call("test.emit_later", {"count": 3}) == {"later": 3}
+        fake.emit_now.set()
         await until(lambda: fake.events_sent == 3, "the events sent after the answer")
         events = [e async for e in client.events(timeout_s=0.5)]
         assert [(e.topic, e.data) for e in events] == [

@@ -35,7 +35,7 @@ from typing import TypedDict, TypeVar, TypeVarTuple
 import trio
 
 from recalld.daemon import memtrim
-from recalld.daemon.index.worker import WORKER_NICE, worker_init
+from recalld.daemon.index.worker import worker_init
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -178,4 +178,4 @@ class PreparePool:
             log.info("stopped the indexing worker processes")
 
 
-__all__ = ["WORKER_NICE", "PoolUnavailable", "PreparePool", "cpu_count"]
+__all__ = ["PoolUnavailable", "PreparePool", "cpu_count"]

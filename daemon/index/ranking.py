@@ -97,8 +97,7 @@ def summed(row_keys: npt.NDArray[np.uint32], rows: I32, weights: F64,
         starts = np.flatnonzero(first)
         cand, scores = rows[starts], np.add.reduceat(weights, starts)
     else:
-        acc: F64 = np.bincount(rows, weights=weights, minlength=len(row_keys)).astype(
-            np.float64, copy=False)
+        acc = row_sums(rows, weights, len(row_keys))
         cand = np.flatnonzero(acc).astype(np.int32)
         scores = acc[cand]
     return row_keys[cand].astype(np.int64), scores

@@ -27,7 +27,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
@@ -696,8 +696,9 @@ class WorkspaceIndex:
         def run() -> Candidates:
             state = self.state
             allowed = state.allowed(filters)
-            # The exact check reads the top hits' chunks; the results reuse them.
-            table = _ChunkMemo(state.chunks)
+            # The exact check reads the top hits' chunks; the results read them again
+            # (the chunk table keeps the chunks it built lately).
+            table = state.chunks
             # Once for every step below; a short query's are remembered (_query_tokens).
             tokens = (list(_query_tokens(query)) if len(query) <= INLINE_QUERY_MAX_CHARS
                       else tokenize_query(query))
@@ -814,27 +815,6 @@ _PASSES = itertools.count()
 
 def metadata_dir(ws: Workspace) -> Path:
     return ws.root / ws.settings.metadata_dir
-
-
-class _ChunkMemo(Mapping[int, StoredChunk]):
-    """``table`` with every chunk built once: chunk objects are built on demand, and one
-    search reads some of them twice (the exact-term check, then the results)."""
-
-    def __init__(self, table: Mapping[int, StoredChunk]) -> None:
-        self._table = table
-        self._got: dict[int, StoredChunk] = {}
-
-    def __getitem__(self, key: int) -> StoredChunk:
-        got = self._got.get(key)
-        if got is None:
-            got = self._got[key] = self._table[key]
-        return got
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._table)
-
-    def __len__(self) -> int:
-        return len(self._table)
 
 
 @lru_cache(maxsize=256)
