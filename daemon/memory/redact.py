@@ -55,11 +55,18 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     # Rules may share their hints (the context rules all share theirs): each set of hints
     # is looked for once.
     hinted: dict[tuple[str, ...], bool] = {}
+    word_hinted: dict[tuple[str, ...], bool] = {}
 
     def has_hint(hints: tuple[str, ...]) -> bool:
         found = hinted.get(hints)
         if found is None:
             found = hinted[hints] = any(h in lower for h in hints)
+        return found
+
+    def starts_a_word(hints: tuple[str, ...], words: list[int]) -> bool:
+        found = word_hinted.get(hints)
+        if found is None:
+            found = word_hinted[hints] = any(lower.startswith(hints, i) for i in words)
         return found
 
     for rule in rules:
@@ -82,7 +89,7 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
             if words is None:
                 words = anchor_words(lower)
             if rule.hints and not (
-                any(lower.startswith(rule.hints, i) for i in words)
+                starts_a_word(rule.hints, words)
                 if ANCHOR_WORDS.issuperset(rule.hints) else has_hint(rule.hints)
             ):
                 continue
