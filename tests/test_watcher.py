@@ -89,14 +89,15 @@ async def inline(fn: Callable[..., Any], *args: Any, limiter: object = None) -> 
 
 
 def make(
-    tmp_path: Path, source: object | None = None, **cfg: object
+    tmp_path: Path, source: object | None = None,
+    background: trio.CapacityLimiter | None = None, **cfg: object
 ) -> tuple[Watcher, FakeIndex, ScriptedChangeSource]:
     index = FakeIndex(tmp_path)
     src = source if source is not None else ScriptedChangeSource()
     config = WatcherConfig(**{"reconcile_interval_s": 300.0, **cfg})  # type: ignore[arg-type]
     watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
                       source=src, config=config, wall=trio.current_time,  # type: ignore[arg-type]
-                      run_sync=inline)
+                      background=background, run_sync=inline)
     return watcher, index, src  # type: ignore[return-value]
 
 
@@ -544,13 +545,8 @@ async def test_reconcile_scans_wait_for_a_background_token(
     # The daemon gives work nobody waits for all but one CPU token (services.background):
     # a reconcile's scan takes one of those first, so it never holds a search's token.
     write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
-    index = FakeIndex(tmp_path)
     background = trio.CapacityLimiter(1)
-    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
-                      source=ScriptedChangeSource(),  # type: ignore[arg-type]
-                      config=WatcherConfig(reconcile_interval_s=300.0,
-                                           reconcile_before_ready=False),
-                      background=background, wall=trio.current_time, run_sync=inline)
+    watcher, index, _ = make(tmp_path, background=background, reconcile_before_ready=False)
     async with trio.open_nursery() as nursery:
         async with background:
             await nursery.start(watcher.run)
@@ -566,13 +562,8 @@ async def test_a_reconcile_someone_waits_for_takes_no_background_token(
     # A sync's fallback, a restore or a rebuild reconciles for a caller that waits: it must
     # not queue behind other workspaces' background work.
     write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
-    index = FakeIndex(tmp_path)
     background = trio.CapacityLimiter(1)
-    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
-                      source=ScriptedChangeSource(),  # type: ignore[arg-type]
-                      config=WatcherConfig(reconcile_interval_s=300.0,
-                                           reconcile_before_ready=False),
-                      background=background, wall=trio.current_time, run_sync=inline)
+    watcher, index, _ = make(tmp_path, background=background, reconcile_before_ready=False)
     async with background:
         with trio.fail_after(60):  # virtual time: fails at once if it waits for the token
             result = await watcher.reconcile("after restore")
