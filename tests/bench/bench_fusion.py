@@ -437,6 +437,15 @@ def run_daemon(p: Prepared, store: VectorStore, out_dir: Path, *, seed_cache: bo
     return out
 
 
+def emit(out: dict[str, Any], path: Path | None) -> int:
+    """Print ``out`` as JSON and, given a path, write it there too; the exit code."""
+    text = json.dumps(out, indent=1)
+    if path:
+        path.write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="hybrid retrieval study (in process)")
     ap.add_argument("--data", type=Path, default=bq.DEFAULT_DATA)
@@ -495,11 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     out["embedded_now"] = {"texts": store.embedded_texts, "chars": store.embedded_chars,
                            "seconds": round(store.embed_s, 1)}
     out["total_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(out, indent=1)
-    if a.out:
-        a.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return emit(out, a.out)
 
 
 if __name__ == "__main__":

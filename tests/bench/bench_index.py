@@ -389,11 +389,14 @@ def open_and_sync(c: RpcClient, ws: Path, expect_files: int,
             "files": _find_key(status, "files"), "chunks": _find_key(status, "chunks")}
 
 
-def wait_committed(c: RpcClient, timeout_s: float = 600.0) -> float | None:
+def wait_committed(c: RpcClient, timeout_s: float = 600.0, *,
+                   or_loaded: bool = False) -> float | None:
     """Wait until the index has committed everything it applied; the commit's seconds.
 
     The first build's state is saved once the build is done (about 4 s of CPU at 100k
     chunks); latency measured meanwhile would be of that commit, not of searching.
+    ``or_loaded``: a generation loaded at start with nothing applied since counts as
+    saved too (0.0 s).
     """
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
@@ -401,8 +404,11 @@ def wait_committed(c: RpcClient, timeout_s: float = 600.0) -> float | None:
         if not isinstance(index, dict):
             return None  # a daemon that does not report it: nothing to wait for
         commit = index.get("last_commit")
-        if commit and not index.get("uncommitted_changes"):
-            return float(commit.get("duration_s") or 0.0)
+        if not index.get("uncommitted_changes"):
+            if commit:
+                return float(commit.get("duration_s") or 0.0)
+            if or_loaded and index.get("loaded_generation"):
+                return 0.0
         time.sleep(0.05)
     return None
 

@@ -47,7 +47,7 @@ from bench_index import (
     connect,
     open_and_sync,
     pct,
-    workspace_status,
+    wait_committed,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -100,20 +100,6 @@ def workspace_queries(ws: Path, n: int, seed: int = 1) -> list[str]:
     return out
 
 
-def wait_saved(c: Any, timeout_s: float = 600.0) -> None:
-    """Until the index has saved everything it applied (a committed generation, or a
-    reload of the one the build saved)."""
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout_s:
-        index = workspace_status(c).get("index")
-        if not isinstance(index, dict):
-            return
-        if not index.get("uncommitted_changes") and (
-                index.get("last_commit") or index.get("loaded_generation")):
-            return
-        time.sleep(0.05)
-
-
 class Side:
     def __init__(self, name: str, tree: Path, ws: Path, state_root: Path) -> None:
         self.name, self.tree = name, tree
@@ -141,7 +127,7 @@ class Side:
             d.start()
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
             open_and_sync(c, self.ws, files)
-            wait_saved(c)
+            wait_committed(c, or_loaded=True)
             c.close()
         finally:
             d.cleanup()
@@ -153,7 +139,7 @@ class Side:
             shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(source, self.ws, ignore=shutil.ignore_patterns("mem_metadata"))
         self.start(files)
-        wait_saved(self.client)
+        wait_committed(self.client, or_loaded=True)
         (self.state / "built").write_text("", encoding="utf-8")
 
     def start(self, files: int) -> None:

@@ -31,7 +31,6 @@ change each:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -319,11 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           "recall@5": m["recall@5"]}
     out = {"bench": "fusion_ideas", "loadavg": os.getloadavg(), "queries": ideas.n,
            "systems": systems, "default_by_evidence_turns": by_targets}
-    text = json.dumps(out, indent=1)
-    if a.out:
-        a.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return bf.emit(out, a.out)
 
 
 if __name__ == "__main__":

@@ -513,11 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                              "info": p.qs.info, "systems": systems}
     out["loadavg_at_end"] = os.getloadavg()
     out["total_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(out, indent=1)
-    if a.out:
-        a.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return bf.emit(out, a.out)
 
 
 if __name__ == "__main__":
