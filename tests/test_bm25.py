@@ -558,16 +558,16 @@ def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
     assert all(np.array_equal(saved[k], again[k]) for k in saved)
     assert loaded.stats()["terms"] == built.stats()["terms"] == loaded.meta()["terms"]
     loaded.adopt_main(saved)
-    assert loaded._table is None
+    assert not loaded.terms_built
     for query in (["deploy"], tokenize("数据库 迁移"), ["econnrefused"], ["absent"]):
         assert loaded.search(query, 5) == built.search(query, 5)
         assert loaded.doc_freq(query[0]) == built.doc_freq(query[0])
         # Link expansion scores a few chosen chunks the same way.
         assert loaded.score_keys(query, [1, 2, 3, 4]) == built.score_keys(query, [1, 2, 3, 4])
-    assert loaded._table is None
+    assert not loaded.terms_built
     loaded.add_many([(9, ["deploy", "coffee"])])
     built.add_many([(9, ["deploy", "coffee"])])
-    assert loaded._table is not None and len(loaded._table) == built.stats()["terms"]
+    assert loaded.terms_built and loaded.stats()["terms"] == built.stats()["terms"]
     assert loaded.search(["deploy"], 5) == built.search(["deploy"], 5)
 
 

@@ -59,6 +59,8 @@ class FakeDaemon:
         #: Events sent by ``test.emit_later`` so far; it sends them once this is set.
         self.events_sent = 0
         self.emit_now = threading.Event()
+        # Methods answered with a bare string instead of their documented shape.
+        self.misshapen: set[str] = set()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -148,6 +150,8 @@ class FakeDaemon:
 
     async def _method(self, method: str, params: dict[str, Any], send: Send,
                       stream: trio.SocketStream) -> Any:
+        if method in self.misshapen:
+            return f"not what {method} answers"
         if method == "daemon.ping":
             return {"pong": True}
         if method == "daemon.status":
@@ -343,16 +347,11 @@ def test_sync_request_too_large_refused_locally(fake: FakeDaemon) -> None:
 
 
 def test_sync_unexpected_result_shape_is_a_typed_error(fake: FakeDaemon) -> None:
-    with Client(fake.path) as client, pytest.raises(errors.InternalError):
-        # test.sleep answers a bare string where workspace.list wants a list.
-        client._run(_bad_list_call())
-
-
-def _bad_list_call() -> Any:
-    from recalld.ipc._methods import Call, _as_list
-    from recalld.ipc.answers import WorkspaceInfo
-
-    return Call("test.sleep", {"s": 0, "value": "nope"}, _as_list("workspaces", WorkspaceInfo))
+    fake.misshapen.add("workspace.list")  # a bare string where a list of workspaces is due
+    with Client(fake.path) as client:
+        with pytest.raises(errors.InternalError):
+            client.workspace_list()
+        assert client.ping()["pong"]
 
 
 # ----------------------------------------------------------------------- async
@@ -434,8 +433,10 @@ async def test_async_typed_calls_and_errors(fake: FakeDaemon) -> None:
             await client.jobs_list()
         with pytest.raises(errors.RequestTooLarge):  # refused before sending
             await client.call("daemon.ping", {"blob": "x" * (2 << 20)})
+        fake.misshapen.add("workspace.list")
         with pytest.raises(errors.InternalError):
-            await client._run(_bad_list_call())
+            await client.workspace_list()
+        fake.misshapen.clear()
         assert (await client.ping())["pong"]  # errors leave the connection usable
         assert (await client.status())["workspaces"][0]["agent_id"] == "default"
         assert (await client.read("a1", "memory/x.md"))["text"] == "hello\n"

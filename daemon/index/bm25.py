@@ -163,6 +163,11 @@ class BM25Index:
         return isinstance(key, int) and 0 <= key <= _MAX_KEY and key in self._live
 
     @property
+    def terms_built(self) -> bool:
+        """Whether the term table is in memory (a write needed it), not the saved bytes."""
+        return self._table is not None
+
+    @property
     def _term_ids(self) -> postings.TermTable:
         if self._table is None:
             assert self._saved_terms is not None
