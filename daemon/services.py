@@ -109,7 +109,7 @@ class DaemonServices:
     def statistics(self) -> dict[str, StatsProvider]:
         """Named statistics for ``daemon.status`` ``queues``."""
         stats: dict[str, StatsProvider] = {
-            "events": lambda: _slots(self.events.statistics()),
+            "events": lambda: dataclasses.asdict(self.events.statistics()),
             "vector_spaces": self.vector_spaces.statistics,
             "jobs": self.jobs.statistics,
         }
@@ -243,7 +243,3 @@ def reindex_job(get_workspace: Callable[[str], Workspace]
         return {**rebuilt}
 
     return run
-
-
-def _slots(obj: object) -> dict[str, object]:
-    return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]

@@ -41,7 +41,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import data_dir_lock
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
-from recalld.daemon.rpc.server import RpcServer, ServerStatistics
+from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.store.fsio import mkdir_private
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
@@ -185,7 +185,7 @@ class Supervisor:
                                        rec["config"])
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
-        self.state.stats["server"] = lambda: _asdict(server.statistics())
+        self.state.stats["server"] = lambda: dataclasses.asdict(server.statistics())
         async with trio.open_nursery() as front:
             await front.start(server.run)
             if self._systemd.watchdog_interval_s:
@@ -304,10 +304,6 @@ def reloader_for(
 ) -> Reloader:
     """Reload with the same command-line sources the daemon was started with."""
     return lambda: config_mod.load(config=config_arg, socket=socket_arg)
-
-
-def _asdict(obj: ServerStatistics) -> dict[str, object]:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 def _short(text: str, limit: int = 200) -> str:
