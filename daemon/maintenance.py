@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -98,8 +99,11 @@ class Health:
                 "health", "last_error")
         return {k: full.get(k) for k in keys if k in full}
 
-    async def scan(self) -> None:
-        async with self._background:
+    async def scan(self, *, unattended: bool = False) -> None:
+        """Scan the workspace against the index. ``unattended``: nobody waits for it (the
+        periodic scan), so it waits for a background token first; a restore or a verify
+        that waits for its answer does not queue behind other workspaces' background work."""
+        async with (self._background if unattended else None) or nullcontext():
             disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
             await self._measure_derived()
         # Under the index lock: an apply mutates the state in a worker thread.
@@ -230,9 +234,10 @@ class Health:
                 time.time() - self.scanned_at < HEALTH_MIN_RESCAN_S)
             try:
                 if fresh:
-                    await self._measure_derived()  # the watcher has just scanned
+                    async with self._background:
+                        await self._measure_derived()  # the watcher has just scanned
                 else:
-                    await self.scan()
+                    await self.scan(unattended=True)
             except OSError as exc:
                 self.errors = [*self.errors[-MAX_LISTED:],
                                {"what": "health scan", "error": str(exc), "time": time.time()}]
@@ -383,7 +388,8 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     stale_entries = [p for p in files if p not in disk]
     stat_differs = [p for p in disk if p in files
                     and (files[p].mtime_ns, files[p].size) != disk[p]]
-    same_stat = [p for p in disk if p in files and p not in stat_differs]
+    differs = set(stat_differs)
+    same_stat = [p for p in disk if p in files and p not in differs]
 
     def digests() -> list[str]:
         return [p for p in same_stat

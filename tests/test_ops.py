@@ -281,6 +281,45 @@ async def test_health_started_after_the_startup_reconcile_scans_at_once(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_health_scan_someone_waits_for_takes_no_background_token(
+        tmp_path: Path) -> None:
+    # A restore and index.verify wait for the scan's answer: it must not queue behind
+    # other workspaces' background work; the periodic scan does wait for a token.
+    ws, index, cpu = indexed_workspace(tmp_path, "a.md", ScriptedChangeSource(),
+                                       WatcherConfig(reconcile_interval_s=3600.0))
+    background = trio.CapacityLimiter(1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        health = Health(ws, index, cpu, background=background)
+        release = trio.Event()
+
+        async def hold_background(task_status: trio.TaskStatus[None]) -> None:
+            async with background:  # all background work taken elsewhere
+                task_status.started()
+                await release.wait()
+
+        await nursery.start(hold_background)
+        with trio.fail_after(60):
+            await health.scan()
+        assert health.status()["files_on_disk"] == 1
+        scanned_at = health.scanned_at
+        periodic_done = trio.Event()
+
+        async def periodic() -> None:
+            await health.scan(unattended=True)
+            periodic_done.set()
+
+        nursery.start_soon(periodic)
+        with trio.fail_after(60):  # the periodic scan queues for the token
+            while background.statistics().tasks_waiting != 1:
+                await trio.sleep(0.01)
+        assert not periodic_done.is_set() and health.scanned_at == scanned_at
+        release.set()
+        with trio.fail_after(60):
+            await periodic_done.wait()
+        nursery.cancel_scope.cancel()
+
+
 async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path) -> None:
     source = ScriptedChangeSource()
     # No periodic reconcile and no quick restart during the test: what it sees stays put.
