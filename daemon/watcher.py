@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -102,6 +102,42 @@ class WatcherConfig:
     # serves meanwhile and ``sync`` waits for it).
     reconcile_before_ready: bool = True
     ignore_dirs: tuple[str, ...] = ("mem_metadata",)
+
+
+class _ScanToken:
+    """A background token for one reconcile's scan, in the calling task: taken before the
+    apply lock (``then``) or, if not yet held, around the scan (``async with``), and
+    given back once the scan is done. No limiter: nothing to take."""
+
+    def __init__(self, limiter: trio.CapacityLimiter | None) -> None:
+        self._limiter = limiter
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        if self._limiter is not None and not self._held:
+            await self._limiter.acquire()
+            self._held = True
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            assert self._limiter is not None
+            self._limiter.release()
+
+    @asynccontextmanager
+    async def then(self, lock: trio.Lock, *, now: bool = True) -> AsyncIterator[None]:
+        """The token (when ``now``), then ``lock``; the token is given back on the way out
+        if the scan did not give it back already."""
+        try:
+            if now:
+                await self.__aenter__()
+            async with lock:
+                yield
+        finally:
+            self.release()
 
 
 class ReconcileFound(TypedDict):
@@ -369,18 +405,21 @@ class Watcher:
                         unattended: bool = False) -> ReconcileResult:
         """Compare the disk with ``known()`` and apply every difference.
 
-        ``unattended``: nobody waits for it, so its scan waits for a background token too.
+        ``unattended``: nobody waits for it, so its scan waits for a background token too,
+        taken before the apply lock: edits and reconciles someone waits for never queue
+        behind that wait.
         Raises what the consumer's ``apply`` raises. On cancellation some batches may be
         applied and others not; the next reconcile finds the rest.
         """
-        async with self._apply_lock:
-            return await self._reconcile_locked(reason, unattended)
+        token = _ScanToken(self._background if unattended else None)
+        async with token.then(self._apply_lock):
+            return await self._reconcile_locked(reason, token)
 
-    async def _reconcile_locked(self, reason: str, unattended: bool) -> ReconcileResult:
+    async def _reconcile_locked(self, reason: str, token: _ScanToken) -> ReconcileResult:
         self._rescanning = True
         start = trio.current_time()
         try:
-            async with (self._background if unattended else None) or nullcontext():
+            async with token:
                 disk = await self._run_sync(self.scan, limiter=self._limiter)
             known = self._known_here()
             for listener in self.scan_listeners:
@@ -400,11 +439,14 @@ class Watcher:
         return result
 
     async def _flush(self) -> None:
-        async with self._apply_lock:
+        # An owed rescan is unattended: its token first, as in ``reconcile`` (one owed
+        # after this look takes its token under the lock, as it finds it).
+        token = _ScanToken(self._background)
+        async with token.then(self._apply_lock, now=self._rescan is not None):
             upto = self._received_seq
             if self._rescan is not None:
                 reason, self._rescan = self._rescan, None
-                await self._reconcile_locked(reason, unattended=True)
+                await self._reconcile_locked(reason, token)
             else:
                 files, dirs = self._pending, self._pending_dirs
                 self._pending, self._pending_dirs = set(), set()

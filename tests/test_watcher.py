@@ -18,7 +18,7 @@ import trio
 import trio.testing
 from watchfiles import Change
 
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import ReconcileResult, Watcher, WatcherConfig
 from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource, WatchfilesSource
 
 ROOTS = ("memory", "digest")
@@ -569,3 +569,36 @@ async def test_a_reconcile_someone_waits_for_takes_no_background_token(
             result = await watcher.reconcile("after restore")
     assert result.added == 1
     assert index.applied_paths() == {"memory/2026-07-01/n0.md"}
+
+
+async def test_an_unattended_reconcile_waits_for_its_token_outside_the_apply_lock(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # A periodic reconcile waiting for a background token must not hold the apply lock
+    # meanwhile: a reconcile someone waits for (and every edit's flush) goes first.
+    write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
+    background = trio.CapacityLimiter(1)
+    watcher, index, _ = make(tmp_path, background=background, reconcile_before_ready=False)
+    release = trio.Event()
+    periodic: list[ReconcileResult] = []
+
+    async def hold_background(task_status: trio.TaskStatus[None]) -> None:
+        async with background:  # other workspaces' background work
+            task_status.started()
+            await release.wait()
+
+    async def run_periodic() -> None:
+        periodic.append(await watcher.reconcile("periodic", unattended=True))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hold_background)
+        nursery.start_soon(run_periodic)
+        await eventually(lambda: background.statistics().tasks_waiting == 1)
+        with trio.fail_after(60):  # virtual time: fails at once if it waits for the token
+            result = await watcher.reconcile("after restore")
+        assert result.added == 1 and not periodic
+        release.set()
+        await eventually(lambda: len(periodic) == 1)
+    assert periodic[0].reason == "periodic" and periodic[0].added == 0
+    assert index.applied_paths() == {"memory/2026-07-01/n0.md"}
+
