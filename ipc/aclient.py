@@ -192,9 +192,9 @@ class AsyncClient(_methods.AsyncMethods):
         """End ``conn``: fail the calls waiting on it, tell subscribers, close the stream."""
         if not conn.closed:
             conn.closed = True
-            error = _core.lost(conn.fatal)
             for waiter in conn.pending.values():
-                waiter.error = error
+                # One exception object each: a shared one would gather every task's frames.
+                waiter.error = _core.lost(conn.fatal)
                 waiter.wake.set()
             conn.pending.clear()
             for waiter in conn.idle:
@@ -271,9 +271,9 @@ class AsyncClient(_methods.AsyncMethods):
     async def _run(self, call: Call[T]) -> T:
         with anyio.move_on_after(self.timeout_s):
             for attempt in range(2):
-                conn = await self._connection()
                 try:
-                    return await self._call_on(conn, call)
+                    # (A reconnect's re-subscription can meet a closed connection too.)
+                    return await self._call_on(await self._connection(), call)
                 except _NotSent:
                     if attempt:
                         raise errors.ConnectionLost("the daemon closed the connection") from None

@@ -579,15 +579,20 @@ async def test_async_works_without_async_with(fake: FakeDaemon) -> None:
 @each_loop
 async def test_async_aclose_fails_calls_in_flight(fake: FakeDaemon) -> None:
     client = AsyncClient(fake.path)
+    lost: list[BaseException] = []
 
     async def in_flight() -> None:
-        with pytest.raises(errors.ConnectionLost):
+        with pytest.raises(errors.ConnectionLost) as info:
             await client.call("test.sleep", {"s": 30})
+        lost.append(info.value)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(in_flight)
-        await until(lambda: "test.sleep" in fake.methods(), "the call sent")
+        for _ in range(3):
+            tg.start_soon(in_flight)
+        await until(lambda: fake.methods().count("test.sleep") == 3, "the calls sent")
         await client.aclose()
+    # One exception each: a shared one would carry every task's traceback.
+    assert len({id(e) for e in lost}) == 3
 
 
 def test_plain_asyncio_program(fake: FakeDaemon, sockdir: Path) -> None:
