@@ -28,10 +28,9 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.procpool import PreparePool, cpu_count
-from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service import Rebuilt, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobContext, JobManager
-from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.maintenance import Health
 from recalld.daemon.memory.auto_memory import auto_memory_job
 from recalld.daemon.memory.capture import SessionFlusher
@@ -234,12 +233,10 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
 
 
 def reindex_job(get_workspace: Callable[[str], Workspace]
-                ) -> Callable[[JobContext], Awaitable[JsonObject]]:
+                ) -> Callable[[JobContext], Awaitable[Rebuilt]]:
     """The ``reindex`` job: rebuild one workspace's index with progress."""
 
-    async def run(job: JobContext) -> JsonObject:
-        index = get_workspace(job.agent_id).services.index
-        rebuilt = await index.rebuild(lambda done, total, msg: job.set_progress(done, total, msg))
-        return {**rebuilt}
+    async def run(job: JobContext) -> Rebuilt:
+        return await get_workspace(job.agent_id).services.index.rebuild(job.set_progress)
 
     return run

@@ -27,7 +27,7 @@ from recalld.daemon.store.applog import AppendLog
 COMPACT_AFTER_LINES = 2_000
 
 
-class ChangeRecord(TypedDict):
+class OutboxRecord(TypedDict):
     """A :class:`Change` in the outbox log."""
 
     op: Literal["add"]
@@ -52,7 +52,7 @@ class Change:
     def deleted(self) -> bool:
         return self.data is None
 
-    def to_record(self) -> ChangeRecord:
+    def to_record(self) -> OutboxRecord:
         return {
             "op": "add", "id": self.id, "path": self.path, "hash": self.hash, "time": self.time,
             "data": None if self.data is None else base64.b64encode(self.data).decode("ascii"),

@@ -90,7 +90,7 @@ class VectorCounts(TypedDict):
     embedded_here: int
 
 
-class ServerSearch(TypedDict):
+class ServerSearchStatus(TypedDict):
     server_searches: int
     local_fallbacks: int
     chunks_ready: bool
@@ -118,7 +118,7 @@ class ReplicaStatus(TypedDict):
     watcher: str
     vectors: VectorCounts
     search_mode: str
-    search: ServerSearch
+    search: ServerSearchStatus
 
 
 class Replica:
