@@ -277,8 +277,11 @@ class BM25Index:
                 if key in self._live:
                     self._remove(key)
         if small:
+            table: list[str] = []  # the term table by id, made once (no merge below)
             for terms, slab in parts:
-                named = list(self._term_ids) if terms is None else terms
+                if terms is None and not table:
+                    table = list(self._term_ids)
+                named = table if terms is None else terms
                 for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
                     self._add_counts(key, counts, length)
         else:

@@ -285,8 +285,9 @@ class IndexState:
         documents aside and merge them with the next (``BM25Index.add_encoded``)."""
         batches = list(batches)
         # Vocabularies kept by worker processes are looked up first, in batch order (as
-        # add_encoded would add the terms), before anything changes: a batch that does
-        # not fit what is held leaves the index as it was.
+        # add_encoded would add the terms): a batch that does not fit what is held raises
+        # before any document, file or link changes (earlier batches' new terms stay in
+        # the term table, without postings, until a merge drops them).
         own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
             (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
         added = updated = deleted = unchanged = 0
