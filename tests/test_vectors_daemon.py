@@ -66,6 +66,25 @@ def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Pat
     assert len(caches) == 1 and len(caches[0].read_text().splitlines()) == 2
 
 
+def test_hnswlib_is_loaded_only_for_a_workspace_with_vectors(daemon_factory: Any,
+                                                             tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')  # keyword search only
+    d.call("index.sync", {"agent_id": "w"})
+    assert d.call("memory.search", {"agent_id": "w", "query": "Zurich"})["results"]
+    assert "hnswlib" not in Path(f"/proc/{d.pid}/maps").read_text()
+    assert d.stop() == 0
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        res = d.call("memory.search", {"agent_id": "w", "query": "Zurich"})
+        assert res["mode"] == "hybrid" and res["vector_hits"] == 1
+        assert "hnswlib" in Path(f"/proc/{d.pid}/maps").read_text()  # on demand
+        assert d.stop() == 0
+
+
 def test_daemon_health_check_failure_is_visible(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/a.md", "# A\n\nnothing to see\n")

@@ -18,12 +18,15 @@ import secrets
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import hnswlib
 import numpy as np
 import numpy.typing as npt
 
 from recalld.daemon.index.windows import SLOTS
+
+if TYPE_CHECKING:
+    import hnswlib
 
 F32 = npt.NDArray[np.float32]
 
@@ -37,6 +40,14 @@ def normalize(vectors: npt.ArrayLike) -> F32:
     norms[norms == 0] = 1.0
     out: F32 = arr / norms
     return out
+
+
+def _new_hnsw(dim: int) -> hnswlib.Index:
+    # hnswlib is imported on first use: a daemon with no embedding model never loads it
+    # (nor the C++ runtime it links).
+    import hnswlib
+
+    return hnswlib.Index(space="cosine", dim=dim)
 
 
 class VectorIndex:
@@ -57,7 +68,7 @@ class VectorIndex:
         self._m = m
         self._ef_construction = ef_construction
         self._threads = num_threads
-        self._index = hnswlib.Index(space="cosine", dim=dim)
+        self._index = _new_hnsw(dim)
         self._index.init_index(
             max_elements=max(initial_capacity, 16), M=m, ef_construction=ef_construction,
             allow_replace_deleted=False,
@@ -157,7 +168,7 @@ class VectorIndex:
         self._threads = num_threads
         self._m = 16
         self._ef_construction = 200
-        self._index = hnswlib.Index(space="cosine", dim=dim)
+        self._index = _new_hnsw(dim)
         with _scratch(tmp_dir) as path:
             path.write_bytes(data)
             self._index.load_index(str(path), max_elements=0)
