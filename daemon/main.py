@@ -84,6 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
 
+    # The configuration first: a bad one is refused before the daemon is imported or the
+    # process's allocator and collector are tuned for serving.
+    from recalld.daemon import config as config_mod
+
+    try:
+        cfg = config_mod.load(config=ns.config, socket=ns.socket)
+        level = (ns.log_level or cfg.log_level).upper()
+        if level not in LOG_LEVELS:
+            raise config_mod.ConfigError(f"[daemon] log_level must be one of {LOG_LEVELS}")
+    except config_mod.ConfigError as exc:
+        print(f"recalld: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
     # No cyclic collection while the daemon is imported: its modules, classes and
     # functions live as long as the process, and the collector would walk the growing
     # set of them on every full collection it sets off meanwhile.
@@ -97,7 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import trio
 
-    from recalld.daemon import config as config_mod
     from recalld.daemon import systemd
     from recalld.daemon.app import build_supervisor
     from recalld.daemon.lock import AlreadyServing
@@ -122,14 +134,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"recalld: cannot open the log file {ns.log_file}: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
-    try:
-        cfg = config_mod.load(config=ns.config, socket=ns.socket)
-        level = (ns.log_level or cfg.log_level).upper()
-        if level not in LOG_LEVELS:
-            raise config_mod.ConfigError(f"[daemon] log_level must be one of {LOG_LEVELS}")
-    except config_mod.ConfigError as exc:
-        print(f"recalld: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     logging.getLogger().setLevel(level)
 
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))

@@ -8,6 +8,7 @@ value of the right type that the rule refuses. Every number must have a range.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,10 @@ def test_bad_value_is_exit_2_naming_file_key_and_value(
     for name in ("RECALLD_SOCKET", "RECALLD_DATA_DIR", "RECALLD_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    frozen = gc.get_freeze_count()
     assert daemon_main.main(["--config", str(path)]) == daemon_main.EXIT_CONFIG
+    # Refused before the process is tuned for serving (collector, allocator).
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1, lines
     line = lines[0]
