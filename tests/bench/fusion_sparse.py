@@ -11,7 +11,8 @@ not all stored is cut to the notes whose chunks (and windows) are (as
 ``bench_fusion.restrict``), and says so in its ``info``.
 
 A query's sparse score of a text is the dot product of their codes (``dot``), or that
-divided by the text's code norm (``cos``: long texts pool more features); a chunk's
+divided by the text's code norm (``cos``: long texts pool more features), or the dot
+product with the text's code cut to its 64 strongest features (``dot_t64``); a chunk's
 ``chunk`` score is its own code's, ``win`` its best window's (the windows of the vector
 branch). Rows, each beside ``bm25``, ``vector`` and ``default`` of the same run
 (``default_check`` must equal ``default``):
@@ -24,6 +25,8 @@ branch). Rows, each beside ``bm25``, ``vector`` and ``default`` of the same run
   cosine plus ``l`` times the sparse score scaled by the query's best;
 - ``sp2nd_<unit>_<norm>_n<n>_d<d>``: a second stage over the fused top n: each candidate
   gains ``d`` times its sparse score over the query's best sparse score;
+- ``spcombo_<unit>_<norm>_w<w>``: the third branch added to ``fusion_rescore``'s
+  ``combo_maxmean0.25+mix_a0.25_k5+cov_n8_d0.1``;
 - ``sponly_<unit>_<norm>``: the sparse branch alone (no fusion).
 """
 
@@ -75,9 +78,12 @@ class Both:
 
 
 class Sparse:
-    """Every query's sparse score of every chunk (``chunk``) and best window (``win``)."""
+    """Every query's sparse score of every chunk (``chunk``) and best window (``win``);
+    ``<unit>_dot_t<m>``: with each text's code cut to its ``m`` strongest features (a
+    smaller index)."""
 
-    def __init__(self, r: fr.Rescore, store: SparseStore, windows: bool) -> None:
+    def __init__(self, r: fr.Rescore, store: SparseStore, windows: bool,
+                 short: Sequence[int] = (64,)) -> None:
         p = r.st.p
         q = store.codes(p.qs.queries)
         self.scores: dict[str, np.ndarray] = {}  # "<unit>_<norm>" -> (queries, chunks)
@@ -87,15 +93,18 @@ class Sparse:
         dim = 1 + max(int(ids.max()) for codes in [q, *(c for c, _ in units.values())]
                       for ids, _ in codes if len(ids))
         for unit, (codes, starts) in units.items():
-            d = matrix(codes, dim)
-            norm = np.linalg.norm(d, axis=1)
-            norm[norm == 0] = 1.0
-            dot = np.stack([d[:, ids] @ vals for ids, vals in q]) if q else np.zeros(
-                (0, len(d)), dtype=np.float32)
-            for name, m in (("dot", dot), ("cos", dot / norm)):
-                self.scores[f"{unit}_{name}"] = (
-                    m if starts is None else np.maximum.reduceat(m, starts, axis=1))
-            del d
+            for keep in (0, *short):
+                d = matrix([(i[:keep], v[:keep]) for i, v in codes] if keep else codes, dim)
+                dot = np.stack([d[:, ids] @ vals for ids, vals in q]) if q else np.zeros(
+                    (0, len(d)), dtype=np.float32)
+                norm = np.linalg.norm(d, axis=1)
+                norm[norm == 0] = 1.0
+                del d
+                both = (("dot", dot), ("cos", dot / norm)) if not keep else (
+                    (f"dot_t{keep}", dot),)
+                for name, m in both:
+                    self.scores[f"{unit}_{name}"] = (
+                        m if starts is None else np.maximum.reduceat(m, starts, axis=1))
         self.hits = {k: [bf.top(row, bf.POOL) for row in m] for k, m in self.scores.items()}
         self.best = {k: np.maximum(m.max(axis=1), 1e-9) for k, m in self.scores.items()}
 
@@ -111,6 +120,7 @@ def dense_plus(r: fr.Rescore, sp: Sparse, key: str, qi: int, lam: float) -> Hits
 def rows(r: fr.Rescore, sp: Sparse) -> dict[str, Row]:
     n = range(r.n)
     out: dict[str, Row] = {"default_check": lambda: [r.fuse(q) for q in n]}
+    cov = lambda qi, c: r.window_match(qi, c, False)  # noqa: E731
     for key in sp.scores:
         out[f"sponly_{key}"] = lambda key=key: [[c for c, _ in sp.hits[key][q]] for q in n]
         out[f"spvec_{key}"] = lambda key=key: [r.fuse(q, vec=sp.hits[key][q]) for q in n]
@@ -124,6 +134,11 @@ def rows(r: fr.Rescore, sp: Sparse) -> dict[str, Row]:
         for lam in (0.05, 0.1, 0.2):
             out[f"spdense_{key}_l{lam}"] = lambda key=key, lam=lam: [
                 r.fuse(q, vec=dense_plus(r, sp, key, q, lam)) for q in n]
+        # Beside the one earlier row better than the default on every set.
+        for w in (0.2, 0.3):
+            out[f"spcombo_{key}_w{w}"] = lambda key=key, w=w: [r.fuse(
+                q, vec=r.maxmean(q, 0.25), mix=(0.25, 5), second=cov, second_n=8,
+                second_d=0.1, extra=[(sp.hits[key][q], w)]) for q in n]
         for nn in (10, 20):
             for d in (0.05, 0.1, 0.2, 0.4):
                 out[f"sp2nd_{key}_n{nn}_d{d}"] = lambda key=key, nn=nn, d=d: [r.fuse(
