@@ -164,7 +164,9 @@ class Rescore:
              conf: Callable[[Hits], float] | None = None, gamma: float = 0.0,
              mix: tuple[float, int] | None = None, vector_weight: float | None = None,
              second: Callable[[int, int], float] | None = None, second_n: int = 0,
-             second_d: float = 0.0) -> list[int]:
+             second_d: float = 0.0, extra: Sequence[tuple[Hits, float]] = ()) -> list[int]:
+        """The default fusion with one thing changed; ``extra``: more ranked branches,
+        each with its weight beside the keyword and vector weights."""
         kh = self.st.kw[qi] if kw is None else kw
         vh = self.vec[qi] if vec is None else vec
         ex = self.st.exact[qi] if exact is None else exact
@@ -177,17 +179,23 @@ class Rescore:
         if conf is not None and gamma:
             wk *= conf(kh) ** gamma if k else 0.0
             wv *= conf(vh) ** gamma if v else 0.0
-        total = (wk + wv) or 1.0
+        more = [(h, scaled(h), w) for h, w in extra if h]
+        total = (wk + wv + sum(w for _, _, w in more)) or 1.0
         per_char = DEFAULT.length_penalty / PENALTY_CHARS
         keys = k.keys() | v.keys()
-        score = {c: (wk * k.get(c, 0.0) + wv * v.get(c, 0.0)) / total for c in keys}
+        for _, e, _ in more:
+            keys |= e.keys()
+        score = {c: (wk * k.get(c, 0.0) + wv * v.get(c, 0.0)
+                     + sum(w * e.get(c, 0.0) for _, e, w in more)) / total for c in keys}
         if mix is not None:
             a, rk = mix
             kr = {c: r for r, (c, _) in enumerate(kh, start=1)}
             vr = {c: r for r, (c, _) in enumerate(vh, start=1)}
-            top = (wk + wv) / (rk + 1) or 1.0
+            er = [({c: r for r, (c, _) in enumerate(h, start=1)}, w) for h, _, w in more]
+            top = total / (rk + 1)
             rrf = {c: (wk / (rk + kr[c]) if c in kr else 0.0)
-                   + (wv / (rk + vr[c]) if c in vr else 0.0) for c in keys}
+                   + (wv / (rk + vr[c]) if c in vr else 0.0)
+                   + sum(w / (rk + r[c]) for r, w in er if c in r) for c in keys}
             score = {c: (1 - a) * s + a * rrf[c] / top for c, s in score.items()}
         score = {c: s - per_char * self.lens[c] for c, s in score.items()}
         fused = [Fused(c, score[c], None, None, c in ex and c in k) for c in keys]
@@ -442,6 +450,37 @@ def summary(row: dict[str, Any], base: dict[str, Any], default: dict[str, Any],
     return out
 
 
+Report = dict[str, Any]
+
+
+def baselines(r: Rescore) -> tuple[Report, Report, Report, dict[str, Report]]:
+    """BM25, the vector branch alone and the daemon's default fusion, and the systems
+    table that starts with their summaries."""
+    st = r.st
+    base = st.report([[c for c, _ in h] for h in st.kw])
+    vec = st.report([[c for c, _ in h] for h in r.vec])
+    default_fn = bf.fusers([], [], [], [])["default"]
+    default = st.report([default_fn(st.kw[q], r.vec[q], st.exact[q], st.stored,
+                                    st.kw_weight[q]) for q in range(r.n)])
+    systems = {"bm25": summary(base, base, default, vec),
+               "vector": summary(vec, base, default, vec),
+               "default": summary(default, base, default, vec)}
+    return base, vec, default, systems
+
+
+def measure(name: str, r: Rescore, table: dict[str, Row], only: Sequence[str],
+            systems: dict[str, Report], base: Report, vec: Report, default: Report) -> None:
+    """Each row of ``table`` (those starting with one of ``only``, if any, and
+    ``default_check``) summarised into ``systems`` beside the baselines given."""
+    for row, fn in table.items():
+        if only and not any(row.startswith(x) for x in only) and row != "default_check":
+            continue
+        t1 = time.perf_counter()
+        systems[row] = summary(r.st.report(fn()), base, default, vec)
+        systems[row]["s"] = round(time.perf_counter() - t1, 1)
+        print(f"{name} {row}: {json.dumps(systems[row])}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="second-stage and per-query fusion ideas")
     ap.add_argument("--data", type=Path, default=bq.DEFAULT_DATA)
@@ -470,15 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             p = bf.Prepared(bq.subset(p.qs, a.queries, 0), p.chunks, p.wins, p.units)
         st = bf.Study(p, store, [SIZE], chunk_vectors=False)
         r = Rescore(st, store)
-        base = st.report([[c for c, _ in h] for h in st.kw])
-        vec = st.report([[c for c, _ in h] for h in r.vec])
-        default_fn = bf.fusers([], [], [], [])["default"]
-        default = st.report([default_fn(st.kw[q], r.vec[q], st.exact[q], st.stored,
-                                        st.kw_weight[q]) for q in range(r.n)])
-        systems: dict[str, Any] = {
-            "bm25": summary(base, base, default, vec),
-            "vector": summary(vec, base, default, vec),
-            "default": summary(default, base, default, vec)}
+        base, vec, default, systems = baselines(r)
         if a.learned:
             feats = [features(r, q) for q in range(r.n)]
             # Without the length signal too: a model free to prefer long chunks buys
@@ -502,13 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                         for q in range(r.n)]), base, default, vec)
                     print(f"{name} {row}: {json.dumps(systems[row])}", file=sys.stderr,
                           flush=True)
-        for row, fn in rows(r, grid).items():
-            if only and not any(row.startswith(x) for x in only) and row != "default_check":
-                continue
-            t1 = time.perf_counter()
-            systems[row] = summary(st.report(fn()), base, default, vec)
-            systems[row]["s"] = round(time.perf_counter() - t1, 1)
-            print(f"{name} {row}: {json.dumps(systems[row])}", file=sys.stderr, flush=True)
+        measure(name, r, rows(r, grid), only, systems, base, vec, default)
         out["sets"][name] = {"queries": r.n, "chunks": len(p.chunks),
                              "info": p.qs.info, "systems": systems}
     out["loadavg_at_end"] = os.getloadavg()

@@ -17,7 +17,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,28 @@ def key_of(text: str, *, is_query: bool) -> str:
     kind = "q" if is_query else "p"
     return hashlib.blake2b(f"{kind}\n{text}".encode("utf-8", "surrogatepass"),
                            digest_size=16).hexdigest()
+
+
+def shard_name() -> str:
+    return f"shard-{time.time_ns():020d}-{secrets.token_hex(3)}"
+
+
+def publish(folder: Path, name: str, keys: list[str], seen: set[str]) -> None:
+    """Write shard ``name``'s key list by rename, after its data: a reader takes only
+    shards whose list exists (``new_shards``)."""
+    tmp = folder / f".{name}.json.tmp"
+    tmp.write_text(json.dumps({"keys": keys}), encoding="utf-8")
+    os.replace(tmp, folder / f"{name}.json")
+    seen.add(f"{name}.json")
+
+
+def new_shards(folder: Path, seen: set[str]) -> Iterator[tuple[Path, list[str]]]:
+    """Each published shard not in ``seen`` (its key list's path and keys), oldest
+    first; each is added to ``seen``."""
+    for meta in sorted(folder.glob("shard-*.json")):
+        if meta.name not in seen:
+            yield meta, json.loads(meta.read_text(encoding="utf-8"))["keys"]
+            seen.add(meta.name)
 
 
 class VectorStore:
@@ -52,14 +74,10 @@ class VectorStore:
 
     def refresh(self) -> None:
         """Read shards written since the last look (by this or another process)."""
-        for meta in sorted(self.dir.glob("shard-*.json")):
-            if meta.name in self._seen:
-                continue
-            keys = json.loads(meta.read_text(encoding="utf-8"))["keys"]
+        for meta, keys in new_shards(self.dir, self._seen):
             arr = np.load(meta.with_suffix(".npy"), allow_pickle=False)
             for k, row in zip(keys, arr, strict=True):
                 self.rows[k] = row
-            self._seen.add(meta.name)
 
     def has(self, texts: Sequence[str], *, is_query: bool, share: float = 1.0) -> bool:
         """Whether at least ``share`` of ``texts`` are stored (re-reading new shards)."""
@@ -76,12 +94,9 @@ class VectorStore:
         return out
 
     def _write(self, keys: list[str], rows: F32) -> None:
-        name = f"shard-{time.time_ns():020d}-{secrets.token_hex(3)}"
+        name = shard_name()
         np.save(self.dir / f"{name}.npy", rows.astype(np.float16), allow_pickle=False)
-        tmp = self.dir / f".{name}.json.tmp"
-        tmp.write_text(json.dumps({"keys": keys}), encoding="utf-8")
-        os.replace(tmp, self.dir / f"{name}.json")
-        self._seen.add(f"{name}.json")
+        publish(self.dir, name, keys, self._seen)
 
     def embed(self, texts: Sequence[str], *, is_query: bool, log_every_s: float = 60.0) -> F32:
         """Unit vectors for ``texts`` (rows in order); missing ones are embedded and saved,
