@@ -341,6 +341,11 @@ class WorkspaceIndex:
         if len(ordered) >= APPLY_MIN_FILES:  # a first build's token lists are garbage now
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
 
+    async def passes_ended(self) -> None:
+        """Return once no large pass (a first build, a large reconcile) is under way."""
+        while self._big_passes:
+            await self._passes_done.wait()
+
     async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()
 

@@ -5,8 +5,9 @@ and a ``type`` of ``user``, ``feedback``, ``project`` or ``reference``; agents w
 edit their own through ``memory.topic_write`` / ``memory.topic_edit`` (confined to the
 digest folder, frontmatter checked). ``MEMORY.md`` in the digest folder is the index of
 them: one line per topic file (link and description), grouped by type. The
-:class:`MemoryFile` service rewrites it whenever the index applies a change (and at
-start, so a restart puts it right), only when its text differs; it is created once the
+:class:`MemoryFile` service rewrites it whenever the index applies a change (after a
+large pass such as a first build, once; and at start, so a restart puts it right), only
+when its text differs; it is created once the
 first topic file exists. Markdown links, not ``[[wikilinks]]``: the index adds no edges
 to the link graph.
 """
@@ -172,3 +173,6 @@ class MemoryFile:
             except (OSError, RecalldError) as exc:
                 log.warning("workspace %s: MEMORY.md not updated: %s", self.ws.agent_id, exc)
             await changed.wait()
+            # A first build changes the index at every apply of its pass; reading every
+            # topic file each time would take the daemon's CPU from the build. Once after.
+            await self.index.passes_ended()
