@@ -162,6 +162,26 @@ async def test_a_long_call_keeps_the_pool_without_waking_it(autojump_clock: trio
         nursery.cancel_scope.cancel()
 
 
+async def test_a_warmed_pool_is_the_one_the_next_calls_use(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pool = PreparePool(2, idle_s=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        pool.warm()
+        assert pool.alive and pool.status()["starts"] == 1
+        pool.warm()  # already started: nothing more
+        with pool.holding():
+            pids = {await pool.call(os.getpid) for _ in range(4)}
+        assert os.getpid() not in pids and pool.status()["starts"] == 1
+        assert not pool.alive  # the pass that held it ended
+        pool.warm()
+        assert pool.alive and pool.status()["starts"] == 2
+        await trio.sleep(5.5)  # no call came: stopped once idle, as after a call
+        assert not pool.alive
+        nursery.cancel_scope.cancel()
+
+
 def test_daemon_main_module_is_light_for_spawned_workers() -> None:
     # A spawned worker imports the daemon's main module again (``python -m
     # recalld.daemon.main``); it must not pull the daemon (trio, numpy, hnswlib) in.

@@ -35,7 +35,7 @@ from typing import TypedDict, TypeVar, TypeVarTuple
 import trio
 
 from recalld.daemon import memtrim
-from recalld.daemon.index.worker import worker_init
+from recalld.daemon.index.worker import warm, worker_init
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -110,6 +110,23 @@ class PreparePool:
             self._holders -= 1
             if not self._holders and not self._busy:
                 self._stop()
+
+    def warm(self) -> None:
+        """Start the processes now, and have them import what preparing needs, for a
+        pass about to begin (a first build whose files are still being listed): their
+        start then overlaps that listing. Stopped after ``idle_s`` if no call comes."""
+        if self._executor is not None:
+            return
+        try:
+            executor = self._ensure()
+            for _ in range(self.workers):
+                executor.submit(warm)
+        except (BrokenProcessPool, RuntimeError, OSError) as exc:
+            self._drop(exc)
+            return
+        if not self._busy:  # the idle timer starts now
+            self._last_end = trio.current_time()
+            self._ended.set()
 
     async def call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """``fn(*args)`` in a worker process; ``fn`` must be importable, args plain data.
