@@ -166,6 +166,12 @@ class MemoryFile:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
         task_status.started()
+        if not self.index.state.files:
+            # Nothing indexed yet: a first build is about to list and read every note, and
+            # its applies will announce the topic files; the refresh follows the build
+            # instead of reading the digest folder beside its scan.
+            await self.index.changed.wait()
+            await self.index.passes_ended()
         while True:
             changed = self.index.changed
             try:
