@@ -20,12 +20,12 @@ from recalld.daemon.memory import secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_rules import (
     RULES,
-    TOKEN_PREFILTER,
     TOKEN_RUN,
     Rule,
     Span,
     anchor_words,
     anchors,
+    rules_token_prefilter,
     token_runs,
 )
 
@@ -124,11 +124,12 @@ def test_find_spans_matches_hints_first(text: str) -> None:
 def test_the_token_prefilter_matches_where_a_token_rule_does(text: str) -> None:
     # find_spans gives token rules only the runs where the prefilter matches.
     token = [rule for rule in RULES if rule.find is not None and rule.token]
-    assert TOKEN_PREFILTER is not None and all(rule.pattern is not None for rule in token)
+    prefilter = rules_token_prefilter()
+    assert prefilter is not None and all(rule.pattern is not None for rule in token)
     for pos, endpos in token_runs(text):
         some_rule = any(rule.pattern.search(text, pos, endpos) is not None
                         for rule in token if rule.pattern is not None)
-        assert (TOKEN_PREFILTER.search(text, pos, endpos) is not None) == some_rule
+        assert (prefilter.search(text, pos, endpos) is not None) == some_rule
     # A rule list of its own (not RULES itself) gets its own prefilter, same spans.
     assert find_spans(text, list(RULES)) == find_spans(text)
 

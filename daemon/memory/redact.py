@@ -22,11 +22,11 @@ from recalld.daemon.memory.secret_rules import (
     ANCHOR_WORDS,
     FORMAT_RULES,
     RULES,
-    TOKEN_PREFILTER,
     Rule,
     Span,
     anchor_words,
     anchors,
+    rules_token_prefilter,
     token_prefilter,
     token_runs,
 )
@@ -77,7 +77,7 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
                 runs = token_runs(text)
                 # Only the runs where one of the token rules' patterns matches (all of
                 # them at once): each rule then scans those, not every run.
-                prefilter = TOKEN_PREFILTER if rules is RULES else token_prefilter(rules)
+                prefilter = rules_token_prefilter() if rules is RULES else token_prefilter(rules)
                 if prefilter is not None and runs:
                     search = prefilter.search
                     runs = [r for r in runs if search(text, r[0], r[1]) is not None]

@@ -25,6 +25,7 @@ about credentials ("my password is too weak", "the token is refreshed hourly").
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -609,5 +610,9 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
          format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
-#: ``token_prefilter(RULES)``.
-TOKEN_PREFILTER: Final = token_prefilter(RULES)
+
+
+@functools.cache
+def rules_token_prefilter() -> re.Pattern[str] | None:
+    """``token_prefilter(RULES)``, compiled on first use (a few ms)."""
+    return token_prefilter(RULES)
