@@ -5,7 +5,8 @@ A real daemon started through a launcher that, on SIGUSR1, writes the daemon's
 ``sys.modules`` to a file (Python runs the handler on the event loop's thread: trio wakes
 up for the signal), so the test reads what the serving process has imported at two
 moments: after a keyword search, and after a capture job and a dream job through a
-scripted OpenAI-compatible chat server on 127.0.0.1.
+scripted OpenAI-compatible chat server on 127.0.0.1. And numpy's BLAS gets the threads
+``backfill_threads`` says unless the environment chose a count (its pool starts at import).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import pytest
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import wait_for, wait_job
+
+from recalld.daemon import main as daemon_main
 
 #: Modules a keyword search does not need: the capture pipeline, dream, the chat client,
 #: the agent tools and the other methods' handlers. (The redaction rules are not among
@@ -141,3 +144,20 @@ def test_a_search_imports_no_capture_dream_or_chat_code_until_they_are_used(
         assert module in loaded
     assert d.stop() == 0
     assert os.path.getsize(out) > 0
+
+
+@pytest.mark.parametrize(("threads", "environ", "expected"), [
+    (1, {}, "1"),
+    (3, {"PATH": "/bin"}, "3"),
+    (0, {}, None),  # 0: OpenBLAS's own default
+    (1, {"OPENBLAS_NUM_THREADS": "4"}, "4"),
+    (1, {"OMP_NUM_THREADS": "2"}, None),  # OpenBLAS reads it: the user's choice stands
+    (1, {"OMP_NUM_THREADS": ""}, "1"),
+])
+def test_numpy_blas_threads_follow_backfill_threads_unless_the_environment_chose(
+        threads: int, environ: dict[str, str], expected: str | None) -> None:
+    env = dict(environ)
+    daemon_main.limit_blas_threads(threads, env)
+    assert env.get("OPENBLAS_NUM_THREADS") == expected
+    assert {k: v for k, v in env.items() if k != "OPENBLAS_NUM_THREADS"} == {
+        k: v for k, v in environ.items() if k != "OPENBLAS_NUM_THREADS"}
