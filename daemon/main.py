@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
@@ -26,6 +27,8 @@ MALLOC_ARENAS = 2
 # Blocks from this size on get a mapping of their own (numpy's huge-page arrays among
 # them), returned to the system when freed: memtrim.map_large.
 MALLOC_MMAP_MIN_BYTES = 4 << 20
+# What OpenBLAS reads for its thread count, in its order.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
@@ -62,6 +65,19 @@ def _rotating(path: str) -> logging.Handler:
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return RotatingFileHandler(target, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS,
                                encoding="utf-8")
+
+
+def limit_blas_threads(threads: int, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Give numpy's BLAS ``threads`` threads (``[daemon] backfill_threads``; 0 keeps
+    OpenBLAS's default, a thread per core) unless the environment chose a count.
+
+    OpenBLAS starts its thread pool when numpy is imported, which costs start-up CPU
+    time; the daemon's own BLAS work (vector scoring, the numpy embedding backend) runs
+    in its bounded worker threads, and ``backfill_threads`` is already how many threads
+    one embedding call may use.
+    """
+    if threads > 0 and not any(environ.get(k) for k in BLAS_THREAD_VARIABLES):
+        environ["OPENBLAS_NUM_THREADS"] = str(threads)
 
 
 def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -107,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # build's worker threads would otherwise each keep a malloc arena resident.
     memtrim.limit_arenas(MALLOC_ARENAS)
     memtrim.map_large(MALLOC_MMAP_MIN_BYTES)
+    limit_blas_threads(cfg.backfill_threads)
 
     import trio
 

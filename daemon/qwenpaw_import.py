@@ -21,7 +21,7 @@ from recalld.daemon import qwenpaw
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
-from recalld.daemon.memory.dream import catalog_path, load_catalog
+from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:

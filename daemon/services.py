@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -32,7 +32,6 @@ from recalld.daemon.index.service import Rebuilt, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.maintenance import Health
-from recalld.daemon.memory.auto_memory import auto_memory_job
 from recalld.daemon.memory.capture import SessionFlusher
 from recalld.daemon.memory.consolidation import Consolidation, ResourceService
 from recalld.daemon.memory.inbox import Inbox, inbox_path
@@ -44,6 +43,9 @@ from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.auto_memory import CaptureResult
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +232,19 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
     for name, service in services.in_start_order():
         log.debug("starting %s for workspace %s", name, ws.agent_id)
         await nursery.start(service.run)
+
+
+def auto_memory_job(get_workspace: Callable[[str], Workspace]
+                    ) -> Callable[[JobContext], Awaitable[CaptureResult]]:
+    """The ``auto_memory`` job; the capture pipeline (the chat client, the redaction
+    rules, the note tools) is imported when the first one runs."""
+
+    async def run(job: JobContext) -> CaptureResult:
+        from recalld.daemon.memory import auto_memory
+
+        return await auto_memory.auto_memory_job(get_workspace)(job)
+
+    return run
 
 
 def reindex_job(get_workspace: Callable[[str], Workspace]

@@ -19,6 +19,7 @@ tests/test_nfkc.py computes them again and prints them when they differ.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import Final
@@ -209,9 +210,14 @@ def _class(ranges: tuple[tuple[int, int], ...]) -> str:
                    for a, z in ranges)
 
 
-# A character that is not a boundary; one that NFKC changes.
-_NOT_BOUNDARY: Final = re.compile(f"[^{_class(BOUNDARY)}]")
-_CHANGES: Final = re.compile(f"[^{_class(STABLE)}]")
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A character that is not a boundary; one that NFKC changes. Compiled for the first
+    text that is neither ASCII nor already NFKC (the two classes take milliseconds, which
+    every process start would pay otherwise)."""
+    return re.compile(f"[^{_class(BOUNDARY)}]"), re.compile(f"[^{_class(STABLE)}]")
+
+
 _USABLE: Final = unicodedata.unidata_version == UNICODE_VERSION
 
 
@@ -219,8 +225,11 @@ def normalize(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``."""
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
-    if not _USABLE or _NOT_BOUNDARY.search(text) is not None:
+    if not _USABLE:
         return unicodedata.normalize("NFKC", text)
-    for c in set(_CHANGES.findall(text)):
+    not_boundary, changes = _patterns()
+    if not_boundary.search(text) is not None:
+        return unicodedata.normalize("NFKC", text)
+    for c in set(changes.findall(text)):
         text = text.replace(c, unicodedata.normalize("NFKC", c))
     return text

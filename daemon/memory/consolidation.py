@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon.jobs import JobContext, JobManager
-from recalld.daemon.memory import changelog, dream
-from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.resource import ResourceCatalog, ResourceResult, ResourceStatus
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
+
+if TYPE_CHECKING:
+    # A dream run (and the chat client, digest rules and tools it needs) is imported
+    # when the first auto_dream job runs.
+    from recalld.daemon.memory import changelog
+    from recalld.daemon.memory.llm import ChatClients
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,8 @@ class Consolidation:
     # -- jobs --------------------------------------------------------------------------
 
     async def dream_job(self, job: JobContext) -> changelog.RunSummary:
+        from recalld.daemon.memory import dream
+
         ws = self._get_workspace(job.agent_id)
         async with one_host_at_a_time(ws, DREAM_KIND):
             chat = ws.services.chat.client()  # "no chat model configured" fails it

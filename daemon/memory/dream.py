@@ -38,13 +38,11 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog, digest, interests, reme_dream
+from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
-from recalld.daemon.store.errors import CorruptState
-from recalld.daemon.store.fsio import REAL, ensure_dir
-from recalld.daemon.store.records import read_records, write_records
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
@@ -64,54 +62,6 @@ class DreamConfig:
     deadline_per_note_s: float = 300.0
     max_nodes_listed: int = 80
     node_search_results: int = 8
-
-
-def catalog_path(root: Path, metadata_dir: str, job: str) -> Path:
-    """recalld's catalog of ``job``: beside ReMe's ``file_catalog/``, which stays ReMe's."""
-    return root / metadata_dir / "catalog" / f"{job}.jsonl.zst"
-
-
-def _legacy_path(path: Path) -> Path:
-    """Where recalld kept the catalog before: in ReMe's ``file_catalog/`` folder."""
-    return path.parent.parent / "file_catalog" / path.name
-
-
-def _ours(records: list[JsonObject]) -> bool:
-    """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
-    return bool(records) and all("digest" in r and "state" in r for r in records)
-
-
-def load_catalog(path: Path) -> dict[str, JsonObject]:
-    """Catalog records by path, as read from disk; a damaged catalog is treated as empty
-    (logged): the worst case is re-reading notes, which the integration rules make
-    harmless. A catalog recalld kept in ReMe's folder before is read from there until the
-    next save moves it."""
-    source = path
-    if not path.exists():
-        source = _legacy_path(path)
-        if not source.exists():
-            return {}
-    try:
-        records = list(read_records(source))
-    except CorruptState as exc:
-        log.warning("catalog %s is damaged (%s); starting it afresh", source, exc)
-        return {}
-    if source != path and not _ours(records):
-        return {}  # ReMe's own catalog: not ours to read here
-    return {str(r["path"]): r for r in records if "path" in r}
-
-
-def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> None:
-    ensure_dir(REAL, path.parent)
-    write_records(REAL, path, [records[k] for k in sorted(records)])
-    legacy = _legacy_path(path)
-    if legacy.exists():
-        # recalld's old copy in ReMe's folder goes, so ReMe finds nothing it cannot read.
-        try:
-            if _ours(list(read_records(legacy))):
-                legacy.unlink()
-        except (CorruptState, OSError) as exc:
-            log.warning("leaving %s in place: %s", legacy, exc)
 
 
 def sha256_text(text: str) -> str:

@@ -34,7 +34,7 @@ import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import trio
 
@@ -47,10 +47,6 @@ from recalld.daemon.index.frontmatter import (
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import filetools
-from recalld.daemon.memory.filetools import ALL_TOOLS
-from recalld.daemon.memory.redact import redact, redact_async, redact_value
-from recalld.daemon.providers.chat import ToolSchema
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write
 from recalld.daemon.workspaces import Workspace
@@ -61,6 +57,9 @@ from recalld.ipc.errors import (
     PathOutsideWorkspace,
     RecalldError,
 )
+
+if TYPE_CHECKING:
+    from recalld.daemon.providers.chat import ToolSchema
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +300,8 @@ class FileOps:
     async def write(self, path: str, content: str) -> WriteResult:
         """Create or replace a file with ``content``."""
         rel = self.check_writable(path)
+        from recalld.daemon.memory.redact import redact_async
+
         content = await redact_async(content)
         async with self.lock:
             before = await self.read_text(rel)
@@ -313,6 +314,8 @@ class FileOps:
         rel = self.check_writable(path)
         if not old:
             raise InvalidParams("old text must not be empty")
+        from recalld.daemon.memory.redact import redact_async
+
         new = await redact_async(new)
         async with self.lock:
             before = await self.read_text(rel)
@@ -329,6 +332,8 @@ class FileOps:
     async def frontmatter_update(self, path: str, changes: Mapping[str, object]) -> WriteResult:
         """Set frontmatter keys (a None value removes the key); other lines stay as they are."""
         rel = self.check_writable(path)
+        from recalld.daemon.memory.redact import redact_value
+
         edits = {str(k): (DELETE if v is None else redact_value(v)) for k, v in changes.items()}
         async with self.lock:
             before = await self.read_text(rel)
@@ -379,6 +384,8 @@ class FileOps:
         if not session_id or not isinstance(session_id, str):
             raise InvalidParams("session_id must be a non-empty string")
         day = check_date(date, self.today)
+        from recalld.daemon.memory.redact import redact, redact_async, redact_value
+
         stem = slug(redact(name))
         content = await redact_async(content)
         description = redact(description) if description else description
@@ -419,13 +426,18 @@ class FileOps:
 
     # -- tools for a chat model --------------------------------------------------------
 
-    def tools(self, names: Iterable[str] = ALL_TOOLS) -> list[ToolSchema]:
-        """OpenAI ``tools`` entries for the named operations (:mod:`filetools`)."""
-        return filetools.schemas(names)
+    def tools(self, names: Iterable[str] | None = None) -> list[ToolSchema]:
+        """OpenAI ``tools`` entries for the named operations (:mod:`filetools`), all of
+        them by default."""
+        from recalld.daemon.memory import filetools
+
+        return filetools.schemas(filetools.ALL_TOOLS if names is None else names)
 
     async def call_tool(self, name: str, arguments: Mapping[str, object]) -> str:
         """Run one tool call and describe the outcome as text; errors become text too
         (:func:`filetools.call`)."""
+        from recalld.daemon.memory import filetools
+
         return await filetools.call(self, name, arguments)
 
 

@@ -18,16 +18,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient, ChatMessage, ToolSchema
-from recalld.daemon.providers.errors import ProviderConfigError
+from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
+
+if TYPE_CHECKING:
+    # The chat client (and the redaction it applies to what it sends) is imported when a
+    # workspace first makes one: a daemon without a chat model never loads it.
+    from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +131,8 @@ class ChatClients:
         if config is None or not config.model_name:
             raise ProviderConfigError(NO_CHAT_MODEL)
         if self._client is None or self._config != config:
+            from recalld.daemon.providers.chat import ChatClient
+
             self._client = ChatClient(config, self._bridge)
             self._config = config
             self._ws.add_status("chat", self._client.status)

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date as Date
 from pathlib import Path
-from typing import Final, TypedDict
+from typing import TYPE_CHECKING, Final, TypedDict
 
 import trio
 
@@ -40,13 +40,15 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.dream import catalog_path, load_catalog, push_inbox, save_catalog
+from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
-from recalld.daemon.providers.chat import NO_CHAT_MODEL, ChatClient
-from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
+from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
+
+if TYPE_CHECKING:
+    from recalld.daemon.providers.chat import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +274,8 @@ class ResourceCatalog:
                     changes.append(note)
                 await self._save()
         if changes:
+            from recalld.daemon.memory.dream import push_inbox
+
             await push_inbox(self.ws, "auto_resource",
                              f"resources: {len(changes)} note(s) written or updated", changes,
                              job_id=job_id, details={"outcomes": done})

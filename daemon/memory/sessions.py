@@ -41,7 +41,6 @@ import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.redact import INLINE_CHARS, has_secret, redact_parts
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
@@ -66,6 +65,8 @@ def check_session_id(value: object) -> str:
             or value.startswith(".")):
         raise InvalidParams(
             "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
+    from recalld.daemon.memory.redact import has_secret
+
     if has_secret(value, formats_only=True):
         # It would become a file name and a frontmatter field: never a credential.
         raise InvalidParams("session_id looks like a credential; use another id")
@@ -81,6 +82,8 @@ def _strip(text: str) -> str:
 def _clean_blocks(blocks: list[str]) -> str:
     """The blocks of one message as one text, secrets redacted across block boundaries
     (a key split over two blocks is found in their concatenation)."""
+    from recalld.daemon.memory.redact import redact_parts
+
     return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
 
 
@@ -440,6 +443,9 @@ class SessionStore:
 
         Big batches are sanitized in a worker thread (redaction is regular-expression work).
         """
+        # The redaction rules are imported with the first turns a daemon is given.
+        from recalld.daemon.memory.redact import INLINE_CHARS
+
         size = sum(len(content) if isinstance(content := m.get("content"), str) else 1024
                    for m in messages)
         if size > INLINE_CHARS:

@@ -27,6 +27,9 @@ from recalld.daemon.memory.redact import redact_messages_async
 from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import (
+    NO_CHAT_MODEL as NO_CHAT_MODEL,
+)
+from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
@@ -34,7 +37,6 @@ from recalld.daemon.providers.errors import (
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
-NO_CHAT_MODEL = "no chat model configured"
 DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
 
 

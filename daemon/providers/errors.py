@@ -20,6 +20,9 @@ from typing import ClassVar
 
 from recalld.ipc.errors import RecalldError
 
+#: The message of the ProviderConfigError a workspace without a chat model gets.
+NO_CHAT_MODEL = "no chat model configured"
+
 _SECRETISH = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|(?:bearer|api[_-]?key)[\"'=:\s]+\S+)"
 )

@@ -15,7 +15,6 @@ import trio
 from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.qwenpaw_import import import_report
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
@@ -127,7 +126,10 @@ async def workspace_open(ctx: CallContext,
                 return files, files + int(status.get("pending_changes") or 0)
 
             progress.phase("indexing", sample=indexed)
-            # What was found and reused of a QwenPaw workspace, once indexed.
+            # What was found and reused of a QwenPaw workspace, once indexed (the
+            # importer's module is loaded only for such a call).
+            from recalld.daemon.qwenpaw_import import import_report
+
             found = await import_report(ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)
             return {**workspace_info(ws), "import": {**found}}
     return workspace_info(ws)

@@ -14,16 +14,20 @@ Each handler module of this package fills a :class:`Methods` table the same way:
         p.done()
         ...
 
-and the application merges them with :meth:`Methods.include`. Handlers reach the daemon's
-services through ``ctx.services`` (a :class:`~recalld.daemon.services.DaemonServices`)
-and a workspace's through ``ctx.workspace(agent_id).services``. They raise
-:mod:`recalld.ipc.errors` exceptions for client-visible failures; storage and provider
+and the application merges them with :meth:`Methods.include`, or names a module's
+methods with :meth:`Methods.defer` so that the module is imported on the first call of
+one of them (the names are known before: listing, ``MethodNotFound`` and the immediate
+check need no import). Handlers reach the daemon's services through ``ctx.services``
+(a :class:`~recalld.daemon.services.DaemonServices`) and a workspace's through
+``ctx.workspace(agent_id).services``. They raise :mod:`recalld.ipc.errors` exceptions
+for client-visible failures; storage and provider
 errors become their wire errors here, once (:func:`recalld.daemon.errors.map_exceptions`);
 any other exception becomes a generic internal error on the wire (and is logged).
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,11 +139,25 @@ class Method:
     immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A handler module imported on the first call of one of its methods.
+
+    ``table`` names the module's attribute: a :class:`Methods` or a function returning
+    one; the table must hold exactly ``names``."""
+
+    module: str
+    table: str
+    names: tuple[str, ...]
+
+
 class Methods:
     """A registry of method name -> handler. Names are unique across everything merged."""
 
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
+        # Method name -> the module that serves it, for modules not imported yet.
+        self._deferred: dict[str, Deferred] = {}
 
     def add(
         self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False,
@@ -166,7 +184,7 @@ class Methods:
         immediate: bool = False,
         immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
     ) -> None:
-        if name in self._methods:
+        if name in self._methods or name in self._deferred:
             raise ValueError(f"method {name!r} is already registered")
         self._methods[name] = Method(
             name, handler, tuple(positional) if positional is not None else None, immediate,
@@ -177,10 +195,49 @@ class Methods:
         for method in other._methods.values():
             self.register(method.name, method.handler, positional=method.positional,
                           immediate=method.immediate, immediate_when=method.immediate_when)
+        for deferred in dict.fromkeys(other._deferred.values()):
+            self.defer(deferred.module, deferred.table, deferred.names)
         return self
 
+    def defer(self, module: str, table: str, names: Sequence[str]) -> Methods:
+        """Serve ``names`` from ``module``'s ``table``, imported on the first call (or
+        immediate check) of any of them."""
+        deferred = Deferred(module, table, tuple(names))
+        for name in deferred.names:
+            if name in self._methods or name in self._deferred:
+                raise ValueError(f"method {name!r} is already registered")
+        for name in deferred.names:
+            self._deferred[name] = deferred
+        return self
+
+    def _load(self, deferred: Deferred) -> None:
+        """Import ``deferred``'s module and register its table in place of the names."""
+        found = getattr(importlib.import_module(deferred.module), deferred.table)
+        table = found if isinstance(found, Methods) else found()
+        if not isinstance(table, Methods) or table._deferred \
+                or sorted(table._methods) != sorted(deferred.names):
+            raise RuntimeError(f"{deferred.module}.{deferred.table} does not serve exactly "
+                               f"{sorted(deferred.names)}")
+        for name in deferred.names:
+            del self._deferred[name]
+        self.include(table)
+
+    def _get(self, name: str) -> Method | None:
+        method = self._methods.get(name)
+        if method is None:
+            deferred = self._deferred.get(name)
+            if deferred is None:
+                return None
+            self._load(deferred)
+            method = self._methods[name]
+        return method
+
+    def loaded(self, name: str) -> bool:
+        """True once ``name``'s handler is imported (False for an unknown name)."""
+        return name in self._methods
+
     def is_immediate(self, request: Request, state: DaemonState) -> bool:
-        method = self._methods.get(request.method)
+        method = self._get(request.method)
         if method is None:
             return False
         if method.immediate:
@@ -190,15 +247,15 @@ class Methods:
             state, request.params)
 
     def names(self) -> list[str]:
-        return sorted(self._methods)
+        return sorted([*self._methods, *self._deferred])
 
     def __contains__(self, name: object) -> bool:
-        return name in self._methods
+        return name in self._methods or name in self._deferred
 
     async def dispatch(self, ctx: CallContext) -> Result:
         """Run the handler for ``ctx.request``; MethodNotFound / InvalidParams as needed."""
         request = ctx.request
-        method = self._methods.get(request.method)
+        method = self._get(request.method)
         if method is None:
             raise MethodNotFound(f"method not found: {request.method}")
         params = request.params

@@ -1,0 +1,68 @@
+"""The catalogs of the memory jobs: which files a job has processed, as what.
+
+``<metadata_dir>/catalog/<job>.jsonl.zst`` holds one record per file (its ``path``, the
+``digest`` of what was read, its ``state``), sorted by path. ReMe's ``file_catalog/``
+beside it stays as ReMe wrote it; a catalog an older recalld kept there is read from
+there until the next save moves it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.fsio import REAL, ensure_dir
+from recalld.daemon.store.records import read_records, write_records
+
+log = logging.getLogger(__name__)
+
+
+def catalog_path(root: Path, metadata_dir: str, job: str) -> Path:
+    """recalld's catalog of ``job``: beside ReMe's ``file_catalog/``, which stays ReMe's."""
+    return root / metadata_dir / "catalog" / f"{job}.jsonl.zst"
+
+
+def _legacy_path(path: Path) -> Path:
+    """Where recalld kept the catalog before: in ReMe's ``file_catalog/`` folder."""
+    return path.parent.parent / "file_catalog" / path.name
+
+
+def _ours(records: list[JsonObject]) -> bool:
+    """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
+    return bool(records) and all("digest" in r and "state" in r for r in records)
+
+
+def load_catalog(path: Path) -> dict[str, JsonObject]:
+    """Catalog records by path, as read from disk; a damaged catalog is treated as empty
+    (logged): the worst case is re-reading notes, which the integration rules make
+    harmless. A catalog recalld kept in ReMe's folder before is read from there until the
+    next save moves it."""
+    source = path
+    if not path.exists():
+        source = _legacy_path(path)
+        if not source.exists():
+            return {}
+    try:
+        records = list(read_records(source))
+    except CorruptState as exc:
+        log.warning("catalog %s is damaged (%s); starting it afresh", source, exc)
+        return {}
+    if source != path and not _ours(records):
+        return {}  # ReMe's own catalog: not ours to read here
+    return {str(r["path"]): r for r in records if "path" in r}
+
+
+def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> None:
+    ensure_dir(REAL, path.parent)
+    write_records(REAL, path, [records[k] for k in sorted(records)])
+    legacy = _legacy_path(path)
+    if legacy.exists():
+        # recalld's old copy in ReMe's folder goes, so ReMe finds nothing it cannot read.
+        try:
+            if _ours(list(read_records(legacy))):
+                legacy.unlink()
+        except (CorruptState, OSError) as exc:
+            log.warning("leaving %s in place: %s", legacy, exc)

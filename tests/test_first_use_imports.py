@@ -1,0 +1,163 @@
+"""A daemon that only searches never imports the capture, dream and chat code, and that
+code is imported and works when first used.
+
+A real daemon started through a launcher that, on SIGUSR1, writes the daemon's
+``sys.modules`` to a file (Python runs the handler on the event loop's thread: trio wakes
+up for the signal), so the test reads what the serving process has imported at two
+moments: after a keyword search, and after a capture job and a dream job through a
+scripted OpenAI-compatible chat server on 127.0.0.1. And numpy's BLAS gets the threads
+``backfill_threads`` says unless the environment chose a count (its pool starts at import).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_for, wait_job
+
+from recalld.daemon import main as daemon_main
+
+#: Modules a keyword search does not need: the capture pipeline, dream, the chat client,
+#: the agent tools and the other methods' handlers. (The redaction rules are not among
+#: them: indexing a note redacts it.)
+NOT_FOR_SEARCH = (
+    "recalld.daemon.memory.auto_memory",
+    "recalld.daemon.memory.dream",
+    "recalld.daemon.memory.digest",
+    "recalld.daemon.memory.filetools",
+    "recalld.daemon.memory.recall",
+    "recalld.daemon.providers.chat",
+    "recalld.daemon.qwenpaw_import",
+    "recalld.daemon.rpc.agent_methods",
+    "recalld.daemon.rpc.dream_methods",
+    "recalld.daemon.rpc.job_methods",
+    "recalld.daemon.rpc.memory_methods",
+    "recalld.daemon.rpc.ops_methods",
+)
+
+LAUNCHER = (
+    "import json, os, runpy, signal, sys\n"
+    "def dump(signum, frame):\n"
+    "    out = os.environ['MODULES_OUT']\n"
+    "    with open(out + '.tmp', 'w') as f:\n"
+    "        json.dump(sorted(sys.modules), f)\n"
+    "    os.replace(out + '.tmp', out)\n"
+    "signal.signal(signal.SIGUSR1, dump)\n"
+    "sys.argv = ['recalld-daemon', *sys.argv[1:]]\n"
+    "runpy.run_module('recalld.daemon.main', run_name='__main__')\n"
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def modules(d: DaemonHandle, out: Path) -> set[str]:
+    """What the daemon has imported right now."""
+    out.unlink(missing_ok=True)
+    d.signal(signal.SIGUSR1)
+    wait_for(out.exists, "the daemon's module list")
+    return set(json.loads(out.read_text(encoding="utf-8")))
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_a_search_imports_no_capture_dream_or_chat_code_until_they_are_used(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    keyword = tmp_path / "keyword"
+    for i in range(20):
+        write(keyword, f"memory/2026-11-{10 + i % 9:02d}/n{i}.md",
+              f"# Note {i}\n\nThe heron number {i} waits by the river.\n")
+    write(keyword, "memory/2026-11-20/needle.md", "# Needle\n\nThe quartzite lantern.\n")
+    out = tmp_path / "modules.json"
+    d = daemon_factory(
+        f'[workspaces.k]\npath = "{keyword}"\ndream_cron_enabled = false\n',
+        launcher=(sys.executable, "-c", LAUNCHER), MODULES_OUT=str(out))
+
+    hits = wait_for(lambda: d.call("memory.search", {
+        "agent_id": "k", "query": "quartzite lantern", "sync": True})["results"])
+    assert hits[0]["path"] == "memory/2026-11-20/needle.md"
+    status = d.call("daemon.status")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == "k")
+    assert {"capture", "inbox", "dream", "resource"} <= set(ws)
+    loaded = modules(d, out)
+    assert "recalld.daemon.rpc.search_methods" in loaded
+    assert sorted(loaded & set(NOT_FOR_SEARCH)) == []
+
+    # First use: a workspace with a chat model, turns captured by auto_memory, a dream.
+    chatty = tmp_path / "chatty"
+    write(chatty, "memory/2026-11-20/a.md", "# Monday\n\nThe user prefers tea over coffee.\n")
+    d.call("workspace.open", {"agent_id": "c", "path": str(chatty), "config": {
+        "dream_cron_enabled": False,
+        "chat_model_config": {"backend": "openai", "base_url": fake.url + "/v1",
+                              "model_name": "fake", "api_key": "sk-test",
+                              "timeout_s": 30.0}}})
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "bike", "description": "how the user commutes",
+        "content": "- Commutes by bike"})])), Reply(json=chat_answer("saved")))
+    added = d.call("memory.add_turns", {
+        "agent_id": "c", "session_id": "s1", "flush": True,
+        "messages": [{"role": "user", "content": "I commute by bike."},
+                     {"role": "assistant", "content": "Noted."}]})
+    job = wait_job(d, added["job_id"], agent="c")
+    assert job["state"] == "succeeded", job
+    assert any("Commutes by bike" in p.read_text(encoding="utf-8")
+               for p in (chatty / "memory").rglob("*.md"))
+
+    def dream_answer(req: Any) -> dict[str, Any]:
+        steps = sum(1 for m in req["messages"] if m["role"] == "assistant")
+        if steps:
+            return chat_answer("done")
+        return chat_answer(None, [tool_call("integrate", {
+            "action": "CREATE", "bucket": "personal", "name": "Tea preference",
+            "description": "What the user drinks", "type": "preference",
+            "content": "- prefers tea over coffee", "sources": ["memory/2026-11-20/a.md"],
+            "reason": "stated preference"})])
+
+    fake.chat_default = dream_answer
+    dream_id = d.call("jobs.submit", {"agent_id": "c", "kind": "auto_dream",
+                                      "params": {}})["job_id"]
+    dreamt = wait_job(d, dream_id, agent="c")
+    assert dreamt["state"] == "succeeded", dreamt
+    assert (chatty / "digest/personal/tea-preference.md").is_file()
+    assert d.call("dream.runs", {"agent_id": "c"})["runs"]
+    loaded = modules(d, out)
+    for module in ("recalld.daemon.memory.auto_memory", "recalld.daemon.memory.dream",
+                   "recalld.daemon.providers.chat",
+                   "recalld.daemon.rpc.memory_methods", "recalld.daemon.rpc.job_methods",
+                   "recalld.daemon.rpc.dream_methods"):
+        assert module in loaded
+    assert d.stop() == 0
+    assert os.path.getsize(out) > 0
+
+
+@pytest.mark.parametrize(("threads", "environ", "expected"), [
+    (1, {}, "1"),
+    (3, {"PATH": "/bin"}, "3"),
+    (0, {}, None),  # 0: OpenBLAS's own default
+    (1, {"OPENBLAS_NUM_THREADS": "4"}, "4"),
+    (1, {"OMP_NUM_THREADS": "2"}, None),  # OpenBLAS reads it: the user's choice stands
+    (1, {"OMP_NUM_THREADS": ""}, "1"),
+])
+def test_numpy_blas_threads_follow_backfill_threads_unless_the_environment_chose(
+        threads: int, environ: dict[str, str], expected: str | None) -> None:
+    env = dict(environ)
+    daemon_main.limit_blas_threads(threads, env)
+    assert env.get("OPENBLAS_NUM_THREADS") == expected
+    assert {k: v for k, v in env.items() if k != "OPENBLAS_NUM_THREADS"} == {
+        k: v for k, v in environ.items() if k != "OPENBLAS_NUM_THREADS"}
