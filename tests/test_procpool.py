@@ -43,6 +43,14 @@ async def test_calls_run_in_other_processes_and_the_pool_stops_when_idle(
     assert not pool.alive
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited or a zombie not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 async def test_a_pass_holding_the_pool_stops_it_when_it_ends(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -55,6 +63,11 @@ async def test_a_pass_holding_the_pool_stops_it_when_it_ends(
             assert pool.alive  # the other pass still holds it
             assert await pool.call(os.getpid) == first
         assert not pool.alive  # at once, not idle_s later
+        # Its idle process is ended, not left to exit in its own time.
+        deadline = time.monotonic() + 30.0
+        while not _gone(first) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _gone(first)
         with pool.holding():
             assert await pool.call(os.getpid) != first  # started again on demand
         assert not pool.alive and pool.status()["starts"] == 2

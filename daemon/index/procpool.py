@@ -191,7 +191,14 @@ class PreparePool:
     def _stop(self) -> None:
         executor, self._executor = self._executor, None
         if executor is not None:
+            # With no call in flight the processes hold nothing worth finishing: they are
+            # killed rather than left to run their interpreter's exit, which at their
+            # lower priority on a busy machine comes late, keeping their memory through
+            # the pass's last apply and commit (the build's peak).
+            idle = [] if self._busy else list(executor._processes.values())
             executor.shutdown(wait=False, cancel_futures=True)
+            for process in idle:
+                process.kill()
             log.info("stopped the indexing worker processes")
 
 
