@@ -243,6 +243,10 @@ class Health:
                                {"what": "health scan", "error": str(exc), "time": time.time()}]
             with trio.move_on_after(HEALTH_SCAN_INTERVAL_S):
                 await changed.wait()
+                # A first build or a large reconcile changes the index at every apply of
+                # its pass, and its files differ from the disk until it ends: scanning
+                # meanwhile would list all of them again, on the CPU the pass needs.
+                await self.index.passes_ended()
                 await trio.sleep(HEALTH_MIN_RESCAN_S)
 
 

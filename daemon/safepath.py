@@ -191,7 +191,7 @@ def _within(real: str, base: str) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
-def open_inside(root: Path, rel: str) -> int:
+def open_inside(root: Path, rel: str, real_root: str | None = None) -> int:
     """Open ``root/rel`` read-only for the daemon's own scans (indexer, cataloguer).
 
     Unlike :func:`open_confined`, directory links on the way are followed, but only as far
@@ -199,6 +199,7 @@ def open_inside(root: Path, rel: str) -> int:
     descriptor, so a link swapped in meanwhile cannot redirect the check). The last
     component is never followed. Returns a descriptor the caller closes; raises
     PathOutsideWorkspace for a file outside ``root`` and OSError as ``os.open`` does.
+    ``real_root``: ``os.path.realpath(root)``, when the caller opens many files of it.
     """
     fd = os.open(os.path.join(root, rel), _FILE_FLAGS)
     try:
@@ -206,7 +207,7 @@ def open_inside(root: Path, rel: str) -> int:
             real = os.readlink(f"/proc/self/fd/{fd}")  # already free of links
         except OSError:  # no /proc: resolve the name instead
             real = os.path.realpath(os.path.join(root, rel))
-        if not _within(real, os.path.realpath(root)):
+        if not _within(real, os.path.realpath(root) if real_root is None else real_root):
             raise PathOutsideWorkspace(f"{rel} lies outside the workspace")
     except BaseException:
         os.close(fd)

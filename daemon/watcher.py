@@ -255,6 +255,10 @@ class Watcher:
         #: the differences: others that need the disk's state (health) need not scan again.
         self.scan_listeners: list[Callable[[Mapping[str, tuple[int, int]],
                                             Mapping[str, tuple[int, int]]], None]] = []
+        #: ``(n, fn)``: ``fn()`` is called from a scan's worker thread once the scan has
+        #: found ``n`` notes, so a consumer can get ready for a large apply while the
+        #: listing goes on.
+        self.scan_reached: tuple[int, Callable[[], None]] | None = None
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -330,7 +334,8 @@ class Watcher:
 
     # -- disk scans (worker threads) ---------------------------------------------------------
 
-    def _walk(self, top: Path, out: dict[str, tuple[int, int]]) -> None:
+    def _walk(self, top: Path, out: dict[str, tuple[int, int]],
+              reached: tuple[int, Callable[[], None]] | None = None) -> None:
         # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
@@ -360,6 +365,8 @@ class Watcher:
                         if self.is_note(rel):
                             st = entry.stat(follow_symlinks=False)
                             out[rel] = (st.st_mtime_ns, st.st_size)
+                            if reached is not None and len(out) == reached[0]:
+                                reached[1]()
                 except FileNotFoundError:
                     continue
 
@@ -367,7 +374,7 @@ class Watcher:
         """Every note under the roots with its ``(mtime_ns, size)`` (blocking)."""
         out: dict[str, tuple[int, int]] = {}
         for root in self._roots:
-            self._walk(root, out)
+            self._walk(root, out, self.scan_reached)
         return out
 
     def _expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:

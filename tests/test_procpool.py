@@ -43,6 +43,14 @@ async def test_calls_run_in_other_processes_and_the_pool_stops_when_idle(
     assert not pool.alive
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited or a zombie not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 async def test_a_pass_holding_the_pool_stops_it_when_it_ends(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -55,6 +63,11 @@ async def test_a_pass_holding_the_pool_stops_it_when_it_ends(
             assert pool.alive  # the other pass still holds it
             assert await pool.call(os.getpid) == first
         assert not pool.alive  # at once, not idle_s later
+        # Its idle process is ended, not left to exit in its own time.
+        deadline = time.monotonic() + 30.0
+        while not _gone(first) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _gone(first)
         with pool.holding():
             assert await pool.call(os.getpid) != first  # started again on demand
         assert not pool.alive and pool.status()["starts"] == 2
@@ -158,6 +171,26 @@ async def test_a_long_call_keeps_the_pool_without_waking_it(autojump_clock: trio
         await trio.sleep(4.9)
         assert pool.alive
         await trio.sleep(0.2)
+        assert not pool.alive
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_warmed_pool_is_the_one_the_next_calls_use(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pool = PreparePool(2, idle_s=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        pool.warm()
+        assert pool.alive and pool.status()["starts"] == 1
+        pool.warm()  # already started: nothing more
+        with pool.holding():
+            pids = {await pool.call(os.getpid) for _ in range(4)}
+        assert os.getpid() not in pids and pool.status()["starts"] == 1
+        assert not pool.alive  # the pass that held it ended
+        pool.warm()
+        assert pool.alive and pool.status()["starts"] == 2
+        await trio.sleep(5.5)  # no call came: stopped once idle, as after a call
         assert not pool.alive
         nursery.cancel_scope.cancel()
 

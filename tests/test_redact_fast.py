@@ -25,6 +25,7 @@ from recalld.daemon.memory.secret_rules import (
     Span,
     anchor_words,
     anchors,
+    rules_token_prefilter,
     token_runs,
 )
 
@@ -116,6 +117,21 @@ def test_the_context_rules_hints_are_anchor_words() -> None:
 @given(_TEXT)
 def test_find_spans_matches_hints_first(text: str) -> None:
     assert find_spans(text) == reference_find_spans(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT)
+def test_the_token_prefilter_matches_where_a_token_rule_does(text: str) -> None:
+    # find_spans gives token rules only the runs where the prefilter matches.
+    token = [rule for rule in RULES if rule.find is not None and rule.token]
+    prefilter = rules_token_prefilter()
+    assert prefilter is not None and all(rule.pattern is not None for rule in token)
+    for pos, endpos in token_runs(text):
+        some_rule = any(rule.pattern.search(text, pos, endpos) is not None
+                        for rule in token if rule.pattern is not None)
+        assert (prefilter.search(text, pos, endpos) is not None) == some_rule
+    # A rule list of its own (not RULES itself) gets its own prefilter, same spans.
+    assert find_spans(text, list(RULES)) == find_spans(text)
 
 
 def test_find_spans_matches_hints_first_on_the_corpus() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.daemon.safepath import open_confined, read_lines, split_relative
+from recalld.daemon.safepath import open_confined, open_inside, read_lines, split_relative
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 
@@ -161,3 +161,22 @@ def test_open_confined_returns_a_regular_file_fd(ws: Path) -> None:
         assert os.read(fd, 3) == b"one"
     finally:
         os.close(fd)
+
+
+def test_open_inside_follows_directory_links_only_inside(ws: Path, tmp_path: Path) -> None:
+    # The indexer's opener, with the root resolved by the caller (once for a batch of
+    # files) or by itself: the same answers either way.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "out.md").write_text("SECRET\n")
+    os.symlink(tmp_path / "elsewhere", ws / "memory" / "away")
+    os.symlink(ws / "memory" / "2026-01-01", ws / "memory" / "alias")
+    for real_root in (None, os.path.realpath(ws)):
+        fd = open_inside(ws, "memory/alias/note.md", real_root)
+        try:
+            assert os.read(fd, 3) == b"one"
+        finally:
+            os.close(fd)
+        with pytest.raises(PathOutsideWorkspace):
+            open_inside(ws, "memory/away/out.md", real_root)
+        with pytest.raises(FileNotFoundError):
+            open_inside(ws, "memory/none.md", real_root)

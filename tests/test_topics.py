@@ -137,3 +137,29 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
                                                "old": "body", "new": "new body"})
     assert edited["changed"] is True
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_topic_files_there_before_a_first_build_are_listed_after_it(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A first build large enough for the worker processes: MEMORY.md is written once the
+    # build has indexed the topic files (not beside its scan, nor at each of its applies).
+    root = tmp_path / "ws"
+    for i in range(600):
+        path = root / "memory" / f"2026-06-{i % 28 + 1:02d}" / f"n{i}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Note {i}\n\nmarker{i} words\n", encoding="utf-8")
+    (root / "digest").mkdir(parents=True)
+    for name, type_ in (("Billing team", "user"), ("Release rules", "project")):
+        slug = name.lower().replace(" ", "_")
+        (root / "digest" / f"{slug}.md").write_text(
+            f"---\nname: {name}\ndescription: about {name.lower()}\ntype: {type_}\n---\n\nbody\n",
+            encoding="utf-8")
+    daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    daemon.call("index.sync", {"agent_id": "w"}, timeout=240)
+    wait_for(lambda: "- [Release rules](release_rules.md)" in _memory_md(root),
+             "MEMORY.md listing the topic files after the first build")
+    assert "- [Billing team](billing_team.md) — about billing team" in _memory_md(root)
+    status = next(w for w in daemon.call("daemon.status", {})["workspaces"]
+                  if w["agent_id"] == "w")
+    assert status["index"]["files"] >= 602
+    assert daemon.stop() == 0

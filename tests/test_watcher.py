@@ -130,6 +130,22 @@ async def test_startup_reconcile_is_incremental(tmp_path: Path, autojump_clock: 
         nursery.cancel_scope.cancel()
 
 
+def test_a_scan_tells_when_it_has_found_many_notes(tmp_path: Path) -> None:
+    for i in range(7):
+        write(tmp_path / "memory" / f"2026-07-0{i % 3 + 1}" / f"n{i}.md", f"note {i}")
+    write(tmp_path / "memory" / "2026-07-01" / ".hidden.md", "hidden")
+    write(tmp_path / "memory" / "2026-07-01" / "n0.md~", "backup")
+    watcher, _, _ = make(tmp_path)
+    found: list[int] = []
+    # Called from the scan itself (a worker thread in the daemon), once per scan, as the
+    # scan's listing reaches that many notes, not after it.
+    watcher.scan_reached = (5, lambda: found.append(len(found)))
+    assert len(watcher.scan()) == 7 and found == [0]
+    assert len(watcher.scan()) == 7 and found == [0, 1]
+    watcher.scan_reached = (8, lambda: found.append(-1))  # more than there are: never
+    assert len(watcher.scan()) == 7 and found == [0, 1]
+
+
 async def test_editor_saves_renames_and_deletes(tmp_path: Path, autojump_clock: object) -> None:
     day = tmp_path / "memory" / "2026-07-23"
     note = write(day / "commute.md", "v1")

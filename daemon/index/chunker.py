@@ -27,6 +27,7 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -128,6 +129,9 @@ class _Builder:
         self.chunks: list[Chunk] = []
         # Characters the first chunk leaves for a frontmatter block joined to it.
         self.reserve = 0
+        # Characters before each line, its newline counted: a range's size in O(1) as a
+        # section's chunk grows paragraph by paragraph.
+        self._before = [0, *itertools.accumulate(len(line) + 1 for line in lines)]
 
     @property
     def cap(self) -> int:
@@ -180,7 +184,8 @@ class _Builder:
             self.emit(cur_start, end, headings)
 
     def size(self, start: int, end: int) -> int:
-        return sum(len(self.lines[i]) for i in range(start, end + 1)) + (end - start)
+        """Characters of lines ``start..end`` joined by newlines."""
+        return self._before[end + 1] - self._before[start] - 1
 
 
 def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> list[Chunk]:

@@ -95,7 +95,8 @@ class PreparedBatch:
         return len(self.slab.lens)
 
 
-def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
+def _read_note(root: Path, rel: str,
+               real_root: str | None = None) -> tuple[bytes, os.stat_result] | None:
     """The bytes and stat of a regular file inside ``root``; None if absent or not a note.
 
     The last component is opened without following symlinks, and a directory link that
@@ -103,7 +104,7 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
     the daemon index (and serve) a file outside it.
     """
     try:
-        fd = safepath.open_inside(root, rel)
+        fd = safepath.open_inside(root, rel, real_root)
     except (OSError, PathOutsideWorkspace):
         return None
     try:
@@ -124,10 +125,11 @@ def _read_note(root: Path, rel: str) -> tuple[bytes, os.stat_result] | None:
 
 
 def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
-            reme: Sequence[ReMeChunk] | None = None) -> Prepared:
+            reme: Sequence[ReMeChunk] | None = None, real_root: str | None = None) -> Prepared:
     """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
-    ``reme``: ReMe's chunks of it, kept while the note still matches them."""
-    got = _read_note(root, rel)
+    ``reme``: ReMe's chunks of it, kept while the note still matches them; ``real_root``:
+    ``os.path.realpath(root)``, resolved once for many files."""
+    got = _read_note(root, rel, real_root)
     if got is None:
         return Prepared(path=rel, gone=True)
     data, st = got
@@ -162,8 +164,9 @@ def prepare_files(
     up, only the terms earlier batches of the process did not have.
     """
     global _vocab
+    real_root = os.path.realpath(root)
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
-                     reme=(reme or {}).get(rel)) for rel in rels]
+                     reme=(reme or {}).get(rel), real_root=real_root) for rel in rels]
     split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
     ids: dict[str, int] | None = None
     ref: VocabRef | None = None

@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from multiprocessing.process import BaseProcess
 from typing import TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon import memtrim
-from recalld.daemon.index.worker import worker_init
+from recalld.daemon.index.worker import warm, worker_init
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +73,9 @@ class PreparePool:
         self._last_end = 0.0
         self._ended = trio.Event()  # set when the last call in flight ends
         self._holders = 0  # passes under way that will call again soon
+        # The processes the executor started (it starts them as calls come): killed when
+        # the pool stops with no call in flight (see _stop).
+        self._started: set[BaseProcess] = set()
         self.starts = 0
         self.calls = 0
 
@@ -111,6 +115,22 @@ class PreparePool:
             if not self._holders and not self._busy:
                 self._stop()
 
+    def warm(self) -> None:
+        """Start the processes now, and have them import what preparing needs, for a
+        pass about to begin (a first build whose files are still being listed): their
+        start then overlaps that listing. Stopped after ``idle_s`` if no call comes."""
+        if self._executor is not None:
+            return
+        try:
+            for _ in range(self.workers):
+                self._submit(warm)
+        except (BrokenProcessPool, RuntimeError, OSError) as exc:
+            self._drop(exc)
+            return
+        if not self._busy:  # the idle timer starts now
+            self._last_end = trio.current_time()
+            self._ended.set()
+
     async def call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """``fn(*args)`` in a worker process; ``fn`` must be importable, args plain data.
 
@@ -124,7 +144,7 @@ class PreparePool:
                 # Trimmed after each call: a worker then holds its result's buffers
                 # between calls, not the peak of the last one.
                 run: Callable[[Callable[[*Ts], T], *Ts], T] = memtrim.trimmed
-                future = self._ensure().submit(run, fn, *args)
+                future = self._submit(run, fn, *args)
             except (BrokenProcessPool, RuntimeError, OSError) as exc:
                 self._drop(exc)
                 raise PoolUnavailable(str(exc)) from exc
@@ -156,6 +176,13 @@ class PreparePool:
                 self._last_end = trio.current_time()
                 self._ended.set()
 
+    def _submit(self, fn: Callable[[*Ts], T], *args: *Ts) -> Future[T]:
+        executor = self._ensure()
+        before = set(multiprocessing.active_children())
+        future = executor.submit(fn, *args)
+        self._started.update(p for p in multiprocessing.active_children() if p not in before)
+        return future
+
     def _ensure(self) -> ProcessPoolExecutor:
         if self._executor is None:
             # spawn, not fork: the daemon has threads (trio's, the provider loop) whose
@@ -174,7 +201,17 @@ class PreparePool:
     def _stop(self) -> None:
         executor, self._executor = self._executor, None
         if executor is not None:
+            # With no call in flight the processes hold nothing worth finishing: they are
+            # killed rather than left to run their interpreter's exit, which at their
+            # lower priority on a busy machine comes late, keeping their memory through
+            # the pass's last apply and commit (the build's peak).
+            started, self._started = self._started, set()
             executor.shutdown(wait=False, cancel_futures=True)
+            if not self._busy:
+                for process in started:
+                    # Nothing happens to one that has exited and been reaped already.
+                    with suppress(ValueError):  # closed: long gone
+                        process.kill()
             log.info("stopped the indexing worker processes")
 
 

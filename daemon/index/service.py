@@ -238,6 +238,9 @@ class WorkspaceIndex:
             limiter=cpu,
             background=self._background,
         )
+        if pool is not None:
+            self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
+        self._token: trio.lowlevel.TrioToken | None = None
         self.load_report: LoadReport | None = None
         self.last_commit: CommitRecord | None = None
         self.persist_error: PersistError | None = None
@@ -262,6 +265,7 @@ class WorkspaceIndex:
     # -- service ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._token = trio.lowlevel.current_trio_token()
         self.load_report = await trio.to_thread.run_sync(
             partial(self.store.load, self.state, defer_checks=True), limiter=self._cpu)
         # Loading read whole state files into short-lived buffers; hand them back.
@@ -340,6 +344,19 @@ class WorkspaceIndex:
                     self._passes_done = trio.Event()
         if len(ordered) >= APPLY_MIN_FILES:  # a first build's token lists are garbage now
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+
+    def _scan_found_many(self) -> None:
+        # From a scan's worker thread: an empty index (a first build) about to get this
+        # many files will prepare them in the worker processes. Their start (an
+        # interpreter and its imports each) overlaps the rest of the listing.
+        if self._pool is not None and self._token is not None and not self.state.files:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._pool.warm)
+
+    async def passes_ended(self) -> None:
+        """Return once no large pass (a first build, a large reconcile) is under way."""
+        while self._big_passes:
+            await self._passes_done.wait()
 
     async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()

@@ -34,4 +34,11 @@ def worker_init(parent: int) -> None:
         pass
 
 
-__all__ = ["WORKER_NICE", "worker_init"]
+def warm() -> None:
+    """Import what preparing files needs, so that a worker started ahead of a pass
+    (``PreparePool.warm``) has it loaded when the first batch comes."""
+    import recalld.daemon.index.prepare
+    import recalld.daemon.memory.redact  # noqa: F401
+
+
+__all__ = ["WORKER_NICE", "warm", "worker_init"]

@@ -25,6 +25,7 @@ about credentials ("my password is too weak", "the token is refreshed hourly").
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -56,6 +57,8 @@ class Rule:
     #: A token rule's secrets are single runs of token characters (see ``TOKEN_RUN``):
     #: it looks only inside such runs.
     token: bool = False
+    #: The pattern ``find`` runs (None: not one pattern), for :func:`token_prefilter`.
+    pattern: re.Pattern[str] | None = None
 
 
 #: A run of characters tokens are made of, long enough to hold any token a token rule
@@ -206,7 +209,18 @@ def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
             if m.group(group) and (check is None or check(m.group(group))):
                 yield m.span(group)
 
-    return Rule(kind, hints, find, token=token)
+    return Rule(kind, hints, find, token=token, pattern=rx)
+
+
+def token_prefilter(rules: Sequence[Rule]) -> re.Pattern[str] | None:
+    """One pattern that matches in a stretch of text wherever the pattern of any of
+    ``rules``' token rules does (their alternation), so a token run where it finds nothing
+    needs none of them; None if some token rule has no plain pattern to join."""
+    token = [r for r in rules if r.find is not None and r.token]
+    if any(r.pattern is None or r.pattern.flags & ~re.UNICODE for r in token):
+        return None
+    return re.compile("|".join(f"(?:{r.pattern.pattern})" for r in token
+                               if r.pattern is not None))
 
 
 def _tail_random(value: str) -> bool:
@@ -596,3 +610,9 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
          format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
+
+
+@functools.cache
+def rules_token_prefilter() -> re.Pattern[str] | None:
+    """``token_prefilter(RULES)``, compiled on first use (a few ms)."""
+    return token_prefilter(RULES)

@@ -5,8 +5,9 @@ and a ``type`` of ``user``, ``feedback``, ``project`` or ``reference``; agents w
 edit their own through ``memory.topic_write`` / ``memory.topic_edit`` (confined to the
 digest folder, frontmatter checked). ``MEMORY.md`` in the digest folder is the index of
 them: one line per topic file (link and description), grouped by type. The
-:class:`MemoryFile` service rewrites it whenever the index applies a change (and at
-start, so a restart puts it right), only when its text differs; it is created once the
+:class:`MemoryFile` service rewrites it whenever the index applies a change (after a
+large pass such as a first build, once; and at start, so a restart puts it right), only
+when its text differs; it is created once the
 first topic file exists. Markdown links, not ``[[wikilinks]]``: the index adds no edges
 to the link graph.
 """
@@ -165,6 +166,12 @@ class MemoryFile:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
         task_status.started()
+        if not self.index.state.files:
+            # Nothing indexed yet: a first build is about to list and read every note, and
+            # its applies will announce the topic files; the refresh follows the build
+            # instead of reading the digest folder beside its scan.
+            await self.index.changed.wait()
+            await self.index.passes_ended()
         while True:
             changed = self.index.changed
             try:
@@ -172,3 +179,6 @@ class MemoryFile:
             except (OSError, RecalldError) as exc:
                 log.warning("workspace %s: MEMORY.md not updated: %s", self.ws.agent_id, exc)
             await changed.wait()
+            # A first build changes the index at every apply of its pass; reading every
+            # topic file each time would take the daemon's CPU from the build. Once after.
+            await self.index.passes_ended()
