@@ -396,9 +396,10 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     same_stat = [p for p in disk if p in files and p not in differs]
 
     def digests() -> list[str]:
+        real_root = os.path.realpath(index.root)
         return [p for p in same_stat
-                if not prepare(index.root, p, max_chars=1 << 30,
-                               known_digest=files[p].digest).unchanged]
+                if not prepare(index.root, p, max_chars=1 << 30, known_digest=files[p].digest,
+                               real_root=real_root).unchanged]
 
     content_differs = await trio.to_thread.run_sync(digests, limiter=cpu)
     index.check_files()

@@ -201,3 +201,17 @@ def test_daemon_main_module_is_light_for_spawned_workers() -> None:
     code = ("import sys, recalld.daemon.main; "
             "sys.exit(bool({'trio', 'numpy', 'hnswlib'} & set(sys.modules)))")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+async def test_a_stopped_pool_starts_no_processes() -> None:
+    # Once its run() has ended (the daemon stopping), a scan still going in a thread can
+    # ask for a warm pool or a call: neither starts worker processes.
+    pool = PreparePool(1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        nursery.cancel_scope.cancel()
+    pool.warm()
+    assert not pool.alive and pool.status()["starts"] == 0
+    with pytest.raises(PoolUnavailable):
+        await pool.call(os.getpid)
+    assert not pool.alive and pool.status()["starts"] == 0

@@ -145,3 +145,11 @@ def test_find_spans_matches_hints_first_on_the_corpus() -> None:
             assert spans == reference_find_spans(text)
             found += bool(spans)
     assert found >= len(_CORPUS)  # the sentences hold secrets: spans were found
+
+
+def test_the_format_rules_share_the_rules_token_prefilter() -> None:
+    # find_spans gives FORMAT_RULES (has_secret's formats_only) RULES' compiled prefilter.
+    format_token = [r for r in secret_rules.FORMAT_RULES if r.find is not None and r.token]
+    rules_token = [r for r in RULES if r.find is not None and r.token]
+    assert format_token == rules_token
+    assert secret_rules.token_prefilter(secret_rules.FORMAT_RULES) == rules_token_prefilter()

@@ -79,3 +79,15 @@ def test_a_module_that_does_not_serve_what_is_listed_is_refused_at_its_first_cal
         _call(methods, "dream.extra")
     with pytest.raises(ValueError, match="already registered"):
         methods.defer(f"{_PACKAGE}.dream_methods", "METHODS", ("dream.runs",))
+
+
+def test_a_module_that_fails_to_import_is_not_immediate_and_fails_its_call() -> None:
+    # The connection asks `is_immediate` for every call it reads: a broken handler module
+    # must not raise there (that would end the connection with no answer); the call then
+    # fails in `dispatch`, which answers it as any handler's error.
+    methods = Methods().defer(f"{_PACKAGE}.no_such_handlers", "METHODS", ("x.broken",))
+    request = Request(id=1, method="x.broken", params={})
+    assert methods.is_immediate(request, None) is False  # type: ignore[arg-type]
+    with pytest.raises(ModuleNotFoundError):
+        _call(methods, "x.broken")
+    assert "x.broken" in methods  # still listed; a later call tries the import again

@@ -73,6 +73,7 @@ class PreparePool:
         self._last_end = 0.0
         self._ended = trio.Event()  # set when the last call in flight ends
         self._holders = 0  # passes under way that will call again soon
+        self._closed = False  # run() has ended: the daemon is stopping, start nothing
         # The processes the executor started (it starts them as calls come): killed when
         # the pool stops with no call in flight (see _stop).
         self._started: set[BaseProcess] = set()
@@ -101,6 +102,7 @@ class PreparePool:
                         break
                     await trio.sleep_until(deadline)  # a call meanwhile moves the deadline
         finally:
+            self._closed = True
             self._stop()
 
     @contextmanager
@@ -119,7 +121,7 @@ class PreparePool:
         """Start the processes now, and have them import what preparing needs, for a
         pass about to begin (a first build whose files are still being listed): their
         start then overlaps that listing. Stopped after ``idle_s`` if no call comes."""
-        if self._executor is not None:
+        if self._executor is not None or self._closed:
             return
         try:
             for _ in range(self.workers):
@@ -185,6 +187,8 @@ class PreparePool:
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            if self._closed:
+                raise PoolUnavailable("the daemon is stopping")
             # spawn, not fork: the daemon has threads (trio's, the provider loop) whose
             # locks a forked child would inherit half-held.
             self._executor = ProcessPoolExecutor(

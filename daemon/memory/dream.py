@@ -40,6 +40,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog, digest, interests, reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
+from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
@@ -51,7 +52,6 @@ log = logging.getLogger(__name__)
 
 INTERESTS_FILE: Final = "interests.yaml"
 SAVE_TIMEOUT_S: Final = 20.0
-INBOX_WAIT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,37 +365,6 @@ async def _refresh_interests(run: _Run) -> None:
 def _inbox_summary(summary: changelog.RunSummary) -> str:
     parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
     return f"dream {summary['run_id']}: {', '.join(parts) or 'no actions'}"
-
-
-async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str], *,
-                     job_id: str | None, details: Mapping[str, object]) -> bool:
-    """Push one inbox item; a workspace without an inbox only logs it."""
-    if not changes:
-        return False
-    inbox = None
-    # A job started while its workspace is still opening may finish before the inbox
-    # service is up: wait for it a little rather than lose the item.
-    with trio.move_on_after(INBOX_WAIT_S):
-        while inbox is None:
-            try:
-                candidate = ws.services.inbox
-            except UnknownWorkspace:
-                candidate = None
-            if candidate is not None and candidate.is_open:
-                inbox = candidate
-            elif ws.state != "opening":
-                break
-            else:
-                await trio.sleep(0.05)
-    if inbox is None:
-        log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
-        return False
-    try:
-        await inbox.push(kind, summary, changes, job_id=job_id, details=dict(details))
-    except (RecalldError, ValueError) as exc:
-        log.warning("%s: inbox push failed: %s", ws.agent_id, exc)
-        return False
-    return True
 
 
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:

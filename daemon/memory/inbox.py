@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Final, TypedDict
 
 import trio
 
@@ -34,7 +34,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import InboxItem
-from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -252,3 +252,37 @@ def _parse_time(text: str) -> float:
     if when.tzinfo is None:
         when = when.astimezone()  # a naive time is local, as a person would write it
     return when.timestamp()
+
+
+INBOX_WAIT_S: Final = 10.0
+
+
+async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str], *,
+                     job_id: str | None, details: Mapping[str, object]) -> bool:
+    """Push one inbox item; a workspace without an inbox only logs it."""
+    if not changes:
+        return False
+    inbox = None
+    # A job started while its workspace is still opening may finish before the inbox
+    # service is up: wait for it a little rather than lose the item.
+    with trio.move_on_after(INBOX_WAIT_S):
+        while inbox is None:
+            try:
+                candidate = ws.services.inbox
+            except UnknownWorkspace:
+                candidate = None
+            if candidate is not None and candidate.is_open:
+                inbox = candidate
+            elif ws.state != "opening":
+                break
+            else:
+                await trio.sleep(0.05)
+    if inbox is None:
+        log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
+        return False
+    try:
+        await inbox.push(kind, summary, changes, job_id=job_id, details=dict(details))
+    except (RecalldError, ValueError) as exc:
+        log.warning("%s: inbox push failed: %s", ws.agent_id, exc)
+        return False
+    return True

@@ -77,10 +77,13 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
                 runs = token_runs(text)
                 # Only the runs where one of the token rules' patterns matches (all of
                 # them at once): each rule then scans those, not every run.
-                prefilter = rules_token_prefilter() if rules is RULES else token_prefilter(rules)
-                if prefilter is not None and runs:
-                    search = prefilter.search
-                    runs = [r for r in runs if search(text, r[0], r[1]) is not None]
+                # (FORMAT_RULES holds every token rule RULES has: one compiled prefilter.)
+                if runs:
+                    prefilter = (rules_token_prefilter() if rules is RULES
+                                 or rules is FORMAT_RULES else token_prefilter(rules))
+                    if prefilter is not None:
+                        search = prefilter.search
+                        runs = [r for r in runs if search(text, r[0], r[1]) is not None]
                 # Looking for a hint scans the whole text; a token rule's pattern scans
                 # only the runs. Where the runs are a small part of the text, the pattern
                 # goes first and the hint is looked for only when it found something

@@ -42,6 +42,7 @@ from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
+from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -274,8 +275,6 @@ class ResourceCatalog:
                     changes.append(note)
                 await self._save()
         if changes:
-            from recalld.daemon.memory.dream import push_inbox
-
             await push_inbox(self.ws, "auto_resource",
                              f"resources: {len(changes)} note(s) written or updated", changes,
                              job_id=job_id, details={"outcomes": done})

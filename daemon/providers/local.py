@@ -22,7 +22,10 @@ Encoding is CPU-heavy, so :class:`LocalEmbedder` runs it in worker threads via
   encoder instance of their own (the C engine keeps scratch state per model, and its
   weights are mapped, so a second instance costs little memory) and the engine's own
   thread count: a search embeds its query while a backfill call is still running, instead
-  of waiting behind it (a call of long passages can hold the CPU for seconds).
+  of waiting behind it (a call of long passages can hold the CPU for seconds). The numpy
+  backend's matrix products use numpy's BLAS, whose thread count is one for the process
+  (``main.limit_blas_threads``: ``backfill_threads`` unless the environment sets it), so
+  its query lane runs on that many threads too.
 
 The e5 engine's OpenMP threads wait passively between parallel sections
 (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise): spinning waiters take

@@ -16,11 +16,11 @@ Each handler module of this package fills a :class:`Methods` table the same way:
 
 and the application merges them with :meth:`Methods.include`, or names a module's
 methods with :meth:`Methods.defer` so that the module is imported on the first call of
-one of them (the names are known before: listing, ``MethodNotFound`` and the immediate
-check need no import). Handlers reach the daemon's services through ``ctx.services``
-(a :class:`~recalld.daemon.services.DaemonServices`) and a workspace's through
-``ctx.workspace(agent_id).services``. They raise :mod:`recalld.ipc.errors` exceptions
-for client-visible failures; storage and provider
+one of them (the names are known before: listing and ``MethodNotFound`` need no import;
+the immediate check of a deferred name imports its module). Handlers reach the daemon's
+services through ``ctx.services`` (a :class:`~recalld.daemon.services.DaemonServices`)
+and a workspace's through ``ctx.workspace(agent_id).services``. They raise
+:mod:`recalld.ipc.errors` exceptions for client-visible failures; storage and provider
 errors become their wire errors here, once (:func:`recalld.daemon.errors.map_exceptions`);
 any other exception becomes a generic internal error on the wire (and is logged).
 """
@@ -237,7 +237,12 @@ class Methods:
         return name in self._methods
 
     def is_immediate(self, request: Request, state: DaemonState) -> bool:
-        method = self._get(request.method)
+        try:
+            method = self._get(request.method)
+        except Exception:
+            # A handler module that fails to import: not immediate, so the call goes to
+            # `dispatch`, which meets the same error and answers it as any handler's.
+            return False
         if method is None:
             return False
         if method.immediate:
