@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
 
@@ -101,3 +102,12 @@ def test_extracted_links_feed_the_graph() -> None:
     g.add_file("memory/2026-07-23/trip.md", extract_links("memory/2026-07-23/trip.md", NOTE,
                                                           FILES.get))
     assert "memory/2026-07-23/trip.md" in g.neighbours("digest/wiki/foo.md")
+
+
+def test_links_cross_the_process_boundary_whole() -> None:
+    # Worker processes send links pickled (Link.__reduce__): every field comes back.
+    links = [Link("a.md", "b.md", "parent", 7, heading="H", alias="B", resolved=False),
+             Link("a.md", "c", "link", 1)]
+    back = pickle.loads(pickle.dumps(links, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == links
+    assert [type(lk) for lk in back] == [Link, Link]

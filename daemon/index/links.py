@@ -67,6 +67,12 @@ class Link:
     alias: str = ""
     resolved: bool = True
 
+    def __reduce__(self) -> tuple[type[Link], tuple[str, str, str, int, str, str, bool]]:
+        # Worker processes send links to the daemon by the thousand: as the arguments of a
+        # call, unpickled in C, not through the generic dataclass state functions.
+        return Link, (self.src, self.dst, self.kind, self.line, self.heading, self.alias,
+                      self.resolved)
+
     def to_record(self) -> LinkRecord:
         return {
             "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
