@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
 
@@ -101,3 +105,28 @@ def test_extracted_links_feed_the_graph() -> None:
     g.add_file("memory/2026-07-23/trip.md", extract_links("memory/2026-07-23/trip.md", NOTE,
                                                           FILES.get))
     assert "memory/2026-07-23/trip.md" in g.neighbours("digest/wiki/foo.md")
+
+
+def test_links_cross_the_process_boundary_whole() -> None:
+    # Worker processes send links pickled (Link.__reduce__): every field comes back.
+    links = [Link("a.md", "b.md", "parent", 7, heading="H", alias="B", resolved=False),
+             Link("a.md", "c", "link", 1)]
+    back = pickle.loads(pickle.dumps(links, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == links
+    assert [type(lk) for lk in back] == [Link, Link]
+
+
+# Pieces of notes where links, code and headings meet: brackets split by code spans,
+# fences, typed keys, section headings.
+_NOTE = st.lists(st.sampled_from([
+    "[[", "]]", "[", "]", "`", "``", "```", "~~~", "\n", " ", "#", "## Related\n",
+    "parent:: ", "a", "b.md", "c/d", "|alias", "#head", "![[", "img.png", "x",
+]), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NOTE)
+def test_notes_without_brackets_or_code_skip_the_walk_and_lose_nothing(text: str) -> None:
+    # A last line holding one backtick (no code span, no link, no fence) makes
+    # extract_links walk every line: the links are the same either way.
+    assert extract_links("n.md", text) == extract_links("n.md", text + "\n`")

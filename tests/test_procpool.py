@@ -112,6 +112,9 @@ async def test_prepared_in_a_process_indexes_like_prepared_here(tmp_path: Path) 
                                          digests={}))
         nursery.cancel_scope.cancel()
     local = prepare_files(tmp_path, rels, max_chars=2000, digests={})
+    # Files, chunks and links cross the process boundary whole (their ``__reduce__``).
+    assert remote.files == local.files
+    assert sum(len(f.links) for f in remote.files) == len(notes)
     a, b = IndexState(), IndexState()
     a.apply([remote])
     b.apply([local])

@@ -78,3 +78,17 @@ def test_a_full_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(tokenizer._WHOLE) <= 7 and len(tokenizer._PARTS) <= 7
     monkeypatch.undo()
     assert tokenize_split(text) == expected
+
+
+# Words glued by every connector and suffix, in runs where a backtracking pattern would
+# try its alternatives: doubled connectors, `_` next to `.`, `+` before a letter or
+# digit, `#` and `++` mid-token, in ASCII and in non-ASCII text.
+_GLUE = st.lists(st.sampled_from([
+    "a", "Zb", "9", "é", "ǅx", "٣", "_", "__", ".", "-", "/", "+", "++", "#", " ", "中",
+]), max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_GLUE)
+def test_compound_words_are_the_plain_definition(text: str) -> None:
+    assert tokenize_split(text) == reference_split(text)

@@ -67,6 +67,12 @@ class Link:
     alias: str = ""
     resolved: bool = True
 
+    def __reduce__(self) -> tuple[type[Link], tuple[str, str, str, int, str, str, bool]]:
+        # Worker processes send links to the daemon by the thousand: as the arguments of a
+        # call, unpickled in C, not through the generic dataclass state functions.
+        return Link, (self.src, self.dst, self.kind, self.line, self.heading, self.alias,
+                      self.resolved)
+
     def to_record(self) -> LinkRecord:
         return {
             "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
@@ -122,6 +128,10 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
     ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
     ``relates_to::`` keys, else ``link``."""
     out: list[Link] = []
+    if "[[" not in text and "`" not in text:
+        # No line can hold a link (without code spans, no line changes before the look
+        # for ``[[``): about half the notes of a workspace, not walked line by line.
+        return out
     seen: set[tuple[str, str, int]] = set()
     section = "link"
     for number, line in _lines_outside_code(text):

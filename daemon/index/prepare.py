@@ -62,6 +62,13 @@ class Prepared:
     links: list[Link] = field(default_factory=list)
     unchanged: bool = False
 
+    def __reduce__(self) -> tuple[type[Prepared], tuple[str, bool, int, int, str, list[Chunk],
+                                                       list[Link], bool]]:
+        # One per file of a batch: its fields as the arguments of a call, not a dict of
+        # slot names and values set one by one.
+        return Prepared, (self.path, self.gone, self.mtime_ns, self.size, self.digest,
+                          self.chunks, self.links, self.unchanged)
+
 
 @dataclass(frozen=True, slots=True)
 class VocabRef:
