@@ -65,7 +65,10 @@ def _shared_ids(count: int) -> list[int]:
 
 
 def _shared_id(i: int) -> int:
-    return _shared_ids(i + 1)[i]
+    ids = _IDS
+    if i >= len(ids):
+        ids = _shared_ids(i + 1)
+    return ids[i]
 
 
 def release_shared_ids() -> None:
