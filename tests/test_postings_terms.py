@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from recalld.daemon.index.postings import Slab, join_terms, split_terms, term_table
+from recalld.daemon.index.postings import (
+    Slab,
+    join_terms,
+    release_shared_ids,
+    split_terms,
+    term_table,
+    terms_to_arrays,
+)
 from recalld.daemon.index.tokenizer import tokenize_split
 
 
@@ -31,3 +40,30 @@ def test_an_empty_vocabulary_and_a_term_with_a_line_break() -> None:
     for terms in ([""], ["a", ""], ["", "a"], ["a", "", "b"]):
         with pytest.raises(ValueError, match="empty"):
             join_terms(terms)
+
+
+def test_terms_to_arrays_matches_encoding_each_string() -> None:
+    # Joined and encoded at once, or one at a time where a string holds a line break of
+    # its own (a note's path may): the same blob and offsets as encoding each string.
+    cases = [[], [""], ["a", "", "b"], ["deploy", "数据库", "x" * 40, "a\x00b", "🙂", "z"],
+             ["notes/a\nb.md", "notes/c.md"], ["\n"], ["", "\n", ""]]
+    for terms in cases:
+        blob, offsets = terms_to_arrays(terms)
+        encoded = [t.encode("utf-8") for t in terms]
+        assert blob.tobytes() == b"".join(encoded)
+        assert offsets.tolist() == [0, *itertools.accumulate(len(e) for e in encoded)]
+        assert [blob[offsets[i]:offsets[i + 1]].tobytes().decode() for i in range(len(terms))
+                ] == terms
+    with pytest.raises(UnicodeEncodeError):
+        terms_to_arrays(["ok", "\udcff"])
+
+
+def test_tables_made_after_the_shared_ids_are_released_number_the_same() -> None:
+    before = term_table(["alpha", "beta", "gamma"])
+    assert before["delta"] == 3  # a new term gets the next id
+    release_shared_ids()
+    after = term_table(["alpha", "beta", "gamma"])
+    assert after["delta"] == 3
+    assert dict(before) == dict(after) == {"alpha": 0, "beta": 1, "gamma": 2, "delta": 3}
+    big = term_table(f"t{i}" for i in range(5000))
+    assert [big[f"t{i}"] for i in (0, 4999)] == [0, 4999] and big["new"] == 5000

@@ -52,12 +52,35 @@ _IDS: list[int] = []
 _IDS_LOCK = threading.Lock()
 
 
-def _shared_id(i: int) -> int:
-    if i >= len(_IDS):
+def _shared_ids(count: int) -> list[int]:
+    """The shared ints, at least ``count`` of them (a list :func:`release_shared_ids`
+    may replace afterwards: a caller keeps the one returned)."""
+    ids = _IDS
+    if count > len(ids):
         with _IDS_LOCK:
-            if i >= len(_IDS):
-                _IDS.extend(range(len(_IDS), max(i + 1, 2 * len(_IDS))))
-    return _IDS[i]
+            ids = _IDS
+            if count > len(ids):
+                ids.extend(range(len(ids), max(count, 2 * len(ids))))
+    return ids
+
+
+def _shared_id(i: int) -> int:
+    ids = _IDS
+    if i >= len(ids):
+        ids = _shared_ids(i + 1)
+    return ids[i]
+
+
+def release_shared_ids() -> None:
+    """Let go of the shared ints; tables made since keep theirs, later ones share anew.
+
+    For the end of a first build: a loaded index looks terms up in its saved bytes
+    (:class:`SortedTerms`) until its next write, and tens of thousands of ints (32 bytes
+    each) would otherwise stay for good.
+    """
+    global _IDS
+    with _IDS_LOCK:
+        _IDS = []
 
 
 class TermTable(dict[str, int]):
@@ -77,9 +100,7 @@ class TermTable(dict[str, int]):
 def term_table(terms: Iterable[str] = ()) -> TermTable:
     """A :class:`TermTable` holding ``terms`` with ids 0, 1, 2, ..."""
     terms = list(terms)
-    if terms:
-        _shared_id(len(terms) - 1)
-    table = TermTable(zip(terms, _IDS, strict=False))  # _IDS may be longer
+    table = TermTable(zip(terms, _shared_ids(len(terms)), strict=False))  # may be longer
     if len(table) != len(terms):
         raise ValueError("duplicate terms")
     return table
@@ -472,7 +493,27 @@ def stable_order(values: I32) -> I64:
 
 
 def terms_to_arrays(terms: list[str]) -> tuple[npt.NDArray[np.uint8], I64]:
-    """The term dictionary as one UTF-8 blob plus offsets (term i is blob[off[i]:off[i+1]])."""
+    """The term dictionary as one UTF-8 blob plus offsets (term i is blob[off[i]:off[i+1]]).
+
+    Encoded joined, so that saving a dictionary of tens of thousands of terms makes two
+    large buffers instead of one small bytes object per term: small objects fill the
+    interpreter's arenas, which stay resident while any object in them lives, and a
+    commit at the end of a first build is when the heap is fullest.
+    """
+    if not terms:
+        return np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    joined = np.frombuffer("\n".join(terms).encode("utf-8"), dtype=np.uint8)
+    # In UTF-8 the byte 10 is a line break and nothing else.
+    breaks = np.flatnonzero(joined == 10)
+    if len(breaks) == len(terms) - 1:
+        offsets = np.empty(len(terms) + 1, dtype=np.int64)
+        offsets[0] = 0
+        offsets[1:-1] = breaks - np.arange(len(breaks))
+        offsets[-1] = joined.size - len(breaks)
+        keep = np.ones(joined.size, dtype=np.bool_)
+        keep[breaks] = False
+        return joined[keep], offsets
+    # A string holds a line break of its own (a path may): one at a time.
     encoded = [t.encode("utf-8") for t in terms]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
