@@ -63,14 +63,11 @@ CJK_RE: Final = _CJK_RE
 # suffix (C++, C#, F#). Connectors only count between two alnum runs, so a sentence's final
 # period or a dash used as punctuation is not glued to the word. Matched over text without
 # CJK (CJK runs are split off first): Unicode letters and digits, then ASCII only (simpler
-# classes match about twice as fast). The alnum runs and the repetition are possessive:
-# all that follows them is optional, so a match never backtracks into them and the
-# engine need not keep the positions it could return to (the same matches, found faster).
-_WORD_TOKEN_RE: Final = re.compile(
-    r"[^\W_]++(?:(?:[._\-/]|_+)[^\W_]++)*+(?:\+\+|#|\+(?![^\W_]))?"
-)
+# classes match about twice as fast). Not possessive: before Python 3.11.5 a possessive
+# repeat of a group that can backtrack matched wrongly (gh-106052).
+_WORD_TOKEN_RE: Final = re.compile(r"[^\W_]+(?:(?:[._\-/]|_+)[^\W_]+)*(?:\+\+|#|\+(?![^\W_]))?")
 _ASCII_TOKEN_RE: Final = re.compile(
-    r"[A-Za-z0-9]++(?:(?:[._\-/]|_+)[A-Za-z0-9]++)*+(?:\+\+|#|\+(?![A-Za-z0-9]))?"
+    r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|#|\+(?![A-Za-z0-9]))?"
 )
 _CONNECTOR_RE: Final = re.compile(r"[._\-/+#]+")
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.

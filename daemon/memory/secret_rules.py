@@ -66,10 +66,12 @@ class Rule:
 TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]{16,}")
 _RUN_CHAR = r"[A-Za-z0-9_\-.:/+=~]"
 # TOKEN_RUN's matches, found by one match per run: skip shorter runs with what follows
-# them (possessively: no backtracking), then take a run. A search for TOKEN_RUN itself
-# would rescan each short run (each word) from every one of its characters.
+# them, then take a run. A search for TOKEN_RUN itself would rescan each short run (each
+# word) from every one of its characters. Not possessive: before Python 3.11.5 a
+# possessive repeat of a group that can backtrack matched wrongly (gh-106052), and here
+# that skipped runs.
 _SKIP_TO_RUN: Final = re.compile(
-    rf"(?:{_RUN_CHAR}{{0,15}}+[^A-Za-z0-9_\-.:/+=~]+)*+({_RUN_CHAR}{{16,}})?")
+    rf"(?:{_RUN_CHAR}{{0,15}}[^A-Za-z0-9_\-.:/+=~]+)*({_RUN_CHAR}{{16,}})?")
 
 
 def token_runs(text: str) -> list[Span]:
