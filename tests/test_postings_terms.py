@@ -9,7 +9,6 @@ import pytest
 from recalld.daemon.index.postings import (
     Slab,
     join_terms,
-    release_shared_ids,
     split_terms,
     term_table,
     terms_to_arrays,
@@ -56,14 +55,3 @@ def test_terms_to_arrays_matches_encoding_each_string() -> None:
                 ] == terms
     with pytest.raises(UnicodeEncodeError):
         terms_to_arrays(["ok", "\udcff"])
-
-
-def test_tables_made_after_the_shared_ids_are_released_number_the_same() -> None:
-    before = term_table(["alpha", "beta", "gamma"])
-    assert before["delta"] == 3  # a new term gets the next id
-    release_shared_ids()
-    after = term_table(["alpha", "beta", "gamma"])
-    assert after["delta"] == 3
-    assert dict(before) == dict(after) == {"alpha": 0, "beta": 1, "gamma": 2, "delta": 3}
-    big = term_table(f"t{i}" for i in range(5000))
-    assert [big[f"t{i}"] for i in (0, 4999)] == [0, 4999] and big["new"] == 5000

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from recalld.daemon.index import postings
 from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
@@ -394,7 +393,6 @@ def reload_saved(state: IndexState, gen: Generation) -> None:
     state.repack(table, bm25)
     state.mapped = [bm25_map, table_map]
     state.evict()
-    postings.release_shared_ids()
 
 
 def _reason(exc: BaseException) -> str:

@@ -52,35 +52,12 @@ _IDS: list[int] = []
 _IDS_LOCK = threading.Lock()
 
 
-def _shared_ids(count: int) -> list[int]:
-    """The shared ints, at least ``count`` of them (a list :func:`release_shared_ids`
-    may replace afterwards: a caller keeps the one returned)."""
-    ids = _IDS
-    if count > len(ids):
-        with _IDS_LOCK:
-            ids = _IDS
-            if count > len(ids):
-                ids.extend(range(len(ids), max(count, 2 * len(ids))))
-    return ids
-
-
 def _shared_id(i: int) -> int:
-    ids = _IDS
-    if i >= len(ids):
-        ids = _shared_ids(i + 1)
-    return ids[i]
-
-
-def release_shared_ids() -> None:
-    """Let go of the shared ints; tables made since keep theirs, later ones share anew.
-
-    For the end of a first build: a loaded index looks terms up in its saved bytes
-    (:class:`SortedTerms`) until its next write, and tens of thousands of ints (32 bytes
-    each) would otherwise stay for good.
-    """
-    global _IDS
-    with _IDS_LOCK:
-        _IDS = []
+    if i >= len(_IDS):
+        with _IDS_LOCK:
+            if i >= len(_IDS):
+                _IDS.extend(range(len(_IDS), max(i + 1, 2 * len(_IDS))))
+    return _IDS[i]
 
 
 class TermTable(dict[str, int]):
@@ -100,7 +77,9 @@ class TermTable(dict[str, int]):
 def term_table(terms: Iterable[str] = ()) -> TermTable:
     """A :class:`TermTable` holding ``terms`` with ids 0, 1, 2, ..."""
     terms = list(terms)
-    table = TermTable(zip(terms, _shared_ids(len(terms)), strict=False))  # may be longer
+    if terms:
+        _shared_id(len(terms) - 1)
+    table = TermTable(zip(terms, _IDS, strict=False))  # _IDS may be longer
     if len(table) != len(terms):
         raise ValueError("duplicate terms")
     return table

@@ -393,8 +393,6 @@ class IndexState:
         if chunks.live != self.chunks.live or bm25.live != self.bm25.live:
             raise ValueError("the reloaded index holds other chunks than the one in memory")
         bm25.merges = self.bm25.merges
-        # The pass's term strings go first, so the new records fill the room they leave.
-        self.chunks, self.bm25 = chunks, bm25
         records = io.BytesIO()
         for info in self.files.values():
             records.write(orjson.dumps(info.to_record()) + b"\n")
@@ -410,6 +408,7 @@ class IndexState:
         graph = LinkGraph.from_records(orjson.loads(line) for line in links)
         self.files, self.graph, self._by_stem = files, graph, None
         self._neighbours = {}
+        self.chunks, self.bm25 = chunks, bm25
 
     def evict(self) -> None:
         """Let go of the mapped state pages this process touched (a save reads them all);
