@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
+from recalld.daemon.index.prepare import prepare_files
 
 FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md"}
 
@@ -130,3 +133,19 @@ def test_notes_without_brackets_or_code_skip_the_walk_and_lose_nothing(text: str
     # A last line holding one backtick (no code span, no link, no fence) makes
     # extract_links walk every line: the links are the same either way.
     assert extract_links("n.md", text) == extract_links("n.md", text + "\n`")
+
+
+def test_what_workers_send_reduces_to_every_field_in_order(tmp_path: Path) -> None:
+    # Link, Chunk and Prepared pickle as constructor calls (__reduce__): a field added to
+    # one of them must be in its call too, or it would come back as its default.
+    note = tmp_path / "memory" / "2026-07-01" / "n.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Day\n\nsee [[other|Other]] and `code`\n", encoding="utf-8")
+    (prepared,) = prepare_files(tmp_path, ["memory/2026-07-01/n.md"], max_chars=2000,
+                                digests={}).files
+    assert prepared.chunks and prepared.links
+    for obj in (prepared, prepared.chunks[0], prepared.links[0]):
+        call, args = obj.__reduce__()
+        assert call is type(obj)
+        assert args == tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))  # type: ignore[arg-type]
+        assert pickle.loads(pickle.dumps(obj)) == obj

@@ -38,6 +38,9 @@ from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
+# How long a job's inbox item waits for a workspace still opening to start its inbox.
+INBOX_WAIT_S: Final = 10.0
+
 Publish = Callable[[str, Mapping[str, object]], object]
 INBOX_TOPIC = "inbox.item"
 KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict"})
@@ -252,9 +255,6 @@ def _parse_time(text: str) -> float:
     if when.tzinfo is None:
         when = when.astimezone()  # a naive time is local, as a person would write it
     return when.timestamp()
-
-
-INBOX_WAIT_S: Final = 10.0
 
 
 async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str], *,
