@@ -255,9 +255,9 @@ class Watcher:
         #: the differences: others that need the disk's state (health) need not scan again.
         self.scan_listeners: list[Callable[[Mapping[str, tuple[int, int]],
                                             Mapping[str, tuple[int, int]]], None]] = []
-        #: ``(n, fn)``: ``fn()`` is called from a scan's worker thread once the scan has
-        #: found ``n`` notes, so a consumer can get ready for a large apply while the
-        #: listing goes on.
+        #: ``(n, fn)``: ``fn()`` is called from a reconcile scan's worker thread once the
+        #: scan has found ``n`` notes, so a consumer can get ready for a large apply while
+        #: the listing goes on (other scans, health's or a rebuild's, apply nothing).
         self.scan_reached: tuple[int, Callable[[], None]] | None = None
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
@@ -370,11 +370,13 @@ class Watcher:
                 except FileNotFoundError:
                     continue
 
-    def scan(self) -> dict[str, tuple[int, int]]:
-        """Every note under the roots with its ``(mtime_ns, size)`` (blocking)."""
+    def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
+             ) -> dict[str, tuple[int, int]]:
+        """Every note under the roots with its ``(mtime_ns, size)`` (blocking);
+        ``reached``: as :attr:`scan_reached`, for this scan."""
         out: dict[str, tuple[int, int]] = {}
         for root in self._roots:
-            self._walk(root, out, self.scan_reached)
+            self._walk(root, out, reached)
         return out
 
     def _expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
@@ -427,7 +429,8 @@ class Watcher:
         start = trio.current_time()
         try:
             async with token:
-                disk = await self._run_sync(self.scan, limiter=self._limiter)
+                disk = await self._run_sync(partial(self.scan, self.scan_reached),
+                                            limiter=self._limiter)
             known = self._known_here()
             for listener in self.scan_listeners:
                 listener(disk, known)

@@ -139,11 +139,23 @@ def test_a_scan_tells_when_it_has_found_many_notes(tmp_path: Path) -> None:
     found: list[int] = []
     # Called from the scan itself (a worker thread in the daemon), once per scan, as the
     # scan's listing reaches that many notes, not after it.
-    watcher.scan_reached = (5, lambda: found.append(len(found)))
-    assert len(watcher.scan()) == 7 and found == [0]
-    assert len(watcher.scan()) == 7 and found == [0, 1]
-    watcher.scan_reached = (8, lambda: found.append(-1))  # more than there are: never
-    assert len(watcher.scan()) == 7 and found == [0, 1]
+    reached = (5, lambda: found.append(len(found)))
+    assert len(watcher.scan(reached)) == 7 and found == [0]
+    assert len(watcher.scan(reached)) == 7 and found == [0, 1]
+    assert len(watcher.scan((8, lambda: found.append(-1)))) == 7 and found == [0, 1]  # never
+
+
+async def test_only_a_reconcile_scan_tells_it_found_many_notes(
+    tmp_path: Path, autojump_clock: object,
+) -> None:
+    for i in range(7):
+        write(tmp_path / "memory" / f"2026-07-0{i % 3 + 1}" / f"n{i}.md", f"note {i}")
+    watcher, _, _ = make(tmp_path)
+    found: list[str] = []
+    watcher.scan_reached = (5, lambda: found.append("reached"))
+    assert len(watcher.scan()) == 7 and found == []  # health's, verify's, a rebuild's
+    await watcher.reconcile()
+    assert found == ["reached"]
 
 
 async def test_editor_saves_renames_and_deletes(tmp_path: Path, autojump_clock: object) -> None:
