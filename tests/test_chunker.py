@@ -317,3 +317,13 @@ def test_chunks_cross_the_process_boundary_whole(lines: list[str]) -> None:
     back = pickle.loads(pickle.dumps(chunks, protocol=pickle.HIGHEST_PROTOCOL))
     assert back == chunks
     assert [type(c) for c in back] == [Chunk] * len(chunks)
+
+
+def test_a_quoted_flow_list_item_may_hold_a_comment_sign() -> None:
+    # `" #"` inside quotes is text, not a comment: the list (and the block) parse.
+    for fields in ({"a": [" #"]}, {"tags": ["x #1", "y"], "b": "c # d"}):
+        assert parse_frontmatter(render_frontmatter(fields) + "body\n")[0] == fields
+    parsed, _ = parse_frontmatter("---\ntags: ['q # r', s] # a comment\n---\nbody\n")
+    assert parsed == {"tags": ["q # r", "s"]}
+    # Outside quotes ` #` still starts a comment, which a list cannot hold.
+    assert parse_frontmatter("---\ntags: [x, #y]\n---\nbody\n")[0] == {}

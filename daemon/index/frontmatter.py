@@ -96,12 +96,15 @@ def _scalar(raw: str) -> _Scalar:
     return value
 
 
-def _split_flow(inner: str) -> list[str]:
+def _split_flow(text: str) -> tuple[list[str], str]:
+    """The items of a flow list whose ``[`` came just before ``text``, and what follows
+    its ``]``. Quotes open only at the start of an item, as in YAML; outside them, a
+    ``#`` after a space (a comment) or a nested bracket makes the list malformed."""
     items: list[str] = []
     buf: list[str] = []
     quote = ""
     escaped = False
-    for ch in inner:
+    for i, ch in enumerate(text):
         if quote:
             buf.append(ch)
             if escaped:
@@ -111,30 +114,31 @@ def _split_flow(inner: str) -> list[str]:
             elif ch == quote:
                 quote = ""
         elif ch in "\"'" and not "".join(buf).strip():
-            quote = ch  # quotes only open at the start of an item, as in YAML
+            quote = ch
             buf.append(ch)
         elif ch == ",":
             items.append("".join(buf))
             buf = []
-        elif ch in "[]{}":
-            raise _Malformed(inner)
+        elif ch == "]":
+            items.append("".join(buf))
+            if not items[-1].strip():
+                items.pop()  # an empty list, or a trailing comma
+            return items, text[i + 1:]
+        elif ch in "[{}" or (ch == "#" and i > 0 and text[i - 1].isspace()):
+            raise _Malformed(text)
         else:
             buf.append(ch)
-    if quote:
-        raise _Malformed(inner)
-    items.append("".join(buf))
-    if items and not items[-1].strip():
-        items.pop()  # a trailing comma
-    return items
+    raise _Malformed(text)  # no closing bracket, or a quote left open
 
 
 def _value(raw: str) -> _Scalar | list[_Scalar]:
     value = raw.strip()
     if value.startswith("["):
-        value = _strip_comment(value)
-        if not value.endswith("]"):
+        items, rest = _split_flow(value[1:])
+        # After the list only a comment may follow (a `#` after a space), as for scalars.
+        if rest and not (rest[0].isspace() and rest.lstrip().startswith("#")):
             raise _Malformed(value)
-        return [_scalar(item) for item in _split_flow(value[1:-1])]
+        return [_scalar(item) for item in items]
     return _scalar(value)
 
 
