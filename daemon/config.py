@@ -214,6 +214,9 @@ class DaemonConfig:
     # persist delay batches commits of derived state after bursts of edits.
     reconcile_interval_s: float = 300.0
     persist_delay_s: float = 2.0
+    # A workspace nobody searched for this long lets go of the index pages its searches
+    # mapped in, and freed heap goes back to the system (0: never).
+    idle_trim_s: float = 30.0
     # Measured on LoCoMo (see DEFAULT_MAX_CHARS in daemon/index/chunker.py): 2000
     # characters keep most of whole-session recall at about half the context.
     chunk_max_chars: int = 2000
@@ -384,7 +387,7 @@ _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
     "backfill_threads", "backfill_nice",
-    "reconcile_interval_s", "persist_delay_s", "chunk_max_chars",
+    "reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
 }
 
 

@@ -146,6 +146,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
+    ("DaemonConfig", "idle_trim_s"): between(0.0, 7 * DAY_S),
     # Below a few hundred characters a chunk holds a line or two: search finds fragments.
     ("DaemonConfig", "chunk_max_chars"): between(200, 1_000_000),
     # [workspace_defaults] and [workspaces.X]

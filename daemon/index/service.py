@@ -148,6 +148,7 @@ class IndexStatus(TypedDict):
     damaged_files: dict[str, DamagedFile]
     live_damage: dict[str, str]
     searches: int
+    idle_trims: int
     keyword: dict[str, int]
     vectors: VectorStatus | None
 
@@ -203,6 +204,7 @@ class WorkspaceIndex:
         self.digest_dir = settings.digest_dir
         self._max_chars = config.chunk_max_chars
         self._persist_delay_s = config.persist_delay_s
+        self._idle_trim_s = config.idle_trim_s
         self._cpu = cpu
         # Work nobody waits for takes a token of this before a CPU token (see services).
         self._background = background or trio.CapacityLimiter(1)
@@ -251,6 +253,11 @@ class WorkspaceIndex:
         self.live_damage: dict[str, str] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         self.searches = 0
+        #: How often the state was used last (``trio.current_time``), whether it was used
+        #: since the last idle trim, and how many idle trims there were.
+        self._last_use = 0.0
+        self._used = trio.Event()
+        self.idle_trims = 0
         #: Set (and replaced) whenever chunks change; the vector backfill waits on it.
         self.changed = trio.Event()
         #: The vector backfill of this workspace, once it attached itself.
@@ -281,6 +288,7 @@ class WorkspaceIndex:
                 await nursery.start(self.watcher.run)
                 nursery.start_soon(self._persist_loop)
                 nursery.start_soon(self._check_loaded)
+                nursery.start_soon(self._trim_when_idle)
                 task_status.started()
         finally:
             with trio.move_on_after(10.0) as cleanup:
@@ -463,6 +471,7 @@ class WorkspaceIndex:
         # a commit holding the last token and an apply holding the lock would wait for
         # each other for ever.
         async with self._cpu, self._lock:
+            self._note_use()
             return await trio.to_thread.run_sync(partial(fn, *args))
 
     def reads_now(self, query: str) -> bool:
@@ -480,14 +489,39 @@ class WorkspaceIndex:
         while ``fn`` does, so the free lock need not be taken), in a worker thread under
         the CPU limiter otherwise, so the event loop never waits on a long one."""
         if self.reads_now(query):
+            self._note_use()
             return fn()
         return await self._locked(fn)
 
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
         """Run ``fn(state)`` in a worker thread, holding a CPU token and the index lock."""
         async with self._cpu, self._lock:
+            self._note_use()
             state = self.state
             return await trio.to_thread.run_sync(fn, state)
+
+    def _note_use(self) -> None:
+        self._last_use = trio.current_time()
+        self._used.set()
+
+    async def _trim_when_idle(self) -> None:
+        """Once the state has not been used for ``idle_trim_s``, let go of the pages of its
+        mapped files that searches faulted in (they stay in the page cache: the next
+        search maps back the few it needs) and give freed heap back to the system. Sleeps
+        while nothing uses the state: an idle daemon does no work for this."""
+        if self._idle_trim_s <= 0:
+            return
+        while True:
+            await self._used.wait()
+            # Sleeps to the deadline the last use set; uses meanwhile move it on.
+            await trio.sleep_until(self._last_use + self._idle_trim_s)
+            if trio.current_time() < self._last_use + self._idle_trim_s:
+                continue
+            self._used = trio.Event()
+            async with self._lock:  # a swap in a worker thread replaces the mapped files
+                self.state.evict()
+            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+            self.idle_trims += 1
 
     def _mark_dirty(self) -> None:
         self._dirty.set()
@@ -822,6 +856,7 @@ class WorkspaceIndex:
             "damaged_files": dict(self.damaged),
             "live_damage": dict(self.live_problems()),
             "searches": self.searches,
+            "idle_trims": self.idle_trims,
             "keyword": self.state.bm25.stats(),
             "vectors": None if self.vectors is None else self.vectors.status(),
         }

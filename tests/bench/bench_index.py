@@ -297,17 +297,28 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def steady_memory(d: Daemon, c: RpcClient, queries: Sequence[str],
-                  settle_s: float = 3.0, idle_max_s: float = 120.0) -> dict[str, Any]:
+                  settle_s: float = 3.0, idle_max_s: float = 120.0,
+                  probe: str | None = None) -> dict[str, Any]:
     """The daemon's resident memory once the build is committed and its buffers trimmed:
-    after a pass of keyword searches (serving touches the index), ``settle_s`` of quiet,
-    then until the daemon is idle (no CPU time used for 1 s: the commit's adoption of
-    the saved files and the trim after it are done; at most ``idle_max_s``) and two
-    readings 1 s apart agree within 1 MB."""
+    after a pass of keyword searches (serving touches the index), ``settle_s`` of quiet
+    (the reading ``before_idle_trim``), then once the workspace's idle trim after them
+    is done (``[daemon] idle_trim_s`` without a search: it lets go of the mapped pages
+    the searches faulted in) and the daemon is idle (no CPU time used for 1 s; at most
+    ``idle_max_s``) and two readings 1 s apart agree within 1 MB. Then the wall time of
+    a ``probe`` search (a query not asked before), which maps back the pages it reads."""
+    trims = _idle_trims(c)
     for q in queries:
         search(c, q)
     time.sleep(settle_s)
+    before = d.memory_mb()
     pid = d.proc.pid if d.proc is not None else None
     t0 = time.perf_counter()
+    trimmed = False
+    while time.perf_counter() - t0 < idle_max_s:
+        if trims is None or (_idle_trims(c) or 0) > trims:
+            trimmed = trims is not None
+            break
+        time.sleep(0.5)
     last, cpu = d.memory_mb(), process_cpu_s(pid) if pid else None
     idle = False
     while time.perf_counter() - t0 < idle_max_s:
@@ -318,8 +329,21 @@ def steady_memory(d: Daemon, c: RpcClient, queries: Sequence[str],
         last, cpu = now, cpu_now
         if idle and stable:
             break
+    waited = round(time.perf_counter() - t0, 1)
+    probe_ms = None
+    if probe is not None:
+        t1 = time.perf_counter()
+        search(c, probe)
+        probe_ms = round((time.perf_counter() - t1) * 1000, 3)
     return {"after_searches": len(queries), "settle_s": settle_s, "idle": idle,
-            "waited_s": round(time.perf_counter() - t0, 1), **(last or {})}
+            "idle_trimmed": trimmed, "waited_s": waited, "before_idle_trim": before,
+            "first_search_after_ms": probe_ms, **(last or {})}
+
+
+def _idle_trims(c: RpcClient) -> int | None:
+    """How often the workspace trimmed itself when idle (None: a daemon without it)."""
+    found = workspace_status(c).get("index", {}).get("idle_trims")
+    return found if isinstance(found, int) else None
 
 
 def _results(reply: Any) -> list[dict[str, Any]]:
@@ -639,7 +663,7 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
             out["peak_rss_mb_first_build"] = d.peak_rss_mb()
         with _phase(out, "steady_memory"):
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
-            out["steady_memory_mb"] = steady_memory(d, c, queries[:20])
+            out["steady_memory_mb"] = steady_memory(d, c, queries[:20], probe=queries[-1])
             c.close()
         with _phase(out, "query_latency"):
             out["query"] = [query_latency(d.socket_path, queries, query_samples, n)
@@ -671,7 +695,8 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
             out["warm_restart_cpu_s"] = statistics.median(cpus) if cpus else None
             with _phase(out, "warm_memory"):
                 c = connect(d.socket_path, OPEN_TIMEOUT_S)
-                out["steady_memory_warm_mb"] = steady_memory(d, c, queries[:20], 1.0)
+                out["steady_memory_warm_mb"] = steady_memory(d, c, queries[:20], 1.0,
+                                                             probe=queries[-2])
                 c.close()
         with _phase(out, "write_to_searchable"):
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
