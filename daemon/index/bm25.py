@@ -51,8 +51,9 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index import postings, ranking
-from recalld.daemon.index.postings import F32, I32, Segment, Slab
+from recalld.daemon.index.postings import I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
 

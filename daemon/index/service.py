@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple
 import trio
 
 from recalld.daemon import memtrim, metrics
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.embedcache import F32
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.persist import (
     IndexStore,
