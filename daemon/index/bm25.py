@@ -124,15 +124,12 @@ class BM25Index:
         # Searches look terms up here while there is no ``_table`` (see _lookup).
         self._sorted_terms: postings.SortedTerms | None = None
         self._main_gen = 0
-        # Bumped by every change of what a search sees; it dates the remembered scores.
-        self._writes = 0
-        # The full scores of the last few unfiltered searches (query tokens -> them), so
-        # ``score_keys`` for the same query reads them instead of scoring again.
+        # What searches keep until the next write (every change of what a search sees
+        # calls _wrote): the full scores of the last few unfiltered searches (query
+        # tokens -> them), so ``score_keys`` for the same query reads them instead of
+        # scoring again, and query terms' live postings and weights (see _terms_now).
         self._scored: dict[tuple[str, ...], _Scored] = {}
-        self._scored_at = 0
-        # Query terms' live postings and weights until the next write (see _terms_now).
         self._terms: dict[str, _TermPostings] = {}
-        self._terms_at = 0
         self._terms_size = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -230,7 +227,7 @@ class BM25Index:
         self._maybe_compact()
 
     def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
-        self._writes += 1
+        self._wrote()
         self._delta_docs[doc_key] = (counts, length)
         for term, tf in counts.items():
             post = self._delta_post.get(term)
@@ -385,7 +382,7 @@ class BM25Index:
         return slabs
 
     def _remove(self, key: int) -> None:
-        self._writes += 1
+        self._wrote()
         entry = self._delta_docs.pop(key, None)
         if entry is not None:
             counts, length = entry
@@ -427,9 +424,7 @@ class BM25Index:
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
         self._main_gen += 1  # invalidates the cached length norms
-        self._writes += 1
-        self._scored = {}  # they may hold views of the arrays replaced
-        self._terms = {}
+        self._wrote()
         self._indptr, self._rows, self._tfs = seg.indptr, seg.rows, seg.tfs
         self._doclen, self._row_keys = seg.doclen, seg.row_keys
 
@@ -595,7 +590,7 @@ class BM25Index:
             return dict(self.search(query_tokens, len(wanted), allowed=BitMap(wanted)))
         main_keys = [k for k in wanted if k not in delta_docs]
         delta_keys = [k for k in wanted if k in delta_docs]
-        scored = self._scored.get(tuple(query_tokens)) if self._scored_at == self._writes else None
+        scored = self._scored.get(tuple(query_tokens))
         if scored is not None:
             return scored.of(main_keys, self._rows_of_keys(main_keys), delta_keys)
         k1, b = self.k1, self.b
@@ -637,20 +632,21 @@ class BM25Index:
                         scores[key] = scores.get(key, 0.0) + dtf / (norm_d + dtf) * factor
         return scores
 
+    def _wrote(self) -> None:
+        """What searches kept no longer holds: drop it (new dicts, since a remembered
+        search may hold views of arrays a merge replaces)."""
+        if self._terms or self._scored:
+            self._terms, self._scored, self._terms_size = {}, {}, 0
+
     def _terms_now(self) -> dict[str, _TermPostings]:
         """Query terms' live main postings as searches found them since the last write
         (an empty table after one, or once it holds :data:`TERM_CACHE_POSTINGS`)."""
-        if self._terms_at != self._writes or self._terms_size > TERM_CACHE_POSTINGS:
-            self._terms = {}
-            self._terms_at = self._writes
-            self._terms_size = 0
+        if self._terms_size > TERM_CACHE_POSTINGS:
+            self._terms, self._terms_size = {}, 0
         return self._terms
 
     def _remember(self, query_tokens: list[str], scored: _Scored) -> None:
-        if self._scored_at != self._writes:
-            self._scored.clear()
-            self._scored_at = self._writes
-        elif len(self._scored) >= SCORED_MAX:
+        if len(self._scored) >= SCORED_MAX:
             del self._scored[next(iter(self._scored))]
         self._scored[tuple(query_tokens)] = scored
 
