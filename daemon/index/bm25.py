@@ -467,13 +467,21 @@ class BM25Index:
     # ----------------------------------------------------------------- search
     def doc_freq(self, term: str) -> int:
         """How many live documents contain ``term`` (one lookup, no scoring)."""
-        df = len(self._delta_post.get(term, ()))
+        return len(self._delta_post.get(term, ())) + self._live_in(*self._span(term))
+
+    def _span(self, term: str) -> tuple[int, int]:
+        """Where ``term``'s postings lie in main's ``rows`` and ``tfs`` (an empty span
+        when main has none)."""
         tid = self._lookup.get(term)
-        if tid is not None and tid < len(self._indptr) - 1:
-            start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
-            df += (end - start if not self._n_dead else
-                   int(np.count_nonzero(self._alive[self._rows[start:end]])))
-        return df
+        if tid is None or tid >= len(self._indptr) - 1:
+            return 0, 0
+        return int(self._indptr[tid]), int(self._indptr[tid + 1])
+
+    def _live_in(self, start: int, end: int) -> int:
+        """How many of main's postings ``start:end`` are of live rows."""
+        if not self._n_dead or start == end:
+            return end - start
+        return int(np.count_nonzero(self._alive[self._rows[start:end]]))
 
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
@@ -488,8 +496,7 @@ class BM25Index:
             return []
         k1, b = self.k1, self.b
         avgdl = self._total_len / n_docs if self._total_len else 1.0
-        indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
-        n_terms_main = len(indptr) - 1
+        all_rows, all_tfs = self._rows, self._tfs
         # Each term's main postings and (k1 + 1) * idf; the arithmetic over the postings
         # is then done once for all terms, not once per term.
         row_parts: list[I32] = []
@@ -497,15 +504,13 @@ class BM25Index:
         factors: list[float] = []
         part_terms: list[str] = []
         delta_scores: dict[int, float] = {}
-        lookup = self._lookup
         terms = self._terms_now()
         for term, qf in Counter(query_tokens).items():
             found = terms.get(term)
             if found is None:
-                tid = lookup.get(term)
+                start, end = self._span(term)
                 rows = tfs = None
-                if tid is not None and tid < n_terms_main:
-                    start, end = int(indptr[tid]), int(indptr[tid + 1])
+                if end > start:
                     rows, tfs = all_rows[start:end], all_tfs[start:end]
                     if self._n_dead:
                         keep = self._alive[rows]
@@ -597,29 +602,22 @@ class BM25Index:
         avgdl = self._total_len / n_docs if self._total_len else 1.0
         key_rows = self._rows_of_keys(main_keys)
         norms = self._row_norms(avgdl)[key_rows].tolist()
-        indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
-        n_terms_main = len(indptr) - 1
+        all_rows, all_tfs = self._rows, self._tfs
         scores: dict[int, float] = {}
-        lookup = self._lookup
         for term, qf in counts.items():
-            tid = lookup.get(term)
-            rows = tfs = None
-            df = 0
-            if tid is not None and tid < n_terms_main:
-                start, end = int(indptr[tid]), int(indptr[tid + 1])
-                rows, tfs = all_rows[start:end], all_tfs[start:end]
-                df = end - start if not self._n_dead else int(
-                    np.count_nonzero(self._alive[rows]))
+            start, end = self._span(term)
+            df = self._live_in(start, end)
             dpost = self._delta_post.get(term)
             if dpost:
                 df += len(dpost)
             if df == 0:
                 continue
             factor = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * qf * (k1 + 1.0)
-            if main_keys and rows is not None and tfs is not None and len(rows):
+            if main_keys and end > start:
                 # A term's postings are sorted by row; a live key has one live row.
                 # (Array methods and ufuncs: numpy's function wrappers cost more than the
                 # lookup for a few keys.)
+                rows, tfs = all_rows[start:end], all_tfs[start:end]
                 pos = np.minimum(rows.searchsorted(key_rows), len(rows) - 1)
                 for i in (rows[pos] == key_rows).nonzero()[0].tolist():
                     tf, norm, key = float(tfs[pos[i]]), norms[i], main_keys[i]
