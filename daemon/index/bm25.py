@@ -262,34 +262,27 @@ class BM25Index:
         if small or any(key in self._live or key in self._staged_keys
                         for _, slab in parts for key in slab.keys):
             self.merge_staged()  # they come first, as if merged when they were added
-        elif stage:
-            for terms, slab in parts:
-                self._staged.append(self._own_ids(terms, slab))
-                self._staged_keys.update(slab.keys)
-                self._staged_len += sum(slab.lens)
-            if len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
-                self.merge_staged()
-            return
-        for _, slab in parts:
-            for key in slab.keys:
-                if key in self._live:
-                    self._remove(key)
-        if small:
-            table: list[str] = []  # the term table by id, made once (no merge below)
-            for terms, slab in parts:
-                if terms is None and not table:
-                    table = list(self._term_ids)
-                named = table if terms is None else terms
-                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
-                    self._add_counts(key, counts, length)
-        else:
-            slabs = self._take_staged()
-            for terms, slab in parts:
-                slabs.append(self._own_ids(terms, slab))
-                self._live.update(slab.keys)
-                self._total_len += sum(slab.lens)
-            self._merge(slabs)
-        self._maybe_compact()
+            for _, slab in parts:
+                for key in slab.keys:
+                    if key in self._live:
+                        self._remove(key)
+            if small:
+                table: list[str] = []  # the term table by id, made once (no merge below)
+                for terms, slab in parts:
+                    if terms is None and not table:
+                        table = list(self._term_ids)
+                    named = table if terms is None else terms
+                    for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
+                        self._add_counts(key, counts, length)
+                self._maybe_compact()
+                return
+            stage = False  # new versions of indexed documents: searchable at once
+        for terms, slab in parts:
+            self._staged.append(self._own_ids(terms, slab))
+            self._staged_keys.update(slab.keys)
+            self._staged_len += sum(slab.lens)
+        if not stage or len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
+            self.merge_staged()  # a merge leaves nothing to compact; staging changes nothing
 
     def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
         return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
