@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import struct
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import trio
 
+from recalld.daemon.libc import libc
 from recalld.daemon.watchsource import Change, Emit, RawChange, WatchError
 
 IN_MODIFY = 0x00000002
@@ -53,22 +52,10 @@ _EVENT = struct.Struct("iIII")
 _READ_BYTES = 64 * 1024
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    # The symbols already loaded into the process, libc's among them, once: no library
-    # search (``ctypes.util.find_library`` runs ``ldconfig -p`` in a child process each
-    # call, and every watcher of every workspace opens an instance at start-up).
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def available() -> bool:
     """Whether this platform has inotify (Linux with a C library exposing it)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return hasattr(_libc(), "inotify_init1")
-    except OSError:
-        return False
+    lib = libc()
+    return lib is not None and hasattr(lib, "inotify_init1")
 
 
 def parse_events(data: bytes) -> Iterator[tuple[int, int, str]]:
@@ -86,7 +73,10 @@ class _Inotify:
     """One inotify instance and the directory each watch descriptor stands for."""
 
     def __init__(self) -> None:
-        self._libc = _libc()
+        lib = libc()
+        if lib is None:
+            raise WatchError("no C library to call inotify through")
+        self._libc = lib
         self._libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         self._libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
         fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)

@@ -21,9 +21,10 @@ import ctypes
 import functools
 import gc
 import os
-import sys
 from collections.abc import Callable
 from typing import TypeVar, TypeVarTuple
+
+from recalld.daemon.libc import libc as _libc
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -31,18 +32,6 @@ Ts = TypeVarTuple("Ts")
 #: ``M_MMAP_THRESHOLD`` and ``M_ARENA_MAX`` of glibc's ``<malloc.h>``.
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        # The symbols already loaded into the process, libc's among them: no library
-        # search (``ctypes.util.find_library`` runs ldconfig, slow at start-up).
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
 
 
 @functools.cache

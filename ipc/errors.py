@@ -40,6 +40,14 @@ class ErrorObject(TypedDict):
     data: NotRequired[object]  # any JSON value: what the error is about
 
 
+def error_object(code: int, message: str, data: object = None) -> ErrorObject:
+    """The JSON-RPC ``error`` member: ``data`` only when there is some (not None)."""
+    error: ErrorObject = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
 class RecalldError(Exception):
     """Root of every recalld error a client can see."""
 
@@ -52,10 +60,7 @@ class RecalldError(Exception):
 
     def to_error(self) -> ErrorObject:
         """The JSON-RPC ``error`` member for this exception."""
-        error: ErrorObject = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
+        return error_object(self.code, self.message, self.data)
 
 
 class DaemonNotRunning(RecalldError):

@@ -121,10 +121,7 @@ class Incoming:
 
 
 def error_response(id_: Id, code: int, message: str, data: object = None) -> ErrorResponse:
-    error: ErrorObject = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": JSONRPC, "error": error, "id": id_}
+    return {"jsonrpc": JSONRPC, "error": errors.error_object(code, message, data), "id": id_}
 
 
 def result_response(id_: Id, result: object) -> ResultResponse:

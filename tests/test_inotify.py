@@ -14,6 +14,7 @@ import trio
 from watchfiles import Change
 
 from recalld.daemon import inotify
+from recalld.daemon.libc import libc
 from recalld.daemon.watchsource import RawChange, WatchError
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
@@ -111,7 +112,7 @@ async def test_sources_open_without_a_library_search(
         raise AssertionError(f"library search for {name!r} while opening a watch")
 
     monkeypatch.setattr(ctypes.util, "find_library", no_search)
-    inotify._libc.cache_clear()
+    libc.cache_clear()
     roots = [tmp_path / f"ws{i}" for i in range(3)]
     for root in roots:
         root.mkdir()

@@ -73,7 +73,8 @@ def test_a_full_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = reference_split(text)
     tokenizer._WHOLE.clear()
     tokenizer._PARTS.clear()
-    monkeypatch.setattr(tokenizer, "_WORD_MEMO_MAX", 7)
+    monkeypatch.setattr(tokenizer._WHOLE, "limit", 7)
+    monkeypatch.setattr(tokenizer._PARTS, "limit", 7)
     assert tokenize_split(text) == expected
     assert len(tokenizer._WHOLE) <= 7 and len(tokenizer._PARTS) <= 7
     monkeypatch.undo()

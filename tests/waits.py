@@ -26,13 +26,14 @@ def _describe(cond: Callable[..., Any]) -> str:
         return repr(cond)
 
 
-def wait_value(get: Callable[[], T], ok: Callable[[T], Any], what: str,
+def wait_value(get: Callable[[], T], ok: Callable[[T], Any], what: str = "",
                deadline_s: float = 120.0) -> T:
-    """The first value of ``get()`` that ``ok`` accepts; fail naming ``what`` and the
-    last value seen after ``deadline_s``."""
+    """The first value of ``get()`` that ``ok`` accepts; fail naming ``what`` (or
+    ``get``'s source) and the last value seen after ``deadline_s``."""
     end = time.monotonic() + deadline_s
     while not ok(value := get()):
-        assert time.monotonic() < end, f"timed out waiting for {what}; last: {value!r:.2000}"
+        assert time.monotonic() < end, (
+            f"timed out waiting for {what or _describe(get)}; last: {value!r:.2000}")
         time.sleep(POLL_S)
     return value
 
@@ -40,11 +41,7 @@ def wait_value(get: Callable[[], T], ok: Callable[[T], Any], what: str,
 def wait_for(cond: Callable[[], T], what: str = "", deadline_s: float = 120.0) -> T:
     """The first true value of ``cond()``; fail naming ``what`` (or the condition's
     source) after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while not (value := cond()):
-        assert time.monotonic() < end, f"timed out waiting for {what or _describe(cond)}"
-        time.sleep(POLL_S)
-    return value
+    return wait_value(cond, bool, what, deadline_s)
 
 
 def wait_job(d: Any, job_id: str, *, agent: str = "w", deadline_s: float = 120.0,

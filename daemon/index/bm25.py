@@ -51,8 +51,9 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index import postings, ranking
-from recalld.daemon.index.postings import F32, I32, Segment, Slab
+from recalld.daemon.index.postings import I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
 
@@ -123,15 +124,12 @@ class BM25Index:
         # Searches look terms up here while there is no ``_table`` (see _lookup).
         self._sorted_terms: postings.SortedTerms | None = None
         self._main_gen = 0
-        # Bumped by every change of what a search sees; it dates the remembered scores.
-        self._writes = 0
-        # The full scores of the last few unfiltered searches (query tokens -> them), so
-        # ``score_keys`` for the same query reads them instead of scoring again.
+        # What searches keep until the next write (every change of what a search sees
+        # calls _wrote): the full scores of the last few unfiltered searches (query
+        # tokens -> them), so ``score_keys`` for the same query reads them instead of
+        # scoring again, and query terms' live postings and weights (see _terms_now).
         self._scored: dict[tuple[str, ...], _Scored] = {}
-        self._scored_at = 0
-        # Query terms' live postings and weights until the next write (see _terms_now).
         self._terms: dict[str, _TermPostings] = {}
-        self._terms_at = 0
         self._terms_size = 0
         self._set_main(Segment.empty())
         self._norm_key: tuple[float, int] | None = None
@@ -229,7 +227,7 @@ class BM25Index:
         self._maybe_compact()
 
     def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
-        self._writes += 1
+        self._wrote()
         self._delta_docs[doc_key] = (counts, length)
         for term, tf in counts.items():
             post = self._delta_post.get(term)
@@ -264,34 +262,27 @@ class BM25Index:
         if small or any(key in self._live or key in self._staged_keys
                         for _, slab in parts for key in slab.keys):
             self.merge_staged()  # they come first, as if merged when they were added
-        elif stage:
-            for terms, slab in parts:
-                self._staged.append(self._own_ids(terms, slab))
-                self._staged_keys.update(slab.keys)
-                self._staged_len += sum(slab.lens)
-            if len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
-                self.merge_staged()
-            return
-        for _, slab in parts:
-            for key in slab.keys:
-                if key in self._live:
-                    self._remove(key)
-        if small:
-            table: list[str] = []  # the term table by id, made once (no merge below)
-            for terms, slab in parts:
-                if terms is None and not table:
-                    table = list(self._term_ids)
-                named = table if terms is None else terms
-                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
-                    self._add_counts(key, counts, length)
-        else:
-            slabs = self._take_staged()
-            for terms, slab in parts:
-                slabs.append(self._own_ids(terms, slab))
-                self._live.update(slab.keys)
-                self._total_len += sum(slab.lens)
-            self._merge(slabs)
-        self._maybe_compact()
+            for _, slab in parts:
+                for key in slab.keys:
+                    if key in self._live:
+                        self._remove(key)
+            if small:
+                table: list[str] = []  # the term table by id, made once (no merge below)
+                for terms, slab in parts:
+                    if terms is None and not table:
+                        table = list(self._term_ids)
+                    named = table if terms is None else terms
+                    for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
+                        self._add_counts(key, counts, length)
+                self._maybe_compact()
+                return
+            stage = False  # new versions of indexed documents: searchable at once
+        for terms, slab in parts:
+            self._staged.append(self._own_ids(terms, slab))
+            self._staged_keys.update(slab.keys)
+            self._staged_len += sum(slab.lens)
+        if not stage or len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
+            self.merge_staged()  # a merge leaves nothing to compact; staging changes nothing
 
     def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
         return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
@@ -384,7 +375,7 @@ class BM25Index:
         return slabs
 
     def _remove(self, key: int) -> None:
-        self._writes += 1
+        self._wrote()
         entry = self._delta_docs.pop(key, None)
         if entry is not None:
             counts, length = entry
@@ -426,9 +417,7 @@ class BM25Index:
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
         self._main_gen += 1  # invalidates the cached length norms
-        self._writes += 1
-        self._scored = {}  # they may hold views of the arrays replaced
-        self._terms = {}
+        self._wrote()
         self._indptr, self._rows, self._tfs = seg.indptr, seg.rows, seg.tfs
         self._doclen, self._row_keys = seg.doclen, seg.row_keys
 
@@ -471,13 +460,21 @@ class BM25Index:
     # ----------------------------------------------------------------- search
     def doc_freq(self, term: str) -> int:
         """How many live documents contain ``term`` (one lookup, no scoring)."""
-        df = len(self._delta_post.get(term, ()))
+        return len(self._delta_post.get(term, ())) + self._live_in(*self._span(term))
+
+    def _span(self, term: str) -> tuple[int, int]:
+        """Where ``term``'s postings lie in main's ``rows`` and ``tfs`` (an empty span
+        when main has none)."""
         tid = self._lookup.get(term)
-        if tid is not None and tid < len(self._indptr) - 1:
-            start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
-            df += (end - start if not self._n_dead else
-                   int(np.count_nonzero(self._alive[self._rows[start:end]])))
-        return df
+        if tid is None or tid >= len(self._indptr) - 1:
+            return 0, 0
+        return int(self._indptr[tid]), int(self._indptr[tid + 1])
+
+    def _live_in(self, start: int, end: int) -> int:
+        """How many of main's postings ``start:end`` are of live rows."""
+        if not self._n_dead or start == end:
+            return end - start
+        return int(np.count_nonzero(self._alive[self._rows[start:end]]))
 
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
@@ -492,8 +489,7 @@ class BM25Index:
             return []
         k1, b = self.k1, self.b
         avgdl = self._total_len / n_docs if self._total_len else 1.0
-        indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
-        n_terms_main = len(indptr) - 1
+        all_rows, all_tfs = self._rows, self._tfs
         # Each term's main postings and (k1 + 1) * idf; the arithmetic over the postings
         # is then done once for all terms, not once per term.
         row_parts: list[I32] = []
@@ -501,15 +497,13 @@ class BM25Index:
         factors: list[float] = []
         part_terms: list[str] = []
         delta_scores: dict[int, float] = {}
-        lookup = self._lookup
         terms = self._terms_now()
         for term, qf in Counter(query_tokens).items():
             found = terms.get(term)
             if found is None:
-                tid = lookup.get(term)
+                start, end = self._span(term)
                 rows = tfs = None
-                if tid is not None and tid < n_terms_main:
-                    start, end = int(indptr[tid]), int(indptr[tid + 1])
+                if end > start:
                     rows, tfs = all_rows[start:end], all_tfs[start:end]
                     if self._n_dead:
                         keep = self._alive[rows]
@@ -594,36 +588,29 @@ class BM25Index:
             return dict(self.search(query_tokens, len(wanted), allowed=BitMap(wanted)))
         main_keys = [k for k in wanted if k not in delta_docs]
         delta_keys = [k for k in wanted if k in delta_docs]
-        scored = self._scored.get(tuple(query_tokens)) if self._scored_at == self._writes else None
+        scored = self._scored.get(tuple(query_tokens))
         if scored is not None:
             return scored.of(main_keys, self._rows_of_keys(main_keys), delta_keys)
         k1, b = self.k1, self.b
         avgdl = self._total_len / n_docs if self._total_len else 1.0
         key_rows = self._rows_of_keys(main_keys)
         norms = self._row_norms(avgdl)[key_rows].tolist()
-        indptr, all_rows, all_tfs = self._indptr, self._rows, self._tfs
-        n_terms_main = len(indptr) - 1
+        all_rows, all_tfs = self._rows, self._tfs
         scores: dict[int, float] = {}
-        lookup = self._lookup
         for term, qf in counts.items():
-            tid = lookup.get(term)
-            rows = tfs = None
-            df = 0
-            if tid is not None and tid < n_terms_main:
-                start, end = int(indptr[tid]), int(indptr[tid + 1])
-                rows, tfs = all_rows[start:end], all_tfs[start:end]
-                df = end - start if not self._n_dead else int(
-                    np.count_nonzero(self._alive[rows]))
+            start, end = self._span(term)
+            df = self._live_in(start, end)
             dpost = self._delta_post.get(term)
             if dpost:
                 df += len(dpost)
             if df == 0:
                 continue
             factor = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) * qf * (k1 + 1.0)
-            if main_keys and rows is not None and tfs is not None and len(rows):
+            if main_keys and end > start:
                 # A term's postings are sorted by row; a live key has one live row.
                 # (Array methods and ufuncs: numpy's function wrappers cost more than the
                 # lookup for a few keys.)
+                rows, tfs = all_rows[start:end], all_tfs[start:end]
                 pos = np.minimum(rows.searchsorted(key_rows), len(rows) - 1)
                 for i in (rows[pos] == key_rows).nonzero()[0].tolist():
                     tf, norm, key = float(tfs[pos[i]]), norms[i], main_keys[i]
@@ -636,20 +623,21 @@ class BM25Index:
                         scores[key] = scores.get(key, 0.0) + dtf / (norm_d + dtf) * factor
         return scores
 
+    def _wrote(self) -> None:
+        """What searches kept no longer holds: drop it (new dicts, since a remembered
+        search may hold views of arrays a merge replaces)."""
+        if self._terms or self._scored:
+            self._terms, self._scored, self._terms_size = {}, {}, 0
+
     def _terms_now(self) -> dict[str, _TermPostings]:
         """Query terms' live main postings as searches found them since the last write
         (an empty table after one, or once it holds :data:`TERM_CACHE_POSTINGS`)."""
-        if self._terms_at != self._writes or self._terms_size > TERM_CACHE_POSTINGS:
-            self._terms = {}
-            self._terms_at = self._writes
-            self._terms_size = 0
+        if self._terms_size > TERM_CACHE_POSTINGS:
+            self._terms, self._terms_size = {}, 0
         return self._terms
 
     def _remember(self, query_tokens: list[str], scored: _Scored) -> None:
-        if self._scored_at != self._writes:
-            self._scored.clear()
-            self._scored_at = self._writes
-        elif len(self._scored) >= SCORED_MAX:
+        if len(self._scored) >= SCORED_MAX:
             del self._scored[next(iter(self._scored))]
         self._scored[tuple(query_tokens)] = scored
 

@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.fsio import FS, REAL
 
 log = logging.getLogger(__name__)
 
-F32 = npt.NDArray[np.float32]
 
 
 def text_hash(text: str) -> str:

@@ -41,10 +41,10 @@ from functools import partial
 from typing import Literal, TypedDict
 
 import numpy as np
-import numpy.typing as npt
 import trio
 from pyroaring import BitMap
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
@@ -58,7 +58,6 @@ from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
 
 log = logging.getLogger(__name__)
-F32 = npt.NDArray[np.float32]
 #: Rounds the backfill rate is measured over.
 RATE_ROUNDS = 16
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from pyroaring import BitMap
 
+from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import CJK_RE, STOPWORDS, cjk_length, tokenize_query
 
@@ -76,8 +77,7 @@ class KeywordIndex(Protocol):
 
 def identifier_terms(query: str) -> list[str]:
     """The identifier-like words of ``query``, lower-cased, in order, without repeats."""
-    return list(_identifiers(query) if len(query) <= MEMO_QUERY_CHARS else
-                _find_identifiers(query))
+    return list(_identifiers(query))
 
 
 def _find_identifiers(query: str) -> tuple[str, ...]:
@@ -91,9 +91,10 @@ def _find_identifiers(query: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-# What depends on a short query alone is remembered (``_identifiers``, ``_content_words``):
-# agents repeat queries, and the regular expressions cost more than the rest of the check.
-_identifiers = functools.lru_cache(maxsize=1024)(_find_identifiers)
+# What depends on a short query alone is remembered (``_identifiers``, ``_content_words``,
+# ``_whole_form``): agents repeat queries, and the regular expressions cost more than the
+# rest of the check.
+_identifiers: Final = Memo(_find_identifiers, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
 
 
 def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = (),
@@ -127,7 +128,7 @@ def _special(query: str, bm25: KeywordIndex,
     """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
     special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
-    words = (_content_words if len(query) <= MEMO_QUERY_CHARS else _count_content_words)(query)
+    words = _content_words(query)
     if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):
         return [], []
     return special, idents
@@ -148,14 +149,17 @@ def _count_content_words(query: str) -> int:
     return n
 
 
-_content_words = functools.lru_cache(maxsize=1024)(_count_content_words)
+_content_words: Final = Memo(_count_content_words, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
 
 
-@functools.lru_cache(maxsize=1024)
-def _whole_form(term: str) -> tuple[str, ...]:
+def _first_token(term: str) -> tuple[str, ...]:
     """The first token of a special term (the tokenizer emits an identifier whole before
-    its parts), remembered: a special term is a word of the query or one of its tokens."""
+    its parts)."""
     return tuple(tokenize_query(term)[:1])
+
+
+# Remembered: a special term is a word of the query or one of its tokens.
+_whole_form: Final = Memo(_first_token, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
 
 
 @functools.lru_cache(maxsize=256)
@@ -224,9 +228,7 @@ def exact_first(
     special, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
-    wholes = [t for term in special
-              for t in (_whole_form(term) if len(term) <= MEMO_QUERY_CHARS
-                        else tokenize_query(term)[:1])]
+    wholes = [t for term in special for t in _whole_form(term)]
     own = bm25.search(wholes, limit, allowed=allowed)
     # More chunks hold the terms than one pool: the hits may hold others of them.
     exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import F32, decode_f16
+from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph, LinkRecord
 from recalld.daemon.index.state import FileInfo, IndexState
 from recalld.daemon.index.tokenizer import tokenize

@@ -17,11 +17,11 @@ from typing import Final, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.tokenizer import cjk_length, doc_length
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
-F32 = npt.NDArray[np.float32]
 _S = TypeVar("_S", bound=np.generic)
 
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import NotRequired, Protocol, TypedDict
 
 from recalld.daemon import metrics
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.embedcache import F32
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.service import Candidates, WorkspaceIndex
 from recalld.daemon.index.state import Filters, StoredChunk

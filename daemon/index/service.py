@@ -29,17 +29,18 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon import memtrim, metrics
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.embedcache import F32
 from recalld.daemon.index.exact import exact_first
+from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.persist import (
     IndexStore,
     LoadReport,
@@ -751,8 +752,7 @@ class WorkspaceIndex:
             # (the chunk table keeps the chunks it built lately).
             table = state.chunks
             # Once for every step below; a short query's are remembered (_query_tokens).
-            tokens = (list(_query_tokens(query)) if len(query) <= INLINE_QUERY_MAX_CHARS
-                      else tokenize_query(query))
+            tokens = list(_query_tokens(query))
             hits, exact = exact_first(
                 query, state.bm25, state.keyword_search(query, limit, allowed, tokens=tokens),
                 table, limit=limit, allowed=allowed, tokens=tokens)
@@ -869,12 +869,14 @@ def metadata_dir(ws: Workspace) -> Path:
     return ws.root / ws.settings.metadata_dir
 
 
-@lru_cache(maxsize=256)
-def _query_tokens(query: str) -> tuple[str, ...]:
-    """``tokenize_query(query)`` of a short query (at most
-    :data:`INLINE_QUERY_MAX_CHARS`), remembered: an inline search asks for its terms to
-    decide where it runs, then searches with them; agents repeat queries."""
+def _tokens(query: str) -> tuple[str, ...]:
     return tuple(tokenize_query(query))
+
+
+#: ``tokenize_query(query)``, remembered for a short query (at most
+#: :data:`INLINE_QUERY_MAX_CHARS`): an inline search asks for its terms to decide where it
+#: runs, then searches with them; agents repeat queries.
+_query_tokens = Memo(_tokens, 256, max_chars=INLINE_QUERY_MAX_CHARS).__getitem__
 
 
 def _query_terms(query: str) -> int:

@@ -19,10 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-import numpy as np
-import numpy.typing as npt
 import trio
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.embedcache import EmbeddingCache
 from recalld.daemon.jsontypes import JsonObject
@@ -36,7 +35,6 @@ from recalld.daemon.providers.retry import RetryPolicy
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
 
-F32 = npt.NDArray[np.float32]
 _PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimensions",
                   "max_input_length", "max_batch_size")
 

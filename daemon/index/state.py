@@ -21,9 +21,10 @@ import numpy as np
 import orjson
 from pyroaring import BitMap
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import F32, decode_f16
+from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links

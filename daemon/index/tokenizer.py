@@ -41,10 +41,10 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final
 
 from recalld.daemon.index import nfkc
+from recalld.daemon.index.memo import Memo
 
 __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "tokenize",
            "tokenize_query", "tokenize_split"]
@@ -85,13 +85,8 @@ STOPWORDS: Final = frozenset(
     while who whom why will with would you your yours yourself yourselves""".split()
 )
 
-T = TypeVar("T")
-
 # BM25 counts a document's CJK text as one term per this many characters (see doc_length).
 CJK_CHARS_PER_TERM: Final = 2
-
-_STEM_CACHE: dict[str, str] = {}
-_STEM_CACHE_MAX: Final = 1 << 18
 
 _VOWELS: Final = frozenset("aeiouy")
 
@@ -144,14 +139,8 @@ def _stem_uncached(w: str) -> str:
     return w
 
 
-def _stem(w: str) -> str:
-    s = _STEM_CACHE.get(w)
-    if s is None:
-        s = _stem_uncached(w)
-        if len(_STEM_CACHE) >= _STEM_CACHE_MAX:
-            _STEM_CACHE.clear()
-        _STEM_CACHE[w] = s
-    return s
+#: A word's stem, remembered (a bounded memo).
+_stem: Final = Memo(_stem_uncached, 1 << 18).__getitem__
 
 
 def _normalize(text: str) -> str:
@@ -246,26 +235,8 @@ def _word_parts(word: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-class _Memo(dict[str, T]):
-    """word -> ``fn(word)``, computed on first use; bounded (cleared when full). Misses
-    of two threads at once compute a value twice, the same value."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[str], T]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, word: str) -> T:
-        if len(self) >= _WORD_MEMO_MAX:
-            self.clear()
-        value = self[word] = self.fn(word)
-        return value
-
-
-_WORD_MEMO_MAX: Final = 1 << 17
-_WHOLE: Final = _Memo(_whole)
-_PARTS: Final = _Memo(_word_parts)
+_WHOLE: Final = Memo(_whole, 1 << 17)
+_PARTS: Final = Memo(_word_parts, 1 << 17)
 
 
 def cjk_length(chars: int) -> int:

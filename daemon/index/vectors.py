@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.windows import SLOTS
 
 if TYPE_CHECKING:
     import hnswlib
 
-F32 = npt.NDArray[np.float32]
 
 
 def normalize(vectors: npt.ArrayLike) -> F32:

@@ -30,12 +30,12 @@ import numpy as np
 import trio
 
 from recalld.daemon import metrics
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import (
     BACKENDS,
-    F32,
     FORMATS,
     WireFormat,
     to_unit_rows,

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse
 
-F32 = npt.NDArray[np.float32]
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
 DEFAULT_BASE_URLS = {

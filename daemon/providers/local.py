@@ -58,9 +58,9 @@ import numpy.typing as npt
 import outcome
 import trio
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.providers.errors import ProviderConfigError
 
-F32 = npt.NDArray[np.float32]
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 

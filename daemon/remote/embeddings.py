@@ -20,9 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.remote.db import Conn
 
-F32 = npt.NDArray[np.float32]
 CLAIM_STALE_S = 60
 
 

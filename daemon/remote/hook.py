@@ -19,10 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
 import trio
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.service import Candidates
 from recalld.daemon.index.state import Filters
@@ -31,7 +30,6 @@ from recalld.daemon.workspaces import Workspace
 if TYPE_CHECKING:
     from recalld.daemon.remote.replica import Replica
 
-F32 = npt.NDArray[np.float32]
 
 # How long a shared workspace's first embeddings wait for its replica to be running.
 REPLICA_START_WAIT_S = 10.0

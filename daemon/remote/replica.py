@@ -47,11 +47,10 @@ from dataclasses import replace
 from functools import partial
 from typing import TypedDict, TypeVar, TypeVarTuple
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 import trio
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import RemoteConfig, mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.service import Candidates
@@ -70,7 +69,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
-F32 = npt.NDArray[np.float32]
 
 CATCH_UP_EVERY_S = 30.0
 # How long an embedding waits for the first connection attempt after a start, and how

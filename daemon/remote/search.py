@@ -28,12 +28,11 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 from psycopg import sql
 from pyroaring import BitMap
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.service import Candidates
@@ -41,7 +40,6 @@ from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.index.tokenizer import tokenize_query
 
 Conn = psycopg.Connection[tuple[object, ...]]
-F32 = npt.NDArray[np.float32]
 
 K1 = 1.2
 B = 0.75
