@@ -92,6 +92,14 @@ def _window_chars(value: object) -> str | None:
     return "must be 0 (one vector per chunk) or from 100 to 100000"
 
 
+def _idle_trim(value: object) -> str | None:
+    # Below a second a trim would follow nearly every search, each paying its faults back.
+    if isinstance(value, int | float) and not isinstance(value, bool) and (
+            value == 0 or 1 <= value <= 7 * DAY_S):
+        return None
+    return f"must be 0 (never) or from 1 to {_num(7 * DAY_S)}"
+
+
 def _subdir(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         return "must be a non-empty directory name inside the workspace"
@@ -146,7 +154,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
-    ("DaemonConfig", "idle_trim_s"): between(0.0, 7 * DAY_S),
+    ("DaemonConfig", "idle_trim_s"): Rule(_idle_trim, 0.5),
     # Below a few hundred characters a chunk holds a line or two: search finds fragments.
     ("DaemonConfig", "chunk_max_chars"): between(200, 1_000_000),
     # [workspace_defaults] and [workspaces.X]

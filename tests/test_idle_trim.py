@@ -4,10 +4,24 @@ leave the daemon's resident memory, and the next search maps back what it needs.
 
 from __future__ import annotations
 
+import time
+import types
 from pathlib import Path
 from typing import Any
 
+import pytest
+import trio
+import trio.testing
 from waits import wait_for, workspace_status
+
+from recalld.daemon import maintenance
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.state import Filters
+from recalld.daemon.maintenance import Health
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watchsource import ScriptedChangeSource
+from recalld.daemon.workspaces import Workspace
 
 NOTES = 400
 
@@ -62,8 +76,99 @@ def test_an_unsearched_workspace_lets_go_of_its_mapped_pages(
     metadata = root / "mem_metadata"
     touched = mapped_kb(d.pid, metadata)
     assert touched > 0, "the searches read no mapped page"
-    wait_for(lambda: index_status(d)["idle_trims"] > trims, "the idle trim after searches")
-    assert mapped_kb(d.pid, metadata) <= touched // 2
-    # The next search reads its pages back and finds what it found before.
+    wait_for(lambda: mapped_kb(d.pid, metadata) <= touched // 2,
+             "the mapped pages let go of after the searches")
+    wait_for(lambda: index_status(d)["idle_trims"] > trims, "the idle trim counted")
+    # The next search maps back the pages it reads and finds what it found before.
     assert search(d, "token21") == ["memory/2026-03-22/n21.md"]
+    assert mapped_kb(d.pid, metadata) > 0
     wait_for(lambda: index_status(d)["idle_trims"] > trims + 1, "another trim once idle")
+
+
+IDLE_TRIM_S = 30.0
+
+
+def unit_index(tmp_path: Path, idle_trim_s: float = IDLE_TRIM_S) -> tuple[
+        Workspace, WorkspaceIndex, trio.CapacityLimiter]:
+    """A one-note workspace and its (unstarted) index, watched through a scripted source,
+    rescanned every 5 minutes."""
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-07-01").mkdir(parents=True)
+    (root / "memory" / "2026-07-01" / "a.md").write_text("# Seen\n\nthe heron at dusk\n")
+    ws = Workspace("w", root, WorkspaceSettings())
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01,
+                       idle_trim_s=idle_trim_s)
+    cpu = trio.CapacityLimiter(2)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu)
+    index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
+                            known=lambda: index.state.known(), source=ScriptedChangeSource(),
+                            config=WatcherConfig(reconcile_interval_s=300.0), limiter=cpu)
+    return ws, index, cpu
+
+
+async def first_trim(index: WorkspaceIndex) -> int:
+    """Wait (virtual time) for the trim after the startup reconcile applied the note; its
+    threads let the autojump clock move, so when it comes is not known to the second."""
+    with trio.fail_after(3600):
+        while not index.idle_trims:
+            await trio.sleep(1)
+    return index.idle_trims
+
+
+async def find(index: WorkspaceIndex) -> None:
+    found = await index.candidates("heron", 5, Filters(), None)
+    assert [index.state.chunks[key].path for key, _ in found.keyword] == [
+        "memory/2026-07-01/a.md"]
+
+
+@pytest.fixture
+def virtual_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Health tells a fresh scan by the wall clock: make it follow trio's virtual one, so
+    its periodic scans run as they would over the hours the autojump clock skips."""
+    base = time.time()
+    monkeypatch.setattr(maintenance, "time", types.SimpleNamespace(
+        time=lambda: base + trio.current_time(), monotonic=time.monotonic))
+
+
+async def test_housekeeping_does_not_wake_the_idle_trim(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock,
+        virtual_wall_clock: None) -> None:
+    ws, index, cpu = unit_index(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)  # its startup reconcile applied the note
+        await nursery.start(Health(ws, index, cpu).run)
+        assert await first_trim(index) == 1
+        # An hour of health scans and watcher rescans (every 5 minutes), no search.
+        await trio.sleep(3600)
+        assert index.watcher.status()["last_reconcile"]["reason"] != "startup"
+        assert index.idle_trims == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_searches_closer_than_idle_trim_s_keep_the_pages(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    _, index, _ = unit_index(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        trims = await first_trim(index)
+        for _ in range(30):  # 10 minutes of searches 20 s apart
+            await find(index)
+            await trio.sleep(IDLE_TRIM_S * 2 / 3)
+        assert index.idle_trims == trims
+        await trio.sleep(IDLE_TRIM_S / 3 + 1)
+        assert index.idle_trims == trims + 1  # the last search was idle_trim_s ago
+        await trio.sleep(3600)
+        assert index.idle_trims == trims + 1  # one trim per use, not a timer
+        nursery.cancel_scope.cancel()
+
+
+async def test_idle_trim_s_zero_never_trims(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    _, index, _ = unit_index(tmp_path, idle_trim_s=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await find(index)
+        await trio.sleep(3600)
+        assert index.idle_trims == 0
+        nursery.cancel_scope.cancel()

@@ -254,8 +254,8 @@ class WorkspaceIndex:
         self.live_damage: dict[str, str] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         self.searches = 0
-        #: How often the state was used last (``trio.current_time``), whether it was used
-        #: since the last idle trim, and how many idle trims there were.
+        #: When a search or an apply last used the state (``trio.current_time``), whether
+        #: one did since the last idle trim, and how many idle trims there were.
         self._last_use = 0.0
         self._used = trio.Event()
         self.idle_trims = 0
@@ -497,19 +497,20 @@ class WorkspaceIndex:
     async def locked(self, fn: Callable[[IndexState], T]) -> T:
         """Run ``fn(state)`` in a worker thread, holding a CPU token and the index lock."""
         async with self._cpu, self._lock:
-            self._note_use()
             state = self.state
             return await trio.to_thread.run_sync(fn, state)
 
     def _note_use(self) -> None:
+        """A search or an apply read the state (housekeeping through :meth:`locked`, such
+        as health's periodic scan, does not count: it would wake the idle trim for ever)."""
         self._last_use = trio.current_time()
         self._used.set()
 
     async def _trim_when_idle(self) -> None:
-        """Once the state has not been used for ``idle_trim_s``, let go of the pages of its
-        mapped files that searches faulted in (they stay in the page cache: the next
-        search maps back the few it needs) and give freed heap back to the system. Sleeps
-        while nothing uses the state: an idle daemon does no work for this."""
+        """Once no search or apply used the state for ``idle_trim_s``, let go of the pages
+        of its mapped files that searches faulted in (they stay in the page cache: the
+        next search maps back the few it needs) and give freed heap back to the system.
+        Sleeps while nothing uses the state: an idle daemon does no work for this."""
         if self._idle_trim_s <= 0:
             return
         while True:
@@ -518,9 +519,11 @@ class WorkspaceIndex:
             await trio.sleep_until(self._last_use + self._idle_trim_s)
             if trio.current_time() < self._last_use + self._idle_trim_s:
                 continue
-            self._used = trio.Event()
             async with self._lock:  # a swap in a worker thread replaces the mapped files
-                self.state.evict()
+                if trio.current_time() < self._last_use + self._idle_trim_s:
+                    continue  # used while the lock was held: not idle after all
+                self._used = trio.Event()
+                await trio.to_thread.run_sync(self.state.evict)
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
             self.idle_trims += 1
 
