@@ -98,6 +98,9 @@ INLINE_QUERY_MAX_CHARS = 256  # longer queries are not even tokenized on the loo
 # Commits of at least this many chunks hand freed buffers back to the system afterwards.
 TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
+# A pass that ends early merges what it staged (at most STAGED_MAX_DOCS documents) even
+# while cancelled, for at most this long; a commit merges whatever is left.
+PASS_END_MAX_S = 30.0
 BUSY_COMMIT_MAX_S = 60.0
 
 
@@ -374,8 +377,28 @@ class WorkspaceIndex:
                 self._mark_dirty()
                 self._notify_changed()
 
-        await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply,
-                                 indexed=len(self.state.files))
+        try:
+            await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply,
+                                     indexed=len(self.state.files))
+        except BaseException:
+            # Ended before its last apply: what the pass staged would wait unsearchable
+            # (while listed as indexed, so no reconcile reads it again) until another
+            # write or a commit merged it. Merged now, even while cancelled, so the
+            # state is whole; what was not applied is unknown, and the next reconcile
+            # (the watcher owes one after a failed apply) reads it.
+            with trio.move_on_after(PASS_END_MAX_S) as ending:
+                ending.shield = True
+                await self._end_pass()
+            raise
+
+    async def _end_pass(self) -> None:
+        dropped = await self._locked(self.state.end_pass)
+        if dropped:
+            log.warning("%s: %d files of a failed pass could not be merged; the next "
+                        "reconcile reads them again", self.ws.agent_id, len(dropped))
+            self._changes += len(dropped)
+            self._mark_dirty()
+            self._notify_changed()
 
     async def _prepare_each(
         self,

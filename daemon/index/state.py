@@ -282,7 +282,13 @@ class IndexState:
         """Bring the index in line with ``batches`` (each file replaced or dropped whole).
 
         ``stage``: more of the same pass follows; the keyword index may keep these
-        documents aside and merge them with the next (``BM25Index.add_encoded``)."""
+        documents aside and merge them with the next (``BM25Index.add_encoded``), at the
+        latest at the pass's last apply (or :meth:`end_pass`).
+
+        Should the keyword index fail to take the new documents (a merge out of memory),
+        the files they came from are left out again and the error raised: every file the
+        state lists stays searchable, and the next reconcile reads those files again (on
+        disk, unknown here). Files dropped or deleted before stay so."""
         batches = list(batches)
         # Vocabularies kept by worker processes are looked up first, in batch order (as
         # add_encoded would add the terms): a batch that does not fit what is held raises
@@ -293,6 +299,7 @@ class IndexState:
         added = updated = deleted = unchanged = 0
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
+        made: list[FileInfo] = []  # files given new chunks: left out if the index fails
         for batch, to_global in zip(batches, own_ids, strict=True):
             keys: list[int] = []
             for prep in batch.files:
@@ -322,8 +329,9 @@ class IndexState:
                     keys.append(key)
                     self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
                                     chunk.text, chunk.heading, chunk.metadata)
-                self.files[prep.path] = FileInfo(
+                info = self.files[prep.path] = FileInfo(
                     prep.path, prep.mtime_ns, prep.size, prep.digest, compact_keys(keys[first:]))
+                made.append(info)
                 if self._by_stem is not None:
                     self._by_stem[_stem(prep.path)] = prep.path
                 self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
@@ -334,14 +342,41 @@ class IndexState:
                 else:
                     parts.append((batch.terms,
                                   Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
-        self.bm25.add_encoded(parts, stage=stage)
+        try:
+            self.bm25.add_encoded(parts, stage=stage)
+        except BaseException:
+            for info in made:  # none of their documents was indexed
+                self._drop(info, keyword=False)
+            raise
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
         return ApplyStats(added, updated, deleted, unchanged)
 
-    def _drop(self, info: FileInfo) -> None:
+    def end_pass(self) -> list[str]:
+        """End a pass whose last apply never came (it failed or was cancelled part-way):
+        merge the documents its applies staged, so that every file listed is searchable,
+        and let go of the worker vocabularies it held.
+
+        Should that merge fail too, the staged documents' files are left out (the next
+        reconcile reads them again: on disk, unknown here); returns their paths."""
+        try:
+            self.bm25.merge_staged()
+        except Exception:
+            staged = self.bm25.drop_staged()
+            out = [info for info in self.files.values() if info.keys and info.keys[0] in staged]
+            self._neighbours = {}
+            for info in out:
+                self._drop(info, keyword=False)
+            return [info.path for info in out]
+        finally:
+            self.bm25.forget_vocabularies()
+        return []
+
+    def _drop(self, info: FileInfo, *, keyword: bool = True) -> None:
+        """Forget ``info``'s file; ``keyword``: its documents are in the keyword index."""
         for key in info.keys:
-            self.bm25.remove(key)
+            if keyword:
+                self.bm25.remove(key)
             self.chunks.remove(key)
             if self.vectors is not None and key in self.vectors:
                 self.vectors.remove(key)
