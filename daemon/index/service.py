@@ -44,6 +44,7 @@ from recalld.daemon.index.persist import (
     IndexStore,
     LoadReport,
     adopt_saved,
+    map_saved,
     reload_saved,
     snapshot,
     state_stamp,
@@ -59,6 +60,7 @@ from recalld.daemon.index.state import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
+from recalld.daemon.store.arrays import Mapped
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -628,16 +630,28 @@ class WorkspaceIndex:
         is loaded back from those files, as a warm start loads it, rather than only its
         big arrays (``reload_saved``); returns whether it was."""
         gen = self.store.store.current
+        saved: tuple[Mapped, Mapped] | None = None
+        if gen is not None and gen.number == number and state_stamp(self.state) == stamp:
+            # The private copies (ADR 0020) are made before the lock is taken, so searches
+            # go on meanwhile: the generation's files never change, and no other commit can
+            # replace it (this one holds the commit lock). Dropped if the state changes
+            # meanwhile (unnamed files: nothing is left behind).
+            try:
+                saved = await trio.to_thread.run_sync(map_saved, gen)
+            except (CorruptState, KeyError, ValueError, OSError) as exc:
+                log.warning("%s: serving from generation %d failed (%s); kept in memory",
+                            self.ws.agent_id, number, exc)
         async with self._lock:
             state = self.state
-            if gen is None or gen.number != number or state_stamp(state) != stamp:
+            if gen is None or saved is None or state_stamp(state) != stamp:
                 await trio.to_thread.run_sync(state.evict)
                 return False
             # Not while a large pass is still applying: it would need the whole keyword
             # dictionary back as strings at its next apply.
             whole = self._reload and not self._big_passes
             try:
-                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved, state, gen)
+                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved,
+                                              state, gen, saved)
             except (CorruptState, KeyError, ValueError, OSError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self.ws.agent_id, number, exc)
