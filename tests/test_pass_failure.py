@@ -1,17 +1,19 @@
 """A large indexing pass that fails part-way: what it applied stays searchable, the
-index stays whole, and the next reconcile indexes what the failure left out.
+index stays whole, and the next reconcile indexes what the failure left out. A note that
+cannot be read fails no pass at all.
 
 The workspace index runs on real files with its own watcher (a silent change source, so
-only the reconciles the test asks for apply anything). The failure is a read error on
-one note (EIO from the disk), raised where the real read happens, or a keyword-index
-merge that raises; the pass is large enough to apply some of its files before it fails.
+only the reconciles the test asks for apply anything). The failures are raised where the
+real read of one note happens: a read error (EIO from the disk), that note's alone, or
+running out of memory, which fails its batch and so the pass; or a keyword-index merge
+raises. The passes are large enough to apply some of their files before they fail.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +59,32 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-@pytest.fixture
-def unreadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
-    """Names of notes whose read fails with EIO (as a failing disk does), while listed."""
+def _failing_read(monkeypatch: pytest.MonkeyPatch,
+                  error: Callable[[str], BaseException]) -> set[str]:
+    """Names of notes whose read raises ``error(path)``, while listed."""
     bad: set[str] = set()
     real = prepare._read_note
 
     def read(root: Path, rel: str, real_root: str | None = None,
              ) -> tuple[bytes, os.stat_result] | None:
         if rel.rsplit("/", 1)[-1] in bad:
-            raise OSError(errno.EIO, os.strerror(errno.EIO), rel)
+            raise error(rel)
         return real(root, rel, real_root)
 
     monkeypatch.setattr(prepare, "_read_note", read)
-    yield bad
+    return bad
+
+
+@pytest.fixture
+def unreadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """Names of notes whose read fails with EIO (as a failing disk does), while listed."""
+    yield _failing_read(monkeypatch, lambda rel: OSError(errno.EIO, os.strerror(errno.EIO), rel))
+
+
+@pytest.fixture
+def out_of_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """Names of notes whose read runs out of memory, while listed: their batch fails."""
+    yield _failing_read(monkeypatch, lambda rel: MemoryError(f"reading {rel}"))
 
 
 def _index(tmp_path: Path) -> WorkspaceIndex:
@@ -111,8 +125,8 @@ def _whole(index: WorkspaceIndex) -> None:
     assert not state.bm25.staged
 
 
-async def test_a_read_error_part_way_leaves_what_was_applied_searchable(
-        tmp_path: Path, unreadable: set[str]) -> None:
+async def test_a_failure_part_way_leaves_what_was_applied_searchable(
+        tmp_path: Path, out_of_memory: set[str]) -> None:
     assert ADDED >= POOL_MIN_FILES and BAD_AT >= 2 * APPLY_MIN_FILES
     index = _index(tmp_path)
     root = index.root
@@ -122,21 +136,51 @@ async def test_a_read_error_part_way_leaves_what_was_applied_searchable(
         assert len(index.state.files) == BEFORE and not _unsearchable(index)
         added = _write(root, BEFORE, ADDED)
         bad = added[BAD_AT]
-        unreadable.add(bad.rsplit("/", 1)[-1])
+        out_of_memory.add(bad.rsplit("/", 1)[-1])
         with pytest.raises(BaseException) as failed:
             await index.watcher.reconcile("a batch of new notes")
-        assert isinstance(_leaf(failed.value), OSError)
-        # Some of the new notes were applied before the failure, the unreadable one not.
+        assert isinstance(_leaf(failed.value), MemoryError)
+        # Some of the new notes were applied before the failure, the failing one not.
         applied = set(index.state.files)
         assert BEFORE < len(applied) < BEFORE + ADDED and bad not in applied
         # Everything the index lists is found, before any commit.
         assert _unsearchable(index) == []
         _whole(index)
         # The next reconcile indexes the rest once the note reads again.
-        unreadable.clear()
-        await index.watcher.reconcile("after the read error")
+        out_of_memory.clear()
+        await index.watcher.reconcile("after the failure")
         assert len(index.state.files) == BEFORE + ADDED and bad in index.state.files
         assert _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_note_that_cannot_be_read_holds_back_no_other(
+        tmp_path: Path, unreadable: set[str]) -> None:
+    # A read error is the note's, not the pass's: the others are indexed, the note keeps
+    # what the index had of it, and a reconcile once it reads again indexes it.
+    index = _index(tmp_path)
+    root = index.root
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        rels = _write(root, 0, BEFORE)
+        unreadable.add(rels[100].rsplit("/", 1)[-1])
+        await index.watcher.reconcile("a first build")
+        assert sorted(index.state.files) == sorted(set(rels) - {rels[100]})
+        assert _unsearchable(index) == []
+        _whole(index)
+        # An indexed note changed on disk and unreadable now: its last version stays.
+        edited = root / rels[5]
+        edited.write_text("# Note 5\n\nmarker5 rewritten with newword\n", encoding="utf-8")
+        unreadable.add(rels[5].rsplit("/", 1)[-1])
+        await index.watcher.reconcile("an edit that cannot be read")
+        assert rels[5] in index.state.files and _unsearchable(index) == []
+        assert not index.state.keyword_search("newword", 5)
+        unreadable.clear()
+        await index.watcher.reconcile("readable again")
+        assert len(index.state.files) == BEFORE and _unsearchable(index) == []
+        assert [k for k, _ in index.state.keyword_search("newword", 5)] == list(
+            index.state.files[rels[5]].keys)
         _whole(index)
         nursery.cancel_scope.cancel()
 
@@ -224,19 +268,18 @@ def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
 # --------------------------------------------------- a real daemon with two workspaces
 
 # Loaded by every process of the daemon (its worker processes too) through PYTHONPATH:
-# while the trigger file exists, reading a note of the listed names fails with EIO.
+# while the trigger file exists, reading a note of the listed names runs out of memory.
 SITECUSTOMIZE = """\
 import os
-names = os.environ.get("EIO_NAMES")
+names = os.environ.get("FAILING_NAMES")
 if names:
-    import errno
     from pathlib import Path
     from recalld.daemon.index import prepare
-    _trigger = Path(os.environ["EIO_TRIGGER"])
+    _trigger = Path(os.environ["FAILING_TRIGGER"])
     _real = prepare._read_note
     def _read_note(root, rel, real_root=None):
         if _trigger.exists() and rel.rsplit("/", 1)[-1] in names.split(","):
-            raise OSError(errno.EIO, os.strerror(errno.EIO), rel)
+            raise MemoryError("reading " + rel)
         return _real(root, rel, real_root)
     prepare._read_note = _read_note
 """
@@ -262,12 +305,12 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
-    trigger = tmp_path / "disk-fails"
+    trigger = tmp_path / "memory-runs-out"
     # No commit while the failure is on: what a search finds comes from the passes alone.
     config = (f'[workspaces.a]\npath = "{a}"\n[workspaces.b]\npath = "{b}"\n'
               '[daemon]\npersist_delay_s = 600\n')
     bad = f"n{BEFORE + BAD_AT:05d}.md"
-    env = {"PYTHONPATH": str(hooks), "EIO_NAMES": bad, "EIO_TRIGGER": str(trigger)}
+    env = {"PYTHONPATH": str(hooks), "FAILING_NAMES": bad, "FAILING_TRIGGER": str(trigger)}
     d = daemon_factory(config, **env)
     d.call("index.sync", {"agent_id": "a"}, timeout=100)
     d.call("index.sync", {"agent_id": "b"}, timeout=100)
@@ -279,7 +322,7 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     status = wait_value(lambda: _index_status(d, "a"),
                         lambda s: s.get("watcher", {}).get("errors"),
                         "the startup pass of a fails", 100)
-    assert "Input/output error" in status["watcher"]["last_error"], status
+    assert "MemoryError: reading" in status["watcher"]["last_error"], status
     # What the failed pass applied is found (it is listed as indexed), before any commit.
     listed = status["files"]
     assert BEFORE < listed < BEFORE + ADDED
@@ -293,7 +336,7 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     d.call("index.sync", {"agent_id": "b"}, timeout=120)
     hits = d.call("memory.search", {"agent_id": "b", "query": "marker99999"})["results"]
     assert [h["path"] for h in hits] == ["memory/2026-07-01/late.md"]
-    # The disk reads again: the watcher's retry indexes the rest of a.
+    # Memory again: the watcher's retry indexes the rest of a.
     trigger.unlink()
     wait_value(lambda: _index_status(d, "a"), lambda s: s.get("files") == BEFORE + ADDED,
                "every note of a is indexed", 100)

@@ -373,6 +373,10 @@ class WorkspaceIndex:
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
+            if stats.unreadable:
+                log.warning("%s: %d notes could not be read (%s); kept as indexed, read again "
+                            "at a later reconcile", self.ws.agent_id, len(stats.unreadable),
+                            "; ".join(f"{path}: {why}" for path, why in stats.unreadable[:5]))
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted
                 self._reload = self._reload or big

@@ -97,6 +97,8 @@ class ApplyStats:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    #: Files that could not be read (path, why): left as the index had them.
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -297,6 +299,7 @@ class IndexState:
         own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
             (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
         added = updated = deleted = unchanged = 0
+        unreadable: list[tuple[str, str]] = []
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
         made: list[FileInfo] = []  # files given new chunks: left out if the index fails
@@ -308,6 +311,9 @@ class IndexState:
                     if old is not None:
                         self._drop(old)
                         deleted += 1
+                    continue
+                if prep.error:
+                    unreadable.append((prep.path, prep.error))
                     continue
                 if prep.unchanged:
                     # Read as unchanged against a digest this state no longer has (a file
@@ -350,7 +356,7 @@ class IndexState:
             raise
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
-        return ApplyStats(added, updated, deleted, unchanged)
+        return ApplyStats(added, updated, deleted, unchanged, tuple(unreadable))
 
     def end_pass(self) -> list[str]:
         """End a pass whose last apply never came (it failed or was cancelled part-way):
