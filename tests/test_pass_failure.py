@@ -297,6 +297,7 @@ def _index_status(d: Any, agent: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
         daemon_factory: Any, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
@@ -338,8 +339,9 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     assert [h["path"] for h in hits] == ["memory/2026-07-01/late.md"]
     # Memory again: the watcher's retry indexes the rest of a.
     trigger.unlink()
+    # (The retry comes after the watcher's backoff, at most restart_backoff_max_s.)
     wait_value(lambda: _index_status(d, "a"), lambda s: s.get("files") == BEFORE + ADDED,
-               "every note of a is indexed", 100)
+               "every note of a is indexed", 150)
     for i in (BEFORE + BAD_AT, BEFORE + ADDED - 1, BEFORE + 100):
         assert _found(d, "a", i), i
     assert len(added) == ADDED

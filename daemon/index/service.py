@@ -400,8 +400,8 @@ class WorkspaceIndex:
     async def _end_pass(self) -> None:
         dropped = await self._locked(self.state.end_pass)
         if dropped:
-            log.warning("%s: %d files of a failed pass could not be merged; the next "
-                        "reconcile reads them again", self.ws.agent_id, len(dropped))
+            log.warning("%s: %d files of a pass that ended early could not be merged; "
+                        "the next reconcile reads them again", self.ws.agent_id, len(dropped))
             self._changes += len(dropped)
             self._mark_dirty()
             self._notify_changed()
