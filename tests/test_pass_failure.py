@@ -6,13 +6,16 @@ The workspace index runs on real files with its own watcher (a silent change sou
 only the reconciles the test asks for apply anything). The failures are raised where the
 real read of one note happens: a read error (EIO from the disk), that note's alone, or
 running out of memory, which fails its batch and so the pass; or a keyword-index merge
-raises. The passes are large enough to apply some of their files before they fail.
+raises; or the pass is cancelled; or a worker process is killed (SIGKILL). The passes are
+large enough to apply some of their files before they fail.
 """
 
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from waits import wait_value, workspace_status
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import postings, prepare
 from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.service import APPLY_MIN_FILES, POOL_MIN_FILES, WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.watcher import Watcher, WatcherConfig
@@ -87,7 +91,7 @@ def out_of_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     yield _failing_read(monkeypatch, lambda rel: MemoryError(f"reading {rel}"))
 
 
-def _index(tmp_path: Path) -> WorkspaceIndex:
+def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
     root = tmp_path / "ws"
     root.mkdir()
     ws = Workspace("w", root, WorkspaceSettings())
@@ -95,7 +99,7 @@ def _index(tmp_path: Path) -> WorkspaceIndex:
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
                        config_path=tmp_path / "c.toml", persist_delay_s=3600.0)
     cpu = trio.CapacityLimiter(2)
-    index = WorkspaceIndex(ws, cfg, cpu=cpu)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu, pool=pool)
     index.watcher = Watcher(
         root, ["memory", "digest"], apply=index.apply_paths,
         known=lambda: index.state.known(), source=ScriptedChangeSource(),
@@ -183,6 +187,40 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
             index.state.files[rels[5]].keys)
         _whole(index)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_killed_part_way_loses_no_note(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A worker process that dies fails no pass: its batches are prepared in threads.
+    pool = PreparePool(2)
+    index = _index(tmp_path, pool)
+    root = index.root
+    _write(root, 0, BEFORE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        await nursery.start(index.run)
+        _write(root, BEFORE, ADDED)
+        killed: list[int] = []
+
+        async def kill_a_worker_after_an_apply() -> None:
+            with trio.fail_after(120):
+                while len(index.state.files) == BEFORE:
+                    await trio.sleep(0.005)
+            workers = [p for p in multiprocessing.active_children() if p.pid is not None]
+            if workers and workers[0].pid is not None:
+                killed.append(workers[0].pid)
+                os.kill(workers[0].pid, signal.SIGKILL)
+
+        nursery.start_soon(kill_a_worker_after_an_apply)
+        await index.watcher.reconcile("a batch of new notes")
+        assert pool.status()["calls"] > 0
+        assert len(index.state.files) == BEFORE + ADDED
+        assert _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+    # The kill came while the pass still had batches for the pool (else it showed nothing).
+    assert killed
+    assert "indexing worker processes failed" in caplog.text
 
 
 async def test_a_merge_that_raises_leaves_the_index_whole_and_retries_its_notes(
