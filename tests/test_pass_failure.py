@@ -248,6 +248,13 @@ async def test_a_merge_that_raises_leaves_the_index_whole_and_retries_its_notes(
         assert BEFORE < len(index.state.files) < BEFORE + ADDED
         _whole(index)
         assert _unsearchable(index) == []
+        # Committed as it is, and served from the files written (loaded back whole).
+        await index.compact()
+        assert index.last_commit is not None
+        assert index.last_commit["files"] == len(index.state.files)
+        assert index.state.mapped and not index.state.bm25.terms_built
+        _whole(index)
+        assert _unsearchable(index) == []
         await index.watcher.reconcile("after the failed merge")
         assert set(index.state.files) >= set(added)
         assert len(index.state.files) == BEFORE + ADDED
