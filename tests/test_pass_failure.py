@@ -310,6 +310,33 @@ def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
         state.files[first[7]].keys)
 
 
+def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, more = _write(tmp_path, 0, 100), _write(tmp_path, 100, 100)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, first, max_chars=2000, digests={})])
+    batch = prepare_files(tmp_path, more, max_chars=2000, digests={})
+    real, calls = state.graph.add_file, []
+
+    def add_file(path: str, links: object) -> None:
+        calls.append(path)
+        if len(calls) == 30:
+            raise MemoryError("no room for the links")
+        real(path, links)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state.graph, "add_file", add_file)
+    with pytest.raises(MemoryError):
+        state.apply([batch])
+    assert sorted(state.files) == first  # the 29 files made before are left out too
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    monkeypatch.undo()
+    state.apply([batch])
+    assert len(state.files) == 200
+    assert [k for k, _ in state.keyword_search("marker150", 5)] == list(
+        state.files[more[50]].keys)
+
+
 # --------------------------------------------------- a real daemon with two workspaces
 
 # Loaded by every process of the daemon (its worker processes too) through PYTHONPATH:

@@ -287,10 +287,10 @@ class IndexState:
         documents aside and merge them with the next (``BM25Index.add_encoded``), at the
         latest at the pass's last apply (or :meth:`end_pass`).
 
-        Should the keyword index fail to take the new documents (a merge out of memory),
-        the files they came from are left out again and the error raised: every file the
-        state lists stays searchable, and the next reconcile reads those files again (on
-        disk, unknown here). Files dropped or deleted before stay so."""
+        Should this raise part-way (the keyword index's merge out of memory), the files
+        it gave new chunks are left out again: every file the state lists stays
+        searchable, and the next reconcile reads those files again (on disk, unknown
+        here). Files dropped or deleted before stay so."""
         batches = list(batches)
         # Vocabularies kept by worker processes are looked up first, in batch order (as
         # add_encoded would add the terms): a batch that does not fit what is held raises
@@ -303,56 +303,67 @@ class IndexState:
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
         made: list[FileInfo] = []  # files given new chunks: left out if the index fails
-        for batch, to_global in zip(batches, own_ids, strict=True):
-            keys: list[int] = []
-            for prep in batch.files:
-                old = self.files.get(prep.path)
-                if prep.gone:
+        first_key = self.next_key
+        try:
+            for batch, to_global in zip(batches, own_ids, strict=True):
+                keys: list[int] = []
+                for prep in batch.files:
+                    old = self.files.get(prep.path)
+                    if prep.gone:
+                        if old is not None:
+                            self._drop(old)
+                            deleted += 1
+                        continue
+                    if prep.error:
+                        unreadable.append((prep.path, prep.error))
+                        continue
+                    if prep.unchanged:
+                        # Read as unchanged against a digest this state no longer has (a
+                        # file dropped meanwhile): leave it to the next reconcile, which
+                        # re-reads it.
+                        seen = (prep.mtime_ns, prep.size)
+                        if old is not None and (old.mtime_ns, old.size) != seen:
+                            self.files[prep.path] = FileInfo(
+                                prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
+                        unchanged += 1
+                        continue
                     if old is not None:
                         self._drop(old)
-                        deleted += 1
-                    continue
-                if prep.error:
-                    unreadable.append((prep.path, prep.error))
-                    continue
-                if prep.unchanged:
-                    # Read as unchanged against a digest this state no longer has (a file
-                    # dropped meanwhile): leave it to the next reconcile, which re-reads it.
-                    if old is not None and (old.mtime_ns, old.size) != (prep.mtime_ns, prep.size):
-                        self.files[prep.path] = FileInfo(
-                            prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
-                    unchanged += 1
-                    continue
-                if old is not None:
-                    self._drop(old)
-                    updated += 1
-                else:
-                    added += 1
-                first = len(keys)
-                for chunk in prep.chunks:
-                    key = self.next_key
-                    self.next_key += 1
-                    keys.append(key)
-                    self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
-                                    chunk.text, chunk.heading, chunk.metadata)
-                info = self.files[prep.path] = FileInfo(
-                    prep.path, prep.mtime_ns, prep.size, prep.digest, compact_keys(keys[first:]))
-                made.append(info)
-                if self._by_stem is not None:
-                    self._by_stem[_stem(prep.path)] = prep.path
-                self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
-            if keys:
-                slab = batch.slab
-                if to_global is not None:
-                    parts.append((None, slab.mapped(to_global, keys)))
-                else:
-                    parts.append((batch.terms,
-                                  Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
-        try:
+                        updated += 1
+                    else:
+                        added += 1
+                    first = len(keys)
+                    for chunk in prep.chunks:
+                        key = self.next_key
+                        self.next_key += 1
+                        keys.append(key)
+                        self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
+                                        chunk.text, chunk.heading, chunk.metadata)
+                    info = self.files[prep.path] = FileInfo(
+                        prep.path, prep.mtime_ns, prep.size, prep.digest,
+                        compact_keys(keys[first:]))
+                    made.append(info)
+                    if self._by_stem is not None:
+                        self._by_stem[_stem(prep.path)] = prep.path
+                    self.graph.add_file(prep.path,
+                                        resolve_links(prep.path, prep.links, self.resolve))
+                if keys:
+                    slab = batch.slab
+                    if to_global is not None:
+                        parts.append((None, slab.mapped(to_global, keys)))
+                    else:
+                        parts.append((batch.terms,
+                                      Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
             self.bm25.add_encoded(parts, stage=stage)
         except BaseException:
-            for info in made:  # none of their documents was indexed
-                self._drop(info, keyword=False)
+            # None of this call's documents is in the keyword index: leave out the
+            # files given them, and any chunk of a file left half made.
+            for info in made:
+                if self.files.get(info.path) is info:
+                    self._drop(info, keyword=False)
+            for key in range(first_key, self.next_key):
+                if key in self.chunks:
+                    self.chunks.remove(key)
             raise
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
