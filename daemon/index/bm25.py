@@ -247,10 +247,13 @@ class BM25Index:
 
         ``stage`` (a pass of many calls, such as a first build): many new documents wait
         beside main, in this index's term ids, and join it in one merge with later ones:
-        at the next call without ``stage`` or any other write, at the latest once they
-        are as many as main's (or ``STAGED_MAX_DOCS``). A merge rewrites main, so a pass
-        then copies main fewer times than once per call. Staged documents are not
-        searchable yet and do not count in the corpus statistics.
+        at the next call without ``stage`` or any other write (or :meth:`merge_staged`),
+        at the latest once they are as many as main's (or ``STAGED_MAX_DOCS``). A merge
+        rewrites main, so a pass then copies main fewer times than once per call. Staged
+        documents are not searchable yet and do not count in the corpus statistics.
+
+        A merge that raises (out of memory) adds none of ``parts``, neither to main nor
+        to the staged documents, and leaves those staged before as they were.
         """
         parts = list(parts)
         for _, slab in parts:
@@ -262,27 +265,42 @@ class BM25Index:
         if small or any(key in self._live or key in self._staged_keys
                         for _, slab in parts for key in slab.keys):
             self.merge_staged()  # they come first, as if merged when they were added
-            for _, slab in parts:
-                for key in slab.keys:
-                    if key in self._live:
-                        self._remove(key)
-            if small:
-                table: list[str] = []  # the term table by id, made once (no merge below)
-                for terms, slab in parts:
-                    if terms is None and not table:
-                        table = list(self._term_ids)
-                    named = table if terms is None else terms
-                    for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
-                        self._add_counts(key, counts, length)
-                self._maybe_compact()
-                return
-            stage = False  # new versions of indexed documents: searchable at once
-        for terms, slab in parts:
-            self._staged.append(self._own_ids(terms, slab))
-            self._staged_keys.update(slab.keys)
-            self._staged_len += sum(slab.lens)
-        if not stage or len(self._staged_keys) >= min(len(self._live), STAGED_MAX_DOCS):
-            self.merge_staged()  # a merge leaves nothing to compact; staging changes nothing
+        elif stage:
+            own = [self._own_ids(terms, slab) for terms, slab in parts]
+            staged = len(self._staged_keys) + sum(len(slab.keys) for slab in own)
+            if staged >= min(len(self._live), STAGED_MAX_DOCS):
+                self._merge_with_staged(own)
+            else:
+                for slab in own:
+                    self._staged.append(slab)
+                    self._staged_keys.update(slab.keys)
+                    self._staged_len += sum(slab.lens)
+            return
+        for _, slab in parts:
+            for key in slab.keys:
+                if key in self._live:
+                    self._remove(key)
+        if small:
+            table: list[str] = []  # the term table by id, made once (no merge below)
+            for terms, slab in parts:
+                if terms is None and not table:
+                    table = list(self._term_ids)
+                named = table if terms is None else terms
+                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
+                    self._add_counts(key, counts, length)
+        else:
+            self._merge_with_staged([self._own_ids(terms, slab) for terms, slab in parts])
+        self._maybe_compact()
+
+    def _merge_with_staged(self, slabs: list[Slab]) -> None:
+        """Merge the staged documents and then ``slabs`` (this index's term ids) into
+        main; counted as live only once the merge succeeded (if it raises, the staged
+        documents stay staged and ``slabs`` join nothing)."""
+        self._merge([*self._staged, *slabs])
+        self._count_staged()
+        for slab in slabs:
+            self._live.update(slab.keys)
+            self._total_len += sum(slab.lens)
 
     def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
         return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
@@ -362,17 +380,25 @@ class BM25Index:
             self._merge([])
 
     def merge_staged(self) -> None:
-        """Merge the documents ``add_encoded`` staged into main (searchable from then on)."""
+        """Merge the documents ``add_encoded`` staged into main (searchable from then on).
+        If the merge raises, they stay staged."""
         if self._staged:
-            self._merge(self._take_staged())
+            self._merge(self._staged)
+            self._count_staged()
 
-    def _take_staged(self) -> list[Slab]:
-        """The staged slabs, their documents counted as live (the caller merges them)."""
-        slabs, self._staged = self._staged, []
+    def drop_staged(self) -> BitMap:
+        """Let go of the staged documents without indexing them (their merge failed);
+        returns their keys."""
+        keys = self._staged_keys
+        self._staged, self._staged_keys, self._staged_len = [], BitMap(), 0
+        return keys
+
+    def _count_staged(self) -> None:
+        """The staged documents were merged into main: count them as live."""
+        self._staged = []
         self._live |= self._staged_keys
         self._total_len += self._staged_len
         self._staged_keys, self._staged_len = BitMap(), 0
-        return slabs
 
     def _remove(self, key: int) -> None:
         self._wrote()
@@ -422,13 +448,14 @@ class BM25Index:
         self._doclen, self._row_keys = seg.doclen, seg.row_keys
 
     def _merge(self, slabs: list[Slab]) -> None:
-        """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``)."""
-        self.merges += 1
+        """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``).
+        If the merge raises (out of memory), main and the delta stay as they were."""
         delta = Slab.from_counts(self._delta_docs, self._term_ids)
-        self._delta_docs.clear()
-        self._delta_post.clear()
         seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids),
                                    drop_unused=not self._vocabs)
+        self.merges += 1
+        self._delta_docs.clear()
+        self._delta_post.clear()
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
             terms = list(self._term_ids)

@@ -358,13 +358,29 @@ def state_stamp(state: IndexState) -> tuple[int, int, int]:
     return (id(state), state.bm25.main_generation, state.chunks.version)
 
 
-def adopt_saved(state: IndexState, gen: Generation) -> None:
+def map_saved(gen: Generation) -> tuple[Mapped, Mapped]:
+    """``gen``'s keyword index and chunk table files, mapped (private copies, ADR 0020; the
+    two made at the same time), for :func:`adopt_saved` or :func:`reload_saved`.
+
+    Touches no state: run it before taking the index lock, so searches go on while the
+    files are copied (a generation's files never change once committed). Raises
+    CorruptState / KeyError / OSError."""
+    table = _Copying(gen, "chunk_table")
+    try:
+        bm25 = gen.map_arrays("bm25")
+    finally:
+        table.join()
+    return bm25, table.result()
+
+
+def adopt_saved(state: IndexState, gen: Generation,
+                saved: tuple[Mapped, Mapped] | None = None) -> None:
     """Serve ``state``'s keyword main segment and chunk table from ``gen``'s files, mapped,
     instead of the copies in memory; the caller checked that ``gen`` was saved from
-    ``state`` as it is now (:func:`state_stamp`). Raises CorruptState / ValueError, leaving
-    ``state`` as it was."""
-    bm25 = gen.map_arrays("bm25")
-    table_map = gen.map_arrays("chunk_table")
+    ``state`` as it is now (:func:`state_stamp`). ``saved``: ``map_saved(gen)``, when the
+    caller mapped them already. Raises CorruptState / ValueError, leaving ``state`` as it
+    was."""
+    bm25, table_map = map_saved(gen) if saved is None else saved
     table = ChunkTable.from_arrays(table_map.arrays)
     if table.live != state.chunks.live:
         raise ValueError("saved chunk table does not match the one in memory")
@@ -375,10 +391,12 @@ def adopt_saved(state: IndexState, gen: Generation) -> None:
     state.evict()
 
 
-def reload_saved(state: IndexState, gen: Generation) -> None:
+def reload_saved(state: IndexState, gen: Generation,
+                 saved: tuple[Mapped, Mapped] | None = None) -> None:
     """Replace ``state``'s files, chunks, keyword index and links by what a warm start
     loads from ``gen`` (its vectors stay); the caller checked that ``gen`` was saved from
-    ``state`` as it is now (:func:`state_stamp`).
+    ``state`` as it is now (:func:`state_stamp`). ``saved``: ``map_saved(gen)``, when the
+    caller mapped them already.
 
     For the end of a first build or another large pass: the objects that outlive it
     (term strings, file records, links) were made one batch at a time in between the
@@ -386,9 +404,8 @@ def reload_saved(state: IndexState, gen: Generation) -> None:
     Loaded at once, the same state fills few pages, the pass's copies go, and the keyword
     dictionary stays the saved bytes until a write needs it, as after a warm start.
     Raises CorruptState / ValueError, leaving ``state`` as it was."""
-    bm25_map = gen.map_arrays("bm25")
+    bm25_map, table_map = map_saved(gen) if saved is None else saved
     bm25 = BM25Index.from_arrays(bm25_map.arrays, bm25_map.meta, check_values=False)
-    table_map = gen.map_arrays("chunk_table")
     table = ChunkTable.from_arrays(table_map.arrays)
     table.adopt_extras(state.chunks)
     state.repack(table, bm25)
@@ -400,5 +417,5 @@ def _reason(exc: BaseException) -> str:
     return exc.reason if isinstance(exc, CorruptState) else f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "adopt_saved", "reload_saved",
-           "snapshot", "state_stamp"]
+__all__ = ["IndexStore", "Link", "LoadReport", "Snapshot", "adopt_saved", "map_saved",
+           "reload_saved", "snapshot", "state_stamp"]

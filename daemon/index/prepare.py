@@ -8,6 +8,7 @@ the results under the index lock.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -34,6 +35,10 @@ VOCAB_MAX_TERMS = 1 << 18
 # That vocabulary: (the pass's token, term -> id). One per process: a worker serves one
 # call at a time, and a call of another pass begins a new one.
 _vocab: tuple[str, dict[str, int]] | None = None
+# Errors opening a note that mean there is no note to index there (gone, a link, not a
+# regular file, permission refused); others leave the note as the index has it.
+_NOT_A_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
+                         errno.ENAMETOOLONG, errno.ENODEV, errno.EACCES, errno.EPERM})
 
 
 def partly_indexed(files: Mapping[str, FileSize]) -> list[str]:
@@ -47,7 +52,8 @@ class FileSize(Protocol):
 
 @dataclass(slots=True)
 class Prepared:
-    """A file read and chunked, ready to apply (``gone``: deleted; ``unchanged``: same digest).
+    """A file read and chunked, ready to apply (``gone``: deleted; ``unchanged``: same digest;
+    ``error``: there but not readable now, why: the index keeps what it had of it).
 
     ``links`` are extracted without a resolver: bare ``[[names]]`` are resolved on apply,
     against the files the index knows then.
@@ -61,13 +67,14 @@ class Prepared:
     chunks: list[Chunk] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
     unchanged: bool = False
+    error: str = ""
 
     def __reduce__(self) -> tuple[type[Prepared], tuple[str, bool, int, int, str, list[Chunk],
-                                                       list[Link], bool]]:
+                                                       list[Link], bool, str]]:
         # One per file of a batch: its fields as the arguments of a call, not a dict of
         # slot names and values set one by one.
         return Prepared, (self.path, self.gone, self.mtime_ns, self.size, self.digest,
-                          self.chunks, self.links, self.unchanged)
+                          self.chunks, self.links, self.unchanged, self.error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +111,10 @@ class PreparedBatch:
 
 def _read_note(root: Path, rel: str,
                real_root: str | None = None) -> tuple[bytes, os.stat_result] | None:
-    """The bytes and stat of a regular file inside ``root``; None if absent or not a note.
+    """The bytes and stat of a regular file inside ``root``; None if absent or not a note
+    (a link, a socket, outside the workspace, or one its owner made unreadable). Raises
+    OSError when the file is there but cannot be read now (an I/O error, no descriptors or
+    memory left).
 
     The last component is opened without following symlinks, and a directory link that
     leads out of the workspace is refused, so a link planted in the workspace cannot make
@@ -112,8 +122,12 @@ def _read_note(root: Path, rel: str,
     """
     try:
         fd = safepath.open_inside(root, rel, real_root)
-    except (OSError, PathOutsideWorkspace):
+    except PathOutsideWorkspace:
         return None
+    except OSError as exc:
+        if exc.errno in _NOT_A_NOTE:
+            return None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -136,7 +150,13 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
     ``reme``: ReMe's chunks of it, kept while the note still matches them; ``real_root``:
     ``os.path.realpath(root)``, resolved once for many files."""
-    got = _read_note(root, rel, real_root)
+    try:
+        got = _read_note(root, rel, real_root)
+    except OSError as exc:
+        # One file's failure, not the pass's: the others are indexed, this one keeps what
+        # the index had, and a later reconcile reads it again (its stat differs or it is
+        # not indexed).
+        return Prepared(path=rel, gone=False, error=exc.strerror or type(exc).__name__)
     if got is None:
         return Prepared(path=rel, gone=True)
     data, st = got

@@ -45,6 +45,7 @@ from recalld.daemon.index.persist import (
     IndexStore,
     LoadReport,
     adopt_saved,
+    map_saved,
     reload_saved,
     snapshot,
     state_stamp,
@@ -60,6 +61,7 @@ from recalld.daemon.index.state import (
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
+from recalld.daemon.store.arrays import Mapped
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -99,6 +101,9 @@ INLINE_QUERY_MAX_CHARS = 256  # longer queries are not even tokenized on the loo
 # Commits of at least this many chunks hand freed buffers back to the system afterwards.
 TRIM_AFTER_CHUNKS = 2_000
 PERSIST_RETRY_MAX_S = 300.0
+# A pass that ends early merges what it staged (at most STAGED_MAX_DOCS documents) even
+# while cancelled, for at most this long; a commit merges whatever is left.
+PASS_END_MAX_S = 30.0
 BUSY_COMMIT_MAX_S = 60.0
 
 
@@ -377,14 +382,38 @@ class WorkspaceIndex:
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
+            if stats.unreadable:
+                log.warning("%s: %d notes could not be read (%s); kept as indexed, read again "
+                            "at a later reconcile", self.ws.agent_id, len(stats.unreadable),
+                            "; ".join(f"{path}: {why}" for path, why in stats.unreadable[:5]))
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted
                 self._reload = self._reload or big
                 self._mark_dirty()
                 self._notify_changed()
 
-        await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply,
-                                 indexed=len(self.state.files))
+        try:
+            await self._prepare_each(ordered, lambda p: self.state.digest_of(p), apply,
+                                     indexed=len(self.state.files))
+        except BaseException:
+            # Ended before its last apply: what the pass staged would wait unsearchable
+            # (while listed as indexed, so no reconcile reads it again) until another
+            # write or a commit merged it. Merged now, even while cancelled, so the
+            # state is whole; what was not applied is unknown, and the next reconcile
+            # (the watcher owes one after a failed apply) reads it.
+            with trio.move_on_after(PASS_END_MAX_S) as ending:
+                ending.shield = True
+                await self._end_pass()
+            raise
+
+    async def _end_pass(self) -> None:
+        dropped = await self._locked(self.state.end_pass)
+        if dropped:
+            log.warning("%s: %d files of a pass that ended early could not be merged; "
+                        "the next reconcile reads them again", self.ws.agent_id, len(dropped))
+            self._changes += len(dropped)
+            self._mark_dirty()
+            self._notify_changed()
 
     async def _prepare_each(
         self,
@@ -643,16 +672,28 @@ class WorkspaceIndex:
         is loaded back from those files, as a warm start loads it, rather than only its
         big arrays (``reload_saved``); returns whether it was."""
         gen = self.store.store.current
+        saved: tuple[Mapped, Mapped] | None = None
+        if gen is not None and gen.number == number and state_stamp(self.state) == stamp:
+            # The private copies (ADR 0020) are made before the lock is taken, so searches
+            # go on meanwhile: the generation's files never change, and no other commit can
+            # replace it (this one holds the commit lock). Dropped if the state changes
+            # meanwhile (unnamed files: nothing is left behind).
+            try:
+                saved = await trio.to_thread.run_sync(map_saved, gen)
+            except (CorruptState, KeyError, ValueError, OSError) as exc:
+                log.warning("%s: serving from generation %d failed (%s); kept in memory",
+                            self.ws.agent_id, number, exc)
         async with self._lock:
             state = self.state
-            if gen is None or gen.number != number or state_stamp(state) != stamp:
+            if gen is None or saved is None or state_stamp(state) != stamp:
                 await trio.to_thread.run_sync(state.evict)
                 return False
             # Not while a large pass is still applying: it would need the whole keyword
             # dictionary back as strings at its next apply.
             whole = self._reload and not self._big_passes
             try:
-                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved, state, gen)
+                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved,
+                                              state, gen, saved)
             except (CorruptState, KeyError, ValueError, OSError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self.ws.agent_id, number, exc)

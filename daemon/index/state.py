@@ -98,6 +98,8 @@ class ApplyStats:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    #: Files that could not be read (path, why): left as the index had them.
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -283,7 +285,13 @@ class IndexState:
         """Bring the index in line with ``batches`` (each file replaced or dropped whole).
 
         ``stage``: more of the same pass follows; the keyword index may keep these
-        documents aside and merge them with the next (``BM25Index.add_encoded``)."""
+        documents aside and merge them with the next (``BM25Index.add_encoded``), at the
+        latest at the pass's last apply (or :meth:`end_pass`).
+
+        Should this raise part-way (the keyword index's merge out of memory), the files
+        it gave new chunks are left out again: every file the state lists stays
+        searchable, and the next reconcile reads those files again (on disk, unknown
+        here). Files dropped or deleted before stay so."""
         batches = list(batches)
         # Vocabularies kept by worker processes are looked up first, in batch order (as
         # add_encoded would add the terms): a batch that does not fit what is held raises
@@ -292,57 +300,101 @@ class IndexState:
         own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
             (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
         added = updated = deleted = unchanged = 0
+        unreadable: list[tuple[str, str]] = []
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
-        for batch, to_global in zip(batches, own_ids, strict=True):
-            keys: list[int] = []
-            for prep in batch.files:
-                old = self.files.get(prep.path)
-                if prep.gone:
+        made: list[FileInfo] = []  # files given new chunks: left out if the index fails
+        first_key = self.next_key
+        try:
+            for batch, to_global in zip(batches, own_ids, strict=True):
+                keys: list[int] = []
+                for prep in batch.files:
+                    old = self.files.get(prep.path)
+                    if prep.gone:
+                        if old is not None:
+                            self._drop(old)
+                            deleted += 1
+                        continue
+                    if prep.error:
+                        unreadable.append((prep.path, prep.error))
+                        continue
+                    if prep.unchanged:
+                        # Read as unchanged against a digest this state no longer has (a
+                        # file dropped meanwhile): leave it to the next reconcile, which
+                        # re-reads it.
+                        seen = (prep.mtime_ns, prep.size)
+                        if old is not None and (old.mtime_ns, old.size) != seen:
+                            self.files[prep.path] = FileInfo(
+                                prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
+                        unchanged += 1
+                        continue
                     if old is not None:
                         self._drop(old)
-                        deleted += 1
-                    continue
-                if prep.unchanged:
-                    # Read as unchanged against a digest this state no longer has (a file
-                    # dropped meanwhile): leave it to the next reconcile, which re-reads it.
-                    if old is not None and (old.mtime_ns, old.size) != (prep.mtime_ns, prep.size):
-                        self.files[prep.path] = FileInfo(
-                            prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
-                    unchanged += 1
-                    continue
-                if old is not None:
-                    self._drop(old)
-                    updated += 1
-                else:
-                    added += 1
-                first = len(keys)
-                for chunk in prep.chunks:
-                    key = self.next_key
-                    self.next_key += 1
-                    keys.append(key)
-                    self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
-                                    chunk.text, chunk.heading, chunk.metadata)
-                self.files[prep.path] = FileInfo(
-                    prep.path, prep.mtime_ns, prep.size, prep.digest, compact_keys(keys[first:]))
-                if self._by_stem is not None:
-                    self._by_stem[_stem(prep.path)] = prep.path
-                self.graph.add_file(prep.path, resolve_links(prep.path, prep.links, self.resolve))
-            if keys:
-                slab = batch.slab
-                if to_global is not None:
-                    parts.append((None, slab.mapped(to_global, keys)))
-                else:
-                    parts.append((batch.terms,
-                                  Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
-        self.bm25.add_encoded(parts, stage=stage)
+                        updated += 1
+                    else:
+                        added += 1
+                    first = len(keys)
+                    for chunk in prep.chunks:
+                        key = self.next_key
+                        self.next_key += 1
+                        keys.append(key)
+                        self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
+                                        chunk.text, chunk.heading, chunk.metadata)
+                    info = self.files[prep.path] = FileInfo(
+                        prep.path, prep.mtime_ns, prep.size, prep.digest,
+                        compact_keys(keys[first:]))
+                    made.append(info)
+                    if self._by_stem is not None:
+                        self._by_stem[_stem(prep.path)] = prep.path
+                    self.graph.add_file(prep.path,
+                                        resolve_links(prep.path, prep.links, self.resolve))
+                if keys:
+                    slab = batch.slab
+                    if to_global is not None:
+                        parts.append((None, slab.mapped(to_global, keys)))
+                    else:
+                        parts.append((batch.terms,
+                                      Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys)))
+            self.bm25.add_encoded(parts, stage=stage)
+        except BaseException:
+            # None of this call's documents is in the keyword index: leave out the
+            # files given them, and any chunk of a file left half made.
+            for info in made:
+                if self.files.get(info.path) is info:
+                    self._drop(info, keyword=False)
+            for key in range(first_key, self.next_key):
+                if key in self.chunks:
+                    self.chunks.remove(key)
+            raise
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
-        return ApplyStats(added, updated, deleted, unchanged)
+        return ApplyStats(added, updated, deleted, unchanged, tuple(unreadable))
 
-    def _drop(self, info: FileInfo) -> None:
+    def end_pass(self) -> list[str]:
+        """End a pass whose last apply never came (it failed or was cancelled part-way):
+        merge the documents its applies staged, so that every file listed is searchable,
+        and let go of the worker vocabularies it held.
+
+        Should that merge fail too, the staged documents' files are left out (the next
+        reconcile reads them again: on disk, unknown here); returns their paths."""
+        try:
+            self.bm25.merge_staged()
+        except Exception:
+            staged = self.bm25.drop_staged()
+            out = [info for info in self.files.values() if info.keys and info.keys[0] in staged]
+            self._neighbours = {}
+            for info in out:
+                self._drop(info, keyword=False)
+            return [info.path for info in out]
+        finally:
+            self.bm25.forget_vocabularies()
+        return []
+
+    def _drop(self, info: FileInfo, *, keyword: bool = True) -> None:
+        """Forget ``info``'s file; ``keyword``: its documents are in the keyword index."""
         for key in info.keys:
-            self.bm25.remove(key)
+            if keyword:
+                self.bm25.remove(key)
             self.chunks.remove(key)
             if self.vectors is not None and key in self.vectors:
                 self.vectors.remove(key)

@@ -51,6 +51,7 @@ QUICK: dict[str, list[str]] = {
     "imports": ["--rounds", "3"],
     "aclient": ["--seconds", "1", "--rounds", "1"],
     "mapped": ["--quick"],
+    "serve_saved": ["--quick"],
     "quality-lexical": ["--sizes", "1600"],
 }
 #: run.py's own options; the ones in the first set take a value.

@@ -1,0 +1,68 @@
+"""After a commit the index serves private copies of the files it just wrote (ADR 0020):
+searches are answered while those copies are made, not held behind the index lock."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.state import Filters
+from recalld.daemon.store import arrays
+from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.workspaces import Workspace
+
+
+@pytest.mark.parametrize("notes", [40, 600])  # an edit's commit; a large pass's (reload)
+async def test_a_search_is_answered_while_a_commit_copies_its_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes: int) -> None:
+    root = tmp_path / "ws"
+    for i in range(notes):
+        path = root / f"memory/2026-07-{i // 100 + 1:02d}/n{i:04d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Note {i}\n\nmarker{i} and common words\n", encoding="utf-8")
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    index = WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg,
+                           cpu=trio.CapacityLimiter(2),
+                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0,
+                                                        apply_batch_max=1 << 30))
+    # The copies of the first commit's files wait until the search below was answered
+    # (or gave up: then the copies were made under the lock it waits for).
+    copying, release = threading.Event(), threading.Event()
+    real = arrays.map_arrays
+
+    def map_arrays(*args: object, **kwargs: object) -> arrays.Mapped:
+        copying.set()
+        release.wait(120)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(arrays, "map_arrays", map_arrays)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(index.run)
+            await index.sync()
+            with trio.fail_after(120):
+                while not copying.is_set():
+                    await trio.sleep(0.01)
+            found = None
+            with trio.move_on_after(30):  # answered at once unless it waits for the copy
+                found = await index.candidates("marker7", 5, Filters(), None)
+            release.set()
+            assert found is not None, "the search waited for the copy"
+            assert [found.chunks[k].path for k, _ in found.keyword][:1] == [
+                "memory/2026-07-01/n0007.md"]
+            with trio.fail_after(120):  # the commit then serves its files
+                while not index.state.mapped:
+                    await trio.sleep(0.01)
+            assert index.last_commit is not None and index.last_commit["files"] == notes
+            found = await index.candidates("marker7", 5, Filters(), None)
+            assert [found.chunks[k].path for k, _ in found.keyword][:1] == [
+                "memory/2026-07-01/n0007.md"]
+            nursery.cancel_scope.cancel()
+    finally:
+        release.set()

@@ -1,0 +1,421 @@
+"""A large indexing pass that fails part-way: what it applied stays searchable, the
+index stays whole, and the next reconcile indexes what the failure left out. A note that
+cannot be read fails no pass at all.
+
+The workspace index runs on real files with its own watcher (a silent change source, so
+only the reconciles the test asks for apply anything). The failures are raised where the
+real read of one note happens: a read error (EIO from the disk), that note's alone, or
+running out of memory, which fails its batch and so the pass; or a keyword-index merge
+raises; or the pass is cancelled; or a worker process is killed (SIGKILL). The passes are
+large enough to apply some of their files before they fail.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from waits import wait_value, workspace_status
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index import postings, prepare
+from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.procpool import PreparePool
+from recalld.daemon.index.service import APPLY_MIN_FILES, POOL_MIN_FILES, WorkspaceIndex
+from recalld.daemon.index.state import IndexState
+from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watchsource import ScriptedChangeSource
+from recalld.daemon.workspaces import Workspace
+
+# Indexed at start, then a batch of new notes larger than one apply: the first apply of
+# the new notes is staged (the index holds more than it adds) before the failure.
+BEFORE = 1100
+ADDED = 1200
+# The new note that cannot be read: prepared only after the pass's first apply (of 512
+# files), also when worker processes prepare batches of 128 a few batches ahead.
+BAD_AT = 1050
+
+
+def _write(root: Path, first: int, count: int) -> list[str]:
+    """Notes ``first`` to ``first + count - 1``, each with its own marker word; their
+    paths sort in their order (as a pass takes them)."""
+    assert first + count <= 2800
+    rels = []
+    for i in range(first, first + count):
+        rel = f"memory/2026-07-{i // 100 + 1:02d}/n{i:05d}.md"
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Note {i}\n\ncommon words and marker{i}\n", encoding="utf-8")
+        rels.append(rel)
+    return rels
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _failing_read(monkeypatch: pytest.MonkeyPatch,
+                  error: Callable[[str], BaseException]) -> set[str]:
+    """Names of notes whose read raises ``error(path)``, while listed."""
+    bad: set[str] = set()
+    real = prepare._read_note
+
+    def read(root: Path, rel: str, real_root: str | None = None,
+             ) -> tuple[bytes, os.stat_result] | None:
+        if rel.rsplit("/", 1)[-1] in bad:
+            raise error(rel)
+        return real(root, rel, real_root)
+
+    monkeypatch.setattr(prepare, "_read_note", read)
+    return bad
+
+
+@pytest.fixture
+def unreadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """Names of notes whose read fails with EIO (as a failing disk does), while listed."""
+    yield _failing_read(monkeypatch, lambda rel: OSError(errno.EIO, os.strerror(errno.EIO), rel))
+
+
+@pytest.fixture
+def out_of_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """Names of notes whose read runs out of memory, while listed: their batch fails."""
+    yield _failing_read(monkeypatch, lambda rel: MemoryError(f"reading {rel}"))
+
+
+def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
+    root = tmp_path / "ws"
+    root.mkdir()
+    ws = Workspace("w", root, WorkspaceSettings())
+    # No commit during the test: what a search sees comes from the passes alone.
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=3600.0)
+    cpu = trio.CapacityLimiter(2)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu, pool=pool)
+    index.watcher = Watcher(
+        root, ["memory", "digest"], apply=index.apply_paths,
+        known=lambda: index.state.known(), source=ScriptedChangeSource(),
+        config=WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0,
+                             apply_batch_max=1 << 30),
+        limiter=cpu)
+    return index
+
+
+def _unsearchable(index: WorkspaceIndex) -> list[str]:
+    """The indexed notes a search for their own marker does not find."""
+    missing = []
+    state = index.state
+    for path, info in state.files.items():
+        marker = f"marker{int(path.rsplit('/n', 1)[1][:-3])}"
+        if [k for k, _ in state.keyword_search(marker, 5)] != list(info.keys):
+            missing.append(path)
+    return sorted(missing)
+
+
+def _whole(index: WorkspaceIndex) -> None:
+    """Files, chunks and keyword index hold the same documents, none waiting aside."""
+    state = index.state
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys
+    assert set(state.bm25.live) == keys
+    assert not state.bm25.staged
+
+
+async def test_a_failure_part_way_leaves_what_was_applied_searchable(
+        tmp_path: Path, out_of_memory: set[str]) -> None:
+    assert ADDED >= POOL_MIN_FILES and BAD_AT >= 2 * APPLY_MIN_FILES
+    index = _index(tmp_path)
+    root = index.root
+    _write(root, 0, BEFORE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)  # after its startup reconcile (the first build)
+        assert len(index.state.files) == BEFORE and not _unsearchable(index)
+        added = _write(root, BEFORE, ADDED)
+        bad = added[BAD_AT]
+        out_of_memory.add(bad.rsplit("/", 1)[-1])
+        with pytest.raises(BaseException) as failed:
+            await index.watcher.reconcile("a batch of new notes")
+        assert isinstance(_leaf(failed.value), MemoryError)
+        # Some of the new notes were applied before the failure, the failing one not.
+        applied = set(index.state.files)
+        assert BEFORE < len(applied) < BEFORE + ADDED and bad not in applied
+        # Everything the index lists is found, before any commit.
+        assert _unsearchable(index) == []
+        _whole(index)
+        # The next reconcile indexes the rest once the note reads again.
+        out_of_memory.clear()
+        await index.watcher.reconcile("after the failure")
+        assert len(index.state.files) == BEFORE + ADDED and bad in index.state.files
+        assert _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_note_that_cannot_be_read_holds_back_no_other(
+        tmp_path: Path, unreadable: set[str]) -> None:
+    # A read error is the note's, not the pass's: the others are indexed, the note keeps
+    # what the index had of it, and a reconcile once it reads again indexes it.
+    index = _index(tmp_path)
+    root = index.root
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        rels = _write(root, 0, BEFORE)
+        unreadable.add(rels[100].rsplit("/", 1)[-1])
+        await index.watcher.reconcile("a first build")
+        assert sorted(index.state.files) == sorted(set(rels) - {rels[100]})
+        assert _unsearchable(index) == []
+        _whole(index)
+        # An indexed note changed on disk and unreadable now: its last version stays.
+        edited = root / rels[5]
+        edited.write_text("# Note 5\n\nmarker5 rewritten with newword\n", encoding="utf-8")
+        unreadable.add(rels[5].rsplit("/", 1)[-1])
+        await index.watcher.reconcile("an edit that cannot be read")
+        assert rels[5] in index.state.files and _unsearchable(index) == []
+        assert not index.state.keyword_search("newword", 5)
+        unreadable.clear()
+        await index.watcher.reconcile("readable again")
+        assert len(index.state.files) == BEFORE and _unsearchable(index) == []
+        assert [k for k, _ in index.state.keyword_search("newword", 5)] == list(
+            index.state.files[rels[5]].keys)
+        _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_killed_part_way_loses_no_note(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A worker process that dies fails no pass: its batches are prepared in threads.
+    pool = PreparePool(2)
+    index = _index(tmp_path, pool)
+    root = index.root
+    _write(root, 0, BEFORE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        await nursery.start(index.run)
+        _write(root, BEFORE, ADDED)
+        killed: list[int] = []
+        others = set(multiprocessing.active_children())  # none of the pool's yet
+
+        async def kill_a_worker_after_an_apply() -> None:
+            with trio.fail_after(120):
+                while len(index.state.files) == BEFORE:
+                    await trio.sleep(0.005)
+            workers = [p.pid for p in multiprocessing.active_children()
+                       if p not in others and p.pid is not None]
+            if workers:  # the pool's, working on the pass's next batches
+                killed.append(workers[0])
+                os.kill(workers[0], signal.SIGKILL)
+
+        nursery.start_soon(kill_a_worker_after_an_apply)
+        await index.watcher.reconcile("a batch of new notes")
+        assert pool.status()["calls"] > 0
+        assert len(index.state.files) == BEFORE + ADDED
+        assert _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+    # The kill came while the pass still had batches for the pool (else it showed nothing).
+    assert killed
+    assert "indexing worker processes failed" in caplog.text
+
+
+async def test_a_merge_that_raises_leaves_the_index_whole_and_retries_its_notes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _index(tmp_path)
+    root = index.root
+    _write(root, 0, BEFORE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        added = _write(root, BEFORE, ADDED)
+        real = postings.merge
+        failures = [MemoryError("no room for the merged postings")]
+
+        def merge(*args: object, **kwargs: object) -> object:
+            if failures:
+                raise failures.pop()
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(postings, "merge", merge)
+        with pytest.raises(BaseException) as failed:
+            await index.watcher.reconcile("a batch of new notes")
+        assert isinstance(_leaf(failed.value), MemoryError)
+        # The staged applies are found; the notes of the apply whose merge failed are
+        # left out, for the next reconcile to read again.
+        assert BEFORE < len(index.state.files) < BEFORE + ADDED
+        _whole(index)
+        assert _unsearchable(index) == []
+        # Committed as it is, and served from the files written (loaded back whole).
+        await index.compact()
+        assert index.last_commit is not None
+        assert index.last_commit["files"] == len(index.state.files)
+        assert index.state.mapped and not index.state.bm25.terms_built
+        _whole(index)
+        assert _unsearchable(index) == []
+        await index.watcher.reconcile("after the failed merge")
+        assert set(index.state.files) >= set(added)
+        assert len(index.state.files) == BEFORE + ADDED
+        assert _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_pass_cancelled_part_way_leaves_what_it_applied_searchable(
+        tmp_path: Path) -> None:
+    index = _index(tmp_path)
+    root = index.root
+    _write(root, 0, BEFORE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        _write(root, BEFORE, ADDED)
+        with trio.CancelScope() as scope:
+            async def cancel_after_an_apply() -> None:
+                with trio.fail_after(120):
+                    while len(index.state.files) == BEFORE:
+                        await trio.sleep(0.005)
+                scope.cancel()
+
+            nursery.start_soon(cancel_after_an_apply)
+            await index.watcher.reconcile("a batch of new notes")
+        assert scope.cancelled_caught
+        assert BEFORE < len(index.state.files) < BEFORE + ADDED
+        assert _unsearchable(index) == []
+        _whole(index)
+        await index.watcher.reconcile("after the cancelled pass")
+        assert len(index.state.files) == BEFORE + ADDED and _unsearchable(index) == []
+        _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, staged = _write(tmp_path, 0, 100), _write(tmp_path, 100, 70)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, first, max_chars=2000, digests={})])
+    state.apply([prepare_files(tmp_path, staged, max_chars=2000, digests={})], stage=True)
+    assert len(state.bm25.staged) == 70 and len(state.files) == 170
+
+    def merge(*args: object, **kwargs: object) -> object:
+        raise MemoryError("no room for the merged postings")
+
+    monkeypatch.setattr(postings, "merge", merge)
+    assert sorted(state.end_pass()) == staged  # for the next reconcile to read again
+    assert sorted(state.files) == first and not state.bm25.staged
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    assert [k for k, _ in state.keyword_search("marker7", 5)] == list(
+        state.files[first[7]].keys)
+
+
+def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, more = _write(tmp_path, 0, 100), _write(tmp_path, 100, 100)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, first, max_chars=2000, digests={})])
+    batch = prepare_files(tmp_path, more, max_chars=2000, digests={})
+    real, calls = state.graph.add_file, []
+
+    def add_file(path: str, links: object) -> None:
+        calls.append(path)
+        if len(calls) == 30:
+            raise MemoryError("no room for the links")
+        real(path, links)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state.graph, "add_file", add_file)
+    with pytest.raises(MemoryError):
+        state.apply([batch])
+    assert sorted(state.files) == first  # the 29 files made before are left out too
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    monkeypatch.undo()
+    state.apply([batch])
+    assert len(state.files) == 200
+    assert [k for k, _ in state.keyword_search("marker150", 5)] == list(
+        state.files[more[50]].keys)
+
+
+# --------------------------------------------------- a real daemon with two workspaces
+
+# Loaded by every process of the daemon (its worker processes too) through PYTHONPATH:
+# while the trigger file exists, reading a note of the listed names runs out of memory.
+SITECUSTOMIZE = """\
+import os
+names = os.environ.get("FAILING_NAMES")
+if names:
+    from pathlib import Path
+    from recalld.daemon.index import prepare
+    _trigger = Path(os.environ["FAILING_TRIGGER"])
+    _real = prepare._read_note
+    def _read_note(root, rel, real_root=None):
+        if _trigger.exists() and rel.rsplit("/", 1)[-1] in names.split(","):
+            raise MemoryError("reading " + rel)
+        return _real(root, rel, real_root)
+    prepare._read_note = _read_note
+"""
+
+
+def _found(d: Any, agent: str, i: int) -> bool:
+    hits = d.call("memory.search", {"agent_id": agent, "query": f"marker{i}",
+                                    "max_results": 3})["results"]
+    return any(h["path"].endswith(f"/n{i:05d}.md") for h in hits)
+
+
+def _index_status(d: Any, agent: str) -> dict[str, Any]:
+    status: dict[str, Any] = (workspace_status(d, agent) or {"index": {}})["index"]
+    return status
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, 0, BEFORE)
+    _write(b, 0, 50)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    trigger = tmp_path / "memory-runs-out"
+    # No commit while the failure is on: what a search finds comes from the passes alone.
+    config = (f'[workspaces.a]\npath = "{a}"\n[workspaces.b]\npath = "{b}"\n'
+              '[daemon]\npersist_delay_s = 600\n')
+    bad = f"n{BEFORE + BAD_AT:05d}.md"
+    env = {"PYTHONPATH": str(hooks), "FAILING_NAMES": bad, "FAILING_TRIGGER": str(trigger)}
+    d = daemon_factory(config, **env)
+    d.call("index.sync", {"agent_id": "a"}, timeout=100)
+    d.call("index.sync", {"agent_id": "b"}, timeout=100)
+    assert d.stop() == 0  # commits the first build
+    # Written while the daemon is down: its startup reconcile is one large pass.
+    added = _write(a, BEFORE, ADDED)
+    trigger.touch()
+    d = daemon_factory(config, **env)
+    status = wait_value(lambda: _index_status(d, "a"),
+                        lambda s: s.get("watcher", {}).get("errors"),
+                        "the startup pass of a fails", 100)
+    assert "MemoryError: reading" in status["watcher"]["last_error"], status
+    # What the failed pass applied is found (it is listed as indexed), before any commit.
+    listed = status["files"]
+    assert BEFORE < listed < BEFORE + ADDED
+    assert status["loaded_generation"] == 1 and status["last_commit"] is None
+    for i in (BEFORE, BEFORE + 255, BEFORE + 511):
+        assert _found(d, "a", i), i
+    assert _found(d, "a", 7)
+    # The other workspace serves and indexes as before.
+    assert _found(d, "b", 3)
+    (b / "memory/2026-07-01/late.md").write_text("# Late\n\nmarker99999 in b\n")
+    d.call("index.sync", {"agent_id": "b"}, timeout=120)
+    hits = d.call("memory.search", {"agent_id": "b", "query": "marker99999"})["results"]
+    assert [h["path"] for h in hits] == ["memory/2026-07-01/late.md"]
+    # Memory again: the watcher's retry indexes the rest of a.
+    trigger.unlink()
+    # (The retry comes after the watcher's backoff, at most restart_backoff_max_s.)
+    wait_value(lambda: _index_status(d, "a"), lambda s: s.get("files") == BEFORE + ADDED,
+               "every note of a is indexed", 150)
+    for i in (BEFORE + BAD_AT, BEFORE + ADDED - 1, BEFORE + 100):
+        assert _found(d, "a", i), i
+    assert len(added) == ADDED
