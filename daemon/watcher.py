@@ -195,6 +195,8 @@ class Watcher:
     when missing. ``known()`` returns the consumer's snapshot, workspace-relative path to
     ``(mtime_ns, size)`` as it last read them; ``apply(paths)`` makes the consumer re-read
     each path (present: index it, absent: drop it). ``apply`` calls never overlap.
+    ``hold``, if given, is awaited before the first flush: the startup reconcile and the
+    changes seen meanwhile wait for it (the daemon's start), then go as usual.
     """
 
     def __init__(
@@ -210,6 +212,7 @@ class Watcher:
         background: trio.CapacityLimiter | None = None,
         wall: Callable[[], float] = time.time,
         run_sync: RunSync | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if not roots:
             raise ValueError("at least one root to watch")
@@ -227,6 +230,7 @@ class Watcher:
         self._wall = wall
         # Disk work runs in worker threads; tests under a fake clock run it inline.
         self._run_sync: RunSync = run_sync or _in_thread
+        self._hold = hold
         self._prefix = str(self._workspace) + os.sep
         self._pending: set[str] = set()
         self._pending_dirs: set[str] = set()
@@ -470,6 +474,8 @@ class Watcher:
                     self._cookies[name].set()
 
     async def _flush_loop(self) -> None:
+        if self._hold is not None:
+            await self._hold()
         backoff = self._config.restart_backoff_initial_s
         while True:
             await self._wake.wait()

@@ -195,6 +195,7 @@ class WorkspaceIndex:
         publish: Callable[[str, Mapping[str, object]], object] | None = None,
         watcher_config: WatcherConfig | None = None,
         pool: PreparePool | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ws = ws
         self.root = ws.root
@@ -208,6 +209,10 @@ class WorkspaceIndex:
         self._background = background or trio.CapacityLimiter(1)
         self._pool = pool
         self._publish = publish
+        # Awaited before the work a start queues and nobody waits for (the checksums of
+        # the loaded files, the startup reconcile): the daemon's start, so that it does
+        # not compete with the first answers.
+        self._hold = hold
         self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
         self.store = IndexStore(self.root / settings.metadata_dir)
         self._lock = trio.Lock()
@@ -237,6 +242,7 @@ class WorkspaceIndex:
                              apply_batch_max=1 << 30),
             limiter=cpu,
             background=self._background,
+            hold=hold,
         )
         if pool is not None:
             self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
@@ -296,6 +302,8 @@ class WorkspaceIndex:
         them meanwhile). On damage, load again with every checksum, which falls back to
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
+        if self._hold is not None:
+            await self._hold()
         async with self._background:
             corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
                                                     limiter=self._cpu)
