@@ -3,8 +3,10 @@
 Owns one workspace's :class:`IndexState`, its :class:`Watcher` and its
 :class:`IndexStore`. ``run`` loads the last committed generation (rebuilding what is
 corrupt), starts the watcher (whose startup reconcile re-reads only files changed while
-the daemon was down), then a persist task, and only then reports started. It stops by
-cancellation: the persist task's last commit runs shielded under a deadline.
+the daemon was down), then a persist task, and only then reports started; with a
+``hold`` (the daemon's start) it reports started once loaded, and sets up the watch,
+reconciles and checks the loaded files after it. It stops by cancellation: the persist
+task's last commit runs shielded under a deadline.
 
 Concurrency: reading, chunking and tokenizing happen in worker threads under the
 daemon-wide CPU limiter without the index lock; mutations and searches take the lock and
@@ -210,8 +212,8 @@ class WorkspaceIndex:
         self._pool = pool
         self._publish = publish
         # Awaited before the work a start queues and nobody waits for (the checksums of
-        # the loaded files, the startup reconcile): the daemon's start, so that it does
-        # not compete with the first answers.
+        # the loaded files, the watch and its startup reconcile): the daemon's start, so
+        # that it does not compete with the first answers.
         self._hold = hold
         self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
         self.store = IndexStore(self.root / settings.metadata_dir)
