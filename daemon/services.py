@@ -265,7 +265,9 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
     index = WorkspaceIndex(ws, daemon.config.current, cpu=daemon.cpu,
                            background=daemon.background,
                            publish=daemon.events.publish, pool=daemon.prepare_pool,
-                           hold=daemon.start.wait_started)
+                           # Opened by the daemon's start: its watch, checksums and startup
+                           # reconcile come after the start (opened later: at once).
+                           hold=None if daemon.start.done else daemon.start.wait_started)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)
     sessions = SessionStore(
