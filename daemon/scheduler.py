@@ -30,6 +30,7 @@ clock step is noticed within one step.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import random
@@ -77,6 +78,12 @@ def local_zone() -> tzinfo:
             return ZoneInfo.from_file(f, key="localtime")
     except (OSError, ValueError):
         return UTC
+
+
+async def load_cron() -> None:
+    """Import croniter in a worker thread: its import runs a child process (``file``, for
+    ``platform.architecture``), which the event loop need not wait for."""
+    await trio.to_thread.run_sync(importlib.import_module, "croniter")
 
 
 class CronSchedule:

@@ -10,6 +10,13 @@ one after the other, each only once the one before can serve; cancellation stops
 in reverse. Fields without a ``run`` (the running configuration, limiters, the event
 bus, locks, caches) need no start and sit before the first service that uses them.
 
+A workspace starts in two stages: the fields a search needs (:data:`SEARCH_STAGE`, the
+first fields of :class:`WorkspaceServices`), then the others. While the daemon starts
+(:class:`DaemonStart`), the workspaces it opens start their second stage only once the
+RPC server serves, so a search is answered from the loaded index while the sessions,
+the inbox, the dream cron and the resource catalog still start; other calls wait for
+the whole start. A workspace opened later starts both stages at once.
+
 Nothing here imports the RPC layer: handlers reach these records through their call
 context, feature code through the workspace (``ws.services``).
 """
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -72,6 +79,67 @@ class LiveConfig:
         self._config = config
 
 
+class DaemonStart:
+    """The stages of the daemon's start, as the supervisor runs them.
+
+    :meth:`begin` names the workspaces opened at start; each reports :meth:`reached`
+    once it serves searches (or stopped opening); the supervisor waits for all of them
+    (:meth:`wait_searchable`), starts the RPC server and calls :meth:`serve`, which lets
+    those workspaces start their other services; :meth:`finish` once every one of them
+    is open (or failed). Work that nobody waits for and that would compete with the first
+    answers (the index's checksums and startup reconcile) waits for :meth:`wait_started`.
+    Without :meth:`begin` (a daemon assembled by hand) nothing waits.
+    """
+
+    def __init__(self) -> None:
+        self._opening: set[str] = set()
+        self._held: frozenset[str] = frozenset()
+        self._under_way = False
+        self._searchable = trio.Event()
+        self._serving = trio.Event()
+        self._started = trio.Event()
+
+    def begin(self, agent_ids: Iterable[str]) -> None:
+        self._under_way = True
+        self._held = frozenset(agent_ids)
+        self._opening = set(self._held)
+        if not self._opening:
+            self._searchable.set()
+
+    def reached(self, agent_id: str) -> None:
+        """``agent_id``'s workspace serves searches, or its opening ended."""
+        self._opening.discard(agent_id)
+        if not self._opening:
+            self._searchable.set()
+
+    async def wait_searchable(self) -> None:
+        """Every workspace opened at start serves searches or stopped opening."""
+        await self._searchable.wait()
+
+    def serve(self) -> None:
+        """The RPC server accepts calls."""
+        self._serving.set()
+
+    async def wait_serving(self, agent_id: str) -> None:
+        """Until the RPC server serves, if ``agent_id`` is opened by the start."""
+        if agent_id in self._held:
+            await self._serving.wait()
+
+    def finish(self) -> None:
+        """Every workspace opened at start is open or failed."""
+        self._started.set()
+
+    @property
+    def done(self) -> bool:
+        """No start under way: calls need not wait."""
+        return not self._under_way or self._started.is_set()
+
+    async def wait_started(self) -> None:
+        """Until the start under way (if any) finished."""
+        if not self.done:
+            await self._started.wait()
+
+
 def _in_order(record: DaemonServices | WorkspaceServices) -> Iterator[tuple[str, Service]]:
     """``(name, service)`` for each field of ``record`` that has a ``run``, in field order."""
     for f in dataclasses.fields(record):
@@ -85,6 +153,8 @@ class DaemonServices:
     """The daemon-wide services, in start order."""
 
     config: LiveConfig
+    #: Where the daemon's start is; calls and background work wait on it.
+    start: DaemonStart
     #: One limiter for every CPU-heavy step of every workspace: one agent's rebuild must
     #: leave room for another's search.
     cpu: trio.CapacityLimiter
@@ -119,9 +189,13 @@ class DaemonServices:
         return stats
 
 
+#: The first fields of :class:`WorkspaceServices`: what a search of the workspace needs.
+SEARCH_STAGE = ("index", "vectors")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkspaceServices:
-    """One open workspace's services, in start order."""
+    """One open workspace's services, in start order (:data:`SEARCH_STAGE` first)."""
 
     #: Keyword index, link graph, watcher and persistence.
     index: WorkspaceIndex
@@ -155,6 +229,7 @@ class WorkspaceServices:
 def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     """Every daemon-wide service, wired and not started."""
     live = LiveConfig(config)
+    stages = DaemonStart()
     cpu = trio.CapacityLimiter(max(1, config.cpu_threads))
     background = trio.CapacityLimiter(max(1, config.cpu_threads - 1))
     events = EventBus()
@@ -175,7 +250,7 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
     consolidation = Consolidation(jobs, scheduler, registry.get)
     services = DaemonServices(
-        config=live, cpu=cpu, background=background, events=events, providers=bridge,
+        config=live, start=stages, cpu=cpu, background=background, events=events, providers=bridge,
         vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
         consolidation=consolidation, registry=registry,
     )
@@ -189,7 +264,10 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
     """Every service of ``ws``, wired and not started."""
     index = WorkspaceIndex(ws, daemon.config.current, cpu=daemon.cpu,
                            background=daemon.background,
-                           publish=daemon.events.publish, pool=daemon.prepare_pool)
+                           publish=daemon.events.publish, pool=daemon.prepare_pool,
+                           # Opened by the daemon's start: its watch, checksums and startup
+                           # reconcile come after the start (opened later: at once).
+                           hold=None if daemon.start.done else daemon.start.wait_started)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)
     sessions = SessionStore(
@@ -218,7 +296,8 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
 
 async def start_workspace(ws: Workspace, nursery: trio.Nursery,
                           daemon: DaemonServices) -> None:
-    """Build ``ws``'s services, then start them in ``nursery`` in field order."""
+    """Build ``ws``'s services, then start them in ``nursery`` in field order: the
+    search stage, then (once the daemon serves, while it starts) the others."""
     services = build_workspace_services(ws, daemon)
     ws.provide(services)
     ws.add_status("index", services.index.status)
@@ -229,7 +308,15 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
     ws.add_status("inbox", services.inbox.status)
     ws.add_status("dream", services.resource.dream_status)
     ws.add_status("resource", services.resource.status)
+    searching = True
     for name, service in services.in_start_order():
+        if searching and name not in SEARCH_STAGE:
+            searching = False
+            # A workspace that searches in its server needs its replica for that.
+            remote = ws.settings.remote
+            ws.search_ready = remote is None or remote.search_mode != "server"
+            daemon.start.reached(ws.agent_id)
+            await daemon.start.wait_serving(ws.agent_id)
         log.debug("starting %s for workspace %s", name, ws.agent_id)
         await nursery.start(service.run)
 

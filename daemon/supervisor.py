@@ -6,10 +6,13 @@ Start order (each step only once the previous one can serve):
    then the socket (bound now, or adopted from systemd) so that a second daemon on the
    same socket also fails fast;
 2. the daemon-wide services (:class:`~recalld.daemon.services.DaemonServices`, in field
-   order, the workspace registry last), then the default workspace and every
-   ``[workspaces.*]`` table;
-3. the RPC server on that socket;
-4. ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
+   order, the workspace registry last), then the default workspace, every
+   ``[workspaces.*]`` table and every workspace served before, all at once, each up to
+   its search stage (its saved index loaded);
+3. the RPC server on that socket: it answers searches (and ``daemon.ping``) at once;
+   other calls wait until step 4 (:class:`~recalld.daemon.services.DaemonStart`);
+4. the workspaces' other services; once every workspace is open (or failed),
+   ``READY=1`` with a STATUS line, and the watchdog task if systemd asked for one.
 
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
 (in-flight calls get ``graceful_timeout_s``), pending conversation turns are queued for
@@ -175,19 +178,27 @@ class Supervisor:
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP
         # bridge), so its watcher, resource catalog and dream cron run with no client
         # connected. A configured agent opens at its configured path.
-        async with trio.open_nursery() as opening:
-            initial = self._initial_workspaces(self.config)
-            for agent_id in initial:
-                opening.start_soon(self._open_at_start, agent_id, None, None)
-            for agent_id, rec in self.registry.remembered().items():
-                if agent_id not in initial:
-                    opening.start_soon(self._open_at_start, agent_id, Path(rec["path"]),
-                                       rec["config"])
+        initial = self._initial_workspaces(self.config)
+        opening: list[tuple[str, Path | None, JsonObject | None]] = [
+            (agent_id, None, None) for agent_id in initial]
+        opening += [(agent_id, Path(rec["path"]), rec["config"])
+                    for agent_id, rec in self.registry.remembered().items()
+                    if agent_id not in initial]
+        start = self.services.start
+        start.begin(agent_id for agent_id, _, _ in opening)
         server = RpcServer(self.config, Dispatcher(self.state), sock=sock, bound=bound)
         self.server = server
         self.state.stats["server"] = lambda: dataclasses.asdict(server.statistics())
         async with trio.open_nursery() as front:
-            await front.start(server.run)
+            async with trio.open_nursery() as opener:
+                for agent_id, path, overrides in opening:
+                    opener.start_soon(self._open_at_start, agent_id, path, overrides)
+                # Searches first: the server serves once every workspace answers them;
+                # the workspaces' other services start meanwhile.
+                await start.wait_searchable()
+                await front.start(server.run)
+                start.serve()
+            start.finish()
             if self._systemd.watchdog_interval_s:
                 await front.start(run_watchdog, self.notifier, self._systemd.watchdog_interval_s)
             self._ready = True
@@ -215,6 +226,8 @@ class Supervisor:
             # Refused before it started (a system folder, another user's, another
             # workspace's): shown in status and doctor like a workspace that failed.
             self.registry.record_refused(agent_id, root, exc.message)
+        finally:
+            self.services.start.reached(agent_id)
 
     async def _flush_sessions(self, deadline_s: float) -> None:
         """Queue auto_memory for every open workspace's uncovered turns and give the jobs

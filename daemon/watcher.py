@@ -195,6 +195,10 @@ class Watcher:
     when missing. ``known()`` returns the consumer's snapshot, workspace-relative path to
     ``(mtime_ns, size)`` as it last read them; ``apply(paths)`` makes the consumer re-read
     each path (present: index it, absent: drop it). ``apply`` calls never overlap.
+    ``hold``, if given, is awaited before the watch is set up: the watcher reports started
+    at once with the startup reconcile owed, and watches, reconciles and applies once it
+    returns (the daemon's start has ended). The reconcile's scan comes after the watch,
+    so it finds every change made before.
     """
 
     def __init__(
@@ -210,6 +214,7 @@ class Watcher:
         background: trio.CapacityLimiter | None = None,
         wall: Callable[[], float] = time.time,
         run_sync: RunSync | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if not roots:
             raise ValueError("at least one root to watch")
@@ -227,6 +232,8 @@ class Watcher:
         self._wall = wall
         # Disk work runs in worker threads; tests under a fake clock run it inline.
         self._run_sync: RunSync = run_sync or _in_thread
+        self._hold = hold
+        self._set_up = trio.Event()  # the watch is set up (or failed, retried in the back)
         self._prefix = str(self._workspace) + os.sep
         self._pending: set[str] = set()
         self._pending_dirs: set[str] = set()
@@ -542,16 +549,23 @@ class Watcher:
         """Watch until cancelled. Started once the native watch is active (or failed, then
         the watcher serves by reconcile alone and keeps retrying) and, unless
         ``reconcile_before_ready`` is off, the startup reconcile has applied every change
-        made while the daemon was down."""
+        made while the daemon was down. With a ``hold``: started at once, the rest after it."""
+        hold = None if self._config.reconcile_before_ready else self._hold
         async with trio.open_nursery() as nursery:
+            if hold is not None:
+                self._request_rescan("startup")  # the flush task runs it first
+                task_status.started()
+                await hold()
             await nursery.start(self._watch_loop)
+            self._set_up.set()
             if self._config.reconcile_before_ready:
                 await self.reconcile("startup", unattended=True)
-            else:
+            elif hold is None:
                 self._request_rescan("startup")  # the flush task runs it first
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self._periodic_loop)
-            task_status.started()
+            if hold is None:
+                task_status.started()
 
     # -- freshness ---------------------------------------------------------------------------
 
@@ -562,8 +576,11 @@ class Watcher:
         and the batch holding everything before it is applied. If the cookie does not
         show up within ``sync_timeout_s`` (events lost, watch down), a reconcile runs
         instead; if it did show up and an apply is still running, the wait goes on. On
-        cancellation the cookie is removed and nothing else changes.
+        cancellation the cookie is removed and nothing else changes. A held watcher's
+        sync waits for its watch, after the hold.
         """
+        if self._hold is not None:
+            await self._set_up.wait()
         if self._watch_state != "watching":
             await self.reconcile("sync without a watch")
             return

@@ -111,6 +111,9 @@ class Workspace:
         self.error: str | None = None
         #: Never opened: its path or settings were refused (``error`` says why).
         self.refused = False
+        #: Its search stage started while it still opens (``services.SEARCH_STAGE``):
+        #: searches may be answered before it is ``ready``.
+        self.search_ready = False
         self._services: WorkspaceServices | None = None
         self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
@@ -281,6 +284,14 @@ class WorkspaceRegistry:
         if ws.state != "ready":
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
         return ws
+
+    def searchable(self, agent_id: str) -> Workspace:
+        """The workspace of ``agent_id`` if it answers searches: ready, or still opening
+        with its search stage started; else UnknownWorkspace as :meth:`get`."""
+        ws = self._workspaces.get(agent_id)
+        if ws is not None and ws.state == "opening" and ws.search_ready:
+            return ws
+        return self.get(agent_id)
 
     def exists(self, agent_id: str) -> bool:
         """True if ``agent_id`` has a workspace here, in any state."""

@@ -357,6 +357,9 @@ def _ping_ok(d: DaemonHandle) -> bool:
 
 
 async def test_100_clients_50_requests_each(daemon: DaemonHandle) -> None:
+    # daemon.ping answers while the workspaces' later services still start (and open
+    # their files); a status call waits for the whole start.
+    daemon.call("daemon.status")
     baseline = fd_count(daemon.pid)
     failures: list[str] = []
 

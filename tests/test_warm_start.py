@@ -4,11 +4,17 @@ change made while the daemon was down is caught all the same."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from test_resource import catalog
 from waits import wait_for, workspace_status
+
+from recalld.daemon.services import SEARCH_STAGE, WorkspaceServices
 
 NOTES = 300  # added while the daemon is down: the startup reconcile has work to do
 
@@ -30,13 +36,9 @@ def paths(d: Any, query: str) -> list[str]:
     return [r["path"] for r in answer["results"]]
 
 
-def test_changes_made_while_down_are_caught_after_the_first_answer(
-        daemon_factory: Any, tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
-    write(root, "memory/2026-07-24/lunch.md", "# Lunch\nRamen and dumplings.\n")
-    write(root, "digest/wiki/gone.md", "# Gone\nA note about the old quokka enclosure.\n")
-    (root / "resource").mkdir(parents=True)
+def build_and_stop(daemon_factory: Any, root: Path) -> tuple[str, Path]:
+    """Build ``root`` as workspace ``w`` in a first daemon, wait for its commit and stop
+    it; the config and the data directory for the next start."""
     config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
     d = daemon_factory(config)
     d.call("index.sync", {"agent_id": "w"})
@@ -47,6 +49,17 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
 
     wait_for(committed, "the first build committed")
     assert d.stop() == 0
+    return config, d.data_dir
+
+
+def test_changes_made_while_down_are_caught_after_the_first_answer(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
+    write(root, "memory/2026-07-24/lunch.md", "# Lunch\nRamen and dumplings.\n")
+    write(root, "digest/wiki/gone.md", "# Gone\nA note about the old quokka enclosure.\n")
+    (root / "resource").mkdir(parents=True)
+    config, data_dir = build_and_stop(daemon_factory, root)
 
     # While the daemon is down: a note edited, one removed, many added, a resource dropped.
     write(root, "memory/2026-07-24/lunch.md", "# Lunch\nRamen, dumplings and raclette.\n")
@@ -56,7 +69,7 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
               f"# Note {i}\nOffline entry number {i} about marmots.\n")
     write(root, "resource/offline.txt", "dropped while the daemon was down\n")
 
-    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
     # The first call: answered from the committed generation, whether or not the startup
     # reconcile is done.
     assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
@@ -85,3 +98,55 @@ def test_changes_made_while_down_are_caught_after_the_first_answer(
              "the resource dropped while the daemon was down is catalogued")
     assert catalog(root)["resource/offline.txt"]["size"] == len(
         "dropped while the daemon was down\n")
+
+
+def test_the_search_stage_is_the_first_of_a_workspaces_services() -> None:
+    names = [f.name for f in dataclasses.fields(WorkspaceServices)]
+    assert tuple(names[:len(SEARCH_STAGE)]) == SEARCH_STAGE
+
+
+def _open_writer(fifo: Path) -> int | None:
+    """A write end of ``fifo`` once someone reads it (None before)."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet
+            return None
+        raise
+
+
+def test_searches_are_answered_before_the_other_services_and_the_startup_reconcile(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
+    config, data_dir = build_and_stop(daemon_factory, root)
+
+    write(root, "memory/2026-07-25/hike.md", "# Hike\nMarmots on the ridge above Arosa.\n")
+    # The sessions store (after the search stage) counts its quarantined records when it
+    # starts: a FIFO there holds its start, and so the daemon's, until a writer comes.
+    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
+    held.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(held)
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    status: list[Any] = []
+    asked = threading.Thread(target=lambda: status.append(d2.call("daemon.status")),
+                             daemon=True)
+    asked.start()
+    writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
+    try:
+        # Searches are answered from the saved generation: the startup reconcile waits
+        # for the start, which waits for the held service; other calls wait too.
+        assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
+        assert paths(d2, "marmots Arosa") == []
+        assert not status and asked.is_alive()
+    finally:
+        os.close(writer)  # the store reads an empty file and starts
+        held.unlink()
+    asked.join(60)
+    assert status, "daemon.status answered once the start ended"
+    states = {w["agent_id"]: w["state"] for w in status[0]["workspaces"]}
+    assert states["w"] == "ready", states
+    d2.call("index.sync", {"agent_id": "w"})
+    assert paths(d2, "marmots Arosa") == ["memory/2026-07-25/hike.md"]
+    startup = ws_status(d2)["index"]["watcher"]["last_reconcile"]
+    assert startup["reason"] == "startup" and startup["found"]["added"] == 1, startup

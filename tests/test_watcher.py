@@ -130,6 +130,47 @@ async def test_startup_reconcile_is_incremental(tmp_path: Path, autojump_clock: 
         nursery.cancel_scope.cancel()
 
 
+async def test_a_held_watcher_starts_at_once_and_watches_after_its_hold(
+    tmp_path: Path, autojump_clock: object,
+) -> None:
+    write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
+    index = FakeIndex(tmp_path)
+    hold = trio.Event()
+    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
+                      source=ScriptedChangeSource(),
+                      config=WatcherConfig(reconcile_before_ready=False),
+                      wall=trio.current_time, run_sync=inline, hold=hold.wait)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        # Started with the startup reconcile owed; no watch, no scan, no apply yet, and a
+        # sync waits for the watch.
+        status = watcher.status()
+        assert status["rescan_owed"] == "startup" and status["state"] == "starting", status
+        write(tmp_path / "memory" / "2026-07-01" / "n1.md", "note 1, written while held")
+        await trio.testing.wait_all_tasks_blocked()
+        assert index.batches == [] and watcher.status()["last_reconcile"] is None
+        synced = trio.Event()
+
+        async def sync() -> None:
+            await watcher.sync()
+            synced.set()
+
+        nursery.start_soon(sync)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not synced.is_set() and index.batches == []
+        hold.set()
+        await eventually(lambda: watcher.status()["last_reconcile"] is not None)
+        status = watcher.status()
+        assert status["state"] == "watching" and status["rescan_owed"] is None, status
+        assert status["last_reconcile"]["reason"] == "startup"
+        assert status["last_reconcile"]["found"] == {"added": 2, "changed": 0, "deleted": 0}
+        assert index.texts() == disk_notes(tmp_path)
+        # (The scripted source delivers no cookie: the sync ends by its own reconcile.)
+        with trio.fail_after(60):
+            await synced.wait()
+        nursery.cancel_scope.cancel()
+
+
 def test_a_scan_tells_when_it_has_found_many_notes(tmp_path: Path) -> None:
     for i in range(7):
         write(tmp_path / "memory" / f"2026-07-0{i % 3 + 1}" / f"n{i}.md", f"note {i}")

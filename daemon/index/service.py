@@ -3,8 +3,10 @@
 Owns one workspace's :class:`IndexState`, its :class:`Watcher` and its
 :class:`IndexStore`. ``run`` loads the last committed generation (rebuilding what is
 corrupt), starts the watcher (whose startup reconcile re-reads only files changed while
-the daemon was down), then a persist task, and only then reports started. It stops by
-cancellation: the persist task's last commit runs shielded under a deadline.
+the daemon was down), then a persist task, and only then reports started; with a
+``hold`` (the daemon's start) it reports started once loaded, and sets up the watch,
+reconciles and checks the loaded files after it. It stops by cancellation: the persist
+task's last commit runs shielded under a deadline.
 
 Concurrency: reading, chunking and tokenizing happen in worker threads under the
 daemon-wide CPU limiter without the index lock; mutations and searches take the lock and
@@ -202,6 +204,7 @@ class WorkspaceIndex:
         publish: Callable[[str, Mapping[str, object]], object] | None = None,
         watcher_config: WatcherConfig | None = None,
         pool: PreparePool | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ws = ws
         self.root = ws.root
@@ -216,6 +219,10 @@ class WorkspaceIndex:
         self._background = background or trio.CapacityLimiter(1)
         self._pool = pool
         self._publish = publish
+        # Awaited before the work a start queues and nobody waits for (the checksums of
+        # the loaded files, the watch and its startup reconcile): the daemon's start, so
+        # that it does not compete with the first answers.
+        self._hold = hold
         self.state = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
         self.store = IndexStore(self.root / settings.metadata_dir)
         self._lock = trio.Lock()
@@ -245,6 +252,7 @@ class WorkspaceIndex:
                              apply_batch_max=1 << 30),
             limiter=cpu,
             background=self._background,
+            hold=hold,
         )
         if pool is not None:
             self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
@@ -310,6 +318,8 @@ class WorkspaceIndex:
         them meanwhile). On damage, load again with every checksum, which falls back to
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
+        if self._hold is not None:
+            await self._hold()
         async with self._background:
             corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
                                                     limiter=self._cpu)

@@ -26,7 +26,7 @@ import trio
 from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.memory.resource import ResourceCatalog, ResourceResult, ResourceStatus
 from recalld.daemon.remote.hook import one_host_at_a_time
-from recalld.daemon.scheduler import CronScheduler
+from recalld.daemon.scheduler import CronScheduler, load_cron
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
 
@@ -157,6 +157,8 @@ class ResourceService:
         """Schedule the dream cron, then run the catalog until cancelled; unschedule."""
         c = self._consolidation
         agent_id = self.ws.agent_id
+        if self.ws.settings.dream_cron_enabled:
+            await load_cron()
         self.schedule_error = c.schedule_workspace(self.ws)
         c.catalogs[agent_id] = self.catalog
         try:

@@ -71,7 +71,7 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
 def workspace_info(ws: Workspace) -> WorkspaceInfo:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
-@METHODS.add("daemon.ping", immediate=True)
+@METHODS.add("daemon.ping", immediate=True, early=True)
 async def ping(ctx: CallContext, params: JsonObject) -> Pong:
     Params(params).done()
     return {"pong": True, "time": time.time()}

@@ -40,7 +40,7 @@ from recalld.daemon.jsontypes import JsonObject as JsonObject
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
 from recalld.ipc import __version__
-from recalld.ipc.errors import InvalidParams, MethodNotFound
+from recalld.ipc.errors import InvalidParams, MethodNotFound, UnknownWorkspace
 from recalld.ipc.protocol import Request
 
 # A params object is a JsonObject (recalld.daemon.jsontypes): handlers check what they
@@ -120,6 +120,18 @@ class CallContext:
         """The ready workspace of ``agent_id`` (UnknownWorkspace otherwise)."""
         return self.state.registry.get(agent_id)
 
+    async def searchable(self, agent_id: str) -> Workspace:
+        """The workspace of ``agent_id`` to search: ready, or opening with its search
+        stage started; while the daemon starts, any other waits for the start to end.
+        UnknownWorkspace as :meth:`workspace`."""
+        start = self.services.start
+        if not start.done:
+            try:
+                return self.state.registry.searchable(agent_id)
+            except UnknownWorkspace:
+                await start.wait_started()
+        return self.state.registry.searchable(agent_id)
+
 
 Handler = Callable[[CallContext, JsonObject], Awaitable[Result]]
 H = TypeVar("H", bound=Handler)
@@ -137,6 +149,9 @@ class Method:
     # Or: answers without waiting when ``immediate_when(state, params)`` says so, given
     # what the daemon is doing right now (checked just before the call runs).
     immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None
+    # Answered while the daemon still starts (``DaemonStart``): it needs no more than
+    # the daemon and the search stage of a workspace. Other calls wait for the start.
+    early: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +177,7 @@ class Methods:
     def add(
         self, name: str, *, positional: Sequence[str] | None = None, immediate: bool = False,
         immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
+        early: bool = False,
     ) -> Callable[[H], H]:
         """Decorator registering ``handler`` as ``name``.
 
@@ -169,12 +185,13 @@ class Methods:
         and mapped by position; without it an array is InvalidParams. ``immediate``
         promises the handler never waits, ``immediate_when`` that it does not wait when
         the predicate holds (see :class:`Method`); a handler that breaks the promise
-        stalls its connection's reading while it waits.
+        stalls its connection's reading while it waits. ``early`` serves it while the
+        daemon still starts (see :class:`Method`).
         """
 
         def register(handler: H) -> H:
             self.register(name, handler, positional=positional, immediate=immediate,
-                          immediate_when=immediate_when)
+                          immediate_when=immediate_when, early=early)
             return handler
 
         return register
@@ -183,18 +200,20 @@ class Methods:
         self, name: str, handler: Handler, *, positional: Sequence[str] | None = None,
         immediate: bool = False,
         immediate_when: Callable[[DaemonState, JsonObject], bool] | None = None,
+        early: bool = False,
     ) -> None:
         if name in self._methods or name in self._deferred:
             raise ValueError(f"method {name!r} is already registered")
         self._methods[name] = Method(
             name, handler, tuple(positional) if positional is not None else None, immediate,
-            immediate_when,
+            immediate_when, early,
         )
 
     def include(self, other: Methods) -> Methods:
         for method in other._methods.values():
             self.register(method.name, method.handler, positional=method.positional,
-                          immediate=method.immediate, immediate_when=method.immediate_when)
+                          immediate=method.immediate, immediate_when=method.immediate_when,
+                          early=method.early)
         for deferred in dict.fromkeys(other._deferred.values()):
             self.defer(deferred.module, deferred.table, deferred.names)
         return self
@@ -245,11 +264,11 @@ class Methods:
             return False
         if method is None:
             return False
-        if method.immediate:
-            return True
         when = method.immediate_when
-        return when is not None and isinstance(request.params, dict) and when(
-            state, request.params)
+        immediate = method.immediate or (when is not None and isinstance(request.params, dict)
+                                         and when(state, request.params))
+        # A call that waits for the daemon's start is not answered at once.
+        return immediate and (method.early or state.services.start.done)
 
     def names(self) -> list[str]:
         return sorted([*self._methods, *self._deferred])
@@ -263,6 +282,8 @@ class Methods:
         method = self._get(request.method)
         if method is None:
             raise MethodNotFound(f"method not found: {request.method}")
+        if not method.early:
+            await ctx.services.start.wait_started()
         params = request.params
         if isinstance(params, list):
             if method.positional is None:

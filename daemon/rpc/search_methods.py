@@ -22,7 +22,7 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
     if not isinstance(agent_id, str) or not isinstance(query, str):
         return False
     try:
-        ws = state.registry.get(agent_id)
+        ws = state.registry.searchable(agent_id)
     except UnknownWorkspace:
         return False
     remote = ws.settings.remote
@@ -34,7 +34,7 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
 
 
 @METHODS.add("memory.search", positional=("agent_id", "query"),
-             immediate_when=_search_answers_now)
+             immediate_when=_search_answers_now, early=True)
 async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     p = Params(params)
     agent_id = p.agent_id()
@@ -63,8 +63,10 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
         return answer
 
     if agents is None:
-        return await search_one(ctx.workspace(agent_id))
-    # The caller (agent_id) searches the named workspaces, each only if its owner allows.
+        return await search_one(await ctx.searchable(agent_id))
+    # The caller (agent_id) searches the named workspaces, each only if its owner allows;
+    # while the daemon starts, once every workspace is open.
+    await ctx.services.start.wait_started()
     return await sharing.search_workspaces(
         sharing.targets(ctx.state.registry, agent_id, agents), search_one,
         max_results=min(max_results, MAX_RESULTS_CAP),
