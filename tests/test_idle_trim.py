@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from test_watcher import inline
 from waits import wait_for, workspace_status
 
 from recalld.daemon import maintenance
@@ -101,9 +102,12 @@ def unit_index(tmp_path: Path, idle_trim_s: float = IDLE_TRIM_S) -> tuple[
                        idle_trim_s=idle_trim_s)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
+    # The watcher's disk work inline: its rescans run at their virtual times (the autojump
+    # clock jumps while a real thread runs).
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=ScriptedChangeSource(),
-                            config=WatcherConfig(reconcile_interval_s=300.0), limiter=cpu)
+                            config=WatcherConfig(reconcile_interval_s=300.0), limiter=cpu,
+                            wall=trio.current_time, run_sync=inline)
     return ws, index, cpu
 
 
