@@ -25,7 +25,7 @@ import trio
 from waits import wait_value, workspace_status
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
-from recalld.daemon.index import postings, prepare
+from recalld.daemon.index import bm25, postings, prepare
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.service import APPLY_MIN_FILES, POOL_MIN_FILES, WorkspaceIndex
@@ -337,6 +337,54 @@ def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
     assert len(state.files) == 200
     assert [k for k, _ in state.keyword_search("marker150", 5)] == list(
         state.files[more[50]].keys)
+
+
+def _no_merge(*args: object, **kwargs: object) -> object:
+    raise MemoryError("no room for the merged postings")
+
+
+def test_a_compaction_that_runs_out_of_memory_after_a_small_apply_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small applies go to the keyword index's delta; the one that fills it compacts.
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, _write(tmp_path, 0, 300), max_chars=2000,
+                               digests={})])
+    i = 300
+    while state.bm25.stats()["delta_docs"] < bm25.DELTA_MIN_DOCS:
+        state.apply([prepare_files(tmp_path, _write(tmp_path, i, 1), max_chars=2000,
+                                   digests={})])
+        i += 1
+    monkeypatch.setattr(postings, "merge", _no_merge)
+    last = _write(tmp_path, i, 1)
+    state.apply([prepare_files(tmp_path, last, max_chars=2000, digests={})])
+    assert state.bm25.stats()["delta_docs"] == bm25.DELTA_MIN_DOCS + 1  # not compacted
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    assert [k for k, _ in state.keyword_search(f"marker{i}", 5)] == list(
+        state.files[last[0]].keys)
+    monkeypatch.undo()
+    state.apply([prepare_files(tmp_path, _write(tmp_path, i + 1, 1), max_chars=2000,
+                               digests={})])
+    assert state.bm25.stats()["delta_docs"] == 0  # the next write compacted
+
+
+def test_a_compaction_that_runs_out_of_memory_after_a_removal_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25, "DEAD_MIN_ROWS", 8)
+    rels = _write(tmp_path, 0, 100)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, rels, max_chars=2000, digests={})])
+    for rel in rels[:25]:
+        (tmp_path / rel).unlink()
+    state.apply([prepare_files(tmp_path, rels[:25], max_chars=2000, digests={})])
+    assert state.bm25.stats()["dead_rows"] == 25  # one more and it compacts
+    (tmp_path / rels[50]).write_text("# Note 50\n\nmarker50 edited\n", encoding="utf-8")
+    monkeypatch.setattr(postings, "merge", _no_merge)
+    state.apply([prepare_files(tmp_path, [rels[50]], max_chars=2000,
+                               digests={rels[50]: None})])
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    assert [state.chunks[k].path for k, _ in state.keyword_search("edited", 5)] == [rels[50]]
 
 
 # --------------------------------------------------- a real daemon with two workspaces

@@ -41,6 +41,7 @@ hits). Every write drops both.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections import Counter
@@ -56,6 +57,8 @@ from recalld.daemon.index import postings, ranking
 from recalld.daemon.index.postings import I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BM25Index", "OutdatedFormat"]
 
@@ -433,12 +436,19 @@ class BM25Index:
             self._key_row = dict(zip(keys[rows].tolist(), rows.tolist(), strict=True))
 
     def _maybe_compact(self) -> None:
+        """Merge the delta and drop dead rows once they are many. Only upkeep: the write
+        before it is done whether or not it succeeds, so running out of memory here
+        changes nothing (``_merge`` leaves main and the delta as they were) and the next
+        write tries again."""
         main_live = len(self._row_keys) - self._n_dead
         delta_limit = min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
         if len(self._delta_docs) > delta_limit or (
             self._n_dead >= DEAD_MIN_ROWS and self._n_dead > DEAD_FRACTION * len(self._row_keys)
         ):
-            self._merge([])
+            try:
+                self._merge([])
+            except MemoryError as exc:
+                log.warning("keyword index: compaction postponed (out of memory: %s)", exc)
 
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
