@@ -414,6 +414,10 @@ class WorkspaceIndex:
             with trio.move_on_after(PASS_END_MAX_S) as ending:
                 ending.shield = True
                 await self._end_pass()
+            if ending.cancelled_caught:
+                log.warning("%s: a pass that ended early could not merge what it staged "
+                            "within %.0f s; the next write or commit merges it",
+                            self.ws.agent_id, PASS_END_MAX_S)
             raise
 
     async def _end_pass(self) -> None:
