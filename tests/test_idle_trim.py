@@ -92,14 +92,16 @@ IDLE_TRIM_S = 30.0
 def unit_index(tmp_path: Path, idle_trim_s: float = IDLE_TRIM_S) -> tuple[
         Workspace, WorkspaceIndex, trio.CapacityLimiter]:
     """A one-note workspace and its (unstarted) index, watched through a scripted source,
-    rescanned every 5 minutes."""
+    rescanned every 5 minutes, never committed."""
     root = tmp_path / "ws"
     (root / "memory" / "2026-07-01").mkdir(parents=True)
     (root / "memory" / "2026-07-01" / "a.md").write_text("# Seen\n\nthe heron at dusk\n")
     ws = Workspace("w", root, WorkspaceSettings())
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
-                       config_path=tmp_path / "c.toml", persist_delay_s=0.01,
-                       idle_trim_s=idle_trim_s)
+                       config_path=tmp_path / "c.toml", idle_trim_s=idle_trim_s,
+                       # No commit within the tests' virtual days: its worker threads
+                       # would hold the index lock while the autojump clock runs on.
+                       persist_delay_s=3600.0 * 24 * 30)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
     # The watcher's disk work inline: its rescans run at their virtual times (the autojump

@@ -514,8 +514,8 @@ class WorkspaceIndex:
         # The CPU token before the index lock, as a commit takes them: in the other order
         # a commit holding the last token and an apply holding the lock would wait for
         # each other for ever.
+        self._note_use()  # from the call on: a trim waiting for the lock stands back
         async with self._cpu, self._lock:
-            self._note_use()
             return await trio.to_thread.run_sync(partial(fn, *args))
 
     def reads_now(self, query: str) -> bool:
@@ -532,8 +532,8 @@ class WorkspaceIndex:
         (a worker-thread hop costs more than the search itself; nothing else can run
         while ``fn`` does, so the free lock need not be taken), in a worker thread under
         the CPU limiter otherwise, so the event loop never waits on a long one."""
+        self._note_use()
         if self.reads_now(query):
-            self._note_use()
             return fn()
         return await self._locked(fn)
 
@@ -566,9 +566,12 @@ class WorkspaceIndex:
                 if trio.current_time() < self._last_use + self._idle_trim_s:
                     continue  # used while the lock was held: not idle after all
                 self._used = trio.Event()
-                await trio.to_thread.run_sync(self.state.evict)
-            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
-            self.idle_trims += 1
+                # On the event loop: both take about a millisecond (madvise over the
+                # resident pages, malloc_trim over a heap of tens of MB), once per idle
+                # period, and nothing can use the state meanwhile.
+                self.state.evict()
+                memtrim.trim()
+                self.idle_trims += 1
 
     def _mark_dirty(self) -> None:
         self._dirty.set()
