@@ -50,6 +50,7 @@ from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
 from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+from recalld.ipc.errors import ShuttingDown
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.auto_memory import CaptureResult
@@ -98,6 +99,7 @@ class DaemonStart:
         self._searchable = trio.Event()
         self._serving = trio.Event()
         self._started = trio.Event()
+        self._released = trio.Event()  # calls waiting for the start go on: finished or stopping
 
     def begin(self, agent_ids: Iterable[str]) -> None:
         self._under_way = True
@@ -120,6 +122,11 @@ class DaemonStart:
         """The RPC server accepts calls."""
         self._serving.set()
 
+    @property
+    def serving(self) -> bool:
+        """The RPC server accepts calls (from the end of the start's first stage)."""
+        return self._serving.is_set()
+
     async def wait_serving(self, agent_id: str) -> None:
         """Until the RPC server serves, if ``agent_id`` is opened by the start."""
         if agent_id in self._held:
@@ -128,6 +135,11 @@ class DaemonStart:
     def finish(self) -> None:
         """Every workspace opened at start is open or failed."""
         self._started.set()
+        self._released.set()
+
+    def stop(self) -> None:
+        """The daemon stops before its start ended: calls waiting for it fail."""
+        self._released.set()
 
     @property
     def done(self) -> bool:
@@ -138,6 +150,14 @@ class DaemonStart:
         """Until the start under way (if any) finished."""
         if not self.done:
             await self._started.wait()
+
+    async def wait_for_calls(self) -> None:
+        """Until calls that need the whole start may run: the start under way (if any)
+        finished. ShuttingDown if the daemon stops before."""
+        if not self.done:
+            await self._released.wait()
+            if not self._started.is_set():
+                raise ShuttingDown("the daemon is stopping (before its start ended)")
 
 
 def _in_order(record: DaemonServices | WorkspaceServices) -> Iterator[tuple[str, Service]]:

@@ -135,6 +135,9 @@ class Supervisor:
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
         self._ready = False
+        # The start's second stage (the workspaces' other services), cancelled by a stop
+        # that comes while the server already answers searches.
+        self._opening_scope: trio.CancelScope | None = None
 
     @property
     def config(self) -> DaemonConfig:
@@ -191,6 +194,7 @@ class Supervisor:
         self.state.stats["server"] = lambda: dataclasses.asdict(server.statistics())
         async with trio.open_nursery() as front:
             async with trio.open_nursery() as opener:
+                self._opening_scope = opener.cancel_scope
                 for agent_id, path, overrides in opening:
                     opener.start_soon(self._open_at_start, agent_id, path, overrides)
                 # Searches first: the server serves once every workspace answers them;
@@ -198,14 +202,19 @@ class Supervisor:
                 await start.wait_searchable()
                 await front.start(server.run)
                 start.serve()
-            start.finish()
-            if self._systemd.watchdog_interval_s:
-                await front.start(run_watchdog, self.notifier, self._systemd.watchdog_interval_s)
-            self._ready = True
-            self.notifier.ready(self._status_line())
-            log.info("recalld serving on %s (%s)", self.config.socket_path, self._status_line())
-            task_status.started()
-            await self._stop_requested.wait()
+            if not self._stop_requested.is_set():
+                start.finish()
+                if self._systemd.watchdog_interval_s:
+                    await front.start(run_watchdog, self.notifier,
+                                      self._systemd.watchdog_interval_s)
+                self._ready = True
+                self.notifier.ready(self._status_line())
+                log.info("recalld serving on %s (%s)", self.config.socket_path,
+                         self._status_line())
+                task_status.started()
+                await self._stop_requested.wait()
+            # else: stopped during the start's second stage, with calls already answered:
+            # they drain like any others (calls that wait for the start end with it).
             self.notifier.stopping("stopping: draining connections")
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
         self.notifier.status("stopping: writing pending conversation turns")
@@ -260,12 +269,19 @@ class Supervisor:
                 await self.reload()
                 continue
             log.info("received %s, stopping", signal.Signals(signum).name)
-            if not self._ready or self._stop_requested.is_set():
-                # Still starting (nothing to drain) or asked twice: stop right away.
+            serving = self.services.start.serving
+            if self._stop_requested.is_set() or not (self._ready or serving):
+                # Asked twice, or still starting with nothing to drain: stop right away.
                 self.notifier.stopping("stopping during start-up")
                 root_scope.cancel()
                 return
             self.request_stop()
+            if not self._ready and self._opening_scope is not None:
+                # The start's second stage: its services are not waited for, calls waiting
+                # for them fail (ShuttingDown), and what the server already answers drains
+                # as after a whole start.
+                self.services.start.stop()
+                self._opening_scope.cancel()
 
     async def reload(self) -> None:
         """Re-read the configuration file; keep the old one if the new one is bad."""

@@ -42,6 +42,7 @@ from recalld.daemon.watchsource import (
     WatchError,
     WatchfilesSource,
 )
+from recalld.ipc.errors import UnknownWorkspace
 
 __all__ = [
     "ReconcileFound", "ReconcileRecord", "ReconcileResult", "Watcher", "WatcherConfig",
@@ -234,6 +235,7 @@ class Watcher:
         self._run_sync: RunSync = run_sync or _in_thread
         self._hold = hold
         self._set_up = trio.Event()  # the watch is set up (or failed, retried in the back)
+        self._never_watched = False  # stopped before its watch was set up
         self._prefix = str(self._workspace) + os.sep
         self._pending: set[str] = set()
         self._pending_dirs: set[str] = set()
@@ -552,11 +554,18 @@ class Watcher:
         made while the daemon was down. With a ``hold``: started at once, the rest after it."""
         hold = None if self._config.reconcile_before_ready else self._hold
         async with trio.open_nursery() as nursery:
-            if hold is not None:
-                self._request_rescan("startup")  # the flush task runs it first
-                task_status.started()
-                await hold()
-            await nursery.start(self._watch_loop)
+            try:
+                if hold is not None:
+                    self._request_rescan("startup")  # the flush task runs it first
+                    task_status.started()
+                    await hold()
+                await nursery.start(self._watch_loop)
+            except BaseException:
+                # Stopped (the workspace closed or failed) before its watch was set up: a
+                # sync waiting for the watch must not wait for ever.
+                self._never_watched = True
+                self._set_up.set()
+                raise
             self._set_up.set()
             if self._config.reconcile_before_ready:
                 await self.reconcile("startup", unattended=True)
@@ -581,6 +590,8 @@ class Watcher:
         """
         if self._hold is not None:
             await self._set_up.wait()
+            if self._never_watched:
+                raise UnknownWorkspace("the workspace stopped before it was watched")
         if self._watch_state != "watching":
             await self.reconcile("sync without a watch")
             return

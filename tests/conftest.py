@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -145,13 +145,17 @@ class DaemonHandle:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def wait_ready(self, deadline_s: float = START_DEADLINE_S) -> None:
+    def wait_ready(self, deadline_s: float = START_DEADLINE_S, *, started: bool = True) -> None:
+        """Until the daemon answers ``daemon.ping`` (it serves searches) and, ``started``,
+        ``daemon.status`` (which waits for the whole start: every workspace's services)."""
         end = time.monotonic() + deadline_s
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
             with contextlib.suppress(OSError, EOFError):
                 if self.call("daemon.ping", timeout=2.0).get("pong") is True:
+                    if started:
+                        self.call("daemon.status", timeout=max(1.0, end - time.monotonic()))
                     return
             if time.monotonic() > end:
                 raise TimeoutError(f"daemon did not answer within {deadline_s} s:\n{self.log()}")
@@ -209,7 +213,7 @@ class DaemonFactory:
         self,
         config_text: str | None = None,
         *,
-        wait: bool = True,
+        wait: bool | Literal["searchable"] = True,
         args: Sequence[str] = (),
         launcher: Sequence[str] | None = None,
         pass_fds: Sequence[int] = (),
@@ -238,7 +242,7 @@ class DaemonFactory:
                               home=home)
         self.handles.append(handle)
         if wait:
-            handle.wait_ready()
+            handle.wait_ready(started=wait is True)
         return handle
 
     def cleanup(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from test_resource import catalog
 from waits import wait_for, workspace_status
 
 from recalld.daemon.services import SEARCH_STAGE, WorkspaceServices
+from recalld.ipc.errors import RecalldError, ShuttingDown
 
 NOTES = 300  # added while the daemon is down: the startup reconcile has work to do
 
@@ -127,7 +129,7 @@ def test_searches_are_answered_before_the_other_services_and_the_startup_reconci
     held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
     held.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(held)
-    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
     status: list[Any] = []
     asked = threading.Thread(target=lambda: status.append(d2.call("daemon.status")),
                              daemon=True)
@@ -150,3 +152,35 @@ def test_searches_are_answered_before_the_other_services_and_the_startup_reconci
     assert paths(d2, "marmots Arosa") == ["memory/2026-07-25/hike.md"]
     startup = ws_status(d2)["index"]["watcher"]["last_reconcile"]
     assert startup["reason"] == "startup" and startup["found"]["added"] == 1, startup
+
+
+def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
+    config, data_dir = build_and_stop(daemon_factory, root)
+    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"  # as above
+    held.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(held)
+    d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
+    answers: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answers.append(d2.call("daemon.status"))
+        except RecalldError as exc:
+            answers.append(exc)
+
+    asked = threading.Thread(target=ask, daemon=True)
+    asked.start()
+    writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
+    try:
+        assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
+        d2.signal(signal.SIGTERM)
+        asked.join(60)
+        assert answers and isinstance(answers[0], ShuttingDown), answers
+    finally:
+        os.close(writer)  # the held store's thread reads an empty file: the stop goes on
+        held.unlink()
+    assert d2.stop() == 0
+    assert "stopping" in d2.log()

@@ -20,6 +20,7 @@ from watchfiles import Change
 
 from recalld.daemon.watcher import ReconcileResult, Watcher, WatcherConfig
 from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource, WatchfilesSource
+from recalld.ipc.errors import UnknownWorkspace
 
 ROOTS = ("memory", "digest")
 
@@ -136,10 +137,15 @@ async def test_a_held_watcher_starts_at_once_and_watches_after_its_hold(
     write(tmp_path / "memory" / "2026-07-01" / "n0.md", "note 0")
     index = FakeIndex(tmp_path)
     hold = trio.Event()
+    source = ScriptedChangeSource()
     watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
-                      source=ScriptedChangeSource(),
+                      source=source,
                       config=WatcherConfig(reconcile_before_ready=False),
                       wall=trio.current_time, run_sync=inline, hold=hold.wait)
+    # The startup scan comes after the watch is set up: a change made between the two is
+    # seen by the scan, none is lost.
+    watched_at_scan: list[bool] = []
+    watcher.scan_reached = (1, lambda: watched_at_scan.append(source.running.is_set()))
     async with trio.open_nursery() as nursery:
         await nursery.start(watcher.run)
         # Started with the startup reconcile owed; no watch, no scan, no apply yet, and a
@@ -165,10 +171,43 @@ async def test_a_held_watcher_starts_at_once_and_watches_after_its_hold(
         assert status["last_reconcile"]["reason"] == "startup"
         assert status["last_reconcile"]["found"] == {"added": 2, "changed": 0, "deleted": 0}
         assert index.texts() == disk_notes(tmp_path)
+        assert watched_at_scan and all(watched_at_scan), watched_at_scan
         # (The scripted source delivers no cookie: the sync ends by its own reconcile.)
         with trio.fail_after(60):
             await synced.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_sync_of_a_watcher_stopped_during_its_hold_fails(
+    tmp_path: Path, autojump_clock: object,
+) -> None:
+    # The workspace failed or closed during the daemon's start: a search that syncs
+    # gets an error, not a wait for a watch that never comes.
+    index = FakeIndex(tmp_path)
+    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
+                      source=ScriptedChangeSource(),
+                      config=WatcherConfig(reconcile_before_ready=False),
+                      wall=trio.current_time, run_sync=inline, hold=trio.sleep_forever)
+    failed: list[BaseException] = []
+
+    async def sync() -> None:
+        try:
+            await watcher.sync()
+        except UnknownWorkspace as exc:
+            failed.append(exc)
+
+    async with trio.open_nursery() as outer:
+        outer.start_soon(sync)
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watcher.run)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not failed
+                scope.cancel()
+        with trio.fail_after(60):
+            while not failed:
+                await trio.sleep(1)
+    assert "stopped before it was watched" in str(failed[0])
 
 
 def test_a_scan_tells_when_it_has_found_many_notes(tmp_path: Path) -> None:
