@@ -141,6 +141,9 @@ class BM25Index:
         # key -> main row; None while main's rows are in ascending key order (the index
         # service adds keys in order), when a binary search of row_keys finds them instead.
         self._key_row: dict[int, int] | None = None
+        # After a compaction ran out of memory: the delta documents and dead rows there
+        # must be before the next one is tried (0: none failed).
+        self._compact_retry_at = 0
         self._n_dead = 0
         self._delta_docs: dict[int, tuple[dict[str, int], int]] = {}
         self._delta_post: dict[str, dict[int, int]] = {}
@@ -429,11 +432,7 @@ class BM25Index:
 
     def _index_rows(self, rows: npt.NDArray[np.int64]) -> None:
         """Set up :meth:`_row_of` for the live ``rows`` of main."""
-        keys = self._row_keys
-        if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
-            self._key_row = None
-        else:
-            self._key_row = dict(zip(keys[rows].tolist(), rows.tolist(), strict=True))
+        self._key_row = _key_rows(self._row_keys, rows)
 
     def _maybe_compact(self) -> None:
         """Merge the delta and drop dead rows once they are many. Only upkeep: the write
@@ -445,9 +444,12 @@ class BM25Index:
         if len(self._delta_docs) > delta_limit or (
             self._n_dead >= DEAD_MIN_ROWS and self._n_dead > DEAD_FRACTION * len(self._row_keys)
         ):
+            if len(self._delta_docs) + self._n_dead < self._compact_retry_at:
+                return  # the last one ran out of memory: wait until there is more to do
             try:
                 self._merge([])
             except MemoryError as exc:
+                self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
                 log.warning("keyword index: compaction postponed (out of memory: %s)", exc)
 
     def _set_main(self, seg: Segment) -> None:
@@ -459,21 +461,25 @@ class BM25Index:
 
     def _merge(self, slabs: list[Slab]) -> None:
         """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``).
-        If the merge raises (out of memory), main and the delta stay as they were."""
+        If it raises (out of memory), main and the delta stay as they were: everything
+        new is made before any of it replaces the old."""
         delta = Slab.from_counts(self._delta_docs, self._term_ids)
         seg, used = postings.merge(self._main, self._alive, [delta, *slabs], len(self._term_ids),
                                    drop_unused=not self._vocabs)
-        self.merges += 1
-        self._delta_docs.clear()
-        self._delta_post.clear()
+        term_ids = self._term_ids
         if used is not None:
             # Drop terms without postings so the dictionary does not grow forever.
             terms = list(self._term_ids)
-            self._term_ids = postings.term_table([terms[i] for i in used.tolist()])
+            term_ids = postings.term_table([terms[i] for i in used.tolist()])
+        alive = np.ones(len(seg.row_keys), dtype=np.bool_)
+        key_row = _key_rows(seg.row_keys, np.arange(len(seg.row_keys), dtype=np.int64))
+        self.merges += 1
+        self._delta_docs.clear()
+        self._delta_post.clear()
+        self._term_ids = term_ids
         self._set_main(seg)
-        self._alive = np.ones(len(seg.row_keys), dtype=np.bool_)
-        self._index_rows(np.arange(len(seg.row_keys), dtype=np.int64))
-        self._n_dead = 0
+        self._alive, self._key_row, self._n_dead = alive, key_row, 0
+        self._compact_retry_at = 0
 
     @property
     def main_generation(self) -> int:
@@ -871,3 +877,12 @@ class _Scored:
 def _check_key(key: int) -> None:
     if not isinstance(key, int) or not 0 <= key <= _MAX_KEY:
         raise ValueError(f"document keys are uint32, got {key!r}")
+
+
+def _key_rows(keys: npt.NDArray[np.uint32], rows: npt.NDArray[np.int64]
+              ) -> dict[int, int] | None:
+    """The map from key to row :meth:`BM25Index._row_of` uses for the live ``rows`` of a
+    main segment with ``keys``; None when the keys ascend (a binary search finds them)."""
+    if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
+        return None
+    return dict(zip(keys[rows].tolist(), rows.tolist(), strict=True))
