@@ -88,8 +88,10 @@ class DaemonStart:
     (:meth:`wait_searchable`), starts the RPC server and calls :meth:`serve`, which lets
     those workspaces start their other services; :meth:`finish` once every one of them
     is open (or failed). Work that nobody waits for and that would compete with the first
-    answers (the index's checksums and startup reconcile) waits for :meth:`wait_started`.
-    Without :meth:`begin` (a daemon assembled by hand) nothing waits.
+    answers (the index's checksums, watch and startup reconcile) waits for
+    :meth:`wait_released`; calls that need the whole start wait for :meth:`wait_for_calls`.
+    :meth:`stop` (a stop during the second stage) releases both: those calls fail with
+    ShuttingDown. Without :meth:`begin` (a daemon assembled by hand) nothing waits.
     """
 
     def __init__(self) -> None:
@@ -146,10 +148,10 @@ class DaemonStart:
         """No start under way: calls need not wait."""
         return not self._under_way or self._started.is_set()
 
-    async def wait_started(self) -> None:
-        """Until the start under way (if any) finished."""
+    async def wait_released(self) -> None:
+        """Until the start under way (if any) finished, or the daemon stops before."""
         if not self.done:
-            await self._started.wait()
+            await self._released.wait()
 
     async def wait_for_calls(self) -> None:
         """Until calls that need the whole start may run: the start under way (if any)
@@ -286,8 +288,10 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
                            background=daemon.background,
                            publish=daemon.events.publish, pool=daemon.prepare_pool,
                            # Opened by the daemon's start: its watch, checksums and startup
-                           # reconcile come after the start (opened later: at once).
-                           hold=None if daemon.start.done else daemon.start.wait_started)
+                           # reconcile come after the start, or its stop (a sync waiting
+                           # for the watch then ends as the server drains; opened later: at
+                           # once).
+                           hold=None if daemon.start.done else daemon.start.wait_released)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)
     sessions = SessionStore(

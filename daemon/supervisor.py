@@ -280,6 +280,7 @@ class Supervisor:
                 # The start's second stage: its services are not waited for, calls waiting
                 # for them fail (ShuttingDown), and what the server already answers drains
                 # as after a whole start.
+                self.notifier.stopping("stopping during start-up: draining connections")
                 self.services.start.stop()
                 self._opening_scope.cancel()
 

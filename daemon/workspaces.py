@@ -222,6 +222,7 @@ class Workspace:
                 async with trio.open_nursery() as nursery:
                     await start(self, nursery)
                     self.state = "ready"
+                    log.info("workspace %s: every service started", self.agent_id)
                     task_status.started()
                     await trio.sleep_forever()
         finally:

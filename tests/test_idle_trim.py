@@ -114,9 +114,9 @@ def unit_index(tmp_path: Path, idle_trim_s: float = IDLE_TRIM_S) -> tuple[
 
 
 async def trims_reach(index: WorkspaceIndex, count: int) -> None:
-    """Wait (virtual time) until ``index`` trimmed ``count`` times. A trim's last steps run
-    in worker threads, and the autojump clock moves on while they do: how many virtual
-    seconds it takes is not known, only that it comes."""
+    """Wait (virtual time) until ``index`` trimmed ``count`` times. The startup reconcile's
+    apply runs in a worker thread, and the autojump clock moves on while it does: when the
+    trim after it comes is not known to the virtual second, only that it comes."""
     with trio.fail_after(7 * 24 * 3600):
         while index.idle_trims < count:
             await trio.sleep(1)

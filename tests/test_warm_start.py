@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from test_resource import catalog
-from waits import wait_for, workspace_status
+from waits import wait_for, wait_log, workspace_status
 
 from recalld.daemon.services import SEARCH_STAGE, WorkspaceServices
 from recalld.ipc.errors import RecalldError, ShuttingDown
@@ -159,28 +159,45 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
     config, data_dir = build_and_stop(daemon_factory, root)
-    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"  # as above
+    # A second workspace whose sessions store holds the start (as above); w opens whole.
+    other = tmp_path / "other"
+    held = other / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
     held.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(held)
+    config += f'[workspaces.v]\npath = "{other}"\n'
     d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
-    answers: list[Any] = []
+    answers: dict[str, Any] = {}
 
-    def ask() -> None:
-        try:
-            answers.append(d2.call("daemon.status"))
-        except RecalldError as exc:
-            answers.append(exc)
+    def ask(name: str, method: str, params: Any = None) -> threading.Thread:
+        def run() -> None:
+            try:
+                answers[name] = d2.call(method, params)
+            except RecalldError as exc:
+                answers[name] = exc
 
-    asked = threading.Thread(target=ask, daemon=True)
-    asked.start()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    asked = [ask("status", "daemon.status")]
     writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
     try:
         assert paths(d2, "train Zurich") == ["memory/2026-07-23/commute.md"]
+        wait_log(d2.log_path, "workspace w: every service started", "w opened whole")
+        # A search of w that waits for its watch, which comes after the start.
+        asked.append(ask("synced", "memory.search",
+                         {"agent_id": "w", "query": "train", "sync": True}))
         d2.signal(signal.SIGTERM)
-        asked.join(60)
-        assert answers and isinstance(answers[0], ShuttingDown), answers
+        for thread in asked:
+            thread.join(60)
+        assert isinstance(answers.get("status"), ShuttingDown), answers
+        # Answered as the server drains (the stop releases the watch), not cut off.
+        synced = answers.get("synced")
+        assert isinstance(synced, dict), answers
+        assert [r["path"] for r in synced["results"]] == ["memory/2026-07-23/commute.md"]
     finally:
         os.close(writer)  # the held store's thread reads an empty file: the stop goes on
         held.unlink()
     assert d2.stop() == 0
     assert "stopping" in d2.log()
+
