@@ -437,8 +437,8 @@ class BM25Index:
     def _maybe_compact(self) -> None:
         """Merge the delta and drop dead rows once they are many. Only upkeep: the write
         before it is done whether or not it succeeds, so running out of memory here
-        changes nothing (``_merge`` leaves main and the delta as they were) and the next
-        write tries again."""
+        changes nothing (``_merge`` leaves main and the delta as they were), and it is
+        tried again once the delta documents and dead rows are twice as many."""
         main_live = len(self._row_keys) - self._n_dead
         delta_limit = min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
         if len(self._delta_docs) > delta_limit or (
