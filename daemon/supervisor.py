@@ -289,13 +289,16 @@ class Supervisor:
         if self._reload is None:
             log.info("SIGHUP: no configuration source to reload")
             return
-        self.notifier.reloading()
+        # During the start, READY=1 belongs to its end: a reload then tells its status only.
+        reloading = self._ready
+        if reloading:
+            self.notifier.reloading()
         try:
             new = await trio.to_thread.run_sync(self._reload)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.reload_error = {"reload_error": str(exc), "reload_failed_at": time.time()}
-            self.notifier.notify("READY=1", f"STATUS=reload failed: {_short(str(exc))}")
+            self._reloaded(reloading, f"reload failed: {_short(str(exc))}")
             self.events.publish("daemon.reload_failed", {"error": str(exc)})
             return
         self.reload_error = {"reload_error": None, "reload_failed_at": None}
@@ -322,7 +325,13 @@ class Supervisor:
                     log.error("reload: opening workspace %s failed: %s", agent_id, exc)
         log.info("configuration reloaded from %s", new.config_path)
         self.events.publish("daemon.reloaded", {"opened": opened})
-        self.notifier.notify("READY=1", f"STATUS=reloaded; {self._status_line()}")
+        self._reloaded(reloading, f"reloaded; {self._status_line()}")
+
+    def _reloaded(self, reloading: bool, status: str) -> None:
+        if reloading:
+            self.notifier.notify("READY=1", f"STATUS={status}")
+        else:
+            self.notifier.status(status)
 
 
 def set_log_level(level: str) -> None:

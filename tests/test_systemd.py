@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
+from test_warm_start import _open_writer
+from waits import wait_for
 
 from recalld.daemon.systemd import Notifier, adopt_listener, run_watchdog, take_environment
 
@@ -121,6 +123,37 @@ def test_sighup_reload_reports_and_survives_bad_file(
         assert "reload failed" in d.log()
         assert d.stop() == 0
     finally:
+        fake.close()
+
+
+def test_a_reload_during_the_start_leaves_ready_to_its_end(
+    daemon_factory: DaemonFactory, short_dir: Path, tmp_path: Path
+) -> None:
+    # A FIFO in place of the sessions store's quarantine file holds the start until a
+    # writer comes (as in test_warm_start).
+    root = tmp_path / "ws"
+    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
+    held.parent.mkdir(parents=True)
+    os.mkfifo(held)
+    fake = FakeSystemd(short_dir / "notify")
+    writer = None
+    try:
+        d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', wait=False,
+                           NOTIFY_SOCKET=str(fake.path))
+        writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
+        d.signal(signal.SIGHUP)
+        reloaded = fake.wait_for("STATUS")
+        while "reloaded" not in reloaded["STATUS"]:
+            reloaded = fake.wait_for("STATUS")
+        assert not any("READY" in m or "RELOADING" in m for m in fake.messages), fake.messages
+        os.close(writer)
+        writer = None
+        ready = fake.wait_for("READY")
+        assert ready["READY"] == "1"
+        assert d.stop() == 0
+    finally:
+        if writer is not None:
+            os.close(writer)
         fake.close()
 
 
