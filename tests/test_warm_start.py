@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fakes.provider_server import FakeProvider
 from test_resource import catalog
 from waits import wait_for, wait_log, workspace_status
 
@@ -201,3 +202,34 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
     assert d2.stop() == 0
     assert "stopping" in d2.log()
 
+
+
+def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
+    config, data_dir = build_and_stop(daemon_factory, root)  # keyword only: no vectors yet
+    other = tmp_path / "other"  # its sessions store holds the start (as above)
+    held = other / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
+    held.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(held)
+    with FakeProvider(dims=8, api_key="k") as fake:
+        vectors = (f'embedding_model_config = {{backend = "openai", base_url = '
+                   f'"{fake.url}/v1", api_key = "k", model_name = "m", dimensions = 8}}\n')
+        config = config.replace("[daemon]\n", vectors + "[daemon]\n", 1)
+        config += f'[workspaces.v]\npath = "{other}"\n'
+        d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
+        writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
+        try:
+            # The provider's health check is made at once; no chunk text is sent for its
+            # vector while the start goes on.
+            wait_for(lambda: fake.requests, "the provider's health check")
+            answer = d2.call("memory.search", {"agent_id": "w", "query": "Zurich commute"})
+            assert [r["path"] for r in answer["results"]] == ["memory/2026-07-23/commute.md"]
+            assert not any(b"7:40" in r.body for r in fake.requests), fake.requests
+        finally:
+            os.close(writer)
+            held.unlink()
+        wait_for(lambda: any(b"7:40" in r.body for r in fake.requests),
+                 "the backfill once the start ended")
+        vectors_status = ws_status(d2)["index"]["vectors"]
+        assert vectors_status["enabled"], vectors_status

@@ -215,6 +215,9 @@ class VectorWorker:
             await self.target.client.wait_healthy(
                 self.index.root, backoff_base_s=self.cfg.backoff_base_s,
                 backoff_max_s=self.cfg.backoff_max_s)
+            # After the daemon's start: it competes with the first answers, and a shared
+            # workspace embeds through its replica, which starts in the start's second stage.
+            await self.index.after_start()
             await self._backfill()
         finally:
             self.target.members.discard(self)

@@ -313,13 +313,18 @@ class WorkspaceIndex:
                 if (self._changes or self._dirty.is_set()) and self._checked.is_set():
                     await self._commit()
 
+    async def after_start(self) -> None:
+        """Until the daemon's start let background work go (at once without a ``hold``):
+        work nobody waits for must not compete with the first answers."""
+        if self._hold is not None:
+            await self._hold()
+
     async def _check_loaded(self) -> None:
         """Checksum the state files the load mapped unchecked (searches are served from
         them meanwhile). On damage, load again with every checksum, which falls back to
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
-        if self._hold is not None:
-            await self._hold()
+        await self.after_start()
         async with self._background:
             corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
                                                     limiter=self._cpu)
