@@ -88,7 +88,7 @@ class DaemonStart:
     (:meth:`wait_searchable`), starts the RPC server and calls :meth:`serve`, which lets
     those workspaces start their other services; :meth:`finish` once every one of them
     is open (or failed). Work that nobody waits for and that would compete with the first
-    answers (the index's checksums, watch and startup reconcile) waits for
+    answers (the index's checksums, watch and startup reconcile, the vector backfill) waits for
     :meth:`wait_released`; calls that need the whole start wait for :meth:`wait_for_calls`.
     :meth:`stop` (a stop during the second stage) releases both: those calls fail with
     ShuttingDown. Without :meth:`begin` (a daemon assembled by hand) nothing waits.
@@ -287,10 +287,10 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
     index = WorkspaceIndex(ws, daemon.config.current, cpu=daemon.cpu,
                            background=daemon.background,
                            publish=daemon.events.publish, pool=daemon.prepare_pool,
-                           # Opened by the daemon's start: its watch, checksums and startup
-                           # reconcile come after the start, or its stop (a sync waiting
-                           # for the watch then ends as the server drains; opened later: at
-                           # once).
+                           # Opened by the daemon's start: its watch, checksums, startup
+                           # reconcile and vector backfill come after the start, or its stop
+                           # (a sync waiting for the watch then ends as the server drains;
+                           # opened later: at once).
                            hold=None if daemon.start.done else daemon.start.wait_released)
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
     chat = ChatClients(ws, daemon.providers)

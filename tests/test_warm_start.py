@@ -203,7 +203,6 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
     assert "stopping" in d2.log()
 
 
-
 def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
