@@ -554,9 +554,10 @@ class Watcher:
         made while the daemon was down. With a ``hold``: started at once, the rest after it."""
         hold = None if self._config.reconcile_before_ready else self._hold
         async with trio.open_nursery() as nursery:
+            if not self._config.reconcile_before_ready:
+                self._request_rescan("startup")  # the flush task runs it first
             try:
                 if hold is not None:
-                    self._request_rescan("startup")  # the flush task runs it first
                     task_status.started()
                     await hold()
                 await nursery.start(self._watch_loop)
@@ -569,8 +570,6 @@ class Watcher:
             self._set_up.set()
             if self._config.reconcile_before_ready:
                 await self.reconcile("startup", unattended=True)
-            elif hold is None:
-                self._request_rescan("startup")  # the flush task runs it first
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self._periodic_loop)
             if hold is None:
