@@ -561,14 +561,16 @@ class WorkspaceIndex:
         Sleeps while nothing uses the state: an idle daemon does no work for this."""
         if self._idle_trim_s <= 0:
             return
+        def idle_since() -> float:  # when the state counts as idle (uses move it on)
+            return self._last_use + self._idle_trim_s
+
         while True:
             await self._used.wait()
-            # Sleeps to the deadline the last use set; uses meanwhile move it on.
-            await trio.sleep_until(self._last_use + self._idle_trim_s)
-            if trio.current_time() < self._last_use + self._idle_trim_s:
+            await trio.sleep_until(idle_since())
+            if trio.current_time() < idle_since():
                 continue
             async with self._lock:  # a swap in a worker thread replaces the mapped files
-                if trio.current_time() < self._last_use + self._idle_trim_s:
+                if trio.current_time() < idle_since():
                     continue  # used while the lock was held: not idle after all
                 self._used = trio.Event()
                 # On the event loop: both take about a millisecond (madvise over the
