@@ -89,7 +89,7 @@ class DaemonStart:
     those workspaces start their other services; :meth:`finish` once every one of them
     is open (or failed). Work that nobody waits for and that would compete with the first
     answers (the index's checksums, watch and startup reconcile, the vector backfill) waits for
-    :meth:`wait_released`; calls that need the whole start wait for :meth:`wait_for_calls`.
+    :meth:`wait_released`; calls that need the whole start wait for :meth:`wait_started`.
     :meth:`stop` (a stop during the second stage) releases both: those calls fail with
     ShuttingDown. Without :meth:`begin` (a daemon assembled by hand) nothing waits.
     """
@@ -153,7 +153,7 @@ class DaemonStart:
         if not self.done:
             await self._released.wait()
 
-    async def wait_for_calls(self) -> None:
+    async def wait_started(self) -> None:
         """Until calls that need the whole start may run: the start under way (if any)
         finished. ShuttingDown if the daemon stops before."""
         if not self.done:
@@ -251,7 +251,7 @@ class WorkspaceServices:
 def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     """Every daemon-wide service, wired and not started."""
     live = LiveConfig(config)
-    stages = DaemonStart()
+    daemon_start = DaemonStart()
     cpu = trio.CapacityLimiter(max(1, config.cpu_threads))
     background = trio.CapacityLimiter(max(1, config.cpu_threads - 1))
     events = EventBus()
@@ -272,8 +272,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
     consolidation = Consolidation(jobs, scheduler, registry.get)
     services = DaemonServices(
-        config=live, start=stages, cpu=cpu, background=background, events=events, providers=bridge,
-        vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
+        config=live, start=daemon_start, cpu=cpu, background=background, events=events,
+        providers=bridge, vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
         consolidation=consolidation, registry=registry,
     )
     jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False)

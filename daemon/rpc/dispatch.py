@@ -129,7 +129,7 @@ class CallContext:
             try:
                 return self.state.registry.searchable(agent_id)
             except UnknownWorkspace:
-                await start.wait_for_calls()
+                await start.wait_started()
         return self.state.registry.searchable(agent_id)
 
 
@@ -283,7 +283,7 @@ class Methods:
         if method is None:
             raise MethodNotFound(f"method not found: {request.method}")
         if not method.early:
-            await ctx.services.start.wait_for_calls()
+            await ctx.services.start.wait_started()
         params = request.params
         if isinstance(params, list):
             if method.positional is None:

@@ -66,7 +66,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
         return await search_one(await ctx.searchable(agent_id))
     # The caller (agent_id) searches the named workspaces, each only if its owner allows;
     # while the daemon starts, once every workspace is open.
-    await ctx.services.start.wait_for_calls()
+    await ctx.services.start.wait_started()
     return await sharing.search_workspaces(
         sharing.targets(ctx.state.registry, agent_id, agents), search_one,
         max_results=min(max_results, MAX_RESULTS_CAP),
