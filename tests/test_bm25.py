@@ -500,7 +500,7 @@ def test_batches_counted_against_a_kept_vocabulary_index_the_same(
 
 def _build_both(batches: list[list[str]], workers: list[int]) -> None:
     plain, kept = BM25Index(), BM25Index()
-    held: list[dict[str, int]] = [{}, {}]
+    held = [postings_mod.Vocabulary(), postings_mod.Vocabulary()]
     key = 0
     for i, texts in enumerate(batches):
         split = [tokenize_split(t) for t in texts]
@@ -513,7 +513,7 @@ def _build_both(batches: list[list[str]], workers: list[int]) -> None:
         vocab = held[workers[i]]
         start = len(vocab)
         slab, new_terms = Slab.local(words, runs, vocab=vocab)
-        assert new_terms == list(vocab)[start:]
+        assert new_terms == list(vocab.ids)[start:]
         to_global = kept.vocabulary_ids(("pass", workers[i]), start,
                                         postings_mod.join_terms(new_terms))
         kept.add_encoded([(None, slab.mapped(to_global, keys))], stage=i < len(batches) - 1)

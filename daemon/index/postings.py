@@ -85,6 +85,23 @@ def term_table(terms: Iterable[str] = ()) -> TermTable:
     return table
 
 
+class Vocabulary:
+    """The local term ids of :meth:`Slab.local`, kept over several calls (a worker's over
+    the batches of one pass): term -> id, and the CJK tokens (characters and pairs, as
+    integers) that already have one, so a batch makes strings only of the ones new to it."""
+
+    __slots__ = ("cjk", "ids")
+
+    def __init__(self) -> None:
+        # A plain dict: local ids need not be the shared ints of ``TermTable``, and new
+        # terms are added in bulk (``_local_ids``), not one ``__missing__`` call each.
+        self.ids: dict[str, int] = {}
+        self.cjk = _KnownTokens(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class Slab:
     """Documents encoded as term ids (doc-major), waiting to become part of a segment."""
 
@@ -139,7 +156,7 @@ class Slab:
 
     @classmethod
     def local(cls, docs: list[list[str]], runs: list[list[str]] | None = None, *,
-              vocab: dict[str, int] | None = None) -> tuple[Slab, list[str]]:
+              vocab: Vocabulary | None = None) -> tuple[Slab, list[str]]:
         """Encode ``docs`` against a vocabulary of their own: (slab keyed 0..n-1, its terms).
 
         Worker processes do this, so the daemon only maps each batch's distinct terms to its
@@ -157,16 +174,16 @@ class Slab:
             ids = term_table()
             slab = cls.encode(dict(enumerate(docs)), ids)
             return slab, list(ids)
-        # A plain dict: local ids need not be the shared ints of ``TermTable``, and new
-        # terms are added in bulk (``_local_ids``), not one ``__missing__`` call each.
-        local: dict[str, int] = {} if vocab is None else vocab
+        if vocab is None:
+            vocab = Vocabulary()
+        local = vocab.ids
         start = len(local)
         flat = list(itertools.chain.from_iterable(docs))
         word_tids = _local_ids(flat, local)
         word_docs = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
         word_pairs, word_tfs = np.unique(word_docs << _DOC_SHIFT | word_tids,
                                          return_counts=True)
-        cjk_pairs, cjk_tfs, cjk_lens = _cjk_pairs(runs, local)
+        cjk_pairs, cjk_tfs, cjk_lens = _cjk_pairs(runs, vocab.cjk)
         # Words and CJK runs never share a term: their (document, term) pairs are disjoint.
         pairs = np.concatenate([word_pairs, cjk_pairs])
         tfs = np.concatenate([word_tfs, cjk_tfs])
@@ -272,16 +289,16 @@ CJK_BLOCK_CHARS = 1 << 15
 _TWO: Final = re.compile("..", re.S)
 
 
-def _cjk_pairs(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, list[int]]:
+def _cjk_pairs(runs: list[list[str]], known: _KnownTokens) -> tuple[I64, I64, list[int]]:
     """The (document, term) pairs (packed as in ``Slab.local``) and their counts of every
     character and neighbouring pair of ``runs`` (per document), and each document's BM25
     length of them (``tokenizer.cjk_length`` of its characters): what ``tokenizer._cjk``
     emits with unigrams, without a string per token (only distinct ones become terms).
-    Documents are counted a block of about ``CJK_BLOCK_CHARS`` characters at a time."""
+    Documents are counted a block of about ``CJK_BLOCK_CHARS`` characters at a time;
+    ``known`` gives the ids of the tokens (new ones join it)."""
     pairs: list[I64] = []
     tfs: list[I64] = []
     lens: list[int] = []
-    known = _KnownTokens(ids)
     lo = chars = 0
     for hi, doc in enumerate(runs, 1):
         chars += sum(len(r) for r in doc)
@@ -298,7 +315,8 @@ def _cjk_pairs(runs: list[list[str]], ids: dict[str, int]) -> tuple[I64, I64, li
 
 class _KnownTokens:
     """The CJK tokens (packed integers, ascending) already given an id in ``ids``, so a
-    block makes strings and looks up ids only for tokens earlier blocks did not have."""
+    block makes strings and looks up ids only for tokens no earlier block had (of this
+    batch, or of the batches before it that counted against the same ``Vocabulary``)."""
 
     __slots__ = ("codes", "ids", "tids")
 
@@ -321,10 +339,11 @@ class _KnownTokens:
         if len(new):
             new_tids = _local_ids(_token_strings(new), self.ids)
             tids[~seen] = new_tids
-            codes = np.concatenate([self.codes, new])
-            order = np.argsort(codes, kind="stable")
-            self.codes = codes[order]
-            self.tids = np.concatenate([self.tids, new_tids])[order]
+            # ``new`` is ascending and holds no known token: inserted in place, the codes
+            # stay ascending without sorting them all again.
+            at = np.searchsorted(self.codes, new)
+            self.codes = np.insert(self.codes, at, new)
+            self.tids = np.insert(self.tids, at, new_tids)
         return tids
 
 

@@ -20,7 +20,7 @@ from typing import Protocol
 from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
-from recalld.daemon.index.postings import Slab, join_terms
+from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -32,9 +32,9 @@ MAX_NOTE_BYTES = 8 * 1024 * 1024
 # A worker's vocabulary over the batches of a pass (``prepare_files``'s ``vocab``) begins
 # again past this many terms, so that a worker of a very large pass stays small.
 VOCAB_MAX_TERMS = 1 << 18
-# That vocabulary: (the pass's token, term -> id). One per process: a worker serves one
-# call at a time, and a call of another pass begins a new one.
-_vocab: tuple[str, dict[str, int]] | None = None
+# That vocabulary: (the pass's token, its terms' ids). One per process: a worker serves
+# one call at a time, and a call of another pass begins a new one.
+_vocab: tuple[str, Vocabulary] | None = None
 # Errors opening a note that mean there is no note to index there (gone, a link, not a
 # regular file, permission refused); others leave the note as the index has it.
 _NOT_A_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
@@ -195,16 +195,16 @@ def prepare_files(
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
                      reme=(reme or {}).get(rel), real_root=real_root) for rel in rels]
     split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
-    ids: dict[str, int] | None = None
+    kept: Vocabulary | None = None
     ref: VocabRef | None = None
     if vocab is not None:
         if _vocab is None or _vocab[0] != vocab or len(_vocab[1]) > VOCAB_MAX_TERMS:
-            _vocab = (vocab, {})
-        ids = _vocab[1]
-        ref = VocabRef(vocab, os.getpid(), len(ids))
+            _vocab = (vocab, Vocabulary())
+        kept = _vocab[1]
+        ref = VocabRef(vocab, os.getpid(), len(kept))
     try:
         slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split],
-                                 vocab=ids)
+                                 vocab=kept)
     except BaseException:
         _vocab = None  # possibly half updated: the daemon would not know its terms
         raise
