@@ -128,9 +128,10 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
     ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
     ``relates_to::`` keys, else ``link``."""
     out: list[Link] = []
-    if "[[" not in text and "`" not in text:
-        # No line can hold a link (without code spans, no line changes before the look
-        # for ``[[``): about half the notes of a workspace, not walked line by line.
+    if "[[" not in text and "[`" not in text:
+        # No line can hold a link: removing code spans makes a ``[[`` only where a ``[``
+        # stood right before a span's opening backtick. Most notes, not walked line by
+        # line.
         return out
     seen: set[tuple[str, str, int]] = set()
     section = "link"
