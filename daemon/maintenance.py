@@ -33,7 +33,7 @@ import trio
 
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
-from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
 from recalld.daemon.index.state import FileInfo, IndexState
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 HEALTH_SCAN_INTERVAL_S = 300.0
 HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
 HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
-MAX_LISTED = 20  # paths shown per difference kind; counts are always complete
 
 
 def dir_bytes(top: Path) -> int:
@@ -166,6 +165,12 @@ class Health:
         if partial:
             degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
                             "only up to that size")
+        unreadable = dict(self.index.unreadable)
+        if unreadable:
+            first = min(unreadable)
+            degraded.append(f"{len(unreadable)} note(s) could not be read (first: {first}: "
+                            f"{unreadable[first]['error']}); the index keeps what it had of "
+                            "them until they read again")
         if self.scanned_at is None:
             pending.append("first disk scan under way")
         if idx.get("pending_changes"):
@@ -195,6 +200,9 @@ class Health:
         for d in damaged.values():
             last_errors.append({"what": f"index file {d['file']}", "error": d["reason"],
                                 "time": d["time"]})
+        for path in sorted(unreadable)[:MAX_LISTED]:
+            last_errors.append({"what": f"read {path}", "error": unreadable[path]["error"],
+                                "time": unreadable[path]["time"]})
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
@@ -209,6 +217,8 @@ class Health:
             "unindexed_paths": unindexed[:MAX_LISTED],
             "partly_indexed": len(partial),
             "partly_indexed_paths": partial[:MAX_LISTED],
+            "unreadable": len(unreadable),
+            "unreadable_paths": sorted(unreadable)[:MAX_LISTED],
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,
@@ -274,6 +284,8 @@ class HealthReport(TypedDict):
     unindexed_paths: list[str]
     partly_indexed: int
     partly_indexed_paths: list[str]
+    unreadable: int
+    unreadable_paths: list[str]
     watcher: str | None
     scanned_at: float | None
     derived_bytes: int | None

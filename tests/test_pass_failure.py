@@ -100,12 +100,14 @@ def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
                        config_path=tmp_path / "c.toml", persist_delay_s=3600.0)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu, pool=pool)
+    own = index.watcher
     index.watcher = Watcher(
         root, ["memory", "digest"], apply=index.apply_paths,
         known=lambda: index.state.known(), source=ScriptedChangeSource(),
         config=WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0,
                              apply_batch_max=1 << 30),
         limiter=cpu)
+    index.watcher.scan_listeners += own.scan_listeners  # what the index listens for
     return index
 
 
@@ -173,6 +175,9 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
         assert sorted(index.state.files) == sorted(set(rels) - {rels[100]})
         assert _unsearchable(index) == []
         _whole(index)
+        assert list(index.unreadable) == [rels[100]]
+        assert index.unreadable[rels[100]]["error"] == os.strerror(errno.EIO)
+        assert index.status()["unreadable_paths"] == [rels[100]]
         # An indexed note changed on disk and unreadable now: its last version stays.
         edited = root / rels[5]
         edited.write_text("# Note 5\n\nmarker5 rewritten with newword\n", encoding="utf-8")
@@ -180,9 +185,19 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
         await index.watcher.reconcile("an edit that cannot be read")
         assert rels[5] in index.state.files and _unsearchable(index) == []
         assert not index.state.keyword_search("newword", 5)
+        assert sorted(index.unreadable) == sorted([rels[5], rels[100]])
+        # A note never indexed and gone now is no longer listed (no apply reads it: the
+        # reconcile's scan tells).
+        gone = root / rels[100]
+        gone_text = gone.read_bytes()
+        gone.unlink()
+        await index.watcher.reconcile("an unreadable note removed")
+        assert list(index.unreadable) == [rels[5]]
+        gone.write_bytes(gone_text)
         unreadable.clear()
         await index.watcher.reconcile("readable again")
         assert len(index.state.files) == BEFORE and _unsearchable(index) == []
+        assert index.unreadable == {} and index.status()["unreadable"] == 0
         assert [k for k, _ in index.state.keyword_search("newword", 5)] == list(
             index.state.files[rels[5]].keys)
         _whole(index)
@@ -432,7 +447,8 @@ def test_a_compaction_that_runs_out_of_memory_after_the_postings_merge_changes_n
 # --------------------------------------------------- a real daemon with two workspaces
 
 # Loaded by every process of the daemon (its worker processes too) through PYTHONPATH:
-# while the trigger file exists, reading a note of the listed names runs out of memory.
+# while the trigger file exists, reading a note of the listed names runs out of memory
+# (or, with FAILING_ERROR=eio, fails as a failing disk does).
 SITECUSTOMIZE = """\
 import os
 names = os.environ.get("FAILING_NAMES")
@@ -443,7 +459,11 @@ if names:
     _real = prepare._read_note
     def _read_note(root, rel, real_root=None):
         if _trigger.exists() and rel.rsplit("/", 1)[-1] in names.split(","):
-            raise MemoryError("reading " + rel)
+            if os.environ.get("FAILING_ERROR") != "eio":
+                raise MemoryError("reading " + rel)
+            if os.path.exists(os.path.join(root, rel)):  # a removed note reads as gone
+                import errno
+                raise OSError(errno.EIO, os.strerror(errno.EIO), rel)
         return _real(root, rel, real_root)
     prepare._read_note = _read_note
 """
@@ -509,3 +529,49 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     for i in (BEFORE + BAD_AT, BEFORE + ADDED - 1, BEFORE + 100):
         assert _found(d, "a", i), i
     assert len(added) == ADDED
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    rels = _write(root, 0, 40)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    trigger = tmp_path / "disk-fails"
+    edited, new = rels[7], "memory/2026-07-01/n00090.md"
+    env = {"PYTHONPATH": str(hooks), "FAILING_NAMES": "n00007.md,n00090.md",
+           "FAILING_TRIGGER": str(trigger), "FAILING_ERROR": "eio"}
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', **env)
+    d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    assert _index_status(d, "w")["unreadable"] == 0
+    trigger.touch()
+    (root / edited).write_text("# Note 7\n\nmarker7 rewritten with freshword\n")
+    (root / new).write_text("# Note 90\n\nmarker90 never read\n")
+    d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    status = _index_status(d, "w")
+    assert status["unreadable"] == 2 and status["unreadable_paths"] == [edited, new]
+    health = (workspace_status(d, "w") or {})["health"]
+    assert health["state"] == "degraded" and health["unreadable_paths"] == [edited, new]
+    assert any("2 note(s) could not be read" in r and edited in r for r in health["reasons"])
+    eio = os.strerror(errno.EIO)
+    assert {e["what"]: e["error"] for e in health["last_errors"]
+            if e["what"].startswith("read ")} == {f"read {edited}": eio, f"read {new}": eio}
+    # The last version read stays searchable; the daemon answers on.
+    assert _found(d, "w", 7) and not _found(d, "w", 90)
+    assert not d.call("memory.search", {"agent_id": "w", "query": "freshword"})["results"]
+    # Removed: no longer listed.
+    (root / new).unlink()
+    d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    assert _index_status(d, "w")["unreadable_paths"] == [edited]
+    # Readable again (the next change to it is read): indexed, and health has no reason
+    # of it left.
+    trigger.unlink()
+    (root / edited).write_text("# Note 7\n\nmarker7 rewritten with freshword again\n")
+    d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    assert _index_status(d, "w")["unreadable"] == 0
+    hits = d.call("memory.search", {"agent_id": "w", "query": "freshword"})["results"]
+    assert [h["path"] for h in hits] == [edited]
+    health = (workspace_status(d, "w") or {})["health"]
+    assert health["unreadable"] == 0 and health["state"] != "degraded", health

@@ -134,6 +134,14 @@ class DamagedFile(TypedDict):
     time: float
 
 
+class UnreadableNote(TypedDict):
+    """A note that could not be read when last tried (an I/O error): the index keeps
+    what it had of it."""
+
+    error: str
+    time: float
+
+
 class Rebuilt(TypedDict):
     files: int
     chunks: int
@@ -155,6 +163,8 @@ class IndexStatus(TypedDict):
     load_corrupt: dict[str, str]
     damaged_files: dict[str, DamagedFile]
     live_damage: dict[str, str]
+    unreadable: int
+    unreadable_paths: list[str]
     searches: int
     idle_trims: int
     keyword: dict[str, int]
@@ -254,6 +264,7 @@ class WorkspaceIndex:
             background=self._background,
             hold=hold,
         )
+        self.watcher.scan_listeners.append(self._forget_gone_unreadable)
         if pool is not None:
             self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
         self._token: trio.lowlevel.TrioToken | None = None
@@ -265,6 +276,9 @@ class WorkspaceIndex:
         self.damaged: dict[str, DamagedFile] = {}
         #: What ``check_live`` found wrong with the state in memory (empty: nothing).
         self.live_damage: dict[str, str] = {}
+        #: Notes whose last read failed (path -> error, time): kept as indexed until they
+        #: read again, or are gone (``IndexService._note_reads``).
+        self.unreadable: dict[str, UnreadableNote] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         self.searches = 0
         #: When a search or an apply last used the state (``trio.current_time``), whether
@@ -382,6 +396,14 @@ class WorkspaceIndex:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._pool.warm)
 
+    def _forget_gone_unreadable(self, disk: Mapping[str, tuple[int, int]],
+                                _known: Mapping[str, tuple[int, int]]) -> None:
+        # A reconcile's scan: a note that could not be read and is not on disk now is no
+        # longer one (an indexed one is dropped by the apply after the scan, which finds
+        # it gone; one never indexed is in no apply at all).
+        if self.unreadable:
+            self.unreadable = {p: v for p, v in self.unreadable.items() if p in disk}
+
     async def passes_ended(self) -> None:
         """Return once no large pass (a first build, a large reconcile) is under way."""
         while self._big_passes:
@@ -397,6 +419,7 @@ class WorkspaceIndex:
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
+            _note_reads(self.unreadable, batches)
             if stats.unreadable:
                 log.warning("%s: %d notes could not be read (%s); kept as indexed, read again "
                             "at a later reconcile", self.ws.agent_id, len(stats.unreadable),
@@ -872,10 +895,12 @@ class WorkspaceIndex:
             fresh = IndexState(daily_dir=self.daily_dir, digest_dir=self.digest_dir)
             total = len(paths)
             progress(0, total, "scanning")
+            unreadable: dict[str, UnreadableNote] = {}
 
             async def apply(batches: list[PreparedBatch], last: bool) -> None:
                 await trio.to_thread.run_sync(partial(fresh.apply, batches, stage=not last),
                                               limiter=self._cpu)
+                _note_reads(unreadable, batches)
 
             await self._prepare_each(paths, lambda _: None, apply,
                                      lambda done: progress(done, total, "indexing"))
@@ -887,6 +912,7 @@ class WorkspaceIndex:
                 partial(carry_vectors, fresh, old[0], old[1], old[2]), limiter=self._cpu)
             async with self._lock:
                 self.state = fresh
+            self.unreadable = unreadable
             self._notify_changed()
             # Changes made while building are caught by a reconcile against the new state.
             await self.watcher.reconcile("after rebuild")
@@ -923,6 +949,8 @@ class WorkspaceIndex:
             "load_corrupt": {} if report is None else report.corrupt,
             "damaged_files": dict(self.damaged),
             "live_damage": dict(self.live_problems()),
+            "unreadable": len(self.unreadable),
+            "unreadable_paths": sorted(self.unreadable)[:MAX_LISTED],
             "searches": self.searches,
             "idle_trims": self.idle_trims,
             "keyword": self.state.bm25.stats(),
@@ -931,6 +959,20 @@ class WorkspaceIndex:
 
 
 _PASSES = itertools.count()
+#: Paths listed in status and health per kind (counts are always complete).
+MAX_LISTED = 20
+
+
+def _note_reads(unreadable: dict[str, UnreadableNote], batches: list[PreparedBatch]) -> None:
+    """Record in ``unreadable`` which notes of ``batches`` (applied) could not be read,
+    and forget those that were read (or found gone) this time."""
+    now = time.time()
+    for batch in batches:
+        for prep in batch.files:
+            if prep.error:
+                unreadable[prep.path] = {"error": prep.error, "time": now}
+            else:
+                unreadable.pop(prep.path, None)
 
 
 def metadata_dir(ws: Workspace) -> Path:
