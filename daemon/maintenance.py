@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 HEALTH_SCAN_INTERVAL_S = 300.0
 HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
 HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
+MAX_READ_ERRORS = 3  # notes that could not be read, in last_errors
 
 
 def dir_bytes(top: Path) -> int:
@@ -165,12 +166,13 @@ class Health:
         if partial:
             degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
                             "only up to that size")
-        unreadable = dict(self.index.unreadable)
-        if unreadable:
-            first = min(unreadable)
-            degraded.append(f"{len(unreadable)} note(s) could not be read (first: {first}: "
+        unreadable = self.index.unreadable
+        unreadable_paths = idx["unreadable_paths"]
+        if unreadable_paths:
+            first = unreadable_paths[0]
+            degraded.append(f"{idx['unreadable']} note(s) could not be read (first: {first}: "
                             f"{unreadable[first]['error']}); the index keeps what it had of "
-                            "them until they read again")
+                            "them, if anything, until they read again")
         if self.scanned_at is None:
             pending.append("first disk scan under way")
         if idx.get("pending_changes"):
@@ -191,7 +193,12 @@ class Health:
         if waiting is not None:
             pending.append(waiting)
         state = "degraded" if degraded else "pending" if pending else "clean"
-        last_errors: list[JsonObject] = [dict(e) for e in self.errors]
+        # The first few reads that failed, before the rest: many of them (a failing disk)
+        # must not push the others out (``unreadable_paths`` lists more).
+        last_errors: list[JsonObject] = [
+            {"what": f"read {path}", "error": unreadable[path]["error"],
+             "time": unreadable[path]["time"]} for path in unreadable_paths[:MAX_READ_ERRORS]]
+        last_errors += [dict(e) for e in self.errors]
         if persist_error:
             last_errors.append({"what": "persist", **persist_error})
         if watcher.get("last_error"):
@@ -200,9 +207,6 @@ class Health:
         for d in damaged.values():
             last_errors.append({"what": f"index file {d['file']}", "error": d["reason"],
                                 "time": d["time"]})
-        for path in sorted(unreadable)[:MAX_LISTED]:
-            last_errors.append({"what": f"read {path}", "error": unreadable[path]["error"],
-                                "time": unreadable[path]["time"]})
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
@@ -217,8 +221,8 @@ class Health:
             "unindexed_paths": unindexed[:MAX_LISTED],
             "partly_indexed": len(partial),
             "partly_indexed_paths": partial[:MAX_LISTED],
-            "unreadable": len(unreadable),
-            "unreadable_paths": sorted(unreadable)[:MAX_LISTED],
+            "unreadable": idx["unreadable"],
+            "unreadable_paths": unreadable_paths,
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,

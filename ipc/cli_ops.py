@@ -401,6 +401,8 @@ def render_internals(status: DaemonStatus) -> str:
                          f"{_cell(h['scanned_at'], 'scanned_at')}")
         if h.get("unindexed_paths"):
             notes.append(f"  {agent}: not indexed: {', '.join(h['unindexed_paths'])}")
+        if h.get("unreadable_paths"):
+            notes.append(f"  {agent}: could not be read: {', '.join(h['unreadable_paths'])}")
         for err in h.get("last_errors") or []:
             notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
                          f"{err.get('what')}: {err.get('error')}")

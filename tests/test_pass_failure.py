@@ -65,13 +65,14 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _failing_read(monkeypatch: pytest.MonkeyPatch,
                   error: Callable[[str], BaseException]) -> set[str]:
-    """Names of notes whose read raises ``error(path)``, while listed."""
+    """Names of notes whose read raises ``error(path)``, while listed (a removed one
+    reads as gone)."""
     bad: set[str] = set()
     real = prepare._read_note
 
     def read(root: Path, rel: str, real_root: str | None = None,
              ) -> tuple[bytes, os.stat_result] | None:
-        if rel.rsplit("/", 1)[-1] in bad:
+        if rel.rsplit("/", 1)[-1] in bad and (root / rel).exists():
             raise error(rel)
         return real(root, rel, real_root)
 
@@ -100,14 +101,12 @@ def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
                        config_path=tmp_path / "c.toml", persist_delay_s=3600.0)
     cpu = trio.CapacityLimiter(2)
     index = WorkspaceIndex(ws, cfg, cpu=cpu, pool=pool)
-    own = index.watcher
     index.watcher = Watcher(
         root, ["memory", "digest"], apply=index.apply_paths,
-        known=lambda: index.state.known(), source=ScriptedChangeSource(),
+        known=index.known_files, source=ScriptedChangeSource(),
         config=WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0,
                              apply_batch_max=1 << 30),
         limiter=cpu)
-    index.watcher.scan_listeners += own.scan_listeners  # what the index listens for
     return index
 
 
@@ -186,14 +185,20 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
         assert rels[5] in index.state.files and _unsearchable(index) == []
         assert not index.state.keyword_search("newword", 5)
         assert sorted(index.unreadable) == sorted([rels[5], rels[100]])
-        # A note never indexed and gone now is no longer listed (no apply reads it: the
-        # reconcile's scan tells).
+        # A note never indexed and gone now is no longer listed: the watcher knows it
+        # (as a note without a stat), so the reconcile applies its removal.
         gone = root / rels[100]
         gone_text = gone.read_bytes()
         gone.unlink()
         await index.watcher.reconcile("an unreadable note removed")
         assert list(index.unreadable) == [rels[5]]
+        unreadable.discard(gone.name)
         gone.write_bytes(gone_text)
+        # A rebuild reads every note again: one it cannot read is not in the new index,
+        # and still listed (the reconcile after the swap tries it again).
+        await index.rebuild(lambda done, total, stage: None)
+        assert rels[5] not in index.state.files and list(index.unreadable) == [rels[5]]
+        assert sorted(set(rels) - set(index.state.files)) == [rels[5]]
         unreadable.clear()
         await index.watcher.reconcile("readable again")
         assert len(index.state.files) == BEFORE and _unsearchable(index) == []
@@ -541,7 +546,9 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     trigger = tmp_path / "disk-fails"
     edited, new = rels[7], "memory/2026-07-01/n00090.md"
-    env = {"PYTHONPATH": str(hooks), "FAILING_NAMES": "n00007.md,n00090.md",
+    others = [f"memory/2026-07-01/n0009{i}.md" for i in (1, 2, 3)]
+    env = {"PYTHONPATH": str(hooks),
+           "FAILING_NAMES": ",".join(p.rsplit("/", 1)[1] for p in [edited, new, *others]),
            "FAILING_TRIGGER": str(trigger), "FAILING_ERROR": "eio"}
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', **env)
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
@@ -549,15 +556,23 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     trigger.touch()
     (root / edited).write_text("# Note 7\n\nmarker7 rewritten with freshword\n")
     (root / new).write_text("# Note 90\n\nmarker90 never read\n")
+    for rel in others:
+        (root / rel).write_text("# Another\n\nnever read either\n")
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    listed = [edited, new, *others]
     status = _index_status(d, "w")
-    assert status["unreadable"] == 2 and status["unreadable_paths"] == [edited, new]
+    assert status["unreadable"] == 5 and status["unreadable_paths"] == listed
     health = (workspace_status(d, "w") or {})["health"]
-    assert health["state"] == "degraded" and health["unreadable_paths"] == [edited, new]
-    assert any("2 note(s) could not be read" in r and edited in r for r in health["reasons"])
+    assert health["state"] == "degraded" and health["unreadable_paths"] == listed
+    assert any("5 note(s) could not be read" in r and edited in r for r in health["reasons"])
+    # The first few in last_errors (many must not push other errors out).
     eio = os.strerror(errno.EIO)
     assert {e["what"]: e["error"] for e in health["last_errors"]
-            if e["what"].startswith("read ")} == {f"read {edited}": eio, f"read {new}": eio}
+            if e["what"].startswith("read ")} == {f"read {p}": eio for p in listed[:3]}
+    for rel in others:
+        (root / rel).unlink()
+    d.call("index.sync", {"agent_id": "w"}, timeout=60)
+    assert _index_status(d, "w")["unreadable_paths"] == [edited, new]
     # The last version read stays searchable; the daemon answers on.
     assert _found(d, "w", 7) and not _found(d, "w", 90)
     assert not d.call("memory.search", {"agent_id": "w", "query": "freshword"})["results"]

@@ -205,10 +205,11 @@ def prepare_files(
     try:
         slab, terms = Slab.local([words for words, _ in split], [runs for _, runs in split],
                                  vocab=kept)
+        joined = join_terms(terms)
     except BaseException:
         _vocab = None  # possibly half updated: the daemon would not know its terms
         raise
-    return PreparedBatch(files, join_terms(terms), slab, ref)
+    return PreparedBatch(files, joined, slab, ref)
 
 
 __all__ = ["MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared", "PreparedBatch", "VocabRef",

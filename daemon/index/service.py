@@ -253,7 +253,7 @@ class WorkspaceIndex:
             [self.daily_dir, self.digest_dir],
             apply=self.apply_paths,
             # Through self: a rebuild swaps in a new state object.
-            known=lambda: self.state.known(),
+            known=self.known_files,
             config=watcher_config
             or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s,
                              reconcile_before_ready=False,
@@ -264,7 +264,6 @@ class WorkspaceIndex:
             background=self._background,
             hold=hold,
         )
-        self.watcher.scan_listeners.append(self._forget_gone_unreadable)
         if pool is not None:
             self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
         self._token: trio.lowlevel.TrioToken | None = None
@@ -276,8 +275,9 @@ class WorkspaceIndex:
         self.damaged: dict[str, DamagedFile] = {}
         #: What ``check_live`` found wrong with the state in memory (empty: nothing).
         self.live_damage: dict[str, str] = {}
-        #: Notes whose last read failed (path -> error, time): kept as indexed until they
-        #: read again, or are gone (``IndexService._note_reads``).
+        #: Notes whose last read failed (path -> error, time), the index keeping the
+        #: version it had of each, if any, until they read again or are gone
+        #: (``_note_reads``; ``known_files`` lists them to the watcher).
         self.unreadable: dict[str, UnreadableNote] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         self.searches = 0
@@ -396,13 +396,15 @@ class WorkspaceIndex:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._pool.warm)
 
-    def _forget_gone_unreadable(self, disk: Mapping[str, tuple[int, int]],
-                                _known: Mapping[str, tuple[int, int]]) -> None:
-        # A reconcile's scan: a note that could not be read and is not on disk now is no
-        # longer one (an indexed one is dropped by the apply after the scan, which finds
-        # it gone; one never indexed is in no apply at all).
-        if self.unreadable:
-            self.unreadable = {p: v for p, v in self.unreadable.items() if p in disk}
+    def known_files(self) -> dict[str, tuple[int, int]]:
+        """What the watcher compares the disk with: path -> (mtime_ns, size) of every
+        indexed note, and of every note whose last read failed, so that a scan or a
+        directory event that finds one gone applies that (and it leaves ``unreadable``);
+        one never indexed has no stat and reads as changed while it is there."""
+        known = self.state.known()
+        for path in self.unreadable.keys() - known.keys():
+            known[path] = (-1, -1)
+        return known
 
     async def passes_ended(self) -> None:
         """Return once no large pass (a first build, a large reconcile) is under way."""
