@@ -162,7 +162,7 @@ class Health:
             degraded.append("the index in memory is damaged ("
                             + "; ".join(f"{k}: {v}" for k, v in live.items())
                             + "); rebuild it with reindex")
-        partial = partly_indexed(self.index.state.files)
+        partial = sorted(self.index.state.oversized)
         if partial:
             degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
                             "only up to that size")

@@ -97,6 +97,7 @@ class CronSchedule:
         self.expr = expr
         self.tz: tzinfo = (ZoneInfo(tz) if isinstance(tz, str)
                            else tz if tz is not None else local_zone())
+        self._last_next: tuple[datetime, datetime] | None = None  # (at, next_after(at))
         try:
             croniter(expr, datetime(2000, 1, 1)).get_next(datetime)
         except Exception as exc:  # croniter raises its own family for impossible dates
@@ -124,12 +125,18 @@ class CronSchedule:
 
     def next_after(self, at: datetime) -> datetime:
         """The first occurrence strictly after ``at`` (aware)."""
+        # The last answer holds for every ``at`` from the one it was found for up to it
+        # (no occurrence lies between): status asks for the next run on every call.
+        last = self._last_next
+        if last is not None and last[0] <= at < last[1]:
+            return last[1]
         from croniter import croniter
 
         it = croniter(self.expr, self._local(at) - _DST_MARGIN)
         while True:
             instant = self.resolve(it.get_next(datetime))
             if instant > at:
+                self._last_next = (at, instant)
                 return instant
 
     def latest_at_or_before(self, at: datetime) -> datetime:
@@ -273,15 +280,20 @@ class CronScheduler:
 
     def status(self) -> list[ScheduleEntry]:
         now = self._wall.now()
-        out: list[ScheduleEntry] = []
-        for key, entry in sorted(self._entries.items()):
-            last = self._state.get(key, {}).get("last_fired")
-            out.append({
-                "agent_id": entry.agent_id, "kind": entry.kind, "cron": entry.schedule.expr,
-                "tz": str(entry.schedule.tz), "last_fired": last,
-                "next": entry.schedule.next_after(now).isoformat(),
-            })
-        return out
+        return [self._status(key, entry, now) for key, entry in sorted(self._entries.items())]
+
+    def entry_status(self, agent_id: str, kind: str) -> ScheduleEntry | None:
+        """:meth:`status` of one entry (None if it is not scheduled)."""
+        key = f"{agent_id}/{kind}"
+        entry = self._entries.get(key)
+        return None if entry is None else self._status(key, entry, self._wall.now())
+
+    def _status(self, key: str, entry: _Entry, now: datetime) -> ScheduleEntry:
+        return {
+            "agent_id": entry.agent_id, "kind": entry.kind, "cron": entry.schedule.expr,
+            "tz": str(entry.schedule.tz), "last_fired": self._state.get(key, {}).get("last_fired"),
+            "next": entry.schedule.next_after(now).isoformat(),
+        }
 
     # -- state file ----------------------------------------------------------------------------
 

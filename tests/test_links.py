@@ -157,3 +157,19 @@ def test_what_workers_send_reduces_to_every_field_in_order(tmp_path: Path) -> No
         assert call is type(obj)
         assert args == tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))  # type: ignore[arg-type]
         assert pickle.loads(pickle.dumps(obj)) == obj
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a.md", "b.md", "c.md"]),
+                          st.lists(st.sampled_from(["a.md", "b.md", "c.md", "d"]), max_size=4),
+                          st.booleans()), max_size=12))
+def test_a_graph_counts_its_edges_as_files_come_and_go(
+        steps: list[tuple[str, list[str], bool]]) -> None:
+    graph = LinkGraph()
+    for src, dsts, remove in steps:
+        if remove:
+            graph.remove_file(src)
+        else:  # an edge of another source is not the file's own: it is left out
+            graph.add_file(src, [Link(src, d, "link", i + 1) for i, d in enumerate(dsts)]
+                           + [Link("other.md", "a.md", "link", 1)])
+    assert len(graph) == len(graph.to_records())

@@ -46,6 +46,11 @@ def test_a_note_over_the_limit_is_reported_in_health_and_verify(
     # What is indexed is the head; the tail beyond the limit is not (and is reported).
     assert d.call("memory.search", {"agent_id": "w", "query": "aardvark"})["results"]
     assert not d.call("memory.search", {"agent_id": "w", "query": "zymurgy"})["results"]
+    # Restarted: the saved index says so (the note is loaded, not read again).
+    assert d.stop() == 0
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    health = _wait_health(d, "degraded")
+    assert health["partly_indexed_paths"] == [NOTE] and health["files_indexed"] == 1
 
     (root / NOTE).write_text(head + line * 10 + tail)
     health = _wait_health(d, "clean")

@@ -106,6 +106,22 @@ def test_fall_back_fires_repeated_times_once() -> None:
     assert sched.latest_at_or_before(utc(2026, 10, 25, 1, 30)) == utc(2026, 10, 25, 0)
 
 
+@pytest.mark.parametrize("expr", ["*/7 * * * *", "30 2 * * *", "0 9 * * 1-5"])
+def test_the_next_occurrence_remembered_is_the_one_computed(expr: str) -> None:
+    # One schedule asked again and again, forwards and back (as status asks it on every
+    # call), answers as a new schedule asked once each time; across both DST changes.
+    rng = random.Random(expr)
+    asked = CronSchedule(expr, BERLIN)
+    at = utc(2026, 3, 28, 22)
+    for _ in range(300):
+        at += timedelta(minutes=rng.choice([-90, -3, 0, 1, 7, 45, 600]))
+        assert asked.next_after(at) == CronSchedule(expr, BERLIN).next_after(at), at
+    at = utc(2026, 10, 24, 22)
+    for _ in range(100):
+        at += timedelta(minutes=rng.choice([-30, 1, 13, 59]))
+        assert asked.next_after(at) == CronSchedule(expr, BERLIN).next_after(at), at
+
+
 @pytest.mark.parametrize("expr", ["bad", "61 * * * *", "0 0 30 2 *"])
 def test_bad_expressions_are_refused(expr: str) -> None:
     with pytest.raises(ValueError):

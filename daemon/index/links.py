@@ -204,9 +204,12 @@ class LinkGraph:
     def __init__(self) -> None:
         self._out: dict[str, list[Link]] = {}
         self._in: dict[str, dict[str, int]] = {}  # dst -> {src: number of edges}
+        # Counted as edges come and go: status asks for it on every call, also while an
+        # apply in a worker thread changes ``_out`` (which it must not iterate then).
+        self._edges = 0
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._out.values())
+        return self._edges
 
     def add_file(self, path: str, links: Iterable[Link]) -> None:
         """Set ``path``'s outgoing edges (replacing any earlier ones)."""
@@ -215,13 +218,16 @@ class LinkGraph:
         if not edges:
             return
         self._out[path] = edges
+        self._edges += len(edges)
         for lk in edges:
             srcs = self._in.setdefault(lk.dst, {})
             srcs[path] = srcs.get(path, 0) + 1
 
     def remove_file(self, path: str) -> None:
         """Drop ``path``'s outgoing edges; edges pointing at it stay (they may resolve again)."""
-        for lk in self._out.pop(path, []):
+        edges = self._out.pop(path, [])
+        self._edges -= len(edges)
+        for lk in edges:
             srcs = self._in.get(lk.dst)
             if srcs is None:
                 continue

@@ -33,6 +33,7 @@ from recalld.daemon.index.prepare import (
     MAX_NOTE_BYTES,
     Prepared,
     PreparedBatch,
+    partly_indexed,
     prepare,
     prepare_files,
 )
@@ -140,6 +141,10 @@ class IndexState:
         self.daily_dir = daily_dir
         self.digest_dir = digest_dir
         self.files: dict[str, FileInfo] = {}
+        #: The indexed notes over ``MAX_NOTE_BYTES`` (indexed up to that size), kept as
+        #: files change: replaced, never changed in place, so that status reads it while
+        #: an apply in a worker thread changes ``files`` (which it must not iterate then).
+        self.oversized: frozenset[str] = frozenset()
         self.chunks = ChunkTable()
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
@@ -324,8 +329,8 @@ class IndexState:
                         # re-reads it.
                         seen = (prep.mtime_ns, prep.size)
                         if old is not None and (old.mtime_ns, old.size) != seen:
-                            self.files[prep.path] = FileInfo(
-                                prep.path, prep.mtime_ns, prep.size, old.digest, old.keys)
+                            self._put(FileInfo(prep.path, prep.mtime_ns, prep.size,
+                                               old.digest, old.keys))
                         unchanged += 1
                         continue
                     if old is not None:
@@ -340,9 +345,9 @@ class IndexState:
                         keys.append(key)
                         self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
                                         chunk.text, chunk.heading, chunk.metadata)
-                    info = self.files[prep.path] = FileInfo(
-                        prep.path, prep.mtime_ns, prep.size, prep.digest,
-                        compact_keys(keys[first:]))
+                    info = FileInfo(prep.path, prep.mtime_ns, prep.size, prep.digest,
+                                    compact_keys(keys[first:]))
+                    self._put(info)
                     made.append(info)
                     if self._by_stem is not None:
                         self._by_stem[_stem(prep.path)] = prep.path
@@ -390,6 +395,13 @@ class IndexState:
             self.bm25.forget_vocabularies()
         return []
 
+    def _put(self, info: FileInfo) -> None:
+        self.files[info.path] = info
+        big = info.size > MAX_NOTE_BYTES
+        if big != (info.path in self.oversized):
+            self.oversized = (self.oversized | {info.path} if big
+                              else self.oversized - {info.path})
+
     def _drop(self, info: FileInfo, *, keyword: bool = True) -> None:
         """Forget ``info``'s file; ``keyword``: its documents are in the keyword index."""
         for key in info.keys:
@@ -400,6 +412,8 @@ class IndexState:
                 self.vectors.remove(key)
                 self.vectors_version += 1
         del self.files[info.path]
+        if info.path in self.oversized:
+            self.oversized = self.oversized - {info.path}
         stem = _stem(info.path)
         if self._by_stem is not None and self._by_stem.get(stem) == info.path:
             del self._by_stem[stem]
@@ -425,6 +439,7 @@ class IndexState:
                 keys != chunks.live or keys != bm25.live):
             raise ValueError("files, chunks and keyword index disagree")
         self.files = by_path
+        self.oversized = frozenset(partly_indexed(by_path))
         self.chunks = chunks
         self.bm25 = bm25
         self.graph = graph

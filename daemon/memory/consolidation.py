@@ -93,8 +93,7 @@ class Consolidation:
     # -- per workspace -----------------------------------------------------------------
 
     def dream_status(self, ws: Workspace) -> DreamStatus:
-        entry = next((e for e in self.scheduler.status()
-                      if e["agent_id"] == ws.agent_id and e["kind"] == DREAM_KIND), None)
+        entry = self.scheduler.entry_status(ws.agent_id, DREAM_KIND)
         out: DreamStatus = {"cron": ws.settings.dream_cron,
                             "enabled": ws.settings.dream_cron_enabled}
         if entry is not None:

@@ -62,7 +62,7 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
     the workspace's overrides (model keys handed over by its agent) and its settings do
     not have them from elsewhere either (the config file)."""
     missing = registry.left_out(str(info.get("agent_id")))
-    if ws is not None:
+    if missing and ws is not None:
         settings = dataclasses.asdict(ws.settings)
         missing = [k for k in missing if not remembered.has_value(settings, k)]
     return {**info, "secrets_left_out": missing} if missing else info
