@@ -195,10 +195,10 @@ class Health:
         state = "degraded" if degraded else "pending" if pending else "clean"
         # The first few reads that failed, before the rest: many of them (a failing disk)
         # must not push the others out (``unreadable_paths`` lists more).
-        last_errors: list[JsonObject] = [
+        reads: list[JsonObject] = [
             {"what": f"read {path}", "error": unreadable[path]["error"],
              "time": unreadable[path]["time"]} for path in unreadable_paths[:MAX_READ_ERRORS]]
-        last_errors += [dict(e) for e in self.errors]
+        last_errors: list[JsonObject] = [dict(e) for e in self.errors]
         if persist_error:
             last_errors.append({"what": "persist", **persist_error})
         if watcher.get("last_error"):
@@ -228,7 +228,7 @@ class Health:
             "derived_bytes": self.derived_bytes,
             # Coverage and provider state, from the vector service when one is attached.
             "vectors": vectors,
-            "last_errors": last_errors[-MAX_LISTED:],
+            "last_errors": reads + last_errors[len(reads) - MAX_LISTED:],
         }
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -253,7 +253,7 @@ class Health:
                 else:
                     await self.scan(unattended=True)
             except OSError as exc:
-                self.errors = [*self.errors[-MAX_LISTED:],
+                self.errors = [*self.errors[1 - MAX_LISTED:],
                                {"what": "health scan", "error": str(exc), "time": time.time()}]
             with trio.move_on_after(HEALTH_SCAN_INTERVAL_S):
                 await changed.wait()

@@ -127,8 +127,10 @@ class CronSchedule:
         """The first occurrence strictly after ``at`` (aware)."""
         # The last answer holds for every ``at`` from the one it was found for up to it
         # (no occurrence lies between): status asks for the next run on every call.
+        # Compared in UTC: two times of one zone compare by their wall clock, fold aside.
+        utc = at.astimezone(UTC)
         last = self._last_next
-        if last is not None and last[0] <= at < last[1]:
+        if last is not None and last[0] <= utc < last[1]:
             return last[1]
         from croniter import croniter
 
@@ -136,7 +138,7 @@ class CronSchedule:
         while True:
             instant = self.resolve(it.get_next(datetime))
             if instant > at:
-                self._last_next = (at, instant)
+                self._last_next = (utc, instant)
                 return instant
 
     def latest_at_or_before(self, at: datetime) -> datetime:
@@ -205,7 +207,11 @@ class _Entry:
 
     @property
     def key(self) -> str:
-        return f"{self.agent_id}/{self.kind}"
+        return _key(self.agent_id, self.kind)
+
+
+def _key(agent_id: str, kind: str) -> str:
+    return f"{agent_id}/{kind}"
 
 
 class ScheduleEntry(TypedDict):
@@ -254,7 +260,7 @@ class CronScheduler:
                  params: Mapping[str, object] | None = None) -> None:
         """Add or replace the entry for ``(agent_id, kind)``; ``enabled=False`` removes it
         and forgets its history. Raises ValueError for a bad expression or zone."""
-        key = f"{agent_id}/{kind}"
+        key = _key(agent_id, kind)
         if not enabled:
             self.unschedule(agent_id, kind)
             if self._state.pop(key, None) is not None and self._nursery is not None:
@@ -272,7 +278,7 @@ class CronScheduler:
             self._nursery.start_soon(self._entry_task, entry)
 
     def unschedule(self, agent_id: str, kind: str) -> None:
-        key = f"{agent_id}/{kind}"
+        key = _key(agent_id, kind)
         self._entries.pop(key, None)
         scope = self._scopes.pop(key, None)
         if scope is not None:
@@ -284,7 +290,7 @@ class CronScheduler:
 
     def entry_status(self, agent_id: str, kind: str) -> ScheduleEntry | None:
         """:meth:`status` of one entry (None if it is not scheduled)."""
-        key = f"{agent_id}/{kind}"
+        key = _key(agent_id, kind)
         entry = self._entries.get(key)
         return None if entry is None else self._status(key, entry, self._wall.now())
 

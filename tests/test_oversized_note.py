@@ -51,6 +51,11 @@ def test_a_note_over_the_limit_is_reported_in_health_and_verify(
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
     health = _wait_health(d, "degraded")
     assert health["partly_indexed_paths"] == [NOTE] and health["files_indexed"] == 1
+    index = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")[
+        "index"]
+    startup = index["watcher"]["last_reconcile"]
+    assert index["loaded_generation"] and startup["reason"] == "startup", index
+    assert startup["found"] == {"added": 0, "changed": 0, "deleted": 0}, startup
 
     (root / NOTE).write_text(head + line * 10 + tail)
     health = _wait_health(d, "clean")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 import trio
+from test_cli import recalld
+from test_watcher import eventually
 from waits import wait_value, workspace_status
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
@@ -31,7 +34,7 @@ from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.service import APPLY_MIN_FILES, POOL_MIN_FILES, WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.watcher import Watcher, WatcherConfig
-from recalld.daemon.watchsource import ScriptedChangeSource
+from recalld.daemon.watchsource import Change, ScriptedChangeSource
 from recalld.daemon.workspaces import Workspace
 
 # Indexed at start, then a batch of new notes larger than one apply: the first apply of
@@ -92,7 +95,8 @@ def out_of_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     yield _failing_read(monkeypatch, lambda rel: MemoryError(f"reading {rel}"))
 
 
-def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
+def _index(tmp_path: Path, pool: PreparePool | None = None,
+           source: ScriptedChangeSource | None = None) -> WorkspaceIndex:
     root = tmp_path / "ws"
     root.mkdir()
     ws = Workspace("w", root, WorkspaceSettings())
@@ -103,7 +107,7 @@ def _index(tmp_path: Path, pool: PreparePool | None = None) -> WorkspaceIndex:
     index = WorkspaceIndex(ws, cfg, cpu=cpu, pool=pool)
     index.watcher = Watcher(
         root, ["memory", "digest"], apply=index.apply_paths,
-        known=index.known_files, source=ScriptedChangeSource(),
+        known=index.known_files, source=source or ScriptedChangeSource(),
         config=WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0,
                              apply_batch_max=1 << 30),
         limiter=cpu)
@@ -206,6 +210,28 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
         assert [k for k, _ in index.state.keyword_search("newword", 5)] == list(
             index.state.files[rels[5]].keys)
         _whole(index)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_note_that_cannot_be_read_leaves_the_list_with_its_directory(
+        tmp_path: Path, unreadable: set[str]) -> None:
+    # Never indexed, so only the list knows it: a directory removed as a whole (one
+    # event, no event per note in it) takes it off the list.
+    source = ScriptedChangeSource()
+    index = _index(tmp_path, source=source)
+    root = index.root
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        kept = _write(root, 0, 10)
+        (lost,) = _write(root, 900, 1)
+        unreadable.add(lost.rsplit("/", 1)[-1])
+        await index.watcher.reconcile("one note cannot be read")
+        assert list(index.unreadable) == [lost] and sorted(index.state.files) == kept
+        folder = (root / lost).parent
+        shutil.rmtree(folder)
+        assert source.emit([(Change.deleted, folder)])
+        await eventually(lambda: not index.unreadable)
+        assert sorted(index.state.files) == kept
         nursery.cancel_scope.cancel()
 
 
@@ -569,6 +595,8 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     eio = os.strerror(errno.EIO)
     assert {e["what"]: e["error"] for e in health["last_errors"]
             if e["what"].startswith("read ")} == {f"read {p}": eio for p in listed[:3]}
+    verbose = recalld("status", "--verbose", env=d.env)
+    assert f"w: could not be read: {', '.join(listed)}" in verbose.stdout, verbose.stdout
     for rel in others:
         (root / rel).unlink()
     d.call("index.sync", {"agent_id": "w"}, timeout=60)

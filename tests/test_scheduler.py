@@ -120,6 +120,13 @@ def test_the_next_occurrence_remembered_is_the_one_computed(expr: str) -> None:
     for _ in range(100):
         at += timedelta(minutes=rng.choice([-30, 1, 13, 59]))
         assert asked.next_after(at) == CronSchedule(expr, BERLIN).next_after(at), at
+    # Berlin times of the repeated hour (fold 1: the second pass), asked after one of
+    # the first pass with an earlier wall clock: they compare by instant, not by clock.
+    for minute in range(0, 60, 4):
+        for fold in (1, 0, 1):
+            local = datetime(2026, 10, 25, 2, minute, tzinfo=BERLIN, fold=fold)
+            assert asked.next_after(local) == CronSchedule(expr, BERLIN).next_after(local), (
+                local, fold)
 
 
 @pytest.mark.parametrize("expr", ["bad", "61 * * * *", "0 0 30 2 *"])

@@ -342,8 +342,8 @@ class _KnownTokens:
             # ``new`` is ascending and holds no known token: inserted in place, the codes
             # stay ascending without sorting them all again.
             at = np.searchsorted(self.codes, new)
-            self.codes, self.tids = np.insert(self.codes, at, new), np.insert(self.tids, at,
-                                                                             new_tids)
+            codes, known = np.insert(self.codes, at, new), np.insert(self.tids, at, new_tids)
+            self.codes, self.tids = codes, known  # both or neither, should an insert raise
         return tids
 
 

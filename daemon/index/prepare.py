@@ -43,7 +43,12 @@ _NOT_A_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, 
 
 def partly_indexed(files: Mapping[str, FileSize]) -> list[str]:
     """Paths of ``files`` (path -> what the index knows of it) too large to index whole."""
-    return sorted(p for p, f in files.items() if f.size > MAX_NOTE_BYTES)
+    return sorted(p for p, f in files.items() if too_large(f.size))
+
+
+def too_large(size: int) -> bool:
+    """Is a note of ``size`` bytes indexed only up to ``MAX_NOTE_BYTES``?"""
+    return size > MAX_NOTE_BYTES
 
 class FileSize(Protocol):
     @property
@@ -213,4 +218,4 @@ def prepare_files(
 
 
 __all__ = ["MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared", "PreparedBatch", "VocabRef",
-           "partly_indexed", "prepare", "prepare_files"]
+           "partly_indexed", "prepare", "prepare_files", "too_large"]

@@ -400,10 +400,10 @@ class WorkspaceIndex:
         """What the watcher compares the disk with: path -> (mtime_ns, size) of every
         indexed note, and of every note whose last read failed, so that a scan or a
         directory event that finds one gone applies that (and it leaves ``unreadable``);
-        one never indexed has no stat and reads as changed while it is there."""
+        one never indexed has ``NO_STAT``."""
         known = self.state.known()
         for path in self.unreadable.keys() - known.keys():
-            known[path] = (-1, -1)
+            known[path] = NO_STAT
         return known
 
     async def passes_ended(self) -> None:
@@ -963,6 +963,9 @@ class WorkspaceIndex:
 _PASSES = itertools.count()
 #: Paths listed in status and health per kind (counts are always complete).
 MAX_LISTED = 20
+#: The stat ``known_files`` gives a note it could never read: it differs from any on
+#: disk (a reconcile counts the note as changed while it is there).
+NO_STAT = (-1, -1)
 
 
 def _note_reads(unreadable: dict[str, UnreadableNote], batches: list[PreparedBatch]) -> None:

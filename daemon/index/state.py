@@ -36,6 +36,7 @@ from recalld.daemon.index.prepare import (
     partly_indexed,
     prepare,
     prepare_files,
+    too_large,
 )
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
@@ -397,7 +398,7 @@ class IndexState:
 
     def _put(self, info: FileInfo) -> None:
         self.files[info.path] = info
-        big = info.size > MAX_NOTE_BYTES
+        big = too_large(info.size)
         if big != (info.path in self.oversized):
             self.oversized = (self.oversized | {info.path} if big
                               else self.oversized - {info.path})
@@ -438,8 +439,8 @@ class IndexState:
         if len(keys) != sum(len(f.keys) for f in by_path.values()) or (
                 keys != chunks.live or keys != bm25.live):
             raise ValueError("files, chunks and keyword index disagree")
-        self.files = by_path
         self.oversized = frozenset(partly_indexed(by_path))
+        self.files = by_path
         self.chunks = chunks
         self.bm25 = bm25
         self.graph = graph
