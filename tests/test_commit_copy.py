@@ -66,3 +66,46 @@ async def test_a_search_is_answered_while_a_commit_copies_its_files(
             nursery.cancel_scope.cancel()
     finally:
         release.set()
+
+
+async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
+        tmp_path: Path) -> None:
+    # Two CPU tokens, one of them for background work, as on two cores. A scan nobody
+    # waits for (health's, a reconcile's) holds the background token and a CPU token: the
+    # commit of an edit is background work too, so it waits, and the next edit is applied
+    # and found with the CPU token left.
+    root = tmp_path / "ws"
+    note = root / "memory/2026-07-01/n.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Note\n\nfirst words\n", encoding="utf-8")
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    cpu, background = trio.CapacityLimiter(2), trio.CapacityLimiter(1)
+    index = WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg, cpu=cpu,
+                           background=background,
+                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0,
+                                                        apply_batch_max=1 << 30))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await index.sync()
+        with trio.fail_after(60):  # the first build's commit
+            while index.last_commit is None:
+                await trio.sleep(0.01)
+        first = index.last_commit["generation"]
+        async with background, cpu:  # a long scan
+            note.write_text("# Note\n\nsecond words\n", encoding="utf-8")
+            await index.sync()
+            with trio.fail_after(60):  # the commit waits for the background token
+                while background.statistics().tasks_waiting != 1:
+                    await trio.sleep(0.01)
+            assert cpu.borrowed_tokens == 1 and index.last_commit["generation"] == first
+            note.write_text("# Note\n\nthird words\n", encoding="utf-8")
+            with trio.fail_after(60):
+                await index.sync()
+                found = await index.candidates("third", 5, Filters(), None)
+            assert [found.chunks[k].path for k, _ in found.keyword] == [
+                "memory/2026-07-01/n.md"]
+        with trio.fail_after(60):  # the scan ended: the commit goes on
+            while index.last_commit["generation"] == first:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
