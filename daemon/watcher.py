@@ -122,6 +122,19 @@ class _ScanToken:
     async def __aexit__(self, *exc: object) -> None:
         self.release()
 
+    def take_if_free(self) -> None:
+        """Under the apply lock: the token if one is free, else none for this scan.
+        Waiting for it there could wait for a task that holds one and waits for the lock
+        (an unattended reconcile)."""
+        if self._limiter is None or self._held:
+            return
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            self._limiter = None  # scanned without: the lock is held, nothing may wait
+        else:
+            self._held = True
+
     def release(self) -> None:
         if self._held:
             self._held = False
@@ -459,12 +472,13 @@ class Watcher:
 
     async def _flush(self) -> None:
         # An owed rescan is unattended: its token first, as in ``reconcile`` (one owed
-        # after this look takes its token under the lock, as it finds it).
+        # after this look takes a token under the lock only if one is free).
         token = _ScanToken(self._background)
         async with token.then(self._apply_lock, now=self._rescan is not None):
             upto = self._received_seq
             if self._rescan is not None:
                 reason, self._rescan = self._rescan, None
+                token.take_if_free()
                 await self._reconcile_locked(reason, token)
             else:
                 files, dirs = self._pending, self._pending_dirs

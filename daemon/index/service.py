@@ -647,6 +647,9 @@ class WorkspaceIndex:
         backoff = 1.0
         while True:
             await self._dirty.wait()
+            # The startup checksums first: they take a background token themselves (one
+            # is all there is on two cores), and a commit waits for them anyway.
+            await self._checked.wait()
             # Let a burst of edits settle, and never spend more than ~1/5 of the time
             # writing state: a commit that took 1 s waits 5 s before the next one.
             took = self.last_commit["duration_s"] if self.last_commit else 0.0
@@ -661,12 +664,12 @@ class WorkspaceIndex:
             # Nobody waits for this commit: background work, as health's scans and the
             # startup checksums are, so that while one of those runs too a CPU token is
             # still free for the next edit's apply and for searches (holding one each, a
-            # scan and a commit left none: at 110k chunks an edit waited up to 2 s).
-            # The checksums first: they take a background token themselves.
-            await self._checked.wait()
+            # scan and a commit left none: at 110k chunks an edit waited up to 2 s). The
+            # commit lock before the token: a rebuild's commit under way must not keep
+            # the token from other workspaces' background work.
             try:
-                async with self._background:
-                    await self._commit()
+                async with self._commit_lock, self._background:
+                    await self._commit_once()
                 backoff = 1.0
             except StorageError as exc:
                 self.persist_error = {
