@@ -88,8 +88,8 @@ async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await index.sync()
-        with trio.fail_after(60):  # the first build's commit
-            while index.last_commit is None:
+        with trio.fail_after(60):  # the first build's commit, and nothing left to commit
+            while index.last_commit is None or index.status()["uncommitted_changes"]:
                 await trio.sleep(0.01)
         first = index.last_commit["generation"]
         async with background, cpu:  # a long scan
@@ -98,7 +98,8 @@ async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
             with trio.fail_after(60):  # the commit waits for the background token
                 while background.statistics().tasks_waiting != 1:
                     await trio.sleep(0.01)
-            assert cpu.borrowed_tokens == 1 and index.last_commit["generation"] == first
+            assert cpu.borrowed_tokens == 1 and background.borrowed_tokens == 1
+            assert index.last_commit["generation"] == first
             note.write_text("# Note\n\nthird words\n", encoding="utf-8")
             with trio.fail_after(60):
                 await index.sync()
