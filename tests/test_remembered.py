@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +127,18 @@ def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -
     d = daemon_factory()
     d.call("workspace.open", {"agent_id": "dreamer",
                               "config": {"dream_cron": "* * * * *"}})
+    schedule = Path(d.call("daemon.status")["data_dir"]) / "state" / "scheduler.json"
     assert d.stop() == 0
+    # As if down for an hour: an occurrence is due at once at the restart (not only at
+    # the next minute boundary, which would add up to a minute to this test).
+    saved = orjson.loads(schedule.read_bytes())
+    entry = saved["entries"]["dreamer/auto_dream"]
+    entry["last_fired"] = (datetime.fromisoformat(entry["last_fired"])
+                           - timedelta(hours=1)).isoformat()
+    schedule.write_bytes(orjson.dumps(saved))
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    # The next minute boundary plus the scheduler's 0-60 s jitter: at most ~2 minutes.
+    # The missed occurrence fires once, after the scheduler's 0-60 s jitter.
     fired = wait_for(lambda: [j for j in d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
                               if j["kind"] == "auto_dream"],
-                     "a dream after the restart", deadline_s=200)
+                     "a dream after the restart", deadline_s=120)
     assert fired[0]["params"].get("trigger") == "cron"
