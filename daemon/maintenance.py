@@ -107,7 +107,7 @@ class Health:
             disk = await trio.to_thread.run_sync(self.index.watcher.scan, limiter=self._cpu)
             await self._measure_derived()
         # Under the index lock: an apply mutates the state in a worker thread.
-        known = await self.index.locked(IndexState.known)
+        known = self.index.known_files(await self.index.locked(IndexState.known))
         self._adopt(disk, known)
 
     async def _measure_derived(self) -> None:

@@ -107,8 +107,9 @@ class WatcherConfig:
 
 class _ScanToken:
     """A background token for one reconcile's scan, in the calling task: taken before the
-    apply lock (``then``) or, if not yet held, around the scan (``async with``), and
-    given back once the scan is done. No limiter: nothing to take."""
+    apply lock (``then``), or under it only if one is free (``take_if_free``), and given
+    back once the scan is done (the ``async with`` around it). No limiter: nothing to
+    take."""
 
     def __init__(self, limiter: trio.CapacityLimiter | None) -> None:
         self._limiter = limiter

@@ -711,7 +711,6 @@ async def test_an_unattended_reconcile_waits_for_its_token_outside_the_apply_loc
     assert index.applied_paths() == {"memory/2026-07-01/n0.md"}
 
 
-
 async def test_a_rescan_owed_under_the_apply_lock_does_not_wait_for_a_token(
     tmp_path: Path, autojump_clock: object
 ) -> None:
@@ -750,7 +749,8 @@ async def test_a_rescan_owed_under_the_apply_lock_does_not_wait_for_a_token(
             await applying.wait()
         edit = write(tmp_path / "memory" / "2026-07-01" / "e0.md", "edit 0")
         src.emit([(Change.added, edit)])
-        await trio.sleep(1)  # the flush waits for the lock
+        # Virtual time: every task runs until it blocks, the flush on the apply lock.
+        await trio.sleep(1)
         nursery.start_soon(run_periodic)
         await eventually(lambda: background.statistics().borrowed_tokens == 1)
         more = [write(tmp_path / "memory" / "2026-07-01" / f"e{i}.md", f"edit {i}")

@@ -396,12 +396,14 @@ class WorkspaceIndex:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._pool.warm)
 
-    def known_files(self) -> dict[str, tuple[int, int]]:
-        """What the watcher compares the disk with: path -> (mtime_ns, size) of every
-        indexed note, and of every note whose last read failed, so that a scan or a
-        directory event that finds one gone applies that (and it leaves ``unreadable``);
-        one never indexed has ``NO_STAT``."""
-        known = self.state.known()
+    def known_files(self, indexed: dict[str, tuple[int, int]] | None = None,
+                    ) -> dict[str, tuple[int, int]]:
+        """What the watcher (and health) compare the disk with: path -> (mtime_ns, size)
+        of every indexed note (``indexed``: ``IndexState.known`` read already), and of
+        every note whose last read failed, so that a scan or a directory event that finds
+        one gone applies that (and it leaves ``unreadable``); one never indexed has
+        ``NO_STAT``."""
+        known = self.state.known() if indexed is None else indexed
         for path in self.unreadable.keys() - known.keys():
             known[path] = NO_STAT
         return known
@@ -423,8 +425,9 @@ class WorkspaceIndex:
             started = time.monotonic()
             _note_reads(self.unreadable, batches)
             if stats.unreadable:
-                log.warning("%s: %d notes could not be read (%s); kept as indexed, read again "
-                            "at a later reconcile", self.ws.agent_id, len(stats.unreadable),
+                log.warning("%s: %d notes could not be read (%s); the index keeps what it had "
+                            "of them, if anything, and reads them again at their next change "
+                            "or reconcile", self.ws.agent_id, len(stats.unreadable),
                             "; ".join(f"{path}: {why}" for path, why in stats.unreadable[:5]))
             if stats.changed:
                 self._changes += stats.added + stats.updated + stats.deleted

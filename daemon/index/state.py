@@ -30,7 +30,6 @@ from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
-    MAX_NOTE_BYTES,
     Prepared,
     PreparedBatch,
     partly_indexed,
@@ -525,7 +524,7 @@ def carry_vectors(
 
 
 __all__ = [
-    "MAX_NOTE_BYTES", "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
+    "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
     "PreparedBatch", "StoredChunk", "carry_vectors", "note_date", "prepare", "prepare_files",
 ]
 
