@@ -129,6 +129,29 @@ def test_the_next_occurrence_remembered_is_the_one_computed(expr: str) -> None:
                 local, fold)
 
 
+def test_the_next_occurrence_is_computed_once_until_it_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Status asks for every entry's next run on every call: between two occurrences the
+    # remembered answer serves, croniter runs again only once the occurrence is reached.
+    import croniter as croniter_package
+
+    sched = CronSchedule("0 23 * * *", BERLIN)
+    made: list[object] = []
+    real = croniter_package.croniter
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(croniter_package, "croniter", counting)
+    at = utc(2026, 7, 1, 12)
+    first = sched.next_after(at)
+    for minutes in range(1, 500, 7):
+        assert sched.next_after(at + timedelta(minutes=minutes)) == first
+    assert len(made) == 1
+    assert sched.next_after(first) == first + timedelta(days=1) and len(made) == 2
+
+
 @pytest.mark.parametrize("expr", ["bad", "61 * * * *", "0 0 30 2 *"])
 def test_bad_expressions_are_refused(expr: str) -> None:
     with pytest.raises(ValueError):
