@@ -749,8 +749,7 @@ async def test_a_rescan_owed_under_the_apply_lock_does_not_wait_for_a_token(
             await applying.wait()
         edit = write(tmp_path / "memory" / "2026-07-01" / "e0.md", "edit 0")
         src.emit([(Change.added, edit)])
-        # Virtual time: every task runs until it blocks, the flush on the apply lock.
-        await trio.sleep(1)
+        await trio.testing.wait_all_tasks_blocked()  # the flush on the apply lock
         nursery.start_soon(run_periodic)
         await eventually(lambda: background.statistics().borrowed_tokens == 1)
         more = [write(tmp_path / "memory" / "2026-07-01" / f"e{i}.md", f"edit {i}")
