@@ -373,6 +373,51 @@ def test_persistence_round_trip_with_delta_and_dead_rows() -> None:
     assert 200 not in index and 200 in back
 
 
+_WORDS = st.sampled_from(["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(main=st.lists(st.lists(_WORDS, min_size=1, max_size=6), max_size=12),
+       delta=st.lists(st.tuples(st.integers(0, 30), st.lists(_WORDS, max_size=6)),
+                      max_size=12),
+       removed=st.sets(st.integers(0, 30), max_size=5))
+def test_a_loaded_delta_is_the_delta_that_was_saved(
+        main: list[list[str]], delta: list[tuple[int, list[str]]], removed: set[int]) -> None:
+    # Loaded in bulk (each term decoded once, postings grouped by term), the delta must be
+    # the one saved, and a save of the loaded index writes the same arrays.
+    index = BM25Index()
+    index.add_many(enumerate(main))
+    for key, tokens in delta:
+        index.add(key, tokens)  # a key of main moves into the delta; a key seen twice too
+    for key in removed:
+        index.remove(key)
+    arrays = index.to_arrays()
+    back = BM25Index.from_arrays(arrays, index.meta())
+    assert back._delta_docs == index._delta_docs
+    assert back._delta_post == index._delta_post
+    assert back.live == index.live
+    assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}  # this process's
+    again = back.to_arrays()
+    assert set(again) == set(arrays)
+    assert all(np.array_equal(again[name], arrays[name]) for name in arrays)
+    for word in ["alpha", "中文", "x", "absent"]:
+        assert back.search([word], 10) == index.search([word], 10)
+
+
+@pytest.mark.parametrize("repeat", ["live", "delta"])
+def test_from_arrays_refuses_a_delta_that_repeats_a_key(repeat: str) -> None:
+    index = BM25Index()
+    index.add_many((k, ["a", "b"]) for k in range(5))
+    index.add(10, ["c"])
+    index.add(11, ["a"])
+    arrays = dict(index.to_arrays())
+    keys = arrays["delta_keys"].copy()
+    keys[1] = 2 if repeat == "live" else keys[0]
+    arrays["delta_keys"] = keys
+    with pytest.raises(ValueError, match="repeats"):
+        BM25Index.from_arrays(arrays, index.meta())
+
+
 @pytest.mark.parametrize("damage", ["offsets", "rows", "missing", "dtype", "counters", "format"])
 def test_from_arrays_refuses_inconsistent_input(damage: str) -> None:
     index = BM25Index()

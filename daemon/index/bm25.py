@@ -54,7 +54,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index import postings, ranking
-from recalld.daemon.index.postings import I32, Segment, Slab
+from recalld.daemon.index.postings import I32, I64, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
 
@@ -799,17 +799,39 @@ class BM25Index:
             or (len(d_tids) and (d_tids.min() < 0 or d_tids.max() >= len(terms)))
         ):
             raise ValueError("keyword index delta arrays are inconsistent")
-        bounds, tids, tfs = d_indptr.tolist(), d_tids.tolist(), d_tfs.astype(np.int64).tolist()
-        for i, (key, length) in enumerate(zip(d_keys.tolist(), d_lens.tolist(), strict=True)):
-            if key in self._live:
-                raise ValueError("keyword index delta repeats a live key")
+        if len(d_keys):
+            self._load_delta(terms, d_keys, d_indptr, d_tids, d_tfs, d_lens)
+
+    def _load_delta(self, terms: postings.SortedTerms, d_keys: npt.NDArray[np.uint32],
+                    d_indptr: I64, d_tids: I32, d_tfs: F32, d_lens: I64) -> None:
+        """The saved delta (doc-major CSR, checked by the caller) as the live delta."""
+        keys, lens = d_keys.tolist(), d_lens.tolist()
+        if len(set(keys)) != len(keys) or any(k in self._live for k in keys):
+            raise ValueError("keyword index delta repeats a key")
+        # Each distinct term decoded once and the postings grouped by term in one stable
+        # sort: a delta of a couple of thousand documents holds most of a million postings.
+        order = postings.stable_order(d_tids)
+        by_term = d_tids[order]
+        first = np.ones(len(by_term), dtype=np.bool_)
+        first[1:] = by_term[1:] != by_term[:-1]
+        runs = [*np.flatnonzero(first).tolist(), len(by_term)]
+        names = terms.many(by_term[first].tolist())
+        word_of = np.empty(len(by_term), dtype=np.int64)
+        word_of[order] = np.cumsum(first) - 1
+        words = [names[w] for w in word_of.tolist()]
+        counts = d_tfs.astype(np.int64).tolist()
+        bounds = d_indptr.tolist()
+        for i, (key, length) in enumerate(zip(keys, lens, strict=True)):
             lo, hi = bounds[i], bounds[i + 1]
-            counts = {terms[t]: f for t, f in zip(tids[lo:hi], tfs[lo:hi], strict=True)}
-            self._delta_docs[key] = (counts, int(length))
-            for term, tf in counts.items():
-                self._delta_post.setdefault(term, {})[key] = tf
-            self._live.add(key)
-            self._total_len += int(length)
+            counted = dict(zip(words[lo:hi], counts[lo:hi], strict=True))
+            self._delta_docs[key] = (counted, int(length))
+        docs = np.repeat(d_keys, np.diff(d_indptr))[order].tolist()
+        tfs = d_tfs.astype(np.int64)[order].tolist()
+        for j, term in enumerate(names):
+            lo, hi = runs[j], runs[j + 1]
+            self._delta_post[term] = dict(zip(docs[lo:hi], tfs[lo:hi], strict=True))
+        self._live.update(keys)
+        self._total_len += sum(lens)
 
 
 class _TermPostings:
