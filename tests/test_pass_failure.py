@@ -385,6 +385,55 @@ def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
         state.files[more[50]].keys)
 
 
+class _FailingCounts(dict[str, int]):
+    """A document's term counts that run out of memory after ``after`` of its terms."""
+
+    after = 0
+
+    def items(self) -> Iterator[tuple[str, int]]:  # type: ignore[override]
+        for i, item in enumerate(super().items()):
+            if i == self.after:
+                raise MemoryError("no room for the delta postings")
+            yield item
+
+
+@pytest.mark.parametrize("part_way", [0, 1, 2])
+def test_a_small_apply_that_raises_in_the_delta_leaves_no_keyword_document_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part_way: int) -> None:
+    # Few documents go to the keyword index's delta one by one: should the third run out
+    # of memory (before its first term, after one, after two), the two before it must
+    # leave the delta too, as the files the apply made leave the state.
+    first = _write(tmp_path, 0, 100)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, first, max_chars=2000, digests={})])
+    before = state.bm25.stats()
+    more = _write(tmp_path, 100, 5)
+    for i, rel in enumerate(more):  # a few terms each, so "part way" is inside a note
+        (tmp_path / rel).write_text(f"# Note {100 + i}\n\nmarker{100 + i} shared words\n",
+                                    encoding="utf-8")
+    batch = prepare_files(tmp_path, more, max_chars=2000, digests={})
+    real = postings.Slab.counts
+
+    def counts(slab: postings.Slab, terms: list[str] | str) -> list[tuple[dict[str, int], int]]:
+        out = real(slab, terms)
+        failing = _FailingCounts(out[2][0])
+        failing.after = part_way
+        return [*out[:2], (failing, out[2][1]), *out[3:]]
+
+    monkeypatch.setattr(postings.Slab, "counts", counts)
+    with pytest.raises(MemoryError):
+        state.apply([batch])
+    assert sorted(state.files) == first
+    keys = {k for info in state.files.values() for k in info.keys}
+    assert set(state.chunks.live) == keys == set(state.bm25.live)
+    assert state.bm25.stats() == before
+    assert state.keyword_search("shared", 5) == []
+    monkeypatch.undo()
+    state.apply([batch])
+    assert [state.chunks[k].path for k, _ in state.keyword_search("marker103", 5)] == [more[3]]
+    assert len(state.keyword_search("shared", 10)) == 5
+
+
 def _no_merge(*args: object, **kwargs: object) -> object:
     raise MemoryError("no room for the merged postings")
 

@@ -244,6 +244,20 @@ class BM25Index:
         self._live.add(doc_key)
         self._total_len += length
 
+    def _take_back(self, doc_key: int, counts: dict[str, int], length: int) -> None:
+        """Undo :meth:`_add_counts` of ``doc_key``, also one that raised part-way."""
+        self._wrote()
+        self._delta_docs.pop(doc_key, None)
+        for term in counts:
+            post = self._delta_post.get(term)
+            if post is not None and doc_key in post:
+                del post[doc_key]
+                if not post:
+                    del self._delta_post[term]
+        if doc_key in self._live:
+            self._live.discard(doc_key)
+            self._total_len -= length
+
     def add_encoded(self, parts: Iterable[tuple[list[str] | str | None, Slab]], *,
                     stage: bool = False) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
@@ -259,7 +273,8 @@ class BM25Index:
         documents are not searchable yet and do not count in the corpus statistics.
 
         A merge that raises (out of memory) adds none of ``parts``, neither to main nor
-        to the staged documents, and leaves those staged before as they were.
+        to the staged documents, and leaves those staged before as they were; so does a
+        small add to the delta that raises (the documents they replace stay removed).
         """
         parts = list(parts)
         for _, slab in parts:
@@ -288,12 +303,20 @@ class BM25Index:
                     self._remove(key)
         if small:
             table: list[str] = []  # the term table by id, made once (no merge below)
-            for terms, slab in parts:
-                if terms is None and not table:
-                    table = list(self._term_ids)
-                named = table if terms is None else terms
-                for key, (counts, length) in zip(slab.keys, slab.counts(named), strict=True):
-                    self._add_counts(key, counts, length)
+            added: list[tuple[int, dict[str, int], int]] = []
+            try:
+                for terms, slab in parts:
+                    if terms is None and not table:
+                        table = list(self._term_ids)
+                    named = table if terms is None else terms
+                    for key, (counts, length) in zip(slab.keys, slab.counts(named),
+                                                     strict=True):
+                        added.append((key, counts, length))
+                        self._add_counts(key, counts, length)
+            except BaseException:
+                for key, counts, length in added:  # as a merge that raises: none of parts
+                    self._take_back(key, counts, length)
+                raise
         else:
             self._merge_with_staged([self._own_ids(terms, slab) for terms, slab in parts])
         self._maybe_compact()
