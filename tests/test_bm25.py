@@ -404,6 +404,30 @@ def test_a_loaded_delta_is_the_delta_that_was_saved(
         assert back.search([word], 10) == index.search([word], 10)
 
 
+def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_count() -> None:
+    # Files on disk are read as they are: a document listing one term id twice (no save
+    # writes that) loads as the per-posting loop read it, the last count winning.
+    index = BM25Index()
+    index.add_many((k, ["a", "b", "长词"]) for k in range(5))
+    index.add(10, ["c"])
+    arrays = dict(index.to_arrays())
+    terms = postings_mod.load_terms(arrays)
+    a, b, cjk = terms.index("a"), terms.index("b"), terms.index("长词")
+    arrays.update(
+        delta_keys=np.asarray([10, 11, 12], dtype=np.uint32),
+        delta_indptr=np.asarray([0, 3, 3, 5], dtype=np.int64),  # 11: no postings
+        delta_tids=np.asarray([a, cjk, a, cjk, b], dtype=np.int32),
+        delta_tfs=np.asarray([2, 1, 5, 3, 1], dtype=np.float32),
+        delta_lens=np.asarray([8, 0, 4], dtype=np.int64))
+    main_len = index.meta()["total_len"] - 1  # less key 10's one term
+    back = BM25Index.from_arrays(arrays, {**index.meta(), "docs": 8,
+                                          "total_len": main_len + 8 + 0 + 4})
+    assert back._delta_docs == {10: ({"a": 5, "长词": 1}, 8), 11: ({}, 0),
+                                12: ({"长词": 3, "b": 1}, 4)}
+    assert back._delta_post == {"a": {10: 5}, "长词": {10: 1, 12: 3}, "b": {12: 1}}
+    assert len(back) == 8 and back.stats()["delta_docs"] == 3
+
+
 @pytest.mark.parametrize("repeat", ["live", "delta"])
 def test_from_arrays_refuses_a_delta_that_repeats_a_key(repeat: str) -> None:
     index = BM25Index()

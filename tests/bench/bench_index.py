@@ -716,17 +716,19 @@ def bench_recalld(ws: Path, state_dir: Path, *, expect_files: int,
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
             out["write_to_searchable"] = write_to_searchable(c, ws, edits, seed)
             c.close()
+        # The process that ran the queries, the warm memory pass and the edits.
+        peaks = [out.get("peak_rss_mb_cold"), d.peak_rss_mb()]
         with _phase(out, "warm_restart_after_edits"):
             # The edits left documents in the keyword index's delta, which the last
             # commit saved and a restart loads before its first answer.
             c = connect(d.socket_path, OPEN_TIMEOUT_S)
-            wait_committed(c)
+            if wait_committed(c) is None:
+                raise RuntimeError("the edits were not committed")
             delta = _get(workspace_status(c), "index", "keyword", "delta_docs")
             c.close()
             after = restart_to_first_answer(d, ws, expect_files, needles[0])
             out["warm_restart_after_edits"] = {**after, "delta_docs": delta}
-        rss = [x for x in (out.get("peak_rss_mb_cold"), d.peak_rss_mb()) if x is not None]
-        out["peak_rss_mb"] = max(rss, default=None)
+        out["peak_rss_mb"] = max((x for x in peaks if x is not None), default=None)
     finally:
         d.cleanup()
     return out
