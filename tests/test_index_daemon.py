@@ -14,7 +14,7 @@ import orjson
 import pytest
 from waits import wait_for, wait_job, wait_value, workspace_status
 
-from recalld.daemon.index.service import POOL_BATCH
+from recalld.daemon.index.passes import POOL_BATCH
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, UnknownWorkspace
 
 COMMUTE = """---

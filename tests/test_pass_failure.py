@@ -29,9 +29,10 @@ from waits import wait_value, workspace_status
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import bm25, postings, prepare
+from recalld.daemon.index.passes import APPLY_MIN_FILES, POOL_MIN_FILES
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.procpool import PreparePool
-from recalld.daemon.index.service import APPLY_MIN_FILES, POOL_MIN_FILES, WorkspaceIndex
+from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.watcher import Watcher, WatcherConfig
 from recalld.daemon.watchsource import Change, ScriptedChangeSource

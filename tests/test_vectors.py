@@ -221,7 +221,7 @@ async def test_restart_resumes_pending_and_reuses_stored_vectors(h: Harness) -> 
         async with h.open(h.emb(fake)) as (index, worker):
             await full(worker)
             await wait_for(lambda: (index.last_commit or {}).get("chunks") == 3
-                           and index._changes == 0)
+                           and index.status()["uncommitted_changes"] == 0)
         counts = passage_counts(fake)
         counts.pop("ping", None)
         assert set(counts.values()) == {1}
@@ -240,7 +240,8 @@ async def test_corrupt_graph_is_rebuilt_from_chunk_store(h: Harness) -> None:
     with FakeProvider(dims=DIMS) as fake:
         async with h.open(h.emb(fake)) as (index, worker):
             await full(worker)
-            await wait_for(lambda: index._changes == 0 and index.last_commit is not None)
+            await wait_for(lambda: index.status()["uncommitted_changes"] == 0
+                           and index.last_commit is not None)
         files = sorted((h.root / "mem_metadata" / "index").glob("vectors*"))
         assert files
         for path in files:  # every generation's graph, so no older one is a way out
@@ -348,7 +349,8 @@ async def test_model_change_keeps_old_space_serving(h: Harness) -> None:
         async with h.open(h.emb(old, "m1")) as (index, worker):
             await full(worker)
             old_key = worker.target.key
-            await wait_for(lambda: index._changes == 0 and index.last_commit is not None)
+            await wait_for(lambda: index.status()["uncommitted_changes"] == 0
+                           and index.last_commit is not None)
         new.script(*[Reply(status=503)] * 20)
         h.spaces = h.new_spaces()
         async with h.open(h.emb(new, "m2")) as (index, worker):

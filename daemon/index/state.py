@@ -1,8 +1,8 @@
 """One workspace's in-memory index: files, chunks, keyword index and link graph.
 
-Pure and synchronous. The per-workspace service (``service.py``) prepares files in
+Pure and synchronous. The per-workspace service's passes (``passes.py``) prepare files in
 worker threads with :func:`prepare` (read, chunk, tokenize: the CPU-heavy part, no shared
-state touched) and then applies the prepared files here under its lock. Doc keys are
+state touched) and then apply the prepared files here under the index lock. Doc keys are
 small integers shared by the keyword index, the vector index and fusion; they are never
 reused within one state, and a full rebuild starts a new state.
 """

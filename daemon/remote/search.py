@@ -2,7 +2,7 @@
 
 The server holds every chunk of the workspace with its recalld terms (``chunks.py``), so
 both branches run there and hand :func:`recalld.daemon.index.search.search` the same
-:class:`~recalld.daemon.index.service.Candidates` the local index would; fusion, exact
+:class:`~recalld.daemon.index.reads.Candidates` the local index would; fusion, exact
 ranking and the result format are the local ones.
 
 - Keyword: BM25 as ``bm25.BM25Index`` computes it (Lucene's IDF over every chunk of the
@@ -35,7 +35,7 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
-from recalld.daemon.index.service import Candidates
+from recalld.daemon.index.reads import Candidates
 from recalld.daemon.index.state import Filters, StoredChunk
 from recalld.daemon.index.tokenizer import tokenize_query
 

@@ -1,0 +1,299 @@
+"""Committing one workspace's index: the persist loop, commits, serving what was saved, damage.
+
+:class:`Committer` counts the changes applied since the last commit and saves a new
+generation to the :class:`IndexStore` (``persist.py``) once they settle:
+:meth:`Committer.persist_loop`, a task the index service starts, retries a failed save
+with backoff and stops by cancellation (the service then makes its last commit, shielded
+under a deadline). A commit snapshots the state under the index lock and saves it in a
+worker thread without the lock; then the index is served from the files just saved
+(memory-mapped), as a warm start would serve it. Nothing is saved before the loaded
+state's deferred checksums passed (``checked``). It also finds damage: files of the
+current generation changed on disk (:meth:`Committer.check_files`) and a state in memory
+that no longer matches its checksums (:meth:`Committer.check_live`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TypedDict
+
+import trio
+
+from recalld.daemon import memtrim
+from recalld.daemon.index.passes import Passes
+from recalld.daemon.index.persist import (
+    IndexStore,
+    adopt_saved,
+    map_saved,
+    reload_saved,
+    snapshot,
+    state_stamp,
+)
+from recalld.daemon.index.reads import StateAccess
+from recalld.daemon.index.state import IndexState
+from recalld.daemon.store.arrays import Mapped
+from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
+
+# The index service's log lines, under its name.
+log = logging.getLogger("recalld.daemon.index.service")
+
+# Commits of at least this many chunks hand freed buffers back to the system afterwards.
+TRIM_AFTER_CHUNKS = 2_000
+PERSIST_RETRY_MAX_S = 300.0
+BUSY_COMMIT_MAX_S = 60.0
+
+
+class CommitRecord(TypedDict):
+    """The last commit: its generation, wall time, duration and counts."""
+
+    generation: int
+    time: float
+    duration_s: float
+    files: int
+    chunks: int
+
+
+class PersistError(TypedDict):
+    time: float
+    error: str
+    disk_full: bool
+
+
+class DamagedFile(TypedDict):
+    """A file of the current generation changed on disk since it was opened or written."""
+
+    file: str
+    reason: str
+    generation: int
+    time: float
+
+
+class Committer:
+    """The commits of one workspace's index.
+
+    What its owner reads and sets: ``changes``, the applied changes not yet committed;
+    ``dirty``, set when something waits to be saved (:meth:`mark_dirty`) and replaced by
+    each commit; ``reload``, set when a large pass (first build, big reconcile, rebuild)
+    changed the state: the commit after it serves the state loaded back from its files
+    (``reload_saved``); ``checked``, set once the loaded state's deferred checksums passed
+    (or it was replaced): nothing derived from unchecked bytes may be saved before;
+    ``last_commit`` (None before one) and ``persist_error`` (None while saving works).
+    """
+
+    def __init__(
+        self,
+        store: IndexStore,
+        root: Path,
+        *,
+        state: Callable[[], IndexState],
+        access: StateAccess,
+        passes: Passes,
+        cpu: trio.CapacityLimiter,
+        background: trio.CapacityLimiter,
+        persist_delay_s: float,
+        agent_id: str,
+    ) -> None:
+        self.store = store
+        self.root = root
+        self._state = state
+        self._access = access
+        self._passes = passes
+        self._cpu = cpu
+        self._background = background
+        self._persist_delay_s = persist_delay_s
+        self._agent_id = agent_id
+        self._commit_lock = trio.Lock()
+        self.dirty = trio.Event()
+        self.changes = 0  # applied changes not yet committed
+        self.reload = False
+        self.checked = trio.Event()
+        self.last_commit: CommitRecord | None = None
+        self.persist_error: PersistError | None = None
+        #: Files of the current generation that changed on disk after they were opened or
+        #: written (logical name -> file, reason, generation, time); see ``check_files``.
+        self.damaged: dict[str, DamagedFile] = {}
+        #: What ``check_live`` found wrong with the state in memory (empty: nothing).
+        self.live_damage: dict[str, str] = {}
+        self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
+
+    def mark_dirty(self) -> None:
+        self.dirty.set()
+
+    async def persist_loop(self) -> None:
+        backoff = 1.0
+        while True:
+            await self.dirty.wait()
+            # The startup checksums first: they take a background token themselves (one
+            # is all there is on two cores), and a commit waits for them anyway.
+            await self.checked.wait()
+            # Let a burst of edits settle, and never spend more than ~1/5 of the time
+            # writing state: a commit that took 1 s waits 5 s before the next one.
+            took = self.last_commit["duration_s"] if self.last_commit else 0.0
+            await trio.sleep(max(self._persist_delay_s, 5 * took))
+            if self._passes.running:
+                # A first build or a large reconcile: a commit now would write state
+                # that is stale in seconds (at 100k chunks a commit costs ~4 s of CPU
+                # the pass needs). Wait for its end, but save at least every
+                # BUSY_COMMIT_MAX_S so a crash late in a long pass loses little.
+                with trio.move_on_after(BUSY_COMMIT_MAX_S):
+                    await self._passes.done.wait()
+            # Nobody waits for this commit: background work, as health's scans and the
+            # startup checksums are, so that while one of those runs too a CPU token is
+            # still free for the next edit's apply and for searches (holding one each, a
+            # scan and a commit left none: at 110k chunks an edit waited up to 2 s). The
+            # commit lock before the token: a rebuild's commit under way must not keep
+            # the token from other workspaces' background work.
+            try:
+                async with self._commit_lock, self._background:
+                    await self._commit_once()
+                backoff = 1.0
+            except StorageError as exc:
+                self.persist_error = {
+                    "time": time.time(), "error": exc.message,
+                    "disk_full": isinstance(exc, DiskFull),
+                }
+                log.error("%s: saving the index failed (%s); retrying in %.0f s",
+                          self._agent_id, exc, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, PERSIST_RETRY_MAX_S)
+
+    async def commit(self) -> None:
+        """Commit a generation now (once the loaded state is checked)."""
+        # One commit at a time: the persist loop and a rebuild may both want one, and the
+        # generation store is not meant for two writers.
+        async with self._commit_lock:
+            await self._commit_once()
+
+    async def _commit_once(self) -> None:
+        await self.checked.wait()
+        # The CPU slot is taken before the snapshot, not only for the save: after a first
+        # build of many workspaces, every one of them commits at once, and snapshots
+        # waiting for a slot would each hold a copy of their chunk text meanwhile.
+        async with self._cpu:
+            async with self._access.lock:
+                self.dirty = trio.Event()
+                changes, self.changes = self.changes, 0
+                # No limiter: this task holds a CPU token already (taking a second one
+                # would deadlock once every token is held by a committing workspace).
+                snap = await trio.to_thread.run_sync(
+                    partial(snapshot, self._state(), saved_stamp=self.store.saved_vectors,
+                            tmp_dir=self.store.store.state_dir))
+            started = time.monotonic()
+            try:
+                number = await trio.to_thread.run_sync(self.store.save, snap)
+            except BaseException:
+                self.changes += changes
+                self.mark_dirty()
+                raise
+        self.persist_error = None
+        self.damaged = {k: v for k, v in self.damaged.items() if v["generation"] >= number}
+        self.last_commit = {
+            "generation": number, "time": time.time(),
+            "duration_s": round(time.monotonic() - started, 4), "files": len(snap.files),
+            "chunks": len(snap.chunks),
+        }
+        large = len(snap.chunks) >= TRIM_AFTER_CHUNKS
+        stamp = snap.stamp
+        del snap
+        if await self._serve_saved(stamp, number):
+            # The large pass's objects are garbage now, cycles among them too.
+            await trio.to_thread.run_sync(memtrim.collect, limiter=self._cpu)
+        elif large:  # the serialized generation was hundreds of MB of short-lived buffers
+            await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+
+    async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> bool:
+        """Serve the index from the files just committed (memory-mapped: page cache, not
+        this process's heap) if nothing changed since they were written; either way, let go
+        of the mapped pages the save read. After a large pass (``reload``) the whole state
+        is loaded back from those files, as a warm start loads it, rather than only its
+        big arrays (``reload_saved``); returns whether it was."""
+        gen = self.store.store.current
+        saved: tuple[Mapped, Mapped] | None = None
+        if gen is not None and gen.number == number and state_stamp(self._state()) == stamp:
+            # The private copies (ADR 0020) are made before the lock is taken, so searches
+            # go on meanwhile: the generation's files never change, and no other commit can
+            # replace it (this one holds the commit lock). Dropped if the state changes
+            # meanwhile (unnamed files: nothing is left behind).
+            try:
+                saved = await trio.to_thread.run_sync(map_saved, gen)
+            except (CorruptState, KeyError, ValueError, OSError) as exc:
+                log.warning("%s: serving from generation %d failed (%s); kept in memory",
+                            self._agent_id, number, exc)
+        async with self._access.lock:
+            state = self._state()
+            if gen is None or saved is None or state_stamp(state) != stamp:
+                await trio.to_thread.run_sync(state.evict)
+                return False
+            # Not while a large pass is still applying: it would need the whole keyword
+            # dictionary back as strings at its next apply.
+            whole = self.reload and not self._passes.running
+            try:
+                await trio.to_thread.run_sync(reload_saved if whole else adopt_saved,
+                                              state, gen, saved)
+            except (CorruptState, KeyError, ValueError, OSError) as exc:
+                log.warning("%s: serving from generation %d failed (%s); kept in memory",
+                            self._agent_id, number, exc)
+                return False
+            if whole:
+                self.reload = False
+            return whole
+
+    # -- damage ----------------------------------------------------------------------
+
+    def check_files(self) -> dict[str, DamagedFile]:
+        """Files of the current generation someone changed on disk (truncated, written
+        to, replaced, removed) since they were opened or written; returns ``damaged``.
+
+        A few ``stat`` calls. The index serves from private copies (``map_arrays``) and
+        memory, so what it holds is intact: a new generation is saved from it, which
+        clears the damage; until then health is ``degraded`` and names the files.
+        """
+        gen = self.store.store.current
+        found = {} if gen is None else gen.changed_on_disk()
+        # A commit in a worker thread may have replaced ``gen`` meanwhile and removed its
+        # files: only the files of the generation still current count.
+        if found and gen is not None and gen is self.store.store.current:
+            now = time.time()
+            for logical, why in found.items():
+                self.damaged[logical] = {
+                    "file": str(gen.path(logical).relative_to(self.root)),
+                    "reason": why, "generation": gen.number, "time": now}
+            log.warning("%s: index files of generation %d changed on disk (%s); saving a "
+                        "new generation from memory", self._agent_id, gen.number,
+                        "; ".join(f"{d['file']}: {d['reason']}" for d in
+                                  (self.damaged[k] for k in found)))
+            if "vectors" in found:
+                self.store.saved_vectors = None  # not carried: written again
+            self.changes += 1
+            self.mark_dirty()
+        return self.damaged
+
+    def check_live(self, state: IndexState) -> dict[str, str]:
+        """Check the state in memory (call under the index lock, in a worker thread): the
+        chunk table's structure, and every array file it is served from against its
+        manifest checksum. Records and returns what is wrong (a rebuild clears it)."""
+        bad: dict[str, str] = {}
+        try:
+            state.chunks.check()
+        except ValueError as exc:
+            bad["chunk_table"] = f"in memory: {exc}"
+        for mapped in state.mapped:
+            try:
+                if not mapped.matches():
+                    name = mapped.source.name if mapped.source is not None else "?"
+                    bad[name] = "the copy in use does not match its checksum"
+            finally:
+                mapped.evict()
+        self.live_damage, self._live_checked = bad, state
+        if bad:
+            log.error("%s: the index in memory is damaged (%s); rebuild it: recalld "
+                      "reindex --agent %s", self._agent_id, bad, self._agent_id)
+        return bad
+
+    def live_problems(self) -> dict[str, str]:
+        """What the last ``check_live`` found, while that state is still the one served."""
+        return self.live_damage if self._live_checked is self._state() else {}
