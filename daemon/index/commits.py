@@ -38,8 +38,7 @@ from recalld.daemon.index.state import IndexState
 from recalld.daemon.store.arrays import Mapped
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 
-# The index service's log lines, under its name.
-log = logging.getLogger("recalld.daemon.index.service")
+log = logging.getLogger(__name__)
 
 # Commits of at least this many chunks hand freed buffers back to the system afterwards.
 TRIM_AFTER_CHUNKS = 2_000

@@ -31,8 +31,7 @@ from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.reads import StateAccess
 from recalld.daemon.index.state import ApplyStats, IndexState
 
-# The index service's log lines, under its name.
-log = logging.getLogger("recalld.daemon.index.service")
+log = logging.getLogger(__name__)
 
 # Files prepared per worker call: big enough to amortise the thread or process hop and
 # to share a vocabulary (the daemon maps each batch's distinct terms, not every token),

@@ -28,7 +28,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import trio
@@ -481,7 +480,3 @@ MAX_LISTED = 20
 #: The stat ``known_files`` gives a note it could never read: it differs from any on
 #: disk (a reconcile counts the note as changed while it is there).
 NO_STAT = (-1, -1)
-
-
-def metadata_dir(ws: Workspace) -> Path:
-    return ws.root / ws.settings.metadata_dir
