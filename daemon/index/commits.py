@@ -5,8 +5,9 @@ generation to the :class:`IndexStore` (``persist.py``) once they settle:
 :meth:`Committer.persist_loop`, a task the index service starts, retries a failed save
 with backoff and stops by cancellation (the service then makes its last commit, shielded
 under a deadline). A commit snapshots the state under the index lock and saves it in a
-worker thread without the lock; then the index is served from the files just saved
-(memory-mapped), as a warm start would serve it. Nothing is saved before the loaded
+worker thread without the lock; then the index serves its large arrays from the files
+just saved (memory-mapped), and after a large pass the whole state loaded back from
+them, as a warm start would load it. Nothing is saved before the loaded
 state's deferred checksums passed (``checked``). It also finds damage: files of the
 current generation changed on disk (:meth:`Committer.check_files`) and a state in memory
 that no longer matches its checksums (:meth:`Committer.check_live`).

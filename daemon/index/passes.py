@@ -5,9 +5,9 @@ rebuild runs its own through :meth:`Passes.prepare_each`): reading, chunking and
 tokenizing happen in worker threads under the daemon-wide CPU limiter, or in the worker
 processes of the prepare pool for a large pass, without the index lock; the applies take
 the lock (:meth:`StateAccess.run_locked`). It also counts the large passes under way (the
-persist loop waits for their end) and keeps the notes whose last read failed. It starts
-no task: every pass runs in its caller's task; a pass cancelled or failed before its last
-apply merges what it staged, shielded, within ``PASS_END_MAX_S``.
+persist loop waits for their end) and keeps the notes whose last read failed. It has no
+background task: every pass runs in its caller's task; a pass cancelled or failed before
+its last apply merges what it staged, shielded, within ``PASS_END_MAX_S``.
 """
 
 from __future__ import annotations
