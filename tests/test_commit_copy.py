@@ -100,6 +100,9 @@ async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
                     await trio.sleep(0.01)
             assert cpu.borrowed_tokens == 1 and background.borrowed_tokens == 1
             assert index.last_commit["generation"] == first
+            # The status says a commit waits, and for how long so far.
+            waiting = index.status()["commit_waiting_s"]
+            assert waiting is not None and waiting >= 0
             note.write_text("# Note\n\nthird words\n", encoding="utf-8")
             with trio.fail_after(60):
                 await index.sync()
@@ -109,4 +112,8 @@ async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
         with trio.fail_after(60):  # the scan ended: the commit goes on
             while index.last_commit["generation"] == first:
                 await trio.sleep(0.01)
+        # It waited at least as long as the status had shown, and nothing waits now.
+        assert index.last_commit["waited_s"] >= waiting
+        assert index.status()["commit_waiting_s"] is None
+        assert index.last_commit["waited_s"] < 60
         nursery.cancel_scope.cancel()

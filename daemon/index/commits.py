@@ -48,11 +48,13 @@ BUSY_COMMIT_MAX_S = 60.0
 
 
 class CommitRecord(TypedDict):
-    """The last commit: its generation, wall time, duration and counts."""
+    """The last commit: its generation, wall time, duration and counts, and how long it
+    waited between falling due and starting (locks and CPU tokens held by other work)."""
 
     generation: int
     time: float
     duration_s: float
+    waited_s: float
     files: int
     chunks: int
 
@@ -119,6 +121,8 @@ class Committer:
         #: What ``check_live`` found wrong with the state in memory (empty: nothing).
         self.live_damage: dict[str, str] = {}
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
+        #: When the persist loop's commit that waits to start fell due (None: none waits).
+        self._due: float | None = None
 
     def mark_dirty(self) -> None:
         self.dirty.set()
@@ -147,9 +151,10 @@ class Committer:
             # scan and a commit left none: at 110k chunks an edit waited up to 2 s). The
             # commit lock before the token: a rebuild's commit under way must not keep
             # the token from other workspaces' background work.
+            self._due = due = time.monotonic()
             try:
                 async with self._commit_lock, self._background:
-                    await self._commit_once()
+                    await self._commit_once(due)
                 backoff = 1.0
             except StorageError as exc:
                 self.persist_error = {
@@ -158,22 +163,35 @@ class Committer:
                 }
                 log.error("%s: saving the index failed (%s); retrying in %.0f s",
                           self._agent_id, exc, backoff)
+                self._due = None
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, PERSIST_RETRY_MAX_S)
+            finally:
+                self._due = None
 
     async def commit(self) -> None:
         """Commit a generation now (once the loaded state is checked)."""
         # One commit at a time: the persist loop and a rebuild may both want one, and the
         # generation store is not meant for two writers.
+        due = time.monotonic()
         async with self._commit_lock:
-            await self._commit_once()
+            await self._commit_once(due)
 
-    async def _commit_once(self) -> None:
+    def waiting_s(self) -> float | None:
+        """How long the persist loop's commit that is due has waited to start (None: none
+        waits; one that started saving no longer does)."""
+        return None if self._due is None else round(time.monotonic() - self._due, 3)
+
+    async def _commit_once(self, due: float) -> None:
+        """Snapshot and save; ``due``: when this commit fell due (``time.monotonic``)."""
         await self.checked.wait()
         # The CPU slot is taken before the snapshot, not only for the save: after a first
         # build of many workspaces, every one of them commits at once, and snapshots
         # waiting for a slot would each hold a copy of their chunk text meanwhile.
         async with self._cpu:
+            waited = time.monotonic() - due
+            if due == self._due:
+                self._due = None  # started: no longer waiting
             async with self._access.lock:
                 self.dirty = trio.Event()
                 changes, self.changes = self.changes, 0
@@ -193,8 +211,8 @@ class Committer:
         self.damaged = {k: v for k, v in self.damaged.items() if v["generation"] >= number}
         self.last_commit = {
             "generation": number, "time": time.time(),
-            "duration_s": round(time.monotonic() - started, 4), "files": len(snap.files),
-            "chunks": len(snap.chunks),
+            "duration_s": round(time.monotonic() - started, 4),
+            "waited_s": round(waited, 4), "files": len(snap.files), "chunks": len(snap.chunks),
         }
         large = len(snap.chunks) >= TRIM_AFTER_CHUNKS
         stamp = snap.stamp

@@ -68,6 +68,7 @@ class IndexStatus(TypedDict):
     rebuilding: bool
     watcher: WatcherStatus
     last_commit: CommitRecord | None
+    commit_waiting_s: float | None
     persist_error: PersistError | None
     loaded_generation: int | None
     load_checked: bool
@@ -460,6 +461,7 @@ class WorkspaceIndex:
             "rebuilding": self._rebuilding,
             "watcher": watcher,
             "last_commit": self.last_commit,
+            "commit_waiting_s": commits.waiting_s(),
             "persist_error": self.persist_error,
             "loaded_generation": None if report is None else report.generation,
             "load_checked": commits.checked.is_set(),
