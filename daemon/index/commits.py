@@ -83,7 +83,8 @@ class Committer:
     changed the state: the commit after it serves the state loaded back from its files
     (``reload_saved``); ``checked``, set once the loaded state's deferred checksums passed
     (or it was replaced): nothing derived from unchecked bytes may be saved before;
-    ``last_commit`` (None before one) and ``persist_error`` (None while saving works).
+    ``last_commit`` (None before one) and ``persist_error`` (None while saving works);
+    :meth:`waiting_s`, how long the persist loop's commit that is due has waited.
     """
 
     def __init__(
@@ -180,7 +181,7 @@ class Committer:
     def waiting_s(self) -> float | None:
         """How long the persist loop's commit that is due has waited to start (None: none
         waits; one that started saving no longer does)."""
-        return None if self._due is None else round(time.monotonic() - self._due, 3)
+        return None if self._due is None else round(time.monotonic() - self._due, 4)
 
     async def _commit_once(self, due: float) -> None:
         """Snapshot and save; ``due``: when this commit fell due (``time.monotonic``)."""

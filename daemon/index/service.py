@@ -93,10 +93,10 @@ class WorkspaceIndex:
     :class:`IndexStore` of the committed generations; ``watcher``, the :class:`Watcher`
     of the indexed directories (its ``scan`` and ``scan_listeners`` serve the health
     scans); ``changed``, an event set and replaced whenever chunks change; and
-    ``last_commit``, the generation, time, duration and counts of the last commit (None before
-    one); ``persist_error``, ``unreadable`` and ``idle_trims``, read from the parts that keep
-    them. Maintenance goes through :meth:`locked`, :meth:`compact`, :meth:`check_files`,
-    :meth:`check_live`, :meth:`live_problems` and :meth:`status`.
+    ``last_commit``, the generation, time, duration, wait and counts of the last commit
+    (None before one); ``persist_error``, ``unreadable`` and ``idle_trims``, read from the
+    parts that keep them. Maintenance goes through :meth:`locked`, :meth:`compact`,
+    :meth:`check_files`, :meth:`check_live`, :meth:`live_problems` and :meth:`status`.
     """
 
     def __init__(
