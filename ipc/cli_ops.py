@@ -372,6 +372,10 @@ def render_status(status: DaemonStatus, socket_path: str,
     return "\n".join(lines) + "\n"
 
 
+#: A commit that waited this long to start is named in ``status --verbose``.
+COMMIT_WAIT_SHOWN_S = 1.0
+
+
 def render_internals(status: DaemonStatus) -> str:
     """``status --verbose``: queues and counters, and the per-workspace table."""
     lines = ["", "internals:"]
@@ -403,6 +407,10 @@ def render_internals(status: DaemonStatus) -> str:
             notes.append(f"  {agent}: not indexed: {', '.join(h['unindexed_paths'])}")
         if h.get("unreadable_paths"):
             notes.append(f"  {agent}: could not be read: {', '.join(h['unreadable_paths'])}")
+        waiting = idx.get("commit_waiting_s")
+        if isinstance(waiting, int | float) and waiting >= COMMIT_WAIT_SHOWN_S:
+            notes.append(f"  {agent}: {_cell(idx.get('uncommitted_changes'))} change(s) not "
+                         f"saved yet: their commit has waited {waiting:.0f} s behind other work")
         for err in h.get("last_errors") or []:
             notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
                          f"{err.get('what')}: {err.get('error')}")

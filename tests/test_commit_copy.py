@@ -16,6 +16,7 @@ from recalld.daemon.index.state import Filters
 from recalld.daemon.store import arrays
 from recalld.daemon.watcher import WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.cli_ops import COMMIT_WAIT_SHOWN_S, render_internals
 
 
 @pytest.mark.parametrize("notes", [40, 600])  # an edit's commit; a large pass's (reload)
@@ -123,3 +124,14 @@ async def test_a_commit_waits_for_background_work_and_leaves_a_token_for_edits(
         assert index.status()["commit_waiting_s"] is None
         assert index.last_commit["waited_s"] < 60
         nursery.cancel_scope.cancel()
+
+
+def test_status_verbose_names_a_commit_that_waited_a_second_or_more() -> None:
+    def shown(waiting: float | None) -> str:
+        return render_internals({"workspaces": [{  # type: ignore[typeddict-item]
+            "agent_id": "w", "health": {},
+            "index": {"uncommitted_changes": 4, "commit_waiting_s": waiting}}]})
+
+    assert "w: 4 change(s) not saved yet: their commit has waited 12 s" in shown(12.3)
+    assert "not saved yet" not in shown(COMMIT_WAIT_SHOWN_S - 0.01)
+    assert "not saved yet" not in shown(None)
