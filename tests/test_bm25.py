@@ -15,8 +15,10 @@ from pyroaring import BitMap
 
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index import postings as postings_mod
+from recalld.daemon.index import saved as saved_mod
 from recalld.daemon.index.bm25 import BM25Index
-from recalld.daemon.index.postings import Slab, SortedTerms, stable_order, terms_to_arrays
+from recalld.daemon.index.postings import Slab, stable_order
+from recalld.daemon.index.saved import SortedTerms, terms_to_arrays
 from recalld.daemon.index.tokenizer import doc_length, tokenize, tokenize_split
 
 
@@ -411,7 +413,7 @@ def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_coun
     index.add_many((k, ["a", "b", "长词"]) for k in range(5))
     index.add(10, ["c"])
     arrays = dict(index.to_arrays())
-    terms = postings_mod.load_terms(arrays)
+    terms = saved_mod.load_terms(arrays)
     a, b, cjk = terms.index("a"), terms.index("b"), terms.index("长词")
     arrays.update(
         delta_keys=np.asarray([10, 11, 12], dtype=np.uint32),

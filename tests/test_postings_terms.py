@@ -6,13 +6,8 @@ import itertools
 
 import pytest
 
-from recalld.daemon.index.postings import (
-    Slab,
-    join_terms,
-    split_terms,
-    term_table,
-    terms_to_arrays,
-)
+from recalld.daemon.index.postings import Slab, join_terms, split_terms, term_table
+from recalld.daemon.index.saved import terms_to_arrays
 from recalld.daemon.index.tokenizer import tokenize_split
 
 

@@ -53,7 +53,7 @@ import numpy.typing as npt
 from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
-from recalld.daemon.index import postings, ranking
+from recalld.daemon.index import postings, ranking, saved
 from recalld.daemon.index.postings import I32, I64, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
@@ -125,7 +125,7 @@ class BM25Index:
         self._table: postings.TermTable | None = postings.term_table()
         self._saved_terms: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
         # Searches look terms up here while there is no ``_table`` (see _lookup).
-        self._sorted_terms: postings.SortedTerms | None = None
+        self._sorted_terms: saved.SortedTerms | None = None
         self._main_gen = 0
         # What searches keep until the next write (every change of what a search sees
         # calls _wrote): the full scores of the last few unfiltered searches (query
@@ -176,7 +176,7 @@ class BM25Index:
         if self._table is None:
             assert self._saved_terms is not None
             blob, offsets = self._saved_terms
-            terms = postings.load_terms({"terms_blob": blob, "terms_offsets": offsets},
+            terms = saved.load_terms({"terms_blob": blob, "terms_offsets": offsets},
                                         unique=False)  # checked when loaded
             # Interned: workspaces of one daemon share one string per common term.
             self._table = postings.term_table([sys.intern(t) for t in terms])
@@ -188,7 +188,7 @@ class BM25Index:
         self._table, self._saved_terms, self._sorted_terms = table, None, None
 
     @property
-    def _lookup(self) -> postings.TermTable | postings.SortedTerms:
+    def _lookup(self) -> postings.TermTable | saved.SortedTerms:
         """Term -> id for searches: the table once a write needed it, else the loaded
         dictionary's sorted form (no string per term: a loaded index that is only
         searched never builds the table)."""
@@ -196,7 +196,7 @@ class BM25Index:
             return self._table
         if self._sorted_terms is None:
             assert self._saved_terms is not None
-            self._sorted_terms = postings.SortedTerms(*self._saved_terms)
+            self._sorted_terms = saved.SortedTerms(*self._saved_terms)
         return self._sorted_terms
 
     def _n_terms(self) -> int:
@@ -513,7 +513,7 @@ class BM25Index:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
-        seg = postings.load_segment(arrays, self._n_terms(), check_values=False)
+        seg = saved.load_segment(arrays, self._n_terms(), check_values=False)
         if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
                 len(self._indptr), len(self._rows), len(self._row_keys)):
             raise ValueError("saved keyword index does not match the one in memory")
@@ -752,7 +752,7 @@ class BM25Index:
             blob, offsets = self._saved_terms  # unchanged since they were loaded
         else:
             delta = Slab.from_counts(self._delta_docs, self._term_ids)
-            blob, offsets = postings.terms_to_arrays(list(self._term_ids))
+            blob, offsets = saved.terms_to_arrays(list(self._term_ids))
         d_indptr = np.zeros(len(delta.lens) + 1, dtype=np.int64)
         np.cumsum(delta.nterms, out=d_indptr[1:])
         return {
@@ -774,7 +774,7 @@ class BM25Index:
 
         ``check_values=False``: the postings are not read value by value (arrays this
         process just wrote, mapped: checking would bring every page in; see
-        ``postings.load_segment``)."""
+        ``saved.load_segment``)."""
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise OutdatedFormat(
                 f"unsupported keyword index {meta.get('format')}/{meta.get('version')}"
@@ -788,11 +788,11 @@ class BM25Index:
     def _load(self, arrays: Mapping[str, npt.NDArray[np.generic]], *, check_values: bool) -> None:
         # Checked now (offsets, UTF-8, no duplicates) and searchable as it is: the term
         # strings are made only when a write needs the table.
-        blob = postings.array(arrays, "terms_blob", np.uint8)
-        offsets = postings.array(arrays, "terms_offsets", np.int64)
-        terms = postings.SortedTerms(blob, offsets)
-        seg = postings.load_segment(arrays, len(terms), check_values=check_values)
-        alive = postings.array(arrays, "alive", np.uint8).astype(np.bool_)
+        blob = saved.array(arrays, "terms_blob", np.uint8)
+        offsets = saved.array(arrays, "terms_offsets", np.int64)
+        terms = saved.SortedTerms(blob, offsets)
+        seg = saved.load_segment(arrays, len(terms), check_values=check_values)
+        alive = saved.array(arrays, "alive", np.uint8).astype(np.bool_)
         if len(alive) != len(seg.row_keys):
             raise ValueError("keyword index alive bits do not match its rows")
         self._table = None
@@ -810,11 +810,11 @@ class BM25Index:
         self._n_dead = len(alive) - len(live_rows)
         self._live = BitMap(live_keys.tolist())
         self._total_len = int(seg.doclen[live_rows].astype(np.int64).sum())
-        d_keys = postings.array(arrays, "delta_keys", np.uint32)
-        d_indptr = postings.array(arrays, "delta_indptr", np.int64)
-        d_tids = postings.array(arrays, "delta_tids", np.int32)
-        d_tfs = postings.array(arrays, "delta_tfs", np.float32)
-        d_lens = postings.array(arrays, "delta_lens", np.int64)
+        d_keys = saved.array(arrays, "delta_keys", np.uint32)
+        d_indptr = saved.array(arrays, "delta_indptr", np.int64)
+        d_tids = saved.array(arrays, "delta_tids", np.int32)
+        d_tfs = saved.array(arrays, "delta_tfs", np.float32)
+        d_lens = saved.array(arrays, "delta_lens", np.int64)
         if (
             len(d_indptr) != len(d_keys) + 1 or len(d_lens) != len(d_keys) or d_indptr[0] != 0
             or d_indptr[-1] != len(d_tids) or len(d_tfs) != len(d_tids)
@@ -825,7 +825,7 @@ class BM25Index:
         if len(d_keys):
             self._load_delta(terms, d_keys, d_indptr, d_tids, d_tfs, d_lens)
 
-    def _load_delta(self, terms: postings.SortedTerms, d_keys: npt.NDArray[np.uint32],
+    def _load_delta(self, terms: saved.SortedTerms, d_keys: npt.NDArray[np.uint32],
                     d_indptr: I64, d_tids: I32, d_tfs: F32, d_lens: I64) -> None:
         """The saved delta (doc-major CSR, checked by the caller) as the live delta."""
         keys, lens = d_keys.tolist(), d_lens.tolist()

@@ -34,8 +34,8 @@ import orjson
 from pyroaring import BitMap
 
 from recalld.daemon.index.chunker import chunk_id
-from recalld.daemon.index.postings import array as checked_array
-from recalld.daemon.index.postings import load_terms, terms_to_arrays
+from recalld.daemon.index.saved import array as checked_array
+from recalld.daemon.index.saved import load_terms, terms_to_arrays
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import ByteParts
 
