@@ -430,6 +430,89 @@ def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_coun
     assert len(back) == 8 and back.stats()["delta_docs"] == 3
 
 
+_OPS = st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.lists(_WORDS, max_size=5)),
+                max_size=20)
+
+
+def _apply_ops(index: BM25Index, ops: list[tuple[bool, int, list[str]]]) -> None:
+    for add, key, tokens in ops:
+        if add:
+            index.add(key, tokens)
+        else:
+            index.remove(key)
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=st.lists(st.lists(_WORDS, min_size=1, max_size=6), min_size=1, max_size=30),
+       before=_OPS, during=_OPS, save_during=st.booleans())
+def test_a_compaction_merged_off_the_lock_ends_as_one_merged_in_place(
+        first: list[list[str]], before: list[tuple[bool, int, list[str]]],
+        during: list[tuple[bool, int, list[str]]], save_during: bool) -> None:
+    # Planned under the lock, merged without it while writes go on (keys of main and of
+    # the delta removed, replaced, added; a commit's save numbering new terms), then
+    # installed: the index answers as one that saw the same writes and compacted in place.
+    off, inline = BM25Index(), BM25Index()
+    for index in (off, inline):
+        index.compact_inline = False
+        index.add_many(enumerate(first))
+        _apply_ops(index, before)
+    plan = off.plan_compaction(due=False)
+    _apply_ops(off, during)
+    _apply_ops(inline, during)
+    if save_during:
+        off.to_arrays()
+    if plan is not None:
+        plan.run()
+        assert off.install_compaction(plan)
+        assert off.stats()["merges"] == 2 and off.stats()["delta_docs"] <= len(during)
+    inline.compact()
+    assert off.live == inline.live and len(off) == len(inline)
+    for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
+        got, want = off.search([word], 50), inline.search([word], 50)
+        assert [k for k, _ in got] == [k for k, _ in want], word
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5), word
+    back = BM25Index.from_arrays(off.to_arrays(), off.meta())
+    assert back.search(["alpha", "x"], 50) == off.search(["alpha", "x"], 50)
+    off.compact()  # and it goes on as any index
+    got, want = off.search(["w1"], 50), inline.search(["w1"], 50)
+    assert [k for k, _ in got] == [k for k, _ in want]
+
+
+@pytest.mark.parametrize("meanwhile", ["merge", "pass"])
+def test_a_planned_compaction_is_not_installed_over_a_newer_main(meanwhile: str) -> None:
+    index = BM25Index()
+    index.compact_inline = False
+    index.add_many((k, ["a", f"w{k}"]) for k in range(20))
+    index.add(3, ["b"])
+    index.add(30, ["c"])
+    plan = index.plan_compaction(due=False)
+    assert plan is not None
+    if meanwhile == "merge":
+        index.compact()  # main's rows change
+    else:
+        index.vocabulary_ids(("pass", 1), 0, ["z"])  # a pass holds term ids
+    before = (index.stats(), index.search(["c"], 5), index.search(["b"], 5))
+    plan.run()
+    assert not index.install_compaction(plan)
+    assert (index.stats(), index.search(["c"], 5), index.search(["b"], 5)) == before
+
+
+def test_writes_compact_in_place_only_far_past_the_limits_when_compaction_is_elsewhere(
+        ) -> None:
+    index = BM25Index()
+    index.compact_inline = False
+    index.add_many((k, ["a"]) for k in range(100))
+    for key in range(100, 100 + bm25_mod.DELTA_MIN_DOCS + 1):
+        index.add(key, ["b"])
+    assert index.compaction_due() and index.stats()["merges"] == 1  # left to its owner
+    for key in range(100 + bm25_mod.DELTA_MIN_DOCS + 1,
+                     100 + bm25_mod.BACKSTOP_FACTOR * bm25_mod.DELTA_MIN_DOCS):
+        index.add(key, ["c"])
+    assert index.stats()["merges"] == 1  # at the backstop, not past it
+    index.add(99_999, ["c"])
+    assert index.stats()["merges"] == 2 and not index.compaction_due()  # the backstop
+
+
 @pytest.mark.parametrize("repeat", ["live", "delta"])
 def test_from_arrays_refuses_a_delta_that_repeats_a_key(repeat: str) -> None:
     index = BM25Index()

@@ -69,6 +69,10 @@ DELTA_MIN_DOCS: Final = 256
 DELTA_MAX_DOCS: Final = 2048
 DEAD_MIN_ROWS: Final = 1024
 DEAD_FRACTION: Final = 0.25
+# With compaction in the background (``compact_inline`` off), a write still compacts
+# inline once the delta or the dead rows are this far past their limits.
+BACKSTOP_FACTOR: Final = 4
+BACKSTOP_DEAD_FRACTION: Final = 0.75
 SLAB_DOCS: Final = 8192
 # add_encoded puts up to this many documents in the delta instead of merging main.
 SMALL_ADD_DOCS: Final = 64
@@ -144,6 +148,12 @@ class BM25Index:
         # After a compaction ran out of memory: the delta documents and dead rows there
         # must be before the next one is tried (0: none failed).
         self._compact_retry_at = 0
+        #: False: the owner compacts in the background (plan_compaction, run off any lock,
+        #: install_compaction); writes then compact inline only far past the limits.
+        self.compact_inline = True
+        # Changes whenever main's rows change (merges, loads), not when the same rows are
+        # served from other memory (adopt_main): what a planned compaction was made from.
+        self._main_rows_gen = 0
         self._n_dead = 0
         self._delta_docs: dict[int, tuple[dict[str, int], int]] = {}
         self._delta_post: dict[str, dict[int, int]] = {}
@@ -461,19 +471,82 @@ class BM25Index:
         """Merge the delta and drop dead rows once they are many. Only upkeep: the write
         before it is done whether or not it succeeds, so running out of memory here
         changes nothing (``_merge`` leaves main and the delta as they were), and it is
-        tried again once the delta documents and dead rows are twice as many."""
+        tried again once the delta documents and dead rows are twice as many. With
+        ``compact_inline`` off the owner compacts in the background; a write compacts
+        only once there is ``BACKSTOP_FACTOR`` times as much (should that never come)."""
+        if not self.compaction_due(backstop=not self.compact_inline):
+            return
+        try:
+            self._merge([])
+        except MemoryError as exc:
+            self._compaction_failed(exc)
+
+    def compaction_due(self, *, backstop: bool = False) -> bool:
+        """Whether the delta documents or dead rows are many enough for a compaction
+        (``backstop``: far past the limits), and not fewer than where the last one failed."""
         main_live = len(self._row_keys) - self._n_dead
-        delta_limit = min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
-        if len(self._delta_docs) > delta_limit or (
-            self._n_dead >= DEAD_MIN_ROWS and self._n_dead > DEAD_FRACTION * len(self._row_keys)
-        ):
-            if len(self._delta_docs) + self._n_dead < self._compact_retry_at:
-                return  # the last one ran out of memory: wait until there is more to do
-            try:
-                self._merge([])
-            except MemoryError as exc:
-                self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
-                log.warning("keyword index: compaction postponed (out of memory: %s)", exc)
+        factor, dead_fraction = (BACKSTOP_FACTOR, BACKSTOP_DEAD_FRACTION) if backstop else (
+            1, DEAD_FRACTION)
+        delta_limit = factor * min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
+        due = len(self._delta_docs) > delta_limit or (
+            self._n_dead >= factor * DEAD_MIN_ROWS
+            and self._n_dead > dead_fraction * len(self._row_keys))
+        return due and len(self._delta_docs) + self._n_dead >= self._compact_retry_at
+
+    def _compaction_failed(self, exc: MemoryError) -> None:
+        self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
+        log.warning("keyword index: compaction postponed (out of memory: %s)", exc)
+
+    def plan_compaction(self, *, due: bool = True) -> Compaction | None:
+        """What a compaction needs, taken under the owner's lock (the delta encoded, the
+        alive bits copied, main's arrays, which never change): :meth:`Compaction.run`
+        then merges without any lock while searches and writes go on, and
+        :meth:`install_compaction` swaps the result in. None when none is ``due`` (False:
+        whenever there is a delta or a dead row), or while a pass holds staged documents
+        or term ids (its end merges anyway)."""
+        if self._staged or self._vocabs or not (
+                self.compaction_due() if due else self._delta_docs or self._n_dead):
+            return None
+        delta = Slab.from_counts(self._delta_docs, self._term_ids)
+        return Compaction(self._main_rows_gen, self._main, self._alive.copy(), delta,
+                          {key: self._delta_docs[key] for key in delta.keys},
+                          list(self._term_ids))
+
+    def install_compaction(self, done: Compaction) -> bool:
+        """Serve what ``done`` merged (call under the owner's lock), with what changed
+        since it was planned: main rows and delta documents removed or replaced meanwhile
+        are dead rows of the new main, documents added meanwhile stay in the delta.
+        False (nothing changes) if main's rows changed meanwhile (a merge, a load) or a
+        pass now holds staged documents or term ids."""
+        if (done.rows_gen != self._main_rows_gen or self._staged or self._vocabs
+                or done.result is None):
+            return False
+        seg, table = done.result
+        was_alive = np.flatnonzero(done.alive)
+        moved = [self._delta_docs.get(key) is entry for key, entry in done.moved.items()]
+        alive = np.concatenate([self._alive[was_alive], np.asarray(moved, dtype=np.bool_)])
+        self._wrote()
+        self._delta_docs = {key: entry for key, entry in self._delta_docs.items()
+                            if done.moved.get(key) is not entry}
+        self._delta_post = {}
+        for key, (counts, _) in self._delta_docs.items():
+            for term, tf in counts.items():
+                self._delta_post.setdefault(term, {})[key] = tf
+        if table is not None:
+            self._term_ids = table
+        self._set_main(seg)
+        self._main_rows_gen += 1
+        self._alive = alive
+        self._n_dead = len(alive) - int(np.count_nonzero(alive))
+        self._index_rows(np.flatnonzero(alive))
+        self.merges += 1
+        self._compact_retry_at = 0
+        return True
+
+    def compaction_failed(self, exc: MemoryError) -> None:
+        """A planned compaction ran out of memory: try again once there is twice as much
+        to do (call under the owner's lock)."""
+        self._compaction_failed(exc)
 
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
@@ -501,6 +574,7 @@ class BM25Index:
         self._delta_post.clear()
         self._term_ids = term_ids
         self._set_main(seg)
+        self._main_rows_gen += 1
         self._alive, self._key_row, self._n_dead = alive, key_row, 0
         self._compact_retry_at = 0
 
@@ -855,6 +929,30 @@ class BM25Index:
             self._delta_post[term] = dict(zip(docs[lo:hi], tfs[lo:hi], strict=True))
         self._live.update(keys)
         self._total_len += sum(lens)
+
+
+class Compaction:
+    """A compaction of :class:`BM25Index` planned under its owner's lock
+    (:meth:`BM25Index.plan_compaction`): :meth:`run` merges main's alive rows and the
+    delta as they were then into a new main, reading only arrays nothing changes and
+    copies, so no lock is needed; :meth:`BM25Index.install_compaction` serves it."""
+
+    def __init__(self, rows_gen: int, main: Segment, alive: npt.NDArray[np.bool_],
+                 delta: Slab, moved: dict[int, tuple[dict[str, int], int]],
+                 terms: list[str]) -> None:
+        self.rows_gen = rows_gen
+        self.main, self.alive, self.delta, self.terms = main, alive, delta, terms
+        #: The delta documents merged (key -> the entry it had): one removed or replaced
+        #: meanwhile is a dead row of the new main.
+        self.moved = moved
+        #: The new main, and the term table renumbered to the terms it kept (None: all).
+        self.result: tuple[Segment, postings.TermTable | None] | None = None
+
+    def run(self) -> None:
+        seg, used = postings.merge(self.main, self.alive, [self.delta], len(self.terms))
+        table = None if used is None else postings.term_table(
+            [self.terms[i] for i in used.tolist()])
+        self.result = seg, table
 
 
 class _TermPostings:

@@ -134,8 +134,9 @@ class Passes:
 
         async def apply(batches: list[PreparedBatch], last: bool) -> None:
             nonlocal started
+            # The keyword index's compactions happen off the lock (StateAccess).
             stats: ApplyStats = await self._access.run_locked(
-                partial(self._state().apply, batches, stage=not last))
+                partial(self._state().apply, batches, stage=not last, compact=False))
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()

@@ -79,6 +79,9 @@ class StateAccess:
         self._last_use = 0.0
         self._used = trio.Event()
         self.idle_trims = 0
+        self._compaction_wanted = trio.Event()
+        #: Keyword-index compactions done off the lock (see :meth:`compact_when_due`).
+        self.compactions = 0
 
     async def run_locked(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn(*args)`` (a search or an apply) in a worker thread, holding a CPU token
@@ -146,6 +149,49 @@ class StateAccess:
                 self._state().evict()
                 memtrim.trim()
                 self.idle_trims += 1
+
+
+    def want_compaction(self) -> None:
+        """The keyword index's delta or dead rows reached their limits (an apply left the
+        compaction to :meth:`compact_when_due`)."""
+        self._compaction_wanted.set()
+
+    async def compact_when_due(self, background: trio.CapacityLimiter,
+                               compacted: Callable[[], None]) -> None:
+        """Compact the keyword index when :meth:`want_compaction` says so, without holding
+        the index lock through the merge: at 110k chunks a merge takes seconds, which
+        every search and edit waited for when the apply that filled the delta merged it.
+        The lock is taken to plan (the delta encoded, the alive bits copied) and to
+        install (what changed meanwhile carried over); the merge runs between, in a
+        worker thread with a CPU token. Background work: it takes a ``background`` token
+        first. ``compacted`` is called after an install (the new main is to be saved).
+        A task the index service starts; it ends by cancellation."""
+        while True:
+            await self._compaction_wanted.wait()
+            self._compaction_wanted = trio.Event()
+            async with background:
+                if await self._compact_once():
+                    self.compactions += 1
+                    compacted()
+
+    async def _compact_once(self) -> bool:
+        async with self.lock:
+            state = self._state()
+            plan = state.bm25.plan_compaction()
+        if plan is None:
+            return False
+        try:
+            # Abandoned when cancelled: it reads only arrays nothing changes and copies.
+            await trio.to_thread.run_sync(plan.run, limiter=self._cpu, abandon_on_cancel=True)
+        except MemoryError as exc:
+            async with self.lock:
+                if self._state() is state:
+                    state.bm25.compaction_failed(exc)
+            return False
+        async with self.lock:
+            if self._state() is not state:  # a rebuild or a load again replaced it
+                return False
+            return await trio.to_thread.run_sync(state.bm25.install_compaction, plan)
 
 
 def gather(

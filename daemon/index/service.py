@@ -213,6 +213,8 @@ class WorkspaceIndex:
                 nursery.start_soon(commits.persist_loop)
                 nursery.start_soon(self._check_loaded)
                 nursery.start_soon(self._access.trim_when_idle)
+                nursery.start_soon(self._access.compact_when_due, self._background,
+                                   self._compacted)
                 task_status.started()
         finally:
             with trio.move_on_after(10.0) as cleanup:
@@ -298,6 +300,13 @@ class WorkspaceIndex:
         commits.reload = commits.reload or large
         commits.mark_dirty()
         self._notify_changed()
+        if self.state.bm25.compaction_due():  # read without the lock: a hint, checked again
+            self._access.want_compaction()
+
+    def _compacted(self) -> None:
+        """The keyword index was compacted off the lock: save the new main."""
+        self._commits.changes += 1
+        self._commits.mark_dirty()
 
     def reads_now(self, query: str) -> bool:
         """Whether a search for ``query`` runs at once, on the event loop (see

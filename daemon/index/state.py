@@ -286,18 +286,22 @@ class IndexState:
 
     # -- writing ---------------------------------------------------------------------
 
-    def apply(self, batches: Iterable[PreparedBatch], *, stage: bool = False) -> ApplyStats:
+    def apply(self, batches: Iterable[PreparedBatch], *, stage: bool = False,
+              compact: bool = True) -> ApplyStats:
         """Bring the index in line with ``batches`` (each file replaced or dropped whole).
 
         ``stage``: more of the same pass follows; the keyword index may keep these
         documents aside and merge them with the next (``BM25Index.add_encoded``), at the
-        latest at the pass's last apply (or :meth:`end_pass`).
+        latest at the pass's last apply (or :meth:`end_pass`). ``compact`` False: the
+        keyword index's compactions are the caller's (``BM25Index.plan_compaction``, run
+        without the lock that this call holds; see ``compact_inline``).
 
         Should this raise part-way (the keyword index's merge out of memory), the files
         it gave new chunks are left out again: every file the state lists stays
         searchable, and the next reconcile reads those files again (on disk, unknown
         here). Files dropped or deleted before stay so."""
         batches = list(batches)
+        self.bm25.compact_inline = compact
         # Vocabularies kept by worker processes are looked up first, in batch order (as
         # add_encoded would add the terms): a batch that does not fit what is held raises
         # before any document, file or link changes (earlier batches' new terms stay in
