@@ -508,7 +508,7 @@ class BM25Index:
                 self.compaction_due() if due else self._delta_docs or self._n_dead):
             return None
         delta = Slab.from_counts(self._delta_docs, self._term_ids)
-        return Compaction(self._main_rows_gen, self._main, self._alive.copy(), delta,
+        return Compaction(self, self._main_rows_gen, self._main, self._alive.copy(), delta,
                           {key: self._delta_docs[key] for key in delta.keys},
                           list(self._term_ids))
 
@@ -516,10 +516,10 @@ class BM25Index:
         """Serve what ``done`` merged (call under the owner's lock), with what changed
         since it was planned: main rows and delta documents removed or replaced meanwhile
         are dead rows of the new main, documents added meanwhile stay in the delta.
-        False (nothing changes) if main's rows changed meanwhile (a merge, a load) or a
-        pass now holds staged documents or term ids."""
-        if (done.rows_gen != self._main_rows_gen or self._staged or self._vocabs
-                or done.result is None):
+        False (nothing changes) if it was planned by another index, main's rows changed
+        meanwhile (a merge, a load) or a pass now holds staged documents or term ids."""
+        if (done.index is not self or done.rows_gen != self._main_rows_gen or self._staged
+                or self._vocabs or done.result is None):
             return False
         seg, table = done.result
         was_alive = np.flatnonzero(done.alive)
@@ -937,10 +937,10 @@ class Compaction:
     delta as they were then into a new main, reading only arrays nothing changes and
     copies, so no lock is needed; :meth:`BM25Index.install_compaction` serves it."""
 
-    def __init__(self, rows_gen: int, main: Segment, alive: npt.NDArray[np.bool_],
-                 delta: Slab, moved: dict[int, tuple[dict[str, int], int]],
-                 terms: list[str]) -> None:
-        self.rows_gen = rows_gen
+    def __init__(self, index: BM25Index, rows_gen: int, main: Segment,
+                 alive: npt.NDArray[np.bool_], delta: Slab,
+                 moved: dict[int, tuple[dict[str, int], int]], terms: list[str]) -> None:
+        self.index, self.rows_gen = index, rows_gen
         self.main, self.alive, self.delta, self.terms = main, alive, delta, terms
         #: The delta documents merged (key -> the entry it had): one removed or replaced
         #: meanwhile is a dead row of the new main.
