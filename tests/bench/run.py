@@ -52,6 +52,7 @@ QUICK: dict[str, list[str]] = {
     "aclient": ["--seconds", "1", "--rounds", "1"],
     "mapped": ["--quick"],
     "serve_saved": ["--quick"],
+    "compaction": ["--notes", "300", "--rounds", "1"],
     "quality-lexical": ["--sizes", "1600"],
 }
 #: run.py's own options; the ones in the first set take a value.
