@@ -500,6 +500,40 @@ def test_a_planned_compaction_is_not_installed_over_a_newer_main(meanwhile: str)
     assert (index.stats(), index.search(["c"], 5), index.search(["b"], 5)) == before
 
 
+@pytest.mark.parametrize("fails_at", ["key rows", "nothing"])
+def test_an_install_that_runs_out_of_memory_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch, fails_at: str) -> None:
+    index = BM25Index()
+    index.compact_inline = False
+    index.add_many((k, ["a", f"w{k}"]) for k in range(0, 40, 2))  # keys not in order below
+    index.add(5, ["b"])
+    index.add(1, ["c", "w1"])
+    index.remove(4)
+    plan = index.plan_compaction(due=False)
+    assert plan is not None
+    plan.run()
+    before = (index.stats(), index.live, [index.search([w], 50) for w in ("a", "b", "w1")])
+    if fails_at == "key rows":
+        def key_rows(*args: object) -> None:
+            raise MemoryError("no room for the key map")
+
+        monkeypatch.setattr(bm25_mod, "_key_rows", key_rows)
+        with pytest.raises(MemoryError):
+            index.install_compaction(plan)
+        assert (index.stats(), index.live,
+                [index.search([w], 50) for w in ("a", "b", "w1")]) == before
+        monkeypatch.undo()
+        index.remove(6)  # rows are still found by key
+        assert [k for k, _ in index.search(["w6"], 5)] == []
+    else:
+        assert index.install_compaction(plan)
+        assert index.stats()["delta_docs"] == 0 and index.stats()["dead_rows"] == 0
+        index.remove(1)
+        index.remove(6)
+        assert index.search(["w1"], 5) == [] and index.search(["w6"], 5) == []
+        assert [k for k, _ in index.search(["b"], 5)] == [5]
+
+
 def test_writes_compact_in_place_only_far_past_the_limits_when_compaction_is_elsewhere(
         ) -> None:
     index = BM25Index()

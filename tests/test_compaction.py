@@ -78,6 +78,7 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
                 while index.state.bm25.stats()["merges"] == merges:
                     await trio.sleep(0.01)
             stats = index.state.bm25.stats()
+            assert index._access.compactions == 1  # the background task's, not a write's
             assert stats["delta_docs"] <= 3  # the edits made during the merge
             assert await _paths(index, "third") == [
                 f"memory/2026-07-01/n{i:03d}.md" for i in (2, 7, 30)]
@@ -93,3 +94,56 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
             nursery.cancel_scope.cancel()
     finally:
         release.set()
+
+
+async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25, "DELTA_MIN_DOCS", 4)
+    root = tmp_path / "ws"
+    for i in range(20):
+        _note(root, i, "first words")
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    index = WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg,
+                           cpu=trio.CapacityLimiter(2), background=trio.CapacityLimiter(1),
+                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+    failing, failed = threading.Event(), threading.Event()
+    real = postings.merge
+
+    def merge(*args: object, **kwargs: object) -> object:
+        if failing.is_set():
+            failed.set()
+            raise RuntimeError("a fault in the merge")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(postings, "merge", merge)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await index.sync()
+        merges = index.state.bm25.stats()["merges"]
+        failing.set()
+        with trio.fail_after(60):
+            i = 0
+            while not failed.is_set():
+                _note(root, i % 20, f"second words {i}")
+                await index.sync()
+                i += 1
+                await trio.sleep(0.01)
+        failing.clear()
+        # Still serving: searches answer, edits apply.
+        with trio.fail_after(60):
+            _note(root, 40, "third words")
+            await index.sync()
+            assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
+        assert index.state.bm25.stats()["merges"] == merges
+        # Tried again once there is twice as much to do.
+        with trio.fail_after(60):
+            i = 0
+            while index._access.compactions == 0:
+                _note(root, i % 20, f"fourth words {i}")
+                await index.sync()
+                i += 1
+                await trio.sleep(0.01)
+        assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
+        assert index.state.bm25.stats()["merges"] == merges + 1
+        nursery.cancel_scope.cancel()

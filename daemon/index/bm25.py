@@ -493,59 +493,70 @@ class BM25Index:
             and self._n_dead > dead_fraction * len(self._row_keys))
         return due and len(self._delta_docs) + self._n_dead >= self._compact_retry_at
 
-    def _compaction_failed(self, exc: MemoryError) -> None:
+    def _compaction_failed(self, exc: BaseException) -> None:
         self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
-        log.warning("keyword index: compaction postponed (out of memory: %s)", exc)
+        log.warning("keyword index: compaction postponed (%s: %s)",
+                    "out of memory" if isinstance(exc, MemoryError) else type(exc).__name__,
+                    exc)
 
     def plan_compaction(self, *, due: bool = True) -> Compaction | None:
-        """What a compaction needs, taken under the owner's lock (the delta encoded, the
-        alive bits copied, main's arrays, which never change): :meth:`Compaction.run`
-        then merges without any lock while searches and writes go on, and
-        :meth:`install_compaction` swaps the result in. None when none is ``due`` (False:
-        whenever there is a delta or a dead row), or while a pass holds staged documents
-        or term ids (its end merges anyway)."""
+        """What a compaction needs, taken under the owner's lock and cheap to take (the
+        delta's entries, not their counts; main's alive bits; the term list; main's
+        arrays, which never change): :meth:`Compaction.run` then encodes and merges
+        without any lock while searches and writes go on, and :meth:`install_compaction`
+        swaps the result in. None when none is ``due`` (False: whenever there is a delta
+        or a dead row), or while a pass holds staged documents or term ids (its end
+        merges anyway)."""
         if self._staged or self._vocabs or not (
                 self.compaction_due() if due else self._delta_docs or self._n_dead):
             return None
-        delta = Slab.from_counts(self._delta_docs, self._term_ids)
-        return Compaction(self, self._main_rows_gen, self._main, self._alive.copy(), delta,
-                          {key: self._delta_docs[key] for key in delta.keys},
-                          list(self._term_ids))
+        terms: list[str] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
+        if self._table is not None:
+            terms = list(self._table)
+        else:
+            assert self._saved_terms is not None
+            terms = self._saved_terms  # made into strings by run(), not here
+        return Compaction(self, self._main_rows_gen, self._main, self._alive.copy(),
+                          dict(self._delta_docs), terms)
 
     def install_compaction(self, done: Compaction) -> bool:
         """Serve what ``done`` merged (call under the owner's lock), with what changed
         since it was planned: main rows and delta documents removed or replaced meanwhile
         are dead rows of the new main, documents added meanwhile stay in the delta.
         False (nothing changes) if it was planned by another index, main's rows changed
-        meanwhile (a merge, a load) or a pass now holds staged documents or term ids."""
+        meanwhile (a merge, a load) or a pass now holds staged documents or term ids.
+        Everything new is made before any of it replaces the old (out of memory part-way,
+        nothing changed). The term table becomes the compaction's: terms numbered since
+        the plan (a save numbers the delta's) had no postings in main, and the delta
+        keeps terms as strings."""
         if (done.index is not self or done.rows_gen != self._main_rows_gen or self._staged
                 or self._vocabs or done.result is None):
             return False
-        seg, table = done.result
-        was_alive = np.flatnonzero(done.alive)
-        moved = [self._delta_docs.get(key) is entry for key, entry in done.moved.items()]
-        alive = np.concatenate([self._alive[was_alive], np.asarray(moved, dtype=np.bool_)])
-        self._wrote()
-        self._delta_docs = {key: entry for key, entry in self._delta_docs.items()
-                            if done.moved.get(key) is not entry}
-        self._delta_post = {}
-        for key, (counts, _) in self._delta_docs.items():
+        seg, table, keys = done.result
+        still = np.fromiter((self._delta_docs.get(key) is done.docs[key] for key in keys),
+                            dtype=np.bool_, count=len(keys))
+        alive = np.concatenate([self._alive[np.flatnonzero(done.alive)], still])
+        delta_docs = {key: entry for key, entry in self._delta_docs.items()
+                      if done.docs.get(key) is not entry}
+        delta_post: dict[str, dict[int, int]] = {}
+        for key, (counts, _) in delta_docs.items():
             for term, tf in counts.items():
-                self._delta_post.setdefault(term, {})[key] = tf
-        if table is not None:
-            self._term_ids = table
+                delta_post.setdefault(term, {})[key] = tf
+        live_rows = np.flatnonzero(alive)
+        key_row = _key_rows(seg.row_keys, live_rows)
+        self._wrote()
+        self._delta_docs, self._delta_post = delta_docs, delta_post
+        self._term_ids = table
         self._set_main(seg)
         self._main_rows_gen += 1
-        self._alive = alive
-        self._n_dead = len(alive) - int(np.count_nonzero(alive))
-        self._index_rows(np.flatnonzero(alive))
+        self._alive, self._key_row, self._n_dead = alive, key_row, len(alive) - len(live_rows)
         self.merges += 1
         self._compact_retry_at = 0
         return True
 
-    def compaction_failed(self, exc: MemoryError) -> None:
-        """A planned compaction ran out of memory: try again once there is twice as much
-        to do (call under the owner's lock)."""
+    def compaction_failed(self, exc: BaseException) -> None:
+        """A planned compaction failed (out of memory): try again once there is twice as
+        much to do (call under the owner's lock)."""
         self._compaction_failed(exc)
 
     def _set_main(self, seg: Segment) -> None:
@@ -933,26 +944,37 @@ class BM25Index:
 
 class Compaction:
     """A compaction of :class:`BM25Index` planned under its owner's lock
-    (:meth:`BM25Index.plan_compaction`): :meth:`run` merges main's alive rows and the
-    delta as they were then into a new main, reading only arrays nothing changes and
-    copies, so no lock is needed; :meth:`BM25Index.install_compaction` serves it."""
+    (:meth:`BM25Index.plan_compaction`): :meth:`run` encodes the delta as it was then and
+    merges it with main's alive rows into a new main, reading only arrays nothing
+    changes and its own copies, so no lock is needed; :meth:`BM25Index.install_compaction`
+    serves it."""
 
     def __init__(self, index: BM25Index, rows_gen: int, main: Segment,
-                 alive: npt.NDArray[np.bool_], delta: Slab,
-                 moved: dict[int, tuple[dict[str, int], int]], terms: list[str]) -> None:
+                 alive: npt.NDArray[np.bool_], docs: dict[int, tuple[dict[str, int], int]],
+                 terms: list[str] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]],
+                 ) -> None:
         self.index, self.rows_gen = index, rows_gen
-        self.main, self.alive, self.delta, self.terms = main, alive, delta, terms
+        self.main, self.alive, self.terms = main, alive, terms
         #: The delta documents merged (key -> the entry it had): one removed or replaced
         #: meanwhile is a dead row of the new main.
-        self.moved = moved
-        #: The new main, and the term table renumbered to the terms it kept (None: all).
-        self.result: tuple[Segment, postings.TermTable | None] | None = None
+        self.docs = docs
+        #: The new main, its term table and the keys of the delta rows in it (in order).
+        self.result: tuple[Segment, postings.TermTable, list[int]] | None = None
 
     def run(self) -> None:
-        seg, used = postings.merge(self.main, self.alive, [self.delta], len(self.terms))
-        table = None if used is None else postings.term_table(
-            [self.terms[i] for i in used.tolist()])
-        self.result = seg, table
+        if isinstance(self.terms, tuple):  # the saved dictionary, checked when loaded
+            blob, offsets = self.terms
+            names = [sys.intern(t) for t in saved.load_terms(
+                {"terms_blob": blob, "terms_offsets": offsets}, unique=False)]
+        else:
+            names = self.terms
+        table = postings.term_table(names)
+        delta = Slab.from_counts(self.docs, table)  # numbers the delta's new terms
+        seg, used = postings.merge(self.main, self.alive, [delta], len(table))
+        if used is not None:  # terms left without postings are dropped
+            names = list(table)
+            table = postings.term_table([names[i] for i in used.tolist()])
+        self.result = seg, table, delta.keys
 
 
 class _TermPostings:

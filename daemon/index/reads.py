@@ -11,6 +11,7 @@ under the lock; :class:`Candidates` is what it returns.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,6 +30,7 @@ from recalld.daemon.index.windows import Window
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -175,23 +177,26 @@ class StateAccess:
                     compacted()
 
     async def _compact_once(self) -> bool:
-        async with self.lock:
-            state = self._state()
-            plan = state.bm25.plan_compaction()
-        if plan is None:
-            return False
+        state = self._state()
         try:
+            async with self.lock:
+                state = self._state()
+                plan = await trio.to_thread.run_sync(state.bm25.plan_compaction)
+            if plan is None:
+                return False
             # Abandoned when cancelled: it reads only arrays nothing changes and copies.
             await trio.to_thread.run_sync(plan.run, limiter=self._cpu, abandon_on_cancel=True)
-        except MemoryError as exc:
+            async with self.lock:
+                if self._state() is not state:  # a rebuild or a load again replaced it
+                    return False
+                return await trio.to_thread.run_sync(state.bm25.install_compaction, plan)
+        except Exception as exc:  # out of memory, or a fault: the index stays as it was
+            if not isinstance(exc, MemoryError):
+                log.exception("keyword index: compaction failed")
             async with self.lock:
                 if self._state() is state:
                     state.bm25.compaction_failed(exc)
             return False
-        async with self.lock:
-            if self._state() is not state:  # a rebuild or a load again replaced it
-                return False
-            return await trio.to_thread.run_sync(state.bm25.install_compaction, plan)
 
 
 def gather(
