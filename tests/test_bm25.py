@@ -534,6 +534,27 @@ def test_an_install_that_runs_out_of_memory_changes_nothing(
         assert [k for k, _ in index.search(["b"], 5)] == [5]
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_many_documents_go_to_the_delta_when_compaction_is_off_the_lock(inline: bool) -> None:
+    # A merge rewrites main under the caller's lock; with compaction elsewhere, a batch
+    # that fits below the backstop goes to the delta instead, a larger one is merged.
+    index = BM25Index()
+    index.add_many((k, ["a", f"w{k}"]) for k in range(3000))
+    index.compact_inline = inline
+    slab, terms = Slab.local([["b", f"n{k}"] for k in range(200)])
+    keys = list(range(5000, 5200))
+    index.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens, keys))])
+    assert index.stats()["merges"] == (2 if inline else 1)
+    assert index.stats()["delta_docs"] == (0 if inline else 200)
+    assert [k for k, _ in index.search(["n7"], 5)] == [5007]
+    room = bm25_mod.BACKSTOP_FACTOR * 375 - 200  # a delta limit of main's live / 8
+    big, big_terms = Slab.local([["c"] for _ in range(room + 1)])
+    keys = list(range(10_000, 10_000 + room + 1))
+    index.add_encoded([(big_terms, Slab(big.tids, big.tfs, big.nterms, big.lens, keys))])
+    assert index.stats()["merges"] == (3 if inline else 2)  # past the backstop: merged
+    assert len(index.search(["c"], 10_000)) == room + 1
+
+
 def test_writes_compact_in_place_only_far_past_the_limits_when_compaction_is_elsewhere(
         ) -> None:
     index = BM25Index()

@@ -74,7 +74,8 @@ DEAD_FRACTION: Final = 0.25
 BACKSTOP_FACTOR: Final = 4
 BACKSTOP_DEAD_FRACTION: Final = 0.75
 SLAB_DOCS: Final = 8192
-# add_encoded puts up to this many documents in the delta instead of merging main.
+# add_encoded puts up to this many documents in the delta instead of merging main (more
+# with compaction off the lock: see add_encoded).
 SMALL_ADD_DOCS: Final = 64
 # add_encoded(stage=True) merges once this many documents are staged (or as many as main
 # holds, if fewer): a merge's temporary arrays grow with the documents it adds.
@@ -271,8 +272,9 @@ class BM25Index:
     def add_encoded(self, parts: Iterable[tuple[list[str] | str | None, Slab]], *,
                     stage: bool = False) -> None:
         """Index slabs encoded elsewhere (``Slab.local``): pairs of (their terms, the slab
-        with its ``keys`` set to the documents' keys). Few documents go to the delta, many
-        join main in one merge; keys already indexed are replaced. Terms None: the slab's
+        with its ``keys`` set to the documents' keys). Few documents go to the delta (with
+        ``compact_inline`` off, as many as keep it below the backstop), more join main in
+        one merge; keys already indexed are replaced. Terms None: the slab's
         term ids are this index's already (``Slab.mapped`` with :meth:`vocabulary_ids`).
 
         ``stage`` (a pass of many calls, such as a first build): many new documents wait
@@ -292,7 +294,13 @@ class BM25Index:
                 _check_key(key)
         if len({k for _, slab in parts for k in slab.keys}) != sum(len(s.keys) for _, s in parts):
             raise ValueError("a document key repeats within one add_encoded call")
-        small = sum(len(slab.keys) for _, slab in parts) <= SMALL_ADD_DOCS
+        # Few documents go to the delta. With compaction off the lock (the watcher's
+        # applies), so do many, as long as the delta stays below the backstop: a merge
+        # rewrites main under the caller's lock (seconds at 100k chunks), where adding to
+        # the delta costs about a microsecond a posting and the merge comes later, off it.
+        room = SMALL_ADD_DOCS if self.compact_inline or stage else max(
+            SMALL_ADD_DOCS, BACKSTOP_FACTOR * self._delta_limit() - len(self._delta_docs))
+        small = sum(len(slab.keys) for _, slab in parts) <= room
         if small or any(key in self._live or key in self._staged_keys
                         for _, slab in parts for key in slab.keys):
             self.merge_staged()  # they come first, as if merged when they were added
@@ -484,14 +492,18 @@ class BM25Index:
     def compaction_due(self, *, backstop: bool = False) -> bool:
         """Whether the delta documents or dead rows are many enough for a compaction
         (``backstop``: far past the limits), and not fewer than where the last one failed."""
-        main_live = len(self._row_keys) - self._n_dead
         factor, dead_fraction = (BACKSTOP_FACTOR, BACKSTOP_DEAD_FRACTION) if backstop else (
             1, DEAD_FRACTION)
-        delta_limit = factor * min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
-        due = len(self._delta_docs) > delta_limit or (
+        due = len(self._delta_docs) > factor * self._delta_limit() or (
             self._n_dead >= factor * DEAD_MIN_ROWS
             and self._n_dead > dead_fraction * len(self._row_keys))
         return due and len(self._delta_docs) + self._n_dead >= self._compact_retry_at
+
+    def _delta_limit(self) -> int:
+        """Delta documents past which a compaction is due: an eighth of main's live ones,
+        within ``DELTA_MIN_DOCS`` and ``DELTA_MAX_DOCS``."""
+        main_live = len(self._row_keys) - self._n_dead
+        return min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
 
     def _compaction_failed(self, exc: BaseException) -> None:
         self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
