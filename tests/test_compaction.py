@@ -125,7 +125,7 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
         with trio.fail_after(60):
             i = 0
             while not failed.is_set():
-                _note(root, i % 20, f"second words {i}")
+                _note(root, 100 + i, "second words")  # new notes: the delta only grows
                 await index.sync()
                 i += 1
                 await trio.sleep(0.01)
@@ -137,13 +137,18 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
             assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
         assert index.state.bm25.stats()["merges"] == merges
         # Tried again once there is twice as much to do.
+        retry_at = index.state.bm25._compact_retry_at
+        assert retry_at > 0
         with trio.fail_after(60):
             i = 0
             while index._access.compactions == 0:
-                _note(root, i % 20, f"fourth words {i}")
+                _note(root, 500 + i, "fourth words")
                 await index.sync()
                 i += 1
                 await trio.sleep(0.01)
         assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
         assert index.state.bm25.stats()["merges"] == merges + 1
+        # Not before there was twice as much to do: each edit above added one document,
+        # from the failure's delta + dead rows (retry_at / 2), n040 one more.
+        assert i >= retry_at // 2 - 1
         nursery.cancel_scope.cancel()

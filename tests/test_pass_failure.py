@@ -439,9 +439,16 @@ def _no_merge(*args: object, **kwargs: object) -> object:
     raise MemoryError("no room for the merged postings")
 
 
+def _faulty_merge(*args: object, **kwargs: object) -> object:
+    raise RuntimeError("a fault in the merge")
+
+
+@pytest.mark.parametrize("merge", [_no_merge, _faulty_merge], ids=["memory", "fault"])
 def test_a_compaction_that_runs_out_of_memory_after_a_small_apply_changes_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Small applies go to the keyword index's delta; the one that fills it compacts.
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        merge: Callable[..., object]) -> None:
+    # Small applies go to the keyword index's delta; the one that fills it compacts. It
+    # is upkeep: out of memory or a fault, the apply is done and the index as it was.
     state = IndexState()
     state.apply([prepare_files(tmp_path, _write(tmp_path, 0, 300), max_chars=2000,
                                digests={})])
@@ -450,7 +457,7 @@ def test_a_compaction_that_runs_out_of_memory_after_a_small_apply_changes_nothin
         state.apply([prepare_files(tmp_path, _write(tmp_path, i, 1), max_chars=2000,
                                    digests={})])
         i += 1
-    monkeypatch.setattr(postings, "merge", _no_merge)
+    monkeypatch.setattr(postings, "merge", merge)
     last = _write(tmp_path, i, 1)
     state.apply([prepare_files(tmp_path, last, max_chars=2000, digests={})])
     assert state.bm25.stats()["delta_docs"] == bm25.DELTA_MIN_DOCS + 1  # not compacted

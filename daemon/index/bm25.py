@@ -479,14 +479,15 @@ class BM25Index:
         """Merge the delta and drop dead rows once they are many. Only upkeep: the write
         before it is done whether or not it succeeds, so running out of memory here
         changes nothing (``_merge`` leaves main and the delta as they were), and it is
-        tried again once the delta documents and dead rows are twice as many. With
+        tried again once the delta documents and dead rows are twice as many (so is
+        one that fails otherwise, logged). With
         ``compact_inline`` off the owner compacts in the background; a write compacts
         only once there is ``BACKSTOP_FACTOR`` times as much (should that never come)."""
         if not self.compaction_due(backstop=not self.compact_inline):
             return
         try:
             self._merge([])
-        except MemoryError as exc:
+        except Exception as exc:  # upkeep: the write is done, the index as it was
             self._compaction_failed(exc)
 
     def compaction_due(self, *, backstop: bool = False) -> bool:
@@ -507,9 +508,10 @@ class BM25Index:
 
     def _compaction_failed(self, exc: BaseException) -> None:
         self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
+        memory = isinstance(exc, MemoryError)
         log.warning("keyword index: compaction postponed (%s: %s)",
-                    "out of memory" if isinstance(exc, MemoryError) else type(exc).__name__,
-                    exc)
+                    "out of memory" if memory else type(exc).__name__, exc,
+                    exc_info=None if memory else exc)
 
     def plan_compaction(self, *, due: bool = True) -> Compaction | None:
         """What a compaction needs, taken under the owner's lock and cheap to take (the
@@ -567,8 +569,8 @@ class BM25Index:
         return True
 
     def compaction_failed(self, exc: BaseException) -> None:
-        """A planned compaction failed (out of memory): try again once there is twice as
-        much to do (call under the owner's lock)."""
+        """A planned compaction failed (out of memory, or a fault: logged): try again
+        once there is twice as much to do (call under the owner's lock)."""
         self._compaction_failed(exc)
 
     def _set_main(self, seg: Segment) -> None:

@@ -134,9 +134,10 @@ class Passes:
 
         async def apply(batches: list[PreparedBatch], last: bool) -> None:
             nonlocal started
-            # The keyword index's compactions happen off the lock (StateAccess).
+            # Outside large passes the keyword index compacts off the lock (StateAccess);
+            # a large pass merges in bulk, as it always has.
             stats: ApplyStats = await self._access.run_locked(
-                partial(self._state().apply, batches, stage=not last, compact=False))
+                partial(self._state().apply, batches, stage=not last, compact=big))
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()

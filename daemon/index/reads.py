@@ -11,7 +11,6 @@ under the lock; :class:`Candidates` is what it returns.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,7 +29,6 @@ from recalld.daemon.index.windows import Window
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -178,6 +176,7 @@ class StateAccess:
 
     async def _compact_once(self) -> bool:
         state = self._state()
+        plan = None
         try:
             async with self.lock:
                 state = self._state()
@@ -191,11 +190,8 @@ class StateAccess:
                     return False
                 return await trio.to_thread.run_sync(state.bm25.install_compaction, plan)
         except Exception as exc:  # out of memory, or a fault: the index stays as it was
-            if not isinstance(exc, MemoryError):
-                log.exception("keyword index: compaction failed")
-            async with self.lock:
-                if self._state() is state:
-                    state.bm25.compaction_failed(exc)
+            async with self.lock:  # (logged there) and it tries again later
+                (state.bm25 if plan is None else plan.index).compaction_failed(exc)
             return False
 
 
