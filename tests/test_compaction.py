@@ -23,6 +23,18 @@ def _note(root: Path, i: int, words: str) -> None:
     path.write_text(f"# Note {i}\n\nmarker{i} {words}\n", encoding="utf-8")
 
 
+def _index(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> WorkspaceIndex:
+    """An index service over 20 notes whose keyword delta compacts past 4 documents."""
+    monkeypatch.setattr(bm25, "DELTA_MIN_DOCS", 4)
+    for i in range(20):
+        _note(root, i, "first words")
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    return WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg,
+                          cpu=trio.CapacityLimiter(2), background=trio.CapacityLimiter(1),
+                          watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+
+
 async def _paths(index: WorkspaceIndex, query: str) -> list[str]:
     found = await index.candidates(query, 50, Filters(), None)
     return sorted(found.chunks[k].path for k, _ in found.keyword)
@@ -30,15 +42,8 @@ async def _paths(index: WorkspaceIndex, query: str) -> list[str]:
 
 async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bm25, "DELTA_MIN_DOCS", 4)
     root = tmp_path / "ws"
-    for i in range(20):
-        _note(root, i, "first words")
-    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
-                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
-    index = WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg,
-                           cpu=trio.CapacityLimiter(2), background=trio.CapacityLimiter(1),
-                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+    index = _index(tmp_path, root, monkeypatch)
     # Once armed, a merge waits until released (in its worker thread).
     armed, merging, release = threading.Event(), threading.Event(), threading.Event()
     real = postings.merge
@@ -98,15 +103,8 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
 
 async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bm25, "DELTA_MIN_DOCS", 4)
     root = tmp_path / "ws"
-    for i in range(20):
-        _note(root, i, "first words")
-    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
-                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
-    index = WorkspaceIndex(Workspace("w", root, WorkspaceSettings()), cfg,
-                           cpu=trio.CapacityLimiter(2), background=trio.CapacityLimiter(1),
-                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+    index = _index(tmp_path, root, monkeypatch)
     failing, failed = threading.Event(), threading.Event()
     real = postings.merge
 
