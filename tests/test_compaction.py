@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import bm25, postings
@@ -35,6 +36,12 @@ def _index(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Works
                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
 
 
+async def _settled(index: WorkspaceIndex) -> None:
+    """The notes indexed, and the compaction the first 20 of them made due done."""
+    await index.sync()
+    await until(lambda: not index.state.bm25.compaction_due(), "the first compaction", 60)
+
+
 async def _paths(index: WorkspaceIndex, query: str) -> list[str]:
     found = await index.candidates(query, 50, Filters(), None)
     return sorted(found.chunks[k].path for k, _ in found.keyword)
@@ -58,15 +65,15 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(index.run)
-            await index.sync()
+            await _settled(index)
             merges = index.state.bm25.stats()["merges"]
+            compactions = index.state.bm25.compactions
             armed.set()
             with trio.fail_after(60):  # edits fill the delta past its limit of 4
                 for i in range(5):
                     _note(root, i, "second words")
                     await index.sync()
-                while not merging.is_set():
-                    await trio.sleep(0.01)
+            await until(merging.is_set, "the compaction's merge", 60)
             # The merge is under way: searches and edits do not wait for it.
             with trio.fail_after(30):
                 assert await _paths(index, "second") == [
@@ -79,11 +86,12 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
                     f"memory/2026-07-01/n{i:03d}.md" for i in (2, 7, 30)]
             assert index.state.bm25.stats()["merges"] == merges
             release.set()
-            with trio.fail_after(60):
-                while index.state.bm25.stats()["merges"] == merges:
-                    await trio.sleep(0.01)
+            await until(lambda: index.state.bm25.stats()["merges"] != merges,
+                        "the compaction installed", 60)
+            await index.locked(lambda state: None)  # its install, under the lock, is done
             stats = index.state.bm25.stats()
-            assert index._access.compactions == 1  # the background task's, not a write's
+            # The background task's, not a write's.
+            assert index.state.bm25.compactions == compactions + 1
             assert stats["delta_docs"] <= 3  # the edits made during the merge
             assert await _paths(index, "third") == [
                 f"memory/2026-07-01/n{i:03d}.md" for i in (2, 7, 30)]
@@ -93,9 +101,8 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
                 f"memory/2026-07-01/n{i:03d}.md" for i in range(5, 20) if i != 7]
             assert await _paths(index, "marker2") == ["memory/2026-07-01/n002.md"]
             assert stats["docs"] == len(index.state.chunks) == 21
-            with trio.fail_after(60):  # and the compacted index is saved
-                while index.status()["uncommitted_changes"] or index.last_commit is None:
-                    await trio.sleep(0.01)
+            await until(lambda: not index.status()["uncommitted_changes"]
+                        and index.last_commit is not None, "the compacted index saved", 60)
             nursery.cancel_scope.cancel()
     finally:
         release.set()
@@ -105,6 +112,9 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "ws"
     index = _index(tmp_path, root, monkeypatch)
+    # Writes never compact in place here: the retry below is the background task's,
+    # however far the edits run ahead of it.
+    monkeypatch.setattr(bm25, "BACKSTOP_FACTOR", 1000)
     failing, failed = threading.Event(), threading.Event()
     real = postings.merge
 
@@ -117,8 +127,9 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
     monkeypatch.setattr(postings, "merge", merge)
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
-        await index.sync()
+        await _settled(index)
         merges = index.state.bm25.stats()["merges"]
+        compactions = index.state.bm25.compactions
         failing.set()
         with trio.fail_after(60):
             i = 0
@@ -126,7 +137,8 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
                 _note(root, 100 + i, "second words")  # new notes: the delta only grows
                 await index.sync()
                 i += 1
-                await trio.sleep(0.01)
+        # The failure is recorded (retry postponed) before the merge may succeed again.
+        await until(lambda: index.state.bm25._compact_retry_at > 0, "the failure noted", 60)
         failing.clear()
         # Still serving: searches answer, edits apply.
         with trio.fail_after(60):
@@ -134,19 +146,19 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
             await index.sync()
             assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
         assert index.state.bm25.stats()["merges"] == merges
-        # Tried again once there is twice as much to do.
-        retry_at = index.state.bm25._compact_retry_at
-        assert retry_at > 0
+        # Not tried again before there is twice as much to do: the delta is past its
+        # limit (4), the retry waits for delta + dead rows to reach twice the failure's.
+        bm = index.state.bm25
+        retry_at = bm._compact_retry_at
+        assert bm.stats()["delta_docs"] > 4 and not bm.compaction_due()
+        assert bm.stats()["delta_docs"] + bm.stats()["dead_rows"] < retry_at
         with trio.fail_after(60):
             i = 0
-            while index._access.compactions == 0:
+            while index.state.bm25.compactions == compactions:
                 _note(root, 500 + i, "fourth words")
                 await index.sync()
                 i += 1
-                await trio.sleep(0.01)
+        await index.locked(lambda state: None)  # its install, under the lock, is done
         assert await _paths(index, "third") == ["memory/2026-07-01/n040.md"]
         assert index.state.bm25.stats()["merges"] == merges + 1
-        # Not before there was twice as much to do: each edit above added one document,
-        # from the failure's delta + dead rows (retry_at / 2), n040 one more.
-        assert i >= retry_at // 2 - 1
         nursery.cancel_scope.cancel()

@@ -22,6 +22,7 @@ import pytest
 import trio
 import zstandard
 from fakes.provider_server import FakeProvider, Reply, fake_vector
+from waits import until
 
 from recalld.daemon.config import (
     DaemonConfig,
@@ -104,9 +105,7 @@ class Harness:
 
 
 async def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not cond():
-            await trio.sleep(0.01)
+    await until(cond, deadline_s=timeout_s)
 
 
 async def full(worker: VectorWorker) -> None:

@@ -9,13 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import trio
+
 T = TypeVar("T")
 
 #: Job states that are not finished yet.
 ACTIVE = ("queued", "running")
 
-#: How often a condition is polled.
+#: How often a condition is polled (under trio: in process, so more often).
 POLL_S = 0.05
+ASYNC_POLL_S = 0.01
 
 
 def _describe(cond: Callable[..., Any]) -> str:
@@ -42,6 +45,17 @@ def wait_for(cond: Callable[[], T], what: str = "", deadline_s: float = 120.0) -
     """The first true value of ``cond()``; fail naming ``what`` (or the condition's
     source) after ``deadline_s``."""
     return wait_value(cond, bool, what, deadline_s)
+
+
+async def until(cond: Callable[[], object], what: str = "", deadline_s: float = 120.0,
+                ) -> None:
+    """Under trio: return once ``cond()`` is true; fail naming ``what`` (or the
+    condition's source) after ``deadline_s``."""
+    with trio.move_on_after(deadline_s):
+        while not cond():
+            await trio.sleep(ASYNC_POLL_S)
+        return
+    raise AssertionError(f"timed out waiting for {what or _describe(cond)}")
 
 
 def wait_job(d: Any, job_id: str, *, agent: str = "w", deadline_s: float = 120.0,

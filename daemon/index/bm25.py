@@ -161,6 +161,8 @@ class BM25Index:
         self._live = BitMap()
         self._total_len = 0
         self.merges = 0
+        #: Of those, compactions planned and merged off the owner's lock (installed).
+        self.compactions = 0
         # Slabs added with ``stage``: remapped, not yet searchable, merged into main
         # together (see add_encoded); their keys and summed lengths.
         self._staged: list[Slab] = []
@@ -558,13 +560,15 @@ class BM25Index:
                 delta_post.setdefault(term, {})[key] = tf
         live_rows = np.flatnonzero(alive)
         key_row = _key_rows(seg.row_keys, live_rows)
+        # Counted before anything changes: whoever sees the change sees them.
+        self.merges += 1
+        self.compactions += 1
         self._wrote()
         self._delta_docs, self._delta_post = delta_docs, delta_post
         self._term_ids = table
         self._set_main(seg)
         self._main_rows_gen += 1
         self._alive, self._key_row, self._n_dead = alive, key_row, len(alive) - len(live_rows)
-        self.merges += 1
         self._compact_retry_at = 0
         return True
 

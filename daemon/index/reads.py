@@ -80,8 +80,6 @@ class StateAccess:
         self._used = trio.Event()
         self.idle_trims = 0
         self._compaction_wanted = trio.Event()
-        #: Keyword-index compactions done off the lock (see :meth:`compact_when_due`).
-        self.compactions = 0
 
     async def run_locked(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn(*args)`` (a search or an apply) in a worker thread, holding a CPU token
@@ -171,7 +169,6 @@ class StateAccess:
             self._compaction_wanted = trio.Event()
             async with background:
                 if await self._compact_once():
-                    self.compactions += 1
                     compacted()
 
     async def _compact_once(self) -> bool:
