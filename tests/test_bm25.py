@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from recalld.daemon.index import bm25 as bm25_mod
+from recalld.daemon.index import bm25_compaction, bm25_search
 from recalld.daemon.index import postings as postings_mod
 from recalld.daemon.index import saved as saved_mod
 from recalld.daemon.index.bm25 import BM25Index
@@ -81,7 +82,7 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(params=["numpy", "python"])
 def scoring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     # Both ways of scoring: numpy always, or Python for every posting count.
-    monkeypatch.setattr(bm25_mod, "FEW_POSTINGS", 0 if request.param == "numpy" else 10**9)
+    monkeypatch.setattr(bm25_search, "FEW_POSTINGS", 0 if request.param == "numpy" else 10**9)
 
 
 _DOC = st.lists(st.sampled_from(VOCAB), max_size=8)
@@ -234,7 +235,7 @@ def test_staging_merges_at_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(params=["per-term", "search"])
 def score_keys_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     # Both ways score_keys works: term by term, or a search restricted to the keys.
-    monkeypatch.setattr(bm25_mod, "SCORE_KEYS_MAX_TERMS", 0 if request.param == "search" else 99)
+    monkeypatch.setattr(bm25_search, "SCORE_KEYS_MAX_TERMS", 0 if request.param == "search" else 99)
 
 
 def assert_scores_keys_like_search(index: BM25Index, query: list[str], keys: set[int]) -> None:
@@ -309,8 +310,8 @@ def test_small_limits_rank_like_the_reference(monkeypatch: pytest.MonkeyPatch,
                                               dense: bool) -> None:
     # Many tied documents, some in the delta, limits far below the candidates: the dense
     # ranking (bincount, best postings only) and the sorting one agree with the reference.
-    monkeypatch.setattr(bm25_mod, "DENSE_ROWS", 10**9 if dense else 0)
-    monkeypatch.setattr(bm25_mod, "FEW_POSTINGS", 0)
+    monkeypatch.setattr(bm25_search, "DENSE_ROWS", 10**9 if dense else 0)
+    monkeypatch.setattr(bm25_search, "FEW_POSTINGS", 0)
     docs = {k: [VOCAB[k % 8], VOCAB[(k * 3) % 8], VOCAB[(k * 5) % 7]] for k in range(300)}
     index = BM25Index()
     index.add_many(docs.items())
@@ -517,7 +518,7 @@ def test_an_install_that_runs_out_of_memory_changes_nothing(
         def key_rows(*args: object) -> None:
             raise MemoryError("no room for the key map")
 
-        monkeypatch.setattr(bm25_mod, "_key_rows", key_rows)
+        monkeypatch.setattr(bm25_compaction, "key_rows", key_rows)
         with pytest.raises(MemoryError):
             index.install_compaction(plan)
         assert (index.stats(), index.live,
@@ -824,7 +825,7 @@ def test_score_keys_after_a_search_reads_its_scores_to_the_bit(
     # The search remembers its scores; score_keys for the same query then reads them and
     # must give exactly what walking the postings gives (main rows, dead rows, delta),
     # whether the search reused each term's weights or computed them for all at once.
-    monkeypatch.setattr(bm25_mod, "BASES_MAX_TERMS", bases_max_terms)
+    monkeypatch.setattr(bm25_search, "BASES_MAX_TERMS", bases_max_terms)
     def build() -> BM25Index:
         index = BM25Index()
         index.add_many((key, [VOCAB[key % 8], VOCAB[(key * 3) % 8], f"t{key % 7}"] * (key % 3 + 1))

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.daemon.index import bm25 as bm25_mod
-from recalld.daemon.index import persist
+from recalld.daemon.index import bm25_saved, persist
 from recalld.daemon.index.persist import IndexStore, snapshot
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.state import IndexState
@@ -38,7 +37,7 @@ def test_current_generation_loads_as_saved(tmp_path: Path) -> None:
 
 def test_older_keyword_format_and_chunking_are_redone_not_corrupt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bm25_mod, "VERSION", 1)
+    monkeypatch.setattr(bm25_saved, "VERSION", 1)
     monkeypatch.setattr(persist, "CHUNKING", 1)
     meta = saved(tmp_path)
     monkeypatch.undo()

@@ -1,8 +1,8 @@
 """The keyword index's saved form, read back: the term dictionary as one UTF-8 blob with
 offsets (:func:`terms_to_arrays`, :func:`load_terms`), term lookups over it without a
 string per term (:class:`SortedTerms`), and checked reads of the saved arrays
-(:func:`array`, :func:`load_segment`). Pure functions and a read-only lookup; ``bm25.py``
-and ``chunktable.py`` call them for their persistence.
+(:func:`array`, :func:`load_segment`). Pure functions and a read-only lookup; the keyword
+index (``bm25.py``, ``bm25_saved.py``) and ``chunktable.py`` call them for their persistence.
 """
 
 from __future__ import annotations
