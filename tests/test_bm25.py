@@ -396,15 +396,25 @@ def test_a_loaded_delta_is_the_delta_that_was_saved(
         index.remove(key)
     arrays = index.to_arrays()
     back = BM25Index.from_arrays(arrays, index.meta())
-    assert back._delta_docs == index._delta_docs
-    assert back._delta_post == index._delta_post
+    # Read as it was saved: each term's postings and each document's length, searches,
+    # counts, and a save writes the same arrays again.
+    assert (back.saved_delta() is not None) == bool(index.stats()["delta_docs"])
+    for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
+        assert (back._delta.postings(word) or {}) == (index._delta.postings(word) or {})
+        assert back.doc_freq(word) == index.doc_freq(word)
+        assert back.search([word], 10) == index.search([word], 10)
+        assert back.score_keys([word], range(31)) == index.score_keys([word], range(31))
+    assert back._delta.lengths == index._delta.lengths
     assert back.live == index.live
     assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}  # this process's
-    again = back.to_arrays()
-    assert set(again) == set(arrays)
-    assert all(np.array_equal(again[name], arrays[name]) for name in arrays)
-    for word in ["alpha", "中文", "x", "absent"]:
-        assert back.search([word], 10) == index.search([word], 10)
+    for _ in range(2):  # as saved, then as dicts
+        again = back.to_arrays()
+        assert set(again) == set(arrays)
+        assert all(np.array_equal(again[name], arrays[name]) for name in arrays)
+        back._delta.thaw()
+        assert back.saved_delta() is None
+        assert back._delta.docs == index._delta.docs
+        assert back._delta._post == index._delta._post
 
 
 def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_count() -> None:
@@ -425,9 +435,11 @@ def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_coun
     main_len = index.meta()["total_len"] - 1  # less key 10's one term
     back = BM25Index.from_arrays(arrays, {**index.meta(), "docs": 8,
                                           "total_len": main_len + 8 + 0 + 4})
-    assert back._delta_docs == {10: ({"a": 5, "长词": 1}, 8), 11: ({}, 0),
+    # Made into dicts at once: a merge of the arrays as they are would count it twice.
+    assert back.saved_delta() is None
+    assert back._delta.docs == {10: ({"a": 5, "长词": 1}, 8), 11: ({}, 0),
                                 12: ({"长词": 3, "b": 1}, 4)}
-    assert back._delta_post == {"a": {10: 5}, "长词": {10: 1, 12: 3}, "b": {12: 1}}
+    assert back._delta._post == {"a": {10: 5}, "长词": {10: 1, 12: 3}, "b": {12: 1}}
     assert len(back) == 8 and back.stats()["delta_docs"] == 3
 
 
@@ -477,6 +489,59 @@ def test_a_compaction_merged_off_the_lock_ends_as_one_merged_in_place(
     off.compact()  # and it goes on as any index
     got, want = off.search(["w1"], 50), inline.search(["w1"], 50)
     assert [k for k, _ in got] == [k for k, _ in want]
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=st.lists(st.lists(_WORDS, min_size=1, max_size=6), max_size=20),
+       delta=_OPS, after=_OPS,
+       then=st.sampled_from(["writes", "merge", "compaction", "pass", "save", "adopt",
+                             "write before adopt"]))
+def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
+        first: list[list[str]], delta: list[tuple[bool, int, list[str]]],
+        after: list[tuple[bool, int, list[str]]], then: str) -> None:
+    # A load keeps the delta as saved; whatever comes first (a write, a merge, a planned
+    # compaction, a pass's term ids, a save, its dicts made off the lock and adopted, or
+    # a write before they are), the index answers as the one that was saved would.
+    index = BM25Index()
+    index.compact_inline = False
+    index.add_many(enumerate(first))
+    _apply_ops(index, delta)
+    back = BM25Index.from_arrays(index.to_arrays(), index.meta())
+    back.compact_inline = False
+    form = back.saved_delta()
+    assert (form is not None) == bool(index.stats()["delta_docs"])
+    for one in (index, back):
+        if then == "merge":
+            one.compact()
+        elif then == "compaction":
+            plan = one.plan_compaction(due=False)
+            _apply_ops(one, after[:3])
+            if plan is not None:
+                plan.run()
+                assert one.install_compaction(plan)
+        elif then == "pass":
+            one.vocabulary_ids(("pass", 1), 0, ["w1", "zeta"])
+            one.forget_vocabularies()
+        elif then == "save":
+            BM25Index.from_arrays(one.to_arrays(), one.meta())
+        elif then in ("adopt", "write before adopt") and form is not None and one is back:
+            docs, post = form.thaw()
+            if then == "write before adopt":
+                _apply_ops(one, after[:1])  # made the dicts if it changed the delta
+            still = one.saved_delta() is form
+            assert still or then != "adopt"
+            assert one.adopt_delta(form, docs, post) == still
+            assert one.saved_delta() is None
+        _apply_ops(one, after)
+    assert back.live == index.live
+    assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}
+    for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
+        assert back.doc_freq(word) == index.doc_freq(word)
+        got, want = back.search([word], 50), index.search([word], 50)
+        assert [k for k, _ in got] == [k for k, _ in want], word
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-6), word
+    again = BM25Index.from_arrays(back.to_arrays(), back.meta())
+    assert again.search(["alpha", "x"], 50) == back.search(["alpha", "x"], 50)
 
 
 @pytest.mark.parametrize("meanwhile", ["merge", "pass", "another index"])

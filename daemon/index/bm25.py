@@ -48,13 +48,14 @@ from pyroaring import BitMap
 from recalld.daemon.index import bm25_compaction, bm25_saved, bm25_search, postings, saved
 from recalld.daemon.index.bm25_compaction import Compaction, NewMain
 from recalld.daemon.index.bm25_saved import BM25Meta, OutdatedFormat
+from recalld.daemon.index.delta import Delta, DeltaDocs, DeltaPostings, SavedDelta
 from recalld.daemon.index.postings import I32, Segment, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BM25Index", "OutdatedFormat"]
+__all__ = ["BM25Index", "BM25Meta", "Compaction", "OutdatedFormat"]
 
 DELTA_MIN_DOCS: Final = 256
 DELTA_MAX_DOCS: Final = 2048
@@ -107,8 +108,7 @@ class BM25Index:
         # served from other memory (adopt_main): what a planned compaction was made from.
         self._main_rows_gen = 0
         self._n_dead = 0
-        self._delta_docs: dict[int, tuple[dict[str, int], int]] = {}
-        self._delta_post: dict[str, dict[int, int]] = {}
+        self._delta = Delta()
         self._live = BitMap()
         self._total_len = 0
         self.merges = 0
@@ -182,7 +182,7 @@ class BM25Index:
     def stats(self) -> dict[str, int]:
         return {
             "docs": len(self._live), "main_rows": len(self._row_keys), "dead_rows": self._n_dead,
-            "delta_docs": len(self._delta_docs), "terms": self._n_terms(),
+            "delta_docs": len(self._delta), "terms": self._n_terms(),
             "postings": len(self._rows), "merges": self.merges,
         }
 
@@ -198,26 +198,14 @@ class BM25Index:
 
     def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
         self._wrote()
-        self._delta_docs[doc_key] = (counts, length)
-        for term, tf in counts.items():
-            post = self._delta_post.get(term)
-            if post is None:
-                self._delta_post[term] = {doc_key: tf}
-            else:
-                post[doc_key] = tf
+        self._delta.add(doc_key, counts, length)
         self._live.add(doc_key)
         self._total_len += length
 
     def _take_back(self, doc_key: int, counts: dict[str, int], length: int) -> None:
         """Undo :meth:`_add_counts` of ``doc_key``, also one that raised part-way."""
         self._wrote()
-        self._delta_docs.pop(doc_key, None)
-        for term in counts:
-            post = self._delta_post.get(term)
-            if post is not None and doc_key in post:
-                del post[doc_key]
-                if not post:
-                    del self._delta_post[term]
+        self._delta.take_back(doc_key, counts)
         if doc_key in self._live:
             self._live.discard(doc_key)
             self._total_len -= length
@@ -252,7 +240,7 @@ class BM25Index:
         # rewrites main under the caller's lock (seconds at 100k chunks), where adding to
         # the delta costs about a microsecond a posting and the merge comes later, off it.
         room = SMALL_ADD_DOCS if self.compact_inline or stage else max(
-            SMALL_ADD_DOCS, BACKSTOP_FACTOR * self._delta_limit() - len(self._delta_docs))
+            SMALL_ADD_DOCS, BACKSTOP_FACTOR * self._delta_limit() - len(self._delta))
         small = sum(len(slab.keys) for _, slab in parts) <= room
         if small or any(key in self._live or key in self._staged_keys
                         for _, slab in parts for key in slab.keys):
@@ -376,7 +364,7 @@ class BM25Index:
         """Merge the delta and drop dead rows now (normally automatic)."""
         if self._staged:
             self.merge_staged()
-        elif self._delta_docs or self._n_dead:
+        elif self._delta or self._n_dead:
             self._merge([])
 
     def merge_staged(self) -> None:
@@ -402,14 +390,8 @@ class BM25Index:
 
     def _remove(self, key: int) -> None:
         self._wrote()
-        entry = self._delta_docs.pop(key, None)
-        if entry is not None:
-            counts, length = entry
-            for term in counts:
-                post = self._delta_post[term]
-                del post[key]
-                if not post:
-                    del self._delta_post[term]
+        length = self._delta.remove(key)
+        if length is not None:
             self._total_len -= length
         else:
             row = self._row_of(key)
@@ -448,10 +430,10 @@ class BM25Index:
         (``backstop``: far past the limits), and not fewer than where the last one failed."""
         factor, dead_fraction = (BACKSTOP_FACTOR, BACKSTOP_DEAD_FRACTION) if backstop else (
             1, DEAD_FRACTION)
-        due = len(self._delta_docs) > factor * self._delta_limit() or (
+        due = len(self._delta) > factor * self._delta_limit() or (
             self._n_dead >= factor * DEAD_MIN_ROWS
             and self._n_dead > dead_fraction * len(self._row_keys))
-        return due and len(self._delta_docs) + self._n_dead >= self._compact_retry_at
+        return due and len(self._delta) + self._n_dead >= self._compact_retry_at
 
     def _delta_limit(self) -> int:
         """Delta documents past which a compaction is due: an eighth of main's live ones,
@@ -460,7 +442,7 @@ class BM25Index:
         return min(DELTA_MAX_DOCS, max(DELTA_MIN_DOCS, main_live // 8))
 
     def _compaction_failed(self, exc: BaseException) -> None:
-        self._compact_retry_at = 2 * (len(self._delta_docs) + self._n_dead)
+        self._compact_retry_at = 2 * (len(self._delta) + self._n_dead)
         memory = isinstance(exc, MemoryError)
         log.warning("keyword index: compaction postponed (%s: %s)",
                     "out of memory" if memory else type(exc).__name__, exc,
@@ -475,7 +457,7 @@ class BM25Index:
         or a dead row), or while a pass holds staged documents or term ids (its end
         merges anyway)."""
         if self._staged or self._vocabs or not (
-                self.compaction_due() if due else self._delta_docs or self._n_dead):
+                self.compaction_due() if due else self._delta or self._n_dead):
             return None
         terms: list[str] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
         if self._table is not None:
@@ -483,8 +465,9 @@ class BM25Index:
         else:
             assert self._saved_terms is not None
             terms = self._saved_terms  # made into strings by run(), not here
+        # The delta's dicts (made now if a load left it saved and nothing made them yet).
         return Compaction(self, self._main_rows_gen, self._main, self._alive.copy(),
-                          dict(self._delta_docs), terms)
+                          dict(self._delta.docs), terms)
 
     def install_compaction(self, done: Compaction) -> bool:
         """Serve what ``done`` merged (call under the owner's lock), with what changed
@@ -499,12 +482,12 @@ class BM25Index:
         if (done.index is not self or done.rows_gen != self._main_rows_gen or self._staged
                 or self._vocabs or done.result is None):
             return False
-        new, delta_docs, delta_post = done.carried_over(self._alive, self._delta_docs)
+        new, delta_docs, delta_post = done.carried_over(self._alive, self._delta.docs)
         # Counted before anything changes: whoever sees the change sees them.
         self.merges += 1
         self.compactions += 1
         self._wrote()
-        self._delta_docs, self._delta_post = delta_docs, delta_post
+        self._delta.replace(delta_docs, delta_post)
         self._serve(new)
         return True
 
@@ -513,22 +496,35 @@ class BM25Index:
         once there is twice as much to do (call under the owner's lock)."""
         self._compaction_failed(exc)
 
+    def saved_delta(self) -> SavedDelta | None:
+        """The delta's saved form while a load left it so and nothing changed it yet:
+        :meth:`SavedDelta.thaw` makes its dicts off the owner's lock, :meth:`adopt_delta`
+        takes them (the first write or merge would make them under it otherwise)."""
+        return self._delta.saved_form
+
+    def adopt_delta(self, saved_form: SavedDelta, docs: DeltaDocs, post: DeltaPostings
+                    ) -> bool:
+        """Take the dicts ``saved_form.thaw()`` made (call under the owner's lock);
+        False, nothing changed, if something made them meanwhile. What searches see does
+        not change."""
+        return self._delta.adopt(saved_form, docs, post)
+
     def _set_main(self, seg: Segment) -> None:
         self._main = seg
         self._main_gen += 1  # invalidates the cached length norms
         self._wrote()
-        self._indptr, self._rows, self._tfs = seg.indptr, seg.rows, seg.tfs
+        self._indptr, self._rows = seg.indptr, seg.rows
         self._doclen, self._row_keys = seg.doclen, seg.row_keys
 
     def _merge(self, slabs: list[Slab]) -> None:
         """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``).
         If it raises (out of memory), main and the delta stay as they were: everything
         new is made before any of it replaces the old."""
-        new = bm25_compaction.merged(self._main, self._alive, self._delta_docs, slabs,
-                                     self._term_ids, drop_unused=not self._vocabs)
+        table = self._term_ids
+        new = bm25_compaction.merged(self._main, self._alive, [self._delta.slab(table), *slabs],
+                                     table, drop_unused=not self._vocabs)
         self.merges += 1
-        self._delta_docs.clear()
-        self._delta_post.clear()
+        self._delta.clear()
         self._serve(new)
 
     def _serve(self, new: NewMain) -> None:
@@ -589,8 +585,7 @@ class BM25Index:
         """What a search reads, as it is now."""
         return bm25_search.Corpus(
             self.k1, self.b, self._live, self._total_len, self._main, self._main_gen,
-            self._alive, self._n_dead, self._key_row, self._delta_docs, self._delta_post,
-            self._lookup)
+            self._alive, self._n_dead, self._key_row, self._delta, self._lookup)
 
     def _wrote(self) -> None:
         """What searches kept no longer holds: drop it."""
@@ -614,12 +609,13 @@ class BM25Index:
         persisting does not force a merge (staged documents are merged first).
         """
         self.merge_staged()
-        if self._table is None and not self._delta_docs:
+        if self._table is None and (not self._delta or self._delta.saved_form is not None):
             assert self._saved_terms is not None
-            delta = Slab.from_counts({}, postings.term_table())
-            terms = self._saved_terms  # unchanged since they were loaded
+            # Unchanged since they were loaded (a saved delta: as it was saved).
+            delta = self._delta.slab(postings.term_table())
+            terms = self._saved_terms
         else:
-            delta = Slab.from_counts(self._delta_docs, self._term_ids)
+            delta = self._delta.slab(self._term_ids)
             terms = saved.terms_to_arrays(list(self._term_ids))
         return bm25_saved.to_arrays(terms, self._main, self._alive, delta)
 
@@ -650,7 +646,7 @@ class BM25Index:
         self._index_rows(loaded.live_rows)
         self._n_dead = len(loaded.alive) - len(loaded.live_rows)
         self._live, self._total_len = loaded.live, loaded.total_len
-        self._delta_docs, self._delta_post = loaded.delta_docs, loaded.delta_post
+        self._delta = loaded.delta
 
 
 def _check_key(key: int) -> None:

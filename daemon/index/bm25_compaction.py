@@ -18,14 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.daemon.index import postings, saved
+from recalld.daemon.index.delta import DeltaDocs, DeltaPostings
 from recalld.daemon.index.postings import Segment, Slab
 
 if TYPE_CHECKING:
     from recalld.daemon.index.bm25 import BM25Index
-
-#: The delta's documents: key -> (term counts, document length).
-DeltaDocs = dict[int, tuple[dict[str, int], int]]
-
 
 class NewMain(NamedTuple):
     """A main segment made by a merge or a compaction, with everything that goes with it,
@@ -38,12 +35,12 @@ class NewMain(NamedTuple):
     n_dead: int
 
 
-def merged(main: Segment, alive: npt.NDArray[np.bool_], delta_docs: DeltaDocs,
-           slabs: list[Slab], term_ids: postings.TermTable, *, drop_unused: bool) -> NewMain:
-    """Main rewritten from its ``alive`` rows, the delta and ``slabs`` (see
-    ``postings.merge``); ``drop_unused``: terms left without postings leave the table."""
-    delta = Slab.from_counts(delta_docs, term_ids)
-    seg, used = postings.merge(main, alive, [delta, *slabs], len(term_ids),
+def merged(main: Segment, alive: npt.NDArray[np.bool_], slabs: list[Slab],
+           term_ids: postings.TermTable, *, drop_unused: bool) -> NewMain:
+    """Main rewritten from its ``alive`` rows and ``slabs`` (the delta's first, in
+    ``term_ids``; see ``postings.merge``); ``drop_unused``: terms left without postings
+    leave the table."""
+    seg, used = postings.merge(main, alive, slabs, len(term_ids),
                                drop_unused=drop_unused)
     if used is not None:
         # Drop terms without postings so the dictionary does not grow forever.
@@ -89,7 +86,7 @@ class Compaction:
         self.result = seg, table, delta.keys
 
     def carried_over(self, alive: npt.NDArray[np.bool_], delta_docs: DeltaDocs
-                     ) -> tuple[NewMain, DeltaDocs, dict[str, dict[int, int]]]:
+                     ) -> tuple[NewMain, DeltaDocs, DeltaPostings]:
         """The merged main with what changed since the plan (``alive``: main's alive
         bits now, ``delta_docs``: the delta now): main rows and delta documents removed
         or replaced meanwhile are dead rows of it, documents added meanwhile stay in the
@@ -101,7 +98,7 @@ class Compaction:
                             dtype=np.bool_, count=len(keys))
         new_alive = np.concatenate([alive[np.flatnonzero(self.alive)], still])
         kept = {key: entry for key, entry in delta_docs.items() if docs.get(key) is not entry}
-        delta_post: dict[str, dict[int, int]] = {}
+        delta_post: DeltaPostings = {}
         for key, (counts, _) in kept.items():
             for term, tf in counts.items():
                 delta_post.setdefault(term, {})[key] = tf

@@ -13,10 +13,9 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
-from recalld.daemon.arraytypes import F32
-from recalld.daemon.index import postings, saved
-from recalld.daemon.index.bm25_compaction import DeltaDocs
-from recalld.daemon.index.postings import I32, I64, Segment, Slab
+from recalld.daemon.index import saved
+from recalld.daemon.index.delta import Delta, SavedDelta
+from recalld.daemon.index.postings import I64, Segment, Slab
 from recalld.daemon.jsontypes import JsonObject
 
 FORMAT: Final = "recalld-bm25"
@@ -80,8 +79,7 @@ class Loaded(NamedTuple):
     live_rows: npt.NDArray[np.int64]
     live: BitMap
     total_len: int
-    delta_docs: DeltaDocs
-    delta_post: dict[str, dict[int, int]]
+    delta: Delta
 
 
 def load(arrays: Mapping[str, npt.NDArray[np.generic]], *, check_values: bool) -> Loaded:
@@ -116,47 +114,13 @@ def load(arrays: Mapping[str, npt.NDArray[np.generic]], *, check_values: bool) -
         or (len(d_tids) and (d_tids.min() < 0 or d_tids.max() >= len(terms)))
     ):
         raise ValueError("keyword index delta arrays are inconsistent")
-    delta_docs: DeltaDocs = {}
-    delta_post: dict[str, dict[int, int]] = {}
+    delta = Delta()
     if len(d_keys):
         keys, lens = d_keys.tolist(), d_lens.tolist()
         if len(set(keys)) != len(keys) or any(k in live for k in keys):
             raise ValueError("keyword index delta repeats a key")
-        delta_docs, delta_post = _load_delta(terms, d_keys, d_indptr, d_tids, d_tfs, d_lens)
+        # Kept as saved and read as it is (see delta.py).
+        delta = Delta(SavedDelta(terms, d_keys, d_indptr, d_tids, d_tfs, d_lens))
         live.update(keys)
         total_len += sum(lens)
-    return Loaded(blob, offsets, terms, seg, alive, live_rows, live, total_len,
-                  delta_docs, delta_post)
-
-
-def _load_delta(terms: saved.SortedTerms, d_keys: npt.NDArray[np.uint32], d_indptr: I64,
-                d_tids: I32, d_tfs: F32, d_lens: I64,
-                ) -> tuple[DeltaDocs, dict[str, dict[int, int]]]:
-    """The saved delta (doc-major CSR, checked by the caller) as the live delta: its
-    documents and its postings."""
-    keys, lens = d_keys.tolist(), d_lens.tolist()
-    delta_docs: DeltaDocs = {}
-    delta_post: dict[str, dict[int, int]] = {}
-    # Each distinct term decoded once and the postings grouped by term in one stable
-    # sort: a delta of a couple of thousand documents holds most of a million postings.
-    order = postings.stable_order(d_tids)
-    by_term = d_tids[order]
-    first = np.ones(len(by_term), dtype=np.bool_)
-    first[1:] = by_term[1:] != by_term[:-1]
-    runs = [*np.flatnonzero(first).tolist(), len(by_term)]
-    names = terms.many(by_term[first].tolist())
-    word_of = np.empty(len(by_term), dtype=np.int64)
-    word_of[order] = np.cumsum(first) - 1
-    words = [names[w] for w in word_of.tolist()]
-    counts = d_tfs.astype(np.int64).tolist()
-    bounds = d_indptr.tolist()
-    for i, (key, length) in enumerate(zip(keys, lens, strict=True)):
-        lo, hi = bounds[i], bounds[i + 1]
-        counted = dict(zip(words[lo:hi], counts[lo:hi], strict=True))
-        delta_docs[key] = (counted, int(length))
-    docs = np.repeat(d_keys, np.diff(d_indptr))[order].tolist()
-    tfs = d_tfs.astype(np.int64)[order].tolist()
-    for j, term in enumerate(names):
-        lo, hi = runs[j], runs[j + 1]
-        delta_post[term] = dict(zip(docs[lo:hi], tfs[lo:hi], strict=True))
-    return delta_docs, delta_post
+    return Loaded(blob, offsets, terms, seg, alive, live_rows, live, total_len, delta)

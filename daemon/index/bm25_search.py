@@ -28,6 +28,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index import postings, ranking, saved
+from recalld.daemon.index.delta import Delta
 from recalld.daemon.index.postings import I32, Segment
 
 # Unfiltered searches of a main segment of at most this many rows sum and rank with one
@@ -53,8 +54,8 @@ BASES_MAX_TERMS: Final = 16
 class Corpus(NamedTuple):
     """What a search reads from the index, as it is when the search runs: the BM25
     parameters, the live keys and their summed lengths, the main segment with its alive
-    bits (``key_row``: key -> main row, None while main's keys ascend), the delta (key ->
-    (term counts, length); term -> {key: tf}) and the term lookup."""
+    bits (``key_row``: key -> main row, None while main's keys ascend), the delta and the
+    term lookup."""
 
     k1: float
     b: float
@@ -65,8 +66,7 @@ class Corpus(NamedTuple):
     alive: npt.NDArray[np.bool_]
     n_dead: int
     key_row: dict[int, int] | None
-    delta_docs: dict[int, tuple[dict[str, int], int]]
-    delta_post: dict[str, dict[int, int]]
+    delta: Delta
     lookup: postings.TermTable | saved.SortedTerms
 
 
@@ -117,7 +117,7 @@ class Scorer:
                 self._terms_size += 1 + (0 if rows is None else len(rows))
             rows, tfs = found.rows, found.tfs
             df = 0 if rows is None else len(rows)
-            dpost = c.delta_post.get(term)
+            dpost = c.delta.postings(term)
             if dpost:
                 df += len(dpost)
             if df == 0:
@@ -130,9 +130,9 @@ class Scorer:
                 factors.append(factor)
                 part_terms.append(term)
             if dpost:
-                docs = c.delta_docs
+                lengths = c.delta.lengths
                 for key, tf in dpost.items():
-                    norm_d = k1 * (1.0 - b + b * (docs[key][1] / avgdl))
+                    norm_d = k1 * (1.0 - b + b * (lengths[key] / avgdl))
                     # As the main segment's weights are computed, to the last bit.
                     delta_scores[key] = delta_scores.get(key, 0.0) + tf / (norm_d + tf) * factor
         if sum(len(r) for r in row_parts) + len(delta_scores) <= FEW_POSTINGS:
@@ -182,15 +182,15 @@ class Scorer:
         every term's postings (and hold the interpreter for as long).
         """
         n_docs = len(c.live)
-        live, delta_docs = c.live, c.delta_docs
+        live, delta = c.live, c.delta
         wanted = [k for k in keys if k in live]
         if n_docs == 0 or not wanted or not query_tokens:
             return {}
         counts = Counter(query_tokens)
         if len(counts) > SCORE_KEYS_MAX_TERMS:
             return dict(self.search(c, query_tokens, len(wanted), allowed=BitMap(wanted)))
-        main_keys = [k for k in wanted if k not in delta_docs]
-        delta_keys = [k for k in wanted if k in delta_docs]
+        main_keys = [k for k in wanted if k not in delta]
+        delta_keys = [k for k in wanted if k in delta]
         scored = self._scored.get(tuple(query_tokens))
         if scored is not None:
             return scored.of(main_keys, rows_of_keys(c, main_keys), delta_keys)
@@ -203,7 +203,7 @@ class Scorer:
         for term, qf in counts.items():
             start, end = span(c, term)
             df = live_in(c, start, end)
-            dpost = c.delta_post.get(term)
+            dpost = delta.postings(term)
             if dpost:
                 df += len(dpost)
             if df == 0:
@@ -222,7 +222,7 @@ class Scorer:
                 for key in delta_keys:
                     dtf = dpost.get(key)
                     if dtf:
-                        norm_d = k1 * (1.0 - b + b * (delta_docs[key][1] / avgdl))
+                        norm_d = k1 * (1.0 - b + b * (delta.lengths[key] / avgdl))
                         scores[key] = scores.get(key, 0.0) + dtf / (norm_d + dtf) * factor
         return scores
 
@@ -263,7 +263,7 @@ class Scorer:
 
 def doc_freq(c: Corpus, term: str) -> int:
     """How many live documents contain ``term`` (one lookup, no scoring)."""
-    return len(c.delta_post.get(term, ())) + live_in(c, *span(c, term))
+    return len(c.delta.postings(term) or ()) + live_in(c, *span(c, term))
 
 
 def span(c: Corpus, term: str) -> tuple[int, int]:
@@ -293,6 +293,8 @@ def rows_of_keys(c: Corpus, keys: list[int]) -> I32:
         key_row = c.key_row
         return np.fromiter((key_row[k] for k in keys), dtype=np.int32, count=len(keys))
     return c.main.row_keys.searchsorted(np.asarray(keys, dtype=np.uint32)).astype(np.int32)
+
+
 class _TermPostings:
     """One query term's live postings in main (None: it has none there) and, once a
     search needed them, their ``tf / (norm + tf)`` with the norms of the current average

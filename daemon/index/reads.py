@@ -149,6 +149,21 @@ class StateAccess:
                 self.idle_trims += 1
 
 
+    async def thaw_delta(self) -> None:
+        """Make the keyword delta's dicts off the lock if a load left it as saved (see
+        ``index/delta.py``): else the first write after a start makes them under the
+        lock, and every search waits for it (0.35 s at 110k chunks). Background work."""
+        async with self.lock:
+            bm25 = self._state().bm25
+            form = bm25.saved_delta()
+        if form is None:
+            return
+        # Abandoned when cancelled: it reads only arrays nothing changes.
+        docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
+                                                   abandon_on_cancel=True)
+        async with self.lock:
+            bm25.adopt_delta(form, docs, post)  # refused if a write made them meanwhile
+
     def want_compaction(self) -> None:
         """The keyword index's delta or dead rows reached their limits (an apply left the
         compaction to :meth:`compact_when_due`)."""

@@ -232,12 +232,14 @@ class WorkspaceIndex:
             await self._hold()
 
     async def _check_loaded(self) -> None:
-        """Checksum the state files the load mapped unchecked (searches are served from
-        them meanwhile). On damage, load again with every checksum, which falls back to
+        """Make the keyword delta's dicts the load left as saved, then checksum the
+        state files the load mapped unchecked (searches are served from them meanwhile).
+        On damage, load again with every checksum, which falls back to
         an older good generation or rebuilds from the Markdown, and swap that in."""
         loaded = self.state
         await self.after_start()
         async with self._background:
+            await self._access.thaw_delta()
             corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
                                                     limiter=self._cpu)
             # Hashing streamed the files through short-lived buffers; hand them back.
