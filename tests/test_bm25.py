@@ -398,7 +398,8 @@ def test_a_loaded_delta_is_the_delta_that_was_saved(
     back = BM25Index.from_arrays(arrays, index.meta())
     # Read as it was saved: each term's postings and each document's length, searches,
     # counts, and a save writes the same arrays again.
-    assert (back.saved_delta() is not None) == bool(index.stats()["delta_docs"])
+    form = back.saved_delta()
+    assert (form is not None) == bool(index.stats()["delta_docs"])
     for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
         assert (back._delta.postings(word) or {}) == (index._delta.postings(word) or {})
         assert back.doc_freq(word) == index.doc_freq(word)
@@ -407,8 +408,10 @@ def test_a_loaded_delta_is_the_delta_that_was_saved(
     assert back._delta.lengths == index._delta.lengths
     assert back.live == index.live
     assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}  # this process's
+    assert back.saved_delta() is form  # all of that read it as saved
     for _ in range(2):  # as saved, then as dicts
         again = back.to_arrays()
+        assert back.saved_delta() in (form, None)
         assert set(again) == set(arrays)
         assert all(np.array_equal(again[name], arrays[name]) for name in arrays)
         back._delta.thaw()
@@ -495,7 +498,7 @@ def test_a_compaction_merged_off_the_lock_ends_as_one_merged_in_place(
 @given(first=st.lists(st.lists(_WORDS, min_size=1, max_size=6), max_size=20),
        delta=_OPS, after=_OPS,
        then=st.sampled_from(["writes", "merge", "compaction", "pass", "save", "adopt",
-                             "write before adopt"]))
+                             "write before adopt", "remove from main", "stage"]))
 def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
         first: list[list[str]], delta: list[tuple[bool, int, list[str]]],
         after: list[tuple[bool, int, list[str]]], then: str) -> None:
@@ -510,6 +513,9 @@ def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
     back.compact_inline = False
     form = back.saved_delta()
     assert (form is not None) == bool(index.stats()["delta_docs"])
+    assert back.search(["alpha", "w1"], 50) == index.search(["alpha", "w1"], 50)
+    assert back.saved_delta() is form  # searches read it as saved
+    in_main = [k for k in range(len(first)) if k in index and k not in index._delta]
     for one in (index, back):
         if then == "merge":
             one.compact()
@@ -524,6 +530,17 @@ def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
             one.forget_vocabularies()
         elif then == "save":
             BM25Index.from_arrays(one.to_arrays(), one.meta())
+        elif then == "remove from main":
+            for key in in_main[:3]:
+                one.remove(key)
+        elif then == "stage":  # a pass's documents wait beside main, then merge (a grown
+            # term table with the delta still as saved)
+            slab, terms = Slab.local([["zeta", "alpha"], ["eta"]] * 40)
+            one.add_encoded([(terms, Slab(slab.tids, slab.tfs, slab.nterms, slab.lens,
+                                          list(range(1000, 1080))))], stage=True)
+            one.merge_staged()
+        if then in ("pass", "save", "remove from main") and one is back:
+            assert one.saved_delta() is form  # none of these changed the delta
         elif then in ("adopt", "write before adopt") and form is not None and one is back:
             docs, post = form.thaw()
             if then == "write before adopt":
@@ -535,7 +552,7 @@ def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
         _apply_ops(one, after)
     assert back.live == index.live
     assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}
-    for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
+    for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "zeta", "eta", "absent"]:
         assert back.doc_freq(word) == index.doc_freq(word)
         got, want = back.search([word], 50), index.search([word], 50)
         assert [k for k, _ in got] == [k for k, _ in want], word

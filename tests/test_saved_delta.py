@@ -12,6 +12,7 @@ import trio
 from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.delta import DeltaDocs, DeltaPostings, SavedDelta
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import Filters
 from recalld.daemon.watcher import WatcherConfig
@@ -81,10 +82,12 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         bm25 = index.state.bm25
-        assert bm25.saved_delta() is not None  # as saved, read as it is
+        form = bm25.saved_delta()
+        assert form is not None
         assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
         assert await _paths(index, "marker3") == _names(3)
         assert len(await _paths(index, "first")) == MAIN_NOTES - 5
+        assert bm25.saved_delta() is form  # the searches read it as saved
         if first == "a write":
             # Before the start is over: the write makes the dicts under the lock (the
             # watch waits for the start too, so the apply is called as it would).
@@ -117,4 +120,34 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
         assert await _paths(again, "second") == [p for p in second
                                                  if p not in _names(0, 101)]
         assert await _paths(again, "third") == (_names(2, 103) if first == "a write" else [])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failure_to_make_the_dicts_after_the_start_leaves_the_delta_as_saved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "ws"
+    await _first_run(tmp_path, root)
+    real = SavedDelta.thaw
+    failed = []
+
+    def thaw(self: SavedDelta) -> tuple[DeltaDocs, DeltaPostings]:
+        if not failed:  # the background step's: out of memory
+            failed.append(True)
+            raise MemoryError("no room for the delta's dicts")
+        return real(self)
+
+    monkeypatch.setattr(SavedDelta, "thaw", thaw)
+    index = _index(tmp_path, root)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await until(lambda: bool(failed), "the background step", 60)
+        await until(lambda: index._commits.checked.is_set(), "the checksums", 60)
+        bm25 = index.state.bm25
+        assert bm25.saved_delta() is not None  # still served as saved
+        assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
+        _note(root, 1, "fifth words")  # a write makes the dicts itself
+        await index.sync()
+        assert bm25.saved_delta() is None
+        assert await _paths(index, "fifth") == _names(1)
+        assert await _paths(index, "second") == _names(0, 2, 3, 4, 100, 101, 102)
         nursery.cancel_scope.cancel()

@@ -529,6 +529,8 @@ class BM25Index:
 
     def _serve(self, new: NewMain) -> None:
         """Serve a main segment a merge or a compaction made."""
+        # Its term table renumbers: a delta still in the saved ids would be misread.
+        assert self._delta.saved_form is None
         self._term_ids = new.terms
         self._set_main(new.main)
         self._main_rows_gen += 1
@@ -609,10 +611,11 @@ class BM25Index:
         persisting does not force a merge (staged documents are merged first).
         """
         self.merge_staged()
-        if self._table is None and (not self._delta or self._delta.saved_form is not None):
+        form = self._delta.saved_form
+        if self._table is None and (not self._delta or form is not None):
             assert self._saved_terms is not None
             # Unchanged since they were loaded (a saved delta: as it was saved).
-            delta = self._delta.slab(postings.term_table())
+            delta = Slab.from_counts({}, postings.term_table()) if form is None else form.slab()
             terms = self._saved_terms
         else:
             delta = self._delta.slab(self._term_ids)

@@ -112,6 +112,8 @@ def load(arrays: Mapping[str, npt.NDArray[np.generic]], *, check_values: bool) -
         or d_indptr[-1] != len(d_tids) or len(d_tfs) != len(d_tids)
         or np.any(np.diff(d_indptr) < 0) or (len(d_lens) and d_lens.min() < 0)
         or (len(d_tids) and (d_tids.min() < 0 or d_tids.max() >= len(terms)))
+        # Counts as a save writes them (a merge of the arrays keeps them as they are).
+        or (len(d_tfs) and bool(np.any(~(d_tfs >= 1)) or np.any(d_tfs != np.trunc(d_tfs))))
     ):
         raise ValueError("keyword index delta arrays are inconsistent")
     delta = Delta()

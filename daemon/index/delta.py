@@ -5,10 +5,10 @@ term -> {key: tf}. A load keeps it as it was saved instead, the doc-major arrays
 ``bm25_saved`` (:class:`SavedDelta`): making the dicts is about 0.6 µs a posting, and a
 full delta of long chunks holds half a million postings (0.35 s of a warm start's first
 answer at 110k chunks, 0.1-0.2 s at 3,000 notes). Searches read the saved form where it
-is, a term's postings made into a dict when a query first asks for them; the first write,
-merge or compaction makes the dicts of the whole delta (:meth:`Delta.thaw`), unless the
-owner made them beforehand off its lock (:meth:`SavedDelta.thaw`, then
-:meth:`Delta.adopt`).
+is, a term's postings made into a dict when a query asks for them; a merge and a save use
+its arrays as they are; the first write that changes the delta, or a planned compaction,
+makes the dicts of the whole delta (:meth:`Delta.thaw`), unless the owner made them
+beforehand off its lock (:meth:`SavedDelta.thaw`, then :meth:`Delta.adopt`).
 """
 
 from __future__ import annotations
@@ -30,27 +30,32 @@ DeltaPostings = dict[str, dict[int, int]]
 
 class SavedDelta:
     """A delta as a commit saved it: doc-major CSR (``indptr`` over ``tids``/``tfs``, one
-    row per key in ascending key order) in the ids of the saved term dictionary ``terms``.
-    The caller checked the arrays (bounds, keys unique and not in main); they are copied
-    here, so the mapped file they came from may go."""
+    row per key) in the ids of the saved term dictionary ``terms``. The caller checked the
+    arrays (bounds, counts, keys unique and not in main); they are copied here, so the
+    mapped file they came from may go. With the postings grouped by term as well, about
+    20 bytes a posting (11 MB for the 564k of a full delta of long chunks)."""
 
-    __slots__ = ("_by_term", "_doc_of", "_order", "_terms", "indptr", "keys", "lens",
-                 "repeats", "tfs", "tids")
+    __slots__ = ("_by_term", "_keys_by_term", "_terms", "_tfs_by_term", "indptr", "keys",
+                 "lens", "n_terms", "repeats", "tfs", "tids")
 
     def __init__(self, terms: saved.SortedTerms, keys: npt.NDArray[np.uint32], indptr: I64,
                  tids: I32, tfs: F32, lens: I64) -> None:
         self._terms = terms
+        #: How many terms the saved dictionary has (the ids ``tids`` are in).
+        self.n_terms = len(terms)
         self.keys, self.indptr = np.array(keys, dtype=np.uint32), np.array(indptr)
         self.tids, self.tfs = np.array(tids, dtype=np.int32), np.array(tfs, dtype=np.float32)
         self.lens = np.array(lens, dtype=np.int64)
-        # The postings grouped by term (one stable sort): a term's are one run.
-        self._order = postings.stable_order(self.tids)
-        self._by_term = self.tids[self._order]
-        self._doc_of = np.repeat(np.arange(len(self.keys), dtype=np.int32),
-                                 np.diff(self.indptr))
+        # The postings grouped by term (one stable sort): a term's are one run, in
+        # document order.
+        order = postings.stable_order(self.tids)
+        self._by_term = self.tids[order]
+        doc_of = np.repeat(np.arange(len(self.keys), dtype=np.int32), np.diff(self.indptr))
+        docs = doc_of[order]
+        self._keys_by_term = self.keys[docs]
+        self._tfs_by_term = self.tfs[order]
         #: Whether a document lists a term twice (no save writes that; a file read as it
         #: is). Its dicts keep the last count, as a merge of these arrays would not.
-        docs = self._doc_of[self._order]
         self.repeats = bool(np.any((self._by_term[1:] == self._by_term[:-1])
                                    & (docs[1:] == docs[:-1])))
 
@@ -63,13 +68,13 @@ class SavedDelta:
         lo, hi = self._by_term.searchsorted(np.array([tid, tid + 1], dtype=np.int32)).tolist()
         if lo == hi:
             return None
-        at = self._order[lo:hi]
-        return dict(zip(self.keys[self._doc_of[at]].tolist(),
-                        self.tfs[at].astype(np.int64).tolist(), strict=True))
+        return dict(zip(self._keys_by_term[lo:hi].tolist(),
+                        self._tfs_by_term[lo:hi].astype(np.int64).tolist(), strict=True))
 
     def slab(self) -> Slab:
         """The documents encoded in the saved term ids (valid in a term table made from
-        the saved dictionary, which only grows until a merge renumbers it)."""
+        the saved dictionary, which only grows until a merge or compaction renumbers it:
+        the delta is dicts or empty by then)."""
         return Slab(self.tids, self.tfs, np.diff(self.indptr), self.lens.tolist(),
                     self.keys.tolist())
 
@@ -88,15 +93,15 @@ class SavedDelta:
         runs = [*np.flatnonzero(first).tolist(), len(by_term)]
         names = self._terms.many(by_term[first].tolist())
         word_of = np.empty(len(by_term), dtype=np.int64)
-        word_of[self._order] = np.cumsum(first) - 1
+        word_of[postings.stable_order(self.tids)] = np.cumsum(first) - 1
         words = [names[w] for w in word_of.tolist()]
         counts = self.tfs.astype(np.int64).tolist()
         bounds = self.indptr.tolist()
         for i, (key, length) in enumerate(zip(keys, lens, strict=True)):
             lo, hi = bounds[i], bounds[i + 1]
             docs[key] = (dict(zip(words[lo:hi], counts[lo:hi], strict=True)), int(length))
-        doc_keys = self.keys[self._doc_of[self._order]].tolist()
-        tfs = self.tfs[self._order].astype(np.int64).tolist()
+        doc_keys = self._keys_by_term.tolist()
+        tfs = self._tfs_by_term.astype(np.int64).tolist()
         for j, term in enumerate(names):
             lo, hi = runs[j], runs[j + 1]
             post[term] = dict(zip(doc_keys[lo:hi], tfs[lo:hi], strict=True))
@@ -207,8 +212,9 @@ class Delta:
 
     def slab(self, ids: TermTable) -> Slab:
         """The documents encoded in ``ids`` (new terms numbered there): the saved arrays
-        as they are while it is the saved form (``ids`` then made from the saved
-        dictionary), else ``Slab.from_counts``."""
+        as they are while it is the saved form (``ids`` then the table made from the
+        saved dictionary, grown or not), else ``Slab.from_counts``."""
         if self._saved is not None:
+            assert len(ids) >= self._saved.n_terms, "a term table not made from the saved one"
             return self._saved.slab()
         return Slab.from_counts(self._docs, ids)

@@ -11,6 +11,7 @@ under the lock; :class:`Candidates` is what it returns.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,6 +29,8 @@ from recalld.daemon.index.windows import Window
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -151,16 +154,22 @@ class StateAccess:
 
     async def thaw_delta(self) -> None:
         """Make the keyword delta's dicts off the lock if a load left it as saved (see
-        ``index/delta.py``): else the first write after a start makes them under the
-        lock, and every search waits for it (0.35 s at 110k chunks). Background work."""
+        ``index/delta.py``): else the first write that changes it makes them under the
+        lock, and every search waits for that (0.35 s at 110k chunks). Upkeep: a failure
+        (out of memory) is logged and leaves it as saved."""
         async with self.lock:
             bm25 = self._state().bm25
             form = bm25.saved_delta()
         if form is None:
             return
-        # Abandoned when cancelled: it reads only arrays nothing changes.
-        docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
-                                                   abandon_on_cancel=True)
+        try:
+            # Abandoned when cancelled: it reads only arrays nothing changes.
+            docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
+                                                       abandon_on_cancel=True)
+        except Exception as exc:
+            log.warning("keyword index: the loaded delta stays as saved (%s: %s)",
+                        type(exc).__name__, exc, exc_info=not isinstance(exc, MemoryError))
+            return
         async with self.lock:
             bm25.adopt_delta(form, docs, post)  # refused if a write made them meanwhile
 

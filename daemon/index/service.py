@@ -232,14 +232,13 @@ class WorkspaceIndex:
             await self._hold()
 
     async def _check_loaded(self) -> None:
-        """Make the keyword delta's dicts the load left as saved, then checksum the
-        state files the load mapped unchecked (searches are served from them meanwhile).
-        On damage, load again with every checksum, which falls back to
-        an older good generation or rebuilds from the Markdown, and swap that in."""
+        """Checksum the state files the load mapped unchecked (searches are served from
+        them meanwhile). On damage, load again with every checksum, which falls back to
+        an older good generation or rebuilds from the Markdown, and swap that in. Then
+        make the dicts of the keyword delta the load left as saved."""
         loaded = self.state
         await self.after_start()
         async with self._background:
-            await self._access.thaw_delta()
             corrupt = await trio.to_thread.run_sync(self.store.verify_deferred,
                                                     limiter=self._cpu)
             # Hashing streamed the files through short-lived buffers; hand them back.
@@ -263,6 +262,8 @@ class WorkspaceIndex:
                 self.load_report.corrupt.update(corrupt)
             self._commits.mark_dirty()
         self._commits.checked.set()
+        async with self._background:
+            await self._access.thaw_delta()
 
     # -- applying changes ------------------------------------------------------------
 
