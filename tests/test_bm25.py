@@ -934,3 +934,15 @@ def build_after(build: Callable[[], BM25Index], query: list[str],
     index = build()
     index.add(80, ["cat", "dog"])
     return index.score_keys(query, keys)
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs=st.lists(st.lists(st.booleans(), max_size=6), max_size=12))
+def test_a_merge_counts_the_postings_it_keeps_per_term(runs: list[list[bool]]) -> None:
+    # Terms with no postings, with none kept, with all kept: as counting them one by one.
+    keep = np.asarray([k for run in runs for k in run], dtype=np.bool_)
+    indptr = np.zeros(len(runs) + 1, dtype=np.int64)
+    np.cumsum([len(run) for run in runs], out=indptr[1:])
+    counts = postings_mod._kept_per_term(keep, indptr)
+    assert counts.dtype == np.int64
+    assert counts.tolist() == [sum(run) for run in runs]

@@ -12,7 +12,7 @@ import trio
 from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
-from recalld.daemon.index.delta import DeltaDocs, DeltaPostings, SavedDelta
+from recalld.daemon.index.delta import Delta, DeltaDocs, DeltaPostings, SavedDelta
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import Filters
 from recalld.daemon.watcher import WatcherConfig
@@ -74,9 +74,19 @@ async def _first_run(tmp_path: Path, root: Path) -> None:
 
 @pytest.mark.parametrize("first", ["the start's end", "a write"])
 async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
-        tmp_path: Path, first: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str) -> None:
     root = tmp_path / "ws"
     await _first_run(tmp_path, root)
+    # Every delta's dicts are made off the index lock and adopted, none in place.
+    in_place = []
+    real = Delta.thaw
+
+    def thaw(self: Delta) -> None:
+        if self.saved_form is not None:
+            in_place.append(True)
+        real(self)
+
+    monkeypatch.setattr(Delta, "thaw", thaw)
     started = trio.Event()
     index = _index(tmp_path, root, hold=lambda: started)
     async with trio.open_nursery() as nursery:
@@ -89,8 +99,8 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
         assert len(await _paths(index, "first")) == MAIN_NOTES - 5
         assert bm25.saved_delta() is form  # the searches read it as saved
         if first == "a write":
-            # Before the start is over: the write makes the dicts under the lock (the
-            # watch waits for the start too, so the apply is called as it would).
+            # Before the start is over: the write makes the dicts first, off the lock
+            # (the watch waits for the start too, so the apply is called as it would).
             _note(root, 2, "third words")
             _note(root, 103, "third words")
             await index.apply_paths({_names(2)[0], _names(103)[0]})
@@ -121,6 +131,7 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
                                                  if p not in _names(0, 101)]
         assert await _paths(again, "third") == (_names(2, 103) if first == "a write" else [])
         nursery.cancel_scope.cancel()
+    assert not in_place
 
 
 async def test_a_failure_to_make_the_dicts_after_the_start_leaves_the_delta_as_saved(
@@ -145,7 +156,7 @@ async def test_a_failure_to_make_the_dicts_after_the_start_leaves_the_delta_as_s
         bm25 = index.state.bm25
         assert bm25.saved_delta() is not None  # still served as saved
         assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
-        _note(root, 1, "fifth words")  # a write makes the dicts itself
+        _note(root, 1, "fifth words")  # a write has the dicts made first
         await index.sync()
         assert bm25.saved_delta() is None
         assert await _paths(index, "fifth") == _names(1)

@@ -83,6 +83,7 @@ class StateAccess:
         self._used = trio.Event()
         self.idle_trims = 0
         self._compaction_wanted = trio.Event()
+        self._thawing = trio.Lock()
 
     async def run_locked(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn(*args)`` (a search or an apply) in a worker thread, holding a CPU token
@@ -155,23 +156,27 @@ class StateAccess:
     async def thaw_delta(self) -> None:
         """Make the keyword delta's dicts off the lock if a load left it as saved (see
         ``index/delta.py``): else the first write that changes it makes them under the
-        lock, and every search waits for that (0.35 s at 110k chunks). Upkeep: a failure
-        (out of memory) is logged and leaves it as saved."""
-        async with self.lock:
+        lock, and every search waits for that (0.35 s at 110k chunks). A background step
+        after the start and every write before it call this; one at a time, so the
+        dicts are made once. Upkeep: a failure (out of memory) is logged and leaves it
+        as saved (a write then makes them, or fails, under the lock)."""
+        async with self._thawing:
+            # Read without the lock: a reference, and the adoption checks it is current.
             bm25 = self._state().bm25
             form = bm25.saved_delta()
-        if form is None:
-            return
-        try:
-            # Abandoned when cancelled: it reads only arrays nothing changes.
-            docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
-                                                       abandon_on_cancel=True)
-        except Exception as exc:
-            log.warning("keyword index: the loaded delta stays as saved (%s: %s)",
-                        type(exc).__name__, exc, exc_info=not isinstance(exc, MemoryError))
-            return
-        async with self.lock:
-            bm25.adopt_delta(form, docs, post)  # refused if a write made them meanwhile
+            if form is None:
+                return
+            try:
+                # Abandoned when cancelled: it reads only arrays nothing changes.
+                docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
+                                                           abandon_on_cancel=True)
+            except Exception as exc:
+                log.warning("keyword index: the loaded delta stays as saved (%s: %s)",
+                            type(exc).__name__, exc,
+                            exc_info=not isinstance(exc, MemoryError))
+                return
+            async with self.lock:
+                bm25.adopt_delta(form, docs, post)  # refused if a write made them meanwhile
 
     def want_compaction(self) -> None:
         """The keyword index's delta or dead rows reached their limits (an apply left the
