@@ -460,7 +460,8 @@ def _kept_per_term(keep: npt.NDArray[np.bool_], indptr: I64) -> I64:
     kept = keep.astype(np.int32 if len(keep) < 2**31 else np.int64)
     np.cumsum(kept, out=kept)
     before = np.concatenate([np.zeros(1, dtype=kept.dtype), kept])
-    return (before[indptr[1:]] - before[indptr[:-1]]).astype(np.int64)
+    counts: I64 = (before[indptr[1:]] - before[indptr[:-1]]).astype(np.int64)
+    return counts
 
 
 # Postings moved per step of ``_scatter``: its position arrays (16 bytes a posting) stay
