@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -98,25 +98,40 @@ def topic_entries(root: Path, digest: str) -> list[TopicEntry]:
     for folder, dirs, files in os.walk(base):
         dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
         for name in sorted(files):
-            full = Path(folder) / name
-            rel = full.relative_to(root).as_posix()
+            rel = (Path(folder) / name).relative_to(root).as_posix()
             if not name.endswith(".md") or rel == f"{digest}/{INDEX_FILE}":
                 continue
-            try:
-                if not stat.S_ISREG(os.lstat(full).st_mode):
-                    continue
-                head = read_confined(root, rel, _HEAD_BYTES)
-            except (OSError, RecalldError):
-                continue
-            fields, _ = parse_frontmatter(head or "")
-            if fields.get("type") not in TYPES:
-                continue
-            out.append({"path": rel, "type": str(fields["type"]),
-                        "name": " ".join(str(fields.get("name") or name[:-3]).split()),
-                        "description": " ".join(str(fields.get("description") or "").split())})
-            if len(out) >= MAX_TOPICS:
-                return out
+            entry = topic_entry(root, rel)
+            if entry is not None:
+                out.append(entry)
+                if len(out) >= MAX_TOPICS:
+                    return out
     return out
+
+
+def topic_entry(root: Path, rel: str) -> TopicEntry | None:
+    """The entry of ``rel`` (workspace-relative) if it is a topic file: a regular file,
+    read within the workspace, whose frontmatter has a topic ``type``."""
+    try:
+        if not stat.S_ISREG(os.lstat(root / rel).st_mode):
+            return None
+        head = read_confined(root, rel, _HEAD_BYTES)
+    except (OSError, RecalldError):
+        return None
+    fields, _ = parse_frontmatter(head or "")
+    if fields.get("type") not in TYPES:
+        return None
+    name = rel.rsplit("/", 1)[-1]
+    return {"path": rel, "type": str(fields["type"]),
+            "name": " ".join(str(fields.get("name") or name[:-3]).split()),
+            "description": " ".join(str(fields.get("description") or "").split())}
+
+
+def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
+    """A sort key giving :func:`topic_entries`' order: folders and files sorted by name,
+    a folder's files before its subfolders."""
+    *folders, name = rel.split("/")
+    return (*((1, f) for f in folders), (0, name))
 
 
 def render_memory_md(entries: list[TopicEntry], digest: str) -> str:
@@ -142,11 +157,38 @@ class MemoryFile:
         self.ws = ws
         self.index = index
         self._lock = trio.Lock()
+        # What refreshes read of each note the index holds in the digest folder: path ->
+        # (the index's digest of its content then, its entry if it is a topic file).
+        self._read: dict[str, tuple[str, TopicEntry | None]] = {}
 
-    def _refresh_sync(self) -> bool:
+    def _entries(self, digest: str, touched: frozenset[str]) -> list[TopicEntry]:
+        """The topic files, in :func:`topic_entries`' order, among the notes the index
+        holds in the digest folder (and ``touched``: written just now, perhaps not
+        applied yet). A note is read again only when the index's digest of its content
+        changed: every index change refreshes, and reading every digest note each time
+        cost 0.12 s at 2,000 of them."""
+        prefix = f"{digest}/"
+        skip = f"{digest}/{INDEX_FILE}"
+        # A copy in one call: the index's applies change the dict in worker threads.
+        held = {path: info.digest for path, info in list(self.index.state.files.items())
+                if path.startswith(prefix) and path != skip}
+        held.update(dict.fromkeys(touched - {skip}, ""))  # "": no digest matches it
+        read: dict[str, tuple[str, TopicEntry | None]] = {}
+        for path, content in held.items():
+            known = self._read.get(path)
+            if known is not None and known[0] == content and path not in touched:
+                read[path] = known
+            else:
+                read[path] = (content, topic_entry(self.ws.root, path))
+        self._read = read
+        found = sorted((path for path, (_, entry) in read.items() if entry is not None),
+                       key=_walk_order)
+        return [entry for path in found[:MAX_TOPICS] if (entry := read[path][1]) is not None]
+
+    def _refresh_sync(self, touched: frozenset[str]) -> bool:
         digest = digest_folder(self.ws)
         rel = f"{digest}/{INDEX_FILE}"
-        entries = topic_entries(self.ws.root, digest)
+        entries = self._entries(digest, touched)
         current = read_confined(self.ws.root, rel)
         if current is None and not entries:
             return False
@@ -158,10 +200,11 @@ class MemoryFile:
                  len(entries))
         return True
 
-    async def refresh(self) -> bool:
-        """Rewrite ``MEMORY.md`` if it differs from the topic files; True if written."""
+    async def refresh(self, touched: Iterable[str] = ()) -> bool:
+        """Rewrite ``MEMORY.md`` if it differs from the topic files; True if written.
+        ``touched``: files just written (read again, whether the index has them yet)."""
         async with self._lock:
-            return await trio.to_thread.run_sync(self._refresh_sync)
+            return await trio.to_thread.run_sync(self._refresh_sync, frozenset(touched))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:

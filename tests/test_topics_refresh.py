@@ -1,0 +1,88 @@
+"""``MEMORY.md`` follows the topic files without reading every digest note at each change:
+the refresh reads a note again only when the index's digest of it changed (or it was
+just written), and lists what a walk of the folder would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.memory import topics
+from recalld.daemon.memory.topics import MemoryFile, topic_entries
+from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.workspaces import Workspace
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _topic(name: str, type_: str = "project") -> str:
+    return f"---\nname: {name}\ndescription: about {name}\ntype: {type_}\n---\nBody of {name}.\n"
+
+
+async def test_a_refresh_reads_only_the_digest_notes_that_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "ws"
+    # Topic files and plain notes, at the top of the digest folder and in subfolders
+    # (a folder's files come before its subfolders' in MEMORY.md, as a walk lists them).
+    for i in range(12):
+        _write(root, f"digest/wiki/n{i:02d}.md", f"# Note {i}\n\nplain words\n")
+    _write(root, "digest/zeta.md", _topic("Zeta"))
+    _write(root, "digest/personal/me.md", _topic("Me", "user"))
+    _write(root, "digest/personal/deep/more.md", _topic("More", "reference"))
+    _write(root, "digest/wiki/b-topic.md", _topic("B topic", "feedback"))
+    _write(root, "memory/2026-07-01/day.md", "# Day\n\nnot a digest note\n")
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    ws = Workspace("w", root, WorkspaceSettings())
+    index = WorkspaceIndex(ws, cfg, cpu=trio.CapacityLimiter(2),
+                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+    reads: list[str] = []
+    real = topics.topic_entry
+
+    def topic_entry(at: Path, rel: str) -> topics.TopicEntry | None:
+        reads.append(rel)
+        return real(at, rel)
+
+    memory = MemoryFile(ws, index)
+    memory_md = root / "digest" / topics.INDEX_FILE
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await index.sync()
+        monkeypatch.setattr(topics, "topic_entry", topic_entry)
+        assert await memory.refresh()
+        assert len(reads) == 16  # every digest note once; not the daily note
+        walked = topic_entries(root, "digest")
+        assert [e["path"] for e in walked] == [
+            "digest/zeta.md", "digest/personal/me.md", "digest/personal/deep/more.md",
+            "digest/wiki/b-topic.md"]
+        assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
+            walked, "digest")
+        # An edit of one note, a new topic file, a removed one: only those are read.
+        reads.clear()
+        _write(root, "digest/wiki/n03.md", _topic("Now a topic"))
+        _write(root, "digest/personal/new.md", _topic("New", "user"))
+        (root / "digest/zeta.md").unlink()
+        await index.sync()
+        assert await memory.refresh()
+        assert sorted(reads) == ["digest/personal/new.md", "digest/wiki/n03.md"]
+        walked = topic_entries(root, "digest")
+        assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
+            walked, "digest")
+        reads.clear()
+        assert not await memory.refresh() and reads == []  # nothing changed
+        # A topic file written just now, before the index applied it, is listed at once.
+        _write(root, "digest/wiki/fresh.md", _topic("Fresh"))
+        assert await memory.refresh(touched=["digest/wiki/fresh.md"])
+        assert reads == ["digest/wiki/fresh.md"]
+        assert "Fresh" in memory_md.read_text(encoding="utf-8")
+        assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
+            topic_entries(root, "digest"), "digest")
+        nursery.cancel_scope.cancel()
