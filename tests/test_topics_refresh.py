@@ -15,6 +15,7 @@ from recalld.daemon.memory import topics
 from recalld.daemon.memory.topics import MemoryFile, topic_entries
 from recalld.daemon.watcher import WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -38,6 +39,7 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
     _write(root, "digest/personal/me.md", _topic("Me", "user"))
     _write(root, "digest/personal/deep/more.md", _topic("More", "reference"))
     _write(root, "digest/wiki/b-topic.md", _topic("B topic", "feedback"))
+    _write(root, "digest/a/b.md", _topic("A B"))  # after zeta.md, though sorted before it
     _write(root, "memory/2026-07-01/day.md", "# Day\n\nnot a digest note\n")
     cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
                        config_path=tmp_path / "c.toml", persist_delay_s=0.01)
@@ -45,9 +47,10 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
     index = WorkspaceIndex(ws, cfg, cpu=trio.CapacityLimiter(2),
                            watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
     reads: list[str] = []
-    real = topics.topic_entry
+    real = topics._read_topic
 
-    def topic_entry(at: Path, rel: str) -> topics.TopicEntry | None:
+    def read_topic(at: Path, rel: str) -> tuple[topics.TopicEntry | None,
+                                                 tuple[int, int] | None]:
         reads.append(rel)
         return real(at, rel)
 
@@ -56,13 +59,13 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await index.sync()
-        monkeypatch.setattr(topics, "topic_entry", topic_entry)
+        monkeypatch.setattr(topics, "_read_topic", read_topic)
         assert await memory.refresh()
-        assert len(reads) == 16  # every digest note once; not the daily note
+        assert len(reads) == 17  # every digest note once; not the daily note
         walked = topic_entries(root, "digest")
         assert [e["path"] for e in walked] == [
-            "digest/zeta.md", "digest/personal/me.md", "digest/personal/deep/more.md",
-            "digest/wiki/b-topic.md"]
+            "digest/zeta.md", "digest/a/b.md", "digest/personal/me.md",
+            "digest/personal/deep/more.md", "digest/wiki/b-topic.md"]
         assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
             walked, "digest")
         # An edit of one note, a new topic file, a removed one: only those are read.
@@ -85,4 +88,29 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
         assert "Fresh" in memory_md.read_text(encoding="utf-8")
         assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
             topic_entries(root, "digest"), "digest")
+        # A note changed and changed back before the index saw it, read meanwhile (as
+        # a start's first refresh reads every note): not listed as it was meanwhile, since
+        # what was read did not match what the index held, so it is read again.
+        await index.sync()
+        starting = MemoryFile(ws, index)
+        _write(root, "digest/wiki/n05.md", _topic("Briefly a topic with a longer name"))
+        assert await starting.refresh()
+        assert "Briefly" in memory_md.read_text(encoding="utf-8")
+        _write(root, "digest/wiki/n05.md", "# Note 5\n\nplain words\n")
+        await index.sync()
+        assert await starting.refresh()
+        assert "Briefly" not in memory_md.read_text(encoding="utf-8")
+        # At most MAX_TOPICS, the first in the walk's order.
+        monkeypatch.setattr(topics, "MAX_TOPICS", 2)
+        assert await memory.refresh()
+        assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
+            topic_entries(root, "digest"), "digest")
+        assert "A B" in memory_md.read_text(encoding="utf-8")
         nursery.cancel_scope.cancel()
+
+
+def test_a_topic_file_is_not_hidden_where_the_index_would_pass_it_by() -> None:
+    for path in (".draft.md", "digest/.drafts/x.md", "sub/.x.md"):
+        with pytest.raises(InvalidParams, match="hidden"):
+            topics.topic_path("digest", path)
+    assert topics.topic_path("digest", "sub/x.md") == "digest/sub/x.md"

@@ -457,11 +457,16 @@ def _kept_per_term(keep: npt.NDArray[np.bool_], indptr: I64) -> I64:
     # Counted in integers made first: numpy's cumulative sum of booleans casts as it
     # goes, which holds the interpreter's lock throughout (0.05-0.4 s over 22M postings,
     # every search of the daemon waiting), where these steps release it.
+    if not len(keep):
+        return np.zeros(len(indptr) - 1, dtype=np.int64)
     kept = keep.astype(np.int32 if len(keep) < 2**31 else np.int64)
-    np.cumsum(kept, out=kept)
-    before = np.concatenate([np.zeros(1, dtype=kept.dtype), kept])
-    counts: I64 = (before[indptr[1:]] - before[indptr[:-1]]).astype(np.int64)
-    return counts
+    np.cumsum(kept, out=kept)  # kept[i]: postings kept up to and with i
+
+    def through(ends: I64) -> I64:  # postings kept before each of ``ends``
+        counted: I64 = np.where(ends > 0, kept[np.maximum(ends - 1, 0)], 0).astype(np.int64)
+        return counted
+
+    return through(indptr[1:]) - through(indptr[:-1])
 
 
 # Postings moved per step of ``_scatter``: its position arrays (16 bytes a posting) stay

@@ -84,6 +84,8 @@ class StateAccess:
         self.idle_trims = 0
         self._compaction_wanted = trio.Event()
         self._thawing = trio.Lock()
+        # The saved delta whose dicts could not be made (not tried again off the lock).
+        self._thaw_failed: object = None
 
     async def run_locked(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn(*args)`` (a search or an apply) in a worker thread, holding a CPU token
@@ -158,19 +160,21 @@ class StateAccess:
         ``index/delta.py``): else the first write that changes it makes them under the
         lock, and every search waits for that (0.35 s at 110k chunks). A background step
         after the start and every write before it call this; one at a time, so the
-        dicts are made once. Upkeep: a failure (out of memory) is logged and leaves it
-        as saved (a write then makes them, or fails, under the lock)."""
+        dicts are made once. Upkeep: a failure (out of memory) is logged, leaves it as
+        saved and is not tried again here (a write then makes them, or fails, under the
+        lock)."""
         async with self._thawing:
             # Read without the lock: a reference, and the adoption checks it is current.
             bm25 = self._state().bm25
             form = bm25.saved_delta()
-            if form is None:
+            if form is None or form is self._thaw_failed:
                 return
             try:
                 # Abandoned when cancelled: it reads only arrays nothing changes.
                 docs, post = await trio.to_thread.run_sync(form.thaw, limiter=self._cpu,
                                                            abandon_on_cancel=True)
             except Exception as exc:
+                self._thaw_failed = form
                 log.warning("keyword index: the loaded delta stays as saved (%s: %s)",
                             type(exc).__name__, exc,
                             exc_info=not isinstance(exc, MemoryError))
