@@ -4,6 +4,7 @@ just written), and lists what a walk of the folder would."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import trio
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.memory import topics
-from recalld.daemon.memory.topics import MemoryFile, topic_entries
+from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.watcher import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
@@ -22,6 +23,24 @@ def _write(root: Path, rel: str, text: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+_READ_TOPIC = topics._read_topic  # the test counts the daemon's reads: not this one's
+
+
+def topic_entries(root: Path, digest: str) -> list[topics.TopicEntry]:
+    """What a walk of the digest folder finds (folders and files sorted, a folder's files
+    first, links skipped): what MEMORY.md must list."""
+    out: list[topics.TopicEntry] = []
+    for folder, dirs, files in os.walk(root / digest):
+        dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
+        for name in sorted(files):
+            rel = (Path(folder) / name).relative_to(root).as_posix()
+            if name.endswith(".md") and rel != f"{digest}/{topics.INDEX_FILE}":
+                entry, _ = _READ_TOPIC(root, rel)
+                if entry is not None:
+                    out.append(entry)
+    return out[:topics.MAX_TOPICS]
 
 
 def _topic(name: str, type_: str = "project") -> str:
@@ -81,6 +100,7 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
             walked, "digest")
         reads.clear()
         assert not await memory.refresh() and reads == []  # nothing changed
+        assert await memory.entries() == walked and reads == []  # memory.select's
         # A topic file written just now, before the index applied it, is listed at once.
         _write(root, "digest/wiki/fresh.md", _topic("Fresh"))
         assert await memory.refresh(touched=["digest/wiki/fresh.md"])

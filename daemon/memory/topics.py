@@ -95,32 +95,10 @@ def checked_topic(text: str, where: str) -> str:
     return text
 
 
-def topic_entries(root: Path, digest: str) -> list[TopicEntry]:
-    """Every topic file under the digest folder (symbolic links skipped), by path."""
-    out: list[TopicEntry] = []
-    base = root / digest
-    for folder, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
-        for name in sorted(files):
-            rel = (Path(folder) / name).relative_to(root).as_posix()
-            if not name.endswith(".md") or rel == f"{digest}/{INDEX_FILE}":
-                continue
-            entry = topic_entry(root, rel)
-            if entry is not None:
-                out.append(entry)
-                if len(out) >= MAX_TOPICS:
-                    return out
-    return out
-
-
-def topic_entry(root: Path, rel: str) -> TopicEntry | None:
-    """The entry of ``rel`` (workspace-relative) if it is a topic file: a regular file,
-    read within the workspace, whose frontmatter has a topic ``type``."""
-    return _read_topic(root, rel)[0]
-
-
 def _read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int] | None]:
-    """:func:`topic_entry` and the (mtime_ns, size) the file had (None: not read)."""
+    """The entry of ``rel`` (workspace-relative) if it is a topic file (a regular file,
+    read within the workspace, whose frontmatter has a topic ``type``), and the
+    (mtime_ns, size) the file had (None: not read)."""
     try:
         st = os.lstat(root / rel)
         if not stat.S_ISREG(st.st_mode):
@@ -139,8 +117,8 @@ def _read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int
 
 
 def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
-    """A sort key giving :func:`topic_entries`' order: folders and files sorted by name,
-    a folder's files before its subfolders."""
+    """A sort key giving the order a walk of the folder lists files in: folders and files
+    sorted by name, a folder's files before its subfolders'."""
     *folders, name = rel.split("/")
     return (*((1, f) for f in folders), (0, name))
 
@@ -174,7 +152,7 @@ class MemoryFile:
         self._read: dict[str, tuple[str | None, TopicEntry | None]] = {}
 
     def _entries(self, held: dict[str, tuple[str, int, int] | None]) -> list[TopicEntry]:
-        """The topic files, in :func:`topic_entries`' order, among ``held``: the notes the
+        """The topic files, in :func:`_walk_order`, among ``held``: the notes the
         index holds in the digest folder, each with its (digest, mtime_ns, size) there,
         and those written just now (None: perhaps not applied yet). A note is read again
         only when the index's digest of it changed since it was read as the index had it:
@@ -215,6 +193,18 @@ class MemoryFile:
     async def refresh(self, touched: Iterable[str] = ()) -> bool:
         """Rewrite ``MEMORY.md`` if it differs from the topic files; True if written.
         ``touched``: files just written (read again, whether the index has them yet)."""
+        async with self._lock:
+            return await trio.to_thread.run_sync(self._refresh_sync,
+                                                 await self._held(touched))
+
+    async def entries(self) -> list[TopicEntry]:
+        """The topic files, as :meth:`refresh` finds them (``memory.select``'s)."""
+        async with self._lock:
+            return await trio.to_thread.run_sync(self._entries, await self._held(()))
+
+    async def _held(self, touched: Iterable[str]) -> dict[str, tuple[str, int, int] | None]:
+        """What :meth:`_entries` takes: the notes the index holds in the digest folder
+        with their (digest, mtime_ns, size), and ``touched`` with None."""
         digest = digest_folder(self.ws)
         prefix, skip = f"{digest}/", f"{digest}/{INDEX_FILE}"
 
@@ -224,10 +214,9 @@ class MemoryFile:
                     for path, info in state.files.items()
                     if path.startswith(prefix) and path != skip}
 
-        async with self._lock:
-            held = await self.index.locked(notes)
-            held.update(dict.fromkeys(set(touched) - {skip}, None))
-            return await trio.to_thread.run_sync(self._refresh_sync, held)
+        held = await self.index.locked(notes)
+        held.update(dict.fromkeys(set(touched) - {skip}, None))
+        return held
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:

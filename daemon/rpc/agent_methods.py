@@ -390,7 +390,7 @@ async def memory_select(ctx: CallContext, params: JsonObject) -> Selected:
         raise InvalidParams("param 'query' must not be empty")
     ws = ctx.workspace(agent_id)
     digest = topics.digest_folder(ws)
-    entries = await trio.to_thread.run_sync(topics.topic_entries, ws.root, digest)
+    entries = await ws.services.memory_file.entries()
 
     async def search_paths() -> list[str]:
         answer = await search(
