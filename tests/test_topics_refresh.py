@@ -130,7 +130,7 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
 
 
 def test_a_topic_file_is_not_hidden_where_the_index_would_pass_it_by() -> None:
-    for path in (".draft.md", "digest/.drafts/x.md", "sub/.x.md"):
+    for path in (".draft.md", "digest/.drafts/x.md", "sub/.x.md", "mem_metadata/x.md"):
         with pytest.raises(InvalidParams, match="hidden"):
             topics.topic_path("digest", path)
     assert topics.topic_path("digest", "sub/x.md") == "digest/sub/x.md"

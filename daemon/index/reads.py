@@ -167,6 +167,8 @@ class StateAccess:
             # Read without the lock: a reference, and the adoption checks it is current.
             bm25 = self._state().bm25
             form = bm25.saved_delta()
+            if form is not self._thaw_failed:
+                self._thaw_failed = None  # (its arrays, megabytes, are let go)
             if form is None or form is self._thaw_failed:
                 return
             try:

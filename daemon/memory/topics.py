@@ -28,6 +28,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatt
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
+from recalld.daemon.watcher import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError
@@ -41,6 +42,8 @@ MAX_TOPIC_CHARS: Final = 64_000
 MAX_DESCRIPTION_CHARS: Final = 300
 MAX_TOPICS: Final = 2_000
 _HEAD_BYTES: Final = 8 * 1024
+# Folders the index's watcher passes by (besides hidden ones).
+_IGNORED_DIRS: Final = WatcherConfig().ignore_dirs
 
 
 def digest_folder(ws: Workspace) -> str:
@@ -51,9 +54,10 @@ def topic_path(digest: str, path: str) -> str:
     """Workspace-relative path of a topic file given as ``name.md``, ``sub/name.md`` or
     ``<digest>/...``; only Markdown inside the digest folder, never the index itself."""
     parts = safepath.split_relative(path)
-    if any(part.startswith(".") for part in parts):
-        # The index passes hidden files and folders by, so MEMORY.md could not list it.
-        raise InvalidParams(f"a topic file's path has no hidden parts, not {path!r}")
+    if any(part.startswith(".") or part in _IGNORED_DIRS for part in parts):
+        # The index passes these by, so MEMORY.md could not list such a file.
+        raise InvalidParams(f"a topic file's path has no hidden parts and no "
+                            f"{', '.join(_IGNORED_DIRS)}, not {path!r}")
     rel = "/".join(parts)
     if not (rel + "/").startswith(digest + "/"):
         rel = f"{digest}/{rel}"
