@@ -109,6 +109,14 @@ def _subdir(value: object) -> str | None:
     return None
 
 
+def _notes_dir(value: object) -> str | None:
+    problem = _subdir(value)
+    if problem is None and any(p.startswith(".") for p in PurePosixPath(str(value)).parts):
+        # The watcher passes hidden folders by: no note there would ever be indexed.
+        return "must be a directory inside the workspace that is not hidden"
+    return problem
+
+
 def _url(value: object) -> str | None:
     if value == "":
         return None  # the backend's default endpoint
@@ -136,6 +144,7 @@ def _optional_between(low: int, high: int) -> Rule:
 
 
 SUBDIR = Rule(_subdir, "../outside")
+NOTES_DIR = Rule(_notes_dir, ".notes")
 URL = Rule(_url, "ftp://example.com")
 
 #: (settings class, field) -> rule. Every number has a range; every enum its values.
@@ -162,8 +171,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("WorkspaceSettings", "session_dir"): SUBDIR,
     ("WorkspaceSettings", "mem_session_dir"): SUBDIR,
     ("WorkspaceSettings", "resource_dir"): SUBDIR,
-    ("WorkspaceSettings", "daily_dir"): SUBDIR,
-    ("WorkspaceSettings", "digest_dir"): SUBDIR,
+    ("WorkspaceSettings", "daily_dir"): NOTES_DIR,
+    ("WorkspaceSettings", "digest_dir"): NOTES_DIR,
     ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000),
     # Seconds a conversation may stay idle before its turns are written (0: never).
     ("WorkspaceSettings", "auto_memory_idle_s"): between(0, 31_536_000),
