@@ -398,26 +398,26 @@ def test_a_loaded_delta_is_the_delta_that_was_saved(
     back = BM25Index.from_arrays(arrays, index.meta())
     # Read as it was saved: each term's postings and each document's length, searches,
     # counts, and a save writes the same arrays again.
-    form = back.saved_delta()
+    form = back.delta.saved_form
     assert (form is not None) == bool(index.stats()["delta_docs"])
     for word in ["alpha", "beta", "中文", "ünïcode", "w1", "w2", "x", "absent"]:
-        assert (back._delta.postings(word) or {}) == (index._delta.postings(word) or {})
+        assert (back.delta.postings(word) or {}) == (index.delta.postings(word) or {})
         assert back.doc_freq(word) == index.doc_freq(word)
         assert back.search([word], 10) == index.search([word], 10)
         assert back.score_keys([word], range(31)) == index.score_keys([word], range(31))
-    assert back._delta.lengths == index._delta.lengths
+    assert back.delta.lengths == index.delta.lengths
     assert back.live == index.live
     assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}  # this process's
-    assert back.saved_delta() is form  # all of that read it as saved
+    assert back.delta.saved_form is form  # all of that read it as saved
     for _ in range(2):  # as saved, then as dicts
         again = back.to_arrays()
-        assert back.saved_delta() in (form, None)
+        assert back.delta.saved_form in (form, None)
         assert set(again) == set(arrays)
         assert all(np.array_equal(again[name], arrays[name]) for name in arrays)
-        back._delta.thaw()
-        assert back.saved_delta() is None
-        assert back._delta.docs == index._delta.docs
-        assert back._delta._post == index._delta._post
+        back.delta.thaw()
+        assert back.delta.saved_form is None
+        assert back.delta.docs == index.delta.docs
+        assert back.delta.post == index.delta.post
 
 
 def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_count() -> None:
@@ -439,10 +439,10 @@ def test_a_saved_delta_that_lists_a_term_twice_in_a_document_keeps_the_last_coun
     back = BM25Index.from_arrays(arrays, {**index.meta(), "docs": 8,
                                           "total_len": main_len + 8 + 0 + 4})
     # Made into dicts at once: a merge of the arrays as they are would count it twice.
-    assert back.saved_delta() is None
-    assert back._delta.docs == {10: ({"a": 5, "长词": 1}, 8), 11: ({}, 0),
+    assert back.delta.saved_form is None
+    assert back.delta.docs == {10: ({"a": 5, "长词": 1}, 8), 11: ({}, 0),
                                 12: ({"长词": 3, "b": 1}, 4)}
-    assert back._delta._post == {"a": {10: 5}, "长词": {10: 1, 12: 3}, "b": {12: 1}}
+    assert back.delta.post == {"a": {10: 5}, "长词": {10: 1, 12: 3}, "b": {12: 1}}
     assert len(back) == 8 and back.stats()["delta_docs"] == 3
 
 
@@ -511,11 +511,11 @@ def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
     _apply_ops(index, delta)
     back = BM25Index.from_arrays(index.to_arrays(), index.meta())
     back.compact_inline = False
-    form = back.saved_delta()
+    form = back.delta.saved_form
     assert (form is not None) == bool(index.stats()["delta_docs"])
     assert back.search(["alpha", "w1"], 50) == index.search(["alpha", "w1"], 50)
-    assert back.saved_delta() is form  # searches read it as saved
-    in_main = [k for k in range(len(first)) if k in index and k not in index._delta]
+    assert back.delta.saved_form is form  # searches read it as saved
+    in_main = [k for k in range(len(first)) if k in index and k not in index.delta]
     for one in (index, back):
         if then == "merge":
             one.compact()
@@ -540,15 +540,15 @@ def test_a_delta_read_as_saved_answers_and_changes_as_the_one_it_was(
                                           list(range(1000, 1080))))], stage=True)
             one.merge_staged()
         if then in ("pass", "save", "remove from main") and one is back:
-            assert one.saved_delta() is form  # none of these changed the delta
+            assert one.delta.saved_form is form  # none of these changed the delta
         elif then in ("adopt", "write before adopt") and form is not None and one is back:
             docs, post = form.thaw()
             if then == "write before adopt":
                 _apply_ops(one, after[:1])  # made the dicts if it changed the delta
-            still = one.saved_delta() is form
+            still = one.delta.saved_form is form
             assert still or then != "adopt"
             assert one.adopt_delta(form, docs, post) == still
-            assert one.saved_delta() is None
+            assert one.delta.saved_form is None
         _apply_ops(one, after)
     assert back.live == index.live
     assert {**back.stats(), "merges": 0} == {**index.stats(), "merges": 0}

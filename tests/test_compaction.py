@@ -138,7 +138,7 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
                 await index.sync()
                 i += 1
         # The failure is recorded (retry postponed) before the merge may succeed again.
-        await until(lambda: index.state.bm25._compact_retry_at > 0, "the failure noted", 60)
+        await until(lambda: index.state.bm25.compaction_retry_at > 0, "the failure noted", 60)
         failing.clear()
         # Still serving: searches answer, edits apply.
         with trio.fail_after(60):
@@ -149,7 +149,7 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
         # Not tried again before there is twice as much to do: the delta is past its
         # limit (4), the retry waits for delta + dead rows to reach twice the failure's.
         bm = index.state.bm25
-        retry_at = bm._compact_retry_at
+        retry_at = bm.compaction_retry_at
         assert bm.stats()["delta_docs"] > 4 and not bm.compaction_due()
         assert bm.stats()["delta_docs"] + bm.stats()["dead_rows"] < retry_at
         with trio.fail_after(60):

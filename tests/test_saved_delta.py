@@ -92,24 +92,24 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         bm25 = index.state.bm25
-        form = bm25.saved_delta()
+        form = bm25.delta.saved_form
         assert form is not None
         assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
         assert await _paths(index, "marker3") == _names(3)
         assert len(await _paths(index, "first")) == MAIN_NOTES - 5
-        assert bm25.saved_delta() is form  # the searches read it as saved
+        assert bm25.delta.saved_form is form  # the searches read it as saved
         if first == "a write":
             # Before the start is over: the write makes the dicts first, off the lock
             # (the watch waits for the start too, so the apply is called as it would).
             _note(root, 2, "third words")
             _note(root, 103, "third words")
             await index.apply_paths({_names(2)[0], _names(103)[0]})
-            assert bm25.saved_delta() is None
+            assert bm25.delta.saved_form is None
             assert await _paths(index, "third") == _names(2, 103)
             assert await _paths(index, "second") == _names(0, 1, 3, 4, 100, 101, 102)
         started.set()
-        await until(lambda: bm25.saved_delta() is None, "the delta's dicts", 60)
-        await until(lambda: index._commits.checked.is_set(), "the checksums", 60)
+        await until(lambda: bm25.delta.saved_form is None, "the delta's dicts", 60)
+        await until(lambda: index.status()["load_checked"], "the checksums", 60)
         second = _names(0, 1, 3, 4, 100, 101, 102) if first == "a write" else _names(
             0, 1, 2, 3, 4, 100, 101, 102)
         assert await _paths(index, "second") == second
@@ -152,13 +152,13 @@ async def test_a_failure_to_make_the_dicts_after_the_start_leaves_the_delta_as_s
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await until(lambda: bool(failed), "the background step", 60)
-        await until(lambda: index._commits.checked.is_set(), "the checksums", 60)
+        await until(lambda: index.status()["load_checked"], "the checksums", 60)
         bm25 = index.state.bm25
-        assert bm25.saved_delta() is not None  # still served as saved
+        assert bm25.delta.saved_form is not None  # still served as saved
         assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
         _note(root, 1, "fifth words")  # a write has the dicts made first
         await index.sync()
-        assert bm25.saved_delta() is None
+        assert bm25.delta.saved_form is None
         assert await _paths(index, "fifth") == _names(1)
         assert await _paths(index, "second") == _names(0, 2, 3, 4, 100, 101, 102)
         nursery.cancel_scope.cancel()

@@ -25,7 +25,7 @@ def _write(root: Path, rel: str, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-_READ_TOPIC = topics._read_topic  # the test counts the daemon's reads: not this one's
+_READ_TOPIC = topics.read_topic  # the test counts the daemon's reads: not this one's
 
 
 def topic_entries(root: Path, digest: str) -> list[topics.TopicEntry]:
@@ -66,7 +66,7 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
     index = WorkspaceIndex(ws, cfg, cpu=trio.CapacityLimiter(2),
                            watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
     reads: list[str] = []
-    real = topics._read_topic
+    real = topics.read_topic
 
     def read_topic(at: Path, rel: str) -> tuple[topics.TopicEntry | None,
                                                  tuple[int, int] | None]:
@@ -78,7 +78,7 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await index.sync()
-        monkeypatch.setattr(topics, "_read_topic", read_topic)
+        monkeypatch.setattr(topics, "read_topic", read_topic)
         assert await memory.refresh()
         assert len(reads) == 17  # every digest note once; not the daily note
         walked = topic_entries(root, "digest")

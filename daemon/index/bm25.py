@@ -496,17 +496,25 @@ class BM25Index:
         once there is twice as much to do (call under the owner's lock)."""
         self._compaction_failed(exc)
 
-    def saved_delta(self) -> SavedDelta | None:
-        """The delta's saved form while a load left it so and nothing changed it yet:
-        :meth:`SavedDelta.thaw` makes its dicts off the owner's lock, :meth:`adopt_delta`
-        takes them (the first write or merge would make them under it otherwise)."""
-        return self._delta.saved_form
+    @property
+    def delta(self) -> Delta:
+        """The documents not merged into main yet (read it; changes go through the
+        index's writes)."""
+        return self._delta
+
+    @property
+    def compaction_retry_at(self) -> int:
+        """After a compaction failed: how many delta documents and dead rows there must
+        be before the next is tried (0: none failed since the last merge)."""
+        return self._compact_retry_at
 
     def adopt_delta(self, saved_form: SavedDelta, docs: DeltaDocs, post: DeltaPostings
                     ) -> bool:
-        """Take the dicts ``saved_form.thaw()`` made (call under the owner's lock);
-        False, nothing changed, if something made them meanwhile. What searches see does
-        not change."""
+        """Take the dicts ``saved_form.thaw()`` made off the owner's lock, while the delta
+        is still read from that form (``delta.saved_form``: a load leaves it so, and the
+        first write that changes it would make them under the lock). Call under the
+        owner's lock. False, nothing changed, if something made them meanwhile. What
+        searches see does not change."""
         return self._delta.adopt(saved_form, docs, post)
 
     def _set_main(self, seg: Segment) -> None:

@@ -150,6 +150,13 @@ class Delta:
         self.thaw()
         return self._docs
 
+    @property
+    def post(self) -> DeltaPostings:
+        """Its postings as dicts, term by term (made now if it is still the saved form;
+        do not change them)."""
+        self.thaw()
+        return self._post
+
     def thaw(self) -> None:
         """Make the dicts now if it is still the saved form."""
         if self._saved is not None:

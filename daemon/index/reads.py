@@ -166,7 +166,7 @@ class StateAccess:
         async with self._thawing:
             # Read without the lock: a reference, and the adoption checks it is current.
             bm25 = self._state().bm25
-            form = bm25.saved_delta()
+            form = bm25.delta.saved_form
             if form is not self._thaw_failed:
                 self._thaw_failed = None  # (its arrays, megabytes, are let go)
             if form is None or form is self._thaw_failed:

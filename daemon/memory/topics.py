@@ -99,7 +99,7 @@ def checked_topic(text: str, where: str) -> str:
     return text
 
 
-def _read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int] | None]:
+def read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int] | None]:
     """The entry of ``rel`` (workspace-relative) if it is a topic file (a regular file,
     read within the workspace, whose frontmatter has a topic ``type``), and the
     (mtime_ns, size) the file had (None: not read)."""
@@ -168,7 +168,7 @@ class MemoryFile:
             if info is not None and known is not None and known[0] == info[0]:
                 read[path] = known
                 continue
-            entry, seen = _read_topic(self.ws.root, path)
+            entry, seen = read_topic(self.ws.root, path)
             # Kept under the index's digest only if the file was what the index read:
             # else (changed since, not applied yet) it is read again next time, so an
             # edit undone before the index saw it is not listed as it was meanwhile.
