@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from hooks import run_first
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
@@ -36,14 +37,12 @@ async def test_a_search_is_answered_while_a_commit_copies_its_files(
     # The copies of the first commit's files wait until the search below was answered
     # (or gave up: then the copies were made under the lock it waits for).
     copying, release = threading.Event(), threading.Event()
-    real = arrays.map_arrays
 
-    def map_arrays(*args: object, **kwargs: object) -> arrays.Mapped:
+    def hold() -> None:
         copying.set()
         release.wait(120)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(arrays, "map_arrays", map_arrays)
+    run_first(monkeypatch, arrays, "map_arrays", hold)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(index.run)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from hooks import run_first
 from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
@@ -53,15 +54,13 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
     index = _index(tmp_path, root, monkeypatch)
     # Once armed, a merge waits until released (in its worker thread).
     armed, merging, release = threading.Event(), threading.Event(), threading.Event()
-    real = postings.merge
 
-    def merge(*args: object, **kwargs: object) -> object:
+    def hold() -> None:
         if armed.is_set():
             merging.set()
             release.wait(120)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(postings, "merge", merge)
+    run_first(monkeypatch, postings, "merge", hold)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(index.run)
@@ -116,15 +115,13 @@ async def test_a_compaction_that_fails_leaves_the_index_serving_and_is_tried_aga
     # however far the edits run ahead of it.
     monkeypatch.setattr(bm25, "BACKSTOP_FACTOR", 1000)
     failing, failed = threading.Event(), threading.Event()
-    real = postings.merge
 
-    def merge(*args: object, **kwargs: object) -> object:
+    def fault() -> None:
         if failing.is_set():
             failed.set()
             raise RuntimeError("a fault in the merge")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(postings, "merge", merge)
+    run_first(monkeypatch, postings, "merge", fault)
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await _settled(index)
