@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol, TypedDict, TypeVar, TypeVarTuple
+from typing import Final, Protocol, TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
@@ -87,6 +87,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: Folders the watcher passes by (besides hidden ones): the daemon's own state.
+IGNORE_DIRS: Final = ("mem_metadata",)
+
+
 @dataclass(frozen=True, slots=True)
 class WatcherConfig:
     reconcile_interval_s: float = 300.0
@@ -102,7 +106,13 @@ class WatcherConfig:
     # in the background (a first build of a large workspace takes minutes; the daemon
     # serves meanwhile and ``sync`` waits for it).
     reconcile_before_ready: bool = True
-    ignore_dirs: tuple[str, ...] = ("mem_metadata",)
+    ignore_dirs: tuple[str, ...] = IGNORE_DIRS
+
+
+def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
+    """Whether the watcher passes the workspace-relative ``rel`` by: a hidden part, or a
+    folder of ``ignore_dirs``."""
+    return any(p.startswith(".") or p in ignore_dirs for p in rel.split("/"))
 
 
 class _ScanToken:
@@ -295,7 +305,7 @@ class Watcher:
         return None
 
     def _ignored(self, rel: str) -> bool:
-        return any(p.startswith(".") or p in self._config.ignore_dirs for p in rel.split("/"))
+        return passed_by(rel, self._config.ignore_dirs)
 
     def is_note(self, rel: str) -> bool:
         """Whether a workspace-relative path names a file the consumer indexes."""

@@ -28,7 +28,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatt
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
-from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.watcher import IGNORE_DIRS, passed_by
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError
@@ -42,8 +42,6 @@ MAX_TOPIC_CHARS: Final = 64_000
 MAX_DESCRIPTION_CHARS: Final = 300
 MAX_TOPICS: Final = 2_000
 _HEAD_BYTES: Final = 8 * 1024
-# Folders the index's watcher passes by (besides hidden ones).
-_IGNORED_DIRS: Final = WatcherConfig().ignore_dirs
 
 
 def digest_folder(ws: Workspace) -> str:
@@ -53,12 +51,10 @@ def digest_folder(ws: Workspace) -> str:
 def topic_path(digest: str, path: str) -> str:
     """Workspace-relative path of a topic file given as ``name.md``, ``sub/name.md`` or
     ``<digest>/...``; only Markdown inside the digest folder, never the index itself."""
-    parts = safepath.split_relative(path)
-    if any(part.startswith(".") or part in _IGNORED_DIRS for part in parts):
-        # The index passes these by, so MEMORY.md could not list such a file.
+    rel = "/".join(safepath.split_relative(path))
+    if passed_by(rel):  # the index passes it by, so MEMORY.md could not list it
         raise InvalidParams(f"a topic file's path has no hidden parts and no "
-                            f"{', '.join(_IGNORED_DIRS)}, not {path!r}")
-    rel = "/".join(parts)
+                            f"{', '.join(IGNORE_DIRS)}, not {path!r}")
     if not (rel + "/").startswith(digest + "/"):
         rel = f"{digest}/{rel}"
     if not rel.endswith(".md") or rel == f"{digest}/{INDEX_FILE}":
@@ -172,12 +168,11 @@ class MemoryFile:
             # Kept under the index's digest only if the file was what the index read:
             # else (changed since, not applied yet) it is read again next time, so an
             # edit undone before the index saw it is not listed as it was meanwhile.
-            same = info is not None and seen == info[1:]
-            read[path] = (info[0] if same and info is not None else None, entry)
+            read[path] = (info[0] if info is not None and seen == info[1:] else None, entry)
         self._read = read
-        found = sorted((path for path, (_, entry) in read.items() if entry is not None),
-                       key=_walk_order)
-        return [entry for path in found[:MAX_TOPICS] if (entry := read[path][1]) is not None]
+        found = sorted(((path, entry) for path, (_, entry) in read.items() if entry is not None),
+                       key=lambda found: _walk_order(found[0]))
+        return [entry for _, entry in found[:MAX_TOPICS]]
 
     def _refresh_sync(self, held: dict[str, tuple[str, int, int] | None]) -> bool:
         digest = digest_folder(self.ws)
