@@ -16,9 +16,15 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import sys
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recalld.daemon.supervisor import Supervisor
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 SWITCH_INTERVAL_S = 0.001
@@ -29,6 +35,9 @@ MALLOC_ARENAS = 2
 MALLOC_MMAP_MIN_BYTES = 4 << 20
 # What OpenBLAS reads for its thread count, in its order.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+# The signals the supervisor receives while the loop runs; outside it, the default action
+# of the first two ends the process, SIGINT raises KeyboardInterrupt.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
@@ -154,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger().setLevel(level)
 
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _outside_the_receiver(supervisor))
     try:
         # Searches answer on the event loop while rebuilds and backfills run in worker
         # threads; a 1 ms GIL switch interval (Python's default is 5 ms) bounds how long a
@@ -174,14 +185,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
             return EXIT_FAILURE
         if isinstance(exc, KeyboardInterrupt):
+            # SIGINT outside the supervisor's receiver (before it opened, or held unread
+            # as it closed): a stop like any other.
+            log.info("recalld stopped")
             return EXIT_OK
         if not isinstance(exc, Exception):
             raise
         log.exception("recalld stopped on an unexpected error")
         print(f"recalld: stopped on an unexpected error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    finally:
+        # Nothing is left to stop, up to the process's very end (the interpreter's own
+        # finalisation gives Python handlers back the default action).
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
     log.info("recalld stopped")
     return EXIT_OK
+
+
+def _outside_the_receiver(supervisor: Supervisor) -> Callable[[int, FrameType | None], None]:
+    """The handler of SIGTERM and SIGHUP while the supervisor's signal receiver is not
+    open. Before it opens: the default action, as before the daemon started. Once it has
+    been open the daemon is stopping: a repeated signal, or one the receiver held unread
+    and raises again as it closes, lets the stop go on; the default action would cut it
+    off (a clean stop ending with -15). Installed before the loop starts, the receiver
+    puts it back when it closes; once the loop has ended, the signals are ignored."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not supervisor.signals_taken:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    return handler
 
 
 if __name__ == "__main__":

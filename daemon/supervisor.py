@@ -17,7 +17,8 @@ Start order (each step only once the previous one can serve):
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
 (in-flight calls get ``graceful_timeout_s``), pending conversation turns are queued for
 auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
-restart), then the workspaces close. SIGHUP reloads
+restart), then the workspaces close; a second one stops at once (``main.py`` keeps
+any that come after the receiver closed from killing the process). SIGHUP reloads
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
@@ -138,6 +139,9 @@ class Supervisor:
         # The start's second stage (the workspaces' other services), cancelled by a stop
         # that comes while the server already answers searches.
         self._opening_scope: trio.CancelScope | None = None
+        #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
+        #: comes while the daemon stops (see ``main.py``).
+        self.signals_taken = False
 
     @property
     def config(self) -> DaemonConfig:
@@ -150,6 +154,7 @@ class Supervisor:
         # Receive signals before anything else: a SIGTERM during start-up must not kill
         # us with the default handler while the lock and socket are half set up.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            self.signals_taken = True
             prepare_data_dirs(cfg)
             with data_dir_lock(cfg.state_dir, cfg.data_dir):
                 # Claim the socket before the slow part of start-up, so a second daemon

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +82,28 @@ def test_ready_watchdog_and_stopping(daemon_factory: DaemonFactory, short_dir: P
         assert not d.socket_path.exists()
     finally:
         fake.close()
+
+
+def test_stop_signals_repeated_while_it_stops_let_the_stop_end_cleanly(
+        daemon_factory: DaemonFactory) -> None:
+    # systemd, a process manager or an impatient user may signal again while the daemon
+    # stops: a second SIGTERM stops at once, and whatever comes after the supervisor's
+    # receiver has closed (or sits unread in it as it closes) must not kill the process
+    # with the default action half-way through its exit.
+    d = daemon_factory()
+    assert d.call("daemon.ping")["pong"] is True
+    d.signal(signal.SIGTERM)
+    d.signal(signal.SIGTERM)  # the second: stop at once
+    sent = 0
+    while True:  # and more until it has exited
+        try:
+            code = d.proc.wait(timeout=0.002)
+            break
+        except subprocess.TimeoutExpired:
+            d.signal((signal.SIGTERM, signal.SIGHUP, signal.SIGINT)[sent % 3])
+            sent += 1
+    assert code == 0, d.log()[-2000:]
+    assert "recalld stopped" in d.log()
 
 
 def test_no_watchdog_without_watchdog_usec(daemon_factory: DaemonFactory, short_dir: Path) -> None:
