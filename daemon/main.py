@@ -101,6 +101,9 @@ def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the daemon to its end and return the exit status. A process's entry point:
+    once the daemon has started, it keeps SIGTERM, SIGHUP and SIGINT for good (ignored
+    after it returns), so that no signal cuts a stop short."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         args = args[1:]
@@ -170,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # threads; a 1 ms GIL switch interval (Python's default is 5 ms) bounds how long a
         # search waits behind a CPU-bound thread.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        trio.run(supervisor.run)
+        trio.run(_serve, supervisor)
     except BaseException as exc:
         taken = _find(exc, AlreadyServing)
         if taken is not None:
@@ -185,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
             return EXIT_FAILURE
         if isinstance(exc, KeyboardInterrupt):
-            # SIGINT outside the supervisor's receiver (before it opened, or held unread
-            # as it closed): a stop like any other.
+            # SIGINT before the supervisor's receiver opened: a stop like any other.
             log.info("recalld stopped")
             return EXIT_OK
         if not isinstance(exc, Exception):
@@ -203,16 +205,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _outside_the_receiver(supervisor: Supervisor) -> Callable[[int, FrameType | None], None]:
-    """The handler of SIGTERM and SIGHUP while the supervisor's signal receiver is not
-    open. Before it opens: the default action, as before the daemon started. Once it has
-    been open the daemon is stopping: a repeated signal, or one the receiver held unread
-    and raises again as it closes, lets the stop go on; the default action would cut it
-    off (a clean stop ending with -15). Installed before the loop starts, the receiver
-    puts it back when it closes; once the loop has ended, the signals are ignored."""
+async def _serve(supervisor: Supervisor) -> None:
+    # trio's own SIGINT handler (KeyboardInterrupt into the run) stays in charge until the
+    # supervisor's receiver opens; after that, a SIGINT must not cut the exit short.
+    signal.signal(signal.SIGINT, _outside_the_receiver(supervisor, signal.getsignal(signal.SIGINT)))
+    await supervisor.run()
+
+
+def _outside_the_receiver(
+        supervisor: Supervisor, before: object = signal.SIG_DFL,
+) -> Callable[[int, FrameType | None], None]:
+    """The handler of a stop signal while the supervisor's signal receiver is not open.
+    Before it opens: ``before`` (a handler, or the default action), as if the daemon had
+    not started. Once it has been open the daemon is stopping: a repeated signal, or one
+    the receiver held unread and raises again as it closes, lets the stop go on; the
+    default action would cut it off (a clean stop ending with -15, or a KeyboardInterrupt
+    in the middle of the last save). Installed before the receiver opens, the receiver
+    puts it back when it closes; once the loop has ended the signals are ignored, so from
+    the first stop signal on, only SIGKILL ends the process before its exit is done."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if not supervisor.signals_taken:
+        if supervisor.signals_taken:
+            return
+        if callable(before):
+            before(signum, frame)
+        else:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
 

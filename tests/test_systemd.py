@@ -93,7 +93,7 @@ def test_stop_signals_repeated_while_it_stops_let_the_stop_end_cleanly(
     d = daemon_factory()
     assert d.call("daemon.ping")["pong"] is True
     d.signal(signal.SIGTERM)
-    d.signal(signal.SIGTERM)  # the second: stop at once
+    d.signal(signal.SIGTERM)  # a second (trio may merge it with the first)
     sent = 0
     while True:  # and more until it has exited
         try:
