@@ -56,8 +56,8 @@ tools), :mod:`~recalld.ipc.agentscope_tools` (``memory_search``, ``add_memory`` 
 every tool shares), :mod:`~recalld.ipc.agentscope_mem0` (:class:`RecalldMem0Middleware`
 and its tools), :mod:`~recalld.ipc.agentscope_workspace` (workspace names, modes, the
 agent's models) and :mod:`~recalld.ipc.agentscope_messages` (what goes in and out of an
-agent's context). Importing any of them needs AgentScope; nothing else in
-:mod:`recalld.ipc` imports them.
+agent's context). Importing any of them but ``agentscope_workspace`` needs AgentScope;
+nothing else in :mod:`recalld.ipc` imports them.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
 class RecalldMemoryMiddleware(MiddlewareBase):
-    """AgentScope middleware giving agents recalld long-term memory (module docstring)."""
+    """AgentScope middleware giving agents recalld long-term memory (see
+    :mod:`recalld.ipc.agentscope`)."""
 
     #: Size cap of the block injected before a reply (``memory.recall``'s budget_chars).
     recall_budget_chars: int = 4000
