@@ -1,0 +1,308 @@
+"""RecalldMem0Middleware: a drop-in for AgentScope's ``Mem0Middleware``.
+
+The middleware (its constructor keywords, modes and injection are Mem0's) and its tools
+``search_memory`` and ``add_memory``; the user's workspace is opened with the agent's
+models as for :class:`~recalld.ipc.agentscope_memory.RecalldMemoryMiddleware`.
+Background writes (``await_write=False``) are asyncio tasks that :meth:`close` waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from agentscope.event import ReplyStartEvent
+from agentscope.message import AssistantMsg, HintBlock, Msg
+from agentscope.middleware import MiddlewareBase
+from agentscope.tool import ToolBase, ToolChunk
+
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agentscope_messages import MEMORY_MSG_NAME, _msg_text, _query_text
+from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
+from recalld.ipc.agentscope_workspace import (
+    _DAEMON_ERRORS,
+    Mode,
+    _check_mode,
+    _open_workspace,
+    model_overrides,
+    workspace_name,
+)
+from recalld.ipc.answers import JsonObject, NoteAdded
+
+if TYPE_CHECKING:
+    from agentscope.agent import Agent
+
+# The adapter logs under its public module's name, wherever the code lives.
+log = logging.getLogger("recalld.ipc.agentscope")
+
+MEM0_SECTION_HEADER = "## Relevant memories from past conversations"
+MEM0_SECTION_INTRO = ("The following memories about the user may be relevant. "
+                      "Use them only if they are pertinent to the current request.")
+MEM0_TOOL_INSTRUCTIONS = (
+    "## Long-term memory\n\n"
+    "You have `search_memory` and `add_memory` tools available. Use them whenever the "
+    "conversation depends on (search) or contributes (add) a durable fact about the user "
+    "— see each tool's own description for the exact input shape and usage guidance."
+)
+#: Name of the notes the Mem0-compatible middleware writes (one per writing agent a day).
+MEM0_NOTE_NAME = "mem0"
+
+
+class RecalldMem0Middleware(MiddlewareBase):
+    """A drop-in for AgentScope's ``Mem0Middleware`` backed by the recalld daemon.
+
+    Same constructor keywords, modes, tools and injection; swapping is one line::
+
+        memory = RecalldMem0Middleware(user_id="alice", agent_id="coder", mode="both")
+
+    - ``user_id`` names whose memory it is: the recalld workspace of that name
+      (:func:`workspace_name` of it), so every agent of one user shares one workspace.
+    - ``agent_id`` is the writing agent: every note this middleware writes records it as
+      ``author`` in its frontmatter. With ``scope_search_by_agent`` (default true, as in
+      Mem0) searches only return notes whose ``author`` is this ``agent_id`` (the
+      ``author`` search filter); off, or without ``agent_id``, the user's whole workspace.
+    - ``static_control`` / ``both``: before a reply, the user's text is searched (``top_k``
+      hits, at least ``threshold``: the daemon's score, BM25 or fused) and the memories
+      are injected when the reply starts; after it, the exchange is stored as a note (Mem0
+      stores it after extraction; the note is searchable at once). ``await_write=False``
+      stores it in the background.
+    - ``agent_control`` / ``both``: tools ``search_memory(keywords, limit)`` (each keyword
+      searched, results merged and de-duplicated) and ``add_memory(thinking, content)``
+      (only ``content`` is stored).
+    - ``chat_model`` and ``embedding_model`` are handed to the daemon for the user's
+      workspace (as for :class:`RecalldMemoryMiddleware`): its auto_memory and dream jobs
+      and its vectors use them. ``client`` and ``mem0_config`` are accepted for the
+      one-line swap and not used.
+    """
+
+    def __init__(
+        self,
+        *,
+        user_id: str,
+        client: object = None,
+        chat_model: object = None,
+        embedding_model: object = None,
+        mem0_config: object = None,
+        mode: Mode = "both",
+        agent_id: str | None = None,
+        top_k: int = 5,
+        threshold: float | None = None,
+        scope_search_by_agent: bool = True,
+        await_write: bool = True,
+        memory_section_header: str = MEM0_SECTION_HEADER,
+        memory_section_intro: str = MEM0_SECTION_INTRO,
+        tool_instructions: str = MEM0_TOOL_INSTRUCTIONS,
+        socket_path: str | Path | None = None,
+        autostart: bool = False,
+        timeout_s: float = 30.0,
+        daemon_client: AsyncClient | None = None,
+    ) -> None:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ValueError("RecalldMem0Middleware requires a non-empty `user_id`.")
+        _check_mode(mode, top_k)
+        unused = [name for name, value in (("client", client), ("mem0_config", mem0_config))
+                  if value is not None]
+        if unused:
+            log.warning("RecalldMem0Middleware: %s not used; the recalld daemon's own "
+                        "configuration serves this memory", ", ".join(unused))
+        #: ``workspace.open``'s config: the agent's own models for the user's workspace.
+        self.models = model_overrides(chat_model, embedding_model)
+        self.user_id = user_id
+        self.workspace = workspace_name(user_id)
+        self.agent_id = agent_id
+        self.mode: Mode = mode
+        self.top_k = top_k
+        self.threshold = threshold
+        self.scope_search_by_agent = scope_search_by_agent
+        self.await_write = await_write
+        self.memory_section_header = memory_section_header
+        self.memory_section_intro = memory_section_intro
+        self.tool_instructions = tool_instructions
+        self._owns_client = daemon_client is None
+        self.client = daemon_client or AsyncClient(socket_path, timeout_s=timeout_s,
+                                                     autostart=autostart)
+        self._opened = False
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def _open(self) -> None:
+        if not self._opened:
+            await _open_workspace(self.client, self.workspace, self.models)
+            self._opened = True
+
+    async def search_memories(self, query: str, limit: int | None = None) -> list[str]:
+        """Memory texts for ``query`` (``[path:lines] text``), scoped as configured."""
+        await self._open()
+        scoped = self.scope_search_by_agent and self.agent_id
+        response = await self.client.search(
+            self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
+            filters={"author": self.agent_id} if scoped else None)
+        return [f"[{hit.path}:{hit.start_line}-{hit.end_line}] {' '.join(hit.text.split())}"
+                for hit in response]
+
+    async def add_memory_text(self, text: str) -> NoteAdded:
+        """Store ``text`` as a note of the day, recording this agent as its author."""
+        await self._open()
+        writer = self.agent_id or "agent"
+        return await self.client.add_note(
+            self.workspace, text, session_id=f"mem0-{workspace_name(writer)}"[:128],
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id)
+
+    async def wait_writes(self) -> None:
+        """Wait for background writes (``await_write=False``) to finish."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish background writes, close the daemon connection if owned. Idempotent."""
+        await self.wait_writes()
+        if self._owns_client:
+            await self.client.aclose()
+
+    def _memory_message(self, memories: Sequence[str]) -> Msg:
+        bullets = "\n".join(f"- {m}" for m in memories)
+        return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(
+            hint=f"{self.memory_section_header}\n{self.memory_section_intro}\n{bullets}")])
+
+    async def _write(self, text: str) -> None:
+        try:
+            await self.add_memory_text(text)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld add_note for %s failed: %s", self.workspace, exc)
+
+    async def on_reply(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
+        if self.mode == "agent_control":
+            async for item in next_handler(**input_kwargs):
+                yield item
+            return
+        query = _query_text(input_kwargs.get("inputs"))
+        memories: list[str] = []
+        if query:
+            try:
+                memories = await self.search_memories(query)
+            except _DAEMON_ERRORS as exc:
+                log.warning("recalld search for %s failed: %s", self.workspace, exc)
+        final: Msg | None = None
+        injected = False
+        try:
+            async for item in next_handler(**input_kwargs):
+                if not injected and memories and isinstance(item, ReplyStartEvent):
+                    agent.state.context.append(self._memory_message(memories))
+                    injected = True
+                if isinstance(item, Msg) and item.role == "assistant":
+                    final = item
+                yield item
+        finally:
+            answer = _msg_text(final) if final is not None else ""
+            if query and answer:
+                exchange = f"User: {query}\nAssistant: {answer}"
+                if self.await_write:
+                    await self._write(exchange)
+                else:
+                    task = asyncio.get_running_loop().create_task(self._write(exchange))
+                    self._writes.add(task)
+                    task.add_done_callback(self._writes.discard)
+
+    async def on_system_prompt(self, agent: Agent, current_prompt: str) -> str:
+        if self.mode == "static_control":
+            return current_prompt
+        return f"{current_prompt}\n\n{self.tool_instructions}"
+
+    async def list_tools(self) -> list[ToolBase]:
+        """``search_memory`` and ``add_memory`` unless the mode is ``static_control``."""
+        if self.mode == "static_control":
+            return []
+        return [Mem0SearchMemoryTool(self), Mem0AddMemoryTool(self)]
+
+
+class _Mem0Tool(_AllowedTool):
+    """Mem0-compatible tools: the workspace is the middleware's user."""
+
+    is_state_injected = False
+
+    schema: ClassVar[JsonObject] = {}
+
+    def __init__(self, middleware: RecalldMem0Middleware) -> None:
+        super().__init__()
+        self._mw = middleware
+        self.input_schema = dict(self.schema)
+
+
+class Mem0SearchMemoryTool(_Mem0Tool):
+    """``search_memory(keywords, limit)``: each keyword searched, merged, de-duplicated."""
+
+    name = "search_memory"
+    description = ("Retrieve memories based on short, targeted search keywords. Each keyword "
+                   "is issued as an independent query; results are merged and deduplicated.")
+    is_concurrency_safe = True
+    is_read_only = True
+    schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "properties": {
+            "keywords": {"type": "array", "items": {"type": "string"},
+                         "description": "Short, targeted search phrases such as a person's "
+                                        "name, a specific date, a location, or a phrase "
+                                        "describing what to retrieve from memory."},
+            "limit": {"type": "integer",
+                      "description": "Maximum number of memories to retrieve per keyword.",
+                      "default": 5},
+        },
+        "required": ["keywords"],
+    }
+
+    async def call(self, keywords: Sequence[str] | str = (), limit: int = 5,
+                   **_: object) -> ToolChunk:
+        words = _facts(keywords)
+        if not words:
+            return _chunk("(no keywords supplied — nothing to search)")
+        try:
+            per_keyword = await asyncio.gather(
+                *(self._mw.search_memories(w, max(1, int(limit))) for w in words))
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"Error retrieving memory: {exc}", error=True)
+        merged = list(dict.fromkeys(m for found in per_keyword for m in found))
+        if not merged:
+            return _chunk("(no relevant memories found)")
+        return _chunk("\n".join(f"- {m}" for m in merged))
+
+
+class Mem0AddMemoryTool(_Mem0Tool):
+    """``add_memory(thinking, content)``: only ``content`` is stored."""
+
+    name = "add_memory"
+    description = ("Record important, durable information that may be useful later. Only "
+                   "the provided content is persisted; thinking is retained in the tool "
+                   "result for auditability.")
+    is_concurrency_safe = False
+    is_read_only = False
+    schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "properties": {
+            "thinking": {"type": "string",
+                         "description": "Reasoning about why this information is worth "
+                                        "remembering. This is not persisted."},
+            "content": {"type": "array", "items": {"type": "string"},
+                        "description": "Specific facts to remember. Each item should be a "
+                                       "complete, standalone sentence."},
+        },
+        "required": ["thinking", "content"],
+    }
+
+    async def call(self, thinking: str = "", content: Sequence[str] | str = (),
+                   **_: object) -> ToolChunk:
+        facts = _facts(content)
+        if not facts:
+            return _chunk("`content` is empty — nothing to record.", error=True)
+        try:
+            where = await self._mw.add_memory_text("\n".join(f"- {f}" for f in facts))
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"Error recording memory: {exc}", error=True)
+        rationale = f" (rationale: {thinking})" if thinking else ""
+        return _chunk(f"Successfully recorded to memory{rationale} → {where.get('path')}")

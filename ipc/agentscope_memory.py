@@ -1,0 +1,435 @@
+"""RecalldMemoryMiddleware: recalld long-term memory for AgentScope agents.
+
+What it offers is told by :mod:`recalld.ipc.agentscope`. It holds the per-session state
+(pending hits, the context before a running reply, sessions to flush), runs the hooks
+(recall before a reply, write-back after it, a flush before compaction, the system
+prompt) and owns the daemon connection unless one was given. Its Agentic Memory tools
+(``memory_write``, ``memory_edit``) live here too; ``memory_search`` and ``add_memory``
+are in :mod:`recalld.ipc.agentscope_tools`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentscope.message import Msg
+from agentscope.middleware import MiddlewareBase
+from agentscope.tool import ToolBase, ToolChunk
+
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agentscope_messages import (
+    MAX_HIT_CHARS,
+    MEMORY_MSG_NAME,
+    _query_text,
+    _turns,
+    format_hits,
+    memory_message,
+)
+from recalld.ipc.agentscope_tools import AddMemoryTool, MemorySearchTool, _chunk, _MemoryTool
+from recalld.ipc.agentscope_workspace import (
+    _DAEMON_ERRORS,
+    Mode,
+    _check_mode,
+    _open_workspace,
+    model_overrides,
+    workspace_name,
+)
+from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.types import render_linked
+
+if TYPE_CHECKING:
+    from agentscope.agent import Agent
+
+# The adapter logs under its public module's name, wherever the code lives.
+log = logging.getLogger("recalld.ipc.agentscope")
+
+#: Sessions whose workspace is remembered for the tools (oldest forgotten first).
+MAX_SESSIONS = 10_000
+
+TOOL_INSTRUCTIONS = (
+    "## Long-term memory\n\n"
+    "You have a long-term memory shared across conversations. Call `memory_search` "
+    "when the request may depend on something from an earlier session (a preference, a "
+    "name, a decision, how something was done). Call `add_memory` to keep a durable fact "
+    "the user states or asks you to remember; the conversation itself is recorded "
+    "automatically."
+)
+INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
+
+
+class RecalldMemoryMiddleware(MiddlewareBase):
+    """AgentScope middleware giving agents recalld long-term memory (see
+    :mod:`recalld.ipc.agentscope`)."""
+
+    #: Size cap of the block injected before a reply (``memory.recall``'s budget_chars).
+    recall_budget_chars: int = 4000
+
+    def __init__(
+        self,
+        *,
+        agent_id: str | None = None,
+        mode: Mode = "both",
+        top_k: int = 5,
+        agents: Sequence[str] | None = None,
+        index_in_prompt: bool = False,
+        index_max_entries: int = 50,
+        index_ttl_s: float = 30.0,
+        write_back: bool = True,
+        socket_path: str | Path | None = None,
+        autostart: bool = False,
+        timeout_s: float = 30.0,
+        client: AsyncClient | None = None,
+        chat_model: object = None,
+        embedding_model: object = None,
+        select: bool = False,
+    ) -> None:
+        _check_mode(mode, top_k)
+        #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
+        self.models = model_overrides(chat_model, embedding_model)
+        self.select = select
+        self.agent_id = agent_id
+        self.mode: Mode = mode
+        self.top_k = top_k
+        self.agents = list(agents) if agents is not None else None
+        self.index_in_prompt = index_in_prompt
+        self.index_max_entries = index_max_entries
+        self.index_ttl_s = index_ttl_s
+        self.write_back = write_back
+        self._owns_client = client is None
+        self.client = client or AsyncClient(socket_path, timeout_s=timeout_s,
+                                              autostart=autostart)
+        #: Open workspaces and their settings (as ``workspace.open`` answered).
+        self._opened: dict[str, JsonObject] = {}
+        #: Sessions with turns written back since their last flush, and their workspace.
+        self._unflushed: OrderedDict[str, str] = OrderedDict()
+        #: Ids of the context messages before the running reply of each session.
+        self._reply_before: dict[str, set[str]] = {}
+        # Keyed by session id: one instance may serve many agents and conversations.
+        self._pending_hits: dict[str, list[str]] = {}
+        self._session_workspace: OrderedDict[str, str] = OrderedDict()
+        self._index_cache: dict[str, tuple[float, str]] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def workspace_of(self, agent: Agent) -> str:
+        """The workspace an agent's memory lives in."""
+        return self.agent_id or workspace_name(agent.name)
+
+    async def _ensure_open(self, workspace: str) -> None:
+        if workspace not in self._opened:
+            self._opened[workspace] = await _open_workspace(self.client, workspace, self.models)
+
+    async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
+        """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
+        await self._ensure_open(workspace)
+        response = await self.client.search(workspace, query, max_results=limit or self.top_k,
+                                            agents=self.agents)
+        linked = render_linked(response, MAX_HIT_CHARS)
+        return format_hits(response) + ([linked] if linked else [])
+
+    async def recall_block(self, workspace: str, query: str) -> list[str]:
+        """What is injected before a reply: the daemon's recall block (``memory.recall``:
+        hits, then the notes they link to, within ``recall_budget_chars``). With ``agents``
+        the hits of every named workspace are injected instead (the block covers one)."""
+        if self.agents is not None:
+            return await self.search(workspace, query)
+        await self._ensure_open(workspace)
+        if self.select:
+            selected = await self.selected_files(workspace, query)
+            if selected:
+                return selected
+        answer = await self.client.recall(workspace, query, max_results=self.top_k,
+                                          budget_chars=self.recall_budget_chars)
+        rendered = str(answer.get("rendered") or "")
+        return [rendered] if rendered else []
+
+    async def selected_files(self, workspace: str, query: str) -> list[str]:
+        """The topic files the chat model picks for ``query`` (``memory.select``), each
+        labelled with its path and lines, within ``recall_budget_chars``; empty when the
+        daemon fell back to the search (the recall block then serves)."""
+        answer = await self.client.select(workspace, query, limit=self.top_k)
+        files = answer.get("files") if answer.get("method") == "model" else None
+        out: list[str] = []
+        left = self.recall_budget_chars
+        for entry in files or []:
+            path = str(entry.get("path", ""))
+            read = await self.client.read(workspace, path)
+            text = str(read.get("text") or "").strip()
+            label = f"[{path}:1-{read.get('end_line', 1)}]"
+            room = left - len(label) - 1
+            if room <= 0:
+                break
+            body = text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+            out.append(f"{label}\n{body}")
+            left -= len(label) + 1 + len(body)
+        return out
+
+    async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
+        """Store ``content`` as a note of the day; returns where it went."""
+        await self._ensure_open(workspace)
+        return await self.client.add_note(workspace, content, session_id=session_id)
+
+    async def memory_index(self, workspace: str) -> str:
+        """The rendered node index of the workspace, cached for ``index_ttl_s``."""
+        now = time.monotonic()
+        cached = self._index_cache.get(workspace)
+        if cached is not None and now - cached[0] < self.index_ttl_s:
+            return cached[1]
+        await self._ensure_open(workspace)
+        answer = await self.client.memory_index(workspace, max_entries=self.index_max_entries)
+        rendered = str(answer.get("rendered") or "")
+        self._index_cache[workspace] = (now, rendered)
+        return rendered
+
+    async def end_session(self, workspace: str, session: str) -> None:
+        """Hand the session's pending turns to auto_memory now (failures are logged)."""
+        self._unflushed.pop(session, None)
+        try:
+            await self._ensure_open(workspace)
+            await self.client.end_session(workspace, session)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld end_session for %s/%s failed: %s", workspace, session, exc)
+
+    async def close(self) -> None:
+        """End every conversation written back since its last flush (its turns go to
+        auto_memory), then close the daemon connection if this instance opened it.
+        Idempotent."""
+        while self._unflushed:
+            session, workspace = self._unflushed.popitem(last=False)
+            await self.end_session(workspace, session)
+        if self._owns_client:
+            await self.client.aclose()
+
+    @staticmethod
+    def _session_of(agent: Agent) -> str | None:
+        # Read live from the agent at hook time, never stored per instance: sharing works.
+        session = getattr(getattr(agent, "state", None), "session_id", None)
+        return session if isinstance(session, str) and session else None
+
+    # --------------------------------------------------------------------- hooks
+
+    async def on_reply(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
+        workspace = self.workspace_of(agent)
+        session = self._session_of(agent)
+        if session is not None:
+            self._session_workspace[session] = workspace
+            self._session_workspace.move_to_end(session)
+            while len(self._session_workspace) > MAX_SESSIONS:
+                self._session_workspace.popitem(last=False)
+        query = _query_text(input_kwargs.get("inputs"))
+        if query and session is not None and self.mode != "agent_control":
+            try:
+                hits = await self.recall_block(workspace, query)
+            except _DAEMON_ERRORS as exc:
+                log.warning("recalld search for %s failed: %s", workspace, exc)
+                hits = []
+            if hits:
+                self._pending_hits[session] = hits
+        before = {m.id for m in agent.state.context if isinstance(m, Msg)}
+        if session is not None:
+            self._reply_before[session] = before
+        try:
+            async for item in next_handler(**input_kwargs):
+                yield item
+        finally:
+            if session is not None:
+                self._pending_hits.pop(session, None)
+                self._reply_before.pop(session, None)
+            if self.write_back and query and session is not None:
+                await self._write_back(agent, workspace, session, before)
+
+    async def on_reasoning(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., AsyncGenerator[object, None]],
+    ) -> AsyncGenerator[object, None]:
+        session = self._session_of(agent)
+        hits = self._pending_hits.pop(session, None) if session is not None else None
+        if hits:
+            agent.state.context.append(memory_message(hits))
+        async for event in next_handler(**input_kwargs):
+            yield event
+
+    async def on_compress_context(
+        self,
+        agent: Agent,
+        input_kwargs: dict[str, object],
+        next_handler: Callable[..., Awaitable[None]],
+    ) -> None:
+        """Compaction folds old messages into a summary: with ``summarize_when_compact``
+        the running reply's folded messages are written back and the session's pending
+        turns go to auto_memory. (AgentScope calls this before every reasoning step; it
+        acts only when messages really left the context.)"""
+        context = [m for m in agent.state.context if isinstance(m, Msg)]
+        await next_handler(**input_kwargs)
+        session = self._session_of(agent)
+        if session is None or not self.write_back:
+            return
+        workspace = self.workspace_of(agent)
+        kept = {m.id for m in agent.state.context if isinstance(m, Msg)}
+        folded = [m for m in context if m.id not in kept]
+        if not folded:
+            return
+        try:
+            await self._ensure_open(workspace)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld workspace.open for %s failed: %s", workspace, exc)
+            return
+        if not self._opened.get(workspace, {}).get("summarize_when_compact", True):
+            return
+        before = self._reply_before.get(session)
+        current = [m for m in folded if before is not None and m.id not in before
+                   and m.name != MEMORY_MSG_NAME]
+        if before is not None:
+            before.update(m.id for m in current)  # not written back twice at reply end
+        messages = _turns(current)
+        try:
+            if messages:
+                await self.client.add_turns(
+                    workspace, session, messages, flush=True,
+                    request_id=f"asc:{session}:{agent.state.reply_id}:{current[0].id}"[:200])
+                self._unflushed.pop(session, None)
+            else:
+                await self.end_session(workspace, session)
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld flush before compaction of %s/%s failed: %s", workspace,
+                        session, exc)
+
+    async def on_system_prompt(self, agent: Agent, current_prompt: str) -> str:
+        parts = [current_prompt]
+        if self.mode != "static_control":
+            parts.append(TOOL_INSTRUCTIONS)
+        if self.index_in_prompt:
+            workspace = self.workspace_of(agent)
+            try:
+                index = await self.memory_index(workspace)
+            except _DAEMON_ERRORS as exc:
+                log.warning("recalld memory index for %s failed: %s", workspace, exc)
+                index = ""
+            parts.append(f"{INDEX_HEADER}\n{index or '(no long-term notes yet)'}")
+        return "\n\n".join(parts)
+
+    async def list_tools(self) -> list[ToolBase]:
+        """``memory_search`` and ``add_memory`` unless the mode is ``static_control``."""
+        if self.mode == "static_control":
+            return []
+        return [MemorySearchTool(self), AddMemoryTool(self)]
+
+    def topic_tools(self) -> list[ToolBase]:
+        """Agentic Memory's ``memory_write`` and ``memory_edit`` for the agent's own topic
+        files in the digest folder (the daemon keeps ``MEMORY.md`` listing them); add them
+        to the toolkit beside :meth:`list_tools`."""
+        return [MemoryWriteTool(self), MemoryEditTool(self)]
+
+    async def _write_back(self, agent: Agent, workspace: str, session: str,
+                          before: set[str]) -> None:
+        new = [m for m in agent.state.context
+               if isinstance(m, Msg) and m.id not in before and m.name != MEMORY_MSG_NAME]
+        messages = _turns(new)
+        if not any(m["role"] == "assistant" for m in messages):
+            return  # no real exchange (interrupted, or only tool calls)
+        try:
+            await self._ensure_open(workspace)
+            # The reply id makes a retried write-back add nothing twice.
+            await self.client.add_turns(workspace, session, messages,
+                                        request_id=f"as:{session}:{agent.state.reply_id}"[:200])
+            self._unflushed[session] = workspace
+            self._unflushed.move_to_end(session)
+            while len(self._unflushed) > MAX_SESSIONS:
+                self._unflushed.popitem(last=False)  # its idle flush still comes
+        except _DAEMON_ERRORS as exc:
+            log.warning("recalld add_turns for %s/%s failed: %s", workspace, session, exc)
+
+    def workspace_for_session(self, session: str | None) -> str | None:
+        """The workspace of the agent replying in ``session`` (for tools)."""
+        if self.agent_id is not None:
+            return self.agent_id
+        return self._session_workspace.get(session) if session is not None else None
+
+
+class MemoryWriteTool(_MemoryTool):
+    """``memory_write(path, name, description, type, body)``: create or replace a topic
+    file (``memory.topic_write``)."""
+
+    name = "memory_write"
+    description = ("Create or replace one of your long-term memory topic files (Markdown in "
+                   "the digest folder). MEMORY.md, the index of them, is kept for you.")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "File name in the digest folder, e.g. user_role.md"},
+                "name": {"type": "string", "description": "Short title."},
+                "description": {"type": "string",
+                                "description": "One line: when this file is worth reading."},
+                "type": {"type": "string", "enum": ["user", "feedback", "project",
+                                                   "reference"]},
+                "body": {"type": "string", "description": "The content (Markdown)."},
+            },
+            "required": ["path", "name", "description", "type", "body"],
+        }
+
+    async def call(self, path: str = "", name: str = "", description: str = "",
+                   type: str = "", body: str = "", _agent_state: object = None,
+                   **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            await self._mw._ensure_open(workspace)
+            done = await self._mw.client.topic_write(workspace, path, name, description,
+                                                     type, body)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_write failed: {exc}", error=True)
+        return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
+                      f"listed in {done.get('memory_md')}")
+
+
+class MemoryEditTool(_MemoryTool):
+    """``memory_edit(path, old, new)``: replace one exact passage of a topic file."""
+
+    name = "memory_edit"
+    description = ("Edit one of your memory topic files: replace the one occurrence of "
+                   "`old` with `new` (the frontmatter must stay valid).")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The topic file."},
+                "old": {"type": "string", "description": "Exact text to replace (once)."},
+                "new": {"type": "string", "description": "Replacement text."},
+            },
+            "required": ["path", "old", "new"],
+        }
+
+    async def call(self, path: str = "", old: str = "", new: str = "",
+                   _agent_state: object = None, **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            await self._mw._ensure_open(workspace)
+            done = await self._mw.client.topic_edit(workspace, path, old, new)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_edit failed: {exc}", error=True)
+        return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")

@@ -1,0 +1,57 @@
+"""The messages AgentScope middlewares read from and add to an agent's context.
+
+The user's text of a reply's inputs, the user and assistant turns written back, the
+context message that carries recalled memory (named :data:`MEMORY_MSG_NAME`, never
+written back) and the search hits formatted for a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentscope.message import AssistantMsg, HintBlock, Msg
+
+from recalld.ipc.types import SearchResponse
+
+#: Name of the context message that carries recalled memory (never written back).
+MEMORY_MSG_NAME = "memory"
+MAX_HIT_CHARS = 1200
+
+
+def format_hits(response: SearchResponse) -> list[str]:
+    """One text per hit: where it comes from, then the text (cut to a bound)."""
+    out = []
+    for hit in response:
+        text = hit.text if len(hit.text) <= MAX_HIT_CHARS else hit.text[:MAX_HIT_CHARS] + "…"
+        owner = hit.extra.get("agent_id")
+        where = f"{owner}:" if isinstance(owner, str) else ""
+        out.append(f"[{where}{hit.path}:{hit.start_line}-{hit.end_line}]\n{text.strip()}")
+    return out
+
+
+def _msg_text(msg: Msg) -> str:
+    text = msg.get_text_content()
+    return text.strip() if text else ""
+
+
+def _turns(msgs: Sequence[Msg]) -> list[dict[str, str]]:
+    """The user and assistant texts of ``msgs`` as chat messages."""
+    return [{"role": m.role, "content": _msg_text(m)} for m in msgs
+            if m.role in ("user", "assistant") and _msg_text(m)]
+
+
+def memory_message(hits: Sequence[str]) -> Msg:
+    """The context message carrying recalled hits. The tag lets the daemon drop the block
+    if the message is ever written back."""
+    body = "\n\n".join(hits)
+    hint = ("## Relevant memories\nNotes from long-term memory that may be relevant; use "
+            f"them only if pertinent.\n<recalled-memory>\n{body}\n</recalled-memory>")
+    return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(hint=hint)])
+
+
+def _query_text(inputs: object) -> str | None:
+    """The user's text in the reply inputs (None for resumption events)."""
+    msgs = inputs if isinstance(inputs, list) else [inputs]
+    texts = [_msg_text(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
+    joined = "\n".join(t for t in texts if t)
+    return joined or None

@@ -1,0 +1,138 @@
+"""The tools :class:`~recalld.ipc.agentscope_memory.RecalldMemoryMiddleware` gives an
+agent outside ``static_control`` (``memory_search`` and ``add_memory``), and what every
+recalld tool shares: always allowed, answers as text chunks. The daemon's failures are
+reported to the model, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agentscope.message import TextBlock, ToolResultState
+from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision
+from agentscope.tool import ToolBase, ToolChunk
+
+from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
+from recalld.ipc.answers import JsonObject
+
+if TYPE_CHECKING:
+    from recalld.ipc.agentscope_memory import RecalldMemoryMiddleware
+
+
+def _facts(content: Sequence[str] | str) -> list[str]:
+    """A tool argument given as one string or a list (``content``, ``keywords``) as its
+    non-empty stripped strings."""
+    items = [content] if isinstance(content, str) else list(content)
+    return [str(c).strip() for c in items if str(c).strip()]
+
+
+def _chunk(text: str, *, error: bool = False) -> ToolChunk:
+    if error:
+        return ToolChunk(content=[TextBlock(type="text", text=text)],
+                         state=ToolResultState.ERROR)
+    return ToolChunk(content=[TextBlock(type="text", text=text)])
+
+
+class _AllowedTool(ToolBase):
+    """Memory tools are part of the agent's own capabilities: always allowed."""
+
+    is_external_tool = False
+    is_mcp = False
+    mcp_name = None
+
+    async def check_permissions(self, tool_input: JsonObject,
+                                context: PermissionContext) -> PermissionDecision:
+        return PermissionDecision(behavior=PermissionBehavior.ALLOW,
+                                  message="recalld long-term memory tool")
+
+
+class _MemoryTool(_AllowedTool):
+    """A tool of :class:`RecalldMemoryMiddleware`."""
+
+    # The agent state tells which conversation (and so which workspace) calls.
+    is_state_injected = True
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__()
+        self._mw = middleware
+
+    def _workspace(self, state: object) -> str | None:
+        session = getattr(state, "session_id", None)
+        return self._mw.workspace_for_session(session if isinstance(session, str) else None)
+
+
+class MemorySearchTool(_MemoryTool):
+    """``memory_search(query, limit)`` over the agent's whole workspace."""
+
+    name = "memory_search"
+    description = "Search long-term memory (notes from past conversations) for a query."
+    is_concurrency_safe = True
+    is_read_only = True
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string",
+                          "description": "What to look for: a name, a preference, a "
+                                         "decision, an error message..."},
+                "limit": {"type": "integer", "description": "Maximum number of results.",
+                          "default": middleware.top_k},
+            },
+            "required": ["query"],
+        }
+
+    async def call(self, query: str = "", limit: int | None = None,
+                   _agent_state: object = None, **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        if not query.strip():
+            return _chunk("(no query given: nothing to search)")
+        try:
+            hits = await self._mw.search(workspace, query, limit)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory search failed: {exc}", error=True)
+        return _chunk("\n\n".join(hits) if hits else "(no relevant memories found)")
+
+
+class AddMemoryTool(_MemoryTool):
+    """Mem0-style ``add_memory(thinking, content)``: only ``content`` is stored."""
+
+    name = "add_memory"
+    description = ("Record durable facts worth remembering in later conversations. Only "
+                   "`content` is stored; `thinking` stays in this conversation.")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "thinking": {"type": "string",
+                             "description": "Why this is worth remembering (not stored)."},
+                "content": {"type": "array", "items": {"type": "string"},
+                            "description": "Facts to remember, one complete sentence each."},
+            },
+            "required": ["thinking", "content"],
+        }
+
+    async def call(self, thinking: str = "", content: Sequence[str] | str = (),
+                   _agent_state: object = None, **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        facts = _facts(content)
+        if not facts:
+            return _chunk("`content` is empty: nothing to record", error=True)
+        session = getattr(_agent_state, "session_id", None)
+        try:
+            where = await self._mw.add(workspace, "\n".join(f"- {f}" for f in facts),
+                                       session if isinstance(session, str) else None)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"recording memory failed: {exc}", error=True)
+        rationale = f" (rationale: {thinking})" if thinking else ""
+        return _chunk(f"Recorded {len(facts)} fact(s) in {where.get('path')}{rationale}")
