@@ -357,6 +357,13 @@ def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
     assert set(state.chunks.live) == keys == set(state.bm25.live)
     assert [k for k, _ in state.keyword_search("marker7", 5)] == list(
         state.files[first[7]].keys)
+    # Dropped for good: a later compaction (the merge working again) takes nothing of
+    # them into main.
+    monkeypatch.undo()
+    state.bm25.compact()
+    after = state.bm25.stats()
+    assert after["docs"] == after["main_rows"] == len(keys) and after["delta_docs"] == 0
+    assert not state.keyword_search("marker107", 5)
 
 
 def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(

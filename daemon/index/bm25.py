@@ -29,14 +29,16 @@ tests/bench/README.md).
 
 Its parts: scoring (BM25 Okapi) and what searches keep between two writes are
 ``bm25_search.py``'s, the merges that rewrite main and compactions planned off the owner's
-lock ``bm25_compaction.py``'s, the saved form ``bm25_saved.py``'s; this class owns the state
-they read and swaps in what they make.
+lock ``bm25_compaction.py``'s, the saved form ``bm25_saved.py``'s. The state they read and
+the primitive changes that swap in what they make are ``bm25_contents.py``'s (the class
+this one extends), with the term dictionary in ``bm25_terms.py`` and what a pass staged in
+``bm25_staging.py``; this module holds the index's public writes, when it compacts, its
+saved form and its searches.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Final
@@ -45,11 +47,12 @@ import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
 
-from recalld.daemon.index import bm25_compaction, bm25_saved, bm25_search, postings, saved
-from recalld.daemon.index.bm25_compaction import Compaction, NewMain
+from recalld.daemon.index import bm25_saved, bm25_search, postings, saved
+from recalld.daemon.index.bm25_compaction import Compaction
+from recalld.daemon.index.bm25_contents import BM25Contents
 from recalld.daemon.index.bm25_saved import BM25Meta, OutdatedFormat
 from recalld.daemon.index.delta import Delta, DeltaDocs, DeltaPostings, SavedDelta
-from recalld.daemon.index.postings import I32, Segment, Slab
+from recalld.daemon.index.postings import I32, Slab
 from recalld.daemon.index.tokenizer import doc_length
 from recalld.daemon.jsontypes import JsonObject
 
@@ -75,53 +78,8 @@ STAGED_MAX_DOCS: Final = 8192
 _MAX_KEY: Final = 2**32 - 1
 
 
-class BM25Index:
+class BM25Index(BM25Contents):
     """An incremental BM25 index keyed by caller-chosen uint32 document keys."""
-
-    def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1 = float(k1)
-        self.b = float(b)
-        # Term -> id; its insertion order is id order (the term list, without a list).
-        # After a load it stays the saved (blob, offsets) until something needs it: a
-        # workspace that is neither searched nor written keeps no dict and no strings
-        # (about 2 MB for 50k terms).
-        self._table: postings.TermTable | None = postings.term_table()
-        self._saved_terms: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
-        # Searches look terms up here while there is no ``_table`` (see _lookup).
-        self._sorted_terms: saved.SortedTerms | None = None
-        self._main_gen = 0
-        # Scores searches and keeps what they computed until the next write (every
-        # change of what a search sees calls _wrote).
-        self._scorer = bm25_search.Scorer()
-        self._set_main(Segment.empty())
-        self._alive: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
-        # key -> main row; None while main's rows are in ascending key order (the index
-        # service adds keys in order), when a binary search of row_keys finds them instead.
-        self._key_row: dict[int, int] | None = None
-        # After a compaction ran out of memory: the delta documents and dead rows there
-        # must be before the next one is tried (0: none failed).
-        self._compact_retry_at = 0
-        #: False: the owner compacts in the background (plan_compaction, run off any lock,
-        #: install_compaction); writes then compact inline only far past the limits.
-        self.compact_inline = True
-        # Changes whenever main's rows change (merges, loads), not when the same rows are
-        # served from other memory (adopt_main): what a planned compaction was made from.
-        self._main_rows_gen = 0
-        self._n_dead = 0
-        self._delta = Delta()
-        self._live = BitMap()
-        self._total_len = 0
-        self.merges = 0
-        #: Of those, compactions planned and merged off the owner's lock (installed).
-        self.compactions = 0
-        # Slabs added with ``stage``: remapped, not yet searchable, merged into main
-        # together (see add_encoded); their keys and summed lengths.
-        self._staged: list[Slab] = []
-        self._staged_keys = BitMap()
-        self._staged_len = 0
-        # Vocabularies kept by worker processes over the batches of a pass: (pass token,
-        # pid) -> this index's id of each of their terms (see vocabulary_ids).
-        self._vocabs: dict[tuple[str, int], I32] = {}
 
     # ----------------------------------------------------------------- introspection
     def __len__(self) -> int:
@@ -133,41 +91,7 @@ class BM25Index:
     @property
     def terms_built(self) -> bool:
         """Whether the term table is in memory (a write needed it), not the saved bytes."""
-        return self._table is not None
-
-    @property
-    def _term_ids(self) -> postings.TermTable:
-        if self._table is None:
-            assert self._saved_terms is not None
-            blob, offsets = self._saved_terms
-            terms = saved.load_terms({"terms_blob": blob, "terms_offsets": offsets},
-                                        unique=False)  # checked when loaded
-            # Interned: workspaces of one daemon share one string per common term.
-            self._table = postings.term_table([sys.intern(t) for t in terms])
-            self._saved_terms = self._sorted_terms = None
-        return self._table
-
-    @_term_ids.setter
-    def _term_ids(self, table: postings.TermTable) -> None:
-        self._table, self._saved_terms, self._sorted_terms = table, None, None
-
-    @property
-    def _lookup(self) -> postings.TermTable | saved.SortedTerms:
-        """Term -> id for searches: the table once a write needed it, else the loaded
-        dictionary's sorted form (no string per term: a loaded index that is only
-        searched never builds the table)."""
-        if self._table is not None:
-            return self._table
-        if self._sorted_terms is None:
-            assert self._saved_terms is not None
-            self._sorted_terms = saved.SortedTerms(*self._saved_terms)
-        return self._sorted_terms
-
-    def _n_terms(self) -> int:
-        if self._table is not None:
-            return len(self._table)
-        assert self._saved_terms is not None
-        return len(self._saved_terms[1]) - 1  # offsets: one more than terms
+        return self._terms.built
 
     @property
     def live(self) -> BitMap:
@@ -177,12 +101,12 @@ class BM25Index:
     @property
     def staged(self) -> BitMap:
         """Keys of the documents a pass holds aside until it merges them (a copy)."""
-        return BitMap(self._staged_keys)
+        return BitMap(self._staging.keys)
 
     def stats(self) -> dict[str, int]:
         return {
             "docs": len(self._live), "main_rows": len(self._row_keys), "dead_rows": self._n_dead,
-            "delta_docs": len(self._delta), "terms": self._n_terms(),
+            "delta_docs": len(self._delta), "terms": len(self._terms),
             "postings": len(self._rows), "merges": self.merges,
         }
 
@@ -195,20 +119,6 @@ class BM25Index:
             self._remove(doc_key)
         self._add_counts(doc_key, dict(Counter(tokens)), doc_length(tokens))
         self._maybe_compact()
-
-    def _add_counts(self, doc_key: int, counts: dict[str, int], length: int) -> None:
-        self._wrote()
-        self._delta.add(doc_key, counts, length)
-        self._live.add(doc_key)
-        self._total_len += length
-
-    def _take_back(self, doc_key: int, counts: dict[str, int], length: int) -> None:
-        """Undo :meth:`_add_counts` of ``doc_key``, also one that raised part-way."""
-        self._wrote()
-        self._delta.take_back(doc_key, counts)
-        if doc_key in self._live:
-            self._live.discard(doc_key)
-            self._total_len -= length
 
     def add_encoded(self, parts: Iterable[tuple[list[str] | str | None, Slab]], *,
                     stage: bool = False) -> None:
@@ -242,19 +152,17 @@ class BM25Index:
         room = SMALL_ADD_DOCS if self.compact_inline or stage else max(
             SMALL_ADD_DOCS, BACKSTOP_FACTOR * self._delta_limit() - len(self._delta))
         small = sum(len(slab.keys) for _, slab in parts) <= room
-        if small or any(key in self._live or key in self._staged_keys
+        if small or any(key in self._live or key in self._staging.keys
                         for _, slab in parts for key in slab.keys):
             self.merge_staged()  # they come first, as if merged when they were added
         elif stage:
             own = [self._own_ids(terms, slab) for terms, slab in parts]
-            staged = len(self._staged_keys) + sum(len(slab.keys) for slab in own)
+            staged = len(self._staging.keys) + sum(len(slab.keys) for slab in own)
             if staged >= min(len(self._live), STAGED_MAX_DOCS):
                 self._merge_with_staged(own)
             else:
                 for slab in own:
-                    self._staged.append(slab)
-                    self._staged_keys.update(slab.keys)
-                    self._staged_len += sum(slab.lens)
+                    self._staging.hold(slab)
             return
         for _, slab in parts:
             for key in slab.keys:
@@ -280,19 +188,6 @@ class BM25Index:
             self._merge_with_staged([self._own_ids(terms, slab) for terms, slab in parts])
         self._maybe_compact()
 
-    def _merge_with_staged(self, slabs: list[Slab]) -> None:
-        """Merge the staged documents and then ``slabs`` (this index's term ids) into
-        main; counted as live only once the merge succeeded (if it raises, the staged
-        documents stay staged and ``slabs`` join nothing)."""
-        self._merge([*self._staged, *slabs])
-        self._count_staged()
-        for slab in slabs:
-            self._live.update(slab.keys)
-            self._total_len += sum(slab.lens)
-
-    def _own_ids(self, terms: list[str] | str | None, slab: Slab) -> Slab:
-        return slab if terms is None else slab.remap(terms, self._term_ids, slab.keys)
-
     def vocabulary_ids(self, source: tuple[str, int], start: int,
                        terms: list[str] | str) -> I32:
         """This index's id of every term of a vocabulary that ``source`` keeps over many
@@ -304,17 +199,11 @@ class BM25Index:
         While any vocabulary is held, merges keep terms left without postings, so the ids
         given stay valid; :meth:`forget_vocabularies` lets them go.
         """
-        held = self._vocabs.get(source) if start else None
-        if (0 if held is None else len(held)) != start:
-            raise ValueError(f"a vocabulary of {start} terms is not the one held for {source}")
-        new = postings.global_ids(postings.split_terms(terms), self._term_ids)
-        ids = new if held is None else np.concatenate([held, new])
-        self._vocabs[source] = ids
-        return ids
+        return self._staging.vocabulary_ids(source, start, terms, self._terms)
 
     def forget_vocabularies(self) -> None:
         """Drop what :meth:`vocabulary_ids` held (a pass ended)."""
-        self._vocabs = {}
+        self._staging.vocabs = {}
 
     def add_many(self, docs: Iterable[tuple[int, list[str]]]) -> None:
         """Index many documents at once: they bypass the delta and join main in one merge.
@@ -362,7 +251,7 @@ class BM25Index:
 
     def compact(self) -> None:
         """Merge the delta and drop dead rows now (normally automatic)."""
-        if self._staged:
+        if self._staging.slabs:
             self.merge_staged()
         elif self._delta or self._n_dead:
             self._merge([])
@@ -370,45 +259,14 @@ class BM25Index:
     def merge_staged(self) -> None:
         """Merge the documents ``add_encoded`` staged into main (searchable from then on).
         If the merge raises, they stay staged."""
-        if self._staged:
-            self._merge(self._staged)
+        if self._staging.slabs:
+            self._merge(self._staging.slabs)
             self._count_staged()
 
     def drop_staged(self) -> BitMap:
         """Let go of the staged documents without indexing them (their merge failed);
         returns their keys."""
-        keys = self._staged_keys
-        self._staged, self._staged_keys, self._staged_len = [], BitMap(), 0
-        return keys
-
-    def _count_staged(self) -> None:
-        """The staged documents were merged into main: count them as live."""
-        self._staged = []
-        self._live |= self._staged_keys
-        self._total_len += self._staged_len
-        self._staged_keys, self._staged_len = BitMap(), 0
-
-    def _remove(self, key: int) -> None:
-        self._wrote()
-        length = self._delta.remove(key)
-        if length is not None:
-            self._total_len -= length
-        else:
-            row = self._row_of(key)
-            self._alive[row] = False
-            self._n_dead += 1
-            self._total_len -= int(self._doclen[row])
-        self._live.discard(key)
-
-    def _row_of(self, key: int) -> int:
-        """The main row of live ``key`` (which must be in main, not the delta)."""
-        if self._key_row is not None:
-            return self._key_row.pop(key)
-        return int(self._row_keys.searchsorted(np.uint32(key)))  # see bm25_search.rows_of_keys
-
-    def _index_rows(self, rows: npt.NDArray[np.int64]) -> None:
-        """Set up :meth:`_row_of` for the live ``rows`` of main."""
-        self._key_row = bm25_compaction.key_rows(self._row_keys, rows)
+        return self._staging.drop()
 
     def _maybe_compact(self) -> None:
         """Merge the delta and drop dead rows once they are many. Only upkeep: the write
@@ -456,15 +314,14 @@ class BM25Index:
         swaps the result in. None when none is ``due`` (False: whenever there is a delta
         or a dead row), or while a pass holds staged documents or term ids (its end
         merges anyway)."""
-        if self._staged or self._vocabs or not (
+        if self._staging.slabs or self._staging.vocabs or not (
                 self.compaction_due() if due else self._delta or self._n_dead):
             return None
         terms: list[str] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
-        if self._table is not None:
-            terms = list(self._table)
+        if self._terms.built:
+            terms = list(self._terms.table)
         else:
-            assert self._saved_terms is not None
-            terms = self._saved_terms  # made into strings by run(), not here
+            terms = self._terms.loaded  # made into strings by run(), not here
         # The delta's dicts (made now if a load left it saved and nothing made them yet).
         return Compaction(self, self._main_rows_gen, self._main, self._alive.copy(),
                           dict(self._delta.docs), terms)
@@ -479,8 +336,8 @@ class BM25Index:
         nothing changed). The term table becomes the compaction's: terms numbered since
         the plan (a save numbers the delta's) had no postings in main, and the delta
         keeps terms as strings."""
-        if (done.index is not self or done.rows_gen != self._main_rows_gen or self._staged
-                or self._vocabs or done.result is None):
+        if (done.index is not self or done.rows_gen != self._main_rows_gen
+                or self._staging.slabs or self._staging.vocabs or done.result is None):
             return False
         new, delta_docs, delta_post = done.carried_over(self._alive, self._delta.docs)
         # Counted before anything changes: whoever sees the change sees them.
@@ -517,34 +374,6 @@ class BM25Index:
         searches see does not change."""
         return self._delta.adopt(saved_form, docs, post)
 
-    def _set_main(self, seg: Segment) -> None:
-        self._main = seg
-        self._main_gen += 1  # invalidates the cached length norms
-        self._wrote()
-        self._indptr, self._rows = seg.indptr, seg.rows
-        self._doclen, self._row_keys = seg.doclen, seg.row_keys
-
-    def _merge(self, slabs: list[Slab]) -> None:
-        """Rewrite main from its live rows, the delta and ``slabs`` (see ``postings.merge``).
-        If it raises (out of memory), main and the delta stay as they were: everything
-        new is made before any of it replaces the old."""
-        table = self._term_ids
-        new = bm25_compaction.merged(self._main, self._alive, [self._delta.slab(table), *slabs],
-                                     table, drop_unused=not self._vocabs)
-        self.merges += 1
-        self._delta.clear()
-        self._serve(new)
-
-    def _serve(self, new: NewMain) -> None:
-        """Serve a main segment a merge or a compaction made."""
-        # Its term table renumbers: a delta still in the saved ids would be misread.
-        assert self._delta.saved_form is None
-        self._term_ids = new.terms
-        self._set_main(new.main)
-        self._main_rows_gen += 1
-        self._alive, self._key_row, self._n_dead = new.alive, new.key_row, new.n_dead
-        self._compact_retry_at = 0
-
     @property
     def main_generation(self) -> int:
         """Changes whenever the main segment is replaced (merges, loads)."""
@@ -554,7 +383,7 @@ class BM25Index:
         """Serve the main segment from ``arrays`` (saved by ``to_arrays`` while main was
         what it is now, e.g. mapped from the file just written). ValueError if they differ
         in shape; the contents are the caller's promise."""
-        seg = saved.load_segment(arrays, self._n_terms(), check_values=False)
+        seg = saved.load_segment(arrays, len(self._terms), check_values=False)
         if (len(seg.indptr), len(seg.rows), len(seg.row_keys)) != (
                 len(self._indptr), len(self._rows), len(self._row_keys)):
             raise ValueError("saved keyword index does not match the one in memory")
@@ -591,16 +420,6 @@ class BM25Index:
         """
         return self._scorer.score_keys(self._corpus(), query_tokens, keys)
 
-    def _corpus(self) -> bm25_search.Corpus:
-        """What a search reads, as it is now."""
-        return bm25_search.Corpus(
-            self.k1, self.b, self._live, self._total_len, self._main, self._main_gen,
-            self._alive, self._n_dead, self._key_row, self._delta, self._lookup)
-
-    def _wrote(self) -> None:
-        """What searches kept no longer holds: drop it."""
-        self._scorer.forget()
-
     # ----------------------------------------------------------------- persistence
     def meta(self) -> BM25Meta:
         """JSON-able parameters and counters that go with ``to_arrays``."""
@@ -608,7 +427,7 @@ class BM25Index:
         return {
             "format": bm25_saved.FORMAT, "version": bm25_saved.VERSION, "k1": self.k1,
             "b": self.b, "docs": len(self._live), "total_len": self._total_len,
-            "terms": self._n_terms(),
+            "terms": len(self._terms),
         }
 
     def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
@@ -620,11 +439,10 @@ class BM25Index:
         """
         self.merge_staged()
         form = self._delta.saved_form
-        if self._table is None and (not self._delta or form is not None):
-            assert self._saved_terms is not None
+        if not self._terms.built and (not self._delta or form is not None):
             # Unchanged since they were loaded (a saved delta: as it was saved).
             delta = Slab.from_counts({}, postings.term_table()) if form is None else form.slab()
-            terms = self._saved_terms
+            terms = self._terms.loaded
         else:
             delta = self._delta.slab(self._term_ids)
             terms = saved.terms_to_arrays(list(self._term_ids))
@@ -649,9 +467,7 @@ class BM25Index:
 
     def _load(self, loaded: bm25_saved.Loaded) -> None:
         # Searchable as it is: the term strings are made only when a write needs the table.
-        self._table = None
-        self._saved_terms = (loaded.terms_blob, loaded.terms_offsets)
-        self._sorted_terms = loaded.terms
+        self._terms.load(loaded.terms_blob, loaded.terms_offsets, loaded.terms)
         self._set_main(loaded.main)
         self._alive = loaded.alive
         self._index_rows(loaded.live_rows)
