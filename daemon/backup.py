@@ -42,7 +42,7 @@ import orjson
 from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
-from recalld.daemon.watcher import ReconcileRecord
+from recalld.daemon.watchrecords import ReconcileRecord
 from recalld.ipc.errors import InvalidBackup, PathOutsideWorkspace, RecalldError
 
 FORMAT = "recalld-backup"

@@ -33,8 +33,9 @@ import trio
 
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
+from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
-from recalld.daemon.index.state import FileInfo, IndexState
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore

@@ -11,12 +11,14 @@ within one watch step (tens of milliseconds).
 The consumer re-reads every path it is given (present on disk: index it; absent: drop it),
 so event types never matter: editor temp-file-and-rename saves, vim swap and backup
 files, renames and directory moves all end correct as long as each affected path is
-reported. Directory events are expanded here to the files below them, on disk and in the
-consumer's snapshot (``known``). inotify loses events silently on queue overflow and
-during restarts, so a reconcile scan (disk ``(mtime_ns, size)`` against ``known``) runs at
-start, every ``reconcile_interval_s``, after watcher errors and when the pending set
-overflows. Paths are workspace-relative with ``/`` separators
-(``memory/2026-07-23/commute.md``).
+reported. Directory events are expanded (by ``watchpaths.py``'s scans) to the files below
+them, on disk and in the consumer's snapshot (``known``). inotify loses events silently on
+queue overflow and during restarts, so a reconcile scan (disk ``(mtime_ns, size)`` against
+``known``) runs at start, every ``reconcile_interval_s``, after watcher errors and when the
+pending set overflows. Paths are workspace-relative with ``/`` separators
+(``memory/2026-07-23/commute.md``). Which paths are notes and the disk scans are in
+``watchpaths.py``; the settings and status records in ``watchrecords.py``; the background
+token a reconcile's scan takes in ``watchtoken.py``.
 """
 
 from __future__ import annotations
@@ -24,30 +26,27 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, Protocol, TypedDict, TypeVar, TypeVarTuple
+from typing import Protocol, TypeVar, TypeVarTuple
 
 import trio
 
-from recalld.daemon import safepath
+from recalld.daemon.watchpaths import WatchedRoots
+from recalld.daemon.watchrecords import ReconcileResult, WatcherConfig, WatcherStatus
 from recalld.daemon.watchsource import (
     COOKIE_PREFIX,
     Change,
     ChangeSource,
     RawChange,
     WatchError,
-    WatchfilesSource,
+    default_source,
 )
+from recalld.daemon.watchtoken import ScanToken
 from recalld.ipc.errors import UnknownWorkspace
 
-__all__ = [
-    "ReconcileFound", "ReconcileRecord", "ReconcileResult", "Watcher", "WatcherConfig",
-    "WatcherStatus",
-]
+__all__ = ["Watcher"]
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +62,6 @@ class RunSync(Protocol):
     async def __call__(self, fn: Callable[[*Ts], T], *args: *Ts,
                        limiter: trio.CapacityLimiter | None = None) -> T: ...
 
-# Names editors use for probes and backups that never are Markdown notes.
-_JUNK_NAMES = frozenset({"4913"})
-
-
-def default_source() -> ChangeSource:
-    """inotify awaited by trio where the platform has it (no thread, no polling),
-    else watchfiles' notifier."""
-    from recalld.daemon import inotify
-
-    return inotify.InotifySource() if inotify.available() else WatchfilesSource()
-
 
 async def _in_thread(fn: Callable[[*Ts], T], *args: *Ts,
                      limiter: trio.CapacityLimiter | None = None) -> T:
@@ -85,132 +73,6 @@ def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"
-
-
-#: Folders the watcher passes by (besides hidden ones): the daemon's own state.
-IGNORE_DIRS: Final = ("mem_metadata",)
-
-
-@dataclass(frozen=True, slots=True)
-class WatcherConfig:
-    reconcile_interval_s: float = 300.0
-    max_pending: int = 10_000
-    sync_timeout_s: float = 2.0
-    restart_backoff_initial_s: float = 1.0
-    restart_backoff_max_s: float = 60.0
-    # A source that ran this long before failing counts as healthy: backoff restarts.
-    healthy_after_s: float = 60.0
-    apply_batch_max: int = 2_000
-    suffixes: tuple[str, ...] = (".md",)
-    # False: report started as soon as the watch is active and run the startup reconcile
-    # in the background (a first build of a large workspace takes minutes; the daemon
-    # serves meanwhile and ``sync`` waits for it).
-    reconcile_before_ready: bool = True
-    ignore_dirs: tuple[str, ...] = IGNORE_DIRS
-
-
-def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
-    """Whether the watcher passes the workspace-relative ``rel`` by: a hidden part, or a
-    folder of ``ignore_dirs``."""
-    return any(p.startswith(".") or p in ignore_dirs for p in rel.split("/"))
-
-
-class _ScanToken:
-    """A background token for one reconcile's scan, in the calling task: taken before the
-    apply lock (``then``), or under it only if one is free (``take_if_free``), and given
-    back once the scan is done (the ``async with`` around it). No limiter: nothing to
-    take."""
-
-    def __init__(self, limiter: trio.CapacityLimiter | None) -> None:
-        self._limiter = limiter
-        self._held = False
-
-    async def __aenter__(self) -> None:
-        if self._limiter is not None and not self._held:
-            await self._limiter.acquire()
-            self._held = True
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-    def take_if_free(self) -> None:
-        """Under the apply lock: the token if one is free, else none for this scan.
-        Waiting for it there could wait for a task that holds one and waits for the lock
-        (an unattended reconcile)."""
-        if self._limiter is None or self._held:
-            return
-        try:
-            self._limiter.acquire_nowait()
-        except trio.WouldBlock:
-            self._limiter = None  # scanned without: the lock is held, nothing may wait
-        else:
-            self._held = True
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            assert self._limiter is not None
-            self._limiter.release()
-
-    @asynccontextmanager
-    async def then(self, lock: trio.Lock, *, now: bool = True) -> AsyncIterator[None]:
-        """The token (when ``now``), then ``lock``; the token is given back on the way out
-        if the scan did not give it back already."""
-        try:
-            if now:
-                await self.__aenter__()
-            async with lock:
-                yield
-        finally:
-            self.release()
-
-
-class ReconcileFound(TypedDict):
-    added: int
-    changed: int
-    deleted: int
-
-
-class ReconcileRecord(TypedDict):
-    """A reconcile as status shows it."""
-
-    reason: str
-    time: float
-    duration_s: float
-    found: ReconcileFound
-
-
-class WatcherStatus(TypedDict):
-    state: str
-    why: str | None
-    roots: list[str]
-    last_change_applied: float | None
-    pending: int
-    rescan_owed: str | None
-    last_reconcile: ReconcileRecord | None
-    errors: int
-    last_error: str | None
-    last_error_at: float | None
-    restarts: int
-    overflows: int
-    sync_fallbacks: int
-    max_pending_seen: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcileResult:
-    reason: str
-    time: float
-    added: int
-    changed: int
-    deleted: int
-    duration_s: float
-
-    def as_dict(self) -> ReconcileRecord:
-        return {
-            "reason": self.reason, "time": self.time, "duration_s": self.duration_s,
-            "found": {"added": self.added, "changed": self.changed, "deleted": self.deleted},
-        }
 
 
 class Watcher:
@@ -243,13 +105,16 @@ class Watcher:
     ) -> None:
         if not roots:
             raise ValueError("at least one root to watch")
-        self._workspace = Path(os.path.abspath(workspace))
-        self._root_rels = tuple(r.strip("/") for r in roots)
-        self._roots = [self._workspace / r for r in self._root_rels]
+        self._config = config or WatcherConfig()
+        self._paths = WatchedRoots(workspace, roots, suffixes=self._config.suffixes,
+                                   ignore_dirs=self._config.ignore_dirs)
+        # Read-only copies of what the paths hold (nothing changes them).
+        self._workspace = self._paths.workspace
+        self._root_rels = self._paths.root_rels
+        self._roots = self._paths.roots
         self._apply = apply
         self._known = known
         self._source: ChangeSource = source if source is not None else default_source()
-        self._config = config or WatcherConfig()
         self._limiter = limiter
         # Taken before ``limiter`` by the scans nobody waits for (startup, periodic and owed
         # reconciles); a reconcile a caller waits for (a sync, a restore) takes only ``limiter``.
@@ -260,7 +125,6 @@ class Watcher:
         self._hold = hold
         self._set_up = trio.Event()  # the watch is set up (or failed, retried in the back)
         self._never_watched = False  # stopped before its watch was set up
-        self._prefix = str(self._workspace) + os.sep
         self._pending: set[str] = set()
         self._pending_dirs: set[str] = set()
         self._rescan: str | None = None  # a reconcile the flush task owes, and why
@@ -293,32 +157,9 @@ class Watcher:
         #: the listing goes on (other scans, health's or a rebuild's, apply nothing).
         self.scan_reached: tuple[int, Callable[[], None]] | None = None
 
-    # -- path classification (pure, cheap: runs for every raw event) ----------------------
-
-    def _relative(self, path: str) -> str | None:
-        if not path.startswith(self._prefix):
-            return None
-        rel = path[len(self._prefix):].replace(os.sep, "/")
-        for root in self._root_rels:
-            if rel == root or rel.startswith(root + "/"):
-                return rel
-        return None
-
-    def _ignored(self, rel: str) -> bool:
-        return passed_by(rel, self._config.ignore_dirs)
-
     def is_note(self, rel: str) -> bool:
         """Whether a workspace-relative path names a file the consumer indexes."""
-        name = rel.rsplit("/", 1)[-1]
-        return (not self._ignored(rel) and name.endswith(self._config.suffixes)
-                and name not in _JUNK_NAMES)
-
-    def _maybe_dir(self, rel: str) -> bool:
-        # Directory names in a workspace are dates and buckets; names with a suffix or
-        # an editor's marks are files that are not notes (swap, backup, probe).
-        name = rel.rsplit("/", 1)[-1]
-        return not (self._ignored(rel) or "." in name or name.endswith("~")
-                    or name.startswith("#") or name in _JUNK_NAMES)
+        return self._paths.is_note(rel)
 
     # -- ingest (called by the source; never blocks) ----------------------------------------
 
@@ -326,7 +167,7 @@ class Watcher:
         self._received_seq += 1
         seq = self._received_seq
         for change, path in batch:
-            rel = self._relative(path)
+            rel = self._paths.relative(path)
             if rel is None:
                 continue
             name = rel.rsplit("/", 1)[-1]
@@ -342,7 +183,7 @@ class Watcher:
                 continue  # a full reconcile is owed anyway
             if self.is_note(rel):
                 self._pending.add(rel)
-            elif self._maybe_dir(rel):
+            elif self._paths.maybe_dir(rel):
                 self._pending_dirs.add(rel)
             if len(self._pending) + len(self._pending_dirs) > self._config.max_pending:
                 self._overflows += 1
@@ -365,73 +206,19 @@ class Watcher:
     def pending_count(self) -> int:
         return len(self._pending) + len(self._pending_dirs)
 
-    # -- disk scans (worker threads) ---------------------------------------------------------
-
-    def _walk(self, top: Path, out: dict[str, tuple[int, int]],
-              reached: tuple[int, Callable[[], None]] | None = None) -> None:
-        # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
-        # itself (a root, or a folder named by an event) may be a link, followed only
-        # while it stays in the workspace: another agent's memory never enters this one.
-        if not safepath.is_inside(top, self._workspace):
-            if os.path.lexists(top):
-                log.warning("not descending %s: it leads out of the workspace", top)
-            return
-        stack = [top]
-        while stack:
-            current = stack.pop()
-            try:
-                entries = list(os.scandir(current))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except PermissionError as exc:
-                log.warning("reconcile skips %s: %s", current, exc)
-                continue
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name not in self._config.ignore_dirs:
-                            stack.append(Path(entry.path))
-                    elif entry.is_file(follow_symlinks=False):
-                        rel = entry.path[len(self._prefix):].replace(os.sep, "/")
-                        if self.is_note(rel):
-                            st = entry.stat(follow_symlinks=False)
-                            out[rel] = (st.st_mtime_ns, st.st_size)
-                            if reached is not None and len(out) == reached[0]:
-                                reached[1]()
-                except FileNotFoundError:
-                    continue
+    # -- what is on disk and what the consumer knows ---------------------------------------
 
     def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
              ) -> dict[str, tuple[int, int]]:
         """Every note under the roots with its ``(mtime_ns, size)`` (blocking);
         ``reached``: as :attr:`scan_reached`, for this scan."""
-        out: dict[str, tuple[int, int]] = {}
-        for root in self._roots:
-            self._walk(root, out, reached)
-        return out
-
-    def _expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
-        # A directory event stands for the files below it: those on disk that the
-        # consumer does not have as they are, and those it has that are gone.
-        found: dict[str, tuple[int, int]] = {}
-        for rel in dirs:
-            self._walk(self._workspace / rel, found)
-        out = {p for p, stat in found.items() if known.get(p) != stat}
-        prefixes = tuple(rel + "/" for rel in dirs)
-        out.update(p for p in known if p.startswith(prefixes) and p not in found)
-        return out
+        return self._paths.scan(reached)
 
     def _known_here(self) -> dict[str, tuple[int, int]]:
         # Only what lies under the watched roots takes part in the comparison.
         prefixes = tuple(r + "/" for r in self._root_rels)
         return {p: (int(v[0]), int(v[1])) for p, v in self._known().items()
                 if p.startswith(prefixes)}
-
-    def _make_roots(self) -> None:
-        for root in self._roots:
-            root.mkdir(parents=True, exist_ok=True)
 
     # -- applying ----------------------------------------------------------------------------
 
@@ -453,11 +240,11 @@ class Watcher:
         Raises what the consumer's ``apply`` raises. On cancellation some batches may be
         applied and others not; the next reconcile finds the rest.
         """
-        token = _ScanToken(self._background if unattended else None)
+        token = ScanToken(self._background if unattended else None)
         async with token.then(self._apply_lock):
             return await self._reconcile_locked(reason, token)
 
-    async def _reconcile_locked(self, reason: str, token: _ScanToken) -> ReconcileResult:
+    async def _reconcile_locked(self, reason: str, token: ScanToken) -> ReconcileResult:
         self._rescanning = True
         start = trio.current_time()
         try:
@@ -484,7 +271,7 @@ class Watcher:
     async def _flush(self) -> None:
         # An owed rescan is unattended: its token first, as in ``reconcile`` (one owed
         # after this look takes a token under the lock only if one is free).
-        token = _ScanToken(self._background)
+        token = ScanToken(self._background)
         async with token.then(self._apply_lock, now=self._rescan is not None):
             upto = self._received_seq
             if self._rescan is not None:
@@ -496,7 +283,7 @@ class Watcher:
                 self._pending, self._pending_dirs = set(), set()
                 if dirs:
                     files |= await self._run_sync(
-                        self._expand_dirs, dirs, self._known_here(), limiter=self._limiter)
+                        self._paths.expand_dirs, dirs, self._known_here(), limiter=self._limiter)
                 await self._apply_all(files)
             self._applied_seq = max(self._applied_seq, upto)
             for name, seq in self._cookie_seen.items():
@@ -540,7 +327,7 @@ class Watcher:
         while True:
             began = trio.current_time()
             try:
-                await self._run_sync(self._make_roots)
+                await self._run_sync(self._paths.make_roots)
                 with trio.CancelScope() as scope:
                     self._source_scope = scope
                     async with trio.open_nursery() as nursery:

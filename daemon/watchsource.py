@@ -1,4 +1,5 @@
-"""Change sources for the watcher: the native notifier and a scripted double.
+"""Change sources for the watcher: the native notifier and a scripted double, and
+:func:`default_source`, the one a watcher uses unless given another.
 
 A source delivers batches of raw ``(Change, absolute path)`` pairs to a callback that
 never blocks, and says when its watch is active through ``task_status``. The native
@@ -116,6 +117,14 @@ class WatchfilesSource:
             # Only our cancel sets the event: let the pending Cancelled land.
             await trio.lowlevel.checkpoint()
             raise WatchError("the native watch stopped")
+
+
+def default_source() -> ChangeSource:
+    """inotify awaited by trio where the platform has it (no thread, no polling),
+    else watchfiles' notifier."""
+    from recalld.daemon import inotify
+
+    return inotify.InotifySource() if inotify.available() else WatchfilesSource()
 
 
 class ScriptedChangeSource:

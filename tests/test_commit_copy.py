@@ -12,10 +12,10 @@ import trio
 from hooks import run_first
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import Filters
 from recalld.daemon.store import arrays
-from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.cli_ops import COMMIT_WAIT_SHOWN_S, render_internals
 

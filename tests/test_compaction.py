@@ -13,9 +13,9 @@ from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import bm25, postings
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import Filters
-from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 
 

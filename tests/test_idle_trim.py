@@ -17,10 +17,11 @@ from waits import wait_for, workspace_status
 
 from recalld.daemon import maintenance
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import Filters
 from recalld.daemon.maintenance import Health
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.watchsource import ScriptedChangeSource
 from recalld.daemon.workspaces import Workspace
 

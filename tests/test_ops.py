@@ -19,7 +19,8 @@ from waits import wait_value, workspace_status
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.maintenance import Health, verify
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.watchsource import ScriptedChangeSource
 from recalld.daemon.workspaces import Workspace
 

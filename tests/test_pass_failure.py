@@ -34,7 +34,8 @@ from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.watchsource import Change, ScriptedChangeSource
 from recalld.daemon.workspaces import Workspace
 

@@ -14,7 +14,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.memory import topics
 from recalld.daemon.memory.topics import MemoryFile
-from recalld.daemon.watcher import WatcherConfig
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
 

@@ -33,10 +33,10 @@ from recalld.daemon.config import (
 from recalld.daemon.index.chunker import chunk_markdown
 from recalld.daemon.index.embedcache import encode_f16
 from recalld.daemon.index.embedder import BackfillConfig, VectorWorker
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.search import search
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
-from recalld.daemon.index.state import Filters
 from recalld.daemon.providers.breaker import BreakerConfig
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.retry import RetryPolicy

@@ -18,7 +18,8 @@ import trio
 import trio.testing
 from watchfiles import Change
 
-from recalld.daemon.watcher import ReconcileResult, Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import ReconcileResult, WatcherConfig
 from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource, WatchfilesSource
 from recalld.ipc.errors import UnknownWorkspace
 

@@ -48,9 +48,11 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
+from recalld.daemon.index.filters import note_date
+from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
-from recalld.daemon.index.state import FileInfo, IndexState, note_date
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 from recalld.daemon.providers.embedding import EmbeddingStatus

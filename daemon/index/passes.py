@@ -29,7 +29,8 @@ from recalld.daemon.index import reme_import
 from recalld.daemon.index.prepare import PreparedBatch, prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.reads import StateAccess
-from recalld.daemon.index.state import ApplyStats, IndexState
+from recalld.daemon.index.records import ApplyStats
+from recalld.daemon.index.state import IndexState
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph, LinkRecord
-from recalld.daemon.index.state import FileInfo, IndexState
+from recalld.daemon.index.records import FileInfo
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.jsontypes import JsonObject

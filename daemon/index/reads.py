@@ -22,8 +22,9 @@ import trio
 from recalld.daemon import memtrim
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.exact import exact_first
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.memo import Memo
-from recalld.daemon.index.state import Filters, IndexState, StoredChunk
+from recalld.daemon.index.state import IndexState, StoredChunk
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
 

@@ -25,10 +25,11 @@ from typing import NotRequired, Protocol, TypedDict
 from recalld.daemon import metrics
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams

@@ -4,18 +4,16 @@ Pure and synchronous. The per-workspace service's passes (``passes.py``) prepare
 worker threads with :func:`prepare` (read, chunk, tokenize: the CPU-heavy part, no shared
 state touched) and then apply the prepared files here under the index lock. Doc keys are
 small integers shared by the keyword index, the vector index and fusion; they are never
-reused within one state, and a full rebuild starts a new state.
+reused within one state, and a full rebuild starts a new state. The records it keeps and
+reports are in ``records.py``, the search filters it applies in ``filters.py``.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -25,6 +23,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.index.filters import Filters, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, resolve_links
@@ -37,6 +36,7 @@ from recalld.daemon.index.prepare import (
     prepare_files,
     too_large,
 )
+from recalld.daemon.index.records import ApplyStats, FileInfo, StateStats, compact_keys
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.jsontypes import JsonObject
@@ -44,94 +44,10 @@ from recalld.daemon.store.arrays import Mapped
 
 # :meth:`IndexState.neighbours` remembers up to this many files' neighbours.
 NEIGHBOURS_MEMO_MAX = 4096
-_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
-
-
-class FileRecord(TypedDict):
-    """A :class:`FileInfo` as the catalog stores it."""
-
-    path: str
-    mtime_ns: int
-    size: int
-    digest: str
-    keys: list[int]
-
-
-class StateStats(TypedDict):
-    files: int
-    chunks: int
-    links: int
-    keyword: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class FileInfo:
-    """What the index knows of one file: the stat it was read at and its chunks."""
-
-    path: str
-    mtime_ns: int
-    size: int
-    digest: str
-    #: The file's chunk keys, in order; a ``range`` when consecutive (as the index hands
-    #: them out), which costs the same for one chunk or a thousand.
-    keys: Sequence[int]
-
-    def to_record(self) -> FileRecord:
-        return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
-                "digest": self.digest, "keys": list(self.keys)}
-
-    @classmethod
-    def from_record(cls, rec: JsonObject) -> FileInfo:
-        return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
-                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]))
-
-
-def compact_keys(keys: list[int]) -> Sequence[int]:
-    """``keys`` as a ``range`` when they are consecutive, else as a tuple."""
-    if keys and keys == list(range(keys[0], keys[0] + len(keys))):
-        return range(keys[0], keys[0] + len(keys))
-    return tuple(keys)
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyStats:
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    #: Files that could not be read (path, why): left as the index had them.
-    unreadable: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.added or self.updated or self.deleted)
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """Search filters: path prefixes, daily-note date range, digest buckets, and the
-    ``author`` a note's frontmatter names (the agent that wrote it)."""
-
-    path_prefixes: tuple[str, ...] = ()
-    date_from: str | None = None
-    date_to: str | None = None
-    buckets: tuple[str, ...] = ()
-    authors: tuple[str, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets
-                    or self.authors)
 
 
 def _stem(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0].lower()
-
-
-def note_date(path: str) -> str | None:
-    """The ``YYYY-MM-DD`` of a daily note's folder, if the path has one."""
-    m = _DAILY_RE.search(path)
-    return m.group(1) if m else None
 
 
 class IndexState:
@@ -528,8 +444,8 @@ def carry_vectors(
 
 
 __all__ = [
-    "ApplyStats", "FileInfo", "Filters", "IndexState", "Link", "Prepared",
-    "PreparedBatch", "StoredChunk", "carry_vectors", "note_date", "prepare", "prepare_files",
+    "IndexState", "Link", "Prepared", "PreparedBatch", "StoredChunk", "carry_vectors", "prepare",
+    "prepare_files",
 ]
 
 

@@ -44,7 +44,8 @@ from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catal
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
-from recalld.daemon.watcher import Watcher, WatcherConfig, WatcherStatus
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
 

@@ -28,7 +28,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatt
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
-from recalld.daemon.watcher import IGNORE_DIRS, passed_by
+from recalld.daemon.watchpaths import IGNORE_DIRS, passed_by
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError

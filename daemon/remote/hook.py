@@ -23,8 +23,8 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
-from recalld.daemon.index.state import Filters
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:

@@ -53,15 +53,16 @@ import trio
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import RemoteConfig, mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
-from recalld.daemon.index.state import Filters
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.state import Base, ReplicaState
-from recalld.daemon.watcher import Watcher, WatcherConfig
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 

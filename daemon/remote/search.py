@@ -35,8 +35,9 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
-from recalld.daemon.index.state import Filters, StoredChunk
+from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import tokenize_query
 
 Conn = psycopg.Connection[tuple[object, ...]]

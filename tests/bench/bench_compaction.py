@@ -36,9 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synth
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.prepare import PreparedBatch
+from recalld.daemon.index.records import ApplyStats
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.state import ApplyStats, Filters, IndexState
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.workspaces import Workspace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

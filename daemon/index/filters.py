@@ -1,0 +1,38 @@
+"""Search filters, and the date of a daily note that they compare.
+
+Owns :class:`Filters` (path prefixes, daily-note date range, digest buckets, authors) and
+:func:`note_date`; ``IndexState.allowed`` turns filters into the doc keys that pass them.
+Plain data, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Filters", "note_date"]
+
+_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Search filters: path prefixes, daily-note date range, digest buckets, and the
+    ``author`` a note's frontmatter names (the agent that wrote it)."""
+
+    path_prefixes: tuple[str, ...] = ()
+    date_from: str | None = None
+    date_to: str | None = None
+    buckets: tuple[str, ...] = ()
+    authors: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.path_prefixes or self.date_from or self.date_to or self.buckets
+                    or self.authors)
+
+
+def note_date(path: str) -> str | None:
+    """The ``YYYY-MM-DD`` of a daily note's folder, if the path has one."""
+    m = _DAILY_RE.search(path)
+    return m.group(1) if m else None

@@ -1,0 +1,76 @@
+"""The records an index state keeps and reports: plain data, no I/O.
+
+Owns :class:`FileInfo` (what the index knows of one file) with its catalog form
+:class:`FileRecord` and :func:`compact_keys`, :class:`ApplyStats` (what one
+``IndexState.apply`` did) and :class:`StateStats` (``IndexState.stats``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+from recalld.daemon.jsontypes import JsonObject
+
+__all__ = ["ApplyStats", "FileInfo", "FileRecord", "StateStats", "compact_keys"]
+
+
+class FileRecord(TypedDict):
+    """A :class:`FileInfo` as the catalog stores it."""
+
+    path: str
+    mtime_ns: int
+    size: int
+    digest: str
+    keys: list[int]
+
+
+class StateStats(TypedDict):
+    files: int
+    chunks: int
+    links: int
+    keyword: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """What the index knows of one file: the stat it was read at and its chunks."""
+
+    path: str
+    mtime_ns: int
+    size: int
+    digest: str
+    #: The file's chunk keys, in order; a ``range`` when consecutive (as the index hands
+    #: them out), which costs the same for one chunk or a thousand.
+    keys: Sequence[int]
+
+    def to_record(self) -> FileRecord:
+        return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
+                "digest": self.digest, "keys": list(self.keys)}
+
+    @classmethod
+    def from_record(cls, rec: JsonObject) -> FileInfo:
+        return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
+                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]))
+
+
+def compact_keys(keys: list[int]) -> Sequence[int]:
+    """``keys`` as a ``range`` when they are consecutive, else as a tuple."""
+    if keys and keys == list(range(keys[0], keys[0] + len(keys))):
+        return range(keys[0], keys[0] + len(keys))
+    return tuple(keys)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyStats:
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    #: Files that could not be read (path, why): left as the index had them.
+    unreadable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.deleted)

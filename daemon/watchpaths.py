@@ -1,0 +1,144 @@
+"""Which paths the watcher takes, and the disk scans that list them.
+
+Owns the path rules of the watched roots (the folders passed by, :data:`IGNORE_DIRS` and
+:func:`passed_by`; what is a note; what may be a folder) and :class:`WatchedRoots`, the
+roots of one workspace with their blocking scans (run by the watcher in worker threads).
+No trio and no I/O at import: the rules are read where the watcher is not loaded. Paths
+are workspace-relative with ``/`` separators (``memory/2026-07-23/commute.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from recalld.daemon import safepath
+
+__all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
+
+# The scans are the watcher's: they log under its name.
+log = logging.getLogger("recalld.daemon.watcher")
+
+# Names editors use for probes and backups that never are Markdown notes.
+_JUNK_NAMES = frozenset({"4913"})
+
+#: Folders the watcher passes by (besides hidden ones): the daemon's own state.
+IGNORE_DIRS: Final = ("mem_metadata",)
+
+
+def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
+    """Whether the watcher passes the workspace-relative ``rel`` by: a hidden part, or a
+    folder of ``ignore_dirs``."""
+    return any(p.startswith(".") or p in ignore_dirs for p in rel.split("/"))
+
+
+class WatchedRoots:
+    """The workspace-relative ``roots`` of one workspace a watcher watches: which paths
+    below them are notes (a name ending in one of ``suffixes``, nothing passed by under
+    ``ignore_dirs``), and the disk scans that list those notes with their
+    ``(mtime_ns, size)``."""
+
+    def __init__(self, workspace: Path, roots: Sequence[str], *,
+                 suffixes: tuple[str, ...], ignore_dirs: tuple[str, ...]) -> None:
+        self.workspace = Path(os.path.abspath(workspace))
+        self.root_rels = tuple(r.strip("/") for r in roots)
+        self.roots = [self.workspace / r for r in self.root_rels]
+        self._suffixes = suffixes
+        self._ignore_dirs = ignore_dirs
+        self._prefix = str(self.workspace) + os.sep
+
+    # -- path classification (pure, cheap: runs for every raw event) ----------------------
+
+    def relative(self, path: str) -> str | None:
+        """The workspace-relative form of the absolute ``path``; None outside the roots."""
+        if not path.startswith(self._prefix):
+            return None
+        rel = path[len(self._prefix):].replace(os.sep, "/")
+        for root in self.root_rels:
+            if rel == root or rel.startswith(root + "/"):
+                return rel
+        return None
+
+    def _ignored(self, rel: str) -> bool:
+        return passed_by(rel, self._ignore_dirs)
+
+    def is_note(self, rel: str) -> bool:
+        """Whether a workspace-relative path names a file the consumer indexes."""
+        name = rel.rsplit("/", 1)[-1]
+        return (not self._ignored(rel) and name.endswith(self._suffixes)
+                and name not in _JUNK_NAMES)
+
+    def maybe_dir(self, rel: str) -> bool:
+        """Whether a workspace-relative path that is no note may name a folder."""
+        # Directory names in a workspace are dates and buckets; names with a suffix or
+        # an editor's marks are files that are not notes (swap, backup, probe).
+        name = rel.rsplit("/", 1)[-1]
+        return not (self._ignored(rel) or "." in name or name.endswith("~")
+                    or name.startswith("#") or name in _JUNK_NAMES)
+
+    # -- disk scans (worker threads) ---------------------------------------------------------
+
+    def _walk(self, top: Path, out: dict[str, tuple[int, int]],
+              reached: tuple[int, Callable[[], None]] | None = None) -> None:
+        # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
+        # itself (a root, or a folder named by an event) may be a link, followed only
+        # while it stays in the workspace: another agent's memory never enters this one.
+        if not safepath.is_inside(top, self.workspace):
+            if os.path.lexists(top):
+                log.warning("not descending %s: it leads out of the workspace", top)
+            return
+        stack = [top]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(current))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except PermissionError as exc:
+                log.warning("reconcile skips %s: %s", current, exc)
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in self._ignore_dirs:
+                            stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        rel = entry.path[len(self._prefix):].replace(os.sep, "/")
+                        if self.is_note(rel):
+                            st = entry.stat(follow_symlinks=False)
+                            out[rel] = (st.st_mtime_ns, st.st_size)
+                            if reached is not None and len(out) == reached[0]:
+                                reached[1]()
+                except FileNotFoundError:
+                    continue
+
+    def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
+             ) -> dict[str, tuple[int, int]]:
+        """Every note under the roots with its ``(mtime_ns, size)`` (blocking);
+        ``reached``: ``(n, fn)``, ``fn()`` called once the scan has found ``n`` notes."""
+        out: dict[str, tuple[int, int]] = {}
+        for root in self.roots:
+            self._walk(root, out, reached)
+        return out
+
+    def expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
+        """The notes the folder events ``dirs`` stand for, against ``known`` (blocking)."""
+        # A directory event stands for the files below it: those on disk that the
+        # consumer does not have as they are, and those it has that are gone.
+        found: dict[str, tuple[int, int]] = {}
+        for rel in dirs:
+            self._walk(self.workspace / rel, found)
+        out = {p for p, stat in found.items() if known.get(p) != stat}
+        prefixes = tuple(rel + "/" for rel in dirs)
+        out.update(p for p in known if p.startswith(prefixes) and p not in found)
+        return out
+
+    def make_roots(self) -> None:
+        """Create the roots that are missing (blocking)."""
+        for root in self.roots:
+            root.mkdir(parents=True, exist_ok=True)

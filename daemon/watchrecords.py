@@ -1,0 +1,83 @@
+"""The watcher's settings and the records it reports.
+
+Owns :class:`WatcherConfig` (frozen), :class:`WatcherStatus` (what ``Watcher.status``
+returns) and :class:`ReconcileResult` with its status record (one reconcile: why, when,
+how long, what it found). Plain data: no trio, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+from recalld.daemon.watchpaths import IGNORE_DIRS
+
+__all__ = [
+    "ReconcileFound", "ReconcileRecord", "ReconcileResult", "WatcherConfig", "WatcherStatus",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherConfig:
+    reconcile_interval_s: float = 300.0
+    max_pending: int = 10_000
+    sync_timeout_s: float = 2.0
+    restart_backoff_initial_s: float = 1.0
+    restart_backoff_max_s: float = 60.0
+    # A source that ran this long before failing counts as healthy: backoff restarts.
+    healthy_after_s: float = 60.0
+    apply_batch_max: int = 2_000
+    suffixes: tuple[str, ...] = (".md",)
+    # False: report started as soon as the watch is active and run the startup reconcile
+    # in the background (a first build of a large workspace takes minutes; the daemon
+    # serves meanwhile and ``sync`` waits for it).
+    reconcile_before_ready: bool = True
+    ignore_dirs: tuple[str, ...] = IGNORE_DIRS
+
+
+class ReconcileFound(TypedDict):
+    added: int
+    changed: int
+    deleted: int
+
+
+class ReconcileRecord(TypedDict):
+    """A reconcile as status shows it."""
+
+    reason: str
+    time: float
+    duration_s: float
+    found: ReconcileFound
+
+
+class WatcherStatus(TypedDict):
+    state: str
+    why: str | None
+    roots: list[str]
+    last_change_applied: float | None
+    pending: int
+    rescan_owed: str | None
+    last_reconcile: ReconcileRecord | None
+    errors: int
+    last_error: str | None
+    last_error_at: float | None
+    restarts: int
+    overflows: int
+    sync_fallbacks: int
+    max_pending_seen: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    reason: str
+    time: float
+    added: int
+    changed: int
+    deleted: int
+    duration_s: float
+
+    def as_dict(self) -> ReconcileRecord:
+        return {
+            "reason": self.reason, "time": self.time, "duration_s": self.duration_s,
+            "found": {"added": self.added, "changed": self.changed, "deleted": self.deleted},
+        }
