@@ -88,7 +88,10 @@ def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
     # One call slot per connection. A keyword search of a small index nobody writes
     # runs on the connection's reader, so it answers while another call holds the
     # slot; a search that may wait (sync) queues for the slot like any other call.
-    d = daemon_factory("[daemon]\nmax_concurrent_calls_per_connection = 1\n")
+    # Nothing in the background may hold w's index lock meanwhile (a search then waits
+    # its turn, rightly): no commit after the first build's changes, no idle trim.
+    d = daemon_factory("[daemon]\nmax_concurrent_calls_per_connection = 1\n"
+                       "persist_delay_s = 3600\nidle_trim_s = 0\n")
     open_ws(d, workspace)
     other = tmp_path / "other"
     for i in range(40):
