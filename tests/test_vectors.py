@@ -343,7 +343,9 @@ async def test_exact_identifier_is_never_buried(h: Harness) -> None:
             assert res["results"][0]["exact"] is True and res["results"][0]["vector"] is None
 
 
-async def test_model_change_keeps_old_space_serving(h: Harness) -> None:
+async def test_model_change_keeps_old_space_serving(h: Harness,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     with FakeProvider(dims=DIMS) as old, FakeProvider(dims=DIMS) as new:
         async with h.open(h.emb(old, "m1")) as (index, worker):
             await full(worker)
@@ -355,6 +357,9 @@ async def test_model_change_keeps_old_space_serving(h: Harness) -> None:
         async with h.open(h.emb(new, "m2")) as (index, worker):
             assert worker.migrating and worker.fill.serving is not None
             assert worker.fill.serving.key == old_key != worker.target.key
+            # The vector service says so, under its own logger.
+            said = [r.name for r in caplog.records if "embedding model changed" in r.getMessage()]
+            assert said == ["recalld.daemon.index.embedder"]
             res = await ask(index, "ramen lunch")
             # Served by the old space: its provider embedded the query.
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3

@@ -136,7 +136,7 @@ class VectorWorker:
         #: The index being filled, the space that serves searches meanwhile, the window
         #: vectors and the parked chunks (its methods run under the index lock).
         self.fill = VectorFill(index.ws.agent_id, spaces, config, self.target,
-                               self.window_chars)
+                               self.window_chars, log=log)
         self.total = 0
         self.embedded = 0
         self.provider_texts = 0

@@ -30,8 +30,6 @@ from recalld.daemon.index.state import FileInfo, IndexState, note_date
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(slots=True)
 class _Round:
@@ -62,8 +60,10 @@ class VectorFill:
     """The vector index being filled and the space serving searches, for one worker."""
 
     def __init__(self, agent_id: str, spaces: VectorSpaces, config: EmbeddingModelConfig,
-                 target: VectorSpace, window_chars: int) -> None:
+                 target: VectorSpace, window_chars: int, *, log: logging.Logger) -> None:
         self.agent_id = agent_id
+        #: The worker's logger: a model change is logged as the vector service's news.
+        self.log = log
         self.spaces = spaces
         self.config = config
         self.target = target
@@ -109,9 +109,9 @@ class VectorFill:
         self._shadow = VectorIndex(target.dims, initial_capacity=max(len(state.chunks), 16))
         self._building = self._shadow
         self.serving = self.spaces.old_space(state.vector_config, self.config)
-        log.info("%s: embedding model changed (%s -> %s); the old vectors serve until the "
-                 "new ones are complete", self.agent_id, state.vector_space,
-                 target.key)
+        self.log.info("%s: embedding model changed (%s -> %s); the old vectors serve until "
+                      "the new ones are complete", self.agent_id, state.vector_space,
+                      target.key)
 
     def next_round(self, state: IndexState, limit: int, now: float) -> _Round:
         self.adopt(state)
