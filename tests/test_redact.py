@@ -12,7 +12,7 @@ from recalld.daemon.memory.redact import (
     redact_parts,
     redact_value,
 )
-from recalld.daemon.memory.secret_rules import entropy_bits
+from recalld.daemon.memory.secret_values import entropy_bits
 
 OPENAI = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
 ANTHROPIC = "sk-ant-api03-" + "x7Yz" * 8

@@ -343,7 +343,9 @@ async def test_exact_identifier_is_never_buried(h: Harness) -> None:
             assert res["results"][0]["exact"] is True and res["results"][0]["vector"] is None
 
 
-async def test_model_change_keeps_old_space_serving(h: Harness) -> None:
+async def test_model_change_keeps_old_space_serving(h: Harness,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     with FakeProvider(dims=DIMS) as old, FakeProvider(dims=DIMS) as new:
         async with h.open(h.emb(old, "m1")) as (index, worker):
             await full(worker)
@@ -353,8 +355,11 @@ async def test_model_change_keeps_old_space_serving(h: Harness) -> None:
         new.script(*[Reply(status=503)] * 20)
         h.spaces = h.new_spaces()
         async with h.open(h.emb(new, "m2")) as (index, worker):
-            assert worker.migrating and worker.serving is not None
-            assert worker.serving.key == old_key != worker.target.key
+            assert worker.migrating and worker.fill.serving is not None
+            assert worker.fill.serving.key == old_key != worker.target.key
+            # The vector service says so, under its own logger.
+            said = [r.name for r in caplog.records if "embedding model changed" in r.getMessage()]
+            assert said == ["recalld.daemon.index.embedder"]
             res = await ask(index, "ramen lunch")
             # Served by the old space: its provider embedded the query.
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3
@@ -440,7 +445,7 @@ async def test_rebuild_keeps_vectors_and_pays_nothing(h: Harness) -> None:
             assert len(index.state.vectors or ()) == 3
             res = await ask(index, "ramen lunch")
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3
-            await wait_for(lambda: worker._state is index.state and worker.state == "idle")
+            await wait_for(lambda: worker.fill._state is index.state and worker.state == "idle")
             assert worker.embedded == worker.total == 3
             sent = [r.json["input"] for r in fake.requests[before:]]
             assert sent == [["ramen lunch"]]

@@ -24,37 +24,35 @@
   of the configured space (when ReMe's embedding cache does not place them in another
   space), and ReMe's cache file of this space answers before the provider does.
 
+What it does under the index lock (binding to a rebuilt state, reading a round, installing
+vectors, the swap at the end of a model change, and the window vectors a search reads) is
+:class:`~.vector_fill.VectorFill`'s (``vector_fill.py``), which the worker holds as ``fill``.
+
 Stops by cancellation; nothing it holds needs a shielded cleanup (installed vectors are
 committed by the index's own persist task, pending work is re-derived at the next start).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 import random
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal, TypedDict
 
 import numpy as np
 import trio
-from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
-from recalld.daemon.index.filters import note_date
-from recalld.daemon.index.records import FileInfo
+from recalld.daemon.index.embedcache import decode_f16, text_hash
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
+from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
-from recalld.daemon.index.vectors import VectorIndex, WindowVectors
-from recalld.daemon.index.windows import Window, chunk_windows, embed_units
+from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.providers.embedding import EmbeddingStatus
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 from recalld.daemon.remote.hook import embed_passages
@@ -114,31 +112,6 @@ class VectorStatus(TypedDict):
     cache: dict[str, int]
 
 
-@dataclass(slots=True)
-class _Round:
-    """What one locked read found: the next texts to embed and the coverage counts."""
-
-    items: list[tuple[int, str]]
-    total: int
-    pending: int
-    #: Per item, the texts to embed: its windows, or the chunk text itself.
-    texts: list[list[str]]
-
-
-def _recency(info: FileInfo, daily_dir: str) -> float:
-    """Newest first: a daily note by its folder date, anything else by its mtime."""
-    if info.path.startswith(daily_dir + "/"):
-        day = note_date(info.path)
-        if day is not None:
-            try:
-                stamp = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
-            except ValueError:
-                pass
-            else:
-                return stamp + 86399.0
-    return info.mtime_ns / 1e9
-
-
 class VectorWorker:
     """Backfill, query embedding and vector status of one workspace."""
 
@@ -160,14 +133,10 @@ class VectorWorker:
         #: Window size of the vector unit (``SearchConfig.vector_window_chars``; 0: the
         #: whole chunk is the unit, one vector each).
         self.window_chars = index.ws.settings.search.vector_window_chars
-        #: The chunks' window vectors in the target space (with ``window_chars``).
-        self.windows: WindowVectors | None = None
-        #: The space whose vectors answer searches now (the old one during a model change).
-        self.serving: VectorSpace | None = self.target
-        self._state: IndexState | None = None
-        self._building: VectorIndex | None = None
-        self._shadow: VectorIndex | None = None
-        self._failed: dict[int, float] = {}
+        #: The index being filled, the space that serves searches meanwhile, the window
+        #: vectors and the parked chunks (its methods run under the index lock).
+        self.fill = VectorFill(index.ws.agent_id, spaces, config, self.target,
+                               self.window_chars, log=log)
         self.total = 0
         self.embedded = 0
         self.provider_texts = 0
@@ -192,7 +161,7 @@ class VectorWorker:
 
     @property
     def migrating(self) -> bool:
-        return self._shadow is not None
+        return self.fill.migrating
 
     # -- service ---------------------------------------------------------------------
 
@@ -210,7 +179,7 @@ class VectorWorker:
                 task_status.started()
                 await trio.sleep_forever()
             await self.target.ensure_open()
-            await self.index.locked(self._adopt)
+            await self.index.locked(self.fill.adopt)
             task_status.started()
             await self._seed_foreign()
             self.state = "health_check"
@@ -270,116 +239,6 @@ class VectorWorker:
         row = self._reme_cache.get(reme_import.text_key(text, self.config.max_input_length))
         return None if row is None else np.asarray(row, dtype=np.float32)
 
-    # -- mode: which index is being filled, which one serves ---------------------------
-
-    def _adopt(self, state: IndexState) -> None:
-        """Bind to ``state`` (a rebuild swaps in a new one): normal mode or a migration."""
-        if state is self._state:
-            return
-        self._state = state
-        self._failed.clear()
-        target = self.target
-        # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
-        # the embedding cache).
-        self.windows = WindowVectors(target.dims) if self.window_chars else None
-        old = state.vectors
-        if old is None or not len(old) or (
-            state.vector_space in (None, target.key) and old.dim == target.dims):
-            if old is None or old.dim != target.dims:
-                state.vectors = VectorIndex(target.dims)
-            state.vector_space = target.key
-            state.vector_config = public_config(target.client.config)
-            self._building, self._shadow = state.vectors, None
-            self.serving = target
-            return
-        # Another space's vectors: keep them answering while the new space fills up.
-        self._shadow = VectorIndex(target.dims, initial_capacity=max(len(state.chunks), 16))
-        self._building = self._shadow
-        self.serving = self.spaces.old_space(state.vector_config, self.config)
-        log.info("%s: embedding model changed (%s -> %s); the old vectors serve until the "
-                 "new ones are complete", self.index.ws.agent_id, state.vector_space,
-                 target.key)
-
-    def _next_round(self, state: IndexState, limit: int, now: float) -> _Round:
-        self._adopt(state)
-        building = self._building
-        assert building is not None
-        daily = state.daily_dir
-        items: list[tuple[int, str]] = []
-        pending = 0
-        parked: dict[int, float] = {}
-        wins = self.windows
-        if wins is not None:
-            for key in wins.keys():
-                if key not in state.chunks:
-                    wins.remove(key)
-        for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
-                           reverse=True):
-            for key in info.keys:
-                if key in building:
-                    if wins is None or key in wins:
-                        continue
-                    units = self.units(state.chunks.text(key))
-                    if len(units) == 1:
-                        # One window: the chunk's own vector is that window's.
-                        wins.add(key, building.vectors([key]))
-                        continue
-                pending += 1
-                until = self._failed.get(key, -math.inf)
-                if until > now:
-                    parked[key] = until
-                elif len(items) < limit:
-                    items.append((key, state.chunks.text(key)))
-        self._failed = parked  # vanished or due keys leave the parking lot
-        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
-
-    def units(self, text: str) -> list[str]:
-        """What is embedded for a chunk of ``text``: its windows, or the text itself."""
-        return embed_units(text, self.window_chars)
-
-    def _install(self, state: IndexState, found: list[tuple[int, str, F32]],
-                 windows: list[F32] | None = None) -> int:
-        if state is not self._state or self._building is None:
-            return 0  # a rebuild swapped the state; the cache keeps the vectors
-        keys: list[int] = []
-        rows: list[F32] = []
-        for i, (key, text, vec) in enumerate(found):
-            if key not in state.chunks or state.chunks.text(key) != text:
-                continue  # edited meanwhile: the new chunk is pending under a new key
-            if windows is not None and self.windows is not None:
-                self.windows.add(key, windows[i])
-            if self._shadow is None:
-                state.chunks.set_embedding(key, encode_f16(vec))
-            keys.append(key)
-            rows.append(vec)
-        if keys:
-            self._building.add(keys, np.stack(rows))
-            if self._shadow is None:
-                state.vectors_version += 1
-        return 0 if self._shadow is not None else len(keys)
-
-    def _swap(self, state: IndexState) -> int:
-        """Finish a model change once the new space covers every chunk."""
-        shadow = self._shadow
-        if shadow is None or state is not self._state:
-            return 0
-        live = set(state.chunks)
-        for key in shadow.keys() - live:
-            shadow.remove(key)
-        if any(key not in shadow for key in live):
-            return 0
-        keys = sorted(live)
-        if keys:
-            for key, vec in zip(keys, shadow.vectors(keys), strict=True):
-                state.chunks.set_embedding(key, encode_f16(vec))
-        state.vectors = shadow
-        state.vector_space = self.target.key
-        state.vector_config = public_config(self.target.client.config)
-        state.vectors_version += 1
-        self._building, self._shadow = shadow, None
-        self.serving = self.target
-        return max(len(keys), 1)
-
     # -- the loop --------------------------------------------------------------------
 
     async def _backfill(self) -> None:
@@ -389,11 +248,11 @@ class VectorWorker:
         while True:
             changed = self.index.changed
             now = trio.current_time()
-            rnd = await self.index.locked(partial(self._next_round, limit=limit, now=now))
+            rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
             self.total, self.embedded = rnd.total, rnd.total - rnd.pending
             if not rnd.items:
-                if self._shadow is not None and not rnd.pending:
-                    swapped = await self.index.locked(self._swap)
+                if self.fill.migrating and not rnd.pending:
+                    swapped = await self.index.locked(self.fill.swap)
                     if swapped:
                         self.index.vectors_changed(swapped)
                         log.info("%s: vectors of %s complete; now serving them",
@@ -401,7 +260,7 @@ class VectorWorker:
                         continue
                 self.state = "idle" if not rnd.pending else "waiting"
                 await self._maybe_compact()
-                wake = min(self._failed.values(), default=math.inf) - trio.current_time()
+                wake = min(self.fill.failed.values(), default=math.inf) - trio.current_time()
                 with trio.move_on_after(max(wake, 0.0)):
                     await changed.wait()
                 continue
@@ -412,7 +271,7 @@ class VectorWorker:
                 self.last_error = str(exc)
                 if isinstance(exc, ProviderPermanent):
                     until = trio.current_time() + self.cfg.permanent_retry_s
-                    self._failed.update((key, until) for key, _ in rnd.items)
+                    self.fill.failed.update((key, until) for key, _ in rnd.items)
                     log.warning("%s: embedding %d chunk(s) failed for good (%s); retrying "
                                 "them in %.0f s", self.index.ws.agent_id, len(rnd.items), exc,
                                 self.cfg.permanent_retry_s)
@@ -483,9 +342,9 @@ class VectorWorker:
             found = [(key, text, _mean_unit(rows))
                      for (key, text), rows in zip(items, per_item, strict=True)]
             return await self.index.locked(
-                partial(self._install, found=found, windows=per_item))
+                partial(self.fill.install, found=found, windows=per_item))
         found = [(key, text, vectors[text]) for key, text in items]
-        return await self.index.locked(partial(self._install, found=found))
+        return await self.index.locked(partial(self.fill.install, found=found))
 
     async def _maybe_compact(self) -> None:
         space = self.target
@@ -496,7 +355,7 @@ class VectorWorker:
 
             def hashes(st: IndexState, m: VectorWorker = member) -> set[str]:
                 return {text_hash(unit) for _, text in st.chunks.texts()
-                        for unit in {text, *m.units(text)}}
+                        for unit in {text, *m.fill.units(text)}}
 
             live |= await member.index.locked(hashes)
         dropped = await trio.to_thread.run_sync(space.cache.compact, live)
@@ -506,42 +365,12 @@ class VectorWorker:
 
     def _serving_now(self) -> VectorSpace | None:
         """The space that answers a query's vector now (None: no vectors can serve)."""
-        serving = self.serving
+        serving = self.fill.serving
         state = self.index.state
         if (serving is None or not serving.client.enabled or state.vectors is None
                 or not len(state.vectors) or state.vector_space != serving.key):
             return None
         return serving
-
-    def search(self, state: IndexState, query: F32, limit: int,
-               allowed: BitMap | None) -> list[tuple[int, float]]:
-        """Nearest chunks, each by its best window where its windows are in (not during
-        a model change), else by its own vector. Called under the index lock."""
-        wins = self.windows
-        if wins is None or not len(wins) or self._shadow is not None or state is not self._state:
-            return state.vector_search(query, limit, allowed)
-        test = None if allowed is None else allowed.__contains__
-        hits = wins.search(query, limit, allowed=test)
-        if len(wins) < len(state.chunks):
-            # Chunks whose windows are not back yet (after a restart) keep their own vector.
-            hits += [(key, score) for key, score in state.vector_search(query, limit, allowed)
-                     if key not in wins]
-            hits.sort(key=lambda kv: (-kv[1], kv[0]))
-        return hits[:limit]
-
-    def best_windows(self, state: IndexState, query: F32,
-                     keys: Iterable[int]) -> dict[int, Window]:
-        """The best window (lines of the chunk text) of each of ``keys`` that has windows.
-        Called under the index lock."""
-        wins = self.windows
-        if wins is None or self._shadow is not None or state is not self._state:
-            return {}
-        out: dict[int, Window] = {}
-        for key, (i, _) in wins.best(query, keys).items():
-            parts = chunk_windows(state.chunks.text(key), self.window_chars)
-            if wins.count(key) == len(parts):  # else one vector spans the whole chunk
-                out[key] = parts[i]
-        return out
 
     def embeds_queries(self) -> bool:
         """Whether a search embeds its query now (and so may wait for the provider)."""
@@ -577,7 +406,7 @@ class VectorWorker:
             "enabled": self.enabled,
             "state": self.state,
             "space": self.target.key,
-            "serving_space": None if self.serving is None else self.serving.key,
+            "serving_space": None if self.fill.serving is None else self.fill.serving.key,
             "migrating": self.migrating,
             "dims": self.target.dims,
             "embedded": self.embedded,
@@ -590,7 +419,7 @@ class VectorWorker:
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,
             "reme_cache_texts": self.reme_cache_texts,
-            "parked": len(self._failed),
+            "parked": len(self.fill.failed),
             "health": client.health,
             "last_error": self.last_error or client.last_error,
             "provider": client.status(),

@@ -252,7 +252,7 @@ def gather(
         worker = vectors()
         vec_hits = (state.vector_search(query_vector[1], limit, allowed)
                     if worker is None else
-                    worker.search(state, query_vector[1], limit, allowed))
+                    worker.fill.search(state, query_vector[1], limit, allowed))
         chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
         reach = state.keyword_reach(tokens, hits)
     links: dict[str, list[str]] = {}
@@ -271,7 +271,7 @@ def gather(
         firsts = state.linked_chunks(query, list(targets), tokens=tokens)
     best: dict[int, Window] = {}
     if windows and query_vector is not None and (worker := vectors()) is not None:
-        best = worker.best_windows(state, query_vector[1], chunks)
+        best = worker.fill.best_windows(state, query_vector[1], chunks)
     return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best)
 
 

@@ -18,14 +18,12 @@ from typing import TYPE_CHECKING, Final, overload
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.secret_context import ANCHOR_WORDS, anchor_words, anchors
 from recalld.daemon.memory.secret_rules import (
-    ANCHOR_WORDS,
     FORMAT_RULES,
     RULES,
     Rule,
     Span,
-    anchor_words,
-    anchors,
     rules_token_prefilter,
     token_prefilter,
     token_runs,

@@ -1,0 +1,231 @@
+"""Which vector index one workspace's backfill fills, and which vectors serve its searches.
+
+:class:`VectorFill` is the part of a :class:`~.embedder.VectorWorker` that works on the
+index state; the worker calls it under the index lock. It binds to the state (a rebuild
+swaps in a new one), picks each round's chunks (newest content first: daily notes by
+date, other notes by mtime; parked chunks wait until their time) and installs the vectors
+the worker embedded. On a model change, when the index holds vectors of another space,
+those keep serving searches while the new space fills a second :class:`VectorIndex`; at
+full coverage the new index is swapped in and the chunk embeddings rewritten. It also
+keeps the chunks' window vectors and answers a search's vector branch from them (a chunk
+by its best window). It awaits nothing and starts no task: nothing to stop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from pyroaring import BitMap
+
+from recalld.daemon.arraytypes import F32
+from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index.embedcache import encode_f16
+from recalld.daemon.index.filters import note_date
+from recalld.daemon.index.records import FileInfo
+from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
+from recalld.daemon.index.state import IndexState
+from recalld.daemon.index.vectors import VectorIndex, WindowVectors
+from recalld.daemon.index.windows import Window, chunk_windows, embed_units
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one locked read found: the next texts to embed and the coverage counts."""
+
+    items: list[tuple[int, str]]
+    total: int
+    pending: int
+    #: Per item, the texts to embed: its windows, or the chunk text itself.
+    texts: list[list[str]]
+
+
+def _recency(info: FileInfo, daily_dir: str) -> float:
+    """Newest first: a daily note by its folder date, anything else by its mtime."""
+    if info.path.startswith(daily_dir + "/"):
+        day = note_date(info.path)
+        if day is not None:
+            try:
+                stamp = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
+            except ValueError:
+                pass
+            else:
+                return stamp + 86399.0
+    return info.mtime_ns / 1e9
+
+
+class VectorFill:
+    """The vector index being filled and the space serving searches, for one worker."""
+
+    def __init__(self, agent_id: str, spaces: VectorSpaces, config: EmbeddingModelConfig,
+                 target: VectorSpace, window_chars: int, *, log: logging.Logger) -> None:
+        self.agent_id = agent_id
+        #: The worker's logger: a model change is logged as the vector service's news.
+        self.log = log
+        self.spaces = spaces
+        self.config = config
+        self.target = target
+        #: Window size of the vector unit (see ``VectorWorker.window_chars``).
+        self.window_chars = window_chars
+        #: The chunks' window vectors in the target space (with ``window_chars``).
+        self.windows: WindowVectors | None = None
+        #: The space whose vectors answer searches now (the old one during a model change).
+        self.serving: VectorSpace | None = target
+        self._state: IndexState | None = None
+        self._building: VectorIndex | None = None
+        self._shadow: VectorIndex | None = None
+        #: Parked chunks (key -> when they are tried again): the provider refused them.
+        self.failed: dict[int, float] = {}
+
+    @property
+    def migrating(self) -> bool:
+        return self._shadow is not None
+
+    # -- mode: which index is being filled, which one serves ---------------------------
+
+    def adopt(self, state: IndexState) -> None:
+        """Bind to ``state`` (a rebuild swaps in a new one): normal mode or a migration."""
+        if state is self._state:
+            return
+        self._state = state
+        self.failed.clear()
+        target = self.target
+        # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
+        # the embedding cache).
+        self.windows = WindowVectors(target.dims) if self.window_chars else None
+        old = state.vectors
+        if old is None or not len(old) or (
+            state.vector_space in (None, target.key) and old.dim == target.dims):
+            if old is None or old.dim != target.dims:
+                state.vectors = VectorIndex(target.dims)
+            state.vector_space = target.key
+            state.vector_config = public_config(target.client.config)
+            self._building, self._shadow = state.vectors, None
+            self.serving = target
+            return
+        # Another space's vectors: keep them answering while the new space fills up.
+        self._shadow = VectorIndex(target.dims, initial_capacity=max(len(state.chunks), 16))
+        self._building = self._shadow
+        self.serving = self.spaces.old_space(state.vector_config, self.config)
+        self.log.info("%s: embedding model changed (%s -> %s); the old vectors serve until "
+                      "the new ones are complete", self.agent_id, state.vector_space,
+                      target.key)
+
+    def next_round(self, state: IndexState, limit: int, now: float) -> _Round:
+        self.adopt(state)
+        building = self._building
+        assert building is not None
+        daily = state.daily_dir
+        items: list[tuple[int, str]] = []
+        pending = 0
+        parked: dict[int, float] = {}
+        wins = self.windows
+        if wins is not None:
+            for key in wins.keys():
+                if key not in state.chunks:
+                    wins.remove(key)
+        for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
+                           reverse=True):
+            for key in info.keys:
+                if key in building:
+                    if wins is None or key in wins:
+                        continue
+                    units = self.units(state.chunks.text(key))
+                    if len(units) == 1:
+                        # One window: the chunk's own vector is that window's.
+                        wins.add(key, building.vectors([key]))
+                        continue
+                pending += 1
+                until = self.failed.get(key, -math.inf)
+                if until > now:
+                    parked[key] = until
+                elif len(items) < limit:
+                    items.append((key, state.chunks.text(key)))
+        self.failed = parked  # vanished or due keys leave the parking lot
+        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
+
+    def units(self, text: str) -> list[str]:
+        """What is embedded for a chunk of ``text``: its windows, or the text itself."""
+        return embed_units(text, self.window_chars)
+
+    def install(self, state: IndexState, found: list[tuple[int, str, F32]],
+                 windows: list[F32] | None = None) -> int:
+        if state is not self._state or self._building is None:
+            return 0  # a rebuild swapped the state; the cache keeps the vectors
+        keys: list[int] = []
+        rows: list[F32] = []
+        for i, (key, text, vec) in enumerate(found):
+            if key not in state.chunks or state.chunks.text(key) != text:
+                continue  # edited meanwhile: the new chunk is pending under a new key
+            if windows is not None and self.windows is not None:
+                self.windows.add(key, windows[i])
+            if self._shadow is None:
+                state.chunks.set_embedding(key, encode_f16(vec))
+            keys.append(key)
+            rows.append(vec)
+        if keys:
+            self._building.add(keys, np.stack(rows))
+            if self._shadow is None:
+                state.vectors_version += 1
+        return 0 if self._shadow is not None else len(keys)
+
+    def swap(self, state: IndexState) -> int:
+        """Finish a model change once the new space covers every chunk."""
+        shadow = self._shadow
+        if shadow is None or state is not self._state:
+            return 0
+        live = set(state.chunks)
+        for key in shadow.keys() - live:
+            shadow.remove(key)
+        if any(key not in shadow for key in live):
+            return 0
+        keys = sorted(live)
+        if keys:
+            for key, vec in zip(keys, shadow.vectors(keys), strict=True):
+                state.chunks.set_embedding(key, encode_f16(vec))
+        state.vectors = shadow
+        state.vector_space = self.target.key
+        state.vector_config = public_config(self.target.client.config)
+        state.vectors_version += 1
+        self._building, self._shadow = shadow, None
+        self.serving = self.target
+        return max(len(keys), 1)
+
+    # -- search side -----------------------------------------------------------------
+
+    def search(self, state: IndexState, query: F32, limit: int,
+               allowed: BitMap | None) -> list[tuple[int, float]]:
+        """Nearest chunks, each by its best window where its windows are in (not during
+        a model change), else by its own vector. Called under the index lock."""
+        wins = self.windows
+        if wins is None or not len(wins) or self._shadow is not None or state is not self._state:
+            return state.vector_search(query, limit, allowed)
+        test = None if allowed is None else allowed.__contains__
+        hits = wins.search(query, limit, allowed=test)
+        if len(wins) < len(state.chunks):
+            # Chunks whose windows are not back yet (after a restart) keep their own vector.
+            hits += [(key, score) for key, score in state.vector_search(query, limit, allowed)
+                     if key not in wins]
+            hits.sort(key=lambda kv: (-kv[1], kv[0]))
+        return hits[:limit]
+
+    def best_windows(self, state: IndexState, query: F32,
+                     keys: Iterable[int]) -> dict[int, Window]:
+        """The best window (lines of the chunk text) of each of ``keys`` that has windows.
+        Called under the index lock."""
+        wins = self.windows
+        if wins is None or self._shadow is not None or state is not self._state:
+            return {}
+        out: dict[int, Window] = {}
+        for key, (i, _) in wins.best(query, keys).items():
+            parts = chunk_windows(state.chunks.text(key), self.window_chars)
+            if wins.count(key) == len(parts):  # else one vector spans the whole chunk
+                out[key] = parts[i]
+        return out
+
+
+__all__ = ["VectorFill"]

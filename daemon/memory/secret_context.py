@@ -1,0 +1,320 @@
+"""The finders of the context rules of :mod:`secret_rules`: values assigned to
+credential-like names (``password=...``, ``--token ...``, ``<password>...</password>``),
+credentials stated in prose ("the password for prod is ...", "set the token to ..."), and
+high-entropy strings near a credential word; and the anchors they start from (where a
+credential word, or the name holding one, starts: :func:`anchors`). Each finder tries its
+patterns only at the anchors it is given; whether a value found there is a secret is
+judged by :mod:`secret_values`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Final
+
+from recalld.daemon.memory.secret_values import (
+    FUNCTION_WORDS,
+    HEX,
+    PLACEHOLDER,
+    keyish,
+    looks_random,
+    looks_secret,
+    passphrase,
+    plain_password,
+    verb_form,
+)
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.secret_rules import Span
+
+#: Words naming a credential, in names (split into parts) and in prose.
+_STRONG_PARTS: Final = frozenset({
+    "password", "passwd", "passphrase", "passcode", "pass", "pwd", "pw", "pin", "passwort",
+    "secret", "secrets", "token", "tokens", "apikey", "credential", "credentials", "cred",
+    "creds", "auth", "authorization", "sig", "signature", "cookie", "sessionid",
+    "privatekey", "secretkey", "accesskey", "clientsecret", "pat", "otp", "totp", "mfa",
+})
+_PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcode", "pass",
+                                    "pwd", "pw", "pin", "passwort"})
+_NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _name_kind(name: str) -> str | None:
+    """'password' for password-like names, 'secret' for other credential names, 'key' for
+    names ending in key (need a random-looking value), None otherwise."""
+    parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
+    if not parts:
+        return None
+    joined = {a + b for a, b in itertools.pairwise(parts)}
+    if any(p in _PASSWORD_PARTS for p in parts):
+        return "password"
+    if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS:
+        return "secret"
+    if parts[-1] in ("key", "keys") or (len(parts) >= 2 and parts[-2] in ("key",)):
+        return "key"
+    return None
+
+
+_ASSIGN = re.compile(
+    r"(?P<key>[\"'`]?(?<![\w.\-])[A-Za-z_$][\w.\-]{0,60}[\"'`]?)"
+    r"(?P<sep>[ \t]*(?::=|=>|==|:|=)[ \t]*|[ \t]+(?=[\"']))"
+    r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|`[^`\n]{1,400}`"
+    r"|[^\s\"'`,;&}\]\)<>|]{1,400}(?:[ \t]+[A-Za-z][a-z]*){0,8})"
+)
+_FLAG = re.compile(r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]{0,40})(?:=|[ \t]+)"
+                   r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|[^\s\"']{1,400})")
+_XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(?P=key)>")
+
+
+def _phrase_words(name: str) -> int:
+    """How many real words make a passphrase after ``name`` (0: never several words)."""
+    return 2
+
+
+def _value_span(kind: str, value: str, start: int, min_words: int,
+                statement: str = "") -> Span | None:
+    """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
+    quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
+    if quoted:
+        inner = value[1:-1]
+        if (inner.startswith(("[REDACTED", "${", "{{", "<")) or PLACEHOLDER.match(inner)
+                or len(inner) < 3 or (kind == "key" and not keyish(inner))):
+            return None
+        return start + 1, start + len(value) - 1
+    words = value.split()
+    first = words[0] if words else ""
+    if first.startswith("[REDACTED"):
+        return None
+    if kind == "key":
+        return (start, start + len(first)) if keyish(first) else None
+    if looks_secret(first):
+        return start, start + len(first)
+    if kind == "password":
+        if min_words and passphrase(words, min_words):
+            return start, start + len(value.rstrip())
+        # "password: bluebird thanks" names it; in a sentence only a lone word does ("the
+        # password is bluebird thanks", not "was stolen at the ATM", "set to expire monthly").
+        alone = len(words) == 1 or (statement == "is" and all(
+            w.lower().strip(".,!?") in FUNCTION_WORDS for w in words[1:]))
+        if plain_password(first) and (not statement or (alone and not verb_form(first))):
+            return start, start + len(first)
+    return None
+
+
+def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for a in starts:
+        for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
+            m = _ASSIGN.match(text, key_start)
+            if m is None or (kind := _name_kind(m.group("key"))) is None:
+                continue
+            sep = m.group("sep")
+            # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
+            span = _value_span(kind, m.group("value"), m.start("value"),
+                               _phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
+            if span is not None:
+                yield span
+        m = _FLAG.match(text, a) if text.startswith("-", a) else None
+        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
+            span = _value_span(kind, m.group("value"), m.start("value"), 0)
+            if span is not None:
+                yield span
+        m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
+        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
+            value = m.group("value").strip()
+            if value and (looks_secret(value) or kind == "password"):
+                yield m.start("value"), m.end("value")
+
+
+_CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?:code|number))?"
+         r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
+         r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
+         r"tokens?|tokens?|secrets?|credentials?|creds|logins?|(?:client|app)[\s_\-]secrets?|otp"
+         r"|keys?)")
+_STATE = re.compile(
+    r"(?i)\b(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
+    r"(?P<mid>(?:[ \t]+(?:for|of|on|to|at|in|from)(?:[ \t]+(?!(?:is|was|are|were)\b)"
+    r"[^\s.,;:!?\"']+){1,4})?)"
+    r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
+    r"|currently|set[ \t]+to|changed[ \t]+to))?|[ \t]+(?:will[ \t]+be|became|becomes)"
+    r"|[ \t]*(?:=|->|=>|:)|[ \t]+[-—][ \t]+|—)"
+    r"[ \t]*(?:[:\-—][ \t]*)?"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|`[^`\n]{1,200}`"
+    r"|[!#-&*-~\u00a0-\u024f]+(?:[ \t]+[^\s.,;!?\"'“`()]+){0,8})"
+)
+_SET = re.compile(
+    r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]+(?:(?:the|my|our|your|his|her"
+    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
+    r"(?:[ \t]+(?:for|of|on)"
+    r"[ \t]+[\w.\-]+(?:[ \t]+[\w.\-]+)?)?[ \t]+(?:to|as|=)[ \t]+"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]+"
+    r"(?:[ \t]+[^\s.,;!?\"'()]+){0,8})"
+)
+_SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
+_SET_REACH = 80  # the verb is at most this far before the credential word
+_CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
+
+
+def _cred_kind(word: str) -> str:
+    """How strong a value must look where ``word`` names it (see :func:`_name_kind`)."""
+    return _name_kind(word.replace(" ", "_")) or "secret"
+
+
+def _clip(value: str) -> str:
+    """``value`` up to the end of its clause (a passphrase ends there)."""
+    if value[:1] in "\"'“`":
+        return value
+    m = _CLAUSE_END.search(value)
+    out = value[: m.start() + (1 if value[m.start()] in ".,;:!?)" else 0)] if m else value
+    return out.rstrip(".,;:!?)")
+
+
+def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
+    for a in starts:
+        m = _STATE.match(text, a)
+        if m is not None:
+            yield m
+        for verb in _SET_VERB.finditer(text, max(0, a - _SET_REACH), a):
+            m = _SET.match(text, verb.start())
+            if m is not None:
+                yield m
+
+
+def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for m in _statements_at(text, starts):
+        cred = m.group("cred")
+        kind = _cred_kind(cred)
+        value = _clip(m.group("value"))
+        if not value:
+            continue
+        if value[:1] == "“":
+            value = '"' + value[1:-1] + '"'
+        if cred.lower().endswith("s") and not cred.lower().endswith(("pass", "ss")):
+            kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
+        first = value.split()[0] if value.split() else ""
+        if first.endswith("ly") and not any(c.isdigit() for c in first):
+            continue  # "is usually", "was initially": a description
+        span = _value_span(kind, value, m.start("value"), _phrase_words(cred),
+                           statement="is" if m.re is _STATE else "set")
+        if span is not None:
+            yield span
+
+
+_NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
+_CANDIDATE = re.compile(r"(?<![\w/+=\-.])[A-Za-z0-9/+=_\-.~]{12,}(?![\w/+=\-])")
+_NEAR_CHARS = 80
+_BEFORE_CHARS = 40
+#: A credential word followed directly by a value: "passwd GMClz2", "token: x9Y...".
+_BARE_VALUE = re.compile(
+    r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
+    r"(?P<value>[!#-&*-+\--~]{6,200})")
+#: "credentials: admin / Winter2025!": a user and a password after a credential word.
+_PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
+                   r"(?P<value>[^\s,;]{4,100})")
+_ZH = re.compile(r"(?:密码|口令|密钥|令牌|暗号|验证码)(?:是|为|：|:|=)[ \t]*[\"'“「]?"
+                 r"(?P<value>[^\s\"'”」，。,]{4,200})")
+
+
+def _strip_end(value: str) -> str:
+    return value.rstrip(".,;:!?)")
+
+
+def _near_value(value: str, word: str) -> bool:
+    if looks_random(value, 12):
+        return True
+    # Hex near "password"/"token"/"secret" (not a bare "key": "key commit 3f78...") is one.
+    return bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
+
+
+def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    """High-entropy strings shortly after (or just before) a credential word, and values
+    right after one ("passwd GMClz2")."""
+    for a in starts:
+        m = _NEAR.match(text, a)
+        if m is not None:
+            pair = _PAIR.match(text, m.end())
+            if pair is not None and looks_secret(_strip_end(pair.group("value"))):
+                yield pair.start("value"), pair.start("value") + len(
+                    _strip_end(pair.group("value")))
+            window_end = m.end() + _NEAR_CHARS
+            nl = text.find("\n\n", m.end(), window_end)
+            for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
+                value = _strip_end(c.group(0))
+                if _near_value(value, m.group(0)):
+                    yield c.start(), c.start() + len(value)
+            for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
+                value = _strip_end(c.group(0))
+                if looks_random(value, 16):
+                    yield c.start(), c.start() + len(value)
+        for rx in (_BARE_VALUE, _ZH):
+            m = rx.match(text, a)
+            if m is not None:
+                value = _strip_end(m.group("value"))
+                if looks_secret(value) and (rx is _ZH or any(not c.isalpha() for c in value)):
+                    yield m.start("value"), m.start("value") + len(value)
+
+
+#: Lowercase words where a credential name or statement can start (the anchors).
+_ANCHOR_WORDS: Final = (
+    "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
+    "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
+    "license", "ssh", "app", "bearer", "refresh", "bot", "client",
+    "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
+_NAME_REACH = 64
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regular expression matching any of ``words``, factored by first characters (a
+    trie), so that a position is tried against one branch per character, not every word."""
+    heads: dict[str, list[str]] = {}
+    for word in words:
+        heads.setdefault(word[0], []).append(word[1:])
+    branches = []
+    for head, tails in sorted(heads.items()):
+        rest = sorted({t for t in tails if t})
+        inner = _alternation(rest) if rest else ""
+        optional = "?" if "" in tails else ""
+        branches.append(re.escape(head) + (f"(?:{inner}){optional}" if inner else ""))
+    return "|".join(branches)
+
+
+#: Any anchor word: searched from each found position plus one, so overlapping words
+#: ("apin": "api" and "pin") are all found, as one ``find`` loop per word finds them.
+_ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
+
+
+#: Hints that are anchor words: one of them is in a text exactly when it starts at one
+#: of the text's ``anchor_words``.
+ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
+
+
+def anchor_words(lower: str) -> list[int]:
+    """Every position of ``lower`` where an anchor word starts."""
+    found: list[int] = []
+    search = _ANCHOR_RE.search
+    m = search(lower)
+    while m is not None:
+        found.append(m.start())
+        m = search(lower, m.start() + 1)
+    return found
+
+
+def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[int]:
+    """Where a context rule may match: each credential word found in ``lower`` (``text``
+    lowercased, the same length), and the start of the name it is part of
+    (``DB_PASSWORD``, ``--token``, ``dbPassword``). ``words``: ``anchor_words(lower)``,
+    when the caller has them."""
+    found: set[int] = set()
+    for i in anchor_words(lower) if words is None else words:
+        found.add(i)
+        start = i
+        while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        found.add(start)
+    return sorted(found)
+
+
+CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
+              "session", "otp", "pat", "login", "密码", "口令", "密钥", "令牌", "暗号", "验证码")

@@ -1,0 +1,129 @@
+"""How a value found in a text is judged, for the rules of :mod:`secret_rules`: whether it
+is machine-made (long, mixed, high-entropy: :func:`looks_random`), whether it plausibly
+is a credential where one is expected (:func:`looks_secret`), or a placeholder, a plain
+word, a passphrase, or words about a credential rather than one.
+
+Hex strings and UUIDs are not random-looking (commit ids, checksums, request ids);
+grammar words and words judging a credential ("too weak", "stored") do not make one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Final
+
+HEX = re.compile(r"^[0-9a-fA-F]+$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+PLACEHOLDER = re.compile(
+    r"(?i)^(?:\[redacted\]|\*+|x+|\.+|-+|_+|#+|<[^>]*>|\$\{?[A-Za-z_][\w]*\}?|\{\{[^}]*\}\}"
+    r"|%\(?[\w]*\)?s?|none|null|nil|true|false|yes|no|required|optional|string|str|env"
+    r"|undefined|empty|placeholder|redacted)$")
+#: Grammar words: a value starting with one describes a credential ("is too weak", "is
+#: the name of my dog"), it is not one.
+FUNCTION_WORDS: Final = frozenset("""
+a an the not too very so still just also now then being been no any some all only never
+always usually same different in on at of for to from with by as into about my your his her
+our their its this that these those it what which who whom how where when why here there
+nothing something anything everything somewhere and or but if because since while although
+though than like is are was were be will would should could can may might must do does did
+has have had i you he she we they me us them one two three four five six seven eight nine
+ten several many few more most less least please thanks thank sorry yeah yep nope sure
+maybe really actually probably definitely literally basically again either neither both
+each every other another such own online offline yesterday today tomorrow tonight recently
+already soon later earlier somewhere everywhere anywhere nowhere home outside inside away
+ago last next once twice day days week weeks month months year years night morning evening
+""".split())
+#: Words judging or describing a credential: alone they are not one ("my password is
+#: correct", "the password is stored"), though a passphrase may start with one.
+_JUDGEMENT_WORDS: Final = frozenset("""
+saved stored kept written hidden shown sent encrypted hashed required needed optional set
+reset changed updated generated managed known unknown missing empty blank expired rotated
+revoked valid invalid wrong incorrect correct right weak strong long short easy hard simple
+complex complicated secure insecure safe unsafe fine ok okay good bad great important
+private public personal shared case sensitive new old same different fixed broken locked
+protected lost forgotten compromised leaked enabled disabled needed working ready
+""".split())
+_WORD = re.compile(r"[A-Za-z][a-z]*")
+
+
+def entropy_bits(text: str) -> float:
+    """Shannon entropy of ``text`` in bits per character."""
+    if not text:
+        return 0.0
+    counts = Counter(text)
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def classes(value: str) -> tuple[bool, bool, bool, bool]:
+    return (any(c.isdigit() for c in value), any(c.isupper() for c in value),
+            any(c.islower() for c in value), any(not c.isalnum() for c in value))
+
+
+def _compound(value: str) -> bool:
+    """Words joined by ``-``, ``_`` or ``.`` ("NLRP12-associated", "helix-loop-helix",
+    "test_disk_full"): every piece a lowercase word or short, one a real word."""
+    pieces = [p for p in re.split(r"[-_.]+", value) if p]
+    return len(pieces) >= 2 and any(len(p) >= 4 and p.isalpha() and p.islower() for p in pieces) \
+        and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6 for p in pieces)
+
+
+def looks_random(value: str, min_len: int = 16) -> bool:
+    """Is ``value`` a machine-made secret (long, mixed, high-entropy), not a word or a
+    digest? Hex strings and UUIDs are not (commit ids, checksums, request ids)."""
+    if len(value) < min_len or HEX.match(value) or _UUID.match(value) or _compound(value):
+        return False
+    digit, upper, lower, _ = classes(value)
+    if sum((digit, upper, lower)) < 2:
+        return False
+    if not digit and _WORD.fullmatch(value.replace("_", "").replace("-", "")[:1] or "1"):
+        # Letters only: camelCase identifiers are words glued together; need more entropy.
+        return entropy_bits(value) >= 4.0 and sum(c.isupper() for c in value) >= len(value) / 5
+    return entropy_bits(value) >= min(3.0 + len(value) / 32, 3.8)
+
+
+def looks_secret(value: str) -> bool:
+    """Would this value, found where a credential is expected, plausibly be one (not prose,
+    not a placeholder)?"""
+    if len(value) < 4 or PLACEHOLDER.match(value) or value.startswith(("[REDACTED", "<", "$")):
+        return False
+    if _UUID.match(value) or looks_random(value):
+        return True
+    if value.isalpha() and value.islower():
+        return False  # a plain word: "token: each", "password: required"
+    digit, upper, lower, symbol = classes(value)
+    return digit or symbol or (upper and lower and any(c.isupper() for c in value[1:]))
+
+
+def keyish(value: str) -> bool:
+    """A value named only "...key": random-looking, a UUID, or a long hex string."""
+    return (looks_random(value, 12) or bool(_UUID.match(value))
+            or (len(value) >= 16 and bool(HEX.match(value))))
+
+
+def plain_password(value: str) -> bool:
+    """A single plain word where a password is stated ("the wifi password is bluebird")."""
+    return (len(value) >= 4 and value.isalpha() and not PLACEHOLDER.match(value)
+            and value.lower() not in FUNCTION_WORDS | _JUDGEMENT_WORDS)
+
+
+def verb_form(word: str) -> bool:
+    """A participle or adverb after "is"/"was": what happened to a credential ("was
+    hacked", "is expiring", "was stolen", "is usually")."""
+    return word.lower().endswith(("ed", "en", "ing", "ly")) and not any(
+        c.isdigit() for c in word)
+
+
+def passphrase(words: Sequence[str], min_words: int) -> bool:
+    """Several words stated as a password or passphrase ("correct horse battery staple"),
+    not a description of one ("too weak and short", "stored in the vault", "stolen at the
+    ATM"): at least ``min_words`` words that are neither grammar nor judgement."""
+    first = words[0].lower() if words else ""
+    if (len(words) < 2 or not first.isalpha() or first in FUNCTION_WORDS
+            or PLACEHOLDER.match(first) or (verb_form(first) and first not in _JUDGEMENT_WORDS)):
+        return False
+    content = [w for w in words if w.lower() not in FUNCTION_WORDS | _JUDGEMENT_WORDS]
+    return len(content) >= min_words and all(w.isalpha() for w in content[:min_words])
