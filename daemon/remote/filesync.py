@@ -5,7 +5,8 @@ which files are read, written and compared with them, and a
 :class:`~recalld.daemon.watcher.Watcher` of its Markdown folders (the same mechanism as
 the index: inotify plus reconcile scans). The replica (``remote/replica.py``) opens and
 closes them, runs the watcher, and while online runs :meth:`FileSync.upload_loop` on its
-writer connection and :meth:`FileSync.pull_loop` on its listener.
+writer connection and :meth:`FileSync.pull_loop` on its listener. :func:`in_thread` is
+how the replica's modules run their blocking calls.
 
 Local → remote: the watcher reports paths; each is read and hashed under the replica
 lock and compared with the last content the replica knows for it (the server's, or the
@@ -53,7 +54,10 @@ Ts = TypeVarTuple("Ts")
 CATCH_UP_EVERY_S = 30.0
 
 
-async def _thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
+async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    """``fn(*args)`` in a worker thread: the replica's database and file calls, which
+    block. Cancellation waits for the call to return (the database calls are bounded by
+    the timeouts of :func:`db.connect`)."""
     return await trio.to_thread.run_sync(fn, *args)
 
 
@@ -140,7 +144,7 @@ class FileSync:
         async with self._lock:
             # Read under the lock: a file the feed is writing right now must be seen
             # either before or after, never as a stale copy queued as a local edit.
-            files = await _thread(lambda: [self._fs.read(p) for p in wanted])
+            files = await in_thread(lambda: [self._fs.read(p) for p in wanted])
             await self._observe(files)
 
     async def _observe(self, files: Iterable[LocalFile]) -> None:
@@ -163,7 +167,7 @@ class FileSync:
         if not changes:
             return
         with trio.CancelScope(shield=True):
-            await _thread(self._outbox.add, changes)
+            await in_thread(self._outbox.add, changes)
         for c in changes:
             self._last_local[c.path] = c.hash
         self._wake_uploader.set()
@@ -171,7 +175,7 @@ class FileSync:
     async def adopt(self, ident: str) -> None:
         """Start over when the state belongs to another shared workspace than the server's."""
         async with self._lock:
-            reset = await _thread(self._state.adopt, ident)
+            reset = await in_thread(self._state.adopt, ident)
             if not reset:
                 return
             log.warning("shared workspace %s: the server's workspace is not the one this "
@@ -196,7 +200,7 @@ class FileSync:
         for path, base in list(self._state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
                 async with self._writer_lock:
-                    row = await _thread(db.fetch, conn, workspace_id, path)
+                    row = await in_thread(db.fetch, conn, workspace_id, path)
                 async with self._lock:
                     await self._settle(path, row)
         while True:
@@ -209,8 +213,8 @@ class FileSync:
             async with self._lock:
                 target, base_version = self._target(change.path)
             async with self._writer_lock:
-                answer = await _thread(db.upload, conn, workspace_id, self.host, change,
-                                       target, base_version, self._max_chars)
+                answer = await in_thread(db.upload, conn, workspace_id, self.host, change,
+                                         target, base_version, self._max_chars)
             async with self._lock:
                 settle = await self._record_answer(change, target, answer)
             self.uploaded += 1
@@ -219,7 +223,7 @@ class FileSync:
             self._uploaded_event = trio.Event()
             if settle:
                 async with self._writer_lock:
-                    row = await _thread(db.fetch, conn, workspace_id, change.path)
+                    row = await in_thread(db.fetch, conn, workspace_id, change.path)
                 async with self._lock:
                     await self._settle(change.path, row)
 
@@ -250,8 +254,8 @@ class FileSync:
             old = bases.get(change.path) or Base(0, None)
             updates.append((change.path, replace(old, settle=True)))
         with trio.CancelScope(shield=True):
-            await _thread(self._state.record, updates)
-            await _thread(self._outbox.done, change.id)
+            await in_thread(self._state.record, updates)
+            await in_thread(self._outbox.done, change.id)
         if self._outbox.pending_for(change.path):
             return False
         base = bases.get(change.path)
@@ -261,25 +265,25 @@ class FileSync:
         """Give ``path`` the server's version once every local edit of it went up."""
         if self._outbox.pending_for(path):
             return
-        local = await _thread(self._fs.read, path)
+        local = await in_thread(self._fs.read, path)
         if local.hash != self._last_local.get(path):
             await self._observe([local])  # edited again meanwhile: that goes up first
             return
         base = await self._install(path, row)
-        await _thread(self._state.record, [(path, base)])
+        await in_thread(self._state.record, [(path, base)])
 
     async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
         """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""
         if data is None:
-            await _thread(self._fs.remove, path)
+            await in_thread(self._fs.remove, path)
             self._known.pop(path, None)
             return None
-        current = await _thread(self._fs.read, path)
+        current = await in_thread(self._fs.read, path)
         if current.data != data:
             new_hash = content_hash(data)
             if self._state.landing.get(path) != new_hash:
-                await _thread(self._state.land, [(path, new_hash)])
-            stat = await _thread(self._fs.write, path, data)
+                await in_thread(self._state.land, [(path, new_hash)])
+            stat = await in_thread(self._fs.write, path, data)
         else:
             assert current.stat is not None
             stat = current.stat
@@ -315,28 +319,28 @@ class FileSync:
         while True:
             poked.clear()
             await self._catch_up(conn, workspace_id)
-            if await _thread(db.drain_notifies, conn) or poked.is_set():
+            if await in_thread(db.drain_notifies, conn) or poked.is_set():
                 continue
             with trio.move_on_after(CATCH_UP_EVERY_S):
                 await trio.lowlevel.wait_readable(fd)
 
     async def _catch_up(self, conn: db.Conn, workspace_id: int) -> None:
         while True:
-            rows = await _thread(db.feed, conn, workspace_id, self._state.cursor)
+            rows = await in_thread(db.feed, conn, workspace_id, self._state.cursor)
             if not rows:
                 return
             async with self._lock:
                 landing = [(r.path, r.hash) for r in rows if r.hash is not None
                            and self._fs.accepts(r.path)]
                 with trio.CancelScope(shield=True):
-                    await _thread(self._state.land, landing)
+                    await in_thread(self._state.land, landing)
                 updates: list[tuple[str, Base]] = []
                 for row in rows:
                     base = await self._apply_remote(row)
                     if base is not None:
                         updates.append((row.path, base))
                 with trio.CancelScope(shield=True):
-                    await _thread(partial(self._state.record, updates, rows[-1].version))
+                    await in_thread(partial(self._state.record, updates, rows[-1].version))
             self.pulled += len(updates)
             self.last_pull = time.time()
 
@@ -352,7 +356,7 @@ class FileSync:
             return None  # already known, or the uploader settles the path
         if self._outbox.pending_for(row.path):
             return None  # uploads first; a conflict then settles the path
-        local = await _thread(self._fs.read, row.path)
+        local = await in_thread(self._fs.read, row.path)
         if local.hash == row.hash:
             # Already so on disk (written before a crash, or the same edit made here).
             if local.stat is not None:

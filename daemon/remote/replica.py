@@ -39,7 +39,7 @@ from recalld.daemon.index.reads import Candidates
 from recalld.daemon.index.state import Filters
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import FileSync, Flag
+from recalld.daemon.remote.filesync import FileSync, Flag, in_thread
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
@@ -54,10 +54,6 @@ Ts = TypeVarTuple("Ts")
 FIRST_CONNECT_WAIT_S = 15.0
 CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
-
-
-async def _thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
-    return await trio.to_thread.run_sync(fn, *args)
 
 
 class VectorCounts(TypedDict):
@@ -130,7 +126,7 @@ class Replica:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Serve until cancelled: local writing never waits for the server."""
-        await _thread(self._files.open)
+        await in_thread(self._files.open)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -140,7 +136,7 @@ class Replica:
         finally:
             with trio.CancelScope(shield=True):
                 await self._searcher.close()
-                await _thread(self._files.close)
+                await in_thread(self._files.close)
 
     # -- status ----------------------------------------------------------------------
 
@@ -211,14 +207,14 @@ class Replica:
         writer: db.Conn | None = None
         listener: db.Conn | None = None
         try:
-            writer = await _thread(db.connect, self._cfg)
-            workspace_id, ident = await _thread(db.open_workspace, writer, self._cfg.name)
+            writer = await in_thread(db.connect, self._cfg)
+            workspace_id, ident = await in_thread(db.open_workspace, writer, self._cfg.name)
             self._workspace_id = workspace_id
             await self._files.adopt(ident)
-            listener = await _thread(db.connect, self._cfg)
+            listener = await in_thread(db.connect, self._cfg)
             poked = Flag()
             listener.add_notify_handler(lambda _n: poked.set())
-            await _thread(db.listen, listener, workspace_id)
+            await in_thread(db.listen, listener, workspace_id)
             self._writer = writer
             self._searcher.chunks_ready = False
             self._conn_state = "online"
@@ -236,7 +232,7 @@ class Replica:
             with trio.CancelScope(shield=True):
                 for conn in (listener, writer):
                     if conn is not None:
-                        await _thread(conn.close)
+                        await in_thread(conn.close)
 
     @asynccontextmanager
     async def job_lock(self, kind: str) -> AsyncIterator[None]:
@@ -250,14 +246,14 @@ class Replica:
                 "a time and waits until the server can be reached")
         workspace_id = self._workspace_id
         try:
-            conn = await _thread(partial(db.connect, self._cfg,
-                                         application_name=f"recalld {self.host} {kind}"))
+            conn = await in_thread(partial(db.connect, self._cfg,
+                                           application_name=f"recalld {self.host} {kind}"))
         except db.UNAVAILABLE as exc:
             self._record_error(exc)
             raise ProviderUnavailable(
                 f"shared workspace {self._cfg.name}: server unavailable for {kind}") from None
         try:
-            holder = await _thread(db.try_job_lock, conn, workspace_id, kind)
+            holder = await in_thread(db.try_job_lock, conn, workspace_id, kind)
             if holder is not None:
                 where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
                 raise AlreadyRunning(
@@ -265,7 +261,7 @@ class Replica:
             yield
         finally:
             with trio.CancelScope(shield=True):
-                await _thread(conn.close)  # closing the session releases the lock
+                await in_thread(conn.close)  # closing the session releases the lock
 
 
     async def shared_embed(self, space: str, hashes: Sequence[str], texts: Sequence[str],
@@ -324,7 +320,7 @@ class Replica:
             raise _Unreachable
         try:
             async with self._writer_lock:
-                return await _thread(fn, writer, workspace_id, *args)
+                return await in_thread(fn, writer, workspace_id, *args)
         except Exception as exc:
             if not isinstance(exc, db.UNAVAILABLE):
                 log.error("shared workspace %s: %s failed", self._cfg.name,

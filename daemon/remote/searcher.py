@@ -15,9 +15,8 @@ stops.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import TypeVar, TypeVarTuple
 
 import psycopg
 import trio
@@ -27,16 +26,10 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.index.state import Filters
 from recalld.daemon.remote import db
+from recalld.daemon.remote.filesync import in_thread
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
-
-
-async def _thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
-    return await trio.to_thread.run_sync(fn, *args)
 
 
 class SearchUnavailable(Exception):
@@ -73,7 +66,7 @@ class ServerSearcher:
         """Close the search connection, if one is open (the caller shields this)."""
         reader, self._reader = self._reader, None
         if reader is not None:
-            await _thread(reader.close)
+            await in_thread(reader.close)
 
     async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
         """Have the workspace's uploads write their chunks from now on, and chunk the
@@ -81,11 +74,11 @@ class ServerSearcher:
         from recalld.daemon.remote import chunks
 
         async with self._writer_lock:
-            await _thread(chunks.start_chunking, conn, workspace_id)
+            await in_thread(chunks.start_chunking, conn, workspace_id)
         while True:
             async with self._writer_lock:
-                done = await _thread(partial(chunks.backfill, conn, workspace_id,
-                                             max_chars=self._max_chars))
+                done = await in_thread(partial(chunks.backfill, conn, workspace_id,
+                                               max_chars=self._max_chars))
             if not done:
                 self.chunks_ready = True
                 return
@@ -111,15 +104,15 @@ class ServerSearcher:
             for fresh in (self._reader is None, True):
                 try:
                     if self._reader is None:
-                        self._reader = await _thread(partial(
+                        self._reader = await in_thread(partial(
                             db.connect, self._cfg,
                             application_name=f"recalld {self.host} search"))
-                    found = await _thread(partial(run, self._reader))
+                    found = await in_thread(partial(run, self._reader))
                 except Exception as exc:
                     reader, self._reader = self._reader, None
                     if reader is not None:
                         with trio.CancelScope(shield=True):
-                            await _thread(reader.close)
+                            await in_thread(reader.close)
                     if not isinstance(exc, db.UNAVAILABLE):
                         log.error("shared workspace %s: search in the server failed",
                                   self._cfg.name, exc_info=exc)
@@ -143,13 +136,13 @@ class ServerSearcher:
         from recalld.daemon.remote import search as server
 
         try:
-            conn = await _thread(partial(db.connect, self._cfg,
-                                         application_name=f"recalld {self.host} index"))
+            conn = await in_thread(partial(db.connect, self._cfg,
+                                           application_name=f"recalld {self.host} index"))
             try:
-                await _thread(server.build_vector_index, conn, space, dims)
+                await in_thread(server.build_vector_index, conn, space, dims)
             finally:
                 with trio.CancelScope(shield=True):
-                    await _thread(conn.close)
+                    await in_thread(conn.close)
         except Exception as exc:
             # Searches go on with exact scans; the next search of the space tries again.
             self._vector_indexes.discard((space, dims))
