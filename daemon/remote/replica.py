@@ -40,7 +40,7 @@ from recalld.daemon.index.state import Filters
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.filesync import FileSync, Flag, in_thread
-from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher
+from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -194,9 +194,7 @@ class Replica:
     def _record_error(self, exc: BaseException) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
+        text = one_line(exc, self._secrets)
         if text != self._last_error:
             log.warning("shared workspace %s (%s): server unavailable: %s",
                         self._cfg.name, mask_dsn(self._cfg.dsn), text)

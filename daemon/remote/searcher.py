@@ -116,7 +116,7 @@ class ServerSearcher:
                     if not isinstance(exc, db.UNAVAILABLE):
                         log.error("shared workspace %s: search in the server failed",
                                   self._cfg.name, exc_info=exc)
-                    self.last_error = _one_line(exc, self._secrets)
+                    self.last_error = one_line(exc, self._secrets)
                     if fresh or not isinstance(exc, psycopg.OperationalError):
                         raise SearchUnavailable(self.last_error) from exc
                     continue
@@ -149,10 +149,11 @@ class ServerSearcher:
             if not isinstance(exc, db.UNAVAILABLE):
                 log.error("shared workspace %s: building the vector index failed",
                           self._cfg.name, exc_info=exc)
-            self.last_error = _one_line(exc, self._secrets)
+            self.last_error = one_line(exc, self._secrets)
 
 
-def _one_line(exc: BaseException, secrets: Sequence[str]) -> str:
+def one_line(exc: BaseException, secrets: Sequence[str]) -> str:
+    """``exc`` as a one-line text for status and logs, with ``secrets`` masked."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     for secret in secrets:
         text = text.replace(secret, "***")
