@@ -196,6 +196,9 @@ class FileSync:
         return path, base.version if base else 0
 
     async def upload_loop(self, conn: db.Conn, workspace_id: int) -> None:
+        """Upload the outbox in order on ``conn`` (the writer) until cancelled, when the
+        session ends. Cancellation waits for the call in flight; a change leaves the
+        outbox only once the server's answer is recorded."""
         # Paths whose settling a disconnect or a crash interrupted.
         for path, base in list(self._state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
@@ -312,9 +315,30 @@ class FileSync:
         except Exception:  # the copy is on disk either way; the inbox is a courtesy
             log.exception("inbox item for the conflict on %s not recorded", path)
 
+    async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
+        """Wait until every local change made before the call is on the server (False:
+        not within ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
+        with trio.move_on_after(timeout_s):
+            await self.watcher.sync()
+            async with self._lock:
+                waiting = {c.id for c in self._outbox.pending()}
+            while waiting:
+                if not online():
+                    return False
+                event = self._uploaded_event
+                waiting &= {c.id for c in self._outbox.pending()}
+                if waiting:
+                    await event.wait()
+            return True
+        return False
+
     # -- pulling ---------------------------------------------------------------------
 
     async def pull_loop(self, conn: db.Conn, workspace_id: int, poked: Flag) -> None:
+        """Apply the change feed read on ``conn`` (the listener) at the start, when
+        notified (``poked``) and every ``CATCH_UP_EVERY_S``, until cancelled, when the
+        session ends. Cancellation waits for the call in flight; the cursor moves past a
+        page of the feed only once all of it is applied."""
         fd = conn.fileno()
         while True:
             poked.clear()
@@ -367,20 +391,3 @@ class FileSync:
             await self._observe([local])  # a local edit not reported yet goes up first
             return None
         return await self._install(row.path, row)
-
-    async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
-        """Wait until every local change made before the call is on the server (False:
-        not within ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
-        with trio.move_on_after(timeout_s):
-            await self.watcher.sync()
-            async with self._lock:
-                waiting = {c.id for c in self._outbox.pending()}
-            while waiting:
-                if not online():
-                    return False
-                event = self._uploaded_event
-                waiting &= {c.id for c in self._outbox.pending()}
-                if waiting:
-                    await event.wait()
-            return True
-        return False

@@ -70,7 +70,8 @@ class ServerSearcher:
 
     async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
         """Have the workspace's uploads write their chunks from now on, and chunk the
-        files written before, a page at a time between uploads."""
+        files written before, a page at a time between uploads; returns once every file has
+        its chunks (``chunks_ready``). Cancellation waits for the call in flight."""
         from recalld.daemon.remote import chunks
 
         async with self._writer_lock:
@@ -133,6 +134,9 @@ class ServerSearcher:
         return True
 
     async def build_vector_index(self, space: str, dims: int) -> None:
+        """Build the HNSW index of ``space`` on a connection of its own; a failure is kept
+        for status and gives the claim back (:meth:`claim_vector_index`), so the next
+        search of the space tries again. Cancellation waits for the call in flight."""
         from recalld.daemon.remote import search as server
 
         try:
