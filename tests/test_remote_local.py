@@ -1,4 +1,5 @@
-"""The replica's local pieces, without a server: confinement, outbox and state logs."""
+"""The replica's local pieces, without a server: confinement, outbox and state logs, error
+texts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from recalld.daemon.remote.localfs import Confinement, conflict_name
 from recalld.daemon.remote.outbox import COMPACT_AFTER_LINES, Change, Outbox
+from recalld.daemon.remote.searcher import one_line
 from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
 
@@ -126,3 +128,11 @@ def test_state_keeps_bases_landings_and_identity(tmp_path: Path) -> None:
     st = ReplicaState(path)
     st.open()
     assert (st.ident, st.cursor, st.bases, st.landing) == ("other/9/t1", 0, {}, {})
+
+
+def test_an_error_shows_on_one_line_with_the_password_masked() -> None:
+    # What status (last_error, search.last_error) and the log show of a server error.
+    exc = OSError("connection to server failed:\n\tFATAL:  password s3cret was refused")
+    assert one_line(exc, ["s3cret"]) == ("connection to server failed: FATAL: password *** "
+                                          "was refused")
+    assert one_line(TimeoutError(), ["s3cret"]) == "TimeoutError"

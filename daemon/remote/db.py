@@ -1,10 +1,12 @@
 """The shared workspace's rows in PostgreSQL: connecting, uploading a change, reading the feed.
 
-Blocking psycopg 3 calls, run by :mod:`recalld.daemon.remote.replica` in worker threads
-(``trio.to_thread.run_sync``); nothing here touches trio. Every call is bounded on the
-server side (``statement_timeout``) and the network side (``connect_timeout``, TCP
-keepalives, ``tcp_user_timeout``), so a worker thread never waits on a dead server for
-long. Errors are psycopg's; the caller treats any of them as "the server is unavailable".
+Blocking psycopg 3 calls, run by the replica (:mod:`recalld.daemon.remote.replica` and its
+``filesync.py``, ``searcher.py``) in worker threads (``trio.to_thread.run_sync``);
+nothing here touches trio. Every call is bounded on the server side
+(``statement_timeout``) and the network side (``connect_timeout``, TCP keepalives,
+``tcp_user_timeout``), so a worker thread never waits on a dead server for long. Errors
+are psycopg's; the caller treats any of them as "the server is unavailable"
+(:data:`UNAVAILABLE`).
 
 Uploading one change is one transaction (:func:`upload`):
 
@@ -39,7 +41,7 @@ from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
-from recalld.daemon.remote.schema import migrate
+from recalld.daemon.remote.schema import SchemaTooNew, migrate
 
 Outcome = Literal["applied", "same", "kept", "conflict"]
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -47,6 +49,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
 FEED_PAGE = 500
+#: What the callers of these functions take for "the server is unavailable now".
+UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
 
 
 @dataclass(frozen=True, slots=True)

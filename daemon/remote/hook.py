@@ -132,7 +132,7 @@ class ServerSearch:
     async def candidates(self, query: str, limit: int, filters: Filters,
                          query_vector: tuple[str, F32] | None, *, link_limit: int = 0,
                          keep: int | None = None) -> Candidates:
-        from recalld.daemon.remote.replica import SearchUnavailable
+        from recalld.daemon.remote.searcher import SearchUnavailable
 
         if self.error is None:
             try:

@@ -24,6 +24,8 @@ import trio
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
+from recalld.daemon.backup_check import BackupLimits, CheckedBackup, open_checked
+from recalld.daemon.backup_restore import RestorePlan, apply_restore, plan_restore, plan_summary
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
@@ -88,7 +90,7 @@ def _daemon_files(state: DaemonState,
     return out, left_out
 
 
-def _config_to_restore(state: DaemonState, checked: bk.CheckedBackup) -> bytes | None:
+def _config_to_restore(state: DaemonState, checked: CheckedBackup) -> bytes | None:
     """The backed-up config file if a restore puts it in place: always if it kept its
     secrets, else only where this daemon has none (masked secrets must not replace real
     ones)."""
@@ -119,7 +121,7 @@ def _restore_config(state: DaemonState, data: bytes) -> None:
     atomic_write(REAL, target, data)
 
 
-def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Mapping[str, object]]:
+def _recorded_in(checked: CheckedBackup) -> dict[str, Mapping[str, object]]:
     """The backed-up workspace record (agent id -> {path, config, ...}), or empty; entries
     that are not objects are left out."""
     data = checked.daemon_file("workspaces.json")
@@ -135,7 +137,7 @@ def _recorded_in(checked: bk.CheckedBackup) -> dict[str, Mapping[str, object]]:
     return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, dict)}
 
 
-def _resumes(plan: bk.RestorePlan) -> bool:
+def _resumes(plan: RestorePlan) -> bool:
     """True if ``plan`` writes session, inbox or dream-run state."""
     return any("/" + sub in "/" + rel for rel in plan.writes.values() for sub in bk.RESUMABLE)
 
@@ -233,7 +235,7 @@ def ops_methods() -> Methods:
         p.done()
         async with progress.pumping():
             checked = await trio.to_thread.run_sync(
-                lambda: bk.open_checked(path, progress=progress), limiter=ctx.services.cpu)
+                lambda: open_checked(path, progress=progress), limiter=ctx.services.cpu)
         return {"ok": True, **checked.summary()}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
@@ -242,7 +244,7 @@ def ops_methods() -> Methods:
         cpu = state.services.cpu
         sink: bk.ProgressSink = progress if progress is not None else bk.NO_PROGRESS
         checked = await trio.to_thread.run_sync(
-            lambda: bk.open_checked(path, progress=sink), limiter=cpu)
+            lambda: open_checked(path, progress=sink), limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
         for agent_id in chosen:
             check_agent_id(agent_id)
@@ -269,17 +271,17 @@ def ops_methods() -> Methods:
                                               _dirs_of(cfg.workspace_settings(agent_id))))
         sink.phase("planning", total=len(targets))
 
-        def plan_all() -> list[bk.RestorePlan]:
+        def plan_all() -> list[RestorePlan]:
             out = []
             for t in targets:
-                out.append(bk.plan_restore(checked, t.agent_id, t.root, t.dirs))
+                out.append(plan_restore(checked, t.agent_id, t.root, t.dirs))
                 sink.advance()
             return out
 
         plans = await trio.to_thread.run_sync(plan_all, limiter=cpu)
         if dry_run:
             return {"file": str(path), "dry_run": True,
-                    "plans": [bk.plan_summary(plan) for plan in plans]}
+                    "plans": [plan_summary(plan) for plan in plans]}
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
@@ -308,7 +310,7 @@ def ops_methods() -> Methods:
                 # Its session and inbox logs are about to be replaced: serve them afresh.
                 await state.registry.close(plan.agent_id)
                 ws = None
-            done = await trio.to_thread.run_sync(bk.apply_restore, checked, plan, sink,
+            done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
                                                  limiter=cpu)
             if ws is None:
                 ws = await state.registry.open(
@@ -422,7 +424,7 @@ def _peek(path: Path) -> JsonObject:
     try:
         with zipfile.ZipFile(path) as zf:
             info = zf.getinfo(bk.META)
-            if info.file_size > bk.BackupLimits().max_meta_bytes:
+            if info.file_size > BackupLimits().max_meta_bytes:
                 return {"error": "meta.json too large"}
             meta = orjson.loads(zf.read(info))
         return {"created": meta.get("created"), "agents": sorted(meta.get("agents", {})),

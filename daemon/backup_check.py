@@ -1,0 +1,239 @@
+"""Checking a backup archive (the format is ``backup.py``'s) before anything is restored.
+
+A restore reads nothing it has not checked: :func:`open_checked` validates the whole
+archive first (meta.json well-formed, every member named in it and vice versa, names
+relative without ``..``, no symlink or special members, no duplicates, no encryption,
+bounded sizes and compression ratios, checksums) and raises BackupInvalid (wire code -32012) on
+the first problem, before anything is written.
+
+Everything here blocks on the file system; the RPC layer runs it in worker threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from recalld.daemon import safepath
+from recalld.daemon.backup import (
+    CONTENT_ROLES,
+    COPY_CHUNK,
+    DAEMON_FILES,
+    DERIVED_ROLE,
+    FORMAT,
+    META,
+    NO_PROGRESS,
+    VERSION,
+    Member,
+    ProgressSink,
+)
+from recalld.daemon.jsontypes import JsonObject
+from recalld.ipc.errors import InvalidBackup
+
+
+@dataclass(frozen=True, slots=True)
+class BackupLimits:
+    """What a restore accepts; anything beyond is refused as hostile or broken."""
+
+    max_total_bytes: int = 16 << 30
+    max_member_bytes: int = 4 << 30
+    max_members: int = 500_000
+    max_meta_bytes: int = 256 << 20
+    # Text compresses ~3-10x; a member far beyond this ratio is a decompression bomb.
+    max_ratio: float = 200.0
+    ratio_min_bytes: int = 1 << 20
+
+
+class BackupInvalid(InvalidBackup):
+    """The archive is not a recalld backup or fails a check; nothing was changed."""
+
+
+def refuse(path: Path, why: str) -> BackupInvalid:
+    return BackupInvalid(f"refusing backup {path}: {why}", {"file": str(path), "reason": why})
+
+
+@dataclass(slots=True)
+class CheckedBackup:
+    """A validated archive: its meta and members, grouped by agent."""
+
+    path: Path
+    meta: JsonObject  # meta.json as read (its agents and files checked)
+    members: dict[str, Member]  # by zip name
+    by_agent: dict[str, list[str]] = field(default_factory=dict)
+    #: Daemon files in the archive: name (in DAEMON_FILES) -> member.
+    daemon: dict[str, str] = field(default_factory=dict)
+
+    def daemon_file(self, name: str) -> bytes | None:
+        """The verified bytes of daemon file ``name``, None if the archive has none."""
+        member = self.daemon.get(name)
+        if member is None:
+            return None
+        with zipfile.ZipFile(self.path) as zf:
+            data = zf.read(member)
+        if hashlib.sha256(data).hexdigest() != self.members[member]["sha256"]:
+            raise refuse(self.path, f"checksum mismatch for {member!r}")
+        return data
+
+    @property
+    def agents(self) -> list[str]:
+        return sorted(self.meta["agents"])
+
+    def summary(self) -> JsonObject:
+        out: JsonObject = {k: v for k, v in self.meta.items() if k != "files"}
+        out.update(file=str(self.path), members=len(self.members),
+                   bytes=sum(m["size"] for m in self.members.values()))
+        return out
+
+
+def _check_name(path: Path, name: str) -> list[str]:
+    if not name or "\x00" in name or "\\" in name or name.startswith("/") or (
+            len(name) > 1 and name[1] == ":"):
+        raise refuse(path, f"member {name!r} is not a relative path")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise refuse(path, f"member {name!r} has an empty, '.' or '..' component")
+    if len(name) > safepath.MAX_PATH_CHARS:
+        raise refuse(path, f"member name too long: {name[:80]!r}...")
+    return parts
+
+
+def _check_info(path: Path, info: zipfile.ZipInfo, limits: BackupLimits) -> None:
+    mode = info.external_attr >> 16
+    # No type bits (zips made elsewhere often carry permissions only) means a plain file.
+    if info.is_dir() or (stat.S_IFMT(mode) and not stat.S_ISREG(mode)):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+        raise refuse(path, f"member {info.filename!r} is {kind}")
+    if info.flag_bits & 0x1:
+        raise refuse(path, f"member {info.filename!r} is encrypted")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise refuse(path, f"member {info.filename!r} uses an unsupported compression")
+    if info.file_size > limits.max_member_bytes:
+        raise refuse(path, f"member {info.filename!r} is too large ({info.file_size} bytes)")
+    if info.file_size >= limits.ratio_min_bytes and (
+            info.file_size > limits.max_ratio * max(info.compress_size, 1)):
+        raise refuse(path, f"member {info.filename!r} expands {info.file_size} bytes from "
+                            f"{info.compress_size}: a decompression bomb")
+
+
+def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObject:
+    try:
+        info = zf.getinfo(META)
+    except KeyError:
+        raise refuse(path, "no meta.json: not a recalld backup") from None
+    _check_info(path, info, limits)
+    if info.file_size > limits.max_meta_bytes:
+        raise refuse(path, "meta.json is too large")
+    with zf.open(info) as f:
+        raw = f.read(limits.max_meta_bytes + 1)
+    try:
+        meta = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise refuse(path, f"meta.json is not JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise refuse(path, "meta.json does not describe a recalld backup")
+    if meta.get("version") != VERSION:
+        raise refuse(path, f"unsupported backup version {meta.get('version')!r}")
+    agents, files = meta.get("agents"), meta.get("files")
+    if not isinstance(agents, dict) or not isinstance(files, list):
+        raise refuse(path, "meta.json lacks agents or files")
+    for agent_id, info_ in agents.items():
+        dirs = info_.get("dirs") if isinstance(info_, dict) else None
+        if not isinstance(dirs, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in dirs.items()):
+            raise refuse(path, f"meta.json: agent {agent_id!r} lacks its directory settings")
+    for entry in files:
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+                and len(entry["sha256"]) == 64):
+            raise refuse(path, "meta.json has a malformed file entry")
+    return meta
+
+
+def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
+                 progress: ProgressSink = NO_PROGRESS) -> CheckedBackup:
+    """Validate the whole archive at ``path`` (see the module docstring), reading every
+    member once to verify its checksum (``progress``: a ``checking the archive`` phase
+    counting members and bytes). Raises BackupInvalid; writes nothing."""
+    try:
+        return _open_checked(path, limits, progress)
+    except BackupInvalid:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError, OSError) as exc:
+        raise refuse(path, f"unreadable archive ({type(exc).__name__}: {exc})") from None
+
+
+def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> CheckedBackup:
+    if not path.is_file():
+        raise refuse(path, "no such file")
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        if len(infos) > limits.max_members + 1:
+            raise refuse(path, f"too many members ({len(infos)})")
+        names = [i.filename for i in infos]
+        if len(set(names)) != len(names):
+            raise refuse(path, "duplicate member names")
+        total = 0
+        for info in infos:
+            _check_name(path, info.filename)
+            _check_info(path, info, limits)
+            total += info.file_size
+        if total > limits.max_total_bytes:
+            raise refuse(path, f"uncompressed size {total} exceeds {limits.max_total_bytes}")
+        meta = _read_meta(path, zf, limits)
+        listed: dict[str, Member] = {e["path"]: e for e in meta["files"]}
+        if len(listed) != len(meta["files"]):
+            raise refuse(path, "meta.json lists a member twice")
+        present = set(names) - {META}
+        if present != set(listed):
+            extra = sorted(present - set(listed))[:3]
+            missing = sorted(set(listed) - present)[:3]
+            raise refuse(path, f"members and meta.json disagree (unlisted {extra}, "
+                                f"missing {missing})")
+        checked = CheckedBackup(path, meta, listed)
+        progress.phase("checking the archive", total=len(listed),
+                       bytes_total=sum(e["size"] for e in listed.values()))
+        for info in infos:
+            if info.filename == META:
+                continue
+            progress.advance(1, info.file_size)
+            parts = info.filename.split("/")
+            if parts[0] == "daemon" and len(parts) == 2 and parts[1] in DAEMON_FILES:
+                entry = listed[info.filename]
+                if entry["size"] != info.file_size or (
+                        _member_sha256(zf, info) != entry["sha256"]):
+                    raise refuse(path, f"checksum mismatch for {info.filename!r}")
+                checked.daemon[parts[1]] = info.filename
+                continue
+            if len(parts) < 3 or parts[0] != "agents" or parts[1] not in meta["agents"]:
+                raise refuse(path, f"member {info.filename!r} belongs to no listed agent")
+            tops = [d.strip("/") + "/" for r, d in meta["agents"][parts[1]]["dirs"].items()
+                    if r in (*CONTENT_ROLES, DERIVED_ROLE) and d.strip("/")]
+            if not "/".join(parts[2:]).startswith(tuple(tops)):
+                raise refuse(path, f"member {info.filename!r} is outside the agent's "
+                                    "directories")
+            entry = listed[info.filename]
+            if entry["size"] != info.file_size:
+                raise refuse(path, f"member {info.filename!r} size differs from meta.json")
+            if _member_sha256(zf, info) != entry["sha256"]:
+                raise refuse(path, f"checksum mismatch for {info.filename!r}")
+            checked.by_agent.setdefault(parts[1], []).append(info.filename)
+    return checked
+
+
+def _member_sha256(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+    digest = hashlib.sha256()
+    seen = 0
+    with zf.open(info) as f:
+        while chunk := f.read(COPY_CHUNK):
+            seen += len(chunk)
+            if seen > info.file_size:  # never trust the header's size alone
+                raise zipfile.BadZipFile(f"{info.filename} is longer than declared")
+            digest.update(chunk)
+    return digest.hexdigest()

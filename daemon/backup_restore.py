@@ -1,0 +1,166 @@
+"""Restoring a checked backup (``backup_check.py``): plan where each member of an agent
+goes in a workspace, then apply the plan.
+
+Writes go through :func:`atomic_write`, so each restored file appears whole or not at all.
+
+Everything here blocks on the file system; the RPC layer runs it in worker threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NotRequired, TypedDict
+
+from recalld.daemon import safepath
+from recalld.daemon.backup import (
+    CONTENT_ROLES,
+    COPY_CHUNK,
+    DERIVED_ROLE,
+    NO_PROGRESS,
+    RESUMABLE,
+    ProgressSink,
+    walk_files,
+)
+from recalld.daemon.backup_check import CheckedBackup, refuse
+from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
+from recalld.daemon.watchrecords import ReconcileRecord
+from recalld.ipc.errors import PathOutsideWorkspace
+
+
+class PlanSummary(TypedDict):
+    """What restoring one agent would do (a dry run)."""
+
+    agent_id: str
+    root: str
+    write: int
+    overwrite: int
+    remove: int
+    removes: list[str]  # the first few
+    skipped_derived: int
+
+
+class Restored(TypedDict):
+    """One agent restored (``backup.restore`` adds what happened around the copy)."""
+
+    agent_id: str
+    written: int
+    removed: int
+    skipped_derived: int
+    opened: NotRequired[bool]  # the workspace was opened for the restore
+    secrets_left_out: NotRequired[list[str]]
+    warning: NotRequired[str]
+    reconcile: NotRequired[ReconcileRecord]  # the rescan after the restore
+
+
+@dataclass(slots=True)
+class RestorePlan:
+    """What restoring one agent does: members to write where, files to remove."""
+
+    agent_id: str
+    root: Path
+    writes: dict[str, str]  # zip member -> workspace-relative target
+    removes: list[str]
+    skipped_derived: int
+
+
+def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
+                 dirs: Mapping[str, str]) -> RestorePlan:
+    """Map ``agent_id``'s members onto the workspace at ``root`` with settings ``dirs``
+    (directory names may differ from the backed-up workspace: they map by role).
+
+    Files now in the content directories that the backup lacks are removed, so the
+    workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
+    written (the rest is rebuilt).
+    Raises PathOutsideWorkspace if a target would pass through a symlink.
+    """
+    saved_dirs: dict[str, str] = backup.meta["agents"][agent_id]["dirs"]
+    roles = sorted(((r, d.strip("/")) for r, d in saved_dirs.items()
+                    if r in (*CONTENT_ROLES, DERIVED_ROLE) and d.strip("/")),
+                   key=lambda rd: -len(rd[1]))
+    prefix = f"agents/{agent_id}/"
+    writes: dict[str, str] = {}
+    skipped = 0
+    for name in backup.by_agent.get(agent_id, []):
+        rel = name[len(prefix):]
+        role = next((r for r, d in roles if rel.startswith(d + "/")), None)
+        if role is None:
+            raise refuse(backup.path, f"member {name!r} is outside the agent's directories")
+        if role == DERIVED_ROLE and not rel[len(dict(roles)[role]) + 1:].startswith(RESUMABLE):
+            skipped += 1
+            continue
+        target_dir = dirs.get(role, "").strip("/")
+        if not target_dir:
+            raise refuse(backup.path, f"the target workspace has no {role} for {name!r}")
+        rest = rel[len(dict(roles)[role]) + 1:]
+        target = f"{target_dir}/{rest}"
+        safepath.split_relative(target)
+        _check_no_symlink(root, target)
+        writes[name] = target
+    wanted = set(writes.values())
+    removes = []
+    for role in CONTENT_ROLES:
+        top = dirs.get(role, "").strip("/")
+        if top:
+            removes += [rel for rel in walk_files(root, top) if rel not in wanted]
+    return RestorePlan(agent_id, root, writes, sorted(set(removes)), skipped)
+
+
+def plan_summary(plan: RestorePlan, listed: int = 20) -> PlanSummary:
+    """What ``plan`` would do, for a dry run: counts, and the first files it removes."""
+    overwrite = sum(1 for rel in plan.writes.values() if (plan.root / rel).exists())
+    return {"agent_id": plan.agent_id, "root": str(plan.root), "write": len(plan.writes),
+            "overwrite": overwrite, "remove": len(plan.removes),
+            "removes": plan.removes[:listed], "skipped_derived": plan.skipped_derived}
+
+
+def _check_no_symlink(root: Path, rel: str) -> None:
+    current = root
+    for part in rel.split("/"):
+        current = current / part
+        try:
+            st = current.lstat()
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise PathOutsideWorkspace(f"restore target {rel} passes through a symlink")
+
+
+def apply_restore(backup: CheckedBackup, plan: RestorePlan,
+                  progress: ProgressSink = NO_PROGRESS) -> Restored:
+    """Write ``plan``'s files atomically (checksums verified again while copying), then
+    remove the files the backup lacks. Returns counts. ``progress``: a ``restoring
+    <agent>`` phase counting files written and removed."""
+    progress.phase(f"restoring {plan.agent_id}", total=len(plan.writes) + len(plan.removes),
+                   bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
+    written = 0
+    with zipfile.ZipFile(backup.path) as zf:
+        for name, rel in sorted(plan.writes.items()):
+            target = plan.root / rel
+            _check_no_symlink(plan.root, rel)
+            ensure_dir(REAL, target.parent)
+            expected = backup.members[name]["sha256"]
+            digest = hashlib.sha256()
+            with zf.open(name) as src, atomic_writer(REAL, target) as dst:
+                while chunk := src.read(COPY_CHUNK):
+                    digest.update(chunk)
+                    dst.write(chunk)
+                if digest.hexdigest() != expected:  # the file changed under us: publish nothing
+                    raise refuse(backup.path, f"checksum mismatch for {name!r} while restoring")
+            written += 1
+            progress.advance(1, backup.members[name]["size"])
+    removed = 0
+    for rel in plan.removes:
+        progress.advance()
+        _check_no_symlink(plan.root, rel)
+        try:
+            (plan.root / rel).unlink()
+            removed += 1
+        except FileNotFoundError:
+            continue
+    return {"agent_id": plan.agent_id, "written": written, "removed": removed,
+            "skipped_derived": plan.skipped_derived}

@@ -1,0 +1,394 @@
+"""The files of one shared workspace's replica: local changes up, the feed's rows down.
+
+Owns the workspace's outbox and replica state (``<metadata_dir>/remote/``), the lock under
+which files are read, written and compared with them, and a
+:class:`~recalld.daemon.watcher.Watcher` of its Markdown folders (the same mechanism as
+the index: inotify plus reconcile scans). The replica (``remote/replica.py``) opens and
+closes them, runs the watcher, and while online runs :meth:`FileSync.upload_loop` on its
+writer connection and :meth:`FileSync.pull_loop` on its listener. :func:`in_thread` is
+how the replica's modules run their blocking calls.
+
+Local → remote: the watcher reports paths; each is read and hashed under the replica
+lock and compared with the last content the replica knows for it (the server's, or the
+last queued change). A difference becomes a :class:`~recalld.daemon.remote.outbox.Change`
+appended durably to the outbox; the uploader sends changes in order, each based on the
+version the replica last agreed on for that path, and records the answer
+(:mod:`recalld.daemon.remote.db`). A conflict keeps the other host's version at the path:
+this host's version is written beside it as ``*.sync-conflict-<date>-<host>.md`` (already
+stored on the server as such), later local edits of that path go to the copy until the
+winning version has been written locally, and an inbox item says what happened.
+
+Remote → local: after every (re)connect, on each notification and every
+``CATCH_UP_EVERY_S``, the feed is read from the last applied version on. A newer row is
+written into the directory atomically (confined to the watched folders) unless the path
+has local changes not yet uploaded (those upload first, and conflict); the watcher then
+finds the file identical to what the replica knows, so nothing goes back up, and the index
+picks it up through its own watcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from functools import partial
+from typing import TypeVar, TypeVarTuple
+
+import trio
+
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.remote import db
+from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
+from recalld.daemon.remote.outbox import Change, Outbox
+from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
+from recalld.daemon.workspaces import Workspace
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+CATCH_UP_EVERY_S = 30.0
+
+
+async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    """``fn(*args)`` in a worker thread: the replica's database and file calls, which
+    block. Cancellation waits for the call to return (the database calls are bounded by
+    the timeouts of :func:`db.connect`)."""
+    return await trio.to_thread.run_sync(fn, *args)
+
+
+class Flag:
+    """Set from the driver's notification callback (any thread), read on trio."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class FileSync:
+    """The file exchange of one shared workspace's replica (see the module docstring)."""
+
+    def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
+                 writer_lock: trio.Lock, max_chars: int,
+                 reconcile_interval_s: float) -> None:
+        self._ws = ws
+        self._cfg = cfg
+        self._max_chars = max_chars
+        self.host = host
+        s = ws.settings
+        meta = ws.root / s.metadata_dir / "remote"
+        self._fs = Confinement(ws.root, (s.daily_dir, s.digest_dir))
+        self._outbox = Outbox(meta / "outbox.log")
+        self._state = ReplicaState(meta / "state.log")
+        self._lock = trio.Lock()
+        self._last_local: dict[str, str | None] = {}
+        self._known: dict[str, tuple[int, int]] = {}
+        self._wake_uploader = trio.Event()
+        self.watcher = Watcher(
+            ws.root, [s.daily_dir, s.digest_dir], apply=self._apply_local,
+            known=lambda: self._known,
+            config=WatcherConfig(reconcile_interval_s=reconcile_interval_s,
+                                 reconcile_before_ready=False))
+        # Held around each call on the replica's writer connection, which the embedding
+        # exchange and the chunk backfill use too.
+        self._writer_lock = writer_lock
+        self._uploaded_event = trio.Event()
+        self.last_upload: float | None = None
+        self.last_pull: float | None = None
+        self.uploaded = 0
+        self.pulled = 0
+        self.conflicts = 0
+
+    def open(self) -> None:
+        self._outbox.open()
+        self._state.open()
+        for path, base in self._state.bases.items():
+            self._last_local[path] = base.hash
+            if base.hash is not None and base.stat is not None:
+                self._known[path] = base.stat
+        for change in self._outbox.pending():
+            self._last_local[change.path] = change.hash
+
+    def close(self) -> None:
+        self._outbox.close()
+        self._state.close()
+
+    @property
+    def queued(self) -> int:
+        """Changes in the outbox."""
+        return len(self._outbox)
+
+    @property
+    def cursor(self) -> int:
+        """The highest server version the feed has been applied up to."""
+        return self._state.cursor
+
+    # -- local changes ---------------------------------------------------------------
+
+    async def _apply_local(self, paths: set[str]) -> None:
+        wanted = sorted(p for p in paths if self._fs.accepts(p))
+        if not wanted:
+            return
+        async with self._lock:
+            # Read under the lock: a file the feed is writing right now must be seen
+            # either before or after, never as a stale copy queued as a local edit.
+            files = await in_thread(lambda: [self._fs.read(p) for p in wanted])
+            await self._observe(files)
+
+    async def _observe(self, files: Iterable[LocalFile]) -> None:
+        """Queue what differs from the last content known (caller holds the lock)."""
+        changes: list[Change] = []
+        now = time.time()
+        for f in files:
+            if f.stat is None:
+                self._known.pop(f.path, None)
+            else:
+                self._known[f.path] = f.stat
+            if f.hash == self._last_local.get(f.path):
+                continue
+            if f.hash is not None and self._state.landing.get(f.path) == f.hash:
+                # Written from the server before a crash cut the bookkeeping short: the
+                # next catch-up records it; it is not a local edit.
+                self._last_local[f.path] = f.hash
+                continue
+            changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
+        if not changes:
+            return
+        with trio.CancelScope(shield=True):
+            await in_thread(self._outbox.add, changes)
+        for c in changes:
+            self._last_local[c.path] = c.hash
+        self._wake_uploader.set()
+
+    async def adopt(self, ident: str) -> None:
+        """Start over when the state belongs to another shared workspace than the server's."""
+        async with self._lock:
+            reset = await in_thread(self._state.adopt, ident)
+            if not reset:
+                return
+            log.warning("shared workspace %s: the server's workspace is not the one this "
+                        "replica synced with; every local file goes up again (identical "
+                        "content is no change, different content a conflict copy)",
+                        self._cfg.name)
+            self._last_local = {c.path: c.hash for c in self._outbox.pending()}
+            self._known.clear()
+        await self.watcher.reconcile("shared workspace changed")
+
+    # -- uploading -------------------------------------------------------------------
+
+    def _target(self, path: str) -> tuple[str, int]:
+        base = self._state.bases.get(path)
+        if base is not None and base.redirect:
+            copy = self._state.bases.get(base.redirect)
+            return base.redirect, copy.version if copy else 0
+        return path, base.version if base else 0
+
+    async def upload_loop(self, conn: db.Conn, workspace_id: int) -> None:
+        """Upload the outbox in order on ``conn`` (the writer) until cancelled, when the
+        session ends. Cancellation waits for the call in flight; a change leaves the
+        outbox only once the server's answer is recorded."""
+        # Paths whose settling a disconnect or a crash interrupted.
+        for path, base in list(self._state.bases.items()):
+            if (base.redirect or base.settle) and not self._outbox.pending_for(path):
+                async with self._writer_lock:
+                    row = await in_thread(db.fetch, conn, workspace_id, path)
+                async with self._lock:
+                    await self._settle(path, row)
+        while True:
+            wake = self._wake_uploader
+            change = self._outbox.head()
+            if change is None:
+                await wake.wait()
+                self._wake_uploader = trio.Event()
+                continue
+            async with self._lock:
+                target, base_version = self._target(change.path)
+            async with self._writer_lock:
+                answer = await in_thread(db.upload, conn, workspace_id, self.host, change,
+                                         target, base_version, self._max_chars)
+            async with self._lock:
+                settle = await self._record_answer(change, target, answer)
+            self.uploaded += 1
+            self.last_upload = time.time()
+            self._uploaded_event.set()
+            self._uploaded_event = trio.Event()
+            if settle:
+                async with self._writer_lock:
+                    row = await in_thread(db.fetch, conn, workspace_id, change.path)
+                async with self._lock:
+                    await self._settle(change.path, row)
+
+    async def _record_answer(self, change: Change, target: str, answer: db.Answer) -> bool:
+        """Apply the server's answer locally, then mark the change done. Returns whether
+        the path must now take the server's version (caller holds the lock)."""
+        bases = self._state.bases
+        updates: list[tuple[str, Base]] = []
+        if answer.outcome in ("applied", "same"):
+            stat = self._known.get(target)
+            if target != change.path:
+                # Redirected to this host's conflict copy: the copy on disk follows.
+                stat = await self._put_local(target, change.data)
+                self._last_local[target] = change.hash
+            old = bases.get(target)
+            updates.append((target, Base(answer.version, change.hash, stat,
+                                         old.redirect if old else None)))
+        elif answer.outcome == "conflict":
+            copy = answer.stored_path
+            stat = await self._put_local(copy, change.data)
+            self._last_local[copy] = change.hash
+            updates.append((copy, Base(answer.version, change.hash, stat)))
+            old = bases.get(change.path) or Base(0, None)
+            updates.append((change.path, replace(old, redirect=copy)))
+            self.conflicts += 1
+            await self._report_conflict(change.path, copy, answer.replayed)
+        elif answer.outcome == "kept":
+            old = bases.get(change.path) or Base(0, None)
+            updates.append((change.path, replace(old, settle=True)))
+        with trio.CancelScope(shield=True):
+            await in_thread(self._state.record, updates)
+            await in_thread(self._outbox.done, change.id)
+        if self._outbox.pending_for(change.path):
+            return False
+        base = bases.get(change.path)
+        return bool(base is not None and (base.redirect or base.settle))
+
+    async def _settle(self, path: str, row: db.Row | None) -> None:
+        """Give ``path`` the server's version once every local edit of it went up."""
+        if self._outbox.pending_for(path):
+            return
+        local = await in_thread(self._fs.read, path)
+        if local.hash != self._last_local.get(path):
+            await self._observe([local])  # edited again meanwhile: that goes up first
+            return
+        base = await self._install(path, row)
+        await in_thread(self._state.record, [(path, base)])
+
+    async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
+        """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""
+        if data is None:
+            await in_thread(self._fs.remove, path)
+            self._known.pop(path, None)
+            return None
+        current = await in_thread(self._fs.read, path)
+        if current.data != data:
+            new_hash = content_hash(data)
+            if self._state.landing.get(path) != new_hash:
+                await in_thread(self._state.land, [(path, new_hash)])
+            stat = await in_thread(self._fs.write, path, data)
+        else:
+            assert current.stat is not None
+            stat = current.stat
+        self._known[path] = stat
+        return stat
+
+    async def _install(self, path: str, row: db.Row | None) -> Base:
+        data = None if row is None else row.data
+        stat = await self._put_local(path, data)
+        self._last_local[path] = None if row is None else row.hash
+        return Base(0 if row is None else row.version, None if row is None else row.hash, stat)
+
+    async def _report_conflict(self, path: str, copy: str, replayed: bool) -> None:
+        log.warning("shared workspace %s: %s was changed on another host first; this "
+                    "host's version is kept as %s", self._cfg.name, path, copy)
+        try:
+            inbox = self._ws.services.inbox
+            if replayed and any(i.get("details", {}).get("conflict_copy") == copy
+                                for i in inbox.list(include_acked=True)):
+                return  # reported before a crash interrupted the bookkeeping
+            await inbox.push(
+                "sync_conflict",
+                f"{path} was changed on another host first; your version is kept as {copy}",
+                [path, copy], details={"path": path, "conflict_copy": copy,
+                                       "shared_workspace": self._cfg.name})
+        except Exception:  # the copy is on disk either way; the inbox is a courtesy
+            log.exception("inbox item for the conflict on %s not recorded", path)
+
+    async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
+        """Wait until every local change made before the call is on the server (False:
+        not within ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
+        with trio.move_on_after(timeout_s):
+            await self.watcher.sync()
+            async with self._lock:
+                waiting = {c.id for c in self._outbox.pending()}
+            while waiting:
+                if not online():
+                    return False
+                event = self._uploaded_event
+                waiting &= {c.id for c in self._outbox.pending()}
+                if waiting:
+                    await event.wait()
+            return True
+        return False
+
+    # -- pulling ---------------------------------------------------------------------
+
+    async def pull_loop(self, conn: db.Conn, workspace_id: int, poked: Flag) -> None:
+        """Apply the change feed read on ``conn`` (the listener) at the start, when
+        notified (``poked``) and every ``CATCH_UP_EVERY_S``, until cancelled, when the
+        session ends. Cancellation waits for the call in flight; the cursor moves past a
+        page of the feed only once all of it is applied."""
+        fd = conn.fileno()
+        while True:
+            poked.clear()
+            await self._catch_up(conn, workspace_id)
+            if await in_thread(db.drain_notifies, conn) or poked.is_set():
+                continue
+            with trio.move_on_after(CATCH_UP_EVERY_S):
+                await trio.lowlevel.wait_readable(fd)
+
+    async def _catch_up(self, conn: db.Conn, workspace_id: int) -> None:
+        while True:
+            rows = await in_thread(db.feed, conn, workspace_id, self._state.cursor)
+            if not rows:
+                return
+            async with self._lock:
+                landing = [(r.path, r.hash) for r in rows if r.hash is not None
+                           and self._fs.accepts(r.path)]
+                with trio.CancelScope(shield=True):
+                    await in_thread(self._state.land, landing)
+                updates: list[tuple[str, Base]] = []
+                for row in rows:
+                    base = await self._apply_remote(row)
+                    if base is not None:
+                        updates.append((row.path, base))
+                with trio.CancelScope(shield=True):
+                    await in_thread(partial(self._state.record, updates, rows[-1].version))
+            self.pulled += len(updates)
+            self.last_pull = time.time()
+
+    async def _apply_remote(self, row: db.Row) -> Base | None:
+        """Write one newer server row locally, or leave it to the uploader (lock held)."""
+        if not self._fs.accepts(row.path):
+            log.warning("shared workspace %s: ignoring a file outside the replicated "
+                        "folders: %r", self._cfg.name, row.path)
+            return None
+        base = self._state.bases.get(row.path)
+        if base is not None and (row.version <= base.version or base.redirect
+                                 or base.settle):
+            return None  # already known, or the uploader settles the path
+        if self._outbox.pending_for(row.path):
+            return None  # uploads first; a conflict then settles the path
+        local = await in_thread(self._fs.read, row.path)
+        if local.hash == row.hash:
+            # Already so on disk (written before a crash, or the same edit made here).
+            if local.stat is not None:
+                self._known[row.path] = local.stat
+            self._last_local[row.path] = row.hash
+            return Base(row.version, row.hash, local.stat)
+        if local.hash != self._last_local.get(row.path):
+            await self._observe([local])  # a local edit not reported yet goes up first
+            return None
+        return await self._install(row.path, row)

@@ -1,0 +1,164 @@
+"""Searches of one shared workspace in its server, for the replica (``remote/replica.py``).
+
+With ``search_mode = "server"`` the replica has searches run in PostgreSQL
+(``remote/search.py``) on a connection of their own, opened by the first search, and its
+session makes sure every file has its chunks there (``remote/chunks.py``) before the
+server answers; until then, and whenever the server cannot answer, the local index does
+(:class:`SearchUnavailable`). The HNSW index of a vector space is built once, in the
+background, after its first search. The counts and the last error here are what the
+replica's status shows under ``search``.
+
+Database calls run in worker threads; the replica closes the search connection when it
+stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from functools import partial
+
+import psycopg
+import trio
+
+from recalld.daemon.arraytypes import F32
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.index.filters import Filters
+from recalld.daemon.index.reads import Candidates
+from recalld.daemon.remote import db
+from recalld.daemon.remote.filesync import in_thread
+from recalld.daemon.workspaces import Workspace
+
+log = logging.getLogger(__name__)
+
+
+class SearchUnavailable(Exception):
+    """The server cannot run this search now; the local index answers it."""
+
+
+class ServerSearcher:
+    """The replica's searches in the server (see the module docstring)."""
+
+    def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
+                 secrets: Sequence[str], writer_lock: trio.Lock, max_chars: int) -> None:
+        self._ws = ws
+        self._cfg = cfg
+        self.host = host
+        self._secrets = secrets
+        # Held around each call on the replica's writer connection (the chunk backfill's).
+        self._writer_lock = writer_lock
+        self._max_chars = max_chars
+        # Searching in the server (search_mode "server"): a connection of its own, opened
+        # on the first search, so searches never queue behind a burst of uploads.
+        self._reader: db.Conn | None = None
+        self._reader_lock = trio.Lock()
+        self.server_searches = 0
+        self.search_fallbacks = 0
+        self.chunks_backfilled = 0
+        # Every file of the workspace has its chunks in the server (checked once per
+        # session): until then the local index answers.
+        self.chunks_ready = False
+        # HNSW indexes of vector spaces searched in the server: built or being built.
+        self._vector_indexes: set[tuple[str, int]] = set()
+        self.last_error: str | None = None
+
+    async def close(self) -> None:
+        """Close the search connection, if one is open (the caller shields this)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await in_thread(reader.close)
+
+    async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
+        """Have the workspace's uploads write their chunks from now on, and chunk the
+        files written before, a page at a time between uploads; returns once every file has
+        its chunks (``chunks_ready``). Cancellation waits for the call in flight."""
+        from recalld.daemon.remote import chunks
+
+        async with self._writer_lock:
+            await in_thread(chunks.start_chunking, conn, workspace_id)
+        while True:
+            async with self._writer_lock:
+                done = await in_thread(partial(chunks.backfill, conn, workspace_id,
+                                               max_chars=self._max_chars))
+            if not done:
+                self.chunks_ready = True
+                return
+            self.chunks_backfilled += done
+
+    async def candidates(self, workspace_id: int, query: str, limit: int, filters: Filters,
+                         query_vector: tuple[str, F32] | None, *,
+                         keep: int | None = None) -> Candidates:
+        """One search's candidates from the server, once every file has its chunks there;
+        SearchUnavailable when the server cannot answer now."""
+        from recalld.daemon.remote import search as server
+
+        if not self.chunks_ready:
+            raise SearchUnavailable(f"the server is still chunking shared workspace "
+                                    f"{self._cfg.name} ({self.chunks_backfilled} files so far)")
+        s = self._ws.settings
+        run = partial(server.candidates, workspace_id=workspace_id, query=query, limit=limit,
+                      filters=filters, query_vector=query_vector, daily_dir=s.daily_dir,
+                      digest_dir=s.digest_dir, keep=keep)
+        async with self._reader_lock:
+            # A connection kept from before may have died with a server restart: one
+            # more try on a new one before the local index answers.
+            for fresh in (self._reader is None, True):
+                try:
+                    if self._reader is None:
+                        self._reader = await in_thread(partial(
+                            db.connect, self._cfg,
+                            application_name=f"recalld {self.host} search"))
+                    found = await in_thread(partial(run, self._reader))
+                except Exception as exc:
+                    reader, self._reader = self._reader, None
+                    if reader is not None:
+                        with trio.CancelScope(shield=True):
+                            await in_thread(reader.close)
+                    if not isinstance(exc, db.UNAVAILABLE):
+                        log.error("shared workspace %s: search in the server failed",
+                                  self._cfg.name, exc_info=exc)
+                    self.last_error = one_line(exc, self._secrets)
+                    if fresh or not isinstance(exc, psycopg.OperationalError):
+                        raise SearchUnavailable(self.last_error) from exc
+                    continue
+                self.server_searches += 1
+                return found
+        raise AssertionError("unreachable")
+
+    def claim_vector_index(self, space: str, dims: int) -> bool:
+        """Whether the HNSW index of ``space`` is still to be built (it now counts as being
+        built)."""
+        if (space, dims) in self._vector_indexes:
+            return False
+        self._vector_indexes.add((space, dims))
+        return True
+
+    async def build_vector_index(self, space: str, dims: int) -> None:
+        """Build the HNSW index of ``space`` on a connection of its own; a failure is kept
+        for status and gives the claim back (:meth:`claim_vector_index`), so the next
+        search of the space tries again. Cancellation waits for the call in flight."""
+        from recalld.daemon.remote import search as server
+
+        try:
+            conn = await in_thread(partial(db.connect, self._cfg,
+                                           application_name=f"recalld {self.host} index"))
+            try:
+                await in_thread(server.build_vector_index, conn, space, dims)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await in_thread(conn.close)
+        except Exception as exc:
+            # Searches go on with exact scans; the next search of the space tries again.
+            self._vector_indexes.discard((space, dims))
+            if not isinstance(exc, db.UNAVAILABLE):
+                log.error("shared workspace %s: building the vector index failed",
+                          self._cfg.name, exc_info=exc)
+            self.last_error = one_line(exc, self._secrets)
+
+
+def one_line(exc: BaseException, secrets: Sequence[str]) -> str:
+    """``exc`` as a one-line text for status and logs, with ``secrets`` masked."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
