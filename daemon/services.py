@@ -47,9 +47,10 @@ from recalld.daemon.memory.sessions import SessionStore
 from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.local import PassageLane
+from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler
-from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import ShuttingDown
 
 if TYPE_CHECKING:

@@ -22,12 +22,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from recalld.daemon.workspaces import (
-    SHARED_WITH_EVERYONE,
-    Workspace,
-    WorkspaceRegistry,
-    check_agent_id,
-)
+from recalld.daemon.registry import WorkspaceRegistry
+from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from recalld.ipc import errors, paths
-from recalld.ipc._methods import Call
+from recalld.ipc._call import Call
 from recalld.ipc.protocol import DEFAULT_MAX_FRAME_BYTES, Response
 
 T = TypeVar("T")

@@ -1,19 +1,18 @@
 """The one table of daemon methods that drives the blocking and the async client.
 
-Each builder below takes the Python arguments of one method and returns a :class:`Call`:
-the wire method name, its params (``None`` values left out) and a function that turns the
-raw result into its typed shape. A client flavour only knows how to run a ``Call``;
-:func:`sync_method` and :func:`async_method` turn each builder into a bound method with the
+Each builder below takes the Python arguments of one method and returns a
+:class:`~recalld.ipc._call.Call`: the wire method name, its params (``None`` values left
+out) and a function that turns the raw result into its typed shape. A client flavour only
+knows how to run a ``Call``; :func:`~recalld.ipc._flavours.sync_method` and
+:func:`~recalld.ipc._flavours.async_method` turn each builder into a bound method with the
 builder's exact signature, so the two flavours cannot drift apart.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
+from collections.abc import Mapping, Sequence
 
+from recalld.ipc._call import Call, _answer, _as_dict, _as_list, _params
 from recalld.ipc.answers import (
     BackupList,
     BackupSummary,
@@ -45,53 +44,6 @@ from recalld.ipc.answers import (
     WorkspaceOpened,
 )
 from recalld.ipc.types import SearchResponse
-
-P = ParamSpec("P")
-T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T_co]):
-    """One method call, ready to send: ``parse`` turns the raw result into ``T``."""
-
-    method: str
-    params: JsonObject
-    parse: Callable[[object], T_co]
-
-
-def _params(**values: object) -> JsonObject:
-    # Optional arguments left at None are not sent, so the daemon's defaults apply.
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def _identity(value: T) -> T:
-    return value
-
-
-def _as_dict(value: object) -> JsonObject:
-    return value if isinstance(value, dict) else {"result": value}
-
-
-def _answer(shape: type[T]) -> Callable[[object], T]:
-    """The parser of an answer typed ``shape`` (a TypedDict): the decoded object as it is,
-    typed, not checked (see :mod:`recalld.ipc.answers`)."""
-    return cast(Callable[[object], T], _as_dict)
-
-
-def _as_list(key: str, shape: type[T]) -> Callable[[object], list[T]]:
-    """The parser of an answer that lists ``shape`` items under ``key``; a bare array is
-    accepted too (e.g. ``{"workspaces": [...]}`` or ``[...]``)."""
-
-    def parse(value: object) -> list[T]:
-        if isinstance(value, list):
-            return cast(list[T], value)
-        if isinstance(value, dict) and isinstance(value.get(key), list):
-            return cast(list[T], value[key])
-        raise TypeError(f"expected a list of {key}, got {type(value).__name__}")
-
-    return parse
-
 
 # ---------------------------------------------------------------------------- the table
 
@@ -444,121 +396,3 @@ METHODS: dict[str, str] = {
         (index_compact, ("a",)), (metrics, ()),
     )
 }
-
-
-# ------------------------------------------------------------------ flavour adapters
-
-
-class SyncRunner(Protocol):
-    def _run(self, call: Call[T]) -> T: ...
-
-
-class AsyncRunner(Protocol):
-    async def _run(self, call: Call[T]) -> T: ...
-
-
-def sync_method(builder: Callable[P, Call[T]]) -> Callable[Concatenate[SyncRunner, P], T]:
-    """A blocking client method with ``builder``'s signature."""
-
-    @functools.wraps(builder)
-    def method(self: SyncRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._run(builder(*args, **kwargs))
-
-    return method
-
-
-def async_method(
-    builder: Callable[P, Call[T]],
-) -> Callable[Concatenate[AsyncRunner, P], Coroutine[Any, Any, T]]:
-    """An async client method with ``builder``'s signature."""
-
-    @functools.wraps(builder)
-    async def method(self: AsyncRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._run(builder(*args, **kwargs))
-
-    return method
-
-
-def raw_call(method: str, params: Mapping[str, object] | None = None) -> Call[Any]:
-    """An untyped call, as ``client.call`` makes: the raw result comes back."""
-    return Call(method, dict(params or {}), _identity)
-
-
-class SyncMethods:
-    """Every method of the table as a blocking method (mixed into the sync client)."""
-
-    ping = sync_method(ping)
-    status = sync_method(status)
-    workspace_open = sync_method(workspace_open)
-    workspace_list = sync_method(workspace_list)
-    workspace_close = sync_method(workspace_close)
-    read = sync_method(read)
-    search = sync_method(search)
-    index_sync = sync_method(index_sync)
-    jobs_submit = sync_method(jobs_submit)
-    jobs_get = sync_method(jobs_get)
-    jobs_list = sync_method(jobs_list)
-    jobs_cancel = sync_method(jobs_cancel)
-    add_turns = sync_method(add_turns)
-    end_session = sync_method(end_session)
-    add_note = sync_method(add_note)
-    memory_index = sync_method(memory_index)
-    memory_list = sync_method(memory_list)
-    recall = sync_method(recall)
-    topic_write = sync_method(topic_write)
-    topic_edit = sync_method(topic_edit)
-    interests = sync_method(interests)
-    select = sync_method(select)
-    inbox_list = sync_method(inbox_list)
-    inbox_ack = sync_method(inbox_ack)
-    dream_runs = sync_method(dream_runs)
-    memory_changes = sync_method(memory_changes)
-    dream_undo = sync_method(dream_undo)
-    backup_create = sync_method(backup_create)
-    backup_list = sync_method(backup_list)
-    backup_verify = sync_method(backup_verify)
-    backup_restore = sync_method(backup_restore)
-    backup_rollback = sync_method(backup_rollback)
-    index_verify = sync_method(index_verify)
-    index_compact = sync_method(index_compact)
-    metrics = sync_method(metrics)
-
-
-class AsyncMethods:
-    """Every method of the table as an async method (mixed into the async client)."""
-
-    ping = async_method(ping)
-    status = async_method(status)
-    workspace_open = async_method(workspace_open)
-    workspace_list = async_method(workspace_list)
-    workspace_close = async_method(workspace_close)
-    read = async_method(read)
-    search = async_method(search)
-    index_sync = async_method(index_sync)
-    jobs_submit = async_method(jobs_submit)
-    jobs_get = async_method(jobs_get)
-    jobs_list = async_method(jobs_list)
-    jobs_cancel = async_method(jobs_cancel)
-    add_turns = async_method(add_turns)
-    end_session = async_method(end_session)
-    add_note = async_method(add_note)
-    memory_index = async_method(memory_index)
-    memory_list = async_method(memory_list)
-    recall = async_method(recall)
-    topic_write = async_method(topic_write)
-    topic_edit = async_method(topic_edit)
-    interests = async_method(interests)
-    select = async_method(select)
-    inbox_list = async_method(inbox_list)
-    inbox_ack = async_method(inbox_ack)
-    dream_runs = async_method(dream_runs)
-    memory_changes = async_method(memory_changes)
-    dream_undo = async_method(dream_undo)
-    backup_create = async_method(backup_create)
-    backup_list = async_method(backup_list)
-    backup_verify = async_method(backup_verify)
-    backup_restore = async_method(backup_restore)
-    backup_rollback = async_method(backup_rollback)
-    index_verify = async_method(index_verify)
-    index_compact = async_method(index_compact)
-    metrics = async_method(metrics)

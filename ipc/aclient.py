@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from recalld.ipc import _core, _methods, errors, paths
-from recalld.ipc._methods import Call
+from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
+from recalld.ipc._call import Call
 from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, LineFramer, Notification, Response
 from recalld.ipc.types import Event
@@ -85,7 +85,7 @@ class _Lost:
     """Marker put in the event buffer when a subscribed connection dies."""
 
 
-class AsyncClient(_methods.AsyncMethods):
+class AsyncClient(_flavours.AsyncMethods):
     """Async JSON-RPC client of the recalld daemon, for trio and asyncio; see the module
     docstring.
 
@@ -266,7 +266,7 @@ class AsyncClient(_methods.AsyncMethods):
 
     async def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
-        return await self._run(_methods.raw_call(method, params))
+        return await self._run(_call.raw_call(method, params))
 
     async def _run(self, call: Call[T]) -> T:
         with anyio.move_on_after(self.timeout_s):

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from recalld.ipc import _core, _methods, errors, paths
-from recalld.ipc._methods import Call
+from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
+from recalld.ipc._call import Call
 from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
 from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
 from recalld.ipc.types import Event
@@ -36,7 +36,7 @@ MAX_QUEUED_EVENTS = 10_000
 PROGRESS_TOPIC = "call.progress"
 
 
-class Client(_methods.SyncMethods):
+class Client(_flavours.SyncMethods):
     """Blocking JSON-RPC client of the recalld daemon.
 
     ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
@@ -166,7 +166,7 @@ class Client(_methods.SyncMethods):
 
     def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
         """Call ``method`` with ``params``; return the raw result or raise its typed error."""
-        return self._run(_methods.raw_call(method, params))
+        return self._run(_call.raw_call(method, params))
 
     def _run(self, call: Call[T]) -> T:
         deadline = time.monotonic() + self.timeout_s

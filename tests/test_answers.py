@@ -33,7 +33,7 @@ from recalld.daemon.rpc import (
     job_methods,
     memory_methods,
 )
-from recalld.ipc import _methods, answers
+from recalld.ipc import _call, _methods, answers
 from recalld.ipc.client import Client
 from recalld.ipc.types import SearchResponse, SearchResult
 
@@ -103,7 +103,7 @@ def test_the_keys_read_from_annotations_see_not_required() -> None:
 
 
 # The list answers: the client's method and the daemon's TypedDict of the wrapper.
-LISTS: list[tuple[Callable[..., _methods.Call[Any]], tuple[str, ...], type]] = [
+LISTS: list[tuple[Callable[..., _call.Call[Any]], tuple[str, ...], type]] = [
     (_methods.workspace_list, (), daemon_methods.WorkspaceList),
     (_methods.jobs_list, ("a",), job_methods.JobList),
     (_methods.memory_list, ("a",), agent_methods.FileList),
@@ -116,7 +116,7 @@ LISTS: list[tuple[Callable[..., _methods.Call[Any]], tuple[str, ...], type]] = [
 @pytest.mark.parametrize(("builder", "args", "wrapper"), LISTS,
                          ids=[b.__name__ for b, _, _ in LISTS])
 def test_list_answers_are_unwrapped_by_the_daemons_key(
-        builder: Callable[..., _methods.Call[Any]], args: tuple[str, ...],
+        builder: Callable[..., _call.Call[Any]], args: tuple[str, ...],
         wrapper: type) -> None:
     (key,) = [k for k, v in wrapper.__annotations__.items()
               if (v.__forward_arg__ if isinstance(v, typing.ForwardRef) else str(v))

@@ -11,11 +11,12 @@ import trio
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import DROPPED_TOPIC, EventBus, check_topic_pattern
+from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.daemon_methods import METHODS as CORE
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, Methods, Params
 from recalld.daemon.rpc.methods import build_methods
 from recalld.daemon.services import build_daemon_services
-from recalld.daemon.workspaces import Workspace, WorkspaceRegistry
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request
 

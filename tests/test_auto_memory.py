@@ -25,7 +25,7 @@ from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import sessions
 from recalld.daemon.memory.llm import LoopFailed, run_tools
-from recalld.daemon.memory.sessions import sanitize_messages
+from recalld.daemon.memory.turns import sanitize_messages
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import ChatClient
 from recalld.daemon.providers.retry import RetryPolicy

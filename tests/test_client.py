@@ -220,7 +220,7 @@ def test_one_table_drives_every_flavour() -> None:
         for cls in (Client, AsyncClient):
             assert callable(getattr(cls, name, None)), (
                 f"{cls.__name__} lacks {name}: add `{name} = sync_method({name})` to "
-                "_methods.SyncMethods and `async_method(...)` to _methods.AsyncMethods")
+                "_flavours.SyncMethods and `async_method(...)` to _flavours.AsyncMethods")
         assert getattr(Client, name).__doc__ == getattr(AsyncClient, name).__doc__
 
 

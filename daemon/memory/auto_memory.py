@@ -59,7 +59,7 @@ from recalld.daemon.memory.fileops import (
 )
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact
-from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.providers.chat import ChatMessage
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (

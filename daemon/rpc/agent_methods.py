@@ -37,7 +37,7 @@ from recalld.daemon.memory.recall import (
 )
 from recalld.daemon.memory.redact import redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
-from recalld.daemon.memory.sessions import check_session_id
+from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (

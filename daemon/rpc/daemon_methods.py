@@ -15,9 +15,10 @@ import trio
 from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
 from recalld.daemon.events import check_topic_pattern
+from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
+from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
     DaemonStatus,
     Pong,

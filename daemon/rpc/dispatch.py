@@ -37,8 +37,9 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
 from recalld.daemon.events import Accept, EventBus
 from recalld.daemon.jsontypes import JsonObject as JsonObject
+from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.services import DaemonServices
-from recalld.daemon.workspaces import Workspace, WorkspaceRegistry, check_agent_id
+from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc import __version__
 from recalld.ipc.errors import InvalidParams, MethodNotFound, UnknownWorkspace
 from recalld.ipc.protocol import Request

@@ -8,7 +8,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon.memory import capture_log, changelog
-from recalld.daemon.memory.sessions import check_messages, check_session_id
+from recalld.daemon.memory.turns import check_messages, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.answers import InboxAcked, TurnsAdded
 from recalld.ipc.errors import InvalidParams

@@ -1,0 +1,124 @@
+"""Conversation turns as ``memory.add_turns`` hands them over: checked, counted, sanitized.
+
+:func:`check_session_id` and :func:`check_messages` refuse bad params (InvalidParams);
+:func:`sanitize_messages` keeps only what the user and the assistant said, as
+:class:`Turn` records (tool results, media and base64 payloads, recalled-memory blocks and
+system prompts removed; secrets redacted), before
+:class:`~recalld.daemon.memory.sessions.SessionStore` puts them on disk. No I/O; the
+redaction rules are imported when first needed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+from recalld.daemon.jsontypes import JsonObject
+from recalld.ipc.errors import InvalidParams
+
+ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
+MAX_MESSAGES_PER_CALL = 1000
+#: Tags an agent wraps recalled memory in when it injects it into a prompt.
+RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant-memories")
+_RECALL = re.compile(
+    r"<(" + "|".join(map(re.escape, RECALL_TAGS)) + r")(?:\s[^>]*)?>.*?(?:</\1>|\Z)", re.S
+)
+_DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
+_SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+
+
+def check_session_id(value: object) -> str:
+    if (not isinstance(value, str) or not _SID.match(value) or value in (".", "..")
+            or value.startswith(".")):
+        raise InvalidParams(
+            "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
+    from recalld.daemon.memory.redact import has_secret
+
+    if has_secret(value, formats_only=True):
+        # It would become a file name and a frontmatter field: never a credential.
+        raise InvalidParams("session_id looks like a credential; use another id")
+    return value
+
+
+def _strip(text: str) -> str:
+    text = _RECALL.sub("", text)
+    text = _DATA_URL.sub("[data omitted]", text)
+    return _BASE64_RUN.sub("[base64 omitted]", text)
+
+
+def _clean_blocks(blocks: list[str]) -> str:
+    """The blocks of one message as one text, secrets redacted across block boundaries
+    (a key split over two blocks is found in their concatenation)."""
+    from recalld.daemon.memory.redact import redact_parts
+
+    return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
+
+
+def _content_blocks(content: object) -> list[str]:
+    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks)."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind in ("text", "input_text", "output_text") and isinstance(
+                        block.get("text"), str):
+                    parts.append(block["text"])
+                elif kind in ("image_url", "image", "input_image", "input_audio", "audio",
+                              "file", "video", "video_url"):
+                    parts.append(f"[{str(kind).split('_')[0]} omitted]")
+                # tool_result / tool_use / anything else: not the user's words, dropped
+        return [p for p in parts if p]
+    raise InvalidParams("message content must be a string, an array of blocks or null")
+
+
+def check_messages(messages: object) -> list[JsonObject]:
+    """Validate the shape of OpenAI-style chat messages (InvalidParams otherwise)."""
+    if not isinstance(messages, list):
+        raise InvalidParams("param 'messages' must be an array of messages")
+    if len(messages) > MAX_MESSAGES_PER_CALL:
+        raise InvalidParams(f"at most {MAX_MESSAGES_PER_CALL} messages per call")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise InvalidParams(
+                f"messages[{i}] must be an object with role one of {', '.join(sorted(ROLES))}")
+        if not (m.get("content") is None or isinstance(m.get("content"), str | list)):
+            raise InvalidParams(f"messages[{i}].content must be a string, an array or null")
+    return messages
+
+
+def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "user")
+
+
+def sanitize_messages(messages: Sequence[Mapping[str, object]]) -> list[Turn]:
+    """Only what the user and the assistant said, as ``{role, content}`` text.
+
+    Dropped: tool/function results, system and developer prompts, tool-call arguments,
+    blocks of recalled memory (see ``RECALL_TAGS``), media; data URLs and long base64
+    runs become placeholders; secrets are redacted.
+    """
+    out: list[Turn] = []
+    for m in messages:
+        role = m.get("role")
+        if role not in ("user", "assistant"):
+            continue
+        text = _clean_blocks(_content_blocks(m.get("content")))
+        if text:
+            out.append({"role": str(role), "content": text})
+    return out
+
+
+class Turn(TypedDict):
+    """A sanitized message: only the text the user or the assistant said."""
+
+    role: str
+    content: str

@@ -1,0 +1,305 @@
+"""The workspace registry: which agent workspaces are open, and their services.
+
+:class:`WorkspaceRegistry` is a service run by the supervisor. Its nursery hosts one
+task per open :class:`~recalld.daemon.workspaces.Workspace`, which starts its services
+with the registry's :data:`~recalld.daemon.workspaces.WorkspaceStarter` and is ``ready``
+only once all of them can serve (see :mod:`recalld.daemon.workspaces`).
+
+Every workspace that opened is recorded in ``<data>/state/workspaces.json``
+(:mod:`recalld.daemon.remembered`) with its path and overrides, so the supervisor reopens
+it after a restart; ``close(..., forget=True)`` drops the record.
+
+Closing a workspace cancels its nursery and waits for the services to finish their
+shielded cleanup. Cancelling the registry closes every workspace the same way. A
+service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
+without taking the daemon down; ``workspace.open`` on a failed workspace starts it again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import trio
+
+from recalld.daemon import remembered
+from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
+from recalld.daemon.events import EventBus
+from recalld.daemon.workspaces import Workspace, WorkspaceStarter, check_agent_id, check_root
+from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
+
+# The registry and its workspaces log under one name: recalld.daemon.workspaces.
+log = logging.getLogger("recalld.daemon.workspaces")
+
+
+class WorkspaceRegistry:
+    """Opens, lists and closes workspaces; a service that runs in the supervisor."""
+
+    def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus,
+                 start: WorkspaceStarter, remembered_path: Path | None = None) -> None:
+        self._get_config = get_config
+        self._remembered_path = remembered_path
+        self._remembered: dict[str, remembered.Remembered] = {}
+        self._events = events
+        self._start = start
+        self._workspaces: dict[str, Workspace] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the workspaces until cancelled; cancellation closes all of them."""
+        if self._remembered_path is not None:
+            self._remembered = await trio.to_thread.run_sync(remembered.load,
+                                                             self._remembered_path)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+                for ws in self._workspaces.values():
+                    ws.state = "closing"
+
+    def get(self, agent_id: str) -> Workspace:
+        """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
+        ws = self._workspaces.get(agent_id)
+        if ws is None:
+            raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+        if ws.state != "ready":
+            raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
+        return ws
+
+    def searchable(self, agent_id: str) -> Workspace:
+        """The workspace of ``agent_id`` if it answers searches: ready, or still opening
+        with its search stage started; else UnknownWorkspace as :meth:`get`."""
+        ws = self._workspaces.get(agent_id)
+        if ws is not None and ws.state == "opening" and ws.search_ready:
+            return ws
+        return self.get(agent_id)
+
+    def exists(self, agent_id: str) -> bool:
+        """True if ``agent_id`` has a workspace here, in any state."""
+        return agent_id in self._workspaces
+
+    def list(self) -> list[Workspace]:
+        return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
+
+    def remembered(self) -> dict[str, remembered.Remembered]:
+        """Every recorded workspace (open or not), by agent id."""
+        return dict(self._remembered)
+
+    async def _remember(self, agent_id: str, root: Path,
+                        overrides: Mapping[str, object] | None) -> None:
+        if self._remembered_path is None:
+            return
+        old = self._remembered.get(agent_id)
+        config = dict(overrides) if overrides else None
+        if old is not None and old["path"] == str(root) and old["config"] == config:
+            return
+        entry = remembered.Remembered(
+            path=str(root), config=config,
+            registered_at=old["registered_at"] if old is not None else time.time())
+        # Secrets a restore left out stay missing until a client hands them over again.
+        before = old.get("left_out", []) if old is not None else []
+        missing = [k for k in before if not remembered.has_value(config, k)]
+        if missing:
+            entry["left_out"] = missing
+        self._remembered[agent_id] = entry
+        await self._save_remembered()
+
+    async def note_left_out(self, agent_id: str, keys: builtins.list[str]) -> None:
+        """Record that the secrets ``keys`` of ``agent_id``'s overrides were left out of
+        the backup it was restored from (shown in status until handed over again)."""
+        entry = self._remembered.get(agent_id)
+        if self._remembered_path is None or entry is None:
+            return
+        missing = [k for k in keys if not remembered.has_value(entry["config"], k)]
+        if missing == entry.get("left_out", []):
+            return
+        if missing:
+            entry["left_out"] = missing
+        else:
+            entry.pop("left_out", None)
+        await self._save_remembered()
+
+    def _hands_back(self, agent_id: str, overrides: Mapping[str, object] | None) -> bool:
+        missing = self.left_out(agent_id)
+        return bool(missing) and any(remembered.has_value(overrides, k) for k in missing)
+
+    def left_out(self, agent_id: str) -> builtins.list[str]:
+        """The secrets of ``agent_id``'s overrides a restore could not put back."""
+        entry = self._remembered.get(agent_id)
+        return list(entry.get("left_out", [])) if entry is not None else []
+
+    async def _save_remembered(self) -> None:
+        assert self._remembered_path is not None
+        entries = dict(self._remembered)
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(remembered.save, self._remembered_path, entries)
+            except RecalldError as exc:  # the workspace serves; the record waits for later
+                log.error("recording the workspaces in %s failed: %s",
+                          self._remembered_path, exc.message)
+
+    def _lock(self, agent_id: str) -> trio.Lock:
+        return self._locks.setdefault(agent_id, trio.Lock())
+
+    async def open(
+        self,
+        agent_id: str,
+        path: Path | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> Workspace:
+        """Open ``agent_id``'s workspace (idempotent at the same path).
+
+        Raises InvalidParams if it is open at another path or another agent holds the
+        path. If cancelled while services start, the half-open workspace is closed.
+        """
+        check_agent_id(agent_id)
+        config = self._get_config()
+        root = (path if path is not None else config.workspace_path(agent_id)).expanduser()
+        if not root.is_absolute():
+            raise InvalidParams("workspace path must be absolute")
+        # Resolving symlinks stats every component: on a slow or hung mount that takes
+        # long, so not on the event loop.
+        root = await trio.to_thread.run_sync(root.resolve)
+        async with self._lock(agent_id):
+            current = self._workspaces.get(agent_id)
+            if current is not None and current.state in ("opening", "ready"):
+                if current.root != root:
+                    raise InvalidParams(
+                        f"workspace {agent_id!r} is already open at {current.root}"
+                    )
+                if not self._hands_back(agent_id, overrides):
+                    return current
+                # The overrides bring back secrets a restore left out (an agent's model
+                # key): serve the workspace with them from now on.
+                log.info("workspace %s: reopening with the secrets a restore left out",
+                         agent_id)
+                current.request_close()
+                await current.wait_closed()
+                del self._workspaces[agent_id]
+            await trio.to_thread.run_sync(check_root, root)
+            self._check_overlap(agent_id, root)
+            settings = workspace_settings_from_params(
+                config.workspace_settings(agent_id), overrides
+            )
+            if self._nursery is None:
+                raise RecalldError("the workspace registry is not running")
+            ws = Workspace(agent_id, root, settings)
+            self._workspaces[agent_id] = ws
+            try:
+                await self._nursery.start(self._host, ws)
+            except BaseException as exc:
+                ws.state = "failed"
+                ws.error = _describe(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                if isinstance(exc, RecalldError):
+                    raise
+                log.exception("workspace %s failed to open", agent_id)
+                raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
+            await self._remember(agent_id, root, overrides)
+        self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
+        return ws
+
+    def record_refused(self, agent_id: str, root: Path, error: str) -> None:
+        """Show a configured or recorded workspace whose opening was refused before it
+        started (its path, its settings) as ``failed`` with ``error``, like one whose
+        services failed; ``workspace.open`` tries again, ``close`` drops it."""
+        current = self._workspaces.get(agent_id)
+        if current is not None and current.state != "closed" and not current.refused:
+            return  # it started opening: its own state and error say what happened
+        ws = Workspace(agent_id, root, self._get_config().workspace_defaults)
+        ws.refuse(error)
+        self._workspaces[agent_id] = ws
+
+    def _check_overlap(self, agent_id: str, root: Path) -> None:
+        """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,
+        or recorded to reopen), unless that workspace is shared with ``agent_id``."""
+        others: dict[str, tuple[Path, Workspace | None]] = {
+            a: (Path(rec["path"]), None) for a, rec in self._remembered.items()}
+        others.update((w.agent_id, (w.root, w)) for w in self._workspaces.values()
+                      if w.state in ("opening", "ready"))
+        for other_id, (other_root, ws) in others.items():
+            if other_id == agent_id:
+                continue
+            if other_root == root:
+                if ws is not None:
+                    raise InvalidParams(f"{root} is already open for agent {other_id!r}")
+                raise InvalidParams(f"{root} is the recorded workspace of agent "
+                                    f"{other_id!r} (closing it with forget frees it)")
+            inside = root.is_relative_to(other_root)
+            if not inside and not other_root.is_relative_to(root):
+                continue
+            if ws is not None and ws.shares_with(agent_id):
+                continue
+            where = "inside" if inside else "around"
+            raise InvalidParams(
+                f"{root} lies {where} the workspace of agent {other_id!r} ({other_root}), "
+                f"which is not shared with {agent_id!r}; choose a folder of its own")
+
+    async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
+        """Run one workspace; a crash is contained and recorded, never propagated."""
+        started = False
+
+        def mark_started() -> None:
+            nonlocal started
+            started = True
+
+        try:
+            await ws.run(self._start, task_status=_Relay(task_status, mark_started))
+        except Exception as exc:
+            ws.state = "failed"
+            ws.error = _describe(exc)
+            if not started:
+                raise  # nursery.start re-raises it to the caller of open()
+            log.exception("workspace %s failed", ws.agent_id)
+            self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
+
+    async def close(self, agent_id: str, *, forget: bool = False) -> bool:
+        """Close ``agent_id``'s workspace and wait until its services stopped; with
+        ``forget`` also drop its record (it is not reopened after a restart). A recorded
+        workspace that is not open can be forgotten. Returns whether one was closed."""
+        async with self._lock(agent_id):
+            ws = self._workspaces.get(agent_id)
+            known = forget and agent_id in self._remembered
+            if (ws is None or ws.state == "closed") and not known:
+                raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+            closed = False
+            if ws is not None:
+                if ws.state != "closed":
+                    ws.request_close()
+                    await ws.wait_closed()
+                    closed = True
+                del self._workspaces[agent_id]
+            if known:
+                del self._remembered[agent_id]
+                await self._save_remembered()
+        if closed:
+            self._events.publish("workspace.closed", {"agent_id": agent_id})
+        return closed
+
+
+class _Relay:
+    """A task_status that also tells the host the workspace reached ``started``."""
+
+    def __init__(self, inner: trio.TaskStatus[None], on_started: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_started = on_started
+
+    def started(self, value: None = None) -> None:
+        self._on_started()
+        self._inner.started(value)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RecalldError):
+        return exc.message
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"

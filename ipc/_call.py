@@ -1,0 +1,66 @@
+"""What one method call is, and the helpers the method table builds its calls with.
+
+A :class:`Call` carries the wire method name, its params (``None`` values left out by
+:func:`_params`) and a function that turns the raw result into its typed shape
+(:func:`_answer`, :func:`_as_list`, :func:`_as_dict`). The builders of
+:mod:`recalld.ipc._methods` make one per daemon method; :func:`raw_call` makes the untyped
+one of ``client.call``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from recalld.ipc.answers import JsonObject
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T_co]):
+    """One method call, ready to send: ``parse`` turns the raw result into ``T``."""
+
+    method: str
+    params: JsonObject
+    parse: Callable[[object], T_co]
+
+
+def _params(**values: object) -> JsonObject:
+    # Optional arguments left at None are not sent, so the daemon's defaults apply.
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def _as_dict(value: object) -> JsonObject:
+    return value if isinstance(value, dict) else {"result": value}
+
+
+def _answer(shape: type[T]) -> Callable[[object], T]:
+    """The parser of an answer typed ``shape`` (a TypedDict): the decoded object as it is,
+    typed, not checked (see :mod:`recalld.ipc.answers`)."""
+    return cast(Callable[[object], T], _as_dict)
+
+
+def _as_list(key: str, shape: type[T]) -> Callable[[object], list[T]]:
+    """The parser of an answer that lists ``shape`` items under ``key``; a bare array is
+    accepted too (e.g. ``{"workspaces": [...]}`` or ``[...]``)."""
+
+    def parse(value: object) -> list[T]:
+        if isinstance(value, list):
+            return cast(list[T], value)
+        if isinstance(value, dict) and isinstance(value.get(key), list):
+            return cast(list[T], value[key])
+        raise TypeError(f"expected a list of {key}, got {type(value).__name__}")
+
+    return parse
+
+
+def raw_call(method: str, params: Mapping[str, object] | None = None) -> Call[Any]:
+    """An untyped call, as ``client.call`` makes: the raw result comes back."""
+    return Call(method, dict(params or {}), _identity)
