@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import trio
 from test_cli import recalld
-from test_watcher import eventually
 from waits import wait_value, workspace_status
+from watcher_harness import eventually
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import bm25, postings, prepare
