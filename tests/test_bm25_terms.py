@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.daemon.index import bm25 as bm25_mod
+from recalld.daemon.index import cjk_counts
 from recalld.daemon.index import postings as postings_mod
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.postings import Slab, stable_order
@@ -64,12 +65,12 @@ def test_bulk_counting_does_not_depend_on_its_blocks(texts: list[str], block: in
     # terms are numbered first, in the order they first occur (as a TermTable would).
     split = [tokenize_split(t) for t in texts]
     whole, whole_terms = Slab.local([w for w, _ in split], [r for _, r in split])
-    saved = postings_mod.CJK_BLOCK_CHARS
-    postings_mod.CJK_BLOCK_CHARS = block
+    saved = cjk_counts.CJK_BLOCK_CHARS
+    cjk_counts.CJK_BLOCK_CHARS = block
     try:
         small, small_terms = Slab.local([w for w, _ in split], [r for _, r in split])
     finally:
-        postings_mod.CJK_BLOCK_CHARS = saved
+        cjk_counts.CJK_BLOCK_CHARS = saved
     assert _slab_counts(small, small_terms) == _slab_counts(whole, whole_terms)
     assert sorted(small_terms) == sorted(whole_terms)
     assert (small.lens, small.keys) == (whole.lens, whole.keys)
