@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import sys
+import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -864,6 +867,53 @@ def test_a_loaded_vocabulary_stays_bytes_until_written() -> None:
     built.add_many([(9, ["deploy", "coffee"])])
     assert loaded.terms_built and loaded.stats()["terms"] == built.stats()["terms"]
     assert loaded.search(["deploy"], 5) == built.search(["deploy"], 5)
+
+
+def _held_after_compaction(saved: dict[str, npt.NDArray[np.generic]],
+                           meta: bm25_mod.BM25Meta, *, off_the_lock: bool) -> int:
+    """Bytes a loaded index holds once a compaction (planned and merged off the lock, or
+    in place) has built its term table: what deleting it frees."""
+    gc.collect()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        index = BM25Index.from_arrays(saved, meta)
+        index.compact_inline = False
+        assert [k for k, _ in index.search(["t5x3"], 3)] == [5]
+        index.remove(7)  # a dead row: something to compact
+        assert not index.terms_built
+        if off_the_lock:
+            plan = index.plan_compaction(due=False)
+            assert plan is not None
+            plan.run()
+            assert index.install_compaction(plan)
+            del plan
+        else:
+            index.compact()
+        assert index.terms_built and [k for k, _ in index.search(["t5x3"], 3)] == [5]
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        del index
+        gc.collect()
+        return before - tracemalloc.get_traced_memory()[0]
+    finally:
+        if started:
+            tracemalloc.stop()
+
+
+def test_a_loaded_index_compacted_off_the_lock_keeps_no_lookup_it_no_longer_uses() -> None:
+    # Once a compaction gives a loaded index its term table, searches use the table: the
+    # sorted lookup over the saved bytes (about a megabyte here) is dropped, whichever
+    # way the compaction went.
+    built = BM25Index()
+    built.add_many((k, [f"t{k}x{j}" for j in range(20)] + ["common"]) for k in range(2000))
+    saved = {k: np.array(v) for k, v in built.to_arrays().items()}
+    meta = built.meta()
+    del built
+    in_place = _held_after_compaction(saved, meta, off_the_lock=False)
+    off_the_lock = _held_after_compaction(saved, meta, off_the_lock=True)
+    assert off_the_lock <= in_place + (64 << 10), (off_the_lock, in_place)
 
 
 def test_sorted_terms_find_every_saved_term_and_refuse_bad_dictionaries() -> None:
