@@ -19,6 +19,7 @@ Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
 auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
 restart), then the workspaces close; a second one stops at once (``main.py`` keeps
 any that come after the receiver closed from killing the process). SIGHUP reloads
+(in a task of its own, which a stop cancels: a stop never waits for a reload)
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
@@ -26,6 +27,7 @@ applied, a bad file is logged and reported in STATUS= while the old config keeps
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -164,7 +166,13 @@ class Supervisor:
                 bound = bind_listener(cfg.socket_path) if sock is None else None
                 try:
                     async with trio.open_nursery() as root:
-                        root.start_soon(self._handle_signals, signals, root.cancel_scope)
+                        # Reloads in a task of their own: a stop signal never waits for
+                        # one (a config file on a hung mount, a workspace slow to open).
+                        # One waits while one runs; more SIGHUPs meanwhile add nothing.
+                        want_reload, reloads = trio.open_memory_channel[None](1)
+                        root.start_soon(self._reload_loop, reloads)
+                        root.start_soon(self._handle_signals, signals, root.cancel_scope,
+                                        want_reload)
                         await self._serve(root, task_status, sock, bound)
                 finally:
                     if bound is not None:
@@ -267,11 +275,13 @@ class Supervisor:
         self._stop_requested.set()
 
     async def _handle_signals(
-        self, signals: AsyncIterator[int], root_scope: trio.CancelScope
+        self, signals: AsyncIterator[int], root_scope: trio.CancelScope,
+        want_reload: trio.MemorySendChannel[None],
     ) -> None:
         async for signum in signals:
             if signum == signal.SIGHUP:
-                await self.reload()
+                with contextlib.suppress(trio.WouldBlock):
+                    want_reload.send_nowait(None)
                 continue
             log.info("received %s, stopping", signal.Signals(signum).name)
             serving = self.services.start.serving
@@ -289,6 +299,11 @@ class Supervisor:
                 self.services.start.stop()
                 self._opening_scope.cancel()
 
+    async def _reload_loop(self, asked: trio.MemoryReceiveChannel[None]) -> None:
+        async for _ in asked:
+            if not self._stop_requested.is_set():  # a stopping daemon opens nothing more
+                await self.reload()
+
     async def reload(self) -> None:
         """Re-read the configuration file; keep the old one if the new one is bad."""
         if self._reload is None:
@@ -299,7 +314,9 @@ class Supervisor:
         if reloading:
             self.notifier.reloading()
         try:
-            new = await trio.to_thread.run_sync(self._reload)
+            # Abandoned on a stop: reading a file cannot be interrupted, and its result
+            # no longer matters.
+            new = await trio.to_thread.run_sync(self._reload, abandon_on_cancel=True)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.reload_error = {"reload_error": str(exc), "reload_failed_at": time.time()}

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from test_watcher import inline
 from waits import wait_for, workspace_status
+from watcher_harness import inline
 
 from recalld.daemon import maintenance
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings

@@ -1,0 +1,163 @@
+"""The blocking client against the fake daemon: typed calls and errors, no daemon running,
+reconnects, events, timeouts, requests too large, answers of the wrong shape; and the
+one method table every client flavour is built from."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from pathlib import Path
+
+import pytest
+from fakes.rpc_daemon import FakeDaemon, fake, sockdir
+
+from recalld.ipc import errors
+from recalld.ipc._methods import METHODS
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.client import Client
+from recalld.ipc.types import SearchResult
+
+__all__ = ["fake", "sockdir"]  # fixtures, used by name
+
+
+# ------------------------------------------------------------------ method table
+
+
+def test_one_table_drives_every_flavour() -> None:
+    assert METHODS["search"] == "memory.search" and METHODS["ping"] == "daemon.ping"
+    for name in METHODS:
+        for cls in (Client, AsyncClient):
+            assert callable(getattr(cls, name, None)), (
+                f"{cls.__name__} lacks {name}: add `{name} = sync_method({name})` to "
+                "_flavours.SyncMethods and `async_method(...)` to _flavours.AsyncMethods")
+        assert getattr(Client, name).__doc__ == getattr(AsyncClient, name).__doc__
+
+
+# ------------------------------------------------------------------------ sync
+
+
+def test_sync_typed_calls(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        assert client.ping() == {"pong": True}
+        status = client.status()
+        assert status["workspaces"][0]["agent_id"] == "default"
+        assert client.workspace_open("a1", path="/x")["path"] == "/x"
+        assert [w["agent_id"] for w in client.workspace_list()] == ["default"]
+        assert client.read("a1", "memory/x.md", start_line=1)["text"] == "hello\n"
+        results = client.search("a1", "commute", max_results=2)
+        assert connected_after(client)
+    assert not client.connected
+    assert [type(r) for r in results] == [SearchResult, SearchResult]
+    assert results[0].path == "memory/n0.md" and results[1].score == 0.5
+    assert results[0].vector is None and results[0].keyword == 2.5
+    assert results[0].extra == {"links": []}
+    assert len(results) == 2 and results[:1] == (results[0],)
+    assert [r.path for r in results.expanded] == ["digest/wiki/x.md"]
+    assert results.expanded[0].keyword is None and results.mode == "keyword"
+    assert results.keyword_hits == 2 and results.vector_hits == 0 and results.took_ms == 0.5
+    assert results.rendered.startswith("========== memory/n0.md:1-3 [score=1.0000] ======")
+    # The daemon sends the text form once; the client renders each hit from its fields.
+    assert [r.rendered for r in results] == results.rendered.split("\n\n")
+    assert results.expanded[0].rendered == ""
+    assert results.to_dict()["results"][1]["score"] == 0.5
+    # None-valued optionals are not sent, so the daemon's defaults apply.
+    assert ("memory.read", {"agent_id": "a1", "path": "memory/x.md", "start_line": 1}) \
+        in fake.calls
+    assert ("memory.search", {"agent_id": "a1", "query": "commute", "max_results": 2}) \
+        in fake.calls
+
+
+def connected_after(client: Client) -> bool:
+    return client.connected
+
+
+def test_sync_typed_errors(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.UnknownWorkspace) as info:
+            client.workspace_open("ghost")
+        assert info.value.code == errors.UNKNOWN_WORKSPACE and info.value.data == {
+            "agent_id": "ghost"}
+        with pytest.raises(errors.PathOutsideWorkspace) as outside:
+            client.read("a", "../../etc/passwd")
+        assert isinstance(outside.value, errors.InvalidParams)
+        with pytest.raises(errors.MethodNotFound):
+            client.jobs_list()
+        assert client.ping()["pong"] is True  # errors leave the connection usable
+
+
+def test_sync_not_running_missing_socket(sockdir: Path) -> None:
+    path = sockdir / "nothing.sock"
+    with pytest.raises(errors.DaemonNotRunning) as info:
+        Client(path).ping()
+    assert str(path) in info.value.message and "recalld serve" in info.value.message
+
+
+def test_sync_not_running_stale_socket(sockdir: Path) -> None:
+    path = sockdir / "stale.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))  # bound, never listening: what a killed daemon leaves
+    stale.close()
+    with pytest.raises(errors.DaemonNotRunning):
+        Client(path).call("daemon.ping")
+
+
+def test_sync_connection_lost_then_reconnect(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.ConnectionLost):
+            client.call("test.drop")
+        assert not client.connected
+        assert client.ping() == {"pong": True}
+
+
+def test_sync_transparent_reconnect_after_restart(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        client.subscribe(["job.*"])
+        assert client.ping()["pong"]
+        fake.restart()
+        assert client.ping()["pong"], "the first call after a restart must just work"
+        assert fake.methods().count("events.subscribe") == 2, "subscribed again"
+        client.call("test.emit", {"count": 1})
+        assert [e.data for e in itertools.islice(client.events(timeout_s=2), 1)] == [{"i": 0}]
+
+
+def test_sync_events_arriving_during_a_call_are_queued(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        assert client.subscribe(["job.*"]) == {"subscribed": ["job.*"]}
+        assert client.call("test.emit", {"count": 3, "topic": "job.progress"}) == {"sent": 3}
+        events = list(client.events(timeout_s=0.3))
+    assert [(e.topic, e.data) for e in events] == [("job.progress", {"i": i}) for i in range(3)]
+
+
+def test_sync_events_wait_for_new_ones(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client, Client(fake.path) as other:
+        client.subscribe(["job.*"])
+        client.call("test.emit", {"count": 1})
+        first = next(client.events(timeout_s=2))
+        assert first.topic == "job.progress" and first.data == {"i": 0}
+        # No events: the iterator ends after its timeout instead of blocking.
+        assert list(client.events(timeout_s=0.05)) == []
+        assert other.ping()["pong"]
+
+
+def test_sync_timeout_keeps_connection(fake: FakeDaemon) -> None:
+    with Client(fake.path, timeout_s=0.2) as client:
+        with pytest.raises(TimeoutError):
+            client.call("test.sleep", {"s": 0.5, "value": "late"})
+        client.timeout_s = 5
+        # The late answer arrives on the same connection and is dropped, not mistaken.
+        assert client.call("test.sleep", {"s": 0.6, "value": "mine"}) == "mine"
+
+
+def test_sync_request_too_large_refused_locally(fake: FakeDaemon) -> None:
+    with Client(fake.path) as client:
+        with pytest.raises(errors.RequestTooLarge):
+            client.call("daemon.ping", {"blob": "x" * (2 << 20)})
+        assert client.ping()["pong"]
+
+
+def test_sync_unexpected_result_shape_is_a_typed_error(fake: FakeDaemon) -> None:
+    fake.misshapen.add("workspace.list")  # a bare string where a list of workspaces is due
+    with Client(fake.path) as client:
+        with pytest.raises(errors.InternalError):
+            client.workspace_list()
+        assert client.ping()["pong"]

@@ -1,0 +1,331 @@
+"""The RPC server's limits over real sockets (RELIABILITY 15-18): bad input, slow clients,
+the connection cap, load, EMFILE on accept; and an idle daemon's CPU."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+import trio
+from rpc_stats import server_stats
+from waits import wait_for
+
+from recalld.ipc import errors
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory, DaemonHandle, RawConnection
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# ------------------------------------------------------------------- bad input (15, 16)
+
+
+def test_oversize_frame_gets_one_error_and_a_close(daemon: DaemonHandle) -> None:
+    with daemon.connect() as conn, daemon.connect() as other:
+        assert other.call("daemon.ping")["pong"] is True
+        try:
+            # 1 MiB + a bit, without a newline: the daemon must not wait for the end.
+            conn.send_bytes(b'{"jsonrpc":"2.0","method":"daemon.ping","params":{"x":"'
+                            + b"a" * ((1 << 20) + 1000))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        reply = conn.recv()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == errors.REQUEST_TOO_LARGE
+        assert conn.at_eof()
+        assert other.call("daemon.ping")["pong"] is True
+    assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_batch_over_the_limit_gets_one_error_and_a_close(daemon: DaemonHandle) -> None:
+    ping = {"jsonrpc": "2.0", "method": "daemon.ping"}
+    with daemon.connect() as conn:
+        conn.send([{**ping, "id": i} for i in range(100)])
+        answers = conn.recv()
+        assert sorted(a["id"] for a in answers) == list(range(100))
+        assert all(a["result"]["pong"] for a in answers)
+        conn.send([{**ping, "id": i} for i in range(101)])
+        reply = conn.recv()
+        assert reply["id"] is None and reply["error"]["code"] == errors.REQUEST_TOO_LARGE
+        assert conn.at_eof()
+
+
+def test_garbage_never_crashes_the_daemon(daemon: DaemonHandle) -> None:
+    rng = random.Random(1234)
+    nasty = [
+        b"{", b"}", b"[]", b"[1,2]", b"null", b'"x"', b"\xff\xfe\xfd", b"\x00\x00",
+        b'{"jsonrpc":"2.0","method":"daemon.ping","id":1',
+        b'{"jsonrpc":"2.0","method":1,"id":1}', b'{"jsonrpc":"1.0","method":"a","id":1}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","id":[1]}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":5,"id":1}',
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":[1,2],"id":1}',
+        b'{"jsonrpc":"2.0","method":"memory.read","params":{"agent_id":"default",'
+        b'"path":"x","start_line":"a"},"id":2}',
+        "{\"jsonrpc\":\"2.0\",\"method\":\"\u00e9\",\"id\":3}".encode(),
+        b'{"jsonrpc":"2.0","method":"daemon.ping","params":{"bogus":1},"id":4}',
+    ]
+    nasty += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))).replace(b"\n", b"")
+              for _ in range(50)]
+    with daemon.connect() as conn:
+        for blob in nasty:
+            conn.send_bytes(blob + b"\n")
+            reply = conn.recv()
+            items = reply if isinstance(reply, list) else [reply]
+            for item in items:
+                assert "error" in item, (blob, item)
+                assert item["error"]["code"] in errors.CODE_NAMES
+                assert "Traceback" not in item["error"]["message"]
+        # The connection is still good after all that.
+        assert conn.call("daemon.ping")["pong"] is True
+
+
+def test_notifications_get_no_answer(daemon: DaemonHandle) -> None:
+    with daemon.connect() as conn:
+        conn.send({"jsonrpc": "2.0", "method": "daemon.ping"})
+        conn.send([{"jsonrpc": "2.0", "method": "daemon.ping"},
+                   {"jsonrpc": "2.0", "method": "no.such.method"}])
+        assert conn.call("daemon.status")["pid"] == daemon.pid  # the first answer is ours
+
+
+# -------------------------------------------------------------------- slow clients (17)
+
+
+LIMITS = """
+[daemon]
+idle_timeout_s = 1.0
+write_timeout_s = 0.5
+max_connections = 4
+"""
+
+
+def test_idle_and_half_frame_clients_are_cut_off(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(LIMITS)
+    with d.connect() as silent, d.connect() as half, d.connect() as good:
+        half.send_bytes(b'{"jsonrpc":"2.0","method":"daemon.pi')
+        for _ in range(6):
+            assert good.call("daemon.ping")["pong"] is True
+            time.sleep(0.2)  # the good client keeps sending complete frames
+        assert silent.at_eof(timeout=5)
+        assert half.at_eof(timeout=5)
+        assert good.call("daemon.ping")["pong"] is True
+    assert server_stats(d)["timeouts_total"] >= 2
+
+
+def test_a_client_that_never_reads_is_cut_off(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(LIMITS)
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("x" * 1000 + "\n") * 600)
+    stuck = d.connect()
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    read = {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    stuck.send_bytes(b"".join(orjson.dumps({**read, "id": i}) + b"\n" for i in range(8)))
+    # Others are served while the stuck client holds its answers hostage.
+    for _ in range(5):
+        assert d.call("daemon.ping")["pong"] is True
+    wait_for(lambda: server_stats(d)["timeouts_total"] >= 1, what="write timeout")
+    wait_for(lambda: server_stats(d)["connections_open"] == 1, what="stuck client dropped")
+    assert stuck.at_eof(timeout=5)
+    stuck.close()
+
+
+def _vm_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+@pytest.mark.slow
+def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFactory) -> None:
+    # Many connections pipeline large reads and never read an answer: each stops being
+    # read from after a few calls (back pressure), is cut after write_timeout_s, and the
+    # daemon's peak memory grows by a few answers per connection, not by every request;
+    # meanwhile another client's pings are answered at once.
+    d = daemon_factory("[daemon]\nwrite_timeout_s = 3.0\n")
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)  # 400 KB
+    read = {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    assert len(d.call("memory.read", read["params"])["text"]) >= 399_000
+    clients, requests_each, answer_mb = 24, 64, 0.4
+    with d.connect() as pinger:
+        for _ in range(20):  # warm: the ping path and the read path have run
+            assert pinger.call("daemon.ping")["pong"] is True
+        before = server_stats(d)
+        peak_before_kib = _vm_kib(d.pid, "VmHWM")
+        stuck = []
+        for _ in range(clients):
+            conn = d.connect()
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.send_bytes(b"".join(orjson.dumps({**read, "id": i}) + b"\n"
+                                     for i in range(requests_each)))
+            stuck.append(conn)
+        latencies: list[float] = []
+        end = time.monotonic() + 60
+        while True:
+            started = time.perf_counter()
+            assert pinger.call("daemon.ping")["pong"] is True
+            latencies.append(time.perf_counter() - started)
+            if len(latencies) % 10 == 0:
+                stats = pinger.call("daemon.status")["queues"]["server"]
+                if stats["timeouts_total"] - before["timeouts_total"] >= clients:
+                    break
+            assert time.monotonic() < end, "stuck clients were never cut off"
+        for conn in stuck:
+            assert conn.at_eof(timeout=10)
+            conn.close()
+        after = server_stats(d)
+    reads_run = after["requests_total"] - before["requests_total"] - len(latencies) - (
+        len(latencies) // 10)
+    grown_mb = (_vm_kib(d.pid, "VmHWM") - peak_before_kib) / 1024
+    # Without back pressure each connection runs every request its 32 call slots allow
+    # (768 reads here) and holds their answers: several hundred MB.
+    assert reads_run <= clients * 8, reads_run
+    assert grown_mb < clients * 8 * answer_mb * 2 + 50, grown_mb
+    latencies.sort()
+    assert latencies[len(latencies) // 2] < 0.05, latencies[len(latencies) // 2]
+    assert latencies[-1] < 5.0, latencies[-1]
+    assert d.call("daemon.ping")["pong"] is True
+
+
+def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory("[daemon]\nmax_connections = 3\n")
+    conns = [_connect_admitted(d) for _ in range(3)]
+    with d.connect() as extra:
+        reply = extra.recv()
+        assert reply == {"jsonrpc": "2.0", "id": None,
+                         "error": {"code": errors.OVERLOADED, "message": "too many connections"}}
+        assert extra.at_eof()
+    conns.pop().close()
+    wait_for(lambda: _ping_ok(d), what="a free slot")
+    for c in conns:
+        c.close()
+
+
+def _connect_admitted(d: DaemonHandle) -> RawConnection:
+    """A connection that the daemon counted (earlier short-lived ones may linger a moment)."""
+    def admitted() -> RawConnection | None:
+        conn = d.connect()
+        try:
+            assert conn.call("daemon.ping")["pong"] is True
+            return conn
+        except errors.Overloaded:
+            conn.close()
+            return None
+    return wait_for(admitted, "a free connection slot")
+
+
+def _ping_ok(d: DaemonHandle) -> bool:
+    try:
+        return bool(d.call("daemon.ping")["pong"])
+    except (errors.RecalldError, OSError, EOFError):
+        return False
+
+
+# ----------------------------------------------------------------------- load (18)
+
+
+async def test_100_clients_50_requests_each(daemon: DaemonHandle) -> None:
+    # daemon.ping answers while the workspaces' later services still start (and open
+    # their files); a status call waits for the whole start.
+    daemon.call("daemon.status")
+    baseline = fd_count(daemon.pid)
+    failures: list[str] = []
+
+    async def client(n: int) -> None:
+        stream = await trio.open_unix_socket(str(daemon.socket_path))
+        async with stream:
+            ids = [f"c{n}-{i}" for i in range(50)]
+            # Pipelined: all 50 requests go out before any answer is read.
+            await stream.send_all(b"".join(
+                orjson.dumps({"jsonrpc": "2.0", "method": "daemon.ping", "id": id_}) + b"\n"
+                for id_ in ids
+            ))
+            buf = b""
+            seen: list[str] = []
+            while len(seen) < len(ids):
+                chunk = await stream.receive_some(1 << 16)
+                if not chunk:
+                    failures.append(f"client {n}: EOF after {len(seen)} answers")
+                    return
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    msg = orjson.loads(line)
+                    if msg.get("result", {}).get("pong") is not True:
+                        failures.append(f"client {n}: {msg}")
+                    seen.append(msg["id"])
+            if sorted(seen) != sorted(ids):
+                failures.append(f"client {n}: ids {seen[:3]}...")
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for n in range(100):
+                nursery.start_soon(client, n)
+    assert failures == []
+    wait_for(lambda: fd_count(daemon.pid) <= baseline, what="fds back to baseline")
+    # A connection's task counts itself out just after its socket is closed: wait for the
+    # last ones (the status call itself is the one left open).
+    wait_for(lambda: server_stats(daemon)["connections_open"] == 1,
+               what="every client connection counted out")
+    assert server_stats(daemon)["requests_total"] >= 5000
+
+
+LOW_FD_LAUNCHER = (
+    sys.executable, "-c",
+    "import os, resource, sys;"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48));"
+    "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+)
+
+
+def test_emfile_on_accept_is_survived(daemon_factory: DaemonFactory) -> None:
+    d = daemon_factory(launcher=LOW_FD_LAUNCHER)
+    assert d.call("daemon.ping")["pong"] is True
+    held = []
+    for _ in range(80):  # more than the daemon has descriptors left
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(d.socket_path))
+        held.append(s)
+    # Let the daemon hit EMFILE a few times; it must neither die nor spin.
+    time.sleep(0.5)
+    assert d.proc.poll() is None
+    for s in held:
+        s.close()
+    wait_for(lambda: _ping_ok(d), what="daemon to recover")
+    stats = server_stats(d)
+    assert stats["accept_errors_total"] >= 1
+    assert "accept failed" in d.log()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (all threads)
+
+
+def test_an_idle_daemon_uses_no_cpu(daemon: DaemonHandle) -> None:
+    # Let start-up work (initial scans) finish: two quiet samples in a row.
+    previous = _cpu_ticks(daemon.pid)
+    for _ in range(20):
+        time.sleep(0.5)
+        now = _cpu_ticks(daemon.pid)
+        if now - previous <= 1:
+            break
+        previous = now
+    start = _cpu_ticks(daemon.pid)
+    time.sleep(2.0)
+    used = _cpu_ticks(daemon.pid) - start
+    hz = os.sysconf("SC_CLK_TCK")
+    # No polling loop anywhere: well under 2% of one core while nobody talks to it.
+    assert used <= 0.02 * 2.0 * hz, f"{used} ticks in 2 s"

@@ -1,0 +1,77 @@
+"""The watcher after failures: a watch error restarts with backoff and reconciles, a
+removed root is made and watched again, apply errors are retried by reconcile, and a
+cancel is immediate.
+
+Under the autojump clock, with a scripted change source.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import trio
+from watcher_harness import eventually, make, write
+from watchfiles import Change
+
+
+async def test_watch_error_restarts_with_backoff_and_reconciles(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    watcher, index, src = make(tmp_path, restart_backoff_initial_s=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        write(tmp_path / "memory" / "d" / "while-down.md", "x")
+        failed_at = trio.current_time()
+        src.fail(OSError(28, "inotify watch limit reached"))
+        await eventually(lambda: watcher.status()["state"] == "failed")
+        assert "inotify watch limit" in watcher.status()["why"]
+        await eventually(lambda: src.starts == 2 and watcher.status()["state"] == "watching")
+        assert trio.current_time() - failed_at >= 1.0  # waited out the backoff
+        await eventually(lambda: "memory/d/while-down.md" in index.docs)
+        status = watcher.status()
+        assert status["errors"] == 1
+        assert status["restarts"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_removed_root_is_recreated_and_watched_again(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    write(tmp_path / "digest" / "wiki" / "a.md", "a")
+    watcher, index, src = make(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        shutil.rmtree(tmp_path / "digest")
+        src.emit([(Change.deleted, tmp_path / "digest")])
+        await eventually(lambda: src.starts == 2 and (tmp_path / "digest").is_dir())
+        await eventually(lambda: not index.docs)
+        nursery.cancel_scope.cancel()
+
+
+async def test_apply_errors_are_retried_by_reconcile(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    watcher, index, src = make(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        note = write(tmp_path / "memory" / "d" / "n.md", "n")
+        index.fail_next = 1
+        src.emit([(Change.added, note)])
+        await eventually(lambda: "memory/d/n.md" in index.docs)
+        status = watcher.status()
+        assert status["errors"] == 1
+        assert "No space left" in status["last_error"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancel_of_a_scripted_watcher_is_immediate(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    watcher, _, src = make(tmp_path)
+    with trio.move_on_after(5) as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert not src.running.is_set()

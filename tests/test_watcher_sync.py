@@ -1,0 +1,100 @@
+"""The watcher's sync: it waits for the batch of its cookie, waits out a long first build
+without scanning again, and falls back to a reconcile when events are lost.
+
+Under the autojump clock, with a scripted change source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from watcher_harness import ROOTS, FakeIndex, disk_notes, inline, make, write
+from watchfiles import Change
+
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
+from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource
+
+
+async def test_sync_waits_for_the_cookie_batch(tmp_path: Path, autojump_clock: object) -> None:
+    watcher, index, src = make(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        note = write(tmp_path / "memory" / "d" / "fresh.md", "fresh")
+
+        async def kernel() -> None:
+            # The note's event, then the cookie's: delivered in write order.
+            src.emit([(Change.added, note)])
+            while not src.emit_cookies():
+                await trio.sleep(0.001)
+
+        nursery.start_soon(kernel)
+        before = trio.current_time()
+        await watcher.sync()
+        assert trio.current_time() - before < 1.0  # no fallback wait
+        assert index.texts() == {"memory/d/fresh.md": "fresh"}
+        assert watcher.status()["sync_fallbacks"] == 0
+        assert not list((tmp_path / "memory").glob(COOKIE_PREFIX + "*"))
+        # Cookies are never handed to the consumer.
+        assert all(COOKIE_PREFIX not in p for p in index.applied_paths())
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_waits_out_a_long_first_build_without_scanning_again(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # A first build's startup reconcile applies for longer than sync_timeout_s; the
+    # cookie's event arrives meanwhile, so sync waits for that apply instead of running
+    # a second reconcile of every file after it.
+    for i in range(3):
+        write(tmp_path / "memory" / "d" / f"n{i}.md", f"note {i}")
+    index = FakeIndex(tmp_path)
+    src = ScriptedChangeSource()
+    applying = trio.Event()
+
+    async def slow_apply(paths: set[str]) -> None:
+        applying.set()
+        await trio.sleep(30.0)
+        await index.apply(paths)
+
+    watcher = Watcher(tmp_path, ROOTS, apply=slow_apply, known=index.known, source=src,
+                      config=WatcherConfig(reconcile_interval_s=300.0, sync_timeout_s=2.0,
+                                           reconcile_before_ready=False),
+                      wall=trio.current_time, run_sync=inline)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        await applying.wait()
+
+        async def kernel() -> None:
+            while not src.emit_cookies():
+                await trio.sleep(0.001)
+
+        nursery.start_soon(kernel)
+        before = trio.current_time()
+        await watcher.sync()
+        assert trio.current_time() - before >= 25.0  # it did wait for the apply
+        assert index.texts() == disk_notes(tmp_path)
+        status = watcher.status()
+        assert status["sync_fallbacks"] == 0
+        assert status["last_reconcile"]["reason"] == "startup"
+        assert len(index.batches) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_falls_back_to_reconcile_when_events_are_lost(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    watcher, index, src = make(tmp_path, sync_timeout_s=2.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        src.silent = True
+        write(tmp_path / "memory" / "d" / "lost.md", "lost event")
+        with trio.fail_after(10):
+            await watcher.sync()
+        assert index.texts() == {"memory/d/lost.md": "lost event"}
+        status = watcher.status()
+        assert status["sync_fallbacks"] == 1
+        assert status["last_reconcile"]["reason"] == "sync cookie not seen"
+        assert not list((tmp_path / "memory").glob(COOKIE_PREFIX + "*"))
+        nursery.cancel_scope.cancel()
