@@ -3,12 +3,17 @@ saved, a vocabulary kept as bytes until a write, and the input a load refuses.""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 from bm25_reference import _OPS, _WORDS, _apply_ops
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index import saved as saved_mod
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.postings import Slab
@@ -249,3 +254,50 @@ def test_sorted_terms_find_every_saved_term_and_refuse_bad_dictionaries() -> Non
     blob, offsets = terms_to_arrays(["数据"])
     with pytest.raises(ValueError, match="split a character"):
         SortedTerms(blob, np.array([0, 1, len(blob)], dtype=np.int64))
+
+
+def _held_after_compaction(saved: dict[str, npt.NDArray[np.generic]],
+                           meta: bm25_mod.BM25Meta, *, off_the_lock: bool) -> int:
+    """Bytes a loaded index holds once a compaction (planned and merged off the lock, or
+    in place) has built its term table: what deleting it frees."""
+    gc.collect()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        index = BM25Index.from_arrays(saved, meta)
+        index.compact_inline = False
+        assert [k for k, _ in index.search(["t5x3"], 3)] == [5]
+        index.remove(7)  # a dead row: something to compact
+        assert not index.terms_built
+        if off_the_lock:
+            plan = index.plan_compaction(due=False)
+            assert plan is not None
+            plan.run()
+            assert index.install_compaction(plan)
+            del plan
+        else:
+            index.compact()
+        assert index.terms_built and [k for k, _ in index.search(["t5x3"], 3)] == [5]
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        del index
+        gc.collect()
+        return before - tracemalloc.get_traced_memory()[0]
+    finally:
+        if started:
+            tracemalloc.stop()
+
+
+def test_a_loaded_index_compacted_off_the_lock_keeps_no_lookup_it_no_longer_uses() -> None:
+    # Once a compaction gives a loaded index its term table, searches use the table: the
+    # sorted lookup over the saved bytes (about a megabyte here) is dropped, whichever
+    # way the compaction went.
+    built = BM25Index()
+    built.add_many((k, [f"t{k}x{j}" for j in range(20)] + ["common"]) for k in range(2000))
+    saved = {k: np.array(v) for k, v in built.to_arrays().items()}
+    meta = built.meta()
+    del built
+    in_place = _held_after_compaction(saved, meta, off_the_lock=False)
+    off_the_lock = _held_after_compaction(saved, meta, off_the_lock=True)
+    assert off_the_lock <= in_place + (64 << 10), (off_the_lock, in_place)

@@ -215,15 +215,75 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
     try:
         wait_for(lambda: ws_status(d, "srv")["remote"]["state"] == "offline",
                  what="offline")
+        fallbacks = ws_status(d, "srv")["remote"]["search"]["local_fallbacks"]
         during = search(d, "srv", "ECONNREFUSED", None)
         assert during["search_mode"] == "local" and during["server_error"]
         assert hits(during) == hits(before)
+        status = ws_status(d, "srv")["remote"]
+        assert status["search"]["local_fallbacks"] == fallbacks + 1
+        assert status["last_error"]  # why the replica is offline
     finally:
         pg_server.start()
     # Online again, and once the server is known to hold every file's chunks (checked
     # at each connect), the server answers again.
     wait_for(lambda: search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server",
              what="searched in the server again")
+
+
+def test_a_search_the_server_refuses_falls_back_and_shows_in_status(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+
+    # A role of its own, in a database of its own, whose password is its name: the
+    # server's refusal repeats the name, and status must show it masked.
+    role = "r" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{role}'")
+        conn.execute(f"CREATE DATABASE {role} OWNER {role}")
+    admin = pg_server.dsn.rsplit("/", 1)[0] + f"/{role}"
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION vector")  # a superuser's to create
+        dsn = f"postgresql://{role}:{role}@127.0.0.1:{pg_server.port}/{role}"
+        d = daemon_factory(f'[workspaces.srv]\nremote = {{ kind = "postgres", dsn = "{dsn}", '
+                           f'name = "team", host = "hostsrv", search_mode = "server" }}\n')
+        p = ws_root(d, "srv") / "memory/2026-08-01/fresh.md"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("# Fresh\nquibbleworth arrived today\n", encoding="utf-8")
+
+        def remote() -> dict[str, Any]:
+            return dict(ws_status(d, "srv")["remote"])
+        wait_for(lambda: remote()["state"] == "online" and remote()["outbox"] == 0
+                 and remote()["search"]["chunks_ready"], what="on the server, chunked")
+        # Its open connections stay; the first search's own connection is refused.
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE {role} CONNECTION LIMIT 0")
+        refused = search(d, "srv", "quibbleworth", None)
+        assert refused["search_mode"] == "local"
+        assert [r["path"] for r in refused["results"]] == ["memory/2026-08-01/fresh.md"]
+        status = remote()
+        assert status["state"] == "online"
+        assert status["search"]["server_searches"] == 0
+        assert status["search"]["local_fallbacks"] == 1
+        error = status["search"]["last_error"]
+        assert error == refused["server_error"]
+        assert 'too many connections for role "***"' in error and role not in error
+        assert status["server"] == f"postgresql://{role}:***@127.0.0.1:{pg_server.port}/{role}"
+        # Accepted again: the next search runs in the server; the last error stays shown.
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
+        served = search(d, "srv", "quibbleworth", None)
+        assert served["search_mode"] == "server"
+        assert [r["path"] for r in served["results"]] == ["memory/2026-08-01/fresh.md"]
+        status = remote()
+        assert status["search"]["server_searches"] == 1
+        assert status["search"]["local_fallbacks"] == 1
+        assert status["search"]["last_error"] == error
+        d.stop()
+    finally:
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {role} WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,

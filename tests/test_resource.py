@@ -28,16 +28,16 @@ def active_jobs(daemon: DaemonHandle, agent: str, kind: str) -> list[dict[str, A
     return [j for j in jobs if j["kind"] == kind and j["state"] in ("queued", "running")]
 
 
-def catalog(root: Path) -> dict[str, dict[str, Any]]:
-    path = root / "mem_metadata/catalog/resource.jsonl.zst"
+def catalog(root: Path, metadata_dir: str = "mem_metadata") -> dict[str, dict[str, Any]]:
+    path = root / metadata_dir / "catalog/resource.jsonl.zst"
     if not path.exists():
         return {}
     return {r["path"]: r for r in read_records(path)}
 
 
-def wait_state(root: Path, rel: str, *states: str) -> None:
-    wait_value(lambda: catalog(root).get(rel, {}), lambda entry: entry.get("state") in states,
-               f"{rel} {' or '.join(states)}")
+def wait_state(root: Path, rel: str, *states: str, metadata_dir: str = "mem_metadata") -> None:
+    wait_value(lambda: catalog(root, metadata_dir).get(rel, {}),
+               lambda entry: entry.get("state") in states, f"{rel} {' or '.join(states)}")
 
 
 def note_of(root: Path, rel: str) -> tuple[dict[str, Any], str]:
@@ -185,3 +185,45 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     last = [r.json for r in fake.requests if r.path.endswith("/chat/completions")][-1]
     prompt = last["messages"][-1]["content"]
     assert "first part only" in prompt and len(prompt) < 16_000 + 200
+
+
+def test_folders_named_as_the_metadata_dir_are_passed_by(daemon: DaemonHandle,
+                                                        tmp_path: Path) -> None:
+    # The resource watcher passes by every folder named as the workspace's metadata_dir
+    # (the daemon's own state, were the resources the workspace itself), whatever that
+    # is named here; other folders, the default name among them, are cataloged. So in
+    # the startup scan, as files appear, and in a folder moved in.
+    root = tmp_path / "ws"
+    for where in ("state", "2026-11-01/state", "mem_metadata", "keep"):
+        write(root, f"resource/{where}/scanned.txt", f"{where}\n")
+    daemon.call("workspace.open", {"agent_id": "meta", "path": str(root), "config": {
+        "dream_cron_enabled": False, "metadata_dir": "state"}})
+
+    def wait_pending(rel: str) -> None:
+        wait_state(root, rel, "pending", metadata_dir="state")
+
+    def passed_by() -> list[str]:
+        return [p for p in catalog(root, "state") if "/state/" in p]
+
+    wait_pending("resource/keep/scanned.txt")
+    wait_pending("resource/mem_metadata/scanned.txt")
+    assert passed_by() == []
+    # The file written last is cataloged once the events before it were taken (they come
+    # in order and are applied in one batch or in earlier ones).
+    write(root, "resource/state/live.txt", "live\n")
+    write(root, "resource/2026-11-01/state/live.txt", "live\n")
+    write(root, "resource/mem_metadata/live.txt", "live\n")
+    write(root, "resource/keep/live.txt", "live\n")
+    wait_pending("resource/keep/live.txt")
+    assert "resource/mem_metadata/live.txt" in catalog(root, "state")
+    assert passed_by() == []
+    # A folder moved in stands for the files below it, except those the watcher passes by.
+    write(tmp_path, "incoming/trip/state/moved.txt", "moved\n")
+    write(tmp_path, "incoming/trip/moved.txt", "moved\n")
+    (tmp_path / "incoming/trip").rename(root / "resource/trip")
+    wait_pending("resource/trip/moved.txt")
+    assert passed_by() == []
+    assert sorted(catalog(root, "state")) == [
+        "resource/keep/live.txt", "resource/keep/scanned.txt",
+        "resource/mem_metadata/live.txt", "resource/mem_metadata/scanned.txt",
+        "resource/trip/moved.txt"]

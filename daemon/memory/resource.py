@@ -206,7 +206,10 @@ class ResourceCatalog:
             # on disk and in the catalog.
             todo |= {p for p in self.records if p.startswith(rel + "/")}
             if await trio.to_thread.run_sync((self.ws.root / rel).is_dir):
-                todo |= set(await trio.to_thread.run_sync(_files_below, self.ws.root, rel))
+                # Not what the watcher passes by (a folder named as metadata_dir): its
+                # scans would find it gone at every reconcile.
+                below = await trio.to_thread.run_sync(_files_below, self.ws.root, rel)
+                todo.update(p for p in below if self.watcher.is_note(p))
             else:
                 todo.add(rel)
         changed = False
