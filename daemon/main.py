@@ -35,8 +35,10 @@ MALLOC_ARENAS = 2
 MALLOC_MMAP_MIN_BYTES = 4 << 20
 # What OpenBLAS reads for its thread count, in its order.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-# The signals the supervisor receives while the loop runs; outside it, the default action
-# of the first two ends the process, SIGINT raises KeyboardInterrupt.
+# The signals the supervisor receives while the loop runs. Before its receiver opens they
+# act as they did when the process started (the default action ends it, SIGINT raises
+# KeyboardInterrupt; ignored ones, as under nohup, stay ignored); once it has been open
+# they are passed by.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
@@ -167,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _outside_the_receiver(supervisor))
+        signal.signal(signum, _outside_the_receiver(supervisor, signal.getsignal(signum)))
     try:
         # Searches answer on the event loop while rebuilds and backfills run in worker
         # threads; a 1 ms GIL switch interval (Python's default is 5 ms) bounds how long a
@@ -213,19 +215,20 @@ async def _serve(supervisor: Supervisor) -> None:
 
 
 def _outside_the_receiver(
-        supervisor: Supervisor, before: object = signal.SIG_DFL,
+        supervisor: Supervisor, before: object,
 ) -> Callable[[int, FrameType | None], None]:
     """The handler of a stop signal while the supervisor's signal receiver is not open.
-    Before it opens: ``before`` (a handler, or the default action), as if the daemon had
-    not started. Once it has been open the daemon is stopping: a repeated signal, or one
-    the receiver held unread and raises again as it closes, lets the stop go on; the
-    default action would cut it off (a clean stop ending with -15, or a KeyboardInterrupt
-    in the middle of the last save). Installed before the receiver opens, the receiver
-    puts it back when it closes; once the loop has ended the signals are ignored, so from
-    the first stop signal on, only SIGKILL ends the process before its exit is done."""
+    Before it opens: ``before`` (a handler, ignored, or the default action), as if the
+    daemon had not started. Once it has been open the daemon is stopping: a repeated
+    signal, or one the receiver held unread and raises again as it closes, lets the stop
+    go on; the default action would cut it off (a clean stop ending with -15, or a
+    KeyboardInterrupt in the middle of the last save). Installed before the receiver
+    opens, the receiver puts it back when it closes; once the loop has ended the signals
+    are ignored, so from the receiver's opening on, only SIGKILL ends the process before
+    its exit is done."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if supervisor.signals_taken:
+        if supervisor.signals_taken or before == signal.SIG_IGN:
             return
         if callable(before):
             before(signum, frame)

@@ -19,7 +19,8 @@ Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
 auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
 restart), then the workspaces close; a second one stops at once (``main.py`` keeps
 any that come after the receiver closed from killing the process). SIGHUP reloads
-(in a task of its own, which a stop cancels: a stop never waits for a reload)
+(in a task of its own, which a stop cancels: the stop does not wait for the file's read;
+a workspace the reload was opening closes like any other, as slowly as its open)
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
@@ -27,7 +28,6 @@ applied, a bad file is logged and reported in STATUS= while the old config keeps
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -54,6 +54,10 @@ from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener,
 from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
+
+# A reload that cannot read its file within this long (a hung mount) fails, the running
+# configuration kept; systemd, told RELOADING=1, then hears READY=1 again.
+RELOAD_READ_TIMEOUT_S = 30.0
 
 Reloader = Callable[[], DaemonConfig]
 
@@ -141,6 +145,8 @@ class Supervisor:
         # The start's second stage (the workspaces' other services), cancelled by a stop
         # that comes while the server already answers searches.
         self._opening_scope: trio.CancelScope | None = None
+        # Around the reloads: a stop cancels the one under way and any that waits.
+        self._reloads_scope = trio.CancelScope()
         #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
         #: comes while the daemon stops (see ``main.py``).
         self.signals_taken = False
@@ -273,6 +279,7 @@ class Supervisor:
 
     def request_stop(self) -> None:
         self._stop_requested.set()
+        self._reloads_scope.cancel()
 
     async def _handle_signals(
         self, signals: AsyncIterator[int], root_scope: trio.CancelScope,
@@ -280,8 +287,12 @@ class Supervisor:
     ) -> None:
         async for signum in signals:
             if signum == signal.SIGHUP:
-                with contextlib.suppress(trio.WouldBlock):
+                try:
                     want_reload.send_nowait(None)
+                    log.debug("SIGHUP: a reload follows")
+                except trio.WouldBlock:
+                    log.debug("SIGHUP: merged with the reload that waits (it reads the "
+                              "file as it is then)")
                 continue
             log.info("received %s, stopping", signal.Signals(signum).name)
             serving = self.services.start.serving
@@ -300,12 +311,20 @@ class Supervisor:
                 self._opening_scope.cancel()
 
     async def _reload_loop(self, asked: trio.MemoryReceiveChannel[None]) -> None:
-        async for _ in asked:
-            if not self._stop_requested.is_set():  # a stopping daemon opens nothing more
-                await self.reload()
+        with self._reloads_scope:  # a stopping daemon opens nothing more
+            async for _ in asked:
+                try:
+                    await self.reload()
+                except trio.Cancelled:
+                    log.info("reload abandoned: the daemon stops")
+                    raise
 
     async def reload(self) -> None:
-        """Re-read the configuration file; keep the old one if the new one is bad."""
+        """Re-read the configuration file; keep the old one if the new one is bad, or if
+        reading it takes over ``RELOAD_READ_TIMEOUT_S`` (a hung mount: the read is left
+        behind in its thread). Cancelled (a stop), the read is left behind the same way;
+        a workspace it was opening is closed as on any stop, and the configuration
+        stays the old one if the new one was not taken yet."""
         if self._reload is None:
             log.info("SIGHUP: no configuration source to reload")
             return
@@ -313,15 +332,18 @@ class Supervisor:
         reloading = self._ready
         if reloading:
             self.notifier.reloading()
+        new: DaemonConfig | None = None
         try:
-            # Abandoned on a stop: reading a file cannot be interrupted, and its result
-            # no longer matters.
-            new = await trio.to_thread.run_sync(self._reload, abandon_on_cancel=True)
+            # Reading a file cannot be interrupted: on a stop or past the deadline the
+            # read is abandoned, its result no longer matters.
+            with trio.move_on_after(RELOAD_READ_TIMEOUT_S):
+                new = await trio.to_thread.run_sync(self._reload, abandon_on_cancel=True)
         except ConfigError as exc:
-            log.error("reload failed, keeping the running configuration: %s", exc)
-            self.reload_error = {"reload_error": str(exc), "reload_failed_at": time.time()}
-            self._reloaded(reloading, f"reload failed: {_short(str(exc))}")
-            self.events.publish("daemon.reload_failed", {"error": str(exc)})
+            self._reload_failed(reloading, str(exc))
+            return
+        if new is None:
+            self._reload_failed(reloading, f"reading the configuration file took over "
+                                           f"{RELOAD_READ_TIMEOUT_S:g} s")
             return
         self.reload_error = {"reload_error": None, "reload_failed_at": None}
         old = self.config
@@ -348,6 +370,12 @@ class Supervisor:
         log.info("configuration reloaded from %s", new.config_path)
         self.events.publish("daemon.reloaded", {"opened": opened})
         self._reloaded(reloading, f"reloaded; {self._status_line()}")
+
+    def _reload_failed(self, reloading: bool, error: str) -> None:
+        log.error("reload failed, keeping the running configuration: %s", error)
+        self.reload_error = {"reload_error": error, "reload_failed_at": time.time()}
+        self._reloaded(reloading, f"reload failed: {_short(error)}")
+        self.events.publish("daemon.reload_failed", {"error": error})
 
     def _reloaded(self, reloading: bool, status: str) -> None:
         if reloading:

@@ -149,24 +149,6 @@ def test_sighup_reload_reports_and_survives_bad_file(
         fake.close()
 
 
-def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory) -> None:
-    # A configuration file that cannot be read to its end (a FIFO nobody writes, as a
-    # file on a hung mount would) holds a reload: the daemon still answers, and SIGTERM
-    # still stops it, cleanly.
-    d = daemon_factory("")
-    assert d.call("daemon.ping")["pong"] is True
-    d.config_path.unlink()
-    os.mkfifo(d.config_path)
-    d.signal(signal.SIGHUP)
-    writer = wait_for(lambda: _open_writer(d.config_path), "the reload opens the config file")
-    try:
-        assert d.call("daemon.ping")["pong"] is True
-        assert d.stop() == 0, d.log()[-2000:]
-        assert "recalld stopped" in d.log()
-    finally:
-        os.close(writer)
-
-
 def test_a_reload_during_the_start_leaves_ready_to_its_end(
     daemon_factory: DaemonFactory, short_dir: Path, tmp_path: Path
 ) -> None:

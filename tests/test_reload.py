@@ -1,0 +1,157 @@
+"""SIGHUP's reload in a task of its own: a stop never waits for the configuration file's
+read, and cancels a reload under way; SIGHUPs during a reload add one reload; a read
+that does not end fails the reload and the running configuration stays."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from test_systemd import FakeSystemd, short_dir
+from test_warm_start import _open_writer
+from waits import wait_for
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory
+
+__all__ = ["short_dir"]
+
+
+def _launcher(*lines: str) -> tuple[str, ...]:
+    """The daemon, started after ``lines`` (Python) have run."""
+    return (sys.executable, "-c", "\n".join([
+        "import runpy, sys", *lines, "sys.argv[0] = 'recalld'",
+        "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
+
+
+# The stop's flush of pending turns waits until a writer opens HOLD_FLUSH (a FIFO): the
+# test looks at the daemon while it stops, as during a drain that lasts.
+HELD_FLUSH = _launcher(
+    "import os, trio",
+    "from recalld.daemon import supervisor",
+    "real = supervisor.Supervisor._flush_sessions",
+    "def read_hold():",
+    "    with open(os.environ['HOLD_FLUSH'], 'rb') as f:",
+    "        f.read()",
+    "async def held(self, deadline_s):",
+    "    await trio.to_thread.run_sync(read_hold, abandon_on_cancel=True)",
+    "    await real(self, deadline_s)",
+    "supervisor.Supervisor._flush_sessions = held",
+)
+
+
+def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory) -> None:
+    # A configuration file that cannot be read to its end (a FIFO nobody writes, as a
+    # file on a hung mount would) holds a reload: the daemon still answers, and SIGTERM
+    # still stops it, cleanly.
+    d = daemon_factory("")
+    assert d.call("daemon.ping")["pong"] is True
+    d.config_path.unlink()
+    os.mkfifo(d.config_path)
+    d.signal(signal.SIGHUP)
+    writer = wait_for(lambda: _open_writer(d.config_path), "the reload opens the config file")
+    try:
+        assert d.call("daemon.ping")["pong"] is True
+        assert d.stop() == 0, d.log()[-2000:]
+        assert "recalld stopped" in d.log()
+        assert "configuration reloaded" not in d.log()
+    finally:
+        os.close(writer)
+
+
+def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, short_dir: Path,
+                                             tmp_path: Path) -> None:
+    # A reload that reads its file while the daemon stops must not go on to open
+    # workspaces or tell systemd READY=1 after STOPPING=1.
+    hold = tmp_path / "hold-flush"
+    os.mkfifo(hold)
+    fake = FakeSystemd(short_dir / "notify")
+    writers: list[int] = []
+    try:
+        d = daemon_factory("", wait=False, launcher=HELD_FLUSH, NOTIFY_SOCKET=str(fake.path),
+                           HOLD_FLUSH=str(hold))
+        fake.wait_for("READY")
+        d.config_path.unlink()
+        os.mkfifo(d.config_path)
+        d.signal(signal.SIGHUP)
+        writers.append(wait_for(lambda: _open_writer(d.config_path), "the reload reads"))
+        fake.wait_for("RELOADING")
+        d.signal(signal.SIGTERM)
+        fake.wait_for("STOPPING")
+        wait_for(lambda: "reload abandoned: the daemon stops" in d.log(), "the reload ends")
+        writers.append(wait_for(lambda: _open_writer(hold), "the stop's flush"))
+        # The file arrives while the daemon stops: too late for a reload.
+        os.write(writers[0], f'[workspaces.extra]\npath = "{tmp_path / "extra"}"\n'.encode())
+        os.close(writers.pop(0))
+        os.close(writers.pop(0))
+        assert d.proc.wait(timeout=60) == 0, d.log()[-2000:]
+        stopping = next(i for i, m in enumerate(fake.messages) if "STOPPING" in m)
+        assert not any("READY" in m for m in fake.messages[stopping:]), fake.messages
+        assert "configuration reloaded" not in d.log()
+        assert "workspace extra" not in d.log()
+    finally:
+        for fd in writers:
+            os.close(fd)
+        fake.close()
+
+
+def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
+                                               tmp_path: Path) -> None:
+    debug = '[daemon]\nlog_level = "DEBUG"\n'
+    d = daemon_factory(debug)
+    d.config_path.unlink()
+    os.mkfifo(d.config_path)
+    d.signal(signal.SIGHUP)
+    writer = wait_for(lambda: _open_writer(d.config_path), "the first reload reads")
+    try:
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: d.log().count("SIGHUP: a reload follows") == 2,
+                 "a second reload waits")
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "SIGHUP: merged" in d.log(), "a third SIGHUP merged")
+        os.write(writer, f'{debug}[workspaces.a]\npath = "{tmp_path / "a"}"\n'.encode())
+        os.close(writer)
+        wait_for(lambda: d.log().count("configuration reloaded") == 1, "the first reload")
+        # The one that waited reads the file as it is now.
+        writer = wait_for(lambda: _open_writer(d.config_path), "the second reload reads")
+        os.write(writer, f'{debug}[workspaces.b]\npath = "{tmp_path / "b"}"\n'.encode())
+        os.close(writer)
+        wait_for(lambda: d.log().count("configuration reloaded") == 2, "the second reload")
+        writer = -1
+        names = {w["agent_id"] for w in d.call("workspace.list")["workspaces"]}
+        assert {"a", "b"} <= names, names
+        assert d.stop() == 0
+        assert d.log().count("configuration reloaded") == 2
+    finally:
+        if writer >= 0:
+            os.close(writer)
+
+
+def test_a_read_that_does_not_end_fails_the_reload(daemon_factory: DaemonFactory,
+                                                  short_dir: Path, tmp_path: Path) -> None:
+    launcher = _launcher("from recalld.daemon import supervisor",
+                         "supervisor.RELOAD_READ_TIMEOUT_S = 0.5")
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory("", wait=False, launcher=launcher, NOTIFY_SOCKET=str(fake.path))
+        fake.wait_for("READY")
+        d.config_path.unlink()
+        os.mkfifo(d.config_path)
+        d.signal(signal.SIGHUP)
+        fake.wait_for("RELOADING")
+        failed = fake.wait_for("READY")  # systemd hears the reload is over
+        assert "reload failed" in failed["STATUS"], failed
+        assert "took over 0.5 s" in d.call("daemon.status")["queues"]["config"]["reload_error"]
+        # The next reload reads a file again (the first read stays abandoned).
+        d.config_path.unlink()
+        d.config_path.write_text(f'[workspaces.c]\npath = "{tmp_path / "c"}"\n')
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "configuration reloaded" in d.log(), "the next reload")
+        status = d.call("daemon.status")
+        assert status["queues"]["config"]["reload_error"] is None
+        assert d.stop() == 0
+    finally:
+        fake.close()
