@@ -186,8 +186,8 @@ class WorkspaceSettings:
 
     def merged(self, overrides: object) -> WorkspaceSettings:
         """A copy with ``overrides`` (a TOML table or ``workspace.open``'s config) applied;
-        ConfigError when it is not a table or a field is wrong."""
-        return _build(WorkspaceSettings, overrides, base=self, where="workspace config")
+        ConfigError when it is not a table, a field is wrong or the folders overlap."""
+        return _workspace(overrides, self, "workspace config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +332,18 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
     return built
 
 
+def _workspace(table: object, base: WorkspaceSettings, where: str) -> WorkspaceSettings:
+    """A workspace's settings as it is opened: ``base`` with ``table`` applied, then its
+    folders checked together (a step towards them, such as a QwenPaw ``agent.json`` under
+    a ``[workspaces.X]`` table, is built with :func:`_build` and not checked alone)."""
+    built = _build(WorkspaceSettings, table, base=base, where=where)
+    wrong = config_rules.layout_problem(
+        {name: getattr(built, name) for name in config_rules.LAYOUT_DIRS})
+    if wrong is not None:
+        raise ConfigError(f"{where} {wrong}")
+    return built
+
+
 def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
                      where: str) -> WorkspaceSettings:
     """Workspace settings from a recalld table, a QwenPaw ``reme_light_memory_config``
@@ -430,9 +442,8 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
     if bad:
         raise ConfigError(f"[daemon] unknown field(s) {', '.join(bad)}")
 
-    defaults = _build(
-        WorkspaceSettings, table.get("workspace_defaults", {}), where="[workspace_defaults]"
-    )
+    defaults = _workspace(table.get("workspace_defaults", {}), WorkspaceSettings(),
+                          "[workspace_defaults]")
     workspaces: dict[str, WorkspaceSettings] = {}
     workspace_paths: dict[str, Path] = {}
     named = table.get("workspaces", {})
@@ -456,7 +467,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
             base_ws = _build(WorkspaceSettings,
                              _read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path),
                              base=defaults, where=f"{where} qwenpaw_agent_json")
-        workspaces[agent_id] = _build(WorkspaceSettings, ws_table, base=base_ws, where=where)
+        workspaces[agent_id] = _workspace(ws_table, base_ws, where)
 
     base = DaemonConfig(
         socket_path=socket_path,

@@ -5,7 +5,9 @@ settings class and field name), so a value that would make the daemon misbehave
 (``cpu_threads = -1``, ``max_request_bytes = 0``, ``dream_cron = "0 25 * * *"``) is
 refused at load with one line naming the key, never accepted. Types are checked by
 ``config.py`` from the field defaults; this table says what a value of the right type may
-be. The README's configuration section documents the same ranges.
+be. :func:`layout_problem` says which of a workspace's folders may lie in which, checked
+once per workspace's settings as built. The README's configuration section documents the
+same ranges and layouts.
 
 Nothing here imports the rest of the daemon: the config module imports this one.
 """
@@ -13,7 +15,7 @@ Nothing here imports the rest of the daemon: the config module imports this one.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
@@ -100,6 +102,16 @@ def _idle_trim(value: object) -> str | None:
     return f"must be 0 (never) or from 1 to {_num(7 * DAY_S)}"
 
 
+#: Folder names the watchers pass by wherever they are (``watchpaths.IGNORE_DIRS``).
+PASSED_BY_NAMES = ("mem_metadata",)
+
+
+def dir_parts(value: str) -> tuple[str, ...]:
+    """The parts of a workspace-relative folder setting, ``.`` and empty parts dropped:
+    ``"./memory/"`` is ``("memory",)``, the workspace itself ``()``."""
+    return tuple(p for p in PurePosixPath(value).parts if p not in (".", ""))
+
+
 def _subdir(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         return "must be a non-empty directory name inside the workspace"
@@ -111,10 +123,20 @@ def _subdir(value: object) -> str | None:
 
 def _notes_dir(value: object) -> str | None:
     problem = _subdir(value)
-    if problem is None and any(p.startswith(".") for p in PurePosixPath(str(value)).parts):
+    if problem is not None:
+        return problem
+    parts = dir_parts(str(value))
+    if not parts:
+        # Every other folder of the workspace would be in it, the daemon's state too.
+        return "must be a directory inside the workspace, not the workspace itself"
+    if any(p.startswith(".") for p in parts):
         # The watcher passes hidden folders by: no note there would ever be indexed.
         return "must be a directory inside the workspace that is not hidden"
-    return problem
+    passed = [p for p in parts if p in PASSED_BY_NAMES]
+    if passed:
+        # The same for folders of these names, whatever metadata_dir is set to.
+        return f"must not be in a folder named {passed[0]} (the watchers pass those by)"
+    return None
 
 
 def _url(value: object) -> str | None:
@@ -222,6 +244,60 @@ def record_problem(settings: str, values: dict[str, object]) -> str | None:
 
 def _positive(value: object) -> bool:
     return isinstance(value, int | float) and value > 0
+
+
+# -- the workspace layout: which folders may lie in which ------------------------------
+
+#: The folders the index watches: every ``.md`` file under them is a note.
+NOTE_DIRS = ("daily_dir", "digest_dir")
+_OTHER_DIRS = ("metadata_dir", "session_dir", "mem_session_dir", "resource_dir")
+#: Every folder setting of a workspace.
+LAYOUT_DIRS = NOTE_DIRS + _OTHER_DIRS
+
+#: What a folder's contents are taken for: why another folder cannot be in it.
+_TAKEN_FOR = {
+    "daily_dir": "every .md file under daily_dir is a daily note (the index watches it, "
+                 "the dream reads it)",
+    "digest_dir": "every .md file under digest_dir is a digest node (the index watches it, "
+                  "memory.index lists it)",
+    "metadata_dir": "metadata_dir holds the daemon's own state and nothing else",
+    "resource_dir": "every file under resource_dir is cataloged as a resource",
+    "session_dir": "session_dir holds session files, not notes",
+    "mem_session_dir": "mem_session_dir holds session files, not notes",
+}
+
+#: ``(inner, outer)``: the folder ``inner`` may be neither ``outer`` nor inside it.
+_REFUSED: tuple[tuple[str, str], ...] = (
+    # A note folder holds notes only.
+    *((other, notes) for notes in NOTE_DIRS for other in _OTHER_DIRS),
+    # Daily notes and digest nodes are told apart by their folder: the dream would read
+    # its own nodes, memory.index list daily notes as nodes.
+    ("digest_dir", "daily_dir"), ("daily_dir", "digest_dir"),
+    # The daemon's state, its own to write and rebuild: the watchers pass the default one
+    # by (a daily_dir of "mem_metadata/notes" would never be indexed).
+    *((other, "metadata_dir") for other in LAYOUT_DIRS if other != "metadata_dir"),
+    # The resource job takes every file it finds for a resource to turn into notes.
+    ("metadata_dir", "resource_dir"), ("session_dir", "resource_dir"),
+    ("mem_session_dir", "resource_dir"),
+    *((notes, other) for notes in NOTE_DIRS
+      for other in ("session_dir", "mem_session_dir", "resource_dir")),
+)
+
+
+def layout_problem(dirs: Mapping[str, str]) -> str | None:
+    """What is wrong with a workspace's folders (``dirs``: each of :data:`LAYOUT_DIRS`)
+    taken together: one that is or lies inside another where that cannot work (None:
+    nothing). Folders are compared by their parts, so ``memory2`` is not inside
+    ``memory`` and ``./memory/`` is ``memory``."""
+    parts = {name: dir_parts(dirs[name]) for name in LAYOUT_DIRS}
+    for inner, outer in _REFUSED:
+        held, holder = parts[inner], parts[outer]
+        if held[:len(holder)] != holder:
+            continue
+        how = "must not be the same folder as" if held == holder else "must not lie inside"
+        return (f"{inner} = {shown(dirs[inner])} {how} {outer} = {shown(dirs[outer])}: "
+                f"{_TAKEN_FOR[outer]}")
+    return None
 
 
 def shown(value: object) -> str:

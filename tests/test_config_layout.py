@@ -1,0 +1,258 @@
+"""A workspace's folders that are or lie inside one another where that cannot work are refused.
+
+- ``config_rules.layout_problem`` over a table of layouts, refused and accepted, compared
+  by path parts (``memory2`` is not inside ``memory``, ``./memory/`` is ``memory``);
+- every way settings are built runs it once on the whole: ``[workspace_defaults]``, each
+  ``[workspaces.X]`` (over its ``qwenpaw_agent_json``) and ``workspace.open``'s ``config``;
+- the defaults and every layout the docs and the tests use pass;
+- a real daemon refuses such a config file (exit 2, one line on stderr) and such a
+  ``workspace.open`` (invalid params), and keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+from test_qwenpaw_config import qwenpaw_memory_config
+
+from recalld.daemon import config, config_rules, watchpaths
+from recalld.daemon import main as daemon_main
+from recalld.ipc import errors
+from recalld.ipc.errors import InvalidParams
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULTS = config.WorkspaceSettings()
+
+# (overrides of the defaults, the folder that may not be where it is, the one it is in)
+REFUSED = [
+    ({"metadata_dir": "memory/state"}, "metadata_dir", "daily_dir"),
+    ({"metadata_dir": "memory"}, "metadata_dir", "daily_dir"),
+    ({"resource_dir": "digest"}, "resource_dir", "digest_dir"),
+    ({"session_dir": "memory/sessions"}, "session_dir", "daily_dir"),
+    ({"mem_session_dir": "digest/agent"}, "mem_session_dir", "digest_dir"),
+    ({"digest_dir": "memory"}, "digest_dir", "daily_dir"),
+    ({"digest_dir": "memory/digest"}, "digest_dir", "daily_dir"),
+    ({"daily_dir": "digest/daily"}, "daily_dir", "digest_dir"),
+    ({"metadata_dir": "state", "daily_dir": "state/notes"}, "daily_dir", "metadata_dir"),
+    ({"metadata_dir": "state", "resource_dir": "state/res"}, "resource_dir", "metadata_dir"),
+    ({"metadata_dir": "state", "session_dir": "state"}, "session_dir", "metadata_dir"),
+    ({"metadata_dir": "."}, "daily_dir", "metadata_dir"),
+    ({"metadata_dir": "resource/meta"}, "metadata_dir", "resource_dir"),
+    ({"resource_dir": "./"}, "metadata_dir", "resource_dir"),
+    ({"daily_dir": "resource/memory"}, "daily_dir", "resource_dir"),
+    ({"session_dir": "resource/sessions"}, "session_dir", "resource_dir"),
+    ({"mem_session_dir": "resource"}, "mem_session_dir", "resource_dir"),
+    ({"digest_dir": "mem_session/digest"}, "digest_dir", "session_dir"),
+    ({"daily_dir": "mem_agent/notes"}, "daily_dir", "mem_session_dir"),
+    ({"session_dir": "."}, "daily_dir", "session_dir"),
+    # Compared by parts: "." and empty parts do not hide an overlap.
+    ({"daily_dir": "./memory/", "metadata_dir": "memory//state/"}, "metadata_dir", "daily_dir"),
+    ({"daily_dir": "notes/daily", "digest_dir": "notes/daily/./digest"},
+     "digest_dir", "daily_dir"),
+]
+
+ACCEPTED = [
+    {},
+    # A shared prefix of the name is not a folder inside another.
+    {"daily_dir": "memory2", "metadata_dir": "memory"},
+    {"daily_dir": "memory", "digest_dir": "memory2"},
+    {"daily_dir": "resourceful", "resource_dir": "resource"},
+    {"metadata_dir": "mem_metadata2", "daily_dir": "mem_metadata2x"},
+    # Side by side under one folder.
+    {"daily_dir": "notes/daily", "digest_dir": "notes/digest", "resource_dir": "notes/res"},
+    {"metadata_dir": "state", "daily_dir": "daily", "digest_dir": "digest"},
+    {"metadata_dir": ".recalld"},
+    # Session folders may share a folder, and hold the resources.
+    {"session_dir": "sessions", "mem_session_dir": "sessions"},
+    {"resource_dir": "mem_session/resource"},
+]
+
+
+def _layout(overrides: dict[str, str]) -> dict[str, str]:
+    return {name: overrides.get(name, getattr(DEFAULTS, name))
+            for name in config_rules.LAYOUT_DIRS}
+
+
+@pytest.mark.parametrize(("overrides", "inner", "outer"), REFUSED,
+                         ids=[json.dumps(o) for o, _, _ in REFUSED])
+def test_a_folder_where_it_cannot_work_is_refused_naming_both(
+        overrides: dict[str, str], inner: str, outer: str) -> None:
+    dirs = _layout(overrides)
+    problem = config_rules.layout_problem(dirs)
+    assert problem is not None
+    named = (f"{inner} = {config_rules.shown(dirs[inner])} ",
+             f"{outer} = {config_rules.shown(dirs[outer])}: ")
+    assert problem.startswith(named[0]) and named[1] in problem, problem
+    assert "must not" in problem and "\n" not in problem
+    with pytest.raises(config.ConfigError) as info:
+        DEFAULTS.merged(overrides)
+    assert str(info.value) == f"workspace config {problem}"
+
+
+@pytest.mark.parametrize("overrides", ACCEPTED, ids=[json.dumps(o) for o in ACCEPTED])
+def test_folders_apart_are_accepted(overrides: dict[str, str]) -> None:
+    assert config_rules.layout_problem(_layout(overrides)) is None
+    settings = DEFAULTS.merged(overrides)
+    assert all(getattr(settings, k) == v for k, v in overrides.items())
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    (".", "not the workspace itself"),
+    ("./", "not the workspace itself"),
+    ("mem_metadata/notes", "folder named mem_metadata"),
+    ("notes/mem_metadata", "folder named mem_metadata"),
+])
+@pytest.mark.parametrize("key", config_rules.NOTE_DIRS)
+def test_a_note_folder_the_index_could_not_watch_is_a_field_error(
+        key: str, value: str, why: str) -> None:
+    with pytest.raises(config.ConfigError) as info:
+        DEFAULTS.merged({key: value, "metadata_dir": "state"})
+    assert str(info.value).startswith(f"workspace config {key} = {config_rules.shown(value)}: ")
+    assert why in str(info.value)
+
+
+def test_the_names_passed_by_are_the_watchers() -> None:
+    assert config_rules.PASSED_BY_NAMES == watchpaths.IGNORE_DIRS
+
+
+# -------------------------------------------------------------- where settings are built
+
+
+def _load(tmp_path: Path, text: str) -> config.DaemonConfig:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return config.load(config=path, environ={"HOME": str(tmp_path)})
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('[workspace_defaults]\ndigest_dir = "memory/digest"\n',
+     '[workspace_defaults] digest_dir = "memory/digest" must not lie inside '
+     'daily_dir = "memory": '),
+    ('[workspaces.x]\nmetadata_dir = "memory"\n',
+     '[workspaces.x] metadata_dir = "memory" must not be the same folder as '
+     'daily_dir = "memory": '),
+    # The defaults are fine alone; the workspace's table over them is not.
+    ('[workspace_defaults]\ndaily_dir = "notes"\n[workspaces.x]\nresource_dir = "notes/r"\n',
+     '[workspaces.x] resource_dir = "notes/r" must not lie inside daily_dir = "notes": '),
+])
+def test_the_config_file_is_refused_in_one_line_naming_the_table(
+        tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(config.ConfigError) as info:
+        _load(tmp_path, text)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'config.toml'}: {needle}"), message
+    assert "\n" not in message
+
+
+def test_a_qwenpaw_agent_json_is_checked_with_its_table_not_alone(tmp_path: Path) -> None:
+    agent = {"id": "coder", "running": {"reme_light_memory_config": {
+        "daily_dir": "notes", "metadata_dir": "memory/state"}}}
+    (tmp_path / "agent.json").write_text(json.dumps(agent), encoding="utf-8")
+    head = '[workspaces.coder]\nqwenpaw_agent_json = "agent.json"\n'
+    # memory/state lies in the default daily_dir, which agent.json moves away: fine.
+    coder = _load(tmp_path, head).workspace_settings("coder")
+    assert (coder.daily_dir, coder.metadata_dir) == ("notes", "memory/state")
+    with pytest.raises(config.ConfigError, match=re.escape(
+            '[workspaces.coder] metadata_dir = "memory/state" must not lie inside '
+            'daily_dir = "memory": ')):
+        _load(tmp_path, head + 'daily_dir = "memory"\n')
+
+
+def test_each_workspace_is_checked_once(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[dict[str, str]] = []
+    real = config_rules.layout_problem
+
+    def counting(dirs: Mapping[str, str]) -> str | None:
+        checked.append(dict(dirs))
+        return real(dirs)
+
+    monkeypatch.setattr(config_rules, "layout_problem", counting)
+    (tmp_path / "agent.json").write_text(json.dumps(
+        {"reme_light_memory_config": {"daily_dir": "daily"}}), encoding="utf-8")
+    cfg = _load(tmp_path, '[workspace_defaults]\ndigest_dir = "nodes"\n'
+                          '[workspaces.a]\nresource_dir = "files"\n'
+                          '[workspaces.b]\nqwenpaw_agent_json = "agent.json"\n'
+                          'session_dir = "talks"\n')
+    assert [d["digest_dir"] for d in checked] == ["nodes"] * 3
+    assert [(d["resource_dir"], d["daily_dir"], d["session_dir"]) for d in checked[1:]] == [
+        ("files", "memory", "mem_session"), ("resource", "daily", "talks")]
+    checked.clear()
+    # A workspace.open without config keeps the checked settings; with one, checks them.
+    assert config.workspace_settings_from_params(cfg.workspace_settings("a"), None) is \
+        cfg.workspace_settings("a")
+    assert not checked
+    with pytest.raises(InvalidParams) as info:
+        config.workspace_settings_from_params(cfg.workspace_settings("a"),
+                                              {"daily_dir": "files/daily"})
+    assert len(checked) == 1
+    assert info.value.message == ('workspace config daily_dir = "files/daily" must not lie '
+                                  'inside resource_dir = "files": every file under '
+                                  'resource_dir is cataloged as a resource')
+
+
+# ---------------------------------------------------------- the layouts in use all pass
+
+
+def test_the_defaults_and_every_layout_in_the_docs_and_tests_pass(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", readme, flags=re.DOTALL)
+    assert example is not None
+    cfg = _load(tmp_path, example.group(1))
+    built = [DEFAULTS, cfg.workspace_defaults, *cfg.workspaces.values(),
+             DEFAULTS.merged(qwenpaw_memory_config()),  # QwenPaw's, every field as written
+             DEFAULTS.merged({"reme_light_memory_config": qwenpaw_memory_config()})]
+    # Folder settings the tests open workspaces with (test_api.py).
+    built += [DEFAULTS.merged({"daily_dir": d}) for d in ("daily", "days")]
+    for settings in built:
+        dirs = {name: getattr(settings, name) for name in config_rules.LAYOUT_DIRS}
+        assert config_rules.layout_problem(dirs) is None, dirs
+    # The defaults are QwenPaw's (ReMe's) folder names, as its workspaces have them.
+    assert {n: getattr(DEFAULTS, n) for n in config_rules.LAYOUT_DIRS} == {
+        "daily_dir": "memory", "digest_dir": "digest", "metadata_dir": "mem_metadata",
+        "session_dir": "mem_session", "mem_session_dir": "mem_agent",
+        "resource_dir": "resource"}
+    reme = ROOT / "tests" / "fixtures" / "reme-0.4.2"
+    assert {"memory", "digest", "mem_metadata"} <= {p.name for p in reme.iterdir()}
+
+
+# ------------------------------------------------------------------------- a real daemon
+
+
+def test_a_daemon_refuses_overlapping_folders_and_keeps_serving(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    ws = tmp_path / "x"
+    refused = daemon_factory(f'[workspaces.x]\npath = "{ws}"\ndaily_dir = "notes"\n'
+                             'metadata_dir = "notes/state"\n', wait=False)
+    assert refused.proc.wait(timeout=60) == daemon_main.EXIT_CONFIG
+    assert refused.log().strip() == (
+        f"recalld: configuration error: {refused.config_path}: [workspaces.x] "
+        'metadata_dir = "notes/state" must not lie inside daily_dir = "notes": every .md '
+        "file under daily_dir is a daily note (the index watches it, the dream reads it)")
+    assert not ws.exists()
+
+    daemon = daemon_factory()
+    for overrides, needle in [
+        ({"digest_dir": "memory"},
+         'digest_dir = "memory" must not be the same folder as daily_dir = "memory"'),
+        ({"daily_dir": ".", "metadata_dir": "state"},
+         'daily_dir = ".": must be a directory inside the workspace, not the workspace'),
+        ({"metadata_dir": "resource/state"},
+         'metadata_dir = "resource/state" must not lie inside resource_dir = "resource"'),
+    ]:
+        with pytest.raises(errors.InvalidParams) as info:
+            daemon.call("workspace.open", {"agent_id": "x", "path": str(ws),
+                                           "config": overrides})
+        assert needle in info.value.message, info.value.message
+    names = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]]
+    assert names == ["default"]
+    opened = daemon.call("workspace.open", {"agent_id": "x", "path": str(ws), "config": {
+        "daily_dir": "memory2", "metadata_dir": "memory"}})
+    assert opened["state"] == "ready" and opened["settings"]["metadata_dir"] == "memory"
+    assert daemon.call("daemon.ping")["pong"] is True
+    assert daemon.stop() == 0
