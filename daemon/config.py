@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -341,7 +341,10 @@ def _workspace(table: object, base: WorkspaceSettings, where: str) -> WorkspaceS
         {name: getattr(built, name) for name in config_rules.LAYOUT_DIRS})
     if wrong is not None:
         raise ConfigError(f"{where} {wrong}")
-    return built
+    # Kept tidy (``./memory/`` is ``memory``): paths are matched against them as strings.
+    tidy: dict[str, Any] = {name: "/".join(config_rules.dir_parts(getattr(built, name)))
+                            for name in config_rules.LAYOUT_DIRS}
+    return dataclasses.replace(built, **tidy)
 
 
 def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,

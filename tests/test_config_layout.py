@@ -101,6 +101,24 @@ def test_folders_apart_are_accepted(overrides: dict[str, str]) -> None:
     assert all(getattr(settings, k) == v for k, v in overrides.items())
 
 
+@pytest.mark.parametrize(("given", "kept"), [
+    ("./{}/", "{}"), ("{}//", "{}"), ("notes/./{}", "notes/{}"), ("notes/{}/", "notes/{}"),
+])
+def test_folders_are_kept_tidy(given: str, kept: str, tmp_path: Path) -> None:
+    # Notes are matched against the folders as strings (``daily_dir + "/"``): a folder
+    # written untidily is kept as its parts.
+    for key in config_rules.LAYOUT_DIRS:
+        name = f"the_{key}"
+        assert getattr(DEFAULTS.merged({key: given.format(name)}), key) == kept.format(name)
+    path = tmp_path / "c.toml"
+    path.write_text(f'[workspace_defaults]\ndigest_dir = "{given.format("d")}"\n'
+                    f'[workspaces.w]\ndaily_dir = "{given.format("n")}"\n')
+    cfg = config.load(config=str(path))
+    assert cfg.workspaces["w"].daily_dir == kept.format("n")
+    assert cfg.workspaces["w"].digest_dir == kept.format("d")
+    assert cfg.workspace_defaults.digest_dir == kept.format("d")
+
+
 @pytest.mark.parametrize(("value", "why"), [
     (".", "not the workspace itself"),
     ("./", "not the workspace itself"),
