@@ -121,7 +121,8 @@ def _subdir(value: object) -> str | None:
     return None
 
 
-def _notes_dir(value: object) -> str | None:
+def _watched_dir(value: object) -> str | None:
+    """A folder a watcher takes files from (the notes', the resources')."""
     problem = _subdir(value)
     if problem is not None:
         return problem
@@ -130,8 +131,16 @@ def _notes_dir(value: object) -> str | None:
         # Every other folder of the workspace would be in it, the daemon's state too.
         return "must be a directory inside the workspace, not the workspace itself"
     if any(p.startswith(".") for p in parts):
-        # The watcher passes hidden folders by: no note there would ever be indexed.
+        # The watchers pass hidden folders by: no file there would ever be taken.
         return "must be a directory inside the workspace that is not hidden"
+    return None
+
+
+def _notes_dir(value: object) -> str | None:
+    problem = _watched_dir(value)
+    if problem is not None:
+        return problem
+    parts = dir_parts(str(value))
     passed = [p for p in parts if p in PASSED_BY_NAMES]
     if passed:
         # The same for folders of these names, whatever metadata_dir is set to.
@@ -167,6 +176,7 @@ def _optional_between(low: int, high: int) -> Rule:
 
 SUBDIR = Rule(_subdir, "../outside")
 NOTES_DIR = Rule(_notes_dir, ".notes")
+WATCHED_DIR = Rule(_watched_dir, ".files")
 URL = Rule(_url, "ftp://example.com")
 
 #: (settings class, field) -> rule. Every number has a range; every enum its values.
@@ -192,7 +202,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("WorkspaceSettings", "metadata_dir"): SUBDIR,
     ("WorkspaceSettings", "session_dir"): SUBDIR,
     ("WorkspaceSettings", "mem_session_dir"): SUBDIR,
-    ("WorkspaceSettings", "resource_dir"): SUBDIR,
+    ("WorkspaceSettings", "resource_dir"): WATCHED_DIR,
     ("WorkspaceSettings", "daily_dir"): NOTES_DIR,
     ("WorkspaceSettings", "digest_dir"): NOTES_DIR,
     ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000),
@@ -262,8 +272,9 @@ _TAKEN_FOR = {
                   "memory.index lists it)",
     "metadata_dir": "metadata_dir holds the daemon's own state and nothing else",
     "resource_dir": "every file under resource_dir is cataloged as a resource",
-    "session_dir": "session_dir holds session files, not notes",
-    "mem_session_dir": "mem_session_dir holds session files, not notes",
+    "session_dir": "session_dir holds session files (a restore puts back only those)",
+    "mem_session_dir": "mem_session_dir holds session files (a restore puts back only "
+                       "those)",
 }
 
 #: ``(inner, outer)``: the folder ``inner`` may be neither ``outer`` nor inside it.
@@ -281,6 +292,9 @@ _REFUSED: tuple[tuple[str, str], ...] = (
     ("mem_session_dir", "resource_dir"),
     *((notes, other) for notes in NOTE_DIRS
       for other in ("session_dir", "mem_session_dir", "resource_dir")),
+    # A restore removes from a session folder what the backup does not put back there:
+    # the daemon's state, most of it not in a backup.
+    ("metadata_dir", "session_dir"), ("metadata_dir", "mem_session_dir"),
 )
 
 
@@ -297,6 +311,10 @@ def layout_problem(dirs: Mapping[str, str]) -> str | None:
         how = "must not be the same folder as" if held == holder else "must not lie inside"
         return (f"{inner} = {shown(dirs[inner])} {how} {outer} = {shown(dirs[outer])}: "
                 f"{_TAKEN_FOR[outer]}")
+    if len(parts["metadata_dir"]) == 1 and parts["metadata_dir"][0] in parts["resource_dir"]:
+        return (f"resource_dir = {shown(dirs['resource_dir'])} must not be in a folder named "
+                f"as metadata_dir = {shown(dirs['metadata_dir'])}: the resource watcher "
+                "passes folders of that name by")
     return None
 
 

@@ -51,7 +51,7 @@ from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.store.fsio import mkdir_private
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
-from recalld.ipc.errors import RecalldError
+from recalld.ipc.errors import InvalidParams, RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -250,10 +250,15 @@ class Supervisor:
         try:
             await self.registry.open(agent_id, path, overrides)
         except RecalldError as exc:
-            log.error("opening workspace %s at %s failed: %s", agent_id, root, exc.message)
+            message = exc.message
+            if overrides is not None and isinstance(exc, InvalidParams):
+                # The settings it was recorded with no longer go with the configuration.
+                message += ("; with the config recorded for it in workspaces.json: open it "
+                            "with a config that fits, or close it with forget")
+            log.error("opening workspace %s at %s failed: %s", agent_id, root, message)
             # Refused before it started (a system folder, another user's, another
             # workspace's): shown in status and doctor like a workspace that failed.
-            self.registry.record_refused(agent_id, root, exc.message)
+            self.registry.record_refused(agent_id, root, message)
         finally:
             self.services.start.reached(agent_id)
 

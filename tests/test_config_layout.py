@@ -43,7 +43,7 @@ REFUSED = [
     ({"metadata_dir": "state", "session_dir": "state"}, "session_dir", "metadata_dir"),
     ({"metadata_dir": "."}, "daily_dir", "metadata_dir"),
     ({"metadata_dir": "resource/meta"}, "metadata_dir", "resource_dir"),
-    ({"resource_dir": "./"}, "metadata_dir", "resource_dir"),
+    ({"resource_dir": "files", "daily_dir": "files/notes"}, "daily_dir", "resource_dir"),
     ({"daily_dir": "resource/memory"}, "daily_dir", "resource_dir"),
     ({"session_dir": "resource/sessions"}, "session_dir", "resource_dir"),
     ({"mem_session_dir": "resource"}, "mem_session_dir", "resource_dir"),
@@ -54,6 +54,10 @@ REFUSED = [
     ({"daily_dir": "./memory/", "metadata_dir": "memory//state/"}, "metadata_dir", "daily_dir"),
     ({"daily_dir": "notes/daily", "digest_dir": "notes/daily/./digest"},
      "digest_dir", "daily_dir"),
+    # A restore removes from a session folder what the backup does not put back there.
+    ({"session_dir": "data", "metadata_dir": "data/meta"}, "metadata_dir", "session_dir"),
+    ({"mem_session_dir": "sess", "metadata_dir": "sess/state"}, "metadata_dir",
+     "mem_session_dir"),
 ]
 
 ACCEPTED = [
@@ -132,6 +136,38 @@ def test_a_note_folder_the_index_could_not_watch_is_a_field_error(
         DEFAULTS.merged({key: value, "metadata_dir": "state"})
     assert str(info.value).startswith(f"workspace config {key} = {config_rules.shown(value)}: ")
     assert why in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    (".", "not the workspace itself"),
+    (".resources", "not hidden"),
+    ("files/.in", "not hidden"),
+])
+def test_a_resource_folder_the_watcher_could_not_watch_is_a_field_error(
+        value: str, why: str) -> None:
+    with pytest.raises(config.ConfigError) as info:
+        DEFAULTS.merged({"resource_dir": value})
+    assert str(info.value).startswith(
+        f"workspace config resource_dir = {config_rules.shown(value)}: ")
+    assert why in str(info.value)
+
+
+@pytest.mark.parametrize(("overrides", "accepted"), [
+    ({"resource_dir": "files/mem_metadata"}, False),
+    ({"metadata_dir": "state", "resource_dir": "inbox/state"}, False),
+    ({"metadata_dir": "state", "resource_dir": "inbox/mem_metadata"}, True),
+    ({"metadata_dir": "var/state", "resource_dir": "inbox/state"}, True),
+])
+def test_a_resource_folder_named_as_metadata_dir_is_refused(
+        overrides: dict[str, str], accepted: bool) -> None:
+    # The resource watcher passes folders named as metadata_dir (one part) by.
+    problem = config_rules.layout_problem(_layout(overrides))
+    if accepted:
+        assert problem is None
+    else:
+        assert problem is not None and problem.startswith(
+            f"resource_dir = {config_rules.shown(overrides['resource_dir'])} must not be "
+            "in a folder named as metadata_dir")
 
 
 def test_the_names_passed_by_are_the_watchers() -> None:
@@ -274,3 +310,25 @@ def test_a_daemon_refuses_overlapping_folders_and_keeps_serving(
     assert opened["state"] == "ready" and opened["settings"]["metadata_dir"] == "memory"
     assert daemon.call("daemon.ping")["pong"] is True
     assert daemon.stop() == 0
+
+
+def test_a_recorded_workspace_whose_config_no_longer_fits_is_refused_saying_why(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Opened with a config that fit then; the configuration file changed since. At the
+    # next start it is refused, the error saying where the other half came from and
+    # what to do; the other workspaces serve.
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    ws = tmp_path / "x"
+    first = daemon_factory(None, **env)
+    first.call("workspace.open", {"agent_id": "x", "path": str(ws),
+                                  "config": {"metadata_dir": "notes/state"}})
+    assert first.stop() == 0
+    second = daemon_factory('[workspace_defaults]\ndaily_dir = "notes"\n', **env)
+    listed = {w["agent_id"]: w for w in second.call("workspace.list")["workspaces"]}
+    assert listed["default"]["state"] == "ready"
+    assert listed["x"]["state"] == "failed" and listed["x"]["refused"] is True
+    error = listed["x"]["error"]
+    assert 'metadata_dir = "notes/state" must not lie inside daily_dir = "notes"' in error
+    assert "config recorded for it in workspaces.json" in error and "forget" in error
+    assert error in second.log()
+    assert second.stop() == 0
