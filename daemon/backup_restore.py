@@ -1,7 +1,8 @@
 """Restoring a checked backup (``backup_check.py``): plan where each member of an agent
 goes in a workspace, then apply the plan.
 
-Writes go through :func:`atomic_write`, so each restored file appears whole or not at all.
+Writes go through :func:`~recalld.daemon.store.fsio.atomic_writer`, so each restored
+file appears whole or not at all.
 
 Everything here blocks on the file system; the RPC layer runs it in worker threads.
 """

@@ -14,7 +14,7 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import ScriptedModel, chat_config, fake, run_job, write
-from waits import wait_for, wait_value
+from waits import wait_for, wait_value, workspace_status
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.store.records import read_records
@@ -208,6 +208,9 @@ def test_folders_named_as_the_metadata_dir_are_passed_by(daemon: DaemonHandle,
     wait_pending("resource/keep/scanned.txt")
     wait_pending("resource/mem_metadata/scanned.txt")
     assert passed_by() == []
+    # Files written before the live watch is up are the next reconcile's (minutes away).
+    wait_for(lambda: (workspace_status(daemon, "meta") or {}).get("resource", {}).get(
+        "watcher", {}).get("state") == "watching", "the resource watcher watching")
     # The file written last is cataloged once the events before it were taken (they come
     # in order and are applied in one batch or in earlier ones).
     write(root, "resource/state/live.txt", "live\n")

@@ -110,7 +110,7 @@ class Compaction:
 
 def key_rows(keys: npt.NDArray[np.uint32], rows: npt.NDArray[np.int64]
              ) -> dict[int, int] | None:
-    """The map from key to row ``BM25Index._row_of`` uses for the live ``rows`` of a
+    """The map from key to row ``BM25Contents._row_of`` uses for the live ``rows`` of a
     main segment with ``keys``; None when the keys ascend (a binary search finds them)."""
     if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
         return None

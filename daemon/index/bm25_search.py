@@ -284,7 +284,7 @@ def live_in(c: Corpus, start: int, end: int) -> int:
 
 
 def rows_of_keys(c: Corpus, keys: list[int]) -> I32:
-    """The main rows of live main ``keys`` (without ``BM25Index._row_of``'s bookkeeping),
+    """The main rows of live main ``keys`` (without ``BM25Contents._row_of``'s bookkeeping),
     in the postings' dtype.
 
     Searched and compared in the arrays' own dtypes: numpy casts the whole array to

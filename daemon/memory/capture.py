@@ -3,7 +3,7 @@
 Owns the decision to submit an ``auto_memory`` job for a session, whatever asks for it:
 
 - ``memory.add_turns`` after every ``auto_memory_interval`` user turns, or with ``flush``
-  (:meth:`SessionFlusher.after_add`);
+  (:meth:`SessionFlusher.covered`, then :meth:`SessionFlusher.submit`);
 - the session idle for ``auto_memory_idle_s`` (0: off): one trio deadline per workspace,
   the earliest of its sessions' last activity plus the idle time; the task sleeps until
   then or until a new turn moves it, so an idle daemon does no work;
