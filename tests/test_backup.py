@@ -245,3 +245,31 @@ def test_restore_on_another_machine_opens_the_workspace_and_indexes_it(
     hits = other.call("memory.search",
                       {"agent_id": "w", "query": "ECONNREFUSED", "sync": True})["results"]
     assert [h["path"] for h in hits] == ["memory/2026-07-23/commute.md"]
+
+
+def test_a_closed_workspace_is_restored_where_and_as_it_was_recorded(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Closed (still recorded) at a path of its own with folders of its own: the restore
+    # puts its files back there, in its folders, and opens it there as it was.
+    root = tmp_path / "elsewhere" / "w2"
+    write_tree(root, {"days/2026-07-23/trip.md": "# Trip\n\nThe ferry to Lindau leaves at nine.\n",
+                      "digest/wiki/ferry.md": "Ferries run every hour.\n"})
+    daemon.call("workspace.open", {"agent_id": "w2", "path": str(root),
+                                   "config": {"daily_dir": "days"}})
+    daemon.call("index.sync", {"agent_id": "w2"})
+    archive = Path(daemon.call("backup.create", {"agents": ["w2"]})["file"])
+    expected = tree(root, ("days", "digest"))
+    assert list(expected) == ["days/2026-07-23/trip.md", "digest/wiki/ferry.md"]
+    daemon.call("workspace.close", {"agent_id": "w2"})
+    for top in ("days", "digest"):
+        shutil.rmtree(root / top)
+    result = daemon.call("backup.restore", {"file": str(archive), "agents": ["w2"]})
+    assert result["restored"][0]["opened"] is True
+    assert tree(root, ("days", "digest")) == expected
+    assert not (daemon.data_dir / "workspaces" / "w2").exists()
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert listed["w2"]["path"] == str(root.resolve())
+    assert listed["w2"]["settings"]["daily_dir"] == "days"
+    hits = daemon.call("memory.search",
+                       {"agent_id": "w2", "query": "Lindau", "sync": True})["results"]
+    assert [h["path"] for h in hits] == ["days/2026-07-23/trip.md"]

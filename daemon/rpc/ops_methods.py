@@ -121,6 +121,21 @@ def _restore_config(state: DaemonState, data: bytes) -> None:
     atomic_write(REAL, target, data)
 
 
+def _closed_home(cfg: DaemonConfig, agent_id: str, known: remembered.Remembered | None,
+                 recorded: Mapping[str, object] | None,
+                 ) -> tuple[Path, dict[str, object] | None]:
+    """Where a workspace that is not open is restored to and opens, and the ``config``
+    it opens with: a configured one at its configured place; one this daemon recorded at
+    its recorded path; otherwise at the default place. Its config: the one this daemon
+    recorded for it, else the one the backup recorded."""
+    configured = (agent_id == config_mod.DEFAULT_AGENT or agent_id in cfg.workspaces
+                  or agent_id in cfg.workspace_paths)
+    where = (Path(known["path"]) if known is not None and not configured
+             else cfg.workspace_path(agent_id))
+    config = known["config"] if known is not None else (recorded or {}).get("config")
+    return where, dict(config) if isinstance(config, Mapping) else None
+
+
 def _recorded_in(checked: CheckedBackup) -> dict[str, Mapping[str, object]]:
     """The backed-up workspace record (agent id -> {path, config, ...}), or empty; entries
     that are not objects are left out."""
@@ -260,15 +275,21 @@ def ops_methods() -> Methods:
                 cfg = await trio.to_thread.run_sync(_incoming_config, state, config_data)
             except ConfigError as exc:  # kept out: it would stop the next start
                 config_error, config_data = str(exc), None
+        recorded = await trio.to_thread.run_sync(_recorded_in, checked)
+        known_now = state.registry.remembered()
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
                 targets.append(_source(ws))
-            else:
-                root = await trio.to_thread.run_sync(cfg.workspace_path(agent_id).resolve)
-                targets.append(bk.AgentSource(agent_id, root,
-                                              _dirs_of(cfg.workspace_settings(agent_id))))
+                continue
+            # Where and how it opens after the restore (below): its files go there.
+            where, overrides = _closed_home(cfg, agent_id, known_now.get(agent_id),
+                                            recorded.get(agent_id))
+            root = await trio.to_thread.run_sync(where.resolve)
+            settings = config_mod.workspace_settings_from_params(
+                cfg.workspace_settings(agent_id), overrides)
+            targets.append(bk.AgentSource(agent_id, root, _dirs_of(settings)))
         sink.phase("planning", total=len(targets))
 
         def plan_all() -> list[RestorePlan]:
@@ -294,14 +315,12 @@ def ops_methods() -> Methods:
         if config_data is not None:
             await trio.to_thread.run_sync(_restore_config, state, config_data)
             state.services.config.replace(cfg)  # workspaces opened from here on use it
-        recorded = await trio.to_thread.run_sync(_recorded_in, checked)
         results = []
         for plan in plans:
             ws = open_ws.get(plan.agent_id)
             was_open = ws is not None
             known = state.registry.remembered().get(plan.agent_id)
-            overrides = (known["config"] if known is not None
-                         else recorded.get(plan.agent_id, {}).get("config"))
+            _, overrides = _closed_home(cfg, plan.agent_id, known, recorded.get(plan.agent_id))
             # Model keys the backup left out are missing only where this daemon had none.
             missing = [] if known is not None else [
                 str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
@@ -313,8 +332,7 @@ def ops_methods() -> Methods:
             done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
                                                  limiter=cpu)
             if ws is None:
-                ws = await state.registry.open(
-                    plan.agent_id, plan.root, overrides if isinstance(overrides, dict) else None)
+                ws = await state.registry.open(plan.agent_id, plan.root, overrides)
                 done["opened"] = not was_open
             if missing:
                 await state.registry.note_left_out(plan.agent_id, missing)
