@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -342,9 +342,13 @@ def _workspace(table: object, base: WorkspaceSettings, where: str) -> WorkspaceS
     if wrong is not None:
         raise ConfigError(f"{where} {wrong}")
     # Kept tidy (``./memory/`` is ``memory``): paths are matched against them as strings.
-    tidy: dict[str, Any] = {name: "/".join(config_rules.dir_parts(getattr(built, name)))
-                            for name in config_rules.LAYOUT_DIRS}
-    return dataclasses.replace(built, **tidy)
+    def tidy(value: str) -> str:
+        return "/".join(config_rules.dir_parts(value))
+
+    return dataclasses.replace(
+        built, daily_dir=tidy(built.daily_dir), digest_dir=tidy(built.digest_dir),
+        metadata_dir=tidy(built.metadata_dir), session_dir=tidy(built.session_dir),
+        mem_session_dir=tidy(built.mem_session_dir), resource_dir=tidy(built.resource_dir))
 
 
 def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
