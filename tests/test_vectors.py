@@ -445,7 +445,7 @@ async def test_rebuild_keeps_vectors_and_pays_nothing(h: Harness) -> None:
             assert len(index.state.vectors or ()) == 3
             res = await ask(index, "ramen lunch")
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3
-            await wait_for(lambda: worker.fill._state is index.state and worker.state == "idle")
+            await wait_for(lambda: worker.fill.adopted(index.state) and worker.state == "idle")
             assert worker.embedded == worker.total == 3
             sent = [r.json["input"] for r in fake.requests[before:]]
             assert sent == [["ramen lunch"]]

@@ -87,9 +87,13 @@ class VectorFill:
 
     # -- mode: which index is being filled, which one serves ---------------------------
 
+    def adopted(self, state: IndexState) -> bool:
+        """Whether the fill is bound to ``state`` (:meth:`adopt` has taken it)."""
+        return state is self._state
+
     def adopt(self, state: IndexState) -> None:
         """Bind to ``state`` (a rebuild swaps in a new one): normal mode or a migration."""
-        if state is self._state:
+        if self.adopted(state):
             return
         self._state = state
         self.failed.clear()
