@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 from test_systemd import FakeSystemd, short_dir
 from test_warm_start import _open_writer
 from waits import wait_for
@@ -25,22 +26,6 @@ def _launcher(*lines: str) -> tuple[str, ...]:
     return (sys.executable, "-c", "\n".join([
         "import runpy, sys", *lines, "sys.argv[0] = 'recalld'",
         "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
-
-
-# The stop's flush of pending turns waits until a writer opens HOLD_FLUSH (a FIFO): the
-# test looks at the daemon while it stops, as during a drain that lasts.
-HELD_FLUSH = _launcher(
-    "import os, trio",
-    "from recalld.daemon import supervisor",
-    "real = supervisor.Supervisor._flush_sessions",
-    "def read_hold():",
-    "    with open(os.environ['HOLD_FLUSH'], 'rb') as f:",
-    "        f.read()",
-    "async def held(self, deadline_s):",
-    "    await trio.to_thread.run_sync(read_hold, abandon_on_cancel=True)",
-    "    await real(self, deadline_s)",
-    "supervisor.Supervisor._flush_sessions = held",
-)
 
 
 def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory) -> None:
@@ -65,28 +50,37 @@ def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFact
 def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, short_dir: Path,
                                              tmp_path: Path) -> None:
     # A reload that reads its file while the daemon stops must not go on to open
-    # workspaces or tell systemd READY=1 after STOPPING=1.
-    hold = tmp_path / "hold-flush"
-    os.mkfifo(hold)
+    # workspaces or tell systemd READY=1 after STOPPING=1. The stop is held in its drain
+    # by a call under way: a workspace.open held on a FIFO in place of its sessions
+    # store's quarantine file (as in test_warm_start).
+    held = tmp_path / "held" / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
+    held.parent.mkdir(parents=True)
+    os.mkfifo(held)
     fake = FakeSystemd(short_dir / "notify")
     writers: list[int] = []
     try:
-        d = daemon_factory("", wait=False, launcher=HELD_FLUSH, NOTIFY_SOCKET=str(fake.path),
-                           HOLD_FLUSH=str(hold))
+        d = daemon_factory("[daemon]\ngraceful_timeout_s = 120\n", wait=False,
+                           NOTIFY_SOCKET=str(fake.path))
         fake.wait_for("READY")
-        d.config_path.unlink()
-        os.mkfifo(d.config_path)
-        d.signal(signal.SIGHUP)
-        writers.append(wait_for(lambda: _open_writer(d.config_path), "the reload reads"))
-        fake.wait_for("RELOADING")
-        d.signal(signal.SIGTERM)
-        fake.wait_for("STOPPING")
-        wait_for(lambda: "reload abandoned: the daemon stops" in d.log(), "the reload ends")
-        writers.append(wait_for(lambda: _open_writer(hold), "the stop's flush"))
-        # The file arrives while the daemon stops: too late for a reload.
-        os.write(writers[0], f'[workspaces.extra]\npath = "{tmp_path / "extra"}"\n'.encode())
-        os.close(writers.pop(0))
-        os.close(writers.pop(0))
+        with d.connect() as conn:
+            conn.send_bytes(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "workspace.open",
+                                          "params": {"agent_id": "held",
+                                                     "path": str(tmp_path / "held")}}) + b"\n")
+            writers.append(wait_for(lambda: _open_writer(held), "the open reads the FIFO"))
+            d.config_path.unlink()
+            os.mkfifo(d.config_path)
+            d.signal(signal.SIGHUP)
+            writers.append(wait_for(lambda: _open_writer(d.config_path), "the reload reads"))
+            fake.wait_for("RELOADING")
+            d.signal(signal.SIGTERM)
+            fake.wait_for("STOPPING")
+            wait_for(lambda: "reload abandoned: the daemon stops" in d.log(), "the reload ends")
+            # The file arrives while the daemon stops: too late for a reload.
+            extra = tmp_path / "extra"
+            os.write(writers[1], f'[workspaces.extra]\npath = "{extra}"\n'.encode())
+            os.close(writers.pop())
+            os.close(writers.pop())  # the open goes on, the drain ends
+            assert conn.recv_response()["id"] == 1
         assert d.proc.wait(timeout=60) == 0, d.log()[-2000:]
         stopping = next(i for i, m in enumerate(fake.messages) if "STOPPING" in m)
         assert not any("READY" in m for m in fake.messages[stopping:]), fake.messages
