@@ -228,6 +228,15 @@ class DaemonConfig:
         """Where agent ``agent_id``'s workspace lives unless opened at another path."""
         return self.workspace_paths.get(agent_id, self.data_dir / "workspaces" / agent_id)
 
+    def configured_agents(self) -> list[str]:
+        """The agents whose workspaces the configuration names: the default one, then
+        those of ``[workspaces.X]`` tables and paths, by name. They open at the start at
+        their configured place with the file's settings."""
+        names = [DEFAULT_AGENT]
+        names += [a for a in sorted(set(self.workspaces) | set(self.workspace_paths))
+                  if a not in names]
+        return names
+
     def workspace_settings(self, agent_id: str) -> WorkspaceSettings:
         return self.workspaces.get(agent_id, self.workspace_defaults)
 

@@ -42,7 +42,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import config as config_mod
-from recalld.daemon.config import DEFAULT_AGENT, ConfigError, DaemonConfig
+from recalld.daemon.config import ConfigError, DaemonConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import data_dir_lock
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
@@ -172,8 +172,8 @@ class Supervisor:
                 bound = bind_listener(cfg.socket_path) if sock is None else None
                 try:
                     async with trio.open_nursery() as root:
-                        # Reloads in a task of their own: a stop signal never waits for
-                        # one (a config file on a hung mount, a workspace slow to open).
+                        # Reloads in a task of their own, which a stop cancels: a stop
+                        # signal never waits for one's read (a file on a hung mount).
                         # One waits while one runs; more SIGHUPs meanwhile add nothing.
                         want_reload, reloads = trio.open_memory_channel[None](1)
                         root.start_soon(self._reload_loop, reloads)
@@ -200,7 +200,7 @@ class Supervisor:
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP
         # bridge), so its watcher, resource catalog and dream cron run with no client
         # connected. A configured agent opens at its configured path.
-        initial = self._initial_workspaces(self.config)
+        initial = self.config.configured_agents()
         opening: list[tuple[str, Path | None, JsonObject | None]] = [
             (agent_id, None, None) for agent_id in initial]
         opening += [(agent_id, Path(rec["path"]), rec["config"])
@@ -269,13 +269,6 @@ class Supervisor:
             for ws in self.registry.list():
                 if ws.state == "ready":
                     nursery.start_soon(ws.services.capture.flush_for_stop, deadline_s)
-
-    @staticmethod
-    def _initial_workspaces(cfg: DaemonConfig) -> list[str]:
-        names = [DEFAULT_AGENT]
-        names += [a for a in sorted(set(cfg.workspaces) | set(cfg.workspace_paths))
-                  if a not in names]
-        return names
 
     def _status_line(self) -> str:
         workspaces = self.registry.list()
@@ -359,7 +352,7 @@ class Supervisor:
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         opened: list[str] = []
-        for agent_id in self._initial_workspaces(new):
+        for agent_id in new.configured_agents():
             if agent_id not in {w.agent_id for w in self.registry.list()
                                 if not w.refused}:
                 try:

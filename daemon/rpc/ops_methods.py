@@ -128,9 +128,8 @@ def _closed_home(cfg: DaemonConfig, agent_id: str, known: remembered.Remembered 
     it opens with: a configured one at its configured place; one this daemon recorded at
     its recorded path; otherwise at the default place. Its config: the one this daemon
     recorded for it, else the one the backup recorded."""
-    configured = (agent_id == config_mod.DEFAULT_AGENT or agent_id in cfg.workspaces
-                  or agent_id in cfg.workspace_paths)
-    where = (Path(known["path"]) if known is not None and not configured
+    where = (Path(known["path"])
+             if known is not None and agent_id not in cfg.configured_agents()
              else cfg.workspace_path(agent_id))
     config = known["config"] if known is not None else (recorded or {}).get("config")
     return where, dict(config) if isinstance(config, Mapping) else None
@@ -276,16 +275,18 @@ def ops_methods() -> Methods:
             except ConfigError as exc:  # kept out: it would stop the next start
                 config_error, config_data = str(exc), None
         recorded = await trio.to_thread.run_sync(_recorded_in, checked)
-        known_now = state.registry.remembered()
+        known = state.registry.remembered()
+        # Where and how each that is not open opens after the restore (below): its files
+        # go there.
+        homes = {agent_id: _closed_home(cfg, agent_id, known.get(agent_id),
+                                        recorded.get(agent_id)) for agent_id in chosen}
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
                 targets.append(_source(ws))
                 continue
-            # Where and how it opens after the restore (below): its files go there.
-            where, overrides = _closed_home(cfg, agent_id, known_now.get(agent_id),
-                                            recorded.get(agent_id))
+            where, overrides = homes[agent_id]
             root = await trio.to_thread.run_sync(where.resolve)
             settings = config_mod.workspace_settings_from_params(
                 cfg.workspace_settings(agent_id), overrides)
@@ -319,10 +320,9 @@ def ops_methods() -> Methods:
         for plan in plans:
             ws = open_ws.get(plan.agent_id)
             was_open = ws is not None
-            known = state.registry.remembered().get(plan.agent_id)
-            _, overrides = _closed_home(cfg, plan.agent_id, known, recorded.get(plan.agent_id))
+            _, overrides = homes[plan.agent_id]
             # Model keys the backup left out are missing only where this daemon had none.
-            missing = [] if known is not None else [
+            missing = [] if plan.agent_id in known else [
                 str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
                     plan.agent_id, [])]
             if ws is not None and _resumes(plan):
