@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
+from recalld.daemon.watchpaths import IGNORE_DIRS
+
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 AGENT_ID_RULE = "1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
@@ -102,10 +104,6 @@ def _idle_trim(value: object) -> str | None:
     return f"must be 0 (never) or from 1 to {_num(7 * DAY_S)}"
 
 
-#: Folder names the watchers pass by wherever they are (``watchpaths.IGNORE_DIRS``).
-PASSED_BY_NAMES = ("mem_metadata",)
-
-
 def dir_parts(value: str) -> tuple[str, ...]:
     """The parts of a workspace-relative folder setting, ``.`` and empty parts dropped:
     ``"./memory/"`` is ``("memory",)``, the workspace itself ``()``."""
@@ -141,7 +139,7 @@ def _notes_dir(value: object) -> str | None:
     if problem is not None:
         return problem
     parts = dir_parts(str(value))
-    passed = [p for p in parts if p in PASSED_BY_NAMES]
+    passed = [p for p in parts if p in IGNORE_DIRS]
     if passed:
         # The same for folders of these names, whatever metadata_dir is set to.
         return f"must not be in a folder named {passed[0]} (the watchers pass those by)"

@@ -171,7 +171,11 @@ def test_a_resource_folder_named_as_metadata_dir_is_refused(
 
 
 def test_the_names_passed_by_are_the_watchers() -> None:
-    assert config_rules.PASSED_BY_NAMES == watchpaths.IGNORE_DIRS
+    # Every folder name the watchers pass by, wherever it is, is refused in a note folder.
+    for name in watchpaths.IGNORE_DIRS:
+        for key in config_rules.NOTE_DIRS:
+            with pytest.raises(config.ConfigError, match=f"folder named {name}"):
+                DEFAULTS.merged({key: f"notes/{name}/more", "metadata_dir": "state"})
 
 
 # -------------------------------------------------------------- where settings are built
