@@ -217,6 +217,9 @@ class DaemonConfig:
     # A workspace nobody searched for this long lets go of the index pages its searches
     # mapped in, and freed heap goes back to the system (0: never).
     idle_trim_s: float = 30.0
+    # Scheduled jobs (auto_dream) start this many seconds at most after their cron time, at
+    # random, so that the jobs of many workspaces and machines do not all start at once.
+    schedule_jitter_s: float = 60.0
     # Measured on LoCoMo (see DEFAULT_MAX_CHARS in daemon/index/chunker.py): 2000
     # characters keep most of whole-session recall at about half the context.
     chunk_max_chars: int = 2000
@@ -416,6 +419,7 @@ _DAEMON_FIELDS = {
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
     "backfill_threads", "backfill_nice",
     "reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
+    "schedule_jitter_s",
 }
 
 

@@ -194,6 +194,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
     ("DaemonConfig", "idle_trim_s"): Rule(_idle_trim, 0.5),
+    ("DaemonConfig", "schedule_jitter_s"): between(0.0, 3600.0),
     # Below a few hundred characters a chunk holds a line or two: search finds fragments.
     ("DaemonConfig", "chunk_max_chars"): between(200, 1_000_000),
     # [workspace_defaults] and [workspaces.X]

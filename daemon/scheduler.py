@@ -35,7 +35,7 @@ import logging
 import os
 import random
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Protocol, TypedDict
@@ -351,6 +351,10 @@ class CronScheduler:
             return datetime.fromisoformat(rec["last_fired"])
         except (KeyError, ValueError):
             return None
+
+    def set_jitter(self, jitter_max_s: float) -> None:
+        """Occurrences from now on wait 0-``jitter_max_s`` seconds (a reload's new value)."""
+        self._config = replace(self._config, jitter_max_s=jitter_max_s)
 
     # -- the entry tasks -----------------------------------------------------------------------
 

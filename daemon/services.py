@@ -49,7 +49,7 @@ from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.remote.hook import RemoteService
-from recalld.daemon.scheduler import CronScheduler
+from recalld.daemon.scheduler import CronScheduler, SchedulerConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import ShuttingDown
 
@@ -270,7 +270,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
                                  remembered_path=config.state_dir / "workspaces.json")
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
                       publish=events.publish, cpu_limiter=cpu, agent_exists=registry.exists)
-    scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json")
+    scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json",
+                              config=SchedulerConfig(jitter_max_s=config.schedule_jitter_s))
     consolidation = Consolidation(jobs, scheduler, registry.get)
     services = DaemonServices(
         config=live, start=daemon_start, cpu=cpu, background=background, events=events,

@@ -351,6 +351,7 @@ class Supervisor:
         self.services.config.replace(new)
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
+        self.services.scheduler.set_jitter(new.schedule_jitter_s)
         opened: list[str] = []
         for agent_id in new.configured_agents():
             if agent_id not in {w.agent_id for w in self.registry.list()

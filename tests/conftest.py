@@ -260,6 +260,12 @@ class DaemonFactory:
         assert not leaked, f"daemon(s) ignored SIGTERM and had to be killed: {leaked}"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (``slow``) first, the rest in their order: a parallel run that
+    reached one of them last would end with a worker running it alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A skip must say why (``pytest -ra`` lists the reasons): a bare one fails the test."""

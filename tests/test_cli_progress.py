@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import DaemonHandle
 from test_cli import SCRIPT, recalld
 from test_progress import Clock
@@ -109,6 +110,7 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     return code, drawn.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_backup_and_restore_report_counts_in_every_form(daemon: DaemonHandle,
                                                         tmp_path: Path) -> None:
     _notes(daemon)

@@ -90,6 +90,7 @@ def _fill(args: list[str], **values: str) -> list[str]:
     return [values.get(a, a) for a in args]
 
 
+@pytest.mark.slow
 def test_exit_codes_of_every_subcommand(daemon: DaemonHandle, tmp_path: Path) -> None:
     note = daemon.data_dir / "workspaces" / "default" / NOTE
     note.parent.mkdir(parents=True, exist_ok=True)

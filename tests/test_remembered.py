@@ -136,8 +136,10 @@ def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -
     entry["last_fired"] = (datetime.fromisoformat(entry["last_fired"])
                            - timedelta(hours=1)).isoformat()
     schedule.write_bytes(orjson.dumps(saved))
-    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    # The missed occurrence fires once, after the scheduler's 0-60 s jitter.
+    # The missed occurrence fires once, after the scheduler's jitter (0-60 s by default,
+    # a few seconds here).
+    d2 = daemon_factory("[daemon]\nschedule_jitter_s = 3\n",
+                        XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     fired = wait_for(lambda: [j for j in d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
                               if j["kind"] == "auto_dream"],
                      "a dream after the restart", deadline_s=120)

@@ -46,7 +46,7 @@ async def _paths(index: WorkspaceIndex, query: str) -> list[str]:
 
 async def _committed(index: WorkspaceIndex) -> None:
     await until(lambda: index.last_commit is not None
-                and not index.status()["uncommitted_changes"], "the commit", 60)
+                and not index.status()["uncommitted_changes"], "the commit")
 
 
 def _names(*ids: int) -> list[str]:

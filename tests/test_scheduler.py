@@ -191,6 +191,24 @@ async def test_jitter_spreads_within_bounds_over_seeds(autojump_clock: object) -
     assert max(delays) - min(delays) > 30.0  # really random, not a constant delay
 
 
+async def test_a_new_jitter_applies_to_the_next_occurrences(autojump_clock: object) -> None:
+    wall = FakeWallClock(utc(2026, 7, 1, 22, 59))
+    scheduler, jobs = make(wall, seed=3)
+    scheduler.schedule("a", "auto_dream", "0 * * * *", tz="UTC")
+    async with running(scheduler):
+        await advance_wall(wall, utc(2026, 7, 1, 23, 30))
+        scheduler.set_jitter(0.0)  # a reload: on the minute from now on
+        await advance_wall(wall, utc(2026, 7, 2, 2, 30))
+        scheduler.set_jitter(600.0)
+        await advance_wall(wall, utc(2026, 7, 2, 3, 30))
+    delays = [(at - datetime.fromisoformat(p["occurrence"])).total_seconds()
+              for _, _, p, at in jobs.calls]
+    assert len(delays) == 5
+    assert 0.0 < delays[0] <= 60.0
+    assert delays[1:4] == [0.0, 0.0, 0.0]
+    assert 60.0 < delays[4] <= 600.0  # seed 3 draws past the old bound
+
+
 def by_kind(jobs: Jobs, kind: str) -> list[datetime]:
     return [o for (_, k, _, _), o in zip(jobs.calls, jobs.occurrences(), strict=True)
             if k == kind]
