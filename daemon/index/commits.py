@@ -131,7 +131,10 @@ class Committer:
     async def persist_loop(self) -> None:
         backoff = 1.0
         while True:
-            await self.dirty.wait()
+            # An explicit commit (``commit``: a compaction, a rebuild) replaces the event
+            # this waits on and sets the old one: wait again, on its successor.
+            while not self.dirty.is_set():
+                await self.dirty.wait()
             # The startup checksums first: they take a background token themselves (one
             # is all there is on two cores), and a commit waits for them anyway.
             await self.checked.wait()
@@ -194,7 +197,8 @@ class Committer:
             if due == self._due:
                 self._due = None  # started: no longer waiting
             async with self._access.lock:
-                self.dirty = trio.Event()
+                stale, self.dirty = self.dirty, trio.Event()
+                stale.set()  # the persist loop may wait on it (see persist_loop)
                 changes, self.changes = self.changes, 0
                 # No limiter: this task holds a CPU token already (taking a second one
                 # would deadlock once every token is held by a committing workspace).
