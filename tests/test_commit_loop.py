@@ -6,15 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from test_saved_delta import _index, _note
-from waits import until
-
-from recalld.daemon.index.service import WorkspaceIndex
-
-
-async def _saved(index: WorkspaceIndex, what: str) -> None:
-    await until(lambda: index.last_commit is not None
-                and not index.status()["uncommitted_changes"], what, 30)
+from test_saved_delta import _committed, _index, _note
 
 
 async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) -> None:
@@ -25,7 +17,7 @@ async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) 
     async with trio.open_nursery() as nursery:
         await nursery.start(index.run)
         await index.sync()
-        await _saved(index, "the first build's commit")  # the loop waits for changes again
+        await _committed(index, "the first build's commit", 30)  # the loop waits for changes again
         first = index.last_commit
         await index.compact()  # commits at once, while the loop waits
         assert index.last_commit is not first
@@ -33,5 +25,5 @@ async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) 
             _note(root, 100 + round_, "later words")
             await index.sync()
             assert index.status()["uncommitted_changes"] > 0
-            await _saved(index, f"the commit of edit {round_} after the compaction")
+            await _committed(index, f"the commit of edit {round_} after the compaction", 30)
         nursery.cancel_scope.cancel()

@@ -44,9 +44,10 @@ async def _paths(index: WorkspaceIndex, query: str) -> list[str]:
     return sorted(found.chunks[k].path for k, _ in found.keyword)
 
 
-async def _committed(index: WorkspaceIndex) -> None:
+async def _committed(index: WorkspaceIndex, what: str = "the commit",
+                     deadline_s: float = 120.0) -> None:
     await until(lambda: index.last_commit is not None
-                and not index.status()["uncommitted_changes"], "the commit")
+                and not index.status()["uncommitted_changes"], what, deadline_s)
 
 
 def _names(*ids: int) -> list[str]:
