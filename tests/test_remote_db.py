@@ -83,6 +83,48 @@ def test_upload_rules(conn: db.Conn) -> None:
     assert {r.path for r in feed} == {p, c.stored_path, c2.stored_path}
 
 
+def test_a_run_of_changes_is_answered_as_one_by_one_in_one_transaction(
+        conn: db.Conn, pg_server: PgServer) -> None:  # noqa: F811
+    ws, _ = db.open_workspace(conn, "run-" + uuid.uuid4().hex[:8])
+    held = "digest/wiki/held.md"
+    h1 = db.upload(conn, ws, "ha", change(held, "first"), held, 0)
+    gone = "digest/wiki/gone.md"
+    g1 = db.upload(conn, ws, "ha", change(gone, "was here"), gone, 0)
+    replay = change("memory/2026-07-01/r.md", "again")
+    r1 = db.upload(conn, ws, "hb", replay, replay.path, 0)
+    listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
+    try:
+        db.listen(listener, ws)
+        run = [
+            (change("memory/2026-07-01/new.md", "fresh"), "memory/2026-07-01/new.md", 0),
+            (change(held, "stale edit", when=1_700_000_000.0), held, 0),  # based on nothing
+            (replay, replay.path, 0),  # committed before: answered from the record
+            (change(gone, None), gone, 0),  # a stale delete of a file edited since
+            (change("digest/wiki/same.md", None), "digest/wiki/same.md", 0),
+        ]
+        answers = db.upload_many(conn, ws, "hb", run)
+        assert [a.outcome for a in answers] == ["applied", "conflict", "applied", "kept", "same"]
+        assert answers[1].stored_path == "digest/wiki/held.sync-conflict-20231114-221320-hb.md"
+        assert answers[2] == db.Answer("applied", r1.version, replay.path, replayed=True)
+        assert answers[3].version == g1.version
+        assert answers[1].version > answers[0].version > h1.version
+        # One notification for the transaction, naming its last version.
+        notes = wait_for(lambda: list(listener.notifies(timeout=0.5, stop_after=1)),
+                         "the notification")
+        assert [n.payload for n in notes] == [str(answers[1].version)]
+        assert db.drain_notifies(listener) == 0
+    finally:
+        listener.close()
+    # A run that fails on the server records none of its changes.
+    ok = change("memory/2026-07-02/ok.md", "fine")
+    bad = change("memory/2026-07-02/bad\0.md", "a path the server cannot store")
+    with pytest.raises(db.UNAVAILABLE):
+        db.upload_many(conn, ws, "hb", [(ok, ok.path, 0), (bad, bad.path, 0)])
+    assert db.fetch(conn, ws, ok.path) is None
+    assert db.upload(conn, ws, "hb", ok, ok.path, 0) == db.Answer(
+        "applied", db.fetch(conn, ws, ok.path).version, ok.path)  # type: ignore[union-attr]
+
+
 def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> None:  # noqa: F811
     ws, _ = db.open_workspace(conn, "notify-" + uuid.uuid4().hex[:8])
     listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))

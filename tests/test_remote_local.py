@@ -80,7 +80,7 @@ def test_outbox_survives_reopen_and_compacts(tmp_path: Path) -> None:
                       None if i % 4 == 0 else f"h{i}", float(i)) for i in range(12)]
     box.add(changes)
     for c in changes[:5]:
-        box.done(c.id)
+        box.done([c.id])
     box.close()
     # A torn append (a crash mid-write) is cut off; what was committed stays.
     with open(path, "ab") as f:
@@ -91,18 +91,40 @@ def test_outbox_survives_reopen_and_compacts(tmp_path: Path) -> None:
     assert box.pending()[3].data == changes[8].data and box.pending()[3].deleted
     assert box.pending_for("memory/d/n0.md") and len(box) == 7
     for c in changes[5:]:
-        box.done(c.id)
+        box.done([c.id])
     assert not box.pending_for("memory/d/n0.md") and box.head() is None
     many = [Change(f"m{i}", "memory/d/m.md", b"y", "h", 0.0) for i in range(COMPACT_AFTER_LINES)]
     box.add(many)
     for c in many:
-        box.done(c.id)
+        box.done([c.id])
     box.close()
     # Compacted on the way: far fewer lines than the 2 x 2,000 records written.
     assert len(path.read_bytes().splitlines()) < COMPACT_AFTER_LINES
     box = Outbox(path)
     box.open()
     assert len(box) == 0
+
+
+def test_outbox_runs_stop_at_a_repeated_path_and_their_size(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "outbox.log")
+    box.open()
+    paths = ["a", "b", "c", "b", "d"]
+    changes = [Change(f"id{i}", f"memory/d/{p}.md", b"x" * 10 if i != 2 else None,
+                      None if i == 2 else "h", 0.0) for i, p in enumerate(paths)]
+    box.add(changes)
+    # Up to the second change of b: its base is the version the first one makes.
+    assert [c.id for c in box.head_run(10, 1 << 20)] == ["id0", "id1", "id2"]
+    assert [c.id for c in box.head_run(2, 1 << 20)] == ["id0", "id1"]
+    assert [c.id for c in box.head_run(10, 15)] == ["id0"]
+    assert [c.id for c in box.head_run(10, 0)] == ["id0"]  # the first goes, whatever its size
+    box.done(["id0", "id1", "id2"])
+    assert [c.id for c in box.head_run(10, 1 << 20)] == ["id3", "id4"]
+    box.close()
+    box = Outbox(tmp_path / "outbox.log")
+    box.open()
+    assert [c.id for c in box.pending()] == ["id3", "id4"]
+    box.done(["id3", "id4"])
+    assert box.head_run(10, 1 << 20) == [] and len(box) == 0
 
 
 def test_state_keeps_bases_landings_and_identity(tmp_path: Path) -> None:

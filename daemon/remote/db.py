@@ -8,7 +8,8 @@ nothing here touches trio. Every call is bounded on the server side
 are psycopg's; the caller treats any of them as "the server is unavailable"
 (:data:`UNAVAILABLE`).
 
-Uploading one change is one transaction (:func:`upload`):
+Uploading a change (:func:`upload`; :func:`upload_many` commits a run of changes to
+distinct files in one transaction, each as below):
 
 1. if the change id is already in ``recalld_changes`` the change was committed before (a
    crash came between the commit and the local bookkeeping): its recorded outcome is
@@ -23,14 +24,15 @@ Uploading one change is one transaction (:func:`upload`):
    the path and this change is stored as a conflict copy beside it;
 4. when a host searches the workspace in the server (``search_chunked``), the file's
    chunks and postings are replaced (``chunks.replace``);
-5. the change id and outcome go into ``recalld_changes``; ``pg_notify`` wakes the
-   listeners of the workspace's channel at commit.
+5. the change id and outcome go into ``recalld_changes``; ``pg_notify`` (once per
+   transaction) wakes the listeners of the workspace's channel at commit.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -124,59 +126,84 @@ def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str
            base_version: int, max_chars: int = DEFAULT_MAX_CHARS) -> Answer:
     """Commit ``change`` (stored at ``target``) if it was based on the current version,
     with its chunks for searching in the server (``max_chars`` as the local index)."""
-    cid = uuid.UUID(change.id)
+    return upload_many(conn, workspace_id, host, [(change, target, base_version)],
+                       max_chars)[0]
+
+
+def upload_many(conn: Conn, workspace_id: int, host: str,
+                changes: Sequence[tuple[Change, str, int]],
+                max_chars: int = DEFAULT_MAX_CHARS) -> list[Answer]:
+    """Commit several changes, each as :func:`upload` would, in one transaction: their
+    answers in order, all or none recorded. Each ``(change, target, base_version)``
+    must name a target no other one in the list names (its base is this host's, not
+    one an earlier change of the list is about to make)."""
+    answers: list[Answer] = []
     with conn.transaction():
-        done = conn.execute(
-            "SELECT outcome, version, stored_path FROM recalld_changes "
-            "WHERE workspace_id = %s AND change_id = %s", (workspace_id, cid)).fetchone()
-        if done is not None:
-            return Answer(str(done[0]), int(str(done[1])), str(done[2]),  # type: ignore[arg-type]
-                          replayed=True)
-        bumped = conn.execute(
-            "UPDATE recalld_workspaces SET last_version = last_version + 1 "
-            "WHERE workspace_id = %s RETURNING last_version, search_chunked",
-            (workspace_id,)).fetchone()
-        assert bumped is not None
-        version = int(str(bumped[0]))
-        search_chunked = bool(bumped[1])
-        current = conn.execute(
-            "SELECT version, content_hash, deleted FROM recalld_files "
-            "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
-        ).fetchone()
-        outcome: Outcome
-        stored = target
-        if current is None:
-            outcome = "same" if change.deleted else "applied"
-            kept_version = 0
+        notify = 0
+        for change, target, base_version in changes:
+            answer = _upload_one(conn, workspace_id, host, change, target, base_version,
+                                 max_chars)
+            answers.append(answer)
+            if answer.outcome in ("applied", "conflict") and not answer.replayed:
+                notify = max(notify, answer.version)
+        if notify:
+            conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(notify)))
+    return answers
+
+
+def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
+                base_version: int, max_chars: int) -> Answer:
+    cid = uuid.UUID(change.id)
+    done = conn.execute(
+        "SELECT outcome, version, stored_path FROM recalld_changes "
+        "WHERE workspace_id = %s AND change_id = %s", (workspace_id, cid)).fetchone()
+    if done is not None:
+        return Answer(str(done[0]), int(str(done[1])), str(done[2]),  # type: ignore[arg-type]
+                      replayed=True)
+    bumped = conn.execute(
+        "UPDATE recalld_workspaces SET last_version = last_version + 1 "
+        "WHERE workspace_id = %s RETURNING last_version, search_chunked",
+        (workspace_id,)).fetchone()
+    assert bumped is not None
+    version = int(str(bumped[0]))
+    search_chunked = bool(bumped[1])
+    current = conn.execute(
+        "SELECT version, content_hash, deleted FROM recalld_files "
+        "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
+    ).fetchone()
+    outcome: Outcome
+    stored = target
+    if current is None:
+        outcome = "same" if change.deleted else "applied"
+        kept_version = 0
+    else:
+        cur_version, cur_hash, cur_deleted = int(str(current[0])), current[1], current[2]
+        kept_version = cur_version
+        if cur_version == base_version:
+            outcome = "applied"
+        elif (bool(cur_deleted) and change.deleted) or (
+                not cur_deleted and not change.deleted and cur_hash == change.hash):
+            outcome = "same"
+        elif cur_deleted:
+            outcome = "applied"
+        elif change.deleted:
+            outcome = "kept"
         else:
-            cur_version, cur_hash, cur_deleted = int(str(current[0])), current[1], current[2]
-            kept_version = cur_version
-            if cur_version == base_version:
-                outcome = "applied"
-            elif (bool(cur_deleted) and change.deleted) or (
-                    not cur_deleted and not change.deleted and cur_hash == change.hash):
-                outcome = "same"
-            elif cur_deleted:
-                outcome = "applied"
-            elif change.deleted:
-                outcome = "kept"
-            else:
-                outcome = "conflict"
-                stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
-        if outcome in ("applied", "conflict"):
-            _write_row(conn, workspace_id, stored, change, version, host, cid)
-            if search_chunked:
-                # Some host searches this workspace in the server: its chunks go along.
-                rows = None if change.data is None else chunks.chunk_rows(
-                    target, change.data, max_chars=max_chars)
-                chunks.replace(conn, workspace_id, stored, rows, version)
-            conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(version)))
-        else:
-            version = kept_version
-        conn.execute(
-            "INSERT INTO recalld_changes (workspace_id, change_id, path, stored_path, outcome,"
-            " version, author_host) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (workspace_id, cid, change.path, stored, outcome, version, host))
+            outcome = "conflict"
+            stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
+    if outcome in ("applied", "conflict"):
+        _write_row(conn, workspace_id, stored, change, version, host, cid)
+        if search_chunked:
+            # Some host searches this workspace in the server: its chunks go along.
+            rows = None if change.data is None else chunks.chunk_rows(
+                target, change.data, max_chars=max_chars)
+            chunks.replace(conn, workspace_id, stored, rows, version)
+    else:
+        version = kept_version
+    conn.execute(
+        "INSERT INTO recalld_changes (workspace_id, change_id, path, stored_path, outcome,"
+        " version, author_host) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (workspace_id, cid, change.path, stored, outcome, version, host))
     return Answer(outcome, version, stored)
 
 

@@ -13,7 +13,9 @@ lock and compared with the last content the replica knows for it (the server's, 
 last queued change). A difference becomes a :class:`~recalld.daemon.remote.outbox.Change`
 appended durably to the outbox; the uploader sends changes in order, each based on the
 version the replica last agreed on for that path, and records the answer
-(:mod:`recalld.daemon.remote.db`). A conflict keeps the other host's version at the path:
+(:mod:`recalld.daemon.remote.db`): a run of up to ``UPLOAD_RUN`` changes to distinct
+files in one transaction, their answers recorded with one append to the state and one
+to the outbox. A conflict keeps the other host's version at the path:
 this host's version is written beside it as ``*.sync-conflict-<date>-<host>.md`` (already
 stored on the server as such), later local edits of that path go to the copy until the
 winning version has been written locally, and an inbox item says what happened.
@@ -53,6 +55,10 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 CATCH_UP_EVERY_S = 30.0
+#: At most this many changes (to distinct files) go up in one transaction, and past the
+#: first of them at most this much file content.
+UPLOAD_RUN = 100
+UPLOAD_RUN_BYTES = 4 << 20
 
 
 async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
@@ -209,61 +215,80 @@ class FileSync:
                     await self._settle(path, row)
         while True:
             wake = self._wake_uploader
-            change = self._outbox.head()
-            if change is None:
+            run = self._outbox.head_run(UPLOAD_RUN, UPLOAD_RUN_BYTES)
+            if not run:
                 await wake.wait()
                 self._wake_uploader = trio.Event()
                 continue
             async with self._lock:
-                target, base_version = self._target(change.path)
+                batch = self._targets(run)
             async with self._writer_lock:
-                answer = await in_thread(db.upload, conn, workspace_id, self.host, change,
-                                         target, base_version, self._max_chars)
+                answers = await in_thread(db.upload_many, conn, workspace_id, self.host,
+                                          batch, self._max_chars)
             async with self._lock:
-                settle = await self._record_answer(change, target, answer)
-            self.uploaded += 1
+                settle = await self._record_answers(batch, answers)
+            self.uploaded += len(batch)
             self.last_upload = time.time()
             self._uploaded_event.set()
             self._uploaded_event = trio.Event()
-            if settle:
+            for path in settle:
                 async with self._writer_lock:
-                    row = await in_thread(db.fetch, conn, workspace_id, change.path)
+                    row = await in_thread(db.fetch, conn, workspace_id, path)
                 async with self._lock:
-                    await self._settle(change.path, row)
+                    await self._settle(path, row)
 
-    async def _record_answer(self, change: Change, target: str, answer: db.Answer) -> bool:
-        """Apply the server's answer locally, then mark the change done. Returns whether
-        the path must now take the server's version (caller holds the lock)."""
+    def _targets(self, run: list[Change]) -> list[tuple[Change, str, int]]:
+        """Where each change of ``run`` goes and the version it is based on, up to the
+        first whose path or target another one of the run already names (one transaction
+        must not base a change on a version an earlier one of it is about to make)."""
+        batch: list[tuple[Change, str, int]] = []
+        named: set[str] = set()
+        for change in run:
+            target, base_version = self._target(change.path)
+            if batch and (change.path in named or target in named):
+                break
+            batch.append((change, target, base_version))
+            named.update((change.path, target))
+        return batch
+
+    async def _record_answers(self, batch: list[tuple[Change, str, int]],
+                              answers: list[db.Answer]) -> list[str]:
+        """Apply the server's answers locally, then mark the changes done. Returns the
+        paths that must now take the server's version (caller holds the lock)."""
         bases = self._state.bases
         updates: list[tuple[str, Base]] = []
-        if answer.outcome in ("applied", "same"):
-            stat = self._known.get(target)
-            if target != change.path:
-                # Redirected to this host's conflict copy: the copy on disk follows.
-                stat = await self._put_local(target, change.data)
-                self._last_local[target] = change.hash
-            old = bases.get(target)
-            updates.append((target, Base(answer.version, change.hash, stat,
-                                         old.redirect if old else None)))
-        elif answer.outcome == "conflict":
-            copy = answer.stored_path
-            stat = await self._put_local(copy, change.data)
-            self._last_local[copy] = change.hash
-            updates.append((copy, Base(answer.version, change.hash, stat)))
-            old = bases.get(change.path) or Base(0, None)
-            updates.append((change.path, replace(old, redirect=copy)))
-            self.conflicts += 1
-            await self._report_conflict(change.path, copy, answer.replayed)
-        elif answer.outcome == "kept":
-            old = bases.get(change.path) or Base(0, None)
-            updates.append((change.path, replace(old, settle=True)))
+        for (change, target, _base), answer in zip(batch, answers, strict=True):
+            if answer.outcome in ("applied", "same"):
+                stat = self._known.get(target)
+                if target != change.path:
+                    # Redirected to this host's conflict copy: the copy on disk follows.
+                    stat = await self._put_local(target, change.data)
+                    self._last_local[target] = change.hash
+                old = bases.get(target)
+                updates.append((target, Base(answer.version, change.hash, stat,
+                                             old.redirect if old else None)))
+            elif answer.outcome == "conflict":
+                copy = answer.stored_path
+                stat = await self._put_local(copy, change.data)
+                self._last_local[copy] = change.hash
+                updates.append((copy, Base(answer.version, change.hash, stat)))
+                old = bases.get(change.path) or Base(0, None)
+                updates.append((change.path, replace(old, redirect=copy)))
+                self.conflicts += 1
+                await self._report_conflict(change.path, copy, answer.replayed)
+            elif answer.outcome == "kept":
+                old = bases.get(change.path) or Base(0, None)
+                updates.append((change.path, replace(old, settle=True)))
         with trio.CancelScope(shield=True):
             await in_thread(self._state.record, updates)
-            await in_thread(self._outbox.done, change.id)
-        if self._outbox.pending_for(change.path):
-            return False
-        base = bases.get(change.path)
-        return bool(base is not None and (base.redirect or base.settle))
+            await in_thread(self._outbox.done, [change.id for change, _, _ in batch])
+        settle = []
+        for change, _target, _base in batch:
+            base = bases.get(change.path)
+            if (not self._outbox.pending_for(change.path) and base is not None
+                    and (base.redirect or base.settle)):
+                settle.append(change.path)
+        return settle
 
     async def _settle(self, path: str, row: db.Row | None) -> None:
         """Give ``path`` the server's version once every local edit of it went up."""

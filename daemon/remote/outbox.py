@@ -100,21 +100,40 @@ class Outbox:
             self._paths[change.path] += 1
         self._lines += len(batch)
 
-    def done(self, change_id: str) -> None:
-        """Mark a change answered; compacts the log when it has grown long."""
-        self._log.append([{"op": "done", "id": change_id}])
-        change = self._pending.pop(change_id, None)
-        if change is not None:
-            self._paths[change.path] -= 1
-            if self._paths[change.path] <= 0:
-                del self._paths[change.path]
-        self._lines += 1
+    def done(self, change_ids: Iterable[str]) -> None:
+        """Mark changes answered (one write, one fsync); compacts the log when it has
+        grown long."""
+        ids = list(change_ids)
+        if not ids:
+            return
+        self._log.append([{"op": "done", "id": i} for i in ids])
+        for change_id in ids:
+            change = self._pending.pop(change_id, None)
+            if change is not None:
+                self._paths[change.path] -= 1
+                if self._paths[change.path] <= 0:
+                    del self._paths[change.path]
+        self._lines += len(ids)
         if self._lines > COMPACT_AFTER_LINES and self._lines > 4 * len(self._pending):
             self._log.rewrite([c.to_record() for c in self._pending.values()])
             self._lines = len(self._pending)
 
     def head(self) -> Change | None:
         return next(iter(self._pending.values()), None)
+
+    def head_run(self, count: int, data_bytes: int) -> list[Change]:
+        """The oldest pending changes up to the first that repeats a path of the run, at
+        most ``count`` of them and, past the first, ``data_bytes`` of file content."""
+        run: list[Change] = []
+        paths: set[str] = set()
+        size = 0
+        for change in self._pending.values():
+            size += len(change.data or b"")
+            if len(run) == count or change.path in paths or (run and size > data_bytes):
+                break
+            run.append(change)
+            paths.add(change.path)
+        return run
 
     def pending(self) -> list[Change]:
         return list(self._pending.values())
