@@ -6,6 +6,12 @@ with a config file and extra environment (``wait=False`` to observe a daemon tha
 expected to exit, ``args=[...]`` for extra ``serve`` options). Every daemon gets its own
 HOME / XDG_* dirs under tmp_path and a short XDG_RUNTIME_DIR under /tmp (AF_UNIX paths
 must stay under 108 bytes); all are stopped and checked at teardown.
+
+A daemon is a fork of the worker's fork server (tests/forkserver.py: an interpreter that
+has done what ``recalld.daemon.main`` does before it serves, imports included), which
+then runs ``main`` as ``python -m recalld.daemon.main serve`` would; a launcher,
+inherited descriptors, another interpreter environment or a ``backfill_threads``
+setting get a fresh interpreter, as does every daemon with ``RECALLD_TESTS_EXEC_ONLY=1``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any, Literal
 
 import orjson
 import pytest
+from forkserver import ForkedProcess, ForkServers
 
 from recalld.ipc.errors import error_from_wire
 
@@ -121,7 +128,7 @@ class RawConnection:
 
 @dataclass
 class DaemonHandle:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     socket_path: Path
     data_dir: Path
     config_path: Path
@@ -180,9 +187,11 @@ class DaemonHandle:
 class DaemonFactory:
     """Starts isolated daemons; see the module docstring."""
 
-    def __init__(self, tmp_path: Path, pycache: Path | None = None) -> None:
+    def __init__(self, tmp_path: Path, pycache: Path | None = None,
+                 forks: ForkServers | None = None) -> None:
         self.tmp_path = tmp_path
         self.pycache = pycache
+        self.forks = forks
         self.handles: list[DaemonHandle] = []
         self._short_dirs: list[str] = []
 
@@ -232,11 +241,16 @@ class DaemonFactory:
                         or Path(full_env["XDG_DATA_HOME"]) / "recalld")
         log_path = home / f"daemon-{len(self.handles)}.log"
         cmd = [*(launcher or (sys.executable, "-m", "recalld.daemon.main")), "serve", *args]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                pass_fds=tuple(pass_fds), start_new_session=True,
-            )
+        log_path.write_bytes(b"")
+        proc: subprocess.Popen[bytes] | ForkedProcess
+        if self.forks is not None and self._forkable(config_text, launcher, pass_fds):
+            proc = self.forks.spawn(cmd, full_env, log_path)
+        else:
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    pass_fds=tuple(pass_fds), start_new_session=True,
+                )
         handle = DaemonHandle(proc=proc, socket_path=socket_path, data_dir=data_dir,
                               config_path=config_path, env=full_env, log_path=log_path,
                               home=home)
@@ -244,6 +258,12 @@ class DaemonFactory:
         if wait:
             handle.wait_ready(started=wait is True)
         return handle
+
+    def _forkable(self, config_text: str | None, launcher: Sequence[str] | None,
+                  pass_fds: Sequence[int]) -> bool:
+        """Whether a fork of the server can be this daemon (tests/forkserver.py)."""
+        return (launcher is None and not pass_fds
+                and "backfill_threads" not in (config_text or ""))
 
     def cleanup(self) -> None:
         leaked = []
@@ -284,9 +304,24 @@ def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pycache")
 
 
+@pytest.fixture(scope="session")
+def fork_servers() -> Iterator[ForkServers | None]:
+    """The worker's daemon fork servers (tests/forkserver.py); none when
+    ``RECALLD_TESTS_EXEC_ONLY=1`` asks for every daemon to be a fresh interpreter."""
+    if os.environ.get("RECALLD_TESTS_EXEC_ONLY") == "1":
+        yield None
+        return
+    servers = ForkServers()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
 @pytest.fixture
-def daemon_factory(tmp_path: Path, pycache: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path, pycache)
+def daemon_factory(tmp_path: Path, pycache: Path,
+                   fork_servers: ForkServers | None) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path, pycache, fork_servers)
     try:
         yield factory
     finally:

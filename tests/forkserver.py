@@ -1,0 +1,275 @@
+"""Daemons for the suite, forked from an interpreter that has already imported the daemon.
+
+Most tests start one or more daemons, and a daemon's start is mostly its imports (about
+400 modules, ~0.5 s of CPU each time). A fork server, started once per pytest worker,
+runs what ``recalld.daemon.main.main`` runs before it serves (the allocator and BLAS
+limits, then the imports, then ``gc.freeze``) and then forks one child per daemon. The
+child takes the test's environment, working directory, session and log file, and runs
+``main`` itself: from there on it is the daemon as ``python -m recalld.daemon.main serve``
+runs it, on a real socket with its real files, ending with the interpreter's exit steps
+(non-daemon threads joined, ``atexit`` handlers).
+
+What a fork cannot give, the factory keeps to a real ``exec`` (``conftest.DaemonFactory``):
+a launcher or inherited descriptors, an interpreter environment (``PYTHON*``, allocator,
+BLAS or loader variables) other than the server's, and a ``backfill_threads`` setting
+(OpenBLAS sizes its pool when numpy is imported). The server preloads only what every
+daemon imports before it serves, so a test that looks for a module a daemon should not
+have loaded (hnswlib, a database driver) still sees the daemon's own choice.
+
+The protocol, on a ``SOCK_SEQPACKET`` socket pair: a request is one message, JSON
+``{"argv", "env", "cwd"}`` with two descriptors (the log file, the write end of a status
+pipe); the answer is the child's pid. When the child ends, the server writes its wait
+status to the status pipe and closes it. The worker side is :class:`ForkedProcess`, which
+signals through a pidfd (no pid-reuse race) and answers ``poll``/``wait`` like ``Popen``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+MAX_REQUEST_BYTES = 1 << 20
+#: Read by the interpreter, the C allocator, the dynamic loader or OpenBLAS when the
+#: process starts or numpy loads: a fork inherits the server's.
+_STARTUP_PREFIXES = ("PYTHON", "MALLOC_", "LD_", "OPENBLAS_", "GOTO_", "OMP_")
+
+
+def startup_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` a forked daemon cannot change: the server is chosen by it."""
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if k.startswith(_STARTUP_PREFIXES) and k != "PYTHONUNBUFFERED"))
+
+
+class ForkedProcess:
+    """A forked daemon, seen from the test: the part of ``subprocess.Popen`` tests use."""
+
+    def __init__(self, pid: int, pidfd: int, status_fd: int, args: Sequence[str]) -> None:
+        self.pid = pid
+        self.args = list(args)
+        self.returncode: int | None = None
+        self._status_fd = status_fd
+        self._pidfd: int | None = pidfd
+
+    def _read_status(self, timeout: float | None) -> bool:
+        if self.returncode is not None:
+            return True
+        ready, _, _ = select.select([self._status_fd], [], [], timeout)
+        if not ready:
+            return False
+        data = b""
+        while chunk := os.read(self._status_fd, 64):
+            data += chunk
+        os.close(self._status_fd)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        # An empty pipe means the server itself died: report it as a failure.
+        self.returncode = os.waitstatus_to_exitcode(int(data)) if data else 255
+        return True
+
+    def poll(self) -> int | None:
+        self._read_status(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._read_status(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None and self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """One server process and the worker's end of its socket."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+        self._lock = threading.Lock()  # one request in flight: answers come in order
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-u", __file__, str(theirs.fileno())],
+                env=self.env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+            )
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedProcess:
+        status_r, status_w = os.pipe()
+        request = orjson.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()})
+        with self._lock:
+            try:
+                with open(log_path, "ab") as log:
+                    socket.send_fds(self._sock, [request], [log.fileno(), status_w])
+            finally:
+                os.close(status_w)
+            answer, fds, _, _ = socket.recv_fds(self._sock, 64, 1)
+        if not answer:
+            os.close(status_r)
+            raise RuntimeError(f"the fork server exited with {self.proc.wait()}")
+        return ForkedProcess(int(answer), fds[0], status_r, argv)
+
+    def close(self) -> None:
+        self._sock.close()  # the server ends when it reads the end of its socket
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkServers:
+    """A worker's fork servers, one per startup environment, each started at its first
+    daemon (a server that died is started again)."""
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedProcess:
+        key = startup_environment(env)
+        server = self._servers.get(key)
+        if server is None or server.proc.poll() is not None:
+            server = self._servers[key] = ForkServer(env)
+        return server.spawn(argv, env, log_path)
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
+
+# --- the server process -----------------------------------------------------------------
+
+def _preload() -> Any:
+    """What ``main`` does before it serves, on the defaults; returns the main module."""
+    import dataclasses
+    import gc
+
+    from recalld.daemon import config as config_mod
+    from recalld.daemon import main as main_mod
+    from recalld.daemon import memtrim
+
+    gc.disable()
+    memtrim.limit_arenas(main_mod.MALLOC_ARENAS)
+    memtrim.map_large(main_mod.MALLOC_MMAP_MIN_BYTES)
+    defaults = {f.name: f.default for f in dataclasses.fields(config_mod.DaemonConfig)}
+    main_mod.limit_blas_threads(defaults["backfill_threads"])
+    import trio  # noqa: F401
+
+    from recalld.daemon import app, lock, supervisor, systemd  # noqa: F401
+    from recalld.daemon.rpc import listener  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
+    return main_mod
+
+
+def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: list[int]) -> None:
+    """In the forked child: become the daemon the request describes; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in keep_closed:
+            os.close(fd)
+        os.setsid()
+        os.chdir(request["cwd"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        argv = request["argv"]
+        args = argv[argv.index("serve"):]
+        sys.argv = [main_mod.__file__, *args]
+        # As under ``python -m``: the worker processes a daemon spawns import the main
+        # module by this name.
+        sys.modules["__main__"] = main_mod
+        code = main_mod.main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        # The interpreter's own exit steps, in its order: wait for non-daemon threads,
+        # then run the atexit handlers (logging's flush, multiprocessing's clean-up).
+        import atexit
+        import threading
+
+        try:
+            threading._shutdown()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _serve(fd: int) -> None:
+    main_mod = _preload()
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    status: dict[int, int] = {}
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            while True:
+                try:
+                    pid, wait_status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if pid in status:
+                    fd_w = status.pop(pid)
+                    os.write(fd_w, str(wait_status).encode())
+                    os.close(fd_w)
+        if sock in ready:
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 2)
+            if not msg:
+                return
+            log_fd, status_w = fds
+            pid = os.fork()
+            if pid == 0:
+                _child(main_mod, orjson.loads(msg),
+                       log_fd, [sock.fileno(), wake_r, wake_w, status_w, *status.values()])
+            os.close(log_fd)
+            status[pid] = status_w
+            # Opened before the child can be reaped (here, later): it names this child.
+            pidfd = os.pidfd_open(pid)
+            socket.send_fds(sock, [str(pid).encode()], [pidfd])
+            os.close(pidfd)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))
