@@ -25,6 +25,7 @@ signals through a pidfd (no pid-reuse race) and answers ``poll``/``wait`` like `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -252,7 +253,8 @@ def _serve(fd: int) -> None:
                     break
                 if pid in status:
                     fd_w = status.pop(pid)
-                    os.write(fd_w, str(wait_status).encode())
+                    with contextlib.suppress(BrokenPipeError):  # nobody waits for it now
+                        os.write(fd_w, str(wait_status).encode())
                     os.close(fd_w)
         if sock in ready:
             msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 2)
