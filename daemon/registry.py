@@ -168,6 +168,12 @@ class WorkspaceRegistry:
         # long, so not on the event loop.
         root = await trio.to_thread.run_sync(root.resolve)
         async with self._lock(agent_id):
+            if overrides is None:
+                # Without settings, a workspace recorded at this path opens as recorded
+                # (``config: {}`` asks for the config file's settings alone).
+                record = self._remembered.get(agent_id)
+                if record is not None and record["path"] == str(root):
+                    overrides = record["config"]
             current = self._workspaces.get(agent_id)
             if current is not None and current.state in ("opening", "ready"):
                 if current.root != root:

@@ -144,3 +144,48 @@ def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -
                               if j["kind"] == "auto_dream"],
                      "a dream after the restart", deadline_s=120)
     assert fired[0]["params"].get("trigger") == "cron"
+
+
+def test_a_bare_open_keeps_the_settings_a_workspace_was_recorded_with(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    ws = tmp_path / "kept"
+    configured = tmp_path / "configured"
+    d = daemon_factory(f'[workspaces.filed]\npath = "{configured}"\n')
+    d.call("workspace.open", {"agent_id": "rec", "path": str(ws),
+                              "config": {"auto_memory_interval": 7}})
+    # Open already (configured): reopened with settings of its own.
+    assert d.call("workspace.close", {"agent_id": "filed"})["closed"] is True
+    d.call("workspace.open", {"agent_id": "filed", "config": {"dream_cron": "5 4 * * *"}})
+
+    def settings(daemon: DaemonHandle, agent: str) -> dict[str, Any]:
+        listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+        return dict(listed[agent]["settings"])
+
+    default_interval = settings(d, "default")["auto_memory_interval"]
+    assert default_interval != 7
+    assert d.call("workspace.close", {"agent_id": "rec"})["closed"] is True
+    # Opened again by a client that names no settings (a bridge, a middleware): as recorded.
+    again = d.call("workspace.open", {"agent_id": "rec", "path": str(ws)})
+    assert again["settings"]["auto_memory_interval"] == 7
+    assert d.stop() == 0
+    record = remembered.load(d.data_dir / "state" / "workspaces.json")
+    assert record["rec"]["config"] == {"auto_memory_interval": 7}
+    assert record["filed"]["config"] == {"dream_cron": "5 4 * * *"}
+
+    # A configured workspace recorded at its configured path starts with its overrides too.
+    d2 = daemon_factory(f'[workspaces.filed]\npath = "{configured}"\n',
+                        XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert settings(d2, "filed")["dream_cron"] == "5 4 * * *"
+    assert settings(d2, "rec")["auto_memory_interval"] == 7
+    # An empty config asks for the config file's settings alone, and is recorded so.
+    assert d2.call("workspace.close", {"agent_id": "rec"})["closed"] is True
+    plain = d2.call("workspace.open", {"agent_id": "rec", "path": str(ws), "config": {}})
+    assert plain["settings"]["auto_memory_interval"] == default_interval
+    # Elsewhere is another workspace: the record of the old path does not follow it.
+    assert d2.call("workspace.close", {"agent_id": "rec"})["closed"] is True
+    moved = d2.call("workspace.open", {"agent_id": "rec", "path": str(tmp_path / "moved")})
+    assert moved["settings"]["auto_memory_interval"] == default_interval
+    assert d2.stop() == 0
+    record = remembered.load(d2.data_dir / "state" / "workspaces.json")
+    assert record["rec"] == {**record["rec"], "path": str((tmp_path / "moved").resolve()),
+                             "config": None}
