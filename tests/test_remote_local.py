@@ -64,6 +64,30 @@ def test_write_read_remove(fs: Confinement) -> None:
     assert [p.name for p in (fs.root / "memory" / "2026-07-23").iterdir()] == []
 
 
+def test_a_run_of_files_is_put_and_refused_as_a_whole(fs: Confinement, tmp_path: Path) -> None:
+    fs.write("digest/wiki/old.md", b"old")
+    run: list[tuple[str, bytes | None]] = [
+        ("memory/2026-07-01/a.md", b"# A\n"), ("memory/2026-07-02/b.md", b"# B\n"),
+        ("digest/wiki/old.md", None), ("memory/2026-07-01/c.md", b"# C\n")]
+    stats = fs.put(run)
+    assert stats[2] is None and not fs.read("digest/wiki/old.md").exists
+    for (path, data), stat in zip(run, stats, strict=True):
+        if data is not None:
+            f = fs.read(path)
+            assert (f.data, f.stat) == (data, stat)
+    # A path the replica does not own refuses the run before anything is written.
+    with pytest.raises(RecalldError):
+        fs.put([("memory/2026-07-03/d.md", b"d"), ("mem_metadata/x.md", b"x")])
+    assert not (fs.root / "memory" / "2026-07-03").exists()
+    # A link on the way stops the run there: what came before it is published.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, fs.root / "memory" / "2026-07-04")
+    with pytest.raises(PathOutsideWorkspace):
+        fs.put([("memory/2026-07-05/e.md", b"e"), ("memory/2026-07-04/f.md", b"f")])
+    assert fs.read("memory/2026-07-05/e.md").data == b"e" and list(outside.iterdir()) == []
+
+
 def test_conflict_names_follow_syncthing() -> None:
     t = 1_700_000_000.0
     assert conflict_name("digest/wiki/plan.md", t, "laptop") == (

@@ -141,11 +141,12 @@ def _check_dir(path: Path, shown: str) -> bool:
     return True
 
 
-def write_confined(root: Path, path: str, data: bytes) -> None:
+def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True) -> None:
     """Publish ``data`` at ``root/path`` atomically, creating missing folders.
 
     Refuses symbolic links anywhere on the way and at the target (an existing target must
-    be a regular file). Blocking.
+    be a regular file). Blocking. ``sync_dir=False``: the caller fsyncs the file's folder
+    (see ``atomic_writer``).
     """
     parts = safepath.split_relative(path)
     if any(p.startswith(".") for p in parts):
@@ -173,7 +174,7 @@ def write_confined(root: Path, path: str, data: bytes) -> None:
             raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
-    atomic_write(REAL, target, data)
+    atomic_write(REAL, target, data, sync_dir=sync_dir)
 
 
 def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES) -> str | None:

@@ -384,36 +384,55 @@ class FileSync:
                            and self._fs.accepts(r.path)]
                 with trio.CancelScope(shield=True):
                     await in_thread(self._state.land, landing)
-                updates: list[tuple[str, Base]] = []
-                for row in rows:
-                    base = await self._apply_remote(row)
-                    if base is not None:
-                        updates.append((row.path, base))
+                updates = await self._apply_remote([r for r in rows if self._wanted(r)])
                 with trio.CancelScope(shield=True):
                     await in_thread(partial(self._state.record, updates, rows[-1].version))
             self.pulled += len(updates)
             self.last_pull = time.time()
 
-    async def _apply_remote(self, row: db.Row) -> Base | None:
-        """Write one newer server row locally, or leave it to the uploader (lock held)."""
+    def _wanted(self, row: db.Row) -> bool:
+        """Whether the newer server row ``row`` is this replica's to write (lock held)."""
         if not self._fs.accepts(row.path):
             log.warning("shared workspace %s: ignoring a file outside the replicated "
                         "folders: %r", self._cfg.name, row.path)
-            return None
+            return False
         base = self._state.bases.get(row.path)
         if base is not None and (row.version <= base.version or base.redirect
                                  or base.settle):
-            return None  # already known, or the uploader settles the path
-        if self._outbox.pending_for(row.path):
-            return None  # uploads first; a conflict then settles the path
-        local = await in_thread(self._fs.read, row.path)
-        if local.hash == row.hash:
-            # Already so on disk (written before a crash, or the same edit made here).
-            if local.stat is not None:
-                self._known[row.path] = local.stat
+            return False  # already known, or the uploader settles the path
+        # A path with local changes waiting uploads first; a conflict then settles it.
+        return not self._outbox.pending_for(row.path)
+
+    async def _apply_remote(self, rows: list[db.Row]) -> list[tuple[str, Base]]:
+        """Write newer server rows locally (lock held; their landings are recorded): the
+        files read in one worker-thread call, the ones to change written in another.
+        Returns the bases to record; a row whose file was edited here since the replica
+        last saw it gets none: that edit goes up first (and conflicts)."""
+        if not rows:
+            return []
+        local = await in_thread(lambda: [self._fs.read(r.path) for r in rows])
+        updates: list[tuple[str, Base]] = []
+        edited: list[LocalFile] = []
+        install: list[db.Row] = []
+        for row, f in zip(rows, local, strict=True):
+            if f.hash == row.hash:
+                # Already so on disk (written before a crash, or the same edit made here).
+                if f.stat is not None:
+                    self._known[row.path] = f.stat
+                self._last_local[row.path] = row.hash
+                updates.append((row.path, Base(row.version, row.hash, f.stat)))
+            elif f.hash != self._last_local.get(row.path):
+                edited.append(f)  # a local edit not reported yet
+            else:
+                install.append(row)
+        stats = await in_thread(self._fs.put, [(r.path, r.data) for r in install])
+        for row, stat in zip(install, stats, strict=True):
+            if stat is None:
+                self._known.pop(row.path, None)
+            else:
+                self._known[row.path] = stat
             self._last_local[row.path] = row.hash
-            return Base(row.version, row.hash, local.stat)
-        if local.hash != self._last_local.get(row.path):
-            await self._observe([local])  # a local edit not reported yet goes up first
-            return None
-        return await self._install(row.path, row)
+            updates.append((row.path, Base(row.version, row.hash, stat)))
+        if edited:
+            await self._observe(edited)
+        return updates

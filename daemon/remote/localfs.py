@@ -2,10 +2,11 @@
 
 Reads go through :func:`recalld.daemon.safepath.open_confined`, writes through
 :func:`recalld.daemon.memory.fileops.write_confined` (temp file, fsync, rename; symbolic
-links refused on the way), deletions walk the directories with ``O_NOFOLLOW`` the same
-way. Only Markdown files under the watched folders (``daily_dir``, ``digest_dir``) are
-replicated: a path arriving from the server that names anything else is refused, so a
-shared workspace cannot write into another host's metadata or outside its root.
+links refused on the way; a run of files fsyncs their folders once, after the last),
+deletions walk the directories with ``O_NOFOLLOW`` the same way. Only Markdown files
+under the watched folders (``daily_dir``, ``digest_dir``) are replicated: a path
+arriving from the server that names anything else is refused, so a shared workspace
+cannot write into another host's metadata or outside its root.
 
 Everything here blocks on the file system; call it through ``trio.to_thread.run_sync``.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.memory.fileops import write_confined
+from recalld.daemon.store.fsio import REAL
 from recalld.ipc.errors import NotFound, RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -77,11 +79,34 @@ class Confinement:
 
     def write(self, path: str, data: bytes) -> tuple[int, int]:
         """Publish ``data`` at ``path`` atomically; returns its new ``(mtime_ns, size)``."""
-        if not self.accepts(path):
-            raise RecalldError(f"refusing to write a path the replica does not own: {path}")
-        write_confined(self.root, path, data)
-        st = os.stat(self.root / path, follow_symlinks=False)
-        return (st.st_mtime_ns, st.st_size)
+        stat = self.put([(path, data)])[0]
+        assert stat is not None
+        return stat
+
+    def put(self, files: list[tuple[str, bytes | None]]) -> list[tuple[int, int] | None]:
+        """Make each ``path`` hold ``data`` (None: deleted), each file published
+        atomically, the folders fsynced once at the end; the new ``(mtime_ns, size)`` of
+        each (None: deleted). On an error, the files before it are published."""
+        for path, _ in files:
+            if not self.accepts(path):
+                raise RecalldError(f"refusing to write a path the replica does not own: {path}")
+        stats: list[tuple[int, int] | None] = []
+        folders: set[Path] = set()
+        try:
+            for path, data in files:
+                if data is None:
+                    self.remove(path)
+                    stats.append(None)
+                    continue
+                write_confined(self.root, path, data, sync_dir=False)
+                target = self.root / path
+                folders.add(target.parent)
+                st = os.stat(target, follow_symlinks=False)
+                stats.append((st.st_mtime_ns, st.st_size))
+        finally:
+            for folder in folders:
+                REAL.fsync_dir(folder)
+        return stats
 
     def remove(self, path: str) -> None:
         """Delete ``path`` if it exists (directories on the way must not be links)."""

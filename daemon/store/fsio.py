@@ -267,12 +267,14 @@ class AtomicFile:
 
 
 @contextmanager
-def atomic_writer(fs: FS, path: Path) -> Iterator[AtomicFile]:
+def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True) -> Iterator[AtomicFile]:
     """Write ``path`` atomically: ``with atomic_writer(fs, p) as f: f.write(...)``.
 
     The file appears (fully written and fsynced) only if the block exits normally. On any
     exception, including cancellation-driven ones, the temp file is removed and the old
     ``path`` (if any) is untouched; OSErrors are raised as StorageIOError / DiskFull.
+    ``sync_dir=False`` leaves the fsync of the folder (which makes the rename durable) to
+    the caller, who publishes several files in it.
     """
     tmp = path.with_name(temp_name(path.name))
     try:
@@ -289,7 +291,8 @@ def atomic_writer(fs: FS, path: Path) -> Iterator[AtomicFile]:
         fs.close(fd)
         fs.replace(tmp, path)
         published = True
-        fs.fsync_dir(path.parent)
+        if sync_dir:
+            fs.fsync_dir(path.parent)
     except OSError as exc:
         raise translate_os_error(exc, path) from exc
     finally:
@@ -299,9 +302,10 @@ def atomic_writer(fs: FS, path: Path) -> Iterator[AtomicFile]:
             _quietly(fs.unlink, tmp)
 
 
-def atomic_write(fs: FS, path: Path, data: bytes | bytearray | memoryview) -> FileEntry:
+def atomic_write(fs: FS, path: Path, data: bytes | bytearray | memoryview, *,
+                 sync_dir: bool = True) -> FileEntry:
     """Publish ``data`` as ``path`` atomically (see ``atomic_writer``); return its entry."""
-    with atomic_writer(fs, path) as out:
+    with atomic_writer(fs, path, sync_dir=sync_dir) as out:
         out.write(data)
     return out.entry()
 
