@@ -18,6 +18,7 @@ without taking the daemon down; ``workspace.open`` on a failed workspace starts 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -220,7 +221,13 @@ class WorkspaceRegistry:
         current = self._workspaces.get(agent_id)
         if current is not None and current.state != "closed" and not current.refused:
             return  # it started opening: its own state and error say what happened
-        ws = Workspace(agent_id, root, self._get_config().workspace_defaults)
+        settings = self._get_config().workspace_settings(agent_id)
+        record = self._remembered.get(agent_id)
+        if record is not None and record["path"] == str(root) and record["config"]:
+            # The settings it was refused with, when they go together at all.
+            with contextlib.suppress(RecalldError):
+                settings = workspace_settings_from_params(settings, record["config"])
+        ws = Workspace(agent_id, root, settings)
         ws.refuse(error)
         self._workspaces[agent_id] = ws
 

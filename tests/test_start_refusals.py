@@ -110,6 +110,7 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
         paths["theirs"] = str(theirs)
     config = "".join(f'[workspaces.{name}]\npath = "{path}"\n\n'
                      for name, path in paths.items())
+    config = config.replace('path = "/etc"\n', 'path = "/etc"\ndaily_dir = "journal"\n')
     daemon = daemon_factory(config)  # answers: the refusals did not stop it
     status = daemon.call("daemon.status")
     states = {w["agent_id"]: w for w in status["workspaces"]}
@@ -119,6 +120,10 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
         ws = states[name]
         assert ws["state"] == "failed" and ws["refused"] is True, ws
         assert refused[name] in ws["error"], ws
+    # Shown with the settings it was refused with, not the defaults.
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert listed["etc"]["settings"]["daily_dir"] == "journal"
+    assert listed["root"]["settings"]["daily_dir"] == "memory"
     assert not (Path("/etc") / "memory").exists()
 
     shown = recalld("status", env=daemon.env)
@@ -164,3 +169,19 @@ def test_an_autostarted_daemon_finds_its_data_folder_private(
     wait_gone(pid, "the auto-started daemon to stop on SIGTERM")
 
 
+
+
+def test_a_refused_recorded_workspace_shows_its_recorded_settings(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to hand a folder to another user")
+    ws = tmp_path / "mine"
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "mine", "path": str(ws),
+                              "config": {"daily_dir": "journal"}})
+    assert d.stop() == 0
+    os.chown(ws, 4321, 4321)  # no longer this user's: refused at the next start
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
+    assert listed["mine"]["refused"] is True and "belongs to uid" in listed["mine"]["error"]
+    assert listed["mine"]["settings"]["daily_dir"] == "journal"
