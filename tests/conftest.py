@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import orjson
 import pytest
-from forkserver import ForkedProcess, ForkServers
+from forkserver import ForkedProcess, ForkServers, pidfds_work
 
 from recalld.ipc.errors import error_from_wire
 
@@ -307,8 +307,9 @@ def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def fork_servers() -> Iterator[ForkServers | None]:
     """The worker's daemon fork servers (tests/forkserver.py); none when
-    ``RECALLD_TESTS_EXEC_ONLY=1`` asks for every daemon to be a fresh interpreter."""
-    if os.environ.get("RECALLD_TESTS_EXEC_ONLY") == "1":
+    ``RECALLD_TESTS_EXEC_ONLY=1`` asks for every daemon to be a fresh interpreter, or
+    where the kernel has no pidfds (before Linux 5.3)."""
+    if os.environ.get("RECALLD_TESTS_EXEC_ONLY") == "1" or not pidfds_work():
         yield None
         return
     servers = ForkServers()

@@ -45,6 +45,15 @@ MAX_REQUEST_BYTES = 1 << 20
 _STARTUP_PREFIXES = ("PYTHON", "MALLOC_", "LD_", "OPENBLAS_", "GOTO_", "OMP_")
 
 
+def pidfds_work() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3 and later), which the server needs."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return hasattr(signal, "pidfd_send_signal")
+
+
 def startup_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The part of ``env`` a forked daemon cannot change: the server is chosen by it."""
     return tuple(sorted((k, v) for k, v in env.items()
