@@ -91,6 +91,31 @@ def limit_blas_threads(threads: int, environ: MutableMapping[str, str] = os.envi
         environ["OPENBLAS_NUM_THREADS"] = str(threads)
 
 
+def prepare_to_serve(backfill_threads: int) -> None:
+    """Set the process up for serving and import the daemon, before any library can start
+    a thread: no cyclic collection while the daemon is imported (its modules, classes and
+    functions live as long as the process, and the collector would walk the growing set
+    of them on every full collection it sets off meanwhile); the malloc limits (numpy's
+    BLAS starts its threads on import, and a build's worker threads would otherwise each
+    keep an arena resident) and the BLAS thread count; then the imported objects frozen
+    out of the collector's reach (a warm start's load allocates enough to run several
+    full collections, each walking them all)."""
+    gc.disable()
+    from recalld.daemon import memtrim
+
+    memtrim.limit_arenas(MALLOC_ARENAS)
+    memtrim.map_large(MALLOC_MMAP_MIN_BYTES)
+    limit_blas_threads(backfill_threads)
+
+    import trio  # noqa: F401
+
+    from recalld.daemon import app, lock, supervisor, systemd  # noqa: F401
+    from recalld.daemon.rpc import listener  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
+
+
 def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     if isinstance(exc, kind):
         return exc
@@ -127,18 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
-    # No cyclic collection while the daemon is imported: its modules, classes and
-    # functions live as long as the process, and the collector would walk the growing
-    # set of them on every full collection it sets off meanwhile.
-    gc.disable()
-    from recalld.daemon import memtrim
-
-    # Before any library can start a thread (numpy's BLAS starts its own on import): a
-    # build's worker threads would otherwise each keep a malloc arena resident.
-    memtrim.limit_arenas(MALLOC_ARENAS)
-    memtrim.map_large(MALLOC_MMAP_MIN_BYTES)
-    limit_blas_threads(cfg.backfill_threads)
-
+    prepare_to_serve(cfg.backfill_threads)
     import trio
 
     from recalld.daemon import systemd
@@ -146,12 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon.lock import AlreadyServing
     from recalld.daemon.rpc.listener import SocketSetupError
     from recalld.daemon.supervisor import NotPrivate, reloader_for
-
-    # The modules' objects live as long as the process: the cyclic collector need not
-    # walk them again on every full collection (a warm start's load allocates enough to
-    # run several, each walking them all).
-    gc.freeze()
-    gc.enable()
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.

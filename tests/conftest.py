@@ -241,7 +241,6 @@ class DaemonFactory:
                         or Path(full_env["XDG_DATA_HOME"]) / "recalld")
         log_path = home / f"daemon-{len(self.handles)}.log"
         cmd = [*(launcher or (sys.executable, "-m", "recalld.daemon.main")), "serve", *args]
-        log_path.write_bytes(b"")
         proc: subprocess.Popen[bytes] | ForkedProcess
         if self.forks is not None and self._forkable(config_text, launcher, pass_fds):
             proc = self.forks.spawn(cmd, full_env, log_path)

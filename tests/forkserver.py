@@ -2,12 +2,13 @@
 
 Most tests start one or more daemons, and a daemon's start is mostly its imports (about
 400 modules, ~0.5 s of CPU each time). A fork server, started once per pytest worker,
-runs what ``recalld.daemon.main.main`` runs before it serves (the allocator and BLAS
-limits, then the imports, then ``gc.freeze``) and then forks one child per daemon. The
-child takes the test's environment, working directory, session and log file, and runs
-``main`` itself: from there on it is the daemon as ``python -m recalld.daemon.main serve``
-runs it, on a real socket with its real files, ending with the interpreter's exit steps
-(non-daemon threads joined, ``atexit`` handlers).
+runs ``recalld.daemon.main.prepare_to_serve`` as ``main`` does before it serves (the
+allocator and BLAS limits, then the imports, then ``gc.freeze``) and then forks one
+child per daemon. The child takes the test's environment, working directory, session
+and log file, and runs ``main`` itself: from there on it is the daemon as
+``python -m recalld.daemon.main serve`` runs it, on a real socket with its real files,
+ending with the interpreter's exit steps (non-daemon threads joined, ``atexit``
+handlers).
 
 What a fork cannot give, the factory keeps to a real ``exec`` (``conftest.DaemonFactory``):
 a launcher or inherited descriptors, an interpreter environment (``PYTHON*``, allocator,
@@ -115,13 +116,12 @@ class ForkServer:
     """One server process and the worker's end of its socket."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = dict(env)
         self._lock = threading.Lock()  # one request in flight: answers come in order
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", __file__, str(theirs.fileno())],
-                env=self.env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                env=dict(env), stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
             )
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedProcess:
@@ -173,24 +173,12 @@ class ForkServers:
 def _preload() -> Any:
     """What ``main`` does before it serves, on the defaults; returns the main module."""
     import dataclasses
-    import gc
 
     from recalld.daemon import config as config_mod
     from recalld.daemon import main as main_mod
-    from recalld.daemon import memtrim
 
-    gc.disable()
-    memtrim.limit_arenas(main_mod.MALLOC_ARENAS)
-    memtrim.map_large(main_mod.MALLOC_MMAP_MIN_BYTES)
     defaults = {f.name: f.default for f in dataclasses.fields(config_mod.DaemonConfig)}
-    main_mod.limit_blas_threads(defaults["backfill_threads"])
-    import trio  # noqa: F401
-
-    from recalld.daemon import app, lock, supervisor, systemd  # noqa: F401
-    from recalld.daemon.rpc import listener  # noqa: F401
-
-    gc.freeze()
-    gc.enable()
+    main_mod.prepare_to_serve(defaults["backfill_threads"])
     return main_mod
 
 
