@@ -29,6 +29,7 @@ import trio
 from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.events import EventBus
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.workspaces import Workspace, WorkspaceStarter, check_agent_id, check_root
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
@@ -172,9 +173,7 @@ class WorkspaceRegistry:
             if overrides is None:
                 # Without settings, a workspace recorded at this path opens as recorded
                 # (``config: {}`` asks for the config file's settings alone).
-                record = self._remembered.get(agent_id)
-                if record is not None and record["path"] == str(root):
-                    overrides = record["config"]
+                overrides = self._recorded_config(agent_id, root)
             current = self._workspaces.get(agent_id)
             if current is not None and current.state in ("opening", "ready"):
                 if current.root != root:
@@ -222,14 +221,20 @@ class WorkspaceRegistry:
         if current is not None and current.state != "closed" and not current.refused:
             return  # it started opening: its own state and error say what happened
         settings = self._get_config().workspace_settings(agent_id)
-        record = self._remembered.get(agent_id)
-        if record is not None and record["path"] == str(root) and record["config"]:
+        recorded = self._recorded_config(agent_id, root)
+        if recorded:
             # The settings it was refused with, when they go together at all.
             with contextlib.suppress(RecalldError):
-                settings = workspace_settings_from_params(settings, record["config"])
+                settings = workspace_settings_from_params(settings, recorded)
         ws = Workspace(agent_id, root, settings)
         ws.refuse(error)
         self._workspaces[agent_id] = ws
+
+    def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
+        """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:
+        not recorded there, or with none)."""
+        record = self._remembered.get(agent_id)
+        return record["config"] if record is not None and record["path"] == str(root) else None
 
     def _check_overlap(self, agent_id: str, root: Path) -> None:
         """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,
