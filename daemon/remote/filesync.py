@@ -209,10 +209,7 @@ class FileSync:
         # Paths whose settling a disconnect or a crash interrupted.
         for path, base in list(self._state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
-                async with self._writer_lock:
-                    row = await in_thread(db.fetch, conn, workspace_id, path)
-                async with self._lock:
-                    await self._settle(path, row)
+                await self._fetch_and_settle(conn, workspace_id, path)
         while True:
             wake = self._wake_uploader
             run = self._outbox.head_run(UPLOAD_RUN, UPLOAD_RUN_BYTES)
@@ -232,10 +229,14 @@ class FileSync:
             self._uploaded_event.set()
             self._uploaded_event = trio.Event()
             for path in settle:
-                async with self._writer_lock:
-                    row = await in_thread(db.fetch, conn, workspace_id, path)
-                async with self._lock:
-                    await self._settle(path, row)
+                await self._fetch_and_settle(conn, workspace_id, path)
+
+    async def _fetch_and_settle(self, conn: db.Conn, workspace_id: int, path: str) -> None:
+        """Read ``path``'s row on the writer connection and give the path its version."""
+        async with self._writer_lock:
+            row = await in_thread(db.fetch, conn, workspace_id, path)
+        async with self._lock:
+            await self._settle(path, row)
 
     def _targets(self, run: list[Change]) -> list[tuple[Change, str, int]]:
         """Where each change of ``run`` goes and the version it is based on, up to the

@@ -118,9 +118,6 @@ class Outbox:
             self._log.rewrite([c.to_record() for c in self._pending.values()])
             self._lines = len(self._pending)
 
-    def head(self) -> Change | None:
-        return next(iter(self._pending.values()), None)
-
     def head_run(self, count: int, data_bytes: int) -> list[Change]:
         """The oldest pending changes up to the first that repeats a path of the run, at
         most ``count`` of them and, past the first, ``data_bytes`` of file content."""
