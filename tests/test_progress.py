@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import DaemonHandle
-from fakes.provider_server import FakeProvider, Reply
+from fakes.provider_server import FakeProvider
 from test_cli import SCRIPT
 from test_dream import AGENT, fake, open_ws, write
 from waits import wait_for
@@ -107,20 +107,25 @@ def test_ctrl_c_says_the_job_goes_on_and_how_to_follow_it(
     root = tmp_path / "ws"
     write(root, "memory/2026-07-01/a.md", "# Day\nwe chose the blue tent\n")
     open_ws(daemon, root, fake)
-    fake.script(Reply(delay_s=8.0))  # the dream's first model call takes a while
-    with _recalld("dream", "--agent", AGENT, env=daemon.env) as proc:
-        def running() -> list[Any]:
-            assert proc.poll() is None
-            return [j for j in daemon.call("jobs.list", {"agent_id": AGENT})["jobs"]
-                    if j["kind"] == "auto_dream" and j["state"] == "running"]
-        wait_for(running, "the dream to run")
-        # The CLI follows the job once its first progress line is out (before that an
-        # interrupt has no job id to name).
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        assert first.startswith("auto_dream"), first
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+    # The dream's model calls wait until the CLI has been interrupted: the job is still
+    # running when the interrupt comes, however slow the machine.
+    gate = fake.gate(lambda body: "messages" in body)
+    try:
+        with _recalld("dream", "--agent", AGENT, env=daemon.env) as proc:
+            def running() -> list[Any]:
+                assert proc.poll() is None
+                return [j for j in daemon.call("jobs.list", {"agent_id": AGENT})["jobs"]
+                        if j["kind"] == "auto_dream" and j["state"] == "running"]
+            wait_for(running, "the dream to run")
+            # The CLI follows the job once its first progress line is out (before that an
+            # interrupt has no job id to name).
+            assert proc.stderr is not None
+            first = proc.stderr.readline()
+            assert first.startswith("auto_dream"), first
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+    finally:
+        gate.open()
     assert proc.returncode == 130, err
     job = next(j for j in daemon.call("jobs.list", {"agent_id": AGENT})["jobs"]
                if j["kind"] == "auto_dream")
