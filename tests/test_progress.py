@@ -77,10 +77,22 @@ def test_duration() -> None:
     assert (duration(0), duration(61.4), duration(3725)) == ("0:00", "1:01", "1:02:05")
 
 
+# Runs a command with SIGINT at its default action, as a terminal starts it, also when
+# this suite was started with SIGINT ignored (which its children inherit: a background
+# job of a non-interactive shell, for one); Python turns SIGINT into KeyboardInterrupt
+# only where it is not ignored at start.
+AS_FROM_A_TERMINAL = (
+    sys.executable, "-S", "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+)
+
+
 def _recalld(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
-    return subprocess.Popen([*cmd, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    return subprocess.Popen([*AS_FROM_A_TERMINAL, *cmd, *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
 
 
 def test_reindex_piped_and_json_show_progress(daemon: DaemonHandle) -> None:
