@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import TypeVar
@@ -99,6 +98,8 @@ def spawn_daemon(socket_path: Path) -> None:
     A short-lived launcher starts the daemon in a new session and exits at once, so the
     daemon is not our child: nothing to reap, and it outlives this process.
     """
+    import subprocess  # here: only an autostart spawns anything
+
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
     log_file, start_log = autostart_logs()
     # The data folder too, if it is new: the daemon never tightens one that exists.

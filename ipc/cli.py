@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import TextIO
 
 import orjson
 
-from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, install, paths
+from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, paths
 from recalld.ipc.answers import JsonObject, ReadResult
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
@@ -213,6 +212,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     command: str = ns.command
     try:
         if command in ("install-service", "uninstall-service"):
+            import subprocess  # here, as the install module: a command that runs systemctl
+
             try:
                 return _service(command, ns, out, as_json)
             # install.ServiceError is a RuntimeError: one line saying what to do instead.
@@ -416,6 +417,8 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 
 
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    from recalld.ipc import install
+
     if command == "install-service":
         # The socket clients would look for (--socket, RECALLD_SOCKET, the config file).
         sock = install.listen_path(paths.socket_path(getattr(ns, "socket", None)))

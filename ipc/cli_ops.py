@@ -26,8 +26,6 @@ from recalld.ipc.answers import (
     MetricFamily,
 )
 from recalld.ipc.client import Client
-from recalld.ipc.doctor import Doctor
-from recalld.ipc.doctor import render as render_doctor
 from recalld.ipc.health import assess, daemon_problems
 from recalld.ipc.progress import following, size
 from recalld.ipc.render import _cell, _uptime, print_json, table
@@ -325,6 +323,9 @@ def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 
 
 def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    from recalld.ipc.doctor import Doctor  # here: the checks need what no other command does
+    from recalld.ipc.doctor import render as render_doctor
+
     doctor = Doctor(client.socket_path, timeout_s=client.timeout_s)
     checks = doctor.checks()
     failed = any(c.status == "fail" for c in checks)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -96,6 +95,8 @@ def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
         raise PathError(f"{path}: {exc}") from None
+    import tomllib  # here: most client calls find no file and need no TOML parser
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

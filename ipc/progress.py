@@ -12,7 +12,7 @@ rate is measured within a phase, from the first update that phase reported.
 
 from __future__ import annotations
 
-import secrets
+import os
 import sys
 import threading
 import time
@@ -236,7 +236,7 @@ def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None
     out = stream if stream is not None else sys.stderr
     mode: Mode = "json" if as_json else "bar" if out.isatty() else "lines"
     progress = Progress(out, kind, None, mode=mode)
-    token = secrets.token_hex(8)
+    token = os.urandom(8).hex()
 
     def show(event: Mapping[str, object]) -> None:
         progress.update("running", {
