@@ -77,6 +77,11 @@ def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
         assert f"{top}/{needed}" in names, needed
     with zipfile.ZipFile(wheel) as zf:
         wheel_names = set(zf.namelist())
+        metadata = next(zf.read(n).decode() for n in wheel_names
+                        if n.endswith(".dist-info/METADATA"))
+    # The license as an SPDX expression: setuptools stops building the older table form
+    # (`license = {text = ...}`) after February 2027.
+    assert "License-Expression: Apache-2.0" in metadata.splitlines(), metadata[:2000]
     for needed in ("recalld/daemon/app.py", "recalld/daemon/backup.py", "recalld/ipc/cli.py",
                    "recalld/daemon/py.typed", "recalld/ipc/py.typed"):
         assert needed in wheel_names, needed
