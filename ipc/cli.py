@@ -212,7 +212,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     command: str = ns.command
     try:
         if command in ("install-service", "uninstall-service"):
-            import subprocess  # here, as the install module: a command that runs systemctl
+            import subprocess  # here, like the install module: only these commands run systemctl
 
             try:
                 return _service(command, ns, out, as_json)
