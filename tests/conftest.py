@@ -10,8 +10,9 @@ must stay under 108 bytes); all are stopped and checked at teardown.
 A daemon is a fork of the worker's fork server (tests/forkserver.py: an interpreter that
 has done what ``recalld.daemon.main`` does before it serves, imports included), which
 then runs ``main`` as ``python -m recalld.daemon.main serve`` would; a launcher,
-inherited descriptors, another interpreter environment or a ``backfill_threads``
-setting get a fresh interpreter, as does every daemon with ``RECALLD_TESTS_EXEC_ONLY=1``.
+inherited descriptors or a ``backfill_threads`` setting get a fresh interpreter, as does
+every daemon with ``RECALLD_TESTS_EXEC_ONLY=1``, and another interpreter environment
+gets a fork server of its own.
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ ending with the interpreter's exit steps (non-daemon threads joined, ``atexit``
 handlers).
 
 What a fork cannot give, the factory keeps to a real ``exec`` (``conftest.DaemonFactory``):
-a launcher or inherited descriptors, an interpreter environment (``PYTHON*``, allocator,
-BLAS or loader variables) other than the server's, and a ``backfill_threads`` setting
-(OpenBLAS sizes its pool when numpy is imported). The server preloads only what every
+a launcher or inherited descriptors, and a ``backfill_threads`` setting (OpenBLAS sizes
+its pool when numpy is imported). The variables read when an interpreter starts
+(``PYTHON*``, allocator, BLAS or loader ones) choose the server: a daemon whose values
+differ from the first server's is forked from a server started with them, kept for the
+rest of the session (:class:`ForkServers`). The server preloads only what every
 daemon imports before it serves, so a test that looks for a module a daemon should not
 have loaded (hnswlib, a database driver) still sees the daemon's own choice.
 

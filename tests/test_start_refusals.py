@@ -169,8 +169,6 @@ def test_an_autostarted_daemon_finds_its_data_folder_private(
     wait_gone(pid, "the auto-started daemon to stop on SIGTERM")
 
 
-
-
 def test_a_refused_recorded_workspace_shows_its_recorded_settings(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     if os.getuid() != 0:
