@@ -146,10 +146,11 @@ def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     assert paths(search(daemon, "天气", filters={"date_from": "2026-07-24"})) == [
         "memory/2026-07-24/weekend.md"]
     assert search(daemon, "天气", filters={"date_to": "2026-07-23"})["results"] == []
-    with pytest.raises(InvalidParams):
-        search(daemon, "x", filters={"date_from": "yesterday"})
-    with pytest.raises(InvalidParams):
-        search(daemon, "x", filters={"colour": "red"})
+    for bad in ({"date_from": "yesterday"}, {"date_from": "2026-13-01"},
+                {"date_to": "2026-02-30"}, {"date_from": "２０２６-07-24"},
+                {"date_from": "2026-07-24", "date_to": "2026-07-23"}, {"colour": "red"}):
+        with pytest.raises(InvalidParams):
+            search(daemon, "x", filters=bad)
 
     # "SBB" is only in the wiki node; its neighbour comes back through link expansion.
     res = search(daemon, "SBB")

@@ -17,6 +17,7 @@ identifier-like or very rare query term are ``exact`` and rank first in either m
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from collections.abc import Mapping
@@ -111,17 +112,33 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
         value = raw.get(name)
         if value is None:
             return None
-        if not isinstance(value, str) or len(value) != len(_DATE) or value[4] != "-" or (
-            value[7] != "-") or not (value[:4] + value[5:7] + value[8:]).isdigit():
-            raise InvalidParams(f"filter {name!r} must be a date {_DATE}")
+        if not isinstance(value, str) or not _is_date(value):
+            raise InvalidParams(f"filter {name!r} must be a date {_DATE}, not {value!r}")
         return value
 
+    date_from, date_to = day("date_from"), day("date_to")
+    if date_from and date_to and date_from > date_to:
+        raise InvalidParams(f"filter 'date_from' ({date_from}) is after 'date_to' ({date_to})")
     buckets = strings("bucket")
     for bucket in buckets:
         if "/" in bucket.strip("/") or bucket in (".", ".."):
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
-    return Filters(path_prefixes=strings("path_prefix"), date_from=day("date_from"),
-                   date_to=day("date_to"), buckets=buckets, authors=strings("author"))
+    return Filters(path_prefixes=strings("path_prefix"), date_from=date_from,
+                   date_to=date_to, buckets=buckets, authors=strings("author"))
+
+
+def _is_date(value: str) -> bool:
+    """Is ``value`` a calendar date written ``YYYY-MM-DD`` (ASCII digits)?"""
+    if len(value) != len(_DATE) or value[4] != "-" or value[7] != "-":
+        return False
+    digits = value[:4] + value[5:7] + value[8:]
+    if not (digits.isascii() and digits.isdigit()):
+        return False
+    try:
+        datetime.date(int(value[:4]), int(value[5:7]), int(value[8:]))
+    except ValueError:
+        return False
+    return True
 
 
 def _result(chunk: StoredChunk, score: float, keyword: float | None,
