@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
 from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.state import IndexState
 
 FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md"}
 
@@ -173,3 +174,36 @@ def test_a_graph_counts_its_edges_as_files_come_and_go(
             graph.add_file(src, [Link(src, d, "link", i + 1) for i, d in enumerate(dsts)]
                            + [Link("other.md", "a.md", "link", 1)])
     assert len(graph) == len(graph.to_records())
+
+
+def test_a_link_resolves_when_its_target_comes_later(tmp_path: Path) -> None:
+    # A note applied before the note it links to by name (written first, or in an
+    # earlier batch of a pass) gets the edge once that note is applied.
+    (tmp_path / "memory/2026-07-01").mkdir(parents=True)
+    (tmp_path / "digest/wiki").mkdir(parents=True)
+    (tmp_path / "memory/2026-07-01/a.md").write_text(
+        "# A\nsee [[Zed Notes|the notes]]\nand [[ zed notes#Part ]] and [[Nowhere]]\n")
+    (tmp_path / "digest/wiki/Zed Notes.md").write_text("# Zed\nzed body\n")
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, ["memory/2026-07-01/a.md"], max_chars=2000,
+                               digests={})])
+    assert all(not lk.resolved for lk in state.graph.outgoing("memory/2026-07-01/a.md"))
+    assert state.neighbours("memory/2026-07-01/a.md") == []
+    state.apply([prepare_files(tmp_path, ["digest/wiki/Zed Notes.md"], max_chars=2000,
+                               digests={})])
+    links = state.graph.outgoing("memory/2026-07-01/a.md")
+    assert [(lk.dst, lk.resolved, lk.alias, lk.heading) for lk in links] == [
+        ("digest/wiki/Zed Notes.md", True, "the notes", ""),
+        ("digest/wiki/Zed Notes.md", True, "", "Part"),
+        ("Nowhere", False, "", "")]
+    assert state.neighbours("digest/wiki/Zed Notes.md") == ["memory/2026-07-01/a.md"]
+    # The name still waited for is listed, whatever its case; the resolved one is not.
+    assert state.graph.waiting_for("NOWHERE") == ["memory/2026-07-01/a.md"]
+    assert state.graph.waiting_for("zed notes") == []
+    # A graph loaded from its records waits for the same names.
+    loaded = LinkGraph.from_records(json.loads(json.dumps(state.graph.to_records())))
+    assert loaded.waiting_for("nowhere") == ["memory/2026-07-01/a.md"]
+    (tmp_path / "memory/2026-07-01/a.md").unlink()
+    state.apply([prepare_files(tmp_path, ["memory/2026-07-01/a.md"], max_chars=2000,
+                               digests={})])
+    assert state.graph.waiting_for("nowhere") == []

@@ -7,8 +7,10 @@ list of JSON-able records by the caller (``file_graph/default.jsonl.zst``).
 Targets are normalized to workspace-relative POSIX paths where they resolve: a target with a
 ``/`` or an ``.md`` suffix is taken as a path from the workspace root (``[[digest/wiki/foo]]`` ->
 ``digest/wiki/foo.md``); a bare name is passed to the caller's ``resolve(name)``, which knows the
-workspace's files. Unresolved targets are kept as written (``resolved`` false) so the edge appears
-once the target file exists and the source is re-extracted.
+workspace's files. Unresolved targets are kept as written (``resolved`` false); the graph lists
+the sources waiting for each name (:meth:`LinkGraph.waiting_for`), so that the edge is resolved
+as soon as a file of that name is indexed (``IndexState.apply``), in whatever order the files
+came.
 """
 
 from __future__ import annotations
@@ -198,12 +200,33 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
     return out
 
 
+def _name_key(name: str) -> str:
+    return name.strip().lower()
+
+
+def _uncount(index: dict[str, dict[str, int]], key: str, src: str) -> None:
+    """One edge of ``src`` fewer under ``key`` of ``index``."""
+    srcs = index.get(key)
+    if srcs is None:
+        return
+    left = srcs.get(src, 0) - 1
+    if left > 0:
+        srcs[src] = left
+    else:
+        srcs.pop(src, None)
+        if not srcs:
+            del index[key]
+
+
 class LinkGraph:
     """Directed edges between files, queryable in both directions."""
 
     def __init__(self) -> None:
         self._out: dict[str, list[Link]] = {}
         self._in: dict[str, dict[str, int]] = {}  # dst -> {src: number of edges}
+        # The names of unresolved edges (lowercase, as ``resolve`` takes them) -> the
+        # sources holding such an edge, with how many.
+        self._dangling: dict[str, dict[str, int]] = {}
         # Counted as edges come and go: status asks for it on every call, also while an
         # apply in a worker thread changes ``_out`` (which it must not iterate then).
         self._edges = 0
@@ -222,22 +245,22 @@ class LinkGraph:
         for lk in edges:
             srcs = self._in.setdefault(lk.dst, {})
             srcs[path] = srcs.get(path, 0) + 1
+            if not lk.resolved:
+                srcs = self._dangling.setdefault(_name_key(lk.dst), {})
+                srcs[path] = srcs.get(path, 0) + 1
 
     def remove_file(self, path: str) -> None:
         """Drop ``path``'s outgoing edges; edges pointing at it stay (they may resolve again)."""
         edges = self._out.pop(path, [])
         self._edges -= len(edges)
         for lk in edges:
-            srcs = self._in.get(lk.dst)
-            if srcs is None:
-                continue
-            left = srcs.get(path, 0) - 1
-            if left > 0:
-                srcs[path] = left
-            else:
-                srcs.pop(path, None)
-                if not srcs:
-                    del self._in[lk.dst]
+            _uncount(self._in, lk.dst, path)
+            if not lk.resolved:
+                _uncount(self._dangling, _name_key(lk.dst), path)
+
+    def waiting_for(self, name: str) -> list[str]:
+        """The files with an unresolved edge to the bare name ``name`` (any case)."""
+        return sorted(self._dangling.get(_name_key(name), ()))
 
     def outgoing(self, path: str) -> list[Link]:
         return list(self._out.get(path, ()))

@@ -229,6 +229,7 @@ class IndexState:
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
         made: list[FileInfo] = []  # files given new chunks: left out if the index fails
+        waiting: set[str] = set()  # files whose unresolved links a file applied may resolve
         first_key = self.next_key
         try:
             for batch, to_global in zip(batches, own_ids, strict=True):
@@ -273,6 +274,7 @@ class IndexState:
                         self._by_stem[_stem(prep.path)] = prep.path
                     self.graph.add_file(prep.path,
                                         resolve_links(prep.path, prep.links, self.resolve))
+                    waiting.update(self.graph.waiting_for(_stem(prep.path)))
                 if keys:
                     slab = batch.slab
                     if to_global is not None:
@@ -293,6 +295,11 @@ class IndexState:
             raise
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
+        # Links to a name no file had when their note was applied (a note written before
+        # the one it links to, or applied before it in a pass) resolve now.
+        for path in sorted(waiting & self.files.keys()):
+            self.graph.add_file(path, resolve_links(path, self.graph.outgoing(path),
+                                                    self.resolve))
         return ApplyStats(added, updated, deleted, unchanged, tuple(unreadable))
 
     def end_pass(self) -> list[str]:
