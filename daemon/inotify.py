@@ -8,10 +8,11 @@ source at once, and cancellation is immediate.
 
 Owns one inotify instance per run with one watch per directory below the roots. New and
 moved-in directories get watches as they appear (their files are reported through the
-directory event; the watcher expands it). A directory moved away loses its watches, so
-stale paths never leak out. Queue overflow (``IN_Q_OVERFLOW``: the kernel dropped events)
-and a full watch table (``ENOSPC``: ``fs.inotify.max_user_watches``) raise
-:class:`WatchError`; the watcher then reconciles and restarts the source with backoff.
+directory event, ``Change.folder`` whatever the directory's name; the watcher expands
+it). A directory moved away loses its watches, so stale paths never leak out. Queue
+overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and a full watch table
+(``ENOSPC``: ``fs.inotify.max_user_watches``) raise :class:`WatchError`; the watcher
+then reconciles and restarts the source with backoff.
 Losing a root (deleted or moved) is reported as a deletion of the root itself.
 """
 
@@ -195,7 +196,8 @@ class InotifySource:
                     new_dirs.append(path)
                 elif mask & IN_MOVED_FROM:
                     notify.forget_tree(path)
-            if mask & (IN_CREATE | IN_MOVED_TO):
+                batch.add((Change.folder, path))
+            elif mask & (IN_CREATE | IN_MOVED_TO):
                 batch.add((Change.added, path))
             elif mask & (IN_DELETE | IN_MOVED_FROM):
                 batch.add((Change.deleted, path))

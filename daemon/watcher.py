@@ -181,7 +181,10 @@ class Watcher:
                 continue
             if self._rescan is not None:
                 continue  # a full reconcile is owed anyway
-            if self.is_note(rel):
+            if change == Change.folder:
+                if not self._paths.passed_by(rel):
+                    self._pending_dirs.add(rel)
+            elif self.is_note(rel):
                 self._pending.add(rel)
             elif self._paths.maybe_dir(rel):
                 self._pending_dirs.add(rel)

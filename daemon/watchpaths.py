@@ -62,21 +62,24 @@ class WatchedRoots:
                 return rel
         return None
 
-    def _ignored(self, rel: str) -> bool:
+    def passed_by(self, rel: str) -> bool:
+        """Whether the watcher passes the workspace-relative ``rel`` by (see
+        :func:`passed_by`)."""
         return passed_by(rel, self._ignore_dirs)
 
     def is_note(self, rel: str) -> bool:
         """Whether a workspace-relative path names a file the consumer indexes."""
         name = rel.rsplit("/", 1)[-1]
-        return (not self._ignored(rel) and name.endswith(self._suffixes)
+        return (not self.passed_by(rel) and name.endswith(self._suffixes)
                 and name not in _JUNK_NAMES)
 
     def maybe_dir(self, rel: str) -> bool:
-        """Whether a workspace-relative path that is no note may name a folder."""
+        """Whether a workspace-relative path that is no note may name a folder (for a
+        source that does not say which paths are folders: see ``Change.folder``)."""
         # Directory names in a workspace are dates and buckets; names with a suffix or
         # an editor's marks are files that are not notes (swap, backup, probe).
         name = rel.rsplit("/", 1)[-1]
-        return not (self._ignored(rel) or "." in name or name.endswith("~")
+        return not (self.passed_by(rel) or "." in name or name.endswith("~")
                     or name.startswith("#") or name in _JUNK_NAMES)
 
     # -- disk scans (worker threads) ---------------------------------------------------------

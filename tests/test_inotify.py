@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from watchfiles import Change
 
 from recalld.daemon import inotify
 from recalld.daemon.libc import libc
-from recalld.daemon.watchsource import RawChange, WatchError
+from recalld.daemon.watchsource import Change, RawChange, WatchError
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
 
@@ -60,22 +59,28 @@ async def test_files_and_directories_are_reported(tmp_path: Path) -> None:
         # A new directory is watched at once: a file written into it later is seen.
         day = root / "2026-01-02"
         day.mkdir()
-        await seen.wait_for((Change.added, str(day)))
+        await seen.wait_for((Change.folder, str(day)))
+        # Whatever its name: one with a dot, or a note's name.
+        for name in ("v1.2 notes", "old.md"):
+            (root / name).mkdir()
+            await seen.wait_for((Change.folder, str(root / name)))
         late = day / "late.md"
         late.write_text("x")
         await seen.wait_for((Change.added, str(late)))
 
         # Moving a directory within the tree keeps its files watched under the new name.
         moved = root / "2026-01-03"
+        seen.changes.clear()
         day.rename(moved)
-        await seen.wait_for((Change.deleted, str(day)), (Change.added, str(moved)))
+        await seen.wait_for((Change.folder, str(day)), (Change.folder, str(moved)))
         (moved / "late.md").write_text("y")
         await seen.wait_for((Change.modified, str(moved / "late.md")))
 
         # Moved out: its watches go, no stale paths are reported afterwards.
         outside = tmp_path / "outside"
+        seen.changes.clear()
         moved.rename(outside)
-        await seen.wait_for((Change.deleted, str(moved)))
+        await seen.wait_for((Change.folder, str(moved)))
         seen.changes.clear()
         (outside / "late.md").write_text("z")
         (root / "2026-01-01" / "b.md").unlink()
@@ -87,7 +92,7 @@ async def test_files_and_directories_are_reported(tmp_path: Path) -> None:
         incoming.mkdir()
         (incoming / "c.md").write_text("c")
         shutil.move(str(incoming), str(root / "2026-01-04"))
-        await seen.wait_for((Change.added, str(root / "2026-01-04")))
+        await seen.wait_for((Change.folder, str(root / "2026-01-04")))
         (root / "2026-01-04" / "c.md").write_text("cc")
         await seen.wait_for((Change.modified, str(root / "2026-01-04" / "c.md")))
         nursery.cancel_scope.cancel()
