@@ -6,6 +6,7 @@ tested under the fake clock in test_retry.py.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,6 +176,24 @@ async def test_missing_vectors_detected(backend: str, fake: FakeProvider,
     fake.script(Reply(missing=1))
     with pytest.raises(ProviderBadResponse, match="asked for 3 vectors, got 2"):
         await client.embed(["a", "b", "c"])
+
+
+async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    client = make(fake, bridge)
+    texts = ["alpha", "beta", "gamma"]
+    vecs = [fake_vector(t, DIMS).tolist() for t in texts]
+    # Out of order, with the zero index left out as answers in protobuf style do.
+    items: list[dict[str, object]] = [{"index": 2, "embedding": vecs[2]},
+                                      {"embedding": vecs[0]},
+                                      {"index": 1, "embedding": vecs[1]}]
+    fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+    np.testing.assert_allclose(await client.embed(texts), expected(texts), rtol=1e-5,
+                               atol=1e-6)
+    for index in ("1", None, 1.5, True):
+        items = [{"index": 0, "embedding": vecs[0]}, {"index": index, "embedding": vecs[1]}]
+        fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+        with pytest.raises(ProviderBadResponse, match="'index' is not an integer"):
+            await client.embed(texts[:2])
 
 
 @pytest.mark.parametrize("backend", REMOTE)

@@ -140,6 +140,16 @@ def _field(obj: object, *path: str, what: str) -> object:
     return cur
 
 
+def _in_order(items: list[object], key: str, *, what: str) -> list[object]:
+    """The vectors' ``items`` in the order of the texts, by their ``key``: a missing one
+    counts as 0 (answers in protobuf style leave zero values out), equal ones keep the
+    answer's order. An index that is not an integer is a broken answer."""
+    indices = [item.get(key, 0) if isinstance(item, dict) else 0 for item in items]
+    if not all(type(i) is int for i in indices):
+        raise ProviderBadResponse(f"{what}: a vector's '{key}' is not an integer")
+    return [items[j] for j in sorted(range(len(items)), key=indices.__getitem__)]
+
+
 class WireFormat:
     """One provider's request/response format. Pure functions of config and data."""
 
@@ -190,8 +200,8 @@ class OpenAIFormat(WireFormat):
         data = _field(_loads(body, self.name), "data", what=self.name)
         if not isinstance(data, list):
             raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
-        items = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
-        return [_field(item, "embedding", what=self.name) for item in items]
+        return [_field(item, "embedding", what=self.name)
+                for item in _in_order(data, "index", what=self.name)]
 
 
 class DashScopeFormat(WireFormat):
@@ -218,9 +228,8 @@ class DashScopeFormat(WireFormat):
         embs = _field(_loads(body, self.name), "output", "embeddings", what=self.name)
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'output.embeddings' is not a list")
-        items = sorted(embs, key=lambda d: d.get(self.index_key, 0) if isinstance(d, dict)
-                       else 0)
-        return [_field(item, "embedding", what=self.name) for item in items]
+        return [_field(item, "embedding", what=self.name)
+                for item in _in_order(embs, self.index_key, what=self.name)]
 
 
 class DashScopeMultimodalFormat(DashScopeFormat):
