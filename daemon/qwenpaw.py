@@ -82,7 +82,10 @@ class Classified:
 
 def memory_part(config: Mapping[str, object]) -> Mapping[str, object]:
     """The memory settings inside ``config``: a whole ``agent.json``, its ``running``
-    part, or the ``reme_light_memory_config`` itself (returned as is)."""
+    part, or the ``reme_light_memory_config`` itself (returned as is).
+
+    An ``agent.json`` whose ``running`` part holds no memory settings (QwenPaw's
+    defaults) has none: its other fields (``max_iters``...) are not memory settings."""
     running = config.get("running")
     if isinstance(running, Mapping):
         config = running
@@ -90,7 +93,7 @@ def memory_part(config: Mapping[str, object]) -> Mapping[str, object]:
         part = config.get(key)
         if isinstance(part, Mapping):
             return part
-    return config
+    return {} if isinstance(running, Mapping) else config
 
 
 def looks_like_agent_json(config: Mapping[str, object]) -> bool:

@@ -105,3 +105,24 @@ def test_import_without_agent_json_or_vectors(daemon: DaemonHandle, tmp_path: Pa
     assert "not valid JSON" in proc.stderr
     proc = cli(daemon, "import-qwenpaw", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_import_of_an_agent_json_without_memory_settings(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # QwenPaw's `running` holds more than memory (max_iters, context settings...); an
+    # agent.json whose memory settings are left out (or null) means QwenPaw's defaults.
+    running = {"max_iters": 50, "max_input_length": 131072, "llm_retry_enabled": True,
+               "light_context_config": {"strategy": "scroll"}}
+    for name, extra in (("bare", {}), ("nulled", {"reme_light_memory_config": None})):
+        ws = tmp_path / name
+        (ws / "memory" / "2026-01-02").mkdir(parents=True)
+        (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
+        (ws / "agent.json").write_text(json.dumps(
+            {"id": f"paw-{name}", "name": "Paw", "language": "zh",
+             "channels": {"console": {"enabled": True}},
+             "running": {**running, **extra}}), "utf-8")
+        proc = cli(daemon, "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        assert f"as agent paw-{name}" in proc.stdout and "notes:    1" in proc.stdout
+        hits = daemon.call("memory.search", {"agent_id": f"paw-{name}", "query": "fern"})
+        assert [h["path"] for h in hits["results"]] == ["memory/2026-01-02/n.md"]

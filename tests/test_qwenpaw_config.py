@@ -113,3 +113,10 @@ def test_the_readme_lists_every_ignored_field_with_its_reason() -> None:
     for name in [*qwenpaw.IGNORED_WORKSPACE, *(f"embedding_model_config.{k}"
                                                for k in qwenpaw.IGNORED_EMBEDDING)]:
         assert f"`{name}`" in readme, name
+
+
+def test_an_agent_json_without_memory_settings_means_the_defaults() -> None:
+    running = {"max_iters": 50, "max_input_length": 131072, "memory_compact_ratio": 0.75}
+    for agent in ({"id": "paw", "running": running},
+                  {"id": "paw", "running": {**running, "reme_light_memory_config": None}}):
+        assert config.WorkspaceSettings().merged(agent) == config.WorkspaceSettings()
