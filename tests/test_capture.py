@@ -91,6 +91,33 @@ def test_idle_session_is_written_without_a_flush(daemon_factory: Any, fake: Fake
     assert len(memory_jobs(d)) == 1
 
 
+def test_turns_of_a_failed_job_are_written_by_a_retry(daemon_factory: Any,
+                                                      fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=2.0))
+    # The idle flush's job meets a broken answer; nobody adds a turn or flushes again.
+    fake.script(Reply(raw=b'{"choices": [{"message": '), write_note("fern", "- Has a fern"),
+                done())
+    add(d, "s1", turn("I keep a fern on the balcony."))
+
+    def failure() -> list[str]:
+        return [r for r in health(d).get("reasons", []) if "last auto_memory job" in r]
+
+    (reason,) = wait_for(failure, "health naming the failed job")
+    assert "not valid JSON" in reason and "next try in" in reason, reason
+    note = wait_for(lambda: notes(root), "the note written by the retry")
+    assert "fern" in note[0].read_text()
+    wait_for(lambda: all(j["state"] not in ACTIVE for j in memory_jobs(d)))
+    jobs = sorted(memory_jobs(d), key=lambda j: j["submitted_at"])
+    assert [(j["params"]["trigger"], j["state"]) for j in jobs] == [
+        ("idle", "failed"), ("retry", "succeeded")], jobs
+    assert "not valid JSON" in jobs[0]["error"]
+    assert add(d, "s1", [])["pending_turns"] == 0
+    dialog = (root / "mem_session/dialog/s1.jsonl").read_text().splitlines()
+    assert sum("fern" in line for line in dialog) == 1
+
+
 def test_graceful_stop_writes_pending_turns(daemon_factory: Any, fake: FakeProvider,
                                             tmp_path: Path) -> None:
     root = tmp_path / "ws"

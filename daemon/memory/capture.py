@@ -12,6 +12,11 @@ Owns the decision to submit an ``auto_memory`` job for a session, whatever asks 
   session with turns no job covers, then awaited up to the stop deadline; a job still
   queued or running when the daemon stops is resumed after the restart.
 
+A job that fails (the chat model unreachable, a broken answer) leaves its turns pending;
+while the idle flush is on, the session is looked at again ``auto_memory_idle_s`` after
+each submission and, if its turns still wait with no job under way, submitted again
+(trigger ``retry``), the wait doubling up to an hour while the failures go on.
+
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
 and its note) count as active at that moment, so the idle flush writes them after
 ``auto_memory_idle_s``. Without a chat model nothing is submitted: the turns stay on
@@ -38,6 +43,8 @@ from recalld.ipc.errors import NotFound, RecalldError
 log = logging.getLogger(__name__)
 
 ACTIVE = ("queued", "running")
+#: The longest wait between two retries of a session whose auto_memory jobs fail.
+RETRY_CAP_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,9 @@ class SessionFlusher:
         self._has_chat_model = has_chat_model
         #: trio time of each session's last turn, for sessions an idle flush may concern.
         self._active: dict[str, float] = {}
+        #: Sessions with a job submitted: when to look whether their turns still wait,
+        #: and how many jobs in a row were submitted for them.
+        self._retry: dict[str, tuple[float, int]] = {}
         self._wake = trio.Event()
         self.idle_flushes = 0
 
@@ -87,6 +97,15 @@ class SessionFlusher:
                                          "trigger": trigger})
         await self.store.mark_submitted(session_id, upto, job_id, request_id,
                                         answer(job_id) if answer is not None else {})
+        idle_s = self._idle_s()
+        if math.isinf(idle_s):  # no timed flush at all, no retry either
+            self._retry.pop(session_id, None)
+        else:
+            attempts = self._retry.get(session_id, (0.0, 0))[1] + 1 if trigger == "retry" else 1
+            self._retry[session_id] = (
+                trio.current_time() + min(idle_s * 2 ** (attempts - 1), RETRY_CAP_S),
+                attempts)
+            self._wake.set()
         return job_id
 
     async def flush(self, session_id: str, trigger: str = "flush") -> str | None:
@@ -127,7 +146,8 @@ class SessionFlusher:
         while True:
             self._wake = trio.Event()
             idle_s = self._idle_s()
-            due_at = min(self._active.values(), default=math.inf) + idle_s
+            due_at = min(min(self._active.values(), default=math.inf) + idle_s,
+                         min((due for due, _ in self._retry.values()), default=math.inf))
             with trio.move_on_at(due_at):
                 await self._wake.wait()
             now = trio.current_time()
@@ -138,6 +158,25 @@ class SessionFlusher:
                 if self._has_chat_model() and await self._flush_quietly(
                         session_id, "idle") is not None:
                     self.idle_flushes += 1
+            await self._retry_failed(trio.current_time())
+
+    async def _retry_failed(self, now: float) -> None:
+        """Submit again the sessions whose job ended with their turns still waiting."""
+        for session_id, (due, attempts) in list(self._retry.items()):
+            if due > now:
+                continue
+            added = self.store.info(session_id)
+            if not self._has_chat_model() or added.pending_messages == 0:
+                del self._retry[session_id]  # all written (or nothing can write them)
+            elif self.job_active(added.last_job_id):
+                self._retry[session_id] = (now + self._idle_s(), attempts)
+            else:
+                log.info("auto_memory of %s/%s: the last job left %d message(s) "
+                         "pending; submitting again", self.ws.agent_id, session_id,
+                         added.pending_messages)
+                await self._flush_quietly(session_id, "retry")
+                if session_id in self._retry and self._retry[session_id][0] <= now:
+                    del self._retry[session_id]  # the flush failed: not again and again
 
     async def flush_for_stop(self, deadline_s: float) -> None:
         """Queue auto_memory for every session with turns no job covers, then wait for
@@ -165,6 +204,10 @@ class SessionFlusher:
             reason = "no chat model configured"
         elif any(self.covered(self.store.info(s)) for s in sessions):
             reason = "auto_memory job queued or running"
+        elif retried := [s for s in sessions if s in self._retry]:
+            due = min(self._retry[s][0] for s in retried) - trio.current_time()
+            reason = (f"the last auto_memory job left them pending "
+                      f"({self._last_error(retried)}); next try in {max(due, 0):.0f} s")
         else:
             idle = self.ws.settings.auto_memory_idle_s
             interval = self.ws.settings.auto_memory_interval
@@ -172,6 +215,17 @@ class SessionFlusher:
                 [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
             reason = "waiting for " + " or ".join(triggers)
         return Waiting(messages=messages, sessions=len(sessions), reason=reason)
+
+    def _last_error(self, sessions: list[str]) -> str:
+        for session_id in sessions:
+            job_id = self.store.info(session_id).last_job_id
+            try:
+                job = self.jobs.get(self.ws.agent_id, job_id) if job_id else None
+            except NotFound:
+                continue
+            if job is not None and job.get("error"):
+                return f"{job['state']}: {job['error']}"
+        return "not finished"
 
     def waiting_reason(self) -> str | None:
         """One line for ``health``: what waits for auto_memory and why; None if nothing."""
