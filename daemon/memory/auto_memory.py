@@ -9,7 +9,10 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
    decisions and preferences into the session's note of the day through ``daily_write``
    (one note per session per day: a second write updates it; the tools refuse touching
    another session's note), with the current note in the prompt so it is merged, not
-   duplicated; model-written text is redacted again (by the file operations);
+   duplicated; model-written text is redacted again (by the file operations). Turns
+   longer than one prompt (``MAX_PROMPT_CHARS``) go in consecutive parts, a turn longer
+   than that in numbered pieces, each part with the note as the part before left it;
+   the turns a part finished are saved and committed before the next part is sent;
 3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (rewritten atomically;
    turns already there are not repeated, so a re-run after a crash adds nothing twice);
 4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
@@ -35,6 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import NotRequired, TypedDict
 
@@ -112,22 +116,67 @@ class CaptureResult(TypedDict):
     log: NotRequired[str | None]
 
 
-def _conversation_text(turns: list[JsonObject]) -> str:
-    lines = [f"{t['role']}: {t['content']}" for t in turns]
-    text = "\n\n".join(lines)
-    if len(text) > MAX_PROMPT_CHARS:
-        text = "[earlier turns cut]\n\n" + text[-MAX_PROMPT_CHARS:]
-    return text
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """Turns as one prompt's conversation text, and the seq of the last turn it ends
+    (None: it ends inside a turn that goes on in the next part)."""
+
+    text: str
+    done: int | None
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """``text`` in pieces of at most ``size`` characters that join to it again, cut
+    after a line or a word where one ends in the piece's second half."""
+    out: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        at = max(text.rfind("\n", start + size // 2, end), text.rfind(" ", start + size // 2, end))
+        end = at + 1 if at >= 0 else end
+        out.append(text[start:end])
+        start = end
+    out.append(text[start:])
+    return out
+
+
+def _conversation_parts(turns: list[JsonObject]) -> list[_Part]:
+    """The turns as conversation texts of at most ``MAX_PROMPT_CHARS`` each, in order:
+    nothing is left out; a turn longer than one prompt is split into numbered pieces."""
+    piece_chars = MAX_PROMPT_CHARS - 100  # room for the piece's label
+    parts: list[_Part] = []
+    lines: list[str] = []
+    size = 0
+    done: int | None = None
+    for t in turns:
+        role, content, seq = t["role"], str(t["content"]), t["seq"]
+        if len(content) <= piece_chars:
+            pieces = [f"{role}: {content}"]
+        else:
+            cut = _pieces(content, piece_chars)
+            pieces = [f"{role} (part {k + 1} of {len(cut)}): {piece}"
+                      for k, piece in enumerate(cut)]
+        for k, piece in enumerate(pieces):
+            if lines and size + len(piece) > MAX_PROMPT_CHARS:
+                parts.append(_Part("\n\n".join(lines), done))
+                lines, size, done = [], 0, None
+            lines.append(piece)
+            size += len(piece) + 2
+            if k == len(pieces) - 1 and isinstance(seq, int):
+                done = seq
+    if lines:
+        parts.append(_Part("\n\n".join(lines), done))
+    return parts
 
 
 def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | None,
-            turns: list[JsonObject]) -> list[ChatMessage]:
+            conversation: str) -> list[ChatMessage]:
     if note_path is not None and note_text is not None:
         current = f"The note of this conversation for {date} ({note_path}):\n\n{note_text}"
     else:
         current = f"This conversation has no note for {date} yet."
     user = (f"Date: {date}\nConversation id: {session_id}\n\n{current}\n\n"
-            f"New turns of the conversation:\n\n{_conversation_text(turns)}")
+            f"New turns of the conversation:\n\n{conversation}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
@@ -342,16 +391,38 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 session_id, job.job_id, date, len(turns),
                 trigger=trigger if isinstance(trigger, str) else None, note=note_path,
                 refused=tools.refused)
+            parts = _conversation_parts(turns)
+            steps, calls, finished, final_text = 0, list[str](), True, ""
             try:
-                result = await run_tools(
-                    chat, _prompt(session_id, date, note_path, note_text, turns),
-                    ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
-                    deadline_s=DEADLINE_S,
-                    on_step=lambda step, msg: job.set_progress(1, 4,
-                                                               f"model step {step}: {msg}"))
+                for i, part in enumerate(parts):
+                    if i:  # the note as the part before left it
+                        note_path = await ops.session_note(session_id, date)
+                        note_text = await ops.read_text(note_path) if note_path else None
+                    where = f"part {i + 1} of {len(parts)}, " if len(parts) > 1 else ""
+                    changes_before = len(ops.changes)
+
+                    def on_step(step: int, msg: str, where: str = where) -> None:
+                        job.set_progress(1, 4, f"{where}model step {step}: {msg}")
+
+                    result = await run_tools(
+                        chat, _prompt(session_id, date, note_path, note_text, part.text),
+                        ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
+                        deadline_s=DEADLINE_S, on_step=on_step)
+                    steps += result.steps
+                    calls += result.tool_calls_made
+                    finished = finished and result.finished
+                    final_text = result.final_text
+                    if not result.finished and len(ops.changes) == changes_before:
+                        raise JobFailed(
+                            f"the chat model did not finish within {MAX_STEPS} steps")
+                    if i < len(parts) - 1 and part.done is not None:
+                        # The turns the model has seen are memory now: a later part's
+                        # failure does not send them again.
+                        await _append_dialog(ws, session_id, [
+                            t for t in turns if isinstance(t["seq"], int)
+                            and t["seq"] <= part.done])
+                        await store.commit(session_id, part.done)
                 notes = sorted({c.path for c in ops.changes})
-                if not result.finished and not notes:
-                    raise JobFailed(f"the chat model did not finish within {MAX_STEPS} steps")
             except RecalldError as exc:
                 run_log.error = exc.message
                 await _write_log(ws, ops, run_log)
@@ -376,8 +447,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
                 "note": note, "changed": changed, "dialog": dialog,
-                "steps": result.steps, "tool_calls": result.tool_calls_made,
-                "finished": result.finished, "model_text": redact(result.final_text[:500]),
+                "steps": steps, "tool_calls": calls,
+                "finished": finished, "model_text": redact(final_text[:500]),
                 "inbox_item": item["id"] if item else None,
                 "refused": tools.refused, "log": log_rel,
             }
