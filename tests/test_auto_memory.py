@@ -252,6 +252,10 @@ def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
         (Reply(json={"id": "x", "object": "chat.completion", "choices": []}), "no choices"),
         (Reply(raw=b"<html>oops</html>"), "not valid JSON"),
         (Reply(status=400), "HTTP 400"),
+        (Reply(json={"choices": [{"message": {"role": "assistant", "content": [
+            {"type": "text", "text": None}]}}]}), "content part 0 has no text"),
+        (Reply(json={"error": {"message": "model overloaded", "code": 1302}}),
+         "model overloaded"),
     ]:
         fake.script(reply)
         job = wait_job(d, add(d, "s", [], flush=True)["job_id"])

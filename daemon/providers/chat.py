@@ -169,6 +169,18 @@ def _parse_tool_call(raw: object, index: int) -> ToolCall:
                     arguments=args)
 
 
+def _part_text(part: object, index: int) -> str:
+    """The text of one content part ('' for a part without text)."""
+    if not isinstance(part, dict):
+        return ""
+    text = part.get("text")
+    if isinstance(text, str):
+        return text
+    if part.get("type", "text") == "text":
+        raise _bad(f"message content part {index} has no text")
+    return ""
+
+
 def parse_chat_response(body: bytes) -> ChatResult:
     """Parse a chat.completion answer; malformed answers raise ProviderBadResponse."""
     try:
@@ -179,6 +191,9 @@ def parse_chat_response(body: bytes) -> ChatResult:
         raise _bad("answer is not a JSON object")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
+        error = data.get("error")  # some servers answer an error with status 200
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            raise _bad(f"answer has no choices but an error: {error['message'][:500]}")
         raise _bad("answer has no choices")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -187,7 +202,7 @@ def parse_chat_response(body: bytes) -> ChatResult:
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(_part_text(p, i) for i, p in enumerate(content))
         else:
             raise _bad("message content is not text")
     raw_calls = message.get("tool_calls") or []
