@@ -317,6 +317,26 @@ def test_pending_turns_survive_a_restart(daemon_factory: Any, fake: FakeProvider
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "agent_loop.py"
 
 
+def test_a_retry_after_a_crash_before_the_answer_was_recorded(daemon_factory: Any,
+                                                              tmp_path: Path) -> None:
+    # The turns are stored (one log record), then the answer (another): a daemon killed
+    # between the two still answers a retry of the request in full, adding nothing.
+    root = tmp_path / "ws"
+    cfg = config(root, None, interval=0)
+    d = daemon_factory(cfg)
+    add(d, "s", turn("I live in Basel."))
+    first = add(d, "s", turn("My bike is green."), request_id="r2")
+    assert d.stop() == 0
+    log = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert b'"op":"answer"' in lines[-1]
+    log.write_bytes(b"".join(lines[:-1]))  # the state a kill between the two leaves
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert add(d2, "s", turn("My bike is green."), request_id="r2") == first
+    assert first == {"session_id": "s", "added_messages": 2, "pending_turns": 2,
+                     "pending_messages": 4, "user_turns_total": 2}
+
+
 def test_example_agent_loop_runs_one_turn(daemon_factory: Any, fake: FakeProvider,
                                           tmp_path: Path) -> None:
     root = tmp_path / "ws"

@@ -370,7 +370,15 @@ class SessionStore:
                                "user_seqs": user_seqs, "upto": self._seq}
         if request_id is not None:
             record["request_id"] = request_id
-            record["answer"] = dict(answer or {})
+            if answer is None:
+                # The session's counters after this add: the answer a retry gets should
+                # the daemon stop before the caller records the final one.
+                s = self._sessions.get(session_id) or _Session()
+                answer = {"session_id": session_id, "added_messages": len(stamped),
+                          "pending_turns": len(s.user_seqs) + len(user_seqs),
+                          "pending_messages": len(s.seqs) + len(stamped),
+                          "user_turns_total": s.user_turns_total + record["user_turns"]}
+            record["answer"] = dict(answer)
         await self._append([record])
         return self._added(session_id)
 
