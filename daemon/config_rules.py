@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from recalld.daemon.watchpaths import IGNORE_DIRS
 
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
-AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 AGENT_ID_RULE = "1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
 EMBEDDING_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama",
                       "local")

@@ -25,7 +25,7 @@ DROPPED_TOPIC = "events.dropped"
 DEFAULT_MAX_QUEUED = 256
 #: Whether a subscriber may see an event, by its payload.
 Accept = Callable[[Mapping[str, object]], bool]
-_TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)$")
+_TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)\Z")
 
 
 def check_topic_pattern(pattern: object) -> str:

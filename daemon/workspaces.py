@@ -53,7 +53,7 @@ State = Literal["opening", "ready", "closing", "closed", "failed"]
 #: sections of :class:`recalld.ipc.answers.WorkspaceInfo`).
 StatusName = Literal["index", "health", "vectors", "sessions", "capture", "inbox", "dream",
                      "resource", "chat", "remote"]
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 
 def check_agent_id(agent_id: object) -> str:

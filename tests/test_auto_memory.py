@@ -552,3 +552,21 @@ def test_a_failed_part_keeps_the_parts_before_it(daemon_factory: Any, fake: Fake
     assert said == ["first " * 9949 + "first", "Noted."]
     job = wait_job(d, add(d, "two", [], flush=True)["job_id"])
     assert job["state"] == "succeeded" and job["result"]["turns"] == 2, job
+
+
+def test_ids_with_a_trailing_newline_are_refused(daemon_factory: Any, tmp_path: Path) -> None:
+    # They would become other workspaces, files and frontmatter values than the ids
+    # without it ("default\n" beside "default", mem_session/dialog/"s\n".jsonl).
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, None))
+    for agent_id in ("default\n", "x\n", "w\n"):
+        with pytest.raises(InvalidParams):
+            d.call("workspace.open", {"agent_id": agent_id})
+    for session_id in ("s\n", "s\r\n", "s\n\n"):
+        with pytest.raises(InvalidParams):
+            add(d, session_id, turn("My cat is called Pixel."))
+    with d.connect() as conn, pytest.raises(InvalidParams):
+        conn.call("events.subscribe", {"topics": ["inbox.item\n"]})
+    assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default", "w"]
+    assert add(d, "s", [])["pending_messages"] == 0
+    assert [p for p in tmp_path.rglob("*") if "\n" in p.name] == []

@@ -26,7 +26,7 @@ _RECALL = re.compile(
 )
 _DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
-_SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+_SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
 
 
 def check_session_id(value: object) -> str:
