@@ -91,7 +91,7 @@ class SessionFlusher:
                      answer: Callable[[str], dict[str, object]] | None = None,
                      trigger: str = "flush") -> str:
         """Queue auto_memory for ``session_id`` up to ``upto`` and record it; ``trigger``
-        (interval, flush, idle, stop) goes into the job's params and its change log."""
+        (interval, flush, idle, stop, retry) goes into the job's params and its change log."""
         job_id = await self.jobs.submit(self.ws.agent_id, "auto_memory",
                                         {"session_id": session_id, "upto": upto,
                                          "trigger": trigger})
