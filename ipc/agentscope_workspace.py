@@ -10,15 +10,14 @@ imported only when a model object is given.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
-import unicodedata
 from collections.abc import Mapping
 from typing import Literal, TypedDict
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 
 # The adapter logs under its public module's name, wherever the code lives.
@@ -40,9 +39,7 @@ def workspace_name(name: str) -> str:
     workspaces, the same one every time."""
     if name.isascii():
         return _AGENT_ID_BAD.sub("_", name).strip(".")[:64] or "default"
-    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    base = _AGENT_ID_BAD.sub("_", folded).strip("._-")[:55] or "agent"
-    return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"
+    return non_latin_agent_id(name)
 
 
 

@@ -18,6 +18,7 @@ from typing import TextIO
 import orjson
 
 from recalld.ipc import errors
+from recalld.ipc.agent_ids import non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
@@ -37,6 +38,14 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", help="agent id (default: agent.json's id, else the folder name)")
     p.add_argument("--agent-json", metavar="FILE",
                    help="QwenPaw agent.json to take the settings from (default: PATH/agent.json)")
+
+
+def agent_id_of(name: str) -> str:
+    """The agent id of a QwenPaw agent id or folder name (one in another script keeps a
+    digest of itself, so two such agents never share a workspace)."""
+    if not name.isascii():
+        return non_latin_agent_id(name)
+    return _AGENT_ID.sub("-", name).strip("-.")[:64].strip("-.") or "default"
 
 
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
@@ -64,8 +73,7 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         raise errors.InvalidParams(f"{root} is not a directory")
     agent_json = Path(ns.agent_json).expanduser() if ns.agent_json else root / "agent.json"
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
-    agent = ns.agent or (config or {}).get("id") or root.name
-    agent = _AGENT_ID.sub("-", str(agent)).strip("-.") or "default"
+    agent = agent_id_of(str(ns.agent or (config or {}).get("id") or root.name))
     if getattr(ns, "timeout", None) is None:
         client.timeout_s = IMPORT_TIMEOUT_S
     with following(client, "import-qwenpaw", as_json=as_json,

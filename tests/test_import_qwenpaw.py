@@ -126,3 +126,25 @@ def test_import_of_an_agent_json_without_memory_settings(daemon: DaemonHandle,
         assert f"as agent paw-{name}" in proc.stdout and "notes:    1" in proc.stdout
         hits = daemon.call("memory.search", {"agent_id": f"paw-{name}", "query": "fern"})
         assert [h["path"] for h in hits["results"]] == ["memory/2026-01-02/n.md"]
+
+
+def test_import_of_agents_named_in_other_scripts(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # QwenPaw agents named 研究助手 and 写作助手 (in agent.json, or only as the folder):
+    # each its own workspace, the same one at every import, never `default`.
+    seen: dict[str, str] = {}
+    for name, agent in (("研究助手", None), ("写作助手", None), ("paw3", "研究助手2"),
+                        ("paw4", "写作助手2")):
+        ws = tmp_path / name
+        (ws / "memory" / "2026-01-02").mkdir(parents=True)
+        (ws / "memory" / "2026-01-02" / "n.md").write_text(f"- the fern of {name}\n")
+        if agent is not None:
+            (ws / "agent.json").write_text(json.dumps({"id": agent, "running": {}}), "utf-8")
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        seen[name] = json.loads(proc.stdout)["agent_id"]
+    assert len(set(seen.values())) == 4 and "default" not in seen.values(), seen
+    again = cli(daemon, "--json", "import-qwenpaw", str(tmp_path / "研究助手"))
+    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == seen["研究助手"]
+    for name, agent_id in seen.items():
+        hits = daemon.call("memory.search", {"agent_id": agent_id, "query": "fern"})
+        assert [h["text"].strip() for h in hits["results"]] == [f"- the fern of {name}"]

@@ -1,0 +1,23 @@
+"""Agent ids for agents named in any script (QwenPaw agents, AgentScope agents and users).
+
+A recalld agent id is 1-64 characters of ``A-Z a-z 0-9 _ . -``. A name in another script
+would lose most of its characters and collide with every other one ("研究助手" and
+"写作助手" both become empty), so :func:`non_latin_agent_id` keeps its ASCII letters
+(accents folded, ``agent`` if none) and adds a digest of the whole name: distinct names,
+distinct ids, the same one every time. No I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def non_latin_agent_id(name: str) -> str:
+    """The agent id of a name that is not all ASCII."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    base = _BAD.sub("_", folded).strip("._-")[:55] or "agent"
+    return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"
