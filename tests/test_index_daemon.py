@@ -167,6 +167,21 @@ def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     assert [e["path"] for e in res["expanded"]] == ["digest/personal/food.md"]
 
 
+def test_daily_notes_named_by_their_date_are_dated(daemon: Any, tmp_path: Path) -> None:
+    # ReMe's file-based memory layout keeps a day's note as
+    # memory/YYYY-MM-DD.md rather than in a folder of that day.
+    root = tmp_path / "ws"
+    write(root, "memory/2025-02-12.md", "- deployed v2.1 with the quokka cache\n")
+    write(root, "memory/2025-03-01/quokka.md", "- the quokka cache was removed\n")
+    write(root, "memory/notes-2025-02-12.md.bak.md", "- a quokka copy of no date\n")
+    open_ws(daemon, root)
+    feb = paths(search(daemon, "quokka", filters={"date_from": "2025-02-01",
+                                                   "date_to": "2025-02-28"}))
+    assert feb == ["memory/2025-02-12.md"]
+    march = paths(search(daemon, "quokka", filters={"date_from": "2025-03-01"}))
+    assert march == ["memory/2025-03-01/quokka.md"]
+
+
 NODE = """---
 name: harbour-ferries
 description: ferry knowledge

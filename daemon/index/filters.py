@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 __all__ = ["Filters", "note_date"]
 
-_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|$)")
+# A day's folder (memory/2026-07-23/...), or a day's note named by its date
+# (memory/2026-07-23.md, as in ReMe's file-based memory layout).
+_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|\.md\Z|\Z)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,7 @@ class Filters:
 
 
 def note_date(path: str) -> str | None:
-    """The ``YYYY-MM-DD`` of a daily note's folder, if the path has one."""
+    """The ``YYYY-MM-DD`` of a daily note's folder (or of a note named by its date), if
+    the path has one."""
     m = _DAILY_RE.search(path)
     return m.group(1) if m else None
