@@ -1,15 +1,19 @@
 """Restoring a checked backup (``backup_check.py``): plan where each member of an agent
 goes in a workspace, then apply the plan.
 
-Writes go through :func:`~recalld.daemon.store.fsio.atomic_writer`, so each restored
-file appears whole or not at all.
+An agent's files are first written beside their targets under temp names (fsynced,
+checksums checked); only when every one is written are they renamed into place, so a
+restore that fails while writing (disk full, a member that changed) leaves the workspace
+as it was.
 
 Everything here blocks on the file system; the RPC layer runs it in worker threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import stat
 import zipfile
 from collections.abc import Mapping
@@ -28,7 +32,8 @@ from recalld.daemon.backup import (
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, refuse
-from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
+from recalld.daemon.store.errors import translate_os_error
+from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
 from recalld.ipc.errors import PathOutsideWorkspace
 
@@ -133,27 +138,48 @@ def _check_no_symlink(root: Path, rel: str) -> None:
 
 def apply_restore(backup: CheckedBackup, plan: RestorePlan,
                   progress: ProgressSink = NO_PROGRESS) -> Restored:
-    """Write ``plan``'s files atomically (checksums verified again while copying), then
-    remove the files the backup lacks. Returns counts. ``progress``: a ``restoring
-    <agent>`` phase counting files written and removed."""
+    """Write ``plan``'s files (checksums verified again while copying), then remove the
+    files the backup lacks. Returns counts. All files are written under temp names first
+    and renamed into place only once every one is written: on an error while writing
+    (DiskFull, a refused member) the temp files and the folders made for them are removed
+    and the workspace is unchanged. ``progress``: a ``restoring <agent>`` phase counting
+    files written and removed."""
     progress.phase(f"restoring {plan.agent_id}", total=len(plan.writes) + len(plan.removes),
                    bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
-    written = 0
-    with zipfile.ZipFile(backup.path) as zf:
-        for name, rel in sorted(plan.writes.items()):
-            target = plan.root / rel
-            _check_no_symlink(plan.root, rel)
-            ensure_dir(REAL, target.parent)
-            expected = backup.members[name]["sha256"]
-            digest = hashlib.sha256()
-            with zf.open(name) as src, atomic_writer(REAL, target) as dst:
-                while chunk := src.read(COPY_CHUNK):
-                    digest.update(chunk)
-                    dst.write(chunk)
-                if digest.hexdigest() != expected:  # the file changed under us: publish nothing
-                    raise refuse(backup.path, f"checksum mismatch for {name!r} while restoring")
-            written += 1
-            progress.advance(1, backup.members[name]["size"])
+    staged: list[tuple[Path, Path]] = []  # (temp file, target)
+    made_dirs: list[Path] = []
+    try:
+        with zipfile.ZipFile(backup.path) as zf:
+            for name, rel in sorted(plan.writes.items()):
+                target = plan.root / rel
+                _check_no_symlink(plan.root, rel)
+                made_dirs.extend(_missing_dirs(plan.root, target.parent))
+                ensure_dir(REAL, target.parent)
+                tmp = target.with_name(temp_name(target.name))
+                staged.append((tmp, target))
+                _stage(zf, name, backup, tmp, target)
+                progress.advance(1, backup.members[name]["size"])
+        while staged:
+            tmp, target = staged[-1]
+            try:
+                REAL.replace(tmp, target)
+            except OSError as exc:
+                raise translate_os_error(exc, target) from exc
+            staged.pop()
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                REAL.unlink(tmp)
+        if staged:
+            for folder in sorted(made_dirs, key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+    written = len(plan.writes)
+    for folder in sorted({(plan.root / rel).parent for rel in plan.writes.values()}):
+        try:
+            REAL.fsync_dir(folder)
+        except OSError as exc:
+            raise translate_os_error(exc, folder) from exc
     removed = 0
     for rel in plan.removes:
         progress.advance()
@@ -165,3 +191,35 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan,
             continue
     return {"agent_id": plan.agent_id, "written": written, "removed": removed,
             "skipped_derived": plan.skipped_derived}
+
+
+def _missing_dirs(root: Path, folder: Path) -> list[Path]:
+    """The folders from ``folder`` up to (not including) ``root`` that do not exist yet."""
+    out = []
+    while folder != root and not folder.is_dir():
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, tmp: Path,
+           target: Path) -> None:
+    """Copy member ``name`` to the new file ``tmp`` (beside ``target``) and fsync it; the
+    checksum must match (``refuse`` otherwise). The caller removes ``tmp`` on any error."""
+    try:
+        fd = REAL.open_write(tmp)
+    except OSError as exc:
+        raise translate_os_error(exc, target) from exc
+    try:
+        digest = hashlib.sha256()
+        with zf.open(name) as src:
+            while chunk := src.read(COPY_CHUNK):
+                digest.update(chunk)
+                REAL.write(fd, chunk)
+        REAL.fsync(fd)
+    except OSError as exc:
+        raise translate_os_error(exc, target) from exc
+    finally:
+        os.close(fd)
+    if digest.hexdigest() != backup.members[name]["sha256"]:  # the file changed under us
+        raise refuse(backup.path, f"checksum mismatch for {name!r} while restoring")

@@ -81,3 +81,65 @@ def test_disk_full_has_its_own_code_and_no_internal_path(
     d.call("memory.add_note", {"agent_id": "w", "content": "after: room again"})
     assert d.call("memory.add_turns", turns)["pending_turns"] == 1
     assert "after: room again" in (root / first["path"]).read_text()
+
+
+# The disk fills when a file of a given name is created (a restore's temp files are named
+# after their targets): the restore fails at a known file, whatever the index wrote before.
+NAMED_LAUNCHER = (
+    sys.executable, "-c",
+    "import errno, os, sys\n"
+    "from recalld.daemon.store import fsio\n"
+    "real_open_write = fsio.FS.open_write\n"
+    "def open_write(self, path):\n"
+    "    if (os.path.exists(os.environ['DISK_FULL_TRIGGER'])\n"
+    "            and os.environ['DISK_FULL_NAME'] in path.name):\n"
+    "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+    "    return real_open_write(self, path)\n"
+    "fsio.FS.open_write = open_write\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def _notes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted((root / "memory").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("full_at", ["n0.md", "n3.md", "n5.md"])
+def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
+        daemon_factory: Any, tmp_path: Path, full_at: str) -> None:
+    root = tmp_path / "ws"
+    for n in range(6):
+        note = root / "memory" / "2026-07-23" / f"n{n}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# Note {n}\nbackedup{n} zeppelin\n")
+    trigger = tmp_path / "disk-is-full"
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=NAMED_LAUNCHER,
+                       DISK_FULL_TRIGGER=str(trigger), DISK_FULL_NAME=full_at)
+    d.call("index.sync", {"agent_id": "w"})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    (root / "memory" / "2026-07-24").mkdir()
+    (root / "memory" / "2026-07-24" / "later.md").write_text("# Later\nafterwards\n")
+    for n in range(6):
+        (root / "memory" / "2026-07-23" / f"n{n}.md").write_text(f"# Note {n}\nedited{n}\n")
+    d.call("index.sync", {"agent_id": "w"})
+    before = _notes(root)
+
+    trigger.touch()
+    with pytest.raises(errors.DiskFull, match=full_at):
+        d.call("backup.restore", {"file": archive, "agents": ["w"]})
+    # Nothing half-restored: every note as it was, none removed, no temp file left.
+    assert _notes(root) == before
+    # The workspace still serves what it had.
+    listed = {w["agent_id"]: w["state"] for w in d.call("workspace.list")["workspaces"]}
+    assert listed["w"] == "ready", listed
+    hits = d.call("memory.search", {"agent_id": "w", "query": "edited3", "sync": True})
+    assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/n3.md"]
+
+    trigger.unlink()
+    d.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert (root / "memory/2026-07-23/n3.md").read_text() == "# Note 3\nbackedup3 zeppelin\n"
+    assert not (root / "memory/2026-07-24/later.md").exists()
+    hits = d.call("memory.search", {"agent_id": "w", "query": "backedup3"})
+    assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/n3.md"]

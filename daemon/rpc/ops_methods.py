@@ -13,6 +13,7 @@ rollback runs at a time.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.errors import InvalidParams, NotFound
+
+log = logging.getLogger(__name__)
 
 ROLLBACK_RECORD = "rollback.json"
 KEEP_SNAPSHOTS = 10  # automatic pre-restore snapshots kept; manual backups are never pruned
@@ -149,6 +152,17 @@ def _recorded_in(checked: CheckedBackup) -> dict[str, Mapping[str, object]]:
     if not isinstance(entries, dict):
         return {}
     return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+async def _reopen_after_failure(state: DaemonState, plan: RestorePlan,
+                                overrides: Mapping[str, object] | None) -> None:
+    """Open again the workspace a failed restore closed (it wrote nothing); a failure to
+    open is logged, not raised over the restore's own error."""
+    try:
+        await state.registry.open(plan.agent_id, plan.root, overrides)
+    except Exception:
+        log.exception("workspace %s could not be opened again after a failed restore",
+                      plan.agent_id)
 
 
 def _resumes(plan: RestorePlan) -> bool:
@@ -329,8 +343,13 @@ def ops_methods() -> Methods:
                 # Its session and inbox logs are about to be replaced: serve them afresh.
                 await state.registry.close(plan.agent_id)
                 ws = None
-            done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
-                                                 limiter=cpu)
+            try:
+                done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
+                                                     limiter=cpu)
+            except Exception:
+                if was_open and ws is None:  # nothing was written: serve it again as it was
+                    await _reopen_after_failure(state, plan, overrides)
+                raise
             if ws is None:
                 ws = await state.registry.open(plan.agent_id, plan.root, overrides)
                 done["opened"] = not was_open
