@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from waits import wait_log
 
 from recalld.ipc import errors
 
@@ -143,3 +144,36 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
     assert not (root / "memory/2026-07-24/later.md").exists()
     hits = d.call("memory.search", {"agent_id": "w", "query": "backedup3"})
     assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/n3.md"]
+
+
+@pytest.mark.parametrize("how", ["close", "stop"])
+def test_a_full_disk_at_close_or_stop_is_not_a_failure(
+        daemon_factory: Any, tmp_path: Path, how: str) -> None:
+    root = tmp_path / "ws"
+    note = root / "memory" / "2026-07-23" / "n.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Note\nsaved before\n")
+    trigger = tmp_path / "disk-is-full"
+    config = f'[workspaces.w]\npath = "{root}"\n'
+    d = daemon_factory(config, launcher=LAUNCHER, DISK_FULL_TRIGGER=str(trigger),
+                       DISK_FULL_AT="1", DISK_FULL_ERRNO="ENOSPC")
+    d.call("index.sync", {"agent_id": "w"})
+    trigger.touch()
+    (note.parent / "late.md").write_text("# Late\nunsavedchange\n")
+    d.call("index.sync", {"agent_id": "w"})
+    # The index has the change in memory and cannot save it.
+    wait_log(d.log_path, "saving the index failed", "a failed save")
+    if how == "close":
+        d.call("workspace.close", {"agent_id": "w"})
+        assert "workspace w failed" not in d.log()
+        d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+        hits = d.call("memory.search", {"agent_id": "w", "query": "unsavedchange",
+                                        "sync": True})
+        assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/late.md"]
+    # The Markdown holds every change: a full disk at the end is logged, not an error exit.
+    assert d.stop() == 0, d.log()
+    assert "Traceback" not in d.log()
+    trigger.unlink()
+    d2 = daemon_factory(config)
+    hits = d2.call("memory.search", {"agent_id": "w", "query": "unsavedchange", "sync": True})
+    assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/late.md"]

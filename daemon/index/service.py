@@ -44,6 +44,7 @@ from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
 from recalld.daemon.index.state import IndexState, carry_vectors
+from recalld.daemon.store.errors import StorageError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -225,7 +226,12 @@ class WorkspaceIndex:
                 # Not yet checked: nothing is saved; the Markdown has every change and
                 # the next start's reconcile applies it.
                 if (commits.changes or commits.dirty.is_set()) and commits.checked.is_set():
-                    await commits.commit()
+                    try:
+                        await commits.commit()
+                    except StorageError as exc:  # e.g. a full disk: the Markdown has it all
+                        log.warning("%s: the index was not saved at close (%s); the next "
+                                    "start catches up from the Markdown", self.ws.agent_id,
+                                    exc)
 
     async def after_start(self) -> None:
         """Until the daemon's start let background work go (at once without a ``hold``):
