@@ -163,6 +163,46 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
     assert len(b.call("inbox.list", {"agent_id": "default"})["items"]) == 1
 
 
+def test_notes_with_the_longest_names_replicate_and_conflict(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # File names of up to 255 bytes are valid: the replica's temp files and conflict
+    # copies beside them must fit too (Latin and a multi-byte script).
+    a, b, _ = pair(daemon_factory, pg_server)
+
+    def put(d: DaemonHandle, rel: str, text: str) -> None:  # in place: no room for a temp name
+        (root(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root(d) / rel).write_text(text, encoding="utf-8")
+
+    long_names = ["memory/2026-07-23/" + "l" * 252 + ".md",
+                  "digest/wiki/" + "长" * 84 + ".md"]
+    for i, rel in enumerate(long_names):
+        put(a, rel, f"# Long\nlongname{i} first\n")
+    write(a, "memory/2026-07-23/after.md", "# After\nwritten after the long ones\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 3, what="long names on b")
+    assert remote_status(b)["state"] == "online", remote_status(b)
+
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        for i, rel in enumerate(long_names):
+            put(b, rel, f"# Long\nlongname{i} of host b\n")
+            put(a, rel, f"# Long\nlongname{i} of host a\n")
+        wait_for(lambda: remote_status(a)["uploaded"] >= uploaded + 2
+                 and remote_status(a)["outbox"] == 0, what="a uploaded")
+    finally:
+        b.signal(signal.SIGCONT)
+
+    def copies(d: DaemonHandle) -> list[str]:
+        return sorted(p for p in notes(d) if ".sync-conflict-" in p)
+
+    wait_for(lambda: converged(a, b) and len(copies(a)) == 2, what="both conflict copies")
+    for copy in copies(b):
+        assert len(copy.rpartition("/")[2].encode()) <= 255 and copy.endswith("-hostb.md")
+        assert "of host b" in (root(a) / copy).read_text()
+    for rel in long_names:
+        assert "of host a" in (root(b) / rel).read_text()
+
+
 def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
                                               pg_server: PgServer) -> None:  # noqa: F811
     a, b, _ = pair(daemon_factory, pg_server)

@@ -29,6 +29,8 @@ from recalld.daemon.store.errors import CorruptState, translate_os_error
 
 #: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
 TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
+#: The longest file name, in bytes, of the file systems written to (ext4, xfs, btrfs, tmpfs).
+NAME_MAX = 255
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
@@ -216,8 +218,18 @@ def mkdir_private(path: Path) -> bool:
 
 
 def temp_name(name: str) -> str:
-    """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``)."""
-    return f".{name}.tmp-{secrets.token_hex(6)}"
+    """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``); ``name`` is cut
+    short where the whole would pass ``NAME_MAX``."""
+    suffix = f".tmp-{secrets.token_hex(6)}"
+    return "." + fit_name(name, NAME_MAX - 1 - len(suffix)) + suffix
+
+
+def fit_name(text: str, limit: int) -> str:
+    """``text`` cut at a character boundary to at most ``limit`` bytes as a file name."""
+    n = min(len(text), limit)  # a character takes at least one byte
+    while n and len(os.fsencode(text[:n])) > limit:
+        n -= 1
+    return text[:n]
 
 
 def ensure_dir(fs: FS, path: Path) -> None:
