@@ -22,6 +22,7 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import stat
@@ -38,6 +39,8 @@ from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
 from recalld.ipc.errors import RecalldError
+
+log = logging.getLogger(__name__)
 
 FORMAT = "recalld-backup"
 VERSION = 1
@@ -142,7 +145,12 @@ def walk_files(root: Path, top: str) -> Iterator[str]:
             if entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                yield entry.path[len(prefix):].replace(os.sep, "/")
+                rel = entry.path[len(prefix):].replace(os.sep, "/")
+                if safepath.is_utf8(rel):
+                    yield rel
+                else:  # no zip member name can hold it (nor did the index)
+                    log.warning("backup passes by %s: its name is not valid UTF-8",
+                                safepath.shown(str(root / rel)))
 
 
 def roles_for(include_derived: bool) -> tuple[str, ...]:

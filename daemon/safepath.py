@@ -26,6 +26,24 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_PATH_CHARS = 4096
 
 
+def is_utf8(name: str) -> bool:
+    """Whether the file name or path ``name`` (as ``os.fsdecode`` gives it) was valid
+    UTF-8 on disk: other bytes come back as lone surrogates, which no index key, JSON
+    answer, zip member name or database row can hold."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(name: str) -> str:
+    """``name`` for a log line, with the bytes that are not UTF-8 as ``\\xNN``."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def split_relative(path: object) -> list[str]:
     """The components of a client-named relative path, or PathOutsideWorkspace.
 

@@ -49,6 +49,7 @@ class WatchedRoots:
         self._suffixes = suffixes
         self._ignore_dirs = ignore_dirs
         self._prefix = str(self.workspace) + os.sep
+        self._warned: set[str] = set()  # names passed by for their encoding, said once
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -71,7 +72,7 @@ class WatchedRoots:
         """Whether a workspace-relative path names a file the consumer indexes."""
         name = rel.rsplit("/", 1)[-1]
         return (not self.passed_by(rel) and name.endswith(self._suffixes)
-                and name not in _JUNK_NAMES)
+                and name not in _JUNK_NAMES and safepath.is_utf8(rel))
 
     def maybe_dir(self, rel: str) -> bool:
         """Whether a workspace-relative path that is no note may name a folder (for a
@@ -117,6 +118,10 @@ class WatchedRoots:
                             out[rel] = (st.st_mtime_ns, st.st_size)
                             if reached is not None and len(out) == reached[0]:
                                 reached[1]()
+                        elif not safepath.is_utf8(rel) and rel not in self._warned:
+                            self._warned.add(rel)
+                            log.warning("passing by %s: its name is not valid UTF-8 "
+                                        "(rename it to have it indexed)", safepath.shown(rel))
                 except FileNotFoundError:
                     continue
 

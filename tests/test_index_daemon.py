@@ -496,3 +496,26 @@ def test_killed_daemon_leaves_no_worker_processes(daemon_factory: Any, tmp_path:
     d.proc.wait(10)
     wait_for(lambda: not [p for p in workers if Path(f"/proc/{p}").exists()],
              "the worker processes to exit")
+
+
+@pytest.mark.parametrize("when", ["before start", "while serving"])
+def test_a_note_named_in_another_encoding_is_passed_by_and_named_in_the_log(
+        daemon: Any, workspace: Path, when: str) -> None:
+    # A Latin-1 name ("caf\xe9.md") is not UTF-8: no index key, JSON answer or backup
+    # member can hold it. It is passed by with a warning; everything else keeps working.
+    latin1 = os.fsencode(workspace / "memory" / "2026-07-23") + b"/caf\xe9 notes.md"
+    if when == "before start":
+        Path(os.fsdecode(latin1)).write_bytes(b"# Cafe\nespressoword\n")
+    open_ws(daemon, workspace)
+    if when == "while serving":
+        Path(os.fsdecode(latin1)).write_bytes(b"# Cafe\nespressoword\n")
+        write(workspace, "memory/2026-07-25/later.md", "# Later\nafterword\n")
+        assert paths(search(daemon, "afterword", sync=True)) == ["memory/2026-07-25/later.md"]
+    assert paths(search(daemon, "ramen", sync=True)) == ["digest/personal/food.md"]
+    assert search(daemon, "espressoword")["results"] == []
+    health = workspace_status(daemon, "w")
+    assert health is not None and health["health"]["state"] == "clean", health
+    wait_value(daemon.log, lambda log: "caf\\xe9 notes.md" in log and "not valid UTF-8" in log,
+               "the warning")
+    archive = daemon.call("backup.create", {"agents": ["w"]})
+    assert archive["agents"]["w"]["files"] >= 4
