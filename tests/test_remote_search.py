@@ -373,3 +373,29 @@ def test_rows_written_before_the_server_kept_chunks_are_chunked(
         assert got["search_mode"] == "server"
         assert want["results"]
         same_ranking(want, got, tol=1e-9)
+
+
+def test_a_note_with_nul_bytes_goes_up_and_is_found_in_the_server(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # NUL is valid in a note (a binary paste) but no PostgreSQL text value holds it: the
+    # chunk rows carry U+FFFD there, and the changes after it go up as well.
+    d = daemon_factory(config(pg_server.dsn, "s" + uuid.uuid4().hex[:12]))
+    for agent in ("loc", "srv"):
+        wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
+                 what=f"{agent} online")
+    folder = ws_root(d, "srv") / "memory/2026-08-01"
+    folder.mkdir(parents=True)
+    (folder / "nul.md").write_bytes(b"# Paste \x00 here\nnulword \x00 after\n")
+    (folder / "after.md").write_text("# After\nafterword\n", encoding="utf-8")
+    got = search(d, "srv", "nulword", None)
+    assert got["search_mode"] == "server", got.get("server_error")
+    [hit] = got["results"]
+    assert hit["path"] == "memory/2026-08-01/nul.md" and "after" in hit["text"]
+    assert [r["path"] for r in search(d, "srv", "afterword", None)["results"]] == [
+        "memory/2026-08-01/after.md"]
+    remote = ws_status(d, "srv")["remote"]
+    assert remote["state"] == "online" and remote["outbox"] == 0, remote
+    wait_for(lambda: (ws_root(d, "loc") / "memory/2026-08-01/nul.md").read_bytes()
+             == b"# Paste \x00 here\nnulword \x00 after\n"
+             if (ws_root(d, "loc") / "memory/2026-08-01/nul.md").exists() else False,
+             what="the note byte for byte on the other replica")

@@ -64,10 +64,18 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
     for seq, c in enumerate(chunks):
         tokens = tokenize(c.index_text)
         counts = Counter(tokens)
-        rows.append(ChunkRow(seq, c.start_line, c.end_line, c.heading, c.text,
-                             text_hash(c.text), author, list(counts),
-                             list(counts.values()), doc_length(tokens)))
+        # The hash is of the text as the local index has it (the embeddings' key).
+        rows.append(ChunkRow(seq, c.start_line, c.end_line, _pg_text(c.heading),
+                             _pg_text(c.text), text_hash(c.text),
+                             None if author is None else _pg_text(author),
+                             [_pg_text(t) for t in counts], list(counts.values()),
+                             doc_length(tokens)))
     return rows
+
+
+def _pg_text(text: str) -> str:
+    """``text`` as a PostgreSQL text value can hold it: NUL (valid in a note) as U+FFFD."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | None,
