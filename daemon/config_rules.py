@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
+from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
 
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
@@ -248,6 +249,11 @@ def record_problem(settings: str, values: dict[str, object]) -> str | None:
     if settings == "SearchConfig" and not (
             _positive(values.get("vector_weight")) or _positive(values.get("keyword_weight"))):
         return "vector_weight and keyword_weight must not both be 0"
+    model = values.get("model_name")
+    if (settings == "EmbeddingModelConfig" and values.get("backend") == "local"
+            and isinstance(model, str) and not known_local_model(model)):
+        return (f"model_name = {shown(model)}: must name a local model with backend = "
+                f"\"local\": \"{E5_SMALL}\" or \"{MINILM}\"")
     return None
 
 

@@ -152,6 +152,13 @@ def test_embedding_backends_are_the_providers() -> None:
     ('[workspace_defaults.search]\nvector_weight = 0\nkeyword_weight = 0\n',
      "must not both be 0"),
     ("[workspace_defaults]\nsearch = 5\n", "search = 5: must be a table"),
+    ('[workspace_defaults.embedding_model_config]\nbackend = "local"\n'
+     'model_name = "multilingual-e5-smal"\n',
+     '[workspace_defaults.embedding_model_config]: model_name = "multilingual-e5-smal": '
+     'must name a local model'),
+    ('[workspace_defaults.embedding_model_config]\nbackend = "local"\n'
+     '[workspaces.a.embedding_model_config]\nmodel_name = "text-embedding-3-small"\n',
+     '[workspaces.a.embedding_model_config]: model_name = "text-embedding-3-small"'),
     ("[daemon\n", "config.toml"),
 ])
 def test_structure_errors_are_one_line(tmp_path: Path, text: str, needle: str) -> None:

