@@ -33,6 +33,7 @@ from recalld.daemon.backup import (
     Member,
     ProgressSink,
 )
+from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.errors import InvalidBackup
 
@@ -143,6 +144,9 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
     if not isinstance(agents, dict) or not isinstance(files, list):
         raise refuse(path, "meta.json lacks agents or files")
     for agent_id, info_ in agents.items():
+        if not valid_agent_id(agent_id):
+            raise refuse(path, f"meta.json names an agent {agent_id!r} that is no valid "
+                               f"agent id ({AGENT_ID_RULE})")
         dirs = info_.get("dirs") if isinstance(info_, dict) else None
         if not isinstance(dirs, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in dirs.items()):

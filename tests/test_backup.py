@@ -139,7 +139,7 @@ def _member(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o100644) -
 
 
 def hostile(path: Path, members: list[tuple[str, bytes, int]], *, meta: bool = True,
-            lie: dict[str, str] | None = None) -> Path:
+            lie: dict[str, str] | None = None, agents: tuple[str, ...] = ("w",)) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         files = [_member(zf, name, data, mode) for name, data, mode in members]
         for entry in files:
@@ -147,8 +147,9 @@ def hostile(path: Path, members: list[tuple[str, bytes, int]], *, meta: bool = T
                 entry["sha256"] = lie[entry["path"]]
         if meta:
             doc = {"format": "recalld-backup", "version": 1, "created": 0.0,
-                   "agents": {"w": {"path": "/x", "dirs": {"daily_dir": "memory",
-                                                           "digest_dir": "digest"}}},
+                   "agents": {a: {"path": "/x", "dirs": {"daily_dir": "memory",
+                                                         "digest_dir": "digest"}}
+                              for a in agents},
                    "files": files}
             zf.writestr("meta.json", orjson.dumps(doc))
     return path
@@ -167,6 +168,8 @@ HOSTILE: list[tuple[str, list[tuple[str, bytes, int]], dict[str, Any]]] = [
     ("foreign", [("README.txt", b"just a zip", 0o100644)], {"meta": False}),
     ("other-agent", [GOOD, ("agents/intruder/memory/x.md", b"x", 0o100644)], {}),
     ("outside-dirs", [GOOD, ("agents/w/.bashrc", b"x", 0o100644)], {}),
+    ("agent-id", [GOOD], {"agents": ("w", "../evil")}),
+    ("agent-id-empty", [GOOD], {"agents": ("w", "")}),
 ]
 
 
