@@ -152,6 +152,13 @@ def test_embedding_backends_are_the_providers() -> None:
     ('[workspace_defaults.search]\nvector_weight = 0\nkeyword_weight = 0\n',
      "must not both be 0"),
     ("[workspace_defaults]\nsearch = 5\n", "search = 5: must be a table"),
+    ("[daemon]\ncpu_thread = 2\nfoo = 1\n",
+     "[daemon] unknown field(s) cpu_thread, foo (cpu_thread: did you mean cpu_threads?)"),
+    ('[workspace_defaults.search]\nvectr_weight = 0.5\n',
+     "unknown field(s) vectr_weight (vectr_weight: did you mean vector_weight?)"),
+    ("[workspace_default]\nx = 1\n",
+     "unknown table(s) workspace_default (workspace_default: did you mean "
+     "workspace_defaults?)"),
     ('[workspace_defaults.embedding_model_config]\nbackend = "local"\n'
      'model_name = "multilingual-e5-smal"\n',
      '[workspace_defaults.embedding_model_config]: model_name = "multilingual-e5-smal": '
