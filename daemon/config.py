@@ -132,6 +132,11 @@ class RemoteConfig:
             raise ConfigError(f"{where}: host must be 1-64 characters of A-Z a-z 0-9 _ . -")
         if self.search_mode not in ("local", "server"):
             raise ConfigError(f"{where}: search_mode must be \"local\" or \"server\"")
+        if self.passfile:  # read by the daemon, whose working directory is no one's
+            try:
+                paths.checked_path(self.passfile, f"{where} passfile")
+            except paths.PathError as exc:
+                raise ConfigError(str(exc)) from None
 
     def for_wire(self) -> dict[str, str]:
         """The settings as JSON with any password in the DSN masked."""

@@ -41,6 +41,8 @@ def test_remote_is_parsed_from_an_inline_table(tmp_path: Path) -> None:
     ('{ kind = "postgres", dsn = "postgresql://h/db", name = "a/b" }', "name must be"),
     ('{ kind = "postgres", dsn = "postgresql://h/db", name = "n", port = 1 }',
      "unknown field(s) port"),
+    ('{ kind = "postgres", dsn = "postgresql://h/db", name = "n", passfile = "pgpass" }',
+     'passfile = "pgpass": must be an absolute path (or start with ~)'),
 ])
 def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
