@@ -133,6 +133,18 @@ def encode(message: object) -> bytes:
     return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
 
 
+def _encode_request(message: Mapping[str, object]) -> bytes:
+    """``encode`` for a call; params JSON cannot carry are InvalidParams, raised here."""
+    try:
+        return encode(message)
+    except TypeError as exc:
+        # Most often text holding lone surrogates: bytes that were not UTF-8, as Python
+        # decodes a command line or a UTF-8 locale's standard input.
+        raise errors.InvalidParams(
+            f"{message['method']}: the params cannot be sent ({exc}); text must be valid "
+            "UTF-8") from None
+
+
 def _valid_id(value: object) -> TypeGuard[Id]:
     # Booleans are ints in Python but not valid ids; floats are discouraged by the spec
     # and refused here so answers always echo an exact id.
@@ -247,13 +259,13 @@ class ClientProtocol:
     def request(self, method: str,
                 params: Mapping[str, object] | None = None) -> tuple[int, bytes]:
         id_ = next(self._ids)
-        return id_, encode(
+        return id_, _encode_request(
             {"jsonrpc": JSONRPC, "method": method, "params": params or {}, "id": id_}
         )
 
     @staticmethod
     def notification(method: str, params: Mapping[str, object] | None = None) -> bytes:
-        return encode({"jsonrpc": JSONRPC, "method": method, "params": params or {}})
+        return _encode_request({"jsonrpc": JSONRPC, "method": method, "params": params or {}})
 
     @staticmethod
     def receive_line(line: bytes) -> list[Response | Notification]:

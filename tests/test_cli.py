@@ -294,3 +294,21 @@ def test_autostart_of_a_misconfigured_daemon_says_why_at_once(
     assert "recalld-start.log" in proc.stdout
     # It does not wait out the whole autostart deadline for a daemon that cannot start.
     assert time.monotonic() - started < 25
+
+
+def test_text_that_is_not_utf8_is_a_usage_error_in_one_line(daemon: DaemonHandle) -> None:
+    # Bytes that are not UTF-8 reach Python as lone surrogates (argv, a UTF-8 or C locale's
+    # stdin): they cannot be sent as JSON. One line and exit 2, never a traceback.
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    for args, stdin in ((["note", "-"], b"caf\xe9 latin-1 text\n"),
+                        ([b"search", b"caf\xe9"], b""),
+                        ([b"note", b"\xff\xfe"], b"")):
+        proc = subprocess.run([*cmd, *args], env=daemon.env, input=stdin,
+                              capture_output=True, timeout=60, check=False)
+        shown = subprocess.CompletedProcess(proc.args, proc.returncode,
+                                            proc.stdout.decode(errors="replace"),
+                                            proc.stderr.decode(errors="replace"))
+        line = assert_one_line_error(shown, 2)
+        assert "UTF-8" in line, line
+    # The daemon was never asked: no note was written.
+    assert not list((daemon.data_dir / "workspaces" / "default" / "memory").rglob("*.md"))
