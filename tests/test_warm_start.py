@@ -232,3 +232,30 @@ def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: 
                  "the backfill once the start ended")
         vectors_status = ws_status(d2)["index"]["vectors"]
         assert vectors_status["enabled"], vectors_status
+
+
+def test_a_note_touched_without_a_change_is_read_again_once_not_at_every_start(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A new mtime, the same bytes (touch, a checkout, a sync tool): the index keeps the
+    # new stat and saves it, so later starts find the note as it was saved.
+    root = tmp_path / "ws"
+    for i in range(3):
+        write(root, f"memory/2026-07-23/n{i}.md", f"# Note {i}\nsame words {i}\n")
+    config, data_dir = build_and_stop(daemon_factory, root)
+    for i in range(3):
+        note = root / f"memory/2026-07-23/n{i}.md"
+        st = note.stat()
+        os.utime(note, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+
+    def startup_found(d: Any) -> dict[str, int]:
+        d.call("index.sync", {"agent_id": "w"})
+        last = ws_status(d)["index"]["watcher"]["last_reconcile"]
+        assert last["reason"] == "startup", last
+        return dict(last["found"])
+
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    assert startup_found(d2) == {"added": 0, "changed": 3, "deleted": 0}
+    assert d2.stop() == 0
+    d3 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    assert startup_found(d3) == {"added": 0, "changed": 0, "deleted": 0}
+    assert paths(d3, "same words 2")[0] == "memory/2026-07-23/n2.md"

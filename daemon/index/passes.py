@@ -151,7 +151,7 @@ class Passes:
                             "of them, if anything, and reads them again at their next change "
                             "or reconcile", self._agent_id, len(stats.unreadable),
                             "; ".join(f"{path}: {why}" for path, why in stats.unreadable[:5]))
-            if stats.changed:
+            if stats.changed or stats.restat:  # a new stat alone is saved too (no change)
                 self._changed(stats.added + stats.updated + stats.deleted, big)
 
         try:

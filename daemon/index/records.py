@@ -70,6 +70,9 @@ class ApplyStats:
     unchanged: int = 0
     #: Files that could not be read (path, why): left as the index had them.
     unreadable: tuple[tuple[str, str], ...] = ()
+    #: Unchanged files whose stat (mtime, size) the index took over: worth a save, or
+    #: every start reads them again.
+    restat: int = 0
 
     @property
     def changed(self) -> bool:

@@ -224,7 +224,7 @@ class IndexState:
         # the term table, without postings, until a merge drops them).
         own_ids = [None if b.vocab is None else self.bm25.vocabulary_ids(
             (b.vocab.token, b.vocab.pid), b.vocab.start, b.terms) for b in batches]
-        added = updated = deleted = unchanged = 0
+        added = updated = deleted = unchanged = restat = 0
         unreadable: list[tuple[str, str]] = []
         self._neighbours = {}
         parts: list[tuple[list[str] | str | None, Slab]] = []
@@ -252,6 +252,7 @@ class IndexState:
                         if old is not None and (old.mtime_ns, old.size) != seen:
                             self._put(FileInfo(prep.path, prep.mtime_ns, prep.size,
                                                old.digest, old.keys))
+                            restat += 1
                         unchanged += 1
                         continue
                     if old is not None:
@@ -300,7 +301,7 @@ class IndexState:
         for path in sorted(waiting & self.files.keys()):
             self.graph.add_file(path, resolve_links(path, self.graph.outgoing(path),
                                                     self.resolve))
-        return ApplyStats(added, updated, deleted, unchanged, tuple(unreadable))
+        return ApplyStats(added, updated, deleted, unchanged, tuple(unreadable), restat)
 
     def end_pass(self) -> list[str]:
         """End a pass whose last apply never came (it failed or was cancelled part-way):
