@@ -222,7 +222,14 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
     searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
     a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{searched} "
                               f"({remote.get('name')} at {remote.get('server')})"))
-    if state != "online":
+    if state == "failing":  # the server answers; this host cannot apply or send a change
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: remote failing: "
+                    f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "
+                    "in the outbox",
+            "see the daemon's log (replication failed) for the file or change at fault; "
+            "the replica retries by itself"))
+    elif state != "online":
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote {state}: "
                     f"{remote.get('last_error') or 'connecting'}; "

@@ -203,6 +203,26 @@ def test_notes_with_the_longest_names_replicate_and_conflict(
         assert "of host a" in (root(b) / rel).read_text()
 
 
+def test_a_change_the_replica_cannot_apply_is_failing_not_offline(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # b has a folder where a's note arrives: a fault of b's files, not of the server.
+    a, b, _ = pair(daemon_factory, pg_server)
+    (root(b) / "digest/wiki/plan.md").mkdir(parents=True)
+    write(a, "digest/wiki/plan.md", "# Plan\nblocked on b\n")
+    wait_for(lambda: remote_status(b)["state"] == "failing", what="b failing")
+    status = remote_status(b)
+    assert "plan.md" in str(status["last_error"]), status
+    shown = cli(b, "status")
+    assert re.search(r"remote: +failing, outbox 0 ", shown), shown
+    assert "reachable" not in shown and "the daemon's log" in shown, shown
+    assert remote_status(a)["state"] == "online"
+    # The folder gone, the replica catches up by itself.
+    (root(b) / "digest/wiki/plan.md").rmdir()
+    wait_for(lambda: converged(a, b) and remote_status(b)["state"] == "online",
+             what="b online again")
+    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nblocked on b\n"
+
+
 def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
                                               pg_server: PgServer) -> None:  # noqa: F811
     a, b, _ = pair(daemon_factory, pg_server)

@@ -72,7 +72,7 @@ class ServerSearchStatus(TypedDict):
 class ReplicaStatus(TypedDict):
     """A shared workspace's replica, as the workspace's status shows it."""
 
-    state: str  # connecting, online, offline
+    state: str  # connecting, online, offline (the server), failing (a fault of this host)
     server: str  # the DSN, password masked
     name: str
     host: str
@@ -172,18 +172,22 @@ class Replica:
         attempt = 0
         while True:
             began = trio.current_time()
+            ours = False
             try:
                 await self._session()
             except* db.UNAVAILABLE as group:
                 self._record_error(group.exceptions[0])
             except* Exception as group:
-                # A fault of ours (a full disk under the outbox, a bug) must not take the
-                # workspace down with it: record it and try again after a while.
+                # A fault of ours (a full disk under the outbox, a file that cannot be
+                # written, a bug) must not take the workspace down with it: record it
+                # and try again after a while. Status says "failing", not "offline":
+                # the server is not the cause.
+                ours = True
                 log.error("shared workspace %s: replication failed", self._cfg.name,
                           exc_info=group)
-                self._record_error(group.exceptions[0])
+                self._record_error(group.exceptions[0], server=False)
             self._first_attempt.set()
-            self._conn_state = "offline"
+            self._conn_state = "failing" if ours else "offline"
             self._online_since = None
             if trio.current_time() - began > 60:
                 attempt = 0
@@ -191,11 +195,11 @@ class Replica:
             attempt = min(attempt + 1, 16)
             await trio.sleep(delay)
 
-    def _record_error(self, exc: BaseException) -> None:
+    def _record_error(self, exc: BaseException, *, server: bool = True) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
         text = one_line(exc, self._secrets)
-        if text != self._last_error:
+        if text != self._last_error and server:
             log.warning("shared workspace %s (%s): server unavailable: %s",
                         self._cfg.name, mask_dsn(self._cfg.dsn), text)
         self._last_error = text
