@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +62,16 @@ def _seconds(value: str) -> float:
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {value}")
     return seconds
+
+
+def _score(value: str) -> float:
+    try:
+        score = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not math.isfinite(score):  # JSON has no nan or inf: it would go as no minimum
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {value}")
+    return score
 
 
 def _lines(value: str) -> tuple[int, int]:
@@ -117,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--agent", default=DEFAULT_AGENT)
     search.add_argument("-n", "--max-results", type=int, default=5)
-    search.add_argument("--min-score", type=float)
+    search.add_argument("--min-score", type=_score)
     search.add_argument("--sync", action="store_true",
                         help="wait until every earlier file change is indexed")
 

@@ -135,7 +135,9 @@ def test_every_subcommand_says_daemon_down_with_3(daemon_factory: DaemonFactory,
 def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     for args in (["--timeout", "-1", "status"], ["status", "--timeout", "0"],
-                 ["status", "--timeout", "inf"], ["doctor", "x"], ["no-such-command"]):
+                 ["status", "--timeout", "inf"], ["doctor", "x"], ["no-such-command"],
+                 # JSON has no nan or inf: sent, they would mean no minimum at all.
+                 ["search", "q", "--min-score", "nan"], ["search", "q", "--min-score", "inf"]):
         proc = recalld(*args, env=env)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
     version = recalld("--version", env=env)
