@@ -9,11 +9,10 @@ the same. A reload (SIGHUP) builds new objects; nothing here is ever mutated.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -316,7 +315,7 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
     known = {f.name for f in dataclasses.fields(cls)} - NOT_KEYS
     unknown = sorted(set(table) - known)
     if unknown:
-        raise ConfigError(f"{where}: {_unknown('field', unknown, known)}")
+        raise ConfigError(f"{where}: {config_rules.unknown('field', unknown, known)}")
     changes: dict[str, object] = {}
     for name, value in table.items():
         default = getattr(base, name)
@@ -348,15 +347,6 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
     if across is not None:
         raise ConfigError(f"{where}: {across}")
     return built
-
-
-def _unknown(what: str, names: list[str], known: Collection[str]) -> str:
-    """``unknown field(s) a, b``, with the known name each is likely a typo of."""
-    guesses = {n: difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.75)
-               for n in names}
-    hints = [f"{n}: did you mean {g[0]}?" for n, g in guesses.items() if g]
-    return (f"unknown {what}(s) {', '.join(names)}"
-            + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _workspace(table: object, base: WorkspaceSettings, where: str) -> WorkspaceSettings:
@@ -467,7 +457,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
                 socket: str | os.PathLike[str] | None, env: Mapping[str, str]) -> DaemonConfig:
     unknown = sorted(set(table) - {"daemon", "workspace_defaults", "workspaces"})
     if unknown:
-        raise ConfigError(_unknown("table", unknown,
+        raise ConfigError(config_rules.unknown("table", unknown,
                                    {"daemon", "workspace_defaults", "workspaces"}))
 
     data = daemon_table.pop("data_dir", None)
@@ -476,7 +466,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
     data_dir = paths.choose_data_dir(env, data, cfg_path)
     bad = sorted(set(daemon_table) - _DAEMON_FIELDS)
     if bad:
-        raise ConfigError(f"[daemon] {_unknown('field', bad, _DAEMON_FIELDS)}")
+        raise ConfigError(f"[daemon] {config_rules.unknown('field', bad, _DAEMON_FIELDS)}")
 
     defaults = _workspace(table.get("workspace_defaults", {}), WorkspaceSettings(),
                           "[workspace_defaults]")

@@ -14,8 +14,9 @@ Nothing here imports the rest of the daemon: the config module imports this one.
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
@@ -336,3 +337,12 @@ def shown(value: object) -> str:
     if value is None:
         return "null"
     return str(value)
+
+
+def unknown(what: str, names: list[str], known: Collection[str]) -> str:
+    """``unknown field(s) a, b``, with the known name each is likely a typo of."""
+    guesses = {n: difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.75)
+               for n in names}
+    hints = [f"{n}: did you mean {g[0]}?" for n, g in guesses.items() if g]
+    return (f"unknown {what}(s) {', '.join(names)}"
+            + (f" ({'; '.join(hints)})" if hints else ""))
