@@ -138,6 +138,22 @@ def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,
     assert search(daemon, "nonexistentword")["results"] == []
 
 
+def test_a_long_one_word_query_is_answered_at_once(daemon: Any, workspace: Path) -> None:
+    """A query of one 100,000-letter word (well inside the frame limit) is answered in a
+    fraction of a second: the identifier check reads each word once, not once per letter
+    (it took minutes, holding a search thread)."""
+    open_ws(daemon, workspace)
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "x" * 100_000},
+                         timeout=20.0)
+    assert answer["results"] == []
+    answer = daemon.call("memory.search", {"agent_id": "w",
+                                           "query": "handle" * 16_000 + "WebSocket"},
+                         timeout=20.0)
+    assert paths(answer) == ["memory/2026-07-23/commute.md"]
+    # Identifiers are still found: camelCase behind digits too.
+    assert paths(search(daemon, "handleWebSocketReconnect"))[0] == "memory/2026-07-23/commute.md"
+
+
 def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     open_ws(daemon, workspace)
     assert paths(search(daemon, "train", filters={"bucket": "wiki"})) == ["digest/wiki/trains.md"]

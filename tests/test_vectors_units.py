@@ -27,6 +27,11 @@ def test_identifier_terms() -> None:
     identifier_terms("v2 k8s").append("changed")
     assert identifier_terms("v2 k8s") == ["v2", "k8s"]
     assert identifier_terms("plain words " * 40 + "ECONNREFUSED") == ["econnrefused"]
+    # camelCase after digits, and in a word of any length; digits alone before a capital
+    # are the letter-digit rule's.
+    assert identifier_terms("2fastFurious x9 aaaB 12 Abc") == ["2fastfurious", "x9", "aaab"]
+    assert identifier_terms("z" * 50_000 + "Q") == ["z" * 50_000 + "q"]
+    assert identifier_terms("z" * 50_000) == []
 
 
 def test_rare_terms_need_a_real_index() -> None:
