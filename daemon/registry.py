@@ -30,7 +30,13 @@ from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.workspaces import Workspace, WorkspaceStarter, check_agent_id, check_root
+from recalld.daemon.workspaces import (
+    Workspace,
+    WorkspaceStarter,
+    check_agent_id,
+    check_daemon_folders,
+    check_root,
+)
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 # The registry and its workspaces log under one name: recalld.daemon.workspaces.
@@ -191,6 +197,7 @@ class WorkspaceRegistry:
                 del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
             self._check_overlap(agent_id, root)
+            await trio.to_thread.run_sync(check_daemon_folders, root, config)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )

@@ -1,7 +1,7 @@
 """A workspace: which agent ids and folders may be one, and one open workspace.
 
-:func:`check_agent_id` and :func:`check_root` refuse an agent id or a folder that cannot be
-a workspace. A :class:`Workspace` is hosted by the registry
+:func:`check_agent_id`, :func:`check_root` and :func:`check_daemon_folders` refuse an agent
+id or a folder that cannot be a workspace. A :class:`Workspace` is hosted by the registry
 (:mod:`recalld.daemon.registry`); it opens its own nursery and hands it to the registry's
 :data:`WorkspaceStarter` (``recalld.daemon.services.start_workspace``), which builds the
 workspace's typed service record and starts its services in order with ``nursery.start``,
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.answers import WorkspaceInfo
@@ -89,6 +89,24 @@ def check_root(root: Path) -> None:
     if st.st_uid != os.getuid():
         raise InvalidParams(f"workspace {root} belongs to uid {st.st_uid}, not to the "
                             "user recalld runs as")
+
+
+def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
+    """InvalidParams if ``root`` (absolute, resolved) is, lies in or holds one of the
+    daemon's own folders, whose files its readers would then serve to the agent: the
+    state folder (every workspace's record, model keys handed over included, and every
+    agent's jobs) and the backups (every agent's memory); or holds the configuration
+    file (blocking: resolves the folders)."""
+    for folder in (config.state_dir, config.data_dir / "backups"):
+        folder = folder.resolve()
+        if root.is_relative_to(folder) or folder.is_relative_to(root):
+            where = "lies inside" if root.is_relative_to(folder) else "holds"
+            raise InvalidParams(f"{root} {where} recalld's own folder {folder}; a "
+                                "workspace needs a folder of its own")
+    config_file = config.config_path.resolve()
+    if config_file.is_relative_to(root):
+        raise InvalidParams(f"{root} holds recalld's configuration file {config_file}; "
+                            "a workspace needs a folder of its own")
 
 
 class Workspace:

@@ -228,6 +228,13 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
          "inside the workspace"),
         ({"agent_id": "x9", "path": str(tmp_path / "x9"), "config": {"resource_dir": "/etc"}},
          "inside the workspace"),
+        # The daemon's own folders: their files would be served as the agent's notes
+        # (the record of every workspace with the model keys handed over, every job).
+        ({"agent_id": "x11", "path": str(daemon.data_dir / "state")}, "recalld's own folder"),
+        ({"agent_id": "x12", "path": str(daemon.data_dir / "backups" / "x12")},
+         "lies inside recalld's own folder"),
+        ({"agent_id": "x13", "path": str(daemon.config_path.parent)},
+         "holds recalld's configuration file"),
     ]
     for params, why in refused:
         try:
@@ -237,6 +244,8 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
             continue
         raise AssertionError(f"workspace.open accepted {params}")
     assert not Path("/etc/memory").exists()
+    assert not (daemon.data_dir / "state" / "memory").exists()
+    assert not (daemon.config_path.parent / "memory").exists()
     (tmp_path / "afile").write_text("x\n", encoding="utf-8")
     try:
         daemon.call("workspace.open", {"agent_id": "x10", "path": str(tmp_path / "afile")})
