@@ -197,6 +197,14 @@ KINDS: list[tuple[str, str, list[str]]] = [
     ("entropy_near_word",
      "here's the access token, kT8vQ2mX9pL4rW7nZ3bY6", ["kT8vQ2mX9pL4rW7nZ3bY6"]),
     ("chinese", "我的密码是 abc12345，别告诉别人", ["abc12345"]),
+    ("chinese_space", "服务器 密码 Ocean-Breeze-77 别外传", ["Ocean-Breeze-77"]),
+    ("chinese_glued", "账号admin 密码Ocean-Breeze-77", ["Ocean-Breeze-77"]),
+    ("chinese_key_variant", "秘钥是 9f8e7d6c5b4a39281706f5e4d3c2b1a0", ["9f8e7d6c5b4a3928"]),
+    ("password_env_glued", "PGPASSWORD=Tr0ub4dor77 psql -h db", ["Tr0ub4dor77"]),
+    ("password_name_glued", "dbpassword: kestrel-42", ["kestrel-42"]),
+    ("mysql_p", "mysql -h db -u root -pRootPassw0rd123 app", ["RootPassw0rd123"]),
+    ("mysqldump_p_quoted", "mysqldump -uroot -p'S3cr3t!pw' app > dump.sql", ["S3cr3t!pw"]),
+    ("sshpass", "sshpass -p 'Gh7kLm22' ssh deploy@web1", ["Gh7kLm22"]),
     ("age", "AGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGP",
      ["QYQSZQGPQYQSZQGPQYQSZQGP"]),
 ]
@@ -252,6 +260,9 @@ def test_chat_messages_are_redacted_in_content_blocks_and_tool_calls() -> None:
     "sha512: cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0",
     "The auth flow uses OAuth2; see RFC 6749 section 4.1.",
     "I passed the exam with 95 points; pin the tab please.",
+    "我喜欢骑自行车上班，密码学很有意思；密钥 SHA256 指纹见附件，设置密码 (Settings) 即可。",
+    "mysql -u root -p app asks for it; mysql -p$MYSQL_PWD reads it; the mysql server -port.",
+    "sshpass -p $SSHPASS ssh host; my passport number changed; bypass=true; compass: N45",
 ])
 def test_more_prose_is_left_alone(text: str) -> None:
     assert redact(text) == text

@@ -38,6 +38,9 @@ _STRONG_PARTS: Final = frozenset({
 })
 _PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcode", "pass",
                                     "pwd", "pw", "pin", "passwort"})
+#: A name part ending in one of these is a password's name glued to its owner's:
+#: ``PGPASSWORD``, ``dbpassword``, ``ROOTPASSWD``.
+_PASSWORD_ENDINGS: Final = ("password", "passwd", "passphrase", "passcode", "passwort")
 _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -48,7 +51,7 @@ def _name_kind(name: str) -> str | None:
     if not parts:
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
-    if any(p in _PASSWORD_PARTS for p in parts):
+    if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
         return "password"
     if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS:
         return "secret"
@@ -212,8 +215,11 @@ _BARE_VALUE = re.compile(
 #: "credentials: admin / Winter2025!": a user and a password after a credential word.
 _PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
                    r"(?P<value>[^\s,;]{4,100})")
-_ZH = re.compile(r"(?:密码|口令|密钥|令牌|暗号|验证码)(?:是|为|：|:|=)[ \t]*[\"'“「]?"
-                 r"(?P<value>[^\s\"'”」，。,]{4,200})")
+_ZH = re.compile(r"(?:密码|口令|密钥|秘钥|密匙|令牌|暗号|验证码)"
+                 r"(?:(?:是|为|：|:|=)[ \t]*[\"'“「]?(?P<value>[^\s\"'”」，。,]{4,200})"
+                 # "密码 Zx9#kLm2", "账号admin 密码Zx9#kLm2": a Latin value right after it.
+                 r"|[ \t]*(?P<latin>[A-Za-z0-9][!-~]{5,199}))")
+_ZH_KEY_WORDS: Final = ("密钥", "秘钥", "密匙", "令牌")
 
 
 def _strip_end(value: str) -> str:
@@ -250,9 +256,16 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         for rx in (_BARE_VALUE, _ZH):
             m = rx.match(text, a)
             if m is not None:
-                value = _strip_end(m.group("value"))
-                if looks_secret(value) and (rx is _ZH or any(not c.isalpha() for c in value)):
-                    yield m.start("value"), m.start("value") + len(value)
+                latin = rx is _ZH and m.group("latin") is not None
+                group = "latin" if latin else "value"
+                value = _strip_end(m.group(group))
+                if latin and text.startswith(_ZH_KEY_WORDS, a):
+                    ok = keyish(value)  # "密钥 SHA256 指纹" names no key
+                else:
+                    ok = looks_secret(value) and (
+                        (rx is _ZH and not latin) or any(not c.isalpha() for c in value))
+                if ok:
+                    yield m.start(group), m.start(group) + len(value)
 
 
 #: Lowercase words where a credential name or statement can start (the anchors).
@@ -260,7 +273,7 @@ _ANCHOR_WORDS: Final = (
     "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
     "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
     "license", "ssh", "app", "bearer", "refresh", "bot", "client",
-    "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+    "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
 _NAME_REACH = 64
 
@@ -317,4 +330,5 @@ def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[i
 
 
 CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
-              "session", "otp", "pat", "login", "密码", "口令", "密钥", "令牌", "暗号", "验证码")
+              "session", "otp", "pat", "login",
+              "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")

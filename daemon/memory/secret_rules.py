@@ -7,7 +7,8 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   Azure storage and connection-string keys, Alibaba), SaaS tokens (GitHub, GitLab, Slack,
   Telegram, SendGrid, Stripe, Twilio, npm, PyPI, OpenAI, Anthropic, Google, Discord,
   Mailgun, Hugging Face, DigitalOcean, Shopify and other vendors' prefixed tokens), JSON
-  Web Tokens, webhook URLs and the password of ``scheme://user:password@host`` URLs;
+  Web Tokens, webhook URLs, the password of ``scheme://user:password@host`` URLs and
+  passwords on a command line (``mysql -pS3cret``, ``sshpass -p S3cret``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
@@ -48,6 +49,7 @@ from recalld.daemon.memory.secret_values import (
     classes,
     entropy_bits,
     looks_random,
+    looks_secret,
 )
 
 Span = tuple[int, int]
@@ -208,6 +210,16 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
+    # Passwords on a command line: ``mysql -u root -pS3cret`` (glued to ``-p``, as the
+    # MySQL clients take it) and ``sshpass -p S3cret``.
+    _regex_rule("cli_password", ("mysql", "mariadb"),
+                r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?![\w\-])"
+                r"[^\n]{0,200}?(?<!\S)-p[\"']?([^\s\"'\-][^\s\"']{2,199})",
+                group=1, check=lambda v: looks_secret(v.rstrip(".,;:!?)")), token=False),
+    _regex_rule("cli_password", ("sshpass",),
+                r"\bsshpass[ \t][^\n]{0,80}?(?<!\S)-p[ \t]*[\"']?([^\s\"'\-][^\s\"']{2,199})",
+                group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
+                token=False),
     _regex_rule("auth_header", ("bearer", "basic", "token "),
                 r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
                 group=1, check=lambda v: looks_random(v, 16) or bool(HEX.match(v)), token=False),
