@@ -32,6 +32,7 @@ from recalld.daemon.watchpaths import IGNORE_DIRS, passed_by
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ def topic_path(digest: str, path: str) -> str:
     """Workspace-relative path of a topic file given as ``name.md``, ``sub/name.md`` or
     ``<digest>/...``; only Markdown inside the digest folder, never the index itself."""
     rel = "/".join(safepath.split_relative(path))
+    if visible(rel) != rel:  # it would break the line MEMORY.md lists it on
+        raise InvalidParams(f"a topic file's path has no control characters, not {rel!r}")
+    from recalld.daemon.memory.redact import has_secret  # imported with its first use
+
+    if has_secret(rel, formats_only=True):  # a file name is shown, indexed and logged
+        raise InvalidParams("a topic file's path looks like a credential; use another name")
     if passed_by(rel):  # the index passes it by, so MEMORY.md could not list it
         raise InvalidParams(f"a topic file's path has no hidden parts and no "
                             f"{', '.join(IGNORE_DIRS)}, not {path!r}")
@@ -132,7 +139,8 @@ def render_memory_md(entries: list[TopicEntry], digest: str) -> str:
             continue
         lines.append(f"## {type_}")
         for e in group:
-            link = e["path"].removeprefix(digest + "/")
+            # A file named with a line break (made by hand) cannot add lines of its own.
+            link = visible(e["path"].removeprefix(digest + "/"))
             hook = f" — {e['description']}" if e["description"] else ""
             lines.append(f"- [{e['name']}]({link}){hook}")
         lines.append("")
