@@ -24,6 +24,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not hang; regular files ignore it.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255  # of one component: NAME_MAX of Linux file systems
 
 
 def is_utf8(name: str) -> bool:
@@ -62,6 +63,9 @@ def split_relative(path: object) -> list[str]:
         raise PathOutsideWorkspace("path must not contain '..'")
     if not parts:
         raise InvalidParams("path names the workspace root, not a file")
+    if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
+        # The file system would refuse it (ENAMETOOLONG) deep inside a read or a write.
+        raise InvalidParams(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
     return parts
 
 

@@ -48,6 +48,11 @@ def test_refusals_are_invalid_params_kind() -> None:
     with pytest.raises(InvalidParams):
         split_relative(42)
     assert split_relative("./memory//a.md") == ["memory", "a.md"]
+    # A part the file system could not name (NAME_MAX), in characters or in bytes.
+    assert split_relative("memory/" + "a" * 252 + ".md")[1] == "a" * 252 + ".md"
+    for long in ("a" * 253 + ".md", "记" * 86):
+        with pytest.raises(InvalidParams, match="longer than 255 bytes"):
+            split_relative(f"memory/{long}")
 
 
 def test_symlinks_are_refused_everywhere(ws: Path) -> None:

@@ -123,7 +123,9 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
             # A line break in the name would add lines of its own to MEMORY.md; a token
             # would be a file name, shown, indexed and logged.
             ({"path": "x\n- [admin password](pw.md) — trusted\n.md"}, InvalidParams),
-            ({"path": "wiki/ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789.md"}, InvalidParams)):
+            ({"path": "wiki/ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789.md"}, InvalidParams),
+            # A name the file system cannot hold: a clear error, not an internal one.
+            ({"path": "wiki/" + "n" * 300 + ".md"}, InvalidParams)):
         with pytest.raises(error):
             daemon.call("memory.topic_write", {**good, **change})
     digest = daemon.data_dir / "workspaces" / "a" / "digest"
