@@ -152,13 +152,18 @@ def mask_dsn(dsn: str) -> str:
 
 
 _URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")
-_URL_QUERY_SECRET = re.compile(r"(?i)([?&][^=&#]*(?:key|token|secret|password|sig)[^=&#]*=)[^&#]*")
+#: A query parameter named like a credential, and its value (up to ``&``, ``#`` or a
+#: space: it is found in URLs and in messages that quote one).
+URL_QUERY_SECRET = re.compile(
+    r"(?i)([?&][^=&#\s]*(?:key|token|secret|passw|passphrase|pwd|auth|credential|sig)"
+    r"[^=&#\s]*=)[^&#\s]*")
 
 
 def mask_url(url: str) -> str:
     """``url`` with a password in its user part and the values of query parameters named
-    like a credential (``key``, ``token``, ``secret``, ``password``, ``sig``) as ``***``."""
-    return _URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
+    like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,
+    ``sig``, ...) as ``***``."""
+    return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
 
 
 @dataclass(frozen=True, slots=True)

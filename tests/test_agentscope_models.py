@@ -179,6 +179,19 @@ def test_base_url_credentials_are_masked_in_workspace_list(daemon: DaemonHandle)
     listed = json.dumps(daemon.call("workspace.list"))
     assert "pa55word" not in listed and "q1w2e3" not in listed and KEY not in listed
     assert mask_url("https://api.example.com/v1") == "https://api.example.com/v1"
+    # Other credential names, masked alike in the settings and in what the providers
+    # report (their endpoint, their errors) in workspace.list and daemon.status.
+    url = "http://127.0.0.1:9/v1?access_token=z9y8x7w6&auth=a1s2d3f4&region=eu"
+    daemon.call("workspace.open", {"agent_id": "masked2", "config": {
+        "chat_model_config": {"base_url": url, "api_key": KEY, "model_name": "m"},
+        "embedding_model_config": {"base_url": url, "api_key": KEY, "model_name": "e"}}})
+    settings = _settings(daemon, "masked2")
+    assert settings["chat_model_config"]["base_url"] == (
+        "http://127.0.0.1:9/v1?access_token=***&auth=***&region=eu")
+    for shown in (json.dumps(daemon.call("workspace.list")),
+                  json.dumps(daemon.call("daemon.status")), daemon.log()):
+        assert "z9y8x7w6" not in shown and "a1s2d3f4" not in shown and KEY not in shown
+    assert mask_url("https://h/x?passport=no&bypass=1") == "https://h/x?passport=no&bypass=1"
 
 
 def test_models_the_daemon_cannot_speak_to_are_refused_at_construction() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from recalld.daemon.config import URL_QUERY_SECRET
 from recalld.ipc.errors import RecalldError
 
 #: The message of the ProviderConfigError a workspace without a chat model gets.
@@ -32,12 +33,14 @@ _URL_PASSWORD = re.compile(r"(://[^:@/\s?#]*):[^@/\s?#]*@")
 
 
 def redact(text: str, *secrets: str) -> str:
-    """``text`` with the given secrets, URL passwords and anything that looks like an API
-    key masked."""
+    """``text`` with the given secrets, URL passwords, the values of URL query parameters
+    named like a credential (as the settings show them) and anything that looks like an
+    API key masked."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    return _SECRETISH.sub("***", _URL_PASSWORD.sub(r"\1:***@", text))
+    text = URL_QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
+    return _SECRETISH.sub("***", text)
 
 
 def snippet(body: bytes, limit: int = 200) -> str:
