@@ -208,7 +208,9 @@ def create_backup(
         listed.append((src, sized))
     progress.phase(phase, total=sum(len(s) for _, s in listed),
                    bytes_total=sum(n for _, s in listed for _, n in s))
-    with atomic_writer(REAL, out) as raw, zipfile.ZipFile(
+    # Private: the archive holds every file of the workspaces (and with ``secrets``, the
+    # model keys), wherever ``out`` puts it.
+    with atomic_writer(REAL, out, private=True) as raw, zipfile.ZipFile(
         cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6
     ) as zf:
         for src, sized in listed:

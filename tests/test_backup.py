@@ -224,6 +224,8 @@ def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: P
     out = tmp_path / "out" / "b.zip"
     made = daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
     assert Path(made["file"]) == out
+    # Every file of the workspace is in it: only its owner may read it, wherever it is.
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
         for info in zf.infolist():

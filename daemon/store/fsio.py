@@ -279,14 +279,16 @@ class AtomicFile:
 
 
 @contextmanager
-def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True) -> Iterator[AtomicFile]:
+def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
+                  private: bool = False) -> Iterator[AtomicFile]:
     """Write ``path`` atomically: ``with atomic_writer(fs, p) as f: f.write(...)``.
 
     The file appears (fully written and fsynced) only if the block exits normally. On any
     exception, including cancellation-driven ones, the temp file is removed and the old
     ``path`` (if any) is untouched; OSErrors are raised as StorageIOError / DiskFull.
     ``sync_dir=False`` leaves the fsync of the folder (which makes the rename durable) to
-    the caller, who publishes several files in it.
+    the caller, who publishes several files in it. ``private``: the file gets mode 0600
+    (whatever the umask), before anything is written to it.
     """
     tmp = path.with_name(temp_name(path.name))
     try:
@@ -296,6 +298,8 @@ def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True) -> Iterator[Atom
     published = False
     closed = False
     try:
+        if private:
+            os.fchmod(fd, 0o600)
         out = AtomicFile(fs, fd, path, tmp)
         yield out
         fs.fsync(fd)
