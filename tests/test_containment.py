@@ -106,6 +106,36 @@ def test_a_directory_link_out_of_the_workspace_is_not_indexed(
               "the note behind an in-workspace link")
 
 
+def test_a_note_folder_linked_out_of_the_workspace_is_not_listed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    other = tmp_path / "other-agent"
+    (other / "memory" / "2026-07-01").mkdir(parents=True)
+    (other / "memory" / "2026-07-01" / "vault.md").write_text(LINKED, encoding="utf-8")
+    (other / "digest").mkdir()
+    (other / "digest" / "plan.md").write_text(
+        "---\nname: Vault plan\ndescription: bob's plan\n---\nbody\n", encoding="utf-8")
+    mallory = tmp_path / "mallory"
+    mallory.mkdir()
+    # The note folders themselves are links to another agent's.
+    (mallory / "memory").symlink_to(other / "memory", target_is_directory=True)
+    (mallory / "digest").symlink_to(other / "digest", target_is_directory=True)
+    kept = tmp_path / "kept"
+    (kept / "notes" / "2026-07-01").mkdir(parents=True)
+    (kept / "notes" / "2026-07-01" / "own.md").write_text(OWN, encoding="utf-8")
+    (kept / "memory").symlink_to(kept / "notes", target_is_directory=True)
+    daemon = daemon_factory()
+    for agent, root in (("mallory", mallory), ("kept", kept)):
+        daemon.call("workspace.open", {"agent_id": agent, "path": str(root)})
+        daemon.call("index.sync", {"agent_id": agent})
+    assert daemon.call("memory.list", {"agent_id": "mallory"})["files"] == []
+    index = daemon.call("memory.index", {"agent_id": "mallory"})
+    assert index["entries"] == [] and "Vault" not in index["rendered"]
+    assert "vault" not in _texts(daemon, "mallory", "zanzibar")
+    # A note folder linked within its workspace is listed.
+    listed = daemon.call("memory.list", {"agent_id": "kept"})["files"]
+    assert [f["path"] for f in listed] == ["memory/2026-07-01/own.md"]
+
+
 def test_notes_indexed_through_a_link_before_are_removed(daemon_factory: DaemonFactory,
                                                          tmp_path: Path) -> None:
     alice = tmp_path / "alice"

@@ -144,10 +144,14 @@ async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> s
 
 def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
         list[FileEntry], bool]:
-    """Markdown files under ``tops`` (relative folders), no symlinks followed."""
+    """Markdown files under ``tops`` (relative folders), no symlinks followed; a top
+    folder that is a link leading out of the workspace (to another agent's notes) is
+    passed by, as the index passes it by."""
     files: list[FileEntry] = []
     for top in tops:
         base = root / top
+        if not safepath.is_inside(base, root):
+            continue
         for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for fname in sorted(filenames):
