@@ -270,6 +270,11 @@ _NESTED: dict[str, type[DataclassInstance]] = {
 }
 
 
+#: The tables a workspace may be without (null turns them off).
+_NULLABLE: frozenset[str] = frozenset(
+    f.name for f in dataclasses.fields(WorkspaceSettings) if f.default is None)
+
+
 def _coerce(name: str, value: object, default: object, where: str) -> object:
     """``value`` of a table checked against the type of the field's ``default``."""
     def refuse(what: str) -> ConfigError:
@@ -325,6 +330,8 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
     for name, value in table.items():
         default = getattr(base, name)
         if name in _NESTED:
+            if value is None and name not in _NULLABLE:
+                continue  # a table that is always set: null is "not set" (as QwenPaw's)
             if value is not None and not isinstance(value, Mapping):
                 raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: "
                                   f"must be a table ([{name}])")

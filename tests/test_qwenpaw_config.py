@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DaemonHandle
 
 from recalld.daemon import config, qwenpaw
 
@@ -69,6 +70,20 @@ def test_a_whole_agent_json_is_taken_as_is() -> None:
     s = config.WorkspaceSettings().merged(agent)
     assert s.embedding_model_config.dimensions == 256
     assert "reranker_config" in s.ignored_fields
+
+
+def test_a_null_table_is_not_set(daemon: DaemonHandle) -> None:
+    """A table given as null (pydantic's None in a QwenPaw file, JSON from a client) is
+    not set: the workspace keeps the table it had; a chat model or a remote is off."""
+    base = config.WorkspaceSettings()
+    for table in ("embedding_model_config", "search"):
+        assert getattr(base.merged({table: None}), table) == getattr(base, table)
+    assert base.merged({"chat_model_config": None}).chat_model_config is None
+    for table in ("embedding_model_config", "search", "chat_model_config", "remote"):
+        opened = daemon.call("workspace.open", {"agent_id": f"null-{table.replace('_', '-')}",
+                                                "config": {table: None}})
+        assert opened["state"] == "ready", opened
+    assert opened["settings"]["search"]["fusion"] == base.search.fusion
 
 
 def test_an_empty_dream_cron_turns_the_dream_off() -> None:
