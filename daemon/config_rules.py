@@ -151,7 +151,10 @@ def _notes_dir(value: object) -> str | None:
 def _url(value: object) -> str | None:
     if value == "":
         return None  # the backend's default endpoint
-    parts = urlsplit(str(value))
+    try:
+        parts = urlsplit(str(value))
+    except ValueError:  # an unclosed "[" of an IPv6 host, for one
+        return "must be empty or an http:// or https:// URL (this one does not parse)"
     if parts.scheme in ("http", "https") and parts.hostname:
         try:
             _ = parts.port  # a port out of range or not a number raises

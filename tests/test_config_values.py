@@ -75,6 +75,9 @@ def _cases() -> list[tuple[str, str, str, Any]]:
         sub = next(s for s, c in WORKSPACE_TABLES.items() if c.__name__ == cls_name)
         header = "workspace_defaults" + (f".{sub}" if sub else "")
         cases.append((header, key, cls_name, rule.bad))
+    # A URL the parser itself refuses (an unclosed IPv6 bracket).
+    cases += [(f"workspace_defaults.{sub}", "base_url", cls.__name__, "http://[::1/v1")
+              for sub, cls in WORKSPACE_TABLES.items() if sub.endswith("model_config")]
     return cases
 
 
