@@ -208,6 +208,48 @@ def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFacto
     assert d.call("daemon.ping")["pong"] is True
 
 
+def test_a_batch_of_large_answers_is_cut_and_memory_stays_bounded(
+        daemon_factory: DaemonFactory) -> None:
+    # A batch is answered in one frame: once its answers pass 1 MiB its other requests are
+    # refused unrun (-32006), so a connection that sends batches of large reads and never
+    # reads holds about a MiB, not the 40 MB a batch of 100 such reads makes.
+    d = daemon_factory("[daemon]\nwrite_timeout_s = 3.0\n")
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)  # 400 KB
+    read = {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    with d.connect() as conn:
+        conn.send([{**read, "id": i} for i in range(10)]
+                  + [{"jsonrpc": "2.0", "method": "daemon.ping"}])
+        answers = sorted(conn.recv(), key=lambda a: a["id"])
+        assert len(answers) == 10
+        ran = [a for a in answers if "result" in a]
+        assert 2 <= len(ran) <= 4 and all(len(a["result"]["text"]) >= 399_000 for a in ran)
+        assert answers[:len(ran)] == ran  # in order: the first ones ran
+        for refused in answers[len(ran):]:
+            assert refused["error"]["code"] == errors.REQUEST_TOO_LARGE, refused
+            assert "smaller batch" in refused["error"]["message"]
+        assert conn.call("daemon.ping")["pong"] is True
+    clients = 12
+    batch = orjson.dumps([{**read, "id": i} for i in range(100)]) + b"\n"
+    before = server_stats(d)
+    peak_before_kib = _vm_kib(d.pid, "VmHWM")
+    stuck = []
+    for _ in range(clients):
+        conn = d.connect()
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.send_bytes(batch * 3)
+        stuck.append(conn)
+    wait_for(lambda: server_stats(d)["timeouts_total"] - before["timeouts_total"] >= clients,
+             "the connections that do not read to be cut")
+    for conn in stuck:
+        assert conn.at_eof(timeout=10)
+        conn.close()
+    grown_mb = (_vm_kib(d.pid, "VmHWM") - peak_before_kib) / 1024
+    assert grown_mb < clients * 8 + 50, grown_mb
+    assert d.call("daemon.ping")["pong"] is True
+
+
 def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> None:
     d = daemon_factory("[daemon]\nmax_connections = 3\n")
     conns = [_connect_admitted(d) for _ in range(3)]

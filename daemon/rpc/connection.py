@@ -69,6 +69,10 @@ EVENT_QUEUE_SIZE = 256
 MAX_UNSENT_BYTES = 256 * 1024
 INITIAL_ANSWER_ESTIMATE = 64 * 1024
 MIN_ANSWER_ESTIMATE = 1024
+# A batch is answered in one frame, built in memory: once its answers pass this size, its
+# remaining requests are answered with REQUEST_TOO_LARGE instead of being run (a batch of
+# 100 reads would otherwise hold some 50 MB per connection that does not read).
+MAX_BATCH_ANSWER_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -304,11 +308,12 @@ class Connection:
         try:
             # Members of a batch run one after another within one slot: bounded, and a
             # batch cannot starve the connection's other calls of slots.
-            answers = [await self._call(call) for call in incoming.calls]
+            answers = await self._run_calls(incoming)
             try:
                 reply = self._protocol.reply(incoming, answers)
             except orjson.JSONEncodeError:
                 reply = self._protocol.reply(incoming, [_encodable(a) for a in answers])
+            del answers  # only the encoded reply is held while the client takes it
             if reply is not None:
                 if not inline:  # the estimate is for the calls that take slots
                     self._answer_estimate = max(len(reply), self._answer_estimate * 7 // 8,
@@ -319,6 +324,28 @@ class Connection:
             self._wake_reader()
             if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
+
+    async def _run_calls(self, incoming: Incoming) -> list[Answer | None]:
+        """The answers of ``incoming``'s calls, run in order; in a batch, the requests
+        after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun
+        (notifications still run: their answers are not kept)."""
+        if not incoming.is_batch:
+            return [await self._call(call) for call in incoming.calls]
+        answers: list[Answer | None] = []
+        size = 0
+        for call in incoming.calls:
+            if size > MAX_BATCH_ANSWER_BYTES and not call.is_notification:
+                self._counters.errors_total += 1
+                answers.append(error_response(
+                    call.id, errors.REQUEST_TOO_LARGE,
+                    f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES // (1024 * 1024)} "
+                    "MiB before this call ran: send it again, alone or in a smaller batch"))
+                continue
+            answer = _encodable(await self._call(call))
+            if answer is not None:
+                size += len(orjson.dumps(answer))
+            answers.append(answer)
+        return answers
 
     async def _call(self, request: Request) -> Answer | None:
         counters = self._counters
