@@ -141,7 +141,7 @@ def test_search_finds_english_chinese_identifiers_and_frontmatter(daemon: Any,
 def test_a_long_one_word_query_is_answered_at_once(daemon: Any, workspace: Path) -> None:
     """A query of one 100,000-letter word (well inside the frame limit) is answered in a
     fraction of a second: the identifier check reads each word once, not once per letter
-    (it took minutes, holding a search thread)."""
+    (it took minutes, holding a search thread); so is one of 60,000 identifiers."""
     open_ws(daemon, workspace)
     answer = daemon.call("memory.search", {"agent_id": "w", "query": "x" * 100_000},
                          timeout=20.0)
@@ -152,6 +152,26 @@ def test_a_long_one_word_query_is_answered_at_once(daemon: Any, workspace: Path)
     assert paths(answer) == ["memory/2026-07-23/commute.md"]
     # Identifiers are still found: camelCase behind digits too.
     assert paths(search(daemon, "handleWebSocketReconnect"))[0] == "memory/2026-07-23/commute.md"
+    # 60,000 identifier-like words: each is looked at once, not compared with the others.
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": " ".join(
+        f"w{i}" for i in range(60_000))}, timeout=20.0)
+    assert answer["results"] == []
+
+
+def test_filters_naming_many_folders_cost_little(daemon: Any, tmp_path: Path) -> None:
+    """50,000 path prefixes over 1,000 notes: each note's folders are looked up, not
+    compared with every prefix (that took some 20 s, holding a search thread)."""
+    root = tmp_path / "ws"
+    for i in range(1000):
+        write(root, f"memory/d{i % 40}/n{i}.md", f"# Note {i}\n\nthe heron count {i}\n")
+    open_ws(daemon, root)
+    prefixes = [f"memory/x{i}" for i in range(50_000)] + ["memory/d7/", "memory/d9/n9.md"]
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "heron count",
+                                           "max_results": 100,
+                                           "filters": {"path_prefix": prefixes}}, timeout=10.0)
+    found = set(paths(answer))
+    assert found and all(p.startswith("memory/d7/") or p == "memory/d9/n9.md" for p in found)
+    assert "memory/d9/n9.md" in found and len(found) == 26
 
 
 def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:

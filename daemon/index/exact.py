@@ -43,6 +43,9 @@ RARE_MIN_DOCS = 50
 # A query of at most this many content words that names an identifier is a lookup, however
 # few of its words are special ("what broke in kelmo v4.27.3?").
 LOOKUP_WORDS = 6
+# A query naming more identifiers than this is no lookup: no hit must hold them all (and
+# the rare-term check, which compares each term with each identifier, stays short).
+MAX_LOOKUP_IDENTIFIERS = 32
 # Queries of at most this many characters have their identifiers and content words
 # remembered.
 MEMO_QUERY_CHARS = 256
@@ -84,13 +87,11 @@ def identifier_terms(query: str) -> list[str]:
 
 
 def _find_identifiers(query: str) -> tuple[str, ...]:
-    out: list[str] = []
+    out: dict[str, None] = {}  # in order, without repeats (a list would be searched)
     for m in _WORD.finditer(query):
         word = m.group(0).strip(".-")
         if len(word) >= 2 and _IDENT.search(word):
-            low = word.lower()
-            if low not in out:
-                out.append(low)
+            out[word.lower()] = None
     return tuple(out)
 
 
@@ -130,6 +131,8 @@ def _special(query: str, bm25: KeywordIndex,
              tokens: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(the special terms, those of them that are identifiers)."""
     idents = identifier_terms(query)
+    if len(idents) > MAX_LOOKUP_IDENTIFIERS:
+        return [], []  # a pasted log or listing: no chunk is looked up by all of them
     special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
     words = _content_words(query)
     if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -49,6 +49,14 @@ NEIGHBOURS_MEMO_MAX = 4096
 def _stem(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0].lower()
 
+
+
+def _folders(path: str) -> Iterator[str]:
+    """The folders ``path`` lies in, outermost first (``a``, ``a/b`` for ``a/b/c.md``)."""
+    end = path.find("/")
+    while end >= 0:
+        yield path[:end]
+        end = path.find("/", end + 1)
 
 class IndexState:
     """Files, chunks, BM25 and links of one workspace. Not thread-safe: one user at a time."""
@@ -100,13 +108,15 @@ class IndexState:
         if filters.empty:
             return None
         out = BitMap()
-        prefixes = tuple(p.strip("/") for p in filters.path_prefixes)
-        buckets = tuple(f"{self.digest_dir}/{b.strip('/')}/" for b in filters.buckets)
+        # Sets, matched against each path's folders: a client may name thousands, and
+        # each path is then looked up a few times, not compared with every one.
+        prefixes = frozenset(p.strip("/") for p in filters.path_prefixes)
+        buckets = frozenset(f"{self.digest_dir}/{b.strip('/')}" for b in filters.buckets)
+        authors = frozenset(filters.authors)
         for path, info in self.files.items():
-            if prefixes and not any(path == p or path.startswith(p + "/") or
-                                    (p.endswith(".md") and path == p) for p in prefixes):
+            if prefixes and path not in prefixes and prefixes.isdisjoint(_folders(path)):
                 continue
-            if buckets and not path.startswith(buckets):
+            if buckets and buckets.isdisjoint(_folders(path)):
                 continue
             if filters.date_from or filters.date_to:
                 day = note_date(path) if path.startswith(self.daily_dir + "/") else None
@@ -116,7 +126,7 @@ class IndexState:
                     continue
                 if filters.date_to and day > filters.date_to:
                     continue
-            if filters.authors and self.author(path) not in filters.authors:
+            if authors and self.author(path) not in authors:
                 continue
             out.update(info.keys)
         return out
