@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from recalld.daemon.memory.redact import (
@@ -426,3 +428,21 @@ His password was leaked online yesterday.
 @pytest.mark.parametrize("text", TALK_ABOUT_CREDENTIALS)
 def test_talk_about_credentials_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", ["key=" * 7_500, "password=" * 3_333, "密码是" * 10_000])
+def test_a_run_of_credential_words_costs_linear_time(text: str) -> None:
+    # 30,000 characters (a note's limit is 32,000): each credential word starts a
+    # statement whose value reads at most 400 characters, not the rest of the run
+    # (that took 17-19 s a note, in a thread the other workspaces share).
+    started = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - started < 6.0
+
+
+def test_a_stated_value_longer_than_the_patterns_read_is_masked_whole() -> None:
+    value = "Zq8" + "xY4kP9mW2vR7tL3s" * 44  # 707 characters
+    for text in (f"the api token is {value}", f"token: {value}", f"set the token to {value}."):
+        out = redact(text)
+        assert value[-40:] not in out and value[380:420] not in out, out
+        assert out.endswith(MASK) or out.endswith(MASK + "."), out

@@ -144,15 +144,15 @@ _STATE = re.compile(
     r"|[ \t]*(?:=|->|=>|:)|[ \t]+[-—][ \t]+|—)"
     r"[ \t]*(?:[:\-—][ \t]*)?"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|`[^`\n]{1,200}`"
-    r"|[!#-&*-~\u00a0-\u024f]+(?:[ \t]+[^\s.,;!?\"'“`()]+){0,8})"
+    r"|[!#-&*-~\u00a0-\u024f]{1,400}(?:[ \t]+[^\s.,;!?\"'“`()]{1,200}){0,8})"
 )
 _SET = re.compile(
     r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]+(?:(?:the|my|our|your|his|her"
     r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
     r"(?:[ \t]+(?:for|of|on)"
     r"[ \t]+[\w.\-]+(?:[ \t]+[\w.\-]+)?)?[ \t]+(?:to|as|=)[ \t]+"
-    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]+"
-    r"(?:[ \t]+[^\s.,;!?\"'()]+){0,8})"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]{1,400}"
+    r"(?:[ \t]+[^\s.,;!?\"'()]{1,200}){0,8})"
 )
 _SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
 _SET_REACH = 80  # the verb is at most this far before the credential word
@@ -201,7 +201,21 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
         span = _value_span(kind, value, m.start("value"), _phrase_words(cred),
                            statement="is" if m.re is _STATE else "set")
         if span is not None:
-            yield span
+            yield _to_run_end(text, span)
+
+
+#: What a bare value of a statement is made of (its patterns read at most 400 of them:
+#: read to the end at every anchor of a long run, they cost time squared in its length).
+_RUN_CHAR = re.compile(r"[!#-&*-~\u00a0-\u024f]*")
+
+
+def _to_run_end(text: str, span: Span) -> Span:
+    """``span``, reaching to the end of a value longer than the patterns read."""
+    start, end = span
+    if end - start < 400 or end >= len(text):
+        return span
+    m = _RUN_CHAR.match(text, end)
+    return start, len(_strip_end(m.group(0))) + end if m is not None else end
 
 
 _NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
