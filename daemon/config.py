@@ -139,31 +139,9 @@ class RemoteConfig:
 
     def for_wire(self) -> dict[str, str]:
         """The settings as JSON with any password in the DSN masked."""
-        return {"kind": self.kind, "dsn": mask_dsn(self.dsn), "name": self.name,
+        return {"kind": self.kind, "dsn": config_rules.mask_dsn(self.dsn), "name": self.name,
                 "passfile": self.passfile, "password_env": self.password_env,
                 "host": self.host, "search_mode": self.search_mode}
-
-
-def mask_dsn(dsn: str) -> str:
-    """``dsn`` with the password of a URI's user part or a ``password=`` field as ``***``."""
-    masked = re.sub(r"^(postgres(?:ql)?://[^:@/?#]*):[^@/?#]*@", r"\1:***@", dsn)
-    masked = re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", masked)
-    return masked
-
-
-_URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")
-#: A query parameter named like a credential, and its value (up to ``&``, ``#`` or a
-#: space: it is found in URLs and in messages that quote one).
-URL_QUERY_SECRET = re.compile(
-    r"(?i)([?&][^=&#\s]*(?:key|token|secret|passw|passphrase|pwd|auth|credential|sig)"
-    r"[^=&#\s]*=)[^&#\s]*")
-
-
-def mask_url(url: str) -> str:
-    """``url`` with a password in its user part and the values of query parameters named
-    like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,
-    ``sig``, ...) as ``***``."""
-    return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
 
 
 @dataclass(frozen=True, slots=True)

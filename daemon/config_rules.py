@@ -7,7 +7,9 @@ refused at load with one line naming the key, never accepted. Types are checked 
 ``config.py`` from the field defaults; this table says what a value of the right type may
 be. :func:`layout_problem` says which of a workspace's folders may lie in which, checked
 once per workspace's settings as built. The README's configuration section documents the
-same ranges and layouts.
+same ranges and layouts. Also here: the message naming unknown keys with their likely
+intended names (:func:`unknown`), and the masking of credentials in settings shown
+(:func:`mask_dsn`, :func:`mask_url`).
 
 Nothing here imports the rest of the daemon: the config module imports this one.
 """
@@ -349,3 +351,28 @@ def unknown(what: str, names: list[str], known: Collection[str]) -> str:
     hints = [f"{n}: did you mean {g[0]}?" for n, g in guesses.items() if g]
     return (f"unknown {what}(s) {', '.join(names)}"
             + (f" ({'; '.join(hints)})" if hints else ""))
+
+
+# -- masking credentials in what is shown ---------------------------------------------
+
+
+def mask_dsn(dsn: str) -> str:
+    """``dsn`` with the password of a URI's user part or a ``password=`` field as ``***``."""
+    masked = re.sub(r"^(postgres(?:ql)?://[^:@/?#]*):[^@/?#]*@", r"\1:***@", dsn)
+    masked = re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", masked)
+    return masked
+
+
+_URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")
+#: A query parameter named like a credential, and its value (up to ``&``, ``#`` or a
+#: space: it is found in URLs and in messages that quote one).
+URL_QUERY_SECRET = re.compile(
+    r"(?i)([?&][^=&#\s]*(?:key|token|secret|passw|passphrase|pwd|auth|credential|sig)"
+    r"[^=&#\s]*=)[^&#\s]*")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with a password in its user part and the values of query parameters named
+    like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,
+    ``sig``, ...) as ``***``."""
+    return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))

@@ -58,3 +58,10 @@ def map_exceptions() -> _WireErrors:
     (the cause kept). Not a generator context manager: it wraps every RPC call, and
     entering and leaving a generator costs several times more."""
     return _WIRE_ERRORS
+
+
+def client_error(exc: BaseException) -> RecalldError | None:
+    """The client-visible error in ``exc``, also inside a group of exactly one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, RecalldError) else None

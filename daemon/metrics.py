@@ -183,3 +183,17 @@ def gauge(name: str, help_: str,
     """A gauge family in the snapshot's wire form (values computed by the caller)."""
     return {"name": name, "type": "gauge", "help": help_,
             "samples": [{"labels": dict(lbl), "value": v} for lbl, v in samples]}
+
+
+_METHOD_LABELS: dict[str, dict[str, str]] = {}
+_METHOD_LABELS_MAX = 1024
+
+
+def method_labels(method: str) -> dict[str, str]:
+    """The metric labels of ``method``, built once per name (bounded, never mutated)."""
+    labels = _METHOD_LABELS.get(method)
+    if labels is None:
+        labels = {"method": method}
+        if len(_METHOD_LABELS) < _METHOD_LABELS_MAX:
+            _METHOD_LABELS[method] = labels
+    return labels

@@ -29,7 +29,7 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 from waits import ACTIVE, wait_value
 
-from recalld.daemon.config import mask_url
+from recalld.daemon.config_rules import mask_url
 from recalld.ipc.agentscope import (
     RecalldMem0Middleware,
     RecalldMemoryMiddleware,

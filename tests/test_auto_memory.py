@@ -3,8 +3,8 @@
 Covers memory.add_turns (counting, the interval trigger, flush, request-id idempotency,
 restart with pending turns), the job (note frontmatter, one note per session, no
 overwrite across sessions, the day index, the sanitized dialog file, secrets redacted in
-everything written, malformed and failing model answers, no chat model configured).
-"""
+everything written, malformed and failing model answers, no chat model configured); long
+conversations and odd ids are in test_auto_memory_long.py."""
 
 from __future__ import annotations
 
@@ -17,18 +17,12 @@ from typing import Any
 
 import orjson
 import pytest
-import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import wait_for, wait_job
 
-from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import sessions
-from recalld.daemon.memory.llm import LoopFailed, run_tools
 from recalld.daemon.memory.turns import sanitize_messages
-from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.chat import ChatClient
-from recalld.daemon.providers.retry import RetryPolicy
 from recalld.ipc.errors import InvalidParams
 
 SECRET = "sk-proj-" + "Zq8Lm3Nx7Vb2Kc5Hj1Gf4Dd9Ss6Aa0Pp"
@@ -445,128 +439,3 @@ def test_job_interrupted_by_a_crash_is_resumed(daemon_factory: Any, fake: FakePr
     assert "cello" in (root / job["result"]["note"]).read_text()
     assert add(d2, "s", [])["pending_turns"] == 0
     assert len(d2.call("inbox.list", {"agent_id": "w"})["items"]) == 1
-
-
-# -- the tool loop on its own, against the loopback fake -------------------------------------
-
-
-@pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
-
-
-def loop_client(fake: FakeProvider, bridge: ProviderBridge) -> ChatClient:
-    return ChatClient(ChatModelConfig(base_url=fake.url + "/v1", model_name="m"), bridge,
-                      policy=RetryPolicy(max_attempts=2, backoff_base_s=0.001,
-                                         backoff_max_s=0.002, deadline_s=10.0,
-                                         attempt_timeout_s=5.0), environ={})
-
-
-async def test_run_tools_loop_errors_to_model_and_step_limit(fake: FakeProvider,
-                                                             bridge: ProviderBridge) -> None:
-    calls: list[tuple[str, dict[str, Any]]] = []
-
-    async def dispatch(name: str, arguments: Any) -> str:
-        calls.append((name, dict(arguments)))
-        if name == "boom":
-            raise RuntimeError("kaput")
-        return "ok " * 10_000  # long results are cut for the model
-
-    chat = loop_client(fake, bridge)
-    fake.script(Reply(json=chat_answer(None, [tool_call("boom", {"a": 1}, "c1"),
-                                              tool_call("fine", {}, "c2")])),
-                Reply(json=chat_answer("all done")))
-    steps: list[int] = []
-    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
-                          on_step=lambda n, _msg: steps.append(n))
-    assert res.finished and res.final_text == "all done" and res.steps == 2
-    assert res.tool_calls_made == ["boom", "fine"] and calls[0] == ("boom", {"a": 1})
-    tool_msgs = [m for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
-    assert tool_msgs[0] == {"role": "tool", "tool_call_id": "c1",
-                            "content": "error: RuntimeError: kaput"}
-    assert tool_msgs[1]["content"].endswith("[truncated]") and len(tool_msgs[1]["content"]) < 20_100
-    assert steps == [1, 2]
-
-    forever = Reply(json=chat_answer(None, [tool_call("fine", {})]))
-    fake.script(forever, forever, forever)
-    capped = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
-                             max_steps=3)
-    assert not capped.finished and capped.steps == 3 and capped.tool_calls_made == ["fine"] * 3
-
-    fake.script(Reply(delay_s=5, json=chat_answer("late")))
-    with pytest.raises(LoopFailed, match=r"did not finish within 0\.2 s"):
-        await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
-                        deadline_s=0.2)
-
-
-def test_a_long_conversation_reaches_the_model_whole(daemon_factory: Any, fake: FakeProvider,
-                                                    tmp_path: Path) -> None:
-    # More than one prompt holds: an early fact, a pasted log of 150k characters with a
-    # fact in its middle, and a late fact. Every one of them is shown to the model.
-    root = tmp_path / "ws"
-    d = daemon_factory(config(root, fake, interval=0))
-    middle = "lorem ipsum " * 6000
-    paste = middle + "the build server is called quokkabox " + middle
-    prompts: list[str] = []
-
-    def model(body: dict[str, Any]) -> dict[str, Any]:
-        messages = body["messages"]
-        if messages[-1]["role"] == "tool":
-            return chat_answer("saved")
-        prompts.append(messages[-1]["content"])
-        return chat_answer("nothing to save")
-
-    fake.chat_default = model
-    add(d, "long", turn("My sister Anna lives in Graz.", "Noted, Graz."))
-    add(d, "long", turn(paste))
-    add(d, "long", turn("I moved to Tallinn in May."))
-    job = wait_job(d, add(d, "long", [], flush=True)["job_id"])
-    assert job["state"] == "succeeded", job
-    assert len(prompts) > 1 and all(len(p) < 70_000 for p in prompts)
-    shown = "".join(prompts)
-    for fact in ("Anna lives in Graz", "quokkabox", "Tallinn in May"):
-        assert fact in shown, fact
-    assert shown.count("lorem") == shown.count("ipsum") == 12000  # all of it, words whole
-    assert add(d, "long", [])["pending_turns"] == 0
-    said = [orjson.loads(line)["content"] for line in
-            (root / "mem_session" / "dialog" / "long.jsonl").read_text().splitlines()]
-    assert len(said) == 6 and said[2] == paste.strip()
-
-
-def test_a_failed_part_keeps_the_parts_before_it(daemon_factory: Any, fake: FakeProvider,
-                                                 tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    d = daemon_factory(config(root, fake, interval=0))
-    fake.chat_default = lambda body: chat_answer("nothing to save")
-    add(d, "two", turn("first " * 9950))  # ~60k characters: the next turn needs a part
-    add(d, "two", turn("I moved to Tallinn in May. " + "It is cold there. " * 60))
-    fake.script(done("nothing to save"), Reply(raw=b"garbage"))
-    job = wait_job(d, add(d, "two", [], flush=True)["job_id"])
-    assert job["state"] == "failed" and "not valid JSON" in job["error"], job
-    # The first part's turns are memory; the second's still wait, and are sent once more.
-    assert add(d, "two", [])["pending_messages"] == 2
-    said = [orjson.loads(line)["content"] for line in
-            (root / "mem_session" / "dialog" / "two.jsonl").read_text().splitlines()]
-    assert said == ["first " * 9949 + "first", "Noted."]
-    job = wait_job(d, add(d, "two", [], flush=True)["job_id"])
-    assert job["state"] == "succeeded" and job["result"]["turns"] == 2, job
-
-
-def test_ids_with_a_trailing_newline_are_refused(daemon_factory: Any, tmp_path: Path) -> None:
-    # They would become other workspaces, files and frontmatter values than the ids
-    # without it ("default\n" beside "default", mem_session/dialog/"s\n".jsonl).
-    root = tmp_path / "ws"
-    d = daemon_factory(config(root, None))
-    for agent_id in ("default\n", "x\n", "w\n"):
-        with pytest.raises(InvalidParams):
-            d.call("workspace.open", {"agent_id": agent_id})
-    for session_id in ("s\n", "s\r\n", "s\n\n"):
-        with pytest.raises(InvalidParams):
-            add(d, session_id, turn("My cat is called Pixel."))
-    with d.connect() as conn, pytest.raises(InvalidParams):
-        conn.call("events.subscribe", {"topics": ["inbox.item\n"]})
-    assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default", "w"]
-    assert add(d, "s", [])["pending_messages"] == 0
-    assert [p for p in tmp_path.rglob("*") if "\n" in p.name] == []

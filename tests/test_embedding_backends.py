@@ -6,7 +6,6 @@ tested under the fake clock in test_retry.py.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,6 @@ from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import EmbeddingClient, resolve_api_key
-from recalld.daemon.providers.embedding_formats import truncate_to_budget
 from recalld.daemon.providers.errors import (
     CircuitOpen,
     DimensionMismatch,
@@ -178,24 +176,6 @@ async def test_missing_vectors_detected(backend: str, fake: FakeProvider,
         await client.embed(["a", "b", "c"])
 
 
-async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBridge) -> None:
-    client = make(fake, bridge)
-    texts = ["alpha", "beta", "gamma"]
-    vecs = [fake_vector(t, DIMS).tolist() for t in texts]
-    # Out of order, with the zero index left out as answers in protobuf style do.
-    items: list[dict[str, object]] = [{"index": 2, "embedding": vecs[2]},
-                                      {"embedding": vecs[0]},
-                                      {"index": 1, "embedding": vecs[1]}]
-    fake.script(Reply(raw=json.dumps({"data": items}).encode()))
-    np.testing.assert_allclose(await client.embed(texts), expected(texts), rtol=1e-5,
-                               atol=1e-6)
-    for index in ("1", None, 1.5, True):
-        items = [{"index": 0, "embedding": vecs[0]}, {"index": index, "embedding": vecs[1]}]
-        fake.script(Reply(raw=json.dumps({"data": items}).encode()))
-        with pytest.raises(ProviderBadResponse, match="'index' is not an integer"):
-            await client.embed(texts[:2])
-
-
 @pytest.mark.parametrize("backend", REMOTE)
 async def test_429_with_retry_after_then_success(backend: str, fake: FakeProvider,
                                                  bridge: ProviderBridge) -> None:
@@ -296,15 +276,6 @@ async def test_inputs_are_cut_to_the_budget(fake: FakeProvider, bridge: Provider
     assert len(sent[0]) == 30
     assert sent[1] == "中" * 10
     assert sent[2] == " "  # providers refuse empty inputs
-
-
-def test_truncate_to_budget() -> None:
-    assert truncate_to_budget("short", 100) == "short"
-    assert truncate_to_budget("a" * 100, 10) == "a" * 30
-    assert truncate_to_budget("中文" * 50, 10) == ("中文" * 5)
-    mixed = truncate_to_budget("ab中" * 40, 10)
-    assert len(mixed) < 30
-    assert truncate_to_budget("x" * 20, 0) == "x" * 20
 
 
 def test_enable_conditions_and_key_precedence() -> None:

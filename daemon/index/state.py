@@ -50,13 +50,13 @@ def _stem(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0].lower()
 
 
-
 def _folders(path: str) -> Iterator[str]:
     """The folders ``path`` lies in, outermost first (``a``, ``a/b`` for ``a/b/c.md``)."""
     end = path.find("/")
     while end >= 0:
         yield path[:end]
         end = path.find("/", end + 1)
+
 
 class IndexState:
     """Files, chunks, BM25 and links of one workspace. Not thread-safe: one user at a time."""

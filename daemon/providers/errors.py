@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from recalld.daemon.config import URL_QUERY_SECRET
+from recalld.daemon.config_rules import URL_QUERY_SECRET
 from recalld.ipc.errors import RecalldError
 
 #: The message of the ProviderConfigError a workspace without a chat model gets.

@@ -33,7 +33,8 @@ import psycopg
 import trio
 
 from recalld.daemon.arraytypes import F32
-from recalld.daemon.config import RemoteConfig, mask_dsn
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.config_rules import mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates

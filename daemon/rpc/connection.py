@@ -15,7 +15,8 @@ Limits (RELIABILITY 16-17, ADR 0008 and 0018):
 - a reader waiting ``idle_timeout_s`` for a frame closes the connection, unless the client
   is owed something (a call running, an event subscription) and sent no half frame;
 - an answer that the client does not take within ``write_timeout_s`` aborts the connection;
-- at most ``max_concurrent_calls_per_connection`` calls run at once; a batch is one call;
+- at most ``max_concurrent_calls_per_connection`` calls run at once; a batch is one call,
+  whose requests after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun;
 - back pressure: a new call starts only while the answers waiting to be written, plus an
   estimate of each running call's answer, stay within :data:`MAX_UNSENT_BYTES`; until
   then nothing more is read, so the client's own writes block in its socket.
@@ -31,6 +32,7 @@ cancels running calls and the event pump. Cancelling ``serve`` cancels all of th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -42,6 +44,7 @@ import trio
 
 from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.errors import client_error
 from recalld.daemon.events import DROPPED_TOPIC, Accept, EventBus, Subscription
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
@@ -73,6 +76,8 @@ MIN_ANSWER_ESTIMATE = 1024
 # remaining requests are answered with REQUEST_TOO_LARGE instead of being run (a batch of
 # 100 reads would otherwise hold some 50 MB per connection that does not read).
 MAX_BATCH_ANSWER_BYTES = 1024 * 1024
+_BATCH_CUT = (f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES >> 20} MiB before this call "
+              "ran: send it again, alone or in a smaller batch")
 
 
 @dataclass(slots=True)
@@ -329,21 +334,17 @@ class Connection:
         """The answers of ``incoming``'s calls, run in order; in a batch, the requests
         after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun
         (notifications still run: their answers are not kept)."""
-        if not incoming.is_batch:
-            return [await self._call(call) for call in incoming.calls]
         answers: list[Answer | None] = []
         size = 0
         for call in incoming.calls:
             if size > MAX_BATCH_ANSWER_BYTES and not call.is_notification:
                 self._counters.errors_total += 1
-                answers.append(error_response(
-                    call.id, errors.REQUEST_TOO_LARGE,
-                    f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES // (1024 * 1024)} "
-                    "MiB before this call ran: send it again, alone or in a smaller batch"))
+                answers.append(error_response(call.id, errors.REQUEST_TOO_LARGE, _BATCH_CUT))
                 continue
-            answer = _encodable(await self._call(call))
-            if answer is not None:
-                size += len(orjson.dumps(answer))
+            answer = await self._call(call)
+            if incoming.is_batch and answer is not None:
+                with contextlib.suppress(orjson.JSONEncodeError):  # sent as an internal error
+                    size += len(orjson.dumps(answer))
             answers.append(answer)
         return answers
 
@@ -357,11 +358,11 @@ class Connection:
         try:
             result = await self._dispatch(request, self)
         except Exception as exc:
-            err = _as_recalld_error(exc)
+            err = client_error(exc)
             counters.errors_total += 1
             if isinstance(err, errors.MethodNotFound):
                 label = "unknown"  # made-up names must not grow the metric table
-            metrics.count("recalld_rpc_errors_total", labels=_method_labels(label))
+            metrics.count("recalld_rpc_errors_total", labels=metrics.method_labels(label))
             if err is None:
                 log.exception("method %s failed", request.method)
                 response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
@@ -372,7 +373,7 @@ class Connection:
         finally:
             counters.calls_in_flight -= 1
             metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
-                            _method_labels(label))
+                            metrics.method_labels(label))
         return None if request.is_notification else response
 
     async def send(self, data: bytes) -> bool:
@@ -476,27 +477,6 @@ class Connection:
             sub.close()
             if self.subscription is sub:
                 self.subscription = None
-
-
-_METHOD_LABELS: dict[str, dict[str, str]] = {}
-_METHOD_LABELS_MAX = 1024
-
-
-def _method_labels(method: str) -> dict[str, str]:
-    """The metric labels of ``method``, built once per name (bounded, never mutated)."""
-    labels = _METHOD_LABELS.get(method)
-    if labels is None:
-        labels = {"method": method}
-        if len(_METHOD_LABELS) < _METHOD_LABELS_MAX:
-            _METHOD_LABELS[method] = labels
-    return labels
-
-
-def _as_recalld_error(exc: BaseException) -> errors.RecalldError | None:
-    """The client-visible error in ``exc``, also inside a group of exactly one."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc if isinstance(exc, errors.RecalldError) else None
 
 
 def _encodable(answer: Answer | None) -> Answer | None:

@@ -13,7 +13,8 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import remembered, safepath, sharing
-from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings, mask_url
+from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
+from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token

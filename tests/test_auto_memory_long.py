@@ -1,0 +1,87 @@
+"""auto_memory at its edges, end to end: conversations longer than one prompt (sent in
+parts, nothing cut, a failed part keeping the ones before it) and ids that would name
+other files and workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer
+from test_auto_memory import add, config, done, fake, turn  # noqa: F401
+from waits import wait_job
+
+from recalld.ipc.errors import InvalidParams
+
+
+def test_a_long_conversation_reaches_the_model_whole(daemon_factory: Any, fake: FakeProvider,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    # More than one prompt holds: an early fact, a pasted log of 150k characters with a
+    # fact in its middle, and a late fact. Every one of them is shown to the model.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    middle = "lorem ipsum " * 6000
+    paste = middle + "the build server is called quokkabox " + middle
+    prompts: list[str] = []
+
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return chat_answer("saved")
+        prompts.append(messages[-1]["content"])
+        return chat_answer("nothing to save")
+
+    fake.chat_default = model
+    add(d, "long", turn("My sister Anna lives in Graz.", "Noted, Graz."))
+    add(d, "long", turn(paste))
+    add(d, "long", turn("I moved to Tallinn in May."))
+    job = wait_job(d, add(d, "long", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    assert len(prompts) > 1 and all(len(p) < 70_000 for p in prompts)
+    shown = "".join(prompts)
+    for fact in ("Anna lives in Graz", "quokkabox", "Tallinn in May"):
+        assert fact in shown, fact
+    assert shown.count("lorem") == shown.count("ipsum") == 12000  # all of it, words whole
+    assert add(d, "long", [])["pending_turns"] == 0
+    said = [orjson.loads(line)["content"] for line in
+            (root / "mem_session" / "dialog" / "long.jsonl").read_text().splitlines()]
+    assert len(said) == 6 and said[2] == paste.strip()
+
+
+def test_a_failed_part_keeps_the_parts_before_it(daemon_factory: Any, fake: FakeProvider,  # noqa: F811
+                                                 tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.chat_default = lambda body: chat_answer("nothing to save")
+    add(d, "two", turn("first " * 9950))  # ~60k characters: the next turn needs a part
+    add(d, "two", turn("I moved to Tallinn in May. " + "It is cold there. " * 60))
+    fake.script(done("nothing to save"), Reply(raw=b"garbage"))
+    job = wait_job(d, add(d, "two", [], flush=True)["job_id"])
+    assert job["state"] == "failed" and "not valid JSON" in job["error"], job
+    # The first part's turns are memory; the second's still wait, and are sent once more.
+    assert add(d, "two", [])["pending_messages"] == 2
+    said = [orjson.loads(line)["content"] for line in
+            (root / "mem_session" / "dialog" / "two.jsonl").read_text().splitlines()]
+    assert said == ["first " * 9949 + "first", "Noted."]
+    job = wait_job(d, add(d, "two", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["turns"] == 2, job
+
+
+def test_ids_with_a_trailing_newline_are_refused(daemon_factory: Any, tmp_path: Path) -> None:
+    # They would become other workspaces, files and frontmatter values than the ids
+    # without it ("default\n" beside "default", mem_session/dialog/"s\n".jsonl).
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, None))
+    for agent_id in ("default\n", "x\n", "w\n"):
+        with pytest.raises(InvalidParams):
+            d.call("workspace.open", {"agent_id": agent_id})
+    for session_id in ("s\n", "s\r\n", "s\n\n"):
+        with pytest.raises(InvalidParams):
+            add(d, session_id, turn("My cat is called Pixel."))
+    with d.connect() as conn, pytest.raises(InvalidParams):
+        conn.call("events.subscribe", {"topics": ["inbox.item\n"]})
+    assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default", "w"]
+    assert add(d, "s", [])["pending_messages"] == 0
+    assert [p for p in tmp_path.rglob("*") if "\n" in p.name] == []
