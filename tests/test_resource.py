@@ -187,6 +187,25 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     assert "first part only" in prompt and len(prompt) < 16_000 + 200
 
 
+def test_a_file_the_model_failed_on_is_tried_again_by_the_nightly_dream(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    ScriptedModel(fake)
+    root = tmp_path / "ws"
+    fake.script(Reply(raw=b"garbage"))
+    write(root, "resource/notes/plan.txt", "the launch moved to Thursday\n")
+    open_ws(daemon, "nightly", root, fake)
+    wait_state(root, "resource/notes/plan.txt", "failed")
+    wait_for(lambda: not active_jobs(daemon, "nightly", "auto_resource"))
+    # A dream started by hand leaves it; the dream the cron starts has it tried again.
+    assert run_job(daemon, "auto_dream", agent="nightly")["state"] == "succeeded"
+    assert catalog(root)["resource/notes/plan.txt"]["state"] == "failed"
+    assert run_job(daemon, "auto_dream", {"trigger": "cron"}, agent="nightly")["state"] == (
+        "succeeded")
+    wait_state(root, "resource/notes/plan.txt", "processed")
+    fields, _ = note_of(root, "resource/notes/plan.txt")
+    assert fields["source_resource"] == "[[resource/notes/plan.txt]]"
+
+
 def test_folders_named_as_the_metadata_dir_are_passed_by(daemon: DaemonHandle,
                                                         tmp_path: Path) -> None:
     # The resource watcher passes by every folder named as the workspace's metadata_dir

@@ -74,6 +74,8 @@ class Consolidation:
         from recalld.daemon.memory import dream
 
         ws = self._get_workspace(job.agent_id)
+        if job.params.get("trigger") == "cron":
+            await self._retry_failed_resources(job.agent_id)
         async with one_host_at_a_time(ws, DREAM_KIND):
             chat = ws.services.chat.client()  # "no chat model configured" fails it
             return await dream.run_dream(
@@ -89,6 +91,20 @@ class Consolidation:
             return await catalog.process(
                 catalog.ws.services.chat.client_or_none(), retry_failed=manual,
                 job_id=job.job_id, progress=job.set_progress)
+
+    async def _retry_failed_resources(self, agent_id: str) -> None:
+        """Have the resource files the chat model failed on tried again: once a night,
+        with the dream (the jobs the watcher starts leave them, so that a model that stays
+        down is not asked again at every new file)."""
+        catalog = self.catalogs.get(agent_id)
+        if catalog is None or not catalog.counts().get("failed"):
+            return
+        try:
+            await self._jobs.submit(agent_id, RESOURCE_KIND, {"trigger": "cron"})
+        except AlreadyRunning:
+            pass  # one is queued or running: failed files wait for the next night
+        except RecalldError as exc:
+            log.warning("%s: auto_resource not submitted: %s", agent_id, exc)
 
     # -- per workspace -----------------------------------------------------------------
 

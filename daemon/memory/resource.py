@@ -15,7 +15,8 @@ each queued file (input bounded by ``max_input_chars``) and writes it to
 file's digest; a changed file rewrites its own note. A deleted file's note is kept (it is
 memory, and digest nodes may cite it) and marked: frontmatter ``source_removed: <date>``
 and a line in the body. States: queued, processed, skipped, failed (the model failed; a
-later job or a change retries it), pending (no chat model configured), removed.
+job started by hand or by the nightly dream, or a change to the file, retries it; the jobs
+the watcher starts do not), pending (no chat model configured), removed.
 
 Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
 to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
