@@ -62,6 +62,19 @@ def open_ws(daemon: DaemonHandle, agent: str, root: Path, fake: FakeProvider | N
     daemon.call("workspace.open", {"agent_id": agent, "path": str(root), "config": config})
 
 
+def failed_once(daemon: DaemonHandle, fake: FakeProvider, agent: str, root: Path, rel: str,
+                text: str) -> None:
+    """Open ``root`` as ``agent`` with one resource file ``rel`` whose interpretation
+    fails (a broken model answer), and wait until the job that failed has ended (the
+    catalog is saved before it ends; one job of a kind runs at a time)."""
+    ScriptedModel(fake)
+    fake.script(Reply(raw=b"garbage"))
+    write(root, rel, text)
+    open_ws(daemon, agent, root, fake)
+    wait_state(root, rel, "failed")
+    wait_for(lambda: not active_jobs(daemon, agent, "auto_resource"))
+
+
 def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake: FakeProvider,
                                                      tmp_path: Path) -> None:
     root = tmp_path / "ws"
@@ -163,15 +176,9 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
     assert job["state"] == "failed", job
     assert "no chat model configured: 1 resource file(s) wait" in str(job["error"]), job
 
-    ScriptedModel(fake)
     root = tmp_path / "ws"
-    fake.script(Reply(raw=b"garbage"))
-    write(root, "resource/b.txt", "the code word is swordfish\n")
-    open_ws(daemon, "flaky", root, fake)
-    wait_state(root, "resource/b.txt", "failed")
+    failed_once(daemon, fake, "flaky", root, "resource/b.txt", "the code word is swordfish\n")
     assert catalog(root)["resource/b.txt"]["reason"]
-    # The catalog is saved before the automatic job ends; one job of a kind runs at a time.
-    wait_for(lambda: not active_jobs(daemon, "flaky", "auto_resource"))
     job = run_job(daemon, "auto_resource", agent="flaky")  # a manual run retries failures
     assert job["state"] == "succeeded", job
     assert job["result"]["outcomes"] == {"processed": 1}
@@ -189,13 +196,9 @@ def test_resources_without_model_and_with_failing_model(daemon: DaemonHandle,
 
 def test_a_file_the_model_failed_on_is_tried_again_by_the_nightly_dream(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
-    ScriptedModel(fake)
     root = tmp_path / "ws"
-    fake.script(Reply(raw=b"garbage"))
-    write(root, "resource/notes/plan.txt", "the launch moved to Thursday\n")
-    open_ws(daemon, "nightly", root, fake)
-    wait_state(root, "resource/notes/plan.txt", "failed")
-    wait_for(lambda: not active_jobs(daemon, "nightly", "auto_resource"))
+    failed_once(daemon, fake, "nightly", root, "resource/notes/plan.txt",
+                "the launch moved to Thursday\n")
     # A dream started by hand leaves it; the dream the cron starts has it tried again.
     assert run_job(daemon, "auto_dream", agent="nightly")["state"] == "succeeded"
     assert catalog(root)["resource/notes/plan.txt"]["state"] == "failed"

@@ -162,10 +162,7 @@ def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFacto
     # daemon's peak memory grows by a few answers per connection, not by every request;
     # meanwhile another client's pings are answered at once.
     d = daemon_factory("[daemon]\nwrite_timeout_s = 3.0\n")
-    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
-    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)  # 400 KB
-    read = {"jsonrpc": "2.0", "method": "memory.read",
-            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    read = _big_read(d)
     assert len(d.call("memory.read", read["params"])["text"]) >= 399_000
     clients, requests_each, answer_mb = 24, 64, 0.4
     with d.connect() as pinger:
@@ -173,13 +170,8 @@ def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFacto
             assert pinger.call("daemon.ping")["pong"] is True
         before = server_stats(d)
         peak_before_kib = _vm_kib(d.pid, "VmHWM")
-        stuck = []
-        for _ in range(clients):
-            conn = d.connect()
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            conn.send_bytes(b"".join(orjson.dumps({**read, "id": i}) + b"\n"
-                                     for i in range(requests_each)))
-            stuck.append(conn)
+        stuck = _unread_connections(d, clients, b"".join(
+            orjson.dumps({**read, "id": i}) + b"\n" for i in range(requests_each)))
         latencies: list[float] = []
         end = time.monotonic() + 60
         while True:
@@ -208,16 +200,32 @@ def test_clients_that_never_read_keep_memory_bounded(daemon_factory: DaemonFacto
     assert d.call("daemon.ping")["pong"] is True
 
 
+def _big_read(d: DaemonHandle) -> dict[str, object]:
+    """A ``memory.read`` request (without its id) of a 400 KB note written for it."""
+    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
+    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)
+    return {"jsonrpc": "2.0", "method": "memory.read",
+            "params": {"agent_id": "default", "path": "memory/big.md"}}
+
+
+def _unread_connections(d: DaemonHandle, n: int, data: bytes) -> list[RawConnection]:
+    """``n`` connections that each send ``data`` and never read an answer."""
+    out = []
+    for _ in range(n):
+        conn = d.connect()
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.send_bytes(data)
+        out.append(conn)
+    return out
+
+
 def test_a_batch_of_large_answers_is_cut_and_memory_stays_bounded(
         daemon_factory: DaemonFactory) -> None:
     # A batch is answered in one frame: once its answers pass 1 MiB its other requests are
     # refused unrun (-32006), so a connection that sends batches of large reads and never
     # reads holds about a MiB, not the 40 MB a batch of 100 such reads makes.
     d = daemon_factory("[daemon]\nwrite_timeout_s = 3.0\n")
-    ws = Path(d.call("workspace.list")["workspaces"][0]["path"])
-    (ws / "memory" / "big.md").write_text(("y" * 999 + "\n") * 400)  # 400 KB
-    read = {"jsonrpc": "2.0", "method": "memory.read",
-            "params": {"agent_id": "default", "path": "memory/big.md"}}
+    read = _big_read(d)
     with d.connect() as conn:
         conn.send([{**read, "id": i} for i in range(10)]
                   + [{"jsonrpc": "2.0", "method": "daemon.ping"}])
@@ -234,12 +242,7 @@ def test_a_batch_of_large_answers_is_cut_and_memory_stays_bounded(
     batch = orjson.dumps([{**read, "id": i} for i in range(100)]) + b"\n"
     before = server_stats(d)
     peak_before_kib = _vm_kib(d.pid, "VmHWM")
-    stuck = []
-    for _ in range(clients):
-        conn = d.connect()
-        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        conn.send_bytes(batch * 3)
-        stuck.append(conn)
+    stuck = _unread_connections(d, clients, batch * 3)
     wait_for(lambda: server_stats(d)["timeouts_total"] - before["timeouts_total"] >= clients,
              "the connections that do not read to be cut")
     for conn in stuck:
