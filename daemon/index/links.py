@@ -258,6 +258,11 @@ class LinkGraph:
             if not lk.resolved:
                 _uncount(self._dangling, _name_key(lk.dst), path)
 
+    @property
+    def has_dangling(self) -> bool:
+        """Whether some edge waits for a name no file has had yet."""
+        return bool(self._dangling)
+
     def waiting_for(self, name: str) -> list[str]:
         """The files with an unresolved edge to the bare name ``name`` (any case)."""
         return sorted(self._dangling.get(_name_key(name), ()))

@@ -285,7 +285,8 @@ class IndexState:
                         self._by_stem[_stem(prep.path)] = prep.path
                     self.graph.add_file(prep.path,
                                         resolve_links(prep.path, prep.links, self.resolve))
-                    waiting.update(self.graph.waiting_for(_stem(prep.path)))
+                    if self.graph.has_dangling:
+                        waiting.update(self.graph.waiting_for(_stem(prep.path)))
                 if keys:
                     slab = batch.slab
                     if to_global is not None:
