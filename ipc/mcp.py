@@ -13,6 +13,9 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
   recall block as a user message to put before the reply;
 - the agent's Markdown files as resources ``recalld://<agent>/<path>``.
 
+Tool arguments are checked against the tool's input schema first: arguments of the wrong
+shape get an error result naming the argument, and nothing reaches the daemon.
+
 The bridge holds no index and no state besides one daemon connection: any number of
 bridges (one per MCP client) share the one daemon, and a daemon restart is bridged by
 the client's reconnect. Reads of other workspaces go out as this agent (``as_agent``),
@@ -33,6 +36,8 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import mcp.types as types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -137,6 +142,19 @@ TOOLS: list[types.Tool] = [
 ]
 
 
+#: Each tool's argument check: the SDK's server hands arguments on as the client sent them.
+_CHECKS = {tool.name: Draft202012Validator(tool.input_schema) for tool in TOOLS}
+
+
+def argument_error(name: str, args: JsonObject) -> str | None:
+    """Why ``args`` do not fit the input schema of tool ``name``, or None if they do."""
+    problem = best_match(_CHECKS[name].iter_errors(args))
+    if problem is None:
+        return None
+    where = "/".join(str(part) for part in problem.absolute_path)
+    return f"{where}: {problem.message}" if where else str(problem.message)
+
+
 RECALL_PROMPT = types.Prompt(
     name="recall",
     description=("Long-term memory for a request, to put before the reply: hits, the "
@@ -192,6 +210,11 @@ class Bridge:
     # ------------------------------------------------------------------- tools
 
     async def call_tool(self, name: str, args: JsonObject) -> types.CallToolResult:
+        if name not in _CHECKS:
+            return _text(f"unknown tool: {name}", error=True)
+        problem = argument_error(name, args)
+        if problem is not None:
+            return _text(f"bad arguments for {name}: {problem}", error=True)
         try:
             await self._open()
             if name == "memory_search":
@@ -366,7 +389,7 @@ def build_server(bridge: Bridge) -> Server[_Lifespan]:
         try:
             return await bridge.get_prompt(params.name, dict(params.arguments or {}))
         except (ValueError, *_DAEMON_ERRORS) as exc:
-            raise RuntimeError(f"recalld: {exc}") from None
+            raise mcp_error(exc) from None
 
     @asynccontextmanager
     async def lifespan(_: Server[_Lifespan]) -> AsyncIterator[_Lifespan]:

@@ -239,3 +239,42 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
             assert bad.is_error and "empty" in _text(bad)
 
     asyncio.run(main())
+
+
+def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
+        daemon: DaemonHandle) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    wrong = [
+        ("memory_search", {"query": "printer", "agents": "bob"}, "agents: 'bob' is not of type"),
+        ("memory_search", {}, "'query' is a required property"),
+        ("memory_search", {"query": {"text": "printer"}}, "query: {'text': 'printer'} is not"),
+        ("memory_search", {"query": "printer", "limit": 10**30}, "greater than the maximum"),
+        ("memory_recall", {"query": "printer", "include_index": "false"}, "include_index:"),
+        ("memory_read", {"path": ["memory/x.md"]}, "path: ['memory/x.md'] is not"),
+        ("memory_add_turns", {"session_id": "s1", "messages": "hello"}, "messages: 'hello'"),
+        ("memory_add_turns", {"session_id": "s1", "flush": "false",
+                              "messages": [{"role": "user", "content": "hi"}]}, "flush:"),
+        ("memory_add_turns", {"session_id": "s1", "messages": [{"role": "user"}]},
+         "messages/0: 'content' is a required property"),
+        ("memory_add_note", {"content": 5}, "content: 5 is not of type 'string'"),
+    ]
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            for name, args, said in wrong:
+                result = await s.call_tool(name, args)
+                assert result.is_error, (name, args)
+                assert _text(result).startswith(f"bad arguments for {name}: "), _text(result)
+                assert said in _text(result), _text(result)
+            unknown = await s.call_tool("memory_forget", {"query": "x"})
+            assert unknown.is_error and _text(unknown) == "unknown tool: memory_forget"
+            with pytest.raises(MCPError) as bad_prompt:
+                await s.get_prompt("recall", {"query": "printer", "budget_chars": "lots"})
+            assert bad_prompt.value.code == -32602
+            assert "budget_chars must be a whole number" in bad_prompt.value.message
+
+    asyncio.run(main())
+    with Client(daemon.socket_path) as c:  # none of it reached the daemon
+        assert [w["agent_id"] for w in c.workspace_list()] == ["default"]
+    assert "Traceback" not in (daemon.home / "mcp-coder.log").read_text(encoding="utf-8")
