@@ -345,10 +345,12 @@ class AsyncClient(_flavours.AsyncMethods):
 
     async def subscribe(self, topics: Sequence[str],
                         agent_id: str | None = None) -> Subscribed:
-        """Subscribe to ``event`` notifications of ``topics`` (kept across reconnects), of
-        the workspaces ``agent_id`` may read (the default agent's without one)."""
+        """Add ``topics`` to the ``event`` notifications subscribed (every topic is kept
+        across reconnects), of the workspaces ``agent_id`` may read (the default agent's
+        without one)."""
         result = await self._run(_methods.subscribe(topics, agent_id))
-        self._topics = list(topics)
+        # Every pattern of the connection, not only these: a subscription adds to it.
+        self._topics = list(result["subscribed"])
         self._topics_agent = agent_id
         return result
 

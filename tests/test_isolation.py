@@ -217,3 +217,41 @@ async def test_trio_client_survives_a_restart(agents: DaemonHandle,
         assert after != before
         hits = await client.search("alice", "signing key", sync=True)
         assert [h.path for h in hits] == [NOTE]
+
+
+
+def test_topics_subscribed_one_call_at_a_time_all_survive_a_restart(
+        agents: DaemonHandle, daemon_factory: DaemonFactory) -> None:
+    subscriber = Client(agents.socket_path)
+    subscriber.subscribe(["workspace.closed"], "bob")
+    assert subscriber.subscribe(["workspace.opened"], "bob") == {
+        "subscribed": ["workspace.closed", "workspace.opened"]}
+    reopened = "workspace.opened:bob"  # in order: anything closed arrives before it
+
+    async def with_trio() -> list[str]:
+        async with AsyncClient(agents.socket_path) as ac:
+            await ac.subscribe(["workspace.closed"], "bob")
+            await ac.subscribe(["workspace.opened"], "bob")
+            daemon = await trio.to_thread.run_sync(_restart, daemon_factory, agents)
+            await ac.ping()  # both reconnect and subscribe again
+            await trio.to_thread.run_sync(subscriber.ping)
+            with pytest.raises(errors.ConnectionLost):
+                await ac.next_event()  # the restart, said once
+            with Client(daemon.socket_path) as c:
+                c.workspace_close("bob")
+                c.workspace_open("bob")
+            seen: list[str] = []
+            while reopened not in seen:
+                event = await ac.next_event()
+                assert event is not None
+                seen.append(f"{event.topic}:{event.data.get('agent_id')}")
+            return seen
+
+    assert trio.run(with_trio) == ["workspace.closed:bob", reopened]
+    seen: list[str] = []
+    for event in subscriber.events():
+        seen.append(f"{event.topic}:{event.data.get('agent_id')}")
+        if reopened in seen:
+            break
+    assert seen == ["workspace.closed:bob", reopened]
+    subscriber.close()
