@@ -51,6 +51,8 @@ from recalld.ipc.types import render_linked
 SCHEME = "recalld"
 DEFAULT_AGENT = "default"
 MAX_RESOURCES = 5000
+#: A resource is read whole, in as many ``memory.read`` ranges as it takes, up to this size.
+MAX_RESOURCE_CHARS = 16 << 20
 #: Sessions the bridge remembers to end at shutdown.
 MAX_SESSIONS = 10_000
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
@@ -301,7 +303,11 @@ class Bridge:
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
-        return _text(str(got.get("text", "")), structured=got)
+        text = str(got.get("text", ""))
+        if got.get("truncated"):  # said in the text too: the model may see nothing else
+            text += (f"\n[truncated: lines {got.get('start_line')}-{got.get('end_line')} of "
+                     f"{got.get('total_lines')}; read on with start_line]")
+        return _text(text, structured=got)
 
     async def end_sessions(self) -> None:
         """End every session given turns since its last flush (errors are skipped:
@@ -330,11 +336,27 @@ class Bridge:
         ]
 
     async def read_resource(self, uri: str) -> str:
+        """The whole file: the daemon answers at most 512 KiB per read, so a larger file
+        is read range after range (ValueError if it is too large for that)."""
         agent, path = parse_uri(uri)
         await self._open()
-        got = await self.client.read(agent, path,
-                                     as_agent=self.agent if agent != self.agent else None)
-        return str(got.get("text", ""))
+        parts: list[str] = []
+        size, start = 0, 1
+        while True:
+            got = await self.client.read(agent, path, start_line=start,
+                                         as_agent=self.agent if agent != self.agent else None)
+            text = str(got.get("text", ""))
+            parts.append(text)
+            size += len(text)
+            if not got.get("truncated"):
+                return "".join(parts)
+            end = int(got["end_line"])
+            if size > MAX_RESOURCE_CHARS or not text.endswith("\n") or end < start:
+                # Too large, or one line longer than a whole read: it cannot come whole.
+                raise ValueError(f"{path} is too large to read as a resource "
+                                 f"({got.get('total_lines')} lines): read it in line ranges "
+                                 "with the memory_read tool")
+            start = end + 1
 
 
 def mcp_error(exc: BaseException) -> MCPError:

@@ -278,3 +278,26 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
     with Client(daemon.socket_path) as c:  # none of it reached the daemon
         assert [w["agent_id"] for w in c.workspace_list()] == ["default"]
     assert "Traceback" not in (daemon.home / "mcp-coder.log").read_text(encoding="utf-8")
+
+
+def test_a_file_larger_than_one_read_comes_whole_as_a_resource(daemon: DaemonHandle) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    big = "".join(f"line {i} " + "é" * 100 + "\n" for i in range(8000))  # ~1.7 reads
+    _write(daemon, "coder", "memory/2026-07-02/big.md", big)
+    _write(daemon, "coder", "memory/2026-07-02/wide.md", "w" * 600_000 + "\nend\n")
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            got = await s.read_resource(resource_uri("coder", "memory/2026-07-02/big.md"))
+            assert got.contents[0].text == big
+            part = await s.call_tool("memory_read", {"path": "memory/2026-07-02/big.md"})
+            assert part.structured_content["truncated"] is True
+            end = part.structured_content["end_line"]
+            assert _text(part).endswith(
+                f"\n[truncated: lines 1-{end} of 8000; read on with start_line]")
+            with pytest.raises(MCPError) as wide:  # a line longer than one read
+                await s.read_resource(resource_uri("coder", "memory/2026-07-02/wide.md"))
+            assert wide.value.code == -32602 and "memory_read" in wide.value.message
+
+    asyncio.run(main())
