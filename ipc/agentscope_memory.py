@@ -37,6 +37,7 @@ from recalld.ipc.agentscope_workspace import (
     _check_mode,
     _open_workspace,
     model_overrides,
+    workspace_id,
     workspace_name,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
@@ -92,10 +93,11 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
         self.models = model_overrides(chat_model, embedding_model)
         self.select = select
-        self.agent_id = agent_id
+        # Named in any script, as agents are (an id the daemon accepts stays as it is).
+        self.agent_id = workspace_id(agent_id) if agent_id else agent_id
         self.mode: Mode = mode
         self.top_k = top_k
-        self.agents = list(agents) if agents is not None else None
+        self.agents = [workspace_id(a) for a in agents] if agents is not None else None
         self.index_in_prompt = index_in_prompt
         self.index_max_entries = index_max_entries
         self.index_ttl_s = index_ttl_s

@@ -26,6 +26,7 @@ log = logging.getLogger("recalld.ipc.agentscope")
 Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 _AGENT_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
 
 
@@ -40,6 +41,14 @@ def workspace_name(name: str) -> str:
     if name.isascii():
         return _AGENT_ID_BAD.sub("_", name).strip(".")[:64] or "default"
     return non_latin_agent_id(name)
+
+
+def workspace_id(name: str) -> str:
+    """``name`` itself if it is a recalld agent id, else its :func:`workspace_name`: the
+    workspace an ``agent_id`` given to a middleware names."""
+    if _AGENT_ID.fullmatch(name) and name not in (".", ".."):
+        return name
+    return workspace_name(name)
 
 
 

@@ -140,6 +140,26 @@ def test_static_control_injects_hits_and_writes_back(daemon: DaemonHandle,
     assert _pending(daemon, "coder", agent.state.session_id) == 2
 
 
+def test_agent_id_in_any_script_pins_the_workspace_its_agent_name_would(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    workspace = workspace_name("研究助手")
+    _open(daemon, workspace, {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted()
+
+    async def main() -> Agent:
+        mw = RecalldMemoryMiddleware(agent_id="研究助手", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            return (await _reply(fake, mw, "assistant", "where do the nightly backups go?"))[0]
+        finally:
+            await mw.close()
+
+    agent = asyncio.run(main())
+    (req,) = _chat_requests(fake)
+    assert "quillfeather-7" in _non_system(req)
+    assert _pending(daemon, workspace, agent.state.session_id) == 2
+
+
 FERRY_NODE = """---
 name: ferry-facts
 description: what the lake ferries cost
