@@ -37,9 +37,12 @@ def workspace_name(name: str) -> str:
     another script would lose most of its characters and collide with every other one
     ("研究助手" and "写作助手" both became ``_``), so it becomes its ASCII letters (accents
     folded, ``agent`` if none) and a digest of the whole name: distinct names, distinct
-    workspaces, the same one every time."""
+    workspaces, the same one every time. So does an ASCII name longer than an agent id
+    (64 characters): cut short, names alike up to there would share one workspace."""
     if name.isascii():
-        return _AGENT_ID_BAD.sub("_", name).strip(".")[:64] or "default"
+        short = _AGENT_ID_BAD.sub("_", name).strip(".")
+        if len(short) <= 64:
+            return short or "default"
     return non_latin_agent_id(name)
 
 

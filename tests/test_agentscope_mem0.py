@@ -144,3 +144,27 @@ def test_static_control_injects_at_reply_start_and_writes_back(
         hits = c.search("alice", "which bicycle do I ride", filters={"author": "planner"},
                         max_results=10)
     assert any("Assistant: plain answer" in h.text for h in hits)
+
+
+def test_long_user_ids_alike_up_to_the_64th_character_are_kept_apart(
+        daemon: DaemonHandle) -> None:
+    prefix = "tenant-northwind-traders-emea-region-customer-support-department-"
+    assert len(prefix) > 64
+
+    async def main() -> tuple[list[str], list[str], str, str]:
+        alice, bob = (RecalldMem0Middleware(user_id=prefix + user, scope_search_by_agent=False,
+                                            socket_path=daemon.socket_path)
+                      for user in ("alice", "bob"))
+        try:
+            await alice.add_memory_text("The locker code of the gym is 4711.")
+            found = await alice.search_memories("locker code")
+            leaked = await bob.search_memories("locker code")
+            return found, leaked, alice.workspace, bob.workspace
+        finally:
+            await alice.close()
+            await bob.close()
+
+    found, leaked, alice_ws, bob_ws = asyncio.run(main())
+    assert any("4711" in hit for hit in found)
+    assert leaked == []
+    assert alice_ws != bob_ws and len(alice_ws) <= 64 and len(bob_ws) <= 64
