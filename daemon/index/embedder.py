@@ -271,7 +271,8 @@ class VectorWorker:
                 self.last_error = str(exc)
                 if isinstance(exc, ProviderPermanent):
                     until = trio.current_time() + self.cfg.permanent_retry_s
-                    self.fill.failed.update((key, until) for key, _ in rnd.items)
+                    self.fill.failed.update((key, until) for key, _ in rnd.items
+                                            if not self.fill.holds(key))
                     log.warning("%s: embedding %d chunk(s) failed for good (%s); retrying "
                                 "them in %.0f s", self.index.ws.agent_id, len(rnd.items), exc,
                                 self.cfg.permanent_retry_s)
@@ -324,19 +325,38 @@ class VectorWorker:
                 vectors[texts[i]] = v
             self.reme_cache_texts += len(from_reme)
             missing = [i for i in missing if texts[i] not in vectors]
-        if missing:
-            # Similar lengths in one provider batch (a local model pads to the longest).
-            missing.sort(key=lambda i: len(texts[i]))
-            rows = await embed_passages(
-                self.index.ws, space.key, [hashes[i] for i in missing],
-                [texts[i] for i in missing], partial(space.client.embed, kind="passage"))
-            self.provider_texts += len(missing)
-            fresh = [(hashes[i], rows[j]) for j, i in enumerate(missing)]
-            if use_cache:
-                await trio.to_thread.run_sync(space.cache.put_many, fresh)
-            for j, i in enumerate(missing):
-                vectors[texts[i]] = rows[j]
+        # Similar lengths in one provider batch (a local model pads to the longest).
+        missing.sort(key=lambda i: len(texts[i]))
+        step = space.client.max_batch_size
+        try:
+            # Batch by batch, each kept as it arrives: a later batch's failure must not
+            # throw away (and so pay again for) what the provider already answered.
+            for start in range(0, len(missing), step):
+                part = missing[start:start + step]
+                rows = await embed_passages(
+                    self.index.ws, space.key, [hashes[i] for i in part],
+                    [texts[i] for i in part], partial(space.client.embed, kind="passage"))
+                self.provider_texts += len(part)
+                if use_cache:
+                    await trio.to_thread.run_sync(
+                        space.cache.put_many, [(hashes[i], rows[j]) for j, i in enumerate(part)])
+                for j, i in enumerate(part):
+                    vectors[texts[i]] = rows[j]
+        except ProviderError:
+            done = [(item, ts) for item, ts in zip(items, units, strict=True)
+                    if all(t in vectors for t in ts)]
+            if done:
+                installed = await self._install([item for item, _ in done],
+                                                [ts for _, ts in done], vectors)
+                self.embedded += installed
+                self.index.vectors_changed(installed)
+            raise
         self.last_error = None
+        return await self._install(items, units, vectors)
+
+    async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
+                       vectors: dict[str, F32]) -> int:
+        """Install the vectors of ``items`` (each has all of its ``units`` in ``vectors``)."""
         if self.window_chars:
             per_item = [np.stack([vectors[t] for t in ts]).astype(np.float32) for ts in units]
             found = [(key, text, _mean_unit(rows))

@@ -152,6 +152,10 @@ class VectorFill:
         self.failed = parked  # vanished or due keys leave the parking lot
         return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
 
+    def holds(self, key: int) -> bool:
+        """Whether the index being filled has a vector for ``key``."""
+        return self._building is not None and key in self._building
+
     def units(self, text: str) -> list[str]:
         """What is embedded for a chunk of ``text``: its windows, or the text itself."""
         return embed_units(text, self.window_chars)
