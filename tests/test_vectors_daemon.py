@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,4 +162,40 @@ def test_a_failed_batch_keeps_the_batches_answered_before_it(daemon_factory: Any
         assert len(sent) == 4 and len(set(sent)) == 4, sent
         res = d.call("memory.search", {"agent_id": "w", "query": "trains"})
         assert res["mode"] == "hybrid" and res["vector_hits"] == 2
+        assert d.stop() == 0
+
+
+def test_backfill_rate_leaves_idle_time_out(daemon_factory: Any, tmp_path: Path) -> None:
+    # A first stretch of backfill, an idle spell, then 12 new chunks in rounds of 4: the
+    # rate (and so the time to full coverage) is that of the work, not diluted by the
+    # idle spell, so it is at least the new chunks over the wall time they took.
+    root = tmp_path / "ws"
+    for i in range(8):
+        write(root, f"memory/2026-07-20/a{i}.md", f"# A{i}\n\nfirst stretch {i}.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        config = fake_config(root, fake).replace("dimensions = 8}",
+                                                  "dimensions = 8, max_batch_size = 1}")
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        idle_from = time.monotonic()
+        # The idle spell itself is what this test is about.
+        wait_value(lambda: vectors_status(d),
+                   lambda st: st["state"] == "idle" and time.monotonic() - idle_from > 3.0,
+                   "an idle spell of 3 s")
+        gate = fake.gate(lambda body: any("second stretch" in t for t in body["input"]))
+        try:
+            started = time.monotonic()
+            for i in range(12):
+                write(root, f"memory/2026-07-21/b{i:02d}.md",
+                      f"# B{i}\n\nsecond stretch {i:02d}.\n")
+            d.call("index.sync", {"agent_id": "w"})
+            assert gate.entered.wait(20), "the backfill request never came"
+            gate.open()
+            st = wait_value(lambda: vectors_status(d), lambda st: st["embedded"] == 20,
+                            "every vector")
+            took = time.monotonic() - started
+        finally:
+            gate.open()
+        assert st["rate_per_s"] >= 12 / took, (st["rate_per_s"], took)
         assert d.stop() == 0

@@ -152,8 +152,11 @@ class VectorWorker:
         self.seeded_event = trio.Event()
         self.last_error: str | None = None
         self.state = "starting"
-        # (time, chunks) of recent rounds, for the rate and the time to full coverage.
+        # (time, chunks) of recent rounds, for the rate and the time to full coverage; the
+        # first entry of a stretch of work is its start (0 chunks).
         self._done: deque[tuple[float, int]] = deque(maxlen=RATE_ROUNDS)
+        #: Whether a stretch of backfill work is under way (False while idle).
+        self._working = False
 
     @property
     def enabled(self) -> bool:
@@ -251,6 +254,8 @@ class VectorWorker:
             rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
             self.total, self.embedded = rnd.total, rnd.total - rnd.pending
             if not rnd.items:
+                # An idle spell is no part of the rate: the next round starts a new stretch.
+                self._working = False
                 if self.fill.migrating and not rnd.pending:
                     swapped = await self.index.locked(self.fill.swap)
                     if swapped:
@@ -265,6 +270,10 @@ class VectorWorker:
                     await changed.wait()
                 continue
             self.state = "embedding"
+            if not self._working:
+                self._working = True
+                self._done.clear()
+                self._done.append((now, 0))
             try:
                 installed = await self._embed_round(rnd.items, rnd.texts)
             except ProviderError as exc:
@@ -408,7 +417,8 @@ class VectorWorker:
         return serving.key, vec
 
     def rate(self) -> float | None:
-        """Chunks embedded per second over the recent rounds (None before two rounds)."""
+        """Chunks embedded per second over the recent rounds of the current (or last)
+        stretch of work, idle time left out (None before its first round is done)."""
         done = self._done
         if len(done) < 2:
             return None
