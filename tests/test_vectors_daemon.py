@@ -199,3 +199,35 @@ def test_backfill_rate_leaves_idle_time_out(daemon_factory: Any, tmp_path: Path)
             gate.open()
         assert st["rate_per_s"] >= 12 / took, (st["rate_per_s"], took)
         assert d.stop() == 0
+
+
+def test_removed_chunks_leave_the_vector_branch_while_the_backfill_waits(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # The provider holds the backfill's request for a new note; meanwhile one note is
+    # deleted and one edited. A search still answers, and neither old chunk comes back.
+    root = tmp_path / "ws"
+    for i in range(4):
+        write(root, f"memory/2026-07-2{i}/n{i}.md", f"# N{i}\n\nnote {i} about trains.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        gate = fake.gate(lambda body: any("HELD-BACKFILL" in t for t in body["input"]))
+        d = daemon_factory(fake_config(root, fake))
+        try:
+            d.call("index.sync", {"agent_id": "w"})
+            wait_covered(d)
+            write(root, "memory/2026-07-25/held.md", "# Held\n\nHELD-BACKFILL note.\n")
+            d.call("index.sync", {"agent_id": "w"})
+            assert gate.entered.wait(20), "the backfill request never came"
+            (root / "memory/2026-07-21/n1.md").unlink()
+            write(root, "memory/2026-07-22/n2.md", "# N2\n\nrewritten.\n")
+            d.call("index.sync", {"agent_id": "w"})
+            for old in ("# N1\n\nnote 1 about trains.", "# N2\n\nnote 2 about trains."):
+                res = d.call("memory.search", {"agent_id": "w", "query": old,
+                                               "max_results": 10})
+                assert res["mode"] == "hybrid" and res["vector_hits"] == 2, res
+                paths = {r["path"]: r["vector"] for r in res["results"]}
+                assert "memory/2026-07-21/n1.md" not in paths
+                # The rewritten note has no vector yet: its old one must not stand in.
+                assert paths.get("memory/2026-07-22/n2.md") is None, paths
+        finally:
+            gate.open()
+        assert d.stop() == 0

@@ -212,7 +212,13 @@ class VectorFill:
         wins = self.windows
         if wins is None or not len(wins) or self._shadow is not None or state is not self._state:
             return state.vector_search(query, limit, allowed)
-        test = None if allowed is None else allowed.__contains__
+        chunks = state.chunks
+
+        def test(key: int) -> bool:
+            # A removed chunk's windows stay until the backfill's next round drops them
+            # (it may be waiting on the provider meanwhile).
+            return key in chunks and (allowed is None or key in allowed)
+
         hits = wins.search(query, limit, allowed=test)
         if len(wins) < len(state.chunks):
             # Chunks whose windows are not back yet (after a restart) keep their own vector.
