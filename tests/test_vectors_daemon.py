@@ -231,3 +231,20 @@ def test_removed_chunks_leave_the_vector_branch_while_the_backfill_waits(
         finally:
             gate.open()
         assert d.stop() == 0
+
+
+def test_a_blank_query_finds_nothing_with_vectors_too(daemon_factory: Any,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        sent = len(fake.requests)
+        for query in ("", "   ", "\n\t"):
+            res = d.call("memory.search", {"agent_id": "w", "query": query})
+            assert res["results"] == [] and res["vector_hits"] == 0, (query, res)
+        assert len(fake.requests) == sent  # no query was embedded
+        assert d.call("memory.search", {"agent_id": "w", "query": "Zurich"})["results"]
+        assert d.stop() == 0

@@ -194,7 +194,8 @@ async def search(
     query_vector = None
     vector_error: str | None = None
     worker = index.vectors
-    if worker is not None:
+    # A blank query means nothing to either branch (an embedding of it ranks every chunk).
+    if worker is not None and query.strip():
         try:
             query_vector = await worker.query_vector(query)
         except ProviderError as exc:
