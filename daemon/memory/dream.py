@@ -23,6 +23,7 @@ so far are still saved (shielded, under a deadline), so undo and the next run se
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -42,6 +43,7 @@ from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catal
 from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import run_tools
+from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
@@ -234,6 +236,14 @@ class _Run:
             return "no matching nodes"
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
 
+    async def write(self, rel: str, before: str | None, text: str) -> str:
+        """Write ``text`` with its secrets masked (as every write is) and record, for undo,
+        the bytes the file really holds; returns that text."""
+        text = await redact_async(text)
+        await self.files.write(rel, text)
+        self.log.record_write(rel, None if before is None else before.encode(), text.encode())
+        return text
+
     async def _integrate(self, args: Mapping[str, object]) -> str:
         try:
             proposal = digest.parse_integration(
@@ -241,6 +251,8 @@ class _Run:
                 default_source=self.note)
         except digest.IntegrationError as exc:
             return f"error: {exc}"
+        # Nodes hold their secrets masked: compare the proposal with them as it will be kept.
+        proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
         before_text = await trio.to_thread.run_sync(read_confined, self.ws.root, proposal.path)
         existing = None if before_text is None else digest.parse_node(proposal.path,
                                                                        before_text)
@@ -250,13 +262,10 @@ class _Run:
             "detail": outcome.detail, "reason": proposal.reason,
             "sources": list(proposal.sources), "note": self.note}
         if outcome.text is not None:
-            await self.files.write(outcome.path, outcome.text)
-            self.log.record_write(outcome.path,
-                                  None if before_text is None else before_text.encode(),
-                                  outcome.text.encode())
+            written = await self.write(outcome.path, before_text, outcome.text)
             name = existing.name if existing is not None else proposal.name
             self.topics[name] = max(self.topics.get(name, 0.0),
-                                    digest.parse_node(outcome.path, outcome.text).confidence)
+                                    digest.parse_node(outcome.path, written).confidence)
         self.log.actions.append(record)
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}"
 
@@ -358,8 +367,7 @@ async def _refresh_interests(run: _Run) -> None:
     topics = interests.refresh(interests.parse_interests(before or ""), run.topics)
     text = interests.render_interests(topics, run.today)
     if text != before:
-        await run.files.write(rel, text)
-        run.log.record_write(rel, None if before is None else before.encode(), text.encode())
+        await run.write(rel, before, text)
 
 
 def _inbox_summary(summary: changelog.RunSummary) -> str:

@@ -1,0 +1,45 @@
+"""auto_dream with odd but possible model arguments: a real daemon, a real socket and a
+scripted OpenAI-compatible model (see test_dream.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+SECRET = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
+
+
+def test_undo_of_a_node_whose_secret_was_masked(daemon: DaemonHandle, fake: FakeProvider,
+                                                tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    key = "digest/procedure/deploy-key.md"
+    write(root, a, f"The deploy key is {SECRET}.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "procedure",
+                                     "name": "Deploy key", "reason": "how-to",
+                                     "content": f"- the key is {SECRET}"})]]
+    first = dream(daemon)
+    created = (root / key).read_text()
+    assert SECRET not in created and "- the key is [REDACTED]" in created
+    write(root, b, f"Rotate the key {SECRET} monthly.\n")
+    model.plan[b] = [[("integrate", {
+        "action": "REFINE", "bucket": "procedure", "node": key, "name": "Deploy key",
+        "sources": [b], "reason": "more detail",
+        "content": f"- the key is {SECRET}\n- rotate it monthly"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"REFINE": 1}
+    assert "- rotate it monthly" in (root / key).read_text()
+    # Nobody touched the node since: undo restores without a conflict, run by run.
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second["run_id"]})
+    assert key in undone["restored"] and undone["forced_over"] == []
+    assert (root / key).read_text() == created
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"]})
+    assert key in undone["removed"] and not (root / key).exists()
+
