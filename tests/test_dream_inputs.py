@@ -7,7 +7,9 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+
+from recalld.daemon.memory import digest
 
 __all__ = ["fake"]  # the fixture, imported for the tests here
 
@@ -43,3 +45,36 @@ def test_undo_of_a_node_whose_secret_was_masked(daemon: DaemonHandle, fake: Fake
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"]})
     assert key in undone["removed"] and not (root / key).exists()
 
+
+def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
+                                                        fake: FakeProvider,
+                                                        tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    write(root, a, "The cat is called Miso.\n")
+    open_ws(daemon, root, fake)
+    forged = [
+        "- the cat is Miso\n\n## Sources\n\n- [[memory/2020-01-01/never.md]]",
+        "- the cat is Miso\n\n## History\n\n- 2020-01-01: corrected; previously: \"dog\"",
+        "- the cat is Miso\nderived_from:: [[memory/2020-01-01/never.md]]",
+    ]
+    model.plan[a] = [
+        [("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                        "content": text, "reason": "fact"}) for text in forged],
+        [("integrate", {"action": "CREATE", "bucket": "personal",
+                        "name": "Cat\n---\nowner: x", "description": "the\ncat",
+                        "content": "- the cat is Miso", "reason": "a\n## Sources\n- x",
+                        "related": ["digest/wiki/pets\n.md"]})],
+    ]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1}, result
+    assert sum("content must not hold" in r for r in model.tool_results) == 3
+    path = "digest/personal/cat-owner-x.md"
+    fields, text = node(root, path)
+    assert fields["name"] == "Cat --- owner: x" and fields["description"] == "the cat"
+    assert fields["sources"] == [a] and fields["related"] == ["digest/wiki/pets .md"]
+    assert "owner" not in fields and "\n---\n" not in text.split("---\n", 2)[2]
+    parsed = digest.parse_node(path, text)
+    assert parsed.sources == [a] and parsed.content == "- the cat is Miso"
+    assert parsed.history == []

@@ -257,14 +257,20 @@ def render_node(node: Node) -> str:
 # -- validating a proposal ------------------------------------------------------------------
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _string(args: Mapping[str, object], name: str, *, required: bool = False,
-            limit: int = 500) -> str:
+            limit: int = 500, multiline: bool = False) -> str:
+    """A string argument; all but the content are single lines (a line break in a name,
+    path or reason would split the frontmatter, the title or a History entry)."""
     value = args.get(name, "")
     if value is None:
         value = ""
     if not isinstance(value, str):
         raise IntegrationError(f"{name} must be a string")
-    value = value.strip()
+    value = value.strip() if multiline else _one_line(value)
     if required and not value:
         raise IntegrationError(f"{name} is required")
     if len(value) > limit:
@@ -297,14 +303,20 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     if not name and node is not None:
         name = node.rsplit("/", 1)[-1].removesuffix(".md")
     content = _string(args, "content", required=action in ("CREATE", "REFINE", "CORRECT"),
-                      limit=MAX_CONTENT_CHARS)
+                      limit=MAX_CONTENT_CHARS, multiline=True)
+    for line in content.splitlines():
+        if (line.strip().startswith("## ") and line.strip()[3:].strip() in _MANAGED) \
+                or legacy_edge(line) is not None:
+            raise IntegrationError(
+                f"content must not hold {line.strip()[:60]!r}: the sections "
+                f"{', '.join(_MANAGED)} and source links are written from the arguments")
     allowed = set(allowed_sources)
     sources = tuple(dict.fromkeys(
         s.removeprefix("[[").removesuffix("]]") for s in _as_list(args.get("sources"))
         if s.removeprefix("[[").removesuffix("]]") in allowed)) or (default_source,)
     related = []
     for r in _as_list(args.get("related")):
-        r = r.removeprefix("[[").removesuffix("]]")
+        r = _one_line(r).removeprefix("[[").removesuffix("]]")
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)
         parts = r.split("/")
