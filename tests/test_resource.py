@@ -254,3 +254,25 @@ def test_folders_named_as_the_metadata_dir_are_passed_by(daemon: DaemonHandle,
         "resource/keep/live.txt", "resource/keep/scanned.txt",
         "resource/mem_metadata/live.txt", "resource/mem_metadata/scanned.txt",
         "resource/trip/moved.txt"]
+
+
+def test_a_file_whose_note_cannot_be_written_fails_alone(daemon: DaemonHandle,
+                                                         fake: FakeProvider,
+                                                         tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    model.resource_answer = "A long answer.\n" + "- one more fact\n" * 100_000  # > 1 MiB
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "memory").mkdir(parents=True)
+    (root / "memory/2026-11-05").symlink_to(outside)  # its notes cannot be written there
+    write(root, "resource/2026-11-05/linked.txt", "a file of a day whose folder is a link\n")
+    write(root, "resource/long.txt", "a file the model answers at length about\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/long.txt", "processed")
+    wait_state(root, "resource/2026-11-05/linked.txt", "failed")
+    assert "no free note name" in catalog(root)["resource/2026-11-05/linked.txt"]["reason"]
+    assert list(outside.iterdir()) == []
+    fields, text = note_of(root, "resource/long.txt")
+    assert fields["source_resource"] == "[[resource/long.txt]]"
+    assert "- one more fact" in text and "[summary cut" in text and len(text) < 40_000

@@ -71,6 +71,7 @@ Do not invent anything that is not in the file. Answer with the note text only."
 class ResourceConfig:
     max_input_chars: int = 16_000
     summary_max_tokens: int = 1024
+    max_summary_chars: int = 32_000
     reconcile_interval_s: float = 300.0
 
 
@@ -323,7 +324,14 @@ class ResourceCatalog:
             return "failed", None
         if self.records.get(rel) is not rec or rec["digest"] != sha:
             return "superseded", None  # changed meanwhile: queued again by the watcher
-        note = await self._write_note(rec, summary, truncated=cut)
+        if len(summary) > self.config.max_summary_chars:  # a model that ignores max_tokens
+            summary = (summary[: self.config.max_summary_chars].rstrip()
+                       + "\n\n[summary cut: the model's answer was longer]")
+        try:
+            note = await self._write_note(rec, summary, truncated=cut)
+        except RecalldError as exc:  # the note cannot be written: this file fails, not all
+            rec.update(state="failed", reason=f"note not written: {exc.message}")
+            return "failed", None
         rec.update(state="processed", reason="", note=note)
         return "processed", note
 
@@ -341,7 +349,7 @@ class ResourceCatalog:
                 continue  # unreadable (too large, a link): not ours, take another name
             if existing is None or parse_frontmatter(existing)[0].get("source_resource") == link:
                 return candidate
-        raise RuntimeError(f"no free note name for {rec['path']}")
+        raise RecalldError(f"no free note name for {rec['path']}")
 
     async def _write_note(self, rec: JsonObject, summary: str, *, truncated: bool) -> str:
         note = await self._note_path(rec)
