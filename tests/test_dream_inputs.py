@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import DaemonHandle
-from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
 
 from recalld.daemon.memory import digest
 
@@ -78,3 +78,26 @@ def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
     parsed = digest.parse_node(path, text)
     assert parsed.sources == [a] and parsed.content == "- the cat is Miso"
     assert parsed.history == []
+
+
+def test_a_failed_run_that_changed_memory_tells_the_inbox(daemon: DaemonHandle,
+                                                          fake: FakeProvider,
+                                                          tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    write(root, a, "The cat is called Miso.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                                     "content": "- the cat is Miso", "reason": "fact"})]]
+    # The node is written, then the conversation breaks: the note fails, the job too.
+    fake.script(Reply(), Reply(raw=b"{not json"))
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and "no note could be processed" in job["error"]
+    assert (root / "digest/personal/cat.md").exists()
+    items = daemon.call("inbox.list", {"agent_id": AGENT})["items"]
+    assert [i["kind"] for i in items] == ["auto_dream"]
+    assert "digest/personal/cat.md" in items[0]["changes"]
+    run_id = items[0]["details"]["run_id"]
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert [r["run_id"] for r in runs] == [run_id]

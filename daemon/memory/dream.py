@@ -346,16 +346,16 @@ async def run_dream(
                 changelog.write_run, changelog.runs_dir(ws.root, settings.metadata_dir),
                 run.log)
     summary = run.log.summary()
-    if len(run.log.failed_notes) == len(todo):
-        raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
-                        summary)
     summary["changed"] = run.log.changed
     summary["recognised_from_reme"] = recognised
     summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
-    if run.log.changed:
+    if run.log.changed:  # even when the job then fails: what was written stays written
         await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
                          job_id=job_id, details={"run_id": run.log.run_id,
                                                  "actions": summary["actions"]})
+    if len(run.log.failed_notes) == len(todo):
+        raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
+                        summary)
     return summary
 
 
