@@ -101,3 +101,29 @@ def test_a_failed_run_that_changed_memory_tells_the_inbox(daemon: DaemonHandle,
     run_id = items[0]["details"]["run_id"]
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert [r["run_id"] for r in runs] == [run_id]
+
+
+def test_a_correction_that_drops_everything_keeps_it_all_in_history(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    path = "digest/wiki/servers.md"
+    facts = [f"- server number {i} is called host-{i:03d} and runs in rack {i % 7}"
+             for i in range(40)]
+    write(root, a, "\n".join(facts) + "\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Servers",
+                                     "content": "\n".join(facts), "reason": "inventory"})]]
+    dream(daemon)
+    write(root, b, "All servers were decommissioned.\n")
+    model.plan[b] = [[("integrate", {"action": "CORRECT", "bucket": "wiki", "node": path,
+                                     "name": "Servers", "sources": [b],
+                                     "content": "- there are no servers any more",
+                                     "reason": "decommissioned"})]]
+    assert dream(daemon)["actions"] == {"CORRECT": 1}
+    _, text = node(root, path)
+    history = text.split("## History", 1)[1].split("## Sources", 1)[0]
+    for fact in facts:
+        assert fact.removeprefix("- ") in history, fact
+    assert "decommissioned" in history and f"[[{b}]]" in history

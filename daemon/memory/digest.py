@@ -43,7 +43,6 @@ BUCKETS: Final = ("personal", "procedure", "wiki")
 ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
 MIN_KEEP_FRACTION: Final = 0.5
 MAX_CONTENT_CHARS: Final = 8000
-MAX_HISTORY_CLAIM_CHARS: Final = 600
 _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]|#]+)(?:[#|][^\]]*)?\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
@@ -342,8 +341,6 @@ def _merge(into: list[str], more: Iterable[str], exclude: str = "") -> list[str]
 
 def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str) -> str:
     claim = " / ".join(ln.strip().lstrip("-*+ ").strip() for ln in dropped if ln.strip())
-    if len(claim) > MAX_HISTORY_CLAIM_CHARS:
-        claim = claim[: MAX_HISTORY_CLAIM_CHARS - 1] + "…"
     src = ", ".join(f"[[{s}]]" for s in sources)
     why = f"; reason: {reason}" if reason else ""
     return f"- {today}: corrected; previously: \"{claim}\" (source: {src}{why})"
