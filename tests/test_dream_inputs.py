@@ -127,3 +127,28 @@ def test_a_correction_that_drops_everything_keeps_it_all_in_history(
     for fact in facts:
         assert fact.removeprefix("- ") in history, fact
     assert "decommissioned" in history and f"[[{b}]]" in history
+
+
+def test_undo_of_an_older_run_keeps_the_newer_interests(daemon: DaemonHandle,
+                                                        fake: FakeProvider,
+                                                        tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(root, a, "The user drinks tea.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "- drinks tea", "reason": "fact"})]]
+    first = dream(daemon)
+    write(root, b, "The user learns Rust.\n")
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Rust",
+                                     "content": "- learns Rust", "reason": "fact"})]]
+    dream(daemon)
+    interests = (root / "digest/interests.yaml").read_bytes()
+    assert b'"Rust"' in interests and b'"Tea"' in interests
+    # Both runs rewrote interests.yaml; only the first touched the tea node.
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"]})
+    assert undone["removed"] == ["digest/personal/tea.md"] and undone["forced_over"] == []
+    assert not (root / "digest/personal/tea.md").exists()
+    assert (root / "digest/wiki/rust.md").exists()
+    assert (root / "digest/interests.yaml").read_bytes() == interests

@@ -289,9 +289,11 @@ def _current(path: Path) -> bytes | None:
 
 
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
-             force: bool = False, now: str) -> DreamUndone:
+             force: bool = False, now: str, derived: frozenset[str] = frozenset()) -> DreamUndone:
     """Restore every file the run wrote to its bytes before the run.
 
+    ``derived`` files (``interests.yaml``: every run rewrites it from all it saw) are
+    restored only if nothing changed them since; a later version is newer, not a conflict.
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
     changed since the run and ``force`` is false; nothing is restored then).
     """
@@ -308,6 +310,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         expected = rec.get("after_sha256")
         now_sha = None if current is None else sha256(current)
         if now_sha != expected:
+            if rel in derived:
+                continue
             conflicts.append(rel)
         if current != before:
             plan.append((rel, target, before))

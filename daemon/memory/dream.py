@@ -384,7 +384,8 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
             lambda: changelog.undo_run(
                 ws.root, changelog.runs_dir(ws.root, settings.metadata_dir), run_id,
                 digest_dir=settings.digest_dir, force=force,
-                now=datetime.now(UTC).isoformat()))
+                now=datetime.now(UTC).isoformat(),
+                derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
     try:
         index = ws.services.index
     except UnknownWorkspace:
