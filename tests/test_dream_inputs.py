@@ -152,3 +152,31 @@ def test_undo_of_an_older_run_keeps_the_newer_interests(daemon: DaemonHandle,
     assert not (root / "digest/personal/tea.md").exists()
     assert (root / "digest/wiki/rust.md").exists()
     assert (root / "digest/interests.yaml").read_bytes() == interests
+
+
+def test_create_of_another_name_on_the_same_path_is_no_corroboration(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    path = "digest/procedure/c-build-flags.md"
+    write(root, a, "C++ builds use -O2.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "procedure",
+                                     "name": "C++ build flags", "content": "- use -O2",
+                                     "reason": "how-to"})]]
+    dream(daemon)
+    created = (root / path).read_bytes()
+    write(root, b, "C# builds use /optimize.\nAgain: C++ builds use -O2.\n")
+    model.plan[b] = [[
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "C# build flags",
+                       "content": "- use /optimize", "reason": "how-to"}),
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "c++  Build flags",
+                       "content": "- use -O2", "reason": "said again", "sources": [b]})]]
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 1, "CORROBORATE": 1}
+    assert any("is the node 'C++ build flags', not 'C# build flags'" in r
+               for r in model.tool_results)
+    fields, text = node(root, path)
+    assert fields["sources"] == [a, b] and "/optimize" not in text
+    assert (root / path).read_bytes() != created

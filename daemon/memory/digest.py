@@ -13,8 +13,9 @@ again has them in its sections instead.
 The model never writes a node. It proposes an :class:`Integration` and :func:`integrate`
 decides, deterministically, what the node becomes:
 
-- CREATE: a new node (on an existing node it acts as CORROBORATE: a fact seen twice is
-  stronger, not a second node);
+- CREATE: a new node (on an existing node of the same name it acts as CORROBORATE: a fact
+  seen twice is stronger, not a second node; a name of another node that only shares its
+  slug is refused);
 - CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
   the content is not touched (nothing is ever just appended);
 - REFINE: the content is replaced by a more detailed version that must keep at least
@@ -346,6 +347,16 @@ def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reaso
     return f"- {today}: corrected; previously: \"{claim}\" (source: {src}{why})"
 
 
+def _other_name(existing: Node, proposal: Integration) -> bool:
+    """True when a CREATE lands on a node of another name (``C++ tips`` and ``C# tips``
+    share a slug): that is not the same fact seen twice."""
+    def norm(name: str) -> str:
+        return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+    stem = existing.path.rsplit("/", 1)[-1].removesuffix(".md")
+    return norm(existing.name) not in (norm(proposal.name), stem) and norm(proposal.name) != stem
+
+
 def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
     """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
     path = proposal.path
@@ -369,6 +380,11 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
     new_sources = [s for s in proposal.sources if s not in node.sources]
     node.related = _merge(node.related, proposal.related, path)
     if action == "CREATE":
+        if _other_name(existing, proposal):
+            return Outcome(action, path, "refused", None,
+                           f"{path} is the node {existing.name!r}, not {proposal.name!r}: "
+                           "give the new node a more distinct name, or name this one in "
+                           "`node` to CORROBORATE it")
         action = "CORROBORATE"
     if action == "CORROBORATE":
         if not new_sources:
