@@ -276,3 +276,21 @@ def test_a_file_whose_note_cannot_be_written_fails_alone(daemon: DaemonHandle,
     fields, text = note_of(root, "resource/long.txt")
     assert fields["source_resource"] == "[[resource/long.txt]]"
     assert "- one more fact" in text and "[summary cut" in text and len(text) < 40_000
+
+
+def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHandle,
+                                                              fake: FakeProvider,
+                                                              tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    gate = fake.gate(lambda body: "resource/gone.txt" in str(body.get("messages")))
+    write(root, "resource/gone.txt", "a file deleted soon\n")
+    open_ws(daemon, "res", root, fake)
+    assert gate.entered.wait(30)
+    (root / "resource/gone.txt").unlink()
+    wait_state(root, "resource/gone.txt", "removed")
+    gate.open()
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    entry = catalog(root)["resource/gone.txt"]
+    assert entry["state"] == "removed" and not entry.get("note"), entry
+    assert not (root / "memory").exists() or not list((root / "memory").rglob("*.md"))

@@ -322,8 +322,8 @@ class ResourceCatalog:
         if not summary:
             rec.update(state="failed", reason="the chat model answered with no text")
             return "failed", None
-        if self.records.get(rel) is not rec or rec["digest"] != sha:
-            return "superseded", None  # changed meanwhile: queued again by the watcher
+        if self.records.get(rel) is not rec or rec["digest"] != sha or rec["state"] == "removed":
+            return "superseded", None  # changed or deleted meanwhile: the watcher saw it
         if len(summary) > self.config.max_summary_chars:  # a model that ignores max_tokens
             summary = (summary[: self.config.max_summary_chars].rstrip()
                        + "\n\n[summary cut: the model's answer was longer]")
