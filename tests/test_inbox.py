@@ -54,8 +54,9 @@ async def test_push_list_ack_and_restart(tmp_path: Path) -> None:
     assert [i["id"] for i in inbox.list(since=one["id"])] == [two["id"]]
     when = dt.datetime.fromtimestamp(one["time"], dt.UTC).isoformat()
     assert [i["id"] for i in inbox.list(since=when)] == [two["id"]]
-    with pytest.raises(InvalidParams):
-        inbox.list(since="yesterday")
+    for bad in ("yesterday", "²", "١"):  # digits of other scripts are no item id
+        with pytest.raises(InvalidParams):
+            inbox.list(since=bad)
     assert await inbox.ack([one["id"], "nope"]) == {"acked": [one["id"]], "unknown": ["nope"]}
     assert await inbox.ack([one["id"]]) == {"acked": [one["id"]], "unknown": []}
     assert [i["id"] for i in inbox.list()] == [two["id"]]

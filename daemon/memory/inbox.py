@@ -171,7 +171,7 @@ class Inbox:
         """
         items: Iterable[JsonObject] = self._items.values()
         if since is not None:
-            if since.isdigit():
+            if since.isascii() and since.isdigit():
                 after = _seq_of(since)
                 items = [i for i in items if _seq_of(i["id"]) > after]
             else:
