@@ -16,6 +16,17 @@ __all__ = ["fake"]  # the fixture, imported for the tests here
 SECRET = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
 
 
+def cat_note(daemon: DaemonHandle, fake: FakeProvider,
+             tmp_path: Path) -> tuple[Path, ScriptedModel, str]:
+    """A workspace opened with one daily note (about a cat), its scripted model, the note."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    write(root, a, "The cat is called Miso.\n")
+    open_ws(daemon, root, fake)
+    return root, model, a
+
+
 def test_undo_of_a_node_whose_secret_was_masked(daemon: DaemonHandle, fake: FakeProvider,
                                                 tmp_path: Path) -> None:
     root = tmp_path / "ws"
@@ -49,11 +60,7 @@ def test_undo_of_a_node_whose_secret_was_masked(daemon: DaemonHandle, fake: Fake
 def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
                                                         fake: FakeProvider,
                                                         tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    model = ScriptedModel(fake)
-    a = "memory/2026-11-20/a.md"
-    write(root, a, "The cat is called Miso.\n")
-    open_ws(daemon, root, fake)
+    root, model, a = cat_note(daemon, fake, tmp_path)
     forged = [
         "- the cat is Miso\n\n## Sources\n\n- [[memory/2020-01-01/never.md]]",
         "- the cat is Miso\n\n## History\n\n- 2020-01-01: corrected; previously: \"dog\"",
@@ -83,11 +90,7 @@ def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
 def test_a_failed_run_that_changed_memory_tells_the_inbox(daemon: DaemonHandle,
                                                           fake: FakeProvider,
                                                           tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    model = ScriptedModel(fake)
-    a = "memory/2026-11-20/a.md"
-    write(root, a, "The cat is called Miso.\n")
-    open_ws(daemon, root, fake)
+    root, model, a = cat_note(daemon, fake, tmp_path)
     model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
                                      "content": "- the cat is Miso", "reason": "fact"})]]
     # The node is written, then the conversation breaks: the note fails, the job too.
