@@ -263,6 +263,8 @@ def test_chat_messages_are_redacted_in_content_blocks_and_tool_calls() -> None:
     "The auth flow uses OAuth2; see RFC 6749 section 4.1.",
     "I passed the exam with 95 points; pin the tab please.",
     "我喜欢骑自行车上班，密码学很有意思；密钥 SHA256 指纹见附件，设置密码 (Settings) 即可。",
+    "忘了密码 README.md 里写了怎么重置；重置密码 x86_64 和 aarch64 的步骤一样，"
+    "见密码 CVE-2024-3094。",
     "mysql -u root -p app asks for it; mysql -p$MYSQL_PWD reads it; the mysql server -port.",
     "sshpass -p $SSHPASS ssh host; my passport number changed; bypass=true; compass: N45",
 ])

@@ -18,6 +18,7 @@ from recalld.daemon.memory.secret_values import (
     FUNCTION_WORDS,
     HEX,
     PLACEHOLDER,
+    classes,
     keyish,
     looks_random,
     looks_secret,
@@ -247,6 +248,13 @@ def _near_value(value: str, word: str) -> bool:
     return bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
 
 
+def _made_like_a_password(value: str) -> bool:
+    """Upper and lower case letters and digits together, or a random-looking string."""
+    digit, upper, lower, _ = classes(value)
+    return (digit and upper and lower and not PLACEHOLDER.match(value)) or looks_random(
+        value, 12)
+
+
 def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
     """High-entropy strings shortly after (or just before) a credential word, and values
     right after one ("passwd GMClz2")."""
@@ -275,6 +283,11 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
                 value = _strip_end(m.group(group))
                 if latin and text.startswith(_ZH_KEY_WORDS, a):
                     ok = keyish(value)  # "密钥 SHA256 指纹" names no key
+                elif latin:
+                    # No verb or colon: only what is made like a password counts, not
+                    # the file names, versions and ids prose puts there ("密码 README.md",
+                    # "密码 x86_64", "密码 CVE-2024-3094").
+                    ok = _made_like_a_password(value)
                 else:
                     ok = looks_secret(value) and (
                         (rx is _ZH and not latin) or any(not c.isalpha() for c in value))
