@@ -237,12 +237,12 @@ class _Run:
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
 
     async def write(self, rel: str, before: str | None, text: str) -> str:
-        """Write ``text`` with its secrets masked (as every write is) and record, for undo,
-        the bytes the file really holds; returns that text."""
-        text = await redact_async(text)
-        await self.files.write(rel, text)
-        self.log.record_write(rel, None if before is None else before.encode(), text.encode())
-        return text
+        """Write ``text`` (its secrets masked, as every write is) and record, for undo, the
+        bytes the file really holds; returns that text."""
+        written = (await self.files.write(rel, text)).text
+        self.log.record_write(rel, None if before is None else before.encode(),
+                              written.encode())
+        return written
 
     async def _integrate(self, args: Mapping[str, object]) -> str:
         try:

@@ -113,11 +113,13 @@ class Written(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """Where a write went; ``changed`` is False when the file already had that content."""
+    """Where a write went; ``changed`` is False when the file already had that content;
+    ``text``: what the file holds now (the content written, its secrets masked)."""
 
     path: str
     created: bool
     changed: bool
+    text: str
 
     def as_dict(self) -> Written:
         return {"path": self.path, "created": self.created, "changed": self.changed}
@@ -270,13 +272,13 @@ class FileOps:
     async def _publish(self, rel: str, before: str | None, after: str) -> WriteResult:
         """Write ``after`` (caller holds the lock); record the change; make it searchable."""
         if before == after:
-            return WriteResult(rel, created=False, changed=False)
+            return WriteResult(rel, created=False, changed=False, text=after)
         data = after.encode("utf-8")
         if len(data) > MAX_WRITE_BYTES:
             raise InvalidParams(f"content too large ({MAX_WRITE_BYTES} bytes max)")
         await trio.to_thread.run_sync(write_confined, self.root, rel, data)
         self.changes.append(Change(rel, before, after))
-        return WriteResult(rel, created=before is None, changed=True)
+        return WriteResult(rel, created=before is None, changed=True, text=after)
 
     async def _searchable(self) -> None:
         if self.sync is None:
