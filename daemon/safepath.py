@@ -24,7 +24,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not hang; regular files ignore it.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_PATH_CHARS = 4096
-MAX_NAME_BYTES = 255  # of one component: NAME_MAX of Linux file systems
+#: The longest file name (one path component) in bytes: NAME_MAX of the Linux file
+#: systems written to (ext4, xfs, btrfs, tmpfs).
+MAX_NAME_BYTES = 255
 
 
 def is_utf8(name: str) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.memory.fileops import write_confined
-from recalld.daemon.store.fsio import NAME_MAX, REAL, fit_name
+from recalld.daemon.store.fsio import REAL, fit_name
 from recalld.ipc.errors import NotFound, RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -137,7 +137,7 @@ def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
     """Syncthing's name for a conflict copy: ``note.sync-conflict-20261201-153216-host.md``.
 
     ``attempt`` > 0 adds a counter for the rare copy whose name is already taken. The
-    stem is cut short where the name would pass ``NAME_MAX`` bytes.
+    stem is cut short where the name would pass ``safepath.MAX_NAME_BYTES``.
     """
     head, _, name = path.rpartition("/")
     stem, dot, ext = name.rpartition(".")
@@ -147,5 +147,5 @@ def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
     extra = f"-{attempt}" if attempt else ""
     tail = f".sync-conflict-{stamp}-{host}{extra}" + (f".{ext}" if ext else "")
     # A stem as long as a file name may be leaves no room for the tail: it is cut short.
-    new = fit_name(stem, NAME_MAX - len(os.fsencode(tail))) + tail
+    new = fit_name(stem, safepath.MAX_NAME_BYTES - len(os.fsencode(tail))) + tail
     return f"{head}/{new}" if head else new

@@ -25,12 +25,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from recalld.daemon.safepath import MAX_NAME_BYTES
 from recalld.daemon.store.errors import CorruptState, translate_os_error
 
 #: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
 TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
-#: The longest file name, in bytes, of the file systems written to (ext4, xfs, btrfs, tmpfs).
-NAME_MAX = 255
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
@@ -219,9 +218,9 @@ def mkdir_private(path: Path) -> bool:
 
 def temp_name(name: str) -> str:
     """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``); ``name`` is cut
-    short where the whole would pass ``NAME_MAX``."""
+    short where the whole would pass ``MAX_NAME_BYTES``."""
     suffix = f".tmp-{secrets.token_hex(6)}"
-    return "." + fit_name(name, NAME_MAX - 1 - len(suffix)) + suffix
+    return "." + fit_name(name, MAX_NAME_BYTES - 1 - len(suffix)) + suffix
 
 
 def fit_name(text: str, limit: int) -> str:
