@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
+from typing import TypeGuard
 from urllib.parse import urlsplit
 
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
@@ -46,7 +47,7 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def valid_agent_id(value: object) -> bool:
+def valid_agent_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(AGENT_ID.match(value)) and value not in (".", "..")
 
 

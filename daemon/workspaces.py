@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 import trio
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.answers import WorkspaceInfo
@@ -53,15 +53,12 @@ State = Literal["opening", "ready", "closing", "closed", "failed"]
 #: sections of :class:`recalld.ipc.answers.WorkspaceInfo`).
 StatusName = Literal["index", "health", "vectors", "sessions", "capture", "inbox", "dream",
                      "resource", "chat", "remote"]
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 
 def check_agent_id(agent_id: object) -> str:
     """A valid agent id, or InvalidParams."""
-    if not isinstance(agent_id, str) or not _AGENT_ID.match(agent_id) or agent_id in (".", ".."):
-        raise InvalidParams(
-            "agent_id must be 1-64 characters of A-Z a-z 0-9 _ . - (not '.' or '..')"
-        )
+    if not valid_agent_id(agent_id):
+        raise InvalidParams(f"agent_id must be {AGENT_ID_RULE}")
     return agent_id
 
 
