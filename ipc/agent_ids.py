@@ -13,11 +13,14 @@ import hashlib
 import re
 import unicodedata
 
-_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+#: A run of characters no agent id has.
+NOT_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+#: An agent id, but for the names '.' and '..' (checked apart).
+AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def non_latin_agent_id(name: str) -> str:
     """The agent id of a name that is not all ASCII."""
     folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    base = _BAD.sub("_", folded).strip("._-")[:55] or "agent"
+    base = NOT_ID_CHARS.sub("_", folded).strip("._-")[:55] or "agent"
     return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"

@@ -11,13 +11,12 @@ imported only when a model object is given.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Literal, TypedDict
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import non_latin_agent_id
+from recalld.ipc.agent_ids import AGENT_ID, NOT_ID_CHARS, non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 
 # The adapter logs under its public module's name, wherever the code lives.
@@ -25,8 +24,6 @@ log = logging.getLogger("recalld.ipc.agentscope")
 
 Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
-_AGENT_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
 
 
@@ -40,7 +37,7 @@ def workspace_name(name: str) -> str:
     workspaces, the same one every time. So does an ASCII name longer than an agent id
     (64 characters): cut short, names alike up to there would share one workspace."""
     if name.isascii():
-        short = _AGENT_ID_BAD.sub("_", name).strip(".")
+        short = NOT_ID_CHARS.sub("_", name).strip(".")
         if len(short) <= 64:
             return short or "default"
     return non_latin_agent_id(name)
@@ -49,7 +46,7 @@ def workspace_name(name: str) -> str:
 def workspace_id(name: str) -> str:
     """``name`` itself if it is a recalld agent id, else its :func:`workspace_name`: the
     workspace an ``agent_id`` given to a middleware names."""
-    if _AGENT_ID.fullmatch(name) and name not in (".", ".."):
+    if AGENT_ID.fullmatch(name) and name not in (".", ".."):
         return name
     return workspace_name(name)
 

@@ -11,14 +11,13 @@ Nothing is copied or converted: the workspace is served where it is.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import TextIO
 
 import orjson
 
 from recalld.ipc import errors
-from recalld.ipc.agent_ids import non_latin_agent_id
+from recalld.ipc.agent_ids import NOT_ID_CHARS, non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
@@ -28,7 +27,6 @@ from recalld.ipc.render import print_json
 EXIT_OK = 0
 # Opening waits for the first indexing pass of the whole workspace.
 IMPORT_TIMEOUT_S = 900.0
-_AGENT_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -45,7 +43,7 @@ def agent_id_of(name: str) -> str:
     digest of itself, so two such agents never share a workspace)."""
     if not name.isascii():
         return non_latin_agent_id(name)
-    return _AGENT_ID.sub("-", name).strip("-.")[:64].strip("-.") or "default"
+    return NOT_ID_CHARS.sub("-", name).strip("-.")[:64].strip("-.") or "default"
 
 
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
