@@ -275,7 +275,7 @@ class VectorWorker:
                 self._done.clear()
                 self._done.append((now, 0))
             try:
-                installed = await self._embed_round(rnd.items, rnd.texts)
+                await self._embed_round(rnd.items, rnd.texts)
             except ProviderError as exc:
                 self.last_error = str(exc)
                 if isinstance(exc, ProviderPermanent):
@@ -291,9 +291,7 @@ class VectorWorker:
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
                 continue
             backoff = self.cfg.backoff_base_s
-            self.embedded += installed
             self._done.append((trio.current_time(), len(rnd.items)))
-            self.index.vectors_changed(installed)
 
     async def _embed_round(self, items: list[tuple[int, str]],
                            units: list[list[str]] | None = None) -> int:
@@ -355,25 +353,28 @@ class VectorWorker:
             done = [(item, ts) for item, ts in zip(items, units, strict=True)
                     if all(t in vectors for t in ts)]
             if done:
-                installed = await self._install([item for item, _ in done],
-                                                [ts for _, ts in done], vectors)
-                self.embedded += installed
-                self.index.vectors_changed(installed)
+                await self._install([item for item, _ in done], [ts for _, ts in done],
+                                    vectors)
             raise
         self.last_error = None
         return await self._install(items, units, vectors)
 
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:
-        """Install the vectors of ``items`` (each has all of its ``units`` in ``vectors``)."""
+        """Install the vectors of ``items`` (each has all of its ``units`` in ``vectors``)
+        and count them; how many were installed."""
         if self.window_chars:
             per_item = [np.stack([vectors[t] for t in ts]).astype(np.float32) for ts in units]
             found = [(key, text, _mean_unit(rows))
                      for (key, text), rows in zip(items, per_item, strict=True)]
-            return await self.index.locked(
+            installed = await self.index.locked(
                 partial(self.fill.install, found=found, windows=per_item))
-        found = [(key, text, vectors[text]) for key, text in items]
-        return await self.index.locked(partial(self.fill.install, found=found))
+        else:
+            found = [(key, text, vectors[text]) for key, text in items]
+            installed = await self.index.locked(partial(self.fill.install, found=found))
+        self.embedded += installed
+        self.index.vectors_changed(installed)
+        return installed
 
     async def _maybe_compact(self) -> None:
         space = self.target
