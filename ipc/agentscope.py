@@ -62,6 +62,7 @@ nothing else in :mod:`recalld.ipc` imports them.
 
 from __future__ import annotations
 
+from recalld.ipc.agent_ids import workspace_name
 from recalld.ipc.agentscope_mem0 import (
     MEM0_NOTE_NAME,
     MEM0_SECTION_HEADER,
@@ -95,7 +96,6 @@ from recalld.ipc.agentscope_workspace import (
     chat_model_override,
     embedding_model_override,
     model_overrides,
-    workspace_name,
 )
 
 __all__ = [

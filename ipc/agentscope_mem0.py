@@ -20,6 +20,7 @@ from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import workspace_name
 from recalld.ipc.agentscope_messages import MEMORY_MSG_NAME, _msg_text, _query_text
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
 from recalld.ipc.agentscope_workspace import (
@@ -28,7 +29,6 @@ from recalld.ipc.agentscope_workspace import (
     _check_mode,
     _open_workspace,
     model_overrides,
-    workspace_name,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
 

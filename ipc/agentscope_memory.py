@@ -22,6 +22,7 @@ from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
@@ -37,8 +38,6 @@ from recalld.ipc.agentscope_workspace import (
     _check_mode,
     _open_workspace,
     model_overrides,
-    workspace_id,
-    workspace_name,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.types import render_linked

@@ -16,7 +16,6 @@ from typing import Literal, TypedDict
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import AGENT_ID, NOT_ID_CHARS, non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 
 # The adapter logs under its public module's name, wherever the code lives.
@@ -25,31 +24,6 @@ log = logging.getLogger("recalld.ipc.agentscope")
 Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
-
-
-def workspace_name(name: str) -> str:
-    """A valid recalld agent id derived from an AgentScope agent name.
-
-    An ASCII name keeps its letters, digits and ``_.-`` (others become ``_``). A name in
-    another script would lose most of its characters and collide with every other one
-    ("研究助手" and "写作助手" both became ``_``), so it becomes its ASCII letters (accents
-    folded, ``agent`` if none) and a digest of the whole name: distinct names, distinct
-    workspaces, the same one every time. So does an ASCII name longer than an agent id
-    (64 characters): cut short, names alike up to there would share one workspace."""
-    if name.isascii():
-        short = NOT_ID_CHARS.sub("_", name).strip(".")
-        if len(short) <= 64:
-            return short or "default"
-    return non_latin_agent_id(name)
-
-
-def workspace_id(name: str) -> str:
-    """``name`` itself if it is a recalld agent id, else its :func:`workspace_name`: the
-    workspace an ``agent_id`` given to a middleware names."""
-    if AGENT_ID.fullmatch(name) and name not in (".", ".."):
-        return name
-    return workspace_name(name)
-
 
 
 class ChatModelOverride(TypedDict, total=False):

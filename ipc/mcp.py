@@ -45,6 +45,7 @@ from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import workspace_id
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.types import render_linked
 
@@ -250,7 +251,7 @@ class Bridge:
         agents = args.get("agents")
         response = await self.client.search(
             self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
-            agents=[str(a) for a in agents] if agents else None)
+            agents=[workspace_id(str(a)) for a in agents] if agents else None)
         hits = [r.to_dict() for r in response]
         if not hits:
             return _text("(no results)", structured={"results": []})
@@ -299,7 +300,7 @@ class Bridge:
                 text=f"Relevant long-term memory (use only what is pertinent):\n\n{block}"))])
 
     async def _read(self, args: JsonObject) -> types.CallToolResult:
-        owner = str(args.get("agent") or self.agent)
+        owner = workspace_id(str(args.get("agent") or self.agent))
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
@@ -442,7 +443,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     client = AsyncClient(socket_path, autostart=autostart)
     if not autostart:
         await warn_if_unreachable(client)
-    bridge = Bridge(client, agent)
+    bridge = Bridge(client, workspace_id(agent))
     server = build_server(bridge)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

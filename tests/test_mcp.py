@@ -22,6 +22,7 @@ from conftest import DaemonFactory, DaemonHandle
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from recalld.ipc.agent_ids import workspace_id
 from recalld.ipc.client import Client
 from recalld.ipc.errors import NOT_ALLOWED
 from recalld.ipc.mcp import parse_uri, resource_uri
@@ -301,3 +302,33 @@ def test_a_file_larger_than_one_read_comes_whole_as_a_resource(daemon: DaemonHan
             assert wide.value.code == -32602 and "memory_read" in wide.value.message
 
     asyncio.run(main())
+
+
+def test_an_agent_named_in_another_script_has_the_workspace_its_middleware_has(
+        daemon_factory: DaemonFactory) -> None:
+    # A host configured with `--agent 研究助手` means that agent, not an invalid id: the
+    # bridge serves the workspace the AgentScope middleware and the QwenPaw import give
+    # the name, and maps the agents its tools name the same way.
+    research, writing = workspace_id("研究助手"), workspace_id("写作助手")
+    daemon = daemon_factory(f'[workspaces."{writing}"]\nshared_with = ["{research}"]\n')
+    _write(daemon, research, "memory/2026-07-02/r.md", "# Sources\nThe survey cites Knuth.\n")
+    _write(daemon, writing, "memory/2026-07-02/w.md", "# Style\nThe draft uses British spelling.\n")
+
+    async def main() -> None:
+        async with bridge(daemon, "研究助手") as s:
+            own = await s.call_tool("memory_search", {"query": "survey Knuth"})
+            assert not own.is_error and "The survey cites Knuth." in _text(own)
+            note = await s.call_tool("memory_add_note", {"content": "Deadline is Friday."})
+            assert not note.is_error, _text(note)
+            shared = await s.call_tool("memory_search", {"query": "spelling",
+                                                         "agents": ["写作助手"]})
+            assert {h["agent_id"] for h in shared.structured_content["results"]} == {writing}
+            read = await s.call_tool("memory_read", {"agent": "写作助手",
+                                                     "path": "memory/2026-07-02/w.md"})
+            assert "British spelling" in _text(read)
+            uris = {str(r.uri) for r in (await s.list_resources()).resources}
+            assert resource_uri(research, "memory/2026-07-02/r.md") in uris
+
+    asyncio.run(main())
+    assert "Deadline is Friday." in daemon.call(
+        "memory.search", {"agent_id": research, "query": "deadline Friday"})["results"][0]["text"]
