@@ -128,6 +128,9 @@ TOOLS: list[types.Tool] = [
                                    "content": {"type": "string"}},
                     "required": ["role", "content"]}},
                 "flush": {"type": "boolean", "default": False},
+                "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                               "description": "An id for these turns: a retried call with "
+                                              "the same id adds nothing twice."},
             },
             "required": ["session_id", "messages"],
         },
@@ -230,7 +233,8 @@ class Bridge:
                 session = str(args.get("session_id", ""))
                 flush = bool(args.get("flush", False))
                 answer = await self.client.add_turns(
-                    self.agent, session, list(args.get("messages", [])), flush=flush)
+                    self.agent, session, list(args.get("messages", [])), flush=flush,
+                    request_id=str(args["request_id"]) if "request_id" in args else None)
                 if flush:
                     self._unflushed.pop(session, None)
                 elif len(self._unflushed) < MAX_SESSIONS:  # beyond: the idle flush

@@ -82,6 +82,13 @@ def test_round_trip_through_the_sdk_client(daemon: DaemonHandle) -> None:
                 "messages": [{"role": "user", "content": "my shell is fish"},
                              {"role": "assistant", "content": "noted"}]})
             assert json.loads(_text(turns))["pending_messages"] == 2
+            # A host retrying the call with the same request_id adds nothing twice.
+            once = {"session_id": "mcp-2", "request_id": "turns-7",
+                    "messages": [{"role": "user", "content": "my editor is helix"}]}
+            first = await s.call_tool("memory_add_turns", once)
+            retried = await s.call_tool("memory_add_turns", once)
+            assert json.loads(_text(first))["pending_messages"] == 1
+            assert json.loads(_text(retried)) == json.loads(_text(first))
 
             note = await s.call_tool("memory_add_note", {"content": "The VPN is wireguard."})
             assert not note.is_error and "recorded in memory/" in _text(note)
