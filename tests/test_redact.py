@@ -70,6 +70,9 @@ def test_private_key_block() -> None:
     ("the PIN was 'x9y8z7'", "PIN was '", "x9y8z7"),
     ("session_key=5f0c2a1e-7b3d-4c9a-8e2f-1a2b3c4d5e6f", "session_key=",
      "5f0c2a1e-7b3d-4c9a-8e2f-1a2b3c4d5e6f"),
+    # A web session's cookie is one, and a session id that looks random.
+    ("sessionid=chat20260701x", "sessionid=", "chat20260701x"),
+    ("session_id=Zx81kq2lP0aQ7mR4vB9n", "session_id=", "Zx81kq2lP0aQ7mR4vB9n"),
 ])
 def test_assignments_and_contexts(text: str, kept: str, gone: str) -> None:
     out = redact(text)
@@ -96,6 +99,11 @@ def test_assignments_and_contexts(text: str, kept: str, gone: str) -> None:
     "The skeleton key problem: sk-ills and ask-me-later flows.",
     "bearer of bad news",
     "passwords should be long; tokens expire.",
+    # A conversation's id, as in the frontmatter of every note the daemon writes.
+    "---\nsession_id: chat-2026-07-01\n---\n- Lives in Basel",
+    "session_id: 3f2a9c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b",
+    '{"session_id": "telegram_12345", "turns": 4}',
+    "<session-id>mcp-1</session-id>",
 ])
 def test_no_false_positives(text: str) -> None:
     assert redact(text) == text

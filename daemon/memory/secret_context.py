@@ -37,6 +37,8 @@ _STRONG_PARTS: Final = frozenset({
     "creds", "auth", "authorization", "sig", "signature", "cookie", "sessionid",
     "privatekey", "secretkey", "accesskey", "clientsecret", "pat", "otp", "totp", "mfa",
 })
+#: Strong only as one word: the cookie ``sessionid``, not a ``session_id`` field.
+_ONE_WORD: Final = frozenset({"sessionid"})
 _PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcode", "pass",
                                     "pwd", "pw", "pin", "passwort"})
 #: A name part ending in one of these is a password's name glued to its owner's:
@@ -47,17 +49,23 @@ _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 def _name_kind(name: str) -> str | None:
     """'password' for password-like names, 'secret' for other credential names, 'key' for
-    names ending in key (need a random-looking value), None otherwise."""
+    names ending in key (need a random-looking value, a UUID or a long hex string),
+    'session' for a session's id (a random-looking value), None otherwise."""
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
     if not parts:
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
         return "password"
-    if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS:
+    if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS - _ONE_WORD:
         return "secret"
     if parts[-1] in ("key", "keys") or (len(parts) >= 2 and parts[-2] in ("key",)):
         return "key"
+    # "session_id" names a conversation (in every note the daemon writes: a UUID, a chat's
+    # number, "telegram-12345") far more often than a web session's token in memory: only
+    # a value that looks random is one.
+    if joined & _ONE_WORD:
+        return "session"
     return None
 
 
@@ -84,7 +92,8 @@ def _value_span(kind: str, value: str, start: int, min_words: int,
     if quoted:
         inner = value[1:-1]
         if (inner.startswith(("[REDACTED", "${", "{{", "<")) or PLACEHOLDER.match(inner)
-                or len(inner) < 3 or (kind == "key" and not keyish(inner))):
+                or len(inner) < 3 or (kind == "key" and not keyish(inner))
+                or (kind == "session" and not looks_random(inner, 12))):
             return None
         return start + 1, start + len(value) - 1
     words = value.split()
@@ -93,6 +102,8 @@ def _value_span(kind: str, value: str, start: int, min_words: int,
         return None
     if kind == "key":
         return (start, start + len(first)) if keyish(first) else None
+    if kind == "session":
+        return (start, start + len(first)) if looks_random(first, 12) else None
     if looks_secret(first):
         return start, start + len(first)
     if kind == "password":
@@ -127,7 +138,10 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
         m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
         if m is not None and (kind := _name_kind(m.group("key"))) is not None:
             value = m.group("value").strip()
-            if value and (looks_secret(value) or kind == "password"):
+            if kind == "session":
+                if looks_random(value, 12):
+                    yield m.start("value"), m.end("value")
+            elif value and (looks_secret(value) or kind == "password"):
                 yield m.start("value"), m.end("value")
 
 
