@@ -31,6 +31,7 @@ from recalld.ipc.agentscope_workspace import (
     model_overrides,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -139,8 +140,11 @@ class RecalldMem0Middleware(MiddlewareBase):
         response = await self.client.search(
             self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
             filters={"author": self.agent_id} if scoped else None)
-        return [f"[{hit.path}:{hit.start_line}-{hit.end_line}] {' '.join(hit.text.split())}"
-                for hit in response]
+        memories = []
+        for hit in response:  # a memory is what the note says, not its frontmatter
+            body, start = without_frontmatter(hit.text, hit.start_line)
+            memories.append(f"[{hit.path}:{start}-{hit.end_line}] {' '.join(body.split())}")
+        return memories
 
     async def add_memory_text(self, text: str) -> NoteAdded:
         """Store ``text`` as a note of the day, recording this agent as its author."""

@@ -190,6 +190,20 @@ def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def without_frontmatter(text: str, start_line: int) -> tuple[str, int]:
+    """The text of a hit starting at ``start_line`` without the note's frontmatter block
+    (a note's first chunk carries it: ``name:``, ``session_id:``... tell a model little),
+    and the line its body starts at. A hit that is all frontmatter is kept as it is."""
+    lines = text.split("\n")
+    if start_line != 1 or lines[0].rstrip() != "---":
+        return text, start_line
+    for i in range(1, len(lines)):
+        if lines[i].rstrip() in ("---", "..."):
+            body = "\n".join(lines[i + 1:])
+            return (body, start_line + i + 1) if body.strip() else (text, start_line)
+    return text, start_line
+
+
 def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
     """The neighbours of a search answer (``expanded``) as text for a model: a header, then
     ``[path:start-end] (linked from <hit>)`` and the text of each, cut to ``max_chars``;

@@ -165,6 +165,13 @@ def test_long_user_ids_alike_up_to_the_64th_character_are_kept_apart(
             await bob.close()
 
     found, leaked, alice_ws, bob_ws = asyncio.run(main())
-    assert any("4711" in hit for hit in found)
+    hit = next(hit for hit in found if "4711" in hit)
+    # A memory is what the note says: its frontmatter (name, session_id...) is left out
+    # and the line range starts at the body.
+    assert "---" not in hit and "session_id" not in hit and "source_conversation" not in hit
+    path, lines = hit[1:hit.index("]")].rsplit(":", 1)
+    with Client(daemon.socket_path) as c:
+        body = c.read(alice_ws, path, start_line=int(lines.split("-")[0]))["text"]
+    assert body.lstrip().startswith("The locker code of the gym is 4711."), body
     assert leaked == []
     assert alice_ws != bob_ws and len(alice_ws) <= 64 and len(bob_ws) <= 64
