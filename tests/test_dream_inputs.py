@@ -183,3 +183,32 @@ def test_create_of_another_name_on_the_same_path_is_no_corroboration(
     fields, text = node(root, path)
     assert fields["sources"] == [a, b] and "/optimize" not in text
     assert (root / path).read_bytes() != created
+
+
+def test_a_note_longer_than_one_prompt_is_consolidated_to_its_end(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)  # every conversation answers "done"
+    note = "memory/2026-11-25/retro.md"
+    # ~40,000 characters of meeting log in sections; a fact at the very end.
+    sections = [f"## Topic {i}\n" + "".join(f"- item {i}.{j}: we discussed option {j} at "
+                                            f"length and parked it for later.\n"
+                                            for j in range(40)) + "\n" for i in range(16)]
+    text = "# Retro\n\n" + "".join(sections) + "Decision: the release train leaves Tuesdays.\n"
+    assert len(text) > 3 * 12_000
+    write(root, note, text)
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert result["notes"] == 1
+    asked = [r.json["messages"][1]["content"] for r in fake.requests
+             if r.path.endswith("/chat/completions") and r.json
+             and r.json["messages"][1]["content"].startswith(f"Daily note {note}:")]
+    # One conversation per part; each part at most the limit; nothing cut off, every
+    # line of the note in exactly one part, in order.
+    assert len(asked) >= 4 and not any("[truncated" in a for a in asked)
+    bodies = [a.split(":\n\n", 1)[1].rsplit("\n\nExisting nodes", 1)[0] for a in asked]
+    bodies = [b.split("]\n", 1)[1] for b in bodies]  # the "[part i of n ...]" line
+    assert all(len(b) <= 12_000 for b in bodies)
+    assert "".join(bodies) == text
+    assert asked[0].split("\n\n")[1].startswith(f"[part 1 of {len(asked)} ")
+    assert "Decision: the release train leaves Tuesdays." in asked[-1]

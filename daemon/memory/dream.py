@@ -7,7 +7,9 @@ stays as ReMe wrote it) and one run at a time of the job
 
 A run: find the daily notes whose digest differs from the catalog (``index.md`` day
 indexes are skipped), then for each note hold a short tool-calling conversation with the
-workspace's chat model. The model sees the note and the node names, and has four tools:
+workspace's chat model (a note longer than ``max_note_chars`` in parts, one conversation
+each, so its end is consolidated too). The model sees the note and the node names, and
+has four tools:
 ``node_search`` (keyword search restricted to the digest folder), ``node_read``,
 ``integrate`` (one CREATE / CORROBORATE / REFINE / CORRECT proposal) and
 ``note_interests``. ``integrate`` is applied at once by :mod:`digest` (deterministic
@@ -35,6 +37,7 @@ from typing import Final
 
 import trio
 
+from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
@@ -270,11 +273,37 @@ class _Run:
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}"
 
 
-def _user_message(note: str, text: str, nodes: list[dict[str, str]], limit: int) -> str:
-    body = text if len(text) <= limit else (
-        text[:limit] + f"\n[truncated: {len(text) - limit} more characters]")
+def note_parts(text: str, limit: int) -> list[str]:
+    """``text`` in parts of at most ``limit`` characters, cut between lines (at a blank
+    line or a heading when one is in the part's second half; an overlong line at a
+    space): a long note goes to the model part by part, nothing of it cut off."""
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        lines.extend(split_line(line, limit) if len(line) > limit else [line])
+    parts: list[str] = []
+    part: list[str] = []
+    size = 0
+    for line in lines:
+        if part and size + len(line) > limit:
+            cut = next((i for i in range(len(part) - 1, len(part) // 2, -1)
+                        if not part[i].strip() or part[i].startswith("#")), len(part))
+            parts.append("".join(part[:cut]))
+            part = part[cut:]
+            size = sum(map(len, part))
+        part.append(line)
+        size += len(line)
+    if part or not parts:
+        parts.append("".join(part))
+    return parts
+
+
+def _user_message(note: str, body: str, nodes: list[dict[str, str]], part: int,
+                  parts: int) -> str:
     listing = "\n".join(f"- {n['path']}: {n['name']} — {n['description']}" for n in nodes)
-    return (f"Daily note {note}:\n\n{body}\n\nExisting nodes (newest first):\n"
+    where = "" if parts == 1 else (
+        f"[part {part} of {parts} of a long note"
+        + ("; the parts before were integrated already]\n" if part > 1 else "]\n"))
+    return (f"Daily note {note}:\n\n{where}{body}\n\nExisting nodes (newest first):\n"
             f"{listing or '(none yet)'}")
 
 
@@ -316,16 +345,19 @@ async def run_dream(
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
             run.note = note
-            nodes = await trio.to_thread.run_sync(list_nodes, ws.root, settings.digest_dir,
-                                                  cfg.max_nodes_listed)
-            messages: list[ChatMessage] = [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": _user_message(note, text, nodes,
-                                                          cfg.max_note_chars)}]
             try:
-                await run_tools(chat, messages, tool_schemas(), run.dispatch,
-                                max_steps=cfg.max_steps_per_note,
-                                deadline_s=cfg.deadline_per_note_s)
+                parts = note_parts(text, cfg.max_note_chars)
+                for n, body in enumerate(parts, 1):
+                    # Listed again for each part: the part before may have made nodes.
+                    nodes = await trio.to_thread.run_sync(
+                        list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
+                    messages: list[ChatMessage] = [
+                        {"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "user",
+                         "content": _user_message(note, body, nodes, n, len(parts))}]
+                    await run_tools(chat, messages, tool_schemas(), run.dispatch,
+                                    max_steps=cfg.max_steps_per_note,
+                                    deadline_s=cfg.deadline_per_note_s)
             except ProviderConfigError:
                 raise
             except (ProviderError, JobFailed) as exc:
