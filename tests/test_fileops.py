@@ -12,7 +12,7 @@ import trio
 
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.daemon.memory.fileops import FileOps, WritePolicy, slug
+from recalld.daemon.memory.fileops import FileOps, WriteConflict, WritePolicy, slug
 from recalld.daemon.store.fsio import TEMP_RE
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, PathOutsideWorkspace
 
@@ -203,3 +203,25 @@ async def test_cancelled_write_leaves_old_file(tmp_path: Path) -> None:
     text = (tmp_path / rel).read_text()
     assert text in ("old\n", "new\n" * 1000)
     assert no_temp_files(tmp_path)
+
+
+async def test_replace_writes_only_over_what_was_read(tmp_path: Path) -> None:
+    # A writer that read a node and made its new text from it (the dream) must not
+    # overwrite what someone wrote since: it gets WriteConflict and reads again.
+    ops, _ = make_ops(tmp_path)
+    node = tmp_path / "digest/wiki/tent.md"
+    with pytest.raises(WriteConflict):
+        await ops.replace("digest/wiki/tent.md", "# Tent\n", "# Tent\n- blue\n")
+    assert not node.exists()
+    await ops.replace("digest/wiki/tent.md", None, "# Tent\n- blue\n")
+    node.write_text("# Tent\n- blue\n- a person's line\n")
+    with pytest.raises(WriteConflict):
+        await ops.replace("digest/wiki/tent.md", "# Tent\n- blue\n", "# Tent\n- green\n")
+    assert node.read_text() == "# Tent\n- blue\n- a person's line\n"
+    done = await ops.replace("digest/wiki/tent.md", "# Tent\n- blue\n- a person's line\n",
+                             "# Tent\n- green\n- a person's line\n")
+    assert done.changed and node.read_text() == "# Tent\n- green\n- a person's line\n"
+    with pytest.raises(WriteConflict):  # it was removed meanwhile
+        node.unlink()
+        await ops.replace("digest/wiki/tent.md", done.text, "# Tent\n")
+    assert not node.exists() and no_temp_files(tmp_path)

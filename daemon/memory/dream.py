@@ -43,7 +43,13 @@ from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog, digest, interests, reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
-from recalld.daemon.memory.fileops import FileOps, WritePolicy, fileops_for, read_confined
+from recalld.daemon.memory.fileops import (
+    FileOps,
+    WriteConflict,
+    WritePolicy,
+    fileops_for,
+    read_confined,
+)
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact_async
@@ -57,6 +63,7 @@ log = logging.getLogger(__name__)
 
 INTERESTS_FILE: Final = "interests.yaml"
 SAVE_TIMEOUT_S: Final = 20.0
+WRITE_ATTEMPTS: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +247,11 @@ class _Run:
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
 
     async def write(self, rel: str, before: str | None, text: str) -> str:
-        """Write ``text`` (its secrets masked, as every write is) and record, for undo, the
-        bytes the file really holds; returns that text."""
-        written = (await self.files.write(rel, text)).text
+        """Write ``text`` (its secrets masked, as every write is) over ``before``, what the
+        file held when read (WriteConflict if it holds something else now: an undo or a
+        person wrote it meanwhile), and record, for undo, the bytes the file really holds;
+        returns that text."""
+        written = (await self.files.replace(rel, before, text)).text
         self.log.record_write(rel, None if before is None else before.encode(),
                               written.encode())
         return written
@@ -256,19 +265,28 @@ class _Run:
             return f"error: {exc}"
         # Nodes hold their secrets masked: compare the proposal with them as it will be kept.
         proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
-        before_text = await trio.to_thread.run_sync(read_confined, self.ws.root, proposal.path)
-        existing = None if before_text is None else digest.parse_node(proposal.path,
-                                                                       before_text)
-        outcome = digest.integrate(existing, proposal, self.today)
+        for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
+            before_text = await trio.to_thread.run_sync(read_confined, self.ws.root,
+                                                        proposal.path)
+            existing = None if before_text is None else digest.parse_node(proposal.path,
+                                                                           before_text)
+            outcome = digest.integrate(existing, proposal, self.today)
+            if outcome.text is None:
+                break
+            try:
+                written = await self.write(outcome.path, before_text, outcome.text)
+            except WriteConflict:
+                continue
+            name = existing.name if existing is not None else proposal.name
+            self.topics[name] = max(self.topics.get(name, 0.0),
+                                    digest.parse_node(outcome.path, written).confidence)
+            break
+        else:
+            return f"error: {proposal.path} kept changing while it was integrated; try again"
         record: changelog.Action = {
             "action": outcome.action, "path": outcome.path, "status": outcome.status,
             "detail": outcome.detail, "reason": proposal.reason,
             "sources": list(proposal.sources), "note": self.note}
-        if outcome.text is not None:
-            written = await self.write(outcome.path, before_text, outcome.text)
-            name = existing.name if existing is not None else proposal.name
-            self.topics[name] = max(self.topics.get(name, 0.0),
-                                    digest.parse_node(outcome.path, written).confidence)
         self.log.actions.append(record)
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}"
 
@@ -395,11 +413,18 @@ async def _refresh_interests(run: _Run) -> None:
     if not run.topics:
         return
     rel = f"{run.digest_dir}/{INTERESTS_FILE}"
-    before = await trio.to_thread.run_sync(read_confined, run.ws.root, rel)
-    topics = interests.refresh(interests.parse_interests(before or ""), run.topics)
-    text = interests.render_interests(topics, run.today)
-    if text != before:
-        await run.write(rel, before, text)
+    for _ in range(WRITE_ATTEMPTS):
+        before = await trio.to_thread.run_sync(read_confined, run.ws.root, rel)
+        topics = interests.refresh(interests.parse_interests(before or ""), run.topics)
+        text = interests.render_interests(topics, run.today)
+        if text == before:
+            return
+        try:
+            await run.write(rel, before, text)
+            return
+        except WriteConflict:
+            continue
+    log.warning("dream of %s: %s kept changing; interests not refreshed", run.ws.agent_id, rel)
 
 
 def _inbox_summary(summary: changelog.RunSummary) -> str:

@@ -225,6 +225,10 @@ def source_link(settings: WorkspaceSettings, session_id: str) -> str:
 # -- the operations ------------------------------------------------------------------------
 
 
+class WriteConflict(Exception):
+    """A file changed between a read and the write made from it (:meth:`FileOps.replace`)."""
+
+
 @dataclass
 class FileOps:
     """File operations on one workspace; see the module docstring.
@@ -302,12 +306,23 @@ class FileOps:
 
     async def write(self, path: str, content: str) -> WriteResult:
         """Create or replace a file with ``content``."""
+        return await self._write(path, content, check=False, expect=None)
+
+    async def replace(self, path: str, expect: str | None, content: str) -> WriteResult:
+        """:meth:`write`, if the file still holds ``expect`` (None: there is no such file);
+        else :class:`WriteConflict`: someone wrote it since the caller read it."""
+        return await self._write(path, content, check=True, expect=expect)
+
+    async def _write(self, path: str, content: str, *, check: bool,
+                     expect: str | None) -> WriteResult:
         rel = self.check_writable(path)
         from recalld.daemon.memory.redact import redact_async
 
         content = await redact_async(content)
         async with self.lock:
             before = await self.read_text(rel)
+            if check and before != expect:
+                raise WriteConflict(f"{rel} changed since it was read")
             result = await self._publish(rel, before, content)
         await self._searchable()
         return result
