@@ -30,6 +30,7 @@ from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
+    hint,
     print_json,
     render_read,
     render_workspaces,
@@ -251,7 +252,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         print(f"recalld: {exc.message} (code {exc.code})", file=err)
         return EXIT_USAGE
     except errors.RecalldError as exc:
-        print(f"recalld: {exc.message} (code {exc.code})", file=err)
+        print(f"recalld: {exc.message} (code {exc.code}){hint(exc)}", file=err)
         return EXIT_ERROR
     except TimeoutError as exc:
         print(f"recalld: {exc}", file=err)

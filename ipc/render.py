@@ -7,6 +7,7 @@ any change here.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -156,3 +157,12 @@ class JobWaiter:
         if state == "cancelled":
             raise errors.JobFailed(f"{kind} job {job_id} was cancelled")
         return 0
+
+
+_NOT_OPEN = re.compile(r"workspace '([A-Za-z0-9_.-]+)' is not open")
+
+
+def hint(exc: errors.RecalldError) -> str:
+    """What to do about a daemon's error, when the command line can say it ('' if not)."""
+    m = _NOT_OPEN.search(exc.message) if isinstance(exc, errors.UnknownWorkspace) else None
+    return f"; open it with: recalld workspace open {m[1]}" if m else ""

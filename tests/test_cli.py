@@ -120,7 +120,7 @@ def test_read(daemon: DaemonHandle) -> None:
     line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 2)
     assert line.endswith("(code -32005)")
     line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
-    assert line.endswith("(code -32001)")
+    assert "(code -32001); open it with" in line
 
 
 def test_ping_and_usage_errors(daemon: DaemonHandle) -> None:
@@ -151,6 +151,12 @@ def test_search_and_reindex(daemon: DaemonHandle) -> None:
     assert proc.returncode == 0 and "succeeded" in proc.stdout, proc.stderr
     submitted = as_json(recalld("reindex", "--no-wait", "--json", env=daemon.env))
     assert submitted["job_id"]
+    # A workspace not open yet: the one line says how to open it.
+    for args in (["search", "ECONNREFUSED", "--agent", "ops.team-2"],
+                 ["note", "--agent", "ops.team-2", "the VPN is back"]):
+        line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
+        assert line.endswith("is not open (code -32001); open it with: "
+                             "recalld workspace open ops.team-2"), line
 
 
 def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
