@@ -159,6 +159,19 @@ def test_cjk_and_nested_bullets_in_the_loss_check() -> None:
                                    ) == ["- b"]
 
 
+def test_lists_people_paste_are_facts_too() -> None:
+    # Bullets pasted from documents and chat apps, and the numbering of Chinese and
+    # Japanese lists (often with no space after the mark), guard their items as "-" does.
+    old = ("• Allergic to penicillin\n◦ sister lives in Graz\n1、喜欢喝乌龙茶\n（2）每周三游泳\n"
+           "③ 住在大阪\n・猫の名前はミソ\n– prefers aisle seats\n3.5 GHz is the CPU clock\n")
+    assert dropped_bullets(old, "- Prefers aisle seats\n") == [
+        "• Allergic to penicillin", "◦ sister lives in Graz", "1、喜欢喝乌龙茶", "（2）每周三游泳",
+        "③ 住在大阪", "・猫の名前はミソ"]
+    kept = ("- Allergic to penicillin (since 2019)\n- Sister lives in Graz\n- 喜欢喝台湾乌龙茶\n"
+            "- 每周三和周五游泳\n- 住在大阪\n- 猫の名前はミソ\n")
+    assert dropped_bullets(old, kept) == ["– prefers aisle seats"]
+
+
 def test_the_log_is_bounded(tmp_path: Path) -> None:
     folder = tmp_path / "runs"
     for i in range(7):

@@ -140,8 +140,12 @@ def _content_lines(text: str) -> list[str]:
     return [n for n in (_norm_line(ln) for ln in text.splitlines()) if n]
 
 
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
-_BULLET_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+# A list item's mark: Markdown's (``-``, ``*``, ``+``, ``1.``, ``1)``, then a space), the
+# bullets people paste (``•``, ``◦``, ``▪``, ``–``), and the numbering of Chinese and
+# Japanese lists, often with no space after it (``1、``, ``（1）``, ``①``, ``・``).
+_BULLET_MARK = re.compile(
+    r"^\s*(?:(?:[-*+•◦‣▪▫●○■□–]|\d+[.)])\s+"
+    r"|(?:[•・·]|\d+[、．）]|[（(]\d+[）)]|[①-⑳⑴-⒇])\s*)")
 # Scripts written without spaces between words (Chinese, Japanese; Korean syllables): each
 # character is a word of its own, so a refinement that inserts detail inside such a run
 # ("妹妹住在格拉茨" -> "妹妹安娜住在格拉茨") still holds every word of the old line.
@@ -150,15 +154,16 @@ _WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
 
 
 def dropped_bullets(old: str, new: str) -> list[str]:
-    """The bullet points of ``old`` (``-``, ``*``, ``+`` or numbered, nested too) that no
-    line of ``new`` keeps, as written in ``old``. A line keeps a bullet if it holds all of
-    the bullet's words (case-insensitive; in CJK text, its characters): a refinement that
-    adds detail keeps it."""
+    """The list items of ``old`` (``-``, ``*``, ``+``, ``•``, numbered, ``1、``, nested too)
+    that no line of ``new`` keeps, as written in ``old``. A line keeps an item if it holds
+    all of the item's words (case-insensitive; in CJK text, its characters): a refinement
+    that adds detail keeps it."""
     new_words = [set(_WORD.findall(ln)) for ln in _content_lines(new)]
     out = []
     for line in old.splitlines():
-        if _BULLET.match(line):
-            words = set(_WORD.findall(_norm_line(_BULLET_MARK.sub("", line))))
+        mark = _BULLET_MARK.match(line)
+        if mark and line[mark.end():].strip():
+            words = set(_WORD.findall(_norm_line(line[mark.end():])))
             if words and not any(words <= have for have in new_words):
                 out.append(line.strip())
     return out
