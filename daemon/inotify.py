@@ -6,7 +6,9 @@ second. Here the inotify descriptor is registered with trio's I/O loop
 (``trio.lowlevel.wait_readable``): an idle workspace costs nothing, a change wakes the
 source at once, and cancellation is immediate.
 
-Owns one inotify instance per run with one watch per directory below the roots. New and
+Owns the process's one inotify instance (shared by every source: the per-user limit on
+instances never bounds how many workspaces are watched) and, per source, one watch per
+directory below its roots. New and
 moved-in directories get watches as they appear (their files are reported through the
 directory event, ``Change.folder`` whatever the directory's name; the watcher expands
 it). A directory moved away loses its watches, so stale paths never leak out. Queue
@@ -22,6 +24,7 @@ import ctypes
 import errno
 import os
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -70,8 +73,14 @@ def parse_events(data: bytes) -> Iterator[tuple[int, int, str]]:
         yield wd, mask, os.fsdecode(raw.split(b"\0", 1)[0])
 
 
-class _Inotify:
-    """One inotify instance and the directory each watch descriptor stands for."""
+class _Instance:
+    """The process's one inotify instance, shared by every source: the per-user limit
+    (``fs.inotify.max_user_instances``, often 128 for every program together) then
+    never bounds how many workspaces a daemon watches. One reader task (a trio system
+    task, started with the first source and stopped with the last) routes each event to
+    the sources that watch its directory. Watches are added from worker threads (walking
+    a tree is disk work) under ``lock``, which the reader holds while it routes, so no
+    event of a new watch is read before its owner is known."""
 
     def __init__(self) -> None:
         lib = libc()
@@ -85,41 +94,66 @@ class _Inotify:
             err = ctypes.get_errno()
             raise WatchError(f"inotify_init1 failed: {os.strerror(err)}")
         self.fd: int = fd
-        self.paths: dict[int, str] = {}
+        self.lock = threading.Lock()
+        #: For each watch descriptor, the sources watching it and the directory it is to
+        #: each (two sources may watch one directory: a resource folder inside memory/).
+        self.owners: dict[int, dict[_Watches, str]] = {}
+        self.users: set[_Watches] = set()
+        self.closed = False
+        self._reader = trio.CancelScope()
 
-    def add_tree(self, top: str) -> None:
-        """Watch ``top`` and every directory below it (symlinks are not followed)."""
-        stack = [top]
-        while stack:
-            path = stack.pop()
-            if not self._add(path):
-                continue
-            try:
-                with os.scandir(path) as entries:
-                    stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
-            except OSError:
-                continue  # vanished or unreadable: its parent's events tell the rest
-
-    def _add(self, path: str) -> bool:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
-        if wd < 0:
-            err = ctypes.get_errno()
-            if err == errno.ENOSPC:
-                raise WatchError(
-                    "inotify watch limit reached: raise fs.inotify.max_user_watches")
-            return False  # ENOENT/ENOTDIR: it went away before we got to it
-        self.paths[wd] = path
+    def add(self, watches: _Watches, path: str) -> bool:
+        """Watch ``path`` for ``watches`` (from any thread); False if it is gone."""
+        with self.lock:
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
+            if wd < 0:
+                err = ctypes.get_errno()
+                if err == errno.ENOSPC:
+                    raise WatchError(
+                        "inotify watch limit reached: raise fs.inotify.max_user_watches")
+                return False  # ENOENT/ENOTDIR: it went away before we got to it
+            self.owners.setdefault(wd, {})[watches] = path
+            watches.paths[wd] = path
         return True
 
-    def forget_tree(self, top: str) -> None:
-        """Drop the watches of ``top`` and below (it left the watched tree)."""
-        prefix = top + os.sep
-        for wd, path in list(self.paths.items()):
-            if path == top or path.startswith(prefix):
-                del self.paths[wd]
-                self._libc.inotify_rm_watch(self.fd, wd)
+    def remove(self, watches: _Watches, wd: int) -> None:
+        """Stop watching ``wd`` for ``watches``; the kernel's watch goes with its last owner."""
+        with self.lock:
+            owners = self.owners.get(wd)
+            if owners is None or owners.pop(watches, None) is None:
+                return
+            if not owners:
+                del self.owners[wd]
+                if not self.closed:
+                    self._libc.inotify_rm_watch(self.fd, wd)
 
-    def read(self) -> bytes:
+    def route(self, data: bytes) -> None:
+        """Hand each event in ``data`` to the sources whose watch it is."""
+        with self.lock:
+            for wd, mask, name in parse_events(data):
+                if mask & IN_Q_OVERFLOW:
+                    for watches in self.users:
+                        watches.fail("inotify event queue overflowed; events were lost")
+                    continue
+                owners = (self.owners.pop(wd, None) if mask & IN_IGNORED
+                          else self.owners.get(wd))
+                for watches, base in (owners or {}).items():
+                    watches.deliver(wd, base, mask, name)
+
+    async def read_loop(self) -> None:
+        """The reader (a system task: it raises nothing, it tells the sources instead)."""
+        with self._reader:
+            try:
+                while True:
+                    await trio.lowlevel.wait_readable(self.fd)
+                    self.route(self._read())
+            except (OSError, trio.ClosedResourceError) as exc:
+                if not self.closed:
+                    self.closed = True
+                    for watches in self.users:
+                        watches.fail(f"reading inotify events failed: {exc}")
+
+    def _read(self) -> bytes:
         chunks = []
         while True:
             try:
@@ -133,9 +167,86 @@ class _Inotify:
                 break
         return b"".join(chunks)
 
-    def close(self) -> None:
+    def release(self, watches: _Watches) -> None:
+        """``watches`` is done; the instance closes with its last source."""
+        self.users.discard(watches)
+        if self.users:
+            return
+        self._reader.cancel()
+        if _INSTANCE.get() is self:
+            _INSTANCE.set(None)
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+            self.owners.clear()
         trio.lowlevel.notify_closing(self.fd)
         os.close(self.fd)
+
+
+_INSTANCE: trio.lowlevel.RunVar[_Instance | None] = trio.lowlevel.RunVar(
+    "recalld_inotify", default=None)
+
+
+class _Watches:
+    """One source's watches on the shared instance, and the events routed to it."""
+
+    def __init__(self) -> None:
+        instance = _INSTANCE.get()
+        if instance is None or instance.closed:
+            instance = _Instance()
+            _INSTANCE.set(instance)
+            trio.lowlevel.spawn_system_task(instance.read_loop, name="recalld inotify reader")
+        self.instance = instance
+        instance.users.add(self)
+        #: The directory each of this source's watch descriptors stands for.
+        self.paths: dict[int, str] = {}
+        self._events: list[tuple[int, str, int, str]] = []
+        self._error: str | None = None
+        self._wake = trio.Event()
+
+    def add_tree(self, top: str) -> None:
+        """Watch ``top`` and every directory below it (symlinks are not followed)."""
+        stack = [top]
+        while stack:
+            path = stack.pop()
+            if not self.instance.add(self, path):
+                continue
+            try:
+                with os.scandir(path) as entries:
+                    stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue  # vanished or unreadable: its parent's events tell the rest
+
+    def forget_tree(self, top: str) -> None:
+        """Drop the watches of ``top`` and below (it left the watched tree)."""
+        prefix = top + os.sep
+        for wd, path in list(self.paths.items()):
+            if path == top or path.startswith(prefix):
+                del self.paths[wd]
+                self.instance.remove(self, wd)
+
+    def deliver(self, wd: int, base: str, mask: int, name: str) -> None:
+        self._events.append((wd, base, mask, name))
+        self._wake.set()
+
+    def fail(self, why: str) -> None:
+        self._error = why
+        self._wake.set()
+
+    async def next(self) -> list[tuple[int, str, int, str]]:
+        """The events routed here since the last call (waits for one)."""
+        await self._wake.wait()
+        self._wake = trio.Event()
+        if self._error is not None:
+            raise WatchError(self._error)
+        events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        for wd in list(self.paths):
+            self.instance.remove(self, wd)
+        self.paths.clear()
+        self.instance.release(self)
 
 
 class InotifySource:
@@ -148,44 +259,40 @@ class InotifySource:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        notify = _Inotify()
+        watches = _Watches()
         try:
             root_paths = {os.fspath(r) for r in roots}
             for root in root_paths:
                 # Walking a large tree is disk work: keep it off the event loop.
-                await trio.to_thread.run_sync(notify.add_tree, root)
+                await trio.to_thread.run_sync(watches.add_tree, root)
             task_status.started()
             while True:
-                await trio.lowlevel.wait_readable(notify.fd)
-                batch, new_dirs = self._translate(notify, notify.read(), root_paths)
+                batch, new_dirs = self._translate(watches, await watches.next(), root_paths)
                 if new_dirs:
                     # Watch new directories before their change goes out (the watcher
                     # then scans them, so nothing created meanwhile is missed); walking
                     # a tree moved in is disk work: keep it off the event loop.
-                    await trio.to_thread.run_sync(_add_trees, notify, new_dirs)
+                    await trio.to_thread.run_sync(_add_trees, watches, new_dirs)
                 if batch:
                     emit(batch)
         finally:
-            notify.close()
+            watches.close()
 
     @staticmethod
     def _translate(
-        notify: _Inotify, data: bytes, roots: set[str]
+        watches: _Watches, events: list[tuple[int, str, int, str]], roots: set[str]
     ) -> tuple[set[RawChange], list[str]]:
-        """The changes in ``data`` and the directories that appeared (to watch)."""
+        """The changes of ``events`` and the directories that appeared (to watch)."""
         batch: set[RawChange] = set()
         new_dirs: list[str] = []
-        for wd, mask, name in parse_events(data):
-            if mask & IN_Q_OVERFLOW:
-                raise WatchError("inotify event queue overflowed; events were lost")
-            base = notify.paths.get(wd)
-            if base is None:
-                continue  # a watch we already dropped (IN_IGNORED and stragglers)
+        for wd, base, mask, name in events:
             if mask & IN_IGNORED:
-                del notify.paths[wd]
+                watches.paths.pop(wd, None)
                 if base in roots:
                     batch.add((Change.deleted, base))
                 continue
+            if wd not in watches.paths:
+                continue  # a watch already dropped (a folder moved away): stragglers
             if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
                 if base in roots:
                     batch.add((Change.deleted, base))
@@ -195,7 +302,7 @@ class InotifySource:
                 if mask & (IN_CREATE | IN_MOVED_TO):
                     new_dirs.append(path)
                 elif mask & IN_MOVED_FROM:
-                    notify.forget_tree(path)
+                    watches.forget_tree(path)
                 batch.add((Change.folder, path))
             elif mask & (IN_CREATE | IN_MOVED_TO):
                 batch.add((Change.added, path))
@@ -206,6 +313,6 @@ class InotifySource:
         return batch, new_dirs
 
 
-def _add_trees(notify: _Inotify, tops: list[str]) -> None:
+def _add_trees(watches: _Watches, tops: list[str]) -> None:
     for top in tops:
-        notify.add_tree(top)
+        watches.add_tree(top)

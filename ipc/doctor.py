@@ -168,20 +168,20 @@ class Doctor:
         return Check("inotify", "ok", detail)
 
     def inotify_instances(self) -> Check:
-        """Each open workspace holds two inotify instances (memory/digest and resource/);
-        the per-user limit is shared with every other program of this user."""
+        """The daemon holds one inotify instance for all its workspaces; the per-user
+        limit is shared with every other program of this user."""
         try:
             limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip())
         except (OSError, ValueError):
             return Check("inotify instances", "skip", "no /proc/sys/fs/inotify (not Linux?)")
         used = _inotify_instances_in_use()
         detail = (f"{used} in use by this user, max_user_instances={limit}, "
-                  f"{len(self.workspaces)} open workspace(s) use two each")
+                  "the daemon needs one")
         fix = ("echo fs.inotify.max_user_instances=1024 | sudo tee "
                "/etc/sysctl.d/91-recalld.conf && sudo sysctl --system")
         if used >= limit:
             return Check("inotify instances", "fail",
-                         detail + " (new workspaces cannot watch)", fix)
+                         detail + " (a restarted daemon could not watch)", fix)
         if used > limit * 3 // 4:
             return Check("inotify instances", "warn", detail, fix)
         return Check("inotify instances", "ok", detail)

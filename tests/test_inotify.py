@@ -139,14 +139,62 @@ async def test_cancel_is_immediate(tmp_path: Path) -> None:
     assert time.monotonic() - began < 1.0
 
 
-def test_overflow_is_a_watch_error() -> None:
-    notify = inotify._Inotify()
+async def test_overflow_is_a_watch_error_of_every_source(tmp_path: Path) -> None:
+    # The instance is shared: a queue overflow lost events of every source on it.
+    failed: list[str] = []
+
+    async def watch(root: Path, *, task_status: trio.TaskStatus[None]) -> None:
+        try:
+            await inotify.InotifySource().run([root], lambda batch: None,
+                                              task_status=task_status)
+        except WatchError as exc:
+            failed.append(str(exc))
+
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        root.mkdir()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for root in roots:
+                await nursery.start(watch, root)
+            instance = inotify._INSTANCE.get()
+            assert instance is not None
+            instance.route(struct.pack("iIII", -1, inotify.IN_Q_OVERFLOW, 0, 0))
+    assert len(failed) == 2 and all("overflow" in why for why in failed)
+    assert inotify._INSTANCE.get() is None  # closed with its last source
+
+
+async def test_every_source_shares_one_instance(tmp_path: Path) -> None:
+    # More sources than the per-user instance limit (often 128): one descriptor for all,
+    # and each source hears of its own files only, even where two watch one directory.
+    def instances() -> int:
+        return sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+                   for fd in os.listdir("/proc/self/fd") if _is_link(fd))
+
+    before = instances()
+    roots = [tmp_path / f"ws{i}" / "memory" for i in range(150)]
+    for root in roots:
+        (root / "day").mkdir(parents=True)
+    async with trio.open_nursery() as nursery:
+        seen = [await started(nursery, [root]) for root in roots]
+        inner = await started(nursery, [roots[7] / "day"])  # inside another's tree
+        assert instances() == before + 1
+        for i in (0, 7, 149):
+            (roots[i] / "day" / "a.md").write_text("x")
+        for i in (0, 7, 149):
+            await seen[i].wait_for((Change.added, str(roots[i] / "day" / "a.md")))
+        await inner.wait_for((Change.added, str(roots[7] / "day" / "a.md")))
+        assert all(not s.changes for i, s in enumerate(seen) if i not in (0, 7, 149))
+        nursery.cancel_scope.cancel()
+    assert instances() == before
+
+
+def _is_link(fd: str) -> bool:
     try:
-        data = struct.pack("iIII", -1, inotify.IN_Q_OVERFLOW, 0, 0)
-        with pytest.raises(WatchError, match="overflow"):
-            inotify.InotifySource._translate(notify, data, set())
-    finally:
-        os.close(notify.fd)
+        os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return False
+    return True
 
 
 def test_parse_events_reads_names_and_padding() -> None:

@@ -1,0 +1,53 @@
+"""More workspaces than the per-user inotify instance limit, all watched by one daemon."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonHandle
+from waits import wait_for
+
+from recalld.daemon import inotify
+from recalld.ipc.client import Client
+
+pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
+
+
+def inotify_instances(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
+def test_more_workspaces_than_inotify_instances_are_all_watched(daemon: DaemonHandle) -> None:
+    # The per-user limit on inotify instances is often 128 for every program of the user
+    # together: a daemon holding one per workspace stopped watching after a few dozen.
+    agents = [f"agent-{i:03d}" for i in range(140)]
+    with Client(daemon.socket_path) as c:
+        roots = [Path(c.workspace_open(a)["path"]) for a in agents]
+
+    def watchers() -> dict[str, Any] | None:
+        listed = daemon.call("workspace.list")["workspaces"]
+        states = {w["agent_id"]: w["index"]["watcher"]["state"] for w in listed
+                  if w["agent_id"] in agents}
+        return states if set(states.values()) == {"watching"} else None
+
+    wait_for(watchers, "every workspace's watcher to watch")
+    assert inotify_instances(daemon.pid) == 1
+    # A note written into the first and the last is found through its watch.
+    for i in (0, 139):
+        note = roots[i] / "memory" / "2026-12-01" / "stove.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# Stove\nThe stove of agent {i} is a Morsø 7110.\n", encoding="utf-8")
+        hits = daemon.call("memory.search", {"agent_id": agents[i], "query": "Morsø stove",
+                                             "sync": True})["results"]
+        assert [h["path"] for h in hits] == ["memory/2026-12-01/stove.md"]
+    assert daemon.call("workspace.close", {"agent_id": agents[5]})
+    assert inotify_instances(daemon.pid) == 1
