@@ -31,6 +31,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon.errors import wire_error
+from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.answers import JobInfo, JobProgress
@@ -67,6 +68,7 @@ class JobKind:
     exclusive: bool = False  # one queued-or-running job of this kind per workspace
     cpu_heavy: bool = False  # holds a token of the shared CPU limiter while running
     resumable: bool = False  # re-run after a daemon restart instead of failing
+    check_params: ParamsCheck | None = None  # None: params are kept as given
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +186,10 @@ class JobManager:
         self._log_open = False
 
     def register(self, kind: str, handler: Handler, *, exclusive: bool = False,
-                 cpu_heavy: bool = False, resumable: bool = False) -> None:
-        self._kinds[kind] = JobKind(kind, handler, exclusive, cpu_heavy, resumable)
+                 cpu_heavy: bool = False, resumable: bool = False,
+                 check_params: ParamsCheck | None = None) -> None:
+        self._kinds[kind] = JobKind(kind, handler, exclusive, cpu_heavy, resumable,
+                                    check_params)
 
     @property
     def kinds(self) -> list[str]:
@@ -226,13 +230,16 @@ class JobManager:
                      params: Mapping[str, object] | None = None) -> str:
         """Queue a job and return its id once its record is journaled.
 
-        Raises InvalidParams (unknown kind), UnknownWorkspace, AlreadyRunning (an exclusive
-        kind already queued or running in this workspace).
+        Raises InvalidParams (unknown kind, params the kind's check refuses),
+        UnknownWorkspace, AlreadyRunning (an exclusive kind already queued or running in
+        this workspace).
         """
         spec = self._kinds.get(kind)
         if spec is None:
             raise InvalidParams(f"unknown job kind {kind!r} (known: {', '.join(self.kinds)})")
         self._check_agent(agent_id)
+        checked = (spec.check_params(params or {}) if spec.check_params is not None
+                   else dict(params or {}))
         if spec.exclusive:
             for other in self._jobs.get(agent_id, {}).values():
                 if other.kind == kind and other.state in ACTIVE:
@@ -241,7 +248,7 @@ class JobManager:
                         f" ({other.job_id}); wait for it or cancel it",
                         {"job_id": other.job_id, "state": other.state})
         job = _Job(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
-                   params=dict(params or {}), submitted_at=self._wall())
+                   params=checked, submitted_at=self._wall())
         self._add(job)
         self._enqueue(job)
         self._publish("job.state", job.as_dict())

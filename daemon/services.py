@@ -37,9 +37,10 @@ from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.procpool import PreparePool, cpu_count
 from recalld.daemon.index.service import Rebuilt, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
+from recalld.daemon.jobparams import params_of
 from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.maintenance import Health
-from recalld.daemon.memory.capture import SessionFlusher
+from recalld.daemon.memory.capture import AUTO_MEMORY_PARAMS, SessionFlusher
 from recalld.daemon.memory.consolidation import Consolidation, ResourceService
 from recalld.daemon.memory.inbox import Inbox, inbox_path
 from recalld.daemon.memory.llm import ChatClients
@@ -278,8 +279,10 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
         providers=bridge, vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
         consolidation=consolidation, registry=registry,
     )
-    jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False)
-    jobs.register("auto_memory", auto_memory_job(registry.get), resumable=True)
+    jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False,
+                  check_params=params_of("reindex", {}))
+    jobs.register("auto_memory", auto_memory_job(registry.get), resumable=True,
+                  check_params=AUTO_MEMORY_PARAMS)
     consolidation.register_jobs()
     return services
 

@@ -362,3 +362,51 @@ async def test_jobs_submitted_before_run_are_journaled(tmp_path: Path) -> None:
     second.register("quick", quick)
     async with running(second):
         assert second.get("a", early)["result"] == {"n": 1}
+
+
+async def test_each_kind_refuses_params_it_does_not_take(autojump_clock: object) -> None:
+    from recalld.daemon.jobparams import params_of
+    from recalld.daemon.memory.capture import AUTO_MEMORY_PARAMS
+    from recalld.daemon.memory.consolidation import DREAM_PARAMS, RESOURCE_PARAMS
+
+    async def echo(job: JobContext) -> dict[str, Any]:
+        return dict(job.params)
+
+    manager = JobManager(agent_exists=lambda a: a == "alice")
+    for kind, check in (("reindex", params_of("reindex", {})),
+                        ("auto_memory", AUTO_MEMORY_PARAMS), ("auto_dream", DREAM_PARAMS),
+                        ("auto_resource", RESOURCE_PARAMS)):
+        manager.register(kind, echo, check_params=check)
+    async with running(manager):
+        refused = [
+            ("reindex", {"full": True}),
+            ("auto_memory", {}),
+            ("auto_memory", {"session_id": "../s"}),
+            ("auto_memory", {"session_id": "s", "upto": -1}),
+            ("auto_memory", {"session_id": "s", "upto": 2.5}),
+            ("auto_memory", {"session_id": "s", "upto": True}),
+            ("auto_memory", {"session_id": "s", "date": "2026-02-30"}),
+            ("auto_memory", {"session_id": "s", "trigger": "whenever"}),
+            ("auto_memory", {"session_id": "s", "junk": "x" * 100_000}),
+            ("auto_dream", {"trigger": "cron", "occurrence": [1]}),
+            ("auto_dream", {"trigger": {"a": 1}}),
+            ("auto_resource", {"trigger": "watch", "x": 1}),
+        ]
+        for kind, params in refused:
+            with pytest.raises(InvalidParams):
+                await job_methods.rpc_submit(manager, {"agent_id": "alice", "kind": kind,
+                                                       "params": params})
+        assert manager.list("alice") == [], "nothing refused was queued"
+        # What the daemon itself submits, and a client's well-formed params, are kept;
+        # a null param counts as left out.
+        taken = [
+            ("reindex", None, {}),
+            ("auto_memory", {"session_id": "s", "upto": 3, "trigger": "idle", "date": None},
+             {"session_id": "s", "upto": 3, "trigger": "idle"}),
+            ("auto_dream", {"trigger": "cron", "occurrence": "2026-07-23T03:00:00+00:00"},
+             {"trigger": "cron", "occurrence": "2026-07-23T03:00:00+00:00"}),
+            ("auto_resource", {"trigger": "watch"}, {"trigger": "watch"}),
+        ]
+        for kind, params, kept in taken:
+            job_id = await manager.submit("alice", kind, params)
+            assert (await wait_state(manager, "alice", job_id, "succeeded"))["params"] == kept

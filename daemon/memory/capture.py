@@ -28,6 +28,7 @@ and needs no cleanup.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 from collections.abc import Callable
@@ -35,8 +36,11 @@ from dataclasses import dataclass
 
 import trio
 
+from recalld.daemon.jobparams import choice, count, params_of
 from recalld.daemon.jobs import JobManager
+from recalld.daemon.memory.fileops import check_date
 from recalld.daemon.memory.sessions import Added, SessionStore
+from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import NotFound, RecalldError
 
@@ -45,6 +49,15 @@ log = logging.getLogger(__name__)
 ACTIVE = ("queued", "running")
 #: The longest wait between two retries of a session whose auto_memory jobs fail.
 RETRY_CAP_S = 3600.0
+#: What asks for an auto_memory job (its ``trigger`` param and change log field).
+TRIGGERS = ("interval", "flush", "idle", "stop", "retry")
+#: The params an ``auto_memory`` job takes (``jobs.submit`` and :meth:`SessionFlusher.submit`).
+AUTO_MEMORY_PARAMS = params_of("auto_memory", {
+    "session_id": lambda _name, value: check_session_id(value),
+    "upto": count,
+    "date": lambda _name, value: check_date(value, dt.date.today),
+    "trigger": choice(*TRIGGERS),
+}, required=("session_id",))
 
 
 @dataclass(frozen=True, slots=True)

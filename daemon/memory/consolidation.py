@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
 
+from recalld.daemon.jobparams import choice, params_of, text
 from recalld.daemon.jobs import JobContext, JobManager
 from recalld.daemon.memory.resource import ResourceCatalog, ResourceResult, ResourceStatus
 from recalld.daemon.remote.hook import one_host_at_a_time
@@ -40,6 +41,11 @@ log = logging.getLogger(__name__)
 
 DREAM_KIND = "auto_dream"
 RESOURCE_KIND = "auto_resource"
+#: The params of each kind: who asked (the cron, with its occurrence; the resource
+#: watcher), nothing else. A client's submission is ``manual``, named or not.
+DREAM_PARAMS = params_of(DREAM_KIND, {"trigger": choice("manual", "cron"),
+                                      "occurrence": text})
+RESOURCE_PARAMS = params_of(RESOURCE_KIND, {"trigger": choice("manual", "cron", "watch")})
 
 
 class DreamStatus(TypedDict):
@@ -65,8 +71,10 @@ class Consolidation:
 
     def register_jobs(self) -> None:
         """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
-        self._jobs.register(DREAM_KIND, self.dream_job, exclusive=True)
-        self._jobs.register(RESOURCE_KIND, self.resource_job, exclusive=True)
+        self._jobs.register(DREAM_KIND, self.dream_job, exclusive=True,
+                            check_params=DREAM_PARAMS)
+        self._jobs.register(RESOURCE_KIND, self.resource_job, exclusive=True,
+                            check_params=RESOURCE_PARAMS)
 
     # -- jobs --------------------------------------------------------------------------
 
