@@ -196,6 +196,18 @@ def test_without_a_chat_model_turns_wait_and_health_says_why(daemon_factory: Any
     assert memory_jobs(d2) == []
 
 
+
+def test_a_submitted_upto_past_the_last_turn_swallows_no_later_turn(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A client names any upto in jobs.submit; with nothing pending the job commits it,
+    # and a commit past the session's last turn would count every later turn as done.
+    d = daemon_factory(config(tmp_path / "ws", None))
+    job_id = d.call("jobs.submit", {"agent_id": "w", "kind": "auto_memory",
+                                    "params": {"session_id": "s1", "upto": 10**12}})["job_id"]
+    assert wait_job(d, job_id, agent="w")["state"] == "succeeded"
+    added = add(d, "s1", turn("I like rye bread."))
+    assert (added["added_messages"], added["pending_turns"]) == (2, 1), added
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

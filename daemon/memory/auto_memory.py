@@ -366,8 +366,12 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
         store = ws.services.sessions
         async with store.job_lock(session_id):
             upto = params.get("upto")
+            last = store.info(session_id).upto
             if not isinstance(upto, int) or isinstance(upto, bool):
-                upto = store.info(session_id).upto
+                upto = last
+            # Never past the session's last turn: committing seqs no turn has yet would
+            # pass over the turns that get them (a client's jobs.submit names any upto).
+            upto = min(upto, last)
             if store.info(session_id).pending_messages == 0:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
