@@ -8,8 +8,10 @@ notifications that arrive while a call waits are queued and handed out by
 :meth:`Client.events`. Topics subscribed with :meth:`Client.subscribe` are subscribed again
 after a reconnect.
 
-Calls from several threads are serialized by a lock; use one client per thread for
-parallel calls. Nothing here starts a thread.
+Calls from several threads are serialized by a lock, and the wait for it counts against
+the call's ``timeout_s`` (a thread iterating :meth:`Client.events` without a timeout holds
+it until an event comes); use one client per thread for parallel calls. An answer line
+over 64 MiB ends the connection (:class:`ConnectionLost`). Nothing here starts a thread.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ from typing import Any, TypeVar
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._call import Call
 from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
-from recalld.ipc.protocol import ClientProtocol, LineFramer, Notification, Response
+from recalld.ipc.protocol import (
+    ClientProtocol,
+    FrameTooLarge,
+    LineFramer,
+    Notification,
+    Response,
+)
 from recalld.ipc.types import Event
 
 T = TypeVar("T")
@@ -160,7 +168,10 @@ class Client(_flavours.SyncMethods):
                 return False
             if not data:
                 return False
-            self._dispatch(data, want=None)
+            try:
+                self._dispatch(data, want=None)
+            except errors.ConnectionLost:
+                return False  # dropped: the call goes on a new connection
 
     # -------------------------------------------------------------------- calls
 
@@ -170,12 +181,19 @@ class Client(_flavours.SyncMethods):
 
     def _run(self, call: Call[T]) -> T:
         deadline = time.monotonic() + self.timeout_s
-        with self._lock:
+        # Another thread may hold the connection for long (a call, or events() waiting
+        # without a timeout): waiting for it counts against this call's timeout too.
+        if not self._lock.acquire(timeout=max(self.timeout_s, 0.0)):
+            raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s "
+                               "(another thread held the client all that time)")
+        try:
             if self._sock is not None and not self._alive():
                 self._drop()
             if self._sock is None:
                 self._connect()
             return self._call_on_connection(call, deadline)
+        finally:
+            self._lock.release()
 
     def _call_on_connection(self, call: Call[T], deadline: float) -> T:
         id_, frame = self._protocol.request(call.method, call.params)
@@ -227,7 +245,15 @@ class Client(_flavours.SyncMethods):
     def _dispatch(self, data: bytes, want: int | None) -> Response | None:
         """Feed received bytes; queue events; return the response with id ``want``."""
         found: Response | None = None
-        for line in self._framer.feed(data):
+        try:
+            lines = self._framer.feed(data)
+        except FrameTooLarge:
+            # Nothing after the oversize line can be read in step: the connection is done.
+            self._drop()
+            raise errors.ConnectionLost(
+                f"the daemon sent a line over {_core.CLIENT_MAX_FRAME_BYTES} bytes; "
+                "the connection was closed") from None
+        for line in lines:
             for message in self._protocol.receive_line(line):
                 if isinstance(message, Notification):
                     if message.method == "event":

@@ -18,7 +18,7 @@ import trio
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
 from waits import wait_for
 
-from recalld.ipc import errors
+from recalld.ipc import _core, errors
 from recalld.ipc.aclient import AsyncClient
 
 __all__ = ["fake", "sockdir"]  # fixtures, used by name
@@ -284,3 +284,14 @@ def test_plain_asyncio_program(fake: FakeDaemon, sockdir: Path) -> None:
             assert (await client.search("a", "q", max_results=1))[0].text == "q"
 
     asyncio.run(scenario())
+
+
+@each_loop
+async def test_async_answer_over_the_frame_limit_ends_the_connection(
+        fake: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_core, "CLIENT_MAX_FRAME_BYTES", 1 << 20)
+    async with AsyncClient(fake.path) as client:
+        with pytest.raises(errors.ConnectionLost):
+            await client.call("test.huge", {"bytes": 2 << 20})
+        assert (await client.ping())["pong"]
+        assert await client.call("test.huge", {"bytes": 1000}) == "x" * 1000

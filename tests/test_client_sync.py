@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
 
-from recalld.ipc import errors
+from recalld.ipc import _core, errors
 from recalld.ipc._methods import METHODS
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.client import Client
@@ -161,3 +163,32 @@ def test_sync_unexpected_result_shape_is_a_typed_error(fake: FakeDaemon) -> None
         with pytest.raises(errors.InternalError):
             client.workspace_list()
         assert client.ping()["pong"]
+
+
+def test_sync_answer_over_the_frame_limit_ends_the_connection(
+        fake: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_core, "CLIENT_MAX_FRAME_BYTES", 1 << 20)
+    with Client(fake.path) as client:
+        with pytest.raises(errors.ConnectionLost, match="over 1048576 bytes"):
+            client.call("test.huge", {"bytes": 2 << 20})
+        assert not client.connected
+        # The rest of the oversize line is not read as the next answer: a new connection.
+        assert client.ping() == {"pong": True}
+        assert client.call("test.huge", {"bytes": 1000}) == "x" * 1000
+
+
+def test_sync_call_waiting_for_another_thread_still_times_out(fake: FakeDaemon) -> None:
+    with Client(fake.path, timeout_s=0.5) as client:
+        client.subscribe(["job.*"])
+        holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)),
+                                  daemon=True)
+        holder.start()
+        while client._lock.acquire(blocking=False):  # until events() holds it
+            client._lock.release()
+            time.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="another thread held the client"):
+            client.ping()
+        assert time.monotonic() - started < 2.5
+        holder.join(5)
+        assert client.ping() == {"pong": True}

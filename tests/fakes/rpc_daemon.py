@@ -156,6 +156,8 @@ class FakeDaemon:
             for i in range(params.get("count", 1)):
                 await send(event_notification(params.get("topic", "job.progress"), {"i": i}))
             return {"sent": params.get("count", 1)}
+        if method == "test.huge":  # an answer line of about that many bytes
+            return "x" * params["bytes"]
         if method == "test.sleep":
             await trio.sleep(params["s"])
             return params.get("value")
