@@ -23,7 +23,12 @@ import trio
 import trio.testing
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.rpc.connection import EVENT_QUEUE_SIZE, CallCounters, Connection
+from recalld.daemon.rpc.connection import (
+    EVENT_QUEUE_SIZE,
+    MAX_TOPIC_PATTERNS,
+    CallCounters,
+    Connection,
+)
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import bind_listener
 from recalld.daemon.rpc.methods import build_methods
@@ -298,6 +303,25 @@ async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
                            "params": {"topics": ["job.*"]}, "id": 3})
         assert (await client.recv())["id"] == 3
 
+
+
+async def test_topic_patterns_per_connection_are_bounded(short_dir: Path) -> None:
+    app = InProcess(short_dir)
+    half = MAX_TOPIC_PATTERNS // 2
+    async with app.connection() as client:
+        for n, topics in enumerate(([f"a{i}.*" for i in range(half)],
+                                    [f"b{i}.*" for i in range(half)],
+                                    ["a0.*", "b0.*"],  # already there: no more patterns
+                                    ["c.*"]), 1):
+            await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                               "params": {"topics": topics}, "id": n})
+            answer = await client.recv()
+        assert answer["error"]["code"] == errors.INVALID_PARAMS, answer
+        assert "at most 256 topic patterns" in answer["error"]["message"]
+        # Refused as a whole: the subscription keeps what it had.
+        await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                           "params": {"topics": ["a1.*"]}, "id": 6})
+        assert len((await client.recv())["result"]["subscribed"]) == MAX_TOPIC_PATTERNS
 
 class FlakyListener(trio.abc.Listener[trio.SocketStream]):
     """A real listener whose first accepts fail with EMFILE."""

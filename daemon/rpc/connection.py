@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
 EVENT_QUEUE_SIZE = 256
+# Topic patterns one connection may subscribe to: every event is matched against each,
+# on the publisher's side, and each events.subscribe answer lists them all.
+MAX_TOPIC_PATTERNS = 256
 # Back pressure. A connection starts a call only while the answers waiting to be written
 # (not yet taken by the socket) plus an estimate for each running call's answer stay
 # within MAX_UNSENT_BYTES (one call may always run); otherwise it reads nothing more. The
@@ -448,12 +451,15 @@ class Connection:
                   accept: Accept | None = None) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new.
         One connection subscribes for one agent (``owner``)."""
-        sub = self.subscription
-        if sub is not None and not sub.closed:
-            if sub.owner != owner:
-                raise errors.InvalidParams(
-                    f"this connection receives the events of agent {sub.owner!r}; "
-                    f"subscribe for {owner!r} on another connection")
+        sub = self.subscription if self.subscription and not self.subscription.closed else None
+        if sub is not None and sub.owner != owner:
+            raise errors.InvalidParams(
+                f"this connection receives the events of agent {sub.owner!r}; "
+                f"subscribe for {owner!r} on another connection")
+        if len((sub.patterns if sub else set()) | set(patterns)) > MAX_TOPIC_PATTERNS:
+            raise errors.InvalidParams(f"at most {MAX_TOPIC_PATTERNS} topic patterns per "
+                                       "connection")
+        if sub is not None:
             return sub.add(patterns)
         if self._nursery is None:
             raise errors.InternalError("connection is not serving")
