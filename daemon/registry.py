@@ -176,6 +176,7 @@ class WorkspaceRegistry:
         # long, so not on the event loop.
         root = await trio.to_thread.run_sync(root.resolve)
         async with self._lock(agent_id):
+            given = overrides
             if overrides is None:
                 # Without settings, a workspace recorded at this path opens as recorded
                 # (``config: {}`` asks for the config file's settings alone).
@@ -187,6 +188,9 @@ class WorkspaceRegistry:
                         f"workspace {agent_id!r} is already open at {current.root}"
                     )
                 if not self._hands_back(agent_id, overrides):
+                    # Served unchanged, but a given setting that is unknown or mistyped is
+                    # refused as it would be at a first open.
+                    workspace_settings_from_params(config.workspace_settings(agent_id), given)
                     return current
                 # The overrides bring back secrets a restore left out (an agent's model
                 # key): serve the workspace with them from now on.

@@ -128,6 +128,12 @@ async def test_workspace_services_start_report_and_stop(tmp_path: Path) -> None:
         assert all(d.is_dir() for d in ws.directories())
         assert ws.describe()["index"] == {"docs": 0}
         assert await registry.open("alpha") is ws  # idempotent
+        assert await registry.open("alpha", None, {"daily_dir": "memory"}) is ws
+        # Served unchanged, yet a setting that would be refused at a first open is refused.
+        for bad in ({"daily_dri": "memory"}, {"daily_dir": 5}):
+            with pytest.raises(errors.InvalidParams, match="workspace config"):
+                await registry.open("alpha", None, bad)
+        assert registry.get("alpha") is ws
         with pytest.raises(errors.InvalidParams, match="already open at"):
             await registry.open("alpha", tmp_path / "other")
         with pytest.raises(errors.InvalidParams, match="already open for agent 'alpha'"):
