@@ -81,6 +81,11 @@ class WorkspaceRegistry:
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
         return ws
 
+    def find(self, agent_id: str) -> Workspace | None:
+        """The workspace of ``agent_id`` in whatever state (opening, ready, closing,
+        failed, closed but not yet dropped), None if there is none."""
+        return self._workspaces.get(agent_id)
+
     def searchable(self, agent_id: str) -> Workspace:
         """The workspace of ``agent_id`` if it answers searches: ready, or still opening
         with its search stage started; else UnknownWorkspace as :meth:`get`."""
@@ -305,12 +310,13 @@ class WorkspaceRegistry:
                     ws.request_close()
                     await ws.wait_closed()
                     closed = True
+                    # Published while the workspace is still known, so that the agents
+                    # it is shared with hear of it as they heard of its opening.
+                    self._events.publish("workspace.closed", {"agent_id": agent_id})
                 del self._workspaces[agent_id]
             if known:
                 del self._remembered[agent_id]
                 await self._save_remembered()
-        if closed:
-            self._events.publish("workspace.closed", {"agent_id": agent_id})
         return closed
 
 

@@ -24,7 +24,7 @@ import trio
 
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
-from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
+from recalld.ipc.errors import InvalidParams, NotAllowed
 from recalld.ipc.types import render_result
 
 if TYPE_CHECKING:
@@ -41,14 +41,12 @@ def may_read(caller: str, target: Workspace) -> bool:
 
 def may_see(registry: WorkspaceRegistry, caller: str, agent_id: str) -> bool:
     """Whether ``caller`` may see the events and jobs of ``agent_id``'s workspace: its
-    own, or an open one whose owner shares it with ``caller``."""
+    own, or one whose owner shares it with ``caller``, in whatever state it is (its
+    failure and its close are events too)."""
     if caller == agent_id:
         return True
-    try:
-        target = registry.get(agent_id)
-    except UnknownWorkspace:
-        return False
-    return may_read(caller, target)
+    target = registry.find(agent_id)
+    return target is not None and may_read(caller, target)
 
 
 def check_read(caller: str, target: Workspace) -> None:

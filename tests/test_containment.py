@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_for
@@ -238,6 +239,27 @@ def test_jobs_and_events_show_only_what_the_agent_may_read(
         event = anon_events.recv()["params"]
         assert event["topic"] == "daemon.reloaded", event
 
+
+
+def test_the_agents_a_workspace_is_shared_with_hear_it_close(
+        daemon_factory: DaemonFactory) -> None:
+    daemon = daemon_factory(SHARING)
+    with daemon.connect() as bob_events, daemon.connect() as carol_events:
+        for agent, conn in (("bob", bob_events), ("carol", carol_events)):
+            conn.call("events.subscribe", {"topics": ["workspace.*", "daemon.*"],
+                                           "agent_id": agent})
+        daemon.call("workspace.close", {"agent_id": "alice"})
+        daemon.call("workspace.open", {"agent_id": "alice"})
+        daemon.signal(signal.SIGHUP)  # a daemon event for all, after alice's
+
+        def heard(conn: Any) -> list[str]:
+            topics = []
+            while (event := conn.recv()["params"])["topic"] != "daemon.reloaded":
+                topics.append(f"{event['topic']} {event['agent_id']}")
+            return topics
+
+        assert heard(bob_events) == ["workspace.closed alice", "workspace.opened alice"]
+        assert heard(carol_events) == []
 
 def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
                                                  tmp_path: Path) -> None:
