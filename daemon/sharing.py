@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotAllowed
@@ -64,6 +65,23 @@ def readable(registry: WorkspaceRegistry, caller: str, agent_id: str) -> Workspa
     target = registry.get(check_agent_id(agent_id))
     check_read(check_agent_id(caller), target)
     return target
+
+
+def check_shared_path(caller: str, target: Workspace, parts: Sequence[str]) -> None:
+    """NotAllowed unless ``caller`` owns ``target`` or ``parts`` (a checked relative path)
+    is one of its notes: a workspace is shared for its daily notes and digest nodes, what
+    its searches and ``memory.list`` show, not for its pending turns, source
+    conversations or derived state."""
+    if caller == target.agent_id:
+        return
+    settings = target.settings
+    for top in (settings.daily_dir, settings.digest_dir):
+        folder = safepath.split_relative(top)
+        if len(parts) > len(folder) and list(parts[:len(folder)]) == list(folder):
+            return
+    raise NotAllowed(
+        f"agent {caller!r} may read only the notes of {target.agent_id!r} "
+        f"({settings.daily_dir}/ and {settings.digest_dir}/), not {'/'.join(parts)}")
 
 
 def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]) -> list[Workspace]:

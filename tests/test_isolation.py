@@ -121,6 +121,16 @@ def test_reads_follow_the_same_rules(agents: DaemonHandle) -> None:
         assert "- [oxbow](digest/wiki/oxbow.md) — eve's page on oxbow" in index["rendered"]
         assert [f["path"] for f in c.memory_list("bob", prefix="digest/")] == [
             "digest/wiki/oxbow.md"]
+        # Shared are the notes, not the pending turns, source conversations or state:
+        # those are the owner's alone.
+        c.add_turns("alice", "chat-9", [{"role": "user", "content": "my PIN hint is Oxbow"}])
+        pending = "mem_metadata/sessions/pending.jsonl"
+        assert "Oxbow" in c.read("alice", pending)["text"]
+        for path in (pending, "mem_metadata/recalld.lock", "mem_session/dialog/chat-9.jsonl",
+                     "memory", "digest", "memoryx/a.md", "./mem_metadata/../" + pending):
+            with pytest.raises((errors.NotAllowed, errors.PathOutsideWorkspace)):
+                c.read("alice", path, as_agent="bob")
+        assert FACTS["alice"] in c.read("alice", "./" + NOTE, as_agent="bob")["text"]
 
 
 def test_add_note_appends_to_the_session_note(agents: DaemonHandle) -> None:

@@ -177,6 +177,7 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
         raise InvalidParams("end_line must not be smaller than start_line")
     parts = safepath.split_relative(path)  # refuse bad names before touching anything
     ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
+    sharing.check_shared_path(as_agent, ws, parts)
     got = await trio.to_thread.run_sync(
         lambda: safepath.read_lines(
             ws.root, path, start_line=start_line, end_line=end_line, max_bytes=MAX_READ_BYTES
