@@ -205,7 +205,8 @@ class JobManager:
         self._check_agent(agent_id)
         job = self._jobs.get(agent_id, {}).get(job_id)
         if job is None:
-            raise NotFound(f"no job {job_id!r} in workspace {agent_id!r}")
+            shown = job_id if len(job_id) <= 64 else job_id[:64] + "…"  # echo no megabytes
+            raise NotFound(f"no job {shown!r} in workspace {agent_id!r}")
         return job
 
     def get(self, agent_id: str, job_id: str) -> JobInfo:

@@ -150,6 +150,9 @@ async def test_failures_and_cancellation(autojump_clock: object) -> None:
         assert (await manager.cancel("a", b))["state"] == "failed"
         with pytest.raises(NotFound):
             manager.get("a", "nope")
+        with pytest.raises(NotFound) as huge:  # the message does not echo a megabyte id
+            manager.get("a", "x" * 1_000_000)
+        assert len(huge.value.message) < 200
 
 
 async def test_cancel_a_queued_job_and_per_workspace_fifo(autojump_clock: object) -> None:
