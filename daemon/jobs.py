@@ -209,6 +209,10 @@ class JobManager:
             raise NotFound(f"no job {shown!r} in workspace {agent_id!r}")
         return job
 
+    def active_count(self, agent_id: str) -> int:
+        """Jobs of ``agent_id``'s workspace queued or running."""
+        return sum(j.state in ACTIVE for j in self._jobs.get(agent_id, {}).values())
+
     def get(self, agent_id: str, job_id: str) -> JobInfo:
         return self._find(agent_id, job_id).as_dict()
 

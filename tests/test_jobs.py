@@ -18,6 +18,7 @@ from recalld.ipc.errors import (
     AlreadyRunning,
     InvalidParams,
     NotFound,
+    Overloaded,
     ProviderUnavailable,
     UnknownWorkspace,
 )
@@ -413,3 +414,25 @@ async def test_each_kind_refuses_params_it_does_not_take(autojump_clock: object)
         for kind, params, kept in taken:
             job_id = await manager.submit("alice", kind, params)
             assert (await wait_state(manager, "alice", job_id, "succeeded"))["params"] == kept
+
+
+async def test_a_client_cannot_queue_jobs_without_bound(autojump_clock: object) -> None:
+    # Every queued job is held and journaled: a client submitting in a loop gets
+    # Overloaded once the workspace has MAX_ACTIVE_JOBS queued or running, and may submit
+    # again when they finish; the daemon's own submits (a stop's flushes) still go in.
+    gate = Gate()
+    manager = JobManager(agent_exists=lambda a: a == "alice")
+    manager.register("held", gate)
+    async with running(manager):
+        ids = [(await job_methods.rpc_submit(manager, {"agent_id": "alice", "kind": "held"}))[
+            "job_id"] for _ in range(job_methods.MAX_ACTIVE_JOBS)]
+        with pytest.raises(Overloaded, match="wait for some to finish"):
+            await job_methods.rpc_submit(manager, {"agent_id": "alice", "kind": "held"})
+        inside = await manager.submit("alice", "held")  # 257 active now
+        for job_id in ids[:2]:
+            gate.open(job_id)
+            await wait_state(manager, "alice", job_id, "succeeded")
+        again = await job_methods.rpc_submit(manager, {"agent_id": "alice", "kind": "held"})
+        assert manager.get("alice", again["job_id"])["state"] in ("queued", "running")
+        for job_id in [*ids, inside, again["job_id"]]:
+            gate.open(job_id)

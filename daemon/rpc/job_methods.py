@@ -12,10 +12,12 @@ from recalld.daemon.jobs import JobManager
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import check_agent_id
 from recalld.ipc.answers import JobInfo, JobSubmitted
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import InvalidParams, Overloaded
 
 METHODS = Methods()
 R = TypeVar("R")
+#: Jobs a workspace may have queued or running when a client submits another.
+MAX_ACTIVE_JOBS = 256
 
 
 class JobList(TypedDict):
@@ -42,6 +44,9 @@ async def rpc_submit(manager: JobManager, params: object) -> JobSubmitted:
     p.done()
     if not kind:
         raise InvalidParams("param 'kind' must be a non-empty string")
+    if manager.active_count(agent) >= MAX_ACTIVE_JOBS:  # the daemon's own submits go on
+        raise Overloaded(f"{MAX_ACTIVE_JOBS} jobs are already queued or running in workspace "
+                         f"{agent!r}; wait for some to finish")
     job_id = await manager.submit(agent, kind, job_params)
     return {"job_id": job_id}
 
