@@ -84,11 +84,11 @@ class Consolidation:
         ws = self._get_workspace(job.agent_id)
         if job.params.get("trigger") == "cron":
             await self._retry_failed_resources(job.agent_id)
-        async with one_host_at_a_time(ws, DREAM_KIND):
+        async with one_host_at_a_time(ws, DREAM_KIND) as shared:
             chat = ws.services.chat.client()  # "no chat model configured" fails it
             return await dream.run_dream(
                 ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-                progress=job.set_progress, job_id=job.job_id)
+                progress=job.set_progress, job_id=job.job_id, shared=shared)
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -59,9 +59,13 @@ from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
 
+if TYPE_CHECKING:
+    from recalld.daemon.remote.hook import SharedCatalog
+
 log = logging.getLogger(__name__)
 
 INTERESTS_FILE: Final = "interests.yaml"
+CATALOG_JOB: Final = "dream"
 SAVE_TIMEOUT_S: Final = 20.0
 WRITE_ATTEMPTS: Final = 3
 
@@ -334,8 +338,11 @@ async def run_dream(
     progress: Callable[[int, int | None, str], None] = lambda d, t, m: None,
     config: DreamConfig | None = None,
     job_id: str | None = None,
+    shared: SharedCatalog | None = None,
 ) -> changelog.RunSummary:
     """One dream over ``ws`` (see the module docstring); returns the job result.
+    ``shared``: the catalog of a shared workspace's hosts, where what one host dreamed is
+    recorded for all (and read first, so no note is dreamed twice).
 
     Raises ProviderConfigError without a chat model, JobFailed when every note failed.
     """
@@ -347,12 +354,17 @@ async def run_dream(
     settings = ws.settings
     cat_path = catalog_path(ws.root, settings.metadata_dir, "dream")
     catalog = await trio.to_thread.run_sync(load_catalog, cat_path)
+    if shared is not None:
+        catalog.update(await shared.load(CATALOG_JOB))
+    known = dict(catalog)
     recognised = await trio.to_thread.run_sync(recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
     todo = todo[: cfg.max_notes_per_run]
     if not todo:
-        if recognised:
+        if catalog != known:
             await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+            if shared is not None:
+                await shared.store(CATALOG_JOB, _changed(known, catalog))
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
@@ -392,6 +404,8 @@ async def run_dream(
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             run.log.finished = datetime.now(UTC).isoformat()
             await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+            if shared is not None:
+                await shared.store(CATALOG_JOB, _changed(known, catalog))
             await trio.to_thread.run_sync(
                 changelog.write_run, changelog.runs_dir(ws.root, settings.metadata_dir),
                 run.log)
@@ -407,6 +421,11 @@ async def run_dream(
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
     return summary
+
+
+def _changed(before: Mapping[str, JsonObject], after: Mapping[str, JsonObject]
+             ) -> dict[str, JsonObject]:
+    return {k: v for k, v in after.items() if before.get(k) != v}
 
 
 async def _refresh_interests(run: _Run) -> None:

@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
@@ -278,3 +280,23 @@ def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
         "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int::oid "
         "AND l.objid = %s::int::oid AND l.objsubid = 2", key).fetchone()
     return "" if holder is None else str(holder[0])
+
+
+def catalog(conn: Conn, workspace_id: int, job: str) -> dict[str, JsonObject]:
+    """The records of ``job``'s catalog kept for the whole shared workspace, by key."""
+    rows = conn.execute("SELECT key, value FROM recalld_catalog WHERE workspace_id = %s"
+                        " AND job = %s", (workspace_id, job)).fetchall()
+    return {str(key): value for key, value in rows if isinstance(value, dict)}
+
+
+def put_catalog(conn: Conn, workspace_id: int, job: str,
+                records: Mapping[str, Mapping[str, object]]) -> None:
+    """Store ``records`` in ``job``'s shared catalog (each replaces its key's)."""
+    if not records:
+        return
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO recalld_catalog (workspace_id, job, key, value) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
+            " updated_at = now()",
+            [(workspace_id, job, key, Jsonb(dict(value))) for key, value in records.items()])

@@ -15,9 +15,9 @@ a workspace whose ``search_mode`` is ``"server"`` gets its candidates from Postg
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -25,6 +25,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
@@ -73,19 +74,30 @@ def _service(workspace: Workspace) -> RemoteService:
     return remote
 
 
+class SharedCatalog(Protocol):
+    """A job's catalog kept for every host of a shared workspace (see
+    :class:`recalld.daemon.remote.replica.JobCatalog`)."""
+
+    async def load(self, job: str) -> dict[str, JsonObject]: ...
+
+    async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None: ...
+
+
 @asynccontextmanager
-async def one_host_at_a_time(workspace: Workspace, kind: str) -> AsyncIterator[None]:
+async def one_host_at_a_time(workspace: Workspace, kind: str
+                             ) -> AsyncIterator[SharedCatalog | None]:
     """Around a job whose work must be done once for a shared workspace (auto_dream,
-    auto_resource): nothing for a local workspace; for a shared one, the replica's
-    advisory lock (AlreadyRunning when another host runs it)."""
+    auto_resource): nothing for a local workspace (None); for a shared one, the replica's
+    advisory lock (AlreadyRunning when another host runs it) and the job's catalog shared
+    by the hosts."""
     replica = None
     if workspace.settings.remote is not None:
         replica = await _service(workspace).wait_replica(REPLICA_START_WAIT_S)
     if replica is None:
-        yield
+        yield None
         return
-    async with replica.job_lock(kind):
-        yield
+    async with replica.job_lock(kind) as shared:
+        yield shared
 
 
 async def embed_passages(workspace: Workspace, space: str, hashes: Sequence[str],

@@ -24,7 +24,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TypedDict, TypeVar, TypeVarTuple
@@ -38,6 +38,7 @@ from recalld.daemon.config_rules import mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.filesync import FileSync, Flag, in_thread
@@ -91,6 +92,32 @@ class ReplicaStatus(TypedDict):
     vectors: VectorCounts
     search_mode: str
     search: ServerSearchStatus
+
+
+class JobCatalog:
+    """A job's catalog kept on the server for every host of the shared workspace (what the
+    dream has consolidated, so another host does not do it again). Best effort: a server
+    that fails here costs repeated work, never the job."""
+
+    def __init__(self, conn: db.Conn, workspace_id: int, name: str) -> None:
+        self._conn = conn
+        self._workspace_id = workspace_id
+        self._name = name
+
+    async def load(self, job: str) -> dict[str, JsonObject]:
+        try:
+            return await in_thread(db.catalog, self._conn, self._workspace_id, job)
+        except psycopg.Error as exc:
+            log.warning("shared workspace %s: %s catalog not read: %s", self._name, job,
+                        one_line(exc, ()))
+            return {}
+
+    async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None:
+        try:
+            await in_thread(db.put_catalog, self._conn, self._workspace_id, job, records)
+        except psycopg.Error as exc:
+            log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
+                        one_line(exc, ()))
 
 
 class Replica:
@@ -238,11 +265,12 @@ class Replica:
                         await in_thread(conn.close)
 
     @asynccontextmanager
-    async def job_lock(self, kind: str) -> AsyncIterator[None]:
+    async def job_lock(self, kind: str) -> AsyncIterator[JobCatalog]:
         """Run ``kind`` (auto_dream, auto_resource) on one host of the shared workspace at
         a time: a session-level advisory lock on a connection of its own, held for the
-        block. Raises AlreadyRunning when another host holds it, ProviderUnavailable
-        while the server cannot be reached."""
+        block, which gets the job's catalog shared by every host on that connection.
+        Raises AlreadyRunning when another host holds it, ProviderUnavailable while the
+        server cannot be reached."""
         if self._workspace_id is None or self._conn_state != "online":
             raise ProviderUnavailable(
                 f"shared workspace {self._cfg.name} is offline: {kind} runs on one host at "
@@ -261,7 +289,7 @@ class Replica:
                 where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
                 raise AlreadyRunning(
                     f"{kind} of shared workspace {self._cfg.name} is running on {where}")
-            yield
+            yield JobCatalog(conn, workspace_id, self._cfg.name)
         finally:
             with trio.CancelScope(shield=True):
                 await in_thread(conn.close)  # closing the session releases the lock

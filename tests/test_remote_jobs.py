@@ -1,0 +1,73 @@
+"""Work done once for all hosts of a shared workspace: the dream's catalog on the server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory
+from fakes.provider_server import FakeProvider
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_dream import ScriptedModel
+from test_remote import config, converged, finished_job, remote_status, root, write
+from waits import wait_for
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def chat(fake: FakeProvider) -> str:
+    return ("dream_cron_enabled = false\n[workspaces.default.chat_model_config]\n"
+            f'base_url = "{fake.url}/v1"\napi_key = "k"\nmodel_name = "m"\n')
+
+
+def dreamed_notes(fake: FakeProvider) -> list[str]:
+    """The daily notes the model was asked about, one entry per conversation."""
+    asked = []
+    for r in fake.requests:
+        if r.path.endswith("/chat/completions"):
+            user = next(m["content"] for m in r.json["messages"] if m["role"] == "user")
+            if user.startswith("Daily note ") and not any(
+                    m["role"] == "assistant" for m in r.json["messages"]):
+                asked.append(user.split(":", 1)[0].removeprefix("Daily note "))
+    return asked
+
+
+def test_a_note_one_host_dreamed_is_not_dreamed_again_by_another(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        fake: FakeProvider) -> None:
+    model = ScriptedModel(fake)
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    day = ["memory/2026-11-02/tent.md", "memory/2026-11-03/stove.md"]
+    write(a, day[0], "# Camping\nWe bought a blue tent.\n")
+    write(b, day[1], "# Camping\nThe stove runs on butane.\n")
+    wait_for(lambda: converged(a, b) and all((root(b) / p).exists() for p in day),
+             what="both notes on both hosts")
+    model.plan[day[0]] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                          "name": "Tent", "content": "- it is blue",
+                                          "reason": "gear"})]]
+
+    first: dict[str, Any] = finished_job(a, "auto_dream")
+    assert first["state"] == "succeeded" and first["result"]["notes"] == 2, first
+    assert sorted(dreamed_notes(fake)) == sorted(day)
+    wait_for(lambda: (root(b) / "digest/wiki/tent.md").exists(), what="the node on b")
+    # The other host has nothing left to dream: no note goes to the model twice.
+    second: dict[str, Any] = finished_job(b, "auto_dream")
+    assert second["state"] == "succeeded" and second["result"]["notes"] == 0, second
+    assert sorted(dreamed_notes(fake)) == sorted(day)
+    # A note changed since is dreamed again, by whichever host runs next.
+    write(b, day[1], "# Camping\nThe stove runs on butane; bring two cartridges.\n")
+    wait_for(lambda: converged(a, b) and "two cartridges" in (root(a) / day[1]).read_text(),
+             what="the edit on a")
+    third: dict[str, Any] = finished_job(a, "auto_dream")
+    assert third["result"]["notes"] == 1, third
+    assert sorted(dreamed_notes(fake)) == sorted([*day, day[1]])
