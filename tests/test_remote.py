@@ -212,6 +212,13 @@ def test_a_change_the_replica_cannot_apply_is_failing_not_offline(
     wait_for(lambda: remote_status(b)["state"] == "failing", what="b failing")
     status = remote_status(b)
     assert "plan.md" in str(status["last_error"]), status
+    assert list(status["blocked"]) == ["digest/wiki/plan.md"], status
+    # Only that file waits: what a writes afterwards reaches b, and b's own notes go up.
+    write(a, "memory/2026-07-24/after.md", "# After\nwritten after the blocked one\n")
+    write(b, "memory/2026-07-24/fromb.md", "# From b\nb still uploads\n")
+    wait_for(lambda: (root(b) / "memory/2026-07-24/after.md").exists()
+             and (root(a) / "memory/2026-07-24/fromb.md").exists(), what="the rest flows")
+    assert remote_status(b)["state"] == "failing"
     shown = cli(b, "status")
     assert re.search(r"remote: +failing, outbox 0 ", shown), shown
     assert "reachable" not in shown and "the daemon's log" in shown, shown

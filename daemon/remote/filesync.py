@@ -48,6 +48,7 @@ from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 CATCH_UP_EVERY_S = 30.0
+#: How soon a row this host could not write is tried again.
+BLOCKED_RETRY_S = 5.0
 #: At most this many changes (to distinct files) go up in one transaction, and past the
 #: first of them at most this much file content.
 UPLOAD_RUN = 100
@@ -117,6 +120,8 @@ class FileSync:
         self.uploaded = 0
         self.pulled = 0
         self.conflicts = 0
+        #: Paths of the feed this host could not write, and why (tried at each catch-up).
+        self.blocked: dict[str, str] = {}
 
     def open(self) -> None:
         self._outbox.open()
@@ -372,24 +377,53 @@ class FileSync:
             await self._catch_up(conn, workspace_id)
             if await in_thread(db.drain_notifies, conn) or poked.is_set():
                 continue
-            with trio.move_on_after(CATCH_UP_EVERY_S):
+            with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
                 await trio.lowlevel.wait_readable(fd)
 
     async def _catch_up(self, conn: db.Conn, workspace_id: int) -> None:
+        """Apply the feed from the cursor on. A row this host cannot write (a folder in
+        its place, a file it may not replace) is passed by, named in ``blocked``: the
+        rows after it are applied, and the cursor stays before it, so every catch-up
+        tries it again until it applies."""
+        after = self._state.cursor
+        blocked: dict[str, str] = {}
+        hold: int | None = None  # the version of the first row passed by
         while True:
-            rows = await in_thread(db.feed, conn, workspace_id, self._state.cursor)
+            rows = await in_thread(db.feed, conn, workspace_id, after)
             if not rows:
-                return
+                break
+            after = rows[-1].version
             async with self._lock:
-                landing = [(r.path, r.hash) for r in rows if r.hash is not None
-                           and self._fs.accepts(r.path)]
+                wanted = [r for r in rows if self._wanted(r)]
+                landing = [(r.path, r.hash) for r in wanted if r.hash is not None
+                           and self._state.landing.get(r.path) != r.hash]
                 with trio.CancelScope(shield=True):
                     await in_thread(self._state.land, landing)
-                updates = await self._apply_remote([r for r in rows if self._wanted(r)])
+                failed: dict[str, Exception] = {}
+                updates = await self._apply_remote(wanted, failed)
+                for row in rows:
+                    if row.path in failed:
+                        blocked[row.path] = f"cannot write {row.path}: {failed[row.path]}"
+                        hold = row.version if hold is None else min(hold, row.version)
+                cursor = after if hold is None else hold - 1
                 with trio.CancelScope(shield=True):
-                    await in_thread(partial(self._state.record, updates, rows[-1].version))
+                    await in_thread(partial(self._state.record, updates, cursor))
             self.pulled += len(updates)
             self.last_pull = time.time()
+        for path in blocked.keys() - self.blocked.keys():
+            log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
+        self.blocked = blocked
+
+    def _read_each(self, paths: list[str], failed: dict[str, Exception]
+                   ) -> list[LocalFile | None]:
+        out: list[LocalFile | None] = []
+        for path in paths:
+            try:
+                out.append(self._fs.read(path))
+            except (OSError, RecalldError) as exc:  # a folder in its place, unreadable
+                failed[path] = exc
+                out.append(None)
+        return out
 
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""
@@ -404,18 +438,22 @@ class FileSync:
         # A path with local changes waiting uploads first; a conflict then settles it.
         return not self._outbox.pending_for(row.path)
 
-    async def _apply_remote(self, rows: list[db.Row]) -> list[tuple[str, Base]]:
+    async def _apply_remote(self, rows: list[db.Row],
+                            failed: dict[str, Exception]) -> list[tuple[str, Base]]:
         """Write newer server rows locally (lock held; their landings are recorded): the
         files read in one worker-thread call, the ones to change written in another.
         Returns the bases to record; a row whose file was edited here since the replica
-        last saw it gets none: that edit goes up first (and conflicts)."""
+        last saw it gets none: that edit goes up first (and conflicts); nor does one whose
+        file cannot be read or written (in ``failed``)."""
         if not rows:
             return []
-        local = await in_thread(lambda: [self._fs.read(r.path) for r in rows])
+        local = await in_thread(self._read_each, [r.path for r in rows], failed)
         updates: list[tuple[str, Base]] = []
         edited: list[LocalFile] = []
         install: list[db.Row] = []
         for row, f in zip(rows, local, strict=True):
+            if f is None:
+                continue  # unreadable: in failed
             if f.hash == row.hash:
                 # Already so on disk (written before a crash, or the same edit made here).
                 if f.stat is not None:
@@ -426,8 +464,10 @@ class FileSync:
                 edited.append(f)  # a local edit not reported yet
             else:
                 install.append(row)
-        stats = await in_thread(self._fs.put, [(r.path, r.data) for r in install])
+        stats = await in_thread(self._fs.put, [(r.path, r.data) for r in install], failed)
         for row, stat in zip(install, stats, strict=True):
+            if row.path in failed:
+                continue
             if stat is None:
                 self._known.pop(row.path, None)
             else:

@@ -83,10 +83,13 @@ class Confinement:
         assert stat is not None
         return stat
 
-    def put(self, files: list[tuple[str, bytes | None]]) -> list[tuple[int, int] | None]:
+    def put(self, files: list[tuple[str, bytes | None]],
+            failed: dict[str, Exception] | None = None) -> list[tuple[int, int] | None]:
         """Make each ``path`` hold ``data`` (None: deleted), each file published
         atomically, the folders fsynced once at the end; the new ``(mtime_ns, size)`` of
-        each (None: deleted). On an error, the files before it are published."""
+        each (None: deleted). On an error, the files before it are published; with
+        ``failed``, a file that cannot be written (a folder in its place) is recorded
+        there instead (its stat None) and the others are written."""
         for path, _ in files:
             if not self.accepts(path):
                 raise RecalldError(f"refusing to write a path the replica does not own: {path}")
@@ -94,19 +97,28 @@ class Confinement:
         folders: set[Path] = set()
         try:
             for path, data in files:
-                if data is None:
-                    self.remove(path)
+                try:
+                    stats.append(self._put_one(path, data, folders))
+                except (OSError, RecalldError) as exc:
+                    if failed is None:
+                        raise
+                    failed[path] = exc
                     stats.append(None)
-                    continue
-                write_confined(self.root, path, data, sync_dir=False)
-                target = self.root / path
-                folders.add(target.parent)
-                st = os.stat(target, follow_symlinks=False)
-                stats.append((st.st_mtime_ns, st.st_size))
         finally:
             for folder in folders:
                 REAL.fsync_dir(folder)
         return stats
+
+    def _put_one(self, path: str, data: bytes | None,
+                 folders: set[Path]) -> tuple[int, int] | None:
+        if data is None:
+            self.remove(path)
+            return None
+        write_confined(self.root, path, data, sync_dir=False)
+        target = self.root / path
+        folders.add(target.parent)
+        st = os.stat(target, follow_symlinks=False)
+        return st.st_mtime_ns, st.st_size
 
     def remove(self, path: str) -> None:
         """Delete ``path`` if it exists (directories on the way must not be links)."""

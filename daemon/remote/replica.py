@@ -88,6 +88,7 @@ class ReplicaStatus(TypedDict):
     last_pull: float | None
     last_error: str | None
     last_error_at: float | None
+    blocked: dict[str, str]  # files of the feed this host cannot write, and why
     watcher: str
     vectors: VectorCounts
     search_mode: str
@@ -169,8 +170,11 @@ class Replica:
     # -- status ----------------------------------------------------------------------
 
     def status(self) -> ReplicaStatus:
+        blocked = self._files.blocked
+        online = self._conn_state == "online"
         return {
-            "state": self._conn_state,
+            # Files of the feed this host cannot write are a fault of this host's.
+            "state": "failing" if online and blocked else self._conn_state,
             "server": mask_dsn(self._cfg.dsn),
             "name": self._cfg.name,
             "host": self.host,
@@ -182,8 +186,10 @@ class Replica:
             "online_since": self._online_since,
             "last_upload": self._files.last_upload,
             "last_pull": self._files.last_pull,
-            "last_error": self._last_error,
+            "last_error": next(iter(blocked.values())) if online and blocked
+            else self._last_error,
             "last_error_at": self._last_error_at,
+            "blocked": dict(blocked),
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
             "search_mode": self._cfg.search_mode,
