@@ -71,22 +71,6 @@ async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return await trio.to_thread.run_sync(fn, *args)
 
 
-class Flag:
-    """Set from the driver's notification callback (any thread), read on trio."""
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-
-    def clear(self) -> None:
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-
 class FileSync:
     """The file exchange of one shared workspace's replica (see the module docstring)."""
 
@@ -366,16 +350,16 @@ class FileSync:
 
     # -- pulling ---------------------------------------------------------------------
 
-    async def pull_loop(self, conn: db.Conn, workspace_id: int, poked: Flag) -> None:
+    async def pull_loop(self, conn: db.Conn, workspace_id: int) -> None:
         """Apply the change feed read on ``conn`` (the listener) at the start, when
-        notified (``poked``) and every ``CATCH_UP_EVERY_S``, until cancelled, when the
-        session ends. Cancellation waits for the call in flight; the cursor moves past a
-        page of the feed only once all of it is applied."""
+        notified and every ``CATCH_UP_EVERY_S``, until cancelled, when the session ends.
+        Cancellation waits for the call in flight; the cursor moves past a page of the
+        feed only once all of it is applied. A notification that came while the feed was
+        read is kept by the driver for the next drain, so none is missed."""
         fd = conn.fileno()
         while True:
-            poked.clear()
             await self._catch_up(conn, workspace_id)
-            if await in_thread(db.drain_notifies, conn) or poked.is_set():
+            if await in_thread(db.drain_notifies, conn):
                 continue
             with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
                 await trio.lowlevel.wait_readable(fd)

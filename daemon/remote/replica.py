@@ -41,7 +41,7 @@ from recalld.daemon.index.reads import Candidates
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import FileSync, Flag, in_thread
+from recalld.daemon.remote.filesync import FileSync, in_thread
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
@@ -248,8 +248,6 @@ class Replica:
             self._workspace_id = workspace_id
             await self._files.adopt(ident)
             listener = await in_thread(db.connect, self._cfg)
-            poked = Flag()
-            listener.add_notify_handler(lambda _n: poked.set())
             await in_thread(db.listen, listener, workspace_id)
             self._writer = writer
             self._searcher.chunks_ready = False
@@ -260,7 +258,7 @@ class Replica:
                      self._cfg.name, mask_dsn(self._cfg.dsn), self._files.queued)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._files.upload_loop, writer, workspace_id)
-                nursery.start_soon(self._files.pull_loop, listener, workspace_id, poked)
+                nursery.start_soon(self._files.pull_loop, listener, workspace_id)
                 if self._cfg.search_mode == "server":
                     nursery.start_soon(self._searcher.chunk_backfill, writer, workspace_id)
         finally:
