@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 # A reload that cannot read its file within this long (a hung mount) fails, the running
 # configuration kept; systemd, told RELOADING=1, then hears READY=1 again.
 RELOAD_READ_TIMEOUT_S = 30.0
+# Settings a reload leaves as they were: they apply only when the daemon starts again.
+RESTART_ONLY = ("socket_path", "data_dir")
 
 Reloader = Callable[[], DaemonConfig]
 
@@ -345,9 +347,14 @@ class Supervisor:
             return
         self.reload_error = {"reload_error": None, "reload_failed_at": None}
         old = self.config
-        for name in ("socket_path", "data_dir"):
-            if getattr(new, name) != getattr(old, name):
-                log.warning("reload: %s changed; restart the daemon to apply it", name)
+        # The socket it listens on and the data directory it locked stay until a restart:
+        # new workspaces, backups and status go on using the running ones.
+        kept = {name: getattr(old, name) for name in RESTART_ONLY
+                if getattr(new, name) != getattr(old, name)}
+        for name in kept:
+            log.warning("reload: %s changed to %s; the daemon keeps %s until it is restarted",
+                        name, getattr(new, name), kept[name])
+        new = dataclasses.replace(new, **kept)
         self.services.config.replace(new)
         if new.log_level != old.log_level:
             set_log_level(new.log_level)

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
+import pytest
 from test_systemd import FakeSystemd, short_dir
 from test_warm_start import _open_writer
 from waits import wait_for
+
+from recalld.ipc.errors import InvalidParams
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
@@ -149,3 +152,28 @@ def test_a_read_that_does_not_end_fails_the_reload(daemon_factory: DaemonFactory
         assert d.stop() == 0
     finally:
         fake.close()
+
+
+def test_a_reload_keeps_the_socket_and_data_dir_it_started_with(
+        daemon_factory: DaemonFactory, short_dir: Path, tmp_path: Path) -> None:
+    # Both apply only after a restart: until then new workspaces, backups and status use
+    # the data directory the daemon locked and the socket it listens on.
+    d = daemon_factory("")
+    elsewhere = tmp_path / "elsewhere"
+    d.config_path.write_text(f'[daemon]\ndata_dir = "{elsewhere}"\n'
+                             f'socket_path = "{short_dir / "other.sock"}"\n')
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload")
+    status = d.call("daemon.status")
+    assert status["socket_path"] == str(d.socket_path)
+    assert status["data_dir"] == str(d.data_dir)
+    assert "the daemon keeps" in d.log()
+    opened = d.call("workspace.open", {"agent_id": "fresh"})
+    assert Path(opened["path"]).parent == (d.data_dir / "workspaces").resolve()
+    made = d.call("backup.create", {"agents": ["fresh"]})
+    assert Path(made["file"]).parent == d.data_dir / "backups"
+    # The backups folder is still the daemon's own: no workspace may be opened in it.
+    with pytest.raises(InvalidParams, match="recalld's own folder"):
+        d.call("workspace.open", {"agent_id": "inside", "path": str(d.data_dir / "backups")})
+    assert not elsewhere.exists()
+    assert d.stop() == 0
