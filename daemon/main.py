@@ -1,6 +1,7 @@
 """``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
 
-Exit status: 0 clean stop, 1 any other failure, 2 configuration error, 3 another daemon
+Exit status: 0 clean stop, 1 any other failure, 2 configuration error (the file, or a
+socket systemd passed that is not a listening Unix stream socket), 3 another daemon
 already owns the data directory or the socket. Failures print one line on stderr (the
 traceback goes to the log only for unexpected errors).
 
@@ -193,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if private is not None:
             print(f"recalld: cannot keep data private: {private}", file=sys.stderr)
             return EXIT_FAILURE
+        passed = _find(exc, systemd.PassedSocketError)
+        if passed is not None:
+            print(f"recalld: configuration error: {passed}", file=sys.stderr)
+            return EXIT_CONFIG
         setup = _find(exc, SocketSetupError)
         if setup is not None:
             print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)

@@ -143,19 +143,29 @@ async def run_watchdog(
         await trio.sleep(interval_s / 2)
 
 
+class PassedSocketError(ValueError):
+    """systemd passed something other than a listening Unix stream socket (a
+    misconfigured .socket unit): the daemon exits as on a configuration error."""
+
+
 def adopt_listener(fds: tuple[int, ...]) -> socket.socket | None:
     """The first passed fd as a listening AF_UNIX stream socket, or None without one.
 
-    Raises ValueError when systemd passed something else (a misconfigured .socket unit).
+    Raises PassedSocketError when systemd passed something else.
     """
     if not fds:
         return None
-    sock = socket.socket(fileno=fds[0])
+    try:
+        sock = socket.socket(fileno=fds[0])
+    except OSError as exc:  # not a socket at all, or no such descriptor
+        raise PassedSocketError(f"descriptor {fds[0]} passed by systemd is not a socket: "
+                                f"{exc.strerror}") from None
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
         sock.detach()
-        raise ValueError("the socket passed by systemd is not a Unix stream socket")
+        raise PassedSocketError("the socket passed by systemd is not a Unix stream socket "
+                                "(the .socket unit needs ListenStream= with a path)")
     if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         sock.detach()
-        raise ValueError("the socket passed by systemd is not listening")
+        raise PassedSocketError("the socket passed by systemd is not listening")
     sock.setblocking(False)
     return sock

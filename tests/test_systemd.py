@@ -19,7 +19,13 @@ import trio
 from test_warm_start import _open_writer
 from waits import wait_for
 
-from recalld.daemon.systemd import Notifier, adopt_listener, run_watchdog, take_environment
+from recalld.daemon.systemd import (
+    Notifier,
+    PassedSocketError,
+    adopt_listener,
+    run_watchdog,
+    take_environment,
+)
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
@@ -207,6 +213,37 @@ def test_socket_activation_adopts_fd_3(daemon_factory: DaemonFactory, short_dir:
         listener.close()
 
 
+@pytest.mark.parametrize("passed", ["datagram", "pipe"])
+def test_a_passed_descriptor_that_cannot_serve_is_a_configuration_error(
+        daemon_factory: DaemonFactory, short_dir: Path, passed: str) -> None:
+    # A .socket unit with ListenDatagram= (or a descriptor that is no socket): one line
+    # and exit status 2, which the unit does not restart, not an unexpected error.
+    if passed == "datagram":
+        held = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        held.bind(str(short_dir / "dgram.sock"))
+        fd = held.fileno()
+    else:
+        fd, writer = os.pipe()
+    launcher = (
+        sys.executable, "-c",
+        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
+        "os.environ['LISTEN_FDS'] = '1';"
+        "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+    )
+    try:
+        d = daemon_factory(launcher=launcher, pass_fds=(fd,), wait=False,
+                           RECALLD_SOCKET=str(short_dir / "r.sock"))
+        assert d.proc.wait(timeout=60) == 2, d.log()
+        assert "recalld: configuration error:" in d.log()
+        assert "Traceback" not in d.log()
+    finally:
+        if passed == "datagram":
+            held.close()
+        else:
+            os.close(fd)
+            os.close(writer)
+
+
 def test_take_environment_reads_and_clears() -> None:
     env = {
         "NOTIFY_SOCKET": "/run/user/1/systemd/notify", "WATCHDOG_USEC": "30000000",
@@ -280,7 +317,7 @@ def test_notifier_reports_failures_and_never_blocks(short_dir: Path,
 def test_adopt_listener_refuses_a_non_listening_socket() -> None:
     a, b = socket.socketpair()
     try:
-        with pytest.raises(ValueError, match="not listening"):
+        with pytest.raises(PassedSocketError, match="not listening"):
             adopt_listener((a.fileno(),))
         assert adopt_listener(()) is None
     finally:
