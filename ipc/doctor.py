@@ -2,8 +2,10 @@
 
 Each check returns ok, warn, fail or skip with a one-line detail and, unless ok, the
 command or setting that fixes it. The checks only read: file modes, /proc limits, free
-space, the daemon's own status, and (when present) ``systemctl --user`` and ``loginctl``
-with short timeouts. Runs in the client process; imports nothing from the daemon.
+space, the daemon's own status, the configuration file (by the daemon's own rules, the
+one part of the daemon it imports: what a restart or reload would make of the file), and
+(when present) ``systemctl --user`` and ``loginctl`` with short timeouts. Runs in the
+client process.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Doctor:
         self.workspaces: list[WorkspaceInfo] = []
 
     def checks(self) -> list[Check]:
-        out = [self.socket_dir(), self.socket(), self.daemon()]
+        out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file()]
         out += self.health()
         out += [self.inotify(), self.inotify_instances(), self.disk(), *self.providers(),
                 self.unit(), self.enabled(), self.linger()]
@@ -114,6 +116,23 @@ class Doctor:
         s = self.status
         return Check("daemon", "ok", f"recalld {s.get('version')} pid {s.get('pid')}, "
                                      f"{len(s.get('workspaces') or [])} workspace(s)")
+
+    def config_file(self) -> Check:
+        """The configuration file on disk as the next restart or reload would read it (the
+        running daemon keeps what it read; its failed reloads are :meth:`health`'s)."""
+        from recalld.daemon import config as config_mod  # the daemon's rules, nothing more
+
+        running = self.status.get("config_path") if self.status is not None else None
+        path = Path(str(running)) if running else paths.config_path(None, self.env)
+        if not path.exists():
+            return Check("config file", "ok", f"no {path}: the defaults apply")
+        try:
+            config_mod.load(config=path, environ=self.env)
+        except config_mod.ConfigError as exc:
+            kept = "; the running daemon keeps the one it read" if self.status else ""
+            return Check("config file", "fail", f"{exc} (a restart or reload would refuse it)",
+                         f"fix {path}{kept}")
+        return Check("config file", "ok", f"{path} is valid")
 
     def health(self) -> list[Check]:
         """Each workspace's problems (as human ``status`` shows them), with the fix."""

@@ -390,6 +390,24 @@ def _tool(bin_dir: Path, name: str, output: str, status: int) -> None:
     path.chmod(0o755)
 
 
+def test_doctor_checks_the_config_file_a_restart_would_read(daemon: DaemonHandle) -> None:
+    def config_check() -> tuple[int, dict[str, str]]:
+        proc = cli(daemon, "doctor", "--json")
+        checks = {c["name"]: c for c in orjson.loads(proc.stdout)["checks"]}
+        return proc.returncode, checks["config file"]
+
+    assert config_check()[1]["status"] == "ok"
+    # Edited while the daemon runs: it serves on, a restart would refuse the file.
+    daemon.config_path.parent.mkdir(parents=True, exist_ok=True)
+    daemon.config_path.write_text("[daemon]\ncpu_threads = -1\n")
+    code, check = config_check()
+    assert code == 1 and check["status"] == "fail", check
+    assert "cpu_threads = -1" in check["detail"] and str(daemon.config_path) in check["fix"]
+    assert daemon.call("daemon.ping")["pong"] is True
+    daemon.config_path.write_text("[daemon]\ncpu_threads = 1\n")
+    assert config_check()[1]["status"] == "ok"
+
+
 def test_doctor_asks_systemctl_and_loginctl_and_says_what_to_fix(
         tmp_path: Path, monkeypatch: Any) -> None:
     from recalld.ipc.doctor import Doctor
