@@ -4,7 +4,8 @@ Exit status: 0 success, 1 failure (one line ``recalld: <message> (code N)`` for 
 answered by the daemon, a refused backup archive among them), 2 bad usage (including
 invalid params found by the daemon and a bad config file), 3 the daemon is not running
 (one line saying how to start it), 130 interrupted. Output into a closed pipe
-(``recalld search q | head -1``) ends quietly with 0. Nothing here prints a traceback.
+(``recalld search q | head -1``), or one closed from the start, ends quietly with 0.
+Nothing here prints a traceback.
 Nothing here imports the daemon: ``serve`` replaces this process with
 ``python -m recalld.daemon.main`` (same pid, as systemd's NotifyAccess=main wants), so
 every other command stays light.
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _open_closed_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     serve_at = _serve_index(args)
     if serve_at is not None:
@@ -181,6 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _closed_pipe()
     return code
+
+
+def _open_closed_streams() -> None:
+    """stdout or stderr closed from the start (``recalld status >&-``, a service manager
+    that gave none) is /dev/null, as a reader gone away is: Python leaves it None. Opened
+    first, it also takes the free descriptor 1 or 2, which a socket would otherwise get."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
 
 
 def _closed_pipe() -> int:

@@ -170,6 +170,19 @@ def test_read_of_a_long_note_is_complete_and_a_closed_pipe_is_quiet(
     assert code == 0 and err == "", (code, err)
 
 
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_stream_closed_from_the_start_is_quiet(daemon: DaemonHandle, closed: str) -> None:
+    # `recalld status >&-`: nothing to print to is not a failure, and never a traceback.
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    redirect = ">&-" if closed == "stdout" else "2>&-"
+    for args in (["status"], ["search", "bike"], ["reindex"]):
+        proc = subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", *cmd, *args],
+                              env=daemon.env, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, check=False)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_workspace_close_forget_is_not_reopened_at_start(daemon_factory: DaemonFactory) -> None:
     d = daemon_factory()
     for agent in ("kept", "gone"):
