@@ -171,6 +171,8 @@ class Supervisor:
                 # on the same socket exits at once; clients that connect meanwhile wait
                 # in the backlog until the server accepts.
                 sock = adopt_listener(self._systemd.listen_fds)
+                if sock is not None:
+                    self._take_passed_address(sock)
                 bound = bind_listener(cfg.socket_path) if sock is None else None
                 try:
                     async with trio.open_nursery() as root:
@@ -186,6 +188,19 @@ class Supervisor:
                     if bound is not None:
                         bound.close()
                     self.notifier.close()
+
+    def _take_passed_address(self, sock: socket.socket) -> None:
+        """The socket systemd passed is where the daemon listens, whatever the config
+        says: status and the log name it, and a warning says when clients, which look
+        for the configured one, will not find it."""
+        passed = sock.getsockname()
+        configured = self.config.socket_path
+        if not isinstance(passed, str) or not passed or Path(passed) == configured:
+            return
+        log.warning("the socket systemd passed is %s, but clients look for %s (socket_path): "
+                    "make the socket unit's ListenStream= and the configured socket the same "
+                    "(recalld install-service writes both)", passed, configured)
+        self.services.config.replace(dataclasses.replace(self.config, socket_path=Path(passed)))
 
     async def _serve(
         self,
@@ -352,8 +367,8 @@ class Supervisor:
         kept = {name: getattr(old, name) for name in RESTART_ONLY
                 if getattr(new, name) != getattr(old, name)}
         for name in kept:
-            log.warning("reload: %s changed to %s; the daemon keeps %s until it is restarted",
-                        name, getattr(new, name), kept[name])
+            log.warning("reload: %s is %s in the configuration; the daemon keeps %s until "
+                        "it is restarted", name, getattr(new, name), kept[name])
         new = dataclasses.replace(new, **kept)
         self.services.config.replace(new)
         if new.log_level != old.log_level:

@@ -186,19 +186,23 @@ def test_a_reload_during_the_start_leaves_ready_to_its_end(
         fake.close()
 
 
+def passing_fd_3(fd: int) -> tuple[str, ...]:
+    """A launcher that plays systemd: ``fd`` becomes fd 3, LISTEN_PID the exec'd pid."""
+    return (
+        sys.executable, "-c",
+        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
+        "os.environ['LISTEN_FDS'] = '1';"
+        "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+    )
+
+
 def test_socket_activation_adopts_fd_3(daemon_factory: DaemonFactory, short_dir: Path) -> None:
     path = short_dir / "activated.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(16)
     fd = listener.fileno()
-    # The wrapper plays systemd: fd 3 is the socket and LISTEN_PID is the exec'd pid.
-    launcher = (
-        sys.executable, "-c",
-        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
-        "os.environ['LISTEN_FDS'] = '1';"
-        "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
-    )
+    launcher = passing_fd_3(fd)
     try:
         d = daemon_factory(launcher=launcher, pass_fds=(fd,), RECALLD_SOCKET=str(path))
         assert d.call("daemon.ping")["pong"] is True
@@ -209,6 +213,28 @@ def test_socket_activation_adopts_fd_3(daemon_factory: DaemonFactory, short_dir:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         probe.connect(str(path))
         probe.close()
+    finally:
+        listener.close()
+
+
+def test_a_passed_socket_elsewhere_than_configured_is_named_and_warned(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # A socket unit whose ListenStream= is not the configured socket: the daemon serves
+    # on the passed one, status names it, and the log says why clients do not find it.
+    path = short_dir / "passed.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    try:
+        d = daemon_factory(launcher=passing_fd_3(listener.fileno()),
+                           pass_fds=(listener.fileno(),), wait=False,
+                           RECALLD_SOCKET=str(short_dir / "configured.sock"))
+        d.socket_path = path
+        d.wait_ready()
+        assert d.call("daemon.status")["socket_path"] == str(path)
+        assert f"the socket systemd passed is {path}, but clients look for" in d.log()
+        assert f"serving on {path}" in d.log()
+        assert d.stop() == 0
     finally:
         listener.close()
 
@@ -224,12 +250,7 @@ def test_a_passed_descriptor_that_cannot_serve_is_a_configuration_error(
         fd = held.fileno()
     else:
         fd, writer = os.pipe()
-    launcher = (
-        sys.executable, "-c",
-        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
-        "os.environ['LISTEN_FDS'] = '1';"
-        "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
-    )
+    launcher = passing_fd_3(fd)
     try:
         d = daemon_factory(launcher=launcher, pass_fds=(fd,), wait=False,
                            RECALLD_SOCKET=str(short_dir / "r.sock"))
