@@ -221,6 +221,14 @@ class IndexingNotice:
             return  # only a notice: the waiting call reports real failures
 
 
+def _goes_on(why: str, kind: str, after: str | None) -> str:
+    """What became of a call the client stopped waiting for (see :func:`following`)."""
+    if after is None:
+        return f"{why}; nothing was changed"
+    return (f"{why}; the {kind} goes on in the daemon and finishes by itself"
+            + (f" ({after})" if after else ""))
+
+
 @contextmanager
 def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None = None,
               after: str | None = "") -> Iterator[str]:
@@ -230,7 +238,8 @@ def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None
     yet), so a daemon that is down is one error line, not a progress line and then the
     error. Ctrl-C stops waiting, not the call: the daemon finishes it, and the
     KeyboardInterrupt says so (``after``: how to see the outcome; None for a call that
-    changes nothing, a dry run)."""
+    changes nothing, a dry run); so does the TimeoutError of a call that outlasts the
+    client's timeout."""
     if not client.connected:
         client.ping()
     out = stream if stream is not None else sys.stderr
@@ -249,10 +258,10 @@ def following(client: Client, kind: str, *, as_json: bool, stream: TextIO | None
             yield token
         except KeyboardInterrupt:
             progress.close()
-            if after is None:
-                raise KeyboardInterrupt("interrupted; nothing was changed") from None
-            raise KeyboardInterrupt(
-                f"interrupted; the {kind} goes on in the daemon and finishes by itself"
-                + (f" ({after})" if after else "")) from None
+            raise KeyboardInterrupt(_goes_on("interrupted", kind, after)) from None
+        except TimeoutError as exc:
+            progress.close()
+            raise TimeoutError(_goes_on(str(exc), kind, after)
+                               + "; a longer --timeout waits for it") from None
         finally:
             progress.close()

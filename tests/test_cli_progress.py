@@ -227,3 +227,25 @@ def test_ctrl_c_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> 
             else:
                 raise AssertionError("the interrupt was swallowed")
         assert client.ping()["pong"] is True  # the client stays usable
+
+
+def test_a_timeout_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> None:
+    # The client's --timeout (30 s by default) ends the wait for a large backup or
+    # restore, not the call: the message says what goes on, not only that none answered.
+    from recalld.ipc.progress import following
+
+    with Client(daemon.socket_path) as client:
+        for after, said in (
+                ("recalld backup list shows it", "backup.create: no answer within 30 s; the "
+                 "backup create goes on in the daemon and finishes by itself (recalld backup "
+                 "list shows it); a longer --timeout waits for it"),
+                (None, "backup.create: no answer within 30 s; nothing was changed; a longer "
+                 "--timeout waits for it")):
+            try:
+                with following(client, "backup create", as_json=False, stream=io.StringIO(),
+                               after=after):
+                    raise TimeoutError("backup.create: no answer within 30 s")
+            except TimeoutError as exc:
+                assert str(exc) == said
+            else:
+                raise AssertionError("the timeout was swallowed")
