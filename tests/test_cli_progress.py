@@ -21,6 +21,7 @@ import pytest
 from conftest import DaemonHandle
 from test_cli import SCRIPT, recalld
 from test_progress import Clock
+from waits import wait_for
 
 from recalld.ipc.cli import _index_incomplete_note
 from recalld.ipc.client import Client
@@ -249,3 +250,30 @@ def test_a_timeout_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) 
                 assert str(exc) == said
             else:
                 raise AssertionError("the timeout was swallowed")
+
+
+def test_a_restore_whose_client_went_away_finishes_and_serves(daemon: DaemonHandle) -> None:
+    # Ctrl-C, a --timeout or a killed client while the restore reports progress: the
+    # progress it sends next finds nobody, and the restore still runs to its end (as the
+    # CLI says) instead of being cut off with its workspace closed, unserved.
+    root = _notes(daemon)
+    daemon.call("index.sync", {"agent_id": "default"})
+    archive = daemon.call("backup.create", {"agents": ["default"]})["file"]
+    changed = root / "memory" / "2026-07-01" / "笔记-0.md"
+    kept = changed.read_text(encoding="utf-8")
+    changed.write_text("changed after the backup\n", encoding="utf-8")
+    with daemon.connect() as conn:
+        conn.request("backup.restore", {"file": archive, "agents": ["default"],
+                                        "progress_token": "t"})
+        assert conn.recv()["params"]["topic"] == "call.progress"  # under way
+    wait_for(lambda: _restores(daemon) == 1, "the restore ends", deadline_s=60)
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert listed["default"]["state"] == "ready", listed["default"]
+    assert changed.read_text(encoding="utf-8") == kept
+    assert daemon.call("memory.search", {"agent_id": "default", "query": "Orla"})["results"]
+
+
+def _restores(daemon: DaemonHandle) -> float:
+    families = daemon.call("daemon.metrics")["families"]
+    found = [f for f in families if f["name"] == "recalld_restores_total"]
+    return float(found[0]["samples"][0]["value"]) if found else 0.0

@@ -379,8 +379,9 @@ class Connection:
                             metrics.method_labels(label))
         return None if request.is_notification else response
 
-    async def send(self, data: bytes) -> bool:
-        """Write one frame; False (and the connection aborted) if the client is gone or stuck.
+    async def send(self, data: bytes, *, abort: bool = True) -> bool:
+        """Write one frame; False (and, with ``abort``, the connection aborted) if the
+        client is gone or stuck.
 
         Frames are written whole and one at a time. A client that does not take a frame
         within ``write_timeout_s`` is cut off, so it cannot hold call slots, an event
@@ -399,7 +400,7 @@ class Connection:
                 written = await self._write(data)
             finally:
                 lock.release()
-            if not written:
+            if not written and abort:
                 self.abort()
             return written
         finally:
@@ -444,8 +445,11 @@ class Connection:
         return not view
 
     async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:
-        """One ``event`` notification to this connection only (see :class:`Peer`)."""
-        return await self.send(event_notification(topic, dict(payload)))
+        """One ``event`` notification to this connection only (see :class:`Peer`): the
+        progress of one of its calls. A client gone or stuck meanwhile does not cut the
+        call short: a restore or a backup it stopped waiting for finishes in the daemon,
+        as the client says, and only its answer is lost."""
+        return await self.send(event_notification(topic, dict(payload)), abort=False)
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
                   accept: Accept | None = None) -> list[str]:
