@@ -33,6 +33,7 @@ import trio
 from recalld.daemon.errors import wire_error
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import (
@@ -181,6 +182,7 @@ class JobManager:
         self._changed = trio.Event()
         self._cpu_waiter = False
         self._log = AppendLog(journal_path) if journal_path is not None else None
+        self.write_failure = WriteFailure(journal_path)
         self._log_lock = trio.Lock()
         self._log_lines = 0
         self._log_open = False
@@ -327,8 +329,11 @@ class JobManager:
                     if self._log_lines > 4 * self._retained_count() + 1000:
                         await trio.to_thread.run_sync(self._log.rewrite, self._retained())
                         self._log_lines = self._retained_count()
-                except RecalldError:
+                except RecalldError as exc:
                     log.exception("job journal write failed for %s", job.job_id)
+                    self.write_failure.record(exc.message)
+                else:
+                    self.write_failure.clear()
 
     def _retained(self) -> builtins.list[JobInfo]:
         return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]

@@ -30,6 +30,7 @@ from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
     Workspace,
     WorkspaceStarter,
@@ -50,6 +51,7 @@ class WorkspaceRegistry:
                  start: WorkspaceStarter, remembered_path: Path | None = None) -> None:
         self._get_config = get_config
         self._remembered_path = remembered_path
+        self.write_failure = WriteFailure(remembered_path)
         self._remembered: dict[str, remembered.Remembered] = {}
         self._events = events
         self._start = start
@@ -157,6 +159,9 @@ class WorkspaceRegistry:
             except RecalldError as exc:  # the workspace serves; the record waits for later
                 log.error("recording the workspaces in %s failed: %s",
                           self._remembered_path, exc.message)
+                self.write_failure.record(exc.message)
+            else:
+                self.write_failure.clear()
 
     def _lock(self, agent_id: str) -> trio.Lock:
         return self._locks.setdefault(agent_id, trio.Lock())

@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 import trio
 
+from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.errors import AlreadyRunning, RecalldError
 
@@ -242,6 +243,7 @@ class CronScheduler:
         # State file I/O runs in a worker thread; tests under a fake clock run it inline.
         self._run_sync = run_sync or trio.to_thread.run_sync
         self._state_path = state_path
+        self.write_failure = WriteFailure(state_path)
         self._wall: WallClock = wall or SystemWallClock()
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
         self._config = config or SchedulerConfig()
@@ -339,8 +341,11 @@ class CronScheduler:
             async with self._state_lock:
                 try:
                     await self._run_sync(self._write_state)
-                except RecalldError:
+                except RecalldError as exc:
                     log.exception("scheduler state write failed")
+                    self.write_failure.record(exc.message)
+                else:
+                    self.write_failure.clear()
 
     def _last_fired(self, entry: _Entry) -> datetime | None:
         rec = self._state.get(entry.key)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from recalld.daemon import statefiles
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus
 from recalld.daemon.index.embedder import VectorWorker
@@ -207,6 +208,9 @@ class DaemonServices:
             "events": lambda: dataclasses.asdict(self.events.statistics()),
             "vector_spaces": self.vector_spaces.statistics,
             "jobs": self.jobs.statistics,
+            "state_files": lambda: statefiles.statistics(
+                [self.registry.write_failure, self.jobs.write_failure,
+                 self.scheduler.write_failure]),
         }
         if self.prepare_pool is not None:
             stats["prepare_pool"] = self.prepare_pool.status

@@ -138,7 +138,7 @@ class Doctor:
         """Each workspace's problems (as human ``status`` shows them), with the fix."""
         if self.status is None:
             return []
-        out = [Check("config", "fail", p.what, p.fix) for p in daemon_problems(self.status)]
+        out = [Check(p.topic, "fail", p.what, p.fix) for p in daemon_problems(self.status)]
         jobs: list[JobInfo] = []
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any, Literal
 
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
@@ -29,6 +30,8 @@ class Problem:
     severity: Severity
     what: str
     fix: str = ""
+    #: What it is about, where a list names it (``doctor``'s check of a daemon problem).
+    topic: str = ""
 
 
 @dataclass(slots=True)
@@ -209,7 +212,16 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
             "fail", f"the configuration reload at {_when(cfg.get('reload_failed_at'))} "
                     f"failed, the daemon runs on the previous one: {cfg['reload_error']}",
             f"fix {cfg.get('path') or 'the config file'}, then: systemctl --user reload "
-            f"recalld (or kill -HUP {status.get('pid', '<pid>')})"))
+            f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config"))
+    files = (status.get("queues") or {}).get("state_files") or {}
+    for failed in files.get("errors") or []:
+        where = PurePath(str(failed.get("file"))).parent
+        out.append(Problem(
+            "fail", f"recalld cannot save {failed.get('file')} since "
+                    f"{_when(failed.get('since'))}: {failed.get('error')}; a restart would "
+                    "start from what it last held",
+            f"make {where} writable and give its disk room (recalld doctor: disk); the "
+            "daemon saves it again with its next change", "state files"))
     return out
 
 

@@ -123,3 +123,25 @@ def test_assess_reads_runtime_problems() -> None:
                        {"agent_id": "a", "kind": "reindex", "state": "succeeded",
                         "job_id": "j3", "finished_at": 12.0}])
     assert a.problems == []
+
+
+def test_a_state_file_the_daemon_cannot_save_shows_until_it_can(daemon: DaemonHandle) -> None:
+    # The record of the workspaces it reopens at start cannot be written (here: a folder
+    # in its place): the daemon serves on, and status and doctor say what a restart
+    # would lose, until a later write succeeds.
+    record = daemon.data_dir / "state" / "workspaces.json"
+    record.unlink()
+    record.mkdir()
+    daemon.call("workspace.open", {"agent_id": "later"})
+    files = daemon.call("daemon.status")["queues"]["state_files"]
+    assert files["failing"] == 1 and files["errors"][0]["file"] == str(record), files
+    out = recalld("status", env=daemon.env).stdout
+    assert f"[FAIL] recalld cannot save {record} since" in out, out
+    assert f"make {record.parent} writable" in out
+    doctor = recalld("doctor", env=daemon.env)
+    assert doctor.returncode == 1 and "[FAIL] state files: recalld cannot save" in doctor.stdout
+    record.rmdir()
+    daemon.call("workspace.open", {"agent_id": "again"})
+    assert daemon.call("daemon.status")["queues"]["state_files"]["failing"] == 0
+    assert "cannot save" not in recalld("status", env=daemon.env).stdout
+    assert record.is_file()
