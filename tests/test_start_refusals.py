@@ -130,6 +130,12 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     assert shown.returncode == 0, shown.stderr
     for name in set(paths) - {"good"}:
         assert f"workspace not opened: {states[name]['error']}" in shown.stdout, shown.stdout
+    # Metrics too: an alert on a workspace's health sees the ones that failed.
+    health = next(f for f in daemon.call("daemon.metrics")["families"]
+                  if f["name"] == "recalld_workspace_health")["samples"]
+    failed = {s["labels"]["agent_id"] for s in health
+              if s["labels"]["state"] == "failed" and s["value"] == 1.0}
+    assert failed == set(paths) - {"good"}, health
     doctor = recalld("doctor", "--json", env=daemon.env)
     checks = json.loads(doctor.stdout)["checks"]
     failing = {c["name"]: c for c in checks if c["status"] == "fail"}

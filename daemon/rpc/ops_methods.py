@@ -434,9 +434,10 @@ def _gauges(ctx: CallContext) -> list[metrics.Family]:
             files.append((label, float(idx["files"])))
             chunks.append((label, float(idx.get("chunks", 0))))
             pending.append((label, float(idx.get("pending_changes", 0))))
-        h = info.get("health") or {}
-        for name in ("clean", "pending", "degraded"):
-            health.append(({**label, "state": name}, 1.0 if h.get("state") == name else 0.0))
+        # A workspace that could not be opened has no health of its own: it is "failed".
+        current = "failed" if ws.state == "failed" else (info.get("health") or {}).get("state")
+        for name in ("clean", "pending", "degraded", "failed"):
+            health.append(({**label, "state": name}, 1.0 if current == name else 0.0))
     queues = []
     for name, provider in state.stats.items():
         for key, value in dict(provider()).items():
