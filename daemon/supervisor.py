@@ -374,6 +374,14 @@ class Supervisor:
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         self.services.scheduler.set_jitter(new.schedule_jitter_s)
+        changed = [w.agent_id for w in self.registry.list() if w.state == "ready" and (
+            old.workspace_settings(w.agent_id) != new.workspace_settings(w.agent_id)
+            or old.workspace_path(w.agent_id) != new.workspace_path(w.agent_id))]
+        if changed:
+            log.warning("reload: the configuration changed the settings or path of open "
+                        "workspace(s) %s; each keeps what it was opened with until it is "
+                        "opened again (recalld workspace close AGENT, then workspace open "
+                        "AGENT) or the daemon restarts", ", ".join(changed))
         opened: list[str] = []
         for agent_id in new.configured_agents():
             if agent_id not in {w.agent_id for w in self.registry.list()

@@ -177,3 +177,19 @@ def test_a_reload_keeps_the_socket_and_data_dir_it_started_with(
         d.call("workspace.open", {"agent_id": "inside", "path": str(d.data_dir / "backups")})
     assert not elsewhere.exists()
     assert d.stop() == 0
+
+
+def test_a_reload_names_open_workspaces_whose_settings_changed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # They apply when each is opened again: the log says which and how, not nothing.
+    d = daemon_factory("[workspaces.coder]\nauto_memory_interval = 3\n")
+    d.config_path.write_text("[workspaces.coder]\nauto_memory_interval = 4\n"
+                             f'[workspaces.fresh]\npath = "{tmp_path / "fresh"}"\n')
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload")
+    assert ("reload: the configuration changed the settings or path of open workspace(s) "
+            "coder; each keeps") in d.log(), d.log()
+    d.signal(signal.SIGHUP)  # the same file again: nothing changed
+    wait_for(lambda: d.log().count("configuration reloaded") == 2, "the second reload")
+    assert d.log().count("changed the settings or path") == 1
+    assert d.stop() == 0
