@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon.app import build_supervisor
     from recalld.daemon.lock import AlreadyServing
     from recalld.daemon.rpc.listener import SocketSetupError
-    from recalld.daemon.supervisor import NotPrivate, reloader_for
+    from recalld.daemon.supervisor import DataDirUnusable, NotPrivate, reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.
@@ -190,6 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if taken is not None:
             print(str(taken), file=sys.stderr)
             return EXIT_ALREADY_RUNNING
+        unusable = _find(exc, DataDirUnusable)
+        if unusable is not None:
+            print(f"recalld: cannot use the data directory {cfg.data_dir}: {unusable}",
+                  file=sys.stderr)
+            return EXIT_FAILURE
         private = _find(exc, NotPrivate)
         if private is not None:
             print(f"recalld: cannot keep data private: {private}", file=sys.stderr)

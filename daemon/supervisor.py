@@ -28,6 +28,7 @@ applied, a bad file is logged and reported in STATUS= while the old config keeps
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -35,7 +36,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -111,6 +112,28 @@ def prepare_data_dirs(cfg: DaemonConfig) -> None:
                 "private (chmod 700): " + ", ".join(map(str, opened)))
 
 
+class DataDirUnusable(Exception):
+    """The data directory or its state folder cannot be created, or its lock file opened
+    (a parent that is a file, no permission, a read-only disk): exit status 1."""
+
+
+@contextlib.contextmanager
+def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
+    """The data directories prepared (:func:`prepare_data_dirs`) and this process their
+    one writer (``state/daemon.lock``) for the block; AlreadyServing when another daemon
+    is, DataDirUnusable when the file system refuses either."""
+    lock = data_dir_lock(cfg.state_dir, cfg.data_dir)
+    try:
+        prepare_data_dirs(cfg)
+        lock.acquire()
+    except OSError as exc:
+        raise DataDirUnusable(f"{exc.strerror}: {exc.filename}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class ReloadError(TypedDict):
     """The last failed reload (both None once a reload succeeds)."""
 
@@ -165,8 +188,7 @@ class Supervisor:
         # us with the default handler while the lock and socket are half set up.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             self.signals_taken = True
-            prepare_data_dirs(cfg)
-            with data_dir_lock(cfg.state_dir, cfg.data_dir):
+            with owning_data_dir(cfg):
                 # Claim the socket before the slow part of start-up, so a second daemon
                 # on the same socket exits at once; clients that connect meanwhile wait
                 # in the backlog until the server accepts.

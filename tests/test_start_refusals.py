@@ -96,6 +96,27 @@ def test_a_data_folder_of_another_user_is_refused(daemon_factory: DaemonFactory,
     assert list(data.iterdir()) == []
 
 
+@pytest.mark.parametrize("blocked", ["a file above it", "a folder as its lock"])
+def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path,
+                                                           blocked: str) -> None:
+    # A data_dir that cannot be made (a file where a parent should be; no permission, a
+    # read-only disk alike) or locked: one line naming it, not a traceback.
+    if blocked == "a file above it":
+        (tmp_path / "file").write_text("x")
+        data = tmp_path / "file" / "data"
+    else:
+        data = tmp_path / "data"
+        (data / "state" / "daemon.lock").mkdir(parents=True)
+        os.chmod(data, 0o700)
+        os.chmod(data / "state", 0o700)
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
+    assert daemon.proc.wait(timeout=60) == 1
+    lines = daemon.log().strip().splitlines()
+    assert lines[-1].startswith(f"recalld: cannot use the data directory {data}: "), lines
+    assert "Traceback" not in daemon.log()
+
+
 def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: DaemonFactory,
                                                            tmp_path: Path) -> None:
     good = tmp_path / "good"
