@@ -117,6 +117,21 @@ def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: Daemo
     assert "Traceback" not in daemon.log()
 
 
+def test_a_socket_whose_lock_cannot_be_opened_is_one_line(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path) -> None:
+    # The socket's folder refuses its lock file (here a folder in its place; a folder we
+    # may not write in alike): one line naming it, not a traceback.
+    folder = tmp_path / "sock"
+    folder.mkdir(mode=0o700)
+    (folder / "r.sock.lock").mkdir()
+    daemon = daemon_factory(RECALLD_SOCKET=str(folder / "r.sock"), wait=False)
+    assert daemon.proc.wait(timeout=60) == 1
+    assert daemon.log().strip().splitlines()[-1] == (
+        f"recalld: cannot create the socket: cannot open {folder / 'r.sock.lock'}: "
+        "Is a directory"), daemon.log()
+    assert "Traceback" not in daemon.log()
+
+
 def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: DaemonFactory,
                                                            tmp_path: Path) -> None:
     good = tmp_path / "good"

@@ -113,7 +113,10 @@ def bind_listener(path: Path) -> BoundSocket:
         raise SocketSetupError(f"socket path is longer than {AF_UNIX_PATH_MAX} bytes: {path}")
     prepare_socket_dir(path.parent)
     lock = FileLock(path.with_name(path.name + ".lock"), f"socket {path}")
-    lock.acquire()
+    try:
+        lock.acquire()
+    except OSError as exc:  # a folder we may not write in, something else in the way
+        raise SocketSetupError(f"cannot open {lock.path}: {exc.strerror}") from None
     try:
         remove_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -131,10 +134,12 @@ def bind_listener(path: Path) -> BoundSocket:
             sock.listen(BACKLOG)
             sock.setblocking(False)
             st = os.lstat(path)
-        except BaseException:
+        except BaseException as exc:
             sock.close()
             with contextlib.suppress(OSError):
                 os.unlink(staging)
+            if isinstance(exc, OSError):
+                raise SocketSetupError(f"cannot bind {path}: {exc.strerror}") from None
             raise
     except BaseException:
         lock.release()
