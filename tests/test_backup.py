@@ -122,6 +122,17 @@ def test_pre_restore_snapshot_rolls_back(daemon: DaemonHandle, ws: Path) -> None
     assert [h["path"] for h in hits] == ["memory/2026-07-25/new.md"]
 
 
+def test_a_backup_that_cannot_be_read_is_listed_with_the_reason(daemon: DaemonHandle,
+                                                                 ws: Path) -> None:
+    # A link to a drive that is not mounted among the backups: listed as such, and the
+    # others (and a rollback, which lists them first) still work.
+    made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    (made.parent / "elsewhere.zip").symlink_to("/nonexistent/recalld/elsewhere.zip")
+    listed = {b["name"]: b for b in daemon.call("backup.list")["backups"]}
+    assert listed["elsewhere.zip"]["error"].startswith("cannot be read: "), listed
+    assert listed[made.name]["agents"] == ["w"]
+
+
 def test_rollback_without_a_snapshot_is_not_found(daemon: DaemonHandle) -> None:
     with pytest.raises(NotFound):
         daemon.call("backup.rollback")

@@ -245,9 +245,14 @@ def ops_methods() -> Methods:
         def scan() -> list[JsonObject]:
             out = []
             for entry in sorted(folder.glob("*.zip")):
-                st = entry.stat()
-                item: JsonObject = {"file": str(entry), "name": entry.name,
-                                        "size": st.st_size, "modified_at": st.st_mtime}
+                item: JsonObject = {"file": str(entry), "name": entry.name}
+                try:
+                    st = entry.stat()
+                except OSError as exc:  # a link to a drive not mounted, one removed meanwhile
+                    out.append({**item, "size": 0, "modified_at": None,
+                                "error": f"cannot be read: {exc.strerror}"})
+                    continue
+                item.update({"size": st.st_size, "modified_at": st.st_mtime})
                 item.update(_peek(entry))
                 out.append(item)
             return out
