@@ -50,7 +50,8 @@ from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
-from recalld.daemon.store.fsio import mkdir_private
+from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
 from recalld.ipc.errors import InvalidParams, RecalldError
 
@@ -129,9 +130,25 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
     except OSError as exc:
         raise DataDirUnusable(f"{exc.strerror}: {exc.filename}") from None
     try:
+        remove_unfinished(cfg)
         yield
     finally:
         lock.release()
+
+
+def remove_unfinished(cfg: DaemonConfig) -> None:
+    """Remove what a daemon killed while it wrote them left behind under temp names: a
+    backup's unfinished archive (as large as the memory), a state file's. Only the lock's
+    owner writes there."""
+    for folder in (cfg.state_dir, cfg.data_dir / "backups"):
+        try:
+            removed = remove_temp_files(REAL, folder)
+        except StorageError as exc:  # only tidying: the daemon starts all the same
+            log.warning("could not tidy %s: %s", folder, exc.message)
+            continue
+        if removed:
+            log.info("removed %d unfinished file(s) in %s: %s", len(removed), folder,
+                     ", ".join(removed))
 
 
 class ReloadError(TypedDict):
