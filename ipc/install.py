@@ -93,24 +93,33 @@ def _quote(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _literal(path: str, *, argument: bool = False) -> str:
+    """A path as systemd reads it literally: "%" starts a specifier ("%%" is one "%"),
+    and in a command's arguments "$" starts a variable ("$$" is one "$")."""
+    path = path.replace("%", "%%")
+    return path.replace("$", "$$") if argument else path
+
+
 def default_exec_start() -> str:
     """The ``recalld`` next to the running interpreter, else ``python -m`` the daemon."""
     script = Path(sys.executable).parent / "recalld"
     if script.is_file() and os.access(script, os.X_OK):
-        return _quote(str(script))
-    return f"{_quote(sys.executable)} -m recalld.daemon.main"
+        return _quote(_literal(str(script)))
+    return f"{_quote(_literal(sys.executable))} -m recalld.daemon.main"
 
 
 def render_units(exec_start: str | None = None,
                  socket_path: Path | None = None) -> dict[str, str]:
     """File name -> unit text; ``socket_path`` None means the default under ``%t``."""
     exe = exec_start if exec_start is not None else default_exec_start()
-    # "%" starts a systemd specifier: a literal one in a path is written "%%".
-    literal = str(socket_path).replace("%", "%%") if socket_path is not None else None
+    if socket_path is None:
+        serve_args, listen = "", DEFAULT_LISTEN
+    else:
+        serve_args = f" --socket {_quote(_literal(str(socket_path), argument=True))}"
+        listen = _literal(str(socket_path))
     return {
-        SERVICE_NAME: SERVICE_TEMPLATE.format(
-            exec_start=exe, serve_args=f" --socket {_quote(literal)}" if literal else ""),
-        SOCKET_NAME: SOCKET_TEMPLATE.format(listen=literal or DEFAULT_LISTEN),
+        SERVICE_NAME: SERVICE_TEMPLATE.format(exec_start=exe, serve_args=serve_args),
+        SOCKET_NAME: SOCKET_TEMPLATE.format(listen=listen),
     }
 
 

@@ -89,16 +89,39 @@ def test_exec_start_quotes_paths_with_spaces() -> None:
 
 
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed; the unit syntax is still checked above")
     exe = tmp_path / "bin" / "recalld"
     exe.parent.mkdir()
     exe.write_text("#!/bin/sh\nexit 0\n")
     exe.chmod(0o755)
+    _verify(tmp_path, install.render_units(str(exe)))
+
+
+def test_a_percent_or_dollar_in_the_paths_stays_literal(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An environment in "my%20env" (a URL-encoded folder name) or under "$dir": systemd
+    # would read a specifier or a variable there and refuse the unit.
+    bin_dir = tmp_path / "my%20env$HOME" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "recalld"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(install.sys, "executable", str(bin_dir / "python"))
+    sock = tmp_path / "50%$x" / "r.sock"
+    units = install.render_units(socket_path=sock)
+    exec_start = parse_unit(units["recalld.service"])["Service"]["ExecStart"]
+    literal = str(bin_dir / "recalld").replace("%", "%%")  # no variables in the command
+    assert exec_start == (f"{literal} serve --socket "
+                          f"{str(sock).replace('%', '%%').replace('$', '$$')}")
+    _verify(tmp_path, units)
+
+
+def _verify(tmp_path: Path, units: dict[str, str]) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed; the unit syntax is still checked above")
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()
-    for name, text in install.render_units(str(exe)).items():
+    for name, text in units.items():
         (unit_dir / name).write_text(text)
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
