@@ -439,7 +439,10 @@ class Watcher:
             self._cookies.pop(name, None)
             self._cookie_seen.pop(name, None)
             with trio.CancelScope(shield=True):
-                await self._run_sync(partial(path.unlink, missing_ok=True))
+                try:
+                    await self._run_sync(partial(path.unlink, missing_ok=True))
+                except OSError as exc:  # the root is a file now, or unreadable
+                    log.debug("sync cookie %s not removed: %s", path, exc)
 
     # -- status ------------------------------------------------------------------------------
 

@@ -98,3 +98,21 @@ async def test_sync_falls_back_to_reconcile_when_events_are_lost(
         assert status["last_reconcile"]["reason"] == "sync cookie not seen"
         assert not list((tmp_path / "memory").glob(COOKIE_PREFIX + "*"))
         nursery.cancel_scope.cancel()
+
+
+async def test_sync_answers_when_the_first_root_became_a_file(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # The cookie can be neither written nor removed (a file where memory/ was, before the
+    # watch has reported the loss): the sync falls back to a reconcile and answers.
+    watcher, index, _ = make(tmp_path, sync_timeout_s=2.0)
+    write(tmp_path / "digest" / "d.md", "d")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        (tmp_path / "memory").rmdir()
+        (tmp_path / "memory").write_text("not a folder")
+        with trio.fail_after(10):
+            await watcher.sync()
+        assert index.texts() == {"digest/d.md": "d"}
+        assert watcher.status()["sync_fallbacks"] == 1
+        nursery.cancel_scope.cancel()
