@@ -15,7 +15,9 @@ it). A directory moved away loses its watches, so stale paths never leak out. Qu
 overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and a full watch table
 (``ENOSPC``: ``fs.inotify.max_user_watches``) raise :class:`WatchError`; the watcher
 then reconciles and restarts the source with backoff.
-Losing a root (deleted or moved) is reported as a deletion of the root itself.
+Losing a root (deleted or moved) is reported as a deletion of the root itself; a root
+that cannot be watched when the source starts (gone, a link or a file in its place) raises
+:class:`WatchError`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -102,19 +105,20 @@ class _Instance:
         self.closed = False
         self._reader = trio.CancelScope()
 
-    def add(self, watches: _Watches, path: str) -> bool:
-        """Watch ``path`` for ``watches`` (from any thread); False if it is gone."""
+    def add(self, watches: _Watches, path: str) -> int:
+        """Watch the directory ``path`` for ``watches`` (from any thread): 0, or the errno
+        that kept it unwatched."""
         with self.lock:
             wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
             if wd < 0:
-                err = ctypes.get_errno()
+                err: int = ctypes.get_errno()
                 if err == errno.ENOSPC:
                     raise WatchError(
                         "inotify watch limit reached: raise fs.inotify.max_user_watches")
-                return False  # ENOENT/ENOTDIR: it went away before we got to it
+                return err  # ENOENT/ENOTDIR: it went away before we got to it
             self.owners.setdefault(wd, {})[watches] = path
             watches.paths[wd] = path
-        return True
+        return 0
 
     def remove(self, watches: _Watches, wd: int) -> None:
         """Stop watching ``wd`` for ``watches``; the kernel's watch goes with its last owner."""
@@ -204,12 +208,18 @@ class _Watches:
         self._error: str | None = None
         self._wake = trio.Event()
 
-    def add_tree(self, top: str) -> None:
-        """Watch ``top`` and every directory below it (symlinks are not followed)."""
+    def add_tree(self, top: str, *, root: bool = False) -> None:
+        """Watch ``top`` and every directory below it (symlinks are not followed).
+        ``root``: ``top`` is a watched root, which must itself be watched: WatchError if
+        it cannot be (a link or a file in its place, or gone again), so the watcher says
+        so and retries rather than go on with a root nobody watches."""
         stack = [top]
         while stack:
             path = stack.pop()
-            if not self.instance.add(self, path):
+            err = self.instance.add(self, path)
+            if err and root and path == top:
+                raise WatchError(f"cannot watch {top}: {os.strerror(err)}")
+            if err:
                 continue
             try:
                 with os.scandir(path) as entries:
@@ -264,7 +274,7 @@ class InotifySource:
             root_paths = {os.fspath(r) for r in roots}
             for root in root_paths:
                 # Walking a large tree is disk work: keep it off the event loop.
-                await trio.to_thread.run_sync(watches.add_tree, root)
+                await trio.to_thread.run_sync(partial(watches.add_tree, root, root=True))
             task_status.started()
             while True:
                 batch, new_dirs = self._translate(watches, await watches.next(), root_paths)

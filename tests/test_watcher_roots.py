@@ -1,0 +1,93 @@
+"""The watcher on the real inotify source when a root itself goes wrong: replaced by a
+link, removed again while the watch restarts, replaced while a sync waits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import trio
+from watcher_harness import ROOTS, FakeIndex, disk_notes, eventually, write
+
+from recalld.daemon import inotify
+from recalld.daemon.inotify import InotifySource
+from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchrecords import WatcherConfig
+
+pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
+
+
+class Index(FakeIndex):
+    """As the harness's, but a path that cannot be opened counts as gone, as the real
+    index has it (ENOTDIR, EACCES: no note)."""
+
+    async def apply(self, paths: set[str]) -> None:
+        self.batches.append(set(paths))
+        for rel in paths:
+            path = self.workspace / rel
+            try:
+                st = path.stat()
+                text = path.read_text(encoding="utf-8")
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                self.docs.pop(rel, None)
+                continue
+            self.docs[rel] = (st.st_mtime_ns, st.st_size, text)
+
+
+def make(tmp_path: Path, **cfg: float) -> tuple[Watcher, Index]:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    index = Index(ws)
+    watcher = Watcher(ws, ROOTS, apply=index.apply, known=index.known,
+                      source=InotifySource(), config=WatcherConfig(**cfg))
+    return watcher, index
+
+
+async def test_a_root_replaced_by_a_link_is_failed_then_watched_again(tmp_path: Path) -> None:
+    watcher, index = make(tmp_path, restart_backoff_initial_s=0.2)
+    ws = index.workspace
+    write(ws / "notes" / "n.md", "n")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            shutil.rmtree(ws / "memory")
+            os.symlink("notes", ws / "memory")
+            # inotify does not follow the link: the watcher says the root is unwatched.
+            await eventually(lambda: watcher.status()["state"] == "failed")
+            assert "cannot watch" in str(watcher.status()["why"])
+            os.unlink(ws / "memory")
+            (ws / "memory").mkdir()
+            await eventually(lambda: watcher.status()["state"] == "watching")
+            # Watched again: a new note arrives by its event, with no sync.
+            write(ws / "memory" / "2026-12-01" / "x.md", "x")
+            await eventually(lambda: "memory/2026-12-01/x.md" in index.docs)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_root_removed_again_while_the_watch_restarts_is_watched_again(
+        tmp_path: Path) -> None:
+    # Another process's `rm -rf digest; mkdir digest` wins the race once: the root is
+    # gone when the restarted watch is set up, and back a moment later.
+    watcher, index = make(tmp_path, restart_backoff_initial_s=0.2)
+    ws = index.workspace
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            paths = watcher._paths
+            make_roots = paths.make_roots
+
+            def make_then_lose() -> None:
+                make_roots()
+                shutil.rmtree(ws / "digest")
+                paths.make_roots = make_roots  # type: ignore[method-assign]
+
+            paths.make_roots = make_then_lose  # type: ignore[method-assign]
+            shutil.rmtree(ws / "digest")
+            await eventually(lambda: paths.make_roots == make_roots
+                             and watcher.status()["state"] == "watching")
+            write(ws / "digest" / "later.md", "later")
+            await watcher.sync()
+            assert index.texts() == disk_notes(ws), watcher.status()
+            nursery.cancel_scope.cancel()
