@@ -338,6 +338,7 @@ class Watcher:
                         self._watch_state, self._why = "watching", None
                         if started:
                             self._request_rescan("watch restarted")
+                            await self._rewrite_cookies()
                         else:
                             started = True
                             task_status.started()
@@ -361,6 +362,18 @@ class Watcher:
             await trio.sleep(backoff)
             backoff = min(backoff * 2, self._config.restart_backoff_max_s)
             self._restarts += 1
+
+    async def _rewrite_cookies(self) -> None:
+        # A sync's cookie written while no watch was there (into a root replaced
+        # meanwhile) made no event: write the ones still waiting again.
+        for name in list(self._cookies):
+            path = self._roots[0] / name
+            try:
+                await self._run_sync(path.write_bytes, b"")
+                if name not in self._cookies:  # its sync ended meanwhile: leave no trace
+                    await self._run_sync(partial(path.unlink, missing_ok=True))
+            except OSError as exc:
+                log.debug("sync cookie %s not written again: %s", path, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled. Started once the native watch is active (or failed, then

@@ -91,3 +91,21 @@ async def test_a_root_removed_again_while_the_watch_restarts_is_watched_again(
             await watcher.sync()
             assert index.texts() == disk_notes(ws), watcher.status()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_sync_right_after_a_root_was_replaced_needs_no_fallback(tmp_path: Path) -> None:
+    # The sync's cookie goes into the new memory/ before the watch has restarted on it:
+    # written again once it has, it is seen, with no wait for the fallback's timeout.
+    watcher, index = make(tmp_path, sync_timeout_s=5.0)
+    ws = index.workspace
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            shutil.rmtree(ws / "memory")
+            write(ws / "memory" / "2026-12-01" / "a.md", "a")
+            await watcher.sync()
+            assert index.texts() == disk_notes(ws)
+            assert watcher.status()["sync_fallbacks"] == 0
+            assert watcher.status()["restarts"] >= 1
+            assert not [p.name for p in (ws / "memory").iterdir() if p.name.startswith(".")]
+            nursery.cancel_scope.cancel()
