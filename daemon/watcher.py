@@ -29,12 +29,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Protocol, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon.watchpaths import WatchedRoots
-from recalld.daemon.watchrecords import ReconcileResult, WatcherConfig, WatcherStatus
+from recalld.daemon.watchrecords import (
+    ReconcileResult,
+    WatcherConfig,
+    WatcherStatus,
+    describe_error,
+)
 from recalld.daemon.watchsource import (
     COOKIE_PREFIX,
     Change,
@@ -43,7 +47,7 @@ from recalld.daemon.watchsource import (
     WatchError,
     default_source,
 )
-from recalld.daemon.watchtoken import ScanToken
+from recalld.daemon.watchtoken import RunSync, ScanToken, in_thread
 from recalld.ipc.errors import UnknownWorkspace
 
 __all__ = ["Watcher"]
@@ -52,27 +56,6 @@ log = logging.getLogger(__name__)
 
 Known = Callable[[], Mapping[str, tuple[int, int]]]
 Apply = Callable[[set[str]], Awaitable[None]]
-T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
-
-
-class RunSync(Protocol):
-    """Runs a blocking ``fn(*args)`` off the event loop (in a worker thread by default)."""
-
-    async def __call__(self, fn: Callable[[*Ts], T], *args: *Ts,
-                       limiter: trio.CapacityLimiter | None = None) -> T: ...
-
-
-async def _in_thread(fn: Callable[[*Ts], T], *args: *Ts,
-                     limiter: trio.CapacityLimiter | None = None) -> T:
-    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
-
-
-def _describe(exc: BaseException) -> str:
-    # Nurseries wrap failures in groups; status wants the first real cause.
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Watcher:
@@ -121,7 +104,7 @@ class Watcher:
         self._background = background
         self._wall = wall
         # Disk work runs in worker threads; tests under a fake clock run it inline.
-        self._run_sync: RunSync = run_sync or _in_thread
+        self._run_sync: RunSync = run_sync or in_thread
         self._hold = hold
         self._set_up = trio.Event()  # the watch is set up (or failed, retried in the back)
         self._never_watched = False  # stopped before its watch was set up
@@ -139,6 +122,9 @@ class Watcher:
         self._watch_state = "starting"
         self._why: str | None = None
         self._rescanning = False
+        # Roots the last reconcile could not list (root -> why): tried again with backoff.
+        self._unlisted: dict[str, str] = {}
+        self._unlisted_found = trio.Event()
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None  # wall clock, for status
@@ -178,6 +164,8 @@ class Watcher:
             if rel in self._root_rels:
                 if change == Change.deleted:
                     self._lose_root()
+                else:  # its mode changed (chmod): whether it can be listed may have too
+                    self._request_rescan(f"{rel} changed")
                 continue
             if self._rescan is not None:
                 continue  # a full reconcile is owed anyway
@@ -252,13 +240,18 @@ class Watcher:
         start = trio.current_time()
         try:
             async with token:
-                disk = await self._run_sync(partial(self.scan, self.scan_reached),
-                                            limiter=self._limiter)
+                disk, unlisted = await self._run_sync(
+                    partial(self._paths.scan_roots, self.scan_reached), limiter=self._limiter)
             known = self._known_here()
             for listener in self.scan_listeners:
                 listener(disk, known)
+            self._unlisted = unlisted
+            if unlisted:
+                self._unlisted_found.set()
+            # What a root that could not be listed holds is unknown: nothing of it is gone.
+            unknown = tuple(r + "/" for r in unlisted)
             added = disk.keys() - known.keys()
-            deleted = known.keys() - disk.keys()
+            deleted = {p for p in known.keys() - disk.keys() if not p.startswith(unknown)}
             changed = {p for p in disk.keys() & known.keys() if disk[p] != known[p]}
             await self._apply_all(added | deleted | changed)
         finally:
@@ -270,6 +263,21 @@ class Watcher:
             log.info("reconcile (%s) of %s: %d added, %d changed, %d deleted", reason,
                      self._workspace, len(added), len(changed), len(deleted))
         return result
+
+    async def _relist_loop(self) -> None:
+        # A root a reconcile could not list is scanned again with backoff until it lists
+        # (moved back, readable again: not every way back makes an event).
+        while True:
+            await self._unlisted_found.wait()
+            backoff = self._config.restart_backoff_initial_s
+            while self._unlisted:
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self._config.restart_backoff_max_s)
+                try:
+                    await self.reconcile("a root could not be listed", unattended=True)
+                except Exception as exc:
+                    self._record_error("reconcile failed", exc)
+            self._unlisted_found = trio.Event()
 
     async def _flush(self) -> None:
         # An owed rescan is unattended: its token first, as in ``reconcile`` (one owed
@@ -318,7 +326,7 @@ class Watcher:
 
     def _record_error(self, what: str, exc: BaseException) -> None:
         self._errors += 1
-        self._last_error = f"{what}: {_describe(exc)}"
+        self._last_error = f"{what}: {describe_error(exc)}"
         self._last_error_at = time.time()
         log.warning("watcher of %s: %s", self._workspace, self._last_error, exc_info=exc)
 
@@ -351,7 +359,7 @@ class Watcher:
             except Exception as exc:
                 self._source_scope = None
                 self._record_error("watch failed", exc)
-                self._watch_state, self._why = "failed", _describe(exc)
+                self._watch_state, self._why = "failed", describe_error(exc)
                 if not started:
                     # Serve degraded (reconcile only) rather than not at all.
                     started = True
@@ -400,6 +408,7 @@ class Watcher:
                 await self.reconcile("startup", unattended=True)
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self._periodic_loop)
+            nursery.start_soon(self._relist_loop)
             if hold is None:
                 task_status.started()
 
@@ -419,7 +428,7 @@ class Watcher:
             await self._set_up.wait()
             if self._never_watched:
                 raise UnknownWorkspace("the workspace stopped before it was watched")
-        if self._watch_state != "watching":
+        if self._watch_state != "watching" or self._unlisted:
             await self.reconcile("sync without a watch")
             return
         self._cookie_n += 1
@@ -461,7 +470,7 @@ class Watcher:
 
     @property
     def state(self) -> str:
-        if self._watch_state == "failed":
+        if self._watch_state == "failed" or self._unlisted:
             return "failed"
         return "rescanning" if self._rescanning else self._watch_state
 
@@ -469,7 +478,8 @@ class Watcher:
         last = self._last_reconcile
         return {
             "state": self.state,
-            "why": self._why,
+            "why": self._why or "; ".join(f"cannot list {rel}: {why}"
+                                          for rel, why in self._unlisted.items()) or None,
             "roots": list(self._root_rels),
             "last_change_applied": self._last_change_applied,
             "pending": self.pending_count(),

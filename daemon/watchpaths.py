@@ -9,6 +9,7 @@ are workspace-relative with ``/`` separators (``memory/2026-07-23/commute.md``).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,7 @@ class WatchedRoots:
         self._ignore_dirs = ignore_dirs
         self._prefix = str(self.workspace) + os.sep
         self._warned: set[str] = set()  # names passed by for their encoding, said once
+        self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -86,23 +88,26 @@ class WatchedRoots:
     # -- disk scans (worker threads) ---------------------------------------------------------
 
     def _walk(self, top: Path, out: dict[str, tuple[int, int]],
-              reached: tuple[int, Callable[[], None]] | None = None) -> None:
+              reached: tuple[int, Callable[[], None]] | None = None) -> str | None:
         # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
+        # Returns why ``top`` itself could not be listed, or None.
         if not safepath.is_inside(top, self.workspace):
-            if os.path.lexists(top):
-                log.warning("not descending %s: it leads out of the workspace", top)
-            return
+            if not os.path.lexists(top):  # gone, or the workspace itself is
+                return os.strerror(errno.ENOENT)
+            log.warning("not descending %s: it leads out of the workspace", top)
+            return None
         stack = [top]
         while stack:
             current = stack.pop()
             try:
                 entries = list(os.scandir(current))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except PermissionError as exc:
-                log.warning("reconcile skips %s: %s", current, exc)
+            except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+                if current is top:
+                    return exc.strerror or type(exc).__name__
+                if isinstance(exc, PermissionError):
+                    log.warning("reconcile skips %s: %s", current, exc)
                 continue
             for entry in entries:
                 if entry.name.startswith("."):
@@ -124,15 +129,29 @@ class WatchedRoots:
                                         "(rename it to have it indexed)", safepath.shown(rel))
                 except FileNotFoundError:
                     continue
+        return None
 
     def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
              ) -> dict[str, tuple[int, int]]:
         """Every note under the roots with its ``(mtime_ns, size)`` (blocking);
         ``reached``: ``(n, fn)``, ``fn()`` called once the scan has found ``n`` notes."""
+        return self.scan_roots(reached)[0]
+
+    def scan_roots(self, reached: tuple[int, Callable[[], None]] | None = None,
+                   ) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+        """As :meth:`scan`, and the roots that could not be listed (gone, not a folder,
+        no permission) with why: what they hold is unknown, not gone."""
         out: dict[str, tuple[int, int]] = {}
-        for root in self.roots:
-            self._walk(root, out, reached)
-        return out
+        unlisted: dict[str, str] = {}
+        for rel, root in zip(self.root_rels, self.roots, strict=True):
+            why = self._walk(root, out, reached)
+            if why is not None:
+                unlisted[rel] = why
+                if self._unlisted.get(rel) != why:
+                    log.warning("cannot list %s (%s): its notes stay indexed until it can",
+                                root, why)
+        self._unlisted = unlisted
+        return out, unlisted
 
     def expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
         """The notes the folder events ``dirs`` stand for, against ``known`` (blocking)."""

@@ -1,8 +1,9 @@
 """The watcher's settings and the records it reports.
 
 Owns :class:`WatcherConfig` (frozen), :class:`WatcherStatus` (what ``Watcher.status``
-returns) and :class:`ReconcileResult` with its status record (one reconcile: why, when,
-how long, what it found). Plain data: no trio, no I/O.
+returns), :class:`ReconcileResult` with its status record (one reconcile: why, when,
+how long, what it found) and :func:`describe_error`, an error as status shows it. Plain
+data: no trio, no I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from recalld.daemon.watchpaths import IGNORE_DIRS
 
 __all__ = [
     "ReconcileFound", "ReconcileRecord", "ReconcileResult", "WatcherConfig", "WatcherStatus",
+    "describe_error",
 ]
 
 
@@ -81,3 +83,11 @@ class ReconcileResult:
             "reason": self.reason, "time": self.time, "duration_s": self.duration_s,
             "found": {"added": self.added, "changed": self.changed, "deleted": self.deleted},
         }
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error as status shows it: its type and message, the first real cause of a group
+    (nurseries wrap failures in groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"

@@ -3,17 +3,35 @@
 Owns :class:`ScanToken`: a reconcile nobody waits for (at startup, periodic, owed) takes
 one of the background limiter's tokens before the watcher's apply lock, so that edits and
 reconciles someone waits for never queue behind that wait. The reconcile itself is
-``Watcher.reconcile``.
+``Watcher.reconcile``. Also :class:`RunSync`, how the watcher runs its disk work off the
+event loop (:func:`in_thread`, a worker thread, unless a test runs it inline).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol, TypeVar, TypeVarTuple
 
 import trio
 
-__all__ = ["ScanToken"]
+__all__ = ["RunSync", "ScanToken", "in_thread"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class RunSync(Protocol):
+    """Runs a blocking ``fn(*args)`` off the event loop (in a worker thread by default)."""
+
+    async def __call__(self, fn: Callable[[*Ts], T], *args: *Ts,
+                       limiter: trio.CapacityLimiter | None = None) -> T: ...
+
+
+async def in_thread(fn: Callable[[*Ts], T], *args: *Ts,
+                    limiter: trio.CapacityLimiter | None = None) -> T:
+    """Run ``fn(*args)`` in a worker thread (the default :class:`RunSync`)."""
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 class ScanToken:

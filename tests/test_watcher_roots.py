@@ -109,3 +109,60 @@ async def test_a_sync_right_after_a_root_was_replaced_needs_no_fallback(tmp_path
             assert watcher.status()["restarts"] >= 1
             assert not [p.name for p in (ws / "memory").iterdir() if p.name.startswith(".")]
             nursery.cancel_scope.cancel()
+
+
+async def test_a_workspace_moved_away_and_back_keeps_its_notes(tmp_path: Path) -> None:
+    # While the roots cannot be listed, what they hold is unknown, not gone: nothing is
+    # dropped, the watcher says why, and once they are back it lists them again.
+    watcher, index = make(tmp_path, restart_backoff_initial_s=0.2)
+    ws = index.workspace
+    write(ws / "memory" / "2026-12-01" / "a.md", "a")
+    write(ws / "digest" / "b.md", "b")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            away = tmp_path / "away"
+            os.rename(ws, away)
+            await watcher.sync()
+            status = watcher.status()
+            assert status["state"] == "failed"
+            assert "cannot list memory" in str(status["why"])
+            assert index.texts() == disk_notes(away)
+            os.rename(away, ws)
+            write(ws / "memory" / "2026-12-01" / "c.md", "c")
+            # No event says the workspace is back: the watcher's retry finds it.
+            await eventually(lambda: watcher.status()["state"] == "watching")
+            assert index.texts() == disk_notes(ws)
+            nursery.cancel_scope.cancel()
+
+
+def _reads_everything() -> bool:
+    # Root with CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE lists a folder of mode 000.
+    try:
+        with open("/proc/self/status") as fh:
+            caps = int(next(line for line in fh if line.startswith("CapEff")).split()[1], 16)
+    except OSError:  # no /proc: only Linux runs these tests anyway
+        return os.geteuid() == 0
+    return bool(caps & 0b110)
+
+
+@pytest.mark.skipif(_reads_everything(), reason="this process lists folders of mode 000")
+async def test_an_unreadable_root_keeps_its_notes_until_readable_again(tmp_path: Path) -> None:
+    watcher, index = make(tmp_path)
+    ws = index.workspace
+    write(ws / "memory" / "2026-12-01" / "a.md", "a")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            os.chmod(ws / "memory", 0)
+            try:
+                # The chmod's event makes the watcher look again.
+                await eventually(lambda: watcher.status()["state"] == "failed")
+                assert "cannot list memory: Permission denied" in str(watcher.status()["why"])
+                assert "memory/2026-12-01/a.md" in index.docs
+            finally:
+                os.chmod(ws / "memory", 0o755)
+            write(ws / "memory" / "2026-12-01" / "b.md", "b")
+            await eventually(lambda: watcher.status()["state"] == "watching"
+                             and index.texts() == disk_notes(ws))
+            nursery.cancel_scope.cancel()
