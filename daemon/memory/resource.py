@@ -29,7 +29,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import date as Date
 from pathlib import Path
@@ -202,18 +202,18 @@ class ResourceCatalog:
 
     async def apply_paths(self, paths: set[str]) -> None:
         """Catalog what changed under resource/ (called by the watcher, never overlapping)."""
-        todo = set()
-        for rel in paths:
-            # A directory event (a folder moved in or out) stands for the files below it,
-            # on disk and in the catalog.
-            todo |= {p for p in self.records if p.startswith(rel + "/")}
-            if await trio.to_thread.run_sync((self.ws.root / rel).is_dir):
-                # Not what the watcher passes by (a folder named as metadata_dir): its
-                # scans would find it gone at every reconcile.
-                below = await trio.to_thread.run_sync(_files_below, self.ws.root, rel)
-                todo.update(p for p in below if self.watcher.is_note(p))
-            else:
-                todo.add(rel)
+        folders = await trio.to_thread.run_sync(_folders_among, self.ws.root, paths)
+        todo = paths - folders
+        # A directory event (a folder moved in or out) stands for the files below it, on
+        # disk and in the catalog. Any path but a file the catalog has may be a folder
+        # (one gone leaves no trace): one pass over the catalog finds what lies below.
+        maybe = folders | {rel for rel in paths if rel not in self.records}
+        todo.update(p for p in self.records if not maybe.isdisjoint(_folders_of(p)))
+        for rel in folders:
+            # Not what the watcher passes by (a folder named as metadata_dir): its scans
+            # would find it gone at every reconcile.
+            below = await trio.to_thread.run_sync(_files_below, self.ws.root, rel)
+            todo.update(p for p in below if self.watcher.is_note(p))
         changed = False
         async with self._lock:
             for rel in sorted(todo):
@@ -391,6 +391,19 @@ class ResourceCatalog:
             if self._request_job is not None and self.work(chat_enabled=self._chat_enabled()):
                 nursery.start_soon(self._request_job)
             task_status.started()
+
+
+def _folders_among(root: Path, paths: set[str]) -> set[str]:
+    """Which of the workspace-relative ``paths`` are folders now (blocking)."""
+    return {rel for rel in paths if (root / rel).is_dir()}
+
+
+def _folders_of(rel: str) -> Iterator[str]:
+    """The folders ``rel`` lies in, outermost first: ``a``, ``a/b`` for ``a/b/c.txt``."""
+    end = rel.find("/")
+    while end != -1:
+        yield rel[:end]
+        end = rel.find("/", end + 1)
 
 
 def _files_below(root: Path, rel: str) -> list[str]:
