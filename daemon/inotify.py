@@ -15,7 +15,7 @@ it). A directory moved away loses its watches, so stale paths never leak out. Qu
 overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and a full watch table
 (``ENOSPC``: ``fs.inotify.max_user_watches``) raise :class:`WatchError`; the watcher
 then reconciles and restarts the source with backoff.
-Losing a root (deleted or moved) is reported as a deletion of the root itself; a root
+Losing a root is reported as a deletion of the root itself, or ``Change.moved_away``; a root
 that cannot be watched when the source starts (gone, a link or a file in its place) raises
 :class:`WatchError`.
 """
@@ -305,7 +305,8 @@ class InotifySource:
                 continue  # a watch already dropped (a folder moved away): stragglers
             if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
                 if base in roots:
-                    batch.add((Change.deleted, base))
+                    moved = mask & IN_MOVE_SELF
+                    batch.add((Change.moved_away if moved else Change.deleted, base))
                 continue
             path = os.path.join(base, name) if name else base
             if mask & IN_ISDIR:

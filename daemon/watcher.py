@@ -1,12 +1,11 @@
 """Live watching of one workspace's Markdown roots, with reconcile scans as the safety net.
 
 Owns the change source (native inotify awaited by trio, watchfiles elsewhere, or a
-scripted double in tests),
-the pending set of changed paths, and reconcile scans. ``Watcher.run`` starts the source
-(restarted with exponential backoff after errors), a flush task that hands coalesced
-batches to the consumer, and a periodic reconcile task; it stops by cancellation. The
-native watch thread is told to stop through its stop event, so cancellation finishes
-within one watch step (tens of milliseconds).
+scripted double in tests), the pending set of changed paths, and reconcile scans.
+``Watcher.run`` starts the source (restarted with exponential backoff after errors), a
+flush task that hands coalesced batches to the consumer, and a periodic reconcile task;
+it stops by cancellation. The native watch thread is told to stop through its stop event,
+so cancellation finishes within one watch step (tens of milliseconds).
 
 The consumer re-reads every path it is given (present on disk: index it; absent: drop it),
 so event types never matter: editor temp-file-and-rename saves, vim swap and backup
@@ -15,10 +14,11 @@ reported. Directory events are expanded (by ``watchpaths.py``'s scans) to the fi
 them, on disk and in the consumer's snapshot (``known``). inotify loses events silently on
 queue overflow and during restarts, so a reconcile scan (disk ``(mtime_ns, size)`` against
 ``known``) runs at start, every ``reconcile_interval_s``, after watcher errors and when the
-pending set overflows. Paths are workspace-relative with ``/`` separators
-(``memory/2026-07-23/commute.md``). Which paths are notes and the disk scans are in
-``watchpaths.py``; the settings and status records in ``watchrecords.py``; the background
-token a reconcile's scan takes in ``watchtoken.py``.
+pending set overflows. A root a scan cannot list (gone, unreadable) removes nothing and
+is scanned again with backoff until it lists; one moved away is not recreated. Paths are
+workspace-relative with ``/`` separators (``memory/2026-07-23/commute.md``). Which paths
+are notes and the disk scans are in ``watchpaths.py``; the settings and status records in
+``watchrecords.py``; the background token a reconcile's scan takes in ``watchtoken.py``.
 """
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ class Watcher:
         # Roots the last reconcile could not list (root -> why): tried again with backoff.
         self._unlisted: dict[str, str] = {}
         self._unlisted_found = trio.Event()
+        self._moved_away: set[str] = set()  # lost roots not to recreate
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None  # wall clock, for status
@@ -162,7 +163,10 @@ class Watcher:
                     self._cookie_seen.setdefault(name, seq)
                 continue
             if rel in self._root_rels:
-                if change == Change.deleted:
+                if change == Change.moved_away:
+                    # Not recreated: `mv memory x; mv x memory` must not end as memory/x.
+                    self._moved_away.add(rel)
+                if change in (Change.deleted, Change.moved_away):
                     self._lose_root()
                 else:  # its mode changed (chmod): whether it can be listed may have too
                     self._request_rescan(f"{rel} changed")
@@ -338,12 +342,13 @@ class Watcher:
         while True:
             began = trio.current_time()
             try:
-                await self._run_sync(self._paths.make_roots)
+                await self._run_sync(self._paths.make_roots, frozenset(self._moved_away))
                 with trio.CancelScope() as scope:
                     self._source_scope = scope
                     async with trio.open_nursery() as nursery:
                         await nursery.start(partial(self._source.run, self._roots, self._ingest))
                         self._watch_state, self._why = "watching", None
+                        self._moved_away.clear()
                         if started:
                             self._request_rescan("watch restarted")
                             await self._rewrite_cookies()
@@ -355,7 +360,7 @@ class Watcher:
                     raise WatchError("the change source stopped")
                 self._restarts += 1
                 self._why = "a watched root was removed; watching again"
-                continue  # recreate the root right away
+                continue  # at once (a removed root is recreated, a moved one is not)
             except Exception as exc:
                 self._source_scope = None
                 self._record_error("watch failed", exc)
@@ -372,8 +377,7 @@ class Watcher:
             self._restarts += 1
 
     async def _rewrite_cookies(self) -> None:
-        # A sync's cookie written while no watch was there (into a root replaced
-        # meanwhile) made no event: write the ones still waiting again.
+        # Cookies written while no watch was there made no event: write them again.
         for name in list(self._cookies):
             path = self._roots[0] / name
             try:

@@ -165,7 +165,8 @@ class WatchedRoots:
         out.update(p for p in known if p.startswith(prefixes) and p not in found)
         return out
 
-    def make_roots(self) -> None:
-        """Create the roots that are missing (blocking)."""
-        for root in self.roots:
-            root.mkdir(parents=True, exist_ok=True)
+    def make_roots(self, leave: frozenset[str] = frozenset()) -> None:
+        """Create the roots that are missing but those named in ``leave`` (blocking)."""
+        for rel, root in zip(self.root_rels, self.roots, strict=True):
+            if rel not in leave:
+                root.mkdir(parents=True, exist_ok=True)

@@ -23,13 +23,16 @@ class Change(IntEnum):
     """What happened to a path: watchfiles' ``Change`` values, so its batches pass as
     they are, and ``folder``: a source that knows the path is a directory says so
     (created, moved in or out, deleted: the notes below it may have changed, whatever
-    its name). Defined here because the native source needs no watchfiles at all (which
-    loads its Rust extension and anyio); :class:`WatchfilesSource` imports it when run."""
+    its name), and ``moved_away``: a source that can tell says a root itself was moved
+    (``deleted``: removed, or gone in a way it cannot tell). Defined here because the
+    native source needs no watchfiles at all (which loads its Rust extension and anyio);
+    :class:`WatchfilesSource` imports it when run."""
 
     added = 1
     modified = 2
     deleted = 3
     folder = 4
+    moved_away = 5
 
 
 RawChange = tuple[Change, str]

@@ -78,8 +78,8 @@ async def test_a_root_removed_again_while_the_watch_restarts_is_watched_again(
             paths = watcher._paths
             make_roots = paths.make_roots
 
-            def make_then_lose() -> None:
-                make_roots()
+            def make_then_lose(leave: frozenset[str] = frozenset()) -> None:
+                make_roots(leave)
                 shutil.rmtree(ws / "digest")
                 paths.make_roots = make_roots  # type: ignore[method-assign]
 
@@ -165,4 +165,43 @@ async def test_an_unreadable_root_keeps_its_notes_until_readable_again(tmp_path:
             write(ws / "memory" / "2026-12-01" / "b.md", "b")
             await eventually(lambda: watcher.status()["state"] == "watching"
                              and index.texts() == disk_notes(ws))
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_root_moved_away_and_back_by_hand_keeps_its_layout(tmp_path: Path) -> None:
+    # A root moved away is not recreated at once: `mv memory x; mv x memory` typed by
+    # hand puts the folder back where it was, not inside a new memory/.
+    watcher, index = make(tmp_path, restart_backoff_initial_s=0.2)
+    ws = index.workspace
+    write(ws / "memory" / "2026-12-01" / "a.md", "a")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            os.rename(ws / "memory", tmp_path / "mem.bak")
+            await eventually(lambda: watcher.status()["state"] == "failed")
+            await watcher.sync()  # its notes are elsewhere, not gone
+            assert not (ws / "memory").exists()
+            assert index.texts() == {"memory/2026-12-01/a.md": "a"}
+            os.rename(tmp_path / "mem.bak", ws / "memory")
+            await eventually(lambda: watcher.status()["state"] == "watching")
+            write(ws / "memory" / "2026-12-01" / "b.md", "b")
+            await watcher.sync()
+            assert index.texts() == disk_notes(ws)
+            assert sorted(p.name for p in (ws / "memory").iterdir()) == ["2026-12-01"]
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_root_removed_is_recreated_and_its_notes_dropped(tmp_path: Path) -> None:
+    watcher, index = make(tmp_path)
+    ws = index.workspace
+    write(ws / "memory" / "2026-12-01" / "a.md", "a")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            shutil.rmtree(ws / "memory")
+            await eventually(lambda: (ws / "memory").is_dir() and not index.docs)
+            write(ws / "memory" / "2026-12-02" / "b.md", "b")
+            await watcher.sync()
+            assert index.texts() == {"memory/2026-12-02/b.md": "b"}
+            assert watcher.status()["state"] == "watching"
             nursery.cancel_scope.cancel()
