@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import TypeGuard
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
@@ -357,11 +357,59 @@ def unknown(what: str, names: list[str], known: Collection[str]) -> str:
 # -- masking credentials in what is shown ---------------------------------------------
 
 
+#: What is shown for a DSN libpq cannot parse: its text may hold a password anywhere.
+UNPARSEABLE_DSN = "(a DSN libpq cannot parse, not shown)"
+# A libpq URI as libpq splits it: the user part runs to the first "@" before any "/" (the
+# password, after its first ":", may hold "#", "?", "&"), the parameters follow the first
+# "?" after it.
+_DSN_URI = re.compile(r"(postgres(?:ql)?://)(?:([^:@/]*)(?::([^@/]*))?@)?([^?]*)(?:\?(.*))?",
+                      re.S)
+# A ``password`` keyword and its value, quoted or running to a space (``\`` escapes).
+_DSN_KEYWORD = re.compile(r"(?:(?<=\s)|^)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)")
+
+
 def mask_dsn(dsn: str) -> str:
-    """``dsn`` with the password of a URI's user part or a ``password=`` field as ``***``."""
-    masked = re.sub(r"^(postgres(?:ql)?://[^:@/?#]*):[^@/?#]*@", r"\1:***@", dsn)
-    masked = re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", masked)
-    return masked
+    """``dsn`` with its password (a URI's user part or ``password`` parameter, a
+    ``password=`` keyword) as ``***``, found where libpq's own parser (psycopg's) finds it.
+    Parsed back, the result must be the DSN with ``password=***``, else it is shown in
+    keyword form built from the parsed values; a DSN libpq cannot parse is not shown
+    (:data:`UNPARSEABLE_DSN`)."""
+    try:
+        from psycopg import conninfo
+
+        params = conninfo.conninfo_to_dict(dsn)
+    except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
+        return UNPARSEABLE_DSN
+    if not params.get("password"):
+        return dsn
+    wanted = {**params, "password": "***"}
+    uri = _DSN_URI.fullmatch(dsn)
+    if uri:
+        scheme, user, password, rest, query = uri.groups()
+        userinfo = "" if user is None else user + (":***" if password else "") + "@"
+        if query is not None:
+            query = "&".join(_masked_parameter(item) for item in query.split("&"))
+            rest += "?" + query
+        masked = scheme + userinfo + rest
+    else:
+        masked = _DSN_KEYWORD.sub(r"\1***", dsn)
+    try:
+        if conninfo.conninfo_to_dict(masked) == wanted:
+            return masked
+    except Exception:  # noqa: S110 (shown rebuilt instead)
+        pass
+    return conninfo.make_conninfo("", **wanted)
+
+
+def _masked_parameter(item: str) -> str:
+    """One ``key=value`` of a URI's parameters, its value ``***`` if the key (decoded as
+    libpq decodes it) is ``password``."""
+    key, eq, _ = item.partition("=")
+    try:
+        name = unquote(key, errors="strict")
+    except UnicodeDecodeError:
+        return item
+    return f"{key}=***" if eq and name == "password" else item
 
 
 _URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")

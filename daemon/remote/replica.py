@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import socket
 import time
@@ -74,7 +75,9 @@ class ServerSearchStatus(TypedDict):
 class ReplicaStatus(TypedDict):
     """A shared workspace's replica, as the workspace's status shows it."""
 
-    state: str  # connecting, online, offline (the server), failing (a fault of this host)
+    # connecting, online, offline (the server), failing (a fault of this host),
+    # misconfigured (the settings: a DSN libpq cannot parse)
+    state: str
     server: str  # the DSN, password masked
     name: str
     host: str
@@ -206,9 +209,12 @@ class Replica:
         attempt = 0
         while True:
             began = trio.current_time()
-            ours = False
+            ours = misconfigured = False
             try:
                 await self._session()
+            except* db.BadDsn as group:
+                self._record_error(group.exceptions[0], server=False)
+                misconfigured = True
             except* db.UNAVAILABLE as group:
                 self._record_error(group.exceptions[0])
             except* Exception as group:
@@ -221,8 +227,14 @@ class Replica:
                           exc_info=group)
                 self._record_error(group.exceptions[0], server=False)
             self._first_attempt.set()
-            self._conn_state = "failing" if ours else "offline"
             self._online_since = None
+            if misconfigured:
+                # Retrying cannot help: the settings stay until the workspace is
+                # opened again.
+                self._conn_state = "misconfigured"
+                log.error("shared workspace %s: %s", self._cfg.name, self._last_error)
+                await trio.sleep_forever()
+            self._conn_state = "failing" if ours else "offline"
             if trio.current_time() - began > 60:
                 attempt = 0
             delay = RECONNECT.backoff_s(attempt, self._rng)
@@ -405,7 +417,8 @@ class _Unreachable(Exception):
 
 
 def _secrets(cfg: RemoteConfig) -> list[str]:
-    """Passwords that must never appear in a logged or reported error."""
+    """Passwords that must never appear in a logged or reported error (a DSN that cannot
+    be parsed never reaches an error: :class:`db.BadDsn`)."""
     out: list[str] = []
     try:
         password = psycopg.conninfo.conninfo_to_dict(cfg.dsn).get("password")
@@ -413,4 +426,6 @@ def _secrets(cfg: RemoteConfig) -> list[str]:
         password = None
     if password:
         out.append(str(password))
+    if cfg.password_env and os.environ.get(cfg.password_env):
+        out.append(os.environ[cfg.password_env])
     return out
