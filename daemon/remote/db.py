@@ -123,6 +123,30 @@ def open_workspace(conn: Conn, name: str) -> tuple[int, str]:
     return workspace_id, f"{name}/{workspace_id}/{row[1]}"
 
 
+def last_version(conn: Conn, workspace_id: int) -> int:
+    """The highest version the shared workspace has given out."""
+    row = conn.execute("SELECT last_version FROM recalld_workspaces WHERE workspace_id = %s",
+                       (workspace_id,)).fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+def renew_identity(conn: Conn, name: str, workspace_id: int, ident: str) -> str:
+    """Give the shared workspace a new identity (its creation time becomes now) unless it
+    no longer is ``ident`` (another host renewed it first): every replica that synced with
+    the old one starts over on its next connection. The identity now."""
+    with conn.transaction():
+        row = conn.execute("SELECT created_at FROM recalld_workspaces WHERE workspace_id = %s "
+                           "FOR UPDATE", (workspace_id,)).fetchone()
+        assert row is not None
+        if f"{name}/{workspace_id}/{row[0]}" == ident:
+            row = conn.execute("UPDATE recalld_workspaces SET created_at = clock_timestamp() "
+                               "WHERE workspace_id = %s RETURNING created_at",
+                               (workspace_id,)).fetchone()
+            assert row is not None
+    return f"{name}/{workspace_id}/{row[0]}"
+
+
 def channel(workspace_id: int) -> str:
     return f"recalld_ws_{workspace_id}"
 

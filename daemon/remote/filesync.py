@@ -182,6 +182,26 @@ class FileSync:
             self._known.clear()
         await self.watcher.reconcile("shared workspace changed")
 
+    async def server_went_back(self, conn: db.Conn, workspace_id: int, ident: str
+                               ) -> bool:
+        """Whether the server of shared workspace ``ident``, the one this replica synced
+        with, is behind what the replica saw of it (a server restored from a backup, a
+        failover to a replica that lagged): its last version is below the cursor or the
+        newest version the replica agreed on, or the file of that version is not so on
+        the server. New changes would get versions the other hosts already read past."""
+        if self._state.ident != ident:
+            return False  # another workspace: adopt starts over anyway
+        path, base = max(self._state.bases.items(), key=lambda item: item[1].version,
+                         default=("", Base(0, None)))
+        last = await in_thread(db.last_version, conn, workspace_id)
+        if last < max(self._state.cursor, base.version):
+            return True
+        if not base.version:
+            return False
+        row = await in_thread(db.fetch, conn, workspace_id, path)
+        return (row is None or row.version < base.version
+                or (row.version == base.version and row.hash != base.hash))
+
     # -- uploading -------------------------------------------------------------------
 
     def _target(self, path: str) -> tuple[str, int]:

@@ -257,6 +257,16 @@ class Replica:
         try:
             writer = await in_thread(db.connect, self._cfg)
             workspace_id, ident = await in_thread(db.open_workspace, writer, self._cfg.name)
+            if await self._files.server_went_back(writer, workspace_id, ident):
+                # Its versions go on from a point the hosts read past: what they wrote
+                # since would never reach each other. A new identity makes every host
+                # start over (files the server lacks go up, the rest comes down).
+                log.warning("shared workspace %s: the server is behind what this replica "
+                            "saw of it (restored from a backup, or a failover to a server "
+                            "that lagged); every host starts over with it",
+                            self._cfg.name)
+                ident = await in_thread(db.renew_identity, writer, self._cfg.name,
+                                        workspace_id, ident)
             self._workspace_id = workspace_id
             await self._files.adopt(ident)
             listener = await in_thread(db.connect, self._cfg)

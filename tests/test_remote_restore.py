@@ -1,0 +1,81 @@
+"""A shared workspace's server that goes back in time: restored from a backup, or a
+failover to a replica that lagged. Its versions go on from a point the hosts read past;
+the hosts notice and start over, so nothing written since the backup is lost or left
+behind on one host.
+
+The restore is of the workspace's rows, on the server started by ``pg_server``
+(tests/pgserver.py): its files and changes are put back as a copy taken earlier held
+them, its ``last_version`` with them, and the hosts' connections are cut, as a server
+restart would.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import converged, notes, pair, remote_status, write
+from waits import wait_for
+
+TABLES = ("recalld_files", "recalld_changes")
+
+
+def backup(pg: PgServer, name: str) -> int:
+    """Copy shared workspace ``name``'s rows aside; its last version."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT workspace_id, last_version FROM recalld_workspaces "
+                           "WHERE name = %s", (name,)).fetchone()
+        assert row is not None
+        for table in TABLES:
+            conn.execute(f"CREATE TABLE backup_{name}_{table} AS SELECT * FROM {table} "
+                         "WHERE workspace_id = %s", (row[0],))
+        return int(row[1])
+
+
+def restore(pg: PgServer, name: str, last_version: int) -> None:
+    """Put shared workspace ``name``'s rows back as :func:`backup` copied them, then cut
+    every connection of the daemons."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        with conn.transaction():
+            for table in TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE workspace_id = (SELECT workspace_id "
+                             "FROM recalld_workspaces WHERE name = %s)", (name,))
+                conn.execute(f"INSERT INTO {table} SELECT * FROM backup_{name}_{table}")
+            conn.execute("UPDATE recalld_workspaces SET last_version = %s WHERE name = %s",
+                         (last_version, name))
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE application_name LIKE 'recalld%'")
+
+
+def test_a_server_restored_from_a_backup_gets_back_what_it_lost(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    for i in range(3):
+        write(a, f"memory/2026-12-05/before{i}.md", f"# Before {i}\nin the backup {i}\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 3, what="converged before")
+    version = backup(pg_server, name)
+
+    for i in range(3):
+        write(a, f"memory/2026-12-06/after-backup{i}.md", f"# After {i}\nnot in it {i}\n")
+    write(b, "memory/2026-12-05/before0.md", "# Before 0\nedited after the backup\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 6, what="converged after")
+    assert min(remote_status(d)["cursor"] for d in (a, b)) > version
+
+    restore(pg_server, name, version)
+    for i in range(3):
+        write(a, f"memory/2026-12-07/after-restore{i}.md", f"# Restored {i}\nlater {i}\n")
+    # Notes written after the restore reach the other host, and what the server lost
+    # comes back from the hosts that have it.
+    wait_for(lambda: converged(a, b) and len(notes(b)) >= 9, what="converged after restore",
+             deadline_s=60)
+    with psycopg.connect(pg_server.dsn) as conn:
+        on_server = {str(r[0]) for r in conn.execute(
+            "SELECT path FROM recalld_files JOIN recalld_workspaces USING (workspace_id) "
+            "WHERE name = %s AND NOT deleted", (name,))}
+    assert set(notes(a)) <= on_server
+    assert {f"memory/2026-12-0{day}/{kind}{i}.md" for day, kind in (
+        (5, "before"), (6, "after-backup"), (7, "after-restore")) for i in range(3)} <= on_server
+    # The edit the server lost is kept: at its path or as a conflict copy beside it.
+    texts = [(a.data_dir / "workspaces/default" / p).read_text() for p in notes(a)]
+    assert any("edited after the backup" in t for t in texts)
+    assert any("the server is behind what this replica saw" in d.log() for d in (a, b))
