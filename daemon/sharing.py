@@ -120,6 +120,9 @@ async def search_workspaces(
     Hits carry ``agent_id``; they are merged by score (each workspace scores with its own
     statistics, so a merged order is approximate across workspaces) and cut to
     ``max_results``. Counters are summed; ``took_ms`` is the slowest workspace's.
+    ``search_mode`` is the one of the workspaces searched in the server (``mixed`` when
+    they differ); ``server_error`` and ``vector_error`` name each workspace's reason
+    (``agent: reason``, joined by ``; ``).
     """
     answers: dict[str, SearchAnswer] = {}
 
@@ -141,7 +144,7 @@ async def search_workspaces(
     kept = {(r.get("agent_id"), r["path"]) for r in results}
     expanded = [e for e in expanded if (e.get("agent_id"), e.get("via")) in kept]
     modes = sorted({a["mode"] for a in answers.values()} - {""})
-    return {
+    merged: SearchAnswer = {
         "results": results,
         "expanded": expanded,
         "rendered": "\n\n".join(r.get("rendered", "") for r in results),
@@ -151,3 +154,16 @@ async def search_workspaces(
         "mode": modes[0] if len(modes) == 1 else "mixed",
         "took_ms": max((a["took_ms"] for a in answers.values()), default=0.0),
     }
+    # Who answered a workspace searched in the server, and why a part of an answer is
+    # missing, by workspace: a fallback of one is not hidden by the others.
+    served = sorted({a["search_mode"] for a in answers.values() if "search_mode" in a})
+    if served:
+        merged["search_mode"] = served[0] if len(served) == 1 else "mixed"
+    ordered = [(ws.agent_id, answers[ws.agent_id]) for ws in workspaces]
+    if server := [f"{agent}: {a['server_error']}" for agent, a in ordered
+                  if "server_error" in a]:
+        merged["server_error"] = "; ".join(server)
+    if vector := [f"{agent}: {a['vector_error']}" for agent, a in ordered
+                  if "vector_error" in a]:
+        merged["vector_error"] = "; ".join(vector)
+    return merged

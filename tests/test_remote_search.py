@@ -113,6 +113,11 @@ def search(d: DaemonHandle, agent: str, query: str, filters: dict[str, Any] | No
     return dict(d.call("memory.search", params))
 
 
+def searched_as_several(d: DaemonHandle) -> dict[str, Any]:
+    return dict(d.call("memory.search", {"agent_id": "srv", "query": "ECONNREFUSED",
+                                         "agents": ["srv"], "sync": True}))
+
+
 def hits(answer: dict[str, Any]) -> list[tuple[str, int, int, bool]]:
     return [(r["path"], r["start_line"], r["end_line"], bool(r.get("exact")))
             for r in answer["results"]]
@@ -211,6 +216,8 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
     d = shared_pair(daemon_factory, pg_server)
     before = search(d, "srv", "ECONNREFUSED", None)
     assert before["search_mode"] == "server"
+    # Searched with ``agents`` (several workspaces), the answer says the same.
+    assert searched_as_several(d)["search_mode"] == "server"
     pg_server.stop()
     try:
         wait_for(lambda: ws_status(d, "srv")["remote"]["state"] == "offline",
@@ -221,6 +228,11 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
         assert hits(during) == hits(before)
         status = ws_status(d, "srv")["remote"]
         assert status["search"]["local_fallbacks"] == fallbacks + 1
+        several = searched_as_several(d)
+        assert several["search_mode"] == "local"
+        assert several["server_error"].startswith("srv: ")
+        assert len(several["server_error"]) > len("srv: ")
+        assert hits(several) == hits(before)
         assert status["last_error"]  # why the replica is offline
     finally:
         pg_server.start()
