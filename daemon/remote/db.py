@@ -4,9 +4,12 @@ Blocking psycopg 3 calls, run by the replica (:mod:`recalld.daemon.remote.replic
 ``filesync.py``, ``searcher.py``) in worker threads (``trio.to_thread.run_sync``);
 nothing here touches trio. Every call is bounded on the server side
 (``statement_timeout``) and the network side (``connect_timeout``, TCP keepalives,
-``tcp_user_timeout``), so a worker thread never waits on a dead server for long. Errors
-are psycopg's; the caller treats any of them as "the server is unavailable"
-(:data:`UNAVAILABLE`).
+``tcp_user_timeout``), and the caller gives a call on a connection up after
+:data:`CALL_TIMEOUT_S` (``filesync.on_conn``): a server that accepts and acknowledges
+but never answers (stopped, its disk hung) gets the connection shut down under the call
+(:func:`sever`), so a worker thread never waits on a dead server for long. Errors are
+psycopg's or :class:`NoAnswer`; the caller treats any of them as "the server is
+unavailable" (:data:`UNAVAILABLE`).
 
 Uploading a change (:func:`upload`; :func:`upload_many` commits a run of changes to
 distinct files in one transaction, each as below):
@@ -30,7 +33,9 @@ distinct files in one transaction, each as below):
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,8 +58,30 @@ Conn = psycopg.Connection[tuple[object, ...]]
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
 FEED_PAGE = 500
+#: How long a call on a connection may wait for the server (above statement_timeout:
+#: the server gives up a slow statement first).
+CALL_TIMEOUT_S = 45.0
 #: What the callers of these functions take for "the server is unavailable now".
 UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
+
+
+class NoAnswer(TimeoutError):
+    """The server did not answer a call in time; its connection was shut down."""
+
+
+def sever(conn: Conn) -> None:
+    """Shut ``conn``'s socket down, from any thread: a call waiting on it fails at once
+    (closing ``conn`` stays with the thread that uses it)."""
+    try:
+        fd = conn.fileno()
+    except psycopg.Error:
+        return  # closed already
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
 
 
 class BadDsn(ValueError):

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
-from typing import TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import trio
 
@@ -49,6 +49,9 @@ from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
+
+if TYPE_CHECKING:
+    from outcome import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +68,44 @@ UPLOAD_RUN_BYTES = 4 << 20
 
 
 async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
-    """``fn(*args)`` in a worker thread: the replica's database and file calls, which
-    block. Cancellation waits for the call to return (the database calls are bounded by
-    the timeouts of :func:`db.connect`)."""
+    """``fn(*args)`` in a worker thread: the replica's file calls and connecting, which
+    block. Cancellation waits for the call to return (connecting is bounded by the
+    ``connect_timeout`` of :func:`db.connect`); calls on a connection: :func:`on_conn`."""
     return await trio.to_thread.run_sync(fn, *args)
+
+
+async def on_conn(conn: db.Conn, fn: Callable[[db.Conn, *Ts], T], *args: *Ts,
+                  timeout_s: float | None = None) -> T:
+    """``fn(conn, *args)`` in a worker thread, given up after ``timeout_s`` (default
+    :data:`db.CALL_TIMEOUT_S`) with :class:`db.NoAnswer`. Given up or cancelled, the call
+    has its connection shut down under it (:func:`db.sever`) and is waited for, which is
+    at once: a server that never answers holds neither the replica nor a stop. (The
+    thread is started before anything can cancel: a call is never lost unstarted while
+    it is waited for.)"""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    answer: list[Outcome[T]] = []
+
+    def deliver(result: Outcome[T]) -> None:
+        answer.append(result)
+        token.run_sync_soon(done.set)
+
+    trio.lowlevel.start_thread_soon(partial(fn, conn, *args), deliver)
+    limit = db.CALL_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        with trio.move_on_after(limit) as deadline:
+            await done.wait()
+    finally:
+        if not done.is_set():
+            db.sever(conn)
+            with trio.CancelScope(shield=True):
+                await done.wait()
+    try:
+        return answer[0].unwrap()
+    except Exception as exc:
+        if deadline.cancelled_caught:
+            raise db.NoAnswer(f"the server did not answer within {limit:g} s") from exc
+        raise
 
 
 class FileSync:
@@ -193,12 +230,12 @@ class FileSync:
             return False  # another workspace: adopt starts over anyway
         path, base = max(self._state.bases.items(), key=lambda item: item[1].version,
                          default=("", Base(0, None)))
-        last = await in_thread(db.last_version, conn, workspace_id)
+        last = await on_conn(conn, db.last_version, workspace_id)
         if last < max(self._state.cursor, base.version):
             return True
         if not base.version:
             return False
-        row = await in_thread(db.fetch, conn, workspace_id, path)
+        row = await on_conn(conn, db.fetch, workspace_id, path)
         return (row is None or row.version < base.version
                 or (row.version == base.version and row.hash != base.hash))
 
@@ -229,8 +266,8 @@ class FileSync:
             async with self._lock:
                 batch = self._targets(run)
             async with self._writer_lock:
-                answers = await in_thread(db.upload_many, conn, workspace_id, self.host,
-                                          batch, self._max_chars)
+                answers = await on_conn(conn, db.upload_many, workspace_id, self.host,
+                                        batch, self._max_chars)
             async with self._lock:
                 settle = await self._record_answers(batch, answers)
             self.uploaded += len(batch)
@@ -243,7 +280,7 @@ class FileSync:
     async def _fetch_and_settle(self, conn: db.Conn, workspace_id: int, path: str) -> None:
         """Read ``path``'s row on the writer connection and give the path its version."""
         async with self._writer_lock:
-            row = await in_thread(db.fetch, conn, workspace_id, path)
+            row = await on_conn(conn, db.fetch, workspace_id, path)
         async with self._lock:
             await self._settle(path, row)
 
@@ -379,7 +416,7 @@ class FileSync:
         fd = conn.fileno()
         while True:
             await self._catch_up(conn, workspace_id)
-            if await in_thread(db.drain_notifies, conn):
+            if await on_conn(conn, db.drain_notifies):
                 continue
             with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
                 await trio.lowlevel.wait_readable(fd)
@@ -393,7 +430,7 @@ class FileSync:
         blocked: dict[str, str] = {}
         hold: int | None = None  # the version of the first row passed by
         while True:
-            rows = await in_thread(db.feed, conn, workspace_id, after)
+            rows = await on_conn(conn, db.feed, workspace_id, after)
             if not rows:
                 break
             after = rows[-1].version

@@ -13,8 +13,10 @@ third, opened by the first search, runs searches in the server (``remote/searche
 Offline: any database error closes both connections; the replica keeps accepting local
 changes into the outbox, status shows ``offline`` with the outbox length, and connecting
 is retried with full-jitter backoff (:class:`~recalld.daemon.providers.retry.RetryPolicy`).
-Database calls run in worker threads; cancellation (closing the workspace) waits for the
-call in flight, which the server and socket timeouts of :func:`db.connect` bound.
+Database calls run in worker threads, each given up after ``db.CALL_TIMEOUT_S`` (a server
+that stops answering counts as offline); cancellation (closing the workspace, stopping
+the daemon) shuts the connection of a call in flight down under it, so nothing waits on
+a server that does not answer (``filesync.on_conn``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from recalld.daemon.index.reads import Candidates
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import FileSync, in_thread
+from recalld.daemon.remote.filesync import FileSync, in_thread, on_conn
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
@@ -110,16 +112,16 @@ class JobCatalog:
 
     async def load(self, job: str) -> dict[str, JsonObject]:
         try:
-            return await in_thread(db.catalog, self._conn, self._workspace_id, job)
-        except psycopg.Error as exc:
+            return await on_conn(self._conn, db.catalog, self._workspace_id, job)
+        except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not read: %s", self._name, job,
                         one_line(exc, ()))
             return {}
 
     async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None:
         try:
-            await in_thread(db.put_catalog, self._conn, self._workspace_id, job, records)
-        except psycopg.Error as exc:
+            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, records)
+        except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
                         one_line(exc, ()))
 
@@ -256,7 +258,7 @@ class Replica:
         listener: db.Conn | None = None
         try:
             writer = await in_thread(db.connect, self._cfg)
-            workspace_id, ident = await in_thread(db.open_workspace, writer, self._cfg.name)
+            workspace_id, ident = await on_conn(writer, db.open_workspace, self._cfg.name)
             if await self._files.server_went_back(writer, workspace_id, ident):
                 # Its versions go on from a point the hosts read past: what they wrote
                 # since would never reach each other. A new identity makes every host
@@ -265,12 +267,12 @@ class Replica:
                             "saw of it (restored from a backup, or a failover to a server "
                             "that lagged); every host starts over with it",
                             self._cfg.name)
-                ident = await in_thread(db.renew_identity, writer, self._cfg.name,
-                                        workspace_id, ident)
+                ident = await on_conn(writer, db.renew_identity, self._cfg.name,
+                                      workspace_id, ident)
             self._workspace_id = workspace_id
             await self._files.adopt(ident)
             listener = await in_thread(db.connect, self._cfg)
-            await in_thread(db.listen, listener, workspace_id)
+            await on_conn(listener, db.listen, workspace_id)
             self._writer = writer
             self._searcher.chunks_ready = False
             self._conn_state = "online"
@@ -310,7 +312,7 @@ class Replica:
             raise ProviderUnavailable(
                 f"shared workspace {self._cfg.name}: server unavailable for {kind}") from None
         try:
-            holder = await in_thread(db.try_job_lock, conn, workspace_id, kind)
+            holder = await on_conn(conn, db.try_job_lock, workspace_id, kind)
             if holder is not None:
                 where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
                 raise AlreadyRunning(
@@ -377,7 +379,7 @@ class Replica:
             raise _Unreachable
         try:
             async with self._writer_lock:
-                return await in_thread(fn, writer, workspace_id, *args)
+                return await on_conn(writer, fn, workspace_id, *args)
         except Exception as exc:
             if not isinstance(exc, db.UNAVAILABLE):
                 log.error("shared workspace %s: %s failed", self._cfg.name,

@@ -15,6 +15,7 @@ stops.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -26,7 +27,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import in_thread
+from recalld.daemon.remote.filesync import in_thread, on_conn
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,11 @@ class ServerSearcher:
         from recalld.daemon.remote import chunks
 
         async with self._writer_lock:
-            await in_thread(chunks.start_chunking, conn, workspace_id)
+            await on_conn(conn, chunks.start_chunking, workspace_id)
         while True:
             async with self._writer_lock:
-                done = await in_thread(partial(chunks.backfill, conn, workspace_id,
-                                               max_chars=self._max_chars))
+                done = await on_conn(conn, partial(chunks.backfill,
+                                                   max_chars=self._max_chars), workspace_id)
             if not done:
                 self.chunks_ready = True
                 return
@@ -108,7 +109,7 @@ class ServerSearcher:
                         self._reader = await in_thread(partial(
                             db.connect, self._cfg,
                             application_name=f"recalld {self.host} search"))
-                    found = await in_thread(partial(run, self._reader))
+                    found = await on_conn(self._reader, run)
                 except Exception as exc:
                     reader, self._reader = self._reader, None
                     if reader is not None:
@@ -143,7 +144,10 @@ class ServerSearcher:
             conn = await in_thread(partial(db.connect, self._cfg,
                                            application_name=f"recalld {self.host} index"))
             try:
-                await in_thread(server.build_vector_index, conn, space, dims)
+                # No deadline: building takes as long as the vectors need (the server's
+                # statement_timeout is off for it); cancelling cuts it short.
+                await on_conn(conn, server.build_vector_index, space, dims,
+                              timeout_s=math.inf)
             finally:
                 with trio.CancelScope(shield=True):
                     await in_thread(conn.close)
