@@ -241,3 +241,17 @@ def _member_sha256(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
                 raise zipfile.BadZipFile(f"{info.filename} is longer than declared")
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def peek(path: Path) -> JsonObject:
+    """meta.json's summary without verifying members (:func:`open_checked` does that)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(META)
+            if info.file_size > BackupLimits().max_meta_bytes:
+                return {"error": "meta.json too large"}
+            meta = orjson.loads(zf.read(info))
+        return {"created": meta.get("created"), "agents": sorted(meta.get("agents", {})),
+                "members": len(meta.get("files", [])), "note": meta.get("note", "")}
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile, AttributeError):
+        return {"error": "not a readable recalld backup"}

@@ -32,6 +32,7 @@ from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
     hint,
+    open_closed_streams,
     print_json,
     render_read,
     render_workspaces,
@@ -166,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _open_closed_streams()
+    open_closed_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     serve_at = _serve_index(args)
     if serve_at is not None:
@@ -183,15 +184,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _closed_pipe()
     return code
-
-
-def _open_closed_streams() -> None:
-    """stdout or stderr closed from the start (``recalld status >&-``, a service manager
-    that gave none) is /dev/null, as a reader gone away is: Python leaves it None. Opened
-    first, it also takes the free descriptor 1 or 2, which a socket would otherwise get."""
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
 
 
 def _closed_pipe() -> int:

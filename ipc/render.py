@@ -7,6 +7,7 @@ any change here.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -166,3 +167,12 @@ def hint(exc: errors.RecalldError) -> str:
     """What to do about a daemon's error, when the command line can say it ('' if not)."""
     m = _NOT_OPEN.search(exc.message) if isinstance(exc, errors.UnknownWorkspace) else None
     return f"; open it with: recalld workspace open {m[1]}" if m else ""
+
+
+def open_closed_streams() -> None:
+    """stdout or stderr closed from the start (``recalld status >&-``, a service manager
+    that gave none) is /dev/null, as a reader gone away is: Python leaves it None. Opened
+    first, it also takes the free descriptor 1 or 2, which a socket would otherwise get."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))

@@ -5,8 +5,8 @@ which files are read, written and compared with them, and a
 :class:`~recalld.daemon.watcher.Watcher` of its Markdown folders (the same mechanism as
 the index: inotify plus reconcile scans). The replica (``remote/replica.py``) opens and
 closes them, runs the watcher, and while online runs :meth:`FileSync.upload_loop` on its
-writer connection and :meth:`FileSync.pull_loop` on its listener. :func:`in_thread` is
-how the replica's modules run their blocking calls.
+writer connection and :meth:`FileSync.pull_loop` on its listener. :mod:`calls` is how
+the replica's modules run their blocking calls.
 
 Local → remote: the watcher reports paths; each is read and hashed under the replica
 lock and compared with the last content the replica knows for it (the server's, or the
@@ -36,12 +36,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db
+from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
@@ -50,13 +50,8 @@ from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
-if TYPE_CHECKING:
-    from outcome import Outcome
-
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
 
 CATCH_UP_EVERY_S = 30.0
 #: How soon a row this host could not write is tried again.
@@ -65,47 +60,6 @@ BLOCKED_RETRY_S = 5.0
 #: first of them at most this much file content.
 UPLOAD_RUN = 100
 UPLOAD_RUN_BYTES = 4 << 20
-
-
-async def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
-    """``fn(*args)`` in a worker thread: the replica's file calls and connecting, which
-    block. Cancellation waits for the call to return (connecting is bounded by the
-    ``connect_timeout`` of :func:`db.connect`); calls on a connection: :func:`on_conn`."""
-    return await trio.to_thread.run_sync(fn, *args)
-
-
-async def on_conn(conn: db.Conn, fn: Callable[[db.Conn, *Ts], T], *args: *Ts,
-                  timeout_s: float | None = None) -> T:
-    """``fn(conn, *args)`` in a worker thread, given up after ``timeout_s`` (default
-    :data:`db.CALL_TIMEOUT_S`) with :class:`db.NoAnswer`. Given up or cancelled, the call
-    has its connection shut down under it (:func:`db.sever`) and is waited for, which is
-    at once: a server that never answers holds neither the replica nor a stop. (The
-    thread is started before anything can cancel: a call is never lost unstarted while
-    it is waited for.)"""
-    token = trio.lowlevel.current_trio_token()
-    done = trio.Event()
-    answer: list[Outcome[T]] = []
-
-    def deliver(result: Outcome[T]) -> None:
-        answer.append(result)
-        token.run_sync_soon(done.set)
-
-    trio.lowlevel.start_thread_soon(partial(fn, conn, *args), deliver)
-    limit = db.CALL_TIMEOUT_S if timeout_s is None else timeout_s
-    try:
-        with trio.move_on_after(limit) as deadline:
-            await done.wait()
-    finally:
-        if not done.is_set():
-            db.sever(conn)
-            with trio.CancelScope(shield=True):
-                await done.wait()
-    try:
-        return answer[0].unwrap()
-    except Exception as exc:
-        if deadline.cancelled_caught:
-            raise db.NoAnswer(f"the server did not answer within {limit:g} s") from exc
-        raise
 
 
 class FileSync:

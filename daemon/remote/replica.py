@@ -44,7 +44,8 @@ from recalld.daemon.index.reads import Candidates
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import FileSync, in_thread, on_conn
+from recalld.daemon.remote.calls import in_thread, on_conn
+from recalld.daemon.remote.filesync import FileSync
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable

@@ -27,7 +27,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.remote import db
-from recalld.daemon.remote.filesync import in_thread, on_conn
+from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)

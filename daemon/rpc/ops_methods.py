@@ -25,7 +25,7 @@ import trio
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
-from recalld.daemon.backup_check import BackupLimits, CheckedBackup, open_checked
+from recalld.daemon.backup_check import CheckedBackup, open_checked, peek
 from recalld.daemon.backup_restore import RestorePlan, apply_restore, plan_restore, plan_summary
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.maintenance import VerifyReport, compact, verify
@@ -253,7 +253,7 @@ def ops_methods() -> Methods:
                                 "error": f"cannot be read: {exc.strerror}"})
                     continue
                 item.update({"size": st.st_size, "modified_at": st.st_mtime})
-                item.update(_peek(entry))
+                item.update(peek(entry))
                 out.append(item)
             return out
 
@@ -458,22 +458,6 @@ def _gauges(ctx: CallContext) -> list[metrics.Family]:
         metrics.gauge("recalld_workspace_health", "1 for the current health state", health),
         metrics.gauge("recalld_queue", "daemon queue statistics", queues),
     ]
-
-
-def _peek(path: Path) -> JsonObject:
-    """meta.json's summary without verifying members (``backup.verify`` does that)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as zf:
-            info = zf.getinfo(bk.META)
-            if info.file_size > BackupLimits().max_meta_bytes:
-                return {"error": "meta.json too large"}
-            meta = orjson.loads(zf.read(info))
-        return {"created": meta.get("created"), "agents": sorted(meta.get("agents", {})),
-                "members": len(meta.get("files", [])), "note": meta.get("note", "")}
-    except (KeyError, OSError, ValueError, zipfile.BadZipFile, AttributeError):
-        return {"error": "not a readable recalld backup"}
 
 
 def _read_record(state: DaemonState) -> JsonObject | None:
