@@ -22,11 +22,13 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
 import stat
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from typing import IO, Protocol, TypedDict, cast
 import orjson
 
 from recalld.daemon import safepath
+from recalld.daemon.config_rules import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
 from recalld.ipc.errors import RecalldError
@@ -90,9 +93,23 @@ _INLINE_SECRET = re.compile(
     r"""("[^"\n]*"|'[^'\n]*')""")
 
 
+_DSN_VALUE = re.compile(
+    r"""(?im)((?:^|[{,])[ \t]*dsn[ \t]*=[ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*')""")
+
+
 def mask_secrets(config_text: str) -> str:
-    """``config_text`` (TOML) with every secret-named string value emptied."""
-    return _INLINE_SECRET.sub(r'\1""', _SECRET_VALUE.sub(r'\1""', config_text))
+    """``config_text`` (TOML) with every secret-named string value emptied, and the
+    password taken out of every ``dsn`` (a shared workspace's server)."""
+    text = _INLINE_SECRET.sub(r'\1""', _SECRET_VALUE.sub(r'\1""', config_text))
+    return _DSN_VALUE.sub(_dsn_without_password, text)
+
+
+def _dsn_without_password(m: re.Match[str]) -> str:
+    try:
+        dsn = tomllib.loads(f"v = {m[2]}")["v"]
+    except tomllib.TOMLDecodeError:
+        return m[1] + '""'
+    return m[1] + json.dumps(dsn_without_password(dsn) if isinstance(dsn, str) else "")
 COPY_CHUNK = 1 << 20
 
 

@@ -401,6 +401,22 @@ def mask_dsn(dsn: str) -> str:
     return conninfo.make_conninfo("", **wanted)
 
 
+def dsn_without_password(dsn: str) -> str:
+    """``dsn`` for a copy that must not hold its password (a backup without secrets): as
+    it is when it has none, else rebuilt by libpq's parser (psycopg's, keyword form)
+    without it; "" when it cannot be parsed, since its text may hold one anywhere."""
+    try:
+        from psycopg import conninfo
+
+        params = conninfo.conninfo_to_dict(dsn)
+    except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
+        return ""
+    if "password" not in params:
+        return dsn
+    del params["password"]
+    return conninfo.make_conninfo("", **params)
+
+
 def _masked_parameter(item: str) -> str:
     """One ``key=value`` of a URI's parameters, its value ``***`` if the key (decoded as
     libpq decodes it) is ``password``."""

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-file", help="log to this file, rotated at "
                         f"{LOG_FILE_BYTES >> 20} MiB ({LOG_FILE_BACKUPS} old files kept), "
                         "instead of stderr")
+    parser.add_argument("--check-config", action="store_true",
+                        help="only read the configuration as a start would: exit 0 if it "
+                        "is valid, else 2 with the error")
     # Global client options that may ride along from `recalld --json serve`.
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", help=argparse.SUPPRESS)
@@ -152,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config_mod.ConfigError as exc:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if ns.check_config:
+        return 0
 
     prepare_to_serve(cfg.backfill_threads)
     import trio

@@ -23,6 +23,7 @@ from typing import NotRequired, TypedDict
 
 import orjson
 
+from recalld.daemon.config_rules import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 
@@ -62,6 +63,10 @@ def strip_secrets(config: Mapping[str, object], prefix: str = "",
             taken += inner
         elif isinstance(value, str) and value and _SECRET_KEY.search(str(key)):
             taken.append(name)
+        elif key == "dsn" and isinstance(value, str):
+            out[key] = dsn_without_password(value)
+            if out[key] != value:
+                taken.append(name)
         elif isinstance(value, str) and _URL_PASSWORD.match(value):
             out[key] = _URL_PASSWORD.sub(r"\1:@", value)
             taken.append(name)
@@ -79,6 +84,8 @@ def has_value(config: Mapping[str, object] | None, dotted: str) -> bool:
         node = node[part]
     if isinstance(node, str) and _EMPTIED_PASSWORD.match(node):
         return False  # a URL whose password was left out
+    if dotted.rsplit(".", 1)[-1] == "dsn" and isinstance(node, str):
+        return dsn_without_password(node) != node  # it names its password again
     return node not in (None, "")
 
 

@@ -232,3 +232,26 @@ def test_several_workspaces_and_sessions_resume_from_a_backup(
             assert text in note.read_text(encoding="utf-8"), (agent, session)
 
 
+
+
+def test_a_shared_workspaces_server_password_stays_out_of_backups(daemon_factory: Any) -> None:
+    # A DSN holds its password in its text (a URI's user part or parameters, a keyword):
+    # a backup without secrets keeps the server and drops the password, wherever it is.
+    passwords = ["Pa#ss?w0rd&x", "s3 cr3t'q", "Zz9-uri-param"]
+    config = ('[workspaces.team]\nremote = { kind = "postgres", name = "team", dsn = '
+              '"postgresql://sec:Pa%23ss%3Fw0rd%26x@127.0.0.1:9/mem" }\n')
+    d1 = daemon_factory(config)
+    d1.call("workspace.open", {"agent_id": "ops", "config": {"remote": {
+        "kind": "postgres", "name": "ops",
+        "dsn": "host=127.0.0.1 port=9 user=u password='s3 cr3t\\'q' dbname=m"}}})
+    d1.call("workspace.open", {"agent_id": "lab", "config": {"remote": {
+        "kind": "postgres", "name": "lab",
+        "dsn": "postgresql://u@127.0.0.1:9/m?password=Zz9-uri-param&sslmode=disable"}}})
+    masked = d1.call("backup.create", {})
+    with zipfile.ZipFile(masked["file"]) as zf:
+        text = zf.read("daemon/config.toml").decode() + zf.read("daemon/workspaces.json").decode()
+        meta = json.loads(zf.read("meta.json"))
+    for password in [*passwords, "Pa%23ss"]:
+        assert password not in text, password
+    assert "127.0.0.1" in text and "sslmode=disable" in text  # the servers are kept
+    assert meta["secrets_left_out"] == {"ops": ["remote.dsn"], "lab": ["remote.dsn"]}
