@@ -48,7 +48,7 @@ After=recalld.socket
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={exec_start} serve{serve_args}
+{environment}ExecStart={exec_start} serve{serve_args}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=2
@@ -108,17 +108,21 @@ def default_exec_start() -> str:
     return f"{_quote(_literal(sys.executable))} -m recalld.daemon.main"
 
 
-def render_units(exec_start: str | None = None,
-                 socket_path: Path | None = None) -> dict[str, str]:
-    """File name -> unit text; ``socket_path`` None means the default under ``%t``."""
+def render_units(exec_start: str | None = None, socket_path: Path | None = None,
+                 environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """File name -> unit text; ``socket_path`` None means the default under ``%t``;
+    ``environment``: variables the service gets (``Environment=``)."""
     exe = exec_start if exec_start is not None else default_exec_start()
+    env = "".join(f"Environment={_quote(_literal(f'{k}={v}'))}\n"
+                  for k, v in sorted((environment or {}).items()))
     if socket_path is None:
         serve_args, listen = "", DEFAULT_LISTEN
     else:
         serve_args = f" --socket {_quote(_literal(str(socket_path), argument=True))}"
         listen = _literal(str(socket_path))
     return {
-        SERVICE_NAME: SERVICE_TEMPLATE.format(exec_start=exe, serve_args=serve_args),
+        SERVICE_NAME: SERVICE_TEMPLATE.format(exec_start=exe, serve_args=serve_args,
+                                              environment=env),
         SOCKET_NAME: SOCKET_TEMPLATE.format(listen=listen),
     }
 
@@ -173,19 +177,29 @@ def _systemctl(*args: str, check: bool = True) -> None:
         raise ServiceError(f"systemctl --user {' '.join(args)} failed: {why}")
 
 
-def install_service(*, write_only: bool, socket_path: Path | None = None) -> list[str]:
+#: Variables that choose recalld's config file and data: a service started by systemd
+#: does not see the installing shell's, so the units carry the ones set there.
+SERVICE_ENV = ("RECALLD_CONFIG", "RECALLD_DATA_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+
+
+def install_service(*, write_only: bool, socket_path: Path | None = None,
+                    environ: Mapping[str, str] | None = None) -> list[str]:
     """Write the units (atomically) and, unless ``write_only``, enable and start them.
+    The service gets the :data:`SERVICE_ENV` variables set in ``environ`` (the running
+    process's), so it reads the config file and data the CLI does.
 
     Without ``write_only`` a user systemd must answer first; otherwise nothing is written.
     """
+    env = os.environ if environ is None else environ
+    carried = {k: env[k] for k in SERVICE_ENV if env.get(k)}
     if not write_only:
         problem = user_systemd_problem()
         if problem is not None:
             raise _no_systemd(problem, "install-service")
-    target = unit_dir()
+    target = unit_dir(env)
     target.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
-    for name, text in render_units(socket_path=socket_path).items():
+    for name, text in render_units(socket_path=socket_path, environment=carried).items():
         path = target / name
         tmp = path.with_name(f".{name}.tmp")
         tmp.write_text(text, encoding="utf-8")

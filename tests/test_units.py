@@ -155,3 +155,24 @@ def test_install_service_write_only(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_unit_dir_defaults_to_home_config() -> None:
     assert install.unit_dir({"HOME": "/home/u"}) == Path("/home/u/.config/systemd/user")
     assert install.unit_dir({"HOME": "/h", "XDG_CONFIG_HOME": "/x"}) == Path("/x/systemd/user")
+
+
+def test_the_service_reads_the_config_and_data_the_installing_shell_names(
+        tmp_path: Path) -> None:
+    # A service started by systemd does not see the installing shell's variables: with
+    # RECALLD_DATA_DIR or RECALLD_CONFIG set there, the CLI and the service would use
+    # different memory. The units carry them (a "%" kept literal, spaces quoted).
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "RECALLD_DATA_DIR": str(tmp_path / "team memory 50%"),
+           "RECALLD_CONFIG": str(tmp_path / "recalld.toml"), "PATH": "/usr/bin",
+           "XDG_DATA_HOME": ""}
+    install.install_service(write_only=True, environ=env)
+    text = (tmp_path / "cfg" / "systemd" / "user" / "recalld.service").read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("Environment=")]
+    assert lines == [
+        f"Environment=RECALLD_CONFIG={tmp_path}/recalld.toml",
+        f'Environment="RECALLD_DATA_DIR={tmp_path}/team memory 50%%"',
+        f"Environment=XDG_CONFIG_HOME={tmp_path}/cfg"]
+    units = {name: (tmp_path / "cfg" / "systemd" / "user" / name).read_text()
+             for name in ("recalld.service", "recalld.socket")}
+    _verify(tmp_path, units)
