@@ -329,11 +329,14 @@ def render(checks: list[Check]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _inotify_instances_in_use() -> int:
+def _inotify_instances_in_use(proc: Path = Path("/proc")) -> int:
     """inotify instances held by processes of this user that /proc lets us see."""
     count = 0
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+    uid = os.getuid()
+    for fd_dir in proc.glob("[0-9]*/fd"):
         try:
+            if fd_dir.parent.stat().st_uid != uid:
+                continue  # another user's (root sees them all): not counted in our limit
             entries = list(fd_dir.iterdir())
         except OSError:
             continue  # another user's process, or gone

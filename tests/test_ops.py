@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 from conftest import DaemonHandle
 from waits import wait_value, workspace_status
@@ -434,3 +435,19 @@ def test_doctor_asks_systemctl_and_loginctl_and_says_what_to_fix(
     (runtime / "bus").unlink()
     assert doctor.enabled().status == "skip"  # no bus: says so instead of guessing
     assert doctor.daemon().status == "fail"  # and nothing listens on the socket
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder another owner")
+def test_doctor_counts_only_this_users_inotify_instances(tmp_path: Path) -> None:
+    # The limit is per user: another user's instances (which root sees in /proc) are not
+    # ours to count. A /proc of two processes holding two instances each, one ours.
+    from recalld.ipc.doctor import _inotify_instances_in_use
+
+    for pid, owner in (("100", os.getuid()), ("200", 65534)):
+        fds = tmp_path / pid / "fd"
+        fds.mkdir(parents=True)
+        for fd in ("3", "4"):
+            (fds / fd).symlink_to("anon_inode:inotify")
+        (fds / "5").symlink_to("/dev/null")
+        os.chown(tmp_path / pid, owner, owner)
+    assert _inotify_instances_in_use(tmp_path) == 2
