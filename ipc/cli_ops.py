@@ -344,8 +344,15 @@ def _header(status: DaemonStatus, socket_path: str) -> list[str]:
     return [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
             f"up {_uptime(status.get('uptime_s'))})",
             f"  socket: {status.get('socket_path', socket_path)}",
-            f"  config: {status.get('config_path', '-')}",
+            f"  config: {_config_shown(status.get('config_path'))}",
             f"  data:   {status.get('data_dir', '-')}"]
+
+
+def _config_shown(path: object) -> str:
+    """The daemon's config file, or that there is none (its defaults serve)."""
+    if not isinstance(path, str) or not path:
+        return "-"
+    return path if Path(path).exists() else f"{path} (no such file: the defaults apply)"
 
 
 MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}

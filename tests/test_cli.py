@@ -50,6 +50,9 @@ def test_status_shows_daemon_and_default_workspace(daemon: DaemonHandle) -> None
     assert str(daemon.socket_path) in proc.stdout
     assert "default: OK  (ready, " in proc.stdout
     assert str(daemon.data_dir / "workspaces" / "default") in proc.stdout
+    config = str(daemon.config_path) + ("" if daemon.config_path.exists()
+                                        else " (no such file: the defaults apply)")
+    assert f"  config: {config}\n" in proc.stdout, proc.stdout
 
     status = as_json(recalld("status", "--json", env=daemon.env))
     assert status["pid"] == daemon.pid
