@@ -73,6 +73,7 @@ class Notifier:
     def __init__(self, notify_socket: str | None) -> None:
         self._address: str | bytes | None = None
         self._sock: socket.socket | None = None
+        self._failing = False
         if not notify_socket:
             return
         if notify_socket.startswith("@"):
@@ -97,8 +98,15 @@ class Notifier:
         try:
             self._sock.sendto(payload, self._address)
         except OSError as exc:
-            log.warning("sd_notify %s failed: %s", assignments[0].split("=")[0], exc)
+            # Said once until a send works again: a manager gone for good would otherwise
+            # have every watchdog ping logged.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "sd_notify %s failed: %s", assignments[0].split("=")[0], exc)
+            self._failing = True
             return False
+        if self._failing:
+            log.info("sd_notify works again")
+            self._failing = False
         return True
 
     def ready(self, status: str) -> bool:

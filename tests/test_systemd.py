@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -332,6 +333,10 @@ def test_notifier_reports_failures_and_never_blocks(short_dir: Path,
     gone = Notifier(str(short_dir / "gone"))
     assert gone.enabled and gone.ready("x") is False
     assert any("sd_notify READY failed" in r.getMessage() for r in caplog.records)
+    # Said once, not at every watchdog ping while it stays gone.
+    assert not any(gone.watchdog() for _ in range(20))
+    assert sum("sd_notify" in r.getMessage() and r.levelno >= logging.WARNING
+               for r in caplog.records) == 1
     gone.close()
 
 
