@@ -228,6 +228,12 @@ def uninstall_service(*, write_only: bool) -> list[str]:
         if path.exists():
             path.unlink()
             removed.append(str(path))
+        # The links an earlier enable made (disable removes them; --write-only does not
+        # run it): left, they would point at nothing.
+        for wants in target.glob("*.wants"):
+            link = wants / name
+            if link.is_symlink() and not link.exists():
+                link.unlink()
     if not write_only:
         _systemctl("daemon-reload", check=False)
     return removed

@@ -147,9 +147,16 @@ def test_install_service_write_only(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert exec_start.startswith(str(Path(sys.executable).parent)) or sys.executable in exec_start
     assert exec_start.endswith(" serve")
     assert not list(target.glob(".*.tmp"))
+    # As `systemctl --user enable` links them; uninstalling without systemctl removes those
+    # links too, not only the files they point at.
+    for wants, name in (("default.target.wants", "recalld.service"),
+                        ("sockets.target.wants", "recalld.socket")):
+        (target / wants).mkdir()
+        (target / wants / name).symlink_to(target / name)
     install.uninstall_service(write_only=True)
     assert not (target / "recalld.service").exists()
     assert not (target / "recalld.socket").exists()
+    assert not [p for p in target.rglob("recalld.*") if p.is_symlink()]
 
 
 def test_unit_dir_defaults_to_home_config() -> None:
