@@ -159,7 +159,12 @@ class WatchedRoots:
         # consumer does not have as they are, and those it has that are gone.
         found: dict[str, tuple[int, int]] = {}
         for rel in dirs:
-            self._walk(self.workspace / rel, found)
+            folder = self.workspace / rel
+            # A link to a folder below a root is not descended, as a scan does not: its
+            # notes would be indexed twice (here and where it points), and each scan
+            # would drop them again.
+            if rel in self.root_rels or not folder.is_symlink():
+                self._walk(folder, found)
         out = {p for p, stat in found.items() if known.get(p) != stat}
         prefixes = tuple(rel + "/" for rel in dirs)
         out.update(p for p in known if p.startswith(prefixes) and p not in found)

@@ -104,3 +104,25 @@ async def test_real_watch_of_a_missing_root_degrades_to_reconcile(tmp_path: Path
             await watcher.sync()  # no watch: sync reconciles
             assert set(index.docs) == {"memory/a.md", "memory/b.md"}
             nursery.cancel_scope.cancel()
+
+
+async def test_a_folder_link_below_a_root_is_not_followed_by_events_either(
+        tmp_path: Path) -> None:
+    # Scans do not descend links below a root; a folder event of a link did, so a link
+    # to another folder of the workspace indexed its notes twice and every scan then
+    # dropped them (health `pending`, churn). Events and scans now agree.
+    index = FakeIndex(tmp_path)
+    watcher = Watcher(tmp_path, ROOTS, apply=index.apply, known=index.known,
+                      config=WatcherConfig(sync_timeout_s=5.0))  # inotify where there is
+    write(tmp_path / "digest" / "wiki" / "tent.md", "blue tent")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            os.symlink(tmp_path / "digest" / "wiki", tmp_path / "memory" / "2026-12-20")
+            write(tmp_path / "memory" / "2026-12-21" / "stove.md", "butane")
+            await watcher.sync()
+            assert set(index.texts()) == {"digest/wiki/tent.md", "memory/2026-12-21/stove.md"}
+            again = await watcher.reconcile("check")
+            assert (again.added, again.changed, again.deleted) == (0, 0, 0), again
+            assert set(watcher.scan()) == set(index.texts())
+            nursery.cancel_scope.cancel()
