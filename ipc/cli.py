@@ -238,7 +238,10 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
                 return EXIT_ERROR
         if command == "mcp":
             return _mcp(ns, err)
-        client = Client(getattr(ns, "socket", None), timeout_s=getattr(ns, "timeout", 30.0))
+        socket = getattr(ns, "socket", None)
+        if command == "doctor":  # a config file it cannot read is one of its findings
+            socket = cli_ops.doctor_socket(socket)
+        client = Client(socket, timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)

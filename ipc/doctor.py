@@ -60,6 +60,14 @@ class Doctor:
         self.status: DaemonStatus | None = None
         self.workspaces: list[WorkspaceInfo] = []
 
+    def _data_dir(self) -> Path:
+        """The data directory as the daemon finds it, or by the environment and defaults
+        when the config file cannot be read (:meth:`config_file` says why)."""
+        try:
+            return paths.data_dir(self.env)
+        except paths.PathError:
+            return paths.choose_data_dir(self.env, None, Path())
+
     def checks(self) -> list[Check]:
         out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file()]
         out += self.health()
@@ -177,7 +185,7 @@ class Doctor:
                 if settings.get(key):
                     roots.append(base / str(settings[key]))
         if not roots:
-            roots = [paths.data_dir(self.env) / "workspaces"]
+            roots = [self._data_dir() / "workspaces"]
         return roots
 
     def inotify(self) -> Check:
@@ -216,7 +224,7 @@ class Doctor:
 
     def disk(self) -> Check:
         data_dir = self.status.get("data_dir") if self.status is not None else None
-        target = Path(str(data_dir or paths.data_dir(self.env)))
+        target = Path(str(data_dir)) if data_dir else self._data_dir()
         probe = target
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent

@@ -405,6 +405,17 @@ def test_doctor_checks_the_config_file_a_restart_would_read(daemon: DaemonHandle
     assert code == 1 and check["status"] == "fail", check
     assert "cpu_threads = -1" in check["detail"] and str(daemon.config_path) in check["fix"]
     assert daemon.call("daemon.ping")["pong"] is True
+    # A file that is not TOML at all: every other check still runs (the socket found by
+    # the environment and defaults) and this one says what is wrong.
+    daemon.config_path.write_text("[daemon\ncpu_threads = \n")
+    env = {k: v for k, v in daemon.env.items() if k not in ("RECALLD_SOCKET",
+                                                          "RECALLD_DATA_DIR")}
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "doctor", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    check = {c["name"]: c for c in orjson.loads(proc.stdout)["checks"]}["config file"]
+    assert check["status"] == "fail" and "line 1" in check["detail"], check
+    assert daemon.call("daemon.ping")["pong"] is True
     daemon.config_path.write_text("[daemon]\ncpu_threads = 1\n")
     assert config_check()[1]["status"] == "ok"
 
