@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for, workspace_status
 
 from recalld.daemon.index.passes import POOL_MIN_FILES
 
@@ -49,3 +50,48 @@ def test_links_by_name_resolve_whatever_the_order(daemon: DaemonHandle,
     write(root, "digest/personal/later idea.md", "# Later idea\nideaword\n")
     assert links_of(daemon, "planword") == ["digest/personal/later idea.md"]
     assert links_of(daemon, "ideaword") == ["digest/wiki/plan.md"]
+
+
+def linked(d: DaemonHandle, word: str) -> tuple[list[str], list[str]]:
+    answer = d.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
+    return answer["results"][0]["links"], [e["path"] for e in answer["expanded"]]
+
+
+def test_a_link_by_name_follows_its_note_to_another_folder(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/plan.md", "# Plan\nplanword: see [[Foo]] and [[bar|B]]\n")
+    write(root, "memory/2026-08-01/foo.md", "# Foo\nfooword\n")
+    write(root, "memory/2026-08-01/bar.md", "# Bar\nbarword\n")
+    config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    assert linked(d, "planword")[1] == ["memory/2026-08-01/bar.md",
+                                        "memory/2026-08-01/foo.md"]
+
+    # Moved to another day's folder: [[Foo]] names it there.
+    (root / "memory/2026-08-02").mkdir()
+    (root / "memory/2026-08-01/foo.md").rename(root / "memory/2026-08-02/foo.md")
+    assert linked(d, "planword") == (["memory/2026-08-01/bar.md", "memory/2026-08-02/foo.md"],
+                                     ["memory/2026-08-01/bar.md", "memory/2026-08-02/foo.md"])
+    assert linked(d, "fooword")[0] == ["memory/2026-08-01/plan.md"]
+    # Deleted, then a new note of that name elsewhere: [[bar]] names the new one.
+    (root / "memory/2026-08-01/bar.md").unlink()
+    assert linked(d, "planword")[0] == ["memory/2026-08-02/foo.md"]
+    write(root, "digest/wiki/Bar.md", "# Bar again\nnewbarword\n")
+    assert linked(d, "planword")[0] == ["digest/wiki/Bar.md", "memory/2026-08-02/foo.md"]
+
+    # After a restart too (the saved links remember which were written by name).
+    def committed() -> bool:
+        index = (workspace_status(d, "w") or {}).get("index", {})
+        return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
+
+    wait_for(committed, "the changes committed")
+    assert d.stop() == 0
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    (root / "memory/2026-08-02/foo.md").rename(root / "digest/wiki/foo.md")
+    assert linked(d2, "planword")[0] == ["digest/wiki/Bar.md", "digest/wiki/foo.md"]
+    # A link by path stays with its path.
+    write(root, "digest/wiki/by_path.md", "# By path\npathword [[digest/wiki/foo]]\n")
+    assert linked(d2, "pathword")[0] == ["digest/wiki/foo.md"]
+    (root / "digest/wiki/foo.md").rename(root / "memory/2026-08-02/foo.md")
+    assert linked(d2, "pathword")[0] == []

@@ -54,12 +54,14 @@ class LinkRecord(TypedDict):
     heading: str
     alias: str
     resolved: bool
+    by_name: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
     """One edge. ``kind`` is ``"link"`` for a plain wikilink, else the typed key (``parent``);
-    ``line`` is 1-based in the source file."""
+    ``line`` is 1-based in the source file; ``by_name``: a bare ``[[name]]`` resolved to
+    the file ``dst`` (it names another file of that name should ``dst`` go)."""
 
     src: str
     dst: str
@@ -68,17 +70,19 @@ class Link:
     heading: str = ""
     alias: str = ""
     resolved: bool = True
+    by_name: bool = False
 
-    def __reduce__(self) -> tuple[type[Link], tuple[str, str, str, int, str, str, bool]]:
+    def __reduce__(self) -> tuple[type[Link], tuple[str, str, str, int, str, str, bool, bool]]:
         # Worker processes send links to the daemon by the thousand: as the arguments of a
         # call, unpickled in C, not through the generic dataclass state functions.
         return Link, (self.src, self.dst, self.kind, self.line, self.heading, self.alias,
-                      self.resolved)
+                      self.resolved, self.by_name)
 
     def to_record(self) -> LinkRecord:
         return {
             "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
             "heading": self.heading, "alias": self.alias, "resolved": self.resolved,
+            "by_name": self.by_name,
         }
 
     @classmethod
@@ -86,6 +90,7 @@ class Link:
         return cls(
             str(rec["src"]), str(rec["dst"]), str(rec["kind"]), int(rec["line"]),
             str(rec.get("heading", "")), str(rec.get("alias", "")), bool(rec.get("resolved", True)),
+            bool(rec.get("by_name", False)),
         )
 
 
@@ -192,7 +197,8 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
             dst, resolved = normalize_target(link.dst, resolve)
             if dst == path:
                 continue
-            link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved)
+            link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved,
+                        resolved)
         key = (link.dst, link.kind, link.line)
         if key not in seen:
             seen.add(key)
@@ -257,6 +263,19 @@ class LinkGraph:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
                 _uncount(self._dangling, _name_key(lk.dst), path)
+
+    def unresolve(self, path: str) -> list[str]:
+        """``path`` is gone: the links that named it by name wait for that name again (a
+        note moved to another folder, or a new note of that name, takes them). Returns the
+        files holding such links."""
+        name = posixpath.splitext(posixpath.basename(path))[0]
+        srcs = [src for src in sorted(self._in.get(path, ()))
+                if any(lk.dst == path and lk.by_name for lk in self._out[src])]
+        for src in srcs:
+            self.add_file(src, [Link(lk.src, name, lk.kind, lk.line, lk.heading, lk.alias,
+                                     False) if lk.dst == path and lk.by_name else lk
+                                for lk in self._out[src]])
+        return srcs
 
     @property
     def has_dangling(self) -> bool:

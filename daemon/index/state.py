@@ -249,6 +249,8 @@ class IndexState:
                     if prep.gone:
                         if old is not None:
                             self._drop(old)
+                            # Links by name to it may name a file of that name elsewhere.
+                            waiting.update(self.graph.unresolve(old.path))
                             deleted += 1
                         continue
                     if prep.error:
