@@ -121,6 +121,27 @@ def test_the_block_never_exceeds_its_budget(daemon: DaemonHandle, ws: Path) -> N
         assert answer["truncated"] == (budget < len(full["rendered"])), budget
 
 
+def test_a_cut_item_gives_the_lines_and_text_it_shows(daemon: DaemonHandle,
+                                                     ws: Path) -> None:
+    lines = [f"Line {i}: the heronwalk passes the old mill and the {i}th bridge."
+             for i in range(1, 41)]
+    write(ws, "memory/2026-07-26/walk.md", "# Walk\n" + "\n".join(lines) + "\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    file_lines = (ws / "memory/2026-07-26/walk.md").read_text(encoding="utf-8").split("\n")
+    whole = recall(daemon, query="heronwalk", max_results=1, budget_chars=20_000)["items"][0]
+    for budget in (400, 777, 1500):
+        answer = recall(daemon, query="heronwalk", max_results=1, budget_chars=budget)
+        assert answer["truncated"] and len(answer["rendered"]) <= budget
+        (item,) = answer["items"]
+        assert item["start_line"] == whole["start_line"] < item["end_line"] < whole["end_line"]
+        label = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
+        # The item holds what the block shows, no more: a client keeps to the budget.
+        assert answer["rendered"].endswith(f"{label}\n{item['text']}…"), budget
+        shown = file_lines[item["start_line"] - 1:item["end_line"]]
+        assert "\n".join(shown).startswith(item["text"]), budget
+        assert shown[-1].startswith(item["text"].rsplit("\n", 1)[-1]), budget
+
+
 def test_bad_requests_are_refused_clearly(daemon: DaemonHandle, ws: Path) -> None:
     for params, needle in (
             ({}, "exactly one of 'query' and 'messages'"),
@@ -167,7 +188,9 @@ def test_build_recall_stays_in_budget_and_keeps_order(
     assert kinds == sorted(kinds, key=lambda k: k != "hit")  # hits before linked context
     for item in out["items"]:
         label = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
-        assert label in rendered
+        if item["via"]:
+            label += f" (linked from {item['via']})"
+        assert f"{label}\n{item['text']}" in rendered  # a cut item: the part shown
         if item["kind"] == "linked":
             assert not item["text"].startswith("---\nname: n")
     if HITS_HEADER in rendered and LINKED_HEADER in rendered:

@@ -4,8 +4,9 @@ Hits come first, then the linked context of the hits (each neighbour's chunk tha
 matches the query, without its frontmatter), then, when asked, the long-term memory
 index. Every item is labelled with its path and 1-based inclusive lines. The block never
 exceeds ``budget_chars``: items are added whole while they fit; the first one that does
-not fit is cut (with an ellipsis) when a useful part of it still fits, and everything
-after it is left out (``truncated`` says so). Pure functions; the RPC layer runs the
+not fit is cut (with an ellipsis) when a useful part of it still fits (its label and
+its item then give the lines and text shown), and everything after it is left out
+(``truncated`` says so). Pure functions; the RPC layer runs the
 search and reads the index.
 """
 
@@ -107,17 +108,25 @@ class _Block:
         self.parts.append(text)
         return True
 
-    def add_cut(self, head: str, text: str) -> Literal["whole", "cut", "none"]:
-        """``head`` and ``text``, or ``head`` and as much of ``text`` as fits (at least
-        :data:`MIN_CUT_CHARS`); after a cut or a refusal the block takes nothing more."""
-        if self.add(f"{head}\n{text}"):
-            return "whole"
-        room = self.room(f"{head}\n{ELLIPSIS}")
+    def add_cut(self, item: RecallItem) -> tuple[RecallItem | None, bool]:
+        """``item`` whole, or as much of its text as fits (at least :data:`MIN_CUT_CHARS`):
+        (the item as shown, its text and last line those of the part shown, or None when
+        left out; whether it went in whole). After a cut or a refusal the block takes
+        nothing more."""
+        text = item["text"]
+        if self.add(f"{_label(item)}\n{text}"):
+            return item, True
+        # The part shown ends on a line no later than the item's: its label is no longer.
+        room = self.room(f"{_label(item)}\n{ELLIPSIS}")
         fitted = not self.full and room > 0 and room >= min(MIN_CUT_CHARS, len(text))
-        if fitted:
-            self.add(f"{head}\n{text[:room].rstrip()}{ELLIPSIS}")
         self.full = True
-        return "cut" if fitted else "none"
+        if not fitted:
+            return None, False
+        shown = item.copy()
+        shown["text"] = text[:room].rstrip()
+        shown["end_line"] = item["start_line"] + shown["text"].count("\n")
+        self.parts.append(f"{_label(shown)}\n{shown['text']}{ELLIPSIS}")
+        return shown, False
 
     def render(self) -> str:
         return "\n\n".join(self.parts)
@@ -141,10 +150,10 @@ def build_recall(
             block.full = truncated = True
             continue
         for item in group:
-            placed = block.add_cut(_label(item), item["text"])
-            if placed != "none":
-                items.append(item)
-            if placed != "whole":
+            shown, whole = block.add_cut(item)
+            if shown is not None:
+                items.append(shown)
+            if not whole:
                 truncated = True
                 break
         if block.parts[-1] == header:  # nothing of the group fitted: no bare header
