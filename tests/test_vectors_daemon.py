@@ -248,3 +248,38 @@ def test_a_blank_query_finds_nothing_with_vectors_too(daemon_factory: Any,
         assert len(fake.requests) == sent  # no query was embedded
         assert d.call("memory.search", {"agent_id": "w", "query": "Zurich"})["results"]
         assert d.stop() == 0
+
+
+def test_hybrid_results_bring_their_linked_notes_wherever_the_keyword_branch_ranked_them(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A dozen notes the keyword branch ranks first, each linking two notes of its own,
+    # and one whose text is the query (the fake's vector of it is the query's): fusion
+    # ranks that one first, from deep in the keyword pool.
+    root = tmp_path / "ws"
+    for i in range(12):
+        write(root, f"memory/2026-08-01/n{i:02d}.md",
+              f"purple purple elephant elephant dance dance {i}\n"
+              f"[[memory/2026-08-02/x{i}a]] [[memory/2026-08-02/x{i}b]]\n")
+        for side in "ab":
+            write(root, f"memory/2026-08-02/x{i}{side}.md", f"neighbour {side} {i}\n")
+    write(root, "memory/2026-08-03/z.md", "purple elephant dance")
+    write(root, "memory/2026-08-03/zz.md", "the z note's neighbour\n[[memory/2026-08-03/z]]\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        for query in ("purple elephant dance", "elephant dance purple"):
+            res = d.call("memory.search", {"agent_id": "w", "query": query})
+            assert res["mode"] == "hybrid"
+            results = res["results"]
+            assert len(results) == 5
+            # Each result's linked notes, in result order, up to max_results of them.
+            want: list[tuple[str, str]] = []
+            for hit in results:
+                want += [(other, hit["path"]) for other in hit["links"]
+                         if other not in {r["path"] for r in results} | {p for p, _ in want}]
+            assert [(e["path"], e["via"]) for e in res["expanded"]] == want[:5], query
+        top = d.call("memory.search", {"agent_id": "w", "query": "purple elephant dance"})
+        assert top["results"][0]["path"] == "memory/2026-08-03/z.md"
+        assert top["expanded"][0]["path"] == "memory/2026-08-03/zz.md"
+        assert d.stop() == 0

@@ -251,8 +251,15 @@ async def search(
             for other in links.get(path, []):
                 if other not in seen and other not in extra:
                     extra[other] = path
-        for path in list(extra)[:max_results]:
-            chunk = found.firsts.get(path)
+        picked = list(extra)[:max_results]
+        firsts = found.firsts
+        missing = [path for path in picked if path not in firsts]
+        if hybrid and missing and source is None:
+            # The candidates' neighbours were read before fusion ranked them: a result
+            # ranked up from deep in the pool may link files not read then.
+            firsts = {**firsts, **await index.linked_chunks(query, missing)}
+        for path in picked:
+            chunk = firsts.get(path)
             if chunk is None:
                 continue
             item = _result(chunk, 0.0, None, None)

@@ -50,6 +50,7 @@ from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorStatus, VectorWorker
+    from recalld.daemon.index.state import StoredChunk
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -405,6 +406,10 @@ class WorkspaceIndex:
 
         self.searches += 1
         return await self._access.read(run, query)
+
+    async def linked_chunks(self, query: str, paths: list[str]) -> dict[str, StoredChunk]:
+        """:meth:`IndexState.linked_chunks` of the state served now, read as searches read."""
+        return await self._access.read(lambda: self.state.linked_chunks(query, paths), query)
 
     # -- rebuild ---------------------------------------------------------------------
 
