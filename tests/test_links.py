@@ -57,6 +57,17 @@ def test_no_links_and_odd_brackets() -> None:
     assert extract_links("a.md", "plain text\n[[]]\n[[unclosed\n[single]\n") == []
 
 
+def test_a_link_in_a_table_cell_escapes_its_pipe() -> None:
+    text = ("| when | what |\n| --- | --- |\n| Monday | [[foo\\|the foo]] |\n"
+            "| Tuesday | [[Bar Baz#Menu \\| the menu]], [[digest/wiki/travel\\|trip]] |\n")
+    links = extract_links("memory/2026-07-23/week.md", text, FILES.get)
+    assert [(lk.dst, lk.line, lk.heading, lk.alias, lk.resolved) for lk in links] == [
+        ("digest/wiki/foo.md", 3, "", "the foo", True),
+        ("digest/personal/Bar Baz.md", 4, "Menu", "the menu", True),
+        ("digest/wiki/travel.md", 4, "", "trip", True),
+    ]
+
+
 def test_embeds_of_notes_count_and_attachments_do_not() -> None:
     links = extract_links("a.md", "![[photo.png]] ![[digest/wiki/foo]] [[v2.3 notes]]\n")
     assert [(lk.dst, lk.resolved) for lk in links] == [

@@ -152,7 +152,11 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         kind = typed.group(1).strip().lower() if typed is not None else section
         kind = LEGACY_KINDS.get(kind, kind)
         for m in _WIKILINK_RE.finditer(line):
-            name = m.group(2).strip()
+            name, part = m.group(2).strip(), (m.group(3) or "").strip()
+            if m.group(4) is not None:
+                # ``[[name\|alias]]``: the pipe escaped, as a link in a table cell is.
+                name = name.removesuffix("\\").rstrip()
+                part = part.removesuffix("\\").rstrip()
             ext = posixpath.splitext(name)[1].lower()
             if m.group(1) and ext and ext != ".md":
                 continue  # an embedded image or attachment, not a note
@@ -164,8 +168,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
                 continue
             seen.add(key)
             out.append(
-                Link(path, dst, kind, number, (m.group(3) or "").strip(),
-                     (m.group(4) or "").strip(), resolved)
+                Link(path, dst, kind, number, part, (m.group(4) or "").strip(), resolved)
             )
     return out
 
