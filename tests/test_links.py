@@ -68,6 +68,15 @@ def test_a_link_in_a_table_cell_escapes_its_pipe() -> None:
     ]
 
 
+def test_code_spans_of_several_backticks_hide_their_links() -> None:
+    text = ("see ``code [[x]] here`` and [[a]]\n"
+            "``a `b` [[y]] c`` then [[b]]\n"
+            "`` [[c]] ` unclosed is no span\n"
+            "`one ``[[z]]`` two` [[d]]\n")
+    assert [(lk.dst, lk.line) for lk in extract_links("n.md", text)] == [
+        ("a", 1), ("b", 2), ("c", 3), ("d", 4)]
+
+
 def test_embeds_of_notes_count_and_attachments_do_not() -> None:
     links = extract_links("a.md", "![[photo.png]] ![[digest/wiki/foo]] [[v2.3 notes]]\n")
     assert [(lk.dst, lk.resolved) for lk in links] == [

@@ -32,7 +32,9 @@ _WIKILINK_RE: Final = re.compile(
 )
 _TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?([\w][\w .\-]*?)\s*::\s*(.*)$")
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_CODE_SPAN_RE: Final = re.compile(r"`[^`\n]*`")
+# A code span: a run of backticks up to the next run of as many (``a `b` c``); runs of at
+# most 16, so that a line of unmatched runs is read a bounded number of times.
+_CODE_SPAN_RE: Final = re.compile(r"(?<!`)(`{1,16})(?!`).*?(?<!`)\1(?!`)")
 
 Resolver = Callable[[str], str | None]
 
