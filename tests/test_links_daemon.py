@@ -3,6 +3,7 @@ applies the notes, and when the note linked to is written after the one linking 
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
@@ -95,3 +96,20 @@ def test_a_link_by_name_follows_its_note_to_another_folder(daemon_factory: Daemo
     assert linked(d2, "pathword")[0] == ["digest/wiki/foo.md"]
     (root / "digest/wiki/foo.md").rename(root / "memory/2026-08-02/foo.md")
     assert linked(d2, "pathword")[0] == []
+
+
+def test_a_link_by_name_finds_its_note_in_any_unicode_form(daemon: DaemonHandle,
+                                                            tmp_path: Path) -> None:
+    nfd = unicodedata.normalize("NFD", "ラーメンが好き")  # as a Mac names the file
+    assert nfd != "ラーメンが好き"
+    root = tmp_path / "ws"
+    write(root, f"memory/2026-08-01/{nfd}.md", "# ラーメン\nnoodleword\n")
+    write(root, "memory/2026-08-01/plan.md",
+          "# Plan\nplanword [[ラーメンが好き]] and [[ＡＰＩ設計|the design]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    assert links_of(daemon, "planword") == [f"memory/2026-08-01/{nfd}.md"]
+    # Written after the note naming it, in full-width letters there.
+    write(root, "digest/wiki/API設計.md", "# API\ndesignword\n")
+    assert links_of(daemon, "planword") == ["digest/wiki/API設計.md",
+                                            f"memory/2026-08-01/{nfd}.md"]
+    assert links_of(daemon, "noodleword") == ["memory/2026-08-01/plan.md"]

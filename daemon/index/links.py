@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Final, TypedDict
 from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
-           "normalize_target", "resolve_links"]
+           "name_key", "normalize_target", "resolve_links"]
 
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
@@ -211,8 +212,10 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
     return out
 
 
-def _name_key(name: str) -> str:
-    return name.strip().lower()
+def name_key(name: str) -> str:
+    """How a bare link name and a file's stem are compared: NFKC (an NFD name from
+    another system, full-width letters), any case."""
+    return unicodedata.normalize("NFKC", name.strip()).lower()
 
 
 def _uncount(index: dict[str, dict[str, int]], key: str, src: str) -> None:
@@ -257,7 +260,7 @@ class LinkGraph:
             srcs = self._in.setdefault(lk.dst, {})
             srcs[path] = srcs.get(path, 0) + 1
             if not lk.resolved:
-                srcs = self._dangling.setdefault(_name_key(lk.dst), {})
+                srcs = self._dangling.setdefault(name_key(lk.dst), {})
                 srcs[path] = srcs.get(path, 0) + 1
 
     def remove_file(self, path: str) -> None:
@@ -267,7 +270,7 @@ class LinkGraph:
         for lk in edges:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
-                _uncount(self._dangling, _name_key(lk.dst), path)
+                _uncount(self._dangling, name_key(lk.dst), path)
 
     def unresolve(self, path: str) -> list[str]:
         """``path`` is gone: the links that named it by name wait for that name again (a
@@ -289,7 +292,7 @@ class LinkGraph:
 
     def waiting_for(self, name: str) -> list[str]:
         """The files with an unresolved edge to the bare name ``name`` (any case)."""
-        return sorted(self._dangling.get(_name_key(name), ()))
+        return sorted(self._dangling.get(name_key(name), ()))
 
     def outgoing(self, path: str) -> list[Link]:
         return list(self._out.get(path, ()))

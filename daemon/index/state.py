@@ -26,7 +26,7 @@ from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.filters import Filters, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
-from recalld.daemon.index.links import Link, LinkGraph, resolve_links
+from recalld.daemon.index.links import Link, LinkGraph, name_key, resolve_links
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
     Prepared,
@@ -47,7 +47,7 @@ NEIGHBOURS_MEMO_MAX = 4096
 
 
 def _stem(path: str) -> str:
-    return posixpath.splitext(posixpath.basename(path))[0].lower()
+    return name_key(posixpath.splitext(posixpath.basename(path))[0])
 
 
 def _folders(path: str) -> Iterator[str]:
@@ -101,7 +101,7 @@ class IndexState:
         """A bare wikilink name (``[[foo]]``) to the file whose stem it is."""
         if self._by_stem is None:
             self._by_stem = {_stem(p): p for p in self.files}
-        return self._by_stem.get(name.strip().lower())
+        return self._by_stem.get(name_key(name))
 
     def allowed(self, filters: Filters) -> BitMap | None:
         """The doc keys that pass ``filters`` (None: everything)."""
