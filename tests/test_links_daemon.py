@@ -113,3 +113,19 @@ def test_a_link_by_name_finds_its_note_in_any_unicode_form(daemon: DaemonHandle,
     assert links_of(daemon, "planword") == ["digest/wiki/API設計.md",
                                             f"memory/2026-08-01/{nfd}.md"]
     assert links_of(daemon, "noodleword") == ["memory/2026-08-01/plan.md"]
+
+
+def test_a_link_by_name_goes_to_another_note_of_that_name_when_its_own_goes(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/standup.md", "# Standup\nfirstword\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    write(root, "memory/2026-08-02/standup.md", "# Standup\nsecondword\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    write(root, "memory/2026-08-02/plan.md", "# Plan\nplanword [[standup]]\n")
+    assert links_of(daemon, "planword") == ["memory/2026-08-02/standup.md"]
+    (root / "memory/2026-08-02/standup.md").unlink()
+    assert links_of(daemon, "planword") == ["memory/2026-08-01/standup.md"]
+    write(root, "memory/2026-08-03/other.md", "# Other\notherword [[Standup]]\n")
+    assert links_of(daemon, "otherword") == ["memory/2026-08-01/standup.md"]

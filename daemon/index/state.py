@@ -73,9 +73,10 @@ class IndexState:
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
         self.next_key = 1
-        # Stem -> path for bare [[names]]; None until needed after a load (a workspace
-        # that is only searched never builds it).
-        self._by_stem: dict[str, str] | None = {}
+        # Stem -> the paths of that stem for bare [[names]], the last applied last (it is
+        # the one named); None until needed after a load (a workspace that is only
+        # searched never builds it).
+        self._by_stem: dict[str, dict[str, None]] | None = {}
         # The vectors of ``vector_space`` (chunk ``embedding`` values belong to that space);
         # the backfill owns filling them, ``_drop`` keeps them in step with the chunks.
         self.vectors: VectorIndex | None = None
@@ -100,8 +101,11 @@ class IndexState:
     def resolve(self, name: str) -> str | None:
         """A bare wikilink name (``[[foo]]``) to the file whose stem it is."""
         if self._by_stem is None:
-            self._by_stem = {_stem(p): p for p in self.files}
-        return self._by_stem.get(name_key(name))
+            self._by_stem = {}
+            for p in self.files:
+                self._by_stem.setdefault(_stem(p), {})[p] = None
+        paths = self._by_stem.get(name_key(name))
+        return next(reversed(paths)) if paths else None
 
     def allowed(self, filters: Filters) -> BitMap | None:
         """The doc keys that pass ``filters`` (None: everything)."""
@@ -284,7 +288,7 @@ class IndexState:
                     self._put(info)
                     made.append(info)
                     if self._by_stem is not None:
-                        self._by_stem[_stem(prep.path)] = prep.path
+                        self._by_stem.setdefault(_stem(prep.path), {})[prep.path] = None
                     self.graph.add_file(prep.path,
                                         resolve_links(prep.path, prep.links, self.resolve))
                     if self.graph.has_dangling:
@@ -356,8 +360,11 @@ class IndexState:
         if info.path in self.oversized:
             self.oversized = self.oversized - {info.path}
         stem = _stem(info.path)
-        if self._by_stem is not None and self._by_stem.get(stem) == info.path:
-            del self._by_stem[stem]
+        if self._by_stem is not None:  # another file of that stem is named now, if any
+            paths = self._by_stem.get(stem, {})
+            paths.pop(info.path, None)
+            if not paths:
+                self._by_stem.pop(stem, None)
         self.graph.remove_file(info.path)
 
     # -- persistence -----------------------------------------------------------------
