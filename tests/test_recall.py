@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_vectors_windows import config as window_config
+from test_vectors_windows import wait_idle
 from waits import wait_for
 
 from recalld.daemon.memory.recall import (
@@ -218,3 +221,31 @@ def test_interests_are_read_and_join_the_block_when_asked(daemon: DaemonHandle,
     assert recall(daemon, query="quokkaboat")["interests_included"] is False
     with Client(daemon.socket_path, timeout_s=10) as client:
         assert client.interests("w")["total"] == 3
+
+
+def test_items_name_the_lines_of_the_text_they_show_around_a_window(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Hybrid hits cut to their best window and a line each side: between paragraphs that
+    # line is blank, and the item (shown without it) starts and ends where its text does.
+    root = tmp_path / "ws"
+    rel = "memory/2026-08-01/log.md"
+    write(root, rel, "# Log\n\n" + "\n\n".join(
+        f"entry {i}: " + "alpha beta gamma delta " * 8 for i in range(10)) + "\n")
+    lines = (root / rel).read_text(encoding="utf-8").split("\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(window_config(root, fake, "context_lines = 1"))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        units = [t for r in fake.requests if r.path.endswith("/embeddings")
+                 for t in r.json["input"] if t != "ping"]
+        assert len(units) > 2
+        for unit in units:
+            hit = d.call("memory.search", {"agent_id": "w", "query": unit})["results"][0]
+            assert hit["text"] == "\n".join(lines[hit["start_line"] - 1:hit["end_line"]])
+            answer = d.call("memory.recall", {"agent_id": "w", "query": unit,
+                                              "budget_chars": 20_000})
+            for item in answer["items"]:
+                shown = "\n".join(lines[item["start_line"] - 1:item["end_line"]])
+                assert item["text"] == shown, (item["start_line"], item["end_line"])
+                assert shown.strip() and lines[item["start_line"] - 1].strip()
+        assert d.stop() == 0

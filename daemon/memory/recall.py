@@ -65,19 +65,22 @@ def query_of(query: str | None, messages: Sequence[object] | None) -> str:
 def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
     text = raw["text"]
     start = raw["start_line"]
-    end = raw["end_line"]
     if kind == "linked":
         # Neighbours are shown by their body: a block of keys tells an agent little.
-        body, skipped = body_of(text)
-        lines = body.split("\n")
-        lead = 0
-        while lead < len(lines) and not lines[lead].strip():
-            lead += 1
-        start += skipped + lead
-        text = "\n".join(lines[lead:])
+        text, skipped = body_of(text)
+        start += skipped
+    # Blank lines at either end are not shown (a window's context line may be one), and
+    # the lines given are those of the text shown.
+    lines = text.split("\n")
+    lead, end = 0, len(lines)
+    while lead < end and not lines[lead].strip():
+        lead += 1
+    while end > lead and not lines[end - 1].strip():
+        end -= 1
+    start += lead
     return {"kind": kind, "path": raw["path"], "start_line": start,
-            "end_line": max(start, end), "text": text.strip(), "score": raw["score"],
-            "via": raw.get("via")}
+            "end_line": start + max(end - lead - 1, 0), "text": "\n".join(lines[lead:end]),
+            "score": raw["score"], "via": raw.get("via")}
 
 
 def _label(item: RecallItem) -> str:
