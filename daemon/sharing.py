@@ -141,8 +141,12 @@ async def search_workspaces(
         expanded.extend(_tag(answer["expanded"], ws.agent_id))
     results.sort(key=lambda r: -r["score"])
     results = results[:max_results]
-    kept = {(r.get("agent_id"), r["path"]) for r in results}
-    expanded = [e for e in expanded if (e.get("agent_id"), e.get("via")) in kept]
+    # The neighbours of the results kept, those of the first results first, at most
+    # max_results of them (as in a search of one workspace).
+    rank: dict[tuple[str | None, str | None], int] = {
+        (r.get("agent_id"), r["path"]): i for i, r in enumerate(results)}
+    expanded = sorted((e for e in expanded if (e.get("agent_id"), e.get("via")) in rank),
+                      key=lambda e: rank[e.get("agent_id"), e.get("via")])[:max_results]
     modes = sorted({a["mode"] for a in answers.values()} - {""})
     merged: SearchAnswer = {
         "results": results,

@@ -129,3 +129,29 @@ def test_a_link_by_name_goes_to_another_note_of_that_name_when_its_own_goes(
     assert links_of(daemon, "planword") == ["memory/2026-08-01/standup.md"]
     write(root, "memory/2026-08-03/other.md", "# Other\notherword [[Standup]]\n")
     assert links_of(daemon, "otherword") == ["memory/2026-08-01/standup.md"]
+
+
+def test_a_search_of_several_workspaces_expands_as_one_does(daemon_factory: DaemonFactory,
+                                                            tmp_path: Path) -> None:
+    config = ""
+    for agent in ("alice", "bob"):
+        root = tmp_path / agent
+        config += f'[workspaces.{agent}]\npath = "{root}"\nshared_with = ["alice"]\n'
+        for i in range(4):
+            write(root, f"memory/2026-08-01/{agent}{i}.md",
+                  f"# {agent} {i}\n" + "heronword " * (4 - i)
+                  + f"\n[[{agent}{i}a]] [[{agent}{i}b]]\n")
+            for side in "ab":
+                write(root, f"memory/2026-08-02/{agent}{i}{side}.md", f"neighbour {side}\n")
+    d = daemon_factory(config)
+    for agent in ("alice", "bob"):
+        d.call("index.sync", {"agent_id": agent})
+    answer = d.call("memory.search", {"agent_id": "alice", "query": "heronword",
+                                      "agents": ["alice", "bob"], "max_results": 3})
+    results = [(r["agent_id"], r["path"]) for r in answer["results"]]
+    assert len(results) == 3
+    # At most max_results neighbours, those of the first results first.
+    vias = [(e["agent_id"], e["via"]) for e in answer["expanded"]]
+    assert len(vias) == 3
+    assert vias == sorted(vias, key=results.index)
+    assert vias[0] == results[0]
