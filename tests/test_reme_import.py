@@ -272,3 +272,27 @@ def test_copies_an_older_version_wrote_under_remes_names_go(daemon_factory: Any,
     res = d2.call("memory.search", {"agent_id": "w", "query": "walrus"})
     assert res["results"][0]["path"] == "memory/2026-07-01/a.md"
     assert d2.stop() == 0
+
+
+def test_remes_stored_vectors_are_reused_with_the_cache_off(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    # ReMe run with its embedding cache off keeps vectors only in its chunk store.
+    import shutil
+
+    ws = copy_fixture(tmp_path / "ws")
+    shutil.rmtree(ws / "mem_metadata" / "embedding_store")
+    emb = embedding_toml().replace(f"dimensions = {DIMS}",
+                                   f"dimensions = {DIMS}, enable_cache = false")
+    config = f'[workspaces.w]\npath = "{ws}"\n{emb}[daemon]\npersist_delay_s = 0.05\n'
+    with fixture_provider() as fake:
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        assert st["reused_vectors"] == st["total"] > 30
+        assert passage_texts(fake) == []
+        assert d.stop() == 0
+        d2 = daemon_factory(config)
+        d2.call("index.sync", {"agent_id": "w"})
+        wait_full(d2)
+        assert passage_texts(fake) == []
+        assert d2.stop() == 0

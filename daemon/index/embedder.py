@@ -296,7 +296,8 @@ class VectorWorker:
     async def _embed_round(self, items: list[tuple[int, str]],
                            units: list[list[str]] | None = None) -> int:
         """Vectors for ``items``: the cache first, the provider for the rest; install them.
-        With ``enable_cache`` off the cache is neither read nor written.
+        With ``enable_cache`` off the cache is neither read nor written, except for the
+        vectors taken from ReMe's chunk store.
 
         ``units``: per item the texts embedded for it (its windows); the chunk's own
         vector is then their normalised mean (what is persisted with the chunk, and what
@@ -313,9 +314,15 @@ class VectorWorker:
                      else ts for (_, text), ts in zip(items, units, strict=True)]
         texts = list(dict.fromkeys(t for ts in units for t in ts))
         hashes = [text_hash(t) for t in texts]
-        cached: list[F32 | None] = (
-            await trio.to_thread.run_sync(space.cache.get_many, hashes) if use_cache
-            else [None] * len(texts))
+        # With the cache off, the vectors taken from ReMe's chunk store (kept in the
+        # cache) are still read: ReMe paid for them.
+        lookup = [i for i, h in enumerate(hashes) if use_cache or h in self.reme_hashes]
+        cached: list[F32 | None] = [None] * len(texts)
+        if lookup:
+            hits = await trio.to_thread.run_sync(space.cache.get_many,
+                                                 [hashes[i] for i in lookup])
+            for i, hit in zip(lookup, hits, strict=True):
+                cached[i] = hit
         vectors: dict[str, F32] = {}
         missing: list[int] = []
         for i, vec in enumerate(cached):
