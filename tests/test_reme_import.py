@@ -296,3 +296,39 @@ def test_remes_stored_vectors_are_reused_with_the_cache_off(daemon_factory: Any,
         wait_full(d2)
         assert passage_texts(fake) == []
         assert d2.stop() == 0
+
+
+def test_a_store_left_from_remes_former_model_is_not_reused(daemon_factory: Any,
+                                                           tmp_path: Path) -> None:
+    # ReMe switched to the configured model: its cache of this space holds a few chunk
+    # texts, its chunk store still the former model's vectors (same dimensions).
+    from recalld.daemon.index.embedcache import encode_f16
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import read_foreign_records, write_records
+
+    ws = copy_fixture(tmp_path / "ws")
+    meta = ws / "mem_metadata"
+    store = meta / reme_import.CHUNK_STORE
+    records = read_foreign_records(store).records
+    rng = np.random.default_rng(7)
+    for rec in records:
+        rec["_embedding_f16_b64"] = encode_f16(rng.standard_normal(DIMS).astype(np.float32))
+    write_records(REAL, store, records)
+    npz = next((meta / "embedding_store").glob("*.npz"))
+    kept = {reme_import.text_key(r["text"], CONFIG.max_input_length) for r in records[:5]}
+    with np.load(npz) as data:
+        rows = [i for i, k in enumerate(data["keys"]) if str(k) in kept]
+        keys, emb = data["keys"][rows], data["embeddings"][rows]
+    np.savez(npz, keys=keys, embeddings=emb)
+    assert len(keys) == 5
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}')
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        # The five its cache confirms come from ReMe; every other chunk is paid for (a
+        # long one as its windows).
+        asked = passage_texts(fake)
+        assert st["reused_vectors"] == 0 and st["reme_cache_texts"] == 5
+        assert len(asked) >= len(records) - 5
+        assert not set(asked) & {r["text"] for r in records[:5]}
+        assert d.stop() == 0

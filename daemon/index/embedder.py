@@ -48,7 +48,7 @@ import trio
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.embedcache import decode_f16, text_hash
+from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
@@ -83,7 +83,8 @@ class ReMeVectors(TypedDict, total=False):
     other_spaces: list[str]  # ReMe cache files of other spaces
     refused: dict[str, str]  # cache file -> why it was not read
     store_vectors: int  # vectors in ReMe's chunk store
-    store_vectors_used: int  # of those, the ones of the configured dimensions
+    store_vectors_used: int  # of those, the ones reused (of this space, these dimensions)
+    store_vectors_other_space: int  # of those, the ones shown to be of another space
 
 
 class VectorStatus(TypedDict):
@@ -201,7 +202,8 @@ class VectorWorker:
     async def _seed_foreign(self) -> None:
         """Reuse what ReMe embedded: its chunk store's vectors go into the cache of the
         configured space (when ReMe's own cache says they were made in it, or says
-        nothing), and its cache file of this space is kept for lookups by ReMe's key."""
+        nothing, and does not contradict: ``reme_import.stored_vectors``), and its cache
+        file of this space is kept for lookups by ReMe's key."""
         found, self.index.foreign_vectors = self.index.foreign_vectors, []
         dims = self.target.dims
         metadata = self.index.store.metadata_dir
@@ -211,18 +213,12 @@ class VectorWorker:
             self._reme_cache = cache.vectors
             self.reme = {"space": cache.space, "cache_vectors": len(cache.vectors),
                          "other_spaces": cache.other_spaces, "refused": cache.refused,
-                         "store_vectors": len(found), "store_vectors_used": 0}
-            if not cache.space_known:
-                return 0
-            items: list[tuple[str, F32]] = []
-            for text, value in found:
-                try:
-                    vec = decode_f16(value)
-                except ValueError:
-                    continue
-                if vec.shape[0] == dims:
-                    items.append((text_hash(text), vec))
+                         "store_vectors": len(found)}
+            usable, other = reme_import.stored_vectors(found, cache, dims,
+                                                       self.config.max_input_length)
+            items = [(text_hash(text), vec) for text, vec in usable]
             self.reme["store_vectors_used"] = len(items)
+            self.reme["store_vectors_other_space"] = other
             self.reme_hashes = {h for h, _ in items}
             return self.target.cache.put_many(items)
 

@@ -16,7 +16,9 @@ ReMe 0.4.2 keeps, beside the Markdown:
 Vectors in the chunk store carry no vector space. They are reused only when ReMe's cache
 holds a file for the configured space (its vectors were made there) or holds no file at
 all; when ReMe's cache only knows other spaces, the chunk store's vectors are of one of
-those and are not used.
+those and are not used. Nor are they when one of them differs from the vector ReMe's
+cache of the configured space holds for the same text (ReMe changed its model and has
+not re-indexed yet): then only the stored vectors that cache confirms are used.
 
 Nothing here writes: ReMe's files stay as ReMe wrote them. Blocking; call from worker
 threads.
@@ -29,7 +31,7 @@ import logging
 import re
 import unicodedata
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -39,7 +41,9 @@ import numpy.typing as npt
 import orjson
 import zstandard
 
+from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
+from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import StorageError
@@ -262,6 +266,53 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     return {str(k): rows[i] for i, k in enumerate(keys)}
 
 
+#: Two vectors of one text closer than this (cosine) are of one space: a provider's own
+#: noise and float16 rounding stay far above it, another model's vectors far below.
+SAME_SPACE_COSINE: Final = 0.98
+
+
+def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims: int,
+                   max_input_length: int) -> tuple[list[tuple[str, F32]], int]:
+    """The chunk store's vectors that can serve ``cache``'s space, as ``(text, vector)``,
+    and how many of them were shown to be of another space.
+
+    None when ReMe's cache names only other spaces. A vector whose text ReMe's cache of
+    this space also holds is checked against it; once one differs (ReMe changed its
+    embedding model and the store still holds the former model's vectors), only the
+    vectors shown to agree are used. Malformed vectors and other dimensions are skipped.
+    """
+    if not cache.space_known:
+        return [], 0
+    agreed: list[tuple[str, F32]] = []
+    unchecked: list[tuple[str, F32]] = []
+    other = 0
+    for text, value in found:
+        try:
+            vec = decode_f16(value)
+        except ValueError:
+            continue
+        if vec.shape[0] != dims:
+            continue
+        row = cache.vectors.get(text_key(text, max_input_length))
+        if row is None:
+            unchecked.append((text, vec))
+        elif _cosine(vec, row.astype(np.float32)) >= SAME_SPACE_COSINE:
+            agreed.append((text, vec))
+        else:
+            other += 1
+    if other:
+        log.warning("ReMe's chunk store holds %d vector(s) of another embedding space; "
+                    "only the %d its cache of this space confirms are reused", other,
+                    len(agreed))
+        return agreed, other
+    return agreed + unchecked, 0
+
+
+def _cosine(a: F32, b: F32) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b)) / norm if norm > 0 else 0.0
+
+
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
            "first_record", "load_npz", "read_embeddings", "read_store", "remove_own_mirrors",
-           "space_id", "text_key"]
+           "space_id", "stored_vectors", "text_key"]
