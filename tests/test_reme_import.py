@@ -332,3 +332,31 @@ def test_a_store_left_from_remes_former_model_is_not_reused(daemon_factory: Any,
         assert len(asked) >= len(records) - 5
         assert not set(asked) & {r["text"] for r in records[:5]}
         assert d.stop() == 0
+
+
+def test_one_vector_out_of_range_leaves_the_rest_of_remes_cache(daemon_factory: Any,
+                                                                 tmp_path: Path) -> None:
+    # ReMe's cache is the only source of vectors (its chunk store keeps none); one of its
+    # float16 rows overflowed.
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import read_foreign_records, write_records
+
+    ws = copy_fixture(tmp_path / "ws")
+    meta = ws / "mem_metadata"
+    records = read_foreign_records(meta / reme_import.CHUNK_STORE).records
+    for rec in records:
+        del rec["_embedding_f16_b64"]
+    write_records(REAL, meta / reme_import.CHUNK_STORE, records)
+    npz = next((meta / "embedding_store").glob("*.npz"))
+    with np.load(npz) as data:
+        keys, emb = data["keys"], data["embeddings"].copy()
+    emb[0, 3] = np.inf
+    np.savez(npz, keys=keys, embeddings=emb)
+    assert list(reme_import.read_embeddings(meta, CONFIG).vectors) == [str(k) for k in keys[1:]]
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}')
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        assert st["reme_cache_texts"] == len(keys) - 1
+        assert 1 <= len(passage_texts(fake)) <= 3  # the one chunk (or its windows)
+        assert d.stop() == 0

@@ -241,7 +241,8 @@ def read_embeddings(metadata_dir: Path, config: EmbeddingModelConfig) -> ReMeEmb
 def load_npz(path: Path, dims: int) -> dict[str, F16]:
     """``keys`` -> row of ``embeddings`` from one of ReMe's cache files. Only an archive of
     exactly those two plain arrays is read (no pickled objects: ``allow_pickle=False``);
-    anything else raises ValueError."""
+    anything else raises ValueError, as does an archive with no finite vector (one with
+    some gives those)."""
     try:
         size = path.stat().st_size
         if size > MAX_NPZ_BYTES:
@@ -261,9 +262,13 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     if emb.shape[1] != dims:
         raise ValueError(f"vectors of {emb.shape[1]} dimensions, expected {dims}")
     rows = emb.astype("<f2")
-    if not np.all(np.isfinite(rows)):
+    finite = np.isfinite(rows).all(axis=1)
+    if len(rows) and not finite.any():
         raise ValueError("non-finite values")
-    return {str(k): rows[i] for i, k in enumerate(keys)}
+    if not finite.all():  # a value past float16's range: that vector only is left out
+        log.warning("ReMe embedding cache %s: %d vector(s) with non-finite values left out",
+                    path, int((~finite).sum()))
+    return {str(k): rows[i] for i, k in enumerate(keys) if finite[i]}
 
 
 #: Two vectors of one text closer than this (cosine) are of one space: a provider's own
