@@ -20,6 +20,7 @@ from reme_fixture_util import (
     passage_texts,
 )
 from test_qwenpaw_config import qwenpaw_memory_config
+from waits import wait_value
 
 from recalld.daemon.index import reme_import
 
@@ -148,3 +149,27 @@ def test_import_of_agents_named_in_other_scripts(daemon: DaemonHandle, tmp_path:
     for name, agent_id in seen.items():
         hits = daemon.call("memory.search", {"agent_id": agent_id, "query": "fern"})
         assert [h["text"].strip() for h in hits["results"]] == [f"- the fern of {name}"]
+
+
+def test_the_estimate_counts_what_the_provider_will_be_asked(daemon: DaemonHandle,
+                                                             tmp_path: Path) -> None:
+    # Another model: nothing of ReMe's is reused, and long chunks go out as their windows.
+    ws = copy_fixture(tmp_path / "other-ws")
+    config = agent_json(batch=4)
+    config["running"]["reme_light_memory_config"]["embedding_model_config"][
+        "model_name"] = "other"
+    (ws / "agent.json").write_text(json.dumps(config), "utf-8")
+    with fixture_provider() as fake:
+        gate = fake.gate(lambda body: body.get("input") != ["ping"])
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        gate.open()
+        assert proc.returncode == 0, proc.stderr
+        vec = json.loads(proc.stdout)["import"]["vectors"]
+        wait_value(lambda: daemon.call("daemon.status")["workspaces"],
+                   lambda wss: any(w["agent_id"] == "coder" and w["index"]["vectors"]["state"]
+                                   == "idle" and w["index"]["vectors"]["coverage"] == 1.0
+                                   for w in wss), "every vector")
+        sent = passage_texts(fake)
+        assert vec["reused_from_reme"] == 0
+        assert vec["to_embed"] == len(set(sent)) > len(fixture_notes())
+        assert vec["estimated_provider_calls"] == math.ceil(len(set(sent)) / 4)
