@@ -360,3 +360,22 @@ def test_one_vector_out_of_range_leaves_the_rest_of_remes_cache(daemon_factory: 
         assert st["reme_cache_texts"] == len(keys) - 1
         assert 1 <= len(passage_texts(fake)) <= 3  # the one chunk (or its windows)
         assert d.stop() == 0
+
+
+def test_a_store_left_from_remes_former_model_is_known_by_its_cache(daemon_factory: Any,
+                                                                    tmp_path: Path) -> None:
+    # ReMe switched to the configured model and has embedded only a query since: its
+    # cache of this space knows no chunk text; that of the former model matches its store.
+    ws = copy_fixture(tmp_path / "ws")
+    folder = ws / "mem_metadata" / "embedding_store"
+    npz = next(folder.glob("*.npz"))
+    npz.rename(folder / "default_v1_0123456789ab.npz")
+    np.savez(npz, keys=np.array(["f" * 64], dtype=str),
+             embeddings=np.ones((1, DIMS), np.float16))
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}')
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        assert st["reused_vectors"] == st["reme_cache_texts"] == 0
+        assert len(passage_texts(fake)) >= st["total"]
+        assert d.stop() == 0

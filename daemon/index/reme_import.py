@@ -17,8 +17,9 @@ Vectors in the chunk store carry no vector space. They are reused only when ReMe
 holds a file for the configured space (its vectors were made there) or holds no file at
 all; when ReMe's cache only knows other spaces, the chunk store's vectors are of one of
 those and are not used. Nor are they when one of them differs from the vector ReMe's
-cache of the configured space holds for the same text (ReMe changed its model and has
-not re-indexed yet): then only the stored vectors that cache confirms are used.
+cache of the configured space holds for the same text, or is the one its cache of another
+space holds (ReMe changed its model and has not re-indexed yet): then only the stored
+vectors the cache of the configured space confirms are used.
 
 Nothing here writes: ReMe's files stay as ReMe wrote them. Blocking; call from worker
 threads.
@@ -208,6 +209,9 @@ class ReMeEmbeddings:
     vectors: dict[str, F16] = field(default_factory=dict)
     #: ReMe cache files found for other spaces.
     other_spaces: list[str] = field(default_factory=list)
+    #: The vectors of those of the same dimensions (key -> vector, one dict a file): what
+    #: tells the chunk store's vectors of a former model apart.
+    others: list[dict[str, F16]] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -229,6 +233,10 @@ def read_embeddings(metadata_dir: Path, config: EmbeddingModelConfig) -> ReMeEmb
             continue
         if m["space"] != sid:
             out.other_spaces.append(m["space"])
+            try:
+                out.others.append(load_npz(path, config.dimensions))
+            except ValueError:
+                pass  # other dimensions (or unreadable): no vector of this space to confuse
             continue
         try:
             out.vectors.update(load_npz(path, config.dimensions))
@@ -282,9 +290,11 @@ def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims
     and how many of them were shown to be of another space.
 
     None when ReMe's cache names only other spaces. A vector whose text ReMe's cache of
-    this space also holds is checked against it; once one differs (ReMe changed its
-    embedding model and the store still holds the former model's vectors), only the
-    vectors shown to agree are used. Malformed vectors and other dimensions are skipped.
+    this space also holds is checked against it; one that differs from it, or that
+    matches what ReMe's cache of another space holds for its text, is of another space
+    (ReMe changed its embedding model and the store still holds the former model's
+    vectors). Once one is, only the vectors shown to agree are used. Malformed vectors
+    and other dimensions are skipped.
     """
     if not cache.space_known:
         return [], 0
@@ -298,13 +308,17 @@ def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims
             continue
         if vec.shape[0] != dims:
             continue
-        row = cache.vectors.get(text_key(text, max_input_length))
-        if row is None:
-            unchecked.append((text, vec))
-        elif _cosine(vec, row.astype(np.float32)) >= SAME_SPACE_COSINE:
-            agreed.append((text, vec))
-        else:
+        key = text_key(text, max_input_length)
+        row = cache.vectors.get(key)
+        if row is not None:
+            if _same(vec, row):
+                agreed.append((text, vec))
+            else:
+                other += 1
+        elif any(key in o and _same(vec, o[key]) for o in cache.others):
             other += 1
+        else:
+            unchecked.append((text, vec))
     if other:
         log.warning("ReMe's chunk store holds %d vector(s) of another embedding space; "
                     "only the %d its cache of this space confirms are reused", other,
@@ -313,9 +327,11 @@ def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims
     return agreed + unchecked, 0
 
 
-def _cosine(a: F32, b: F32) -> float:
-    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return float(np.dot(a, b)) / norm if norm > 0 else 0.0
+def _same(vec: F32, row: F16) -> bool:
+    """Whether two vectors of one text come from one space."""
+    b = row.astype(np.float32)
+    norm = float(np.linalg.norm(vec) * np.linalg.norm(b))
+    return norm > 0 and float(np.dot(vec, b)) / norm >= SAME_SPACE_COSINE
 
 
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
