@@ -324,7 +324,9 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
             changes[name] = nested
             continue
         if name == "auto_memory_interval":
-            changes[name] = _coerce(name, value, 0, where)
+            interval = _coerce(name, value, 0, where)
+            # QwenPaw: None or <= 0 turns periodic auto memory off.
+            changes[name] = 0 if isinstance(interval, int) and interval < 0 else interval
         else:
             changes[name] = _coerce(name, value, default, where)
         # The value has the right type; the rules table says whether it is in range.

@@ -175,8 +175,8 @@ def _agents(value: object) -> str | None:
     return None
 
 
-def _optional_between(low: int, high: int) -> Rule:
-    inner = between(low, high)
+def _optional_between(low: int, high: int, *, bad: object = None) -> Rule:
+    inner = between(low, high, bad=bad)
     return Rule(lambda v: None if v is None else inner.check(v), inner.bad)
 
 
@@ -212,7 +212,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("WorkspaceSettings", "resource_dir"): WATCHED_DIR,
     ("WorkspaceSettings", "daily_dir"): NOTES_DIR,
     ("WorkspaceSettings", "digest_dir"): NOTES_DIR,
-    ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000),
+    # A negative interval is QwenPaw's "off" (0) before this rule sees it.
+    ("WorkspaceSettings", "auto_memory_interval"): _optional_between(0, 100_000,
+                                                                     bad=100_001),
     # Seconds a conversation may stay idle before its turns are written (0: never).
     ("WorkspaceSettings", "auto_memory_idle_s"): between(0, 31_536_000),
     ("WorkspaceSettings", "dream_cron"): Rule(_cron, "0 25 * * *"),

@@ -86,6 +86,15 @@ def test_a_null_table_is_not_set(daemon: DaemonHandle) -> None:
     assert opened["settings"]["search"]["fusion"] == base.search.fusion
 
 
+def test_a_negative_auto_memory_interval_turns_it_off(daemon: DaemonHandle) -> None:
+    # QwenPaw: "None or <= 0 disables periodic auto memory".
+    agent = {"id": "paw", "running": {"reme_light_memory_config": {
+        **qwenpaw_memory_config(), "auto_memory_interval": -1}}}
+    opened = daemon.call("workspace.open", {"agent_id": "paw", "config": agent})
+    assert opened["state"] == "ready", opened
+    assert opened["settings"]["auto_memory_interval"] == 0
+
+
 def test_an_empty_dream_cron_turns_the_dream_off() -> None:
     s = config.WorkspaceSettings().merged({"dream_cron": ""})
     assert s.dream_cron_enabled is False
