@@ -46,6 +46,18 @@ def agent_id_of(name: str) -> str:
     return NOT_ID_CHARS.sub("-", name).strip("-.")[:64].strip("-.") or "default"
 
 
+def free_agent_id(client: Client, agent: str, root: Path) -> str:
+    """``agent``, or ``qwenpaw-<agent>`` when a workspace of that id is open on another
+    folder (QwenPaw's first agent and recalld's own workspace are both ``default``)."""
+    listed = client.call("workspace.list").get("workspaces", [])
+    for ws in listed:
+        path = ws.get("path")
+        if (ws.get("agent_id") == agent and ws.get("state") in ("opening", "ready")
+                and isinstance(path, str) and Path(path).resolve() != root.resolve()):
+            return agent_id_of(f"qwenpaw-{agent}")
+    return agent
+
+
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     """The parsed ``agent.json`` (None when absent and not named explicitly)."""
     try:
@@ -72,6 +84,8 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     agent_json = Path(ns.agent_json).expanduser() if ns.agent_json else root / "agent.json"
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
     agent = agent_id_of(str(ns.agent or (config or {}).get("id") or root.name))
+    if not ns.agent:
+        agent = free_agent_id(client, agent, root)
     if getattr(ns, "timeout", None) is None:
         client.timeout_s = IMPORT_TIMEOUT_S
     with following(client, "import-qwenpaw", as_json=as_json,

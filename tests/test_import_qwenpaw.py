@@ -173,3 +173,21 @@ def test_the_estimate_counts_what_the_provider_will_be_asked(daemon: DaemonHandl
         assert vec["reused_from_reme"] == 0
         assert vec["to_embed"] == len(set(sent)) > len(fixture_notes())
         assert vec["estimated_provider_calls"] == math.ceil(len(set(sent)) / 4)
+
+
+def test_qwenpaws_default_agent_beside_recallds_default_workspace(daemon: DaemonHandle,
+                                                                  tmp_path: Path) -> None:
+    # QwenPaw's first agent is `default`, the name of recalld's own workspace (open).
+    ws = tmp_path / "qwenpaw" / "workspaces" / "default"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
+    (ws / "agent.json").write_text(json.dumps({"id": "default", "running": {}}), "utf-8")
+    for _ in range(2):  # the same id at every import
+        proc = cli(daemon, "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        assert f"opened {ws} as agent qwenpaw-default" in proc.stdout
+    hits = daemon.call("memory.search", {"agent_id": "qwenpaw-default", "query": "fern"})
+    assert [h["path"] for h in hits["results"]] == ["memory/2026-01-02/n.md"]
+    # Named explicitly, the id is taken as given (and refused while it serves elsewhere).
+    proc = cli(daemon, "import-qwenpaw", str(ws), "--agent", "default")
+    assert proc.returncode == 2 and "already open" in proc.stderr
