@@ -294,3 +294,30 @@ def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHand
     entry = catalog(root)["resource/gone.txt"]
     assert entry["state"] == "removed" and not entry.get("note"), entry
     assert not (root / "memory").exists() or not list((root / "memory").rglob("*.md"))
+
+
+def test_a_resource_renamed_keeps_its_note(daemon: DaemonHandle, fake: FakeProvider,
+                                           tmp_path: Path) -> None:
+    # A rename (or a move within resource/, or a case-only rename) is one file: its note
+    # follows it; the model is not asked again and no note says its source was removed.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/Report Q3.txt", "Revenue grew 12 percent in Q3.\n")
+    open_ws(daemon, "mv", root, fake)
+    wait_state(root, "resource/Report Q3.txt", "processed")
+    note = catalog(root)["resource/Report Q3.txt"]["note"]
+    calls = len(fake.requests)
+    for old, new in (("resource/Report Q3.txt", "resource/2026-10/report q3.txt"),
+                     ("resource/2026-10/report q3.txt", "resource/2026-10/REPORT Q3.txt")):
+        (root / new).parent.mkdir(parents=True, exist_ok=True)
+        (root / old).rename(root / new)
+        wait_state(root, new, "processed")
+        wait_for(lambda old=old: old not in catalog(root))
+        assert catalog(root)[new]["note"] == note
+        fields, text = parse_frontmatter((root / note).read_text())[0], (root / note).read_text()
+        assert fields["source_resource"] == f"[[{new}]]" and f"Source: [[{new}]]" in text
+        assert "source_removed" not in fields and f"[[{old}]]" not in text
+    daemon.call("index.sync", {"agent_id": "mv"})
+    assert len(fake.requests) == calls
+    assert [p.relative_to(root).as_posix() for p in (root / "memory").rglob("*.md")
+            if "resource" in p.name] == [note]

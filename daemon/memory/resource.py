@@ -216,12 +216,46 @@ class ResourceCatalog:
             todo.update(p for p in below if self.watcher.is_note(p))
         changed = False
         async with self._lock:
+            was = {rel: dict(self.records[rel]) for rel in todo if rel in self.records}
             for rel in sorted(todo):
                 changed |= await self._catalog_one(rel)
+            await self._follow_moves(todo, was)
         if changed:
             await self._save()
             if self._request_job is not None and self.work(chat_enabled=False):
                 await self._request_job()
+
+    async def _follow_moves(self, todo: set[str], was: dict[str, JsonObject]) -> None:
+        """A file interpreted before that went (its note not yet marked "source
+        removed"), and a new one of the same bytes, is that file renamed or moved: it
+        keeps its note (which now names it) instead of a second model call and a note
+        marked "source removed"."""
+        new = [rel for rel in todo if rel not in was
+               and self.records.get(rel, {}).get("state") == "queued"]
+        if not new:
+            return
+        gone = {rec["digest"]: rel for rel, rec in self.records.items()
+                if rec["state"] == "removed" and rec.get("note") and not rec.get("marked")}
+        for rel in sorted(new):
+            rec = self.records[rel]
+            old = gone.pop(rec["digest"], None)
+            if old is None:
+                continue
+            moved = self.records.pop(old)
+            rec.update(note=moved["note"], state="processed", first_seen=moved["first_seen"])
+            await self._renamed_in_note(str(moved["note"]), old, rel)
+
+    async def _renamed_in_note(self, note: str, old: str, new: str) -> None:
+        files = fileops_for(self.ws)
+        text = await files.read_text(note)
+        if text is None:
+            return
+        inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
+        text = update_fm(text, {"name": f"Resource {inside[1]}",
+                                "source_resource": f"[[{new}]]"})
+        text = text.replace(f"[[{old}]]", f"[[{new}]]").replace(
+            f"\n# {inside[0]}\n", f"\n# {inside[1]}\n", 1)
+        await files.write(note, text)
 
     async def _catalog_one(self, rel: str) -> bool:
         info = await trio.to_thread.run_sync(file_digest, self.ws.root, rel)
