@@ -1,10 +1,12 @@
-"""Agent ids for agents named in any script (QwenPaw agents, AgentScope agents and users).
+"""Agent and session ids in any script (QwenPaw agents, AgentScope agents, users, chats).
 
 A recalld agent id is 1-64 characters of ``A-Z a-z 0-9 _ . -``. A name in another script
 would lose most of its characters and collide with every other one ("研究助手" and
 "写作助手" both become empty), so :func:`non_latin_agent_id` keeps its ASCII letters
 (accents folded, ``agent`` if none) and adds a digest of the whole name: distinct names,
-distinct ids, the same one every time. No I/O.
+distinct ids, the same one every time. :func:`session_key` does the same for the
+conversation ids of agent frameworks, which the daemon takes in a narrower alphabet.
+No I/O.
 """
 
 from __future__ import annotations
@@ -48,3 +50,24 @@ def workspace_id(name: str) -> str:
     if AGENT_ID.fullmatch(name) and name not in (".", ".."):
         return name
     return workspace_name(name)
+
+
+#: A session id the daemon takes (``memory.add_turns``), but for a leading ``.``.
+SESSION_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+#: A run of characters no session id has.
+NOT_SESSION_CHARS = re.compile(r"[^A-Za-z0-9_.:@-]+")
+
+
+def session_key(session: str) -> str:
+    """The daemon's session id for an agent framework's conversation id.
+
+    An id the daemon takes (1-128 characters of ``A-Z a-z 0-9 _ . : @ -``, not starting
+    with ``.``) stays as it is. Any other (``user 42/chat``, ``会话-1``, a 200-character
+    id) keeps its ASCII letters and digits (accents folded, others ``_``, at most 100)
+    and gets a digest of the whole id: distinct conversations, distinct sessions, the same
+    one every time."""
+    if SESSION_ID.fullmatch(session) and not session.startswith("."):
+        return session
+    folded = unicodedata.normalize("NFKD", session).encode("ascii", "ignore").decode()
+    base = NOT_SESSION_CHARS.sub("_", folded)[:100].strip("._-") or "session"
+    return f"{base}-{hashlib.blake2s(session.encode(), digest_size=4).hexdigest()}"

@@ -19,9 +19,11 @@ middlewares offer, without an index in the agent process::
   gives the agent the ``memory_search`` and ``add_memory`` tools (from
   :meth:`list_tools`) and says so in the system prompt; ``both`` (default) does both.
 - Write-back in every mode: each reply's new messages go to ``memory.add_turns`` under
-  the agent's ``state.session_id``; the daemon's auto_memory job turns them into notes
-  (every ``auto_memory_interval`` user turns, after ``auto_memory_idle_s`` without a
-  turn, and when :meth:`~RecalldMemoryMiddleware.close` ends the conversations it saw).
+  the agent's ``state.session_id`` (an id the daemon does not take, ``user 42/chat`` or
+  ``会话-1``, as :func:`session_key` of it); the daemon's auto_memory job turns them
+  into notes (every ``auto_memory_interval`` user turns, after ``auto_memory_idle_s``
+  without a turn, and when :meth:`~RecalldMemoryMiddleware.close` ends the
+  conversations it saw).
 - Context compaction: when the agent compacts its context and the workspace's
   ``summarize_when_compact`` is true (the default), the turns the compaction folds
   away go to auto_memory first (``on_compress_context``).
@@ -62,7 +64,7 @@ nothing else in :mod:`recalld.ipc` imports them.
 
 from __future__ import annotations
 
-from recalld.ipc.agent_ids import workspace_name
+from recalld.ipc.agent_ids import session_key, workspace_name
 from recalld.ipc.agentscope_mem0 import (
     MEM0_NOTE_NAME,
     MEM0_SECTION_HEADER,
@@ -126,5 +128,6 @@ __all__ = [
     "format_hits",
     "memory_message",
     "model_overrides",
+    "session_key",
     "workspace_name",
 ]

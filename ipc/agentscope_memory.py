@@ -22,7 +22,7 @@ from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import workspace_id, workspace_name
+from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
@@ -173,7 +173,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
         """Store ``content`` as a note of the day; returns where it went."""
         await self._ensure_open(workspace)
-        return await self.client.add_note(workspace, content, session_id=session_id)
+        return await self.client.add_note(
+            workspace, content,
+            session_id=session_key(session_id) if session_id is not None else None)
 
     async def memory_index(self, workspace: str) -> str:
         """The rendered node index of the workspace, cached for ``index_ttl_s``."""
@@ -192,7 +194,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._unflushed.pop(session, None)
         try:
             await self._ensure_open(workspace)
-            await self.client.end_session(workspace, session)
+            await self.client.end_session(workspace, session_key(session))
         except _DAEMON_ERRORS as exc:
             log.warning("recalld end_session for %s/%s failed: %s", workspace, session, exc)
 
@@ -297,9 +299,10 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         messages = _turns(current)
         try:
             if messages:
+                key = session_key(session)
                 await self.client.add_turns(
-                    workspace, session, messages, flush=True,
-                    request_id=f"asc:{session}:{agent.state.reply_id}:{current[0].id}"[:200])
+                    workspace, key, messages, flush=True,
+                    request_id=f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200])
                 self._unflushed.pop(session, None)
             else:
                 await self.end_session(workspace, session)
@@ -343,8 +346,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         try:
             await self._ensure_open(workspace)
             # The reply id makes a retried write-back add nothing twice.
-            await self.client.add_turns(workspace, session, messages,
-                                        request_id=f"as:{session}:{agent.state.reply_id}"[:200])
+            key = session_key(session)
+            await self.client.add_turns(workspace, key, messages,
+                                        request_id=f"as:{key}:{agent.state.reply_id}"[:200])
             self._unflushed[session] = workspace
             self._unflushed.move_to_end(session)
             while len(self._unflushed) > MAX_SESSIONS:

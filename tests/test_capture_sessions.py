@@ -1,0 +1,75 @@
+"""Conversations with any session id, and many agents in one conversation, become notes.
+
+Real daemon, real AgentScope agents sharing one middleware, and the scripted
+OpenAI-compatible chat server of test_capture_clients (the agents' model and the
+daemon's auto_memory model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from fakes.provider_server import FakeProvider
+from test_capture_clients import config, fake, wait_note, workspace_root  # noqa: F401
+
+from recalld.ipc.agentscope import RecalldMemoryMiddleware, session_key
+
+
+async def reply(fake: FakeProvider, mw: RecalldMemoryMiddleware,  # noqa: F811
+                name: str, session: str, text: str) -> Agent:
+    """One reply of agent ``name`` in conversation ``session``."""
+    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                            model="fake", stream=False, max_retries=0)
+    agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
+                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+    agent.state.session_id = session
+    try:
+        await agent.reply(UserMsg(name="user", content=text))
+    finally:
+        await model.client.close()
+    return agent
+
+
+def test_conversations_with_any_session_id_become_notes(
+        daemon_factory: Any, fake: FakeProvider) -> None:  # noqa: F811
+    """Session ids the daemon does not take (spaces, slashes, Chinese, 200 characters, a
+    leading dot) were refused with only a warning: the conversation never became memory.
+    Each is a note after close() now, under its own session, and add_memory works too."""
+    daemon = daemon_factory(config(fake, idle_s=600))
+    facts = {"user 42/chat": "The lighthouse keeper is called Ines.",
+             "会话-1": "我的猫叫豆豆。",
+             "x" * 200: "The spare key is under the blue pot.",
+             "x" * 199 + "y": "The boat is moored at pier nine.",
+             ".hidden": "The attic stores the winter tyres."}
+    keys = {session: session_key(session) for session in facts}
+    assert len(set(keys.values())) == len(facts), keys
+    assert session_key("chat-1") == "chat-1"  # an id the daemon takes stays as it is
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="keeper", mode="both",
+                                     socket_path=daemon.socket_path)
+        try:
+            for session, fact in facts.items():
+                await reply(fake, mw, "helper", session, fact)
+            added = await mw.add("keeper", "- The ferry leaves at seven.", "notes #7")
+            assert added["session_id"] == session_key("notes #7"), added
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    root = workspace_root(daemon, "keeper")
+    for session, fact in facts.items():
+        note = wait_note(root, fact).read_text(encoding="utf-8")
+        assert f"session_id: {keys[session]}" in note, note
+        assert not any(f in note for f in facts.values() if f != fact), note
+    wait_note(root, "The ferry leaves at seven.")
