@@ -106,8 +106,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                                               autostart=autostart)
         #: Open workspaces and their settings (as ``workspace.open`` answered).
         self._opened: dict[str, JsonObject] = {}
-        #: Sessions with turns written back since their last flush, and their workspace.
-        self._unflushed: OrderedDict[str, str] = OrderedDict()
+        #: (workspace, session) with turns written back since the session's last flush:
+        #: agents in other workspaces may take part in the same conversation.
+        self._unflushed: OrderedDict[tuple[str, str], None] = OrderedDict()
         #: Ids of the context messages before the running reply of each session.
         self._reply_before: dict[str, set[str]] = {}
         # Keyed by session id: one instance may serve many agents and conversations.
@@ -191,7 +192,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def end_session(self, workspace: str, session: str) -> None:
         """Hand the session's pending turns to auto_memory now (failures are logged)."""
-        self._unflushed.pop(session, None)
+        self._unflushed.pop((workspace, session), None)
         try:
             await self._ensure_open(workspace)
             await self.client.end_session(workspace, session_key(session))
@@ -203,7 +204,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         auto_memory), then close the daemon connection if this instance opened it.
         Idempotent."""
         while self._unflushed:
-            session, workspace = self._unflushed.popitem(last=False)
+            (workspace, session), _ = self._unflushed.popitem(last=False)
             await self.end_session(workspace, session)
         if self._owns_client:
             await self.client.aclose()
@@ -303,7 +304,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 await self.client.add_turns(
                     workspace, key, messages, flush=True,
                     request_id=f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200])
-                self._unflushed.pop(session, None)
+                self._unflushed.pop((workspace, session), None)
             else:
                 await self.end_session(workspace, session)
         except _DAEMON_ERRORS as exc:
@@ -349,8 +350,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             key = session_key(session)
             await self.client.add_turns(workspace, key, messages,
                                         request_id=f"as:{key}:{agent.state.reply_id}"[:200])
-            self._unflushed[session] = workspace
-            self._unflushed.move_to_end(session)
+            self._unflushed[workspace, session] = None
+            self._unflushed.move_to_end((workspace, session))
             while len(self._unflushed) > MAX_SESSIONS:
                 self._unflushed.popitem(last=False)  # its idle flush still comes
         except _DAEMON_ERRORS as exc:

@@ -30,7 +30,7 @@ async def reply(fake: FakeProvider, mw: RecalldMemoryMiddleware,  # noqa: F811
     """One reply of agent ``name`` in conversation ``session``."""
     model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
                             model="fake", stream=False, max_retries=0)
-    agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
+    agent = Agent(name=name, system_prompt=f"You are {name}.", model=model,
                   toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
     agent.state.session_id = session
     try:
@@ -73,3 +73,26 @@ def test_conversations_with_any_session_id_become_notes(
         assert f"session_id: {keys[session]}" in note, note
         assert not any(f in note for f in facts.values() if f != fact), note
     wait_note(root, "The ferry leaves at seven.")
+
+
+def test_close_ends_one_conversation_of_many_agents_in_each_workspace(
+        daemon_factory: Any, fake: FakeProvider) -> None:  # noqa: F811
+    """Agents of one middleware (each in its own workspace) taking part in the same
+    conversation id: close() ends that conversation in every workspace (it ended only in
+    the last agent's; the others waited for the idle flush)."""
+    daemon = daemon_factory(config(fake, idle_s=600))
+    facts = {"planner": "The launch is on a Tuesday.", "writer": "The essay needs a title.",
+             "critic": "The draft is too long."}
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(mode="static_control", socket_path=daemon.socket_path)
+        try:
+            for name, fact in facts.items():
+                await reply(fake, mw, name, "room-1", fact)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    for name, fact in facts.items():
+        wait_note(workspace_root(daemon, name), fact)
+
