@@ -48,8 +48,9 @@ middlewares offer, without an index in the agent process::
 Workspaces: ``agent_id`` pins one workspace for every agent using this instance;
 without it each agent uses the workspace named after ``agent.name`` (a name in a
 non-Latin script gets a digest of itself: :func:`workspace_name`). ``agents`` adds
-other workspaces to every search (their owners must share them). All per-conversation
-state is keyed by session id, so one instance may serve many agents at once. Daemon
+other workspaces to every search (their owners must share them). A running reply's
+state is kept per agent and each conversation's per workspace, so one instance may
+serve many agents at once, in one conversation too. Daemon
 failures are logged and never break a reply; the tools report them to the model.
 
 This module is the adapter's public entry point; the code lives in sibling modules:

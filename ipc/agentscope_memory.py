@@ -109,10 +109,14 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         #: (workspace, session) with turns written back since the session's last flush:
         #: agents in other workspaces may take part in the same conversation.
         self._unflushed: OrderedDict[tuple[str, str], None] = OrderedDict()
-        #: Ids of the context messages before the running reply of each session.
-        self._reply_before: dict[str, set[str]] = {}
-        # Keyed by session id: one instance may serve many agents and conversations.
-        self._pending_hits: dict[str, list[str]] = {}
+        # A running reply's state is keyed by its agent's state object (its id): agents
+        # of several workspaces may reply in one conversation at once.
+        #: Ids of the context messages before each running reply.
+        self._reply_before: dict[int, set[str]] = {}
+        #: The recall block waiting for each running reply's first reasoning step.
+        self._pending_hits: dict[int, list[str]] = {}
+        #: The workspace of each running reply (for its tools).
+        self._reply_workspace: dict[int, str] = {}
         self._session_workspace: OrderedDict[str, str] = OrderedDict()
         self._index_cache: dict[str, tuple[float, str]] = {}
 
@@ -225,7 +229,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     ) -> AsyncGenerator[object, None]:
         workspace = self.workspace_of(agent)
         session = self._session_of(agent)
+        key = id(agent.state)
         if session is not None:
+            self._reply_workspace[key] = workspace
             self._session_workspace[session] = workspace
             self._session_workspace.move_to_end(session)
             while len(self._session_workspace) > MAX_SESSIONS:
@@ -238,17 +244,18 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 log.warning("recalld search for %s failed: %s", workspace, exc)
                 hits = []
             if hits:
-                self._pending_hits[session] = hits
+                self._pending_hits[key] = hits
         before = {m.id for m in agent.state.context if isinstance(m, Msg)}
         if session is not None:
-            self._reply_before[session] = before
+            self._reply_before[key] = before
         try:
             async for item in next_handler(**input_kwargs):
                 yield item
         finally:
             if session is not None:
-                self._pending_hits.pop(session, None)
-                self._reply_before.pop(session, None)
+                self._pending_hits.pop(key, None)
+                self._reply_before.pop(key, None)
+                self._reply_workspace.pop(key, None)
             if self.write_back and query and session is not None:
                 await self._write_back(agent, workspace, session, before)
 
@@ -258,8 +265,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         input_kwargs: dict[str, object],
         next_handler: Callable[..., AsyncGenerator[object, None]],
     ) -> AsyncGenerator[object, None]:
-        session = self._session_of(agent)
-        hits = self._pending_hits.pop(session, None) if session is not None else None
+        hits = self._pending_hits.pop(id(agent.state), None)
         if hits:
             agent.state.context.append(memory_message(hits))
         async for event in next_handler(**input_kwargs):
@@ -292,7 +298,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             return
         if not self._opened.get(workspace, {}).get("summarize_when_compact", True):
             return
-        before = self._reply_before.get(session)
+        before = self._reply_before.get(id(agent.state))
         current = [m for m in folded if before is not None and m.id not in before
                    and m.name != MEMORY_MSG_NAME]
         if before is not None:
@@ -358,10 +364,21 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             log.warning("recalld add_turns for %s/%s failed: %s", workspace, session, exc)
 
     def workspace_for_session(self, session: str | None) -> str | None:
-        """The workspace of the agent replying in ``session`` (for tools)."""
+        """The workspace of the agent that replied last in ``session``."""
         if self.agent_id is not None:
             return self.agent_id
         return self._session_workspace.get(session) if session is not None else None
+
+    def workspace_for_state(self, state: object) -> str | None:
+        """The workspace of the agent whose state is ``state`` (for its tools): the one
+        of its running reply, else of the last reply in its session."""
+        if self.agent_id is not None:
+            return self.agent_id
+        workspace = self._reply_workspace.get(id(state))
+        if workspace is not None:
+            return workspace
+        session = getattr(state, "session_id", None)
+        return self.workspace_for_session(session if isinstance(session, str) else None)
 
 
 class MemoryWriteTool(_MemoryTool):

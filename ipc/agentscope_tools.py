@@ -58,8 +58,7 @@ class _MemoryTool(_AllowedTool):
         self._mw = middleware
 
     def _workspace(self, state: object) -> str | None:
-        session = getattr(state, "session_id", None)
-        return self._mw.workspace_for_session(session if isinstance(session, str) else None)
+        return self._mw.workspace_for_state(state)
 
 
 class MemorySearchTool(_MemoryTool):

@@ -19,10 +19,18 @@ from agentscope.credential import OpenAICredential
 from agentscope.message import UserMsg
 from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
-from fakes.provider_server import FakeProvider
-from test_capture_clients import config, fake, wait_note, workspace_root  # noqa: F401
+from fakes.provider_server import FakeProvider, chat_answer, tool_call
+from test_capture_clients import (  # noqa: F401
+    MEMORY_PROMPT,
+    config,
+    fake,
+    model_answer,
+    wait_note,
+    workspace_root,
+)
 
 from recalld.ipc.agentscope import RecalldMemoryMiddleware, session_key
+from recalld.ipc.client import Client
 
 
 async def reply(fake: FakeProvider, mw: RecalldMemoryMiddleware,  # noqa: F811
@@ -96,3 +104,55 @@ def test_close_ends_one_conversation_of_many_agents_in_each_workspace(
     for name, fact in facts.items():
         wait_note(workspace_root(daemon, name), fact)
 
+
+def test_agents_replying_at_once_in_one_conversation_keep_their_memory_apart(
+        daemon_factory: Any, fake: FakeProvider) -> None:  # noqa: F811
+    """Agents of two workspaces replying at the same time in one conversation id, through
+    one middleware: each reply gets its own workspace's recall block (one agent was given
+    the other's memory, the other none) and each agent's add_memory goes to its own
+    workspace."""
+    daemon = daemon_factory(config(fake, idle_s=600))
+    names = ("alpha", "beta")
+    with Client(daemon.socket_path) as c:
+        for name in names:
+            c.workspace_open(name)
+            c.add_note(name, f"The vault code of {name} is {name}-1234.")
+
+    def answer(body: Any) -> dict[str, Any]:
+        messages = body["messages"]
+        system = str(messages[0].get("content"))
+        if MEMORY_PROMPT in system:
+            return model_answer(body)
+        if any(m["role"] == "tool" for m in messages):
+            return chat_answer("done")
+        name = next(n for n in names if f"You are {n}." in system)
+        return chat_answer(None, [tool_call("add_memory", {
+            "thinking": "worth keeping", "content": [f"{name} prefers window seats."]})])
+
+    fake.chat_default = answer
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(mode="both", index_in_prompt=True, index_ttl_s=0,
+                                     socket_path=daemon.socket_path)
+        try:
+            await asyncio.gather(*(reply(fake, mw, name, "room-1", "what is the vault code?")
+                                   for name in names for _ in range(3)))
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    seen = {name: 0 for name in names}
+    for request in fake.requests:
+        text = request.body.decode()
+        if "/chat/completions" not in request.path or MEMORY_PROMPT in text:
+            continue
+        name = next(n for n in names if f"You are {n}." in text)
+        other = next(n for n in names if n != name)
+        assert f"{other}-1234" not in text, (name, text)
+        seen[name] += f"{name}-1234" in text
+    assert seen == {name: 6 for name in names}, seen  # 3 replies x 2 model calls each
+    for name in names:
+        root = workspace_root(daemon, name)
+        notes = "".join(p.read_text(encoding="utf-8") for p in (root / "memory").rglob("*.md"))
+        assert f"{name} prefers window seats." in notes, (name, notes)
+        assert all(f"{n} prefers" not in notes for n in names if n != name), (name, notes)
