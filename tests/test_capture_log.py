@@ -180,3 +180,28 @@ def test_the_log_is_bounded(tmp_path: Path) -> None:
     kept = sorted(p.stem for p in folder.glob("*.json"))
     assert kept == [f"2026010{i}T000000Z-00000{i}" for i in range(2, 7)]
     assert len(list(folder.glob("*.md"))) == 5
+
+
+def test_an_edit_that_empties_a_bullet_from_inside_is_refused(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """An edit of part of a line, without its bullet mark (``Brother Tom is a pilot`` to
+    nothing, or across the end of one bullet into the next), dropped facts the loss guard
+    never saw: it judged the edit's two fragments, not the note."""
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(write_note("family", FIRST), done())
+    job = wait_job(d, add(d, "s1", turn("Family facts."), flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    (note,) = notes(root)
+    rel, text = note.relative_to(root).as_posix(), note.read_text()
+    for old, new, gone in (("Brother Tom is a pilot", "", "- Brother Tom is a pilot"),
+                           ("格拉茨\n- Brother Tom", "格拉茨\n- Tom", "- Brother Tom is a pilot")):
+        fake.script(edit_note(rel, old, new), done())
+        job = wait_job(d, add(d, "s1", turn("Tom changed airlines."), flush=True)["job_id"])
+        assert job["state"] == "succeeded", job
+        assert job["result"]["refused"] == [{"tool": "edit", "path": rel, "dropped": [gone]}]
+        assert note.read_text() == text
+    # An edit that keeps every fact (a detail added inside a bullet) is made.
+    fake.script(edit_note(rel, "is a pilot", "is a senior pilot"), done())
+    job = wait_job(d, add(d, "s1", turn("Tom was promoted."), flush=True)["job_id"])
+    assert job["result"]["refused"] == [] and "Tom is a senior pilot" in note.read_text(), job

@@ -205,6 +205,20 @@ class _SessionTools:
                 f"already holds. Write the whole note again keeping them (correct a fact by "
                 f"rewording its bullet, never by removing it):\n{listed}")
 
+    async def _edit_drops(self, rel: str, old: str, new: str) -> list[str]:
+        """The note's bullet points an edit would drop, judged on the whole note: an edit
+        of part of a line (``green tea`` to nothing) can empty a bullet too."""
+        rel = "/".join(safepath.split_relative(rel))  # checked by _own
+        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
+        if not old or text.count(old) != 1:
+            return []  # the edit itself is refused, and says why
+        after = text.replace(old, new, 1)
+
+        def body(note: str) -> str:
+            return "\n".join(note.split("\n")[parse_frontmatter(note)[1]:])
+
+        return dropped_bullets(body(text), body(after))
+
     async def _own(self, path: str) -> str | None:
         """Why the model may not change ``path``, or None if it is this session's note."""
         try:
@@ -236,7 +250,9 @@ class _SessionTools:
             if refusal is not None:
                 return f"error: {refusal}"
             if name == "edit":
-                dropped = dropped_bullets(str(args.get("old", "")), str(args.get("new", "")))
+                dropped = await self._edit_drops(str(args.get("path", "")),
+                                                 str(args.get("old", "")),
+                                                 str(args.get("new", "")))
                 if dropped:
                     return self._refuse(name, str(args.get("path", "")), dropped)
         elif name == "read":
