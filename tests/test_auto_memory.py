@@ -423,6 +423,36 @@ async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None
     again.close()
 
 
+async def test_finished_sessions_do_not_pile_up(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new conversation id for every chat (AgentScope's default) left one record per
+    finished conversation in memory and in the log forever; past MAX_DONE_SESSIONS the
+    oldest finished ones are forgotten, unfinished ones never."""
+    monkeypatch.setattr(sessions, "MAX_DONE_SESSIONS", 100, raising=False)
+    path = tmp_path / "pending.jsonl"
+    store = sessions.SessionStore(path, "w")
+    await store.open()
+    await store.add("open-chat", turn("I keep bees."), None)
+    for i in range(3000):
+        added = await store.add(f"chat-{i}", turn(f"fact {i}"), None)
+        await store.commit(f"chat-{i}", added.upto)
+    assert store.status()["sessions"] < 2000, store.status()  # was 3001
+    assert len(path.read_bytes().splitlines()) < 4000
+    last = store.info("chat-2999").upto
+    store.close()
+    again = sessions.SessionStore(path, "w")
+    await again.open()
+    assert again.status()["sessions"] < 2000 and again.sessions_pending() == ["open-chat"]
+    assert again.info("chat-2999").user_turns_total == 1  # recent ones are remembered
+    info = again.info("open-chat")
+    assert [m["content"] for m in await again.pending("open-chat", info.upto)] == [
+        "I keep bees.", "Noted."]
+    # A forgotten id used again starts afresh, after every turn ever numbered.
+    reused = await again.add("chat-0", turn("fact again"), None)
+    assert reused.upto > last and reused.pending_turns == 1
+    again.close()
+
+
 def test_job_interrupted_by_a_crash_is_resumed(daemon_factory: Any, fake: FakeProvider,
                                                tmp_path: Path) -> None:
     root = tmp_path / "ws"

@@ -18,6 +18,9 @@ is rewritten without it, and the records around it are kept.
 Memory stays bounded however many turns wait (no chat model, a long outage): the texts
 live only in the log; the store keeps each pending message's sequence number (8 bytes)
 and :meth:`SessionStore.pending` reads the texts back from the log when a job needs them.
+Finished sessions (every turn written, no job to come) keep their counters; past
+``MAX_DONE_SESSIONS`` the oldest are forgotten when the log is compacted, so a new
+conversation id for every chat does not grow the store and its log for ever.
 
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
@@ -48,6 +51,10 @@ from recalld.ipc.errors import UnknownWorkspace
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_IDS = 1024
+#: Sessions with every turn written that are remembered (their counters), most recent
+#: first; older ones are forgotten when the log is compacted (a conversation id used
+#: again starts its counters afresh).
+MAX_DONE_SESSIONS = 10_000
 WRITE_TIMEOUT_S = 10.0
 
 
@@ -151,6 +158,8 @@ class SessionStore:
         self._answers: OrderedDict[str, JsonObject] = OrderedDict()
         self._seq = 0
         self._lines = 0
+        #: The log's line count at which finished sessions are looked for again.
+        self._prune_check = 0
         self._open = False
         #: Held by memory.add_turns around check-add-submit, so retries cannot interleave.
         self.lock = trio.Lock()
@@ -250,9 +259,37 @@ class SessionStore:
             self._apply(rec)
         self._lines += len(records)
         # Compact only after applying: the snapshot must include these records.
-        if self._lines > 4 * (self._pending_count() + len(self._sessions)) + 2000:
+        forget = self._to_compact()
+        if forget is not None:
+            for sid in forget:
+                del self._sessions[sid]
+                self._job_locks.pop(sid, None)
             states = self._states()
             self._lines = await trio.to_thread.run_sync(self._compact, states)
+
+    def _to_compact(self) -> list[str] | None:
+        """None if the log needs no compaction yet, else the sessions to forget in it.
+
+        The log is compacted when it holds four times the lines its snapshot would. Many
+        conversations (a new id for each) leave many finished sessions: past
+        ``MAX_DONE_SESSIONS`` the oldest are forgotten (looked for every 1,000 lines)."""
+        limit = 4 * (self._pending_count() + len(self._sessions)) + 2000
+        if self._lines <= limit and (len(self._sessions) <= MAX_DONE_SESSIONS
+                                     or self._lines < self._prune_check):
+            return None
+        done = self._done_sessions()
+        forget = done[:max(len(done) - MAX_DONE_SESSIONS, 0)]
+        if self._lines > limit - 4 * len(forget):
+            return forget
+        self._prune_check = self._lines + 1000
+        return None
+
+    def _done_sessions(self) -> list[str]:
+        """Sessions with every turn written and no job to come, oldest first."""
+        done = [(s.committed, sid) for sid, s in self._sessions.items()
+                if not s.seqs and not s.user_seqs and s.submitted <= s.committed
+                and not (sid in self._job_locks and self._job_locks[sid].locked())]
+        return [sid for _, sid in sorted(done)]
 
     def _pending_count(self) -> int:
         return sum(len(s.seqs) for s in self._sessions.values())
