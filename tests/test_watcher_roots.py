@@ -19,27 +19,10 @@ from recalld.daemon.watchrecords import WatcherConfig
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
 
 
-class Index(FakeIndex):
-    """As the harness's, but a path that cannot be opened counts as gone, as the real
-    index has it (ENOTDIR, EACCES: no note)."""
-
-    async def apply(self, paths: set[str]) -> None:
-        self.batches.append(set(paths))
-        for rel in paths:
-            path = self.workspace / rel
-            try:
-                st = path.stat()
-                text = path.read_text(encoding="utf-8")
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                self.docs.pop(rel, None)
-                continue
-            self.docs[rel] = (st.st_mtime_ns, st.st_size, text)
-
-
-def make(tmp_path: Path, **cfg: float) -> tuple[Watcher, Index]:
+def make(tmp_path: Path, **cfg: float) -> tuple[Watcher, FakeIndex]:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    index = Index(ws)
+    index = FakeIndex(ws)
     watcher = Watcher(ws, ROOTS, apply=index.apply, known=index.known,
                       source=InotifySource(), config=WatcherConfig(**cfg))
     return watcher, index

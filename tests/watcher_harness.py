@@ -39,8 +39,8 @@ class FakeIndex:
             try:
                 st = path.stat()
                 text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                self.docs.pop(rel, None)
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                self.docs.pop(rel, None)  # no note, as the real index has it
                 continue
             self.docs[rel] = (st.st_mtime_ns, st.st_size, text)
 
