@@ -45,7 +45,7 @@ from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import workspace_id
+from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.types import render_linked
 
@@ -230,7 +230,9 @@ class Bridge:
             if name == "memory_read":
                 return await self._read(args)
             if name == "memory_add_turns":
-                session = str(args.get("session_id", ""))
+                # A host's conversation id the daemon would refuse ("chat 42/b", "会话-1")
+                # is mapped as the AgentScope middleware maps it.
+                session = session_key(str(args.get("session_id", "")))
                 flush = bool(args.get("flush", False))
                 answer = await self.client.add_turns(
                     self.agent, session, list(args.get("messages", [])), flush=flush,
@@ -241,8 +243,10 @@ class Bridge:
                     self._unflushed[session] = None
                 return _text(json.dumps(answer), structured=answer)
             if name == "memory_add_note":
+                given = args.get("session_id")
                 note = await self.client.add_note(
-                    self.agent, str(args.get("content", "")), session_id=args.get("session_id"))
+                    self.agent, str(args.get("content", "")),
+                    session_id=session_key(given) if isinstance(given, str) and given else None)
                 return _text(f"recorded in {note.get('path')}", structured=note)
         except _DAEMON_ERRORS as exc:
             code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""

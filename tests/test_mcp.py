@@ -22,7 +22,7 @@ from conftest import DaemonFactory, DaemonHandle
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from recalld.ipc.agent_ids import workspace_id
+from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.client import Client
 from recalld.ipc.errors import NOT_ALLOWED
 from recalld.ipc.mcp import parse_uri, resource_uri
@@ -325,8 +325,14 @@ def test_an_agent_named_in_another_script_has_the_workspace_its_middleware_has(
         async with bridge(daemon, "研究助手") as s:
             own = await s.call_tool("memory_search", {"query": "survey Knuth"})
             assert not own.is_error and "The survey cites Knuth." in _text(own)
-            note = await s.call_tool("memory_add_note", {"content": "Deadline is Friday."})
+            note = await s.call_tool("memory_add_note", {"content": "Deadline is Friday.",
+                                                         "session_id": "研究 1"})
             assert not note.is_error, _text(note)
+            # A host's conversation id the daemon would refuse is mapped, not refused.
+            turns = await s.call_tool("memory_add_turns", {
+                "session_id": "会话 1/a", "messages": [{"role": "user", "content": "hi"}]})
+            assert not turns.is_error, _text(turns)
+            assert turns.structured_content["session_id"] == session_key("会话 1/a")
             shared = await s.call_tool("memory_search", {"query": "spelling",
                                                          "agents": ["写作助手"]})
             assert {h["agent_id"] for h in shared.structured_content["results"]} == {writing}
