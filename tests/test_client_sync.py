@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
+from waits import wait_for
 
 from recalld.ipc import _core, errors
 from recalld.ipc._methods import METHODS
@@ -183,9 +184,14 @@ def test_sync_call_waiting_for_another_thread_still_times_out(fake: FakeDaemon) 
         holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)),
                                   daemon=True)
         holder.start()
-        while client._lock.acquire(blocking=False):  # until events() holds it
-            client._lock.release()
-            time.sleep(0.01)
+
+        def held_by_the_holder() -> bool:
+            if client._lock.acquire(blocking=False):
+                client._lock.release()
+                return False
+            return True
+
+        wait_for(held_by_the_holder, "events() to hold the client")
         started = time.monotonic()
         with pytest.raises(TimeoutError, match="another thread held the client"):
             client.ping()
