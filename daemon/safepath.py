@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,16 @@ def split_relative(path: object) -> list[str]:
         # The file system would refuse it (ENAMETOOLONG) deep inside a read or a write.
         raise InvalidParams(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
     return parts
+
+
+def below(parts: Sequence[str], folders: Iterable[str]) -> bool:
+    """Whether the path ``parts`` (from :func:`split_relative`) lies below one of
+    ``folders`` (workspace-relative folder names)."""
+    for folder in folders:
+        prefix = split_relative(folder)
+        if len(parts) > len(prefix) and list(parts[: len(prefix)]) == prefix:
+            return True
+    return False
 
 
 def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, shown: str) -> Exception:

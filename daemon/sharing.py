@@ -75,10 +75,8 @@ def check_shared_path(caller: str, target: Workspace, parts: Sequence[str]) -> N
     if caller == target.agent_id:
         return
     settings = target.settings
-    for top in (settings.daily_dir, settings.digest_dir):
-        folder = safepath.split_relative(top)
-        if len(parts) > len(folder) and list(parts[:len(folder)]) == list(folder):
-            return
+    if safepath.below(parts, (settings.daily_dir, settings.digest_dir)):
+        return
     raise NotAllowed(
         f"agent {caller!r} may read only the notes of {target.agent_id!r} "
         f"({settings.daily_dir}/ and {settings.digest_dir}/), not {'/'.join(parts)}")

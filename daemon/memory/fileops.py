@@ -255,11 +255,7 @@ class FileOps:
         """The normalized relative path if the policy allows writing it."""
         parts = safepath.split_relative(path)
         rel = "/".join(parts)
-        for folder in self.policy.folders:
-            prefix = safepath.split_relative(folder)
-            if len(parts) > len(prefix) and parts[: len(prefix)] == prefix:
-                break
-        else:
+        if not safepath.below(parts, self.policy.folders):
             allowed = ", ".join(f"{f}/" for f in self.policy.folders)
             raise NotAllowed(f"writing {rel} is not allowed (only under {allowed})")
         suffixes = self.policy.suffixes
