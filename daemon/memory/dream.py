@@ -357,14 +357,18 @@ async def run_dream(
     if shared is not None:
         catalog.update(await shared.load(CATALOG_JOB))
     known = dict(catalog)
+
+    async def save() -> None:  # here, and for every host of a shared workspace
+        await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+        if shared is not None:
+            await shared.store(CATALOG_JOB, _changed(known, catalog))
+
     recognised = await trio.to_thread.run_sync(recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
     todo = todo[: cfg.max_notes_per_run]
     if not todo:
         if catalog != known:
-            await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
-            if shared is not None:
-                await shared.store(CATALOG_JOB, _changed(known, catalog))
+            await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
@@ -403,9 +407,7 @@ async def run_dream(
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             run.log.finished = datetime.now(UTC).isoformat()
-            await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
-            if shared is not None:
-                await shared.store(CATALOG_JOB, _changed(known, catalog))
+            await save()
             await trio.to_thread.run_sync(
                 changelog.write_run, changelog.runs_dir(ws.root, settings.metadata_dir),
                 run.log)
