@@ -180,8 +180,7 @@ class _Instance:
         if _INSTANCE.get() is self:
             _INSTANCE.set(None)
         with self.lock:
-            if not self.closed:
-                self.closed = True
+            self.closed = True
             self.owners.clear()
         trio.lowlevel.notify_closing(self.fd)
         os.close(self.fd)

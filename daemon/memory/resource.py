@@ -216,22 +216,21 @@ class ResourceCatalog:
             todo.update(p for p in below if self.watcher.is_note(p))
         changed = False
         async with self._lock:
-            was = {rel: dict(self.records[rel]) for rel in todo if rel in self.records}
+            known = todo & self.records.keys()
             for rel in sorted(todo):
                 changed |= await self._catalog_one(rel)
-            await self._follow_moves(todo, was)
+            await self._follow_moves(todo - known)
         if changed:
             await self._save()
             if self._request_job is not None and self.work(chat_enabled=False):
                 await self._request_job()
 
-    async def _follow_moves(self, todo: set[str], was: dict[str, JsonObject]) -> None:
+    async def _follow_moves(self, arrived: set[str]) -> None:
         """A file interpreted before that went (its note not yet marked "source
         removed"), and a new one of the same bytes, is that file renamed or moved: it
         keeps its note (which now names it) instead of a second model call and a note
-        marked "source removed"."""
-        new = [rel for rel in todo if rel not in was
-               and self.records.get(rel, {}).get("state") == "queued"]
+        marked "source removed". ``arrived``: paths the catalog did not have before."""
+        new = [rel for rel in arrived if self.records.get(rel, {}).get("state") == "queued"]
         if not new:
             return
         gone = {rec["digest"]: rel for rel, rec in self.records.items()
