@@ -274,8 +274,22 @@ def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakePr
     items = d.call("inbox.list", {"agent_id": "w"})["items"]
     assert items[-1]["details"]["refused"][0]["dropped"][0] == "- Sister Anna lives in Graz"
     # A model that only drops facts changes nothing; the refusal is reported.
-    fake.script(write_note("family", "- Likes tea"), done())
-    third = add(d, "s1", turn("I like tea."), flush=True)
+    fake.script(write_note("family", "- Brother Tom is a pilot"), done())
+    third = add(d, "s1", turn("Tom is still a pilot."), flush=True)
     job = wait_job(d, third["job_id"])
     assert job["state"] == "succeeded" and len(job["result"]["refused"]) == 1
     assert job["result"]["changed"] == [] and note.read_text() == text
+    # A model that drops facts while adding one, and stops at the refusal: the turns are
+    # committed, so its new fact is written after all, with the dropped ones put back.
+    fake.script(write_note("family", "- Drinks green tea every morning\n- Works as a nurse"),
+                done())
+    fourth = add(d, "s1", turn("I drink green tea every morning."), flush=True)
+    job = wait_job(d, fourth["job_id"])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["refused"][0]["dropped"] == [
+        "- Sister Anna lives in Graz", "- Brother Tom is a pilot"]
+    assert job["result"]["changed"] == [note.relative_to(root).as_posix()]
+    body = note.read_text().split("---\n", 2)[2]
+    assert body.splitlines() == ["- Drinks green tea every morning", "- Works as a nurse",
+                                 "- Sister Anna lives in Graz", "- Brother Tom is a pilot"]
+    assert "description: what matters" in note.read_text()

@@ -21,11 +21,12 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
 
 A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
 one of its bullet points is refused (the model is told which, and may write again
-keeping them); each refusal is in the job result (``refused``), in the inbox item's
-details, in the daemon's log and in the change log. Every run that changed or refused to
-change the note leaves a change log record (:mod:`capture_log`,
-``<metadata_dir>/auto_memory/runs/``), also when the job then fails; its path is the
-result's ``log``.
+keeping them; if it does not, its last refused version is written with the dropped
+bullet points added back, :mod:`session_tools`); each refusal is in the job result
+(``refused``), in the inbox item's details, in the daemon's log and in the change log.
+Every run that changed or refused to change the note leaves a change log record
+(:mod:`capture_log`, ``<metadata_dir>/auto_memory/runs/``), also when the job then fails;
+its path is the result's ``log``.
 
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
 malformed answers, deadline) fail the job with a clear message and leave the turns
@@ -37,21 +38,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import NotRequired, TypedDict
 
 import orjson
 import trio
 
-from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.jobs import JobContext
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log
 from recalld.daemon.memory.changelog import new_run_id
-from recalld.daemon.memory.digest import dropped_bullets
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
     FileOps,
@@ -63,13 +61,12 @@ from recalld.daemon.memory.fileops import (
 )
 from recalld.daemon.memory.llm import run_tools
 from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.session_tools import SessionTools
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.providers.chat import ChatMessage
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
-    InvalidParams,
     JobFailed,
-    NotAllowed,
     RecalldError,
     UnknownWorkspace,
 )
@@ -178,92 +175,6 @@ def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | 
     user = (f"Date: {date}\nConversation id: {session_id}\n\n{current}\n\n"
             f"New turns of the conversation:\n\n{conversation}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-
-
-class _SessionTools:
-    """The tools a model gets in auto_memory: only this session's note of one day."""
-
-    NAMES = ("daily_write", "read", "edit", "frontmatter_update")
-
-    def __init__(self, ops: FileOps, session_id: str, date: str) -> None:
-        self.ops = ops
-        self.session_id = session_id
-        self.date = date
-        #: Rewrites refused because they dropped bullet points of the note.
-        self.refused: list[capture_log.Refusal] = []
-
-    async def _body(self, rel: str) -> str:
-        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
-        return "\n".join(text.split("\n")[parse_frontmatter(text)[1]:])
-
-    def _refuse(self, tool: str, rel: str, dropped: list[str]) -> str:
-        self.refused.append({"tool": tool, "path": rel, "dropped": dropped})
-        log.warning("auto_memory: refused a %s of %s that dropped %d bullet point(s)",
-                    tool, rel, len(dropped))
-        listed = "\n".join(dropped[:20])
-        return (f"error: refused: this would drop {len(dropped)} bullet point(s) the note "
-                f"already holds. Write the whole note again keeping them (correct a fact by "
-                f"rewording its bullet, never by removing it):\n{listed}")
-
-    async def _edit_drops(self, rel: str, old: str, new: str) -> list[str]:
-        """The note's bullet points an edit would drop, judged on the whole note: an edit
-        of part of a line (``green tea`` to nothing) can empty a bullet too."""
-        rel = "/".join(safepath.split_relative(rel))  # checked by _own
-        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
-        if not old or text.count(old) != 1:
-            return []  # the edit itself is refused, and says why
-        after = text.replace(old, new, 1)
-
-        def body(note: str) -> str:
-            return "\n".join(note.split("\n")[parse_frontmatter(note)[1]:])
-
-        return dropped_bullets(body(text), body(after))
-
-    async def _own(self, path: str) -> str | None:
-        """Why the model may not change ``path``, or None if it is this session's note."""
-        try:
-            parts = safepath.split_relative(path)
-        except InvalidParams as exc:
-            return exc.message
-        rel = "/".join(parts)
-        if PurePosixPath(rel).parent.as_posix() != self.ops.day_folder(self.date):
-            return f"only notes under {self.ops.day_folder(self.date)}/ may be changed"
-        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel)
-        if text is None or parse_frontmatter(text)[0].get("session_id") != self.session_id:
-            return f"{rel} is not this conversation's note"
-        return None
-
-    async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
-        # What the model writes is redacted by the file operations themselves.
-        args = dict(arguments)
-        if name == "daily_write":
-            args["date"] = self.date  # the job decides the day
-            existing = await self.ops.session_note(self.session_id, self.date)
-            if existing is not None:  # one note per session per day: update it
-                args["name"] = PurePosixPath(existing).stem
-                dropped = dropped_bullets(await self._body(existing),
-                                          str(args.get("content", "")))
-                if dropped:
-                    return self._refuse(name, existing, dropped)
-        elif name in ("edit", "frontmatter_update"):
-            refusal = await self._own(str(args.get("path", "")))
-            if refusal is not None:
-                return f"error: {refusal}"
-            if name == "edit":
-                dropped = await self._edit_drops(str(args.get("path", "")),
-                                                 str(args.get("old", "")),
-                                                 str(args.get("new", "")))
-                if dropped:
-                    return self._refuse(name, str(args.get("path", "")), dropped)
-        elif name == "read":
-            # Notes only: not other sessions' dialogs, resources or derived state.
-            try:
-                self.ops.check_writable(str(args.get("path", "")))
-            except (InvalidParams, NotAllowed) as exc:
-                return f"error: {exc.message}"
-        else:
-            return f"error: unknown tool {name!r}"
-        return await self.ops.call_tool(name, args)
 
 
 async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]) -> str:
@@ -403,7 +314,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                               session_id=session_id, today=today)
             note_path = await ops.session_note(session_id, date)
             note_text = await ops.read_text(note_path) if note_path else None
-            tools = _SessionTools(ops, session_id, date)
+            tools = SessionTools(ops, session_id, date)
             started = dt.datetime.now(dt.UTC)
             trigger = params.get("trigger")
             run_log = capture_log.CaptureRun(
@@ -426,7 +337,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
 
                     result = await run_tools(
                         chat, _prompt(session_id, date, note_path, note_text, part.text),
-                        ops.tools(_SessionTools.NAMES), tools, max_steps=MAX_STEPS,
+                        ops.tools(SessionTools.NAMES), tools, max_steps=MAX_STEPS,
                         deadline_s=DEADLINE_S, on_step=on_step)
                     steps += result.steps
                     calls += result.tool_calls_made
@@ -435,6 +346,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     if not result.finished and len(ops.changes) == changes_before:
                         raise JobFailed(
                             f"the chat model did not finish within {MAX_STEPS} steps")
+                    await tools.keep_refused()
                     if i < len(parts) - 1 and part.done is not None:
                         # The turns the model has seen are memory now: a later part's
                         # failure does not send them again.

@@ -1,0 +1,153 @@
+"""The tools a chat model gets in an auto_memory run: this session's note of one day.
+
+A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
+one of its bullet points is refused, and the model is told which, so it can write again
+keeping them. A model that does not (it answers, or runs out of steps) would leave the
+new facts of the turns in the dialog file only, though the turns are committed: so at the
+end of its run the last refused version of the note is written after all, with the
+dropped bullet points put back at its end (:meth:`SessionTools.keep_refused`). Neither
+the old facts nor the new ones are lost; a refused rewrite that adds no bullet point of
+its own, or a note changed since (by a person), is left as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import trio
+
+from recalld.daemon import safepath
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.memory import capture_log
+from recalld.daemon.memory.digest import dropped_bullets
+from recalld.daemon.memory.fileops import FileOps, read_confined
+from recalld.ipc.errors import InvalidParams, NotAllowed
+
+log = logging.getLogger(__name__)
+
+
+def _body(note: str) -> str:
+    return "\n".join(note.split("\n")[parse_frontmatter(note)[1]:])
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A refused rewrite: the note's text then, what the model asked it to become (a
+    ``daily_write`` content, or the whole note after an ``edit``), the bullets it dropped."""
+
+    before: str
+    wanted: str
+    dropped: list[str]
+
+
+class SessionTools:
+    """The tools a model gets in auto_memory: only this session's note of one day."""
+
+    NAMES = ("daily_write", "read", "edit", "frontmatter_update")
+
+    def __init__(self, ops: FileOps, session_id: str, date: str) -> None:
+        self.ops = ops
+        self.session_id = session_id
+        self.date = date
+        #: Rewrites refused because they dropped bullet points of the note.
+        self.refused: list[capture_log.Refusal] = []
+        #: The last refused rewrite of each note not written since (see keep_refused).
+        self._unsettled: dict[str, _Refused] = {}
+
+    async def _text(self, rel: str) -> str:
+        return await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
+
+    def _refuse(self, tool: str, rel: str, refused: _Refused) -> str:
+        dropped = refused.dropped
+        self.refused.append({"tool": tool, "path": rel, "dropped": dropped})
+        self._unsettled[rel] = refused
+        log.warning("auto_memory: refused a %s of %s that dropped %d bullet point(s)",
+                    tool, rel, len(dropped))
+        listed = "\n".join(dropped[:20])
+        return (f"error: refused: this would drop {len(dropped)} bullet point(s) the note "
+                f"already holds. Write the whole note again keeping them (correct a fact by "
+                f"rewording its bullet, never by removing it):\n{listed}")
+
+    async def _check_edit(self, rel: str, old: str, new: str) -> _Refused | None:
+        """The edit as a refused rewrite if it drops bullet points, judged on the whole
+        note: an edit of part of a line (``green tea`` to nothing) can empty a bullet too."""
+        rel = "/".join(safepath.split_relative(rel))  # checked by _own
+        text = await self._text(rel)
+        if not old or text.count(old) != 1:
+            return None  # the edit itself is refused, and says why
+        after = text.replace(old, new, 1)
+        dropped = dropped_bullets(_body(text), _body(after))
+        return _Refused(text, after, dropped) if dropped else None
+
+    async def _own(self, path: str) -> str | None:
+        """Why the model may not change ``path``, or None if it is this session's note."""
+        try:
+            parts = safepath.split_relative(path)
+        except InvalidParams as exc:
+            return exc.message
+        rel = "/".join(parts)
+        if PurePosixPath(rel).parent.as_posix() != self.ops.day_folder(self.date):
+            return f"only notes under {self.ops.day_folder(self.date)}/ may be changed"
+        text = await trio.to_thread.run_sync(read_confined, self.ops.root, rel)
+        if text is None or parse_frontmatter(text)[0].get("session_id") != self.session_id:
+            return f"{rel} is not this conversation's note"
+        return None
+
+    async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
+        # What the model writes is redacted by the file operations themselves.
+        args = dict(arguments)
+        if name == "daily_write":
+            args["date"] = self.date  # the job decides the day
+            existing = await self.ops.session_note(self.session_id, self.date)
+            if existing is not None:  # one note per session per day: update it
+                args["name"] = PurePosixPath(existing).stem
+                before = await self._text(existing)
+                content = str(args.get("content", ""))
+                dropped = dropped_bullets(_body(before), content)
+                if dropped:
+                    return self._refuse(name, existing, _Refused(before, content, dropped))
+        elif name in ("edit", "frontmatter_update"):
+            refusal = await self._own(str(args.get("path", "")))
+            if refusal is not None:
+                return f"error: {refusal}"
+            if name == "edit":
+                path = str(args.get("path", ""))
+                refused = await self._check_edit(path, str(args.get("old", "")),
+                                                 str(args.get("new", "")))
+                if refused is not None:
+                    return self._refuse(name, "/".join(safepath.split_relative(path)),
+                                        refused)
+        elif name == "read":
+            # Notes only: not other sessions' dialogs, resources or derived state.
+            try:
+                self.ops.check_writable(str(args.get("path", "")))
+            except (InvalidParams, NotAllowed) as exc:
+                return f"error: {exc.message}"
+        else:
+            return f"error: unknown tool {name!r}"
+        changes = len(self.ops.changes)
+        answer = await self.ops.call_tool(name, args)
+        for change in self.ops.changes[changes:]:
+            self._unsettled.pop(change.path, None)  # written since its refusal
+        return answer
+
+    async def keep_refused(self) -> None:
+        """Write each note's last refused rewrite that the model did not follow with a
+        write of its own, with the bullet points it dropped added back at its end: the
+        turns are committed after the run, so the new lines would be lost otherwise.
+        Skipped when the rewrite adds no bullet point the note lacks (it only dropped or
+        shortened some), or the note changed since it was refused."""
+        unsettled, self._unsettled = self._unsettled, {}
+        for rel, refused in unsettled.items():
+            if not dropped_bullets(_body(refused.wanted), _body(refused.before)):
+                continue  # no bullet point of its own: it only dropped or shortened
+            if await self._text(rel) != refused.before:
+                continue  # changed since: what is there now stands
+            merged = refused.wanted.rstrip("\n") + "\n" + "\n".join(refused.dropped) + "\n"
+            await self.ops.daily_write(self.session_id, PurePosixPath(rel).stem, merged,
+                                       date=self.date)
+            log.info("auto_memory: wrote the refused rewrite of %s with its %d dropped "
+                     "bullet point(s) added back", rel, len(refused.dropped))
