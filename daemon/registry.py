@@ -179,7 +179,7 @@ class WorkspaceRegistry:
         """
         check_agent_id(agent_id)
         config = self._get_config()
-        root = (path if path is not None else config.workspace_path(agent_id)).expanduser()
+        root = (path if path is not None else self.home(agent_id)).expanduser()
         if not root.is_absolute():
             raise InvalidParams("workspace path must be absolute")
         # Resolving symlinks stats every component: on a slow or hung mount that takes
@@ -250,6 +250,19 @@ class WorkspaceRegistry:
         ws = Workspace(agent_id, root, settings)
         ws.refuse(error)
         self._workspaces[agent_id] = ws
+
+    def home(self, agent_id: str) -> Path:
+        """Where ``agent_id``'s workspace opens when no path is given: where it is open;
+        else at its configured place if the configuration names it, else where it is
+        recorded; else at the default place (a start opens them there too)."""
+        current = self._workspaces.get(agent_id)
+        if current is not None and current.state in ("opening", "ready"):
+            return current.root
+        config = self._get_config()
+        record = self._remembered.get(agent_id)
+        if record is not None and agent_id not in config.configured_agents():
+            return Path(record["path"])
+        return config.workspace_path(agent_id)
 
     def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
         """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:
