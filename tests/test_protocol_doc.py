@@ -66,6 +66,37 @@ def test_documented_methods_exist_and_served_ones_are_documented(daemon: DaemonH
     assert not missing, f"served (and in the client) but not documented: {missing}"
 
 
+def documented_positional() -> dict[str, int]:
+    """Methods the doc says take params by position, with how many: the bullet that
+    lists them in groups, each group of methods followed by its params in brackets."""
+    text = " ".join(doc_text().split())
+    bullet = text.split("by position:", 1)[1].split(". An array", 1)[0]
+    counts: dict[str, int] = {}
+    for group, names in re.findall(r"((?:`[a-z_]+\.[a-z_]+`(?:,| and|, and)?\s*)+)\(([^)]*)\)",
+                                   bullet):
+        for method in re.findall(r"`([a-z_]+\.[a-z_]+)`", group):
+            counts[method] = len(re.findall(r"`\w+`", names))
+    return counts
+
+
+def test_the_methods_that_take_params_by_position_are_the_documented_ones(
+        daemon: DaemonHandle) -> None:
+    documented = documented_positional()
+    assert documented, "the doc lists the methods that take an array"
+    taken: dict[str, int] = {}
+    with daemon.connect() as conn:
+        for method in documented_methods():
+            too_many = ["__probe__"] * 8
+            conn.request(method, too_many)
+            message = conn.recv_response()["error"]["message"]
+            if "takes named params" in message:
+                continue
+            found = re.search(r"takes at most (\d+) positional", message)
+            assert found, (method, message)
+            taken[method] = int(found[1])
+    assert taken == documented
+
+
 @pytest.mark.parametrize("topic", ["workspace.opened", "workspace.closed", "workspace.failed",
                                    "events.dropped", "job.state", "job.progress"])
 def test_event_topics_are_documented(topic: str) -> None:
