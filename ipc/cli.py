@@ -37,6 +37,7 @@ from recalld.ipc.render import (
     render_read,
     render_workspaces,
     table,
+    terminal_safe,
 )
 from recalld.ipc.types import SearchResult, visible
 
@@ -178,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if not getattr(ns, "json", False) and ns.command != "mcp":  # mcp: stdout is its wire
+        sys.stdout = terminal_safe(sys.stdout)
     try:
         code = run(ns, out=sys.stdout, err=sys.stderr)
         sys.stdout.flush()
@@ -234,7 +237,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             # install.ServiceError is a RuntimeError: one line saying what to do instead.
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired,
                     RuntimeError) as exc:
-                print(f"recalld: {exc}", file=err)
+                _say(err, f"recalld: {exc}")
                 return EXIT_ERROR
         if command == "mcp":
             return _mcp(ns, err)
@@ -246,31 +249,37 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)
     except paths.PathError as exc:
-        print(f"recalld: configuration error: {exc}", file=err)
+        _say(err, f"recalld: configuration error: {exc}")
         return EXIT_USAGE
     except errors.DaemonNotRunning as exc:
-        print(f"recalld: {exc.message}", file=err)
+        _say(err, f"recalld: {exc.message}")
         return EXIT_NOT_RUNNING
     except (errors.ConnectionLost, cli_ops.Declined) as exc:
-        print(f"recalld: {exc.message}", file=err)
+        _say(err, f"recalld: {exc.message}")
         return EXIT_ERROR
     except errors.InvalidParams as exc:  # a usage error, found by the daemon or by us
-        print(f"recalld: {exc.message} (code {exc.code})", file=err)
+        _say(err, f"recalld: {exc.message} (code {exc.code})")
         return EXIT_USAGE
     except errors.RecalldError as exc:
-        print(f"recalld: {exc.message} (code {exc.code}){hint(exc)}", file=err)
+        _say(err, f"recalld: {exc.message} (code {exc.code}){hint(exc)}")
         return EXIT_ERROR
     except TimeoutError as exc:
-        print(f"recalld: {exc}", file=err)
+        _say(err, f"recalld: {exc}")
         return EXIT_ERROR
     except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
-        print(f"recalld: {str(exc) or 'interrupted'}", file=err)
+        _say(err, f"recalld: {str(exc) or 'interrupted'}")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _closed_pipe()
     except OSError as exc:
-        print(f"recalld: {exc}", file=err)
+        _say(err, f"recalld: {exc}")
         return EXIT_ERROR
+
+
+def _say(err: TextIO, line: str) -> None:
+    """Say what failed, as one line: the control characters of a message (a path, the
+    daemon's words) are shown escaped, so it cannot run on or drive the terminal."""
+    print(visible(line), file=err)
 
 
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
@@ -341,9 +350,8 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     else:
         out.write(render_read(whole))
     if cut:
-        print(f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are longer than "
-              "the daemon hands out in one answer; only their first part is shown",
-              file=sys.stderr)
+        _say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
+             "longer than the daemon hands out in one answer; only their first part is shown")
         return EXIT_ERROR
     return EXIT_OK
 
@@ -357,7 +365,7 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if not ns.sync:
         note = _index_incomplete_note(client, ns.agent)
         if note is not None:
-            print(note, file=sys.stderr)
+            _say(sys.stderr, note)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK

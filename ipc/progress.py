@@ -27,6 +27,7 @@ import orjson
 from recalld.ipc.answers import JOB_TERMINAL_STATES, DaemonStatus
 from recalld.ipc.client import Client
 from recalld.ipc.errors import RecalldError
+from recalld.ipc.types import visible
 
 Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
@@ -156,9 +157,9 @@ class Progress:
         if r.eta_s is not None:
             parts.append(f"ETA {duration(r.eta_s)}")
         if bar:
-            return " ".join(parts)
+            return visible(" ".join(parts))
         who = self.kind if self.job_id is None else f"{self.kind} {self.job_id}"
-        return f"{who}: " + " ".join(parts[1:])
+        return visible(f"{who}: " + " ".join(parts[1:]))
 
     def _json(self, r: Reading) -> None:
         record = {"event": "progress", "job_id": self.job_id, "kind": self.kind,

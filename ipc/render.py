@@ -7,6 +7,7 @@ any change here.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -20,7 +21,7 @@ from recalld.ipc import errors
 from recalld.ipc.answers import JOB_TERMINAL_STATES, ReadResult
 from recalld.ipc.client import Client
 from recalld.ipc.progress import Mode, Progress
-from recalld.ipc.types import visible
+from recalld.ipc.types import for_terminal, visible
 
 JOB_TOPICS = ("job.*",)
 JOB_POLL_S = 0.5
@@ -167,6 +168,27 @@ def hint(exc: errors.RecalldError) -> str:
     """What to do about a daemon's error, when the command line can say it ('' if not)."""
     m = _NOT_OPEN.search(exc.message) if isinstance(exc, errors.UnknownWorkspace) else None
     return f"; open it with: recalld workspace open {m[1]}" if m else ""
+
+
+class _TerminalStream(io.TextIOWrapper):
+    """A text stream whose writes show control characters escaped (:func:`for_terminal`)."""
+
+    def write(self, s: str) -> int:
+        super().write(for_terminal(s))
+        return len(s)
+
+
+def terminal_safe(stream: TextIO) -> TextIO:
+    """``stream`` (stdout) as the commands write to it: on a terminal, one that shows the
+    control characters of what the daemon sent (a note's text, a path) escaped, so a note
+    cannot retitle, recolour or clear the terminal; elsewhere ``stream`` itself, so a
+    pipe or a file gets the text as it is."""
+    if not isinstance(stream, io.TextIOWrapper) or not stream.isatty():
+        return stream
+    encoding, errors_ = stream.encoding, stream.errors
+    stream.flush()
+    return _TerminalStream(stream.detach(), encoding=encoding, errors=errors_,
+                           line_buffering=True)
 
 
 def open_closed_streams() -> None:

@@ -27,6 +27,18 @@ def _escape(m: re.Match[str]) -> str:
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
+# What a terminal acts on in text shown whole (a note, a report): C0 controls but for
+# newline and tab, a carriage return that does not end a line, DEL and C1 controls.
+_TERMINAL = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with what would drive a terminal (escape sequences, bells, a carriage
+    return that overwrites its line) shown escaped as :func:`visible` does; its lines
+    and tabs stay as they are."""
+    return _TERMINAL.sub(_escape, text)
+
+
 def visible(text: str) -> str:
     """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``,
     ``\\u2028``), so a file name shown in a header or a line of text cannot break it."""
