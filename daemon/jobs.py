@@ -201,7 +201,7 @@ class JobManager:
 
     def _check_agent(self, agent_id: str) -> None:
         if self._agent_exists is not None and not self._agent_exists(agent_id):
-            raise UnknownWorkspace(f"unknown workspace {agent_id!r}")
+            raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
 
     def _find(self, agent_id: str, job_id: str) -> _Job:
         self._check_agent(agent_id)

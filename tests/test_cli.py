@@ -156,7 +156,9 @@ def test_search_and_reindex(daemon: DaemonHandle) -> None:
     assert submitted["job_id"]
     # A workspace not open yet: the one line says how to open it.
     for args in (["search", "ECONNREFUSED", "--agent", "ops.team-2"],
-                 ["note", "--agent", "ops.team-2", "the VPN is back"]):
+                 ["note", "--agent", "ops.team-2", "the VPN is back"],
+                 ["reindex", "--agent", "ops.team-2"], ["jobs", "list", "--agent", "ops.team-2"],
+                 ["jobs", "get", "j1", "--agent", "ops.team-2"]):
         line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
         assert line.endswith("is not open (code -32001); open it with: "
                              "recalld workspace open ops.team-2"), line
