@@ -13,9 +13,9 @@ A connection found dead before a request is sent is replaced once, transparently
 daemon restarted); calls in flight when it dies raise :class:`ConnectionLost`, and the
 next call reconnects and subscribes to the same topics again. Every call runs under a
 ``timeout_s`` deadline and raises :class:`TimeoutError` when it passes. A cancelled call
-leaves the connection usable (its late answer is dropped), except one cancelled in the
-middle of sending its request: that connection is closed, since it may hold half a
-request, and the next call reconnects.
+leaves the connection usable for the calls of other tasks (its late answer is dropped):
+one cancelled while its request is being sent first sends the rest of it (within
+``timeout_s``; past that the connection, holding half a request, is closed).
 
 Events are read while some task waits (for an answer, or in :meth:`next_event`); the
 ones that arrive in between wait in the socket until then. A subscriber keeps reading
@@ -301,6 +301,9 @@ class AsyncClient(_flavours.AsyncMethods):
         non-blocking ``send`` writes it without a wait, so the requests of many tasks
         leave together and their answers come back together. The rest of a request
         that does not fit is sent under the lock, which keeps requests whole and in order.
+        Once a request is being sent, it is sent whole even if its call is cancelled
+        meanwhile: half a request would garble the next one, and the connection is
+        shared by the calls of other tasks.
         """
         if conn.closed:
             raise _NotSent
@@ -314,23 +317,34 @@ class AsyncClient(_flavours.AsyncMethods):
                 raise _NotSent from None
             if sent == len(frame):
                 return
-            frame = frame[sent:]
-        async with conn.send_lock:
+            if sent:
+                # Part of it is out: no wait since the check, so the lock is free.
+                with anyio.CancelScope(shield=True):
+                    async with conn.send_lock:
+                        await self._send_whole(conn, frame[sent:])
+                return
+        async with conn.send_lock:  # a cancellation while waiting for it sends nothing
             if conn.closed:
                 raise _NotSent
+            with anyio.CancelScope(shield=True):
+                await self._send_whole(conn, frame)
+
+    async def _send_whole(self, conn: _Connection, data: bytes) -> None:
+        """Send ``data`` (a request, or its rest) with the send lock held and shielded
+        from the caller's cancellation, within ``timeout_s``: a daemon that takes no
+        more of it by then leaves half a request in ``conn``, which is closed."""
+        with anyio.move_on_after(self.timeout_s):
             try:
-                await conn.stream.send(frame)
+                await conn.stream.send(data)
                 return
             except anyio.BrokenResourceError:
                 await self._closed_by_daemon(conn)
+                raise _NotSent from None
             except anyio.ClosedResourceError:
                 await self._close(conn)  # closed here meanwhile (aclose)
-            except BaseException:
-                # Cancelled or timed out mid-frame: the stream may hold half a request,
-                # so it cannot carry another. Close it; the next call reconnects.
-                await self._close(conn)
-                raise
-            raise _NotSent
+                raise _NotSent from None
+        await self._close(conn)
+        raise TimeoutError(f"sending a request to {self.socket_path} timed out")
 
     async def _closed_by_daemon(self, conn: _Connection) -> None:
         """End ``conn``, found closed by the daemon (it restarted) while sending, once

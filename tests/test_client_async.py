@@ -235,6 +235,29 @@ async def test_async_cancelling_the_reading_call_hands_reading_on(fake: FakeDaem
 
 
 @each_loop
+async def test_async_a_call_cancelled_while_sending_leaves_the_others_be(
+        fake: FakeDaemon) -> None:
+    # A request larger than the socket buffer, cancelled once part of it is out: the
+    # rest still goes out, so the connection stays whole for the calls of other tasks.
+    async with AsyncClient(fake.path) as client:
+        got: list[Any] = []
+
+        async def other() -> None:
+            got.append(await client.call("test.sleep", {"s": 0.5, "value": "other"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await until(lambda: fake.methods().count("test.sleep") == 1, "other sent")
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await client.call("test.sleep", {"s": 0, "value": "x" * 900_000})
+            assert scope.cancelled_caught
+        assert got == ["other"]
+        assert (await client.ping())["pong"] and client.connected
+        assert fake.methods().count("test.sleep") == 2  # the cancelled one arrived whole
+
+
+@each_loop
 async def test_async_works_without_async_with(fake: FakeDaemon) -> None:
     client = AsyncClient(fake.path)
     assert (await client.ping())["pong"] and client.connected
