@@ -31,11 +31,13 @@ from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
+    closed_pipe,
     hint,
     open_closed_streams,
     print_json,
     render_read,
     render_workspaces,
+    say,
     table,
     terminal_safe,
 )
@@ -185,17 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = run(ns, out=sys.stdout, err=sys.stderr)
         sys.stdout.flush()
     except BrokenPipeError:
-        return _closed_pipe()
+        return closed_pipe()
     return code
-
-
-def _closed_pipe() -> int:
-    """The reader went away (``| head``): stop quietly. Later flushes of stdout (at exit)
-    go to /dev/null instead of failing again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return EXIT_OK
 
 
 def _serve_index(args: list[str]) -> int | None:
@@ -237,7 +230,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             # install.ServiceError is a RuntimeError: one line saying what to do instead.
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired,
                     RuntimeError) as exc:
-                _say(err, f"recalld: {exc}")
+                say(err, f"recalld: {exc}")
                 return EXIT_ERROR
         if command == "mcp":
             return _mcp(ns, err)
@@ -249,37 +242,31 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)
     except paths.PathError as exc:
-        _say(err, f"recalld: configuration error: {exc}")
+        say(err, f"recalld: configuration error: {exc}")
         return EXIT_USAGE
     except errors.DaemonNotRunning as exc:
-        _say(err, f"recalld: {exc.message}")
+        say(err, f"recalld: {exc.message}")
         return EXIT_NOT_RUNNING
     except (errors.ConnectionLost, cli_ops.Declined) as exc:
-        _say(err, f"recalld: {exc.message}")
+        say(err, f"recalld: {exc.message}")
         return EXIT_ERROR
     except errors.InvalidParams as exc:  # a usage error, found by the daemon or by us
-        _say(err, f"recalld: {exc.message} (code {exc.code})")
+        say(err, f"recalld: {exc.message} (code {exc.code})")
         return EXIT_USAGE
     except errors.RecalldError as exc:
-        _say(err, f"recalld: {exc.message} (code {exc.code}){hint(exc)}")
+        say(err, f"recalld: {exc.message} (code {exc.code}){hint(exc)}")
         return EXIT_ERROR
     except TimeoutError as exc:
-        _say(err, f"recalld: {exc}")
+        say(err, f"recalld: {exc}")
         return EXIT_ERROR
     except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
-        _say(err, f"recalld: {str(exc) or 'interrupted'}")
+        say(err, f"recalld: {str(exc) or 'interrupted'}")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return _closed_pipe()
+        return closed_pipe()
     except OSError as exc:
-        _say(err, f"recalld: {exc}")
+        say(err, f"recalld: {exc}")
         return EXIT_ERROR
-
-
-def _say(err: TextIO, line: str) -> None:
-    """Say what failed, as one line: the control characters of a message (a path, the
-    daemon's words) are shown escaped, so it cannot run on or drive the terminal."""
-    print(visible(line), file=err)
 
 
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
@@ -350,7 +337,7 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     else:
         out.write(render_read(whole))
     if cut:
-        _say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
+        say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
              "longer than the daemon hands out in one answer; only their first part is shown")
         return EXIT_ERROR
     return EXIT_OK
@@ -365,7 +352,7 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if not ns.sync:
         note = _index_incomplete_note(client, ns.agent)
         if note is not None:
-            _say(sys.stderr, note)
+            say(sys.stderr, note)
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK

@@ -191,6 +191,21 @@ def terminal_safe(stream: TextIO) -> TextIO:
                            line_buffering=True)
 
 
+def say(err: TextIO, line: str) -> None:
+    """Say what failed, as one line: the control characters of a message (a path, the
+    daemon's words) are shown escaped, so it cannot run on or drive the terminal."""
+    print(visible(line), file=err)
+
+
+def closed_pipe() -> int:
+    """The reader went away (``| head``): stop quietly (exit status 0). Later flushes of
+    stdout (at exit) go to /dev/null instead of failing again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
 def open_closed_streams() -> None:
     """stdout or stderr closed from the start (``recalld status >&-``, a service manager
     that gave none) is /dev/null, as a reader gone away is: Python leaves it None. Opened
