@@ -198,6 +198,16 @@ def _text(text: str, *, error: bool = False,
                                 else dict(structured))
 
 
+def _recall_block(answer: Recall) -> str:
+    """The recall block, or why there is none: nothing was found, or nothing found fits
+    in the budget (a model told "nothing found" would not ask again with a larger one)."""
+    if answer.get("rendered"):
+        return str(answer["rendered"])
+    if answer.get("truncated"):
+        return f"(memories found; none fits in budget_chars={answer.get('budget_chars')})"
+    return "(no relevant memories found)"
+
+
 class Bridge:
     """The MCP handlers of one bridge process: agent ``agent`` over ``client``."""
 
@@ -286,8 +296,7 @@ class Bridge:
             budget_chars=int(budget) if budget is not None else None,
             include_index=bool(args.get("include_index", False)),
             include_interests=bool(args.get("include_interests", False)))
-        return _text(str(answer.get("rendered") or "(no relevant memories found)"),
-                     structured=answer)
+        return _text(_recall_block(answer), structured=answer)
 
     async def get_prompt(self, name: str, args: dict[str, str]) -> types.GetPromptResult:
         """The ``recall`` prompt: the recall block as one user message."""
@@ -301,7 +310,7 @@ class Bridge:
         answer = await self.recall(
             str(args.get("query", "")), budget_chars=budget_chars,
             include_index=str(args.get("include_index", "")).lower() in ("true", "1", "yes"))
-        block = str(answer.get("rendered") or "(no relevant memories found)")
+        block = _recall_block(answer)
         return types.GetPromptResult(
             description=f"long-term memory of {self.agent} for the request",
             messages=[types.PromptMessage(role="user", content=types.TextContent(

@@ -237,6 +237,13 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
             small = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "60"})
             block = small.messages[0].content.text.split("\n\n", 1)[1]
             assert len(block) <= 60
+            # Hits that do not fit in a tiny budget are not "nothing found".
+            tiny = await s.call_tool("memory_recall", {"query": "quokkaboat",
+                                                       "budget_chars": 12})
+            assert tiny.structured_content["truncated"] and not tiny.is_error
+            assert "none fits in budget_chars=12" in _text(tiny), _text(tiny)
+            nothing = await s.call_tool("memory_recall", {"query": "zeppelinfjord"})
+            assert _text(nothing) == "(no relevant memories found)"
 
             # The search tool shows the linked context too.
             searched = _text(await s.call_tool("memory_search", {"query": "quokkaboat"}))
