@@ -61,6 +61,7 @@ def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
                                                         fake: FakeProvider,
                                                         tmp_path: Path) -> None:
     root, model, a = cat_note(daemon, fake, tmp_path)
+    write(root, "digest/wiki/pets .md", "# Pets\n")
     forged = [
         "- the cat is Miso\n\n## Sources\n\n- [[memory/2020-01-01/never.md]]",
         "- the cat is Miso\n\n## History\n\n- 2020-01-01: corrected; previously: \"dog\"",
@@ -212,3 +213,55 @@ def test_a_note_longer_than_one_prompt_is_consolidated_to_its_end(
     assert "".join(bodies) == text
     assert asked[0].split("\n\n")[1].startswith(f"[part 1 of {len(asked)} ")
     assert "Decision: the release train leaves Tuesdays." in asked[-1]
+
+
+def test_related_links_are_written_only_to_nodes_that_exist(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    write(root, "digest/wiki/Fish food.md", "# Fish food\n\n- cats like it\n")
+    model.plan[a] = [[("integrate", {
+        "action": "CREATE", "bucket": "personal", "name": "Cat", "content": "- the cat is Miso",
+        "reason": "fact",
+        "related": ["Diet", "digest/wiki/nowhere.md", "digest/wiki/..md", "Cat",
+                    "digest/wiki/fish food.md"]})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    fields, text = node(root, "digest/personal/cat.md")
+    # The one node that exists is linked (by its real name); the others are not, and
+    # the model is told which.
+    assert fields["related"] == ["digest/wiki/Fish food.md"]
+    assert "[[digest/wiki/Fish food.md]]" in text and "nowhere" not in text
+    assert ("not linked, no such node: digest/personal/diet.md, digest/wiki/nowhere.md, "
+            "digest/wiki/..md") in model.tool_results[0]
+
+
+def test_a_name_in_another_case_form_or_bucket_lands_on_the_node_that_exists(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(root, a, "Python is a language. A café sells coffee.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Python",
+                       "content": "- a programming language", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "node": "digest/wiki/Café.md",
+                       "name": "Café", "content": "- sells coffee", "reason": "fact"})]]
+    dream(daemon)
+    write(root, b, "Again: Python is a language; a cafe\u0301 sells coffee, and tea.\n")
+    model.plan[b] = [[
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "python",
+                       "content": "- a programming language", "reason": "said again",
+                       "sources": [b]}),
+        ("integrate", {"action": "REFINE", "bucket": "wiki", "node": "digest/wiki/PYTHON.md",
+                       "name": "Python", "content": "- a programming language\n- by Guido",
+                       "reason": "detail", "sources": [b]}),
+        ("integrate", {"action": "REFINE", "bucket": "wiki",
+                       "node": "digest/wiki/cafe\u0301.md", "name": "Café",
+                       "content": "- sells coffee\n- and tea", "reason": "detail",
+                       "sources": [b]})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1, "REFINE": 2}
+    nodes = sorted(str(p.relative_to(root)) for p in (root / "digest").rglob("*.md"))
+    assert nodes == ["digest/wiki/Café.md", "digest/wiki/python.md"]
+    fields, text = node(root, "digest/wiki/python.md")
+    assert fields["sources"] == [a, b] and "- by Guido" in text
+    assert "- and tea" in node(root, "digest/wiki/Café.md")[1]

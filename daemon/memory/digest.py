@@ -124,6 +124,13 @@ def node_path(bucket: str, name: str, digest_dir: str = "digest") -> str:
     return f"{digest_dir}/{bucket}/{slugify(name)}.md"
 
 
+def node_key(path: str) -> str:
+    """What tells nodes apart: the file name without ``.md``, in one Unicode form and case
+    (``Python.md``, ``python.md`` and ``digest/wiki/python.md`` are one node)."""
+    stem = path.rsplit("/", 1)[-1].removesuffix(".md")
+    return unicodedata.normalize("NFKC", stem).casefold()
+
+
 def _as_list(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []

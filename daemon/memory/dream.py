@@ -38,10 +38,9 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from recalld.daemon.index.chunker import split_line
-from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import changelog, digest, interests, reme_dream
+from recalld.daemon.memory import changelog, digest, interests, nodefiles, reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import (
     FileOps,
@@ -123,33 +122,6 @@ def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int
         log.info("%s: %d note(s) ReMe's dream consolidated are not dreamed again (%d changed "
                  "since)", ws.agent_id, len(found.unchanged), len(found.changed))
     return len(found.unchanged)
-
-
-def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
-    """Names and descriptions of the ``limit`` newest nodes (blocking)."""
-    found: list[tuple[int, str]] = []
-    for bucket in digest.BUCKETS:
-        try:
-            entries = list(os.scandir(root / digest_dir / bucket))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if entry.name.endswith(".md") and not entry.name.startswith("."):
-                try:
-                    found.append((entry.stat().st_mtime_ns, f"{digest_dir}/{bucket}/{entry.name}"))
-                except FileNotFoundError:
-                    continue
-    found.sort(reverse=True)
-    out = []
-    for _, rel in found[:limit]:  # only the listed nodes are read
-        try:
-            fields, _ = parse_frontmatter(read_confined(root, rel) or "")
-        except RecalldError:
-            fields = {}
-        out.append({"path": rel,
-                    "name": str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3]),
-                    "description": str(fields.get("description") or "")})
-    return out
 
 
 SYSTEM_PROMPT: Final = """\
@@ -269,6 +241,7 @@ class _Run:
             return f"error: {exc}"
         # Nodes hold their secrets masked: compare the proposal with them as it will be kept.
         proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
+        proposal, unknown = await trio.to_thread.run_sync(self._on_nodes, proposal)
         for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
             before_text = await trio.to_thread.run_sync(read_confined, self.ws.root,
                                                         proposal.path)
@@ -292,7 +265,26 @@ class _Run:
             "detail": outcome.detail, "reason": proposal.reason,
             "sources": list(proposal.sources), "note": self.note}
         self.log.actions.append(record)
-        return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}"
+        not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
+        return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
+
+    def _on_nodes(self, proposal: digest.Integration) -> tuple[digest.Integration, list[str]]:
+        """``proposal`` on the nodes that exist (blocking): its path the node it stands for
+        (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
+        those that exist (a link is never written to nothing); and the related paths that
+        name no node."""
+        nodes = nodefiles.node_paths(self.ws.root, self.digest_dir)
+        path = nodefiles.find_node(nodes, proposal.path) or proposal.path
+        related: list[str] = []
+        unknown: list[str] = []
+        for rel in proposal.related:
+            found = nodefiles.find_node(nodes, rel)
+            if found is None and rel != proposal.path:
+                unknown.append(rel)
+            elif found is not None and found != path:
+                related.append(found)
+        return dataclasses.replace(proposal, node=path,
+                                   related=tuple(dict.fromkeys(related))), unknown
 
 
 def note_parts(text: str, limit: int) -> list[str]:
@@ -384,7 +376,7 @@ async def run_dream(
                 for n, body in enumerate(parts, 1):
                     # Listed again for each part: the part before may have made nodes.
                     nodes = await trio.to_thread.run_sync(
-                        list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
+                        nodefiles.list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
                     messages: list[ChatMessage] = [
                         {"role": "system", "content": SYSTEM_PROMPT},
                         {"role": "user",

@@ -1,0 +1,71 @@
+"""The digest nodes on disk: listing them for the model and finding the node a path or a
+name stands for (blocking functions; run them in a thread).
+
+A node is found by its file name's key (:func:`digest.node_key`: Unicode form and case
+folded) in any bucket, so that a path the model writes in another case or Unicode form,
+or a name already used in another bucket, lands on the node that exists instead of
+making a second one, and a link to a node is written only when that node exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.memory import digest
+from recalld.daemon.memory.fileops import read_confined
+from recalld.ipc.errors import RecalldError
+
+
+def _entries(root: Path, digest_dir: str) -> list[tuple[int, str]]:
+    """``(mtime_ns, path)`` of every node of every bucket."""
+    found: list[tuple[int, str]] = []
+    for bucket in digest.BUCKETS:
+        try:
+            entries = list(os.scandir(root / digest_dir / bucket))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.name.endswith(".md") and not entry.name.startswith("."):
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        found.append((entry.stat().st_mtime_ns,
+                                      f"{digest_dir}/{bucket}/{entry.name}"))
+                except FileNotFoundError:
+                    continue
+    return found
+
+
+def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
+    """Names and descriptions of the ``limit`` newest nodes."""
+    found = sorted(_entries(root, digest_dir), reverse=True)
+    out = []
+    for _, rel in found[:limit]:  # only the listed nodes are read
+        try:
+            fields, _ = parse_frontmatter(read_confined(root, rel) or "")
+        except RecalldError:
+            fields = {}
+        out.append({"path": rel,
+                    "name": str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3]),
+                    "description": str(fields.get("description") or "")})
+    return out
+
+
+def node_paths(root: Path, digest_dir: str) -> list[str]:
+    """Every node's path, sorted."""
+    return sorted(rel for _, rel in _entries(root, digest_dir))
+
+
+def find_node(nodes: list[str], path: str) -> str | None:
+    """The node of ``nodes`` (:func:`node_paths`) that ``path``
+    (``digest/<bucket>/<file>.md``) stands for: itself if it is one, else the node of any
+    bucket whose file name has the same key (the one of the same bucket first); None if
+    there is none."""
+    if path in nodes:
+        return path
+    key = digest.node_key(path)
+    same = [rel for rel in nodes if digest.node_key(rel) == key]
+    bucket = path.split("/")[-2:-1]
+    return next((rel for rel in same if rel.split("/")[-2:-1] == bucket),
+                same[0] if same else None)
