@@ -265,3 +265,35 @@ def test_a_name_in_another_case_form_or_bucket_lands_on_the_node_that_exists(
     fields, text = node(root, "digest/wiki/python.md")
     assert fields["sources"] == [a, b] and "- by Guido" in text
     assert "- and tea" in node(root, "digest/wiki/Café.md")[1]
+
+
+def test_a_refinement_may_add_detail_inside_a_line_and_keeps_what_it_rewrote(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    cat, me = "digest/personal/cat.md", "digest/personal/me.md"
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                       "content": "- the cat is Miso", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "personal", "name": "Me",
+                       "content": "- drinks tea\n- lives in Graz\n- 住在格拉茨",
+                       "reason": "facts"})]]
+    dream(daemon)
+    b = "memory/2026-11-21/b.md"
+    write(root, b, "Miso is a grey tabby. I drink coffee now.\n")
+    model.plan[b] = [[
+        ("integrate", {"action": "REFINE", "bucket": "personal", "node": cat, "name": "Cat",
+                       "content": "- The cat is Miso, a grey tabby", "reason": "detail",
+                       "sources": [b]}),
+        ("integrate", {"action": "REFINE", "bucket": "personal", "node": me, "name": "Me",
+                       "content": "- drinks coffee\n- lives in Graz, Austria\n- 住在奥地利格拉茨",
+                       "reason": "newer habit", "sources": [b]})]]
+    assert dream(daemon)["actions"] == {"REFINE": 2}, model.tool_results
+    _, text = node(root, cat)
+    content, history = text.split("## History", 1)
+    assert "- The cat is Miso, a grey tabby" in content
+    assert f'refined; previously: "the cat is Miso" (source: [[{b}]]; reason: detail)' in history
+    # A claim a refinement drops is not lost: it is under History, as a correction's.
+    _, text = node(root, me)
+    content, history = text.split("## History", 1)
+    assert "drinks tea" not in content and "- drinks coffee" in content
+    assert 'previously: "drinks tea / lives in Graz / 住在格拉茨"' in history

@@ -19,8 +19,9 @@ decides, deterministically, what the node becomes:
 - CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
   the content is not touched (nothing is ever just appended);
 - REFINE: the content is replaced by a more detailed version that must keep at least
-  ``MIN_KEEP_FRACTION`` of the old content lines; a rewrite that would drop most of a node
-  is refused with the reason;
+  ``MIN_KEEP_FRACTION`` of the old content lines (a line with detail added keeps it); a
+  rewrite that would drop most of a node is refused with the reason; the lines it rewrote
+  or dropped are kept under ``## History``, as a correction's;
 - CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
   the date, the source and the reason.
 
@@ -177,12 +178,27 @@ def dropped_bullets(old: str, new: str) -> list[str]:
 
 
 def kept_fraction(old: str, new: str) -> float:
-    """The share of the old content's lines still present (whitespace-insensitive) in new."""
+    """The share of the old content's lines that a line of new keeps: holds all of its
+    words (as :func:`dropped_bullets` reads them), so detail added inside a line keeps
+    it; a line without words (a rule) must be there as it is (whitespace-insensitive)."""
     old_lines = _content_lines(old)
     if not old_lines:
         return 1.0
+    new_lines = _content_lines(new)
+    new_words = [set(_WORD.findall(ln)) for ln in new_lines]
+
+    def kept(line: str) -> bool:
+        words = set(_WORD.findall(line))
+        return any(words <= have for have in new_words) if words else line in new_lines
+
+    return sum(1 for ln in old_lines if kept(ln)) / len(old_lines)
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    """The content lines of ``old`` that ``new`` does not hold as they are (whitespace-
+    and bullet-insensitive), as written in ``old``: what an update leaves behind."""
     new_lines = set(_content_lines(new))
-    return sum(1 for ln in old_lines if ln in new_lines) / len(old_lines)
+    return [ln for ln in old.splitlines() if _norm_line(ln) and _norm_line(ln) not in new_lines]
 
 
 # -- parse / render ---------------------------------------------------------------------------
@@ -352,11 +368,12 @@ def _merge(into: list[str], more: Iterable[str], exclude: str = "") -> list[str]
     return [x for x in dict.fromkeys([*into, *more]) if x != exclude]
 
 
-def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str) -> str:
+def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str,
+                   what: str = "corrected") -> str:
     claim = " / ".join(ln.strip().lstrip("-*+ ").strip() for ln in dropped if ln.strip())
     src = ", ".join(f"[[{s}]]" for s in sources)
     why = f"; reason: {reason}" if reason else ""
-    return f"- {today}: corrected; previously: \"{claim}\" (source: {src}{why})"
+    return f"- {today}: {what}; previously: \"{claim}\" (source: {src}{why})"
 
 
 def _other_name(existing: Node, proposal: Integration) -> bool:
@@ -418,13 +435,17 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
         if _content_lines(proposal.content) == _content_lines(existing.content) \
                 and not new_sources:
             return Outcome(action, path, "unchanged", None, "no new detail")
+        # A line the refinement rewrote or left out is kept under History, as a
+        # correction's: nothing the node said goes without a trace.
+        dropped = changed_lines(existing.content, proposal.content)
+        if dropped:
+            node.history.append(_history_entry(today, dropped, proposal.sources,
+                                               proposal.reason, "refined"))
         node.content = proposal.content.strip()
         node.sources.extend(new_sources)
         detail = f"refined (kept {kept:.0%} of the previous lines)"
     else:  # CORRECT
-        new_lines = set(_content_lines(proposal.content))
-        dropped = [ln for ln in existing.content.splitlines()
-                   if _norm_line(ln) and _norm_line(ln) not in new_lines]
+        dropped = changed_lines(existing.content, proposal.content)
         if not dropped and not new_sources:
             return Outcome(action, path, "unchanged", None, "nothing to correct")
         if dropped:
