@@ -297,3 +297,24 @@ def test_a_refinement_may_add_detail_inside_a_line_and_keeps_what_it_rewrote(
     content, history = text.split("## History", 1)
     assert "drinks tea" not in content and "- drinks coffee" in content
     assert 'previously: "drinks tea / lives in Graz / 住在格拉茨"' in history
+
+
+def test_a_node_edited_by_hand_keeps_its_title_and_what_was_written_in_its_sections(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    path = "digest/personal/cat.md"
+    by_hand = ("---\nname: Cat\nbucket: personal\nsources: [memory/2026-11-01/old.md]\n---\n"
+               "# Miso, our cat\n\n- the cat is Miso\n\n## Related\n\n"
+               "See also the vet's leaflet in the drawer.\n\n## Sources\n\n"
+               "- [[memory/2026-11-01/old.md]] (the day we got her)\n"
+               "- told by the neighbour, no note\n")
+    write(root, path, by_hand.replace("\n", "\r\n"))  # saved by an editor with CRLF
+    model.plan[a] = [[("integrate", {"action": "CORROBORATE", "bucket": "personal",
+                                     "node": path, "name": "Cat", "reason": "said again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}
+    fields, text = node(root, path)
+    assert "\r" not in text and fields["sources"] == ["memory/2026-11-01/old.md", a]
+    assert "\n# Miso, our cat\n\n- the cat is Miso\n" in text
+    assert "## Related\n\nSee also the vet's leaflet in the drawer.\n" in text
+    assert text.endswith("## Sources\n\n- [[memory/2026-11-01/old.md]] (the day we got her)\n"
+                         f"- told by the neighbour, no note\n- [[{a}]]\n")

@@ -5,10 +5,11 @@ A node is ``digest/<bucket>/<slug>.md`` with frontmatter ``name``, ``description
 ``related``, a ``# <name>`` title, the content, and three sections the code owns:
 ``## Related`` (``[[digest/...]]`` links), ``## History`` (corrected claims with date, old
 text, source and reason) and ``## Sources`` (``[[memory/<date>/<note>.md]]`` links). A person
-may edit a node by hand; every other heading stays part of the content. Older nodes (ReMe's
-format) name their sources and related nodes in ``derived_from:: [[...]]`` and
-``relates_to:: [[...]]`` lines; those count as sources and related nodes, and a node written
-again has them in its sections instead.
+may edit a node by hand; every other heading stays part of the content, and the title and
+what a person wrote under ``## Related`` and ``## Sources`` stay as written (new links go
+below). Older nodes (ReMe's format) name their sources and related nodes in
+``derived_from:: [[...]]`` and ``relates_to:: [[...]]`` lines; those count as sources and
+related nodes, and a node written again has them in its sections instead.
 
 The model never writes a node. It proposes an :class:`Integration` and :func:`integrate`
 decides, deterministically, what the node becomes:
@@ -83,6 +84,10 @@ class Node:
     content: str = ""
     history: list[str] = field(default_factory=list)
     extra: JsonObject = field(default_factory=dict)  # other frontmatter: user metadata
+    #: As written by hand: the title, and the lines of ``## Related`` and ``## Sources``
+    #: (prose a person put there included), written again as they are.
+    title: str = ""
+    written: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def confidence(self) -> float:
@@ -206,12 +211,13 @@ def changed_lines(old: str, new: str) -> list[str]:
 
 def parse_node(path: str, text: str) -> Node:
     """A node from its text; hand-edited or foreign nodes parse as well as they can."""
+    text = text.replace("\r\n", "\n")  # a node saved by an editor with CRLF line ends
     fields, body_start = parse_frontmatter(text)
     body = text.split("\n")[body_start:]
     sections: dict[str, list[str]] = {}
     content: list[str] = []
     current: list[str] = content
-    title_seen = False
+    title: str | None = None
     # Older nodes (ReMe's format) name sources and related nodes in ``key:: [[...]]`` lines.
     legacy: dict[str, list[str]] = {"source": [], "related": []}
     for line in body:
@@ -220,8 +226,8 @@ def parse_node(path: str, text: str) -> Node:
         if edge is not None:
             legacy[edge[0]].extend(edge[1])
             continue
-        if not title_seen and stripped.startswith("# ") and not content:
-            title_seen = True
+        if title is None and stripped.startswith("# ") and not content:
+            title = stripped[2:].strip()
             continue
         if stripped.startswith("## ") and stripped[3:].strip() in _MANAGED:
             current = sections.setdefault(stripped[3:].strip(), [])
@@ -254,7 +260,26 @@ def parse_node(path: str, text: str) -> Node:
         content="\n".join(content).strip("\n"),
         history=history,
         extra={k: v for k, v in fields.items() if k not in own},
+        title=title or "",
+        written={k: _trimmed(sections.get(k, [])) for k in ("Related", "Sources")},
     )
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    """``lines`` without the blank lines around them."""
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    return lines
+
+
+def _section(written: list[str], links: list[str]) -> str:
+    """A section's lines as written, then a ``- [[link]]`` line for each of ``links`` they
+    do not link yet."""
+    have = {m.group(1).strip() for line in written for m in _LINK_RE.finditer(line)}
+    lines = [*written, *(f"- [[{x}]]" for x in links if x not in have)]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def render_node(node: Node) -> str:
@@ -271,14 +296,15 @@ def render_node(node: Node) -> str:
         "related": list(node.related),
         **node.extra,
     }
-    parts = [render_frontmatter(fields), f"# {node.name}\n"]
+    parts = [render_frontmatter(fields), f"# {node.title or node.name}\n"]
     if node.content.strip():
         parts.append("\n" + node.content.strip("\n") + "\n")
-    if node.related:
-        parts.append("\n## Related\n\n" + "".join(f"- [[{r}]]\n" for r in node.related))
+    related = _section(node.written.get("Related", []), node.related)
+    if related:
+        parts.append("\n## Related\n\n" + related)
     if node.history:
         parts.append("\n## History\n\n" + "\n".join(node.history) + "\n")
-    parts.append("\n## Sources\n\n" + "".join(f"- [[{s}]]\n" for s in node.sources))
+    parts.append("\n## Sources\n\n" + _section(node.written.get("Sources", []), node.sources))
     return "".join(parts)
 
 
