@@ -3,6 +3,7 @@ scripted OpenAI-compatible model (see test_dream.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -318,3 +319,18 @@ def test_a_node_edited_by_hand_keeps_its_title_and_what_was_written_in_its_secti
     assert "## Related\n\nSee also the vet's leaflet in the drawer.\n" in text
     assert text.endswith("## Sources\n\n- [[memory/2026-11-01/old.md]] (the day we got her)\n"
                          f"- told by the neighbour, no note\n- [[{a}]]\n")
+
+
+def test_notes_whose_names_are_not_utf8_are_passed_by_and_the_daemon_lives(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, _, _ = cat_note(daemon, fake, tmp_path)
+    memory = bytes(root / "memory")
+    os.makedirs(memory + b"/2026-11-2\xff")
+    for name in (b"/2026-11-2\xff/x.md", b"/2026-11-20/caf\xe9.md"):
+        with open(memory + name, "wb") as fh:
+            fh.write(b"A note in a file named in Latin-1.\n")
+    result = dream(daemon)
+    assert result["notes"] == 1 and daemon.call("daemon.ping") is not None
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert [r["run_id"] for r in runs] == [result["run_id"]]
+    assert "its name is not valid UTF-8" in daemon.log()

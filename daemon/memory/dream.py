@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
@@ -94,6 +95,10 @@ def changed_notes(root: Path, daily_dir: str,
             if not name.endswith(".md") or name.startswith(".") or name == "index.md":
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if not safepath.is_utf8(rel):  # no catalog, log or answer can hold its name
+                log.warning("dream skips %s: its name is not valid UTF-8 (rename it to have "
+                            "it dreamed)", safepath.shown(rel))
+                continue
             try:
                 text = read_confined(root, rel)
             except RecalldError as exc:  # too large, or a symbolic link: not ours to read
