@@ -19,7 +19,7 @@ from test_cli import recalld
 from waits import wait_job
 
 from recalld.daemon.memory import capture_log, changelog
-from recalld.daemon.memory.digest import dropped_bullets
+from recalld.daemon.memory.textlines import dropped_bullets
 
 FIRST = ("- 妹妹安娜住在格拉茨\n"
          "- Brother Tom is a pilot\n"

@@ -334,3 +334,23 @@ def test_notes_whose_names_are_not_utf8_are_passed_by_and_the_daemon_lives(
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert [r["run_id"] for r in runs] == [result["run_id"]]
     assert "its name is not valid UTF-8" in daemon.log()
+
+
+def test_a_source_note_with_a_hash_in_its_name_stays_one_source(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/meeting #3.md", "memory/2026-11-21/C# notes.md"
+    path = "digest/wiki/c-tips.md"
+    write(root, a, "In C# prefer var.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "C# tips",
+                                     "content": "- prefer var", "reason": "how-to"})]]
+    dream(daemon)
+    write(root, b, "Again: in C# prefer var.\n")
+    model.plan[b] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": path,
+                                     "name": "C# tips", "sources": [b], "reason": "again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}
+    fields, text = node(root, path)
+    assert fields["sources"] == [a, b] and fields["confidence"] == 0.75
+    assert text.endswith(f"## Sources\n\n- [[{a}]]\n- [[{b}]]\n")

@@ -21,7 +21,7 @@ from typing import Final, Literal, TypedDict
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog
-from recalld.daemon.memory.digest import dropped_bullets
+from recalld.daemon.memory.textlines import dropped_bullets
 
 KIND: Final = "auto_memory"
 KEEP_RECORDS: Final = 2000

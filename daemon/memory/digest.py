@@ -41,13 +41,14 @@ from typing import Final
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.textlines import changed_lines, content_lines, kept_fraction
 
 BUCKETS: Final = ("personal", "procedure", "wiki")
 ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
 MIN_KEEP_FRACTION: Final = 0.5
 MAX_CONTENT_CHARS: Final = 8000
 _MANAGED: Final = ("Related", "History", "Sources")
-_LINK_RE: Final = re.compile(r"\[\[([^\]|#]+)(?:[#|][^\]]*)?\]\]")
+_LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 
 
@@ -145,65 +146,18 @@ def _as_list(value: object) -> list[str]:
     return []
 
 
-def _norm_line(line: str) -> str:
-    return " ".join(line.strip().lstrip("-*+> ").split()).lower()
-
-
-def _content_lines(text: str) -> list[str]:
-    return [n for n in (_norm_line(ln) for ln in text.splitlines()) if n]
-
-
-# A list item's mark: Markdown's (``-``, ``*``, ``+``, ``1.``, ``1)``, then a space), the
-# bullets people paste (``•``, ``◦``, ``▪``, ``–``), and the numbering of Chinese and
-# Japanese lists, often with no space after it (``1、``, ``（1）``, ``①``, ``・``).
-_BULLET_MARK = re.compile(
-    r"^\s*(?:(?:[-*+•◦‣▪▫●○■□–]|\d+[.)])\s+"
-    r"|(?:[•・·]|\d+[、．）]|[（(]\d+[）)]|[①-⑳⑴-⒇])\s*)")
-# Scripts written without spaces between words (Chinese, Japanese; Korean syllables): each
-# character is a word of its own, so a refinement that inserts detail inside such a run
-# ("妹妹住在格拉茨" -> "妹妹安娜住在格拉茨") still holds every word of the old line.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
-
-
-def dropped_bullets(old: str, new: str) -> list[str]:
-    """The list items of ``old`` (``-``, ``*``, ``+``, ``•``, numbered, ``1、``, nested too)
-    that no line of ``new`` keeps, as written in ``old``. A line keeps an item if it holds
-    all of the item's words (case-insensitive; in CJK text, its characters): a refinement
-    that adds detail keeps it."""
-    new_words = [set(_WORD.findall(ln)) for ln in _content_lines(new)]
+def _links(line: str) -> list[str]:
+    """The targets of the ``[[...]]`` links of a Sources or Related line: without an
+    ``|alias`` or a ``#heading``, except a ``#`` of a note's own name (``[[memory/d/
+    meeting #3.md]]`` is that note, not a heading of ``meeting``)."""
     out = []
-    for line in old.splitlines():
-        mark = _BULLET_MARK.match(line)
-        if mark and line[mark.end():].strip():
-            words = set(_WORD.findall(_norm_line(line[mark.end():])))
-            if words and not any(words <= have for have in new_words):
-                out.append(line.strip())
+    for m in _LINK_RE.finditer(line):
+        target = m.group(1).split("|", 1)[0].strip()
+        if "#" in target and not target.lower().endswith(".md"):
+            target = target.split("#", 1)[0].strip()
+        if target:
+            out.append(target)
     return out
-
-
-def kept_fraction(old: str, new: str) -> float:
-    """The share of the old content's lines that a line of new keeps: holds all of its
-    words (as :func:`dropped_bullets` reads them), so detail added inside a line keeps
-    it; a line without words (a rule) must be there as it is (whitespace-insensitive)."""
-    old_lines = _content_lines(old)
-    if not old_lines:
-        return 1.0
-    new_lines = _content_lines(new)
-    new_words = [set(_WORD.findall(ln)) for ln in new_lines]
-
-    def kept(line: str) -> bool:
-        words = set(_WORD.findall(line))
-        return any(words <= have for have in new_words) if words else line in new_lines
-
-    return sum(1 for ln in old_lines if kept(ln)) / len(old_lines)
-
-
-def changed_lines(old: str, new: str) -> list[str]:
-    """The content lines of ``old`` that ``new`` does not hold as they are (whitespace-
-    and bullet-insensitive), as written in ``old``: what an update leaves behind."""
-    new_lines = set(_content_lines(new))
-    return [ln for ln in old.splitlines() if _norm_line(ln) and _norm_line(ln) not in new_lines]
 
 
 # -- parse / render ---------------------------------------------------------------------------
@@ -236,11 +190,11 @@ def parse_node(path: str, text: str) -> Node:
     bucket = str(fields.get("bucket") or (path.split("/")[1] if path.count("/") >= 2 else "wiki"))
     sources = _as_list(fields.get("sources"))
     for line in sections.get("Sources", []):
-        sources.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+        sources.extend(_links(line))
     sources.extend(legacy["source"])
     related = _as_list(fields.get("related"))
     for line in sections.get("Related", []):
-        related.extend(m.group(1).strip() for m in _LINK_RE.finditer(line))
+        related.extend(_links(line))
     related.extend(legacy["related"])
     history = [ln for ln in sections.get("History", []) if ln.strip()]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
@@ -277,7 +231,7 @@ def _trimmed(lines: list[str]) -> list[str]:
 def _section(written: list[str], links: list[str]) -> str:
     """A section's lines as written, then a ``- [[link]]`` line for each of ``links`` they
     do not link yet."""
-    have = {m.group(1).strip() for line in written for m in _LINK_RE.finditer(line)}
+    have = {link for line in written for link in _links(line)}
     lines = [*written, *(f"- [[{x}]]" for x in links if x not in have)]
     return "".join(f"{line}\n" for line in lines)
 
@@ -458,7 +412,7 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
                            f"the rewrite keeps only {kept:.0%} of the node's lines (at least "
                            f"{MIN_KEEP_FRACTION:.0%} required); use CORRECT for a "
                            "contradiction")
-        if _content_lines(proposal.content) == _content_lines(existing.content) \
+        if content_lines(proposal.content) == content_lines(existing.content) \
                 and not new_sources:
             return Outcome(action, path, "unchanged", None, "no new detail")
         # A line the refinement rewrote or left out is kept under History, as a

@@ -22,8 +22,8 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import capture_log
-from recalld.daemon.memory.digest import dropped_bullets
 from recalld.daemon.memory.fileops import FileOps, read_confined
+from recalld.daemon.memory.textlines import dropped_bullets
 from recalld.ipc.errors import InvalidParams, NotAllowed
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,72 @@
+"""The lines of two versions of a text compared, as the memory jobs compare a node or a
+note with its update: which lines a new version keeps (all of their words, so detail
+added inside a line keeps it), which list items it drops, which lines it changed.
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def norm_line(line: str) -> str:
+    """``line`` as lines are compared: without its bullet, whitespace and case."""
+    return " ".join(line.strip().lstrip("-*+> ").split()).lower()
+
+
+def content_lines(text: str) -> list[str]:
+    """The non-blank lines of ``text``, as :func:`norm_line` gives them."""
+    return [n for n in (norm_line(ln) for ln in text.splitlines()) if n]
+
+
+# A list item's mark: Markdown's (``-``, ``*``, ``+``, ``1.``, ``1)``, then a space), the
+# bullets people paste (``•``, ``◦``, ``▪``, ``–``), and the numbering of Chinese and
+# Japanese lists, often with no space after it (``1、``, ``（1）``, ``①``, ``・``).
+_BULLET_MARK = re.compile(
+    r"^\s*(?:(?:[-*+•◦‣▪▫●○■□–]|\d+[.)])\s+"
+    r"|(?:[•・·]|\d+[、．）]|[（(]\d+[）)]|[①-⑳⑴-⒇])\s*)")
+# Scripts written without spaces between words (Chinese, Japanese; Korean syllables): each
+# character is a word of its own, so a refinement that inserts detail inside such a run
+# ("妹妹住在格拉茨" -> "妹妹安娜住在格拉茨") still holds every word of the old line.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
+
+
+def dropped_bullets(old: str, new: str) -> list[str]:
+    """The list items of ``old`` (``-``, ``*``, ``+``, ``•``, numbered, ``1、``, nested too)
+    that no line of ``new`` keeps, as written in ``old``. A line keeps an item if it holds
+    all of the item's words (case-insensitive; in CJK text, its characters): a refinement
+    that adds detail keeps it."""
+    new_words = [set(_WORD.findall(ln)) for ln in content_lines(new)]
+    out = []
+    for line in old.splitlines():
+        mark = _BULLET_MARK.match(line)
+        if mark and line[mark.end():].strip():
+            words = set(_WORD.findall(norm_line(line[mark.end():])))
+            if words and not any(words <= have for have in new_words):
+                out.append(line.strip())
+    return out
+
+
+def kept_fraction(old: str, new: str) -> float:
+    """The share of the old content's lines that a line of new keeps: holds all of its
+    words (as :func:`dropped_bullets` reads them), so detail added inside a line keeps
+    it; a line without words (a rule) must be there as it is (whitespace-insensitive)."""
+    old_lines = content_lines(old)
+    if not old_lines:
+        return 1.0
+    new_lines = content_lines(new)
+    new_words = [set(_WORD.findall(ln)) for ln in new_lines]
+
+    def kept(line: str) -> bool:
+        words = set(_WORD.findall(line))
+        return any(words <= have for have in new_words) if words else line in new_lines
+
+    return sum(1 for ln in old_lines if kept(ln)) / len(old_lines)
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    """The content lines of ``old`` that ``new`` does not hold as they are (whitespace-
+    and bullet-insensitive), as written in ``old``: what an update leaves behind."""
+    new_lines = set(content_lines(new))
+    return [ln for ln in old.splitlines() if norm_line(ln) and norm_line(ln) not in new_lines]
