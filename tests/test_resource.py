@@ -321,3 +321,32 @@ def test_a_resource_renamed_keeps_its_note(daemon: DaemonHandle, fake: FakeProvi
     assert len(fake.requests) == calls
     assert [p.relative_to(root).as_posix() for p in (root / "memory").rglob("*.md")
             if "resource" in p.name] == [note]
+
+
+def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandle,
+                                                             fake: FakeProvider,
+                                                             tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/empty.txt", "")
+    write(root, "resource/blank.md", " \n\n\t\n")
+    (root / "resource/photo.txt").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01" * 50)
+    (root / "resource/windows.txt").write_bytes("Budget 2027: 1.2 M€\n".encode("utf-16"))
+    write(root, "resource/line\nbreak.md", "Two lines in a name.\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in ("resource/windows.txt", "resource/line\nbreak.md"):
+        wait_state(root, rel, "processed")
+    for rel, why in (("resource/empty.txt", "empty"), ("resource/blank.md", "empty"),
+                     ("resource/photo.txt", "not text")):
+        wait_state(root, rel, "skipped")
+        assert why in catalog(root)[rel]["reason"]
+    asked = [r.json["messages"][1]["content"] for r in fake.requests
+             if r.path.endswith("/chat/completions")]
+    # The model is asked about the two text files only, each as its text.
+    assert len(asked) == 2, asked
+    assert any(a.endswith("\n\nBudget 2027: 1.2 M€\n") for a in asked), asked
+    fields, text = note_of(root, "resource/line\nbreak.md")
+    assert fields["source_resource"] == "[[resource/line\nbreak.md]]"  # the file, exactly
+    body = text.split("---\n", 2)[2]
+    assert body.startswith("# line\\nbreak.md\n\n") and body.endswith(
+        "Source: [[resource/line\\nbreak.md]]\n")

@@ -25,6 +25,7 @@ that date.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
 import os
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 WORK_STATES: Final = frozenset({"queued", "pending"})
 RequestJob = Callable[[], Awaitable[None]]
 
@@ -118,13 +120,39 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | None:
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
+# Byte order marks and the encodings they announce (UTF-32's first: FF FE 00 00 starts
+# with UTF-16's FF FE).
+_BOMS: Final = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+                (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
-    """The first ``limit_chars`` characters of ``root/rel`` (bytes decoded leniently), and
-    if cut. A file outside ``root`` raises PathOutsideWorkspace."""
+    """The first ``limit_chars`` characters of ``root/rel`` and if cut: UTF-8, or the
+    encoding its byte order mark names (UTF-16 and UTF-32, as Windows saves text), bytes
+    decoded leniently. A file outside ``root`` raises PathOutsideWorkspace."""
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         data = fh.read(limit_chars * 4 + 1)
-    text = data.decode("utf-8", errors="replace")
+    encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
+    text = data.decode(encoding, errors="replace")
     return (text[:limit_chars], len(text) > limit_chars or len(data) > limit_chars * 4)
+
+
+def not_text(text: str) -> str | None:
+    """Why the model is not asked about a file read as ``text``: empty (nothing to sum
+    up, only to invent), or binary (NUL characters: an image or archive given a text
+    suffix); None for text."""
+    if not text.strip():
+        return "the file is empty"
+    if "\x00" in text:
+        return "the file is not text (it holds NUL bytes)"
+    return None
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and other control characters escaped (``\\n``): a
+    file name as a note's title or link, which must stay on one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class ResourceStatus(TypedDict):
@@ -252,8 +280,8 @@ class ResourceCatalog:
         inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
         text = update_fm(text, {"name": f"Resource {inside[1]}",
                                 "source_resource": f"[[{new}]]"})
-        text = text.replace(f"[[{old}]]", f"[[{new}]]").replace(
-            f"\n# {inside[0]}\n", f"\n# {inside[1]}\n", 1)
+        text = text.replace(f"[[{one_line(old)}]]", f"[[{one_line(new)}]]").replace(
+            f"\n# {one_line(inside[0])}\n", f"\n# {one_line(inside[1])}\n", 1)
         await files.write(note, text)
 
     async def _catalog_one(self, rel: str) -> bool:
@@ -341,6 +369,10 @@ class ResourceCatalog:
         except PathOutsideWorkspace:
             rec.update(state="failed", reason="outside the workspace (a directory link)")
             return "failed", None
+        why = not_text(text)
+        if why is not None:  # read again when it changes, as a file of another suffix
+            rec.update(state="skipped", reason=why)
+            return "skipped", None
         prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
                   f"\n\n{text}")
         try:
@@ -393,8 +425,8 @@ class ResourceCatalog:
             "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
             "date": rec["date"], "truncated_input": truncated,
         }
-        text = (render_frontmatter(fields) + f"# {inside}\n\n{summary}\n\n"
-                f"Source: [[{rec['path']}]]\n")
+        text = (render_frontmatter(fields) + f"# {one_line(inside)}\n\n{summary}\n\n"
+                f"Source: [[{one_line(rec['path'])}]]\n")
         await fileops_for(self.ws).write(note, text)
         return note
 
