@@ -354,3 +354,27 @@ def test_a_source_note_with_a_hash_in_its_name_stays_one_source(
     fields, text = node(root, path)
     assert fields["sources"] == [a, b] and fields["confidence"] == 0.75
     assert text.endswith(f"## Sources\n\n- [[{a}]]\n- [[{b}]]\n")
+
+
+def test_a_note_renamed_since_its_dream_is_no_second_source(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    moved = "memory/2026-11-21/pets/cat.md"
+    path = "digest/personal/cat.md"
+    plan = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                            "content": "- the cat is Miso", "reason": "fact"})]]
+    model.plan[a] = model.plan[moved] = plan
+    dream(daemon)
+    created = (root / path).read_text()
+    (root / moved).parent.mkdir(parents=True)
+    os.rename(root / a, root / moved)
+    asked = len(fake.requests)
+    second = dream(daemon)
+    # Not read again (no model call): the node cites the note by its new path, once.
+    assert second["actions"] == {"RELINK": 1} and len(fake.requests) == asked
+    fields, text = node(root, path)
+    assert fields["sources"] == [moved] and fields["confidence"] == 0.5
+    assert f"[[{moved}]]" in text and f"[[{a}]]" not in text
+    assert dream(daemon)["run_id"] is None
+    daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second["run_id"]})
+    assert (root / path).read_text() == created

@@ -26,22 +26,18 @@ so far are still saved (shielded, under a deadline), so undo and the next run se
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import trio
 
-from recalld.daemon import safepath
 from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import changelog, digest, interests, nodefiles, reme_dream
+from recalld.daemon.memory import changelog, digest, dreamnotes, interests, nodefiles
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import (
     FileOps,
@@ -78,55 +74,6 @@ class DreamConfig:
     deadline_per_note_s: float = 300.0
     max_nodes_listed: int = 80
     node_search_results: int = 8
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def changed_notes(root: Path, daily_dir: str,
-                  catalog: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str, str]]:
-    """``(path, sha256, text)`` of daily notes not processed as they are now (blocking)."""
-    out = []
-    top = root / daily_dir
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.endswith(".md") or name.startswith(".") or name == "index.md":
-                continue
-            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-            if not safepath.is_utf8(rel):  # no catalog, log or answer can hold its name
-                log.warning("dream skips %s: its name is not valid UTF-8 (rename it to have "
-                            "it dreamed)", safepath.shown(rel))
-                continue
-            try:
-                text = read_confined(root, rel)
-            except RecalldError as exc:  # too large, or a symbolic link: not ours to read
-                log.warning("dream skips %s: %s", rel, exc.message)
-                continue
-            if text is None:
-                continue
-            sha = sha256_text(text)
-            rec = catalog.get(rel)
-            if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
-                out.append((rel, sha, text))
-    return out
-
-
-def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:
-    """Put the notes ReMe's dream consolidated, unchanged since, into ``catalog`` as
-    processed (``reme_dream.py``); returns how many (blocking)."""
-    s = ws.settings
-    found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
-    if found is None:
-        return 0
-    for rel, text in found.unchanged:
-        catalog[rel] = {"path": rel, "digest": sha256_text(text), "state": "processed",
-                        "source": "reme"}
-    if found.unchanged:
-        log.info("%s: %d note(s) ReMe's dream consolidated are not dreamed again (%d changed "
-                 "since)", ws.agent_id, len(found.unchanged), len(found.changed))
-    return len(found.unchanged)
 
 
 SYSTEM_PROMPT: Final = """\
@@ -273,6 +220,33 @@ class _Run:
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
 
+    async def follow_moves(self, moves: Mapping[str, str]) -> None:
+        """Daily notes renamed since they were dreamed (``moves``: new path -> old): the
+        nodes citing them cite them by their new paths."""
+        back = {old: new for new, old in moves.items()}
+        nodes = await trio.to_thread.run_sync(nodefiles.node_paths, self.ws.root,
+                                              self.digest_dir)
+        for rel in nodes:
+            for _ in range(WRITE_ATTEMPTS):  # read again if a person wrote it meanwhile
+                try:
+                    before = await trio.to_thread.run_sync(read_confined, self.ws.root, rel)
+                except RecalldError:  # a link, or too large: not a node this run writes
+                    break
+                text = None if before is None else dreamnotes.relink(rel, before, back)
+                if before is None or text is None:
+                    break
+                try:
+                    await self.write(rel, before, text)
+                except WriteConflict:
+                    continue
+                cited = digest.parse_node(rel, before).sources
+                self.log.actions.append({
+                    "action": "RELINK", "path": rel, "status": "applied", "reason": "",
+                    "detail": "renamed source note(s): " + ", ".join(
+                        f"{old} -> {back[old]}" for old in cited if old in back),
+                    "sources": [back[old] for old in cited if old in back], "note": ""})
+                break
+
     def _on_nodes(self, proposal: digest.Integration) -> tuple[digest.Integration, list[str]]:
         """``proposal`` on the nodes that exist (blocking): its path the node it stands for
         (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
@@ -360,10 +334,12 @@ async def run_dream(
         if shared is not None:
             await shared.store(CATALOG_JOB, _changed(known, catalog))
 
-    recognised = await trio.to_thread.run_sync(recognise_reme_dreamed, ws, catalog)
-    todo = await trio.to_thread.run_sync(changed_notes, ws.root, settings.daily_dir, catalog)
-    todo = todo[: cfg.max_notes_per_run]
-    if not todo:
+    recognised = await trio.to_thread.run_sync(dreamnotes.recognise_reme_dreamed, ws, catalog)
+    todo = await trio.to_thread.run_sync(
+        dreamnotes.changed_notes, ws.root, settings.daily_dir, catalog)
+    moves = await trio.to_thread.run_sync(dreamnotes.renamed_notes, ws.root, catalog, todo)
+    todo = [t for t in todo if t[0] not in moves][: cfg.max_notes_per_run]
+    if not todo and not moves:
         if catalog != known:
             await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
@@ -373,6 +349,10 @@ async def run_dream(
                                 notes=[p for p, _, _ in todo]),
                today, config=cfg)
     try:
+        if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
+            await run.follow_moves(moves)
+            for new, old in moves.items():
+                catalog[new] = {**catalog.pop(old), "path": new}
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
             run.note = note
@@ -416,7 +396,7 @@ async def run_dream(
         await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
                          job_id=job_id, details={"run_id": run.log.run_id,
                                                  "actions": summary["actions"]})
-    if len(run.log.failed_notes) == len(todo):
+    if todo and len(run.log.failed_notes) == len(todo):
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
     return summary

@@ -1,0 +1,105 @@
+"""The daily notes a dream reads: which changed since they were dreamed, which ReMe's
+dream consolidated already, which were only renamed or moved; and a node's sources
+following a renamed note. Blocking functions (run them in a thread) and pure ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from recalld.daemon import safepath
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory import digest, reme_dream
+from recalld.daemon.memory.fileops import read_confined
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import RecalldError
+
+log = logging.getLogger(__name__)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def changed_notes(root: Path, daily_dir: str,
+                  catalog: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str, str]]:
+    """``(path, sha256, text)`` of daily notes not processed as they are now (blocking)."""
+    out = []
+    top = root / daily_dir
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".md") or name.startswith(".") or name == "index.md":
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if not safepath.is_utf8(rel):  # no catalog, log or answer can hold its name
+                log.warning("dream skips %s: its name is not valid UTF-8 (rename it to have "
+                            "it dreamed)", safepath.shown(rel))
+                continue
+            try:
+                text = read_confined(root, rel)
+            except RecalldError as exc:  # too large, or a symbolic link: not ours to read
+                log.warning("dream skips %s: %s", rel, exc.message)
+                continue
+            if text is None:
+                continue
+            sha = sha256_text(text)
+            rec = catalog.get(rel)
+            if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
+                out.append((rel, sha, text))
+    return out
+
+
+def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:
+    """Put the notes ReMe's dream consolidated, unchanged since, into ``catalog`` as
+    processed (``reme_dream.py``); returns how many (blocking)."""
+    s = ws.settings
+    found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
+    if found is None:
+        return 0
+    for rel, text in found.unchanged:
+        catalog[rel] = {"path": rel, "digest": sha256_text(text), "state": "processed",
+                        "source": "reme"}
+    if found.unchanged:
+        log.info("%s: %d note(s) ReMe's dream consolidated are not dreamed again (%d changed "
+                 "since)", ws.agent_id, len(found.unchanged), len(found.changed))
+    return len(found.unchanged)
+
+
+def renamed_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
+                  todo: list[tuple[str, str, str]]) -> dict[str, str]:
+    """``{new path: old path}`` of the notes of ``todo`` (:func:`changed_notes`) that are
+    a processed note renamed or moved: the catalog has not seen the path, and has the
+    same text under a path that is gone. Dreaming them again would count a note as a
+    second source of what it said."""
+    gone: dict[object, str] = {}
+    for path, rec in catalog.items():
+        if rec.get("state") == "processed" and not os.path.lexists(root / path):
+            gone.setdefault(rec.get("digest"), path)
+    out: dict[str, str] = {}
+    for rel, sha, _ in todo:
+        if rel not in catalog and sha in gone:
+            out[rel] = gone.pop(sha)
+    return out
+
+
+def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
+    """The node ``text`` citing the notes of ``moves`` (old path -> new) under their new
+    paths, in its sources, section lines and History; None if it cites none of them."""
+    node = digest.parse_node(path, text)
+    if not any(s in moves for s in node.sources):
+        return None
+
+    def links(line: str) -> str:
+        for old, new in moves.items():
+            line = line.replace(f"[[{old}]]", f"[[{new}]]")
+        return line
+
+    node.sources = list(dict.fromkeys(moves.get(s, s) for s in node.sources))
+    node.written = {k: [links(ln) for ln in v] for k, v in node.written.items()}
+    node.history = [links(ln) for ln in node.history]
+    return digest.render_node(node)
