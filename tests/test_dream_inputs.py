@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
+from waits import wait_job
 
 from recalld.daemon.memory import digest
 
@@ -378,3 +379,29 @@ def test_a_note_renamed_since_its_dream_is_no_second_source(
     assert dream(daemon)["run_id"] is None
     daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second["run_id"]})
     assert (root / path).read_text() == created
+
+
+def test_a_rewrite_of_a_node_edited_since_the_model_read_it_is_refused(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    path = "digest/personal/cat.md"
+    write(root, path, "---\nname: Cat\n---\n# Cat\n\n- the cat is Miso\n")
+    refine = {"action": "REFINE", "bucket": "personal", "node": path, "name": "Cat",
+              "content": "- the cat is Miso\n- she is grey", "reason": "detail"}
+    model.plan[a] = [[("node_read", {"path": path})], [("integrate", refine)],
+                     [("node_read", {"path": path})], [("integrate", {
+                         **refine, "content": "- the cat is Miso\n- she is grey\n"
+                                              "- she sleeps all day"})]]
+    # The model reads the node; a person adds a line before the model answers.
+    gate = fake.gate(lambda body: len(body.get("messages", [])) == 4)
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream",
+                                         "params": {}})["job_id"]
+    assert gate.entered.wait(60)
+    write(root, path, "---\nname: Cat\n---\n# Cat\n\n- the cat is Miso\n- she sleeps all day\n")
+    gate.open()
+    job = wait_job(daemon, job_id, agent=AGENT)
+    assert job["state"] == "succeeded" and job["result"]["actions"] == {"refused": 1,
+                                                                        "REFINE": 1}
+    assert "changed since you read it" in model.tool_results[1]
+    _, text = node(root, path)
+    assert "- she sleeps all day" in text.split("## History")[0] and "## History" not in text

@@ -128,6 +128,9 @@ class _Run:
     today: str
     note: str = ""
     topics: dict[str, float] = field(default_factory=dict)
+    #: The text of each node as the model last saw it in this conversation (node_read,
+    #: or what its own integrate wrote): a rewrite is proposed on that text.
+    seen: dict[str, str] = field(default_factory=dict)
     config: DreamConfig = field(default_factory=DreamConfig)
 
     @property
@@ -142,7 +145,10 @@ class _Run:
             if not path.startswith(self.digest_dir + "/"):
                 return f"error: node paths start with {self.digest_dir}/"
             text = await trio.to_thread.run_sync(read_confined, self.ws.root, path)
-            return text if text is not None else f"error: no node {path}"
+            if text is None:
+                return f"error: no node {path}"
+            self.seen[path] = text
+            return text
         if name == "integrate":
             return await self._integrate(args)
         if name == "note_interests":
@@ -200,12 +206,19 @@ class _Run:
             existing = None if before_text is None else digest.parse_node(proposal.path,
                                                                            before_text)
             outcome = digest.integrate(existing, proposal, self.today)
+            shown = self.seen.get(proposal.path)
+            if outcome.action in ("REFINE", "CORRECT") and shown not in (None, before_text):
+                outcome = digest.Outcome(
+                    outcome.action, proposal.path, "refused", None,
+                    "the node changed since you read it (edited meanwhile): node_read it "
+                    "again and propose the new content on what it says now")
             if outcome.text is None:
                 break
             try:
                 written = await self.write(outcome.path, before_text, outcome.text)
             except WriteConflict:
                 continue
+            self.seen[outcome.path] = written
             name = existing.name if existing is not None else proposal.name
             self.topics[name] = max(self.topics.get(name, 0.0),
                                     digest.parse_node(outcome.path, written).confidence)
@@ -359,6 +372,7 @@ async def run_dream(
             try:
                 parts = note_parts(text, cfg.max_note_chars)
                 for n, body in enumerate(parts, 1):
+                    run.seen.clear()  # a new conversation: the model has read nothing
                     # Listed again for each part: the part before may have made nodes.
                     nodes = await trio.to_thread.run_sync(
                         nodefiles.list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
