@@ -405,3 +405,15 @@ def test_a_rewrite_of_a_node_edited_since_the_model_read_it_is_refused(
     assert "changed since you read it" in model.tool_results[1]
     _, text = node(root, path)
     assert "- she sleeps all day" in text.split("## History")[0] and "## History" not in text
+
+
+def test_tool_arguments_in_a_code_fence_are_read(daemon: DaemonHandle, fake: FakeProvider,
+                                                 tmp_path: Path) -> None:
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    args = ('{"action": "CREATE", "bucket": "personal", "name": "猫", "extra": 1, '
+            '"content": "- 猫叫味噌", "reason": "事实"}')
+    model.plan[a] = [[("integrate", f"```json\n{args}\n```"),
+                      ("integrate", f"```{args.replace('猫', 'Cat', 1)}```")]]
+    assert dream(daemon)["actions"] == {"CREATE": 2}
+    assert "- 猫叫味噌" in node(root, "digest/personal/猫.md")[1]
+    assert node(root, "digest/personal/cat.md")[0]["name"] == "Cat"

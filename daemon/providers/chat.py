@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,10 @@ def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) ->
     return ""
 
 
+# Tool arguments some models wrap in a Markdown code fence (```json ... ```).
+_FENCED = re.compile(r"^```[\w-]*\s*(.*?)\s*```$", re.DOTALL)
+
+
 def _bad(message: str) -> ProviderBadResponse:
     return ProviderBadResponse(f"chat completion: {message}")
 
@@ -155,7 +160,9 @@ def _parse_tool_call(raw: object, index: int) -> ToolCall:
         args = args_raw
     elif isinstance(args_raw, str):
         try:
-            args = orjson.loads(args_raw) if args_raw.strip() else {}
+            fenced = _FENCED.match(args_raw.strip())
+            text = fenced.group(1) if fenced else args_raw
+            args = orjson.loads(text) if text.strip() else {}
         except orjson.JSONDecodeError:
             raise _bad(
                 f"arguments of tool call {index} ({fn['name']}) are not valid JSON"
