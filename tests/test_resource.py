@@ -350,3 +350,15 @@ def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandl
     body = text.split("---\n", 2)[2]
     assert body.startswith("# line\\nbreak.md\n\n") and body.endswith(
         "Source: [[resource/line\\nbreak.md]]\n")
+
+
+def test_a_summary_the_model_wrapped_in_a_markdown_fence_is_the_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake).resource_answer = "```markdown\nMinutes of the board.\n- budget: 3 M\n```"
+    write(root, "resource/minutes.txt", "Board minutes: budget 3 M.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/minutes.txt", "processed")
+    fields, text = note_of(root, "resource/minutes.txt")
+    assert fields["description"] == "Minutes of the board."
+    assert "\n\nMinutes of the board.\n- budget: 3 M\n\nSource:" in text and "```" not in text

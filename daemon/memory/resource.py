@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
+_MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 WORK_STATES: Final = frozenset({"queued", "pending"})
 RequestJob = Callable[[], Awaitable[None]]
@@ -147,6 +148,16 @@ def not_text(text: str) -> str | None:
     if "\x00" in text:
         return "the file is not text (it holds NUL bytes)"
     return None
+
+
+def unfenced(answer: str) -> str:
+    """The model's note ``answer``, stripped, without the code fence some models wrap a
+    whole Markdown answer in (```markdown ... ```): the note is the Markdown, not a code
+    block of it."""
+    fenced = _MD_FENCE.match(answer.strip())
+    if fenced is None or "\n```" in f"\n{fenced.group(1)}":  # not one block: as it is
+        return answer.strip()
+    return fenced.group(1).strip()
 
 
 def one_line(text: str) -> str:
@@ -383,7 +394,7 @@ class ResourceCatalog:
         except ProviderError as exc:
             rec.update(state="failed", reason=exc.message)
             return "failed", None
-        summary = (answer.content or "").strip()
+        summary = unfenced(answer.content or "")
         if not summary:
             rec.update(state="failed", reason="the chat model answered with no text")
             return "failed", None
