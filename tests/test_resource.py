@@ -350,6 +350,11 @@ def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandl
     body = text.split("---\n", 2)[2]
     assert body.startswith("# line\\nbreak.md\n\n") and body.endswith(
         "Source: [[resource/line\\nbreak.md]]\n")
+    (root / "resource/line\nbreak.md").unlink()
+    wait_for(lambda: catalog(root)["resource/line\nbreak.md"].get("marked"))
+    _, text = note_of(root, "resource/line\nbreak.md")
+    assert text.endswith(f"\n\n> The source file resource/line\\nbreak.md was removed on "
+                         f"{date.today().isoformat()}; this note is kept as the memory of it.\n")
 
 
 def test_a_summary_the_model_wrapped_in_a_markdown_fence_is_the_note(

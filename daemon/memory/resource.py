@@ -452,7 +452,7 @@ class ResourceCatalog:
         removed_on = rec.get("removed_on") or self._today().isoformat()
         updated = update_fm(text, {"source_removed": removed_on})
         updated = updated.rstrip("\n") + (
-            f"\n\n> The source file {rec['path']} was removed on {removed_on}; "
+            f"\n\n> The source file {one_line(rec['path'])} was removed on {removed_on}; "
             "this note is kept as the memory of it.\n")
         await files.write(str(note), updated)
         return str(note)
