@@ -32,7 +32,7 @@ import trio
 
 from recalld.daemon.errors import wire_error
 from recalld.daemon.jobparams import ParamsCheck
-from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.jsontypes import JsonObject, json_safe
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.answers import JobInfo, JobProgress
@@ -307,7 +307,7 @@ class JobManager:
             log.exception("publishing %s failed", topic)
 
     def _progress(self, job: _Job, done: int, total: int | None, message: str) -> None:
-        job.progress = JobProgress(done=done, total=total, message=message)
+        job.progress = JobProgress(done=done, total=total, message=json_safe(message))
         now = trio.current_time()
         if (now - job.last_progress_publish >= self._config.progress_interval_s
                 or (total is not None and done >= total)):
@@ -329,9 +329,10 @@ class JobManager:
                     if self._log_lines > 4 * self._retained_count() + 1000:
                         await trio.to_thread.run_sync(self._log.rewrite, self._retained())
                         self._log_lines = self._retained_count()
-                except RecalldError as exc:
+                except (RecalldError, TypeError) as exc:  # TypeError: JSON cannot hold it
                     log.exception("job journal write failed for %s", job.job_id)
-                    self.write_failure.record(exc.message)
+                    self.write_failure.record(
+                        exc.message if isinstance(exc, RecalldError) else str(exc))
                 else:
                     self.write_failure.clear()
 
@@ -343,7 +344,9 @@ class JobManager:
 
     async def _finish(self, job: _Job, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
-        job.state, job.result, job.error, job.error_code = state, result, error, code
+        # What the handler gave goes to the journal and the wire: always as JSON can hold it.
+        job.state, job.error_code = state, code
+        job.result, job.error = json_safe(result), json_safe(error)
         job.finished_at = self._wall()
         job.done.set()
         self._publish("job.state", job.as_dict())

@@ -11,6 +11,43 @@ and the clients name the same thing the same way.
 
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
+import orjson
+
 from recalld.ipc.answers import JsonObject
 
-__all__ = ["JsonObject"]
+__all__ = ["JsonObject", "json_safe"]
+
+T = TypeVar("T")
+
+
+def json_safe(value: T) -> T:
+    """``value`` as JSON can hold it: itself when orjson encodes it, else a copy whose
+    text has its lone surrogates (a file name that was not UTF-8, decoded by Python)
+    replaced by U+FFFD and whose other values orjson refuses (integers past 64 bits,
+    foreign objects) are their ``str()``. For records made from what handlers and
+    files give: one that cannot be encoded must not stop the write, or the daemon."""
+    try:
+        orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return cast(T, _mend(value))
+    return value
+
+
+def _mend(value: object) -> object:
+    if isinstance(value, str):
+        try:  # the bytes Python decoded it from, when it did: one U+FFFD for each
+            raw = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # other lone surrogates: one U+FFFD for each byte
+            raw = value.encode("utf-8", "surrogatepass")
+        return raw.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_mend(str(k)): _mend(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mend(v) for v in value]
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < (1 << 64) else str(value)
+    return _mend(str(value))

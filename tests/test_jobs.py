@@ -436,3 +436,40 @@ async def test_a_client_cannot_queue_jobs_without_bound(autojump_clock: object) 
         assert manager.get("alice", again["job_id"])["state"] in ("queued", "running")
         for job_id in [*ids, inside, again["job_id"]]:
             gate.open(job_id)
+
+
+async def test_what_json_cannot_hold_never_stops_the_journal(tmp_path: Path) -> None:
+    """A handler's progress, result or error holding text JSON cannot carry (a file name
+    that was not UTF-8, as Python decodes it) or a value it has no form for: the record is
+    journaled and answered with those mended, and the manager goes on."""
+    journal = tmp_path / "state" / "jobs.jsonl"
+    name = b"caf\xe9 \xff.md".decode("utf-8", "surrogateescape")
+
+    async def odd(job: JobContext) -> dict[str, Any]:
+        job.set_progress(1, 2, f"reading {name}")
+        return {"notes": [name], "size": 1 << 70, "where": tmp_path}
+
+    async def fails(job: JobContext) -> dict[str, Any]:
+        raise OSError(f"cannot read {name}")
+
+    first = JobManager(journal_path=journal)
+    first.register("odd", odd)
+    first.register("fails", fails)
+    async with running(first):
+        a = await first.submit("a", "odd")
+        b = await first.submit("a", "fails")
+        done = await wait_state(first, "a", a, "succeeded")
+        failed = await wait_state(first, "a", b, "failed")
+        assert done["progress"]["message"] == "reading caf\ufffd \ufffd.md"
+        assert done["result"] == {"notes": ["caf\ufffd \ufffd.md"], "size": str(1 << 70),
+                                  "where": str(tmp_path)}
+        assert failed["error"] == "OSError: cannot read caf\ufffd \ufffd.md"
+        assert first.write_failure.failed is None
+        assert await first.submit("a", "odd")  # the manager goes on
+
+    second = JobManager(journal_path=journal)  # the journal holds both, as answered
+    second.register("odd", odd)
+    second.register("fails", fails)
+    async with running(second):
+        assert second.get("a", a)["result"] == done["result"]
+        assert second.get("a", b)["error"] == failed["error"]
