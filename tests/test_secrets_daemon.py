@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-from waits import wait_job
+from waits import wait_for, wait_job
 
 from recalld.ipc.errors import InvalidParams
 
@@ -154,3 +154,31 @@ def test_session_id_that_is_a_credential_is_refused(
         d.call("memory.add_turns", {"agent_id": "w", "session_id": SPLIT,
                                     "messages": [{"role": "user", "content": "hi"}]})
     assert d.call("daemon.ping")["pong"] is True
+
+
+def test_frontmatter_written_by_hand_is_served_without_its_secrets(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """The names and descriptions a person typed into notes' frontmatter reach MEMORY.md
+    (which the daemon writes), ``memory.select``, ``memory.index`` and the recall block's
+    index masked, as the index holds them."""
+    root = tmp_path / "ws"
+    digest = root / "digest"
+    (digest / "wiki").mkdir(parents=True)
+    (digest / "db.md").write_text(
+        f"---\nname: prod db {DESCRIPTION_KEY}\ndescription: the db password is "
+        f"{PROD_PASSWORD}\ntype: reference\n---\nThe primary runs in eu-west-1.\n")
+    (digest / "wiki" / "deploy.md").write_text(
+        f"---\nname: deploy {GITLAB}\ndescription: 'pw: {PW}'\n---\nDeploys on Fridays.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+    memory_md = digest / "MEMORY.md"
+    text = wait_for(lambda: memory_md.exists() and memory_md.read_text())
+    assert "the db password is [REDACTED]" in text and _leaks(text) == []
+    selected = d.call("memory.select", {"agent_id": "w", "query": "prod db"})
+    assert selected["files"] and _leaks(str(selected)) == []
+    index = d.call("memory.index", {"agent_id": "w"})
+    assert {e["path"] for e in index["entries"]} >= {"digest/db.md", "digest/wiki/deploy.md"}
+    assert "pw: [REDACTED]" in index["rendered"] and _leaks(str(index)) == []
+    recall = d.call("memory.recall", {"agent_id": "w", "query": "primary eu-west-1",
+                                      "include_index": True})
+    assert recall["index_included"] and _leaks(str(recall)) == []

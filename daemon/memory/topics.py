@@ -118,9 +118,14 @@ def read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int]
     if fields.get("type") not in TYPES:
         return None, seen
     name = rel.rsplit("/", 1)[-1]
+    from recalld.daemon.memory.redact import redact  # imported with its first use
+
+    # Masked as the index masks them: MEMORY.md and memory.select show what a person may
+    # have typed into the frontmatter.
     return ({"path": rel, "type": str(fields["type"]),
-             "name": " ".join(str(fields.get("name") or name[:-3]).split()),
-             "description": " ".join(str(fields.get("description") or "").split())}, seen)
+             "name": redact(" ".join(str(fields.get("name") or name[:-3]).split())),
+             "description": redact(" ".join(str(fields.get("description") or "").split()))},
+            seen)
 
 
 def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:

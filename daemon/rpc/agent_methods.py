@@ -206,7 +206,8 @@ def _head(root: Path, rel: str) -> str:
 
 
 def _one_line(value: object) -> str:
-    text = " ".join(str(value).split()) if value is not None else ""
+    """A frontmatter field as one line, secrets masked (as the index masks them)."""
+    text = redact(" ".join(str(value).split())) if value is not None else ""
     if len(text) > MAX_DESCRIPTION_CHARS:
         text = text[: MAX_DESCRIPTION_CHARS - 1] + "…"
     return text
