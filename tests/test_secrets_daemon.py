@@ -182,3 +182,20 @@ def test_frontmatter_written_by_hand_is_served_without_its_secrets(
     recall = d.call("memory.recall", {"agent_id": "w", "query": "primary eu-west-1",
                                       "include_index": True})
     assert recall["index_included"] and _leaks(str(recall)) == []
+
+
+def test_model_text_cut_short_keeps_no_piece_of_a_secret(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """The job result quotes the start of the model's last answer: a key that the cut
+    falls inside is masked whole, not left as a piece too short to be recognised."""
+    d = daemon_factory(_config(tmp_path / "ws", fake))
+    for cut_at in (5, 12, 20):  # where in the key the 500 characters end
+        answer = "n" * (500 - cut_at) + " " + DESCRIPTION_KEY + " is kept."
+        fake.script(Reply(json=chat_answer(answer)))
+        added = d.call("memory.add_turns", {
+            "agent_id": "w", "session_id": f"cut{cut_at}", "flush": True,
+            "messages": [{"role": "user", "content": "I moved to Lisbon in May."}]})
+        job = wait_job(d, added["job_id"])
+        assert job["state"] == "succeeded", job
+        text = job["result"]["model_text"]
+        assert text.startswith("nnnn") and DESCRIPTION_KEY[:cut_at - 1] not in text, text[-40:]

@@ -77,6 +77,8 @@ MAX_STEPS = 8
 DEADLINE_S = 600.0
 MAX_PROMPT_CHARS = 60_000
 WORKSPACE_WAIT_S = 30.0
+#: How much of the model's last answer a job's result quotes (``model_text``).
+MODEL_TEXT_CHARS = 500
 
 SYSTEM_PROMPT = """\
 You keep the long-term memory of an assistant. From the conversation you are given, \
@@ -376,11 +378,14 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     details={"session_id": session_id, "date": date, "note": note,
                              "refused": tools.refused, "log": log_rel})
             job.set_progress(4, 4, "done")
+            # Masked before it is cut: a key the cut fell inside would no longer be
+            # recognised. (A bounded stretch: no secret the start shows is that long.)
+            model_text = redact(final_text[:4 * MODEL_TEXT_CHARS])[:MODEL_TEXT_CHARS]
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
                 "note": note, "changed": changed, "dialog": dialog,
                 "steps": steps, "tool_calls": calls,
-                "finished": finished, "model_text": redact(final_text[:500]),
+                "finished": finished, "model_text": model_text,
                 "inbox_item": item["id"] if item else None,
                 "refused": tools.refused, "log": log_rel,
             }
