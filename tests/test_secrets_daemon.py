@@ -199,3 +199,31 @@ def test_model_text_cut_short_keeps_no_piece_of_a_secret(
         assert job["state"] == "succeeded", job
         text = job["result"]["model_text"]
         assert text.startswith("nnnn") and DESCRIPTION_KEY[:cut_at - 1] not in text, text[-40:]
+
+
+def test_secret_typed_into_a_session_note_does_not_block_its_rewrite(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A person adds a bullet holding a password to a session's note; the model, shown
+    the note masked, rewrites it keeping the bullet as it saw it. The rewrite is not
+    refused as dropping that bullet, and no record quotes the password."""
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "infra", "content": "- the primary database runs in Lisbon"})])),
+        Reply(json=chat_answer("saved")))
+    first = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s9", "flush": True,
+                                        "messages": [{"role": "user", "content": "db in Lisbon"}]})
+    note = root / wait_job(d, first["job_id"])["result"]["note"]
+    note.write_text(note.read_text() + f"- db password: {PASSWORD}\n")
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "infra", "content": "- the primary database runs in Lisbon\n"
+                                    "- db password: [REDACTED]\n- backups run nightly"})])),
+        Reply(json=chat_answer("saved")))
+    second = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s9", "flush": True,
+                                         "messages": [{"role": "user", "content": "backups?"}]})
+    job = wait_job(d, second["job_id"])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["refused"] == [], job["result"]
+    assert "backups run nightly" in note.read_text()
+    changes = d.call("memory.changes", {"agent_id": "w"})
+    assert _leaks(str(job) + str(changes)) == []

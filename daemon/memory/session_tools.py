@@ -23,6 +23,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import capture_log
 from recalld.daemon.memory.fileops import FileOps, read_confined
+from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.textlines import dropped_bullets
 from recalld.ipc.errors import InvalidParams, NotAllowed
 
@@ -31,6 +32,13 @@ log = logging.getLogger(__name__)
 
 def _body(note: str) -> str:
     return "\n".join(note.split("\n")[parse_frontmatter(note)[1]:])
+
+
+def _drops(before: str, after: str) -> list[str]:
+    """The bullet points of ``before``'s body that ``after`` drops, both masked as the
+    model was shown the note (a secret typed into a bullet comes back masked, which is no
+    drop; and a refusal quotes bullets as the model and the records see them)."""
+    return dropped_bullets(redact(_body(before)), redact(_body(after)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +87,7 @@ class SessionTools:
         if not old or text.count(old) != 1:
             return None  # the edit itself is refused, and says why
         after = text.replace(old, new, 1)
-        dropped = dropped_bullets(_body(text), _body(after))
+        dropped = await trio.to_thread.run_sync(_drops, text, after)
         return _Refused(text, after, dropped) if dropped else None
 
     async def _own(self, path: str) -> str | None:
@@ -106,7 +114,7 @@ class SessionTools:
                 args["name"] = PurePosixPath(existing).stem
                 before = await self._text(existing)
                 content = str(args.get("content", ""))
-                dropped = dropped_bullets(_body(before), content)
+                dropped = await trio.to_thread.run_sync(_drops, before, content)
                 if dropped:
                     return self._refuse(name, existing, _Refused(before, content, dropped))
         elif name in ("edit", "frontmatter_update"):
@@ -142,7 +150,7 @@ class SessionTools:
         shortened some), or the note changed since it was refused."""
         unsettled, self._unsettled = self._unsettled, {}
         for rel, refused in unsettled.items():
-            if not dropped_bullets(_body(refused.wanted), _body(refused.before)):
+            if not await trio.to_thread.run_sync(_drops, refused.wanted, refused.before):
                 continue  # no bullet point of its own: it only dropped or shortened
             if await self._text(rel) != refused.before:
                 continue  # changed since: what is there now stands
