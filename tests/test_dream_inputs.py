@@ -59,6 +59,37 @@ def test_undo_of_a_node_whose_secret_was_masked(daemon: DaemonHandle, fake: Fake
     assert key in undone["removed"] and not (root / key).exists()
 
 
+def test_secrets_typed_into_a_node_do_not_make_its_refinement_destructive(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A person adds credentials to a node by hand; the model, shown the node masked,
+    refines it keeping those lines as it saw them. The lines count as kept (the
+    refinement is applied, not refused as keeping a third of the node)."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    key = "digest/procedure/deploy.md"
+    write(root, a, "Deploys go to host alpha.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "procedure",
+                                     "name": "Deploy", "reason": "how-to",
+                                     "content": "- deploys go to host alpha"})]]
+    dream(daemon)
+    text = (root / key).read_text()
+    text = text.replace("- deploys go to host alpha\n", "- deploys go to host alpha\n"
+                        f"- db password: Plum7784!\n- api token {SECRET}\n")
+    write(root, key, text)
+    write(root, b, "Deploys run on Fridays.\n")
+    model.plan[b] = [[("integrate", {
+        "action": "REFINE", "bucket": "procedure", "node": key, "name": "Deploy",
+        "sources": [b], "reason": "more detail",
+        "content": "- deploys go to host alpha\n- db password: [REDACTED]\n"
+                   "- api token [REDACTED]\n- deploys run on Fridays"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"REFINE": 1}, (second, model.tool_results)
+    refined = (root / key).read_text()
+    assert "- deploys run on Fridays" in refined and "Plum7784!" not in refined
+
+
 def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
                                                         fake: FakeProvider,
                                                         tmp_path: Path) -> None:

@@ -203,8 +203,10 @@ class _Run:
         for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
             before_text = await trio.to_thread.run_sync(read_confined, self.ws.root,
                                                         proposal.path)
-            existing = None if before_text is None else digest.parse_node(proposal.path,
-                                                                           before_text)
+            # ...and the node as the model was shown it: lines a person typed a secret
+            # into are kept by a proposal that keeps them masked.
+            existing = None if before_text is None else digest.parse_node(
+                proposal.path, await redact_async(before_text))
             outcome = digest.integrate(existing, proposal, self.today)
             shown = self.seen.get(proposal.path)
             if outcome.action in ("REFINE", "CORRECT") and shown not in (None, before_text):
