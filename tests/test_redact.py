@@ -456,3 +456,15 @@ def test_a_stated_value_longer_than_the_patterns_read_is_masked_whole() -> None:
         out = redact(text)
         assert value[-40:] not in out and value[380:420] not in out, out
         assert out.endswith(MASK) or out.endswith(MASK + "."), out
+
+
+@pytest.mark.parametrize("secret", [OPENAI, ANTHROPIC, AWS_ID, GITHUB, GITHUB_PAT, SLACK,
+                                    GOOGLE, STRIPE, JWT])
+def test_a_prefixed_token_glued_to_a_name_is_masked(secret: str) -> None:
+    """File names and identifiers join a token with ``-`` or ``_``: its prefix still
+    tells it."""
+    for text in (f"deploy-{secret}.txt", f"key_{secret}", f"resource/old-{secret}-2.md"):
+        assert secret not in redact(text), text
+    for text in ("lightgbm_ghp_estimator", "task-sk-12", "risk-sk-model",
+                 "AKIAKIA_settings_module"):
+        assert redact(text) == text

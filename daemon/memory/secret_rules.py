@@ -101,6 +101,11 @@ def token_runs(text: str) -> list[Span]:
 
 _B = r"(?<![A-Za-z0-9_\-])"  # token start: not glued to a word before it
 _E = r"(?![A-Za-z0-9_\-])"  # token end
+#: The start and end of a token whose prefix no word or identifier holds (``ghp_``,
+#: ``AKIA``): it may be joined to words by ``-`` or ``_``, as in file names
+#: (``deploy-ghp_....txt``, ``key_AKIA...-old.md``).
+_P = r"(?<![A-Za-z0-9])"
+_Q = r"(?![A-Za-z0-9])"
 
 
 def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
@@ -146,20 +151,20 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S, token=False),
     _regex_rule("age_key", ("age-secret-key-",), r"AGE-SECRET-KEY-1[0-9A-Z]{50,}"),
     _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
-                _B + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E),
+                _P + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _Q),
     _regex_rule("aws_secret_key", (),
                 r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
                 check=lambda v: ("//" not in v and v.count("/") + v.count("+") <= 6
                                  and all(classes(v)[:3]) and entropy_bits(v) >= 4.2)),
     _regex_rule("github", ("gh", "github_pat_"),
-                _B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})" + _E),
+                _P + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})" + _Q),
     _regex_rule("gitlab", ("gl", "gr1348941"),
-                _B + r"(?:gl(?:pat|dt|rt|ptt|ft|cbt|oas|soat|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{20,}"
+                _P + r"(?:gl(?:pat|dt|rt|ptt|ft|cbt|oas|soat|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{20,}"
                 r"(?:\.[A-Za-z0-9_\-]+)*"
-                r"|GR1348941[A-Za-z0-9_\-]{20,})" + _E),
+                r"|GR1348941[A-Za-z0-9_\-]{20,})" + _Q),
     _regex_rule("slack_token", ("xox", "xapp-"),
-                _B + r"(?:xox[abposre](?:\.xox[a-z])?-[A-Za-z0-9\-]{10,}"
-                r"|xapp-\d-[A-Za-z0-9\-]{10,})" + _E),
+                _P + r"(?:xox[abposre](?:\.xox[a-z])?-[A-Za-z0-9\-]{10,}"
+                r"|xapp-\d-[A-Za-z0-9\-]{10,})" + _Q),
     _regex_rule("webhook_url", ("hooks.slack.com", "/api/webhooks/", "webhook.office.com",
                                 "hooks.zapier.com"),
                 r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
@@ -168,18 +173,18 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+", token=False),
     _regex_rule("telegram_bot_token", (":",),
                 r"(?<![\w:])\d{5,12}:[A-Za-z0-9_\-]{30,50}(?![\w\-])", check=_tail_random),
-    _regex_rule("sendgrid", ("sg.",), _B + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _E),
+    _regex_rule("sendgrid", ("sg.",), _P + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _Q),
     _regex_rule("stripe", ("_live_", "_test_", "_prod_", "whsec_"),
-                _B + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
-                + _E),
+                _P + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
+                + _Q),
     _regex_rule("twilio", ("sk", "ac"), _B + r"(?:SK|AC)[0-9a-f]{32}" + _E),
-    _regex_rule("npm", ("npm_",), _B + r"npm_[A-Za-z0-9]{36}" + _E),
-    _regex_rule("pypi", ("pypi-",), _B + r"pypi-[A-Za-z0-9_\-]{40,}" + _E),
-    _regex_rule("openai_anthropic", ("sk-",), _B + r"sk-[A-Za-z0-9_\-]{20,}" + _E,
+    _regex_rule("npm", ("npm_",), _P + r"npm_[A-Za-z0-9]{36}" + _Q),
+    _regex_rule("pypi", ("pypi-",), _P + r"pypi-[A-Za-z0-9_\-]{40,}" + _Q),
+    _regex_rule("openai_anthropic", ("sk-",), _P + r"sk-[A-Za-z0-9_\-]{20,}" + _Q,
                 check=_tail_random),
     _regex_rule("google", ("aiza", "gocspx-", "ya29.", "1//"),
-                _B + r"(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}"
-                r"|ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{30,})" + _E),
+                _P + r"(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}"
+                r"|ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{30,})" + _Q),
     _regex_rule("discord_token", (".",),
                 _B + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _E,
                 check=_tail_random),
@@ -187,14 +192,14 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 _B + r"(?:key-[0-9a-zA-Z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _E),
     _regex_rule("huggingface", ("hf_", "api_org_"),
                 _B + r"(?:hf_|api_org_)[A-Za-z0-9]{30,}" + _E),
-    _regex_rule("digitalocean", ("_v1_",), _B + r"do[opr]_v1_[a-f0-9]{64}" + _E),
-    _regex_rule("shopify", ("shp",), _B + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _E),
+    _regex_rule("digitalocean", ("_v1_",), _P + r"do[opr]_v1_[a-f0-9]{64}" + _Q),
+    _regex_rule("shopify", ("shp",), _P + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _Q),
     _regex_rule("azure_key", ("accountkey", "sharedaccesskey", "sig="),
                 r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&]sig)="
                 r"([A-Za-z0-9+/%=]{16,})", group=1, token=False),
     _regex_rule("azure_client_secret", ("q~",),
                 _B + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
-    _regex_rule("alibaba", ("ltai",), _B + r"LTAI[A-Za-z0-9]{12,24}" + _E),
+    _regex_rule("alibaba", ("ltai",), _P + r"LTAI[A-Za-z0-9]{12,24}" + _Q),
     # Vendors whose tokens carry a fixed prefix, then a random tail.
     _regex_rule("vendor_token",
                 ("_", "-", "."),
@@ -206,7 +211,7 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 r"|sk\.eyJ|oy2|cfut_|pat_|rk_|key_|ak_|tok_|api_)[A-Za-z0-9_\-=.]{20,}" + _E,
                 check=_tail_random),
     _regex_rule("jwt", ("eyj",),
-                _B + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
+                _P + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _Q),
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
