@@ -278,6 +278,28 @@ def test_a_file_whose_note_cannot_be_written_fails_alone(daemon: DaemonHandle,
     assert "- one more fact" in text and "[summary cut" in text and len(text) < 40_000
 
 
+def test_a_file_named_with_a_credential_gets_no_note(daemon: DaemonHandle,
+                                                     fake: FakeProvider,
+                                                     tmp_path: Path) -> None:
+    """Its note would carry the name in its own file name, title and link: the file is
+    skipped with the reason, and the model never sees the name."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    token = "ghp_" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9Ff8Dd7S"
+    named = f"resource/2026-11-05/deploy-{token}.txt"
+    write(root, named, "the deploy runbook\n")
+    write(root, "resource/2026-11-05/deploy.txt", "the deploy runbook\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/2026-11-05/deploy.txt", "processed")
+    wait_state(root, named, "skipped", "processed", "failed")
+    assert catalog(root)[named]["state"] == "skipped"
+    assert "credential" in catalog(root)[named]["reason"]
+    assert not catalog(root)[named].get("note")
+    notes = "".join(p.name + p.read_text() for p in (root / "memory").rglob("*.md"))
+    assert token.lower() not in notes.lower() and model.resource_answer
+    assert not any(token in r.body.decode() for r in fake.requests)
+
+
 def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHandle,
                                                               fake: FakeProvider,
                                                               tmp_path: Path) -> None:

@@ -7,16 +7,17 @@ per file its path, SHA-256, state, reason, date and note) and a :class:`Watcher`
 catches what changed while the daemon was down) and stops by cancellation.
 
 The watcher only catalogs: a file with an allowed suffix (md txt json jsonl csv yaml html)
-that is new or whose digest changed becomes ``queued``; any other suffix is ``skipped``
-with the reason; a deleted file becomes ``removed``. Then an ``auto_resource`` job is
-requested; the job (:meth:`ResourceCatalog.process`) asks the chat model for a summary of
-each queued file (input bounded by ``max_input_chars``) and writes it to
-``memory/<date>/resource-<slug>.md`` with ``source_resource: [[resource/...]]`` and the
-file's digest; a changed file rewrites its own note. A deleted file's note is kept (it is
-memory, and digest nodes may cite it) and marked: frontmatter ``source_removed: <date>``
-and a line in the body. States: queued, processed, skipped, failed (the model failed; a
-job started by hand or by the nightly dream, or a change to the file, retries it; the jobs
-the watcher starts do not), pending (no chat model configured), removed.
+that is new or whose digest changed becomes ``queued``; any other suffix, or a name that
+holds a credential, is ``skipped`` with the reason; a deleted file becomes ``removed``.
+Then an ``auto_resource`` job is requested; the job (:meth:`ResourceCatalog.process`) asks
+the chat model for a summary of each queued file (input bounded by ``max_input_chars``) and
+writes it to ``memory/<date>/resource-<slug>.md`` with ``source_resource:
+[[resource/...]]`` and the file's digest; a changed file rewrites its own note. A deleted
+file's note is kept (it is memory, and digest nodes may cite it) and marked: frontmatter
+``source_removed: <date>`` and a line in the body. States: queued, processed, skipped,
+failed (the model failed; a job started by hand or by the nightly dream, or a change to the
+file, retries it; the jobs the watcher starts do not), pending (no chat model configured),
+removed.
 
 Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
 to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
@@ -313,10 +314,15 @@ class ResourceCatalog:
         new = {"path": rel, "digest": sha, "mtime_ns": mtime_ns, "size": size,
                "first_seen": first_seen, "date": resource_date(inside, first_seen),
                "note": (rec or {}).get("note"), "state": "queued", "reason": ""}
+        from recalld.daemon.memory.redact import has_secret  # imported with its first use
+
         if not rel.lower().endswith(ALLOWED_SUFFIXES):
             suffix = os.path.splitext(rel)[1] or "(none)"
             new.update(state="skipped",
                        reason=f"suffix {suffix} is not one of {' '.join(ALLOWED_SUFFIXES)}")
+        elif has_secret(inside, formats_only=True):
+            # Its note would carry the name (file name, title, link), unmasked or broken.
+            new.update(state="skipped", reason="its name looks like a credential: rename it")
         self.records[rel] = new
         return True
 
