@@ -468,3 +468,32 @@ def test_a_prefixed_token_glued_to_a_name_is_masked(secret: str) -> None:
     for text in ("lightgbm_ghp_estimator", "task-sk-12", "risk-sk-model",
                  "AKIAKIA_settings_module"):
         assert redact(text) == text
+
+
+KEY_BODY = ["MIIEowIBAAKCAQEAx1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v2W3x4",
+            "Y5z6A7b8C9d0E1f2G3h4I5j6K7l8M9n0O1p2Q3r4S5t6U7v8W9x0Y1z2A3b4C5d6",
+            "E7f8G9h0I1j2K3l4M5n6O7p8Q9r0S1t2U3v4W5x6Y7z8A9b0C1d2E3f4G5h6=="]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_key_block_split_across_two_texts_is_masked_in_both(newline: str) -> None:
+    """Two messages (or two notes) each hold a part of one key block: the second starts
+    inside the body, cut mid-line."""
+    first = (f"here is my key:{newline}-----BEGIN OPENSSH PRIVATE KEY-----{newline}"
+             f"{KEY_BODY[0]}{newline}{KEY_BODY[1][:20]}")
+    second = (f"{KEY_BODY[1][20:]}{newline}{KEY_BODY[2]}{newline}"
+              f"-----END OPENSSH PRIVATE KEY-----{newline}thanks, keep it")
+    out = redact(first) + redact(second)
+    assert not any(part in out for part in (KEY_BODY[0], KEY_BODY[1][:20],
+                                            KEY_BODY[1][20:], KEY_BODY[2])), out
+    assert out.startswith("here is my key:") and out.endswith(f"{newline}thanks, keep it")
+    for talk in ("the footer is -----END RSA PRIVATE KEY----- as usual",
+                 "cat key.pem\n-----END RSA PRIVATE KEY-----"):
+        assert redact(talk) == talk
+
+
+def test_an_ssh2_key_block_is_masked() -> None:
+    block = ("---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: \"rsa-key-2026\"\n"
+             + "\n".join(KEY_BODY) + "\n---- END SSH2 ENCRYPTED PRIVATE KEY ----")
+    out = redact(f"my old key:\n{block}\nafter")
+    assert out == f"my old key:\n{MASK}\nafter"

@@ -227,3 +227,18 @@ def test_secret_typed_into_a_session_note_does_not_block_its_rewrite(
     assert "backups run nightly" in note.read_text()
     changes = d.call("memory.changes", {"agent_id": "w"})
     assert _leaks(str(job) + str(changes)) == []
+
+
+def test_a_key_block_pasted_over_two_turns_is_masked_in_both(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A chat client splits a long paste into two messages, handed over in two calls."""
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    head, tail = PGP.split(PGP_BODY[1])
+    for n, text in enumerate((f"my signing key, keep it:\n{head}{PGP_BODY[1][:30]}",
+                              f"{PGP_BODY[1][30:]}{tail}\nthat was all of it")):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "paste", "messages": [
+            {"role": "user", "content": text}], "request_id": f"paste-{n}"})
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert "that was all of it" in pending and "my signing key" in pending
+    assert not [p for p in (*PGP_BODY, PGP_BODY[1][:30], PGP_BODY[1][30:]) if p in pending]
