@@ -38,7 +38,7 @@ from typing import IO, Protocol, TypedDict, cast
 import orjson
 
 from recalld.daemon import safepath
-from recalld.daemon.config_rules import dsn_without_password
+from recalld.daemon.config_rules import dsn_without_password, url_without_secrets
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
 from recalld.ipc.errors import RecalldError
@@ -97,11 +97,17 @@ _DSN_VALUE = re.compile(
     r"""(?im)((?:^|[{,])[ \t]*dsn[ \t]*=[ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*')""")
 
 
+_QUOTED = re.compile(r""""(?:[^"\\\n]|\\.)*"|'[^'\n]*'""")
+
+
 def mask_secrets(config_text: str) -> str:
-    """``config_text`` (TOML) with every secret-named string value emptied, and the
-    password taken out of every ``dsn`` (a shared workspace's server)."""
+    """``config_text`` (TOML) with every secret-named string value emptied, the password
+    taken out of every ``dsn`` (a shared workspace's server), and every URL's password
+    and credential-named parameters (``base_url = "...?key=..."``) emptied."""
     text = _INLINE_SECRET.sub(r'\1""', _SECRET_VALUE.sub(r'\1""', config_text))
-    return _DSN_VALUE.sub(_dsn_without_password, text)
+    text = _DSN_VALUE.sub(_dsn_without_password, text)
+    return _QUOTED.sub(lambda m: m[0][0] + url_without_secrets(m[0][1:-1]) + m[0][-1]
+                       if "://" in m[0] else m[0], text)
 
 
 def _dsn_without_password(m: re.Match[str]) -> str:

@@ -438,6 +438,13 @@ URL_QUERY_SECRET = re.compile(
     r"[^=&#\s]*=)[^&#\s]*")
 
 
+def url_without_secrets(url: str) -> str:
+    """``url`` for a copy that must not hold its secrets (a backup without them): the
+    password of its user part and the values of query parameters named like a credential
+    (those :func:`mask_url` masks) emptied."""
+    return URL_QUERY_SECRET.sub(r"\1", _URL_USERINFO_SECRET.sub(r"\1:@", url))
+
+
 def mask_url(url: str) -> str:
     """``url`` with a password in its user part and the values of query parameters named
     like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,

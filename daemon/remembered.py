@@ -23,7 +23,11 @@ from typing import NotRequired, TypedDict
 
 import orjson
 
-from recalld.daemon.config_rules import dsn_without_password
+from recalld.daemon.config_rules import (
+    URL_QUERY_SECRET,
+    dsn_without_password,
+    url_without_secrets,
+)
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 
@@ -46,14 +50,14 @@ class Remembered(TypedDict):
 
 _SECRET_KEY = re.compile(r"(?i)(api_?key|token|secret|password|passwd)")
 _EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/@:\s]*:@")
-_URL_PASSWORD = re.compile(r"(?i)^([a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@")
 
 
 def strip_secrets(config: Mapping[str, object], prefix: str = "",
                   ) -> tuple[JsonObject, list[str]]:
     """``config`` without its secrets: every non-empty string under a secret-named key
-    (``api_key``, ``token``, ``password`` ...) left out, every URL password emptied; and
-    the dotted keys of what was taken out."""
+    (``api_key``, ``token``, ``password`` ...) left out, every URL password and URL
+    parameter named like a credential emptied; and the dotted keys of what was taken
+    out."""
     out: JsonObject = {}
     taken: list[str] = []
     for key, value in config.items():
@@ -67,8 +71,8 @@ def strip_secrets(config: Mapping[str, object], prefix: str = "",
             out[key] = dsn_without_password(value)
             if out[key] != value:
                 taken.append(name)
-        elif isinstance(value, str) and _URL_PASSWORD.match(value):
-            out[key] = _URL_PASSWORD.sub(r"\1:@", value)
+        elif isinstance(value, str) and url_without_secrets(value) != value:
+            out[key] = url_without_secrets(value)
             taken.append(name)
         else:
             out[key] = value
@@ -82,8 +86,9 @@ def has_value(config: Mapping[str, object] | None, dotted: str) -> bool:
         if not isinstance(node, Mapping) or part not in node:
             return False
         node = node[part]
-    if isinstance(node, str) and _EMPTIED_PASSWORD.match(node):
-        return False  # a URL whose password was left out
+    if isinstance(node, str) and (_EMPTIED_PASSWORD.match(node) or any(
+            m.end() == m.end(1) for m in URL_QUERY_SECRET.finditer(node))):
+        return False  # a URL whose password or key was left out
     if dotted.rsplit(".", 1)[-1] == "dsn" and isinstance(node, str):
         return dsn_without_password(node) != node  # it names its password again
     return node not in (None, "")

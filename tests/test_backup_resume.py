@@ -255,3 +255,31 @@ def test_a_shared_workspaces_server_password_stays_out_of_backups(daemon_factory
         assert password not in text, password
     assert "127.0.0.1" in text and "sslmode=disable" in text  # the servers are kept
     assert meta["secrets_left_out"] == {"ops": ["remote.dsn"], "lab": ["remote.dsn"]}
+
+
+def test_keys_in_url_parameters_stay_out_of_backups(daemon_factory: Any) -> None:
+    """A key handed over in a base_url's query (Gemini's ``?key=``, a gateway's
+    ``&api-key=``), or in one the config file names, as the settings mask it."""
+    query_key = "AIza" + "Sy9Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9F"
+    file_key = "tok-" + "Qw3Er4Ty5Ui6Op7As8Df9"
+    d = daemon_factory(
+        '[workspaces.gw.chat_model_config]\n'
+        f'base_url = "https://u:pg-Secret-77@gw.example.org/v1?token={file_key}&region=eu"\n')
+    d.call("workspace.open", {"agent_id": "gem", "config": {"embedding_model_config": {
+        "backend": "gemini", "base_url": f"https://gen.example.org/v1beta?key={query_key}",
+        "model_name": "e", "dimensions": 8}}})
+    d.call("workspace.open", {"agent_id": "proxy", "config": {"chat_model_config": {
+        "base_url": f"https://proxy.example.org/v1?region=eu&api-key={query_key}#x",
+        "model_name": "m"}}})
+    masked = d.call("backup.create", {})
+    with zipfile.ZipFile(masked["file"]) as zf:
+        text = zf.read("daemon/workspaces.json").decode() + zf.read("daemon/config.toml").decode()
+    for secret in (query_key, file_key, "pg-Secret-77"):
+        assert secret not in text, secret
+    assert "region=eu&api-key=#x" in text and "?token=&region=eu" in text
+    assert masked["secrets_left_out"] == {"gem": ["embedding_model_config.base_url"],
+                                          "proxy": ["chat_model_config.base_url"]}
+    full = d.call("backup.create", {"include_secrets": True})
+    with zipfile.ZipFile(full["file"]) as zf:
+        text = zf.read("daemon/workspaces.json").decode() + zf.read("daemon/config.toml").decode()
+    assert query_key in text and file_key in text
