@@ -256,7 +256,8 @@ _NULLABLE: frozenset[str] = frozenset(
 def _coerce(name: str, value: object, default: object, where: str) -> object:
     """``value`` of a table checked against the type of the field's ``default``."""
     def refuse(what: str) -> ConfigError:
-        return ConfigError(f"{where} {name} = {config_rules.shown(value)}: {what}")
+        return ConfigError(f"{where} {name} = {config_rules.shown_setting(name, value)}: "
+                           f"{what}")
 
     if isinstance(default, bool):
         if not isinstance(value, bool):
@@ -311,8 +312,8 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
             if value is None and name not in _NULLABLE:
                 continue  # a table that is always set: null is "not set" (as QwenPaw's)
             if value is not None and not isinstance(value, Mapping):
-                raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: "
-                                  f"must be a table ([{name}])")
+                raise ConfigError(f"{where} {name} = {config_rules.shown_setting(name, value)}"
+                                  f": must be a table ([{name}])")
             nested_base = default if default is not None else _NESTED[name]()
             nested = (
                 None if value is None
@@ -332,7 +333,8 @@ def _build_fields(cls: type[Settings], table: Mapping[str, object], base: Settin
         # The value has the right type; the rules table says whether it is in range.
         wrong = config_rules.problem(cls.__name__, name, changes[name])
         if wrong is not None:
-            raise ConfigError(f"{where} {name} = {config_rules.shown(value)}: {wrong}")
+            raise ConfigError(
+                f"{where} {name} = {config_rules.shown_setting(name, value)}: {wrong}")
     built = dataclasses.replace(base, **changes)
     across = config_rules.record_problem(
         cls.__name__, {f.name: getattr(built, f.name) for f in dataclasses.fields(cls)})

@@ -9,7 +9,7 @@ be. :func:`layout_problem` says which of a workspace's folders may lie in which,
 once per workspace's settings as built. The README's configuration section documents the
 same ranges and layouts. Also here: the message naming unknown keys with their likely
 intended names (:func:`unknown`), and the masking of credentials in settings shown
-(:func:`mask_dsn`, :func:`mask_url`).
+(:func:`mask_dsn`, :func:`mask_url`, :func:`shown_setting`).
 
 Nothing here imports the rest of the daemon: the config module imports this one.
 """
@@ -345,6 +345,23 @@ def shown(value: object) -> str:
     if value is None:
         return "null"
     return str(value)
+
+
+#: Setting names whose values are credentials (``api_key``, a ``token``, a ``password``).
+SECRET_SETTING = re.compile(r"(?i)(api_?key|token|secret|password|passwd)")
+
+
+def shown_setting(name: str, value: object) -> str:
+    """:func:`shown` for the value of setting ``name``, masked as settings are shown: a
+    credential-named setting's value as ``***``, a URL's password and credential-named
+    parameters and a ``dsn``'s password as ``***`` (error messages reach logs)."""
+    if SECRET_SETTING.search(name):
+        return "***"
+    if isinstance(value, str) and name == "dsn":
+        return shown(mask_dsn(value))
+    if isinstance(value, str) and "://" in value:
+        return shown(mask_url(value))
+    return shown(value)
 
 
 def unknown(what: str, names: list[str], known: Collection[str]) -> str:

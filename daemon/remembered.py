@@ -24,6 +24,7 @@ from typing import NotRequired, TypedDict
 import orjson
 
 from recalld.daemon.config_rules import (
+    SECRET_SETTING,
     URL_QUERY_SECRET,
     dsn_without_password,
     url_without_secrets,
@@ -48,7 +49,6 @@ class Remembered(TypedDict):
     left_out: NotRequired[list[str]]
 
 
-_SECRET_KEY = re.compile(r"(?i)(api_?key|token|secret|password|passwd)")
 _EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/@:\s]*:@")
 
 
@@ -65,7 +65,7 @@ def strip_secrets(config: Mapping[str, object], prefix: str = "",
         if isinstance(value, Mapping):
             out[key], inner = strip_secrets(value, name + ".")
             taken += inner
-        elif isinstance(value, str) and value and _SECRET_KEY.search(str(key)):
+        elif isinstance(value, str) and value and SECRET_SETTING.search(str(key)):
             taken.append(name)
         elif key == "dsn" and isinstance(value, str):
             out[key] = dsn_without_password(value)

@@ -107,7 +107,7 @@ def test_bad_value_is_exit_2_naming_file_key_and_value(
     assert len(lines) == 1, lines
     line = lines[0]
     assert line.startswith(f"recalld: configuration error: {path}: "), line
-    assert f"{key} = {config_rules.shown(value)}" in line, line
+    assert f"{key} = {config_rules.shown_setting(key, value)}" in line, line
     assert "must" in line or "never fires" in line, line
 
 
@@ -210,3 +210,24 @@ def test_tilde_is_expanded_and_paths_agree(tmp_path: Path) -> None:
         "/x/y.sock")
     assert config.load(environ={**env, "RECALLD_SOCKET": "/x/y.sock"}).socket_path == Path(
         "/x/y.sock")
+
+
+@pytest.mark.parametrize(("text", "shown", "secret"), [
+    ('[workspace_defaults.chat_model_config]\napi_key = ["sk-proj-Zq8Wx7Vc6Bn5Mm4Ll3Kk2"]\n',
+     "api_key = ***: must be a string", "Zq8Wx7Vc6Bn5Mm4Ll3Kk2"),
+    ('[workspaces.a.embedding_model_config]\nbase_url = "ftp://me:Pw-77x@h/v1?key=AIzaQ1"\n',
+     'base_url = "ftp://me:***@h/v1?key=***": must be', "Pw-77x"),
+    ('[workspace_defaults.chat_model_config]\nbase_url = "gopher://h/v1?token=Tok-99x&a=1"\n',
+     'base_url = "gopher://h/v1?token=***&a=1": must be', "Tok-99x"),
+])
+def test_serve_with_a_bad_secret_value_does_not_print_it(tmp_path: Path, text: str,
+                                                         shown: str, secret: str) -> None:
+    """The error line goes to the journal or the start log: a credential's value, a URL's
+    password or key, is masked there as in settings."""
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "serve", "--config", str(path)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert shown in proc.stderr and secret not in proc.stderr, proc.stderr
