@@ -283,3 +283,28 @@ def test_hybrid_results_bring_their_linked_notes_wherever_the_keyword_branch_ran
         assert top["results"][0]["path"] == "memory/2026-08-03/z.md"
         assert top["expanded"][0]["path"] == "memory/2026-08-03/zz.md"
         assert d.stop() == 0
+
+
+def test_a_secret_in_a_query_is_not_sent_to_the_embedding_provider(daemon_factory: Any,
+                                                                   tmp_path: Path) -> None:
+    """A recall built from a user's message holding a key embeds it masked, as the
+    notes' chunks are embedded."""
+    root = tmp_path / "ws"
+    token = "ghp_" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9Ff8Dd7S"
+    write(root, "memory/2026-07-23/deploy.md", "# Deploy\n\nThe deploy token is rotated.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        sent = len(fake.requests)
+        res = d.call("memory.search", {"agent_id": "w", "query": f"is {token} the deploy token"})
+        assert res["mode"] == "hybrid" and res["vector_hits"] >= 1
+        d.call("memory.recall", {"agent_id": "w", "messages": [
+            {"role": "user", "content": f"my new token: {token}, where is the deploy doc?"}]})
+        bodies = [r.body.decode() for r in fake.requests[sent:]]
+        assert len(bodies) == 2 and all("[REDACTED]" in b for b in bodies), bodies
+        assert not any(token in b for b in bodies)
+        assert d.stop() == 0
+    cached = "".join(p.read_text(errors="replace")
+                     for p in (d.data_dir / "state" / "embeddings").glob("*"))
+    assert token not in cached

@@ -196,8 +196,12 @@ async def search(
     worker = index.vectors
     # A blank query means nothing to either branch (an embedding of it ranks every chunk).
     if worker is not None and query.strip():
+        # Masked, as the chunks it is compared with were: a key pasted into a message
+        # that a recall searches with never reaches the embedding provider.
+        from recalld.daemon.memory.redact import redact_async
+
         try:
-            query_vector = await worker.query_vector(query)
+            query_vector = await worker.query_vector(await redact_async(query))
         except ProviderError as exc:
             vector_error = str(exc)
             log.warning("search agent=%s: vector branch skipped: %s", agent_id, exc)
