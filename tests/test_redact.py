@@ -497,3 +497,26 @@ def test_an_ssh2_key_block_is_masked() -> None:
              + "\n".join(KEY_BODY) + "\n---- END SSH2 ENCRYPTED PRIVATE KEY ----")
     out = redact(f"my old key:\n{block}\nafter")
     assert out == f"my old key:\n{MASK}\nafter"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("WiFi密码是bluebird", "bluebird"),
+    ("路由器密码是 sunshine，记住了", "sunshine"),
+    ("密码: bluebird", "bluebird"),
+    ("密码：「marigold」", "marigold"),
+    ('口令为 "tangerine"', "tangerine"),
+    ("我的密码是 correct horse battery staple", "horse battery staple"),
+])
+def test_a_plain_password_stated_in_chinese_is_masked(text: str, secret: str) -> None:
+    """As "the wifi password is bluebird" is in English."""
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "密码是必须的", "密码是一个很长的字符串", "密码是 required", "密码学是 cryptography",
+    "密码是 the same as before", "密码是 wrong", "验证码是 email", "令牌是 Bearer",
+    "密码长度是 twelve characters",
+])
+def test_chinese_talk_about_passwords_is_left_alone(text: str) -> None:
+    assert redact(text) == text

@@ -307,6 +307,27 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
                         (rx is _ZH and not latin) or any(not c.isalpha() for c in value))
                 if ok:
                     yield m.start(group), m.start(group) + len(value)
+                elif rx is _ZH and not latin and (span := _zh_stated(text, a, m)):
+                    yield span
+
+
+_ZH_PASSWORD_WORDS: Final = ("密码", "口令", "暗号")
+#: Where a Latin value stated in Chinese ends: punctuation, a quote, a line end, a CJK
+#: character.
+_ZH_CLAUSE_END = re.compile(r"[，。,；;！？!?、\n\"'`]|[^\x00-\x7f]")
+
+
+def _zh_stated(text: str, a: int, m: re.Match[str]) -> Span | None:
+    """A plain word or a passphrase stated as a password in Chinese ("WiFi密码是bluebird",
+    "密码：correct horse battery staple"), judged as the English statement would be."""
+    if not text.startswith(_ZH_PASSWORD_WORDS, a):
+        return None
+    start = m.start("value")
+    end = _ZH_CLAUSE_END.search(text, start, start + 400)
+    clause = text[start:end.start() if end else start + 400].rstrip()
+    verb = text[a + 2:start].strip(" \t\"'“「")
+    return _value_span("password", clause, start, _phrase_words(""),
+                       statement="is" if verb in ("是", "为") else "") if clause else None
 
 
 #: Lowercase words where a credential name or statement can start (the anchors).
