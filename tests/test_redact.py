@@ -520,3 +520,23 @@ def test_a_plain_password_stated_in_chinese_is_masked(text: str, secret: str) ->
 ])
 def test_chinese_talk_about_passwords_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("curl -u admin:S3cretPw https://api.example.org", "S3cretPw"),
+    ('curl -s --user "bob:hunter2x" https://api', "hunter2x"),
+    ("curl --user=me:pa55word https://x", "pa55word"),
+    ("redis-cli -h cache -p 6379 -a myRedisPass123 ping", "myRedisPass123"),
+    ("docker login -u me -p S3cretPw registry.example.org", "S3cretPw"),
+])
+def test_passwords_on_more_command_lines_are_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "curl -u admin https://x", "curl -u $USER:$TOKEN_VAR -s https://x", "redis-cli -p 6379 ping",
+    "docker run -p 8080:80 nginx",
+])
+def test_command_lines_without_passwords_are_left_alone(text: str) -> None:
+    assert redact(text) == text

@@ -9,7 +9,8 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun, Hugging Face, DigitalOcean,
   Shopify and other vendors' prefixed tokens), JSON Web Tokens, webhook URLs, the password
   of ``scheme://user:password@host`` URLs and passwords on a command line (``mysql
-  -pS3cret``, ``sshpass -p S3cret``);
+  -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``, ``redis-cli -a S3cret``,
+  ``docker login -p S3cret``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
@@ -248,6 +249,18 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 group=1, check=lambda v: looks_secret(v.rstrip(".,;:!?)")), token=False),
     _regex_rule("cli_password", ("sshpass",),
                 r"\bsshpass[ \t][^\n]{0,80}?(?<!\S)-p[ \t]*[\"']?([^\s\"'\-][^\s\"']{2,199})",
+                group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
+                token=False),
+    # ``curl -u user:S3cret``, ``redis-cli -a S3cret``, ``docker login -u me -p S3cret``.
+    _regex_rule("cli_password", ("curl",),
+                r"\bcurl[ \t][^\n]{0,200}?(?<!\S)(?:-u|--user)(?:[ \t]+|=)?[\"']?[^\s:\"']*"
+                r":([^\s\"']{3,200})",
+                group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
+                token=False),
+    _regex_rule("cli_password", ("redis-cli", "docker"),
+                r"\b(?:redis-cli[ \t][^\n]{0,200}?(?<!\S)(?:-a|--pass)"
+                r"|docker[ \t]+login[ \t][^\n]{0,200}?(?<!\S)(?:-p|--password))"
+                r"(?:[ \t]+|=)[\"']?([^\s\"'\-][^\s\"']{2,199})",
                 group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
                 token=False),
     _regex_rule("auth_header", ("bearer", "basic", "token "),
