@@ -540,3 +540,25 @@ def test_passwords_on_more_command_lines_are_masked(text: str, secret: str) -> N
 ])
 def test_command_lines_without_passwords_are_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "token_ttl: 3600", "TOKEN_EXPIRY_SECONDS=86400", "auth_timeout_ms = 30000",
+    "passwordResetTokenExpirySeconds = 3600", "password_file: /etc/app/pw.txt",
+    'api_key_env = "OPENAI_API_KEY"', 'auth_type = "oauth2"', "signature_algorithm: RS256",
+    "secret_name: prod/db/creds", "docker login -u me --password-stdin registry.io",
+    "token_type: Bearer",
+])
+def test_settings_about_a_credential_are_left_alone(text: str) -> None:
+    """A name ending in file, env, ttl, type, name ... holds where a credential is or what
+    it is like, not the credential."""
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("db_password: S3cr3t!", "S3cr3t!"), ("token_secret = Xyz123abcQQ", "Xyz123abcQQ"),
+    ("password_file_pw = Tr0ub4dor9", "Tr0ub4dor9"), ("api_key_env: sk-" + "Ab3dEf6hIj9kLm2nOp5q",
+                                                      "Ab3dEf6hIj9kLm2nOp5q"),
+])
+def test_credentials_next_to_such_settings_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)

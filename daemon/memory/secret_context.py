@@ -47,12 +47,25 @@ _PASSWORD_ENDINGS: Final = ("password", "passwd", "passphrase", "passcode", "pas
 _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
+#: A name ending in one of these names something about a credential, not the credential:
+#: where it is (``password_file``, ``token_url``, ``api_key_env``, ``--password-stdin``),
+#: what kind (``auth_type``, ``signature_algorithm``) or how long it lasts (``token_ttl``).
+_ABOUT_PARTS: Final = frozenset({
+    "file", "files", "path", "dir", "url", "uri", "endpoint", "host", "env", "var", "stdin",
+    "cmd", "command", "type", "kind", "name", "algorithm", "alg", "format", "mode", "length",
+    "len", "ttl", "timeout", "expiry", "expires", "lifetime", "seconds", "secs", "ms",
+    "minutes", "hours", "days", "count", "policy", "prompt", "label", "field", "header",
+    "required", "enabled", "rounds", "attempts", "provider", "helper", "source",
+})
+
+
 def _name_kind(name: str) -> str | None:
     """'password' for password-like names, 'secret' for other credential names, 'key' for
     names ending in key (need a random-looking value, a UUID or a long hex string),
-    'session' for a session's id (a random-looking value), None otherwise."""
+    'session' for a session's id (a random-looking value), None otherwise (also a name
+    about a credential: see ``_ABOUT_PARTS``)."""
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
-    if not parts:
+    if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
