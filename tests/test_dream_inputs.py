@@ -90,6 +90,24 @@ def test_secrets_typed_into_a_node_do_not_make_its_refinement_destructive(
     assert "- deploys run on Fridays" in refined and "Plum7784!" not in refined
 
 
+def test_a_secret_the_model_writes_in_a_name_or_reason_is_masked(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Whatever a model writes is masked: a node's name (its file name too) and the
+    reason kept in the run's change log and inbox item."""
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                     "name": f"Cat {SECRET}", "content": "- the cat is Miso",
+                                     "reason": f"the note says so ({SECRET})"})]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1}, (result, model.tool_results)
+    runs = daemon.call("memory.changes", {"agent_id": AGENT, "kind": "auto_dream"})
+    inbox = daemon.call("inbox.list", {"agent_id": AGENT})
+    written = "".join(p.as_posix() + p.read_text(errors="replace") for p in root.rglob("*")
+                      if p.is_file())
+    for text in (str(result), str(runs), str(inbox), written):
+        assert SECRET not in text and SECRET.lower() not in text
+
+
 def test_arguments_cannot_forge_sections_or_split_lines(daemon: DaemonHandle,
                                                         fake: FakeProvider,
                                                         tmp_path: Path) -> None:

@@ -191,6 +191,10 @@ class _Run:
         return written
 
     async def _integrate(self, args: Mapping[str, object]) -> str:
+        # What the model writes in words is masked before use: a node's name becomes its
+        # file name, the reason is kept in the run's change log and inbox item.
+        args = {k: await redact_async(v) if k in ("name", "description", "reason")
+                and isinstance(v, str) else v for k, v in args.items()}
         try:
             proposal = digest.parse_integration(
                 args, digest_dir=self.digest_dir, allowed_sources=self.log.notes,
