@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import trio
 
 from recalld.daemon import qwenpaw
+from recalld.daemon.config_rules import SECRET_SETTING, mask_dsn, mask_url
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
@@ -166,7 +167,11 @@ def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsRepo
             if isinstance(value, Mapping) and hasattr(current, "__dataclass_fields__"):
                 for key in value:
                     shown = getattr(current, key, None)
-                    applied[f"{name}.{key}"] = "***" if key == "api_key" and shown else shown
+                    if isinstance(shown, str) and shown:  # masked as settings show them
+                        shown = ("***" if SECRET_SETTING.search(key)
+                                 else mask_dsn(shown) if key == "dsn"
+                                 else mask_url(shown) if "://" in shown else shown)
+                    applied[f"{name}.{key}"] = shown
             else:
                 applied[name] = current
     return {"applied": applied, "ignored": ignored}

@@ -191,3 +191,21 @@ def test_qwenpaws_default_agent_beside_recallds_default_workspace(daemon: Daemon
     # Named explicitly, the id is taken as given (and refused while it serves elsewhere).
     proc = cli(daemon, "import-qwenpaw", str(ws), "--agent", "default")
     assert proc.returncode == 2 and "already open" in proc.stderr
+
+
+def test_the_import_report_masks_url_secrets_as_settings_do(daemon: DaemonHandle,
+                                                            tmp_path: Path) -> None:
+    ws = tmp_path / "keyed"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
+    config = {"chat_model_config": {"base_url": "https://me:Pw-81xq@gw.example.org/v1",
+                                    "api_key": "chat-Key-77", "model_name": "m"},
+              "embedding_model_config": {"base_url": "https://e.example.org/v1?key=AIza-Q9z",
+                                         "model_name": "e", "dimensions": 8}}
+    info = daemon.call("workspace.open", {"agent_id": "keyed", "path": str(ws),
+                                          "config": config, "import_report": True})
+    applied = info["import"]["settings"]["applied"]
+    assert applied["chat_model_config.base_url"] == "https://me:***@gw.example.org/v1"
+    assert applied["embedding_model_config.base_url"] == "https://e.example.org/v1?key=***"
+    assert applied["chat_model_config.api_key"] == "***"
+    assert not any(s in json.dumps(info) for s in ("Pw-81xq", "AIza-Q9z", "chat-Key-77"))
