@@ -13,6 +13,7 @@ from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 
 pytestmark = pytest.mark.slow
 NOTE = "memory/2026-02-02/dump.md"
+KEY = "sk-proj-" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9F"
 
 
 def _health(d: Any) -> dict[str, Any]:
@@ -36,6 +37,9 @@ def test_a_note_over_the_limit_is_reported_in_health_and_verify(
     head = "# Dump\nbeginning marker aardvark\n"
     tail = "\nfinal marker zymurgy\n"
     body = line * ((MAX_NOTE_BYTES + (1 << 20)) // len(line))
+    # A key the limit cuts 20 characters in: masked up to the cut, not indexed in part.
+    cut_at = MAX_NOTE_BYTES - len(head) - len("boundary kestrel ") - 20
+    body = body[:cut_at] + "boundary kestrel " + KEY + body[cut_at:]
     (root / NOTE).write_text(head + body + tail)
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
     health = _wait_health(d, "degraded")
@@ -46,6 +50,8 @@ def test_a_note_over_the_limit_is_reported_in_health_and_verify(
     # What is indexed is the head; the tail beyond the limit is not (and is reported).
     assert d.call("memory.search", {"agent_id": "w", "query": "aardvark"})["results"]
     assert not d.call("memory.search", {"agent_id": "w", "query": "zymurgy"})["results"]
+    cut = d.call("memory.search", {"agent_id": "w", "query": "kestrel"})["results"]
+    assert cut and KEY[:20] not in cut[0]["text"] and "[REDACTED]" in cut[0]["text"]
     # Restarted: the saved index says so (the note is loaded, not read again).
     assert d.stop() == 0
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')

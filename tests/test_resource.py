@@ -300,6 +300,22 @@ def test_a_file_named_with_a_credential_gets_no_note(daemon: DaemonHandle,
     assert not any(token in r.body.decode() for r in fake.requests)
 
 
+def test_a_key_the_input_cut_falls_inside_is_not_sent_in_part(daemon: DaemonHandle,
+                                                               fake: FakeProvider,
+                                                               tmp_path: Path) -> None:
+    """The model reads the first ``max_input_chars`` (16,000) characters of a file: a key
+    across that limit is masked whole, not sent as a piece too short to be recognised."""
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    key = "sk-proj-" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9F"
+    write(root, "resource/export.txt", "x" * 15_979 + " " + key + " and more\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/export.txt", "processed", "failed")
+    prompts = [r.body.decode() for r in fake.requests if b"export.txt" in r.body]
+    assert prompts and "[REDACTED]" in prompts[0]
+    assert not any(key[:20] in p for p in prompts)
+
+
 def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHandle,
                                                               fake: FakeProvider,
                                                               tmp_path: Path) -> None:

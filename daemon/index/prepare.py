@@ -29,6 +29,9 @@ from recalld.ipc.errors import PathOutsideWorkspace
 # reading it whole on every save would stall its workspace. Such notes are reported
 # (health ``degraded``, ``partly_indexed`` in status and index.verify), never silently cut.
 MAX_NOTE_BYTES = 8 * 1024 * 1024
+# Read past that limit, so that a secret the cut falls inside is still recognised (and
+# masked up to the cut), not indexed as a piece too short to be found.
+CUT_MARGIN_BYTES = 64 * 1024
 # A worker's vocabulary over the batches of a pass (``prepare_files``'s ``vocab``) begins
 # again past this many terms, so that a worker of a very large pass stays small.
 VOCAB_MAX_TERMS = 1 << 18
@@ -116,7 +119,8 @@ class PreparedBatch:
 
 def _read_note(root: Path, rel: str,
                real_root: str | None = None) -> tuple[bytes, os.stat_result] | None:
-    """The bytes and stat of a regular file inside ``root``; None if absent or not a note
+    """The bytes (up to ``MAX_NOTE_BYTES`` and ``CUT_MARGIN_BYTES`` past it) and stat of
+    a regular file inside ``root``; None if absent or not a note
     (a link, a socket, outside the workspace, or one its owner made unreadable). Raises
     OSError when the file is there but cannot be read now (an I/O error, no descriptors or
     memory left).
@@ -138,7 +142,7 @@ def _read_note(root: Path, rel: str,
         if not stat.S_ISREG(st.st_mode):
             return None
         chunks: list[bytes] = []
-        remaining = MAX_NOTE_BYTES
+        remaining = MAX_NOTE_BYTES + CUT_MARGIN_BYTES
         while remaining > 0:
             data = os.read(fd, min(remaining, 1 << 20))
             if not data:
@@ -164,7 +168,8 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
         return Prepared(path=rel, gone=False, error=exc.strerror or type(exc).__name__)
     if got is None:
         return Prepared(path=rel, gone=True)
-    data, st = got
+    full, st = got
+    data = full[:MAX_NOTE_BYTES]
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if digest == known_digest:
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
@@ -173,9 +178,11 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
     # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
     # warm start that finds nothing changed never needs.
-    from recalld.daemon.memory.redact import redact
+    from recalld.daemon.memory.redact import redact, redact_prefix
 
-    text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
+    text = data.decode("utf-8", errors="replace")
+    text = (redact(text, keep_lines=True) if len(full) == len(data) else redact_prefix(
+        full.decode("utf-8", errors="replace"), len(text), keep_lines=True))
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,

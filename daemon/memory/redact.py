@@ -151,6 +151,13 @@ def redact(text: str, *, keep_lines: bool = False) -> str:
     return _apply(text, find_spans(text), keep_lines)
 
 
+def redact_prefix(text: str, length: int, *, keep_lines: bool = False) -> str:
+    """The first ``length`` characters of ``text``, redacted as in the whole of it: a
+    secret the cut falls inside is masked, not left as a piece too short to be found."""
+    spans = [(start, min(end, length)) for start, end in find_spans(text) if start < length]
+    return _apply(text[:length], spans, keep_lines)
+
+
 def redact_count(text: str) -> tuple[str, int]:
     """The redacted text and how many secrets were masked."""
     spans = find_spans(text)
@@ -270,4 +277,4 @@ async def redact_async(text: str, *, keep_lines: bool = False,
 
 __all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "redact", "redact_async",
            "redact_count", "redact_messages", "redact_messages_async", "redact_parts",
-           "redact_value"]
+           "redact_prefix", "redact_value"]

@@ -132,12 +132,16 @@ _BOMS: Final = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32")
 def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     """The first ``limit_chars`` characters of ``root/rel`` and if cut: UTF-8, or the
     encoding its byte order mark names (UTF-16 and UTF-32, as Windows saves text), bytes
-    decoded leniently. A file outside ``root`` raises PathOutsideWorkspace."""
+    decoded leniently, secrets masked (one the cut falls inside too). A file outside
+    ``root`` raises PathOutsideWorkspace."""
+    from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
+
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         data = fh.read(limit_chars * 4 + 1)
     encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
     text = data.decode(encoding, errors="replace")
-    return (text[:limit_chars], len(text) > limit_chars or len(data) > limit_chars * 4)
+    return (redact_prefix(text, limit_chars),
+            len(text) > limit_chars or len(data) > limit_chars * 4)
 
 
 def not_text(text: str) -> str | None:
