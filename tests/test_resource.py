@@ -316,6 +316,21 @@ def test_a_key_the_input_cut_falls_inside_is_not_sent_in_part(daemon: DaemonHand
     assert not any(key[:20] in p for p in prompts)
 
 
+def test_a_key_in_the_summary_is_not_kept_in_part_by_its_description(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The note's description is the summary's first line cut to 200 characters: a key
+    the cut falls inside is masked whole."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    key = "sk-proj-" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9F"
+    model.resource_answer = "y" * 180 + " " + key + " is the key.\n- it is a key"
+    write(root, "resource/keyfile.txt", "what the model summarizes\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/keyfile.txt", "processed", "failed")
+    fields, text = note_of(root, "resource/keyfile.txt")
+    assert "[REDACTED]" in text and key[:19] not in text, fields["description"]
+
+
 def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHandle,
                                                               fake: FakeProvider,
                                                               tmp_path: Path) -> None:

@@ -404,7 +404,10 @@ class ResourceCatalog:
         except ProviderError as exc:
             rec.update(state="failed", reason=exc.message)
             return "failed", None
-        summary = unfenced(answer.content or "")
+        from recalld.daemon.memory.redact import redact_async
+
+        # Masked before it is cut (to max_summary_chars, its first line to the description).
+        summary = unfenced(await redact_async(answer.content or ""))
         if not summary:
             rec.update(state="failed", reason="the chat model answered with no text")
             return "failed", None
