@@ -256,8 +256,7 @@ _NULLABLE: frozenset[str] = frozenset(
 def _coerce(name: str, value: object, default: object, where: str) -> object:
     """``value`` of a table checked against the type of the field's ``default``."""
     def refuse(what: str) -> ConfigError:
-        return ConfigError(f"{where} {name} = {config_rules.shown_setting(name, value)}: "
-                           f"{what}")
+        return ConfigError(f"{where} {name} = {config_rules.shown_setting(name, value)}: {what}")
 
     if isinstance(default, bool):
         if not isinstance(value, bool):

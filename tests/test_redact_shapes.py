@@ -1,0 +1,126 @@
+"""Secrets redaction, more shapes: tokens joined to names (file names), key blocks split
+over two texts and SSH2's, passwords on more command lines, plain passwords stated in
+Chinese; and settings about a credential (its file, its lifetime) left alone."""
+
+from __future__ import annotations
+
+import pytest
+from test_redact import (
+    ANTHROPIC,
+    AWS_ID,
+    GITHUB,
+    GITHUB_PAT,
+    GOOGLE,
+    JWT,
+    OPENAI,
+    SLACK,
+    STRIPE,
+)
+
+from recalld.daemon.memory.redact import MASK, redact
+
+
+@pytest.mark.parametrize("secret", [OPENAI, ANTHROPIC, AWS_ID, GITHUB, GITHUB_PAT, SLACK,
+                                    GOOGLE, STRIPE, JWT])
+def test_a_prefixed_token_glued_to_a_name_is_masked(secret: str) -> None:
+    """File names and identifiers join a token with ``-`` or ``_``: its prefix still
+    tells it."""
+    for text in (f"deploy-{secret}.txt", f"key_{secret}", f"resource/old-{secret}-2.md"):
+        assert secret not in redact(text), text
+    for text in ("lightgbm_ghp_estimator", "task-sk-12", "risk-sk-model",
+                 "AKIAKIA_settings_module"):
+        assert redact(text) == text
+
+
+KEY_BODY = ["MIIEowIBAAKCAQEAx1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v2W3x4",
+            "Y5z6A7b8C9d0E1f2G3h4I5j6K7l8M9n0O1p2Q3r4S5t6U7v8W9x0Y1z2A3b4C5d6",
+            "E7f8G9h0I1j2K3l4M5n6O7p8Q9r0S1t2U3v4W5x6Y7z8A9b0C1d2E3f4G5h6=="]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_key_block_split_across_two_texts_is_masked_in_both(newline: str) -> None:
+    """Two messages (or two notes) each hold a part of one key block: the second starts
+    inside the body, cut mid-line."""
+    first = (f"here is my key:{newline}-----BEGIN OPENSSH PRIVATE KEY-----{newline}"
+             f"{KEY_BODY[0]}{newline}{KEY_BODY[1][:20]}")
+    second = (f"{KEY_BODY[1][20:]}{newline}{KEY_BODY[2]}{newline}"
+              f"-----END OPENSSH PRIVATE KEY-----{newline}thanks, keep it")
+    out = redact(first) + redact(second)
+    assert not any(part in out for part in (KEY_BODY[0], KEY_BODY[1][:20],
+                                            KEY_BODY[1][20:], KEY_BODY[2])), out
+    assert out.startswith("here is my key:") and out.endswith(f"{newline}thanks, keep it")
+    for talk in ("the footer is -----END RSA PRIVATE KEY----- as usual",
+                 "cat key.pem\n-----END RSA PRIVATE KEY-----"):
+        assert redact(talk) == talk
+
+
+def test_an_ssh2_key_block_is_masked() -> None:
+    block = ("---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: \"rsa-key-2026\"\n"
+             + "\n".join(KEY_BODY) + "\n---- END SSH2 ENCRYPTED PRIVATE KEY ----")
+    out = redact(f"my old key:\n{block}\nafter")
+    assert out == f"my old key:\n{MASK}\nafter"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("WiFi密码是bluebird", "bluebird"),
+    ("路由器密码是 sunshine，记住了", "sunshine"),
+    ("密码: bluebird", "bluebird"),
+    ("密码：「marigold」", "marigold"),
+    ('口令为 "tangerine"', "tangerine"),
+    ("我的密码是 correct horse battery staple", "horse battery staple"),
+])
+def test_a_plain_password_stated_in_chinese_is_masked(text: str, secret: str) -> None:
+    """As "the wifi password is bluebird" is in English."""
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "密码是必须的", "密码是一个很长的字符串", "密码是 required", "密码学是 cryptography",
+    "密码是 the same as before", "密码是 wrong", "验证码是 email", "令牌是 Bearer",
+    "密码长度是 twelve characters",
+])
+def test_chinese_talk_about_passwords_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("curl -u admin:S3cretPw https://api.example.org", "S3cretPw"),
+    ('curl -s --user "bob:hunter2x" https://api', "hunter2x"),
+    ("curl --user=me:pa55word https://x", "pa55word"),
+    ("redis-cli -h cache -p 6379 -a myRedisPass123 ping", "myRedisPass123"),
+    ("docker login -u me -p S3cretPw registry.example.org", "S3cretPw"),
+])
+def test_passwords_on_more_command_lines_are_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "curl -u admin https://x", "curl -u $USER:$TOKEN_VAR -s https://x", "redis-cli -p 6379 ping",
+    "docker run -p 8080:80 nginx",
+])
+def test_command_lines_without_passwords_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "token_ttl: 3600", "TOKEN_EXPIRY_SECONDS=86400", "auth_timeout_ms = 30000",
+    "passwordResetTokenExpirySeconds = 3600", "password_file: /etc/app/pw.txt",
+    'api_key_env = "OPENAI_API_KEY"', 'auth_type = "oauth2"', "signature_algorithm: RS256",
+    "secret_name: prod/db/creds", "docker login -u me --password-stdin registry.io",
+    "token_type: Bearer",
+])
+def test_settings_about_a_credential_are_left_alone(text: str) -> None:
+    """A name ending in file, env, ttl, type, name ... holds where a credential is or what
+    it is like, not the credential."""
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("db_password: S3cr3t!", "S3cr3t!"), ("token_secret = Xyz123abcQQ", "Xyz123abcQQ"),
+    ("password_file_pw = Tr0ub4dor9", "Tr0ub4dor9"), ("api_key_env: sk-" + "Ab3dEf6hIj9kLm2nOp5q",
+                                                      "Ab3dEf6hIj9kLm2nOp5q"),
+])
+def test_credentials_next_to_such_settings_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
