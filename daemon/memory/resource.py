@@ -26,11 +26,8 @@ that date.
 
 from __future__ import annotations
 
-import codecs
-import hashlib
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import date as Date
@@ -46,6 +43,15 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
+from recalld.daemon.memory.resource_files import (
+    file_digest,
+    not_text,
+    note_stem,
+    one_line,
+    read_head,
+    resource_date,
+    unfenced,
+)
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
@@ -58,10 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
-_DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_SLUG_BAD: Final = re.compile(r"[^\w]+")
-_MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 WORK_STATES: Final = frozenset({"queued", "pending"})
 RequestJob = Callable[[], Awaitable[None]]
 
@@ -77,98 +79,6 @@ class ResourceConfig:
     summary_max_tokens: int = 1024
     max_summary_chars: int = 32_000
     reconcile_interval_s: float = 300.0
-
-
-def _date_folder(parts: list[str]) -> str | None:
-    """The first component if it is a real calendar date and a folder (not the file)."""
-    if len(parts) >= 2 and _DATE_RE.match(parts[0]):
-        try:
-            Date.fromisoformat(parts[0])
-        except ValueError:
-            return None
-        return parts[0]
-    return None
-
-
-def resource_date(rel_in_resource: str, first_seen: str) -> str:
-    """The day a file belongs to (see the module docstring)."""
-    return _date_folder(rel_in_resource.split("/")) or first_seen
-
-
-def note_stem(rel_in_resource: str) -> str:
-    parts = rel_in_resource.split("/")
-    if _date_folder(parts):
-        parts = parts[1:]
-    stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80].strip("-_")
-    return f"resource-{stem or 'file'}"
-
-
-def file_digest(root: Path, rel: str) -> tuple[str, int, int] | None:
-    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``, None if gone or
-    reached through a directory link out of ``root`` (blocking)."""
-    try:
-        with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
-            st = os.fstat(fh.fileno())
-            h = hashlib.sha256()
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-    except PathOutsideWorkspace:  # reached through a link out of the workspace
-        return None
-    except OSError as exc:
-        log.warning("resource %s unreadable: %s", rel, exc)
-        return None
-    return h.hexdigest(), st.st_mtime_ns, st.st_size
-
-
-# Byte order marks and the encodings they announce (UTF-32's first: FF FE 00 00 starts
-# with UTF-16's FF FE).
-_BOMS: Final = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
-                (codecs.BOM_UTF16_BE, "utf-16"))
-
-
-def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
-    """The first ``limit_chars`` characters of ``root/rel`` and if cut: UTF-8, or the
-    encoding its byte order mark names (UTF-16 and UTF-32, as Windows saves text), bytes
-    decoded leniently, secrets masked (one the cut falls inside too). A file outside
-    ``root`` raises PathOutsideWorkspace."""
-    from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
-
-    with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
-        data = fh.read(limit_chars * 4 + 1)
-    encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
-    text = data.decode(encoding, errors="replace")
-    return (redact_prefix(text, limit_chars),
-            len(text) > limit_chars or len(data) > limit_chars * 4)
-
-
-def not_text(text: str) -> str | None:
-    """Why the model is not asked about a file read as ``text``: empty (nothing to sum
-    up, only to invent), or binary (NUL characters: an image or archive given a text
-    suffix); None for text."""
-    if not text.strip():
-        return "the file is empty"
-    if "\x00" in text:
-        return "the file is not text (it holds NUL bytes)"
-    return None
-
-
-def unfenced(answer: str) -> str:
-    """The model's note ``answer``, stripped, without the code fence some models wrap a
-    whole Markdown answer in (```markdown ... ```): the note is the Markdown, not a code
-    block of it."""
-    fenced = _MD_FENCE.match(answer.strip())
-    if fenced is None or "\n```" in f"\n{fenced.group(1)}":  # not one block: as it is
-        return answer.strip()
-    return fenced.group(1).strip()
-
-
-def one_line(text: str) -> str:
-    """``text`` with its line breaks and other control characters escaped (``\\n``): a
-    file name as a note's title or link, which must stay on one line."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class ResourceStatus(TypedDict):
