@@ -34,6 +34,47 @@ async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBr
             await client.embed(texts[:2])
 
 
+async def test_an_index_that_is_not_each_position_once_is_refused(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # Two vectors claiming one place (or a place past the end) cannot be put on their
+    # texts: taking them in sorted order would give a text another text's vector.
+    client = make(fake, bridge)
+    texts = ["north", "south", "east"]
+    vecs = [fake_vector(t, DIMS).tolist() for t in texts]
+    for indices in ([1, 1, 0], [0, 2, 2], [0, 1, 5], [-1, 0, 1], [1, 2, 3]):
+        items = [{"index": i, "embedding": v} for i, v in zip(indices, vecs, strict=True)]
+        fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+        with pytest.raises(ProviderBadResponse, match="'index'"):
+            await client.embed(texts)
+
+
+async def test_vectors_of_any_finite_size_are_normalised(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # Values near float32's limit (or tiny ones) are a direction like any other: the
+    # unit vector comes back, never a row of zeros or an "all-zero" refusal.
+    client = make(fake, bridge)
+    texts = ["big", "small", "wide"]
+    rows = [[3e38, -3e38, 0, 0, 0, 0, 0, 1e38], [1e-30, 0, 0, 0, 0, 0, 0, -1e-30],
+            [1e300, 1e300, 0, 0, 0, 0, 0, 0]]
+    fake.script(Reply(raw=json.dumps({"data": [{"index": i, "embedding": r}
+                                               for i, r in enumerate(rows)]}).encode()))
+    got = await client.embed(texts)
+    want = np.asarray(rows, dtype=np.float64)
+    want /= np.abs(want).max(axis=1, keepdims=True)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+async def test_vectors_of_strings_or_booleans_are_refused(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    client = make(fake, bridge)
+    for value in ("0.5", True, None):
+        row = [value] + [0.25] * (DIMS - 1)
+        fake.script(Reply(raw=json.dumps({"data": [{"index": 0, "embedding": row}]}).encode()))
+        with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
+            await client.embed(["one"])
+
+
 def test_truncate_to_budget() -> None:
     assert truncate_to_budget("short", 100) == "short"
     assert truncate_to_budget("a" * 100, 10) == "a" * 30

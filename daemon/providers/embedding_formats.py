@@ -142,11 +142,18 @@ def _field(obj: object, *path: str, what: str) -> object:
 
 def _in_order(items: list[object], key: str, *, what: str) -> list[object]:
     """The vectors' ``items`` in the order of the texts, by their ``key``: a missing one
-    counts as 0 (answers in protobuf style leave zero values out), equal ones keep the
-    answer's order. An index that is not an integer is a broken answer."""
+    counts as 0 (answers in protobuf style leave zero values out); when every one is 0
+    (an answer without indices) the answer's order stands. Otherwise the indices must
+    name each position once: an index that is not an integer, repeats or points past the
+    answer is a broken answer (no text may get another text's vector)."""
     indices = [item.get(key, 0) if isinstance(item, dict) else 0 for item in items]
     if not all(type(i) is int for i in indices):
         raise ProviderBadResponse(f"{what}: a vector's '{key}' is not an integer")
+    if not any(indices):
+        return items
+    if sorted(indices) != list(range(len(items))):
+        raise ProviderBadResponse(
+            f"{what}: the vectors' '{key}' values are not 0 to {len(items) - 1}, each once")
     return [items[j] for j in sorted(range(len(items)), key=indices.__getitem__)]
 
 
@@ -301,19 +308,29 @@ FORMATS: dict[str, type[WireFormat]] = {
 }
 
 
+def _numbers(vector: object) -> bool:
+    """Whether ``vector`` is a JSON array of numbers (not strings, booleans or nulls)."""
+    return isinstance(vector, list) and all(type(x) is float or type(x) is int for x in vector)
+
+
 def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32:
-    """Validate count and dimension, then L2-normalize into float32 rows."""
+    """Validate count, types and dimension, then L2-normalize into float32 rows.
+
+    The norm is taken in float64 after scaling each row by its largest value, so a finite
+    vector of any magnitude keeps its direction (float32 squares overflow near 1e19)."""
     if len(vectors) != n:
         raise ProviderBadResponse(f"{what}: asked for {n} vectors, got {len(vectors)}")
-    try:
-        arr = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError):
-        lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
-        if len(lengths) > 1 and dims in lengths:
+    if not all(_numbers(v) for v in vectors):
+        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
+    lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
+    if len(lengths) > 1:
+        if dims in lengths:
             raise DimensionMismatch(
-                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
-            ) from None
-        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
+                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}")
+        raise ProviderBadResponse(f"{what}: vectors of mixed dimensions {lengths}")
+    if lengths and lengths[0] == 0:
+        raise ProviderBadResponse(f"{what}: vectors are empty")
+    arr = np.asarray(vectors, dtype=np.float64)
     if arr.ndim != 2:
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
     if arr.shape[1] != dims:
@@ -324,8 +341,9 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
         )
     if not np.isfinite(arr).all():
         raise ProviderBadResponse(f"{what}: vectors contain NaN or infinity")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    if (norms == 0).any():
+    peaks = np.abs(arr).max(axis=1, keepdims=True)
+    if (peaks == 0).any():
         raise ProviderBadResponse(f"{what}: provider returned an all-zero vector")
-    rows: F32 = (arr / norms).astype(np.float32)
+    arr /= peaks
+    rows: F32 = (arr / np.linalg.norm(arr, axis=1, keepdims=True)).astype(np.float32)
     return rows
