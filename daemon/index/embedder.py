@@ -38,6 +38,7 @@ import logging
 import math
 import random
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal, TypedDict
@@ -187,9 +188,9 @@ class VectorWorker:
             task_status.started()
             await self._seed_foreign()
             self.state = "health_check"
-            await self.target.client.wait_healthy(
-                self.index.root, backoff_base_s=self.cfg.backoff_base_s,
-                backoff_max_s=self.cfg.backoff_max_s)
+            await self._counting(partial(
+                self.target.client.wait_healthy, self.index.root,
+                backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s))
             # After the daemon's start: it competes with the first answers, and a shared
             # workspace embeds through its replica, which starts in the start's second stage.
             await self.index.after_start()
@@ -283,11 +284,28 @@ class VectorWorker:
                                 self.cfg.permanent_retry_s)
                 self.state = "backoff"
                 delay = backoff / 2 + self._rng.uniform(0.0, backoff / 2)
-                await trio.sleep(max(delay, client.breaker.retry_in_s()))
+                await self._counting(partial(trio.sleep, max(delay, client.breaker.retry_in_s())))
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
                 continue
             backoff = self.cfg.backoff_base_s
             self._done.append((trio.current_time(), len(rnd.items)))
+
+    async def _counting(self, wait: Callable[[], Awaitable[None]]) -> None:
+        """``await wait()`` (a wait on the provider, which an outage makes last hours) while
+        the coverage counts follow the index: read now and again after each change, not
+        left at what the last round saw."""
+        async def count() -> None:
+            while True:
+                changed = self.index.changed
+                rnd = await self.index.locked(
+                    partial(self.fill.next_round, limit=0, now=trio.current_time()))
+                self.total, self.embedded = rnd.total, rnd.total - rnd.pending
+                await changed.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(count)
+            await wait()
+            nursery.cancel_scope.cancel()
 
     async def _embed_round(self, items: list[tuple[int, str]],
                            units: list[list[str]] | None = None) -> int:

@@ -1,0 +1,43 @@
+"""The coverage a workspace's status shows is the index's own, also while the backfill
+waits on a provider that is down (at the health check or backing off)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider, Reply
+from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from waits import wait_value
+
+
+def coverage(d: Any) -> tuple[int, int, int]:
+    st = vectors_status(d)
+    return st["embedded"], st["total"], st["pending"]
+
+
+def test_stored_vectors_count_while_the_health_check_fails(daemon_factory: Any,
+                                                          tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for i in range(3):
+        write(root, f"memory/2026-05-0{i + 1}/n{i}.md", f"# N{i}\n\nquartz {i}\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        config = fake_config(root, fake)
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        assert d.stop() == 0
+        fake.script(*[Reply(status=503)] * 200)
+        d = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["health"] == "fail", "failing")
+        wait_value(lambda: coverage(d), lambda c: c == (3, 3, 0), "the stored vectors",
+                   deadline_s=20)
+        # Notes come and go meanwhile: the counts say so.
+        write(root, "memory/2026-05-08/late.md", "# Late\n\nwritten during the outage\n")
+        (root / "memory/2026-05-01/n0.md").unlink()
+        assert d.call("index.sync", {"agent_id": "w"})["chunks"] == 3
+        wait_value(lambda: coverage(d), lambda c: c == (2, 3, 1), "the new note pending",
+                   deadline_s=20)
+        assert vectors_status(d)["state"] == "health_check"
+        assert d.stop() == 0
