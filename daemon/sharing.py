@@ -107,6 +107,12 @@ def _tag(hits: Iterable[SearchHit], agent_id: str,
     return out
 
 
+def _scale(ws: Workspace, answer: SearchAnswer) -> tuple[str, str]:
+    """What a workspace's scores are measured in: BM25 (keyword mode) or its fusion's."""
+    hybrid = answer["mode"] == "hybrid"
+    return answer["mode"], ws.settings.search.fusion if hybrid else ""
+
+
 async def search_workspaces(
     workspaces: Sequence[Workspace],
     search_one: Callable[[Workspace], Awaitable[SearchAnswer]],
@@ -117,7 +123,10 @@ async def search_workspaces(
 
     Hits carry ``agent_id``; they are merged by score (each workspace scores with its own
     statistics, so a merged order is approximate across workspaces) and cut to
-    ``max_results``. Counters are summed; ``took_ms`` is the slowest workspace's.
+    ``max_results``. When the scores are not in one unit (a keyword-only answer scores in
+    BM25, a hybrid one in its fusion's), they are merged by rank instead: every
+    workspace's first hit (exact ones first, then in the order of ``workspaces``), then
+    the second ones, and so on. Counters are summed; ``took_ms`` is the slowest workspace's.
     ``search_mode`` is the one of the workspaces searched in the server (``mixed`` when
     they differ); ``server_error`` and ``vector_error`` name each workspace's reason
     (``agent: reason``, joined by ``; ``).
@@ -131,14 +140,19 @@ async def search_workspaces(
         for ws in workspaces:
             nursery.start_soon(one, ws)
 
-    results: list[SearchHit] = []
+    ranked: list[tuple[tuple[int, int, int, float], SearchHit]] = []
     expanded: list[SearchHit] = []
-    for ws in workspaces:
+    by_rank = len({_scale(ws, answers[ws.agent_id]) for ws in workspaces}) > 1
+    for order, ws in enumerate(workspaces):
         answer = answers[ws.agent_id]
-        results.extend(_tag(answer["results"], ws.agent_id, hybrid=answer["mode"] == "hybrid"))
+        hits = _tag(answer["results"], ws.agent_id, hybrid=answer["mode"] == "hybrid")
+        for place, hit in enumerate(hits):
+            key = ((place, not hit.get("exact"), order, 0.0) if by_rank
+                   else (0, 0, 0, -hit["score"]))
+            ranked.append((key, hit))
         expanded.extend(_tag(answer["expanded"], ws.agent_id))
-    results.sort(key=lambda r: -r["score"])
-    results = results[:max_results]
+    ranked.sort(key=lambda kh: kh[0])
+    results = [hit for _, hit in ranked[:max_results]]
     # The neighbours of the results kept, those of the first results first, at most
     # max_results of them (as in a search of one workspace).
     rank: dict[tuple[str | None, str | None], int] = {
