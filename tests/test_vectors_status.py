@@ -41,3 +41,30 @@ def test_stored_vectors_count_while_the_health_check_fails(daemon_factory: Any,
                    deadline_s=20)
         assert vectors_status(d)["state"] == "health_check"
         assert d.stop() == 0
+
+
+def test_a_workspace_opened_with_a_new_key_sends_it(daemon_factory: Any,
+                                                    tmp_path: Path) -> None:
+    # A rotated key: the workspace is opened again with the new one, which must be what
+    # the provider gets from then on (not the old key, until a restart).
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\nbasalt\n")
+    with FakeProvider(dims=8, api_key="sk-rotated-0002") as fake:
+        def config(key: str) -> dict[str, Any]:
+            return {"embedding_model_config": {
+                "backend": "openai", "base_url": f"{fake.url}/v1", "api_key": key,
+                "model_name": "m", "dimensions": 8}}
+
+        d = daemon_factory()
+        d.call("workspace.open", {"agent_id": "w", "path": str(root),
+                                  "config": config("sk-revoked-0001")})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["health"] == "fail",
+                        "the refused key")
+        assert "401" in st["last_error"] and "sk-revoked" not in str(st)
+        d.call("workspace.close", {"agent_id": "w"})
+        d.call("workspace.open", {"agent_id": "w", "path": str(root),
+                                  "config": config("sk-rotated-0002")})
+        st = wait_covered(d)
+        assert st["health"] == "ok"
+        assert fake.requests[-1].headers["authorization"] == "Bearer sk-rotated-0002"
+        assert d.stop() == 0

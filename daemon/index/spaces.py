@@ -132,9 +132,12 @@ class VectorSpaces:
         )
 
     def space(self, config: EmbeddingModelConfig) -> VectorSpace:
-        """The space of ``config`` (created on first use; alike configs share it)."""
+        """The space of ``config`` (created on first use; alike configs share it). Its
+        client sends the API key of the config asked for last (a workspace opened again
+        with a rotated key)."""
         found = self._by_config.get(config)
         if found is not None:
+            found.client.use_key(config)
             return found
         client = self.client(config)
         key = client.vector_space_key()
@@ -143,6 +146,8 @@ class VectorSpaces:
             space = VectorSpace(client, self.cache_dir, query_cache_size=self._query_cache_size)
             if client.enabled:
                 self._by_key[key] = space
+        else:
+            space.client.use_key(config)
         self._by_config[config] = space
         return space
 

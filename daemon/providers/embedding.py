@@ -16,6 +16,7 @@ They never appear in logs, reprs, errors or status.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -126,6 +127,7 @@ class EmbeddingClient:
         env = os.environ if environ is None else environ
         self.config = config
         self._bridge = bridge
+        self._environ = env
         self._api_key = resolve_api_key(config, env)
         self.policy = policy or RetryPolicy()
         self.breaker = breaker or CircuitBreaker(name=f"embedding provider {config.backend}")
@@ -152,6 +154,16 @@ class EmbeddingClient:
         c = self.config
         return (f"EmbeddingClient(backend={c.backend!r}, model={c.model_name!r}, "
                 f"dims={self.dimensions}, endpoint={self.endpoint!r}, api_key=***)")
+
+    def use_key(self, config: EmbeddingModelConfig) -> None:
+        """Send with ``config``'s API key from now on (a workspace of this vector space
+        opened with another key: a rotated key must not wait for a restart)."""
+        key = resolve_api_key(config, self._environ)
+        if not key or key == self._api_key or self._format is None:
+            return
+        self.config = dataclasses.replace(self.config, api_key=config.api_key)
+        self._api_key = key
+        self._format = FORMATS[self.config.backend](self.config, key)
 
     @property
     def enabled(self) -> bool:
