@@ -41,7 +41,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal, TypedDict
 
 import numpy as np
 import trio
@@ -54,8 +53,8 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
-from recalld.daemon.providers.embedding import EmbeddingStatus
-from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
+from recalld.daemon.index.vector_status import ReMeVectors, VectorStatus
+from recalld.daemon.providers.errors import ProviderError, ProviderPermanent, input_refused
 from recalld.daemon.remote.hook import embed_passages
 
 log = logging.getLogger(__name__)
@@ -74,44 +73,6 @@ class BackfillConfig:
     #: How long a batch the provider refused for good waits before it is tried again.
     permanent_retry_s: float = 3600.0
     query_timeout_s: float = 3.0
-
-
-class ReMeVectors(TypedDict, total=False):
-    """What was found of ReMe's vectors (empty until seeding is done)."""
-
-    space: str  # the configured space, as ReMe names it
-    cache_vectors: int  # vectors in ReMe's cache file of that space
-    other_spaces: list[str]  # ReMe cache files of other spaces
-    refused: dict[str, str]  # cache file -> why it was not read
-    store_vectors: int  # vectors in ReMe's chunk store
-    store_vectors_used: int  # of those, the ones reused (of this space, these dimensions)
-    store_vectors_other_space: int  # of those, the ones shown to be of another space
-
-
-class VectorStatus(TypedDict):
-    """The vector service's part of a workspace's status (``vectors``)."""
-
-    enabled: bool
-    state: str
-    space: str
-    serving_space: str | None
-    migrating: bool
-    dims: int
-    embedded: int
-    total: int
-    coverage: float
-    pending: int
-    rate_per_s: float | None
-    eta_s: float | None
-    provider_texts: int
-    cache_texts: int
-    reused_vectors: int
-    reme_cache_texts: int
-    parked: int
-    health: Literal["unknown", "ok", "fail"]
-    last_error: str | None
-    provider: EmbeddingStatus
-    cache: dict[str, int]
 
 
 class VectorWorker:
@@ -356,20 +317,14 @@ class VectorWorker:
         # Similar lengths in one provider batch (a local model pads to the longest).
         missing.sort(key=lambda i: len(texts[i]))
         step = space.client.max_batch_size
+        refused: list[str] = []
         try:
             # Batch by batch, each kept as it arrives: a later batch's failure must not
             # throw away (and so pay again for) what the provider already answered.
             for start in range(0, len(missing), step):
                 part = missing[start:start + step]
-                rows = await embed_passages(
-                    self.index.ws, space.key, [hashes[i] for i in part],
-                    [texts[i] for i in part], partial(space.client.embed, kind="passage"))
-                self.provider_texts += len(part)
-                if use_cache:
-                    await trio.to_thread.run_sync(
-                        space.cache.put_many, [(hashes[i], rows[j]) for j, i in enumerate(part)])
-                for j, i in enumerate(part):
-                    vectors[texts[i]] = rows[j]
+                await self._embed_texts([hashes[i] for i in part], [texts[i] for i in part],
+                                        vectors, refused)
         except ProviderError:
             done = [(item, ts) for item, ts in zip(items, units, strict=True)
                     if all(t in vectors for t in ts)]
@@ -377,8 +332,55 @@ class VectorWorker:
                 await self._install([item for item, _ in done], [ts for _, ts in done],
                                     vectors)
             raise
-        self.last_error = None
+        self.last_error = refused[0] if refused else None
+        if refused:
+            # Only the chunks of the texts the provider refused wait (a text is refused
+            # again if sent again), so one bad note does not hold back its round.
+            gone = {t for t in texts if t not in vectors}
+            pairs = list(zip(items, units, strict=True))
+            bad = [key for (key, _), ts in pairs if gone.intersection(ts)]
+            until = trio.current_time() + self.cfg.permanent_retry_s
+            self.fill.failed.update((key, until) for key in bad)
+            log.warning("%s: the provider refused %d chunk(s) (%s); retrying them in %.0f s",
+                        self.index.ws.agent_id, len(bad), refused[0],
+                        self.cfg.permanent_retry_s)
+            items = [item for item, ts in pairs if not gone.intersection(ts)]
+            units = [ts for _, ts in pairs if not gone.intersection(ts)]
         return await self._install(items, units, vectors)
+
+    async def _embed_texts(self, hashes: list[str], texts: list[str],
+                           vectors: dict[str, F32], refused: list[str]) -> None:
+        """One provider call for ``texts``, its vectors into ``vectors`` (and the cache).
+
+        When the provider refuses the call for its input (HTTP 400/413/422, an answer
+        broken for some texts) and it holds several texts, they are sent one by one: a
+        text refused alone adds its error to ``refused``; if every one is refused, the
+        fault is not the texts' and the first error is raised."""
+        space = self.target
+        try:
+            rows = await embed_passages(self.index.ws, space.key, hashes, texts,
+                                        partial(space.client.embed, kind="passage"))
+        except ProviderPermanent as exc:
+            if len(texts) < 2 or not input_refused(exc):
+                raise
+            errors: list[str] = []
+            for h, t in zip(hashes, texts, strict=True):
+                try:
+                    await self._embed_texts([h], [t], vectors, refused)
+                except ProviderPermanent as one:
+                    if not input_refused(one):
+                        raise
+                    errors.append(str(one))
+            if len(errors) == len(texts):
+                raise exc
+            refused.extend(errors)
+            return
+        self.provider_texts += len(texts)
+        if self.config.enable_cache:
+            await trio.to_thread.run_sync(space.cache.put_many,
+                                          list(zip(hashes, rows, strict=True)))
+        for j, t in enumerate(texts):
+            vectors[t] = rows[j]
 
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:

@@ -49,8 +49,9 @@ from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
-    from recalld.daemon.index.embedder import VectorStatus, VectorWorker
+    from recalld.daemon.index.embedder import VectorWorker
     from recalld.daemon.index.state import StoredChunk
+    from recalld.daemon.index.vector_status import VectorStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -114,6 +114,15 @@ class ProviderConfigError(ProviderPermanent):
     """The provider is not configured or configured wrongly (no model, no key, bad backend)."""
 
 
+def input_refused(exc: ProviderError) -> bool:
+    """Whether the provider refused a call for what it was given (HTTP 400/413/422, an
+    answer broken for some inputs), which another split of the inputs may avoid, and not
+    for its configuration (a key, a model, the dimensions)."""
+    if isinstance(exc, ProviderRejected):
+        return exc.status in (400, 413, 422)
+    return isinstance(exc, ProviderBadResponse) and not isinstance(exc, DimensionMismatch)
+
+
 def status_error(
     status: int,
     body: bytes,

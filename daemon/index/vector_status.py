@@ -1,0 +1,49 @@
+"""What the vector service of one workspace reports: its status and what it found of
+ReMe's vectors (types only; :class:`~.embedder.VectorWorker` fills them)."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+from recalld.daemon.providers.embedding import EmbeddingStatus
+
+
+class ReMeVectors(TypedDict, total=False):
+    """What was found of ReMe's vectors (empty until seeding is done)."""
+
+    space: str  # the configured space, as ReMe names it
+    cache_vectors: int  # vectors in ReMe's cache file of that space
+    other_spaces: list[str]  # ReMe cache files of other spaces
+    refused: dict[str, str]  # cache file -> why it was not read
+    store_vectors: int  # vectors in ReMe's chunk store
+    store_vectors_used: int  # of those, the ones reused (of this space, these dimensions)
+    store_vectors_other_space: int  # of those, the ones shown to be of another space
+
+
+class VectorStatus(TypedDict):
+    """The vector service's part of a workspace's status (``vectors``)."""
+
+    enabled: bool
+    state: str
+    space: str
+    serving_space: str | None
+    migrating: bool
+    dims: int
+    embedded: int
+    total: int
+    coverage: float
+    pending: int
+    rate_per_s: float | None
+    eta_s: float | None
+    provider_texts: int
+    cache_texts: int
+    reused_vectors: int
+    reme_cache_texts: int
+    parked: int
+    health: Literal["unknown", "ok", "fail"]
+    last_error: str | None
+    provider: EmbeddingStatus
+    cache: dict[str, int]
+
+
+__all__ = ["ReMeVectors", "VectorStatus"]
