@@ -118,7 +118,8 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     coverage = v.get("coverage")
     text = f"{v.get('state', '-')}, {embedded} of {total} chunk(s) embedded"
     if isinstance(coverage, int | float) and coverage < 1:
-        text += f" ({coverage:.0%}, backfill under way)"
+        rest_parked = v.get("parked") and v.get("parked") == v.get("pending")
+        text += f" ({coverage:.0%}, {'the rest parked' if rest_parked else 'backfill under way'})"
     text += f", provider {v.get('health', '-')}"
     a.facts.append(("vectors", text))
     error = v.get("last_error") or provider.get("last_error")
@@ -131,9 +132,10 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     if v.get("parked"):
         a.problems.append(Problem(
             "fail", f"{v['parked']} chunk(s) parked after permanent errors: {error}",
-            "a wrong dimensions value or a rejected key: fix embedding_model_config, "
-            f"then: recalld workspace close {a.agent_id}; recalld workspace open "
-            f"{a.agent_id}"))
+            "the provider refuses these texts (they are tried again every hour); if it "
+            "refuses every text, a wrong dimensions value or a rejected key: fix "
+            f"embedding_model_config, then: recalld workspace close {a.agent_id}; "
+            f"recalld workspace open {a.agent_id}"))
 
 
 def _last_job(jobs: Sequence[JobInfo], kind: str) -> JobInfo | None:

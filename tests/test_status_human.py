@@ -104,6 +104,15 @@ def test_assess_reads_runtime_problems() -> None:
     what = [p.what for p in assess(failing).problems]
     assert any("embedding provider failing: expected 1024 dimensions" in w for w in what)
     assert any("3 chunk(s) parked" in w for w in what)
+    # The provider refused one text: the rest is embedded, nothing is under way.
+    refused = _ws(vectors={"enabled": True, "state": "waiting", "embedded": 7, "total": 8,
+                           "coverage": 0.875, "pending": 1, "health": "ok", "parked": 1,
+                           "last_error": "HTTP 400: input refused", "provider": {}})
+    a = assess(refused)
+    assert ("vectors", "waiting, 7 of 8 chunk(s) embedded (88%, the rest parked), "
+                       "provider ok") in a.facts
+    parked = next(p for p in a.problems if "1 chunk(s) parked" in p.what)
+    assert "refuses these texts" in parked.fix and "every text" in parked.fix
 
     bad_cron = _ws(dream={"cron": "61 * * * *", "enabled": True,
                           "error": "invalid cron expression '61 * * * *'"})
