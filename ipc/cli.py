@@ -356,6 +356,9 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if as_json:
         print_json(out, answer.to_dict())
         return EXIT_OK
+    if answer.extra.get("vector_error"):
+        print(f"note: keyword results only: the query could not be embedded "
+              f"({answer.extra['vector_error']})", file=sys.stderr)
     if not answer.results:
         out.write("no results\n")
     for r in answer.results:

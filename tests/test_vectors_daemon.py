@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
 from waits import wait_value
 
 RENDER = re.compile(r"^========== memory/2026-07-23/commute\.md:\d+-\d+ \[score=\d\.\d{4} "
@@ -311,3 +312,22 @@ def test_a_secret_in_a_query_is_not_sent_to_the_embedding_provider(daemon_factor
     cached = "".join(p.read_text(errors="replace")
                      for p in (d.data_dir / "state" / "embeddings").glob("*"))
     assert token not in cached
+
+
+def test_the_cli_says_when_a_query_could_not_be_embedded(daemon_factory: Any,
+                                                         tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/kiln.md", "# Kiln\n\nThe kiln reached 1240 degrees.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(Reply(status=400))  # the query's embedding is refused
+        proc = recalld("search", "kiln degrees", "--agent", "w", env=d.env)
+        assert proc.returncode == 0, proc.stderr
+        assert "memory/2026-07-23/kiln.md" in proc.stdout
+        assert "keyword results only" in proc.stderr and "HTTP 400" in proc.stderr
+        # A query embedded as usual: nothing to say.
+        proc = recalld("search", "kiln", "--agent", "w", env=d.env)
+        assert "kiln.md" in proc.stdout and "keyword results only" not in proc.stderr
+        assert d.stop() == 0
