@@ -308,11 +308,6 @@ FORMATS: dict[str, type[WireFormat]] = {
 }
 
 
-def _numbers(vector: object) -> bool:
-    """Whether ``vector`` is a JSON array of numbers (not strings, booleans or nulls)."""
-    return isinstance(vector, list) and all(type(x) is float or type(x) is int for x in vector)
-
-
 def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32:
     """Validate count, types and dimension, then L2-normalize into float32 rows.
 
@@ -320,19 +315,20 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
     vector of any magnitude keeps its direction (float32 squares overflow near 1e19)."""
     if len(vectors) != n:
         raise ProviderBadResponse(f"{what}: asked for {n} vectors, got {len(vectors)}")
-    if not all(_numbers(v) for v in vectors):
-        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
-    lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
-    if len(lengths) > 1:
-        if dims in lengths:
+    try:
+        arr = np.asarray(vectors)
+    except (TypeError, ValueError):
+        lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
+        if len(lengths) > 1 and dims in lengths:
             raise DimensionMismatch(
-                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}")
-        raise ProviderBadResponse(f"{what}: vectors of mixed dimensions {lengths}")
-    if lengths and lengths[0] == 0:
-        raise ProviderBadResponse(f"{what}: vectors are empty")
-    arr = np.asarray(vectors, dtype=np.float64)
-    if arr.ndim != 2:
+                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
+            ) from None
+        raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
+    # Strings, booleans or nulls make another kind of array than numbers do.
+    if arr.ndim != 2 or arr.dtype.kind not in "iuf":
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
+    if arr.shape[1] == 0:
+        raise ProviderBadResponse(f"{what}: vectors are empty")
     if arr.shape[1] != dims:
         raise DimensionMismatch(
             f"{what}: provider returned {arr.shape[1]}-dimensional vectors but dimensions="
@@ -341,6 +337,7 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
         )
     if not np.isfinite(arr).all():
         raise ProviderBadResponse(f"{what}: vectors contain NaN or infinity")
+    arr = arr.astype(np.float64)
     peaks = np.abs(arr).max(axis=1, keepdims=True)
     if (peaks == 0).any():
         raise ProviderBadResponse(f"{what}: provider returned an all-zero vector")
