@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
@@ -67,4 +68,27 @@ def test_a_workspace_opened_with_a_new_key_sends_it(daemon_factory: Any,
         st = wait_covered(d)
         assert st["health"] == "ok"
         assert fake.requests[-1].headers["authorization"] == "Bearer sk-rotated-0002"
+        assert d.stop() == 0
+
+
+def test_a_provider_failing_searches_shows_in_status(daemon_factory: Any,
+                                                     tmp_path: Path) -> None:
+    # Every vector is in, so only searches call the provider: their failures are what
+    # tells that it fails now (a key revoked since the health check passed).
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\ngranite\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        assert wait_covered(d)["health"] == "ok"
+        fake.script(Reply(status=401))
+        res = d.call("memory.search", {"agent_id": "w", "query": "granite"})
+        assert res["mode"] == "keyword" and "401" in res["vector_error"]
+        st = vectors_status(d)
+        assert st["health"] == "fail" and "401" in st["last_error"]
+        out = recalld("status", env=d.env).stdout
+        assert "embedding provider failing" in out and "401" in out, out
+        # The provider answers again: so does the status.
+        assert d.call("memory.search", {"agent_id": "w", "query": "granite"})["mode"] == "hybrid"
+        assert vectors_status(d)["health"] == "ok"
         assert d.stop() == 0

@@ -84,7 +84,9 @@ class VectorSpace:
         with trio.move_on_after(timeout_s) as scope:
             rows = await self.client.embed([text], kind="query")
         if scope.cancelled_caught:
-            raise ProviderTimeout(f"query embedding took longer than {timeout_s:g}s")
+            error = f"query embedding took longer than {timeout_s:g}s"
+            self.client.health, self.client.last_error = "fail", error
+            raise ProviderTimeout(error)
         if rows.shape != (1, self.dims):
             raise DimensionMismatch(f"query vector of shape {rows.shape}, expected {self.dims}")
         vec: F32 = rows[0]

@@ -46,6 +46,7 @@ from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
+    input_refused,
     redact,
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
@@ -223,12 +224,15 @@ class EmbeddingClient:
                 parts.append(await self._embed_batch(batch, kind))
         except ProviderError as exc:
             self.last_error = self._redact(str(exc))
+            if not input_refused(exc):  # a text it will not take says nothing of its health
+                self.health = "fail"
             metrics.count("recalld_embed_errors_total")
             raise
         finally:
             metrics.observe("recalld_embed_seconds", time.monotonic() - started)
         metrics.count("recalld_embed_texts_total", len(texts))
         self.last_ok = time.time()
+        self.health = "ok"
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
 
