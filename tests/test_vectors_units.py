@@ -146,3 +146,22 @@ def test_exact_first_lifts_a_long_note_over_notes_sharing_the_parts() -> None:
     assert hits[0][0] == 1
     long_query = "notes about the sibling codes that came again after the nightly restart 5831"
     assert exact_first(long_query, bm, plain, chunks, limit=5) == (plain, set())
+
+
+def test_a_space_sends_the_key_of_the_workspace_opened_last(tmp_path: Path) -> None:
+    from recalld.daemon.config import EmbeddingModelConfig
+    from recalld.daemon.index.spaces import VectorSpaces, public_config
+
+    def config(model: str, key: str) -> EmbeddingModelConfig:
+        return EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:9/v1",
+                                    model_name=model, dimensions=8, api_key=key)
+
+    spaces = VectorSpaces(tmp_path, None, environ={})
+    old = spaces.space(config("m", "sk-first"))
+    assert spaces.space(config("m", "sk-rotated")) is old
+    assert old.client.config.api_key == "sk-rotated"
+    assert spaces.space(config("m", "sk-first")).client.config.api_key == "sk-first"
+    # Rebuilding the space vectors were made in (a model change) keeps the key it sends.
+    assert spaces.old_space(public_config(old.client.config),
+                            config("m2", "sk-other")) is old
+    assert old.client.config.api_key == "sk-first"

@@ -133,13 +133,14 @@ class VectorSpaces:
             passage_lane=self._passage_lane, rng=self._rng,
         )
 
-    def space(self, config: EmbeddingModelConfig) -> VectorSpace:
+    def space(self, config: EmbeddingModelConfig, *, rekey: bool = True) -> VectorSpace:
         """The space of ``config`` (created on first use; alike configs share it). Its
         client sends the API key of the config asked for last (a workspace opened again
-        with a rotated key)."""
+        with a rotated key), unless ``rekey`` is false."""
         found = self._by_config.get(config)
         if found is not None:
-            found.client.use_key(config)
+            if rekey:
+                found.client.use_key(config)
             return found
         client = self.client(config)
         key = client.vector_space_key()
@@ -148,7 +149,7 @@ class VectorSpaces:
             space = VectorSpace(client, self.cache_dir, query_cache_size=self._query_cache_size)
             if client.enabled:
                 self._by_key[key] = space
-        else:
+        elif rekey:
             space.client.use_key(config)
         self._by_config[config] = space
         return space
@@ -169,7 +170,7 @@ class VectorSpaces:
             config = EmbeddingModelConfig(**values, api_key=current.api_key if same else "")
         except TypeError:
             return None
-        space = self.space(config)
+        space = self.space(config, rekey=False)  # its workspaces keep their key
         return space if space.client.enabled else None
 
     def statistics(self) -> dict[str, SpaceStatistics]:
