@@ -489,3 +489,14 @@ async def test_cancel_embed_at_many_points(fake: FakeProvider, bridge: ProviderB
         fake.clear_script()  # drop unused replies before the next round
     rows = await client.embed(["a", "b", "c"])
     np.testing.assert_allclose(rows, expected(["a", "b", "c"]), rtol=1e-5, atol=1e-6)
+
+
+async def test_a_request_the_http_library_refuses_is_a_config_error(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    # A key read with a carriage return (a file saved on Windows): the HTTP library will
+    # not send it; that is the configuration's fault, said as such, never a crash.
+    client = make(fake, bridge, api_key=KEY + "\r")
+    with pytest.raises(ProviderConfigError, match="cannot send to") as refused:
+        await client.embed(["a"])
+    assert KEY not in str(refused.value)
+    assert fake.requests == []

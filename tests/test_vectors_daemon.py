@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections import Counter
@@ -330,4 +331,22 @@ def test_the_cli_says_when_a_query_could_not_be_embedded(daemon_factory: Any,
         # A query embedded as usual: nothing to say.
         proc = recalld("search", "kiln", "--agent", "w", env=d.env)
         assert "kiln.md" in proc.stdout and "keyword results only" not in proc.stderr
+        assert d.stop() == 0
+
+
+def test_a_base_url_with_credentials_sends_them(daemon_factory: Any, tmp_path: Path) -> None:
+    # A provider behind a proxy with basic auth: the URL's user and password are sent
+    # (one Authorization header: theirs, not the key's), and shown nowhere.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/slate.md", "# Slate\n\nThe slate roof leaks.\n")
+    with FakeProvider(dims=8) as fake:
+        url = fake.url.replace("http://", "http://proxyuser:pr0xy-pass@") + "/v1"
+        d = daemon_factory(fake_config(root, fake).replace(f"{fake.url}/v1", url))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_covered(d)
+        assert st["health"] == "ok" and "pr0xy-pass" not in str(st)
+        basic = "Basic " + base64.b64encode(b"proxyuser:pr0xy-pass").decode()
+        assert {r.headers.get("authorization") for r in fake.requests} == {basic}
+        assert d.call("memory.search", {"agent_id": "w", "query": "roof"})["mode"] == "hybrid"
+        assert "pr0xy-pass" not in d.log() and "Traceback" not in d.log()
         assert d.stop() == 0

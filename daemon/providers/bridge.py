@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,6 +39,7 @@ from recalld.daemon.providers.errors import (
     ProviderConnectError,
     ProviderError,
     ProviderTimeout,
+    redact,
 )
 
 if TYPE_CHECKING:
@@ -86,16 +88,26 @@ def _translate(exc: BaseException, url: str) -> BaseException:
         return exc
     import aiohttp  # loaded by the thread that raised ``exc``
 
-    where = url.split("?", 1)[0]
+    where = redact(url.split("?", 1)[0])
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError
         return ProviderTimeout(f"request to {where} timed out")
     if isinstance(exc, aiohttp.InvalidURL):
         return ProviderConfigError(f"invalid provider URL {where!r}")
     if isinstance(exc, aiohttp.ClientError | OSError):
         return ProviderConnectError(
-            f"cannot reach {where}: {type(exc).__name__}: {exc}".rstrip(": ")
+            f"cannot reach {where}: {type(exc).__name__}: {redact(str(exc))}".rstrip(": ")
         )
+    if isinstance(exc, ValueError | TypeError):  # a request aiohttp will not build
+        return ProviderConfigError(f"cannot send to {where}: {redact(str(exc))}")
     return exc
+
+
+def _without_url_credentials(url: str, headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers``, less any Authorization when ``url`` carries a user (and password):
+    those are sent (basic auth), and a request has one Authorization header."""
+    if urllib.parse.urlsplit(url).username is None:
+        return dict(headers)
+    return {k: v for k, v in headers.items() if k.lower() != "authorization"}
 
 
 class ProviderBridge:
@@ -335,7 +347,7 @@ class ProviderBridge:
         if loop is None or self._stopping:
             raise ProviderConnectError("the provider bridge is not running")
         body = None
-        hdrs = dict(headers)
+        hdrs = _without_url_credentials(url, headers)
         if json is not None:
             body = orjson.dumps(json)
             hdrs.setdefault("Content-Type", "application/json")
