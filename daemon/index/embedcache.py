@@ -24,7 +24,7 @@ import base64
 import hashlib
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import FS, REAL
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,22 @@ class EmbeddingCache:
         self.misses = 0
         self.stored = 0
         self.damaged = 0
+        #: Failed writes of the log, and the last one's error (None once one works again).
+        self.write_errors = 0
+        self.write_error: str | None = None
+        self._opened = False
 
     def open(self) -> None:
-        """Replay the log (cutting a torn tail); entries of the wrong size are skipped."""
+        """Replay the log (cutting a torn tail); entries of the wrong size are skipped. A
+        log that cannot be opened leaves the cache in memory only (it saves paying the
+        provider twice, nothing more: never worth stopping a workspace for)."""
         with self._lock:
-            records, report = self._log.open()
+            try:
+                records, report = self._log.open()
+            except StorageError as exc:
+                self._write_failed(exc)
+                return
+            self._opened = True
             self.damaged = len(report.bad_lines)
             want = 2 * self.dims
             for rec in records:
@@ -138,11 +150,32 @@ class EmbeddingCache:
                 self._entries.pop(h, None)
                 self._entries[h] = raw
                 records.append({"h": h, "v": base64.b64encode(raw).decode("ascii")})
-            if records:
-                self._log.append(records)
+            if records and self._persist(lambda: self._log.append(records)):
                 self._lines += len(records)
                 self.stored += len(records)
         return len(records)
+
+    def _persist(self, write: Callable[[], None]) -> bool:
+        """Run a write of the log; a failure (a full disk) is logged once until a write
+        works again, and the entries stay in memory. Whether it was written."""
+        if not self._opened:
+            return False
+        try:
+            write()
+        except StorageError as exc:
+            self._write_failed(exc)
+            return False
+        if self.write_error is not None:
+            log.info("embedding cache %s: written again", self.path.name)
+            self.write_error = None
+        return True
+
+    def _write_failed(self, exc: StorageError) -> None:
+        self.write_errors += 1
+        if self.write_error is None:
+            log.warning("embedding cache %s: %s; new vectors are kept in memory only until "
+                        "it can be written", self.path.name, exc)
+        self.write_error = str(exc)
 
     def needs_compaction(self, live: int) -> bool:
         return self._lines > 2 * max(self.max_cache_size + live, 1000)
@@ -155,15 +188,18 @@ class EmbeddingCache:
                 self.max_cache_size) else set()
             kept = {h: raw for h, raw in self._entries.items() if h in live or h in keep_others}
             dropped = len(self._entries) - len(kept)
-            self._log.rewrite({"h": h, "v": base64.b64encode(raw).decode("ascii")}
-                              for h, raw in kept.items())
+            if not self._persist(lambda: self._log.rewrite(
+                    {"h": h, "v": base64.b64encode(raw).decode("ascii")}
+                    for h, raw in kept.items())):
+                return 0
             self._entries = kept
             self._lines = len(kept)
             return dropped
 
     def stats(self) -> dict[str, int]:
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses,
-                "stored": self.stored, "damaged": self.damaged}
+                "stored": self.stored, "damaged": self.damaged,
+                "write_errors": self.write_errors}
 
 
 __all__ = ["EmbeddingCache", "decode_f16", "encode_f16", "text_hash"]
