@@ -3,6 +3,7 @@ context a hybrid hit hands back, score fusion, and the refill after a restart.""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,40 @@ def test_window_setting_is_checked(daemon_factory: Any, tmp_path: Path) -> None:
         assert d.proc.wait(timeout=60) == 2
         assert "vector_window_chars = 20: must be 0 (one vector per chunk) or from 100" in (
             d.log())
+
+
+def test_a_query_embedded_just_before_a_model_change_ends(daemon_factory: Any,
+                                                          tmp_path: Path) -> None:
+    # The query is embedded in the old space (8-d) while the new one (16-d) completes and
+    # takes over: its vector must not be held against the new space's windows.
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    with FakeProvider(dims=8) as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 2").replace(
+            "dimensions = 8}", "dimensions = 8, use_dimensions = true}"))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        passages = fake.gate(lambda body: body.get("model") == "m2" and body["input"] != ["ping"])
+        query = "walnut3 cobalt3"
+        held = fake.gate(lambda body: body.get("input") == [query])
+        d.call("workspace.close", {"agent_id": "w"})
+        d.call("workspace.open", {"agent_id": "w", "config": {"embedding_model_config": {
+            "backend": "openai", "base_url": f"{fake.url}/v1", "api_key": "k",
+            "model_name": "m2", "dimensions": 16, "use_dimensions": True}}})
+        wait_value(lambda: vectors_status(d), lambda st: st["migrating"], "the model change")
+        answer: dict[str, Any] = {}
+        searching = threading.Thread(target=lambda: answer.update(
+            d.call("memory.search", {"agent_id": "w", "query": query})))
+        searching.start()
+        assert held.entered.wait(10)
+        passages.open()
+        wait_value(lambda: vectors_status(d), lambda st: not st["migrating"], "the swap")
+        held.open()
+        searching.join(30)
+        assert answer["results"][0]["path"] == REL, answer
+        assert "Traceback" not in d.log()
+        # The next query is embedded in the new space and finds its best window again.
+        last = chunk_windows(chunk_text(), 400)[-1]
+        top = d.call("memory.search", {"agent_id": "w", "query": last.text})["results"][0]
+        assert top["vector"] > 0.99 and top["start_line"] == 1 + last.first - 2
+        assert d.stop() == 0

@@ -248,7 +248,10 @@ def gather(
     chunks = {key: table[key] for key, _ in (hits if keep is None else hits[:keep])}
     vec_hits: list[tuple[int, float]] = []
     reach = 1.0
-    if query_vector is not None and query_vector[0] == state.vector_space:
+    # A query embedded in another space (a model change ended meanwhile) meets no vector.
+    if query_vector is not None and query_vector[0] != state.vector_space:
+        query_vector = None
+    if query_vector is not None:
         worker = vectors()
         vec_hits = (state.vector_search(query_vector[1], limit, allowed)
                     if worker is None else
