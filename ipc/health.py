@@ -117,9 +117,14 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     embedded, total = v.get("embedded"), v.get("total")
     coverage = v.get("coverage")
     text = f"{v.get('state', '-')}, {embedded} of {total} chunk(s) embedded"
+    if v.get("migrating"):
+        text += " with the new model"
     if isinstance(coverage, int | float) and coverage < 1:
         rest_parked = v.get("parked") and v.get("parked") == v.get("pending")
-        text += f" ({coverage:.0%}, {'the rest parked' if rest_parked else 'backfill under way'})"
+        text += f" ({coverage:.0%}, {'the rest parked' if rest_parked else 'backfill under way'}"
+        if v.get("migrating"):
+            text += "; the previous model's vectors serve searches meanwhile"
+        text += ")"
     text += f", provider {v.get('health', '-')}"
     a.facts.append(("vectors", text))
     error = v.get("last_error") or provider.get("last_error")

@@ -112,6 +112,13 @@ def test_assess_reads_runtime_problems() -> None:
     assert ("vectors", "waiting, 7 of 8 chunk(s) embedded (88%, the rest parked), "
                        "provider ok") in a.facts
     parked = next(p for p in a.problems if "1 chunk(s) parked" in p.what)
+    # A model change: the new model's vectors fill while the old ones serve searches.
+    changing = _ws(vectors={"enabled": True, "state": "embedding", "embedded": 2,
+                            "total": 8, "coverage": 0.25, "health": "ok", "parked": 0,
+                            "migrating": True, "provider": {}})
+    assert ("vectors", "embedding, 2 of 8 chunk(s) embedded with the new model (25%, "
+                       "backfill under way; the previous model's vectors serve searches "
+                       "meanwhile), provider ok") in assess(changing).facts
     assert "refuses these texts" in parked.fix and "every text" in parked.fix
 
     bad_cron = _ws(dream={"cron": "61 * * * *", "enabled": True,
