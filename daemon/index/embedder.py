@@ -15,8 +15,9 @@
   query's embedding wait behind a backfill call (the local backend gives queries a lane
   of their own, ``providers/local.py``);
 - outages: a transient provider error waits (exponential backoff with jitter, at least until
-  the circuit breaker admits a probe) instead of spinning; a permanent error parks the batch
-  for ``permanent_retry_s`` and says why in status;
+  the circuit breaker admits a probe) instead of spinning; a permanent error parks the round
+  for ``permanent_retry_s`` and says why in status (a batch refused for its input is sent
+  again text by text, and only the refused texts' chunks are parked);
 - model changes: when the index holds vectors of another space, they keep serving searches
   (with the old space's client) while the new space fills a second :class:`VectorIndex`;
   at full coverage the new index is swapped in and the chunk embeddings rewritten;
