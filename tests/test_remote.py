@@ -50,7 +50,8 @@ def notes(d: DaemonHandle) -> dict[str, str]:
     base = root(d)
     for top in ("memory", "digest"):
         for p in sorted((base / top).rglob("*.md")):
-            if not any(part.startswith(".") for part in p.relative_to(base).parts):
+            hidden = any(part.startswith(".") for part in p.relative_to(base).parts)
+            if p.is_file() and not hidden:  # a folder may have a note's name
                 out[p.relative_to(base).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.memory.fileops import write_confined
 from recalld.daemon.store.fsio import REAL, fit_name
-from recalld.ipc.errors import NotFound, RecalldError
+from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -68,9 +68,11 @@ class Confinement:
         return "/".join(parts[:1]) in self.roots and parts[-1].endswith(self.suffixes)
 
     def read(self, path: str) -> LocalFile:
+        """``path`` as it is now: absent unless a regular file (a folder, a link or a
+        socket of that name is no note, as for the index, so its note counts as deleted)."""
         try:
             fd = safepath.open_confined(self.root, path)
-        except NotFound:
+        except (NotFound, InvalidParams):  # InvalidParams: not a regular file, or a link
             return LocalFile(path, None, None, None)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())

@@ -1,0 +1,38 @@
+"""Shared workspaces: notes whose shape on disk changes (a note replaced by a folder of
+its name, and back) reach the other host, and nothing else waits behind them.
+
+Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
+tests/test_remote.py.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import converged, notes, pair, remote_status, root, write
+from waits import wait_for
+
+
+def test_a_note_replaced_by_a_folder_of_its_name_and_back_converges(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    write(a, "digest/topics.md", "# Topics\none file\n")
+    wait_for(lambda: converged(a, b) and "digest/topics.md" in notes(b), what="note on b")
+
+    # The note becomes a folder of notes: its deletion and the new notes go up, and so
+    # does what is written after them.
+    # (a stopped meanwhile: it finds the folder when it reads the path).
+    a.signal(signal.SIGSTOP)
+    try:
+        (root(a) / "digest/topics.md").unlink()
+        write(a, "digest/topics.md/birds.md", "# Birds\nkestrel\n")
+    finally:
+        a.signal(signal.SIGCONT)
+    write(a, "memory/2026-07-25/later.md", "# Later\nwritten after the folder\n")
+    wait_for(lambda: converged(a, b) and "memory/2026-07-25/later.md" in notes(b),
+             what="the folder of notes on b")
+    assert sorted(notes(b)) == ["digest/topics.md/birds.md", "memory/2026-07-25/later.md"]
+    assert (root(b) / "digest/topics.md/birds.md").read_text() == "# Birds\nkestrel\n"
+    assert remote_status(a)["state"] == "online", remote_status(a)
