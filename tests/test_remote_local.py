@@ -59,9 +59,14 @@ def test_write_read_remove(fs: Confinement) -> None:
     stat = fs.write("memory/2026-07-23/a.md", b"# A\n")
     f = fs.read("memory/2026-07-23/a.md")
     assert f.data == b"# A\n" and f.stat == stat and f.hash is not None
+    fs.write("memory/2026-07-24/deep/b.md", b"# B\n")
+    fs.write("memory/2026-07-24/c.md", b"# C\n")
     fs.remove("memory/2026-07-23/a.md")
     assert not fs.read("memory/2026-07-23/a.md").exists
-    assert [p.name for p in (fs.root / "memory" / "2026-07-23").iterdir()] == []
+    # The folders a deletion leaves empty go too, up to the replicated one; no others.
+    fs.remove("memory/2026-07-24/deep/b.md")
+    assert sorted(p.name for p in (fs.root / "memory").iterdir()) == ["2026-07-24"]
+    assert [p.name for p in (fs.root / "memory" / "2026-07-24").iterdir()] == ["c.md"]
 
 
 def test_a_run_of_files_is_put_and_refused_as_a_whole(fs: Confinement, tmp_path: Path) -> None:

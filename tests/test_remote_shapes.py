@@ -36,3 +36,13 @@ def test_a_note_replaced_by_a_folder_of_its_name_and_back_converges(
     assert sorted(notes(b)) == ["digest/topics.md/birds.md", "memory/2026-07-25/later.md"]
     assert (root(b) / "digest/topics.md/birds.md").read_text() == "# Birds\nkestrel\n"
     assert remote_status(a)["state"] == "online", remote_status(a)
+
+    # And back: the folder's notes deleted, a note takes its name. b removes the folder
+    # its deletions emptied, so the note can land (no folder is left in its way).
+    (root(a) / "digest/topics.md/birds.md").unlink()
+    (root(a) / "digest/topics.md").rmdir()
+    write(a, "digest/topics.md", "# Topics\none file again\n")
+    wait_for(lambda: converged(a, b) and "digest/topics.md" in notes(b),
+             what="the note back on b")
+    assert (root(b) / "digest/topics.md").read_text() == "# Topics\none file again\n"
+    assert remote_status(b)["state"] == "online" and not remote_status(b)["blocked"]

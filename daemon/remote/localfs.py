@@ -123,28 +123,36 @@ class Confinement:
         return st.st_mtime_ns, st.st_size
 
     def remove(self, path: str) -> None:
-        """Delete ``path`` if it exists (directories on the way must not be links)."""
+        """Delete ``path`` if it exists (directories on the way must not be links), and
+        the folders that leaves empty up to the replicated one, as on the host that
+        deleted it (a folder renamed or replaced by a note of its name leaves none)."""
         if not self.accepts(path):
             raise RecalldError(f"refusing to delete a path the replica does not own: {path}")
         parts = safepath.split_relative(path)
-        current = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds = [os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
         try:
             for name in parts[:-1]:
                 try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=current)
+                    fds.append(os.open(name, _DIR_FLAGS, dir_fd=fds[-1]))
                 except (FileNotFoundError, NotADirectoryError):
                     return
-                os.close(current)
-                current = child
             try:
-                st = os.stat(parts[-1], dir_fd=current, follow_symlinks=False)
+                st = os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False)
             except FileNotFoundError:
                 return
-            if stat.S_ISREG(st.st_mode):
-                os.unlink(parts[-1], dir_fd=current)
-                os.fsync(current)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            os.unlink(parts[-1], dir_fd=fds[-1])
+            os.fsync(fds[-1])
+            for depth in range(len(parts) - 2, 0, -1):  # parts[depth] is in fds[depth]
+                try:
+                    os.rmdir(parts[depth], dir_fd=fds[depth])
+                except OSError:  # not empty (or gone): it stays
+                    break
+                os.fsync(fds[depth])
         finally:
-            os.close(current)
+            for fd in fds:
+                os.close(fd)
 
 
 def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
