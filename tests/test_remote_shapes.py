@@ -46,3 +46,40 @@ def test_a_note_replaced_by_a_folder_of_its_name_and_back_converges(
              what="the note back on b")
     assert (root(b) / "digest/topics.md").read_text() == "# Topics\none file again\n"
     assert remote_status(b)["state"] == "online" and not remote_status(b)["blocked"]
+
+
+def test_a_deletion_that_loses_to_an_edit_where_a_folder_now_is_holds_back_only_itself(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    write(a, "digest/plan.md", "# Plan\nfirst\n")
+    wait_for(lambda: converged(a, b) and "digest/plan.md" in notes(b), what="plan on b")
+
+    # a edits the note while b (stopped) makes it a folder of notes: b's deletion loses,
+    # and a's version cannot be written back on b while the folder holds a note.
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        write(a, "digest/plan.md", "# Plan\nedited on a\n")
+        wait_for(lambda: remote_status(a)["uploaded"] > uploaded
+                 and remote_status(a)["outbox"] == 0, what="a uploaded")
+        (root(b) / "digest/plan.md").unlink()
+        write(b, "digest/plan.md/steps.md", "# Steps\nfrom b\n")
+    finally:
+        b.signal(signal.SIGCONT)
+    write(b, "memory/2026-07-26/later.md", "# Later\nwritten on b after\n")
+    # Only that path waits (shown as blocked); b's other changes go up. (a cannot write
+    # b's note in the folder either, where its note is: that one waits on a.)
+    wait_for(lambda: "memory/2026-07-26/later.md" in notes(a)
+             and remote_status(b)["outbox"] == 0, what="b's notes on a")
+    wait_for(lambda: list(remote_status(b)["blocked"]) == ["digest/plan.md"],
+             what="the path shown blocked on b")
+    assert remote_status(b)["state"] == "failing"
+    assert list(remote_status(a)["blocked"]) == ["digest/plan.md/steps.md"]
+    assert (root(a) / "digest/plan.md").read_text() == "# Plan\nedited on a\n"
+
+    # The folder moved away, a's version lands by itself and both are online again.
+    (root(b) / "digest/plan.md").rename(root(b) / "digest/plan-steps")
+    wait_for(lambda: converged(a, b) and remote_status(a)["state"] == "online"
+             and remote_status(b)["state"] == "online", what="plan back on b")
+    assert (root(b) / "digest/plan.md").read_text() == "# Plan\nedited on a\n"
+    assert (root(a) / "digest/plan-steps/steps.md").read_text() == "# Steps\nfrom b\n"

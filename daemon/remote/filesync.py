@@ -96,7 +96,10 @@ class FileSync:
         self.pulled = 0
         self.conflicts = 0
         #: Paths of the feed this host could not write, and why (tried at each catch-up).
-        self.blocked: dict[str, str] = {}
+        self._feed_blocked: dict[str, str] = {}
+        #: Paths that must take the server's version (a change of this host's lost to
+        #: another's) which this host could not write, and why (tried at each catch-up).
+        self._unsettled: dict[str, str] = {}
 
     def open(self) -> None:
         self._outbox.open()
@@ -116,6 +119,11 @@ class FileSync:
     def queued(self) -> int:
         """Changes in the outbox."""
         return len(self._outbox)
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        """Paths whose server version this host cannot write now, and why."""
+        return {**self._feed_blocked, **self._unsettled}
 
     @property
     def cursor(self) -> int:
@@ -232,7 +240,7 @@ class FileSync:
                 await self._fetch_and_settle(conn, workspace_id, path)
 
     async def _fetch_and_settle(self, conn: db.Conn, workspace_id: int, path: str) -> None:
-        """Read ``path``'s row on the writer connection and give the path its version."""
+        """Read ``path``'s row on ``conn`` and give the path its version."""
         async with self._writer_lock:
             row = await on_conn(conn, db.fetch, workspace_id, path)
         async with self._lock:
@@ -292,14 +300,24 @@ class FileSync:
         return settle
 
     async def _settle(self, path: str, row: db.Row | None) -> None:
-        """Give ``path`` the server's version once every local edit of it went up."""
+        """Give ``path`` the server's version once every local edit of it went up. A
+        version this host cannot write (a folder in its place) is passed by, named in
+        ``blocked``, and tried again at each catch-up."""
+        failed_before = self._unsettled.pop(path, None)
         if self._outbox.pending_for(path):
             return
         local = await in_thread(self._fs.read, path)
         if local.hash != self._last_local.get(path):
             await self._observe([local])  # edited again meanwhile: that goes up first
             return
-        base = await self._install(path, row)
+        try:
+            base = await self._install(path, row)
+        except (OSError, RecalldError) as exc:  # a folder in its place: only it waits
+            reason = f"cannot write {path}: {exc}"
+            if failed_before is None:
+                log.warning("shared workspace %s: %s", self._cfg.name, reason)
+            self._unsettled[path] = reason
+            return
         await in_thread(self._state.record, [(path, base)])
 
     async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
@@ -370,6 +388,8 @@ class FileSync:
         fd = conn.fileno()
         while True:
             await self._catch_up(conn, workspace_id)
+            for path in list(self._unsettled):
+                await self._fetch_and_settle(conn, workspace_id, path)
             if await on_conn(conn, db.drain_notifies):
                 continue
             with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
@@ -405,9 +425,9 @@ class FileSync:
                     await in_thread(partial(self._state.record, updates, cursor))
             self.pulled += len(updates)
             self.last_pull = time.time()
-        for path in blocked.keys() - self.blocked.keys():
+        for path in blocked.keys() - self._feed_blocked.keys():
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
-        self.blocked = blocked
+        self._feed_blocked = blocked
 
     def _read_each(self, paths: list[str], failed: dict[str, Exception]
                    ) -> list[LocalFile | None]:
