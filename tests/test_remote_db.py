@@ -137,3 +137,23 @@ def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> N
         assert got == 1
     finally:
         listener.close()
+
+
+def test_a_page_of_the_feed_is_bounded_by_its_content(conn: db.Conn) -> None:
+    # A host catching up on big notes holds one page of the feed at a time: a page ends
+    # with the file that brings its content to max_bytes (a bigger file comes alone).
+    ws, _ = db.open_workspace(conn, "pages-" + uuid.uuid4().hex[:8])
+    sizes = [600, 5, 600, 3000, 0, 600]
+    for i, size in enumerate(sizes):
+        p = f"memory/2026-07-23/n{i}.md"
+        db.upload(conn, ws, "ha", change(p, "x" * size), p, 0)
+    gone = "memory/2026-07-23/n1.md"
+    db.upload(conn, ws, "ha", change(gone, None), gone, 2)
+    pages, after = [], 0
+    while rows := db.feed(conn, ws, after, max_bytes=1000):
+        pages.append([r.path[-5:-3] for r in rows])
+        assert sum(len(r.data or b"") for r in rows[:-1]) < 1000
+        after = rows[-1].version
+    assert pages == [["n0", "n2"], ["n3"], ["n4", "n5", "n1"]]
+    assert [r.path for r in db.feed(conn, ws, 0)] == [  # the default holds them all
+        f"memory/2026-07-23/n{i}.md" for i in (0, 2, 3, 4, 5, 1)]

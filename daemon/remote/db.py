@@ -58,6 +58,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
 FEED_PAGE = 500
+#: A page of the feed ends with the file that brings its content to this size.
+FEED_PAGE_BYTES = 16 << 20
 #: How long a call on a connection may wait for the server (above statement_timeout:
 #: the server gives up a slow statement first).
 CALL_TIMEOUT_S = 45.0
@@ -306,12 +308,18 @@ def _row(r: tuple[object, ...]) -> Row:
                author_host=str(r[5]))
 
 
-def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE) -> list[Row]:
-    """Files changed after version ``after``, oldest change first (latest state of each)."""
+def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE,
+         max_bytes: int = FEED_PAGE_BYTES) -> list[Row]:
+    """Files changed after version ``after``, oldest change first (latest state of each):
+    at most ``limit``, ending with the one that brings their content to ``max_bytes``
+    (so a host catching up on big notes holds a bounded page; a bigger one comes alone)."""
     rows = conn.execute(
-        "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"
-        " WHERE workspace_id = %s AND version > %s ORDER BY version LIMIT %s",
-        (workspace_id, after, limit)).fetchall()
+        "SELECT path, content, content_hash, version, deleted, author_host FROM ("
+        " SELECT *, sum(octet_length(content)) OVER (ORDER BY version) AS upto FROM ("
+        "  SELECT * FROM recalld_files WHERE workspace_id = %s AND version > %s"
+        "  ORDER BY version LIMIT %s) next) page"
+        " WHERE upto - octet_length(content) < %s ORDER BY version",
+        (workspace_id, after, limit, max_bytes)).fetchall()
     return [_row(r) for r in rows]
 
 
