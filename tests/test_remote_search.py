@@ -411,3 +411,24 @@ def test_a_note_with_nul_bytes_goes_up_and_is_found_in_the_server(
              == b"# Paste \x00 here\nnulword \x00 after\n"
              if (ws_root(d, "loc") / "memory/2026-08-01/nul.md").exists() else False,
              what="the note byte for byte on the other replica")
+
+
+def test_a_note_over_the_index_limit_is_searched_in_the_server_as_locally(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # The local index reads a note up to its first 8 MiB (partly_indexed); the server's
+    # chunks of it stop at the same byte, so both find the same notes.
+    from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+
+    name = "s" + uuid.uuid4().hex[:12]
+    d = daemon_factory(f'[workspaces.srv]\nremote = {{ kind = "postgres", dsn = '
+                       f'"{pg_server.dsn}", name = "{name}", search_mode = "server" }}\n')
+    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
+             what="srv online")
+    line = b"tern gull skua\n"
+    head = b"# Dump\nheadword\n" + line * (MAX_NOTE_BYTES // len(line))
+    assert len(head) >= MAX_NOTE_BYTES
+    (ws_root(d, "srv") / "digest/dump.md").write_bytes(head + b"tailword beyond the limit\n")
+    wait_for(lambda: search(d, "srv", "headword", None)["results"], what="the note in the server")
+    got = search(d, "srv", "tailword", None)
+    assert got["search_mode"] == "server" and got["results"] == [], got
+    assert ws_status(d, "srv")["health"]["partly_indexed"] == 1  # so is the local index

@@ -27,6 +27,7 @@ import psycopg
 
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 from recalld.daemon.index.tokenizer import doc_length, tokenize
 from recalld.daemon.memory.redact import redact
 
@@ -52,8 +53,9 @@ class ChunkRow:
 
 def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
                ) -> list[ChunkRow]:
-    """The chunks of the note ``path`` holding ``data``, as the local index makes them."""
-    text = redact(data.decode("utf-8", errors="replace"), keep_lines=True)
+    """The chunks of the note ``path`` holding ``data``, as the local index makes them
+    (of its first ``MAX_NOTE_BYTES`` only)."""
+    text = redact(data[:MAX_NOTE_BYTES].decode("utf-8", errors="replace"), keep_lines=True)
     chunks = chunk_markdown(path, text, max_chars=max_chars)
     author: str | None = None
     if chunks:
