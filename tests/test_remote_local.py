@@ -187,3 +187,14 @@ def test_an_error_shows_on_one_line_with_the_password_masked() -> None:
     assert one_line(exc, ["s3cret"]) == ("connection to server failed: FATAL: password *** "
                                           "was refused")
     assert one_line(TimeoutError(), ["s3cret"]) == "TimeoutError"
+
+
+def test_note_folders_deeper_than_one_level(tmp_path: Path) -> None:
+    fs = Confinement(tmp_path, ("notes/daily", "digest"))
+    assert fs.accepts("notes/daily/2026-07-27/walk.md") and fs.accepts("notes/daily/a.md")
+    for path in ("notes/a.md", "notes/daily.md", "notes/dailyx/a.md", "notes/daily"):
+        assert not fs.accepts(path), path
+    fs.write("notes/daily/2026-07-27/walk.md", b"# Walk\n")
+    fs.remove("notes/daily/2026-07-27/walk.md")
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["daily"]
+    assert list((tmp_path / "notes" / "daily").iterdir()) == []

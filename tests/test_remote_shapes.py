@@ -8,10 +8,11 @@ tests/test_remote.py.
 from __future__ import annotations
 
 import signal
+import uuid
 
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import converged, notes, pair, remote_status, root, write
+from test_remote import config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
 
@@ -83,3 +84,23 @@ def test_a_deletion_that_loses_to_an_edit_where_a_folder_now_is_holds_back_only_
              and remote_status(b)["state"] == "online", what="plan back on b")
     assert (root(b) / "digest/plan.md").read_text() == "# Plan\nedited on a\n"
     assert (root(a) / "digest/plan-steps/steps.md").read_text() == "# Steps\nfrom b\n"
+
+
+def test_note_folders_deeper_than_one_level_are_replicated(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    name = "t" + uuid.uuid4().hex[:12]
+    folders = 'daily_dir = "notes/daily"\ndigest_dir = "notes/digest"\n'
+    a = daemon_factory(config(pg_server.dsn, name, "hosta") + folders)
+    b = daemon_factory(config(pg_server.dsn, name, "hostb") + folders)
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    write(a, "notes/daily/2026-07-27/walk.md", "# Walk\nheron by the canal\n")
+    write(a, "notes/digest/birds.md", "# Birds\nheron\n")
+    wait_for(lambda: (root(b) / "notes/daily/2026-07-27/walk.md").exists()
+             and (root(b) / "notes/digest/birds.md").exists(), what="notes on b")
+    # A deletion removes the folders it empties, never a note folder itself.
+    (root(b) / "notes/daily/2026-07-27/walk.md").unlink()
+    (root(b) / "notes/digest/birds.md").unlink()
+    wait_for(lambda: not (root(a) / "notes/daily/2026-07-27").exists()
+             and not (root(a) / "notes/digest/birds.md").exists(), what="deletions on a")
+    assert (root(a) / "notes/daily").is_dir() and (root(a) / "notes/digest").is_dir()

@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ class Confinement:
     def __init__(self, root: Path, roots: tuple[str, ...], suffixes: tuple[str, ...] = (".md",)
                  ) -> None:
         self.root = root
-        self.roots = tuple(r.strip("/") for r in roots)
+        self.roots = tuple(tuple(r.strip("/").split("/")) for r in roots)
         self.suffixes = suffixes
 
     def accepts(self, path: str) -> bool:
@@ -65,7 +66,15 @@ class Confinement:
             return False
         if any(p.startswith(".") for p in parts):
             return False
-        return "/".join(parts[:1]) in self.roots and parts[-1].endswith(self.suffixes)
+        return (self._depth(parts) is not None) and parts[-1].endswith(self.suffixes)
+
+    def _depth(self, parts: Sequence[str]) -> int | None:
+        """How many parts of a path below a replicated folder name that folder (None:
+        the path is not below one)."""
+        for root in self.roots:
+            if len(parts) > len(root) and tuple(parts[:len(root)]) == root:
+                return len(root)
+        return None
 
     def read(self, path: str) -> LocalFile:
         """``path`` as it is now: absent unless a regular file (a folder, a link or a
@@ -144,7 +153,9 @@ class Confinement:
                 return
             os.unlink(parts[-1], dir_fd=fds[-1])
             os.fsync(fds[-1])
-            for depth in range(len(parts) - 2, 0, -1):  # parts[depth] is in fds[depth]
+            top = self._depth(parts)
+            assert top is not None  # accepts() said so
+            for depth in range(len(parts) - 2, top - 1, -1):  # parts[depth] is in fds[depth]
                 try:
                     os.rmdir(parts[depth], dir_fd=fds[depth])
                 except OSError:  # not empty (or gone): it stays
