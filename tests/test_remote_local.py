@@ -3,6 +3,7 @@ texts."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -198,3 +199,28 @@ def test_note_folders_deeper_than_one_level(tmp_path: Path) -> None:
     fs.remove("notes/daily/2026-07-27/walk.md")
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["daily"]
     assert list((tmp_path / "notes" / "daily").iterdir()) == []
+
+
+def test_a_note_that_cannot_be_opened_now_is_not_read_as_deleted(fs: Confinement) -> None:
+    # Out of file descriptors (or an I/O error), a note is not absent: reading it must
+    # fail, or the replica would send its deletion to every host.
+    import resource
+
+    fs.write("memory/2026-07-23/a.md", b"# A\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    spare = [os.open("/dev/null", os.O_RDONLY)]
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (spare[0] + 1, hard))
+        with pytest.raises(OSError) as caught:
+            fs.read("memory/2026-07-23/a.md")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in spare:
+            os.close(fd)
+    assert caught.value.errno == errno.EMFILE
+    assert fs.read("memory/2026-07-23/a.md").data == b"# A\n"
+    # A link, a folder or nothing there is no note.
+    (fs.root / "memory/2026-07-23/dir.md").mkdir()
+    os.symlink(fs.root / "memory/2026-07-23/a.md", fs.root / "memory/2026-07-23/link.md")
+    for path in ("dir.md", "link.md", "none.md", "a.md/x.md"):
+        assert not fs.read(f"memory/2026-07-23/{path}").exists, path

@@ -139,8 +139,12 @@ class FileSync:
         async with self._lock:
             # Read under the lock: a file the feed is writing right now must be seen
             # either before or after, never as a stale copy queued as a local edit.
-            files = await in_thread(lambda: [self._fs.read(p) for p in wanted])
-            await self._observe(files)
+            failed: dict[str, Exception] = {}
+            files = await in_thread(self._read_each, wanted, failed)
+            for path, exc in failed.items():  # stays as the replica knew it until then
+                log.warning("shared workspace %s: cannot read %s now (%s); it is read "
+                            "again at its next change or rescan", self._cfg.name, path, exc)
+            await self._observe(f for f in files if f is not None)
 
     async def _observe(self, files: Iterable[LocalFile]) -> None:
         """Queue what differs from the last content known (caller holds the lock)."""

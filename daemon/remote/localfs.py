@@ -14,6 +14,7 @@ Everything here blocks on the file system; call it through ``trio.to_thread.run_
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import os
 import stat
@@ -24,9 +25,14 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.memory.fileops import write_confined
 from recalld.daemon.store.fsio import REAL, fit_name
-from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
+from recalld.ipc.errors import RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: What opening a path fails with when no note is there: nothing, a file or a link on
+#: the way or at the end, a device or socket.
+_NO_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
+                      errno.ENAMETOOLONG, errno.ENODEV})
 
 
 def content_hash(data: bytes) -> str:
@@ -78,14 +84,33 @@ class Confinement:
 
     def read(self, path: str) -> LocalFile:
         """``path`` as it is now: absent unless a regular file (a folder, a link or a
-        socket of that name is no note, as for the index, so its note counts as deleted)."""
+        socket of that name is no note, as for the index, so its note counts as deleted).
+        Raises OSError when the file may be there but cannot be read now (no descriptors
+        left, an I/O error, no permission): that is no deletion."""
+        parts = safepath.split_relative(path)
+        current = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fd = safepath.open_confined(self.root, path)
-        except (NotFound, InvalidParams):  # InvalidParams: not a regular file, or a link
-            return LocalFile(path, None, None, None)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read()
+            for name in parts[:-1]:
+                child = os.open(name, _DIR_FLAGS, dir_fd=current)
+                os.close(current)
+                current = child
+            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
+        except OSError as exc:
+            if exc.errno in _NO_NOTE:
+                return LocalFile(path, None, None, None)
+            raise
+        finally:
+            os.close(current)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return LocalFile(path, None, None, None)
+            pieces: list[bytes] = []
+            while chunk := os.read(fd, 1 << 20):
+                pieces.append(chunk)
+            data = b"".join(pieces)
+        finally:
+            os.close(fd)
         return LocalFile(path, data, content_hash(data), (st.st_mtime_ns, st.st_size))
 
     def write(self, path: str, data: bytes) -> tuple[int, int]:
