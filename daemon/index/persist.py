@@ -180,7 +180,12 @@ class IndexStore:
             report.corrupt["manifest"] = exc.reason
             report.fresh = True
             return report
+        # A damaged manifest is damage too, also when an older generation (or the
+        # Markdown, with none left) stands in for it.
+        passed_by = "; ".join(f"{name}: {why}" for name, why in self.store.skipped)
         if gen is None:
+            if passed_by:
+                report.corrupt["manifest"] = passed_by
             report.fresh = True
             return report
         self.loaded = gen
@@ -188,10 +193,13 @@ class IndexStore:
         # The mapped files are copied (ADR 0020) while this thread reads the small ones.
         copying = {name: _Copying(gen, name) for name in MAPPED if name in gen.files}
         try:
-            return self._fill(state, gen, report, copying)
+            report = self._fill(state, gen, report, copying)
         finally:
             for pending in copying.values():
                 pending.join()
+        if passed_by:
+            report.corrupt.setdefault("manifest", passed_by)
+        return report
 
     def _fill(self, state: IndexState, gen: Generation, report: LoadReport,
               copying: dict[str, _Copying]) -> LoadReport:

@@ -54,6 +54,7 @@ from recalld.daemon.store.fsio import (
     atomic_writer,
     checksum,
     new_hash,
+    open_state,
     read_verified,
 )
 
@@ -265,7 +266,7 @@ def map_arrays(path: Path, expected: FileEntry | None = None, *,
     mm: mmap.mmap | None = None
     data: bytes | None = None
     try:
-        with path.open("rb") as f:
+        with open_state(path) as f:
             size = os.fstat(f.fileno()).st_size
             if expected is not None and size != expected.size:
                 raise CorruptState(path, f"size {size} != expected {expected.size}")

@@ -20,10 +20,12 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
 from recalld.daemon.store.errors import CorruptState, translate_os_error
@@ -34,6 +36,9 @@ TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
 _FILE_MODE = 0o644  # umask applies, like the Markdown files next to it
+#: A file read whole with no expected size (a manifest, another tool's record file) is
+#: refused past this: they are small, and nothing may read a device in its place forever.
+MAX_UNVERIFIED_BYTES = 1 << 30
 
 
 def new_hash() -> hashlib.blake2b:
@@ -356,19 +361,63 @@ def _copy(fs: FS, src: Path, dst: Path) -> None:
             out.write(block)
 
 
+def open_state(path: Path) -> BinaryIO:
+    """Open a state file for reading; CorruptState unless it is a regular file.
+
+    A directory, device, FIFO or socket in a state file's place is damage like a garbled
+    file, with the same remedy (rebuild it, set it aside), not an I/O error that fails its
+    owner: the open does not wait for a FIFO's writer, and nothing reads a device forever.
+    FileNotFoundError is left to the caller (a missing file means different things).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket
+            raise CorruptState(path, "not a regular file (a socket)") from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+            raise CorruptState(path, f"not a regular file ({kind})")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular_size(path: Path, size: int) -> None:
+    """CorruptState unless ``path`` is a regular file of ``size`` bytes (by stat)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptState(path, "not a regular file")
+    if st.st_size != size:
+        raise CorruptState(path, f"size {st.st_size} != expected {size}")
+
+
 def read_verified(path: Path, expected: FileEntry | None, *, trusted: bool = False) -> bytes:
     """All bytes of ``path``; with ``expected``, only if size and checksum match
     (``trusted``: the checksum was verified moments ago, check the size only).
 
-    Raises CorruptState (missing, wrong size, wrong checksum) or StorageIOError.
+    Raises CorruptState (missing, not a regular file, wrong size, wrong checksum, over
+    ``MAX_UNVERIFIED_BYTES`` without ``expected``) or StorageIOError.
     """
+    limit = MAX_UNVERIFIED_BYTES if expected is None else expected.size
     try:
-        with path.open("rb") as f:
-            if expected is not None:
-                size = os.fstat(f.fileno()).st_size
-                if size != expected.size:
-                    raise CorruptState(path, f"size {size} != expected {expected.size}")
-            data = f.read()
+        with open_state(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if expected is not None and size != expected.size:
+                raise CorruptState(path, f"size {size} != expected {expected.size}")
+            if size > limit:
+                raise CorruptState(path, f"{size} bytes, more than a state file holds")
+            data = f.read(limit + 1)
+            if len(data) > limit:
+                raise CorruptState(path, "grew while read")
     except FileNotFoundError as exc:
         raise CorruptState(path, "missing") from exc
     except OSError as exc:
@@ -387,7 +436,7 @@ def verify_file(path: Path, expected: FileEntry) -> None:
     For native loaders that take a path (hnswlib): verify, then load the same path.
     """
     try:
-        with path.open("rb") as f:
+        with open_state(path) as f:
             size = os.fstat(f.fileno()).st_size
             if size != expected.size:
                 raise CorruptState(path, f"size {size} != expected {expected.size}")

@@ -49,6 +49,7 @@ from recalld.daemon.store.fsio import (
     REAL,
     FileEntry,
     atomic_write,
+    check_regular_size,
     checksum,
     ensure_dir,
     publish_copy,
@@ -99,6 +100,8 @@ class GenerationStore:
         #: False: ``open`` does not re-publish the mirrors an older generation lists.
         self.publish_mirrors = publish_mirrors
         self.current: Generation | None = None
+        #: Manifests the last ``load`` passed by, newest first: (name, why).
+        self.skipped: list[tuple[str, str]] = []
         self._next = 1
 
     # -- naming ---------------------------------------------------------------------
@@ -147,6 +150,7 @@ class GenerationStore:
             self._next = max(self._next, numbers[0] + 1)
         fallback: Generation | None = None
         skipped: list[tuple[str, str]] = []
+        self.skipped = skipped
         for number in numbers:
             try:
                 gen = self.read_manifest(number)
@@ -162,6 +166,7 @@ class GenerationStore:
                 fallback = gen
         if fallback is not None:
             fallback.skipped = [s for s in skipped if s[0] != manifest_name(fallback.number)]
+            self.skipped = fallback.skipped
         return fallback
 
     def manifest_numbers(self) -> list[int]:
@@ -329,8 +334,8 @@ class GenerationStore:
     def _unlink(self, path: Path) -> None:
         try:
             self.fs.unlink(path)
-        except FileNotFoundError:
-            pass
+        except (FileNotFoundError, IsADirectoryError):
+            pass  # a directory of that name was not written here: it is left alone
         except OSError as exc:
             raise _io(exc, path) from exc
 
@@ -449,14 +454,7 @@ def _check_rel(rel: str) -> None:
 
 
 def _check_size(path: Path, entry: FileEntry) -> None:
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError as exc:
-        raise CorruptState(path, "missing") from exc
-    except OSError as exc:
-        raise _io(exc, path) from exc
-    if size != entry.size:
-        raise CorruptState(path, f"size {size} != expected {entry.size}")
+    check_regular_size(path, entry.size)
 
 
 def _same_file(src: Path, dst: Path, entry: FileEntry) -> bool:

@@ -1,0 +1,106 @@
+"""State files that are not files any more, seen from a restarted daemon: a directory, a
+FIFO, a link to a device or a huge sparse file where a manifest or a generation file was.
+
+They are damage like a garbled file: the workspace opens (never ``failed``, never waiting
+on the FIFO or reading the device forever), the damage is named in ``load_corrupt`` and
+the log, the index is rebuilt from the Markdown and answers as before the damage.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for
+
+AGENT = "default"
+CONFIG = "[daemon]\npersist_delay_s = 0.2\n"
+QUERIES = ("heron", "marker7", "keeper marker3")
+
+
+def _write_notes(root: Path) -> None:
+    for i in range(12):
+        day = root / "memory" / f"2026-05-{i % 5 + 1:02d}"
+        day.mkdir(parents=True, exist_ok=True)
+        (day / f"n{i}.md").write_text(
+            f"# Note {i}\n\nThe heron at pond {i}; the keeper wrote marker{i}.\n"
+            f"See [[n{(i + 1) % 12}]].\n", encoding="utf-8")
+
+
+def _workspace(daemon: DaemonHandle) -> dict[str, Any]:
+    status = daemon.call("daemon.status")
+    return next(w for w in status["workspaces"] if w["agent_id"] == AGENT)
+
+
+def _answers(daemon: DaemonHandle) -> dict[str, list[tuple[str, int, float]]]:
+    out = {}
+    for query in QUERIES:
+        hits = daemon.call("memory.search", {"agent_id": AGENT, "query": query,
+                                             "max_results": 20, "sync": True})["results"]
+        out[query] = [(h["path"], h["start_line"], round(h["score"], 4)) for h in hits]
+    return out
+
+
+def _committed(daemon: DaemonHandle) -> bool:
+    ws = _workspace(daemon)
+    idx = ws["index"]
+    return (ws["state"] == "ready" and bool(idx["last_commit"])
+            and not idx["uncommitted_changes"] and idx["load_checked"])
+
+
+def _saved_workspace(daemon_factory: DaemonFactory, tmp_path: Path
+                     ) -> tuple[dict[str, str], Path, dict[str, list[tuple[str, int, float]]]]:
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, **env)
+    before = _answers(daemon)
+    assert all(before.values()), before
+    wait_for(lambda: _committed(daemon), "the first commit")
+    assert daemon.stop() == 0
+    return env, root / "mem_metadata" / "index", before
+
+
+def _restart_and_check(daemon_factory: DaemonFactory, env: dict[str, str],
+                       before: dict[str, list[tuple[str, int, float]]]) -> dict[str, str]:
+    daemon = daemon_factory(CONFIG, **env)
+    wait_for(lambda: _committed(daemon), "the rebuilt index to be saved")
+    corrupt: dict[str, str] = _workspace(daemon)["index"]["load_corrupt"]
+    assert _answers(daemon) == before
+    assert daemon.call("index.verify", {"agent_id": AGENT})["ok"] is True
+    assert "derived state was corrupt" in daemon.log()
+    assert daemon.stop() == 0
+    return corrupt
+
+
+def test_generation_files_replaced_by_other_kinds_of_file(daemon_factory: DaemonFactory,
+                                                          tmp_path: Path) -> None:
+    env, index_dir, before = _saved_workspace(daemon_factory, tmp_path)
+    files = {p.name.split(".")[0]: p for p in index_dir.glob("*.g0*")}
+    files["bm25"].unlink()
+    files["bm25"].mkdir()
+    files["graph"].unlink()
+    os.mkfifo(files["graph"])  # nobody will ever write to it
+    files["catalog"].unlink()
+    files["catalog"].symlink_to("/dev/zero")
+    with files["chunks"].open("r+b") as f:
+        f.truncate(1 << 40)  # a terabyte of holes
+
+    corrupt = _restart_and_check(daemon_factory, env, before)
+    assert "not a regular file" in corrupt["catalog"], corrupt
+    # The directory, FIFO and link stay: the daemon removes only files it wrote.
+    assert files["bm25"].is_dir() and files["graph"].is_fifo()
+
+
+def test_a_manifest_replaced_by_a_directory_is_named_and_rebuilt(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    env, index_dir, before = _saved_workspace(daemon_factory, tmp_path)
+    [manifest] = index_dir.glob("MANIFEST-*.json")
+    manifest.unlink()
+    manifest.mkdir()
+
+    corrupt = _restart_and_check(daemon_factory, env, before)
+    assert corrupt["manifest"] == f"{manifest.name}: not a regular file (a directory)"
+    assert manifest.is_dir()
