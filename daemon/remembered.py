@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +31,8 @@ from recalld.daemon.config_rules import (
     url_without_secrets,
 )
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +103,9 @@ def _canonical(entries: Mapping[str, Remembered]) -> bytes:
 def load(path: Path) -> dict[str, Remembered]:
     """The recorded workspaces (none if the file is missing or does not verify)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
+        data = read_verified(path, None)  # refuses a directory or device in its place
+    except CorruptState as exc:
+        return {} if exc.reason == "missing" else _set_aside(path, exc.reason)
     try:
         doc = orjson.loads(data)
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
@@ -127,11 +129,17 @@ def load(path: Path) -> dict[str, Remembered]:
                 out[str(agent_id)]["left_out"] = [str(k) for k in left_out]
         return out
     except (ValueError, KeyError, TypeError) as exc:
-        aside = path.with_name(path.name + ".corrupt")
-        log.error("%s does not verify (%s); set aside as %s, starting with the configured "
-                  "workspaces only", path, exc, aside.name)
-        os.replace(path, aside)
-        return {}
+        return _set_aside(path, str(exc))
+
+
+def _set_aside(path: Path, reason: str) -> dict[str, Remembered]:
+    aside = path.with_name(path.name + ".corrupt")
+    log.error("%s does not verify (%s); set aside as %s, starting with the configured "
+              "workspaces only", path, reason, aside.name)
+    if aside.is_dir() and not aside.is_symlink():
+        aside = path.with_name(f"{aside.name}-{time.time_ns()}")  # a directory set aside before
+    os.replace(path, aside)
+    return {}
 
 
 def dump(entries: Mapping[str, Remembered]) -> bytes:

@@ -45,7 +45,8 @@ import orjson
 import trio
 
 from recalld.daemon.statefiles import WriteFailure
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.ipc.errors import AlreadyRunning, RecalldError
 
 log = logging.getLogger(__name__)
@@ -309,13 +310,16 @@ class CronScheduler:
         if self._state_path is None:
             return
         try:
-            data = orjson.loads(self._state_path.read_bytes())
+            data = orjson.loads(read_verified(self._state_path, None))
             entries = data["entries"] if data.get("version") == _STATE_VERSION else {}
             self._state = {str(k): {str(f): str(v) for f, v in rec.items()}
                            for k, rec in entries.items()}
-        except FileNotFoundError:
+        except CorruptState as exc:  # missing, or a directory or device in its place
+            if exc.reason != "missing":
+                log.warning("scheduler state %s unreadable (%s); starting afresh",
+                            self._state_path, exc.reason)
             self._state = {}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (StorageError, ValueError, TypeError, KeyError, AttributeError) as exc:
             # Starting from "now" can only skip a catch-up run, never double one.
             log.warning("scheduler state %s unreadable (%s); starting afresh",
                         self._state_path, exc)

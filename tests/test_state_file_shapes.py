@@ -104,3 +104,44 @@ def test_a_manifest_replaced_by_a_directory_is_named_and_rebuilt(
     corrupt = _restart_and_check(daemon_factory, env, before)
     assert corrupt["manifest"] == f"{manifest.name}: not a regular file (a directory)"
     assert manifest.is_dir()
+
+
+def test_logs_and_records_that_are_no_files_are_set_aside(daemon_factory: DaemonFactory,
+                                                          tmp_path: Path) -> None:
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, **env)
+    daemon.call("memory.add_turns", {"agent_id": AGENT, "session_id": "s1",
+                                     "messages": [{"role": "user", "content": "first"}]})
+    assert daemon.stop() == 0
+    state = tmp_path / "data" / "state"
+    meta = root / "mem_metadata"
+    for path in (state / "workspaces.json", meta / "sessions" / "pending.jsonl"):
+        path.unlink()
+        path.mkdir()
+    (state / "jobs.journal").unlink()
+    os.mkfifo(state / "jobs.journal")  # nobody will ever write to it
+    (meta / "inbox" / "inbox.jsonl").unlink()
+    (meta / "inbox" / "inbox.jsonl").symlink_to("/dev/zero")
+
+    daemon = daemon_factory(CONFIG, **env)
+    assert _workspace(daemon)["state"] == "ready"
+    answer = daemon.call("memory.add_turns", {
+        "agent_id": AGENT, "session_id": "s2",
+        "messages": [{"role": "user", "content": "second"}]})
+    assert answer["pending_turns"] == 1
+    job = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "reindex"})
+    log = daemon.log()
+    for name in ("jobs.journal", "inbox.jsonl", "pending.jsonl"):
+        assert f"{name} is not a regular file" in log, log[-3000:]
+    assert "workspaces.json does not verify (not a regular file (a directory))" in log
+    assert daemon.stop() == 0
+    aside = sorted(p.name.split(".corrupt")[0] for p in [*state.iterdir(), *meta.rglob("*")]
+                   if ".corrupt" in p.name)
+    assert aside == ["inbox.jsonl", "jobs.journal", "pending.jsonl", "workspaces.json"]
+
+    daemon = daemon_factory(CONFIG, **env)  # what was written since is kept
+    sessions = _workspace(daemon)["sessions"]
+    assert sessions["pending_messages"] == 1, sessions
+    assert daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job["job_id"]})

@@ -23,6 +23,7 @@ error never leaves half a line behind. Blocking I/O: run it in a worker thread.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
 import zlib
@@ -35,11 +36,12 @@ from typing import TypedDict
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.errors import StorageError, translate_os_error
-from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir
+from recalld.daemon.store.errors import CorruptState, StorageError, translate_os_error
+from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir, open_state
 from recalld.daemon.store.records import BadLine
 
 _CRC_LEN = 8
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -52,6 +54,8 @@ class ReplayReport:
     truncated_bytes: int = 0
     #: Pieces (bad lines, a cut tail) set aside in the quarantine file by this open.
     quarantined: int = 0
+    #: Where a log that was no file (a directory, a device) was moved, and why.
+    set_aside: str | None = None
 
 
 def encode_line(record: Mapping[str, object]) -> bytes:
@@ -131,6 +135,19 @@ def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[SetAsid
     return pieces
 
 
+def _move_aside(fs: FS, path: Path, reason: str) -> ReplayReport:
+    """Move a log that is no file out of the way (renamed, nothing removed): the log
+    starts empty in its place."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+    try:
+        fs.replace(path, aside)
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    log.warning("%s is %s; set aside as %s, starting an empty log", path, reason, aside.name)
+    return ReplayReport(set_aside=f"{aside.name}: {reason}")
+
+
 def replay(
     path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None
 ) -> tuple[list[JsonObject], ReplayReport]:
@@ -141,9 +158,12 @@ def replay(
     first and the log is rewritten with only its good records.
     """
     try:
-        data = path.read_bytes()
+        with open_state(path) as f:
+            data = f.read()
     except FileNotFoundError:
         return [], ReplayReport()
+    except CorruptState as exc:
+        return [], _move_aside(fs, path, exc.reason) if repair else ReplayReport()
     except OSError as exc:
         raise translate_os_error(exc, path) from exc
     records, report, good_end = parse(data)
