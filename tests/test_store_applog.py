@@ -178,3 +178,26 @@ def test_quarantine_sets_aside_bad_lines_and_the_tail_then_rewrites(tmp_path: Pa
         records, report = log.opened
         assert [r["n"] for r in records] == [0, 1, 2, 3] and report.quarantined == 0
     assert len(replay(aside)[0]) == 2
+
+
+def test_a_damaged_piece_too_big_to_copy_keeps_the_whole_log(tmp_path: Path) -> None:
+    """A log with gigabytes of garbage (here just over the limit) is not copied into the
+    quarantine as one base64 JSON string: the whole log is kept under another name."""
+    from recalld.daemon.store.applog import MAX_PIECE_BYTES
+
+    path = tmp_path / "log.jsonl"
+    aside = tmp_path / "log.quarantine.jsonl"
+    good = encode_line({"n": 1})
+    with path.open("wb") as f:
+        f.write(good)
+        f.truncate(len(good) + MAX_PIECE_BYTES + 1)  # a tail of zero bytes
+    original = path.read_bytes()
+    with AppendLog(path, quarantine=aside) as log:
+        records, report = log.opened
+        assert records == [{"n": 1}] and report.quarantined == 1
+        log.append([{"n": 2}])
+    [piece], _ = replay(aside)
+    assert piece["raw_b64"] == "" and piece["length"] == MAX_PIECE_BYTES + 1
+    assert (tmp_path / piece["kept_in"]).read_bytes() == original
+    assert aside.stat().st_size < 1024
+    assert [r["n"] for r in replay(path)[0]] == [1, 2]

@@ -13,7 +13,10 @@ pay for one fsync). Recovery (``replay``) reads every line and checks its CRC an
 A log opened with a ``quarantine`` file sets damage aside instead of only skipping it:
 the bad lines and the cut tail are appended there (raw bytes, offset, reason) before the
 log is rewritten without them, so nothing is silently lost and the same damage is not
-met again at the next open.
+met again at the next open. A piece too big to copy (a log filled with garbage) is kept
+by keeping the whole log under another name (``<name>.corrupt-<ns>``), which its
+quarantine record names. A log that is no file at all (a directory, a device) is renamed
+that way and starts empty.
 
 ``rewrite`` compacts the log into exactly the given records through an atomic publish. A
 failed append is rolled back (the file is truncated to its previous length), so a disk-full
@@ -27,11 +30,11 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import orjson
 
@@ -41,6 +44,9 @@ from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir, open_s
 from recalld.daemon.store.records import BadLine
 
 _CRC_LEN = 8
+#: Damaged pieces up to this size are copied into the quarantine file (as base64 in
+#: JSON); a bigger one (a log filled with garbage) is kept by keeping the whole log.
+MAX_PIECE_BYTES = 16 << 20
 log = logging.getLogger(__name__)
 
 
@@ -118,21 +124,45 @@ class SetAside(TypedDict):
     offset: int
     reason: str
     raw_b64: str
+    #: A piece over ``MAX_PIECE_BYTES`` is not copied (``raw_b64`` is empty): the whole
+    #: damaged log is kept under this name, and ``length`` says how long the piece is.
+    kept_in: NotRequired[str]
+    length: NotRequired[int]
 
 
-def _set_aside(data: bytes, report: ReplayReport, good_end: int) -> list[SetAside]:
-    """Quarantine records for the damaged pieces of a log's bytes."""
+def _set_aside(data: bytes, report: ReplayReport, good_end: int,
+               keep_whole: Callable[[], str]) -> list[SetAside]:
+    """Quarantine records for the damaged pieces of a log's bytes. ``keep_whole`` keeps
+    the whole log under another name (called once, for the first piece too big to copy)."""
     now = time.time()
-    pieces: list[SetAside] = []
-    for bad in report.bad_lines:
-        end = data.find(b"\n", bad.offset)
-        raw = data[bad.offset:end if end >= 0 else len(data)]
-        pieces.append({"time": now, "offset": bad.offset, "reason": bad.reason,
-                       "raw_b64": base64.b64encode(raw).decode()})
+    spans = [(bad.offset, data.find(b"\n", bad.offset), bad.reason) for bad in report.bad_lines]
     if len(data) > good_end:
-        pieces.append({"time": now, "offset": good_end, "reason": "torn or garbled tail",
-                       "raw_b64": base64.b64encode(data[good_end:]).decode()})
+        spans.append((good_end, len(data), "torn or garbled tail"))
+    pieces: list[SetAside] = []
+    kept: str | None = None
+    for start, end, reason in spans:
+        raw = memoryview(data)[start:end if end >= 0 else len(data)]
+        if len(raw) <= MAX_PIECE_BYTES:
+            pieces.append({"time": now, "offset": start, "reason": reason,
+                           "raw_b64": base64.b64encode(raw).decode()})
+            continue
+        kept = kept or keep_whole()
+        pieces.append({"time": now, "offset": start, "reason": reason, "raw_b64": "",
+                       "kept_in": kept, "length": len(raw)})
     return pieces
+
+
+def _keep_whole(fs: FS, path: Path) -> str:
+    """Keep the log as it is under another name (a hard link); returns that name."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+    try:
+        fs.link(path, aside)
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, aside) from exc
+    log.warning("%s: a damaged piece too big to quarantine; the whole log is kept as %s",
+                path, aside.name)
+    return aside.name
 
 
 def _move_aside(fs: FS, path: Path, reason: str) -> ReplayReport:
@@ -168,7 +198,7 @@ def replay(
         raise translate_os_error(exc, path) from exc
     records, report, good_end = parse(data)
     if quarantine is not None and (report.bad_lines or report.truncated_at is not None):
-        pieces = _set_aside(data, report, good_end)
+        pieces = _set_aside(data, report, good_end, lambda: _keep_whole(fs, path))
         ensure_dir(fs, quarantine.parent)
         try:
             fd = fs.open_append(quarantine)
