@@ -364,9 +364,8 @@ def _copy(fs: FS, src: Path, dst: Path) -> None:
 def open_state(path: Path) -> BinaryIO:
     """Open a state file for reading; CorruptState unless it is a regular file.
 
-    A directory, device, FIFO or socket in a state file's place is damage like a garbled
-    file, with the same remedy (rebuild it, set it aside), not an I/O error that fails its
-    owner: the open does not wait for a FIFO's writer, and nothing reads a device forever.
+    A directory, device, FIFO or socket in its place is damage with the remedy of a
+    garbled file, not an I/O error; the open does not wait for a FIFO's writer.
     FileNotFoundError is left to the caller (a missing file means different things).
     """
     try:
@@ -384,20 +383,6 @@ def open_state(path: Path) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-def check_regular_size(path: Path, size: int) -> None:
-    """CorruptState unless ``path`` is a regular file of ``size`` bytes (by stat)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError as exc:
-        raise CorruptState(path, "missing") from exc
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise CorruptState(path, "not a regular file")
-    if st.st_size != size:
-        raise CorruptState(path, f"size {st.st_size} != expected {size}")
 
 
 def read_verified(path: Path, expected: FileEntry | None, *, trusted: bool = False) -> bytes:

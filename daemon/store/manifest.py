@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -49,7 +50,6 @@ from recalld.daemon.store.fsio import (
     REAL,
     FileEntry,
     atomic_write,
-    check_regular_size,
     checksum,
     ensure_dir,
     publish_copy,
@@ -454,7 +454,16 @@ def _check_rel(rel: str) -> None:
 
 
 def _check_size(path: Path, entry: FileEntry) -> None:
-    check_regular_size(path, entry.size)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        raise CorruptState(path, "missing") from exc
+    except OSError as exc:
+        raise _io(exc, path) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptState(path, "not a regular file")
+    if st.st_size != entry.size:
+        raise CorruptState(path, f"size {st.st_size} != expected {entry.size}")
 
 
 def _same_file(src: Path, dst: Path, entry: FileEntry) -> bool:
