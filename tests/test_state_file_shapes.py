@@ -145,3 +145,34 @@ def test_logs_and_records_that_are_no_files_are_set_aside(daemon_factory: Daemon
     sessions = _workspace(daemon)["sessions"]
     assert sessions["pending_messages"] == 1, sessions
     assert daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job["job_id"]})
+
+
+def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """The open pending-turns log pointed at a removed file: turns acknowledged after the
+    workspace folder was moved away and removed (and made again) were lost at restart."""
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, **env)
+
+    def add(text: str) -> int:
+        answer = daemon.call("memory.add_turns", {
+            "agent_id": AGENT, "session_id": "s1",
+            "messages": [{"role": "user", "content": text}]})
+        return int(answer["pending_messages"])
+
+    assert add("before") == 1
+    gone = root.with_name("gone")
+    root.rename(gone)
+    for path in sorted(gone.rglob("*"), reverse=True):  # rm -r
+        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    gone.rmdir()
+    assert add("while it is gone") == 2
+    (root / "memory").mkdir(parents=True, exist_ok=True)
+    assert add("after it is made again") == 3
+    daemon.kill()
+
+    daemon = daemon_factory(CONFIG, **env)
+    answer = daemon.call("memory.add_turns", {"agent_id": AGENT, "session_id": "s1"})
+    assert answer["pending_messages"] == 3

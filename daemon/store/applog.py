@@ -272,6 +272,7 @@ class AppendLog:
         payload = encode(records)
         if not payload:
             return
+        fd = self._follow(fd)
         try:
             if self._rollback_pending:
                 self.fs.truncate(fd, self._size)
@@ -283,6 +284,30 @@ class AppendLog:
             self._rollback(fd)
             raise translate_os_error(exc, self.path) from exc
         self._size += len(payload)
+
+    def _follow(self, fd: int) -> int:
+        """The descriptor to append to. When the log's path names no file any more (its
+        folder was removed, or moved and made again), what the open file holds is first
+        published at the path again: appends to a file nobody can find would be lost at
+        the next start. A file someone else put there is left alone."""
+        try:
+            os.stat(self.path)
+            return fd
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise translate_os_error(exc, self.path) from exc
+        try:
+            held = os.pread(fd, self._size, 0)
+        except OSError as exc:
+            raise translate_os_error(exc, self.path) from exc
+        ensure_dir(self.fs, self.path.parent)
+        atomic_write(self.fs, self.path, held)
+        log.warning("%s was gone; written again from the open log (%d bytes)",
+                    self.path, len(held))
+        self._rollback_pending = False
+        self._reopen()
+        return self._require_open()
 
     def _rollback(self, fd: int) -> None:
         try:
