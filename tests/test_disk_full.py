@@ -177,3 +177,42 @@ def test_a_full_disk_at_close_or_stop_is_not_a_failure(
     d2 = daemon_factory(config)
     hits = d2.call("memory.search", {"agent_id": "w", "query": "unsavedchange", "sync": True})
     assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/late.md"]
+
+
+SUBMIT_FULL = (
+    sys.executable, "-c",
+    "import errno, os, sys\n"
+    "from pathlib import Path\n"
+    "from recalld.daemon.store import fsio\n"
+    "trigger = Path(os.environ['DISK_FULL_TRIGGER'])\n"
+    "class Full(fsio.FS):\n"
+    "    def write(self, fd, data):\n"
+    "        if trigger.exists() and b'\"op\":\"submit\"' in bytes(data):\n"
+    "            raise OSError(errno.ENOSPC, 'No space left on device')\n"
+    "        super().write(fd, data)\n"
+    "fsio.REAL.__class__ = Full\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def test_turns_saved_when_their_job_cannot_be_queued_are_not_an_error(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """The turns were saved but recording their auto_memory job failed (the disk filled
+    up between the two writes): the call answered disk full, so a caller adding them
+    again had them twice. Now it answers with the saved counters, without a job."""
+    root = tmp_path / "ws"
+    trigger = tmp_path / "disk-is-full"
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 1\n',
+                       launcher=SUBMIT_FULL, DISK_FULL_TRIGGER=str(trigger))
+    trigger.touch()
+    params = {"agent_id": "w", "session_id": "s1",
+              "messages": [{"role": "user", "content": "the disk is nearly full"}]}
+    answer = d.call("memory.add_turns", params)
+    assert answer["pending_messages"] == 1 and "job_id" not in answer, answer
+    assert d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True,
+                                       "request_id": "r1"})["pending_messages"] == 1
+    wait_log(d.log_path, "no auto_memory job could be queued", "the warning")
+    trigger.unlink()  # room again: the next turn queues the job for all of them
+    answer = d.call("memory.add_turns", params)
+    assert answer["pending_messages"] == 2 and "job_id" in answer, answer

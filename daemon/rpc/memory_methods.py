@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TypedDict
 
 import trio
@@ -10,10 +11,12 @@ import trio
 from recalld.daemon.memory import capture_log, changelog
 from recalld.daemon.memory.turns import check_messages, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.store.errors import StorageError
 from recalld.ipc.answers import InboxAcked, TurnsAdded
 from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
+log = logging.getLogger(__name__)
 ACTIVE = ("queued", "running")
 
 
@@ -76,12 +79,21 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
             if not periodic and capture.covered(added):
                 job_id = added.last_job_id  # a queued or running job covers it all
             else:
-                job_id = await capture.submit(session_id, added.upto, request_id,
-                                              lambda jid: dict(answer(jid)),
-                                              trigger="interval" if periodic else "flush")
-                return answer(job_id)
+                try:
+                    job_id = await capture.submit(session_id, added.upto, request_id,
+                                                  lambda jid: dict(answer(jid)),
+                                                  trigger="interval" if periodic else "flush")
+                    return answer(job_id)
+                except StorageError as exc:
+                    # The turns are saved: an error now would have the caller add them
+                    # again. They stay pending for the next turns' or the idle flush.
+                    log.warning("%s: turns of session %s saved, but no auto_memory job "
+                                "could be queued: %s", agent_id, session_id, exc)
         result = answer(job_id)
-        await store.remember(request_id, result)
+        try:
+            await store.remember(request_id, result)
+        except StorageError as exc:  # the turns record holds an answer for a retry
+            log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id, exc)
         return result
 
 
