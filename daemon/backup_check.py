@@ -175,7 +175,7 @@ def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
 
 def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> CheckedBackup:
     if not path.is_file():
-        raise refuse(path, "no such file")
+        raise refuse(path, "not a regular file" if path.exists() else "no such file")
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         if len(infos) > limits.max_members + 1:
@@ -245,6 +245,8 @@ def _member_sha256(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
 
 def peek(path: Path) -> JsonObject:
     """meta.json's summary without verifying members (:func:`open_checked` does that)."""
+    if not path.is_file():  # a FIFO would block the open, a device link read forever
+        return {"error": "not a regular file"}
     try:
         with zipfile.ZipFile(path) as zf:
             info = zf.getinfo(META)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import stat
 import zipfile
@@ -131,6 +132,18 @@ def test_a_backup_that_cannot_be_read_is_listed_with_the_reason(daemon: DaemonHa
     listed = {b["name"]: b for b in daemon.call("backup.list")["backups"]}
     assert listed["elsewhere.zip"]["error"].startswith("cannot be read: "), listed
     assert listed[made.name]["agents"] == ["w"]
+
+
+def test_a_fifo_or_device_link_among_the_backups_does_not_hang_the_list(
+        daemon: DaemonHandle, ws: Path) -> None:
+    made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    os.mkfifo(made.parent / "fifo.zip")  # nobody will ever write to it
+    (made.parent / "zero.zip").symlink_to("/dev/zero")
+    listed = {b["name"]: b for b in daemon.call("backup.list", timeout=10)["backups"]}
+    assert listed["fifo.zip"]["error"] == listed["zero.zip"]["error"] == "not a regular file"
+    assert listed[made.name]["agents"] == ["w"]
+    with pytest.raises(InvalidBackup, match="not a regular file"):
+        daemon.call("backup.verify", {"file": str(made.parent / "fifo.zip")})
 
 
 def test_unfinished_archives_of_a_killed_daemon_are_removed_at_start(
