@@ -144,6 +144,10 @@ def test_a_fifo_or_device_link_among_the_backups_does_not_hang_the_list(
     assert listed[made.name]["agents"] == ["w"]
     with pytest.raises(InvalidBackup, match="not a regular file"):
         daemon.call("backup.verify", {"file": str(made.parent / "fifo.zip")})
+    # The rollback record was read in the event loop: a FIFO there froze the daemon.
+    os.mkfifo(made.parent / "rollback.json")
+    assert daemon.call("backup.list", timeout=10)["rollback"] is None
+    assert daemon.call("daemon.ping", timeout=5)["pong"] is True
 
 
 def test_unfinished_archives_of_a_killed_daemon_are_removed_at_start(

@@ -31,7 +31,8 @@ from typing import Final, NotRequired, TypedDict, TypeVar
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -208,10 +209,12 @@ def load_record(directory: Path, run_id: str, what: str = "dream run") -> JsonOb
     NotFound, or RecalldError when unreadable."""
     path = directory / f"{_check_run_id(run_id)}.json"
     try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise NotFound(f"no {what} {run_id!r}") from None
-    except (OSError, orjson.JSONDecodeError) as exc:
+        data = orjson.loads(read_verified(path, None))  # not a FIFO's open, nor a device
+    except CorruptState as exc:
+        if exc.reason == "missing":
+            raise NotFound(f"no {what} {run_id!r}") from None
+        raise RecalldError(f"{what} {run_id} is unreadable: {exc.reason}") from None
+    except (StorageError, orjson.JSONDecodeError) as exc:
         raise RecalldError(f"{what} {run_id} is unreadable: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
         raise RecalldError(f"{what} {run_id} has an unknown format")

@@ -31,7 +31,8 @@ from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.errors import InvalidParams, NotFound
@@ -462,9 +463,9 @@ def _gauges(ctx: CallContext) -> list[metrics.Family]:
 
 def _read_record(state: DaemonState) -> JsonObject | None:
     path = backups_dir(state) / ROLLBACK_RECORD
-    try:
-        record = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+    try:  # a FIFO or device in its place must not stall the event loop
+        record = orjson.loads(read_verified(path, None))
+    except (StorageError, orjson.JSONDecodeError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("snapshot"), str) or (
             not isinstance(record.get("agents"), list)):
