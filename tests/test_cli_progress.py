@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pty
-import select
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DaemonHandle
-from test_cli import SCRIPT, recalld
+from ptyrun import on_a_terminal
+from test_cli import recalld
 from test_progress import Clock
 from waits import wait_for
 
@@ -85,32 +81,6 @@ def _phase(records: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
     return mine
 
 
-def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run the CLI with stderr on a pseudo-terminal; its exit status and what it drew."""
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
-    master, slave = pty.openpty()
-    with subprocess.Popen([*cmd, *args], env=env, stdout=subprocess.PIPE, stderr=slave,
-                          stdin=subprocess.DEVNULL) as proc:
-        os.close(slave)
-        drawn = b""
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 1.0)
-            if ready:
-                try:
-                    chunk = os.read(master, 1 << 16)
-                except OSError:  # the other end closed
-                    break
-                if not chunk:
-                    break
-                drawn += chunk
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=60)
-    os.close(master)
-    return code, drawn.decode(errors="replace")
-
-
 @pytest.mark.slow
 def test_backup_and_restore_report_counts_in_every_form(daemon: DaemonHandle,
                                                         tmp_path: Path) -> None:
@@ -134,8 +104,8 @@ def test_backup_and_restore_report_counts_in_every_form(daemon: DaemonHandle,
                ln.endswith("writing the archive (running)") for ln in lines), lines
     assert any(ln.startswith(f"backup create: {total:,}/{total:,} (100%)") for ln in lines)
 
-    code, drawn = _on_a_terminal(["backup", "create", "--out", str(tmp_path / "d.zip")],
-                                 daemon.env)
+    code, drawn = on_a_terminal(["backup", "create", "--out", str(tmp_path / "d.zip")],
+                                daemon.env, stdout_too=False)
     assert code == 0, drawn
     frames = drawn.split("\r")
     assert any(f"[{'#' * 24}] {total:,}/{total:,} (100%)" in f for f in frames), drawn

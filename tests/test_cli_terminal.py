@@ -5,48 +5,17 @@ pseudo-terminal."""
 
 from __future__ import annotations
 
-import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from conftest import DaemonHandle
+from ptyrun import on_a_terminal
 from test_cli import SCRIPT, recalld
 
 # Set the window title, clear the screen, ring the bell, move to the line's start.
 HOSTILE = "title \x1b]0;owned\x07 clear \x1b[2J bell \x07 back \rover \x9b1m end"
 CONTROLS = ("\x1b", "\x07", "\x9b")
-
-
-def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run the CLI with stdout and stderr on one pseudo-terminal: its exit status and
-    what reached the terminal (newlines as written)."""
-    import pty
-
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else ["python", "-m", "recalld.ipc"]
-    master, slave = pty.openpty()
-    with subprocess.Popen([*cmd, *args], env=env, stdout=slave, stderr=slave,
-                          stdin=subprocess.DEVNULL) as proc:
-        os.close(slave)
-        drawn = b""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 1.0)
-            if ready:
-                try:
-                    chunk = os.read(master, 1 << 16)
-                except OSError:  # the other end closed
-                    break
-                if not chunk:
-                    break
-                drawn += chunk
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=60)
-    os.close(master)
-    return code, drawn.decode().replace("\r\n", "\n")
 
 
 @pytest.fixture
@@ -61,7 +30,7 @@ def hostile_note(daemon: DaemonHandle) -> str:
 @pytest.mark.parametrize("command", [["search", "pangolin"], ["read", "memory/2026-11-29/h.md"]])
 def test_note_text_is_escaped_on_a_terminal_and_exact_in_a_pipe(
         daemon: DaemonHandle, hostile_note: str, command: list[str]) -> None:
-    code, shown = _on_a_terminal(command, daemon.env)
+    code, shown = on_a_terminal(command, daemon.env, stdout_too=True)
     assert code == 0, shown
     assert not any(c in shown for c in CONTROLS), repr(shown)
     assert "title \\x1b]0;owned\\x07 clear \\x1b[2J bell \\x07 back \\rover \\x9b1m end" \
@@ -78,10 +47,11 @@ def test_paths_and_error_messages_are_escaped(daemon: DaemonHandle, tmp_path: Pa
     daemon.call("workspace.open", {"agent_id": "odd", "path": str(odd)})
     for command in (["status"], ["workspace", "list"],
                     ["read", "memory/\x1b]0;owned\x07.md"]):
-        code, shown = _on_a_terminal(command, daemon.env)
+        code, shown = on_a_terminal(command, daemon.env, stdout_too=True)
         assert not any(c in shown for c in CONTROLS), (command, repr(shown))
         assert "\\x1b" in shown, (command, shown)
-    code, shown = _on_a_terminal(["read", "memory/\x1b]0;owned\x07.md"], daemon.env)
+    code, shown = on_a_terminal(["read", "memory/\x1b]0;owned\x07.md"], daemon.env,
+                                stdout_too=True)
     assert code == 1
     assert shown == ("recalld: no such file in the workspace: memory/\\x1b]0;owned\\x07.md "
                      "(code -32008)\n")
