@@ -34,6 +34,7 @@ import importlib
 import logging
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -212,6 +213,19 @@ class _Entry:
         return _key(self.agent_id, self.kind)
 
 
+def _set_aside(path: Path) -> str:
+    """Move what is at ``path`` if it is no regular file (a folder, a FIFO, a link to a
+    device: no later save could replace it) to ``<name>.corrupt-<ns>``; says where."""
+    if not os.path.lexists(path) or (path.is_file() and not path.is_symlink()):
+        return ""
+    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        return f" (could not set it aside: {exc.strerror})"
+    return f"; set aside as {aside.name}"
+
+
 def _key(agent_id: str, kind: str) -> str:
     return f"{agent_id}/{kind}"
 
@@ -316,8 +330,8 @@ class CronScheduler:
                            for k, rec in entries.items()}
         except CorruptState as exc:  # missing, or a directory or device in its place
             if exc.reason != "missing":
-                log.warning("scheduler state %s unreadable (%s); starting afresh",
-                            self._state_path, exc.reason)
+                log.warning("scheduler state %s unreadable (%s); starting afresh%s",
+                            self._state_path, exc.reason, _set_aside(self._state_path))
             self._state = {}
         except (StorageError, ValueError, TypeError, KeyError, AttributeError) as exc:
             # Starting from "now" can only skip a catch-up run, never double one.

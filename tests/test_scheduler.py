@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -362,6 +363,28 @@ async def test_state_file_garbage_starts_afresh(tmp_path: Path, autojump_clock: 
         await trio.sleep(60)
     assert jobs.calls == []  # no catch-up from a state it cannot read
     assert b"auto_dream" in path.read_bytes()
+
+
+@pytest.mark.parametrize("shape", ["folder", "fifo"])
+async def test_a_state_file_that_is_no_file_is_set_aside(tmp_path: Path, shape: str,
+                                                         autojump_clock: object) -> None:
+    """A folder or FIFO where the state file goes: no save could ever replace it, so it
+    is moved aside at the start and the state is saved again."""
+    wall = FakeWallClock(utc(2026, 7, 1, 23, 30))
+    path = tmp_path / "state" / "scheduler.json"
+    path.parent.mkdir()
+    if shape == "folder":
+        (path / "inner").mkdir(parents=True)
+    else:
+        os.mkfifo(path)
+    scheduler, _ = make(wall, tmp_path)
+    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(scheduler):
+        await trio.sleep(60)
+    assert path.is_file() and b"auto_dream" in path.read_bytes()
+    (aside,) = path.parent.glob("scheduler.json.corrupt-*")
+    assert aside.is_dir() if shape == "folder" else aside.is_fifo()
+    assert scheduler.write_failure.failed is None
 
 
 def test_config_defaults() -> None:
