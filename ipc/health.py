@@ -253,8 +253,7 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
             "warn", f"shared workspace {a.agent_id}: remote failing: "
                     f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "
                     "in the outbox",
-            "see the daemon's log (replication failed) for the file or change at fault; "
-            "the replica retries by itself"))
+            _failing_advice(remote.get("blocked"))))
     elif state != "online":
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote {state}: "
@@ -297,3 +296,15 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     waiting = any("wait for a chat model" in p.what for p in a.problems)
     _failed_jobs(a, mine, waiting)
     return a
+
+
+def _failing_advice(blocked: object) -> str:
+    """What to do about a failing replica: files of the feed this host cannot write are
+    named (their error is in status' ``blocked``); else the log says what failed."""
+    if isinstance(blocked, Mapping) and blocked:
+        paths = sorted(str(p) for p in blocked)
+        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        return (f"on this host, move what stands where {named} must be written (a folder, "
+                "or a file that may not be replaced); each catch-up tries again")
+    return ("see the daemon's log (replication failed) for the file or change at fault; "
+            "the replica retries by itself")
