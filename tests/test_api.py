@@ -303,6 +303,8 @@ def test_memory_read_is_confined(daemon: DaemonHandle, tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == before
     with pytest.raises(errors.NotFound):
         daemon.call("memory.read", {"agent_id": "default", "path": "memory/none.md"})
+    with pytest.raises(errors.InvalidParams, match="not a regular file"):  # as documented
+        daemon.call("memory.read", {"agent_id": "default", "path": "memory/2026-07-23"})
     with pytest.raises(errors.UnknownWorkspace):
         daemon.call("memory.read", {"agent_id": "ghost", "path": "memory/x.md"})
     with pytest.raises(errors.InvalidParams, match="end_line"):
