@@ -321,7 +321,8 @@ class WorkspaceRegistry:
             ws = self._workspaces.get(agent_id)
             known = forget and agent_id in self._remembered
             if (ws is None or ws.state == "closed") and not known:
-                raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+                raise UnknownWorkspace(f"workspace {agent_id!r} is neither open nor recorded"
+                                       if forget else f"workspace {agent_id!r} is not open")
             closed = False
             if ws is not None:
                 if ws.state != "closed":

@@ -77,6 +77,8 @@ def test_restart_reopens_every_workspace_served_before(daemon_factory: Any,
     listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
     assert listed["closed-kept"]["state"] == "closed" and listed["closed-kept"]["registered"]
     assert "forgotten" not in listed
+    with pytest.raises(UnknownWorkspace, match="'forgotten' is neither open nor recorded"):
+        d.call("workspace.close", {"agent_id": "forgotten", "forget": True})
     roots = paths(d)
     assert roots["by-rpc"] == custom.resolve()
     assert d.stop() == 0
