@@ -68,6 +68,18 @@ def test_a_link_in_a_table_cell_escapes_its_pipe() -> None:
     ]
 
 
+def test_a_hash_in_a_note_s_own_name_is_no_heading() -> None:
+    # The dream cites a source named "meeting #3.md" so; a heading never ends in ".md".
+    text = ("## Sources\n\n- [[memory/2026-11-20/meeting #3.md]]\n"
+            "- [[memory/2026-11-20/plan#Steps|the steps]] and [[C# notes#Tips.MD]]\n")
+    links = extract_links("digest/wiki/c.md", text)
+    assert [(lk.dst, lk.heading, lk.kind) for lk in links] == [
+        ("memory/2026-11-20/meeting #3.md", "", "source"),
+        ("memory/2026-11-20/plan.md", "Steps", "source"),
+        ("C# notes#Tips.MD", "", "source"),
+    ]
+
+
 def test_code_spans_of_several_backticks_hide_their_links() -> None:
     text = ("see ``code [[x]] here`` and [[a]]\n"
             "``a `b` [[y]] c`` then [[b]]\n"

@@ -160,6 +160,11 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
                 # ``[[name\|alias]]``: the pipe escaped, as a link in a table cell is.
                 name = name.removesuffix("\\").rstrip()
                 part = part.removesuffix("\\").rstrip()
+            if part.lower().endswith(".md"):
+                # ``[[memory/d/meeting #3.md]]``: a ``#`` of the note's own name (as the
+                # dream writes sources), not a heading of ``meeting``.
+                name = f"{m.group(2)}#{m.group(3)}".strip().removesuffix("\\").rstrip()
+                part = ""
             ext = posixpath.splitext(name)[1].lower()
             if m.group(1) and ext and ext != ".md":
                 continue  # an embedded image or attachment, not a note
