@@ -96,7 +96,8 @@ def test_a_data_folder_of_another_user_is_refused(daemon_factory: DaemonFactory,
     assert list(data.iterdir()) == []
 
 
-@pytest.mark.parametrize("blocked", ["a file above it", "a folder as its lock"])
+@pytest.mark.parametrize("blocked", ["a file above it", "a folder as its lock",
+                                     "a FIFO as its lock"])
 def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: DaemonFactory,
                                                            tmp_path: Path,
                                                            blocked: str) -> None:
@@ -107,13 +108,19 @@ def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: Daemo
         data = tmp_path / "file" / "data"
     else:
         data = tmp_path / "data"
-        (data / "state" / "daemon.lock").mkdir(parents=True)
+        (data / "state").mkdir(parents=True)
+        if blocked == "a folder as its lock":
+            (data / "state" / "daemon.lock").mkdir()
+        else:
+            os.mkfifo(data / "state" / "daemon.lock")
         os.chmod(data, 0o700)
         os.chmod(data / "state", 0o700)
     daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
     assert daemon.proc.wait(timeout=60) == 1
     lines = daemon.log().strip().splitlines()
     assert lines[-1].startswith(f"recalld: cannot use the data directory {data}: "), lines
+    if blocked == "a FIFO as its lock":
+        assert "daemon.lock" in lines[-1] and "not a regular file" in lines[-1], lines
     assert "Traceback" not in daemon.log()
 
 
