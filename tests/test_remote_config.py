@@ -11,7 +11,7 @@ import pytest
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli
-from waits import wait_for
+from waits import wait_for, wait_value
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, RemoteConfig
@@ -153,6 +153,13 @@ def test_no_password_shape_shows_anywhere(daemon_factory: DaemonFactory,
     for agent in UNPARSEABLE:
         assert status[agent]["server"] == UNPARSEABLE_DSN
         assert "cannot parse the dsn" in status[agent]["last_error"]
+    # A job that runs on one host at a time says why it waits: not "offline".
+    job = d.call("jobs.submit", {"agent_id": "badescape", "kind": "auto_dream"})
+    ended = wait_value(
+        lambda: d.call("jobs.get", {"agent_id": "badescape", "job_id": job["job_id"]}),
+        lambda j: j["state"] in ("failed", "succeeded"), what="the dream ended")
+    assert "is misconfigured (libpq cannot parse the dsn" in ended["error"], ended
+    assert "config file is fixed" in ended["error"] and "SECRET" not in ended["error"]
     shown = {"status": cli(d, "status"), "doctor": cli(d, "doctor"),
              "daemon.status": json.dumps(d.call("daemon.status")),
              "workspace.list": json.dumps(d.call("workspace.list")), "log": d.log()}

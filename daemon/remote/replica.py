@@ -301,9 +301,13 @@ class Replica:
         Raises AlreadyRunning when another host holds it, ProviderUnavailable while the
         server cannot be reached."""
         if self._workspace_id is None or self._conn_state != "online":
+            waits = {"misconfigured": "its dsn in the config file is fixed",
+                     "failing": "this host can replicate again"}
             raise ProviderUnavailable(
-                f"shared workspace {self._cfg.name} is offline: {kind} runs on one host at "
-                "a time and waits until the server can be reached")
+                f"shared workspace {self._cfg.name} is {self._conn_state}"
+                f"{f' ({self._last_error})' if self._last_error else ''}: {kind} runs on "
+                f"one host at a time and waits until "
+                f"{waits.get(self._conn_state, 'the server can be reached')}")
         workspace_id = self._workspace_id
         try:
             conn = await in_thread(partial(db.connect, self._cfg,
