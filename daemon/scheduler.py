@@ -34,7 +34,6 @@ import importlib
 import logging
 import os
 import random
-import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -46,6 +45,7 @@ import orjson
 import trio
 
 from recalld.daemon.statefiles import WriteFailure
+from recalld.daemon.store.applog import set_aside
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.ipc.errors import AlreadyRunning, RecalldError
@@ -215,14 +215,13 @@ class _Entry:
 
 def _set_aside(path: Path) -> str:
     """Move what is at ``path`` if it is no regular file (a folder, a FIFO, a link to a
-    device: no later save could replace it) to ``<name>.corrupt-<ns>``; says where."""
+    device: no later save could replace it) aside (:func:`applog.set_aside`); says where."""
     if not os.path.lexists(path) or (path.is_file() and not path.is_symlink()):
         return ""
-    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
     try:
-        os.replace(path, aside)
-    except OSError as exc:
-        return f" (could not set it aside: {exc.strerror})"
+        aside = set_aside(REAL, path)
+    except StorageError as exc:
+        return f" (could not set it aside: {exc.message})"
     return f"; set aside as {aside.name}"
 
 

@@ -152,14 +152,22 @@ def _set_aside(data: bytes, report: ReplayReport, good_end: int,
     return pieces
 
 
-def _keep_whole(fs: FS, path: Path) -> str:
-    """Keep the log as it is under another name (a hard link); returns that name."""
+def set_aside(fs: FS, path: Path, *, keep: bool = False) -> Path:
+    """Put what is at ``path`` aside as ``<name>.corrupt-<ns>`` (a state file that is
+    damaged or no file at all), durably; returns that path. ``keep`` leaves ``path`` as it
+    is (a hard link), else it is renamed away and its place is free."""
     aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
     try:
-        fs.link(path, aside)
+        (fs.link if keep else fs.replace)(path, aside)
         fs.fsync_dir(path.parent)
     except OSError as exc:
-        raise translate_os_error(exc, aside) from exc
+        raise translate_os_error(exc, aside if keep else path) from exc
+    return aside
+
+
+def _keep_whole(fs: FS, path: Path) -> str:
+    """Keep the log as it is under another name (a hard link); returns that name."""
+    aside = set_aside(fs, path, keep=True)
     log.warning("%s: a damaged piece too big to quarantine; the whole log is kept as %s",
                 path, aside.name)
     return aside.name
@@ -168,12 +176,7 @@ def _keep_whole(fs: FS, path: Path) -> str:
 def _move_aside(fs: FS, path: Path, reason: str) -> ReplayReport:
     """Move a log that is no file out of the way (renamed, nothing removed): the log
     starts empty in its place."""
-    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
-    try:
-        fs.replace(path, aside)
-        fs.fsync_dir(path.parent)
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
+    aside = set_aside(fs, path)
     log.warning("%s is %s; set aside as %s, starting an empty log", path, reason, aside.name)
     return ReplayReport(set_aside=f"{aside.name}: {reason}")
 
