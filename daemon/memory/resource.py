@@ -47,7 +47,6 @@ from recalld.daemon.memory.resource_files import (
     file_digest,
     not_text,
     note_stem,
-    one_line,
     read_head,
     resource_date,
     unfenced,
@@ -57,6 +56,7 @@ from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
+from recalld.ipc.types import visible
 
 if TYPE_CHECKING:
     from recalld.daemon.providers.chat import ChatClient
@@ -206,8 +206,8 @@ class ResourceCatalog:
         inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
         text = update_fm(text, {"name": f"Resource {inside[1]}",
                                 "source_resource": f"[[{new}]]"})
-        text = text.replace(f"[[{one_line(old)}]]", f"[[{one_line(new)}]]").replace(
-            f"\n# {one_line(inside[0])}\n", f"\n# {one_line(inside[1])}\n", 1)
+        text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
+            f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
         await files.write(note, text)
 
     async def _catalog_one(self, rel: str) -> bool:
@@ -359,8 +359,8 @@ class ResourceCatalog:
             "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
             "date": rec["date"], "truncated_input": truncated,
         }
-        text = (render_frontmatter(fields) + f"# {one_line(inside)}\n\n{summary}\n\n"
-                f"Source: [[{one_line(rec['path'])}]]\n")
+        text = (render_frontmatter(fields) + f"# {visible(inside)}\n\n{summary}\n\n"
+                f"Source: [[{visible(rec['path'])}]]\n")
         await fileops_for(self.ws).write(note, text)
         return note
 
@@ -375,7 +375,7 @@ class ResourceCatalog:
         removed_on = rec.get("removed_on") or self._today().isoformat()
         updated = update_fm(text, {"source_removed": removed_on})
         updated = updated.rstrip("\n") + (
-            f"\n\n> The source file {one_line(rec['path'])} was removed on {removed_on}; "
+            f"\n\n> The source file {visible(rec['path'])} was removed on {removed_on}; "
             "this note is kept as the memory of it.\n")
         await files.write(str(note), updated)
         return str(note)

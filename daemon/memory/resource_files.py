@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
 _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _date_folder(parts: list[str]) -> str | None:
@@ -108,9 +107,3 @@ def unfenced(answer: str) -> str:
     if fenced is None or "\n```" in f"\n{fenced.group(1)}":  # not one block: as it is
         return answer.strip()
     return fenced.group(1).strip()
-
-
-def one_line(text: str) -> str:
-    """``text`` with its line breaks and other control characters escaped (``\\n``): a
-    file name as a note's title or link, which must stay on one line."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
