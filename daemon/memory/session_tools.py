@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.memory import capture_log
 from recalld.daemon.memory.fileops import FileOps, read_confined
 from recalld.daemon.memory.redact import redact
@@ -30,15 +30,11 @@ from recalld.ipc.errors import InvalidParams, NotAllowed
 log = logging.getLogger(__name__)
 
 
-def _body(note: str) -> str:
-    return "\n".join(note.split("\n")[parse_frontmatter(note)[1]:])
-
-
 def _drops(before: str, after: str) -> list[str]:
     """The bullet points of ``before``'s body that ``after`` drops, both masked as the
     model was shown the note (a secret typed into a bullet comes back masked, which is no
     drop; and a refusal quotes bullets as the model and the records see them)."""
-    return dropped_bullets(redact(_body(before)), redact(_body(after)))
+    return dropped_bullets(redact(body_of(before)[0]), redact(body_of(after)[0]))
 
 
 @dataclass(frozen=True, slots=True)
