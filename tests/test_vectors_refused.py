@@ -68,3 +68,58 @@ def test_a_batch_refused_as_a_whole_is_sent_text_by_text(daemon_factory: Any,
                         "every chunk embedded", deadline_s=30)
         assert (st["embedded"], st["parked"]) == (8, 0)
         assert d.stop() == 0
+
+
+def test_a_model_change_finishes_though_the_new_model_refuses_a_text(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Every chunk has its vector from the old model; the new one refuses one text. The
+    # change must still finish (that chunk waits in the new space), or the old space would
+    # serve for good and no note written since would ever be found by vector.
+    root = tmp_path / "ws"
+    notes(root)
+    with FakeProvider(dims=8) as old:
+        d = daemon_factory(config(root, old))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["coverage"] >= 1.0
+                   and st["total"] == 8, "the old model's vectors")
+        assert d.stop() == 0
+    with Refusing("zyx") as new:
+        d = daemon_factory(config(root, new).replace('"m"', '"m2"'),
+                           RECALLD_DATA_DIR=str(d.data_dir))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: not st["migrating"] and st["state"] == "waiting",
+                        "the change finished", deadline_s=30)
+        assert st["serving_space"] == st["space"] and "m2" in st["space"]
+        assert (st["embedded"], st["total"], st["parked"]) == (7, 8, 1), st
+        write(root, "memory/2026-03-10/late.md", "# Late\n\nwritten after the change, tides\n")
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["embedded"] == 8, "the new note")
+        res = d.call("memory.search", {"agent_id": "w", "query": "written after the change"})
+        assert res["mode"] == "hybrid"
+        assert any(r["path"] == "memory/2026-03-10/late.md" and r["vector"] is not None
+                   for r in res["results"]), res["results"]
+        assert d.stop() == 0
+
+
+def test_a_new_model_that_refuses_everything_leaves_the_old_one_serving(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    notes(root)
+    with FakeProvider(dims=8) as old:
+        d = daemon_factory(config(root, old))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["coverage"] >= 1.0
+                   and st["total"] == 8, "the old model's vectors")
+        assert d.stop() == 0
+        with Refusing("#") as new:  # every chunk holds its heading
+            d = daemon_factory(config(root, new).replace('"m"', '"m2"'),
+                               RECALLD_DATA_DIR=str(d.data_dir))
+            d.call("index.sync", {"agent_id": "w"})
+            st = wait_value(lambda: vectors_status(d),
+                            lambda st: st["state"] == "waiting" and st["parked"] == 8,
+                            "every chunk parked", deadline_s=30)
+            assert st["migrating"] and st["serving_space"] != st["space"], st
+            res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
+            assert res["mode"] == "hybrid" and res["vector_hits"] == 8  # the old space, all
+            assert d.stop() == 0

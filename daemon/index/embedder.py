@@ -215,12 +215,14 @@ class VectorWorker:
             if not rnd.items:
                 # An idle spell is no part of the rate: the next round starts a new stretch.
                 self._working = False
-                if self.fill.migrating and not rnd.pending:
+                if self.fill.migrating and rnd.pending == len(self.fill.failed):
                     swapped = await self.index.locked(self.fill.swap)
                     if swapped:
                         self.index.vectors_changed(swapped)
-                        log.info("%s: vectors of %s complete; now serving them",
-                                 self.index.ws.agent_id, self.target.key)
+                        refused = (f" but for {rnd.pending} chunk(s) its model refused"
+                                   if rnd.pending else "")
+                        log.info("%s: vectors of %s complete%s; now serving them",
+                                 self.index.ws.agent_id, self.target.key, refused)
                         continue
                 self.state = "idle" if not rnd.pending else "waiting"
                 await self._maybe_compact()

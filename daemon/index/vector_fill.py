@@ -182,16 +182,23 @@ class VectorFill:
         return 0 if self._shadow is not None else len(keys)
 
     def swap(self, state: IndexState) -> int:
-        """Finish a model change once the new space covers every chunk."""
+        """Finish a model change once the new space covers every chunk it can: all but
+        those whose texts the new model refused (parked: they wait in the new space as
+        they would without a change; waiting for them would leave every note written
+        since out of vector search for good). Never to a space holding no vector (a model
+        that refuses every text is a fault of its configuration: the old one serves on)."""
         shadow = self._shadow
         if shadow is None or state is not self._state:
             return 0
         live = set(state.chunks)
         for key in shadow.keys() - live:
             shadow.remove(key)
-        if any(key not in shadow for key in live):
+        refused = [key for key in live if key not in shadow]
+        if any(key not in self.failed for key in refused) or (refused and not len(shadow)):
             return 0
-        keys = sorted(live)
+        for key in refused:
+            state.chunks.set_embedding(key, None)  # the old space's vector
+        keys = sorted(live - set(refused))
         if keys:
             for key, vec in zip(keys, shadow.vectors(keys), strict=True):
                 state.chunks.set_embedding(key, encode_f16(vec))
