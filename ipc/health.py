@@ -239,7 +239,8 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
         return
     state = remote.get("state")
     searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
-    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{searched} "
+    behind = f", {remote.get('behind')} change(s) to pull" if remote.get("behind") else ""
+    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{behind}{searched} "
                               f"({remote.get('name')} at {remote.get('server')})"))
     if state == "misconfigured":  # not a fault of the server: nothing to wait for
         a.problems.append(Problem(

@@ -265,6 +265,7 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
         pg_server.start()
 
     wait_for(lambda: converged(a, b), what="converged after the outage")
+    assert remote_status(a)["behind"] == remote_status(b)["behind"] == 0
     files = notes(a)
     assert "memory/2026-07-20/base.md" not in files
     assert {f"memory/2026-07-21/a{i}.md" for i in range(3)} <= files.keys()

@@ -157,3 +157,18 @@ def test_a_page_of_the_feed_is_bounded_by_its_content(conn: db.Conn) -> None:
     assert pages == [["n0", "n2"], ["n3"], ["n4", "n5", "n1"]]
     assert [r.path for r in db.feed(conn, ws, 0)] == [  # the default holds them all
         f"memory/2026-07-23/n{i}.md" for i in (0, 2, 3, 4, 5, 1)]
+
+
+def test_what_follows_a_page_of_the_feed_is_counted_when_it_was_cut(conn: db.Conn) -> None:
+    # A host far behind shows how many changes it has still to pull (status "behind").
+    ws, _ = db.open_workspace(conn, "left-" + uuid.uuid4().hex[:8])
+    for i, size in enumerate([10, 10, 900, 10, 10]):
+        p = f"digest/wiki/w{i}.md"
+        db.upload(conn, ws, "ha", change(p, "y" * size), p, 0)
+    page = db.feed(conn, ws, 0, limit=2)
+    assert db.left_after(conn, ws, page, limit=2) == 3
+    page = db.feed(conn, ws, page[-1].version, max_bytes=500)  # ends with the 900 bytes
+    assert [r.path for r in page] == ["digest/wiki/w2.md"]
+    assert db.left_after(conn, ws, page, max_bytes=500) == 2
+    last = db.feed(conn, ws, page[-1].version)
+    assert len(last) == 2 and db.left_after(conn, ws, last) == 0

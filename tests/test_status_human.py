@@ -120,6 +120,12 @@ def test_assess_reads_runtime_problems() -> None:
                        "backfill under way; the previous model's vectors serve searches "
                        "meanwhile), provider ok") in assess(changing).facts
     assert "refuses these texts" in parked.fix and "every text" in parked.fix
+    remote = {"state": "online", "outbox": 0, "name": "team", "server": "postgresql://db/m"}
+    catching_up = _ws(remote={**remote, "behind": 1200})
+    assert ("remote", "online, outbox 0, 1200 change(s) to pull (team at "
+                      "postgresql://db/m)") in assess(catching_up).facts
+    assert ("remote", "online, outbox 0 (team at postgresql://db/m)") in assess(
+        _ws(remote={**remote, "behind": 0})).facts
 
     bad_cron = _ws(dream={"cron": "61 * * * *", "enabled": True,
                           "error": "invalid cron expression '61 * * * *'"})

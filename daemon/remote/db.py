@@ -323,6 +323,17 @@ def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE,
     return [_row(r) for r in rows]
 
 
+def left_after(conn: Conn, workspace_id: int, page: list[Row], limit: int = FEED_PAGE,
+               max_bytes: int = FEED_PAGE_BYTES) -> int:
+    """How many rows of the feed follow ``page`` (0 without asking when the page was not
+    cut short by either limit of :func:`feed`)."""
+    if len(page) < limit and sum(len(r.data or b"") for r in page) < max_bytes:
+        return 0
+    r = conn.execute("SELECT count(*) FROM recalld_files WHERE workspace_id = %s"
+                     " AND version > %s", (workspace_id, page[-1].version)).fetchone()
+    return 0 if r is None else int(str(r[0]))
+
+
 def fetch(conn: Conn, workspace_id: int, path: str) -> Row | None:
     r = conn.execute(
         "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"

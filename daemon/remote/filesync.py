@@ -95,6 +95,8 @@ class FileSync:
         self.uploaded = 0
         self.pulled = 0
         self.conflicts = 0
+        #: Rows of the feed the catch-up under way has still to apply (0 when none is).
+        self.behind = 0
         #: Paths of the feed this host could not write, and why (tried at each catch-up).
         self._feed_blocked: dict[str, str] = {}
         #: Paths that must take the server's version (a change of this host's lost to
@@ -140,7 +142,7 @@ class FileSync:
             # Read under the lock: a file the feed is writing right now must be seen
             # either before or after, never as a stale copy queued as a local edit.
             failed: dict[str, Exception] = {}
-            files = await in_thread(self._read_each, wanted, failed)
+            files = await in_thread(self._fs.read_each, wanted, failed)
             for path, exc in failed.items():  # stays as the replica knew it until then
                 log.warning("shared workspace %s: cannot read %s now (%s); it is read "
                             "again at its next change or rescan", self._cfg.name, path, exc)
@@ -411,6 +413,8 @@ class FileSync:
             rows = await on_conn(conn, db.feed, workspace_id, after)
             if not rows:
                 break
+            if not self.behind:  # how far this catch-up goes
+                self.behind = len(rows) + await on_conn(conn, db.left_after, workspace_id, rows)
             after = rows[-1].version
             async with self._lock:
                 wanted = [r for r in rows if self._wanted(r)]
@@ -429,20 +433,11 @@ class FileSync:
                     await in_thread(partial(self._state.record, updates, cursor))
             self.pulled += len(updates)
             self.last_pull = time.time()
+            self.behind = max(0, self.behind - len(rows))
+        self.behind = 0
         for path in blocked.keys() - self._feed_blocked.keys():
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
         self._feed_blocked = blocked
-
-    def _read_each(self, paths: list[str], failed: dict[str, Exception]
-                   ) -> list[LocalFile | None]:
-        out: list[LocalFile | None] = []
-        for path in paths:
-            try:
-                out.append(self._fs.read(path))
-            except (OSError, RecalldError) as exc:  # a folder in its place, unreadable
-                failed[path] = exc
-                out.append(None)
-        return out
 
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""
@@ -466,7 +461,7 @@ class FileSync:
         file cannot be read or written (in ``failed``)."""
         if not rows:
             return []
-        local = await in_thread(self._read_each, [r.path for r in rows], failed)
+        local = await in_thread(self._fs.read_each, [r.path for r in rows], failed)
         updates: list[tuple[str, Base]] = []
         edited: list[LocalFile] = []
         install: list[db.Row] = []

@@ -82,6 +82,19 @@ class Confinement:
                 return len(root)
         return None
 
+    def read_each(self, paths: list[str], failed: dict[str, Exception]
+                  ) -> list[LocalFile | None]:
+        """:meth:`read` of each path; one that cannot be read now (a folder in its place,
+        unreadable) is ``None`` in the list, its error in ``failed``."""
+        out: list[LocalFile | None] = []
+        for path in paths:
+            try:
+                out.append(self.read(path))
+            except (OSError, RecalldError) as exc:
+                failed[path] = exc
+                out.append(None)
+        return out
+
     def read(self, path: str) -> LocalFile:
         """``path`` as it is now: absent unless a regular file (a folder, a link or a
         socket of that name is no note, as for the index, so its note counts as deleted).

@@ -85,6 +85,7 @@ class ReplicaStatus(TypedDict):
     name: str
     host: str
     outbox: int
+    behind: int  # rows of the feed the catch-up under way has still to apply
     cursor: int
     uploaded: int
     pulled: int
@@ -185,6 +186,7 @@ class Replica:
             "name": self._cfg.name,
             "host": self.host,
             "outbox": self._files.queued,
+            "behind": self._files.behind,
             "cursor": self._files.cursor,
             "uploaded": self._files.uploaded,
             "pulled": self._files.pulled,
