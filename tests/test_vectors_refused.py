@@ -70,23 +70,30 @@ def test_a_batch_refused_as_a_whole_is_sent_text_by_text(daemon_factory: Any,
         assert d.stop() == 0
 
 
+def with_new_model(daemon_factory: Any, root: Path, old: FakeProvider,
+                   new: FakeProvider) -> Any:
+    """A daemon serving ``root`` with model m2 from ``new``, its state holding every
+    chunk's vector of model m from ``old``."""
+    notes(root)
+    d = daemon_factory(config(root, old))
+    d.call("index.sync", {"agent_id": "w"})
+    wait_value(lambda: vectors_status(d), lambda st: st["coverage"] >= 1.0
+               and st["total"] == 8, "the old model's vectors")
+    assert d.stop() == 0
+    d = daemon_factory(config(root, new).replace('"m"', '"m2"'),
+                       RECALLD_DATA_DIR=str(d.data_dir))
+    d.call("index.sync", {"agent_id": "w"})
+    return d
+
+
 def test_a_model_change_finishes_though_the_new_model_refuses_a_text(
         daemon_factory: Any, tmp_path: Path) -> None:
     # Every chunk has its vector from the old model; the new one refuses one text. The
     # change must still finish (that chunk waits in the new space), or the old space would
     # serve for good and no note written since would ever be found by vector.
     root = tmp_path / "ws"
-    notes(root)
-    with FakeProvider(dims=8) as old:
-        d = daemon_factory(config(root, old))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors_status(d), lambda st: st["coverage"] >= 1.0
-                   and st["total"] == 8, "the old model's vectors")
-        assert d.stop() == 0
-    with Refusing("zyx") as new:
-        d = daemon_factory(config(root, new).replace('"m"', '"m2"'),
-                           RECALLD_DATA_DIR=str(d.data_dir))
-        d.call("index.sync", {"agent_id": "w"})
+    with FakeProvider(dims=8) as old, Refusing("zyx") as new:
+        d = with_new_model(daemon_factory, root, old, new)
         st = wait_value(lambda: vectors_status(d),
                         lambda st: not st["migrating"] and st["state"] == "waiting",
                         "the change finished", deadline_s=30)
@@ -105,21 +112,13 @@ def test_a_model_change_finishes_though_the_new_model_refuses_a_text(
 def test_a_new_model_that_refuses_everything_leaves_the_old_one_serving(
         daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    notes(root)
-    with FakeProvider(dims=8) as old:
-        d = daemon_factory(config(root, old))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors_status(d), lambda st: st["coverage"] >= 1.0
-                   and st["total"] == 8, "the old model's vectors")
+    # Every chunk holds its heading: the new model refuses every text.
+    with FakeProvider(dims=8) as old, Refusing("#") as new:
+        d = with_new_model(daemon_factory, root, old, new)
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["state"] == "waiting" and st["parked"] == 8,
+                        "every chunk parked", deadline_s=30)
+        assert st["migrating"] and st["serving_space"] != st["space"], st
+        res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
+        assert res["mode"] == "hybrid" and res["vector_hits"] == 8  # the old space, all
         assert d.stop() == 0
-        with Refusing("#") as new:  # every chunk holds its heading
-            d = daemon_factory(config(root, new).replace('"m"', '"m2"'),
-                               RECALLD_DATA_DIR=str(d.data_dir))
-            d.call("index.sync", {"agent_id": "w"})
-            st = wait_value(lambda: vectors_status(d),
-                            lambda st: st["state"] == "waiting" and st["parked"] == 8,
-                            "every chunk parked", deadline_s=30)
-            assert st["migrating"] and st["serving_space"] != st["space"], st
-            res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
-            assert res["mode"] == "hybrid" and res["vector_hits"] == 8  # the old space, all
-            assert d.stop() == 0
