@@ -157,6 +157,15 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
         last_text = "no run yet"
     elif last.get("state") == "succeeded":
         last_text = f"last run {_when(last.get('finished_at'))} succeeded"
+        result = last.get("result") or {}
+        failed = result.get("failed_notes")
+        if isinstance(failed, int) and failed > 0:
+            last_text += f", {failed} note(s) not processed"
+            a.problems.append(Problem(
+                "warn", f"the last dream left {failed} daily note(s) not processed; they "
+                        "are tried again at the next run",
+                f"its run log names each and why: {result.get('log')} (recalld jobs get "
+                f"{last.get('job_id')})"))
     else:
         last_text = (f"last run {_when(last.get('finished_at'))} {last.get('state')}: "
                      f"{last.get('error') or '-'}")

@@ -273,6 +273,31 @@ def test_failing_model_retries_note_next_run(daemon: DaemonHandle, fake: FakePro
         assert len(items) == 1 and "digest/wiki/build-server.md" in items[0]["changes"]
 
 
+def test_a_dream_that_left_a_note_unprocessed_says_so_in_status(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # One note is consolidated, the other's conversation breaks: the run succeeds (the
+    # note is tried again next run), and status must not read as if all went well.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    good, bad = "memory/2026-11-20/ok.md", "memory/2026-11-21/broken.md"
+    write(root, good, "The printer on floor 3 is called gutenberg.\n")
+    write(root, bad, "The VPN gateway moved to vpn2.\n")
+    open_ws(daemon, root, fake)
+    model.plan[good] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                        "name": "Printer", "content": "- it is gutenberg",
+                                        "reason": "fact"})]]
+    model.plan[bad] = [[("integrate", "{not json")]]
+    result = dream(daemon)
+    assert (result["notes"], result["failed_notes"]) == (2, 1), result
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "status"], env=daemon.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    shown = " ".join(proc.stdout.split())
+    assert "succeeded, 1 note(s) not processed" in shown, proc.stdout
+    assert "the last dream left 1 daily note(s) not processed" in shown, proc.stdout
+    assert result["log"] in shown, proc.stdout
+    assert bad in (root / result["log"]).read_text()
+
+
 def test_dream_without_changes_pushes_nothing(daemon: DaemonHandle, fake: FakeProvider,
                                               tmp_path: Path) -> None:
     root = tmp_path / "ws"
