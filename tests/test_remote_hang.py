@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
@@ -27,6 +28,9 @@ import os
 if os.environ.get("CALL_TIMEOUT_S"):
     from recalld.daemon.remote import db
     db.CALL_TIMEOUT_S = float(os.environ["CALL_TIMEOUT_S"])
+if os.environ.get("SEARCH_TIMEOUT_S"):
+    from recalld.daemon.remote import db
+    db.SEARCH_TIMEOUT_S = float(os.environ["SEARCH_TIMEOUT_S"])
 """
 
 
@@ -79,3 +83,36 @@ def test_a_hung_server_is_offline_and_holds_no_stop(daemon_factory: DaemonFactor
             remote_status(d)), what="uploaded after the thaw")
     root = quick.data_dir / "workspaces" / "default"
     wait_for(lambda: (root / "memory/2026-12-08/stopped.md").exists(), what="note on quick")
+
+
+def test_a_search_in_a_hung_server_is_answered_locally_soon(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        tmp_path: Path) -> None:
+    # The replica's calls may wait their long deadline; an agent's search must not: the
+    # local index answers it after the search deadline, and the next ones at once.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    d = daemon_factory(config(pg_server.dsn, "s" + uuid.uuid4().hex[:12], "srv",
+                              ', search_mode = "server"'),
+                       PYTHONPATH=str(hooks), CALL_TIMEOUT_S="120", SEARCH_TIMEOUT_S="1")
+    write(d, "memory/2026-12-09/kiln.md", "# Kiln\nthe kiln reaches 1280 degrees\n")
+
+    def search() -> dict[str, Any]:
+        out: dict[str, Any] = d.call("memory.search", {"agent_id": "default",
+                                                       "query": "kiln degrees"})
+        return out
+
+    wait_for(lambda: search()["search_mode"] == "server" and search()["results"],
+             what="searched in the server")
+    with frozen(pg_server):
+        began = time.monotonic()
+        first = search()
+        second = search()
+        took = time.monotonic() - began
+        assert remote_status(d)["state"] == "online"  # its own calls still wait
+    assert first["search_mode"] == second["search_mode"] == "local", (first, second)
+    assert [r["path"] for r in second["results"]] == ["memory/2026-12-09/kiln.md"]
+    assert "did not answer within 1 s" in first["server_error"], first
+    assert "searching locally for a while" in second["server_error"], second
+    assert took < 60, took  # not the replica's 120 s deadline

@@ -63,6 +63,13 @@ FEED_PAGE_BYTES = 16 << 20
 #: How long a call on a connection may wait for the server (above statement_timeout:
 #: the server gives up a slow statement first).
 CALL_TIMEOUT_S = 45.0
+#: How long a search waits for the server before the local index answers it (a search
+#: is waited on by an agent; the replica's own calls can wait longer).
+SEARCH_TIMEOUT_S = 5.0
+#: After a search the server left unanswered that long, how long searches go to the
+#: local index at once rather than each waiting on a server that may hang (a new session
+#: with the server ends it sooner).
+SEARCH_PAUSE_S = 30.0
 #: What the callers of these functions take for "the server is unavailable now".
 UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
 

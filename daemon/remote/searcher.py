@@ -53,6 +53,9 @@ class ServerSearcher:
         # on the first search, so searches never queue behind a burst of uploads.
         self._reader: db.Conn | None = None
         self._reader_lock = trio.Lock()
+        # Until when searches go to the local index without asking (the server left the
+        # last search unanswered: see db.SEARCH_PAUSE_S; a new session ends it).
+        self._paused_until = -math.inf
         self.server_searches = 0
         self.search_fallbacks = 0
         self.chunks_backfilled = 0
@@ -75,6 +78,7 @@ class ServerSearcher:
         its chunks (``chunks_ready``). Cancellation waits for the call in flight."""
         from recalld.daemon.remote import chunks
 
+        self._paused_until = -math.inf  # a new session: the server answers again
         async with self._writer_lock:
             await on_conn(conn, chunks.start_chunking, workspace_id)
         while True:
@@ -96,6 +100,9 @@ class ServerSearcher:
         if not self.chunks_ready:
             raise SearchUnavailable(f"the server is still chunking shared workspace "
                                     f"{self._cfg.name} ({self.chunks_backfilled} files so far)")
+        if trio.current_time() < self._paused_until:
+            raise SearchUnavailable(f"the server left a search unanswered lately "
+                                    f"({self.last_error}); searching locally for a while")
         s = self._ws.settings
         run = partial(server.candidates, workspace_id=workspace_id, query=query, limit=limit,
                       filters=filters, query_vector=query_vector, daily_dir=s.daily_dir,
@@ -103,13 +110,14 @@ class ServerSearcher:
         async with self._reader_lock:
             # A connection kept from before may have died with a server restart: one
             # more try on a new one before the local index answers.
+            began = trio.current_time()
             for fresh in (self._reader is None, True):
                 try:
                     if self._reader is None:
                         self._reader = await in_thread(partial(
                             db.connect, self._cfg,
                             application_name=f"recalld {self.host} search"))
-                    found = await on_conn(self._reader, run)
+                    found = await on_conn(self._reader, run, timeout_s=db.SEARCH_TIMEOUT_S)
                 except Exception as exc:
                     reader, self._reader = self._reader, None
                     if reader is not None:
@@ -120,6 +128,9 @@ class ServerSearcher:
                                   self._cfg.name, exc_info=exc)
                     self.last_error = one_line(exc, self._secrets)
                     if fresh or not isinstance(exc, psycopg.OperationalError):
+                        if trio.current_time() - began >= db.SEARCH_TIMEOUT_S:
+                            # Not answered in time (nor connected): a hung server.
+                            self._paused_until = trio.current_time() + db.SEARCH_PAUSE_S
                         raise SearchUnavailable(self.last_error) from exc
                     continue
                 self.server_searches += 1
