@@ -147,7 +147,9 @@ def _dream(ws: Workspace) -> DreamReport:
     s = ws.settings
     catalog = load_catalog(catalog_path(ws.root, s.metadata_dir, "dream"))
     found = reme_dream.read_reme_dreamed(ws.root, s.metadata_dir, s.daily_dir, catalog)
-    already = sum(1 for r in catalog.values() if r.get("source") == "reme")
+    fresh = {rel for rel, _ in found.unchanged} if found is not None else set()
+    already = sum(1 for rel, r in catalog.items()
+                  if r.get("source") == "reme" and rel not in fresh)
     if found is None:
         return {"reme_catalog": False, "recognised": already}
     return {"reme_catalog": True, "recognised": already + len(found.unchanged),

@@ -93,6 +93,43 @@ def test_only_notes_reme_had_not_consolidated_are_dreamed(
     assert dream(daemon)["notes"] == 1 and model.notes == [other]
 
 
+def reme_dreams(ws: Path, *notes: str) -> None:
+    """ReMe's dream consolidates ``notes`` as they are now (its record: path and mtime)."""
+    path = ws / "mem_metadata/file_catalog/dream.jsonl.zst"
+    old = {r["path"]: r for r in read_foreign_records(path).records} if path.exists() else {}
+    for rel in notes:
+        old[rel] = {"path": rel, "st_mtime": (ws / rel).stat().st_mtime, "links": [],
+                    "chunk_ids": [], "front_matter": {"name": "", "description": ""}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_records(REAL, path, list(old.values()))
+
+
+def test_back_and_forth_nothing_reme_dreamed_is_dreamed_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    a, b = "memory/2026-07-01/a.md", "memory/2026-07-01/b.md"
+    (ws / a).parent.mkdir(parents=True)
+    (ws / a).write_text("Tea, no sugar.\n", "utf-8")
+    (ws / b).write_text("Coffee, black.\n", "utf-8")
+    reme_dreams(ws, a)
+    model = NoteRecorder(fake)
+    open_ws(daemon, ws, fake)
+    assert dream(daemon)["notes"] == 1 and model.notes == [b]
+    # Back in QwenPaw: both notes are edited and ReMe's dream consolidates them. Once
+    # recalld serves the workspace again, neither is paid for a second time.
+    for rel in (a, b):
+        with (ws / rel).open("a", encoding="utf-8") as f:
+            f.write("Edited while QwenPaw served the workspace.\n")
+    reme_dreams(ws, a, b)
+    model.notes.clear()
+    result = dream(daemon)
+    assert (result["notes"], result["recognised_from_reme"], model.notes) == (0, 2, [])
+    # An edit ReMe's dream has not read is dreamed.
+    with (ws / a).open("a", encoding="utf-8") as f:
+        f.write("One more line.\n")
+    assert dream(daemon)["notes"] == 1 and model.notes == [a]
+
+
 def test_a_catalog_recalld_kept_in_remes_folder_moves_beside_it(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     ws = tmp_path / "ws"

@@ -3,15 +3,18 @@
 ReMe 0.4.2 keeps them in ``<metadata_dir>/file_catalog/dream.jsonl.zst``, one file node
 per note (``path``, ``st_mtime``: the note's modification time when the dream read it); a
 note whose time differs is new to its next dream. recalld keys its own catalog by content
-hash (``dream.py``), so a note ReMe consolidated is recognised once, the first time
-recalld's dream meets it: if its modification time is still the one ReMe recorded, the
-note is as ReMe read it and its current hash goes into recalld's catalog as processed; if
-it changed since, it is dreamed like any new note. ReMe's file is only read, never
-written. Blocking: call from worker threads.
+hash (``dream.py``), so a note ReMe consolidated is recognised when recalld's dream meets
+it as ReMe read it: if its modification time is still the one ReMe recorded, the note is
+as ReMe read it and its current hash goes into recalld's catalog as processed; if it
+changed since, it is dreamed like any new note. That holds for a note recalld's catalog
+already has under an older text too (edited while QwenPaw served the workspace, then
+consolidated by ReMe's dream): the workspace may go back and forth. ReMe's file is only
+read, never written. Blocking: call from worker threads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -44,8 +47,10 @@ class ReMeDreamed:
 
 def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
                       known: Mapping[str, object] | None = None) -> ReMeDreamed | None:
-    """The daily notes ReMe's dream catalog records, except those in ``known`` (recalld's
-    catalog); None when the workspace has no ReMe dream catalog."""
+    """The daily notes ReMe's dream catalog records, except those ``known`` (recalld's
+    catalog) has processed as they are now; None when the workspace has no ReMe dream
+    catalog. A note ``known`` has under another text is recognised only when ReMe's
+    dream read it as it is now (it is otherwise left out, neither changed nor gone)."""
     path = root / metadata_dir / REME_DREAM_CATALOG
     if not path.is_file():
         return None
@@ -62,20 +67,33 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
                 or isinstance(mtime, bool) or "digest" in rec):
             out.skipped += 1
             continue
-        if not rel.startswith(prefix) or not rel.endswith(".md") or rel in (known or {}):
-            continue  # day indexes (``memory/<day>.md``) and what recalld already knows
+        if not rel.startswith(prefix) or not rel.endswith(".md"):
+            continue  # day indexes (``memory/<day>.md``)
+        ours = (known or {}).get(rel)
         try:
             st = os.stat(root / rel, follow_symlinks=False)
             text = read_confined(root, rel)
         except (OSError, RecalldError):
             text = None
-        if text is None:
+        if ours is not None:
+            # recalld's catalog has it: ReMe's record counts only for a text recalld has
+            # not processed that ReMe's dream read as it is now.
+            if (text is not None and st.st_mtime == float(mtime)
+                    and not _processed(ours, text)):
+                out.unchanged.append((rel, text))
+        elif text is None:
             out.gone.append(rel)
         elif st.st_mtime == float(mtime):
             out.unchanged.append((rel, text))
         else:
             out.changed.append(rel)
     return out
+
+
+def _processed(record: object, text: str) -> bool:
+    """Whether recalld's catalog ``record`` says ``text`` was dreamed as it is."""
+    return (isinstance(record, Mapping) and record.get("state") == "processed"
+            and record.get("digest") == hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
 __all__ = ["REME_DREAM_CATALOG", "ReMeDreamed", "read_reme_dreamed"]
