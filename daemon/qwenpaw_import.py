@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import trio
 
 from recalld.daemon import qwenpaw
+from recalld.daemon.config import ConfigError
 from recalld.daemon.config_rules import SECRET_SETTING, mask_dsn, mask_url
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.jsontypes import JsonObject
@@ -46,6 +47,9 @@ class DreamReport(TypedDict):
 class SettingsReport(TypedDict):
     applied: dict[str, object]  # dotted field -> the value in use (secrets masked)
     ignored: dict[str, str]  # field -> why recalld does not act on it
+    #: Given fields the workspace does not use (it was open already with other
+    #: settings): dotted field -> the value in use (secrets masked).
+    not_applied: NotRequired[dict[str, object]]
 
 
 class ImportReport(TypedDict):
@@ -157,26 +161,47 @@ def _dream(ws: Workspace) -> DreamReport:
 
 
 def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsReport:
-    """The fields given, as applied (secrets masked), and those ignored with the reason."""
+    """The fields given, as applied (secrets masked), and those ignored with the reason.
+
+    A given field the workspace does not use (it was already open with other settings,
+    which apply only when it is opened again) is listed in ``not_applied`` with the value
+    in use, not as applied."""
     reasons = {**qwenpaw.IGNORED_WORKSPACE,
                **{f"embedding_model_config.{k}": v for k, v in qwenpaw.IGNORED_EMBEDDING.items()}}
     ignored = {name: reasons.get(name, "") for name in ws.settings.ignored_fields}
     applied: dict[str, object] = {}
+    not_applied: dict[str, object] = {}
     if given:
+        try:
+            wanted = ws.settings.merged(given)
+        except ConfigError:  # refused at the open already; nothing to compare with
+            wanted = ws.settings
         part = qwenpaw.memory_part(given) if qwenpaw.looks_like_agent_json(given) else given
-        for name, value in qwenpaw.classify(part).taken.items():
+        taken = qwenpaw.classify(part).taken
+        if taken.get("dream_cron") == "":  # QwenPaw's older way to turn the dream off
+            taken.setdefault("dream_cron_enabled", False)
+        for name, value in taken.items():
             current = getattr(ws.settings, name, value)
             if isinstance(value, Mapping) and hasattr(current, "__dataclass_fields__"):
-                for key in value:
-                    shown = getattr(current, key, None)
-                    if isinstance(shown, str) and shown:  # masked as settings show them
-                        shown = ("***" if SECRET_SETTING.search(key)
-                                 else mask_dsn(shown) if key == "dsn"
-                                 else mask_url(shown) if "://" in shown else shown)
-                    applied[f"{name}.{key}"] = shown
+                fields = [(f"{name}.{key}", key, getattr(current, key, None),
+                           getattr(getattr(wanted, name), key, None)) for key in value]
             else:
-                applied[name] = current
-    return {"applied": applied, "ignored": ignored}
+                fields = [(name, name, current, getattr(wanted, name, value))]
+            for dotted, key, in_use, asked in fields:
+                (applied if in_use == asked else not_applied)[dotted] = _shown(key, in_use)
+    out: SettingsReport = {"applied": applied, "ignored": ignored}
+    if not_applied:
+        out["not_applied"] = not_applied
+    return out
+
+
+def _shown(key: str, value: object) -> object:
+    """``value`` of setting ``key`` masked as settings show it."""
+    if isinstance(value, str) and value:
+        return ("***" if SECRET_SETTING.search(key)
+                else mask_dsn(value) if key == "dsn"
+                else mask_url(value) if "://" in value else value)
+    return value
 
 
 __all__ = ["import_report"]

@@ -144,6 +144,12 @@ def render_report(agent: str, path: str, rep: JsonObject,
     if applied:
         lines.append("settings applied:")
         lines.extend(f"  {k} = {v}" for k, v in sorted(applied.items()))
+    not_applied = settings.get("not_applied") or {}
+    if not_applied:
+        lines.append(f"settings not in use: {agent} was open already with other settings, "
+                     "which stay until it is opened again (recalld workspace close "
+                     f"{agent}, then import again); in use now:")
+        lines.extend(f"  {k} = {v}" for k, v in sorted(not_applied.items()))
     ignored = settings.get("ignored") or {}
     if ignored:
         lines.append("settings ignored:")

@@ -209,3 +209,35 @@ def test_the_import_report_masks_url_secrets_as_settings_do(daemon: DaemonHandle
     assert applied["embedding_model_config.base_url"] == "https://e.example.org/v1?key=***"
     assert applied["chat_model_config.api_key"] == "***"
     assert not any(s in json.dumps(info) for s in ("Pw-81xq", "AIza-Q9z", "chat-Key-77"))
+
+
+def test_settings_of_a_workspace_open_already_are_not_reported_as_applied(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The workspace serves already (without QwenPaw's settings): an import does not
+    # change them until it is opened again, and says so rather than "applied".
+    ws = tmp_path / "paw"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
+    memory = {"dream_cron": "", "embedding_model_config": {
+        "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-paw",
+        "model_name": "paw-embed", "dimensions": 8}}
+    (ws / "agent.json").write_text(json.dumps(
+        {"id": "paw", "running": {"reme_light_memory_config": memory}}), "utf-8")
+    daemon.call("workspace.open", {"agent_id": "paw", "path": str(ws)})
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads(proc.stdout)["import"]["settings"]
+    assert settings["not_applied"]["embedding_model_config.model_name"] == ""
+    assert settings["not_applied"]["dream_cron_enabled"] is True
+    assert "embedding_model_config.model_name" not in settings["applied"]
+    assert "sk-paw" not in proc.stdout
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "settings not in use: paw was open already" in text, text
+    # Opened again, they apply (an empty dream_cron turns the dream off).
+    daemon.call("workspace.close", {"agent_id": "paw"})
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads(proc.stdout)["import"]["settings"]
+    assert "not_applied" not in settings
+    assert settings["applied"]["embedding_model_config.model_name"] == "paw-embed"
+    assert settings["applied"]["dream_cron_enabled"] is False
