@@ -77,10 +77,45 @@ def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     return data
 
 
+def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
+    """The agents of a QwenPaw home (``~/.qwenpaw``: a ``config.json`` whose
+    ``agents.profiles`` name each agent's workspace), id -> workspace folder; None when
+    ``root`` is not one. A ``workspace_dir`` that is not a folder here (the home came from
+    another machine) is looked for where QwenPaw keeps it, ``workspaces/<id>``."""
+    if (root / "agent.json").exists():
+        return None  # an agent's workspace
+    try:
+        data = orjson.loads((root / "config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    agents = data.get("agents") if isinstance(data, dict) else None
+    profiles = agents.get("profiles") if isinstance(agents, dict) else None
+    if not isinstance(profiles, dict):
+        return None
+    out: dict[str, Path] = {}
+    for key, ref in profiles.items():
+        ref = ref if isinstance(ref, dict) else {}
+        given = ref.get("workspace_dir")
+        path = root / Path(given).expanduser() if isinstance(given, str) and given else None
+        if path is None or not path.is_dir():
+            path = root / "workspaces" / key
+        out[str(ref.get("id") or key)] = path
+    return out
+
+
 def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     root = Path(ns.path).expanduser().absolute()
     if not root.is_dir():
         raise errors.InvalidParams(f"{root} is not a directory")
+    agents = qwenpaw_home_agents(root)
+    if agents is not None:
+        # Served as a workspace, QwenPaw's home would hold every agent's folder (and
+        # stand in the way of importing each of them).
+        listed = "; ".join(f"{agent}: recalld import-qwenpaw {path}"
+                           for agent, path in sorted(agents.items())) or "none listed"
+        raise errors.InvalidParams(
+            f"{root} is QwenPaw's home, not an agent's workspace; import each agent's "
+            f"workspace ({listed})")
     agent_json = Path(ns.agent_json).expanduser() if ns.agent_json else root / "agent.json"
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
     agent = agent_id_of(str(ns.agent or (config or {}).get("id") or root.name))

@@ -241,3 +241,25 @@ def test_settings_of_a_workspace_open_already_are_not_reported_as_applied(
     assert "not_applied" not in settings
     assert settings["applied"]["embedding_model_config.model_name"] == "paw-embed"
     assert settings["applied"]["dream_cron_enabled"] is False
+
+
+def test_qwenpaws_home_is_not_imported_as_one_workspace(daemon: DaemonHandle,
+                                                        tmp_path: Path) -> None:
+    # ~/.qwenpaw (moved here from another machine) lists its agents in config.json; served
+    # as one workspace it would hold all of theirs and keep each from being imported.
+    home = tmp_path / "qwenpaw"
+    for folder in ("workspaces/default", "elsewhere/writer"):
+        (home / folder / "memory" / "2026-01-02").mkdir(parents=True)
+        (home / folder / "memory" / "2026-01-02" / "n.md").write_text("- the fern\n")
+    (home / "config.json").write_text(json.dumps({"agents": {"profiles": {
+        "default": {"id": "default", "workspace_dir": "/home/ada/.qwenpaw/workspaces/default"},
+        "writer": {"id": "writer", "workspace_dir": str(home / "elsewhere/writer")}}}}))
+    proc = cli(daemon, "import-qwenpaw", str(home))
+    assert proc.returncode == 2, proc.stdout
+    assert f"{home} is QwenPaw's home, not an agent's workspace" in proc.stderr
+    assert f"default: recalld import-qwenpaw {home / 'workspaces/default'};" in proc.stderr
+    assert f"writer: recalld import-qwenpaw {home / 'elsewhere/writer'})" in proc.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["config.json", "elsewhere", "workspaces"]
+    for folder in ("workspaces/default", "elsewhere/writer"):
+        proc = cli(daemon, "import-qwenpaw", str(home / folder))
+        assert proc.returncode == 0 and "notes:    1" in proc.stdout, proc.stderr
