@@ -48,14 +48,23 @@ def agent_id_of(name: str) -> str:
 
 def free_agent_id(client: Client, agent: str, root: Path) -> str:
     """``agent``, or ``qwenpaw-<agent>`` when a workspace of that id is open on another
-    folder (QwenPaw's first agent and recalld's own workspace are both ``default``)."""
-    listed = client.call("workspace.list").get("workspaces", [])
-    for ws in listed:
+    folder or recorded there to reopen (QwenPaw's first agent and recalld's own workspace
+    are both ``default``; two QwenPaw homes both have theirs), then ``qwenpaw-<agent>-2``
+    and on: the same id at every import of one folder, never another folder's."""
+    taken: dict[str, Path] = {}
+    for ws in client.call("workspace.list").get("workspaces", []):
         path = ws.get("path")
-        if (ws.get("agent_id") == agent and ws.get("state") in ("opening", "ready")
-                and isinstance(path, str) and Path(path).resolve() != root.resolve()):
-            return agent_id_of(f"qwenpaw-{agent}")
-    return agent
+        if (isinstance(path, str) and isinstance(ws.get("agent_id"), str)
+                and (ws.get("state") in ("opening", "ready") or ws.get("registered"))):
+            taken[ws["agent_id"]] = Path(path).resolve()
+    here = root.resolve()
+    candidate = agent
+    base = agent_id_of(f"qwenpaw-{agent}")[:56].rstrip("-.")
+    for n in range(1, 1000):
+        if taken.get(candidate, here) == here:
+            return candidate
+        candidate = base if n == 1 else f"{base}-{n}"
+    return candidate
 
 
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:

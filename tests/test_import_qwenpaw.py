@@ -263,3 +263,26 @@ def test_qwenpaws_home_is_not_imported_as_one_workspace(daemon: DaemonHandle,
     for folder in ("workspaces/default", "elsewhere/writer"):
         proc = cli(daemon, "import-qwenpaw", str(home / folder))
         assert proc.returncode == 0 and "notes:    1" in proc.stdout, proc.stderr
+
+
+def test_an_agent_recorded_at_another_folder_keeps_its_id(daemon: DaemonHandle,
+                                                          tmp_path: Path) -> None:
+    # Three QwenPaw homes (three machines), each with an agent `coder`: each folder gets
+    # an id of its own, also while the first is closed (recorded, reopened at start).
+    folders = [tmp_path / f"home{i}" / "coder" for i in range(3)]
+    for folder in folders:
+        (folder / "memory" / "2026-01-02").mkdir(parents=True)
+        (folder / "memory" / "2026-01-02" / "n.md").write_text(f"- the fern of {folder}\n")
+        (folder / "agent.json").write_text(json.dumps({"id": "coder", "running": {}}))
+    ids = []
+    for folder in folders:
+        proc = cli(daemon, "--json", "import-qwenpaw", str(folder))
+        assert proc.returncode == 0, proc.stderr
+        ids.append(json.loads(proc.stdout)["agent_id"])
+        if len(ids) == 1:
+            daemon.call("workspace.close", {"agent_id": "coder"})
+    assert ids == ["coder", "qwenpaw-coder", "qwenpaw-coder-2"]
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert listed["coder"]["path"] == str(folders[0]) and listed["coder"]["registered"]
+    again = cli(daemon, "--json", "import-qwenpaw", str(folders[0]))
+    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "coder"
