@@ -42,6 +42,8 @@ class DreamReport(TypedDict):
     recognised: int  # notes ReMe's dream consolidated, not dreamed again
     changed_since: NotRequired[int]
     gone: NotRequired[int]
+    #: Why part of ReMe's dream catalog could not be read (its notes are dreamed again).
+    damaged: NotRequired[str]
 
 
 class SettingsReport(TypedDict):
@@ -156,8 +158,11 @@ def _dream(ws: Workspace) -> DreamReport:
                   if r.get("source") == "reme" and rel not in fresh)
     if found is None:
         return {"reme_catalog": False, "recognised": already}
-    return {"reme_catalog": True, "recognised": already + len(found.unchanged),
-            "changed_since": len(found.changed), "gone": len(found.gone)}
+    out: DreamReport = {"reme_catalog": True, "recognised": already + len(found.unchanged),
+                        "changed_since": len(found.changed), "gone": len(found.gone)}
+    if found.damaged is not None:
+        out["damaged"] = found.damaged
+    return out
 
 
 def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsReport:

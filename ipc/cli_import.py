@@ -181,6 +181,9 @@ def render_report(agent: str, path: str, rep: JsonObject,
     if dream.get("reme_catalog"):
         lines.append(f"dream:    {dream['recognised']} notes ReMe consolidated are not dreamed "
                      f"again; {dream.get('changed_since', 0)} changed since will be")
+        if dream.get("damaged"):
+            lines.append(f"          ReMe's dream record is damaged ({dream['damaged']}): "
+                         "the notes it lost will be dreamed again")
     else:
         lines.append("dream:    no ReMe dream record")
     settings = rep.get("settings", {})

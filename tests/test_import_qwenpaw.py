@@ -286,3 +286,17 @@ def test_an_agent_recorded_at_another_folder_keeps_its_id(daemon: DaemonHandle,
     assert listed["coder"]["path"] == str(folders[0]) and listed["coder"]["registered"]
     again = cli(daemon, "--json", "import-qwenpaw", str(folders[0]))
     assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "coder"
+
+
+def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A copy cut short (a move from another machine interrupted): the notes the record
+    # lost are dreamed again, and the report says so rather than "0 consolidated".
+    ws = copy_fixture(tmp_path / "cut")
+    record = ws / "mem_metadata/file_catalog/dream.jsonl.zst"
+    record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    dream = json.loads(proc.stdout)["import"]["dream"]
+    assert "truncated" in dream["damaged"] and dream["recognised"] < 20
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "ReMe's dream record is damaged (" in text, text
