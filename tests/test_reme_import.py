@@ -84,6 +84,11 @@ def test_remes_boundaries_are_kept_only_while_the_note_matches(tmp_path: Path) -
     heading = max(i for i, ln in enumerate(lines) if ln.startswith("## Section"))
     assert adopt_chunks(long_note, "\n".join(lines[:heading] + lines[heading + 1:]),
                         store.chunks[long_note]) is None
+    # An edit of a number that keeps its digits is an edit: ReMe's text says otherwise.
+    rel = next(p for p in store.chunks if "v2.3.1" in (ws / p).read_text("utf-8"))
+    note = (ws / rel).read_text("utf-8")
+    for old, new in (("v2.3.1", "v23.1"), ("v2.3.1", "v2-3-1"), ("2026-06", "2026-0-6")):
+        assert adopt_chunks(rel, note.replace(old, new), store.chunks[rel]) is None, new
     # A blank line more before a chunk moves its lines: its range no longer fits.
     blank = lines.index("")
     assert adopt_chunks(long_note, "\n".join([*lines[:blank], "", *lines[blank:]]),

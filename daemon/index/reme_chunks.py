@@ -32,16 +32,29 @@ class ReMeChunk:
 # ------------------------------------------------------------------- chunk boundaries
 
 
+#: Punctuation that belongs to a number, date, time or version when it touches a digit
+#: (2.5, -3, 10:30, 2026-06-13, v2.3.1, 1,000): rendering Markdown again keeps it, and an
+#: edit may change nothing else ("v2.3.1" to "v23.1", "-200" to "200").
+_NUMBER_MARKS = frozenset(".,:/+-")
+
+
 def _alnum(text: str) -> str:
-    """The letters and digits of ``text``: what rendering Markdown again cannot change."""
-    return "".join(ch for ch in text if ch.isalnum()).casefold()
+    """The letters and digits of ``text``, with the punctuation of its numbers: what
+    rendering Markdown again cannot change."""
+    last = len(text) - 1
+    return "".join(
+        ch for i, ch in enumerate(text)
+        if ch.isalnum() or (ch in _NUMBER_MARKS and (
+            (i > 0 and text[i - 1].isdigit()) or (i < last and text[i + 1].isdigit())))
+    ).casefold()
 
 
 def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk] | None:
     """ReMe's chunks of ``path`` as recalld chunks, if the note still says what they say.
 
     The note matches when every group of chunks over one line range starts and ends on a
-    line with text and contains the letters and digits of its lines in order, and every
+    line with text and contains the letters and digits of its lines in order (with the
+    punctuation inside their numbers), and every
     line of the body with a letter or digit lies in some range. Frontmatter (which ReMe
     does not index) is kept searchable by making its lines the first chunk's heading,
     which the keyword index reads and the embedding does not. None: the note changed
