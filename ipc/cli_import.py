@@ -170,6 +170,9 @@ def render_report(agent: str, path: str, rep: JsonObject,
         if reme.get("other_spaces") and not reme.get("cache_vectors"):
             lines.append("          ReMe's vectors are of another embedding model or "
                          "endpoint: not reused")
+        if reme.get("store_vectors_other_dims"):
+            lines.append(f"          {reme['store_vectors_other_dims']} of ReMe's stored "
+                         "vectors have other dimensions than configured: not reused")
         if reme.get("store_vectors_other_space"):
             lines.append(f"          {reme['store_vectors_other_space']} of ReMe's stored "
                          "vectors are of another embedding model: not reused")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -300,3 +301,22 @@ def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path:
     assert "truncated" in dream["damaged"] and dream["recognised"] < 20
     text = cli(daemon, "import-qwenpaw", str(ws)).stdout
     assert "ReMe's dream record is damaged (" in text, text
+
+
+def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # ReMe kept no cache file (its cache off), and the agent's dimensions changed since
+    # ReMe embedded: none of its stored vectors can serve, and the report says why.
+    ws = copy_fixture(tmp_path / "dims")
+    shutil.rmtree(ws / "mem_metadata/embedding_store")
+    config = agent_json()
+    config["running"]["reme_light_memory_config"]["embedding_model_config"].update(
+        dimensions=DIMS // 2, base_url="http://127.0.0.1:9/v1")
+    (ws / "agent.json").write_text(json.dumps(config), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    vec = json.loads(proc.stdout)["import"]["vectors"]
+    assert vec["reused_from_reme"] == 0
+    assert vec["reme"]["store_vectors_other_dims"] == vec["reme"]["store_vectors"] > 0
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "of ReMe's stored vectors have other dimensions than configured" in text, text

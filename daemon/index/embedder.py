@@ -177,11 +177,12 @@ class VectorWorker:
             self.reme = {"space": cache.space, "cache_vectors": len(cache.vectors),
                          "other_spaces": cache.other_spaces, "refused": cache.refused,
                          "store_vectors": len(found)}
-            usable, other = reme_import.stored_vectors(found, cache, dims,
-                                                       self.config.max_input_length)
+            usable, other, other_dims = reme_import.stored_vectors(
+                found, cache, dims, self.config.max_input_length)
             items = [(text_hash(text), vec) for text, vec in usable]
             self.reme["store_vectors_used"] = len(items)
             self.reme["store_vectors_other_space"] = other
+            self.reme["store_vectors_other_dims"] = other_dims
             self.reme_hashes = {h for h, _ in items}
             return self.target.cache.put_many(items)
 

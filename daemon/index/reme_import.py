@@ -285,9 +285,10 @@ SAME_SPACE_COSINE: Final = 0.98
 
 
 def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims: int,
-                   max_input_length: int) -> tuple[list[tuple[str, F32]], int]:
+                   max_input_length: int) -> tuple[list[tuple[str, F32]], int, int]:
     """The chunk store's vectors that can serve ``cache``'s space, as ``(text, vector)``,
-    and how many of them were shown to be of another space.
+    how many of them were shown to be of another space, and how many have other
+    dimensions than ``dims``.
 
     None when ReMe's cache names only other spaces. A vector whose text ReMe's cache of
     this space also holds is checked against it; one that differs from it, or that
@@ -297,16 +298,17 @@ def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims
     and other dimensions are skipped.
     """
     if not cache.space_known:
-        return [], 0
+        return [], 0, 0
     agreed: list[tuple[str, F32]] = []
     unchecked: list[tuple[str, F32]] = []
-    other = 0
+    other = other_dims = 0
     for text, value in found:
         try:
             vec = decode_f16(value)
         except ValueError:
             continue
         if vec.shape[0] != dims:
+            other_dims += 1
             continue
         key = text_key(text, max_input_length)
         row = cache.vectors.get(key)
@@ -323,8 +325,8 @@ def stored_vectors(found: Sequence[tuple[str, str]], cache: ReMeEmbeddings, dims
         log.warning("ReMe's chunk store holds %d vector(s) of another embedding space; "
                     "only the %d its cache of this space confirms are reused", other,
                     len(agreed))
-        return agreed, other
-    return agreed + unchecked, 0
+        return agreed, other, other_dims
+    return agreed + unchecked, 0, other_dims
 
 
 def _same(vec: F32, row: F16) -> bool:

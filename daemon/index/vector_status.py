@@ -18,6 +18,7 @@ class ReMeVectors(TypedDict, total=False):
     store_vectors: int  # vectors in ReMe's chunk store
     store_vectors_used: int  # of those, the ones reused (of this space, these dimensions)
     store_vectors_other_space: int  # of those, the ones shown to be of another space
+    store_vectors_other_dims: int  # of those, the ones of other dimensions than configured
 
 
 class VectorStatus(TypedDict):
