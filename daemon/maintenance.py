@@ -237,9 +237,9 @@ class Health:
         # instead of scanning twice, which would also hold a CPU slot the startup needs.
         self.index.watcher.scan_listeners.append(self._adopt)
         task_status.started()
-        # A startup reconcile that ended before the listener was added goes unseen: then
-        # the first scan is ours, at once.
-        if self.index.watcher.status()["last_reconcile"] is None:
+        # A startup reconcile that scanned before the listener was added (it may still be
+        # applying what it found) goes unseen: then the first scan is ours, at once.
+        if self.index.watcher.scans == 0:
             with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
                 await self.first_scan.wait()
         while True:

@@ -320,3 +320,31 @@ def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
     assert vec["reme"]["store_vectors_other_dims"] == vec["reme"]["store_vectors"] > 0
     text = cli(daemon, "import-qwenpaw", str(ws)).stdout
     assert "of ReMe's stored vectors have other dimensions than configured" in text, text
+
+
+def test_status_after_an_import_does_not_wait_for_a_scan_already_made(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # An import with vectors: the vector service waits for the index while the first
+    # reconcile applies what its scan found, so health starts after that scan. It must
+    # not then wait 30 s for a scan that came already ("first disk scan under way").
+    from fakes.provider_server import FakeProvider
+
+    with FakeProvider(dims=8) as fake:
+        for n in range(3):
+            ws = tmp_path / f"paw{n}"
+            (ws / "memory" / "2026-01-02").mkdir(parents=True)
+            for i in range(200):
+                (ws / "memory" / "2026-01-02" / f"n{i}.md").write_text(f"- fern {i}\n")
+            config = {"embedding_model_config": {
+                "backend": "openai", "base_url": fake.url + "/v1", "api_key": "k",
+                "model_name": f"embed-{n}", "dimensions": 8}}
+            daemon.call("workspace.open", {"agent_id": f"paw{n}", "path": str(ws),
+                                           "config": config, "import_report": True})
+
+            def reasons(agent: str = f"paw{n}") -> list[str]:
+                listed = daemon.call("daemon.status")["workspaces"]
+                return next(w["health"]["reasons"] for w in listed if w["agent_id"] == agent)
+
+            wait_value(reasons, lambda r: not any("first disk scan" in x for x in r),
+                       "the first disk scan", deadline_s=10.0)
+            daemon.call("workspace.close", {"agent_id": f"paw{n}", "forget": True})
