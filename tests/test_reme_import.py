@@ -21,7 +21,7 @@ from waits import wait_for, wait_value
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.reme_chunks import adopt_chunks
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 
 CONFIG = EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:48231/v1",
                               model_name=MODEL, dimensions=DIMS)
@@ -84,6 +84,16 @@ def test_remes_boundaries_are_kept_only_while_the_note_matches(tmp_path: Path) -
     heading = max(i for i, ln in enumerate(lines) if ln.startswith("## Section"))
     assert adopt_chunks(long_note, "\n".join(lines[:heading] + lines[heading + 1:]),
                         store.chunks[long_note]) is None
+    # Frontmatter ReMe leaves out though recalld cannot read its YAML (an anchor, a key
+    # twice): ReMe's chunks still fit, and the block stays searchable as their heading.
+    for old, new in (("description: notes", "description: &d notes"),
+                     ("description: notes", "name: again\ndescription: notes")):
+        odd = (ws / fm_note).read_text("utf-8").replace(old, new, 1)
+        shift = odd.count("\n") - (ws / fm_note).read_text("utf-8").count("\n")
+        chunks = [ReMeChunk(c.start_line + shift, c.end_line + shift, c.text)
+                  for c in store.chunks[fm_note]]
+        got = adopt_chunks(fm_note, odd, chunks)
+        assert got is not None and new in got[0].index_text, new
     # An edit of a number that keeps its digits is an edit: ReMe's text says otherwise.
     rel = next(p for p in store.chunks if "v2.3.1" in (ws / p).read_text("utf-8"))
     note = (ws / rel).read_text("utf-8")

@@ -49,6 +49,15 @@ def _alnum(text: str) -> str:
     ).casefold()
 
 
+def _reme_block_end(lines: Sequence[str]) -> int:
+    """Where the body starts for ReMe: after a ``---`` fenced block at the top, whether or
+    not its YAML reads (ReMe leaves out a block it cannot parse; recalld's reader takes
+    less YAML than ReMe's, e.g. no anchors or repeated keys); 0 without one."""
+    if not lines or lines[0].strip() != "---":
+        return 0
+    return next((i + 1 for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
+
+
 def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk] | None:
     """ReMe's chunks of ``path`` as recalld chunks, if the note still says what they say.
 
@@ -56,7 +65,8 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk]
     line with text and contains the letters and digits of its lines in order (with the
     punctuation inside their numbers), and every
     line of the body with a letter or digit lies in some range. Frontmatter (which ReMe
-    does not index) is kept searchable by making its lines the first chunk's heading,
+    does not index, also when its YAML does not read) is kept searchable by making its
+    lines the first chunk's heading,
     which the keyword index reads and the embedding does not. None: the note changed
     since ReMe chunked it.
     """
@@ -64,6 +74,8 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk]
         return None
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     fields, body_start = parse_frontmatter(text)
+    if not body_start:
+        body_start = _reme_block_end(lines)
     groups: dict[tuple[int, int], list[ReMeChunk]] = {}
     for c in reme:
         if (c.start_line <= body_start or c.end_line > len(lines)
