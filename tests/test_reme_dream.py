@@ -183,3 +183,48 @@ def test_old_derived_from_and_relates_to_lines_count_as_sources_and_relations() 
     kinds = {(lk.kind, lk.dst) for lk in extract_links(path, out.text)}
     assert ("source", new_source) in kinds
     assert ("related", "digest/wiki/budget-notes.md") in kinds
+
+
+def test_resources_reme_interpreted_are_not_interpreted_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ReMe's auto_resource turned resource files into daily notes (source_resource) and
+    # recorded each file's time. Unchanged: its note stands. Changed since: interpreted
+    # again into ReMe's note. Never summarized by ReMe: a note of its own.
+    from test_resource import catalog, wait_state
+
+    ws = tmp_path / "ws"
+    (ws / "resource").mkdir(parents=True)
+    for name in ("kept", "changed", "fresh"):
+        (ws / f"resource/{name}.md").write_text(f"# {name}\n\nThe heron report, {name}.\n")
+    for name in ("kept", "changed"):
+        note = ws / f"memory/2026-06-10/{name}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f'---\nname: {name}\nsource_resource: "[[resource/{name}.md]]"\n'
+                        f"---\n# {name}\n\n- ReMe's summary of {name}.\n", "utf-8")
+    record = ws / "mem_metadata/file_catalog/resource.jsonl.zst"
+    record.parent.mkdir(parents=True)
+    write_records(REAL, record, [
+        {"path": f"resource/{name}.md", "links": [], "chunk_ids": [],
+         "st_mtime": (ws / f"resource/{name}.md").stat().st_mtime - (name == "changed")}
+        for name in ("kept", "changed")])
+    asked: list[str] = []
+
+    def answer(req: Any) -> dict[str, Any]:
+        asked.append(next(m["content"] for m in req["messages"] if m["role"] == "user"))
+        return chat_answer("A summary by recalld.")
+
+    fake.chat_default = answer
+    open_ws(daemon, ws, fake)
+    wait_state(ws, "resource/fresh.md", "processed")
+    wait_state(ws, "resource/changed.md", "processed")
+    entries = catalog(ws)
+    assert entries["resource/kept.md"]["state"] == "processed"
+    assert entries["resource/kept.md"]["note"] == "memory/2026-06-10/kept.md"
+    assert entries["resource/changed.md"]["note"] == "memory/2026-06-10/changed.md"
+    assert entries["resource/fresh.md"]["note"] not in {
+        "memory/2026-06-10/kept.md", "memory/2026-06-10/changed.md"}
+    assert len(asked) == 2 and not any("kept" in a for a in asked)
+    assert "ReMe's summary of kept" in (ws / "memory/2026-06-10/kept.md").read_text()
+    assert "A summary by recalld" in (ws / "memory/2026-06-10/changed.md").read_text()
+    notes = sorted(p.name for p in (ws / "memory").rglob("*.md"))
+    assert len(notes) == 3, notes

@@ -1,6 +1,6 @@
 """auto_resource: turn files dropped into ``resource/`` into daily notes.
 
-Owns one workspace's resource catalog (``<metadata_dir>/file_catalog/resource.jsonl.zst``:
+Owns one workspace's resource catalog (``<metadata_dir>/catalog/resource.jsonl.zst``:
 per file its path, SHA-256, state, reason, date and note) and a :class:`Watcher` on
 ``resource_dir`` that sees every file (any suffix; dot files and editor junk excepted).
 :meth:`ResourceCatalog.run` loads the catalog, starts the watcher (its startup reconcile
@@ -18,6 +18,9 @@ file's note is kept (it is memory, and digest nodes may cite it) and marked: fro
 failed (the model failed; a job started by hand or by the nightly dream, or a change to the
 file, retries it; the jobs the watcher starts do not), pending (no chat model configured),
 removed.
+
+A file ReMe (QwenPaw) interpreted keeps the note ReMe wrote, and is not interpreted
+again while it is as ReMe read it (``reme_resource.py``).
 
 Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
 to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
@@ -40,6 +43,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory import reme_resource
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
@@ -114,6 +118,10 @@ class ResourceCatalog:
         #: Catalog records by path: JSON as the catalog file keeps it (``state``,
         #: ``digest``, ``size``, ``mtime_ns``, ``reason``, ``note``...).
         self.records: dict[str, JsonObject] = {}
+        #: ReMe's record of the resource files it interpreted (``reme_resource.py``), and
+        #: the daily notes by the resource they name (read when first needed).
+        self._reme: dict[str, float] = {}
+        self._notes_by_source: dict[str, str] | None = None
         self._lock = trio.Lock()
         self.watcher = Watcher(
             ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
@@ -237,8 +245,24 @@ class ResourceCatalog:
         elif has_secret(inside, formats_only=True):
             # Its note would carry the name (file name, title, link), unmasked or broken.
             new.update(state="skipped", reason="its name looks like a credential: rename it")
+        elif rec is None and rel in self._reme:
+            await self._from_reme(rel, new)
         self.records[rel] = new
         return True
+
+    async def _from_reme(self, rel: str, new: JsonObject) -> None:
+        """A file ReMe interpreted: its note is the one ReMe wrote, and it is not
+        interpreted again while the file is as ReMe read it (``reme_resource.py``)."""
+        if self._notes_by_source is None:
+            self._notes_by_source = await trio.to_thread.run_sync(
+                reme_resource.resource_notes, self.ws.root, self.ws.settings.daily_dir)
+        note = self._notes_by_source.get(f"[[{rel}]]")
+        if note is None:
+            return
+        new["note"] = note
+        if await trio.to_thread.run_sync(
+                reme_resource.unchanged_since, self.ws.root, rel, self._reme[rel]):
+            new.update(state="processed", reason="interpreted by ReMe", source="reme")
 
     # -- job side ----------------------------------------------------------------------
 
@@ -384,6 +408,8 @@ class ResourceCatalog:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.records = await trio.to_thread.run_sync(load_catalog, self.path)
+        self._reme = await trio.to_thread.run_sync(
+            reme_resource.read_reme_resources, self.ws.root, self.ws.settings.metadata_dir)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.watcher.run)
             # Work left by a previous run of the daemon (queued when it stopped).

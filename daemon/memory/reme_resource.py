@@ -1,0 +1,86 @@
+"""ReMe's (QwenPaw's) auto_resource record: which resource files it already turned into notes.
+
+ReMe 0.4.2 keeps one file node per resource file it read in
+``<metadata_dir>/file_catalog/resource.jsonl.zst`` (``path``, ``st_mtime``: the file's
+modification time when it was read) and writes each summary as a daily note whose
+frontmatter names its source, ``source_resource: "[[resource/...]]"``, as recalld's notes
+do. A resource file new to recalld's catalog that has such a note is that note's source:
+recalld rewrites that note, not a second one, when it interprets the file; and when
+ReMe's record still has the file's modification time, the note is of the file as it is
+and nothing is interpreted again. ReMe's file is only read, never written. Blocking: call
+from worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Final
+
+from recalld.daemon import safepath
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.records import read_foreign_records
+from recalld.ipc.errors import PathOutsideWorkspace
+
+log = logging.getLogger(__name__)
+
+REME_RESOURCE_CATALOG: Final = "file_catalog/resource.jsonl.zst"
+# A note's frontmatter lies in its first lines: no need to read a long note whole.
+_HEAD_BYTES: Final = 8192
+
+
+def read_reme_resources(root: Path, metadata_dir: str) -> dict[str, float]:
+    """``{resource path: modification time ReMe read it at}`` from ReMe's record (empty
+    when the workspace has none or it cannot be read)."""
+    path = root / metadata_dir / REME_RESOURCE_CATALOG
+    if not path.is_file():
+        return {}
+    try:
+        found = read_foreign_records(path)
+    except (OSError, StorageError) as exc:
+        log.warning("cannot read ReMe's resource catalog %s: %s", path, exc)
+        return {}
+    out: dict[str, float] = {}
+    for rec in found.records:
+        rel, mtime = rec.get("path"), rec.get("st_mtime")
+        if isinstance(rel, str) and isinstance(mtime, int | float) and not isinstance(
+                mtime, bool):
+            out[rel] = float(mtime)
+    return out
+
+
+def unchanged_since(root: Path, rel: str, mtime: float) -> bool:
+    """Whether ``root/rel`` still has the modification time ReMe recorded."""
+    try:
+        return os.stat(root / rel, follow_symlinks=False).st_mtime == mtime
+    except OSError:
+        return False
+
+
+def resource_notes(root: Path, daily_dir: str) -> dict[str, str]:
+    """``{"[[resource/...]]": daily note}``: the notes that name a resource file as their
+    ``source_resource`` (the first by path when several do)."""
+    out: dict[str, str] = {}
+    top = root / daily_dir
+    real = os.path.realpath(root)
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".md") or name.startswith("."):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            try:
+                with os.fdopen(safepath.open_inside(root, rel, real), "rb") as fh:
+                    head = fh.read(_HEAD_BYTES).decode("utf-8", "replace")
+            except (OSError, PathOutsideWorkspace):
+                continue
+            source = parse_frontmatter(head)[0].get("source_resource")
+            if isinstance(source, str) and source.strip():
+                out.setdefault(source.strip(), rel)
+    return out
+
+
+__all__ = ["REME_RESOURCE_CATALOG", "read_reme_resources", "resource_notes",
+           "unchanged_since"]
