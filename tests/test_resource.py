@@ -376,6 +376,37 @@ def test_a_resource_renamed_keeps_its_note(daemon: DaemonHandle, fake: FakeProvi
             if "resource" in p.name] == [note]
 
 
+def test_a_resource_back_after_its_note_was_marked_removed_keeps_the_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The two halves of a move can come apart (a busy machine, a move through another
+    # folder, a file put back from a backup): its note was marked "source removed" by
+    # then. The same bytes arriving take the note back, unmarked, without the model.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/minutes.md", "The board approved the Lisbon office.\n")
+    open_ws(daemon, "back", root, fake)
+    wait_state(root, "resource/minutes.md", "processed")
+    note = catalog(root)["resource/minutes.md"]["note"]
+    data = (root / "resource/minutes.md").read_bytes()
+    (root / "resource/minutes.md").unlink()
+    wait_for(lambda: catalog(root).get("resource/minutes.md", {}).get("marked") is True)
+    assert "source_removed" in parse_frontmatter((root / note).read_text())[0]
+    calls = len(fake.requests)
+    (root / "resource/archive").mkdir()
+    (root / "resource/archive/minutes-2026.md").write_bytes(data)
+    wait_state(root, "resource/archive/minutes-2026.md", "processed")
+    assert catalog(root)["resource/archive/minutes-2026.md"]["note"] == note
+    assert "resource/minutes.md" not in catalog(root)
+    fields, text = note_of(root, "resource/archive/minutes-2026.md")
+    assert "source_removed" not in fields and "was removed" not in text, text
+    assert fields["source_resource"] == "[[resource/archive/minutes-2026.md]]"
+    assert "Source: [[resource/archive/minutes-2026.md]]" in text
+    daemon.call("index.sync", {"agent_id": "back"})
+    assert len(fake.requests) == calls
+    assert [p.relative_to(root).as_posix() for p in (root / "memory").rglob("*.md")
+            if "resource" in p.name] == [note]
+
+
 def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandle,
                                                              fake: FakeProvider,
                                                              tmp_path: Path) -> None:

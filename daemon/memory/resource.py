@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Final, TypedDict
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_resource
@@ -188,15 +188,18 @@ class ResourceCatalog:
                 await self._request_job()
 
     async def _follow_moves(self, arrived: set[str]) -> None:
-        """A file interpreted before that went (its note not yet marked "source
-        removed"), and a new one of the same bytes, is that file renamed or moved: it
-        keeps its note (which now names it) instead of a second model call and a note
-        marked "source removed". ``arrived``: paths the catalog did not have before."""
+        """A file interpreted before that went, and a new one of the same bytes, is that
+        file renamed, moved or put back: it keeps its note (which now names it, no longer
+        marked "source removed" if the job marked it meanwhile: the two halves of a rename
+        may come in two batches) instead of a second model call and a second note.
+        ``arrived``: paths the catalog did not have before."""
         new = [rel for rel in arrived if self.records.get(rel, {}).get("state") == "queued"]
         if not new:
             return
-        gone = {rec["digest"]: rel for rel, rec in self.records.items()
-                if rec["state"] == "removed" and rec.get("note") and not rec.get("marked")}
+        gone: dict[str, str] = {}  # digest -> path; one not yet marked wins
+        for rel, rec in sorted(self.records.items(), key=lambda kv: not kv[1].get("marked")):
+            if rec["state"] == "removed" and rec.get("note"):
+                gone[str(rec["digest"])] = rel
         for rel in sorted(new):
             rec = self.records[rel]
             old = gone.pop(rec["digest"], None)
@@ -204,16 +207,20 @@ class ResourceCatalog:
                 continue
             moved = self.records.pop(old)
             rec.update(note=moved["note"], state="processed", first_seen=moved["first_seen"])
-            await self._renamed_in_note(str(moved["note"]), old, rel)
+            await self._renamed_in_note(str(moved["note"]), old, rel,
+                                        moved.get("removed_on") if moved.get("marked") else None)
 
-    async def _renamed_in_note(self, note: str, old: str, new: str) -> None:
+    async def _renamed_in_note(self, note: str, old: str, new: str,
+                               marked_on: object = None) -> None:
         files = fileops_for(self.ws)
         text = await files.read_text(note)
         if text is None:
             return
         inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
+        if marked_on is not None:
+            text = text.replace(_removed_line(old, marked_on), "\n")
         text = update_fm(text, {"name": f"Resource {inside[1]}",
-                                "source_resource": f"[[{new}]]"})
+                                "source_resource": f"[[{new}]]", "source_removed": DELETE})
         text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
             f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
         await files.write(note, text)
@@ -398,9 +405,7 @@ class ResourceCatalog:
             return None
         removed_on = rec.get("removed_on") or self._today().isoformat()
         updated = update_fm(text, {"source_removed": removed_on})
-        updated = updated.rstrip("\n") + (
-            f"\n\n> The source file {visible(rec['path'])} was removed on {removed_on}; "
-            "this note is kept as the memory of it.\n")
+        updated = updated.rstrip("\n") + _removed_line(str(rec["path"]), removed_on)
         await files.write(str(note), updated)
         return str(note)
 
@@ -442,3 +447,9 @@ def _files_below(root: Path, rel: str) -> list[str]:
                 full = os.path.join(dirpath, name)
                 out.append(os.path.relpath(full, root).replace(os.sep, "/"))
     return out
+
+
+def _removed_line(path: str, removed_on: object) -> str:
+    """What a note whose source file was removed ends with."""
+    return (f"\n\n> The source file {visible(path)} was removed on {removed_on}; this note "
+            "is kept as the memory of it.\n")
