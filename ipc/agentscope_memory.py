@@ -134,14 +134,22 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
         await self._ensure_open(workspace)
         response = await self.client.search(workspace, query, max_results=limit or self.top_k,
-                                            agents=self.agents)
+                                            agents=self.searched(workspace))
         linked = render_linked(response, MAX_HIT_CHARS)
         return format_hits(response) + ([linked] if linked else [])
+
+    def searched(self, workspace: str) -> list[str] | None:
+        """The workspaces a search of ``workspace`` covers: its own, then ``agents``
+        (which add to it, never replace it); None without ``agents``."""
+        if self.agents is None:
+            return None
+        return list(dict.fromkeys([workspace, *self.agents]))
 
     async def recall_block(self, workspace: str, query: str) -> list[str]:
         """What is injected before a reply: the daemon's recall block (``memory.recall``:
         hits, then the notes they link to, within ``recall_budget_chars``). With ``agents``
-        the hits of every named workspace are injected instead (the block covers one)."""
+        the hits of its own and every named workspace are injected instead (the block
+        covers one)."""
         if self.agents is not None:
             return await self.search(workspace, query)
         await self._ensure_open(workspace)

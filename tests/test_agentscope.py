@@ -313,6 +313,36 @@ def test_one_instance_shared_by_agents_keeps_them_apart(daemon: DaemonHandle,
     assert _pending(daemon, "alice", bob.state.session_id) == 0
 
 
+def test_agents_add_shared_workspaces_to_each_agents_own(daemon: DaemonHandle,
+                                                        fake: FakeProvider) -> None:
+    _open(daemon, "alice", {"memory/2026-07-01/a.md": "# Boat\nAlice's boat is the Kelpie.\n"})
+    _open(daemon, "bob", {"memory/2026-07-01/b.md": "# Boat\nBob's boat is the Selkie.\n"})
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("team", config={"shared_with": ["*"]})
+    _open(daemon, "team", {"memory/2026-07-01/t.md": "# Boat\nThe team boat is the Nixie.\n"})
+    fake.chat_default = scripted(("memory_search", {"query": "boat"}))
+
+    async def main() -> None:
+        # One instance, two agents: each searches its own workspace and the shared one.
+        mw = RecalldMemoryMiddleware(mode="both", agents=["team"],
+                                     socket_path=daemon.socket_path)
+        try:
+            await _reply(fake, mw, "alice", "which boat?")
+            await _reply(fake, mw, "bob", "which boat?")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    alice, alice_tool, bob = _chat_requests(fake)
+    assert "Kelpie" in _non_system(alice) and "Nixie" in _non_system(alice)
+    assert "Selkie" not in _non_system(alice)
+    tool_result = alice_tool["messages"][-1]  # memory_search's answer to alice
+    assert tool_result["role"] == "tool"
+    assert "Kelpie" in _text(tool_result["content"]) and "Nixie" in _text(tool_result["content"])
+    assert "Selkie" in _non_system(bob) and "Nixie" in _non_system(bob)
+    assert "Kelpie" not in _non_system(bob)
+
+
 def test_daemon_down_never_breaks_a_reply(tmp_path: Path, fake: FakeProvider) -> None:
     fake.chat_default = scripted()
 
