@@ -40,7 +40,9 @@ middlewares offer, without an index in the agent process::
   and vectors use them and the daemon needs no model configured. The key is sent over
   the per-user socket only, never logged, and masked in ``workspace.list``; the daemon
   records the overrides with the workspace so a restart keeps serving it. A workspace
-  already open keeps the models it was opened with (close it to change them).
+  already open keeps the models it was opened with (close it to change them). A
+  workspace another client closes is opened again by the middleware's next call (the
+  MCP bridge does the same).
 - Selection (``select=True``): before a reply the chat model picks the relevant topic
   files (``memory.select``); when it picks none or no chat model is configured, the
   recall block (the search) is injected as usual.

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from agentscope.event import ReplyStartEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase, ToolChunk
 
+from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import workspace_name
 from recalld.ipc.agentscope_messages import MEMORY_MSG_NAME, _msg_text, _query_text
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 # The adapter logs under its public module's name, wherever the code lives.
 log = logging.getLogger("recalld.ipc.agentscope")
+T = TypeVar("T")
 
 MEM0_SECTION_HEADER = "## Relevant memories from past conversations"
 MEM0_SECTION_INTRO = ("The following memories about the user may be relevant. "
@@ -128,18 +130,21 @@ class RecalldMem0Middleware(MiddlewareBase):
         self._opened = False
         self._writes: set[asyncio.Task[None]] = set()
 
-    async def _open(self) -> None:
-        if not self._opened:
+    async def _open(self, again: bool = False) -> None:
+        if again or not self._opened:
             await _open_workspace(self.client, self.workspace, self.models)
             self._opened = True
 
+    async def _on_workspace(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` on the user's workspace, opened again if another client closed it."""
+        return await on_workspace(self._open, call)
+
     async def search_memories(self, query: str, limit: int | None = None) -> list[str]:
         """Memory texts for ``query`` (``[path:lines] text``), scoped as configured."""
-        await self._open()
         scoped = self.scope_search_by_agent and self.agent_id
-        response = await self.client.search(
+        response = await self._on_workspace(lambda: self.client.search(
             self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
-            filters={"author": self.agent_id} if scoped else None)
+            filters={"author": self.agent_id} if scoped else None))
         memories = []
         for hit in response:  # a memory is what the note says, not its frontmatter
             body, start = without_frontmatter(hit.text, hit.start_line)
@@ -148,11 +153,10 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def add_memory_text(self, text: str) -> NoteAdded:
         """Store ``text`` as a note of the day, recording this agent as its author."""
-        await self._open()
         writer = self.agent_id or "agent"
-        return await self.client.add_note(
+        return await self._on_workspace(lambda: self.client.add_note(
             self.workspace, text, session_id=f"mem0-{workspace_name(writer)}"[:128],
-            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id)
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id))
 
     async def wait_writes(self) -> None:
         """Wait for background writes (``await_write=False``) to finish."""

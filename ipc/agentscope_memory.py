@@ -15,12 +15,13 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase, ToolChunk
 
+from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 # The adapter logs under its public module's name, wherever the code lives.
 log = logging.getLogger("recalld.ipc.agentscope")
+T = TypeVar("T")
 
 #: Sessions whose workspace is remembered for the tools (oldest forgotten first).
 MAX_SESSIONS = 10_000
@@ -126,15 +128,19 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         """The workspace an agent's memory lives in."""
         return self.agent_id or workspace_name(agent.name)
 
-    async def _ensure_open(self, workspace: str) -> None:
-        if workspace not in self._opened:
+    async def _ensure_open(self, workspace: str, again: bool = False) -> None:
+        if again or workspace not in self._opened:
             self._opened[workspace] = await _open_workspace(self.client, workspace, self.models)
+
+    async def _on(self, workspace: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` on ``workspace``, opened again if another client closed it."""
+        return await on_workspace(lambda again: self._ensure_open(workspace, again), call)
 
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
-        await self._ensure_open(workspace)
-        response = await self.client.search(workspace, query, max_results=limit or self.top_k,
-                                            agents=self.searched(workspace))
+        response = await self._on(workspace, lambda: self.client.search(
+            workspace, query, max_results=limit or self.top_k,
+            agents=self.searched(workspace)))
         linked = render_linked(response, MAX_HIT_CHARS)
         return format_hits(response) + ([linked] if linked else [])
 
@@ -152,13 +158,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         covers one)."""
         if self.agents is not None:
             return await self.search(workspace, query)
-        await self._ensure_open(workspace)
         if self.select:
-            selected = await self.selected_files(workspace, query)
+            selected = await self._on(workspace, lambda: self.selected_files(workspace, query))
             if selected:
                 return selected
-        answer = await self.client.recall(workspace, query, max_results=self.top_k,
-                                          budget_chars=self.recall_budget_chars)
+        answer = await self._on(workspace, lambda: self.client.recall(
+            workspace, query, max_results=self.top_k, budget_chars=self.recall_budget_chars))
         rendered = str(answer.get("rendered") or "")
         return [rendered] if rendered else []
 
@@ -185,10 +190,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
         """Store ``content`` as a note of the day; returns where it went."""
-        await self._ensure_open(workspace)
-        return await self.client.add_note(
+        return await self._on(workspace, lambda: self.client.add_note(
             workspace, content,
-            session_id=session_key(session_id) if session_id is not None else None)
+            session_id=session_key(session_id) if session_id is not None else None))
 
     async def memory_index(self, workspace: str) -> str:
         """The rendered node index of the workspace, cached for ``index_ttl_s``."""
@@ -196,8 +200,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         cached = self._index_cache.get(workspace)
         if cached is not None and now - cached[0] < self.index_ttl_s:
             return cached[1]
-        await self._ensure_open(workspace)
-        answer = await self.client.memory_index(workspace, max_entries=self.index_max_entries)
+        answer = await self._on(workspace, lambda: self.client.memory_index(
+            workspace, max_entries=self.index_max_entries))
         rendered = str(answer.get("rendered") or "")
         self._index_cache[workspace] = (now, rendered)
         return rendered
@@ -206,8 +210,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         """Hand the session's pending turns to auto_memory now (failures are logged)."""
         self._unflushed.pop((workspace, session), None)
         try:
-            await self._ensure_open(workspace)
-            await self.client.end_session(workspace, session_key(session))
+            await self._on(workspace,
+                           lambda: self.client.end_session(workspace, session_key(session)))
         except _DAEMON_ERRORS as exc:
             log.warning("recalld end_session for %s/%s failed: %s", workspace, session, exc)
 
@@ -315,9 +319,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         try:
             if messages:
                 key = session_key(session)
-                await self.client.add_turns(
-                    workspace, key, messages, flush=True,
-                    request_id=f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200])
+                request_id = f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200]
+                await self._on(workspace, lambda: self.client.add_turns(
+                    workspace, key, messages, flush=True, request_id=request_id))
                 self._unflushed.pop((workspace, session), None)
             else:
                 await self.end_session(workspace, session)
@@ -359,11 +363,10 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if not any(m["role"] == "assistant" for m in messages):
             return  # no real exchange (interrupted, or only tool calls)
         try:
-            await self._ensure_open(workspace)
             # The reply id makes a retried write-back add nothing twice.
             key = session_key(session)
-            await self.client.add_turns(workspace, key, messages,
-                                        request_id=f"as:{key}:{agent.state.reply_id}"[:200])
+            await self._on(workspace, lambda: self.client.add_turns(
+                workspace, key, messages, request_id=f"as:{key}:{agent.state.reply_id}"[:200]))
             self._unflushed[workspace, session] = None
             self._unflushed.move_to_end((workspace, session))
             while len(self._unflushed) > MAX_SESSIONS:
@@ -423,9 +426,8 @@ class MemoryWriteTool(_MemoryTool):
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
         try:
-            await self._mw._ensure_open(workspace)
-            done = await self._mw.client.topic_write(workspace, path, name, description,
-                                                     type, body)
+            done = await self._mw._on(workspace, lambda: self._mw.client.topic_write(
+                workspace, path, name, description, type, body))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"memory_write failed: {exc}", error=True)
         return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
@@ -459,8 +461,8 @@ class MemoryEditTool(_MemoryTool):
         if workspace is None:
             return _chunk("memory is not available outside a reply", error=True)
         try:
-            await self._mw._ensure_open(workspace)
-            done = await self._mw.client.topic_edit(workspace, path, old, new)
+            done = await self._mw._on(
+                workspace, lambda: self._mw.client.topic_edit(workspace, path, old, new))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"memory_edit failed: {exc}", error=True)
         return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")

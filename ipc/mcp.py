@@ -44,6 +44,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from recalld.ipc import __version__, errors
+from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.answers import JsonObject, Recall
@@ -218,8 +219,8 @@ class Bridge:
         #: Sessions given turns since their last flush, ended when the stream ends.
         self._unflushed: dict[str, None] = {}
 
-    async def _open(self) -> None:
-        if not self._opened:
+    async def _open(self, again: bool = False) -> None:
+        if again or not self._opened:
             await self.client.workspace_open(self.agent)
             self._opened = True
 
@@ -232,37 +233,39 @@ class Bridge:
         if problem is not None:
             return _text(f"bad arguments for {name}: {problem}", error=True)
         try:
-            await self._open()
-            if name == "memory_search":
-                return await self._search(args)
-            if name == "memory_recall":
-                return await self._recall(args)
-            if name == "memory_read":
-                return await self._read(args)
-            if name == "memory_add_turns":
-                # A host's conversation id the daemon would refuse ("chat 42/b", "会话-1")
-                # is mapped as the AgentScope middleware maps it.
-                session = session_key(str(args.get("session_id", "")))
-                flush = bool(args.get("flush", False))
-                answer = await self.client.add_turns(
-                    self.agent, session, list(args.get("messages", [])), flush=flush,
-                    request_id=str(args["request_id"]) if "request_id" in args else None)
-                if flush:
-                    self._unflushed.pop(session, None)
-                elif len(self._unflushed) < MAX_SESSIONS:  # beyond: the idle flush
-                    self._unflushed[session] = None
-                return _text(json.dumps(answer), structured=answer)
-            if name == "memory_add_note":
-                given = args.get("session_id")
-                note = await self.client.add_note(
-                    self.agent, str(args.get("content", "")),
-                    session_id=session_key(given) if isinstance(given, str) and given else None)
-                return _text(f"recorded in {note.get('path')}", structured=note)
+            return await on_workspace(self._open, lambda: self._tool(name, args))
         except _DAEMON_ERRORS as exc:
             code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""
             return _text(f"{exc}{code}", error=True)
         except (TypeError, ValueError) as exc:  # arguments of the wrong shape
             return _text(f"bad arguments for {name}: {exc}", error=True)
+
+    async def _tool(self, name: str, args: JsonObject) -> types.CallToolResult:
+        if name == "memory_search":
+            return await self._search(args)
+        if name == "memory_recall":
+            return await self._recall(args)
+        if name == "memory_read":
+            return await self._read(args)
+        if name == "memory_add_turns":
+            # A host's conversation id the daemon would refuse ("chat 42/b", "会话-1")
+            # is mapped as the AgentScope middleware maps it.
+            session = session_key(str(args.get("session_id", "")))
+            flush = bool(args.get("flush", False))
+            answer = await self.client.add_turns(
+                self.agent, session, list(args.get("messages", [])), flush=flush,
+                request_id=str(args["request_id"]) if "request_id" in args else None)
+            if flush:
+                self._unflushed.pop(session, None)
+            elif len(self._unflushed) < MAX_SESSIONS:  # beyond: the idle flush
+                self._unflushed[session] = None
+            return _text(json.dumps(answer), structured=answer)
+        if name == "memory_add_note":
+            given = args.get("session_id")
+            note = await self.client.add_note(
+                self.agent, str(args.get("content", "")),
+                session_id=session_key(given) if isinstance(given, str) and given else None)
+            return _text(f"recorded in {note.get('path')}", structured=note)
         return _text(f"unknown tool: {name}", error=True)
 
     async def _search(self, args: JsonObject) -> types.CallToolResult:
@@ -283,11 +286,9 @@ class Bridge:
                      budget_chars: int | None = None, include_index: bool = False,
                      include_interests: bool = False) -> Recall:
         """``memory.recall`` for this agent (the tool and the prompt)."""
-        await self._open()
-        return await self.client.recall(self.agent, query, max_results=limit,
-                                        budget_chars=budget_chars,
-                                        include_index=include_index,
-                                        include_interests=include_interests)
+        return await on_workspace(self._open, lambda: self.client.recall(
+            self.agent, query, max_results=limit, budget_chars=budget_chars,
+            include_index=include_index, include_interests=include_interests))
 
     async def _recall(self, args: JsonObject) -> types.CallToolResult:
         limit, budget = args.get("limit"), args.get("budget_chars")
@@ -341,8 +342,8 @@ class Bridge:
     # --------------------------------------------------------------- resources
 
     async def list_resources(self) -> list[types.Resource]:
-        await self._open()
-        files = await self.client.memory_list(self.agent, limit=MAX_RESOURCES + 1)
+        files = await on_workspace(self._open, lambda: self.client.memory_list(
+            self.agent, limit=MAX_RESOURCES + 1))
         if len(files) > MAX_RESOURCES:  # said where the MCP client keeps server logs
             print(f"recalld mcp: listing the first {MAX_RESOURCES} of more files of "
                   f"{self.agent}; memory_search and memory_read reach all of them",
@@ -357,7 +358,9 @@ class Bridge:
         """The whole file: the daemon answers at most 512 KiB per read, so a larger file
         is read range after range (ValueError if it is too large for that)."""
         agent, path = parse_uri(uri)
-        await self._open()
+        return await on_workspace(self._open, lambda: self._read_whole(agent, path))
+
+    async def _read_whole(self, agent: str, path: str) -> str:
         parts: list[str] = []
         size, start = 0, 1
         while True:

@@ -23,7 +23,7 @@ from fakes.provider_server import FakeProvider
 from test_agentscope import _chat_requests, _non_system, _system, fake, scripted
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.ipc.agentscope import RecalldMem0Middleware
+from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware
 from recalld.ipc.client import Client
 
 __all__ = ["fake"]
@@ -175,3 +175,27 @@ def test_long_user_ids_alike_up_to_the_64th_character_are_kept_apart(
     assert body.lstrip().startswith("The locker code of the gym is 4711."), body
     assert leaked == []
     assert alice_ws != bob_ws and len(alice_ws) <= 64 and len(bob_ws) <= 64
+
+
+def test_a_workspace_closed_by_another_client_is_opened_again(daemon: DaemonHandle) -> None:
+    async def main() -> tuple[list[str], str, list[str]]:
+        mem0 = RecalldMem0Middleware(user_id="alice", agent_id="planner",
+                                     socket_path=daemon.socket_path)
+        memory = RecalldMemoryMiddleware(agent_id="bob", socket_path=daemon.socket_path)
+        try:
+            await mem0.add_memory_text("The spare key hides under the blue flowerpot.")
+            await memory.add("bob", "Bob's locker is number 88 of the north wing.", None)
+            with Client(daemon.socket_path) as c:  # e.g. to hand it other models
+                for user in ("alice", "bob"):
+                    assert c.call("workspace.close", {"agent_id": user})["closed"]
+            found = await mem0.search_memories("spare key flowerpot")
+            added = await mem0.add_memory_text("The doormat is red.")
+            return found, str(added["path"]), await memory.recall_block("bob", "locker")
+        finally:
+            await mem0.close()
+            await memory.close()
+
+    found, added, recalled = asyncio.run(main())
+    assert any("blue flowerpot" in m for m in found)
+    assert added.startswith("memory/")
+    assert any("north wing" in block for block in recalled)

@@ -352,3 +352,26 @@ def test_an_agent_named_in_another_script_has_the_workspace_its_middleware_has(
     asyncio.run(main())
     assert "Deadline is Friday." in daemon.call(
         "memory.search", {"agent_id": research, "query": "deadline Friday"})["results"][0]["text"]
+
+
+def test_a_workspace_closed_by_another_client_is_opened_again(daemon: DaemonHandle) -> None:
+    _write(daemon, "coder", "memory/2026-07-02/printers.md", NOTE)
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            assert not (await s.call_tool("memory_search", {"query": "printer"})).is_error
+            for ask in ("memory_search", "memory_recall", "resources", "prompt"):
+                with Client(daemon.socket_path) as c:
+                    assert c.call("workspace.close", {"agent_id": "coder"})["closed"]
+                if ask == "resources":
+                    uris = {str(r.uri) for r in (await s.list_resources()).resources}
+                    assert resource_uri("coder", "memory/2026-07-02/printers.md") in uris
+                elif ask == "prompt":
+                    got = await s.get_prompt("recall", {"query": "office printer"})
+                    assert "marmalade-3" in got.messages[0].content.text
+                else:
+                    found = await s.call_tool(ask, {"query": "office printer"})
+                    assert not found.is_error, _text(found)
+                    assert "marmalade-3" in _text(found)
+
+    asyncio.run(main())
