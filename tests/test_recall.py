@@ -108,6 +108,18 @@ def test_messages_make_the_query_and_the_index_comes_when_asked(
     assert same["rendered"] == answer["rendered"]
 
 
+def test_a_long_request_is_searched_whole_as_memory_search_does(daemon: DaemonHandle,
+                                                                 ws: Path) -> None:
+    # A pasted log that names the boat at its start, the question at its end.
+    request = ("quokkaboat engine log:\n" + "pump pressure nominal\n" * 400
+               + "have we seen this before?")
+    assert daemon.call("memory.search", {"agent_id": "w", "query": request})["results"]
+    for params in ({"query": request}, {"messages": [{"role": "user", "content": request}]}):
+        answer = recall(daemon, **params)
+        assert answer["query"] == request
+        assert any(i["kind"] == "hit" and "quokkaboat" in i["text"] for i in answer["items"])
+
+
 def test_the_block_never_exceeds_its_budget(daemon: DaemonHandle, ws: Path) -> None:
     full = recall(daemon, query="quokkaboat", max_results=20, include_index=True,
                   budget_chars=200_000)

@@ -31,7 +31,6 @@ MAX_BUDGET_CHARS: Final = 200_000
 MIN_CUT_CHARS: Final = 80
 #: The last user messages that make the query when ``messages`` are given.
 QUERY_TURNS: Final = 2
-MAX_QUERY_CHARS: Final = 2000
 
 HITS_HEADER: Final = "## Relevant memories"
 LINKED_HEADER: Final = "## Linked context"
@@ -41,7 +40,8 @@ ELLIPSIS: Final = "…"
 
 
 def query_of(query: str | None, messages: Sequence[object] | None) -> str:
-    """The search query: ``query``, or the text of the last user messages."""
+    """The search query: ``query``, or the text of the last user messages, whole (as
+    ``memory.search`` takes it: what matches may be anywhere in a long request)."""
     if (query is None) == (messages is None):
         raise InvalidParams("give exactly one of 'query' and 'messages'")
     if query is not None:
@@ -59,7 +59,7 @@ def query_of(query: str | None, messages: Sequence[object] | None) -> str:
         text = "\n".join(texts[-QUERY_TURNS:])
     if not text:
         raise InvalidParams("the query is empty (no text, or no user message with text)")
-    return text[-MAX_QUERY_CHARS:]
+    return text
 
 
 def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
