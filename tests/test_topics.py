@@ -155,6 +155,21 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
     assert daemon.call("daemon.ping")["pong"] is True
 
 
+def test_memory_md_is_not_a_node_of_the_index_it_summarizes(daemon: DaemonHandle) -> None:
+    daemon.call("workspace.open", {"agent_id": "a"})
+    daemon.call("memory.topic_write", {"agent_id": "a", "path": "tea.md", "name": "Tea",
+                                       "description": "which tea the user drinks",
+                                       "type": "user", "body": "Oolong, no sugar."})
+    daemon.call("index.sync", {"agent_id": "a"})
+    index = daemon.call("memory.index", {"agent_id": "a"})
+    assert [e["path"] for e in index["entries"]] == ["digest/tea.md"]
+    assert index["total"] == 1 and "MEMORY" not in index["rendered"]
+    recalled = daemon.call("memory.recall", {"agent_id": "a", "query": "oolong",
+                                             "include_index": True})
+    assert "[Tea](digest/tea.md)" in recalled["rendered"]
+    assert "(digest/MEMORY.md)" not in recalled["rendered"]
+
+
 def test_topic_files_there_before_a_first_build_are_listed_after_it(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # A first build large enough for the worker processes: MEMORY.md is written once the

@@ -215,6 +215,9 @@ def _one_line(value: object) -> str:
 
 def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[IndexEntry], int]:
     files, _ = _walk_markdown(root, [digest_dir], "", MAX_LIST_FILES)
+    # MEMORY.md is the index of the topic files the daemon keeps, not a node of its own.
+    kept_index = f"{digest_dir}/{topics.INDEX_FILE}"
+    files = [f for f in files if f["path"] != kept_index]
     entries: list[IndexEntry] = []
     for f in files[:limit]:
         rel = f["path"]
