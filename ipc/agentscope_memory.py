@@ -430,6 +430,7 @@ class MemoryWriteTool(_MemoryTool):
                 workspace, path, name, description, type, body))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"memory_write failed: {exc}", error=True)
+        self._mw._index_cache.pop(workspace, None)  # the prompt's index lists it now
         return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
                       f"listed in {done.get('memory_md')}")
 
@@ -465,4 +466,5 @@ class MemoryEditTool(_MemoryTool):
                 workspace, lambda: self._mw.client.topic_edit(workspace, path, old, new))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"memory_edit failed: {exc}", error=True)
+        self._mw._index_cache.pop(workspace, None)
         return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")

@@ -19,7 +19,7 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_agentscope import fake, scripted
+from test_agentscope import _chat_requests, _system, fake, scripted
 from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
@@ -104,6 +104,34 @@ def test_an_agent_writes_and_edits_two_topic_files_and_memory_md_lists_them(
     assert "- [User role](user_role.md)" in _memory_md(root)
     assert "- [Q3 goal](project_q3.md)" in _memory_md(root)
     assert again.stop() == 0
+
+
+def test_the_prompt_index_lists_a_topic_file_once_the_agent_wrote_it(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    fake.chat_default = scripted(
+        ("memory_write", {"path": "pets.md", "name": "Pets", "type": "user",
+                          "description": "the user's cat Zanzibar", "body": "A tabby."}))
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="agent_control",
+                                     index_in_prompt=True, socket_path=daemon.socket_path)
+        model = OpenAIChatModel(
+            credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+            model="fake", stream=False, max_retries=0)
+        agent = Agent(name="coder", system_prompt="You are a helpful assistant.", model=model,
+                      toolkit=Toolkit(tools=[*await mw.list_tools(), *mw.topic_tools()]),
+                      middlewares=[mw])
+        try:
+            await agent.reply(UserMsg(name="user", content="my cat is Zanzibar"))
+            await agent.reply(UserMsg(name="user", content="what is my cat called?"))
+        finally:
+            await model.client.close()
+            await mw.close()
+
+    asyncio.run(main())
+    first, *later = _chat_requests(fake)
+    assert "Zanzibar" not in _system(first)
+    assert len(later) == 2 and all("[Pets](digest/pets.md)" in _system(r) for r in later)
 
 
 def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
