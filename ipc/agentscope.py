@@ -56,8 +56,9 @@ serve many agents at once, in one conversation too. Daemon
 failures are logged and never break a reply; the tools report them to the model.
 
 This module is the adapter's public entry point; the code lives in sibling modules:
-:mod:`~recalld.ipc.agentscope_memory` (:class:`RecalldMemoryMiddleware` and its topic
-tools), :mod:`~recalld.ipc.agentscope_tools` (``memory_search``, ``add_memory`` and what
+:mod:`~recalld.ipc.agentscope_memory` (:class:`RecalldMemoryMiddleware`),
+:mod:`~recalld.ipc.agentscope_tools` (its tools: ``memory_search``, ``add_memory``,
+``memory_write``, ``memory_edit``, and what
 every tool shares), :mod:`~recalld.ipc.agentscope_mem0` (:class:`RecalldMem0Middleware`
 and its tools), :mod:`~recalld.ipc.agentscope_workspace` (workspace names, modes, the
 agent's models) and :mod:`~recalld.ipc.agentscope_messages` (what goes in and out of an
@@ -81,8 +82,6 @@ from recalld.ipc.agentscope_memory import (
     INDEX_HEADER,
     MAX_SESSIONS,
     TOOL_INSTRUCTIONS,
-    MemoryEditTool,
-    MemoryWriteTool,
     RecalldMemoryMiddleware,
 )
 from recalld.ipc.agentscope_messages import (
@@ -91,7 +90,12 @@ from recalld.ipc.agentscope_messages import (
     format_hits,
     memory_message,
 )
-from recalld.ipc.agentscope_tools import AddMemoryTool, MemorySearchTool
+from recalld.ipc.agentscope_tools import (
+    AddMemoryTool,
+    MemoryEditTool,
+    MemorySearchTool,
+    MemoryWriteTool,
+)
 from recalld.ipc.agentscope_workspace import (
     MODES,
     ChatModelOverride,

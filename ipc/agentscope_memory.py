@@ -3,9 +3,9 @@
 What it offers is told by :mod:`recalld.ipc.agentscope`. It holds the per-session state
 (pending hits, the context before a running reply, sessions to flush), runs the hooks
 (recall before a reply, write-back after it, a flush before compaction, the system
-prompt) and owns the daemon connection unless one was given. Its Agentic Memory tools
-(``memory_write``, ``memory_edit``) live here too; ``memory_search`` and ``add_memory``
-are in :mod:`recalld.ipc.agentscope_tools`.
+prompt) and owns the daemon connection unless one was given. Its tools
+(``memory_search``, ``add_memory`` and the Agentic Memory ``memory_write`` and
+``memory_edit``) are in :mod:`recalld.ipc.agentscope_tools`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
-from agentscope.tool import ToolBase, ToolChunk
+from agentscope.tool import ToolBase
 
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
@@ -32,7 +32,12 @@ from recalld.ipc.agentscope_messages import (
     format_hits,
     memory_message,
 )
-from recalld.ipc.agentscope_tools import AddMemoryTool, MemorySearchTool, _chunk, _MemoryTool
+from recalld.ipc.agentscope_tools import (
+    AddMemoryTool,
+    MemoryEditTool,
+    MemorySearchTool,
+    MemoryWriteTool,
+)
 from recalld.ipc.agentscope_workspace import (
     _DAEMON_ERRORS,
     Mode,
@@ -40,7 +45,7 @@ from recalld.ipc.agentscope_workspace import (
     _open_workspace,
     model_overrides,
 )
-from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.types import render_linked
 
 if TYPE_CHECKING:
@@ -193,6 +198,23 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         return await self._on(workspace, lambda: self.client.add_note(
             workspace, content,
             session_id=session_key(session_id) if session_id is not None else None))
+
+    async def topic_write(self, workspace: str, path: str, name: str, description: str,
+                          type: str, body: str) -> TopicWritten:
+        """Create or replace a topic file (``memory.topic_write``); the prompt's index
+        lists it from the next request on."""
+        done = await self._on(workspace, lambda: self.client.topic_write(
+            workspace, path, name, description, type, body))
+        self._index_cache.pop(workspace, None)
+        return done
+
+    async def topic_edit(self, workspace: str, path: str, old: str, new: str,
+                         ) -> TopicWritten:
+        """Replace the one ``old`` passage of a topic file (``memory.topic_edit``)."""
+        done = await self._on(workspace, lambda: self.client.topic_edit(
+            workspace, path, old, new))
+        self._index_cache.pop(workspace, None)
+        return done
 
     async def memory_index(self, workspace: str) -> str:
         """The rendered node index of the workspace, cached for ``index_ttl_s``."""
@@ -390,81 +412,3 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             return workspace
         session = getattr(state, "session_id", None)
         return self.workspace_for_session(session if isinstance(session, str) else None)
-
-
-class MemoryWriteTool(_MemoryTool):
-    """``memory_write(path, name, description, type, body)``: create or replace a topic
-    file (``memory.topic_write``)."""
-
-    name = "memory_write"
-    description = ("Create or replace one of your long-term memory topic files (Markdown in "
-                   "the digest folder). MEMORY.md, the index of them, is kept for you.")
-    is_concurrency_safe = False
-    is_read_only = False
-
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__(middleware)
-        self.input_schema = {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "File name in the digest folder, e.g. user_role.md"},
-                "name": {"type": "string", "description": "Short title."},
-                "description": {"type": "string",
-                                "description": "One line: when this file is worth reading."},
-                "type": {"type": "string", "enum": ["user", "feedback", "project",
-                                                   "reference"]},
-                "body": {"type": "string", "description": "The content (Markdown)."},
-            },
-            "required": ["path", "name", "description", "type", "body"],
-        }
-
-    async def call(self, path: str = "", name: str = "", description: str = "",
-                   type: str = "", body: str = "", _agent_state: object = None,
-                   **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
-        try:
-            done = await self._mw._on(workspace, lambda: self._mw.client.topic_write(
-                workspace, path, name, description, type, body))
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"memory_write failed: {exc}", error=True)
-        self._mw._index_cache.pop(workspace, None)  # the prompt's index lists it now
-        return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
-                      f"listed in {done.get('memory_md')}")
-
-
-class MemoryEditTool(_MemoryTool):
-    """``memory_edit(path, old, new)``: replace one exact passage of a topic file."""
-
-    name = "memory_edit"
-    description = ("Edit one of your memory topic files: replace the one occurrence of "
-                   "`old` with `new` (the frontmatter must stay valid).")
-    is_concurrency_safe = False
-    is_read_only = False
-
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__(middleware)
-        self.input_schema = {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "The topic file."},
-                "old": {"type": "string", "description": "Exact text to replace (once)."},
-                "new": {"type": "string", "description": "Replacement text."},
-            },
-            "required": ["path", "old", "new"],
-        }
-
-    async def call(self, path: str = "", old: str = "", new: str = "",
-                   _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
-        try:
-            done = await self._mw._on(
-                workspace, lambda: self._mw.client.topic_edit(workspace, path, old, new))
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"memory_edit failed: {exc}", error=True)
-        self._mw._index_cache.pop(workspace, None)
-        return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")

@@ -1,7 +1,8 @@
 """The tools :class:`~recalld.ipc.agentscope_memory.RecalldMemoryMiddleware` gives an
-agent outside ``static_control`` (``memory_search`` and ``add_memory``), and what every
-recalld tool shares: always allowed, answers as text chunks. The daemon's failures are
-reported to the model, never raised.
+agent outside ``static_control`` (``memory_search`` and ``add_memory``), its Agentic
+Memory tools (``memory_write``, ``memory_edit``), and what every recalld tool shares:
+always allowed, answers as text chunks. The daemon's failures are reported to the
+model, never raised.
 """
 
 from __future__ import annotations
@@ -135,3 +136,78 @@ class AddMemoryTool(_MemoryTool):
             return _chunk(f"recording memory failed: {exc}", error=True)
         rationale = f" (rationale: {thinking})" if thinking else ""
         return _chunk(f"Recorded {len(facts)} fact(s) in {where.get('path')}{rationale}")
+
+
+class MemoryWriteTool(_MemoryTool):
+    """``memory_write(path, name, description, type, body)``: create or replace a topic
+    file (``memory.topic_write``)."""
+
+    name = "memory_write"
+    description = ("Create or replace one of your long-term memory topic files (Markdown in "
+                   "the digest folder). MEMORY.md, the index of them, is kept for you.")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "File name in the digest folder, e.g. user_role.md"},
+                "name": {"type": "string", "description": "Short title."},
+                "description": {"type": "string",
+                                "description": "One line: when this file is worth reading."},
+                "type": {"type": "string", "enum": ["user", "feedback", "project",
+                                                   "reference"]},
+                "body": {"type": "string", "description": "The content (Markdown)."},
+            },
+            "required": ["path", "name", "description", "type", "body"],
+        }
+
+    async def call(self, path: str = "", name: str = "", description: str = "",
+                   type: str = "", body: str = "", _agent_state: object = None,
+                   **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            done = await self._mw.topic_write(workspace, path, name, description, type,
+                                              body)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_write failed: {exc}", error=True)
+        return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
+                      f"listed in {done.get('memory_md')}")
+
+
+class MemoryEditTool(_MemoryTool):
+    """``memory_edit(path, old, new)``: replace one exact passage of a topic file."""
+
+    name = "memory_edit"
+    description = ("Edit one of your memory topic files: replace the one occurrence of "
+                   "`old` with `new` (the frontmatter must stay valid).")
+    is_concurrency_safe = False
+    is_read_only = False
+
+    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
+        super().__init__(middleware)
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The topic file."},
+                "old": {"type": "string", "description": "Exact text to replace (once)."},
+                "new": {"type": "string", "description": "Replacement text."},
+            },
+            "required": ["path", "old", "new"],
+        }
+
+    async def call(self, path: str = "", old: str = "", new: str = "",
+                   _agent_state: object = None, **_: object) -> ToolChunk:
+        workspace = self._workspace(_agent_state)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        try:
+            done = await self._mw.topic_edit(workspace, path, old, new)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"memory_edit failed: {exc}", error=True)
+        return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")
