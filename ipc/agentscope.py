@@ -23,7 +23,8 @@ middlewares offer, without an index in the agent process::
   ``会话-1``, as :func:`session_key` of it); the daemon's auto_memory job turns them
   into notes (every ``auto_memory_interval`` user turns, after ``auto_memory_idle_s``
   without a turn, and when :meth:`~RecalldMemoryMiddleware.close` ends the
-  conversations it saw).
+  conversations it saw). A write-back the daemon did not take (it was restarting) is
+  sent again, in order, with the next one or at ``close()``.
 - Context compaction: when the agent compacts its context and the workspace's
   ``summarize_when_compact`` is true (the default), the turns the compaction folds
   away go to auto_memory first (``on_compress_context``).

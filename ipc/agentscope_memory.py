@@ -10,6 +10,7 @@ prompt) and owns the daemon connection unless one was given. Its tools
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase
 
+from recalld.ipc import errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
@@ -57,6 +59,12 @@ T = TypeVar("T")
 
 #: Sessions whose workspace is remembered for the tools (oldest forgotten first).
 MAX_SESSIONS = 10_000
+#: Write-backs kept to send again while the daemon is away (oldest dropped first).
+MAX_UNSENT = 1000
+#: Failures after which a write-back is sent again: the daemon was away (not running,
+#: restarting, stopping, overloaded) and took nothing, or its answer was lost.
+_AWAY = (errors.DaemonNotRunning, errors.ConnectionLost, errors.ShuttingDown,
+         errors.Overloaded, OSError, TimeoutError)
 
 TOOL_INSTRUCTIONS = (
     "## Long-term memory\n\n"
@@ -116,6 +124,11 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         #: (workspace, session) with turns written back since the session's last flush:
         #: agents in other workspaces may take part in the same conversation.
         self._unflushed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        #: Write-backs the daemon did not take, by request id: sent again, oldest first,
+        #: before the next one and at :meth:`close` (the id keeps a resend from adding
+        #: anything twice).
+        self._unsent: OrderedDict[str, tuple[str, str, list[dict[str, str]]]] = OrderedDict()
+        self._sending = asyncio.Lock()
         # A running reply's state is keyed by its agent's state object (its id): agents
         # of several workspaces may reply in one conversation at once.
         #: Ids of the context messages before each running reply.
@@ -238,9 +251,14 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             log.warning("recalld end_session for %s/%s failed: %s", workspace, session, exc)
 
     async def close(self) -> None:
-        """End every conversation written back since its last flush (its turns go to
-        auto_memory), then close the daemon connection if this instance opened it.
-        Idempotent."""
+        """Send the write-backs the daemon did not take yet, end every conversation
+        written back since its last flush (its turns go to auto_memory), then close the
+        daemon connection if this instance opened it. Idempotent."""
+        await self._send_unsent()
+        if self._unsent:
+            log.warning("recalld: %d write-back(s) not sent: the daemon did not answer",
+                        len(self._unsent))
+            self._unsent.clear()
         while self._unflushed:
             (workspace, session), _ = self._unflushed.popitem(last=False)
             await self.end_session(workspace, session)
@@ -384,17 +402,40 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         messages = _turns(new)
         if not any(m["role"] == "assistant" for m in messages):
             return  # no real exchange (interrupted, or only tool calls)
-        try:
-            # The reply id makes a retried write-back add nothing twice.
-            key = session_key(session)
-            await self._on(workspace, lambda: self.client.add_turns(
-                workspace, key, messages, request_id=f"as:{key}:{agent.state.reply_id}"[:200]))
-            self._unflushed[workspace, session] = None
-            self._unflushed.move_to_end((workspace, session))
-            while len(self._unflushed) > MAX_SESSIONS:
-                self._unflushed.popitem(last=False)  # its idle flush still comes
-        except _DAEMON_ERRORS as exc:
-            log.warning("recalld add_turns for %s/%s failed: %s", workspace, session, exc)
+        # The reply id makes a write-back sent again add nothing twice.
+        request_id = f"as:{session_key(session)}:{agent.state.reply_id}"[:200]
+        self._unsent[request_id] = (workspace, session, messages)
+        while len(self._unsent) > MAX_UNSENT:
+            _, (lost_ws, lost_session, _) = self._unsent.popitem(last=False)
+            log.warning("recalld: dropped an unsent write-back of %s/%s (more than %d "
+                        "waited for the daemon)", lost_ws, lost_session, MAX_UNSENT)
+        await self._send_unsent()
+
+    async def _send_unsent(self) -> None:
+        """Send the waiting write-backs, oldest first, until the daemon is found away
+        (the rest wait for the next write-back); one the daemon refuses is dropped."""
+        async with self._sending:
+            while self._unsent:
+                request_id, (workspace, session, messages) = next(iter(self._unsent.items()))
+                try:
+                    await self._send_turns(workspace, session, messages, request_id)
+                except _AWAY as exc:
+                    log.warning("recalld add_turns for %s/%s failed (sent again with the "
+                                "next write-back): %s", workspace, session, exc)
+                    return
+                except _DAEMON_ERRORS as exc:
+                    log.warning("recalld add_turns for %s/%s failed: %s", workspace,
+                                session, exc)
+                self._unsent.pop(request_id, None)
+
+    async def _send_turns(self, workspace: str, session: str, messages: list[dict[str, str]],
+                          request_id: str) -> None:
+        await self._on(workspace, lambda: self.client.add_turns(
+            workspace, session_key(session), messages, request_id=request_id))
+        self._unflushed[workspace, session] = None
+        self._unflushed.move_to_end((workspace, session))
+        while len(self._unflushed) > MAX_SESSIONS:
+            self._unflushed.popitem(last=False)  # its idle flush still comes
 
     def workspace_for_session(self, session: str | None) -> str | None:
         """The workspace of the agent that replied last in ``session``."""

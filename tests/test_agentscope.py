@@ -23,7 +23,7 @@ from agentscope.credential import OpenAICredential
 from agentscope.message import UserMsg
 from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 
 from recalld.ipc.agentscope import RecalldMemoryMiddleware, workspace_name
@@ -341,6 +341,39 @@ def test_agents_add_shared_workspaces_to_each_agents_own(daemon: DaemonHandle,
     assert "Kelpie" in _text(tool_result["content"]) and "Nixie" in _text(tool_result["content"])
     assert "Selkie" in _non_system(bob) and "Nixie" in _non_system(bob)
     assert "Kelpie" not in _non_system(bob)
+
+
+def test_a_write_back_the_daemon_missed_is_sent_with_the_next(
+        daemon_factory: DaemonFactory, fake: FakeProvider) -> None:
+    first = daemon_factory()
+    fake.chat_default = scripted()
+    sock = first.socket_path
+
+    async def main() -> tuple[str, list[str]]:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="static_control",
+                                     socket_path=sock)
+        model = OpenAIChatModel(
+            credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+            model="fake", stream=False, max_retries=0)
+        agent = Agent(name="coder", system_prompt="You are a helpful assistant.", model=model,
+                      toolkit=Toolkit(tools=[]), middlewares=[mw])
+        answers = []
+        try:
+            answers.append(await agent.reply(UserMsg(name="user", content="one")))
+            assert first.stop() == 0  # the daemon restarts (an upgrade, say)
+            answers.append(await agent.reply(UserMsg(name="user", content="two")))
+            daemon_factory(RECALLD_DATA_DIR=str(first.data_dir), RECALLD_SOCKET=str(sock))
+            answers.append(await agent.reply(UserMsg(name="user", content="three")))
+        finally:
+            await model.client.close()
+            await mw.close()
+        return agent.state.session_id, [a.get_text_content() or "" for a in answers]
+
+    session, answers = asyncio.run(main())
+    assert answers == ["plain answer"] * 3
+    with Client(sock) as c:
+        added = c.add_turns("coder", session, [])
+    assert added["user_turns_total"] == 3, added
 
 
 def test_daemon_down_never_breaks_a_reply(tmp_path: Path, fake: FakeProvider) -> None:
