@@ -11,7 +11,8 @@ end, and a client kept in an object without a block is closed with :meth:`aclose
 
 A connection found dead before a request is sent is replaced once, transparently (the
 daemon restarted); calls in flight when it dies raise :class:`ConnectionLost`, and the
-next call reconnects and subscribes to the same topics again. Every call runs under a
+next call (or wait for events) reconnects and subscribes to the same topics again.
+Every call runs under a
 ``timeout_s`` deadline and raises :class:`TimeoutError` when it passes. A cancelled call
 leaves the connection usable for the calls of other tasks (its late answer is dropped):
 one cancelled while its request is being sent first sends the rest of it (within
@@ -371,14 +372,20 @@ class AsyncClient(_flavours.AsyncMethods):
     async def next_event(self, timeout_s: float | None = None) -> Event | None:
         """The next event, or None after ``timeout_s`` without one.
 
-        Raises :class:`ConnectionLost` when the subscribed connection dies; the next call
-        reconnects and subscribes again. Cancelled, it takes no event.
+        Raises :class:`ConnectionLost` when the subscribed connection dies; the next call,
+        or the next ``next_event``, reconnects and subscribes again. Cancelled, it takes
+        no event.
         """
         with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
             waiter = _Waiter()
             while not self._events:
                 conn = self._conn
-                if conn is None or conn.closed:
+                if (conn is None or conn.closed) and self._topics:
+                    # A subscriber reconnects itself (and subscribes again), as the
+                    # blocking client's events() does: no call may ever come.
+                    with anyio.fail_after(self.timeout_s):
+                        await self._connection()
+                elif conn is None or conn.closed:
                     await self._opened.wait()  # nothing arrives until a call connects
                 else:
                     await self._wait(conn, waiter, lambda: bool(self._events))

@@ -200,6 +200,19 @@ async def test_async_reconnect_after_restart(fake: FakeDaemon) -> None:
 
 
 @each_loop
+async def test_async_subscriber_alone_reconnects_after_restart(fake: FakeDaemon) -> None:
+    async with AsyncClient(fake.path) as client:
+        await client.subscribe(["job.*"])
+        await anyio.to_thread.run_sync(fake.restart)
+        with pytest.raises(errors.ConnectionLost):  # events may have been missed
+            await client.next_event(timeout_s=1)
+        # No call is made: waiting for events reconnects and subscribes again.
+        assert await client.next_event(timeout_s=0.2) is None
+        assert fake.methods().count("events.subscribe") == 2
+        assert client.connected
+
+
+@each_loop
 async def test_async_timeout_keeps_connection(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path, timeout_s=0.1) as client:
         with pytest.raises(TimeoutError, match="no answer within"):
