@@ -64,10 +64,13 @@ def workspace_open(
 ) -> Call[WorkspaceOpened]:
     """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
     ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
-    (under ``import``). ``progress_token``: see :meth:`Client.progress_of`."""
+    (under ``import``). ``config={}`` asks for the config file's settings alone (none:
+    the ones the workspace was recorded with). ``progress_token``: see
+    :meth:`Client.progress_of`."""
     return Call(
         "workspace.open",
-        _params(agent_id=agent_id, path=path, config=dict(config) if config else None,
+        _params(agent_id=agent_id, path=path,
+                config=dict(config) if config is not None else None,
                 import_report=import_report or None, progress_token=progress_token),
         _answer(WorkspaceOpened),
     )

@@ -70,6 +70,16 @@ def test_sync_typed_calls(fake: FakeDaemon) -> None:
         in fake.calls
 
 
+
+def test_sync_an_empty_config_is_sent(fake: FakeDaemon) -> None:
+    # config={} asks for the config file's settings alone; left out, the recorded ones.
+    with Client(fake.path) as client:
+        client.workspace_open("a1", config={})
+        client.workspace_open("a2")
+    assert ("workspace.open", {"agent_id": "a1", "config": {}}) in fake.calls
+    assert ("workspace.open", {"agent_id": "a2"}) in fake.calls
+
+
 def connected_after(client: Client) -> bool:
     return client.connected
 
