@@ -214,6 +214,10 @@ def test_flush_idempotency_and_nothing_to_save(
     r1_again = add(d, "s", turn("Hi there."), request_id="req-1")
     assert r1_again == r1
     assert add(d, "s", [])["pending_turns"] == 1  # the retry added nothing
+    # The same id with another session is another request: its turns are added.
+    other = add(d, "t", turn("Another chat."), request_id="req-1")
+    assert other["session_id"] == "t" and other["added_messages"] > 0
+    assert add(d, "s", turn("Hi there."), request_id="req-1") == r1
     fake.script(done("nothing to save"))
     f1 = add(d, "s", [], flush=True, request_id="req-2")
     assert "job_id" in f1

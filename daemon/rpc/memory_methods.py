@@ -45,6 +45,10 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
     p.done()
     if request_id is not None and not (0 < len(request_id) <= 200):
         raise InvalidParams("request_id must be 1-200 characters")
+    if request_id is not None:
+        # A retry is a retry of the same session's call: the same id given with another
+        # session is another request (no session id has a '/').
+        request_id = f"{session_id}/{request_id}"
     messages = check_messages(raw_messages if raw_messages is not None else [])
     ws = ctx.workspace(agent_id)
     store = ws.services.sessions
