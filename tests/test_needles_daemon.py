@@ -8,6 +8,7 @@ Chinese words or in a short English question, must rank its note first.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,3 +36,36 @@ def test_identifier_needles_in_chinese_notes_rank_first(daemon: Any, tmp_path: P
         if top is None or top["path"] != target or not top.get("exact"):
             misses.append((query, target, top and top["path"]))
     assert misses == [], f"hit@1 {1 - len(misses) / len(bs.queries):.3f}: {misses[:5]}"
+
+
+
+def _full_width(text: str) -> str:
+    """ASCII spelled in full-width forms, as a Chinese input method in that mode types it."""
+    return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch for ch in text)
+
+
+def test_a_needle_in_full_width_forms_is_the_needle(daemon: Any, tmp_path: Path) -> None:
+    # The tokenizer reads ＱＸ＿ＴＯＲＶＥＬ＿５８３１ as QX_TORVEL_5831 (NFKC): a Chinese note
+    # that spells its needle so holds it, and must rank first for the needle typed in
+    # ASCII or in full-width forms, ahead of the English notes sharing its parts.
+    bs = bilingual.generate(notes=120, needles=6, seed=11, distractors=20)
+    needles = {target: query for query, target, form
+               in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"}
+    notes = dict(bs.notes)
+    for target, ident in needles.items():
+        assert ident in notes[target]
+        notes[target] = notes[target].replace(ident, _full_width(ident))
+    root = tmp_path / "ws"
+    bilingual.write(root, dataclasses.replace(bs, notes=notes))
+    (root / "digest").mkdir()
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    misses = []
+    for target, ident in needles.items():
+        for query in (ident, f"what went wrong with {ident}?", _full_width(ident)):
+            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                                   "max_results": 5})
+            top = answer["results"][0] if answer["results"] else None
+            if top is None or top["path"] != target or not top.get("exact"):
+                misses.append((query, target, top and top["path"]))
+    assert misses == []

@@ -17,9 +17,10 @@ Special terms:
 - very rare query terms: a term (after the index's own tokenizer) that at most
   ``RARE_DF`` chunks contain, in an index of at least ``RARE_MIN_DOCS`` chunks.
 
-A hit is exact when its heading + text contains every special term (case-insensitive), an
-identifier as a whole word (``v4.27`` is not in ``v4.27.3``), a rare term at a word start
-(it is a stem: ``kelmo`` is in ``kelmos``). Only lookups count: when the special terms are
+A hit is exact when its heading + text, read as the tokenizer reads it (NFKC, case folded:
+full-width forms count), contains every special term, an identifier as a whole word
+(``v4.27`` is not in ``v4.27.3``), a rare term at a word start (it is a stem: ``kelmo`` is
+in ``kelmos``). Only lookups count: when the special terms are
 under a third of the query's content words (a long question or claim with one rare word),
 no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an identifier.
 Pure functions; the caller runs them under the index lock.
@@ -34,6 +35,7 @@ from typing import Final, Protocol
 
 from pyroaring import BitMap
 
+from recalld.daemon.index import nfkc
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import CJK_RE, STOPWORDS, cjk_length, tokenize_query
@@ -88,10 +90,12 @@ def identifier_terms(query: str) -> list[str]:
 
 def _find_identifiers(query: str) -> tuple[str, ...]:
     out: dict[str, None] = {}  # in order, without repeats (a list would be searched)
-    for m in _WORD.finditer(query):
+    # Normalized as the tokenizer normalizes: an identifier typed in full-width forms
+    # (ＥＣＯＮＮＲＥＦＵＳＥＤ, a Chinese input method's) is the identifier.
+    for m in _WORD.finditer(nfkc.normalize(query)):
         word = m.group(0).strip(".-")
         if len(word) >= 2 and _IDENT.search(word):
-            out[word.lower()] = None
+            out[word.casefold()] = None
     return tuple(out)
 
 
@@ -185,7 +189,10 @@ def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
 
 
 def _contains_all(text: str, terms: list[tuple[str, re.Pattern[str]]]) -> bool:
-    low = text.lower()
+    # The text as the tokenizer reads it (NFKC, case folded), so that a chunk holds a term
+    # whenever its index has it: a Chinese note may spell an identifier in full-width
+    # forms (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), or a word in another case form (Straße).
+    low = nfkc.normalize(text).casefold()
     return all(t in low and pattern.search(low) for t, pattern in terms)
 
 
