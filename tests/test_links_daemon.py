@@ -155,3 +155,24 @@ def test_a_search_of_several_workspaces_expands_as_one_does(daemon_factory: Daem
     assert len(vias) == 3
     assert vias == sorted(vias, key=results.index)
     assert vias[0] == results[0]
+
+
+def test_a_code_block_ends_at_its_own_fence(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A ```` block that shows a ``` one, and a ``` block holding a ```python line: neither
+    # inner line closes its block (CommonMark), so what follows it is still code: no
+    # heading that starts a chunk, no link.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/kettle.md", "# Kettle\nkettleword\n")
+    write(root, "memory/2026-08-01/howto.md",
+          "# Code blocks\nhowtoword: use a longer fence\n\n````markdown\n```python\n"
+          "# a comment, no heading\nprint(1)\n```\n\nsee [[kettle]]\n````\n\ndone\n")
+    write(root, "memory/2026-08-01/log.md",
+          "# Log\nlogword\n```\nout\n```python\n# also code\n[[kettle]]\n```\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for word, end in (("howtoword", 13), ("logword", 8)):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
+        (hit,) = answer["results"]
+        assert (hit["start_line"], hit["end_line"]) == (1, end), word
+        assert hit["links"] == [] and answer["expanded"] == [], word
+    comment = daemon.call("memory.search", {"agent_id": "w", "query": "comment heading"})
+    assert [(r["start_line"], r["heading"]) for r in comment["results"]] == [(1, "Code blocks")]

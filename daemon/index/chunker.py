@@ -16,7 +16,8 @@ Rules:
   longer than the cap): then that chunk is over the cap by at most the block. A note that is
   only frontmatter is chunked like a body (one chunk at usual sizes).
 - The body is split at ATX headings (``#`` .. ``######``, not inside fenced code) into sections,
-  sections into paragraphs at blank lines (a fenced code block is one paragraph). Adjacent
+  sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
+  line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
   a heading. An overlong paragraph is split by lines, an overlong line by characters (all pieces
   keep that line's number), so no chunk exceeds the cap unless it is part of one line.
@@ -36,8 +37,8 @@ from typing import Final, Literal, TypedDict
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "index_text",
-           "split_line"]
+__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "closes_fence",
+           "index_text", "opens_fence", "split_line"]
 
 # Chosen by measurement on LoCoMo dev (tests/bench/quality_lexical.py; sessions written as daily
 # notes, one line per turn; our BM25 on our chunks; 1,986 questions with evidence):
@@ -51,7 +52,11 @@ __all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdow
 DEFAULT_MAX_CHARS: Final = 2000
 
 _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
-_FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# A code fence: three or more backticks (an info string without backticks may follow) or
+# tildes; it is closed by a line of the same character, at least as many, and nothing else
+# (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
+_FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}(?=[^`]*\Z)|~{3,})")
+_CLOSING_RE: Final = re.compile(r"^\s*(`{3,}|~{3,})\s*\Z")
 
 
 class ChunkMeta(TypedDict, total=False):
@@ -105,6 +110,18 @@ def chunk_id(path: str, start_line: int, end_line: int, text: str) -> str:
     h.update(f"{path}\0{start_line}\0{end_line}\0".encode())
     h.update(text.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
+
+
+def opens_fence(line: str) -> str:
+    """The fence ``line`` opens a fenced code block with (its backticks or tildes), or ""."""
+    m = _FENCE_RE.match(line)
+    return "" if m is None else m.group(1)
+
+
+def closes_fence(line: str, fence: str) -> bool:
+    """Does ``line`` close the code block that ``fence`` (``opens_fence``'s) opened?"""
+    m = _CLOSING_RE.match(line)
+    return m is not None and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
 
 
 def split_line(line: str, max_chars: int) -> list[str]:
@@ -228,12 +245,11 @@ def _body(builder: _Builder, lines: list[str], body_start: int) -> None:
     for i in range(body_start, len(lines)):
         line = lines[i]
         if fence:
-            if line.lstrip().startswith(fence):
+            if closes_fence(line, fence):
                 fence = ""
             continue
-        fm = _FENCE_RE.match(line)
-        if fm is not None:
-            fence = fm.group(1)[0] * 3
+        fence = opens_fence(line)
+        if fence:
             if para_start < 0:
                 para_start = i
             continue

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, TypedDict
 
+from recalld.daemon.index.chunker import closes_fence, opens_fence
 from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
@@ -32,7 +33,6 @@ _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
 )
 _TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?([\w][\w .\-]*?)\s*::\s*(.*)$")
-_FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 # A code span: a run of backticks up to the next run of as many (``a `b` c``); runs of at
 # most 16, so that a line of unmatched runs is read a bounded number of times.
 _CODE_SPAN_RE: Final = re.compile(r"(?<!`)(`{1,16})(?!`).*?(?<!`)\1(?!`)")
@@ -120,12 +120,11 @@ def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
     fence = ""
     for number, line in enumerate(text.split("\n"), start=1):
         if fence:
-            if line.lstrip().startswith(fence):
+            if closes_fence(line, fence):
                 fence = ""
             continue
-        m = _FENCE_RE.match(line)
-        if m is not None:
-            fence = m.group(1)[0] * 3
+        fence = opens_fence(line)
+        if fence:
             continue
         yield number, _CODE_SPAN_RE.sub("", line) if "`" in line else line
 
