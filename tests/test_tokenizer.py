@@ -120,3 +120,11 @@ def test_never_crashes_and_terms_are_normalized(text: str) -> None:
 def test_query_terms_of_a_word_are_indexed_terms(word: str) -> None:
     indexed = set(tokenize(f"before {word} after"))
     assert set(tokenize_query(word)) <= indexed
+
+
+def test_a_path_gives_its_compound_names_whole() -> None:
+    toks = tokenize("fixed daemon/index/exact.py and my-lib/src/lib.rs and/or 1/2")
+    assert {"exact.py", "my-lib", "lib.rs"} <= set(toks)
+    assert tokenize_query("exact.py")[0] in toks
+    # Plain names are parts already; a path of plain words gives nothing more.
+    assert toks.count("index") == 1 and "and" not in toks

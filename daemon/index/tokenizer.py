@@ -10,7 +10,8 @@ What it emits, after NFKC normalization and case folding:
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
 - Identifiers and compound tokens (``handleWebSocketReconnect``, ``snake_case_name``,
   ``v2.3.1``, ``config.toml``, ``foo-bar.md``, ``C++``, ``C#``) whole, plus their parts, so both
-  an exact query and a query for one part find them.
+  an exact query and a query for one part find them; a path (``src/app/config.toml``) also
+  gives its compound names whole (``config.toml``).
 - CJK runs (Han, kana, hangul) as overlapping character bigrams plus single characters. The query
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
   carries the word signal, and single characters of a long query would only add noise; a
@@ -170,6 +171,11 @@ def _parts(raw: str, out: list[str]) -> None:
     for p in parts:
         if p and p not in STOPWORDS:
             out.append(_stem(p))
+    if "/" in raw:
+        # The names of a path that are compounds themselves, whole: a query for the file
+        # name ``exact.py`` meets ``daemon/index/exact.py`` on a term of its own, not only
+        # on ``exact`` and ``py``, which any note about Python may hold.
+        out.extend(name.casefold() for name in raw.split("/") if not name.isalnum())
 
 
 def _is_plain(word: str) -> bool:
