@@ -209,6 +209,8 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
     """Split one Markdown file into chunks (see the module docstring for the rules)."""
     if max_chars < 1:
         raise ValueError("max_chars must be positive")
+    # A byte order mark (a Windows editor's) is no text: the first line may be a heading.
+    text = text.removeprefix("\ufeff")
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not open a line

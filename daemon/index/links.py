@@ -118,7 +118,8 @@ def normalize_target(target: str, resolve: Resolver | None = None) -> tuple[str,
 
 def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
     fence = ""
-    for number, line in enumerate(text.split("\n"), start=1):
+    # A byte order mark is no text: the first line may be a heading (``## Related``).
+    for number, line in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
         if fence:
             if closes_fence(line, fence):
                 fence = ""
