@@ -39,6 +39,30 @@ def test_identifier_needles_in_chinese_notes_rank_first(daemon: Any, tmp_path: P
 
 
 
+
+def test_a_needle_glued_to_chinese_words_of_the_query_ranks_first(daemon: Any,
+                                                                    tmp_path: Path) -> None:
+    # A Chinese question puts no space around the identifier it asks about: the CJK
+    # characters end the identifier, as the tokenizer has it.
+    bs = bilingual.generate(notes=120, needles=6, seed=5, distractors=20)
+    root = tmp_path / "ws"
+    bilingual.write(root, bs)
+    (root / "digest").mkdir()
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    misses = []
+    for query, target, form in zip(bs.queries, bs.targets, bs.forms, strict=True):
+        if form != "ident":
+            continue
+        for glued in (f"{query}是什么错误", f"关于{query}的问题"):
+            answer = daemon.call("memory.search", {"agent_id": "w", "query": glued,
+                                                   "max_results": 5})
+            top = answer["results"][0] if answer["results"] else None
+            if top is None or top["path"] != target or not top.get("exact"):
+                misses.append((glued, target, top and top["path"]))
+    assert misses == []
+
+
 def _full_width(text: str) -> str:
     """ASCII spelled in full-width forms, as a Chinese input method in that mode types it."""
     return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch for ch in text)

@@ -91,8 +91,10 @@ def identifier_terms(query: str) -> list[str]:
 def _find_identifiers(query: str) -> tuple[str, ...]:
     out: dict[str, None] = {}  # in order, without repeats (a list would be searched)
     # Normalized as the tokenizer normalizes: an identifier typed in full-width forms
-    # (ＥＣＯＮＮＲＥＦＵＳＥＤ, a Chinese input method's) is the identifier.
-    for m in _WORD.finditer(nfkc.normalize(query)):
+    # (ＥＣＯＮＮＲＥＦＵＳＥＤ, a Chinese input method's) is the identifier. And, as there,
+    # CJK characters end a word: a Chinese question glues its words to the identifier
+    # (``QX_TORVEL_5831是什么错误``), which is no part of it.
+    for m in _WORD.finditer(_CJK.sub(" ", nfkc.normalize(query))):
         word = m.group(0).strip(".-")
         if len(word) >= 2 and _IDENT.search(word):
             out[word.casefold()] = None
