@@ -191,6 +191,11 @@ def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
 
 
 def _contains_all(text: str, terms: list[tuple[str, re.Pattern[str]]]) -> bool:
+    low = text.lower()
+    if all(t in low and pattern.search(low) for t, pattern in terms):
+        return True
+    if text.isascii():
+        return False  # NFKC leaves ASCII as it is, and casefold is lower there
     # The text as the tokenizer reads it (NFKC, case folded), so that a chunk holds a term
     # whenever its index has it: a Chinese note may spell an identifier in full-width
     # forms (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), or a word in another case form (Straße).
