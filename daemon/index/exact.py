@@ -17,12 +17,13 @@ Special terms:
 - very rare query terms: a term (after the index's own tokenizer) that at most
   ``RARE_DF`` chunks contain, in an index of at least ``RARE_MIN_DOCS`` chunks.
 
-A hit is exact when its heading + text, read as the tokenizer reads it (NFKC, case folded:
-full-width forms count), contains every special term, an identifier as a whole word
-(``v4.27`` is not in ``v4.27.3``), a rare term at a word start (it is a stem: ``kelmo`` is
-in ``kelmos``). Only lookups count: when the special terms are
-under a third of the query's content words (a long question or claim with one rare word),
-no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an identifier.
+A hit is exact when it holds every special term: an identifier as a whole word of its
+heading + text, read as the tokenizer reads it (NFKC, case folded: full-width forms count;
+``v4.27`` is not in ``v4.27.3``), a rare term where its index has it (the term is a stem
+the text may not spell: ``strategi`` of strategy). Only lookups count: when the special
+terms are under a third of the query's content words (a long question or claim with one
+rare word), no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an
+identifier.
 Pure functions; the caller runs them under the index lock.
 """
 
@@ -251,8 +252,16 @@ def exact_first(
     wholes = [t for term in special for t in _whole_form(term)]
     own = bm25.search(wholes, limit, allowed=allowed)
     # More chunks hold the terms than one pool: the hits may hold others of them.
-    exact = exact_keys(special, own if len(own) < limit else [*own, *hits], chunks,
-                       idents=idents)
+    pool = own if len(own) < limit else [*own, *hits]
+    # A rare term is a term of the index, often a stem the text does not spell
+    # (``strategi`` of strategy, ``copi`` of copying): a chunk holds it when the index
+    # has it there (a few chunks: it is rare), and only the identifiers are read in the text.
+    rare = [term for term in special if term not in idents]
+    for term in rare:
+        held = {key for key, _ in bm25.search([term], limit, allowed=allowed)}
+        pool = [kv for kv in pool if kv[0] in held]
+    exact = (exact_keys(idents, pool, chunks, idents=idents) if idents
+             else {key for key, _ in pool})
     if not exact:
         return hits, set()
     scores = dict(hits)
