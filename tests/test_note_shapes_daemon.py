@@ -21,3 +21,22 @@ def test_a_byte_order_mark_is_no_text(daemon: DaemonHandle, tmp_path: Path) -> N
         (hit,) = answer["results"]
         assert ((hit["start_line"], hit["end_line"]), hit["heading"], hit["text"]) == (
             lines, heading, text)
+
+
+def test_a_japanese_name_with_an_iteration_mark_is_one_word(daemon: DaemonHandle,
+                                                            tmp_path: Path) -> None:
+    # 佐々木 (Sasaki) is written with 々, which repeats the character before it: the
+    # note about Sasaki ranks first, not one that holds 佐, 木 and some other 々 apart.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-01"
+    day.mkdir(parents=True)
+    (day / "sasaki.md").write_text(
+        "佐々木さんと来週の予算について長い会議をした。資料は事前に共有する予定。\n",
+        encoding="utf-8")
+    (day / "other.md").write_text("木曜日に補佐と話した。人々。\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for query, path in (("佐々木", "memory/2026-08-01/sasaki.md"),
+                        ("人々", "memory/2026-08-01/other.md")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        assert [r["path"] for r in answer["results"]][:1] == [path], answer["results"]
+        assert len(answer["results"]) == 1, answer["results"]

@@ -51,9 +51,11 @@ __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_lengt
            "tokenize_query", "tokenize_split"]
 
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
-# halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded.
+# halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
+# the ideographic iteration and closing marks and number zero (々 〆 〇) are parts of
+# words (佐々木, 人々), not breaks between them.
 _CJK_RANGES: Final = (
-    "\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
 _CJK_RE: Final = re.compile(f"[{_CJK_RANGES}]")
