@@ -20,7 +20,7 @@ from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query, 
 _CJK = tokenizer._CJK_RANGES
 _ALNUM = rf"[^\W_{_CJK}]"
 _TOKEN_RE = re.compile(
-    rf"([{_CJK}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|#|\+(?!{_ALNUM}))?)")
+    rf"([{_CJK}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|[#+](?!{_ALNUM}))?)")
 
 
 def reference_split(text: str) -> tuple[list[str], list[str]]:

@@ -63,14 +63,18 @@ _CJK_RUN_SPLIT: Final = re.compile(f"([{_CJK_RANGES}]+)")
 #: One CJK character (Han, kana, hangul), as the tokenizer defines them.
 CJK_RE: Final = _CJK_RE
 # Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
-# suffix (C++, C#, F#). Connectors only count between two alnum runs, so a sentence's final
-# period or a dash used as punctuation is not glued to the word. Matched over text without
-# CJK (CJK runs are split off first): Unicode letters and digits, then ASCII only (simpler
-# classes match about twice as fast). Not possessive: before Python 3.11.5 a possessive
-# repeat of a group that can backtrack matched wrongly (gh-106052).
-_WORD_TOKEN_RE: Final = re.compile(r"[^\W_]+(?:(?:[._\-/]|_+)[^\W_]+)*(?:\+\+|#|\+(?![^\W_]))?")
+# suffix (C++, C#, F#; a `+` or `#` before a letter or digit is no suffix: the anchor of
+# `exact.py#L42`, a link to a line, is not part of the file name). Connectors only count
+# between two alnum runs, so a sentence's final period or a dash used as punctuation is not
+# glued to the word. Matched over text without CJK (CJK runs are split off first): Unicode
+# letters and digits, then ASCII only (simpler classes match about twice as fast). Not
+# possessive: before Python 3.11.5 a possessive repeat of a group that can backtrack
+# matched wrongly (gh-106052).
+_WORD_TOKEN_RE: Final = re.compile(
+    r"[^\W_]+(?:(?:[._\-/]|_+)[^\W_]+)*(?:\+\+|[#+](?![^\W_]))?"
+)
 _ASCII_TOKEN_RE: Final = re.compile(
-    r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|#|\+(?![A-Za-z0-9]))?"
+    r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
 _CONNECTOR_RE: Final = re.compile(r"[._\-/+#]+")
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
