@@ -77,7 +77,7 @@ def test_a_needle_asked_with_a_rare_word_of_its_note_ranks_first(daemon: Any,
     daemon.call("index.sync", {"agent_id": "w"})
     needles = [(query, target) for query, target, form
                in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"]
-    words = ("strategy", "copying", "memory")
+    words = ("strategy", "copying", "memory rating")
     for (ident, target), word in zip(needles, words, strict=False):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": ident,
                                                "max_results": 5})

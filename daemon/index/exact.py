@@ -37,9 +37,16 @@ from typing import Final, Protocol
 from pyroaring import BitMap
 
 from recalld.daemon.index import nfkc
+from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import StoredChunk
-from recalld.daemon.index.tokenizer import CJK_RE, STOPWORDS, cjk_length, tokenize_query
+from recalld.daemon.index.tokenizer import (
+    CJK_RE,
+    STOPWORDS,
+    cjk_length,
+    tokenize,
+    tokenize_query,
+)
 
 RARE_DF = 2
 RARE_MIN_DOCS = 50
@@ -230,6 +237,11 @@ def exact_keys(
     return out
 
 
+def _terms(chunk: StoredChunk) -> set[str]:
+    """The terms the keyword index has for ``chunk``."""
+    return set(tokenize(index_text(chunk.text, chunk.heading, chunk.metadata)))
+
+
 def exact_first(
     query: str, bm25: KeywordIndex, hits: list[tuple[int, float]],
     chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None = None,
@@ -257,8 +269,13 @@ def exact_first(
     # (``strategi`` of strategy, ``copi`` of copying): a chunk holds it when the index
     # has it there (a few chunks: it is rare), and only the identifiers are read in the text.
     rare = [term for term in special if term not in idents]
-    for term in rare:
-        held = {key for key, _ in bm25.search([term], limit, allowed=allowed)}
+    if rare:
+        held = {key for key, _ in bm25.search(rare[:1], limit, allowed=allowed)}
+        if len(rare) > 1:
+            # A chunk holding them all holds the first: one of a few, whose terms are
+            # read here (no index call per term: a shared workspace's is a query).
+            rest = set(rare[1:])
+            held = {key for key in held if key in chunks and rest <= _terms(chunks[key])}
         pool = [kv for kv in pool if kv[0] in held]
     exact = (exact_keys(idents, pool, chunks, idents=idents) if idents
              else {key for key, _ in pool})
