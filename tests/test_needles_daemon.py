@@ -137,15 +137,17 @@ def test_a_file_name_in_a_path_is_found_by_its_name(daemon: Any, tmp_path: Path)
     (day / "fix.md").write_text(
         "# Fix\n\nThe bug was in daemon/index/exact.py, found after a long hunt through the"
         " scoring and the fusion code; also see https://example.org/docs/setup.cfg today"
-        " and https://example.org/r/blob/main/src/fuse.py#L42-L50.\n",
+        " and https://example.org/r/blob/main/src/fuse.py#L42-L50; zenra.cache.max_age is 60.\n",
         encoding="utf-8")
     (day / "py.md").write_text("# Py\n\nExact match in py: exact py, fuse py.\n",
                                encoding="utf-8")
-    (day / "cfg.md").write_text("# Cfg\n\nSetup cfg: the setup of cfg.\n", encoding="utf-8")
+    (day / "cfg.md").write_text("# Cfg\n\nSetup cfg: the setup of cfg, max age.\n",
+                                encoding="utf-8")
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     daemon.call("index.sync", {"agent_id": "w"})
     # The anchor of a link to lines (#L42) is not part of the file name.
-    for query in ("exact.py", "setup.cfg", "example.org", "fuse.py"):
+    # A dotted key's compound parts are names of their own too.
+    for query in ("exact.py", "setup.cfg", "example.org", "fuse.py", "max_age"):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query})
         top = answer["results"][0]
         assert top["path"] == "memory/2026-03-15/fix.md" and top.get("exact"), (

@@ -128,3 +128,6 @@ def test_a_path_gives_its_compound_names_whole() -> None:
     assert tokenize_query("exact.py")[0] in toks
     # Plain names are parts already; a path of plain words gives nothing more.
     assert toks.count("index") == 1 and "and" not in toks
+    # A dotted name's compound keys, whole.
+    assert {"max_age", "snake_case"} <= set(tokenize("zenra.cache.max_age in src/snake_case.py"))
+    assert tokenize("v2.3.1 and 3.14") == tokenize_query("v2.3.1 and 3.14")

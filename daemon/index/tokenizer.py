@@ -11,7 +11,8 @@ What it emits, after NFKC normalization and case folding:
 - Identifiers and compound tokens (``handleWebSocketReconnect``, ``snake_case_name``,
   ``v2.3.1``, ``config.toml``, ``foo-bar.md``, ``C++``, ``C#``) whole, plus their parts, so both
   an exact query and a query for one part find them; a path (``src/app/config.toml``) also
-  gives its compound names whole (``config.toml``).
+  gives its compound names whole (``config.toml``), a dotted name its compound keys
+  (``max_age`` of ``cache.max_age``).
 - CJK runs (Han, kana, hangul) as overlapping character bigrams plus single characters. The query
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
   carries the word signal, and single characters of a long query would only add noise; a
@@ -177,11 +178,18 @@ def _parts(raw: str, out: list[str]) -> None:
     for p in parts:
         if p and p not in STOPWORDS:
             out.append(_stem(p))
-    if "/" in raw:
+    if "/" in raw or "." in raw:
         # The names of a path that are compounds themselves, whole: a query for the file
         # name ``exact.py`` meets ``daemon/index/exact.py`` on a term of its own, not only
-        # on ``exact`` and ``py``, which any note about Python may hold.
-        out.extend(name.casefold() for name in raw.split("/") if not name.isalnum())
+        # on ``exact`` and ``py``, which any note about Python may hold; so do the
+        # compound keys of a dotted name (``max_age`` of ``zenra.cache.max_age``).
+        for name in raw.split("/"):
+            if name.isalnum():
+                continue
+            if name != raw:
+                out.append(name.casefold())
+            if "." in name:
+                out.extend(key.casefold() for key in name.split(".") if not key.isalnum())
 
 
 def _is_plain(word: str) -> bool:
