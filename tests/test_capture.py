@@ -293,3 +293,32 @@ def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakePr
     assert body.splitlines() == ["- Drinks green tea every morning", "- Works as a nurse",
                                  "- Sister Anna lives in Graz", "- Brother Tom is a pilot"]
     assert "description: what matters" in note.read_text()
+
+
+def test_a_resumed_job_that_fails_is_retried(daemon_factory: Any, fake: FakeProvider,
+                                             tmp_path: Path) -> None:
+    # Killed while its job waits for the model; after the restart the resumed job covers
+    # the turns when the idle flush looks, then fails: the turns must not wait for ever.
+    root = tmp_path / "ws"
+    cfg = config(root, fake, idle_s=1.0)
+    d = daemon_factory(cfg)
+    held = fake.gate(lambda body: True)
+    add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.kill()
+    held.open()
+    fake.script(Reply(raw=b"not json"), write_note("dog", "- Dog named Rex"), done())
+    held = fake.gate(lambda body: True)
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert held.entered.wait(30)  # the resumed job asks the model
+    wait_for(lambda: next(w for w in d2.call("daemon.status")["workspaces"]
+                          if w["agent_id"] == "w")["capture"]["idle_flushes"] == 1,
+             "the idle flush finding the resumed job")
+    held.open()
+    note = wait_for(lambda: notes(root), "the note written by a retry")
+    assert "Rex" in note[0].read_text()
+    wait_for(lambda: add(d2, "s1", [])["pending_turns"] == 0)
+    jobs = sorted(memory_jobs(d2), key=lambda j: j["submitted_at"])
+    assert [(j["params"]["trigger"], j["state"]) for j in jobs] == [
+        ("flush", "failed"), ("retry", "succeeded")], jobs
+    wait_for(lambda: health(d2)["state"] == "clean", "health clean again")

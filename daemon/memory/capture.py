@@ -14,8 +14,10 @@ Owns the decision to submit an ``auto_memory`` job for a session, whatever asks 
 
 A job that fails (the chat model unreachable, a broken answer) leaves its turns pending;
 while the idle flush is on, the session is looked at again ``auto_memory_idle_s`` after
-each submission and, if its turns still wait with no job under way, submitted again
-(trigger ``retry``), the wait doubling up to an hour while the failures go on.
+each submission (and after a flush found its turns covered by a job submitted before a
+restart or a reopening of the workspace) and, if its turns still wait with no job under
+way, submitted again (trigger ``retry``), the wait doubling up to an hour while the
+failures go on.
 
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
 and its note) count as active at that moment, so the idle flush writes them after
@@ -128,8 +130,18 @@ class SessionFlusher:
             if added.pending_messages == 0 and added.pending_turns == 0:
                 return None
             if self.covered(added):
+                self.watch(session_id)
                 return added.last_job_id
             return await self.submit(session_id, added.upto, trigger=trigger)
+
+    def watch(self, session_id: str) -> None:
+        """The session's turns are covered by a job this flusher did not submit (one
+        resumed after a restart, or queued before the workspace was reopened): look again
+        ``auto_memory_idle_s`` from now, so that they are submitted again if it fails."""
+        idle_s = self._idle_s()
+        if session_id not in self._retry and not math.isinf(idle_s):
+            self._retry[session_id] = (trio.current_time() + idle_s, 1)
+            self._wake.set()
 
     def touched(self, session_id: str) -> None:
         """A turn was added: the session's idle time starts again."""

@@ -82,6 +82,7 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
         if (periodic or flush) and has_pending:
             if not periodic and capture.covered(added):
                 job_id = added.last_job_id  # a queued or running job covers it all
+                capture.watch(session_id)
             else:
                 try:
                     job_id = await capture.submit(session_id, added.upto, request_id,
