@@ -95,8 +95,22 @@ def check_messages(messages: object) -> list[JsonObject]:
     return messages
 
 
+#: Content blocks that carry what a tool answered, not what the user said (Anthropic's
+#: format sends them as a ``user`` message).
+TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
+
+
+def _is_tool_result(content: object) -> bool:
+    """True for content made only of tool-result blocks."""
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(b, dict) and b.get("type") in TOOL_RESULT_BLOCKS for b in content)
+
+
 def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
-    return sum(1 for m in messages if m.get("role") == "user")
+    """User turns among ``messages``: ``user`` messages, except those that only hand
+    back tool results (an image-only message is a turn; its text is just not kept)."""
+    return sum(1 for m in messages
+               if m.get("role") == "user" and not _is_tool_result(m.get("content")))
 
 
 def sanitize_messages(messages: Sequence[Mapping[str, object]]) -> list[Turn]:

@@ -1,0 +1,57 @@
+"""Conversations handed over in other shapes of the chat message formats.
+
+A real daemon and socket; the chat model is a scripted OpenAI-compatible server on
+127.0.0.1 where a job has to run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from recalld.daemon.memory.turns import count_user_turns
+
+
+def config(root: Path, interval: int) -> str:
+    return (f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = {interval}\n'
+            "auto_memory_idle_s = 0\n")
+
+
+def anthropic_exchange(question: str, answer: str) -> list[dict[str, Any]]:
+    """One user question answered after two tool calls, in Anthropic's message format:
+    the tools' results come back as ``user`` messages of ``tool_result`` blocks."""
+    return [
+        {"role": "user", "content": [{"type": "text", "text": question}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "rain, 4 degrees"}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Bergen"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2",
+                                      "content": [{"type": "text", "text": "sun"}]}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "compare"},
+                                          {"type": "text", "text": answer}]},
+    ]
+
+
+def test_tool_results_sent_as_user_messages_are_not_user_turns(daemon_factory: Any,
+                                                               tmp_path: Path) -> None:
+    # Counted as user turns, every tool call of an agent moved the session towards its
+    # auto_memory_interval: a run after one question instead of after three.
+    d = daemon_factory(config(tmp_path / "ws", interval=3))
+    for n, city in enumerate(("Oslo", "Bergen"), start=1):
+        r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1",
+                                        "messages": anthropic_exchange(
+                                            f"Where is it warmer, {city}?", "Bergen.")})
+        assert (r["pending_turns"], r["user_turns_total"]) == (n, n), r
+        assert "job_id" not in r, r
+    dialog = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1"})
+    assert dialog["pending_messages"] == 6  # questions and the assistant's texts only
+    # A message that mixes its text with a tool result is the user speaking.
+    assert count_user_turns([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "x"},
+        {"type": "text", "text": "and also: I moved to Bergen"}]}]) == 1
+    assert count_user_turns([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]}]) == 1
