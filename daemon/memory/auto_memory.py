@@ -29,8 +29,9 @@ Every run that changed or refused to change the note leaves a change log record
 its path is the result's ``log``.
 
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
-malformed answers, deadline) fail the job with a clear message and leave the turns
-pending for the next run. Cancellation leaves no partial file (every write is atomic);
+malformed answers, deadline, a note the disk refused to write, whatever the model then
+answered) fail the job with a clear message and leave the turns pending for the next
+run. Cancellation leaves no partial file (every write is atomic);
 the job kind is resumable, so one interrupted by a restart runs again.
 """
 
@@ -349,6 +350,11 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                         raise JobFailed(
                             f"the chat model did not finish within {MAX_STEPS} steps")
                     await tools.keep_refused()
+                    if tools.write_failures and len(ops.changes) == changes_before:
+                        # The model heard the write failed, yet may answer "saved":
+                        # committed, these turns would be in no note.
+                        raise JobFailed(f"the note could not be written: "
+                                        f"{tools.write_failures[-1]}")
                     if i < len(parts) - 1 and part.done is not None:
                         # The turns the model has seen are memory now: a later part's
                         # failure does not send them again.

@@ -15,6 +15,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.chat import ToolSchema, function_tool
+from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
 
 if TYPE_CHECKING:
@@ -38,11 +39,18 @@ def schemas(names: Iterable[str] = ALL_TOOLS) -> list[ToolSchema]:
             for n in wanted]
 
 
-async def call(ops: FileOps, name: str, arguments: Mapping[str, object]) -> str:
-    """Run one tool call and describe the outcome as text; errors become text too."""
+async def call(ops: FileOps, name: str, arguments: Mapping[str, object], *,
+               storage_errors: list[str] | None = None) -> str:
+    """Run one tool call and describe the outcome as text; errors become text too.
+    A storage failure (disk full, read-only folder, I/O error) is also appended to
+    ``storage_errors`` when given: the model was not at fault, and may not say so."""
     try:
         return await _call(ops, name, dict(arguments))
-    except RecalldError as exc:  # StorageError included
+    except StorageError as exc:
+        if storage_errors is not None:
+            storage_errors.append(exc.message)
+        return f"error: {exc.message}"
+    except RecalldError as exc:
         return f"error: {exc.message}"
     except (TypeError, ValueError, KeyError) as exc:
         return f"error: bad arguments for {name}: {exc}"

@@ -21,7 +21,7 @@ import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
-from recalld.daemon.memory import capture_log
+from recalld.daemon.memory import capture_log, filetools
 from recalld.daemon.memory.fileops import FileOps, read_confined
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.textlines import dropped_bullets
@@ -60,6 +60,8 @@ class SessionTools:
         self.refused: list[capture_log.Refusal] = []
         #: The last refused rewrite of each note not written since (see keep_refused).
         self._unsettled: dict[str, _Refused] = {}
+        #: Tool calls that failed for the disk's sake (full, read-only, I/O errors).
+        self.write_failures: list[str] = []
 
     async def _text(self, rel: str) -> str:
         return await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
@@ -133,7 +135,7 @@ class SessionTools:
         else:
             return f"error: unknown tool {name!r}"
         changes = len(self.ops.changes)
-        answer = await self.ops.call_tool(name, args)
+        answer = await filetools.call(self.ops, name, args, storage_errors=self.write_failures)
         for change in self.ops.changes[changes:]:
             self._unsettled.pop(change.path, None)  # written since its refusal
         return answer
