@@ -46,6 +46,7 @@ from recalld.daemon import memtrim
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.turns import Turn, count_user_turns, sanitize_messages
 from recalld.daemon.store.applog import AppendLog, replay
+from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -249,12 +250,20 @@ class SessionStore:
     async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
         if not self._open:
             raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
+        written = False
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             async with self._write_lock:
-                await self._append_locked(records)
+                await trio.to_thread.run_sync(self._log.append, records)
+                written = True
+                await self._appended(records)
+        if not written:
+            # Never a silent skip: the caller would take its turns for saved.
+            raise StorageError(f"the pending-turns log of {self.agent_id!r} took no write "
+                               f"within {WRITE_TIMEOUT_S:g} s (another write holds it); "
+                               f"nothing was saved", self.path)
 
-    async def _append_locked(self, records: Sequence[Mapping[str, object]]) -> None:
-        await trio.to_thread.run_sync(self._log.append, records)
+    async def _appended(self, records: Sequence[Mapping[str, object]]) -> None:
+        """Apply ``records``, just written to the log; compact the log if it is time."""
         for rec in records:  # the in-memory effect is exactly what a replay does
             self._apply(rec)
         self._lines += len(records)
