@@ -322,3 +322,22 @@ def test_a_resumed_job_that_fails_is_retried(daemon_factory: Any, fake: FakeProv
     assert [(j["params"]["trigger"], j["state"]) for j in jobs] == [
         ("flush", "failed"), ("retry", "succeeded")], jobs
     wait_for(lambda: health(d2)["state"] == "clean", "health clean again")
+
+
+def test_health_names_a_failed_flush_that_nothing_retries(daemon_factory: Any,
+                                                          fake: FakeProvider,
+                                                          tmp_path: Path) -> None:
+    # Without the idle flush nothing retries; health said the turns were "waiting for a
+    # flush" though the flush had been made and its job had failed.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(Reply(raw=b"not json"))
+    job = wait_job(d, add(d, "s1", turn("My dog is called Rex."), flush=True)["job_id"])
+    assert job["state"] == "failed"
+    assert health(d)["reasons"] == [
+        "2 conversation message(s) of 1 session(s) wait for auto_memory: the last "
+        f"auto_memory job left them pending (failed: {job['error']}); waiting for 5 user "
+        "turns or a flush"]
+    fake.script(write_note("dog", "- Dog named Rex"), done())
+    assert wait_job(d, add(d, "s1", [], flush=True)["job_id"])["state"] == "succeeded"
+    assert not [r for r in health(d).get("reasons", []) if "auto_memory" in r]

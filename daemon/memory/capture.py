@@ -232,25 +232,30 @@ class SessionFlusher:
         elif retried := [s for s in sessions if s in self._retry]:
             due = min(self._retry[s][0] for s in retried) - trio.current_time()
             reason = (f"the last auto_memory job left them pending "
-                      f"({self._last_error(retried)}); next try in {max(due, 0):.0f} s")
+                      f"({self._last_error(retried) or 'not finished'}); "
+                      f"next try in {max(due, 0):.0f} s")
         else:
             idle = self.ws.settings.auto_memory_idle_s
             interval = self.ws.settings.auto_memory_interval
             triggers = ([f"{interval} user turns"] if interval else []) + (
                 [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
             reason = "waiting for " + " or ".join(triggers)
+            if failure := self._last_error(sessions):  # and nothing will retry it
+                reason = f"the last auto_memory job left them pending ({failure}); {reason}"
         return Waiting(messages=messages, sessions=len(sessions), reason=reason)
 
-    def _last_error(self, sessions: list[str]) -> str:
+    def _last_error(self, sessions: list[str]) -> str | None:
+        """How the last job of one of ``sessions`` failed, if one did."""
         for session_id in sessions:
             job_id = self.store.info(session_id).last_job_id
             try:
                 job = self.jobs.get(self.ws.agent_id, job_id) if job_id else None
             except NotFound:
                 continue
-            if job is not None and job.get("error"):
-                return f"{job['state']}: {job['error']}"
-        return "not finished"
+            if job is not None and job["state"] in ("failed", "cancelled"):
+                error = job.get("error")
+                return f"{job['state']}: {error}" if error else str(job["state"])
+        return None
 
     def waiting_reason(self) -> str | None:
         """One line for ``health``: what waits for auto_memory and why; None if nothing."""
