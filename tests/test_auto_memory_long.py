@@ -4,6 +4,7 @@ other files and workspaces."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,25 @@ def test_ids_with_a_trailing_newline_are_refused(daemon_factory: Any, tmp_path: 
     assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default", "w"]
     assert add(d, "s", [])["pending_messages"] == 0
     assert [p for p in tmp_path.rglob("*") if "\n" in p.name] == []
+
+
+def test_turns_after_the_pending_log_was_removed_reach_the_dialog(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
+    # Without its pending-turns log (mem_metadata removed while the daemon was down) a
+    # workspace numbers turns from 1 again: the dialog file, which skipped every turn
+    # numbered below its last one, lost the new turns of its conversation.
+    root = tmp_path / "ws"
+    cfg = config(root, fake, interval=0)
+    d = daemon_factory(cfg)
+    fake.chat_default = lambda body: chat_answer("nothing to save")
+    for text in ("I live in Basel.", "I work at the zoo."):
+        assert wait_job(d, add(d, "s", turn(text), flush=True)["job_id"])["state"] == "succeeded"
+    assert d.stop() == 0
+    shutil.rmtree(root / "mem_metadata")
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    job = wait_job(d2, add(d2, "s", turn("I moved to Tallinn."), flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    said = [orjson.loads(line)["content"] for line in
+            (root / "mem_session" / "dialog" / "s.jsonl").read_text().splitlines()]
+    assert said == ["I live in Basel.", "Noted.", "I work at the zoo.", "Noted.",
+                    "I moved to Tallinn.", "Noted."]

@@ -14,7 +14,8 @@ cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). St
    than that in numbered pieces, each part with the note as the part before left it;
    the turns a part finished are saved and committed before the next part is sent;
 3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (rewritten atomically;
-   turns already there are not repeated, so a re-run after a crash adds nothing twice);
+   turns already there are not repeated, so a re-run after a crash adds nothing twice;
+   turns numbered again from 1, after the pending-turns log was removed, are new);
 4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
    with its description);
 5. commit the turns, then push one inbox item if a note changed.
@@ -186,18 +187,25 @@ async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]
 
     def run() -> None:
         old = read_confined(ws.root, rel, max_bytes=256 << 20) or ""
-        last = 0
+        there: dict[int, int] = {}  # seq -> hash of its text, the latest line's
         for line in old.splitlines():
             try:
                 rec = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("seq"), int):
-                last = max(last, rec["seq"])
+                there[rec["seq"]] = hash(str(rec.get("content")))
         # Turns were redacted when added; again here, for turns kept from before a rule
         # was added.
-        new = [{**t, "content": redact(t["content"])} if isinstance(t.get("content"), str)
-               else t for t in turns if t["seq"] > last]
+        redacted = [{**t, "content": redact(t["content"])} if isinstance(t.get("content"), str)
+                    else t for t in turns]
+        last = max(there, default=0)
+        if all(there.get(t["seq"]) == hash(str(t.get("content")))
+               for t in redacted if t["seq"] <= last):
+            new = [t for t in redacted if t["seq"] > last]  # a re-run: those are there
+        else:
+            # Numbered from 1 again (the pending-turns log was removed): new turns.
+            new = redacted
         if not new:
             return
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
