@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recalld.daemon.memory.turns import count_user_turns
+from recalld.daemon.memory.turns import count_user_turns, sanitize_messages
 
 
 def config(root: Path, interval: int) -> str:
@@ -55,3 +55,24 @@ def test_tool_results_sent_as_user_messages_are_not_user_turns(daemon_factory: A
         {"type": "text", "text": "and also: I moved to Bergen"}]}]) == 1
     assert count_user_turns([{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]}]) == 1
+
+
+def test_texts_and_media_in_the_shapes_of_other_apis(daemon_factory: Any,
+                                                    tmp_path: Path) -> None:
+    # OpenAI's Assistants API gives a text block's text as {value, annotations}: the
+    # whole conversation was dropped as if nothing had been said.
+    d = daemon_factory(config(tmp_path / "ws", interval=0))
+    thread = [{"role": "user", "content": [
+                  {"type": "text", "text": {"value": "I moved to Oslo.", "annotations": []}}]},
+              {"role": "assistant", "content": [
+                  {"type": "text", "text": {"value": "Noted: Oslo.", "annotations": []}}]}]
+    r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "t1", "messages": thread})
+    assert (r["added_messages"], r["pending_turns"]) == (2, 1), r
+    assert sanitize_messages(thread) == [{"role": "user", "content": "I moved to Oslo."},
+                                         {"role": "assistant", "content": "Noted: Oslo."}]
+    # Media say what they were ("[input omitted]" before, for audio and images alike).
+    assert sanitize_messages([{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "input_image", "image_url": "https://example.org/a.png"},
+        {"type": "input_file", "file_id": "file-1"}]}]) == [
+        {"role": "user", "content": "[audio omitted]\n[image omitted]\n[file omitted]"}]

@@ -26,6 +26,10 @@ _RECALL = re.compile(
 )
 _DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
+#: Media content blocks, each kept as a placeholder naming what it was.
+MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
+                "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
+                "video": "video", "video_url": "video"}
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
 
 
@@ -69,12 +73,13 @@ def _content_blocks(content: object) -> list[str]:
                 parts.append(block)
             elif isinstance(block, dict):
                 kind = block.get("type")
-                if kind in ("text", "input_text", "output_text") and isinstance(
-                        block.get("text"), str):
-                    parts.append(block["text"])
-                elif kind in ("image_url", "image", "input_image", "input_audio", "audio",
-                              "file", "video", "video_url"):
-                    parts.append(f"[{str(kind).split('_')[0]} omitted]")
+                text = block.get("text")
+                if isinstance(text, dict):  # the Assistants API: {"value", "annotations"}
+                    text = text.get("value")
+                if kind in ("text", "input_text", "output_text") and isinstance(text, str):
+                    parts.append(text)
+                elif isinstance(kind, str) and kind in MEDIA_BLOCKS:
+                    parts.append(f"[{MEDIA_BLOCKS[kind]} omitted]")
                 # tool_result / tool_use / anything else: not the user's words, dropped
         return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")
