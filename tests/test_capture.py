@@ -341,3 +341,26 @@ def test_health_names_a_failed_flush_that_nothing_retries(daemon_factory: Any,
     fake.script(write_note("dog", "- Dog named Rex"), done())
     assert wait_job(d, add(d, "s1", [], flush=True)["job_id"])["state"] == "succeeded"
     assert not [r for r in health(d).get("reasons", []) if "auto_memory" in r]
+
+
+def test_a_job_across_a_close_and_reopen_commits_its_turns(daemon_factory: Any,
+                                                           fake: FakeProvider,
+                                                           tmp_path: Path) -> None:
+    # The workspace is closed and opened again while the model answers: the job wrote
+    # the note, then failed on the closed session store, and its turns were sent to the
+    # model once more by a retry.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=600))
+    held = fake.gate(lambda body: True)
+    fake.script(write_note("dog", "- Dog named Rex"), done())
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "w"})
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    held.open()
+    job = wait_job(d, first["job_id"])
+    assert job["state"] == "succeeded", job
+    assert add(d, "s1", [])["pending_turns"] == 0
+    assert chat_requests(fake) == 2 and "Rex" in notes(root)[0].read_text()
+    assert [i["job_id"] for i in d.call("inbox.list", {"agent_id": "w"})["items"]] == [
+        first["job_id"]]

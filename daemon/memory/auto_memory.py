@@ -29,6 +29,10 @@ Every run that changed or refused to change the note leaves a change log record
 (:mod:`capture_log`, ``<metadata_dir>/auto_memory/runs/``), also when the job then fails;
 its path is the result's ``log``.
 
+A workspace closed and opened again on the same folder while a job runs (the model
+answering meanwhile) gets the job's commit and inbox item: the job's own session store
+and inbox closed with it.
+
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
 malformed answers, deadline, a note the disk refused to write, whatever the model then
 answered) fail the job with a clear message and leave the turns pending for the next
@@ -267,6 +271,19 @@ async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: s
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
 
 
+def _reopened(get_workspace: Callable[[str], Workspace], ws: Workspace) -> Workspace:
+    """``ws``, or the workspace opened again on its folder since the job started (closed
+    and opened while the model answered): the job's turns are that one's to commit, and
+    ``ws``'s session store and inbox are closed."""
+    try:
+        now = get_workspace(ws.agent_id)
+    except UnknownWorkspace:
+        return ws
+    if now.root == ws.root and now.settings.metadata_dir == ws.settings.metadata_dir:
+        return now
+    return ws
+
+
 async def _write_log(ws: Workspace, ops: FileOps, run: capture_log.CaptureRun) -> str | None:
     """Write ``run``'s change log record if it changed or refused to change the note;
     its workspace-relative path (None: nothing to record, or the write failed)."""
@@ -369,7 +386,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                         await _append_dialog(ws, session_id, [
                             t for t in turns if isinstance(t["seq"], int)
                             and t["seq"] <= part.done])
-                        await store.commit(session_id, part.done)
+                        await _reopened(get_workspace, ws).services.sessions.commit(
+                            session_id, part.done)
                 notes = sorted({c.path for c in ops.changes})
             except RecalldError as exc:
                 run_log.error = exc.message
@@ -381,13 +399,14 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             job.set_progress(3, 4, "refreshing the day index")
             if notes:
                 await refresh_day_index(ws, date, ops)
-            await store.commit(session_id, upto)
+            services = _reopened(get_workspace, ws).services
+            await services.sessions.commit(session_id, upto)
             changed = sorted({c.path for c in ops.changes})
             note = await ops.session_note(session_id, date)
             item = None
             if notes:
                 summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
-                item = await ws.services.inbox.push(
+                item = await services.inbox.push(
                     "auto_memory", summary, changed, job_id=job.job_id,
                     details={"session_id": session_id, "date": date, "note": note,
                              "refused": tools.refused, "log": log_rel})
