@@ -21,7 +21,7 @@ import builtins
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import trio
@@ -57,6 +57,8 @@ class WorkspaceRegistry:
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
         self._locks: dict[str, trio.Lock] = {}
+        #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
+        self._held: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -78,6 +80,9 @@ class WorkspaceRegistry:
         """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
         ws = self._workspaces.get(agent_id)
         if ws is None:
+            if agent_id in self._held:
+                raise UnknownWorkspace(f"workspace {agent_id!r} is not open: a restore is "
+                                       "replacing its files")
             raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
         if ws.state != "ready":
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
@@ -166,18 +171,43 @@ class WorkspaceRegistry:
     def _lock(self, agent_id: str) -> trio.Lock:
         return self._locks.setdefault(agent_id, trio.Lock())
 
+    @contextlib.asynccontextmanager
+    async def held(self, agent_id: str) -> AsyncIterator[None]:
+        """While a restore replaces ``agent_id``'s files: :meth:`open` of it waits until
+        they are in place. Opened meanwhile, it would serve the pending turns and inbox
+        the restore replaces, and go on appending to the replaced files."""
+        while (busy := self._held.get(agent_id)) is not None:
+            await busy.wait()
+        done = self._held[agent_id] = trio.Event()
+        try:
+            yield
+        finally:
+            del self._held[agent_id]
+            done.set()
+
     async def open(
         self,
         agent_id: str,
         path: Path | None = None,
         overrides: Mapping[str, object] | None = None,
     ) -> Workspace:
-        """Open ``agent_id``'s workspace (idempotent at the same path).
+        """Open ``agent_id``'s workspace (idempotent at the same path); while a restore
+        replaces its files (:meth:`held`), once they are in place.
 
         Raises InvalidParams if it is open at another path or another agent holds the
         path. If cancelled while services start, the half-open workspace is closed.
         """
         check_agent_id(agent_id)
+        while True:
+            while (busy := self._held.get(agent_id)) is not None:
+                await busy.wait()
+            ws = await self._open_unless_held(agent_id, path, overrides)
+            if ws is not None:
+                return ws
+
+    async def _open_unless_held(self, agent_id: str, path: Path | None,
+                                overrides: Mapping[str, object] | None) -> Workspace | None:
+        """:meth:`open`, or None if a restore took hold of the workspace meanwhile."""
         config = self._get_config()
         root = (path if path is not None else self.home(agent_id)).expanduser()
         if not root.is_absolute():
@@ -186,6 +216,8 @@ class WorkspaceRegistry:
         # long, so not on the event loop.
         root = await trio.to_thread.run_sync(root.resolve)
         async with self._lock(agent_id):
+            if agent_id in self._held:
+                return None
             given = overrides
             if overrides is None:
                 # Without settings, a workspace recorded at this path opens as recorded

@@ -345,13 +345,17 @@ def ops_methods() -> Methods:
             missing = [] if plan.agent_id in known else [
                 str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
                     plan.agent_id, [])]
-            if ws is not None and _resumes(plan):
-                # Its session and inbox logs are about to be replaced: serve them afresh.
-                await state.registry.close(plan.agent_id)
-                ws = None
             try:
-                done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
-                                                     limiter=cpu)
+                # Nobody opens it until its files are in place (an agent reopening it
+                # meanwhile would serve, and append to, the logs being replaced).
+                async with state.registry.held(plan.agent_id):
+                    if ws is not None and _resumes(plan):
+                        # Its session and inbox logs are about to be replaced: serve them
+                        # afresh.
+                        await state.registry.close(plan.agent_id)
+                        ws = None
+                    done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
+                                                         limiter=cpu)
             except Exception:
                 if was_open and ws is None:  # nothing was written: serve it again as it was
                     await _reopen_after_failure(state, plan, overrides)
