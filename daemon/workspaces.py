@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
@@ -71,7 +72,13 @@ StatusProvider = Callable[[], Mapping[str, object]]
 
 def check_root(root: Path) -> None:
     """InvalidParams unless ``root`` (absolute, resolved) may be a workspace: not a system
-    folder, and a directory of the user who runs the daemon if it exists (blocking)."""
+    folder, and a directory of the user who runs the daemon if it exists, named in UTF-8
+    (blocking)."""
+    if not safepath.is_utf8(str(root)):
+        # Reached through a symlink: its path would go into workspaces.json, status and
+        # backups, none of which can hold it.
+        raise InvalidParams(f"workspace {safepath.shown(str(root))} has a path that is not "
+                            "valid UTF-8; rename the folder")
     if root in SYSTEM_FOLDERS or any(root.is_relative_to(t) for t in SYSTEM_TREES):
         raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
                             "its own")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
 
-from recalld.ipc.errors import RecalldError
+from recalld.ipc.errors import InvalidParams, RecalldError
 
 
 def _notes(root: Path, count: int) -> None:
@@ -59,3 +61,21 @@ def test_an_agent_reopening_during_a_restore_gets_the_restored_turns(
     assert daemon.call("memory.add_turns", turn)["pending_messages"] == 1
     log = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
     assert "grey wagtail" in log and "kingfisher" not in log
+
+
+def test_a_workspace_whose_real_path_is_not_utf8_is_refused_and_backups_go_on(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A UTF-8 path whose symlink leads to a folder named in Latin-1: the workspace record,
+    # status and backups cannot hold the resolved path. Opened anyway, it broke every
+    # workspace.list, daemon.status and backup.create with an internal error.
+    real = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    _notes(real, 1)
+    link = tmp_path / "cafe"
+    link.symlink_to(real)
+    with pytest.raises(InvalidParams, match=r"caf\\xe9 has a path that is not valid UTF-8"):
+        daemon.call("workspace.open", {"agent_id": "latin", "path": str(link)})
+    listed = daemon.call("workspace.list")["workspaces"]
+    assert "latin" not in [w["agent_id"] for w in listed]
+    assert daemon.call("daemon.status")["workspaces"]
+    made = daemon.call("backup.create")
+    assert "latin" not in made["agents"] and made["agents"]
