@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+import shutil
 import stat
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -35,7 +37,9 @@ from recalld.daemon.backup_check import CheckedBackup, refuse
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
-from recalld.ipc.errors import PathOutsideWorkspace
+from recalld.ipc.errors import NotAllowed, PathOutsideWorkspace
+
+log = logging.getLogger(__name__)
 
 
 class PlanSummary(TypedDict):
@@ -72,6 +76,9 @@ class RestorePlan:
     writes: dict[str, str]  # zip member -> workspace-relative target
     removes: list[str]
     skipped_derived: int
+    #: What stands where a written file or its folder goes (a folder where the backup
+    #: has a file, a file where it has a folder): moved out of the way first.
+    clears: list[str]
 
 
 def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
@@ -82,7 +89,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     Files now in the content directories that the backup lacks are removed, so the
     workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
     written (the rest is rebuilt).
-    Raises PathOutsideWorkspace if a target would pass through a symlink.
+    Raises PathOutsideWorkspace if a target would pass through a symlink, NotAllowed if
+    something in a target's way holds more than files the restore removes.
     """
     saved_dirs: dict[str, str] = backup.meta["agents"][agent_id]["dirs"]
     roles = sorted(((r, d.strip("/")) for r, d in saved_dirs.items()
@@ -113,7 +121,57 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         top = dirs.get(role, "").strip("/")
         if top:
             removes += [rel for rel in walk_files(root, top) if rel not in wanted]
-    return RestorePlan(agent_id, root, writes, sorted(set(removes)), skipped)
+    removes = sorted(set(removes))
+    clears = _in_the_way(root, writes.values(), set(removes))
+    return RestorePlan(agent_id, root, writes, removes, skipped, clears)
+
+
+def _in_the_way(root: Path, targets: Iterable[str], removes: set[str]) -> list[str]:
+    """Workspace-relative paths standing where ``targets`` go: a file where a target's
+    folder goes, a folder where a target file goes. NotAllowed unless all each holds is
+    among ``removes`` (so the pre-restore snapshot has it)."""
+    found: set[str] = set()
+    for rel in targets:
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):
+            sub = "/".join(parts[:depth])
+            try:
+                st = os.lstat(root / sub)
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            last = depth == len(parts)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if is_dir and not last:
+                continue  # a folder on the way
+            if last and not is_dir:
+                break  # a file the backup's replaces
+            if sub not in found:
+                _check_clearable(root, sub, is_dir, removes)
+                found.add(sub)
+            break
+    return sorted(found)
+
+
+def _check_clearable(root: Path, sub: str, is_dir: bool, removes: set[str]) -> None:
+    def refuse_clearing(why: str) -> NotAllowed:
+        return NotAllowed(f"the backup has a {'file' if is_dir else 'folder'} where "
+                          f"{root / sub} is, which {why}: move it away and restore again")
+
+    if not is_dir:
+        if sub not in removes:
+            raise refuse_clearing("the restore would not otherwise remove")
+        return
+
+    def unreadable(exc: OSError) -> None:
+        raise refuse_clearing(f"cannot be read through ({exc.strerror})")
+
+    for folder, dirs, files in os.walk(root / sub, onerror=unreadable):
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+        for name in (*files, *links):
+            rel = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            if rel not in removes:
+                raise refuse_clearing(f"holds {safepath.shown(rel)}, which the backup "
+                                      "does not cover")
 
 
 def plan_summary(plan: RestorePlan, listed: int = 20) -> PlanSummary:
@@ -130,7 +188,7 @@ def _check_no_symlink(root: Path, rel: str) -> None:
         current = current / part
         try:
             st = current.lstat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # the rest is made by the restore
             return
         if stat.S_ISLNK(st.st_mode):
             raise PathOutsideWorkspace(f"restore target {rel} passes through a symlink")
@@ -142,13 +200,25 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan,
     files the backup lacks. Returns counts. All files are written under temp names first
     and renamed into place only once every one is written: on an error while writing
     (DiskFull, a refused member) the temp files and the folders made for them are removed
-    and the workspace is unchanged. ``progress``: a ``restoring <agent>`` phase counting
-    files written and removed."""
+    and the workspace is unchanged. What stands in the way of a written file
+    (``plan.clears``) is first moved aside under a hidden temp name, put back on such an
+    error and removed with the files the backup lacks. ``progress``: a ``restoring
+    <agent>`` phase counting files written and removed."""
     progress.phase(f"restoring {plan.agent_id}", total=len(plan.writes) + len(plan.removes),
                    bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
     staged: list[tuple[Path, Path]] = []  # (temp file, target)
     made_dirs: list[Path] = []
+    aside: list[tuple[Path, Path]] = []  # (moved to, from)
+    done = False
     try:
+        for rel in plan.clears:
+            here = plan.root / rel
+            away = here.with_name(temp_name(here.name))
+            try:
+                REAL.replace(here, away)
+            except OSError as exc:
+                raise translate_os_error(exc, here) from exc
+            aside.append((away, here))
         with zipfile.ZipFile(backup.path) as zf:
             for name, rel in sorted(plan.writes.items()):
                 target = plan.root / rel
@@ -166,23 +236,40 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan,
             except OSError as exc:
                 raise translate_os_error(exc, target) from exc
             staged.pop()
+        done = True
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 REAL.unlink(tmp)
-        if staged:
+        if not done:
             for folder in sorted(made_dirs, key=lambda p: len(p.parts), reverse=True):
                 with contextlib.suppress(OSError):
                     folder.rmdir()
+            for away, here in reversed(aside):
+                with contextlib.suppress(OSError):
+                    REAL.replace(away, here)
     written = len(plan.writes)
     for folder in sorted({(plan.root / rel).parent for rel in plan.writes.values()}):
         try:
             REAL.fsync_dir(folder)
         except OSError as exc:
             raise translate_os_error(exc, folder) from exc
+    for away, _ in aside:
+        try:
+            if away.is_dir():
+                shutil.rmtree(away)
+            else:
+                away.unlink()
+        except OSError as exc:
+            log.warning("restore of %s: could not remove %s, moved out of the way: %s",
+                        plan.agent_id, away, exc.strerror)
+    cleared = tuple(f"{rel}/" for rel in plan.clears)
     removed = 0
     for rel in plan.removes:
         progress.advance()
+        if rel in plan.clears or rel.startswith(cleared):
+            removed += 1  # went with what was in the way
+            continue
         _check_no_symlink(plan.root, rel)
         try:
             (plan.root / rel).unlink()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import DaemonHandle
 
-from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
 
 
 def _notes(root: Path, count: int) -> None:
@@ -79,3 +79,52 @@ def test_a_workspace_whose_real_path_is_not_utf8_is_refused_and_backups_go_on(
     assert daemon.call("daemon.status")["workspaces"]
     made = daemon.call("backup.create")
     assert "latin" not in made["agents"] and made["agents"]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "mem_metadata" not in p.parts}
+
+
+def test_a_folder_where_the_backup_has_a_file_and_back(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    # Files and folders that changed places since the backup: a restore makes the
+    # workspace equal to the backup (the snapshot keeps what it removes), and the rollback
+    # makes it equal to the snapshot. Both failed with an internal error, the first
+    # after renaming some of the files into place.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-07-23"
+    day.mkdir(parents=True)
+    (day / "trip.md").write_text("The ferry to Lindau leaves at nine.\n")
+    (day / "zoo.md").write_text("The zoo opens at ten.\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    archive = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    saved = _files(root)
+    (day / "trip.md").unlink()
+    (day / "trip.md").mkdir()
+    (day / "trip.md" / "inner.md").write_text("An okapi in the garden.\n")
+    (day / "zoo.md").write_text("The zoo is closed on Mondays.\n")
+    changed = _files(root)
+
+    def hits(query: str) -> list[str]:
+        found = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        return [h["path"] for h in found["results"]]
+
+    assert hits("okapi") == ["memory/2026-07-23/trip.md/inner.md"]
+    done = daemon.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert done["restored"][0]["removed"] == 1
+    assert _files(root) == saved
+    assert not [p.name for p in day.iterdir() if p.name.startswith(".")]
+    assert hits("okapi") == [] and hits("Lindau") == ["memory/2026-07-23/trip.md"]
+    daemon.call("backup.rollback")
+    assert _files(root) == changed
+    assert hits("okapi") == ["memory/2026-07-23/trip.md/inner.md"]
+
+    # A folder in the way that holds what no backup covers (a hidden draft): refused
+    # before anything changes, saying what to move.
+    (day / "trip.md" / ".draft.md").write_text("not backed up\n")
+    with pytest.raises(NotAllowed, match=r"trip\.md is, which holds memory/2026-07-23/"
+                                         r"trip\.md/\.draft\.md"):
+        daemon.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert _files(root) == {**changed, "memory/2026-07-23/trip.md/.draft.md": b"not backed up\n"}
+    assert hits("okapi") == ["memory/2026-07-23/trip.md/inner.md"]
