@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
 
@@ -128,3 +128,34 @@ def test_a_folder_where_the_backup_has_a_file_and_back(daemon: DaemonHandle,
         daemon.call("backup.restore", {"file": archive, "agents": ["w"]})
     assert _files(root) == {**changed, "memory/2026-07-23/trip.md/.draft.md": b"not backed up\n"}
     assert hits("okapi") == ["memory/2026-07-23/trip.md/inner.md"]
+
+
+def test_rollback_puts_back_the_config_file_a_restore_replaced_or_added(
+        daemon_factory: DaemonFactory) -> None:
+    # A backup made with its secrets carries its config file, which the restore puts in
+    # place of this machine's: the rollback must bring this machine's back, secrets and
+    # all, or remove the one the restore added where there was none.
+    theirs = '[workspace_defaults]\nauto_memory_interval = 3\n'
+    d1 = daemon_factory(theirs)
+    archive = d1.call("backup.create", {"include_secrets": True})["file"]
+    ours = ('[workspace_defaults]\nauto_memory_interval = 7\n'
+            '[workspace_defaults.chat_model_config]\napi_key = "sk-ours-123"\n')
+    d2 = daemon_factory(ours)
+    assert d2.call("backup.restore", {"file": archive})["config_restored"] is True
+    assert d2.config_path.read_text() == theirs
+    rolled = d2.call("backup.rollback")
+    assert d2.config_path.read_text() == ours
+    assert rolled["rolled_back"]["config"] == "replaced" and rolled["config_restored"]
+    d2.call("workspace.open", {"agent_id": "fresh"})
+    listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
+    assert listed["fresh"]["settings"]["auto_memory_interval"] == 7
+
+    d3 = daemon_factory(None)
+    d3.call("backup.restore", {"file": archive})
+    assert d3.config_path.read_text() == theirs
+    rolled = d3.call("backup.rollback")
+    assert not d3.config_path.exists()
+    assert rolled["rolled_back"]["config"] == "added"
+    d3.call("workspace.open", {"agent_id": "fresh"})
+    listed = {w["agent_id"]: w for w in d3.call("workspace.list")["workspaces"]}
+    assert listed["fresh"]["settings"]["auto_memory_interval"] != 3

@@ -119,6 +119,14 @@ def _incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
                                workspaces=new.workspaces, workspace_paths=new.workspace_paths)
 
 
+def _drop_config(state: DaemonState) -> DaemonConfig:
+    """Remove the config file (a rollback of the restore that added it); return the
+    running configuration with the default workspace settings again."""
+    cfg = _incoming_config(state, b"")
+    state.config.config_path.unlink(missing_ok=True)
+    return cfg
+
+
 def _restore_config(state: DaemonState, data: bytes) -> None:
     target = state.config.config_path
     ensure_dir(REAL, target.parent)
@@ -327,10 +335,17 @@ def ops_methods() -> Methods:
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
+            # A config file this restore replaces goes into the snapshot whole, secrets
+            # and all, for the rollback to put back as it was.
+            replacing = config_data is not None
             snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
-                                      progress=sink, phase="writing the snapshot")
+                                      include_secrets=replacing, progress=sink,
+                                      phase="writing the snapshot")
+            had_config = "config.toml" in snap["daemon"]
             record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
-                      "restored_from": str(path)}
+                      "restored_from": str(path),
+                      "config": ("kept" if not replacing else
+                                 "replaced" if had_config else "added")}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
             await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
         if config_data is not None:
@@ -407,6 +422,10 @@ def ops_methods() -> Methods:
         async with restore_lock, progress.pumping():
             result = await restore(ctx.state, Path(record["snapshot"]),
                                    list(record["agents"]), snapshot=False, progress=progress)
+            if record.get("config") == "added":  # the restore put the only config file
+                cfg = await trio.to_thread.run_sync(_drop_config, ctx.state)
+                ctx.state.services.config.replace(cfg)
+                result["config_restored"] = True
         return {**result, "rolled_back": record}
 
     @methods.add("index.verify", positional=("agent_id",))
