@@ -302,6 +302,14 @@ class WorkspaceRegistry:
         record = self._remembered.get(agent_id)
         return record["config"] if record is not None and record["path"] == str(root) else None
 
+    async def check_place(self, agent_id: str, root: Path) -> None:
+        """InvalidParams unless ``agent_id``'s workspace may lie at ``root`` (absolute,
+        resolved), as :meth:`open` checks before it starts one: a restore checks the
+        place of a workspace that is not open before writing anything there."""
+        await trio.to_thread.run_sync(check_root, root)
+        self._check_overlap(agent_id, root)
+        await trio.to_thread.run_sync(check_daemon_folders, root, self._get_config())
+
     def _check_overlap(self, agent_id: str, root: Path) -> None:
         """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,
         or recorded to reopen), unless that workspace is shared with ``agent_id``."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+import zipfile
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 
@@ -159,3 +162,39 @@ def test_rollback_puts_back_the_config_file_a_restore_replaced_or_added(
     d3.call("workspace.open", {"agent_id": "fresh"})
     listed = {w["agent_id"]: w for w in d3.call("workspace.list")["workspaces"]}
     assert listed["fresh"]["settings"]["auto_memory_interval"] != 3
+
+
+def _archive_with_config(path: Path, config: str) -> Path:
+    note, cfg = b"hello\n", config.encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("agents/w/docs/readme.md", note)
+        zf.writestr("daemon/config.toml", cfg)
+        meta = {"format": "recalld-backup", "version": 1, "created": 0.0,
+                "agents": {"w": {"path": "/x", "dirs": {"daily_dir": "docs"}}},
+                "files": [{"path": "agents/w/docs/readme.md", "size": len(note),
+                           "sha256": hashlib.sha256(note).hexdigest()},
+                          {"path": "daemon/config.toml", "size": len(cfg),
+                           "sha256": hashlib.sha256(cfg).hexdigest()}],
+                "daemon": ["config.toml"], "secrets": False}
+        zf.writestr("meta.json", orjson.dumps(meta))
+    return path
+
+
+def test_a_restore_writes_nowhere_a_workspace_may_not_be(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A foreign archive's config file (put in place where there is none) places its
+    # workspace at the home folder, which holds recalld's own data: opening it there is
+    # refused, and the restore wrote and removed files there before it tried.
+    d = daemon_factory(None)
+    home = Path(d.env["HOME"])
+    (home / "docs").mkdir()
+    (home / "docs" / "thesis.txt").write_text("years of work\n")
+    archive = _archive_with_config(tmp_path / "foreign.zip",
+                                   '[workspaces.w]\npath = "~"\ndaily_dir = "docs"\n')
+    for dry_run in (True, False):
+        with pytest.raises(InvalidParams, match="cannot restore workspace 'w' to "):
+            d.call("backup.restore", {"file": str(archive), "dry_run": dry_run})
+    assert (home / "docs" / "thesis.txt").read_text() == "years of work\n"
+    assert sorted(p.name for p in (home / "docs").iterdir()) == ["thesis.txt"]
+    assert not d.config_path.exists()
+    assert not list((d.data_dir / "backups").glob("pre-restore-*"))

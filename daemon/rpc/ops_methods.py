@@ -316,6 +316,11 @@ def ops_methods() -> Methods:
                 continue
             where, overrides = homes[agent_id]
             root = await trio.to_thread.run_sync(where.resolve)
+            try:  # it opens there after the restore: nothing is written where it cannot
+                await state.registry.check_place(agent_id, root)
+            except InvalidParams as exc:
+                raise InvalidParams(f"cannot restore workspace {agent_id!r} to {root}: "
+                                    f"{exc.message}") from None
             settings = config_mod.workspace_settings_from_params(
                 cfg.workspace_settings(agent_id), overrides)
             targets.append(bk.AgentSource(agent_id, root, _dirs_of(settings)))
