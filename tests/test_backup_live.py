@@ -12,7 +12,7 @@ import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 
-from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
+from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 
 def _notes(root: Path, count: int) -> None:
@@ -198,3 +198,25 @@ def test_a_restore_writes_nowhere_a_workspace_may_not_be(
     assert sorted(p.name for p in (home / "docs").iterdir()) == ["thesis.txt"]
     assert not d.config_path.exists()
     assert not list((d.data_dir / "backups").glob("pre-restore-*"))
+
+
+def test_a_restore_without_a_snapshot_leaves_no_older_rollback_behind(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The rollback point of an earlier restore would, after a restore without a
+    # snapshot, undo everything since that earlier restore, this one included.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-07-23"
+    day.mkdir(parents=True)
+    (day / "a.md").write_text("first\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    archive = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    daemon.call("backup.restore", {"file": archive})
+    assert daemon.call("backup.list")["rollback"] is not None
+    (day / "week.md").write_text("a week of notes\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    later = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    daemon.call("backup.restore", {"file": later, "snapshot": False})
+    assert daemon.call("backup.list")["rollback"] is None
+    with pytest.raises(NotFound):
+        daemon.call("backup.rollback")
+    assert (day / "week.md").read_text() == "a week of notes\n"

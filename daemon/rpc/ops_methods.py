@@ -282,7 +282,8 @@ def ops_methods() -> Methods:
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                       snapshot: bool, dry_run: bool = False,
-                      progress: CallProgress | None = None) -> JsonObject:
+                      progress: CallProgress | None = None,
+                      rolling_back: bool = False) -> JsonObject:
         cpu = state.services.cpu
         sink: bk.ProgressSink = progress if progress is not None else bk.NO_PROGRESS
         checked = await trio.to_thread.run_sync(
@@ -353,6 +354,10 @@ def ops_methods() -> Methods:
                                  "replaced" if had_config else "added")}
             await trio.to_thread.run_sync(lambda: _write_record(state, record))
             await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
+        elif not rolling_back:
+            # No way back from this restore: the recorded snapshot of an earlier one
+            # would now throw away everything since, this restore included.
+            await trio.to_thread.run_sync(_drop_record, state)
         if config_data is not None:
             await trio.to_thread.run_sync(_restore_config, state, config_data)
             state.services.config.replace(cfg)  # workspaces opened from here on use it
@@ -426,7 +431,8 @@ def ops_methods() -> Methods:
             raise NotFound("no restore to roll back (no pre-restore snapshot recorded)")
         async with restore_lock, progress.pumping():
             result = await restore(ctx.state, Path(record["snapshot"]),
-                                   list(record["agents"]), snapshot=False, progress=progress)
+                                   list(record["agents"]), snapshot=False, progress=progress,
+                                   rolling_back=True)
             if record.get("config") == "added":  # the restore put the only config file
                 cfg = await trio.to_thread.run_sync(_drop_config, ctx.state)
                 ctx.state.services.config.replace(cfg)
@@ -505,6 +511,12 @@ def _write_record(state: DaemonState, record: JsonObject) -> None:
     folder = backups_dir(state)
     ensure_dir(REAL, folder)
     atomic_write(REAL, folder / ROLLBACK_RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def _drop_record(state: DaemonState) -> None:
+    path = backups_dir(state) / ROLLBACK_RECORD
+    if _read_record(state) is not None:  # a FIFO or folder in its place is left alone
+        path.unlink(missing_ok=True)
 
 
 def _prune_snapshots(folder: Path, keep: Path) -> None:
