@@ -6,7 +6,8 @@ its size and SHA-256. Members are ``agents/<agent_id>/<path in the workspace>``:
 Markdown (``daily_dir``, ``digest_dir``), sessions (``session_dir``, ``mem_session_dir``)
 and resources (``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
 (:data:`RESUMABLE`: pending conversation turns, the inbox, the change logs of dream and
-auto_memory runs), the rest
+auto_memory runs, the catalogs of the resources and daily notes already turned into
+notes and digest nodes), the rest
 of it (derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
 carry the daemon's own files (:data:`DAEMON_FILES`: its config file and its record of
 workspaces, whose model keys handed over by clients are secrets too; both with secrets
@@ -83,7 +84,9 @@ META = "meta.json"
 CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "resource_dir")
 DERIVED_ROLE = "metadata_dir"
 #: Under ``metadata_dir``: what a restore needs to resume (never rebuilt from Markdown).
-RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/")
+#: Without ``catalog/`` every resource would be summarized (and a file directly in
+#: ``resource_dir`` dated) anew, and every daily note dreamed again, by the chat model.
+RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog/")
 DAEMON_FILES = ("config.toml", "workspaces.json")
 _SECRET_VALUE = re.compile(
     r"""(?im)^([ \t]*[\w.-]*(?:api_key|apikey|token|secret|password)[\w.-]*[ \t]*=[ \t]*)"""

@@ -73,8 +73,9 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     made = daemon.call("backup.create", {"agents": ["w"]})
     archive = Path(made["file"])
     assert archive.parent == daemon.data_dir / "backups" and archive.is_file()
-    # The notes, the (empty) pending-turns and inbox logs, and the daemon's workspace record.
-    assert made["agents"]["w"]["files"] == len(NOTES) + 2 and made["members"] == len(NOTES) + 3
+    # The notes, the (empty) pending-turns and inbox logs, the resource catalog, and the
+    # daemon's workspace record.
+    assert made["agents"]["w"]["files"] == len(NOTES) + 3 and made["members"] == len(NOTES) + 4
     assert made["daemon"] == ["workspaces.json"]
     with zipfile.ZipFile(archive) as zf:
         meta = orjson.loads(zf.read("meta.json"))
@@ -91,7 +92,7 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     assert daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})["results"] == []
 
     result = daemon.call("backup.restore", {"file": str(archive)})
-    assert result["restored"][0]["written"] == len(NOTES) + 2
+    assert result["restored"][0]["written"] == len(NOTES) + 3
     assert tree(ws) == before_files
     # Answered only after the index caught up: no sync needed for the first search.
     first = daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})

@@ -1,0 +1,51 @@
+"""A restore elsewhere resumes the memory jobs where they were, without the model again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider
+from waits import wait_value
+
+
+def _resource(d: DaemonHandle) -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+    out: dict[str, Any] = ws["resource"]
+    return out
+
+
+def _chats(fake: FakeProvider) -> int:
+    return sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
+
+
+def test_a_restored_resource_is_not_summarized_again(daemon_factory: DaemonFactory,
+                                                     tmp_path: Path) -> None:
+    # Its catalog (digest, date first seen, note) is not derived from the Markdown: left
+    # out of the backup, every resource of the restored workspace went to the chat model
+    # again and its note was rewritten (a file directly in resource/ dated anew).
+    with FakeProvider() as fake:
+        config = ("[workspace_defaults.chat_model_config]\n"
+                  f'base_url = "{fake.url}/v1"\napi_key = "k"\nmodel_name = "m"\n')
+        d1 = daemon_factory(config)
+        root = tmp_path / "ws"
+        (root / "resource").mkdir(parents=True)
+        (root / "resource" / "paper.txt").write_text("Rail timetables for the ferry.\n")
+        d1.call("workspace.open", {"agent_id": "w", "path": str(root)})
+        wait_value(lambda: _resource(d1)["files"], lambda f: f.get("processed") == 1,
+                   "the resource summarized")
+        summarized = _chats(fake)
+        assert summarized >= 1
+        archive = d1.call("backup.create", {"agents": ["w"]})["file"]
+
+        d2 = daemon_factory(config)
+        restored = d2.call("backup.restore", {"file": archive})
+        assert restored["restored"][0]["opened"] is True
+        wait_value(lambda: _resource(d2)["watcher"],
+                   lambda w: w["last_reconcile"] is not None and w["pending"] == 0,
+                   "the resource watcher's first scan")
+        assert _resource(d2)["files"] == {"processed": 1}
+        jobs = d2.call("jobs.list", {"agent_id": "w"})["jobs"]
+        assert [j for j in jobs if j["kind"] == "auto_resource"] == [], jobs
+        assert _chats(fake) == summarized
