@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from waits import wait_value
+
+from recalld.daemon.backup import mask_secrets
 
 
 def _resource(d: DaemonHandle) -> dict[str, Any]:
@@ -49,3 +53,31 @@ def test_a_restored_resource_is_not_summarized_again(daemon_factory: DaemonFacto
         jobs = d2.call("jobs.list", {"agent_id": "w"})["jobs"]
         assert [j for j in jobs if j["kind"] == "auto_resource"] == [], jobs
         assert _chats(fake) == summarized
+
+
+def test_keys_in_any_toml_string_form_stay_out_of_backups(daemon_factory: DaemonFactory) -> None:
+    # TOML writes a string four ways and lets keys be quoted or dotted: each form of a key
+    # in the config file is emptied in a backup without secrets, and the file still loads.
+    keys = ["sk-" + "Triple1Aa2Bb3Cc", "sk-" + "Quoted4Dd5Ee6Ff", "sk-" + "Literal7Gg8Hh",
+            "sk-" + "Esc9Ii0Jj", "sk-" + "Multi1Kk2Ll"]
+    config = ("[workspace_defaults.chat_model_config]\n"
+              f'api_key = """{keys[0]}"""\nmodel_name = "m"\n'
+              "[workspace_defaults.embedding_model_config]\n"
+              f'"api_key" = "{keys[1]}"\n'
+              "[workspaces.x]\n"
+              f"chat_model_config.api_key = '''{keys[2]}'''\n"
+              "[workspaces.y.chat_model_config]\n"
+              f'api_key = "{keys[3]}\\"z"\n'
+              "[workspaces.z]\n"
+              f'embedding_model_config = {{ api_key = """\n{keys[4]}""" }}\n')
+    d = daemon_factory(config)
+    with zipfile.ZipFile(d.call("backup.create", {})["file"]) as zf:
+        text = zf.read("daemon/config.toml").decode()
+    for key in keys:
+        assert key.removeprefix("sk-")[:6] not in text, (key, text)
+    doc = tomllib.loads(text)
+    assert doc["workspace_defaults"]["chat_model_config"] == {"api_key": "", "model_name": "m"}
+    assert doc["workspaces"]["z"]["embedding_model_config"] == {"api_key": ""}
+    # A variable's name is no secret: the restored server settings keep it.
+    masked = mask_secrets('remote = { kind = "postgres", password_env = "PG_PASS" }\n')
+    assert 'password_env = "PG_PASS"' in masked
