@@ -7,10 +7,12 @@ import os
 import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_value
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -220,3 +222,25 @@ def test_a_restore_without_a_snapshot_leaves_no_older_rollback_behind(
     with pytest.raises(NotFound):
         daemon.call("backup.rollback")
     assert (day / "week.md").read_text() == "a week of notes\n"
+
+
+def test_a_backup_during_a_restore_waits_for_it_and_misses_no_workspace(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The restore closes the workspace while it replaces its files: a backup of every
+    # workspace taken meanwhile left it out, and said nothing.
+    root = tmp_path / "ws"
+    _notes(root, 400)
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    archive = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(
+        daemon.call("backup.restore", {"file": archive, "agents": ["w"]})))
+    thread.start()
+    try:
+        wait_value(lambda: {w["agent_id"]: w.get("state") for w in
+                            daemon.call("workspace.list")["workspaces"]}.get("w"),
+                   lambda state: state != "ready", "the restore closing w", 30)
+        made = daemon.call("backup.create", {})
+    finally:
+        thread.join()
+    assert done and "w" in made["agents"] and made["agents"]["w"]["files"] >= 400

@@ -227,6 +227,12 @@ def ops_methods() -> Methods:
         include_secrets: bool = p.boolean("include_secrets", False)
         progress = _progress(ctx, p, "backup.create")
         p.done()
+        async with restore_lock:  # never of a workspace half restored, or closed for that
+            return await create(ctx, agents, out, include_derived, include_secrets, progress)
+
+    async def create(ctx: CallContext, agents: list[str] | None, out: str | None,
+                     include_derived: bool, include_secrets: bool,
+                     progress: CallProgress) -> JsonObject:
         if agents:
             workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
         else:
