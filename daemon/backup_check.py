@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+import zstandard
 
 from recalld.daemon import safepath
 from recalld.daemon.backup import (
@@ -227,8 +228,30 @@ def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> C
                 raise refuse(path, f"member {info.filename!r} size differs from meta.json")
             if _member_sha256(zf, info) != entry["sha256"]:
                 raise refuse(path, f"checksum mismatch for {info.filename!r}")
+            meta_dir = meta["agents"][parts[1]]["dirs"].get(DERIVED_ROLE, "").strip("/")
+            if meta_dir and info.filename.endswith(".zst") and "/".join(parts[2:]).startswith(
+                    meta_dir + "/"):  # state the daemon reads (a resource is only copied)
+                _check_frame(path, zf, info, limits)
             checked.by_agent.setdefault(parts[1], []).append(info.filename)
     return checked
+
+
+def _check_frame(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                 limits: BackupLimits) -> None:
+    """Refuse a zstd member (a catalog the restore writes back) that would inflate past
+    the archive's limits when the daemon reads it: the zip's own ratio check sees only
+    the compressed bytes."""
+    with zf.open(info) as f:
+        head = f.read(18)  # the longest zstd frame header
+    try:
+        size = zstandard.get_frame_parameters(head).content_size
+    except zstandard.ZstdError:
+        return  # not a zstd frame: read as damaged (and started afresh) by the daemon
+    if size == zstandard.CONTENTSIZE_UNKNOWN or size > limits.max_member_bytes or (
+            size >= limits.ratio_min_bytes and size > limits.max_ratio * max(info.file_size, 1)):
+        raise refuse(path, f"member {info.filename!r} inflates to "
+                           f"{'an unknown size' if size == zstandard.CONTENTSIZE_UNKNOWN else size}"
+                           f" from {info.file_size} bytes: a decompression bomb")
 
 
 def _member_sha256(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:

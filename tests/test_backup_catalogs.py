@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pytest
+import zstandard
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from waits import wait_value
 
 from recalld.daemon.backup import mask_secrets
+from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
 
 
 def _resource(d: DaemonHandle) -> dict[str, Any]:
@@ -81,3 +86,37 @@ def test_keys_in_any_toml_string_form_stay_out_of_backups(daemon_factory: Daemon
     # A variable's name is no secret: the restored server settings keep it.
     masked = mask_secrets('remote = { kind = "postgres", password_env = "PG_PASS" }\n')
     assert 'password_env = "PG_PASS"' in masked
+
+
+def test_a_catalog_that_inflates_beyond_the_limits_is_refused(tmp_path: Path) -> None:
+    # A catalog is written back by a restore and read by the daemon: a zstd frame of a
+    # few KiB that inflates to gigabytes passes the zip's own ratio check (the zip sees
+    # only the compressed bytes), so the frame's declared size is checked.
+    line = b'{"path":"resource/a.txt","digest":"0","state":"processed"}\n'
+    bomb = zstandard.ZstdCompressor(write_content_size=True).compress(line * 200_000)
+    fine = zstandard.ZstdCompressor(write_content_size=True).compress(line * 10)
+    archives = {}
+    for name, data in (("bomb", bomb), ("fine", fine)):
+        member = "agents/w/mem_metadata/catalog/resource.jsonl.zst"
+        with zipfile.ZipFile(tmp_path / f"{name}.zip", "w") as zf:
+            zf.writestr(member, data)
+            zf.writestr("meta.json", orjson.dumps({
+                "format": "recalld-backup", "version": 1, "created": 0.0,
+                "agents": {"w": {"path": "/x", "dirs": {"metadata_dir": "mem_metadata"}}},
+                "files": [{"path": member, "size": len(data),
+                           "sha256": hashlib.sha256(data).hexdigest()}]}))
+        archives[name] = tmp_path / f"{name}.zip"
+    with pytest.raises(BackupInvalid, match="a decompression bomb"):
+        open_checked(archives["bomb"], BackupLimits(ratio_min_bytes=1 << 16))
+    assert open_checked(archives["fine"], BackupLimits(ratio_min_bytes=1 << 16)).agents == ["w"]
+    # A resource that happens to be zstd is only copied, never read: not refused.
+    member = "agents/w/resource/dump.jsonl.zst"
+    with zipfile.ZipFile(tmp_path / "resource.zip", "w") as zf:
+        zf.writestr(member, bomb)
+        zf.writestr("meta.json", orjson.dumps({
+            "format": "recalld-backup", "version": 1, "created": 0.0,
+            "agents": {"w": {"path": "/x", "dirs": {"metadata_dir": "mem_metadata",
+                                                    "resource_dir": "resource"}}},
+            "files": [{"path": member, "size": len(bomb),
+                       "sha256": hashlib.sha256(bomb).hexdigest()}]}))
+    assert open_checked(tmp_path / "resource.zip").agents == ["w"]
