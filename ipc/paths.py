@@ -53,7 +53,11 @@ def checked_path(value: object, where: str, *, from_cli: bool = False,
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise PathError(f"{where} = {_shown(value)}: must be a non-empty path string")
-    path = _expand(value, _env(environ))
+    try:
+        path = _expand(value, _env(environ))
+    except RuntimeError:  # ``~name`` of no user (or ``~`` with no home to be found)
+        raise PathError(f"{where} = {_shown(value)}: {value.split('/')[0]} names no "
+                        "user's home directory") from None
     if not path.is_absolute():
         if not from_cli:
             raise PathError(f"{where} = {_shown(value)}: must be an absolute path "

@@ -1,0 +1,26 @@
+"""The operator's commands with inputs a person types: odd paths, listings across agents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonFactory
+from test_cli import assert_one_line_error, recalld
+
+NO_USER = "~no-such-user-recalld"
+
+
+def test_a_tilde_of_no_user_is_a_one_line_configuration_error(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    env = daemon_factory.environment()
+    for args, extra in ((["--socket", f"{NO_USER}/s.sock", "status"], {}),
+                        (["status"], {"RECALLD_SOCKET": f"{NO_USER}/s.sock"}),
+                        (["serve", "--check-config"], {"RECALLD_DATA_DIR": f"{NO_USER}/d"})):
+        line = assert_one_line_error(recalld(*args, env={**env, **extra}), 2)
+        assert NO_USER in line and "configuration error" in line, line
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[workspaces.a]\npath = "{NO_USER}/ws"\n')
+    line = assert_one_line_error(recalld("serve", "--check-config", "--config", str(cfg),
+                                         env=env), 2)
+    assert f"{cfg}: [workspaces.a] path" in line and NO_USER in line, line
+
