@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import DaemonFactory
-from test_cli import assert_one_line_error, recalld
+from test_cli import as_json, assert_one_line_error, recalld
 
 NO_USER = "~no-such-user-recalld"
 
@@ -24,3 +24,14 @@ def test_a_tilde_of_no_user_is_a_one_line_configuration_error(
                                          env=env), 2)
     assert f"{cfg}: [workspaces.a] path" in line and NO_USER in line, line
 
+
+def test_jobs_list_without_agent_lists_every_workspace(daemon_factory: DaemonFactory) -> None:
+    daemon = daemon_factory("[workspaces.other]\n")
+    env = daemon.env
+    job_id = as_json(recalld("reindex", "--agent", "other", "--no-wait", "--json",
+                             env=env))["job_id"]
+    listed = as_json(recalld("jobs", "list", "--json", env=env))
+    assert [(j["job_id"], j["agent_id"]) for j in listed] == [(job_id, "other")]
+    shown = recalld("jobs", "list", env=env)
+    assert shown.returncode == 0 and job_id in shown.stdout, shown
+    assert as_json(recalld("jobs", "list", "--agent", "default", "--json", env=env)) == []
