@@ -60,8 +60,18 @@ log = logging.getLogger(__name__)
 # A reload that cannot read its file within this long (a hung mount) fails, the running
 # configuration kept; systemd, told RELOADING=1, then hears READY=1 again.
 RELOAD_READ_TIMEOUT_S = 30.0
-# Settings a reload leaves as they were: they apply only when the daemon starts again.
-RESTART_ONLY = ("socket_path", "data_dir")
+# Settings a reload leaves as they were: they apply only when the daemon starts again
+# (the socket and data directory it holds; the server's limits and the thread pools,
+# built once at the start).
+RESTART_ONLY = (
+    "socket_path", "data_dir", "max_request_bytes", "max_batch", "max_connections",
+    "idle_timeout_s", "write_timeout_s", "graceful_timeout_s",
+    "max_concurrent_calls_per_connection", "cpu_threads", "backfill_threads",
+    "backfill_nice",
+)
+# Daemon settings a workspace's index takes when it is opened: a reload gives them to the
+# workspaces it opens from then on; open ones keep theirs until opened again.
+AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars")
 
 Reloader = Callable[[], DaemonConfig]
 
@@ -402,7 +412,8 @@ class Supervisor:
         self.reload_error = {"reload_error": None, "reload_failed_at": None}
         old = self.config
         # The socket it listens on and the data directory it locked stay until a restart:
-        # new workspaces, backups and status go on using the running ones.
+        # new workspaces, backups and status go on using the running ones; so do the
+        # server's limits and the thread pools.
         kept = {name: getattr(old, name) for name in RESTART_ONLY
                 if getattr(new, name) != getattr(old, name)}
         for name in kept:
@@ -416,6 +427,11 @@ class Supervisor:
         changed = [w.agent_id for w in self.registry.list() if w.state == "ready" and (
             old.workspace_settings(w.agent_id) != new.workspace_settings(w.agent_id)
             or old.workspace_path(w.agent_id) != new.workspace_path(w.agent_id))]
+        at_open = [name for name in AT_OPEN if getattr(new, name) != getattr(old, name)]
+        if at_open:
+            log.warning("reload: %s changed; open workspaces keep what they were opened with "
+                        "until each is opened again or the daemon restarts",
+                        ", ".join(f"{name} = {getattr(new, name)}" for name in at_open))
         if changed:
             log.warning("reload: the configuration changed the settings or path of open "
                         "workspace(s) %s; each keeps what it was opened with until it is "

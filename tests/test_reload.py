@@ -193,3 +193,25 @@ def test_a_reload_names_open_workspaces_whose_settings_changed(
     wait_for(lambda: d.log().count("configuration reloaded") == 2, "the second reload")
     assert d.log().count("changed the settings or path") == 1
     assert d.stop() == 0
+
+
+def test_a_reload_says_which_daemon_settings_wait_for_a_restart(
+        daemon_factory: DaemonFactory) -> None:
+    # The server's limits and thread pools are built at the start: a reload that changes
+    # them says so and keeps the running values, rather than "reloaded" and nothing.
+    d = daemon_factory("[daemon]\nmax_request_bytes = 1048576\n")
+    d.config_path.write_text("[daemon]\nmax_request_bytes = 65536\ncpu_threads = 1\n"
+                             "chunk_max_chars = 500\n")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload")
+    log = d.log()
+    assert ("max_request_bytes is 65536 in the configuration; the daemon keeps 1048576 "
+            "until it is restarted") in log, log
+    assert "cpu_threads is 1 in the configuration; the daemon keeps 2" in log
+    assert "chunk_max_chars = 500 changed; open workspaces keep" in log
+    # The running limit is the one it started with.
+    with d.connect() as conn:
+        conn.send_bytes(b'{"jsonrpc": "2.0", "id": 1,' + b" " * 200_000
+                        + b'"method": "daemon.ping"}\n')
+        assert conn.recv_response()["result"]["pong"] is True
+    assert d.stop() == 0
