@@ -14,6 +14,7 @@ load the whole daemon into every worker.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import os
@@ -152,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = (ns.log_level or cfg.log_level).upper()
         if level not in LOG_LEVELS:
             raise config_mod.ConfigError(f"[daemon] log_level must be one of {LOG_LEVELS}")
+        if ns.log_level:  # the running level, which a reload compares the file's with
+            cfg = dataclasses.replace(cfg, log_level=ns.log_level)
     except config_mod.ConfigError as exc:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -181,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
     logging.getLogger().setLevel(level)
 
-    supervisor = build_supervisor(cfg, systemd=sd_env, reload=reloader_for(ns.config, ns.socket))
+    reload = reloader_for(ns.config, ns.socket, ns.log_level)
+    supervisor = build_supervisor(cfg, systemd=sd_env, reload=reload)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _outside_the_receiver(supervisor, signal.getsignal(signum)))
     try:

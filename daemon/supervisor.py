@@ -473,10 +473,15 @@ def set_log_level(level: str) -> None:
 
 
 def reloader_for(
-    config_arg: str | None, socket_arg: str | None
+    config_arg: str | None, socket_arg: str | None, log_level_arg: str | None = None,
 ) -> Reloader:
-    """Reload with the same command-line sources the daemon was started with."""
-    return lambda: config_mod.load(config=config_arg, socket=socket_arg)
+    """Reload with the same command-line sources the daemon was started with; a
+    ``--log-level`` given there overrides the file's ``log_level`` in every reload too."""
+    def reload() -> DaemonConfig:
+        cfg = config_mod.load(config=config_arg, socket=socket_arg)
+        return cfg if log_level_arg is None else dataclasses.replace(cfg, log_level=log_level_arg)
+
+    return reload
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -215,3 +215,16 @@ def test_a_reload_says_which_daemon_settings_wait_for_a_restart(
                         + b'"method": "daemon.ping"}\n')
         assert conn.recv_response()["result"]["pong"] is True
     assert d.stop() == 0
+
+
+def test_a_log_level_from_the_command_line_outlasts_reloads(
+        daemon_factory: DaemonFactory) -> None:
+    # `serve --log-level WARNING` overrides the file's log_level, also once the file's
+    # changes and a reload reads it.
+    d = daemon_factory("[daemon]\nlog_level = \"INFO\"\n", args=["--log-level", "WARNING"])
+    d.config_path.write_text('[daemon]\nlog_level = "DEBUG"\n[workspaces.fresh]\n')
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: any(w["agent_id"] == "fresh" for w in d.call("workspace.list")["workspaces"]),
+             "the reload")
+    assert d.stop() == 0
+    assert " DEBUG " not in d.log() and " INFO " not in d.log(), d.log()
