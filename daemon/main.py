@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="configuration file (TOML; default "
                         "$RECALLD_CONFIG or $XDG_CONFIG_HOME/recalld/config.toml)")
-    parser.add_argument("--socket", help="socket path (default $RECALLD_SOCKET or "
+    parser.add_argument("--socket", help="socket path (default $RECALLD_SOCKET, else "
+                        "[daemon] socket_path of the config file, else "
                         "$XDG_RUNTIME_DIR/recalld/recalld.sock)")
     parser.add_argument("--foreground", action="store_true",
                         help="accepted for clarity; the daemon never forks")

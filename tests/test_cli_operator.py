@@ -35,3 +35,11 @@ def test_jobs_list_without_agent_lists_every_workspace(daemon_factory: DaemonFac
     shown = recalld("jobs", "list", env=env)
     assert shown.returncode == 0 and job_id in shown.stdout, shown
     assert as_json(recalld("jobs", "list", "--agent", "default", "--json", env=env)) == []
+
+
+def test_serve_help_names_every_source_of_the_socket(daemon_factory: DaemonFactory) -> None:
+    # The daemon finds its socket as the clients do: the config file's socket_path too.
+    shown = recalld("serve", "--help", env=daemon_factory.environment())
+    assert shown.returncode == 0, shown
+    text = " ".join(shown.stdout.split())
+    assert "$RECALLD_SOCKET, else [daemon] socket_path of the config file" in text, text
