@@ -199,6 +199,9 @@ class Supervisor:
         self._opening_scope: trio.CancelScope | None = None
         # Around the reloads: a stop cancels the one under way and any that waits.
         self._reloads_scope = trio.CancelScope()
+        # The configured socket when systemd passed another one (the daemon listens on
+        # that one, at every start): a reload compares the file's with this.
+        self._configured_socket: Path | None = None
         #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
         #: comes while the daemon stops (see ``main.py``).
         self.signals_taken = False
@@ -249,6 +252,7 @@ class Supervisor:
         log.warning("the socket systemd passed is %s, but clients look for %s (socket_path): "
                     "make the socket unit's ListenStream= and the configured socket the same "
                     "(recalld install-service writes both)", passed, configured)
+        self._configured_socket = configured
         self.services.config.replace(dataclasses.replace(self.config, socket_path=Path(passed)))
 
     async def _serve(
@@ -417,6 +421,8 @@ class Supervisor:
         kept = {name: getattr(old, name) for name in RESTART_ONLY
                 if getattr(new, name) != getattr(old, name)}
         for name in kept:
+            if name == "socket_path" and new.socket_path == self._configured_socket:
+                continue  # systemd's socket, whose difference the start named
             log.warning("reload: %s is %s in the configuration; the daemon keeps %s until "
                         "it is restarted", name, getattr(new, name), kept[name])
         new = dataclasses.replace(new, **kept)

@@ -235,6 +235,11 @@ def test_a_passed_socket_elsewhere_than_configured_is_named_and_warned(
         assert d.call("daemon.status")["socket_path"] == str(path)
         assert f"the socket systemd passed is {path}, but clients look for" in d.log()
         assert f"serving on {path}" in d.log()
+        # A reload finds the same configured socket: nothing to say (a restart would be
+        # passed the same socket again).
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "configuration reloaded" in d.log(), "the reload")
+        assert "reload: socket_path" not in d.log(), d.log()
         assert d.stop() == 0
     finally:
         listener.close()
