@@ -86,6 +86,8 @@ class WorkspaceClosed(TypedDict):
     agent_id: str
     closed: bool  # it was open
     forgotten: bool
+    # The configuration names it: it opens again at the next start or reload all the same.
+    configured: NotRequired[bool]
 
 
 class ReadResult(TypedDict):

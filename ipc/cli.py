@@ -308,6 +308,11 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
         result = client.workspace_close(ns.agent, forget=ns.forget)
         if as_json:
             print_json(out, result)
+        elif result.get("configured"):
+            where = ("the default workspace" if ns.agent == DEFAULT_AGENT
+                     else f"[workspaces.{ns.agent}] in the config file")
+            out.write(f"closed workspace {ns.agent}; it opens again at the next start or "
+                      f"reload ({where})\n")
         elif result.get("forgotten"):
             out.write(f"closed workspace {ns.agent}; the daemon no longer reopens it at start\n")
         else:

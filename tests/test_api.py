@@ -254,7 +254,7 @@ def test_workspace_methods(daemon: DaemonHandle, tmp_path: Path) -> None:
     names = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]]
     assert names == ["default", "qp"]
     assert daemon.call("workspace.close", {"agent_id": "qp"}) == {
-        "agent_id": "qp", "closed": True, "forgotten": False}
+        "agent_id": "qp", "closed": True, "forgotten": False, "configured": False}
     assert target.is_dir()  # closing keeps the files
     with pytest.raises(errors.UnknownWorkspace):
         daemon.call("workspace.close", {"agent_id": "qp"})

@@ -43,3 +43,20 @@ def test_serve_help_names_every_source_of_the_socket(daemon_factory: DaemonFacto
     assert shown.returncode == 0, shown
     text = " ".join(shown.stdout.split())
     assert "$RECALLD_SOCKET, else [daemon] socket_path of the config file" in text, text
+
+
+def test_closing_a_configured_workspace_says_it_comes_back(
+        daemon_factory: DaemonFactory) -> None:
+    # --forget drops a workspace from the record; one the config file names opens again
+    # at the next start and at a reload all the same, and the command says so.
+    daemon = daemon_factory("[workspaces.named]\n")
+    env = daemon.env
+    as_json(recalld("workspace", "open", "adhoc", "--json", env=env))
+    closed = recalld("workspace", "close", "named", "--forget", env=env)
+    assert closed.returncode == 0, closed
+    assert "no longer reopens" not in closed.stdout, closed.stdout
+    assert "opens again at the next start or reload ([workspaces.named]" in closed.stdout
+    shown = recalld("workspace", "close", "default", "--json", env=env)
+    assert as_json(shown)["configured"] is True
+    gone = recalld("workspace", "close", "adhoc", "--forget", env=env)
+    assert "the daemon no longer reopens it at start" in gone.stdout, gone

@@ -73,7 +73,7 @@ def test_restart_reopens_every_workspace_served_before(daemon_factory: Any,
     d.call("workspace.open", {"agent_id": "forgotten"})
     assert d.call("workspace.close", {"agent_id": "closed-kept"})["closed"] is True
     assert d.call("workspace.close", {"agent_id": "forgotten", "forget": True}) == {
-        "agent_id": "forgotten", "closed": True, "forgotten": True}
+        "agent_id": "forgotten", "closed": True, "forgotten": True, "configured": False}
     listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
     assert listed["closed-kept"]["state"] == "closed" and listed["closed-kept"]["registered"]
     assert "forgotten" not in listed

@@ -160,7 +160,10 @@ async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClos
     forget = p.boolean("forget", False)
     p.done()
     closed = await ctx.state.registry.close(agent_id, forget=forget)
-    return {"agent_id": agent_id, "closed": closed, "forgotten": forget}
+    # A workspace the configuration names opens at every start and reload, forgotten or not.
+    configured = agent_id in ctx.state.config.configured_agents()
+    return {"agent_id": agent_id, "closed": closed, "forgotten": forget,
+            "configured": configured}
 
 
 @METHODS.add("memory.read")
