@@ -116,14 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     ws_open = ws_sub.add_parser("open", help="open (or create) an agent's workspace",
                                 parents=[common])
     ws_open.add_argument("agent")
-    ws_open.add_argument("--path", help="workspace directory (default: <data>/workspaces/AGENT)")
+    ws_open.add_argument("--path", help="workspace directory (default: where it is open, "
+                         "else [workspaces.AGENT] path of the config file, else where it is "
+                         "recorded, else <data>/workspaces/AGENT)")
     ws_open.add_argument("--config-json", metavar="JSON",
                          help='workspace settings, e.g. \'{"auto_memory_interval": 10}\'')
-    ws_sub.add_parser("list", help="list open workspaces", parents=[common])
+    ws_sub.add_parser("list", help="list the open workspaces, and the recorded ones not "
+                      "open", parents=[common])
     ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
     ws_close.add_argument("agent")
     ws_close.add_argument("--forget", action="store_true",
-                          help="also stop reopening it when the daemon starts")
+                          help="also stop reopening it when the daemon starts (one the config "
+                          "file names opens all the same)")
 
     read = add("read", "print a workspace file or a range of its lines")
     read.add_argument("path", help="path inside the workspace, e.g. memory/2026-07-23/note.md")

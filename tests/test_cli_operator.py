@@ -60,3 +60,17 @@ def test_closing_a_configured_workspace_says_it_comes_back(
     assert as_json(shown)["configured"] is True
     gone = recalld("workspace", "close", "adhoc", "--forget", env=env)
     assert "the daemon no longer reopens it at start" in gone.stdout, gone
+
+
+def test_workspace_help_says_where_a_workspace_opens_and_what_forget_does(
+        daemon_factory: DaemonFactory) -> None:
+    env = daemon_factory.environment()
+
+    def shown(*args: str) -> str:
+        proc = recalld(*args, "--help", env=env)
+        assert proc.returncode == 0, proc
+        return " ".join(proc.stdout.split())
+
+    assert "else [workspaces.AGENT] path of the config file" in shown("workspace", "open")
+    assert "one the config file names opens all the same" in shown("workspace", "close")
+    assert "the recorded ones not open" in shown("workspace")
