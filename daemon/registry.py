@@ -84,6 +84,10 @@ class WorkspaceRegistry:
                 raise UnknownWorkspace(f"workspace {agent_id!r} is not open: a restore is "
                                        "replacing its files")
             raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
+        if ws.state == "failed" and ws.error:
+            # Why, and what to do: the same as status says.
+            raise UnknownWorkspace(f"workspace {agent_id!r} failed: {ws.error} (recalld "
+                                   "status says what to do)")
         if ws.state != "ready":
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
         return ws

@@ -74,3 +74,14 @@ def test_workspace_help_says_where_a_workspace_opens_and_what_forget_does(
     assert "else [workspaces.AGENT] path of the config file" in shown("workspace", "open")
     assert "one the config file names opens all the same" in shown("workspace", "close")
     assert "the recorded ones not open" in shown("workspace")
+
+
+def test_a_command_on_a_failed_workspace_says_why_it_failed(
+        daemon_factory: DaemonFactory) -> None:
+    # A configured path refused at the start: every command on it names the reason, not
+    # only "is failed".
+    daemon = daemon_factory('[workspaces.sys]\npath = "/usr"\n')
+    env = daemon.env
+    for args in (["search", "x"], ["read", "memory/a.md"], ["verify"], ["note", "hi"]):
+        line = assert_one_line_error(recalld(*args, "--agent", "sys", env=env), 1)
+        assert "workspace 'sys' failed: /usr is a system folder" in line, (args, line)
