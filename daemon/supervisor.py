@@ -69,6 +69,9 @@ RESTART_ONLY = (
     "max_concurrent_calls_per_connection", "cpu_threads", "backfill_threads",
     "backfill_nice",
 )
+# What a stop may take beyond its two graceful_timeout_s waits (the workspaces' last
+# saves): with them, how long systemd is asked to wait (EXTEND_TIMEOUT_USEC).
+STOP_MARGIN_S = 30.0
 # Daemon settings a workspace's index takes when it is opened: a reload gives them to the
 # workspaces it opens from then on; open ones keep theirs until opened again.
 AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars")
@@ -304,7 +307,10 @@ class Supervisor:
                 await self._stop_requested.wait()
             # else: stopped during the start's second stage, with calls already answered:
             # they drain like any others (calls that wait for the start end with it).
-            self.notifier.stopping("stopping: draining connections")
+            # The stop may take graceful_timeout_s for the calls, as long for the
+            # conversation turns, then the workspaces' last saves.
+            self.notifier.stopping("stopping: draining connections",
+                                   extend_s=2 * self.config.graceful_timeout_s + STOP_MARGIN_S)
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
         self.notifier.status("stopping: writing pending conversation turns")
         await self._flush_sessions(self.config.graceful_timeout_s)

@@ -119,8 +119,12 @@ class Notifier:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         return self.notify("RELOADING=1", f"MONOTONIC_USEC={usec}")
 
-    def stopping(self, status: str = "stopping") -> bool:
-        return self.notify("STOPPING=1", f"STATUS={_one_line(status)}")
+    def stopping(self, status: str = "stopping", *, extend_s: float | None = None) -> bool:
+        """STOPPING=1; with ``extend_s``, systemd's stop timeout is extended to at least
+        that long from now (``EXTEND_TIMEOUT_USEC``): a stop the configuration lets take
+        longer than the unit's ``TimeoutStopSec`` is not cut off by SIGKILL."""
+        extend = () if extend_s is None else (f"EXTEND_TIMEOUT_USEC={int(extend_s * 1e6)}",)
+        return self.notify("STOPPING=1", f"STATUS={_one_line(status)}", *extend)
 
     def watchdog(self) -> bool:
         return self.notify("WATCHDOG=1")

@@ -85,6 +85,9 @@ def test_ready_watchdog_and_stopping(daemon_factory: DaemonFactory, short_dir: P
         d.signal(signal.SIGTERM)
         stopping = fake.wait_for("STOPPING")
         assert stopping["STOPPING"] == "1"
+        # systemd waits as long as the stop may take (2 x graceful_timeout_s, 5 s, and a
+        # 30 s margin), also when that is longer than the unit's TimeoutStopSec.
+        assert stopping["EXTEND_TIMEOUT_USEC"] == "40000000"
         assert d.proc.wait(timeout=15) == 0
         assert not d.socket_path.exists()
     finally:
