@@ -21,7 +21,8 @@ T = TypeVar("T")
 #: The client accepts answers far larger than the daemon accepts requests: a whole file read
 #: or a large search answer must not break the connection.
 CLIENT_MAX_FRAME_BYTES = 64 << 20
-#: Requests above this are refused locally: the daemon would answer once and close.
+#: Requests above the daemon's limit (this by default) are refused locally: the daemon
+#: would answer once and close.
 MAX_REQUEST_BYTES = DEFAULT_MAX_FRAME_BYTES
 #: How long an auto-started daemon may take until its socket answers.
 AUTOSTART_WAIT_S = 30.0
@@ -53,10 +54,17 @@ def connect_error(socket_path: Path, exc: OSError) -> errors.DaemonNotRunning:
     return errors.DaemonNotRunning(f"cannot connect to {socket_path}: {exc.strerror or exc}")
 
 
-def check_request_size(frame: bytes) -> None:
-    if len(frame) > MAX_REQUEST_BYTES:
+def request_limit() -> int:
+    """The largest request the daemon accepts: ``[daemon] max_request_bytes`` of the
+    config file, found as the socket is, else the daemon's default."""
+    return paths.max_request_bytes() or MAX_REQUEST_BYTES
+
+
+def check_request_size(frame: bytes, limit: int = MAX_REQUEST_BYTES) -> None:
+    if len(frame) > limit:
         raise errors.RequestTooLarge(
-            f"request of {len(frame)} bytes exceeds the limit of {MAX_REQUEST_BYTES}"
+            f"request of {len(frame)} bytes exceeds the limit of {limit} "
+            "([daemon] max_request_bytes)"
         )
 
 

@@ -106,6 +106,7 @@ class AsyncClient(_flavours.AsyncMethods):
         max_events: int = DEFAULT_MAX_EVENTS,
     ) -> None:
         self.socket_path = paths.socket_path(socket_path)
+        self._request_limit = _core.request_limit()
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.autostart = autostart
@@ -282,7 +283,7 @@ class AsyncClient(_flavours.AsyncMethods):
 
     async def _call_on(self, conn: _Connection, call: Call[T]) -> T:
         id_, frame = self._protocol.request(call.method, call.params)
-        _core.check_request_size(frame)
+        _core.check_request_size(frame, self._request_limit)
         waiter = _Waiter(id_)
         conn.pending[id_] = waiter
         try:

@@ -61,6 +61,7 @@ class Client(_flavours.SyncMethods):
         autostart: bool = False,
     ) -> None:
         self.socket_path = paths.socket_path(socket_path)
+        self._request_limit = _core.request_limit()
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.autostart = autostart
@@ -197,7 +198,7 @@ class Client(_flavours.SyncMethods):
 
     def _call_on_connection(self, call: Call[T], deadline: float) -> T:
         id_, frame = self._protocol.request(call.method, call.params)
-        _core.check_request_size(frame)
+        _core.check_request_size(frame, self._request_limit)
         for attempt in range(2):
             assert self._sock is not None
             try:

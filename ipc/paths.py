@@ -170,3 +170,18 @@ def data_dir(environ: Mapping[str, str] | None = None,
         return choose_data_dir(env, None, Path())
     configured, cfg = _configured("data_dir", config, env)
     return choose_data_dir(env, configured, cfg)
+
+
+def max_request_bytes(environ: Mapping[str, str] | None = None,
+                      *, config: str | os.PathLike[str] | None = None) -> int | None:
+    """``[daemon] max_request_bytes`` of the config file the daemon reads, or None when
+    the file does not set it, or sets something the daemon would not start with (the
+    client then keeps the daemon's default limit)."""
+    env = _env(environ)
+    try:
+        value, _ = _configured("max_request_bytes", config, env)
+    except PathError:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value

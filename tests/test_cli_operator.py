@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import trio
 from conftest import DaemonFactory
 from test_cli import as_json, assert_one_line_error, recalld
+
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.client import Client
+from recalld.ipc.errors import RequestTooLarge
 
 NO_USER = "~no-such-user-recalld"
 
@@ -85,3 +91,25 @@ def test_a_command_on_a_failed_workspace_says_why_it_failed(
     for args in (["search", "x"], ["read", "memory/a.md"], ["verify"], ["note", "hi"]):
         line = assert_one_line_error(recalld(*args, "--agent", "sys", env=env), 1)
         assert "workspace 'sys' failed: /usr is a system folder" in line, (args, line)
+
+
+
+def test_clients_take_the_request_limit_the_daemon_is_configured_with(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # [daemon] max_request_bytes raised to 2 MiB: a 1.5 MB batch of turns gets through the
+    # blocking and the async client (they refused anything over the default 1 MiB).
+    daemon = daemon_factory("[daemon]\nmax_request_bytes = 2097152\n")
+    for key in ("XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(key, daemon.env[key])
+    messages = [{"role": "user", "content": f"turn {i} " + "x" * 14_000} for i in range(100)]
+    with Client(daemon.socket_path) as client:
+        assert client.add_turns("default", "s1", messages)["added_messages"] == 100
+
+    async def by_trio() -> int:
+        async with AsyncClient(daemon.socket_path) as aclient:
+            return (await aclient.add_turns("default", "s2", messages))["added_messages"]
+
+    assert trio.run(by_trio) == 100
+    # Over the configured limit: refused before sending, naming the limit.
+    with Client(daemon.socket_path) as client, pytest.raises(RequestTooLarge, match="2097152"):
+        client.add_turns("default", "s3", messages * 2)
