@@ -349,7 +349,11 @@ class Supervisor:
     def _status_line(self) -> str:
         workspaces = self.registry.list()
         ready = sum(1 for w in workspaces if w.state == "ready")
-        return f"serving {ready} workspace(s) on {self.config.socket_path}"
+        failed = sorted(w.agent_id for w in workspaces if w.state == "failed")
+        # systemctl status shows this line: a workspace that did not open is named in it.
+        problems = f"; {len(failed)} failed: {', '.join(failed)} (recalld status says why)" \
+            if failed else ""
+        return f"serving {ready} workspace(s) on {self.config.socket_path}{problems}"
 
     def request_stop(self) -> None:
         self._stop_requested.set()

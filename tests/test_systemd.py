@@ -371,3 +371,19 @@ async def test_watchdog_pets_at_half_the_interval(autojump_clock: trio.testing.M
     with trio.move_on_after(10.0):
         await run_watchdog(Recorder(None), 4.0)
     assert [round(t - start, 6) for t in sent] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_ready_status_names_a_workspace_that_failed_to_open(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # systemctl status shows the STATUS= line: a configured workspace that did not open is
+    # named there, not only in the log and recalld status.
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory('[workspaces.sys]\npath = "/usr"\n', wait=False,
+                           NOTIFY_SOCKET=str(fake.path))
+        ready = fake.wait_for("READY")
+        assert ready["STATUS"].startswith("serving 1 workspace(s) on "), ready
+        assert ready["STATUS"].endswith("; 1 failed: sys (recalld status says why)"), ready
+        assert d.stop() == 0
+    finally:
+        fake.close()
