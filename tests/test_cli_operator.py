@@ -91,7 +91,11 @@ def test_a_command_on_a_failed_workspace_says_why_it_failed(
     for args in (["search", "x"], ["read", "memory/a.md"], ["verify"], ["note", "hi"]):
         line = assert_one_line_error(recalld(*args, "--agent", "sys", env=env), 1)
         assert "workspace 'sys' failed: /usr is a system folder" in line, (args, line)
-
+    # A job is refused there too, rather than given an id no listing shows.
+    for args in (["reindex"], ["reindex", "--no-wait"]):
+        line = assert_one_line_error(recalld(*args, "--agent", "sys", env=env), 1)
+        assert "workspace 'sys' failed: /usr is a system folder" in line, (args, line)
+        assert "job" not in line, line
 
 
 def test_clients_take_the_request_limit_the_daemon_is_configured_with(

@@ -90,7 +90,18 @@ def _on_manager(
     return handle
 
 
-METHODS.register("jobs.submit", _on_manager(rpc_submit))
+async def _submit(ctx: CallContext, params: JsonObject) -> JobSubmitted:
+    # A workspace that failed to open runs no job: refused here, saying why, rather than
+    # a job id nobody can list (the job would only fail).
+    agent = params.get("agent_id", DEFAULT_AGENT) if isinstance(params, Mapping) else None
+    if isinstance(agent, str):
+        ws = ctx.state.registry.find(agent)
+        if ws is not None and ws.state == "failed":
+            ctx.state.registry.get(agent)  # raises UnknownWorkspace with its error
+    return await rpc_submit(ctx.services.jobs, params)
+
+
+METHODS.register("jobs.submit", _submit)
 METHODS.register("jobs.get", _on_manager(rpc_get))
 
 
