@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TypeVar
@@ -35,9 +36,16 @@ _SYSTEMD_VARS = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", 
 
 
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
-    return errors.DaemonNotRunning(
-        f"daemon not running at {socket_path} (start it with: recalld serve)"
-    )
+    """The error for no daemon at ``socket_path``, with the command that starts one there:
+    ``recalld serve`` finds the socket as a client does, unless the client was given
+    another (``--socket``)."""
+    try:
+        found = paths.socket_path()
+    except paths.PathError:
+        found = None
+    serve = ("recalld serve" if found == socket_path
+             else f"recalld serve --socket {shlex.quote(str(socket_path))}")
+    return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
 
 
 def connect_error(socket_path: Path, exc: OSError) -> errors.DaemonNotRunning:

@@ -74,6 +74,8 @@ def test_not_running_is_one_line_and_exit_3(daemon_factory: DaemonFactory) -> No
     other = Path(env["XDG_RUNTIME_DIR"]) / "elsewhere.sock"
     line = assert_one_line_error(recalld("--socket", str(other), "status", env=env), 3)
     assert str(other) in line
+    # ...and how to start a daemon there: `recalld serve` alone would serve elsewhere.
+    assert line.endswith(f"(start it with: recalld serve --socket {other})"), line
 
 
 def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> None:
