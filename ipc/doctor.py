@@ -273,7 +273,37 @@ class Doctor:
         if missing:
             return Check("unit", "warn", f"{', '.join(missing)} not in {unit_dir}",
                          "recalld install-service")
+        listen = self._unit_socket(unit_dir / "recalld.socket")
+        if listen is not None and listen != self.socket_path:
+            return Check("unit", "warn",
+                         f"recalld.socket listens on {listen}, but clients look for "
+                         f"{self.socket_path}",
+                         f"recalld install-service (it writes the socket clients find), or "
+                         f"point clients at it: RECALLD_SOCKET={listen} or [daemon] "
+                         "socket_path")
         return Check("unit", "ok", f"units installed in {unit_dir}")
+
+    def _unit_socket(self, unit: Path) -> Path | None:
+        """The path the socket unit's ``ListenStream=`` names, as systemd reads it (``%t``
+        is the runtime directory, ``%%`` one ``%``); None when it cannot be told."""
+        try:
+            lines = unit.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        values = [line.split("=", 1)[1].strip() for line in lines
+                  if line.strip().startswith("ListenStream=")]
+        if len(values) != 1:
+            return None
+        value = values[0]
+        runtime = self.env.get("XDG_RUNTIME_DIR")
+        if value.startswith("%t/"):
+            if not runtime:
+                return None
+            value = runtime + value[2:]
+        if "%" in value.replace("%%", ""):
+            return None  # another specifier: not worth guessing
+        value = value.replace("%%", "%")
+        return Path(value) if value.startswith("/") else None
 
     def _bus(self) -> bool:
         runtime = self.env.get("XDG_RUNTIME_DIR")

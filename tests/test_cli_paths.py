@@ -46,10 +46,20 @@ def test_install_service_honours_socket_option(daemon_factory: DaemonFactory) ->
     units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
     socket_unit = (units / "recalld.socket").read_text()
     assert f"ListenStream={str(other).replace('%', '%%')}\n" in socket_unit
+    # doctor, looking for the socket without --socket, says the unit listens elsewhere;
+    # with the same socket the unit is fine.
+    doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
+    unit = next(c for c in doctor["checks"] if c["name"] == "unit")
+    assert unit["status"] == "warn" and f"listens on {other}, but clients look for" in \
+        unit["detail"], unit
+    doctor = json.loads(recalld("--json", "--socket", str(other), "doctor", env=env).stdout)
+    assert next(c for c in doctor["checks"] if c["name"] == "unit")["status"] == "ok"
     # The default socket keeps systemd's own specifier.
     assert recalld("install-service", "--write-only", env=env).returncode == 0
     assert "ListenStream=%t/recalld/recalld.sock\n" in (units / "recalld.socket").read_text()
     assert "serve\n" in (units / "recalld.service").read_text()
+    doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
+    assert next(c for c in doctor["checks"] if c["name"] == "unit")["status"] == "ok"
 
 
 def test_install_service_without_user_systemd_says_what_to_do(
