@@ -92,7 +92,8 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
 def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
     """The parsed TOML file at ``path``; ``{}`` when it does not exist and is not required."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte order mark some editors put first is not TOML's business.
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         if required:
             raise PathError(f"{path}: no such file") from None

@@ -117,3 +117,18 @@ def test_clients_take_the_request_limit_the_daemon_is_configured_with(
     # Over the configured limit: refused before sending, naming the limit.
     with Client(daemon.socket_path) as client, pytest.raises(RequestTooLarge, match="2097152"):
         client.add_turns("default", "s3", messages * 2)
+
+
+def test_a_config_file_starting_with_a_byte_order_mark_is_read(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Saved by an editor that writes a UTF-8 BOM: the daemon and the clients read it as
+    # the same file without one (it was "Invalid statement (at line 1, column 1)").
+    sock = tmp_path / "s.sock"
+    env = daemon_factory.environment()
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_bytes(b"\xef\xbb\xbf" + f'[daemon]\nsocket_path = "{sock}"\n'.encode())
+    proc = recalld("serve", "--check-config", env=env)
+    assert proc.returncode == 0, proc.stderr
+    down = assert_one_line_error(recalld("status", env=env), 3)
+    assert f"daemon not running at {sock}" in down, down
