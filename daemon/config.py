@@ -32,7 +32,7 @@ class ConfigError(Exception):
 
 
 #: Settings fields that are recorded by the loader, never keys a file or a client sets.
-NOT_KEYS = frozenset({"ignored_fields"})
+NOT_KEYS = frozenset({"ignored_fields", "config_required"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +185,9 @@ class DaemonConfig:
     socket_path: Path
     data_dir: Path
     config_path: Path
+    #: The file was named (``--config``, ``RECALLD_CONFIG``): without it a reload or a
+    #: restart fails, where a missing default file means the defaults.
+    config_required: bool = False
     max_request_bytes: int = 1 << 20
     max_batch: int = 100
     max_connections: int = 512
@@ -438,7 +441,8 @@ def load(
     except paths.PathError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return _from_table(table, daemon_table, cfg_path, socket, env)
+        built = _from_table(table, daemon_table, cfg_path, socket, env)
+        return dataclasses.replace(built, config_required=required)
     except (paths.PathError, ConfigError) as exc:
         message = str(exc)  # path errors from the command line or environment name those
         if message.startswith(f"{cfg_path}:") or not isinstance(exc, ConfigError):

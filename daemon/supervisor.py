@@ -193,6 +193,7 @@ class Supervisor:
         # The last failed reload (cleared by a good one): the running config is the old one.
         self.reload_error: ReloadError = {"reload_error": None, "reload_failed_at": None}
         self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
+                                              "required": self.config.config_required,
                                               **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()

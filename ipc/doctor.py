@@ -133,6 +133,14 @@ class Doctor:
         running = self.status.get("config_path") if self.status is not None else None
         path = Path(str(running)) if running else paths.config_path(None, self.env)
         if not path.exists():
+            queues = self.status.get("queues") if self.status is not None else None
+            config = queues.get("config") if isinstance(queues, dict) else None
+            if isinstance(config, dict) and config.get("required"):
+                # Named with --config or RECALLD_CONFIG: not the defaults, a failed start.
+                return Check("config file", "fail",
+                             f"{path}: no such file (the daemon was started with it named: "
+                             "a restart or reload would refuse to run)",
+                             f"put {path} back; the running daemon keeps the one it read")
             return Check("config file", "ok", f"no {path}: the defaults apply")
         # The daemon's own rules, read by the daemon's entry point (this package imports
         # nothing of the daemon's).

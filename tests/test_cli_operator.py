@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,18 @@ def test_a_config_file_starting_with_a_byte_order_mark_is_read(
     assert proc.returncode == 0, proc.stderr
     down = assert_one_line_error(recalld("status", env=env), 3)
     assert f"daemon not running at {sock}" in down, down
+
+
+def test_doctor_fails_a_named_config_file_that_is_gone(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Started with RECALLD_CONFIG naming a file that was removed since: a reload and a
+    # restart refuse to run without it, so doctor must not say "the defaults apply".
+    cfg = tmp_path / "named.toml"
+    cfg.write_text("[daemon]\nlog_level = \"INFO\"\n")
+    daemon = daemon_factory(RECALLD_CONFIG=str(cfg))
+    cfg.unlink()
+    proc = recalld("--json", "doctor", env=daemon.env)
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["config file"]["status"] == "fail", checks["config file"]
+    assert f"{cfg}: no such file" in checks["config file"]["detail"]
+    assert proc.returncode == 1
