@@ -20,7 +20,6 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TextIO
 
 import orjson
@@ -296,7 +295,7 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
             if not isinstance(config, dict):
                 raise errors.InvalidParams("--config-json must be a JSON object")
         # The daemon wants an absolute path; a relative one means "from here".
-        path = str(Path(ns.path).expanduser().absolute()) if ns.path else None
+        path = str(paths.local_path(ns.path, "--path")) if ns.path is not None else None
         info = client.workspace_open(ns.agent, path=path, config=config)
         if as_json:
             print_json(out, info)

@@ -16,7 +16,7 @@ from typing import TextIO
 
 import orjson
 
-from recalld.ipc import errors
+from recalld.ipc import errors, paths
 from recalld.ipc.agent_ids import NOT_ID_CHARS, non_latin_agent_id
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_ops import Subparsers, add_command
@@ -113,7 +113,7 @@ def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
 
 
 def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    root = Path(ns.path).expanduser().absolute()
+    root = paths.local_path(ns.path, "PATH")
     if not root.is_dir():
         raise errors.InvalidParams(f"{root} is not a directory")
     agents = qwenpaw_home_agents(root)
@@ -125,7 +125,8 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         raise errors.InvalidParams(
             f"{root} is QwenPaw's home, not an agent's workspace; import each agent's "
             f"workspace ({listed})")
-    agent_json = Path(ns.agent_json).expanduser() if ns.agent_json else root / "agent.json"
+    agent_json = (paths.local_path(ns.agent_json, "--agent-json") if ns.agent_json is not None
+                  else root / "agent.json")
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
     agent = agent_id_of(str(ns.agent or (config or {}).get("id") or root.name))
     if not ns.agent:

@@ -112,9 +112,9 @@ def _confirm(question: str, yes: bool) -> None:
 
 def _local_or_name(file: str) -> str:
     # A path that exists here is sent absolute; a bare name means the daemon's backups dir.
-    path = Path(file).expanduser()
+    path = paths.local_path(file, "FILE")
     if path.exists() or "/" in file:
-        return str(path.absolute())
+        return str(path)
     return file
 
 
@@ -122,7 +122,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     action = ns.backup_command
     result: JsonObject | BackupList | BackupSummary
     if action == "create":
-        outfile = str(Path(ns.out).expanduser().absolute()) if ns.out else None
+        outfile = str(paths.local_path(ns.out, "--out")) if ns.out is not None else None
         with following(client, "backup create", as_json=as_json,
                        after="recalld backup list shows the archive once it is written") as token:
             result = made = client.backup_create(ns.agents, outfile, ns.include_derived,

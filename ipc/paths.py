@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from recalld.ipc import errors
+
 #: sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 
@@ -186,3 +188,13 @@ def max_request_bytes(environ: Mapping[str, str] | None = None,
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
     return value
+
+
+def local_path(value: str, option: str) -> Path:
+    """A path given on the command line (``option``): ``~`` expanded, a relative one
+    taken from the current directory; an empty one, or a ``~name`` of no user, is a usage
+    error (InvalidParams) rather than a traceback or a silent default."""
+    try:
+        return checked_path(value, option, from_cli=True)
+    except PathError as exc:
+        raise errors.InvalidParams(str(exc)) from None
