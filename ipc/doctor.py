@@ -135,6 +135,12 @@ class Doctor:
         if not path.exists():
             queues = self.status.get("queues") if self.status is not None else None
             config = queues.get("config") if isinstance(queues, dict) else None
+            if self.status is None and self.env.get("RECALLD_CONFIG"):
+                # Named by RECALLD_CONFIG: a start from here would refuse to run.
+                return Check("config file", "fail",
+                             f"{path}: no such file (RECALLD_CONFIG names it: recalld serve "
+                             "would refuse to start)",
+                             f"create {path}, or unset RECALLD_CONFIG for the defaults")
             if isinstance(config, dict) and config.get("required"):
                 # Named with --config or RECALLD_CONFIG: not the defaults, a failed start.
                 return Check("config file", "fail",

@@ -148,6 +148,12 @@ def test_doctor_fails_a_named_config_file_that_is_gone(
     assert checks["config file"]["status"] == "fail", checks["config file"]
     assert f"{cfg}: no such file" in checks["config file"]["detail"]
     assert proc.returncode == 1
+    # With no daemon either: RECALLD_CONFIG names it, so recalld serve would refuse.
+    assert daemon.stop() == 0
+    proc = recalld("--json", "doctor", env=daemon.env)
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["config file"]["status"] == "fail", checks["config file"]
+    assert "RECALLD_CONFIG names it" in checks["config file"]["detail"]
 
 
 def test_a_path_argument_of_no_user_or_empty_is_a_usage_error(
