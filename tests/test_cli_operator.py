@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,21 @@ def test_a_path_argument_of_no_user_or_empty_is_a_usage_error(
         assert "(code -32602)" in line, (args, line)
     listed = as_json(recalld("workspace", "list", "--json", env=env))
     assert [w["agent_id"] for w in listed] == ["default"]
+
+
+def test_a_socket_directory_that_is_a_symlink_is_named_as_one(
+        daemon_factory: DaemonFactory) -> None:
+    # It is refused (as documented), with the reason: "not a directory" was all it said of
+    # a link that `ls` shows as a directory.
+    real = Path(tempfile.mkdtemp(prefix="rdl-", dir="/tmp"))
+    link = real.with_name(real.name + "-link")
+    try:
+        real.chmod(0o700)
+        link.symlink_to(real)
+        env = daemon_factory.environment()
+        line = assert_one_line_error(recalld("serve", "--socket", str(link / "s.sock"),
+                                             env=env), 1)
+        assert f"{link} is a symbolic link" in line and str(real) in line, line
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(real, ignore_errors=True)

@@ -48,6 +48,11 @@ def prepare_socket_dir(directory: Path) -> None:
     """
     mkdir_private(directory)
     st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise SocketSetupError(
+            f"{directory} is a symbolic link: recalld does not follow one to the socket's "
+            f"directory (another user could point it elsewhere); use the real path "
+            f"({os.path.realpath(directory)}) in the socket path")
     if not stat.S_ISDIR(st.st_mode):
         raise SocketSetupError(f"{directory} is not a directory")
     if st.st_uid != os.getuid():
