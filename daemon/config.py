@@ -185,9 +185,7 @@ class DaemonConfig:
     socket_path: Path
     data_dir: Path
     config_path: Path
-    #: The file was named (``--config``, ``RECALLD_CONFIG``): without it a reload or a
-    #: restart fails, where a missing default file means the defaults.
-    config_required: bool = False
+    config_required: bool = False  # named (--config, RECALLD_CONFIG): it must exist
     max_request_bytes: int = 1 << 20
     max_batch: int = 100
     max_connections: int = 512
@@ -418,9 +416,8 @@ def _read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
 _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
-    "backfill_threads", "backfill_nice",
-    "reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
-    "schedule_jitter_s",
+    "backfill_threads", "backfill_nice", "reconcile_interval_s", "persist_delay_s",
+    "idle_trim_s", "chunk_max_chars", "schedule_jitter_s",
 }
 
 
@@ -441,8 +438,8 @@ def load(
     except paths.PathError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        built = _from_table(table, daemon_table, cfg_path, socket, env)
-        return dataclasses.replace(built, config_required=required)
+        return dataclasses.replace(_from_table(table, daemon_table, cfg_path, socket, env),
+                                   config_required=required)
     except (paths.PathError, ConfigError) as exc:
         message = str(exc)  # path errors from the command line or environment name those
         if message.startswith(f"{cfg_path}:") or not isinstance(exc, ConfigError):

@@ -60,20 +60,14 @@ log = logging.getLogger(__name__)
 # A reload that cannot read its file within this long (a hung mount) fails, the running
 # configuration kept; systemd, told RELOADING=1, then hears READY=1 again.
 RELOAD_READ_TIMEOUT_S = 30.0
-# Settings a reload leaves as they were: they apply only when the daemon starts again
-# (the socket and data directory it holds; the server's limits and the thread pools,
-# built once at the start).
-RESTART_ONLY = (
-    "socket_path", "data_dir", "max_request_bytes", "max_batch", "max_connections",
-    "idle_timeout_s", "write_timeout_s", "graceful_timeout_s",
-    "max_concurrent_calls_per_connection", "cpu_threads", "backfill_threads",
-    "backfill_nice",
-)
-# What a stop may take beyond its two graceful_timeout_s waits (the workspaces' last
-# saves): with them, how long systemd is asked to wait (EXTEND_TIMEOUT_USEC).
+# Settings a reload leaves as they were until a restart: the socket and data directory
+# it holds, the server's limits and the thread pools (built once at the start).
+RESTART_ONLY = ("socket_path", "data_dir", "max_request_bytes", "max_batch", "max_connections",
+                "idle_timeout_s", "write_timeout_s", "graceful_timeout_s", "cpu_threads",
+                "max_concurrent_calls_per_connection", "backfill_threads", "backfill_nice")
+# A stop's time beyond its two graceful_timeout_s waits (the last saves), for systemd.
 STOP_MARGIN_S = 30.0
-# Daemon settings a workspace's index takes when it is opened: a reload gives them to the
-# workspaces it opens from then on; open ones keep theirs until opened again.
+# Daemon settings a workspace's index takes when it opens (open ones keep theirs).
 AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars")
 
 Reloader = Callable[[], DaemonConfig]
@@ -203,8 +197,7 @@ class Supervisor:
         self._opening_scope: trio.CancelScope | None = None
         # Around the reloads: a stop cancels the one under way and any that waits.
         self._reloads_scope = trio.CancelScope()
-        # The configured socket when systemd passed another one (the daemon listens on
-        # that one, at every start): a reload compares the file's with this.
+        # The configured socket when systemd passed another (a reload compares with it).
         self._configured_socket: Path | None = None
         #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
         #: comes while the daemon stops (see ``main.py``).
@@ -308,8 +301,7 @@ class Supervisor:
                 await self._stop_requested.wait()
             # else: stopped during the start's second stage, with calls already answered:
             # they drain like any others (calls that wait for the start end with it).
-            # The stop may take graceful_timeout_s for the calls, as long for the
-            # conversation turns, then the workspaces' last saves.
+            # graceful_timeout_s for the calls, as long for the turns, then the last saves.
             self.notifier.stopping("stopping: draining connections",
                                    extend_s=2 * self.config.graceful_timeout_s + STOP_MARGIN_S)
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s

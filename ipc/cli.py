@@ -115,18 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     ws_open = ws_sub.add_parser("open", help="open (or create) an agent's workspace",
                                 parents=[common])
     ws_open.add_argument("agent")
-    ws_open.add_argument("--path", help="workspace directory (default: where it is open, "
-                         "else [workspaces.AGENT] path of the config file, else where it is "
-                         "recorded, else <data>/workspaces/AGENT)")
+    ws_open.add_argument("--path", help="workspace directory (default: where it is open, else "
+                         "its config [workspaces.AGENT] path, its recorded one, <data>/workspaces/"
+                         "AGENT)")
     ws_open.add_argument("--config-json", metavar="JSON",
                          help='workspace settings, e.g. \'{"auto_memory_interval": 10}\'')
-    ws_sub.add_parser("list", help="list the open workspaces, and the recorded ones not "
-                      "open", parents=[common])
+    ws_sub.add_parser("list", help="open workspaces, and recorded ones not open", parents=[common])
     ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
     ws_close.add_argument("agent")
     ws_close.add_argument("--forget", action="store_true",
-                          help="also stop reopening it when the daemon starts (one the config "
-                          "file names opens all the same)")
+                          help="also stop reopening it at start (a configured one still opens)")
 
     read = add("read", "print a workspace file or a range of its lines")
     read.add_argument("path", help="path inside the workspace, e.g. memory/2026-07-23/note.md")
@@ -312,10 +310,9 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
         if as_json:
             print_json(out, result)
         elif result.get("configured"):
-            where = ("the default workspace" if ns.agent == DEFAULT_AGENT
-                     else f"[workspaces.{ns.agent}] in the config file")
+            where = "default" if ns.agent == DEFAULT_AGENT else f"[workspaces.{ns.agent}]"
             out.write(f"closed workspace {ns.agent}; it opens again at the next start or "
-                      f"reload ({where})\n")
+                      f"reload (the config names it: {where})\n")
         elif result.get("forgotten"):
             out.write(f"closed workspace {ns.agent}; the daemon no longer reopens it at start\n")
         else:

@@ -64,7 +64,8 @@ def test_closing_a_configured_workspace_says_it_comes_back(
     closed = recalld("workspace", "close", "named", "--forget", env=env)
     assert closed.returncode == 0, closed
     assert "no longer reopens" not in closed.stdout, closed.stdout
-    assert "opens again at the next start or reload ([workspaces.named]" in closed.stdout
+    assert ("opens again at the next start or reload (the config names it: "
+            "[workspaces.named])") in closed.stdout
     shown = recalld("workspace", "close", "default", "--json", env=env)
     assert as_json(shown)["configured"] is True
     gone = recalld("workspace", "close", "adhoc", "--forget", env=env)
@@ -80,9 +81,9 @@ def test_workspace_help_says_where_a_workspace_opens_and_what_forget_does(
         assert proc.returncode == 0, proc
         return " ".join(proc.stdout.split())
 
-    assert "else [workspaces.AGENT] path of the config file" in shown("workspace", "open")
-    assert "one the config file names opens all the same" in shown("workspace", "close")
-    assert "the recorded ones not open" in shown("workspace")
+    assert "else its config [workspaces.AGENT] path" in shown("workspace", "open")
+    assert "(a configured one still opens)" in shown("workspace", "close")
+    assert "open workspaces, and recorded ones not open" in shown("workspace")
 
 
 def test_a_command_on_a_failed_workspace_says_why_it_failed(
