@@ -1,26 +1,23 @@
 """Live watching of one workspace's Markdown roots, with reconcile scans as the safety net.
 
-Owns the change source (native inotify awaited by trio, watchfiles elsewhere, or a
-scripted double in tests), the pending set of changed paths, and reconcile scans.
-``Watcher.run`` starts the source (restarted with exponential backoff after errors), a
-flush task that hands coalesced batches to the consumer, and a periodic reconcile task;
-it stops by cancellation. The native watch thread is told to stop through its stop event,
-so cancellation finishes within one watch step (tens of milliseconds).
+Owns the change source (native inotify awaited by trio, watchfiles elsewhere, or a scripted
+double in tests), the pending set of changed paths, and reconcile scans. ``Watcher.run``
+starts the source (restarted with exponential backoff after errors), a flush task that
+hands coalesced batches to the consumer, and a periodic reconcile task; it stops by
+cancellation, within one watch step (the native watch thread has a stop event).
 
-The consumer re-reads every path it is given (present on disk: index it; absent: drop it),
-so event types never matter: editor temp-file-and-rename saves, vim swap and backup
-files, renames and directory moves all end correct as long as each affected path is
-reported. Directory events are expanded (by ``watchpaths.py``'s scans) to the files below
-them, on disk and in the consumer's snapshot (``known``). inotify loses events silently on
-queue overflow and during restarts, so a reconcile scan (disk ``(mtime_ns, size)`` against
-``known``) runs at start, every ``reconcile_interval_s``, after watcher errors and when the
-pending set overflows. A root a scan cannot list (gone, unreadable) removes nothing and
-is scanned again with backoff until it lists; one moved away is not recreated. Paths are
-workspace-relative with ``/`` separators (``memory/2026-07-23/commute.md``). Which paths
-are notes and the disk scans are in ``watchpaths.py``; the settings and status records in
-``watchrecords.py``; the background token a reconcile's scan takes in ``watchtoken.py``.
+The consumer re-reads every path it is given (present: index it; absent: drop it), so event
+types never matter: editors' temp-file-and-rename saves, swap files, renames and directory
+moves all end correct as long as each affected path is reported. Directory events are
+expanded (``watchpaths.py``'s scans) to the files below them, on disk and in the consumer's
+snapshot (``known``). inotify loses events silently on queue overflow and during restarts,
+so a reconcile scan (disk ``(mtime_ns, size)`` against ``known``) runs at start, every
+``reconcile_interval_s``, after watcher errors and when the pending set overflows. A root a
+scan cannot list (gone, unreadable) removes nothing and is scanned again with backoff until
+it lists; one moved away is not recreated. Paths are workspace-relative with ``/``
+(``memory/2026-07-23/commute.md``). Notes and disk scans: ``watchpaths.py``; settings and
+status records: ``watchrecords.py``; a reconcile's background token: ``watchtoken.py``.
 """
-
 from __future__ import annotations
 
 import logging
@@ -59,17 +56,16 @@ Apply = Callable[[set[str]], Awaitable[None]]
 
 
 class Watcher:
-    """Keeps one workspace's consumer in step with the Markdown files under ``roots``.
+    """Keeps one workspace's consumer in step with the Markdown files under ``roots``
+    (workspace-relative folders: ``daily_dir``, ``digest_dir``; created when missing).
 
-    ``roots`` are workspace-relative directories (``daily_dir``, ``digest_dir``), created
-    when missing. ``known()`` returns the consumer's snapshot, workspace-relative path to
-    ``(mtime_ns, size)`` as it last read them; ``apply(paths)`` makes the consumer re-read
-    each path (present: index it, absent: drop it). ``apply`` calls never overlap.
-    ``hold``, if given, is awaited before the watch is set up: the watcher reports started
-    at once with the startup reconcile owed, and watches, reconciles and applies once it
-    returns (the daemon's start has ended). The reconcile's scan comes after the watch,
-    so it finds every change made before.
-    """
+    ``known()`` returns the consumer's snapshot, workspace-relative path to ``(mtime_ns,
+    size)`` as it last read them; ``apply(paths)`` makes the consumer re-read each path
+    (present: index it, absent: drop it); ``apply`` calls never overlap. ``hold``, if
+    given, is awaited before the watch is set up: the watcher reports started at once with
+    the startup reconcile owed, and watches, reconciles and applies once it returns (the
+    daemon's start has ended); the reconcile's scan comes after the watch, so it finds
+    every change made before."""
 
     def __init__(
         self,
@@ -122,8 +118,7 @@ class Watcher:
         self._watch_state = "starting"
         self._why: str | None = None
         self._rescanning = False
-        # Roots the last reconcile could not list (root -> why): tried again with backoff.
-        self._unlisted: dict[str, str] = {}
+        self._unlisted: dict[str, str] = {}  # roots the last scan could not list, and why
         self._unlisted_found = trio.Event()
         self._moved_away: set[str] = set()  # lost roots not to recreate
         self._errors = 0
@@ -380,8 +375,7 @@ class Watcher:
             backoff = min(backoff * 2, self._config.restart_backoff_max_s)
             self._restarts += 1
 
-    async def _rewrite_cookies(self) -> None:
-        # Cookies written while no watch was there made no event: write them again.
+    async def _rewrite_cookies(self) -> None:  # those written while no watch saw them
         for name in list(self._cookies):
             path = self._roots[0] / name
             try:
@@ -392,10 +386,10 @@ class Watcher:
                 log.debug("sync cookie %s not written again: %s", path, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Watch until cancelled. Started once the native watch is active (or failed, then
-        the watcher serves by reconcile alone and keeps retrying) and, unless
-        ``reconcile_before_ready`` is off, the startup reconcile has applied every change
-        made while the daemon was down. With a ``hold``: started at once, the rest after it."""
+        """Watch until cancelled. Started once the native watch is active (or failed: it
+        serves by reconcile alone and keeps retrying) and, unless ``reconcile_before_ready``
+        is off, the startup reconcile has applied every change made while the daemon was
+        down. With a ``hold``: started at once, the rest after it."""
         hold = None if self._config.reconcile_before_ready else self._hold
         async with trio.open_nursery() as nursery:
             if not self._config.reconcile_before_ready:
@@ -423,21 +417,18 @@ class Watcher:
     # -- freshness ---------------------------------------------------------------------------
 
     async def sync(self) -> None:
-        """Return once every change made before the call has been applied.
-
-        Writes a cookie file into the first root and waits until its event has arrived
-        and the batch holding everything before it is applied. If the cookie does not
-        show up within ``sync_timeout_s`` (events lost, watch down), a reconcile runs
-        instead; if it did show up and an apply is still running, the wait goes on. On
+        """Return once every change made before the call has been applied: a cookie file
+        written into the first root, its event arrived and the batch holding everything
+        before it applied. A cookie not seen within ``sync_timeout_s`` (events lost, watch
+        down) is a reconcile instead; one seen while an apply still runs is waited for. On
         cancellation the cookie is removed and nothing else changes. A held watcher's
-        sync waits for its watch, after the hold.
-        """
+        sync waits for its watch, after the hold."""
         if self._hold is not None:
             await self._set_up.wait()
             if self._never_watched:
                 raise UnknownWorkspace("the workspace stopped before it was watched")
         if self._watch_state != "watching" or self._unlisted:
-            await self.reconcile("sync without a watch")
+            await self._sync_by_reconcile("sync without a watch")
             return
         self._cookie_n += 1
         name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
@@ -464,7 +455,7 @@ class Watcher:
                     if name not in self._cookie_seen or errors != self._errors or not owed:
                         break
             self._sync_fallbacks += 1
-            await self.reconcile("sync cookie not seen")
+            await self._sync_by_reconcile("sync cookie not seen")
         finally:
             self._cookies.pop(name, None)
             self._cookie_seen.pop(name, None)
@@ -473,6 +464,12 @@ class Watcher:
                     await self._run_sync(partial(path.unlink, missing_ok=True))
                 except OSError as exc:  # the root is a file now, or unreadable
                     log.debug("sync cookie %s not removed: %s", path, exc)
+
+    async def _sync_by_reconcile(self, reason: str) -> None:
+        # A root removed (rm -r memory) is made again first, as the watch's restart does,
+        # so the scan finds it empty instead of keeping its notes as unknown.
+        await self._run_sync(self._paths.make_removed_roots, frozenset(self._moved_away))
+        await self.reconcile(reason)
 
     # -- status ------------------------------------------------------------------------------
 

@@ -175,3 +175,15 @@ class WatchedRoots:
         for rel, root in zip(self.root_rels, self.roots, strict=True):
             if rel not in leave:
                 root.mkdir(parents=True, exist_ok=True)
+
+    def make_removed_roots(self, leave: frozenset[str]) -> None:
+        """Create the roots gone from a workspace folder still there, but those named in
+        ``leave`` (moved away) and links (their target may come back) (blocking)."""
+        if not self.workspace.is_dir():
+            return  # the workspace moved away or its disk is gone: nothing is known
+        for rel, root in zip(self.root_rels, self.roots, strict=True):
+            if rel not in leave and not os.path.lexists(root):
+                try:
+                    root.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    log.debug("root %s not made again: %s", root, exc)

@@ -6,6 +6,7 @@ Under the autojump clock, with a scripted change source.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import trio
@@ -115,4 +116,33 @@ async def test_sync_answers_when_the_first_root_became_a_file(
             await watcher.sync()
         assert index.texts() == {"digest/d.md": "d"}
         assert watcher.status()["sync_fallbacks"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sync_after_its_roots_were_removed_drops_their_notes(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # rm -r of every root, then a sync before the watch has reported it: the cookie
+    # cannot be written, and the reconcile standing in for it kept the notes of the roots
+    # it could not list. They are made again first, as the watch's restart does.
+    watcher, index, _ = make(tmp_path, sync_timeout_s=2.0)
+    write(tmp_path / "memory" / "d" / "a.md", "a")
+    write(tmp_path / "digest" / "wiki" / "b.md", "b")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        assert len(index.texts()) == 2
+        for root in ROOTS:
+            shutil.rmtree(tmp_path / root)
+        with trio.fail_after(10):
+            await watcher.sync()
+        assert index.texts() == {}
+        assert all((tmp_path / root).is_dir() for root in ROOTS)
+        # A root moved away (the watch said so) is not made again: its notes stay.
+        write(tmp_path / "memory" / "d" / "c.md", "c")
+        await watcher.reconcile()
+        (tmp_path / "memory").rename(tmp_path / "elsewhere")
+        watcher._moved_away.add("memory")
+        await watcher.sync()
+        assert index.texts() == {"memory/d/c.md": "c"}
+        assert not (tmp_path / "memory").exists()
         nursery.cancel_scope.cancel()
