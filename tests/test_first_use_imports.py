@@ -42,6 +42,7 @@ NOT_FOR_SEARCH = (
     "recalld.daemon.rpc.job_methods",
     "recalld.daemon.rpc.memory_methods",
     "recalld.daemon.rpc.ops_methods",
+    "recalld.daemon.rpc.upkeep_methods",
 )
 
 LAUNCHER = (

@@ -27,7 +27,8 @@ DEFERRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("job_methods", "METHODS", ("jobs.cancel", "jobs.get", "jobs.list", "jobs.submit")),
     ("ops_methods", "ops_methods", (
         "backup.create", "backup.list", "backup.restore", "backup.rollback",
-        "backup.verify", "daemon.metrics", "index.compact", "index.verify")),
+        "backup.verify")),
+    ("upkeep_methods", "METHODS", ("daemon.metrics", "index.compact", "index.verify")),
     ("memory_methods", "METHODS", (
         "inbox.ack", "inbox.list", "memory.add_turns", "memory.changes")),
     ("dream_methods", "METHODS", ("dream.runs", "dream.undo")),

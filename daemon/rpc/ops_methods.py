@@ -1,4 +1,4 @@
-"""RPC methods for operations: backups, restore and rollback, verify, compact, metrics.
+"""RPC methods for backups: create, list, verify, restore and rollback.
 
 ``backup.create`` writes a zip (see :mod:`recalld.daemon.backup`) into
 ``<data_dir>/backups/`` unless told where. ``backup.restore`` validates the whole archive,
@@ -28,13 +28,11 @@ from recalld.daemon import metrics, remembered
 from recalld.daemon.backup_check import CheckedBackup, open_checked, peek
 from recalld.daemon.backup_restore import RestorePlan, apply_restore, plan_restore, plan_summary
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
-from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.daemon.workspaces import Workspace, check_agent_id
-from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.errors import InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
@@ -445,60 +443,7 @@ def ops_methods() -> Methods:
                 result["config_restored"] = True
         return {**result, "rolled_back": record}
 
-    @methods.add("index.verify", positional=("agent_id",))
-    async def index_verify(ctx: CallContext, params: JsonObject) -> VerifyReport:
-        p = Params(params)
-        agent_id = p.agent_id()
-        p.done()
-        ws = ctx.workspace(agent_id)
-        return await verify(ws, ws.services.index, ctx.services.cpu, ws.services.health)
-
-    @methods.add("index.compact", positional=("agent_id",))
-    async def index_compact(ctx: CallContext, params: JsonObject) -> IndexCompacted:
-        p = Params(params)
-        agent_id = p.agent_id()
-        p.done()
-        ws = ctx.workspace(agent_id)
-        return await compact(ws, ws.services.index)
-
-    @methods.add("daemon.metrics")
-    async def daemon_metrics(ctx: CallContext, params: JsonObject) -> JsonObject:
-        Params(params).done()
-        return {"time": time.time(), "families": metrics.REGISTRY.snapshot() + _gauges(ctx)}
-
     return methods
-
-
-def _gauges(ctx: CallContext) -> list[metrics.Family]:
-    state = ctx.state
-    files, chunks, pending, health = [], [], [], []
-    for ws in state.registry.list():
-        label = {"agent_id": ws.agent_id}
-        info = ws.status()
-        idx = info.get("index") or {}
-        if isinstance(idx.get("files"), int):
-            files.append((label, float(idx["files"])))
-            chunks.append((label, float(idx.get("chunks", 0))))
-            pending.append((label, float(idx.get("pending_changes", 0))))
-        # A workspace that could not be opened has no health of its own: it is "failed".
-        current = "failed" if ws.state == "failed" else (info.get("health") or {}).get("state")
-        for name in ("clean", "pending", "degraded", "failed"):
-            health.append(({**label, "state": name}, 1.0 if current == name else 0.0))
-    queues = []
-    for name, provider in state.stats.items():
-        for key, value in dict(provider()).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                queues.append(({"queue": name, "field": key}, float(value)))
-    return [
-        metrics.gauge("recalld_uptime_seconds", "seconds since the daemon started",
-                      [({}, time.monotonic() - state.started_monotonic)]),
-        metrics.gauge("recalld_workspace_files", "files indexed per workspace", files),
-        metrics.gauge("recalld_workspace_chunks", "chunks indexed per workspace", chunks),
-        metrics.gauge("recalld_workspace_pending_changes", "changes waiting per workspace",
-                      pending),
-        metrics.gauge("recalld_workspace_health", "1 for the current health state", health),
-        metrics.gauge("recalld_queue", "daemon queue statistics", queues),
-    ]
 
 
 def _read_record(state: DaemonState) -> JsonObject | None:
