@@ -86,6 +86,10 @@ class Health:
         self._differs: dict[str, tuple[int, int] | None] = {}
         self.errors: list[HealthError] = []
         self.first_scan = trio.Event()  # set once the first scan is done
+        # The watcher's reconciles scan the disk anyway (one at startup): their view is
+        # taken instead of scanning twice, which would also hold a CPU slot the startup
+        # needs. Added before the index starts, so the startup reconcile's scan is seen.
+        index.watcher.scan_listeners.append(self._adopt)
 
     def _vectors(self) -> JsonObject | None:
         """Coverage and provider state: some keys of the vector service's status."""
@@ -233,13 +237,10 @@ class Health:
         }
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        # The watcher's reconciles scan the disk anyway (one at startup): take their view
-        # instead of scanning twice, which would also hold a CPU slot the startup needs.
-        self.index.watcher.scan_listeners.append(self._adopt)
         task_status.started()
-        # A startup reconcile that scanned before the listener was added (it may still be
-        # applying what it found) goes unseen: then the first scan is ours, at once.
-        if self.index.watcher.scans == 0:
+        # A startup reconcile that ended before this service was made went unseen: the
+        # first scan is then ours, at once.
+        if self.index.watcher.status()["last_reconcile"] is None:
             with trio.move_on_after(HEALTH_FIRST_SCAN_WAIT_S):
                 await self.first_scan.wait()
         while True:

@@ -134,9 +134,6 @@ class Watcher:
         #: the differences: others that need the disk's state (health) need not scan again.
         self.scan_listeners: list[Callable[[Mapping[str, tuple[int, int]],
                                             Mapping[str, tuple[int, int]]], None]] = []
-        #: How many reconciles have scanned (and called the listeners): a listener added
-        #: while one applies has missed its scan, though it has not ended yet.
-        self.scans = 0
         #: ``(n, fn)``: ``fn()`` is called from a reconcile scan's worker thread once the
         #: scan has found ``n`` notes, so a consumer can get ready for a large apply while
         #: the listing goes on (other scans, health's or a rebuild's, apply nothing).
@@ -247,7 +244,6 @@ class Watcher:
             known = self._known_here()
             for listener in self.scan_listeners:
                 listener(disk, known)
-            self.scans += 1
             self._unlisted = unlisted
             if unlisted:
                 self._unlisted_found.set()
