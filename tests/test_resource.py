@@ -379,8 +379,9 @@ def test_a_resource_renamed_keeps_its_note(daemon: DaemonHandle, fake: FakeProvi
 def test_a_resource_back_after_its_note_was_marked_removed_keeps_the_note(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     # The two halves of a move can come apart (a busy machine, a move through another
-    # folder, a file put back from a backup): its note was marked "source removed" by
-    # then. The same bytes arriving take the note back, unmarked, without the model.
+    # folder, a file put back from a backup, copied in parts): its note was marked
+    # "source removed" by then. The same bytes arriving take the note back, unmarked,
+    # without the model.
     root = tmp_path / "ws"
     ScriptedModel(fake)
     write(root, "resource/minutes.md", "The board approved the Lisbon office.\n")
@@ -392,7 +393,10 @@ def test_a_resource_back_after_its_note_was_marked_removed_keeps_the_note(
     wait_for(lambda: catalog(root).get("resource/minutes.md", {}).get("marked") is True)
     assert "source_removed" in parse_frontmatter((root / note).read_text())[0]
     calls = len(fake.requests)
+    # Copied in, as cp does: the file is seen empty first, then whole.
     (root / "resource/archive").mkdir()
+    (root / "resource/archive/minutes-2026.md").write_bytes(b"")
+    wait_state(root, "resource/archive/minutes-2026.md", "skipped")
     (root / "resource/archive/minutes-2026.md").write_bytes(data)
     wait_state(root, "resource/archive/minutes-2026.md", "processed")
     assert catalog(root)["resource/archive/minutes-2026.md"]["note"] == note

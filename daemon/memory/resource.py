@@ -178,22 +178,23 @@ class ResourceCatalog:
             todo.update(p for p in below if self.watcher.is_note(p))
         changed = False
         async with self._lock:
-            known = todo & self.records.keys()
             for rel in sorted(todo):
                 changed |= await self._catalog_one(rel)
-            await self._follow_moves(todo - known)
+            await self._follow_moves(todo)
         if changed:
             await self._save()
             if self._request_job is not None and self.work(chat_enabled=False):
                 await self._request_job()
 
-    async def _follow_moves(self, arrived: set[str]) -> None:
+    async def _follow_moves(self, paths: set[str]) -> None:
         """A file interpreted before that went, and a new one of the same bytes, is that
         file renamed, moved or put back: it keeps its note (which now names it, no longer
         marked "source removed" if the job marked it meanwhile: the two halves of a rename
         may come in two batches) instead of a second model call and a second note.
-        ``arrived``: paths the catalog did not have before."""
-        new = [rel for rel in arrived if self.records.get(rel, {}).get("state") == "queued"]
+        ``paths``: those just catalogued; the new ones are those never interpreted (no
+        note yet), so a copy seen first empty or in part is matched once whole."""
+        new = [rel for rel in paths if self.records.get(rel, {}).get("state") == "queued"
+               and not self.records[rel].get("note")]
         if not new:
             return
         gone: dict[str, str] = {}  # digest -> path; one not yet marked wins
