@@ -143,6 +143,13 @@ def test_filters_and_link_expansion(daemon: Any, workspace: Path) -> None:
     assert paths(search(daemon, "train", filters={"bucket": "wiki"})) == ["digest/wiki/trains.md"]
     only_daily = paths(search(daemon, "train", filters={"path_prefix": "memory"}))
     assert only_daily and all(p.startswith("memory/") for p in only_daily)
+    # Written as a shell would, it is the same folder; "." is the whole workspace.
+    for same in ("./memory", "memory//", "/memory/./"):
+        assert paths(search(daemon, "train", filters={"path_prefix": same})) == only_daily
+    assert paths(search(daemon, "train", filters={"path_prefix": ["."]})) == paths(
+        search(daemon, "train"))
+    with pytest.raises(InvalidParams, match="inside the workspace"):
+        search(daemon, "train", filters={"path_prefix": "memory/../.."})
     assert paths(search(daemon, "天气", filters={"date_from": "2026-07-24"})) == [
         "memory/2026-07-24/weekend.md"]
     assert search(daemon, "天气", filters={"date_to": "2026-07-23"})["results"] == []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import posixpath
 import time
 from collections.abc import Mapping
 from typing import NotRequired, Protocol, TypedDict
@@ -123,7 +124,16 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
     for bucket in buckets:
         if "/" in bucket.strip("/") or bucket in (".", ".."):
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
-    return Filters(path_prefixes=strings("path_prefix"), date_from=date_from,
+    # Written as a shell would (./memory, memory//2026-07-23/): the same folder; "."
+    # is the whole workspace, so no path filter at all.
+    prefixes = tuple(posixpath.normpath(p.strip("/")) for p in strings("path_prefix"))
+    outside = [p for p in prefixes if p == ".." or p.startswith("../")]
+    if outside:
+        raise InvalidParams(f"filter 'path_prefix' must be inside the workspace, not "
+                            f"{outside[0]!r}")
+    if "." in prefixes:
+        prefixes = ()
+    return Filters(path_prefixes=prefixes, date_from=date_from,
                    date_to=date_to, buckets=buckets, authors=strings("author"))
 
 
