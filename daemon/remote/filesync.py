@@ -309,11 +309,14 @@ class FileSync:
         """Give ``path`` the server's version once every local edit of it went up. A
         version this host cannot write (a folder in its place) is passed by, named in
         ``blocked``, and tried again at each catch-up."""
-        failed_before = self._unsettled.pop(path, None)
+        # Named in ``blocked`` until settled (status reads it while this awaits).
+        failed_before = self._unsettled.get(path)
         if self._outbox.pending_for(path):
+            self._unsettled.pop(path, None)
             return
         local = await in_thread(self._fs.read, path)
         if local.hash != self._last_local.get(path):
+            self._unsettled.pop(path, None)
             await self._observe([local])  # edited again meanwhile: that goes up first
             return
         try:
@@ -324,6 +327,7 @@ class FileSync:
                 log.warning("shared workspace %s: %s", self._cfg.name, reason)
             self._unsettled[path] = reason
             return
+        self._unsettled.pop(path, None)
         await in_thread(self._state.record, [(path, base)])
 
     async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
