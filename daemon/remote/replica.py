@@ -277,7 +277,7 @@ class Replica:
             listener = await in_thread(db.connect, self._cfg)
             await on_conn(listener, db.listen, workspace_id)
             self._writer = writer
-            self._searcher.chunks_ready = False
+            self._searcher.new_session()
             self._conn_state = "online"
             self._online_since = time.time()
             self._first_attempt.set()

@@ -54,7 +54,7 @@ class ServerSearcher:
         self._reader: db.Conn | None = None
         self._reader_lock = trio.Lock()
         # Until when searches go to the local index without asking (the server left the
-        # last search unanswered: see db.SEARCH_PAUSE_S; a new session ends it).
+        # last search unanswered: see db.SEARCH_PAUSE_S; :meth:`new_session` ends it).
         self._paused_until = -math.inf
         self.server_searches = 0
         self.search_fallbacks = 0
@@ -72,13 +72,18 @@ class ServerSearcher:
         if reader is not None:
             await in_thread(reader.close)
 
+    def new_session(self) -> None:
+        """The replica is online again: the server's chunks are checked afresh before it
+        answers, and a pause after an unanswered search ends (the server answers again)."""
+        self.chunks_ready = False
+        self._paused_until = -math.inf
+
     async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
         """Have the workspace's uploads write their chunks from now on, and chunk the
         files written before, a page at a time between uploads; returns once every file has
         its chunks (``chunks_ready``). Cancellation waits for the call in flight."""
         from recalld.daemon.remote import chunks
 
-        self._paused_until = -math.inf  # a new session: the server answers again
         async with self._writer_lock:
             await on_conn(conn, chunks.start_chunking, workspace_id)
         while True:
