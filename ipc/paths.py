@@ -9,7 +9,9 @@ Precedence (first that is set):
 
 - config file: ``--config``, ``RECALLD_CONFIG``, ``$XDG_CONFIG_HOME/recalld/config.toml``;
 - socket: ``--socket``, ``RECALLD_SOCKET``, ``[daemon] socket_path``,
-  ``$XDG_RUNTIME_DIR/recalld/recalld.sock``, ``/tmp/recalld-<uid>/recalld.sock``;
+  ``$XDG_RUNTIME_DIR/recalld/recalld.sock``, ``/run/user/<uid>/recalld/recalld.sock`` when
+  that runtime directory exists (``XDG_RUNTIME_DIR`` unset, as under cron or ``sudo -u``,
+  while a systemd user service listens there), ``/tmp/recalld-<uid>/recalld.sock``;
 - data: ``RECALLD_DATA_DIR``, ``[daemon] data_dir``, ``$XDG_DATA_HOME/recalld``.
 
 ``~`` is expanded everywhere. A relative path given on the command line is taken from the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +31,9 @@ from recalld.ipc import errors
 
 #: sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
+
+#: Where systemd-logind makes each user's runtime directory, ``XDG_RUNTIME_DIR`` of a login.
+SYSTEMD_RUNTIME_ROOT = Path("/run/user")
 
 
 class PathError(ValueError):
@@ -133,7 +139,22 @@ def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime:
         return Path(runtime) / "recalld" / "recalld.sock"
+    login_runtime = SYSTEMD_RUNTIME_ROOT / str(os.getuid())
+    if _own_private_dir(login_runtime):
+        return login_runtime / "recalld" / "recalld.sock"
     return Path(f"/tmp/recalld-{os.getuid()}") / "recalld.sock"  # noqa: S108 - private 0700 dir
+
+
+def _own_private_dir(path: Path) -> bool:
+    """Whether ``path`` is a real directory of this user that no one else may write in:
+    the runtime directory logind made, which a session without ``XDG_RUNTIME_DIR`` still
+    shares with the user's systemd services."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def choose_data_dir(env: Mapping[str, str], configured: object, config_file: Path) -> Path:

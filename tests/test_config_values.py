@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +232,37 @@ def test_serve_with_a_bad_secret_value_does_not_print_it(tmp_path: Path, text: s
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     assert shown in proc.stderr and secret not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("shape", "found"), [
+    ("private", True), ("absent", False), ("group-writable", False), ("symlink", False),
+    ("file", False)])
+def test_without_xdg_runtime_dir_the_login_runtime_dir_is_used_when_it_is_ours(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, found: bool) -> None:
+    """Under cron or ``sudo -u`` XDG_RUNTIME_DIR is unset while the user's systemd service
+    listens under /run/user/<uid>: daemon and clients both pick that folder when it is a
+    private folder of this user, and /tmp/recalld-<uid> otherwise."""
+    from recalld.ipc import paths
+
+    root = tmp_path / "run-user"
+    root.mkdir()
+    mine = root / str(os.getuid())
+    if shape in ("private", "group-writable"):
+        mine.mkdir(mode=0o700)
+        if shape == "group-writable":
+            mine.chmod(0o770)
+    elif shape == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        mine.symlink_to(tmp_path / "elsewhere")
+    elif shape == "file":
+        mine.write_text("", encoding="utf-8")
+    monkeypatch.setattr(paths, "SYSTEMD_RUNTIME_ROOT", root)
+    env = {"HOME": str(tmp_path), "RECALLD_CONFIG": str(tmp_path / "none.toml")}
+    (tmp_path / "none.toml").write_text("", encoding="utf-8")
+    want = (mine / "recalld" / "recalld.sock" if found
+            else Path(f"/tmp/recalld-{os.getuid()}") / "recalld.sock")
+    assert paths.socket_path(environ=env) == want
+    assert config.load(environ=env).socket_path == want
+    # A session's own XDG_RUNTIME_DIR still decides first.
+    other = {**env, "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
+    assert paths.socket_path(environ=other) == tmp_path / "xdg" / "recalld" / "recalld.sock"
