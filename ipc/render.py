@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
@@ -46,13 +47,27 @@ def _cell(value: object, key: str = "") -> str:
     return str(value)
 
 
+def columns_of(text: str) -> int:
+    """How many terminal columns ``text`` takes: East Asian wide and full-width
+    characters two, combining marks none, the rest one."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(ch)
+               else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _padded(text: str, width: int) -> str:
+    return text + " " * (width - columns_of(text))
+
+
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     """A plain text table with a header line; cells are single-line strings (control
-    characters shown escaped)."""
+    characters shown escaped), padded by the columns they take on a terminal."""
     cells = [[visible(_cell(row.get(c), c)) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    widths = [max([len(c), *(columns_of(r[i]) for r in cells)])
+              for i, c in enumerate(columns)]
+    lines = ["  ".join(_padded(c.upper(), w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(_padded(v, w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 

@@ -3,6 +3,8 @@ shown as escapes. From outside: a real daemon, real files with hostile names."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +59,29 @@ def test_a_file_name_cannot_forge_a_search_header(daemon_factory: Any, tmp_path:
     index = d.call("memory.index", {"agent_id": "w"})
     assert len(index["rendered"].splitlines()) == 2  # the bucket heading and one node
     assert "node\\n- [forged](x.md)\\n.md" in index["rendered"]
+
+
+def test_workspace_list_columns_line_up_on_a_terminal_with_wide_and_combining_paths(
+        daemon: Any, tmp_path: Path) -> None:
+    """Paths in CJK (two columns a character), with combining accents (none) and in ASCII:
+    every column after them starts at the same terminal column on every line."""
+    from test_cli import recalld
+
+    def columns_of(text: str) -> int:  # as a terminal draws it
+        return sum(0 if unicodedata.combining(ch)
+                   else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+    places = {"cjk": tmp_path / "记忆库" / "工作区", "nfd": tmp_path / "cafe\u0301s",
+              "fullwidth": tmp_path / "ＡＢＣ", "plain": tmp_path / "plain"}
+    for agent, place in places.items():
+        assert recalld("workspace", "open", agent, "--path", str(place),
+                       env=daemon.env).returncode == 0
+    lines = recalld("workspace", "list", env=daemon.env).stdout.splitlines()
+    assert len(lines) == 1 + 1 + len(places)  # header, the default workspace, ours
+    for column in range(1, 4):
+        starts = set()
+        for line in lines:
+            cells = re.split(" {2,}", line)  # cells hold no double space here
+            head = line[:line.index(cells[column], len(cells[0]))]
+            starts.add(columns_of(head))
+        assert len(starts) == 1, (column, starts, lines)
