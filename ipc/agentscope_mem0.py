@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -25,7 +26,9 @@ from recalld.ipc.agent_ids import workspace_name
 from recalld.ipc.agentscope_messages import MEMORY_MSG_NAME, _msg_text, _query_text
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
 from recalld.ipc.agentscope_workspace import (
+    _AWAY,
     _DAEMON_ERRORS,
+    MAX_UNSENT,
     Mode,
     _check_mode,
     _open_workspace,
@@ -129,6 +132,9 @@ class RecalldMem0Middleware(MiddlewareBase):
                                                      autostart=autostart)
         self._opened = False
         self._writes: set[asyncio.Task[None]] = set()
+        #: Exchanges the daemon was away for, oldest first: sent with the next one.
+        self._unsent: deque[str] = deque()
+        self._sending = asyncio.Lock()
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
@@ -164,8 +170,14 @@ class RecalldMem0Middleware(MiddlewareBase):
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
     async def close(self) -> None:
-        """Finish background writes, close the daemon connection if owned. Idempotent."""
+        """Finish background writes (and try once more the ones the daemon was away
+        for), close the daemon connection if owned. Idempotent."""
         await self.wait_writes()
+        await self._send_unsent()
+        if self._unsent:
+            log.warning("recalld: %d exchange(s) of %s not stored: the daemon stayed away",
+                        len(self._unsent), self.workspace)
+            self._unsent.clear()
         if self._owns_client:
             await self.client.aclose()
 
@@ -175,10 +187,29 @@ class RecalldMem0Middleware(MiddlewareBase):
             hint=f"{self.memory_section_header}\n{self.memory_section_intro}\n{bullets}")])
 
     async def _write(self, text: str) -> None:
-        try:
-            await self.add_memory_text(text)
-        except _DAEMON_ERRORS as exc:
-            log.warning("recalld add_note for %s failed: %s", self.workspace, exc)
+        self._unsent.append(text)
+        if len(self._unsent) > MAX_UNSENT:
+            self._unsent.popleft()
+            log.warning("recalld: dropped an unsent exchange of %s (more than %d waited "
+                        "for the daemon)", self.workspace, MAX_UNSENT)
+        await self._send_unsent()
+
+    async def _send_unsent(self) -> None:
+        """Store the waiting exchanges, oldest first, until the daemon is found away (the
+        rest wait for the next exchange). One sent again after its answer was lost is not
+        stored twice: the daemon adds nothing a note already holds."""
+        async with self._sending:
+            while self._unsent:
+                text = self._unsent.popleft()
+                try:
+                    await self.add_memory_text(text)
+                except _AWAY as exc:
+                    self._unsent.appendleft(text)
+                    log.warning("recalld add_note for %s failed (sent again with the next "
+                                "exchange): %s", self.workspace, exc)
+                    return
+                except _DAEMON_ERRORS as exc:
+                    log.warning("recalld add_note for %s failed: %s", self.workspace, exc)
 
     async def on_reply(
         self,

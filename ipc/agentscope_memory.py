@@ -22,7 +22,6 @@ from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase
 
-from recalld.ipc import errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
@@ -41,7 +40,9 @@ from recalld.ipc.agentscope_tools import (
     MemoryWriteTool,
 )
 from recalld.ipc.agentscope_workspace import (
+    _AWAY,
     _DAEMON_ERRORS,
+    MAX_UNSENT,
     Mode,
     _check_mode,
     _open_workspace,
@@ -59,12 +60,6 @@ T = TypeVar("T")
 
 #: Sessions whose workspace is remembered for the tools (oldest forgotten first).
 MAX_SESSIONS = 10_000
-#: Write-backs kept to send again while the daemon is away (oldest dropped first).
-MAX_UNSENT = 1000
-#: Failures after which a write-back is sent again: the daemon was away (not running,
-#: restarting, stopping, overloaded) and took nothing, or its answer was lost.
-_AWAY = (errors.DaemonNotRunning, errors.ConnectionLost, errors.ShuttingDown,
-         errors.Overloaded, OSError, TimeoutError)
 
 TOOL_INSTRUCTIONS = (
     "## Long-term memory\n\n"

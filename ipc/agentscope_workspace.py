@@ -24,6 +24,12 @@ log = logging.getLogger("recalld.ipc.agentscope")
 Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
+#: Write-backs kept to send again while the daemon is away (oldest dropped first).
+MAX_UNSENT = 1000
+#: Failures after which a write-back is sent again: the daemon was away (not running,
+#: restarting, stopping, overloaded) and took nothing, or its answer was lost.
+_AWAY = (errors.DaemonNotRunning, errors.ConnectionLost, errors.ShuttingDown,
+         errors.Overloaded, OSError, TimeoutError)
 
 
 class ChatModelOverride(TypedDict, total=False):

@@ -199,3 +199,51 @@ def test_a_workspace_closed_by_another_client_is_opened_again(daemon: DaemonHand
     assert any("blue flowerpot" in m for m in found)
     assert added.startswith("memory/")
     assert any("north wing" in block for block in recalled)
+
+
+def test_a_note_sent_again_adds_nothing_it_already_holds(daemon: DaemonHandle) -> None:
+    """The daemon's half of a write sent again after its answer was lost: content the
+    session's note already holds as whole paragraphs is not appended twice."""
+    block = "- Ravi's locker code opens with a 7.\n- The spare helmet is orange."
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("carol")
+        first = c.add_note("carol", block, session_id="mem0-x", name="mem0-x")
+        again = c.add_note("carol", f"\n{block}  \n", session_id="mem0-x", name="mem0-x")
+        part = c.add_note("carol", "- The spare helmet is orange.", session_id="mem0-x",
+                          name="mem0-x")  # one line of a paragraph: a fact of its own
+        other = c.add_note("carol", block, session_id="mem0-y", name="mem0-x")
+        text = c.read("carol", first["path"])["text"]
+    assert first["created"] and first["changed"]
+    assert (again["path"], again["created"], again["changed"]) == (first["path"], False, False)
+    assert part["changed"] and other["path"] != first["path"]
+    body = text.split("---\n", 2)[2]
+    assert body.count("locker code") == 1 and body.count("spare helmet") == 2, body
+
+
+def test_an_exchange_the_daemon_missed_is_stored_with_the_next(
+        daemon_factory: Any, fake: FakeProvider) -> None:
+    first = daemon_factory()
+    sock = first.socket_path
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMem0Middleware(user_id="dana", agent_id="tutor", mode="static_control",
+                                   socket_path=sock)
+        try:
+            await _reply(fake, mw, "tutor", "my cello teacher is named Ottoline")
+            assert first.stop() == 0  # the daemon restarts (an upgrade, say)
+            await _reply(fake, mw, "tutor", "my violin bow is made of pernambuco")
+            daemon_factory(RECALLD_DATA_DIR=str(first.data_dir), RECALLD_SOCKET=str(sock))
+            await _reply(fake, mw, "tutor", "my recital is in the Wigmore hall")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    with Client(sock) as c:
+        c.workspace_open("dana")
+        notes = [c.read("dana", f["path"])["text"] for f in c.memory_list("dana")
+                 if "mem0-tutor" in f["path"]]
+    (note,) = notes
+    for fact in ("Ottoline", "pernambuco", "Wigmore"):
+        assert note.count(fact) == 1, (fact, note)
+    assert note.index("Ottoline") < note.index("pernambuco") < note.index("Wigmore")

@@ -115,7 +115,12 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         if existing is not None:
             old = existing.split("\n")
             body = "\n".join(old[parse_frontmatter(existing)[1]:]).strip()
-        new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
+        if f"\n\n{text}\n\n" in f"\n\n{body}\n\n":
+            # Already said in this note, word for word: a call sent again after its answer
+            # was lost (a restart, a dropped connection) adds nothing twice.
+            new_body = f"{body}\n"
+        else:
+            new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
         result = await ops.daily_write(session_id, name, new_body, date=day,
                                        description=description,
                                        extra={"author": author} if author else None)
