@@ -351,15 +351,21 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if before is not None:
             before.update(m.id for m in current)  # not written back twice at reply end
         messages = _turns(current)
+        key = session_key(session)
+        request_id = f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200] if (
+            messages) else ""
         try:
             if messages:
-                key = session_key(session)
-                request_id = f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200]
                 await self._on(workspace, lambda: self.client.add_turns(
                     workspace, key, messages, flush=True, request_id=request_id))
                 self._unflushed.pop((workspace, session), None)
             else:
                 await self.end_session(workspace, session)
+        except _AWAY as exc:
+            if messages:  # they left the context: kept to go with the next write-back
+                self._keep_unsent(request_id, (workspace, session, messages))
+            log.warning("recalld flush before compaction of %s/%s failed (its turns are "
+                        "sent again with the next write-back): %s", workspace, session, exc)
         except _DAEMON_ERRORS as exc:
             log.warning("recalld flush before compaction of %s/%s failed: %s", workspace,
                         session, exc)
@@ -399,12 +405,16 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             return  # no real exchange (interrupted, or only tool calls)
         # The reply id makes a write-back sent again add nothing twice.
         request_id = f"as:{session_key(session)}:{agent.state.reply_id}"[:200]
-        self._unsent[request_id] = (workspace, session, messages)
+        self._keep_unsent(request_id, (workspace, session, messages))
+        await self._send_unsent()
+
+    def _keep_unsent(self, request_id: str,
+                     item: tuple[str, str, list[dict[str, str]]]) -> None:
+        self._unsent[request_id] = item
         while len(self._unsent) > MAX_UNSENT:
             _, (lost_ws, lost_session, _) = self._unsent.popitem(last=False)
             log.warning("recalld: dropped an unsent write-back of %s/%s (more than %d "
                         "waited for the daemon)", lost_ws, lost_session, MAX_UNSENT)
-        await self._send_unsent()
 
     async def _send_unsent(self) -> None:
         """Send the waiting write-backs, oldest first, until the daemon is found away

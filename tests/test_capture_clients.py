@@ -218,3 +218,45 @@ def test_agents_named_in_any_script_keep_their_own_memory(daemon_factory: Any,
         note = wait_note(root, fact)
         others = [f for n, f in facts.items() if n != name]
         assert not any(f in note.read_text(encoding="utf-8") for f in others), (name, note)
+
+
+def test_agentscope_turns_folded_while_the_daemon_is_away_are_sent_later(
+        daemon_factory: Any, fake: FakeProvider) -> None:
+    """A compaction folds the running reply's user message while the daemon restarts: the
+    folded turns are kept and go with the next write-back, not lost."""
+    first = daemon_factory(config(fake, idle_s=600))
+    sock = first.socket_path
+    fact = "My grandmother's violin was made in Cremona."
+    second: list[DaemonHandle] = []
+
+    async def main() -> None:
+        client = AsyncClient(sock)
+        mw = RecalldMemoryMiddleware(agent_id="luthier", mode="static_control", client=client)
+        try:
+            await one_turn(fake, mw, "hello")  # the workspace is open, the session known
+            assert first.stop() == 0  # the daemon restarts (an upgrade, say)
+            model = OpenAIChatModel(
+                credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                model="fake", stream=False, max_retries=0)
+            model.context_size = 10
+            agent = Agent(name="helper", system_prompt="You are a helpful assistant.",
+                          model=model, toolkit=Toolkit(tools=[]), middlewares=[mw],
+                          context_config=ContextConfig(trigger_ratio=0.1, reserve_ratio=0.05,
+                                                       context_buffer_ratio=0.01))
+            try:  # compacted before its first reasoning step: the fact is folded at once
+                await agent.reply(UserMsg(name="user", content=fact))
+                assert all(fact not in (m.get_text_content() or "")
+                           for m in agent.state.context)
+                second.append(daemon_factory(config(fake, idle_s=600),
+                                             RECALLD_DATA_DIR=str(first.data_dir),
+                                             RECALLD_SOCKET=str(sock)))
+                model.context_size = 100_000
+                await agent.reply(UserMsg(name="user", content="thanks"))
+            finally:
+                await model.client.close()
+        finally:
+            await mw.close()  # ends the session: its turns go to auto_memory
+            await client.aclose()
+
+    asyncio.run(main())
+    wait_note(workspace_root(second[0], "luthier"), fact)
