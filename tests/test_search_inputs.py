@@ -59,6 +59,12 @@ def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
     with pytest.raises(InvalidParams):
         daemon.call("memory.search", {"agent_id": "default", "query": "x", "max_results": 0})
     assert daemon.call("memory.search", {"agent_id": "default", "query": "x"})["results"] == []
+    # A filter naming nothing is refused, whichever way it is written, never read as none.
+    for name in ("path_prefix", "bucket", "author"):
+        for empty in ("", [], [""], ["memory", ""]):
+            with pytest.raises(InvalidParams, match=name):
+                daemon.call("memory.search", {"agent_id": "default", "query": "x",
+                                              "filters": {name: empty}})
 
 
 @pytest.mark.parametrize("when", ["before start", "while serving"])

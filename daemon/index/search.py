@@ -105,8 +105,12 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
         if value is None:
             return ()
         items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
-            raise InvalidParams(f"filter {name!r} must be a string or a list of strings")
+        # An empty list names nothing, as an empty string does: refused rather than
+        # taken as no filter at all.
+        if (not isinstance(items, list) or not items
+                or not all(isinstance(v, str) and v for v in items)):
+            raise InvalidParams(f"filter {name!r} must be a non-empty string or a non-empty "
+                                "list of them")
         return tuple(items)
 
     def day(name: str) -> str | None:
