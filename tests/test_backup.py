@@ -122,6 +122,13 @@ def test_pre_restore_snapshot_rolls_back(daemon: DaemonHandle, ws: Path) -> None
     assert tree(ws) == changed
     hits = daemon.call("memory.search", {"agent_id": "w", "query": "zeppelin"})["results"]
     assert [h["path"] for h in hits] == ["memory/2026-07-25/new.md"]
+    # Undone once: work done after the rollback is not thrown away by a second one.
+    write_tree(ws, {"memory/2026-07-26/later.md": "The quokka note written afterwards.\n"})
+    assert daemon.call("backup.list")["rollback"] is None
+    with pytest.raises(NotFound, match="no restore to roll back"):
+        daemon.call("backup.rollback")
+    assert (ws / "memory/2026-07-26/later.md").is_file() and snapshot.is_file()
+    assert str(snapshot) in [b.get("file") for b in daemon.call("backup.list")["backups"]]
 
 
 def test_a_backup_that_cannot_be_read_is_listed_with_the_reason(daemon: DaemonHandle,

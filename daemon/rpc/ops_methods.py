@@ -441,6 +441,9 @@ def ops_methods() -> Methods:
                 cfg = await trio.to_thread.run_sync(_drop_config, ctx.state)
                 ctx.state.services.config.replace(cfg)
                 result["config_restored"] = True
+            # Undone: a second rollback would put the snapshot back over everything done
+            # since. The snapshot stays in the backups folder, restorable by name.
+            await trio.to_thread.run_sync(_drop_record, ctx.state)
         return {**result, "rolled_back": record}
 
     return methods
