@@ -244,3 +244,23 @@ def test_a_backup_during_a_restore_waits_for_it_and_misses_no_workspace(
     finally:
         thread.join()
     assert done and "w" in made["agents"] and made["agents"]["w"]["files"] >= 400
+
+
+def test_the_command_line_says_what_became_of_the_backups_config_file(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    from test_cli import recalld
+
+    d = daemon_factory(None)
+    bad = _archive_with_config(tmp_path / "bad.zip",
+                               '[workspace_defaults]\nauto_memory_interval = "often"\n')
+    said = recalld("backup", "restore", str(bad), "--yes", env=d.env)
+    assert said.returncode == 0, said.stderr
+    assert "config file of the backup not put in place: " in said.stdout, said.stdout
+    assert "auto_memory_interval" in said.stdout and not d.config_path.exists()
+    good = _archive_with_config(tmp_path / "good.zip",
+                                '[workspace_defaults]\nauto_memory_interval = 4\n')
+    said = recalld("backup", "restore", str(good), "--yes", env=d.env)
+    assert said.returncode == 0, said.stderr
+    assert "config file restored (" in said.stdout, said.stdout
+    said = recalld("backup", "rollback", "--yes", env=d.env)
+    assert "config file rolled back (" in said.stdout and not d.config_path.exists()
