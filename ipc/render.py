@@ -139,6 +139,12 @@ class JobWaiter:
             raise KeyboardInterrupt(
                 f"interrupted; the {kind} job {job_id} goes on in the daemon. Follow it: "
                 f"recalld jobs get {job_id}; stop it: recalld jobs cancel {job_id}") from None
+        except errors.ConnectionLost as exc:
+            progress.close()
+            raise errors.ConnectionLost(
+                f"{exc.message} while following the {kind} job {job_id} (the daemon "
+                "stopped?); once it runs again, the job is resumed or reported as "
+                f"interrupted: recalld jobs get {job_id}") from None
         progress.close()
         return self._report(kind, job_id, job)
 

@@ -247,3 +247,38 @@ def _restores(daemon: DaemonHandle) -> float:
     families = daemon.call("daemon.metrics")["families"]
     found = [f for f in families if f["name"] == "recalld_restores_total"]
     return float(found[0]["samples"][0]["value"]) if found else 0.0
+
+
+def test_a_daemon_stopping_while_a_job_is_followed_is_said_with_the_job(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from fakes.provider_server import FakeProvider
+    from test_cli import SCRIPT
+
+    with FakeProvider() as fake:
+        held = fake.gate(lambda body: True)
+        root = tmp_path / "ws"
+        (root / "memory" / "2026-11-30").mkdir(parents=True)
+        (root / "memory" / "2026-11-30" / "a.md").write_text("The heron nests by the weir.\n")
+        daemon.call("workspace.open", {"agent_id": "heron", "path": str(root), "config": {
+            "dream_cron_enabled": False, "chat_model_config": {
+                "backend": "openai", "base_url": fake.url + "/v1", "model_name": "fake",
+                "api_key": "sk-test"}}})
+        cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+        proc = subprocess.Popen([*cmd, "dream", "--agent", "heron"], env=daemon.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        try:
+            assert held.entered.wait(60), "the dream never asked the model"
+            assert daemon.stop() == 0
+            held.released.set()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, (out, err)
+    line = err.strip().splitlines()[-1]  # after the progress lines
+    assert line.startswith("recalld: ") and "while following the " in line, line
+    job_id = line.rsplit("recalld jobs get ", 1)[1]
+    assert len(job_id) == 16 and job_id in line.split("while following the ")[1], line
