@@ -1,7 +1,8 @@
 """The ``auto_memory`` job: turn a session's pending turns into its daily note.
 
 Job params: ``{session_id, upto?, date?}`` (``upto``: the last turn sequence number to
-cover, default all pending; ``date``: YYYY-MM-DD of the note, default today). Steps:
+cover, default all pending; ``date``: YYYY-MM-DD of the note, default the day the last
+turn was said). Steps:
 
 1. take the session's uncommitted turns up to ``upto`` (already sanitized and redacted
    when they were added; see :mod:`sessions`); nothing pending -> done, no change;
@@ -271,6 +272,21 @@ async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: s
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
 
 
+def _day_said(turns: list[JsonObject], today: Callable[[], dt.date]) -> str | None:
+    """The day the last of ``turns`` was said (local time, never after today): a
+    conversation held before midnight is filed under that day, however late it is
+    captured. None when the turns were kept without their time."""
+    said = [t["at"] for t in turns
+            if isinstance(t.get("at"), int | float) and not isinstance(t.get("at"), bool)]
+    if not said:
+        return None
+    try:
+        day = dt.datetime.fromtimestamp(max(said)).date()
+    except (OverflowError, OSError, ValueError):  # a hand-edited log's odd number
+        return None
+    return min(day, today()).isoformat()
+
+
 def _reopened(get_workspace: Callable[[str], Workspace], ws: Workspace) -> Workspace:
     """``ws``, or the workspace opened again on its folder since the job started (closed
     and opened while the model answered): the job's turns are that one's to commit, and
@@ -337,6 +353,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}
+            if params.get("date") is None:
+                date = _day_said(turns, today) or date
             job.set_progress(0, 4, f"{len(turns)} turns")
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)

@@ -32,6 +32,7 @@ serve until cancelled, close. Log writes are shielded under a deadline.
 from __future__ import annotations
 
 import logging
+import time
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
@@ -61,6 +62,7 @@ WRITE_TIMEOUT_S = 10.0
 
 class LoggedTurn(Turn):
     seq: int  # its place in the workspace's sequence of messages
+    at: NotRequired[float]  # when it was added (Unix time; not in logs before it was kept)
 
 
 class TurnsRecord(TypedDict):
@@ -400,9 +402,11 @@ class SessionStore:
         user_left = count_user_turns(messages)
         # A user turn whose text was all removed (an image only) still counts: it gets
         # the seq of the next kept message, or a seq of its own.
+        now = round(time.time(), 3)
         for msg in clean:
             self._seq += 1
-            stamped.append({"role": msg["role"], "content": msg["content"], "seq": self._seq})
+            stamped.append({"role": msg["role"], "content": msg["content"], "seq": self._seq,
+                            "at": now})
             if msg["role"] == "user" and user_left > 0:
                 user_seqs.append(self._seq)
                 user_left -= 1

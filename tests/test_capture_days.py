@@ -1,0 +1,68 @@
+"""A conversation is filed under the day it was held, however late it is captured: turns
+said before midnight and written after it (the daemon was down, the idle flush came
+late) go to that day's folder. A real daemon, its real pending-turns log, a scripted
+chat server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fakes.provider_server import FakeProvider
+from test_capture import add, config, done, notes, turn, write_note
+from waits import wait_job
+
+PENDING = "mem_metadata/sessions/pending.jsonl"
+DAY_S = 86_400
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def _rewrite_log(path: Path, change: dict[str, float | None]) -> None:
+    """Move each session's turns back by ``change[session]`` seconds (None: as a log
+    kept before turns had their time), each line's checksum made again."""
+    lines = []
+    for line in path.read_bytes().splitlines():
+        rec = orjson.loads(line.split(b" ", 1)[1])
+        shift = change.get(rec.get("session_id"), 0.0)
+        for msg in rec.get("messages") or []:
+            if shift is None:
+                msg.pop("at")
+            else:
+                msg["at"] -= shift
+        body = orjson.dumps(rec)
+        lines.append(b"%08x %s\n" % (zlib.crc32(body), body))
+    path.write_bytes(b"".join(lines))
+
+
+def test_turns_are_filed_under_the_day_they_were_said(daemon_factory: Any,
+                                                      fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    cfg = config(root, fake, idle_s=0)
+    d = daemon_factory(cfg)
+    add(d, "late", turn("I planted the quince tree tonight."))
+    add(d, "old", turn("The shed key is on the blue hook."))
+    d.kill()  # nothing flushed: the turns wait in the log
+    _rewrite_log(root / PENDING, {"late": 2 * DAY_S, "old": None})
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    today = dt.date.today()
+    said = (dt.datetime.now() - dt.timedelta(seconds=2 * DAY_S)).date()
+    for session, name in (("late", "quince"), ("old", "shed")):
+        fake.script(write_note(name, f"- about the {name}"), done())
+        job = add(d2, session, [], flush=True)["job_id"]
+        assert wait_job(d2, job, agent="w")["state"] == "succeeded"
+    by_name = {p.stem: p.parent.name for p in notes(root)}
+    assert by_name == {"quince": said.isoformat(), "shed": today.isoformat()}, by_name
+    prompts = [r.json["messages"][1]["content"] for r in fake.requests
+               if r.path.endswith("/chat/completions") and len(r.json["messages"]) == 2]
+    assert any(f"Date: {said.isoformat()}" in p and "quince" in p for p in prompts)
