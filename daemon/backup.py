@@ -197,8 +197,9 @@ class AgentSource:
 # ------------------------------------------------------------------------------ writing
 
 
-def walk_files(root: Path, top: str) -> Iterator[str]:
-    """Workspace-relative paths of the regular, non-hidden files under ``root/top``."""
+def walk_files(root: Path, top: str, passed_by: list[str] | None = None) -> Iterator[str]:
+    """Workspace-relative paths of the regular, non-hidden files under ``root/top``; one
+    whose name is not UTF-8 is passed by (and added to ``passed_by``, shown escaped)."""
     stack = [root / top]
     prefix = str(root) + os.sep
     while stack:
@@ -219,20 +220,23 @@ def walk_files(root: Path, top: str) -> Iterator[str]:
                 else:  # no zip member name can hold it (nor did the index)
                     log.warning("backup passes by %s: its name is not valid UTF-8",
                                 safepath.shown(str(root / rel)))
+                    if passed_by is not None:
+                        passed_by.append(safepath.shown(rel))
 
 
 def roles_for(include_derived: bool) -> tuple[str, ...]:
     return (*CONTENT_ROLES, DERIVED_ROLE) if include_derived else CONTENT_ROLES
 
 
-def source_files(source: AgentSource, include_derived: bool) -> list[str]:
+def source_files(source: AgentSource, include_derived: bool,
+                 passed_by: list[str] | None = None) -> list[str]:
     seen: dict[str, None] = {}
     tops = [d.strip("/") for d in (source.dirs.get(r) for r in roles_for(include_derived)) if d]
     meta = (source.dirs.get(DERIVED_ROLE) or "").strip("/")
     if not include_derived and meta:
         tops += [f"{meta}/{sub.rstrip('/')}" for sub in RESUMABLE]
     for top in tops:
-        for rel in walk_files(source.root, top):
+        for rel in walk_files(source.root, top, passed_by):
             seen.setdefault(rel, None)
     return list(seen)
 
@@ -254,7 +258,8 @@ def create_backup(
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
     ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
-    Files that vanish while being read are left out. ``progress`` gets a ``listing
+    Files that vanish while being read are left out, and so are files whose names are
+    not UTF-8 (``passed_by`` of the summary, by agent). ``progress`` gets a ``listing
     files`` phase, then ``phase`` with the files and bytes to write."""
     sources = list(sources)
     created = time.time()
@@ -265,15 +270,19 @@ def create_backup(
     # AtomicFile has no tell(): zipfile then streams members with data descriptors.
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
+    passed_by: dict[str, list[str]] = {}
     for src in sources:
         sized = []
-        for rel in source_files(src, include_derived):
+        unnamed: list[str] = []
+        for rel in source_files(src, include_derived, unnamed):
             try:
                 sized.append((rel, os.lstat(src.root / rel).st_size))
             except OSError:
                 sized.append((rel, 0))
             progress.advance()
         listed.append((src, sized))
+        if unnamed:
+            passed_by[src.agent_id] = unnamed
     progress.phase(phase, total=sum(len(s) for _, s in listed),
                    bytes_total=sum(n for _, s in listed for _, n in s))
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
@@ -311,7 +320,7 @@ def create_backup(
                     compress_type=zipfile.ZIP_DEFLATED)
     summary: JsonObject = {k: v for k, v in meta.items() if k != "files"}
     summary.update(file=str(out), size=out.stat().st_size, members=len(files),
-                   bytes=sum(f["size"] for f in files))
+                   bytes=sum(f["size"] for f in files), passed_by=passed_by)
     return summary
 
 

@@ -340,6 +340,8 @@ class BackupSummary(TypedDict):
     members: int
     bytes: int
     size: NotRequired[int]  # backup.create: the archive's size on disk
+    # backup.create: files left out because their names are not UTF-8, by agent
+    passed_by: NotRequired[dict[str, list[str]]]
     ok: NotRequired[bool]  # backup.verify: every check passed
 
 

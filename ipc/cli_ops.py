@@ -130,6 +130,9 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not as_json:
             out.write(f"wrote {made['file']}: {made['members']} file(s) of "
                       f"{', '.join(sorted(made.get('agents', {})))}, {made.get('size')} bytes\n")
+            for agent, names in sorted((made.get("passed_by") or {}).items()):
+                out.write(f"left out of {agent} (names not UTF-8, no archive can hold them): "
+                          f"{', '.join(names)}\n")
     elif action == "list":
         result = listing = client.backup_list()
         if not as_json:

@@ -264,3 +264,26 @@ def test_the_command_line_says_what_became_of_the_backups_config_file(
     assert "config file restored (" in said.stdout, said.stdout
     said = recalld("backup", "rollback", "--yes", env=d.env)
     assert "config file rolled back (" in said.stdout and not d.config_path.exists()
+
+
+def test_files_a_backup_cannot_hold_are_named_in_its_answer(daemon: DaemonHandle,
+                                                            tmp_path: Path) -> None:
+    from test_cli import recalld
+
+    root = tmp_path / "ws"
+    _notes(root, 2)
+    day = root / "memory" / "2026-07-23"
+    day.mkdir(parents=True, exist_ok=True)
+    (day / os.fsdecode(b"r\xe9sum\xe9.md")).write_text("a note named in Latin-1\n")
+    (root / "resource").mkdir(exist_ok=True)
+    (root / "resource" / os.fsdecode(b"\xff.txt")).write_text("x\n")
+    daemon.call("workspace.open", {"agent_id": "lat", "path": str(root)})
+    made = daemon.call("backup.create", {"agents": ["lat"]})
+    assert made["passed_by"] == {"lat": ["memory/2026-07-23/r\\xe9sum\\xe9.md",
+                                         "resource/\\xff.txt"]}, made["passed_by"]
+    assert made["agents"]["lat"]["files"] >= 2
+    said = recalld("backup", "create", "--agent", "lat", env=daemon.env)
+    assert said.returncode == 0, said.stderr
+    assert ("left out of lat (names not UTF-8, no archive can hold them): "
+            "memory/2026-07-23/r\\xe9sum\\xe9.md, resource/\\xff.txt") in said.stdout
+    assert daemon.call("backup.create", {"agents": ["default"]})["passed_by"] == {}
