@@ -238,7 +238,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         socket = getattr(ns, "socket", None)
         if command == "doctor":  # a config file it cannot read is one of its findings
             socket = cli_ops.doctor_socket(socket)
-        client = Client(socket, timeout_s=getattr(ns, "timeout", 30.0))
+        client = Client(paths.socket_path(socket), timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]
             return handler(client, ns, out, as_json)

@@ -60,7 +60,7 @@ class Client(_flavours.SyncMethods):
         connect_timeout_s: float = 5.0,
         autostart: bool = False,
     ) -> None:
-        self.socket_path = paths.socket_path(socket_path)
+        self.socket_path = paths.socket_path(socket_path, lenient=True)
         self._request_limit = _core.request_limit()
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s

@@ -22,6 +22,7 @@ since the daemon and its clients need not share a working directory.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from collections.abc import Mapping
@@ -176,14 +177,27 @@ def _configured(key: str, config: str | os.PathLike[str] | None,
 
 def socket_path(explicit: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None,
-                *, config: str | os.PathLike[str] | None = None) -> Path:
+                *, config: str | os.PathLike[str] | None = None,
+                lenient: bool = False) -> Path:
     """The daemon's socket, found as the daemon finds it (the config file is read only
-    when neither ``explicit`` nor ``RECALLD_SOCKET`` decides)."""
+    when neither ``explicit`` nor ``RECALLD_SOCKET`` decides). ``lenient`` (the client
+    library): a config file that cannot be read or parsed, or whose ``socket_path`` is
+    unusable, is passed by with a warning and the default socket taken, so a typo in the
+    file does not cut every agent off a daemon that still runs on the settings it read;
+    the command line reports it instead (PathError)."""
     env = _env(environ)
     if explicit or env.get("RECALLD_SOCKET"):
         return choose_socket(explicit, env, None, Path())
-    configured, cfg = _configured("socket_path", config, env)
-    return choose_socket(None, env, configured, cfg)
+    try:
+        configured, cfg = _configured("socket_path", config, env)
+        return choose_socket(None, env, configured, cfg)
+    except PathError as exc:
+        if not lenient:
+            raise
+        logging.getLogger("recalld.ipc").warning(
+            "recalld: configuration error: %s; looking for the daemon at the default socket",
+            exc)
+        return choose_socket(None, env, None, Path())
 
 
 def data_dir(environ: Mapping[str, str] | None = None,

@@ -95,3 +95,30 @@ def test_bad_config_in_a_client_is_a_usage_error(daemon_factory: DaemonFactory) 
     assert f"{cfg}: [daemon] socket_path = [\"a\"]" in line
     line = assert_one_line_error(recalld("status", env={**env, "RECALLD_SOCKET": "rel.sock"}), 2)
     assert "RECALLD_SOCKET" in line and "absolute" in line
+
+
+def test_a_typo_in_the_config_file_does_not_cut_agents_off_the_daemon(
+        daemon_factory: DaemonFactory) -> None:
+    """The daemon runs on the file it read; the file is then broken by an edit. The
+    client library (every agent's middleware) still reaches the daemon at the default
+    socket, saying why in a warning; the command line says what is wrong (exit 2)."""
+    import subprocess
+    import sys
+
+    d = daemon_factory("[workspace_defaults]\nauto_memory_interval = 4\n")
+    for broken in ("[workspace_defaults\nauto_memory_interval = 4\n",  # TOML syntax
+                   '[daemon]\nsocket_path = "relative.sock"\n',  # a value no start takes
+                   "\udcff"):  # not UTF-8 at all
+        d.config_path.write_bytes(broken.encode("utf-8", "surrogateescape"))
+        script = ("import asyncio\nfrom recalld.ipc.client import Client\n"
+                  "from recalld.ipc.aclient import AsyncClient\n"
+                  "with Client() as c:\n    print(c.ping()['pong'])\n"
+                  "async def main():\n    async with AsyncClient() as c:\n"
+                  "        print((await c.ping())['pong'])\n"
+                  "asyncio.run(main())\n")
+        proc = subprocess.run([sys.executable, "-c", script], env=d.env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert proc.returncode == 0 and proc.stdout.split() == ["True", "True"], proc.stderr
+        assert f"configuration error: {d.config_path}" in proc.stderr, proc.stderr
+        line = assert_one_line_error(recalld("status", env=d.env), 2)
+        assert str(d.config_path) in line
