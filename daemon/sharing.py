@@ -25,7 +25,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
-from recalld.ipc.errors import InvalidParams, NotAllowed
+from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 
 if TYPE_CHECKING:
@@ -82,14 +82,29 @@ def check_shared_path(caller: str, target: Workspace, parts: Sequence[str]) -> N
         f"({settings.daily_dir}/ and {settings.digest_dir}/), not {'/'.join(parts)}")
 
 
-def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]) -> list[Workspace]:
-    """The workspaces named in ``agents`` (deduplicated, order kept), each checked."""
+def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]
+            ) -> tuple[list[Workspace], dict[str, str]]:
+    """The workspaces named in ``agents`` (deduplicated, order kept), each checked, and
+    those passed by because they are not open now (closed, failed, being restored), with
+    the reason: one of many being away does not fail a search of the others. A name no
+    workspace may have, or one ``caller`` may not read, is an error; so is none open."""
     if not agents:
         raise InvalidParams("param 'agents' must name at least one workspace")
     names = list(dict.fromkeys(agents))
     if len(names) > MAX_WORKSPACES_PER_SEARCH:
         raise InvalidParams(f"at most {MAX_WORKSPACES_PER_SEARCH} workspaces per search")
-    return [readable(registry, caller, name) for name in names]
+    found: list[Workspace] = []
+    away: dict[str, str] = {}
+    first: UnknownWorkspace | None = None
+    for name in names:
+        try:
+            found.append(readable(registry, caller, name))
+        except UnknownWorkspace as exc:
+            away[name] = exc.message
+            first = first or exc
+    if not found and first is not None:
+        raise first
+    return found, away
 
 
 def _tag(hits: Iterable[SearchHit], agent_id: str,

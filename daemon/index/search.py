@@ -86,6 +86,7 @@ class SearchAnswer(TypedDict):
     vector_error: NotRequired[str]  # why the vector branch was skipped
     keyword_weight: NotRequired[float]  # hybrid: the keyword weight used (blind-keyword guard)
     agents: NotRequired[list[str]]  # the workspaces searched, when several were
+    skipped: NotRequired[dict[str, str]]  # those of ``agents`` not open, and why
     search_mode: NotRequired[str]  # a shared workspace: server | local (who answered)
     server_error: NotRequired[str]  # why the server did not answer (local answered)
 

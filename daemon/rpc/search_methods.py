@@ -67,10 +67,12 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     # The caller (agent_id) searches the named workspaces, each only if its owner allows;
     # while the daemon starts, once every workspace is open.
     await ctx.services.start.wait_started()
-    return await sharing.search_workspaces(
-        sharing.targets(ctx.state.registry, agent_id, agents), search_one,
-        max_results=min(max_results, MAX_RESULTS_CAP),
-    )
+    found, away = sharing.targets(ctx.state.registry, agent_id, agents)
+    answer = await sharing.search_workspaces(found, search_one,
+                                             max_results=min(max_results, MAX_RESULTS_CAP))
+    if away:
+        answer["skipped"] = away
+    return answer
 
 
 @METHODS.add("index.sync", positional=("agent_id",))
