@@ -295,6 +295,7 @@ class Supervisor:
                                       self._systemd.watchdog_interval_s)
                 self._ready = True
                 self.notifier.ready(self._status_line())
+                front.start_soon(self.notifier.keep_status, self.events, self._status_line)
                 log.info("recalld serving on %s (%s)", self.config.socket_path,
                          self._status_line())
                 task_status.started()

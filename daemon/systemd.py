@@ -16,10 +16,14 @@ import logging
 import os
 import socket
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from recalld.daemon.events import EventBus
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +118,18 @@ class Notifier:
 
     def status(self, status: str) -> bool:
         return self.notify(f"STATUS={_one_line(status)}")
+
+    async def keep_status(self, events: EventBus, line: Callable[[], str]) -> None:
+        """Say ``line()`` in ``STATUS=`` (what ``systemctl status`` shows) each time a
+        workspace opens, closes or fails; it waits on those events."""
+        while True:
+            sub = events.subscribe(["workspace.*"])
+            try:
+                async for _ in sub.receive:
+                    self.status(line())
+            finally:
+                sub.close()
+            self.status(line())  # dropped after a burst: the state now, and listen again
 
     def reloading(self) -> bool:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

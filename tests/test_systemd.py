@@ -387,3 +387,28 @@ def test_ready_status_names_a_workspace_that_failed_to_open(
         assert d.stop() == 0
     finally:
         fake.close()
+
+
+def test_status_follows_workspaces_opened_and_closed_by_clients(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # systemctl status shows the last STATUS= line: after the start it follows what
+    # clients open and close, not the count at the start.
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory(wait=False, NOTIFY_SOCKET=str(fake.path))
+        assert fake.wait_for("READY")["STATUS"].startswith("serving 1 workspace(s) on ")
+
+        def status_saying(text: str) -> dict[str, str]:
+            while text not in (msg := fake.wait_for("STATUS")).get("STATUS", ""):
+                pass
+            return msg
+
+        for agent in ("ada", "bo"):
+            d.call("workspace.open", {"agent_id": agent})
+        status_saying("serving 3 workspace(s) on ")
+        d.call("workspace.close", {"agent_id": "ada"})
+        status_saying("serving 2 workspace(s) on ")
+        assert d.stop() == 0
+        assert "STOPPING" in fake.wait_for("STOPPING")
+    finally:
+        fake.close()
