@@ -287,3 +287,30 @@ def test_files_a_backup_cannot_hold_are_named_in_its_answer(daemon: DaemonHandle
     assert ("left out of lat (names not UTF-8, no archive can hold them): "
             "memory/2026-07-23/r\\xe9sum\\xe9.md, resource/\\xff.txt") in said.stdout
     assert daemon.call("backup.create", {"agents": ["default"]})["passed_by"] == {}
+
+
+def test_restoring_some_agents_keeps_a_config_file_that_configures_others(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The config file is whole: put in place for one agent, it would take away another
+    # agent's settings and path on this machine.
+    theirs = ('[workspaces.coder]\nauto_memory_interval = 3\n'
+              '[workspaces.coder.chat_model_config]\napi_key = "sk-theirs-9"\n')
+    d1 = daemon_factory(theirs)
+    d1.call("workspace.open", {"agent_id": "coder"})
+    archive = d1.call("backup.create", {"agents": ["coder"], "include_secrets": True})["file"]
+    writer = tmp_path / "writer-notes"
+    ours = f'[workspaces.writer]\npath = "{writer}"\nauto_memory_interval = 7\n'
+    d2 = daemon_factory(ours)
+    restored = d2.call("backup.restore", {"file": archive})
+    assert restored["config_restored"] is False and d2.config_path.read_text() == ours
+    assert "writer" in restored["config_kept"] and "daemon/config.toml" in restored["config_kept"]
+    assert [r["agent_id"] for r in restored["restored"]] == ["coder"]
+    listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
+    assert Path(listed["writer"]["path"]) == writer
+    # A daemon whose file configures only what the restore covers takes the backup's.
+    d3 = daemon_factory('[workspaces.coder]\nauto_memory_interval = 5\n')
+    restored = d3.call("backup.restore", {"file": archive})
+    assert restored["config_restored"] is True and restored["config_kept"] is None
+    assert d3.config_path.read_text() == theirs
+    d3.call("backup.rollback")
+    assert d3.config_path.read_text() == '[workspaces.coder]\nauto_memory_interval = 5\n'

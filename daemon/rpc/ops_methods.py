@@ -92,14 +92,27 @@ def _daemon_files(state: DaemonState,
     return out, left_out
 
 
-def _config_to_restore(state: DaemonState, checked: CheckedBackup) -> bytes | None:
-    """The backed-up config file if a restore puts it in place: always if it kept its
-    secrets, else only where this daemon has none (masked secrets must not replace real
-    ones)."""
+def _config_to_restore(state: DaemonState, checked: CheckedBackup,
+                       chosen: list[str] | None) -> tuple[bytes | None, str | None]:
+    """The backed-up config file if a restore puts it in place, and why not when it
+    does not say so otherwise: where this daemon has none; else only if it kept its
+    secrets (masked ones must not replace real ones) and the restore covers every
+    workspace this daemon's file configures (the file is whole: another agent's settings
+    must not go with it; ``chosen`` None: a rollback, which puts back what it replaced)."""
     data = checked.daemon_file("config.toml")
-    if data is None or (not checked.meta.get("secrets") and state.config.config_path.exists()):
-        return None
-    return data
+    if data is None or not state.config.config_path.exists():
+        return data, None
+    if not checked.meta.get("secrets"):
+        return None, None
+    if chosen is None:
+        return data, None
+    cfg = state.config
+    others = sorted((set(cfg.workspaces) | set(cfg.workspace_paths)) - set(chosen))
+    if others:
+        return None, (f"kept this machine's config file: it also configures "
+                      f"{', '.join(others)}, which this restore does not cover (copy what "
+                      "the restored workspaces need from the backup's daemon/config.toml)")
+    return data, None
 
 
 def _incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
@@ -299,7 +312,8 @@ def ops_methods() -> Methods:
                 raise InvalidParams(f"agent {agent_id!r} is not in backup {path.name} "
                                     f"(it has {', '.join(checked.agents) or 'none'})")
         open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
-        config_data = await trio.to_thread.run_sync(_config_to_restore, state, checked)
+        config_data, config_kept = await trio.to_thread.run_sync(
+            _config_to_restore, state, checked, None if rolling_back else chosen)
         cfg = state.config
         config_error: str | None = None
         if config_data is not None:
@@ -411,6 +425,7 @@ def ops_methods() -> Methods:
         metrics.count("recalld_restores_total")
         return {"file": str(path), "restored": results,
                 "config_restored": config_data is not None, "config_error": config_error,
+                "config_kept": config_kept,
                 "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))
