@@ -261,3 +261,26 @@ def test_items_name_the_lines_of_the_text_they_show_around_a_window(
                 assert item["text"] == shown, (item["start_line"], item["end_line"])
                 assert shown.strip() and lines[item["start_line"] - 1].strip()
         assert d.stop() == 0
+
+
+def test_hits_are_shown_by_their_body_not_their_frontmatter(daemon: DaemonHandle,
+                                                              ws: Path) -> None:
+    """A note written by capture starts with keys (name, session id, source link): a hit
+    on it shows its body, labelled with the body's lines, so the keys take no room in the
+    agent's context. A note that is only frontmatter still shows it (there is no body)."""
+    captured = ("---\nname: conversation\ndescription: what the user said\n"
+                "session_id: 5f0c9e3a\nsource_conversation: \"[[mem_session/dialog/5f0c9e3a"
+                ".jsonl]]\"\n---\n- The heronbell rings at the north pier at six.\n")
+    write(ws, "memory/2026-07-26/conversation.md", captured)
+    write(ws, "digest/wiki/keys-only.md", "---\nname: heronbell tower\n"
+          "description: the heronbell tower keys\n---\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = recall(daemon, query="heronbell", max_results=5)
+    hits = {i["path"]: i for i in answer["items"] if i["kind"] == "hit"}
+    body = hits["memory/2026-07-26/conversation.md"]
+    assert body["text"] == "- The heronbell rings at the north pier at six."
+    assert body["start_line"] == body["end_line"] == 7
+    assert "session_id" not in answer["rendered"] and "source_conversation" not in answer[
+        "rendered"]
+    assert "[memory/2026-07-26/conversation.md:7-7]" in answer["rendered"]
+    assert "description: the heronbell tower keys" in hits["digest/wiki/keys-only.md"]["text"]

@@ -1,7 +1,7 @@
 """The recall block: what an agent puts before its reply, built from one search.
 
-Hits come first, then the linked context of the hits (each neighbour's chunk that best
-matches the query, without its frontmatter), then, when asked, the long-term memory
+Hits come first (without their notes' frontmatter), then the linked context of the hits
+(each neighbour's chunk that best matches the query, without its frontmatter), then, when asked, the long-term memory
 index. Every item is labelled with its path and 1-based inclusive lines. The block never
 exceeds ``budget_chars``: items are added whole while they fit; the first one that does
 not fit is cut (with an ellipsis) when a useful part of it still fits (its label and
@@ -65,10 +65,11 @@ def query_of(query: str | None, messages: Sequence[object] | None) -> str:
 def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
     text = raw["text"]
     start = raw["start_line"]
-    if kind == "linked":
-        # Neighbours are shown by their body: a block of keys tells an agent little.
-        text, skipped = body_of(text)
-        start += skipped
+    # Shown by their body: a block of keys (name, session id, source link) tells an agent
+    # little and takes its context. A hit whose chunk is all frontmatter keeps it.
+    body, skipped = body_of(text)
+    if kind == "linked" or body.strip():
+        text, start = body, start + skipped
     # Blank lines at either end are not shown (a window's context line may be one), and
     # the lines given are those of the text shown.
     lines = text.split("\n")
