@@ -92,3 +92,33 @@ def test_a_provider_failing_searches_shows_in_status(daemon_factory: Any,
         assert d.call("memory.search", {"agent_id": "w", "query": "granite"})["mode"] == "hybrid"
         assert vectors_status(d)["health"] == "ok"
         assert d.stop() == 0
+
+
+def test_a_provider_echoing_the_key_never_shows_it(daemon_factory: Any,
+                                                   tmp_path: Path) -> None:
+    # Some providers and proxies quote the key they refused in the error body; a key
+    # that looks like no known key format must still be masked wherever the error goes:
+    # the search answer, the status and the log.
+    key = "team7-embedding-access-2231"
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\nobsidian\n")
+    echo = Reply(status=401, raw=f'{{"error": "API key provided: {key} is revoked"}}'.encode())
+    with FakeProvider(dims=8, api_key=key) as fake:
+        d = daemon_factory(fake_config(root, fake).replace('api_key = "k"', f'api_key = "{key}"'))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(echo)
+        res = d.call("memory.search", {"agent_id": "w", "query": "obsidian"})
+        assert res["mode"] == "keyword" and "401" in res["vector_error"]
+        # A new note's vector is refused the same way by the backfill.
+        fake.script(*[echo] * 20)
+        write(root, "memory/2026-05-02/m.md", "# M\n\nbasalt\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["state"] == "backoff",
+                        "the refused round")
+        assert "401" in st["last_error"]
+        out = recalld("status", "--verbose", env=d.env).stdout
+        assert d.stop() == 0
+        for where, text in (("search", str(res)), ("status", str(st)), ("cli", out),
+                            ("log", d.log())):
+            assert key not in text, where

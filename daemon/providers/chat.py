@@ -303,7 +303,7 @@ class ChatClient:
         async def attempt(timeout_s: float) -> ChatResult:
             result = await bridge.request("POST", url, headers=headers, json=body,
                                           timeout_s=timeout_s)
-            check_response(result, self.policy, what=what)
+            check_response(result, self.policy, what=what, secret=self._api_key)
             return parse_chat_response(result.body)
 
         try:

@@ -253,7 +253,7 @@ class EmbeddingClient:
         async def attempt(timeout_s: float) -> F32:
             result = await bridge.request("POST", request.url, headers=request.headers,
                                           json=request.body, timeout_s=timeout_s)
-            check_response(result, self.policy, what=what)
+            check_response(result, self.policy, what=what, secret=self._api_key)
             return to_unit_rows(fmt.parse(result.body, len(batch)), len(batch),
                                 self.dimensions, what)
 

@@ -43,10 +43,13 @@ def redact(text: str, *secrets: str) -> str:
     return _SECRETISH.sub("***", text)
 
 
-def snippet(body: bytes, limit: int = 200) -> str:
-    """A short, printable, redacted excerpt of a provider's answer for error messages."""
-    text = body[:limit].decode("utf-8", "replace").replace("\n", " ")
-    return redact(text) + ("..." if len(body) > limit else "")
+def snippet(body: bytes, limit: int = 200, *secrets: str) -> str:
+    """A short, printable, redacted excerpt of a provider's answer for error messages.
+    ``secrets`` (the key sent, which a provider may quote back) are masked before the cut,
+    so none shows even in part."""
+    extra = max((len(s.encode()) for s in secrets), default=0)
+    text = redact(body[:limit + extra].decode("utf-8", "replace"), *secrets)
+    return redact(text[:limit].replace("\n", " ")) + ("..." if len(body) > limit else "")
 
 
 class ProviderError(RecalldError):
@@ -130,9 +133,11 @@ def status_error(
     retryable: frozenset[int],
     retry_after_s: float | None,
     what: str,
+    secrets: tuple[str, ...] = (),
 ) -> ProviderError:
-    """The typed error for a non-2xx answer: transient if ``status`` is in ``retryable``."""
-    message = f"{what}: HTTP {status}: {snippet(body)}"
+    """The typed error for a non-2xx answer: transient if ``status`` is in ``retryable``;
+    the answer it quotes has ``secrets`` masked."""
+    message = f"{what}: HTTP {status}: {snippet(body, 200, *secrets)}"
     cls: type[ProviderError] = (
         ProviderRetryableStatus if status in retryable else ProviderRejected
     )

@@ -96,8 +96,10 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - current)
 
 
-def check_response(result: HttpResult, policy: RetryPolicy, *, what: str) -> HttpResult:
-    """Return ``result`` if 2xx, else raise the typed error (with Retry-After parsed)."""
+def check_response(result: HttpResult, policy: RetryPolicy, *, what: str,
+                   secret: str = "") -> HttpResult:
+    """Return ``result`` if 2xx, else raise the typed error (with Retry-After parsed);
+    ``secret`` (the key sent) is masked where the error quotes the answer."""
     if 200 <= result.status < 300:
         return result
     raise status_error(
@@ -106,6 +108,7 @@ def check_response(result: HttpResult, policy: RetryPolicy, *, what: str) -> Htt
         retryable=policy.retry_statuses,
         retry_after_s=parse_retry_after(result.headers.get("retry-after")),
         what=what,
+        secrets=(secret,) if secret else (),
     )
 
 
