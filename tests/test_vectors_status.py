@@ -3,6 +3,7 @@ waits on a provider that is down (at the health check or backing off)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,26 @@ def test_a_provider_echoing_the_key_never_shows_it(daemon_factory: Any,
         for where, text in (("search", str(res)), ("status", str(st)), ("cli", out),
                             ("log", d.log())):
             assert key not in text, where
+
+
+def test_a_query_refused_for_now_says_why_at_once(daemon_factory: Any,
+                                                  tmp_path: Path) -> None:
+    # A provider that asks to wait longer than a search may (Retry-After past the query's
+    # deadline), or keeps failing until then: the search answers keyword-only at once or
+    # at the deadline, with the provider's own error, not a bare "took too long".
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\ngneiss\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(Reply(status=429, headers={"Retry-After": "100"}))
+        started = time.monotonic()
+        res = d.call("memory.search", {"agent_id": "w", "query": "gneiss"})
+        assert time.monotonic() - started < 2.0
+        assert res["mode"] == "keyword" and "HTTP 429" in res["vector_error"], res
+        assert "HTTP 429" in vectors_status(d)["last_error"]
+        fake.script(*[Reply(status=502, raw=b"<html>Bad Gateway</html>")] * 20)
+        res = d.call("memory.search", {"agent_id": "w", "query": "gneiss rock"})
+        assert res["mode"] == "keyword" and "HTTP 502" in res["vector_error"], res
+        assert d.stop() == 0

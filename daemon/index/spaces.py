@@ -27,7 +27,7 @@ from recalld.daemon.index.embedcache import EmbeddingCache
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.embedding import EmbeddingClient
+from recalld.daemon.providers.embedding import DEADLINE_MARGIN_S, EmbeddingClient
 from recalld.daemon.providers.errors import DimensionMismatch, ProviderTimeout
 from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.providers.retry import RetryPolicy
@@ -81,8 +81,10 @@ class VectorSpace:
         if cached is not None:
             self._queries.move_to_end(text)
             return cached
-        with trio.move_on_after(timeout_s) as scope:
-            rows = await self.client.embed([text], kind="query")
+        # The retries stop at ``timeout_s`` with the provider's own error (a Retry-After
+        # past it, or failures until then); the scope bounds the rest (a local model).
+        with trio.move_on_after(timeout_s + DEADLINE_MARGIN_S) as scope:
+            rows = await self.client.embed([text], kind="query", deadline_s=timeout_s)
         if scope.cancelled_caught:
             error = f"query embedding took longer than {timeout_s:g}s"
             self.client.health, self.client.last_error = "fail", error

@@ -46,6 +46,7 @@ from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
+    ProviderTimeout,
     input_refused,
     redact,
 )
@@ -71,9 +72,14 @@ class EmbeddingStatus(TypedDict):
     last_ok: float | None
 
 
-__all__ = ["EmbeddingClient", "EmbeddingStatus", "Kind", "disabled_reason", "resolve_api_key"]
+__all__ = ["DEADLINE_MARGIN_S", "EmbeddingClient", "EmbeddingStatus", "Kind", "disabled_reason",
+           "resolve_api_key"]
 
 Kind = Literal["passage", "query"]
+
+#: How much later than an ``embed`` call's ``deadline_s`` its caller gives up on it: time
+#: for the retry loop to stop at the deadline with the provider's error.
+DEADLINE_MARGIN_S = 0.5
 
 _ENV_KEYS = {
     "openai": ("OPENAI_API_KEY",),
@@ -200,7 +206,8 @@ class EmbeddingClient:
         if self.disabled_reason is not None:
             raise ProviderConfigError(self.disabled_reason)
 
-    async def embed(self, texts: list[str], kind: Kind = "passage") -> F32:
+    async def embed(self, texts: list[str], kind: Kind = "passage", *,
+                    deadline_s: float | None = None) -> F32:
         """Embed ``texts``: float32, L2-normalized, shape (len(texts), dimensions).
 
         ``kind`` selects query or passage encoding where the model distinguishes them
@@ -208,6 +215,8 @@ class EmbeddingClient:
         ``max_input_length`` budget and sent in batches of ``max_batch_size``; a failing
         batch raises (ProviderTransient: retry later; ProviderPermanent: do not). On
         cancellation the HTTP attempt in flight is cancelled; nothing is half-returned.
+        ``deadline_s`` shortens the retry policy's deadline for each batch: a retry whose
+        wait would pass it is not started, and the provider's last error is raised.
         """
         self._require_enabled()
         if kind not in ("passage", "query"):
@@ -216,12 +225,17 @@ class EmbeddingClient:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         budget = self.config.max_input_length
         prepared = [truncate_to_budget(t, budget) or " " for t in texts]
+        policy = self.policy
+        if deadline_s is not None:
+            policy = dataclasses.replace(
+                policy, deadline_s=min(policy.deadline_s, deadline_s),
+                attempt_timeout_s=min(policy.attempt_timeout_s, deadline_s))
         parts: list[F32] = []
         started = time.monotonic()
         try:
             for start in range(0, len(prepared), self.max_batch_size):
                 batch = prepared[start:start + self.max_batch_size]
-                parts.append(await self._embed_batch(batch, kind))
+                parts.append(await self._embed_batch(batch, kind, policy))
         except ProviderError as exc:
             self.last_error = self._redact(str(exc))
             if not input_refused(exc):  # a text it will not take says nothing of its health
@@ -236,7 +250,7 @@ class EmbeddingClient:
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
 
-    async def _embed_batch(self, batch: list[str], kind: Kind) -> F32:
+    async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy) -> F32:
         if self._local is not None:
             try:
                 rows: F32 = await self._local.embed(batch, is_query=kind == "query")
@@ -253,11 +267,11 @@ class EmbeddingClient:
         async def attempt(timeout_s: float) -> F32:
             result = await bridge.request("POST", request.url, headers=request.headers,
                                           json=request.body, timeout_s=timeout_s)
-            check_response(result, self.policy, what=what, secret=self._api_key)
+            check_response(result, policy, what=what, secret=self._api_key)
             return to_unit_rows(fmt.parse(result.body, len(batch)), len(batch),
                                 self.dimensions, what)
 
-        return await call_with_retry(self.policy, attempt, rng=self._rng,
+        return await call_with_retry(policy, attempt, rng=self._rng,
                                      breaker=self.breaker, what=what)
 
     async def health_check(self, workspace_dir: str | os.PathLike[str]) -> bool:
@@ -270,12 +284,17 @@ class EmbeddingClient:
         reason: str | None = None
         try:
             self._require_enabled()
-            with trio.move_on_after(self._health_timeout_s) as scope:
-                rows = await self.embed(["ping"], kind="query")
+            # The retries stop short of the deadline with the provider's own error; the
+            # scope, a little later, bounds what no retry policy does (a local model).
+            with trio.move_on_after(self._health_timeout_s + DEADLINE_MARGIN_S) as scope:
+                rows = await self.embed(["ping"], kind="query",
+                                        deadline_s=self._health_timeout_s)
             if scope.cancelled_caught:
                 reason = f"no answer within {self._health_timeout_s:g}s"
             elif rows.shape != (1, self.dimensions):
                 reason = f"unexpected vector shape {rows.shape}"
+        except ProviderTimeout:
+            reason = f"no answer within {self._health_timeout_s:g}s"
         except ProviderError as exc:
             reason = str(exc)
         if reason is None:
