@@ -460,6 +460,11 @@ class VectorWorker:
         total = self.total or len(self.index.state.chunks)
         rate = self.rate()
         pending = max(total - self.embedded, 0)
+        # Parked chunks wait an hour whatever the rate, and may be refused again: only the
+        # rest is work the rate says anything about. Never 0 while a chunk is pending.
+        working = max(pending - len(self.fill.failed), 0)
+        eta = (0.0 if not pending else None if not working or not rate
+               else max(round(working / rate, 1), 0.1))
         return {
             "enabled": self.enabled,
             "state": self.state,
@@ -472,7 +477,7 @@ class VectorWorker:
             "coverage": round(self.embedded / total, 4) if total else 1.0,
             "pending": pending,
             "rate_per_s": None if rate is None else round(rate, 3),
-            "eta_s": 0.0 if not pending else (None if not rate else round(pending / rate, 1)),
+            "eta_s": eta,
             "provider_texts": self.provider_texts,
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,
