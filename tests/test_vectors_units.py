@@ -13,6 +13,7 @@ from recalld.daemon.index.exact import exact_first, exact_keys, identifier_terms
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
+from recalld.daemon.index.vectors import VectorIndex, normalize
 
 
 def test_identifier_terms() -> None:
@@ -165,3 +166,44 @@ def test_a_space_sends_the_key_of_the_workspace_opened_last(tmp_path: Path) -> N
     assert spaces.old_space(public_config(old.client.config),
                             config("m2", "sk-other")) is old
     assert old.client.config.api_key == "sk-first"
+
+
+def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> None:
+    # Every edit of a note gives its chunks new keys: the graph deletes the old ones and
+    # adds the new. A long-lived workspace edits the same notes thousands of times; the
+    # graph (in memory, on disk, in search time) must follow the live vectors, not the
+    # edits, also once saved and loaded again.
+    rng = np.random.default_rng(7)
+    index = VectorIndex(16)
+    live = {key: rng.standard_normal(16) for key in range(50)}
+    index.add(list(live), np.stack(list(live.values())))
+    next_key = 50
+
+    def churn(times: int) -> None:
+        nonlocal next_key
+        for _ in range(times):
+            old = min(live)
+            index.remove(old)
+            del live[old]
+            live[next_key] = rng.standard_normal(16)
+            index.add([next_key], live[next_key][None, :])
+            next_key += 1
+
+    churn(2000)
+    small = len(index.to_bytes(tmp_path))
+    assert index._index.get_current_count() <= 2 * len(live) + 1, "deleted slots are not reused"
+    index = VectorIndex.from_bytes(index.to_bytes(tmp_path), dim=16, live=list(live),
+                                   tmp_dir=tmp_path)
+    churn(2000)
+    assert index._index.get_current_count() <= 2 * len(live) + 1
+    assert len(index.to_bytes(tmp_path)) <= small
+    keys = list(live)
+    rows = normalize(np.stack([live[k] for k in keys]))
+    for q in rng.standard_normal((20, 16)):
+        exact = [keys[i] for i in np.argsort(-(rows @ normalize(q)[0]))[:10]]
+        found = [key for key, _ in index.search(q, 10)]
+        assert found == exact
+    # A key deleted long ago and added again is live once, like any other.
+    index.add([3], rng.standard_normal((1, 16)))
+    assert [key for key, _ in index.search(index.vectors([3])[0], 1)] == [3]
+    assert len(index) == len(live) + 1

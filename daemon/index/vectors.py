@@ -3,8 +3,11 @@
 One :class:`VectorIndex` per workspace and vector space. Labels are the same integer
 doc keys the keyword index uses, so fusion joins the branches without a lookup.
 Deletions use hnswlib's ``mark_deleted``; a re-added key is first unmarked and then
-overwritten. The graph grows by doubling. Not thread-safe: the owner serialises calls
-(the index service runs them in one worker thread at a time).
+overwritten; once more than half the graph is deleted, a new key takes the place of a
+deleted one (hnswlib's ``replace_deleted``), so a graph edited for years stays within twice
+the size of its live vectors (chunk keys are never reused: every edit deletes and adds).
+The graph grows by doubling. Not thread-safe: the owner serialises calls (the index
+service runs them in one worker thread at a time).
 
 Search uses ``ef = max(ef_search, 2 * k)``: hnswlib's default ef=10 gives poor recall at
 100k vectors; 64-128 gives 0.97-0.99 and the benchmark in tests/bench checks >= 0.98.
@@ -71,11 +74,14 @@ class VectorIndex:
         self._index = _new_hnsw(dim)
         self._index.init_index(
             max_elements=max(initial_capacity, 16), M=m, ef_construction=ef_construction,
-            allow_replace_deleted=False,
+            allow_replace_deleted=True,
         )
         self._index.set_num_threads(num_threads)
         self._live: set[int] = set()
+        #: Keys marked deleted that may still be in the graph (a new key may have taken
+        #: the place of any of them), and how many deleted places the graph holds.
         self._deleted: set[int] = set()
+        self._free = 0
 
     def __len__(self) -> int:
         return len(self._live)
@@ -96,22 +102,44 @@ class VectorIndex:
             raise ValueError(f"vector dimension {data.shape[1]} != index dimension {self.dim}")
         if not len(labels):
             return
-        for label in labels.tolist():
+        fresh = np.zeros(len(labels), dtype=bool)
+        for i, label in enumerate(labels.tolist()):
             if label in self._deleted:
-                self._index.unmark_deleted(label)
                 self._deleted.discard(label)
-        needed = self._index.get_current_count() + len(labels)
+                try:
+                    self._index.unmark_deleted(label)
+                except RuntimeError:  # a new key took its place: it is new again
+                    fresh[i] = True
+                else:
+                    self._free -= 1
+            elif label not in self._live:
+                fresh[i] = True
+        # A place is taken over only once the graph is more than half deleted: that costs
+        # ~10x an insert (hnswlib repairs the old place's neighbours).
+        new = np.flatnonzero(fresh)
+        reused = max(0, min(len(new), self._free - len(self._live)))
+        needed = self._index.get_current_count() + len(new) - reused
         capacity = self._index.get_max_elements()
         if needed > capacity:
             self._index.resize_index(max(needed, capacity * 2))
-        self._index.add_items(data, labels, num_threads=self._threads)
+        stored = np.flatnonzero(~fresh)
+        # Stored keys have their vectors overwritten in place.
+        for rows, replace in ((new[:reused], True), (np.concatenate([stored, new[reused:]]),
+                                                     False)):
+            if len(rows):
+                self._index.add_items(data[rows], labels[rows], num_threads=self._threads,
+                                      replace_deleted=replace)
+        self._free -= reused
         self._live.update(labels.tolist())
+        if len(self._deleted) > 2 * self._free + 1024:  # forget the keys replaced since
+            self._deleted = set(self._index.get_ids_list()) - self._live
 
     def remove(self, key: int) -> None:
         if key in self._live:
             self._index.mark_deleted(key)
             self._live.discard(key)
             self._deleted.add(key)
+            self._free += 1
 
     def search(
         self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None
@@ -171,13 +199,14 @@ class VectorIndex:
         self._index = _new_hnsw(dim)
         with _scratch(tmp_dir) as path:
             path.write_bytes(data)
-            self._index.load_index(str(path), max_elements=0)
+            self._index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
         self._index.set_num_threads(num_threads)
         self._live = set(live)
         stored = set(self._index.get_ids_list())
         if not self._live <= stored:
             raise ValueError("hnswlib index lacks live keys")
         self._deleted = stored - self._live
+        self._free = len(self._deleted)
         for key in self._deleted:
             try:
                 self._index.mark_deleted(key)
