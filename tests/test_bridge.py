@@ -105,6 +105,13 @@ async def test_oversized_answer_is_refused(nursery: trio.Nursery, fake: FakeProv
     fake.script(Reply(raw=b"x" * 1000))
     with pytest.raises(Exception, match="exceeds 100 bytes"):
         await small.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+    # A URL with a user and password (a proxy with basic auth): the error, which goes to
+    # status and log, names the URL without the password.
+    fake.script(Reply(raw=b"x" * 1000))
+    with pytest.raises(Exception, match="exceeds 100 bytes") as info:
+        await small.request("POST", fake.url.replace("://", "://me:hunter2-pw@") + "/x",
+                            headers={}, json={}, timeout_s=5)
+    assert "hunter2-pw" not in str(info.value) and "me:***@" in str(info.value)
 
 
 async def test_cancel_mid_request_cancels_asyncio_task(bridge: ProviderBridge,

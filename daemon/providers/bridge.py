@@ -307,7 +307,7 @@ class ProviderBridge:
                 body += chunk
                 if len(body) > self._max_body_bytes:
                     raise ProviderBadResponse(
-                        f"answer from {call.url.split('?', 1)[0]} exceeds "
+                        f"answer from {redact(call.url.split('?', 1)[0])} exceeds "
                         f"{self._max_body_bytes} bytes"
                     )
             headers = {k.lower(): v for k, v in resp.headers.items()}
