@@ -123,7 +123,10 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
         rest_parked = v.get("parked") and v.get("parked") == v.get("pending")
         text += f" ({coverage:.0%}, {'the rest parked' if rest_parked else 'backfill under way'}"
         if v.get("migrating"):
-            text += "; the previous model's vectors serve searches meanwhile"
+            text += ("; the previous model's vectors serve searches meanwhile"
+                     if v.get("serving_space") else
+                     "; searches are keyword-only meanwhile: the previous model cannot "
+                     "embed a query")
         text += ")"
     text += f", provider {v.get('health', '-')}"
     a.facts.append(("vectors", text))

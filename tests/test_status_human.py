@@ -115,7 +115,7 @@ def test_assess_reads_runtime_problems() -> None:
     # A model change: the new model's vectors fill while the old ones serve searches.
     changing = _ws(vectors={"enabled": True, "state": "embedding", "embedded": 2,
                             "total": 8, "coverage": 0.25, "health": "ok", "parked": 0,
-                            "migrating": True, "provider": {}})
+                            "migrating": True, "serving_space": "openai-old", "provider": {}})
     assert ("vectors", "embedding, 2 of 8 chunk(s) embedded with the new model (25%, "
                        "backfill under way; the previous model's vectors serve searches "
                        "meanwhile), provider ok") in assess(changing).facts

@@ -146,3 +146,33 @@ def test_a_query_refused_for_now_says_why_at_once(daemon_factory: Any,
         res = d.call("memory.search", {"agent_id": "w", "query": "gneiss rock"})
         assert res["mode"] == "keyword" and "HTTP 502" in res["vector_error"], res
         assert d.stop() == 0
+
+
+def test_a_model_change_the_old_vectors_cannot_serve_says_so(daemon_factory: Any,
+                                                             tmp_path: Path) -> None:
+    # From an OpenAI model to an Ollama one, with the OpenAI key gone from the config: the
+    # old vectors cannot embed a query, so searches are keyword-only until the new model's
+    # vectors are complete, and the status and log must not claim the old ones serve.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\nrhyolite\n")
+    with FakeProvider(dims=8) as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        assert d.stop() == 0
+        gate = fake.gate(lambda body: body.get("input") != ["ping"])
+        ollama = (f'[workspaces.w]\npath = "{root}"\nembedding_model_config = '
+                  f'{{backend = "ollama", base_url = "{fake.url}", model_name = "m", '
+                  'dimensions = 8}\n')
+        d = daemon_factory(ollama, RECALLD_DATA_DIR=str(d.data_dir), OPENAI_API_KEY="")
+        gate.entered.wait(30)
+        st = vectors_status(d)
+        assert st["migrating"] and st["serving_space"] is None, st
+        res = d.call("memory.search", {"agent_id": "w", "query": "rhyolite"})
+        assert res["mode"] == "keyword"
+        out = recalld("status", env=d.env).stdout
+        gate.open()
+        assert d.stop() == 0
+        assert "vectors serve searches meanwhile" not in out, out
+        assert "keyword-only" in out, out
+        assert "the old vectors serve" not in d.log()

@@ -115,9 +115,11 @@ class VectorFill:
         self._shadow = VectorIndex(target.dims, initial_capacity=max(len(state.chunks), 16))
         self._building = self._shadow
         self.serving = self.spaces.old_space(state.vector_config, self.config)
-        self.log.info("%s: embedding model changed (%s -> %s); the old vectors serve until "
-                      "the new ones are complete", self.agent_id, state.vector_space,
-                      target.key)
+        meanwhile = ("the old vectors serve" if self.serving is not None else
+                     "searches are keyword-only (the old model cannot embed a query)")
+        self.log.info("%s: embedding model changed (%s -> %s); %s until the new vectors "
+                      "are complete", self.agent_id, state.vector_space, target.key,
+                      meanwhile)
 
     def next_round(self, state: IndexState, limit: int, now: float) -> _Round:
         self.adopt(state)
