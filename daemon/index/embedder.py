@@ -54,7 +54,7 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
-from recalld.daemon.index.vector_status import ReMeVectors, VectorStatus
+from recalld.daemon.index.vector_status import ReMeVectors, VectorStatus, eta_s
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent, input_refused
 from recalld.daemon.remote.hook import embed_passages
 
@@ -460,11 +460,6 @@ class VectorWorker:
         total = self.total or len(self.index.state.chunks)
         rate = self.rate()
         pending = max(total - self.embedded, 0)
-        # Parked chunks wait an hour whatever the rate, and may be refused again: only the
-        # rest is work the rate says anything about. Never 0 while a chunk is pending.
-        working = max(pending - len(self.fill.failed), 0)
-        eta = (0.0 if not pending else None if not working or not rate
-               else max(round(working / rate, 1), 0.1))
         return {
             "enabled": self.enabled,
             "state": self.state,
@@ -477,7 +472,7 @@ class VectorWorker:
             "coverage": round(self.embedded / total, 4) if total else 1.0,
             "pending": pending,
             "rate_per_s": None if rate is None else round(rate, 3),
-            "eta_s": eta,
+            "eta_s": eta_s(pending, len(self.fill.failed), rate),
             "provider_texts": self.provider_texts,
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,

@@ -48,3 +48,15 @@ class VectorStatus(TypedDict):
 
 
 __all__ = ["ReMeVectors", "VectorStatus"]
+
+
+def eta_s(pending: int, parked: int, rate: float | None) -> float | None:
+    """Seconds to full coverage: 0.0 once nothing is pending, None when unknown (no rate
+    yet, or only parked chunks left: they wait an hour whatever the rate, and may be
+    refused again), else at least 0.1, never the 0 that means covered."""
+    if not pending:
+        return 0.0
+    working = max(pending - parked, 0)
+    if not working or not rate:
+        return None
+    return max(round(working / rate, 1), 0.1)

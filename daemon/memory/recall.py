@@ -1,12 +1,12 @@
 """The recall block: what an agent puts before its reply, built from one search.
 
 Hits come first (without their notes' frontmatter), then the linked context of the hits
-(each neighbour's chunk that best matches the query, without its frontmatter), then, when asked, the long-term memory
-index. Every item is labelled with its path and 1-based inclusive lines. The block never
-exceeds ``budget_chars``: items are added whole while they fit; the first one that does
-not fit is cut (with an ellipsis) when a useful part of it still fits (its label and
-its item then give the lines and text shown), and everything after it is left out
-(``truncated`` says so). Pure functions; the RPC layer runs the
+(each neighbour's chunk that best matches the query, without its frontmatter), then, when
+asked, the long-term memory index. Every item is labelled with its path and 1-based
+inclusive lines. The block never exceeds ``budget_chars``: items are added whole while
+they fit; the first one that does not fit is cut (with an ellipsis) when a useful part of
+it still fits (its label and its item then give the lines and text shown), and everything
+after it is left out (``truncated`` says so). Pure functions; the RPC layer runs the
 search and reads the index.
 """
 
