@@ -354,7 +354,10 @@ class WorkspaceRegistry:
             ws.error = _describe(exc)
             if not started:
                 raise  # nursery.start re-raises it to the caller of open()
-            log.exception("workspace %s failed", ws.agent_id)
+            if isinstance(exc, RecalldError):  # it says what happened: no traceback
+                log.error("workspace %s failed: %s", ws.agent_id, ws.error)
+            else:
+                log.exception("workspace %s failed", ws.agent_id)
             self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
 
     async def close(self, agent_id: str, *, forget: bool = False) -> bool:

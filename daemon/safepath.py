@@ -97,8 +97,20 @@ def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, shown: str) -> E
     return NotFound(f"cannot open {shown}: {os.strerror(exc.errno or 0)}")
 
 
+def _check_opened_root(fd: int, root: Path) -> None:
+    """PathOutsideWorkspace if the folder opened as ``root`` (``fd``) lies elsewhere: a
+    link took the place of the workspace folder, or of a folder on its path."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: nothing to compare
+        return
+    if real != os.path.abspath(root):
+        raise PathOutsideWorkspace(f"the workspace folder {root} now leads to {real}")
+
+
 def open_confined(root: Path, path: str) -> int:
-    """Open ``path`` (relative to ``root``) read-only without leaving ``root``.
+    """Open ``path`` (relative to ``root``, resolved: as the workspace was opened)
+    read-only without leaving ``root``.
 
     Returns a file descriptor of a regular file that the caller must close.
     Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
@@ -109,6 +121,7 @@ def open_confined(root: Path, path: str) -> int:
     except OSError as exc:
         raise NotFound(f"workspace root is not available: {exc.strerror}") from None
     try:
+        _check_opened_root(current, root)
         for name in parts[:-1]:
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=current)
@@ -209,17 +222,31 @@ def read_lines(
     )
 
 
-def is_inside(path: Path | str, root: Path | str) -> bool:
+def is_inside(path: Path | str, root: Path | str, real_root: str | None = None) -> bool:
     """Whether ``path``, with every symbolic link resolved, lies in ``root`` (resolved).
 
     A directory link that stays in the workspace passes; one that leads out of it (to
     another agent's memory, to a system folder) does not, nor does a link loop.
+    ``real_root``: where ``root`` really lay when it was opened, so that a link put in the
+    place of the workspace folder since does not carry its notes' place along.
     """
     try:
         real = os.path.realpath(path, strict=True)
     except (OSError, RuntimeError):
         return False
-    return _within(real, os.path.realpath(root))
+    return _within(real, os.path.realpath(root) if real_root is None else real_root)
+
+
+def leads_elsewhere(root: Path | str) -> str | None:
+    """Where the workspace folder ``root`` (absolute, resolved when it was opened) now
+    really lies, when a link took its place or that of a folder on its path; None while
+    it resolves to itself, or while it is gone (a folder moved away or on a disk not
+    mounted is missing, not elsewhere)."""
+    try:
+        real = os.path.realpath(root, strict=True)
+    except (OSError, RuntimeError):
+        return None
+    return None if real == os.path.abspath(root) else real
 
 
 def _within(real: str, base: str) -> bool:

@@ -50,6 +50,9 @@ class WatchedRoots:
         self._suffixes = suffixes
         self._ignore_dirs = ignore_dirs
         self._prefix = str(self.workspace) + os.sep
+        # Where the workspace folder really lies, from the first scan on: a link put in
+        # its place since leads the scans nowhere (see ``_walk``).
+        self._real: str | None = None
         self._warned: set[str] = set()  # names passed by for their encoding, said once
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
 
@@ -93,9 +96,15 @@ class WatchedRoots:
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
         # Returns why ``top`` itself could not be listed, or None.
-        if not safepath.is_inside(top, self.workspace):
+        if self._real is None:
+            self._real = os.path.realpath(self.workspace)
+        if not safepath.is_inside(top, self.workspace, self._real):
             if not os.path.lexists(top):  # gone, or the workspace itself is
                 return os.strerror(errno.ENOENT)
+            if os.path.realpath(self.workspace) != self._real:
+                # The workspace folder (or one on its path) was replaced by a link: what
+                # it leads to is another folder's, and this one's notes are unknown.
+                return "the workspace folder now leads to another folder"
             log.warning("not descending %s: it leads out of the workspace", top)
             return None
         stack = [top]

@@ -32,7 +32,7 @@ from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.answers import WorkspaceInfo
-from recalld.ipc.errors import AlreadyRunning, InvalidParams, UnknownWorkspace
+from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.services import WorkspaceServices
@@ -47,6 +47,8 @@ SYSTEM_TREES = tuple(Path(p) for p in (
 #: Folders whose own contents are the system's: a workspace may lie below, not at them.
 SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
+#: How often an open workspace checks that its folder still lies where it was opened.
+ROOT_CHECK_S = 1.0
 LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
 State = Literal["opening", "ready", "closing", "closed", "failed"]
@@ -231,6 +233,7 @@ class Workspace:
             except OSError as exc:
                 raise InvalidParams(f"cannot lock workspace {self.root}: {exc.strerror}"
                                     ) from None
+            elsewhere: str | None = None
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
@@ -238,12 +241,30 @@ class Workspace:
                     self.state = "ready"
                     log.info("workspace %s: every service started", self.agent_id)
                     task_status.started()
-                    await trio.sleep_forever()
+                    elsewhere = await self._until_root_leads_elsewhere()
+                    nursery.cancel_scope.cancel()
+            if elsewhere is not None:
+                raise RecalldError(
+                    f"its folder {self.root} now leads to {elsewhere}: a link took its "
+                    "place (or that of a folder on its path), and the workspace stopped "
+                    "rather than read or write that folder's files; put its folder back "
+                    "and open it again")
         finally:
             lock.release()
             if self.state != "failed":
                 self.state = "closed"
             self._finished.set()
+
+    async def _until_root_leads_elsewhere(self) -> str:
+        """Where the workspace folder leads, once a link took its place (or the place of
+        a folder on its path): its services read and write by path, and would serve and
+        change another folder's files, another agent's memory among them."""
+        while True:
+            await trio.sleep(ROOT_CHECK_S)
+            elsewhere = await trio.to_thread.run_sync(
+                safepath.leads_elsewhere, self.root, abandon_on_cancel=True)
+            if elsewhere is not None:
+                return elsewhere
 
     def refuse(self, error: str) -> None:
         """Mark a workspace that never started as refused (``failed`` with ``error``):

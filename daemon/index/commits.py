@@ -24,10 +24,11 @@ from typing import TypedDict
 
 import trio
 
-from recalld.daemon import memtrim
+from recalld.daemon import memtrim, safepath
 from recalld.daemon.index.passes import Passes
 from recalld.daemon.index.persist import (
     IndexStore,
+    Snapshot,
     adopt_saved,
     map_saved,
     reload_saved,
@@ -220,7 +221,7 @@ class Committer:
                             tmp_dir=self.store.store.state_dir))
             started = time.monotonic()
             try:
-                number = await trio.to_thread.run_sync(self.store.save, snap)
+                number = await trio.to_thread.run_sync(self._save_in_place, snap)
             except BaseException:
                 self.changes += changes
                 self.mark_dirty()
@@ -240,6 +241,15 @@ class Committer:
             await trio.to_thread.run_sync(memtrim.collect, limiter=self._cpu)
         elif large:  # the serialized generation was hundreds of MB of short-lived buffers
             await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
+
+    def _save_in_place(self, snap: Snapshot) -> int:
+        """Save ``snap`` (blocking), unless the workspace folder leads elsewhere now (a
+        link took its place): the generation would land in another folder's index."""
+        elsewhere = safepath.leads_elsewhere(self.root)
+        if elsewhere is not None:
+            raise StorageError(f"the index was not saved: the workspace folder {self.root} "
+                               f"now leads to {elsewhere}")
+        return self.store.save(snap)
 
     async def _serve_saved(self, stamp: tuple[int, int, int], number: int) -> bool:
         """Serve the index from the files just committed (memory-mapped: page cache, not

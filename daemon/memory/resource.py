@@ -439,7 +439,7 @@ def _folders_of(rel: str) -> Iterator[str]:
 
 def _files_below(root: Path, rel: str) -> list[str]:
     out: list[str] = []
-    if not safepath.is_inside(root / rel, root):
+    if not safepath.is_inside(root / rel, root, str(root)):  # root: as opened
         return out  # a directory link out of the workspace is not descended
     for dirpath, dirnames, filenames in os.walk(root / rel):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]

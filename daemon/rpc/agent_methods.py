@@ -155,7 +155,7 @@ def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tupl
     files: list[FileEntry] = []
     for top in tops:
         base = root / top
-        if not safepath.is_inside(base, root):
+        if not safepath.is_inside(base, root, str(root)):  # root: as opened
             continue
         for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))

@@ -1,0 +1,79 @@
+"""A workspace folder replaced by a link to another agent's workspace while it is open.
+
+The daemon keeps a workspace's resolved folder; its readers, scans and index writes work
+by path. A link put in the folder's place (``mv bob bob.old; ln -s alice bob``) led all
+of them into the other workspace: bob's search and ``memory.read`` served alice's
+isolated notes, and bob's index was saved into alice's metadata folder. Now bob stops
+(``failed``, saying where its folder leads) and nothing of alice's reaches it. Real
+daemon, real socket, real files and links.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_value, workspace_status
+
+from recalld.ipc import errors
+
+CONFIG = """
+[workspaces.alice]
+
+[workspaces.bob]
+"""
+NOTE = "memory/2026-07-03/facts.md"
+
+
+def _open(daemon: DaemonHandle, agent: str, text: str) -> Path:
+    root = Path(daemon.call("workspace.open", {"agent_id": agent})["path"])
+    (root / NOTE).parent.mkdir(parents=True, exist_ok=True)
+    (root / NOTE).write_text(f"# Facts\n\n{text}\n", encoding="utf-8")
+    daemon.call("index.sync", {"agent_id": agent})
+    return root
+
+
+def _bob_sees(daemon: DaemonHandle) -> str:
+    """What bob's search and read give for alice's word: their texts, or the refusal."""
+    try:
+        found = daemon.call("memory.search", {"agent_id": "bob", "query": "quokkaword",
+                                              "sync": True})
+        read = daemon.call("memory.read", {"agent_id": "bob", "path": NOTE})
+    except errors.UnknownWorkspace as exc:
+        return f"refused: {exc.message}"
+    return found["rendered"] + read["text"]
+
+
+def test_a_link_in_place_of_the_folder_stops_the_workspace(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    daemon = daemon_factory(CONFIG, **env)
+    alice = _open(daemon, "alice", "Alice keeps the quokkaword in her isolated notes.")
+    bob = _open(daemon, "bob", "Bob deploys on Fridays.")
+    os.rename(bob, bob.with_name("bob.old"))
+    os.symlink(alice, bob)
+
+    def refused() -> str | None:
+        seen = _bob_sees(daemon)
+        assert "quokkaword" not in seen, f"bob was served alice's note: {seen}"
+        return seen if seen.startswith("refused") else None
+
+    refusal = wait_value(refused, bool, "bob stopped once its folder led to alice's", 60)
+    assert f"now leads to {alice}" in str(refusal)
+    entry = workspace_status(daemon, "bob")
+    assert entry is not None and entry["state"] == "failed"
+    assert f"now leads to {alice}" in entry["error"]
+
+    # Alice is served as before, and her index holds only her notes.
+    hits = daemon.call("memory.search", {"agent_id": "alice", "query": "quokkaword"})
+    assert [h["path"] for h in hits["results"]] == [NOTE]
+    assert not daemon.call("memory.search", {"agent_id": "alice",
+                                             "query": "Fridays"})["results"]
+    daemon.stop()
+    daemon = daemon_factory(CONFIG, **env)
+    assert not daemon.call("memory.search", {"agent_id": "alice",
+                                             "query": "Fridays"})["results"]
+    # At the next start, bob's recorded folder is alice's: refused, not opened.
+    entry = workspace_status(daemon, "bob")
+    assert entry is not None and entry["state"] == "failed"
