@@ -48,6 +48,9 @@ SENDGRID = f"SG.{_rand(22)}.{_rand(43)}"
 SPLIT = "ghp_" + _rand(36)
 DESCRIPTION_KEY = "sk-proj-" + _rand(40)
 HAND_KEY = "AKIA" + "".join(RNG.choice(string.ascii_uppercase + string.digits) for _ in range(16))
+# Stated in Chinese with a full-width colon, and in other languages.
+FULLWIDTH_PW = "Qz" + _rand(8) + "7"
+JA_PW, KO_PW, RU_PW = ("Ja" + _rand(8) + "1", "Ko" + _rand(8) + "2", "Ru" + _rand(8) + "3")
 
 TURN_TEXT = (
     f"Here is my PGP key, keep it:\n{PGP}\n"
@@ -57,6 +60,8 @@ TURN_TEXT = (
     f"the password for prod is {PROD_PASSWORD}\n"
     f"pw: {PW}\n"
     f"tokens: gitlab {GITLAB}, slack {SLACK}, telegram {TELEGRAM}, sendgrid {SENDGRID}.\n"
+    f"服务器的 password：{FULLWIDTH_PW}\nパスワードは {JA_PW} です\n비밀번호: {KO_PW}\n"
+    f"пароль: {RU_PW}\n"
 )
 SECRETS = {
     "pgp": PGP_BODY, "aws": [AWS_SECRET], "password": [PASSWORD], "passphrase": [PASSPHRASE],
@@ -64,7 +69,8 @@ SECRETS = {
     "telegram": [TELEGRAM], "sendgrid": [SENDGRID],
     # The split key: whole, and each block's piece of it.
     "split": [SPLIT, SPLIT[:20], SPLIT[20:]],
-    "description": [DESCRIPTION_KEY], "hand": [HAND_KEY],
+    "description": [DESCRIPTION_KEY], "hand": [HAND_KEY], "fullwidth": [FULLWIDTH_PW],
+    "japanese": [JA_PW], "korean": [KO_PW], "russian": [RU_PW],
 }
 
 

@@ -12,6 +12,7 @@ stalls on them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, overload
 
@@ -39,10 +40,20 @@ INLINE_CHARS: Final = 16_384
 # -- applying ----------------------------------------------------------------------------
 
 
+#: Full-width ASCII forms, as Chinese and Japanese input methods type them
+#: (``password：``, ``ＤＢ＿ＰＡＳＳＷＯＲＤ＝``), and the ideographic space: the rules read
+#: them as the ASCII they stand for. One character each, so the spans found are the
+#: original text's.
+_FULLWIDTH: Final = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+_HAS_FULLWIDTH: Final = re.compile("[\uff01-\uff5e\u3000]")
+
+
 def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     """The merged, sorted spans of ``text`` that ``rules`` take for secrets."""
     if not text:
         return []
+    if not text.isascii() and _HAS_FULLWIDTH.search(text):
+        text = text.translate(_FULLWIDTH)
     lower = text.lower()
     if len(lower) != len(text):  # a few characters lowercase to two: keep positions
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)

@@ -169,7 +169,7 @@ _STATE = re.compile(
     r"[^\s.,;:!?\"']+){1,4})?)"
     r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
     r"|currently|set[ \t]+to|changed[ \t]+to))?|[ \t]+(?:will[ \t]+be|became|becomes)"
-    r"|[ \t]*(?:=|->|=>|:)|[ \t]+[-—][ \t]+|—)"
+    r"|[ \t]*(?:=|->|=>|:|是|为|為)|[ \t]+[-—][ \t]+|—)"
     r"[ \t]*(?:[:\-—][ \t]*)?"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|`[^`\n]{1,200}`"
     r"|[!#-&*-~\u00a0-\u024f]{1,400}(?:[ \t]+[^\s.,;!?\"'“`()]{1,200}){0,8})"
@@ -262,6 +262,18 @@ _ZH = re.compile(r"(?:密码|口令|密钥|秘钥|密匙|令牌|暗号|验证码
                  # "密码 Zx9#kLm2", "账号admin 密码Zx9#kLm2": a Latin value right after it.
                  r"|[ \t]*(?P<latin>[A-Za-z0-9][!-~]{5,199}))")
 _ZH_KEY_WORDS: Final = ("密钥", "秘钥", "密匙", "令牌")
+#: The password named in other languages, as it starts a statement of one.
+_OTHER_WORDS: Final = (
+    "パスワード", "暗証番号", "비밀번호", "암호", "пароль", "contraseña", "contrasena", "senha",
+    "kennwort", "mot de passe", "wachtwoord", "hasło", "haslo", "heslo", "salasana",
+    "lösenord", "losenord", "adgangskode")
+#: A password stated in another language: the word, a separator, particle or verb, and a
+#: Latin value ("パスワードは Zx9kLm2Qp です", "비밀번호: ...", "пароль: ...", "mot de passe :
+#: ...", "la contraseña es ...").
+_OTHER = re.compile(
+    r"(?i)(?:" + "|".join(_OTHER_WORDS) + r")"
+    r"(?:[ \t]*(?:[:=\-—]|は|が|는|은|이)|[ \t]+(?:est|es|é|ist|is|är|on|jest|je|er))"
+    r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~]{4,200})")
 
 
 def _strip_end(value: str) -> str:
@@ -302,6 +314,11 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
                 value = _strip_end(c.group(0))
                 if looks_random(value, 16):
                     yield c.start(), c.start() + len(value)
+        m = _OTHER.match(text, a)
+        if m is not None:
+            value = _strip_end(m.group("value"))
+            if looks_secret(value) and any(not c.isalpha() for c in value):
+                yield m.start("value"), m.start("value") + len(value)
         for rx in (_BARE_VALUE, _ZH):
             m = rx.match(text, a)
             if m is not None:
@@ -348,7 +365,7 @@ _ANCHOR_WORDS: Final = (
     "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
     "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
     "license", "ssh", "app", "bearer", "refresh", "bot", "client",
-    "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
+    "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码", *_OTHER_WORDS)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
 _NAME_REACH = 64
 
@@ -406,4 +423,4 @@ def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[i
 
 CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
               "session", "otp", "pat", "login",
-              "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
+              "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码", *_OTHER_WORDS)

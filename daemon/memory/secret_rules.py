@@ -14,8 +14,9 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
-  passphrase is correct horse battery staple", "set the token to ..."), and high-entropy
-  strings near a credential word ("the AWS secret key is wJalr...").
+  passphrase is correct horse battery staple", "set the token to ..."; "密码是 ...",
+  "パスワードは ...", "пароль: ..."), and high-entropy strings near a credential word ("the
+  AWS secret key is wJalr..."). Full-width forms (``password：``) read as ASCII.
 
 Each rule names the lowercase hints one of which must occur in a text for its spans to
 count; ``redact.find_spans`` decides in whichever order is cheaper (a token rule's pattern
