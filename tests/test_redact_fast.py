@@ -53,9 +53,11 @@ def reference_anchors(text: str, lower: str) -> list[int]:
 
 
 def reference_find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
-    """Every rule's hints checked first, each rule's pattern run where they are."""
+    """Every rule's hints checked first, each rule's pattern run where they are (on the
+    text with full-width ASCII forms read as ASCII, as the rules read it)."""
     if not text:
         return []
+    text = text.translate({c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20})
     lower = text.lower()
     if len(lower) != len(text):
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
