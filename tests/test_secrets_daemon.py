@@ -51,6 +51,8 @@ HAND_KEY = "AKIA" + "".join(RNG.choice(string.ascii_uppercase + string.digits) f
 # Stated in Chinese with a full-width colon, and in other languages.
 FULLWIDTH_PW = "Qz" + _rand(8) + "7"
 JA_PW, KO_PW, RU_PW = ("Ja" + _rand(8) + "1", "Ko" + _rand(8) + "2", "Ru" + _rand(8) + "3")
+# A password holding characters that end a value in a URL's query or a parenthesis.
+SYMBOL_PW = "Ab3(" + _rand(6) + ")z&" + _rand(5)
 
 TURN_TEXT = (
     f"Here is my PGP key, keep it:\n{PGP}\n"
@@ -61,7 +63,7 @@ TURN_TEXT = (
     f"pw: {PW}\n"
     f"tokens: gitlab {GITLAB}, slack {SLACK}, telegram {TELEGRAM}, sendgrid {SENDGRID}.\n"
     f"服务器的 password：{FULLWIDTH_PW}\nパスワードは {JA_PW} です\n비밀번호: {KO_PW}\n"
-    f"пароль: {RU_PW}\n"
+    f"пароль: {RU_PW}\nthe wifi password is {SYMBOL_PW}\n"
 )
 SECRETS = {
     "pgp": PGP_BODY, "aws": [AWS_SECRET], "password": [PASSWORD], "passphrase": [PASSPHRASE],
@@ -71,6 +73,7 @@ SECRETS = {
     "split": [SPLIT, SPLIT[:20], SPLIT[20:]],
     "description": [DESCRIPTION_KEY], "hand": [HAND_KEY], "fullwidth": [FULLWIDTH_PW],
     "japanese": [JA_PW], "korean": [KO_PW], "russian": [RU_PW],
+    "symbols": [SYMBOL_PW, SYMBOL_PW[4:]],
 }
 
 

@@ -131,6 +131,36 @@ def _value_span(kind: str, value: str, start: int, min_words: int,
     return None
 
 
+#: The rest of a value's run, read as far as the patterns read (at every anchor of a long
+#: run, reading to its end would cost time squared in its length).
+_RUN = re.compile(r"\S{0,400}")
+_STOPS: Final = frozenset("()[]{}<>&;,|'`\"")
+#: Where another assignment follows a value in the same run: ``token=abc&user=bob``,
+#: ``Password=abc;Server=db``.
+_NEXT_ASSIGNMENT = re.compile(r"[&;,|][\w.\-]+[=:]")
+
+
+def _whole_run(text: str, start: int, value: str) -> str:
+    """``value`` (an unquoted value found at ``start``) to the end of its run of non-space
+    characters, when the pattern stopped inside the run at a character that ends a value
+    in a URL's query or a parenthesis (``( ) & ; , | < > '``) and the whole run is made
+    like a password (``Ab3(xY9)z``, a Django ``SECRET_KEY``): masked up to that character,
+    the rest of it was left. It stops before another assignment (``&user=``) and leaves
+    out the punctuation that ends a sentence or closes a parenthesis."""
+    end = start + len(value)
+    if value[:1] in "\"'`“" or end >= len(text) or text[end] not in _STOPS:
+        return value
+    run_end = _RUN.match(text, end).end()  # type: ignore[union-attr]  # always matches
+    nxt = _NEXT_ASSIGNMENT.search(text, end, run_end)
+    run = text[start:nxt.start() if nxt else run_end].rstrip(".,;:!?\"'")
+    while run.endswith((")", "]", "}", ">")) and run.count(run[-1]) > run.count(
+            {")": "(", "]": "[", "}": "{", ">": "<"}[run[-1]]):
+        run = run[:-1].rstrip(".,;:!?\"'")
+    if len(run) <= len(value) or not _made_like_a_password(run):
+        return value
+    return run
+
+
 def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
@@ -139,7 +169,8 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
-            span = _value_span(kind, m.group("value"), m.start("value"),
+            span = _value_span(kind, _whole_run(text, m.start("value"), m.group("value")),
+                               m.start("value"),
                                _phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
             if span is not None:
                 yield span
@@ -216,7 +247,7 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for m in _statements_at(text, starts):
         cred = m.group("cred")
         kind = _cred_kind(cred)
-        value = _clip(m.group("value"))
+        value = _whole_run(text, m.start("value"), _clip(m.group("value")))
         if not value:
             continue
         if value[:1] == "“":
