@@ -246,13 +246,16 @@ class WorkspaceRegistry:
                 await current.wait_closed()
                 del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
-            self._check_overlap(agent_id, root)
             await trio.to_thread.run_sync(check_daemon_folders, root, config)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )
             if self._nursery is None:
                 raise RecalldError("the workspace registry is not running")
+            # Checked against the other workspaces and registered with no wait between:
+            # another agent's open running meanwhile (each holds only its own agent's
+            # lock) sees this one, and this one sees it, so the two never nest.
+            self._check_overlap(agent_id, root)
             ws = Workspace(agent_id, root, settings)
             self._workspaces[agent_id] = ws
             try:
