@@ -26,12 +26,13 @@ from pathlib import Path
 
 import trio
 
-from recalld.daemon import remembered
+from recalld.daemon import remembered, safepath
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
+    ROOT_CHECK_S,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
@@ -70,11 +71,25 @@ class WorkspaceRegistry:
             self._nursery = nursery
             task_status.started()
             try:
-                await trio.sleep_forever()
+                await self._watch_roots()
             finally:
                 self._nursery = None
                 for ws in self._workspaces.values():
                     ws.state = "closing"
+
+    async def _watch_roots(self) -> None:
+        """Stop every workspace whose folder a link replaced since it opened (see
+        :meth:`Workspace.root_leads`); all of them are looked at in one worker thread."""
+        while True:
+            await trio.sleep(ROOT_CHECK_S)
+            serving = [ws for ws in self._workspaces.values() if ws.state == "ready"]
+            if not serving:
+                continue
+            found = await trio.to_thread.run_sync(_where_roots_lead, serving,
+                                                  abandon_on_cancel=True)
+            for ws, elsewhere in zip(serving, found, strict=True):
+                if elsewhere is not None:
+                    ws.root_leads(elsewhere)
 
     def get(self, agent_id: str) -> Workspace:
         """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
@@ -246,15 +261,16 @@ class WorkspaceRegistry:
                 await current.wait_closed()
                 del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
+            self._check_overlap(agent_id, root)
             await trio.to_thread.run_sync(check_daemon_folders, root, config)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )
             if self._nursery is None:
                 raise RecalldError("the workspace registry is not running")
-            # Checked against the other workspaces and registered with no wait between:
-            # another agent's open running meanwhile (each holds only its own agent's
-            # lock) sees this one, and this one sees it, so the two never nest.
+            # Checked again and registered with no wait between: another agent's open
+            # that ran meanwhile (each holds only its own agent's lock) sees this one, or
+            # this one sees it, so the two never nest.
             self._check_overlap(agent_id, root)
             ws = Workspace(agent_id, root, settings)
             self._workspaces[agent_id] = ws
@@ -399,6 +415,12 @@ class _Relay:
     def started(self, value: None = None) -> None:
         self._on_started()
         self._inner.started(value)
+
+
+def _where_roots_lead(workspaces: builtins.list[Workspace]) -> builtins.list[str | None]:
+    """For each workspace, where its folder leads when that is not where it was opened
+    (blocking)."""
+    return [safepath.leads_elsewhere(ws.root) for ws in workspaces]
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,7 +47,8 @@ SYSTEM_TREES = tuple(Path(p) for p in (
 #: Folders whose own contents are the system's: a workspace may lie below, not at them.
 SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
-#: How often an open workspace checks that its folder still lies where it was opened.
+#: How often the registry checks that each open workspace's folder still lies where it
+#: was opened (all of them in one worker-thread call).
 ROOT_CHECK_S = 1.0
 LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
@@ -134,6 +135,8 @@ class Workspace:
         self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
+        self._root_moved = trio.Event()
+        self._elsewhere: str | None = None
 
     def shares_with(self, agent_id: str) -> bool:
         """Whether agent ``agent_id`` may search and read this workspace: its owner, or
@@ -257,14 +260,17 @@ class Workspace:
 
     async def _until_root_leads_elsewhere(self) -> str:
         """Where the workspace folder leads, once a link took its place (or the place of
-        a folder on its path): its services read and write by path, and would serve and
-        change another folder's files, another agent's memory among them."""
-        while True:
-            await trio.sleep(ROOT_CHECK_S)
-            elsewhere = await trio.to_thread.run_sync(
-                safepath.leads_elsewhere, self.root, abandon_on_cancel=True)
-            if elsewhere is not None:
-                return elsewhere
+        a folder on its path; the registry looks: :meth:`root_leads`): its services
+        read and write by path, and would serve and change another folder's files,
+        another agent's memory among them."""
+        await self._root_moved.wait()
+        assert self._elsewhere is not None
+        return self._elsewhere
+
+    def root_leads(self, elsewhere: str) -> None:
+        """The workspace folder now leads to ``elsewhere``: the workspace stops."""
+        self._elsewhere = elsewhere
+        self._root_moved.set()
 
     def refuse(self, error: str) -> None:
         """Mark a workspace that never started as refused (``failed`` with ``error``):
