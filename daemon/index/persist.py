@@ -46,9 +46,9 @@ FORMAT_VERSION = 1
 # The chunker's and the tokenizer's rules (2: frontmatter joins the first body chunk; 3: a
 # code block ends at its own fence, a BOM is no text, paths and dotted names give their
 # compound parts, 々 〆 〇 are CJK; 4: secrets after full-width separators and in other
-# languages are masked, and passwords holding brackets, ``&``, ``;`` whole; and the
-# redaction rules of the time); a generation saved under
-# other rules has its files chunked, masked and tokenized again after a load.
+# languages are masked, passwords holding brackets, ``&``, ``;`` whole, and those of
+# ``auth=("user", "...")`` pairs; and the redaction rules of the time); a generation
+# saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 4
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,

@@ -161,8 +161,24 @@ def _whole_run(text: str, start: int, value: str) -> str:
     return run
 
 
+#: A user and password pair handed to an auth parameter or class:
+#: ``auth=("admin", "S3cret")``, ``HTTPBasicAuth("admin", "S3cret")``, ``BasicAuth('a', 'b')``.
+_AUTH_PAIR = re.compile(
+    r"(?i)auth\w{0,20}[ \t]*(?:=[ \t]*\(?|\()[ \t]*(?P<q>[\"'])[^\"'\n]{0,200}(?P=q)[ \t]*,"
+    r"[ \t]*(?P<r>[\"'])(?P<value>[^\"'\n]{3,200})(?P=r)")
+
+
+def _auth_pairs(text: str, a: int) -> Iterable[Span]:
+    m = _AUTH_PAIR.match(text, a) if text[a:a + 4].lower() == "auth" else None
+    if m is not None:
+        value = m.group("value")
+        if not PLACEHOLDER.match(value) and not value.startswith(("$", "{", "<", "[REDACTED")):
+            yield m.start("value"), m.end("value")
+
+
 def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
+        yield from _auth_pairs(text, a)
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
             m = _ASSIGN.match(text, key_start)
             if m is None or (kind := _name_kind(m.group("key"))) is None:

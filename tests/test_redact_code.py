@@ -1,0 +1,38 @@
+"""A user and password pair handed to an auth parameter or class in code pasted into a
+conversation or a note (``requests.get(url, auth=("admin", "...")``,
+``HTTPBasicAuth("admin", "...")``): the password was kept, as no credential name stood
+next to it. Variables, environment lookups and placeholders stay."""
+
+from __future__ import annotations
+
+import pytest
+
+from recalld.daemon.memory.redact import MASK, redact
+
+PASSWORD = "Zx9kLm2Qp"
+
+
+@pytest.mark.parametrize("template", [
+    'requests.get(url, auth=("admin", "{pw}"))',
+    "httpx.Client(auth=('admin', '{pw}'))",
+    'session.auth = ("bob", "{pw}")',
+    'HTTPBasicAuth("admin", "{pw}")',
+    "requests.auth.HTTPDigestAuth('admin', '{pw}')",
+    "aiohttp.BasicAuth('me', '{pw}')",
+])
+@pytest.mark.parametrize("pw", [PASSWORD, "hunter2", "correct horse battery"])
+def test_the_password_of_an_auth_pair_is_masked(template: str, pw: str) -> None:
+    text = template.format(pw=pw)
+    out = redact(text)
+    assert pw not in out and MASK in out, out
+    assert out.replace(MASK, pw) == text  # the user and the code around stay
+
+
+@pytest.mark.parametrize("text", [
+    'auth=("admin", os.environ["PW"])',
+    'auth=("admin", "${PW}")',
+    'HTTPDigestAuth("u", "<password>")',
+    'the auth ("a", "b") pair is a tuple',
+])
+def test_auth_pairs_without_a_written_password_stay(text: str) -> None:
+    assert redact(text) == text
