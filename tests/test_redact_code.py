@@ -36,3 +36,24 @@ def test_the_password_of_an_auth_pair_is_masked(template: str, pw: str) -> None:
 ])
 def test_auth_pairs_without_a_written_password_stay(text: str) -> None:
     assert redact(text) == text
+
+
+def test_a_plain_password_under_its_key_in_tool_call_arguments_is_masked() -> None:
+    """Tool-call arguments are JSON: each value used to be redacted alone, without the
+    key that says it is a password; the older ``function_call`` form was not redacted."""
+    from recalld.daemon.memory.redact import redact_messages, redact_value
+
+    arguments = ('{"user": "admin", "password": "bluebird7", "db_pass": "correct horse '
+                 'battery staple", "note": "hello world", "token": "each"}')
+    out = str(redact_messages([
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function",
+             "function": {"name": "login", "arguments": arguments}}]},
+        {"role": "assistant", "content": "ok",
+         "function_call": {"name": "login", "arguments": arguments}},
+    ]))
+    for secret in ("bluebird7", "correct horse"):
+        assert secret not in out, out
+    assert out.count("hello world") == 2 and out.count('"each"') == 2, out
+    assert redact_value({"name": "passwords", "session_id": "telegram-12345"}) == {
+        "name": "passwords", "session_id": "telegram-12345"}

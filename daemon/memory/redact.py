@@ -212,14 +212,27 @@ def redact_value(value: object) -> object: ...
 
 
 def redact_value(value: object) -> object:
-    """Redact every string inside a JSON-like value (dicts, lists, strings)."""
+    """Redact every string inside a JSON-like value (dicts, lists, strings). A string
+    under a key is read with its key (``{"password": "bluebird7"}`` as ``password:
+    bluebird7``): alone, a plain password has nothing that tells it."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):
         return [redact_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: redact_value(v) for k, v in value.items()}
+        return {k: _redact_keyed(k, v) if isinstance(v, str) and isinstance(k, str)
+                else redact_value(v) for k, v in value.items()}
     return value
+
+
+def _redact_keyed(key: str, value: str) -> str:
+    """``value``, redacted as the value of ``key``."""
+    if "\n" in key or len(key) > 64:
+        return redact(value)
+    prefix = f"{key}: "
+    spans = [(max(a, len(prefix)) - len(prefix), b - len(prefix))
+             for a, b in find_spans(prefix + value) if b > len(prefix)]
+    return _apply(value, _merge(spans + find_spans(value)), False)
 
 
 def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject]:
@@ -235,6 +248,10 @@ def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject
             msg["content"] = _redact_blocks(content)
         if isinstance(msg.get("tool_calls"), list):
             msg["tool_calls"] = [_redact_call(c) for c in msg["tool_calls"]]
+        if isinstance(msg.get("function_call"), dict):  # the older OpenAI form
+            call = _redact_call({"function": msg["function_call"]})
+            assert isinstance(call, dict)
+            msg["function_call"] = call["function"]
         out.append(msg)
     return out
 
