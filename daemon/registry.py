@@ -32,7 +32,6 @@ from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
-    ROOT_CHECK_S,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
@@ -71,25 +70,11 @@ class WorkspaceRegistry:
             self._nursery = nursery
             task_status.started()
             try:
-                await self._watch_roots()
+                await trio.sleep_forever()
             finally:
                 self._nursery = None
                 for ws in self._workspaces.values():
                     ws.state = "closing"
-
-    async def _watch_roots(self) -> None:
-        """Stop every workspace whose folder a link replaced since it opened (see
-        :meth:`Workspace.root_leads`); all of them are looked at in one worker thread."""
-        while True:
-            await trio.sleep(ROOT_CHECK_S)
-            serving = [ws for ws in self._workspaces.values() if ws.state == "ready"]
-            if not serving:
-                continue
-            found = await trio.to_thread.run_sync(_where_roots_lead, serving,
-                                                  abandon_on_cancel=True)
-            for ws, elsewhere in zip(serving, found, strict=True):
-                if elsewhere is not None:
-                    ws.root_leads(elsewhere)
 
     def get(self, agent_id: str) -> Workspace:
         """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
@@ -105,7 +90,22 @@ class WorkspaceRegistry:
                                    "status says what to do)")
         if ws.state != "ready":
             raise UnknownWorkspace(f"workspace {agent_id!r} is {ws.state}")
+        # Looked at whenever the workspace is used (a call names it, a job starts), not on
+        # a timer: its services read and write by path, and a link put in its folder's
+        # place would lead them into another folder, another agent's memory among them.
+        elsewhere = safepath.leads_elsewhere(ws.root)
+        if elsewhere is not None:
+            ws.root_leads(elsewhere)
+            raise UnknownWorkspace(f"workspace {agent_id!r} failed: {ws.error}")
         return ws
+
+    def look_at_roots(self) -> None:
+        """Stop each open workspace whose folder now leads elsewhere (as :meth:`get`
+        does at each use): status tells the truth without a call naming it first."""
+        for agent_id, ws in list(self._workspaces.items()):
+            if ws.state == "ready":
+                with contextlib.suppress(UnknownWorkspace):
+                    self.get(agent_id)
 
     def find(self, agent_id: str) -> Workspace | None:
         """The workspace of ``agent_id`` in whatever state (opening, ready, closing,
@@ -415,12 +415,6 @@ class _Relay:
     def started(self, value: None = None) -> None:
         self._on_started()
         self._inner.started(value)
-
-
-def _where_roots_lead(workspaces: builtins.list[Workspace]) -> builtins.list[str | None]:
-    """For each workspace, where its folder leads when that is not where it was opened
-    (blocking)."""
-    return [safepath.leads_elsewhere(ws.root) for ws in workspaces]
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,9 +47,6 @@ SYSTEM_TREES = tuple(Path(p) for p in (
 #: Folders whose own contents are the system's: a workspace may lie below, not at them.
 SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
-#: How often the registry checks that each open workspace's folder still lies where it
-#: was opened (all of them in one worker-thread call).
-ROOT_CHECK_S = 1.0
 LOCK_NAME = "recalld.lock"  # under the workspace's metadata_dir, held while it is open
 
 State = Literal["opening", "ready", "closing", "closed", "failed"]
@@ -247,11 +244,7 @@ class Workspace:
                     elsewhere = await self._until_root_leads_elsewhere()
                     nursery.cancel_scope.cancel()
             if elsewhere is not None:
-                raise RecalldError(
-                    f"its folder {self.root} now leads to {elsewhere}: a link took its "
-                    "place (or that of a folder on its path), and the workspace stopped "
-                    "rather than read or write that folder's files; put its folder back "
-                    "and open it again")
+                raise RecalldError(self.error or f"its folder now leads to {elsewhere}")
         finally:
             lock.release()
             if self.state != "failed":
@@ -260,16 +253,22 @@ class Workspace:
 
     async def _until_root_leads_elsewhere(self) -> str:
         """Where the workspace folder leads, once a link took its place (or the place of
-        a folder on its path; the registry looks: :meth:`root_leads`): its services
-        read and write by path, and would serve and change another folder's files,
+        a folder on its path; the registry looks at each use: :meth:`root_leads`): its
+        services read and write by path, and would serve and change another folder's files,
         another agent's memory among them."""
         await self._root_moved.wait()
         assert self._elsewhere is not None
         return self._elsewhere
 
     def root_leads(self, elsewhere: str) -> None:
-        """The workspace folder now leads to ``elsewhere``: the workspace stops."""
+        """The workspace folder now leads to ``elsewhere``: the workspace stops, with
+        ``error`` saying so at once."""
         self._elsewhere = elsewhere
+        self.state = "failed"
+        self.error = (f"its folder {self.root} now leads to {elsewhere}: a link took its "
+                      "place (or that of a folder on its path), and the workspace stopped "
+                      "rather than read or write that folder's files; put its folder back "
+                      "and open it again")
         self._root_moved.set()
 
     def refuse(self, error: str) -> None:

@@ -77,3 +77,18 @@ def test_a_link_in_place_of_the_folder_stops_the_workspace(
     # At the next start, bob's recorded folder is alice's: refused, not opened.
     entry = workspace_status(daemon, "bob")
     assert entry is not None and entry["state"] == "failed"
+
+
+def test_status_alone_tells_a_replaced_folder_with_no_timer(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Nothing looks at the folder on a timer (an idle daemon wakes for nothing): the next
+    # use does, and a status is one.
+    daemon = daemon_factory(CONFIG, RECALLD_DATA_DIR=str(tmp_path / "data"))
+    alice = _open(daemon, "alice", "Alice keeps the quokkaword in her isolated notes.")
+    bob = _open(daemon, "bob", "Bob deploys on Fridays.")
+    os.rename(bob, bob.with_name("bob.old"))
+    os.symlink(alice, bob)
+    entry = workspace_status(daemon, "bob")
+    assert entry is not None and entry["state"] == "failed", entry
+    assert f"now leads to {alice}" in entry["error"]
+    assert workspace_status(daemon, "alice")["state"] == "ready"  # type: ignore[index]

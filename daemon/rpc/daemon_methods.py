@@ -86,6 +86,7 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
     queues: dict[str, JsonObject] = {}
     for name, provider in state.stats.items():
         queues[name] = dict(provider())
+    state.registry.look_at_roots()
     return {
         "version": state.version,
         "pid": os.getpid(),
