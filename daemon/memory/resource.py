@@ -323,19 +323,30 @@ class ResourceCatalog:
             return "removed", note
         assert chat is not None
         sha = rec["digest"]
+
+        def superseded() -> bool:
+            # Changed or deleted while it was read or the model asked: the watcher has
+            # recorded that (a deleted file's note is still to be marked), and an outcome
+            # about bytes no longer there must not overwrite it.
+            return self.records.get(rel) is not rec or rec["digest"] != sha or (
+                rec["state"] == "removed")
+
+        def settle(state: str, reason: str) -> tuple[str, None]:
+            if superseded():
+                return "superseded", None
+            rec.update(state=state, reason=reason)
+            return state, None
+
         try:
             text, cut = await trio.to_thread.run_sync(
                 read_head, self.ws.root, rel, self.config.max_input_chars)
         except OSError as exc:
-            rec.update(state="failed", reason=f"unreadable: {exc.strerror}")
-            return "failed", None
+            return settle("failed", f"unreadable: {exc.strerror}")
         except PathOutsideWorkspace:
-            rec.update(state="failed", reason="outside the workspace (a directory link)")
-            return "failed", None
+            return settle("failed", "outside the workspace (a directory link)")
         why = not_text(text)
         if why is not None:  # read again when it changes, as a file of another suffix
-            rec.update(state="skipped", reason=why)
-            return "skipped", None
+            return settle("skipped", why)
         prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
                   f"\n\n{text}")
         try:
@@ -344,17 +355,15 @@ class ResourceCatalog:
                  {"role": "user", "content": prompt}],
                 max_tokens=self.config.summary_max_tokens)
         except ProviderError as exc:
-            rec.update(state="failed", reason=exc.message)
-            return "failed", None
+            return settle("failed", exc.message)
         from recalld.daemon.memory.redact import redact_async
 
         # Masked before it is cut (to max_summary_chars, its first line to the description).
         summary = unfenced(await redact_async(answer.content or ""))
         if not summary:
-            rec.update(state="failed", reason="the chat model answered with no text")
-            return "failed", None
-        if self.records.get(rel) is not rec or rec["digest"] != sha or rec["state"] == "removed":
-            return "superseded", None  # changed or deleted meanwhile: the watcher saw it
+            return settle("failed", "the chat model answered with no text")
+        if superseded():
+            return "superseded", None
         if len(summary) > self.config.max_summary_chars:  # a model that ignores max_tokens
             summary = (summary[: self.config.max_summary_chars].rstrip()
                        + "\n\n[summary cut: the model's answer was longer]")

@@ -1,0 +1,42 @@
+"""auto_resource while files change under it: a file deleted while the model is asked,
+a file moved to another date folder. A real daemon, a real resource folder, the scripted
+chat model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import ScriptedModel, write
+from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
+from waits import wait_for, workspace_status
+
+__all__ = ["fake"]  # the fixture, shared with test_resource
+
+
+def test_a_file_deleted_while_the_model_fails_on_it_is_removed_not_failed(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The model's failure is about bytes that are gone: the file is removed (its note
+    # marked so), not a failed file that status counts and the nightly dream retries.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/plan.txt", "The launch is on Monday.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/plan.txt", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    gate = fake.gate(lambda body: "moved to Friday" in str(body.get("messages")))
+    fake.script(Reply(raw=b"not json at all"))
+    write(root, "resource/plan.txt", "The launch moved to Friday.\n")
+    assert gate.entered.wait(30)
+    (root / "resource/plan.txt").unlink()
+    wait_state(root, "resource/plan.txt", "removed")
+    gate.open()
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    entry = catalog(root)["resource/plan.txt"]
+    assert entry["state"] == "removed" and entry["marked"], entry
+    fields, text = note_of(root, "resource/plan.txt")
+    assert fields["source_removed"] and "was removed on" in text, text
+    ws = workspace_status(daemon, "res")
+    assert ws is not None and ws["resource"]["files"] == {"removed": 1}, ws["resource"]
+
