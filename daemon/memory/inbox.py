@@ -8,10 +8,12 @@ under ``metadata_dir`` because it is daemon-written and never hand-edited. Losin
 loses notifications only, never memory.
 
 An item is ``{id, time, kind, summary, changes: [paths], job_id, details, acked}``; ids
-sort in push order. Jobs call :meth:`Inbox.push` only when they changed memory (an empty
-``changes`` list is refused). Each push is published on the event bus as topic
-``inbox.item`` with payload ``{agent_id, item}``. With the workspace's
-``inbox_push_enabled`` off nothing is recorded nor published.
+are digits, in push order, and never given twice: each is at least its push time in
+milliseconds, so ids stay ahead of any a client saw before the log went back. Jobs call
+:meth:`Inbox.push` only when they changed memory (an empty ``changes`` list is refused).
+Each push is published on the event bus as topic ``inbox.item`` with payload
+``{agent_id, item}``. With the workspace's ``inbox_push_enabled`` off nothing is recorded
+nor published.
 
 As a workspace service (``WorkspaceServices.inbox``) :meth:`Inbox.run` opens the log,
 serves until cancelled, then closes the log.
@@ -145,10 +147,13 @@ class Inbox:
         if not self._push_enabled():
             return None
         async with self._lock:
-            self._seq += 1
+            now = self._wall()
+            # Never an id given before, also when the log went back (a backup restored) or
+            # was lost: a client's ``since`` cursor would skip the item, its ack hit it.
+            self._seq = max(self._seq + 1, int(now * 1000))
             item: InboxItem = {
                 "id": f"{self._seq:010d}",
-                "time": self._wall(),
+                "time": now,
                 "kind": kind,
                 "summary": summary,
                 "changes": list(dict.fromkeys(changes)),
