@@ -142,6 +142,10 @@ def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) ->
 
 # Tool arguments some models wrap in a Markdown code fence (```json ... ```).
 _FENCED = re.compile(r"^```[\w-]*\s*(.*?)\s*```$", re.DOTALL)
+# What a reasoning model served without a reasoning parser (Qwen3 or DeepSeek-R1 on
+# llama.cpp, vLLM, Ollama) puts before its answer in the content: its thinking, not the
+# answer. One cut off by max_tokens runs to the end (no answer at all).
+_THINKING = re.compile(r"\A\s*<think>.*?(?:</think>|\Z)\s*", re.DOTALL)
 
 
 def _bad(message: str) -> ProviderBadResponse:
@@ -212,6 +216,8 @@ def parse_chat_response(body: bytes) -> ChatResult:
             content = "".join(_part_text(p, i) for i, p in enumerate(content))
         else:
             raise _bad("message content is not text")
+    if content is not None:
+        content = _THINKING.sub("", content, count=1)
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")

@@ -1,0 +1,36 @@
+"""auto_resource and the shapes of a chat model's answer: a reasoning model's thinking,
+an answer cut at the token limit. A real daemon; the model is the scripted fake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Reply, chat_answer
+from test_dream import ScriptedModel, write
+from test_resource import catalog, fake, note_of, open_ws, wait_state
+
+__all__ = ["fake"]  # the fixture, shared with test_resource
+
+
+def test_a_reasoning_models_thinking_is_not_the_note(daemon: DaemonHandle,
+                                                    fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    # Qwen3 or DeepSeek-R1 served without a reasoning parser answer "<think>...</think>"
+    # and then the answer; one cut off while thinking has no answer at all.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    thinking = "<think>\nThe user saved a file. Let me list the facts.\n</think>\n\n"
+    fake.script(Reply(json=chat_answer(thinking + "Trip plan.\n- Flight LH 1234 at 9:40")))
+    write(root, "resource/trip.md", "Flight LH 1234 leaves at 9:40.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/trip.md", "processed", "failed")
+    fields, text = note_of(root, "resource/trip.md")
+    assert fields["description"] == "Trip plan.", fields
+    assert "think" not in text and "Let me" not in text and "- Flight LH 1234" in text, text
+    fake.script(Reply(json=chat_answer("<think>\nThe user saved a list. First",
+                                  finish_reason="length")))
+    write(root, "resource/list.md", "Milk, eggs.\n")
+    wait_state(root, "resource/list.md", "processed", "failed")
+    entry = catalog(root)["resource/list.md"]
+    assert entry["state"] == "failed" and "no text" in entry["reason"], entry
