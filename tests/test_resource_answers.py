@@ -34,3 +34,17 @@ def test_a_reasoning_models_thinking_is_not_the_note(daemon: DaemonHandle,
     wait_state(root, "resource/list.md", "processed", "failed")
     entry = catalog(root)["resource/list.md"]
     assert entry["state"] == "failed" and "no text" in entry["reason"], entry
+
+
+def test_a_summary_cut_at_the_token_limit_says_so(daemon: DaemonHandle, fake: FakeProvider,
+                                                 tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    fake.script(Reply(json=chat_answer("Contract terms.\n- Notice period: three mon",
+                                       finish_reason="length")))
+    write(root, "resource/contract.txt", "Notice period: three months. Renewal: yearly.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/contract.txt", "processed", "failed")
+    fields, text = note_of(root, "resource/contract.txt")
+    assert "- Notice period: three mon\n\n[summary cut:" in text, text
+    assert "length limit]" in text and fields["description"] == "Contract terms."

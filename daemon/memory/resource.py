@@ -367,6 +367,8 @@ class ResourceCatalog:
         if len(summary) > self.config.max_summary_chars:  # a model that ignores max_tokens
             summary = (summary[: self.config.max_summary_chars].rstrip()
                        + "\n\n[summary cut: the model's answer was longer]")
+        elif answer.finish_reason == "length":  # stopped at summary_max_tokens, mid-way
+            summary += "\n\n[summary cut: the model's answer stopped at its length limit]"
         try:
             note = await self._write_note(rec, summary, truncated=cut)
         except RecalldError as exc:  # the note cannot be written: this file fails, not all
