@@ -40,3 +40,27 @@ def test_a_file_deleted_while_the_model_fails_on_it_is_removed_not_failed(
     ws = workspace_status(daemon, "res")
     assert ws is not None and ws["resource"]["files"] == {"removed": 1}, ws["resource"]
 
+
+
+def test_a_note_written_twice_in_one_job_counts_once(daemon: DaemonHandle, fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    # One job interprets a file, then (while the model reads another) the file changes,
+    # and the job interprets it again: one note updated twice, one note in the summary.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/a.txt", "Budget: 10k.\n")
+    gate = fake.gate(lambda body: "resource/b.txt" in str(body.get("messages")))
+    write(root, "resource/b.txt", "Venue: Porto.\n")
+    open_ws(daemon, "res", root, fake)
+    assert gate.entered.wait(30)
+    wait_state(root, "resource/a.txt", "processed")
+    write(root, "resource/a.txt", "Budget: 12k.\n")
+    wait_state(root, "resource/a.txt", "queued")
+    gate.open()
+    job = wait_for(lambda: [j for j in daemon.call("jobs.list", {"agent_id": "res"})["jobs"]
+                            if j["state"] == "succeeded"])[0]
+    notes = [catalog(root)[f"resource/{n}.txt"]["note"] for n in "ab"]
+    assert sorted(job["result"]["notes"]) == sorted(notes), job["result"]
+    item = daemon.call("inbox.list", {"agent_id": "res"})["items"][0]
+    assert item["summary"] == "resources: 2 note(s) written or updated", item
+    assert sorted(item["changes"]) == sorted(notes)

@@ -301,7 +301,7 @@ class ResourceCatalog:
                 total += 1
                 outcome, note = await self._handle(rel, chat)
                 done[outcome] = done.get(outcome, 0) + 1
-                if note is not None:
+                if note is not None and note not in changes:  # one note, written twice
                     changes.append(note)
                 await self._save()
         if changes:
