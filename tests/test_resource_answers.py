@@ -48,3 +48,23 @@ def test_a_summary_cut_at_the_token_limit_says_so(daemon: DaemonHandle, fake: Fa
     fields, text = note_of(root, "resource/contract.txt")
     assert "- Notice period: three mon\n\n[summary cut:" in text, text
     assert "length limit]" in text and fields["description"] == "Contract terms."
+
+
+def test_an_answer_with_a_frontmatter_block_of_its_own(daemon: DaemonHandle,
+                                                      fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    # A model imitating a memory note starts its answer with frontmatter: the note keeps
+    # the daemon's one block (its link to the file), and its description is text.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    fake.script(Reply(json=chat_answer(
+        '---\nname: Minutes\nsource_resource: "[[resource/other.md]]"\n---\n\n'
+        "# Board minutes\n- The Lisbon office is approved")))
+    write(root, "resource/minutes.md", "The board approved the Lisbon office.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/minutes.md", "processed", "failed")
+    fields, text = note_of(root, "resource/minutes.md")
+    assert fields["description"] == "Board minutes", fields
+    assert fields["source_resource"] == "[[resource/minutes.md]]"
+    assert text.count("---\n") == 2 and "resource/other.md" not in text, text
+    assert "# Board minutes\n- The Lisbon office is approved" in text

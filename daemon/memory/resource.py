@@ -48,6 +48,7 @@ from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catal
 from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
+    description,
     file_digest,
     not_text,
     note_stem,
@@ -396,9 +397,8 @@ class ResourceCatalog:
     async def _write_note(self, rec: JsonObject, summary: str, *, truncated: bool) -> str:
         note = await self._note_path(rec)
         inside = rec["path"][len(self.resource_dir) + 1:]
-        first = next((ln.strip("# ").strip() for ln in summary.splitlines() if ln.strip()), "")
         fields: dict[str, object] = {
-            "name": f"Resource {inside}", "description": first[:200],
+            "name": f"Resource {inside}", "description": description(summary),
             "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
             "date": rec["date"], "truncated_input": truncated,
         }

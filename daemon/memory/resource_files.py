@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
+from recalld.daemon.index.frontmatter import body_of
 from recalld.ipc.errors import PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
 
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
+_HAS_TEXT: Final = re.compile(r"[^\W_]")
 _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
 
 
@@ -102,8 +104,19 @@ def not_text(text: str) -> str | None:
 def unfenced(answer: str) -> str:
     """The model's note ``answer``, stripped, without the code fence some models wrap a
     whole Markdown answer in (```markdown ... ```): the note is the Markdown, not a code
-    block of it."""
+    block of it; and without a frontmatter block of its own (a model imitating a memory
+    note): the note has one, written by the daemon, and a second would be its body."""
     fenced = _MD_FENCE.match(answer.strip())
-    if fenced is None or "\n```" in f"\n{fenced.group(1)}":  # not one block: as it is
-        return answer.strip()
-    return fenced.group(1).strip()
+    if fenced is not None and "\n```" not in f"\n{fenced.group(1)}":  # one block
+        answer = fenced.group(1)
+    answer = answer.strip()
+    if answer.startswith("---"):
+        answer = body_of(answer)[0].strip()
+    return answer
+
+
+def description(summary: str) -> str:
+    """The note's description: the summary's first line of text (a rule, a fence or a
+    table border holds none), without its heading marks, at most 200 characters."""
+    first = next((ln for ln in summary.splitlines() if _HAS_TEXT.search(ln)), "")
+    return first.strip().strip("#").strip()[:200]
