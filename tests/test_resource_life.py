@@ -4,6 +4,7 @@ chat model."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -11,6 +12,8 @@ from fakes.provider_server import FakeProvider, Reply
 from test_dream import ScriptedModel, write
 from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
 from waits import wait_for, workspace_status
+
+from recalld.daemon.store.applog import AppendLog
 
 __all__ = ["fake"]  # the fixture, shared with test_resource
 
@@ -64,3 +67,35 @@ def test_a_note_written_twice_in_one_job_counts_once(daemon: DaemonHandle, fake:
     item = daemon.call("inbox.list", {"agent_id": "res"})["items"][0]
     assert item["summary"] == "resources: 2 note(s) written or updated", item
     assert sorted(item["changes"]) == sorted(notes)
+
+
+def test_a_file_added_as_the_job_ends_is_interpreted(daemon: DaemonHandle, fake: FakeProvider,
+                                                     tmp_path: Path) -> None:
+    # The job has looked for work for the last time and writes its inbox item (slow here:
+    # the item compacts an inbox of 1000 large items). A file added meanwhile asks for a
+    # job, and is refused one (one auto_resource job at a time): the running job takes
+    # it; it did not, and the file stayed queued until some other change.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    log = root / "mem_metadata/inbox/inbox.jsonl"
+    inbox = AppendLog(log)
+    inbox.open()
+    changes = [f"digest/wiki/node-{n:04d}-{'x' * 60}.md" for n in range(400)]
+    inbox.append([{"op": "push", "item": {
+        "id": f"{n:010d}", "time": 1.0, "kind": "auto_dream", "summary": "a dream",
+        "changes": changes, "job_id": None, "details": {}, "acked": False}}
+        for n in range(1, 1001)])
+    inbox.append([{"op": "ack", "ids": ["1"], "time": 1.0}] * 1100)
+    inbox.close()
+    size = log.stat().st_size
+    write(root, "resource/a.txt", "Alpha: the first report.\n")
+    open_ws(daemon, "res", root, fake)
+    # The job's item is appended, then the inbox compacted: the file comes meanwhile.
+    deadline = time.monotonic() + 60
+    while log.stat().st_size == size:
+        assert time.monotonic() < deadline, catalog(root)
+        time.sleep(0.001)
+    write(root, "resource/b.txt", "Beta: the second report.\n")
+    wait_state(root, "resource/b.txt", "queued", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    assert catalog(root)["resource/b.txt"]["state"] == "processed", catalog(root)

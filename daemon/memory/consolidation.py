@@ -25,7 +25,12 @@ import trio
 
 from recalld.daemon.jobparams import choice, params_of, text
 from recalld.daemon.jobs import JobContext, JobManager
-from recalld.daemon.memory.resource import ResourceCatalog, ResourceResult, ResourceStatus
+from recalld.daemon.memory.resource import (
+    ResourceCatalog,
+    ResourceResult,
+    ResourceStatus,
+    merged_results,
+)
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler, load_cron
 from recalld.daemon.workspaces import Workspace
@@ -95,10 +100,20 @@ class Consolidation:
         if catalog is None:
             raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
         manual = job.params.get("trigger") != "watch"
-        async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
-            return await catalog.process(
-                catalog.ws.services.chat.client_or_none(), retry_failed=manual,
-                job_id=job.job_id, progress=job.set_progress)
+        result: ResourceResult | None = None
+        while True:
+            async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
+                more = await catalog.process(
+                    catalog.ws.services.chat.client_or_none(),
+                    retry_failed=manual and result is None, job_id=job.job_id,
+                    progress=job.set_progress)
+            result = more if result is None else merged_results(result, more)
+            # A file cataloged after the job last looked for work (while it wrote its
+            # inbox item, say) was refused a job of its own: one runs. It is this one's.
+            # Nothing yields from this look until the job manager records the end, so no
+            # file is left queued with no job to come.
+            if not catalog.work(chat_enabled=False):
+                return result
 
     async def _retry_failed_resources(self, agent_id: str) -> None:
         """Have the resource files the chat model failed on tried again: once a night,

@@ -435,6 +435,15 @@ class ResourceCatalog:
             task_status.started()
 
 
+def merged_results(first: ResourceResult, then: ResourceResult) -> ResourceResult:
+    """One job's result from two passes over the catalog, ``first`` then ``then``."""
+    outcomes = dict(first["outcomes"])
+    for outcome, n in then["outcomes"].items():
+        outcomes[outcome] = outcomes.get(outcome, 0) + n
+    return {"outcomes": outcomes, "notes": list(dict.fromkeys(first["notes"] + then["notes"])),
+            "catalog": then["catalog"]}
+
+
 def _folders_among(root: Path, paths: set[str]) -> set[str]:
     """Which of the workspace-relative ``paths`` are folders now (blocking)."""
     return {rel for rel in paths if (root / rel).is_dir()}
