@@ -266,7 +266,7 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
             "warn", f"shared workspace {a.agent_id}: remote failing: "
                     f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "
                     "in the outbox",
-            _failing_advice(remote.get("blocked"))))
+            _failing_advice(remote.get("blocked"), remote.get("refused"))))
     elif state != "online":
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote {state}: "
@@ -311,13 +311,23 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     return a
 
 
-def _failing_advice(blocked: object) -> str:
-    """What to do about a failing replica: files of the feed this host cannot write are
-    named (their error is in status' ``blocked``); else the log says what failed."""
+def _failing_advice(blocked: object, refused: object = None) -> str:
+    """What to do about a failing replica: files of the feed this host cannot write, and
+    local changes the server refuses to store, are named (their errors are in status'
+    ``blocked`` and ``refused``); else the log says what failed."""
+    advice = []
     if isinstance(blocked, Mapping) and blocked:
-        paths = sorted(str(p) for p in blocked)
-        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-        return (f"on this host, move what stands where {named} must be written (a folder, "
-                "or a file that may not be replaced); each catch-up tries again")
-    return ("see the daemon's log (replication failed) for the file or change at fault; "
-            "the replica retries by itself")
+        advice.append(f"on this host, move what stands where {_named(blocked)} must be "
+                      "written (a folder, or a file that may not be replaced); each "
+                      "catch-up tries again")
+    if isinstance(refused, Mapping) and refused:
+        advice.append(f"the server refuses to store {_named(refused)} (the reason is in "
+                      "status' refused: a path too long for its index, a character its "
+                      "encoding lacks): rename the note; the rest goes up meanwhile")
+    return "; ".join(advice) or ("see the daemon's log (replication failed) for the file or "
+                                 "change at fault; the replica retries by itself")
+
+
+def _named(paths: Mapping[object, object]) -> str:
+    named = sorted(str(p) for p in paths)
+    return ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")

@@ -15,10 +15,11 @@ appended durably to the outbox; the uploader sends changes in order, each based 
 version the replica last agreed on for that path, and records the answer
 (:mod:`recalld.daemon.remote.db`): a run of up to ``UPLOAD_RUN`` changes to distinct
 files in one transaction, their answers recorded with one append to the state and one
-to the outbox. A conflict keeps the other host's version at the path:
-this host's version is written beside it as ``*.sync-conflict-<date>-<host>.md`` (already
-stored on the server as such), later local edits of that path go to the copy until the
-winning version has been written locally, and an inbox item says what happened.
+to the outbox (a change the server refuses to store waits alone: ``refusals.py``). A
+conflict keeps the other host's version at the path: this host's version is written
+beside it as ``*.sync-conflict-<date>-<host>.md`` (already stored on the server as
+such), later local edits of that path go to the copy until the winning version has been
+written locally, and an inbox item says what happened.
 
 Remote → local: after every (re)connect, on each notification and every
 ``CATCH_UP_EVERY_S``, the feed is read from the last applied version on. A newer row is
@@ -37,11 +38,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
+import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db
+from recalld.daemon.remote import db, refusals
 from recalld.daemon.remote.calls import in_thread, on_conn
+from recalld.daemon.remote.conflicts import report_conflict
 from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
@@ -76,7 +79,7 @@ class FileSync:
         meta = ws.root / s.metadata_dir / "remote"
         self._fs = Confinement(ws.root, (s.daily_dir, s.digest_dir))
         self._outbox = Outbox(meta / "outbox.log")
-        self._state = ReplicaState(meta / "state.log")
+        self.state = ReplicaState(meta / "state.log")
         self._lock = trio.Lock()
         self._last_local: dict[str, str | None] = {}
         self._known: dict[str, tuple[int, int]] = {}
@@ -99,14 +102,16 @@ class FileSync:
         self.behind = 0
         #: Paths of the feed this host could not write, and why (tried at each catch-up).
         self._feed_blocked: dict[str, str] = {}
+        #: Local changes the server refuses to store, held back each by itself.
+        self.refusals = refusals.Refusals()
         #: Paths that must take the server's version (a change of this host's lost to
         #: another's) which this host could not write, and why (tried at each catch-up).
         self._unsettled: dict[str, str] = {}
 
     def open(self) -> None:
         self._outbox.open()
-        self._state.open()
-        for path, base in self._state.bases.items():
+        self.state.open()
+        for path, base in self.state.bases.items():
             self._last_local[path] = base.hash
             if base.hash is not None and base.stat is not None:
                 self._known[path] = base.stat
@@ -115,7 +120,7 @@ class FileSync:
 
     def close(self) -> None:
         self._outbox.close()
-        self._state.close()
+        self.state.close()
 
     @property
     def queued(self) -> int:
@@ -130,7 +135,7 @@ class FileSync:
     @property
     def cursor(self) -> int:
         """The highest server version the feed has been applied up to."""
-        return self._state.cursor
+        return self.state.cursor
 
     # -- local changes ---------------------------------------------------------------
 
@@ -159,7 +164,7 @@ class FileSync:
                 self._known[f.path] = f.stat
             if f.hash == self._last_local.get(f.path):
                 continue
-            if f.hash is not None and self._state.landing.get(f.path) == f.hash:
+            if f.hash is not None and self.state.landing.get(f.path) == f.hash:
                 # Written from the server before a crash cut the bookkeeping short: the
                 # next catch-up records it; it is not a local edit.
                 self._last_local[f.path] = f.hash
@@ -176,7 +181,7 @@ class FileSync:
     async def adopt(self, ident: str) -> None:
         """Start over when the state belongs to another shared workspace than the server's."""
         async with self._lock:
-            reset = await in_thread(self._state.adopt, ident)
+            reset = await in_thread(self.state.adopt, ident)
             if not reset:
                 return
             log.warning("shared workspace %s: the server's workspace is not the one this "
@@ -187,63 +192,68 @@ class FileSync:
             self._known.clear()
         await self.watcher.reconcile("shared workspace changed")
 
-    async def server_went_back(self, conn: db.Conn, workspace_id: int, ident: str
-                               ) -> bool:
-        """Whether the server of shared workspace ``ident``, the one this replica synced
-        with, is behind what the replica saw of it (a server restored from a backup, a
-        failover to a replica that lagged): its last version is below the cursor or the
-        newest version the replica agreed on, or the file of that version is not so on
-        the server. New changes would get versions the other hosts already read past."""
-        if self._state.ident != ident:
-            return False  # another workspace: adopt starts over anyway
-        path, base = max(self._state.bases.items(), key=lambda item: item[1].version,
-                         default=("", Base(0, None)))
-        last = await on_conn(conn, db.last_version, workspace_id)
-        if last < max(self._state.cursor, base.version):
-            return True
-        if not base.version:
-            return False
-        row = await on_conn(conn, db.fetch, workspace_id, path)
-        return (row is None or row.version < base.version
-                or (row.version == base.version and row.hash != base.hash))
-
     # -- uploading -------------------------------------------------------------------
-
-    def _target(self, path: str) -> tuple[str, int]:
-        base = self._state.bases.get(path)
-        if base is not None and base.redirect:
-            copy = self._state.bases.get(base.redirect)
-            return base.redirect, copy.version if copy else 0
-        return path, base.version if base else 0
 
     async def upload_loop(self, conn: db.Conn, workspace_id: int) -> None:
         """Upload the outbox in order on ``conn`` (the writer) until cancelled, when the
         session ends. Cancellation waits for the call in flight; a change leaves the
         outbox only once the server's answer is recorded."""
         # Paths whose settling a disconnect or a crash interrupted.
-        for path, base in list(self._state.bases.items()):
+        for path, base in list(self.state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
                 await self._fetch_and_settle(conn, workspace_id, path)
+        self.refusals.clear()
         while True:
             wake = self._wake_uploader
-            run = self._outbox.head_run(UPLOAD_RUN, UPLOAD_RUN_BYTES)
+            run = self._outbox.head_run(UPLOAD_RUN, UPLOAD_RUN_BYTES,
+                                         self.refusals.held(self._outbox.count_for))
             if not run:
-                await wake.wait()
+                with trio.move_on_after(self.refusals.wait_s(self._outbox.count_for)):
+                    await wake.wait()
                 self._wake_uploader = trio.Event()
                 continue
             async with self._lock:
-                batch = self._targets(run)
+                batch = self.state.targets(run)
+            await self._send(conn, workspace_id, batch)
+
+    async def _send(self, conn: db.Conn, workspace_id: int,
+                    batch: list[tuple[Change, str, int]]) -> None:
+        """Upload ``batch`` and record the answers; a run the server refuses is sent
+        again one change at a time, so only the change it refuses waits (``refusals``)."""
+        try:
             async with self._writer_lock:
                 answers = await on_conn(conn, db.upload_many, workspace_id, self.host,
                                         batch, self._max_chars)
+        except psycopg.Error as exc:
+            if not refusals.refuses(exc):
+                raise
+            if len(batch) > 1:
+                for one in batch:
+                    await self._send(conn, workspace_id, [one])
+                return
+            change = batch[0][0]
             async with self._lock:
-                settle = await self._record_answers(batch, answers)
-            self.uploaded += len(batch)
-            self.last_upload = time.time()
-            self._uploaded_event.set()
-            self._uploaded_event = trio.Event()
-            for path in settle:
-                await self._fetch_and_settle(conn, workspace_id, path)
+                if self._outbox.count_for(change.path) > 1:  # a later change replaces it
+                    self.refusals.clear([change.path])
+                    with trio.CancelScope(shield=True):
+                        await in_thread(self._outbox.done, [change.id])
+                else:
+                    self.refusals.add(self._cfg.name, change.path, exc)
+            self._answered()
+            return
+        async with self._lock:
+            settle = await self._record_answers(batch, answers)
+        self.refusals.clear(change.path for change, _t, _b in batch)
+        self.uploaded += len(batch)
+        self.last_upload = time.time()
+        self._answered()
+        for path in settle:
+            await self._fetch_and_settle(conn, workspace_id, path)
+
+    def _answered(self) -> None:
+        """Wake those waiting for changes to be answered (``wait_uploaded``)."""
+        self._uploaded_event.set()
+        self._uploaded_event = trio.Event()
 
     async def _fetch_and_settle(self, conn: db.Conn, workspace_id: int, path: str) -> None:
         """Read ``path``'s row on ``conn`` and give the path its version."""
@@ -252,25 +262,11 @@ class FileSync:
         async with self._lock:
             await self._settle(path, row)
 
-    def _targets(self, run: list[Change]) -> list[tuple[Change, str, int]]:
-        """Where each change of ``run`` goes and the version it is based on, up to the
-        first whose path or target another one of the run already names (one transaction
-        must not base a change on a version an earlier one of it is about to make)."""
-        batch: list[tuple[Change, str, int]] = []
-        named: set[str] = set()
-        for change in run:
-            target, base_version = self._target(change.path)
-            if batch and (change.path in named or target in named):
-                break
-            batch.append((change, target, base_version))
-            named.update((change.path, target))
-        return batch
-
     async def _record_answers(self, batch: list[tuple[Change, str, int]],
                               answers: list[db.Answer]) -> list[str]:
         """Apply the server's answers locally, then mark the changes done. Returns the
         paths that must now take the server's version (caller holds the lock)."""
-        bases = self._state.bases
+        bases = self.state.bases
         updates: list[tuple[str, Base]] = []
         for (change, target, _base), answer in zip(batch, answers, strict=True):
             if answer.outcome in ("applied", "same"):
@@ -290,12 +286,13 @@ class FileSync:
                 old = bases.get(change.path) or Base(0, None)
                 updates.append((change.path, replace(old, redirect=copy)))
                 self.conflicts += 1
-                await self._report_conflict(change.path, copy, answer.replayed)
+                await report_conflict(self._ws, self._cfg.name, change.path, copy,
+                                      answer.replayed)
             elif answer.outcome == "kept":
                 old = bases.get(change.path) or Base(0, None)
                 updates.append((change.path, replace(old, settle=True)))
         with trio.CancelScope(shield=True):
-            await in_thread(self._state.record, updates)
+            await in_thread(self.state.record, updates)
             await in_thread(self._outbox.done, [change.id for change, _, _ in batch])
         settle = []
         for change, _target, _base in batch:
@@ -328,7 +325,7 @@ class FileSync:
             self._unsettled[path] = reason
             return
         self._unsettled.pop(path, None)
-        await in_thread(self._state.record, [(path, base)])
+        await in_thread(self.state.record, [(path, base)])
 
     async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
         """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""
@@ -339,8 +336,8 @@ class FileSync:
         current = await in_thread(self._fs.read, path)
         if current.data != data:
             new_hash = content_hash(data)
-            if self._state.landing.get(path) != new_hash:
-                await in_thread(self._state.land, [(path, new_hash)])
+            if self.state.landing.get(path) != new_hash:
+                await in_thread(self.state.land, [(path, new_hash)])
             stat = await in_thread(self._fs.write, path, data)
         else:
             assert current.stat is not None
@@ -354,34 +351,21 @@ class FileSync:
         self._last_local[path] = None if row is None else row.hash
         return Base(0 if row is None else row.version, None if row is None else row.hash, stat)
 
-    async def _report_conflict(self, path: str, copy: str, replayed: bool) -> None:
-        log.warning("shared workspace %s: %s was changed on another host first; this "
-                    "host's version is kept as %s", self._cfg.name, path, copy)
-        try:
-            inbox = self._ws.services.inbox
-            if replayed and any(i.get("details", {}).get("conflict_copy") == copy
-                                for i in inbox.list(include_acked=True)):
-                return  # reported before a crash interrupted the bookkeeping
-            await inbox.push(
-                "sync_conflict",
-                f"{path} was changed on another host first; your version is kept as {copy}",
-                [path, copy], details={"path": path, "conflict_copy": copy,
-                                       "shared_workspace": self._cfg.name})
-        except Exception:  # the copy is on disk either way; the inbox is a courtesy
-            log.exception("inbox item for the conflict on %s not recorded", path)
-
     async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
         """Wait until every local change made before the call is on the server (False:
         not within ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
         with trio.move_on_after(timeout_s):
             await self.watcher.sync()
             async with self._lock:
-                waiting = {c.id for c in self._outbox.pending()}
+                waiting = {c.id: c.path for c in self._outbox.pending()}
             while waiting:
-                if not online():
+                # A change the server refuses does not go up now either.
+                if not online() or not self.refusals.reasons.keys().isdisjoint(
+                        waiting.values()):
                     return False
                 event = self._uploaded_event
-                waiting &= {c.id for c in self._outbox.pending()}
+                pending = {c.id for c in self._outbox.pending()}
+                waiting = {i: p for i, p in waiting.items() if i in pending}
                 if waiting:
                     await event.wait()
             return True
@@ -410,7 +394,7 @@ class FileSync:
         its place, a file it may not replace) is passed by, named in ``blocked``: the
         rows after it are applied, and the cursor stays before it, so every catch-up
         tries it again until it applies."""
-        after = self._state.cursor
+        after = self.state.cursor
         blocked: dict[str, str] = {}
         hold: int | None = None  # the version of the first row passed by
         while True:
@@ -423,9 +407,9 @@ class FileSync:
             async with self._lock:
                 wanted = [r for r in rows if self._wanted(r)]
                 landing = [(r.path, r.hash) for r in wanted if r.hash is not None
-                           and self._state.landing.get(r.path) != r.hash]
+                           and self.state.landing.get(r.path) != r.hash]
                 with trio.CancelScope(shield=True):
-                    await in_thread(self._state.land, landing)
+                    await in_thread(self.state.land, landing)
                 failed: dict[str, Exception] = {}
                 updates = await self._apply_remote(wanted, failed)
                 for row in rows:
@@ -434,7 +418,7 @@ class FileSync:
                         hold = row.version if hold is None else min(hold, row.version)
                 cursor = after if hold is None else hold - 1
                 with trio.CancelScope(shield=True):
-                    await in_thread(partial(self._state.record, updates, cursor))
+                    await in_thread(partial(self.state.record, updates, cursor))
             self.pulled += len(updates)
             self.last_pull = time.time()
             self.behind = max(0, self.behind - len(rows))
@@ -449,7 +433,7 @@ class FileSync:
             log.warning("shared workspace %s: ignoring a file outside the replicated "
                         "folders: %r", self._cfg.name, row.path)
             return False
-        base = self._state.bases.get(row.path)
+        base = self.state.bases.get(row.path)
         if base is not None and (row.version <= base.version or base.redirect
                                  or base.settle):
             return False  # already known, or the uploader settles the path

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -118,13 +118,17 @@ class Outbox:
             self._log.rewrite([c.to_record() for c in self._pending.values()])
             self._lines = len(self._pending)
 
-    def head_run(self, count: int, data_bytes: int) -> list[Change]:
+    def head_run(self, count: int, data_bytes: int,
+                 passed: Collection[str] = frozenset()) -> list[Change]:
         """The oldest pending changes up to the first that repeats a path of the run, at
-        most ``count`` of them and, past the first, ``data_bytes`` of file content."""
+        most ``count`` of them and, past the first, ``data_bytes`` of file content; the
+        changes of the paths in ``passed`` are passed by (they wait, in their order)."""
         run: list[Change] = []
         paths: set[str] = set()
         size = 0
         for change in self._pending.values():
+            if change.path in passed:
+                continue
             size += len(change.data or b"")
             if len(run) == count or change.path in paths or (run and size > data_bytes):
                 break
@@ -137,6 +141,10 @@ class Outbox:
 
     def pending_for(self, path: str) -> bool:
         return path in self._paths
+
+    def count_for(self, path: str) -> int:
+        """How many pending changes name ``path``."""
+        return self._paths.get(path, 0)
 
     def __len__(self) -> int:
         return len(self._pending)

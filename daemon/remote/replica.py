@@ -47,6 +47,7 @@ from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.filesync import FileSync
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
+from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -96,6 +97,7 @@ class ReplicaStatus(TypedDict):
     last_error: str | None
     last_error_at: float | None
     blocked: dict[str, str]  # files of the feed this host cannot write, and why
+    refused: dict[str, str]  # local changes the server refuses to store, and why
     watcher: str
     vectors: VectorCounts
     search_mode: str
@@ -178,10 +180,12 @@ class Replica:
 
     def status(self) -> ReplicaStatus:
         blocked = self._files.blocked
+        refused = self._files.refusals.reasons
         online = self._conn_state == "online"
+        # Files this host cannot write, changes the server refuses: faults of one file.
+        faults = list(blocked.values()) + list(refused.values()) if online else []
         return {
-            # Files of the feed this host cannot write are a fault of this host's.
-            "state": "failing" if online and blocked else self._conn_state,
+            "state": "failing" if faults else self._conn_state,
             "server": mask_dsn(self._cfg.dsn),
             "name": self._cfg.name,
             "host": self.host,
@@ -194,10 +198,10 @@ class Replica:
             "online_since": self._online_since,
             "last_upload": self._files.last_upload,
             "last_pull": self._files.last_pull,
-            "last_error": next(iter(blocked.values())) if online and blocked
-            else self._last_error,
+            "last_error": faults[0] if faults else self._last_error,
             "last_error_at": self._last_error_at,
             "blocked": dict(blocked),
+            "refused": refused,
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
             "search_mode": self._cfg.search_mode,
@@ -262,7 +266,7 @@ class Replica:
         try:
             writer = await in_thread(db.connect, self._cfg)
             workspace_id, ident = await on_conn(writer, db.open_workspace, self._cfg.name)
-            if await self._files.server_went_back(writer, workspace_id, ident):
+            if await server_went_back(self._files.state, writer, workspace_id, ident):
                 # Its versions go on from a point the hosts read past: what they wrote
                 # since would never reach each other. A new identity makes every host
                 # start over (files the server lacks go up, the rest comes down).
@@ -448,3 +452,24 @@ def _secrets(cfg: RemoteConfig) -> list[str]:
     if cfg.password_env and os.environ.get(cfg.password_env):
         out.append(os.environ[cfg.password_env])
     return out
+
+
+async def server_went_back(state: ReplicaState, conn: db.Conn, workspace_id: int, ident: str
+                           ) -> bool:
+    """Whether the server of shared workspace ``ident``, the one this replica (its
+    ``state``) synced with, is behind what the replica saw of it (a server restored from
+    a backup, a failover to a replica that lagged): its last version is below the cursor
+    or the newest version the replica agreed on, or the file of that version is not so
+    on the server. New changes would get versions the other hosts already read past."""
+    if state.ident != ident:
+        return False  # another workspace: adopt starts over anyway
+    path, base = max(state.bases.items(), key=lambda item: item[1].version,
+                     default=("", Base(0, None)))
+    last = await on_conn(conn, db.last_version, workspace_id)
+    if last < max(state.cursor, base.version):
+        return True
+    if not base.version:
+        return False
+    row = await on_conn(conn, db.fetch, workspace_id, path)
+    return (row is None or row.version < base.version
+            or (row.version == base.version and row.hash != base.hash))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.remote.outbox import Change
 from recalld.daemon.store.applog import AppendLog
 
 
@@ -147,3 +148,26 @@ class ReplicaState:
                 snapshot.insert(0, {"ident": self.ident})
             self._log.rewrite(snapshot)
             self._lines = len(snapshot)
+
+    def target(self, path: str) -> tuple[str, int]:
+        """Where a change of ``path`` goes (the path, or its conflict copy while edits
+        are redirected there) and the version it is based on."""
+        base = self.bases.get(path)
+        if base is not None and base.redirect:
+            copy = self.bases.get(base.redirect)
+            return base.redirect, copy.version if copy else 0
+        return path, base.version if base else 0
+
+    def targets(self, run: list[Change]) -> list[tuple[Change, str, int]]:
+        """Where each change of ``run`` goes and the version it is based on, up to the
+        first whose path or target another one of the run already names (one transaction
+        must not base a change on a version an earlier one of it is about to make)."""
+        batch: list[tuple[Change, str, int]] = []
+        named: set[str] = set()
+        for change in run:
+            target, base_version = self.target(change.path)
+            if batch and (change.path in named or target in named):
+                break
+            batch.append((change, target, base_version))
+            named.update((change.path, target))
+        return batch

@@ -1,0 +1,61 @@
+"""Shared workspaces: a local change the server refuses to store (a path longer than its
+index can hold, a character its encoding lacks) waits by itself; the rest goes up.
+
+Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
+tests/test_remote.py.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import cli, converged, notes, pair, remote_status, root, write
+from waits import wait_for
+
+# A valid path on Linux (names under 255 bytes, the whole under 4,096) that PostgreSQL's
+# B-tree index of the files cannot hold (about 2.7 kB a key): no two folders alike, so
+# the key does not compress below that.
+DEEP = "memory/" + "/".join(f"{i:02d}" + "".join(chr(0x4E00 + (i * 67 + j * 7) % 20000)
+                                                 for j in range(62)) for i in range(16))
+LONG = DEEP + "/deep.md"
+
+
+def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    assert len(LONG.encode()) < 4096
+    a, b, _ = pair(daemon_factory, pg_server)
+    # Queued in one run with notes to other files (a stopped while they are written).
+    a.signal(signal.SIGSTOP)
+    try:
+        write(a, "memory/2026-08-01/before.md", "# Before\nwritten before\n")
+        write(a, LONG, "# Deep\nfar down\n")
+        write(a, "memory/2026-08-01/beside.md", "# Beside\nwritten beside\n")
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: {"memory/2026-08-01/before.md", "memory/2026-08-01/beside.md"}
+             <= notes(b).keys(), what="the other notes on b")
+    status = wait_for(lambda: (lambda s: s if s["refused"] else None)(remote_status(a)),
+                      what="the long path refused")
+    assert list(status["refused"]) == [LONG], status
+    assert status["state"] == "failing" and status["outbox"] == 1, status
+    assert "the server refuses to store" in str(status["last_error"]), status
+    # Later notes go up too: the replica stays online.
+    write(a, "memory/2026-08-01/after.md", "# After\nwritten after\n")
+    wait_for(lambda: "memory/2026-08-01/after.md" in notes(b), what="after on b")
+    shown = cli(a, "doctor")
+    assert "is reachable" not in shown and "rename the note" in shown, shown
+    # An edit takes the place of the refused change; the outbox holds one change.
+    write(a, LONG, "# Deep\nfar down, edited\n")
+    wait_for(lambda: (root(a) / LONG).read_text().endswith("edited\n")
+             and remote_status(a)["outbox"] == 1, what="one change of the long path")
+
+    # Renamed to a path the server can hold, it goes up, and nothing waits any more.
+    (root(a) / LONG).rename(root(a) / "memory/2026-08-01/deep.md")
+    wait_for(lambda: converged(a, b) and "memory/2026-08-01/deep.md" in notes(b),
+             what="the renamed note on b")
+    assert (root(b) / "memory/2026-08-01/deep.md").read_text() == "# Deep\nfar down, edited\n"
+    status = remote_status(a)
+    assert status["state"] == "online" and status["refused"] == {}, status
+    assert LONG not in notes(b)
