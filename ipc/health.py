@@ -273,7 +273,8 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
                     f"{remote.get('last_error') or 'connecting'}; "
                     f"{remote.get('outbox')} local change(s) wait in the outbox",
             f"check that the PostgreSQL server named by [workspaces.{a.agent_id}].remote is "
-            "reachable; the outbox goes up once it is"))
+            "reachable and accepts this host (the user, password, database and TLS settings "
+            "of its dsn); the outbox goes up once it does"))
 
 
 def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
@@ -324,8 +325,8 @@ def _failing_advice(blocked: object, refused: object = None) -> str:
         advice.append(f"the server refuses to store {_named(refused)} (the reason is in "
                       "status' refused: a path too long for its index, a character its "
                       "encoding lacks): rename the note; the rest goes up meanwhile")
-    return "; ".join(advice) or ("see the daemon's log (replication failed) for the file or "
-                                 "change at fault; the replica retries by itself")
+    return "; ".join(advice) or ("the error says what fails (the daemon's log has the "
+                                 "details); the replica retries by itself")
 
 
 def _named(paths: Mapping[object, object]) -> str:

@@ -1,5 +1,7 @@
-"""Shared workspaces: a local change the server refuses to store (a path longer than its
-index can hold, a character its encoding lacks) waits by itself; the rest goes up.
+"""Shared workspaces: a server that answers but refuses. A local change the server
+refuses to store (a path longer than its index can hold, a character its encoding lacks)
+waits by itself while the rest goes up; a schema newer than this recalld, or a
+connection the server turns away, is told as such, not only as "unreachable".
 
 Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
 tests/test_remote.py.
@@ -8,10 +10,12 @@ tests/test_remote.py.
 from __future__ import annotations
 
 import signal
+import uuid
 
+import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import cli, converged, notes, pair, remote_status, root, write
+from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
 # A valid path on Linux (names under 255 bytes, the whole under 4,096) that PostgreSQL's
@@ -59,3 +63,39 @@ def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
     status = remote_status(a)
     assert status["state"] == "online" and status["refused"] == {}, status
     assert LONG not in notes(b)
+
+
+def test_a_schema_newer_than_this_recalld_is_failing_with_upgrade_advice(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # A database another host's newer recalld migrated answers: this host is too old,
+    # the server is not offline.
+    database = "n" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}".encode())
+    dsn = pg_server.dsn.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE recalld_schema_migrations (version integer PRIMARY KEY,"
+                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute("INSERT INTO recalld_schema_migrations VALUES (99, 'from the future')")
+    a = daemon_factory(config(dsn, "team", "hosta"))
+    status = wait_for(lambda: (lambda s: s if s["last_error"] else None)(remote_status(a)),
+                      what="the first attempt")
+    assert status["state"] == "failing", status
+    assert "upgrade recalld" in str(status["last_error"]), status
+    write(a, "memory/2026-08-01/kept.md", "# Kept\nwaits for the upgrade\n")
+    wait_for(lambda: remote_status(a)["outbox"] == 1, what="the change kept")
+    shown = cli(a, "doctor")
+    assert "remote failing" in shown and "upgrade recalld" in shown, shown
+    assert "is reachable" not in shown, shown
+    assert a.log().count("this recalld knows up to") == 1  # said once, not at each retry
+
+
+def test_a_server_that_refuses_the_connection_is_not_only_called_unreachable(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a = daemon_factory(config(pg_server.dsn.rsplit("/", 1)[0] + "/nosuchdatabase", "team",
+                              "hosta"))
+    wait_for(lambda: remote_status(a)["last_error"], what="the first attempt")
+    assert remote_status(a)["state"] == "offline"
+    shown = cli(a, "doctor")
+    assert 'database "nosuchdatabase" does not exist' in shown, shown
+    assert "accepts this host (the user, password, database and TLS settings" in shown, shown

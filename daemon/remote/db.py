@@ -50,7 +50,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
-from recalld.daemon.remote.schema import SchemaTooNew, migrate
+from recalld.daemon.remote.schema import migrate
 
 Outcome = Literal["applied", "same", "kept", "conflict"]
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -70,8 +70,10 @@ SEARCH_TIMEOUT_S = 5.0
 #: local index at once rather than each waiting on a server that may hang (a new session
 #: with the server ends it sooner).
 SEARCH_PAUSE_S = 30.0
-#: What the callers of these functions take for "the server is unavailable now".
-UNAVAILABLE = (psycopg.Error, OSError, SchemaTooNew)
+#: What the callers of these functions take for "the server is unavailable now" (a
+#: schema too new, :class:`~recalld.daemon.remote.schema.SchemaTooNew`, is not: the
+#: replica tells it apart).
+UNAVAILABLE = (psycopg.Error, OSError)
 
 
 class NoAnswer(TimeoutError):

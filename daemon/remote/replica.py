@@ -46,6 +46,7 @@ from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.filesync import FileSync
+from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.workspaces import Workspace
@@ -224,6 +225,12 @@ class Replica:
             except* db.BadDsn as group:
                 self._record_error(group.exceptions[0], server=False)
                 misconfigured = True
+            except* SchemaTooNew as group:
+                # The server answers; this recalld cannot use its tables ("upgrade").
+                ours = True
+                if self._last_error != one_line(group.exceptions[0], ()):
+                    log.error("shared workspace %s: %s", self._cfg.name, group.exceptions[0])
+                self._record_error(group.exceptions[0], server=False)
             except* db.UNAVAILABLE as group:
                 self._record_error(group.exceptions[0])
             except* Exception as group:
