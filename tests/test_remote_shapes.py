@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import uuid
+from pathlib import Path
 
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
@@ -104,3 +105,45 @@ def test_note_folders_deeper_than_one_level_are_replicated(
     wait_for(lambda: not (root(a) / "notes/daily/2026-07-27").exists()
              and not (root(a) / "notes/digest/birds.md").exists(), what="deletions on a")
     assert (root(a) / "notes/daily").is_dir() and (root(a) / "notes/digest").is_dir()
+
+
+def test_notes_behind_a_linked_folder_are_not_deleted_on_the_other_hosts(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # A folder moved to another disk and linked back: the replica does not follow the
+    # link (nor does the index), and what it cannot see is unknown, not deleted.
+    a, b, name = pair(daemon_factory, pg_server)
+    for rel in ("memory/proj/one.md", "memory/proj/two.md", "memory/2026-08-01/top.md"):
+        write(a, rel, f"# Note\n{rel}\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 3, what="notes on b")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    a.signal(signal.SIGSTOP)  # moved and linked before a looks
+    try:
+        (root(a) / "memory/proj").rename(elsewhere / "proj")
+        (root(a) / "memory/proj").symlink_to(elsewhere / "proj")
+    finally:
+        a.signal(signal.SIGCONT)
+    write(a, "memory/2026-08-01/later.md", "# Later\nafter the link\n")
+    wait_for(lambda: "memory/2026-08-01/later.md" in notes(b), what="a's later note on b")
+    assert "memory/proj/one.md" in notes(b)
+    # And the whole memory/ folder, while a is stopped.
+    a.stop()
+    (root(a) / "memory").rename(elsewhere / "memory")
+    (root(a) / "memory").symlink_to(elsewhere / "memory")
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    wait_for(lambda: remote_status(a)["state"] == "online", what="a online")
+    (elsewhere / "memory/2026-08-01/top.md").write_text("# Note\nedited behind the link\n")
+    write(a, "digest/after.md", "# After\nwritten after the edit\n")
+    wait_for(lambda: "digest/after.md" in notes(b), what="a's note after the edit on b")
+    assert sorted(notes(b)) == ["digest/after.md", "memory/2026-08-01/later.md",
+                                "memory/2026-08-01/top.md", "memory/proj/one.md",
+                                "memory/proj/two.md"]
+    # What b writes there cannot land on a: a's fault, named.
+    write(b, "memory/proj/three.md", "# Three\nfrom b\n")
+    status = wait_for(lambda: (lambda s: s if s["blocked"] else None)(remote_status(a)),
+                      what="the note held back on a")
+    assert status["state"] == "failing", status
+    assert "memory is a symbolic link" in status["blocked"]["memory/proj/three.md"], status
+    assert not (elsewhere / "memory/proj/three.md").exists()
+    # Said once, not at each of the watcher's retries.
+    assert a.log().count("cannot read memory/proj/one.md now") == 1

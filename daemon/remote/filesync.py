@@ -102,6 +102,9 @@ class FileSync:
         self.behind = 0
         #: Paths of the feed this host could not write, and why (tried at each catch-up).
         self._feed_blocked: dict[str, str] = {}
+        #: Local notes that could not be read at their last change or rescan, and why
+        #: (said once in the log, not at each rescan).
+        self._unreadable: dict[str, str] = {}
         #: Local changes the server refuses to store, held back each by itself.
         self.refusals = refusals.Refusals()
         #: Paths that must take the server's version (a change of this host's lost to
@@ -148,9 +151,15 @@ class FileSync:
             # either before or after, never as a stale copy queued as a local edit.
             failed: dict[str, Exception] = {}
             files = await in_thread(self._fs.read_each, wanted, failed)
-            for path, exc in failed.items():  # stays as the replica knew it until then
-                log.warning("shared workspace %s: cannot read %s now (%s); it is read "
-                            "again at its next change or rescan", self._cfg.name, path, exc)
+            for path in wanted:  # one that fails stays as the replica knew it until then
+                why = str(failed[path]) if path in failed else None
+                if why is not None and self._unreadable.get(path) != why:
+                    log.warning("shared workspace %s: cannot read %s now (%s); it is read "
+                                "again at its next change or rescan", self._cfg.name, path, why)
+                if why is None:
+                    self._unreadable.pop(path, None)
+                else:
+                    self._unreadable[path] = why
             await self._observe(f for f in files if f is not None)
 
     async def _observe(self, files: Iterable[LocalFile]) -> None:
@@ -311,12 +320,12 @@ class FileSync:
         if self._outbox.pending_for(path):
             self._unsettled.pop(path, None)
             return
-        local = await in_thread(self._fs.read, path)
-        if local.hash != self._last_local.get(path):
-            self._unsettled.pop(path, None)
-            await self._observe([local])  # edited again meanwhile: that goes up first
-            return
         try:
+            local = await in_thread(self._fs.read, path)
+            if local.hash != self._last_local.get(path):
+                self._unsettled.pop(path, None)
+                await self._observe([local])  # edited again meanwhile: that goes up first
+                return
             base = await self._install(path, row)
         except (OSError, RecalldError) as exc:  # a folder in its place: only it waits
             reason = f"cannot write {path}: {exc}"

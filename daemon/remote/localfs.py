@@ -35,6 +35,25 @@ _NO_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, err
                       errno.ENAMETOOLONG, errno.ENODEV})
 
 
+class LinkOnTheWay(OSError):
+    """A folder on a note's path is a symbolic link (``memory/`` moved to another disk and
+    linked back, a project folder linked in): the replica neither follows it nor takes
+    the notes behind it for deleted, which would delete them on every other host."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(errno.ELOOP, "a symbolic link the replica does not follow", folder)
+
+    def __str__(self) -> str:
+        return f"{self.filename} is a symbolic link, which the replica does not follow"
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -99,17 +118,22 @@ class Confinement:
         """``path`` as it is now: absent unless a regular file (a folder, a link or a
         socket of that name is no note, as for the index, so its note counts as deleted).
         Raises OSError when the file may be there but cannot be read now (no descriptors
-        left, an I/O error, no permission): that is no deletion."""
+        left, an I/O error, no permission, :class:`LinkOnTheWay`): that is no deletion."""
         parts = safepath.split_relative(path)
         current = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for name in parts[:-1]:
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
+            for depth, name in enumerate(parts[:-1], 1):
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=current)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(name, current):
+                        raise LinkOnTheWay("/".join(parts[:depth])) from None
+                    raise
                 os.close(current)
                 current = child
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
         except OSError as exc:
-            if exc.errno in _NO_NOTE:
+            if exc.errno in _NO_NOTE and not isinstance(exc, LinkOnTheWay):
                 return LocalFile(path, None, None, None)
             raise
         finally:
