@@ -11,10 +11,13 @@ import signal
 import uuid
 from pathlib import Path
 
+import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
+
+from recalld.daemon.remote.filesync import BLOCKED_RETRY_S
 
 
 def test_a_note_replaced_by_a_folder_of_its_name_and_back_converges(
@@ -147,3 +150,45 @@ def test_notes_behind_a_linked_folder_are_not_deleted_on_the_other_hosts(
     assert not (elsewhere / "memory/proj/three.md").exists()
     # Said once, not at each of the watcher's retries.
     assert a.log().count("cannot read memory/proj/one.md now") == 1
+
+
+def feed_rows_read(pg: PgServer) -> int:
+    """Rows of the files table the server has read so far (its statistics, which a busy
+    backend reports at the end of a call a second or more after its last report)."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+                           " FROM pg_stat_user_tables WHERE relname = 'recalld_files'"
+                           ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # Each retry (every few seconds) of a note b cannot write fetches that note: the
+    # 300 notes after it, applied already, are not read again each time.
+    a, b, _ = pair(daemon_factory, pg_server)
+    (root(b) / "digest/wiki/plan.md").mkdir(parents=True)
+    write(a, "digest/wiki/plan.md", "# Plan\nblocked on b\n")
+    for i in range(300):
+        write(a, f"memory/2026-07-24/n{i}.md", f"# N{i}\nnote {i}\n")
+    wait_for(lambda: len(notes(b)) == 300 and remote_status(b)["state"] == "failing",
+             what="the rest on b")
+
+    def retried() -> None:  # each try reads the feed and marks the time
+        last = remote_status(b)["last_pull"]
+        wait_for(lambda: remote_status(b)["last_pull"] != last, what="a retry",
+                 deadline_s=BLOCKED_RETRY_S * 6)
+
+    retried()  # a busy backend reports its statistics at the end of its next call
+    retried()
+    before = feed_rows_read(pg_server)
+    retried()
+    retried()
+    assert feed_rows_read(pg_server) - before < 300
+    assert remote_status(b)["blocked"] == {"digest/wiki/plan.md": remote_status(b)[
+        "last_error"]}
+    (root(b) / "digest/wiki/plan.md").rmdir()
+    wait_for(lambda: converged(a, b) and remote_status(b)["state"] == "online",
+             what="b online again")
+    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nblocked on b\n"

@@ -389,8 +389,9 @@ class FileSync:
         feed only once all of it is applied. A notification that came while the feed was
         read is kept by the driver for the next drain, so none is missed."""
         fd = conn.fileno()
+        read_upto = 0
         while True:
-            await self._catch_up(conn, workspace_id)
+            read_upto = await self._catch_up(conn, workspace_id, read_upto)
             for path in list(self._unsettled):
                 await self._fetch_and_settle(conn, workspace_id, path)
             if await on_conn(conn, db.drain_notifies):
@@ -398,21 +399,27 @@ class FileSync:
             with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
                 await trio.lowlevel.wait_readable(fd)
 
-    async def _catch_up(self, conn: db.Conn, workspace_id: int) -> None:
-        """Apply the feed from the cursor on. A row this host cannot write (a folder in
-        its place, a file it may not replace) is passed by, named in ``blocked``: the
-        rows after it are applied, and the cursor stays before it, so every catch-up
-        tries it again until it applies."""
-        after = self.state.cursor
+    async def _catch_up(self, conn: db.Conn, workspace_id: int, read_upto: int) -> int:
+        """Apply the feed from the cursor on; the version read up to. A row this host
+        cannot write (a folder in its place, a file it may not replace) is passed by,
+        named in ``blocked``: the rows after it are applied, and the cursor stays before
+        it, so a restart reads it again; within the session (the feed read up to
+        ``read_upto``), each catch-up fetches only the rows passed by again, by path."""
+        after = max(self.state.cursor, read_upto)
         blocked: dict[str, str] = {}
         hold: int | None = None  # the version of the first row passed by
+        again = [await on_conn(conn, db.fetch, workspace_id, p) for p in self._feed_blocked]
+        retry: list[db.Row] | None = sorted(filter(None, again), key=lambda r: r.version)
         while True:
-            rows = await on_conn(conn, db.feed, workspace_id, after)
-            if not rows:
+            if retry is not None:  # first the rows passed by before
+                rows, retry = retry, None
+            elif rows := await on_conn(conn, db.feed, workspace_id, after):
+                if not self.behind:  # how far this catch-up goes
+                    self.behind = len(rows) + await on_conn(conn, db.left_after, workspace_id,
+                                                            rows)
+                after = rows[-1].version
+            else:
                 break
-            if not self.behind:  # how far this catch-up goes
-                self.behind = len(rows) + await on_conn(conn, db.left_after, workspace_id, rows)
-            after = rows[-1].version
             async with self._lock:
                 wanted = [r for r in rows if self._wanted(r)]
                 landing = [(r.path, r.hash) for r in wanted if r.hash is not None
@@ -425,7 +432,7 @@ class FileSync:
                     if row.path in failed:
                         blocked[row.path] = f"cannot write {row.path}: {failed[row.path]}"
                         hold = row.version if hold is None else min(hold, row.version)
-                cursor = after if hold is None else hold - 1
+                cursor = after if hold is None else min(after, hold - 1)
                 with trio.CancelScope(shield=True):
                     await in_thread(partial(self.state.record, updates, cursor))
             self.pulled += len(updates)
@@ -435,6 +442,7 @@ class FileSync:
         for path in blocked.keys() - self._feed_blocked.keys():
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
         self._feed_blocked = blocked
+        return after
 
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""
