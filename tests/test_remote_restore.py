@@ -17,6 +17,8 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import converged, notes, pair, remote_status, write
 from waits import wait_for
 
+from recalld.daemon.remote.filesync import CATCH_UP_EVERY_S
+
 TABLES = ("recalld_files", "recalld_changes")
 
 
@@ -79,3 +81,23 @@ def test_a_server_restored_from_a_backup_gets_back_what_it_lost(
     texts = [(a.data_dir / "workspaces/default" / p).read_text() for p in notes(a)]
     assert any("edited after the backup" in t for t in texts)
     assert any("the server is behind what this replica saw" in d.log() for d in (a, b))
+
+
+def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # Its row deleted while both hosts are connected (an operator cleaning up): neither
+    # host stays "online" with a workspace that is gone; both start over with a new one.
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-07-20/one.md", "# One\nbefore the removal\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 1, what="one on b")
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM recalld_workspaces WHERE name = %s", (name,))
+    # a finds out by uploading, b (which writes nothing) by its next catch-up.
+    write(a, "memory/2026-07-20/two.md", "# Two\nafter the removal\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 2, what="converged again",
+             deadline_s=CATCH_UP_EVERY_S * 3)
+    for d in (a, b):
+        status = remote_status(d)
+        assert status["state"] == "online", status
+        assert "no longer on the server" in str(status["last_error"]), status
+    assert "AssertionError" not in a.log() + b.log()

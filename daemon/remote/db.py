@@ -70,10 +70,23 @@ SEARCH_TIMEOUT_S = 5.0
 #: local index at once rather than each waiting on a server that may hang (a new session
 #: with the server ends it sooner).
 SEARCH_PAUSE_S = 30.0
+
+
+class WorkspaceGone(Exception):
+    """The shared workspace's row is no longer on the server (removed there while this
+    host was connected). Taken for an outage: the replica connects again, which creates
+    the workspace anew under a new identity, and every host starts over with it (files
+    the server lacks go up, the rest comes down), as after a restore."""
+
+    def __init__(self, workspace_id: int) -> None:
+        super().__init__(f"the shared workspace (id {workspace_id}) is no longer on the "
+                         "server (removed there): every host starts over with it")
+
+
 #: What the callers of these functions take for "the server is unavailable now" (a
 #: schema too new, :class:`~recalld.daemon.remote.schema.SchemaTooNew`, is not: the
 #: replica tells it apart).
-UNAVAILABLE = (psycopg.Error, OSError)
+UNAVAILABLE = (psycopg.Error, OSError, WorkspaceGone)
 
 
 class NoAnswer(TimeoutError):
@@ -165,7 +178,8 @@ def last_version(conn: Conn, workspace_id: int) -> int:
     """The highest version the shared workspace has given out."""
     row = conn.execute("SELECT last_version FROM recalld_workspaces WHERE workspace_id = %s",
                        (workspace_id,)).fetchone()
-    assert row is not None
+    if row is None:
+        raise WorkspaceGone(workspace_id)
     return int(str(row[0]))
 
 
@@ -240,7 +254,8 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
         "UPDATE recalld_workspaces SET last_version = last_version + 1 "
         "WHERE workspace_id = %s RETURNING last_version, search_chunked",
         (workspace_id,)).fetchone()
-    assert bumped is not None
+    if bumped is None:
+        raise WorkspaceGone(workspace_id)
     version = int(str(bumped[0]))
     search_chunked = bool(bumped[1])
     current = conn.execute(
@@ -321,7 +336,8 @@ def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE,
          max_bytes: int = FEED_PAGE_BYTES) -> list[Row]:
     """Files changed after version ``after``, oldest change first (latest state of each):
     at most ``limit``, ending with the one that brings their content to ``max_bytes``
-    (so a host catching up on big notes holds a bounded page; a bigger one comes alone)."""
+    (so a host catching up on big notes holds a bounded page; a bigger one comes alone).
+    :class:`WorkspaceGone` when there is none and the workspace was removed."""
     rows = conn.execute(
         "SELECT path, content, content_hash, version, deleted, author_host FROM ("
         " SELECT *, sum(octet_length(content)) OVER (ORDER BY version) AS upto FROM ("
@@ -329,6 +345,8 @@ def feed(conn: Conn, workspace_id: int, after: int, limit: int = FEED_PAGE,
         "  ORDER BY version LIMIT %s) next) page"
         " WHERE upto - octet_length(content) < %s ORDER BY version",
         (workspace_id, after, limit, max_bytes)).fetchall()
+    if not rows:
+        last_version(conn, workspace_id)  # nothing new, or no workspace any more
     return [_row(r) for r in rows]
 
 
