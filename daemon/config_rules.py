@@ -20,7 +20,6 @@ import difflib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import PurePosixPath
 from typing import TypeGuard
 from urllib.parse import unquote, urlsplit
@@ -82,16 +81,15 @@ def one_of(choices: Sequence[str], *, fold_case: bool = False) -> Rule:
 
 
 def _cron(value: object) -> str | None:
-    from croniter import croniter  # only when a cron expression is checked
+    from recalld.daemon.scheduler import cron_problem  # only when a cron is checked
 
-    if not isinstance(value, str) or not croniter.is_valid(value) or len(value.split()) != 5:
+    problem = cron_problem(value)
+    if problem is None and isinstance(value, str) and len(value.split()) == 5:
+        return None
+    if problem is None or problem == "is invalid":
         return "must be a cron expression of 5 fields (minute hour day month weekday), " \
                "e.g. \"0 23 * * *\""
-    try:
-        croniter(value, datetime(2000, 1, 1)).get_next(datetime)
-    except Exception as exc:  # croniter raises its own family for impossible dates
-        return f"never fires: {exc}"
-    return None
+    return problem
 
 
 def _window_chars(value: object) -> str | None:

@@ -34,6 +34,7 @@ import importlib
 import logging
 import os
 import random
+import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -89,22 +90,42 @@ async def load_cron() -> None:
     await trio.to_thread.run_sync(importlib.import_module, "croniter")
 
 
+# croniter's ``R`` (``R``, ``R(0-29)``, ``R/5``): a value drawn at random each time the
+# expression is read, so each reading is another series of times.
+_RANDOM_PART = re.compile(r"^R(\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE)
+
+
+def cron_problem(expr: object) -> str | None:
+    """What makes ``expr`` no schedule, as the end of a sentence (None: it is one): not a
+    cron expression, a random field, or a time that never comes."""
+    from croniter import croniter  # loaded with the first schedule, not at start-up
+
+    if not isinstance(expr, str) or not croniter.is_valid(expr):
+        return "is invalid"
+    if any(_RANDOM_PART.match(part) for field in expr.split() for part in field.split(",")):
+        # Every reading would fire at other times: an occurrence could fire twice or never.
+        return ("must not have a random field (R): runs already start at a random delay "
+                "after their time (schedule_jitter_s)")
+    try:
+        croniter(expr, datetime(2000, 1, 1)).get_next(datetime)
+    except Exception as exc:  # croniter raises its own family for impossible dates
+        return f"never fires: {exc}"
+    return None
+
+
 class CronSchedule:
     """A cron expression in a time zone, as a strictly increasing series of instants."""
 
     def __init__(self, expr: str, tz: tzinfo | str | None = None) -> None:
-        from croniter import croniter  # loaded with the first schedule, not at start-up
-
-        if not isinstance(expr, str) or not croniter.is_valid(expr):
+        problem = cron_problem(expr)
+        if problem == "is invalid":
             raise ValueError(f"invalid cron expression {expr!r}")
+        if problem is not None:
+            raise ValueError(f"cron expression {expr!r} {problem}")
         self.expr = expr
         self.tz: tzinfo = (ZoneInfo(tz) if isinstance(tz, str)
                            else tz if tz is not None else local_zone())
         self._last_next: tuple[datetime, datetime] | None = None  # (at, next_after(at))
-        try:
-            croniter(expr, datetime(2000, 1, 1)).get_next(datetime)
-        except Exception as exc:  # croniter raises its own family for impossible dates
-            raise ValueError(f"cron expression {expr!r} never fires: {exc}") from None
 
     def _local(self, at: datetime) -> datetime:
         return at.astimezone(self.tz).replace(tzinfo=None)

@@ -153,6 +153,8 @@ def test_embedding_backends_are_the_providers() -> None:
     ("workspaces = 5\n", "workspaces = 5"),
     ("daemon = 3\n", "daemon must be a table"),
     ('[workspace_defaults]\ndream_cron = "every night"\n', 'dream_cron = "every night"'),
+    ('[workspace_defaults]\ndream_cron = "R 23 * * *"\n',
+     'dream_cron = "R 23 * * *": must not have a random field (R)'),
     ('[workspace_defaults.search]\nvector_weight = 0\nkeyword_weight = 0\n',
      "must not both be 0"),
     ("[workspace_defaults]\nsearch = 5\n", "search = 5: must be a table"),
