@@ -156,7 +156,8 @@ class RunLog:
 
 def render_markdown(run: RunLog) -> str:
     lines = [f"# Dream run {run.run_id}", "",
-             f"- started: {run.started}", f"- finished: {run.finished}",
+             f"- started: {run.started}",
+             f"- finished: {run.finished or 'not (running, or the daemon stopped during it)'}",
              f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}", ""]
     if run.notes:
         lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]

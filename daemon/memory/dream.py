@@ -21,6 +21,8 @@ are written (:mod:`changelog`) and, if memory changed, one inbox item is pushed.
 
 Cancellation: files already written stay written; the run log and catalog of what was done
 so far are still saved (shielded, under a deadline), so undo and the next run see them.
+A daemon killed mid-run loses neither: the run log is saved after each file written and
+the catalog after each note processed.
 """
 
 from __future__ import annotations
@@ -188,7 +190,13 @@ class _Run:
         written = (await self.files.replace(rel, before, text)).text
         self.log.record_write(rel, None if before is None else before.encode(),
                               written.encode())
+        await self.save_log()  # a daemon killed now leaves the write undoable
         return written
+
+    async def save_log(self) -> None:
+        await trio.to_thread.run_sync(
+            changelog.write_run, changelog.runs_dir(self.ws.root, self.ws.settings.metadata_dir),
+            self.log)
 
     async def _integrate(self, args: Mapping[str, object]) -> str:
         # What the model writes in words is masked before use: a node's name becomes its
@@ -399,15 +407,14 @@ async def run_dream(
                 continue
             catalog[note] = {"path": note, "digest": sha, "state": "processed",
                              "run_id": run.log.run_id, "processed_at": started.isoformat()}
+            await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
         await _refresh_interests(run)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             run.log.finished = datetime.now(UTC).isoformat()
             await save()
-            await trio.to_thread.run_sync(
-                changelog.write_run, changelog.runs_dir(ws.root, settings.metadata_dir),
-                run.log)
+            await run.save_log()
     summary = run.log.summary()
     summary["changed"] = run.log.changed
     summary["recognised_from_reme"] = recognised

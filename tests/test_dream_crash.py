@@ -1,0 +1,45 @@
+"""auto_dream and a daemon killed (SIGKILL) in the middle of a run: what the run wrote
+before it died is in its change log (so it can be undone), and the notes it finished are
+not dreamed again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonFactory
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
+from waits import wait_for, wait_job
+
+__all__ = ["fake"]  # the fixture, used by name
+
+
+def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
+    write(root, a, "猫の名前はミソ. The cat is called Miso.\n")
+    write(root, b, "Fact two: tea at five.\n")
+    d = daemon_factory()
+    open_ws(d, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                                     "content": "- the cat is called Miso", "reason": "fact"})]]
+    # a: a tool call, then its final answer; b's first request hangs: the daemon dies there.
+    fake.script(Reply(), Reply(), Reply(delay_s=30))
+    job_id = d.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
+    wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
+    assert (root / "digest/personal/cat.md").exists()
+    d.kill()
+
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    open_ws(d2, root, fake)
+    assert wait_job(d2, job_id, agent=AGENT)["state"] == "failed"
+    runs = d2.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert len(runs) == 1 and runs[0]["files"] == ["digest/personal/cat.md"], runs
+    # The next run reads only the note the killed one had not finished.
+    model.plan[b] = []
+    assert dream(d2)["notes"] == 1
+    assert sum(1 for r in fake.requests if a in r.body.decode()) == 2  # a's two, before
+    d2.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
+    assert not (root / "digest/personal/cat.md").exists()
