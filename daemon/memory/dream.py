@@ -15,9 +15,11 @@ has four tools:
 ``note_interests``. ``integrate`` is applied at once by :mod:`digest` (deterministic
 rules: sources, history, refusal of destructive rewrites) and written through the shared
 file operations, so the next search sees it. A note whose conversation failed (provider
-down, malformed answers) is left out of the catalog and retried by the next run; other
-notes go on. Then ``digest/interests.yaml`` is refreshed, the change log and undo record
-are written (:mod:`changelog`) and, if memory changed, one inbox item is pushed.
+down, malformed answers, or cut off at ``max_steps_per_note`` while the model still called
+tools: the rest of the note may be unread) is left out of the catalog and retried by the
+next run; what it integrated stays; other notes go on. Then ``digest/interests.yaml`` is
+refreshed, the change log and undo record are written (:mod:`changelog`) and, if memory
+changed, one inbox item is pushed.
 
 Cancellation: files already written stay written; the run log and catalog of what was done
 so far are still saved (shielded, under a deadline), so undo and the next run see them.
@@ -49,7 +51,7 @@ from recalld.daemon.memory.fileops import (
     read_confined,
 )
 from recalld.daemon.memory.inbox import push_inbox
-from recalld.daemon.memory.llm import run_tools
+from recalld.daemon.memory.llm import LoopFailed, run_tools
 from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
@@ -394,9 +396,13 @@ async def run_dream(
                         {"role": "system", "content": SYSTEM_PROMPT},
                         {"role": "user",
                          "content": _user_message(note, body, nodes, n, len(parts))}]
-                    await run_tools(chat, messages, tool_schemas(), run.dispatch,
-                                    max_steps=cfg.max_steps_per_note,
-                                    deadline_s=cfg.deadline_per_note_s)
+                    result = await run_tools(chat, messages, tool_schemas(), run.dispatch,
+                                             max_steps=cfg.max_steps_per_note,
+                                             deadline_s=cfg.deadline_per_note_s)
+                    if not result.finished:  # cut off: the rest of the note may be unread
+                        raise LoopFailed(f"the chat model did not finish within "
+                                         f"{cfg.max_steps_per_note} steps (it was still "
+                                         "calling tools)")
             except ProviderConfigError:
                 raise
             except (ProviderError, JobFailed) as exc:

@@ -1,0 +1,40 @@
+"""auto_dream at its limits: a conversation the step budget cuts off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, run_job, write
+
+__all__ = ["fake"]  # the fixture, used by name
+
+STEPS = 12  # DreamConfig.max_steps_per_note
+
+
+def _fact(n: int) -> list[tuple[str, dict[str, str]]]:
+    return [("integrate", {"action": "CREATE", "bucket": "wiki", "name": f"Host {n}",
+                           "content": f"- host {n} runs service {n}", "reason": "fact"})]
+
+
+def test_a_note_cut_off_by_the_step_budget_is_read_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-11-27/hosts.md"
+    write(root, note, "".join(f"- host {n} runs service {n}\n" for n in range(STEPS + 2)))
+    open_ws(daemon, root, fake)
+    # One fact a step: the budget ends with two facts still to go.
+    model.plan[note] = [_fact(n) for n in range(STEPS + 2)]
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and f"within {STEPS} steps" in job["error"], job
+    assert (root / "digest/wiki/host-11.md").exists()
+    assert not (root / f"digest/wiki/host-{STEPS}.md").exists()
+    # The next run reads the note again; what was integrated is not doubled.
+    model.plan[note] = [_fact(STEPS), _fact(STEPS + 1), _fact(0)]
+    result = dream(daemon)
+    assert result["notes"] == 1 and result["actions"] == {"CREATE": 2, "unchanged": 1}, result
+    assert (root / f"digest/wiki/host-{STEPS + 1}.md").exists()
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert len(runs) == 2
