@@ -1,15 +1,18 @@
-"""auto_dream and a daemon killed (SIGKILL) in the middle of a run: what the run wrote
-before it died is in its change log (so it can be undone), and the notes it finished are
-not dreamed again."""
+"""auto_dream in the middle of a run: a daemon killed (SIGKILL) there leaves what the run
+wrote in its change log (so it can be undone), and the notes it finished are not dreamed
+again; a run going on cannot be undone under its feet."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DaemonFactory
+import pytest
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
 from waits import wait_for, wait_job
+
+from recalld.ipc.errors import AlreadyRunning
 
 __all__ = ["fake"]  # the fixture, used by name
 
@@ -43,3 +46,28 @@ def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
     assert sum(1 for r in fake.requests if a in r.body.decode()) == 2  # a's two, before
     d2.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
     assert not (root / "digest/personal/cat.md").exists()
+
+
+def test_a_run_going_on_is_not_undone_under_its_feet(daemon: DaemonHandle, fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
+    write(root, a, "The cat is called Miso.\n")
+    write(root, b, "Fact two.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
+                                     "content": "- the cat is called Miso", "reason": "fact"})]]
+    fake.script(Reply(), Reply(), Reply(delay_s=30))
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
+    wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert len(runs) == 1, runs
+    # Undone now, the run's next save would write its record over the undo.
+    with pytest.raises(AlreadyRunning, match="still running"):
+        daemon.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
+    assert (root / "digest/personal/cat.md").exists()
+    daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
+    assert undone["removed"] == ["digest/personal/cat.md"]
+    assert daemon.call("dream.runs", {"agent_id": AGENT})["runs"][0]["undone"]

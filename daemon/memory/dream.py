@@ -57,7 +57,7 @@ from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, f
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
-from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
@@ -68,6 +68,9 @@ INTERESTS_FILE: Final = "interests.yaml"
 CATALOG_JOB: Final = "dream"
 SAVE_TIMEOUT_S: Final = 20.0
 WRITE_ATTEMPTS: Final = 3
+#: The runs going on in this daemon: their records are still being written, so undoing
+#: one now would be overwritten by its next save (their ids are unique).
+_RUNNING: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +380,7 @@ async def run_dream(
                changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                 notes=[p for p, _, _ in todo]),
                today, config=cfg)
+    _RUNNING.add(run.log.run_id)
     try:
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
             await run.follow_moves(moves)
@@ -419,8 +423,11 @@ async def run_dream(
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             run.log.finished = datetime.now(UTC).isoformat()
-            await save()
-            await run.save_log()
+            try:
+                await save()
+                await run.save_log()
+            finally:
+                _RUNNING.discard(run.log.run_id)
     summary = run.log.summary()
     summary["changed"] = run.log.changed
     summary["recognised_from_reme"] = recognised
@@ -465,6 +472,9 @@ def _inbox_summary(summary: changelog.RunSummary) -> str:
 
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
+    if run_id in _RUNNING:
+        raise AlreadyRunning(f"dream run {run_id} is still running: cancel its job or "
+                             "let it finish, then undo it")
     settings = ws.settings
     files = fileops_for(ws)
     async with files.lock:
