@@ -1,4 +1,5 @@
-"""auto_dream at its limits: a conversation the step budget cuts off."""
+"""auto_dream at its limits: a conversation the step budget cuts off; node names in
+scripts whose vowels are combining marks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, run_job, write
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
 
 __all__ = ["fake"]  # the fixture, used by name
 
@@ -38,3 +39,32 @@ def test_a_note_cut_off_by_the_step_budget_is_read_again(
     assert (root / f"digest/wiki/host-{STEPS + 1}.md").exists()
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert len(runs) == 2
+
+
+def test_names_whose_vowels_are_marks_stay_words_and_stay_apart(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # "Kim" and "Kom" in Devanagari differ only in their vowel signs (combining marks);
+    # Thai and Tamil names lose their meaning without theirs.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    one, two = "memory/2026-11-28/a.md", "memory/2026-11-29/b.md"
+    write(root, one, "किम और कोम\n")
+    write(root, two, "किम फिर से\n")
+    # A node made when the marks were dropped from file names: found by its name still.
+    write(root, "digest/wiki/ह-न-द-न-ट.md", "---\nname: हिन्दी नोट\nsources: []\n---\n"
+          "# हिन्दी नोट\n\n- old\n")
+    open_ws(daemon, root, fake)
+
+    def create(name: str) -> tuple[str, dict[str, str]]:
+        return ("integrate", {"action": "CREATE", "bucket": "wiki", "name": name,
+                              "content": f"- {name}", "reason": "fact"})
+
+    model.plan[one] = [[create("किम"), create("कोम"), create("ที่นี่"),
+                        create("தமிழ் குறிப்பு")]]
+    model.plan[two] = [[create("किम"), create("हिन्दी नोट")]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 4, "CORROBORATE": 2}, (result, model.tool_results)
+    names = {p.name for p in (root / "digest/wiki").iterdir()}
+    assert names == {"किम.md", "कोम.md", "ที่นี่.md", "தமிழ்-குறிப்பு.md", "ह-न-द-न-ट.md"}
+    assert node(root, "digest/wiki/किम.md")[0]["sources"] == [one, two]
+    assert node(root, "digest/wiki/ह-न-द-न-ट.md")[0]["sources"] == [two]

@@ -50,6 +50,7 @@ MAX_CONTENT_CHARS: Final = 8000
 _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
+_DASHES_RE: Final = re.compile(r"-{2,}")
 
 
 class IntegrationError(ValueError):
@@ -57,10 +58,20 @@ class IntegrationError(ValueError):
 
 
 def slugify(text: str, limit: int = 60) -> str:
-    """A file-name-safe slug; keeps letters of any script (CJK names stay readable)."""
+    """A file-name-safe slug; keeps letters of any script with their combining marks (CJK
+    names stay readable, and so do Devanagari, Thai or Arabic ones: their vowel signs are
+    marks, and a name without them is another word)."""
     norm = unicodedata.normalize("NFKC", text).lower()
-    slug = _SLUG_RE.sub("-", norm).strip("-_")
+    kept = "".join(ch if ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
+                   else "-" for ch in norm)
+    slug = _DASHES_RE.sub("-", kept).strip("-_")
     return slug[:limit].rstrip("-_") or "node"
+
+
+def legacy_slug(stem: str) -> str:
+    """The file name :func:`slugify` gave before it kept combining marks (a node made
+    then is found by the name it was made for)."""
+    return _SLUG_RE.sub("-", stem).strip("-_")[:60].rstrip("-_") or "node"
 
 
 def confidence_for(source_count: int) -> float:

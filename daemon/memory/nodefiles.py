@@ -60,12 +60,15 @@ def node_paths(root: Path, digest_dir: str) -> list[str]:
 def find_node(nodes: list[str], path: str) -> str | None:
     """The node of ``nodes`` (:func:`node_paths`) that ``path``
     (``digest/<bucket>/<file>.md``) stands for: itself if it is one, else the node of any
-    bucket whose file name has the same key (the one of the same bucket first); None if
-    there is none."""
+    bucket whose file name has the same key (the one of the same bucket first), else the
+    node named as :func:`digest.legacy_slug` named it; None if there is none."""
     if path in nodes:
         return path
     key = digest.node_key(path)
     same = [rel for rel in nodes if digest.node_key(rel) == key]
+    legacy = digest.legacy_slug(key)
+    if not same and legacy != key:
+        same = [rel for rel in nodes if digest.node_key(rel) == legacy]
     bucket = path.split("/")[-2:-1]
     return next((rel for rel in same if rel.split("/")[-2:-1] == bucket),
                 same[0] if same else None)
