@@ -1,5 +1,5 @@
-"""auto_dream at its limits: a conversation the step budget cuts off; node names in
-scripts whose vowels are combining marks."""
+"""auto_dream at its edges: a conversation the step budget cuts off; node names in
+scripts whose vowels are combining marks; notes whose names hold link syntax."""
 
 from __future__ import annotations
 
@@ -68,3 +68,27 @@ def test_names_whose_vowels_are_marks_stay_words_and_stay_apart(
     assert names == {"किम.md", "कोम.md", "ที่นี่.md", "தமிழ்-குறிப்பு.md", "ह-न-द-न-ट.md"}
     assert node(root, "digest/wiki/किम.md")[0]["sources"] == [one, two]
     assert node(root, "digest/wiki/ह-न-द-न-ट.md")[0]["sources"] == [two]
+
+
+def test_a_note_named_with_brackets_or_a_bar_is_one_source(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # "[[memory/d/plan|v2.md]]" reads as a link to "memory/d/plan" (| starts an alias):
+    # that was counted as a second source (confidence up) and listed again at each write.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    one, two = "memory/2026-11-30/plan [v2] | draft.md", "memory/2026-12-01/x]].md"
+    write(root, one, "The release is on Friday.\n")
+    write(root, two, "Release: Friday, after the freeze.\n")
+    open_ws(daemon, root, fake)
+    rel = "digest/wiki/release.md"
+    model.plan[one] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Release",
+                                       "content": "- on Friday", "reason": "fact"})]]
+    model.plan[two] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": rel,
+                                       "name": "Release", "reason": "again"})],
+                       [("integrate", {"action": "REFINE", "bucket": "wiki", "node": rel,
+                                       "name": "Release", "reason": "detail",
+                                       "content": "- on Friday\n- after the freeze"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORROBORATE": 1, "REFINE": 1}
+    fields, text = node(root, rel)
+    assert (fields["sources"], fields["confidence"]) == ([one, two], 0.75), text
+    assert text.count(f"- [[{one}]]") == 1 and text.count(f"- [[{two}]]") == 1, text

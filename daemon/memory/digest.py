@@ -199,13 +199,9 @@ def parse_node(path: str, text: str) -> Node:
             continue
         current.append(line)
     bucket = str(fields.get("bucket") or (path.split("/")[1] if path.count("/") >= 2 else "wiki"))
-    sources = _as_list(fields.get("sources"))
-    for line in sections.get("Sources", []):
-        sources.extend(_links(line))
+    sources = _section_links(_as_list(fields.get("sources")), sections.get("Sources", []))
     sources.extend(legacy["source"])
-    related = _as_list(fields.get("related"))
-    for line in sections.get("Related", []):
-        related.extend(_links(line))
+    related = _section_links(_as_list(fields.get("related")), sections.get("Related", []))
     related.extend(legacy["related"])
     history = [ln for ln in sections.get("History", []) if ln.strip()]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
@@ -230,6 +226,19 @@ def parse_node(path: str, text: str) -> Node:
     )
 
 
+def _link_line(target: str) -> str:
+    """The line a section lists ``target`` on."""
+    return f"- [[{target}]]"
+
+
+def _section_links(listed: list[str], lines: list[str]) -> list[str]:
+    """``listed`` (the frontmatter's list) and the link targets of a section's ``lines``.
+    A line written for a listed path is that path, whatever it holds: a note named
+    ``plan [v2].md`` or ``a|b.md`` reads back as another target (``|`` starts an alias)."""
+    own = {_link_line(x) for x in listed}
+    return [*listed, *(t for line in lines if line.strip() not in own for t in _links(line))]
+
+
 def _trimmed(lines: list[str]) -> list[str]:
     """``lines`` without the blank lines around them."""
     while lines and not lines[-1].strip():
@@ -242,8 +251,10 @@ def _trimmed(lines: list[str]) -> list[str]:
 def _section(written: list[str], links: list[str]) -> str:
     """A section's lines as written, then a ``- [[link]]`` line for each of ``links`` they
     do not link yet."""
+    stripped = {line.strip() for line in written}
     have = {link for line in written for link in _links(line)}
-    lines = [*written, *(f"- [[{x}]]" for x in links if x not in have)]
+    lines = [*written, *(_link_line(x) for x in links
+                         if x not in have and _link_line(x) not in stripped)]
     return "".join(f"{line}\n" for line in lines)
 
 
