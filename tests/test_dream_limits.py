@@ -1,8 +1,10 @@
 """auto_dream at its edges: a conversation the step budget cuts off; node names in
-scripts whose vowels are combining marks; notes whose names hold link syntax."""
+scripts whose vowels are combining marks; notes whose names hold link syntax; the
+order a day's notes are read in."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -92,3 +94,26 @@ def test_a_note_named_with_brackets_or_a_bar_is_one_source(
     fields, text = node(root, rel)
     assert (fields["sources"], fields["confidence"]) == ([one, two], 0.75), text
     assert text.count(f"- [[{one}]]") == 1 and text.count(f"- [[{two}]]") == 1, text
+
+
+def test_a_days_notes_are_read_in_the_order_they_were_written(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The evening's note corrects the morning's: read by name, "alpha" (evening) came
+    # first, and the morning's claim was what the node said.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    morning = write(root, "memory/2026-12-02/zeta.md", "The review is at 10:00.\n")
+    evening = write(root, "memory/2026-12-02/alpha.md", "The review moved to 11:00.\n")
+    os.utime(morning, ns=(1_796_000_000_000_000_000,) * 2)
+    os.utime(evening, ns=(1_796_000_000_000_000_000 + 3600 * 10**9,) * 2)
+    open_ws(daemon, root, fake)
+    rel = "digest/wiki/review.md"
+    model.plan["memory/2026-12-02/zeta.md"] = [[(
+        "integrate", {"action": "CREATE", "bucket": "wiki", "name": "Review",
+                      "content": "- at 10:00", "reason": "fact"})]]
+    model.plan["memory/2026-12-02/alpha.md"] = [[(
+        "integrate", {"action": "CORRECT", "bucket": "wiki", "node": rel, "name": "Review",
+                      "content": "- at 11:00", "reason": "moved"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": 1}
+    text = node(root, rel)[1]
+    assert "- at 11:00" in text and 'previously: "at 10:00"' in text, text

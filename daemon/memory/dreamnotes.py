@@ -27,12 +27,16 @@ def sha256_text(text: str) -> str:
 
 def changed_notes(root: Path, daily_dir: str,
                   catalog: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str, str]]:
-    """``(path, sha256, text)`` of daily notes not processed as they are now (blocking)."""
+    """``(path, sha256, text)`` of daily notes not processed as they are now (blocking),
+    folder by folder (a day's in date order), each folder's notes in the order they were
+    last written: what a later note says is integrated after what an earlier one said, so
+    the later claim is the one that corrects the other (by name, ``alpha.md`` written in
+    the evening would be read before ``zeta.md`` of the morning, and lose to it)."""
     out = []
     top = root / daily_dir
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
+        for name in sorted(filenames, key=lambda n: (_mtime_ns(dirpath, n), n)):
             if not name.endswith(".md") or name.startswith(".") or name == "index.md":
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
@@ -52,6 +56,13 @@ def changed_notes(root: Path, daily_dir: str,
             if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
                 out.append((rel, sha, text))
     return out
+
+
+def _mtime_ns(folder: str, name: str) -> int:
+    try:
+        return os.lstat(os.path.join(folder, name)).st_mtime_ns
+    except OSError:  # gone meanwhile: skipped when read
+        return 0
 
 
 def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:
