@@ -1,6 +1,6 @@
 """auto_dream at its edges: a conversation the step budget cuts off; node names in
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
-order a day's notes are read in."""
+order a day's notes are read in; notes with nothing to read."""
 
 from __future__ import annotations
 
@@ -117,3 +117,20 @@ def test_a_days_notes_are_read_in_the_order_they_were_written(
     assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": 1}
     text = node(root, rel)[1]
     assert "- at 11:00" in text and 'previously: "at 10:00"' in text, text
+
+
+def test_a_note_with_nothing_beyond_its_frontmatter_asks_no_model(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "memory/2026-12-03/empty.md", "")
+    write(root, "memory/2026-12-03/blank.md", " \n\n\t\n")
+    write(root, "memory/2026-12-03/session.md", "---\nsession_id: s1\n---\n\n")
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert (result["notes"], result["failed_notes"], result["changed"]) == (3, 0, False)
+    assert not [r for r in fake.requests if r.path.endswith("/chat/completions")]
+    # Written to later, the note is read then.
+    write(root, "memory/2026-12-03/session.md", "---\nsession_id: s1\n---\nI like tea.\n")
+    assert dream(daemon)["notes"] == 1
+    assert [r for r in fake.requests if r.path.endswith("/chat/completions")]

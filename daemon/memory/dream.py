@@ -8,7 +8,8 @@ stays as ReMe wrote it) and one run at a time of the job
 A run: find the daily notes whose digest differs from the catalog (``index.md`` day
 indexes are skipped), then for each note hold a short tool-calling conversation with the
 workspace's chat model (a note longer than ``max_note_chars`` in parts, one conversation
-each, so its end is consolidated too). The model sees the note and the node names, and
+each, so its end is consolidated too; a note with nothing beyond its frontmatter is
+recorded as read without one). The model sees the note and the node names, and
 has four tools:
 ``node_search`` (keyword search restricted to the digest folder), ``node_read``,
 ``integrate`` (one CREATE / CORROBORATE / REFINE / CORRECT proposal) and
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from recalld.daemon.index.chunker import split_line
+from recalld.daemon.index.frontmatter import has_body
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog, digest, dreamnotes, interests, nodefiles
@@ -390,7 +392,9 @@ async def run_dream(
             progress(i, len(todo), note)
             run.note = note
             try:
-                parts = note_parts(text, cfg.max_note_chars)
+                # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
+                # a model asked about it can only invent. Written later, it is read then.
+                parts = note_parts(text, cfg.max_note_chars) if has_body(text) else []
                 for n, body in enumerate(parts, 1):
                     run.seen.clear()  # a new conversation: the model has read nothing
                     # Listed again for each part: the part before may have made nodes.
