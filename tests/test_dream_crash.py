@@ -12,6 +12,7 @@ from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
 from waits import wait_for, wait_job
 
+from recalld.daemon.memory import changelog, runjournal
 from recalld.ipc.errors import AlreadyRunning
 
 __all__ = ["fake"]  # the fixture, used by name
@@ -40,6 +41,8 @@ def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
     assert wait_job(d2, job_id, agent=AGENT)["state"] == "failed"
     runs = d2.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert len(runs) == 1 and runs[0]["files"] == ["digest/personal/cat.md"], runs
+    shown = (root / f"mem_metadata/dream/runs/{runs[0]['run_id']}.md").read_text()
+    assert "**CREATE** [[digest/personal/cat.md]]" in shown and "- finished: not" in shown
     # The next run reads only the note the killed one had not finished.
     model.plan[b] = []
     assert dream(d2)["notes"] == 1
@@ -71,3 +74,27 @@ def test_a_run_going_on_is_not_undone_under_its_feet(daemon: DaemonHandle, fake:
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
     assert undone["removed"] == ["digest/personal/cat.md"]
     assert daemon.call("dream.runs", {"agent_id": AGENT})["runs"][0]["undone"]
+
+
+def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    run = changelog.RunLog("20261204T040000Z-abcdef", "2026-12-04T04:00:00+00:00", "cron",
+                           notes=["memory/2026-12-03/a.md"])
+    journal = runjournal.Journal(runs, run)
+    for rel, before, after in (("digest/wiki/x.md", None, b"x1"),
+                               ("digest/wiki/y.md", b"y0", b"y1"),
+                               ("digest/wiki/x.md", None, b"x2")):
+        journal.append([{"file": rel, **run.record_write(rel, before, after)}])
+    journal.append([{"failed_note": "memory/2026-12-03/b.md", "reason": "down"}])
+    # The daemon dies here, a line half written.
+    with open(runjournal.journal_path(runs, run.run_id), "ab") as f:
+        f.write(b'0123abcd {"file": "digest/wi')
+    assert runjournal.recover(runs, {run.run_id}) == []  # still running: left alone
+    assert runjournal.recover(runs, set()) == [run.run_id]
+    record = changelog.load_run(runs, run.run_id)
+    assert record["files"] == {
+        "digest/wiki/x.md": {"before": None, "after_sha256": changelog.sha256(b"x2")},
+        "digest/wiki/y.md": {"before": "eTA=", "after_sha256": changelog.sha256(b"y1")}}
+    assert record["failed_notes"] == {"memory/2026-12-03/b.md": "down"}
+    assert not list(runs.glob("*.journal"))
+    assert runjournal.recover(runs, set()) == []

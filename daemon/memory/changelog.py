@@ -119,25 +119,32 @@ class RunLog:
     failed_notes: dict[str, str] = field(default_factory=dict)
     actions: list[Action] = field(default_factory=list)
     before: dict[str, bytes | None] = field(default_factory=dict)
-    after: dict[str, bytes | None] = field(default_factory=dict)
+    #: The checksum of what the run left in each file (None: it removed the file).
+    after: dict[str, str | None] = field(default_factory=dict)
     finished: str = ""
 
-    def record_write(self, path: str, before: bytes | None, after: bytes | None) -> None:
-        """Remember a write; the first ``before`` of a path is what undo restores."""
+    def record_write(self, path: str, before: bytes | None, after: bytes | None) -> FileBefore:
+        """Remember a write; the first ``before`` of a path is what undo restores. Returns
+        the file's entry as the record holds it."""
         self.before.setdefault(path, before)
-        self.after[path] = after
+        self.after[path] = None if after is None else sha256(after)
+        return self.file_entry(path)
+
+    def file_entry(self, path: str) -> FileBefore:
+        before = self.before[path]
+        return {"before": None if before is None else base64.b64encode(before).decode(),
+                "after_sha256": self.after.get(path)}
+
+    def _differs(self, path: str) -> bool:
+        before = self.before[path]
+        return (None if before is None else sha256(before)) != self.after.get(path)
 
     @property
     def changed(self) -> bool:
-        return any(self.before[p] != self.after.get(p) for p in self.before)
+        return any(self._differs(p) for p in self.before)
 
     def to_json(self) -> DreamRecord:
-        files: dict[str, FileBefore] = {
-            p: {"before": None if b is None else base64.b64encode(b).decode(),
-                "after_sha256": None if self.after.get(p) is None
-                else sha256(self.after[p] or b"")}
-            for p, b in sorted(self.before.items())
-        }
+        files = {p: self.file_entry(p) for p in sorted(self.before)}
         return {"version": _VERSION, "run_id": self.run_id, "started": self.started,
                 "finished": self.finished, "trigger": self.trigger, "notes": self.notes,
                 "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
@@ -150,8 +157,7 @@ class RunLog:
             counts[key] = counts.get(key, 0) + 1
         return {"run_id": self.run_id, "notes": len(self.notes),
                 "failed_notes": len(self.failed_notes), "actions": counts,
-                "files_changed": sorted(p for p in self.before
-                                        if self.before[p] != self.after.get(p))}
+                "files_changed": sorted(p for p in self.before if self._differs(p))}
 
 
 def render_markdown(run: RunLog) -> str:
@@ -261,14 +267,14 @@ def prune_records(directory: Path, keep: int) -> int:
     return len(old)
 
 
-def _dream_summary(data: JsonObject) -> DreamRun:
+def dream_summary(data: JsonObject) -> DreamRun:
     return {"run_id": data["run_id"], "started": data.get("started"),
             "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
             "files": sorted(data.get("files", {})), "undone": data.get("undone")}
 
 
 def list_runs(directory: Path, limit: int = 50) -> list[DreamRun]:
-    return list_records(directory, _dream_summary, limit, "dream run")
+    return list_records(directory, dream_summary, limit, "dream run")
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:

@@ -24,8 +24,8 @@ changed, one inbox item is pushed.
 
 Cancellation: files already written stay written; the run log and catalog of what was done
 so far are still saved (shielded, under a deadline), so undo and the next run see them.
-A daemon killed mid-run loses neither: the run log is saved after each file written and
-the catalog after each note processed.
+A daemon killed mid-run loses neither: each write and action goes to the run's journal
+(:mod:`runjournal`) as it happens, and the catalog is saved after each note processed.
 """
 
 from __future__ import annotations
@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.frontmatter import has_body
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import changelog, digest, dreamnotes, interests, nodefiles
+from recalld.daemon.memory import changelog, digest, dreamnotes, interests, nodefiles, runjournal
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import (
     FileOps,
@@ -134,6 +133,7 @@ class _Run:
     ws: Workspace
     files: FileOps
     log: changelog.RunLog
+    journal: runjournal.Journal
     today: str
     note: str = ""
     topics: dict[str, float] = field(default_factory=dict)
@@ -195,15 +195,19 @@ class _Run:
         person wrote it meanwhile), and record, for undo, the bytes the file really holds;
         returns that text."""
         written = (await self.files.replace(rel, before, text)).text
-        self.log.record_write(rel, None if before is None else before.encode(),
-                              written.encode())
-        await self.save_log()  # a daemon killed now leaves the write undoable
+        entry = self.log.record_write(rel, None if before is None else before.encode(),
+                                      written.encode())
+        # A daemon killed from now on leaves this write undoable.
+        await self.journaled({"file": rel, **entry})
         return written
 
-    async def save_log(self) -> None:
-        await trio.to_thread.run_sync(
-            changelog.write_run, changelog.runs_dir(self.ws.root, self.ws.settings.metadata_dir),
-            self.log)
+    async def journaled(self, entry: JsonObject) -> None:
+        await trio.to_thread.run_sync(self.journal.append, [entry])
+
+    async def act(self, record: changelog.Action) -> None:
+        """Keep one action in the run's log (and its journal)."""
+        self.log.actions.append(record)
+        await self.journaled({"action": dict(record)})
 
     async def _integrate(self, args: Mapping[str, object]) -> str:
         # What the model writes in words is masked before use: a node's name becomes its
@@ -250,7 +254,7 @@ class _Run:
             "action": outcome.action, "path": outcome.path, "status": outcome.status,
             "detail": outcome.detail, "reason": proposal.reason,
             "sources": list(proposal.sources), "note": self.note}
-        self.log.actions.append(record)
+        await self.act(record)
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
 
@@ -274,7 +278,7 @@ class _Run:
                 except WriteConflict:
                     continue
                 cited = digest.parse_node(rel, before).sources
-                self.log.actions.append({
+                await self.act({
                     "action": "RELINK", "path": rel, "status": "applied", "reason": "",
                     "detail": "renamed source note(s): " + ", ".join(
                         f"{old} -> {back[old]}" for old in cited if old in back),
@@ -298,30 +302,6 @@ class _Run:
                 related.append(found)
         return dataclasses.replace(proposal, node=path,
                                    related=tuple(dict.fromkeys(related))), unknown
-
-
-def note_parts(text: str, limit: int) -> list[str]:
-    """``text`` in parts of at most ``limit`` characters, cut between lines (at a blank
-    line or a heading when one is in the part's second half; an overlong line at a
-    space): a long note goes to the model part by part, nothing of it cut off."""
-    lines: list[str] = []
-    for line in text.splitlines(keepends=True):
-        lines.extend(split_line(line, limit) if len(line) > limit else [line])
-    parts: list[str] = []
-    part: list[str] = []
-    size = 0
-    for line in lines:
-        if part and size + len(line) > limit:
-            cut = next((i for i in range(len(part) - 1, len(part) // 2, -1)
-                        if not part[i].strip() or part[i].startswith("#")), len(part))
-            parts.append("".join(part[:cut]))
-            part = part[cut:]
-            size = sum(map(len, part))
-        part.append(line)
-        size += len(line)
-    if part or not parts:
-        parts.append("".join(part))
-    return parts
 
 
 def _user_message(note: str, body: str, nodes: list[dict[str, str]], part: int,
@@ -378,10 +358,12 @@ async def run_dream(
             await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
+    runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
+    await trio.to_thread.run_sync(runjournal.recover, runs_dir, set(_RUNNING))
+    run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
+                               notes=[p for p, _, _ in todo])
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
-               changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
-                                notes=[p for p, _, _ in todo]),
-               today, config=cfg)
+               run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg)
     _RUNNING.add(run.log.run_id)
     try:
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
@@ -394,7 +376,8 @@ async def run_dream(
             try:
                 # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
                 # a model asked about it can only invent. Written later, it is read then.
-                parts = note_parts(text, cfg.max_note_chars) if has_body(text) else []
+                parts = (dreamnotes.note_parts(text, cfg.max_note_chars) if has_body(text)
+                         else [])
                 for n, body in enumerate(parts, 1):
                     run.seen.clear()  # a new conversation: the model has read nothing
                     # Listed again for each part: the part before may have made nodes.
@@ -416,6 +399,7 @@ async def run_dream(
             except (ProviderError, JobFailed) as exc:
                 log.warning("dream of %s: %s not processed: %s", ws.agent_id, note, exc)
                 run.log.failed_notes[note] = exc.message
+                await run.journaled({"failed_note": note, "reason": exc.message})
                 catalog[note] = {"path": note, "digest": sha, "state": "failed",
                                  "reason": exc.message, "run_id": run.log.run_id}
                 continue
@@ -429,7 +413,8 @@ async def run_dream(
             run.log.finished = datetime.now(UTC).isoformat()
             try:
                 await save()
-                await run.save_log()
+                await trio.to_thread.run_sync(changelog.write_run, runs_dir, run.log)
+                await trio.to_thread.run_sync(run.journal.remove)
             finally:
                 _RUNNING.discard(run.log.run_id)
     summary = run.log.summary()
@@ -481,10 +466,12 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
                              "let it finish, then undo it")
     settings = ws.settings
     files = fileops_for(ws)
+    directory = changelog.runs_dir(ws.root, settings.metadata_dir)
+    await trio.to_thread.run_sync(runjournal.recover, directory, set(_RUNNING))
     async with files.lock:
         result = await trio.to_thread.run_sync(
             lambda: changelog.undo_run(
-                ws.root, changelog.runs_dir(ws.root, settings.metadata_dir), run_id,
+                ws.root, directory, run_id,
                 digest_dir=settings.digest_dir, force=force,
                 now=datetime.now(UTC).isoformat(),
                 derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
@@ -497,5 +484,15 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
 
 
 async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
+    """The runs, newest first: those going on (as far as they got) and those ended (a run
+    a crash cut short included, recovered from its journal)."""
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
-    return await trio.to_thread.run_sync(changelog.list_runs, directory, limit)
+
+    def listed() -> list[DreamRun]:
+        going = set(_RUNNING)
+        runjournal.recover(directory, going)
+        now = [changelog.dream_summary(dict(r.to_json()))
+               for r in runjournal.running_runs(directory, going)]
+        return (now + changelog.list_runs(directory, limit))[:limit]
+
+    return await trio.to_thread.run_sync(listed)

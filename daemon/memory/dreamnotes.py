@@ -1,6 +1,7 @@
 """The daily notes a dream reads: which changed since they were dreamed, which ReMe's
-dream consolidated already, which were only renamed or moved; and a node's sources
-following a renamed note. Blocking functions (run them in a thread) and pure ones.
+dream consolidated already, which were only renamed or moved; a long note in the parts
+the model reads; and a node's sources following a renamed note. Blocking functions (run
+them in a thread) and pure ones.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from recalld.daemon import safepath
+from recalld.daemon.index.chunker import split_line
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, reme_dream
 from recalld.daemon.memory.fileops import read_confined
@@ -114,3 +116,27 @@ def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
     node.written = {k: [links(ln) for ln in v] for k, v in node.written.items()}
     node.history = [links(ln) for ln in node.history]
     return digest.render_node(node)
+
+
+def note_parts(text: str, limit: int) -> list[str]:
+    """``text`` in parts of at most ``limit`` characters, cut between lines (at a blank
+    line or a heading when one is in the part's second half; an overlong line at a
+    space): a long note goes to the model part by part, nothing of it cut off."""
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        lines.extend(split_line(line, limit) if len(line) > limit else [line])
+    parts: list[str] = []
+    part: list[str] = []
+    size = 0
+    for line in lines:
+        if part and size + len(line) > limit:
+            cut = next((i for i in range(len(part) - 1, len(part) // 2, -1)
+                        if not part[i].strip() or part[i].startswith("#")), len(part))
+            parts.append("".join(part[:cut]))
+            part = part[cut:]
+            size = sum(map(len, part))
+        part.append(line)
+        size += len(line)
+    if part or not parts:
+        parts.append("".join(part))
+    return parts
