@@ -1,6 +1,7 @@
 """auto_dream at its edges: a conversation the step budget cuts off; node names in
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
-order a day's notes are read in; notes with nothing to read."""
+order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
+hand edit broke."""
 
 from __future__ import annotations
 
@@ -134,3 +135,35 @@ def test_a_note_with_nothing_beyond_its_frontmatter_asks_no_model(
     write(root, "memory/2026-12-03/session.md", "---\nsession_id: s1\n---\nI like tea.\n")
     assert dream(daemon)["notes"] == 1
     assert [r for r in fake.requests if r.path.endswith("/chat/completions")]
+
+
+def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Written again, its frontmatter (sources, dates, a person's tags) became content under
+    # a new one that had lost them.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    rel = "digest/personal/tea.md"
+    broken = ("---\nname: Tea\nname: Green tea\ntags: [drinks\nsources: [memory/2026-11-01/a.md]"
+              "\ncreated: 2026-11-01\n---\n# Tea\n\n- likes green tea\n\n## Sources\n\n"
+              "- [[memory/2026-11-01/a.md]]\n")
+    write(root, rel, broken)
+    note = "memory/2026-12-04/b.md"
+    write(root, note, "Green tea again, no sugar.\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [
+        [("integrate", {"action": "CORROBORATE", "bucket": "personal", "node": rel,
+                        "name": "Tea", "reason": "again"})],
+        [("integrate", {"action": "REFINE", "bucket": "personal", "node": rel, "name": "Tea",
+                        "content": "- likes green tea\n- no sugar", "reason": "detail"})]]
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and "cannot be read" in job["error"], job
+    assert (root / rel).read_text() == broken
+    assert all("cannot be read" in t for t in model.tool_results), model.tool_results
+    # Fixed by hand, the node is integrated into by the next run, which reads the note again.
+    write(root, rel, broken.replace("name: Tea\n", "").replace("[drinks", "[drinks]"))
+    result = dream(daemon)
+    assert result["actions"] == {"CORROBORATE": 1, "REFINE": 1}, result
+    fields, text = node(root, rel)
+    assert fields["name"] == "Green tea" and fields["tags"] == ["drinks"]
+    assert fields["sources"] == ["memory/2026-11-01/a.md", note] and "- no sugar" in text

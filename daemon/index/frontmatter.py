@@ -212,6 +212,12 @@ def parse_frontmatter(text: str) -> tuple[JsonObject, int]:
         return {}, 0
 
 
+def unreadable_block(text: str) -> bool:
+    """Whether ``text`` opens with a frontmatter block (fences) that does not parse (a
+    duplicate key, an unclosed quote or bracket): its fields cannot be read."""
+    return _block_end(_lines(text)) >= 0 and parse_frontmatter(text)[1] == 0
+
+
 def body_of(text: str) -> tuple[str, int]:
     """``text`` without its frontmatter block, and the 0-based line where that body starts."""
     _, start = parse_frontmatter(text)

@@ -38,7 +38,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import (
+    parse_frontmatter,
+    render_frontmatter,
+    unreadable_block,
+)
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.textlines import changed_lines, content_lines, kept_fraction
@@ -100,6 +104,9 @@ class Node:
     #: (prose a person put there included), written again as they are.
     title: str = ""
     written: dict[str, list[str]] = field(default_factory=dict)
+    #: Its frontmatter block does not parse (a hand edit): written again, its fields
+    #: (sources, dates, a person's own keys) would be lost, so it is not written.
+    unreadable: bool = False
 
     @property
     def confidence(self) -> float:
@@ -223,6 +230,7 @@ def parse_node(path: str, text: str) -> Node:
         extra={k: v for k, v in fields.items() if k not in own},
         title=title or "",
         written={k: _trimmed(sections.get(k, [])) for k in ("Related", "Sources")},
+        unreadable=unreadable_block(text),
     )
 
 
@@ -405,6 +413,11 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
         return Outcome("CREATE", path, "applied", render_node(node),
                        f"created {proposal.bucket} node", proposal.sources)
 
+    if existing.unreadable:
+        return Outcome(action, path, "refused", None,
+                       f"the frontmatter of {path} cannot be read (a hand edit: a duplicate "
+                       "key, an unclosed quote or bracket); it is left as it is until it is "
+                       "fixed, and this note is read again by the next dream")
     node = dataclasses.replace(existing, sources=list(existing.sources),
                                related=list(existing.related),
                                history=list(existing.history), extra=dict(existing.extra))

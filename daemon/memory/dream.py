@@ -42,7 +42,15 @@ import trio
 from recalld.daemon.index.frontmatter import has_body
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import changelog, digest, dreamnotes, interests, nodefiles, runjournal
+from recalld.daemon.memory import (
+    changelog,
+    digest,
+    dreamnotes,
+    dreamprompt,
+    interests,
+    nodefiles,
+    runjournal,
+)
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.fileops import (
     FileOps,
@@ -54,7 +62,7 @@ from recalld.daemon.memory.fileops import (
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import LoopFailed, run_tools
 from recalld.daemon.memory.redact import redact_async
-from recalld.daemon.providers.chat import ChatClient, ChatMessage, ToolSchema, function_tool
+from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
@@ -84,48 +92,6 @@ class DreamConfig:
     node_search_results: int = 8
 
 
-SYSTEM_PROMPT: Final = """\
-You consolidate an agent's daily memory notes into long-term knowledge nodes.
-Read the daily note. Extract reusable units: facts about the user (bucket "personal"),
-how-to knowledge and procedures ("procedure"), and general knowledge ("wiki").
-Skip chit-chat and one-off details. For each unit call `integrate` once with one action:
-- CREATE: a new node (check first with `node_search` that none exists).
-- CORROBORATE: the note repeats what an existing node says.
-- REFINE: the note adds detail to a node; give the FULL new content, keeping what it says.
-- CORRECT: the note contradicts a node; give the corrected content and the reason.
-Name existing nodes by their path in `node`. Use `related` for nodes on related topics.
-Optionally call `note_interests` with the topics the user cares about.
-Answer with a short plain-text summary when done."""
-
-
-def tool_schemas() -> list[ToolSchema]:
-    def fn(name: str, description: str, props: JsonObject,
-           required: list[str]) -> ToolSchema:
-        return function_tool(name, description,
-                             {"type": "object", "properties": props, "required": required})
-
-    strings = {"type": "array", "items": {"type": "string"}}
-    return [
-        fn("node_search", "Search existing digest nodes by keywords.",
-           {"query": {"type": "string"}}, ["query"]),
-        fn("node_read", "Read one digest node.", {"path": {"type": "string"}}, ["path"]),
-        fn("integrate", "Integrate one unit of knowledge into the digest.", {
-            "action": {"type": "string", "enum": list(digest.ACTIONS)},
-            "bucket": {"type": "string", "enum": list(digest.BUCKETS)},
-            "node": {"type": "string", "description": "path of the existing node, if any"},
-            "name": {"type": "string", "description": "short title of the node"},
-            "description": {"type": "string", "description": "one line"},
-            "type": {"type": "string", "description": "fact, preference, procedure, ..."},
-            "content": {"type": "string", "description": "the node's full Markdown content"},
-            "sources": {**strings, "description": "daily note paths backing it"},
-            "related": {**strings, "description": "paths of related nodes"},
-            "reason": {"type": "string", "description": "why this action"},
-        }, ["action", "bucket", "name", "reason"]),
-        fn("note_interests", "Record topics the user is interested in.",
-           {"topics": strings}, ["topics"]),
-    ]
-
-
 @dataclass(slots=True)
 class _Run:
     """One run's mutable state, shared by the tool dispatcher and the job."""
@@ -140,6 +106,9 @@ class _Run:
     #: The text of each node as the model last saw it in this conversation (node_read,
     #: or what its own integrate wrote): a rewrite is proposed on that text.
     seen: dict[str, str] = field(default_factory=dict)
+    #: Why this note's integrations could not all be applied until a person acts (a node
+    #: whose frontmatter cannot be read): the note is read again by the next run.
+    blocked: list[str] = field(default_factory=list)
     config: DreamConfig = field(default_factory=DreamConfig)
 
     @property
@@ -231,6 +200,8 @@ class _Run:
             existing = None if before_text is None else digest.parse_node(
                 proposal.path, await redact_async(before_text))
             outcome = digest.integrate(existing, proposal, self.today)
+            if existing is not None and existing.unreadable:
+                self.blocked.append(outcome.detail)
             shown = self.seen.get(proposal.path)
             if outcome.action in ("REFINE", "CORRECT") and shown not in (None, before_text):
                 outcome = digest.Outcome(
@@ -304,16 +275,6 @@ class _Run:
                                    related=tuple(dict.fromkeys(related))), unknown
 
 
-def _user_message(note: str, body: str, nodes: list[dict[str, str]], part: int,
-                  parts: int) -> str:
-    listing = "\n".join(f"- {n['path']}: {n['name']} — {n['description']}" for n in nodes)
-    where = "" if parts == 1 else (
-        f"[part {part} of {parts} of a long note"
-        + ("; the parts before were integrated already]\n" if part > 1 else "]\n"))
-    return (f"Daily note {note}:\n\n{where}{body}\n\nExisting nodes (newest first):\n"
-            f"{listing or '(none yet)'}")
-
-
 async def run_dream(
     ws: Workspace,
     chat: ChatClient,
@@ -373,6 +334,7 @@ async def run_dream(
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
             run.note = note
+            run.blocked.clear()
             try:
                 # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
                 # a model asked about it can only invent. Written later, it is read then.
@@ -384,16 +346,20 @@ async def run_dream(
                     nodes = await trio.to_thread.run_sync(
                         nodefiles.list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
                     messages: list[ChatMessage] = [
-                        {"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "system", "content": dreamprompt.SYSTEM_PROMPT},
                         {"role": "user",
-                         "content": _user_message(note, body, nodes, n, len(parts))}]
-                    result = await run_tools(chat, messages, tool_schemas(), run.dispatch,
+                         "content": dreamprompt.user_message(note, body, nodes, n,
+                                                                len(parts))}]
+                    result = await run_tools(chat, messages, dreamprompt.tool_schemas(),
+                                             run.dispatch,
                                              max_steps=cfg.max_steps_per_note,
                                              deadline_s=cfg.deadline_per_note_s)
                     if not result.finished:  # cut off: the rest of the note may be unread
                         raise LoopFailed(f"the chat model did not finish within "
                                          f"{cfg.max_steps_per_note} steps (it was still "
                                          "calling tools)")
+                if run.blocked:
+                    raise JobFailed(run.blocked[0])
             except ProviderConfigError:
                 raise
             except (ProviderError, JobFailed) as exc:

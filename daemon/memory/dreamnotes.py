@@ -104,8 +104,8 @@ def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
     """The node ``text`` citing the notes of ``moves`` (old path -> new) under their new
     paths, in its sources, section lines and History; None if it cites none of them."""
     node = digest.parse_node(path, text)
-    if not any(s in moves for s in node.sources):
-        return None
+    if node.unreadable or not any(s in moves for s in node.sources):
+        return None  # (a node whose frontmatter cannot be read is not written)
 
     def links(line: str) -> str:
         for old, new in moves.items():
