@@ -332,21 +332,34 @@ def test_no_chat_model_and_cron_status(daemon_factory: DaemonFactory, tmp_path: 
     assert "next_run" not in info["dream"] and info["dream"]["enabled"] is False
 
 
-def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: FakeProvider,
-                                                   tmp_path: Path) -> None:
-    root = tmp_path / "ws"
+HALF_A, HALF_B = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
+
+
+def dream_until_the_second_note(daemon: DaemonHandle, fake: FakeProvider, root: Path
+                                ) -> tuple[ScriptedModel, str]:
+    """A dream of two notes that created digest/personal/cat.md from the first and is
+    waiting, for ever, for the model's answer about the second; its model and job id."""
     model = ScriptedModel(fake)
-    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
-    write(root, a, "Fact one: the cat is called Miso.\n")
-    write(root, b, "Fact two.\n")
+    write(root, HALF_A, "猫の名前はミソ. Fact one: the cat is called Miso.\n")
+    write(root, HALF_B, "Fact two.\n")
     open_ws(daemon, root, fake)
-    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
-                                     "content": "- the cat is called Miso", "reason": "fact"})]]
-    # a: tool call, then its final answer; b's first request hangs until cancelled.
+    model.plan[HALF_A] = [[("integrate", {
+        "action": "CREATE", "bucket": "personal", "name": "Cat",
+        "content": "- the cat is called Miso", "reason": "fact"})]]
+    # a: tool call, then its final answer; b's first request hangs.
     fake.script(Reply(), Reply(), Reply(delay_s=30))
     job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
     # b's request has arrived (and hangs) once none is left.
     wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
+    assert (root / "digest/personal/cat.md").exists()
+    return model, job_id
+
+
+def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: FakeProvider,
+                                                   tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model, job_id = dream_until_the_second_note(daemon, fake, root)
+    b = HALF_B
     job = daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
     assert job["state"] == "cancelled", job
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]

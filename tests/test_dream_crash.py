@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from fakes.provider_server import FakeProvider, Reply
-from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
-from waits import wait_for, wait_job
+from fakes.provider_server import FakeProvider
+from test_dream import AGENT, HALF_A, HALF_B, dream, dream_until_the_second_note, fake, open_ws
+from waits import wait_job
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.ipc.errors import AlreadyRunning
@@ -21,19 +21,8 @@ __all__ = ["fake"]  # the fixture, used by name
 def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
         daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    model = ScriptedModel(fake)
-    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
-    write(root, a, "猫の名前はミソ. The cat is called Miso.\n")
-    write(root, b, "Fact two: tea at five.\n")
     d = daemon_factory()
-    open_ws(d, root, fake)
-    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
-                                     "content": "- the cat is called Miso", "reason": "fact"})]]
-    # a: a tool call, then its final answer; b's first request hangs: the daemon dies there.
-    fake.script(Reply(), Reply(), Reply(delay_s=30))
-    job_id = d.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
-    wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
-    assert (root / "digest/personal/cat.md").exists()
+    model, job_id = dream_until_the_second_note(d, fake, root)
     d.kill()
 
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
@@ -44,9 +33,9 @@ def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
     shown = (root / f"mem_metadata/dream/runs/{runs[0]['run_id']}.md").read_text()
     assert "**CREATE** [[digest/personal/cat.md]]" in shown and "- finished: not" in shown
     # The next run reads only the note the killed one had not finished.
-    model.plan[b] = []
+    model.plan[HALF_B] = []
     assert dream(d2)["notes"] == 1
-    assert sum(1 for r in fake.requests if a in r.body.decode()) == 2  # a's two, before
+    assert sum(1 for r in fake.requests if HALF_A in r.body.decode()) == 2  # both before
     d2.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
     assert not (root / "digest/personal/cat.md").exists()
 
@@ -54,16 +43,7 @@ def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
 def test_a_run_going_on_is_not_undone_under_its_feet(daemon: DaemonHandle, fake: FakeProvider,
                                                       tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    model = ScriptedModel(fake)
-    a, b = "memory/2026-11-26/a.md", "memory/2026-11-26/b.md"
-    write(root, a, "The cat is called Miso.\n")
-    write(root, b, "Fact two.\n")
-    open_ws(daemon, root, fake)
-    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cat",
-                                     "content": "- the cat is called Miso", "reason": "fact"})]]
-    fake.script(Reply(), Reply(), Reply(delay_s=30))
-    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
-    wait_for(lambda: not fake.pending_script(), "the job to reach the second note")
+    _, job_id = dream_until_the_second_note(daemon, fake, root)
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert len(runs) == 1, runs
     # Undone now, the run's next save would write its record over the undo.
