@@ -1,7 +1,7 @@
 """auto_dream at its edges: a conversation the step budget cuts off; node names in
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
-hand edit broke."""
+hand edit broke; refinements in scripts written without spaces."""
 
 from __future__ import annotations
 
@@ -167,3 +167,25 @@ def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
     fields, text = node(root, rel)
     assert fields["name"] == "Green tea" and fields["tags"] == ["drinks"]
     assert fields["sources"] == ["memory/2026-11-01/a.md", note] and "- no sugar" in text
+
+
+def test_detail_added_inside_a_thai_line_is_a_refinement(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Thai has no spaces between words: a line with a word added inside was read as one
+    # other word, so adding detail "dropped" every line and the refinement was refused.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    one, two = "memory/2026-12-01/a.md", "memory/2026-12-02/b.md"
+    write(root, one, "ฉันชอบชาเขียว แมวชื่อมิโซะ\n")
+    write(root, two, "ชาเขียวร้อน แมวสีส้ม\n")
+    open_ws(daemon, root, fake)
+    rel = "digest/personal/ชา.md"
+    model.plan[one] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "ชา",
+                                       "content": "- ฉันชอบชาเขียว\n- แมวชื่อมิโซะ",
+                                       "reason": "fact"})]]
+    model.plan[two] = [[("integrate", {"action": "REFINE", "bucket": "personal", "node": rel,
+                                       "name": "ชา", "reason": "detail",
+                                       "content": "- ฉันชอบชาเขียวร้อน\n- แมวสีส้มชื่อมิโซะ"})]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1, "REFINE": 1}, (result, model.tool_results)
+    assert "- แมวสีส้มชื่อมิโซะ" in node(root, rel)[1]

@@ -25,10 +25,13 @@ def content_lines(text: str) -> list[str]:
 _BULLET_MARK = re.compile(
     r"^\s*(?:(?:[-*+•◦‣▪▫●○■□–]|\d+[.)])\s+"
     r"|(?:[•・·]|\d+[、．）]|[（(]\d+[）)]|[①-⑳⑴-⒇])\s*)")
-# Scripts written without spaces between words (Chinese, Japanese; Korean syllables): each
-# character is a word of its own, so a refinement that inserts detail inside such a run
-# ("妹妹住在格拉茨" -> "妹妹安娜住在格拉茨") still holds every word of the old line.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+# Scripts written without spaces between words (Chinese, Japanese with its half-width
+# kana; Korean syllables; Thai, Lao, Khmer, Myanmar, Tibetan): each character is a word of
+# its own, so a refinement that inserts detail inside such a run ("妹妹住在格拉茨" ->
+# "妹妹安娜住在格拉茨", "ฉันชอบชาเขียว" -> "ฉันชอบชาเขียวร้อน") still holds every word of
+# the old line.
+_CJK = ("\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
+        "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f")
 _WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
 
 
