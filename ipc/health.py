@@ -169,6 +169,13 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
                         "are tried again at the next run",
                 f"its run log names each and why: {result.get('log')} (recalld jobs get "
                 f"{last.get('job_id')})"))
+        left = result.get("left")
+        if isinstance(left, int) and left > 0:
+            last_text += f", {left} changed note(s) left for the next run"
+            a.problems.append(Problem(
+                "info", f"the last dream read as many notes as a run reads; {left} changed "
+                        "daily note(s) wait for the next run",
+                "to read them now: recalld dream"))
     else:
         last_text = (f"last run {_when(last.get('finished_at'))} {last.get('state')}: "
                      f"{last.get('error') or '-'}")

@@ -1,11 +1,14 @@
 """auto_dream at its edges: a conversation the step budget cuts off; node names in
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
-hand edit broke; refinements in scripts written without spaces."""
+hand edit broke; refinements in scripts written without spaces; more changed notes than
+a run reads."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -189,3 +192,23 @@ def test_detail_added_inside_a_thai_line_is_a_refinement(
     result = dream(daemon)
     assert result["actions"] == {"CREATE": 1, "REFINE": 1}, (result, model.tool_results)
     assert "- แมวสีส้มชื่อมิโซะ" in node(root, rel)[1]
+
+
+def test_notes_beyond_a_runs_limit_are_counted_and_shown(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # (Empty notes: read without a model call.) Those past the limit waited for the next
+    # night with nothing saying so.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    for n in range(203):
+        write(root, f"memory/2026-12-{n % 28 + 1:02d}/n{n}.md", "")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    assert (first["notes"], first["left"]) == (200, 3), first
+    assert "- notes left for the next run (at most 200 a run): 3" in (
+        root / first["log"]).read_text()
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "status"], env=daemon.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "3 changed note(s) left for the next run" in " ".join(proc.stdout.split()), proc.stdout
+    second = dream(daemon)
+    assert (second["notes"], second["left"]) == (3, 0), second

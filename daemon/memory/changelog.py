@@ -83,6 +83,7 @@ class RunSummary(TypedDict):
 
     run_id: str | None  # None: there was nothing to dream
     notes: int
+    left: NotRequired[int]  # changed notes beyond the run's limit, for the next run
     actions: dict[str, int]  # applied actions by kind, others by status
     failed_notes: NotRequired[int]
     files_changed: NotRequired[list[str]]
@@ -122,6 +123,8 @@ class RunLog:
     #: The checksum of what the run left in each file (None: it removed the file).
     after: dict[str, str | None] = field(default_factory=dict)
     finished: str = ""
+    #: Changed notes beyond the run's limit, left for the next run.
+    left: int = 0
 
     def record_write(self, path: str, before: bytes | None, after: bytes | None) -> FileBefore:
         """Remember a write; the first ``before`` of a path is what undo restores. Returns
@@ -155,7 +158,7 @@ class RunLog:
         for a in self.actions:
             key = a["action"] if a["status"] == "applied" else a["status"]
             counts[key] = counts.get(key, 0) + 1
-        return {"run_id": self.run_id, "notes": len(self.notes),
+        return {"run_id": self.run_id, "notes": len(self.notes), "left": self.left,
                 "failed_notes": len(self.failed_notes), "actions": counts,
                 "files_changed": sorted(p for p in self.before if self._differs(p))}
 
@@ -164,7 +167,9 @@ def render_markdown(run: RunLog) -> str:
     lines = [f"# Dream run {run.run_id}", "",
              f"- started: {run.started}",
              f"- finished: {run.finished or 'not (running, or the daemon stopped during it)'}",
-             f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}", ""]
+             f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}",
+             *([f"- notes left for the next run (at most {len(run.notes)} a run): "
+                f"{run.left}"] if run.left else []), ""]
     if run.notes:
         lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]
     if run.failed_notes:

@@ -313,7 +313,8 @@ async def run_dream(
     todo = await trio.to_thread.run_sync(
         dreamnotes.changed_notes, ws.root, settings.daily_dir, catalog)
     moves = await trio.to_thread.run_sync(dreamnotes.renamed_notes, ws.root, catalog, todo)
-    todo = [t for t in todo if t[0] not in moves][: cfg.max_notes_per_run]
+    pending = [t for t in todo if t[0] not in moves]
+    todo = pending[: cfg.max_notes_per_run]
     if not todo and not moves:
         if catalog != known:
             await save()
@@ -322,7 +323,7 @@ async def run_dream(
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await trio.to_thread.run_sync(runjournal.recover, runs_dir, set(_RUNNING))
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
-                               notes=[p for p, _, _ in todo])
+                               notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg)
     _RUNNING.add(run.log.run_id)
