@@ -308,6 +308,7 @@ async def run_dream(
         await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
         if shared is not None:
             await shared.store(CATALOG_JOB, _changed(known, catalog))
+            known.update(catalog)  # stored: the next save (after the next note) sends the new
 
     recognised = await trio.to_thread.run_sync(dreamnotes.recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(
