@@ -77,8 +77,8 @@ INTERESTS_FILE: Final = "interests.yaml"
 CATALOG_JOB: Final = "dream"
 SAVE_TIMEOUT_S: Final = 20.0
 WRITE_ATTEMPTS: Final = 3
-#: The runs going on in this daemon: their records are still being written, so undoing
-#: one now would be overwritten by its next save (their ids are unique).
+#: The runs going on in this daemon (their ids are unique): a run's record is written when
+#: it ends, over an undo made before, so none is undone while it runs.
 _RUNNING: set[str] = set()
 
 
