@@ -2,7 +2,7 @@
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
 hand edit broke; refinements in scripts written without spaces; more changed notes than
-a run reads."""
+a run reads; a note named with a line break."""
 
 from __future__ import annotations
 
@@ -212,3 +212,23 @@ def test_notes_beyond_a_runs_limit_are_counted_and_shown(
     assert "3 changed note(s) left for the next run" in " ".join(proc.stdout.split()), proc.stdout
     second = dream(daemon)
     assert (second["notes"], second["left"]) == (3, 0), second
+
+
+def test_a_note_named_with_a_line_break_is_passed_by(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Its [[link]] split over two lines: read back as no source, it was listed again under
+    # Sources at each rewrite of a node citing it.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    odd, plain = "memory/2026-12-05/a\nb.md", "memory/2026-12-05/c.md"
+    write(root, odd, "The boiler is serviced in May.\n")
+    write(root, plain, "The boiler is a Vaillant.\n")
+    open_ws(daemon, root, fake)
+    for note in (odd, plain):
+        model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                            "name": "Boiler", "content": "- a boiler",
+                                            "reason": "fact"})]]
+    result = dream(daemon)
+    assert (result["notes"], result["actions"]) == (1, {"CREATE": 1}), result
+    assert node(root, "digest/wiki/boiler.md")[0]["sources"] == [plain]
+    assert "its name holds a control character" in daemon.log()

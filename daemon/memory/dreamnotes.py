@@ -46,6 +46,11 @@ def changed_notes(root: Path, daily_dir: str,
                 log.warning("dream skips %s: its name is not valid UTF-8 (rename it to have "
                             "it dreamed)", safepath.shown(rel))
                 continue
+            if any(ord(c) < 32 or c == "\x7f" for c in rel):
+                # A line break in a name splits the [[link]] that cites it in a node.
+                log.warning("dream skips %r: its name holds a control character, such as a "
+                            "line break (rename it to have it dreamed)", rel)
+                continue
             try:
                 text = read_confined(root, rel)
             except RecalldError as exc:  # too large, or a symbolic link: not ours to read
