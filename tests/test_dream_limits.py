@@ -2,7 +2,7 @@
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
 hand edit broke; refinements in scripts written without spaces; more changed notes than
-a run reads; a note named with a line break."""
+a run reads; a note named with a line break; a copy of a note already dreamed."""
 
 from __future__ import annotations
 
@@ -196,12 +196,12 @@ def test_detail_added_inside_a_thai_line_is_a_refinement(
 
 def test_notes_beyond_a_runs_limit_are_counted_and_shown(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
-    # (Empty notes: read without a model call.) Those past the limit waited for the next
-    # night with nothing saying so.
+    # (Notes of frontmatter alone: read without a model call.) Those past the limit waited
+    # for the next night with nothing saying so.
     root = tmp_path / "ws"
     ScriptedModel(fake)
     for n in range(203):
-        write(root, f"memory/2026-12-{n % 28 + 1:02d}/n{n}.md", "")
+        write(root, f"memory/2026-12-{n % 28 + 1:02d}/n{n}.md", f"---\nsession_id: s{n}\n---\n")
     open_ws(daemon, root, fake)
     first = dream(daemon)
     assert (first["notes"], first["left"]) == (200, 3), first
@@ -232,3 +232,26 @@ def test_a_note_named_with_a_line_break_is_passed_by(
     assert (result["notes"], result["actions"]) == (1, {"CREATE": 1}), result
     assert node(root, "digest/wiki/boiler.md")[0]["sources"] == [plain]
     assert "its name holds a control character" in daemon.log()
+
+
+def test_a_copy_of_a_dreamed_note_is_no_second_source(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A note copied (kept as a template, duplicated by a sync tool) was dreamed again and
+    # counted as a second source of everything it said: confidence rose on no new evidence.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    original, copy = "memory/2026-12-06/plants.md", "memory/2026-12-07/plants copy.md"
+    write(root, original, "Water the fern every Sunday.\n")
+    open_ws(daemon, root, fake)
+    fern = [[("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Fern",
+                            "content": "- water every Sunday", "reason": "routine"})]]
+    model.plan[original] = model.plan[copy] = fern
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    write(root, copy, "Water the fern every Sunday.\n")
+    result = dream(daemon)
+    assert result["notes"] == 0, result
+    fields, _ = node(root, "digest/procedure/fern.md")
+    assert (fields["sources"], fields["confidence"]) == ([original], 0.5)
+    # Once it says more than the original, it is a note of its own.
+    write(root, copy, "Water the fern every Sunday. It likes shade.\n")
+    assert dream(daemon)["notes"] == 1

@@ -314,7 +314,12 @@ async def run_dream(
     todo = await trio.to_thread.run_sync(
         dreamnotes.changed_notes, ws.root, settings.daily_dir, catalog)
     moves = await trio.to_thread.run_sync(dreamnotes.renamed_notes, ws.root, catalog, todo)
-    pending = [t for t in todo if t[0] not in moves]
+    copies = await trio.to_thread.run_sync(dreamnotes.copied_notes, ws.root, catalog, todo)
+    for rel, sha, _ in todo:
+        if rel in copies:  # read as the original was: nothing new to integrate
+            catalog[rel] = {"path": rel, "digest": sha, "state": "processed",
+                            "copy_of": copies[rel]}
+    pending = [t for t in todo if t[0] not in moves and t[0] not in copies]
     todo = pending[: cfg.max_notes_per_run]
     if not todo and not moves:
         if catalog != known:

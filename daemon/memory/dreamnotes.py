@@ -105,6 +105,18 @@ def renamed_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
     return out
 
 
+def copied_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
+                 todo: list[tuple[str, str, str]]) -> dict[str, str]:
+    """``{new path: original}`` of the notes of ``todo`` that are new copies of a processed
+    note still there (the same text): what they say was integrated from it, and a copy
+    dreamed again would count as a second source of it (blocking)."""
+    kept: dict[object, str] = {}
+    for path, rec in sorted(catalog.items()):
+        if rec.get("state") == "processed" and os.path.lexists(root / path):
+            kept.setdefault(rec.get("digest"), path)
+    return {rel: kept[sha] for rel, sha, _ in todo if rel not in catalog and sha in kept}
+
+
 def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
     """The node ``text`` citing the notes of ``moves`` (old path -> new) under their new
     paths, in its sources, section lines and History; None if it cites none of them."""
