@@ -69,6 +69,7 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
     # The daemon dies here, a line half written.
     with open(runjournal.journal_path(runs, run.run_id), "ab") as f:
         f.write(b'0123abcd {"file": "digest/wi')
+    (runs / "20261204T035959Z-000000.journal").mkdir()  # no journal: left, no error
     assert runjournal.recover(runs, {run.run_id}) == []  # still running: left alone
     assert runjournal.recover(runs, set()) == [run.run_id]
     record = changelog.load_run(runs, run.run_id)

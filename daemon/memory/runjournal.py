@@ -110,7 +110,10 @@ def recover(directory: Path, running: Collection[str]) -> list[str]:
                 changelog.write_run(directory, run)
                 done.append(run_id)
                 log.info("dream run %s was cut short; its record is recovered", run_id)
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # a folder of that name: not a journal of ours
+            log.warning("leaving %s in place: %s", path, exc)
     return done
 
 
