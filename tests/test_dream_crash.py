@@ -77,5 +77,5 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
         "digest/wiki/x.md": {"before": None, "after_sha256": changelog.sha256(b"x2")},
         "digest/wiki/y.md": {"before": "eTA=", "after_sha256": changelog.sha256(b"y1")}}
     assert record["failed_notes"] == {"memory/2026-12-03/b.md": "down"}
-    assert not list(runs.glob("*.journal"))
+    assert not runjournal.journal_path(runs, run.run_id).exists()
     assert runjournal.recover(runs, set()) == []
