@@ -460,9 +460,9 @@ async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     """The runs, newest first: those going on (as far as they got) and those ended (a run
     a crash cut short included, recovered from its journal)."""
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
+    going = set(_RUNNING)  # read here: runs start and end in this thread
 
     def listed() -> list[DreamRun]:
-        going = set(_RUNNING)
         runjournal.recover(directory, going)
         now = [changelog.dream_summary(dict(r.to_json()))
                for r in runjournal.running_runs(directory, going)]
