@@ -216,6 +216,15 @@ class ServerProtocol:
             return Incoming(calls=[member])
         return Incoming(errors=[member])
 
+    def refuse(self, line: bytes, code: int, message: str) -> bytes | None:
+        """The line that answers ``line`` when none of its calls may run: each request
+        gets the error ``code``, invalid ones the error :meth:`reply` gives them, and
+        notifications nothing (``None`` when nothing is owed)."""
+        incoming = self.receive_line(line)
+        return self.reply(incoming, [
+            None if call.is_notification else error_response(call.id, code, message)
+            for call in incoming.calls])
+
     @staticmethod
     def reply(incoming: Incoming, answers: Sequence[Answer | None]) -> bytes | None:
         """The line to send back, given one answer per call (``None`` for notifications).

@@ -23,12 +23,9 @@ import trio
 import trio.testing
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.rpc.connection import (
-    EVENT_QUEUE_SIZE,
-    MAX_TOPIC_PATTERNS,
-    CallCounters,
-    Connection,
-)
+from recalld.daemon.rpc.calls import CallCounters
+from recalld.daemon.rpc.connection import Connection
+from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE, MAX_TOPIC_PATTERNS
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import bind_listener
 from recalld.daemon.rpc.methods import build_methods

@@ -28,6 +28,8 @@ Stopping: :meth:`Connection.serve` returns at EOF, after :meth:`Connection.stop_
 (the server draining) once running calls have answered, or at once after a fatal frame,
 an idle timeout, a client that stops reading, or :meth:`Connection.abort`; returning
 cancels running calls and the event pump. Cancelling ``serve`` cancels all of them too.
+While the server drains, requests read but not started, and those that come meanwhile,
+are answered SHUTTING_DOWN without running.
 """
 
 from __future__ import annotations
@@ -35,17 +37,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import orjson
 import trio
 
-from recalld.daemon import metrics
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.errors import client_error
-from recalld.daemon.events import DROPPED_TOPIC, Accept, EventBus, Subscription
+from recalld.daemon.events import Accept, EventBus, Subscription
+from recalld.daemon.rpc.calls import CallCounters, encodable, run_call
+from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE, check_subscription, pump_events
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
     Answer,
@@ -57,16 +57,11 @@ from recalld.ipc.protocol import (
     encode,
     error_response,
     event_notification,
-    result_response,
 )
 
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
-EVENT_QUEUE_SIZE = 256
-# Topic patterns one connection may subscribe to: every event is matched against each,
-# on the publisher's side, and each events.subscribe answer lists them all.
-MAX_TOPIC_PATTERNS = 256
 # Back pressure. A connection starts a call only while the answers waiting to be written
 # (not yet taken by the socket) plus an estimate for each running call's answer stay
 # within MAX_UNSENT_BYTES (one call may always run); otherwise it reads nothing more. The
@@ -81,16 +76,7 @@ MIN_ANSWER_ESTIMATE = 1024
 MAX_BATCH_ANSWER_BYTES = 1024 * 1024
 _BATCH_CUT = (f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES >> 20} MiB before this call "
               "ran: send it again, alone or in a smaller batch")
-
-
-@dataclass(slots=True)
-class CallCounters:
-    """Counters the connections of one server share (``daemon.status`` shows them)."""
-
-    calls_in_flight: int = 0
-    requests_total: int = 0
-    errors_total: int = 0
-    timeouts_total: int = 0
+_NOT_RUN = "shutting down: this request was not run; send it again once the daemon is back"
 
 
 class Connection:
@@ -136,6 +122,7 @@ class Connection:
         self._stopping = False
         self._broken = False
         self._last_frame = 0.0
+        self._unrun: list[bytes] = []  # lines read, not run when reading stopped
         self.subscription: Subscription | None = None
 
     @property
@@ -173,6 +160,11 @@ class Connection:
                 graceful = await self._read_loop(nursery)
             if self._read_scope.cancelled_caught:
                 graceful = not self._idle_expired
+            if graceful and self._stopping:  # the daemon stops: refuse what comes
+                if self._in_flight:
+                    nursery.start_soon(self._refuse_requests)
+                else:
+                    await self._refuse_requests()
             if graceful and self._in_flight:
                 # EOF or server draining: let running calls answer, then close.
                 self._calls_done = trio.Event()
@@ -223,8 +215,9 @@ class Connection:
                 return False
             if lines:
                 self._last_frame = trio.current_time()
-            for line in lines:
+            for index, line in enumerate(lines):
                 if self._stop_requested():
+                    self._unrun += lines[index:]
                     return True
                 if not await self._take_line(line, nursery):
                     return False
@@ -244,7 +237,8 @@ class Connection:
             return fatal is None or fatal["error"]["code"] != errors.REQUEST_TOO_LARGE
         inline = all(self._answers_now(call) for call in incoming.calls)
         if not await self._wait_room(need_slot=not inline):
-            return True  # stopping: the read loop sees it
+            self._unrun.append(line)  # stopping: the read loop sees it
+            return True
         self._in_flight += 1
         if inline:
             # Never waits (except to write the answer): no task, no slot.
@@ -252,6 +246,32 @@ class Connection:
         else:
             nursery.start_soon(self._run_line, incoming, False)
         return True
+
+    async def _refuse_requests(self) -> None:
+        """While the daemon stops, answer each request read but not run, and each one
+        that comes while calls still run (until :data:`MAX_UNSENT_BYTES` came), with
+        SHUTTING_DOWN: the client knows it did not run, rather than seeing the
+        connection close without an answer."""
+        lines, self._unrun = self._unrun, []
+        budget = MAX_UNSENT_BYTES
+        while True:
+            for line in lines:
+                self._counters.errors_total += 1
+                reply = self._protocol.refuse(line, errors.SHUTTING_DOWN, _NOT_RUN)
+                if reply is not None and not await self.send(reply):
+                    return
+            await trio.lowlevel.checkpoint()
+            data = self._receive_ready()
+            if data is None and self._in_flight:
+                await trio.lowlevel.wait_readable(self._fd)
+                continue
+            if not data or budget < len(data):
+                return
+            budget -= len(data)
+            try:
+                lines = self._framer.feed(data)
+            except FrameTooLarge:
+                return
 
     def _receive_ready(self) -> bytes | None:
         """The bytes the socket holds now (b"" at EOF or error), None if it holds none."""
@@ -320,7 +340,7 @@ class Connection:
             try:
                 reply = self._protocol.reply(incoming, answers)
             except orjson.JSONEncodeError:
-                reply = self._protocol.reply(incoming, [_encodable(a) for a in answers])
+                reply = self._protocol.reply(incoming, [encodable(a) for a in answers])
             del answers  # only the encoded reply is held while the client takes it
             if reply is not None:
                 if not inline:  # the estimate is for the calls that take slots
@@ -344,40 +364,12 @@ class Connection:
                 self._counters.errors_total += 1
                 answers.append(error_response(call.id, errors.REQUEST_TOO_LARGE, _BATCH_CUT))
                 continue
-            answer = await self._call(call)
+            answer = await run_call(self._dispatch, call, self, self._counters)
             if incoming.is_batch and answer is not None:
                 with contextlib.suppress(orjson.JSONEncodeError):  # sent as an internal error
                     size += len(orjson.dumps(answer))
             answers.append(answer)
         return answers
-
-    async def _call(self, request: Request) -> Answer | None:
-        counters = self._counters
-        counters.requests_total += 1
-        counters.calls_in_flight += 1
-        started = time.perf_counter()
-        label = request.method
-        response: Answer
-        try:
-            result = await self._dispatch(request, self)
-        except Exception as exc:
-            err = client_error(exc)
-            counters.errors_total += 1
-            if isinstance(err, errors.MethodNotFound):
-                label = "unknown"  # made-up names must not grow the metric table
-            metrics.count("recalld_rpc_errors_total", labels=metrics.method_labels(label))
-            if err is None:
-                log.exception("method %s failed", request.method)
-                response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
-            else:
-                response = error_response(request.id, err.code, err.message, err.data)
-        else:
-            response = result_response(request.id, result)
-        finally:
-            counters.calls_in_flight -= 1
-            metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
-                            metrics.method_labels(label))
-        return None if request.is_notification else response
 
     async def send(self, data: bytes, *, abort: bool = True) -> bool:
         """Write one frame; False (and, with ``abort``, the connection aborted) if the
@@ -456,13 +448,7 @@ class Connection:
         """Add ``patterns`` to this connection's subscription, starting its pump if new.
         One connection subscribes for one agent (``owner``)."""
         sub = self.subscription if self.subscription and not self.subscription.closed else None
-        if sub is not None and sub.owner != owner:
-            raise errors.InvalidParams(
-                f"this connection receives the events of agent {sub.owner!r}; "
-                f"subscribe for {owner!r} on another connection")
-        if len((sub.patterns if sub else set()) | set(patterns)) > MAX_TOPIC_PATTERNS:
-            raise errors.InvalidParams(f"at most {MAX_TOPIC_PATTERNS} topic patterns per "
-                                       "connection")
+        check_subscription(sub, patterns, owner)
         if sub is not None:
             return sub.add(patterns)
         if self._nursery is None:
@@ -474,27 +460,8 @@ class Connection:
 
     async def _pump_events(self, sub: Subscription) -> None:
         try:
-            async for event in sub.receive:
-                payload = {k: v for k, v in event.payload.items() if k != "topic"}
-                if not await self.send(event_notification(event.topic, payload)):
-                    return
-            if sub.dropped:
-                await self.send(event_notification(DROPPED_TOPIC, {
-                    "reason": "subscriber too slow: event queue overflowed",
-                    "topics": sorted(sub.patterns),
-                }))
+            await pump_events(sub, self.send)
         finally:
-            sub.close()
             if self.subscription is sub:
                 self.subscription = None
 
-
-def _encodable(answer: Answer | None) -> Answer | None:
-    if answer is None:
-        return None
-    try:
-        orjson.dumps(answer)
-    except orjson.JSONEncodeError:
-        log.error("result of call %r is not JSON-serializable", answer.get("id"))
-        return error_response(answer.get("id"), errors.INTERNAL_ERROR, "internal error")
-    return answer

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import trio
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.rpc.connection import CallCounters, Connection
+from recalld.daemon.rpc.calls import CallCounters
+from recalld.daemon.rpc.connection import Connection
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request, encode, error_response

@@ -1,0 +1,77 @@
+"""Running one call of a connection: the dispatch, its wire answer, counters and metrics.
+
+:func:`run_call` turns what the dispatcher returned or raised into the answer to send
+(client errors as their codes, anything else as a logged internal error) and keeps the
+server's shared :class:`CallCounters` and the per-method metrics. It starts no task;
+cancelling it cancels the call, which then has no answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import orjson
+
+from recalld.daemon import metrics
+from recalld.daemon.errors import client_error
+from recalld.ipc import errors
+from recalld.ipc.protocol import Answer, Request, error_response, result_response
+
+log = logging.getLogger(__name__)
+P = TypeVar("P")  # what the dispatcher is given of the connection
+
+
+@dataclass(slots=True)
+class CallCounters:
+    """Counters the connections of one server share (``daemon.status`` shows them)."""
+
+    calls_in_flight: int = 0
+    requests_total: int = 0
+    errors_total: int = 0
+    timeouts_total: int = 0
+
+
+async def run_call(dispatch: Callable[[Request, P], Awaitable[object]], request: Request,
+                   peer: P, counters: CallCounters) -> Answer | None:
+    """The answer to ``request`` (None for a notification), run by ``dispatch``."""
+    counters.requests_total += 1
+    counters.calls_in_flight += 1
+    started = time.perf_counter()
+    label = request.method
+    response: Answer
+    try:
+        result = await dispatch(request, peer)
+    except Exception as exc:
+        err = client_error(exc)
+        counters.errors_total += 1
+        if isinstance(err, errors.MethodNotFound):
+            label = "unknown"  # made-up names must not grow the metric table
+        metrics.count("recalld_rpc_errors_total", labels=metrics.method_labels(label))
+        if err is None:
+            log.exception("method %s failed", request.method)
+            response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
+        else:
+            response = error_response(request.id, err.code, err.message, err.data)
+    else:
+        response = result_response(request.id, result)
+    finally:
+        counters.calls_in_flight -= 1
+        metrics.observe("recalld_rpc_seconds", time.perf_counter() - started,
+                        metrics.method_labels(label))
+    return None if request.is_notification else response
+
+
+def encodable(answer: Answer | None) -> Answer | None:
+    """``answer``, or an internal error in its place if JSON cannot carry its result."""
+    if answer is None:
+        return None
+    try:
+        orjson.dumps(answer)
+    except orjson.JSONEncodeError:
+        log.error("result of call %r is not JSON-serializable", answer.get("id"))
+        return error_response(answer.get("id"), errors.INTERNAL_ERROR, "internal error")
+    return answer

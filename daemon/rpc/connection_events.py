@@ -1,0 +1,50 @@
+"""The events of one connection: the limits on what it subscribes to, and the pump that
+writes its subscription's events to it.
+
+:class:`recalld.daemon.rpc.connection.Connection` owns the subscription and runs
+:func:`pump_events` in its nursery. The pump ends when the subscription ends (the bus
+closed it, or dropped it for a full queue: the client is told so) or the client stops
+taking events; either way it closes the subscription. Cancelling it closes it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from recalld.daemon.events import DROPPED_TOPIC, Subscription
+from recalld.ipc import errors
+from recalld.ipc.protocol import event_notification
+
+EVENT_QUEUE_SIZE = 256
+# Topic patterns one connection may subscribe to: every event is matched against each,
+# on the publisher's side, and each events.subscribe answer lists them all.
+MAX_TOPIC_PATTERNS = 256
+
+
+def check_subscription(sub: Subscription | None, patterns: Sequence[str],
+                       owner: str | None) -> None:
+    """InvalidParams unless ``patterns`` for ``owner`` may join ``sub`` (None: a first
+    subscription): one connection subscribes for one agent, and within the pattern cap."""
+    if sub is not None and sub.owner != owner:
+        raise errors.InvalidParams(
+            f"this connection receives the events of agent {sub.owner!r}; "
+            f"subscribe for {owner!r} on another connection")
+    if len((sub.patterns if sub else set()) | set(patterns)) > MAX_TOPIC_PATTERNS:
+        raise errors.InvalidParams(f"at most {MAX_TOPIC_PATTERNS} topic patterns per "
+                                   "connection")
+
+
+async def pump_events(sub: Subscription, send: Callable[[bytes], Awaitable[bool]]) -> None:
+    """Send ``sub``'s events with ``send`` until it ends or ``send`` fails, then close it."""
+    try:
+        async for event in sub.receive:
+            payload = {k: v for k, v in event.payload.items() if k != "topic"}
+            if not await send(event_notification(event.topic, payload)):
+                return
+        if sub.dropped:
+            await send(event_notification(DROPPED_TOPIC, {
+                "reason": "subscriber too slow: event queue overflowed",
+                "topics": sorted(sub.patterns),
+            }))
+    finally:
+        sub.close()

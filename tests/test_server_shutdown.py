@@ -1,0 +1,68 @@
+"""A real daemon stopping while a client's call runs: what the client's other requests get.
+
+The call that keeps the daemon draining is a ``memory.select`` whose chat request the fake
+provider holds (a real HTTP server on 127.0.0.1), so the stop is under way, with the
+connection still open, for as long as the test needs.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from conftest import DaemonFactory
+from fakes.provider_server import FakeProvider, chat_answer
+from waits import wait_value
+
+from recalld.ipc import errors
+
+HELD = "HELD-QUERY"
+
+
+def test_requests_sent_while_the_daemon_stops_are_refused_not_dropped(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    with FakeProvider() as fake:
+        fake.chat_default = lambda body: chat_answer('{"paths": ["digest/trains.md"]}')
+        gate = fake.gate(lambda body: HELD in str(body.get("messages")))
+        d = daemon_factory(
+            f'[daemon]\ngraceful_timeout_s = 60\n[workspaces.w]\npath = "{root}"\n'
+            f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m", '
+            'api_key = "k"}\n')
+        try:
+            d.call("memory.topic_write", {"agent_id": "w", "path": "digest/trains.md",
+                                          "name": "Trains", "description": "the commute",
+                                          "type": "user", "body": "The 7:40 to Zurich."})
+            conn = d.connect(timeout=15)
+            conn.request("memory.select", {"agent_id": "w", "query": f"{HELD} trains"})
+            assert gate.entered.wait(30), "the chat request never came"
+            d.signal(signal.SIGTERM)
+            # The listener goes first: the drain has begun, the connection is still open.
+            wait_value(lambda: d.socket_path.exists(), lambda exists: not exists,
+                       "the socket removed")
+            # Sent now, while the selection runs: a call, a batch (with a notification and an
+            # invalid member) and a call the reader would run at once.
+            conn.send({"jsonrpc": "2.0", "method": "memory.add_note", "id": "note",
+                       "params": {"agent_id": "w", "content": "never written"}})
+            conn.send([{"jsonrpc": "2.0", "method": "daemon.status", "id": 7},
+                       {"jsonrpc": "2.0", "method": "index.sync", "params": {"agent_id": "w"}},
+                       {"jsonrpc": "2.0", "method": 5, "id": 8}])
+            conn.send({"jsonrpc": "2.0", "method": "daemon.ping", "id": 9})
+            note = conn.recv()
+            assert note["id"] == "note" and note["error"]["code"] == errors.SHUTTING_DOWN, note
+            assert "not run" in note["error"]["message"]
+            batch = {m["id"]: m["error"]["code"] for m in conn.recv()}
+            assert batch == {7: errors.SHUTTING_DOWN, 8: errors.INVALID_REQUEST}, batch
+            ping = conn.recv()
+            assert ping["id"] == 9 and ping["error"]["code"] == errors.SHUTTING_DOWN, ping
+            # The running call still answers, then the connection closes.
+            gate.open()
+            selected = conn.recv()
+            assert selected["id"] == 1 and selected["result"]["method"] == "model", selected
+            assert conn.at_eof()
+            conn.close()
+        finally:
+            gate.open()
+        assert d.stop() == 0
+    assert "never written" not in "".join(
+        p.read_text(encoding="utf-8") for p in root.rglob("*.md"))
