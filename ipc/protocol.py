@@ -97,6 +97,15 @@ class LineFramer:
         return lines
 
 
+    def finish(self) -> bytes:
+        """At the end of the stream: the partial line held (stripped; ``b""`` if none),
+        forgotten. A writer may end its last line with the stream instead of a newline."""
+        line = bytes(self._buffer).strip()
+        self._buffer.clear()
+        self._scanned = 0
+        return line
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """A call to run. ``id`` is absent for notifications (``is_notification``)."""

@@ -106,6 +106,33 @@ def test_notifications_get_no_answer(daemon: DaemonHandle) -> None:
         assert conn.call("daemon.status")["pid"] == daemon.pid  # the first answer is ours
 
 
+def test_a_last_frame_without_its_newline_is_run_and_answered(daemon: DaemonHandle) -> None:
+    # As `printf '%s' '{...}' | socat - UNIX-CONNECT:...` sends it: the client ends its
+    # side of the connection right after the last frame, without the newline.
+    ping = {"jsonrpc": "2.0", "method": "daemon.ping"}
+    with daemon.connect() as conn:
+        conn.send({**ping, "id": 1})
+        conn.send_bytes(orjson.dumps([{**ping, "id": 2}, {**ping, "id": "3"}]) + b" \r")
+        conn.sock.shutdown(socket.SHUT_WR)
+        assert conn.recv()["id"] == 1
+        assert sorted(str(a["id"]) for a in conn.recv()) == ["2", "3"]
+        assert conn.at_eof()
+    note = {"jsonrpc": "2.0", "method": "memory.add_note",
+            "params": {"agent_id": "default", "content": "the last words \u00e9"}}
+    with daemon.connect() as conn:  # a notification: run, and nothing sent back
+        conn.send_bytes(orjson.dumps(note))
+        conn.sock.shutdown(socket.SHUT_WR)
+        assert conn.at_eof()
+    (listed,) = daemon.call("memory.list", {"agent_id": "default"})["files"]
+    text = daemon.call("memory.read", {"agent_id": "default", "path": listed["path"]})["text"]
+    assert "the last words \u00e9" in text
+    with daemon.connect() as conn:  # cut short: it does not parse
+        conn.send_bytes(b'{"jsonrpc":"2.0","method":"daemon.ping","id":4')
+        conn.sock.shutdown(socket.SHUT_WR)
+        assert conn.recv()["error"]["code"] == errors.PARSE_ERROR
+        assert conn.at_eof()
+
+
 # -------------------------------------------------------------------- slow clients (17)
 
 

@@ -203,7 +203,10 @@ class Connection:
             # after a short read the client most likely waits for our answer.
             ready = len(data) == RECEIVE_SIZE
             if not data:
-                return True
+                # The client ended its side: a last frame without its newline still counts
+                # (a cut one does not parse, and gets its error).
+                last = framer.finish()
+                return not last or await self._take_line(last, nursery)
             try:
                 lines = framer.feed(data)
             except FrameTooLarge:
