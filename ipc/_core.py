@@ -69,10 +69,12 @@ def request_limit() -> int:
 
 
 def check_request_size(frame: bytes, limit: int = MAX_REQUEST_BYTES) -> None:
-    if len(frame) > limit:
+    """RequestTooLarge if the daemon would refuse ``frame``: it counts the JSON, not the
+    newline that ends it."""
+    size = len(frame) - frame.endswith(b"\n")
+    if size > limit:
         raise errors.RequestTooLarge(
-            f"request of {len(frame)} bytes exceeds the limit of {limit} "
-            "([daemon] max_request_bytes)"
+            f"request of {size} bytes exceeds the limit of {limit} ([daemon] max_request_bytes)"
         )
 
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from test_cli import as_json, assert_one_line_error, recalld
 
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.client import Client
-from recalld.ipc.errors import RequestTooLarge
+from recalld.ipc.errors import InvalidParams, RequestTooLarge
+from recalld.ipc.protocol import ClientProtocol
 
 NO_USER = "~no-such-user-recalld"
 
@@ -121,6 +122,29 @@ def test_clients_take_the_request_limit_the_daemon_is_configured_with(
     # Over the configured limit: refused before sending, naming the limit.
     with Client(daemon.socket_path) as client, pytest.raises(RequestTooLarge, match="2097152"):
         client.add_turns("default", "s3", messages * 2)
+
+
+def test_a_request_of_exactly_the_limit_is_sent(daemon: DaemonHandle,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon takes a frame of max_request_bytes (its newline not counted); the
+    # clients refused it, counting the newline, though it is one byte short of too large.
+    for key in ("XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(key, daemon.env[key])
+    _, empty = ClientProtocol().request("daemon.ping", {"pad": ""})
+    at_limit = {"pad": "x" * ((1 << 20) - len(empty) + 1)}  # id 1: one digit, like 2 and 3
+    over = {"pad": "x" * ((1 << 20) - len(empty) + 2)}
+    with Client(daemon.socket_path) as client:
+        with pytest.raises(InvalidParams, match="unknown param"):  # the daemon read it
+            client.call("daemon.ping", at_limit)
+        with pytest.raises(RequestTooLarge, match="request of 1048577 bytes"):
+            client.call("daemon.ping", over)
+
+    async def by_trio() -> None:
+        async with AsyncClient(daemon.socket_path) as aclient:
+            with pytest.raises(InvalidParams, match="unknown param"):
+                await aclient.call("daemon.ping", at_limit)
+
+    trio.run(by_trio)
 
 
 def test_a_config_file_starting_with_a_byte_order_mark_is_read(
