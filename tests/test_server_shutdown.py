@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer
 from waits import wait_value
 
@@ -19,20 +19,29 @@ from recalld.ipc import errors
 HELD = "HELD-QUERY"
 
 
+def _start(daemon_factory: DaemonFactory, root: Path, fake: FakeProvider) -> DaemonHandle:
+    """A daemon serving ``root`` as ``w``, with one topic file and ``fake`` as chat model."""
+    fake.chat_default = lambda body: chat_answer('{"paths": ["digest/trains.md"]}')
+    d = daemon_factory(
+        f'[daemon]\ngraceful_timeout_s = 60\n[workspaces.w]\npath = "{root}"\n'
+        f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m", api_key = "k"}}\n')
+    d.call("memory.topic_write", {"agent_id": "w", "path": "digest/trains.md",
+                                  "name": "Trains", "description": "the commute",
+                                  "type": "user", "body": "The 7:40 to Zurich."})
+    return d
+
+
+def _notes(root: Path) -> str:
+    return "".join(p.read_text(encoding="utf-8") for p in root.rglob("*.md"))
+
+
 def test_requests_sent_while_the_daemon_stops_are_refused_not_dropped(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     with FakeProvider() as fake:
-        fake.chat_default = lambda body: chat_answer('{"paths": ["digest/trains.md"]}')
         gate = fake.gate(lambda body: HELD in str(body.get("messages")))
-        d = daemon_factory(
-            f'[daemon]\ngraceful_timeout_s = 60\n[workspaces.w]\npath = "{root}"\n'
-            f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m", '
-            'api_key = "k"}\n')
+        d = _start(daemon_factory, root, fake)
         try:
-            d.call("memory.topic_write", {"agent_id": "w", "path": "digest/trains.md",
-                                          "name": "Trains", "description": "the commute",
-                                          "type": "user", "body": "The 7:40 to Zurich."})
             conn = d.connect(timeout=15)
             conn.request("memory.select", {"agent_id": "w", "query": f"{HELD} trains"})
             assert gate.entered.wait(30), "the chat request never came"
@@ -64,5 +73,38 @@ def test_requests_sent_while_the_daemon_stops_are_refused_not_dropped(
         finally:
             gate.open()
         assert d.stop() == 0
-    assert "never written" not in "".join(
-        p.read_text(encoding="utf-8") for p in root.rglob("*.md"))
+    assert "never written" not in _notes(root)
+
+
+def test_a_batch_under_way_when_the_daemon_stops_answers_without_its_later_members(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Its first member runs; the stop comes; the members after it are not started (a cut
+    # at the end of the grace period would lose the answers of those that had run).
+    root = tmp_path / "ws"
+    with FakeProvider() as fake:
+        gate = fake.gate(lambda body: HELD in str(body.get("messages")))
+        d = _start(daemon_factory, root, fake)
+        try:
+            conn = d.connect(timeout=15)
+            note = {"agent_id": "w", "content": "never written"}
+            conn.send([
+                {"jsonrpc": "2.0", "method": "memory.select", "id": 1,
+                 "params": {"agent_id": "w", "query": f"{HELD} trains"}},
+                {"jsonrpc": "2.0", "method": "memory.add_note", "id": 2, "params": note},
+                {"jsonrpc": "2.0", "method": "memory.add_note", "params": note},
+                {"jsonrpc": "2.0", "method": "daemon.ping", "id": 3}])
+            assert gate.entered.wait(30), "the chat request never came"
+            d.signal(signal.SIGTERM)
+            wait_value(lambda: d.socket_path.exists(), lambda exists: not exists,
+                       "the socket removed")
+            gate.open()
+            answers = {a["id"]: a for a in conn.recv()}
+            assert answers[1]["result"]["method"] == "model", answers
+            assert {i: answers[i]["error"]["code"] for i in (2, 3)} == {
+                2: errors.SHUTTING_DOWN, 3: errors.SHUTTING_DOWN}, answers
+            assert conn.at_eof()
+            conn.close()
+        finally:
+            gate.open()
+        assert d.stop() == 0
+    assert "never written" not in _notes(root)

@@ -359,10 +359,16 @@ class Connection:
     async def _run_calls(self, incoming: Incoming) -> list[Answer | None]:
         """The answers of ``incoming``'s calls, run in order; in a batch, the requests
         after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun
-        (notifications still run: their answers are not kept)."""
+        (notifications still run: their answers are not kept), and once the daemon
+        stops, those not started are refused SHUTTING_DOWN (notifications dropped)."""
         answers: list[Answer | None] = []
         size = 0
         for call in incoming.calls:
+            if self._stopping:
+                self._counters.errors_total += 1
+                answers.append(None if call.is_notification else
+                               error_response(call.id, errors.SHUTTING_DOWN, _NOT_RUN))
+                continue
             if size > MAX_BATCH_ANSWER_BYTES and not call.is_notification:
                 self._counters.errors_total += 1
                 answers.append(error_response(call.id, errors.REQUEST_TOO_LARGE, _BATCH_CUT))
