@@ -172,7 +172,8 @@ def _member(obj: object) -> Request | ErrorResponse:
     if obj.get("jsonrpc") != JSONRPC:
         return error_response(id_, errors.INVALID_REQUEST, 'invalid request: jsonrpc must be "2.0"')
     if has_id and not _valid_id(raw_id):
-        return error_response(None, errors.INVALID_REQUEST, "invalid request: bad id")
+        return error_response(None, errors.INVALID_REQUEST, "invalid request: id must be a "
+                              "string, an integer of at most 64 bits, or null")
     method = obj.get("method")
     if not isinstance(method, str):
         return error_response(
@@ -195,8 +196,10 @@ class ServerProtocol:
     def receive_line(self, line: bytes) -> Incoming:
         try:
             obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return Incoming(fatal=error_response(None, errors.PARSE_ERROR, "parse error"))
+        except orjson.JSONDecodeError as exc:
+            # What is wrong and where: a byte order mark, bytes that are not UTF-8, NaN,
+            # nesting over 1024 deep, a frame cut short...
+            return Incoming(fatal=error_response(None, errors.PARSE_ERROR, f"parse error: {exc}"))
         if isinstance(obj, list):
             if not obj:
                 return Incoming(

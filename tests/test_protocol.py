@@ -130,6 +130,24 @@ SINGLE_CASES: list[tuple[str, bytes, Any, int | None]] = [
 ]
 
 
+@pytest.mark.parametrize(("data", "said"), [
+    (b"\xef\xbb\xbf" + line(req()), "byte order mark"),
+    (b'{"jsonrpc":"2.0","method":"\xff","id":1}', "not valid UTF-8"),
+    (b"[" * 2000 + b"]" * 2000, "depth limit exceeded"),
+    (b'{"jsonrpc":"2.0","method":"m","params":{"n":1e400},"id":1}', "infinity"),
+    (b'{"jsonrpc":"2.0","method":"m","id":1', "unexpected end of data: line 1 column 37"),
+    (b'{"jsonrpc":"2.0","method":"m","id":123456789012345678901234567890}',
+     "id must be a string, an integer of at most 64 bits, or null"),
+    (line(req(id_=True)), "id must be a string, an integer of at most 64 bits, or null"),
+])
+def test_errors_say_what_is_wrong_with_the_frame(data: bytes, said: str) -> None:
+    # A bare "parse error" or "bad id" left the sender guessing (valid JSON nested too
+    # deep, an editor's byte order mark, an integer id too large to echo exactly).
+    reply = answer_all(ServerProtocol(), data)
+    assert isinstance(reply, dict) and reply["id"] is None
+    assert said in reply["error"]["message"], reply
+
+
 @pytest.mark.parametrize(("name", "data", "want_id", "want_code"), SINGLE_CASES,
                          ids=[c[0] for c in SINGLE_CASES])
 def test_single(name: str, data: bytes, want_id: Any, want_code: int | None) -> None:
