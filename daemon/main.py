@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon import systemd
     from recalld.daemon.app import build_supervisor
     from recalld.daemon.lock import AlreadyServing
-    from recalld.daemon.rpc.listener import SocketSetupError
+    from recalld.daemon.rpc.listener import SocketSetupError, socket_answers
     from recalld.daemon.supervisor import DataDirUnusable, NotPrivate, reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
@@ -198,7 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         taken = _find(exc, AlreadyServing)
         if taken is not None:
-            print(str(taken), file=sys.stderr)
+            # Clients that find no daemon on the socket say to start one: say why that
+            # cannot work.
+            hint = "" if socket_answers(cfg.socket_path) else (
+                f", but no daemon answers on {cfg.socket_path}: it is stopping, listens "
+                "on another socket, or its socket file was removed (stop it, then start again)")
+            print(f"{taken}{hint}", file=sys.stderr)
             return EXIT_ALREADY_RUNNING
         unusable = _find(exc, DataDirUnusable)
         if unusable is not None:

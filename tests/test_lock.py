@@ -64,8 +64,33 @@ def test_second_daemon_on_the_same_data_exits_3_at_once(daemon_factory: DaemonFa
     assert second.proc.wait(timeout=20) == 3
     assert time.monotonic() - started < 15
     message = second.log().strip().splitlines()
-    assert message == [f"recalld is already running for {first.data_dir} (pid {first.pid})"]
+    # Its own socket is not the first one's: what a client there would not find, said.
+    assert message == [f"recalld is already running for {first.data_dir} (pid {first.pid}), "
+                       f"but no daemon answers on {second.socket_path}: it is stopping, listens on "
+                       "another socket, or its socket file was removed (stop it, then start "
+                       "again)"]
     # The first one is unaffected.
     assert first.call("daemon.ping")["pong"] is True
     assert first.call("daemon.status")["pid"] == first.pid
+    assert first.stop() == 0
+
+
+def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
+        daemon_factory: DaemonFactory) -> None:
+    first = daemon_factory()
+    second = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir),
+                            RECALLD_SOCKET=str(first.socket_path), wait=False)
+    assert second.proc.wait(timeout=20) == 3
+    assert second.log().strip().splitlines() == [
+        f"recalld is already running for {first.data_dir} (pid {first.pid})"]
+    # Its socket file removed (a tidied runtime folder): clients say no daemon runs and
+    # to start one; the start that fails says why, and what to do.
+    first.socket_path.unlink()
+    third = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir),
+                           RECALLD_SOCKET=str(first.socket_path), wait=False)
+    assert third.proc.wait(timeout=20) == 3
+    (line,) = third.log().strip().splitlines()
+    assert line.endswith(f"(pid {first.pid}), but no daemon answers on {first.socket_path}: "
+                         "it is stopping, listens on another socket, or its socket file was "
+                         "removed (stop it, then start again)"), line
     assert first.stop() == 0

@@ -91,6 +91,22 @@ def remove_if_stale(path: Path) -> None:
     raise AlreadyServing(f"another recalld is already serving {path}")
 
 
+def socket_answers(path: Path) -> bool:
+    """Whether a daemon listens on the socket file ``path`` (one whose backlog is full
+    does)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.setblocking(False)
+    try:
+        probe.connect(str(path))
+    except BlockingIOError:
+        return True
+    except OSError:  # no file, nobody listening, not a socket, not ours to reach
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 @dataclass
 class BoundSocket:
     """A listening socket we bound, with the lock that guards its path."""
