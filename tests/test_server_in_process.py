@@ -268,6 +268,8 @@ async def test_grace_period_is_bounded(short_dir: Path) -> None:
                                "id": 1})
             await app.wait_started(1)
             nursery.cancel_scope.cancel()  # the call never ends: cut after 0.2 s
+        cut = await client.recv()  # answered that the stop cut it, then the close
+        assert cut["id"] == 1 and cut["error"]["code"] == errors.SHUTTING_DOWN, cut
         with pytest.raises(EOFError):
             await client.recv()
         await client.aclose()

@@ -19,11 +19,12 @@ from recalld.ipc import errors
 HELD = "HELD-QUERY"
 
 
-def _start(daemon_factory: DaemonFactory, root: Path, fake: FakeProvider) -> DaemonHandle:
+def _start(daemon_factory: DaemonFactory, root: Path, fake: FakeProvider,
+           grace_s: float = 60) -> DaemonHandle:
     """A daemon serving ``root`` as ``w``, with one topic file and ``fake`` as chat model."""
     fake.chat_default = lambda body: chat_answer('{"paths": ["digest/trains.md"]}')
     d = daemon_factory(
-        f'[daemon]\ngraceful_timeout_s = 60\n[workspaces.w]\npath = "{root}"\n'
+        f'[daemon]\ngraceful_timeout_s = {grace_s}\n[workspaces.w]\npath = "{root}"\n'
         f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m", api_key = "k"}}\n')
     d.call("memory.topic_write", {"agent_id": "w", "path": "digest/trains.md",
                                   "name": "Trains", "description": "the commute",
@@ -108,3 +109,34 @@ def test_a_batch_under_way_when_the_daemon_stops_answers_without_its_later_membe
             gate.open()
         assert d.stop() == 0
     assert "never written" not in _notes(root)
+
+
+def test_a_call_cut_at_the_end_of_the_grace_period_is_answered_with_why(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The call outlasts graceful_timeout_s: the client hears that the stop cut it, not
+    # only that the connection closed.
+    root = tmp_path / "ws"
+    with FakeProvider() as fake:
+        gate = fake.gate(lambda body: HELD in str(body.get("messages")))
+        d = _start(daemon_factory, root, fake, grace_s=0.5)
+        try:
+            conn = d.connect(timeout=15)
+            conn.send([{"jsonrpc": "2.0", "method": "memory.select", "id": "b",
+                        "params": {"agent_id": "w", "query": f"{HELD} trains"}},
+                       {"jsonrpc": "2.0", "method": "daemon.ping"}])
+            conn.request("memory.select", {"agent_id": "w", "query": f"{HELD} again"})
+            wait_value(lambda: gate.held, lambda held: held == 2, "both chat requests held")
+            d.signal(signal.SIGTERM)
+            answers = {}
+            for _ in range(2):
+                reply = conn.recv()
+                answers[str(reply[0]["id"] if isinstance(reply, list) else reply["id"])] = reply
+            (batch,) = answers["b"]
+            assert batch["error"]["code"] == errors.SHUTTING_DOWN, answers
+            assert "stopped before this call finished" in batch["error"]["message"]
+            assert answers["1"]["error"] == batch["error"], answers
+            assert conn.at_eof()
+            conn.close()
+        finally:
+            gate.open()
+        assert d.stop() == 0

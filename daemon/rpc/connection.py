@@ -77,6 +77,8 @@ MAX_BATCH_ANSWER_BYTES = 1024 * 1024
 _BATCH_CUT = (f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES >> 20} MiB before this call "
               "ran: send it again, alone or in a smaller batch")
 _NOT_RUN = "shutting down: this request was not run; send it again once the daemon is back"
+_CUT = ("shutting down: the daemon stopped before this call finished (graceful_timeout_s); "
+        "it may have taken effect, in part")
 
 
 class Connection:
@@ -339,7 +341,15 @@ class Connection:
         try:
             # Members of a batch run one after another within one slot: bounded, and a
             # batch cannot starve the connection's other calls of slots.
-            answers = await self._run_calls(incoming)
+            try:
+                answers = await self._run_calls(incoming)
+            except trio.Cancelled:
+                if self._stopping:  # the server's grace ran out: say so if it can be said
+                    self._write_now(self._protocol.reply(incoming, [
+                        None if c.is_notification else
+                        error_response(c.id, errors.SHUTTING_DOWN, _CUT)
+                        for c in incoming.calls]))
+                raise
             try:
                 reply = self._protocol.reply(incoming, answers)
             except orjson.JSONEncodeError:
@@ -407,6 +417,17 @@ class Connection:
         finally:
             self._unsent -= len(data)
             self._wake_reader()
+
+    def _write_now(self, data: bytes | None) -> None:
+        """Write ``data`` at once if the socket takes it, without waiting (the connection
+        is being cut); a frame it takes in part leaves the stream broken."""
+        if data is None or self._broken or self._write_lock.locked():
+            return
+        try:
+            sent = os.write(self._fd, data)
+        except OSError:  # full (BlockingIOError), or the client is gone
+            sent = 0
+        self._broken = 0 < sent < len(data)
 
     async def _write(self, data: bytes) -> bool:
         """Write all of ``data`` (the caller holds the write lock); False if the client
