@@ -62,6 +62,8 @@ from recalld.ipc.protocol import (
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
+# A reader running pipelined calls inline yields to other connections after this long.
+FAIR_SLICE_S = 0.005
 # Back pressure. A connection starts a call only while the answers waiting to be written
 # (not yet taken by the socket) plus an estimate for each running call's answer stay
 # within MAX_UNSENT_BYTES (one call may always run); otherwise it reads nothing more. The
@@ -219,13 +221,16 @@ class Connection:
                 )))
                 return False
             if lines:
-                self._last_frame = trio.current_time()
+                self._last_frame = now = trio.current_time()
             for index, line in enumerate(lines):
                 if self._stop_requested():
                     self._unrun += lines[index:]
                     return True
                 if not await self._take_line(line, nursery):
                     return False
+                if trio.current_time() > now + FAIR_SLICE_S:  # other clients' turn
+                    await trio.lowlevel.checkpoint()
+                    now = trio.current_time()
         return True
 
     async def _take_line(self, line: bytes, nursery: trio.Nursery) -> bool:
@@ -253,10 +258,9 @@ class Connection:
         return True
 
     async def _refuse_requests(self) -> None:
-        """While the daemon stops, answer each request read but not run, and each one
-        that comes while calls still run (until :data:`MAX_UNSENT_BYTES` came), with
-        SHUTTING_DOWN: the client knows it did not run, rather than seeing the
-        connection close without an answer."""
+        """While the daemon stops, answer SHUTTING_DOWN to each request read but not run,
+        and to each that comes while calls still run (up to :data:`MAX_UNSENT_BYTES`):
+        the client knows it did not run, instead of seeing the connection close."""
         lines, self._unrun = self._unrun, []
         budget = MAX_UNSENT_BYTES
         while True:
@@ -419,8 +423,7 @@ class Connection:
             self._wake_reader()
 
     def _write_now(self, data: bytes | None) -> None:
-        """Write ``data`` at once if the socket takes it, without waiting (the connection
-        is being cut); a frame it takes in part leaves the stream broken."""
+        """Write ``data`` now if the socket takes it (the connection is being cut)."""
         if data is None or self._broken or self._write_lock.locked():
             return
         try:
