@@ -183,11 +183,10 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
                  deadline_s=BLOCKED_RETRY_S * 6)
 
     retried()  # a busy backend reports its statistics at the end of its next call
-    retried()
     before = feed_rows_read(pg_server)
-    for _ in range(4):
+    for _ in range(3):
         retried()
-    # Reading the feed after the held row again would be 300 rows a retry (1,200 here).
+    # Reading the feed after the held row again would be 300 rows a retry (900 here).
     # A backend may report its statistics late (the first pass's 300 rows, say): one
     # such report fits under the bound, a read of the feed at every retry does not.
     assert feed_rows_read(pg_server) - before < 650
