@@ -233,7 +233,9 @@ class WorkspaceRegistry:
             raise InvalidParams("workspace path must be absolute")
         # Resolving symlinks stats every component: on a slow or hung mount that takes
         # long, so not on the event loop.
-        root = await trio.to_thread.run_sync(root.resolve)
+        given_root, root = root, await trio.to_thread.run_sync(root.resolve)
+        if given_root != root:
+            self._check_not_anothers(agent_id, given_root, root)
         async with self._lock(agent_id):
             if agent_id in self._held:
                 return None
@@ -318,6 +320,21 @@ class WorkspaceRegistry:
         if record is not None and agent_id not in config.configured_agents():
             return Path(record["path"])
         return config.workspace_path(agent_id)
+
+    def _check_not_anothers(self, agent_id: str, given: Path, root: Path) -> None:
+        """InvalidParams when ``given`` leads through a link to ``root``, the very folder
+        another agent's workspace is configured or recorded at: that folder is the other
+        agent's, whichever of the two opens first (at a start they open together)."""
+        config = self._get_config()
+        for other in {*config.configured_agents(), *self._remembered} - {agent_id}:
+            record = self._remembered.get(other)
+            place = (config.workspace_path(other) if other in config.configured_agents()
+                     or record is None else Path(record["path"]))
+            if place == root:
+                raise InvalidParams(
+                    f"the folder of workspace {agent_id!r}, {given}, leads to {root}, the "
+                    f"folder of workspace {other!r}: put its own folder back in place of "
+                    "the link, or open it at another path")
 
     def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
         """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:

@@ -92,3 +92,29 @@ def test_status_alone_tells_a_replaced_folder_with_no_timer(
     assert entry is not None and entry["state"] == "failed", entry
     assert f"now leads to {alice}" in entry["error"]
     assert workspace_status(daemon, "alice")["state"] == "ready"  # type: ignore[index]
+
+
+def test_a_folder_linked_to_anothers_is_never_opened_whoever_opens_first(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # At a start the workspaces open together: bob's folder, now a link to alice's, must
+    # not take alice's folder when bob comes first (alice would then be refused and bob
+    # serve her notes). Made certain here by closing alice before bob opens.
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    daemon = daemon_factory(CONFIG, **env)
+    alice = _open(daemon, "alice", "Alice keeps the quokkaword in her isolated notes.")
+    bob = _open(daemon, "bob", "Bob deploys on Fridays.")
+    daemon.call("workspace.close", {"agent_id": "bob"})
+    os.rename(bob, bob.with_name("bob.old"))
+    os.symlink(alice, bob)
+    # Closed and forgotten: only the configuration names alice's folder now, as at a
+    # start before alice's open has come.
+    daemon.call("workspace.close", {"agent_id": "alice", "forget": True})
+    try:
+        daemon.call("workspace.open", {"agent_id": "bob"})
+    except errors.InvalidParams as exc:
+        assert "the folder of workspace 'alice'" in exc.message, exc.message
+    else:
+        raise AssertionError("bob opened at alice's folder")
+    assert daemon.call("workspace.open", {"agent_id": "alice"})["path"] == str(alice)
+    hits = daemon.call("memory.search", {"agent_id": "alice", "query": "quokkaword"})
+    assert [h["path"] for h in hits["results"]] == [NOTE]
