@@ -11,6 +11,8 @@ restart would.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
@@ -92,10 +94,13 @@ def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over
     wait_for(lambda: converged(a, b) and len(notes(b)) == 1, what="one on b")
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM recalld_workspaces WHERE name = %s", (name,))
-    # a finds out by uploading, b (which writes nothing) by its next catch-up.
+    # a finds out by uploading, and wakes b (which writes nothing), which would otherwise
+    # find out only at its next catch-up, CATCH_UP_EVERY_S on.
     write(a, "memory/2026-07-20/two.md", "# Two\nafter the removal\n")
+    started = time.monotonic()
     wait_for(lambda: converged(a, b) and len(notes(b)) == 2, what="converged again",
              deadline_s=CATCH_UP_EVERY_S * 3)
+    assert time.monotonic() - started < CATCH_UP_EVERY_S, "b waited for its catch-up"
     for d in (a, b):
         status = remote_status(d)
         assert status["state"] == "online", status

@@ -228,16 +228,22 @@ def upload_many(conn: Conn, workspace_id: int, host: str,
     must name a target no other one in the list names (its base is this host's, not
     one an earlier change of the list is about to make)."""
     answers: list[Answer] = []
-    with conn.transaction():
-        notify = 0
-        for change, target, base_version in changes:
-            answer = _upload_one(conn, workspace_id, host, change, target, base_version,
-                                 max_chars)
-            answers.append(answer)
-            if answer.outcome in ("applied", "conflict") and not answer.replayed:
-                notify = max(notify, answer.version)
-        if notify:
-            conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(notify)))
+    try:
+        with conn.transaction():
+            notify = 0
+            for change, target, base_version in changes:
+                answer = _upload_one(conn, workspace_id, host, change, target, base_version,
+                                     max_chars)
+                answers.append(answer)
+                if answer.outcome in ("applied", "conflict") and not answer.replayed:
+                    notify = max(notify, answer.version)
+            if notify:
+                conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), str(notify)))
+    except WorkspaceGone:
+        # The other hosts still listen on the gone workspace's channel: woken, each reads
+        # its feed, finds it gone and starts over now, not at its next catch-up.
+        conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), "0"))
+        raise
     return answers
 
 
