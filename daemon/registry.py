@@ -26,7 +26,7 @@ from pathlib import Path
 
 import trio
 
-from recalld.daemon import remembered, safepath
+from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
@@ -93,7 +93,7 @@ class WorkspaceRegistry:
         # Looked at whenever the workspace is used (a call names it, a job starts), not on
         # a timer: its services read and write by path, and a link put in its folder's
         # place would lead them into another folder, another agent's memory among them.
-        elsewhere = safepath.leads_elsewhere(ws.root)
+        elsewhere = ws.leads_elsewhere()
         if elsewhere is not None:
             ws.root_leads(elsewhere)
             raise UnknownWorkspace(f"workspace {agent_id!r} failed: {ws.error}")

@@ -133,7 +133,7 @@ class Workspace:
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
         self._root_moved = trio.Event()
-        self._elsewhere: str | None = None
+        self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
 
     def shares_with(self, agent_id: str) -> bool:
         """Whether agent ``agent_id`` may search and read this workspace: its owner, or
@@ -179,6 +179,8 @@ class Workspace:
             self.root.mkdir(parents=True, exist_ok=True)
             for d in self.directories():
                 d.mkdir(parents=True, exist_ok=True)
+            st = os.stat(self.root)
+            self._root_id = (st.st_dev, st.st_ino)
         except OSError as exc:
             raise InvalidParams(
                 f"cannot create workspace directories under {self.root}: {exc.strerror}"
@@ -233,7 +235,6 @@ class Workspace:
             except OSError as exc:
                 raise InvalidParams(f"cannot lock workspace {self.root}: {exc.strerror}"
                                     ) from None
-            elsewhere: str | None = None
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
@@ -241,29 +242,34 @@ class Workspace:
                     self.state = "ready"
                     log.info("workspace %s: every service started", self.agent_id)
                     task_status.started()
-                    elsewhere = await self._until_root_leads_elsewhere()
+                    # Its services read and write by path: once a link took its folder's
+                    # place (:meth:`root_leads`) they would serve and change another
+                    # folder's files, another agent's memory among them.
+                    await self._root_moved.wait()
                     nursery.cancel_scope.cancel()
-            if elsewhere is not None:
-                raise RecalldError(self.error or f"its folder now leads to {elsewhere}")
+            if self._root_moved.is_set():
+                raise RecalldError(self.error or "its folder now leads elsewhere")
         finally:
             lock.release()
             if self.state != "failed":
                 self.state = "closed"
             self._finished.set()
 
-    async def _until_root_leads_elsewhere(self) -> str:
-        """Where the workspace folder leads, once a link took its place (or the place of
-        a folder on its path; the registry looks at each use: :meth:`root_leads`): its
-        services read and write by path, and would serve and change another folder's files,
-        another agent's memory among them."""
-        await self._root_moved.wait()
-        assert self._elsewhere is not None
-        return self._elsewhere
+    def leads_elsewhere(self) -> str | None:
+        """Where the workspace folder now leads, when a link took its place (or that of a
+        folder on its path) since it opened; None while it is where it was, or gone. One
+        ``stat`` while the folder is the one it opened (a use of the workspace asks)."""
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None  # missing (moved away, a disk not mounted), not elsewhere
+        if (st.st_dev, st.st_ino) == self._root_id:
+            return None
+        return safepath.leads_elsewhere(self.root)
 
     def root_leads(self, elsewhere: str) -> None:
         """The workspace folder now leads to ``elsewhere``: the workspace stops, with
         ``error`` saying so at once."""
-        self._elsewhere = elsewhere
         self.state = "failed"
         self.error = (f"its folder {self.root} now leads to {elsewhere}: a link took its "
                       "place (or that of a folder on its path), and the workspace stopped "
