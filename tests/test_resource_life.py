@@ -4,7 +4,6 @@ chat model."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -91,10 +90,8 @@ def test_a_file_added_as_the_job_ends_is_interpreted(daemon: DaemonHandle, fake:
     write(root, "resource/a.txt", "Alpha: the first report.\n")
     open_ws(daemon, "res", root, fake)
     # The job's item is appended, then the inbox compacted: the file comes meanwhile.
-    deadline = time.monotonic() + 60
-    while log.stat().st_size == size:
-        assert time.monotonic() < deadline, catalog(root)
-        time.sleep(0.001)
+    wait_for(lambda: log.stat().st_size != size, "the job's inbox item", deadline_s=60,
+             poll_s=0.001)
     write(root, "resource/b.txt", "Beta: the second report.\n")
     wait_state(root, "resource/b.txt", "queued", "processed")
     wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))

@@ -30,21 +30,23 @@ def _describe(cond: Callable[..., Any]) -> str:
 
 
 def wait_value(get: Callable[[], T], ok: Callable[[T], Any], what: str = "",
-               deadline_s: float = 120.0) -> T:
+               deadline_s: float = 120.0, poll_s: float = POLL_S) -> T:
     """The first value of ``get()`` that ``ok`` accepts; fail naming ``what`` (or
-    ``get``'s source) and the last value seen after ``deadline_s``."""
+    ``get``'s source) and the last value seen after ``deadline_s``. ``poll_s``: shorter
+    only to act inside a brief window the condition opens."""
     end = time.monotonic() + deadline_s
     while not ok(value := get()):
         assert time.monotonic() < end, (
             f"timed out waiting for {what or _describe(get)}; last: {value!r:.2000}")
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
     return value
 
 
-def wait_for(cond: Callable[[], T], what: str = "", deadline_s: float = 120.0) -> T:
+def wait_for(cond: Callable[[], T], what: str = "", deadline_s: float = 120.0,
+             poll_s: float = POLL_S) -> T:
     """The first true value of ``cond()``; fail naming ``what`` (or the condition's
     source) after ``deadline_s``."""
-    return wait_value(cond, bool, what, deadline_s)
+    return wait_value(cond, bool, what, deadline_s, poll_s)
 
 
 async def until(cond: Callable[[], object], what: str = "", deadline_s: float = 120.0,
