@@ -7,24 +7,18 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from fakes.provider_server import FakeProvider
-from test_capture import add, config, done, notes, turn, write_note
+from test_capture import add, config, done, fake, notes, turn, write_note
 from waits import wait_job
 
 PENDING = "mem_metadata/sessions/pending.jsonl"
 DAY_S = 86_400
 
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
+__all__ = ["fake"]  # the scripted chat server, as test_capture has it
 
 
 def _rewrite_log(path: Path, change: dict[str, float | None]) -> None:
