@@ -35,7 +35,7 @@ class ConfigError(Exception):
 NOT_KEYS = frozenset({"ignored_fields", "config_required"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)  # a repr masks its secrets
 class EmbeddingModelConfig:
     """QwenPaw's ``embedding_model_config`` (vectors are off until model_name is set)."""
 
@@ -49,9 +49,10 @@ class EmbeddingModelConfig:
     max_cache_size: int = 10000
     max_input_length: int = 8192
     max_batch_size: int = 10
+    __repr__ = config_rules.masked_repr
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)  # a repr masks its secrets
 class ChatModelConfig:
     """An OpenAI-compatible chat model used by LLM jobs (off until model_name is set)."""
 
@@ -62,6 +63,7 @@ class ChatModelConfig:
     temperature: float = 0.2
     max_tokens: int = 2048
     timeout_s: float = 120.0
+    __repr__ = config_rules.masked_repr
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ class SearchConfig:
     link_expansion: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)  # a repr masks its secrets
 class RemoteConfig:
     """Where a shared workspace's truth lives (``remote = { kind = "postgres", ... }``).
 
@@ -119,6 +121,7 @@ class RemoteConfig:
     password_env: str = ""
     host: str = ""
     search_mode: str = "local"
+    __repr__ = config_rules.masked_repr
 
     def check(self, where: str) -> None:
         if self.kind != "postgres":
@@ -139,9 +142,7 @@ class RemoteConfig:
 
     def for_wire(self) -> dict[str, str]:
         """The settings as JSON with any password in the DSN masked."""
-        return {"kind": self.kind, "dsn": config_rules.mask_dsn(self.dsn), "name": self.name,
-                "passfile": self.passfile, "password_env": self.password_env,
-                "host": self.host, "search_mode": self.search_mode}
+        return {**dataclasses.asdict(self), "dsn": config_rules.mask_dsn(self.dsn)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,12 +422,9 @@ _DAEMON_FIELDS = {
 }
 
 
-def load(
-    *,
-    config: str | os.PathLike[str] | None = None,
-    socket: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> DaemonConfig:
+def load(*, config: str | os.PathLike[str] | None = None,
+         socket: str | os.PathLike[str] | None = None,
+         environ: Mapping[str, str] | None = None) -> DaemonConfig:
     """Read the configuration. A missing file means defaults; a bad one raises ConfigError
     with one line naming the file, the key and the value."""
     env = os.environ if environ is None else environ

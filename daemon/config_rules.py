@@ -16,13 +16,17 @@ Nothing here imports the rest of the daemon: the config module imports this one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
@@ -465,3 +469,21 @@ def mask_url(url: str) -> str:
     like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,
     ``sig``, ...) as ``***``."""
     return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
+
+
+def masked_repr(settings: DataclassInstance) -> str:
+    """The ``repr`` of a settings record that may hold secrets (a provider's model config,
+    a shared workspace's remote): an ``api_key`` as ``***``, the password of a
+    ``base_url`` (:func:`mask_url`) or a ``dsn`` (:func:`mask_dsn`) masked, so a record
+    that reaches a log line or a traceback shows none of them."""
+    shown = []
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if value and f.name == "api_key":
+            value = "***"
+        elif value and f.name == "base_url":
+            value = mask_url(value)
+        elif value and f.name == "dsn":
+            value = mask_dsn(value)
+        shown.append(f"{f.name}={value!r}")
+    return f"{type(settings).__name__}({', '.join(shown)})"

@@ -258,8 +258,8 @@ class ChatClient:
         self.last_ok: float | None = None
 
     def __repr__(self) -> str:
-        return (f"ChatClient(model={self.config.model_name!r}, endpoint={self.endpoint!r}, "
-                "api_key=***)")
+        endpoint = redact(self.endpoint, self._api_key)
+        return f"ChatClient(model={self.config.model_name!r}, endpoint={endpoint!r}, api_key=***)"
 
     @property
     def enabled(self) -> bool:

@@ -158,9 +158,9 @@ class EmbeddingClient:
         self.health: Literal["unknown", "ok", "fail"] = "unknown"
 
     def __repr__(self) -> str:
-        c = self.config
+        c, endpoint = self.config, redact(self.endpoint, self._api_key)
         return (f"EmbeddingClient(backend={c.backend!r}, model={c.model_name!r}, "
-                f"dims={self.dimensions}, endpoint={self.endpoint!r}, api_key=***)")
+                f"dims={self.dimensions}, endpoint={endpoint!r}, api_key=***)")
 
     def use_key(self, config: EmbeddingModelConfig) -> None:
         """Send with ``config``'s API key from now on (a workspace of this vector space

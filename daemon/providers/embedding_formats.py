@@ -18,7 +18,7 @@ import orjson
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse
+from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse, redact
 
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
@@ -168,7 +168,8 @@ class WireFormat:
         self.base_url = (config.base_url or DEFAULT_BASE_URLS[config.backend]).rstrip("/")
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} model={self.config.model_name!r} url={self.endpoint}>"
+        url = redact(self.endpoint, self._api_key)
+        return f"<{type(self).__name__} model={self.config.model_name!r} url={url}>"
 
     @property
     def endpoint(self) -> str:

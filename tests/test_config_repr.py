@@ -1,0 +1,71 @@
+"""Settings records and provider clients never show a secret in their ``repr``.
+
+A record reaches a log line or a traceback as its ``repr`` (a workspace's settings in an
+error, a client in a debug line), so every class that holds a key, a URL or a DSN masks
+them there; the rest of the record stays readable. The classes are found from the
+settings module, so a secret field added later is covered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from recalld.daemon import config
+from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.embedding import EmbeddingClient
+
+KEY = "sk-live-7Qf2Zr9XwPm4"
+PASSWORD = "Tr0ub4dor&3"
+# Each secret-holding field with a value that carries a secret, and the part that must stay.
+SECRET_VALUES = {
+    "api_key": (KEY, None),
+    "base_url": (f"https://svc:{PASSWORD}@llm.example.net:8443/v1?api_key={KEY}",
+                 "llm.example.net:8443/v1"),
+    "dsn": (f"postgresql://memory:{PASSWORD}@db.example.net:6432/mem?sslmode=require",
+            "db.example.net"),
+}
+SECRET_CLASSES = [cls for cls in vars(config).values()
+                  if dataclasses.is_dataclass(cls) and isinstance(cls, type)
+                  and {f.name for f in dataclasses.fields(cls)} & set(SECRET_VALUES)]
+
+
+def test_every_secret_holding_settings_class_is_found() -> None:
+    assert {c.__name__ for c in SECRET_CLASSES} >= {
+        "EmbeddingModelConfig", "ChatModelConfig", "RemoteConfig"}
+
+
+@pytest.mark.parametrize("cls", SECRET_CLASSES, ids=lambda c: c.__name__)
+def test_settings_repr_masks_secrets_and_keeps_the_rest(cls: type) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {n: v for n, (v, _) in SECRET_VALUES.items() if n in names}
+    record = cls(**values, **({"name": "shared-notes"} if "name" in names else {}))
+    nested = config.WorkspaceSettings(**{
+        f.name: record for f in dataclasses.fields(config.WorkspaceSettings)
+        if f.type in (cls.__name__, f"{cls.__name__} | None")})
+    for text in (repr(record), str(record), repr(nested)):
+        assert KEY not in text
+        assert PASSWORD not in text
+        assert "***" in text
+        for name in values:
+            kept = SECRET_VALUES[name][1]
+            assert f"{name}=" in text
+            if kept:
+                assert kept in text
+    assert cls.__name__ in repr(nested) or cls is config.WorkspaceSettings
+
+
+def test_provider_clients_repr_masks_the_endpoint_password() -> None:
+    url = SECRET_VALUES["base_url"][0]
+    clients = [
+        ChatClient(config.ChatModelConfig(model_name="m", api_key=KEY, base_url=url),
+                   None, environ={}),
+        EmbeddingClient(config.EmbeddingModelConfig(model_name="m", api_key=KEY,
+                                                    base_url=url), None, environ={}),
+    ]
+    for client in clients:
+        text = repr(client)
+        assert KEY not in text and PASSWORD not in text
+        assert "llm.example.net:8443" in text
+    assert PASSWORD not in repr(clients[1]._format)
