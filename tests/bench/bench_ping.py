@@ -16,6 +16,10 @@ level. Output: requests/s, p50 and p99 latency per server and level, the ratios 
 echo servers, and the issue's targets (p50 under 0.3 ms at 1 client; at 32 clients at least
 half of the echo server's throughput).
 
+Then fairness: a new client connects and pings, 40 times, while eight clients keep their
+sockets full of pipelined requests answered at once (``daemon.status``; the echo servers
+get the same frames), beside the same probe on an idle server.
+
     .venv/bin/python tests/bench/run.py ping [--seconds 2] [--out bench-results/ping.json]
     .venv/bin/python tests/bench/bench_ping.py --seconds 2
 """
@@ -262,6 +266,77 @@ async def run_level(path: Path, clients: int, seconds: float, max_requests: int)
     return out
 
 
+# ------------------------------------------------------- a new client beside pipeliners
+
+FLOODERS = 8
+FLOOD_BATCH = 50  # frames per send: each flooder keeps its socket full
+PROBES = 40
+
+
+def status_frame(id_: int) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": "daemon.status", "id": id_}) + b"\n"
+
+
+async def _flood(path: Path, stop: trio.Event, answered: list[int]) -> None:
+    """Send batches of requests answered at once without waiting for the answers, and
+    read whatever comes back (counted in ``answered[0]``), until ``stop``."""
+    stream = await trio.open_unix_socket(str(path))
+    batch = b"".join(status_frame(i) for i in range(FLOOD_BATCH))
+    async with stream:
+        async def drain() -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while data := await stream.receive_some(1 << 16):
+                    answered[0] += data.count(b"\n")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while not stop.is_set():
+                    await stream.send_all(batch)
+            nursery.cancel_scope.cancel()
+
+
+async def _probe_once(path: Path, id_: int) -> int:
+    """Connect, ping, read the answer: the nanoseconds a new client waits."""
+    t0 = time.perf_counter_ns()
+    stream = await trio.open_unix_socket(str(path))
+    async with stream:
+        await stream.send_all(ping_frame(id_))
+        buf = b""
+        while b"\n" not in buf:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            buf += data
+    if orjson.loads(buf.partition(b"\n")[0]).get("id") != id_:
+        raise RuntimeError("answer to another request")
+    return time.perf_counter_ns() - t0
+
+
+async def run_fairness(path: Path, flooders: int) -> dict[str, Any]:
+    """A new client's connect + ping, ``PROBES`` times, while ``flooders`` clients
+    pipeline requests that are answered at once (0: on an idle server, the baseline)."""
+    stop = trio.Event()
+    lat: list[int] = []
+    answered = [0]
+    async with trio.open_nursery() as nursery:
+        for _ in range(flooders):
+            nursery.start_soon(_flood, path, stop, answered)
+        if flooders:
+            await trio.sleep(WARMUP_S)  # let the flood fill the sockets
+        answered[0], started = 0, time.perf_counter()
+        for i in range(PROBES):
+            lat.append(await _probe_once(path, i + 1))
+        took = time.perf_counter() - started
+        stop.set()
+        nursery.cancel_scope.cancel()
+    lat.sort()
+    return {"probes": len(lat), "pipelined_answers_per_s": round(answered[0] / took),
+            "p50_ms": round(lat[len(lat) // 2] / 1e6, 3),
+            "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] / 1e6, 3),
+            "max_ms": round(lat[-1] / 1e6, 3)}
+
+
 def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
@@ -269,6 +344,7 @@ def _ratio(a: float, b: float) -> float | None:
 def run_ping_bench(*, seconds: float = 2.0, max_requests: int = 500_000,
                    levels: tuple[int, ...] = LEVELS) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
+    fairness: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="rb-", dir="/tmp") as tmp:  # short AF_UNIX paths
         with servers(Path(tmp)) as running:
             for clients in levels:
@@ -278,6 +354,12 @@ def run_ping_bench(*, seconds: float = 2.0, max_requests: int = 500_000,
                     results.setdefault(server.name, {})[str(clients)] = level.summary()
                     print(f"{server.name:10s} clients={clients:3d} "
                           f"{level.summary()}", file=sys.stderr)
+            for server in running:
+                for flooders in (0, FLOODERS):
+                    got = trio.run(run_fairness, server.socket_path, flooders)
+                    fairness.setdefault(server.name, {})[f"beside_{flooders}"] = got
+                    print(f"{server.name:10s} new client beside {flooders} pipeliners {got}",
+                          file=sys.stderr)
     ratios: dict[str, dict[str, Any]] = {}
     for base in ("echo_raw", "echo_trio"):
         ratios[f"throughput_vs_{base}"] = {
@@ -294,6 +376,10 @@ def run_ping_bench(*, seconds: float = 2.0, max_requests: int = 500_000,
             results["recalld"]["1"]["p50_ms"] < 0.3 if 1 in levels else None,
         "throughput_at_32_clients_at_least_half_echo_raw":
             (ratios["throughput_vs_echo_raw"]["32"] or 0) >= 0.5 if 32 in levels else None,
+        # A reader lets the loop go every 5 ms, so a new client waits for a few such turns
+        # of each pipelining client, not for their whole backlog (about 3 s before).
+        f"new_client_p99_ms_beside_{FLOODERS}_pipeliners_under_1000":
+            fairness["recalld"][f"beside_{FLOODERS}"]["p99_ms"] < 1000,
     }
     return {
         "bench": "ping",
@@ -304,6 +390,7 @@ def run_ping_bench(*, seconds: float = 2.0, max_requests: int = 500_000,
                    "max_requests": max_requests, "levels": list(levels),
                    "load_generator": "one trio process, one connection per client"},
         "results": results,
+        "new_client_beside_pipeliners": fairness,
         "ratios": ratios,
         "targets": targets,
     }
