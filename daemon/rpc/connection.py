@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
 # A reader running pipelined calls inline yields to other connections after this long.
-FAIR_SLICE_S = 0.005
+FAIR_SLICE_S = 0.001
 # Back pressure. A connection starts a call only while the answers waiting to be written
 # (not yet taken by the socket) plus an estimate for each running call's answer stay
 # within MAX_UNSENT_BYTES (one call may always run); otherwise it reads nothing more. The
