@@ -376,7 +376,7 @@ def run_ping_bench(*, seconds: float = 2.0, max_requests: int = 500_000,
             results["recalld"]["1"]["p50_ms"] < 0.3 if 1 in levels else None,
         "throughput_at_32_clients_at_least_half_echo_raw":
             (ratios["throughput_vs_echo_raw"]["32"] or 0) >= 0.5 if 32 in levels else None,
-        # A reader lets the loop go every 5 ms, so a new client waits for a few such turns
+        # A reader lets the loop go every 1 ms, so a new client waits for a few such turns
         # of each pipelining client, not for their whole backlog (about 3 s before).
         f"new_client_p99_ms_beside_{FLOODERS}_pipeliners_under_1000":
             fairness["recalld"][f"beside_{FLOODERS}"]["p99_ms"] < 1000,
