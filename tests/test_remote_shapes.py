@@ -177,16 +177,21 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
     wait_for(lambda: len(notes(b)) == 300 and remote_status(b)["state"] == "failing",
              what="the rest on b")
 
-    def retried() -> None:  # each try reads the feed and marks the time
-        last = remote_status(b)["last_pull"]
-        wait_for(lambda: remote_status(b)["last_pull"] != last, what="a retry",
-                 deadline_s=BLOCKED_RETRY_S * 6)
+    def woken(n: int) -> None:  # a's change wakes b, whose catch-up tries again
+        write(a, f"memory/2026-07-25/w{n}.md", f"# W{n}\nwake {n}\n")
+        wait_for(lambda: (root(b) / f"memory/2026-07-25/w{n}.md").exists(),
+                 what="a catch-up")
 
-    retried()  # a busy backend reports its statistics at the end of its next call
+    woken(0)
     before = feed_rows_read(pg_server)
-    for _ in range(3):
-        retried()
-    # Reading the feed after the held row again would be 300 rows a retry (900 here).
+    for n in range(1, 4):
+        woken(n)
+    # Then a retry on the timer: a backend reports its statistics at most once a second,
+    # so the counts of quick catch-ups come with this later one.
+    last = remote_status(b)["last_pull"]
+    wait_for(lambda: remote_status(b)["last_pull"] != last, what="a retry",
+             deadline_s=BLOCKED_RETRY_S * 6)
+    # Reading the feed after the held row again would be 300 rows a retry (1,200 here).
     # A backend may report its statistics late (the first pass's 300 rows, say): one
     # such report fits under the bound, a read of the feed at every retry does not.
     assert feed_rows_read(pg_server) - before < 650
