@@ -255,3 +255,38 @@ def test_a_copy_of_a_dreamed_note_is_no_second_source(
     # Once it says more than the original, it is a note of its own.
     write(root, copy, "Water the fern every Sunday. It likes shade.\n")
     assert dream(daemon)["notes"] == 1
+
+
+def test_an_older_note_edited_again_does_not_correct_a_node_back(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A node says what the newest note said; a typo fixed in an older note has it read
+    # again, and the model proposes its older claim as a correction: that is refused. A
+    # correction from a note of a later day still applies.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    old, new, later = ("memory/2026-09-02/standup.md", "memory/2026-10-15/infra.md",
+                       "memory/2026-11-30/infra.md")
+    path = "digest/wiki/primary-database.md"
+    write(root, old, "The primary database runs PostgreSQL 13 on db-eu-1.\n")
+    open_ws(daemon, root, fake)
+
+    def claim(note: str, action: str, content: str) -> None:
+        model.plan[note] = [[("integrate", {
+            "action": action, "bucket": "wiki", "name": "Primary database",
+            "node": path, "sources": [note], "content": content, "reason": "upgrade"})]]
+
+    claim(old, "CREATE", "- PostgreSQL 13 on db-eu-1")
+    dream(daemon)
+    write(root, new, "We upgraded the primary database to PostgreSQL 16.\n")
+    claim(new, "CORRECT", "- PostgreSQL 16 on db-eu-1")
+    assert dream(daemon)["actions"] == {"CORRECT": 1}
+    write(root, old, "The primary database runs PostgreSQL 13 on db-eu-1 (eu-west).\n")
+    claim(old, "CORRECT", "- PostgreSQL 13 on db-eu-1 (eu-west)")
+    assert dream(daemon)["actions"] == {"refused": 1}
+    _, text = node(root, path)
+    assert "- PostgreSQL 16 on db-eu-1" in text.split("## History")[0]
+    write(root, later, "The primary database moved to db-eu-2, still PostgreSQL 16.\n")
+    claim(later, "CORRECT", "- PostgreSQL 16 on db-eu-2")
+    assert dream(daemon)["actions"] == {"CORRECT": 1}
+    _, text = node(root, path)
+    assert "- PostgreSQL 16 on db-eu-2" in text.split("## History")[0]

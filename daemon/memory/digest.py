@@ -24,7 +24,8 @@ decides, deterministically, what the node becomes:
   rewrite that would drop most of a node is refused with the reason; the lines it rewrote
   or dropped are kept under ``## History``, as a correction's;
 - CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
-  the date, the source and the reason.
+  the date, the source and the reason. Notes of a day before the node's newest source
+  do not correct it (an old note edited, or read again, never turns a node back).
 
 Nothing here touches the disk.
 """
@@ -55,6 +56,7 @@ _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 _DASHES_RE: Final = re.compile(r"-{2,}")
+_DAY_FOLDER_RE: Final = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})/")
 
 
 class IntegrationError(ValueError):
@@ -396,6 +398,11 @@ def _other_name(existing: Node, proposal: Integration) -> bool:
     return norm(existing.name) not in (norm(proposal.name), stem) and norm(proposal.name) != stem
 
 
+def _newest_day(paths: Iterable[str]) -> str:
+    """The latest day folder (``YYYY-MM-DD``) of ``paths``; "" if none is in one."""
+    return max((m[1] for p in paths if (m := _DAY_FOLDER_RE.search(p))), default="")
+
+
 def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
     """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
     path = proposal.path
@@ -460,6 +467,12 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
         node.sources.extend(new_sources)
         detail = f"refined (kept {kept:.0%} of the previous lines)"
     else:  # CORRECT
+        said, held = _newest_day(proposal.sources), _newest_day(existing.sources)
+        if said and said < held:
+            return Outcome(action, path, "refused", None,
+                           f"the note(s) of {said} are older than what {path} says (sources "
+                           f"up to {held}): an older note does not correct a newer claim; "
+                           "CORROBORATE or REFINE if it adds to it, else leave the node")
         dropped = changed_lines(existing.content, proposal.content)
         if not dropped and not new_sources:
             return Outcome(action, path, "unchanged", None, "nothing to correct")
