@@ -2,8 +2,9 @@
 
 Owns every job record (keyed by agent_id and job_id), the per-workspace FIFO queues, the
 dispatcher and the job journal. ``JobManager.run`` replays the journal (a job that was
-queued or running when the daemon died is resumed if its kind is resumable, else reported
-failed "interrupted by daemon restart": never silently lost), then dispatches: workspaces
+queued or running when the daemon died is resumed if its kind is resumable (a kind
+resumable "once" only if it was not resumed already), else reported failed "interrupted by
+daemon restart": never silently lost), then dispatches: workspaces
 take turns (round robin), each workspace's jobs start in submission order, at most
 ``max_running`` jobs run at once and ``max_running_per_workspace`` per workspace, and
 CPU-heavy kinds also hold a token of a daemon-wide CapacityLimiter, so one agent's
@@ -26,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 import trio
 
@@ -68,7 +69,9 @@ class JobKind:
     handler: Handler
     exclusive: bool = False  # one queued-or-running job of this kind per workspace
     cpu_heavy: bool = False  # holds a token of the shared CPU limiter while running
-    resumable: bool = False  # re-run after a daemon restart instead of failing
+    # Re-run after a daemon restart instead of failing; "once": a job interrupted again
+    # after it was resumed fails (work that may be what ends the daemon is not run forever).
+    resumable: bool | Literal["once"] = False
     check_params: ParamsCheck | None = None  # None: params are kept as given
 
 
@@ -188,7 +191,7 @@ class JobManager:
         self._log_open = False
 
     def register(self, kind: str, handler: Handler, *, exclusive: bool = False,
-                 cpu_heavy: bool = False, resumable: bool = False,
+                 cpu_heavy: bool = False, resumable: bool | Literal["once"] = False,
                  check_params: ParamsCheck | None = None) -> None:
         self._kinds[kind] = JobKind(kind, handler, exclusive, cpu_heavy, resumable,
                                     check_params)
@@ -447,7 +450,8 @@ class JobManager:
             self._add(job)
             if job.state in ACTIVE:
                 spec = self._kinds.get(job.kind)
-                if spec is not None and spec.resumable:
+                if spec is not None and spec.resumable and not (
+                        spec.resumable == "once" and job.resumed):
                     job.state, job.resumed, job.started_at = "queued", True, None
                     self._enqueue(job)
                 else:

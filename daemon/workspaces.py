@@ -292,3 +292,21 @@ class Workspace:
 
     async def wait_closed(self) -> None:
         await self._finished.wait()
+
+
+#: How long a job resumed at the daemon's start waits for its workspace to open.
+RESUMED_JOB_WAIT_S = 30.0
+
+
+async def workspace_of_job(get_workspace: Callable[[str], Workspace], agent_id: str,
+                           timeout_s: float = RESUMED_JOB_WAIT_S) -> Workspace:
+    """The workspace, waiting a little for it: a job resumed at daemon start may run
+    before its workspace has finished opening (checked every 0.1 s, for ``timeout_s``
+    at most: only while a start opens workspaces)."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                return get_workspace(agent_id)
+            except UnknownWorkspace:
+                await trio.sleep(0.1)
+    return get_workspace(agent_id)  # raises UnknownWorkspace with the reason

@@ -1,6 +1,7 @@
 """auto_dream in the middle of a run: a daemon killed (SIGKILL) there leaves what the run
-wrote in its change log (so it can be undone), and the notes it finished are not dreamed
-again; a run going on cannot be undone under its feet."""
+wrote in its change log (so it can be undone), goes on with the job once at its next
+start, and the notes it finished are not dreamed again; a run going on cannot be undone
+under its feet."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from fakes.provider_server import FakeProvider
+from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, HALF_A, HALF_B, dream, dream_until_the_second_note, fake, open_ws
-from waits import wait_job
+from waits import wait_for, wait_job
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.ipc.errors import AlreadyRunning
@@ -18,25 +19,34 @@ from recalld.ipc.errors import AlreadyRunning
 __all__ = ["fake"]  # the fixture, used by name
 
 
-def test_a_dream_killed_midway_keeps_its_undo_record_and_catalog(
+def test_a_dream_killed_midway_keeps_its_undo_record_and_goes_on_once_at_the_start(
         daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     d = daemon_factory()
     model, job_id = dream_until_the_second_note(d, fake, root)
     d.kill()
 
+    # The next start goes on with the job: the note the killed run finished is not sent
+    # to the model again. Killed in the middle once more, the job is not resumed again.
+    fake.script(Reply(delay_s=30))
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    open_ws(d2, root, fake)
-    assert wait_job(d2, job_id, agent=AGENT)["state"] == "failed"
-    runs = d2.call("dream.runs", {"agent_id": AGENT})["runs"]
-    assert len(runs) == 1 and runs[0]["files"] == ["digest/personal/cat.md"], runs
-    shown = (root / f"mem_metadata/dream/runs/{runs[0]['run_id']}.md").read_text()
+    wait_for(lambda: not fake.pending_script(), "the resumed job to reach the second note")
+    assert d2.call("jobs.get", {"agent_id": AGENT, "job_id": job_id})["resumed"] is True
+    d2.kill()
+    d3 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    open_ws(d3, root, fake)
+    job = wait_job(d3, job_id, agent=AGENT)
+    assert job["state"] == "failed" and "interrupted" in job["error"], job
+    # The resumed run wrote nothing before it was killed: it left no record.
+    (first,) = d3.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert first["files"] == ["digest/personal/cat.md"], first
+    shown = (root / f"mem_metadata/dream/runs/{first['run_id']}.md").read_text()
     assert "**CREATE** [[digest/personal/cat.md]]" in shown and "- finished: not" in shown
-    # The next run reads only the note the killed one had not finished.
+    # The next run reads only the note neither killed run finished.
     model.plan[HALF_B] = []
-    assert dream(d2)["notes"] == 1
-    assert sum(1 for r in fake.requests if HALF_A in r.body.decode()) == 2  # both before
-    d2.call("dream.undo", {"agent_id": AGENT, "run_id": runs[0]["run_id"]})
+    assert dream(d3)["notes"] == 1
+    assert sum(1 for r in fake.requests if HALF_A in r.body.decode()) == 2  # both the first's
+    d3.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"]})
     assert not (root / "digest/personal/cat.md").exists()
 
 

@@ -71,7 +71,7 @@ from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.session_tools import SessionTools
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.providers.chat import ChatMessage
-from recalld.daemon.workspaces import Workspace
+from recalld.daemon.workspaces import Workspace, workspace_of_job
 from recalld.ipc.errors import (
     JobFailed,
     RecalldError,
@@ -83,7 +83,6 @@ log = logging.getLogger(__name__)
 MAX_STEPS = 8
 DEADLINE_S = 600.0
 MAX_PROMPT_CHARS = 60_000
-WORKSPACE_WAIT_S = 30.0
 #: How much of the model's last answer a job's result quotes (``model_text``).
 MODEL_TEXT_CHARS = 500
 
@@ -259,19 +258,6 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
     return result.changed
 
 
-async def _wait_workspace(get_workspace: Callable[[str], Workspace], agent_id: str,
-                          timeout_s: float = WORKSPACE_WAIT_S) -> Workspace:
-    """The workspace, waiting a little for it: a job resumed at daemon start may run
-    before its workspace has finished opening."""
-    with trio.move_on_after(timeout_s):
-        while True:
-            try:
-                return get_workspace(agent_id)
-            except UnknownWorkspace:
-                await trio.sleep(0.1)
-    return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
-
-
 def _day_said(turns: list[JsonObject], today: Callable[[], dt.date]) -> str | None:
     """The day the last of ``turns`` was said (local time, never after today): a
     conversation held before midnight is filed under that day, however late it is
@@ -333,7 +319,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
         params = job.params
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)
-        ws = await _wait_workspace(get_workspace, job.agent_id)
+        ws = await workspace_of_job(get_workspace, job.agent_id)
         store = ws.services.sessions
         async with store.job_lock(session_id):
             upto = params.get("upto")

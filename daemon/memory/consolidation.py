@@ -33,7 +33,7 @@ from recalld.daemon.memory.resource import (
 )
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler, load_cron
-from recalld.daemon.workspaces import Workspace
+from recalld.daemon.workspaces import Workspace, workspace_of_job
 from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
@@ -76,7 +76,9 @@ class Consolidation:
 
     def register_jobs(self) -> None:
         """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
-        self._jobs.register(DREAM_KIND, self.dream_job, exclusive=True,
+        # A dream cut short by a restart goes on at the start (the notes it finished are
+        # in its catalog); cut short again, it waits for the next occurrence.
+        self._jobs.register(DREAM_KIND, self.dream_job, exclusive=True, resumable="once",
                             check_params=DREAM_PARAMS)
         self._jobs.register(RESOURCE_KIND, self.resource_job, exclusive=True,
                             check_params=RESOURCE_PARAMS)
@@ -86,7 +88,8 @@ class Consolidation:
     async def dream_job(self, job: JobContext) -> changelog.RunSummary:
         from recalld.daemon.memory import dream
 
-        ws = self._get_workspace(job.agent_id)
+        ws = (await workspace_of_job(self._get_workspace, job.agent_id) if job.resumed
+              else self._get_workspace(job.agent_id))
         if job.params.get("trigger") == "cron":
             await self._retry_failed_resources(job.agent_id)
         async with one_host_at_a_time(ws, DREAM_KIND) as shared:
