@@ -37,9 +37,13 @@ def test_a_dream_killed_midway_keeps_its_undo_record_and_goes_on_once_at_the_sta
     open_ws(d3, root, fake)
     job = wait_job(d3, job_id, agent=AGENT)
     assert job["state"] == "failed" and "interrupted" in job["error"], job
-    # The resumed run wrote nothing before it was killed: it left no record.
+    # The resumed run wrote nothing before it was killed: it left no record. The first
+    # one's record, recovered from its journal, has an inbox item as a finished run's.
     (first,) = d3.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert first["files"] == ["digest/personal/cat.md"], first
+    (item,) = d3.call("inbox.list", {"agent_id": AGENT})["items"]
+    assert item["kind"] == "auto_dream" and item["changes"] == ["digest/personal/cat.md"]
+    assert item["details"]["run_id"] == first["run_id"] and "cut short" in item["summary"]
     shown = (root / f"mem_metadata/dream/runs/{first['run_id']}.md").read_text()
     assert "**CREATE** [[digest/personal/cat.md]]" in shown and "- finished: not" in shown
     # The next run reads only the note neither killed run finished.

@@ -69,6 +69,8 @@ from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from recalld.daemon.remote.hook import SharedCatalog
 
 log = logging.getLogger(__name__)
@@ -327,7 +329,7 @@ async def run_dream(
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await trio.to_thread.run_sync(runjournal.recover, runs_dir, set(_RUNNING))
+    await _recover_cut_short(ws, runs_dir)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
@@ -427,6 +429,17 @@ async def _refresh_interests(run: _Run) -> None:
     log.warning("dream of %s: %s kept changing; interests not refreshed", run.ws.agent_id, rel)
 
 
+async def _recover_cut_short(ws: Workspace, directory: Path) -> None:
+    """Publish the record of each run a crash cut short (:func:`runjournal.recover`), with
+    an inbox item naming the files it changed, as a run that ended has."""
+    for run_id in await trio.to_thread.run_sync(runjournal.recover, directory, set(_RUNNING)):
+        record = await trio.to_thread.run_sync(changelog.load_run, directory, run_id)
+        files = record.get("files")
+        await push_inbox(ws, "auto_dream", f"dream {run_id}: cut short by a restart; what it "
+                         "wrote stays, and can be undone", sorted(files or {}), job_id=None,
+                         details={"run_id": run_id, "cut_short": True})
+
+
 def _inbox_summary(summary: changelog.RunSummary) -> str:
     parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
     return f"dream {summary['run_id']}: {', '.join(parts) or 'no actions'}"
@@ -440,7 +453,7 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     settings = ws.settings
     files = fileops_for(ws)
     directory = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await trio.to_thread.run_sync(runjournal.recover, directory, set(_RUNNING))
+    await _recover_cut_short(ws, directory)
     async with files.lock:
         result = await trio.to_thread.run_sync(
             lambda: changelog.undo_run(
@@ -462,8 +475,9 @@ async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
     going = set(_RUNNING)  # read here: runs start and end in this thread
 
+    await _recover_cut_short(ws, directory)
+
     def listed() -> list[DreamRun]:
-        runjournal.recover(directory, going)
         now = [changelog.dream_summary(dict(r.to_json()))
                for r in runjournal.running_runs(directory, going)]
         return (now + changelog.list_runs(directory, limit))[:limit]
