@@ -113,6 +113,19 @@ def test_reads_follow_the_same_rules(agents: DaemonHandle) -> None:
                 c.memory_list(owner, as_agent=reader)
             with pytest.raises(errors.NotAllowed):
                 c.memory_index(owner, as_agent=reader)
+        # A secret typed into a note by hand: the owner reads the file as it is, another
+        # agent reads it masked, as search serves it, on the same lines.
+        root = Path(c.workspace_open("alice")["path"])
+        key = "ghp_" + "Zx81kQv2LmN5pRt7WyA3cD6fH9jB0sE4uG2i"
+        (root / "memory/2026-07-04/vault.md").parent.mkdir(parents=True)
+        (root / "memory/2026-07-04/vault.md").write_text(
+            f"# Vault\n\nci token: {key}\nrotate monthly\n", encoding="utf-8")
+        assert key in c.read("alice", "memory/2026-07-04/vault.md")["text"]
+        shared = c.read("alice", "memory/2026-07-04/vault.md", as_agent="bob")
+        assert key not in shared["text"] and key[:12] not in shared["text"]
+        assert shared["text"].splitlines()[3:] == ["rotate monthly"]
+        (root / "memory/2026-07-04/vault.md").unlink()
+        c.index_sync("alice")
         files = c.memory_list("alice", as_agent="bob")
         assert [f["path"] for f in files] == ["digest/wiki/oxbow.md", NOTE]
         index = c.memory_index("eve", as_agent="dave")

@@ -16,6 +16,7 @@ from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
+from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -187,13 +188,16 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
             ws.root, path, start_line=start_line, end_line=end_line, max_bytes=MAX_READ_BYTES
         )
     )
+    text = got.text
+    if as_agent != agent_id:  # a note typed by hand, read by another: masked as search has it
+        text = await redact_async(text, keep_lines=True, limiter=ctx.state.services.cpu)
     return {
         "agent_id": agent_id,
         "path": "/".join(parts),
         "start_line": got.start_line,
         "end_line": got.end_line,
         "total_lines": got.total_lines,
-        "text": got.text,
+        "text": text,
         "truncated": got.truncated,
     }
 
