@@ -147,6 +147,47 @@ def test_a_search_imports_no_capture_dream_or_chat_code_until_they_are_used(
     assert os.path.getsize(out) > 0
 
 
+#: Runs the daemon like LAUNCHER and writes, to $IMPORTED_BY, the stack that first
+#: imports the redaction rules (a finder first on the path sees the first import only).
+REDACT_LAUNCHER = (
+    "import os, sys, traceback\n"
+    "class Watch:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'recalld.daemon.memory.redact':\n"
+    "            with open(os.environ['IMPORTED_BY'], 'a') as f:\n"
+    "                f.write(''.join(traceback.format_stack()))\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, Watch())\n"
+) + LAUNCHER
+
+
+def test_a_keyword_search_after_a_warm_start_does_not_import_the_redaction_rules(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # No vectors serve, so the query goes to no provider and has nothing to be masked
+    # from: the first answer of a warm start does not wait for the rules' import.
+    root = tmp_path / "ws"
+    for i in range(12):
+        write(root, f"memory/2026-10-{1 + i:02d}/day.md",
+              f"# Tag {i}\n\nDie Fähre Nummer {i} legt um {7 + i} Uhr ab.\n")
+    write(root, "memory/2026-10-20/needle.md", "# Nadel\n\nDer Bernsteinkompass liegt im Keller.\n")
+    config = f'[workspaces.k]\npath = "{root}"\ndream_cron_enabled = false\n'
+    first = daemon_factory(config)
+    built = first.call("memory.search", {"agent_id": "k", "query": "Bernsteinkompass",
+                                         "sync": True})["results"]
+    assert built[0]["path"] == "memory/2026-10-20/needle.md"
+    assert first.stop() == 0
+
+    imported_by = tmp_path / "imported_by.txt"
+    warm = daemon_factory(config, launcher=(sys.executable, "-c", REDACT_LAUNCHER),
+                          wait="searchable", IMPORTED_BY=str(imported_by))
+    hits = warm.call("memory.search", {"agent_id": "k", "query": "bernsteinkompass keller"})
+    assert hits["mode"] == "keyword"
+    assert [r["path"] for r in hits["results"]][:1] == ["memory/2026-10-20/needle.md"]
+    stacks = imported_by.read_text(encoding="utf-8") if imported_by.exists() else ""
+    assert "index/search.py" not in stacks, stacks
+    assert warm.stop() == 0
+
+
 @pytest.mark.parametrize(("threads", "environ", "expected"), [
     (1, {}, "1"),
     (3, {"PATH": "/bin"}, "3"),

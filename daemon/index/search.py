@@ -210,7 +210,10 @@ async def search(
     vector_error: str | None = None
     worker = index.vectors
     # A blank query means nothing to either branch (an embedding of it ranks every chunk).
-    if worker is not None and query.strip():
+    # Without vectors serving, the query goes to no provider: nothing to mask, and a
+    # keyword search (a warm start's first answer among them) does not wait for the
+    # redaction rules to be imported.
+    if worker is not None and query.strip() and worker.embeds_queries():
         # Masked, as the chunks it is compared with were: a key pasted into a message
         # that a recall searches with never reaches the embedding provider.
         from recalld.daemon.memory.redact import redact_async
