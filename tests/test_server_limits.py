@@ -390,6 +390,36 @@ def test_emfile_on_accept_is_survived(daemon_factory: DaemonFactory) -> None:
     assert "accept failed" in d.log()
 
 
+#: 1 GiB of address space (``ulimit -v``, systemd's LimitAS=): several times what the
+#: daemon maps serving a small workspace.
+SMALL_ADDRESS_SPACE_LAUNCHER = (
+    sys.executable, "-c",
+    "import os, resource, sys;"
+    "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
+    "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
+)
+
+
+def test_a_restart_under_an_address_space_limit_reads_its_state(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The start under the limit reads the state the first one left (the workspaces it
+    # served, the scheduler's state, the index's manifest): reading one of those small
+    # files reserved a gigabyte of address space, so the daemon stopped on a MemoryError.
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-09-03").mkdir(parents=True)
+    (root / "memory" / "2026-09-03" / "log.md").write_text(
+        "# Mittwoch\n\nDie Sternwarte öffnet um neun.\n", encoding="utf-8")
+    config = f'[workspaces.c]\npath = "{root}"\ndream_cron_enabled = false\n'
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    for start in range(2):
+        d = daemon_factory(config, launcher=SMALL_ADDRESS_SPACE_LAUNCHER if start else None,
+                           **env)
+        hits = d.call("memory.search", {"agent_id": "c", "query": "sternwarte",
+                                        "sync": start == 0})["results"]
+        assert [h["path"] for h in hits] == ["memory/2026-09-03/log.md"], (start, hits)
+        assert d.stop() == 0
+
+
 def _cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime (all threads)

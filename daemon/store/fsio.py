@@ -400,7 +400,13 @@ def read_verified(path: Path, expected: FileEntry | None, *, trusted: bool = Fal
                 raise CorruptState(path, f"size {size} != expected {expected.size}")
             if size > limit:
                 raise CorruptState(path, f"{size} bytes, more than a state file holds")
-            data = f.read(limit + 1)
+            # What fstat saw and a byte more, not ``limit`` bytes: a read reserves its
+            # whole size at once (a gigabyte for every small file read unverified, which
+            # an address-space limit refuses). One that grew meanwhile is read on.
+            data = f.read(size + 1)
+            while size < len(data) <= limit and (
+                    more := f.read(min(_READ_CHUNK, limit + 1 - len(data)))):
+                data += more
             if len(data) > limit:
                 raise CorruptState(path, "grew while read")
     except FileNotFoundError as exc:
