@@ -40,3 +40,24 @@ def test_a_japanese_name_with_an_iteration_mark_is_one_word(daemon: DaemonHandle
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
         assert [r["path"] for r in answer["results"]][:1] == [path], answer["results"]
         assert len(answer["results"]) == 1, answer["results"]
+
+
+def test_words_whose_vowels_are_marks_find_their_own_note(daemon: DaemonHandle,
+                                                          tmp_path: Path) -> None:
+    # Hindi किम (Kim) and कोम (Kom) share their consonants; Tamil and Arabic words too
+    # are written with vowel signs that are combining marks. Each finds its own note only,
+    # not every note holding the same consonants.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-02"
+    day.mkdir(parents=True)
+    notes = {"kim.md": "किम कल दिल्ली जाएगा\n", "kom.md": "कोम ने मकान बेचा\n",
+             "tamil.md": "தமிழ் குறிப்பு\n", "thamizh.md": "தம ழ ம\n",
+             "arabic.md": "كِتَاب جديد\n", "arabic2.md": "كتب تاريخ\n"}
+    for name, text in notes.items():
+        (day / name).write_text(text, encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for query, name in (("किम", "kim.md"), ("कोम", "kom.md"), ("தமிழ்", "tamil.md"),
+                        ("كِتَاب", "arabic.md")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        assert [r["path"] for r in answer["results"]] == [f"memory/2026-08-02/{name}"], (
+            query, answer["results"])

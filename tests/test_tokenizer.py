@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from recalld.daemon.index.marks import MARKS
 from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query
 
 
@@ -131,3 +135,27 @@ def test_a_path_gives_its_compound_names_whole() -> None:
     # A dotted name's compound keys, whole.
     assert {"max_age", "snake_case"} <= set(tokenize("zenra.cache.max_age in src/snake_case.py"))
     assert tokenize("v2.3.1 and 3.14") == tokenize_query("v2.3.1 and 3.14")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    # The vowel signs of these scripts are combining marks: words end at a space, not at
+    # each vowel ("किम" and "कोम" differ only in theirs).
+    ("किम और कोम", ["किम", "और", "कोम"]),
+    ("தமிழ் குறிப்பு", ["தமிழ்", "குறிப்பு"]),
+    ("ที่นี่ ดีมาก", ["ที่นี่", "ดีมาก"]),
+    ("مُحَمَّد رسول", ["مُحَمَّد", "رسول"]),
+    ("שָׁלוֹם עולם", ["שָׁלוֹם", "עולם"]),
+    ("নমস্কার বন্ধু", ["নমস্কার", "বন্ধু"]),
+])
+def test_words_go_on_through_combining_marks(text: str, words: list[str]) -> None:
+    assert tokenize(text) == tokenize_query(text) == words
+
+
+def test_the_mark_class_holds_every_combining_mark_and_no_separator() -> None:
+    marks = re.compile(f"[{MARKS}]")
+    found = {unicodedata.category(c)[0] for c in map(chr, range(0x110000))
+             if marks.match(c)}
+    missed = [c for c in map(chr, range(0x110000))
+              if unicodedata.category(c)[0] == "M" and not marks.match(c)]
+    # Letters and digits between marks keep the class short; they are word characters.
+    assert found <= {"L", "N", "M"} and not missed

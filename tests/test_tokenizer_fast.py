@@ -15,12 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.daemon.index import tokenizer
+from recalld.daemon.index.marks import MARKS
 from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query, tokenize_split
 
 _CJK = tokenizer._CJK_RANGES
 _ALNUM = rf"[^\W_{_CJK}]"
+_RUN = rf"{_ALNUM}+(?:[{MARKS}]+{_ALNUM}*)*"  # letters and digits go on through marks
 _TOKEN_RE = re.compile(
-    rf"([{_CJK}]+)|({_ALNUM}+(?:(?:[._\-/]|_+){_ALNUM}+)*(?:\+\+|[#+](?!{_ALNUM}))?)")
+    rf"([{_CJK}]+)|({_RUN}(?:(?:[._\-/]|_+){_RUN})*(?:\+\+|[#+](?!{_ALNUM}))?)")
 
 
 def reference_split(text: str) -> tuple[list[str], list[str]]:
@@ -43,7 +45,8 @@ _PIECE = st.sampled_from([
     "handleWebSocketReconnect", "HTTPServer", "snake_case_name", "v2.3.1", "config.toml",
     "foo-bar.md", "C++", "C#", "c+", "a.", ".b", "-", "_", "/", "+", "#", " ", "\n", ",",
     "，", "。", "中", "文", "记忆", "𠀀", "한국어", "カタカナ", "ｶﾞ", "ＡＢＣ", "１２", "é",
-    "e\u0301", "ß", "İ", "ﬃ", "😀", "🔑", "x" * 300, "Ab" * 200, "9" * 50,
+    "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑", "x" * 300,
+    "Ab" * 200, "9" * 50,
 ])
 _TEXT = st.lists(_PIECE | st.text(max_size=6), max_size=30).map("".join)
 

@@ -38,6 +38,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.index import nfkc
 from recalld.daemon.index.chunker import index_text
+from recalld.daemon.index.marks import MARKS
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import (
@@ -59,7 +60,8 @@ MAX_LOOKUP_IDENTIFIERS = 32
 # Queries of at most this many characters have their identifiers and content words
 # remembered.
 MEMO_QUERY_CHARS = 256
-_WORD = re.compile(r"[\w][\w.\-]*[\w]|\w", re.UNICODE)
+# A word goes on through combining marks, as the tokenizer's do.
+_WORD = re.compile(rf"\w[\w.\-{MARKS}]*[\w{MARKS}]|\w")
 _CJK = CJK_RE
 _ALNUM = re.compile(r"[^\W_]")
 # One pattern (a search per word, not six).

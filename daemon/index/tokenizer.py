@@ -46,6 +46,7 @@ import re
 from typing import Final
 
 from recalld.daemon.index import nfkc
+from recalld.daemon.index.marks import MARKS
 from recalld.daemon.index.memo import Memo
 
 __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "tokenize",
@@ -70,9 +71,11 @@ CJK_RE: Final = _CJK_RE
 # glued to the word. Matched over text without CJK (CJK runs are split off first): Unicode
 # letters and digits, then ASCII only (simpler classes match about twice as fast). Not
 # possessive: before Python 3.11.5 a possessive repeat of a group that can backtrack
-# matched wrongly (gh-106052).
+# matched wrongly (gh-106052). A word goes on through combining marks (the vowel signs of
+# Indic scripts and Thai, Arabic and Hebrew points), which ``\w`` does not hold.
+_ALNUM_RUN: Final = rf"[^\W_]+(?:[{MARKS}]+[^\W_]*)*"
 _WORD_TOKEN_RE: Final = re.compile(
-    r"[^\W_]+(?:(?:[._\-/]|_+)[^\W_]+)*(?:\+\+|[#+](?![^\W_]))?"
+    rf"{_ALNUM_RUN}(?:(?:[._\-/]|_+){_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
 )
 _ASCII_TOKEN_RE: Final = re.compile(
     r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
