@@ -61,3 +61,18 @@ def test_words_whose_vowels_are_marks_find_their_own_note(daemon: DaemonHandle,
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
         assert [r["path"] for r in answer["results"]] == [f"memory/2026-08-02/{name}"], (
             query, answer["results"])
+
+
+def test_a_thai_word_inside_a_phrase_is_found(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Thai writes no space between words: "ตลาด" (market) is inside the phrase "I went
+    # to the market yesterday" and finds that note, not the one about the weather.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-03"
+    day.mkdir(parents=True)
+    (day / "market.md").write_text("ผมไปตลาดเมื่อวาน\n", encoding="utf-8")
+    (day / "weather.md").write_text("วันนี้อากาศดีมาก\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for query, name in (("ตลาด", "market.md"), ("อากาศ", "weather.md")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        assert [r["path"] for r in answer["results"]] == [f"memory/2026-08-03/{name}"], (
+            query, answer["results"])

@@ -142,7 +142,7 @@ def test_a_path_gives_its_compound_names_whole() -> None:
     # each vowel ("किम" and "कोम" differ only in theirs).
     ("किम और कोम", ["किम", "और", "कोम"]),
     ("தமிழ் குறிப்பு", ["தமிழ்", "குறிப்பு"]),
-    ("ที่นี่ ดีมาก", ["ที่นี่", "ดีมาก"]),
+    ("తెలుగు భాష", ["తెలుగు", "భాష"]),
     ("مُحَمَّد رسول", ["مُحَمَّد", "رسول"]),
     ("שָׁלוֹם עולם", ["שָׁלוֹם", "עולם"]),
     ("নমস্কার বন্ধু", ["নমস্কার", "বন্ধু"]),
@@ -159,3 +159,15 @@ def test_the_mark_class_holds_every_combining_mark_and_no_separator() -> None:
               if unicodedata.category(c)[0] == "M" and not marks.match(c)]
     # Letters and digits between marks keep the class short; they are word characters.
     assert found <= {"L", "N", "M"} and not missed
+
+
+def test_scripts_without_spaces_between_words_are_paired_like_chinese() -> None:
+    # Thai, Lao, Khmer and Myanmar put no space between words: a word inside a phrase is
+    # found by its pairs (vowel signs and tone marks included), as a Chinese one is.
+    for phrase, word in (("ผมไปตลาดเมื่อวาน", "ตลาด"), ("ຂ້ອຍໄປຕະຫຼາດ", "ຕະຫຼາດ"),
+                         ("ខ្ញុំទៅផ្សារ", "ផ្សារ"), ("ကျွန်တော်ဈေးသွားတယ်", "ဈေး")):
+        assert set(tokenize_query(word)) <= set(tokenize(phrase)), (phrase, word)
+    assert tokenize_query("ตลาด") == ["ตล", "ลา", "าด"]
+    # Their digits and punctuation are no part of a run.
+    assert sorted(tokenize("ราคา ๑๒๓ บาท ฿")) == sorted(
+        ["๑๒๓", "รา", "าค", "คา", "ร", "า", "ค", "า", "บา", "าท", "บ", "า", "ท"])

@@ -13,7 +13,8 @@ What it emits, after NFKC normalization and case folding:
   an exact query and a query for one part find them; a path (``src/app/config.toml``) also
   gives its compound names whole (``config.toml``), a dotted name its compound keys
   (``max_age`` of ``cache.max_age``).
-- CJK runs (Han, kana, hangul) as overlapping character bigrams plus single characters. The query
+- CJK runs (Han, kana, hangul, and the scripts written without spaces between words: Thai,
+  Lao, Khmer, Myanmar) as overlapping character bigrams plus single characters. The query
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
   carries the word signal, and single characters of a long query would only add noise; a
   one-character run is queried by its unigram, so short queries still find something.
@@ -55,14 +56,20 @@ __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_lengt
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
 # halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
 # the ideographic iteration and closing marks and number zero (々 〆 〇) are parts of
-# words (佐々木, 人々), not breaks between them.
+# words (佐々木, 人々), not breaks between them. Thai, Lao, Khmer and Myanmar are written
+# without spaces between words too (a space ends a phrase): their letters, vowel signs and
+# tone marks are treated as CJK, so a word inside a phrase is found by its pairs (their
+# digits and punctuation are not).
 _CJK_RANGES: Final = (
+    "\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0ecf\u0edc-\u0edf\u1000-\u103f\u1050-\u108f"
+    "\u109a-\u109d\u1780-\u17d3\u17d7\u17dc-\u17dd"
     "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
 _CJK_RE: Final = re.compile(f"[{_CJK_RANGES}]")
 _CJK_RUN_SPLIT: Final = re.compile(f"([{_CJK_RANGES}]+)")
-#: One CJK character (Han, kana, hangul), as the tokenizer defines them.
+#: One CJK character (Han, kana, hangul; Thai, Lao, Khmer, Myanmar), as the tokenizer
+#: defines them.
 CJK_RE: Final = _CJK_RE
 # Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
 # suffix (C++, C#, F#; a `+` or `#` before a letter or digit is no suffix: the anchor of
@@ -270,7 +277,7 @@ def cjk_length(chars: int) -> int:
 def doc_length(tokens: list[str]) -> int:
     """The BM25 length of a document indexed as ``tokens`` (``tokenize``'s output): its
     non-CJK terms plus ``cjk_length`` of its CJK characters (one unigram each)."""
-    cjk = [t for t in tokens if t[:1] >= "\u1100" and len(t) <= 2 and _CJK_RE.match(t)]
+    cjk = [t for t in tokens if t[:1] >= "\u0e01" and len(t) <= 2 and _CJK_RE.match(t)]
     chars = sum(len(t) == 1 for t in cjk)
     return len(tokens) - len(cjk) + cjk_length(chars)
 
