@@ -327,3 +327,14 @@ def test_a_quoted_flow_list_item_may_hold_a_comment_sign() -> None:
     assert parsed == {"tags": ["q # r", "s"]}
     # Outside quotes ` #` still starts a comment, which a list cannot hold.
     assert parse_frontmatter("---\ntags: [x, #y]\n---\nbody\n")[0] == {}
+
+
+def test_a_quoted_scalar_may_be_followed_by_a_comment() -> None:
+    # As after a plain scalar or a flow list: the block parses, the quotes' text is kept.
+    text = ("---\nname: \"Quince\"  # from the wiki\nauthor: 'it''s me' # who\n"
+            "q: \"a \\\" # b\" # c\nitems:\n  - 'one' # first\n---\nbody\n")
+    assert parse_frontmatter(text) == (
+        {"name": "Quince", "author": "it's me", "q": 'a " # b', "items": ["one"]}, 7)
+    # Anything else after the closing quote is still no YAML scalar.
+    for bad in ('"x"#y', '"x" y'):
+        assert parse_frontmatter(f"---\nname: {bad}\n---\nbody\n") == ({}, 0), bad

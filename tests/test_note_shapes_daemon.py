@@ -76,3 +76,22 @@ def test_a_thai_word_inside_a_phrase_is_found(daemon: DaemonHandle, tmp_path: Pa
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
         assert [r["path"] for r in answer["results"]] == [f"memory/2026-08-03/{name}"], (
             query, answer["results"])
+
+
+def test_a_quoted_frontmatter_value_with_a_comment_keeps_the_block(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # `name: "Quince"  # ...` is YAML: the node keeps its name, description and author.
+    root = tmp_path / "ws"
+    wiki = root / "digest" / "wiki"
+    wiki.mkdir(parents=True)
+    (wiki / "quince.md").write_text(
+        "---\nname: \"Quince\"  # as the wiki spells it\ndescription: 'a hard fruit' # short\n"
+        "author: \"writer\"  # who wrote it\n---\n# Quince\njelly recipe\n", encoding="utf-8")
+    (wiki / "other.md").write_text("---\nauthor: coder\n---\njelly beans\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "jelly", "sync": True,
+                                           "filters": {"author": "writer"}})
+    assert [r["path"] for r in answer["results"]] == ["digest/wiki/quince.md"], answer
+    entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
+    assert {(e["path"], e["name"], e["description"]) for e in entries} >= {
+        ("digest/wiki/quince.md", "Quince", "a hard fruit")}, entries

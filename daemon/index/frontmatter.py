@@ -55,7 +55,29 @@ def _strip_comment(value: str) -> str:
     return value[:cut].rstrip() if cut >= 0 else value
 
 
+def _quoted_end(value: str) -> int:
+    """The index just past the quoted scalar that opens ``value`` (its length if the
+    quote is never closed)."""
+    quote, i = value[0], 1
+    while i < len(value):
+        if quote == '"' and value[i] == "\\":
+            i += 2
+        elif value[i] != quote:
+            i += 1
+        elif quote == "'" and value[i + 1:i + 2] == "'":
+            i += 2  # '' is a quote inside a single-quoted scalar
+        else:
+            return i + 1
+    return len(value)
+
+
 def _unquote(value: str) -> str:
+    # After the closing quote only a comment may follow (a ``#`` after a space), as after
+    # a plain scalar or a flow list: ``name: "Quince"  # from the wiki``.
+    end = _quoted_end(value)
+    rest = value[end:]
+    if rest and rest[0].isspace() and rest.lstrip().startswith("#"):
+        value = value[:end]
     if value[0] == '"':
         if len(value) < 2 or not value.endswith('"'):
             raise _Malformed(value)
