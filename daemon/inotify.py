@@ -217,7 +217,12 @@ class _Watches:
             path = stack.pop()
             err = self.instance.add(self, path)
             if err and root and path == top:
-                raise WatchError(f"cannot watch {top}: {os.strerror(err)}")
+                # A link to a folder reads as ENOTDIR ("Not a directory"), which it seems
+                # to be: say what it is.
+                why = ("it is a symbolic link, which is not followed: put the folder itself "
+                       "there" if err == errno.ENOTDIR and os.path.islink(top)
+                       else os.strerror(err))
+                raise WatchError(f"cannot watch {top}: {why}")
             if err:
                 continue
             try:
