@@ -1,4 +1,4 @@
-"""Notes of odd but legal shapes, as a daemon indexes and searches them."""
+"""Notes of odd but legal shapes, as a daemon indexes, searches and lists them."""
 
 from __future__ import annotations
 
@@ -95,3 +95,27 @@ def test_a_quoted_frontmatter_value_with_a_comment_keeps_the_block(
     entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
     assert {(e["path"], e["name"], e["description"]) for e in entries} >= {
         ("digest/wiki/quince.md", "Quince", "a hard fruit")}, entries
+
+
+def test_a_list_cut_by_its_limit_holds_the_first_notes_by_path(daemon: DaemonHandle,
+                                                               tmp_path: Path) -> None:
+    # The digest sorts before memory/, a day's note named by its date before its folder,
+    # and a folder's own notes around its subfolder's: a limit keeps the first by path,
+    # whatever order the folders are walked in.
+    root = tmp_path / "ws"
+    names = ["digest/personal/b.md", "digest/wiki/a.md", "memory/2026-07-01.md",
+             "memory/2026-07-01/a.md", "memory/2026-07-01/sub/m.md", "memory/2026-07-01/z.md",
+             "memory/2026-07-02/a.md"]
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("note\n", encoding="utf-8")
+    (root / "memory/2026-07-01/.hidden.md").write_text("no\n", encoding="utf-8")
+    (root / "memory/2026-07-01/link.md").symlink_to(root / "digest/wiki/a.md")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for limit in range(1, len(names) + 2):
+        answer = daemon.call("memory.list", {"agent_id": "w", "limit": limit})
+        assert ([f["path"] for f in answer["files"]], answer["truncated"]) == (
+            names[:limit], limit < len(names)), limit
+    answer = daemon.call("memory.list", {"agent_id": "w", "prefix": "memory/2026-07-01",
+                                         "limit": 3})
+    assert [f["path"] for f in answer["files"]] == names[2:5] and answer["truncated"]

@@ -13,9 +13,11 @@ threads and are bounded in entries and bytes.
 
 from __future__ import annotations
 
+import heapq
 import logging
+import operator
 import os
-import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -149,33 +151,47 @@ async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> s
 
 def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
         list[FileEntry], bool]:
-    """Markdown files under ``tops`` (relative folders), no symlinks followed; a top
-    folder that is a link leading out of the workspace (to another agent's notes) is
-    passed by, as the index passes it by."""
-    files: list[FileEntry] = []
-    for top in tops:
-        base = root / top
-        if not safepath.is_inside(base, root, str(root)):  # root: as opened
-            continue
-        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for fname in sorted(filenames):
-                if not fname.endswith(".md") or fname.startswith("."):
-                    continue
-                full = os.path.join(dirpath, fname)
-                rel = os.path.relpath(full, root).replace(os.sep, "/")
-                if not rel.startswith(prefix):
-                    continue
+    """The first ``limit`` Markdown files by path under ``tops`` (relative folders) whose
+    path starts with ``prefix``, and whether there are more. Hidden names are passed by,
+    no symlink is followed or listed; a top folder that is a link leading out of the
+    workspace (to another agent's notes) is passed by, as the index passes it by."""
+
+    def found() -> Iterator[tuple[str, os.DirEntry[str]]]:
+        for top in tops:
+            base = root / top
+            if not safepath.is_inside(base, root, str(root)):  # root: as opened
+                continue
+            stack = [(str(base), top)]
+            while stack:
+                path, rel = stack.pop()
                 try:
-                    st = os.lstat(full)
+                    with os.scandir(path) as it:
+                        entries = list(it)
                 except OSError:
                     continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                if len(files) >= limit:
-                    return files, True
-                files.append({"path": rel, "size": st.st_size, "mtime": st.st_mtime})
-    return files, False
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    name = f"{rel}/{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        # Only folders that hold the prefix or lie below it.
+                        if name.startswith(prefix) or prefix.startswith(name + "/"):
+                            stack.append((entry.path, name))
+                    elif (entry.name.endswith(".md") and name.startswith(prefix)
+                          and entry.is_file(follow_symlinks=False)):
+                        yield name, entry
+
+    # The first by path of them all, not the first a walk met: a limit cut the digest
+    # nodes off behind the daily notes, and a folder's files off behind its subfolders.
+    first = heapq.nsmallest(limit + 1, found(), key=operator.itemgetter(0))
+    files: list[FileEntry] = []
+    for rel, entry in first[:limit]:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        files.append({"path": rel, "size": st.st_size, "mtime": st.st_mtime})
+    return files, len(first) > limit
 
 
 @METHODS.add("memory.list", positional=("agent_id",))
