@@ -119,3 +119,10 @@ def test_a_list_cut_by_its_limit_holds_the_first_notes_by_path(daemon: DaemonHan
     answer = daemon.call("memory.list", {"agent_id": "w", "prefix": "memory/2026-07-01",
                                          "limit": 3})
     assert [f["path"] for f in answer["files"]] == names[2:5] and answer["truncated"]
+    # A prefix written as a shell would names the same notes; "." names them all.
+    for same in ("./memory/2026-07-01", "memory//2026-07-01", "memory/./2026-07-01"):
+        answer = daemon.call("memory.list", {"agent_id": "w", "prefix": same})
+        assert [f["path"] for f in answer["files"]] == names[2:6], same
+    for whole in (".", "./"):
+        answer = daemon.call("memory.list", {"agent_id": "w", "prefix": whole})
+        assert [f["path"] for f in answer["files"]] == names, whole
