@@ -152,3 +152,31 @@ def test_a_file_name_in_a_path_is_found_by_its_name(daemon: Any, tmp_path: Path)
         top = answer["results"][0]
         assert top["path"] == "memory/2026-03-15/fix.md" and top.get("exact"), (
             query, [(r["path"], r["score"]) for r in answer["results"]])
+
+
+def test_a_namespace_path_or_dunder_file_name_is_found_whole(daemon: Any,
+                                                              tmp_path: Path) -> None:
+    # `tokio::sync::mpsc`, `std::vector` and `__init__.py` are identifiers: the long note
+    # naming each ranks first, exact, ahead of many short notes full of their parts.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-16"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    for i in range(40):
+        (day / f"parts{i}.md").write_text(
+            f"sync the mpsc queue with tokio, std vector init py setup {i}\n",
+            encoding="utf-8")
+    (day / "bug.md").write_text(
+        "# Bug\n\nThe channel closed early in tokio::sync::mpsc when the sender was dropped"
+        " before the receiver had drained it; holding the sender in the session struct for"
+        " its whole life fixed it, and made the shutdown path cleaner. A std::vector of"
+        " handles in the C++ side, and __init__.py exported the wrong names after the move.\n",
+        encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for query in ("tokio::sync::mpsc", "std::vector", "__init__.py",
+                  "why was tokio::sync::mpsc closed?"):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query})
+        top = answer["results"][0]
+        assert top["path"] == "memory/2026-03-16/bug.md" and top.get("exact"), (
+            query, [(r["path"], r["score"]) for r in answer["results"]])

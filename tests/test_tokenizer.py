@@ -171,3 +171,12 @@ def test_scripts_without_spaces_between_words_are_paired_like_chinese() -> None:
     # Their digits and punctuation are no part of a run.
     assert sorted(tokenize("ราคา ๑๒๓ บาท ฿")) == sorted(
         ["๑๒๓", "รา", "าค", "คา", "ร", "า", "ค", "า", "บา", "าท", "บ", "า", "ท"])
+
+
+def test_namespace_paths_and_dunder_file_names_are_whole() -> None:
+    assert tokenize("tokio::sync::mpsc") == ["tokio::sync::mpsc", "tokio", "sync", "mpsc"]
+    assert tokenize("std::vector<int>")[:1] == ["std::vector"]
+    assert tokenize("__init__.py") == ["init__.py", "init", "py"]
+    # A Dataview field (`key:: value`) is no compound.
+    assert tokenize("related:: [[notes]]") == ["relat", "note"]
+    assert tokenize_query("tokio::sync::mpsc")[0] in tokenize("in tokio::sync::mpsc, a bug")

@@ -22,7 +22,7 @@ _CJK = tokenizer._CJK_RANGES
 _ALNUM = rf"[^\W_{_CJK}]"
 _RUN = rf"{_ALNUM}+(?:[{MARKS}]+{_ALNUM}*)*"  # letters and digits go on through marks
 _TOKEN_RE = re.compile(
-    rf"([{_CJK}]+)|({_RUN}(?:(?:[._\-/]|_+){_RUN})*(?:\+\+|[#+](?!{_ALNUM}))?)")
+    rf"([{_CJK}]+)|({_RUN}(?:(?:_*[.\-/]|_+|::){_RUN})*(?:\+\+|[#+](?!{_ALNUM}))?)")
 
 
 def reference_split(text: str) -> tuple[list[str], list[str]]:
@@ -44,6 +44,7 @@ _PIECE = st.sampled_from([
     "the", "The", "IN", "iN", "memory", "Memories", "running", "ECONNREFUSED",
     "handleWebSocketReconnect", "HTTPServer", "snake_case_name", "v2.3.1", "config.toml",
     "foo-bar.md", "C++", "C#", "c+", "a.", ".b", "-", "_", "/", "+", "#", " ", "\n", ",",
+    "::", ":", "__init__.py", "std::vector",
     "，", "。", "中", "文", "记忆", "𠀀", "한국어", "カタカナ", "ｶﾞ", "ＡＢＣ", "１２", "é",
     "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑", "x" * 300,
     "Ab" * 200, "9" * 50,

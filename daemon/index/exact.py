@@ -60,8 +60,8 @@ MAX_LOOKUP_IDENTIFIERS = 32
 # Queries of at most this many characters have their identifiers and content words
 # remembered.
 MEMO_QUERY_CHARS = 256
-# A word goes on through combining marks, as the tokenizer's do.
-_WORD = re.compile(rf"\w[\w.\-{MARKS}]*[\w{MARKS}]|\w")
+# A word goes on through combining marks and a namespace's `::`, as the tokenizer's do.
+_WORD = re.compile(rf"\w(?:[\w.\-{MARKS}]|::(?=\w))*[\w{MARKS}]|\w")
 _CJK = CJK_RE
 _ALNUM = re.compile(r"[^\W_]")
 # One pattern (a search per word, not six).
@@ -74,7 +74,8 @@ _IDENT = re.compile("|".join((
     r"^[A-Z][A-Z0-9]{2,}$",  # ECONNREFUSED, HNSW
     r"[A-Za-z]\d|\d[A-Za-z]",  # v2, k8s, 3DES
     r"[A-Za-z0-9]_[A-Za-z0-9]",  # snake_case
-    r"[A-Za-z0-9][.\-][A-Za-z]",  # config.toml, foo-bar
+    r"[A-Za-z0-9_][.\-][A-Za-z]",  # config.toml, foo-bar, __init__.py
+    r"[A-Za-z0-9]::[A-Za-z_]",  # tokio::sync, std::vector
 )))
 
 

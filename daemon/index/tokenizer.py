@@ -9,7 +9,8 @@ What it emits, after NFKC normalization and case folding:
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
 - Identifiers and compound tokens (``handleWebSocketReconnect``, ``snake_case_name``,
-  ``v2.3.1``, ``config.toml``, ``foo-bar.md``, ``C++``, ``C#``) whole, plus their parts, so both
+  ``v2.3.1``, ``config.toml``, ``foo-bar.md``, ``__init__.py``, ``std::vector``, ``C++``,
+  ``C#``) whole, plus their parts, so both
   an exact query and a query for one part find them; a path (``src/app/config.toml``) also
   gives its compound names whole (``config.toml``), a dotted name its compound keys
   (``max_age`` of ``cache.max_age``).
@@ -81,13 +82,16 @@ CJK_RE: Final = _CJK_RE
 # matched wrongly (gh-106052). A word goes on through combining marks (the vowel signs of
 # Indic scripts and Thai, Arabic and Hebrew points), which ``\w`` does not hold.
 _ALNUM_RUN: Final = rf"[^\W_]+(?:[{MARKS}]+[^\W_]*)*"
+# The connectors: `.`, `-`, `/` (after underscores too: `__init__.py`), underscores, and
+# the `::` of a namespace path (`tokio::sync::mpsc`, `std::vector`).
+_JOIN: Final = r"(?:_*[.\-/]|_+|::)"
 _WORD_TOKEN_RE: Final = re.compile(
-    rf"{_ALNUM_RUN}(?:(?:[._\-/]|_+){_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
+    rf"{_ALNUM_RUN}(?:{_JOIN}{_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
 )
 _ASCII_TOKEN_RE: Final = re.compile(
-    r"[A-Za-z0-9]+(?:(?:[._\-/]|_+)[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
+    rf"[A-Za-z0-9]+(?:{_JOIN}[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
-_CONNECTOR_RE: Final = re.compile(r"[._\-/+#]+")
+_CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
 _CAMEL_RE: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W_]+")
 
@@ -199,7 +203,8 @@ def _parts(raw: str, out: list[str]) -> None:
             if name != raw:
                 out.append(name.casefold())
             if "." in name:
-                out.extend(key.casefold() for key in name.split(".") if not key.isalnum())
+                keys = (key.strip("_") for key in name.split("."))
+                out.extend(key.casefold() for key in keys if key and not key.isalnum())
 
 
 def _is_plain(word: str) -> bool:
