@@ -338,3 +338,12 @@ def test_a_quoted_scalar_may_be_followed_by_a_comment() -> None:
     # Anything else after the closing quote is still no YAML scalar.
     for bad in ('"x"#y', '"x" y'):
         assert parse_frontmatter(f"---\nname: {bad}\n---\nbody\n") == ({}, 0), bad
+
+
+def test_keys_in_any_script_are_keys() -> None:
+    text = ("---\nname: 旅行\n标签: [旅行, 日本]\nनाम: यात्रा\n2026: year\nmeta:\n  子键: 值\n"
+            "---\nbody\n")
+    assert parse_frontmatter(text) == ({"name": "旅行", "标签": ["旅行", "日本"], "नाम": "यात्रा",
+                                        "2026": "year", "meta": {"子键": "值"}}, 8)
+    # Not a key: a line starting with punctuation still voids the block.
+    assert parse_frontmatter("---\n:x\n---\nbody\n") == ({}, 0)

@@ -126,3 +126,21 @@ def test_a_list_cut_by_its_limit_holds_the_first_notes_by_path(daemon: DaemonHan
     for whole in (".", "./"):
         answer = daemon.call("memory.list", {"agent_id": "w", "prefix": whole})
         assert [f["path"] for f in answer["files"]] == names, whole
+
+
+def test_frontmatter_keys_in_any_script_keep_the_block(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    # `标签:` (tags) and `नाम:` (name) are plain YAML keys: the block still gives the
+    # node's name, description and author, not nothing.
+    root = tmp_path / "ws"
+    wiki = root / "digest" / "wiki"
+    wiki.mkdir(parents=True)
+    (wiki / "trip.md").write_text(
+        "---\nname: 京都旅行\n标签: [旅行, 日本]\nनाम: यात्रा\ndescription: 秋天的计划\n"
+        "author: writer\n---\n# 京都\n红叶很美\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "红叶", "sync": True,
+                                           "filters": {"author": "writer"}})
+    assert [r["path"] for r in answer["results"]] == ["digest/wiki/trip.md"], answer
+    entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
+    assert [(e["name"], e["description"]) for e in entries] == [("京都旅行", "秋天的计划")]

@@ -17,13 +17,16 @@ import json
 import re
 from typing import Final
 
+from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["DELETE", "body_of", "has_body", "parse_frontmatter", "render_frontmatter",
            "update_frontmatter"]
 
 _FENCE: Final = "---"
-_KEY_RE: Final = re.compile(r"^([A-Za-z_][\w.\- ]*?)\s*:(?:\s+(.*?))?\s*$")
+# A key is a word in any script (`标签`, `नाम`, `2026`), as YAML takes it plain: letters,
+# digits, combining marks, `_`, `.`, `-` and spaces.
+_KEY_RE: Final = re.compile(rf"^(\w[\w.\- {MARKS}]*?)\s*:(?:\s+(.*?))?\s*$")
 _INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
 _MAX_LINES: Final = 2000
