@@ -347,3 +347,21 @@ def test_keys_in_any_script_are_keys() -> None:
                                         "2026": "year", "meta": {"子键": "值"}}, 8)
     # Not a key: a line starting with punctuation still voids the block.
     assert parse_frontmatter("---\n:x\n---\nbody\n") == ({}, 0)
+
+
+def test_a_value_wrapped_over_indented_lines_is_one_value() -> None:
+    # As PyYAML's safe_dump writes values longer than 80 columns: plain, single- and
+    # double-quoted, an empty line standing for a line break, `\` ending a quoted line.
+    text = ("---\nname: Long note\ndescription: This is a fairly long description that an"
+            " agent wrote,\n  and it goes on past eighty characters.\n"
+            "quoted: 'He said: \"hi\" and it goes on\n  and on'\n"
+            "breaks: 'line one\n\n\n  line two'\n"
+            "escaped: \"tab\\there and a long\\\n  \\ text\"\ntags:\n- a\n---\nbody\n")
+    assert parse_frontmatter(text) == ({
+        "name": "Long note",
+        "description": "This is a fairly long description that an agent wrote, and it goes"
+                       " on past eighty characters.",
+        "quoted": 'He said: "hi" and it goes on and on', "breaks": "line one\n\nline two",
+        "escaped": "tab\there and a long text", "tags": ["a"]}, 15)
+    # A list item at the margin after a value is still no YAML.
+    assert parse_frontmatter("---\nname: x\n- y\n---\nbody\n") == ({}, 0)

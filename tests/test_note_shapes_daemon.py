@@ -144,3 +144,24 @@ def test_frontmatter_keys_in_any_script_keep_the_block(daemon: DaemonHandle,
     assert [r["path"] for r in answer["results"]] == ["digest/wiki/trip.md"], answer
     entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
     assert [(e["name"], e["description"]) for e in entries] == [("京都旅行", "秋天的计划")]
+
+
+def test_a_description_wrapped_as_pyyaml_writes_it_keeps_the_block(daemon: DaemonHandle,
+                                                                   tmp_path: Path) -> None:
+    # Python tools write frontmatter with yaml.safe_dump, which wraps a value past 80
+    # columns onto an indented line: still the node's name, description and author.
+    root = tmp_path / "ws"
+    wiki = root / "digest" / "wiki"
+    wiki.mkdir(parents=True)
+    (wiki / "ferry.md").write_text(
+        "---\nname: Ferry times\ndescription: The ferry to the island leaves at seven and at"
+        " nine on weekdays,\n  and only at noon on Sundays.\nauthor: writer\n---\n"
+        "# Ferry\nbring the pass\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "pass", "sync": True,
+                                           "filters": {"author": "writer"}})
+    assert [r["path"] for r in answer["results"]] == ["digest/wiki/ferry.md"], answer
+    entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
+    assert [(e["name"], e["description"]) for e in entries] == [(
+        "Ferry times", "The ferry to the island leaves at seven and at nine on weekdays, and"
+        " only at noon on Sundays.")]

@@ -5,8 +5,9 @@ edits that keep every key the editor did not touch, in its order and spelling (f
 operations that update frontmatter). Pure functions; nothing here raises on bad notes: a block
 that does not parse is treated as no frontmatter, and its lines stay ordinary body text.
 
-Supported: ``key: value`` scalars (plain, 'single' or "double" quoted; ``true``/``false``,
-``null``/``~`` and numbers typed as YAML does), flow lists ``[a, "b, c"]``, block lists of
+Supported: ``key: value`` scalars (plain, 'single' or "double" quoted, also wrapped over
+indented lines as PyYAML writes long values; ``true``/``false``, ``null``/``~`` and numbers
+typed as YAML does), flow lists ``[a, "b, c"]``, block lists of
 ``- item`` lines, one level of nested ``key: value`` mappings, ``|``/``>`` block scalars and
 ``#`` comments. Anything else (anchors, multi-document streams, deeper nesting) is malformed.
 """
@@ -167,6 +168,29 @@ def _value(raw: str) -> _Scalar | list[_Scalar]:
     return _scalar(value)
 
 
+def _folded(first: str, more: list[str]) -> str:
+    """A scalar that goes on over indented lines (PyYAML wraps long values at 80 columns)
+    as one line: a line break folds into a space and each empty line into a line break; in
+    double quotes a line ending in an odd ``\\`` goes on without a space (and the next
+    one's leading ``\\ `` is a space)."""
+    double = first.lstrip().startswith('"')
+    out = first.strip()
+    gap = False
+    for line in more:
+        if line.strip() and not line[0].isspace():
+            raise _Malformed(line)  # a `- item` at the margin after a value
+        part = line.strip()
+        if not part:
+            out += "\\n" if double else "\n"
+            gap = True
+        elif double and (len(out) - len(out.rstrip("\\"))) % 2:
+            out = out[:-1] + (part[1:] if part.startswith("\\ ") else part)
+        else:
+            out += part if gap else " " + part
+            gap = False
+    return out
+
+
 def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int]]]:
     """Parse the lines between the fences; also returns each key's line span (end exclusive)."""
     out: JsonObject = {}
@@ -197,9 +221,7 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
             text = ("\n" if raw.strip()[0] == "|" else " ").join(body)
             out[key] = text if raw.strip().endswith("-") else text + "\n"
         elif raw.strip() and not raw.strip().startswith("#"):
-            if nested:
-                raise _Malformed(line)
-            out[key] = _value(raw)
+            out[key] = _value(_folded(raw, nested) if nested else raw)
         elif not nested:
             out[key] = None
         elif all(ln.strip().startswith("- ") or ln.strip() in ("-", "") for ln in nested):
