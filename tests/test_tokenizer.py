@@ -146,6 +146,10 @@ def test_a_path_gives_its_compound_names_whole() -> None:
     ("مُحَمَّد رسول", ["مُحَمَّد", "رسول"]),
     ("שָׁלוֹם עולם", ["שָׁלוֹם", "עולם"]),
     ("নমস্কার বন্ধু", ["নমস্কার", "বন্ধু"]),
+    # Marks beyond the Basic Multilingual Plane (Brahmi), after marks within it too.
+    ("\U00011013\U00011038\U0001102b \U00011013\U0001103a",
+     ["\U00011013\U00011038\U0001102b", "\U00011013\U0001103a"]),
+    ("q\u0303\U000e0100x y", ["q\u0303\U000e0100x", "y"]),
 ])
 def test_words_go_on_through_combining_marks(text: str, words: list[str]) -> None:
     assert tokenize(text) == tokenize_query(text) == words

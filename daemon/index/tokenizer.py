@@ -48,7 +48,7 @@ import re
 from typing import Final
 
 from recalld.daemon.index import nfkc
-from recalld.daemon.index.marks import MARKS
+from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
 
 __all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "tokenize",
@@ -81,7 +81,7 @@ CJK_RE: Final = _CJK_RE
 # possessive: before Python 3.11.5 a possessive repeat of a group that can backtrack
 # matched wrongly (gh-106052). A word goes on through combining marks (the vowel signs of
 # Indic scripts and Thai, Arabic and Hebrew points), which ``\w`` does not hold.
-_ALNUM_RUN: Final = rf"[^\W_]+(?:[{MARKS}]+[^\W_]*)*"
+_ALNUM_RUN: Final = rf"[^\W_]+(?:{MARK_RUN}[^\W_]*)*"
 # The connectors: `.`, `-`, `/` (after underscores too: `__init__.py`), underscores, and
 # the `::` of a namespace path (`tokio::sync::mpsc`, `std::vector`).
 _JOIN: Final = r"(?:_*[.\-/]|_+|::)"
