@@ -365,3 +365,16 @@ def test_a_value_wrapped_over_indented_lines_is_one_value() -> None:
         "escaped": "tab\there and a long text", "tags": ["a"]}, 15)
     # A list item at the margin after a value is still no YAML.
     assert parse_frontmatter("---\nname: x\n- y\n---\nbody\n") == ({}, 0)
+
+
+def test_list_items_and_nested_values_wrapped_over_lines_are_one_value() -> None:
+    # PyYAML wraps them too: a list item past 80 columns, a nested key's value.
+    text = ("---\nfacts:\n- The user prefers green tea in the morning and black coffee after"
+            " lunch\n  on weekdays\n\n- short\nmeta:\n  summary: a long nested summary that"
+            " goes on\n    beyond the limit\n  n: 3\n---\nbody\n")
+    assert parse_frontmatter(text)[0] == {
+        "facts": ["The user prefers green tea in the morning and black coffee after lunch"
+                  " on weekdays", "short"],
+        "meta": {"summary": "a long nested summary that goes on beyond the limit", "n": 3}}
+    # Deeper nesting is still more than this parser reads.
+    assert parse_frontmatter("---\nm:\n  k:\n    deeper: 1\n---\nbody\n") == ({}, 0)

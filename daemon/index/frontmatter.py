@@ -173,6 +173,8 @@ def _folded(first: str, more: list[str]) -> str:
     as one line: a line break folds into a space and each empty line into a line break; in
     double quotes a line ending in an odd ``\\`` goes on without a space (and the next
     one's leading ``\\ `` is a space)."""
+    while more and not more[-1].strip():
+        more = more[:-1]  # blank lines before the next entry are no part of it
     double = first.lstrip().startswith('"')
     out = first.strip()
     gap = False
@@ -188,6 +190,21 @@ def _folded(first: str, more: list[str]) -> str:
         else:
             out += part if gap else " " + part
             gap = False
+    return out
+
+
+def _entries(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """The indented lines under a key as entries (list items, keys): each entry's first
+    line, and the lines after it, blank or indented deeper, that it goes on over."""
+    out: list[tuple[str, list[str]]] = []
+    indent = 0
+    for line in lines:
+        depth = len(line) - len(line.lstrip())
+        if out and (not line.strip() or depth > indent):
+            out[-1][1].append(line)
+        elif line.strip():
+            out.append((line, []))
+            indent = depth
     return out
 
 
@@ -224,17 +241,18 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
             out[key] = _value(_folded(raw, nested) if nested else raw)
         elif not nested:
             out[key] = None
-        elif all(ln.strip().startswith("- ") or ln.strip() in ("-", "") for ln in nested):
-            out[key] = [_value(ln.strip()[1:]) for ln in nested if ln.strip()]
+        elif all(ln.strip().startswith("- ") or ln.strip() == "-"
+                 for ln, _ in _entries(nested)):
+            out[key] = [_value(_folded(ln.strip()[1:], more)) for ln, more in _entries(nested)]
         else:
             sub: JsonObject = {}
-            for ln in nested:
-                if not ln.strip() or ln.lstrip().startswith("#"):
+            for ln, more in _entries(nested):
+                if ln.lstrip().startswith("#"):
                     continue
                 sm = _KEY_RE.match(ln.strip())
-                if sm is None or not ln[0].isspace():
+                if sm is None or not ln[0].isspace() or (more and not sm.group(2)):
                     raise _Malformed(ln)
-                sub[sm.group(1)] = _value(sm.group(2) or "")
+                sub[sm.group(1)] = _value(_folded(sm.group(2) or "", more))
             out[key] = sub
         if key in out and any(k == key for k, _, _ in spans):
             raise _Malformed(f"duplicate key {key}")

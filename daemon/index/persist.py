@@ -50,11 +50,12 @@ FORMAT_VERSION = 1
 # ``auth=("user", "...")`` pairs; 5: a word goes on through combining marks, so words of
 # Indic scripts, Arabic and Hebrew are whole; 6: Thai, Lao, Khmer and Myanmar are paired as
 # CJK; 7: a quoted frontmatter value may be followed by a comment; 8: `::` and underscores
-# before a dot join compound tokens; 9: frontmatter keys in any script; 10: frontmatter
-# values wrapped over indented lines; and the redaction rules of the time); a generation
-# saved under other rules has its files chunked, masked and tokenized again after a load.
+# before a dot join compound tokens; 9: frontmatter keys in any script; 10, 11: frontmatter
+# values, list items and nested values wrapped over indented lines; and the redaction rules
+# of the time); a generation saved under other rules has its files chunked, masked and
+# tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 10
+CHUNKING = 11
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
