@@ -378,3 +378,13 @@ def test_list_items_and_nested_values_wrapped_over_lines_are_one_value() -> None
         "meta": {"summary": "a long nested summary that goes on beyond the limit", "n": 3}}
     # Deeper nesting is still more than this parser reads.
     assert parse_frontmatter("---\nm:\n  k:\n    deeper: 1\n---\nbody\n") == ({}, 0)
+
+
+def test_double_quoted_values_take_yaml_escapes() -> None:
+    # PyYAML's: \U for characters beyond the BMP, \e, \_, \L; JSON's surrogate pairs.
+    text = ('---\na: "\\U0001F680 go"\nb: "esc\\e nbsp\\_ ls\\L"\nc: "\\ud83d\\ude80"\n'
+            'd: "tab\there \\x41"\n---\nbody\n')
+    assert parse_frontmatter(text)[0] == {"a": "\U0001f680 go", "b": "esc\x1b nbsp\xa0 ls\u2028",
+                                          "c": "\U0001f680", "d": "tab\there A"}
+    for bad in ('"a\\q"', '"\\ud800"', '"a\\"', '"\\U00110000"'):
+        assert parse_frontmatter(f"---\nd: {bad}\n---\nbody\n") == ({}, 0), bad

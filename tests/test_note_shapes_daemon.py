@@ -161,11 +161,15 @@ def test_a_description_wrapped_as_pyyaml_writes_it_keeps_the_block(daemon: Daemo
         "meta:\n  source: a timetable found on the pier, photographed and typed in by hand\n"
         "    later\n---\n"
         "# Ferry\nbring the pass\n", encoding="utf-8")
+    # Its default escapes: \U for a character beyond the BMP, \u, \_ (no-break space).
+    (wiki / "launch.md").write_text(
+        '---\nname: "\\U0001F680 Launch"\ndescription: "\\u4EAC\\u90FD\\_trip"\n---\nsoon\n',
+        encoding="utf-8")
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     answer = daemon.call("memory.search", {"agent_id": "w", "query": "pass", "sync": True,
                                            "filters": {"author": "writer"}})
     assert [r["path"] for r in answer["results"]] == ["digest/wiki/ferry.md"], answer
     entries = daemon.call("memory.index", {"agent_id": "w"})["entries"]
-    assert [(e["name"], e["description"]) for e in entries] == [(
+    assert sorted((e["name"], e["description"]) for e in entries) == [(
         "Ferry times", "The ferry to the island leaves at seven and at nine on weekdays, and"
-        " only at noon on Sundays.")]
+        " only at noon on Sundays."), ("\U0001f680 Launch", "京都 trip")]

@@ -75,6 +75,42 @@ def _quoted_end(value: str) -> int:
     return len(value)
 
 
+# The escapes of a double-quoted YAML scalar: JSON's and YAML's own (PyYAML writes
+# ``\U0001F680`` for an emoji, ``\e``, ``\_`` or ``\L`` for some controls and spaces).
+_ESCAPES: Final = {
+    "0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
+    "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85",
+    "_": "\xa0", "L": "\u2028", "P": "\u2029",
+}
+_ESCAPE_RE: Final = re.compile(
+    r"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.S)
+
+
+def _double_quoted(body: str) -> str:
+    """The text of a double-quoted scalar's ``body`` (between its quotes)."""
+    rest = _ESCAPE_RE.sub("", body)
+    if '"' in rest or "\\" in rest:
+        raise _Malformed(body)  # a quote not escaped, or a backslash that escapes nothing
+
+    def one(m: re.Match[str]) -> str:
+        digits = m.group(1) or m.group(2) or m.group(3)
+        if digits:
+            if int(digits, 16) > 0x10FFFF:
+                raise _Malformed(m.group(0))
+            return chr(int(digits, 16))
+        char = _ESCAPES.get(m.group(4))
+        if char is None:
+            raise _Malformed(m.group(0))
+        return char
+
+    try:
+        # A pair of \u surrogates (as JSON writes characters beyond the BMP) is one
+        # character; a lone surrogate is no text.
+        return _ESCAPE_RE.sub(one, body).encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeError as exc:
+        raise _Malformed(body) from exc
+
+
 def _unquote(value: str) -> str:
     # After the closing quote only a comment may follow (a ``#`` after a space), as after
     # a plain scalar or a flow list: ``name: "Quince"  # from the wiki``.
@@ -85,13 +121,7 @@ def _unquote(value: str) -> str:
     if value[0] == '"':
         if len(value) < 2 or not value.endswith('"'):
             raise _Malformed(value)
-        try:
-            out = json.loads(value)
-        except ValueError as exc:
-            raise _Malformed(value) from exc
-        if not isinstance(out, str):
-            raise _Malformed(value)
-        return out
+        return _double_quoted(value[1:-1])
     if len(value) < 2 or not value.endswith("'"):
         raise _Malformed(value)
     return value[1:-1].replace("''", "'")
