@@ -388,3 +388,12 @@ def test_double_quoted_values_take_yaml_escapes() -> None:
                                           "c": "\U0001f680", "d": "tab\there A"}
     for bad in ('"a\\q"', '"\\ud800"', '"a\\"', '"\\U00110000"'):
         assert parse_frontmatter(f"---\nd: {bad}\n---\nbody\n") == ({}, 0), bad
+
+
+def test_a_flow_mapping_is_a_mapping() -> None:
+    # PyYAML writes an empty mapping as `{}` (and, before 5.1, short ones in flow style).
+    text = "---\nname: x\nmetadata: {}\nmeta: {a: 1, b: \"x, y\", c: 'q'}  # c\n---\nbody\n"
+    assert parse_frontmatter(text) == (
+        {"name": "x", "metadata": {}, "meta": {"a": 1, "b": "x, y", "c": "q"}}, 5)
+    for bad in ("{a: [1]}", "{a}", "{a: 1"):
+        assert parse_frontmatter(f"---\nm: {bad}\n---\nbody\n") == ({}, 0), bad

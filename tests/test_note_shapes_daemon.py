@@ -149,8 +149,8 @@ def test_frontmatter_keys_in_any_script_keep_the_block(daemon: DaemonHandle,
 def test_a_description_wrapped_as_pyyaml_writes_it_keeps_the_block(daemon: DaemonHandle,
                                                                    tmp_path: Path) -> None:
     # Python tools write frontmatter with yaml.safe_dump, which wraps a value past 80
-    # columns onto an indented line (a list item's, a nested key's too): still the node's
-    # name, description and author.
+    # columns onto an indented line (a list item's, a nested key's too), and an empty
+    # mapping as `{}`: still the node's name, description and author.
     root = tmp_path / "ws"
     wiki = root / "digest" / "wiki"
     wiki.mkdir(parents=True)
@@ -159,7 +159,7 @@ def test_a_description_wrapped_as_pyyaml_writes_it_keeps_the_block(daemon: Daemo
         " nine on weekdays,\n  and only at noon on Sundays.\nauthor: writer\nfacts:\n- it is"
         " late when the wind comes from the north and the harbour master\n  closes the gate\n"
         "meta:\n  source: a timetable found on the pier, photographed and typed in by hand\n"
-        "    later\n---\n"
+        "    later\nextra: {}\n---\n"
         "# Ferry\nbring the pass\n", encoding="utf-8")
     # Its default escapes: \U for a character beyond the BMP, \u, \_ (no-break space).
     (wiki / "launch.md").write_text(

@@ -7,7 +7,7 @@ that does not parse is treated as no frontmatter, and its lines stay ordinary bo
 
 Supported: ``key: value`` scalars (plain, 'single' or "double" quoted, also wrapped over
 indented lines as PyYAML writes long values; ``true``/``false``, ``null``/``~`` and numbers
-typed as YAML does), flow lists ``[a, "b, c"]``, block lists of
+typed as YAML does), flow lists ``[a, "b, c"]`` and mappings ``{k: v}``, block lists of
 ``- item`` lines, one level of nested ``key: value`` mappings, ``|``/``>`` block scalars and
 ``#`` comments. Anything else (anchors, multi-document streams, deeper nesting) is malformed.
 """
@@ -152,10 +152,11 @@ def _scalar(raw: str) -> _Scalar:
     return value
 
 
-def _split_flow(text: str) -> tuple[list[str], str]:
-    """The items of a flow list whose ``[`` came just before ``text``, and what follows
-    its ``]``. Quotes open only at the start of an item, as in YAML; outside them, a
-    ``#`` after a space (a comment) or a nested bracket makes the list malformed."""
+def _split_flow(text: str, close: str = "]") -> tuple[list[str], str]:
+    """The items of a flow list whose ``[`` came just before ``text`` (or of a flow
+    mapping, ``close`` ``}``), and what follows its ``]``. Quotes open only at the start
+    of an item (or of a mapping's value), as in YAML; outside them, a ``#`` after a space
+    (a comment) or a nested bracket makes the list malformed."""
     items: list[str] = []
     buf: list[str] = []
     quote = ""
@@ -169,32 +170,39 @@ def _split_flow(text: str) -> tuple[list[str], str]:
                 escaped = True
             elif ch == quote:
                 quote = ""
-        elif ch in "\"'" and not "".join(buf).strip():
+        elif ch in "\"'" and (not "".join(buf).strip()
+                              or (close == "}" and "".join(buf).rstrip().endswith(":"))):
             quote = ch
             buf.append(ch)
         elif ch == ",":
             items.append("".join(buf))
             buf = []
-        elif ch == "]":
+        elif ch == close:
             items.append("".join(buf))
             if not items[-1].strip():
                 items.pop()  # an empty list, or a trailing comma
             return items, text[i + 1:]
-        elif ch in "[{}" or (ch == "#" and i > 0 and text[i - 1].isspace()):
+        elif ch in "[]{}" or (ch == "#" and i > 0 and text[i - 1].isspace()):
             raise _Malformed(text)
         else:
             buf.append(ch)
     raise _Malformed(text)  # no closing bracket, or a quote left open
 
 
-def _value(raw: str) -> _Scalar | list[_Scalar]:
+def _value(raw: str) -> _Scalar | list[_Scalar] | dict[str, _Scalar]:
     value = raw.strip()
-    if value.startswith("["):
-        items, rest = _split_flow(value[1:])
+    if value[:1] in ("[", "{"):
+        items, rest = _split_flow(value[1:], "]" if value[0] == "[" else "}")
         # After the list only a comment may follow (a `#` after a space), as for scalars.
         if rest and not (rest[0].isspace() and rest.lstrip().startswith("#")):
             raise _Malformed(value)
-        return [_scalar(item) for item in items]
+        if value[0] == "[":
+            return [_scalar(item) for item in items]
+        # A flow mapping, as PyYAML writes an empty one (``{}``) or, before 5.1, any.
+        pairs = [_KEY_RE.match(item.strip()) for item in items]
+        if not all(pairs):
+            raise _Malformed(value)
+        return {m.group(1): _scalar(m.group(2) or "") for m in pairs if m}
     return _scalar(value)
 
 
