@@ -51,6 +51,25 @@ def test_filters_naming_many_folders_cost_little(daemon: Any, tmp_path: Path) ->
     assert "memory/d9/n9.md" in found and len(found) == 26
 
 
+def test_a_path_prefix_may_name_a_folder_by_its_absolute_path(
+        daemon: Any, workspace: Path) -> None:  # noqa: F811
+    # As workspace.open and workspace.list show the workspace: its folder's own path, or
+    # a note's, is that folder or note (not nothing); "/memory" stays the workspace's.
+    info = open_ws(daemon, workspace)
+    root = info["path"]
+    everything = paths(search(daemon, "train"))
+    daily = paths(search(daemon, "train", filters={"path_prefix": "memory"}))
+    assert daily and daily != everything
+    for same in (f"{root}/memory", f"{root}//memory/", "/memory", [f"{root}/memory"]):
+        assert paths(search(daemon, "train", filters={"path_prefix": same})) == daily, same
+    assert paths(search(daemon, "train", filters={"path_prefix": root})) == everything
+    note = f"{root}/memory/2026-07-23/commute.md"
+    assert set(paths(search(daemon, "train", filters={"path_prefix": note}))) == {
+        "memory/2026-07-23/commute.md"}
+    # Another folder's absolute path is still a path inside the workspace, naming nothing.
+    assert search(daemon, "train", filters={"path_prefix": f"{root}x/memory"})["results"] == []
+
+
 def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
     with pytest.raises(UnknownWorkspace):
         daemon.call("memory.search", {"agent_id": "nobody", "query": "x"})

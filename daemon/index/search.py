@@ -91,9 +91,10 @@ class SearchAnswer(TypedDict):
     server_error: NotRequired[str]  # why the server did not answer (local answered)
 
 
-def parse_filters(raw: Mapping[str, object] | None) -> Filters:
+def parse_filters(raw: Mapping[str, object] | None, *, root: str | None = None) -> Filters:
     """``{path_prefix, date_from, date_to, bucket, author}`` (strings or lists) to
-    :class:`Filters`."""
+    :class:`Filters`; a ``path_prefix`` naming ``root`` (the workspace folder) or a path
+    in it by its absolute path is taken relative to it."""
     if not raw:
         return Filters()
     known = {"path_prefix", "date_from", "date_to", "bucket", "author"}
@@ -131,7 +132,8 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
             raise InvalidParams(f"filter 'bucket' must name a digest folder, not {bucket!r}")
     # Written as a shell would (./memory, memory//2026-07-23/): the same folder; "."
     # is the whole workspace, so no path filter at all.
-    prefixes = tuple(posixpath.normpath(p.strip("/")) for p in strings("path_prefix"))
+    prefixes = tuple(posixpath.normpath(_inside(p, root).strip("/"))
+                     for p in strings("path_prefix"))
     outside = [p for p in prefixes if p == ".." or p.startswith("../")]
     if outside:
         raise InvalidParams(f"filter 'path_prefix' must be inside the workspace, not "
@@ -140,6 +142,16 @@ def parse_filters(raw: Mapping[str, object] | None) -> Filters:
         prefixes = ()
     return Filters(path_prefixes=prefixes, date_from=date_from,
                    date_to=date_to, buckets=buckets, authors=strings("author"))
+
+
+def _inside(path: str, root: str | None) -> str:
+    """``path`` relative to ``root`` when it is ``root`` or below it (else as it is)."""
+    if root is None or not path.startswith("/"):
+        return path
+    path = posixpath.normpath(path)
+    if path == root:
+        return "."
+    return path[len(root):] if path.startswith(root.rstrip("/") + "/") else path
 
 
 def _is_date(value: str) -> bool:
