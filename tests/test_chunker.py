@@ -397,3 +397,6 @@ def test_a_flow_mapping_is_a_mapping() -> None:
         {"name": "x", "metadata": {}, "meta": {"a": 1, "b": "x, y", "c": "q"}}, 5)
     for bad in ("{a: [1]}", "{a}", "{a: 1"):
         assert parse_frontmatter(f"---\nm: {bad}\n---\nbody\n") == ({}, 0), bad
+    # Written back, an empty mapping stays one.
+    fields = {"metadata": {}, "meta": {"a": 1}}
+    assert parse_frontmatter(render_frontmatter(fields) + "body\n")[0] == fields

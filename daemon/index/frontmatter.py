@@ -363,6 +363,8 @@ def _render_item(key: str, value: object) -> list[str]:
             return [f"{key}: {flow}"]
         return [f"{key}:"] + [f"  - {it}" for it in items]
     if isinstance(value, dict):
+        if not value:
+            return [f"{key}: {{}}"]  # read back as an empty mapping, not as null
         return [f"{key}:"] + [f"  {k}: {_render_scalar(v)}" for k, v in value.items()]
     return [f"{key}: {_render_scalar(value)}"]
 
