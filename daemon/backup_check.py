@@ -15,6 +15,7 @@ import hashlib
 import stat
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,22 @@ def _check_name(path: Path, name: str) -> list[str]:
     if len(name) > safepath.MAX_PATH_CHARS:
         raise refuse(path, f"member name too long: {name[:80]!r}...")
     return parts
+
+
+def file_in_the_way(paths: Iterable[str]) -> tuple[str, str] | None:
+    """Two of the relative ``paths`` that cannot both be files: the first where the
+    second needs a folder, or the same path twice. None when all can be written."""
+    seen: set[str] = set()
+    for rel in paths:
+        if rel in seen:
+            return rel, rel
+        seen.add(rel)
+    for rel in sorted(seen):
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            if (folder := "/".join(parts[:depth])) in seen:
+                return folder, rel
+    return None
 
 
 def _check_info(path: Path, info: zipfile.ZipInfo, limits: BackupLimits) -> None:
@@ -233,6 +250,9 @@ def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> C
                     meta_dir + "/"):  # state the daemon reads (a resource is only copied)
                 _check_frame(path, zf, info, limits)
             checked.by_agent.setdefault(parts[1], []).append(info.filename)
+    clash = file_in_the_way(checked.members)
+    if clash is not None:
+        raise refuse(path, f"member {clash[0]!r} is a file where {clash[1]!r} needs a folder")
     return checked
 
 

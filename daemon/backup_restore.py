@@ -33,7 +33,7 @@ from recalld.daemon.backup import (
     ProgressSink,
     walk_files,
 )
-from recalld.daemon.backup_check import CheckedBackup, refuse
+from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
@@ -115,6 +115,12 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         safepath.split_relative(target)
         _check_no_symlink(root, target)
         writes[name] = target
+    clash = file_in_the_way(writes.values())
+    if clash is not None:
+        file, other = clash
+        raise refuse(backup.path, f"two members of {agent_id} restore to {file!r}"
+                     if file == other else f"a member of {agent_id} restores to {file!r} "
+                     f"as a file where another restores to {other!r}, which needs a folder")
     wanted = set(writes.values())
     removes = []
     for role in CONTENT_ROLES:

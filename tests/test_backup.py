@@ -15,6 +15,7 @@ import pytest
 from conftest import DaemonFactory, DaemonHandle
 
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
+from recalld.daemon.backup_restore import plan_restore
 from recalld.ipc.errors import InvalidBackup, InvalidParams, NotFound
 
 NOTES = {
@@ -193,7 +194,8 @@ def _member(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o100644) -
 
 
 def hostile(path: Path, members: list[tuple[str, bytes, int]], *, meta: bool = True,
-            lie: dict[str, str] | None = None, agents: tuple[str, ...] = ("w",)) -> Path:
+            lie: dict[str, str] | None = None, agents: tuple[str, ...] = ("w",),
+            dirs: dict[str, str] | None = None) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         files = [_member(zf, name, data, mode) for name, data, mode in members]
         for entry in files:
@@ -201,8 +203,8 @@ def hostile(path: Path, members: list[tuple[str, bytes, int]], *, meta: bool = T
                 entry["sha256"] = lie[entry["path"]]
         if meta:
             doc = {"format": "recalld-backup", "version": 1, "created": 0.0,
-                   "agents": {a: {"path": "/x", "dirs": {"daily_dir": "memory",
-                                                         "digest_dir": "digest"}}
+                   "agents": {a: {"path": "/x", "dirs": dirs or {"daily_dir": "memory",
+                                                                 "digest_dir": "digest"}}
                               for a in agents},
                    "files": files}
             zf.writestr("meta.json", orjson.dumps(doc))
@@ -224,6 +226,8 @@ HOSTILE: list[tuple[str, list[tuple[str, bytes, int]], dict[str, Any]]] = [
     ("outside-dirs", [GOOD, ("agents/w/.bashrc", b"x", 0o100644)], {}),
     ("agent-id", [GOOD], {"agents": ("w", "../evil")}),
     ("agent-id-empty", [GOOD], {"agents": ("w", "")}),
+    # A file where another member needs a folder: half of it could be written.
+    ("file-and-folder", [GOOD, (GOOD[0] + "/inner.md", b"x", 0o100644)], {}),
 ]
 
 
@@ -258,6 +262,24 @@ def test_duplicate_members_and_limits_are_refused(tmp_path: Path) -> None:
         open_checked(ok, BackupLimits(max_total_bytes=3))
     with pytest.raises(BackupInvalid, match="too large"):
         open_checked(ok, BackupLimits(max_member_bytes=2))
+
+
+def test_members_restored_onto_one_file_are_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    # Two session folders apart in the backup, one inside the other here: both members
+    # would land on mem_session/agent/s.jsonl.
+    archive = hostile(tmp_path / "sessions.zip", [
+        ("agents/w/sessions/agent/s.jsonl", b'{"a": 1}\n', 0o100644),
+        ("agents/w/agent_sessions/s.jsonl", b'{"b": 2}\n', 0o100644)],
+        dirs={"session_dir": "sessions", "mem_session_dir": "agent_sessions"})
+    checked = open_checked(archive)
+    root = tmp_path / "ws"
+    root.mkdir()
+    with pytest.raises(BackupInvalid, match=r"two members of w restore to "
+                                            r"'mem_session/agent/s\.jsonl'"):
+        plan_restore(checked, "w", root, {"session_dir": "mem_session",
+                                          "mem_session_dir": "mem_session/agent"})
+    assert list(root.iterdir()) == []
 
 
 def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
