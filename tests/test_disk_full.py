@@ -120,6 +120,8 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
                        DISK_FULL_TRIGGER=str(trigger), DISK_FULL_NAME=full_at)
     d.call("index.sync", {"agent_id": "w"})
     archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    # An earlier restore, whose rollback point a failed restore must leave as it is.
+    earlier = d.call("backup.restore", {"file": archive, "agents": ["w"]})["snapshot"]
     (root / "memory" / "2026-07-24").mkdir()
     (root / "memory" / "2026-07-24" / "later.md").write_text("# Later\nafterwards\n")
     for n in range(6):
@@ -132,6 +134,11 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
         d.call("backup.restore", {"file": archive, "agents": ["w"]})
     # Nothing half-restored: every note as it was, none removed, no temp file left.
     assert _notes(root) == before
+    # Nor a new rollback point: rolling back still undoes the earlier restore.
+    listed_backups = d.call("backup.list")
+    assert listed_backups["rollback"]["snapshot"] == earlier
+    assert [b["file"] for b in listed_backups["backups"]
+            if b["name"].startswith("pre-restore-")] == [earlier]
     # The workspace still serves what it had.
     listed = {w["agent_id"]: w["state"] for w in d.call("workspace.list")["workspaces"]}
     assert listed["w"] == "ready", listed

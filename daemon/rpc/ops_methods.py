@@ -26,24 +26,29 @@ from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
 from recalld.daemon.backup_check import CheckedBackup, open_checked, peek
-from recalld.daemon.backup_restore import RestorePlan, apply_restore, plan_restore, plan_summary
+from recalld.daemon.backup_restore import (
+    Restored,
+    RestorePlan,
+    apply_restore,
+    plan_restore,
+    plan_summary,
+)
 from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
-from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.daemon.rpc.restore_record import (
+    backups_dir,
+    drop_record,
+    prune_snapshots,
+    put_back,
+    read_record,
+    write_record,
+)
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
-
-ROLLBACK_RECORD = "rollback.json"
-KEEP_SNAPSHOTS = 10  # automatic pre-restore snapshots kept; manual backups are never pruned
-
-
-def backups_dir(state: DaemonState) -> Path:
-    return state.config.data_dir / "backups"
-
 
 def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"-{os.getpid() % 1000:03d}"
@@ -284,7 +289,7 @@ def ops_methods() -> Methods:
             return out
 
         items = await trio.to_thread.run_sync(scan) if folder.is_dir() else []
-        return {"dir": str(folder), "backups": items, "rollback": _read_record(ctx.state)}
+        return {"dir": str(folder), "backups": items, "rollback": read_record(ctx.state)}
 
     @methods.add("backup.verify", positional=("file",))
     async def backup_verify(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -356,6 +361,7 @@ def ops_methods() -> Methods:
         if dry_run:
             return {"file": str(path), "dry_run": True,
                     "plans": [plan_summary(plan) for plan in plans]}
+        previous = await trio.to_thread.run_sync(read_record, state)
         snap: JsonObject | None = None
         if snapshot:
             out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
@@ -370,16 +376,16 @@ def ops_methods() -> Methods:
                       "restored_from": str(path),
                       "config": ("kept" if not replacing else
                                  "replaced" if had_config else "added")}
-            await trio.to_thread.run_sync(lambda: _write_record(state, record))
-            await trio.to_thread.run_sync(_prune_snapshots, out.parent, out)
+            await trio.to_thread.run_sync(lambda: write_record(state, record))
+            await trio.to_thread.run_sync(prune_snapshots, out.parent, out)
         elif not rolling_back:
             # No way back from this restore: the recorded snapshot of an earlier one
             # would now throw away everything since, this restore included.
-            await trio.to_thread.run_sync(_drop_record, state)
+            await trio.to_thread.run_sync(drop_record, state)
         if config_data is not None:
             await trio.to_thread.run_sync(_restore_config, state, config_data)
             state.services.config.replace(cfg)  # workspaces opened from here on use it
-        results = []
+        results: list[Restored] = []
         for plan in plans:
             ws = open_ws.get(plan.agent_id)
             was_open = ws is not None
@@ -402,6 +408,10 @@ def ops_methods() -> Methods:
             except Exception:
                 if was_open and ws is None:  # nothing was written: serve it again as it was
                     await _reopen_after_failure(state, plan, overrides)
+                if not results and config_data is None and not rolling_back:
+                    # Nothing changed: a rollback still undoes the restore before this one.
+                    await trio.to_thread.run_sync(
+                        put_back, state, previous, None if snap is None else str(snap["file"]))
                 raise
             if ws is None:
                 ws = await state.registry.open(plan.agent_id, plan.root, overrides)
@@ -445,7 +455,7 @@ def ops_methods() -> Methods:
         p = Params(params)
         progress = _progress(ctx, p, "backup.rollback")
         p.done()
-        record = _read_record(ctx.state)
+        record = read_record(ctx.state)
         if record is None:
             raise NotFound("no restore to roll back (no pre-restore snapshot recorded)")
         async with restore_lock, progress.pumping():
@@ -458,38 +468,7 @@ def ops_methods() -> Methods:
                 result["config_restored"] = True
             # Undone: a second rollback would put the snapshot back over everything done
             # since. The snapshot stays in the backups folder, restorable by name.
-            await trio.to_thread.run_sync(_drop_record, ctx.state)
+            await trio.to_thread.run_sync(drop_record, ctx.state)
         return {**result, "rolled_back": record}
 
     return methods
-
-
-def _read_record(state: DaemonState) -> JsonObject | None:
-    path = backups_dir(state) / ROLLBACK_RECORD
-    try:  # a FIFO or device in its place must not stall the event loop
-        record = orjson.loads(read_verified(path, None))
-    except (StorageError, orjson.JSONDecodeError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("snapshot"), str) or (
-            not isinstance(record.get("agents"), list)):
-        return None
-    return record
-
-
-def _write_record(state: DaemonState, record: JsonObject) -> None:
-    folder = backups_dir(state)
-    ensure_dir(REAL, folder)
-    atomic_write(REAL, folder / ROLLBACK_RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))
-
-
-def _drop_record(state: DaemonState) -> None:
-    path = backups_dir(state) / ROLLBACK_RECORD
-    if _read_record(state) is not None:  # a FIFO or folder in its place is left alone
-        path.unlink(missing_ok=True)
-
-
-def _prune_snapshots(folder: Path, keep: Path) -> None:
-    snapshots = sorted(folder.glob("pre-restore-*.zip"), key=lambda p: p.stat().st_mtime)
-    for old in snapshots[:-KEEP_SNAPSHOTS]:
-        if old != keep:
-            old.unlink(missing_ok=True)
