@@ -2,13 +2,14 @@
 
 A backup is a zip file. ``meta.json`` names the format and version, the time, and each
 agent with its workspace path and directory settings, and lists every other member with
-its size and SHA-256. Members are ``agents/<agent_id>/<path in the workspace>``: the
-Markdown (``daily_dir``, ``digest_dir``), sessions (``session_dir``, ``mem_session_dir``)
-and resources (``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
+its size and SHA-256 (and a workspace file's modification time). Members are
+``agents/<agent_id>/<path in the workspace>``: the Markdown (``daily_dir``,
+``digest_dir``), sessions (``session_dir``, ``mem_session_dir``) and resources
+(``resource_dir``); of ``metadata_dir`` the state that cannot be rebuilt
 (:data:`RESUMABLE`: pending conversation turns, the inbox, the change logs of dream and
 auto_memory runs, the catalogs of the resources and daily notes already turned into
-notes and digest nodes), the rest
-of it (derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
+notes and digest nodes, ReMe's of the same in a QwenPaw workspace), the rest of it
+(derived, rebuilt from the Markdown) only on request. Members ``daemon/<name>``
 carry the daemon's own files (:data:`DAEMON_FILES`: its config file and its record of
 workspaces, whose model keys handed over by clients are secrets too; both with secrets
 left out unless asked for, ``meta.json``'s ``secrets_left_out`` naming the record's).
@@ -34,7 +35,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, TypedDict, cast
+from typing import IO, NotRequired, Protocol, TypedDict, cast
 
 import orjson
 
@@ -56,6 +57,9 @@ class Member(TypedDict):
     path: str  # the zip member's name
     size: int
     sha256: str
+    #: The file's modification time (a restore sets it again: ReMe's records of what
+    #: its dream and auto_resource read know a file by it).
+    mtime_ns: NotRequired[int]
 
 
 class AgentEntry(TypedDict):
@@ -85,8 +89,10 @@ CONTENT_ROLES = ("daily_dir", "digest_dir", "session_dir", "mem_session_dir", "r
 DERIVED_ROLE = "metadata_dir"
 #: Under ``metadata_dir``: what a restore needs to resume (never rebuilt from Markdown).
 #: Without ``catalog/`` every resource would be summarized (and a file directly in
-#: ``resource_dir`` dated) anew, and every daily note dreamed again, by the chat model.
-RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog/")
+#: ``resource_dir`` dated) anew, and every daily note dreamed again, by the chat model;
+#: without ReMe's ``file_catalog/`` (QwenPaw's workspaces), so would those ReMe did.
+RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog/",
+             "file_catalog/")
 DAEMON_FILES = ("config.toml", "workspaces.json")
 #: A TOML string: multi-line basic and literal first, then basic (with escapes), literal.
 _STRING = "|".join((
@@ -337,8 +343,9 @@ def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str,
     digest = hashlib.sha256()
     size = 0
     with os.fdopen(fd, "rb") as f, zf.open(info, "w", force_zip64=True) as member:
+        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
         while chunk := f.read(COPY_CHUNK):
             member.write(chunk)
             digest.update(chunk)
             size += len(chunk)
-    return {"path": name, "size": size, "sha256": digest.hexdigest()}
+    return {"path": name, "size": size, "sha256": digest.hexdigest(), "mtime_ns": mtime_ns}

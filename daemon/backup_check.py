@@ -172,9 +172,14 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
     for entry in files:
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
                 and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
-                and len(entry["sha256"]) == 64):
+                and len(entry["sha256"]) == 64
+                and _natural(entry.get("mtime_ns", 0))):
             raise refuse(path, "meta.json has a malformed file entry")
     return meta
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
 
 
 def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
@@ -260,18 +265,22 @@ def _check_frame(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
                  limits: BackupLimits) -> None:
     """Refuse a zstd member (a catalog the restore writes back) that would inflate past
     the archive's limits when the daemon reads it: the zip's own ratio check sees only
-    the compressed bytes."""
-    with zf.open(info) as f:
-        head = f.read(18)  # the longest zstd frame header
-    try:
-        size = zstandard.get_frame_parameters(head).content_size
-    except zstandard.ZstdError:
-        return  # not a zstd frame: read as damaged (and started afresh) by the daemon
-    if size == zstandard.CONTENTSIZE_UNKNOWN or size > limits.max_member_bytes or (
-            size >= limits.ratio_min_bytes and size > limits.max_ratio * max(info.file_size, 1)):
-        raise refuse(path, f"member {info.filename!r} inflates to "
-                           f"{'an unknown size' if size == zstandard.CONTENTSIZE_UNKNOWN else size}"
-                           f" from {info.file_size} bytes: a decompression bomb")
+    the compressed bytes. Its frames are inflated as far as the limit (ReMe's files are
+    streamed: their frames do not declare their size, and may be several)."""
+    cap = min(limits.max_member_bytes,
+              max(limits.ratio_min_bytes, int(limits.max_ratio * max(info.file_size, 1))))
+    inflated = 0
+    with zf.open(info) as f, zstandard.ZstdDecompressor().stream_reader(
+            f, read_across_frames=True) as frames:
+        try:
+            while chunk := frames.read(COPY_CHUNK):
+                inflated += len(chunk)
+                if inflated > cap:
+                    raise refuse(path, f"member {info.filename!r} inflates to more than "
+                                       f"{cap} bytes from {info.file_size}: a decompression "
+                                       "bomb")
+        except zstandard.ZstdError:
+            return  # not (all) zstd: read as damaged (and started afresh) by the daemon
 
 
 def _member_sha256(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:

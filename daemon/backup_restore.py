@@ -297,8 +297,9 @@ def _missing_dirs(root: Path, folder: Path) -> list[Path]:
 
 def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, tmp: Path,
            target: Path) -> None:
-    """Copy member ``name`` to the new file ``tmp`` (beside ``target``) and fsync it; the
-    checksum must match (``refuse`` otherwise). The caller removes ``tmp`` on any error."""
+    """Copy member ``name`` to the new file ``tmp`` (beside ``target``) with the
+    modification time it was backed up with, and fsync it; the checksum must match
+    (``refuse`` otherwise). The caller removes ``tmp`` on any error."""
     try:
         fd = REAL.open_write(tmp)
     except OSError as exc:
@@ -309,6 +310,9 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, tmp: Path,
             while chunk := src.read(COPY_CHUNK):
                 digest.update(chunk)
                 REAL.write(fd, chunk)
+        mtime_ns = backup.members[name].get("mtime_ns")
+        if mtime_ns is not None:  # as it was backed up (an archive of old has none)
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
         REAL.fsync(fd)
     except OSError as exc:
         raise translate_os_error(exc, target) from exc

@@ -91,12 +91,19 @@ def test_keys_in_any_toml_string_form_stay_out_of_backups(daemon_factory: Daemon
 def test_a_catalog_that_inflates_beyond_the_limits_is_refused(tmp_path: Path) -> None:
     # A catalog is written back by a restore and read by the daemon: a zstd frame of a
     # few KiB that inflates to gigabytes passes the zip's own ratio check (the zip sees
-    # only the compressed bytes), so the frame's declared size is checked.
+    # only the compressed bytes), so the frames are inflated as far as the limits. ReMe's
+    # records are streamed: their frames declare no size, and a file may hold several.
     line = b'{"path":"resource/a.txt","digest":"0","state":"processed"}\n'
-    bomb = zstandard.ZstdCompressor(write_content_size=True).compress(line * 200_000)
-    fine = zstandard.ZstdCompressor(write_content_size=True).compress(line * 10)
+    sized, streamed = (zstandard.ZstdCompressor(write_content_size=True),
+                       zstandard.ZstdCompressor(write_content_size=False))
+    bomb = sized.compress(line * 200_000)
+    fine = sized.compress(line * 10)
+    cases = {"bomb": bomb, "fine": fine,
+             "streamed-bomb": streamed.compress(line * 200_000),
+             "streamed-fine": streamed.compress(line * 10) + streamed.compress(line),
+             "bomb-in-second-frame": fine + streamed.compress(line * 200_000)}
     archives = {}
-    for name, data in (("bomb", bomb), ("fine", fine)):
+    for name, data in cases.items():
         member = "agents/w/mem_metadata/catalog/resource.jsonl.zst"
         with zipfile.ZipFile(tmp_path / f"{name}.zip", "w") as zf:
             zf.writestr(member, data)
@@ -106,9 +113,12 @@ def test_a_catalog_that_inflates_beyond_the_limits_is_refused(tmp_path: Path) ->
                 "files": [{"path": member, "size": len(data),
                            "sha256": hashlib.sha256(data).hexdigest()}]}))
         archives[name] = tmp_path / f"{name}.zip"
-    with pytest.raises(BackupInvalid, match="a decompression bomb"):
-        open_checked(archives["bomb"], BackupLimits(ratio_min_bytes=1 << 16))
-    assert open_checked(archives["fine"], BackupLimits(ratio_min_bytes=1 << 16)).agents == ["w"]
+    for name in ("bomb", "streamed-bomb", "bomb-in-second-frame"):
+        with pytest.raises(BackupInvalid, match="a decompression bomb"):
+            open_checked(archives[name], BackupLimits(ratio_min_bytes=1 << 16))
+    for name in ("fine", "streamed-fine"):
+        assert open_checked(archives[name], BackupLimits(ratio_min_bytes=1 << 16)).agents == [
+            "w"]
     # A resource that happens to be zstd is only copied, never read: not refused.
     member = "agents/w/resource/dump.jsonl.zst"
     with zipfile.ZipFile(tmp_path / "resource.zip", "w") as zf:

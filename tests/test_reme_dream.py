@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer
 from reme_fixture_util import FIXTURE, copy_fixture, fixture_notes
 from waits import wait_job
@@ -228,3 +228,27 @@ def test_resources_reme_interpreted_are_not_interpreted_again(
     assert "A summary by recalld" in (ws / "memory/2026-06-10/changed.md").read_text()
     notes = sorted(p.name for p in (ws / "memory").rglob("*.md"))
     assert len(notes) == 3, notes
+
+
+def test_a_restore_elsewhere_does_not_dream_again_what_reme_consolidated(
+        daemon: DaemonHandle, daemon_factory: DaemonFactory, fake: FakeProvider,
+        tmp_path: Path) -> None:
+    # ReMe knows the notes its dream read by their modification time, in its own record
+    # under mem_metadata/: a backup left the record out and a restore gave every note a
+    # new time, so another machine dreamed them all again.
+    ws = copy_fixture(tmp_path / "ws")
+    open_ws(daemon, ws, fake)
+    archive = daemon.call("backup.create", {"agents": [AGENT], "include_secrets": True})
+    other = daemon_factory()
+    other.call("backup.restore", {"file": archive["file"]})
+    root = Path(next(w["path"] for w in other.call("workspace.list")["workspaces"]
+                     if w["agent_id"] == AGENT))
+    assert root != ws
+    assert {rel: (root / rel).stat().st_mtime_ns for rel in fixture_notes()} == {
+        rel: (ws / rel).stat().st_mtime_ns for rel in fixture_notes()}
+    model = NoteRecorder(fake)
+    result = dream(other)
+    done_by_reme = reme_dreamed()
+    daily = [p for p in fixture_notes() if p.startswith("memory/")]
+    assert sorted(model.notes) == sorted(p for p in daily if p not in done_by_reme)
+    assert result["recognised_from_reme"] == len(done_by_reme)
