@@ -182,6 +182,28 @@ def _archive_with_config(path: Path, config: str) -> Path:
     return path
 
 
+def test_a_config_file_that_moves_an_open_workspace_is_not_put_in_place(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The workspace is open here, and its files are restored where it is; the backup's
+    # config file places it elsewhere. Put in place, the next start would open the
+    # workspace there: without the memory just restored (or not at all, /etc).
+    d = daemon_factory(None)
+    here = tmp_path / "here"
+    d.call("workspace.open", {"agent_id": "w", "path": str(here)})
+    default = d.data_dir / "workspaces" / "w"  # a configured one without a path opens there
+    for elsewhere, config in ((tmp_path / "elsewhere", f'path = "{tmp_path / "elsewhere"}"'),
+                              (Path("/etc"), 'path = "/etc"'),
+                              (default, "auto_memory_interval = 3")):
+        archive = _archive_with_config(tmp_path / f"{elsewhere.name}.zip",
+                                       f"[workspaces.w]\n{config}\n")
+        restored = d.call("backup.restore", {"file": str(archive)})
+        assert restored["config_restored"] is False
+        assert f"places w at {elsewhere}" in restored["config_kept"]
+        assert not d.config_path.exists()
+        assert (here / "memory/readme.md").read_text() == "hello\n"
+        assert not (tmp_path / "elsewhere").exists() and not default.exists()
+
+
 def test_a_restore_writes_nowhere_a_workspace_may_not_be(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # A foreign archive's config file (put in place where there is none) places its

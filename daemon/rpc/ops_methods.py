@@ -163,6 +163,19 @@ def _closed_home(cfg: DaemonConfig, agent_id: str, known: remembered.Remembered 
     return where, dict(config) if isinstance(config, Mapping) else None
 
 
+def _moved_by(new: DaemonConfig, old: DaemonConfig,
+              open_ws: Mapping[str, Workspace]) -> list[tuple[str, Path]]:
+    """The open workspaces that config ``new``, not ``old``, opens at another folder at
+    the next start (a configured one opens at its configured place), and where."""
+    out = []
+    for agent_id, ws in sorted(open_ws.items()):
+        where = new.workspace_path(agent_id).expanduser()
+        if agent_id in new.configured_agents() and where.resolve() != ws.root.resolve() and (
+                agent_id not in old.configured_agents() or where != old.workspace_path(agent_id)):
+            out.append((agent_id, where))
+    return out
+
+
 def _recorded_in(checked: CheckedBackup) -> dict[str, Mapping[str, object]]:
     """The backed-up workspace record (agent id -> {path, config, ...}), or empty; entries
     that are not objects are left out."""
@@ -326,6 +339,15 @@ def ops_methods() -> Methods:
                 cfg = await trio.to_thread.run_sync(_incoming_config, state, config_data)
             except ConfigError as exc:  # kept out: it would stop the next start
                 config_error, config_data = str(exc), None
+        if config_data is not None and not rolling_back:
+            moved = await trio.to_thread.run_sync(_moved_by, cfg, state.config, open_ws)
+            if moved:  # it would open there from the next start, without what is restored
+                config_data, cfg = None, state.config
+                config_kept = (
+                    "kept this machine's config file: the backup's places "
+                    + ", ".join(f"{a} at {where}" for a, where in moved)
+                    + ", open here elsewhere, where the restore puts its files (copy what "
+                    "you need from the backup's daemon/config.toml)")
         recorded = await trio.to_thread.run_sync(_recorded_in, checked)
         known = state.registry.remembered()
         # Where and how each that is not open opens after the restore (below): its files
