@@ -11,6 +11,7 @@ Nothing is copied or converted: the workspace is served where it is.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import TextIO
 
@@ -120,7 +121,7 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if agents is not None:
         # Served as a workspace, QwenPaw's home would hold every agent's folder (and
         # stand in the way of importing each of them).
-        listed = "; ".join(f"{agent}: recalld import-qwenpaw {path}"
+        listed = "; ".join(f"{agent}: recalld import-qwenpaw {shlex.quote(str(path))}"
                            for agent, path in sorted(agents.items())) or "none listed"
         raise errors.InvalidParams(
             f"{root} is QwenPaw's home, not an agent's workspace; import each agent's "

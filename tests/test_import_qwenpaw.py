@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import sys
@@ -249,19 +250,22 @@ def test_qwenpaws_home_is_not_imported_as_one_workspace(daemon: DaemonHandle,
     # ~/.qwenpaw (moved here from another machine) lists its agents in config.json; served
     # as one workspace it would hold all of theirs and keep each from being imported.
     home = tmp_path / "qwenpaw"
-    for folder in ("workspaces/default", "elsewhere/writer"):
+    for folder in ("workspaces/default", "elsewhere/my writer"):
         (home / folder / "memory" / "2026-01-02").mkdir(parents=True)
         (home / folder / "memory" / "2026-01-02" / "n.md").write_text("- the fern\n")
     (home / "config.json").write_text(json.dumps({"agents": {"profiles": {
         "default": {"id": "default", "workspace_dir": "/home/ada/.qwenpaw/workspaces/default"},
-        "writer": {"id": "writer", "workspace_dir": str(home / "elsewhere/writer")}}}}))
+        "writer": {"id": "writer", "workspace_dir": str(home / "elsewhere/my writer")}}}}))
     proc = cli(daemon, "import-qwenpaw", str(home))
     assert proc.returncode == 2, proc.stdout
     assert f"{home} is QwenPaw's home, not an agent's workspace" in proc.stderr
     assert f"default: recalld import-qwenpaw {home / 'workspaces/default'};" in proc.stderr
-    assert f"writer: recalld import-qwenpaw {home / 'elsewhere/writer'})" in proc.stderr
+    # A folder named with a space is quoted: the command given works as it is pasted.
+    suggested = f"recalld import-qwenpaw {shlex.quote(str(home / 'elsewhere/my writer'))}"
+    assert f"writer: {suggested})" in proc.stderr
+    assert shlex.split(suggested)[-1] == str(home / "elsewhere/my writer")
     assert sorted(p.name for p in home.iterdir()) == ["config.json", "elsewhere", "workspaces"]
-    for folder in ("workspaces/default", "elsewhere/writer"):
+    for folder in ("workspaces/default", "elsewhere/my writer"):
         proc = cli(daemon, "import-qwenpaw", str(home / folder))
         assert proc.returncode == 0 and "notes:    1" in proc.stdout, proc.stderr
 
