@@ -61,7 +61,7 @@ class ImportReport(TypedDict):
     complete: bool
     notes: int
     chunks: ChunkCounts
-    reme_store: dict[str, int] | None
+    reme_store: dict[str, int | str] | None
     vectors: JsonObject
     dream: DreamReport
     settings: SettingsReport

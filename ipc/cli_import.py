@@ -161,6 +161,9 @@ def render_report(agent: str, path: str, rep: JsonObject,
     if store:
         lines.append(f"ReMe's chunk store: {store['chunks']} chunks of {store['notes']} notes, "
                      f"{store['vectors']} vectors")
+        if store.get("damaged"):
+            lines.append(f"          ReMe's chunk store is damaged ({store['damaged']}): the "
+                         "notes it lost are chunked and embedded anew")
     vec = rep.get("vectors", {})
     if vec.get("enabled"):
         lines.append(f"vectors:  {vec['reused_from_reme']} reused from ReMe, "

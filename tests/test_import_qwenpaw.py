@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import zstandard
 from conftest import DaemonHandle
 from reme_fixture_util import (
     BASE_URL,
@@ -305,6 +306,27 @@ def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path:
     assert "truncated" in dream["damaged"] and dream["recognised"] < 20
     text = cli(daemon, "import-qwenpaw", str(ws)).stdout
     assert "ReMe's dream record is damaged (" in text, text
+
+
+def test_a_damaged_reme_chunk_store_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Cut short, or with a record that does not parse: what it lost is chunked and
+    # embedded anew, and the report says why rather than only "0 chunks of 0 notes".
+    cut = copy_fixture(tmp_path / "cut")
+    store = cut / "mem_metadata" / reme_import.CHUNK_STORE
+    whole = store.read_bytes()
+    store.write_bytes(whole[: len(whole) // 2])
+    torn = copy_fixture(tmp_path / "torn")
+    (torn / "mem_metadata" / reme_import.CHUNK_STORE).write_bytes(
+        whole + zstandard.compress(b'{"path": "memory/x.md", "te\n'))
+    for ws, why, chunks in ((cut, "truncated", 0), (torn, "1 unreadable record(s)", 38)):
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        found = json.loads(proc.stdout)["import"]["reme_store"]
+        assert why in found["damaged"] and found["chunks"] == chunks, found
+        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+        assert "ReMe's chunk store is damaged (" in text, text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "whole")))
+    assert "damaged" not in json.loads(proc.stdout)["import"]["reme_store"]
 
 
 def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,

@@ -75,9 +75,20 @@ class ReMeStore:
     records: int = 0
     #: Records that give no chunk boundaries (malformed, or recalld's own former mirrors).
     skipped: int = 0
+    #: Why part of the file could not be read (its notes are chunked and embedded anew).
+    damaged: str | None = None
 
     def __len__(self) -> int:
         return sum(len(cs) for cs in self.chunks.values())
+
+    def summary(self) -> dict[str, int | str]:
+        """Its counts, as the import report gives them (and the damage, if any)."""
+        out: dict[str, int | str] = {"records": self.records, "chunks": len(self),
+                                     "notes": len(self.chunks), "skipped": self.skipped,
+                                     "vectors": len(self.vectors)}
+        if self.damaged is not None:
+            out["damaged"] = self.damaged
+        return out
 
 
 def read_store(metadata_dir: Path) -> ReMeStore | None:
@@ -92,7 +103,10 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     except (OSError, StorageError) as exc:
         log.warning("cannot read ReMe's chunk store %s: %s", path, exc)
         return None
-    store = ReMeStore(records=len(found.records))
+    store = ReMeStore(records=len(found.records), damaged=found.damage())
+    if store.damaged is not None:
+        log.warning("ReMe's chunk store %s is damaged (%s): the notes it lost are chunked "
+                    "and embedded anew", path, store.damaged)
     for rec in found.records:
         text, emb = rec.get("text"), rec.get("_embedding_f16_b64")
         if isinstance(text, str) and isinstance(emb, str):

@@ -169,7 +169,7 @@ class WorkspaceIndex:
         #: ``(text, _embedding_f16_b64)`` pairs found in ReMe's chunk store at start.
         self.foreign_vectors: list[tuple[str, str]] = []
         #: What ReMe's chunk store held when the index started (None: no store).
-        self.reme_store: dict[str, int] | None = None
+        self.reme_store: dict[str, int | str] | None = None
 
     @property
     def last_commit(self) -> CommitRecord | None:
@@ -347,9 +347,7 @@ class WorkspaceIndex:
         self._passes.reme_boundaries = {
             path: [reme_import.ReMeChunk(c.start_line, c.end_line, c.text) for c in chunks]
             for path, chunks in found.chunks.items()}
-        self.reme_store = {"records": found.records, "chunks": len(found),
-                           "notes": len(found.chunks), "skipped": found.skipped,
-                           "vectors": len(self.foreign_vectors)}
+        self.reme_store = found.summary()
         log.info("%s: ReMe's chunk store holds %d chunks of %d notes (%d with vectors)",
                  self.ws.agent_id, len(found), len(found.chunks), len(self.foreign_vectors))
 

@@ -24,7 +24,7 @@ from typing import Final
 
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.records import ForeignRecords, read_foreign_records
+from recalld.daemon.store.records import read_foreign_records
 from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
     except (OSError, StorageError) as exc:
         log.warning("cannot read ReMe's dream catalog %s: %s", path, exc)
         return None
-    out = ReMeDreamed(damaged=_damage(found))
+    out = ReMeDreamed(damaged=found.damage())
     if out.damaged is not None:
         log.warning("ReMe's dream catalog %s is damaged (%s): the notes it lost count as "
                     "not consolidated", path, out.damaged)
@@ -93,15 +93,6 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
         else:
             out.changed.append(rel)
     return out
-
-
-def _damage(found: ForeignRecords) -> str | None:
-    """What kept part of ReMe's file from being read, if anything."""
-    bad = len(found.bad_lines) + (found.torn_tail is not None)
-    parts = [found.stream_error] if found.stream_error else []
-    if bad:
-        parts.append(f"{bad} unreadable record(s)")
-    return "; ".join(parts) or None
 
 
 def _processed(record: object, text: str) -> bool:

@@ -60,6 +60,14 @@ class ForeignRecords:
     #: Why decoding stopped early (truncated or damaged frame), if it did.
     stream_error: str | None = None
 
+    def damage(self) -> str | None:
+        """What kept part of the file from being read, if anything."""
+        bad = len(self.bad_lines) + (self.torn_tail is not None)
+        parts = [self.stream_error] if self.stream_error else []
+        if bad:
+            parts.append(f"{bad} unreadable record(s)")
+        return "; ".join(parts) or None
+
 
 def _compressor(threads: int = 0) -> zstandard.ZstdCompressor:
     # threads=0: single-threaded; the daemon limits CPU-heavy concurrency itself.
