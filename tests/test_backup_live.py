@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from waits import wait_value
+from waits import wait_for, wait_value
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -66,6 +67,73 @@ def test_an_agent_reopening_during_a_restore_gets_the_restored_turns(
     assert daemon.call("memory.add_turns", turn)["pending_messages"] == 1
     log = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
     assert "grey wagtail" in log and "kingfisher" not in log
+
+
+# The restore stops once its snapshot is recorded until the test opens the FIFO.
+PAUSING = (
+    sys.executable, "-c",
+    "import os, sys\n"
+    "from recalld.daemon.rpc import restore_record\n"
+    "prune = restore_record.prune_snapshots\n"
+    "def paused(folder, keep):\n"
+    "    with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:\n"
+    "        fifo.read()\n"
+    "    prune(folder, keep)\n"
+    "restore_record.prune_snapshots = paused\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def test_a_note_added_during_a_restore_is_in_its_snapshot_or_after_it(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Written after the snapshot and before the restored files, a note was in neither:
+    # acknowledged, and lost for good (a rollback could not bring it back).
+    fifo = tmp_path / "pause"
+    os.mkfifo(fifo)
+    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo))
+    root = tmp_path / "ws"
+    _notes(root, 3)
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("memory.add_note", {"agent_id": "w", "content": "backed up: the heron"})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    d.call("memory.add_note", {"agent_id": "w", "content": "before the restore: the egret"})
+    results: dict[str, Any] = {}
+
+    def call(key: str, method: str, params: dict[str, Any]) -> None:
+        try:
+            results[key] = d.call(method, params)
+        except RecalldError as exc:
+            results[key] = exc
+
+    calls = [threading.Thread(target=call, args=("restore", "backup.restore",
+                                                 {"file": archive, "agents": ["w"]}))]
+    calls[0].start()
+    wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
+    calls.append(threading.Thread(target=call, args=("note", "memory.add_note", {
+        "agent_id": "w", "content": "during the restore: the bittern"})))
+    calls[1].start()
+    waiting: list[bool] = []
+
+    def written_or_waiting() -> bool:
+        # The restore, the note and this status call in flight at two looks in a row.
+        status = d.call("daemon.status")
+        waiting.append(status["queues"]["server"]["calls_in_flight"] >= 3)
+        return "note" in results or waiting[-2:] == [True, True]
+
+    wait_for(written_or_waiting, "the note written or waiting")
+    with open(fifo, "wb"):
+        pass
+    for thread in calls:
+        thread.join()
+    assert isinstance(results["restore"], dict), results
+    note = next((root / "memory").glob("*/agent-notes.md")).read_text()
+    with zipfile.ZipFile(results["restore"]["snapshot"]) as zf:
+        snapshot = "".join(zf.read(n).decode() for n in zf.namelist()
+                           if n.endswith("agent-notes.md"))
+    assert "the egret" in snapshot and "the heron" in note and "the egret" not in note
+    if isinstance(results["note"], dict):  # acknowledged: kept
+        assert "the bittern" in note or "the bittern" in snapshot, (note, snapshot)
 
 
 def test_a_workspace_whose_real_path_is_not_utf8_is_refused_and_backups_go_on(

@@ -12,20 +12,19 @@ rollback runs at a time.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import orjson
 import trio
 
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
-from recalld.daemon.backup_check import CheckedBackup, open_checked, peek
+from recalld.daemon.backup_check import open_checked, peek
 from recalld.daemon.backup_restore import (
     Restored,
     RestorePlan,
@@ -33,9 +32,18 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
-from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
+from recalld.daemon.config import ConfigError, WorkspaceSettings
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
+from recalld.daemon.rpc.restore_config import (
+    closed_home,
+    config_to_restore,
+    drop_config,
+    incoming_config,
+    moved_by,
+    recorded_in,
+    restore_config,
+)
 from recalld.daemon.rpc.restore_record import (
     backups_dir,
     drop_record,
@@ -44,7 +52,6 @@ from recalld.daemon.rpc.restore_record import (
     read_record,
     write_record,
 )
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotFound
 
@@ -95,101 +102,6 @@ def _daemon_files(state: DaemonState,
         record, left_out = remembered.without_secrets(record)
     out["workspaces.json"] = record
     return out, left_out
-
-
-def _config_to_restore(state: DaemonState, checked: CheckedBackup,
-                       chosen: list[str] | None) -> tuple[bytes | None, str | None]:
-    """The backed-up config file if a restore puts it in place, and why not when it
-    does not say so otherwise: where this daemon has none; else only if it kept its
-    secrets (masked ones must not replace real ones) and the restore covers every
-    workspace this daemon's file configures (the file is whole: another agent's settings
-    must not go with it; ``chosen`` None: a rollback, which puts back what it replaced)."""
-    data = checked.daemon_file("config.toml")
-    if data is None or not state.config.config_path.exists():
-        return data, None
-    if not checked.meta.get("secrets"):
-        return None, None
-    if chosen is None:
-        return data, None
-    cfg = state.config
-    others = sorted((set(cfg.workspaces) | set(cfg.workspace_paths)) - set(chosen))
-    if others:
-        return None, (f"kept this machine's config file: it also configures "
-                      f"{', '.join(others)}, which this restore does not cover (copy what "
-                      "the restored workspaces need from the backup's daemon/config.toml)")
-    return data, None
-
-
-def _incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
-    """The running configuration with the workspace settings (defaults, tables, paths) of
-    config file ``data``: where the restored workspaces go and how they are opened. The
-    daemon's own settings apply at the next reload or start. Raises ConfigError."""
-    probe = state.config.state_dir / f".config-restore-{os.getpid()}.toml"
-    ensure_dir(REAL, probe.parent)
-    try:
-        atomic_write(REAL, probe, data)
-        new = config_mod.load(config=probe)
-    finally:
-        probe.unlink(missing_ok=True)
-    return dataclasses.replace(state.config, workspace_defaults=new.workspace_defaults,
-                               workspaces=new.workspaces, workspace_paths=new.workspace_paths)
-
-
-def _drop_config(state: DaemonState) -> DaemonConfig:
-    """Remove the config file (a rollback of the restore that added it); return the
-    running configuration with the default workspace settings again."""
-    cfg = _incoming_config(state, b"")
-    state.config.config_path.unlink(missing_ok=True)
-    return cfg
-
-
-def _restore_config(state: DaemonState, data: bytes) -> None:
-    target = state.config.config_path
-    ensure_dir(REAL, target.parent)
-    atomic_write(REAL, target, data)
-
-
-def _closed_home(cfg: DaemonConfig, agent_id: str, known: remembered.Remembered | None,
-                 recorded: Mapping[str, object] | None,
-                 ) -> tuple[Path, dict[str, object] | None]:
-    """Where a workspace that is not open is restored to and opens, and the ``config``
-    it opens with: a configured one at its configured place; one this daemon recorded at
-    its recorded path; otherwise at the default place. Its config: the one this daemon
-    recorded for it, else the one the backup recorded."""
-    where = (Path(known["path"])
-             if known is not None and agent_id not in cfg.configured_agents()
-             else cfg.workspace_path(agent_id))
-    config = known["config"] if known is not None else (recorded or {}).get("config")
-    return where, dict(config) if isinstance(config, Mapping) else None
-
-
-def _moved_by(new: DaemonConfig, old: DaemonConfig,
-              open_ws: Mapping[str, Workspace]) -> list[tuple[str, Path]]:
-    """The open workspaces that config ``new``, not ``old``, opens at another folder at
-    the next start (a configured one opens at its configured place), and where."""
-    out = []
-    for agent_id, ws in sorted(open_ws.items()):
-        where = new.workspace_path(agent_id).expanduser()
-        if agent_id in new.configured_agents() and where.resolve() != ws.root.resolve() and (
-                agent_id not in old.configured_agents() or where != old.workspace_path(agent_id)):
-            out.append((agent_id, where))
-    return out
-
-
-def _recorded_in(checked: CheckedBackup) -> dict[str, Mapping[str, object]]:
-    """The backed-up workspace record (agent id -> {path, config, ...}), or empty; entries
-    that are not objects are left out."""
-    data = checked.daemon_file("workspaces.json")
-    if data is None:
-        return {}
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return {}
-    entries = doc.get("workspaces") if isinstance(doc, dict) else None
-    if not isinstance(entries, dict):
-        return {}
-    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, dict)}
 
 
 async def _reopen_after_failure(state: DaemonState, plan: RestorePlan,
@@ -331,16 +243,16 @@ def ops_methods() -> Methods:
                                     f"(it has {', '.join(checked.agents) or 'none'})")
         open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
         config_data, config_kept = await trio.to_thread.run_sync(
-            _config_to_restore, state, checked, None if rolling_back else chosen)
+            config_to_restore, state, checked, None if rolling_back else chosen)
         cfg = state.config
         config_error: str | None = None
         if config_data is not None:
             try:
-                cfg = await trio.to_thread.run_sync(_incoming_config, state, config_data)
+                cfg = await trio.to_thread.run_sync(incoming_config, state, config_data)
             except ConfigError as exc:  # kept out: it would stop the next start
                 config_error, config_data = str(exc), None
         if config_data is not None and not rolling_back:
-            moved = await trio.to_thread.run_sync(_moved_by, cfg, state.config, open_ws)
+            moved = await trio.to_thread.run_sync(moved_by, cfg, state.config, open_ws)
             if moved:  # it would open there from the next start, without what is restored
                 config_data, cfg = None, state.config
                 config_kept = (
@@ -348,11 +260,11 @@ def ops_methods() -> Methods:
                     + ", ".join(f"{a} at {where}" for a, where in moved)
                     + ", open here elsewhere, where the restore puts its files (copy what "
                     "you need from the backup's daemon/config.toml)")
-        recorded = await trio.to_thread.run_sync(_recorded_in, checked)
+        recorded = await trio.to_thread.run_sync(recorded_in, checked)
         known = state.registry.remembered()
         # Where and how each that is not open opens after the restore (below): its files
         # go there.
-        homes = {agent_id: _closed_home(cfg, agent_id, known.get(agent_id),
+        homes = {agent_id: closed_home(cfg, agent_id, known.get(agent_id),
                                         recorded.get(agent_id)) for agent_id in chosen}
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
@@ -383,82 +295,90 @@ def ops_methods() -> Methods:
         if dry_run:
             return {"file": str(path), "dry_run": True,
                     "plans": [plan_summary(plan) for plan in plans]}
-        previous = await trio.to_thread.run_sync(read_record, state)
-        snap: JsonObject | None = None
-        if snapshot:
-            out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
-            # A config file this restore replaces goes into the snapshot whole, secrets
-            # and all, for the rollback to put back as it was.
-            replacing = config_data is not None
-            snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
-                                      include_secrets=replacing, progress=sink,
-                                      phase="writing the snapshot")
-            had_config = "config.toml" in snap["daemon"]
-            record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
-                      "restored_from": str(path),
-                      "config": ("kept" if not replacing else
-                                 "replaced" if had_config else "added")}
-            await trio.to_thread.run_sync(lambda: write_record(state, record))
-            await trio.to_thread.run_sync(prune_snapshots, out.parent, out)
-        elif not rolling_back:
-            # No way back from this restore: the recorded snapshot of an earlier one
-            # would now throw away everything since, this restore included.
-            await trio.to_thread.run_sync(drop_record, state)
-        if config_data is not None:
-            await trio.to_thread.run_sync(_restore_config, state, config_data)
-            state.services.config.replace(cfg)  # workspaces opened from here on use it
-        results: list[Restored] = []
-        for plan in plans:
-            ws = open_ws.get(plan.agent_id)
-            was_open = ws is not None
-            _, overrides = homes[plan.agent_id]
-            # Model keys the backup left out are missing only where this daemon had none.
-            missing = [] if plan.agent_id in known else [
-                str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
-                    plan.agent_id, [])]
-            try:
-                # Nobody opens it until its files are in place (an agent reopening it
-                # meanwhile would serve, and append to, the logs being replaced).
-                async with state.registry.held(plan.agent_id):
-                    if ws is not None and _resumes(plan):
-                        # Its session and inbox logs are about to be replaced: serve them
-                        # afresh.
-                        await state.registry.close(plan.agent_id)
-                        ws = None
-                    done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
-                                                         limiter=cpu)
-            except Exception:
-                if was_open and ws is None:  # nothing was written: serve it again as it was
-                    await _reopen_after_failure(state, plan, overrides)
-                if not results and config_data is None and not rolling_back:
-                    # Nothing changed: a rollback still undoes the restore before this one.
-                    await trio.to_thread.run_sync(
-                        put_back, state, previous, None if snap is None else str(snap["file"]))
-                raise
-            if ws is None:
-                ws = await state.registry.open(plan.agent_id, plan.root, overrides)
-                done["opened"] = not was_open
-            if missing:
-                await state.registry.note_left_out(plan.agent_id, missing)
-                done["secrets_left_out"] = missing
-                done["warning"] = (
-                    f"{', '.join(missing)} of workspace {plan.agent_id} was left out of the "
-                    "backup (made without --include-secrets): hand it over again (the "
-                    "agent's middleware does when it opens the workspace) or set it in "
-                    "the config file")
-            if was_open:  # answered once the index has caught up with the restored files
-                sink.phase(f"indexing {plan.agent_id}")
-                services = ws.services
-                await services.index.sync()
-                found = await services.index.watcher.reconcile("after restore")
-                done["reconcile"] = found.as_dict()
-                await services.health.scan()
-            results.append(done)
-        metrics.count("recalld_restores_total")
-        return {"file": str(path), "restored": results,
-                "config_restored": config_data is not None, "config_error": config_error,
-                "config_kept": config_kept,
-                "snapshot": None if snap is None else snap["file"]}
+        # A write of the daemon's to an open workspace after the snapshot and before its
+        # files are restored would be in neither, and a note appended to as it was before
+        # would undo the restore of that note: such writes wait until the restore ends.
+        async with contextlib.AsyncExitStack() as writes_held:
+            for plan in plans:
+                if (held := open_ws.get(plan.agent_id)) is not None:
+                    for lock in (held.services.note_lock, held.services.write_lock):
+                        await writes_held.enter_async_context(lock)
+            previous = await trio.to_thread.run_sync(read_record, state)
+            snap: JsonObject | None = None
+            if snapshot:
+                out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
+                # A config file this restore replaces goes into the snapshot whole, secrets
+                # and all, for the rollback to put back as it was.
+                replacing = config_data is not None
+                snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
+                                          include_secrets=replacing, progress=sink,
+                                          phase="writing the snapshot")
+                had_config = "config.toml" in snap["daemon"]
+                record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
+                          "restored_from": str(path),
+                          "config": ("kept" if not replacing else
+                                     "replaced" if had_config else "added")}
+                await trio.to_thread.run_sync(lambda: write_record(state, record))
+                await trio.to_thread.run_sync(prune_snapshots, out.parent, out)
+            elif not rolling_back:
+                # No way back from this restore: the recorded snapshot of an earlier one
+                # would now throw away everything since, this restore included.
+                await trio.to_thread.run_sync(drop_record, state)
+            if config_data is not None:
+                await trio.to_thread.run_sync(restore_config, state, config_data)
+                state.services.config.replace(cfg)  # workspaces opened from here on use it
+            results: list[Restored] = []
+            for plan in plans:
+                ws = open_ws.get(plan.agent_id)
+                was_open = ws is not None
+                _, overrides = homes[plan.agent_id]
+                # Model keys the backup left out are missing only where this daemon had none.
+                missing = [] if plan.agent_id in known else [
+                    str(k) for k in (checked.meta.get("secrets_left_out") or {}).get(
+                        plan.agent_id, [])]
+                try:
+                    # Nobody opens it until its files are in place (an agent reopening it
+                    # meanwhile would serve, and append to, the logs being replaced).
+                    async with state.registry.held(plan.agent_id):
+                        if ws is not None and _resumes(plan):
+                            # Its session and inbox logs are about to be replaced: serve them
+                            # afresh.
+                            await state.registry.close(plan.agent_id)
+                            ws = None
+                        done = await trio.to_thread.run_sync(apply_restore, checked, plan, sink,
+                                                             limiter=cpu)
+                except Exception:
+                    if was_open and ws is None:  # nothing was written: serve it again as it was
+                        await _reopen_after_failure(state, plan, overrides)
+                    if not results and config_data is None and not rolling_back:
+                        # Nothing changed: a rollback still undoes the restore before this one.
+                        await trio.to_thread.run_sync(
+                            put_back, state, previous, None if snap is None else str(snap["file"]))
+                    raise
+                if ws is None:
+                    ws = await state.registry.open(plan.agent_id, plan.root, overrides)
+                    done["opened"] = not was_open
+                if missing:
+                    await state.registry.note_left_out(plan.agent_id, missing)
+                    done["secrets_left_out"] = missing
+                    done["warning"] = (
+                        f"{', '.join(missing)} of workspace {plan.agent_id} was left out of the "
+                        "backup (made without --include-secrets): hand it over again (the "
+                        "agent's middleware does when it opens the workspace) or set it in "
+                        "the config file")
+                if was_open:  # answered once the index has caught up with the restored files
+                    sink.phase(f"indexing {plan.agent_id}")
+                    services = ws.services
+                    await services.index.sync()
+                    found = await services.index.watcher.reconcile("after restore")
+                    done["reconcile"] = found.as_dict()
+                    await services.health.scan()
+                results.append(done)
+            metrics.count("recalld_restores_total")
+            return {"file": str(path), "restored": results,
+                    "config_restored": config_data is not None, "config_error": config_error,
+                    "config_kept": config_kept,
+                    "snapshot": None if snap is None else snap["file"]}
 
     @methods.add("backup.restore", positional=("file",))
     async def backup_restore(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -485,7 +405,7 @@ def ops_methods() -> Methods:
                                    list(record["agents"]), snapshot=False, progress=progress,
                                    rolling_back=True)
             if record.get("config") == "added":  # the restore put the only config file
-                cfg = await trio.to_thread.run_sync(_drop_config, ctx.state)
+                cfg = await trio.to_thread.run_sync(drop_config, ctx.state)
                 ctx.state.services.config.replace(cfg)
                 result["config_restored"] = True
             # Undone: a second rollback would put the snapshot back over everything done
