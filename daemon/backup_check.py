@@ -305,7 +305,13 @@ def peek(path: Path) -> JsonObject:
             if info.file_size > BackupLimits().max_meta_bytes:
                 return {"error": "meta.json too large"}
             meta = orjson.loads(zf.read(info))
-        return {"created": meta.get("created"), "agents": sorted(meta.get("agents", {})),
-                "members": len(meta.get("files", [])), "note": meta.get("note", "")}
-    except (KeyError, OSError, ValueError, zipfile.BadZipFile, AttributeError):
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
         return {"error": "not a readable recalld backup"}
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(
+            meta.get("agents"), dict) or not isinstance(meta.get("files"), list):
+        return {"error": "meta.json does not describe a recalld backup"}
+    created, note = meta.get("created"), meta.get("note")
+    return {"created": created if isinstance(created, int | float) and not isinstance(
+                created, bool) and 0 <= created < 1e11 else None,  # 1e11: year 5138
+            "agents": sorted(meta["agents"]), "members": len(meta["files"]),
+            "note": note if isinstance(note, str) else ""}

@@ -35,7 +35,10 @@ def print_json(out: TextIO, value: object) -> None:
 
 def _cell(value: object, key: str = "") -> str:
     if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        except (OverflowError, OSError, ValueError):  # past any calendar: shown as given
+            pass
     if value is None:
         return "-"
     if isinstance(value, bool):

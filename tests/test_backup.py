@@ -6,6 +6,8 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,30 @@ def test_a_backup_that_cannot_be_read_is_listed_with_the_reason(daemon: DaemonHa
     listed = {b["name"]: b for b in daemon.call("backup.list")["backups"]}
     assert listed["elsewhere.zip"]["error"].startswith("cannot be read: "), listed
     assert listed[made.name]["agents"] == ["w"]
+
+
+def test_backups_with_odd_meta_are_listed_as_such_and_the_list_prints(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # meta.json is read, not checked, for the list: a time past any calendar made the
+    # CLI's table end in a traceback.
+    folder = Path(daemon.call("backup.create", {"agents": ["w"]})["file"]).parent
+    good = {"format": "recalld-backup", "version": 1, "created": 1.0, "note": "",
+            "agents": {"w": {}}, "files": []}
+    odd = {"far": {"created": 1e300}, "word": {"created": "yesterday", "note": {"n": 1}},
+           "agents": {"agents": ["w"]}, "files": {"files": "x"}, "foreign": {"format": "x"}}
+    for name, changes in odd.items():
+        with zipfile.ZipFile(folder / f"{name}.zip", "w") as zf:
+            zf.writestr("meta.json", orjson.dumps({**good, **changes}))
+    listed = {b["name"]: b for b in daemon.call("backup.list")["backups"]}
+    assert listed["far.zip"]["created"] is None
+    assert (listed["word.zip"]["created"], listed["word.zip"]["note"]) == (None, "")
+    for name in ("agents.zip", "files.zip", "foreign.zip"):
+        assert listed[name]["error"] == "meta.json does not describe a recalld backup"
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "--socket",
+                           str(daemon.socket_path), "backup", "list"], env=daemon.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "far.zip" in proc.stdout
 
 
 def test_a_fifo_or_device_link_among_the_backups_does_not_hang_the_list(
