@@ -32,6 +32,7 @@ import stat
 import time
 import tomllib
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,12 @@ def _dsn_without_password(m: re.Match[str]) -> str:
         return m[1] + '""'
     return m[1] + json.dumps(dsn_without_password(dsn) if isinstance(dsn, str) else "")
 COPY_CHUNK = 1 << 20
+#: A member of at least RATIO_MIN_BYTES that inflates more than MAX_RATIO times is taken
+#: for a decompression bomb by a restore (``backup_check.BackupLimits``); text
+#: compresses ~3-10x. One that deflates that well is stored uncompressed instead.
+MAX_RATIO = 200.0
+RATIO_MIN_BYTES = 1 << 20
+COMPRESS_LEVEL = 6
 
 
 class ProgressSink(Protocol):
@@ -294,7 +301,8 @@ def create_backup(
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
     # model keys), wherever ``out`` puts it.
     with atomic_writer(REAL, out, private=True) as raw, zipfile.ZipFile(
-        cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6
+        cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED,
+        compresslevel=COMPRESS_LEVEL
     ) as zf:
         for src, sized in listed:
             count = 0
@@ -339,13 +347,34 @@ def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str,
     name = f"agents/{src.agent_id}/{rel}"
     info = zipfile.ZipInfo(name, stamp[:6])  # type: ignore[arg-type]
     info.external_attr = (stat.S_IFREG | 0o644) << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
     digest = hashlib.sha256()
     size = 0
-    with os.fdopen(fd, "rb") as f, zf.open(info, "w", force_zip64=True) as member:
-        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
-        while chunk := f.read(COPY_CHUNK):
-            member.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
+    with os.fdopen(fd, "rb") as f:
+        info.compress_type = (zipfile.ZIP_STORED if _deflates_like_a_bomb(f)
+                              else zipfile.ZIP_DEFLATED)
+        with zf.open(info, "w", force_zip64=True) as member:
+            mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+            while chunk := f.read(COPY_CHUNK):
+                member.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
     return {"path": name, "size": size, "sha256": digest.hexdigest(), "mtime_ns": mtime_ns}
+
+
+def _deflates_like_a_bomb(f: IO[bytes]) -> bool:
+    """Whether the file ``f`` (at its start, and left there) deflates so well that a
+    restore would refuse it as a decompression bomb (with a margin: the zip's deflate
+    stream may differ a little from this one)."""
+    size = os.fstat(f.fileno()).st_size
+    if size < RATIO_MIN_BYTES:
+        return False
+    enough = size / (MAX_RATIO / 2)  # this many deflated bytes: far from a bomb
+    deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, -15)
+    deflated = 0
+    try:
+        while deflated < enough and (chunk := f.read(COPY_CHUNK)):
+            deflated += len(deflate.compress(chunk))
+        deflated += len(deflate.flush()) if deflated < enough else 0
+    finally:
+        f.seek(0)
+    return deflated < enough

@@ -29,8 +29,10 @@ from recalld.daemon.backup import (
     DAEMON_FILES,
     DERIVED_ROLE,
     FORMAT,
+    MAX_RATIO,
     META,
     NO_PROGRESS,
+    RATIO_MIN_BYTES,
     VERSION,
     Member,
     ProgressSink,
@@ -48,9 +50,10 @@ class BackupLimits:
     max_member_bytes: int = 4 << 30
     max_members: int = 500_000
     max_meta_bytes: int = 256 << 20
-    # Text compresses ~3-10x; a member far beyond this ratio is a decompression bomb.
-    max_ratio: float = 200.0
-    ratio_min_bytes: int = 1 << 20
+    # Text compresses ~3-10x; a member far beyond this ratio is a decompression bomb
+    # (a backup stores one that deflates that well uncompressed).
+    max_ratio: float = MAX_RATIO
+    ratio_min_bytes: int = RATIO_MIN_BYTES
 
 
 class BackupInvalid(InvalidBackup):

@@ -107,6 +107,20 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     assert health["files_on_disk"] == health["files_indexed"] == 4
 
 
+def test_a_file_that_compresses_very_well_is_backed_up_restorably(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # A log of one line repeated deflates far past the ratio a restore takes for a
+    # decompression bomb: the backup holding it was refused by its own verify and restore.
+    log = ws / "resource" / "2026-07-23" / "heartbeat.log"
+    log.write_text("2026-07-23 12:00:00 INFO heartbeat ok\n" * 60_000)
+    before = tree(ws)
+    archive = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    assert daemon.call("backup.verify", {"file": archive})["ok"] is True
+    shutil.rmtree(ws / "resource")
+    daemon.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert tree(ws) == before
+
+
 def test_pre_restore_snapshot_rolls_back(daemon: DaemonHandle, ws: Path) -> None:
     archive = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
     # Memory changes after the backup: a new note and an edit.
