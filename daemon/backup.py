@@ -44,7 +44,7 @@ from recalld.daemon import safepath
 from recalld.daemon.config_rules import dsn_without_password, url_without_secrets
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
-from recalld.ipc.errors import RecalldError
+from recalld.ipc.errors import InvalidParams, RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,9 @@ COPY_CHUNK = 1 << 20
 #: compresses ~3-10x. One that deflates that well is stored uncompressed instead.
 MAX_RATIO = 200.0
 RATIO_MIN_BYTES = 1 << 20
+#: The largest file, and the most bytes, a restore takes from an archive.
+MAX_MEMBER_BYTES = 4 << 30
+MAX_TOTAL_BYTES = 16 << 30
 COMPRESS_LEVEL = 6
 
 
@@ -266,14 +269,18 @@ def create_backup(
     secrets_left_out: Mapping[str, list[str]] | None = None,
     progress: ProgressSink = NO_PROGRESS,
     phase: str = "writing the archive",
+    whole: bool = False,
 ) -> JsonObject:
     """Write a backup of ``sources`` (and ``daemon_files``, by name in
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
     ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
     Files that vanish while being read are left out, and so are files whose names are
-    not UTF-8 (``passed_by`` of the summary, by agent). ``progress`` gets a ``listing
-    files`` phase, then ``phase`` with the files and bytes to write."""
+    not UTF-8 (``passed_by`` of the summary, by agent) and files larger than a restore
+    takes (``too_large``; with ``whole``, for a snapshot a restore could not do without,
+    InvalidParams instead). InvalidParams, before anything is written, when the files
+    add up to more than a restore takes. ``progress`` gets a ``listing files`` phase,
+    then ``phase`` with the files and bytes to write."""
     sources = list(sources)
     created = time.time()
     stamp = time.localtime(created)[:6]
@@ -284,18 +291,33 @@ def create_backup(
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
     passed_by: dict[str, list[str]] = {}
+    too_large: dict[str, list[str]] = {}
     for src in sources:
         sized = []
         unnamed: list[str] = []
         for rel in source_files(src, include_derived, unnamed):
             try:
-                sized.append((rel, os.lstat(src.root / rel).st_size))
+                size = os.lstat(src.root / rel).st_size
             except OSError:
-                sized.append((rel, 0))
+                size = 0
             progress.advance()
+            if size <= MAX_MEMBER_BYTES:
+                sized.append((rel, size))
+                continue
+            why = f"{src.root / rel} has {size} bytes, more than a restore takes of a file"
+            if whole:
+                raise InvalidParams(f"cannot back up {src.agent_id}: {why} "
+                                    f"({MAX_MEMBER_BYTES}); move it out of the workspace")
+            log.warning("backup leaves out %s", why)
+            too_large.setdefault(src.agent_id, []).append(rel)
         listed.append((src, sized))
         if unnamed:
             passed_by[src.agent_id] = unnamed
+    total = sum(n for _, s in listed for _, n in s)
+    if total > MAX_TOTAL_BYTES:
+        raise InvalidParams(f"the workspaces hold {total} bytes, more than a restore takes "
+                            f"from one archive ({MAX_TOTAL_BYTES}): back up fewer agents at "
+                            "a time (--agent)")
     progress.phase(phase, total=sum(len(s) for _, s in listed),
                    bytes_total=sum(n for _, s in listed for _, n in s))
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
@@ -334,7 +356,8 @@ def create_backup(
                     compress_type=zipfile.ZIP_DEFLATED)
     summary: JsonObject = {k: v for k, v in meta.items() if k != "files"}
     summary.update(file=str(out), size=out.stat().st_size, members=len(files),
-                   bytes=sum(f["size"] for f in files), passed_by=passed_by)
+                   bytes=sum(f["size"] for f in files), passed_by=passed_by,
+                   too_large=too_large)
     return summary
 
 

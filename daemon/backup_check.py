@@ -29,7 +29,9 @@ from recalld.daemon.backup import (
     DAEMON_FILES,
     DERIVED_ROLE,
     FORMAT,
+    MAX_MEMBER_BYTES,
     MAX_RATIO,
+    MAX_TOTAL_BYTES,
     META,
     NO_PROGRESS,
     RATIO_MIN_BYTES,
@@ -46,8 +48,8 @@ from recalld.ipc.errors import InvalidBackup
 class BackupLimits:
     """What a restore accepts; anything beyond is refused as hostile or broken."""
 
-    max_total_bytes: int = 16 << 30
-    max_member_bytes: int = 4 << 30
+    max_total_bytes: int = MAX_TOTAL_BYTES
+    max_member_bytes: int = MAX_MEMBER_BYTES
     max_members: int = 500_000
     max_meta_bytes: int = 256 << 20
     # Text compresses ~3-10x; a member far beyond this ratio is a decompression bomb

@@ -342,6 +342,8 @@ class BackupSummary(TypedDict):
     size: NotRequired[int]  # backup.create: the archive's size on disk
     # backup.create: files left out because their names are not UTF-8, by agent
     passed_by: NotRequired[dict[str, list[str]]]
+    # backup.create: files left out because a restore takes none that large, by agent
+    too_large: NotRequired[dict[str, list[str]]]
     ok: NotRequired[bool]  # backup.verify: every check passed
 
 

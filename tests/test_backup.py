@@ -121,6 +121,29 @@ def test_a_file_that_compresses_very_well_is_backed_up_restorably(
     assert tree(ws) == before
 
 
+def test_files_larger_than_a_restore_takes_never_make_a_useless_archive(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # A restore refuses a member over 4 GiB and an archive over 16 GiB: a backup holding
+    # one was written, and could never be restored. (Sparse files: nothing is read.)
+    big = ws / "memory" / "2026-07-23" / "recording.wav"
+    with big.open("wb") as f:
+        f.truncate((4 << 30) + 1)
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    assert made["too_large"] == {"w": ["memory/2026-07-23/recording.wav"]}
+    assert daemon.call("backup.verify", {"file": made["file"]})["ok"] is True
+    # The restore would remove it, and its snapshot cannot hold it: refused, unchanged.
+    before = tree(ws, ("digest", "resource"))
+    with pytest.raises(InvalidParams, match=r"recording\.wav has 4294967297 bytes"):
+        daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
+    assert big.stat().st_size == (4 << 30) + 1 and tree(ws, ("digest", "resource")) == before
+    big.unlink()
+    for n in range(5):
+        with (ws / "memory" / "2026-07-23" / f"part{n}.bin").open("wb") as f:
+            f.truncate(4 << 30)
+    with pytest.raises(InvalidParams, match="more than a restore takes from one archive"):
+        daemon.call("backup.create", {"agents": ["w"]})
+
+
 def test_pre_restore_snapshot_rolls_back(daemon: DaemonHandle, ws: Path) -> None:
     archive = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
     # Memory changes after the backup: a new note and an edit.

@@ -145,7 +145,8 @@ def ops_methods() -> Methods:
                            include_derived: bool, note: str,
                            include_secrets: bool = False,
                            progress: bk.ProgressSink = bk.NO_PROGRESS,
-                           phase: str = "writing the archive") -> JsonObject:
+                           phase: str = "writing the archive",
+                           whole: bool = False) -> JsonObject:
         cpu = state.services.cpu
         daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
                                                                include_secrets)
@@ -154,7 +155,7 @@ def ops_methods() -> Methods:
                                      recalld_version=state.version, note=note,
                                      daemon_files=daemon_files, secrets=include_secrets,
                                      secrets_left_out=left_out, progress=progress,
-                                     phase=phase),
+                                     phase=phase, whole=whole),
             limiter=cpu)
         metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
         return summary
@@ -312,7 +313,7 @@ def ops_methods() -> Methods:
                 replacing = config_data is not None
                 snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
                                           include_secrets=replacing, progress=sink,
-                                          phase="writing the snapshot")
+                                          phase="writing the snapshot", whole=True)
                 had_config = "config.toml" in snap["daemon"]
                 record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                           "restored_from": str(path),
