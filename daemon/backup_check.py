@@ -178,13 +178,14 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
                 and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
                 and len(entry["sha256"]) == 64
-                and _natural(entry.get("mtime_ns", 0))):
+                and _time_ns(entry.get("mtime_ns", 0))):
             raise refuse(path, "meta.json has a malformed file entry")
     return meta
 
 
-def _natural(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
+def _time_ns(value: object) -> bool:
+    """Whether ``value`` is a file time a restore can set (before 1970 too)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
 def open_checked(path: Path, limits: BackupLimits = BackupLimits(),

@@ -107,6 +107,20 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     assert health["files_on_disk"] == health["files_indexed"] == 4
 
 
+def test_a_file_dated_before_1970_keeps_its_time_through_a_restore(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # The modification time a restore sets back (ReMe's records know files by it) was
+    # refused as malformed when negative: the archive could not be verified or restored.
+    old = ws / "resource" / "2026-07-23" / "scan-1960.txt"
+    old.write_text("a scan of a 1960 timetable\n")
+    os.utime(old, ns=(-315_619_200 * 10**9, -315_619_200 * 10**9))
+    archive = daemon.call("backup.create", {"agents": ["w"]})["file"]
+    assert daemon.call("backup.verify", {"file": archive})["ok"] is True
+    old.unlink()
+    daemon.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert old.stat().st_mtime_ns == -315_619_200 * 10**9
+
+
 def test_a_file_that_compresses_very_well_is_backed_up_restorably(
         daemon: DaemonHandle, ws: Path) -> None:
     # A log of one line repeated deflates far past the ratio a restore takes for a
