@@ -311,9 +311,14 @@ def ops_methods() -> Methods:
                 # A config file this restore replaces goes into the snapshot whole, secrets
                 # and all, for the rollback to put back as it was.
                 replacing = config_data is not None
-                snap = await write_backup(state, targets, out, False, "pre-restore snapshot",
-                                          include_secrets=replacing, progress=sink,
-                                          phase="writing the snapshot", whole=True)
+                try:
+                    snap = await write_backup(state, targets, out, False,
+                                              "pre-restore snapshot", include_secrets=replacing,
+                                              progress=sink, phase="writing the snapshot",
+                                              whole=True)
+                except InvalidParams as exc:  # too large to restore: no rollback could
+                    raise InvalidParams(f"no pre-restore snapshot can be taken: {exc.message}"
+                                        " (or restore without one: --no-snapshot)") from None
                 had_config = "config.toml" in snap["daemon"]
                 record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                           "restored_from": str(path),
