@@ -344,6 +344,8 @@ class BackupSummary(TypedDict):
     passed_by: NotRequired[dict[str, list[str]]]
     # backup.create: files left out because a restore takes none that large, by agent
     too_large: NotRequired[dict[str, list[str]]]
+    # backup.create of every workspace: the recorded or failed ones not open, left out
+    not_open: NotRequired[list[str]]
     ok: NotRequired[bool]  # backup.verify: every check passed
 
 

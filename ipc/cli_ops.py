@@ -133,6 +133,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             for agent, names in sorted((made.get("passed_by") or {}).items()):
                 out.write(f"left out of {agent} (names not UTF-8, no archive can hold them): "
                           f"{', '.join(names)}\n")
+            if made.get("not_open"):
+                out.write(f"not backed up (not open): {', '.join(made['not_open'])}\n")
             for agent, names in sorted((made.get("too_large") or {}).items()):
                 out.write(f"left out of {agent} (larger than a restore takes, 4 GiB): "
                           f"{', '.join(names)}\n")

@@ -191,8 +191,14 @@ def ops_methods() -> Methods:
             label = "-".join(w.agent_id for w in workspaces) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
         async with progress.pumping():
-            return await write_backup(ctx.state, [_source(w) for w in workspaces], path,
+            made = await write_backup(ctx.state, [_source(w) for w in workspaces], path,
                                       include_derived, "", include_secrets, progress)
+        if not agents:  # "every workspace": say which ones it could not be
+            registry = ctx.state.registry
+            made["not_open"] = sorted(
+                {w.agent_id for w in registry.list() if w.state != "ready"}
+                | (set(registry.remembered()) - {w.agent_id for w in registry.list()}))
+        return made
 
     @methods.add("backup.list")
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
