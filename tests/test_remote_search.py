@@ -163,9 +163,10 @@ def shared_pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "",
 
     def replicated() -> bool:
         other = ws_root(d, "srv")
-        return (all((other / rel).exists() for rel in notes)
-                and ws_status(d, "loc")["remote"]["outbox"] == 0
-                and ws_status(d, "srv")["remote"]["outbox"] == 0)
+        # Each replica's files are there before its catch-up has ended: wait for both.
+        return all((other / rel).exists() for rel in notes) and all(
+            ws_status(d, a)["remote"]["outbox"] == 0 and not ws_status(d, a)["remote"]["behind"]
+            for a in ("loc", "srv"))
     wait_for(replicated, deadline_s=120, what="every note on both replicas")
     return d
 
