@@ -52,10 +52,11 @@ FORMAT_VERSION = 1
 # CJK; 7: a quoted frontmatter value may be followed by a comment; 8: `::` and underscores
 # before a dot join compound tokens; 9: frontmatter keys in any script; 10, 11: frontmatter
 # values, list items and nested values wrapped over indented lines; 12: YAML's escapes in
-# double quotes; 13: flow mappings; and the redaction rules of the time); a generation saved
-# under other rules has its files chunked, masked and tokenized again after a load.
+# double quotes; 13: flow mappings; 14: a masked value stops before the next setting of its
+# run and a bracket closing around it; and the redaction rules of the time); a generation
+# saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 13
+CHUNKING = 14
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")

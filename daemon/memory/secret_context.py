@@ -152,10 +152,7 @@ def _whole_run(text: str, start: int, value: str) -> str:
         return value
     run_end = _RUN.match(text, end).end()  # type: ignore[union-attr]  # always matches
     nxt = _NEXT_ASSIGNMENT.search(text, end, run_end)
-    run = text[start:nxt.start() if nxt else run_end].rstrip(".,;:!?\"'")
-    while run.endswith((")", "]", "}", ">")) and run.count(run[-1]) > run.count(
-            {")": "(", "]": "[", "}": "{", ">": "<"}[run[-1]]):
-        run = run[:-1].rstrip(".,;:!?\"'")
+    run = _strip_end(text[start:nxt.start() if nxt else run_end])
     if len(run) <= len(value) or not _made_like_a_password(run):
         return value
     return run
@@ -245,7 +242,8 @@ def _clip(value: str) -> str:
         return value
     m = _CLAUSE_END.search(value)
     out = value[: m.start() + (1 if value[m.start()] in ".,;:!?)" else 0)] if m else value
-    return out.rstrip(".,;:!?)")
+    nxt = _NEXT_ASSIGNMENT.search(out)
+    return _strip_end(out[:nxt.start()] if nxt else out)
 
 
 def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
@@ -323,8 +321,17 @@ _OTHER = re.compile(
     r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~]{4,200})")
 
 
+_CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
 def _strip_end(value: str) -> str:
-    return value.rstrip(".,;:!?)")
+    """``value`` without the punctuation that ends a sentence after it, nor a bracket
+    closing one opened before it ("(token: Ab3xY9z)", "[token limit]")."""
+    value = value.rstrip(".,;:!?\"'")
+    while value.endswith((")", "]", "}", ">")) and value.count(value[-1]) > value.count(
+            _CLOSERS[value[-1]]):
+        value = value[:-1].rstrip(".,;:!?\"'")
+    return value
 
 
 def _near_value(value: str, word: str) -> bool:
