@@ -36,3 +36,36 @@ def test_what_follows_a_secret_in_its_run_stays(text: str, rest: str) -> None:
 ])
 def test_a_closing_bracket_after_a_credential_word_is_no_secret(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "password = get_password()",
+    "db_password := prompt_for('database')",
+    "PASSWORD=getpass.getpass()",
+    "token: config.get('token')",
+    "api_token = os.getenv('API_TOKEN')",
+    'secret_key = os.environ["SECRET_KEY"]',
+    "client_secret = self.client_secret",
+    "apiKey: process.env.STRIPE_KEY",
+    "SECRET_KEY = settings.SECRET_KEY",
+    "auth_token = vault.read(path).token",
+    "password: see(docs)",
+    "password: (see the wiki)",
+    "token: !vault |",
+    "my api token is keyring.get_password(service)",
+])
+def test_code_naming_where_a_credential_comes_from_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"password = decrypt('{VALUE}')", VALUE),
+    (f"password: Ab3({VALUE})z", VALUE),
+    (f"token: !{VALUE}", VALUE),
+    (f"PASSWORD=self.{VALUE}", VALUE),
+    (f"password: ({VALUE})", VALUE),
+    ("password: hunter.sunrise", "hunter.sunrise"),
+])
+def test_secrets_shaped_like_code_are_still_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out

@@ -19,6 +19,7 @@ from recalld.daemon.memory.secret_values import (
     HEX,
     PLACEHOLDER,
     classes,
+    code_reference,
     keyish,
     looks_random,
     looks_secret,
@@ -111,8 +112,8 @@ def _value_span(kind: str, value: str, start: int, min_words: int,
         return start + 1, start + len(value) - 1
     words = value.split()
     first = words[0] if words else ""
-    if first.startswith("[REDACTED"):
-        return None
+    if first.startswith("[REDACTED") or (first[:1] in "([" and first[1:].isalpha()):
+        return None  # a remark in brackets: "password: (see the wiki)"
     if kind == "key":
         return (start, start + len(first)) if keyish(first) else None
     if kind == "session":
@@ -138,6 +139,13 @@ _STOPS: Final = frozenset("()[]{}<>&;,|'`\"")
 #: Where another assignment follows a value in the same run: ``token=abc&user=bob``,
 #: ``Password=abc;Server=db``.
 _NEXT_ASSIGNMENT = re.compile(r"[&;,|][\w.\-]+[=:]")
+
+
+def _names_a_source(text: str, start: int) -> bool:
+    """Is the value at ``start`` code naming where the credential comes from
+    (``get_password()``, ``os.environ["TOKEN"]``, ``self.password``, ``!vault``)?"""
+    run = _RUN.match(text, start).group(0)  # type: ignore[union-attr]  # always matches
+    return code_reference(_strip_end(run))
 
 
 def _whole_run(text: str, start: int, value: str) -> str:
@@ -178,7 +186,8 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
         yield from _auth_pairs(text, a)
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
             m = _ASSIGN.match(text, key_start)
-            if m is None or (kind := _name_kind(m.group("key"))) is None:
+            if (m is None or (kind := _name_kind(m.group("key"))) is None
+                    or _names_a_source(text, m.start("value"))):
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
@@ -259,6 +268,8 @@ def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
 
 def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for m in _statements_at(text, starts):
+        if _names_a_source(text, m.start("value")):
+            continue
         cred = m.group("cred")
         kind = _cred_kind(cred)
         value = _whole_run(text, m.start("value"), _clip(m.group("value")))

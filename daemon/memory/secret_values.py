@@ -127,3 +127,37 @@ def passphrase(words: Sequence[str], min_words: int) -> bool:
         return False
     content = [w for w in words if w.lower() not in FUNCTION_WORDS | _JUDGEMENT_WORDS]
     return len(content) >= min_words and all(w.isalpha() for w in content[:min_words])
+
+
+_IDENT = r"[A-Za-z_$][A-Za-z_$]*\d*"
+#: A literal argument or subscript that names something (``'token'``, ``"DB_PASS"``).
+_NAMING_ARG = r"(?:[\"'][A-Za-z_][A-Za-z_.\-]*\d*[\"']|" + _IDENT + r"(?:\." + _IDENT + r")*)"
+_ARGS = r"(?:\((?:" + _NAMING_ARG + r"(?:,[ \t]*" + _NAMING_ARG + r")*)?\)|\[" + _NAMING_ARG \
+    + r"\])"
+_CALL = re.compile(rf"(?:{_IDENT}\.)*{_IDENT}{_ARGS}+(?:\.{_IDENT}{_ARGS}*)*")
+_ATTRIBUTES = re.compile(rf"{_IDENT}(?:\.{_IDENT})+")
+#: A YAML tag (``!vault``, ``!Ref``, ``!env_var``): the value is what follows it.
+_YAML_TAG = re.compile(r"!!?[A-Za-z][A-Za-z_:]*")
+#: Names that start an attribute chain in code and configs (``self.password``,
+#: ``settings.SECRET``, ``process.env.TOKEN``).
+_RECEIVERS: Final = frozenset("""
+self this cls os env environ process settings config conf cfg secrets vars ctx context
+args opts options params request app data creds credentials vault keyring props
+""".split())
+_CRED_NAME = re.compile(r"(?i)pass|pwd|token|secret|key|cred|auth")
+
+
+def code_reference(value: str) -> bool:
+    """Does ``value`` only name where a credential comes from, as code and configs do: a
+    call (``get_password()``, ``os.getenv('DB_PASS')``, ``see(docs)``), a subscript
+    (``os.environ["TOKEN"]``), an attribute (``self.password``, ``settings.API_KEY``), or
+    a YAML tag (``!vault``)? A literal that looks like a password inside it (``decrypt(
+    "Zq8mN2pL4x")``), an identifier with digits inside, and two plain dotted words
+    (``hunter.sunrise``) are not that."""
+    if _YAML_TAG.fullmatch(value) or _CALL.fullmatch(value):
+        return True
+    if not _ATTRIBUTES.fullmatch(value):
+        return False
+    parts = value.split(".")
+    return (parts[0].lower() in _RECEIVERS or any(p.isupper() and len(p) > 1 for p in parts)
+            or bool(_CRED_NAME.search(parts[-1])))
