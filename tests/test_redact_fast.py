@@ -16,9 +16,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.daemon.memory import secret_context, secret_rules
+from recalld.daemon.memory import secret_anchors, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
-from recalld.daemon.memory.secret_context import anchor_words, anchors
+from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_rules import (
     RULES,
     TOKEN_RUN,
@@ -39,13 +39,13 @@ _SENTENCES = sorted({item.text for item in _CORPUS})
 
 def reference_anchors(text: str, lower: str) -> list[int]:
     found: set[int] = set()
-    for word in secret_context._ANCHOR_WORDS:
+    for word in secret_anchors._ANCHOR_WORDS:
         i = lower.find(word)
         while i >= 0:
             found.add(i)
             start = i
-            while (start > 0 and i - start < secret_context._NAME_REACH
-                   and text[start - 1] in secret_context._NAME_CHARS):
+            while (start > 0 and i - start < secret_anchors._NAME_REACH
+                   and text[start - 1] in secret_anchors._NAME_CHARS):
                 start -= 1
             found.add(start)
             i = lower.find(word, i + 1)
@@ -104,14 +104,14 @@ def test_anchors_are_every_occurrence_of_every_word(text: str) -> None:
         # A hint that is an anchor word is in the text exactly where an anchor word
         # starts with it (find_spans decides the context rules' hints so).
         words = anchor_words(lower)
-        for hint in secret_context.ANCHOR_WORDS:
+        for hint in secret_anchors.ANCHOR_WORDS:
             assert (hint in lower) == any(lower.startswith(hint, i) for i in words)
 
 
 def test_the_context_rules_hints_are_anchor_words() -> None:
     # Else find_spans looks for them with a scan each (still right, only slower).
     context = [rule for rule in RULES if rule.anchored is not None]
-    assert context and all(secret_context.ANCHOR_WORDS.issuperset(r.hints) for r in context)
+    assert context and all(secret_anchors.ANCHOR_WORDS.issuperset(r.hints) for r in context)
 
 
 @settings(max_examples=300, deadline=None)

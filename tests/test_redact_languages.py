@@ -66,3 +66,38 @@ def test_stated_secrets_are_masked(text: str) -> None:
 ])
 def test_talk_about_credentials_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("PIN码：4821", "4821"),
+    ("银行卡 pin码是 739105", "739105"),
+    ("Pin 码为 2046，别告诉别人", "2046"),
+    ("暗証番号は 5823 です", "5823"),
+    ("Das Passwort ist Sonnenblume7", "Sonnenblume7"),
+    ("Das neue Passwort lautet Kuckuck#12", "Kuckuck#12"),
+    ("Passwort: Tannenbaum-44", "Tannenbaum-44"),
+    ("la password è Girasole_9", "Girasole_9"),
+    ("Пароль: подсолнух77", "подсолнух77"),
+    ("пароль от почты — Ромашка2024", "Ромашка2024"),
+    ("パスワード：bluebird", "bluebird"),
+    ("パスワードはmarigoldです", "marigold"),
+    ("パスコード：tangerine", "tangerine"),
+    ("비밀번호는 sunflower 입니다", "sunflower"),
+    ("패스워드: lighthouse", "lighthouse"),
+    ("пароль: lighthouse", "lighthouse"),
+])
+def test_passwords_stated_in_more_languages_are_masked(text: str, secret: str) -> None:
+    """PIN codes in Chinese, the German and Italian words, values in Cyrillic, and a plain
+    Latin word stated after a password's name in another script."""
+    out = redact(text)
+    assert secret not in out and "[REDACTED]" in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "PIN码是必须的", "pin码：见背面", "Das Passwort ist zu kurz",
+    "Das Passwort lautet anders", "пароль: забыл", "Пароль: Москва", "パスワード：忘れた",
+    "パスワードはありません", "비밀번호는 안전합니다", "la password è troppo corta",
+    "mot de passe : oublié",
+])
+def test_talk_about_passwords_in_more_languages_is_left_alone(text: str) -> None:
+    assert redact(text) == text

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, overload
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.secret_context import ANCHOR_WORDS, anchor_words, anchors
+from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
     RULES,

@@ -1,10 +1,10 @@
 """The finders of the context rules of :mod:`secret_rules`: values assigned to
 credential-like names (``password=...``, ``--token ...``, ``<password>...</password>``),
 credentials stated in prose ("the password for prod is ...", "set the token to ..."), and
-high-entropy strings near a credential word; and the anchors they start from (where a
-credential word, or the name holding one, starts: :func:`anchors`). Each finder tries its
-patterns only at the anchors it is given; whether a value found there is a secret is
-judged by :mod:`secret_values`.
+high-entropy strings near a credential word. Each finder tries its patterns only at the
+anchors it is given (where a credential word, or the name holding one, starts:
+:func:`secret_anchors.anchors`); whether a value found there is a secret is judged by
+:mod:`secret_values`.
 """
 
 from __future__ import annotations
@@ -94,12 +94,12 @@ _FLAG = re.compile(r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]{0,40})(?:=|[ \t]+)"
 _XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(?P=key)>")
 
 
-def _phrase_words(name: str) -> int:
+def phrase_words(name: str) -> int:
     """How many real words make a passphrase after ``name`` (0: never several words)."""
     return 2
 
 
-def _value_span(kind: str, value: str, start: int, min_words: int,
+def value_span(kind: str, value: str, start: int, min_words: int,
                 statement: str = "") -> Span | None:
     """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
     quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
@@ -145,7 +145,7 @@ def _names_a_source(text: str, start: int) -> bool:
     """Is the value at ``start`` code naming where the credential comes from
     (``get_password()``, ``os.environ["TOKEN"]``, ``self.password``, ``!vault``)?"""
     run = _RUN.match(text, start).group(0)  # type: ignore[union-attr]  # always matches
-    return code_reference(_strip_end(run))
+    return code_reference(strip_end(run))
 
 
 def _whole_run(text: str, start: int, value: str) -> str:
@@ -160,8 +160,8 @@ def _whole_run(text: str, start: int, value: str) -> str:
         return value
     run_end = _RUN.match(text, end).end()  # type: ignore[union-attr]  # always matches
     nxt = _NEXT_ASSIGNMENT.search(text, end, run_end)
-    run = _strip_end(text[start:nxt.start() if nxt else run_end])
-    if len(run) <= len(value) or not _made_like_a_password(run):
+    run = strip_end(text[start:nxt.start() if nxt else run_end])
+    if len(run) <= len(value) or not made_like_a_password(run):
         return value
     return run
 
@@ -191,14 +191,14 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
-            span = _value_span(kind, _whole_run(text, m.start("value"), m.group("value")),
+            span = value_span(kind, _whole_run(text, m.start("value"), m.group("value")),
                                m.start("value"),
-                               _phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
+                               phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
             if span is not None:
                 yield span
         m = _FLAG.match(text, a) if text.startswith("-", a) else None
         if m is not None and (kind := _name_kind(m.group("key"))) is not None:
-            span = _value_span(kind, m.group("value"), m.start("value"), 0)
+            span = value_span(kind, m.group("value"), m.start("value"), 0)
             if span is not None:
                 yield span
         m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
@@ -252,7 +252,7 @@ def _clip(value: str) -> str:
     m = _CLAUSE_END.search(value)
     out = value[: m.start() + (1 if value[m.start()] in ".,;:!?)" else 0)] if m else value
     nxt = _NEXT_ASSIGNMENT.search(out)
-    return _strip_end(out[:nxt.start()] if nxt else out)
+    return strip_end(out[:nxt.start()] if nxt else out)
 
 
 def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
@@ -282,7 +282,7 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
         first = value.split()[0] if value.split() else ""
         if first.endswith("ly") and not any(c.isdigit() for c in first):
             continue  # "is usually", "was initially": a description
-        span = _value_span(kind, value, m.start("value"), _phrase_words(cred),
+        span = value_span(kind, value, m.start("value"), phrase_words(cred),
                            statement="is" if m.re is _STATE else "set")
         if span is not None:
             yield _to_run_end(text, span)
@@ -299,7 +299,7 @@ def _to_run_end(text: str, span: Span) -> Span:
     if end - start < 400 or end >= len(text):
         return span
     m = _RUN_CHAR.match(text, end)
-    return start, len(_strip_end(m.group(0))) + end if m is not None else end
+    return start, len(strip_end(m.group(0))) + end if m is not None else end
 
 
 _NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
@@ -313,29 +313,12 @@ _BARE_VALUE = re.compile(
 #: "credentials: admin / Winter2025!": a user and a password after a credential word.
 _PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
                    r"(?P<value>[^\s,;]{4,100})")
-_ZH = re.compile(r"(?:密码|口令|密钥|秘钥|密匙|令牌|暗号|验证码)"
-                 r"(?:(?:是|为|：|:|=)[ \t]*[\"'“「]?(?P<value>[^\s\"'”」，。,]{4,200})"
-                 # "密码 Zx9#kLm2", "账号admin 密码Zx9#kLm2": a Latin value right after it.
-                 r"|[ \t]*(?P<latin>[A-Za-z0-9][!-~]{5,199}))")
-_ZH_KEY_WORDS: Final = ("密钥", "秘钥", "密匙", "令牌")
-#: The password named in other languages, as it starts a statement of one.
-_OTHER_WORDS: Final = (
-    "パスワード", "暗証番号", "비밀번호", "암호", "пароль", "contraseña", "contrasena", "senha",
-    "kennwort", "mot de passe", "wachtwoord", "hasło", "haslo", "heslo", "salasana",
-    "lösenord", "losenord", "adgangskode")
-#: A password stated in another language: the word, a separator, particle or verb, and a
-#: Latin value ("パスワードは Zx9kLm2Qp です", "비밀번호: ...", "пароль: ...", "mot de passe :
-#: ...", "la contraseña es ...").
-_OTHER = re.compile(
-    r"(?i)(?:" + "|".join(_OTHER_WORDS) + r")"
-    r"(?:[ \t]*(?:[:=\-—]|は|が|는|은|이)|[ \t]+(?:est|es|é|ist|is|är|on|jest|je|er))"
-    r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~]{4,200})")
 
 
 _CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}
 
 
-def _strip_end(value: str) -> str:
+def strip_end(value: str) -> str:
     """``value`` without the punctuation that ends a sentence after it, nor a bracket
     closing one opened before it ("(token: Ab3xY9z)", "[token limit]")."""
     value = value.rstrip(".,;:!?\"'")
@@ -352,7 +335,7 @@ def _near_value(value: str, word: str) -> bool:
     return bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
 
 
-def _made_like_a_password(value: str) -> bool:
+def made_like_a_password(value: str) -> bool:
     """Upper and lower case letters and digits together, or a random-looking string."""
     digit, upper, lower, _ = classes(value)
     return (digit and upper and lower and not PLACEHOLDER.match(value)) or looks_random(
@@ -366,126 +349,21 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _NEAR.match(text, a)
         if m is not None:
             pair = _PAIR.match(text, m.end())
-            if pair is not None and looks_secret(_strip_end(pair.group("value"))):
+            if pair is not None and looks_secret(strip_end(pair.group("value"))):
                 yield pair.start("value"), pair.start("value") + len(
-                    _strip_end(pair.group("value")))
+                    strip_end(pair.group("value")))
             window_end = m.end() + _NEAR_CHARS
             nl = text.find("\n\n", m.end(), window_end)
             for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
-                value = _strip_end(c.group(0))
+                value = strip_end(c.group(0))
                 if _near_value(value, m.group(0)):
                     yield c.start(), c.start() + len(value)
             for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
-                value = _strip_end(c.group(0))
+                value = strip_end(c.group(0))
                 if looks_random(value, 16):
                     yield c.start(), c.start() + len(value)
-        m = _OTHER.match(text, a)
+        m = _BARE_VALUE.match(text, a)
         if m is not None:
-            value = _strip_end(m.group("value"))
+            value = strip_end(m.group("value"))
             if looks_secret(value) and any(not c.isalpha() for c in value):
                 yield m.start("value"), m.start("value") + len(value)
-        for rx in (_BARE_VALUE, _ZH):
-            m = rx.match(text, a)
-            if m is not None:
-                latin = rx is _ZH and m.group("latin") is not None
-                group = "latin" if latin else "value"
-                value = _strip_end(m.group(group))
-                if latin and text.startswith(_ZH_KEY_WORDS, a):
-                    ok = keyish(value)  # "密钥 SHA256 指纹" names no key
-                elif latin:
-                    # No verb or colon: only what is made like a password counts, not
-                    # the file names, versions and ids prose puts there ("密码 README.md",
-                    # "密码 x86_64", "密码 CVE-2024-3094").
-                    ok = _made_like_a_password(value)
-                else:
-                    ok = looks_secret(value) and (
-                        (rx is _ZH and not latin) or any(not c.isalpha() for c in value))
-                if ok:
-                    yield m.start(group), m.start(group) + len(value)
-                elif rx is _ZH and not latin and (span := _zh_stated(text, a, m)):
-                    yield span
-
-
-_ZH_PASSWORD_WORDS: Final = ("密码", "口令", "暗号")
-#: Where a Latin value stated in Chinese ends: punctuation, a quote, a line end, a CJK
-#: character.
-_ZH_CLAUSE_END = re.compile(r"[，。,；;！？!?、\n\"'`]|[^\x00-\x7f]")
-
-
-def _zh_stated(text: str, a: int, m: re.Match[str]) -> Span | None:
-    """A plain word or a passphrase stated as a password in Chinese ("WiFi密码是bluebird",
-    "密码：correct horse battery staple"), judged as the English statement would be."""
-    if not text.startswith(_ZH_PASSWORD_WORDS, a):
-        return None
-    start = m.start("value")
-    end = _ZH_CLAUSE_END.search(text, start, start + 400)
-    clause = text[start:end.start() if end else start + 400].rstrip()
-    verb = text[a + 2:start].strip(" \t\"'“「")
-    return _value_span("password", clause, start, _phrase_words(""),
-                       statement="is" if verb in ("是", "为") else "") if clause else None
-
-
-#: Lowercase words where a credential name or statement can start (the anchors).
-_ANCHOR_WORDS: Final = (
-    "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
-    "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
-    "license", "ssh", "app", "bearer", "refresh", "bot", "client",
-    "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码", *_OTHER_WORDS)
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
-_NAME_REACH = 64
-
-
-def _alternation(words: Iterable[str]) -> str:
-    """A regular expression matching any of ``words``, factored by first characters (a
-    trie), so that a position is tried against one branch per character, not every word."""
-    heads: dict[str, list[str]] = {}
-    for word in words:
-        heads.setdefault(word[0], []).append(word[1:])
-    branches = []
-    for head, tails in sorted(heads.items()):
-        rest = sorted({t for t in tails if t})
-        inner = _alternation(rest) if rest else ""
-        optional = "?" if "" in tails else ""
-        branches.append(re.escape(head) + (f"(?:{inner}){optional}" if inner else ""))
-    return "|".join(branches)
-
-
-#: Any anchor word: searched from each found position plus one, so overlapping words
-#: ("apin": "api" and "pin") are all found, as one ``find`` loop per word finds them.
-_ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
-
-
-#: Hints that are anchor words: one of them is in a text exactly when it starts at one
-#: of the text's ``anchor_words``.
-ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
-
-
-def anchor_words(lower: str) -> list[int]:
-    """Every position of ``lower`` where an anchor word starts."""
-    found: list[int] = []
-    search = _ANCHOR_RE.search
-    m = search(lower)
-    while m is not None:
-        found.append(m.start())
-        m = search(lower, m.start() + 1)
-    return found
-
-
-def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[int]:
-    """Where a context rule may match: each credential word found in ``lower`` (``text``
-    lowercased, the same length), and the start of the name it is part of
-    (``DB_PASSWORD``, ``--token``, ``dbPassword``). ``words``: ``anchor_words(lower)``,
-    when the caller has them."""
-    found: set[int] = set()
-    for i in anchor_words(lower) if words is None else words:
-        found.add(i)
-        start = i
-        while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
-            start -= 1
-        found.add(start)
-    return sorted(found)
-
-
-CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
-              "session", "otp", "pat", "login",
-              "密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码", *_OTHER_WORDS)

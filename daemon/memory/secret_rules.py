@@ -27,9 +27,10 @@ and URLs without credentials, placeholders (``<token>``, ``${VAR}``, ``****``), 
 about credentials ("my password is too weak", "the token is refreshed hourly").
 
 Here: what a rule is (:class:`Rule`), the token runs token rules look in, the format
-rules, and the rule table. The context rules' finders and their anchors are in
-:mod:`secret_context`; how a value found is judged (random-looking, a placeholder, a plain
-word) is in :mod:`secret_values`.
+rules, and the rule table. The context rules' finders are in :mod:`secret_context` (in
+:mod:`secret_languages` for languages other than English), their anchors in
+:mod:`secret_anchors`; how a value found is judged (random-looking, a placeholder, a
+plain word) is in :mod:`secret_values`.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from recalld.daemon.memory.secret_anchors import CRED_HINTS
 from recalld.daemon.memory.secret_context import (
-    CRED_HINTS,
     find_assignments,
     find_near_credential_words,
     find_statements,
 )
+from recalld.daemon.memory.secret_languages import find_in_other_languages
 from recalld.daemon.memory.secret_values import (
     HEX,
     PLACEHOLDER,
@@ -277,6 +279,7 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
     Rule("statement", CRED_HINTS, anchored=find_statements, format=False),
     Rule("near_credential_word", CRED_HINTS, anchored=find_near_credential_words,
          format=False),
+    Rule("other_language", CRED_HINTS, anchored=find_in_other_languages, format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
 

@@ -1,0 +1,85 @@
+"""Where the context rules of :mod:`secret_rules` look: the credential words (in English
+and the other languages :mod:`secret_languages` reads) and the start of the name each is
+part of (:func:`anchors`), found in one pass over a text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+#: The password named in other languages, as it starts a statement of one. Those in
+#: scripts other than Latin come first (:data:`NON_LATIN_WORDS`).
+OTHER_WORDS: Final = (
+    "パスワード", "パスコード", "暗証番号", "비밀번호", "패스워드", "암호", "пароль",
+    "contraseña", "contrasena", "senha", "kennwort", "passwort", "mot de passe", "wachtwoord",
+    "hasło", "haslo", "heslo", "salasana", "lösenord", "losenord", "adgangskode")
+NON_LATIN_WORDS: Final = OTHER_WORDS[:7]
+#: The credential named in Chinese.
+ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
+
+#: Lowercase words where a credential name or statement can start (the anchors).
+_ANCHOR_WORDS: Final = (
+    "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
+    "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
+    "license", "ssh", "app", "bearer", "refresh", "bot", "client",
+    *ZH_WORDS, *OTHER_WORDS)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
+_NAME_REACH = 64
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regular expression matching any of ``words``, factored by first characters (a
+    trie), so that a position is tried against one branch per character, not every word."""
+    heads: dict[str, list[str]] = {}
+    for word in words:
+        heads.setdefault(word[0], []).append(word[1:])
+    branches = []
+    for head, tails in sorted(heads.items()):
+        rest = sorted({t for t in tails if t})
+        inner = _alternation(rest) if rest else ""
+        optional = "?" if "" in tails else ""
+        branches.append(re.escape(head) + (f"(?:{inner}){optional}" if inner else ""))
+    return "|".join(branches)
+
+
+#: Any anchor word: searched from each found position plus one, so overlapping words
+#: ("apin": "api" and "pin") are all found, as one ``find`` loop per word finds them.
+_ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
+
+
+#: Hints that are anchor words: one of them is in a text exactly when it starts at one
+#: of the text's ``anchor_words``.
+ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
+
+
+def anchor_words(lower: str) -> list[int]:
+    """Every position of ``lower`` where an anchor word starts."""
+    found: list[int] = []
+    search = _ANCHOR_RE.search
+    m = search(lower)
+    while m is not None:
+        found.append(m.start())
+        m = search(lower, m.start() + 1)
+    return found
+
+
+def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[int]:
+    """Where a context rule may match: each credential word found in ``lower`` (``text``
+    lowercased, the same length), and the start of the name it is part of
+    (``DB_PASSWORD``, ``--token``, ``dbPassword``). ``words``: ``anchor_words(lower)``,
+    when the caller has them."""
+    found: set[int] = set()
+    for i in anchor_words(lower) if words is None else words:
+        found.add(i)
+        start = i
+        while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        found.add(start)
+    return sorted(found)
+
+
+CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
+              "session", "otp", "pat", "login",
+              *ZH_WORDS, *OTHER_WORDS)
