@@ -60,7 +60,7 @@ _ABOUT_PARTS: Final = frozenset({
 })
 
 
-def _name_kind(name: str) -> str | None:
+def name_kind(name: str) -> str | None:
     """'password' for password-like names, 'secret' for other credential names, 'key' for
     names ending in key (need a random-looking value, a UUID or a long hex string),
     'session' for a session's id (a random-looking value), None otherwise (also a name
@@ -141,7 +141,7 @@ _STOPS: Final = frozenset("()[]{}<>&;,|'`\"")
 _NEXT_ASSIGNMENT = re.compile(r"[&;,|][\w.\-]+[=:]")
 
 
-def _names_a_source(text: str, start: int) -> bool:
+def names_a_source(text: str, start: int) -> bool:
     """Is the value at ``start`` code naming where the credential comes from
     (``get_password()``, ``os.environ["TOKEN"]``, ``self.password``, ``!vault``)?"""
     run = _RUN.match(text, start).group(0)  # type: ignore[union-attr]  # always matches
@@ -186,8 +186,8 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
         yield from _auth_pairs(text, a)
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
             m = _ASSIGN.match(text, key_start)
-            if (m is None or (kind := _name_kind(m.group("key"))) is None
-                    or _names_a_source(text, m.start("value"))):
+            if (m is None or (kind := name_kind(m.group("key"))) is None
+                    or names_a_source(text, m.start("value"))):
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
@@ -197,12 +197,12 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
             if span is not None:
                 yield span
         m = _FLAG.match(text, a) if text.startswith("-", a) else None
-        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
+        if m is not None and (kind := name_kind(m.group("key"))) is not None:
             span = value_span(kind, m.group("value"), m.start("value"), 0)
             if span is not None:
                 yield span
         m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
-        if m is not None and (kind := _name_kind(m.group("key"))) is not None:
+        if m is not None and (kind := name_kind(m.group("key"))) is not None:
             value = m.group("value").strip()
             if kind == "session":
                 if looks_random(value, 12):
@@ -241,8 +241,8 @@ _CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)
 
 
 def _cred_kind(word: str) -> str:
-    """How strong a value must look where ``word`` names it (see :func:`_name_kind`)."""
-    return _name_kind(word.replace(" ", "_")) or "secret"
+    """How strong a value must look where ``word`` names it (see :func:`name_kind`)."""
+    return name_kind(word.replace(" ", "_")) or "secret"
 
 
 def _clip(value: str) -> str:
@@ -268,7 +268,7 @@ def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
 
 def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for m in _statements_at(text, starts):
-        if _names_a_source(text, m.start("value")):
+        if names_a_source(text, m.start("value")):
             continue
         cred = m.group("cred")
         kind = _cred_kind(cred)

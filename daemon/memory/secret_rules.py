@@ -28,7 +28,8 @@ about credentials ("my password is too weak", "the token is refreshed hourly").
 
 Here: what a rule is (:class:`Rule`), the token runs token rules look in, the format
 rules, and the rule table. The context rules' finders are in :mod:`secret_context` (in
-:mod:`secret_languages` for languages other than English), their anchors in
+:mod:`secret_languages` for languages other than English, :mod:`secret_config` for
+values a configuration file sets apart from their names), their anchors in
 :mod:`secret_anchors`; how a value found is judged (random-looking, a placeholder, a
 plain word) is in :mod:`secret_values`.
 """
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from recalld.daemon.memory.secret_anchors import CRED_HINTS
+from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
     find_near_credential_words,
@@ -280,6 +282,7 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
     Rule("near_credential_word", CRED_HINTS, anchored=find_near_credential_words,
          format=False),
     Rule("other_language", CRED_HINTS, anchored=find_in_other_languages, format=False),
+    Rule("config_layout", CRED_HINTS, anchored=find_in_configs, format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
 

@@ -1,0 +1,106 @@
+"""The context rule for credentials that configuration files set apart from their names
+(:mod:`secret_rules` applies it):
+
+- a YAML block scalar: ``PASSWORD: >-`` or ``token: |``, the value on the lines below,
+  indented deeper;
+- a name and value pair: the credential's name in a ``name``/``key`` field and its value in
+  the ``value`` field after it, as Kubernetes and docker-compose environments
+  (``- name: DB_PASS`` then ``value: ...``), ECS task definitions and CloudFormation
+  parameters (JSON), Terraform blocks and .NET ``<add key="DbPassword" value="..."/>``
+  settings write them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from recalld.daemon.memory.secret_context import (
+    name_kind,
+    names_a_source,
+    phrase_words,
+    strip_end,
+    value_span,
+)
+from recalld.daemon.memory.secret_values import keyish, looks_random
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.secret_rules import Span
+
+_BLOCK = re.compile(r"(?P<key>[\"']?[A-Za-z_][\w.\-]{0,60}[\"']?)[ \t]*:[ \t]*[|>][+\-]?\d?"
+                    r"[+\-]?[ \t]*(?:#[^\n]*)?\r?\n")
+#: How far below a name its block or its value field may be.
+_REACH = 400
+_LINE = re.compile(r"([ \t]*)([^\n]*)\n?")
+
+
+def _indent(text: str, pos: int) -> int:
+    """The indentation of the line holding ``pos`` (a list item's ``- `` counts)."""
+    line = text.rfind("\n", 0, pos) + 1
+    head = text[line:pos]
+    return len(head) - len(head.lstrip(" \t-"))
+
+
+def _block(text: str, a: int) -> Span | None:
+    m = _BLOCK.match(text, a)
+    if m is None or (kind := name_kind(m.group("key"))) is None:
+        return None
+    depth = _indent(text, a)
+    pos = m.end()
+    first = end = -1
+    lines: list[str] = []
+    while pos < len(text) and pos - m.end() < _REACH:
+        line = _LINE.match(text, pos)
+        assert line is not None  # always matches
+        if line.group(2).strip() and len(line.group(1)) <= depth:
+            break
+        if line.group(2).strip():
+            first = line.start(2) if first < 0 else first
+            end = line.end(2)
+            lines.append(line.group(2).strip())
+        pos = line.end()
+    if first < 0:
+        return None
+    value = " ".join(lines)
+    if kind in ("key", "session"):
+        joined = "".join(lines)
+        return (first, end) if keyish(joined) or looks_random(joined, 12) else None
+    span = value_span(kind, value, first, phrase_words(m.group("key")))
+    return None if span is None else (first, end)
+
+
+#: The field a name sits in, just before the anchor: ``name: ``, ``"key": "``, ``key="``.
+_NAME_FIELD = re.compile(r"(?i)(?:^|[\s{,\[(<\"'])(?:name|key|parameterkey|variable|var"
+                         r"|env|secretname)[\"']?[ \t]*[:=][ \t]*[\"']?$")
+_NAME = re.compile(r"[A-Za-z_][\w.\-]{0,60}")
+#: The value field after the name: ``value: ...``, ``"Value": "..."``, ``value="..."``.
+_VALUE_FIELD = re.compile(
+    r"(?i)(?<![\w\-])[\"']?(?:value|parametervalue|default)[\"']?[ \t]*[:=][ \t]*"
+    r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|[^\s\"',}<>]{1,400})")
+#: Where the name's record ends: a blank line, the end of an object, the next name.
+_RECORD_END = re.compile(r"(?i)\n[ \t]*\n|}|/>|(?<![\w\-])[\"']?(?:name|key)[\"']?[ \t]*[:=]")
+
+
+def _pair(text: str, a: int) -> Span | None:
+    line = text.rfind("\n", 0, a) + 1
+    if not _NAME_FIELD.search(text, max(line, a - 40), a):
+        return None
+    name = _NAME.match(text, a)
+    if name is None or (kind := name_kind(name.group(0))) is None:
+        return None
+    stop = _RECORD_END.search(text, name.end(), name.end() + _REACH)
+    m = _VALUE_FIELD.search(text, name.end(), stop.start() if stop else name.end() + _REACH)
+    if m is None or names_a_source(text, m.start("value")):
+        return None
+    value = m.group("value")
+    if value[:1] not in "\"'":
+        value = strip_end(value)
+    return value_span(kind, value, m.start("value"), 0)
+
+
+def find_in_configs(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for a in starts:
+        for span in (_block(text, a), _pair(text, a)):
+            if span is not None:
+                yield span
