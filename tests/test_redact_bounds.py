@@ -69,3 +69,41 @@ def test_code_naming_where_a_credential_comes_from_stays(text: str) -> None:
 def test_secrets_shaped_like_code_are_still_masked(text: str, secret: str) -> None:
     out = redact(text)
     assert secret not in out and MASK in out, out
+
+
+UUID = "550e8400-e29b-41d4-a716-446655440000"
+SHA1 = "3f786850e387550fdab836ed7e6dc881de23001b"
+
+
+@pytest.mark.parametrize("text", [
+    f"the key is {UUID}",
+    f"the primary key is {UUID}",
+    f"key: {UUID}",
+    f"partition_key = {UUID}",
+    f'"cache_key": "{UUID}"',
+    f"the idempotency key was {UUID}",
+    f"the token bucket holds {SHA1} commits",
+    f"pushed the token fix in {SHA1}",
+    f"secret santa list at commit {SHA1}",
+    f"password reset landed in {SHA1}",
+])
+def test_ids_and_digests_after_talk_of_keys_and_tokens_stay(text: str) -> None:
+    """A bare "key" or a data key's name holds a row's UUID; a digest after other words
+    is what they name, a commit."""
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"api_key: {UUID}", UUID),
+    (f"the license key is {UUID}", UUID),
+    (f'"encryption_key": "{SHA1}"', SHA1),
+    (f"the key is {VALUE}XyZ", VALUE),
+    (f"key: {SHA1}", SHA1),
+    (f"the session token is {SHA1}", SHA1),
+    (f"token: {SHA1}", SHA1),
+    (f"the deploy secret for CI is {SHA1}", SHA1),
+    (f"token (hex) = {SHA1}", SHA1),
+])
+def test_keys_and_hex_tokens_stated_as_such_are_still_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out

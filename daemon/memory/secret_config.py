@@ -63,9 +63,11 @@ def _block(text: str, a: int) -> Span | None:
     if first < 0:
         return None
     value = " ".join(lines)
-    if kind in ("key", "session"):
+    if kind in ("key", "datakey", "session"):
         joined = "".join(lines)
-        return (first, end) if keyish(joined) or looks_random(joined, 12) else None
+        ok = looks_random(joined, 12) if kind == "session" else keyish(
+            joined, data=kind == "datakey")
+        return (first, end) if ok else None
     span = value_span(kind, value, first, phrase_words(m.group("key")))
     return None if span is None else (first, end)
 

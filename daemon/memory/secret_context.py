@@ -60,9 +60,19 @@ _ABOUT_PARTS: Final = frozenset({
 })
 
 
+#: A key of these names is a data key (a row's, a cache entry's), not a credential.
+_DATA_KEY_PARTS: Final = frozenset({
+    "primary", "foreign", "sort", "partition", "cache", "idempotency", "row", "object",
+    "lookup", "dict", "map", "composite", "unique", "natural", "surrogate", "shard", "routing",
+    "dedup", "dedupe", "group", "join", "index", "hash", "range", "cluster", "clustering",
+    "bucket", "s3", "sorting", "message", "record", "entity", "item",
+})
+
+
 def name_kind(name: str) -> str | None:
     """'password' for password-like names, 'secret' for other credential names, 'key' for
     names ending in key (need a random-looking value, a UUID or a long hex string),
+    'datakey' for a bare "key" or a data key's name (see ``keyish``),
     'session' for a session's id (a random-looking value), None otherwise (also a name
     about a credential: see ``_ABOUT_PARTS``)."""
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
@@ -73,7 +83,9 @@ def name_kind(name: str) -> str | None:
         return "password"
     if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS - _ONE_WORD:
         return "secret"
-    if parts[-1] in ("key", "keys") or (len(parts) >= 2 and parts[-2] in ("key",)):
+    if parts[-1] in ("key", "keys"):
+        return "datakey" if len(parts) == 1 or parts[-2] in _DATA_KEY_PARTS else "key"
+    if len(parts) >= 2 and parts[-2] == "key":
         return "key"
     # "session_id" names a conversation (in every note the daemon writes: a UUID, a chat's
     # number, "telegram-12345") far more often than a web session's token in memory: only
@@ -106,7 +118,8 @@ def value_span(kind: str, value: str, start: int, min_words: int,
     if quoted:
         inner = value[1:-1]
         if (inner.startswith(("[REDACTED", "${", "{{", "<")) or PLACEHOLDER.match(inner)
-                or len(inner) < 3 or (kind == "key" and not keyish(inner))
+                or len(inner) < 3
+                or (kind in ("key", "datakey") and not keyish(inner, data=kind == "datakey"))
                 or (kind == "session" and not looks_random(inner, 12))):
             return None
         return start + 1, start + len(value) - 1
@@ -114,8 +127,8 @@ def value_span(kind: str, value: str, start: int, min_words: int,
     first = words[0] if words else ""
     if first.startswith("[REDACTED") or (first[:1] in "([" and first[1:].isalpha()):
         return None  # a remark in brackets: "password: (see the wiki)"
-    if kind == "key":
-        return (start, start + len(first)) if keyish(first) else None
+    if kind in ("key", "datakey"):
+        return (start, start + len(first)) if keyish(first, data=kind == "datakey") else None
     if kind == "session":
         return (start, start + len(first)) if looks_random(first, 12) else None
     if looks_secret(first):
@@ -328,11 +341,18 @@ def strip_end(value: str) -> str:
     return value
 
 
-def _near_value(value: str, word: str) -> bool:
+#: What ends the words between a credential word and a hex value stated as it: "token:
+#: 3f78...", "the secret for CI is 3f78...", "token (hex) = 3f78...".
+_STATED_AS = re.compile(r"(?i)(?:^|\b(?:is|was|are|were|be|to|as)|[:=>(\-—\"'`])[\s\"'`]*$")
+
+
+def _near_value(value: str, word: str, between: str) -> bool:
     if looks_random(value, 12):
         return True
-    # Hex near "password"/"token"/"secret" (not a bare "key": "key commit 3f78...") is one.
-    return bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
+    # Hex stated as a password, token or secret (not a bare "key": "key commit 3f78...")
+    # is one; hex after other words is what they name ("the token bucket holds 3f78...").
+    return (bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
+            and _STATED_AS.search(between) is not None)
 
 
 def made_like_a_password(value: str) -> bool:
@@ -356,7 +376,7 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
             nl = text.find("\n\n", m.end(), window_end)
             for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
                 value = strip_end(c.group(0))
-                if _near_value(value, m.group(0)):
+                if _near_value(value, m.group(0), text[m.end():c.start()]):
                     yield c.start(), c.start() + len(value)
             for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
                 value = strip_end(c.group(0))

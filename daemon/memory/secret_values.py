@@ -98,8 +98,13 @@ def looks_secret(value: str) -> bool:
     return digit or symbol or (upper and lower and any(c.isupper() for c in value[1:]))
 
 
-def keyish(value: str) -> bool:
-    """A value named only "...key": random-looking, a UUID, or a long hex string."""
+def keyish(value: str, *, data: bool = False) -> bool:
+    """A value named only "...key": random-looking, a UUID, or a long hex string.
+    ``data``: named by a bare "key" or a data key's name ("primary key", "cache key"),
+    which hold UUIDs and digests as often as credentials: random-looking, or hex as long
+    as a key made of hex is."""
+    if data:
+        return looks_random(value, 12) or (len(value) >= 32 and bool(HEX.match(value)))
     return (looks_random(value, 12) or bool(_UUID.match(value))
             or (len(value) >= 16 and bool(HEX.match(value))))
 
