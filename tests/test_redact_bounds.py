@@ -107,3 +107,17 @@ def test_ids_and_digests_after_talk_of_keys_and_tokens_stay(text: str) -> None:
 def test_keys_and_hex_tokens_stated_as_such_are_still_masked(text: str, secret: str) -> None:
     out = redact(text)
     assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "Length is the password's main strength",
+    "use bcrypt as the password hash",
+    "use it as the password",
+    "Below is the password:",
+    "Her dog's name is the password",
+    "use Redis as the session store",
+    "Patience is the key to success",
+    "use caution as the token expires",
+])
+def test_talk_that_names_something_as_a_credential_stays(text: str) -> None:
+    assert redact(text) == text

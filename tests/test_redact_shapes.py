@@ -124,3 +124,20 @@ def test_settings_about_a_credential_are_left_alone(text: str) -> None:
 ])
 def test_credentials_next_to_such_settings_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("use Tr0ub4dor&3 as the password", "Tr0ub4dor&3"),
+    ("use bluebird as the password for wifi", "bluebird"),
+    ("Enter 4821 as your PIN.", "4821"),
+    ("try 'sunset beach' as the passphrase", "sunset beach"),
+    ("I typed hunter22 as my password again", "hunter22"),
+    ("bluebird is the wifi password", "bluebird"),
+    ("OK. Zq8mN2pL4x is the new password now", "Zq8mN2pL4x"),
+    ("notes:\n- Xq9vB2nM is the admin password", "Xq9vB2nM"),
+])
+def test_a_value_named_as_the_credential_before_its_word_is_masked(text: str,
+                                                                   secret: str) -> None:
+    """The value comes first: "use X as the password", "X is the password"."""
+    out = redact(text)
+    assert secret not in out and MASK in out, out

@@ -250,6 +250,19 @@ _SET = re.compile(
 )
 _SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
 _SET_REACH = 80  # the verb is at most this far before the credential word
+#: A value named as the credential after it: "use Tr0ub4dor&3 as the password", "enter
+#: 4821 as your PIN", "bluebird is the wifi password". The value starts a clause; the
+#: credential word ends its noun phrase ("use bcrypt as the password hash" names none).
+_NAMED_AS = re.compile(
+    r"(?i)(?:\b(?:use[ds]?|using|try|tried|enter(?:ed)?|type[ds]?|typed|put|pick(?:ed)?"
+    r"|choose|chose|take|took)[ \t]+(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']{1,200})"
+    r"[ \t]+as"
+    r"|(?:(?:(?<=\n)|^)[ \t]*(?:[-*•>][ \t]+)?|(?<=[.!?:;,(])[ \t]*)(?P<subject>[^\s\"']{1,200})"
+    r"[ \t]+is)"
+    r"[ \t]+(?:(?:the|my|our|your|his|her|their|its|a|an|new)[ \t]+)?(?:[\w\-]+[ \t]+)?"
+    r"(?P<cred>" + _CRED + r")\b"
+    r"(?![ \t]+(?!(?:for|on|of|to|in|at|and|but|so|when|if|from|here|there|now|please|too"
+    r"|again|instead|until|from)\b)[A-Za-z])(?!['’]s|[\w\-])")
 _CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
 
 
@@ -277,15 +290,20 @@ def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
             m = _SET.match(text, verb.start())
             if m is not None:
                 yield m
+        for m in _NAMED_AS.finditer(text, max(0, a - _SET_REACH), a + _SET_REACH):
+            if m.start("cred") == a:
+                yield m
 
 
 def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for m in _statements_at(text, starts):
-        if names_a_source(text, m.start("value")):
+        group = "subject" if m.re is _NAMED_AS and m.group("value") is None else "value"
+        at = m.start(group)
+        if names_a_source(text, at):
             continue
         cred = m.group("cred")
         kind = _cred_kind(cred)
-        value = _whole_run(text, m.start("value"), _clip(m.group("value")))
+        value = _whole_run(text, at, _clip(m.group(group)))
         if not value:
             continue
         if value[:1] == "“":
@@ -295,7 +313,10 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
         first = value.split()[0] if value.split() else ""
         if first.endswith("ly") and not any(c.isdigit() for c in first):
             continue  # "is usually", "was initially": a description
-        span = value_span(kind, value, m.start("value"), phrase_words(cred),
+        if m.re is _STATE and m.group("verb").strip() in ("'s", "’s") and not looks_secret(
+                first):
+            continue  # "the password's main strength": what it has, not what it is
+        span = value_span(kind, value, at, phrase_words(cred),
                            statement="is" if m.re is _STATE else "set")
         if span is not None:
             yield _to_run_end(text, span)

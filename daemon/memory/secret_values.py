@@ -35,6 +35,7 @@ maybe really actually probably definitely literally basically again either neith
 each every other another such own online offline yesterday today tomorrow tonight recently
 already soon later earlier somewhere everywhere anywhere nowhere home outside inside away
 ago last next once twice day days week weeks month months year years night morning evening
+below above following attached enclosed mine yours ours theirs hers
 """.split())
 #: Words judging or describing a credential: alone they are not one ("my password is
 #: correct", "the password is stored"), though a passphrase may start with one.
