@@ -6,9 +6,10 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   age; also the end of one whose start is in the text before), cloud keys (AWS access key
   ids and secret keys, GCP OAuth secrets and tokens, Azure storage and connection-string
   keys, Alibaba), SaaS tokens (GitHub, GitLab, Slack, Telegram, SendGrid, Stripe, Twilio,
-  npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun, Hugging Face, DigitalOcean,
-  Shopify and other vendors' prefixed tokens), JSON Web Tokens, webhook URLs, the password
-  of ``scheme://user:password@host`` URLs and passwords on a command line (``mysql
+  npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun, Mailchimp, Hugging Face,
+  DigitalOcean, Shopify, Firebase, Terraform Cloud, Dynatrace and other vendors' prefixed
+  tokens), JSON Web Tokens, webhook URLs, the password of ``scheme://user:password@host``
+  URLs, a token as a URL's whole user part, and passwords on a command line (``mysql
   -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``, ``redis-cli -a S3cret``,
   ``docker login -p S3cret``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
@@ -228,6 +229,14 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("azure_key", ("accountkey", "sharedaccesskey", "sig="),
                 r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&]sig)="
                 r"([A-Za-z0-9+/%=]{16,})", group=1, token=False),
+    # Mailchimp: 32 hex digits and the data centre (``-us12``).
+    _regex_rule("mailchimp", ("-us",), _B + r"[0-9a-f]{32}-us\d{1,2}" + _E),
+    # Firebase Cloud Messaging server keys; Terraform Cloud and Dynatrace tokens.
+    _regex_rule("fcm_server_key", (":apa91b",),
+                _P + r"AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{100,}" + _Q),
+    _regex_rule("terraform_dynatrace", (".atlasv1.", "dt0c01."),
+                _P + r"(?:[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-=]{60,}"
+                r"|dt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64})" + _Q),
     _regex_rule("azure_client_secret", ("q~",),
                 _B + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
     _regex_rule("alibaba", ("ltai",), _P + r"LTAI[A-Za-z0-9]{12,24}" + _Q),
@@ -237,12 +246,17 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
                 _B + r"(?:glc_|glsa_|lin_api_|ntn_|secret_|PMAK-|pul-|hv[sb]\.|sntrys_"
                 r"|sq0(?:atp|csp)-|gsk_|r8_|pplx-|xai-|figd_|fo1_|pscale_(?:tkn|pw|oauth)_|sbp_"
                 r"|tskey-(?:auth|api)-"
-                r"|bkua_|tfp_|NRAK-|aio_|lsv2_(?:pt|sk)_|ops_eyJ|CLOJARS_|rubygems_|dckr_pat_"
+                r"|bkua_|tfp_|NRAK-|xkeysib-|FLWSECK(?:_TEST)?-|CFPAT-|shippo_(?:live|test)_|rnd_"
+                r"|aio_|lsv2_(?:pt|sk)_|ops_eyJ|CLOJARS_|rubygems_|dckr_pat_"
                 r"|dapi|dp\.(?:pt|st|sa|ct|scim|audit)\.|ATATT3|AKCp|HRKU-|EAA[A-Za-z0-9]{4}"
                 r"|sk\.eyJ|oy2|cfut_|pat_|rk_|key_|ak_|tok_|api_)[A-Za-z0-9_\-=.]{20,}" + _E,
                 check=_tail_random),
     _regex_rule("jwt", ("eyj",),
                 _P + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _Q),
+    # A token as the whole user part: ``https://ghp_...@github.com``, ``https://<token>@host``.
+    _regex_rule("url_token", ("://",),
+                r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://([A-Za-z0-9_\-.~]{16,})@(?=[\w.\-\[])",
+                group=1, check=lambda v: looks_random(v, 16), token=False),
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),

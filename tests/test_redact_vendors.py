@@ -1,0 +1,67 @@
+"""Secrets redaction, more issuers' key shapes (Mailchimp, Brevo, Flutterwave, Contentful,
+Shippo, Render, Firebase Cloud Messaging, Terraform Cloud, Dynatrace) and a token written
+as the whole user part of a URL; their look-alikes stay."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from recalld.daemon.memory.redact import MASK, redact
+
+RNG = random.Random(20261204)
+HEX = "0123456789abcdef"
+B62 = string.ascii_letters + string.digits
+
+
+def _r(alphabet: str, n: int) -> str:
+    while True:
+        s = "".join(RNG.choice(alphabet) for _ in range(n))
+        if alphabet != B62 or (any(c.isdigit() for c in s) and any(c.isupper() for c in s)):
+            return s
+
+
+SECRETS = {
+    "mailchimp": _r(HEX, 32) + "-us" + str(RNG.randrange(1, 21)),
+    "brevo": "xkeysib-" + _r(HEX, 64) + "-" + _r(B62, 16),
+    "flutterwave": "FLWSECK_TEST-" + _r(HEX, 32) + "-X",
+    "contentful": "CFPAT-" + _r(B62, 43),
+    "shippo": "shippo_live_" + _r(HEX, 40),
+    "render": "rnd_" + _r(B62, 32),
+    "fcm": "AAAA" + _r(B62, 7) + ":APA91b" + _r(B62 + "_-", 134),
+    "terraform": _r(string.ascii_lowercase + string.digits, 14) + ".atlasv1." + _r(B62, 67),
+    "dynatrace": "dt0c01." + _r(string.ascii_uppercase + string.digits, 24) + "."
+                 + _r(string.ascii_uppercase + string.digits, 64),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+@pytest.mark.parametrize("template", ["{s}", "the {k} key is {s} ok", "use {s} for it",
+                                      "- {s}\n"])
+def test_more_issuers_keys_are_masked_by_their_shape(kind: str, template: str) -> None:
+    secret = SECRETS[kind]
+    out = redact(template.format(s=secret, k=kind))
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("host", ["github.com/acme/app.git", "git.example.org/x/y",
+                                  "[::1]:8443/repo"])
+def test_a_token_as_the_user_part_of_a_url_is_masked(host: str) -> None:
+    token = _r(B62, 24)
+    out = redact(f"git clone https://{token}@{host} now")
+    assert token not in out and f"https://{MASK}@" in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "git clone https://deploy-bot@github.com/acme/app.git",
+    "ssh://git@gitlab.example.org:2222/group/project.git",
+    "mail jane.doe.longname@example.org",
+    "https://first.last.name.here@example.org",
+    f"sha {_r(HEX, 32)}-useful",
+    f"digest {_r(HEX, 32)}-us",
+    "rnd_seed_for_the_experiment_runs",
+])
+def test_their_look_alikes_stay(text: str) -> None:
+    assert redact(text) == text
