@@ -65,3 +65,39 @@ def test_a_token_as_the_user_part_of_a_url_is_masked(host: str) -> None:
 ])
 def test_their_look_alikes_stay(text: str) -> None:
     assert redact(text) == text
+
+
+KEY_BLOCK = ("-----BEGIN OPENSSH PRIVATE KEY-----\n" + "\n".join(_r(B62, 64) for _ in range(4))
+             + "\n-----END OPENSSH PRIVATE KEY-----\n")
+
+
+def _b64(text: str, *, lines: bool = False, urlsafe: bool = False) -> str:
+    import base64
+
+    raw = text.encode()
+    if lines:
+        return base64.encodebytes(raw).decode().strip()
+    return (base64.urlsafe_b64encode(raw) if urlsafe else base64.b64encode(raw)).decode()
+
+
+@pytest.mark.parametrize(("template", "secret"), [
+    ("apiVersion: v1\nkind: Secret\ndata:\n  ssh-privatekey: {b}\n", KEY_BLOCK),
+    ("echo {b} | base64 -d > ~/.ssh/id", KEY_BLOCK),
+    ("echo {b} | base64 -d", SECRETS["brevo"]),
+    ("GH={b}", "ghp_" + _r(B62, 36)),
+    ("the blob {b} is what CI gets", "AKIA" + _r(string.ascii_uppercase + string.digits, 16)),
+])
+@pytest.mark.parametrize("form", ["plain", "lines", "urlsafe"])
+def test_a_secret_wrapped_in_base64_is_masked(template: str, secret: str, form: str) -> None:
+    wrapped = _b64(secret, lines=form == "lines", urlsafe=form == "urlsafe")
+    out = redact(template.format(b=wrapped))
+    assert not any(line in out for line in wrapped.split()), out
+    assert MASK in out
+
+
+@pytest.mark.parametrize("plain", ["skipping the meeting today, sorry",
+                                   "sk-learn pipelines and numpy arrays",
+                                   "-----BEGIN CERTIFICATE-----\nMIIB" + "A" * 60])
+def test_base64_of_ordinary_text_stays(plain: str) -> None:
+    text = f"echo {_b64(plain)} | base64 -d"
+    assert redact(text) == text

@@ -11,7 +11,8 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   tokens), JSON Web Tokens, webhook URLs, the password of ``scheme://user:password@host``
   URLs, a token as a URL's whole user part, and passwords on a command line (``mysql
   -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``, ``redis-cli -a S3cret``,
-  ``docker login -p S3cret``);
+  ``docker login -p S3cret``); and any of these wrapped in base64 (a Kubernetes Secret's
+  ``data``, ``echo ... | base64 -d``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
@@ -177,7 +178,7 @@ _PUTTY = (
     r"PuTTY-User-Key-File-\d:.*?(?:Private-MAC:\s*[0-9a-fA-F]+|Private-Hash:\s*[0-9a-fA-F]+|\Z)"
 )
 
-FORMAT_RULES: Final[tuple[Rule, ...]] = (
+_SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S, token=False),
     Rule("private_key_tail", ("private key",), _key_block_tail),
     _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S, token=False),
@@ -285,6 +286,52 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("auth_header", ("bearer", "basic", "token "),
                 r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
                 group=1, check=lambda v: looks_random(v, 16) or bool(HEX.match(v)), token=False),
+)
+
+
+# -- base64-wrapped secrets --------------------------------------------------------------
+
+#: What secrets known by their shape start with: wrapped in base64 (a Kubernetes Secret's
+#: ``data``, ``echo ... | base64 -d``), their start is a fixed string too.
+_WRAPPED_STARTS: Final = (
+    "-----BEGIN", "---- BEGIN", "PuTTY-User-Key-File", "AGE-SECRET-KEY-", "ghp_", "gho_",
+    "ghs_", "ghu_", "ghr_", "github_pat_", "glpat-", "xoxb-", "xoxp-", "xoxa-", "xapp-",
+    "sk-", "sk_live_", "rk_live_", "AKIA", "ASIA", "AIza", "GOCSPX-", "ya29.", "eyJ", "SG.",
+    "npm_", "pypi-", "hf_", "dop_v1_", "shpat_", "whsec_", "xkeysib-")
+
+
+def _b64_start(start: str) -> str:
+    """The base64 characters that ``start`` alone decides, at the start of a text."""
+    import base64
+
+    return base64.b64encode(start.encode()).decode()[: len(start) * 4 // 3]
+
+
+_WRAPPED = re.compile(
+    r"(?<![A-Za-z0-9+/\-_])(?:" + "|".join(sorted({re.escape(_b64_start(w))
+                                                     for w in _WRAPPED_STARTS}))
+    + r")[A-Za-z0-9+/\-_]{8,}={0,2}(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2})*"
+    r"(?![A-Za-z0-9+/=\-_])")
+
+
+def _wrapped(text: str, pos: int, endpos: int) -> Iterable[Span]:
+    """Base64 that decodes to a secret a format rule knows."""
+    import binascii
+
+    for m in _WRAPPED.finditer(text, pos, endpos):
+        body = "".join(m.group(0).split()).replace("-", "+").replace("_", "/")
+        try:
+            decoded = binascii.a2b_base64(body + "=" * (-len(body) % 4)).decode("latin-1")
+        except (binascii.Error, ValueError):
+            continue
+        if any(next(iter(rule.find(decoded, 0, len(decoded))), None) is not None
+               for rule in _SHAPE_RULES if rule.find is not None):
+            yield m.span()
+
+
+FORMAT_RULES: Final[tuple[Rule, ...]] = (
+    *_SHAPE_RULES,
+    Rule("wrapped", tuple(_b64_start(w).lower() for w in _WRAPPED_STARTS), _wrapped),
 )
 
 
