@@ -141,3 +141,26 @@ def test_a_value_named_as_the_credential_before_its_word_is_masked(text: str,
     """The value comes first: "use X as the password", "X is the password"."""
     out = redact(text)
     assert secret not in out and MASK in out, out
+
+
+def test_media_blocks_of_a_chat_request_are_redacted_but_their_data_kept() -> None:
+    """An image's URL carries a password or a token as often as text does; a data URL's
+    payload is an image, not text, and stays byte for byte."""
+    from recalld.daemon.memory.redact import redact_messages
+
+    data_url = "data:image/png;base64," + "iVBORw0KGgo" + "QUJD" * 5000
+    blocks: list[object] = [
+        {"type": "text", "text": "what is in these?"},
+        {"type": "image_url", "image_url": {"url": "https://bob:Wq7rT2mK9z@img.example.org/a.png",
+                                             "detail": "low"}},
+        {"type": "input_image", "image_url": "https://cdn.example.org/b.png?token=Wq7rT2mK9zAb"},
+        {"type": "image_url", "image_url": {"url": data_url}},
+        {"type": "file", "file": {"filename": f"{GITHUB}.txt"}},
+    ]
+    out = redact_messages([{"role": "user", "content": blocks}])[0]["content"]
+    assert isinstance(out, list)
+    text = repr(out)
+    assert "Wq7rT2mK9z" not in text and GITHUB not in text, text
+    assert out[1] == {"type": "image_url", "image_url": {
+        "url": f"https://bob:{MASK}@img.example.org/a.png", "detail": "low"}}
+    assert out[3] == blocks[3] and out[0] == blocks[0]

@@ -237,7 +237,8 @@ def _redact_keyed(key: str, value: str) -> str:
 
 def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject]:
     """Chat messages (OpenAI format) with secrets redacted in their text: string content,
-    adjacent text blocks (across block boundaries) and tool-call arguments."""
+    adjacent text blocks (across block boundaries), the fields of other blocks (an
+    ``image_url``'s URL; not a ``data:`` URL's payload) and tool-call arguments."""
     out: list[JsonObject] = []
     for message in messages:
         msg: JsonObject = dict(message)
@@ -256,10 +257,27 @@ def redact_messages(messages: Iterable[Mapping[str, object]]) -> list[JsonObject
     return out
 
 
+_DATA_URL: Final = re.compile(r"data:[\w/+.\-]*(?:;[\w=.\-]+)*;base64,")
+
+
+def _redact_fields(value: object) -> object:
+    """:func:`redact_value` for what a media block holds (an image's URL, a file's name),
+    leaving a ``data:`` URL's payload as it is (an image's bytes are no text)."""
+    if isinstance(value, str) and _DATA_URL.match(value):
+        return value
+    if isinstance(value, list):
+        return [_redact_fields(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_fields(v) if not isinstance(v, str) or _DATA_URL.match(v)
+                else redact_value({k: v})[k] for k, v in value.items()}
+    return redact_value(value)
+
+
 def _redact_blocks(blocks: list[object]) -> list[object]:
     texts = [(i, b) for i, b in enumerate(blocks) if isinstance(b, dict)
              and isinstance(b.get("text"), str)]
-    out = list(blocks)
+    out = [_redact_fields(b) if isinstance(b, dict) and not isinstance(b.get("text"), str)
+           else b for b in blocks]
     for (i, block), text in zip(texts, redact_parts([b["text"] for _, b in texts]),
                                 strict=True):
         out[i] = {**block, "text": text}
