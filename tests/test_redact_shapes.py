@@ -164,3 +164,16 @@ def test_media_blocks_of_a_chat_request_are_redacted_but_their_data_kept() -> No
     assert out[1] == {"type": "image_url", "image_url": {
         "url": f"https://bob:{MASK}@img.example.org/a.png", "detail": "low"}}
     assert out[3] == blocks[3] and out[0] == blocks[0]
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("sounds good", "Great thanks"), ("see README.md", "config.yaml is next"),
+    ("the build id is 20260105", "1432 was the run"), ("path: /usr/local", "/bin is on it"),
+])
+def test_messages_that_only_touch_are_left_alone(first: str, second: str) -> None:
+    """The seam between two messages is read as one text only for a secret cut there."""
+    from recalld.daemon.memory.turns import last_text, sanitize_messages
+
+    messages = [{"role": "user", "content": first}, {"role": "user", "content": second}]
+    assert [t["content"] for t in sanitize_messages(messages)] == [first, second]
+    assert sanitize_messages(messages[1:], last_text(messages[:1]))[0]["content"] == second

@@ -251,3 +251,22 @@ def test_a_key_block_pasted_over_two_turns_is_masked_in_both(
     pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
     assert "that was all of it" in pending and "my signing key" in pending
     assert not [p for p in (*PGP_BODY, PGP_BODY[1][:30], PGP_BODY[1][30:]) if p in pending]
+
+
+def test_a_token_split_over_two_messages_is_masked_in_both(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A chat client cuts a long paste in the middle of a token: the two messages come in
+    one call, or in two calls (then the first half is logged before the second comes:
+    it is masked for what it is alone, as the credential it is said to be)."""
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    token, key = "ghp_" + _rand(36), AWS_SECRET
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "cut", "messages": [
+        {"role": "user", "content": f"my new github token is {token[:18]}"},
+        {"role": "user", "content": f"{token[18:]} keep it"}]})
+    for n, text in enumerate((f"aws secret: {key[:13]}", f"{key[13:]}\nthat is the aws one")):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "cut", "messages": [
+            {"role": "user", "content": text}], "request_id": f"cut-{n}"})
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert "keep it" in pending and "that is the aws one" in pending
+    assert not [p for p in (token[:18], token[18:], key[:13], key[13:]) if p in pending], pending

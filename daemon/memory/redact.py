@@ -181,26 +181,51 @@ def has_secret(text: str, *, formats_only: bool = False) -> bool:
     return bool(find_spans(text, FORMAT_RULES if formats_only else RULES))
 
 
-def redact_parts(parts: Sequence[str]) -> list[str]:
+def redact_parts(parts: Sequence[str], also: Sequence[Sequence[Span]] = ()) -> list[str]:
     """Redact adjacent pieces of one text (content blocks of a message) as one text.
 
     A secret split across pieces is found in their concatenation and masked in each piece
-    it touches; what is found in a piece alone is masked too.
+    it touches; what is found in a piece alone is masked too. ``also``: spans to mask in
+    each piece besides (see :func:`seam_spans`).
     """
+    extra = [list(a) for a in also] + [[] for _ in range(len(parts) - len(also))]
     if len(parts) <= 1:
-        return [redact(p) for p in parts]
+        return [_apply(p, _merge(find_spans(p) + x), False) for p, x in zip(parts, extra,
+                                                                            strict=True)]
     joined = "".join(parts)
     spans = find_spans(joined)
     out: list[str] = []
     offset = 0
-    for part in parts:
+    for part, local in zip(parts, extra, strict=True):
         end = offset + len(part)
-        local = [(max(s, offset) - offset, min(e, end) - offset) for s, e in spans
-                 if s < end and e > offset]
+        local.extend((max(s, offset) - offset, min(e, end) - offset) for s, e in spans
+                     if s < end and e > offset)
         local.extend(find_spans(part))
         out.append(_apply(part, _merge(local), False))
         offset = end
     return out
+
+
+#: How much of each side of a seam between two messages is read, and the characters of
+#: the token runs a secret cut there is made of (``secret_rules.TOKEN_RUN``'s).
+_SEAM: Final = 400
+_RUN_END: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]+\Z")
+_RUN_START: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]+")
+
+
+def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
+    """The spans, in ``before`` and in ``after``, of a secret cut where one text ends and
+    the next starts (a chat client splitting a long paste into two messages): found in
+    the two read as one, when a run of token characters goes on across the cut."""
+    tail = _RUN_END.search(before, max(0, len(before) - _SEAM))
+    head = _RUN_START.match(after, 0, _SEAM)
+    if tail is None or head is None or tail.end() - tail.start() + head.end() < 16:
+        return [], []
+    start = max(0, len(before) - _SEAM)
+    cut = len(before) - start
+    crossing = [(s, e) for s, e in find_spans(before[start:] + after[:_SEAM]) if s < cut < e]
+    return ([(start + s, len(before)) for s, _ in crossing],
+            [(0, e - cut) for _, e in crossing])
 
 
 @overload
@@ -323,4 +348,4 @@ async def redact_async(text: str, *, keep_lines: bool = False,
 
 __all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "redact", "redact_async",
            "redact_count", "redact_messages", "redact_messages_async", "redact_parts",
-           "redact_prefix", "redact_value"]
+           "redact_prefix", "redact_value", "seam_spans"]

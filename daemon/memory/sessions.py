@@ -45,7 +45,7 @@ import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.turns import Turn, count_user_turns, sanitize_messages
+from recalld.daemon.memory.turns import Turn, count_user_turns, last_text, sanitize_messages
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import UnknownWorkspace
@@ -123,6 +123,9 @@ class _Session:
     user_turns_total: int = 0
     #: Seq of each uncommitted user turn, ascending.
     user_seqs: array[int] = field(default_factory=_seqs)
+    #: The end of the last text added, as given: a secret cut there is found with the
+    #: start of the next (``turns.sanitize_messages``'s ``before``). Not logged.
+    tail: str = ""
 
     def drop_upto(self, upto: int) -> None:
         del self.seqs[:bisect_right(self.seqs, upto)]
@@ -392,11 +395,12 @@ class SessionStore:
 
         size = sum(len(content) if isinstance(content := m.get("content"), str) else 1024
                    for m in messages)
+        before = s.tail if (s := self._sessions.get(session_id)) is not None else ""
         if size > INLINE_CHARS:
-            clean = await trio.to_thread.run_sync(sanitize_messages, messages,
+            clean = await trio.to_thread.run_sync(sanitize_messages, messages, before,
                                                   limiter=self._cpu)
         else:
-            clean = sanitize_messages(messages)
+            clean = sanitize_messages(messages, before)
         stamped: list[LoggedTurn] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
@@ -430,6 +434,8 @@ class SessionStore:
                           "user_turns_total": s.user_turns_total + record["user_turns"]}
             record["answer"] = dict(answer)
         await self._append([record])
+        if clean:
+            self._sessions.setdefault(session_id, _Session()).tail = last_text(messages)
         return self._added(session_id)
 
     async def mark_submitted(self, session_id: str, upto: int, job_id: str,

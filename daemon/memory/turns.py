@@ -52,12 +52,6 @@ def _strip(text: str) -> str:
     return _BASE64_RUN.sub("[base64 omitted]", text)
 
 
-def _clean_blocks(blocks: list[str]) -> str:
-    """The blocks of one message as one text, secrets redacted across block boundaries
-    (a key split over two blocks is found in their concatenation)."""
-    from recalld.daemon.memory.redact import redact_parts
-
-    return "\n".join(p for p in redact_parts([_strip(b) for b in blocks]) if p).strip()
 
 
 def _content_blocks(content: object) -> list[str]:
@@ -118,22 +112,48 @@ def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
                if m.get("role") == "user" and not _is_tool_result(m.get("content")))
 
 
-def sanitize_messages(messages: Sequence[Mapping[str, object]]) -> list[Turn]:
+def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = "") -> list[Turn]:
     """Only what the user and the assistant said, as ``{role, content}`` text.
 
     Dropped: tool/function results, system and developer prompts, tool-call arguments,
     blocks of recalled memory (see ``RECALL_TAGS``), media; data URLs and long base64
     runs become placeholders; secrets are redacted.
+
+    ``before``: the end of the text handed over just before these messages (see
+    :func:`last_text`). Secrets are found across the blocks of a message, and across two
+    messages where a run of token characters goes on from one to the next (a key split
+    over two messages, or over two calls).
     """
+    from recalld.daemon.memory.redact import redact_parts, seam_spans
+
+    kept = [(str(m["role"]), [_strip(b) for b in _content_blocks(m.get("content"))])
+            for m in messages if m.get("role") in ("user", "assistant")]
+    kept = [(role, blocks) for role, blocks in kept if blocks]
+    also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
+    for n, (_, blocks) in enumerate(kept):
+        previous = kept[n - 1][1][-1] if n else before
+        if previous:
+            left, right = seam_spans(previous, blocks[0])
+            if n:
+                also[n - 1][-1].extend(left)
+            also[n][0].extend(right)
     out: list[Turn] = []
-    for m in messages:
-        role = m.get("role")
-        if role not in ("user", "assistant"):
-            continue
-        text = _clean_blocks(_content_blocks(m.get("content")))
+    for (role, blocks), extra in zip(kept, also, strict=True):
+        text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
         if text:
-            out.append({"role": str(role), "content": text})
+            out.append({"role": role, "content": text})
     return out
+
+
+def last_text(messages: Sequence[Mapping[str, object]]) -> str:
+    """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it was
+    given (the ``before`` of the next call's messages)."""
+    for m in reversed(messages):
+        if m.get("role") in ("user", "assistant"):
+            blocks = [_strip(b) for b in _content_blocks(m.get("content"))]
+            if blocks:
+                return blocks[-1][-400:]
+    return ""
 
 
 class Turn(TypedDict):
