@@ -115,6 +115,7 @@ def test_keys_and_hex_tokens_stated_as_such_are_still_masked(text: str, secret: 
     "use it as the password",
     "Below is the password:",
     "Her dog's name is the password",
+    "FYI bluebird is the password",
     "use Redis as the session store",
     "Patience is the key to success",
     "use caution as the token expires",

@@ -135,6 +135,10 @@ def test_credentials_next_to_such_settings_are_still_masked(text: str, secret: s
     ("bluebird is the wifi password", "bluebird"),
     ("OK. Zq8mN2pL4x is the new password now", "Zq8mN2pL4x"),
     ("notes:\n- Xq9vB2nM is the admin password", "Xq9vB2nM"),
+    ("Hi! quick one - Rg7YMq23@ is the wifi password", "Rg7YMq23@"),
+    ("Ot7hxAI707& is the wifi password thanks!", "Ot7hxAI707&"),
+    ("FYI Eq7Hs17! is the wifi password", "Eq7Hs17!"),
+    ("ok so Ib7mK$ is the wifi password.", "Ib7mK$"),
 ])
 def test_a_value_named_as_the_credential_before_its_word_is_masked(text: str,
                                                                    secret: str) -> None:

@@ -257,12 +257,15 @@ _NAMED_AS = re.compile(
     r"(?i)(?:\b(?:use[ds]?|using|try|tried|enter(?:ed)?|type[ds]?|typed|put|pick(?:ed)?"
     r"|choose|chose|take|took)[ \t]+(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']{1,200})"
     r"[ \t]+as"
-    r"|(?:(?:(?<=\n)|^)[ \t]*(?:[-*•>][ \t]+)?|(?<=[.!?:;,(])[ \t]*)(?P<subject>[^\s\"']{1,200})"
+    r"|(?:(?P<clause>(?:(?<=\n)|^)[ \t]*(?:[-*•>][ \t]+)?|(?<=[.!?:;,(—–])[ \t]*"
+    r"|(?<=\s-)[ \t]+)|(?<![^\s\"'])(?=[^\s\"']*[^A-Za-z\s\"']))"
+    r"(?P<subject>[^\s\"']{1,200})"
     r"[ \t]+is)"
     r"[ \t]+(?:(?:the|my|our|your|his|her|their|its|a|an|new)[ \t]+)?(?:[\w\-]+[ \t]+)?"
     r"(?P<cred>" + _CRED + r")\b"
     r"(?![ \t]+(?!(?:for|on|of|to|in|at|and|but|so|when|if|from|here|there|now|please|too"
-    r"|again|instead|until|from)\b)[A-Za-z])(?!['’]s|[\w\-])")
+    r"|again|instead|until|thanks|thank|btw|ok|okay|cheers|though|anyway|right)\b)[A-Za-z])"
+    r"(?!['’]s|[\w\-])")
 _CLAUSE_END = re.compile(r"[.,;:!?)](?:\s|$)|\s(?:and|but|so|then|which|because)\s|\n")
 
 
@@ -299,11 +302,16 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for m in _statements_at(text, starts):
         group = "subject" if m.re is _NAMED_AS and m.group("value") is None else "value"
         at = m.start(group)
+        if group == "subject" and m.group("clause") is None and not looks_secret(
+                m.group(group)):
+            continue  # inside a clause only what looks like a secret: "FYI Gy7!x is ..."
         if names_a_source(text, at):
             continue
         cred = m.group("cred")
         kind = _cred_kind(cred)
-        value = _whole_run(text, at, _clip(m.group(group)))
+        # A subject ends where "is" starts: its last character is its own, not a full stop.
+        value = m.group(group) if group == "subject" else _whole_run(text, at,
+                                                                    _clip(m.group(group)))
         if not value:
             continue
         if value[:1] == "“":
