@@ -85,7 +85,12 @@ _RECORD_END = re.compile(r"(?i)\n[ \t]*\n|}|/>|(?<![\w\-])[\"']?(?:name|key)[\"'
 
 
 def _pair(text: str, a: int) -> Span | None:
-    line = text.rfind("\n", 0, a) + 1
+    k = a
+    while k > 0 and a - k < 8 and text[k - 1] in " \t\"'":
+        k -= 1
+    if k == 0 or text[k - 1] not in ":=":
+        return None  # no field separator right before the name
+    line = text.rfind("\n", max(0, a - 40), a) + 1
     if not _NAME_FIELD.search(text, max(line, a - 40), a):
         return None
     name = _NAME.match(text, a)
@@ -101,7 +106,14 @@ def _pair(text: str, a: int) -> Span | None:
     return value_span(kind, value, m.start("value"), 0)
 
 
+#: A block scalar's indicator or a value field somewhere in the text: without one, no
+#: anchor need be tried.
+_LAYOUT = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
+
+
 def find_in_configs(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    if _LAYOUT.search(text) is None:
+        return
     for a in starts:
         for span in (_block(text, a), _pair(text, a)):
             if span is not None:

@@ -248,6 +248,8 @@ _SET = re.compile(
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]{1,400}"
     r"(?:[ \t]+[^\s.,;!?\"'()]{1,200}){0,8})"
 )
+#: "is" or "as", then at most an article and one word, right before the credential word.
+_IS_OR_AS = re.compile(r"(?i)[ \t](?:is|as)[ \t]+(?:[\w\-]+[ \t]+){0,2}\Z")
 _SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
 _SET_REACH = 80  # the verb is at most this far before the credential word
 #: A value named as the credential after it: "use Tr0ub4dor&3 as the password", "enter
@@ -293,6 +295,9 @@ def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
             m = _SET.match(text, verb.start())
             if m is not None:
                 yield m
+        before = text[max(0, a - 40):a].lower()
+        if ("is " not in before and "as " not in before) or _IS_OR_AS.search(before) is None:
+            continue  # no "is" or "as" before the word: nothing is named as it
         for m in _NAMED_AS.finditer(text, max(0, a - _SET_REACH), a + _SET_REACH):
             if m.start("cred") == a:
                 yield m

@@ -44,8 +44,15 @@ _OTHER = re.compile(
     r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~\u00c0-\u024f\u0400-\u04ff]{4,200})")
 
 
+#: What a text starts with where one of the patterns may match (most anchors are English
+#: words: they are passed by at once).
+_STARTS: Final = (*OTHER_WORDS, *ZH_WORDS, "password", "pin")
+
+
 def find_in_other_languages(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
+        if not text[a:a + 12].lower().startswith(_STARTS):
+            continue
         m = _OTHER.match(text, a)
         if m is not None:
             value = strip_end(m.group("value"))

@@ -310,28 +310,31 @@ def _b64_start(start: str) -> str:
 _WRAPPED = re.compile(
     r"(?<![A-Za-z0-9+/\-_])(?:" + "|".join(sorted({re.escape(_b64_start(w))
                                                      for w in _WRAPPED_STARTS}))
-    + r")[A-Za-z0-9+/\-_]{8,}={0,2}(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2})*"
-    r"(?![A-Za-z0-9+/=\-_])")
+    + r")[A-Za-z0-9+/\-_]{8,}={0,2}(?![A-Za-z0-9+/=\-_])")
+#: The lines that go on with base64 wrapped at a fixed width (``base64``'s 76 columns).
+_WRAPPED_LINES = re.compile(r"(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2}(?![A-Za-z0-9+/=\-_]))*")
 
 
 def _wrapped(text: str, pos: int, endpos: int) -> Iterable[Span]:
-    """Base64 that decodes to a secret a format rule knows."""
+    """Base64 that decodes to a secret a format rule knows (with the lines it goes on
+    over, beyond the run it starts in)."""
     import binascii
 
     for m in _WRAPPED.finditer(text, pos, endpos):
-        body = "".join(m.group(0).split()).replace("-", "+").replace("_", "/")
+        end = _WRAPPED_LINES.match(text, m.end()).end()  # type: ignore[union-attr]
+        body = "".join(text[m.start():end].split()).replace("-", "+").replace("_", "/")
         try:
             decoded = binascii.a2b_base64(body + "=" * (-len(body) % 4)).decode("latin-1")
         except (binascii.Error, ValueError):
             continue
         if any(next(iter(rule.find(decoded, 0, len(decoded))), None) is not None
                for rule in _SHAPE_RULES if rule.find is not None):
-            yield m.span()
+            yield m.start(), end
 
 
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
     *_SHAPE_RULES,
-    Rule("wrapped", tuple(_b64_start(w).lower() for w in _WRAPPED_STARTS), _wrapped),
+    Rule("wrapped", (), _wrapped, token=True, pattern=_WRAPPED),
 )
 
 
