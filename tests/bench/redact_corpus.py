@@ -219,7 +219,30 @@ KINDS: dict[str, tuple[Callable[[random.Random], str], tuple[str, ...]]] = {
                        "Authorization: Basic {s}")),
     "age_key": (lambda r: "AGE-SECRET-KEY-1" + _r(r, UPPER_NUM, 58),
                 ("age key {s}", "sops uses {s}")),
+    # Secrets written apart from their names, before them, or in other shapes.
+    "yaml_block": (_password, ("db:\n  password: >-\n    {s}\n  host: db01\n",
+                               "smtp:\n  pass: |\n    {s}\n")),
+    "name_value_pair": (_password, ("env:\n- name: DB_PASS\n  value: {s}\n",
+                                    '{{"name": "SMTP_PASSWORD", "value": "{s}"}}',
+                                    '<add key="DbPassword" value="{s}" />')),
+    "named_before": (_password, ("use {s} as the password for staging",
+                                 "{s} is the wifi password", "enter {s} as your PIN")),
+    "other_language": (_password, ("Das Passwort lautet {s}", "la password è {s}",
+                                   "PIN码：{s}", "パスワードは{s}です")),
+    "mailchimp": (lambda r: _r(r, HEX, 32) + f"-us{r.randrange(1, 21)}",
+                  ("mailchimp {s}", "MC_KEY={s}")),
+    "url_token": (lambda r: _mixed(r, B62, r.randint(20, 40)),
+                  ("git remote add origin https://{s}@git.example.org/acme/app.git",)),
+    "base64_wrapped": (lambda r: _b64_of(rng_choice(r, ["ghp_", "sk-proj-", "glpat-"])
+                                         + _mixed(r, B62, 36)),
+                       ("echo {s} | base64 -d", "the blob {s} from the manifest")),
 }
+
+
+def _b64_of(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
 
 
 def rng_choice(rng: random.Random, options: list[str]) -> str:
