@@ -56,3 +56,44 @@ def test_only_the_value_is_masked() -> None:
 ])
 def test_pairs_and_blocks_without_a_credential_stay(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f'  <password value="{VALUE}"/>', VALUE),
+    (f"<apiToken name='prod' value='{VALUE}' />", VALUE),
+    (f"Password:\n{VALUE}\n", VALUE),
+    (f"**Wifi password:**\n`{VALUE}`\nask me if it fails", VALUE),
+    (f"db password:\n    {VALUE}", VALUE),
+    (f"os.environ['DB_PASSWORD'] = '{VALUE}'", VALUE),
+    (f'config["api_token"] = "{VALUE}"', VALUE),
+    (f"db.example.com:5432:app:bob:{VALUE}", VALUE),
+    (f"*:*:*:postgres:{VALUE}", VALUE),
+    (f"The wifi password? It's {VALUE}", VALUE),
+    (f"la clave es {VALUE}", VALUE),
+    (f"mdp : {VALUE}", VALUE),
+])
+def test_more_layouts_of_a_credential_are_masked(text: str, secret: str) -> None:
+    """An XML element named as the credential, a label line above its value, a subscript
+    assignment, a PostgreSQL password file line, a question answered, Spanish and French
+    shorthand."""
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "Password:\nthe one we agreed on\n",
+    "Password:\nREADME.md\n",
+    "Password:\nsee_the_vault()\n",
+    "the token value is documented below",
+    "Note: 12:30:00:00:00",
+    "la clave es la paciencia",
+    "The wifi password? It's on the fridge",
+    '<password required="true"/>',
+])
+def test_look_alikes_of_those_layouts_stay(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_an_attribute_after_a_credential_word_is_not_taken_for_its_value() -> None:
+    """``<password value="...">`` lost ``value=`` and kept the password."""
+    assert redact(f'<password value="{VALUE}"/>') == f'<password value="{MASK}"/>'

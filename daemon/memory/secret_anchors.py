@@ -14,7 +14,8 @@ from typing import Final
 OTHER_WORDS: Final = (
     "パスワード", "パスコード", "暗証番号", "비밀번호", "패스워드", "암호", "пароль",
     "contraseña", "contrasena", "senha", "kennwort", "passwort", "mot de passe", "wachtwoord",
-    "hasło", "haslo", "heslo", "salasana", "lösenord", "losenord", "adgangskode")
+    "hasło", "haslo", "heslo", "salasana", "lösenord", "losenord", "adgangskode", "clave",
+    "mdp")
 NON_LATIN_WORDS: Final = OTHER_WORDS[:7]
 #: The credential named in Chinese.
 ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")

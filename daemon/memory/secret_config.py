@@ -7,7 +7,9 @@
   the ``value`` field after it, as Kubernetes and docker-compose environments
   (``- name: DB_PASS`` then ``value: ...``), ECS task definitions and CloudFormation
   parameters (JSON), Terraform blocks and .NET ``<add key="DbPassword" value="..."/>``
-  settings write them.
+  settings write them;
+- a credential element's ``value`` attribute (``<password value="..."/>``), and a label
+  alone on its line with the value alone on the next ("Password:", then the value).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from recalld.daemon.memory.secret_context import (
     strip_end,
     value_span,
 )
-from recalld.daemon.memory.secret_values import keyish, looks_random
+from recalld.daemon.memory.secret_values import keyish, looks_random, looks_secret
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
@@ -111,7 +113,38 @@ def _pair(text: str, a: int) -> Span | None:
 _LAYOUT = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
 
 
+#: An element named as a credential, its value in an attribute: ``<password value="..."/>``.
+_ELEMENT = re.compile(r"<(?P<name>[A-Za-z_][\w.\-:]{0,60})(?:\s+[\w.\-:]+\s*=\s*(?:\"[^\"\n]*\""
+                      r"|'[^'\n]*'))*?\s+value\s*=\s*(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}')")
+#: A label alone on its line, the value alone on the next: "Password:\nZq8...", as notes
+#: and chats set them out ("**Password:**", then the value in backticks).
+_LABEL = re.compile(r"(?P<key>[A-Za-z_][\w.\- ]{0,40}?)[*_`]*[ \t]*:[ \t]*[*_`]*[ \t]*\r?\n"
+                    r"[ \t]*[`\"']?(?P<value>[^\s`\"']{4,200})[`\"']?[ \t]*(?=\r?\n|\Z)")
+
+
+def _element(text: str, a: int) -> Span | None:
+    m = _ELEMENT.match(text, a - 1) if a and text[a - 1] == "<" else None
+    if m is None or (kind := name_kind(m.group("name"))) is None:
+        return None
+    return value_span(kind, m.group("value"), m.start("value"), 0)
+
+
+def _label(text: str, a: int) -> Span | None:
+    m = _LABEL.match(text, a)
+    if m is None or (kind := name_kind(m.group("key"))) is None:
+        return None
+    value = strip_end(m.group("value"))
+    # Alone on a line, a plain word may be anything: only what looks like a secret.
+    if not looks_secret(value) or value.isalpha() or names_a_source(text, m.start("value")):
+        return None
+    return value_span(kind, value, m.start("value"), 0)
+
+
 def find_in_configs(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    for a in starts:
+        for span in (_element(text, a), _label(text, a)):
+            if span is not None:
+                yield span
     if _LAYOUT.search(text) is None:
         return
     for a in starts:

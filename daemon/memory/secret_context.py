@@ -75,7 +75,7 @@ def name_kind(name: str) -> str | None:
     'datakey' for a bare "key" or a data key's name (see ``keyish``),
     'session' for a session's id (a random-looking value), None otherwise (also a name
     about a credential: see ``_ABOUT_PARTS``)."""
-    parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-")) if p]
+    parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-[]")) if p]
     if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
@@ -96,7 +96,7 @@ def name_kind(name: str) -> str | None:
 
 
 _ASSIGN = re.compile(
-    r"(?P<key>[\"'`]?(?<![\w.\-])[A-Za-z_$][\w.\-]{0,60}[\"'`]?)"
+    r"(?P<key>[\"'`]?(?<![\w.\-])[A-Za-z_$][\w.\-]{0,60}(?:[\"'`]\]?)?)"
     r"(?P<sep>[ \t]*(?::=|=>|==|:|=)[ \t]*|[ \t]+(?=[\"']))"
     r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|`[^`\n]{1,400}`"
     r"|[^\s\"'`,;&}\]\)<>|]{1,400}(?:[ \t]+[A-Za-z][a-z]*){0,8})"
@@ -235,7 +235,7 @@ _STATE = re.compile(
     r"[^\s.,;:!?\"']+){1,4})?)"
     r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
     r"|currently|set[ \t]+to|changed[ \t]+to))?|[ \t]+(?:will[ \t]+be|became|becomes)"
-    r"|[ \t]*(?:=|->|=>|:|是|为|為)|[ \t]+[-—][ \t]+|—)"
+    r"|[ \t]*(?:=|->|=>|:|是|为|為)|[ \t]+[-—][ \t]+|—|\?[ \t]*(?:it['’]?s|it[ \t]+is))"
     r"[ \t]*(?:[:\-—][ \t]*)?"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|`[^`\n]{1,200}`"
     r"|[!#-&*-~\u00a0-\u024f]{1,400}(?:[ \t]+[^\s.,;!?\"'“`()]{1,200}){0,8})"
@@ -419,5 +419,7 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _BARE_VALUE.match(text, a)
         if m is not None:
             value = strip_end(m.group("value"))
+            if value.endswith("="):
+                continue  # the name of the next setting: "<password value=..."
             if looks_secret(value) and any(not c.isalpha() for c in value):
                 yield m.start("value"), m.start("value") + len(value)

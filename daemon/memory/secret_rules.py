@@ -261,6 +261,10 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
+    # A line of a PostgreSQL password file: ``host:port:database:user:password``.
+    _regex_rule("pgpass", (":",),
+                r"(?m)^[\w.\-*]+:(?:\d{2,5}|\*):[\w.\-*]+:[\w.\-*@]+:([^\s:]{3,200})[ \t]*$",
+                group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
     # Passwords on a command line: ``mysql -u root -pS3cret`` (glued to ``-p``, as the
     # MySQL clients take it) and ``sshpass -p S3cret``.
     _regex_rule("cli_password", ("mysql", "mariadb"),
