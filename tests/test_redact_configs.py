@@ -83,6 +83,9 @@ def test_more_layouts_of_a_credential_are_masked(text: str, secret: str) -> None
 @pytest.mark.parametrize("text", [
     "Password:\nthe one we agreed on\n",
     "Password:\nREADME.md\n",
+    "Token:\nv2.3.1\n",
+    "Secret:\n2026-01-05\n",
+    "API key:\nrotate_monthly\n",
     "Password:\nsee_the_vault()\n",
     "the token value is documented below",
     "Note: 12:30:00:00:00",

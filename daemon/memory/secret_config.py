@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from recalld.daemon.memory.secret_context import (
+    made_like_a_password,
     name_kind,
     names_a_source,
     phrase_words,
@@ -122,6 +123,10 @@ _LABEL = re.compile(r"(?P<key>[A-Za-z_][\w.\- ]{0,40}?)[*_`]*[ \t]*:[ \t]*[*_`]*
                     r"[ \t]*[`\"']?(?P<value>[^\s`\"']{4,200})[`\"']?[ \t]*(?=\r?\n|\Z)")
 
 
+#: Versions, dates and times: "v2.3.1", "2026-01-05", "10:30".
+_NUMBERED = re.compile(r"[vV]?\d+(?:[.\-/:]\d+)+[A-Za-z]?")
+
+
 def _element(text: str, a: int) -> Span | None:
     m = _ELEMENT.match(text, a - 1) if a and text[a - 1] == "<" else None
     if m is None or (kind := name_kind(m.group("name"))) is None:
@@ -134,8 +139,11 @@ def _label(text: str, a: int) -> Span | None:
     if m is None or (kind := name_kind(m.group("key"))) is None:
         return None
     value = strip_end(m.group("value"))
-    # Alone on a line, a plain word may be anything: only what looks like a secret.
-    if not looks_secret(value) or value.isalpha() or names_a_source(text, m.start("value")):
+    # Alone on a line, a plain word, a version or a date may be anything: only what looks
+    # like a secret (made like a password, where the label names no password).
+    if (not looks_secret(value) or value.isalpha() or _NUMBERED.fullmatch(value)
+            or names_a_source(text, m.start("value"))
+            or (kind != "password" and not made_like_a_password(value))):
         return None
     return value_span(kind, value, m.start("value"), 0)
 
