@@ -54,6 +54,13 @@ JA_PW, KO_PW, RU_PW = ("Ja" + _rand(8) + "1", "Ko" + _rand(8) + "2", "Ru" + _ran
 # A password holding characters that end a value in a URL's query or a parenthesis.
 SYMBOL_PW = "Ab3(" + _rand(6) + ")z&" + _rand(5)
 
+# Set apart from their names, named first, wrapped, or in a shape of their own.
+YAML_PW, K8S_PW, USE_PW = "Ym" + _rand(10), "Kp" + _rand(10), "Us" + _rand(8) + "&3"
+MAILCHIMP = "".join(RNG.choice("0123456789abcdef") for _ in range(32)) + "-us14"
+URL_TOKEN = _rand(28)
+WRAPPED = __import__("base64").b64encode(f"{GITLAB}x{_rand(8)}".encode()).decode()
+PIN = str(RNG.randrange(100000, 999999))
+
 TURN_TEXT = (
     f"Here is my PGP key, keep it:\n{PGP}\n"
     f"The AWS secret key is {AWS_SECRET} for the backup user.\n"
@@ -64,6 +71,10 @@ TURN_TEXT = (
     f"tokens: gitlab {GITLAB}, slack {SLACK}, telegram {TELEGRAM}, sendgrid {SENDGRID}.\n"
     f"服务器的 password：{FULLWIDTH_PW}\nパスワードは {JA_PW} です\n비밀번호: {KO_PW}\n"
     f"пароль: {RU_PW}\nthe wifi password is {SYMBOL_PW}\n"
+    f"db:\n  password: >-\n    {YAML_PW}\nenv:\n- name: DB_PASS\n  value: {K8S_PW}\n"
+    f"use {USE_PW} as the password for staging\nmailchimp {MAILCHIMP}\n"
+    f"git clone https://{URL_TOKEN}@git.example.org/x/y\necho {WRAPPED} | base64 -d\n"
+    f"银行卡 PIN码：{PIN}\n"
 )
 SECRETS = {
     "pgp": PGP_BODY, "aws": [AWS_SECRET], "password": [PASSWORD], "passphrase": [PASSPHRASE],
@@ -74,6 +85,8 @@ SECRETS = {
     "description": [DESCRIPTION_KEY], "hand": [HAND_KEY], "fullwidth": [FULLWIDTH_PW],
     "japanese": [JA_PW], "korean": [KO_PW], "russian": [RU_PW],
     "symbols": [SYMBOL_PW, SYMBOL_PW[4:]],
+    "yaml": [YAML_PW], "k8s": [K8S_PW], "use": [USE_PW], "mailchimp": [MAILCHIMP],
+    "url_token": [URL_TOKEN], "wrapped": [WRAPPED[:24]], "pin": [PIN],
 }
 
 
