@@ -181,3 +181,32 @@ def test_messages_that_only_touch_are_left_alone(first: str, second: str) -> Non
     messages = [{"role": "user", "content": first}, {"role": "user", "content": second}]
     assert [t["content"] for t in sanitize_messages(messages)] == [first, second]
     assert sanitize_messages(messages[1:], last_text(messages[:1]))[0]["content"] == second
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("mongosh -u admin -p Wq7rT2mK9z", "Wq7rT2mK9z"),
+    ("az login -u bob@example.org -p Wq7rT2mK9z", "Wq7rT2mK9z"),
+    ("ldapsearch -x -D cn=admin,dc=example -w Wq7rT2mK9z -b dc=example", "Wq7rT2mK9z"),
+    ("zip -P Wq7rT2mK9z out.zip notes.txt", "Wq7rT2mK9z"),
+    ("7z a -pWq7rT2mK9z out.7z notes", "Wq7rT2mK9z"),
+    ("openssl enc -aes-256-cbc -k Wq7rT2mK9z -in f", "Wq7rT2mK9z"),
+    ("openssl pkcs12 -export -passout pass:Wq7rT2mK9z -out c.p12", "Wq7rT2mK9z"),
+    ("htpasswd -b .htpasswd bob Wq7rT2mK9z", "Wq7rT2mK9z"),
+    ("sqlplus scott/Wq7rT2mK9z@orcl", "Wq7rT2mK9z"),
+    (r"net use Z: \\srv\share /user:bob Wq7rT2mK9z", "Wq7rT2mK9z"),
+    ("echo Wq7rT2mK9z | docker login -u bob --password-stdin", "Wq7rT2mK9z"),
+])
+def test_passwords_on_still_more_command_lines_are_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "zip -r out.zip dir", "7z a archive.7z dir", "openssl enc -k $PASS -in f",
+    "sqlplus / as sysdba", "sqlplus scott@orcl", r"net use Z: \\srv\share /user:bob",
+    'echo "$CR_PAT" | docker login ghcr.io -u bob --password-stdin',
+    "ldapsearch -x -W -D cn=admin", "mongosh -u admin -p", "htpasswd -c .htpasswd bob",
+    "the mongo cluster -p 27017",
+])
+def test_those_command_lines_without_a_password_stay(text: str) -> None:
+    assert redact(text) == text

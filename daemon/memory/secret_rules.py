@@ -178,6 +178,33 @@ _PUTTY = (
     r"PuTTY-User-Key-File-\d:.*?(?:Private-MAC:\s*[0-9a-fA-F]+|Private-Hash:\s*[0-9a-fA-F]+|\Z)"
 )
 
+_CLI_VALUE = r"[\"']?([^\s\"'\-][^\s\"']{2,199})"
+_CLI_PASSWORDS: Final = (
+    (("mongo", "az "), r"\b(?:mongosh|mongo|mongodump|mongorestore|mongoimport|mongoexport"
+                       r"|az[ \t]+login)\b[^\n]{0,200}?(?<!\S)(?:-p|--password)(?:[ \t]+|=)"
+                       + _CLI_VALUE),
+    (("ldap",), r"\bldap(?:search|add|modify|delete|passwd|whoami|compare)\b[^\n]{0,200}?"
+                r"(?<!\S)-w[ \t]+" + _CLI_VALUE),
+    (("zip",), r"\bzip[ \t][^\n]{0,200}?(?<!\S)(?:-P|--password)[ \t]+" + _CLI_VALUE),
+    (("7z",), r"\b7z[ar]?[ \t]+[a-z][^\n]{0,200}?(?<!\S)-p" + _CLI_VALUE),
+    (("openssl",), r"\bopenssl[ \t][^\n]{0,200}?(?<!\S)(?:-k[ \t]+|-pass(?:in|out)?[ \t]+pass:)"
+                   + _CLI_VALUE),
+    (("htpasswd",), r"\bhtpasswd[ \t]+(?:-[a-zA-Z]+[ \t]+)*-[a-zA-Z]*b[a-zA-Z]*[ \t]+"
+                    r"(?:-[a-zA-Z]+[ \t]+)*\S+[ \t]+\S+[ \t]+" + _CLI_VALUE),
+    (("sqlplus",), r"\bsqlplus[ \t]+(?:-\w+[ \t]+)*[\w$#]+/([^\s@/\\\"']{3,200})"),
+    (("/user:",), r"\bnet[ \t]+use\b[^\n]{0,200}?/user:\S+[ \t]+" + _CLI_VALUE),
+    (("--password-stdin",),
+     r"\becho[ \t]+(?:-n[ \t]+)?[\"']?([^\s\"'|$][^\s\"'|]{2,199})[\"']?[ \t]*"
+     r"\|[ \t]*\w+[ \t]+(?:registry[ \t]+)?login\b[^\n]*--password-stdin"),
+)
+
+
+def _cli_value(value: str) -> bool:
+    """Not a placeholder, a variable, nor a number as short as a port ("-p 27017")."""
+    return (not PLACEHOLDER.match(value) and not value.startswith(("$", "%"))
+            and not (value.isdigit() and len(value) <= 5))
+
+
 _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S, token=False),
     Rule("private_key_tail", ("private key",), _key_block_tail),
@@ -287,6 +314,12 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r"(?:[ \t]+|=)[\"']?([^\s\"'\-][^\s\"']{2,199})",
                 group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
                 token=False),
+    # More clients' password flags: MongoDB, Azure, LDAP (``-w``), zip (``-P``), 7-Zip
+    # (``-pS3cret``), OpenSSL (``-k``, ``-pass pass:``), htpasswd's batch mode, Oracle's
+    # ``user/password@db``, ``net use ... /user:me S3cret`` and a password piped to a
+    # registry login.
+    *(_regex_rule("cli_password", hints, pattern, group=1, check=_cli_value, token=False)
+      for hints, pattern in _CLI_PASSWORDS),
     _regex_rule("auth_header", ("bearer", "basic", "token "),
                 r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
                 group=1, check=lambda v: looks_random(v, 16) or bool(HEX.match(v)), token=False),
