@@ -53,7 +53,13 @@ FORMAT_VERSION = 1
 # before a dot join compound tokens; 9: frontmatter keys in any script; 10, 11: frontmatter
 # values, list items and nested values wrapped over indented lines; 12: YAML's escapes in
 # double quotes; 13: flow mappings; 14: a masked value stops before the next setting of its
-# run and a bracket closing around it; and the redaction rules of the time); a generation
+# run and a bracket closing around it, code naming where a credential comes from is kept,
+# PIN codes in Chinese, passwords stated in more languages and values that configuration
+# files set apart from their names are masked, a UUID after a bare key and hex after
+# words other than a statement of it are not, a value named before its credential word is,
+# and more issuers' keys, a token as a URL's user part and base64-wrapped secrets are, as
+# are credential elements' values, label lines, .pgpass lines, subscript assignments and
+# more command lines' passwords; and the redaction rules of the time); a generation
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 14
