@@ -268,6 +268,24 @@ def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
     assert add(d, "s", [])["pending_turns"] == 0
 
 
+def test_a_write_with_arguments_the_tools_refuse_leaves_the_turns_pending(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The model's daily_write failed (its arguments were wrong) and it answered "saved":
+    # the job succeeded and committed the turns, which were then in no note at all.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    add(d, "s", turn("I live in Basel."))
+    for args in ({"name": "home", "content": 42}, {"content": "- Lives in Basel"},
+                 {"name": "home", "content": ["- Lives in Basel"]}):
+        fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", args)])), done())
+        job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
+        assert job["state"] == "failed" and "must be a string" in job["error"], job
+        assert add(d, "s", [])["pending_turns"] == 1
+    fake.script(write_note("home", "- Lives in Basel"), done())
+    assert wait_job(d, add(d, "s", [], flush=True)["job_id"])["state"] == "succeeded"
+    assert "Basel" in "".join(p.read_text() for p in (root / "memory").rglob("home.md"))
+
+
 def test_server_error_is_retried(daemon_factory: Any, fake: FakeProvider,
                                  tmp_path: Path) -> None:
     root = tmp_path / "ws"

@@ -35,10 +35,11 @@ answering meanwhile) gets the job's commit and inbox item: the job's own session
 and inbox closed with it.
 
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
-malformed answers, deadline, a note the disk refused to write, whatever the model then
-answered) fail the job with a clear message and leave the turns pending for the next
-run. Cancellation leaves no partial file (every write is atomic);
-the job kind is resumable, so one interrupted by a restart runs again.
+malformed answers, deadline, a note the disk refused to write or a write of it with
+arguments the tools refused, whatever the model then answered) fail the job with a clear
+message and leave the turns pending for the next run. Cancellation leaves no partial
+file (every write is atomic); the job kind is resumable, so one interrupted by a restart
+runs again.
 """
 
 from __future__ import annotations
@@ -380,8 +381,9 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                             f"the chat model did not finish within {MAX_STEPS} steps")
                     await tools.keep_refused()
                     if tools.write_failures and len(ops.changes) == changes_before:
-                        # The model heard the write failed, yet may answer "saved":
-                        # committed, these turns would be in no note.
+                        # The model heard its write failed (the disk, or arguments it
+                        # got wrong), yet may answer "saved": committed, these turns
+                        # would be in no note. They stay pending for the next run.
                         raise JobFailed(f"the note could not be written: "
                                         f"{tools.write_failures[-1]}")
                     if i < len(parts) - 1 and part.done is not None:

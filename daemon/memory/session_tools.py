@@ -60,7 +60,9 @@ class SessionTools:
         self.refused: list[capture_log.Refusal] = []
         #: The last refused rewrite of each note not written since (see keep_refused).
         self._unsettled: dict[str, _Refused] = {}
-        #: Tool calls that failed for the disk's sake (full, read-only, I/O errors).
+        #: Writes of this session's note that failed: for the disk's sake (full,
+        #: read-only, I/O errors) or for the model's (bad arguments). Not the refusals
+        #: of rewrites that drop bullet points, nor tools aimed at other files.
         self.write_failures: list[str] = []
 
     async def _text(self, rel: str) -> str:
@@ -135,7 +137,10 @@ class SessionTools:
         else:
             return f"error: unknown tool {name!r}"
         changes = len(self.ops.changes)
-        answer = await filetools.call(self.ops, name, args, storage_errors=self.write_failures)
+        storage: list[str] = []
+        answer = await filetools.call(self.ops, name, args, storage_errors=storage)
+        if name != "read" and answer.startswith("error:"):
+            self.write_failures.append(storage[-1] if storage else f"{name}: {answer[7:]}")
         for change in self.ops.changes[changes:]:
             self._unsettled.pop(change.path, None)  # written since its refusal
         return answer
