@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fakes.provider_server import FakeProvider
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_capture import add, config, done, fake, notes, turn, write_note
 from waits import wait_job
 
@@ -51,8 +51,14 @@ def test_turns_are_filed_under_the_day_they_were_said(daemon_factory: Any,
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     today = dt.date.today()
     said = (dt.datetime.now() - dt.timedelta(seconds=2 * DAY_S)).date()
+    # The shed note's description has lines of its own: the day's index.md took them
+    # as lines of its body (a rule, a stray "session_id:" line), not one line per note.
+    shed = Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "shed", "description": "where keys are\n---\nsession_id: x",
+        "content": "- about the shed"})]))
     for session, name in (("late", "quince"), ("old", "shed")):
-        fake.script(write_note(name, f"- about the {name}"), done())
+        fake.script(shed if name == "shed" else write_note(name, f"- about the {name}"),
+                    done())
         job = add(d2, session, [], flush=True)["job_id"]
         assert wait_job(d2, job, agent="w")["state"] == "succeeded"
     by_name = {p.stem: p.parent.name for p in notes(root)}
@@ -60,3 +66,5 @@ def test_turns_are_filed_under_the_day_they_were_said(daemon_factory: Any,
     prompts = [r.json["messages"][1]["content"] for r in fake.requests
                if r.path.endswith("/chat/completions") and len(r.json["messages"]) == 2]
     assert any(f"Date: {said.isoformat()}" in p and "quince" in p for p in prompts)
+    index = (root / f"memory/{today.isoformat()}/index.md").read_text().splitlines()
+    assert index[-2:] == ["", "- [shed](shed.md): where keys are --- session_id: x"], index

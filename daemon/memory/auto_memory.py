@@ -240,7 +240,8 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
                 continue
             text = read_confined(ws.root, f"{folder}/{path.name}") or ""
             desc = parse_frontmatter(text)[0].get("description")
-            out.append((path.name, str(desc) if desc else ""))
+            # One line per note, whatever lines the model put in its description.
+            out.append((path.name, " ".join(str(desc).split()) if desc else ""))
         return out
 
     notes = await trio.to_thread.run_sync(collect)
