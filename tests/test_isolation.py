@@ -158,6 +158,17 @@ def test_add_note_appends_to_the_session_note(agents: DaemonHandle) -> None:
         assert [h.path for h in c.search("bob", "pelicans")] == [other["path"]]
         with pytest.raises(errors.InvalidParams):
             c.add_note("bob", "   ")
+        # A note near the largest write is continued in the next one: every later call
+        # of the day was refused as "content too large", however short its content.
+        day = Path(first["path"]).parent / "day.md"
+        (Path(c.workspace_open("bob")["path"]) / day).write_text(
+            "---\nname: day\nsession_id: s9\n---\n" + "- a busy day of notes\n" * 47_658,
+            encoding="utf-8")
+        more = c.add_note("bob", "The kiln fires on Tuesdays.", session_id="s9", name="day")
+        assert more["created"] and more["path"] == str(day.with_name("day-2.md")), more
+        again = c.add_note("bob", "The kiln fires on Tuesdays.", session_id="s9", name="day")
+        assert (again["path"], again["changed"]) == (more["path"], False), again
+        assert [h.path for h in c.search("bob", "kiln")] == [more["path"]]
 
 
 # ------------------------------------------------------------------ fair scheduling

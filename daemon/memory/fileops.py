@@ -192,6 +192,11 @@ def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES) -> str
     return data.decode("utf-8", errors="replace")
 
 
+def has_room(text: str, room_for: int) -> bool:
+    """True if a note of ``text`` can grow by ``room_for`` bytes and still be written."""
+    return not room_for or len(text.encode("utf-8")) + room_for <= MAX_WRITE_BYTES
+
+
 def slug(name: str) -> str:
     """A file-name stem from a model-chosen name: word characters and ``-`` only."""
     stem = name.strip()
@@ -385,7 +390,8 @@ class FileOps:
 
     async def daily_write(self, session_id: str, name: str, content: str,
                           date: str | None = None, description: str | None = None,
-                          extra: Mapping[str, object] | None = None) -> WriteResult:
+                          extra: Mapping[str, object] | None = None,
+                          room_for: int = 0) -> WriteResult:
         """Write ``session_id``'s note ``name`` under ``<daily_dir>/<date>/``.
 
         The note gets frontmatter ``name``, ``description``, ``session_id`` and
@@ -393,7 +399,9 @@ class FileOps:
         frontmatter block at its start is merged, the daemon's fields win). If
         ``<name>.md`` belongs to another session (or to nobody: a hand-written note), a
         new unique name ``<name>-2.md``, ``-3``... is chosen; this session's own note is
-        updated in place. Never overwrites another session's note.
+        updated in place. Never overwrites another session's note. With ``room_for``,
+        an own note without that many bytes of room (:func:`has_room`) is passed over
+        too: the session's notes go on in the next one.
         """
         if not session_id or not isinstance(session_id, str):
             raise InvalidParams("session_id must be a non-empty string")
@@ -424,7 +432,8 @@ class FileOps:
                 before = await self.read_text(rel)
                 if before is None:
                     break
-                if parse_frontmatter(before)[0].get("session_id") == session_id:
+                if parse_frontmatter(before)[0].get("session_id") == session_id and (
+                        has_room(before, room_for)):
                     old_fields = parse_frontmatter(before)[0]
                     if not description and not given.get("description"):
                         fields["description"] = old_fields.get("description") or ""

@@ -29,7 +29,13 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.memory import topics
 from recalld.daemon.memory.dream import INTERESTS_FILE
-from recalld.daemon.memory.fileops import check_date, fileops_for, read_confined, slug
+from recalld.daemon.memory.fileops import (
+    check_date,
+    fileops_for,
+    has_room,
+    read_confined,
+    slug,
+)
 from recalld.daemon.memory.interests import parse_interests
 from recalld.daemon.memory.recall import (
     DEFAULT_BUDGET_CHARS,
@@ -60,6 +66,8 @@ log = logging.getLogger(__name__)
 METHODS = Methods()
 
 MAX_NOTE_CHARS = 32_000
+#: Room kept in a note for its frontmatter when ``memory.add_note`` appends to it.
+NOTE_HEADER_BYTES = 4096
 DEFAULT_NOTE_SESSION = "agent-notes"
 DEFAULT_NOTE_NAME = "agent-notes"
 MAX_LIST_FILES = 10_000
@@ -111,13 +119,19 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     ws = ctx.workspace(agent_id)
     ops = fileops_for(ws, session_id=session_id)
     day = check_date(None, ops.today)
+    # A note that cannot take the content and a new frontmatter is continued in the next
+    # one: a busy day of notes would have every later call refused as too large.
+    room_for = len(text.encode()) + len((description or "").encode()) + NOTE_HEADER_BYTES
     async with ws.services.note_lock:  # appending reads the note and writes it back
-        body = ""
-        existing = await _own_note(ws, ops.day_folder(day), slug(name), session_id)
-        if existing is not None:
-            old = existing.split("\n")
-            body = "\n".join(old[parse_frontmatter(existing)[1]:]).strip()
-        if f"\n\n{text}\n\n" in f"\n\n{body}\n\n":
+        notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
+        held = next((rel for rel, _, body in notes
+                     if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
+        rel, body = next(((rel, body) for rel, whole, body in notes
+                          if has_room(whole, room_for)), ("", ""))
+        if held is not None and held != rel:  # in a note that is full now
+            return {"agent_id": agent_id, "session_id": session_id, "date": day,
+                    "path": held, "created": False, "changed": False}
+        if held is not None:
             # Already said in this note, word for word: a call sent again after its answer
             # was lost (a restart, a dropped connection) adds nothing twice.
             new_body = f"{body}\n"
@@ -125,23 +139,28 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
             new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
         result = await ops.daily_write(session_id, name, new_body, date=day,
                                        description=description,
-                                       extra={"author": author} if author else None)
+                                       extra={"author": author} if author else None,
+                                       room_for=room_for)
     return {"agent_id": agent_id, "session_id": session_id, "date": day,
             "path": result.path, "created": result.created, "changed": result.changed}
 
 
-async def _own_note(ws: Workspace, folder: str, stem: str, session_id: str) -> str | None:
-    """Text of ``session_id``'s note ``stem`` (or ``stem-N``) in ``folder``, if any."""
+async def _own_notes(ws: Workspace, folder: str, stem: str,
+                     session_id: str) -> list[tuple[str, str, str]]:
+    """``session_id``'s notes ``stem``, ``stem-2``... in ``folder``, in order: each as its
+    path, its text and its body (stripped)."""
 
-    def scan() -> str | None:
+    def scan() -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
         for n in range(1, 1000):
             rel = f"{folder}/{stem if n == 1 else f'{stem}-{n}'}.md"
             text = read_confined(ws.root, rel)
             if text is None:
-                return None
+                break
             if parse_frontmatter(text)[0].get("session_id") == session_id:
-                return text
-        return None
+                body = "\n".join(text.split("\n")[parse_frontmatter(text)[1]:]).strip()
+                out.append((rel, text, body))
+        return out
 
     return await trio.to_thread.run_sync(scan)
 
