@@ -1,14 +1,18 @@
 """Conversations handed over in other shapes of the chat message formats.
 
-A real daemon and socket; the chat model is a scripted OpenAI-compatible server on
-127.0.0.1 where a job has to run.
+A real daemon and socket (and a session store on real files); the chat model is a
+scripted OpenAI-compatible server on 127.0.0.1 where a job has to run.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from recalld.daemon.memory import sessions
 from recalld.daemon.memory.turns import count_user_turns, sanitize_messages
 
 
@@ -76,3 +80,25 @@ def test_texts_and_media_in_the_shapes_of_other_apis(daemon_factory: Any,
         {"type": "input_image", "image_url": "https://example.org/a.png"},
         {"type": "input_file", "file_id": "file-1"}]}]) == [
         {"role": "user", "content": "[audio omitted]\n[image omitted]\n[file omitted]"}]
+
+
+async def test_a_long_text_block_is_sanitized_off_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long text given as a content block was sized as 1 KiB and sanitized on the event
+    # loop: a second of redaction for a long paste, every client of the daemon waiting.
+    on_loop: list[bool] = []
+
+    def sanitize(messages: Any) -> Any:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return sanitize_messages(messages)
+
+    monkeypatch.setattr(sessions, "sanitize_messages", sanitize)
+    store = sessions.SessionStore(tmp_path / "pending.jsonl", "w")
+    await store.open()
+    long = "The ferry to Vis leaves at nine. " * 1000
+    for content in (long, [{"type": "text", "text": long}],
+                    [{"type": "input_text", "text": "short"}, {"type": "text", "text": long}],
+                    "short", [{"type": "text", "text": "short"}]):
+        await store.add("s", [{"role": "user", "content": content}], None)
+    store.close()
+    assert on_loop == [False, False, False, True, True]

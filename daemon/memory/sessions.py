@@ -45,7 +45,13 @@ import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.turns import Turn, count_user_turns, last_text, sanitize_messages
+from recalld.daemon.memory.turns import (
+    Turn,
+    count_user_turns,
+    last_text,
+    sanitize_messages,
+    text_chars,
+)
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import UnknownWorkspace
@@ -393,10 +399,8 @@ class SessionStore:
         # The redaction rules are imported with the first turns a daemon is given.
         from recalld.daemon.memory.redact import INLINE_CHARS
 
-        size = sum(len(content) if isinstance(content := m.get("content"), str) else 1024
-                   for m in messages)
         before = s.tail if (s := self._sessions.get(session_id)) is not None else ""
-        if size > INLINE_CHARS:
+        if text_chars(messages) > INLINE_CHARS:
             clean = await trio.to_thread.run_sync(sanitize_messages, messages, before,
                                                   limiter=self._cpu)
         else:

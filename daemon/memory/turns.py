@@ -79,6 +79,12 @@ def _content_blocks(content: object) -> list[str]:
     raise InvalidParams("message content must be a string, an array of blocks or null")
 
 
+def text_chars(messages: Sequence[Mapping[str, object]]) -> int:
+    """The characters of text in ``messages``, strings and text blocks alike: what
+    :func:`sanitize_messages` works through."""
+    return sum(len(b) for m in messages for b in _content_blocks(m.get("content")))
+
+
 def check_messages(messages: object) -> list[JsonObject]:
     """Validate the shape of OpenAI-style chat messages (InvalidParams otherwise)."""
     if not isinstance(messages, list):
