@@ -5,6 +5,7 @@ chat server)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,43 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
     assert "- [Hand](hand\\n- [forged](evil.md).md) — by hand" in listed.splitlines()
     assert "- [forged](evil.md).md) — by hand" not in listed.splitlines()
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+#: A daemon that notes in $ON_LOOP_LOG every long text it redacts on its event loop's
+#: thread, where every client waits while it runs.
+ON_LOOP = (
+    sys.executable, "-c",
+    "import os, sys, threading\n"
+    "from recalld.daemon.memory import redact\n"
+    "real = redact.redact\n"
+    "def spy(text, *args, **kwargs):\n"
+    "    if (len(text) > redact.INLINE_CHARS\n"
+    "            and threading.current_thread() is threading.main_thread()):\n"
+    "        with open(os.environ['ON_LOOP_LOG'], 'a') as log:\n"
+    "            log.write(f'{len(text)}\\n')\n"
+    "    return real(text, *args, **kwargs)\n"
+    "redact.redact = spy\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def test_long_topic_texts_are_redacted_off_the_event_loop(daemon_factory: DaemonFactory,
+                                                          tmp_path: Path) -> None:
+    # A topic file's body and an edit's new text were redacted on the event loop (about
+    # a second for the largest request), and a body too long was refused only after it.
+    log = tmp_path / "on-loop"
+    daemon = daemon_factory(launcher=ON_LOOP, ON_LOOP_LOG=str(log))
+    daemon.call("workspace.open", {"agent_id": "a"})
+    long = "The kiln at the north studio fires at 1260 degrees.\n" * 400
+    topic = {"agent_id": "a", "path": "kiln.md", "name": "Kiln", "description": "firing",
+             "type": "reference"}
+    assert daemon.call("memory.topic_write", {**topic, "body": "Glazes.\n" + long})["created"]
+    assert daemon.call("memory.topic_edit", {"agent_id": "a", "path": "kiln.md",
+                                             "old": "Glazes.", "new": long})["changed"]
+    with pytest.raises(InvalidParams, match="at most"):
+        daemon.call("memory.topic_write", {**topic, "body": long * 4})
+    assert not log.exists(), log.read_text()
 
 
 def test_memory_md_is_not_a_node_of_the_index_it_summarizes(daemon: DaemonHandle) -> None:

@@ -395,7 +395,8 @@ async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
     p.done()
     ws = ctx.workspace(agent_id)
     rel = topics.topic_path(topics.digest_folder(ws), path)
-    text = topics.render_topic(name, description, type_, redact(body))
+    body = await redact_async(body, limiter=ctx.state.services.cpu)  # a long one: a worker
+    text = topics.render_topic(name, description, type_, body)
     result = await fileops_for(ws).write(rel, text)
     return await _topic_done(ws, rel, result.created, result.changed, "written")
 
@@ -420,10 +421,11 @@ async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
     count = before.count(old)
     if count != 1:
         raise InvalidParams(f"'old' occurs {count} times in {rel}; it must occur exactly once")
-    topics.checked_topic(before.replace(old, redact(new), 1), rel)
+    new = await redact_async(new, limiter=ctx.state.services.cpu)
+    topics.checked_topic(before.replace(old, new, 1), rel)
     # The file operations apply the edit under the workspace write lock, against the
     # file as it is then (so a write in between is never lost).
-    result = await fileops_for(ws).edit(rel, old, redact(new))
+    result = await fileops_for(ws).edit(rel, old, new)
     return await _topic_done(ws, rel, False, result.changed, "edited")
 
 
