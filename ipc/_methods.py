@@ -227,7 +227,7 @@ def memory_list(
 
 def recall(
     agent_id: str, query: str | None = None,
-    messages: Sequence[Mapping[str, str]] | None = None, max_results: int | None = None,
+    messages: Sequence[Mapping[str, object]] | None = None, max_results: int | None = None,
     budget_chars: int | None = None, include_index: bool = False,
     include_interests: bool = False,
 ) -> Call[Recall]:

@@ -106,6 +106,21 @@ def test_messages_make_the_query_and_the_index_comes_when_asked(
     with Client(daemon.socket_path, timeout_s=10) as client:
         same = client.recall("w", messages=messages, include_index=True, budget_chars=20_000)
     assert same["rendered"] == answer["rendered"]
+    # The conversation as memory.add_turns takes it: a tool call's null content and
+    # content blocks were refused; the recall block put before the last reply was
+    # searched again with the question.
+    said = [{"role": "user", "content": [
+                {"type": "text", "text": "<recalled-memory>hello</recalled-memory>"},
+                {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}},
+                {"type": "text", "text": "what did we ride across the lake?"}]},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "look", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "nothing"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2",
+                                          "content": "quokkaboat"}]},
+            {"role": "user", "content": [{"type": "text", "text": "quokkaboat?"}]}]
+    blocks = recall(daemon, messages=said)
+    assert blocks["query"] == "what did we ride across the lake?\nquokkaboat?", blocks["query"]
 
 
 def test_a_long_request_is_searched_whole_as_memory_search_does(daemon: DaemonHandle,

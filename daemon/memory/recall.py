@@ -12,10 +12,11 @@ search and reads the index.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Literal
 
 from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.memory.turns import user_texts
 from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
 
@@ -48,15 +49,9 @@ def query_of(query: str | None, messages: Sequence[object] | None) -> str:
         text = query.strip()
     else:
         assert messages is not None
-        texts: list[str] = []
-        for i, msg in enumerate(messages):
-            if not isinstance(msg, Mapping) or not isinstance(msg.get("content"), str) or (
-                    not isinstance(msg.get("role"), str)):
-                raise InvalidParams(
-                    f"messages[{i}] must be an object with string 'role' and 'content'")
-            if msg["role"] == "user" and msg["content"].strip():
-                texts.append(msg["content"].strip())
-        text = "\n".join(texts[-QUERY_TURNS:])
+        # The conversation as add_turns takes it: content blocks, tool calls (null
+        # content), tool results; the recall block a reply was given is not searched again.
+        text = "\n".join(user_texts(messages)[-QUERY_TURNS:])
     if not text:
         raise InvalidParams("the query is empty (no text, or no user message with text)")
     return text

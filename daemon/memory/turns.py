@@ -4,7 +4,8 @@
 :func:`sanitize_messages` keeps only what the user and the assistant said, as
 :class:`Turn` records (tool results, media and base64 payloads, recalled-memory blocks and
 system prompts removed; secrets redacted), before
-:class:`~recalld.daemon.memory.sessions.SessionStore` puts them on disk. No I/O; the
+:class:`~recalld.daemon.memory.sessions.SessionStore` puts them on disk;
+:func:`user_texts` gives what the user said in them to ``memory.recall``'s search. No I/O; the
 redaction rules are imported when first needed.
 """
 
@@ -54,8 +55,9 @@ def _strip(text: str) -> str:
 
 
 
-def _content_blocks(content: object) -> list[str]:
-    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks)."""
+def _content_blocks(content: object, media: bool = True) -> list[str]:
+    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks);
+    a media block is a placeholder naming it (none without ``media``)."""
     if content is None:
         return []
     if isinstance(content, str):
@@ -72,11 +74,27 @@ def _content_blocks(content: object) -> list[str]:
                     text = text.get("value")
                 if kind in ("text", "input_text", "output_text") and isinstance(text, str):
                     parts.append(text)
-                elif isinstance(kind, str) and kind in MEDIA_BLOCKS:
+                elif media and isinstance(kind, str) and kind in MEDIA_BLOCKS:
                     parts.append(f"[{MEDIA_BLOCKS[kind]} omitted]")
                 # tool_result / tool_use / anything else: not the user's words, dropped
         return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")
+
+
+def user_texts(messages: Sequence[object]) -> list[str]:
+    """What each user message says, in order, as a search takes it: its text blocks,
+    without recalled-memory blocks, media, data URLs and base64 runs (messages of any
+    role and of the shapes :func:`check_messages` takes; no redaction, it is not kept).
+    InvalidParams for a message that is not an object with a string role."""
+    out: list[str] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise InvalidParams(f"messages[{i}] must be an object with a string 'role'")
+        if m["role"] == "user":
+            text = "\n".join(_strip(b) for b in _content_blocks(m.get("content"), media=False))
+            if text.strip():
+                out.append(text.strip())
+    return out
 
 
 def text_chars(messages: Sequence[Mapping[str, object]]) -> int:
