@@ -261,6 +261,11 @@ def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
         assert job["error_code"] == -32003
         assert add(d, "s", [])["pending_turns"] == 1  # nothing lost
         assert not (root / "mem_session/dialog/s.jsonl").exists()
+    # A thinking model that spent its tokens said no "nothing to save": turns committed.
+    fake.script(Reply(json=chat_answer(None, finish_reason="length")))
+    job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
+    assert job["state"] == "failed" and "length limit" in job["error"], job
+    assert add(d, "s", [])["pending_turns"] == 1
     # The daemon keeps serving, and the next flush retries the same turns.
     fake.script(write_note("home", "- Lives in Basel"), done())
     retry = wait_job(d, add(d, "s", [], flush=True)["job_id"])

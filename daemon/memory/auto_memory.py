@@ -378,8 +378,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     finished = finished and result.finished
                     final_text = result.final_text
                     if not result.finished and len(ops.changes) == changes_before:
-                        raise JobFailed(
-                            f"the chat model did not finish within {MAX_STEPS} steps")
+                        raise JobFailed(result.unfinished(MAX_STEPS))
                     await tools.keep_refused()
                     if tools.write_failures and len(ops.changes) == changes_before:
                         # The model heard its write failed (the disk, or arguments it

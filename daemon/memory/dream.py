@@ -364,9 +364,7 @@ async def run_dream(
                                              max_steps=cfg.max_steps_per_note,
                                              deadline_s=cfg.deadline_per_note_s)
                     if not result.finished:  # cut off: the rest of the note may be unread
-                        raise LoopFailed(f"the chat model did not finish within "
-                                         f"{cfg.max_steps_per_note} steps (it was still "
-                                         "calling tools)")
+                        raise LoopFailed(result.unfinished(cfg.max_steps_per_note))
                 if run.blocked:
                     raise JobFailed(run.blocked[0])
             except ProviderConfigError:

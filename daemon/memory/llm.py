@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[str, JsonObject], Awaitable[str]]
 DEFAULT_DEADLINE_S = 600.0
 MAX_TOOL_RESULT_CHARS = 20_000
+#: Finish reasons of an answer stopped before it was complete.
+CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
 
 
 class LoopFailed(JobFailed):
@@ -52,8 +54,10 @@ class LoopResult:
 
     ``final_text`` is the model's last text answer ('' if none); ``steps`` counts chat
     completions; ``tool_calls_made`` names every tool call in order; ``finished`` is False
-    when ``max_steps`` ran out while the model still asked for tools; ``messages`` is the
-    whole conversation including tool results.
+    when ``max_steps`` ran out while the model still asked for tools, or when its last
+    answer was stopped before it was complete (``cut``: the finish reason, ``length``
+    when it reached its token limit); ``messages`` is the whole conversation including
+    tool results.
     """
 
     final_text: str
@@ -61,6 +65,17 @@ class LoopResult:
     tool_calls_made: list[str] = field(default_factory=list)
     finished: bool = True
     messages: list[ChatMessage] = field(default_factory=list)
+    cut: str | None = None
+
+    def unfinished(self, max_steps: int) -> str:
+        """Why the loop did not finish, for a job's error."""
+        if self.cut == "length":
+            return ("the chat model's answer stopped at its length limit before it was "
+                    "complete (raise max_tokens in chat_model_config)")
+        if self.cut is not None:
+            return f"the chat model's answer was stopped before it was complete: {self.cut}"
+        return (f"the chat model did not finish within {max_steps} steps (it was still "
+                "calling tools)")
 
 
 async def run_tools(
@@ -91,9 +106,12 @@ async def run_tools(
             steps += 1
             convo.append(answer.assistant_message())
             if not answer.tool_calls:
+                # An answer cut short (a thinking model spending its tokens) is no "nothing
+                # to save": the caller must not take it for the model's last word.
+                cut = answer.finish_reason if answer.finish_reason in CUT_SHORT else None
                 if on_step is not None:
-                    on_step(steps, "model finished")
-                return LoopResult(answer.content or "", steps, made, True, convo)
+                    on_step(steps, "model finished" if cut is None else f"answer cut ({cut})")
+                return LoopResult(answer.content or "", steps, made, cut is None, convo, cut)
             for call in answer.tool_calls:
                 made.append(call.name)
                 try:
