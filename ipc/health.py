@@ -99,8 +99,36 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
                                   f"recalld doctor; recalld verify --agent {agent}; "
                                   f"recalld reindex --agent {agent}"))
     elif state == "pending" and h.get("reasons"):
-        a.problems.append(Problem("info", "pending: " + "; ".join(h["reasons"]),
-                                  "wait: it catches up by itself (recalld search --sync waits)"))
+        capture = [r for r in h["reasons"] if _is_capture(r, ws)]
+        others = [r for r in h["reasons"] if r not in capture]
+        if others:
+            a.problems.append(Problem(
+                "info", "pending: " + "; ".join(others),
+                "wait: it catches up by itself (recalld search --sync waits)"))
+        if capture:
+            a.problems.append(Problem("info", "pending: " + "; ".join(capture),
+                                      _capture_fix(agent, ws)))
+
+
+def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:
+    """True for the health reason that says which conversation turns wait and why."""
+    why = (ws.get("capture") or {}).get("reason")
+    return isinstance(why, str) and reason.endswith(f" wait for auto_memory: {why}")
+
+
+def _capture_fix(agent: str, ws: WorkspaceInfo) -> str:
+    """What writes the waiting turns: only a chat model, or a flush when nothing is timed,
+    or (the idle flush and its retries are on) time itself."""
+    capture = ws.get("capture") or {}
+    if capture.get("reason") == "no chat model configured":
+        return (f"give the workspace a chat model (chat_model_config in [workspaces.{agent}] "
+                "or [workspace_defaults] of the config file, " + RESTART_FIX + "; or let "
+                "the agent hand its own over); the turns wait on disk")
+    if not capture.get("idle_s"):
+        return ("they are written at the session's next auto_memory_interval user turns or "
+                "flush (memory.add_turns with flush: true, end_session); or set "
+                f"auto_memory_idle_s for {agent} so that idle sessions are written")
+    return "wait: the idle flush writes them, and retries a failed job by itself"
 
 
 def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:

@@ -88,6 +88,26 @@ def _ws(**extra: Any) -> dict[str, Any]:
     return base
 
 
+def test_turns_waiting_for_auto_memory_get_the_fix_that_writes_them() -> None:
+    # "wait: it catches up by itself" was the fix of every pending workspace: turns that
+    # wait for a chat model, or for a flush with no idle flush, never are written so.
+    def fix(reason: str, idle_s: float) -> str:
+        line = f"2 conversation message(s) of 1 session(s) wait for auto_memory: {reason}"
+        ws = _ws(health={"state": "pending", "reasons": ["3 change(s) waiting", line]},
+                 capture={"reason": reason, "idle_s": idle_s, "waiting_messages": 2})
+        problems = {p.what: p.fix for p in assess(ws).problems}
+        assert problems.pop("pending: 3 change(s) waiting").startswith("wait: it catches up")
+        ((what, how),) = problems.items()
+        assert what == f"pending: {line}"
+        return how
+
+    assert "give the workspace a chat model" in fix("no chat model configured", 600.0)
+    assert "flush: true" in fix("the last auto_memory job left them pending (failed: HTTP "
+                                "400); waiting for 5 user turns or a flush", 0.0)
+    assert fix("waiting for 5 user turns or 600 s idle or a flush", 600.0).startswith(
+        "wait: the idle flush")
+
+
 def test_assess_reads_runtime_problems() -> None:
     a = assess(_ws(sessions={"sessions": 1, "pending_messages": 4},
                    inbox={"items": 3, "unacked": 2}))
