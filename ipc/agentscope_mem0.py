@@ -23,7 +23,13 @@ from agentscope.tool import ToolBase, ToolChunk
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import workspace_name
-from recalld.ipc.agentscope_messages import MEMORY_MSG_NAME, _msg_text, _query_text
+from recalld.ipc.agentscope_messages import (
+    MEMORY_MSG_NAME,
+    Parked,
+    _msg_text,
+    _query_text,
+    still_waiting,
+)
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
 from recalld.ipc.agentscope_workspace import (
     _AWAY,
@@ -135,6 +141,9 @@ class RecalldMem0Middleware(MiddlewareBase):
         #: Exchanges the daemon was away for, oldest first: sent with the next one.
         self._unsent: deque[str] = deque()
         self._sending = asyncio.Lock()
+        #: The request of a reply that ended waiting for the user (a tool call to
+        #: confirm), by agent state: stored with the answer of the reply resuming it.
+        self._parked: Parked[str] = Parked()
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
@@ -222,6 +231,8 @@ class RecalldMem0Middleware(MiddlewareBase):
                 yield item
             return
         query = _query_text(input_kwargs.get("inputs"))
+        parked = self._parked.pop(id(agent.state), None)
+        asked = query or parked  # a resumed reply answers the request it waited with
         memories: list[str] = []
         if query:
             try:
@@ -230,8 +241,10 @@ class RecalldMem0Middleware(MiddlewareBase):
                 log.warning("recalld search for %s failed: %s", self.workspace, exc)
         final: Msg | None = None
         injected = False
+        waits = False
         try:
             async for item in next_handler(**input_kwargs):
+                waits = still_waiting(item, waits)
                 if not injected and memories and isinstance(item, ReplyStartEvent):
                     agent.state.context.append(self._memory_message(memories))
                     injected = True
@@ -240,8 +253,10 @@ class RecalldMem0Middleware(MiddlewareBase):
                 yield item
         finally:
             answer = _msg_text(final) if final is not None else ""
-            if query and answer:
-                exchange = f"User: {query}\nAssistant: {answer}"
+            if asked and waits:  # its last message says it waits: not the answer
+                self._parked.park(id(agent.state), asked)
+            elif asked and answer:
+                exchange = f"User: {asked}\nAssistant: {answer}"
                 if self.await_write:
                     await self._write(exchange)
                 else:

@@ -28,10 +28,12 @@ from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
+    Parked,
     _query_text,
     _turns,
     format_hits,
     memory_message,
+    still_waiting,
 )
 from recalld.ipc.agentscope_tools import (
     AddMemoryTool,
@@ -132,6 +134,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._pending_hits: dict[int, list[str]] = {}
         #: The workspace of each running reply (for its tools).
         self._reply_workspace: dict[int, str] = {}
+        #: Context ids before a reply that ended waiting for the user: its turns are
+        #: written back by the reply that resumes it.
+        self._parked: Parked[set[str]] = Parked()
         self._session_workspace: OrderedDict[str, str] = OrderedDict()
         self._index_cache: dict[str, tuple[float, str]] = {}
 
@@ -292,19 +297,26 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 hits = []
             if hits:
                 self._pending_hits[key] = hits
-        before = {m.id for m in agent.state.context if isinstance(m, Msg)}
+        parked = self._parked.pop(key, None) if query is None else None
+        before = parked if parked is not None else {
+            m.id for m in agent.state.context if isinstance(m, Msg)}
         if session is not None:
             self._reply_before[key] = before
+        waits = False
         try:
             async for item in next_handler(**input_kwargs):
+                waits = still_waiting(item, waits)
                 yield item
         finally:
             if session is not None:
                 self._pending_hits.pop(key, None)
                 self._reply_before.pop(key, None)
                 self._reply_workspace.pop(key, None)
-            if self.write_back and query and session is not None:
-                await self._write_back(agent, workspace, session, before)
+            if self.write_back and (query or parked is not None) and session is not None:
+                if waits:  # no answer yet: the reply resuming it writes the turns back
+                    self._parked.park(key, before)
+                else:
+                    await self._write_back(agent, workspace, session, before)
 
     async def on_reasoning(
         self,

@@ -7,8 +7,11 @@ written back) and the search hits formatted for a model.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TypeVar
 
+from agentscope.event import ReplyEndEvent, RequireExternalExecutionEvent, RequireUserConfirmEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg
 
 from recalld.ipc.types import SearchResponse
@@ -16,6 +19,9 @@ from recalld.ipc.types import SearchResponse
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
 MAX_HIT_CHARS = 1200
+#: Replies waiting for the user (a tool call to confirm) remembered per middleware.
+MAX_PARKED = 1000
+V = TypeVar("V")
 
 
 def format_hits(response: SearchResponse) -> list[str]:
@@ -55,3 +61,24 @@ def _query_text(inputs: object) -> str | None:
     texts = [_msg_text(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
     joined = "\n".join(t for t in texts if t)
     return joined or None
+
+
+class Parked(OrderedDict[int, V]):
+    """What a reply that ended before the agent answered (it waits for the user to
+    confirm a tool call, or for an external execution) leaves for the reply that resumes
+    it, by the id of the agent's state; the oldest is forgotten past ``MAX_PARKED``."""
+
+    def park(self, key: int, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > MAX_PARKED:
+            self.popitem(last=False)
+
+
+def still_waiting(item: object, waiting: bool) -> bool:
+    """Whether a reply waits for the user (to confirm a tool call) or for a tool run
+    elsewhere, after ``item`` of its stream: it then ends without its answer, and the
+    reply given the user's decision resumes it (without a user message of its own)."""
+    if isinstance(item, RequireUserConfirmEvent | RequireExternalExecutionEvent):
+        return True
+    return False if isinstance(item, ReplyEndEvent) else waiting

@@ -20,17 +20,24 @@ pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
-from agentscope.message import UserMsg
+from agentscope.event import ConfirmResult, RequireUserConfirmEvent, UserConfirmResultEvent
+from agentscope.message import TextBlock, UserMsg
 from agentscope.model import OpenAIChatModel
-from agentscope.tool import Toolkit
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import ToolBase, ToolChunk, Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from waits import wait_for
+from waits import wait_for, wait_value
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agentscope import MODES, Mode, RecalldMemoryMiddleware
+from recalld.ipc.agentscope import (
+    MODES,
+    Mode,
+    RecalldMem0Middleware,
+    RecalldMemoryMiddleware,
+)
 from recalld.ipc.client import Client
 
 MEMORY_PROMPT = "You keep the long-term memory"
@@ -260,3 +267,70 @@ def test_agentscope_turns_folded_while_the_daemon_is_away_are_sent_later(
 
     asyncio.run(main())
     wait_note(workspace_root(second[0], "luthier"), fact)
+
+
+class Launch(ToolBase):
+    """A tool the user must confirm before it runs."""
+
+    name = "launch"
+    description = "Launch the rocket."
+    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+    is_concurrency_safe = False
+    is_read_only = False
+    is_external_tool = False
+    is_mcp = False
+    mcp_name = None
+
+    async def check_permissions(self, tool_input: Any, context: Any) -> PermissionDecision:
+        return PermissionDecision(behavior=PermissionBehavior.ASK, message="launch?")
+
+    async def call(self, **_: Any) -> ToolChunk:
+        return ToolChunk(content=[TextBlock(type="text", text="launched")])
+
+
+@pytest.mark.parametrize("kind", ["memory", "mem0"])
+def test_a_reply_that_waited_for_the_users_confirmation_is_remembered(
+        daemon_factory: Any, fake: FakeProvider, kind: str) -> None:
+    # The reply that asked to confirm a tool call ended without an answer, and the reply
+    # resuming it had no user message: neither wrote anything back, the request and the
+    # answer never reached memory.
+    daemon = daemon_factory(config(fake, idle_s=600))
+
+    def pilot(body: Any) -> dict[str, Any]:
+        if MEMORY_PROMPT in str(body["messages"][0].get("content")):
+            return model_answer(body)
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return chat_answer("Kestrel left pad 39B at dawn.")
+        return chat_answer(None, [tool_call("launch", {})])
+
+    fake.chat_default = pilot
+
+    async def main() -> None:
+        mw: Any = (RecalldMemoryMiddleware(agent_id="pilot", mode="static_control",
+                                           socket_path=daemon.socket_path) if kind == "memory"
+                   else RecalldMem0Middleware(user_id="pilot", mode="static_control",
+                                              socket_path=daemon.socket_path))
+        model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                                model="fake", stream=False, max_retries=0)
+        agent = Agent(name="helper", system_prompt="You fly rockets.", model=model,
+                      toolkit=Toolkit(tools=[Launch()]), middlewares=[mw])
+        try:
+            asks = [e async for e in agent.reply_stream(
+                UserMsg(name="user", content="Launch the rocket Kestrel from pad 39B."))
+                if isinstance(e, RequireUserConfirmEvent)]
+            await agent.reply(UserConfirmResultEvent(reply_id=asks[0].reply_id, confirm_results=[
+                ConfirmResult(confirmed=True, tool_call=asks[0].tool_calls[0])]))
+        finally:
+            await mw.close()
+            await model.client.close()
+
+    asyncio.run(main())
+    root = workspace_root(daemon, "pilot")
+    note = wait_note(root, "Launch the rocket Kestrel")
+    # The answer: in the note Mem0's middleware stores, in the dialog of auto_memory's.
+    said = (lambda: [note]) if kind == "mem0" else (
+        lambda: list((root / "mem_session/dialog").glob("*.jsonl")))
+    text = wait_value(lambda: "".join(p.read_text(encoding="utf-8") for p in said()),
+                      lambda t: "Kestrel left pad 39B at dawn." in t,
+                      "the answer given after the confirmation", deadline_s=30)
+    assert "waiting for your permission" not in text, text
