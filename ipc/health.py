@@ -80,7 +80,11 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     idx = ws.get("index") or {}
     state = h.get("state") or "-"
     pending = idx.get("pending_changes") or 0
-    text = f"{state}: {idx.get('files', '-')} file(s), {idx.get('chunks', '-')} chunk(s) indexed"
+    reasons = h.get("reasons") or []
+    # Turns waiting for auto_memory make the workspace pending, not its index.
+    shown = "clean" if state == "pending" and reasons and all(
+        _is_capture(r, ws) for r in reasons) else state
+    text = f"{shown}: {idx.get('files', '-')} file(s), {idx.get('chunks', '-')} chunk(s) indexed"
     if pending:
         text += f", {pending} change(s) waiting"
     if h.get("unindexed"):

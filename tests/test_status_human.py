@@ -95,7 +95,12 @@ def test_turns_waiting_for_auto_memory_get_the_fix_that_writes_them() -> None:
         line = f"2 conversation message(s) of 1 session(s) wait for auto_memory: {reason}"
         ws = _ws(health={"state": "pending", "reasons": ["3 change(s) waiting", line]},
                  capture={"reason": reason, "idle_s": idle_s, "waiting_messages": 2})
-        problems = {p.what: p.fix for p in assess(ws).problems}
+        assessed = assess(ws)
+        assert ("index", "pending: 1 file(s), 2 chunk(s) indexed") in assessed.facts
+        alone = assess({**ws, "health": {"state": "pending", "reasons": [line]}})
+        # Only the turns wait: the index is not said to be pending.
+        assert ("index", "clean: 1 file(s), 2 chunk(s) indexed") in alone.facts
+        problems = {p.what: p.fix for p in assessed.problems}
         assert problems.pop("pending: 3 change(s) waiting").startswith("wait: it catches up")
         ((what, how),) = problems.items()
         assert what == f"pending: {line}"
