@@ -88,9 +88,9 @@ async def test_a_long_text_block_is_sanitized_off_the_event_loop(
     # loop: a second of redaction for a long paste, every client of the daemon waiting.
     on_loop: list[bool] = []
 
-    def sanitize(messages: Any) -> Any:
+    def sanitize(messages: Any, before: str = "") -> Any:
         on_loop.append(threading.current_thread() is threading.main_thread())
-        return sanitize_messages(messages)
+        return sanitize_messages(messages, before)
 
     monkeypatch.setattr(sessions, "sanitize_messages", sanitize)
     store = sessions.SessionStore(tmp_path / "pending.jsonl", "w")
