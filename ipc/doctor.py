@@ -277,7 +277,7 @@ class Doctor:
 
     # -- systemd --------------------------------------------------------------------
     def _unit_dir(self) -> Path:
-        base = self.env.get("XDG_CONFIG_HOME") or str(
+        base = paths.xdg_dir(self.env, "XDG_CONFIG_HOME") or str(
             Path(self.env.get("HOME", "~")).expanduser() / ".config")
         return Path(base) / "systemd" / "user"
 
@@ -309,7 +309,7 @@ class Doctor:
         if len(values) != 1:
             return None
         value = values[0]
-        runtime = self.env.get("XDG_RUNTIME_DIR")
+        runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
         if value.startswith("%t/"):
             if not runtime:
                 return None
@@ -320,7 +320,7 @@ class Doctor:
         return Path(value) if value.startswith("/") else None
 
     def _bus(self) -> bool:
-        runtime = self.env.get("XDG_RUNTIME_DIR")
+        runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
         return bool(self.env.get("DBUS_SESSION_BUS_ADDRESS")) or bool(
             runtime and Path(runtime, "bus").exists())
 

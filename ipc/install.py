@@ -22,6 +22,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from recalld.ipc import paths
+
 SERVICE_NAME = "recalld.service"
 SOCKET_NAME = "recalld.socket"
 #: ExecStart used for the copies kept in the repository's systemd/ folder.
@@ -129,14 +131,15 @@ def render_units(exec_start: str | None = None, socket_path: Path | None = None,
 
 def unit_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    base = paths.xdg_dir(env, "XDG_CONFIG_HOME") or str(
+        Path(env.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "systemd" / "user"
 
 
 def listen_path(socket_path: Path, environ: Mapping[str, str] | None = None) -> Path | None:
     """None when ``socket_path`` is the one systemd's ``%t`` default names."""
     env = os.environ if environ is None else environ
-    runtime = env.get("XDG_RUNTIME_DIR")
+    runtime = paths.xdg_dir(env, "XDG_RUNTIME_DIR")
     if runtime and socket_path == Path(runtime) / "recalld" / "recalld.sock":
         return None
     return socket_path
@@ -191,7 +194,8 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
     Without ``write_only`` a user systemd must answer first; otherwise nothing is written.
     """
     env = os.environ if environ is None else environ
-    carried = {k: env[k] for k in SERVICE_ENV if env.get(k)}
+    carried = {k: env[k] for k in SERVICE_ENV
+               if (paths.xdg_dir(env, k) if k.startswith("XDG_") else env.get(k))}
     if not write_only:
         problem = user_systemd_problem()
         if problem is not None:

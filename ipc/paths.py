@@ -16,7 +16,8 @@ Precedence (first that is set):
 
 ``~`` is expanded everywhere. A relative path given on the command line is taken from the
 current directory; one from the environment or the file is refused (:class:`PathError`),
-since the daemon and its clients need not share a working directory.
+since the daemon and its clients need not share a working directory. A relative
+``XDG_*`` variable is ignored, as the XDG specification says.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ class PathError(ValueError):
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
+
+
+def xdg_dir(env: Mapping[str, str], name: str) -> str | None:
+    """The XDG base directory variable ``name`` when it is set to an absolute path; a
+    relative one is ignored as if unset, as the XDG base directory specification says
+    (it would be taken from each process's own working directory)."""
+    value = env.get(name)
+    return value if value and os.path.isabs(value) else None
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -94,7 +103,7 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
         return checked_path(explicit, "--config", from_cli=True, environ=env)
     if env.get("RECALLD_CONFIG"):
         return checked_path(env["RECALLD_CONFIG"], "RECALLD_CONFIG", environ=env)
-    base = env.get("XDG_CONFIG_HOME") or str(_home(env) / ".config")
+    base = xdg_dir(env, "XDG_CONFIG_HOME") or str(_home(env) / ".config")
     return Path(base).expanduser() / "recalld" / "config.toml"
 
 
@@ -137,9 +146,10 @@ def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str
     if configured is not None:
         where = f"{config_file}: [daemon] socket_path"
         return _socket_checked(checked_path(configured, where, environ=env), where)
-    runtime = env.get("XDG_RUNTIME_DIR")
+    runtime = xdg_dir(env, "XDG_RUNTIME_DIR")
     if runtime:
-        return Path(runtime) / "recalld" / "recalld.sock"
+        return _socket_checked(Path(runtime) / "recalld" / "recalld.sock",
+                               "$XDG_RUNTIME_DIR/recalld/recalld.sock")
     login_runtime = SYSTEMD_RUNTIME_ROOT / str(os.getuid())
     if _own_private_dir(login_runtime):
         return login_runtime / "recalld" / "recalld.sock"
@@ -164,7 +174,7 @@ def choose_data_dir(env: Mapping[str, str], configured: object, config_file: Pat
         return checked_path(env["RECALLD_DATA_DIR"], "RECALLD_DATA_DIR", environ=env)
     if configured is not None:
         return checked_path(configured, f"{config_file}: [daemon] data_dir", environ=env)
-    base = env.get("XDG_DATA_HOME") or str(_home(env) / ".local" / "share")
+    base = xdg_dir(env, "XDG_DATA_HOME") or str(_home(env) / ".local" / "share")
     return Path(base).expanduser() / "recalld"
 
 

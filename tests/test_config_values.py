@@ -268,3 +268,38 @@ def test_without_xdg_runtime_dir_the_login_runtime_dir_is_used_when_it_is_ours(
     # A session's own XDG_RUNTIME_DIR still decides first.
     other = {**env, "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
     assert paths.socket_path(environ=other) == tmp_path / "xdg" / "recalld" / "recalld.sock"
+
+
+def test_relative_xdg_variables_are_ignored_by_daemon_and_clients(tmp_path: Path) -> None:
+    """A relative XDG_* variable is ignored, as the XDG specification says: taken from the
+    working directory, a daemon and a client started in different folders would look for
+    different sockets, files and data."""
+    from recalld.ipc import install, paths
+
+    relative = {"XDG_RUNTIME_DIR": "run", "XDG_CONFIG_HOME": "cfg", "XDG_DATA_HOME": "data"}
+    env = {"HOME": str(tmp_path), **relative}
+    cfg = config.load(environ=env)
+    assert cfg.config_path == tmp_path / ".config" / "recalld" / "config.toml"
+    assert cfg.data_dir == tmp_path / ".local" / "share" / "recalld"
+    assert cfg.socket_path.is_absolute(), cfg.socket_path
+    assert paths.socket_path(environ=env) == cfg.socket_path
+    assert paths.data_dir(env) == cfg.data_dir
+    assert install.unit_dir(env) == tmp_path / ".config" / "systemd" / "user"
+    # The unit gets neither the relative value nor %t for a socket %t does not name.
+    assert install.listen_path(cfg.socket_path, env) == cfg.socket_path
+
+
+def test_a_runtime_dir_too_long_for_the_socket_is_a_configuration_error(
+        tmp_path: Path) -> None:
+    runtime = tmp_path / ("r" * max(1, 100 - len(str(tmp_path))))
+    runtime.mkdir(mode=0o700)
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/bin:/bin",
+           "RECALLD_DATA_DIR": str(tmp_path / "data")}
+    for args in (["serve"], ["ping"], ["--json", "status"]):
+        proc = subprocess.run([sys.executable, "-m", "recalld.ipc", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stdout == "", (args, proc)
+        assert proc.stderr.startswith("recalld: configuration error: $XDG_RUNTIME_DIR"), \
+            (args, proc.stderr)
+        assert "longer than the 107 bytes" in proc.stderr, (args, proc.stderr)
