@@ -33,12 +33,12 @@ from recalld.ipc.render import (
     closed_pipe,
     hint,
     open_closed_streams,
+    output_stream,
     print_json,
     render_read,
     render_workspaces,
     say,
     table,
-    terminal_safe,
 )
 from recalld.ipc.types import SearchResult, visible
 
@@ -182,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    if not getattr(ns, "json", False) and ns.command != "mcp":  # mcp: stdout is its wire
-        sys.stdout = terminal_safe(sys.stdout)
+    if ns.command != "mcp":  # mcp: stdout is its wire
+        sys.stdout = output_stream(sys.stdout, as_json=bool(getattr(ns, "json", False)))
     try:
         code = run(ns, out=sys.stdout, err=sys.stderr)
         sys.stdout.flush()

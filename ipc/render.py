@@ -215,6 +215,19 @@ def terminal_safe(stream: TextIO) -> TextIO:
                            line_buffering=True)
 
 
+def output_stream(stream: TextIO, *, as_json: bool) -> TextIO:
+    """``stdout`` as a command writes to it: JSON always in UTF-8 (what JSON readers
+    expect, whatever the locale); text in the locale's encoding with what it cannot encode
+    (a Chinese note under a Latin-1 or ASCII locale) shown as ``\\u7814`` escapes instead
+    of a traceback, and on a terminal with its control characters escaped."""
+    if isinstance(stream, io.TextIOWrapper):
+        if as_json:
+            stream.reconfigure(encoding="utf-8", errors="strict")
+        else:
+            stream.reconfigure(errors="backslashreplace")
+    return stream if as_json else terminal_safe(stream)
+
+
 def say(err: TextIO, line: str) -> None:
     """Say what failed, as one line: the control characters of a message (a path, the
     daemon's words) are shown escaped, so it cannot run on or drive the terminal."""

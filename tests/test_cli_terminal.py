@@ -57,3 +57,26 @@ def test_paths_and_error_messages_are_escaped(daemon: DaemonHandle, tmp_path: Pa
                      "(code -32008)\n")
     piped = recalld("read", "memory/\x1b[2J.md", env=daemon.env)  # one line on stderr too
     assert piped.returncode == 1 and "memory/\\x1b[2J.md" in piped.stderr
+
+
+def test_a_locale_that_cannot_encode_a_note_gets_escapes_and_json_stays_utf8(
+        daemon: DaemonHandle) -> None:
+    # A note in Chinese, with an emoji and an accent, read by a shell whose locale cannot
+    # encode it: text output shows escapes instead of a traceback; --json is UTF-8 always.
+    text = "研究 pangolin 🚀 café"
+    day = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-11-30"
+    day.mkdir(parents=True)
+    (day / "u.md").write_text(f"{text}\n", encoding="utf-8")
+    daemon.call("index.sync", {"agent_id": "default"})
+    encoding = "latin-1"  # de_DE.ISO-8859-1, say: é encodes, 研 and 🚀 do not
+    env = {**daemon.env, "PYTHONIOENCODING": encoding}
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else ["python", "-m", "recalld.ipc"]
+    for command in (["search", "pangolin"], ["read", "memory/2026-11-30/u.md"]):
+        shown = subprocess.run([*cmd, *command], env=env, capture_output=True,
+                               stdin=subprocess.DEVNULL, timeout=60, check=False)
+        assert shown.returncode == 0 and b"Traceback" not in shown.stderr, shown
+        assert "\\u7814\\u7a76 pangolin \\U0001f680" in shown.stdout.decode(encoding), shown
+        raw = subprocess.run([*cmd, "--json", *command], env=env, capture_output=True,
+                             stdin=subprocess.DEVNULL, timeout=60, check=False)
+        assert raw.returncode == 0, raw.stderr
+        assert text in raw.stdout.decode("utf-8"), raw.stdout
