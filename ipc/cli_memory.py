@@ -197,7 +197,7 @@ def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 
 
 def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    content = sys.stdin.read() if ns.content == "-" else ns.content
+    content = _stdin_text() if ns.content == "-" else ns.content
     if not content.strip():
         raise errors.InvalidParams("the note is empty")
     result = client.add_note(ns.agent, content, session_id=ns.session_id, name=ns.name)
@@ -207,6 +207,23 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
         verb = "created" if result.get("created") else "appended to"
         out.write(f"{verb} {result['path']} (searchable now)\n")
     return EXIT_OK
+
+
+def _stdin_text() -> str:
+    """The note piped in, as notes are: UTF-8 (whatever the locale, so a file piped in
+    keeps its characters), else text in the locale's encoding (typed in a Latin-1 terminal)."""
+    if sys.stdin is None:  # closed from the start (<&-)
+        raise errors.InvalidParams("note -: stdin is closed; pipe the text in or give it as TEXT")
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        try:
+            return data.decode(sys.stdin.encoding)
+        except (UnicodeDecodeError, LookupError):
+            raise errors.InvalidParams(
+                f"note -: stdin is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                f"{exc.start}); convert it first, e.g. iconv -f latin1 -t utf-8") from None
 
 
 HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note,

@@ -103,7 +103,7 @@ _AFTER_RESTORE = "recalld status shows the workspaces; recalld backup list the r
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():  # None: closed from the start
         raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):

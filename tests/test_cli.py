@@ -325,3 +325,29 @@ def test_text_that_is_not_utf8_is_a_usage_error_in_one_line(daemon: DaemonHandle
         assert "UTF-8" in line, line
     # The daemon was never asked: no note was written.
     assert not list((daemon.data_dir / "workspaces" / "default" / "memory").rglob("*.md"))
+
+
+def test_note_from_stdin_in_any_locale_and_a_closed_stdin(daemon: DaemonHandle,
+                                                           tmp_path: Path) -> None:
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    # A UTF-8 file piped in keeps its characters under an ASCII locale; text typed in a
+    # Latin-1 terminal is taken in its encoding.
+    umbrella = "雨伞 in the hall 🌂"
+    for encoding, stdin, kept in (("ascii", f"{umbrella}\n".encode(), umbrella),
+                                  ("latin-1", b"gr\xfcn umbrella\n", "grün umbrella")):
+        proc = subprocess.run([*cmd, "note", "-", "--json"], input=stdin, capture_output=True,
+                              env={**daemon.env, "PYTHONIOENCODING": encoding}, timeout=60,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        note = daemon.data_dir / "workspaces" / "default" / json.loads(proc.stdout)["path"]
+        assert kept in note.read_text(encoding="utf-8")
+    # stdin closed from the start (<&-): one line and exit 2, for a note as for a restore.
+    archive = tmp_path / "b.zip"
+    assert recalld("backup", "create", "--out", str(archive), env=daemon.env).returncode == 0
+    for args in (["note", "-"], ["backup", "restore", str(archive)]):
+        proc = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *cmd, *args],
+                              env=daemon.env, capture_output=True, text=True, timeout=60,
+                              check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        line = proc.stderr.splitlines()[-1]  # after a restore's progress lines
+        assert line.startswith("recalld: ") and "stdin" in line, proc.stderr
