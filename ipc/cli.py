@@ -65,7 +65,7 @@ def _seconds(value: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
     if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {value}")
+        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, not {value}")
     return seconds
 
 

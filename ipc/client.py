@@ -62,8 +62,10 @@ class Client(_flavours.SyncMethods):
     ) -> None:
         self.socket_path = paths.socket_path(socket_path, lenient=True)
         self._request_limit = _core.request_limit()
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        # Socket and lock waits end at threading.TIMEOUT_MAX (~292 years); a longer
+        # timeout (1e300, "forever") is that one rather than an OverflowError.
+        self.timeout_s = min(timeout_s, threading.TIMEOUT_MAX)
+        self.connect_timeout_s = min(connect_timeout_s, threading.TIMEOUT_MAX)
         self.autostart = autostart
         self._sock: socket.socket | None = None
         self._poller: select.poll | None = None  # POLLIN of _sock
@@ -225,7 +227,8 @@ class Client(_flavours.SyncMethods):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"{method}: no answer within {self.timeout_s} s")
-            self._sock.settimeout(remaining)
+            self._sock.settimeout(None if remaining is None
+                                  else min(remaining, threading.TIMEOUT_MAX))
             try:
                 data = self._sock.recv(_core.READ_CHUNK_BYTES)
             except TimeoutError:
@@ -333,7 +336,8 @@ class Client(_flavours.SyncMethods):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return
-            self._sock.settimeout(remaining)
+            self._sock.settimeout(None if remaining is None
+                                  else min(remaining, threading.TIMEOUT_MAX))
             try:
                 data = self._sock.recv(_core.READ_CHUNK_BYTES)
             except TimeoutError:

@@ -14,6 +14,7 @@ from test_cli import SCRIPT, assert_one_line_error, recalld
 
 from recalld.ipc import __version__
 from recalld.ipc.cli import build_parser
+from recalld.ipc.client import Client
 
 NOTE = "memory/2026-07-23/commute.md"
 # One row per subcommand: (name, success, usage error, daemon error). None: that outcome
@@ -142,6 +143,22 @@ def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
     version = recalld("--version", env=env)
     assert version.returncode == 0 and version.stdout == f"recalld {__version__}\n"
+
+
+def test_a_timeout_longer_than_the_clock_can_count_waits_as_long_as_it_can(
+        daemon: DaemonHandle) -> None:
+    # 1e300 s ("forever"), or any wait past the ~292 years a socket or lock wait can
+    # hold, waits that long instead of ending in an OverflowError traceback.
+    for args in (["--timeout", "1e300", "ping"], ["--timeout", "1e10", "--json", "status"],
+                 ["--timeout", "1e300", "reindex"]):
+        proc = recalld(*args, env=daemon.env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    with Client(daemon.socket_path, timeout_s=1e300, connect_timeout_s=1e300) as client:
+        assert client.ping()["pong"]
+        client.subscribe(["job.*"])
+        job = client.call("jobs.submit", {"agent_id": "default", "kind": "reindex"})
+        first = next(client.events(timeout_s=1e300))  # the job's first event
+        assert first.topic.startswith("job.") and first.data["job_id"] == job["job_id"], first
 
 
 @pytest.mark.parametrize("lines", [80_001])
