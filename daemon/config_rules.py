@@ -90,10 +90,20 @@ def _cron(value: object) -> str | None:
     problem = cron_problem(value)
     if problem is None and isinstance(value, str) and len(value.split()) == 5:
         return None
+    fields = value.split() if isinstance(value, str) else []
+    if problem == "is invalid" and len(fields) == 5:
+        for i, (name, allowed) in enumerate(_CRON_FIELDS):
+            alone = " ".join(field if j == i else "*" for j, field in enumerate(fields))
+            if cron_problem(alone) == "is invalid":
+                return f"must have a valid {name} field ({allowed}), not {fields[i]!r}"
     if problem is None or problem == "is invalid":
         return "must be a cron expression of 5 fields (minute hour day month weekday), " \
                "e.g. \"0 23 * * *\""
     return problem
+
+
+_CRON_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day", "1-31"), ("month", "1-12 or jan-dec"),
+                ("weekday", "0-7 or sun-sat"))
 
 
 def _window_chars(value: object) -> str | None:

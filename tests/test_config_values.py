@@ -153,6 +153,12 @@ def test_embedding_backends_are_the_providers() -> None:
     ("workspaces = 5\n", "workspaces = 5"),
     ("daemon = 3\n", "daemon must be a table"),
     ('[workspace_defaults]\ndream_cron = "every night"\n', 'dream_cron = "every night"'),
+    # Five fields, one of them out of range: the field is named, not the count.
+    ('[workspace_defaults]\ndream_cron = "0 25 * * *"\n',
+     'dream_cron = "0 25 * * *": must have a valid hour field (0-23), not \'25\''),
+    ('[workspaces.a]\ndream_cron = "30 4 * * 9"\n',
+     'dream_cron = "30 4 * * 9": must have a valid weekday field'),
+    ('[workspace_defaults]\ndream_cron = "*/0 4 * * *"\n', "valid minute field (0-59), not '*/0'"),
     ('[workspace_defaults]\ndream_cron = "R 23 * * *"\n',
      'dream_cron = "R 23 * * *": must not have a random field (R)'),
     ('[workspace_defaults.search]\nvector_weight = 0\nkeyword_weight = 0\n',
