@@ -148,10 +148,13 @@ def _encode_request(message: Mapping[str, object]) -> bytes:
         return encode(message)
     except TypeError as exc:
         # Most often text holding lone surrogates: bytes that were not UTF-8, as Python
-        # decodes a command line or a UTF-8 locale's standard input.
+        # decodes a command line or a UTF-8 locale's standard input; or a number past the
+        # 64 bits JSON integers are read into (``-n 99999999999999999999``).
+        rule = ("numbers must lie within -2**63 to 2**64-1" if "Integer" in str(exc)
+                else "text must be valid UTF-8" if "surrogate" in str(exc) else "")
         raise errors.InvalidParams(
-            f"{message['method']}: the params cannot be sent ({exc}); text must be valid "
-            "UTF-8") from None
+            f"{message['method']}: the params cannot be sent ({exc})"
+            + (f"; {rule}" if rule else "")) from None
 
 
 def _valid_id(value: object) -> TypeGuard[Id]:

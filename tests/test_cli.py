@@ -325,6 +325,11 @@ def test_text_that_is_not_utf8_is_a_usage_error_in_one_line(daemon: DaemonHandle
         assert "UTF-8" in line, line
     # The daemon was never asked: no note was written.
     assert not list((daemon.data_dir / "workspaces" / "default" / "memory").rglob("*.md"))
+    # A number past the 64 bits JSON carries is one line too, about the number.
+    for args in (["search", "q", "-n", "99999999999999999999"],
+                 ["read", "memory/a.md", "--lines", "1-99999999999999999999"]):
+        line = assert_one_line_error(recalld(*args, env=daemon.env), 2)
+        assert "numbers must lie within" in line and "UTF-8" not in line, line
 
 
 def test_note_from_stdin_in_any_locale_and_a_closed_stdin(daemon: DaemonHandle,
