@@ -76,6 +76,8 @@ def test_restart_reopens_every_workspace_served_before(daemon_factory: Any,
         "agent_id": "forgotten", "closed": True, "forgotten": True, "configured": False}
     listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
     assert listed["closed-kept"]["state"] == "closed" and listed["closed-kept"]["registered"]
+    # An open workspace that is recorded says since when, as a closed one does.
+    assert listed["by-rpc"]["registered"] and listed["by-rpc"]["registered_at"] > 0
     assert "forgotten" not in listed
     with pytest.raises(UnknownWorkspace, match="'forgotten' is neither open nor recorded"):
         d.call("workspace.close", {"agent_id": "forgotten", "forget": True})

@@ -144,9 +144,12 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     registry = ctx.state.registry
     known = registry.remembered()
-    listed: list[WorkspaceInfo] = [
-        _with_left_out(registry, {**workspace_info(ws), "registered": ws.agent_id in known}, ws)
-        for ws in registry.list()]
+    listed: list[WorkspaceInfo] = []
+    for ws in registry.list():
+        info: WorkspaceInfo = {**workspace_info(ws), "registered": ws.agent_id in known}
+        if ws.agent_id in known:
+            info["registered_at"] = known[ws.agent_id]["registered_at"]
+        listed.append(_with_left_out(registry, info, ws))
     open_now = {ws.agent_id for ws in registry.list()}
     for agent_id, rec in sorted(known.items()):
         if agent_id not in open_now:  # recorded, not served now: reopened at next start
