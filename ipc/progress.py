@@ -31,6 +31,7 @@ from recalld.ipc.types import visible
 
 Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
+MIN_BAR_WIDTH = 8  # narrower, the drawn bar is left out
 LINE_INTERVAL_S = 5.0
 
 
@@ -52,6 +53,17 @@ class Reading:
         if self.done is None or not self.total:
             return None
         return min(max(self.done / self.total, 0.0), 1.0)
+
+
+def _columns(stream: TextIO) -> int | None:
+    """The columns a line may take on the terminal ``stream`` writes to, one short of
+    its width (a line that fills the last column wraps on some terminals); None when
+    the width cannot be told."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):  # not a terminal, a closed one, or no descriptor
+        return None
+    return columns - 1 if columns > 1 else None
 
 
 def _count(value: object) -> int | None:
@@ -125,7 +137,12 @@ class Progress:
         if self.mode == "json":
             self._json(reading)
         elif self.mode == "bar":
-            self.stream.write("\r" + self.text(reading, bar=True).ljust(79)[:200])
+            # Kept within the terminal's width: a line that wraps is not redrawn in place
+            # (a carriage return goes back to its last row), each update leaving a copy.
+            width = _columns(self.stream)
+            line = self.text(reading, bar=True, width=width)
+            self.stream.write("\r" + (line.ljust(79)[:200] if width is None
+                                      else line[:width].ljust(width)))
             self._drawn = True
         elif changed_phase or completed or self._clock() - self._last_line >= LINE_INTERVAL_S:
             self._last_line = self._clock()
@@ -139,12 +156,11 @@ class Progress:
             self.stream.flush()
             self._drawn = False
 
-    def text(self, r: Reading, *, bar: bool) -> str:
+    def text(self, r: Reading, *, bar: bool, width: int | None = None) -> str:
+        """The update as a line; ``width``: the columns a bar may take (its drawn part
+        shrinks, or goes, so the counts, rate and ETA fit)."""
         parts = [self.kind]
         fraction = r.fraction
-        if bar and fraction is not None:
-            filled = int(fraction * BAR_WIDTH)
-            parts.append(f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]")
         if r.done is not None and r.total:
             parts.append(f"{r.done:,}/{r.total:,} ({fraction or 0:.0%})")
         elif r.done:
@@ -157,6 +173,11 @@ class Progress:
         if r.eta_s is not None:
             parts.append(f"ETA {duration(r.eta_s)}")
         if bar:
+            text = visible(" ".join(parts))
+            cells = BAR_WIDTH if width is None else min(BAR_WIDTH, width - len(text) - 3)
+            if fraction is not None and cells >= MIN_BAR_WIDTH:
+                filled = int(fraction * cells)
+                parts.insert(1, f"[{'#' * filled}{'.' * (cells - filled)}]")
             return visible(" ".join(parts))
         who = self.kind if self.job_id is None else f"{self.kind} {self.job_id}"
         return visible(f"{who}: " + " ".join(parts[1:]))

@@ -6,8 +6,14 @@ still being built."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
+import pty
+import select
+import struct
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +54,37 @@ def test_call_progress_with_bytes_in_every_form() -> None:
                          "bytes_done": 10, "bytes_total": 50})  # nothing new: no record
     (record,) = [json.loads(line) for line in out.getvalue().splitlines()]
     assert record["job_id"] is None and record["bytes_total"] == 50 and record["done"] == 2
+
+
+@pytest.mark.parametrize("columns", [40, 72, 90, 200])
+def test_the_bar_stays_within_the_terminal_width(columns: int) -> None:
+    # A bar wider than the terminal wraps, and each redraw (a carriage return goes back
+    # to the last row only) leaves a line behind. On a real terminal of each width, every
+    # drawn line fits; the counts and the rate are kept before the drawn bar.
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    with open(slave, "w", encoding="utf-8", closefd=True) as term:
+        p = Progress(term, "backup create", None, mode="bar", clock=Clock())
+        for done in (0, 1_500, 3_002):
+            p.update("running", {"message": "writing the archive", "done": done,
+                                 "total": 3_002, "bytes_done": done << 10,
+                                 "bytes_total": 3_002 << 10})
+        p.close()
+    drawn = b""
+    while select.select([master], [], [], 0.2)[0]:  # what the terminal got, all of it
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    lines = [line for line in drawn.decode().replace("\r\n", "\n").replace("\r", "\n").split("\n")
+             if line]
+    assert len(lines) == 3 and all(len(line) < columns for line in lines), lines
+    assert "3,002/3,002 (100%)" in lines[-1] or columns < 50, lines
+    assert ("[" in lines[-1]) == (columns >= 90), lines  # the drawn bar, as it fits
 
 
 def _notes(daemon: DaemonHandle, n: int = NOTES) -> Path:
