@@ -286,7 +286,10 @@ class Doctor:
         missing = [n for n in UNIT_NAMES if not (unit_dir / n).is_file()]
         if missing:
             return Check("unit", "warn", f"{', '.join(missing)} not in {unit_dir}",
-                         "recalld install-service")
+                         "recalld install-service" if self._bus() else
+                         "no user systemd is reachable from here, so install-service would "
+                         "refuse: recalld install-service --write-only, then enable the "
+                         "units from a session that has one; or keep running recalld serve")
         listen = self._unit_socket(unit_dir / "recalld.socket")
         if listen is not None and listen != self.socket_path:
             return Check("unit", "warn",

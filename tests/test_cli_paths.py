@@ -81,6 +81,10 @@ def test_install_service_without_user_systemd_says_what_to_do(
     assert not units.exists() or not any(units.iterdir()), "nothing is written"
     line = assert_one_line_error(recalld("uninstall-service", env=env), 1)
     assert "no user systemd answers" in line
+    # doctor does not advise the install-service that was just refused.
+    doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
+    unit = next(c for c in doctor["checks"] if c["name"] == "unit")
+    assert unit["status"] == "warn" and "install-service --write-only" in unit["fix"], unit
     # With --write-only: truthful about what was (not) there.
     proc = recalld("uninstall-service", "--write-only", env=env)
     assert proc.returncode == 0 and "no recalld units were installed" in proc.stdout

@@ -146,7 +146,7 @@ def test_doctor_finds_a_wrong_socket_dir_mode_and_a_missing_unit(
     assert checks["daemon"]["status"] == "ok"
     assert checks["workspace default"]["status"] == "ok"
     assert checks["unit"]["status"] == "warn"
-    assert checks["unit"]["fix"] == "recalld install-service"
+    assert "recalld install-service" in checks["unit"]["fix"]  # --write-only without a bus
     assert checks["inotify"]["status"] in ("ok", "warn", "skip")
     # The daemon's own instance (one for all its watchers) is counted.
     instances = checks["inotify instances"]
