@@ -80,6 +80,19 @@ def test_peer_credentials_of_a_real_connection(daemon: DaemonHandle) -> None:
 # ------------------------------------------------------------ stale sockets, owners (8, 14)
 
 
+def test_a_socket_path_of_the_longest_length_is_served(daemon_factory: DaemonFactory) -> None:
+    # 107 bytes, the most a Unix socket path may have (and what the configuration
+    # allows): the name bound before the rename into place must fit too.
+    sock_dir = Path(daemon_factory.environment()["XDG_RUNTIME_DIR"]) / "long"
+    sock_dir.mkdir(mode=0o700)
+    path = sock_dir / ("s" * (107 - len(os.fsencode(sock_dir)) - 1))
+    assert len(os.fsencode(path)) == 107
+    d = daemon_factory(RECALLD_SOCKET=str(path))
+    assert d.socket_path == path and d.call("daemon.ping")["pong"] is True
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    assert sorted(p.name for p in sock_dir.iterdir()) == [path.name, f"{path.name}.lock"]
+
+
 def test_stale_socket_is_replaced(daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     path = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"

@@ -128,6 +128,15 @@ class BoundSocket:
         self.lock.release()
 
 
+def _staging(path: Path) -> Path:
+    """The name beside ``path`` bound before the rename: ``.NAME.PID``, cut to the bytes
+    a socket path may have, so any path that fits can be served (the lock, held
+    meanwhile, keeps the name to one daemon)."""
+    room = AF_UNIX_PATH_MAX - len(os.fsencode(path.parent)) - 1
+    name = os.fsdecode(os.fsencode(f".{path.name}.{os.getpid()}")[:room])
+    return path.with_name(name if name not in (path.name, ".", "..") else "~" + name[1:])
+
+
 def bind_listener(path: Path) -> BoundSocket:
     """Bind and listen on ``path`` (see the module docstring for the safety rules)."""
     if len(os.fsencode(path)) > AF_UNIX_PATH_MAX:
@@ -141,7 +150,7 @@ def bind_listener(path: Path) -> BoundSocket:
     try:
         remove_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        staging = path.with_name(f".{path.name}.{os.getpid()}")
+        staging = _staging(path)
         try:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(staging)
@@ -160,7 +169,7 @@ def bind_listener(path: Path) -> BoundSocket:
             with contextlib.suppress(OSError):
                 os.unlink(staging)
             if isinstance(exc, OSError):
-                raise SocketSetupError(f"cannot bind {path}: {exc.strerror}") from None
+                raise SocketSetupError(f"cannot bind {path}: {exc.strerror or exc}") from None
             raise
     except BaseException:
         lock.release()
