@@ -81,6 +81,19 @@ def checked_path(value: object, where: str, *, from_cli: bool = False,
             raise PathError(f"{where} = {_shown(value)}: must be an absolute path "
                             "(or start with ~)")
         path = path.absolute()
+    return utf8_path(path, where)
+
+
+def utf8_path(path: Path, where: str) -> Path:
+    """``path``, or PathError when its name is not valid UTF-8 (bytes of another
+    encoding, as an environment variable may hold): recalld shows and sends paths as
+    text, and a daemon serving there could not say where it serves."""
+    try:
+        os.fsdecode(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise PathError(f"{where} = {shown}: is not valid UTF-8; choose another path (or "
+                        "rename the folder, e.g. convmv -f latin1 -t utf8)") from None
     return path
 
 
@@ -104,7 +117,9 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
     if env.get("RECALLD_CONFIG"):
         return checked_path(env["RECALLD_CONFIG"], "RECALLD_CONFIG", environ=env)
     base = xdg_dir(env, "XDG_CONFIG_HOME") or str(_home(env) / ".config")
-    return Path(base).expanduser() / "recalld" / "config.toml"
+    return utf8_path(Path(base).expanduser() / "recalld" / "config.toml",
+                     "$XDG_CONFIG_HOME/recalld/config.toml" if xdg_dir(env, "XDG_CONFIG_HOME")
+                     else "~/.config/recalld/config.toml")
 
 
 def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
@@ -148,8 +163,9 @@ def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str
         return _socket_checked(checked_path(configured, where, environ=env), where)
     runtime = xdg_dir(env, "XDG_RUNTIME_DIR")
     if runtime:
-        return _socket_checked(Path(runtime) / "recalld" / "recalld.sock",
-                               "$XDG_RUNTIME_DIR/recalld/recalld.sock")
+        where = "$XDG_RUNTIME_DIR/recalld/recalld.sock"
+        return _socket_checked(utf8_path(Path(runtime) / "recalld" / "recalld.sock", where),
+                               where)
     login_runtime = SYSTEMD_RUNTIME_ROOT / str(os.getuid())
     if _own_private_dir(login_runtime):
         return login_runtime / "recalld" / "recalld.sock"
@@ -175,7 +191,9 @@ def choose_data_dir(env: Mapping[str, str], configured: object, config_file: Pat
     if configured is not None:
         return checked_path(configured, f"{config_file}: [daemon] data_dir", environ=env)
     base = xdg_dir(env, "XDG_DATA_HOME") or str(_home(env) / ".local" / "share")
-    return Path(base).expanduser() / "recalld"
+    return utf8_path(Path(base).expanduser() / "recalld",
+                     "$XDG_DATA_HOME/recalld" if xdg_dir(env, "XDG_DATA_HOME")
+                     else "~/.local/share/recalld")
 
 
 def _configured(key: str, config: str | os.PathLike[str] | None,

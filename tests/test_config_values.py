@@ -309,3 +309,23 @@ def test_a_runtime_dir_too_long_for_the_socket_is_a_configuration_error(
         assert proc.stderr.startswith("recalld: configuration error: $XDG_RUNTIME_DIR"), \
             (args, proc.stderr)
         assert "longer than the 107 bytes" in proc.stderr, (args, proc.stderr)
+
+
+def test_a_path_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
+    """A data directory or socket named in another encoding (bytes an environment
+    variable may hold) is refused at start, naming it, rather than served by a daemon
+    whose status and workspaces then fail with an internal error."""
+    latin1 = os.fsdecode(b"caf\xe9")
+    base = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for name, value, command in (
+            ("RECALLD_DATA_DIR", f"{tmp_path}/{latin1}", "serve --check-config"),
+            ("XDG_DATA_HOME", f"{tmp_path}/{latin1}", "serve --check-config"),
+            ("RECALLD_SOCKET", f"{tmp_path}/{latin1}.sock", "status"),
+            ("XDG_RUNTIME_DIR", f"{tmp_path}/{latin1}", "ping")):
+        proc = subprocess.run([sys.executable, "-m", "recalld.ipc", *command.split()],
+                              env={**base, name: value}, capture_output=True, timeout=120,
+                              check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and "Traceback" not in err, (name, err)
+        assert err.startswith("recalld: configuration error: ") and "caf\\xe9" in err, err
+        assert "is not valid UTF-8" in err, (name, err)
