@@ -94,7 +94,9 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         a.problems.append(Problem(
             "fail", f"workspace not opened: {ws.get('error')}",
             f"give it a folder of its own ([workspaces.{agent}] path in the config file, "
-            f"then kill -HUP the daemon), or: recalld workspace close {agent} --forget"))
+            f"then kill -HUP the daemon), or stop serving it: take [workspaces.{agent}] out "
+            f"of the config file if it is there, kill -HUP the daemon, then: recalld "
+            f"workspace close {agent} --forget"))
     elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import trio
 from conftest import DaemonFactory, DaemonHandle
 from test_cli import as_json, assert_one_line_error, recalld
+from waits import wait_for
 
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.client import Client
@@ -101,6 +103,18 @@ def test_a_command_on_a_failed_workspace_says_why_it_failed(
         line = assert_one_line_error(recalld(*args, "--agent", "sys", env=env), 1)
         assert "workspace 'sys' failed: /usr is a system folder" in line, (args, line)
         assert "job" not in line, line
+    # status's fix, followed, ends the problem: the config file names the workspace, so
+    # close --forget alone would see it reopened (failed again) at the next reload.
+    shown = recalld("status", env=env).stdout
+    assert "take [workspaces.sys] out of the config file" in shown, shown
+    daemon.config_path.write_text("", encoding="utf-8")
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in daemon.log(), "the reload")
+    assert recalld("workspace", "close", "sys", "--forget", env=env).returncode == 0
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: daemon.log().count("configuration reloaded") >= 2, "a second reload")
+    assert "sys" not in [w["agent_id"] for w in as_json(recalld("status", "--json",
+                                                               env=env))["workspaces"]]
 
 
 def test_clients_take_the_request_limit_the_daemon_is_configured_with(
