@@ -90,11 +90,13 @@ def finish(call: Call[T], response: Response) -> T:
         ) from None
 
 
-def lost(fatal: Response | None) -> errors.RecalldError:
+def lost(fatal: Response | None,
+         message: str = "the daemon closed the connection before answering",
+         ) -> errors.RecalldError:
     """The error for calls cut off by a close; a null-id error sent just before wins."""
     if fatal is not None and fatal.error is not None:
         return errors.error_from_wire(fatal.error)
-    return errors.ConnectionLost("the daemon closed the connection before answering")
+    return errors.ConnectionLost(message)
 
 
 def autostart_logs() -> tuple[Path, Path]:

@@ -276,9 +276,9 @@ class AsyncClient(_flavours.AsyncMethods):
                 try:
                     # (A reconnect's re-subscription can meet a closed connection too.)
                     return await self._call_on(await self._connection(), call)
-                except _NotSent:
-                    if attempt:
-                        raise errors.ConnectionLost("the daemon closed the connection") from None
+                except _NotSent as exc:
+                    if attempt:  # what the daemon said as it closed (overloaded), if it did
+                        raise _core.lost(exc.fatal, "the daemon closed the connection") from None
         raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s")
 
     async def _call_on(self, conn: _Connection, call: Call[T]) -> T:
@@ -308,7 +308,7 @@ class AsyncClient(_flavours.AsyncMethods):
         shared by the calls of other tasks.
         """
         if conn.closed:
-            raise _NotSent
+            raise _NotSent(conn.fatal)
         if not conn.send_lock.locked():
             try:
                 sent = conn.sock.send(frame)
@@ -316,7 +316,7 @@ class AsyncClient(_flavours.AsyncMethods):
                 sent = 0
             except OSError:
                 await self._closed_by_daemon(conn)
-                raise _NotSent from None
+                raise _NotSent(conn.fatal) from None
             if sent == len(frame):
                 return
             if sent:
@@ -327,7 +327,7 @@ class AsyncClient(_flavours.AsyncMethods):
                 return
         async with conn.send_lock:  # a cancellation while waiting for it sends nothing
             if conn.closed:
-                raise _NotSent
+                raise _NotSent(conn.fatal)
             with anyio.CancelScope(shield=True):
                 await self._send_whole(conn, frame)
 
@@ -341,10 +341,10 @@ class AsyncClient(_flavours.AsyncMethods):
                 return
             except anyio.BrokenResourceError:
                 await self._closed_by_daemon(conn)
-                raise _NotSent from None
+                raise _NotSent(conn.fatal) from None
             except anyio.ClosedResourceError:
                 await self._close(conn)  # closed here meanwhile (aclose)
-                raise _NotSent from None
+                raise _NotSent(conn.fatal) from None
         await self._close(conn)
         raise TimeoutError(f"sending a request to {self.socket_path} timed out")
 
@@ -406,4 +406,9 @@ class AsyncClient(_flavours.AsyncMethods):
 
 
 class _NotSent(Exception):
-    """The request never reached a live daemon; it is safe to send again."""
+    """The request never reached a live daemon; it is safe to send again. ``fatal``: the
+    null-id error the daemon sent as it closed the connection (it refused it), if any."""
+
+    def __init__(self, fatal: Response | None = None) -> None:
+        super().__init__()
+        self.fatal = fatal

@@ -77,6 +77,8 @@ class Client(_flavours.SyncMethods):
         self._progress: dict[str, Callable[[JsonObject], None]] = {}
         self._topics_agent: str | None = None
         self._lock = threading.RLock()
+        #: The null-id error a connection of this call ended with (a refusal), if any.
+        self._fatal: Response | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -150,6 +152,14 @@ class Client(_flavours.SyncMethods):
                     raise failed from None
                 time.sleep(_core.AUTOSTART_POLL_S)
 
+    def _read_leftover(self) -> None:
+        """Read what the daemon sent before closing the connection (events, a refusal)."""
+        assert self._sock is not None
+        self._sock.settimeout(0)
+        with contextlib.suppress(OSError, errors.ConnectionLost):
+            while data := self._sock.recv(_core.READ_CHUNK_BYTES):
+                self._fatal = self._dispatch(data, want=None) or self._fatal
+
     def _alive(self) -> bool:
         """Whether the open connection still works; reads pending notifications."""
         sock, poller = self._sock, self._poller
@@ -171,8 +181,8 @@ class Client(_flavours.SyncMethods):
                 return False
             if not data:
                 return False
-            try:
-                self._dispatch(data, want=None)
+            try:  # a null-id error: what the daemon said as it closed (a refusal)
+                self._fatal = self._dispatch(data, want=None) or self._fatal
             except errors.ConnectionLost:
                 return False  # dropped: the call goes on a new connection
 
@@ -190,6 +200,7 @@ class Client(_flavours.SyncMethods):
             raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s "
                                "(another thread held the client all that time)")
         try:
+            self._fatal = None
             if self._sock is not None and not self._alive():
                 self._drop()
             if self._sock is None:
@@ -209,9 +220,12 @@ class Client(_flavours.SyncMethods):
                 break
             except (BrokenPipeError, ConnectionResetError):
                 # Nothing reached a live daemon: safe to send once more on a new connection.
+                # What it said as it closed (a refusal: overloaded) is the error if the
+                # second connection is closed too.
+                self._read_leftover()
                 self._drop()
                 if attempt:
-                    raise errors.ConnectionLost("the daemon closed the connection") from None
+                    raise _core.lost(self._fatal, "the daemon closed the connection") from None
                 self._connect()
             except TimeoutError:
                 self._drop()  # a half-written frame would corrupt the stream

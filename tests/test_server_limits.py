@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import socket
 import sys
 import time
@@ -14,10 +15,13 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 import trio
+from anyio.abc import SocketAttribute, SocketStream
 from rpc_stats import server_stats
 from waits import wait_for
 
 from recalld.ipc import errors
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.client import Client
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory, DaemonHandle, RawConnection
@@ -288,10 +292,44 @@ def test_connection_cap_answers_overloaded(daemon_factory: DaemonFactory) -> Non
         assert reply == {"jsonrpc": "2.0", "id": None,
                          "error": {"code": errors.OVERLOADED, "message": "too many connections"}}
         assert extra.at_eof()
+    # A client whose request comes after the daemon refused and closed its connection
+    # (each time: a busy machine) says the daemon is overloaded, not that it closed.
+    with pytest.raises(errors.Overloaded, match="too many connections"):
+        _LateClient(d.socket_path).ping()
+
+    async def late_async() -> None:
+        async with _LateAsyncClient(d.socket_path) as client:
+            await client.ping()
+
+    with pytest.raises(errors.Overloaded, match="too many connections"):
+        trio.run(late_async)
     conns.pop().close()
     wait_for(lambda: _ping_ok(d), what="a free slot")
     for c in conns:
         c.close()
+
+
+def _closed_by_peer(sock: socket.socket) -> None:
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    wait_for(lambda: any(ev & select.POLLHUP for _, ev in poller.poll(0)),
+             "the daemon closes the connection it refused")
+
+
+class _LateClient(Client):
+    """Sends its requests only once the daemon has closed the connection."""
+
+    def _open_socket(self) -> socket.socket:
+        sock = super()._open_socket()
+        _closed_by_peer(sock)
+        return sock
+
+
+class _LateAsyncClient(AsyncClient):
+    async def _open_stream(self) -> SocketStream:
+        stream = await super()._open_stream()
+        _closed_by_peer(stream.extra(SocketAttribute.raw_socket))
+        return stream
 
 
 def _connect_admitted(d: DaemonHandle) -> RawConnection:
