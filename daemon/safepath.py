@@ -190,9 +190,13 @@ def read_lines(
                 last_kept = number
             else:
                 if not kept:
-                    # One line longer than the cap: hand back its head rather than nothing.
-                    kept.append(line[:room])
-                    kept_bytes += room
+                    # One line longer than the cap: hand back its head rather than nothing,
+                    # cut where a character starts (not inside a Chinese one, say).
+                    cut = room
+                    while 0 < cut < len(line) and line[cut] & 0xC0 == 0x80:
+                        cut -= 1
+                    kept.append(line[:cut])
+                    kept_bytes += cut
                     last_kept = number
                 truncated = True
 

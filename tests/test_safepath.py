@@ -106,6 +106,11 @@ def test_large_files_are_truncated_with_a_flag(ws: Path) -> None:
     (ws / "oneline.md").write_text("x" * 5000)
     head = read_lines(ws, "oneline.md", max_bytes=100)
     assert head.truncated and head.text == "x" * 100 and head.end_line == 1
+    # A head cut inside a character ends before it, not in a replacement character.
+    (ws / "cjk.md").write_text("记" * 5000, encoding="utf-8")
+    for cap in (100, 101, 102):
+        head = read_lines(ws, "cjk.md", max_bytes=cap)
+        assert head.truncated and head.text == "记" * (cap // 3), cap
 
 
 def test_invalid_utf8_is_replaced_not_fatal(ws: Path) -> None:
