@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import stat
@@ -298,20 +299,36 @@ class Doctor:
                          f"recalld install-service (it writes the socket clients find), or "
                          f"point clients at it: RECALLD_SOCKET={listen} or [daemon] "
                          "socket_path")
+        program = self._unit_program(unit_dir / "recalld.service")
+        if program is not None and not os.access(program, os.X_OK):
+            return Check("unit", "fail",
+                         f"recalld.service runs {program}, which is missing or not "
+                         "executable (the environment it was installed from moved or "
+                         "was removed)",
+                         "install the units again with the recalld the service is to run: "
+                         "/path/to/env/bin/recalld install-service")
         return Check("unit", "ok", f"units installed in {unit_dir}")
+
+    def _unit_program(self, unit: Path) -> Path | None:
+        """The program the service unit's ``ExecStart=`` runs (None when it cannot be
+        told: a specifier other than ``%h`` and ``%%``, a relative name)."""
+        value = _unit_value(unit, "ExecStart")
+        try:
+            words = shlex.split((value or "").lstrip("-@:+!"))
+        except ValueError:
+            return None
+        program = words[0].replace("%h", str(Path(self.env.get("HOME", "~")).expanduser())) \
+            if words else ""
+        if "%" in program.replace("%%", "") or not program.startswith("/"):
+            return None
+        return Path(program.replace("%%", "%"))
 
     def _unit_socket(self, unit: Path) -> Path | None:
         """The path the socket unit's ``ListenStream=`` names, as systemd reads it (``%t``
         is the runtime directory, ``%%`` one ``%``); None when it cannot be told."""
-        try:
-            lines = unit.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
+        value = _unit_value(unit, "ListenStream")
+        if value is None:
             return None
-        values = [line.split("=", 1)[1].strip() for line in lines
-                  if line.strip().startswith("ListenStream=")]
-        if len(values) != 1:
-            return None
-        value = values[0]
         runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
         if value.startswith("%t/"):
             if not runtime:
@@ -402,3 +419,14 @@ def _inotify_instances_in_use(proc: Path = Path("/proc")) -> int:
             except OSError:
                 continue
     return count
+
+
+def _unit_value(unit: Path, key: str) -> str | None:
+    """The one value of ``key=`` in the unit file (None: not there, or more than one)."""
+    try:
+        lines = unit.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    values = [line.split("=", 1)[1].strip() for line in lines
+              if line.strip().startswith(f"{key}=")]
+    return values[0] if len(values) == 1 else None

@@ -4,6 +4,7 @@ file, the same precedence; install-service writes that socket into the units."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from conftest import DaemonFactory
@@ -58,6 +59,18 @@ def test_install_service_honours_socket_option(daemon_factory: DaemonFactory) ->
     assert recalld("install-service", "--write-only", env=env).returncode == 0
     assert "ListenStream=%t/recalld/recalld.sock\n" in (units / "recalld.socket").read_text()
     assert "serve\n" in (units / "recalld.service").read_text()
+    doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
+    assert next(c for c in doctor["checks"] if c["name"] == "unit")["status"] == "ok"
+    # The environment the units run from moved away: doctor says so, and installing
+    # the units again (what it advises) makes them right.
+    service = units / "recalld.service"
+    service.write_text(re.sub(r"(?m)^ExecStart=\S+", 'ExecStart="/gone/my env/bin/recalld"',
+                              service.read_text()))
+    doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
+    unit = next(c for c in doctor["checks"] if c["name"] == "unit")
+    assert unit["status"] == "fail" and "runs /gone/my env/bin/recalld" in unit["detail"]
+    assert "install-service" in unit["fix"] and doctor["ok"] is False
+    assert recalld("install-service", "--write-only", env=env).returncode == 0
     doctor = json.loads(recalld("--json", "doctor", env=env).stdout)
     assert next(c for c in doctor["checks"] if c["name"] == "unit")["status"] == "ok"
 
