@@ -158,6 +158,9 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             out.write(f"ok: {checked['file']}: {checked['members']} file(s), agents "
                       f"{', '.join(sorted(checked.get('agents', {})))}\n")
     elif action == "rollback" or (action == "restore" and ns.rollback):
+        if action == "restore" and (ns.file or ns.agents or ns.no_snapshot):
+            raise errors.InvalidParams("backup restore --rollback undoes the last restore: "
+                                       "it takes no FILE, --agent or --no-snapshot")
         listed = client.backup_list()
         record = listed["rollback"]
         if not record:

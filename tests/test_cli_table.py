@@ -138,7 +138,10 @@ def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
     for args in (["--timeout", "-1", "status"], ["status", "--timeout", "0"],
                  ["status", "--timeout", "inf"], ["doctor", "x"], ["no-such-command"],
                  # JSON has no nan or inf: sent, they would mean no minimum at all.
-                 ["search", "q", "--min-score", "nan"], ["search", "q", "--min-score", "inf"]):
+                 ["search", "q", "--min-score", "nan"], ["search", "q", "--min-score", "inf"],
+                 # A restore of FILE is not a rollback: the one flag must not drop the other.
+                 ["backup", "restore", "b.zip", "--rollback"],
+                 ["backup", "restore", "--rollback", "--agent", "a"]):
         proc = recalld(*args, env=env)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
     version = recalld("--version", env=env)
