@@ -247,8 +247,9 @@ def _resources(a: Assessment, ws: WorkspaceInfo) -> None:
         a.problems.append(Problem(
             "warn", f"{files['failed']} resource file(s) failed"
                     + (f" (chat: {chat.get('last_error')})" if chat.get("last_error") else ""),
-            "`recalld --json status` lists the catalog counts; a change to a file, or a "
-            "manual auto_resource job, retries it"))
+            "the nightly dream (dream_cron) tries them again, and so does a change to "
+            "the file; to try now, submit an auto_resource job over the protocol "
+            "(jobs.submit). `recalld --json status` lists the catalog counts"))
 
 
 def _failed_jobs(a: Assessment, jobs: Sequence[JobInfo],

@@ -13,6 +13,7 @@ from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
 from test_dream import ScriptedModel, chat_config, fake, run_job, write
 from waits import wait_for, wait_value, workspace_status
 
@@ -199,6 +200,9 @@ def test_a_file_the_model_failed_on_is_tried_again_by_the_nightly_dream(
     root = tmp_path / "ws"
     failed_once(daemon, fake, "nightly", root, "resource/notes/plan.txt",
                 "the launch moved to Thursday\n")
+    # recalld status says so, and what tries it again (no CLI command would).
+    shown = recalld("status", env=daemon.env).stdout
+    assert "1 resource file(s) failed" in shown and "the nightly dream" in shown, shown
     # A dream started by hand leaves it; the dream the cron starts has it tried again.
     assert run_job(daemon, "auto_dream", agent="nightly")["state"] == "succeeded"
     assert catalog(root)["resource/notes/plan.txt"]["state"] == "failed"
