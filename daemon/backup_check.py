@@ -321,3 +321,29 @@ def peek(path: Path) -> JsonObject:
                 created, bool) and 0 <= created < 1e11 else None,  # 1e11: year 5138
             "agents": sorted(meta["agents"]), "members": len(meta["files"]),
             "note": note if isinstance(note, str) else ""}
+
+
+def list_backups(folder: Path) -> list[JsonObject]:
+    """The ``*.zip`` files of ``folder``, each with its size, time and :func:`peek`'s
+    summary, or the reason it cannot be used."""
+    out: list[JsonObject] = []
+    for entry in sorted(folder.glob("*.zip")):
+        if not safepath.is_utf8(entry.name):
+            # No answer can carry the name, and no restore could name it back.
+            shown = str(entry).encode("utf-8", "surrogateescape").decode("utf-8",
+                                                                         "backslashreplace")
+            out.append({"file": shown, "name": Path(shown).name, "size": 0,
+                        "modified_at": None, "error": "its name is not valid UTF-8: "
+                        "rename it (convmv -f latin1 -t utf8 --notest FILE)"})
+            continue
+        item: JsonObject = {"file": str(entry), "name": entry.name}
+        try:
+            st = entry.stat()
+        except OSError as exc:  # a link to a drive not mounted, one removed meanwhile
+            out.append({**item, "size": 0, "modified_at": None,
+                        "error": f"cannot be read: {exc.strerror}"})
+            continue
+        item.update({"size": st.st_size, "modified_at": st.st_mtime})
+        item.update(peek(entry))
+        out.append(item)
+    return out

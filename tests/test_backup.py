@@ -232,6 +232,17 @@ def test_backups_with_odd_meta_are_listed_as_such_and_the_list_prints(
     assert "far.zip" in proc.stdout
 
 
+def test_a_backup_named_in_another_encoding_is_listed_with_the_reason(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # caf\xe9.zip, copied in by a Latin-1 tool: the list answered "internal error", since
+    # no JSON answer can carry the name. It is listed escaped, with what to do.
+    made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    (made.parent / os.fsdecode(b"caf\xe9.zip")).write_bytes(made.read_bytes())
+    listed = {b["name"]: b for b in daemon.call("backup.list")["backups"]}
+    assert "is not valid UTF-8" in listed["caf\\xe9.zip"]["error"], listed
+    assert listed[made.name]["agents"] == ["w"]
+
+
 def test_a_fifo_or_device_link_among_the_backups_does_not_hang_the_list(
         daemon: DaemonHandle, ws: Path) -> None:
     made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])

@@ -24,7 +24,7 @@ import trio
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
-from recalld.daemon.backup_check import open_checked, peek
+from recalld.daemon.backup_check import list_backups, open_checked
 from recalld.daemon.backup_restore import (
     Restored,
     RestorePlan,
@@ -204,23 +204,7 @@ def ops_methods() -> Methods:
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
         Params(params).done()
         folder = backups_dir(ctx.state)
-
-        def scan() -> list[JsonObject]:
-            out = []
-            for entry in sorted(folder.glob("*.zip")):
-                item: JsonObject = {"file": str(entry), "name": entry.name}
-                try:
-                    st = entry.stat()
-                except OSError as exc:  # a link to a drive not mounted, one removed meanwhile
-                    out.append({**item, "size": 0, "modified_at": None,
-                                "error": f"cannot be read: {exc.strerror}"})
-                    continue
-                item.update({"size": st.st_size, "modified_at": st.st_mtime})
-                item.update(peek(entry))
-                out.append(item)
-            return out
-
-        items = await trio.to_thread.run_sync(scan) if folder.is_dir() else []
+        items = await trio.to_thread.run_sync(list_backups, folder) if folder.is_dir() else []
         return {"dir": str(folder), "backups": items, "rollback": read_record(ctx.state)}
 
     @methods.add("backup.verify", positional=("file",))
