@@ -321,6 +321,7 @@ class GenerationCheck(TypedDict):
 
     ok: bool
     error: NotRequired[str]
+    note: NotRequired[str]  # none committed yet, and none needed so far
     generation: NotRequired[int]
     created: NotRequired[float]
     corrupt: NotRequired[dict[str, str]]
@@ -356,6 +357,9 @@ def _listed(paths: list[str]) -> Listed:
     return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
 
 
+NO_GENERATION = "no committed generation"
+
+
 def _verify_generation(index: WorkspaceIndex) -> GenerationCheck:
     """Re-read the committed generation read-only, verifying every checksum."""
     live = index.store.store
@@ -367,7 +371,7 @@ def _verify_generation(index: WorkspaceIndex) -> GenerationCheck:
         out["error"] = str(exc)
         return out
     if gen is None:
-        out["error"] = "no committed generation"
+        out["error"] = NO_GENERATION
         return out
     out["generation"] = gen.number
     out["created"] = gen.created
@@ -424,6 +428,12 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     generation = await trio.to_thread.run_sync(_verify_generation, index, limiter=cpu)
     live = await index.locked(index.check_live)
     status = index.status()
+    if generation.get("error") == NO_GENERATION and (
+            not files or status.get("uncommitted_changes", 0) > 0):
+        # An empty workspace has nothing to commit, and a new one's first commit may be
+        # still to come: neither is a difference.
+        generation = {"ok": True, "note": "none committed yet: " + (
+            "its first commit is still to come" if files else "nothing to commit")}
     consistent_chunks = (snap["duplicate_keys"] == 0 and snap["orphan_chunks"] == 0
                          and snap["missing_chunks"] == 0 and snap["keyword_mismatch"] == 0)
     committed_matches = (

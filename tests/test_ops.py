@@ -43,6 +43,9 @@ def note(d: DaemonHandle, rel: str, text: str, agent: str = "default") -> Path:
 
 def test_verify_reports_damaged_derived_state_and_compact_repairs_it(
         daemon: DaemonHandle) -> None:
+    # A new, empty workspace has committed nothing, and needed not: no difference.
+    empty = cli(daemon, "verify")
+    assert empty.returncode == 0 and "default: ok" in empty.stdout, empty.stdout
     for i in range(6):
         note(daemon, f"memory/2026-07-0{i + 1}/n.md", f"# Day {i}\n\nwalrus number {i}\n")
     daemon.call("index.sync", {"agent_id": "default"})
