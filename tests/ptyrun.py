@@ -26,17 +26,25 @@ def on_a_terminal(args: list[str], env: dict[str, str], *, stdout_too: bool,
         drawn = b""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 1.0)
-            if ready:
-                try:
-                    chunk = os.read(master, 1 << 16)
-                except OSError:  # the other end closed
-                    break
-                if not chunk:
-                    break
+            chunk = read_chunk(master, 1.0)
+            if chunk is None:
+                break
+            if chunk:
                 drawn += chunk
             elif proc.poll() is not None:
                 break
         code = proc.wait(timeout=60)
     os.close(master)
     return code, drawn.decode(errors="replace").replace("\r\n", "\n")
+
+
+def read_chunk(master: int, wait_s: float) -> bytes | None:
+    """What the terminal ``master`` got within ``wait_s`` (b"": nothing yet; None: the
+    other end closed)."""
+    ready, _, _ = select.select([master], [], [], wait_s)
+    if not ready:
+        return b""
+    try:
+        return os.read(master, 1 << 16) or None
+    except OSError:  # the other end closed
+        return None

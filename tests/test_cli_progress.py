@@ -11,7 +11,6 @@ import io
 import json
 import os
 import pty
-import select
 import struct
 import termios
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonHandle
-from ptyrun import on_a_terminal
+from ptyrun import on_a_terminal, read_chunk
 from test_cli import recalld
 from test_progress import Clock
 from waits import wait_for
@@ -71,13 +70,7 @@ def test_the_bar_stays_within_the_terminal_width(columns: int) -> None:
                                  "bytes_total": 3_002 << 10})
         p.close()
     drawn = b""
-    while select.select([master], [], [], 0.2)[0]:  # what the terminal got, all of it
-        try:
-            chunk = os.read(master, 1 << 16)
-        except OSError:  # the other end closed
-            break
-        if not chunk:
-            break
+    while chunk := read_chunk(master, 0.2):  # what the terminal got, all of it
         drawn += chunk
     os.close(master)
     lines = [line for line in drawn.decode().replace("\r\n", "\n").replace("\r", "\n").split("\n")
