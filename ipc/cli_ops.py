@@ -413,14 +413,23 @@ def render_status(status: DaemonStatus, socket_path: str,
 COMMIT_WAIT_SHOWN_S = 1.0
 
 
+def _pairs(value: Mapping[str, object], prefix: str = "") -> str:
+    """``k=v, ...`` of a status object, nested objects as ``outer.k=v`` (lists left out)."""
+    return ", ".join(_pairs(v, f"{prefix}{k}.") if isinstance(v, dict)
+                     else f"{prefix}{k}={_cell(v, k)}" for k, v in value.items()
+                     if not isinstance(v, list) and v != {})
+
+
 def render_internals(status: DaemonStatus) -> str:
     """``status --verbose``: queues and counters, and the per-workspace table."""
     lines = ["", "internals:"]
     for name, value in (status.get("queues") or {}).items():
-        if isinstance(value, dict):
-            shown = ", ".join(f"{k}={_cell(v, k)}" for k, v in value.items()
-                              if not isinstance(v, dict | list))
-            lines.append(f"  {name}: {shown}")
+        if value and all(isinstance(v, dict) for v in value.values()):
+            # One entry each (vector_spaces: per space), not a blank line.
+            lines += [f"  {name} {key}: {_pairs(entry)}" for key, entry in value.items()
+                      if isinstance(entry, dict)]
+        elif isinstance(value, dict):
+            lines.append(f"  {name}: {_pairs(value) or '-'}")
     rows, notes = [], []
     for ws in status.get("workspaces") or []:
         agent = ws.get("agent_id", "?")

@@ -119,6 +119,8 @@ def test_a_provider_echoing_the_key_never_shows_it(daemon_factory: Any,
                         "the refused round")
         assert "401" in st["last_error"]
         out = recalld("status", "--verbose", env=d.env).stdout
+        # Each vector space has its line of internals (it was a blank "vector_spaces:").
+        assert "  vector_spaces " in out and "cache.entries=" in out, out
         assert d.stop() == 0
         for where, text in (("search", str(res)), ("status", str(st)), ("cli", out),
                             ("log", d.log())):
