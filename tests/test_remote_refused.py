@@ -49,7 +49,7 @@ def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
     write(a, "memory/2026-08-01/after.md", "# After\nwritten after\n")
     wait_for(lambda: "memory/2026-08-01/after.md" in notes(b), what="after on b")
     shown = cli(a, "doctor")
-    assert "is reachable" not in shown and "rename the note" in shown, shown
+    assert "reachable and accepts this host" not in shown and "rename the note" in shown, shown
     # An edit takes the place of the refused change; the outbox holds one change.
     write(a, LONG, "# Deep\nfar down, edited\n")
     wait_for(lambda: (root(a) / LONG).read_text().endswith("edited\n")
@@ -86,7 +86,7 @@ def test_a_schema_newer_than_this_recalld_is_failing_with_upgrade_advice(
     wait_for(lambda: remote_status(a)["outbox"] == 1, what="the change kept")
     shown = cli(a, "doctor")
     assert "remote failing" in shown and "upgrade recalld" in shown, shown
-    assert "is reachable" not in shown, shown
+    assert "reachable and accepts this host" not in shown, shown
     assert a.log().count("this recalld knows up to") == 1  # said once, not at each retry
 
 
