@@ -53,8 +53,6 @@ def _strip(text: str) -> str:
     return _BASE64_RUN.sub("[base64 omitted]", text)
 
 
-
-
 def _content_blocks(content: object, media: bool = True) -> list[str]:
     """The text pieces of a message's content (string or OpenAI/Anthropic content blocks);
     a media block is a placeholder naming it (none without ``media``)."""

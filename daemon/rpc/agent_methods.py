@@ -157,8 +157,9 @@ async def _own_notes(ws: Workspace, folder: str, stem: str,
             text = read_confined(ws.root, rel)
             if text is None:
                 break
-            if parse_frontmatter(text)[0].get("session_id") == session_id:
-                body = "\n".join(text.split("\n")[parse_frontmatter(text)[1]:]).strip()
+            fields, body_start = parse_frontmatter(text)
+            if fields.get("session_id") == session_id:
+                body = "\n".join(text.split("\n")[body_start:]).strip()
                 out.append((rel, text, body))
         return out
 
