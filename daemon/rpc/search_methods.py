@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from recalld.daemon import sharing
-from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.search import MAX_RESULTS_CAP, SearchAnswer, parse_filters, search
 from recalld.daemon.remote.hook import server_search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
@@ -43,7 +42,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     max_results = p.integer("max_results", 5, minimum=1)
     min_score = p.number("min_score", None)
     raw_filters = p.mapping("filters", None)
-    filters = parse_filters(raw_filters)
+    parse_filters(raw_filters)  # refused before any workspace is searched
     sync = p.boolean("sync", False)
     agents = p.strings("agents", None)
     p.done()
@@ -55,8 +54,10 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
             await (index.sync() if server is None else server.sync())
         answer = await search(
             index, query, max_results=min(max_results, MAX_RESULTS_CAP), min_score=min_score,
-            filters=_of_workspace(filters, raw_filters, ws), config=ws.settings.search,
-            agent_id=ws.agent_id,
+            # A path_prefix may name a folder of ws by its absolute path, as
+            # workspace.list shows the workspace: it is taken relative to ws.
+            filters=parse_filters(raw_filters, root=str(ws.root)),
+            config=ws.settings.search, agent_id=ws.agent_id,
             source=None if server is None else server.candidates,
         )
         if server is not None:
@@ -76,17 +77,6 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     if away:
         answer["skipped"] = away
     return answer
-
-
-def _of_workspace(filters: Filters, raw: JsonObject | None, ws: Workspace) -> Filters:
-    """``filters`` with a ``path_prefix`` that names a folder of ``ws`` by its absolute
-    path (as ``workspace.list`` shows the workspace) made relative to it."""
-    prefixes = raw.get("path_prefix") if raw else None
-    named = [prefixes] if isinstance(prefixes, str) else prefixes
-    if not isinstance(named, list) or not any(
-            isinstance(p, str) and p.startswith("/") for p in named):
-        return filters
-    return parse_filters(raw, root=str(ws.root))
 
 
 @METHODS.add("index.sync", positional=("agent_id",))
