@@ -22,7 +22,9 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
+    MIN_RUN_CHARS,
     RULES,
+    RUN_CHARS,
     Rule,
     Span,
     rules_token_prefilter,
@@ -206,11 +208,11 @@ def redact_parts(parts: Sequence[str], also: Sequence[Sequence[Span]] = ()) -> l
     return out
 
 
-#: How much of each side of a seam between two messages is read, and the characters of
-#: the token runs a secret cut there is made of (``secret_rules.TOKEN_RUN``'s).
+#: How much of each side of a seam between two messages is read, and the token runs a
+#: secret cut there is made of (``secret_rules.TOKEN_RUN``'s characters).
 _SEAM: Final = 400
-_RUN_END: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]+\Z")
-_RUN_START: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]+")
+_RUN_END: Final = re.compile(rf"[{RUN_CHARS}]+\Z")
+_RUN_START: Final = re.compile(rf"[{RUN_CHARS}]+")
 
 
 def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
@@ -219,7 +221,8 @@ def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
     the two read as one, when a run of token characters goes on across the cut."""
     tail = _RUN_END.search(before, max(0, len(before) - _SEAM))
     head = _RUN_START.match(after, 0, _SEAM)
-    if tail is None or head is None or tail.end() - tail.start() + head.end() < 16:
+    if (tail is None or head is None
+            or tail.end() - tail.start() + head.end() < MIN_RUN_CHARS):
         return [], []
     start = max(0, len(before) - _SEAM)
     cut = len(before) - start

@@ -90,15 +90,18 @@ class Rule:
 
 #: A run of characters tokens are made of, long enough to hold any token a token rule
 #: knows; prose has few, so token rules look only inside them (see :func:`token_runs`).
-TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9_\-.:/+=~]{16,}")
-_RUN_CHAR = r"[A-Za-z0-9_\-.:/+=~]"
+RUN_CHARS: Final = r"A-Za-z0-9_\-.:/+=~"  # inside a character class
+MIN_RUN_CHARS: Final = 16
+TOKEN_RUN: Final = re.compile(rf"[{RUN_CHARS}]{{{MIN_RUN_CHARS},}}")
+_RUN_CHAR = rf"[{RUN_CHARS}]"
 # TOKEN_RUN's matches, found by one match per run: skip shorter runs with what follows
 # them, then take a run. A search for TOKEN_RUN itself would rescan each short run (each
 # word) from every one of its characters. Not possessive: before Python 3.11.5 a
 # possessive repeat of a group that can backtrack matched wrongly (gh-106052), and here
 # that skipped runs.
 _SKIP_TO_RUN: Final = re.compile(
-    rf"(?:{_RUN_CHAR}{{0,15}}[^A-Za-z0-9_\-.:/+=~]+)*({_RUN_CHAR}{{16,}})?")
+    rf"(?:{_RUN_CHAR}{{0,{MIN_RUN_CHARS - 1}}}[^{RUN_CHARS}]+)*"
+    rf"({_RUN_CHAR}{{{MIN_RUN_CHARS},}})?")
 
 
 def token_runs(text: str) -> list[Span]:
