@@ -24,15 +24,22 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal
 
 import trio
 
 from recalld.daemon.errors import wire_error
 from recalld.daemon.jobparams import ParamsCheck
+from recalld.daemon.jobrecords import (
+    ACTIVE,
+    Handler,
+    JobKind,
+    JobRecord,
+    JobsConfig,
+    JobStatistics,
+)
 from recalld.daemon.jsontypes import JsonObject, json_safe
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.applog import AppendLog
@@ -49,103 +56,17 @@ from recalld.ipc.errors import (
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, Mapping[str, object]], object]
-#: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
-Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
-
-STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-ACTIVE = frozenset({"queued", "running"})
 INTERRUPTED = "interrupted by daemon restart"
 
 
-class JobStatistics(TypedDict):
-    running: int
-    queued: int
-    cpu_tokens_in_use: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobKind:
-    name: str
-    handler: Handler
-    exclusive: bool = False  # one queued-or-running job of this kind per workspace
-    cpu_heavy: bool = False  # holds a token of the shared CPU limiter while running
-    # Re-run after a daemon restart instead of failing; "once": a job interrupted again
-    # after it was resumed fails (work that may be what ends the daemon is not run forever).
-    resumable: bool | Literal["once"] = False
-    check_params: ParamsCheck | None = None  # None: params are kept as given
-
-
-@dataclass(frozen=True, slots=True)
-class JobsConfig:
-    max_running: int = 4
-    max_running_per_workspace: int = 2
-    history_per_workspace: int = 200
-    progress_interval_s: float = 0.25
-    cancel_grace_s: float = 5.0
-    journal_write_timeout_s: float = 10.0
-
-
-@dataclass(slots=True)
-class _Job:
-    job_id: str
-    agent_id: str
-    kind: str
-    params: JsonObject
-    submitted_at: float
-    state: str = "queued"
-    progress: JobProgress = field(
-        default_factory=lambda: JobProgress(done=0, total=None, message=""))
-    result: JsonObject | None = None
-    error: str | None = None
-    error_code: int | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    resumed: bool = False
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    done: trio.Event = field(default_factory=trio.Event)
-    last_progress_publish: float = float("-inf")
-
-    def as_dict(self) -> JobInfo:
-        return {
-            "job_id": self.job_id, "agent_id": self.agent_id, "kind": self.kind,
-            "params": self.params, "state": self.state, "progress": self.progress.copy(),
-            "result": self.result, "error": self.error, "error_code": self.error_code,
-            "submitted_at": self.submitted_at, "started_at": self.started_at,
-            "finished_at": self.finished_at, "resumed": self.resumed,
-        }
-
-    @classmethod
-    def from_dict(cls, rec: JsonObject) -> _Job:
-        """A job from its journal record (JSON read back from disk)."""
-        job = cls(job_id=str(rec["job_id"]), agent_id=str(rec["agent_id"]),
-                  kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
-                  submitted_at=float(rec.get("submitted_at") or 0.0))
-        job.state = str(rec.get("state", "queued"))
-        progress = rec.get("progress")
-        if isinstance(progress, Mapping):
-            total = progress.get("total")
-            job.progress = JobProgress(done=int(progress.get("done") or 0),
-                                    total=total if isinstance(total, int) else None,
-                                    message=str(progress.get("message") or ""))
-        job.result = rec.get("result")
-        job.error = rec.get("error")
-        job.error_code = rec.get("error_code")
-        job.started_at = rec.get("started_at")
-        job.finished_at = rec.get("finished_at")
-        job.resumed = bool(rec.get("resumed", False))
-        if job.state not in ACTIVE:
-            job.done.set()
-        return job
-
-
-def _cpu_borrower(job: _Job) -> tuple[str, str]:
+def _cpu_borrower(job: JobRecord) -> tuple[str, str]:
     return ("recalld.job", job.job_id)
 
 
 class JobContext:
     """What a handler sees of its job. Cancelling ``cancel_scope`` cancels this job only."""
 
-    def __init__(self, manager: JobManager, job: _Job) -> None:
+    def __init__(self, manager: JobManager, job: JobRecord) -> None:
         self._manager = manager
         self._job = job
         self.job_id = job.job_id
@@ -178,8 +99,8 @@ class JobManager:
         self._agent_exists = agent_exists
         self._wall = wall
         self._kinds: dict[str, JobKind] = {}
-        self._jobs: dict[str, dict[str, _Job]] = {}  # agent -> job_id -> job, oldest first
-        self._queues: dict[str, deque[_Job]] = {}
+        self._jobs: dict[str, dict[str, JobRecord]] = {}  # agent -> job_id -> job, oldest first
+        self._queues: dict[str, deque[JobRecord]] = {}
         self._turns: deque[str] = deque()  # agents with queued jobs, next turn first
         self._running: dict[str, int] = {}
         self._changed = trio.Event()
@@ -206,7 +127,7 @@ class JobManager:
         if self._agent_exists is not None and not self._agent_exists(agent_id):
             raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
 
-    def _find(self, agent_id: str, job_id: str) -> _Job:
+    def _find(self, agent_id: str, job_id: str) -> JobRecord:
         self._check_agent(agent_id)
         job = self._jobs.get(agent_id, {}).get(job_id)
         if job is None:
@@ -257,7 +178,7 @@ class JobManager:
                         f"a {kind} job is already {other.state} for workspace {agent_id!r}"
                         f" ({other.job_id}); wait for it or cancel it",
                         {"job_id": other.job_id, "state": other.state})
-        job = _Job(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
+        job = JobRecord(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
                    params=checked, submitted_at=self._wall())
         self._add(job)
         self._enqueue(job)
@@ -288,14 +209,14 @@ class JobManager:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _add(self, job: _Job) -> None:
+    def _add(self, job: JobRecord) -> None:
         jobs = self._jobs.setdefault(job.agent_id, {})
         jobs[job.job_id] = job
         finished = [j for j in jobs.values() if j.state not in ACTIVE]
         for old in finished[: max(0, len(finished) - self._config.history_per_workspace)]:
             del jobs[old.job_id]
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: JobRecord) -> None:
         self._queues.setdefault(job.agent_id, deque()).append(job)
         if job.agent_id not in self._turns:
             self._turns.append(job.agent_id)
@@ -309,7 +230,7 @@ class JobManager:
         except Exception:
             log.exception("publishing %s failed", topic)
 
-    def _progress(self, job: _Job, done: int, total: int | None, message: str) -> None:
+    def _progress(self, job: JobRecord, done: int, total: int | None, message: str) -> None:
         job.progress = JobProgress(done=done, total=total, message=json_safe(message))
         now = trio.current_time()
         if (now - job.last_progress_publish >= self._config.progress_interval_s
@@ -318,7 +239,7 @@ class JobManager:
             self._publish("job.progress", {"job_id": job.job_id, "agent_id": job.agent_id,
                                            "kind": job.kind, "progress": job.progress.copy()})
 
-    async def _journal(self, job: _Job) -> None:
+    async def _journal(self, job: JobRecord) -> None:
         """Append the job's record. Shielded: a state change that happened is recorded."""
         if self._log is None or not self._log_open:
             return  # before run(): recovery rewrites the journal with every known job
@@ -345,7 +266,7 @@ class JobManager:
     def _retained_count(self) -> int:
         return sum(len(jobs) for jobs in self._jobs.values())
 
-    async def _finish(self, job: _Job, state: str, *, result: JsonObject | None = None,
+    async def _finish(self, job: JobRecord, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
         # What the handler gave goes to the journal and the wire: always as JSON can hold it.
         job.state, job.error_code = state, code
@@ -383,7 +304,7 @@ class JobManager:
                 admitted = True
                 break  # the order changed: start again from the front
 
-    def _take_cpu(self, job: _Job, nursery: trio.Nursery) -> bool:
+    def _take_cpu(self, job: JobRecord, nursery: trio.Nursery) -> bool:
         # Tokens are taken here, in turn order, not by the job tasks (whose start order
         # trio does not promise), so the shared limiter sees workspaces round robin.
         try:
@@ -404,7 +325,7 @@ class JobManager:
             self._cpu_waiter = False
             self._changed.set()
 
-    async def _run_job(self, job: _Job) -> None:
+    async def _run_job(self, job: JobRecord) -> None:
         spec = self._kinds[job.kind]
         try:
             with job.scope:
@@ -417,7 +338,7 @@ class JobManager:
             self._running[job.agent_id] -= 1
             self._changed.set()
 
-    async def _execute(self, job: _Job, spec: JobKind) -> None:
+    async def _execute(self, job: JobRecord, spec: JobKind) -> None:
         job.state, job.started_at = "running", self._wall()
         self._publish("job.state", job.as_dict())
         await self._journal(job)
@@ -444,9 +365,9 @@ class JobManager:
         for rec in records:
             if "job_id" in rec and "agent_id" in rec and "kind" in rec:
                 latest[str(rec["job_id"])] = rec  # later records win
-        interrupted: list[_Job] = []
+        interrupted: list[JobRecord] = []
         for rec in latest.values():
-            job = _Job.from_dict(rec)
+            job = JobRecord.from_dict(rec)
             self._add(job)
             if job.state in ACTIVE:
                 spec = self._kinds.get(job.kind)

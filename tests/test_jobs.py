@@ -11,7 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager, JobsConfig
+from recalld.daemon.jobrecords import JobsConfig
+from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager
 from recalld.daemon.rpc import job_methods
 from recalld.ipc.errors import (
     JOB_FAILED,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import trio
 
 from recalld.daemon.jobparams import choice, count, params_of
+from recalld.daemon.jobrecords import ACTIVE
 from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.fileops import check_date
 from recalld.daemon.memory.sessions import Added, SessionStore
@@ -48,7 +49,6 @@ from recalld.ipc.errors import NotFound, RecalldError
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("queued", "running")
 #: The longest wait between two retries of a session whose auto_memory jobs fail.
 RETRY_CAP_S = 3600.0
 #: What asks for an auto_memory job (its ``trigger`` param and change log field).

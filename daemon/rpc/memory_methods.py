@@ -17,7 +17,6 @@ from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
 log = logging.getLogger(__name__)
-ACTIVE = ("queued", "running")
 
 
 class Changes(TypedDict):

@@ -1,0 +1,104 @@
+"""The records the job manager keeps: a kind's rules, the manager's limits, one job's state
+(:mod:`recalld.daemon.jobs` acts on them)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+import trio
+
+from recalld.daemon.jobparams import ParamsCheck
+from recalld.daemon.jsontypes import JsonObject
+from recalld.ipc.answers import JobInfo, JobProgress
+
+if TYPE_CHECKING:
+    from recalld.daemon.jobs import JobContext
+
+#: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
+Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
+
+STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+ACTIVE = frozenset({"queued", "running"})
+
+
+class JobStatistics(TypedDict):
+    running: int
+    queued: int
+    cpu_tokens_in_use: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    name: str
+    handler: Handler
+    exclusive: bool = False  # one queued-or-running job of this kind per workspace
+    cpu_heavy: bool = False  # holds a token of the shared CPU limiter while running
+    # Re-run after a daemon restart instead of failing; "once": a job interrupted again
+    # after it was resumed fails (work that may be what ends the daemon is not run forever).
+    resumable: bool | Literal["once"] = False
+    check_params: ParamsCheck | None = None  # None: params are kept as given
+
+
+@dataclass(frozen=True, slots=True)
+class JobsConfig:
+    max_running: int = 4
+    max_running_per_workspace: int = 2
+    history_per_workspace: int = 200
+    progress_interval_s: float = 0.25
+    cancel_grace_s: float = 5.0
+    journal_write_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    agent_id: str
+    kind: str
+    params: JsonObject
+    submitted_at: float
+    state: str = "queued"
+    progress: JobProgress = field(
+        default_factory=lambda: JobProgress(done=0, total=None, message=""))
+    result: JsonObject | None = None
+    error: str | None = None
+    error_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    resumed: bool = False
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    last_progress_publish: float = float("-inf")
+
+    def as_dict(self) -> JobInfo:
+        return {
+            "job_id": self.job_id, "agent_id": self.agent_id, "kind": self.kind,
+            "params": self.params, "state": self.state, "progress": self.progress.copy(),
+            "result": self.result, "error": self.error, "error_code": self.error_code,
+            "submitted_at": self.submitted_at, "started_at": self.started_at,
+            "finished_at": self.finished_at, "resumed": self.resumed,
+        }
+
+    @classmethod
+    def from_dict(cls, rec: JsonObject) -> JobRecord:
+        """A job from its journal record (JSON read back from disk)."""
+        job = cls(job_id=str(rec["job_id"]), agent_id=str(rec["agent_id"]),
+                  kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
+                  submitted_at=float(rec.get("submitted_at") or 0.0))
+        job.state = str(rec.get("state", "queued"))
+        progress = rec.get("progress")
+        if isinstance(progress, Mapping):
+            total = progress.get("total")
+            job.progress = JobProgress(done=int(progress.get("done") or 0),
+                                    total=total if isinstance(total, int) else None,
+                                    message=str(progress.get("message") or ""))
+        job.result = rec.get("result")
+        job.error = rec.get("error")
+        job.error_code = rec.get("error_code")
+        job.started_at = rec.get("started_at")
+        job.finished_at = rec.get("finished_at")
+        job.resumed = bool(rec.get("resumed", False))
+        if job.state not in ACTIVE:
+            job.done.set()
+        return job
