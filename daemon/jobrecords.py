@@ -70,6 +70,10 @@ class JobRecord:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     last_progress_publish: float = float("-inf")
+    #: Set when a run of the job ends, finished or put back in its queue.
+    ran: trio.Event = field(default_factory=trio.Event)
+    #: Stopped to run again later (a pause of its workspace): queued again, not cancelled.
+    requeue: bool = False
 
     def as_dict(self) -> JobInfo:
         return {

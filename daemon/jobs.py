@@ -20,11 +20,12 @@ State changes and throttled progress go to ``publish(topic, payload)`` with topi
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -103,6 +104,7 @@ class JobManager:
         self._queues: dict[str, deque[JobRecord]] = {}
         self._turns: deque[str] = deque()  # agents with queued jobs, next turn first
         self._running: dict[str, int] = {}
+        self._paused: dict[str, int] = {}  # agent -> how many pauses hold its jobs back
         self._changed = trio.Event()
         self._cpu_waiter = False
         self._log = AppendLog(journal_path) if journal_path is not None else None
@@ -207,6 +209,34 @@ class JobManager:
                 await job.done.wait()
         return job.as_dict()
 
+    @contextlib.asynccontextmanager
+    async def paused(self, agent_id: str, reason: str) -> AsyncIterator[None]:
+        """Start none of ``agent_id``'s jobs inside, and stop its running ones first: they
+        go back to the front of its queue and run again afterwards, on what is then on
+        disk (as after a restart). Jobs submitted meanwhile wait. ``reason`` is logged
+        should a job not stop in time."""
+        self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
+        try:
+            await self._stop_running(agent_id, reason)
+            yield
+        finally:
+            self._paused[agent_id] -= 1
+            if not self._paused[agent_id]:
+                del self._paused[agent_id]
+            self._changed.set()
+
+    async def _stop_running(self, agent_id: str, reason: str) -> None:
+        running = [j for j in self._jobs.get(agent_id, {}).values() if j.state == "running"]
+        for job in running:
+            job.requeue = True
+            job.scope.cancel()
+        with trio.move_on_after(self._config.cancel_grace_s) as waited:
+            for job in running:
+                await job.ran.wait()
+        if waited.cancelled_caught:
+            log.warning("workspace %s: a job did not stop within %.0f s (%s)", agent_id,
+                        self._config.cancel_grace_s, reason)
+
     # -- internals -----------------------------------------------------------------------------
 
     def _add(self, job: JobRecord) -> None:
@@ -290,7 +320,8 @@ class JobManager:
                 if not queue:
                     self._turns.remove(agent)  # back in rotation when it queues again
                     continue
-                if self._running.get(agent, 0) >= cfg.max_running_per_workspace:
+                if (self._running.get(agent, 0) >= cfg.max_running_per_workspace
+                        or agent in self._paused):
                     continue
                 job = queue[0]  # strict FIFO within a workspace
                 if self._kinds[job.kind].cpu_heavy and not self._take_cpu(job, nursery):
@@ -300,6 +331,7 @@ class JobManager:
                 if queue:
                     self._turns.append(agent)
                 self._running[agent] = self._running.get(agent, 0) + 1
+                job.ran = trio.Event()
                 nursery.start_soon(self._run_job, job, name=f"job {job.kind} {job.job_id}")
                 admitted = True
                 break  # the order changed: start again from the front
@@ -330,9 +362,18 @@ class JobManager:
         try:
             with job.scope:
                 await self._execute(job, spec)
-            if job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
+            if job.state in ACTIVE and job.requeue:  # stopped by a pause: runs after it
+                job.state, job.started_at, job.requeue = "queued", None, False
+                job.scope = trio.CancelScope()
+                self._queues.setdefault(job.agent_id, deque()).appendleft(job)
+                if job.agent_id not in self._turns:
+                    self._turns.appendleft(job.agent_id)
+                self._publish("job.state", job.as_dict())
+                await self._journal(job)
+            elif job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
                 await self._finish(job, "cancelled")
         finally:
+            job.ran.set()
             if spec.cpu_heavy:
                 self._cpu.release_on_behalf_of(_cpu_borrower(job))
             self._running[job.agent_id] -= 1
