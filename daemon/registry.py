@@ -37,6 +37,7 @@ from recalld.daemon.workspaces import (
     check_agent_id,
     check_daemon_folders,
     check_root,
+    check_still_there,
 )
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
@@ -209,9 +210,13 @@ class WorkspaceRegistry:
         agent_id: str,
         path: Path | None = None,
         overrides: Mapping[str, object] | None = None,
+        *,
+        again: bool = False,
     ) -> Workspace:
         """Open ``agent_id``'s workspace (idempotent at the same path); while a restore
-        replaces its files (:meth:`held`), once they are in place.
+        replaces its files (:meth:`held`), once they are in place. ``again``: opened
+        again by a start, refused if it is recorded at that path and its folder is
+        missing or empty (:func:`check_still_there`).
 
         Raises InvalidParams if it is open at another path or another agent holds the
         path. If cancelled while services start, the half-open workspace is closed.
@@ -220,12 +225,13 @@ class WorkspaceRegistry:
         while True:
             while (busy := self._held.get(agent_id)) is not None:
                 await busy.wait()
-            ws = await self._open_unless_held(agent_id, path, overrides)
+            ws = await self._open_unless_held(agent_id, path, overrides, again)
             if ws is not None:
                 return ws
 
     async def _open_unless_held(self, agent_id: str, path: Path | None,
-                                overrides: Mapping[str, object] | None) -> Workspace | None:
+                                overrides: Mapping[str, object] | None,
+                                again: bool = False) -> Workspace | None:
         """:meth:`open`, or None if a restore took hold of the workspace meanwhile."""
         config = self._get_config()
         root = (path if path is not None else self.home(agent_id)).expanduser()
@@ -236,6 +242,9 @@ class WorkspaceRegistry:
         given_root, root = root, await trio.to_thread.run_sync(root.resolve)
         if given_root != root:
             self._check_not_anothers(agent_id, given_root, root)
+        recorded = self._remembered.get(agent_id)
+        if again and recorded is not None and recorded["path"] == str(root):
+            await trio.to_thread.run_sync(check_still_there, root)
         async with self._lock(agent_id):
             if agent_id in self._held:
                 return None

@@ -318,7 +318,7 @@ class Supervisor:
         the daemon serves the others."""
         root = path if path is not None else self.config.workspace_path(agent_id)
         try:
-            await self.registry.open(agent_id, path, overrides)
+            await self.registry.open(agent_id, path, overrides, again=True)
         except RecalldError as exc:
             message = exc.message
             if overrides is not None and isinstance(exc, InvalidParams):

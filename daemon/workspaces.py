@@ -95,6 +95,27 @@ def check_root(root: Path) -> None:
                             "user recalld runs as")
 
 
+def check_still_there(root: Path) -> None:
+    """InvalidParams if the folder of a workspace served before is missing or empty
+    (blocking): on a disk not mounted, or moved away. Made again empty, it would take the
+    notes written meanwhile where the disk, once mounted, hides them, and the folder moved
+    back would land inside it. What else is wrong with it :func:`check_root` tells."""
+    try:
+        with os.scandir(root) as entries:
+            if next(entries, None) is not None:
+                return
+        what = "is empty"
+    except FileNotFoundError:
+        what = "is missing"
+    except OSError:
+        return
+    raise InvalidParams(
+        f"its folder {root} {what} (on a disk not mounted? moved?), so it was not opened "
+        "as an empty workspace: put the folder back and open the workspace again (opened "
+        "while the folder is still missing, it starts afresh, empty), or close it with "
+        "forget")
+
+
 def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
     """InvalidParams if ``root`` (absolute, resolved) is, lies in or holds one of the
     daemon's own folders, whose files its readers would then serve to the agent: the

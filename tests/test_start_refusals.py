@@ -232,3 +232,31 @@ def test_a_refused_recorded_workspace_shows_its_recorded_settings(
     listed = {w["agent_id"]: w for w in d2.call("workspace.list")["workspaces"]}
     assert listed["mine"]["refused"] is True and "belongs to uid" in listed["mine"]["error"]
     assert listed["mine"]["settings"]["daily_dir"] == "journal"
+
+
+def test_a_served_workspace_whose_folder_is_gone_or_empty_is_not_made_again(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Made again empty at the start, a folder on a disk not yet mounted took the notes
+    # written meanwhile (hidden under the mount once it came), and the folder moved back
+    # landed inside the new one.
+    ws, away = tmp_path / "disk" / "notes", tmp_path / "away"
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "far", "path": str(ws)})
+    d.call("memory.add_note", {"agent_id": "far", "content": "the otter holt is upstream"})
+    assert d.stop() == 0
+    ws.rename(away)
+    for shape in ("missing", "empty"):
+        d = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+        listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+        assert listed["far"]["state"] == "failed", listed["far"]
+        assert f"{ws} is {shape}" in listed["far"]["error"]
+        assert d.stop() == 0
+        if shape == "missing":
+            assert not ws.exists()
+            ws.mkdir()  # an empty mount point
+    assert list(ws.iterdir()) == []
+    ws.rmdir()
+    away.rename(ws)
+    d = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    hits = d.call("memory.search", {"agent_id": "far", "query": "otter holt"})["results"]
+    assert hits and hits[0]["path"].endswith("agent-notes.md")
