@@ -41,7 +41,8 @@ from typing import IO, NotRequired, Protocol, TypedDict, cast
 import orjson
 
 from recalld.daemon import safepath
-from recalld.daemon.config_rules import dsn_without_password, url_without_secrets
+from recalld.daemon.config_rules import url_without_secrets
+from recalld.daemon.dsn import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
 from recalld.ipc.errors import InvalidParams, RecalldError

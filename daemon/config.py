@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 from recalld.daemon import config_rules, qwenpaw
+from recalld.daemon.dsn import mask_dsn
 from recalld.ipc import paths
 from recalld.ipc.errors import InvalidParams
 
@@ -142,7 +143,7 @@ class RemoteConfig:
 
     def for_wire(self) -> dict[str, str]:
         """The settings as JSON with any password in the DSN masked."""
-        return {**dataclasses.asdict(self), "dsn": config_rules.mask_dsn(self.dsn)}
+        return {**dataclasses.asdict(self), "dsn": mask_dsn(self.dsn)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ be. :func:`layout_problem` says which of a workspace's folders may lie in which,
 once per workspace's settings as built. The README's configuration section documents the
 same ranges and layouts. Also here: the message naming unknown keys with their likely
 intended names (:func:`unknown`), and the masking of credentials in settings shown
-(:func:`mask_dsn`, :func:`mask_url`, :func:`shown_setting`).
+(:func:`mask_url`, :func:`shown_setting`; a DSN's in ``daemon/dsn.py``).
 
 Nothing here imports the rest of the daemon: the config module imports this one.
 """
@@ -23,11 +23,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, TypeGuard
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
 
@@ -386,77 +387,6 @@ def unknown(what: str, names: list[str], known: Collection[str]) -> str:
 
 
 # -- masking credentials in what is shown ---------------------------------------------
-
-
-#: What is shown for a DSN libpq cannot parse: its text may hold a password anywhere.
-UNPARSEABLE_DSN = "(a DSN libpq cannot parse, not shown)"
-# A libpq URI as libpq splits it: the user part runs to the first "@" before any "/" (the
-# password, after its first ":", may hold "#", "?", "&"), the parameters follow the first
-# "?" after it.
-_DSN_URI = re.compile(r"(postgres(?:ql)?://)(?:([^:@/]*)(?::([^@/]*))?@)?([^?]*)(?:\?(.*))?",
-                      re.S)
-# A ``password`` keyword and its value, quoted or running to a space (``\`` escapes).
-_DSN_KEYWORD = re.compile(r"(?:(?<=\s)|^)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)")
-
-
-def mask_dsn(dsn: str) -> str:
-    """``dsn`` with its password (a URI's user part or ``password`` parameter, a
-    ``password=`` keyword) as ``***``, found where libpq's own parser (psycopg's) finds it.
-    Parsed back, the result must be the DSN with ``password=***``, else it is shown in
-    keyword form built from the parsed values; a DSN libpq cannot parse is not shown
-    (:data:`UNPARSEABLE_DSN`)."""
-    try:
-        from psycopg import conninfo
-
-        params = conninfo.conninfo_to_dict(dsn)
-    except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
-        return UNPARSEABLE_DSN
-    if not params.get("password"):
-        return dsn
-    wanted = {**params, "password": "***"}
-    uri = _DSN_URI.fullmatch(dsn)
-    if uri:
-        scheme, user, password, rest, query = uri.groups()
-        userinfo = "" if user is None else user + (":***" if password else "") + "@"
-        if query is not None:
-            query = "&".join(_masked_parameter(item) for item in query.split("&"))
-            rest += "?" + query
-        masked = scheme + userinfo + rest
-    else:
-        masked = _DSN_KEYWORD.sub(r"\1***", dsn)
-    try:
-        if conninfo.conninfo_to_dict(masked) == wanted:
-            return masked
-    except Exception:  # noqa: S110 (shown rebuilt instead)
-        pass
-    return conninfo.make_conninfo("", **wanted)
-
-
-def dsn_without_password(dsn: str) -> str:
-    """``dsn`` for a copy that must not hold its password (a backup without secrets): as
-    it is when it has none, else rebuilt by libpq's parser (psycopg's, keyword form)
-    without it; "" when it cannot be parsed, since its text may hold one anywhere."""
-    try:
-        from psycopg import conninfo
-
-        params = conninfo.conninfo_to_dict(dsn)
-    except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
-        return ""
-    if "password" not in params:
-        return dsn
-    del params["password"]
-    return conninfo.make_conninfo("", **params)
-
-
-def _masked_parameter(item: str) -> str:
-    """One ``key=value`` of a URI's parameters, its value ``***`` if the key (decoded as
-    libpq decodes it) is ``password``."""
-    key, eq, _ = item.partition("=")
-    try:
-        name = unquote(key, errors="strict")
-    except UnicodeDecodeError:
-        return item
-    return f"{key}=***" if eq and name == "password" else item
 
 
 _URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")

@@ -19,7 +19,8 @@ import trio
 
 from recalld.daemon import qwenpaw
 from recalld.daemon.config import ConfigError
-from recalld.daemon.config_rules import SECRET_SETTING, mask_dsn, mask_url
+from recalld.daemon.config_rules import SECRET_SETTING, mask_url
+from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream

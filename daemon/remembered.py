@@ -27,9 +27,9 @@ import orjson
 from recalld.daemon.config_rules import (
     SECRET_SETTING,
     URL_QUERY_SECRET,
-    dsn_without_password,
     url_without_secrets,
 )
+from recalld.daemon.dsn import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified

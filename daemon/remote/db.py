@@ -44,6 +44,7 @@ from typing import Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
+from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.jsontypes import JsonObject
@@ -109,8 +110,8 @@ def sever(conn: Conn) -> None:
 
 
 class BadDsn(ValueError):
-    """The configured DSN is one libpq cannot parse: a fault of the configuration, not of
-    the server. Its text never quotes the DSN (libpq's message does)."""
+    """The configured DSN cannot be used (``daemon/dsn.py``): a fault of the configuration,
+    not of the server. Its text never quotes the DSN (libpq's message does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ class Row:
 def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
             application_name: str = "recalld") -> Conn:
     """An autocommit connection with bounded waits; the password never leaves libpq.
-    BadDsn when the DSN cannot be parsed."""
+    BadDsn when the DSN cannot be used."""
     env = os.environ if environ is None else environ
     extra: dict[str, str] = {}
     if cfg.passfile:
@@ -145,11 +146,10 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     if cfg.password_env and env.get(cfg.password_env):
         extra["password"] = env[cfg.password_env]
     try:
-        conninfo = psycopg.conninfo.make_conninfo(cfg.dsn, **extra)
-    except psycopg.ProgrammingError:
-        raise BadDsn("libpq cannot parse the dsn (its message, which quotes the dsn, is "
-                     "not shown): check its quoting, and in a URI that @ / % in the "
-                     "password are percent-encoded") from None
+        dsn.params(cfg.dsn)
+    except dsn.UnusableDsn as exc:
+        raise BadDsn(str(exc)) from None
+    conninfo = psycopg.conninfo.make_conninfo(cfg.dsn, **extra)
     return psycopg.connect(
         conninfo, autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,

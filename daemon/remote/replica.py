@@ -35,9 +35,10 @@ from typing import TypedDict, TypeVar, TypeVarTuple
 import psycopg
 import trio
 
+from recalld.daemon import dsn
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.config_rules import mask_dsn
+from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
@@ -448,11 +449,11 @@ class _Unreachable(Exception):
 
 def _secrets(cfg: RemoteConfig) -> list[str]:
     """Passwords that must never appear in a logged or reported error (a DSN that cannot
-    be parsed never reaches an error: :class:`db.BadDsn`)."""
+    be used never reaches an error: :class:`db.BadDsn`)."""
     out: list[str] = []
     try:
-        password = psycopg.conninfo.conninfo_to_dict(cfg.dsn).get("password")
-    except psycopg.Error:
+        password = dsn.params(cfg.dsn).get("password")
+    except dsn.UnusableDsn:
         password = None
     if password:
         out.append(str(password))

@@ -1,0 +1,102 @@
+"""A shared workspace's ``dsn`` (a libpq connection string or URI), read as libpq reads
+it: whether it can be used, and its copies without the password (shown masked in status,
+logs and ``workspace.list``; left out of backups).
+
+libpq's parser (psycopg's ``conninfo``) decides where the password is.
+
+Nothing here imports the rest of the daemon; psycopg is imported when a DSN is read
+(without it, no DSN can be read, and none is shown).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+#: What is shown for a DSN libpq cannot parse: its text may hold a password anywhere.
+UNPARSEABLE_DSN = "(a DSN libpq cannot parse, not shown)"
+# A libpq URI as libpq splits it: the user part runs to the first "@" before any "/" (the
+# password, after its first ":", may hold "#", "?", "&"), the parameters follow the first
+# "?" after it.
+_DSN_URI = re.compile(r"(postgres(?:ql)?://)(?:([^:@/]*)(?::([^@/]*))?@)?([^?]*)(?:\?(.*))?",
+                      re.S)
+# A ``password`` keyword and its value, quoted or running to a space (``\`` escapes).
+_DSN_KEYWORD = re.compile(r"(?:(?<=\s)|^)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)")
+
+
+class UnusableDsn(ValueError):
+    """A DSN libpq cannot parse. The message never quotes the DSN."""
+
+
+def params(dsn: str) -> dict[str, str]:
+    """``dsn``'s settings as libpq reads them; :class:`UnusableDsn` when it cannot
+    be parsed."""
+    try:
+        from psycopg import conninfo
+
+        parsed = conninfo.conninfo_to_dict(dsn)
+    except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
+        raise UnusableDsn("libpq cannot parse the dsn (its message, which quotes the dsn, "
+                          "is not shown): check its quoting, and in a URI that @ / % in "
+                          "the password are percent-encoded") from None
+    return {key: str(value) for key, value in parsed.items()}
+
+
+def mask_dsn(dsn: str) -> str:
+    """``dsn`` with its password (a URI's user part or ``password`` parameter, a
+    ``password=`` keyword) as ``***``, found where libpq's own parser (psycopg's) finds it.
+    Parsed back, the result must be the DSN with ``password=***``, else it is shown in
+    keyword form built from the parsed values; a DSN libpq cannot parse is not shown
+    (:data:`UNPARSEABLE_DSN`)."""
+    try:
+        found = params(dsn)
+    except UnusableDsn:
+        return UNPARSEABLE_DSN
+    if not found.get("password"):
+        return dsn
+    from psycopg import conninfo
+
+    wanted = {**found, "password": "***"}
+    uri = _DSN_URI.fullmatch(dsn)
+    if uri:
+        scheme, user, password, rest, query = uri.groups()
+        userinfo = "" if user is None else user + (":***" if password else "") + "@"
+        if query is not None:
+            query = "&".join(_masked_parameter(item) for item in query.split("&"))
+            rest += "?" + query
+        masked = scheme + userinfo + rest
+    else:
+        masked = _DSN_KEYWORD.sub(r"\1***", dsn)
+    try:
+        if conninfo.conninfo_to_dict(masked) == wanted:
+            return masked
+    except Exception:  # noqa: S110 (shown rebuilt instead)
+        pass
+    return conninfo.make_conninfo("", **wanted)
+
+
+def dsn_without_password(dsn: str) -> str:
+    """``dsn`` for a copy that must not hold its password (a backup without secrets): as
+    it is when it has none, else rebuilt by libpq's parser (psycopg's, keyword form)
+    without it; "" when it cannot be parsed, since its text may hold one anywhere."""
+    try:
+        found = params(dsn)
+    except UnusableDsn:
+        return ""
+    if "password" not in found:
+        return dsn
+    from psycopg import conninfo
+
+    del found["password"]
+    return conninfo.make_conninfo("", **found)
+
+
+def _masked_parameter(item: str) -> str:
+    """One ``key=value`` of a URI's parameters, its value ``***`` if the key (decoded as
+    libpq decodes it) is ``password``."""
+    key, eq, _ = item.partition("=")
+    try:
+        name = unquote(key, errors="strict")
+    except UnicodeDecodeError:
+        return item
+    return f"{key}=***" if eq and name == "password" else item
