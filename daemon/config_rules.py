@@ -389,7 +389,9 @@ def unknown(what: str, names: list[str], known: Collection[str]) -> str:
 # -- masking credentials in what is shown ---------------------------------------------
 
 
-_URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/?#]*):[^@/?#]*@")
+# A URL's password: from the user part's first ":" to the last "@" before the path, as
+# the HTTP client splits it (a password may hold a raw "@").
+_URL_USERINFO_SECRET = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/?#]*):[^/?#]*@")
 #: A query parameter named like a credential, and its value (up to ``&``, ``#`` or a
 #: space: it is found in URLs and in messages that quote one).
 URL_QUERY_SECRET = re.compile(

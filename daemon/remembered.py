@@ -51,7 +51,7 @@ class Remembered(TypedDict):
     left_out: NotRequired[list[str]]
 
 
-_EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/@:\s]*:@")
+_EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/:\s]*:@")
 
 
 def strip_secrets(config: Mapping[str, object], prefix: str = "",

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import httpx
 import pytest
 
-from recalld.daemon import config
+from recalld.daemon import config, config_rules
 from recalld.daemon.providers.chat import ChatClient
 from recalld.daemon.providers.embedding import EmbeddingClient
 
@@ -69,3 +70,17 @@ def test_provider_clients_repr_masks_the_endpoint_password() -> None:
         assert KEY not in text and PASSWORD not in text
         assert "llm.example.net:8443" in text
     assert PASSWORD not in repr(clients[1]._format)
+
+
+@pytest.mark.parametrize("url", [
+    "https://svc:Tr0@ub4dor@llm.example.net:8443/v1",
+    "https://svc@corp:Tr0@ub4:dor@llm.example.net/v1?region=eu",
+])
+def test_a_url_password_holding_an_at_sign_is_masked_whole(url: str) -> None:
+    # The HTTP client takes the user part up to the last "@" before the path.
+    password = httpx.URL(url).password
+    assert "ub4" in password
+    for shown in (config_rules.mask_url(url), config_rules.url_without_secrets(url)):
+        assert "ub4" not in shown, shown
+        assert httpx.URL(shown).host == httpx.URL(url).host
+    assert "ub4" not in repr(config.ChatModelConfig(model_name="m", base_url=url))
