@@ -9,14 +9,17 @@ are workspace-relative with ``/`` separators (``memory/2026-07-23/commute.md``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
+from recalld.daemon.store.fsio import TEMP_RE
 
 __all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
 
@@ -55,6 +58,10 @@ class WatchedRoots:
         self._real: str | None = None
         self._warned: set[str] = set()  # names passed by for their encoding, said once
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
+        # The daemon's own temp files (an atomic write's, a restore's) whose inode last
+        # changed before the workspace opened are what a kill cut short (file times lag
+        # the clock by a tick: a margin keeps every later one).
+        self._opened = time.time() - 0.05
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -120,6 +127,8 @@ class WatchedRoots:
                 continue
             for entry in entries:
                 if entry.name.startswith("."):
+                    if TEMP_RE.match(entry.name):
+                        self._remove_left_over(entry)
                     continue
                 try:
                     if entry.is_dir(follow_symlinks=False):
@@ -139,6 +148,16 @@ class WatchedRoots:
                 except FileNotFoundError:
                     continue
         return None
+
+    def _remove_left_over(self, entry: os.DirEntry[str]) -> None:
+        """Remove the temp file of a write a kill cut short (hidden, never indexed, as
+        large as the note it was to be): one whose inode last changed before the workspace
+        opened (a restore's file moved aside has a new ``ctime``, whatever its ``mtime``)."""
+        with contextlib.suppress(OSError):
+            if (entry.is_file(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_ctime < self._opened):
+                os.unlink(entry.path)
+                log.info("removed %s, left over by a write cut short", entry.path)
 
     def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
              ) -> dict[str, tuple[int, int]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonHandle
 
@@ -53,3 +54,25 @@ def test_folders_of_any_name_are_indexed_as_they_come_and_go(daemon: DaemonHandl
     os.rename(root / "memory" / "proj.v2", tmp_path / "gone.v2")
     assert found(daemon, "movedin0") == [] and found(daemon, "nested0") == []
     assert found(daemon, "movedin1") == ["memory/v1.2 notes/a.md"]
+
+
+def test_temp_files_of_writes_a_kill_cut_short_are_removed_at_the_next_open(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A daemon killed between writing a note's temp file and renaming it into place
+    # left the hidden temp file (as large as the note) there for good.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-04"
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    day.mkdir(parents=True)
+    left = [day / ".grebe.md.tmp-0a1b2c3d4e5f", root / "digest" / ".x.md.tmp-99887766aabb"]
+    kept = [day / ".grebe.md.swp", day / ".notes.tmp-draft"]  # an editor's, a person's
+    for path in left + kept:
+        path.write_text("the great crested grebe dives\n")
+    assert d.stop() == 0
+    d = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    # Written after the workspace opened: a write under way, never taken for a leftover.
+    live = day / ".live.md.tmp-5566778899aa"
+    live.write_text("being written\n")
+    d.call("index.verify", {"agent_id": "w"})  # a scan of the disk after that write
+    assert [p for p in left + kept + [live] if p.exists()] == [*kept, live]
