@@ -95,8 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
         prog="recalld", parents=[common],
-        description="Long-term Markdown memory for AI agents: daemon and client.",
-    )
+        description="Long-term Markdown memory for AI agents: daemon and client.")
     parser.add_argument("--version", action="version", version=f"recalld {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -146,10 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     dream = add("dream", "run auto_dream (consolidation) now, list its runs, or undo one")
     dream.add_argument("--agent", default=DEFAULT_AGENT)
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
-    dream.add_argument("--runs", nargs="?", type=int, const=20, metavar="N",
-                       help="list the latest N runs (default 20), newest first")
-    dream.add_argument("--undo", metavar="RUN",
-                       help="restore the files a dream run changed (run id from its log)")
+    listed_or_undone = dream.add_mutually_exclusive_group()  # else: a run now
+    listed_or_undone.add_argument("--runs", nargs="?", type=int, const=20, metavar="N",
+                                  help="list the latest N runs (default 20), newest first")
+    listed_or_undone.add_argument("--undo", metavar="RUN", help="restore the files a dream "
+                                  "run changed (run id from its log)")
     dream.add_argument("--force", action="store_true",
                        help="with --undo: restore even files changed since that run")
 

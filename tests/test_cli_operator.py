@@ -230,3 +230,10 @@ def test_a_socket_directory_that_is_a_symlink_is_named_as_one(
     finally:
         link.unlink(missing_ok=True)
         shutil.rmtree(real, ignore_errors=True)
+
+
+def test_dream_lists_its_runs_or_undoes_one_never_both(daemon: DaemonHandle) -> None:
+    # Given both, it listed the runs and passed the undo by without a word.
+    proc = recalld("dream", "--undo", "r1", "--runs", env=daemon.env)
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
+    assert proc.stdout == ""
