@@ -25,7 +25,7 @@ from typing import TextIO
 import orjson
 
 from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, paths
-from recalld.ipc.answers import JsonObject, ReadResult
+from recalld.ipc.answers import JsonObject
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
@@ -35,7 +35,6 @@ from recalld.ipc.render import (
     open_closed_streams,
     output_stream,
     print_json,
-    render_read,
     render_workspaces,
     say,
     table,
@@ -320,34 +319,6 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
     return EXIT_OK
 
 
-def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    """The whole file (or range): the daemon answers at most a bounded slice per call, so
-    the rest is asked for until the range is complete."""
-    start, end = ns.lines if ns.lines else (1, None)
-    first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
-    pieces, piece = [first], first
-    cut: list[int] = []
-    while piece.get("truncated"):
-        if not piece.get("text", "").endswith("\n"):
-            cut.append(piece["end_line"])  # one line longer than a slice: its head only
-        if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
-            break
-        piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
-                            end_line=end)
-        pieces.append(piece)
-    whole: ReadResult = {**first, "text": "".join(p.get("text", "") for p in pieces),
-                         "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
-    if as_json:
-        print_json(out, whole)
-    else:
-        out.write(render_read(whole))
-    if cut:
-        say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
-             "longer than the daemon hands out in one answer; only their first part is shown")
-        return EXIT_ERROR
-    return EXIT_OK
-
-
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     with contextlib.ExitStack() as stack:
         if ns.sync and not as_json:  # say what a long wait (a first build) waits for
@@ -482,7 +453,6 @@ def _mcp(ns: argparse.Namespace, err: TextIO) -> int:
 _HANDLERS: dict[str, Handler] = {
     "ping": _ping,
     "workspace": _workspace,
-    "read": _read,
     "search": _search,
     "reindex": _job("reindex"),
     "dream": _dream,

@@ -1,5 +1,5 @@
 """Memory and job commands of the ``recalld`` CLI: ``jobs``, ``inbox``, ``note``,
-``changes``.
+``changes``, and the handler of ``read``.
 
 :func:`add_parsers` adds the subcommands to the main parser; :data:`HANDLERS` maps each to
 its handler (client, namespace, out, as_json) -> exit status, as in ``cli_ops``. Errors
@@ -15,10 +15,17 @@ import time
 from typing import TextIO
 
 from recalld.ipc import errors
-from recalld.ipc.answers import ChangeRecord, JobInfo
-from recalld.ipc.cli_ops import DEFAULT_AGENT, EXIT_OK, Handler, Subparsers, add_command
+from recalld.ipc.answers import ChangeRecord, JobInfo, ReadResult
+from recalld.ipc.cli_ops import (
+    DEFAULT_AGENT,
+    EXIT_ERROR,
+    EXIT_OK,
+    Handler,
+    Subparsers,
+    add_command,
+)
 from recalld.ipc.client import Client
-from recalld.ipc.render import print_json, table
+from recalld.ipc.render import print_json, render_read, say, table
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -226,5 +233,37 @@ def _stdin_text() -> str:
                 f"{exc.start}); convert it first, e.g. iconv -f latin1 -t utf-8") from None
 
 
+def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    """The whole file (or range): the daemon answers at most a bounded slice per call, so
+    the rest is asked for until the range is complete."""
+    start, end = ns.lines if ns.lines else (1, None)
+    first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+    pieces, piece = [first], first
+    cut: list[int] = []
+    while piece.get("truncated"):
+        if not piece.get("text", "").endswith("\n"):
+            cut.append(piece["end_line"])  # one line longer than a slice: its head only
+        if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
+            break
+        piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
+                            end_line=end)
+        pieces.append(piece)
+    if ns.lines and not first.get("text") and start > first.get("total_lines", 0):
+        say(sys.stderr, f"recalld: {ns.path} has {first.get('total_lines', 0)} line(s): "
+            f"none from line {start} on")
+        return EXIT_ERROR
+    whole: ReadResult = {**first, "text": "".join(p.get("text", "") for p in pieces),
+                         "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
+    if as_json:
+        print_json(out, whole)
+    else:
+        out.write(render_read(whole))
+    if cut:
+        say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
+             "longer than the daemon hands out in one answer; only their first part is shown")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note,
-                                "changes": _changes}
+                                "changes": _changes, "read": _read}

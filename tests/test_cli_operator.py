@@ -237,3 +237,15 @@ def test_dream_lists_its_runs_or_undoes_one_never_both(daemon: DaemonHandle) -> 
     proc = recalld("dream", "--undo", "r1", "--runs", env=daemon.env)
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
     assert proc.stdout == ""
+
+
+def test_read_of_lines_past_the_end_says_so(daemon: DaemonHandle) -> None:
+    # It printed nothing and exited 0, as if those lines were empty.
+    note = daemon.call("memory.add_note", {"agent_id": "default",
+                                           "content": "three\nshort\nlines"})["path"]
+    total = daemon.call("memory.read", {"agent_id": "default", "path": note})["total_lines"]
+    line = assert_one_line_error(recalld("read", note, "--lines", f"{total + 5}",
+                                         env=daemon.env), 1)
+    assert line == f"recalld: {note} has {total} line(s): none from line {total + 5} on"
+    shown = recalld("read", note, "--lines", f"{total}-{total + 9}", env=daemon.env)
+    assert shown.returncode == 0 and "lines" in shown.stdout, shown.stderr
