@@ -409,6 +409,12 @@ def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: P
     assert "agents/w/memory/link.md" not in names and not any(".tmp" in n for n in names)
     with pytest.raises(InvalidParams, match="exists"):
         daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+    # Inside a workspace (any, through a link too) it would be read as its memory.
+    (tmp_path / "to-ws").symlink_to(ws)
+    for inside in (ws / "resource" / "b.zip", tmp_path / "to-ws" / "b.zip"):
+        with pytest.raises(InvalidParams, match="inside workspace 'w'"):
+            daemon.call("backup.create", {"agents": ["w"], "out": str(inside)})
+        assert not (ws / "resource" / "b.zip").exists()
 
 
 def test_restore_on_another_machine_opens_the_workspace_and_indexes_it(

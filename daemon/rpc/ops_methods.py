@@ -187,6 +187,12 @@ def ops_methods() -> Methods:
                 raise InvalidParams("param 'out' must be an absolute path")
             if path.exists():
                 raise InvalidParams(f"{path} exists; choose another name")
+            real = await trio.to_thread.run_sync(path.resolve)
+            for w in ctx.state.registry.list():
+                if real.is_relative_to(w.root):
+                    # Read as its memory (a resource file, say) and in its next backups.
+                    raise InvalidParams(f"{path} is inside workspace {w.agent_id!r} "
+                                        f"({w.root}); put the archive outside every workspace")
         else:
             label = "-".join(w.agent_id for w in workspaces) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
