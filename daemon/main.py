@@ -1,9 +1,10 @@
 """``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
 
 Exit status: 0 clean stop, 1 any other failure, 2 configuration error (the file, or a
-socket systemd passed that is not a listening Unix stream socket), 3 another daemon
-already owns the data directory or the socket. Failures print one line on stderr (the
-traceback goes to the log only for unexpected errors).
+socket systemd passed that is not a listening Unix stream socket, or a LISTEN_FDS naming
+descriptors not passed), 3 another daemon already owns the data directory or the
+socket. Failures print one line on stderr (the traceback goes to the log only for
+unexpected errors).
 
 The daemon is imported inside ``main``, not at the top: the worker processes of
 ``index/procpool.py`` are spawned, and a spawned child imports the parent's main module
@@ -173,7 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.
-    sd_env = systemd.take_environment()
+    try:
+        sd_env = systemd.take_environment()
+    except systemd.PassedSocketError as exc:
+        print(f"recalld: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     if ns.log_file:

@@ -44,27 +44,49 @@ class SystemdEnvironment:
 
 
 def take_environment(environ: MutableMapping[str, str] | None = None) -> SystemdEnvironment:
-    """Read the systemd variables meant for this pid, then remove all of them."""
+    """Read the systemd variables meant for this pid, then remove all of them.
+
+    A ``WATCHDOG_USEC`` that is not a number is ignored, and so is one that comes without
+    a ``NOTIFY_SOCKET`` (there is no one to pet). Raises :class:`PassedSocketError` when
+    ``LISTEN_FDS``, meant for this pid, is not a count of open descriptors.
+    """
     env = os.environ if environ is None else environ
     pid = os.getpid()
-    notify = env.get("NOTIFY_SOCKET") or None
-
-    watchdog: float | None = None
-    wd_pid = env.get("WATCHDOG_PID")
-    if env.get("WATCHDOG_USEC", "").isdigit() and (wd_pid is None or wd_pid == str(pid)):
-        usec = int(env["WATCHDOG_USEC"])
-        watchdog = usec / 1_000_000 if usec > 0 else None
-
-    fds: tuple[int, ...] = ()
-    if env.get("LISTEN_PID") == str(pid) and env.get("LISTEN_FDS", "").isdigit():
-        count = int(env["LISTEN_FDS"])
-        fds = tuple(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count))
-        for fd in fds:
-            os.set_inheritable(fd, False)
-
-    for name in _VARIABLES:
-        env.pop(name, None)
+    try:
+        notify = env.get("NOTIFY_SOCKET") or None
+        watchdog: float | None = None
+        wd_pid = env.get("WATCHDOG_PID")
+        usec = _number(env.get("WATCHDOG_USEC"))
+        if notify and usec and (wd_pid is None or wd_pid == str(pid)):
+            watchdog = usec / 1_000_000
+        fds: tuple[int, ...] = ()
+        if env.get("LISTEN_PID") == str(pid) and env.get("LISTEN_FDS"):
+            fds = _passed_fds(env["LISTEN_FDS"])
+    finally:
+        for name in _VARIABLES:
+            env.pop(name, None)
     return SystemdEnvironment(notify_socket=notify, watchdog_interval_s=watchdog, listen_fds=fds)
+
+
+def _number(value: str | None) -> int | None:
+    """``value`` as systemd writes a number (ASCII digits only), else None."""
+    return int(value) if value and value.isascii() and value.isdigit() else None
+
+
+def _passed_fds(listen_fds: str) -> tuple[int, ...]:
+    """The descriptors ``LISTEN_FDS`` names, kept from any child we start."""
+    count = _number(listen_fds)
+    if count is None:
+        raise PassedSocketError(f"LISTEN_FDS={listen_fds!r} is not a count of descriptors")
+    fds = range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count)
+    for fd in fds:  # stops at the first that is not open: a huge count costs nothing
+        try:
+            os.set_inheritable(fd, False)
+        except OSError as exc:
+            raise PassedSocketError(
+                f"descriptor {fd} passed by systemd (LISTEN_FDS={count}) is not open: "
+                f"{exc.strerror}") from None
+    return tuple(fds)
 
 
 class Notifier:

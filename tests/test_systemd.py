@@ -190,12 +190,12 @@ def test_a_reload_during_the_start_leaves_ready_to_its_end(
         fake.close()
 
 
-def passing_fd_3(fd: int) -> tuple[str, ...]:
+def passing_fd_3(fd: int, listen_fds: str = "1") -> tuple[str, ...]:
     """A launcher that plays systemd: ``fd`` becomes fd 3, LISTEN_PID the exec'd pid."""
     return (
         sys.executable, "-c",
         f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
-        "os.environ['LISTEN_FDS'] = '1';"
+        f"os.environ['LISTEN_FDS'] = {listen_fds!r};"
         "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
     )
 
@@ -272,6 +272,44 @@ def test_a_passed_descriptor_that_cannot_serve_is_a_configuration_error(
         else:
             os.close(fd)
             os.close(writer)
+
+
+def test_a_listen_fds_naming_descriptors_not_open_is_a_configuration_error(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # fd 3 listens, but LISTEN_FDS counts far more descriptors than were passed: one
+    # line naming the first that is not open, and exit status 2, not a traceback.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(short_dir / "passed.sock"))
+    listener.listen(16)
+    try:
+        d = daemon_factory(launcher=passing_fd_3(listener.fileno(), "99999999999999999999"),
+                           pass_fds=(listener.fileno(),), wait=False,
+                           RECALLD_SOCKET=str(short_dir / "r.sock"))
+        assert d.proc.wait(timeout=60) == 2, d.log()
+        assert "recalld: configuration error: descriptor " in d.log()
+        assert "passed by systemd (LISTEN_FDS=99999999999999999999) is not open" in d.log()
+        assert "Traceback" not in d.log()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("listen_fds", ["²", "-1", "one", "1 "])
+def test_take_environment_refuses_a_listen_fds_that_is_no_count(listen_fds: str) -> None:
+    env = {"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": listen_fds,
+           "NOTIFY_SOCKET": "/run/user/1/systemd/notify", "KEEP": "1"}
+    with pytest.raises(PassedSocketError, match=f"LISTEN_FDS={listen_fds!r} is not a count"):
+        take_environment(env)
+    assert env == {"KEEP": "1"}  # cleared all the same
+
+
+@pytest.mark.parametrize("env", [
+    {"NOTIFY_SOCKET": "/run/user/1/systemd/notify", "WATCHDOG_USEC": "²"},
+    {"NOTIFY_SOCKET": "/run/user/1/systemd/notify", "WATCHDOG_USEC": "-5"},
+    {"WATCHDOG_USEC": "1000000"},  # no one to pet
+])
+def test_take_environment_ignores_a_watchdog_it_cannot_keep(env: dict[str, str]) -> None:
+    assert take_environment(env).watchdog_interval_s is None
+    assert env == {}
 
 
 def test_take_environment_reads_and_clears() -> None:
