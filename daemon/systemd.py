@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SD_LISTEN_FDS_START = 3
+#: The shortest wait between two watchdog pets.
+MIN_WATCHDOG_PERIOD_S = 0.01
 _VARIABLES = (
     "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
     "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
@@ -185,12 +187,15 @@ async def run_watchdog(
 ) -> None:
     """Pet the watchdog every ``interval_s / 2`` for as long as the event loop runs.
 
-    Cancellation ends it; systemd then notices the silence only if the process lingers.
+    Never more often than every ``MIN_WATCHDOG_PERIOD_S``: a tiny ``WatchdogSec=`` cannot
+    be met anyway, and must not turn the task into a busy loop. Cancellation ends it;
+    systemd then notices the silence only if the process lingers.
     """
     task_status.started()
+    period = max(interval_s / 2, MIN_WATCHDOG_PERIOD_S)
     while True:
         notifier.watchdog()
-        await trio.sleep(interval_s / 2)
+        await trio.sleep(period)
 
 
 class PassedSocketError(ValueError):

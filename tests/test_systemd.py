@@ -21,6 +21,7 @@ from test_warm_start import _open_writer
 from waits import wait_for
 
 from recalld.daemon.systemd import (
+    MIN_WATCHDOG_PERIOD_S,
     Notifier,
     PassedSocketError,
     adopt_listener,
@@ -409,6 +410,22 @@ async def test_watchdog_pets_at_half_the_interval(autojump_clock: trio.testing.M
     with trio.move_on_after(10.0):
         await run_watchdog(Recorder(None), 4.0)
     assert [round(t - start, 6) for t in sent] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+async def test_watchdog_of_a_microsecond_is_no_busy_loop(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # WATCHDOG_USEC=1 cannot be met; petting every half microsecond would only burn a core.
+    sent: list[float] = []
+
+    class Recorder(Notifier):
+        def watchdog(self) -> bool:
+            sent.append(trio.current_time())
+            return True
+
+    start = trio.current_time()
+    with trio.move_on_after(5.5 * MIN_WATCHDOG_PERIOD_S):
+        await run_watchdog(Recorder(None), 1e-6)
+    assert [round((t - start) / MIN_WATCHDOG_PERIOD_S, 6) for t in sent] == [0, 1, 2, 3, 4, 5]
 
 
 def test_ready_status_names_a_workspace_that_failed_to_open(
