@@ -38,7 +38,14 @@ _SYSTEMD_VARS = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", 
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     """The error for no daemon at ``socket_path``, with the command that starts one there:
     ``recalld serve`` finds the socket as a client does, unless the client was given
-    another (``--socket``)."""
+    another (``--socket``). A daemon that still holds the socket's lock runs, but lost its
+    socket file: a start would be refused, so the error says that instead."""
+    holder = lock_holder(socket_path.with_name(socket_path.name + ".lock"))
+    if holder is not None:
+        pid = f" (pid {holder})" if holder > 0 else ""
+        return errors.DaemonNotRunning(
+            f"a daemon{pid} holds the lock of {socket_path} but does not answer there: its "
+            "socket file was removed or replaced while it ran (stop it, then start it again)")
     try:
         found = paths.socket_path()
     except paths.PathError:
@@ -46,6 +53,25 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     serve = ("recalld serve" if found == socket_path
              else f"recalld serve --socket {shlex.quote(str(socket_path))}")
     return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
+
+
+def lock_holder(lock_file: Path) -> int | None:
+    """The pid of the process holding a ``flock`` on ``lock_file`` (0 if it is not
+    visible here), else None. The daemon locks ``<socket>.lock`` while it serves. Read
+    from /proc/locks: testing the lock by taking it could make a daemon starting at that
+    moment fail."""
+    try:
+        st = lock_file.stat()
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()  # 1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF
+        if fields[1:2] == ["FLOCK"] and fields[5:6] == [where] and fields[4].isdigit():
+            return int(fields[4])
+    return None
 
 
 def connect_error(socket_path: Path, exc: OSError) -> errors.DaemonNotRunning:

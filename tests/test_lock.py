@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from recalld.daemon.lock import AlreadyServing, FileLock, data_dir_lock, read_owner_pid
+from recalld.ipc.client import Client
+from recalld.ipc.errors import DaemonNotRunning
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
@@ -83,9 +85,15 @@ def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
     assert second.proc.wait(timeout=20) == 3
     assert second.log().strip().splitlines() == [
         f"recalld is already running for {first.data_dir} (pid {first.pid})"]
-    # Its socket file removed (a tidied runtime folder): clients say no daemon runs and
-    # to start one; the start that fails says why, and what to do.
+    # Its socket file removed (a tidied runtime folder): clients say that the daemon
+    # runs without it, not that none runs; a start fails and says why, and what to do.
     first.socket_path.unlink()
+    with pytest.raises(DaemonNotRunning) as lost:
+        Client(first.socket_path).ping()
+    assert str(lost.value) == (
+        f"a daemon (pid {first.pid}) holds the lock of {first.socket_path} but does not "
+        "answer there: its socket file was removed or replaced while it ran (stop it, then "
+        "start it again)")
     third = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir),
                            RECALLD_SOCKET=str(first.socket_path), wait=False)
     assert third.proc.wait(timeout=20) == 3
@@ -94,3 +102,5 @@ def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
                          "it is stopping, listens on another socket, or its socket file was "
                          "removed (stop it, then start again)"), line
     assert first.stop() == 0
+    with pytest.raises(DaemonNotRunning, match=r"^daemon not running at .*start it with"):
+        Client(first.socket_path).ping()
