@@ -222,5 +222,20 @@ def adopt_listener(fds: tuple[int, ...]) -> socket.socket | None:
     if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         sock.detach()
         raise PassedSocketError("the socket passed by systemd is not listening")
+    name = sock.getsockname()
+    if not isinstance(name, str) or not name:
+        # An abstract name (ListenStream=@name) comes as bytes: no client finds it, and
+        # no file mode keeps other users from it.
+        sock.detach()
+        raise PassedSocketError(f"the socket passed by systemd, {_shown(name)}, is not a "
+                                "socket file (the .socket unit needs ListenStream= with a "
+                                "path)")
     sock.setblocking(False)
     return sock
+
+
+def _shown(name: str | bytes) -> str:
+    """A socket's name as ``ss`` shows it: an abstract one as ``@name``."""
+    if isinstance(name, bytes):
+        return "@" + name[1:].decode("utf-8", errors="backslashreplace")
+    return repr(name)

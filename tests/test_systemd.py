@@ -398,6 +398,20 @@ def test_adopt_listener_refuses_a_non_listening_socket() -> None:
         b.close()
 
 
+def test_adopt_listener_refuses_an_abstract_socket() -> None:
+    # ListenStream=@name: it listens, but clients look for a socket file.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(f"\0recalld-test-{os.getpid()}")
+        listener.listen(1)
+        with pytest.raises(PassedSocketError, match=rf"@recalld-test-{os.getpid()}, is not a "
+                           r"socket file \(the .socket unit needs ListenStream= with a path"):
+            adopt_listener((listener.fileno(),))
+        assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)  # not closed
+    finally:
+        listener.close()
+
+
 async def test_watchdog_pets_at_half_the_interval(autojump_clock: trio.testing.MockClock) -> None:
     sent: list[float] = []
 
