@@ -225,14 +225,13 @@ class Supervisor:
                 bound = bind_listener(cfg.socket_path) if sock is None else None
                 try:
                     async with trio.open_nursery() as root:
-                        # Reloads in a task of their own, which a stop cancels: a stop
-                        # signal never waits for one's read (a file on a hung mount).
+                        # Reloads in a task of their own (once the services run), which a
+                        # stop cancels: a stop never waits for one's read (a hung mount).
                         # One waits while one runs; more SIGHUPs meanwhile add nothing.
                         want_reload, reloads = trio.open_memory_channel[None](1)
-                        root.start_soon(self._reload_loop, reloads)
                         root.start_soon(self._handle_signals, signals, root.cancel_scope,
                                         want_reload)
-                        await self._serve(root, task_status, sock, bound)
+                        await self._serve(root, task_status, sock, bound, reloads)
                 finally:
                     if bound is not None:
                         bound.close()
@@ -258,10 +257,12 @@ class Supervisor:
         task_status: trio.TaskStatus[None],
         sock: socket.socket | None,
         bound: BoundSocket | None,
+        reloads: trio.MemoryReceiveChannel[None],
     ) -> None:
         for name, service in self.services.in_start_order():
             self.notifier.status(f"starting {name}")
             await root.start(service.run)
+        root.start_soon(self._reload_loop, reloads)
         self.notifier.status("opening workspaces")
         # Concurrently, each loading its saved index in a worker thread: the configured
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP

@@ -228,3 +228,33 @@ def test_a_log_level_from_the_command_line_outlasts_reloads(
              "the reload")
     assert d.stop() == 0
     assert " DEBUG " not in d.log() and " INFO " not in d.log(), d.log()
+
+
+def test_a_reload_asked_for_while_the_daemon_starts_waits_for_its_services(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A SIGHUP right after the socket was bound ran the reload before the workspace
+    # registry had started: it logged the default workspace as refused ("the workspace
+    # registry is not running") while the start went on to open it.
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    held = _launcher(
+        "import os, trio",
+        "from recalld.daemon.registry import WorkspaceRegistry",
+        "run = WorkspaceRegistry.run",
+        "async def held(self, **kw):",
+        "    await trio.to_thread.run_sync(lambda: open(os.environ['HOLD'], 'rb').read())",
+        "    await run(self, **kw)",
+        "WorkspaceRegistry.run = held")
+    d = daemon_factory('[daemon]\nlog_level = "DEBUG"\n', launcher=held, wait=False,
+                       HOLD=str(fifo))
+    writer = wait_for(lambda: _open_writer(fifo), "the registry's start held")
+    try:
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "SIGHUP: a reload follows" in d.log(), "the SIGHUP taken")
+    finally:
+        os.close(writer)
+    d.wait_ready()
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload done")
+    assert "registry is not running" not in d.log()
+    listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+    assert listed["default"]["state"] == "ready" and "refused" not in listed["default"]
