@@ -45,7 +45,14 @@ class FileLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        try:  # never through a link: the pid would truncate whatever file it names
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+                         | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise OSError(errno.ELOOP, f"{self.path} is a symbolic link; remove it",
+                          str(self.path)) from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device in its place
                 raise OSError(errno.EINVAL, "not a regular file; remove it", str(self.path))

@@ -314,3 +314,21 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
                                             "path": str(alice / "carol")})
     assert inside["state"] == "ready"
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_a_lock_file_that_is_a_link_out_of_the_workspace_is_never_written(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The workspace lock was opened through a link: a workspace copied from elsewhere with
+    # its lock file a link to ~/.bashrc had that file truncated to the daemon's pid.
+    root, victim = tmp_path / "ws", tmp_path / "bashrc"
+    victim.write_text("export PATH=$HOME/bin:$PATH\n")
+    (root / "mem_metadata").mkdir(parents=True)
+    (root / "mem_metadata" / "recalld.lock").symlink_to(victim)
+    try:
+        daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
+    except errors.RecalldError as exc:
+        assert "recalld.lock is a symbolic link; remove it" in exc.message, exc.message
+    else:
+        raise AssertionError("opened through a linked lock file")
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    assert daemon.call("daemon.ping")["pong"] is True
