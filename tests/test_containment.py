@@ -332,3 +332,22 @@ def test_a_lock_file_that_is_a_link_out_of_the_workspace_is_never_written(
         raise AssertionError("opened through a linked lock file")
     assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_a_log_that_is_a_link_out_of_the_workspace_is_never_appended_to(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The workspace's logs (inbox, change logs) were opened for appending through links:
+    # a copied workspace had the daemon cut another file short (here: emptied it).
+    root, victim = tmp_path / "ws", tmp_path / "notes.jsonl"  # a file it reads as a log
+    victim.write_text('{"kept": true}\n')
+    (root / "mem_metadata" / "inbox").mkdir(parents=True)
+    (root / "mem_metadata" / "inbox" / "inbox.jsonl").symlink_to(victim)
+    try:
+        daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
+    except errors.RecalldError as exc:
+        assert "inbox.jsonl is a symbolic link, which recalld does not write through" in (
+            exc.message), exc.message
+    else:
+        raise AssertionError("opened with its inbox log a link")
+    assert victim.read_text() == '{"kept": true}\n'
+    assert daemon.call("daemon.ping")["pong"] is True

@@ -87,5 +87,8 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     text = exc.strerror or str(exc)
     if exc.errno in _SPACE_ERRNOS:
         return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
+    if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
+        return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
+                              "does not write through: remove it")
     return StorageIOError(where, exc.errno, f"I/O error on {where}: {text}")
 

@@ -76,8 +76,9 @@ class FS:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
 
     def open_append(self, path: Path) -> int:
-        """Open (creating if needed) ``path`` for appending (and reading back)."""
-        return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        """Open (creating if needed) ``path`` to append (and read back); never via a link."""
+        return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                       | os.O_NOFOLLOW, _FILE_MODE)
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
         """Write all of ``data`` (looping over short writes)."""
