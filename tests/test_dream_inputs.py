@@ -312,10 +312,10 @@ def test_a_name_in_another_case_form_or_bucket_lands_on_the_node_that_exists(
                        "sources": [b]})]]
     assert dream(daemon)["actions"] == {"CORROBORATE": 1, "REFINE": 2}
     nodes = sorted(str(p.relative_to(root)) for p in (root / "digest").rglob("*.md"))
-    assert nodes == ["digest/wiki/Café.md", "digest/wiki/python.md"]
+    assert nodes == ["digest/wiki/café.md", "digest/wiki/python.md"]  # named by their slugs
     fields, text = node(root, "digest/wiki/python.md")
     assert fields["sources"] == [a, b] and "- by Guido" in text
-    assert "- and tea" in node(root, "digest/wiki/Café.md")[1]
+    assert "- and tea" in node(root, "digest/wiki/café.md")[1]
 
 
 def test_a_refinement_may_add_detail_inside_a_line_and_keeps_what_it_rewrote(

@@ -2,7 +2,8 @@
 scripts whose vowels are combining marks; notes whose names hold link syntax; the
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
 hand edit broke; refinements in scripts written without spaces; more changed notes than
-a run reads; a note named with a line break; a copy of a note already dreamed."""
+a run reads; a note named with a line break; a copy of a note already dreamed; node
+paths the model spells with the node's name."""
 
 from __future__ import annotations
 
@@ -290,3 +291,41 @@ def test_an_older_note_edited_again_does_not_correct_a_node_back(
     assert dream(daemon)["actions"] == {"CORRECT": 1}
     _, text = node(root, path)
     assert "- PostgreSQL 16 on db-eu-2" in text.split("## History")[0]
+
+
+def test_a_node_path_spelled_with_its_name_is_one_node_named_by_its_slug(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(root, a, "构建服务器叫 hal。The wiki lives at wiki.example.\n")
+    hand = "digest/procedure/Release Steps.md"  # a node a person made and named
+    write(root, hand, "---\nname: Release steps\n---\n# Release steps\n\n- tag, then push\n")
+    open_ws(daemon, root, fake)
+    long = "É" * 130  # as a file name: 260 bytes, more than a name may have
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "node": "digest/wiki/构建 服务器!.md",
+                       "name": "构建 服务器", "content": "- 叫 hal", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "node": f"digest/wiki/{long}.md",
+                       "content": "- long", "reason": "fact"}),
+        ("integrate", {"action": "CORROBORATE", "bucket": "procedure",
+                       "node": "digest/procedure/release-steps.md", "reason": "again"}),
+    ]]
+    first = dream(daemon)
+    assert first["actions"] == {"CREATE": 2, "CORROBORATE": 1}, model.tool_results
+    slug = f"digest/wiki/{'é' * 60}.md"
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "digest").rglob("*.md")) \
+        == sorted(["digest/wiki/构建-服务器.md", slug, hand])
+    assert node(root, slug)[0]["name"] == long
+    write(root, b, "hal 又提到了。\n")
+    model.plan[b] = [[
+        ("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                       "node": "digest/wiki/构建 服务器!.md", "sources": [b], "reason": "again"}),
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "构建 服务器",
+                       "node": "digest/wiki/构建 – 服务器.md", "content": "- 叫 hal",
+                       "reason": "fact"}),
+    ]]
+    second = dream(daemon)
+    assert second["actions"] == {"CORROBORATE": 1, "unchanged": 1}, model.tool_results
+    assert node(root, "digest/wiki/构建-服务器.md")[0]["sources"] == [a, b]
+    assert node(root, hand)[0]["sources"] == [a]

@@ -264,7 +264,13 @@ class _Run:
         those that exist (a link is never written to nothing); and the related paths that
         name no node."""
         nodes = nodefiles.node_paths(self.ws.root, self.digest_dir)
-        path = nodefiles.find_node(nodes, proposal.path) or proposal.path
+        path = nodefiles.find_node(nodes, proposal.path)
+        if path is None and proposal.action == "CREATE":
+            # A new node's file is named by the slug of its name, whatever path the model
+            # wrote: one name is one file, found again by that name.
+            named = digest.node_path(proposal.bucket, proposal.name, self.digest_dir)
+            path = nodefiles.find_node(nodes, named) or named
+        path = path or proposal.path
         related: list[str] = []
         unknown: list[str] = []
         for rel in proposal.related:

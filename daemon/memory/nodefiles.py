@@ -2,9 +2,11 @@
 name stands for (blocking functions; run them in a thread).
 
 A node is found by its file name's key (:func:`digest.node_key`: Unicode form and case
-folded) in any bucket, so that a path the model writes in another case or Unicode form,
-or a name already used in another bucket, lands on the node that exists instead of
-making a second one, and a link to a node is written only when that node exists.
+folded), else by its slug (:func:`digest.slugify`), in any bucket, so that a path the
+model writes in another case or Unicode form, or with the node's name for its file name
+(``digest/wiki/Tea preference.md``), or a name already used in another bucket, lands on
+the node that exists instead of making a second one, and a link to a node is written only
+when that node exists.
 """
 
 from __future__ import annotations
@@ -61,11 +63,15 @@ def find_node(nodes: list[str], path: str) -> str | None:
     """The node of ``nodes`` (:func:`node_paths`) that ``path``
     (``digest/<bucket>/<file>.md``) stands for: itself if it is one, else the node of any
     bucket whose file name has the same key (the one of the same bucket first), else the
-    node named as :func:`digest.legacy_slug` named it; None if there is none."""
+    node whose file name has the same slug, else the node named as
+    :func:`digest.legacy_slug` named it; None if there is none."""
     if path in nodes:
         return path
     key = digest.node_key(path)
     same = [rel for rel in nodes if digest.node_key(rel) == key]
+    if not same:
+        slug = digest.slugify(key)
+        same = [rel for rel in nodes if digest.slugify(digest.node_key(rel)) == slug]
     legacy = digest.legacy_slug(key)
     if not same and legacy != key:
         same = [rel for rel in nodes if digest.node_key(rel) == legacy]
