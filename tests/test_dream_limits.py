@@ -3,7 +3,7 @@ scripts whose vowels are combining marks; notes whose names hold link syntax; th
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
 hand edit broke; refinements in scripts written without spaces; more changed notes than
 a run reads; a note named with a line break; a copy of a note already dreamed; node
-paths the model spells with the node's name."""
+paths the model spells with the node's name; the inbox item of a run that left a note."""
 
 from __future__ import annotations
 
@@ -329,3 +329,25 @@ def test_a_node_path_spelled_with_its_name_is_one_node_named_by_its_slug(
     assert second["actions"] == {"CORROBORATE": 1, "unchanged": 1}, model.tool_results
     assert node(root, "digest/wiki/构建-服务器.md")[0]["sources"] == [a, b]
     assert node(root, hand)[0]["sources"] == [a]
+
+
+def test_the_inbox_item_of_a_run_says_which_notes_it_left_and_what_it_did(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    good, bad = "memory/2026-11-20/山行.md", "memory/2026-11-21/broken.md"
+    write(root, good, "I love hiking; 周末去爬山。\n")
+    write(root, bad, "The VPN moved.\n")
+    open_ws(daemon, root, fake)
+    model.plan[good] = [[("note_interests", {"topics": ["hiking", "爬山"]})]]
+    model.plan[bad] = [[("integrate", "{not json")]]
+    result = dream(daemon)
+    assert (result["failed_notes"], result["files_changed"]) == (1, ["digest/interests.yaml"])
+    items = daemon.call("inbox.list", {"agent_id": AGENT})["items"]
+    assert len(items) == 1, items
+    item = items[0]
+    assert item["details"]["failed_notes"] == [bad]
+    assert item["details"]["log"] == result["log"]
+    summary = item["summary"]
+    assert "interest topics refreshed" in summary and "no actions" not in summary, summary
+    assert "1 of 2 note(s) not processed" in summary and result["log"] in summary, summary

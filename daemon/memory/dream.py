@@ -402,8 +402,10 @@ async def run_dream(
     summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
     if run.log.changed:  # even when the job then fails: what was written stays written
         await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
-                         job_id=job_id, details={"run_id": run.log.run_id,
-                                                 "actions": summary["actions"]})
+                         job_id=job_id, details={
+                             "run_id": run.log.run_id, "actions": summary["actions"],
+                             "failed_notes": sorted(run.log.failed_notes),
+                             "log": summary["log"]})
     if todo and len(run.log.failed_notes) == len(todo):
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
@@ -445,8 +447,14 @@ async def _recover_cut_short(ws: Workspace, directory: Path) -> None:
 
 
 def _inbox_summary(summary: changelog.RunSummary) -> str:
+    """What the run did, in one line: its actions (or, with none, the interest topics it
+    refreshed), and the notes it could not process, which are read again."""
     parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
-    return f"dream {summary['run_id']}: {', '.join(parts) or 'no actions'}"
+    text = f"dream {summary['run_id']}: {', '.join(parts) or 'interest topics refreshed'}"
+    if failed := summary.get("failed_notes"):
+        text += (f"; {failed} of {summary['notes']} note(s) not processed, read again by "
+                 f"the next dream (see {summary.get('log')})")
+    return text
 
 
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
