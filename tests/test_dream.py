@@ -367,6 +367,11 @@ def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: F
     assert "**CREATE** [[digest/personal/cat.md]]" in (
         root / f"mem_metadata/dream/runs/{runs[0]['run_id']}.md").read_text()
     assert (root / "digest/personal/cat.md").exists()
+    # What it wrote before it was cancelled is in the inbox, as any run's changes are.
+    (item,) = inbox_items(daemon) or [None]
+    assert item is not None and "digest/personal/cat.md" in item["changes"], item
+    assert item["details"]["run_id"] == runs[0]["run_id"] and not item["details"]["ended"]
+    assert "1 create" in item["summary"] and "stopped before its end" in item["summary"]
     # The next run reads only the note that was not finished.
     model.plan[b] = []
     result = dream(daemon)

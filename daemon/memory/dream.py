@@ -20,7 +20,7 @@ down, malformed answers, or cut off at ``max_steps_per_note`` while the model st
 tools: the rest of the note may be unread) is left out of the catalog and retried by the
 next run; what it integrated stays; other notes go on. Then ``digest/interests.yaml`` is
 refreshed, the change log and undo record are written (:mod:`changelog`) and, if memory
-changed, one inbox item is pushed.
+changed, one inbox item is pushed (:mod:`dreaminbox`; a run cancelled or failed too).
 
 Cancellation: files already written stay written; the run log and catalog of what was done
 so far are still saved (shielded, under a deadline), so undo and the next run see them.
@@ -45,6 +45,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import (
     changelog,
     digest,
+    dreaminbox,
     dreamnotes,
     dreamprompt,
     interests,
@@ -59,7 +60,6 @@ from recalld.daemon.memory.fileops import (
     fileops_for,
     read_confined,
 )
-from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import LoopFailed, run_tools
 from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
@@ -69,8 +69,6 @@ from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from recalld.daemon.remote.hook import SharedCatalog
 
 log = logging.getLogger(__name__)
@@ -335,12 +333,13 @@ async def run_dream(
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await _recover_cut_short(ws, runs_dir)
+    await dreaminbox.recover_cut_short(ws, runs_dir, _RUNNING)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg)
     _RUNNING.add(run.log.run_id)
+    ended = False  # True once the run went through every note: not cancelled, no error
     try:
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
             await run.follow_moves(moves)
@@ -387,6 +386,7 @@ async def run_dream(
             await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
         await _refresh_interests(run)
+        ended = True
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             run.log.finished = datetime.now(UTC).isoformat()
@@ -396,16 +396,13 @@ async def run_dream(
                 await trio.to_thread.run_sync(run.journal.remove)
             finally:
                 _RUNNING.discard(run.log.run_id)
-    summary = run.log.summary()
-    summary["changed"] = run.log.changed
-    summary["recognised_from_reme"] = recognised
-    summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
-    if run.log.changed:  # even when the job then fails: what was written stays written
-        await push_inbox(ws, "auto_dream", _inbox_summary(summary), summary["files_changed"],
-                         job_id=job_id, details={
-                             "run_id": run.log.run_id, "actions": summary["actions"],
-                             "failed_notes": sorted(run.log.failed_notes),
-                             "log": summary["log"]})
+        summary = run.log.summary()
+        summary["changed"] = run.log.changed
+        summary["recognised_from_reme"] = recognised
+        summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
+        # Even when the job then fails or is cancelled: what was written stays written.
+        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
+            await dreaminbox.push_run(ws, summary, run.log, job_id=job_id, ended=ended)
     if todo and len(run.log.failed_notes) == len(todo):
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
@@ -435,28 +432,6 @@ async def _refresh_interests(run: _Run) -> None:
     log.warning("dream of %s: %s kept changing; interests not refreshed", run.ws.agent_id, rel)
 
 
-async def _recover_cut_short(ws: Workspace, directory: Path) -> None:
-    """Publish the record of each run a crash cut short (:func:`runjournal.recover`), with
-    an inbox item naming the files it changed, as a run that ended has."""
-    for run_id in await trio.to_thread.run_sync(runjournal.recover, directory, set(_RUNNING)):
-        record = await trio.to_thread.run_sync(changelog.load_run, directory, run_id)
-        files = record.get("files")
-        await push_inbox(ws, "auto_dream", f"dream {run_id}: cut short by a restart; what it "
-                         "wrote stays, and can be undone", sorted(files or {}), job_id=None,
-                         details={"run_id": run_id, "cut_short": True})
-
-
-def _inbox_summary(summary: changelog.RunSummary) -> str:
-    """What the run did, in one line: its actions (or, with none, the interest topics it
-    refreshed), and the notes it could not process, which are read again."""
-    parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
-    text = f"dream {summary['run_id']}: {', '.join(parts) or 'interest topics refreshed'}"
-    if failed := summary.get("failed_notes"):
-        text += (f"; {failed} of {summary['notes']} note(s) not processed, read again by "
-                 f"the next dream (see {summary.get('log')})")
-    return text
-
-
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
     if run_id in _RUNNING:
@@ -465,7 +440,7 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     settings = ws.settings
     files = fileops_for(ws)
     directory = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await _recover_cut_short(ws, directory)
+    await dreaminbox.recover_cut_short(ws, directory, _RUNNING)
     async with files.lock:
         result = await trio.to_thread.run_sync(
             lambda: changelog.undo_run(
@@ -487,7 +462,7 @@ async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
     going = set(_RUNNING)  # read here: runs start and end in this thread
 
-    await _recover_cut_short(ws, directory)
+    await dreaminbox.recover_cut_short(ws, directory, _RUNNING)
 
     def listed() -> list[DreamRun]:
         now = [changelog.dream_summary(dict(r.to_json()))

@@ -1,0 +1,57 @@
+"""What a dream run tells the workspace's inbox: one item per run that changed memory,
+whether it ended, failed, was cancelled or was cut short by a crash (its record then
+recovered from its journal), naming the files it changed and what it left to the next
+dream."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import trio
+
+from recalld.daemon.memory import changelog, runjournal
+from recalld.daemon.memory.inbox import push_inbox
+from recalld.daemon.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+KIND = "auto_dream"
+
+
+def summary_line(summary: changelog.RunSummary, *, ended: bool) -> str:
+    """What the run did, in one line: its actions (or, with none, the interest topics it
+    refreshed), the notes it could not process and, if it stopped before its end
+    (cancelled, or an error), that the notes it did not reach are read by the next dream."""
+    parts = [f"{n} {a.lower()}" for a, n in sorted(summary["actions"].items())]
+    text = f"dream {summary['run_id']}: {', '.join(parts) or 'interest topics refreshed'}"
+    if failed := summary.get("failed_notes"):
+        text += (f"; {failed} of {summary['notes']} note(s) not processed, read again by "
+                 f"the next dream")
+    if not ended:
+        text += "; stopped before its end: the notes it did not reach are read by the next dream"
+    return f"{text} (see {summary.get('log')})" if failed or not ended else text
+
+
+async def push_run(ws: Workspace, summary: changelog.RunSummary, run: changelog.RunLog, *,
+                   job_id: str | None, ended: bool) -> None:
+    """The item of a run that changed memory (none for one that did not)."""
+    if run.changed:
+        await push_inbox(ws, KIND, summary_line(summary, ended=ended),
+                         summary.get("files_changed") or [], job_id=job_id, details={
+                             "run_id": run.run_id, "actions": summary["actions"],
+                             "failed_notes": sorted(run.failed_notes),
+                             "log": summary.get("log"), "ended": ended})
+
+
+async def recover_cut_short(ws: Workspace, directory: Path, running: Collection[str]) -> None:
+    """Publish the record of each run a crash cut short (:func:`runjournal.recover`;
+    ``running``: the runs going on, left alone), with an inbox item naming the files it
+    changed, as a run that ended has."""
+    for run_id in await trio.to_thread.run_sync(runjournal.recover, directory, set(running)):
+        record = await trio.to_thread.run_sync(changelog.load_run, directory, run_id)
+        files = record.get("files")
+        await push_inbox(ws, KIND, f"dream {run_id}: cut short by a restart; what it "
+                         "wrote stays, and can be undone", sorted(files or {}), job_id=None,
+                         details={"run_id": run_id, "cut_short": True})
