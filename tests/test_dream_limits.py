@@ -3,7 +3,8 @@ scripts whose vowels are combining marks; notes whose names hold link syntax; th
 order a day's notes are read in; notes with nothing to read; a node whose frontmatter a
 hand edit broke; refinements in scripts written without spaces; more changed notes than
 a run reads; a note named with a line break; a copy of a note already dreamed; node
-paths the model spells with the node's name; the inbox item of a run that left a note."""
+paths the model spells with the node's name; the inbox item of a run that left a note;
+a digest_dir of two folders."""
 
 from __future__ import annotations
 
@@ -351,3 +352,25 @@ def test_the_inbox_item_of_a_run_says_which_notes_it_left_and_what_it_did(
     summary = item["summary"]
     assert "interest topics refreshed" in summary and "no actions" not in summary, summary
     assert "1 of 2 note(s) not processed" in summary and result["log"] in summary, summary
+
+
+def test_nodes_in_a_digest_dir_of_two_folders_are_named_and_linked(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    tea, deploy = "kb/digest/personal/tea.md", "kb/digest/procedure/deploy.md"
+    write(root, a, "用户喝茶. Deploy with make.\n")
+    open_ws(daemon, root, fake, digest_dir="kb/digest")
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                       "content": "- 喝茶", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Deploy",
+                       "content": "- make", "reason": "how-to", "related": [f"[[{tea}]]"]})]]
+    dream(daemon)
+    assert node(root, deploy)[0]["related"] == [tea]
+    write(root, b, "喝茶 again.\n")
+    model.plan[b] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": tea,
+                                     "sources": [b], "reason": "again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
+    assert node(root, tea)[0]["sources"] == [a, b]

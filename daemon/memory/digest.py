@@ -207,7 +207,7 @@ def parse_node(path: str, text: str) -> Node:
             current = sections.setdefault(stripped[3:].strip(), [])
             continue
         current.append(line)
-    bucket = str(fields.get("bucket") or (path.split("/")[1] if path.count("/") >= 2 else "wiki"))
+    bucket = str(fields.get("bucket") or (path.split("/")[-2] if path.count("/") >= 2 else "wiki"))
     sources = _section_links(_as_list(fields.get("sources")), sections.get("Sources", []))
     sources.extend(legacy["source"])
     related = _section_links(_as_list(fields.get("related")), sections.get("Related", []))
@@ -318,6 +318,15 @@ def _string(args: Mapping[str, object], name: str, *, required: bool = False,
     return value
 
 
+def _bucket_of(path: str, digest_dir: str) -> str | None:
+    """The bucket of ``path`` if it is a node's (``<digest_dir>/<bucket>/<name>.md``;
+    ``digest_dir`` may have folders of its own), else None."""
+    parts = path.removeprefix(digest_dir + "/").split("/") if path.startswith(
+        digest_dir + "/") else []
+    ok = len(parts) == 2 and parts[0] in BUCKETS and parts[1].endswith(".md")
+    return parts[0] if ok else None
+
+
 def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                       allowed_sources: Sequence[str], default_source: str) -> Integration:
     """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
@@ -331,12 +340,12 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     node = _string(args, "node", limit=300) or None
     bucket = _string(args, "bucket").lower()
     if node is not None:
-        parts = node.removeprefix("[[").removesuffix("]]").split("/")
-        if (len(parts) != 3 or parts[0] != digest_dir or parts[1] not in BUCKETS
-                or not parts[2].endswith(".md") or parts[2].startswith(".")):
+        node = node.removeprefix("[[").removesuffix("]]")
+        in_bucket = _bucket_of(node, digest_dir)
+        if in_bucket is None or node.rsplit("/", 1)[-1].startswith("."):
             raise IntegrationError(
                 f"node must be a path like {digest_dir}/<bucket>/<name>.md")
-        node, bucket = "/".join(parts), parts[1]
+        bucket = in_bucket
     if bucket not in BUCKETS:
         raise IntegrationError(f"bucket must be one of {', '.join(BUCKETS)}")
     name = _string(args, "name", required=node is None, limit=120)
@@ -359,9 +368,7 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
         r = _one_line(r).removeprefix("[[").removesuffix("]]")
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)
-        parts = r.split("/")
-        if len(parts) == 3 and parts[0] == digest_dir and parts[1] in BUCKETS \
-                and r.endswith(".md"):
+        if _bucket_of(r, digest_dir) is not None:
             related.append(r)
     return Integration(
         action=action, bucket=bucket, name=name,
