@@ -1,7 +1,7 @@
 """auto_dream in the middle of a run: a daemon killed (SIGKILL) there leaves what the run
 wrote in its change log (so it can be undone), goes on with the job once at its next
-start, and the notes it finished are not dreamed again; a run going on cannot be undone
-under its feet."""
+start, and the notes it finished are not dreamed again; a daemon stopped there tells the
+inbox what the run wrote; a run going on cannot be undone under its feet."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
         f.write(b'0123abcd {"file": "digest/wi')
     (runs / "20261204T035959Z-000000.journal").mkdir()  # no journal: left, no error
     assert runjournal.recover(runs, {run.run_id}) == []  # still running: left alone
-    assert runjournal.recover(runs, set()) == [run.run_id]
+    assert [(r.run_id, cut) for r, cut in runjournal.recover(runs, set())] == [
+        (run.run_id, True)]
     record = changelog.load_run(runs, run.run_id)
     assert record["files"] == {
         "digest/wiki/x.md": {"before": None, "after_sha256": changelog.sha256(b"x2")},
@@ -93,3 +94,20 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
     assert record["failed_notes"] == {"memory/2026-12-03/b.md": "down"}
     assert not runjournal.journal_path(runs, run.run_id).exists()
     assert runjournal.recover(runs, set()) == []
+
+
+def test_a_dream_stopped_with_the_daemon_tells_the_inbox_after_the_restart(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory()
+    _, job_id = dream_until_the_second_note(d, fake, root)
+    assert d.stop() == 0  # the inbox closes with its workspace while the run ends
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    open_ws(d2, root, fake)
+    (run,) = [r for r in d2.call("dream.runs", {"agent_id": AGENT})["runs"]
+              if "digest/personal/cat.md" in r["files"]]
+    (item,) = d2.call("inbox.list", {"agent_id": AGENT})["items"]
+    assert item["details"]["run_id"] == run["run_id"], item
+    assert item["changes"] == ["digest/personal/cat.md"] and "1 create" in item["summary"]
+    assert wait_job(d2, job_id, agent=AGENT)["state"] == "succeeded"
+    assert len(d2.call("inbox.list", {"agent_id": AGENT})["items"]) == 1  # told once

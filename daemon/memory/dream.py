@@ -333,7 +333,7 @@ async def run_dream(
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await dreaminbox.recover_cut_short(ws, runs_dir, _RUNNING)
+    await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
@@ -388,21 +388,20 @@ async def run_dream(
         await _refresh_interests(run)
         ended = True
     finally:
+        run.log.finished = datetime.now(UTC).isoformat()
+        summary = dreaminbox.run_summary(run.log, settings.metadata_dir)
+        summary["recognised_from_reme"] = recognised
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
-            run.log.finished = datetime.now(UTC).isoformat()
             try:
                 await save()
                 await trio.to_thread.run_sync(changelog.write_run, runs_dir, run.log)
-                await trio.to_thread.run_sync(run.journal.remove)
+                # Even when the job then fails or is cancelled: what was written stays
+                # written. An inbox already closed (the daemon stopping) is told later.
+                told = await dreaminbox.push_run(ws, summary, run.log, job_id=job_id,
+                                                 ended=ended)
+                await trio.to_thread.run_sync(lambda: run.journal.remove(keep=not told))
             finally:
                 _RUNNING.discard(run.log.run_id)
-        summary = run.log.summary()
-        summary["changed"] = run.log.changed
-        summary["recognised_from_reme"] = recognised
-        summary["log"] = f"{settings.metadata_dir}/dream/runs/{run.log.run_id}.md"
-        # Even when the job then fails or is cancelled: what was written stays written.
-        with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
-            await dreaminbox.push_run(ws, summary, run.log, job_id=job_id, ended=ended)
     if todo and len(run.log.failed_notes) == len(todo):
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
@@ -440,7 +439,7 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     settings = ws.settings
     files = fileops_for(ws)
     directory = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await dreaminbox.recover_cut_short(ws, directory, _RUNNING)
+    await dreaminbox.recover_journals(ws, directory, _RUNNING)
     async with files.lock:
         result = await trio.to_thread.run_sync(
             lambda: changelog.undo_run(
@@ -462,7 +461,7 @@ async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
     going = set(_RUNNING)  # read here: runs start and end in this thread
 
-    await dreaminbox.recover_cut_short(ws, directory, _RUNNING)
+    await dreaminbox.recover_journals(ws, directory, _RUNNING)
 
     def listed() -> list[DreamRun]:
         now = [changelog.dream_summary(dict(r.to_json()))

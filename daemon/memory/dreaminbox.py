@@ -34,24 +34,37 @@ def summary_line(summary: changelog.RunSummary, *, ended: bool) -> str:
     return f"{text} (see {summary.get('log')})" if failed or not ended else text
 
 
+def run_summary(run: changelog.RunLog, metadata_dir: str) -> changelog.RunSummary:
+    """``run``'s summary with its change log's path, as its job's result has them."""
+    summary = run.summary()
+    summary["changed"] = run.changed
+    summary["log"] = f"{metadata_dir}/dream/runs/{run.run_id}.md"
+    return summary
+
+
 async def push_run(ws: Workspace, summary: changelog.RunSummary, run: changelog.RunLog, *,
-                   job_id: str | None, ended: bool) -> None:
-    """The item of a run that changed memory (none for one that did not)."""
-    if run.changed:
-        await push_inbox(ws, KIND, summary_line(summary, ended=ended),
-                         summary.get("files_changed") or [], job_id=job_id, details={
-                             "run_id": run.run_id, "actions": summary["actions"],
-                             "failed_notes": sorted(run.failed_notes),
-                             "log": summary.get("log"), "ended": ended})
+                   job_id: str | None, ended: bool) -> bool:
+    """The item of a run that changed memory (none for one that did not); False if the
+    workspace's inbox could not be told (it closed: the daemon is stopping)."""
+    if not run.changed:
+        return True
+    return await push_inbox(ws, KIND, summary_line(summary, ended=ended),
+                            summary.get("files_changed") or [], job_id=job_id, details={
+                                "run_id": run.run_id, "actions": summary["actions"],
+                                "failed_notes": sorted(run.failed_notes),
+                                "log": summary.get("log"), "ended": ended})
 
 
-async def recover_cut_short(ws: Workspace, directory: Path, running: Collection[str]) -> None:
+async def recover_journals(ws: Workspace, directory: Path, running: Collection[str]) -> None:
     """Publish the record of each run a crash cut short (:func:`runjournal.recover`;
     ``running``: the runs going on, left alone), with an inbox item naming the files it
-    changed, as a run that ended has."""
-    for run_id in await trio.to_thread.run_sync(runjournal.recover, directory, set(running)):
-        record = await trio.to_thread.run_sync(changelog.load_run, directory, run_id)
-        files = record.get("files")
-        await push_inbox(ws, KIND, f"dream {run_id}: cut short by a restart; what it "
-                         "wrote stays, and can be undone", sorted(files or {}), job_id=None,
-                         details={"run_id": run_id, "cut_short": True})
+    changed, as a run that ended has; and push the item of each run that ended while the
+    inbox could not be told."""
+    for run, cut in await trio.to_thread.run_sync(runjournal.recover, directory, set(running)):
+        if not cut:
+            summary = run_summary(run, ws.settings.metadata_dir)
+            await push_run(ws, summary, run, job_id=None, ended=True)
+            continue
+        await push_inbox(ws, KIND, f"dream {run.run_id}: cut short by a restart; what it "
+                         "wrote stays, and can be undone", sorted(run.before), job_id=None,
+                         details={"run_id": run.run_id, "cut_short": True})

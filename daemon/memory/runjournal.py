@@ -7,7 +7,8 @@ write (the file's bytes before and the checksum after) and each action is append
 what the run writes, however many files it touches). The run's end publishes the record
 and removes the journal; :func:`recover` turns the journal of a run that never ended into
 its record (``finished`` empty), which undo and the run list then see. A journal whose
-record exists (the daemon stopped between the two) is removed.
+record exists (the daemon stopped before the run's inbox item was pushed) is removed,
+and the run returned so that the inbox is told then.
 
 Blocking file I/O: run it in a worker thread.
 """
@@ -53,10 +54,11 @@ class Journal:
                                "trigger": run.trigger, "notes": run.notes}], sync=False)
         self._log.append(entries)
 
-    def remove(self) -> None:
-        """Close and remove the journal: the run's record is published."""
+    def remove(self, *, keep: bool = False) -> None:
+        """Close and remove the journal: the run's record is published and the inbox
+        told. ``keep``: the inbox could not be told, the next :func:`recover` tells it."""
         self._log.close()
-        if self._open:
+        if self._open and not keep:
             self._log.path.unlink(missing_ok=True)
 
 
@@ -94,22 +96,25 @@ def _journals(directory: Path, skip: Collection[str]) -> list[tuple[str, Path]]:
             and run_id not in skip]
 
 
-def recover(directory: Path, running: Collection[str]) -> list[str]:
+def recover(directory: Path, running: Collection[str]) -> list[tuple[changelog.RunLog, bool]]:
     """Publish the record of every run whose journal is left (but those ``running``);
-    returns their ids."""
+    returns those runs, each with True if a crash cut it short (its record written now),
+    False if it ended but its inbox item could not be pushed (the daemon stopping)."""
     done = []
     for run_id, path in _journals(directory, running):
-        if not (directory / f"{run_id}.json").exists():
-            try:
-                records, _ = replay(path, repair=False)
-            except StorageError as exc:
-                log.warning("dream run journal %s unreadable: %s", path, exc)
+        cut = not (directory / f"{run_id}.json").exists()
+        try:
+            run = from_journal(replay(path, repair=False)[0])
+        except StorageError as exc:
+            log.warning("dream run journal %s unreadable: %s", path, exc)
+            if cut:
                 continue
-            run = from_journal(records)
-            if run is not None:
+            run = None
+        if run is not None:
+            if cut:
                 changelog.write_run(directory, run)
-                done.append(run_id)
                 log.info("dream run %s was cut short; its record is recovered", run_id)
+            done.append((run, cut))
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:  # a folder of that name: not a journal of ours
