@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
@@ -259,15 +260,19 @@ def test_a_copy_of_a_dreamed_note_is_no_second_source(
     assert dream(daemon)["notes"] == 1
 
 
+@pytest.mark.parametrize("notes", [
+    ("memory/2026-09-02/standup.md", "memory/2026-10-15/infra.md", "memory/2026-11-30/infra.md"),
+    # ReMe's layout: a day's note named by its date.
+    ("memory/2026-09-02.md", "memory/2026-10-15.md", "memory/2026-11-30.md")])
 def test_an_older_note_edited_again_does_not_correct_a_node_back(
-        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path,
+        notes: tuple[str, str, str]) -> None:
     # A node says what the newest note said; a typo fixed in an older note has it read
     # again, and the model proposes its older claim as a correction: that is refused. A
     # correction from a note of a later day still applies.
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
-    old, new, later = ("memory/2026-09-02/standup.md", "memory/2026-10-15/infra.md",
-                       "memory/2026-11-30/infra.md")
+    old, new, later = notes
     path = "digest/wiki/primary-database.md"
     write(root, old, "The primary database runs PostgreSQL 13 on db-eu-1.\n")
     open_ws(daemon, root, fake)

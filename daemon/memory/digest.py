@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from recalld.daemon.index.filters import note_date
 from recalld.daemon.index.frontmatter import (
     parse_frontmatter,
     render_frontmatter,
@@ -56,7 +57,6 @@ _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 _DASHES_RE: Final = re.compile(r"-{2,}")
-_DAY_FOLDER_RE: Final = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})/")
 
 
 class IntegrationError(ValueError):
@@ -406,8 +406,9 @@ def _other_name(existing: Node, proposal: Integration) -> bool:
 
 
 def _newest_day(paths: Iterable[str]) -> str:
-    """The latest day folder (``YYYY-MM-DD``) of ``paths``; "" if none is in one."""
-    return max((m[1] for p in paths if (m := _DAY_FOLDER_RE.search(p))), default="")
+    """The latest day (``YYYY-MM-DD``: a note's day folder, or a note named by its date)
+    of ``paths``; "" if none has one."""
+    return max((day for p in paths if (day := note_date(p))), default="")
 
 
 def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
