@@ -106,13 +106,16 @@ def test_a_note_named_with_brackets_or_a_bar_is_one_source(
 def test_a_days_notes_are_read_in_the_order_they_were_written(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     # The evening's note corrects the morning's: read by name, "alpha" (evening) came
-    # first, and the morning's claim was what the node said.
+    # first, and the morning's claim was what the node said. The next day's note, named
+    # by its date and restored with an old time, comes after both: it is of a later day.
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
     morning = write(root, "memory/2026-12-02/zeta.md", "The review is at 10:00.\n")
     evening = write(root, "memory/2026-12-02/alpha.md", "The review moved to 11:00.\n")
+    next_day = write(root, "memory/2026-12-03.md", "The review moved again, to 12:00.\n")
     os.utime(morning, ns=(1_796_000_000_000_000_000,) * 2)
     os.utime(evening, ns=(1_796_000_000_000_000_000 + 3600 * 10**9,) * 2)
+    os.utime(next_day, ns=(1_700_000_000_000_000_000,) * 2)
     open_ws(daemon, root, fake)
     rel = "digest/wiki/review.md"
     model.plan["memory/2026-12-02/zeta.md"] = [[(
@@ -121,9 +124,13 @@ def test_a_days_notes_are_read_in_the_order_they_were_written(
     model.plan["memory/2026-12-02/alpha.md"] = [[(
         "integrate", {"action": "CORRECT", "bucket": "wiki", "node": rel, "name": "Review",
                       "content": "- at 11:00", "reason": "moved"})]]
-    assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": 1}
+    model.plan["memory/2026-12-03.md"] = [[(
+        "integrate", {"action": "CORRECT", "bucket": "wiki", "node": rel, "name": "Review",
+                      "content": "- at 12:00", "reason": "moved again"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": 2}, model.tool_results
     text = node(root, rel)[1]
-    assert "- at 11:00" in text and 'previously: "at 10:00"' in text, text
+    assert "- at 12:00" in text and 'previously: "at 10:00"' in text, text
+    assert 'previously: "at 11:00"' in text, text
 
 
 def test_a_note_with_nothing_beyond_its_frontmatter_asks_no_model(

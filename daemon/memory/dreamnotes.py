@@ -14,6 +14,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.index.chunker import split_line
+from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, reme_dream
 from recalld.daemon.memory.fileops import read_confined
@@ -30,11 +31,13 @@ def sha256_text(text: str) -> str:
 def changed_notes(root: Path, daily_dir: str,
                   catalog: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str, str]]:
     """``(path, sha256, text)`` of daily notes not processed as they are now (blocking),
-    folder by folder (a day's in date order), each folder's notes in the order they were
-    last written: what a later note says is integrated after what an earlier one said, so
-    the later claim is the one that corrects the other (by name, ``alpha.md`` written in
-    the evening would be read before ``zeta.md`` of the morning, and lose to it)."""
+    day by day (a note's day folder, or its name: ``memory/2026-12-03.md``; notes of no
+    day first), each day's notes in the order they were last written: what a later note
+    says is integrated after what an earlier one said, so the later claim is the one that
+    corrects the other (by name, ``alpha.md`` written in the evening would be read before
+    ``zeta.md`` of the morning, and lose to it)."""
     out = []
+    order: dict[str, tuple[str, int]] = {}  # a note's day and when it was last written
     top = root / daily_dir
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -62,7 +65,8 @@ def changed_notes(root: Path, daily_dir: str,
             rec = catalog.get(rel)
             if rec is None or rec.get("digest") != sha or rec.get("state") != "processed":
                 out.append((rel, sha, text))
-    return out
+                order[rel] = (note_date(rel) or "", _mtime_ns(dirpath, name))
+    return sorted(out, key=lambda note: order[note[0]])
 
 
 def _mtime_ns(folder: str, name: str) -> int:
