@@ -208,9 +208,9 @@ def parse_node(path: str, text: str) -> Node:
             continue
         current.append(line)
     bucket = str(fields.get("bucket") or (path.split("/")[-2] if path.count("/") >= 2 else "wiki"))
-    sources = _section_links(_as_list(fields.get("sources")), sections.get("Sources", []))
+    sources = _section_links(fields.get("sources"), sections.get("Sources", []))
     sources.extend(legacy["source"])
-    related = _section_links(_as_list(fields.get("related")), sections.get("Related", []))
+    related = _section_links(fields.get("related"), sections.get("Related", []))
     related.extend(legacy["related"])
     history = [ln for ln in sections.get("History", []) if ln.strip()]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
@@ -241,10 +241,12 @@ def _link_line(target: str) -> str:
     return f"- [[{target}]]"
 
 
-def _section_links(listed: list[str], lines: list[str]) -> list[str]:
-    """``listed`` (the frontmatter's list) and the link targets of a section's ``lines``.
-    A line written for a listed path is that path, whatever it holds: a note named
-    ``plan [v2].md`` or ``a|b.md`` reads back as another target (``|`` starts an alias)."""
+def _section_links(field: object, lines: list[str]) -> list[str]:
+    """The paths the frontmatter's list ``field`` names (also as links a person wrote,
+    ``"[[memory/d/a.md]]"``, as Obsidian's properties hold them) and the link targets of
+    a section's ``lines``. A line written for a listed path is that path, whatever it
+    holds: a note named ``plan [v2].md`` or ``a|b.md`` reads back as another target."""
+    listed = [t for v in _as_list(field) for t in (_links(v) if "[[" in v else [v])]
     own = {_link_line(x) for x in listed}
     return [*listed, *(t for line in lines if line.strip() not in own for t in _links(line))]
 
