@@ -224,6 +224,11 @@ def test_dream_lifecycle(daemon: DaemonHandle, fake: FakeProvider, tmp_path: Pat
     with pytest.raises(InvalidParams, match="already undone"):
         daemon.call("dream.undo", {"agent_id": AGENT, "run_id": third["run_id"]})
 
+    # A later run wrote the file again: refused, naming that run to undo first.
+    with pytest.raises(NotAllowed, match="changed since run") as refused:
+        daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run1})
+    assert f"{TEA} (written again by run {second['run_id']}: undo it first)" in str(
+        refused.value), refused.value
     # A file changed since the run: refused, unless forced (here through the CLI).
     (root / TEA).write_text((root / TEA).read_text() + "\nhand edit\n")
     with pytest.raises(NotAllowed, match="changed since run"):

@@ -303,6 +303,23 @@ def _current(path: Path) -> bytes | None:
         return None
 
 
+def _later_writers(directory: Path, run: JsonObject, paths: list[str]) -> dict[str, str]:
+    """The newest run after ``run`` (by start), not undone, that wrote each of ``paths``
+    (those written by none are left out): what has to be undone before ``run`` can be."""
+    found: dict[str, tuple[str, str]] = {}
+    since = (str(run.get("started")), str(run.get("run_id")))
+    for other in _record_ids(directory):
+        try:
+            data = load_run(directory, other)
+        except RecalldError:
+            continue
+        when, files = (str(data.get("started")), other), data.get("files")
+        if when > since and not data.get("undone") and isinstance(files, dict):
+            for path in (p for p in paths if p in files and when > found.get(p, since)):
+                found[path] = when
+    return {path: when[1] for path, when in found.items()}
+
+
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
              force: bool = False, now: str, derived: frozenset[str] = frozenset()) -> DreamUndone:
     """Restore every file the run wrote to its bytes before the run.
@@ -331,9 +348,12 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         if current != before:
             plan.append((rel, target, before))
     if conflicts and not force:
+        later = _later_writers(directory, data, conflicts)
+        shown = [f"{p} (written again by run {later[p]}: undo it first)" if p in later else p
+                 for p in conflicts]
         raise UndoConflict(
-            f"changed since run {run_id}: {', '.join(conflicts)} (use --force to restore "
-            "the previous versions anyway)", {"conflicts": conflicts})
+            f"changed since run {run_id}: {', '.join(shown)} (use --force to restore "
+            "the previous versions anyway)", {"conflicts": conflicts, "later_runs": later})
     restored, removed = [], []
     for rel, target, before in plan:
         if before is None:
