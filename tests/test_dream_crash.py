@@ -102,12 +102,12 @@ def test_a_dream_stopped_with_the_daemon_tells_the_inbox_after_the_restart(
     d = daemon_factory()
     _, job_id = dream_until_the_second_note(d, fake, root)
     assert d.stop() == 0  # the inbox closes with its workspace while the run ends
+    (root / HALF_B).unlink()  # the job that goes on at the start has nothing left to read
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     open_ws(d2, root, fake)
-    (run,) = [r for r in d2.call("dream.runs", {"agent_id": AGENT})["runs"]
-              if "digest/personal/cat.md" in r["files"]]
+    assert wait_job(d2, job_id, agent=AGENT)["result"]["notes"] == 0
     (item,) = d2.call("inbox.list", {"agent_id": AGENT})["items"]
-    assert item["details"]["run_id"] == run["run_id"], item
     assert item["changes"] == ["digest/personal/cat.md"] and "1 create" in item["summary"]
-    assert wait_job(d2, job_id, agent=AGENT)["state"] == "succeeded"
+    (run,) = d2.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert item["details"]["run_id"] == run["run_id"], item
     assert len(d2.call("inbox.list", {"agent_id": AGENT})["items"]) == 1  # told once

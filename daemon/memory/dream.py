@@ -327,13 +327,13 @@ async def run_dream(
                             "copy_of": copies[rel]}
     pending = [t for t in todo if t[0] not in moves and t[0] not in copies]
     todo = pending[: cfg.max_notes_per_run]
+    runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
+    await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
     if not todo and not moves:
         if catalog != known:
             await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
                 "recognised_from_reme": recognised}
-    runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
