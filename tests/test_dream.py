@@ -208,7 +208,10 @@ def test_dream_lifecycle(daemon: DaemonHandle, fake: FakeProvider, tmp_path: Pat
     log3 = (root / third["log"]).read_text()
     assert "refused REFINE digest/procedure/deploy.md" in log3 and "keeps only 0%" in log3
 
-    # Undo restores the exact previous bytes; a second undo is refused.
+    # Undo restores the exact previous bytes; a second undo is refused. A damaged record
+    # (fields missing, others of another type) is passed by.
+    (root / "mem_metadata/dream/runs/20261120T000000Z-abcdef.json").write_text(
+        '{"version": 1, "notes": 3}')
     runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
     assert [r["run_id"] for r in runs] == [third["run_id"], second["run_id"], run1]
     listed = subprocess.run(

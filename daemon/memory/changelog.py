@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -35,6 +36,8 @@ from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 from recalld.ipc.answers import DreamRun, DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
+
+log = logging.getLogger(__name__)
 
 RUN_ID_RE: Final = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
 _VERSION: Final = 1
@@ -248,14 +251,18 @@ def _record_ids(directory: Path) -> list[str]:
 
 def list_records(directory: Path, summarize: Callable[[JsonObject], S],
                  limit: int = 50, what: str = "run") -> list[S]:
-    """``summarize`` of each readable record, newest first (unreadable ones skipped)."""
+    """``summarize`` of each readable record, newest first (unreadable or damaged ones
+    skipped)."""
     out = []
     for run_id in _record_ids(directory):
         try:
-            data = load_record(directory, run_id, what)
+            out.append(summarize(load_record(directory, run_id, what)))
         except RecalldError:
             continue
-        out.append(summarize(data))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # JSON of the right version with fields missing or of other types (a hand
+            # edit, a file restored from elsewhere): the other runs are still listed.
+            log.warning("%s %s in %s is damaged, not listed: %r", what, run_id, directory, exc)
     # Ids of runs started in the same second do not sort by time; the start stamps do.
     out.sort(key=lambda r: (str(r.get("started")), str(r.get("run_id"))), reverse=True)
     return out[:limit]
