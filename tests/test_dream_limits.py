@@ -4,7 +4,7 @@ order a day's notes are read in; notes with nothing to read; a node whose frontm
 hand edit broke; refinements in scripts written without spaces; more changed notes than
 a run reads; a note named with a line break; a copy of a note already dreamed; node
 paths the model spells with the node's name; the inbox item of a run that left a note;
-a digest_dir of two folders; node properties that hold links."""
+a digest_dir of two folders; node properties that hold links; a node read by its name."""
 
 from __future__ import annotations
 
@@ -406,3 +406,22 @@ def test_a_node_whose_properties_hold_links_keeps_them_as_links(
     fields, text = node(root, tea)
     assert (fields["sources"], fields["related"]) == ([a, b], [coffee])
     assert "[[[" not in text and f"- [[{coffee}]]\n" in text and f"- [[{a}]]\n" in text, text
+
+
+def test_a_node_read_by_its_name_is_the_node_integrate_lands_on(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    tea = "digest/personal/tea-preference.md"
+    write(root, tea, "---\nname: Tea preference\n---\n# Tea preference\n\n- 绿茶 green tea\n")
+    write(root, a, "She likes her green tea hot, 80°C.\n")
+    open_ws(daemon, root, fake)
+    spelled = "digest/personal/Tea Preference.md"
+    model.plan[a] = [[("node_read", {"path": spelled})], [("integrate", {
+        "action": "REFINE", "bucket": "personal", "node": spelled, "reason": "detail",
+        "content": "- 绿茶 green tea, hot (80°C)"})]]
+    assert dream(daemon)["actions"] == {"REFINE": 1}, model.tool_results
+    assert model.tool_results[0] == f"(the node {tea})\n" + (
+        "---\nname: Tea preference\n---\n# Tea preference\n\n- 绿茶 green tea\n")
+    assert "- 绿茶 green tea, hot (80°C)" in node(root, tea)[1]

@@ -122,11 +122,12 @@ class _Run:
             path = str(args.get("path") or "").removeprefix("[[").removesuffix("]]")
             if not path.startswith(self.digest_dir + "/"):
                 return f"error: node paths start with {self.digest_dir}/"
-            text = await trio.to_thread.run_sync(read_confined, self.ws.root, path)
-            if text is None:
+            found = await trio.to_thread.run_sync(self._find_and_read, path)
+            if found is None:
                 return f"error: no node {path}"
-            self.seen[path] = text
-            return text
+            rel, text = found
+            self.seen[rel] = text
+            return text if rel == path else f"(the node {rel})\n{text}"
         if name == "integrate":
             return await self._integrate(args)
         if name == "note_interests":
@@ -138,6 +139,16 @@ class _Run:
                     self.topics[t.strip()] = max(self.topics.get(t.strip(), 0.0), 0.6)
             return f"noted {len(topics[:20])} topic(s)"
         return f"error: unknown tool {name!r}"
+
+    def _find_and_read(self, path: str) -> tuple[str, str] | None:
+        """The node ``path`` stands for and its text (blocking): itself, else the node
+        :func:`nodefiles.find_node` finds, as integrate lands on; None if there is none."""
+        text = read_confined(self.ws.root, path)
+        if text is not None:
+            return path, text
+        found = nodefiles.find_node(nodefiles.node_paths(self.ws.root, self.digest_dir), path)
+        text = None if found is None else read_confined(self.ws.root, found)
+        return None if found is None or text is None else (found, text)
 
     async def _node_search(self, args: Mapping[str, object]) -> str:
         query = args.get("query")
