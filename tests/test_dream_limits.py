@@ -364,6 +364,8 @@ def test_the_inbox_item_of_a_run_says_which_notes_it_left_and_what_it_did(
     summary = item["summary"]
     assert "interest topics refreshed" in summary and "no actions" not in summary, summary
     assert "1 of 2 note(s) not processed" in summary and result["log"] in summary, summary
+    shown = (root / result["log"]).read_text()
+    assert "the interest topics were refreshed" in shown and "No memory changed" not in shown
 
 
 def test_nodes_in_a_digest_dir_of_two_folders_are_named_and_linked(

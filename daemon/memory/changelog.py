@@ -182,7 +182,8 @@ def render_markdown(run: RunLog) -> str:
     other = [a for a in run.actions if a["status"] != "applied"]
     lines += ["## Changes", ""]
     if not applied:
-        lines.append("No memory changed.")
+        lines.append("No node changed; the interest topics were refreshed." if run.changed
+                     else "No memory changed.")
     for a in applied:
         src = ", ".join(f"[[{s}]]" for s in a.get("sources", []))
         why = f" Why: {a['reason']}" if a.get("reason") else ""
