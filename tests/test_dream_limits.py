@@ -352,7 +352,7 @@ def test_the_inbox_item_of_a_run_says_which_notes_it_left_and_what_it_did(
     write(root, good, "I love hiking; 周末去爬山。\n")
     write(root, bad, "The VPN moved.\n")
     open_ws(daemon, root, fake)
-    model.plan[good] = [[("note_interests", {"topics": ["hiking", "爬山"]})]]
+    model.plan[good] = [[("note_interests", {"topics": ["hiking", "爬山", 7, " "]})]]
     model.plan[bad] = [[("integrate", "{not json")]]
     result = dream(daemon)
     assert (result["failed_notes"], result["files_changed"]) == (1, ["digest/interests.yaml"])
@@ -364,6 +364,7 @@ def test_the_inbox_item_of_a_run_says_which_notes_it_left_and_what_it_did(
     summary = item["summary"]
     assert "interest topics refreshed" in summary and "no actions" not in summary, summary
     assert "1 of 2 note(s) not processed" in summary and result["log"] in summary, summary
+    assert "noted 2 topic(s); 2 left out" in model.tool_results[0], model.tool_results
     shown = (root / result["log"]).read_text()
     assert "the interest topics were refreshed" in shown and "No memory changed" not in shown
 

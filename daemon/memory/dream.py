@@ -134,10 +134,12 @@ class _Run:
             topics = args.get("topics")
             if not isinstance(topics, list):
                 return "error: topics must be a list of strings"
-            for t in topics[:20]:
-                if isinstance(t, str) and t.strip():
-                    self.topics[t.strip()] = max(self.topics.get(t.strip(), 0.0), 0.6)
-            return f"noted {len(topics[:20])} topic(s)"
+            noted = [t.strip() for t in topics[:20] if isinstance(t, str) and t.strip()]
+            for t in noted:
+                self.topics[t] = max(self.topics.get(t, 0.0), 0.6)
+            left = len(topics) - len(noted)
+            return f"noted {len(noted)} topic(s)" + (
+                f"; {left} left out (not text, empty, or beyond 20)" if left else "")
         return f"error: unknown tool {name!r}"
 
     def _find_and_read(self, path: str) -> tuple[str, str] | None:
