@@ -323,12 +323,15 @@ def test_a_node_path_spelled_with_its_name_is_one_node_named_by_its_slug(
                        "content": "- long", "reason": "fact"}),
         ("integrate", {"action": "CORROBORATE", "bucket": "procedure",
                        "node": "digest/procedure/release-steps.md", "reason": "again"}),
+        # A device name on Windows, where the workspace may be restored.
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "CON",
+                       "content": "- the console", "reason": "fact"}),
     ]]
     first = dream(daemon)
-    assert first["actions"] == {"CREATE": 2, "CORROBORATE": 1}, model.tool_results
+    assert first["actions"] == {"CREATE": 3, "CORROBORATE": 1}, model.tool_results
     slug = f"digest/wiki/{'é' * 60}.md"
     assert sorted(p.relative_to(root).as_posix() for p in (root / "digest").rglob("*.md")) \
-        == sorted(["digest/wiki/构建-服务器.md", slug, hand])
+        == sorted(["digest/wiki/构建-服务器.md", slug, hand, "digest/wiki/con_.md"])
     assert node(root, slug)[0]["name"] == long
     write(root, b, "hal 又提到了。\n")
     model.plan[b] = [[
@@ -337,9 +340,12 @@ def test_a_node_path_spelled_with_its_name_is_one_node_named_by_its_slug(
         ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "构建 服务器",
                        "node": "digest/wiki/构建 – 服务器.md", "content": "- 叫 hal",
                        "reason": "fact"}),
+        ("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": "digest/wiki/CON.md",
+                       "sources": [b], "reason": "again"}),
     ]]
     second = dream(daemon)
-    assert second["actions"] == {"CORROBORATE": 1, "unchanged": 1}, model.tool_results
+    assert second["actions"] == {"CORROBORATE": 2, "unchanged": 1}, model.tool_results
+    assert node(root, "digest/wiki/con_.md")[0]["sources"] == [a, b]
     assert node(root, "digest/wiki/构建-服务器.md")[0]["sources"] == [a, b]
     assert node(root, hand)[0]["sources"] == [a]
 

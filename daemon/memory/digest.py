@@ -57,6 +57,7 @@ _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 _DASHES_RE: Final = re.compile(r"-{2,}")
+_DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 
 
 class IntegrationError(ValueError):
@@ -66,12 +67,13 @@ class IntegrationError(ValueError):
 def slugify(text: str, limit: int = 60) -> str:
     """A file-name-safe slug; keeps letters of any script with their combining marks (CJK
     names stay readable, and so do Devanagari, Thai or Arabic ones: their vowel signs are
-    marks, and a name without them is another word)."""
+    marks, and a name without them is another word). A name Windows reserves for a device
+    (``con``, ``nul``, ``lpt1``) gets a ``_``: a workspace restored there keeps the file."""
     norm = unicodedata.normalize("NFKC", text).lower()
     kept = "".join(ch if ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
                    else "-" for ch in norm)
-    slug = _DASHES_RE.sub("-", kept).strip("-_")
-    return slug[:limit].rstrip("-_") or "node"
+    slug = _DASHES_RE.sub("-", kept).strip("-_")[:limit].rstrip("-_") or "node"
+    return f"{slug}_" if _DEVICE_RE.match(slug) else slug
 
 
 def legacy_slug(stem: str) -> str:
