@@ -4,7 +4,8 @@ order a day's notes are read in; notes with nothing to read; a node whose frontm
 hand edit broke; refinements in scripts written without spaces; more changed notes than
 a run reads; a note named with a line break; a copy of a note already dreamed; node
 paths the model spells with the node's name; the inbox item of a run that left a note;
-a digest_dir of two folders; node properties that hold links; a node read by its name."""
+a digest_dir of two folders; node properties that hold links and a section of a
+person's own; a node read by its name."""
 
 from __future__ import annotations
 
@@ -399,22 +400,25 @@ def test_nodes_in_a_digest_dir_of_two_folders_are_named_and_linked(
 
 def test_a_node_whose_properties_hold_links_keeps_them_as_links(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
-    # A person keeps the digest in Obsidian, whose properties hold links as "[[...]]".
+    # A person keeps the digest in Obsidian, whose properties hold links as "[[...]]",
+    # and added a section of their own below the node's Sources: its links are no sources.
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
     a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
     tea, coffee = "digest/personal/tea.md", "digest/wiki/coffee.md"
     write(root, coffee, "# Coffee\n\n- a drink\n")
+    own = "## 我的笔记\n\nCompare [[digest/wiki/coffee.md]], [[memory/2026-01-01/old.md]].\n"
     write(root, tea, f'---\nname: Tea\nsources:\n  - "[[{a}]]"\nrelated: ["[[{coffee}|Coffee]]"]\n'
-                     f"---\n# Tea\n\n- 绿茶 green tea\n")
+                     f"---\n# Tea\n\n- 绿茶 green tea\n\n## Sources\n\n- [[{a}]]\n\n{own}")
     write(root, b, "喝绿茶 again.\n")
     open_ws(daemon, root, fake)
     model.plan[b] = [[("integrate", {"action": "CORROBORATE", "bucket": "personal", "node": tea,
                                      "sources": [b], "reason": "again"})]]
     assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
     fields, text = node(root, tea)
-    assert (fields["sources"], fields["related"]) == ([a, b], [coffee])
+    assert (fields["sources"], fields["related"], fields["confidence"]) == ([a, b], [coffee], 0.75)
     assert "[[[" not in text and f"- [[{coffee}]]\n" in text and f"- [[{a}]]\n" in text, text
+    assert own in text, text
 
 
 def test_a_node_read_by_its_name_is_the_node_integrate_lands_on(

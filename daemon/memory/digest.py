@@ -55,7 +55,6 @@ MIN_KEEP_FRACTION: Final = 0.5
 MAX_CONTENT_CHARS: Final = 8000
 _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
-_SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 _DASHES_RE: Final = re.compile(r"-{2,}")
 _DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 
@@ -74,12 +73,6 @@ def slugify(text: str, limit: int = 60) -> str:
                    else "-" for ch in norm)
     slug = _DASHES_RE.sub("-", kept).strip("-_")[:limit].rstrip("-_") or "node"
     return f"{slug}_" if _DEVICE_RE.match(slug) else slug
-
-
-def legacy_slug(stem: str) -> str:
-    """The file name :func:`slugify` gave before it kept combining marks (a node made
-    then is found by the name it was made for)."""
-    return _SLUG_RE.sub("-", stem).strip("-_")[:60].rstrip("-_") or "node"
 
 
 def confidence_for(source_count: int) -> float:
@@ -208,6 +201,8 @@ def parse_node(path: str, text: str) -> Node:
         if stripped.startswith("## ") and stripped[3:].strip() in _MANAGED:
             current = sections.setdefault(stripped[3:].strip(), [])
             continue
+        if stripped.startswith("## "):  # a person's own section, after Sources too
+            current = content
         current.append(line)
     bucket = str(fields.get("bucket") or (path.split("/")[-2] if path.count("/") >= 2 else "wiki"))
     sources = _section_links(fields.get("sources"), sections.get("Sources", []))

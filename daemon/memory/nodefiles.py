@@ -12,12 +12,22 @@ when that node exists.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
 from recalld.daemon.memory.fileops import read_confined
 from recalld.ipc.errors import RecalldError
+
+_SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
+
+
+def legacy_slug(stem: str) -> str:
+    """The file name :func:`digest.slugify` gave before it kept combining marks (a node
+    made then is found by the name it was made for)."""
+    return _SLUG_RE.sub("-", stem).strip("-_")[:60].rstrip("-_") or "node"
 
 
 def _entries(root: Path, digest_dir: str) -> list[tuple[int, str]]:
@@ -64,7 +74,7 @@ def find_node(nodes: list[str], path: str) -> str | None:
     (``digest/<bucket>/<file>.md``) stands for: itself if it is one, else the node of any
     bucket whose file name has the same key (the one of the same bucket first), else the
     node whose file name has the same slug, else the node named as
-    :func:`digest.legacy_slug` named it; None if there is none."""
+    :func:`legacy_slug` named it; None if there is none."""
     if path in nodes:
         return path
     key = digest.node_key(path)
@@ -72,7 +82,7 @@ def find_node(nodes: list[str], path: str) -> str | None:
     if not same:
         slug = digest.slugify(key)
         same = [rel for rel in nodes if digest.slugify(digest.node_key(rel)) == slug]
-    legacy = digest.legacy_slug(key)
+    legacy = legacy_slug(key)
     if not same and legacy != key:
         same = [rel for rel in nodes if digest.node_key(rel) == legacy]
     bucket = path.split("/")[-2:-1]
