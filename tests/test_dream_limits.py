@@ -154,7 +154,7 @@ def test_a_note_with_nothing_beyond_its_frontmatter_asks_no_model(
 def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     # Written again, its frontmatter (sources, dates, a person's tags) became content under
-    # a new one that had lost them.
+    # a new one that had lost them; a node not in UTF-8 lost its text.
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
     rel = "digest/personal/tea.md"
@@ -162,19 +162,28 @@ def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
               "\ncreated: 2026-11-01\n---\n# Tea\n\n- likes green tea\n\n## Sources\n\n"
               "- [[memory/2026-11-01/a.md]]\n")
     write(root, rel, broken)
+    # Saved by an editor in GBK: read as UTF-8, its words are U+FFFD; written, lost.
+    gbk = root / "digest/wiki/oolong.md"
+    gbk.parent.mkdir(parents=True)
+    gbk.write_bytes("---\nname: Oolong\n---\n# Oolong\n\n- 乌龙茶，半发酵\n".encode("gbk"))
     note = "memory/2026-12-04/b.md"
-    write(root, note, "Green tea again, no sugar.\n")
+    write(root, note, "Green tea again, no sugar. 乌龙茶 too.\n")
     open_ws(daemon, root, fake)
     model.plan[note] = [
         [("integrate", {"action": "CORROBORATE", "bucket": "personal", "node": rel,
                         "name": "Tea", "reason": "again"})],
         [("integrate", {"action": "REFINE", "bucket": "personal", "node": rel, "name": "Tea",
-                        "content": "- likes green tea\n- no sugar", "reason": "detail"})]]
+                        "content": "- likes green tea\n- no sugar", "reason": "detail"})],
+        [("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                        "node": "digest/wiki/oolong.md", "reason": "again"})]]
     job = run_job(daemon, "auto_dream")
     assert job["state"] == "failed" and "cannot be read" in job["error"], job
     assert (root / rel).read_text() == broken
+    assert gbk.read_bytes().decode("gbk").endswith("- 乌龙茶，半发酵\n")
     assert all("cannot be read" in t for t in model.tool_results), model.tool_results
+    assert "UTF-8" in model.tool_results[-1], model.tool_results
     # Fixed by hand, the node is integrated into by the next run, which reads the note again.
+    model.plan[note] = model.plan[note][:2]
     write(root, rel, broken.replace("name: Tea\n", "").replace("[drinks", "[drinks]"))
     result = dream(daemon)
     assert result["actions"] == {"CORROBORATE": 1, "REFINE": 1}, result

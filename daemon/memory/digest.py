@@ -101,8 +101,8 @@ class Node:
     #: (prose a person put there included), written again as they are.
     title: str = ""
     written: dict[str, list[str]] = field(default_factory=dict)
-    #: Its frontmatter block does not parse (a hand edit): written again, its fields
-    #: (sources, dates, a person's own keys) would be lost, so it is not written.
+    #: Its frontmatter block does not parse, or its bytes are not UTF-8 (a hand edit):
+    #: written again, its fields or text would be lost, so it is not written.
     unreadable: bool = False
 
     @property
@@ -429,9 +429,10 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
 
     if existing.unreadable:
         return Outcome(action, path, "refused", None,
-                       f"the frontmatter of {path} cannot be read (a hand edit: a duplicate "
-                       "key, an unclosed quote or bracket); it is left as it is until it is "
-                       "fixed, and this note is read again by the next dream")
+                       f"{path} cannot be read as written (a hand edit: in its frontmatter "
+                       "a duplicate key, an unclosed quote or bracket; or text not saved as "
+                       "UTF-8); it is left as it is until it is fixed, and this note is read "
+                       "again by the next dream")
     node = dataclasses.replace(existing, sources=list(existing.sources),
                                related=list(existing.related),
                                history=list(existing.history), extra=dict(existing.extra))

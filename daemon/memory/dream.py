@@ -206,12 +206,14 @@ class _Run:
         proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
         proposal, unknown = await trio.to_thread.run_sync(self._on_nodes, proposal)
         for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
-            before_text = await trio.to_thread.run_sync(read_confined, self.ws.root,
-                                                        proposal.path)
+            before_text, utf8 = await trio.to_thread.run_sync(nodefiles.read_node,
+                                                              self.ws.root, proposal.path)
             # ...and the node as the model was shown it: lines a person typed a secret
             # into are kept by a proposal that keeps them masked.
             existing = None if before_text is None else digest.parse_node(
                 proposal.path, await redact_async(before_text))
+            if existing is not None and not utf8:
+                existing.unreadable = True
             outcome = digest.integrate(existing, proposal, self.today)
             if existing is not None and existing.unreadable:
                 self.blocked.append(outcome.detail)
@@ -251,10 +253,12 @@ class _Run:
         for rel in nodes:
             for _ in range(WRITE_ATTEMPTS):  # read again if a person wrote it meanwhile
                 try:
-                    before = await trio.to_thread.run_sync(read_confined, self.ws.root, rel)
+                    before, utf8 = await trio.to_thread.run_sync(nodefiles.read_node,
+                                                                 self.ws.root, rel)
                 except RecalldError:  # a link, or too large: not a node this run writes
                     break
-                text = None if before is None else dreamnotes.relink(rel, before, back)
+                text = None if before is None or not utf8 else dreamnotes.relink(
+                    rel, before, back)
                 if before is None or text is None:
                     break
                 try:

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Final
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
 from recalld.daemon.memory.fileops import read_confined
@@ -47,6 +48,22 @@ def _entries(root: Path, digest_dir: str) -> list[tuple[int, str]]:
                 except FileNotFoundError:
                     continue
     return found
+
+
+def read_node(root: Path, rel: str) -> tuple[str | None, bool]:
+    """The text of node ``rel`` (None: no such file) and whether it is UTF-8. One saved in
+    another encoding reads with U+FFFD in place of what it holds: written again, what a
+    person wrote would be lost, so it is not written."""
+    text = read_confined(root, rel)
+    if text is None or "\ufffd" not in text:
+        return text, True
+    with os.fdopen(safepath.open_confined(root, rel), "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return text, False
+    return text, True
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
