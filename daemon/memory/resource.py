@@ -459,8 +459,11 @@ def _folders_of(rel: str) -> Iterator[str]:
 
 def _files_below(root: Path, rel: str) -> list[str]:
     out: list[str] = []
-    if not safepath.is_inside(root / rel, root, str(root)):  # root: as opened
-        return out  # a directory link out of the workspace is not descended
+    if (root / rel).is_symlink() or not safepath.is_inside(root / rel, root, str(root)):
+        # A folder link is not descended, as the watcher's scans do not: one into the
+        # workspace's own notes (``resource/x -> ../memory``) would have each note
+        # summarised into another note; one out of the workspace reads another's files.
+        return out
     for dirpath, dirnames, filenames in os.walk(root / rel):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
