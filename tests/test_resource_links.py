@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
-from test_resource import active_jobs, catalog, fake, open_ws, wait_state
+from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
 from waits import wait_for
 
 __all__ = ["fake"]  # the fixture, shared with test_resource
@@ -36,3 +36,30 @@ def test_a_folder_link_into_the_notes_is_not_read_as_resources(
     assert not any(b"resource/notes/" in r.body for r in fake.requests)
     assert sorted(p.name for p in (root / "memory").rglob("resource-*.md")) == [
         "resource-first-txt.md", "resource-later-txt.md"]
+
+
+def test_a_notes_link_and_digest_are_not_masked_by_its_words(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A note is redacted as one text: a credential word in the file's name or in the
+    # summary masked random-looking text near it, the note's digest and its link to the
+    # file among them. A name masked on its own is skipped, as a key in a name is.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    model.resource_answer = "The wifi password list.\n- rotate it monthly"
+    clean = ["resource/api-key-rotation.txt", "resource/2026-11-05/Hx8kQ2mZ9pLw4Rt7v.txt"]
+    named = "resource/db password Qm3Zx8Lp4Wr7Tn2Kv.txt"
+    for rel in [*clean, named]:
+        write(root, rel, f"what {rel} holds\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in clean:
+        wait_state(root, rel, "processed")
+        fields, text = note_of(root, rel)
+        assert fields["source_resource"] == f"[[{rel}]]", text
+        assert fields["resource_digest"] == catalog(root)[rel]["digest"], text
+        assert text.rstrip().endswith(f"Source: [[{rel}]]"), text
+    wait_state(root, named, "skipped", "processed", "failed")
+    entry = catalog(root)[named]
+    assert entry["state"] == "skipped" and "credential" in entry["reason"], entry
+    notes = "".join(p.name + p.read_text() for p in (root / "memory").rglob("*.md"))
+    assert "qm3zx8lp4wr7tn2kv" not in notes.lower()
+    assert not any(b"Qm3Zx8Lp4Wr7Tn2Kv" in r.body for r in fake.requests)

@@ -50,6 +50,8 @@ from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
     description,
     file_digest,
+    name_fields,
+    name_masked,
     not_text,
     note_stem,
     read_head,
@@ -245,13 +247,11 @@ class ResourceCatalog:
         new = {"path": rel, "digest": sha, "mtime_ns": mtime_ns, "size": size,
                "first_seen": first_seen, "date": resource_date(inside, first_seen),
                "note": (rec or {}).get("note"), "state": "queued", "reason": ""}
-        from recalld.daemon.memory.redact import has_secret  # imported with its first use
-
         if not rel.lower().endswith(ALLOWED_SUFFIXES):
             suffix = os.path.splitext(rel)[1] or "(none)"
             new.update(state="skipped",
                        reason=f"suffix {suffix} is not one of {' '.join(ALLOWED_SUFFIXES)}")
-        elif has_secret(inside, formats_only=True):
+        elif name_masked(rel, inside):
             # Its note would carry the name (file name, title, link), unmasked or broken.
             new.update(state="skipped", reason="its name looks like a credential: rename it")
         elif rec is None and rel in self._reme:
@@ -397,10 +397,14 @@ class ResourceCatalog:
     async def _write_note(self, rec: JsonObject, summary: str, *, truncated: bool) -> str:
         note = await self._note_path(rec)
         inside = rec["path"][len(self.resource_dir) + 1:]
+        # The note is redacted as one text when written: a credential word in the name
+        # or the summary masks a random-looking value near it. The digest leads, the
+        # name and link (checked alone: ``name_masked``) follow, the description (the
+        # model's words) comes last: none is near a word of another.
         fields: dict[str, object] = {
-            "name": f"Resource {inside}", "description": description(summary),
-            "source_resource": f"[[{rec['path']}]]", "resource_digest": rec["digest"],
+            "resource_digest": rec["digest"], **name_fields(rec["path"], inside),
             "date": rec["date"], "truncated_input": truncated,
+            "description": description(summary),
         }
         text = (render_frontmatter(fields) + f"# {visible(inside)}\n\n{summary}\n\n"
                 f"Source: [[{visible(rec['path'])}]]\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.index.frontmatter import body_of, render_frontmatter
 from recalld.ipc.errors import PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,20 @@ def unfenced(answer: str) -> str:
     if answer.startswith("---"):
         answer = body_of(answer)[0].strip()
     return answer
+
+
+def name_fields(rel: str, rel_in_resource: str) -> dict[str, object]:
+    """The fields of a resource's note that carry its name: its title and its link."""
+    return {"name": f"Resource {rel_in_resource}", "source_resource": f"[[{rel}]]"}
+
+
+def name_masked(rel: str, rel_in_resource: str) -> bool:
+    """Would redaction mask a part of the resource's name as its note carries it (a key,
+    or a value after a credential word: ``db password Hx8kQ2mZ9pLw4Rt7.txt``), leaving a
+    link that no longer names the file (and the part unmasked in the note's own name)?"""
+    from recalld.daemon.memory.redact import has_secret  # imported with its first use
+
+    return has_secret(render_frontmatter(name_fields(rel, rel_in_resource)))
 
 
 def description(summary: str) -> str:
