@@ -244,11 +244,16 @@ def _resources(a: Assessment, ws: WorkspaceInfo) -> None:
             "set chat_model_config.model_name (and base_url, and a key if the server wants "
             f"one); {RESTART_FIX}"))
     if files.get("failed"):
+        dream = ws.get("dream") or {}
+        again = ("the nightly dream (dream_cron) tries them again, and so does a change to "
+                 "the file" if dream.get("enabled") and not dream.get("error") else
+                 "a change to the file tries it again (the nightly dream would too, but it "
+                 "is " + ("not scheduled: dream_cron" if dream.get("enabled") else
+                          "off: dream_cron_enabled = false") + ")")
         a.problems.append(Problem(
             "warn", f"{files['failed']} resource file(s) failed"
                     + (f" (chat: {chat.get('last_error')})" if chat.get("last_error") else ""),
-            "the nightly dream (dream_cron) tries them again, and so does a change to "
-            "the file; to try now, submit an auto_resource job over the protocol "
+            f"{again}; to try now, submit an auto_resource job over the protocol "
             "(jobs.submit). `recalld --json status` lists the catalog counts"))
 
 
