@@ -427,17 +427,20 @@ def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandl
     (root / "resource/photo.txt").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01" * 50)
     (root / "resource/windows.txt").write_bytes("Budget 2027: 1.2 M€\n".encode("utf-16"))
     write(root, "resource/line\nbreak.md", "Two lines in a name.\n")
+    # Not UTF-8: GBK (all but undecodable: no summary of guesses), Latin-1 (an accent).
+    (root / "resource/gbk.txt").write_bytes("会议纪要：下周一在北京开会。\n".encode("gbk"))
+    (root / "resource/latin.txt").write_bytes("Meeting at the café at 9.\n".encode("latin-1"))
     open_ws(daemon, "res", root, fake)
-    for rel in ("resource/windows.txt", "resource/line\nbreak.md"):
+    for rel in ("resource/windows.txt", "resource/line\nbreak.md", "resource/latin.txt"):
         wait_state(root, rel, "processed")
     for rel, why in (("resource/empty.txt", "empty"), ("resource/blank.md", "empty"),
-                     ("resource/photo.txt", "not text")):
-        wait_state(root, rel, "skipped")
-        assert why in catalog(root)[rel]["reason"]
+                     ("resource/photo.txt", "not text"), ("resource/gbk.txt", "UTF-8")):
+        wait_state(root, rel, "skipped", "processed")
+        assert why in catalog(root)[rel]["reason"], catalog(root)[rel]
     asked = [r.json["messages"][1]["content"] for r in fake.requests
              if r.path.endswith("/chat/completions")]
-    # The model is asked about the two text files only, each as its text.
-    assert len(asked) == 2, asked
+    # The model is asked about the three text files only, each as its text.
+    assert len(asked) == 3, asked
     assert any(a.endswith("\n\nBudget 2027: 1.2 M€\n") for a in asked), asked
     fields, text = note_of(root, "resource/line\nbreak.md")
     assert fields["source_resource"] == "[[resource/line\nbreak.md]]"  # the file, exactly

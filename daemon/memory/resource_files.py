@@ -92,12 +92,17 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
 
 def not_text(text: str) -> str | None:
     """Why the model is not asked about a file read as ``text``: empty (nothing to sum
-    up, only to invent), or binary (NUL characters: an image or archive given a text
-    suffix); None for text."""
+    up, only to invent), binary (NUL characters: an image or archive given a text
+    suffix), or in an encoding other than UTF-8 (GBK, Shift-JIS, cp1251...: mostly
+    undecodable bytes, which the model could only guess at; a few, as a Latin-1 accent
+    leaves, are summed up around); None for text."""
     if not text.strip():
         return "the file is empty"
     if "\x00" in text:
         return "the file is not text (it holds NUL bytes)"
+    if text.count("\ufffd") * 4 > sum(map(len, text.split())):  # a quarter of its letters
+        return ("the file is not UTF-8 text (its encoding is unknown): save it as UTF-8, "
+                "or UTF-16 with a byte order mark")
     return None
 
 
