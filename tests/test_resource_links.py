@@ -1,6 +1,6 @@
-"""auto_resource and what a note's links stand on: folder links inside resource/, file
-names redaction would mask, the note's own fields. A real daemon, a real resource
-folder, the scripted chat model."""
+"""auto_resource and what a note stands on: what in resource/ is not a plain file (a
+folder link, a FIFO), file names redaction would mask, the note's own fields. A real
+daemon, a real resource folder, the scripted chat model."""
 
 from __future__ import annotations
 
@@ -63,3 +63,23 @@ def test_a_notes_link_and_digest_are_not_masked_by_its_words(
     notes = "".join(p.name + p.read_text() for p in (root / "memory").rglob("*.md"))
     assert "qm3zx8lp4wr7tn2kv" not in notes.lower()
     assert not any(b"Qm3Zx8Lp4Wr7Tn2Kv" in r.body for r in fake.requests)
+
+
+def test_a_fifo_in_resource_is_not_read(daemon: DaemonHandle, fake: FakeProvider,
+                                        tmp_path: Path) -> None:
+    # Reading a FIFO takes the bytes another program waits for.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/first.txt", "Budget: 10k.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/first.txt", "processed")
+    os.mkfifo(root / "resource/pipe.txt")
+    fd = os.open(root / "resource/pipe.txt", os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(fd, b"for the reader\n")
+        write(root, "resource/later.txt", "Venue: Porto.\n")  # after the FIFO's event
+        wait_state(root, "resource/later.txt", "processed")
+        assert "resource/pipe.txt" not in catalog(root)
+        assert os.read(fd, 100) == b"for the reader\n"
+    finally:
+        os.close(fd)

@@ -5,10 +5,12 @@ functions and blocking reads (callers run those in a worker thread)."""
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import logging
 import os
 import re
+import stat
 from datetime import date as Date
 from pathlib import Path
 from typing import Final
@@ -50,11 +52,13 @@ def note_stem(rel_in_resource: str) -> str:
 
 
 def file_digest(root: Path, rel: str) -> tuple[str, int, int] | None:
-    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``, None if gone or
-    reached through a directory link out of ``root`` (blocking)."""
+    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``, None if gone, not
+    a regular file, or reached through a directory link out of ``root`` (blocking)."""
     try:
         with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
             st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None  # a FIFO or a device: reading it would take another's bytes
             h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
@@ -83,6 +87,8 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
 
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since cataloged
+            raise OSError(errno.EINVAL, "not a regular file")
         data = fh.read(limit_chars * 4 + 1)
     encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
     text = data.decode(encoding, errors="replace")
