@@ -1,6 +1,6 @@
 """auto_resource and what a note stands on: what in resource/ is not a plain file (a
-folder link, a FIFO), file names redaction would mask, the note's own fields. A real
-daemon, a real resource folder, the scripted chat model."""
+folder link, a FIFO), file names (long, or masked by redaction), the note's own
+fields. A real daemon, a real resource folder, the scripted chat model."""
 
 from __future__ import annotations
 
@@ -83,3 +83,22 @@ def test_a_fifo_in_resource_is_not_read(daemon: DaemonHandle, fake: FakeProvider
         assert os.read(fd, 100) == b"for the reader\n"
     finally:
         os.close(fd)
+
+
+def test_a_name_of_four_byte_characters_gets_a_note(daemon: DaemonHandle,
+                                                     fake: FakeProvider,
+                                                     tmp_path: Path) -> None:
+    # The note's name takes 80 characters of the path: of CJK Extension B characters
+    # (four bytes each), more than a file name holds.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    rare = "".join(chr(0x20000 + n) for n in range(90))
+    rel = f"resource/{rare[:45]}/{rare[45:]}.txt"
+    write(root, rel, "A name in rare characters.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, rel, "processed", "failed")
+    entry = catalog(root)[rel]
+    assert entry["state"] == "processed", entry["reason"]
+    assert entry["note"].startswith(f"memory/{entry['date']}/resource-{rare[:40]}")
+    fields, _ = note_of(root, rel)
+    assert fields["source_resource"] == f"[[{rel}]]"

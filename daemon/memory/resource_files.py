@@ -17,6 +17,7 @@ from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, render_frontmatter
+from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,10 @@ def note_stem(rel_in_resource: str) -> str:
     parts = rel_in_resource.split("/")
     if _date_folder(parts):
         parts = parts[1:]
-    stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80].strip("-_")
+    stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80]
+    # 80 characters of four bytes each would not make a file name: cut to what fits
+    # with the prefix and a "-99.md" a name taken already adds.
+    stem = fit_name(stem, safepath.MAX_NAME_BYTES - len("resource--99.md")).strip("-_")
     return f"resource-{stem or 'file'}"
 
 
