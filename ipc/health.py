@@ -17,6 +17,7 @@ from pathlib import PurePath
 from typing import Any, Literal
 
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
+from recalld.ipc.types import visible
 
 Severity = Literal["fail", "warn", "info"]
 RESTART_FIX = ("then restart the daemon (systemctl --user restart recalld, or stop and "
@@ -250,11 +251,21 @@ def _resources(a: Assessment, ws: WorkspaceInfo) -> None:
                  "a change to the file tries it again (the nightly dream would too, but it "
                  "is " + ("not scheduled: dream_cron" if dream.get("enabled") else
                           "off: dream_cron_enabled = false") + ")")
+        # Which, and why (not the chat model's last error: a note not written, a file
+        # unreadable, fail with no chat error at all).
+        named = [f"{visible(str(f.get('path')))}: {f.get('reason')}"
+                 for f in (r.get("failed") if isinstance(r, Mapping) else None) or []
+                 if isinstance(f, Mapping)]
+        why = ""
+        if named:
+            why = ": " + "; ".join(named) + ("; ..." if len(named) < files["failed"] else "")
+        elif chat.get("last_error"):
+            why = f" (chat: {chat['last_error']})"
         a.problems.append(Problem(
-            "warn", f"{files['failed']} resource file(s) failed"
-                    + (f" (chat: {chat.get('last_error')})" if chat.get("last_error") else ""),
+            "warn", f"{files['failed']} resource file(s) failed{why}",
             f"{again}; to try now, submit an auto_resource job over the protocol "
-            "(jobs.submit). `recalld --json status` lists the catalog counts"))
+            "(jobs.submit). `recalld --json status` lists the catalog counts and the first "
+            "failed files"))
 
 
 def _failed_jobs(a: Assessment, jobs: Sequence[JobInfo],

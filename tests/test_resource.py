@@ -203,6 +203,7 @@ def test_a_file_the_model_failed_on_is_tried_again_by_the_nightly_dream(
     # recalld status says so, and what tries it again (no CLI command would).
     shown = recalld("status", env=daemon.env).stdout
     assert "1 resource file(s) failed" in shown and "the nightly dream" in shown, shown
+    assert "resource/notes/plan.txt: chat completion: answer is not valid JSON" in shown
     # Not that it tries them again when it is off.
     assert "tries them again" not in shown and "dream_cron_enabled = false)" in shown, shown
     # A dream started by hand leaves it; the dream the cron starts has it tried again.

@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
 WORK_STATES: Final = frozenset({"queued", "pending"})
+SHOWN_FAILED: Final = 5  # failed files status names, with why
 RequestJob = Callable[[], Awaitable[None]]
 
 SYSTEM_PROMPT: Final = """\
@@ -90,6 +91,7 @@ class ResourceConfig:
 
 class ResourceStatus(TypedDict):
     files: dict[str, int]  # catalog records by state
+    failed: list[dict[str, str]]  # the first SHOWN_FAILED failed files: path, reason
     watcher: WatcherStatus
 
 
@@ -154,7 +156,11 @@ class ResourceCatalog:
         return out
 
     def status(self) -> ResourceStatus:
-        return {"files": self.counts(), "watcher": self.watcher.status()}
+        failed = sorted(p for p, r in self.records.items() if r["state"] == "failed")
+        return {"files": self.counts(),
+                "failed": [{"path": p, "reason": str(self.records[p].get("reason", ""))}
+                           for p in failed[:SHOWN_FAILED]],
+                "watcher": self.watcher.status()}
 
     def work(self, *, chat_enabled: bool, retry_failed: bool = False) -> list[str]:
         states = {"queued"} | ({"pending"} if chat_enabled else set()) | (
