@@ -31,15 +31,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date as Date
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypedDict
 
 import trio
 
-from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
@@ -50,6 +48,9 @@ from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
     description,
     file_digest,
+    files_below,
+    folders_among,
+    folders_of,
     name_fields,
     name_masked,
     not_text,
@@ -173,17 +174,17 @@ class ResourceCatalog:
 
     async def apply_paths(self, paths: set[str]) -> None:
         """Catalog what changed under resource/ (called by the watcher, never overlapping)."""
-        folders = await trio.to_thread.run_sync(_folders_among, self.ws.root, paths)
+        folders = await trio.to_thread.run_sync(folders_among, self.ws.root, paths)
         todo = paths - folders
         # A directory event (a folder moved in or out) stands for the files below it, on
         # disk and in the catalog. Any path but a file the catalog has may be a folder
         # (one gone leaves no trace): one pass over the catalog finds what lies below.
         maybe = folders | {rel for rel in paths if rel not in self.records}
-        todo.update(p for p in self.records if not maybe.isdisjoint(_folders_of(p)))
+        todo.update(p for p in self.records if not maybe.isdisjoint(folders_of(p)))
         for rel in folders:
             # Not what the watcher passes by (a folder named as metadata_dir): its scans
             # would find it gone at every reconcile.
-            below = await trio.to_thread.run_sync(_files_below, self.ws.root, rel)
+            below = await trio.to_thread.run_sync(files_below, self.ws.root, rel)
             todo.update(p for p in below if self.watcher.is_note(p))
         changed = False
         async with self._lock:
@@ -452,35 +453,6 @@ def merged_results(first: ResourceResult, then: ResourceResult) -> ResourceResul
         outcomes[outcome] = outcomes.get(outcome, 0) + n
     return {"outcomes": outcomes, "notes": list(dict.fromkeys(first["notes"] + then["notes"])),
             "catalog": then["catalog"]}
-
-
-def _folders_among(root: Path, paths: set[str]) -> set[str]:
-    """Which of the workspace-relative ``paths`` are folders now (blocking)."""
-    return {rel for rel in paths if (root / rel).is_dir()}
-
-
-def _folders_of(rel: str) -> Iterator[str]:
-    """The folders ``rel`` lies in, outermost first: ``a``, ``a/b`` for ``a/b/c.txt``."""
-    end = rel.find("/")
-    while end != -1:
-        yield rel[:end]
-        end = rel.find("/", end + 1)
-
-
-def _files_below(root: Path, rel: str) -> list[str]:
-    out: list[str] = []
-    if (root / rel).is_symlink() or not safepath.is_inside(root / rel, root, str(root)):
-        # A folder link is not descended, as the watcher's scans do not: one into the
-        # workspace's own notes (``resource/x -> ../memory``) would have each note
-        # summarised into another note; one out of the workspace reads another's files.
-        return out
-    for dirpath, dirnames, filenames in os.walk(root / rel):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if not name.startswith("."):
-                full = os.path.join(dirpath, name)
-                out.append(os.path.relpath(full, root).replace(os.sep, "/"))
-    return out
 
 
 def _removed_line(path: str, removed_on: object) -> str:

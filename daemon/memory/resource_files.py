@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Iterator
 from datetime import date as Date
 from pathlib import Path
 from typing import Final
@@ -149,3 +150,33 @@ def description(summary: str) -> str:
     table border holds none), without its heading marks, at most 200 characters."""
     first = next((ln for ln in summary.splitlines() if _HAS_TEXT.search(ln)), "")
     return first.strip().strip("#").strip()[:200]
+
+
+def folders_among(root: Path, paths: set[str]) -> set[str]:
+    """Which of the workspace-relative ``paths`` are folders now (blocking)."""
+    return {rel for rel in paths if (root / rel).is_dir()}
+
+
+def folders_of(rel: str) -> Iterator[str]:
+    """The folders ``rel`` lies in, outermost first: ``a``, ``a/b`` for ``a/b/c.txt``."""
+    end = rel.find("/")
+    while end != -1:
+        yield rel[:end]
+        end = rel.find("/", end + 1)
+
+
+def files_below(root: Path, rel: str) -> list[str]:
+    """The files below the folder ``rel`` (none if it is a link) (blocking)."""
+    out: list[str] = []
+    if (root / rel).is_symlink() or not safepath.is_inside(root / rel, root, str(root)):
+        # A folder link is not descended, as the watcher's scans do not: one into the
+        # workspace's own notes (``resource/x -> ../memory``) would have each note
+        # summarised into another note; one out of the workspace reads another's files.
+        return out
+    for dirpath, dirnames, filenames in os.walk(root / rel):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if not name.startswith("."):
+                full = os.path.join(dirpath, name)
+                out.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    return out
