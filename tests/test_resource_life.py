@@ -96,3 +96,37 @@ def test_a_file_added_as_the_job_ends_is_interpreted(daemon: DaemonHandle, fake:
     wait_state(root, "resource/b.txt", "queued", "processed")
     wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
     assert catalog(root)["resource/b.txt"]["state"] == "processed", catalog(root)
+
+
+def test_a_lost_catalog_does_not_have_the_files_summarised_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The catalog damaged, or the workspace copied without its metadata folder: the notes
+    # still name their files and the bytes they were written from. Each file keeps its
+    # note (one renamed since too) and only a file changed meanwhile goes to the model.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    write(root, "resource/top.txt", "Budget: 10k.\n")
+    write(root, "resource/2026-11-02/data.csv", "a,b\n1,2\n")
+    write(root, "resource/old/plan.md", "Launch on Monday.\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in ("resource/top.txt", "resource/2026-11-02/data.csv", "resource/old/plan.md"):
+        wait_state(root, rel, "processed")
+    (root / "resource/old").rename(root / "resource/new")
+    wait_state(root, "resource/new/plan.md", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    before = {rel: rec["note"] for rel, rec in catalog(root).items()}
+    notes = sorted((root / "memory").rglob("*.md"))
+    daemon.call("workspace.close", {"agent_id": "res"})
+    (root / "mem_metadata/catalog/resource.jsonl.zst").unlink()
+    write(root, "resource/2026-11-02/data.csv", "a,b\n1,3\n")
+    calls = len(fake.requests)
+    model.resource_answer = "Data.\n- b is 3 now"
+    open_ws(daemon, "res", root, fake)
+    for rel in before:
+        wait_state(root, rel, "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    assert {rel: rec["note"] for rel, rec in catalog(root).items()} == before
+    assert sorted((root / "memory").rglob("*.md")) == notes
+    assert len(fake.requests) == calls + 1
+    _, text = note_of(root, "resource/2026-11-02/data.csv")
+    assert "b is 3 now" in text

@@ -7,8 +7,9 @@ frontmatter names its source, ``source_resource: "[[resource/...]]"``, as recall
 do. A resource file new to recalld's catalog that has such a note is that note's source:
 recalld rewrites that note, not a second one, when it interprets the file; and when
 ReMe's record still has the file's modification time, the note is of the file as it is
-and nothing is interpreted again. ReMe's file is only read, never written. Blocking: call
-from worker threads.
+and nothing is interpreted again (recalld's own notes, found the same way when its
+catalog is gone, carry the file's digest instead). ReMe's file is only read, never
+written. Blocking: call from worker threads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import read_foreign_records
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -71,16 +73,21 @@ def resource_notes(root: Path, daily_dir: str) -> dict[str, str]:
             if not name.endswith(".md") or name.startswith("."):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-            try:
-                with os.fdopen(safepath.open_inside(root, rel, real), "rb") as fh:
-                    head = fh.read(_HEAD_BYTES).decode("utf-8", "replace")
-            except (OSError, PathOutsideWorkspace):
-                continue
-            source = parse_frontmatter(head)[0].get("source_resource")
+            source = note_fields(root, rel, real).get("source_resource")
             if isinstance(source, str) and source.strip():
                 out.setdefault(source.strip(), rel)
     return out
 
 
-__all__ = ["REME_RESOURCE_CATALOG", "read_reme_resources", "resource_notes",
+def note_fields(root: Path, rel: str, real: str | None = None) -> JsonObject:
+    """The frontmatter of the note ``root/rel`` (empty when it cannot be read)."""
+    try:
+        with os.fdopen(safepath.open_inside(root, rel, real), "rb") as fh:
+            head = fh.read(_HEAD_BYTES).decode("utf-8", "replace")
+    except (OSError, PathOutsideWorkspace):
+        return {}
+    return parse_frontmatter(head)[0]
+
+
+__all__ = ["REME_RESOURCE_CATALOG", "note_fields", "read_reme_resources", "resource_notes",
            "unchanged_since"]

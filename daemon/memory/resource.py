@@ -20,7 +20,9 @@ file, retries it; the jobs the watcher starts do not), pending (no chat model co
 removed.
 
 A file ReMe (QwenPaw) interpreted keeps the note ReMe wrote, and is not interpreted
-again while it is as ReMe read it (``reme_resource.py``).
+again while it is as ReMe read it (``reme_resource.py``); so does a file recalld's own
+catalog lost track of (a damaged catalog, a workspace copied without it), by the digest
+its note carries.
 
 Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
 to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
@@ -51,6 +53,7 @@ from recalld.daemon.memory.resource_files import (
     files_below,
     folders_among,
     folders_of,
+    iso_date,
     name_fields,
     name_masked,
     not_text,
@@ -128,6 +131,8 @@ class ResourceCatalog:
         #: the daily notes by the resource they name (read when first needed).
         self._reme: dict[str, float] = {}
         self._notes_by_source: dict[str, str] | None = None
+        #: The catalog was empty when loaded: notes may name files it does not know.
+        self._fresh = False
         self._lock = trio.Lock()
         self.watcher = Watcher(
             ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
@@ -261,14 +266,17 @@ class ResourceCatalog:
         elif name_masked(rel, inside):
             # Its note would carry the name (file name, title, link), unmasked or broken.
             new.update(state="skipped", reason="its name looks like a credential: rename it")
-        elif rec is None and rel in self._reme:
-            await self._from_reme(rel, new)
+        elif rec is None and (rel in self._reme or self._fresh):
+            await self._from_note(rel, new)
         self.records[rel] = new
         return True
 
-    async def _from_reme(self, rel: str, new: JsonObject) -> None:
-        """A file ReMe interpreted: its note is the one ReMe wrote, and it is not
-        interpreted again while the file is as ReMe read it (``reme_resource.py``)."""
+    async def _from_note(self, rel: str, new: JsonObject) -> None:
+        """A file new to the catalog that a note names as its source: one ReMe wrote, or
+        recalld before its catalog was lost (damaged, or a workspace copied without its
+        metadata_dir). That note is the file's, and the file is not interpreted again
+        while it is as the note read it: ReMe's record has the file's modification time
+        (``reme_resource.py``), recalld's note the file's digest."""
         if self._notes_by_source is None:
             self._notes_by_source = await trio.to_thread.run_sync(
                 reme_resource.resource_notes, self.ws.root, self.ws.settings.daily_dir)
@@ -276,9 +284,21 @@ class ResourceCatalog:
         if note is None:
             return
         new["note"] = note
-        if await trio.to_thread.run_sync(
-                reme_resource.unchanged_since, self.ws.root, rel, self._reme[rel]):
-            new.update(state="processed", reason="interpreted by ReMe", source="reme")
+        if rel in self._reme:
+            if await trio.to_thread.run_sync(
+                    reme_resource.unchanged_since, self.ws.root, rel, self._reme[rel]):
+                new.update(state="processed", reason="interpreted by ReMe", source="reme")
+            return
+        fields = await trio.to_thread.run_sync(reme_resource.note_fields, self.ws.root, note)
+        if fields.get("source_resource") != f"[[{rel}]]":
+            new["note"] = None  # no longer that file's note (renamed, rewritten, gone)
+            return
+        seen = iso_date(fields.get("date"))
+        if seen is not None:  # the day it was first seen, which the catalog knew
+            new.update(first_seen=seen, date=resource_date(rel[len(self.resource_dir) + 1:],
+                                                           seen))
+        if fields.get("resource_digest") == new["digest"]:
+            new["state"] = "processed"
 
     # -- job side ----------------------------------------------------------------------
 
@@ -436,6 +456,7 @@ class ResourceCatalog:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.records = await trio.to_thread.run_sync(load_catalog, self.path)
+        self._fresh = not self.records
         self._reme = await trio.to_thread.run_sync(
             reme_resource.read_reme_resources, self.ws.root, self.ws.settings.metadata_dir)
         async with trio.open_nursery() as nursery:

@@ -40,6 +40,12 @@ def _date_folder(parts: list[str]) -> str | None:
     return None
 
 
+def iso_date(value: object) -> str | None:
+    """``value`` as a ``YYYY-MM-DD`` date if it is a real one (a frontmatter's ``date``)."""
+    text = str(value)
+    return text if _date_folder([text, ""]) else None
+
+
 def resource_date(rel_in_resource: str, first_seen: str) -> str:
     """The day a file belongs to (see the module docstring)."""
     return _date_folder(rel_in_resource.split("/")) or first_seen
