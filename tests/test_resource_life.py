@@ -130,3 +130,30 @@ def test_a_lost_catalog_does_not_have_the_files_summarised_again(
     assert len(fake.requests) == calls + 1
     _, text = note_of(root, "resource/2026-11-02/data.csv")
     assert "b is 3 now" in text
+
+
+def test_a_folder_moved_out_and_back_is_not_summarised_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Its files were removed (their notes marked so) and are back with the same bytes:
+    # each has its note again, unmarked, without the model.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/2026-11-02/data.csv", "a,b\n1,2\n")
+    write(root, "resource/2026-11-02/minutes.txt", "Venue: Porto.\n")
+    open_ws(daemon, "res", root, fake)
+    for name in ("data.csv", "minutes.txt"):
+        wait_state(root, f"resource/2026-11-02/{name}", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    note = catalog(root)["resource/2026-11-02/data.csv"]["note"]
+    calls = len(fake.requests)
+    (root / "resource/2026-11-02").rename(tmp_path / "away")
+    wait_for(lambda: catalog(root)["resource/2026-11-02/data.csv"].get("marked") is True)
+    (tmp_path / "away").rename(root / "resource/2026-11-02")
+    for name in ("data.csv", "minutes.txt"):
+        wait_state(root, f"resource/2026-11-02/{name}", "processed", "queued")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    assert len(fake.requests) == calls
+    assert catalog(root)["resource/2026-11-02/data.csv"]["note"] == note
+    fields, text = note_of(root, "resource/2026-11-02/data.csv")
+    assert "source_removed" not in fields and "was removed" not in text, text
+    assert text.rstrip().endswith("Source: [[resource/2026-11-02/data.csv]]"), text

@@ -251,8 +251,9 @@ class ResourceCatalog:
                        removed_on=self._today().isoformat())
             return True
         sha, mtime_ns, size = info
-        if rec is not None and rec.get("digest") == sha and rec["state"] != "removed":
-            rec.update(mtime_ns=mtime_ns, size=size)  # touched, same bytes
+        if rec is not None and rec.get("digest") == sha and (
+                rec["state"] != "removed" or await self._put_back(rec)):
+            rec.update(mtime_ns=mtime_ns, size=size)  # touched or put back: same bytes
             return True
         inside = rel[len(self.resource_dir) + 1:]
         first_seen = (rec or {}).get("first_seen") or self._today().isoformat()
@@ -269,6 +270,21 @@ class ResourceCatalog:
         elif rec is None and (rel in self._reme or self._fresh):
             await self._from_note(rel, new)
         self.records[rel] = new
+        return True
+
+    async def _put_back(self, rec: JsonObject) -> bool:
+        """A removed file back with the bytes its note was written from (its folder moved
+        out and in again, the file restored): that note again, unmarked, no model call."""
+        note = rec.get("note")
+        fields = await trio.to_thread.run_sync(
+            reme_resource.note_fields, self.ws.root, str(note)) if note else {}
+        if fields.get("resource_digest") != rec["digest"]:
+            return False
+        if rec.get("marked"):
+            await self._renamed_in_note(str(note), rec["path"], rec["path"],
+                                        rec.get("removed_on"))
+        rec.update(state="processed", reason="", marked=False)
+        rec.pop("removed_on", None)
         return True
 
     async def _from_note(self, rel: str, new: JsonObject) -> None:
