@@ -432,6 +432,9 @@ basic training starts Monday
 token economy is a behavioral therapy technique
 her password was hacked last year
 His password was leaked online yesterday.
+See password policy.md for the rules.
+The pin codes.txt file is in the shared folder.
+Follow otp setup.md, then auth token notes.md.
 """.strip().split("\n")
 
 

@@ -46,13 +46,15 @@ def test_a_notes_link_and_digest_are_not_masked_by_its_words(
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
     model.resource_answer = "The wifi password list.\n- rotate it monthly"
-    clean = ["resource/api-key-rotation.txt", "resource/2026-11-05/Hx8kQ2mZ9pLw4Rt7v.txt"]
+    clean = ["resource/api-key-rotation.txt", "resource/2026-11-05/Hx8kQ2mZ9pLw4Rt7v.txt",
+             "resource/password policy.md"]
     named = "resource/db password Qm3Zx8Lp4Wr7Tn2Kv.txt"
     for rel in [*clean, named]:
         write(root, rel, f"what {rel} holds\n")
     open_ws(daemon, "res", root, fake)
     for rel in clean:
-        wait_state(root, rel, "processed")
+        wait_state(root, rel, "processed", "skipped", "failed")
+        assert catalog(root)[rel]["state"] == "processed", catalog(root)[rel]
         fields, text = note_of(root, rel)
         assert fields["source_resource"] == f"[[{rel}]]", text
         assert fields["resource_digest"] == catalog(root)[rel]["digest"], text

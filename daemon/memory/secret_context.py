@@ -357,6 +357,8 @@ _BEFORE_CHARS = 40
 _BARE_VALUE = re.compile(
     r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
     r"(?P<value>[!#-&*-+\--~]{6,200})")
+_FILE_NAME = re.compile(r"(?i)[a-z][a-z_\-]*\.(?:md|markdown|txt|jsonl?|csv|ya?ml|html?|pdf"
+                        r"|docx?|xlsx?|pptx?|png|jpe?g|log)")
 #: "credentials: admin / Winter2025!": a user and a password after a credential word.
 _PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
                    r"(?P<value>[^\s,;]{4,100})")
@@ -419,7 +421,9 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _BARE_VALUE.match(text, a)
         if m is not None:
             value = strip_end(m.group("value"))
-            if value.endswith("="):
-                continue  # the name of the next setting: "<password value=..."
+            if value.endswith("=") or _FILE_NAME.fullmatch(value):
+                # The name of the next setting ("<password value=...") or of a file, a
+                # word and its suffix ("password policy.md", "pin codes.txt").
+                continue
             if looks_secret(value) and any(not c.isalpha() for c in value):
                 yield m.start("value"), m.start("value") + len(value)
