@@ -157,3 +157,34 @@ def test_a_folder_moved_out_and_back_is_not_summarised_again(
     fields, text = note_of(root, "resource/2026-11-02/data.csv")
     assert "source_removed" not in fields and "was removed" not in text, text
     assert text.rstrip().endswith("Source: [[resource/2026-11-02/data.csv]]"), text
+
+
+def test_a_removed_file_renamed_back_in_while_the_job_runs(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The job has the removed file in its work when the file turns up under a new name
+    # and takes its note back: the job goes on with the rest, and says what it wrote.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/x.txt", "Venue: Porto.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/x.txt", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    first = fake.gate(lambda body: "resource/a.txt" in str(body.get("messages")))
+    second = fake.gate(lambda body: "resource/b.txt" in str(body.get("messages")))
+    write(root, "resource/a.txt", "Budget: 10k.\n")
+    assert first.entered.wait(30)
+    write(root, "resource/b.txt", "Launch: Monday.\n")
+    (root / "resource/x.txt").unlink()
+    wait_state(root, "resource/x.txt", "removed")
+    first.open()  # the job's next round: b.txt, then x.txt's note to mark
+    assert second.entered.wait(30)
+    write(root, "resource/y.txt", "Venue: Porto.\n")
+    wait_state(root, "resource/y.txt", "processed")
+    second.open()
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    jobs = [j for j in daemon.call("jobs.list", {"agent_id": "res"})["jobs"]
+            if j["kind"] == "auto_resource"]
+    assert [j["state"] for j in jobs] == ["succeeded"] * len(jobs), jobs
+    assert catalog(root)["resource/b.txt"]["state"] == "processed"
+    fields, _ = note_of(root, "resource/y.txt")
+    assert "source_removed" not in fields and fields["source_resource"] == "[[resource/y.txt]]"

@@ -360,7 +360,9 @@ class ResourceCatalog:
         return {"outcomes": done, "notes": changes, "catalog": self.counts()}
 
     async def _handle(self, rel: str, chat: ChatClient | None) -> tuple[str, str | None]:
-        rec = self.records[rel]
+        rec = self.records.get(rel)
+        if rec is None or rec["state"] in ("processed", "skipped"):
+            return "superseded", None  # since the job looked: moved, put back, skipped
         if rec["state"] == "removed":
             note = await self._mark_removed(rec)
             rec["marked"] = True
