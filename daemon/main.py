@@ -19,6 +19,7 @@ import dataclasses
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, MutableMapping, Sequence
@@ -47,6 +48,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The most open descriptors the daemon asks for. Every open workspace keeps a few for as
+# long as it is open (its lock, its logs, its mapped index files), so a few hundred agents
+# pass the soft limit of 1024 most sessions start with; the daemon waits with epoll, never
+# select(), so a higher soft limit costs it nothing.
+MAX_OPEN_FILES = 1 << 20
 
 log = logging.getLogger("recalld")
 
@@ -96,6 +102,20 @@ def limit_blas_threads(threads: int, environ: MutableMapping[str, str] = os.envi
     """
     if threads > 0 and not any(environ.get(k) for k in BLAS_THREAD_VARIABLES):
         environ["OPENBLAS_NUM_THREADS"] = str(threads)
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft limit on open descriptors to the hard one (at most
+    :data:`MAX_OPEN_FILES`); ``(before, after)``, equal when it stays."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, MAX_OPEN_FILES)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (OSError, ValueError):  # above the kernel's nr_open: the limit stays
+        return soft, soft
+    return soft, want
 
 
 def prepare_to_serve(backfill_threads: int) -> None:
@@ -189,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
     logging.getLogger().setLevel(level)
+    before, after = raise_open_files_limit()
+    if after != before:
+        log.info("open files limit raised from %d to %d", before, after)
 
     reload = reloader_for(ns.config, ns.socket, ns.log_level)
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reload)
