@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -27,7 +28,7 @@ from pathlib import Path
 import trio
 
 from recalld.daemon import remembered
-from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.statefiles import WriteFailure
@@ -43,6 +44,9 @@ from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 # The registry and its workspaces log under one name: recalld.daemon.workspaces.
 log = logging.getLogger("recalld.daemon.workspaces")
+#: The settings that say who may read a workspace: checked on every use, so a reload
+#: changes them in open workspaces at once.
+SHARING = ("shared_with", "memory_isolation")
 
 
 class WorkspaceRegistry:
@@ -120,6 +124,36 @@ class WorkspaceRegistry:
         if ws is not None and ws.state == "opening" and ws.search_ready:
             return ws
         return self.get(agent_id)
+
+    def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
+        """Give the open workspaces the sharing ``new`` opens them with, at once (a
+        revoked reader is refused from its next call on, not from the next open); return
+        the ready ones whose other settings or path differ in ``new``, which keep what
+        they were opened with until they are opened again."""
+        changed = []
+        for ws in self.list():
+            if ws.state in ("opening", "ready"):
+                self._share_as(ws, new)
+            if ws.state == "ready" and (
+                    _unshared(old.workspace_settings(ws.agent_id))
+                    != _unshared(new.workspace_settings(ws.agent_id))
+                    or old.workspace_path(ws.agent_id) != new.workspace_path(ws.agent_id)):
+                changed.append(ws.agent_id)
+        return changed
+
+    def _share_as(self, ws: Workspace, config: DaemonConfig) -> None:
+        """``ws`` shared as an open under ``config`` would share it."""
+        try:
+            would = workspace_settings_from_params(
+                config.workspace_settings(ws.agent_id),
+                self._recorded_config(ws.agent_id, ws.root))
+        except InvalidParams:
+            return  # its recorded settings no longer go with the file: kept as opened
+        sharing = {name: getattr(would, name) for name in SHARING}
+        if sharing != {name: getattr(ws.settings, name) for name in SHARING}:
+            ws.settings = dataclasses.replace(ws.settings, **sharing)
+            log.info("workspace %s: shared_with = %s, memory_isolation = %s from now on",
+                     ws.agent_id, list(would.shared_with), would.memory_isolation)
 
     def exists(self, agent_id: str) -> bool:
         """True if ``agent_id`` has a workspace here, in any state."""
@@ -441,6 +475,11 @@ class _Relay:
     def started(self, value: None = None) -> None:
         self._on_started()
         self._inner.started(value)
+
+
+def _unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
+    """``settings`` but for who may read the workspace (:data:`SHARING`)."""
+    return dataclasses.replace(settings, shared_with=(), memory_isolation=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -435,9 +435,7 @@ class Supervisor:
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         self.services.scheduler.set_jitter(new.schedule_jitter_s)
-        changed = [w.agent_id for w in self.registry.list() if w.state == "ready" and (
-            old.workspace_settings(w.agent_id) != new.workspace_settings(w.agent_id)
-            or old.workspace_path(w.agent_id) != new.workspace_path(w.agent_id))]
+        changed = self.registry.reloaded(old, new)
         at_open = [name for name in AT_OPEN if getattr(new, name) != getattr(old, name)]
         if at_open:
             log.warning("reload: %s changed; open workspaces keep what they were opened with "

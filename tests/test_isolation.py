@@ -8,6 +8,7 @@ thousand generated notes.
 from __future__ import annotations
 
 import asyncio
+import signal
 import statistics
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for, wait_job
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
@@ -144,6 +146,46 @@ def test_reads_follow_the_same_rules(agents: DaemonHandle) -> None:
             with pytest.raises((errors.NotAllowed, errors.PathOutsideWorkspace)):
                 c.read("alice", path, as_agent="bob")
         assert FACTS["alice"] in c.read("alice", "./" + NOTE, as_agent="bob")["text"]
+
+
+def test_a_reload_changes_who_may_read_at_once(agents: DaemonHandle) -> None:
+    # Who may read a workspace is checked on every use: a reload that took a reader off
+    # shared_with let it search, read and follow the workspace's jobs until the workspace
+    # was opened again or the daemon restarted.
+    subscriber = Client(agents.socket_path)
+    subscriber.subscribe(["job.*"], "bob")
+    with Client(agents.socket_path) as c:
+        assert c.search("bob", "oxbow", agents=["alice"])
+        agents.config_path.write_text(
+            CONFIG.replace('shared_with = ["bob"]', 'shared_with = ["dave"]')
+            .replace("[workspaces.dave]\n", '[workspaces.dave]\nmemory_isolation = false\n'),
+            encoding="utf-8")
+        agents.signal(signal.SIGHUP)
+        wait_for(lambda: "configuration reloaded" in agents.log(), "the reload")
+        with pytest.raises(errors.NotAllowed):
+            c.search("bob", "oxbow", agents=["alice"])
+        with pytest.raises(errors.NotAllowed):
+            c.read("alice", NOTE, as_agent="bob")
+        with pytest.raises(errors.NotAllowed):
+            c.memory_list("alice", as_agent="bob")
+        assert FACTS["alice"] in c.read("alice", NOTE, as_agent="dave")["text"]
+        assert {h.extra["agent_id"] for h in c.search("bob", "oxbow", agents=["dave"])} == {
+            "dave"}
+        # Alice's job, done before dave's starts: none of its events reach bob.
+        wait_job(agents, c.jobs_submit("alice", "reindex")["job_id"], agent="alice")
+        assert "alice" not in {j["agent_id"] for j in c.call("jobs.list", {"agent_id": "bob"})[
+            "jobs"]}
+        dave_job = c.jobs_submit("dave", "reindex")["job_id"]
+        seen = []
+        for event in subscriber.events(timeout_s=60):
+            seen.append(event.data.get("agent_id"))
+            if event.topic == "job.state" and event.data.get("job_id") == dave_job and (
+                    event.data.get("state") == "succeeded"):
+                break
+        assert set(seen) == {"dave"}
+    subscriber.close()
+    # Only sharing changed: no workspace waits for its next open.
+    assert "changed the settings or path" not in agents.log()
 
 
 def test_add_note_appends_to_the_session_note(agents: DaemonHandle) -> None:
