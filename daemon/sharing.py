@@ -24,6 +24,8 @@ import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.registry import WorkspaceRegistry
+from recalld.daemon.watchpaths import passed_by
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 
 EVERYONE = SHARED_WITH_EVERYONE
 MAX_WORKSPACES_PER_SEARCH = 64
+#: What names a note another agent may read: a file the index takes.
+NOTE_SUFFIXES = WatcherConfig().suffixes
 
 
 def may_read(caller: str, target: Workspace) -> bool:
@@ -70,16 +74,20 @@ def readable(registry: WorkspaceRegistry, caller: str, agent_id: str) -> Workspa
 def check_shared_path(caller: str, target: Workspace, parts: Sequence[str]) -> None:
     """NotAllowed unless ``caller`` owns ``target`` or ``parts`` (a checked relative path)
     is one of its notes: a workspace is shared for its daily notes and digest nodes, what
-    its searches and ``memory.list`` show, not for its pending turns, source
-    conversations or derived state."""
+    its searches and ``memory.list`` show (Markdown files, none hidden or in a folder the
+    watcher passes by), not for its pending turns, source conversations, derived state or
+    whatever else lies in its note folders (an editor's swap file, a ``.git`` folder)."""
     if caller == target.agent_id:
         return
     settings = target.settings
-    if safepath.below(parts, (settings.daily_dir, settings.digest_dir)):
+    rel = "/".join(parts)
+    if (safepath.below(parts, (settings.daily_dir, settings.digest_dir))
+            and rel.endswith(NOTE_SUFFIXES) and not passed_by(rel)):
         return
     raise NotAllowed(
-        f"agent {caller!r} may read only the notes of {target.agent_id!r} "
-        f"({settings.daily_dir}/ and {settings.digest_dir}/), not {'/'.join(parts)}")
+        f"agent {caller!r} may read only the notes of {target.agent_id!r} (Markdown "
+        f"files in {settings.daily_dir}/ and {settings.digest_dir}/, none hidden), "
+        f"not {rel}")
 
 
 def targets(registry: WorkspaceRegistry, caller: str, agents: Sequence[str]

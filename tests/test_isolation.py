@@ -146,6 +146,21 @@ def test_reads_follow_the_same_rules(agents: DaemonHandle) -> None:
             with pytest.raises((errors.NotAllowed, errors.PathOutsideWorkspace)):
                 c.read("alice", path, as_agent="bob")
         assert FACTS["alice"] in c.read("alice", "./" + NOTE, as_agent="bob")["text"]
+        # In the note folders too, only notes: what search and memory.list show, not an
+        # editor's swap file, a version control folder or a file of another kind.
+        others = {"memory/2026-07-03/.facts.md.swp": "draft: the oxbow PIN is 4471",
+                  "memory/.git/config": "[remote]\n\turl = ssh://git@host/alice-notes",
+                  "digest/.trash/old.md": "a node alice threw away",
+                  "memory/2026-07-03/scan.txt": "passport number X1234567",
+                  "memory/mem_metadata/kept.md": "in a folder the index passes by"}
+        for path, text in others.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text, encoding="utf-8")
+            assert c.read("alice", path)["text"] == text, "the owner reads its own"
+            with pytest.raises(errors.NotAllowed):
+                c.read("alice", path, as_agent="bob")
+        assert [f["path"] for f in c.memory_list("alice", as_agent="bob")] == [
+            "digest/wiki/oxbow.md", NOTE]
 
 
 def test_a_reload_changes_who_may_read_at_once(agents: DaemonHandle) -> None:

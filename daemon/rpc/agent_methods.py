@@ -47,6 +47,7 @@ from recalld.daemon.memory.redact import redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
     FileEntry,
@@ -172,9 +173,10 @@ async def _own_notes(ws: Workspace, folder: str, stem: str,
 def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
         list[FileEntry], bool]:
     """The first ``limit`` Markdown files by path under ``tops`` (relative folders) whose
-    path starts with ``prefix``, and whether there are more. Hidden names are passed by,
-    no symlink is followed or listed; a top folder that is a link leading out of the
-    workspace (to another agent's notes) is passed by, as the index passes it by."""
+    path starts with ``prefix``, and whether there are more. Hidden names and the folders
+    the index passes by (``mem_metadata``) are passed by, no symlink is followed or
+    listed; a top folder that is a link leading out of the workspace (to another agent's
+    notes) is passed by, as the index passes it by."""
 
     def found() -> Iterator[tuple[str, os.DirEntry[str]]]:
         for top in tops:
@@ -190,7 +192,7 @@ def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tupl
                 except OSError:
                     continue
                 for entry in entries:
-                    if entry.name.startswith("."):
+                    if entry.name.startswith(".") or entry.name in IGNORE_DIRS:
                         continue
                     name = f"{rel}/{entry.name}"
                     if entry.is_dir(follow_symlinks=False):
