@@ -155,6 +155,23 @@ class WorkspaceRegistry:
             log.info("workspace %s: shared_with = %s, memory_isolation = %s from now on",
                      ws.agent_id, list(would.shared_with), would.memory_isolation)
 
+    def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
+        """The settings of ``agent_id``'s workspace: its own while the registry has it
+        (open, opening, failed), else those it would open with if it is configured or
+        recorded; None for an agent with no workspace here."""
+        ws = self._workspaces.get(agent_id)
+        if ws is not None:
+            return ws.settings
+        config = self._get_config()
+        record = self._remembered.get(agent_id)
+        if record is None and agent_id not in config.configured_agents():
+            return None
+        try:
+            return workspace_settings_from_params(config.workspace_settings(agent_id),
+                                                  record["config"] if record else None)
+        except InvalidParams:
+            return None  # recorded settings the file no longer takes: it cannot open
+
     def exists(self, agent_id: str) -> bool:
         """True if ``agent_id`` has a workspace here, in any state."""
         return agent_id in self._workspaces

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from recalld.daemon import safepath
+from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.watchpaths import passed_by
 from recalld.daemon.watchrecords import WatcherConfig
-from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id
+from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id, shares
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 
@@ -54,21 +55,26 @@ def may_see(registry: WorkspaceRegistry, caller: str, agent_id: str) -> bool:
     return target is not None and may_read(caller, target)
 
 
-def check_read(caller: str, target: Workspace) -> None:
-    """NotAllowed unless ``caller`` may read ``target``; the message says how to allow it."""
-    if not may_read(caller, target):
+def check_read(caller: str, owner: str, settings: WorkspaceSettings) -> None:
+    """NotAllowed unless ``caller`` may read the workspace of ``owner`` that has
+    ``settings``; the message says how to allow it."""
+    if not shares(owner, settings, caller):
         raise NotAllowed(
-            f"agent {caller!r} may not read the workspace of {target.agent_id!r}: it is "
-            f"isolated (add {caller!r} to [workspaces.{target.agent_id}] shared_with, or "
+            f"agent {caller!r} may not read the workspace of {owner!r}: it is "
+            f"isolated (add {caller!r} to [workspaces.{owner}] shared_with, or "
             "set its memory_isolation = false)"
         )
 
 
 def readable(registry: WorkspaceRegistry, caller: str, agent_id: str) -> Workspace:
-    """The open workspace ``agent_id`` if ``caller`` may read it."""
-    target = registry.get(check_agent_id(agent_id))
-    check_read(check_agent_id(caller), target)
-    return target
+    """The open workspace ``agent_id`` if ``caller`` may read it. Its settings refuse
+    ``caller`` whether it is open or not (closed, failed, not yet reopened): a refusal
+    does not wait for the workspace to open, nor pass for its being away."""
+    caller, agent_id = check_agent_id(caller), check_agent_id(agent_id)
+    settings = registry.settings_of(agent_id)
+    if settings is not None:
+        check_read(caller, agent_id, settings)
+    return registry.get(agent_id)
 
 
 def check_shared_path(caller: str, target: Workspace, parts: Sequence[str]) -> None:

@@ -63,6 +63,14 @@ def check_agent_id(agent_id: object) -> str:
     return agent_id
 
 
+def shares(owner: str, settings: WorkspaceSettings, agent_id: str) -> bool:
+    """Whether agent ``agent_id`` may search and read the workspace of ``owner`` that has
+    ``settings``: its owner, or one they open it to (``shared_with``, ``memory_isolation
+    = false``)."""
+    return (agent_id == owner or not settings.memory_isolation
+            or agent_id in settings.shared_with or SHARED_WITH_EVERYONE in settings.shared_with)
+
+
 #: Builds a workspace's services and starts them in ``nursery`` (in order, each with
 #: ``nursery.start``); returns once every one of them can serve.
 WorkspaceStarter = Callable[["Workspace", trio.Nursery], Awaitable[None]]
@@ -157,13 +165,8 @@ class Workspace:
         self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
 
     def shares_with(self, agent_id: str) -> bool:
-        """Whether agent ``agent_id`` may search and read this workspace: its owner, or
-        one its settings open it to (``shared_with``, ``memory_isolation = false``)."""
-        if agent_id == self.agent_id:
-            return True
-        s = self.settings
-        return (not s.memory_isolation or agent_id in s.shared_with
-                or SHARED_WITH_EVERYONE in s.shared_with)
+        """Whether agent ``agent_id`` may search and read this workspace (:func:`shares`)."""
+        return shares(self.agent_id, self.settings, agent_id)
 
     # -- services -------------------------------------------------------------------
     @property

@@ -1,6 +1,7 @@
 """A search of several workspaces when one of them is away (closed by its agent, being
 restored): the others are searched and the answer names the one passed by and why; only
-a search none of whose workspaces is open fails, and a refusal to read still fails."""
+a search none of whose workspaces is open fails, and a refusal to read still fails, also
+for a workspace that is away."""
 
 from __future__ import annotations
 
@@ -39,3 +40,14 @@ def test_a_closed_workspace_is_passed_by_and_named(daemon_factory: DaemonFactory
     with pytest.raises(NotAllowed):  # a refusal is never passed by
         d.call("memory.search", {"agent_id": "ann", "query": "otter",
                                  "agents": ["ann", "ben", "cat"]})
+    # Nor does it pass for being away: a workspace ann may not read is refused while it
+    # is closed too, not named as one that is merely not open.
+    assert d.call("workspace.close", {"agent_id": "cat"})["closed"]
+    with pytest.raises(NotAllowed, match="cat"):
+        d.call("memory.search", {"agent_id": "ann", "query": "otter",
+                                 "agents": ["ann", "cat"]})
+    with pytest.raises(NotAllowed, match="cat"):
+        d.call("memory.read", {"agent_id": "cat", "path": "memory/2026-09-01/cat.md",
+                               "as_agent": "ann"})
+    with pytest.raises(UnknownWorkspace, match="cat"):  # its owner is told it is closed
+        d.call("memory.read", {"agent_id": "cat", "path": "memory/2026-09-01/cat.md"})
