@@ -33,10 +33,12 @@ from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
+    Place,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
     check_daemon_folders,
+    check_overlap,
     check_root,
     check_still_there,
 )
@@ -323,17 +325,17 @@ class WorkspaceRegistry:
                 await current.wait_closed()
                 del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
-            self._check_overlap(agent_id, root)
-            await trio.to_thread.run_sync(check_daemon_folders, root, config)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )
+            self._check_overlap(agent_id, root, settings)
+            await trio.to_thread.run_sync(check_daemon_folders, root, config)
             if self._nursery is None:
                 raise RecalldError("the workspace registry is not running")
             # Checked again and registered with no wait between: another agent's open
             # that ran meanwhile (each holds only its own agent's lock) sees this one, or
             # this one sees it, so the two never nest.
-            self._check_overlap(agent_id, root)
+            self._check_overlap(agent_id, root, settings)
             ws = Workspace(agent_id, root, settings)
             self._workspaces[agent_id] = ws
             try:
@@ -407,33 +409,20 @@ class WorkspaceRegistry:
         resolved), as :meth:`open` checks before it starts one: a restore checks the
         place of a workspace that is not open before writing anything there."""
         await trio.to_thread.run_sync(check_root, root)
-        self._check_overlap(agent_id, root)
-        await trio.to_thread.run_sync(check_daemon_folders, root, self._get_config())
+        config = self._get_config()
+        self._check_overlap(agent_id, root,
+                            self.settings_of(agent_id) or config.workspace_settings(agent_id))
+        await trio.to_thread.run_sync(check_daemon_folders, root, config)
 
-    def _check_overlap(self, agent_id: str, root: Path) -> None:
-        """InvalidParams if ``root`` is, lies in or holds another agent's workspace (open,
-        or recorded to reopen), unless that workspace is shared with ``agent_id``."""
-        others: dict[str, tuple[Path, Workspace | None]] = {
-            a: (Path(rec["path"]), None) for a, rec in self._remembered.items()}
-        others.update((w.agent_id, (w.root, w)) for w in self._workspaces.values()
+    def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
+        """:func:`check_overlap` against every other workspace, open or recorded to reopen
+        (with the settings it has or would open with)."""
+        others: dict[str, Place] = {
+            a: (Path(rec["path"]), self.settings_of(a), False)
+            for a, rec in self._remembered.items()}
+        others.update((w.agent_id, (w.root, w.settings, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
-        for other_id, (other_root, ws) in others.items():
-            if other_id == agent_id:
-                continue
-            if other_root == root:
-                if ws is not None:
-                    raise InvalidParams(f"{root} is already open for agent {other_id!r}")
-                raise InvalidParams(f"{root} is the recorded workspace of agent "
-                                    f"{other_id!r} (closing it with forget frees it)")
-            inside = root.is_relative_to(other_root)
-            if not inside and not other_root.is_relative_to(root):
-                continue
-            if ws is not None and ws.shares_with(agent_id):
-                continue
-            where = "inside" if inside else "around"
-            raise InvalidParams(
-                f"{root} lies {where} the workspace of agent {other_id!r} ({other_root}), "
-                f"which is not shared with {agent_id!r}; choose a folder of its own")
+        check_overlap(agent_id, root, settings, others)
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""

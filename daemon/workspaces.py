@@ -142,6 +142,41 @@ def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
                             "a workspace needs a folder of its own")
 
 
+#: Another workspace as :func:`check_overlap` sees it: its folder, its settings (None:
+#: not known) and whether it is open.
+Place = tuple[Path, WorkspaceSettings | None, bool]
+
+
+def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
+                  others: Mapping[str, Place]) -> None:
+    """InvalidParams if ``root`` (absolute, resolved), the folder of ``agent_id``'s
+    workspace with ``settings``, is, lies in or holds one of ``others`` (by agent). One
+    workspace may lie inside another only if the outer one is shared with the inner one's
+    agent, whichever of the two opens first (at a start, both are only recorded): the
+    outer one's owner then reads the inner one's files as its own, its pending turns and
+    conversations too."""
+    for other_id, (other_root, other_settings, is_open) in others.items():
+        if other_id == agent_id:
+            continue
+        if other_root == root:
+            if is_open:
+                raise InvalidParams(f"{root} is already open for agent {other_id!r}")
+            raise InvalidParams(f"{root} is the recorded workspace of agent "
+                                f"{other_id!r} (closing it with forget frees it)")
+        if root.is_relative_to(other_root):
+            if other_settings is None or not shares(other_id, other_settings, agent_id):
+                raise InvalidParams(
+                    f"{root} lies inside the workspace of agent {other_id!r} "
+                    f"({other_root}), which is not shared with {agent_id!r}; choose a "
+                    "folder of its own")
+        elif other_root.is_relative_to(root) and not shares(agent_id, settings, other_id):
+            raise InvalidParams(
+                f"{root} lies around the workspace of agent {other_id!r} ({other_root}), "
+                f"and would read its files as its own: a workspace may hold another only "
+                f"if it is shared with the other's agent ({other_id!r} in its "
+                "shared_with); choose a folder of its own")
+
+
 class Workspace:
     """One open workspace: its root, settings, state and the services running for it."""
 

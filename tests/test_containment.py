@@ -314,6 +314,29 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
                                             "path": str(alice / "carol")})
     assert inside["state"] == "ready"
     assert daemon.call("daemon.ping")["pong"] is True
+    # A workspace around another is its owner's to share: erin sharing her notes with finn
+    # gave finn her pending turns as his own files once he opened a workspace around hers.
+    erin, outer = tmp_path / "outer" / "memory" / "erin", tmp_path / "outer"
+    daemon.call("workspace.open", {"agent_id": "erin", "path": str(erin),
+                                   "config": {"shared_with": ["finn"]}})
+    daemon.call("memory.add_turns", {"agent_id": "erin", "session_id": "s1", "messages": [
+        {"role": "user", "content": "my PIN hint is the heron"}]})
+    try:
+        daemon.call("workspace.open", {"agent_id": "finn", "path": str(outer)})
+    except errors.InvalidParams as exc:
+        assert "around the workspace of agent 'erin'" in exc.message, exc.message
+    else:
+        raise AssertionError("a workspace was opened around one not shared with")
+    daemon.call("workspace.open", {"agent_id": "gus", "path": str(outer),
+                                   "config": {"shared_with": ["erin"]}})
+    # Nested as allowed, they open again after a restart, where each is only recorded
+    # when the other opens: both were refused as "not shared" and failed.
+    assert daemon.stop() == 0
+    again = daemon_factory(**{k: daemon.env[k] for k in (
+        "HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME")})
+    states = {w["agent_id"]: w["state"] for w in again.call("workspace.list")["workspaces"]}
+    assert {a: states.get(a) for a in ("alice", "carol", "erin", "gus")} == dict.fromkeys(
+        ("alice", "carol", "erin", "gus"), "ready"), states
 
 
 def test_a_lock_file_that_is_a_link_out_of_the_workspace_is_never_written(
