@@ -418,11 +418,10 @@ class WorkspaceRegistry:
         """:func:`check_overlap` against every other workspace, open or recorded to reopen
         (with the settings it has or would open with)."""
         others: dict[str, Place] = {
-            a: (Path(rec["path"]), self.settings_of(a), False)
-            for a, rec in self._remembered.items()}
-        others.update((w.agent_id, (w.root, w.settings, True)) for w in self._workspaces.values()
+            a: (Path(rec["path"]), False) for a, rec in self._remembered.items()}
+        others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
-        check_overlap(agent_id, root, settings, others)
+        check_overlap(agent_id, root, settings, others, self.settings_of)
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""

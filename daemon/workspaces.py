@@ -142,20 +142,21 @@ def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
                             "a workspace needs a folder of its own")
 
 
-#: Another workspace as :func:`check_overlap` sees it: its folder, its settings (None:
-#: not known) and whether it is open.
-Place = tuple[Path, WorkspaceSettings | None, bool]
+#: Another workspace as :func:`check_overlap` sees it: its folder and whether it is open.
+Place = tuple[Path, bool]
 
 
 def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
-                  others: Mapping[str, Place]) -> None:
+                  others: Mapping[str, Place],
+                  settings_of: Callable[[str], WorkspaceSettings | None]) -> None:
     """InvalidParams if ``root`` (absolute, resolved), the folder of ``agent_id``'s
-    workspace with ``settings``, is, lies in or holds one of ``others`` (by agent). One
-    workspace may lie inside another only if the outer one is shared with the inner one's
-    agent, whichever of the two opens first (at a start, both are only recorded): the
-    outer one's owner then reads the inner one's files as its own, its pending turns and
-    conversations too."""
-    for other_id, (other_root, other_settings, is_open) in others.items():
+    workspace with ``settings``, is, lies in or holds one of ``others`` (by agent; the
+    settings of one that does come from ``settings_of``, None if unknown). One
+    workspace may hold another only if each is shared with the other's agent: the outer
+    one's owner reads every file of the inner one as its own (its pending turns and
+    conversations too), the inner one the outer one's files below it. Whichever of the
+    two opens first (at a start both are only recorded), the answer is the same."""
+    for other_id, (other_root, is_open) in others.items():
         if other_id == agent_id:
             continue
         if other_root == root:
@@ -163,18 +164,18 @@ def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
                 raise InvalidParams(f"{root} is already open for agent {other_id!r}")
             raise InvalidParams(f"{root} is the recorded workspace of agent "
                                 f"{other_id!r} (closing it with forget frees it)")
-        if root.is_relative_to(other_root):
-            if other_settings is None or not shares(other_id, other_settings, agent_id):
-                raise InvalidParams(
-                    f"{root} lies inside the workspace of agent {other_id!r} "
-                    f"({other_root}), which is not shared with {agent_id!r}; choose a "
-                    "folder of its own")
-        elif other_root.is_relative_to(root) and not shares(agent_id, settings, other_id):
-            raise InvalidParams(
-                f"{root} lies around the workspace of agent {other_id!r} ({other_root}), "
-                f"and would read its files as its own: a workspace may hold another only "
-                f"if it is shared with the other's agent ({other_id!r} in its "
-                "shared_with); choose a folder of its own")
+        inside = root.is_relative_to(other_root)
+        if not inside and not other_root.is_relative_to(root):
+            continue
+        other_settings = settings_of(other_id)
+        if (other_settings is not None and shares(other_id, other_settings, agent_id)
+                and shares(agent_id, settings, other_id)):
+            continue
+        raise InvalidParams(
+            f"{root} lies {'inside' if inside else 'around'} the workspace of agent "
+            f"{other_id!r} ({other_root}); one workspace may hold another only if each is "
+            f"shared with the other's agent ({agent_id!r} in the shared_with of "
+            f"{other_id!r}, and {other_id!r} in its own); choose a folder of its own")
 
 
 class Workspace:

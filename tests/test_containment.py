@@ -309,24 +309,42 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
         assert "not a directory" in exc.message
     else:
         raise AssertionError("a file was opened as a workspace")
-    # alice shares with carol: carol may keep a workspace inside alice's.
-    inside = daemon.call("workspace.open", {"agent_id": "carol",
-                                            "path": str(alice / "carol")})
+    # alice shares with carol, carol with alice: carol may keep a workspace inside
+    # alice's (one sharing alone is not enough: each reads the other's files as its own).
+    try:
+        daemon.call("workspace.open", {"agent_id": "carol", "path": str(alice / "carol")})
+    except errors.InvalidParams as exc:
+        assert "inside the workspace of agent 'alice'" in exc.message, exc.message
+    else:
+        raise AssertionError("a workspace was opened inside one it does not share with")
+    inside = daemon.call("workspace.open", {"agent_id": "carol", "path": str(alice / "carol"),
+                                            "config": {"shared_with": ["alice"]}})
     assert inside["state"] == "ready"
     assert daemon.call("daemon.ping")["pong"] is True
-    # A workspace around another is its owner's to share: erin sharing her notes with finn
-    # gave finn her pending turns as his own files once he opened a workspace around hers.
+    # The same around another: erin sharing her notes with finn gave finn her pending
+    # turns as his own files once he opened a workspace around hers.
     erin, outer = tmp_path / "outer" / "memory" / "erin", tmp_path / "outer"
     daemon.call("workspace.open", {"agent_id": "erin", "path": str(erin),
                                    "config": {"shared_with": ["finn"]}})
     daemon.call("memory.add_turns", {"agent_id": "erin", "session_id": "s1", "messages": [
         {"role": "user", "content": "my PIN hint is the heron"}]})
-    try:
-        daemon.call("workspace.open", {"agent_id": "finn", "path": str(outer)})
-    except errors.InvalidParams as exc:
-        assert "around the workspace of agent 'erin'" in exc.message, exc.message
-    else:
-        raise AssertionError("a workspace was opened around one not shared with")
+    # Nor may a workspace open to everyone take the files of one not shared with it.
+    for erin_shares, finn in (([], {"memory_isolation": False}), (["finn"], {}),
+                              ([], {"shared_with": ["*"]})):
+        daemon.call("workspace.close", {"agent_id": "erin"})
+        daemon.call("workspace.open", {"agent_id": "erin", "path": str(erin),
+                                       "config": {"shared_with": erin_shares}})
+        try:
+            daemon.call("workspace.open", {"agent_id": "finn", "path": str(outer),
+                                           "config": finn})
+        except errors.InvalidParams as exc:
+            assert "around the workspace of agent 'erin'" in exc.message, exc.message
+        else:
+            raise AssertionError(f"a workspace ({finn}) was opened around one not shared "
+                                 f"with it both ways (erin shares with {erin_shares})")
+    daemon.call("workspace.close", {"agent_id": "erin"})
+    daemon.call("workspace.open", {"agent_id": "erin", "path": str(erin),
+                                   "config": {"shared_with": ["gus"]}})
     daemon.call("workspace.open", {"agent_id": "gus", "path": str(outer),
                                    "config": {"shared_with": ["erin"]}})
     # Nested as allowed, they open again after a restart, where each is only recorded
