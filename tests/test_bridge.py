@@ -16,6 +16,7 @@ from fakes.provider_server import FakeProvider, Reply
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import (
+    ProviderBadResponse,
     ProviderConfigError,
     ProviderConnectError,
     ProviderTimeout,
@@ -73,6 +74,39 @@ async def test_any_status_is_returned_not_raised(bridge: ProviderBridge,
                                   json={}, timeout_s=5)
     assert result.status == 503
     assert result.headers["retry-after"] == "3"
+
+
+async def test_only_a_redirect_that_keeps_request_and_server_is_followed(
+        bridge: ProviderBridge, fake: FakeProvider) -> None:
+    # A 307/308 within the server is resent whole: method, body and key.
+    fake.script(Reply(status=307, headers={"Location": "/moved/embeddings"}),
+                Reply(status=308, headers={"Location": fake.url + "/again"}),
+                Reply(raw=b'{"ok": 1}'))
+    result = await bridge.request("POST", fake.url + "/v1/embeddings",
+                                  headers={"X-Goog-Api-Key": "k"}, json={"a": 1}, timeout_s=5)
+    assert (result.status, result.body) == (200, b'{"ok": 1}')
+    assert [(r.method, r.path, r.headers["x-goog-api-key"], r.json) for r in fake.requests] \
+        == [("POST", p, "k", {"a": 1}) for p in ("/v1/embeddings", "/moved/embeddings",
+                                                  "/again")]
+    # Another server (another port, or https for http) never gets the request and its
+    # key; a 301/302/303, which would resend it as a bodiless GET, is not followed.
+    with FakeProvider(dims=4) as other:
+        for status, target in ((307, other.url + "/v1/embeddings"),
+                               (308, fake.url.replace("http:", "https:") + "/x"),
+                               (301, "/moved"), (302, "/moved"), (303, "/moved")):
+            fake.script(Reply(status=status, headers={"Location": target}))
+            result = await bridge.request("POST", fake.url + "/v1/embeddings",
+                                          headers={"X-Goog-Api-Key": "k"}, json={},
+                                          timeout_s=5)
+            assert (result.status, result.headers["location"]) == (status, target)
+        assert other.requests == []
+    assert [r.method for r in fake.requests] == ["POST"] * 8
+
+
+async def test_a_redirect_loop_ends(bridge: ProviderBridge, fake: FakeProvider) -> None:
+    fake.script(*[Reply(status=307, headers={"Location": "/loop"})] * 10)
+    with pytest.raises(ProviderBadResponse, match="redirected more than"):
+        await bridge.request("POST", fake.url + "/loop", headers={}, json={}, timeout_s=5)
 
 
 async def test_connect_refused_is_typed(bridge: ProviderBridge) -> None:

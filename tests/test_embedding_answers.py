@@ -13,7 +13,7 @@ from test_embedding_backends import DIMS, bridge, expected, fake, make  # noqa: 
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import truncate_to_budget
-from recalld.daemon.providers.errors import ProviderBadResponse
+from recalld.daemon.providers.errors import ProviderBadResponse, ProviderRejected
 
 
 async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
@@ -72,6 +72,22 @@ async def test_vectors_of_strings_or_booleans_are_refused(
         fake.script(Reply(raw=json.dumps({"data": [{"index": 0, "embedding": row}]}).encode()))
         with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
             await client.embed(["one"])
+
+
+async def test_a_redirect_elsewhere_is_an_error_naming_it(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # Gemini's key travels in its own header, which an HTTP library following a redirect
+    # to another server keeps: such a redirect is not followed, and says where it leads.
+    client = make(fake, bridge, "gemini", max_batch_size=4)
+    with FakeProvider(dims=DIMS) as other:
+        target = f"{other.url}/v1beta/models/{client.config.model_name}:batchEmbedContents"
+        fake.script(Reply(status=307, headers={"Location": target}))
+        with pytest.raises(ProviderRejected) as info:
+            await client.embed(["alpha"])
+        assert other.requests == []
+    message = str(info.value)
+    assert f"HTTP 307: the provider redirects to {target}; set base_url" in message
+    assert client.config.api_key not in message and not info.value.transient
 
 
 def test_truncate_to_budget() -> None:

@@ -110,6 +110,36 @@ def _without_url_credentials(url: str, headers: Mapping[str, str]) -> dict[str, 
     return {k: v for k, v in headers.items() if k.lower() != "authorization"}
 
 
+#: Redirects followed in one attempt (those :func:`followed` takes).
+MAX_REDIRECTS = 5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: urllib.parse.SplitResult) -> tuple[str, str | None, int | None]:
+    scheme = url.scheme.lower()
+    return scheme, url.hostname, url.port or _DEFAULT_PORTS.get(scheme)
+
+
+def followed(url: str, status: int, location: str | None) -> str | None:
+    """Where a redirect of a request to ``url`` is followed, or None (the answer stands).
+
+    Only a 307 or 308 within ``url``'s origin is: they resend the same method and body,
+    and the headers (an API key among them) stay with the server they were meant for. A
+    301, 302 or 303 would turn the POST into a bodiless GET, and another origin (http to
+    https among them) would get the key or answer without it; either way the call could
+    only fail with a misleading error or hand the key over, so the redirect is the
+    answer, and ``base_url`` is to be set to where it leads.
+    """
+    if status not in (307, 308) or not location:
+        return None
+    target = urllib.parse.urljoin(url, location.strip())
+    try:
+        same = _origin(urllib.parse.urlsplit(target)) == _origin(urllib.parse.urlsplit(url))
+    except ValueError:  # a port out of range
+        return None
+    return target if same else None
+
+
 class ProviderBridge:
     """One asyncio thread with one aiohttp session, callable from trio."""
 
@@ -294,24 +324,39 @@ class ProviderBridge:
             call.task.cancel()
 
     async def _attempt(self, call: _Call) -> HttpResult:
+        import asyncio
+
         import aiohttp
 
         session = self._session
         assert session is not None
-        timeout = aiohttp.ClientTimeout(total=call.timeout_s)
-        async with session.request(
-            call.method, call.url, headers=dict(call.headers), data=call.body, timeout=timeout,
-        ) as resp:
-            body = bytearray()
-            async for chunk in resp.content.iter_chunked(1 << 16):
-                body += chunk
-                if len(body) > self._max_body_bytes:
-                    raise ProviderBadResponse(
-                        f"answer from {redact(call.url.split('?', 1)[0])} exceeds "
-                        f"{self._max_body_bytes} bytes"
-                    )
-            headers = {k.lower(): v for k, v in resp.headers.items()}
-            return HttpResult(resp.status, headers, bytes(body))
+        url = call.url
+        async with asyncio.timeout(call.timeout_s):
+            for _ in range(MAX_REDIRECTS + 1):
+                timeout = aiohttp.ClientTimeout(total=call.timeout_s)
+                async with session.request(
+                    call.method, url, headers=dict(call.headers), data=call.body,
+                    timeout=timeout, allow_redirects=False,
+                ) as resp:
+                    headers = {k.lower(): v for k, v in resp.headers.items()}
+                    target = followed(url, resp.status, headers.get("location"))
+                    if target is None:
+                        return HttpResult(resp.status, headers,
+                                          await self._read(call, resp.content))
+                url = target
+        raise ProviderBadResponse(
+            f"{redact(call.url.split('?', 1)[0])} redirected more than {MAX_REDIRECTS} times")
+
+    async def _read(self, call: _Call, content: aiohttp.StreamReader) -> bytes:
+        body = bytearray()
+        async for chunk in content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > self._max_body_bytes:
+                raise ProviderBadResponse(
+                    f"answer from {redact(call.url.split('?', 1)[0])} exceeds "
+                    f"{self._max_body_bytes} bytes"
+                )
+        return bytes(body)
 
     # -------------------------------------------------------------- trio side
 

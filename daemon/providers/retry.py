@@ -26,8 +26,10 @@ from recalld.daemon.providers.breaker import CircuitBreaker
 from recalld.daemon.providers.bridge import HttpResult
 from recalld.daemon.providers.errors import (
     ProviderError,
+    ProviderRejected,
     ProviderTimeout,
     ProviderTransient,
+    redact,
     status_error,
 )
 
@@ -102,6 +104,14 @@ def check_response(result: HttpResult, policy: RetryPolicy, *, what: str,
     ``secret`` (the key sent) is masked where the error quotes the answer."""
     if 200 <= result.status < 300:
         return result
+    location = result.headers.get("location")
+    if 300 <= result.status < 400 and location:
+        # Not followed (bridge.followed): say where it leads, not what the page says.
+        where = redact(location.split("?", 1)[0], secret)
+        raise ProviderRejected(
+            f"{what}: HTTP {result.status}: the provider redirects to {where}; set "
+            "base_url to where it leads (only 307/308 within one server are followed)",
+            status=result.status)
     raise status_error(
         result.status,
         result.body,
