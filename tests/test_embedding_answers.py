@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from fakes.provider_server import FakeProvider, Reply, fake_vector
-from test_embedding_backends import DIMS, bridge, expected, fake, make  # noqa: F401
+from test_embedding_backends import DIMS, KEY, bridge, expected, fake, make  # noqa: F401
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import truncate_to_budget
@@ -72,6 +72,29 @@ async def test_vectors_of_strings_or_booleans_are_refused(
         fake.script(Reply(raw=json.dumps({"data": [{"index": 0, "embedding": row}]}).encode()))
         with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
             await client.embed(["one"])
+
+
+@pytest.mark.parametrize(("backend", "answer", "said"), [
+    ("openai", {"error": {"message": "You exceeded your current quota, key KEY",
+                          "type": "insufficient_quota"}},
+     "You exceeded your current quota, key ***"),
+    ("openai", {"data": None, "error": "upstream overloaded"}, "upstream overloaded"),
+    ("dashscope", {"code": "Throttling", "message": "Requests throttled",
+                   "request_id": "r"}, "Throttling: Requests throttled"),
+    ("gemini", {"error": {"code": 429, "message": "Resource has been exhausted",
+                          "status": "RESOURCE_EXHAUSTED"}}, "Resource has been exhausted"),
+    ("ollama", {"error": {"type": "busy"}}, '{"type":"busy"}'),
+])
+async def test_an_error_answered_with_http_200_is_quoted(
+        backend: str, answer: dict[str, object], said: str, fake: FakeProvider,  # noqa: F811
+        bridge: ProviderBridge) -> None:  # noqa: F811
+    # Some gateways send their errors with HTTP 200: the error says what the provider
+    # said, not that the answer lacks its vectors.
+    client = make(fake, bridge, backend)
+    fake.script(Reply(raw=json.dumps(answer).replace("KEY", KEY).encode()))
+    with pytest.raises(ProviderBadResponse) as info:
+        await client.embed(["alpha"])
+    assert str(info.value).endswith(f": the provider answered an error, not vectors: {said}")
 
 
 async def test_a_redirect_elsewhere_is_an_error_naming_it(

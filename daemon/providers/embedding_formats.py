@@ -18,7 +18,12 @@ import orjson
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse, redact
+from recalld.daemon.providers.errors import (
+    DimensionMismatch,
+    ProviderBadResponse,
+    redact,
+    snippet,
+)
 
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
@@ -140,6 +145,21 @@ def _field(obj: object, *path: str, what: str) -> object:
     return cur
 
 
+def _error_said(answer: object) -> bytes | None:
+    """What an error answer says: its ``error`` (OpenAI, Ollama, Gemini) or its
+    ``code`` and ``message`` (DashScope), else None."""
+    if not isinstance(answer, dict):
+        return None
+    error = answer.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        error = error["message"]
+    if error is None and "message" in answer and "code" in answer:
+        error = f"{answer['code']}: {answer['message']}"
+    if error is None:
+        return None
+    return error.encode() if isinstance(error, str) else orjson.dumps(error)
+
+
 def _in_order(items: list[object], key: str, *, what: str) -> list[object]:
     """The vectors' ``items`` in the order of the texts, by their ``key``: a missing one
     counts as 0 (answers in protobuf style leave zero values out); when every one is 0
@@ -181,6 +201,22 @@ class WireFormat:
     def parse(self, body: bytes, n: int) -> list[object]:
         raise NotImplementedError
 
+    def _answer(self, body: bytes, *path: str) -> object:
+        """``path`` of the answer; an answer that is an error (some gateways send them
+        with HTTP 200) is refused quoting what the provider said, not for a missing field."""
+        answer = _loads(body, self.name)
+        said = _error_said(answer)
+        try:
+            found = _field(answer, *path, what=self.name)
+        except ProviderBadResponse:
+            if said is None:
+                raise
+            found = None
+        if found is None and said is not None:
+            raise ProviderBadResponse(f"{self.name}: the provider answered an error, not "
+                                      f"vectors: {snippet(said, 200, self._api_key)}")
+        return found
+
     def _bearer(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
@@ -205,7 +241,7 @@ class OpenAIFormat(WireFormat):
         return WireRequest(self.endpoint, self._bearer(), body)
 
     def parse(self, body: bytes, n: int) -> list[object]:
-        data = _field(_loads(body, self.name), "data", what=self.name)
+        data = self._answer(body, "data")
         if not isinstance(data, list):
             raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
         return [_field(item, "embedding", what=self.name)
@@ -233,7 +269,7 @@ class DashScopeFormat(WireFormat):
         return WireRequest(self.endpoint, self._bearer(), body)
 
     def parse(self, body: bytes, n: int) -> list[object]:
-        embs = _field(_loads(body, self.name), "output", "embeddings", what=self.name)
+        embs = self._answer(body, "output", "embeddings")
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'output.embeddings' is not a list")
         return [_field(item, "embedding", what=self.name)
@@ -273,7 +309,7 @@ class GeminiFormat(WireFormat):
         return WireRequest(self.endpoint, headers, {"requests": requests})
 
     def parse(self, body: bytes, n: int) -> list[object]:
-        embs = _field(_loads(body, self.name), "embeddings", what=self.name)
+        embs = self._answer(body, "embeddings")
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
         return [_field(item, "values", what=self.name) for item in embs]
@@ -294,7 +330,7 @@ class OllamaFormat(WireFormat):
         return WireRequest(self.endpoint, self._bearer(), body)
 
     def parse(self, body: bytes, n: int) -> list[object]:
-        embs = _field(_loads(body, self.name), "embeddings", what=self.name)
+        embs = self._answer(body, "embeddings")
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'embeddings' is not a list")
         return embs
