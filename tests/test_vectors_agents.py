@@ -51,3 +51,44 @@ def test_keyword_and_hybrid_workspaces_share_the_places(daemon_factory: Any,
             assert got[:2] == first, got
             assert got[2] == (agents[0], own[agents[0]]["results"][1]["path"])
         assert d.stop() == 0
+
+
+def test_workspaces_holding_the_same_notes_pay_for_them_once(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    # Two workspaces of one vector space with the same notes (a copied folder), filled at
+    # the same time: the texts one is embedding are waited for by the other, which then
+    # finds them in the space's cache, instead of being sent to the provider twice.
+    roots = {"a": tmp_path / "a", "b": tmp_path / "b"}
+    for root in roots.values():
+        for i in range(24):
+            write(root, f"memory/2026-05-{i + 1:02d}/n{i}.md", f"# N{i}\n\ncopied note {i}\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        gate = fake.gate(lambda body: "# N0\n\ncopied note 0" in body.get("input", []))
+        config = "".join(f'[workspaces.{agent}]\npath = "{root}"\n'
+                         'embedding_model_config = {backend = "openai", '
+                         f'base_url = "{fake.url}/v1", api_key = "k", model_name = "m", '
+                         'dimensions = 8, max_batch_size = 6}\n'
+                         for agent, root in roots.items())
+        try:
+            d = daemon_factory(config)
+
+            def vectors() -> list[dict[str, Any]]:
+                return [w["index"]["vectors"] for w in d.call("daemon.status")["workspaces"]
+                        if w["agent_id"] in roots]
+
+            # Both are filling while the provider holds the first answer.
+            assert gate.entered.wait(60), "no backfill request came"
+            wait_value(vectors, lambda vs: [v["state"] for v in vs] == ["embedding"] * 2,
+                       "both backfills under way")
+            gate.open()
+            done = wait_value(vectors, lambda vs: len(vs) == 2 and all(
+                v["coverage"] >= 1.0 and v["total"] == 24 for v in vs), "both covered")
+        finally:
+            gate.open()
+        sent = [t for r in fake.requests for t in r.json["input"] if t != "ping"]
+        assert sorted(sent) == sorted(f"# N{i}\n\ncopied note {i}" for i in range(24))
+        assert sorted((v["provider_texts"], v["cache_texts"]) for v in done) == [(0, 24),
+                                                                                (24, 0)]
+        res = d.call("memory.search", {"agent_id": "b", "query": "copied note 7"})
+        assert res["mode"] == "hybrid" and res["vector_hits"]
+        assert d.stop() == 0

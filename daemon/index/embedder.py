@@ -296,46 +296,43 @@ class VectorWorker:
         # With the cache off, the vectors taken from ReMe's chunk store (kept in the
         # cache) are still read: ReMe paid for them.
         lookup = [i for i, h in enumerate(hashes) if use_cache or h in self.reme_hashes]
-        cached: list[F32 | None] = [None] * len(texts)
-        if lookup:
-            hits = await trio.to_thread.run_sync(space.cache.get_many,
-                                                 [hashes[i] for i in lookup])
-            for i, hit in zip(lookup, hits, strict=True):
-                cached[i] = hit
-        vectors: dict[str, F32] = {}
-        missing: list[int] = []
-        for i, vec in enumerate(cached):
-            if vec is None:
-                missing.append(i)
-            else:
-                vectors[texts[i]] = vec
-        self.cache_texts += len(texts) - len(missing)
-        from_reme = [(i, v) for i in missing if (v := self.reme_vector(texts[i])) is not None]
-        if from_reme:
-            await trio.to_thread.run_sync(
-                space.cache.put_many, [(hashes[i], v) for i, v in from_reme])
-            for i, v in from_reme:
-                vectors[texts[i]] = v
-            self.reme_cache_texts += len(from_reme)
-            missing = [i for i in missing if texts[i] not in vectors]
-        # Similar lengths in one provider batch (a local model pads to the longest).
-        missing.sort(key=lambda i: len(texts[i]))
-        step = space.client.max_batch_size
-        refused: list[str] = []
-        try:
-            # Batch by batch, each kept as it arrives: a later batch's failure must not
-            # throw away (and so pay again for) what the provider already answered.
-            for start in range(0, len(missing), step):
-                part = missing[start:start + step]
-                await self._embed_texts([hashes[i] for i in part], [texts[i] for i in part],
-                                        vectors, refused)
-        except ProviderError:
-            done = [(item, ts) for item, ts in zip(items, units, strict=True)
-                    if all(t in vectors for t in ts)]
-            if done:
-                await self._install([item for item, _ in done], [ts for _, ts in done],
-                                    vectors)
-            raise
+        # Texts another workspace of the space is embedding now are waited for and read
+        # from the cache; this round's misses are its own until its provider calls end.
+        async with space.claim(hashes, lookup, claim=use_cache) as cached:
+            vectors: dict[str, F32] = {}
+            missing: list[int] = []
+            for i, vec in enumerate(cached):
+                if vec is None:
+                    missing.append(i)
+                else:
+                    vectors[texts[i]] = vec
+            self.cache_texts += len(texts) - len(missing)
+            from_reme = [(i, v) for i in missing if (v := self.reme_vector(texts[i])) is not None]
+            if from_reme:
+                await trio.to_thread.run_sync(
+                    space.cache.put_many, [(hashes[i], v) for i, v in from_reme])
+                for i, v in from_reme:
+                    vectors[texts[i]] = v
+                self.reme_cache_texts += len(from_reme)
+                missing = [i for i in missing if texts[i] not in vectors]
+            # Similar lengths in one provider batch (a local model pads to the longest).
+            missing.sort(key=lambda i: len(texts[i]))
+            step = space.client.max_batch_size
+            refused: list[str] = []
+            try:
+                # Batch by batch, each kept as it arrives: a later batch's failure must not
+                # throw away (and so pay again for) what the provider already answered.
+                for start in range(0, len(missing), step):
+                    part = missing[start:start + step]
+                    await self._embed_texts([hashes[i] for i in part], [texts[i] for i in part],
+                                            vectors, refused)
+            except ProviderError:
+                done = [(item, ts) for item, ts in zip(items, units, strict=True)
+                        if all(t in vectors for t in ts)]
+                if done:
+                    await self._install([item for item, _ in done], [ts for _, ts in done],
+                                        vectors)
+                raise
         self.last_error = refused[0] if refused else None
         if refused:
             # Only the chunks of the texts the provider refused wait (a text is refused

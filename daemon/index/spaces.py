@@ -4,18 +4,20 @@ A vector space is (backend, model, dimensions, endpoint): vectors from different
 not comparable. :class:`VectorSpaces` hands every workspace the :class:`VectorSpace` of its
 ``embedding_model_config``; workspaces configured alike share the client (so its circuit
 breaker sees every failure of that provider) and the text-keyed cache
-(``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``). Each space also keeps a
-small in-memory LRU of query vectors.
+(``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``); a text one workspace is
+embedding now is waited for by the others (``claim``), not sent again. Each space also
+keeps a small in-memory LRU of query vectors.
 
 Nothing here starts a task; the cache opens lazily in a worker thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -63,6 +65,8 @@ class VectorSpace:
         self._queries: OrderedDict[str, F32] = OrderedDict()
         self._query_cache_size = query_cache_size
         self.members: set[VectorWorker] = set()
+        #: Text hashes a member is embedding now (set once that call has ended).
+        self._inflight: dict[str, trio.Event] = {}
 
     async def ensure_open(self) -> None:
         """Open the cache once (replaying its log in a worker thread)."""
@@ -70,6 +74,38 @@ class VectorSpace:
             if not self._opened:
                 await trio.to_thread.run_sync(self.cache.open)
                 self._opened = True
+
+    @contextlib.asynccontextmanager
+    async def claim(self, hashes: Sequence[str], lookup: Sequence[int], *,
+                    claim: bool) -> AsyncIterator[list[F32 | None]]:
+        """The cached vector of each of ``hashes`` at the positions ``lookup`` (None
+        elsewhere and where missing); the texts another member of the space is embedding
+        now are waited for first, so workspaces holding the same notes pay for them once.
+        With ``claim`` (the caller writes what it embeds to the cache) the misses are the
+        caller's until the block ends: another member needing them waits meanwhile. It
+        waits while claiming nothing, so two members never wait for each other."""
+        out: list[F32 | None] = [None] * len(hashes)
+        todo = list(lookup)
+        while todo:
+            for i in todo:
+                event = self._inflight.get(hashes[i])
+                if event is not None:
+                    await event.wait()
+            hits = await trio.to_thread.run_sync(self.cache.get_many,
+                                                 [hashes[i] for i in todo])
+            for i, hit in zip(todo, hits, strict=True):
+                out[i] = hit
+            # Another member may have claimed a miss while the cache was read.
+            todo = [i for i in todo if out[i] is None and hashes[i] in self._inflight]
+        mine = {h: trio.Event() for h, v in zip(hashes, out, strict=True)
+                if claim and v is None and h not in self._inflight}
+        self._inflight.update(mine)
+        try:
+            yield out
+        finally:
+            for h, event in mine.items():
+                del self._inflight[h]
+                event.set()
 
     async def embed_query(self, text: str, *, timeout_s: float) -> F32:
         """The query vector of ``text`` (LRU-cached), within ``timeout_s``.
