@@ -174,7 +174,8 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "(see the [EMBEDDING HEALTH CHECK] line in the log)"))
     if v.get("parked"):
         a.problems.append(Problem(
-            "fail", f"{v['parked']} chunk(s) parked after permanent errors: {error}",
+            "fail", f"{v['parked']} chunk(s) parked after permanent errors: "
+            f"{v.get('parked_error') or error}",
             "the provider refuses these texts (they are tried again every hour); if it "
             "refuses every text, a wrong dimensions value or a rejected key: fix "
             f"embedding_model_config, then: recalld workspace close {a.agent_id}; "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
 from test_vectors_daemon import vectors_status, write
 from waits import wait_value
 
@@ -55,6 +56,20 @@ def test_a_refused_text_parks_only_its_own_chunk(daemon_factory: Any, tmp_path: 
         assert st["eta_s"] is None, st
         res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
         assert res["mode"] == "hybrid" and res["vector_hits"] == 7
+        # Later a round goes well and a query is rate-limited: the chunk is still parked
+        # for the provider's refusal, not for the later error.
+        write(root, "memory/2026-03-10/later.md", "# Later\n\nanother note about tides\n")
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["embedded"] == 8,
+                   "the later note embedded", deadline_s=30)
+        fake.script(Reply(status=429, headers={"Retry-After": "30"}))
+        res = d.call("memory.search", {"agent_id": "w", "query": "tides and moons"})
+        assert "HTTP 429" in res["vector_error"]
+        st = vectors_status(d)
+        assert st["parked"] == 1 and "HTTP 429" in st["last_error"]
+        assert "HTTP 400" in st["parked_error"] and "input refused" in st["parked_error"]
+        out = recalld("status", env=d.env).stdout
+        assert "1 chunk(s) parked after permanent errors: embedding openai m: HTTP 400" in out
         assert d.stop() == 0
 
 

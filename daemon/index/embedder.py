@@ -55,6 +55,7 @@ from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_status import ReMeVectors, VectorStatus, eta_s
+from recalld.daemon.index.vectors import mean_unit
 from recalld.daemon.providers.errors import ProviderError, ProviderPermanent, input_refused
 from recalld.daemon.remote.hook import embed_passages
 
@@ -115,6 +116,8 @@ class VectorWorker:
         self.reme: ReMeVectors = {}
         self.seeded_event = trio.Event()
         self.last_error: str | None = None
+        #: Why the chunks parked now were parked (a later error says nothing of them).
+        self.parked_error: str | None = None
         self.state = "starting"
         # (time, chunks) of recent rounds, for the rate and the time to full coverage; the
         # first entry of a stretch of work is its start (0 chunks).
@@ -241,6 +244,7 @@ class VectorWorker:
             except ProviderError as exc:
                 self.last_error = str(exc)
                 if isinstance(exc, ProviderPermanent):
+                    self.parked_error = self.last_error
                     until = trio.current_time() + self.cfg.permanent_retry_s
                     self.fill.failed.update((key, until) for key, _ in rnd.items
                                             if not self.fill.holds(key))
@@ -342,6 +346,7 @@ class VectorWorker:
             bad = [key for (key, _), ts in pairs if gone.intersection(ts)]
             until = trio.current_time() + self.cfg.permanent_retry_s
             self.fill.failed.update((key, until) for key in bad)
+            self.parked_error = refused[0]
             log.warning("%s: the provider refused %d chunk(s) (%s); retrying them in %.0f s",
                         self.index.ws.agent_id, len(bad), refused[0],
                         self.cfg.permanent_retry_s)
@@ -389,7 +394,7 @@ class VectorWorker:
         and count them; how many were installed."""
         if self.window_chars:
             per_item = [np.stack([vectors[t] for t in ts]).astype(np.float32) for ts in units]
-            found = [(key, text, _mean_unit(rows))
+            found = [(key, text, mean_unit(rows))
                      for (key, text), rows in zip(items, per_item, strict=True)]
             installed = await self.index.locked(
                 partial(self.fill.install, found=found, windows=per_item))
@@ -475,22 +480,12 @@ class VectorWorker:
             "reused_vectors": self.seeded,
             "reme_cache_texts": self.reme_cache_texts,
             "parked": len(self.fill.failed),
+            "parked_error": self.parked_error if self.fill.failed else None,
             "health": client.health,
             "last_error": self.last_error or client.last_error,
             "provider": client.status(),
             "cache": self.target.cache.stats(),
         }
-
-
-def _mean_unit(rows: F32) -> F32:
-    """The normalised mean of unit rows (one row: itself)."""
-    if len(rows) == 1:
-        first: F32 = rows[0]
-        return first
-    mean = rows.mean(axis=0)
-    norm = float(np.linalg.norm(mean))
-    out: F32 = mean / norm if norm > 0 else mean
-    return out
 
 
 __all__ = ["BackfillConfig", "VectorWorker"]

@@ -41,6 +41,7 @@ class VectorStatus(TypedDict):
     reused_vectors: int
     reme_cache_texts: int
     parked: int
+    parked_error: str | None
     health: Literal["unknown", "ok", "fail"]
     last_error: str | None
     provider: EmbeddingStatus

@@ -45,6 +45,18 @@ def normalize(vectors: npt.ArrayLike) -> F32:
     return out
 
 
+def mean_unit(rows: F32) -> F32:
+    """The normalised mean of unit rows (one row: itself): a chunk's vector from its
+    windows'."""
+    if len(rows) == 1:
+        first: F32 = rows[0]
+        return first
+    mean = rows.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    out: F32 = mean / norm if norm > 0 else mean
+    return out
+
+
 def _new_hnsw(dim: int) -> hnswlib.Index:
     # hnswlib is imported on first use: a daemon with no embedding model never loads it
     # (nor the C++ runtime it links).
