@@ -68,6 +68,9 @@ def test_a_refused_text_parks_only_its_own_chunk(daemon_factory: Any, tmp_path: 
         st = vectors_status(d)
         assert st["parked"] == 1 and "HTTP 429" in st["last_error"]
         assert "HTTP 400" in st["parked_error"] and "input refused" in st["parked_error"]
+        ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+        health = ws["health"]["vectors"]
+        assert (health["parked"], health["parked_error"]) == (1, st["parked_error"])
         out = recalld("status", env=d.env).stdout
         assert "1 chunk(s) parked after permanent errors: embedding openai m: HTTP 400" in out
         assert d.stop() == 0
