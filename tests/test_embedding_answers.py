@@ -1,19 +1,24 @@
 """What an embedding client makes of a provider's answer and of its inputs: vectors put
 on their texts by their index (also when the answer leaves a zero index out), a broken
-index refused, inputs cut to the token budget."""
+index refused, an error sent as an answer or a redirect named, a Retry-After past a
+deadline waited for all the same, inputs cut to the token budget."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+import trio
 from fakes.provider_server import FakeProvider, Reply, fake_vector
 from test_embedding_backends import DIMS, KEY, bridge, expected, fake, make  # noqa: F401
+from trio.testing import MockClock
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding_formats import truncate_to_budget
 from recalld.daemon.providers.errors import ProviderBadResponse, ProviderRejected
+from recalld.daemon.providers.retry import RetryPolicy
 
 
 async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
@@ -111,6 +116,27 @@ async def test_a_redirect_elsewhere_is_an_error_naming_it(
     message = str(info.value)
     assert f"HTTP 307: the provider redirects to {target}; set base_url" in message
     assert client.config.api_key not in message and not info.value.transient
+
+
+@pytest.fixture
+def idle_clock() -> MockClock:
+    """Fake time that jumps only once the run has been idle for a real second: an
+    answer on its way over loopback is not taken for a long wait."""
+    return MockClock(autojump_threshold=1.0)
+
+
+async def test_a_health_check_told_to_wait_asks_again_only_then(
+        fake: FakeProvider, bridge: ProviderBridge, idle_clock: MockClock,  # noqa: F811
+        tmp_path: Path) -> None:
+    # The Retry-After is past the health check's deadline, so the check fails at once;
+    # the next ping waits for it, not for the short backoff of a failed check.
+    client = make(fake, bridge, policy=RetryPolicy(max_attempts=1))
+    fake.script(Reply(status=429, headers={"Retry-After": "45"}))
+    started = trio.current_time()
+    await client.wait_healthy(tmp_path, backoff_base_s=1.0, backoff_max_s=2.0)
+    assert len(fake.requests) == 2 and client.health == "ok"
+    assert trio.current_time() - started >= 45
+    assert client.hold_s() == 0
 
 
 def test_truncate_to_budget() -> None:

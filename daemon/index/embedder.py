@@ -15,9 +15,10 @@
   query's embedding wait behind a backfill call (the local backend gives queries a lane
   of their own, ``providers/local.py``);
 - outages: a transient provider error waits (exponential backoff with jitter, at least until
-  the circuit breaker admits a probe) instead of spinning; a permanent error parks the round
-  for ``permanent_retry_s`` and says why in status (a batch refused for its input is sent
-  again text by text, and only the refused texts' chunks are parked);
+  the circuit breaker admits a probe and the provider's Retry-After ends) instead of
+  spinning; a permanent error parks the round for ``permanent_retry_s`` and says why in
+  status (a batch refused for its input is sent again text by text, and only the refused
+  texts' chunks are parked);
 - model changes: when the index holds vectors of another space, they keep serving searches
   (with the old space's client) while the new space fills a second :class:`VectorIndex`;
   at full coverage the new index is swapped in and the chunk embeddings rewritten;
@@ -253,7 +254,7 @@ class VectorWorker:
                                 self.cfg.permanent_retry_s)
                 self.state = "backoff"
                 delay = backoff / 2 + self._rng.uniform(0.0, backoff / 2)
-                await self._counting(partial(trio.sleep, max(delay, client.breaker.retry_in_s())))
+                await self._counting(partial(trio.sleep, max(delay, client.hold_s())))
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
                 continue
             backoff = self.cfg.backoff_base_s

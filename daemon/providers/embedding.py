@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import random
 import re
@@ -156,6 +157,8 @@ class EmbeddingClient:
         self.last_error: str | None = None
         self.last_ok: float | None = None
         self.health: Literal["unknown", "ok", "fail"] = "unknown"
+        #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
+        self._quiet_until = -math.inf
 
     def __repr__(self) -> str:
         c, endpoint = self.config, redact(self.endpoint, self._api_key)
@@ -238,6 +241,9 @@ class EmbeddingClient:
                 parts.append(await self._embed_batch(batch, kind, policy))
         except ProviderError as exc:
             self.last_error = self._redact(str(exc))
+            if exc.retry_after_s is not None:
+                wait = min(max(exc.retry_after_s, 0.0), self.policy.retry_after_cap_s)
+                self._quiet_until = trio.current_time() + wait
             if not input_refused(exc):  # a text it will not take says nothing of its health
                 self.health = "fail"
             metrics.count("recalld_embed_errors_total")
@@ -317,16 +323,23 @@ class EmbeddingClient:
         """Health-check until OK, waiting longer after each failure (never gives up).
 
         Waits are "equal jitter" (half fixed, half random) up to ``backoff_max_s``, and at
-        least until the breaker would admit a probe, so a long outage costs one ping per
-        few minutes, not a spin. Every attempt logs its OK/FAIL line and updates status().
-        Cancel it to stop.
+        least ``hold_s()`` (an open breaker, the provider's Retry-After), so a long outage
+        costs one ping per few minutes, not a spin. Every attempt logs its OK/FAIL line and
+        updates status(). Cancel it to stop.
         """
         attempt = 0
         while not await self.health_check(workspace_dir):
             ceiling = min(backoff_max_s, backoff_base_s * (2 ** min(attempt, 30)))
             delay = ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
-            await trio.sleep(max(delay, self.breaker.retry_in_s()))
+            await trio.sleep(max(delay, self.hold_s()))
             attempt += 1
+
+    def hold_s(self) -> float:
+        """Seconds before the provider should be called again of its own accord: while the
+        breaker is open, or the provider's last Retry-After (capped by the retry policy)
+        runs. A call it made fail at once (past a short deadline) is no leave to ask again
+        at once."""
+        return max(self.breaker.retry_in_s(), self._quiet_until - trio.current_time(), 0.0)
 
     def status(self) -> EmbeddingStatus:
         """For daemon.status: no secrets, JSON-serializable."""
