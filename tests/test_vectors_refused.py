@@ -139,6 +139,8 @@ def test_a_new_model_that_refuses_everything_leaves_the_old_one_serving(
                         lambda st: st["state"] == "waiting" and st["parked"] == 8,
                         "every chunk parked", deadline_s=30)
         assert st["migrating"] and st["serving_space"] != st["space"], st
+        # A provider that refuses every text is failing, though the ping went through.
+        assert st["health"] == "fail" and "HTTP 400" in st["last_error"], st
         res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
         assert res["mode"] == "hybrid" and res["vector_hits"] == 8  # the old space, all
         assert d.stop() == 0

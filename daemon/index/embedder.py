@@ -379,6 +379,7 @@ class VectorWorker:
                         raise
                     errors.append(str(one))
             if len(errors) == len(texts):
+                space.client.health = "fail"  # refusing every text: not the texts' fault
                 raise exc
             refused.extend(errors)
             return
