@@ -29,6 +29,10 @@ log = logging.getLogger("recalld.daemon.watcher")
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
 
+#: Linux's CLOCK_REALTIME_COARSE, which file times are taken from (a tick behind the
+#: precise clock: a reading of that one could date after a file made just after it).
+_FILE_TIMES_CLOCK: Final = 5
+
 #: Folders the watcher passes by (besides hidden ones): the daemon's own state.
 IGNORE_DIRS: Final = ("mem_metadata",)
 
@@ -59,9 +63,9 @@ class WatchedRoots:
         self._warned: set[str] = set()  # names passed by for their encoding, said once
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
         # The daemon's own temp files (an atomic write's, a restore's) whose inode last
-        # changed before the workspace opened are what a kill cut short (file times lag
-        # the clock by a tick: a margin keeps every later one).
-        self._opened = time.time() - 0.05
+        # changed before the workspace opened are what a kill cut short. Read on the clock
+        # file times are taken from: none made after this dates from before it.
+        self._opened_ns = time.clock_gettime_ns(_FILE_TIMES_CLOCK)
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -155,7 +159,7 @@ class WatchedRoots:
         opened (a restore's file moved aside has a new ``ctime``, whatever its ``mtime``)."""
         with contextlib.suppress(OSError):
             if (entry.is_file(follow_symlinks=False)
-                    and entry.stat(follow_symlinks=False).st_ctime < self._opened):
+                    and entry.stat(follow_symlinks=False).st_ctime_ns < self._opened_ns):
                 os.unlink(entry.path)
                 log.info("removed %s, left over by a write cut short", entry.path)
 
