@@ -226,7 +226,10 @@ class JobManager:
             self._changed.set()
 
     async def _stop_running(self, agent_id: str, reason: str) -> None:
-        running = [j for j in self._jobs.get(agent_id, {}).values() if j.state == "running"]
+        # Running, or started and not yet running (no longer in the queue either).
+        queued = self._queues.get(agent_id, ())
+        running = [j for j in self._jobs.get(agent_id, {}).values()
+                   if j.state in ACTIVE and j not in queued]
         for job in running:
             job.requeue = True
             job.scope.cancel()
