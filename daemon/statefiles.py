@@ -25,6 +25,7 @@ class FailedWrite(TypedDict):
 class StateFilesStatus(TypedDict):
     failing: int
     errors: list[FailedWrite]
+    set_aside: list[str]
 
 
 class WriteFailure:
@@ -33,6 +34,9 @@ class WriteFailure:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.failed: FailedWrite | None = None
+        #: ``<file>.corrupt`` is there: a copy that did not verify was set aside at a start
+        #: (what it held is not in use), for someone to look at and remove.
+        self.set_aside = False
 
     def record(self, error: str) -> None:
         since = self.failed["since"] if self.failed is not None else time.time()
@@ -43,5 +47,7 @@ class WriteFailure:
 
 
 def statistics(failures: Iterable[WriteFailure]) -> StateFilesStatus:
+    failures = list(failures)
     errors = [f.failed for f in failures if f.failed is not None]
-    return {"failing": len(errors), "errors": errors}
+    return {"failing": len(errors), "errors": errors,
+            "set_aside": [f"{f.path}.corrupt" for f in failures if f.set_aside]}

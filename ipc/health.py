@@ -310,6 +310,13 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
                     "start from what it last held",
             f"make {where} writable and give its disk room (recalld doctor: disk); the "
             "daemon saves it again with its next change", "state files"))
+    for aside in files.get("set_aside") or []:
+        out.append(Problem(
+            "warn", f"{aside} is a copy of a state file that did not verify at a start and "
+                    "was set aside: what it held is not in use (for workspaces.json: the "
+                    "workspaces served before are not reopened until their agents open them)",
+            f"open again what it lists (recalld workspace open AGENT --path PATH), then "
+            f"remove {aside}", "state files"))
     return out
 
 

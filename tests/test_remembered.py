@@ -22,6 +22,7 @@ pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 from conftest import DaemonHandle
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from test_cli import recalld
 from waits import wait_for
 
 from recalld.daemon import remembered
@@ -124,6 +125,11 @@ def test_a_record_that_does_not_verify_is_set_aside(daemon_factory: Any) -> None
     assert [w["agent_id"] for w in d2.call("workspace.list")["workspaces"]] == ["default"]
     assert (state.parent / "workspaces.json.corrupt").exists()
     assert "does not verify" in d2.log()
+    # Said where the user looks, not in the log alone, until the copy is removed.
+    files = d2.call("daemon.status")["queues"]["state_files"]
+    assert files["set_aside"] == [f"{state}.corrupt"]
+    shown = recalld("status", env=d2.env)
+    assert f"{state}.corrupt is a copy of a state file that did not verify" in shown.stdout
 
 
 @pytest.mark.slow
