@@ -23,8 +23,9 @@ import trio
 
 DROPPED_TOPIC = "events.dropped"
 DEFAULT_MAX_QUEUED = 256
-#: Whether a subscriber may see an event, by its payload.
-Accept = Callable[[Mapping[str, object]], bool]
+#: What a subscriber may see of an event, by its topic and payload: the payload, a part
+#: of it, or None (nothing).
+View = Callable[[str, Mapping[str, object]], Mapping[str, object] | None]
 _TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)\Z")
 
 
@@ -55,12 +56,12 @@ class Subscription:
     """
 
     def __init__(self, bus: EventBus, patterns: Iterable[str], max_queued: int, *,
-                 owner: str | None = None, accept: Accept | None = None) -> None:
+                 owner: str | None = None, view: View | None = None) -> None:
         self._bus = bus
         self.patterns: set[str] = set(patterns)
-        #: Who subscribed (an agent id), and which payloads that subscriber may see.
+        #: Who subscribed (an agent id), and what of each event that subscriber may see.
         self.owner = owner
-        self._accept = accept
+        self._view = view
         self._send, self.receive = trio.open_memory_channel[Event](max_queued)
         self.dropped = False
         self.closed = False
@@ -69,8 +70,14 @@ class Subscription:
     def matches(self, topic: str) -> bool:
         return any(topic_matches(p, topic) for p in self.patterns)
 
-    def accepts(self, payload: Mapping[str, object]) -> bool:
-        return self._accept is None or self._accept(payload)
+    def shown(self, event: Event) -> Event | None:
+        """``event`` as this subscriber may see it, or None when it may not."""
+        if self._view is None:
+            return event
+        payload = self._view(event.topic, event.payload)
+        if payload is None:
+            return None
+        return event if payload is event.payload else Event(event.topic, payload)
 
     def add(self, patterns: Iterable[str]) -> list[str]:
         self.patterns.update(patterns)
@@ -115,12 +122,12 @@ class EventBus:
         self._dropped = 0
 
     def subscribe(self, patterns: Iterable[str], *, max_queued: int | None = None,
-                  owner: str | None = None, accept: Accept | None = None) -> Subscription:
-        """A subscription to ``patterns``; with ``accept``, only the events whose payload
-        it accepts are queued (what ``owner`` may see)."""
+                  owner: str | None = None, view: View | None = None) -> Subscription:
+        """A subscription to ``patterns``; with ``view``, each event is queued as ``view``
+        shows it to ``owner`` (a part of its payload, or not at all)."""
         checked = [check_topic_pattern(p) for p in patterns]
         sub = Subscription(self, checked, max_queued or self.max_queued, owner=owner,
-                           accept=accept)
+                           view=view)
         self._subscriptions.add(sub)
         return sub
 
@@ -135,8 +142,9 @@ class EventBus:
         self._published += 1
         sent = 0
         for sub in list(self._subscriptions):
-            if sub.matches(topic) and sub.accepts(event.payload):
-                if sub._offer(event):
+            shown = sub.shown(event) if sub.matches(topic) else None
+            if shown is not None:
+                if sub._offer(shown):
                     sent += 1
                 elif sub.dropped:
                     self._dropped += 1

@@ -17,8 +17,8 @@ run in a nursery it opens and closes (cancelling it cancels them all).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -28,6 +28,7 @@ from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.watchpaths import passed_by
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id, shares
+from recalld.ipc.answers import JobInfo
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
 
@@ -53,6 +54,43 @@ def may_see(registry: WorkspaceRegistry, caller: str, agent_id: str) -> bool:
         return True
     target = registry.find(agent_id)
     return target is not None and may_read(caller, target)
+
+
+def job_for_reader(job: JobInfo) -> JobInfo:
+    """What an agent the owner shares its workspace with sees of one of its jobs: that it
+    ran, its kind, state, counts and times, not what it was given, found or wrote (its
+    params name the owner's sessions; its result, error and progress message quote its
+    conversations, model answers and derived files)."""
+    return cast(JobInfo, _job_part(job))
+
+
+def _job_part(job: Mapping[str, object]) -> dict[str, object]:
+    shown = dict(job)
+    for key, blank in (("params", {}), ("result", None), ("error", None)):
+        if key in shown:
+            shown[key] = blank
+    progress = shown.get("progress")
+    if isinstance(progress, Mapping):
+        shown["progress"] = {**progress, "message": ""}
+    return shown
+
+
+def event_view(registry: WorkspaceRegistry, caller: str, topic: str,
+               payload: Mapping[str, object]) -> Mapping[str, object] | None:
+    """What ``caller``'s subscription gets of the event ``topic``: the whole of one of
+    the daemon's or of its own workspace; of a workspace shared with it, the opening,
+    closing and failure, and its jobs as :func:`job_for_reader` shows them; nothing else
+    (an inbox item tells what the owner's conversations changed, for the owner only)."""
+    owner = payload.get("agent_id")
+    if not isinstance(owner, str) or owner == caller:
+        return payload
+    if not may_see(registry, caller, owner):
+        return None
+    if topic.startswith("workspace."):
+        return payload
+    if topic in ("job.state", "job.progress"):
+        return _job_part(payload)
+    return None
 
 
 def check_read(caller: str, owner: str, settings: WorkspaceSettings) -> None:

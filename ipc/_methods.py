@@ -143,17 +143,19 @@ def jobs_submit(
     )
 
 
-def jobs_get(agent_id: str, job_id: str) -> Call[JobInfo]:
-    """``jobs.get``: state, progress, result and error of one job."""
+def jobs_get(agent_id: str, job_id: str, as_agent: str | None = None) -> Call[JobInfo]:
+    """``jobs.get``: state, progress, result and error of one job; ``as_agent`` names
+    the reader when it is not the workspace's owner (it sees no params, result nor
+    error)."""
     return Call(
-        "jobs.get", _params(agent_id=agent_id, job_id=job_id),
+        "jobs.get", _params(agent_id=agent_id, job_id=job_id, as_agent=as_agent),
         _answer(JobInfo),
     )
 
 
 def jobs_list(agent_id: str | None = None) -> Call[list[JobInfo]]:
     """``jobs.list``: the jobs of ``agent_id``'s workspace and of those shared with it
-    (the default agent's without one)."""
+    (the default agent's without one), those as a reader sees them."""
     return Call("jobs.list", _params(agent_id=agent_id), _as_list("jobs", JobInfo))
 
 

@@ -296,9 +296,14 @@ class Client(_flavours.SyncMethods):
         for ws in self.workspace_list():
             if ws.get("state") != "ready":
                 continue
+            agent = str(ws["agent_id"])
             with contextlib.suppress(errors.UnknownWorkspace):  # closed meanwhile
-                for job in self.jobs_list(str(ws["agent_id"])):
-                    seen.setdefault(str(job["job_id"]), job)
+                for job in self.jobs_list(agent):
+                    # Whole as its owner lists it; as a reader sees it only until then.
+                    if job["agent_id"] == agent:
+                        seen[str(job["job_id"])] = job
+                    else:
+                        seen.setdefault(str(job["job_id"]), job)
         return sorted(seen.values(), key=lambda j: j.get("submitted_at", 0.0))
 
     # ------------------------------------------------------------------- events

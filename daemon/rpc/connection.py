@@ -43,7 +43,7 @@ import orjson
 import trio
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.events import Accept, EventBus, Subscription
+from recalld.daemon.events import EventBus, Subscription, View
 from recalld.daemon.rpc.calls import CallCounters, encodable, run_call
 from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE, check_subscription, pump_events
 from recalld.ipc import errors
@@ -477,7 +477,7 @@ class Connection:
         return await self.send(event_notification(topic, dict(payload)), abort=False)
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
-                  accept: Accept | None = None) -> list[str]:
+                  view: View | None = None) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new.
         One connection subscribes for one agent (``owner``)."""
         sub = self.subscription if self.subscription and not self.subscription.closed else None
@@ -486,7 +486,7 @@ class Connection:
             return sub.add(patterns)
         if self._nursery is None:
             raise errors.InternalError("connection is not serving")
-        sub = bus.subscribe(patterns, max_queued=EVENT_QUEUE_SIZE, owner=owner, accept=accept)
+        sub = bus.subscribe(patterns, max_queued=EVENT_QUEUE_SIZE, owner=owner, view=view)
         self.subscription = sub
         self._nursery.start_soon(self._pump_events, sub)
         return sorted(sub.patterns)

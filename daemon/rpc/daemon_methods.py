@@ -213,10 +213,8 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     p.done()
     registry = ctx.state.registry
 
-    def accept(payload: Mapping[str, object]) -> bool:
-        # Daemon events name no agent; a workspace's events reach those who may read it.
-        owner = payload.get("agent_id")
-        return not isinstance(owner, str) or sharing.may_see(registry, caller, owner)
+    def view(topic: str, payload: Mapping[str, object]) -> Mapping[str, object] | None:
+        return sharing.event_view(registry, caller, topic, payload)
 
     if not topics:
         raise InvalidParams("param 'topics' must not be empty")
@@ -225,4 +223,4 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     except ValueError as exc:
         raise InvalidParams(str(exc)) from None
     return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked, owner=caller,
-                                                   accept=accept)}
+                                                   view=view)}

@@ -35,7 +35,7 @@ from typing import Protocol, TypeVar, overload
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
-from recalld.daemon.events import Accept, EventBus
+from recalld.daemon.events import EventBus, View
 from recalld.daemon.jsontypes import JsonObject as JsonObject
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.services import DaemonServices
@@ -65,9 +65,9 @@ class Peer(Protocol):
     def peer_pid(self) -> int | None: ...
 
     def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
-                  accept: Accept | None = None) -> list[str]:
+                  view: View | None = None) -> list[str]:
         """Add ``patterns`` to this connection's event subscription (made for ``owner``,
-        seeing what ``accept`` lets through); return them all."""
+        seeing what ``view`` shows it); return them all."""
         ...
 
     async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:

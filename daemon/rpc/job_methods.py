@@ -12,7 +12,7 @@ from recalld.daemon.jobs import JobManager
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.workspaces import check_agent_id
 from recalld.ipc.answers import JobInfo, JobSubmitted
-from recalld.ipc.errors import InvalidParams, Overloaded
+from recalld.ipc.errors import InvalidParams, NotAllowed, Overloaded
 
 METHODS = Methods()
 R = TypeVar("R")
@@ -51,12 +51,23 @@ async def rpc_submit(manager: JobManager, params: object) -> JobSubmitted:
     return {"job_id": job_id}
 
 
-async def rpc_get(manager: JobManager, params: object) -> JobInfo:
-    """``jobs.get {agent_id, job_id}`` → the job record."""
+def _refuse(reader: str, owner: str) -> None:
+    raise NotAllowed(f"agent {reader!r} may not see the jobs of {owner!r}")
+
+
+async def rpc_get(manager: JobManager, params: object,
+                  check_reader: Callable[[str, str], object] = _refuse) -> JobInfo:
+    """``jobs.get {agent_id, job_id, as_agent?}`` → the job record; for ``as_agent``,
+    another agent (``check_reader(as_agent, agent_id)`` raises unless the workspace is
+    shared with it), as a reader sees it."""
     p = _params(params)
     agent, job_id = _agent(p), p.text("job_id")
+    reader = check_agent_id(p.text("as_agent", agent))
     p.done()
-    return manager.get(agent, job_id)
+    if reader == agent:
+        return manager.get(agent, job_id)
+    check_reader(reader, agent)
+    return sharing.job_for_reader(manager.get(agent, job_id))
 
 
 async def rpc_list(manager: JobManager, params: object,
@@ -64,12 +75,12 @@ async def rpc_list(manager: JobManager, params: object,
                    ) -> JobList:
     """``jobs.list {agent_id?}`` → ``{jobs: [...]}``, oldest first: the jobs of the agent's
     own workspace and of the others' that ``may_see(agent, owner)`` allows (shared with
-    it)."""
+    it), those as a reader sees them."""
     p = _params(params)
     agent = _agent(p)
     p.done()
-    jobs = manager.list(agent) + [j for j in manager.list() if j["agent_id"] != agent
-                                  and may_see(agent, j["agent_id"])]
+    jobs = manager.list(agent) + [sharing.job_for_reader(j) for j in manager.list()
+                                  if j["agent_id"] != agent and may_see(agent, j["agent_id"])]
     return {"jobs": sorted(jobs, key=lambda j: j["submitted_at"])}
 
 
@@ -102,14 +113,21 @@ async def _submit(ctx: CallContext, params: JsonObject) -> JobSubmitted:
 
 
 METHODS.register("jobs.submit", _submit)
-METHODS.register("jobs.get", _on_manager(rpc_get))
+def _may_see(ctx: CallContext) -> Callable[[str, str], bool]:
+    registry = ctx.state.registry
+    return lambda caller, owner: sharing.may_see(registry, caller, owner)
+
+
+async def _get(ctx: CallContext, params: JsonObject) -> JobInfo:
+    registry = ctx.state.registry
+    return await rpc_get(ctx.services.jobs, params,
+                         lambda reader, owner: sharing.readable(registry, reader, owner))
 
 
 async def _list(ctx: CallContext, params: JsonObject) -> JobList:
-    registry = ctx.state.registry
-    return await rpc_list(ctx.services.jobs, params,
-                          lambda caller, owner: sharing.may_see(registry, caller, owner))
+    return await rpc_list(ctx.services.jobs, params, _may_see(ctx))
 
 
+METHODS.register("jobs.get", _get)
 METHODS.register("jobs.list", _list)
 METHODS.register("jobs.cancel", _on_manager(rpc_cancel))
