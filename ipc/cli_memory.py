@@ -85,8 +85,9 @@ def _progress(job: JobInfo) -> str:
 def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     action = ns.jobs_command
     if action == "list":
-        jobs = (client.jobs_list(ns.agent) if ns.agent is not None
-                else client.jobs_of_every_workspace())
+        # The agent's own: jobs.list adds those of the workspaces shared with it.
+        jobs = ([j for j in client.jobs_list(ns.agent) if j["agent_id"] == ns.agent]
+                if ns.agent is not None else client.jobs_of_every_workspace())
         if as_json:
             print_json(out, jobs)
         elif not jobs:

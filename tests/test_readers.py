@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import DaemonFactory
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from test_cli import as_json, recalld
 from waits import wait_job
 
 from recalld.ipc import errors
@@ -100,8 +101,12 @@ def test_a_reader_sees_that_the_owners_jobs_ran_not_what_they_did(
             c.call("jobs.get", {"agent_id": "robin", "job_id": job_id, "as_agent": "kim"})
         assert not list(subs["kim"].events(timeout_s=0))
 
-        # What the operator's status shows is the owner's record, whoever lists first.
+        # What the operator's status shows is the owner's record, whoever lists first;
+        # the jobs of one agent are its own.
         (shown,) = [j for j in c.jobs_of_every_workspace() if j["job_id"] == job_id]
         assert shown["result"] == whole["result"]
+        assert as_json(recalld("--json", "jobs", "list", "--agent", "robin", env=d.env)) == [
+            whole]
+        assert as_json(recalld("--json", "jobs", "list", "--agent", "ash", env=d.env)) == []
     for sub in subs.values():
         sub.close()
