@@ -153,7 +153,9 @@ class JobWaiter:
 
     def _follow(self, job_id: str, progress: Progress) -> dict[str, object]:
         try:
-            self.client.subscribe(list(JOB_TOPICS))
+            # As the job's agent: its own events are whole (another agent it is shared
+            # with sees no result nor error).
+            self.client.subscribe(list(JOB_TOPICS), self.agent_id)
         except (errors.MethodNotFound, errors.InvalidParams):
             pass  # polling alone still works
         job: dict[str, object] = dict(self.client.jobs_get(self.agent_id, job_id))

@@ -8,14 +8,17 @@ workspace with ``ash`` (listed before it), not with ``kim``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-from test_cli import as_json, recalld
-from waits import wait_job
+from test_cli import SCRIPT, as_json, recalld
+from waits import wait_for, wait_job
 
 from recalld.ipc import errors
 from recalld.ipc.client import Client
@@ -31,10 +34,14 @@ def fake() -> Iterator[FakeProvider]:
         yield provider
 
 
-def _config(fake: FakeProvider) -> str:
-    chat = (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "k", '
+def _chat(fake: FakeProvider) -> str:
+    return (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "k", '
             f'model_name = "fake", timeout_s = 60.0}}\n')
-    return (f'[workspaces.robin]\nshared_with = ["ash"]\nauto_memory_idle_s = 600\n{chat}'
+
+
+def _config(fake: FakeProvider) -> str:
+    return (f'[workspaces.robin]\nshared_with = ["ash"]\nauto_memory_idle_s = 600\n'
+            f"{_chat(fake)}"
             "[workspaces.ash]\n[workspaces.kim]\n")
 
 
@@ -110,3 +117,38 @@ def test_a_reader_sees_that_the_owners_jobs_ran_not_what_they_did(
         assert as_json(recalld("--json", "jobs", "list", "--agent", "ash", env=d.env)) == []
     for sub in subs.values():
         sub.close()
+
+
+def _calls(d: DaemonHandle, method: str) -> int:
+    families = {f["name"]: f for f in d.call("daemon.metrics")["families"]}
+    samples = families["recalld_rpc_seconds"]["samples"]
+    return sum(int(s["count"]) for s in samples if s["labels"]["method"] == method)
+
+
+def test_a_job_followed_from_the_command_line_ends_with_its_result(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # heron is shared with every agent, so the default agent reads it too: the command
+    # following heron's job must get heron's own events, not what a reader sees.
+    root = tmp_path / "heron"
+    (root / "memory/2026-02-11").mkdir(parents=True)
+    (root / "memory/2026-02-11/weir.md").write_text("The heron nests by the weir.\n")
+    d = daemon_factory(f'[workspaces.heron]\npath = "{root}"\nshared_with = ["*"]\n'
+                       f"dream_cron_enabled = false\n{_chat(fake)}")
+    held = fake.gate(lambda body: True)
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    proc = subprocess.Popen([*cmd, "--json", "dream", "--agent", "heron"], env=d.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert held.entered.wait(60), "the dream never asked the model"
+        # The end comes by event: the command has subscribed and looked at the job.
+        wait_for(lambda: _calls(d, "events.subscribe") and _calls(d, "jobs.get"),
+                 "the command following the job")
+        held.open()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (out, err)
+    job = json.loads(out)
+    assert job["state"] == "succeeded" and job["progress"]["message"], job
+    assert job["result"] is not None and job["result"]["notes"] == 1, job
