@@ -176,3 +176,21 @@ def test_a_code_block_ends_at_its_own_fence(daemon: DaemonHandle, tmp_path: Path
         assert hit["links"] == [] and answer["expanded"] == [], word
     comment = daemon.call("memory.search", {"agent_id": "w", "query": "comment heading"})
     assert [(r["start_line"], r["heading"]) for r in comment["results"]] == [(1, "Code blocks")]
+
+
+def test_a_link_to_a_note_named_for_a_credential_is_kept(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # Notes about keys and tokens, named so: their paths are words and dates, no secret,
+    # so the index keeps the links naming them and the text showing them.
+    root = tmp_path / "ws"
+    targets = ["memory/2026-09-14/gitlab-token-renewal.md", "digest/ops/ssh-key-handover.md"]
+    for i, rel in enumerate(targets):
+        write(root, rel, f"# {rel}\nrenewal{i} steps\n")
+    write(root, "digest/wiki/ops.md",
+          "# Ops\nopsword: see [[memory/2026-09-14/gitlab-token-renewal.md]] and\n"
+          "[[digest/ops/ssh-key-handover]] first\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    assert sorted(links_of(daemon, "opsword")) == sorted(targets)
+    hit = daemon.call("memory.search", {"agent_id": "w", "query": "opsword"})["results"][0]
+    assert all(rel.removesuffix(".md") in hit["text"] for rel in targets), hit["text"]
+    assert "[REDACTED]" not in hit["text"], hit["text"]

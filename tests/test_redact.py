@@ -104,6 +104,8 @@ def test_assignments_and_contexts(text: str, kept: str, gone: str) -> None:
     "session_id: 3f2a9c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b",
     '{"session_id": "telegram_12345", "turns": 4}',
     "<session-id>mcp-1</session-id>",
+    # A note's path naming a credential word: words and dates, no secret.
+    "See [[memory/2026-07-01/api-key-rotation.md]] and docs/setup/github-token-expiry.md",
 ])
 def test_no_false_positives(text: str) -> None:
     assert redact(text) == text

@@ -72,10 +72,18 @@ def _compound(value: str) -> bool:
         and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6 for p in pieces)
 
 
+#: A file path of words and numbers (``memory/2026-07-01/api-key-rotation.md``): each
+#: part between slashes words or numbers joined by ``-``, ``_`` or ``.``.
+_WORDS_PATH = re.compile(r"/?(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|\d+))*/+)+"
+                         r"(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|\d+))*)?[-_.]?")
+
+
 def looks_random(value: str, min_len: int = 16) -> bool:
     """Is ``value`` a machine-made secret (long, mixed, high-entropy), not a word or a
-    digest? Hex strings and UUIDs are not (commit ids, checksums, request ids)."""
-    if len(value) < min_len or HEX.match(value) or _UUID.match(value) or _compound(value):
+    digest? Hex strings, UUIDs and paths of words are not (commit ids, checksums, request
+    ids, a note's path)."""
+    if (len(value) < min_len or HEX.match(value) or _UUID.match(value) or _compound(value)
+            or ("/" in value and _WORDS_PATH.fullmatch(value))):
         return False
     digit, upper, lower, _ = classes(value)
     if sum((digit, upper, lower)) < 2:
