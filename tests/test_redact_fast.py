@@ -149,7 +149,7 @@ def test_find_spans_matches_hints_first_on_the_corpus() -> None:
 
 
 def test_the_format_rules_share_the_rules_token_prefilter() -> None:
-    # find_spans gives FORMAT_RULES (has_secret's formats_only) RULES' compiled prefilter.
+    # find_spans gives FORMAT_RULES RULES' compiled prefilter.
     format_token = [r for r in secret_rules.FORMAT_RULES if r.find is not None and r.token]
     rules_token = [r for r in RULES if r.find is not None and r.token]
     assert format_token == rules_token

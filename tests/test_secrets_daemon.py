@@ -178,6 +178,36 @@ def test_session_id_that_is_a_credential_is_refused(
     assert d.call("daemon.ping")["pong"] is True
 
 
+def test_ids_and_names_redaction_would_mask_where_written_are_refused(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A session id, an author or a topic file's name that is a credential by its words
+    (not its shape) would be masked in the note's link, the frontmatter or MEMORY.md: a
+    link naming nothing, an author no filter finds. They are refused; ids and names that
+    merely mention a credential word are taken and kept whole."""
+    d = daemon_factory(_config(tmp_path / "ws", fake))
+    turns = [{"role": "user", "content": "hi"}]
+    for sid in (f"pw:{PW}", f"passwd:{PW}", f"token@{PW}", f"pin:{PIN}"):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("memory.add_note", {"agent_id": "w", "content": "x", "session_id": sid})
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("memory.add_turns", {"agent_id": "w", "session_id": sid, "messages": turns})
+    with pytest.raises(InvalidParams, match="credential"):
+        d.call("memory.add_note", {"agent_id": "w", "content": "x", "author": f"pw {PW}"})
+    with pytest.raises(InvalidParams, match="credential"):
+        d.call("memory.topic_write", {"agent_id": "w", "path": f"my pin {PIN}.md",
+                                      "name": "n", "description": "d", "type": "user",
+                                      "body": "b"})
+    note = d.call("memory.add_note", {"agent_id": "w", "content": "rotated the keys",
+                                      "session_id": "api-key-rotation-2024",
+                                      "author": "token-rotation-bot"})
+    text = (tmp_path / "ws" / note["path"]).read_text()
+    assert "[[mem_session/dialog/api-key-rotation-2024.jsonl]]" in text, text
+    found = d.call("memory.search", {"agent_id": "w", "query": "rotated keys",
+                                     "filters": {"author": "token-rotation-bot"}})
+    assert [r["path"] for r in found["results"]] == [note["path"]]
+    assert _leaks(str(d.call("daemon.status"))) == []
+
+
 def test_frontmatter_written_by_hand_is_served_without_its_secrets(
         daemon_factory: Any, tmp_path: Path) -> None:
     """The names and descriptions a person typed into notes' frontmatter reach MEMORY.md

@@ -177,10 +177,22 @@ def redact_count(text: str) -> tuple[str, int]:
     return _apply(text, spans, False), len(spans)
 
 
-def has_secret(text: str, *, formats_only: bool = False) -> bool:
-    """Does ``text`` hold something redaction would mask? ``formats_only``: only secrets
-    recognisable by their shape (for identifiers, which have no context)."""
-    return bool(find_spans(text, FORMAT_RULES if formats_only else RULES))
+def has_secret(text: str) -> bool:
+    """Does ``text`` hold something redaction would mask?"""
+    return bool(find_spans(text))
+
+
+def masked_in(value: str, *places: str) -> bool:
+    """Would redaction mask a part of ``value`` alone or where it is written: in one of
+    ``places``, each a text with ``{}`` where the value stands (a name in a link, an id
+    in a frontmatter field)? A name or an id so masked leaves a link or a field that no
+    longer names it: it is refused, not written."""
+    for place in ("{}", *places):
+        at = place.index("{}")
+        end = at + len(value)
+        if any(s < end and e > at for s, e in find_spans(place[:at] + value + place[at + 2:])):
+            return True
+    return False
 
 
 def redact_parts(parts: Sequence[str], also: Sequence[Sequence[Span]] = ()) -> list[str]:
@@ -349,6 +361,6 @@ async def redact_async(text: str, *, keep_lines: bool = False,
                                          limiter=limiter)
 
 
-__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "redact", "redact_async",
-           "redact_count", "redact_messages", "redact_messages_async", "redact_parts",
-           "redact_prefix", "redact_value", "seam_spans"]
+__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "masked_in", "redact",
+           "redact_async", "redact_count", "redact_messages", "redact_messages_async",
+           "redact_parts", "redact_prefix", "redact_value", "seam_spans"]

@@ -55,9 +55,10 @@ def topic_path(digest: str, path: str) -> str:
     rel = "/".join(safepath.split_relative(path))
     if visible(rel) != rel:  # it would break the line MEMORY.md lists it on
         raise InvalidParams(f"a topic file's path has no control characters, not {rel!r}")
-    from recalld.daemon.memory.redact import has_secret  # imported with its first use
+    from recalld.daemon.memory.redact import masked_in  # imported with its first use
 
-    if has_secret(rel, formats_only=True):  # a file name is shown, indexed and logged
+    # A file name is shown, indexed and logged; MEMORY.md links to it.
+    if masked_in(rel, "- [name]({})"):
         raise InvalidParams("a topic file's path looks like a credential; use another name")
     if passed_by(rel):  # the index passes it by, so MEMORY.md could not list it
         raise InvalidParams(f"a topic file's path has no hidden parts and no "

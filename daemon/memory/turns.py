@@ -32,6 +32,8 @@ MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
                 "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
                 "video": "video", "video_url": "video"}
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
+#: The folder of the dialog logs, as a note's ``source_conversation`` link names it.
+_DIALOG_LINK = "mem_session/dialog"
 
 
 def check_session_id(value: object) -> str:
@@ -39,10 +41,11 @@ def check_session_id(value: object) -> str:
             or value.startswith(".")):
         raise InvalidParams(
             "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not starting with .)")
-    from recalld.daemon.memory.redact import has_secret
+    from recalld.daemon.memory.redact import masked_in
 
-    if has_secret(value, formats_only=True):
-        # It would become a file name and a frontmatter field: never a credential.
+    # It becomes a file name, a frontmatter field and the link to the dialog log: never a
+    # credential, nor what redaction would mask there (the link would name nothing).
+    if masked_in(value, f'source_conversation: "[[{_DIALOG_LINK}/{{}}.jsonl]]"'):
         raise InvalidParams("session_id looks like a credential; use another id")
     return value
 

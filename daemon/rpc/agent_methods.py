@@ -43,7 +43,7 @@ from recalld.daemon.memory.recall import (
     build_recall,
     query_of,
 )
-from recalld.daemon.memory.redact import redact, redact_async
+from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -110,6 +110,9 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     p.done()
     if author is not None and not slug(author):
         raise InvalidParams("param 'author' must contain letters or digits")
+    if author is not None and masked_in(author, "author: {}"):
+        # Kept masked, the note would never be found by the author filter.
+        raise InvalidParams("param 'author' looks like a credential; use another name")
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
