@@ -175,6 +175,17 @@ def test_session_id_that_is_a_credential_is_refused(
     with pytest.raises(InvalidParams, match="credential"):
         d.call("memory.add_turns", {"agent_id": "w", "session_id": SPLIT,
                                     "messages": [{"role": "user", "content": "hi"}]})
+    # A request id is kept in the pending-turns log to answer a retry.
+    for request_id in (SLACK, f"retry pw: {PW}"):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "request_id":
+                                        request_id, "messages": [{"role": "user",
+                                                                  "content": "hi"}]})
+    added = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "request_id":
+                                        "token-refresh-7", "messages": [{"role": "user",
+                                                                         "content": "hi"}]})
+    assert added["added_messages"] == 1
+    assert _leaks(_workspace_text(tmp_path / "ws")) == []
     assert d.call("daemon.ping")["pong"] is True
 
 

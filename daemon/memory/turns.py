@@ -50,6 +50,20 @@ def check_session_id(value: object) -> str:
     return value
 
 
+def check_request_id(value: str | None) -> str | None:
+    """``memory.add_turns``'s ``request_id``: kept in the pending-turns log to answer a
+    retry, so never what redaction would mask."""
+    if value is None:
+        return None
+    if not 0 < len(value) <= 200:
+        raise InvalidParams("request_id must be 1-200 characters")
+    from recalld.daemon.memory.redact import masked_in
+
+    if masked_in(value):
+        raise InvalidParams("request_id looks like a credential; use another id")
+    return value
+
+
 def _strip(text: str) -> str:
     text = _RECALL.sub("", text)
     text = _DATA_URL.sub("[data omitted]", text)

@@ -9,7 +9,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon.memory import capture_log, changelog
-from recalld.daemon.memory.turns import check_messages, check_session_id
+from recalld.daemon.memory.turns import check_messages, check_request_id, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.answers import InboxAcked, TurnsAdded
@@ -40,10 +40,8 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
     agent_id = p.agent_id()
     session_id = check_session_id(p.text("session_id"))
     flush = p.boolean("flush", False)
-    request_id = p.text("request_id", None)
+    request_id = check_request_id(p.text("request_id", None))
     p.done()
-    if request_id is not None and not (0 < len(request_id) <= 200):
-        raise InvalidParams("request_id must be 1-200 characters")
     if request_id is not None:
         # A retry is a retry of the same session's call: the same id given with another
         # session is another request (no session id has a '/').
