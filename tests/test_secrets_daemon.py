@@ -219,6 +219,32 @@ def test_ids_and_names_redaction_would_mask_where_written_are_refused(
     assert _leaks(str(d.call("daemon.status"))) == []
 
 
+def test_frontmatter_the_model_sets_is_masked_as_the_index_masks_it(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A value the model puts under a credential's name with ``frontmatter_update`` (a
+    plain word, which only its key tells) is masked in the note, not only in the index."""
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    rel = "memory/2026-03-09/wifi.md"
+    plain = "bluebird" + str(RNG.randrange(10, 99))
+    fake.script(
+        Reply(json=chat_answer(None, [tool_call("daily_write", {
+            "name": "wifi", "content": "- The home wifi was set up."})])),
+        Reply(json=chat_answer(None, [tool_call("frontmatter_update", {
+            "path": rel, "changes": {"wifi_password": plain, "router": "the hall cupboard",
+                                     "tags": ["home", f"pw: {plain}"]}}, "call_2")])),
+        Reply(json=chat_answer("saved")))
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1",
+                                "messages": [{"role": "user", "content": "wifi is set up"}]})
+    job = d.call("jobs.submit", {"agent_id": "w", "kind": "auto_memory",
+                                 "params": {"session_id": "s1", "date": "2026-03-09"}})
+    assert wait_job(d, job["job_id"])["state"] == "succeeded"
+    text = (root / rel).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("wifi_password:"))
+    assert "[REDACTED]" in line and "router: the hall cupboard" in text, text
+    assert plain not in text, text
+
+
 def test_frontmatter_written_by_hand_is_served_without_its_secrets(
         daemon_factory: Any, tmp_path: Path) -> None:
     """The names and descriptions a person typed into notes' frontmatter reach MEMORY.md

@@ -353,7 +353,9 @@ class FileOps:
         rel = self.check_writable(path)
         from recalld.daemon.memory.redact import redact_value
 
-        edits = {str(k): (DELETE if v is None else redact_value(v)) for k, v in changes.items()}
+        # Each value read with its key, as the index reads the line ("wifi_password: x").
+        edits = {str(k): (DELETE if v is None else redact_value({str(k): v})[str(k)])
+                 for k, v in changes.items()}
         async with self.lock:
             before = await self.read_text(rel)
             if before is None:
