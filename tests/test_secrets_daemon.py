@@ -245,6 +245,22 @@ def test_frontmatter_the_model_sets_is_masked_as_the_index_masks_it(
     assert plain not in text, text
 
 
+def test_an_edit_is_masked_with_the_line_it_goes_into(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A plain word is a password after "wifi_password:": an edit putting it there is
+    masked in the file, as the index masks the line (not only the word alone)."""
+    root = tmp_path / "ws"
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    plain = "canary" + str(RNG.randrange(10, 99))
+    d.call("memory.topic_write", {"agent_id": "w", "path": "home.md", "name": "Home",
+                                  "description": "the flat", "type": "user",
+                                  "body": "- wifi_password: TBD\n- router: hall"})
+    d.call("memory.topic_edit", {"agent_id": "w", "path": "home.md", "old": "TBD",
+                                 "new": plain})
+    text = (root / "digest" / "home.md").read_text()
+    assert plain not in text and "- wifi_password: [REDACTED]\n- router: hall" in text, text
+
+
 def test_frontmatter_written_by_hand_is_served_without_its_secrets(
         daemon_factory: Any, tmp_path: Path) -> None:
     """The names and descriptions a person typed into notes' frontmatter reach MEMORY.md

@@ -333,7 +333,7 @@ class FileOps:
         rel = self.check_writable(path)
         if not old:
             raise InvalidParams("old text must not be empty")
-        from recalld.daemon.memory.redact import redact_async
+        from recalld.daemon.memory.redact import redact_async, redact_inserted
 
         new = await redact_async(new)
         async with self.lock:
@@ -344,7 +344,11 @@ class FileOps:
             if count != 1:
                 raise InvalidParams(
                     f"old text occurs {count} times in {rel}; it must occur exactly once")
-            result = await self._publish(rel, before, before.replace(old, new, 1))
+            at = before.index(old)
+            # Masked where it goes too: the index reads it with the lines around it.
+            after = await trio.to_thread.run_sync(
+                redact_inserted, before.replace(old, new, 1), at, at + len(new))
+            result = await self._publish(rel, before, after)
         await self._searchable()
         return result
 

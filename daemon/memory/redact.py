@@ -177,6 +177,18 @@ def redact_count(text: str) -> tuple[str, int]:
     return _apply(text, spans, False), len(spans)
 
 
+def redact_inserted(text: str, start: int, end: int) -> str:
+    """``text`` with the secrets touching ``text[start:end]`` (a piece just put in it)
+    masked, read with the lines around it: a piece innocent alone may be a secret where
+    it goes (a plain word after "wifi_password:")."""
+    first = text.rfind("\n", 0, start) + 1
+    last = text.find("\n", end)
+    last = len(text) if last < 0 else last
+    spans = [(first + s, first + e) for s, e in find_spans(text[first:last])
+             if first + s < max(end, start + 1) and first + e > start]
+    return _apply(text, spans, False)
+
+
 def has_secret(text: str) -> bool:
     """Does ``text`` hold something redaction would mask?"""
     return bool(find_spans(text))
@@ -362,5 +374,6 @@ async def redact_async(text: str, *, keep_lines: bool = False,
 
 
 __all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "masked_in", "redact",
-           "redact_async", "redact_count", "redact_messages", "redact_messages_async",
-           "redact_parts", "redact_prefix", "redact_value", "seam_spans"]
+           "redact_async", "redact_count", "redact_inserted", "redact_messages",
+           "redact_messages_async", "redact_parts", "redact_prefix", "redact_value",
+           "seam_spans"]
