@@ -167,7 +167,7 @@ def test_secrets_reach_no_note_log_index_or_chat_request(
         assert _leaks(request.body.decode()) == []
 
 
-def test_session_id_that_is_a_credential_is_refused(
+def test_ids_that_are_credentials_are_refused(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     d = daemon_factory(_config(tmp_path / "ws", fake))
     with pytest.raises(InvalidParams, match="credential"):
@@ -175,6 +175,12 @@ def test_session_id_that_is_a_credential_is_refused(
     with pytest.raises(InvalidParams, match="credential"):
         d.call("memory.add_turns", {"agent_id": "w", "session_id": SPLIT,
                                     "messages": [{"role": "user", "content": "hi"}]})
+    # An agent id names a workspace's folder and shows in its log lines and status.
+    for agent in (GITLAB, DESCRIPTION_KEY):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("workspace.open", {"agent_id": agent})
+    assert d.call("workspace.open", {"agent_id": "token-helper"})["state"] == "ready"
+    assert _leaks(str(d.call("workspace.list"))) == []
     # A request id is kept in the pending-turns log to answer a retry.
     for request_id in (SLACK, f"retry pw: {PW}"):
         with pytest.raises(InvalidParams, match="credential"):

@@ -16,7 +16,7 @@ from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.memory.redact import redact_async
+from recalld.daemon.memory.redact import masked_in, redact_async
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -116,6 +116,9 @@ async def workspace_open(ctx: CallContext,
     p.done()
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
+    if not ctx.state.registry.exists(agent_id) and masked_in(agent_id):
+        # A new id names a folder and shows in every log line and status of it.
+        raise InvalidParams("agent_id looks like a credential; use another id")
     async with progress.pumping():
         progress.phase("opening")
         ws = await ctx.state.registry.open(
