@@ -161,6 +161,11 @@ class TurnsAdded(TypedDict):
     job_id: NotRequired[str]
 
 
+#: The roles of the messages ``memory.add_turns`` takes (OpenAI's chat format and
+#: Anthropic's); only ``user`` and ``assistant`` text is kept.
+MESSAGE_ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
+
+
 class NoteAdded(TypedDict):
     """``memory.add_note``."""
 

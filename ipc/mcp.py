@@ -8,12 +8,14 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
   (the recall block of ``memory.recall``: hits, linked context, optionally the memory
   index, within a size budget), ``memory_read``
   (a file or a line range, optionally of another agent's workspace), ``memory_add_turns``
-  (conversation turns for the daemon's auto_memory) and ``memory_add_note`` (one fact);
-- the prompt ``recall`` (arguments ``query``, ``budget_chars``, ``include_index``): the
-  recall block as a user message to put before the reply;
+  (conversation turns for the daemon's auto_memory, in any shape ``memory.add_turns``
+  takes) and ``memory_add_note`` (one fact);
+- the prompt ``recall`` (arguments ``query``, ``budget_chars``, ``include_index``,
+  ``include_interests``): the recall block as a user message to put before the reply;
 - the agent's Markdown files as resources ``recalld://<agent>/<path>``.
 
-Tool arguments are checked against the tool's input schema first: arguments of the wrong
+The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
+checked against the tool's input schema first: arguments of the wrong
 shape get an error result naming the argument, and nothing reaches the daemon.
 
 The bridge holds no index and no state besides one daemon connection: any number of
@@ -36,8 +38,6 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import mcp.types as types
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -48,6 +48,7 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.answers import JsonObject, Recall
+from recalld.ipc.mcp_tools import RECALL_PROMPT, TOOL_NAMES, TOOLS, argument_error, prompt_flag
 from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
@@ -58,126 +59,6 @@ MAX_RESOURCE_CHARS = 16 << 20
 #: Sessions the bridge remembers to end at shutdown.
 MAX_SESSIONS = 10_000
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
-
-TOOLS: list[types.Tool] = [
-    types.Tool(
-        name="memory_search",
-        description=("Search long-term memory (Markdown notes from past conversations and "
-                     "consolidated knowledge). Returns ranked excerpts with file:line ranges."),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
-                "agents": {"type": "array", "items": {"type": "string"},
-                           "description": "Search these agents' workspaces instead of your "
-                                          "own (each must be shared with you)."},
-            },
-            "required": ["query"],
-        },
-    ),
-    types.Tool(
-        name="memory_recall",
-        description=("What long-term memory holds for a request, ready to read before "
-                     "answering: the best hits, the notes they link to, optionally the "
-                     "memory index, each labelled with file:line ranges, within a size "
-                     "budget."),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "The request or topic."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
-                "budget_chars": {"type": "integer", "minimum": 1, "maximum": 200000,
-                                 "default": 4000},
-                "include_index": {"type": "boolean", "default": False,
-                                  "description": "Add the index of long-term notes."},
-                "include_interests": {"type": "boolean", "default": False,
-                                      "description": "Add the top interest topics."},
-            },
-            "required": ["query"],
-        },
-    ),
-    types.Tool(
-        name="memory_read",
-        description="Read a memory file, or a 1-based inclusive range of its lines.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "Path inside the workspace, as search shows it."},
-                "start_line": {"type": "integer", "minimum": 1},
-                "end_line": {"type": "integer", "minimum": 1},
-                "agent": {"type": "string",
-                          "description": "Another agent whose workspace is shared with you."},
-            },
-            "required": ["path"],
-        },
-    ),
-    types.Tool(
-        name="memory_add_turns",
-        description=("Hand conversation turns to long-term memory; durable facts are "
-                     "extracted into notes in the background. flush=true at the end of a "
-                     "conversation."),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "session_id": {"type": "string"},
-                "messages": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {"role": {"type": "string",
-                                            "enum": ["user", "assistant", "system", "tool"]},
-                                   "content": {"type": "string"}},
-                    "required": ["role", "content"]}},
-                "flush": {"type": "boolean", "default": False},
-                "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
-                               "description": "An id for these turns: a retried call with "
-                                              "the same id adds nothing twice."},
-            },
-            "required": ["session_id", "messages"],
-        },
-    ),
-    types.Tool(
-        name="memory_add_note",
-        description="Remember one durable fact now (stored as a note of the day).",
-        input_schema={
-            "type": "object",
-            "properties": {"content": {"type": "string"},
-                           "session_id": {"type": "string"}},
-            "required": ["content"],
-        },
-    ),
-]
-
-
-#: Each tool's argument check: the SDK's server hands arguments on as the client sent them.
-_CHECKS = {tool.name: Draft202012Validator(tool.input_schema) for tool in TOOLS}
-
-
-def argument_error(name: str, args: JsonObject) -> str | None:
-    """Why ``args`` do not fit the input schema of tool ``name``, or None if they do."""
-    problem = best_match(_CHECKS[name].iter_errors(args))
-    if problem is None:
-        return None
-    where = "/".join(str(part) for part in problem.absolute_path)
-    return f"{where}: {problem.message}" if where else str(problem.message)
-
-
-RECALL_PROMPT = types.Prompt(
-    name="recall",
-    description=("Long-term memory for a request, to put before the reply: hits, the "
-                 "notes they link to and, if asked, the memory index."),
-    arguments=[
-        types.PromptArgument(name="query", description="The request or topic.",
-                             required=True),
-        types.PromptArgument(name="budget_chars",
-                             description="At most this many characters (default 4000).",
-                             required=False),
-        types.PromptArgument(name="include_index",
-                             description="'true' to add the index of long-term notes.",
-                             required=False),
-    ],
-)
-
 
 def resource_uri(agent: str, path: str) -> str:
     return f"{SCHEME}://{agent}/{quote(path)}"
@@ -227,7 +108,7 @@ class Bridge:
     # ------------------------------------------------------------------- tools
 
     async def call_tool(self, name: str, args: JsonObject) -> types.CallToolResult:
-        if name not in _CHECKS:
+        if name not in TOOL_NAMES:
             return _text(f"unknown tool: {name}", error=True)
         problem = argument_error(name, args)
         if problem is not None:
@@ -310,7 +191,8 @@ class Bridge:
             raise ValueError(f"budget_chars must be a whole number, not {budget!r}") from None
         answer = await self.recall(
             str(args.get("query", "")), budget_chars=budget_chars,
-            include_index=str(args.get("include_index", "")).lower() in ("true", "1", "yes"))
+            include_index=prompt_flag(args, "include_index"),
+            include_interests=prompt_flag(args, "include_interests"))
         block = _recall_block(answer)
         return types.GetPromptResult(
             description=f"long-term memory of {self.agent} for the request",

@@ -6,6 +6,7 @@ scripted OpenAI-compatible server on 127.0.0.1 where a job has to run.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from recalld.daemon.memory import sessions
 from recalld.daemon.memory.turns import count_user_turns, sanitize_messages
+from recalld.ipc.errors import INVALID_PARAMS, RecalldError
 
 
 def config(root: Path, interval: int) -> str:
@@ -102,3 +104,54 @@ async def test_a_long_text_block_is_sanitized_off_the_event_loop(
         await store.add("s", [{"role": "user", "content": content}], None)
     store.close()
     assert on_loop == [False, False, False, True, True]
+
+
+def pending_said(root: Path) -> list[tuple[str, str]]:
+    """(role, text) of every turn the session store holds, from its log on disk."""
+    log = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    ops = [json.loads(line.split(" ", 1)[1]) for line in log.read_text("utf-8").splitlines()]
+    return [(m["role"], m["content"]) for op in ops if op["op"] == "turns"
+            for m in op["messages"]]
+
+
+def test_every_clients_shapes_keep_what_was_said(daemon_factory: Any, tmp_path: Path) -> None:
+    # Gemini's parts (blocks without "type") were dropped as if nothing had been said, an
+    # Anthropic document vanished, leaving "is it refundable?" about nothing, a refusal
+    # was lost, and a Responses API transcript (items without a role) was refused whole.
+    d = daemon_factory(config(tmp_path / "ws", interval=0))
+    transcript = [
+        {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"text": "Mein Fahrrad ist grün."}]},
+        {"role": "user", "content": [
+            {"type": "document", "title": "Lease [v2]\nsigned",
+             "source": {"type": "text", "media_type": "text/plain", "data": "Deposit 900"}},
+            {"type": "text", "text": "Is the deposit refundable?"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "deposit: 900 EUR"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "Das prüfe ich nicht."}]},
+        {"role": "user", "content": [
+            {"inline_data": {"mime_type": "image/jpeg", "data": "/9j/4AAQ"}},
+            {"type": "file", "file": {"filename": "kaution.pdf", "file_id": "file-1"}}]},
+    ]
+    r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "mixed",
+                                    "messages": transcript})
+    assert (r["added_messages"], r["pending_turns"]) == (4, 3), r
+    assert pending_said(tmp_path / "ws") == [
+        ("user", "Mein Fahrrad ist grün."),
+        ("user", "[document omitted: Lease (v2) signed]\nIs the deposit refundable?"),
+        ("assistant", "Das prüfe ich nicht."),
+        ("user", "[image omitted]\n[file omitted: kaution.pdf]")]
+    # The same transcript asks recall what the user said in it.
+    answer = d.call("memory.recall", {"agent_id": "w", "messages": transcript})
+    assert "Mein Fahrrad ist grün." in answer["query"], answer["query"]
+    # A message with a role nobody knows is still refused, and so is one without either.
+    for wrong in ({"role": "robot", "content": "hi"}, {"content": "hi"},
+                  {"type": "message", "content": "hi"}):
+        with pytest.raises(RecalldError) as refused:
+            d.call("memory.add_turns", {"agent_id": "w", "session_id": "mixed",
+                                        "messages": [wrong]})
+        assert refused.value.code == INVALID_PARAMS and "messages[0]" in str(refused.value)

@@ -89,6 +89,20 @@ def test_round_trip_through_the_sdk_client(daemon: DaemonHandle) -> None:
             retried = await s.call_tool("memory_add_turns", once)
             assert json.loads(_text(first))["pending_messages"] == 1
             assert json.loads(_text(retried)) == json.loads(_text(first))
+            # Messages as hosts hold them: content blocks, a developer prompt, a tool
+            # call and its answer, a Responses API item; the user's and the assistant's
+            # words are kept.
+            shaped = await s.call_tool("memory_add_turns", {"session_id": "mcp-3", "messages": [
+                {"role": "developer", "content": "Answer in French."},
+                {"role": "user", "content": [{"type": "text", "text": "J'utilise zsh."},
+                                             {"type": "image", "source": {"type": "url"}}]},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "zsh 5.9"},
+                {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Noté."}]}]})
+            assert not shaped.is_error, _text(shaped)
+            assert (shaped.structured_content["added_messages"],
+                    shaped.structured_content["pending_turns"]) == (2, 1)
 
             note = await s.call_tool("memory_add_note", {"content": "The VPN is wireguard."})
             assert not note.is_error and "recorded in memory/" in _text(note)
@@ -212,6 +226,8 @@ The lake ferry leaves Bürkliplatz hourly from April to October; the GA covers i
 
 def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle) -> None:
     _write(daemon, "coder", "digest/wiki/ferry.md", FERRY_NODE)
+    _write(daemon, "coder", "digest/interests.yaml",
+           "topics:\n  - topic: lake ferries\n    weight: 0.4\n")
     _write(daemon, "coder", "memory/2026-07-25/lake.md",
            "# Saturday\n\nWe rode the quokkaboat, see [[digest/wiki/ferry]].\n")
 
@@ -229,6 +245,9 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
 
             prompts = (await s.list_prompts()).prompts
             assert [p.name for p in prompts] == ["recall"]
+            interests = await s.get_prompt("recall", {"query": "quokkaboat",
+                                                      "include_interests": "true"})
+            assert "## Interests\n- lake ferries (0.40)" in interests.messages[0].content.text
             got = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "300"})
             (message,) = got.messages
             assert message.role == "user"
@@ -270,8 +289,11 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
         ("memory_add_turns", {"session_id": "s1", "messages": "hello"}, "messages: 'hello'"),
         ("memory_add_turns", {"session_id": "s1", "flush": "false",
                               "messages": [{"role": "user", "content": "hi"}]}, "flush:"),
-        ("memory_add_turns", {"session_id": "s1", "messages": [{"role": "user"}]},
-         "messages/0: 'content' is a required property"),
+        ("memory_add_turns", {"session_id": "s1", "messages": [{"role": "robot",
+                                                                "content": "hi"}]},
+         "messages/0/role: 'robot' is not one of"),
+        ("memory_add_turns", {"session_id": "s1", "messages": [{"content": "hi"}]},
+         "messages/0: {'content': 'hi'} is not valid"),
         ("memory_add_note", {"content": 5}, "content: 5 is not of type 'string'"),
     ]
 

@@ -16,9 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.ipc.answers import MESSAGE_ROLES
 from recalld.ipc.errors import InvalidParams
 
-ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
+ROLES = MESSAGE_ROLES
+#: Content blocks whose text is said: a refusal is the assistant's answer too.
+TEXT_BLOCKS = frozenset({"text", "input_text", "output_text", "refusal"})
 MAX_MESSAGES_PER_CALL = 1000
 #: Tags an agent wraps recalled memory in when it injects it into a prompt.
 RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant-memories")
@@ -27,10 +30,15 @@ _RECALL = re.compile(
 )
 _DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
-#: Media content blocks, each kept as a placeholder naming what it was.
+#: Media content blocks, each kept as a placeholder naming what it was (and its title or
+#: file name when it has one): what the user shared is said, its bytes are not kept.
 MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
                 "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
-                "video": "video", "video_url": "video"}
+                "video": "video", "video_url": "video", "document": "document",
+                "inline_data": "file", "inlineData": "file", "file_data": "file",
+                "fileData": "file"}
+_MEDIA_KINDS = ("image", "audio", "video")
+MAX_MEDIA_NAME = 100
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
 #: The folder of the dialog logs, as a note's ``source_conversation`` link names it.
 _DIALOG_LINK = "mem_session/dialog"
@@ -70,9 +78,38 @@ def _strip(text: str) -> str:
     return _BASE64_RUN.sub("[base64 omitted]", text)
 
 
+def _block_kind(block: Mapping[str, object]) -> str | None:
+    """A content block's type: its ``type``, or for a block without one (Gemini's parts,
+    hand-made blocks) the key that carries its content."""
+    kind = block.get("type")
+    if isinstance(kind, str):
+        return kind
+    if "text" in block:
+        return "text"
+    return next((key for key in block if key in MEDIA_BLOCKS), None)
+
+
+def _media_placeholder(kind: str, block: Mapping[str, object]) -> str:
+    """``[image omitted]``, ``[document omitted: Q3 report]``: what a media block was,
+    named by its title or file name (Anthropic ``title``, OpenAI ``filename``), and by its
+    MIME type where the block only says "data" (Gemini's ``inline_data``)."""
+    what = MEDIA_BLOCKS[kind]
+    inner = [v for v in (block, block.get(kind), block.get("source")) if isinstance(v, Mapping)]
+    mime = next((v.get(k) for v in inner for k in ("mime_type", "mimeType", "media_type")
+                 if isinstance(v.get(k), str)), None)
+    if what == "file" and isinstance(mime, str) and mime.split("/")[0] in _MEDIA_KINDS:
+        what = mime.split("/")[0]
+    name = next((v.get(k) for v in inner for k in ("title", "filename")
+                 if isinstance(v.get(k), str)), None)
+    name = " ".join(str(name or "").replace("[", "(").replace("]", ")").split())
+    if len(name) > MAX_MEDIA_NAME:
+        name = name[:MAX_MEDIA_NAME] + "…"
+    return f"[{what} omitted: {name}]" if name else f"[{what} omitted]"
+
+
 def _content_blocks(content: object, media: bool = True) -> list[str]:
-    """The text pieces of a message's content (string or OpenAI/Anthropic content blocks);
-    a media block is a placeholder naming it (none without ``media``)."""
+    """The text pieces of a message's content (string or OpenAI/Anthropic/Gemini content
+    blocks); a media block is a placeholder naming it (none without ``media``)."""
     if content is None:
         return []
     if isinstance(content, str):
@@ -83,15 +120,15 @@ def _content_blocks(content: object, media: bool = True) -> list[str]:
             if isinstance(block, str):
                 parts.append(block)
             elif isinstance(block, dict):
-                kind = block.get("type")
-                text = block.get("text")
+                kind = _block_kind(block)
+                text = block.get("refusal" if kind == "refusal" else "text")
                 if isinstance(text, dict):  # the Assistants API: {"value", "annotations"}
                     text = text.get("value")
-                if kind in ("text", "input_text", "output_text") and isinstance(text, str):
+                if kind in TEXT_BLOCKS and isinstance(text, str):
                     parts.append(text)
-                elif media and isinstance(kind, str) and kind in MEDIA_BLOCKS:
-                    parts.append(f"[{MEDIA_BLOCKS[kind]} omitted]")
-                # tool_result / tool_use / anything else: not the user's words, dropped
+                elif media and kind in MEDIA_BLOCKS:
+                    parts.append(_media_placeholder(kind, block))
+                # tool_use / tool_result / thinking / anything else: not said, dropped
         return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")
 
@@ -103,6 +140,8 @@ def user_texts(messages: Sequence[object]) -> list[str]:
     InvalidParams for a message that is not an object with a string role."""
     out: list[str] = []
     for i, m in enumerate(messages):
+        if isinstance(m, Mapping) and _is_item(m):
+            continue
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise InvalidParams(f"messages[{i}] must be an object with a string 'role'")
         if m["role"] == "user":
@@ -115,7 +154,15 @@ def user_texts(messages: Sequence[object]) -> list[str]:
 def text_chars(messages: Sequence[Mapping[str, object]]) -> int:
     """The characters of text in ``messages``, strings and text blocks alike: what
     :func:`sanitize_messages` works through."""
-    return sum(len(b) for m in messages for b in _content_blocks(m.get("content")))
+    return sum(len(b) for m in messages if m.get("role") in ("user", "assistant")
+               for b in _content_blocks(m.get("content")))
+
+
+def _is_item(message: Mapping[str, object]) -> bool:
+    """An item of a Responses API transcript that is not a message (``function_call``,
+    ``function_call_output``, ``reasoning``...): no role, said by nobody, dropped."""
+    kind = message.get("type")
+    return "role" not in message and isinstance(kind, str) and kind != "message"
 
 
 def check_messages(messages: object) -> list[JsonObject]:
@@ -125,9 +172,12 @@ def check_messages(messages: object) -> list[JsonObject]:
     if len(messages) > MAX_MESSAGES_PER_CALL:
         raise InvalidParams(f"at most {MAX_MESSAGES_PER_CALL} messages per call")
     for i, m in enumerate(messages):
+        if isinstance(m, dict) and _is_item(m):
+            continue
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise InvalidParams(
-                f"messages[{i}] must be an object with role one of {', '.join(sorted(ROLES))}")
+                f"messages[{i}] must be an object with role one of {', '.join(sorted(ROLES))}"
+                " (or an item of OpenAI's Responses API: a 'type' other than 'message')")
         if not (m.get("content") is None or isinstance(m.get("content"), str | list)):
             raise InvalidParams(f"messages[{i}].content must be a string, an array or null")
     return messages

@@ -1,0 +1,158 @@
+"""What ``recalld mcp`` offers MCP clients: its tools with their input schemas, the
+argument check every call goes through first, and the ``recall`` prompt.
+
+``memory_add_turns`` takes messages in the shapes ``memory.add_turns`` takes (OpenAI's
+chat and Responses formats, Anthropic's, Gemini's parts): the daemon's sanitizer keeps
+what the user and the assistant said, whichever client sent it.
+"""
+
+from __future__ import annotations
+
+import mcp.types as types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from recalld.ipc.answers import MESSAGE_ROLES, JsonObject
+
+#: One message of ``memory_add_turns``: a role and string, block or null content (extra
+#: fields such as ``tool_call_id`` or ``tool_calls`` are let through), or a Responses
+#: API item without role (``function_call``, ``reasoning``...), which the daemon drops.
+MESSAGE_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "role": {"type": "string", "enum": sorted(MESSAGE_ROLES)},
+        "content": {"type": ["string", "array", "null"],
+                    "items": {"type": ["object", "string"]}},
+        "type": {"type": "string"},
+    },
+    "anyOf": [{"required": ["role"]},
+              {"required": ["type"], "not": {"properties": {"type": {"const": "message"}}}}],
+}
+
+TOOLS: list[types.Tool] = [
+    types.Tool(
+        name="memory_search",
+        description=("Search long-term memory (Markdown notes from past conversations and "
+                     "consolidated knowledge). Returns ranked excerpts with file:line ranges."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What to look for."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "agents": {"type": "array", "items": {"type": "string"},
+                           "description": "Search these agents' workspaces instead of your "
+                                          "own (each must be shared with you)."},
+            },
+            "required": ["query"],
+        },
+    ),
+    types.Tool(
+        name="memory_recall",
+        description=("What long-term memory holds for a request, ready to read before "
+                     "answering: the best hits, the notes they link to, optionally the "
+                     "memory index, each labelled with file:line ranges, within a size "
+                     "budget."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The request or topic."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "budget_chars": {"type": "integer", "minimum": 1, "maximum": 200000,
+                                 "default": 4000},
+                "include_index": {"type": "boolean", "default": False,
+                                  "description": "Add the index of long-term notes."},
+                "include_interests": {"type": "boolean", "default": False,
+                                      "description": "Add the top interest topics."},
+            },
+            "required": ["query"],
+        },
+    ),
+    types.Tool(
+        name="memory_read",
+        description="Read a memory file, or a 1-based inclusive range of its lines.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "Path inside the workspace, as search shows it."},
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1},
+                "agent": {"type": "string",
+                          "description": "Another agent whose workspace is shared with you."},
+            },
+            "required": ["path"],
+        },
+    ),
+    types.Tool(
+        name="memory_add_turns",
+        description=("Hand conversation turns to long-term memory; durable facts are "
+                     "extracted into notes in the background. flush=true at the end of a "
+                     "conversation."),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "session_id": {"type": "string"},
+                "messages": {"type": "array", "items": MESSAGE_SCHEMA,
+                             "description": "The new messages only, as the host holds "
+                                            "them: OpenAI chat or Responses, Anthropic or "
+                                            "Gemini shapes; only what the user and the "
+                                            "assistant said is kept."},
+                "flush": {"type": "boolean", "default": False},
+                "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                               "description": "An id for these turns: a retried call with "
+                                              "the same id adds nothing twice."},
+            },
+            "required": ["session_id", "messages"],
+        },
+    ),
+    types.Tool(
+        name="memory_add_note",
+        description="Remember one durable fact now (stored as a note of the day).",
+        input_schema={
+            "type": "object",
+            "properties": {"content": {"type": "string"},
+                           "session_id": {"type": "string"}},
+            "required": ["content"],
+        },
+    ),
+]
+
+
+#: Each tool's argument check: the SDK's server hands arguments on as the client sent them.
+_CHECKS = {tool.name: Draft202012Validator(tool.input_schema) for tool in TOOLS}
+TOOL_NAMES = frozenset(_CHECKS)
+
+
+def prompt_flag(args: dict[str, str], name: str) -> bool:
+    """A yes/no argument of the ``recall`` prompt (prompt arguments are strings)."""
+    return str(args.get(name, "")).strip().lower() in ("true", "1", "yes")
+
+
+def argument_error(name: str, args: JsonObject) -> str | None:
+    """Why ``args`` do not fit the input schema of tool ``name``, or None if they do."""
+    problem = best_match(_CHECKS[name].iter_errors(args))
+    if problem is None:
+        return None
+    where = "/".join(str(part) for part in problem.absolute_path)
+    return f"{where}: {problem.message}" if where else str(problem.message)
+
+
+RECALL_PROMPT = types.Prompt(
+    name="recall",
+    description=("Long-term memory for a request, to put before the reply: hits, the "
+                 "notes they link to and, if asked, the memory index and the top "
+                 "interest topics."),
+    arguments=[
+        types.PromptArgument(name="query", description="The request or topic.",
+                             required=True),
+        types.PromptArgument(name="budget_chars",
+                             description="At most this many characters (default 4000).",
+                             required=False),
+        types.PromptArgument(name="include_index",
+                             description="'true' to add the index of long-term notes.",
+                             required=False),
+        types.PromptArgument(name="include_interests",
+                             description="'true' to add the top interest topics.",
+                             required=False),
+    ],
+)
