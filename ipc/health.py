@@ -141,6 +141,8 @@ def _capture_fix(agent: str, ws: WorkspaceInfo) -> str:
         return (f"give the workspace a chat model (chat_model_config in [workspaces.{agent}] "
                 "or [workspace_defaults] of the config file, " + RESTART_FIX + "; or let "
                 "the agent hand its own over); the turns wait on disk")
+    if capture.get("reason") == "auto_memory job queued or running":
+        return "wait: the queued or running auto_memory job writes them"
     if not capture.get("idle_s"):
         return ("they are written at the session's next auto_memory_interval user turns or "
                 "flush (memory.add_turns with flush: true, end_session); or set "

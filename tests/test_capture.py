@@ -364,3 +364,28 @@ def test_a_job_across_a_close_and_reopen_commits_its_turns(daemon_factory: Any,
     assert chat_requests(fake) == 2 and "Rex" in notes(root)[0].read_text()
     assert [i["job_id"] for i in d.call("inbox.list", {"agent_id": "w"})["items"]] == [
         first["job_id"]]
+
+
+def test_health_tells_turns_a_running_job_covers_from_those_after_it(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Turns added while a flush's job waited for the model were reported as all "waiting
+    # for a flush", the running job unmentioned; and with one session covered, another
+    # session's turns were all said to be in a running job.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    held = fake.gate(lambda body: True)
+    fake.script(write_note("dog", "- Dog named Rex"), done())
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    said = "wait for auto_memory: "
+    assert health(d)["reasons"] == [
+        f"2 conversation message(s) of 1 session(s) {said}auto_memory job queued or running"]
+    add(d, "s1", turn("Rex is a beagle."))
+    add(d, "s2", turn("I drink rooibos."))
+    assert health(d)["reasons"] == [
+        f"6 conversation message(s) of 2 session(s) {said}auto_memory job queued or "
+        "running; turns of 2 session(s) no job covers: waiting for 5 user turns or a flush"]
+    held.open()
+    assert wait_job(d, first["job_id"])["state"] == "succeeded"
+    assert health(d)["reasons"] == [
+        f"4 conversation message(s) of 2 session(s) {said}waiting for 5 user turns or a flush"]

@@ -111,6 +111,8 @@ def test_turns_waiting_for_auto_memory_get_the_fix_that_writes_them() -> None:
                                 "400); waiting for 5 user turns or a flush", 0.0)
     assert fix("waiting for 5 user turns or 600 s idle or a flush", 600.0).startswith(
         "wait: the idle flush")
+    # A job covers them all: no flush to make (without an idle flush it said to make one).
+    assert fix("auto_memory job queued or running", 0.0).startswith("wait: the queued")
 
 
 def test_assess_reads_runtime_problems() -> None:

@@ -225,24 +225,36 @@ class SessionFlusher:
         if not sessions:
             return None
         messages = sum(self.store.info(s).pending_messages for s in sessions)
+        # A job covers a session's turns up to its submission; turns added after it wait
+        # for their own trigger, and both are said (not "running" for turns none covers).
+        uncovered = [s for s in sessions if not self.covered(self.store.info(s))]
         if not self._has_chat_model():
             reason = "no chat model configured"
-        elif any(self.covered(self.store.info(s)) for s in sessions):
+        elif not uncovered:
             reason = "auto_memory job queued or running"
-        elif retried := [s for s in sessions if s in self._retry]:
-            due = min(self._retry[s][0] for s in retried) - trio.current_time()
-            reason = (f"the last auto_memory job left them pending "
-                      f"({self._last_error(retried) or 'not finished'}); "
-                      f"next try in {max(due, 0):.0f} s")
         else:
-            idle = self.ws.settings.auto_memory_idle_s
-            interval = self.ws.settings.auto_memory_interval
-            triggers = ([f"{interval} user turns"] if interval else []) + (
-                [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
-            reason = "waiting for " + " or ".join(triggers)
-            if failure := self._last_error(sessions):  # and nothing will retry it
-                reason = f"the last auto_memory job left them pending ({failure}); {reason}"
+            reason = self._uncovered_reason(uncovered)
+            if any(self.job_active(self.store.info(s).last_job_id) for s in sessions):
+                reason = (f"auto_memory job queued or running; turns of {len(uncovered)} "
+                          f"session(s) no job covers: {reason}")
         return Waiting(messages=messages, sessions=len(sessions), reason=reason)
+
+    def _uncovered_reason(self, sessions: list[str]) -> str:
+        """Why turns of ``sessions``, which no job covers, wait: a retry due, or the
+        triggers that will write them."""
+        if retried := [s for s in sessions if s in self._retry]:
+            due = min(self._retry[s][0] for s in retried) - trio.current_time()
+            return (f"the last auto_memory job left them pending "
+                    f"({self._last_error(retried) or 'not finished'}); "
+                    f"next try in {max(due, 0):.0f} s")
+        idle = self.ws.settings.auto_memory_idle_s
+        interval = self.ws.settings.auto_memory_interval
+        triggers = ([f"{interval} user turns"] if interval else []) + (
+            [f"{idle:g} s idle"] if idle > 0 else []) + ["a flush"]
+        reason = "waiting for " + " or ".join(triggers)
+        if failure := self._last_error(sessions):  # and nothing will retry it
+            reason = f"the last auto_memory job left them pending ({failure}); {reason}"
+        return reason
 
     def _last_error(self, sessions: list[str]) -> str | None:
         """How the last job of one of ``sessions`` failed, if one did."""
