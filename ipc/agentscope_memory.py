@@ -124,7 +124,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         #: Write-backs the daemon did not take, by request id: sent again, oldest first,
         #: before the next one and at :meth:`close` (the id keeps a resend from adding
         #: anything twice).
-        self._unsent: OrderedDict[str, tuple[str, str, list[dict[str, str]]]] = OrderedDict()
+        self._unsent: OrderedDict[str, tuple[str, str, list[JsonObject]]] = OrderedDict()
         self._sending = asyncio.Lock()
         # A running reply's state is keyed by its agent's state object (its id): agents
         # of several workspaces may reply in one conversation at once.
@@ -421,7 +421,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         await self._send_unsent()
 
     def _keep_unsent(self, request_id: str,
-                     item: tuple[str, str, list[dict[str, str]]]) -> None:
+                     item: tuple[str, str, list[JsonObject]]) -> None:
         self._unsent[request_id] = item
         while len(self._unsent) > MAX_UNSENT:
             _, (lost_ws, lost_session, _) = self._unsent.popitem(last=False)
@@ -445,7 +445,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                                 session, exc)
                 self._unsent.pop(request_id, None)
 
-    async def _send_turns(self, workspace: str, session: str, messages: list[dict[str, str]],
+    async def _send_turns(self, workspace: str, session: str, messages: list[JsonObject],
                           request_id: str) -> None:
         await self._on(workspace, lambda: self.client.add_turns(
             workspace, session_key(session), messages, request_id=request_id))

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from agentscope.event import ReplyEndEvent, RequireExternalExecutionEvent, RequireUserConfirmEvent
-from agentscope.message import AssistantMsg, HintBlock, Msg
+from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBlock
 
+from recalld.ipc.answers import JsonObject
 from recalld.ipc.types import SearchResponse
 
 #: Name of the context message that carries recalled memory (never written back).
@@ -40,10 +41,26 @@ def _msg_text(msg: Msg) -> str:
     return text.strip() if text else ""
 
 
-def _turns(msgs: Sequence[Msg]) -> list[dict[str, str]]:
-    """The user and assistant texts of ``msgs`` as chat messages."""
-    return [{"role": m.role, "content": _msg_text(m)} for m in msgs
-            if m.role in ("user", "assistant") and _msg_text(m)]
+def _content(msg: Msg) -> str | list[JsonObject]:
+    """What ``msg`` says: its text; with data blocks (an image, a recording, a file), its
+    text and data blocks in order, each data block without its bytes or URL (the daemon
+    puts a placeholder naming it, as for every client)."""
+    if not any(isinstance(b, DataBlock) for b in msg.content):
+        return _msg_text(msg)
+    out: list[JsonObject] = []
+    for block in msg.content:
+        if isinstance(block, TextBlock) and block.text.strip():
+            out.append({"type": "text", "text": block.text})
+        elif isinstance(block, DataBlock):
+            out.append({"type": "data", "name": block.name,
+                        "source": {"media_type": block.source.media_type}})
+    return out
+
+
+def _turns(msgs: Sequence[Msg]) -> list[JsonObject]:
+    """The user and assistant messages of ``msgs`` that say something, as chat messages."""
+    return [{"role": m.role, "content": content} for m in msgs
+            if m.role in ("user", "assistant") and (content := _content(m))]
 
 
 def memory_message(hits: Sequence[str]) -> Msg:

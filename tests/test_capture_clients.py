@@ -8,6 +8,7 @@ that plays both the agents' model and the daemon's auto_memory model.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
 from agentscope.event import ConfirmResult, RequireUserConfirmEvent, UserConfirmResultEvent
-from agentscope.message import TextBlock, UserMsg
+from agentscope.message import DataBlock, TextBlock, UserMsg
+from agentscope.message._block import Base64Source
 from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk, Toolkit
@@ -85,7 +87,8 @@ def workspace_root(daemon: DaemonHandle, agent: str) -> Path:
         return Path(c.workspace_open(agent)["path"])
 
 
-async def one_turn(fake: FakeProvider, mw: RecalldMemoryMiddleware, text: str) -> Agent:
+async def one_turn(fake: FakeProvider, mw: RecalldMemoryMiddleware,
+                   text: str | list[Any]) -> Agent:
     model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
                             model="fake", stream=False, max_retries=0)
     agent = Agent(name="helper", system_prompt="You are a helpful assistant.", model=model,
@@ -113,6 +116,34 @@ def test_agentscope_close_writes_the_note(daemon_factory: Any, fake: FakeProvide
 
     asyncio.run(main())
     wait_note(workspace_root(daemon, "gardener"), fact)
+
+
+def test_agentscope_images_and_files_are_named_in_the_dialog(daemon_factory: Any,
+                                                            fake: FakeProvider) -> None:
+    # The middleware wrote back only a message's text: a photo sent with a caption lost
+    # what it showed (a photo alone was no turn at all), where every other client's
+    # media become a placeholder naming them.
+    daemon = daemon_factory(config(fake, idle_s=600))
+    photo = DataBlock(name="receipt.png",
+                      source=Base64Source(data="iVBORw0KGgo=", media_type="image/png"))
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="archivist", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            await one_turn(fake, mw, [photo, TextBlock(text="Keep it for the warranty.")])
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    root = workspace_root(daemon, "archivist")
+    wait_note(root, "[image omitted: receipt.png]")
+    dialogs = wait_for(lambda: list((root / "mem_session").glob("dialog/*.jsonl")),
+                       "the dialog log")
+    said = [json.loads(line)["content"] for path in dialogs
+            for line in path.read_text(encoding="utf-8").splitlines()]
+    assert said[0] == "[image omitted: receipt.png]\nKeep it for the warranty.", said
+    assert "iVBORw0KGgo" not in "".join(said)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -36,7 +36,7 @@ MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
                 "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
                 "video": "video", "video_url": "video", "document": "document",
                 "inline_data": "file", "inlineData": "file", "file_data": "file",
-                "fileData": "file"}
+                "fileData": "file", "data": "file"}
 _MEDIA_KINDS = ("image", "audio", "video")
 MAX_MEDIA_NAME = 100
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
@@ -91,15 +91,16 @@ def _block_kind(block: Mapping[str, object]) -> str | None:
 
 def _media_placeholder(kind: str, block: Mapping[str, object]) -> str:
     """``[image omitted]``, ``[document omitted: Q3 report]``: what a media block was,
-    named by its title or file name (Anthropic ``title``, OpenAI ``filename``), and by its
-    MIME type where the block only says "data" (Gemini's ``inline_data``)."""
+    named by its title or file name (Anthropic ``title``, OpenAI ``filename``, AgentScope
+    ``name``), and by its MIME type where the block only says "data" (Gemini's
+    ``inline_data``, AgentScope's ``data``)."""
     what = MEDIA_BLOCKS[kind]
     inner = [v for v in (block, block.get(kind), block.get("source")) if isinstance(v, Mapping)]
     mime = next((v.get(k) for v in inner for k in ("mime_type", "mimeType", "media_type")
                  if isinstance(v.get(k), str)), None)
     if what == "file" and isinstance(mime, str) and mime.split("/")[0] in _MEDIA_KINDS:
         what = mime.split("/")[0]
-    name = next((v.get(k) for v in inner for k in ("title", "filename")
+    name = next((v.get(k) for v in inner for k in ("title", "filename", "name")
                  if isinstance(v.get(k), str)), None)
     name = " ".join(str(name or "").replace("[", "(").replace("]", ")").split())
     if len(name) > MAX_MEDIA_NAME:
