@@ -161,9 +161,10 @@ class TurnsAdded(TypedDict):
     job_id: NotRequired[str]
 
 
-#: The roles of the messages ``memory.add_turns`` takes (OpenAI's chat format and
-#: Anthropic's); only ``user`` and ``assistant`` text is kept.
-MESSAGE_ROLES = frozenset({"user", "assistant", "tool", "system", "developer", "function"})
+#: The roles of the messages ``memory.add_turns`` takes (OpenAI's chat format,
+#: Anthropic's and Gemini's); only what ``user`` and ``assistant`` (``model``) said is kept.
+MESSAGE_ROLES = frozenset({"user", "assistant", "model", "tool", "system", "developer",
+                           "function"})
 
 
 class NoteAdded(TypedDict):

@@ -14,7 +14,8 @@ from jsonschema.exceptions import best_match
 
 from recalld.ipc.answers import MESSAGE_ROLES, JsonObject
 
-#: One message of ``memory_add_turns``: a role and string, block or null content (extra
+#: One message of ``memory_add_turns``: a role and string, block or null content (or
+#: Gemini's ``parts``; extra
 #: fields such as ``tool_call_id`` or ``tool_calls`` are let through), or a Responses
 #: API item without role (``function_call``, ``reasoning``...), which the daemon drops.
 MESSAGE_SCHEMA: JsonObject = {
@@ -23,6 +24,7 @@ MESSAGE_SCHEMA: JsonObject = {
         "role": {"type": "string", "enum": sorted(MESSAGE_ROLES)},
         "content": {"type": ["string", "array", "null"],
                     "items": {"type": ["object", "string"]}},
+        "parts": {"type": "array", "items": {"type": ["object", "string"]}},
         "type": {"type": "string"},
     },
     "anyOf": [{"required": ["role"]},

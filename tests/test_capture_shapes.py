@@ -106,12 +106,12 @@ async def test_a_long_text_block_is_sanitized_off_the_event_loop(
     assert on_loop == [False, False, False, True, True]
 
 
-def pending_said(root: Path) -> list[tuple[str, str]]:
-    """(role, text) of every turn the session store holds, from its log on disk."""
+def pending_said(root: Path, session: str) -> list[tuple[str, str]]:
+    """(role, text) of every turn of ``session`` the session store holds, from its log."""
     log = root / "mem_metadata" / "sessions" / "pending.jsonl"
     ops = [json.loads(line.split(" ", 1)[1]) for line in log.read_text("utf-8").splitlines()]
-    return [(m["role"], m["content"]) for op in ops if op["op"] == "turns"
-            for m in op["messages"]]
+    return [(m["role"], m["content"]) for op in ops
+            if op["op"] == "turns" and op["session_id"] == session for m in op["messages"]]
 
 
 def test_every_clients_shapes_keep_what_was_said(daemon_factory: Any, tmp_path: Path) -> None:
@@ -140,11 +140,19 @@ def test_every_clients_shapes_keep_what_was_said(daemon_factory: Any, tmp_path: 
     r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "mixed",
                                     "messages": transcript})
     assert (r["added_messages"], r["pending_turns"]) == (4, 3), r
-    assert pending_said(tmp_path / "ws") == [
+    assert pending_said(tmp_path / "ws", "mixed") == [
         ("user", "Mein Fahrrad ist grün."),
         ("user", "[document omitted: Lease (v2) signed]\nIs the deposit refundable?"),
         ("assistant", "Das prüfe ich nicht."),
         ("user", "[image omitted]\n[file omitted: kaution.pdf]")]
+    # Gemini's own shape: "model" is the assistant, "parts" the content.
+    gemini = [{"role": "user", "parts": [{"text": "Ich heiße Jo."}]},
+              {"role": "model", "parts": [{"text": "Hallo Jo."}]}]
+    r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "gemini",
+                                    "messages": gemini})
+    assert (r["added_messages"], r["pending_turns"]) == (2, 1), r
+    assert pending_said(tmp_path / "ws", "gemini") == [("user", "Ich heiße Jo."),
+                                                       ("assistant", "Hallo Jo.")]
     # The same transcript asks recall what the user said in it.
     answer = d.call("memory.recall", {"agent_id": "w", "messages": transcript})
     assert "Mein Fahrrad ist grün." in answer["query"], answer["query"]

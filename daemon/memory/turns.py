@@ -20,6 +20,9 @@ from recalld.ipc.answers import MESSAGE_ROLES
 from recalld.ipc.errors import InvalidParams
 
 ROLES = MESSAGE_ROLES
+#: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
+#: assistant).
+SPEAKERS = {"user": "user", "assistant": "assistant", "model": "assistant"}
 #: Content blocks whose text is said: a refusal is the assistant's answer too.
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text", "refusal"})
 MAX_MESSAGES_PER_CALL = 1000
@@ -76,6 +79,11 @@ def _strip(text: str) -> str:
     text = _RECALL.sub("", text)
     text = _DATA_URL.sub("[data omitted]", text)
     return _BASE64_RUN.sub("[base64 omitted]", text)
+
+
+def content_of(message: Mapping[str, object]) -> object:
+    """A message's content: ``content``, or Gemini's ``parts`` for a message without one."""
+    return message["content"] if "content" in message else message.get("parts")
 
 
 def _block_kind(block: Mapping[str, object]) -> str | None:
@@ -146,7 +154,7 @@ def user_texts(messages: Sequence[object]) -> list[str]:
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise InvalidParams(f"messages[{i}] must be an object with a string 'role'")
         if m["role"] == "user":
-            text = "\n".join(_strip(b) for b in _content_blocks(m.get("content"), media=False))
+            text = "\n".join(_strip(b) for b in _content_blocks(content_of(m), media=False))
             if text.strip():
                 out.append(text.strip())
     return out
@@ -155,8 +163,8 @@ def user_texts(messages: Sequence[object]) -> list[str]:
 def text_chars(messages: Sequence[Mapping[str, object]]) -> int:
     """The characters of text in ``messages``, strings and text blocks alike: what
     :func:`sanitize_messages` works through."""
-    return sum(len(b) for m in messages if m.get("role") in ("user", "assistant")
-               for b in _content_blocks(m.get("content")))
+    return sum(len(b) for m in messages if m.get("role") in SPEAKERS
+               for b in _content_blocks(content_of(m)))
 
 
 def _is_item(message: Mapping[str, object]) -> bool:
@@ -179,7 +187,7 @@ def check_messages(messages: object) -> list[JsonObject]:
             raise InvalidParams(
                 f"messages[{i}] must be an object with role one of {', '.join(sorted(ROLES))}"
                 " (or an item of OpenAI's Responses API: a 'type' other than 'message')")
-        if not (m.get("content") is None or isinstance(m.get("content"), str | list)):
+        if not (content_of(m) is None or isinstance(content_of(m), str | list)):
             raise InvalidParams(f"messages[{i}].content must be a string, an array or null")
     return messages
 
@@ -199,7 +207,7 @@ def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
     """User turns among ``messages``: ``user`` messages, except those that only hand
     back tool results (an image-only message is a turn; its text is just not kept)."""
     return sum(1 for m in messages
-               if m.get("role") == "user" and not _is_tool_result(m.get("content")))
+               if m.get("role") == "user" and not _is_tool_result(content_of(m)))
 
 
 def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = "") -> list[Turn]:
@@ -216,8 +224,8 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
     """
     from recalld.daemon.memory.redact import redact_parts, seam_spans
 
-    kept = [(str(m["role"]), [_strip(b) for b in _content_blocks(m.get("content"))])
-            for m in messages if m.get("role") in ("user", "assistant")]
+    kept = [(SPEAKERS[str(m["role"])], [_strip(b) for b in _content_blocks(content_of(m))])
+            for m in messages if m.get("role") in SPEAKERS]
     kept = [(role, blocks) for role, blocks in kept if blocks]
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
     for n, (_, blocks) in enumerate(kept):
@@ -239,8 +247,8 @@ def last_text(messages: Sequence[Mapping[str, object]]) -> str:
     """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it was
     given (the ``before`` of the next call's messages)."""
     for m in reversed(messages):
-        if m.get("role") in ("user", "assistant"):
-            blocks = [_strip(b) for b in _content_blocks(m.get("content"))]
+        if m.get("role") in SPEAKERS:
+            blocks = [_strip(b) for b in _content_blocks(content_of(m))]
             if blocks:
                 return blocks[-1][-400:]
     return ""
