@@ -48,7 +48,14 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.answers import JsonObject, Recall
-from recalld.ipc.mcp_tools import RECALL_PROMPT, TOOL_NAMES, TOOLS, argument_error, prompt_flag
+from recalld.ipc.mcp_tools import (
+    RECALL_PROMPT,
+    RECALL_WRAP,
+    TOOL_NAMES,
+    TOOLS,
+    argument_error,
+    prompt_flag,
+)
 from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
@@ -181,7 +188,9 @@ class Bridge:
         return _text(_recall_block(answer), structured=answer)
 
     async def get_prompt(self, name: str, args: dict[str, str]) -> types.GetPromptResult:
-        """The ``recall`` prompt: the recall block as one user message."""
+        """The ``recall`` prompt: the recall block as one user message, wrapped in the tag
+        the daemon drops, so a host handing its conversation back to ``memory_add_turns``
+        does not store recalled memory as what the user said."""
         if name != RECALL_PROMPT.name:
             raise ValueError(f"unknown prompt: {name}")
         budget = args.get("budget_chars")
@@ -197,7 +206,7 @@ class Bridge:
         return types.GetPromptResult(
             description=f"long-term memory of {self.agent} for the request",
             messages=[types.PromptMessage(role="user", content=types.TextContent(
-                text=f"Relevant long-term memory (use only what is pertinent):\n\n{block}"))])
+                text=RECALL_WRAP.format(block=block)))])
 
     async def _read(self, args: JsonObject) -> types.CallToolResult:
         owner = workspace_id(str(args.get("agent") or self.agent))

@@ -125,6 +125,11 @@ _CHECKS = {tool.name: Draft202012Validator(tool.input_schema) for tool in TOOLS}
 TOOL_NAMES = frozenset(_CHECKS)
 
 
+#: The ``recall`` prompt's message (``memory.add_turns`` drops ``<recalled-memory>``).
+RECALL_WRAP = ("<recalled-memory>\nRelevant long-term memory (use only what is pertinent):"
+               "\n\n{block}\n</recalled-memory>")
+
+
 def prompt_flag(args: dict[str, str], name: str) -> bool:
     """A yes/no argument of the ``recall`` prompt (prompt arguments are strings)."""
     return str(args.get(name, "")).strip().lower() in ("true", "1", "yes")

@@ -248,13 +248,22 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
             interests = await s.get_prompt("recall", {"query": "quokkaboat",
                                                       "include_interests": "true"})
             assert "## Interests\n- lake ferries (0.40)" in interests.messages[0].content.text
+            # A host handing its conversation back, the prompt's message in it, stores
+            # what the user said, not the recalled memory as the user's words.
+            handed = await s.call_tool("memory_add_turns", {"session_id": "p1", "messages": [
+                {"role": "user", "content": interests.messages[0].content.text},
+                {"role": "user", "content": "Which ferry today?"},
+                {"role": "assistant", "content": "The 10:40 one."}]})
+            assert (handed.structured_content["added_messages"],
+                    handed.structured_content["pending_turns"]) == (2, 1), _text(handed)
             got = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "300"})
             (message,) = got.messages
             assert message.role == "user"
             assert "leaves Bürkliplatz hourly" in message.content.text
             assert "name: ferry-facts" not in message.content.text
             small = await s.get_prompt("recall", {"query": "quokkaboat", "budget_chars": "60"})
-            block = small.messages[0].content.text.split("\n\n", 1)[1]
+            block = small.messages[0].content.text.split("\n\n", 1)[1].removesuffix(
+                "\n</recalled-memory>")
             assert len(block) <= 60
             # Hits that do not fit in a tiny budget are not "nothing found".
             tiny = await s.call_tool("memory_recall", {"query": "quokkaboat",

@@ -203,11 +203,18 @@ def _is_tool_result(content: object) -> bool:
         isinstance(b, dict) and b.get("type") in TOOL_RESULT_BLOCKS for b in content)
 
 
+def _only_recalled(content: object) -> bool:
+    """True for content that is only blocks of recalled memory (see ``RECALL_TAGS``)."""
+    blocks = _content_blocks(content)
+    return bool(blocks) and not any(_RECALL.sub("", b).strip() for b in blocks)
+
+
 def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
     """User turns among ``messages``: ``user`` messages, except those that only hand
-    back tool results (an image-only message is a turn; its text is just not kept)."""
-    return sum(1 for m in messages
-               if m.get("role") == "user" and not _is_tool_result(content_of(m)))
+    back tool results or recalled memory (an image-only message is a turn; its text is
+    just not kept)."""
+    return sum(1 for m in messages if m.get("role") == "user"
+               and not _is_tool_result(content_of(m)) and not _only_recalled(content_of(m)))
 
 
 def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = "") -> list[Turn]:
