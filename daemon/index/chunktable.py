@@ -190,6 +190,11 @@ class ChunkTable(Mapping[int, StoredChunk]):
         built[key] = chunk
         return chunk
 
+    def place(self, key: int) -> tuple[str, int]:
+        """Only the path and first line of ``key`` (KeyError if it is not live)."""
+        row = self._row(key)
+        return self._paths[self._path[row]], self._start[row]
+
     def text(self, key: int) -> str:
         """Only the text of ``key`` (KeyError if it is not live)."""
         row = self._row(key)

@@ -12,7 +12,7 @@ under the lock; :class:`Candidates` is what it returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
@@ -21,10 +21,12 @@ import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.arraytypes import F32
+from recalld.daemon.index.chunktable import ChunkTable
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import IndexState, StoredChunk
+from recalld.daemon.index.ties import Place, exact_by_place, hits_by_place, settled
 from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
 
@@ -242,9 +244,14 @@ def gather(
     table = state.chunks
     # Once for every step below; a short query's are remembered (_query_tokens).
     tokens = list(_query_tokens(query))
+    place = places(table)
     hits, exact = exact_first(
-        query, state.bm25, state.keyword_search(query, limit, allowed, tokens=tokens),
+        query, state.bm25,
+        settled(lambda n: state.keyword_search(query, n, allowed, tokens=tokens), limit,
+                place, keep=keep),
         table, limit=limit, allowed=allowed, tokens=tokens)
+    if exact:
+        hits = exact_by_place(hits, exact, place)
     chunks = {key: table[key] for key, _ in (hits if keep is None else hits[:keep])}
     vec_hits: list[tuple[int, float]] = []
     reach = 1.0
@@ -256,6 +263,7 @@ def gather(
         vec_hits = (state.vector_search(query_vector[1], limit, allowed)
                     if worker is None else
                     worker.fill.search(state, query_vector[1], limit, allowed))
+        vec_hits = hits_by_place(vec_hits, place)
         chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
         reach = state.keyword_reach(tokens, hits)
     links: dict[str, list[str]] = {}
@@ -276,6 +284,18 @@ def gather(
     if windows and query_vector is not None and (worker := vectors()) is not None:
         best = worker.fill.best_windows(state, query_vector[1], chunks)
     return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best)
+
+
+def places(chunks: Mapping[int, StoredChunk]) -> Callable[[int], Place]:
+    """A chunk's place (path, first line) by its key, as ``ties.py`` orders tied hits."""
+    if isinstance(chunks, ChunkTable):
+        return chunks.place  # without building the chunk
+
+    def place(key: int) -> Place:
+        chunk = chunks[key]
+        return chunk.path, chunk.start_line
+
+    return place
 
 
 def _tokens(query: str) -> tuple[str, ...]:

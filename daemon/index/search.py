@@ -12,7 +12,8 @@ The vector branch embeds the query through the workspace's backfill (LRU-cached,
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
 a search never fails because of the embedding provider. Keyword hits that contain every
 identifier-like or very rare query term are ``exact`` and rank first in either mode
-(``exact.py``, ``fusion.py``, docs/adr/0010-hybrid-fusion.md).
+(``exact.py``, ``fusion.py``, docs/adr/0010-hybrid-fusion.md). Hits of equal score
+rank by place, path then line (``ties.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
-from recalld.daemon.index.reads import Candidates
+from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import StoredChunk
+from recalld.daemon.index.ties import Place, by_place
 from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams
@@ -199,6 +201,17 @@ def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, floa
     else:
         fused = fuse(keyword, vector, keyword_weight=keyword_weight,
                      vector_weight=config.vector_weight, k=config.rrf_k, exact=exact)
+    # Ties in the order of their places, as in each branch (ties.py).
+    place = places(chunks)
+
+    def score(f: Fused) -> float:
+        return f.score
+
+    def where(f: Fused) -> Place:
+        return place(f.key)
+
+    fused = (by_place([f for f in fused if f.exact], score, where)
+             + by_place([f for f in fused if not f.exact], score, where))
     # The keyword branch's best hit keeps a place among the first few (fusion.keep_within).
     return keep_within(fused, keyword[0][0] if keyword else None, config.keyword_best_within)
 

@@ -36,8 +36,9 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import Filters
-from recalld.daemon.index.reads import Candidates
+from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
+from recalld.daemon.index.ties import exact_by_place, hits_by_place, settled
 from recalld.daemon.index.tokenizer import tokenize_query
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -264,13 +265,19 @@ def candidates(conn: Conn, workspace_id: int, query: str, limit: int, filters: F
     server: keyword hits (exact ones first), vector hits, their chunks."""
     where, params = filter_sql(filters, daily_dir=daily_dir, digest_dir=digest_dir)
     kw = ServerKeywords(conn, workspace_id, where, params)
-    hits, exact = exact_first(query, kw, kw.search(tokenize_query(query), limit), kw.chunks,
-                              limit=limit)
+    tokens = tokenize_query(query)
+    place = places(kw.chunks)
+    hits, exact = exact_first(query, kw, settled(lambda n: kw.search(tokens, n), limit, place,
+                                                      keep=keep),
+                              kw.chunks, limit=limit, tokens=tokens)
+    if exact:
+        hits = exact_by_place(hits, exact, place)
     chunks = {key: kw.chunks[key] for key, _ in (hits if keep is None else hits[:keep])}
     vec_hits: list[tuple[int, float]] = []
     if query_vector is not None:
         space, vector = query_vector
         vec_hits = vector_search(conn, workspace_id, kw, space, [float(x) for x in vector],
                                  limit, where, params)
+        vec_hits = hits_by_place(vec_hits, place)
         chunks.update((key, kw.chunks[key]) for key, _ in vec_hits)
     return Candidates(hits, vec_hits, exact, chunks, {}, {})
