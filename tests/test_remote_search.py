@@ -55,7 +55,8 @@ def generate(seed: int) -> dict[str, str]:
         notes[f"memory/{day}/n{i}.md"] = "\n".join(lines) + "\n"
     for j in range(30):
         bucket = ("wiki", "personal", "procedure")[j % 3]
-        author = ("alice", "bob")[j % 2]
+        # One author, or several (a flow list, block list lines).
+        author = ("alice", "bob", "[bob, carol]", "\n  - carol\n  - alice")[j % 4]
         body = "\n\n".join(" ".join([*rng.sample(WORDS, 6), rng.choice(ZH)])
                            for _ in range(rng.randint(1, 4)))
         notes[f"digest/{bucket}/node{j}.md"] = (
@@ -84,6 +85,7 @@ QUERIES: list[tuple[str, dict[str, Any] | None]] = [
     ("festival", {"date_from": "2026-07-05", "date_to": "2026-07-09"}),
     ("archive falcon", {"bucket": "wiki"}),
     ("ledger", {"author": "alice"}),
+    ("garden river invoice deploy kernel picnic budget tennis", {"author": "carol"}),
     ("nothingmatchesthisword", None),
     ("heron estuary", None),
 ]

@@ -107,3 +107,24 @@ def test_a_note_named_in_another_encoding_is_passed_by_and_named_in_the_log(
                "the warning")
     archive = daemon.call("backup.create", {"agents": ["w"]})
     assert archive["agents"]["w"]["files"] >= 4
+
+
+def test_a_note_of_several_authors_is_found_by_each(daemon: Any, tmp_path: Path) -> None:
+    # ``author`` as a flow list, as block list lines, as one name, or as no name at all.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/flow.md", "---\nauthor: [alice, 'bob']\n---\nThe otter report.\n")
+    write(root, "digest/wiki/block.md",
+          "---\nauthor:\n  - carol\n  - alice\n---\nThe otter census.\n")
+    write(root, "digest/wiki/one.md", "---\nauthor: bob\n---\nThe otter dam.\n")
+    write(root, "digest/wiki/odd.md", "---\nauthor: [3, {x: alice}]\n---\nThe otter odd.\n")
+    open_ws(daemon, root)
+
+    def by(author: Any) -> set[str]:
+        return set(paths(search(daemon, "otter", filters={"author": author})))
+
+    assert by("alice") == {"digest/wiki/flow.md", "digest/wiki/block.md"}
+    assert by("bob") == {"digest/wiki/flow.md", "digest/wiki/one.md"}
+    assert by("carol") == {"digest/wiki/block.md"}
+    assert by(["carol", "bob"]) == {"digest/wiki/flow.md", "digest/wiki/block.md",
+                                    "digest/wiki/one.md"}
+    assert by("3") == by("dave") == set()

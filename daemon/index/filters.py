@@ -1,16 +1,17 @@
 """Search filters, and the date of a daily note that they compare.
 
-Owns :class:`Filters` (path prefixes, daily-note date range, digest buckets, authors) and
-:func:`note_date`; ``IndexState.allowed`` turns filters into the doc keys that pass them.
-Plain data, no I/O.
+Owns :class:`Filters` (path prefixes, daily-note date range, digest buckets, authors),
+:func:`note_date` and :func:`authors_of`; ``IndexState.allowed`` turns filters into the
+doc keys that pass them. Plain data, no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Filters", "note_date"]
+__all__ = ["Filters", "authors_of", "note_date"]
 
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
 # (memory/2026-07-23.md, as in ReMe's file-based memory layout).
@@ -39,3 +40,14 @@ def note_date(path: str) -> str | None:
     the path has one."""
     m = _DAILY_RE.search(path)
     return m.group(1) if m else None
+
+
+def authors_of(fields: object) -> tuple[str, ...]:
+    """The authors a note's frontmatter ``fields`` name: its ``author``, one name or a
+    list of them (``author: [alice, bob]``, or ``- alice`` lines); none otherwise."""
+    value = fields.get("author") if isinstance(fields, Mapping) else None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()

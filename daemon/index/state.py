@@ -23,7 +23,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.embedcache import decode_f16
-from recalld.daemon.index.filters import Filters, note_date
+from recalld.daemon.index.filters import Filters, authors_of, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, name_key, resolve_links
@@ -130,19 +130,17 @@ class IndexState:
                     continue
                 if filters.date_to and day > filters.date_to:
                     continue
-            if authors and self.author(path) not in authors:
+            if authors and authors.isdisjoint(self.authors(path)):
                 continue
             out.update(info.keys)
         return out
 
-    def author(self, path: str) -> str | None:
-        """The ``author`` field of the file's frontmatter (kept with its first chunk)."""
+    def authors(self, path: str) -> tuple[str, ...]:
+        """The authors the file's frontmatter names (kept with its first chunk)."""
         info = self.files.get(path)
         if info is None or not info.keys:
-            return None
-        fields = self.chunks[info.keys[0]].metadata.get("frontmatter")
-        value = fields.get("author") if isinstance(fields, Mapping) else None
-        return value if isinstance(value, str) else None
+            return ()
+        return authors_of(self.chunks[info.keys[0]].metadata.get("frontmatter"))
 
     def keyword_search(
         self, query: str, limit: int, allowed: BitMap | None = None, *,

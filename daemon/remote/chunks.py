@@ -20,13 +20,13 @@ backfilled. Blocking psycopg calls: run them in worker threads.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psycopg
 
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 from recalld.daemon.index.tokenizer import doc_length, tokenize
 from recalld.daemon.memory.redact import redact
@@ -57,11 +57,8 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
     (of its first ``MAX_NOTE_BYTES`` only)."""
     text = redact(data[:MAX_NOTE_BYTES].decode("utf-8", errors="replace"), keep_lines=True)
     chunks = chunk_markdown(path, text, max_chars=max_chars)
-    author: str | None = None
-    if chunks:
-        fields = chunks[0].metadata.get("frontmatter")
-        value = fields.get("author") if isinstance(fields, Mapping) else None
-        author = value if isinstance(value, str) else None
+    author = (author_column(authors_of(chunks[0].metadata.get("frontmatter")))
+              if chunks else None)
     rows = []
     for seq, c in enumerate(chunks):
         tokens = tokenize(c.index_text)
@@ -69,10 +66,18 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
         # The hash is of the text as the local index has it (the embeddings' key).
         rows.append(ChunkRow(seq, c.start_line, c.end_line, _pg_text(c.heading),
                              _pg_text(c.text), text_hash(c.text),
-                             None if author is None else _pg_text(author),
+                             author,
                              [_pg_text(t) for t in counts], list(counts.values()),
                              doc_length(tokens)))
     return rows
+
+
+def author_column(authors: tuple[str, ...]) -> str | None:
+    """The ``author`` column of a note's chunks: its authors one per line (a name with a
+    line break in it is no author), so a filter compares the lines
+    (``search.filter_sql``)."""
+    names = [_pg_text(a) for a in authors if "\n" not in a]
+    return "\n".join(names) if names else None
 
 
 def _pg_text(text: str) -> str:

@@ -79,7 +79,8 @@ def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
             parts.append(sql.SQL(" AND {} <= %s").format(day))
             params.append(filters.date_to)
     if filters.authors:
-        parts.append(sql.SQL(" AND c.author = ANY(%s)"))
+        # One author per line of the column (chunks.author_column).
+        parts.append(sql.SQL(" AND string_to_array(c.author, E'\\n') && %s::text[]"))
         params.append(list(filters.authors))
     return sql.Composed(parts), params
 
