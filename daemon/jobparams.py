@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.jsontypes import JsonObject, integer_range
 from recalld.ipc.errors import InvalidParams
 
 #: Checks a submission's params: returns them as the job keeps them, or InvalidParams.
@@ -69,5 +69,5 @@ def text(name: str, value: object) -> object:
 def count(name: str, value: object) -> object:
     """An integer >= 0 (not a boolean)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidParams(f"job param {name!r} must be an integer >= 0")
+        raise InvalidParams(f"job param {name!r} must be an integer >= 0{integer_range(value)}")
     return value

@@ -17,7 +17,7 @@ import orjson
 
 from recalld.ipc.answers import JsonObject
 
-__all__ = ["JsonObject", "json_safe"]
+__all__ = ["JsonObject", "integer_range", "json_safe"]
 
 T = TypeVar("T")
 
@@ -51,3 +51,14 @@ def _mend(value: object) -> object:
     if isinstance(value, int):
         return value if -(1 << 63) <= value < (1 << 64) else str(value)
     return _mend(str(value))
+
+
+def integer_range(value: object) -> str:
+    """What to add to "must be an integer" when ``value`` was written as one past the
+    range JSON integers are read in (orjson reads those as floats): the range, so the
+    caller knows why; "" for anything else."""
+    # Past the range, an integer is read as a float of magnitude 2**63 or more (the
+    # nearest float to -2**63 - 1 is -2**63 itself).
+    if isinstance(value, float) and value.is_integer() and abs(value) >= (1 << 63):
+        return " from -2**63 to 2**64-1 (JSON integers past it are read as floating-point numbers)"
+    return ""

@@ -128,3 +128,29 @@ def test_a_note_of_several_authors_is_found_by_each(daemon: Any, tmp_path: Path)
     assert by(["carol", "bob"]) == {"digest/wiki/flow.md", "digest/wiki/block.md",
                                     "digest/wiki/one.md"}
     assert by("3") == by("dave") == set()
+
+
+def test_an_integer_past_64_bits_is_refused_with_the_range(daemon: Any) -> None:
+    # JSON integers past 64 bits are read as floating-point numbers: "must be an integer"
+    # alone would puzzle a caller who sent one; the refusal says the range.
+    with daemon.connect() as conn:
+        for n, big in enumerate((b"18446744073709551616", b"-9223372036854775809",
+                                 b"1" + b"0" * 300)):
+            conn.send_bytes(b'{"jsonrpc":"2.0","id":%d,"method":"memory.search","params":'
+                            b'{"agent_id":"default","query":"x","max_results":%s}}\n'
+                            % (n, big))
+            error = conn.recv_response()["error"]
+            assert error["code"] == -32602, error
+            assert error["message"] == ("param 'max_results' must be an integer from -2**63 "
+                                        "to 2**64-1 (JSON integers past it are read as "
+                                        "floating-point numbers)"), error
+        # The largest one read as an integer is taken (and capped, as any above 100).
+        conn.send_bytes(b'{"jsonrpc":"2.0","id":9,"method":"memory.search","params":'
+                        b'{"agent_id":"default","query":"x","max_results":'
+                        b'18446744073709551615}}\n')
+        assert conn.recv_response()["result"]["results"] == []
+        # A number with a fraction is no integer, whatever its size.
+        conn.send_bytes(b'{"jsonrpc":"2.0","id":10,"method":"memory.search","params":'
+                        b'{"agent_id":"default","query":"x","max_results":2.5}}\n')
+        error = conn.recv_response()["error"]
+        assert error["message"] == "param 'max_results' must be an integer", error

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 
-from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.jsontypes import JsonObject, integer_range
 from recalld.daemon.providers.chat import ToolSchema, function_tool
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
@@ -71,7 +71,7 @@ async def _call(ops: FileOps, name: str, a: dict[str, object]) -> str:
         if value is None:
             return None
         if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidParams(f"argument {key!r} must be an integer")
+            raise InvalidParams(f"argument {key!r} must be an integer{integer_range(value)}")
         return value
 
     if name == "read":

@@ -37,6 +37,7 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.errors import map_exceptions
 from recalld.daemon.events import EventBus, View
 from recalld.daemon.jsontypes import JsonObject as JsonObject
+from recalld.daemon.jsontypes import integer_range
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.services import DaemonServices
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -349,7 +350,8 @@ class Params:
     def integer(self, name: str, default: D, *, minimum: int | None = None) -> int | D: ...
     def integer(self, name: str, default: object = _MISSING, *,
                 minimum: int | None = None) -> object:
-        value = self._get(name, _INT, "an integer", default)
+        what = "an integer" + integer_range(self._raw.get(name))
+        value = self._get(name, _INT, what, default)
         if isinstance(value, int) and minimum is not None and value < minimum:
             raise InvalidParams(f"param {name!r} must be at least {minimum}")
         return value
