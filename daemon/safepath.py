@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recalld.daemon.notetext import note_text
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -215,7 +216,7 @@ def read_lines(
         if partial:
             line_no += 1
             take(partial, line_no)
-    text = b"".join(kept).decode("utf-8", errors="replace")
+    text = note_text(b"".join(kept), prefix=truncated)
     end = last_kept if kept else min(start_line - 1, line_no)
     return LineSlice(
         start_line=start_line,

@@ -173,3 +173,30 @@ def test_a_description_wrapped_as_pyyaml_writes_it_keeps_the_block(daemon: Daemo
     assert sorted((e["name"], e["description"]) for e in entries) == [(
         "Ferry times", "The ferry to the island leaves at seven and at nine on weekdays, and"
         " only at noon on Sundays."), ("\U0001f680 Launch", "京都 trip")]
+
+
+def test_a_note_saved_in_windows_1252_or_utf_16_is_read_as_written(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Older editors save Windows-1252 (Latin-1), Notepad's "Unicode" is UTF-16 with a
+    # byte order mark: their accented words are found, and shown, as written; a UTF-8
+    # note with one stray byte stays UTF-8 (its other letters are not misread).
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-01"
+    day.mkdir(parents=True)
+    (day / "latin.md").write_bytes("# Réunion\r\n\r\nLe café “crème” coûte 3 €\r\n"
+                                   .encode("cp1252"))
+    (day / "wide.md").write_bytes("# Notiz\n\nDie Größe der Straße\n".encode("utf-16"))
+    (day / "mixed.md").write_bytes("Übung für später\n".encode() + b"stray \xe9 byte\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for query, path, text in (
+            ("café crème", "latin.md", "Le café “crème” coûte 3 €"),
+            ("Réunion", "latin.md", "Le café “crème” coûte 3 €"),
+            ("straße größe", "wide.md", "Die Größe der Straße"),
+            ("übung später", "mixed.md", "Übung für später\nstray \ufffd byte")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        hit = answer["results"][0]
+        assert hit["path"] == f"memory/2026-08-01/{path}", (query, answer["results"])
+        assert hit["text"].endswith(text), hit
+    read = daemon.call("memory.read", {"agent_id": "w", "path": "memory/2026-08-01/latin.md",
+                                       "start_line": 3, "end_line": 3})
+    assert read["text"].rstrip("\r\n") == "Le café “crème” coûte 3 €", read

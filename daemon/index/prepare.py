@@ -23,6 +23,7 @@ from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
+from recalld.daemon.notetext import note_text
 from recalld.ipc.errors import PathOutsideWorkspace
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
@@ -180,9 +181,11 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     # warm start that finds nothing changed never needs.
     from recalld.daemon.memory.redact import redact, redact_prefix
 
-    text = data.decode("utf-8", errors="replace")
-    text = (redact(text, keep_lines=True) if len(full) == len(data) else redact_prefix(
-        full.decode("utf-8", errors="replace"), len(text), keep_lines=True))
+    if len(full) == len(data):
+        text = redact(note_text(data), keep_lines=True)
+    else:
+        text = redact_prefix(note_text(full), len(note_text(data, prefix=True)),
+                             keep_lines=True)
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,

@@ -47,6 +47,7 @@ from recalld.daemon.index.frontmatter import (
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.notetext import note_text
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write
 from recalld.daemon.workspaces import Workspace
@@ -189,7 +190,7 @@ def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES) -> str
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
-    return data.decode("utf-8", errors="replace")
+    return note_text(data)
 
 
 def has_room(text: str, room_for: int) -> bool:

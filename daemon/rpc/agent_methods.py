@@ -46,6 +46,7 @@ from recalld.daemon.memory.recall import (
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_session_id
+from recalld.daemon.notetext import note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -253,7 +254,7 @@ def _head(root: Path, rel: str) -> str:
         data = os.read(fd, FRONTMATTER_HEAD_BYTES)
     finally:
         os.close(fd)
-    return data.decode("utf-8", errors="replace")
+    return note_text(data, prefix=len(data) == FRONTMATTER_HEAD_BYTES)
 
 
 def _one_line(value: object) -> str:
