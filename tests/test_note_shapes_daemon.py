@@ -200,3 +200,28 @@ def test_a_note_saved_in_windows_1252_or_utf_16_is_read_as_written(
     read = daemon.call("memory.read", {"agent_id": "w", "path": "memory/2026-08-01/latin.md",
                                        "start_line": 3, "end_line": 3})
     assert read["text"].rstrip("\r\n") == "Le café “crème” coûte 3 €", read
+
+
+def test_a_query_of_emoji_finds_the_notes_holding_them(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-02"
+    day.mkdir(parents=True)
+    for name, text in (("launch", "Release went out 🚀 after the review\n"),
+                       ("thumbs", "Reviewer said 👍 on the plan\n"),
+                       ("swiss", "Trip to Bern 🇨🇭 in May\n"),
+                       ("german", "Trip to Berlin 🇩🇪 in June\n"),
+                       ("zh", "上线了🚀成功\n"),
+                       ("plain", "Nothing but words here\n")):
+        (day / f"{name}.md").write_text(text, encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+
+    def found(query: str) -> set[str]:
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+        return {r["path"].rsplit("/", 1)[1][:-3] for r in answer["results"]}
+
+    assert found("🚀") == {"launch", "zh"}
+    assert found("👍🏽") == {"thumbs"}  # any skin tone of it
+    assert found("🇨🇭") == {"swiss"}
+    assert found("🚀 review") == {"launch", "zh"}
+    assert found("🎉") == set()

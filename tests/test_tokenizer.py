@@ -184,3 +184,11 @@ def test_namespace_paths_and_dunder_file_names_are_whole() -> None:
     # A Dataview field (`key:: value`) is no compound.
     assert tokenize("related:: [[notes]]") == ["relat", "note"]
     assert tokenize_query("tokio::sync::mpsc")[0] in tokenize("in tokio::sync::mpsc, a bug")
+
+
+def test_emoji_are_terms_of_their_own() -> None:
+    # Skin tones, variation selectors and joiners are no terms; a flag is one.
+    assert tokenize("shipped 🚀 today 👍🏽") == ["ship", "today", "🚀", "👍"]
+    assert tokenize_query("👨\u200d👩\u200d👧 ❤️ 🇨🇭🇩🇪") == ["👨", "👩", "👧", "❤", "🇨🇭", "🇩🇪"]
+    assert tokenize_query("上线了🚀成功") == ["🚀", "上线", "线了", "成功"]
+    assert tokenize_query("Größe ✅") == ["grösse", "✅"]

@@ -31,7 +31,8 @@ _TOKEN_RE = re.compile(
 def reference_split(text: str) -> tuple[list[str], list[str]]:
     norm = unicodedata.normalize("NFKC", text)
     pairs = _TOKEN_RE.findall(norm)
-    words = [w for _, w in pairs if w]
+    # Then the emoji, in the order of the text.
+    words = [w for _, w in pairs if w] + tokenizer._emoji(tokenizer._EMOJI_RE.findall(norm))
     runs = [c.casefold() for c, _ in pairs if c]
     out = [tokenizer._stem(w.casefold()) for w in words if w.casefold() not in STOPWORDS]
     for word in words:
@@ -49,7 +50,8 @@ _PIECE = st.sampled_from([
     "foo-bar.md", "C++", "C#", "c+", "a.", ".b", "-", "_", "/", "+", "#", " ", "\n", ",",
     "::", ":", "__init__.py", "std::vector",
     "，", "。", "中", "文", "记忆", "𠀀", "한국어", "カタカナ", "ｶﾞ", "ＡＢＣ", "１２", "é",
-    "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑", "x" * 300,
+    "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑",
+    "👍🏽", "🇨🇭", "❤\ufe0f", "👨\u200d👩", "✅", "x" * 300,
     "Ab" * 200, "9" * 50,
 ])
 _TEXT = st.lists(_PIECE | st.text(max_size=6), max_size=30).map("".join)

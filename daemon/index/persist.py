@@ -60,10 +60,11 @@ FORMAT_VERSION = 1
 # and more issuers' keys, a token as a URL's user part and base64-wrapped secrets are, as
 # are credential elements' values, label lines, .pgpass lines, subscript assignments and
 # more command lines' passwords; and the redaction rules of the time; 15: notes not in
-# UTF-8 are read as Windows-1252, or by their byte order mark, notetext.py); a generation
+# UTF-8 are read as Windows-1252, or by their byte order mark, notetext.py; 16: emoji and
+# pictographs are terms); a generation
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 15
+CHUNKING = 16
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")

@@ -14,6 +14,7 @@ What it emits, after NFKC normalization and case folding:
   an exact query and a query for one part find them; a path (``src/app/config.toml``) also
   gives its compound names whole (``config.toml``), a dotted name its compound keys
   (``max_age`` of ``cache.max_age``).
+- Emoji and pictographs (``🚀``, ``✅``, a flag), one term each.
 - CJK runs (Han, kana, hangul, and the scripts written without spaces between words: Thai,
   Lao, Khmer, Myanmar) as overlapping character bigrams plus single characters. The query
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
@@ -92,6 +93,14 @@ _ASCII_TOKEN_RE: Final = re.compile(
     rf"[A-Za-z0-9]+(?:{_JOIN}[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
 _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
+# Emoji and pictographs, each a term of its own (``🚀``, ``✅``, ``■``): they are no
+# letters, so words skip them. One class of two ranges, which a scan tests quickly (the
+# exact emoji ranges in an alternation cost several times as much on Chinese text);
+# ``_emoji`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
+# is found by ``👍``. Variation selectors and joiners are no terms: a joined family is
+# found by its members.
+_EMOJI_RE: Final = re.compile("[\u231a-\u2bff\U0001f000-\U0001faff]")
+_TONES: Final = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
 _CAMEL_RE: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W_]+")
 
@@ -237,6 +246,8 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
         words: list[str] = _ASCII_TOKEN_RE.findall(norm)
     elif _CJK_RE.search(norm) is None:
         words = _WORD_TOKEN_RE.findall(norm)
+        if signs := _EMOJI_RE.findall(norm):
+            words += _emoji(signs)
     else:
         # CJK runs split off (no CJK character has a case to fold), the words of what is
         # between them found as in text without CJK: a run separates words as the space
@@ -246,6 +257,8 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
         runs = pieces[1::2]
         rest = " ".join(pieces[0::2])
         words = (_ASCII_TOKEN_RE if rest.isascii() else _WORD_TOKEN_RE).findall(rest)
+        if signs := _EMOJI_RE.findall(rest):
+            words += _emoji(signs)
     # Every word's whole form, case-folded and stemmed (stemming leaves non-alphabetic tokens
     # alone and ignores case, so `ECONNREFUSED` and `econnrefused` meet on one term), then
     # the parts of identifiers and compounds; both looked up per distinct word. Most words
@@ -253,6 +266,21 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     out = list(filter(None, map(_WHOLE.__getitem__, words)))
     out.extend(itertools.chain.from_iterable(filter(None, map(_PARTS.__getitem__, words))))
     return out, runs
+
+
+def _emoji(signs: list[str]) -> list[str]:
+    """The terms of the pictographs ``_EMOJI_RE`` found: a regional indicator paired with
+    the next one (a flag), skin tones dropped."""
+    out: list[str] = []
+    for sign in signs:
+        if sign in _TONES:
+            continue
+        if "\U0001f1e6" <= sign <= "\U0001f1ff" and out and len(out[-1]) == 1 and (
+                "\U0001f1e6" <= out[-1] <= "\U0001f1ff"):
+            out[-1] += sign
+        else:
+            out.append(sign)
+    return out
 
 
 def _whole(word: str) -> str:
