@@ -154,3 +154,34 @@ def test_an_integer_past_64_bits_is_refused_with_the_range(daemon: Any) -> None:
                         b'{"agent_id":"default","query":"x","max_results":2.5}}\n')
         error = conn.recv_response()["error"]
         assert error["message"] == "param 'max_results' must be an integer", error
+
+
+def test_a_client_refuses_numbers_json_cannot_carry(daemon: Any) -> None:
+    # JSON has no NaN or infinity; encoded, they were null, so min_score=inf went as no
+    # minimum at all and every hit came back. The client refuses them instead.
+    from recalld.ipc.aclient import AsyncClient
+    from recalld.ipc.client import Client
+
+    with Client(daemon.socket_path) as c:
+        c.call("memory.add_note", {"agent_id": "default", "content": "the heron at dusk"})
+        assert c.call("memory.search", {"agent_id": "default", "query": "heron",
+                                        "min_score": 1e300, "sync": True})["results"] == []
+        for bad in (float("inf"), float("nan"), -float("inf")):
+            with pytest.raises(InvalidParams, match="finite"):
+                c.call("memory.search", {"agent_id": "default", "query": "heron",
+                                         "min_score": bad, "sync": True})
+            with pytest.raises(InvalidParams, match="finite"):  # at any depth
+                c.call("memory.add_note", {"agent_id": "default", "content": "x",
+                                           "metadata": {"weights": [1.0, bad]}})
+        # A null of its own is sent as it is.
+        assert c.call("memory.search", {"agent_id": "default", "query": "heron",
+                                        "min_score": None})["results"]
+
+    async def asynchronously() -> None:
+        async with AsyncClient(daemon.socket_path) as ac:
+            with pytest.raises(InvalidParams, match="finite"):
+                await ac.call("memory.search", {"agent_id": "default", "query": "heron",
+                                                "min_score": float("inf")})
+
+    import trio
+    trio.run(asynchronously)
