@@ -11,7 +11,7 @@ import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
 from recalld.daemon.config import ChatModelConfig
-from recalld.daemon.memory.llm import LoopFailed, run_tools
+from recalld.daemon.memory.llm import MAX_CALLS_PER_ANSWER, LoopFailed, ToolBudget, run_tools
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import ChatClient
 from recalld.daemon.providers.retry import RetryPolicy
@@ -72,3 +72,41 @@ async def test_run_tools_loop_errors_to_model_and_step_limit(fake: FakeProvider,
     with pytest.raises(LoopFailed, match=r"did not finish within 0\.2 s"):
         await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
                         deadline_s=0.2)
+
+
+async def test_tool_calls_past_an_answers_limit_or_the_jobs_budget_are_not_run(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    ran: list[int] = []
+
+    async def dispatch(name: str, arguments: Any) -> str:
+        ran.append(arguments["n"])
+        return "made"
+
+    chat = loop_client(fake, bridge)
+    many = 3 * MAX_CALLS_PER_ANSWER + 5
+    flood = Reply(json=chat_answer(None, [tool_call("create", {"n": n}, f"c{n}")
+                                          for n in range(many)]))
+    fake.script(flood, Reply(json=chat_answer("done")))
+    budget = ToolBudget(limit=5 * MAX_CALLS_PER_ANSWER - 7)
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
+                          budget=budget)
+    # One answer runs its first calls only; every call still gets its answer.
+    assert ran == list(range(MAX_CALLS_PER_ANSWER)) and res.finished
+    tool_msgs = [m for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_msgs] == [f"c{n}" for n in range(many)]
+    assert tool_msgs[MAX_CALLS_PER_ANSWER]["content"].startswith("error: refused:")
+    assert budget.used == MAX_CALLS_PER_ANSWER and budget.refused == many - len(ran)
+
+    # The job's budget is shared by its loops: spent, the loop ends unfinished, saying why.
+    fake.script(*[flood] * 10)
+    cut = await run_tools(chat, [{"role": "user", "content": "again"}], [], dispatch,
+                          budget=budget, max_steps=10)
+    assert len(ran) == budget.limit and budget.spent() and not cut.finished
+    assert cut.steps == 4 and "more than 153 tool calls" in cut.unfinished(10)
+    told = [str(m["content"]) for m in cut.messages if m["role"] == "tool"]
+    assert sum("used all of its 153 tool calls" in t for t in told) == 7
+    sent = len(fake.requests)
+    with pytest.raises(LoopFailed, match="more than 153 tool calls"):
+        await run_tools(chat, [{"role": "user", "content": "more"}], [], dispatch,
+                        budget=budget)
+    assert len(fake.requests) == sent  # nothing sent once the budget is spent

@@ -67,7 +67,7 @@ from recalld.daemon.memory.fileops import (
     read_confined,
     write_confined,
 )
-from recalld.daemon.memory.llm import run_tools
+from recalld.daemon.memory.llm import ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.session_tools import SessionTools
 from recalld.daemon.memory.turns import check_session_id
@@ -82,6 +82,9 @@ from recalld.ipc.errors import (
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8
+#: Tool calls a job may run per part of its turns (a good run makes a few: it writes one
+#: note); those past it are refused, and the result counts them (``tool_calls_refused``).
+TOOL_CALLS_PER_PART = 64
 DEADLINE_S = 600.0
 MAX_PROMPT_CHARS = 60_000
 #: How much of the model's last answer a job's result quotes (``model_text``).
@@ -119,6 +122,7 @@ class CaptureResult(TypedDict):
     model_text: NotRequired[str]
     inbox_item: NotRequired[str | None]
     refused: NotRequired[list[capture_log.Refusal]]
+    tool_calls_refused: NotRequired[int]
     log: NotRequired[str | None]
 
 
@@ -357,6 +361,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 trigger=trigger if isinstance(trigger, str) else None, note=note_path,
                 refused=tools.refused)
             parts = _conversation_parts(turns)
+            budget = ToolBudget(TOOL_CALLS_PER_PART * len(parts))
             steps, calls, finished, final_text = 0, list[str](), True, ""
             try:
                 for i, part in enumerate(parts):
@@ -372,7 +377,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     result = await run_tools(
                         chat, _prompt(session_id, date, note_path, note_text, part.text),
                         ops.tools(SessionTools.NAMES), tools, max_steps=MAX_STEPS,
-                        deadline_s=DEADLINE_S, on_step=on_step)
+                        deadline_s=DEADLINE_S, on_step=on_step, budget=budget)
                     steps += result.steps
                     calls += result.tool_calls_made
                     finished = finished and result.finished
@@ -412,10 +417,14 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             item = None
             if notes:
                 summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
+                if budget.refused:
+                    summary += (f"; {budget.refused} tool call(s) past the limits were not "
+                                "run")
                 item = await services.inbox.push(
                     "auto_memory", summary, changed, job_id=job.job_id,
                     details={"session_id": session_id, "date": date, "note": note,
-                             "refused": tools.refused, "log": log_rel})
+                             "refused": tools.refused, "log": log_rel,
+                             "tool_calls_refused": budget.refused})
             job.set_progress(4, 4, "done")
             # Masked before it is cut: a key the cut fell inside would no longer be
             # recognised. (A bounded stretch: no secret the start shows is that long.)
@@ -427,6 +436,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 "finished": finished, "model_text": model_text,
                 "inbox_item": item["id"] if item else None,
                 "refused": tools.refused, "log": log_rel,
+                "tool_calls_refused": budget.refused,
             }
 
     return run

@@ -93,6 +93,8 @@ class RunSummary(TypedDict):
     changed: NotRequired[bool]
     recognised_from_reme: NotRequired[int]
     log: NotRequired[str]
+    #: The model's tool calls not run: past the calls of one answer or the run's budget.
+    tool_calls_refused: NotRequired[int]
 
 
 class UndoConflict(NotAllowed):
@@ -128,6 +130,8 @@ class RunLog:
     finished: str = ""
     #: Changed notes beyond the run's limit, left for the next run.
     left: int = 0
+    #: The model's tool calls refused for passing a limit (see ``llm.ToolBudget``).
+    tool_calls_refused: int = 0
 
     def record_write(self, path: str, before: bytes | None, after: bytes | None) -> FileBefore:
         """Remember a write; the first ``before`` of a path is what undo restores. Returns
@@ -163,7 +167,8 @@ class RunLog:
             counts[key] = counts.get(key, 0) + 1
         return {"run_id": self.run_id, "notes": len(self.notes), "left": self.left,
                 "failed_notes": len(self.failed_notes), "actions": counts,
-                "files_changed": sorted(p for p in self.before if self._differs(p))}
+                "files_changed": sorted(p for p in self.before if self._differs(p)),
+                "tool_calls_refused": self.tool_calls_refused}
 
 
 def render_markdown(run: RunLog) -> str:
@@ -172,7 +177,9 @@ def render_markdown(run: RunLog) -> str:
              f"- finished: {run.finished or 'not (running, or the daemon stopped during it)'}",
              f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}",
              *([f"- notes left for the next run (at most {len(run.notes)} a run): "
-                f"{run.left}"] if run.left else []), ""]
+                f"{run.left}"] if run.left else []),
+             *([f"- tool calls of the model not run (past its limits): "
+                f"{run.tool_calls_refused}"] if run.tool_calls_refused else []), ""]
     if run.notes:
         lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]
     if run.failed_notes:

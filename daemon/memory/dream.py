@@ -2,8 +2,7 @@
 
 Owns the dream catalog (``<metadata_dir>/catalog/dream.jsonl.zst``: every daily note
 processed, with the SHA-256 of the text that was read; ReMe's ``file_catalog/`` beside it
-stays as ReMe wrote it) and one run at a time of the job
-(the job kind is exclusive). Starts no task.
+stays as ReMe wrote it) and one run at a time (the job kind is exclusive). No task.
 
 A run: find the daily notes whose digest differs from the catalog (``index.md`` day
 indexes are skipped), then for each note hold a short tool-calling conversation with the
@@ -60,7 +59,7 @@ from recalld.daemon.memory.fileops import (
     fileops_for,
     read_confined,
 )
-from recalld.daemon.memory.llm import LoopFailed, run_tools
+from recalld.daemon.memory.llm import LoopFailed, ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
@@ -87,6 +86,7 @@ class DreamConfig:
     max_note_chars: int = 12_000
     max_notes_per_run: int = 200
     max_steps_per_note: int = 12
+    max_tool_calls_per_note: int = 64  # times the notes read: the run's tool budget
     deadline_per_note_s: float = 300.0
     max_nodes_listed: int = 80
     node_search_results: int = 8
@@ -110,6 +110,7 @@ class _Run:
     #: whose frontmatter cannot be read): the note is read again by the next run.
     blocked: list[str] = field(default_factory=list)
     config: DreamConfig = field(default_factory=DreamConfig)
+    budget: ToolBudget = field(default_factory=lambda: ToolBudget(0))
 
     @property
     def digest_dir(self) -> str:
@@ -330,7 +331,8 @@ async def run_dream(
     async def save() -> None:  # here, and for every host of a shared workspace
         await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
         if shared is not None:
-            await shared.store(CATALOG_JOB, _changed(known, catalog))
+            await shared.store(CATALOG_JOB, {k: v for k, v in catalog.items()
+                                             if known.get(k) != v})
             known.update(catalog)  # stored: the next save (after the next note) sends the new
 
     recognised = await trio.to_thread.run_sync(dreamnotes.recognise_reme_dreamed, ws, catalog)
@@ -354,7 +356,8 @@ async def run_dream(
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
-               run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg)
+               run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,
+               budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)))
     _RUNNING.add(run.log.run_id)
     ended = False  # True once the run went through every note: not cancelled, no error
     try:
@@ -384,7 +387,8 @@ async def run_dream(
                     result = await run_tools(chat, messages, dreamprompt.tool_schemas(),
                                              run.dispatch,
                                              max_steps=cfg.max_steps_per_note,
-                                             deadline_s=cfg.deadline_per_note_s)
+                                             deadline_s=cfg.deadline_per_note_s,
+                                             budget=run.budget)
                     if not result.finished:  # cut off: the rest of the note may be unread
                         raise LoopFailed(result.unfinished(cfg.max_steps_per_note))
                 if run.blocked:
@@ -406,6 +410,7 @@ async def run_dream(
         ended = True
     finally:
         run.log.finished = datetime.now(UTC).isoformat()
+        run.log.tool_calls_refused = run.budget.refused
         summary = dreaminbox.run_summary(run.log, settings.metadata_dir)
         summary["recognised_from_reme"] = recognised
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
@@ -423,11 +428,6 @@ async def run_dream(
         raise JobFailed(f"no note could be processed: {next(iter(run.log.failed_notes.values()))}",
                         summary)
     return summary
-
-
-def _changed(before: Mapping[str, JsonObject], after: Mapping[str, JsonObject]
-             ) -> dict[str, JsonObject]:
-    return {k: v for k, v in after.items() if before.get(k) != v}
 
 
 async def _refresh_interests(run: _Run) -> None:

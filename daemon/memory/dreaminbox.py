@@ -29,6 +29,8 @@ def summary_line(summary: changelog.RunSummary, *, ended: bool) -> str:
     if failed := summary.get("failed_notes"):
         text += (f"; {failed} of {summary['notes']} note(s) not processed, read again by "
                  f"the next dream")
+    if refused := summary.get("tool_calls_refused"):
+        text += f"; {refused} tool call(s) of the model past its limits not run"
     if not ended:
         text += "; stopped before its end: the notes it did not reach are read by the next dream"
     return f"{text} (see {summary.get('log')})" if failed or not ended else text
@@ -52,7 +54,8 @@ async def push_run(ws: Workspace, summary: changelog.RunSummary, run: changelog.
                             summary.get("files_changed") or [], job_id=job_id, details={
                                 "run_id": run.run_id, "actions": summary["actions"],
                                 "failed_notes": sorted(run.failed_notes),
-                                "log": summary.get("log"), "ended": ended})
+                                "log": summary.get("log"), "ended": ended,
+                                "tool_calls_refused": summary.get("tool_calls_refused", 0)})
 
 
 async def recover_journals(ws: Workspace, directory: Path, running: Collection[str]) -> None:

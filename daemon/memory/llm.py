@@ -3,7 +3,11 @@
 Owns no task. :func:`run_tools` sends the conversation, runs the tool calls the model asks
 for through a dispatcher (whose errors go back to the model as text), and repeats until the
 model answers without tool calls, ``max_steps`` answers were spent, or ``deadline_s``
-passed. :class:`ChatClients` builds (and keeps per workspace and configuration) the
+passed. Tool calls are bounded: at most :data:`MAX_CALLS_PER_ANSWER` of one answer are run,
+and a job's :class:`ToolBudget` bounds them over all its conversations; a call past either
+is not run, and the model is told so in its result (a runaway model cannot write hundreds
+of files in one answer or one job). A spent budget ends the loop, unfinished.
+:class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge.
 
@@ -42,10 +46,34 @@ DEFAULT_DEADLINE_S = 600.0
 MAX_TOOL_RESULT_CHARS = 20_000
 #: Finish reasons of an answer stopped before it was complete.
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
+#: Tool calls of one answer that are run; those past it are refused (a real model asks
+#: for a few at a time).
+MAX_CALLS_PER_ANSWER = 32
+#: ``LoopResult.cut`` of a loop that ended because its job's tool budget was spent.
+BUDGET_SPENT = "tool budget spent"
 
 
 class LoopFailed(JobFailed):
-    """The tool loop could not finish (deadline passed)."""
+    """The tool loop could not finish (deadline passed, or its job's tool budget was
+    spent before it began)."""
+
+
+@dataclass(slots=True)
+class ToolBudget:
+    """The tool calls one job may run over all its conversations (``limit``), those it
+    ran (``used``) and those refused (``refused``: past the budget, or past
+    :data:`MAX_CALLS_PER_ANSWER` in one answer)."""
+
+    limit: int
+    used: int = 0
+    refused: int = 0
+
+    def spent(self) -> bool:
+        return self.used >= self.limit
+
+    def why_spent(self) -> str:
+        return (f"the chat model asked for more than {self.limit} tool calls in one run; "
+                "the calls past that were not run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +84,9 @@ class LoopResult:
     completions; ``tool_calls_made`` names every tool call in order; ``finished`` is False
     when ``max_steps`` ran out while the model still asked for tools, or when its last
     answer was stopped before it was complete (``cut``: the finish reason, ``length``
-    when it reached its token limit); ``messages`` is the whole conversation including
-    tool results.
+    when it reached its token limit; :data:`BUDGET_SPENT` when the job's tool budget ran
+    out, ``budget_message`` then saying so); ``messages`` is the whole conversation
+    including tool results.
     """
 
     final_text: str
@@ -66,12 +95,15 @@ class LoopResult:
     finished: bool = True
     messages: list[ChatMessage] = field(default_factory=list)
     cut: str | None = None
+    budget_message: str = ""
 
     def unfinished(self, max_steps: int) -> str:
         """Why the loop did not finish, for a job's error."""
         if self.cut == "length":
             return ("the chat model's answer stopped at its length limit before it was "
                     "complete (raise max_tokens in chat_model_config)")
+        if self.cut == BUDGET_SPENT:
+            return self.budget_message
         if self.cut is not None:
             return f"the chat model's answer was stopped before it was complete: {self.cut}"
         return (f"the chat model did not finish within {max_steps} steps (it was still "
@@ -87,16 +119,23 @@ async def run_tools(
     max_steps: int = 8,
     deadline_s: float = DEFAULT_DEADLINE_S,
     on_step: Callable[[int, str], None] | None = None,
+    budget: ToolBudget | None = None,
 ) -> LoopResult:
     """Run the chat/tool loop; see the module docstring.
 
     ``dispatch(name, arguments)`` must return text; an exception it raises (other than
     cancellation) is reported to the model as ``error: ...`` and the loop goes on.
-    ``on_step(step, message)`` is called after each completion (progress).
+    ``on_step(step, message)`` is called after each completion (progress). ``budget``:
+    the job's, shared by its loops (default: this loop's own, of ``max_steps`` full
+    answers); one already spent raises :class:`LoopFailed` before anything is sent.
     Cancellation stops the loop at once; writes done by earlier tool calls stay.
     """
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
+    if budget is None:
+        budget = ToolBudget(max_steps * MAX_CALLS_PER_ANSWER)
+    if budget.spent():
+        raise LoopFailed(budget.why_spent())
     convo: list[ChatMessage] = [m.copy() for m in messages]
     made: list[str] = []
     steps = 0
@@ -112,24 +151,55 @@ async def run_tools(
                 if on_step is not None:
                     on_step(steps, "model finished" if cut is None else f"answer cut ({cut})")
                 return LoopResult(answer.content or "", steps, made, cut is None, convo, cut)
-            for call in answer.tool_calls:
-                made.append(call.name)
-                try:
-                    out = await dispatch(call.name, call.arguments)
-                except Exception as exc:  # the model hears about it; the job goes on
-                    log.warning("tool %s failed: %s", call.name, exc)
-                    out = f"error: {type(exc).__name__}: {exc}"
-                if len(out) > MAX_TOOL_RESULT_CHARS:
-                    out = out[:MAX_TOOL_RESULT_CHARS] + "\n[truncated]"
+            ran: list[str] = []
+            for n, call in enumerate(answer.tool_calls):
+                refusal = _refusal(n, len(answer.tool_calls), budget)
+                if refusal is None:
+                    budget.used += 1
+                    made.append(call.name)
+                    ran.append(call.name)
+                    out = await _run_one(dispatch, call.name, call.arguments)
+                else:
+                    budget.refused += 1
+                    out = refusal
                 convo.append({"role": "tool", "tool_call_id": call.id, "content": out})
             if on_step is not None:
-                on_step(steps, f"ran {', '.join(c.name for c in answer.tool_calls)}")
+                refused = len(answer.tool_calls) - len(ran)
+                on_step(steps, f"ran {', '.join(ran) or 'no tool'}"
+                        + (f" ({refused} call(s) refused)" if refused else ""))
+            if budget.spent() and len(ran) < len(answer.tool_calls):
+                return LoopResult("", steps, made, False, convo, BUDGET_SPENT,
+                                  budget.why_spent())
     if scope.cancelled_caught:
         raise LoopFailed(
             f"the chat model did not finish within {deadline_s:g} s ({steps} steps, "
             f"{len(made)} tool calls)")
     last = convo[-1]["content"] if convo else None
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
+
+
+def _refusal(n: int, calls: int, budget: ToolBudget) -> str | None:
+    """Why call ``n`` (0-based) of an answer of ``calls`` is not run, or None to run it."""
+    if n >= MAX_CALLS_PER_ANSWER:
+        return (f"error: refused: this answer asked for {calls} tool calls; only the first "
+                f"{MAX_CALLS_PER_ANSWER} of one answer are run. Ask again for what is "
+                "still needed, a few calls at a time")
+    if budget.spent():
+        return (f"error: refused: this run has used all of its {budget.limit} tool calls; "
+                "this call was not run")
+    return None
+
+
+async def _run_one(dispatch: Dispatch, name: str, arguments: JsonObject) -> str:
+    """One tool call's result for the model: its errors as text, cut to a bounded size."""
+    try:
+        out = await dispatch(name, arguments)
+    except Exception as exc:  # the model hears about it; the job goes on
+        log.warning("tool %s failed: %s", name, exc)
+        out = f"error: {type(exc).__name__}: {exc}"
+    if len(out) > MAX_TOOL_RESULT_CHARS:
+        out = out[:MAX_TOOL_RESULT_CHARS] + "\n[truncated]"
+    return out
 
 
 class ChatClients:
