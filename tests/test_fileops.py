@@ -225,3 +225,34 @@ async def test_replace_writes_only_over_what_was_read(tmp_path: Path) -> None:
         node.unlink()
         await ops.replace("digest/wiki/tent.md", done.text, "# Tent\n")
     assert not node.exists() and no_temp_files(tmp_path)
+
+
+async def test_notes_in_another_encoding_are_never_rewritten(tmp_path: Path) -> None:
+    ops, _ = make_ops(tmp_path, session_id="s1")
+    folder = tmp_path / "memory" / DAY
+    folder.mkdir(parents=True)
+    # A person's notes saved as GBK and as Latin-1: one is even this session's note.
+    gbk = "---\nsession_id: s1\n---\n- 喜欢喝乌龙茶\n- 周末去爬山\n".encode("gbk")
+    latin = "- café au lait à 8h\n- Ærø in May\n".encode("latin-1")
+    (folder / "tea.md").write_bytes(gbk)
+    (folder / "cafe.md").write_bytes(latin)
+    for rel in (f"memory/{DAY}/tea.md", f"memory/{DAY}/cafe.md"):
+        for attempt in (ops.edit(rel, "-", "*"),
+                        ops.frontmatter_update(rel, {"topic": "drinks"}),
+                        ops.read(rel)):
+            with pytest.raises(InvalidParams, match="not UTF-8 text"):
+                await attempt
+    said = await ops.call_tool("edit", {"path": f"memory/{DAY}/cafe.md", "old": "-",
+                                        "new": "*"})
+    assert said.startswith("error:") and "not UTF-8" in said
+    # The session's note is not found in it, and a daily_write goes to another name.
+    assert await ops.session_note("s1", DAY) is None
+    res = await ops.daily_write("s1", "tea", "- likes green tea\n", DAY)
+    assert res.path == f"memory/{DAY}/tea-2.md" and res.created
+    assert await ops.session_note("s1", DAY) == res.path
+    assert (folder / "tea.md").read_bytes() == gbk
+    assert (folder / "cafe.md").read_bytes() == latin
+    # A UTF-8 note whose text holds U+FFFD itself is a note like any other.
+    await ops.write(f"memory/{DAY}/odd.md", "- the byte \ufffd was lost\n")
+    await ops.edit(f"memory/{DAY}/odd.md", "lost", "kept")
+    assert (await ops.read(f"memory/{DAY}/odd.md")).text == "- the byte \ufffd was kept\n"

@@ -30,7 +30,6 @@ import datetime as dt
 import logging
 import os
 import re
-import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +46,16 @@ from recalld.daemon.index.frontmatter import (
 )
 from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.notetext import note_text
-from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, atomic_write
+from recalld.daemon.memory.confined import MAX_EDIT_BYTES as MAX_EDIT_BYTES
+from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
+from recalld.daemon.memory.confined import read_confined as read_confined
+from recalld.daemon.memory.confined import utf8_file
+from recalld.daemon.memory.confined import write_confined as write_confined
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
     InvalidParams,
     NotAllowed,
     NotFound,
-    PathOutsideWorkspace,
     RecalldError,
 )
 
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_WRITE_BYTES = 1 << 20
-MAX_EDIT_BYTES = 4 << 20
 MAX_TOOL_READ_BYTES = 64 * 1024
 SYNC_TIMEOUT_S = 30.0
 DAY_INDEX = "index.md"
@@ -124,73 +123,6 @@ class WriteResult:
 
     def as_dict(self) -> Written:
         return {"path": self.path, "created": self.created, "changed": self.changed}
-
-
-# -- blocking helpers (run them in a worker thread) -------------------------------------
-
-
-def _check_dir(path: Path, shown: str) -> bool:
-    """True if ``path`` is a real directory, False if missing; refuse links and files."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise PathOutsideWorkspace(f"path goes through a symbolic link: {shown}")
-    if not stat.S_ISDIR(st.st_mode):
-        raise InvalidParams(f"not a directory on the way to {shown}")
-    return True
-
-
-def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True) -> None:
-    """Publish ``data`` at ``root/path`` atomically, creating missing folders.
-
-    Refuses symbolic links anywhere on the way and at the target (an existing target must
-    be a regular file). Blocking. ``sync_dir=False``: the caller fsyncs the file's folder
-    (see ``atomic_writer``).
-    """
-    parts = safepath.split_relative(path)
-    if any(p.startswith(".") for p in parts):
-        raise InvalidParams(f"hidden names are not writable: {path}")
-    current = root
-    for name in parts[:-1]:
-        current = current / name
-        if not _check_dir(current, path):
-            try:
-                REAL.mkdir(current)
-                REAL.fsync_dir(current.parent)
-            except FileExistsError:
-                _check_dir(current, path)
-            except OSError as exc:
-                raise translate_os_error(exc, current) from exc
-    target = current / parts[-1]
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise translate_os_error(exc, target) from exc
-    else:
-        if stat.S_ISLNK(st.st_mode):
-            raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidParams(f"not a regular file: {path}")
-    atomic_write(REAL, target, data, sync_dir=sync_dir)
-
-
-def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES) -> str | None:
-    """The text of ``root/path`` (None if it does not exist). Blocking."""
-    try:
-        fd = safepath.open_confined(root, path)
-    except NotFound:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
-    return note_text(data)
 
 
 def has_room(text: str, room_for: int) -> bool:
@@ -271,9 +203,11 @@ class FileOps:
 
     # -- primitives --------------------------------------------------------------------
 
-    async def read_text(self, path: str) -> str | None:
-        """Whole text of a workspace file, or None if it does not exist."""
-        return await trio.to_thread.run_sync(read_confined, self.root, path)
+    async def read_text(self, path: str, *, strict: bool = False) -> str | None:
+        """Whole text of a workspace file, or None if it does not exist (``strict``:
+        :class:`NotUtf8` if it is not UTF-8, see :func:`read_confined`)."""
+        return await trio.to_thread.run_sync(
+            lambda: read_confined(self.root, path, strict=strict))
 
     async def _publish(self, rel: str, before: str | None, after: str) -> WriteResult:
         """Write ``after`` (caller holds the lock); record the change; make it searchable."""
@@ -302,9 +236,13 @@ class FileOps:
         start = 1 if start_line is None else start_line
         if start < 1 or (end_line is not None and end_line < start):
             raise InvalidParams("bad line range")
-        return await trio.to_thread.run_sync(
+        got = await trio.to_thread.run_sync(
             lambda: safepath.read_lines(self.root, path, start_line=start, end_line=end_line,
                                         max_bytes=MAX_TOOL_READ_BYTES))
+        if "\ufffd" in got.text and not await trio.to_thread.run_sync(
+                utf8_file, self.root, path):
+            raise NotUtf8("/".join(safepath.split_relative(path)))
+        return got
 
     async def write(self, path: str, content: str) -> WriteResult:
         """Create or replace a file with ``content``."""
@@ -338,7 +276,7 @@ class FileOps:
 
         new = await redact_async(new)
         async with self.lock:
-            before = await self.read_text(rel)
+            before = await self.read_text(rel, strict=True)
             if before is None:
                 raise NotFound(f"no such file in the workspace: {rel}")
             count = before.count(old)
@@ -362,7 +300,7 @@ class FileOps:
         edits = {str(k): (DELETE if v is None else redact_value({str(k): v})[str(k)])
                  for k, v in changes.items()}
         async with self.lock:
-            before = await self.read_text(rel)
+            before = await self.read_text(rel, strict=True)
             if before is None:
                 raise NotFound(f"no such file in the workspace: {rel}")
             result = await self._publish(rel, before, _update_fm(before, edits))
@@ -386,8 +324,8 @@ class FileOps:
                     continue
                 rel = f"{self.day_folder(date)}/{name}"
                 try:
-                    text = read_confined(self.root, rel)
-                except RecalldError:
+                    text = read_confined(self.root, rel, strict=True)
+                except RecalldError:  # too large, a link, not UTF-8: not written here
                     continue
                 if text is not None and parse_frontmatter(text)[0].get("session_id") == session_id:
                     return rel
@@ -436,7 +374,10 @@ class FileOps:
             for n in range(1, 1000):
                 rel = f"{self.day_folder(day)}/{stem if n == 1 else f'{stem}-{n}'}.md"
                 self.check_writable(rel)
-                before = await self.read_text(rel)
+                try:
+                    before = await self.read_text(rel, strict=True)
+                except NotUtf8:
+                    continue  # never written over, whoever's it is: another name
                 if before is None:
                     break
                 if parse_frontmatter(before)[0].get("session_id") == session_id and (

@@ -16,10 +16,9 @@ import re
 from pathlib import Path
 from typing import Final
 
-from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
-from recalld.daemon.memory.fileops import read_confined
+from recalld.daemon.memory.confined import read_confined, utf8_file
 from recalld.ipc.errors import RecalldError
 
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
@@ -55,15 +54,7 @@ def read_node(root: Path, rel: str) -> tuple[str | None, bool]:
     another encoding reads with U+FFFD in place of what it holds: written again, what a
     person wrote would be lost, so it is not written."""
     text = read_confined(root, rel)
-    if text is None or "\ufffd" not in text:
-        return text, True
-    with os.fdopen(safepath.open_confined(root, rel), "rb") as f:
-        data = f.read()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return text, False
-    return text, True
+    return text, text is None or "\ufffd" not in text or utf8_file(root, rel)
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:

@@ -1,0 +1,120 @@
+"""Blocking file primitives confined to a workspace root, for :mod:`fileops` and the
+memory jobs (run them in a worker thread): publish a file atomically, read one's text,
+tell whether a file is UTF-8. Names are checked by :mod:`safepath`; symbolic links on the
+way are refused. No state, no task.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+from pathlib import Path
+
+from recalld.daemon import safepath
+from recalld.daemon.notetext import note_text
+from recalld.daemon.store.errors import translate_os_error
+from recalld.daemon.store.fsio import REAL, atomic_write
+from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+
+MAX_EDIT_BYTES = 4 << 20
+
+
+def _check_dir(path: Path, shown: str) -> bool:
+    """True if ``path`` is a real directory, False if missing; refuse links and files."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise PathOutsideWorkspace(f"path goes through a symbolic link: {shown}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidParams(f"not a directory on the way to {shown}")
+    return True
+
+
+def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Publish ``data`` at ``root/path`` atomically, creating missing folders.
+
+    Refuses symbolic links anywhere on the way and at the target (an existing target must
+    be a regular file). Blocking. ``sync_dir=False``: the caller fsyncs the file's folder
+    (see ``atomic_writer``).
+    """
+    parts = safepath.split_relative(path)
+    if any(p.startswith(".") for p in parts):
+        raise InvalidParams(f"hidden names are not writable: {path}")
+    current = root
+    for name in parts[:-1]:
+        current = current / name
+        if not _check_dir(current, path):
+            try:
+                REAL.mkdir(current)
+                REAL.fsync_dir(current.parent)
+            except FileExistsError:
+                _check_dir(current, path)
+            except OSError as exc:
+                raise translate_os_error(exc, current) from exc
+    target = current / parts[-1]
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise translate_os_error(exc, target) from exc
+    else:
+        if stat.S_ISLNK(st.st_mode):
+            raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidParams(f"not a regular file: {path}")
+    atomic_write(REAL, target, data, sync_dir=sync_dir)
+
+
+class NotUtf8(InvalidParams):
+    """A file saved in another encoding than UTF-8: read, it would hold U+FFFD where its
+    text is; written from that, what a person wrote would be lost."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not UTF-8 text (saved in another encoding): it is "
+                         "left as it is, and cannot be read or changed here")
+
+
+def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES, *,
+                  strict: bool = False) -> str | None:
+    """The text of ``root/path`` (None if it does not exist), read as
+    :func:`~recalld.daemon.notetext.note_text` reads notes. Blocking. Bytes it cannot read
+    become U+FFFD; with ``strict``, such a file raises :class:`NotUtf8`."""
+    try:
+        fd = safepath.open_confined(root, path)
+    except NotFound:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
+    text = note_text(data)
+    if strict and "\ufffd" in text and not _utf8(data):
+        raise NotUtf8(path)  # not read whole (GBK, say): written back, it would be lost
+    return text
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def utf8_file(root: Path, path: str) -> bool:
+    """Whether the whole of ``root/path`` is UTF-8 (read in pieces; any size). Blocking."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with os.fdopen(safepath.open_confined(root, path), "rb") as f:
+        try:
+            while chunk := f.read(1 << 16):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return False
+    return True
