@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
@@ -193,3 +194,13 @@ def test_parse_content_parts_and_object_arguments() -> None:
     result = parse_chat_response(body)
     assert result.content == "ab"
     assert result.tool_calls == [ToolCall("t", "f", {"k": 1})]
+
+
+
+def test_parse_a_refusal() -> None:
+    def answer(message: dict[str, object]) -> bytes:
+        return orjson.dumps({"choices": [{"message": message, "finish_reason": "stop"}]})
+
+    refused = parse_chat_response(answer({"content": None, "refusal": " Je ne peux pas. "}))
+    assert refused.refusal == "Je ne peux pas." and refused.tool_calls == []
+    assert parse_chat_response(answer({"content": "fine", "refusal": None})).refusal is None

@@ -1,6 +1,6 @@
-"""A runaway chat model against the memory jobs, end to end: tool calls past the limit of
-one answer are not run (the model is told, each call answered), and the job's result and
-inbox item count them."""
+"""A runaway or unwilling chat model against the memory jobs, end to end: tool calls past
+the limit of one answer are not run (the model is told, each call answered), and the
+job's result and inbox item count them; a refusal is no "nothing to save"."""
 
 from __future__ import annotations
 
@@ -65,3 +65,28 @@ def test_an_auto_memory_answer_with_too_many_calls_says_so(
                 if i["kind"] == "auto_memory")
     assert item["details"]["tool_calls_refused"] == EXTRA
     assert f"{EXTRA} tool call(s)" in item["summary"]
+
+
+def test_a_refusal_leaves_the_turns_and_the_note_to_the_next_run(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-04/trip.md"
+    write(root, note, "- flies to Reykjavík on the 12th\n")
+    open_ws(daemon, root, fake)
+    refusal = chat_answer(None)
+    refusal["choices"][0]["message"]["refusal"] = "I can't help with that request."
+    fake.script(Reply(json=refusal))
+    add(daemon, "s-no", turn("Remember that my flight leaves at 7."), agent_id=AGENT)
+    job = run_job(daemon, "auto_memory", {"session_id": "s-no"})
+    assert job["state"] == "failed", job
+    assert "refused to answer: I can't help with that request." in job["error"]
+    assert add(daemon, "s-no", [], agent_id=AGENT)["pending_messages"] == 2
+    fake.script(Reply(json=refusal))
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and "refused to answer" in job["error"], job
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                        "name": "Trip", "content": "- Reykjavík on the 12th",
+                                        "reason": "plan"})]]
+    assert dream(daemon)["notes"] == 1  # read again, as it was never read
+    assert (root / "digest/wiki/trip.md").exists()

@@ -110,3 +110,17 @@ async def test_tool_calls_past_an_answers_limit_or_the_jobs_budget_are_not_run(
         await run_tools(chat, [{"role": "user", "content": "more"}], [], dispatch,
                         budget=budget)
     assert len(fake.requests) == sent  # nothing sent once the budget is spent
+
+
+async def test_a_refusal_is_no_last_word(fake: FakeProvider, bridge: ProviderBridge) -> None:
+    async def dispatch(name: str, arguments: Any) -> str:
+        return "ok"
+
+    chat = loop_client(fake, bridge)
+    refusal = chat_answer(None)
+    refusal["choices"][0]["message"]["refusal"] = "I cannot process this conversation."
+    fake.script(Reply(json=refusal))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch)
+    assert not res.finished and res.cut == "refusal" and res.steps == 1
+    assert res.unfinished(8) == ("the chat model refused to answer: I cannot process this "
+                                 "conversation.")

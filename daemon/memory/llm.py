@@ -28,6 +28,7 @@ import trio
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.redact import redact
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError
 from recalld.daemon.workspaces import Workspace
@@ -51,6 +52,8 @@ CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
 MAX_CALLS_PER_ANSWER = 32
 #: ``LoopResult.cut`` of a loop that ended because its job's tool budget was spent.
 BUDGET_SPENT = "tool budget spent"
+#: ``LoopResult.cut`` of a loop whose model declined to answer (a ``refusal``).
+REFUSED = "refusal"
 
 
 class LoopFailed(JobFailed):
@@ -85,8 +88,8 @@ class LoopResult:
     when ``max_steps`` ran out while the model still asked for tools, or when its last
     answer was stopped before it was complete (``cut``: the finish reason, ``length``
     when it reached its token limit; :data:`BUDGET_SPENT` when the job's tool budget ran
-    out, ``budget_message`` then saying so); ``messages`` is the whole conversation
-    including tool results.
+    out, :data:`REFUSED` when the model declined to answer, ``detail`` then saying why);
+    ``messages`` is the whole conversation including tool results.
     """
 
     final_text: str
@@ -95,7 +98,7 @@ class LoopResult:
     finished: bool = True
     messages: list[ChatMessage] = field(default_factory=list)
     cut: str | None = None
-    budget_message: str = ""
+    detail: str = ""
 
     def unfinished(self, max_steps: int) -> str:
         """Why the loop did not finish, for a job's error."""
@@ -103,7 +106,9 @@ class LoopResult:
             return ("the chat model's answer stopped at its length limit before it was "
                     "complete (raise max_tokens in chat_model_config)")
         if self.cut == BUDGET_SPENT:
-            return self.budget_message
+            return self.detail
+        if self.cut == REFUSED:
+            return f"the chat model refused to answer: {redact(self.detail[:300])}"
         if self.cut is not None:
             return f"the chat model's answer was stopped before it was complete: {self.cut}"
         return (f"the chat model did not finish within {max_steps} steps (it was still "
@@ -147,10 +152,13 @@ async def run_tools(
             if not answer.tool_calls:
                 # An answer cut short (a thinking model spending its tokens) is no "nothing
                 # to save": the caller must not take it for the model's last word.
+                # So is a refusal: the model declined to read what it was given.
                 cut = answer.finish_reason if answer.finish_reason in CUT_SHORT else None
+                cut = REFUSED if answer.refusal else cut
                 if on_step is not None:
                     on_step(steps, "model finished" if cut is None else f"answer cut ({cut})")
-                return LoopResult(answer.content or "", steps, made, cut is None, convo, cut)
+                return LoopResult(answer.content or "", steps, made, cut is None, convo, cut,
+                                  answer.refusal or "")
             ran: list[str] = []
             for n, call in enumerate(answer.tool_calls):
                 refusal = _refusal(n, len(answer.tool_calls), budget)

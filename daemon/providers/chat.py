@@ -116,6 +116,8 @@ class ChatResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     usage: JsonObject = field(default_factory=dict)  # provider-specific counts, passed on
+    #: Why the model declined to answer (OpenAI's ``refusal``): no answer at all.
+    refusal: str | None = None
 
     def assistant_message(self) -> ChatMessage:
         """This answer as a message to append to the conversation for the next turn."""
@@ -224,11 +226,13 @@ def parse_chat_response(body: bytes) -> ChatResult:
     calls = [_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)]
     finish = choice.get("finish_reason")
     usage = data.get("usage")
+    refusal = message.get("refusal")
     return ChatResult(
         content=content,
         tool_calls=calls,
         finish_reason=finish if isinstance(finish, str) else None,
         usage=usage if isinstance(usage, dict) else {},
+        refusal=(refusal.strip() or None) if isinstance(refusal, str) else None,
     )
 
 
