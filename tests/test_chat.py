@@ -204,3 +204,18 @@ def test_parse_a_refusal() -> None:
     refused = parse_chat_response(answer({"content": None, "refusal": " Je ne peux pas. "}))
     assert refused.refusal == "Je ne peux pas." and refused.tool_calls == []
     assert parse_chat_response(answer({"content": "fine", "refusal": None})).refusal is None
+
+
+def test_parse_repeated_ids_null_arguments_and_streams() -> None:
+    calls = [{"id": "same", "function": {"name": "f", "arguments": None}},
+             {"id": "same", "function": {"name": "g", "arguments": '{"x": "日本"}'}},
+             {"function": {"name": "h"}}, {"id": "same_1", "function": {"name": "k"}}]
+    body = orjson.dumps({"choices": [{"message": {"content": None, "tool_calls": calls},
+                                      "finish_reason": "tool_calls"}]})
+    got = parse_chat_response(body).tool_calls
+    assert [c.arguments for c in got] == [{}, {"x": "日本"}, {}, {}]
+    assert len({c.id for c in got}) == 4 and got[0].id == "same"
+    stream = (b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
+              b"data: [DONE]\n\n")
+    with pytest.raises(ProviderBadResponse, match="event stream"):
+        parse_chat_response(stream)

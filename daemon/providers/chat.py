@@ -160,8 +160,10 @@ def _parse_tool_call(raw: object, index: int) -> ToolCall:
     fn = raw.get("function")
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise _bad(f"tool call {index} has no function name")
-    args_raw = fn.get("arguments", "{}")
+    args_raw = fn.get("arguments")
     args: object
+    if args_raw is None:  # a function without arguments, as some servers send it
+        args_raw = "{}"
     if isinstance(args_raw, dict):  # some servers (Ollama) send an object, not a string
         args = args_raw
     elif isinstance(args_raw, str):
@@ -199,6 +201,9 @@ def parse_chat_response(body: bytes) -> ChatResult:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
+        if body.lstrip().startswith((b"data:", b"event:")):
+            raise _bad("answer is an event stream, not one JSON object (the server "
+                       "streams its answers; recalld does not ask it to)") from None
         raise _bad("answer is not valid JSON") from None
     if not isinstance(data, dict):
         raise _bad("answer is not a JSON object")
@@ -223,7 +228,7 @@ def parse_chat_response(body: bytes) -> ChatResult:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")
-    calls = [_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)]
+    calls = _unique_ids([_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)])
     finish = choice.get("finish_reason")
     usage = data.get("usage")
     refusal = message.get("refusal")
@@ -234,6 +239,19 @@ def parse_chat_response(body: bytes) -> ChatResult:
         usage=usage if isinstance(usage, dict) else {},
         refusal=(refusal.strip() or None) if isinstance(refusal, str) else None,
     )
+
+
+def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """``calls`` with ids unique in the answer (a server that repeats one would have each
+    result taken for the first call's): a repeated id gets the call's index."""
+    seen: set[str] = set()
+    out: list[ToolCall] = []
+    for i, call in enumerate(calls):
+        if call.id in seen:
+            call = ToolCall(id=f"{call.id}_{i}", name=call.name, arguments=call.arguments)
+        seen.add(call.id)
+        out.append(call)
+    return out
 
 
 class ChatClient:
