@@ -29,6 +29,12 @@ from recalld.ipc.errors import InvalidParams, NotAllowed
 
 log = logging.getLogger(__name__)
 
+#: Frontmatter fields of a session's note that the daemon sets: which conversation the
+#: note is of. A model that changed them would hand the note to another session.
+DAEMON_FIELDS = ("session_id", "source_conversation")
+_KEEP_FIELDS = (f"error: {' and '.join(DAEMON_FIELDS)} are set by the daemon and cannot "
+                "be changed; leave those lines as they are")
+
 
 def _drops(before: str, after: str) -> list[str]:
     """The bullet points of ``before``'s body that ``after`` drops, both masked as the
@@ -90,6 +96,16 @@ class SessionTools:
         dropped = await trio.to_thread.run_sync(_drops, text, after)
         return _Refused(text, after, dropped) if dropped else None
 
+    async def _keeps_fields(self, rel: str, old: str, new: str) -> bool:
+        """Whether the edit leaves the note's :data:`DAEMON_FIELDS` as they are (an edit
+        that cannot apply is refused by the edit itself)."""
+        text = await self._text("/".join(safepath.split_relative(rel)))  # checked by _own
+        if not old or text.count(old) != 1:
+            return True
+        before, after = parse_frontmatter(text)[0], parse_frontmatter(
+            text.replace(old, new, 1))[0]
+        return all(before.get(key) == after.get(key) for key in DAEMON_FIELDS)
+
     async def _own(self, path: str) -> str | None:
         """Why the model may not change ``path``, or None if it is this session's note."""
         try:
@@ -121,7 +137,15 @@ class SessionTools:
             refusal = await self._own(str(args.get("path", "")))
             if refusal is not None:
                 return f"error: {refusal}"
+            changes = args.get("changes")
+            if name == "frontmatter_update" and isinstance(changes, Mapping) and any(
+                    str(key).strip() in DAEMON_FIELDS for key in changes):
+                return _KEEP_FIELDS
             if name == "edit":
+                if not await self._keeps_fields(str(args.get("path", "")),
+                                                str(args.get("old", "")),
+                                                str(args.get("new", ""))):
+                    return _KEEP_FIELDS
                 path = str(args.get("path", ""))
                 refused = await self._check_edit(path, str(args.get("old", "")),
                                                  str(args.get("new", "")))
