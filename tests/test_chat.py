@@ -219,3 +219,16 @@ def test_parse_repeated_ids_null_arguments_and_streams() -> None:
               b"data: [DONE]\n\n")
     with pytest.raises(ProviderBadResponse, match="event stream"):
         parse_chat_response(stream)
+
+
+def test_a_tool_call_cut_by_the_length_limit_names_the_limit() -> None:
+    call = {"id": "c", "function": {"name": "daily_write",
+                                    "arguments": '{"name": "trip", "content": "- flies to Os'}}
+    body = {"choices": [{"message": {"content": None, "tool_calls": [call]},
+                         "finish_reason": "length"}]}
+    with pytest.raises(ProviderBadResponse, match=r"length limit inside a tool call \(raise "
+                                                  r"max_tokens.*not valid JSON"):
+        parse_chat_response(orjson.dumps(body))
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    with pytest.raises(ProviderBadResponse, match=r"^chat completion: arguments of tool call"):
+        parse_chat_response(orjson.dumps(body))

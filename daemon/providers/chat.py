@@ -228,8 +228,16 @@ def parse_chat_response(body: bytes) -> ChatResult:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")
-    calls = _unique_ids([_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)])
     finish = choice.get("finish_reason")
+    try:
+        calls = _unique_ids([_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)])
+    except ProviderBadResponse as exc:
+        if finish not in ("length", "max_tokens"):
+            raise
+        # A call cut off mid-way: the limit is the cause, not the model's JSON.
+        raise _bad(f"the answer stopped at its length limit inside a tool call "
+                   f"(raise max_tokens in chat_model_config): "
+                   f"{exc.message.removeprefix('chat completion: ')}") from None
     usage = data.get("usage")
     refusal = message.get("refusal")
     return ChatResult(
