@@ -269,3 +269,16 @@ def test_error_family_maps_to_the_wire() -> None:
                                "data": {"transient": True, "status": 429}}
     assert redact("key sk-abcdefghijkl and AIzaSyA1234567890123456789012 x", "x") == (
         "key *** and *** ***")
+
+
+async def test_a_passed_deadline_names_what_the_attempts_met(autojump_clock: object) -> None:
+    policy = RetryPolicy(deadline_s=10.0, attempt_timeout_s=4.0, backoff_base_s=0.01,
+                         backoff_max_s=0.02, max_attempts=10)
+    timed_out = ProviderTimeout("request to http://127.0.0.1:9/v1 timed out after 4s")
+    script = Script(timed_out, timed_out, hang)
+    with pytest.raises(ProviderTimeout) as info:
+        await call_with_retry(policy, script, rng=random.Random(0), what="chat qwen3")
+    assert str(info.value).startswith("chat qwen3: deadline of 10s passed after 2 "
+                                      "attempt(s), the last: request to http://127.0.0.1:9")
+    with pytest.raises(ProviderTimeout, match=r"^chat qwen3: deadline of 10s passed$"):
+        await call_with_retry(policy, Script(hang), rng=random.Random(0), what="chat qwen3")

@@ -140,6 +140,13 @@ async def call_with_retry(
     """
     deadline = trio.current_time() + policy.deadline_s
     attempt = 0
+    last: ProviderError | None = None
+
+    def timeout() -> ProviderTimeout:
+        # What the attempts before met tells a slow provider from one that is down.
+        before = f" after {attempt} attempt(s), the last: {last}" if last is not None else ""
+        return ProviderTimeout(f"{what}: deadline of {policy.deadline_s:g}s passed{before}")
+
     while True:
         if breaker is not None:
             breaker.before_call()
@@ -147,11 +154,11 @@ async def call_with_retry(
         error: ProviderError
         try:
             if remaining <= 0:
-                raise ProviderTimeout(f"{what}: deadline of {policy.deadline_s:g}s passed")
+                raise timeout()
             with trio.move_on_after(remaining) as scope:
                 result = await attempt_fn(min(policy.attempt_timeout_s, remaining))
             if scope.cancelled_caught:
-                raise ProviderTimeout(f"{what}: deadline of {policy.deadline_s:g}s passed")
+                raise timeout()
         except ProviderError as exc:
             error = exc
         except BaseException:
@@ -170,6 +177,7 @@ async def call_with_retry(
             else:
                 breaker.record_success()
         attempt += 1
+        last = error
         if not retryable or attempt >= policy.max_attempts:
             raise error
         delay = policy.delay_s(attempt - 1, error, rng)
