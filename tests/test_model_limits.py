@@ -1,6 +1,7 @@
 """A runaway or unwilling chat model against the memory jobs, end to end: tool calls past
 the limit of one answer are not run (the model is told, each call answered), and the
-job's result and inbox item count them; a refusal is no "nothing to save"."""
+job's result and inbox item count them; a refusal, or tool calls the server left as
+text, is no "nothing to save"."""
 
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def test_a_refusal_leaves_the_turns_and_the_note_to_the_next_run(
     job = run_job(daemon, "auto_memory", {"session_id": "s-no"})
     assert job["state"] == "failed", job
     assert "refused to answer: I can't help with that request." in job["error"]
+    assert add(daemon, "s-no", [], agent_id=AGENT)["pending_messages"] == 2
+    # A server without its tool-call parser hands the calls back as text: no write.
+    fake.script(Reply(json=chat_answer('<tool_call>\n{"name": "daily_write", "arguments": '
+                                       '{"name": "flight", "content": "- 7:00"}}\n'
+                                       '</tool_call>')))
+    job = run_job(daemon, "auto_memory", {"session_id": "s-no"})
+    assert job["state"] == "failed" and "tool calls as text" in job["error"], job
     assert add(daemon, "s-no", [], agent_id=AGENT)["pending_messages"] == 2
     fake.script(Reply(json=refusal))
     job = run_job(daemon, "auto_dream")

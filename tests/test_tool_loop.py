@@ -13,7 +13,7 @@ from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.memory.llm import MAX_CALLS_PER_ANSWER, LoopFailed, ToolBudget, run_tools
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.chat import ChatClient
+from recalld.daemon.providers.chat import ChatClient, function_tool
 from recalld.daemon.providers.retry import RetryPolicy
 
 
@@ -124,3 +124,26 @@ async def test_a_refusal_is_no_last_word(fake: FakeProvider, bridge: ProviderBri
     assert not res.finished and res.cut == "refusal" and res.steps == 1
     assert res.unfinished(8) == ("the chat model refused to answer: I cannot process this "
                                  "conversation.")
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "daily_write", "arguments": {"name": "tea"}}\n</tool_call>',
+    '```json\n{"name": "daily_write", "arguments": {"name": "tea"}}\n```',
+    '[TOOL_CALLS][{"name": "daily_write", "arguments": {}}]',
+    "<function=daily_write><parameter=name>tea</parameter></function>",
+])
+async def test_tool_calls_written_as_text_are_no_last_word(
+        text: str, fake: FakeProvider, bridge: ProviderBridge) -> None:
+    async def dispatch(name: str, arguments: Any) -> str:
+        return "ok"
+
+    chat = loop_client(fake, bridge)
+    tools = [function_tool("daily_write", "write", {"type": "object"})]
+    fake.script(Reply(json=chat_answer(text)))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)
+    assert not res.finished and "wrote its tool calls as text" in res.unfinished(8)
+    # Without tools offered, or in plain words, text is the answer.
+    fake.script(Reply(json=chat_answer(text)),
+                Reply(json=chat_answer("Nothing to save: <function> names were discussed.")))
+    assert (await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch)).finished
+    assert (await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)).finished

@@ -20,6 +20,7 @@ lets them escape is reported failed with that code and message.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -54,6 +55,14 @@ MAX_CALLS_PER_ANSWER = 32
 BUDGET_SPENT = "tool budget spent"
 #: ``LoopResult.cut`` of a loop whose model declined to answer (a ``refusal``).
 REFUSED = "refusal"
+#: ``LoopResult.cut`` of an answer that holds its tool calls as text: the server did not
+#: parse them (served without its tool-call parser), so none was made.
+CALLS_AS_TEXT = "tool calls as text"
+#: What a model's tool call looks like written out in its text: the markers of the chat
+#: templates (Qwen, Hermes, Llama 3, Mistral), or a JSON object naming a function.
+_CALL_TEXT = re.compile(
+    r"<\|?tool_call\|?>|<function=\w|\[TOOL_CALLS\]|<\|python_tag\|>"
+    r"|\A\s*(?:```\w*\s*)?\[?\s*\{\s*\"(?:name|function)\"\s*:")
 
 
 class LoopFailed(JobFailed):
@@ -88,7 +97,9 @@ class LoopResult:
     when ``max_steps`` ran out while the model still asked for tools, or when its last
     answer was stopped before it was complete (``cut``: the finish reason, ``length``
     when it reached its token limit; :data:`BUDGET_SPENT` when the job's tool budget ran
-    out, :data:`REFUSED` when the model declined to answer, ``detail`` then saying why);
+    out, :data:`REFUSED` when the model declined to answer, ``detail`` then saying why;
+    :data:`CALLS_AS_TEXT` when it wrote tool calls in its text, which the server left
+    unparsed);
     ``messages`` is the whole conversation including tool results.
     """
 
@@ -109,6 +120,10 @@ class LoopResult:
             return self.detail
         if self.cut == REFUSED:
             return f"the chat model refused to answer: {redact(self.detail[:300])}"
+        if self.cut == CALLS_AS_TEXT:
+            return ("the chat model wrote its tool calls as text, and the server did not "
+                    "turn them into tool calls: serve the model with tool calling on (vLLM "
+                    "--enable-auto-tool-choice --tool-call-parser ..., llama.cpp --jinja)")
         if self.cut is not None:
             return f"the chat model's answer was stopped before it was complete: {self.cut}"
         return (f"the chat model did not finish within {max_steps} steps (it was still "
@@ -155,6 +170,8 @@ async def run_tools(
                 # So is a refusal: the model declined to read what it was given.
                 cut = answer.finish_reason if answer.finish_reason in CUT_SHORT else None
                 cut = REFUSED if answer.refusal else cut
+                if cut is None and tools and _CALL_TEXT.search(answer.content or ""):
+                    cut = CALLS_AS_TEXT
                 if on_step is not None:
                     on_step(steps, "model finished" if cut is None else f"answer cut ({cut})")
                 return LoopResult(answer.content or "", steps, made, cut is None, convo, cut,
