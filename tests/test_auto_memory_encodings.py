@@ -1,6 +1,7 @@
-"""auto_memory next to notes a person saved in another encoding than UTF-8 (GBK,
+"""The memory jobs next to notes a person saved in another encoding than UTF-8 (GBK,
 Latin-1): the model is never shown them as U+FFFD garbage, and they are never written
-over; the session's facts go to a note of their own."""
+over; auto_memory puts the session's facts in a note of their own, the dream leaves
+them unread."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, turn
-from test_dream import AGENT, fake, open_ws, run_job
+from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, run_job, write
 
 __all__ = ["fake"]  # the fixture, used by name
 
@@ -41,3 +42,23 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     assert told[1].startswith("error:")
     assert (folder / "tea.md").read_bytes() == gbk
     assert "drinks oolong" in (folder / "tea-2.md").read_text(encoding="utf-8")
+
+
+def test_the_dream_does_not_read_a_latin1_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    latin = root / "memory/2026-09-14/cafe.md"
+    latin.parent.mkdir(parents=True)
+    latin.write_bytes("- prend un café crème à 8h\n".encode("latin-1"))
+    good = "memory/2026-09-14/tea.md"
+    write(root, good, "- drinks genmaicha\n")
+    open_ws(daemon, root, fake)
+    model.plan[good] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Tea", "content": "- genmaicha",
+                                        "reason": "preference"})]]
+    result = dream(daemon)
+    assert result["notes"] == 1 and result["actions"] == {"CREATE": 1}, result
+    sent = [m["content"] for r in fake.requests for m in r.json["messages"]
+            if m["role"] == "user"]
+    assert sent and not any("\ufffd" in t or "cafe.md" in t for t in sent)

@@ -55,8 +55,8 @@ def changed_notes(root: Path, daily_dir: str,
                             "line break (rename it to have it dreamed)", rel)
                 continue
             try:
-                text = read_confined(root, rel)
-            except RecalldError as exc:  # too large, or a symbolic link: not ours to read
+                text = read_confined(root, rel, strict=True)
+            except RecalldError as exc:  # too large, a symbolic link, not UTF-8: not ours
                 log.warning("dream skips %s: %s", rel, exc.message)
                 continue
             if text is None:
