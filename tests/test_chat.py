@@ -232,3 +232,16 @@ def test_a_tool_call_cut_by_the_length_limit_names_the_limit() -> None:
     body["choices"][0]["finish_reason"] = "tool_calls"
     with pytest.raises(ProviderBadResponse, match=r"^chat completion: arguments of tool call"):
         parse_chat_response(orjson.dumps(body))
+
+
+def test_arguments_encoded_twice_are_read() -> None:
+    inner = orjson.dumps({"path": "memory/日記.md"}).decode()
+    calls = [{"id": "a", "function": {"name": "read", "arguments": orjson.dumps(inner).decode()}},
+             {"id": "b", "function": {"name": "read", "arguments": '"just words"'}}]
+    body = {"choices": [{"message": {"content": None, "tool_calls": calls[:1]},
+                         "finish_reason": "tool_calls"}]}
+    got = parse_chat_response(orjson.dumps(body)).tool_calls
+    assert got[0].arguments == {"path": "memory/日記.md"}
+    body["choices"][0]["message"]["tool_calls"] = calls[1:]
+    with pytest.raises(ProviderBadResponse, match="not a JSON object"):
+        parse_chat_response(orjson.dumps(body))

@@ -12,6 +12,7 @@ else OPENAI_API_KEY; it never appears in logs, reprs or status.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -177,6 +178,9 @@ def _parse_tool_call(raw: object, index: int) -> ToolCall:
             ) from None
     else:
         raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON string")
+    if isinstance(args, str):  # encoded twice (some servers): the object is inside
+        with contextlib.suppress(orjson.JSONDecodeError):
+            args = orjson.loads(args)
     if not isinstance(args, dict):
         raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON object")
     call_id = raw.get("id")
