@@ -245,3 +245,12 @@ def test_arguments_encoded_twice_are_read() -> None:
     body["choices"][0]["message"]["tool_calls"] = calls[1:]
     with pytest.raises(ProviderBadResponse, match="not a JSON object"):
         parse_chat_response(orjson.dumps(body))
+
+
+def test_a_refusal_given_as_a_content_part_is_a_refusal() -> None:
+    parts = [{"type": "refusal", "refusal": "No puedo ayudar con eso."}]
+    body = {"choices": [{"message": {"content": parts}, "finish_reason": "stop"}]}
+    got = parse_chat_response(orjson.dumps(body))
+    assert got.refusal == "No puedo ayudar con eso." and got.content == ""
+    body["choices"][0]["message"]["content"] = [{"type": "text", "text": "ok"}]
+    assert parse_chat_response(orjson.dumps(body)).refusal is None

@@ -222,8 +222,12 @@ def parse_chat_response(body: bytes) -> ChatResult:
     if not isinstance(message, dict):
         raise _bad("first choice has no message")
     content = message.get("content")
+    refusal = message.get("refusal")
     if content is not None and not isinstance(content, str):
         if isinstance(content, list):  # content parts: keep the text ones
+            if not isinstance(refusal, str):  # a refusal may come as a part of its own
+                refusal = " ".join(p["refusal"] for p in content if isinstance(p, dict)
+                                   and isinstance(p.get("refusal"), str))
             content = "".join(_part_text(p, i) for i, p in enumerate(content))
         else:
             raise _bad("message content is not text")
@@ -243,7 +247,6 @@ def parse_chat_response(body: bytes) -> ChatResult:
                    f"(raise max_tokens in chat_model_config): "
                    f"{exc.message.removeprefix('chat completion: ')}") from None
     usage = data.get("usage")
-    refusal = message.get("refusal")
     return ChatResult(
         content=content,
         tool_calls=calls,
