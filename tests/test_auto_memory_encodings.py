@@ -53,12 +53,18 @@ def test_the_dream_does_not_read_a_latin1_note(
     latin.write_bytes("- prend un café crème à 8h\n".encode("latin-1"))
     good = "memory/2026-09-14/tea.md"
     write(root, good, "- drinks genmaicha\n")
+    gbk_node = root / "digest/personal/茶.md"
+    gbk_node.parent.mkdir(parents=True)
+    gbk_node.write_bytes("---\nname: 茶\n---\n- 喜欢乌龙茶\n".encode("gbk"))
     open_ws(daemon, root, fake)
-    model.plan[good] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Tea", "content": "- genmaicha",
-                                        "reason": "preference"})]]
+    create = {"action": "CREATE", "bucket": "personal", "name": "Tea",
+              "content": "- genmaicha", "reason": "preference"}
+    model.plan[good] = [[("node_read", {"path": "digest/personal/茶.md"})],
+                        [("integrate", create)]]
     result = dream(daemon)
     assert result["notes"] == 1 and result["actions"] == {"CREATE": 1}, result
     sent = [m["content"] for r in fake.requests for m in r.json["messages"]
             if m["role"] == "user"]
     assert sent and not any("\ufffd" in t or "cafe.md" in t for t in sent)
+    assert "not UTF-8" in model.tool_results[0] and "\ufffd" not in model.tool_results[0]
+    assert gbk_node.read_bytes() == "---\nname: 茶\n---\n- 喜欢乌龙茶\n".encode("gbk")

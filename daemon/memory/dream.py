@@ -146,11 +146,11 @@ class _Run:
     def _find_and_read(self, path: str) -> tuple[str, str] | None:
         """The node ``path`` stands for and its text (blocking): itself, else the node
         :func:`nodefiles.find_node` finds, as integrate lands on; None if there is none."""
-        text = read_confined(self.ws.root, path)
+        text = read_confined(self.ws.root, path, strict=True)  # not UTF-8: the model is told
         if text is not None:
             return path, text
         found = nodefiles.find_node(nodefiles.node_paths(self.ws.root, self.digest_dir), path)
-        text = None if found is None else read_confined(self.ws.root, found)
+        text = None if found is None else read_confined(self.ws.root, found, strict=True)
         return None if found is None or text is None else (found, text)
 
     async def _node_search(self, args: Mapping[str, object]) -> str:

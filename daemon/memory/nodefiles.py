@@ -63,8 +63,8 @@ def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
     out = []
     for _, rel in found[:limit]:  # only the listed nodes are read
         try:
-            fields, _ = parse_frontmatter(read_confined(root, rel) or "")
-        except RecalldError:
+            fields, _ = parse_frontmatter(read_confined(root, rel, strict=True) or "")
+        except RecalldError:  # unreadable, or not UTF-8: listed by its file name
             fields = {}
         out.append({"path": rel,
                     "name": str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3]),
