@@ -22,7 +22,7 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     day = dt.date.today().isoformat()
     folder = root / "memory" / day
     folder.mkdir(parents=True)
-    gbk = "---\nsession_id: s-gbk\n---\n- 喜欢喝乌龙茶\n".encode("gbk")
+    gbk = "---\nsession_id: s-gbk\ndescription: 茶\n---\n- 喜欢喝乌龙茶\n".encode("gbk")
     (folder / "tea.md").write_bytes(gbk)
     open_ws(daemon, root, fake)
     fake.script(
@@ -42,6 +42,9 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     assert told[1].startswith("error:")
     assert (folder / "tea.md").read_bytes() == gbk
     assert "drinks oolong" in (folder / "tea-2.md").read_text(encoding="utf-8")
+    index = (folder / "index.md").read_text(encoding="utf-8")
+    assert "[tea](tea.md)" in index and "[tea-2](tea-2.md)" in index
+    assert "\ufffd" not in index
 
 
 def test_the_dream_does_not_read_a_latin1_note(

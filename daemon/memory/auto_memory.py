@@ -61,6 +61,7 @@ from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
     FileOps,
+    NotUtf8,
     WritePolicy,
     check_date,
     fileops_for,
@@ -242,7 +243,10 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
             if (path.suffix != ".md" or path.name == DAY_INDEX or path.name.startswith(".")
                     or not path.is_file() or path.is_symlink()):
                 continue
-            text = read_confined(ws.root, f"{folder}/{path.name}") or ""
+            try:
+                text = read_confined(ws.root, f"{folder}/{path.name}", strict=True) or ""
+            except NotUtf8:  # listed without its description, never as U+FFFD
+                text = ""
             desc = parse_frontmatter(text)[0].get("description")
             # One line per note, whatever lines the model put in its description.
             out.append((path.name, " ".join(str(desc).split()) if desc else ""))
