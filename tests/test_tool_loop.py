@@ -142,6 +142,9 @@ async def test_tool_calls_written_as_text_are_no_last_word(
     fake.script(Reply(json=chat_answer(text)))
     res = await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)
     assert not res.finished and "wrote its tool calls as text" in res.unfinished(8)
+    fake.script(Reply(json=chat_answer("", finish_reason="tool_calls")))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)
+    assert not res.finished and "did not send" in res.unfinished(8)
     # Without tools offered, or in plain words, text is the answer.
     fake.script(Reply(json=chat_answer(text)),
                 Reply(json=chat_answer("Nothing to save: <function> names were discussed.")))

@@ -55,8 +55,9 @@ MAX_CALLS_PER_ANSWER = 32
 BUDGET_SPENT = "tool budget spent"
 #: ``LoopResult.cut`` of a loop whose model declined to answer (a ``refusal``).
 REFUSED = "refusal"
-#: ``LoopResult.cut`` of an answer that holds its tool calls as text: the server did not
-#: parse them (served without its tool-call parser), so none was made.
+#: ``LoopResult.cut`` of an answer that holds its tool calls as text, or ends for tool
+#: calls it does not hold: the server did not parse them (served without its tool-call
+#: parser), so none was made.
 CALLS_AS_TEXT = "tool calls as text"
 #: What a model's tool call looks like written out in its text: the markers of the chat
 #: templates (Qwen, Hermes, Llama 3, Mistral), or a JSON object naming a function.
@@ -99,8 +100,8 @@ class LoopResult:
     when it reached its token limit; :data:`BUDGET_SPENT` when the job's tool budget ran
     out, :data:`REFUSED` when the model declined to answer, ``detail`` then saying why;
     :data:`CALLS_AS_TEXT` when it wrote tool calls in its text, which the server left
-    unparsed);
-    ``messages`` is the whole conversation including tool results.
+    unparsed, or the server ended the answer for tool calls it did not send); ``messages``
+    is the whole conversation including tool results.
     """
 
     final_text: str
@@ -121,9 +122,10 @@ class LoopResult:
         if self.cut == REFUSED:
             return f"the chat model refused to answer: {redact(self.detail[:300])}"
         if self.cut == CALLS_AS_TEXT:
-            return ("the chat model wrote its tool calls as text, and the server did not "
-                    "turn them into tool calls: serve the model with tool calling on (vLLM "
-                    "--enable-auto-tool-choice --tool-call-parser ..., llama.cpp --jinja)")
+            return ("the chat model wrote its tool calls as text, or the server ended the "
+                    "answer for tool calls it did not send: serve the model with tool calling "
+                    "on (vLLM --enable-auto-tool-choice --tool-call-parser ..., llama.cpp "
+                    "--jinja)")
         if self.cut is not None:
             return f"the chat model's answer was stopped before it was complete: {self.cut}"
         return (f"the chat model did not finish within {max_steps} steps (it was still "
@@ -170,8 +172,9 @@ async def run_tools(
                 # So is a refusal: the model declined to read what it was given.
                 cut = answer.finish_reason if answer.finish_reason in CUT_SHORT else None
                 cut = REFUSED if answer.refusal else cut
-                if cut is None and tools and _CALL_TEXT.search(answer.content or ""):
-                    cut = CALLS_AS_TEXT
+                if cut is None and tools and (answer.finish_reason == "tool_calls"
+                                              or _CALL_TEXT.search(answer.content or "")):
+                    cut = CALLS_AS_TEXT  # written out, or announced and not sent
                 if on_step is not None:
                     on_step(steps, "model finished" if cut is None else f"answer cut ({cut})")
                 return LoopResult(answer.content or "", steps, made, cut is None, convo, cut,
