@@ -238,10 +238,13 @@ async def test_notes_in_another_encoding_are_never_rewritten(tmp_path: Path) -> 
     (folder / "cafe.md").write_bytes(latin)
     for rel in (f"memory/{DAY}/tea.md", f"memory/{DAY}/cafe.md"):
         for attempt in (ops.edit(rel, "-", "*"),
-                        ops.frontmatter_update(rel, {"topic": "drinks"}),
-                        ops.read(rel)):
+                        ops.frontmatter_update(rel, {"topic": "drinks"})):
             with pytest.raises(InvalidParams, match="not UTF-8 text"):
                 await attempt
+    # Read, GBK would be garbage; Windows-1252 reads as written (notetext.py).
+    with pytest.raises(InvalidParams, match="not UTF-8 text"):
+        await ops.read(f"memory/{DAY}/tea.md")
+    assert (await ops.read(f"memory/{DAY}/cafe.md")).text.startswith("- café au lait")
     said = await ops.call_tool("edit", {"path": f"memory/{DAY}/cafe.md", "old": "-",
                                         "new": "*"})
     assert said.startswith("error:") and "not UTF-8" in said

@@ -83,8 +83,9 @@ class NotUtf8(InvalidParams):
 def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES, *,
                   strict: bool = False) -> str | None:
     """The text of ``root/path`` (None if it does not exist), read as
-    :func:`~recalld.daemon.notetext.note_text` reads notes. Blocking. Bytes it cannot read
-    become U+FFFD; with ``strict``, such a file raises :class:`NotUtf8`."""
+    :func:`~recalld.daemon.notetext.note_text` reads notes. Blocking. With ``strict``
+    (the text is to be changed and written back), a file that is not UTF-8 raises
+    :class:`NotUtf8`."""
     try:
         fd = safepath.open_confined(root, path)
     except NotFound:
@@ -93,10 +94,11 @@ def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES, *,
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
-    text = note_text(data)
-    if strict and "\ufffd" in text and not _utf8(data):
-        raise NotUtf8(path)  # not read whole (GBK, say): written back, it would be lost
-    return text
+    if strict and not _utf8(data):
+        # Read with a guess, or with U+FFFD: written back, it would not be what its
+        # person's editor reads (or would have lost what they wrote).
+        raise NotUtf8(path)
+    return note_text(data)
 
 
 def _utf8(data: bytes) -> bool:
