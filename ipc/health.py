@@ -186,9 +186,10 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "(see the [EMBEDDING HEALTH CHECK] line in the log)"))
     if v.get("parked"):
         a.problems.append(Problem(
-            "fail", f"{v['parked']} chunk(s) parked after permanent errors: "
+            "fail", f"{v['parked']} chunk(s) parked after errors on their texts: "
             f"{v.get('parked_error') or error}",
-            "the provider refuses these texts (they are tried again every hour); if it "
+            "the provider refuses these texts or keeps failing on them while it embeds "
+            "others (they are tried again every hour); if it "
             "refuses every text, a wrong dimensions value or a rejected key: fix "
             f"embedding_model_config, then: recalld workspace close {a.agent_id}; "
             f"recalld workspace open {a.agent_id}"))

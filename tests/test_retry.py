@@ -197,14 +197,16 @@ async def test_breaker_opens_and_fails_fast(autojump_clock: object) -> None:
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=3, open_base_s=30.0))
     policy = RetryPolicy(max_attempts=10, deadline_s=1000.0)
     script = Script(*[status(503, retry_after=1.0) for _ in range(10)])
-    with pytest.raises(CircuitOpen) as info:
+    # The call that opened the circuit raises the provider's own error: it was sent.
+    with pytest.raises(ProviderRetryableStatus) as sent:
         await call_with_retry(policy, script, rng=random.Random(0), breaker=breaker)
+    assert sent.value.status == 503
     assert len(script.times) == 3
     assert breaker.state == "open"
-    assert info.value.retry_after_s == pytest.approx(30.0 - 0.0, abs=2.0)
     # The next call is refused without an attempt.
-    with pytest.raises(CircuitOpen):
+    with pytest.raises(CircuitOpen) as info:
         await call_with_retry(policy, script, rng=random.Random(0), breaker=breaker)
+    assert info.value.retry_after_s == pytest.approx(30.0 - 2.0, abs=2.0)
     assert len(script.times) == 3
     # After the open period one probe goes through; success closes the circuit.
     await trio.sleep(30.0)

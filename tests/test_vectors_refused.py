@@ -72,7 +72,8 @@ def test_a_refused_text_parks_only_its_own_chunk(daemon_factory: Any, tmp_path: 
         health = ws["health"]["vectors"]
         assert (health["parked"], health["parked_error"]) == (1, st["parked_error"])
         out = recalld("status", env=d.env).stdout
-        assert "1 chunk(s) parked after permanent errors: embedding openai m: HTTP 400" in out
+        assert ("1 chunk(s) parked after errors on their texts: embedding openai m: HTTP 400"
+                in out)
         assert "catches up by itself" not in out and "index:   clean" in out
         assert d.stop() == 0
 

@@ -18,7 +18,8 @@
   the circuit breaker admits a probe and the provider's Retry-After ends) instead of
   spinning; a permanent error parks the round for ``permanent_retry_s`` and says why in
   status (a batch refused for its input is sent again text by text, and only the refused
-  texts' chunks are parked);
+  texts' chunks are parked); a text the provider keeps failing on (5xx, timeouts) while
+  it embeds the others is singled out and parked the same way (``passages.py``);
 - model changes: when the index holds vectors of another space, they keep serving searches
   (with the old space's client) while the new space fills a second :class:`VectorIndex`;
   at full coverage the new index is swapped in and the chunk embeddings rewritten;
@@ -51,14 +52,14 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.passages import PassageCalls
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_status import ReMeVectors, VectorStatus, eta_s
 from recalld.daemon.index.vectors import mean_unit
-from recalld.daemon.providers.errors import ProviderError, ProviderPermanent, input_refused
-from recalld.daemon.remote.hook import embed_passages
+from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
 
 log = logging.getLogger(__name__)
 #: Rounds the backfill rate is measured over.
@@ -75,6 +76,9 @@ class BackfillConfig:
     backoff_max_s: float = 300.0
     #: How long a batch the provider refused for good waits before it is tried again.
     permanent_retry_s: float = 3600.0
+    #: Failed calls holding a text before it is sent alone, and may be parked as the
+    #: provider's fault of that text (``passages.py``).
+    isolate_after: int = 3
     query_timeout_s: float = 3.0
 
 
@@ -105,7 +109,8 @@ class VectorWorker:
                                self.window_chars, log=log)
         self.total = 0
         self.embedded = 0
-        self.provider_texts = 0
+        self.calls = PassageCalls(index.ws, self.target, use_cache=config.enable_cache,
+                                  isolate_after=self.cfg.isolate_after)
         self.cache_texts = 0
         self.seeded = 0
         #: ReMe's embedding cache of this space (ReMe text key -> vector) and its hits.
@@ -320,8 +325,10 @@ class VectorWorker:
                     vectors[texts[i]] = v
                 self.reme_cache_texts += len(from_reme)
                 missing = [i for i in missing if texts[i] not in vectors]
-            # Similar lengths in one provider batch (a local model pads to the longest).
-            missing.sort(key=lambda i: len(texts[i]))
+            # Similar lengths in one provider batch (a local model pads to the longest);
+            # texts whose calls failed go last, so the others are not held behind them.
+            self.calls.start_round(hashes)
+            missing.sort(key=lambda i: (self.calls.order(hashes[i]), len(texts[i])))
             step = space.client.max_batch_size
             refused: list[str] = []
             try:
@@ -329,8 +336,8 @@ class VectorWorker:
                 # throw away (and so pay again for) what the provider already answered.
                 for start in range(0, len(missing), step):
                     part = missing[start:start + step]
-                    await self._embed_texts([hashes[i] for i in part], [texts[i] for i in part],
-                                            vectors, refused)
+                    await self.calls.send([hashes[i] for i in part],
+                                          [texts[i] for i in part], vectors, refused)
             except ProviderError:
                 done = [(item, ts) for item, ts in zip(items, units, strict=True)
                         if all(t in vectors for t in ts)]
@@ -340,55 +347,21 @@ class VectorWorker:
                 raise
         self.last_error = refused[0] if refused else None
         if refused:
-            # Only the chunks of the texts the provider refused wait (a text is refused
-            # again if sent again), so one bad note does not hold back its round.
+            # Only the chunks of the texts the provider refused (or kept failing on while
+            # it embedded others) wait, so one bad note does not hold back its round.
             gone = {t for t in texts if t not in vectors}
             pairs = list(zip(items, units, strict=True))
             bad = [key for (key, _), ts in pairs if gone.intersection(ts)]
             until = trio.current_time() + self.cfg.permanent_retry_s
             self.fill.failed.update((key, until) for key in bad)
             self.parked_error = refused[0]
-            log.warning("%s: the provider refused %d chunk(s) (%s); retrying them in %.0f s",
+            log.warning("%s: the provider refused or kept failing on %d chunk(s) (%s); "
+                        "trying again in %.0f s",
                         self.index.ws.agent_id, len(bad), refused[0],
                         self.cfg.permanent_retry_s)
             items = [item for item, ts in pairs if not gone.intersection(ts)]
             units = [ts for _, ts in pairs if not gone.intersection(ts)]
         return await self._install(items, units, vectors)
-
-    async def _embed_texts(self, hashes: list[str], texts: list[str],
-                           vectors: dict[str, F32], refused: list[str]) -> None:
-        """One provider call for ``texts``, its vectors into ``vectors`` (and the cache).
-
-        When the provider refuses the call for its input (HTTP 400/413/422, an answer
-        broken for some texts) and it holds several texts, they are sent one by one: a
-        text refused alone adds its error to ``refused``; if every one is refused, the
-        fault is not the texts' and the first error is raised."""
-        space = self.target
-        try:
-            rows = await embed_passages(self.index.ws, space.key, hashes, texts,
-                                        partial(space.client.embed, kind="passage"))
-        except ProviderPermanent as exc:
-            if len(texts) < 2 or not input_refused(exc):
-                raise
-            errors: list[str] = []
-            for h, t in zip(hashes, texts, strict=True):
-                try:
-                    await self._embed_texts([h], [t], vectors, refused)
-                except ProviderPermanent as one:
-                    if not input_refused(one):
-                        raise
-                    errors.append(str(one))
-            if len(errors) == len(texts):
-                space.client.health = "fail"  # refusing every text: not the texts' fault
-                raise exc
-            refused.extend(errors)
-            return
-        self.provider_texts += len(texts)
-        if self.config.enable_cache:
-            await trio.to_thread.run_sync(space.cache.put_many,
-                                          list(zip(hashes, rows, strict=True)))
-        for j, t in enumerate(texts):
-            vectors[t] = rows[j]
 
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:
@@ -447,6 +420,11 @@ class VectorWorker:
             return None
         vec = await serving.embed_query(query, timeout_s=self.cfg.query_timeout_s)
         return serving.key, vec
+
+    @property
+    def provider_texts(self) -> int:
+        """Texts this backfill had the provider embed."""
+        return self.calls.provider_texts
 
     def rate(self) -> float | None:
         """Chunks embedded per second over the recent rounds of the current (or last)

@@ -156,6 +156,9 @@ class EmbeddingClient:
                 self._format = FORMATS[config.backend](config, self._api_key)
         self.last_error: str | None = None
         self.last_ok: float | None = None
+        #: Calls answered with vectors so far (a text failing while others are embedded
+        #: is the text's fault, not the provider's: ``index/passages.py``).
+        self.successes = 0
         self.health: Literal["unknown", "ok", "fail"] = "unknown"
         #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
         self._quiet_until = -math.inf
@@ -252,6 +255,7 @@ class EmbeddingClient:
             metrics.observe("recalld_embed_seconds", time.monotonic() - started)
         metrics.count("recalld_embed_texts_total", len(texts))
         self.last_ok = time.time()
+        self.successes += 1
         self.health = "ok"
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows

@@ -25,6 +25,7 @@ import trio
 from recalld.daemon.providers.breaker import CircuitBreaker
 from recalld.daemon.providers.bridge import HttpResult
 from recalld.daemon.providers.errors import (
+    CircuitOpen,
     ProviderError,
     ProviderRejected,
     ProviderTimeout,
@@ -133,8 +134,10 @@ async def call_with_retry(
     """Run ``attempt_fn(timeout_s)`` until it succeeds, fails permanently or time runs out.
 
     ``attempt_fn`` gets the timeout for that one attempt and raises ProviderError subclasses.
-    The breaker (if any) is consulted before every attempt (CircuitOpen is raised at once)
-    and told every outcome: transient failures count; any answer, even a permanent error,
+    The breaker (if any) is consulted before every attempt (CircuitOpen is raised at once
+    when it refuses the first; a retry it refuses raises the failed attempt's own error:
+    the call was sent, and the caller may count that against what it sent) and told
+    every outcome: transient failures count; any answer, even a permanent error,
     means the provider is up. Raises the last error, or ProviderTimeout when ``deadline_s``
     passes during an attempt. On cancellation nothing is recorded against the provider.
     """
@@ -149,7 +152,14 @@ async def call_with_retry(
 
     while True:
         if breaker is not None:
-            breaker.before_call()
+            try:
+                breaker.before_call()
+            except CircuitOpen:
+                if last is None:
+                    raise
+                # A retry the breaker no longer admits: the provider's own error says
+                # what happened to this call (it was sent), not the breaker's.
+                raise last from None
         remaining = deadline - trio.current_time()
         error: ProviderError
         try:

@@ -119,6 +119,9 @@ class FakeProvider:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.chat_default: Callable[[Any], dict[str, Any]] = lambda body: chat_answer()
+        #: When no scripted reply is left: the reply to a request by its JSON body (None:
+        #: a correct answer), e.g. a failure for every batch holding some text.
+        self.reply_for: Callable[[Any], Reply | None] | None = None
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -204,7 +207,9 @@ class FakeProvider:
         headers = {k.lower(): v for k, v in h.headers.items()}
         with self._lock:
             self.requests.append(Recorded(h.command, h.path, headers, body))
-            reply = self._script.popleft() if self._script else Reply()
+            reply = self._script.popleft() if self._script else None
+        if reply is None:
+            reply = self._reply_for(body)
         self._hold(body)
         if reply.delay_s and self._stop.wait(reply.delay_s):
             return
@@ -229,6 +234,15 @@ class FakeProvider:
                 self._send(h, 400, {}, orjson.dumps({"error": {"message": f"bad request: {exc}"}}))
                 return
         self._send(h, reply.status, reply.headers, out)
+
+    def _reply_for(self, body: bytes) -> Reply:
+        if self.reply_for is None:
+            return Reply()
+        try:
+            parsed = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError:
+            return Reply()
+        return self.reply_for(parsed) or Reply()
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         return headers.get("authorization") == f"Bearer {self.api_key}" or (

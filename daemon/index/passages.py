@@ -1,0 +1,161 @@
+"""The backfill's provider calls, and how a text the provider cannot take is singled out.
+
+:class:`PassageCalls` sends one batch of a round's texts to the provider (through the
+shared-workspace hook) and puts the vectors into the round's ``vectors``. Two kinds of
+failure are told apart from an outage, so that one text never holds back the rest:
+
+- a refusal for the input (HTTP 400/413/422, an answer broken for some texts): a batch of
+  several texts is sent again text by text; a text refused alone is reported (its chunk is
+  parked); when every text is refused alone the fault is not the texts' and the error is
+  raised;
+- a transient failure (5xx, a timeout, a dropped connection; not an open circuit breaker,
+  which sent nothing) strikes every text of the call. Struck texts go last in the next
+  rounds (``order``), so the round's other texts are embedded first; a batch holding a
+  text struck ``isolate_after`` times is sent text by text (the least struck first: a
+  success closes a circuit breaker the failures opened); a text that then fails alone,
+  struck ``isolate_after`` times or more, while the provider embedded other texts since
+  its first strike, is reported like a refused one (the failure is the text's, not the
+  provider's). During an outage nothing is embedded, so nothing is singled out: the round
+  waits and is tried again.
+
+Strikes live in memory only (a restart starts them afresh); they are dropped when the
+text is embedded or reported, and at each round for texts no longer in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from recalld.daemon.arraytypes import F32
+from recalld.daemon.index.spaces import VectorSpace
+from recalld.daemon.providers.errors import (
+    CircuitOpen,
+    ProviderPermanent,
+    ProviderTransient,
+    input_refused,
+)
+from recalld.daemon.remote.hook import embed_passages
+from recalld.daemon.workspaces import Workspace
+
+
+@dataclass(slots=True)
+class _Strikes:
+    """How often calls holding a text failed, and the provider's successful calls before
+    the first of those failures."""
+
+    count: int
+    successes_before: int
+
+
+class PassageCalls:
+    """Provider calls of one workspace's backfill in one vector space."""
+
+    def __init__(self, workspace: Workspace, space: VectorSpace, *, use_cache: bool,
+                 isolate_after: int) -> None:
+        self.workspace = workspace
+        self.space = space
+        self.use_cache = use_cache
+        self.isolate_after = max(1, isolate_after)
+        #: Texts (by hash) whose calls failed transiently.
+        self._strikes: dict[str, _Strikes] = {}
+        #: Texts sent to the provider and embedded.
+        self.provider_texts = 0
+
+    def start_round(self, hashes: Sequence[str]) -> None:
+        """Forget the strikes of texts no longer in the round."""
+        keep = set(hashes)
+        self._strikes = {h: s for h, s in self._strikes.items() if h in keep}
+
+    def _count(self, text_hash: str) -> int:
+        s = self._strikes.get(text_hash)
+        return 0 if s is None else s.count
+
+    def order(self, text_hash: str) -> int:
+        """Sort key of a text in its round: the more often its calls failed, the later."""
+        return self._count(text_hash)
+
+    def _strike(self, hashes: Sequence[str]) -> None:
+        successes = self.space.client.successes
+        for h in hashes:
+            s = self._strikes.setdefault(h, _Strikes(0, successes))
+            s.count += 1
+
+    def _singled_out(self, text_hash: str) -> int:
+        """The strikes of a text that failed alone, if they show the fault is its own
+        (enough of them, and the provider embedded other texts since the first), else 0."""
+        s = self._strikes.get(text_hash)
+        if s is None or s.count < self.isolate_after:
+            return 0
+        return s.count if self.space.client.successes > s.successes_before else 0
+
+    async def send(self, hashes: list[str], texts: list[str], vectors: dict[str, F32],
+                   refused: list[str]) -> None:
+        """One provider call for ``texts``, its vectors into ``vectors`` (and the cache).
+        Texts singled out (see the module docstring) add their reason to ``refused``;
+        any other failure is raised."""
+        space = self.space
+        if len(texts) > 1 and any(self._count(h) >= self.isolate_after for h in hashes):
+            await self._one_by_one(hashes, texts, vectors, refused)
+            return
+        try:
+            rows = await embed_passages(self.workspace, space.key, hashes, texts,
+                                        partial(space.client.embed, kind="passage"))
+        except ProviderPermanent as exc:
+            if len(texts) < 2 or not input_refused(exc):
+                raise
+            errors: list[str] = []
+            for h, t in zip(hashes, texts, strict=True):
+                try:
+                    await self.send([h], [t], vectors, refused)
+                except ProviderPermanent as one:
+                    if not input_refused(one):
+                        raise
+                    errors.append(str(one))
+            if len(errors) == len(texts):
+                space.client.health = "fail"  # refusing every text: not the texts' fault
+                raise exc
+            refused.extend(errors)
+            return
+        except ProviderTransient as exc:
+            if isinstance(exc, CircuitOpen):
+                raise  # nothing was sent: it says nothing of these texts
+            self._strike(hashes)
+            strikes = self._singled_out(hashes[0]) if len(texts) == 1 else 0
+            if not strikes:
+                raise
+            del self._strikes[hashes[0]]
+            refused.append(f"{exc} (failed {strikes} times for this text while the "
+                           "provider embedded others)")
+            return
+        self.provider_texts += len(texts)
+        for h in hashes:
+            self._strikes.pop(h, None)
+        if self.use_cache:
+            await trio.to_thread.run_sync(space.cache.put_many,
+                                          list(zip(hashes, rows, strict=True)))
+        for j, t in enumerate(texts):
+            vectors[t] = rows[j]
+
+    async def _one_by_one(self, hashes: list[str], texts: list[str],
+                          vectors: dict[str, F32], refused: list[str]) -> None:
+        """Send the texts of a batch that keeps failing one by one, the least struck
+        first (the others' successes are what singles a failing text out); the first
+        failure not singled out is raised once every text was tried."""
+        pairs = sorted(zip(hashes, texts, strict=True), key=lambda p: self._count(p[0]))
+        first: ProviderTransient | None = None
+        for h, t in pairs:
+            try:
+                await self.send([h], [t], vectors, refused)
+            except CircuitOpen:
+                raise
+            except ProviderTransient as one:
+                first = first or one
+        if first is not None:
+            raise first
+
+
+__all__ = ["PassageCalls"]

@@ -1,0 +1,79 @@
+"""A provider that keeps failing on one text (a 5xx or a dropped connection every time
+that text is in the call) while it embeds every other: the backfill does not stall on
+it. The text is singled out and parked with the reason; an outage of the whole provider
+parks nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider, Reply
+from test_vectors import BACKFILL, FAST, Harness, ask, bridge, full, passage_counts, wait_for, write
+
+from recalld.daemon.providers.bridge import ProviderBridge
+
+__all__ = ["bridge"]  # the fixture, used by name
+
+WORD = "quasarflux"
+
+
+def notes(root: Path) -> None:
+    # The failing note is the shortest, so it shares the round's first batch with others.
+    write(root, "memory/2026-05-09/bad.md", f"# Bad\n\n{WORD}\n")
+    for i in range(9):
+        write(root, f"memory/2026-05-0{i}/n{i}.md" if i else "memory/2026-04-30/n0.md",
+              f"# Note {i}\n\nan ordinary note, number {i}, about lighthouses\n")
+
+
+def failing(reply: Reply) -> Any:
+    return lambda body: reply if any(WORD in t for t in body.get("input") or []) else None
+
+
+@pytest.mark.parametrize("reply", [Reply(status=500), Reply(drop=True)],
+                         ids=["http-500", "dropped"])
+async def test_a_text_the_provider_keeps_failing_on_is_parked_alone(
+        tmp_path: Path, bridge: ProviderBridge, reply: Reply) -> None:
+    h = Harness(tmp_path, bridge)
+    notes(h.root)
+    with FakeProvider(dims=8) as fake:
+        fake.reply_for = failing(reply)
+        async with h.open(h.emb(fake)) as (index, worker):
+            await wait_for(lambda: worker.status()["parked"] == 1
+                           and worker.state == "waiting", timeout_s=20)
+            st = worker.status()
+            assert (st["total"], st["embedded"], st["pending"]) == (10, 9, 1), st
+            assert "failed" in st["parked_error"] and "while the provider embedded others" \
+                in st["parked_error"], st["parked_error"]
+            if reply.status == 500:
+                assert "HTTP 500" in st["parked_error"]
+            # The good texts that shared its batch were sent again only until the batch
+            # was split (each failed call is FAST.max_attempts requests).
+            counts = passage_counts(fake)
+            most = BACKFILL.isolate_after * FAST.max_attempts + 1
+            assert {t: n for t, n in counts.items() if n > most and WORD not in t} == {}
+            res = await ask(index, "lighthouses")
+            assert res["mode"] == "hybrid" and res["vector_hits"] == 9
+            res = await ask(index, WORD)
+            assert res["results"][0]["path"] == "memory/2026-05-09/bad.md"
+            # A note written later is embedded at once, not held behind the parked one.
+            write(h.root, "memory/2026-05-10/late.md", "# Late\n\nanother lighthouse\n")
+            await index.sync()
+            await wait_for(lambda: worker.status()["embedded"] == 10
+                           and worker.state == "waiting")
+            assert worker.status()["parked"] == 1
+
+
+async def test_an_outage_of_the_whole_provider_parks_nothing(
+        tmp_path: Path, bridge: ProviderBridge) -> None:
+    h = Harness(tmp_path, bridge)
+    notes(h.root)
+    with FakeProvider(dims=8) as fake:
+        # The health check passes; then every call fails for many rounds.
+        fake.script(Reply(), *[Reply(status=503)] * 8)
+        async with h.open(h.emb(fake)) as (_, worker):
+            await wait_for(lambda: fake.pending_script() == 0, timeout_s=20)
+            assert worker.status()["parked"] == 0
+            await full(worker)
+            assert worker.status()["parked"] == 0
