@@ -132,10 +132,14 @@ def test_a_query_refused_for_now_says_why_at_once(daemon_factory: Any,
     # A provider that asks to wait longer than a search may (Retry-After past the query's
     # deadline), or keeps failing until then: the search answers keyword-only at once or
     # at the deadline, with the provider's own error, not a bare "took too long".
-    root = tmp_path / "ws"
+    root, other = tmp_path / "ws", tmp_path / "other"
     write(root, "memory/2026-05-01/n.md", "# N\n\ngneiss\n")
-    with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
+    write(other, "memory/2026-05-01/n.md", "# N\n\nschist\n")
+    with FakeProvider(dims=8, api_key="k") as fake, FakeProvider(dims=8) as fake2:
+        # Another provider (so another vector space) for workspace w2.
+        config = fake_config(root, fake) + fake_config(other, fake2).split("[daemon]")[0] \
+            .replace("[workspaces.w]", "[workspaces.w2]")
+        d = daemon_factory(config)
         d.call("index.sync", {"agent_id": "w"})
         wait_covered(d)
         fake.script(Reply(status=429, headers={"Retry-After": "100"}))
@@ -144,8 +148,19 @@ def test_a_query_refused_for_now_says_why_at_once(daemon_factory: Any,
         assert time.monotonic() - started < 2.0
         assert res["mode"] == "keyword" and "HTTP 429" in res["vector_error"], res
         assert "HTTP 429" in vectors_status(d)["last_error"]
-        fake.script(*[Reply(status=502, raw=b"<html>Bad Gateway</html>")] * 20)
-        res = d.call("memory.search", {"agent_id": "w", "query": "gneiss rock"})
+        # While that Retry-After runs, searches do not ask again: keyword-only at once,
+        # saying why.
+        sent = len(fake.requests)
+        for query in ("gneiss rock", "gneiss and marble", "metamorphic"):
+            res = d.call("memory.search", {"agent_id": "w", "query": query})
+            assert res["mode"] == "keyword", res
+            assert "Retry-After" in res["vector_error"] and "HTTP 429" in res["vector_error"]
+        assert len(fake.requests) == sent
+        d.call("index.sync", {"agent_id": "w2"})
+        wait_value(lambda: d.call("memory.search", {"agent_id": "w2", "query": "schist"}),
+                   lambda res: res["mode"] == "hybrid", "w2's vectors")
+        fake2.script(*[Reply(status=502, raw=b"<html>Bad Gateway</html>")] * 20)
+        res = d.call("memory.search", {"agent_id": "w2", "query": "schist rock"})
         assert res["mode"] == "keyword" and "HTTP 502" in res["vector_error"], res
         assert d.stop() == 0
 

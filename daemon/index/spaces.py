@@ -30,7 +30,11 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import DEADLINE_MARGIN_S, EmbeddingClient
-from recalld.daemon.providers.errors import DimensionMismatch, ProviderTimeout
+from recalld.daemon.providers.errors import (
+    DimensionMismatch,
+    ProviderRetryableStatus,
+    ProviderTimeout,
+)
 from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.providers.retry import RetryPolicy
 
@@ -110,13 +114,21 @@ class VectorSpace:
     async def embed_query(self, text: str, *, timeout_s: float) -> F32:
         """The query vector of ``text`` (LRU-cached), within ``timeout_s``.
 
-        Raises a ProviderError (ProviderTimeout past the deadline); cancellation cancels
-        the request in flight.
+        Raises a ProviderError (ProviderTimeout past the deadline; at once, sending
+        nothing, while the provider's last Retry-After runs); cancellation cancels the
+        request in flight.
         """
         cached = self._queries.get(text)
         if cached is not None:
             self._queries.move_to_end(text)
             return cached
+        quiet = self.client.quiet_s()
+        if quiet > 0:
+            # The provider asked to be left alone (Retry-After): asking again now would
+            # only be refused again, and every search would send it another request.
+            raise ProviderRetryableStatus(
+                f"the embedding provider asked to wait {quiet:.0f}s more (Retry-After) "
+                f"after: {self.client.last_error}", retry_after_s=quiet)
         # The retries stop at ``timeout_s`` with the provider's own error (a Retry-After
         # past it, or failures until then); the scope bounds the rest (a local model).
         with trio.move_on_after(timeout_s + DEADLINE_MARGIN_S) as scope:

@@ -256,6 +256,7 @@ class EmbeddingClient:
         metrics.count("recalld_embed_texts_total", len(texts))
         self.last_ok = time.time()
         self.successes += 1
+        self._quiet_until = -math.inf  # it answers again: a Retry-After is over
         self.health = "ok"
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
@@ -343,7 +344,12 @@ class EmbeddingClient:
         breaker is open, or the provider's last Retry-After (capped by the retry policy)
         runs. A call it made fail at once (past a short deadline) is no leave to ask again
         at once."""
-        return max(self.breaker.retry_in_s(), self._quiet_until - trio.current_time(), 0.0)
+        return max(self.breaker.retry_in_s(), self.quiet_s())
+
+    def quiet_s(self) -> float:
+        """Seconds the provider's last Retry-After (capped by the retry policy) still
+        asks to be left alone (0 when none runs)."""
+        return max(self._quiet_until - trio.current_time(), 0.0)
 
     def status(self) -> EmbeddingStatus:
         """For daemon.status: no secrets, JSON-serializable."""
