@@ -8,7 +8,8 @@ and commits a generation.
 
 The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to
 each workspace's status: ``clean`` only when nothing is pending and the last disk scan
-matched the index; ``pending`` while changes wait or files on disk are not (yet) indexed;
+matched the index; ``pending`` while changes wait, files on disk are not (yet) indexed or
+chunks wait for their vectors (not parked ones: they wait for the provider, an hour);
 ``degraded`` when persisting fails, the watcher failed, the workspace failed, state was
 found corrupt and is not yet re-committed, a file of the current generation changed on disk
 (a few ``stat`` calls on every status; a new generation is saved from memory), or ``verify``
@@ -190,10 +191,14 @@ class Health:
             pending.append(f"watcher {watcher.get('state')}")
         vectors = self._vectors()
         if vectors and vectors.get("enabled") and isinstance(vectors.get("total"), int) and (
-                isinstance(vectors.get("embedded"), int)
-                and vectors["embedded"] < vectors["total"]):
-            pending.append(f"vectors: {vectors['embedded']} of {vectors['total']} chunks "
-                           "embedded")
+                isinstance(vectors.get("embedded"), int)):
+            # Parked chunks do not catch up by themselves (``vectors.parked`` says why):
+            # they leave the workspace clean, as ``recalld status`` shows it.
+            parked = vectors.get("parked")
+            parked = parked if isinstance(parked, int) else 0
+            if vectors["embedded"] + parked < vectors["total"]:
+                pending.append(f"vectors: {vectors['embedded']} of {vectors['total']} chunks "
+                               "embedded" + (f" ({parked} parked)" if parked else ""))
         waiting = self._capture() if self._capture is not None else None
         if waiting is not None:
             pending.append(waiting)
