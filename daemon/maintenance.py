@@ -101,8 +101,8 @@ class Health:
         except Exception:  # the vector service's own status must not break health
             log.exception("vector status of %s failed", self.ws.agent_id)
             return {"error": "status unavailable"}
-        keys = ("enabled", "state", "coverage", "embedded", "total", "rate_per_s", "eta_s",
-                "health", "last_error", "parked", "parked_error")
+        keys = ("enabled", "state", "counted", "coverage", "embedded", "total", "rate_per_s",
+                "eta_s", "health", "last_error", "parked", "parked_error")
         return {k: full.get(k) for k in keys if k in full}
 
     async def scan(self, *, unattended: bool = False) -> None:
@@ -199,6 +199,8 @@ class Health:
             if vectors["embedded"] + parked < vectors["total"]:
                 pending.append(f"vectors: {vectors['embedded']} of {vectors['total']} chunks "
                                "embedded" + (f" ({parked} parked)" if parked else ""))
+        elif vectors and vectors.get("enabled") and vectors.get("counted") is False:
+            pending.append("vectors: chunks not counted yet")
         waiting = self._capture() if self._capture is not None else None
         if waiting is not None:
             pending.append(waiting)

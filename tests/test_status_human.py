@@ -123,6 +123,12 @@ def test_assess_reads_runtime_problems() -> None:
     assert ("vectors", "backfill, 5 of 10 chunk(s) embedded (50%, backfill under way), "
                        "provider ok") in a.facts
     assert a.worst == "ok"
+    # Before the first scan of the folder the chunks are not counted: no "0 of 0".
+    starting = _ws(vectors={"enabled": True, "state": "health_check", "counted": False,
+                            "embedded": 0, "total": None, "coverage": None,
+                            "health": "unknown", "parked": 0, "provider": {}})
+    assert ("vectors", "health_check, not counted yet (the first scan of the notes is under "
+                       "way), provider unknown") in assess(starting).facts
 
     failing = _ws(vectors={"enabled": True, "state": "backfill", "embedded": 0, "total": 3,
                            "coverage": 0.0, "health": "fail", "parked": 3,

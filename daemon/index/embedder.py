@@ -109,6 +109,8 @@ class VectorWorker:
                                self.window_chars, log=log)
         self.total = 0
         self.embedded = 0
+        #: Whether the counts above were taken from the index at least once.
+        self._counted = False
         self.calls = PassageCalls(index.ws, self.target, use_cache=config.enable_cache,
                                   isolate_after=self.cfg.isolate_after)
         self.cache_texts = 0
@@ -222,6 +224,7 @@ class VectorWorker:
             now = trio.current_time()
             rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
             self.total, self.embedded = rnd.total, rnd.total - rnd.pending
+            self._counted = True
             if not rnd.items:
                 # An idle spell is no part of the rate: the next round starts a new stretch.
                 self._working = False
@@ -275,6 +278,7 @@ class VectorWorker:
                 rnd = await self.index.locked(
                     partial(self.fill.next_round, limit=0, now=trio.current_time()))
                 self.total, self.embedded = rnd.total, rnd.total - rnd.pending
+                self._counted = True
                 await changed.wait()
 
         async with trio.open_nursery() as nursery:
@@ -437,8 +441,14 @@ class VectorWorker:
             return None
         return sum(n for _, n in list(done)[1:]) / span
 
+    def counted(self) -> bool:
+        """Whether the coverage counts are known: taken from the index after its first
+        look at the disk (before, a workspace full of notes counts 0 of 0)."""
+        return self._counted and self.index.watcher.status()["last_reconcile"] is not None
+
     def status(self) -> VectorStatus:
         client = self.target.client
+        counted = self.counted() or not self.enabled
         total = self.total or len(self.index.state.chunks)
         rate = self.rate()
         pending = max(total - self.embedded, 0)
@@ -450,11 +460,13 @@ class VectorWorker:
             "migrating": self.migrating,
             "dims": self.target.dims,
             "embedded": self.embedded,
-            "total": total,
-            "coverage": round(self.embedded / total, 4) if total else 1.0,
-            "pending": pending,
+            "counted": counted,
+            "total": total if counted else None,
+            "coverage": None if not counted else round(self.embedded / total, 4) if total
+            else 1.0,
+            "pending": pending if counted else None,
             "rate_per_s": None if rate is None else round(rate, 3),
-            "eta_s": eta_s(pending, len(self.fill.failed), rate),
+            "eta_s": eta_s(pending, len(self.fill.failed), rate) if counted else None,
             "provider_texts": self.provider_texts,
             "cache_texts": self.cache_texts,
             "reused_vectors": self.seeded,

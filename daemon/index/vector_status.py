@@ -31,9 +31,12 @@ class VectorStatus(TypedDict):
     migrating: bool
     dims: int
     embedded: int
-    total: int
-    coverage: float
-    pending: int
+    #: False until the counts below were taken after the index's first look at the disk
+    #: (they are null until then: not counted yet).
+    counted: bool
+    total: int | None
+    coverage: float | None
+    pending: int | None
     rate_per_s: float | None
     eta_s: float | None
     provider_texts: int
