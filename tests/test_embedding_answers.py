@@ -142,7 +142,27 @@ async def test_a_health_check_told_to_wait_asks_again_only_then(
 def test_truncate_to_budget() -> None:
     assert truncate_to_budget("short", 100) == "short"
     assert truncate_to_budget("a" * 100, 10) == "a" * 30
-    assert truncate_to_budget("中文" * 50, 10) == ("中文" * 5)
     mixed = truncate_to_budget("ab中" * 40, 10)
     assert len(mixed) < 30
     assert truncate_to_budget("x" * 20, 0) == "x" * 20
+
+
+@pytest.mark.parametrize("text", [
+    "中文" * 50, "한국어 문장 " * 30, "नमस्ते दुनिया " * 30, "สวัสดีชาวโลก " * 30,
+    "Привет, мир! " * 30, "Γειά σου κόσμε " * 30, "مرحبا بالعالم " * 30,
+    "🙂🚀👩‍👩‍👧" * 40, "𠀀𠀁𠀂" * 40, "naïve café " * 40,
+])
+@pytest.mark.parametrize("budget", [7, 64, 300])
+def test_the_budget_holds_for_every_script(text: str, budget: int) -> None:
+    # A byte-level tokenizer makes at most one token per UTF-8 byte: what is kept stays
+    # within the budget by that count (ASCII by its own third), so no provider refuses
+    # it for length, whatever the script.
+    kept = truncate_to_budget(text, budget)
+    assert text.startswith(kept) and kept
+    def thirds(part: str) -> int:  # the worst count, in thirds of a token
+        return sum(1 if ch.isascii() else 3 * len(ch.encode("utf-8")) for ch in part)
+
+    assert thirds(kept) <= 3 * budget, kept
+    # Cut no shorter than that: the next character would pass the budget.
+    if kept != text:
+        assert thirds(text[:len(kept) + 1]) > 3 * budget

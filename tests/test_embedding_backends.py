@@ -271,11 +271,12 @@ async def test_cancel_mid_request_keeps_bridge_usable(fake: FakeProvider,
 
 async def test_inputs_are_cut_to_the_budget(fake: FakeProvider, bridge: ProviderBridge) -> None:
     client = make(fake, bridge, "openai", max_input_length=10)
-    await client.embed(["word " * 100, "中" * 100, ""])
+    await client.embed(["word " * 100, "中" * 100, "", "สวัสดี" * 20])
     sent = fake.requests[0].json["input"]
     assert len(sent[0]) == 30
-    assert sent[1] == "中" * 10
+    assert sent[1] == "中" * 3  # up to 3 tokens each (its UTF-8 bytes)
     assert sent[2] == " "  # providers refuse empty inputs
+    assert sent[3] == "สวั"  # Thai too: not a third of a token each
 
 
 def test_enable_conditions_and_key_precedence() -> None:
