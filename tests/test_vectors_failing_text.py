@@ -12,6 +12,8 @@ import pytest
 from fakes.provider_server import FakeProvider, Reply
 from test_vectors import BACKFILL, FAST, Harness, ask, bridge, full, passage_counts, wait_for, write
 
+from recalld.daemon.index.spaces import VectorSpaces
+from recalld.daemon.providers.breaker import BreakerConfig
 from recalld.daemon.providers.bridge import ProviderBridge
 
 __all__ = ["bridge"]  # the fixture, used by name
@@ -27,6 +29,17 @@ def notes(root: Path) -> None:
               f"# Note {i}\n\nan ordinary note, number {i}, about lighthouses\n")
 
 
+def harness(tmp_path: Path, bridge: ProviderBridge) -> Harness:
+    # As the daemon's defaults have it, a call's own retries are enough to open the
+    # circuit: the text that fails alone leaves it open for the next one.
+    h = Harness(tmp_path, bridge)
+    h.spaces = VectorSpaces(h.cfg.state_dir / "embeddings", bridge, policy=FAST,
+                            breaker_config=BreakerConfig(failure_threshold=FAST.max_attempts,
+                                                         open_base_s=0.05, open_max_s=0.2),
+                            environ={})
+    return h
+
+
 def failing(reply: Reply) -> Any:
     return lambda body: reply if any(WORD in t for t in body.get("input") or []) else None
 
@@ -35,7 +48,7 @@ def failing(reply: Reply) -> Any:
                          ids=["http-500", "dropped"])
 async def test_a_text_the_provider_keeps_failing_on_is_parked_alone(
         tmp_path: Path, bridge: ProviderBridge, reply: Reply) -> None:
-    h = Harness(tmp_path, bridge)
+    h = harness(tmp_path, bridge)
     notes(h.root)
     with FakeProvider(dims=8) as fake:
         fake.reply_for = failing(reply)
@@ -53,6 +66,12 @@ async def test_a_text_the_provider_keeps_failing_on_is_parked_alone(
             counts = passage_counts(fake)
             most = BACKFILL.isolate_after * FAST.max_attempts + 1
             assert {t: n for t, n in counts.items() if n > most and WORD not in t} == {}
+            # The failing text itself: its calls until it was struck enough, then one
+            # alone (parked though the circuit it opened refused the next text's call).
+            bad = next(t for t in counts if WORD in t)
+            assert counts[bad] <= (BACKFILL.isolate_after + 1) * FAST.max_attempts, counts
+            # Its failures may have left the circuit open for a moment.
+            await wait_for(lambda: worker.target.client.breaker.state != "open")
             res = await ask(index, "lighthouses")
             assert res["mode"] == "hybrid" and res["vector_hits"] == 9
             res = await ask(index, WORD)
@@ -67,11 +86,11 @@ async def test_a_text_the_provider_keeps_failing_on_is_parked_alone(
 
 async def test_an_outage_of_the_whole_provider_parks_nothing(
         tmp_path: Path, bridge: ProviderBridge) -> None:
-    h = Harness(tmp_path, bridge)
+    h = harness(tmp_path, bridge)
     notes(h.root)
     with FakeProvider(dims=8) as fake:
         # The health check passes; then every call fails for many rounds.
-        fake.script(Reply(), *[Reply(status=503)] * 8)
+        fake.script(Reply(), *[Reply(status=503)] * 6)
         async with h.open(h.emb(fake)) as (_, worker):
             await wait_for(lambda: fake.pending_script() == 0, timeout_s=20)
             assert worker.status()["parked"] == 0

@@ -248,10 +248,13 @@ class VectorWorker:
                 self._working = True
                 self._done.clear()
                 self._done.append((now, 0))
+            embedded, parked = self.embedded, len(self.fill.failed)
             try:
                 await self._embed_round(rnd.items, rnd.texts)
             except ProviderError as exc:
                 self.last_error = str(exc)
+                if self.embedded > embedded or len(self.fill.failed) > parked:
+                    backoff = self.cfg.backoff_base_s  # the round got somewhere: no outage
                 if isinstance(exc, ProviderPermanent):
                     self.parked_error = self.last_error
                     until = trio.current_time() + self.cfg.permanent_retry_s
@@ -334,7 +337,7 @@ class VectorWorker:
             self.calls.start_round(hashes)
             missing.sort(key=lambda i: (self.calls.order(hashes[i]), len(texts[i])))
             step = space.client.max_batch_size
-            refused: list[str] = []
+            refused: dict[str, str] = {}  # text -> why the provider will not embed it
             try:
                 # Batch by batch, each kept as it arrives: a later batch's failure must not
                 # throw away (and so pay again for) what the provider already answered.
@@ -343,29 +346,36 @@ class VectorWorker:
                     await self.calls.send([hashes[i] for i in part],
                                           [texts[i] for i in part], vectors, refused)
             except ProviderError:
+                # What was refused is parked though a later batch failed (else it would
+                # be sent again, and fail again, first thing next round).
+                self._park(items, units, refused)
                 done = [(item, ts) for item, ts in zip(items, units, strict=True)
                         if all(t in vectors for t in ts)]
                 if done:
                     await self._install([item for item, _ in done], [ts for _, ts in done],
                                         vectors)
                 raise
-        self.last_error = refused[0] if refused else None
-        if refused:
-            # Only the chunks of the texts the provider refused (or kept failing on while
-            # it embedded others) wait, so one bad note does not hold back its round.
-            gone = {t for t in texts if t not in vectors}
-            pairs = list(zip(items, units, strict=True))
-            bad = [key for (key, _), ts in pairs if gone.intersection(ts)]
-            until = trio.current_time() + self.cfg.permanent_retry_s
-            self.fill.failed.update((key, until) for key in bad)
-            self.parked_error = refused[0]
-            log.warning("%s: the provider refused or kept failing on %d chunk(s) (%s); "
-                        "trying again in %.0f s",
-                        self.index.ws.agent_id, len(bad), refused[0],
-                        self.cfg.permanent_retry_s)
-            items = [item for item, ts in pairs if not gone.intersection(ts)]
-            units = [ts for _, ts in pairs if not gone.intersection(ts)]
+        self.last_error = next(iter(refused.values()), None)
+        items, units = self._park(items, units, refused)
         return await self._install(items, units, vectors)
+
+    def _park(self, items: list[tuple[int, str]], units: list[list[str]],
+              refused: dict[str, str]) -> tuple[list[tuple[int, str]], list[list[str]]]:
+        """Park the chunks of the texts in ``refused``; the other items and their units.
+        Only those chunks wait (a text refused once is refused again), so one bad note
+        does not hold back its round."""
+        if not refused:
+            return items, units
+        pairs = list(zip(items, units, strict=True))
+        bad = [key for (key, _), ts in pairs if refused.keys() & set(ts)]
+        until = trio.current_time() + self.cfg.permanent_retry_s
+        self.fill.failed.update((key, until) for key in bad)
+        self.parked_error = next(iter(refused.values()))
+        log.warning("%s: the provider refused or kept failing on %d chunk(s) (%s); trying "
+                    "again in %.0f s", self.index.ws.agent_id, len(bad), self.parked_error,
+                    self.cfg.permanent_retry_s)
+        kept = [(item, ts) for item, ts in pairs if not refused.keys() & set(ts)]
+        return [item for item, _ in kept], [ts for _, ts in kept]
 
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:

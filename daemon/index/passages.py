@@ -93,9 +93,9 @@ class PassageCalls:
         return s.count if self.space.client.successes > s.successes_before else 0
 
     async def send(self, hashes: list[str], texts: list[str], vectors: dict[str, F32],
-                   refused: list[str]) -> None:
+                   refused: dict[str, str]) -> None:
         """One provider call for ``texts``, its vectors into ``vectors`` (and the cache).
-        Texts singled out (see the module docstring) add their reason to ``refused``;
+        Texts singled out (see the module docstring) go into ``refused`` with the reason;
         any other failure is raised."""
         space = self.space
         if len(texts) > 1 and any(self._count(h) >= self.isolate_after for h in hashes):
@@ -107,18 +107,18 @@ class PassageCalls:
         except ProviderPermanent as exc:
             if len(texts) < 2 or not input_refused(exc):
                 raise
-            errors: list[str] = []
+            errors: dict[str, str] = {}
             for h, t in zip(hashes, texts, strict=True):
                 try:
                     await self.send([h], [t], vectors, refused)
                 except ProviderPermanent as one:
                     if not input_refused(one):
                         raise
-                    errors.append(str(one))
+                    errors[t] = str(one)
             if len(errors) == len(texts):
                 space.client.health = "fail"  # refusing every text: not the texts' fault
                 raise exc
-            refused.extend(errors)
+            refused.update(errors)
             return
         except ProviderTransient as exc:
             if isinstance(exc, CircuitOpen):
@@ -128,8 +128,8 @@ class PassageCalls:
             if not strikes:
                 raise
             del self._strikes[hashes[0]]
-            refused.append(f"{exc} (failed {strikes} times for this text while the "
-                           "provider embedded others)")
+            refused[texts[0]] = (f"{exc} (failed {strikes} times for this text while the "
+                                 "provider embedded others)")
             return
         self.provider_texts += len(texts)
         for h in hashes:
@@ -141,7 +141,7 @@ class PassageCalls:
             vectors[t] = rows[j]
 
     async def _one_by_one(self, hashes: list[str], texts: list[str],
-                          vectors: dict[str, F32], refused: list[str]) -> None:
+                          vectors: dict[str, F32], refused: dict[str, str]) -> None:
         """Send the texts of a batch that keeps failing one by one, the least struck
         first (the others' successes are what singles a failing text out); the first
         failure not singled out is raised once every text was tried."""
