@@ -102,7 +102,7 @@ class Health:
             log.exception("vector status of %s failed", self.ws.agent_id)
             return {"error": "status unavailable"}
         keys = ("enabled", "state", "counted", "coverage", "embedded", "total", "rate_per_s",
-                "eta_s", "health", "last_error", "parked", "parked_error")
+                "eta_s", "health", "last_error", "parked", "parked_paths", "parked_error")
         return {k: full.get(k) for k in keys if k in full}
 
     async def scan(self, *, unattended: bool = False) -> None:

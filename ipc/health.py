@@ -188,8 +188,10 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "(see the [EMBEDDING HEALTH CHECK] line in the log)"))
     if v.get("parked"):
         a.problems.append(Problem(
-            "fail", f"{v['parked']} chunk(s) parked after errors on their texts: "
-            f"{v.get('parked_error') or error}",
+            "fail", f"{v['parked']} chunk(s) parked after errors on their texts"
+            + (f" ({', '.join(v['parked_paths'][:3])}"
+               + (", ..." if v["parked"] > 3 else "") + ")" if v.get("parked_paths") else "")
+            + f": {v.get('parked_error') or error}",
             "the provider refuses these texts or keeps failing on them while it embeds "
             "others (they are tried again every hour); if it "
             "refuses every text, a wrong dimensions value or a rejected key: fix "

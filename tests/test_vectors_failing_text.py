@@ -57,6 +57,7 @@ async def test_a_text_the_provider_keeps_failing_on_is_parked_alone(
                            and worker.state == "waiting", timeout_s=20)
             st = worker.status()
             assert (st["total"], st["embedded"], st["pending"]) == (10, 9, 1), st
+            assert st["parked_paths"] == ["memory/2026-05-09/bad.md:1-3"]
             assert "failed" in st["parked_error"] and "while the provider embedded others" \
                 in st["parked_error"], st["parked_error"]
             if reply.status == 500:

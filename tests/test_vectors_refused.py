@@ -51,6 +51,7 @@ def test_a_refused_text_parks_only_its_own_chunk(daemon_factory: Any, tmp_path: 
                         lambda st: st["state"] == "waiting" and st["embedded"] == 7,
                         "every other chunk embedded", deadline_s=30)
         assert (st["total"], st["pending"], st["parked"]) == (8, 1, 1)
+        assert st["parked_paths"] == ["memory/2026-03-09/bad.md:1-3"]
         assert "HTTP 400" in st["last_error"]
         # The parked chunk waits an hour, whatever the rate: no time to full coverage.
         assert st["eta_s"] is None, st
@@ -78,8 +79,8 @@ def test_a_refused_text_parks_only_its_own_chunk(daemon_factory: Any, tmp_path: 
         health = ws["health"]["vectors"]
         assert (health["parked"], health["parked_error"]) == (1, st["parked_error"])
         out = recalld("status", env=d.env).stdout
-        assert ("1 chunk(s) parked after errors on their texts: embedding openai m: HTTP 400"
-                in out)
+        assert ("1 chunk(s) parked after errors on their texts (memory/2026-03-09/bad.md:1-3):"
+                " embedding openai m: HTTP 400" in out), out
         assert "catches up by itself" not in out and "index:   clean" in out
         assert d.stop() == 0
 

@@ -53,7 +53,7 @@ from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.passages import PassageCalls
-from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
@@ -482,6 +482,7 @@ class VectorWorker:
             "reused_vectors": self.seeded,
             "reme_cache_texts": self.reme_cache_texts,
             "parked": len(self.fill.failed),
+            "parked_paths": self.fill.parked_places(self.index.state, MAX_LISTED),
             "parked_error": self.parked_error if self.fill.failed else None,
             "health": client.health,
             "last_error": self.last_error or client.last_error,

@@ -154,6 +154,14 @@ class VectorFill:
         self.failed = parked  # vanished or due keys leave the parking lot
         return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
 
+    def parked_places(self, state: IndexState, limit: int) -> list[str]:
+        """``path:start-end`` of the first ``limit`` parked chunks still in ``state``, by
+        path (lookups only: safe beside a running apply)."""
+        chunks = state.chunks
+        places = sorted((c.path, c.start_line, c.end_line) for c in
+                        (chunks[key] for key in list(self.failed) if key in chunks))
+        return [f"{path}:{start}-{end}" for path, start, end in places[:limit]]
+
     def holds(self, key: int) -> bool:
         """Whether the index being filled has a vector for ``key``."""
         return self._building is not None and key in self._building

@@ -44,6 +44,7 @@ class VectorStatus(TypedDict):
     reused_vectors: int
     reme_cache_texts: int
     parked: int
+    parked_paths: list[str]  # ``path:start-end`` of the first parked chunks, by path
     parked_error: str | None
     health: Literal["unknown", "ok", "fail"]
     last_error: str | None
