@@ -44,6 +44,7 @@ from recalld.daemon.providers.embedding_formats import (
     truncate_to_budget,
 )
 from recalld.daemon.providers.errors import (
+    CircuitOpen,
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
@@ -244,7 +245,9 @@ class EmbeddingClient:
                 parts.append(await self._embed_batch(batch, kind, policy))
         except ProviderError as exc:
             self.last_error = self._redact(str(exc))
-            if exc.retry_after_s is not None:
+            if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
+                # The provider's own Retry-After (an open circuit's wait is the breaker's,
+                # which ``hold_s`` reads from it).
                 wait = min(max(exc.retry_after_s, 0.0), self.policy.retry_after_cap_s)
                 self._quiet_until = trio.current_time() + wait
             if not input_refused(exc):  # a text it will not take says nothing of its health
