@@ -274,9 +274,8 @@ async def test_inputs_are_cut_to_the_budget(fake: FakeProvider, bridge: Provider
     await client.embed(["word " * 100, "中" * 100, "", "สวัสดี" * 20])
     sent = fake.requests[0].json["input"]
     assert len(sent[0]) == 30
-    assert sent[1] == "中" * 3  # up to 3 tokens each (its UTF-8 bytes)
-    assert sent[2] == " "  # providers refuse empty inputs
-    assert sent[3] == "สวั"  # Thai too: not a third of a token each
+    # 3 tokens a character (UTF-8 bytes), Thai as Chinese; providers refuse empty inputs.
+    assert sent[1:] == ["中" * 3, " ", "สวั"]
 
 
 def test_enable_conditions_and_key_precedence() -> None:
