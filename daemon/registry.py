@@ -395,10 +395,13 @@ class WorkspaceRegistry:
             place = (config.workspace_path(other) if other in config.configured_agents()
                      or record is None else Path(record["path"]))
             if place == root:
-                raise InvalidParams(
-                    f"the folder of workspace {agent_id!r}, {given}, leads to {root}, the "
-                    f"folder of workspace {other!r}: put its own folder back in place of "
-                    "the link, or open it at another path")
+                how, fix = (("through ..", "open it at a path of its own")
+                            if ".." in given.parts else  # named so, not led by a link
+                            ("through a link", "put its own folder back in place of the "
+                             "link, or open it at another path"))
+                raise InvalidParams(f"the folder of workspace {agent_id!r}, {given}, leads "
+                                    f"{how} to {root}, the folder of workspace {other!r}: "
+                                    f"{fix}")
 
     def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
         """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:

@@ -112,7 +112,17 @@ def test_a_folder_linked_to_anothers_is_never_opened_whoever_opens_first(
     try:
         daemon.call("workspace.open", {"agent_id": "bob"})
     except errors.InvalidParams as exc:
+        assert "through a link to" in exc.message, exc.message
         assert "the folder of workspace 'alice'" in exc.message, exc.message
+    else:
+        raise AssertionError("bob opened at alice's folder")
+    # Named there with "..", through a folder that does not exist: no link to blame.
+    dotted = bob.parent / "nowhere" / ".." / alice.name
+    try:
+        daemon.call("workspace.open", {"agent_id": "bob", "path": str(dotted)})
+    except errors.InvalidParams as exc:
+        assert f"leads through .. to {alice}, the folder of workspace 'alice': open it " \
+               "at a path of its own" in exc.message, exc.message
     else:
         raise AssertionError("bob opened at alice's folder")
     assert daemon.call("workspace.open", {"agent_id": "alice"})["path"] == str(alice)
