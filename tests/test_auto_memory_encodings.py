@@ -1,7 +1,7 @@
 """The memory jobs next to notes a person saved in another encoding than UTF-8 (GBK,
 Latin-1): the model is never shown them as U+FFFD garbage, and they are never written
-over; auto_memory puts the session's facts in a note of their own, the dream leaves
-them unread."""
+over; auto_memory puts the session's facts in a note of their own, the dream reads what
+reads as written (Windows-1252) and leaves the rest unread."""
 
 from __future__ import annotations
 
@@ -47,13 +47,14 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     assert "\ufffd" not in index
 
 
-def test_the_dream_does_not_read_a_latin1_note(
+def test_the_dream_reads_a_latin1_note_as_written_and_not_a_gbk_one(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
     latin = root / "memory/2026-09-14/cafe.md"
     latin.parent.mkdir(parents=True)
     latin.write_bytes("- prend un café crème à 8h\n".encode("latin-1"))
+    (root / "memory/2026-09-14/cha.md").write_bytes("- 喜欢喝乌龙茶\n".encode("gbk"))
     good = "memory/2026-09-14/tea.md"
     write(root, good, "- drinks genmaicha\n")
     gbk_node = root / "digest/personal/茶.md"
@@ -65,9 +66,10 @@ def test_the_dream_does_not_read_a_latin1_note(
     model.plan[good] = [[("node_read", {"path": "digest/personal/茶.md"})],
                         [("integrate", create)]]
     result = dream(daemon)
-    assert result["notes"] == 1 and result["actions"] == {"CREATE": 1}, result
+    assert result["notes"] == 2 and result["actions"] == {"CREATE": 1}, result
     sent = [m["content"] for r in fake.requests for m in r.json["messages"]
             if m["role"] == "user"]
-    assert sent and not any("\ufffd" in t or "cafe.md" in t for t in sent)
+    assert any("café crème" in t for t in sent)  # Windows-1252: read as written
+    assert sent and not any("\ufffd" in t or "cha.md" in t for t in sent)
     assert "not UTF-8" in model.tool_results[0] and "\ufffd" not in model.tool_results[0]
     assert gbk_node.read_bytes() == "---\nname: 茶\n---\n- 喜欢乌龙茶\n".encode("gbk")

@@ -17,7 +17,7 @@ from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, reme_dream
-from recalld.daemon.memory.fileops import read_confined
+from recalld.daemon.memory.confined import NotUtf8, read_confined, utf8_file
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
@@ -54,12 +54,15 @@ def changed_notes(root: Path, daily_dir: str,
                 log.warning("dream skips %r: its name holds a control character, such as a "
                             "line break (rename it to have it dreamed)", rel)
                 continue
-            try:
-                text = read_confined(root, rel, strict=True)
-            except RecalldError as exc:  # too large, a symbolic link, not UTF-8: not ours
+            try:  # read, never written: Windows-1252 and UTF-16 read as written
+                text = read_confined(root, rel)
+            except RecalldError as exc:  # too large, a symbolic link: not ours
                 log.warning("dream skips %s: %s", rel, exc.message)
                 continue
             if text is None:
+                continue
+            if "\ufffd" in text and not utf8_file(root, rel):  # GBK, say: garbage to a model
+                log.warning("dream skips %s: %s", rel, NotUtf8(rel).message)
                 continue
             sha = sha256_text(text)
             rec = catalog.get(rel)
