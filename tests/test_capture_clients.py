@@ -22,8 +22,7 @@ pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
 from agentscope.event import ConfirmResult, RequireUserConfirmEvent, UserConfirmResultEvent
-from agentscope.message import DataBlock, TextBlock, UserMsg
-from agentscope.message._block import Base64Source
+from agentscope.message import Base64Source, DataBlock, TextBlock, UserMsg
 from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk, Toolkit

@@ -32,7 +32,7 @@ def reference_split(text: str) -> tuple[list[str], list[str]]:
     norm = unicodedata.normalize("NFKC", text)
     pairs = _TOKEN_RE.findall(norm)
     # Then the emoji, in the order of the text.
-    words = [w for _, w in pairs if w] + tokenizer._emoji(tokenizer._EMOJI_RE.findall(norm))
+    words = [w for _, w in pairs if w] + tokenizer.emoji_terms(norm)
     runs = [c.casefold() for c, _ in pairs if c]
     out = [tokenizer._stem(w.casefold()) for w in words if w.casefold() not in STOPWORDS]
     for word in words:

@@ -96,7 +96,7 @@ _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 # Emoji and pictographs, each a term of its own (``🚀``, ``✅``, ``■``): they are no
 # letters, so words skip them. One class of two ranges, which a scan tests quickly (the
 # exact emoji ranges in an alternation cost several times as much on Chinese text);
-# ``_emoji`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
+# ``emoji_terms`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
 # is found by ``👍``. Variation selectors and joiners are no terms: a joined family is
 # found by its members.
 _EMOJI_RE: Final = re.compile("[\u231a-\u2bff\U0001f000-\U0001faff]")
@@ -245,9 +245,7 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     if norm.isascii():
         words: list[str] = _ASCII_TOKEN_RE.findall(norm)
     elif _CJK_RE.search(norm) is None:
-        words = _WORD_TOKEN_RE.findall(norm)
-        if signs := _EMOJI_RE.findall(norm):
-            words += _emoji(signs)
+        words = _WORD_TOKEN_RE.findall(norm) + emoji_terms(norm)
     else:
         # CJK runs split off (no CJK character has a case to fold), the words of what is
         # between them found as in text without CJK: a run separates words as the space
@@ -257,8 +255,7 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
         runs = pieces[1::2]
         rest = " ".join(pieces[0::2])
         words = (_ASCII_TOKEN_RE if rest.isascii() else _WORD_TOKEN_RE).findall(rest)
-        if signs := _EMOJI_RE.findall(rest):
-            words += _emoji(signs)
+        words += emoji_terms(rest)
     # Every word's whole form, case-folded and stemmed (stemming leaves non-alphabetic tokens
     # alone and ignores case, so `ECONNREFUSED` and `econnrefused` meet on one term), then
     # the parts of identifiers and compounds; both looked up per distinct word. Most words
@@ -268,11 +265,11 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     return out, runs
 
 
-def _emoji(signs: list[str]) -> list[str]:
-    """The terms of the pictographs ``_EMOJI_RE`` found: a regional indicator paired with
-    the next one (a flag), skin tones dropped."""
+def emoji_terms(text: str) -> list[str]:
+    """The terms of the pictographs in ``text`` (NFKC-normalized), in its order: a regional
+    indicator paired with the next one (a flag), skin tones dropped."""
     out: list[str] = []
-    for sign in signs:
+    for sign in _EMOJI_RE.findall(text):
         if sign in _TONES:
             continue
         if "\U0001f1e6" <= sign <= "\U0001f1ff" and out and len(out[-1]) == 1 and (
