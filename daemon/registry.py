@@ -73,8 +73,8 @@ class WorkspaceRegistry:
         if self._remembered_path is not None:
             self._remembered = await trio.to_thread.run_sync(remembered.load,
                                                              self._remembered_path)
-            aside = self._remembered_path.with_name(self._remembered_path.name + ".corrupt")
-            self.write_failure.set_aside = await trio.to_thread.run_sync(aside.exists)
+            self.write_failure.set_aside = await trio.to_thread.run_sync(
+                remembered.set_aside_copy, self._remembered_path)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()

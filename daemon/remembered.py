@@ -132,8 +132,18 @@ def load(path: Path) -> dict[str, Remembered]:
         return _set_aside(path, str(exc))
 
 
+def _aside(path: Path) -> Path:
+    return path.with_name(path.name + ".corrupt")
+
+
+def set_aside_copy(path: Path) -> str | None:
+    """The copy of the record at ``path`` that was set aside because it did not verify,
+    if it is still there (blocking)."""
+    return str(_aside(path)) if _aside(path).exists() else None
+
+
 def _set_aside(path: Path, reason: str) -> dict[str, Remembered]:
-    aside = path.with_name(path.name + ".corrupt")
+    aside = _aside(path)
     log.error("%s does not verify (%s); set aside as %s, starting with the configured "
               "workspaces only", path, reason, aside.name)
     if aside.is_dir() and not aside.is_symlink():

@@ -34,9 +34,9 @@ class WriteFailure:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.failed: FailedWrite | None = None
-        #: ``<file>.corrupt`` is there: a copy that did not verify was set aside at a start
-        #: (what it held is not in use), for someone to look at and remove.
-        self.set_aside = False
+        #: A copy of the file that did not verify, set aside at a start (what it held is
+        #: not in use), for someone to look at and remove; None if there is none.
+        self.set_aside: str | None = None
 
     def record(self, error: str) -> None:
         since = self.failed["since"] if self.failed is not None else time.time()
@@ -50,4 +50,4 @@ def statistics(failures: Iterable[WriteFailure]) -> StateFilesStatus:
     failures = list(failures)
     errors = [f.failed for f in failures if f.failed is not None]
     return {"failing": len(errors), "errors": errors,
-            "set_aside": [f"{f.path}.corrupt" for f in failures if f.set_aside]}
+            "set_aside": [f.set_aside for f in failures if f.set_aside is not None]}
