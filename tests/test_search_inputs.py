@@ -185,3 +185,33 @@ def test_a_client_refuses_numbers_json_cannot_carry(daemon: Any) -> None:
 
     import trio
     trio.run(asynchronously)
+
+
+def test_words_are_found_whatever_their_accents(daemon: Any, tmp_path: Path) -> None:
+    """A note written with accents is found by a query typed without them and the other
+    way round, a word hyphenated with a soft hyphen is one word, and an identifier written
+    with accents is still an exact match (the check reads the note folded as the index
+    does)."""
+    root = tmp_path / "ws"
+    write(root, "memory/2026-03-01/trip.md",
+          "# Trip\n\nMet Zoë Müller at the café near Łódź station; she moves to İstanbul.\n")
+    write(root, "memory/2026-03-02/plain.md",
+          "# Plain\n\nThe resume of the naive intern is on the shared drive.\n")
+    write(root, "memory/2026-03-03/shy.md", "# Shy\n\nThe hyphen\u00adation of long "
+          "words breaks our display.\n")
+    for i in range(30):
+        write(root, f"memory/2026-04-{i % 28 + 1:02d}/d{i}.md",
+              f"# Deploy {i}\n\nKrakow rollout step {i}: v2 of the service, v2 again.\n")
+    write(root, "memory/2026-05-01/needle.md",
+          "# 部署记录\n\n" + "今天我们在服务器上完成了新版本的部署和测试工作。" * 12
+          + "\n错误出现在 Kraków_v2 模块里。\n")
+    open_ws(daemon, root)
+
+    assert paths(search(daemon, "zoe muller cafe lodz istanbul"))[0] == \
+        "memory/2026-03-01/trip.md"
+    assert paths(search(daemon, "Résumé of the naïve intern"))[0] == \
+        "memory/2026-03-02/plain.md"
+    assert paths(search(daemon, "hyphenation"))[0] == "memory/2026-03-03/shy.md"
+    for query in ("Kraków_v2 错误", "krakow_v2 错误"):
+        top = search(daemon, query)["results"][0]
+        assert (top["path"], top.get("exact")) == ("memory/2026-05-01/needle.md", True), query

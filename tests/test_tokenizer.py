@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recalld.daemon.index.marks import MARKS
-from recalld.daemon.index.tokenizer import STOPWORDS, tokenize, tokenize_query
+from recalld.daemon.index.tokenizer import STOPWORDS, fold, tokenize, tokenize_query
 
 
 def test_english_words_stopwords_and_stemming() -> None:
@@ -143,13 +143,15 @@ def test_a_path_gives_its_compound_names_whole() -> None:
     ("किम और कोम", ["किम", "और", "कोम"]),
     ("தமிழ் குறிப்பு", ["தமிழ்", "குறிப்பு"]),
     ("తెలుగు భాష", ["తెలుగు", "భాష"]),
-    ("مُحَمَّد رسول", ["مُحَمَّد", "رسول"]),
-    ("שָׁלוֹם עולם", ["שָׁלוֹם", "עולם"]),
+    # Arabic harakat and Hebrew points go on the word too, and are folded away (most text
+    # is written without them).
+    ("مُحَمَّد رسول", ["محمد", "رسول"]),
+    ("שָׁלוֹם עולם", ["שלום", "עולם"]),
     ("নমস্কার বন্ধু", ["নমস্কার", "বন্ধু"]),
     # Marks beyond the Basic Multilingual Plane (Brahmi), after marks within it too.
     ("\U00011013\U00011038\U0001102b \U00011013\U0001103a",
      ["\U00011013\U00011038\U0001102b", "\U00011013\U0001103a"]),
-    ("q\u0303\U000e0100x y", ["q\u0303\U000e0100x", "y"]),
+    ("q\u0303\U000e0100x y", ["q\U000e0100x", "y"]),
 ])
 def test_words_go_on_through_combining_marks(text: str, words: list[str]) -> None:
     assert tokenize(text) == tokenize_query(text) == words
@@ -191,4 +193,33 @@ def test_emoji_are_terms_of_their_own() -> None:
     assert tokenize("shipped 🚀 today 👍🏽") == ["ship", "today", "🚀", "👍"]
     assert tokenize_query("👨\u200d👩\u200d👧 ❤️ 🇨🇭🇩🇪") == ["👨", "👩", "👧", "❤", "🇨🇭", "🇩🇪"]
     assert tokenize_query("上线了🚀成功") == ["🚀", "上线", "线了", "成功"]
-    assert tokenize_query("Größe ✅") == ["grösse", "✅"]
+    assert tokenize_query("Größe ✅") == ["gross", "✅"]
+
+
+@pytest.mark.parametrize(("written", "typed"), [
+    ("Café Müller", "cafe muller"),
+    ("İSTANBUL İzmir", "istanbul izmir"),
+    ("Ελληνικά άνθρωπος", "ελληνικα ανθρωπος"),
+    ("Ёлка", "елка"),
+    ("naïve résumé, São Paulo, Łódź", "naive resume sao paulo łodz"),
+    ("Tiếng Việt", "tieng viet"),
+    ("שָׁלוֹם", "שלום"),
+    ("crème-brûlée.md", "creme-brulee.md"),
+    # A soft hyphen, a zero-width joiner or a word joiner inside a word leaves it whole.
+    ("hyphen\u00adation pro\u200dcessing in\u2060dex\ufeff", "hyphenation processing index"),
+    ("中文\u00ad测试 Ca\u00adfé", "中文测试 cafe"),
+])
+def test_words_are_found_without_their_accents_and_joiners(written: str, typed: str) -> None:
+    assert tokenize(written) == tokenize(typed)
+    assert tokenize_query(written) == tokenize_query(typed)
+
+
+def test_folding_keeps_the_letters_of_scripts_whose_marks_are_vowels() -> None:
+    # Indic vowel signs and Thai tone marks tell words apart: not folded.
+    assert tokenize("किम कोम") == ["किम", "कोम"]
+    assert tokenize_query("ไม้ ไม") == ["ไม", "ม้", "ไม"]
+    # Cyrillic й is a letter of its own; ё is е.
+    assert tokenize("йод иод ёж") == ["йод", "иод", "еж"]
+    # The zero-width space and non-joiner still break words.
+    assert tokenize("foo\u200bbar") == ["foo", "bar"]
+    assert fold("ä Ä ÿ ø") == "a A y ø" and fold("plain") == "plain"

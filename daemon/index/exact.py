@@ -45,6 +45,7 @@ from recalld.daemon.index.tokenizer import (
     CJK_RE,
     STOPWORDS,
     cjk_length,
+    fold,
     tokenize,
     tokenize_query,
 )
@@ -108,7 +109,7 @@ def _find_identifiers(query: str) -> tuple[str, ...]:
     for m in _WORD.finditer(_CJK.sub(" ", nfkc.normalize(query))):
         word = m.group(0).strip(".-")
         if len(word) >= 2 and _IDENT.search(word):
-            out[word.casefold()] = None
+            out[fold(word.casefold())] = None
     return tuple(out)
 
 
@@ -209,8 +210,9 @@ def _contains_all(text: str, terms: list[tuple[str, re.Pattern[str]]]) -> bool:
         return False  # NFKC leaves ASCII as it is, and casefold is lower there
     # The text as the tokenizer reads it (NFKC, case folded), so that a chunk holds a term
     # whenever its index has it: a Chinese note may spell an identifier in full-width
-    # forms (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), or a word in another case form (Straße).
-    low = nfkc.normalize(text).casefold()
+    # forms (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), a word in another case form (Straße) or with
+    # accents the index folds away (café).
+    low = fold(nfkc.normalize(text).casefold())
     return all(t in low and pattern.search(low) for t, pattern in terms)
 
 

@@ -4,7 +4,10 @@ Owns the one tokenizer every keyword path uses: chunk indexing, query parsing an
 benchmarks. Pure and synchronous; safe to call from worker threads (the only shared state is a
 bounded stem cache, whose races can at worst compute a stem twice).
 
-What it emits, after NFKC normalization and case folding:
+What it emits, after NFKC normalization, case folding and ``fold``ing (accents off Latin and
+Greek letters, Hebrew and Arabic points off their letters, soft hyphens and joiners out of
+words: ``café`` meets ``cafe``, ``İstanbul`` meets ``istanbul``, a word hyphenated for
+display is one word):
 - Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
@@ -43,17 +46,19 @@ numpy instead of making a string of each (most tokens of Chinese text are those)
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
+import unicodedata
 from typing import Final
 
 from recalld.daemon.index import nfkc
 from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
 
-__all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "tokenize",
-           "tokenize_query", "tokenize_split"]
+__all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "fold",
+           "tokenize", "tokenize_query", "tokenize_split"]
 
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
 # halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
@@ -174,6 +179,49 @@ def _stem_uncached(w: str) -> str:
 _stem: Final = Memo(_stem_uncached, 1 << 18).__getitem__
 
 
+# Characters that only shape how a word is shown, never which word it is: the soft hyphen
+# (a hyphenation point), the zero-width joiner (emoji sequences, Indic conjuncts), the word
+# joiner and the byte-order mark used as one. Taken out of the text before words are found,
+# so they do not cut a word in two. (The zero-width space and non-joiner stay breaks.)
+_INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff"
+_INVISIBLE_RE: Final = re.compile(f"[{_INVISIBLE}]")
+# The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
+# Hebrew points and cantillation, Arabic harakat (vowels a reader supplies; most text
+# omits them). The vowel signs of Indic scripts and Thai are letters of their words: kept.
+_DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1, 0x5C2),
+                         (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
+                         (0x670, 0x670))
+# The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
+# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
+_FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
+                          (0x451, 0x451))
+
+
+@functools.cache
+def _fold_table() -> dict[int, str | None]:
+    """``str.translate``'s table for ``fold``, made at its first use (a millisecond)."""
+    def dropped(c: str) -> bool:
+        return any(a <= ord(c) <= z for a, z in _DROPPED_MARKS)
+
+    table: dict[int, str | None] = dict.fromkeys(map(ord, _INVISIBLE))
+    for a, z in _DROPPED_MARKS:
+        table.update(dict.fromkeys(range(a, z + 1)))
+    for a, z in _FOLDED_LETTERS:
+        for code in range(a, z + 1):
+            parts = unicodedata.normalize("NFD", chr(code))
+            if len(parts) > 1 and all(map(dropped, parts[1:])):
+                table[code] = parts[0]
+    return table
+
+
+def fold(text: str) -> str:
+    """``text`` (NFKC-normalized, case folded) as the index spells its words: accents off
+    Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
+    folds to → ``i``), ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
+    that only join or hyphenate words (``_INVISIBLE``) taken out."""
+    return text if text.isascii() else text.translate(_fold_table())
+
+
 def _normalize(text: str) -> str:
     # ASCII is already NFKC-normal, and so is much other text: the quick check costs a
     # small fraction of normalizing; ``nfkc.normalize`` changes only the characters that
@@ -244,6 +292,8 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     runs: list[str] = []
     if norm.isascii():
         words: list[str] = _ASCII_TOKEN_RE.findall(norm)
+    elif _INVISIBLE_RE.search(norm) is not None:
+        return tokenize_split(_INVISIBLE_RE.sub("", norm))
     elif _CJK_RE.search(norm) is None:
         words = _WORD_TOKEN_RE.findall(norm) + emoji_terms(norm)
     else:
@@ -282,7 +332,7 @@ def emoji_terms(text: str) -> list[str]:
 
 def _whole(word: str) -> str:
     """The term a word stands for whole ("" for a stopword)."""
-    folded = word.casefold()
+    folded = fold(word.casefold())
     return "" if folded in STOPWORDS else _stem(folded)
 
 
@@ -290,6 +340,7 @@ def _word_parts(word: str) -> tuple[str, ...]:
     """The terms of a word's parts (none for a plain word)."""
     if (word.islower() and word.isalnum()) or _is_plain(word):
         return ()
+    word = fold(word)
     out: list[str] = []
     _parts(word, out)
     return tuple(out)
