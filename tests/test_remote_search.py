@@ -427,3 +427,50 @@ def test_a_note_over_the_index_limit_is_searched_in_the_server_as_locally(
     got = search(d, "srv", "tailword", None)
     assert got["search_mode"] == "server" and got["results"] == [], got
     assert ws_status(d, "srv")["health"]["partly_indexed"] == 1  # so is the local index
+
+
+def test_chunks_made_under_older_rules_are_made_again(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    """An upgrade that changes how notes are chunked, masked or tokenized (the local index
+    reads every note again) has the server's chunks made again too: rows of the old rules
+    would not meet the new rules' query terms."""
+    import psycopg
+
+    from recalld.daemon.index.persist import CHUNKING
+
+    name = "s" + uuid.uuid4().hex[:12]
+    d = shared_pair(daemon_factory, pg_server, name=name)
+    queries = ("garden", "数据库连接超时", "ECONNREFUSED", "river budget")
+    expected = {q: search(d, "loc", q, None) for q in queries}
+    d.stop()
+    files = len(generate(seed=20))
+    for rules in (None, CHUNKING - 1):
+        # As an older recalld left them: every term spelled otherwise, and no record of
+        # the rules (a recalld before the record) or an older one.
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                               (name,)).fetchone()
+            assert row is not None
+            ws = row[0]
+            conn.execute("UPDATE recalld_postings SET term = term || '~'"
+                         " WHERE workspace_id = %s", (ws,))
+            conn.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s"
+                         " AND job = 'server_search'", (ws,))
+            if rules is not None:
+                conn.execute("INSERT INTO recalld_catalog (workspace_id, job, key, value)"
+                             " VALUES (%s, 'server_search', 'chunks', %s)",
+                             (ws, psycopg.types.json.Jsonb({"rules": rules})))
+        d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
+        wait_for(lambda d=d: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
+                 deadline_s=120, what="chunks made again")
+        assert ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] >= files
+        for q, want in expected.items():
+            got = search(d, "srv", q, None)
+            assert got["search_mode"] == "server" and want["results"]
+            same_ranking(want, got, tol=1e-9)
+        d.stop()
+    # Chunks of the current rules are not made again at the next start.
+    d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
+    wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
+             deadline_s=120, what="chunks checked")
+    assert ws_status(d, "srv")["remote"]["search"]["chunks_backfilled"] == 0

@@ -14,7 +14,10 @@ uploads a change writes its chunks in the same transaction (:func:`replace`, cal
 ``db.upload``), and :func:`backfill` chunks the files written before (``chunked_version``
 differs from ``version``). The flag is set under the workspace row's lock, which every
 upload takes first, so each upload either saw it or committed before it and is
-backfilled. Blocking psycopg calls: run them in worker threads.
+backfilled. The workspace's catalog records the chunking rules (``persist.CHUNKING``) its
+chunks were made under: a host on newer rules (an upgrade changed the tokenizer or the
+masking) has every file chunked again, as the local index reads every note again.
+Blocking psycopg calls: run them in worker threads.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.filters import authors_of
+from recalld.daemon.index.persist import CHUNKING
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 from recalld.daemon.index.tokenizer import doc_length, tokenize
 from recalld.daemon.memory.redact import redact
@@ -34,6 +39,8 @@ from recalld.daemon.notetext import note_text
 
 Conn = psycopg.Connection[tuple[object, ...]]
 BACKFILL_PAGE = 100
+# Where a workspace's catalog keeps the rules its server chunks were made under.
+RULES_JOB, RULES_KEY = "server_search", "chunks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +130,31 @@ def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | Non
                  " WHERE workspace_id = %s AND path = %s", (version, workspace_id, path))
 
 
-def start_chunking(conn: Conn, workspace_id: int) -> None:
-    """Have every later upload of the workspace write its chunks (see the module)."""
-    conn.execute("UPDATE recalld_workspaces SET search_chunked = true"
-                 " WHERE workspace_id = %s AND NOT search_chunked", (workspace_id,))
+def start_chunking(conn: Conn, workspace_id: int) -> bool:
+    """Have every later upload of the workspace write its chunks (see the module), and
+    mark every file for chunking again when its chunks were made under older rules than
+    this host's; whether it did."""
+    with conn.transaction():
+        # The workspace row first, as an upload takes it: no upload writes chunks under
+        # the old rules after the files are marked.
+        conn.execute("SELECT 1 FROM recalld_workspaces WHERE workspace_id = %s FOR UPDATE",
+                     (workspace_id,))
+        conn.execute("UPDATE recalld_workspaces SET search_chunked = true"
+                     " WHERE workspace_id = %s AND NOT search_chunked", (workspace_id,))
+        row = conn.execute("SELECT value FROM recalld_catalog WHERE workspace_id = %s"
+                           " AND job = %s AND key = %s",
+                           (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
+        rules = row[0].get("rules") if row is not None and isinstance(row[0], dict) else None
+        if isinstance(rules, int) and rules >= CHUNKING:
+            return False
+        marked = conn.execute(
+            "UPDATE recalld_files SET chunked_version = NULL"
+            " WHERE workspace_id = %s AND chunked_version IS NOT NULL", (workspace_id,))
+        conn.execute(
+            "INSERT INTO recalld_catalog (workspace_id, job, key, value) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
+            " updated_at = now()", (workspace_id, RULES_JOB, RULES_KEY, Jsonb({"rules": CHUNKING})))
+        return marked.rowcount > 0
 
 
 def backfill(conn: Conn, workspace_id: int, *, max_chars: int,
