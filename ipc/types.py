@@ -16,8 +16,10 @@ from typing import overload
 from recalld.ipc.answers import JsonObject
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
-# could start a new line (or redraw one) where a name is shown inside text.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# could start a new line (or redraw one) where a name is shown inside text; and the bidi
+# marks, embeddings, overrides and isolates, with which a name is shown in another order
+# than it is ("invoice\u202egpj.md" shown as "invoicedm.jpg").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -40,8 +42,9 @@ def for_terminal(text: str) -> str:
 
 
 def visible(text: str) -> str:
-    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``,
-    ``\\u2028``), so a file name shown in a header or a line of text cannot break it."""
+    """``text`` with control characters and bidi controls shown as escapes (``\\n``,
+    ``\\x1b``, ``\\u2028``, ``\\u202e``), so a file name shown in a header or a line of
+    text cannot break it, nor show itself in another order."""
     return _CONTROL.sub(_escape, text)
 
 

@@ -85,3 +85,44 @@ def test_workspace_list_columns_line_up_on_a_terminal_with_wide_and_combining_pa
             head = line[:line.index(cells[column], len(cells[0]))]
             starts.add(columns_of(head))
         assert len(starts) == 1, (column, starts, lines)
+
+
+def test_bidi_controls_and_escapes_in_names_and_descriptions_are_shown_escaped(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A name with a right-to-left override shows in another order than it is
+    ("invoice<RLO>gpj.md" reads "invoicedm.jpg"); a description with an escape sequence
+    redraws a terminal. Search headers, recall labels, the memory index and the CLI show
+    them escaped."""
+    from test_cli import recalld
+
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-01-02"
+    day.mkdir(parents=True)
+    liar = "invoice\u202egpj.md"
+    (day / liar).write_text("the quokkafish report is attached\n")
+    (day / "plain.md").write_text("see [[invoice\u202egpj]] about the quokkafish\n")
+    node = root / "digest" / "wiki" / "\u2067left\u2069\u200fnode.md"
+    node.parent.mkdir(parents=True)
+    node.write_text("---\ndescription: \"calm \\e[2J\u202edrawn\u2066\"\n---\nquokkafish\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    found = d.call("memory.search", {"agent_id": "w", "query": "quokkafish", "sync": True})
+    assert f"memory/2026-01-02/{liar}" in [r["path"] for r in found["results"]]
+    recall = d.call("memory.recall", {"agent_id": "w", "query": "quokkafish",
+                                      "include_index": True})
+    index = d.call("memory.index", {"agent_id": "w"})
+    cli = recalld("search", "quokkafish", "--agent", "w", env=d.env)
+    assert cli.returncode == 0, cli.stderr
+    # What names a file (headers, labels, index lines); the notes' own text is as written.
+    named = [ln for text in (found["rendered"], recall["rendered"], cli.stdout)
+             for ln in text.splitlines() if ln.startswith(("==========", "[memory", "[digest"))]
+    named += index["rendered"].splitlines()
+    assert len(named) >= 3 + 2 + 3 + 2, named
+    for line in named:
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e"
+                             "\u2066-\u2069]", line), line
+    assert "invoice\\u202egpj.md" in found["rendered"]
+    assert "invoice\\u202egpj.md" in cli.stdout
+    assert "[memory/2026-01-02/invoice\\u202egpj.md:1-1]" in recall["rendered"]
+    line = next(ln for ln in index["rendered"].splitlines() if "node" in ln)
+    assert line == ("- [\\u2067left\\u2069\\u200fnode](digest/wiki/\\u2067left\\u2069\\u200f"
+                    "node.md) — calm \\x1b[2J\\u202edrawn\\u2066"), line

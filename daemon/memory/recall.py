@@ -19,6 +19,7 @@ from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.memory.turns import user_texts
 from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.types import visible
 
 if TYPE_CHECKING:
     from recalld.daemon.index.search import SearchAnswer, SearchHit
@@ -80,9 +81,10 @@ def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
 
 
 def _label(item: RecallItem) -> str:
-    where = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
+    # Paths shown escaped (a file name cannot add a line or reorder one), as in search.
+    where = f"[{visible(item['path'])}:{item['start_line']}-{item['end_line']}]"
     if item["via"]:
-        where += f" (linked from {item['via']})"
+        where += f" (linked from {visible(item['via'])})"
     return where
 
 

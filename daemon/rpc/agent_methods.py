@@ -295,9 +295,11 @@ def render_index(entries: list[IndexEntry]) -> str:
     for e in sorted(entries, key=lambda e: (e["bucket"], e["path"])):
         if e["bucket"] != bucket:
             bucket = e["bucket"]
-            lines.append(f"## {bucket or 'other'}")
-        hook = f" — {e['description']}" if e["description"] else ""
-        lines.append(f"- [{e['name']}]({visible(e['path'])}){hook}")
+            lines.append(f"## {visible(bucket) or 'other'}")
+        # Names and descriptions come from the files (a name from a file name, fields as
+        # written by hand): shown escaped, as the path, so none breaks or reorders a line.
+        hook = f" — {visible(e['description'])}" if e["description"] else ""
+        lines.append(f"- [{visible(e['name'])}]({visible(e['path'])}){hook}")
     return "\n".join(lines)
 
 
