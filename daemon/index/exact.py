@@ -77,6 +77,7 @@ _IDENT = re.compile("|".join((
     r"[A-Za-z0-9]_[A-Za-z0-9]",  # snake_case
     r"[A-Za-z0-9_][.\-][A-Za-z]",  # config.toml, foo-bar, __init__.py
     r"[A-Za-z0-9]::[A-Za-z_]",  # tokio::sync, std::vector
+    r"\d\.\d+\.\d",  # 5.24.0, 10.0.3.17: a release or an address, not a decimal
 )))
 
 

@@ -15,6 +15,8 @@ Shapes (every string generated from the seed; none is a fixed example):
 - ``hex``:     a hex id with its kind ``<kind>-<8 hex>``          (``build-3fa9c21e``)
 - ``version``: a project and its version ``<word> v<M>.<m>.<p>`` (``kelmo v4.27.3``)
 - ``dotted``:  a dotted settings key ``<word>.<word>.<noun>``     (``zenra.cache.max_age``)
+- ``release``: a project and a bare release number ``<word> <M>.<m>.<p>`` (``kelmo 4.27.3``)
+- ``address``: an IPv4 address ``10.<a>.<b>.<c>``                 (``10.0.3.17``)
 
 Each needle is asked three ways: the identifier alone, the identifier with two Chinese
 words of its note, and the identifier in a short English question.
@@ -31,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SHAPES = ("error", "camel", "snake", "hex", "version", "dotted")
+SHAPES = ("error", "camel", "snake", "hex", "version", "dotted", "release", "address")
 DEFAULT_NOTES = 300
 DEFAULT_NEEDLES = 30
 DISTRACTORS_PER_NEEDLE = 24
@@ -117,6 +119,17 @@ def _needle(rng: random.Random, shape: str) -> Needle:
         sibs = (f"{w} v{major}.{minor}.{(patch + 1) % 10}", f"{w} v{major}.{minor + 1}.{patch}",
                 f"{w} v{major}.{minor}")
         return Needle(shape, ident, sibs, (w, f"v{major}", str(minor)))
+    if shape == "release":
+        major, minor, patch = rng.randint(2, 9), rng.randint(10, 60), rng.randint(0, 9)
+        ident = f"{w} {major}.{minor}.{patch}"
+        sibs = (f"{w} {major}.{minor}.{(patch + 1) % 10}", f"{w} {major}.{minor + 1}.{patch}",
+                f"{w} {major}.{minor}")
+        return Needle(shape, ident, sibs, (w, str(major), str(minor)))
+    if shape == "address":
+        a, b, c = rng.randint(0, 40), rng.randint(0, 250), rng.randint(2, 250)
+        ident = f"10.{a}.{b}.{c}"
+        sibs = (f"10.{a}.{b}.{c + 1}", f"10.{a}.{b + 1}.{c}", f"10.{a}.{b}.{c}0")
+        return Needle(shape, ident, sibs, ("10", str(a), str(b)))
     section, noun = _word(rng), rng.choice(_NOUNS)
     ident = f"{w}.{section}.{noun}_max"
     sibs = (f"{w}.{section}.{noun}_min", f"{w}.{section}.{rng.choice(_NOUNS)}_max",
@@ -150,12 +163,16 @@ def generate(*, notes: int = DEFAULT_NOTES, needles: int = DEFAULT_NEEDLES,
     for p in en_paths:
         body[p] = [_en_text(rng, rng.randint(12, 25)) for _ in range(rng.randint(2, 4))]
     seen: set[str] = set()
+    idents: set[str] = set()
     planted: list[tuple[Needle, str]] = []
     while len(planted) < needles:
         nd = _needle(rng, SHAPES[len(planted) % len(SHAPES)])
-        if nd.ident.lower() in seen:
+        # No needle is another's sibling (a note holding it would hold the needle).
+        mine = {nd.ident.lower(), *(sib.lower() for sib in nd.siblings)}
+        if nd.ident.lower() in seen or mine & idents:
             continue
-        seen.add(nd.ident.lower())
+        seen |= mine
+        idents.add(nd.ident.lower())
         home = zh_paths[len(planted)]
         paras = body[home]
         at = rng.randrange(len(paras))
