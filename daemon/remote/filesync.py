@@ -1,8 +1,9 @@
 """The files of one shared workspace's replica: local changes up, the feed's rows down.
 
-Owns the workspace's outbox and replica state (``<metadata_dir>/remote/``), the lock under
-which files are read, written and compared with them, and a
-:class:`~recalld.daemon.watcher.Watcher` of its Markdown folders (the same mechanism as
+Built on :class:`~recalld.daemon.remote.replicafiles.ReplicaFiles` (the outbox and
+replica state in ``<metadata_dir>/remote/``, the lock under which files are read, written
+and compared with them), it owns a :class:`~recalld.daemon.watcher.Watcher` of the
+workspace's Markdown folders (the same mechanism as
 the index: inotify plus reconcile scans). The replica (``remote/replica.py``) opens and
 closes them, runs the watcher, and while online runs :meth:`FileSync.upload_loop` on its
 writer connection and :meth:`FileSync.pull_loop` on its listener. :mod:`calls` is how
@@ -33,8 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -45,9 +45,10 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db, refusals
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict
-from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
-from recalld.daemon.remote.outbox import Change, Outbox
-from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.remote.localfs import LocalFile
+from recalld.daemon.remote.outbox import Change
+from recalld.daemon.remote.replicafiles import ReplicaFiles
+from recalld.daemon.remote.state import Base
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
@@ -65,25 +66,16 @@ UPLOAD_RUN = 100
 UPLOAD_RUN_BYTES = 4 << 20
 
 
-class FileSync:
+class FileSync(ReplicaFiles):
     """The file exchange of one shared workspace's replica (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
                  writer_lock: trio.Lock, max_chars: int,
                  reconcile_interval_s: float) -> None:
-        self._ws = ws
-        self._cfg = cfg
+        super().__init__(ws, cfg)
         self._max_chars = max_chars
         self.host = host
         s = ws.settings
-        meta = ws.root / s.metadata_dir / "remote"
-        self._fs = Confinement(ws.root, (s.daily_dir, s.digest_dir))
-        self._outbox = Outbox(meta / "outbox.log")
-        self.state = ReplicaState(meta / "state.log")
-        self._lock = trio.Lock()
-        self._last_local: dict[str, str | None] = {}
-        self._known: dict[str, tuple[int, int]] = {}
-        self._wake_uploader = trio.Event()
         self.watcher = Watcher(
             ws.root, [s.daily_dir, s.digest_dir], apply=self._apply_local,
             known=lambda: self._known,
@@ -102,90 +94,16 @@ class FileSync:
         self.behind = 0
         #: Paths of the feed this host could not write, and why (tried at each catch-up).
         self._feed_blocked: dict[str, str] = {}
-        #: Local notes that could not be read at their last change or rescan, and why
-        #: (said once in the log, not at each rescan).
-        self._unreadable: dict[str, str] = {}
         #: Local changes the server refuses to store, held back each by itself.
         self.refusals = refusals.Refusals()
         #: Paths that must take the server's version (a change of this host's lost to
         #: another's) which this host could not write, and why (tried at each catch-up).
         self._unsettled: dict[str, str] = {}
 
-    def open(self) -> None:
-        self._outbox.open()
-        self.state.open()
-        for path, base in self.state.bases.items():
-            self._last_local[path] = base.hash
-            if base.hash is not None and base.stat is not None:
-                self._known[path] = base.stat
-        for change in self._outbox.pending():
-            self._last_local[change.path] = change.hash
-
-    def close(self) -> None:
-        self._outbox.close()
-        self.state.close()
-
-    @property
-    def queued(self) -> int:
-        """Changes in the outbox."""
-        return len(self._outbox)
-
     @property
     def blocked(self) -> dict[str, str]:
         """Paths whose server version this host cannot write now, and why."""
         return {**self._feed_blocked, **self._unsettled}
-
-    @property
-    def cursor(self) -> int:
-        """The highest server version the feed has been applied up to."""
-        return self.state.cursor
-
-    # -- local changes ---------------------------------------------------------------
-
-    async def _apply_local(self, paths: set[str]) -> None:
-        wanted = sorted(p for p in paths if self._fs.accepts(p))
-        if not wanted:
-            return
-        async with self._lock:
-            # Read under the lock: a file the feed is writing right now must be seen
-            # either before or after, never as a stale copy queued as a local edit.
-            failed: dict[str, Exception] = {}
-            files = await in_thread(self._fs.read_each, wanted, failed)
-            for path in wanted:  # one that fails stays as the replica knew it until then
-                why = str(failed[path]) if path in failed else None
-                if why is not None and self._unreadable.get(path) != why:
-                    log.warning("shared workspace %s: cannot read %s now (%s); it is read "
-                                "again at its next change or rescan", self._cfg.name, path, why)
-                if why is None:
-                    self._unreadable.pop(path, None)
-                else:
-                    self._unreadable[path] = why
-            await self._observe(f for f in files if f is not None)
-
-    async def _observe(self, files: Iterable[LocalFile]) -> None:
-        """Queue what differs from the last content known (caller holds the lock)."""
-        changes: list[Change] = []
-        now = time.time()
-        for f in files:
-            if f.stat is None:
-                self._known.pop(f.path, None)
-            else:
-                self._known[f.path] = f.stat
-            if f.hash == self._last_local.get(f.path):
-                continue
-            if f.hash is not None and self.state.landing.get(f.path) == f.hash:
-                # Written from the server before a crash cut the bookkeeping short: the
-                # next catch-up records it; it is not a local edit.
-                self._last_local[f.path] = f.hash
-                continue
-            changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
-        if not changes:
-            return
-        with trio.CancelScope(shield=True):
-            await in_thread(self._outbox.add, changes)
-        for c in changes:
-            self._last_local[c.path] = c.hash
-        self._wake_uploader.set()
 
     async def adopt(self, ident: str) -> None:
         """Start over when the state belongs to another shared workspace than the server's."""
@@ -335,30 +253,6 @@ class FileSync:
             return
         self._unsettled.pop(path, None)
         await in_thread(self.state.record, [(path, base)])
-
-    async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
-        """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""
-        if data is None:
-            await in_thread(self._fs.remove, path)
-            self._known.pop(path, None)
-            return None
-        current = await in_thread(self._fs.read, path)
-        if current.data != data:
-            new_hash = content_hash(data)
-            if self.state.landing.get(path) != new_hash:
-                await in_thread(self.state.land, [(path, new_hash)])
-            stat = await in_thread(self._fs.write, path, data)
-        else:
-            assert current.stat is not None
-            stat = current.stat
-        self._known[path] = stat
-        return stat
-
-    async def _install(self, path: str, row: db.Row | None) -> Base:
-        data = None if row is None else row.data
-        stat = await self._put_local(path, data)
-        self._last_local[path] = None if row is None else row.hash
-        return Base(0 if row is None else row.version, None if row is None else row.hash, stat)
 
     async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
         """Wait until every local change made before the call is on the server (False:
