@@ -76,7 +76,7 @@ def _service(workspace: Workspace) -> RemoteService:
 
 class SharedCatalog(Protocol):
     """A job's catalog kept for every host of a shared workspace (see
-    :class:`recalld.daemon.remote.replica.JobCatalog`)."""
+    :class:`recalld.daemon.remote.catalog.JobCatalog`)."""
 
     async def load(self, job: str) -> dict[str, JsonObject]: ...
 

@@ -27,12 +27,11 @@ import os
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TypedDict, TypeVar, TypeVarTuple
 
-import psycopg
 import trio
 
 from recalld.daemon import dsn
@@ -42,10 +41,10 @@ from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
-from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
+from recalld.daemon.remote.catalog import JobCatalog
 from recalld.daemon.remote.filesync import FileSync
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
@@ -104,32 +103,6 @@ class ReplicaStatus(TypedDict):
     vectors: VectorCounts
     search_mode: str
     search: ServerSearchStatus
-
-
-class JobCatalog:
-    """A job's catalog kept on the server for every host of the shared workspace (what the
-    dream has consolidated, so another host does not do it again). Best effort: a server
-    that fails here costs repeated work, never the job."""
-
-    def __init__(self, conn: db.Conn, workspace_id: int, name: str) -> None:
-        self._conn = conn
-        self._workspace_id = workspace_id
-        self._name = name
-
-    async def load(self, job: str) -> dict[str, JsonObject]:
-        try:
-            return await on_conn(self._conn, db.catalog, self._workspace_id, job)
-        except (psycopg.Error, db.NoAnswer) as exc:
-            log.warning("shared workspace %s: %s catalog not read: %s", self._name, job,
-                        one_line(exc, ()))
-            return {}
-
-    async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None:
-        try:
-            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, records)
-        except (psycopg.Error, db.NoAnswer) as exc:
-            log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
-                        one_line(exc, ()))
 
 
 class Replica:

@@ -1,0 +1,42 @@
+"""A job's catalog shared by the hosts of a shared workspace (what the dream has
+consolidated), read and written on the job lock's connection (``Replica.job_lock``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import psycopg
+
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.remote import db
+from recalld.daemon.remote.calls import on_conn
+from recalld.daemon.remote.searcher import one_line
+
+log = logging.getLogger(__name__)
+
+
+class JobCatalog:
+    """A job's catalog kept on the server for every host of the shared workspace (what the
+    dream has consolidated, so another host does not do it again). Best effort: a server
+    that fails here costs repeated work, never the job."""
+
+    def __init__(self, conn: db.Conn, workspace_id: int, name: str) -> None:
+        self._conn = conn
+        self._workspace_id = workspace_id
+        self._name = name
+
+    async def load(self, job: str) -> dict[str, JsonObject]:
+        try:
+            return await on_conn(self._conn, db.catalog, self._workspace_id, job)
+        except (psycopg.Error, db.NoAnswer) as exc:
+            log.warning("shared workspace %s: %s catalog not read: %s", self._name, job,
+                        one_line(exc, ()))
+            return {}
+
+    async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None:
+        try:
+            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, records)
+        except (psycopg.Error, db.NoAnswer) as exc:
+            log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
+                        one_line(exc, ()))
