@@ -138,6 +138,8 @@ class Watcher:
         #: scan has found ``n`` notes, so a consumer can get ready for a large apply while
         #: the listing goes on (other scans, health's or a rebuild's, apply nothing).
         self.scan_reached: tuple[int, Callable[[], None]] | None = None
+        #: Called with a root's relative path when it is removed or moved away.
+        self.root_lost: list[Callable[[str], None]] = []
 
     def is_note(self, rel: str) -> bool:
         """Whether a workspace-relative path names a file the consumer indexes."""
@@ -162,6 +164,8 @@ class Watcher:
                     # Not recreated: `mv memory x; mv x memory` must not end as memory/x.
                     self._moved_away.add(rel)
                 if change in (Change.deleted, Change.moved_away):
+                    for lost in self.root_lost:  # told at once: an inode may be reused
+                        lost(rel)
                     self._lose_root()
                 else:  # its mode changed (chmod): whether it can be listed may have too
                     self._request_rescan(f"{rel} changed")

@@ -24,7 +24,7 @@ from typing import TextIO
 
 import orjson
 
-from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, errors, paths
+from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, cli_remote, errors, paths
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_memory.add_parsers(sub, common)
     cli_ops.add_parsers(sub, common)
     cli_import.add_parsers(sub, common)
+    cli_remote.add_parsers(sub, common)
     return parser
 
 
@@ -459,6 +460,7 @@ _HANDLERS: dict[str, Handler] = {
     **cli_memory.HANDLERS,  # jobs, inbox, note
     **cli_ops.HANDLERS,  # backup, verify, compact, metrics, doctor, and status's human form
     **cli_import.HANDLERS,  # import-qwenpaw
+    **cli_remote.HANDLERS,  # remote release
 }
 
 

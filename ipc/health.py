@@ -335,8 +335,19 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
     state = remote.get("state")
     searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
     behind = f", {remote.get('behind')} change(s) to pull" if remote.get("behind") else ""
-    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{behind}{searched} "
-                              f"({remote.get('name')} at {remote.get('server')})"))
+    held = remote.get("held")
+    count = held.get("deletions") if isinstance(held, Mapping) else 0
+    held_text = f", {count} deletion(s) held" if count else ""
+    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{behind}{held_text}"
+                              f"{searched} ({remote.get('name')} at {remote.get('server')})"))
+    if count and isinstance(held, Mapping):
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: {count} note deletion(s) held back, "
+                    f"not sent to the other hosts: {held.get('why')} (e.g. "
+                    f"{', '.join(str(p) for p in held.get('paths') or ())})",
+            f"restore the files, or run `recalld remote release {a.agent_id} --restore` to "
+            f"write them back from the server, or `recalld remote release {a.agent_id} "
+            "--upload` to delete them on every host"))
     if state == "misconfigured":  # not a fault of the server: nothing to wait for
         a.problems.append(Problem(
             "fail", f"shared workspace {a.agent_id}: remote misconfigured: "

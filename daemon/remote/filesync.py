@@ -81,6 +81,7 @@ class FileSync(ReplicaFiles):
             known=lambda: self._known,
             config=WatcherConfig(reconcile_interval_s=reconcile_interval_s,
                                  reconcile_before_ready=False))
+        self.watcher.root_lost.append(self._root_lost)
         # Held around each call on the replica's writer connection, which the embedding
         # exchange and the chunk backfill use too.
         self._writer_lock = writer_lock
@@ -259,6 +260,9 @@ class FileSync(ReplicaFiles):
         not within ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
         with trio.move_on_after(timeout_s):
             await self.watcher.sync()
+            await self.wait_judged()
+            if self.guard.held:  # deletions held back are not on the server
+                return False
             async with self._lock:
                 waiting = {c.id: c.path for c in self._outbox.pending()}
             while waiting:

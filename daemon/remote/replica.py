@@ -46,6 +46,7 @@ from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
 from recalld.daemon.remote.filesync import FileSync
+from recalld.daemon.remote.guard import HeldStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.state import Base, ReplicaState
@@ -99,6 +100,7 @@ class ReplicaStatus(TypedDict):
     last_error_at: float | None
     blocked: dict[str, str]  # files of the feed this host cannot write, and why
     refused: dict[str, str]  # local changes the server refuses to store, and why
+    held: HeldStatus  # local deletions held back (remote/guard.py)
     watcher: str
     vectors: VectorCounts
     search_mode: str
@@ -144,6 +146,7 @@ class Replica:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self._files.watcher.run)
+                nursery.start_soon(self._files.deletion_loop)
                 nursery.start_soon(self._connection_loop)
                 task_status.started()
         finally:
@@ -177,6 +180,7 @@ class Replica:
             "last_error_at": self._last_error_at,
             "blocked": dict(blocked),
             "refused": refused,
+            "held": self._files.guard.status(),
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
             "search_mode": self._cfg.search_mode,
@@ -379,6 +383,23 @@ class Replica:
             self._record_error(exc)
             raise _Unreachable from exc
 
+
+    async def release_held(self, action: str) -> int:
+        """End the hold of the deletions the guard held back: ``"upload"`` sends them,
+        ``"restore"`` writes the notes back (their last queued content, else the
+        server's; ProviderUnavailable while the server cannot be reached). Returns how
+        many were held."""
+        if action == "upload":
+            return await self._files.upload_held()
+        rows: dict[str, db.Row | None] = {}
+        try:
+            for path in sorted(self._files.guard.held):
+                rows[path] = await self._on_writer(db.fetch, path)
+        except _Unreachable:
+            raise ProviderUnavailable(
+                f"shared workspace {self._cfg.name}: the server cannot be reached now to "
+                f"restore the notes whose deletion is held ({self._conn_state})") from None
+        return await self._files.restore_held(rows)
 
     # -- searching in the server -------------------------------------------------------
 

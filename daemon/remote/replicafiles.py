@@ -6,7 +6,9 @@ the lock under which files are read, written and compared with them, and, per pa
 last content the replica knows (the server's, or the last queued change) and the stat it
 last saw. It reads what the watcher reports and queues what differs
 (:meth:`ReplicaFiles._apply_local`), and writes server content into files
-(:meth:`ReplicaFiles._put_local`). :class:`~recalld.daemon.remote.filesync.FileSync`
+(:meth:`ReplicaFiles._put_local`). A note found gone or emptied waits for the
+deletion guard (``remote/guard.py``, :meth:`ReplicaFiles.deletion_loop`) before it is
+queued, or held. :class:`~recalld.daemon.remote.filesync.FileSync`
 builds the exchange with the server on it.
 """
 
@@ -22,12 +24,15 @@ import trio
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
+from recalld.daemon.remote.guard import SETTLE_MAX_S, SETTLE_S, DeletionGuard
 from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
+
+_EMPTY = content_hash(b"")
 
 
 class ReplicaFiles:
@@ -48,6 +53,10 @@ class ReplicaFiles:
         #: Local notes that could not be read at their last change or rescan, and why
         #: (said once in the log, not at each rescan).
         self._unreadable: dict[str, str] = {}
+        self.guard = DeletionGuard(ws.root, (s.metadata_dir, s.daily_dir, s.digest_dir))
+        self._guard_wake = trio.Event()
+        #: Set (and replaced) each time the guard has judged what waited.
+        self._judged = trio.Event()
 
     def open(self) -> None:
         self._outbox.open()
@@ -58,6 +67,8 @@ class ReplicaFiles:
                 self._known[path] = base.stat
         for change in self._outbox.pending():
             self._last_local[change.path] = change.hash
+        self.guard.restored(self.state.held)
+        self.guard.adopt_folders()
 
     def close(self) -> None:
         self._outbox.close()
@@ -95,23 +106,38 @@ class ReplicaFiles:
                     self._unreadable[path] = why
             await self._observe(f for f in files if f is not None)
 
-    async def _observe(self, files: Iterable[LocalFile]) -> None:
-        """Queue what differs from the last content known (caller holds the lock)."""
+    async def _observe(self, files: Iterable[LocalFile], *, settled: bool = False) -> None:
+        """Queue what differs from the last content known (caller holds the lock). A
+        note gone or emptied waits for the deletion guard unless ``settled``."""
         changes: list[Change] = []
+        back: list[str] = []
         now = time.time()
         for f in files:
             if f.stat is None:
                 self._known.pop(f.path, None)
             else:
                 self._known[f.path] = f.stat
-            if f.hash == self._last_local.get(f.path):
+            last = self._last_local.get(f.path)
+            if f.exists and f.path in self.guard.held:
+                back.append(f.path)  # restored: the same content is no change at all
+            if f.hash == last:
+                self.guard.pending.pop(f.path, None)
                 continue
+            if (not settled and last is not None
+                    and (f.data is None or (f.data == b"" and last != _EMPTY))):
+                if f.exists or f.path not in self.guard.held:  # held stays held
+                    self.guard.pending.setdefault(f.path, now)
+                    self._guard_wake.set()
+                continue
+            self.guard.pending.pop(f.path, None)
             if f.hash is not None and self.state.landing.get(f.path) == f.hash:
                 # Written from the server before a crash cut the bookkeeping short: the
                 # next catch-up records it; it is not a local edit.
                 self._last_local[f.path] = f.hash
                 continue
             changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
+        if back:
+            await self._unhold(back)
         if not changes:
             return
         with trio.CancelScope(shield=True):
@@ -119,6 +145,104 @@ class ReplicaFiles:
         for c in changes:
             self._last_local[c.path] = c.hash
         self._wake_uploader.set()
+
+    async def _unhold(self, paths: list[str]) -> None:
+        """End the hold of ``paths`` (restored, released; caller holds the lock)."""
+        with trio.CancelScope(shield=True):
+            await in_thread(self.state.hold, [(p, None) for p in paths])
+        self.guard.unhold(paths)
+        if not self.guard.held:
+            await in_thread(self.guard.adopt_folders)
+            log.info("shared workspace %s: no deletion is held back any more", self._cfg.name)
+
+    async def deletion_loop(self) -> None:
+        """Judge the notes found gone or emptied once the changes have settled (see
+        ``remote/guard.py``), until cancelled; cancelled while waiting, those waiting are
+        found again by the next start's reconcile."""
+        while True:
+            await self._guard_wake.wait()
+            deadline = trio.current_time() + SETTLE_MAX_S
+            while True:  # quiet for SETTLE_S, or SETTLE_MAX_S in all
+                self._guard_wake = trio.Event()
+                with trio.move_on_after(min(SETTLE_S, deadline - trio.current_time())):
+                    await self._guard_wake.wait()
+                if not self._guard_wake.is_set() or trio.current_time() >= deadline:
+                    break
+            async with self._lock:
+                await self._judge()
+                if not self.guard.held:  # a folder removed and made again lost nothing
+                    await in_thread(self.guard.adopt_folders)
+            self._judged.set()
+            self._judged = trio.Event()
+
+    def _root_lost(self, rel: str) -> None:
+        """The watcher saw a replicated folder removed: judged after the settle window."""
+        self.guard.lost.add(rel)
+        self._guard_wake.set()
+
+    async def wait_judged(self) -> None:
+        """Return once no note found gone or emptied waits for the guard."""
+        while self.guard.pending:
+            await self._judged.wait()
+
+    async def _judge(self) -> None:
+        """Queue or hold what waited for the guard (caller holds the lock)."""
+        paths = sorted(self.guard.pending)
+        self.guard.pending.clear()
+        if not paths:
+            return
+        failed: dict[str, Exception] = {}  # unreadable now: read at the next change
+        files = [f for f in await in_thread(self._fs.read_each, paths, failed)
+                 if f is not None]
+        await self._observe([f for f in files if f.exists], settled=True)
+        gone = [f for f in files if not f.exists and f.path not in self.guard.held
+                and self._last_local.get(f.path) is not None]
+        if not gone:
+            return
+        known = sum(1 for h in self._last_local.values() if h is not None)
+        why = (await in_thread(self.guard.folders_changed)
+               or self.guard.mass(len(gone), known))
+        if why is None:
+            await self._observe(gone, settled=True)
+            return
+        with trio.CancelScope(shield=True):
+            await in_thread(self.state.hold, [(f.path, why) for f in gone])
+        self.guard.hold([f.path for f in gone], why)
+        log.warning("shared workspace %s: %d note deletion(s) held back, not sent to the "
+                    "other hosts: %s. Restore the files, or run `recalld remote release "
+                    "%s --restore` to write them back from the server, or `recalld remote "
+                    "release %s --upload` to delete them on every host",
+                    self._cfg.name, len(gone), why, self._ws.agent_id, self._ws.agent_id)
+
+    async def restore_held(self, rows: dict[str, db.Row | None]) -> int:
+        """Write held notes back: each one's last queued content, else its server row
+        (``rows``; None: not on the server). Returns how many were held."""
+        async with self._lock:
+            paths = [p for p in rows if p in self.guard.held]
+            updates: list[tuple[str, Base]] = []
+            for path in paths:
+                queued = [c for c in self._outbox.pending() if c.path == path]
+                if queued:  # an edit not yet uploaded: it goes up, the file shows it
+                    if queued[-1].data is not None:
+                        await self._put_local(path, queued[-1].data)
+                else:
+                    updates.append((path, await self._install(path, rows[path])))
+            with trio.CancelScope(shield=True):
+                await in_thread(self.state.record, updates)
+            await self._unhold(paths)
+            return len(paths)
+
+    async def upload_held(self) -> int:
+        """Send the held deletions (of the notes still gone); how many were held."""
+        async with self._lock:
+            paths = sorted(self.guard.held)
+            if not paths:
+                return 0
+            failed: dict[str, Exception] = {}
+            files = await in_thread(self._fs.read_each, paths, failed)
+            await self._unhold(paths)
+            await self._observe([f for f in files if f is not None], settled=True)
+            return len(paths)
 
     async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
         """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""

@@ -17,6 +17,9 @@ Before the replica writes server content into a file it records a *landing*
 (``{"w": path, "h": hash}``): content that, found on disk after a crash, came from the
 server and is not a local edit. A landing ends with the next base recorded for its path.
 
+``{"x": path, "why": reason}`` holds a local deletion of ``path`` back (``remote/guard.py``);
+``"why": null`` ends the hold.
+
 ``{"ident": ...}`` names the shared workspace the state belongs to: pointed at another
 one, the replica starts over (every local file becomes a change based on nothing;
 identical content on the server is no change, differing content a conflict copy).
@@ -79,6 +82,8 @@ class ReplicaState:
         self.landing: dict[str, str] = {}
         #: The shared workspace this state was agreed with (see ``db.open_workspace``).
         self.ident: str | None = None
+        #: Local deletions held back (``remote/guard.py``): path to why.
+        self.held: dict[str, str] = {}
         self._lines = 0
 
     def open(self) -> None:
@@ -93,6 +98,11 @@ class ReplicaState:
                 self.landing.pop(str(rec["p"]), None)
             elif "w" in rec:
                 self.landing[str(rec["w"])] = str(rec["h"])
+            elif "x" in rec:
+                if rec.get("why") is None:
+                    self.held.pop(str(rec["x"]), None)
+                else:
+                    self.held[str(rec["x"])] = str(rec["why"])
         self._lines = len(records)
 
     def close(self) -> None:
@@ -107,6 +117,7 @@ class ReplicaState:
         if reset:
             self.bases.clear()
             self.landing.clear()
+            self.held.clear()
             self.cursor = 0
             self._log.rewrite([{"ident": ident}])
             self._lines = 1
@@ -124,6 +135,19 @@ class ReplicaState:
             self.landing.update(batch)
             self._lines += len(batch)
 
+    def hold(self, paths: Iterable[tuple[str, str | None]]) -> None:
+        """Hold local deletions back (path, why) or end their hold (why None)."""
+        batch = list(paths)
+        if not batch:
+            return
+        self._log.append([{"x": p, "why": why} for p, why in batch])
+        for path, why in batch:
+            if why is None:
+                self.held.pop(path, None)
+            else:
+                self.held[path] = why
+        self._lines += len(batch)
+
     def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None) -> None:
         """Persist new bases (and the cursor) in one append, then apply them."""
         batch = list(bases)
@@ -139,10 +163,11 @@ class ReplicaState:
         if cursor is not None:
             self.cursor = max(self.cursor, cursor)
         self._lines += len(records)
-        if self._lines > 2 * len(self.bases) + 1_000:
+        if self._lines > 2 * len(self.bases) + len(self.held) + 1_000:
             snapshot: list[Mapping[str, object]] = [
                 b.to_record(p) for p, b in self.bases.items()]
             snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
+            snapshot += [{"x": p, "why": why} for p, why in self.held.items()]
             snapshot.append({"cursor": self.cursor})
             if self.ident is not None:
                 snapshot.insert(0, {"ident": self.ident})

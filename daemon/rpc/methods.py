@@ -28,7 +28,8 @@ DEFERRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ops_methods", "ops_methods", (
         "backup.create", "backup.list", "backup.restore", "backup.rollback",
         "backup.verify")),
-    ("upkeep_methods", "METHODS", ("daemon.metrics", "index.compact", "index.verify")),
+    ("upkeep_methods", "METHODS", (
+        "daemon.metrics", "index.compact", "index.verify", "remote.release")),
     ("memory_methods", "METHODS", (
         "inbox.ack", "inbox.list", "memory.add_turns", "memory.changes")),
     ("dream_methods", "METHODS", ("dream.runs", "dream.undo")),

@@ -1,4 +1,5 @@
-"""RPC methods for upkeep: checking and compacting a workspace's index, the metrics."""
+"""RPC methods for upkeep: checking and compacting a workspace's index, releasing a shared
+workspace's held deletions, the metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from recalld.daemon import metrics
 from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.answers import IndexCompacted
+from recalld.ipc.errors import InvalidParams
 
 METHODS = Methods()
 
@@ -28,6 +30,24 @@ async def index_compact(ctx: CallContext, params: JsonObject) -> IndexCompacted:
     p.done()
     ws = ctx.workspace(agent_id)
     return await compact(ws, ws.services.index)
+
+
+@METHODS.add("remote.release", positional=("agent_id", "action"))
+async def remote_release(ctx: CallContext, params: JsonObject) -> JsonObject:
+    """End the hold of a shared workspace's deletions the guard held back:
+    ``action`` ``"upload"`` sends them, ``"restore"`` writes the notes back."""
+    p = Params(params)
+    agent_id = p.agent_id()
+    action = p.text("action")
+    p.done()
+    if action not in ("upload", "restore"):
+        raise InvalidParams(f"action must be 'upload' or 'restore', not {action!r}")
+    ws = ctx.workspace(agent_id)
+    replica = ws.services.remote.replica
+    if replica is None:
+        raise InvalidParams(f"workspace {agent_id} is not shared (it has no remote)")
+    released = await replica.release_held(action)
+    return {"agent_id": agent_id, "action": action, "released": released}
 
 
 @METHODS.add("daemon.metrics")

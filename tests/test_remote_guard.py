@@ -1,0 +1,89 @@
+"""Shared workspaces: notes gone in bulk (a folder removed whole, the workspace folder
+removed) are held back by the deletion guard, not deleted on every host; a deliberate
+deletion of one note still goes up; the hold survives a restart and ends by a restore
+or a release.
+
+Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
+tests/test_remote.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import cli, config, converged, notes, pair, remote_status, root, write
+from waits import wait_for
+
+NOTES = {f"memory/2026-03-0{i}/walk{i}.md": f"# Walk {i}\nheron and kestrel {i}\n"
+         for i in range(1, 4)}
+
+
+def held(d: object) -> int:
+    return int(remote_status(d)["held"]["deletions"])  # type: ignore[arg-type]
+
+
+def test_a_removed_folder_is_held_kept_over_a_restart_and_released(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    for rel, text in NOTES.items():
+        write(a, rel, text)
+    write(a, "digest/drop.md", "# Drop\none note to delete\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 4, what="notes on b")
+
+    # One note deleted on purpose goes to every host.
+    (root(a) / "digest/drop.md").unlink()
+    wait_for(lambda: "digest/drop.md" not in notes(b), what="the deletion on b")
+    assert held(a) == 0
+
+    # memory/ removed whole: nothing of it is deleted on b, status and doctor say why.
+    uploaded = remote_status(a)["uploaded"]
+    shutil.rmtree(root(a) / "memory")
+    wait_for(lambda: held(a) == 3, what="the deletions held on a")
+    status = remote_status(a)
+    assert status["outbox"] == 0 and status["uploaded"] == uploaded, status
+    assert "memory was removed" in status["held"]["why"], status
+    assert status["held"]["paths"] == sorted(NOTES)
+    assert sorted(notes(b)) == sorted(NOTES)
+    assert "3 deletion(s) held" in cli(a, "status")
+    assert "recalld remote release default --restore" in a.log()
+
+    # Held over a restart: not sent, not forgotten.
+    a.stop()
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    wait_for(lambda: remote_status(a)["state"] == "online", what="a online again")
+    assert held(a) == 3 and sorted(notes(b)) == sorted(NOTES)
+
+    # Written back from the server.
+    assert "3 held note(s) written back" in cli(a, "remote", "release", "default",
+                                                 "--restore")
+    assert held(a) == 0
+    for rel, text in NOTES.items():
+        assert (root(a) / rel).read_text() == text
+    wait_for(lambda: converged(a, b), what="converged after the restore")
+
+    # Removed again and released: now they go.
+    shutil.rmtree(root(a) / "memory")
+    wait_for(lambda: held(a) == 3, what="held again")
+    assert a.call("remote.release", {"agent_id": "default", "action": "upload"}) == {
+        "agent_id": "default", "action": "upload", "released": 3}
+    wait_for(lambda: notes(b) == {} and converged(a, b), what="the deletions on b")
+    assert held(a) == 0
+
+
+def test_the_workspace_folder_removed_whole_deletes_nothing_elsewhere(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    for rel, text in NOTES.items():
+        write(a, rel, text)
+    write(a, "digest/topics.md", "# Topics\nbirds\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 4, what="notes on b")
+    shutil.rmtree(root(a), ignore_errors=True)  # the daemon makes folders again meanwhile
+    wait_for(lambda: held(a) == 4, what="the deletions held on a")
+    assert len(notes(b)) == 4 and remote_status(a)["outbox"] == 0
+    # The files put back by hand: nothing is held, nothing was ever sent.
+    for rel, text in {**NOTES, "digest/topics.md": "# Topics\nbirds\n"}.items():
+        write(a, rel, text)
+    wait_for(lambda: held(a) == 0, what="the hold ended by the files")
+    assert converged(a, b) and len(notes(b)) == 4
