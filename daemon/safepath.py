@@ -6,7 +6,8 @@ A client names a file relative to a workspace root. The name is checked as text 
 already hold, and a symbolic link anywhere on the way is refused. A symlink swapped in
 between a check and a use therefore cannot redirect the walk: there is no check-then-use.
 
-Nothing here creates, truncates or modifies a file. All functions block on the file
+Nothing here creates, truncates or modifies a file (:func:`open_confined` with
+``writable`` hands its caller a descriptor to append to). All functions block on the file
 system; call them through ``trio.to_thread.run_sync``.
 """
 
@@ -109,9 +110,10 @@ def _check_opened_root(fd: int, root: Path) -> None:
         raise PathOutsideWorkspace(f"the workspace folder {root} now leads to {real}")
 
 
-def open_confined(root: Path, path: str) -> int:
+def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
     """Open ``path`` (relative to ``root``, resolved: as the workspace was opened)
-    read-only without leaving ``root``.
+    read-only (``writable``: for reading and writing, never created or truncated)
+    without leaving ``root``.
 
     Returns a file descriptor of a regular file that the caller must close.
     Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
@@ -131,7 +133,9 @@ def open_confined(root: Path, path: str) -> int:
             os.close(current)
             current = child
         try:
-            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
+            # O_RDONLY is 0: or-ed with O_RDWR, it reads and writes.
+            flags = _FILE_FLAGS | os.O_RDWR if writable else _FILE_FLAGS
+            fd = os.open(parts[-1], flags, dir_fd=current)
         except OSError as exc:
             raise _refuse_or_missing(current, parts[-1], exc, path) from None
     finally:

@@ -14,9 +14,10 @@ turn was said). Steps:
    longer than one prompt (``MAX_PROMPT_CHARS``) go in consecutive parts, a turn longer
    than that in numbered pieces, each part with the note as the part before left it;
    the turns a part finished are saved and committed before the next part is sent;
-3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (rewritten atomically;
-   turns already there are not repeated, so a re-run after a crash adds nothing twice;
-   turns numbered again from 1, after the pending-turns log was removed, are new);
+3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (:mod:`dialog_log`:
+   turns the log already ends with are not repeated, so a re-run after a crash adds
+   nothing twice; turns numbered again from 1, after the pending-turns log was removed,
+   are new; a line torn by a kill is cut off);
 4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
    with its description);
 5. commit the turns, then push one inbox item if a note changed.
@@ -50,13 +51,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
-import orjson
 import trio
 
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
 from recalld.daemon.jobs import JobContext
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import capture_log
+from recalld.daemon.memory import capture_log, dialog_log
 from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
@@ -66,7 +66,6 @@ from recalld.daemon.memory.fileops import (
     check_date,
     fileops_for,
     read_confined,
-    write_confined,
 )
 from recalld.daemon.memory.llm import ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact
@@ -192,40 +191,9 @@ def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | 
 
 
 async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]) -> str:
-    """Add ``turns`` to the session's dialog file (skipping seqs already there)."""
+    """Add ``turns`` to the session's dialog log (:mod:`dialog_log`); its path."""
     rel = f"{ws.settings.session_dir}/dialog/{session_id}.jsonl"
-
-    def run() -> None:
-        old = read_confined(ws.root, rel, max_bytes=256 << 20) or ""
-        there: dict[int, int] = {}  # seq -> hash of its text, the latest line's
-        for line in old.splitlines():
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("seq"), int):
-                there[rec["seq"]] = hash(str(rec.get("content")))
-        # Turns were redacted when added; again here, for turns kept from before a rule
-        # was added.
-        redacted = [{**t, "content": redact(t["content"])} if isinstance(t.get("content"), str)
-                    else t for t in turns]
-        last = max(there, default=0)
-        if all(there.get(t["seq"]) == hash(str(t.get("content")))
-               for t in redacted if t["seq"] <= last):
-            new = [t for t in redacted if t["seq"] > last]  # a re-run: those are there
-        else:
-            # Numbered from 1 again (the pending-turns log was removed): new turns.
-            new = redacted
-        if not new:
-            return
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        add = b"".join(orjson.dumps({**t, "time": now}) + b"\n" for t in new)
-        prefix = old.encode("utf-8")
-        if prefix and not prefix.endswith(b"\n"):
-            prefix += b"\n"
-        write_confined(ws.root, rel, prefix + add)
-
-    await trio.to_thread.run_sync(run)
+    await trio.to_thread.run_sync(dialog_log.append, ws.root, rel, turns)
     return rel
 
 
