@@ -34,6 +34,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
     Place,
+    StartedRelay,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
@@ -41,6 +42,7 @@ from recalld.daemon.workspaces import (
     check_overlap,
     check_root,
     check_still_there,
+    describe_failure,
 )
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
@@ -344,7 +346,7 @@ class WorkspaceRegistry:
                 await self._nursery.start(self._host, ws)
             except BaseException as exc:
                 ws.state = "failed"
-                ws.error = _describe(exc)
+                ws.error = describe_failure(exc)
                 if not isinstance(exc, Exception):
                     raise
                 if isinstance(exc, RecalldError):
@@ -437,10 +439,10 @@ class WorkspaceRegistry:
             started = True
 
         try:
-            await ws.run(self._start, task_status=_Relay(task_status, mark_started))
+            await ws.run(self._start, task_status=StartedRelay(task_status, mark_started))
         except Exception as exc:
             ws.state = "failed"
-            ws.error = _describe(exc)
+            ws.error = describe_failure(exc)
             if not started:
                 raise  # nursery.start re-raises it to the caller of open()
             if isinstance(exc, RecalldError):  # it says what happened: no traceback
@@ -475,26 +477,6 @@ class WorkspaceRegistry:
         return closed
 
 
-class _Relay:
-    """A task_status that also tells the host the workspace reached ``started``."""
-
-    def __init__(self, inner: trio.TaskStatus[None], on_started: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_started = on_started
-
-    def started(self, value: None = None) -> None:
-        self._on_started()
-        self._inner.started(value)
-
-
 def _unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
     """``settings`` but for who may read the workspace (:data:`SHARING`)."""
     return dataclasses.replace(settings, shared_with=(), memory_isolation=True)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, RecalldError):
-        return exc.message
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"

@@ -370,3 +370,24 @@ async def workspace_of_job(get_workspace: Callable[[str], Workspace], agent_id: 
             except UnknownWorkspace:
                 await trio.sleep(0.1)
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
+
+
+class StartedRelay:
+    """A task_status that also tells the host the workspace reached ``started``."""
+
+    def __init__(self, inner: trio.TaskStatus[None], on_started: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_started = on_started
+
+    def started(self, value: None = None) -> None:
+        self._on_started()
+        self._inner.started(value)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a workspace that failed with ``exc`` says in its ``error``."""
+    if isinstance(exc, RecalldError):
+        return exc.message
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe_failure(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
