@@ -31,6 +31,7 @@ from recalld.daemon import remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.remembered import check_owner
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
     Place,
@@ -190,16 +191,20 @@ class WorkspaceRegistry:
         return dict(self._remembered)
 
     async def _remember(self, agent_id: str, root: Path,
-                        overrides: Mapping[str, object] | None) -> None:
+                        overrides: Mapping[str, object] | None, name: str | None) -> None:
         if self._remembered_path is None:
             return
         old = self._remembered.get(agent_id)
         config = dict(overrides) if overrides else None
-        if old is not None and old["path"] == str(root) and old["config"] == config:
+        name = name or (old.get("name") if old is not None else None)
+        if (old is not None and old["path"] == str(root) and old["config"] == config
+                and old.get("name") == name):
             return
         entry = remembered.Remembered(
             path=str(root), config=config,
             registered_at=old["registered_at"] if old is not None else time.time())
+        if name:
+            entry["name"] = name
         # Secrets a restore left out stay missing until a client hands them over again.
         before = old.get("left_out", []) if old is not None else []
         missing = [k for k in before if not remembered.has_value(config, k)]
@@ -269,26 +274,30 @@ class WorkspaceRegistry:
         overrides: Mapping[str, object] | None = None,
         *,
         again: bool = False,
+        name: str | None = None,
     ) -> Workspace:
         """Open ``agent_id``'s workspace (idempotent at the same path); while a restore
         replaces its files (:meth:`held`), once they are in place. ``again``: opened
         again by a start, refused if it is recorded at that path and its folder is
-        missing or empty (:func:`check_still_there`).
+        missing or empty (:func:`check_still_there`). ``name``: the agent's name that
+        ``agent_id`` was made of, recorded with the workspace (:func:`check_owner`).
 
-        Raises InvalidParams if it is open at another path or another agent holds the
-        path. If cancelled while services start, the half-open workspace is closed.
+        Raises InvalidParams if it is open at another path, another agent holds the
+        path or another name the workspace. If cancelled while services start, the
+        half-open workspace is closed.
         """
         check_agent_id(agent_id)
         while True:
             while (busy := self._held.get(agent_id)) is not None:
                 await busy.wait()
-            ws = await self._open_unless_held(agent_id, path, overrides, again)
+            ws = await self._open_unless_held(agent_id, path, overrides, again, name)
             if ws is not None:
                 return ws
 
     async def _open_unless_held(self, agent_id: str, path: Path | None,
                                 overrides: Mapping[str, object] | None,
-                                again: bool = False) -> Workspace | None:
+                                again: bool = False, name: str | None = None,
+                                ) -> Workspace | None:
         """:meth:`open`, or None if a restore took hold of the workspace meanwhile."""
         config = self._get_config()
         root = (path if path is not None else self.home(agent_id)).expanduser()
@@ -305,6 +314,11 @@ class WorkspaceRegistry:
         async with self._lock(agent_id):
             if agent_id in self._held:
                 return None
+            record = self._remembered.get(agent_id)
+            check_owner(record, agent_id, name)
+            if record is not None and name and "name" not in record:
+                record["name"] = name  # recorded before names were: the first one claims it
+                await self._save_remembered()
             given = overrides
             if overrides is None:
                 # Without settings, a workspace recorded at this path opens as recorded
@@ -353,7 +367,7 @@ class WorkspaceRegistry:
                     raise
                 log.exception("workspace %s failed to open", agent_id)
                 raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
-            await self._remember(agent_id, root, overrides)
+            await self._remember(agent_id, root, overrides, name)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
 

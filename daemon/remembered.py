@@ -33,6 +33,7 @@ from recalld.daemon.dsn import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.ipc.errors import InvalidParams
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ class Remembered(TypedDict):
     #: Secrets of ``config`` a restore could not put back (left out of the backup), as
     #: dotted keys (``chat_model_config.api_key``); cleared when a client hands them over.
     left_out: NotRequired[list[str]]
+    #: The agent's name its id was made of (``workspace.open``'s ``name``): the one agent
+    #: whose workspace it is, when names of several agents make the same id.
+    name: NotRequired[str]
 
 
 _EMPTIED_PASSWORD = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://[^/:\s]*:@")
@@ -96,6 +100,19 @@ def has_value(config: Mapping[str, object] | None, dotted: str) -> bool:
     return node not in (None, "")
 
 
+def check_owner(record: Remembered | None, agent_id: str, name: str | None) -> None:
+    """InvalidParams if the workspace of ``agent_id`` (``record``) was recorded for
+    another agent's name than ``name``: two agents ("Sales Bot" and "Sales_Bot") whose
+    names make one agent id would read and write one memory."""
+    owner = record.get("name") if record is not None else None
+    if name is None or owner is None or owner == name:
+        return
+    raise InvalidParams(
+        f"agent {name!r} and agent {owner!r} both have the agent id {agent_id!r}, whose "
+        f"workspace is {owner!r}'s: give {name!r} another name or agent id (or close "
+        f"workspace {agent_id!r} with forget, to give it to {name!r})")
+
+
 def _canonical(entries: Mapping[str, Remembered]) -> bytes:
     return orjson.dumps(dict(entries), option=orjson.OPT_SORT_KEYS)
 
@@ -124,6 +141,8 @@ def load(path: Path) -> dict[str, Remembered]:
             out[str(agent_id)] = Remembered(
                 path=rec["path"], config=config if isinstance(config, dict) else None,
                 registered_at=float(rec.get("registered_at") or 0.0))
+            if isinstance(rec.get("name"), str) and rec["name"]:
+                out[str(agent_id)]["name"] = rec["name"]
             left_out = rec.get("left_out")
             if isinstance(left_out, list) and left_out:
                 out[str(agent_id)]["left_out"] = [str(k) for k in left_out]

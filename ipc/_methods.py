@@ -60,16 +60,18 @@ def status() -> Call[DaemonStatus]:
 
 def workspace_open(
     agent_id: str, path: str | None = None, config: Mapping[str, object] | None = None,
-    import_report: bool = False, progress_token: str | None = None,
+    import_report: bool = False, progress_token: str | None = None, name: str | None = None,
 ) -> Call[WorkspaceOpened]:
     """``workspace.open``: open (or create) agent ``agent_id``'s workspace; with
     ``import_report``, once indexed, with what was found and reused of a QwenPaw workspace
     (under ``import``). ``config={}`` asks for the config file's settings alone (none:
     the ones the workspace was recorded with). ``progress_token``: see
-    :meth:`Client.progress_of`."""
+    :meth:`Client.progress_of`. ``name``: the agent's own name ``agent_id`` was made
+    of (:func:`recalld.ipc.agent_ids.workspace_id`); the daemon refuses another name
+    whose id is the same."""
     return Call(
         "workspace.open",
-        _params(agent_id=agent_id, path=path,
+        _params(agent_id=agent_id, path=path, name=name,
                 config=dict(config) if config is not None else None,
                 import_report=import_report or None, progress_token=progress_token),
         _answer(WorkspaceOpened),

@@ -36,11 +36,19 @@ def workspace_name(name: str) -> str:
     ("研究助手" and "写作助手" both became ``_``), so it becomes its ASCII letters (accents
     folded, ``agent`` if none) and a digest of the whole name: distinct names, distinct
     workspaces, the same one every time. So does an ASCII name longer than an agent id
-    (64 characters): cut short, names alike up to there would share one workspace."""
+    (64 characters): cut short, names alike up to there would share one workspace.
+
+    A name that makes no id (empty, ``.``, ``..``) raises ValueError: it would be taken
+    for the ``default`` workspace, another agent's memory. Names that make the same id
+    ("Sales Bot", "Sales_Bot") are told apart by the daemon, which refuses the second
+    (``workspace.open``'s ``name``)."""
     if name.isascii():
         short = NOT_ID_CHARS.sub("_", name).strip(".")
+        if not short:
+            raise ValueError(f"the agent name {name!r} makes no workspace name: name the "
+                             "agent with a letter or digit, or give an agent id")
         if len(short) <= 64:
-            return short or "default"
+            return short
     return non_latin_agent_id(name)
 
 

@@ -124,6 +124,8 @@ class RecalldMem0Middleware(MiddlewareBase):
         self.models = model_overrides(chat_model, embedding_model)
         self.user_id = user_id
         self.workspace = workspace_name(user_id)
+        if agent_id is not None:
+            workspace_name(agent_id)  # names its session: refused if it makes no name
         self.agent_id = agent_id
         self.mode: Mode = mode
         self.top_k = top_k
@@ -147,7 +149,7 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
-            await _open_workspace(self.client, self.workspace, self.models)
+            await _open_workspace(self.client, self.workspace, self.models, self.user_id)
             self._opened = True
 
     async def _on_workspace(self, call: Callable[[], Awaitable[T]]) -> T:

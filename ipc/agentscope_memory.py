@@ -106,6 +106,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self.select = select
         # Named in any script, as agents are (an id the daemon accepts stays as it is).
         self.agent_id = workspace_id(agent_id) if agent_id else agent_id
+        #: The name each workspace's id was made of (given to the daemon with each open).
+        self._names: dict[str, str] = {workspace_id(agent_id): agent_id} if agent_id else {}
         self.mode: Mode = mode
         self.top_k = top_k
         self.agents = [workspace_id(a) for a in agents] if agents is not None else None
@@ -144,11 +146,16 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     def workspace_of(self, agent: Agent) -> str:
         """The workspace an agent's memory lives in."""
-        return self.agent_id or workspace_name(agent.name)
+        if self.agent_id:
+            return self.agent_id
+        workspace = workspace_name(agent.name)
+        self._names[workspace] = agent.name
+        return workspace
 
     async def _ensure_open(self, workspace: str, again: bool = False) -> None:
         if again or workspace not in self._opened:
-            self._opened[workspace] = await _open_workspace(self.client, workspace, self.models)
+            self._opened[workspace] = await _open_workspace(
+                self.client, workspace, self.models, self._names.get(workspace))
 
     async def _on(self, workspace: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()`` on ``workspace``, opened again if another client closed it."""

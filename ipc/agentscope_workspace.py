@@ -141,9 +141,11 @@ def _warn_if_other_models(workspace: str, wanted: ModelOverrides,
 
 
 async def _open_workspace(client: AsyncClient, workspace: str,
-                          models: ModelOverrides) -> JsonObject:
-    """Open ``workspace`` with the agent's models; its settings as the daemon answered."""
-    info = await client.workspace_open(workspace, config=models or None)
+                          models: ModelOverrides, name: str | None = None) -> JsonObject:
+    """Open ``workspace`` with the agent's models; its settings as the daemon answered.
+    ``name``: the agent's or user's name the workspace's id was made of, so that the
+    daemon refuses another whose id is the same."""
+    info = await client.workspace_open(workspace, config=models or None, name=name)
     settings = info.get("settings")
     opened = dict(settings) if isinstance(settings, Mapping) else {}
     _warn_if_other_models(workspace, models, opened)

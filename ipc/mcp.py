@@ -100,16 +100,18 @@ def _recall_block(answer: Recall) -> str:
 class Bridge:
     """The MCP handlers of one bridge process: agent ``agent`` over ``client``."""
 
-    def __init__(self, client: AsyncClient, agent: str) -> None:
+    def __init__(self, client: AsyncClient, agent: str, name: str | None = None) -> None:
         self.client = client
         self.agent = agent
+        #: The name ``agent`` was made of, given to the daemon with each open.
+        self.name = name
         self._opened = False
         #: Sessions given turns since their last flush, ended when the stream ends.
         self._unflushed: dict[str, None] = {}
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
-            await self.client.workspace_open(self.agent)
+            await self.client.workspace_open(self.agent, name=self.name)
             self._opened = True
 
     # ------------------------------------------------------------------- tools
@@ -354,7 +356,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     client = AsyncClient(socket_path, autostart=autostart)
     if not autostart:
         await warn_if_unreachable(client)
-    bridge = Bridge(client, workspace_id(agent))
+    bridge = Bridge(client, workspace_id(agent), agent)
     server = build_server(bridge)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

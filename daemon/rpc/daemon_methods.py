@@ -35,6 +35,8 @@ from recalld.ipc.errors import InvalidParams
 MAX_READ_BYTES = 512 * 1024
 # How long ``workspace.open`` with ``import_report`` waits for the first indexing pass.
 IMPORT_REPORT_WAIT_S = 600.0
+#: The longest agent name ``workspace.open`` records (``name``).
+MAX_NAME_CHARS = 256
 
 METHODS = Methods()
 
@@ -111,9 +113,14 @@ async def workspace_open(ctx: CallContext,
     path = p.text("path", None)
     overrides = p.mapping("config", None)
     report = p.boolean("import_report", False)
+    name = p.text("name", None)
     progress = CallProgress(ctx.connection.notify,
                             check_token(p.text("progress_token", None)), "workspace.open")
     p.done()
+    if name is not None and (not name.strip() or len(name) > MAX_NAME_CHARS
+                             or not name.isprintable()):
+        raise InvalidParams(f"param 'name' must be the agent's name: 1-{MAX_NAME_CHARS} "
+                            "printable characters, not only spaces")
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
     if not ctx.state.registry.exists(agent_id) and masked_in(agent_id):
@@ -122,8 +129,7 @@ async def workspace_open(ctx: CallContext,
     async with progress.pumping():
         progress.phase("opening")
         ws = await ctx.state.registry.open(
-            agent_id, Path(path) if path is not None else None, overrides
-        )
+            agent_id, Path(path) if path is not None else None, overrides, name=name)
         if report:
             index = ws.services.index
 
