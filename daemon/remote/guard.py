@@ -76,9 +76,12 @@ class DeletionGuard:
         self.held_since: float | None = None
 
     def adopt_folders(self) -> None:
-        """Take the folders as they are now as the ones the replica works in (blocking)."""
+        """Take the folders as they are now as the ones the replica works in (blocking,
+        in a worker thread: a folder the watcher reports lost meanwhile stays lost; each
+        set operation is one step under the GIL)."""
+        seen = set(self.lost)
         self._identities = {rel: _identity(self._root / rel) for rel in self._folders}
-        self.lost.clear()
+        self.lost -= seen
 
     def folders_changed(self) -> str | None:
         """Which folder is gone or replaced since :meth:`adopt_folders`, said for a
