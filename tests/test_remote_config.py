@@ -186,3 +186,21 @@ def test_no_password_shape_shows_anywhere(daemon_factory: DaemonFactory,
         "En%40c%2Fd3d%3F", "Qu%26ery%23pw", "Qt sp\\'ace", "SECRET"]
     for where, text in shown.items():
         assert not [s for s in secrets if s in text], (where, text[-3000:])
+
+
+@pytest.mark.parametrize(("hostname", "host"), [
+    ("laptop.example.org", "laptop"), ("Büro-PC", "Bro-PC"), ("my box/2", "mybox2"),
+    ("日本語", "host"), ("", "host"), ("x" * 80, "x" * 64),
+])
+def test_the_default_host_name_keeps_the_host_rule(monkeypatch: pytest.MonkeyPatch,
+                                                   hostname: str, host: str) -> None:
+    # The machine's name when ``host`` is not set: it names conflict copies and rows, so
+    # it keeps the rule a configured ``host`` must keep (a '/' would make a path).
+    import socket
+
+    from recalld.daemon.config import RemoteConfig
+    from recalld.daemon.remote.replica import default_host
+
+    monkeypatch.setattr(socket, "gethostname", lambda: hostname)
+    assert default_host() == host
+    RemoteConfig(dsn="postgresql://h/db", name="w", host=default_host()).check("[remote]")

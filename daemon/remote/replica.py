@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -64,6 +65,13 @@ FIRST_CONNECT_WAIT_S = 15.0
 CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
 
+
+def default_host() -> str:
+    """This machine's short host name as the ``host`` setting's rule takes it (it names
+    conflict copies and the server's rows): other characters dropped, at most 64 of
+    them; ``host`` when none is left."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "", socket.gethostname().split(".")[0])[:64]
+    return name.strip(".") or "host"
 
 class VectorCounts(TypedDict):
     shared: int  # vectors another host had embedded
@@ -114,7 +122,7 @@ class Replica:
                  *, reconcile_interval_s: float = 300.0,
                  chunk_max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self._cfg = cfg
-        self.host = cfg.host or socket.gethostname().split(".")[0] or "host"
+        self.host = cfg.host or default_host()
         # The writer connection, shared by the uploader and the embedding exchange.
         self._writer: db.Conn | None = None
         self._writer_lock = trio.Lock()
