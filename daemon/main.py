@@ -188,9 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from recalld.daemon import systemd
     from recalld.daemon.app import build_supervisor
+    from recalld.daemon.datadirs import DataDirUnusable, NotPrivate
     from recalld.daemon.lock import AlreadyServing
     from recalld.daemon.rpc.listener import SocketSetupError, socket_answers
-    from recalld.daemon.supervisor import DataDirUnusable, NotPrivate, reloader_for
+    from recalld.daemon.supervisor import reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
     # the environment so that nothing we start inherits them.

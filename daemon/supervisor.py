@@ -2,7 +2,7 @@
 
 Start order (each step only once the previous one can serve):
 1. the private data and state directories (never chmod-ed when they exist), the
-   data-directory lock (a second daemon exits at once, status 3);
+   data-directory lock (a second daemon exits at once, status 3; :mod:`datadirs`);
    then the socket (bound now, or adopted from systemd) so that a second daemon on the
    same socket also fails fast;
 2. the daemon-wide services (:class:`~recalld.daemon.services.DaemonServices`, in field
@@ -28,15 +28,12 @@ applied, a bad file is logged and reported in STATUS= while the old config keeps
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 import signal
 import socket
-import stat
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypedDict
 
@@ -44,14 +41,12 @@ import trio
 
 from recalld.daemon import config as config_mod
 from recalld.daemon.config import ConfigError, DaemonConfig
+from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.lock import data_dir_lock
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
-from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
 from recalld.ipc.errors import InvalidParams, RecalldError
 
@@ -71,91 +66,6 @@ STOP_MARGIN_S = 30.0
 AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars")
 
 Reloader = Callable[[], DaemonConfig]
-
-
-class NotPrivate(Exception):
-    """A directory recalld keeps its data in is someone else's or open to other users."""
-
-
-def make_private_dir(path: Path, *, shared_ok: bool = False) -> bool:
-    """Create ``path`` (and parents) with the leaf at mode 0700, or accept an existing
-    directory of ours; returns whether it is private.
-
-    An existing directory is never chmod-ed: ``data_dir`` may name any folder (``$HOME``),
-    and tightening it would change what the user or other programs rely on. One that
-    someone else owns is refused (NotPrivate); one other users may enter is refused too,
-    unless ``shared_ok`` (the caller then keeps its files in private subfolders).
-    """
-    if mkdir_private(path):
-        return True
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise NotPrivate(f"{path} is not a directory")
-    if st.st_uid != os.getuid():
-        raise NotPrivate(f"{path} belongs to uid {st.st_uid}, not to the user recalld runs "
-                         "as; choose a data_dir of your own")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077 and not shared_ok:
-        raise NotPrivate(
-            f"{path} is open to other users (mode {mode:o}): they could read what recalld "
-            f"keeps there. recalld does not change the mode of a folder it did not create: "
-            f"make it private yourself (chmod 700 {path}) or remove it so that recalld "
-            "creates it (mode 700)")
-    return not mode & 0o077
-
-
-def prepare_data_dirs(cfg: DaemonConfig) -> None:
-    """The data and state directories, private. A data directory other users may enter
-    (``data_dir = "~"``) keeps its mode: recalld's own folders in it are made private
-    instead (the state folder must be, the others are created so), and a WARNING says so."""
-    if make_private_dir(cfg.data_dir, shared_ok=True):
-        make_private_dir(cfg.state_dir)
-        return
-    make_private_dir(cfg.state_dir)
-    opened = [d for d in (cfg.data_dir / "workspaces", cfg.data_dir / "backups")
-              if not make_private_dir(d, shared_ok=True)]
-    log.warning("the data directory %s is open to other users; its mode is left alone and "
-                "recalld keeps its files in private folders in it%s", cfg.data_dir,
-                "" if not opened else "; these are open to other users too, make them "
-                "private (chmod 700): " + ", ".join(map(str, opened)))
-
-
-class DataDirUnusable(Exception):
-    """The data directory or its state folder cannot be created, or its lock file opened
-    (a parent that is a file, no permission, a read-only disk): exit status 1."""
-
-
-@contextlib.contextmanager
-def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
-    """The data directories prepared (:func:`prepare_data_dirs`) and this process their
-    one writer (``state/daemon.lock``) for the block; AlreadyServing when another daemon
-    is, DataDirUnusable when the file system refuses either."""
-    lock = data_dir_lock(cfg.state_dir, cfg.data_dir)
-    try:
-        prepare_data_dirs(cfg)
-        lock.acquire()
-    except OSError as exc:
-        raise DataDirUnusable(f"{exc.strerror}: {exc.filename}") from None
-    try:
-        remove_unfinished(cfg)
-        yield
-    finally:
-        lock.release()
-
-
-def remove_unfinished(cfg: DaemonConfig) -> None:
-    """Remove what a daemon killed while it wrote them left behind under temp names: a
-    backup's unfinished archive (as large as the memory), a state file's. Only the lock's
-    owner writes there."""
-    for folder in (cfg.state_dir, cfg.data_dir / "backups"):
-        try:
-            removed = remove_temp_files(REAL, folder)
-        except StorageError as exc:  # only tidying: the daemon starts all the same
-            log.warning("could not tidy %s: %s", folder, exc.message)
-            continue
-        if removed:
-            log.info("removed %d unfinished file(s) in %s: %s", len(removed), folder,
-                     ", ".join(removed))
 
 
 class ReloadError(TypedDict):
