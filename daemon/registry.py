@@ -40,6 +40,7 @@ from recalld.daemon.workspaces import (
     WorkspaceStarter,
     check_agent_id,
     check_daemon_folders,
+    check_not_anothers,
     check_overlap,
     check_root,
     check_still_there,
@@ -307,7 +308,7 @@ class WorkspaceRegistry:
         # long, so not on the event loop.
         given_root, root = root, await trio.to_thread.run_sync(root.resolve)
         if given_root != root:
-            self._check_not_anothers(agent_id, given_root, root)
+            check_not_anothers(agent_id, given_root, root, self._places())
         recorded = self._remembered.get(agent_id)
         if again and recorded is not None and recorded["path"] == str(root):
             await trio.to_thread.run_sync(check_still_there, root)
@@ -401,23 +402,13 @@ class WorkspaceRegistry:
             return Path(record["path"])
         return config.workspace_path(agent_id)
 
-    def _check_not_anothers(self, agent_id: str, given: Path, root: Path) -> None:
-        """InvalidParams when ``given`` leads through a link to ``root``, the very folder
-        another agent's workspace is configured or recorded at: that folder is the other
-        agent's, whichever of the two opens first (at a start they open together)."""
+    def _places(self) -> dict[str, Path]:
+        """Each configured or recorded workspace's folder: a configured one's where the
+        configuration puts it, another where it is recorded."""
         config = self._get_config()
-        for other in {*config.configured_agents(), *self._remembered} - {agent_id}:
-            record = self._remembered.get(other)
-            place = (config.workspace_path(other) if other in config.configured_agents()
-                     or record is None else Path(record["path"]))
-            if place == root:
-                how, fix = (("through ..", "open it at a path of its own")
-                            if ".." in given.parts else  # named so, not led by a link
-                            ("through a link", "put its own folder back in place of the "
-                             "link, or open it at another path"))
-                raise InvalidParams(f"the folder of workspace {agent_id!r}, {given}, leads "
-                                    f"{how} to {root}, the folder of workspace {other!r}: "
-                                    f"{fix}")
+        places = {a: Path(rec["path"]) for a, rec in self._remembered.items()}
+        places.update((a, config.workspace_path(a)) for a in config.configured_agents())
+        return places
 
     def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
         """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:

@@ -142,6 +142,23 @@ def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
                             "a workspace needs a folder of its own")
 
 
+def check_not_anothers(agent_id: str, given: Path, root: Path,
+                       places: Mapping[str, Path]) -> None:
+    """InvalidParams when ``given`` leads through a link to ``root``, the very folder
+    another agent's workspace is configured or recorded at (``places``: each other agent's
+    folder): that folder is the other agent's, whichever of the two opens first (at a
+    start they open together)."""
+    for other, place in places.items():
+        if other != agent_id and place == root:
+            how, fix = (("through ..", "open it at a path of its own")
+                        if ".." in given.parts else  # named so, not led by a link
+                        ("through a link", "put its own folder back in place of the "
+                         "link, or open it at another path"))
+            raise InvalidParams(f"the folder of workspace {agent_id!r}, {given}, leads "
+                                f"{how} to {root}, the folder of workspace {other!r}: "
+                                f"{fix}")
+
+
 #: Another workspace as :func:`check_overlap` sees it: its folder and whether it is open.
 Place = tuple[Path, bool]
 
