@@ -9,9 +9,10 @@ take turns (round robin), each workspace's jobs start in submission order, at mo
 ``max_running`` jobs run at once and ``max_running_per_workspace`` per workspace, and
 CPU-heavy kinds also hold a token of a daemon-wide CapacityLimiter, so one agent's
 reindex never starves the others. Every job runs in its own cancel scope under the
-manager's nursery; ``cancel`` cancels that scope only. The manager stops by cancellation:
-running jobs are cancelled with it and left "running" in the journal, which the next start
-reports as interrupted (or resumes).
+manager's nursery; ``cancel`` cancels that scope only. A graceful stop calls ``stop``
+first (the running jobs end their cancelled handlers while their workspaces still serve,
+and are journaled queued again); the manager then stops by cancellation. Either way the
+next start resumes the jobs left queued or running, or reports them interrupted.
 
 State changes and throttled progress go to ``publish(topic, payload)`` with topics
 ``job.state`` and ``job.progress`` (the daemon's event bus plugs in there).
@@ -106,6 +107,7 @@ class JobManager:
         self._running: dict[str, int] = {}
         self._paused: dict[str, int] = {}  # agent -> how many pauses hold its jobs back
         self._changed = trio.Event()
+        self._stopping = False  # the daemon stops: no job starts (:meth:`stop`)
         self._cpu_waiter = False
         self._log = AppendLog(journal_path) if journal_path is not None else None
         self.write_failure = WriteFailure(journal_path)
@@ -225,11 +227,21 @@ class JobManager:
                 del self._paused[agent_id]
             self._changed.set()
 
-    async def _stop_running(self, agent_id: str, reason: str) -> None:
+    async def stop(self, reason: str) -> None:
+        """Start no job from now on and stop the running ones (``cancel_grace_s`` at most):
+        each ends as its handler does when cancelled (what it wrote is saved, its inbox
+        told) and is journaled queued again, so the next start resumes it if its kind is
+        resumable, else reports it interrupted. The daemon's stop calls this before the
+        workspaces close, so that jobs end while their workspaces still serve them."""
+        self._stopping = True
+        await self._stop_running(None, reason)
+
+    async def _stop_running(self, agent_id: str | None, reason: str) -> None:
+        """Stop the running jobs of ``agent_id`` (None: of every workspace)."""
+        agents = list(self._jobs) if agent_id is None else [agent_id]
         # Running, or started and not yet running (no longer in the queue either).
-        queued = self._queues.get(agent_id, ())
-        running = [j for j in self._jobs.get(agent_id, {}).values()
-                   if j.state in ACTIVE and j not in queued]
+        running = [j for a in agents for j in self._jobs.get(a, {}).values()
+                   if j.state in ACTIVE and j not in self._queues.get(a, ())]
         for job in running:
             job.requeue = True
             job.scope.cancel()
@@ -237,7 +249,8 @@ class JobManager:
             for job in running:
                 await job.ran.wait()
         if waited.cancelled_caught:
-            log.warning("workspace %s: a job did not stop within %.0f s (%s)", agent_id,
+            log.warning("%s: a job did not stop within %.0f s (%s)",
+                        "every workspace" if agent_id is None else f"workspace {agent_id}",
                         self._config.cancel_grace_s, reason)
 
     # -- internals -----------------------------------------------------------------------------
@@ -313,6 +326,8 @@ class JobManager:
         """Admit queued jobs: the agent at the front of ``_turns`` goes first; an agent that
         starts a job moves to the back; one that must wait keeps its place."""
         cfg = self._config
+        if self._stopping:
+            return
         admitted = True
         while admitted:
             admitted = False

@@ -16,8 +16,9 @@ Start order (each step only once the previous one can serve):
 
 Signals: SIGTERM/SIGINT send ``STOPPING=1`` and stop in order: the server drains
 (in-flight calls get ``graceful_timeout_s``), pending conversation turns are queued for
-auto_memory (the jobs get ``graceful_timeout_s``; the journal resumes the rest after a
-restart), then the workspaces close; a second one stops at once (``main.py`` keeps
+auto_memory (the jobs get ``graceful_timeout_s``), the jobs still running are stopped
+while their workspaces serve them (the journal resumes them after a restart), then the
+workspaces close; a second one stops at once (``main.py`` keeps
 any that come after the receiver closed from killing the process). SIGHUP reloads
 (in a task of its own, which a stop cancels: the stop does not wait for the file's read;
 a workspace the reload was opening closes like any other, as slowly as its open)
@@ -219,6 +220,10 @@ class Supervisor:
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
         self.notifier.status("stopping: writing pending conversation turns")
         await self._flush_sessions(self.config.graceful_timeout_s)
+        # Jobs end while their workspaces serve them: a dream's or auto_memory's inbox
+        # item, the turns it commits, go to stores still open (the journal resumes them).
+        self.notifier.status("stopping: stopping jobs")
+        await self.services.jobs.stop("the daemon stops")
         self.notifier.status("stopping: closing workspaces")
         root.cancel_scope.cancel()
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import trio
 import trio.testing
 from test_jobs import Gate, Recorder, running, wait_state
 
-from recalld.daemon.jobs import JobManager
+from recalld.daemon.jobrecords import JobsConfig
+from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager
 
 
 async def test_a_pause_stops_running_jobs_and_runs_them_again_after_it(
@@ -34,3 +38,48 @@ async def test_a_pause_stops_running_jobs_and_runs_them_again_after_it(
         await wait_state(manager, "a", later, "succeeded")
         assert rec.states(first) == ["queued", "running", "queued", "running", "succeeded"]
 
+
+
+async def test_a_stop_ends_the_running_jobs_before_it_returns_and_starts_none(
+        tmp_path: Path) -> None:
+    # The daemon's stop cancelled the jobs with the workspaces: a job's last writes (its
+    # inbox item) raced with the close of the stores they go to.
+    journal = tmp_path / "state" / "jobs.jsonl"
+    ended: list[str] = []
+    started = trio.Event()
+
+    async def work(job: JobContext) -> dict[str, Any]:
+        try:
+            started.set()
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0)  # the last writes of a cancelled handler
+                ended.append(job.job_id)
+        return {}
+
+    first = JobManager(journal_path=journal, config=JobsConfig(max_running_per_workspace=1))
+    first.register("resumable", work, resumable=True)
+    first.register("once", work)
+    async with running(first):
+        going = await first.submit("a", "resumable")
+        await started.wait()
+        queued = await first.submit("a", "once")
+        await first.stop("the daemon stops")
+        assert ended == [going]  # ended before the stop returned
+        later = await first.submit("b", "resumable")
+        await trio.testing.wait_all_tasks_blocked()
+        assert [first.get(a, j)["state"] for a, j in
+                (("a", going), ("a", queued), ("b", later))] == ["queued"] * 3
+
+    second = JobManager(journal_path=journal)
+    done = Gate()
+    second.register("resumable", done, resumable=True)
+    second.register("once", done)
+    async with running(second):
+        assert second.get("a", queued)["error"] == INTERRUPTED
+        for agent, job_id in (("a", going), ("b", later)):
+            done.open(job_id)
+            finished = await wait_state(second, agent, job_id, "succeeded")
+            assert finished["resumed"]
+        assert sorted(done.started) == sorted([("a", going), ("b", later)])
