@@ -59,6 +59,7 @@ from recalld.daemon.memory.resource_files import (
     not_text,
     note_stem,
     read_head,
+    removed_line,
     resource_date,
     unfenced,
 )
@@ -234,7 +235,7 @@ class ResourceCatalog:
             return
         inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
         if marked_on is not None:
-            text = text.replace(_removed_line(old, marked_on), "\n")
+            text = text.replace(removed_line(old, marked_on), "\n")
         text = update_fm(text, {"name": f"Resource {inside[1]}",
                                 "source_resource": f"[[{new}]]", "source_removed": DELETE})
         text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
@@ -466,7 +467,7 @@ class ResourceCatalog:
             return None
         removed_on = rec.get("removed_on") or self._today().isoformat()
         updated = update_fm(text, {"source_removed": removed_on})
-        updated = updated.rstrip("\n") + _removed_line(str(rec["path"]), removed_on)
+        updated = updated.rstrip("\n") + removed_line(str(rec["path"]), removed_on)
         await files.write(str(note), updated)
         return str(note)
 
@@ -492,9 +493,3 @@ def merged_results(first: ResourceResult, then: ResourceResult) -> ResourceResul
         outcomes[outcome] = outcomes.get(outcome, 0) + n
     return {"outcomes": outcomes, "notes": list(dict.fromkeys(first["notes"] + then["notes"])),
             "catalog": then["catalog"]}
-
-
-def _removed_line(path: str, removed_on: object) -> str:
-    """What a note whose source file was removed ends with."""
-    return (f"\n\n> The source file {visible(path)} was removed on {removed_on}; this note "
-            "is kept as the memory of it.\n")

@@ -1,6 +1,7 @@
-"""A resource file as auto_resource sees it: its date, its note's name, its digest, its
-text (read leniently, secrets masked) and what makes it no text to summarize. Pure
-functions and blocking reads (callers run those in a worker thread)."""
+"""A resource file as auto_resource sees it: its date, its note's name (and the line that
+marks that note once the file is removed), its digest, its text (read leniently, secrets
+masked) and what makes it no text to summarize. Pure functions and blocking reads (callers
+run those in a worker thread)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, render_frontmatter
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
+from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +188,9 @@ def files_below(root: Path, rel: str) -> list[str]:
                 full = os.path.join(dirpath, name)
                 out.append(os.path.relpath(full, root).replace(os.sep, "/"))
     return out
+
+
+def removed_line(path: str, removed_on: object) -> str:
+    """What the note of a resource file that was removed ends with."""
+    return (f"\n\n> The source file {visible(path)} was removed on {removed_on}; this note "
+            "is kept as the memory of it.\n")
