@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import ScriptedModel, write
-from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
+from test_dream_crash import inbox_on_disk
+from test_resource import (
+    active_jobs,
+    catalog,
+    fake,
+    note_of,
+    open_ws,
+    resource_items,
+    wait_state,
+)
 from waits import wait_for, workspace_status
 
 from recalld.daemon.store.applog import AppendLog
@@ -188,3 +197,35 @@ def test_a_removed_file_renamed_back_in_while_the_job_runs(
     assert catalog(root)["resource/b.txt"]["state"] == "processed"
     fields, _ = note_of(root, "resource/y.txt")
     assert "source_removed" not in fields and fields["source_resource"] == "[[resource/y.txt]]"
+
+
+def test_notes_written_before_the_daemon_stops_are_told_and_the_rest_follows_the_restart(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # The job's item was pushed only once every file was done: stopped while the model
+    # read the second file, the first file's note was written and never told, at the stop
+    # or after it (the job is not resumed; the file left is interpreted by a new one).
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/a.txt", "Budget: 10k.\n")
+    gate = fake.gate(lambda body: "resource/c.txt" in str(body.get("messages")))
+    d = daemon_factory()
+    open_ws(d, "res", root, fake)
+    wait_state(root, "resource/a.txt", "processed")
+    wait_for(lambda: not active_jobs(d, "res", "auto_resource"))
+    write(root, "resource/b.txt", "Venue: Porto.\n")
+    write(root, "resource/c.txt", "Caterer: Ana.\n")
+    assert gate.entered.wait(30)
+    first = catalog(root)["resource/a.txt"]["note"]
+    told = [i for i in inbox_on_disk(root) if i["kind"] == "auto_resource"]
+    assert [i["changes"] for i in told] == [[first]]
+    done = [catalog(root)[f"resource/{n}.txt"] for n in "bc"]
+    assert done[0]["state"] == "processed" and done[1]["state"] == "queued", done
+    assert d.stop() == 0
+    gate.open()
+    told = [i for i in inbox_on_disk(root) if i["kind"] == "auto_resource"]
+    assert [i["changes"] for i in told] == [[first], [done[0]["note"]]], told
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    wait_state(root, "resource/c.txt", "processed")
+    wait_for(lambda: not active_jobs(d2, "res", "auto_resource"))
+    notes = [catalog(root)[f"resource/{n}.txt"]["note"] for n in "abc"]
+    assert [i["changes"] for i in resource_items(d2, "res") or []] == [[n] for n in notes]

@@ -328,31 +328,36 @@ class ResourceCatalog:
         done: dict[str, int] = {}
         changes: list[str] = []
         total = 0
-        while True:
-            async with self._lock:
-                batch = self.work(chat_enabled=enabled, retry_failed=retry_failed)
-                if not enabled:
-                    for p in batch:
-                        if self.records[p]["state"] == "queued":
-                            self.records[p].update(state="pending", reason=NO_CHAT_MODEL)
-                            done["pending"] = done.get("pending", 0) + 1
-                    batch = [p for p in batch if self.records[p]["state"] == "removed"]
+        try:
+            while True:
+                async with self._lock:
+                    batch = self.work(chat_enabled=enabled, retry_failed=retry_failed)
+                    if not enabled:
+                        for p in batch:
+                            if self.records[p]["state"] == "queued":
+                                self.records[p].update(state="pending", reason=NO_CHAT_MODEL)
+                                done["pending"] = done.get("pending", 0) + 1
+                        batch = [p for p in batch if self.records[p]["state"] == "removed"]
+                        await self._save()
+                retry_failed = False
+                if not batch:
+                    break
+                for rel in batch:
+                    progress(total, None, rel)
+                    total += 1
+                    outcome, note = await self._handle(rel, chat)
+                    done[outcome] = done.get(outcome, 0) + 1
+                    if note is not None and note not in changes:  # one note, written twice
+                        changes.append(note)
                     await self._save()
-            retry_failed = False
-            if not batch:
-                break
-            for rel in batch:
-                progress(total, None, rel)
-                total += 1
-                outcome, note = await self._handle(rel, chat)
-                done[outcome] = done.get(outcome, 0) + 1
-                if note is not None and note not in changes:  # one note, written twice
-                    changes.append(note)
-                await self._save()
-        if changes:
-            await push_inbox(self.ws, "auto_resource",
-                             f"resources: {len(changes)} note(s) written or updated", changes,
-                             job_id=job_id, details={"outcomes": done})
+        finally:
+            # Also when the job is cancelled or fails midway (the daemon stopping): the
+            # notes written are processed in the catalog, so no later job tells of them.
+            if changes:
+                with trio.CancelScope(shield=True):  # bounded: push_inbox waits a little
+                    await push_inbox(self.ws, "auto_resource",
+                                     f"resources: {len(changes)} note(s) written or updated",
+                                     changes, job_id=job_id, details={"outcomes": done})
         waiting = self.counts().get("pending", 0)
         if not enabled and waiting:
             # Not a success: the files the job is for are still waiting.
