@@ -35,7 +35,6 @@ from recalld.daemon.remembered import check_owner
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
     Place,
-    StartedRelay,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
@@ -437,18 +436,12 @@ class WorkspaceRegistry:
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""
-        started = False
-
-        def mark_started() -> None:
-            nonlocal started
-            started = True
-
         try:
-            await ws.run(self._start, task_status=StartedRelay(task_status, mark_started))
+            await ws.run(self._start, task_status=task_status)
         except Exception as exc:
             ws.state = "failed"
             ws.error = describe_failure(exc)
-            if not started:
+            if not ws.served:
                 raise  # nursery.start re-raises it to the caller of open()
             if isinstance(exc, RecalldError):  # it says what happened: no traceback
                 log.error("workspace %s failed: %s", ws.agent_id, ws.error)

@@ -210,6 +210,9 @@ class Workspace:
         #: Its search stage started while it still opens (``services.SEARCH_STAGE``):
         #: searches may be answered before it is ``ready``.
         self.search_ready = False
+        #: Its services all started (:meth:`run` reported it started): a failure from now
+        #: on is the running workspace's, not its opening's.
+        self.served = False
         self._services: WorkspaceServices | None = None
         self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
@@ -318,6 +321,7 @@ class Workspace:
                     await start(self, nursery)
                     self.state = "ready"
                     log.info("workspace %s: every service started", self.agent_id)
+                    self.served = True
                     task_status.started()
                     # Its services read and write by path: once a link took its folder's
                     # place (:meth:`root_leads`) they would serve and change another
@@ -371,6 +375,15 @@ class Workspace:
         await self._finished.wait()
 
 
+def describe_failure(exc: BaseException) -> str:
+    """Why a workspace failed, in a line (each error of a group, ``; ``-separated)."""
+    if isinstance(exc, RecalldError):
+        return exc.message
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe_failure(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 #: How long a job resumed at the daemon's start waits for its workspace to open.
 RESUMED_JOB_WAIT_S = 30.0
 
@@ -388,23 +401,3 @@ async def workspace_of_job(get_workspace: Callable[[str], Workspace], agent_id: 
                 await trio.sleep(0.1)
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
 
-
-class StartedRelay:
-    """A task_status that also tells the host the workspace reached ``started``."""
-
-    def __init__(self, inner: trio.TaskStatus[None], on_started: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_started = on_started
-
-    def started(self, value: None = None) -> None:
-        self._on_started()
-        self._inner.started(value)
-
-
-def describe_failure(exc: BaseException) -> str:
-    """What a workspace that failed with ``exc`` says in its ``error``."""
-    if isinstance(exc, RecalldError):
-        return exc.message
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe_failure(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"
