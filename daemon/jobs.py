@@ -106,6 +106,7 @@ class JobManager:
         self._turns: deque[str] = deque()  # agents with queued jobs, next turn first
         self._running: dict[str, int] = {}
         self._paused: dict[str, int] = {}  # agent -> how many pauses hold its jobs back
+        self._held: set[str] = set()  # agents whose workspace closed (one pause each)
         self._changed = trio.Event()
         self._stopping = False  # the daemon stops: no job starts (:meth:`stop`)
         self._cpu_waiter = False
@@ -222,10 +223,28 @@ class JobManager:
             await self._stop_running(agent_id, reason)
             yield
         finally:
-            self._paused[agent_id] -= 1
-            if not self._paused[agent_id]:
-                del self._paused[agent_id]
-            self._changed.set()
+            self._unpause(agent_id)
+
+    async def hold(self, agent_id: str, reason: str) -> None:
+        """As :meth:`paused`, until :meth:`release`: ``agent_id``'s workspace closes, and
+        its jobs wait (journaled queued, so also across a restart) until it opens again.
+        Holding a held workspace adds nothing."""
+        if agent_id not in self._held:
+            self._held.add(agent_id)
+            self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
+        await self._stop_running(agent_id, reason)
+
+    def release(self, agent_id: str) -> None:
+        """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it)."""
+        if agent_id in self._held:
+            self._held.discard(agent_id)
+            self._unpause(agent_id)
+
+    def _unpause(self, agent_id: str) -> None:
+        self._paused[agent_id] -= 1
+        if not self._paused[agent_id]:
+            del self._paused[agent_id]
+        self._changed.set()
 
     async def stop(self, reason: str) -> None:
         """Start no job from now on and stop the running ones (``cancel_grace_s`` at most):

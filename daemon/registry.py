@@ -9,8 +9,10 @@ Every workspace that opened is recorded in ``<data>/state/workspaces.json``
 (:mod:`recalld.daemon.remembered`) with its path and overrides, so the supervisor reopens
 it after a restart; ``close(..., forget=True)`` drops the record.
 
-Closing a workspace cancels its nursery and waits for the services to finish their
-shielded cleanup. Cancelling the registry closes every workspace the same way. A
+Closing a workspace first stops its running jobs (they wait, queued, until it opens
+again), then cancels its nursery and waits for the services to finish their shielded
+cleanup. Cancelling the registry closes every workspace (the daemon's stop has stopped
+the jobs before). A
 service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
 without taking the daemon down; ``workspace.open`` on a failed workspace starts it again.
 """
@@ -24,6 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -47,6 +50,9 @@ from recalld.daemon.workspaces import (
 )
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
+if TYPE_CHECKING:
+    from recalld.daemon.jobs import JobManager
+
 # The registry and its workspaces log under one name: recalld.daemon.workspaces.
 log = logging.getLogger("recalld.daemon.workspaces")
 #: The settings that say who may read a workspace: checked on every use, so a reload
@@ -58,8 +64,11 @@ class WorkspaceRegistry:
     """Opens, lists and closes workspaces; a service that runs in the supervisor."""
 
     def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus,
-                 start: WorkspaceStarter, remembered_path: Path | None = None) -> None:
+                 start: WorkspaceStarter, remembered_path: Path | None = None,
+                 jobs: JobManager | None = None) -> None:
         self._get_config = get_config
+        #: Holds a closed workspace's jobs until it opens again (:meth:`JobManager.hold`).
+        self._jobs = jobs
         self._remembered_path = remembered_path
         self.write_failure = WriteFailure(remembered_path)
         self._remembered: dict[str, remembered.Remembered] = {}
@@ -339,8 +348,7 @@ class WorkspaceRegistry:
                 # key): serve the workspace with them from now on.
                 log.info("workspace %s: reopening with the secrets a restore left out",
                          agent_id)
-                current.request_close()
-                await current.wait_closed()
+                await self._close(current)
                 del self._workspaces[agent_id]
             await trio.to_thread.run_sync(check_root, root)
             settings = workspace_settings_from_params(
@@ -367,6 +375,8 @@ class WorkspaceRegistry:
                     raise
                 log.exception("workspace %s failed to open", agent_id)
                 raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
+            if self._jobs is not None:
+                self._jobs.release(agent_id)  # held since it closed
             await self._remember(agent_id, root, overrides, name)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
@@ -462,8 +472,7 @@ class WorkspaceRegistry:
             closed = False
             if ws is not None:
                 if ws.state != "closed":
-                    ws.request_close()
-                    await ws.wait_closed()
+                    await self._close(ws)
                     closed = True
                     # Published while the workspace is still known, so that the agents
                     # it is shared with hear of it as they heard of its opening.
@@ -473,6 +482,14 @@ class WorkspaceRegistry:
                 del self._remembered[agent_id]
                 await self._save_remembered()
         return closed
+
+    async def _close(self, ws: Workspace) -> None:
+        """Close ``ws`` once its running jobs stopped (they would write to a folder no
+        longer served): they wait, queued, until it opens again."""
+        if self._jobs is not None:
+            await self._jobs.hold(ws.agent_id, "its workspace closes")
+        ws.request_close()
+        await ws.wait_closed()
 
 
 def _unshared(settings: WorkspaceSettings) -> WorkspaceSettings:

@@ -271,10 +271,12 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     def start(ws: Workspace, nursery: trio.Nursery) -> Awaitable[None]:
         return start_workspace(ws, nursery, services)
 
-    registry = WorkspaceRegistry(lambda: live.current, events, start,
-                                 remembered_path=config.state_dir / "workspaces.json")
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
-                      publish=events.publish, cpu_limiter=cpu, agent_exists=registry.exists)
+                      publish=events.publish, cpu_limiter=cpu,
+                      agent_exists=lambda agent_id: registry.exists(agent_id))
+    registry = WorkspaceRegistry(lambda: live.current, events, start,
+                                 remembered_path=config.state_dir / "workspaces.json",
+                                 jobs=jobs)
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json",
                               config=SchedulerConfig(jitter_max_s=config.schedule_jitter_s))
     consolidation = Consolidation(jobs, scheduler, registry.get)

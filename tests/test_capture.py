@@ -64,6 +64,11 @@ def chat_requests(fake: FakeProvider) -> int:
     return sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
 
 
+def jobs_at_work(d: Any) -> dict[str, int]:
+    jobs = d.call("daemon.status")["queues"]["jobs"]
+    return {"running": jobs["running"], "queued": jobs["queued"]}
+
+
 def health(d: Any) -> dict[str, Any]:
     status = d.call("daemon.status")
     ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
@@ -348,21 +353,56 @@ def test_a_job_across_a_close_and_reopen_commits_its_turns(daemon_factory: Any,
                                                            tmp_path: Path) -> None:
     # The workspace is closed and opened again while the model answers: the job wrote
     # the note, then failed on the closed session store, and its turns were sent to the
-    # model once more by a retry.
+    # model once more by a retry. Now the close stops the job (its answer never comes:
+    # nothing of it is written) and the reopen runs it again, once.
     root = tmp_path / "ws"
     d = daemon_factory(config(root, fake, idle_s=600))
     held = fake.gate(lambda body: True)
-    fake.script(write_note("dog", "- Dog named Rex"), done())
+    # The first answer goes to the job the close stopped; the run after the reopen gets
+    # the other two.
+    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
+                done())
     first = add(d, "s1", turn("My dog is called Rex."), flush=True)
     assert held.entered.wait(30)
     d.call("workspace.close", {"agent_id": "w"})
+    assert jobs_at_work(d) == {"running": 0, "queued": 1}  # stopped by the close
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})
     held.open()
     job = wait_job(d, first["job_id"])
     assert job["state"] == "succeeded", job
     assert add(d, "s1", [])["pending_turns"] == 0
-    assert chat_requests(fake) == 2 and "Rex" in notes(root)[0].read_text()
+    assert chat_requests(fake) == 3 and "Rex" in notes(root)[0].read_text()
+    assert len(notes(root)) == 1
     assert [i["job_id"] for i in d.call("inbox.list", {"agent_id": "w"})["items"]] == [
+        first["job_id"]]
+
+
+def test_a_job_of_a_closed_workspace_waits_for_it_and_runs_once_after_a_restart(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # A close let the workspace's running job go on: answered, it wrote to a folder no
+    # longer served, its turns committed to a store that had closed. The close stops it;
+    # it waits, queued, through the daemon's stop, and runs when the workspace opens.
+    root = tmp_path / "ws"
+    text = config(root, fake, idle_s=600)
+    d = daemon_factory(text)
+    held = fake.gate(lambda body: True)
+    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
+                done())
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "w"})
+    assert jobs_at_work(d) == {"running": 0, "queued": 1}  # stopped by the close
+    held.open()
+    assert d.stop() == 0
+    assert not notes(root)  # the stopped job wrote nothing to the closed folder
+    assert fake.pending_script() == 2  # and asked nothing more
+    d2 = daemon_factory(text, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    job = wait_job(d2, first["job_id"])
+    assert job["state"] == "succeeded" and job["resumed"], job
+    assert add(d2, "s1", [])["pending_turns"] == 0
+    assert len(notes(root)) == 1 and "Rex" in notes(root)[0].read_text()
+    assert chat_requests(fake) == 3
+    assert [i["job_id"] for i in d2.call("inbox.list", {"agent_id": "w"})["items"]] == [
         first["job_id"]]
 
 
