@@ -153,6 +153,11 @@ def node_key(path: str) -> str:
     return unicodedata.normalize("NFKC", stem).casefold()
 
 
+def name_key(name: str) -> str:
+    """What tells node names apart: one Unicode form and case, runs of spaces as one."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
 def _as_list(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
@@ -397,11 +402,9 @@ def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reaso
 def _other_name(existing: Node, proposal: Integration) -> bool:
     """True when a CREATE lands on a node of another name (``C++ tips`` and ``C# tips``
     share a slug): that is not the same fact seen twice."""
-    def norm(name: str) -> str:
-        return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
-
     stem = existing.path.rsplit("/", 1)[-1].removesuffix(".md")
-    return norm(existing.name) not in (norm(proposal.name), stem) and norm(proposal.name) != stem
+    ours = name_key(proposal.name)
+    return name_key(existing.name) not in (ours, stem) and ours != stem
 
 
 def _newest_day(paths: Iterable[str]) -> str:

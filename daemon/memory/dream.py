@@ -111,6 +111,7 @@ class _Run:
     blocked: list[str] = field(default_factory=list)
     config: DreamConfig = field(default_factory=DreamConfig)
     budget: ToolBudget = field(default_factory=lambda: ToolBudget(0))
+    names: nodefiles.NameIndex = field(default_factory=nodefiles.NameIndex)
 
     @property
     def digest_dir(self) -> str:
@@ -149,7 +150,8 @@ class _Run:
         text = read_confined(self.ws.root, path, strict=True)  # not UTF-8: the model is told
         if text is not None:
             return path, text
-        found = nodefiles.find_node(nodefiles.node_paths(self.ws.root, self.digest_dir), path)
+        nodes = self.names.scan(self.ws.root, self.digest_dir)
+        found = nodefiles.find_node(nodes, path, nodes)
         text = None if found is None else read_confined(self.ws.root, found, strict=True)
         return None if found is None or text is None else (found, text)
 
@@ -279,18 +281,18 @@ class _Run:
         (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
         those that exist (a link is never written to nothing); and the related paths that
         name no node."""
-        nodes = nodefiles.node_paths(self.ws.root, self.digest_dir)
-        path = nodefiles.find_node(nodes, proposal.path)
+        nodes = self.names.scan(self.ws.root, self.digest_dir)
+        path = nodefiles.find_node(nodes, proposal.path, nodes)
         if path is None and proposal.action == "CREATE":
             # A new node's file is named by the slug of its name, whatever path the model
             # wrote: one name is one file, found again by that name.
             named = digest.node_path(proposal.bucket, proposal.name, self.digest_dir)
-            path = nodefiles.find_node(nodes, named) or named
+            path = nodefiles.find_node(nodes, named, nodes) or named
         path = path or proposal.path
         related: list[str] = []
         unknown: list[str] = []
         for rel in proposal.related:
-            found = nodefiles.find_node(nodes, rel)
+            found = nodefiles.find_node(nodes, rel, nodes)
             if found is None and rel != proposal.path:
                 unknown.append(rel)
             elif found is not None and found != path:

@@ -6,13 +6,16 @@ folded), else by its slug (:func:`digest.slugify`), in any bucket, so that a pat
 model writes in another case or Unicode form, or with the node's name for its file name
 (``digest/wiki/Tea preference.md``), or a name already used in another bucket, lands on
 the node that exists instead of making a second one, and a link to a node is written only
-when that node exists.
+when that node exists. A node whose file a person renamed (``tea-preference.md`` to
+``drinks.md``, its frontmatter ``name`` kept) is found by that name too: a
+:class:`NameIndex` reads each node's name once, and again only when its file changed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -32,7 +35,12 @@ def legacy_slug(stem: str) -> str:
 
 def _entries(root: Path, digest_dir: str) -> list[tuple[int, str]]:
     """``(mtime_ns, path)`` of every node of every bucket."""
-    found: list[tuple[int, str]] = []
+    return [(stamp[0], rel) for stamp, rel in _stamped(root, digest_dir)]
+
+
+def _stamped(root: Path, digest_dir: str) -> list[tuple[tuple[int, int], str]]:
+    """``((mtime_ns, size), path)`` of every node of every bucket."""
+    found: list[tuple[tuple[int, int], str]] = []
     for bucket in digest.BUCKETS:
         try:
             entries = list(os.scandir(root / digest_dir / bucket))
@@ -42,7 +50,8 @@ def _entries(root: Path, digest_dir: str) -> list[tuple[int, str]]:
             if entry.name.endswith(".md") and not entry.name.startswith("."):
                 try:
                     if entry.is_file(follow_symlinks=False):
-                        found.append((entry.stat().st_mtime_ns,
+                        st = entry.stat(follow_symlinks=False)
+                        found.append(((st.st_mtime_ns, st.st_size),
                                       f"{digest_dir}/{bucket}/{entry.name}"))
                 except FileNotFoundError:
                     continue
@@ -77,22 +86,61 @@ def node_paths(root: Path, digest_dir: str) -> list[str]:
     return sorted(rel for _, rel in _entries(root, digest_dir))
 
 
-def find_node(nodes: list[str], path: str) -> str | None:
+def _name_of(root: Path, rel: str) -> str:
+    """The ``name`` of node ``rel``'s frontmatter; "" if it has none or cannot be read."""
+    try:
+        fields, _ = parse_frontmatter(read_confined(root, rel) or "")
+    except RecalldError:  # too large, or a link: found by its file name only
+        return ""
+    name = fields.get("name")
+    return name if isinstance(name, str) else ""
+
+
+class NameIndex:
+    """The frontmatter ``name`` of every node, by path, for :func:`find_node`: a node is
+    read when first seen and again only when its file changed (modification time, size),
+    so that a look-up lists the digest folder instead of reading every node."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, tuple[tuple[int, int], str]] = {}
+
+    def scan(self, root: Path, digest_dir: str) -> dict[str, str]:
+        """Every node's path and name (its frontmatter's, "" if none), sorted by path
+        (blocking)."""
+        seen: dict[str, tuple[tuple[int, int], str]] = {}
+        for stamp, rel in sorted(_stamped(root, digest_dir), key=lambda e: e[1]):
+            known = self._names.get(rel)
+            seen[rel] = known if known is not None and known[0] == stamp else (
+                stamp, _name_of(root, rel))
+        self._names = seen
+        return {rel: name for rel, (_, name) in seen.items()}
+
+
+def find_node(nodes: Collection[str], path: str,
+              names: Mapping[str, str] | None = None) -> str | None:
     """The node of ``nodes`` (:func:`node_paths`) that ``path``
     (``digest/<bucket>/<file>.md``) stands for: itself if it is one, else the node of any
     bucket whose file name has the same key (the one of the same bucket first), else the
     node whose file name has the same slug, else the node named as
-    :func:`legacy_slug` named it; None if there is none."""
+    :func:`legacy_slug` named it, else (with ``names``, :meth:`NameIndex.scan`) the node
+    whose frontmatter name is the file name's, in that key or slug (a node renamed by
+    hand); None if there is none."""
     if path in nodes:
         return path
     key = digest.node_key(path)
     same = [rel for rel in nodes if digest.node_key(rel) == key]
+    slug = digest.slugify(key)
     if not same:
-        slug = digest.slugify(key)
         same = [rel for rel in nodes if digest.slugify(digest.node_key(rel)) == slug]
     legacy = legacy_slug(key)
     if not same and legacy != key:
         same = [rel for rel in nodes if digest.node_key(rel) == legacy]
+    named = {rel: name for rel, name in (names or {}).items() if name}
+    if not same:
+        same = [rel for rel, name in named.items()
+                if digest.name_key(name) == digest.name_key(key)]
+    if not same:
+        same = [rel for rel, name in named.items() if digest.slugify(name) == slug]
     bucket = path.split("/")[-2:-1]
     return next((rel for rel in same if rel.split("/")[-2:-1] == bucket),
                 same[0] if same else None)
