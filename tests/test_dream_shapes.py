@@ -3,11 +3,17 @@ real daemon, a real socket and a scripted OpenAI-compatible model (see test_drea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
+import orjson
+import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, dream, fake, node, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+
+from recalld.ipc.errors import NotAllowed
 
 __all__ = ["fake"]  # the fixture, imported for the tests here
 
@@ -51,3 +57,56 @@ def test_a_node_renamed_by_hand_is_found_by_its_name(daemon: DaemonHandle,
     assert fields["name"] == "Morning Tea" and fields["sources"] == [a, b]
     assert fields["related"] == ["digest/wiki/releases.md"], fields
     assert node(root, "digest/wiki/releases.md")[0]["sources"] == [a, b]
+
+
+def test_a_damaged_run_record_is_refused_by_undo_with_the_reason(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A run record edited by hand or restored from elsewhere, with fields of other
+    types: undo says what is wrong and restores nothing (a lenient base64 decode would
+    have written what is left of a damaged previous version), the run list leaves it
+    out and lists the others."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    tea = "digest/personal/tea.md"
+    write(root, a, "Tea.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "- tea", "reason": "habit"})]]
+    first = dream(daemon)["run_id"]
+    write(root, b, "Green tea.\n")
+    model.plan[b] = [[("integrate", {"action": "REFINE", "bucket": "personal", "node": tea,
+                                     "content": "- tea\n- green", "sources": [b],
+                                     "reason": "detail"})]]
+    second = dream(daemon)["run_id"]
+    record = root / "mem_metadata/dream/runs" / f"{second}.json"
+    good = orjson.loads(record.read_bytes())
+    refined = (root / tea).read_bytes()
+    entry = good["files"][tea]
+    damaged: dict[str, Any] = {
+        "files must map": {**good, "files": [tea]},
+        "files must map ": {**good, "files": "abc"},
+        "is not an object": {**good, "files": {tea: "x"}},
+        "not base64": {**good, "files": {tea: {**entry, "before": 5}}},
+        "not base64 ": {**good, "files": {tea: {**entry, "before": "!!" + entry["before"]}}},
+        "not a SHA-256": {**good, "files": {tea: {**entry, "after_sha256": 7}}},
+        "notes must be": {**good, "notes": 3},
+        "undone must be": {**good, "undone": 5},
+        "unknown format": [good],
+    }
+    for why, data in damaged.items():
+        record.write_bytes(orjson.dumps(data))
+        with pytest.raises(NotAllowed, match=re.escape(why.strip())):
+            daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second, "force": True})
+        assert (root / tea).read_bytes() == refined, why
+        runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+        assert [r["run_id"] for r in runs] == [first], (why, runs)
+    # Well formed, but a folder where it names a file: said so, nothing restored.
+    record.write_bytes(orjson.dumps({**good, "files": {**good["files"],
+                                                        "digest/personal": entry}}))
+    with pytest.raises(NotAllowed, match=re.escape("digest/personal cannot be read")):
+        daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second, "force": True})
+    assert (root / tea).read_bytes() == refined
+    record.write_bytes(orjson.dumps(good))
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second})
+    assert tea in undone["restored"] and "- green" not in (root / tea).read_text()

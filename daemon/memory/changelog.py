@@ -101,6 +101,11 @@ class UndoConflict(NotAllowed):
     """Files changed since the run; the message lists them (``force`` overrides)."""
 
 
+class DamagedRecord(NotAllowed):
+    """A run's record cannot be read, or holds what no run writes (a hand edit, a file
+    restored from elsewhere); the message says how. Nothing is restored from it."""
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -229,23 +234,66 @@ def _check_run_id(run_id: object) -> str:
 
 def load_record(directory: Path, run_id: str, what: str = "dream run") -> JsonObject:
     """The machine record of run ``run_id`` as read (only its version is checked);
-    NotFound, or RecalldError when unreadable."""
+    NotFound, or DamagedRecord when unreadable."""
     path = directory / f"{_check_run_id(run_id)}.json"
     try:
         data = orjson.loads(read_verified(path, None))  # not a FIFO's open, nor a device
     except CorruptState as exc:
         if exc.reason == "missing":
             raise NotFound(f"no {what} {run_id!r}") from None
-        raise RecalldError(f"{what} {run_id} is unreadable: {exc.reason}") from None
+        raise DamagedRecord(f"{what} {run_id} is unreadable: {exc.reason}") from None
     except (StorageError, orjson.JSONDecodeError) as exc:
-        raise RecalldError(f"{what} {run_id} is unreadable: {exc}") from None
+        raise DamagedRecord(f"{what} {run_id} is unreadable: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
-        raise RecalldError(f"{what} {run_id} has an unknown format")
+        raise DamagedRecord(f"{what} {run_id} has an unknown format")
     return data
 
 
+_SHA256_RE: Final = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _base64(value: object) -> bool:
+    """Whether ``value`` is base64 text (a lenient decode would drop what is not, and
+    undo would write the rest)."""
+    try:
+        base64.b64decode(value if isinstance(value, str) else "-", validate=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _damage(data: JsonObject) -> str | None:
+    """What is wrong with the fields of a dream run record that undo and the run list
+    read (a hand edit, a file restored from elsewhere); None if nothing is."""
+    if not isinstance(data.get("run_id"), str) or not isinstance(data.get("started"), str):
+        return "run_id and started must be text"
+    notes, files = data.get("notes", []), data.get("files")
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return "notes must be a list of paths"
+    if data.get("undone") is not None and not isinstance(data.get("undone"), str):
+        return "undone must be a time or null"
+    if not isinstance(files, dict):
+        return "files must map paths to their versions"
+    for rel, rec in files.items():
+        if not isinstance(rec, dict):
+            return f"the entry of {rel!r} in files is not an object"
+        before, after = rec.get("before"), rec.get("after_sha256")
+        if before is not None and not _base64(before):
+            return f"the previous version of {rel!r} is not base64 text"
+        if after is not None and not (isinstance(after, str) and _SHA256_RE.match(after)):
+            return f"the checksum of {rel!r} is not a SHA-256"
+    return None
+
+
 def load_run(directory: Path, run_id: str) -> JsonObject:
-    return load_record(directory, run_id, "dream run")
+    """The record of dream run ``run_id``; NotFound, or DamagedRecord when unreadable or
+    damaged (its message says how)."""
+    data = load_record(directory, run_id, "dream run")
+    why = _damage(data)
+    if why is not None:
+        raise DamagedRecord(f"dream run {run_id} has a damaged record ({why}); it cannot "
+                           "be undone")
+    return data
 
 
 def _record_ids(directory: Path) -> list[str]:
@@ -294,7 +342,14 @@ def dream_summary(data: JsonObject) -> DreamRun:
 
 
 def list_runs(directory: Path, limit: int = 50) -> list[DreamRun]:
-    return list_records(directory, dream_summary, limit, "dream run")
+    """The readable, undamaged runs, newest first."""
+    def checked(data: JsonObject) -> DreamRun:
+        why = _damage(data)
+        if why is not None:
+            raise ValueError(why)  # logged and left out, as a record unreadable
+        return dream_summary(data)
+
+    return list_records(directory, checked, limit, "dream run")
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
@@ -303,11 +358,11 @@ def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
     parts = rel.split("/")
     if (not rel.startswith(allowed_prefix + "/") or any(p in ("", ".", "..") for p in parts)
             or "\x00" in rel):
-        raise RecalldError(f"run record names a path outside {allowed_prefix}/: {rel!r}")
+        raise DamagedRecord(f"run record names a path outside {allowed_prefix}/: {rel!r}")
     target = root / rel
     real_root = os.path.realpath(root)
     if not os.path.realpath(target.parent).startswith(real_root + os.sep):
-        raise RecalldError(f"run record path leaves the workspace: {rel!r}")
+        raise DamagedRecord(f"run record path leaves the workspace: {rel!r}")
     return target
 
 
@@ -342,7 +397,9 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     ``derived`` files (``interests.yaml``: every run rewrites it from all it saw) are
     restored only if nothing changed them since; a later version is newer, not a conflict.
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
-    changed since the run and ``force`` is false; nothing is restored then).
+    changed since the run and ``force`` is false), DamagedRecord (the record cannot be
+    read or is damaged), NotAllowed (a file it names cannot be read); nothing is restored
+    then.
     """
     data = load_run(directory, run_id)
     if data.get("undone"):
@@ -353,7 +410,11 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     for rel, rec in sorted(files.items()):
         target = _confined(root, rel, digest_dir)
         before = None if rec.get("before") is None else base64.b64decode(rec["before"])
-        current = _current(target)
+        try:
+            current = _current(target)
+        except OSError as exc:  # a folder in its place, a file made unreadable
+            raise NotAllowed(f"{rel} cannot be read ({exc.strerror}): nothing was "
+                             "restored") from None
         expected = rec.get("after_sha256")
         now_sha = None if current is None else sha256(current)
         if now_sha != expected:
