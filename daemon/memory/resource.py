@@ -12,7 +12,8 @@ holds a credential, is ``skipped`` with the reason; a deleted file becomes ``rem
 Then an ``auto_resource`` job is requested; the job (:meth:`ResourceCatalog.process`) asks
 the chat model for a summary of each queued file (input bounded by ``max_input_chars``) and
 writes it to ``memory/<date>/resource-<slug>.md`` with ``source_resource:
-[[resource/...]]`` and the file's digest; a changed file rewrites its own note. A deleted
+[[resource/...]]`` and the file's digest (:mod:`resource_notes`); a changed file rewrites
+its own note. A deleted
 file's note is kept (it is memory, and digest nodes may cite it) and marked: frontmatter
 ``source_removed: <date>`` and a line in the body. States: queued, processed, skipped,
 failed (the model failed; a job started by hand or by the nightly dream, or a change to the
@@ -40,35 +41,32 @@ from typing import TYPE_CHECKING, Final, TypedDict
 
 import trio
 
-from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
-from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_resource
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
-from recalld.daemon.memory.fileops import fileops_for, read_confined
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
-    description,
     file_digest,
     files_below,
     folders_among,
     folders_of,
     iso_date,
-    name_fields,
     name_masked,
     not_text,
-    note_stem,
     read_head,
-    removed_line,
     resource_date,
     unfenced,
+)
+from recalld.daemon.memory.resource_notes import (
+    mark_removed,
+    renamed_in_note,
+    write_note,
 )
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
-from recalld.ipc.types import visible
 
 if TYPE_CHECKING:
     from recalld.daemon.providers.chat import ChatClient
@@ -224,23 +222,8 @@ class ResourceCatalog:
                 continue
             moved = self.records.pop(old)
             rec.update(note=moved["note"], state="processed", first_seen=moved["first_seen"])
-            await self._renamed_in_note(str(moved["note"]), old, rel,
-                                        moved.get("removed_on") if moved.get("marked") else None)
-
-    async def _renamed_in_note(self, note: str, old: str, new: str,
-                               marked_on: object = None) -> None:
-        files = fileops_for(self.ws)
-        text = await files.read_text(note)
-        if text is None:
-            return
-        inside = (old[len(self.resource_dir) + 1:], new[len(self.resource_dir) + 1:])
-        if marked_on is not None:
-            text = text.replace(removed_line(old, marked_on), "\n")
-        text = update_fm(text, {"name": f"Resource {inside[1]}",
-                                "source_resource": f"[[{new}]]", "source_removed": DELETE})
-        text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
-            f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
-        await files.write(note, text)
+            await renamed_in_note(self.ws, str(moved["note"]), old, rel,
+                                  moved.get("removed_on") if moved.get("marked") else None)
 
     async def _catalog_one(self, rel: str) -> bool:
         info = await trio.to_thread.run_sync(file_digest, self.ws.root, rel)
@@ -282,8 +265,8 @@ class ResourceCatalog:
         if fields.get("resource_digest") != rec["digest"]:
             return False
         if rec.get("marked"):
-            await self._renamed_in_note(str(note), rec["path"], rec["path"],
-                                        rec.get("removed_on"))
+            await renamed_in_note(self.ws, str(note), rec["path"], rec["path"],
+                                  rec.get("removed_on"))
         rec.update(state="processed", reason="", marked=False)
         rec.pop("removed_on", None)
         return True
@@ -370,7 +353,8 @@ class ResourceCatalog:
         if rec is None or rec["state"] in ("processed", "skipped"):
             return "superseded", None  # since the job looked: moved, put back, skipped
         if rec["state"] == "removed":
-            note = await self._mark_removed(rec)
+            note = await mark_removed(self.ws, rec, str(rec.get("removed_on")
+                                                        or self._today().isoformat()))
             rec["marked"] = True
             return "removed", note
         assert chat is not None
@@ -422,59 +406,12 @@ class ResourceCatalog:
         elif answer.finish_reason == "length":  # stopped at summary_max_tokens, mid-way
             summary += "\n\n[summary cut: the model's answer stopped at its length limit]"
         try:
-            note = await self._write_note(rec, summary, truncated=cut)
+            note = await write_note(self.ws, rec, summary, truncated=cut)
         except RecalldError as exc:  # the note cannot be written: this file fails, not all
             rec.update(state="failed", reason=f"note not written: {exc.message}")
             return "failed", None
         rec.update(state="processed", reason="", note=note)
         return "processed", note
-
-    async def _note_path(self, rec: JsonObject) -> str:
-        if rec.get("note"):
-            return str(rec["note"])
-        inside = rec["path"][len(self.resource_dir) + 1:]
-        base = f"{self.ws.settings.daily_dir}/{rec['date']}/{note_stem(inside)}"
-        link = f"[[{rec['path']}]]"
-        for n in range(1, 100):
-            candidate = f"{base}.md" if n == 1 else f"{base}-{n}.md"
-            try:
-                existing = await trio.to_thread.run_sync(read_confined, self.ws.root, candidate)
-            except RecalldError:
-                continue  # unreadable (too large, a link): not ours, take another name
-            if existing is None or parse_frontmatter(existing)[0].get("source_resource") == link:
-                return candidate
-        raise RecalldError(f"no free note name for {rec['path']}")
-
-    async def _write_note(self, rec: JsonObject, summary: str, *, truncated: bool) -> str:
-        note = await self._note_path(rec)
-        inside = rec["path"][len(self.resource_dir) + 1:]
-        # The note is redacted as one text when written: a credential word in the name
-        # or the summary masks a random-looking value near it. The digest leads, the
-        # name and link (checked alone: ``name_masked``) follow, the description (the
-        # model's words) comes last: none is near a word of another.
-        fields: dict[str, object] = {
-            "resource_digest": rec["digest"], **name_fields(rec["path"], inside),
-            "date": rec["date"], "truncated_input": truncated,
-            "description": description(summary),
-        }
-        text = (render_frontmatter(fields) + f"# {visible(inside)}\n\n{summary}\n\n"
-                f"Source: [[{visible(rec['path'])}]]\n")
-        await fileops_for(self.ws).write(note, text)
-        return note
-
-    async def _mark_removed(self, rec: JsonObject) -> str | None:
-        note = rec.get("note")
-        if not note:
-            return None
-        files = fileops_for(self.ws)
-        text = await files.read_text(note)
-        if text is None or parse_frontmatter(text)[0].get("source_removed"):
-            return None
-        removed_on = rec.get("removed_on") or self._today().isoformat()
-        updated = update_fm(text, {"source_removed": removed_on})
-        updated = updated.rstrip("\n") + removed_line(str(rec["path"]), removed_on)
-        await files.write(str(note), updated)
-        return str(note)
 
     # -- service -----------------------------------------------------------------------
 

@@ -1,0 +1,103 @@
+"""The daily notes auto_resource writes for resource files: their name, their text, the
+mark a note gets when its file is removed and the change when its file is renamed.
+
+A note is ``<daily_dir>/<date>/resource-<slug>.md`` with frontmatter ``resource_digest``,
+``name``, ``source_resource: [[resource/...]]``, ``date``, ``truncated_input`` and
+``description``, a title, the model's summary and a ``Source:`` link. Every write goes
+through the workspace's file operations (atomic, searchable at once).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.fileops import fileops_for, read_confined
+from recalld.daemon.memory.resource_files import (
+    description,
+    name_fields,
+    note_stem,
+    removed_line,
+)
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import RecalldError
+from recalld.ipc.types import visible
+
+
+def _inside(ws: Workspace, rel: str) -> str:
+    """``rel`` (``resource/...``) as a path inside the resource folder."""
+    return rel[len(ws.settings.resource_dir) + 1:]
+
+
+async def note_path(ws: Workspace, rec: JsonObject) -> str:
+    """The note of catalog record ``rec``: the one it has, else a free name (or the name
+    of a note that names this file as its source)."""
+    if rec.get("note"):
+        return str(rec["note"])
+    base = f"{ws.settings.daily_dir}/{rec['date']}/{note_stem(_inside(ws, rec['path']))}"
+    link = f"[[{rec['path']}]]"
+    for n in range(1, 100):
+        candidate = f"{base}.md" if n == 1 else f"{base}-{n}.md"
+        try:
+            existing = await trio.to_thread.run_sync(read_confined, ws.root, candidate)
+        except RecalldError:
+            continue  # unreadable (too large, a link): not ours, take another name
+        if existing is None or parse_frontmatter(existing)[0].get("source_resource") == link:
+            return candidate
+    raise RecalldError(f"no free note name for {rec['path']}")
+
+
+async def write_note(ws: Workspace, rec: JsonObject, summary: str, *, truncated: bool) -> str:
+    """Write the note of ``rec`` with ``summary``; its path."""
+    note = await note_path(ws, rec)
+    inside = _inside(ws, rec["path"])
+    # The note is redacted as one text when written: a credential word in the name
+    # or the summary masks a random-looking value near it. The digest leads, the
+    # name and link (checked alone: ``name_masked``) follow, the description (the
+    # model's words) comes last: none is near a word of another.
+    fields: dict[str, object] = {
+        "resource_digest": rec["digest"], **name_fields(rec["path"], inside),
+        "date": rec["date"], "truncated_input": truncated,
+        "description": description(summary),
+    }
+    text = (render_frontmatter(fields) + f"# {visible(inside)}\n\n{summary}\n\n"
+            f"Source: [[{visible(rec['path'])}]]\n")
+    await fileops_for(ws).write(note, text)
+    return note
+
+
+async def mark_removed(ws: Workspace, rec: JsonObject, removed_on: str) -> str | None:
+    """Mark the note of ``rec``, whose file was removed on ``removed_on``; the note's path,
+    None if there is none to mark (or it is marked already)."""
+    note = rec.get("note")
+    if not note:
+        return None
+    files = fileops_for(ws)
+    text = await files.read_text(note)
+    if text is None or parse_frontmatter(text)[0].get("source_removed"):
+        return None
+    updated = update_fm(text, {"source_removed": removed_on})
+    updated = updated.rstrip("\n") + removed_line(str(rec["path"]), removed_on)
+    await files.write(str(note), updated)
+    return str(note)
+
+
+async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
+                          marked_on: object = None) -> None:
+    """Have ``note`` name its file ``new`` instead of ``old`` (and no longer say it was
+    removed, if it was marked so on ``marked_on``)."""
+    files = fileops_for(ws)
+    text = await files.read_text(note)
+    if text is None:
+        return
+    inside = (_inside(ws, old), _inside(ws, new))
+    if marked_on is not None:
+        text = text.replace(removed_line(old, marked_on), "\n")
+    text = update_fm(text, {"name": f"Resource {inside[1]}",
+                            "source_resource": f"[[{new}]]", "source_removed": DELETE})
+    text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
+        f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
+    await files.write(note, text)
+
