@@ -6,9 +6,12 @@ per file its path, SHA-256, state, reason, date and note) and a :class:`Watcher`
 :meth:`ResourceCatalog.run` loads the catalog, starts the watcher (its startup reconcile
 catches what changed while the daemon was down) and stops by cancellation.
 
-The watcher only catalogs: a file with an allowed suffix (md txt json jsonl csv yaml html)
-that is new or whose digest changed becomes ``queued``; any other suffix, or a name that
-holds a credential, is ``skipped`` with the reason; a deleted file becomes ``removed``.
+The watcher only catalogs: a file with an allowed suffix (md markdown txt json jsonl csv
+yaml yml html htm) that is new or whose digest changed becomes ``queued``; any other
+suffix, a name that holds a credential, or a file that is there but is not read (not a
+regular file, a link, refused by the system) is ``skipped`` with the reason (that last
+keeps its note, and is itself again once it can be read); a deleted file becomes
+``removed``.
 Then an ``auto_resource`` job is requested; the job (:meth:`ResourceCatalog.process`) asks
 the chat model for a summary of each queued file (input bounded by ``max_input_chars``) and
 writes it to ``memory/<date>/resource-<slug>.md`` with ``source_resource:
@@ -73,9 +76,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ALLOWED_SUFFIXES: Final = (".md", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".html")
+#: Text formats, each by the suffixes it is saved with (``.yml`` is YAML as ``.yaml`` is).
+ALLOWED_SUFFIXES: Final = (".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml",
+                           ".yml", ".html", ".htm")
 WORK_STATES: Final = frozenset({"queued", "pending"})
-SHOWN_FAILED: Final = 5  # failed files status names, with why
+SHOWN_FAILED: Final = 5  # failed (and skipped) files status names, with why
 RequestJob = Callable[[], Awaitable[None]]
 
 SYSTEM_PROMPT: Final = """\
@@ -95,6 +100,7 @@ class ResourceConfig:
 class ResourceStatus(TypedDict):
     files: dict[str, int]  # catalog records by state
     failed: list[dict[str, str]]  # the first SHOWN_FAILED failed files: path, reason
+    skipped: list[dict[str, str]]  # the first SHOWN_FAILED skipped files: path, reason
     watcher: WatcherStatus
 
 
@@ -161,11 +167,13 @@ class ResourceCatalog:
         return out
 
     def status(self) -> ResourceStatus:
-        failed = sorted(p for p, r in self.records.items() if r["state"] == "failed")
-        return {"files": self.counts(),
-                "failed": [{"path": p, "reason": str(self.records[p].get("reason", ""))}
-                           for p in failed[:SHOWN_FAILED]],
-                "watcher": self.watcher.status()}
+        def first(state: str) -> list[dict[str, str]]:
+            paths = sorted(p for p, r in self.records.items() if r["state"] == state)
+            return [{"path": p, "reason": str(self.records[p].get("reason", ""))}
+                    for p in paths[:SHOWN_FAILED]]
+
+        return {"files": self.counts(), "failed": first("failed"),
+                "skipped": first("skipped"), "watcher": self.watcher.status()}
 
     def work(self, *, chat_enabled: bool, retry_failed: bool = False) -> list[str]:
         states = {"queued"} | ({"pending"} if chat_enabled else set()) | (
@@ -228,19 +236,30 @@ class ResourceCatalog:
     async def _catalog_one(self, rel: str) -> bool:
         info = await trio.to_thread.run_sync(file_digest, self.ws.root, rel)
         rec = self.records.get(rel)
+        inside = rel[len(self.resource_dir) + 1:]
+        first_seen = (rec or {}).get("first_seen") or self._today().isoformat()
         if info is None:
             if rec is None or rec["state"] == "removed":
                 return False
             rec.update(state="removed", reason="file deleted", marked=False,
                        removed_on=self._today().isoformat())
+            rec.pop("unreadable", None)
+            return True
+        if isinstance(info, str):  # there, but not read: skipped with why, its note kept
+            if rec is not None and rec.get("unreadable") == info:
+                return False  # as it was (a reconcile looks again: its stamp is none)
+            self.records[rel] = {
+                "path": rel, "digest": "", "first_seen": first_seen,
+                "date": resource_date(inside, first_seen), **(rec or {}),
+                "state": "skipped", "reason": info, "unreadable": info,
+                "mtime_ns": 0, "size": -1}
             return True
         sha, mtime_ns, size = info
         if rec is not None and rec.get("digest") == sha and (
-                rec["state"] != "removed" or await self._put_back(rec)):
+                (rec["state"] != "removed" and not rec.get("unreadable"))
+                or await self._put_back(rec)):
             rec.update(mtime_ns=mtime_ns, size=size)  # touched or put back: same bytes
             return True
-        inside = rel[len(self.resource_dir) + 1:]
-        first_seen = (rec or {}).get("first_seen") or self._today().isoformat()
         new = {"path": rel, "digest": sha, "mtime_ns": mtime_ns, "size": size,
                "first_seen": first_seen, "date": resource_date(inside, first_seen),
                "note": (rec or {}).get("note"), "state": "queued", "reason": ""}
@@ -269,6 +288,7 @@ class ResourceCatalog:
                                   rec.get("removed_on"))
         rec.update(state="processed", reason="", marked=False)
         rec.pop("removed_on", None)
+        rec.pop("unreadable", None)
         return True
 
     async def _from_note(self, rel: str, new: JsonObject) -> None:
@@ -408,8 +428,14 @@ class ResourceCatalog:
         try:
             note = await write_note(self.ws, rec, summary, truncated=cut)
         except RecalldError as exc:  # the note cannot be written: this file fails, not all
-            rec.update(state="failed", reason=f"note not written: {exc.message}")
-            return "failed", None
+            return settle("failed", f"note not written: {exc.message}")
+        if superseded():
+            # Deleted or changed while its note was written: the note is the file's all
+            # the same, to be marked removed or rewritten by the work that is now queued.
+            current = self.records.get(rel)
+            if current is not None and not current.get("note"):
+                current["note"] = note
+            return "superseded", note
         rec.update(state="processed", reason="", note=note)
         return "processed", note
 

@@ -64,24 +64,29 @@ def note_stem(rel_in_resource: str) -> str:
     return f"resource-{stem or 'file'}"
 
 
-def file_digest(root: Path, rel: str) -> tuple[str, int, int] | None:
-    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``, None if gone, not
-    a regular file, or reached through a directory link out of ``root`` (blocking)."""
+def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
+    """``(sha256, mtime_ns, size)`` of the regular file ``root/rel``; None if it is gone
+    (or a folder); why it is not read if it is there but cannot be, or must not be: not
+    a regular file, reached through a link out of ``root``, refused by the system
+    (EACCES, EIO) (blocking). A file not read is not a file deleted: its note stays."""
     try:
         with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
-                return None  # a FIFO or a device: reading it would take another's bytes
+                # A FIFO or a device: reading it would take another's bytes.
+                return "not a regular file (a FIFO, a socket or a device): it is not read"
             h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
-    except PathOutsideWorkspace:  # reached through a link out of the workspace
-        return None
+    except PathOutsideWorkspace:
+        return "a link out of the workspace: it is not read"
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the name is a link, which is never followed
+            return "a symbolic link: it is not read"
         log.warning("resource %s unreadable: %s", rel, exc)
-        return None
+        return f"cannot be read: {exc.strerror or exc}"
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
