@@ -3,7 +3,9 @@ real daemon, a real socket and a scripted OpenAI-compatible model (see test_drea
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +112,28 @@ def test_a_damaged_run_record_is_refused_by_undo_with_the_reason(
     record.write_bytes(orjson.dumps(good))
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second})
     assert tea in undone["restored"] and "- green" not in (root / tea).read_text()
+
+
+def test_undo_does_not_read_a_fifo_in_place_of_a_node(daemon: DaemonHandle,
+                                                      fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    """A FIFO where a run's node was: undo refuses at once (opening it to read would wait
+    for a writer, holding the workspace's writes), and the workspace still writes."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    tea = root / "digest/personal/tea.md"
+    write(root, a, "Tea.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "- tea", "reason": "habit"})]]
+    run = dream(daemon)["run_id"]
+    tea.unlink()
+    os.mkfifo(tea)
+    with pytest.raises(NotAllowed, match=re.escape("personal/tea.md cannot be read")):
+        daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run, "force": True},
+                    timeout=30)
+    assert stat.S_ISFIFO(tea.lstat().st_mode)
+    added = daemon.call("memory.add_note", {"agent_id": AGENT, "content": "still writes"},
+                        timeout=30)
+    assert added["changed"] is True

@@ -18,11 +18,13 @@ Everything here blocks on the file system: run it in a worker thread.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import logging
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -367,10 +369,21 @@ def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
 
 
 def _current(path: Path) -> bytes | None:
+    """The bytes of the file at ``path`` (None: there is none). OSError if what is there
+    is not a regular file: a FIFO's open would wait for a writer (with the workspace's
+    writes held), a link is not the file the run wrote."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not a file") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return fh.read()
 
 
 def _later_writers(directory: Path, run: JsonObject, paths: list[str]) -> dict[str, str]:
