@@ -392,7 +392,7 @@ def test_cancelled_dream_keeps_its_log_and_catalog(daemon: DaemonHandle, fake: F
 
 
 def test_node_format_keeps_foreign_fields_and_hand_sections() -> None:
-    from recalld.daemon.memory import digest
+    from recalld.daemon.memory import digest, integration
 
     text = ("---\nname: Editor\nowner: me\nsources: [memory/2026-01-01/x.md]\n---\n"
             "# Editor\n\nUses vim.\n\n## Notes by hand\n\nkeep me\n\n## Sources\n\n"
@@ -404,11 +404,11 @@ def test_node_format_keeps_foreign_fields_and_hand_sections() -> None:
     assert (again.content, again.sources, again.extra) == (node.content, node.sources,
                                                            node.extra)
     assert digest.slugify("咖啡 偏好!") == "咖啡-偏好"
-    assert digest.kept_fraction("- a\n- b\n- c\n- d", "* a\n  b  \nnew") == 0.5
+    assert integration.kept_fraction("- a\n- b\n- c\n- d", "* a\n  b  \nnew") == 0.5
 
 
 def test_integration_arguments_are_checked() -> None:
-    from recalld.daemon.memory import digest
+    from recalld.daemon.memory import digest, integration
 
     def parse(**args: Any) -> digest.Integration:
         return digest.parse_integration(args, digest_dir="digest",
@@ -426,12 +426,12 @@ def test_integration_arguments_are_checked() -> None:
     assert ok.sources == ("memory/d/a.md",) and ok.related == ("digest/wiki/build.md",)
     assert ok.path == "digest/wiki/hal.md"
     # REFINE at exactly half kept is allowed; below is refused.
-    node = digest.parse_node(ok.path, digest.integrate(None, ok, "2026-01-01").text or "")
+    node = digest.parse_node(ok.path, integration.integrate(None, ok, "2026-01-01").text or "")
     grown = dataclasses_replace(ok, action="REFINE", content="- a\n- b")
     node.content = "- a\n- x\n- y\n- z"
-    assert digest.integrate(node, grown, "2026-01-02").status == "refused"
+    assert integration.integrate(node, grown, "2026-01-02").status == "refused"
     node.content = "- a\n- x"
-    assert digest.integrate(node, grown, "2026-01-02").status == "applied"
+    assert integration.integrate(node, grown, "2026-01-02").status == "applied"
 
 
 def dataclasses_replace(obj: Any, **changes: Any) -> Any:

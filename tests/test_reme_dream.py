@@ -155,7 +155,7 @@ def test_a_catalog_recalld_kept_in_remes_folder_moves_beside_it(
 
 def test_old_derived_from_and_relates_to_lines_count_as_sources_and_relations() -> None:
     from recalld.daemon.index.links import extract_links
-    from recalld.daemon.memory import digest
+    from recalld.daemon.memory import digest, integration
 
     path = "digest/wiki/deploy-runbook.md"
     text = (FIXTURE / path).read_text("utf-8").replace(
@@ -171,7 +171,7 @@ def test_old_derived_from_and_relates_to_lines_count_as_sources_and_relations() 
     assert "derived_from" not in node.content and "Consolidated knowledge" in node.content
     # A corroboration adds to the old sources; the node is then written in recalld's form.
     new_source = "memory/2026-06-17/deploy-1.md"
-    out = digest.integrate(node, digest.Integration(
+    out = integration.integrate(node, digest.Integration(
         action="CORROBORATE", bucket="wiki", name=node.name, sources=(new_source,),
         node=path), "2026-06-18")
     assert out.status == "applied" and out.text is not None

@@ -12,7 +12,7 @@ recorded as read without one). The model sees the note and the node names, and
 has four tools:
 ``node_search`` (keyword search restricted to the digest folder), ``node_read``,
 ``integrate`` (one CREATE / CORROBORATE / REFINE / CORRECT proposal) and
-``note_interests``. ``integrate`` is applied at once by :mod:`digest` (deterministic
+``note_interests``. ``integrate`` is applied at once by :mod:`integration` (deterministic
 rules: sources, history, refusal of destructive rewrites) and written through the shared
 file operations, so the next search sees it. A note whose conversation failed (provider
 down, malformed answers, or cut off at ``max_steps_per_note`` while the model still called
@@ -47,6 +47,7 @@ from recalld.daemon.memory import (
     dreaminbox,
     dreamnotes,
     dreamprompt,
+    integration,
     interests,
     nodefiles,
     runjournal,
@@ -217,12 +218,12 @@ class _Run:
                 proposal.path, await redact_async(before_text))
             if existing is not None and not utf8:
                 existing.unreadable = True
-            outcome = digest.integrate(existing, proposal, self.today)
+            outcome = integration.integrate(existing, proposal, self.today)
             if existing is not None and existing.unreadable:
                 self.blocked.append(outcome.detail)
             shown = self.seen.get(proposal.path)
             if outcome.action in ("REFINE", "CORRECT") and shown not in (None, before_text):
-                outcome = digest.Outcome(
+                outcome = integration.Outcome(
                     outcome.action, proposal.path, "refused", None,
                     "the node changed since you read it (edited meanwhile): node_read it "
                     "again and propose the new content on what it says now")

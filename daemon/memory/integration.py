@@ -1,0 +1,161 @@
+"""The four integration actions on a digest node, as pure functions.
+
+The model never writes a node. It proposes an :class:`Integration` and :func:`integrate`
+decides, deterministically, what the node becomes:
+
+- CREATE: a new node (on an existing node of the same name it acts as CORROBORATE: a fact
+  seen twice is stronger, not a second node; a name of another node that only shares its
+  slug is refused);
+- CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
+  the content is not touched (nothing is ever just appended);
+- REFINE: the content is replaced by a more detailed version that must keep at least
+  ``MIN_KEEP_FRACTION`` of the old content lines (a line with detail added keeps it); a
+  rewrite that would drop most of a node is refused with the reason; the lines it rewrote
+  or dropped are kept under ``## History``, as a correction's;
+- CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
+  the date, the source and the reason. Notes of a day before the node's newest source
+  do not correct it (an old note edited, or read again, never turns a node back).
+
+Nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from recalld.daemon.index.filters import note_date
+from recalld.daemon.memory.digest import (
+    MIN_KEEP_FRACTION,
+    Integration,
+    Node,
+    name_key,
+    render_node,
+)
+from recalld.daemon.memory.textlines import changed_lines, content_lines, kept_fraction
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :func:`integrate` decided: ``text`` is None when nothing is written."""
+
+    action: str  # the action actually taken (CREATE on an existing node -> CORROBORATE)
+    path: str
+    status: str  # "applied" | "unchanged" | "refused"
+    text: str | None
+    detail: str
+    sources: tuple[str, ...] = ()
+
+
+
+def _merge(into: list[str], more: Iterable[str], exclude: str = "") -> list[str]:
+    return [x for x in dict.fromkeys([*into, *more]) if x != exclude]
+
+
+def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str,
+                   what: str = "corrected") -> str:
+    claim = " / ".join(ln.strip().lstrip("-*+ ").strip() for ln in dropped if ln.strip())
+    src = ", ".join(f"[[{s}]]" for s in sources)
+    why = f"; reason: {reason}" if reason else ""
+    return f"- {today}: {what}; previously: \"{claim}\" (source: {src}{why})"
+
+
+def _other_name(existing: Node, proposal: Integration) -> bool:
+    """True when a CREATE lands on a node of another name (``C++ tips`` and ``C# tips``
+    share a slug): that is not the same fact seen twice."""
+    stem = existing.path.rsplit("/", 1)[-1].removesuffix(".md")
+    ours = name_key(proposal.name)
+    return name_key(existing.name) not in (ours, stem) and ours != stem
+
+
+def _newest_day(paths: Iterable[str]) -> str:
+    """The latest day (``YYYY-MM-DD``: a note's day folder, or a note named by its date)
+    of ``paths``; "" if none has one."""
+    return max((day for p in paths if (day := note_date(p))), default="")
+
+
+def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
+    """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
+    path = proposal.path
+    action = proposal.action
+    if existing is None:
+        if action != "CREATE":
+            return Outcome(action, path, "refused", None,
+                           f"{action} needs an existing node; {path} does not exist "
+                           "(use CREATE, or node_search to find the right node)")
+        node = Node(path=path, name=proposal.name, description=proposal.description,
+                    type=proposal.type or proposal.bucket, bucket=proposal.bucket,
+                    created=today, updated=today, sources=list(proposal.sources),
+                    related=_merge([], proposal.related, path),
+                    content=proposal.content.strip())
+        return Outcome("CREATE", path, "applied", render_node(node),
+                       f"created {proposal.bucket} node", proposal.sources)
+
+    if existing.unreadable:
+        return Outcome(action, path, "refused", None,
+                       f"{path} cannot be read as written (a hand edit: in its frontmatter "
+                       "a duplicate key, an unclosed quote or bracket; or text not saved as "
+                       "UTF-8); it is left as it is until it is fixed, and this note is read "
+                       "again by the next dream")
+    node = dataclasses.replace(existing, sources=list(existing.sources),
+                               related=list(existing.related),
+                               history=list(existing.history), extra=dict(existing.extra))
+    new_sources = [s for s in proposal.sources if s not in node.sources]
+    node.related = _merge(node.related, proposal.related, path)
+    if action == "CREATE":
+        if _other_name(existing, proposal):
+            return Outcome(action, path, "refused", None,
+                           f"{path} is the node {existing.name!r}, not {proposal.name!r}: "
+                           "give the new node a more distinct name, or name this one in "
+                           "`node` to CORROBORATE it")
+        action = "CORROBORATE"
+    if action == "CORROBORATE":
+        if not new_sources:
+            if node.related == existing.related:
+                return Outcome(action, path, "unchanged", None,
+                               "already backed by these sources")
+        else:
+            node.corroborations += len(new_sources)
+            node.sources.extend(new_sources)
+        detail = (f"corroborated by {len(new_sources)} new source(s); confidence "
+                  f"{existing.confidence} -> {node.confidence}")
+    elif action == "REFINE":
+        kept = kept_fraction(existing.content, proposal.content)
+        if kept < MIN_KEEP_FRACTION:
+            return Outcome(action, path, "refused", None,
+                           f"the rewrite keeps only {kept:.0%} of the node's lines (at least "
+                           f"{MIN_KEEP_FRACTION:.0%} required); use CORRECT for a "
+                           "contradiction")
+        if content_lines(proposal.content) == content_lines(existing.content) \
+                and not new_sources:
+            return Outcome(action, path, "unchanged", None, "no new detail")
+        # A line the refinement rewrote or left out is kept under History, as a
+        # correction's: nothing the node said goes without a trace.
+        dropped = changed_lines(existing.content, proposal.content)
+        if dropped:
+            node.history.append(_history_entry(today, dropped, proposal.sources,
+                                               proposal.reason, "refined"))
+        node.content = proposal.content.strip()
+        node.sources.extend(new_sources)
+        detail = f"refined (kept {kept:.0%} of the previous lines)"
+    else:  # CORRECT
+        said, held = _newest_day(proposal.sources), _newest_day(existing.sources)
+        if said and said < held:
+            return Outcome(action, path, "refused", None,
+                           f"the note(s) of {said} are older than what {path} says (sources "
+                           f"up to {held}): an older note does not correct a newer claim; "
+                           "CORROBORATE or REFINE if it adds to it, else leave the node")
+        dropped = changed_lines(existing.content, proposal.content)
+        if not dropped and not new_sources:
+            return Outcome(action, path, "unchanged", None, "nothing to correct")
+        if dropped:
+            node.history.append(_history_entry(today, dropped, proposal.sources,
+                                               proposal.reason))
+        node.content = proposal.content.strip()
+        node.sources.extend(new_sources)
+        detail = f"corrected; {len(dropped)} old line(s) kept under History"
+    if proposal.description and action != "CORROBORATE":
+        node.description = proposal.description
+    node.updated = today
+    return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources))
