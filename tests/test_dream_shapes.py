@@ -137,3 +137,35 @@ def test_undo_does_not_read_a_fifo_in_place_of_a_node(daemon: DaemonHandle,
     added = daemon.call("memory.add_note", {"agent_id": AGENT, "content": "still writes"},
                         timeout=30)
     assert added["changed"] is True
+
+
+def test_an_older_note_does_not_turn_a_node_back_by_refining_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A note of a day before the node's newest source, dreamed later (edited since, or
+    new), proposes the node's old claim: as a CORRECT it was refused, as a REFINE that
+    rewrites one line of three it was applied. It may still add detail."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    new, old = "memory/2026-11-21/new.md", "memory/2026-11-20/old.md"
+    meeting = "digest/wiki/meeting.md"
+    write(root, new, "The meeting moved to Friday.\n")
+    open_ws(daemon, root, fake)
+    lines = "- weekly meeting on Friday\n- in room 4\n- led by Ana"
+    model.plan[new] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Meeting",
+                                       "content": lines, "reason": "schedule"})]]
+    dream(daemon)
+    write(root, old, "The meeting is on Thursday, in room 4 on the second floor.\n")
+    back = lines.replace("Friday", "Thursday")
+    model.plan[old] = [[("integrate", {"action": action, "bucket": "wiki", "node": meeting,
+                                       "sources": [old], "content": content,
+                                       "reason": "old note"})
+                        for action, content in (
+                            ("CORRECT", back), ("REFINE", back),
+                            ("REFINE", "- weekly meeting on Friday\n- led by Ana"),
+                            ("REFINE", lines.replace("room 4", "room 4 (second floor)")))]]
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 3, "REFINE": 1}, (result, model.tool_results)
+    assert sum("older than what" in r for r in model.tool_results) == 3
+    text = (root / meeting).read_text()
+    assert "- weekly meeting on Friday\n- in room 4 (second floor)\n- led by Ana" in text
+    assert "Thursday" not in text

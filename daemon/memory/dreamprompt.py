@@ -19,7 +19,7 @@ Skip chit-chat and one-off details. For each unit call `integrate` once with one
 - CORROBORATE: the note repeats what an existing node says.
 - REFINE: the note adds detail to a node; give the FULL new content, keeping what it says.
 - CORRECT: the note contradicts a node; give the corrected content and the reason
-  (a note older than the node's sources does not correct it).
+  (a note older than the node's sources does not correct it; it may only add detail).
 Name existing nodes by their path in `node`. Use `related` for nodes on related topics.
 Optionally call `note_interests` with the topics the user cares about.
 Answer with a short plain-text summary when done."""

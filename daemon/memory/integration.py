@@ -14,7 +14,8 @@ decides, deterministically, what the node becomes:
   or dropped are kept under ``## History``, as a correction's;
 - CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
   the date, the source and the reason. Notes of a day before the node's newest source
-  do not correct it (an old note edited, or read again, never turns a node back).
+  do not correct it, nor refine it but by adding detail: a REFINE from them must keep
+  every line (an old note edited, or read again, never turns a node back).
 
 Nothing here touches the disk.
 """
@@ -75,6 +76,16 @@ def _newest_day(paths: Iterable[str]) -> str:
     return max((day for p in paths if (day := note_date(p))), default="")
 
 
+def _older_than(proposal: Integration, existing: Node) -> str:
+    """Why the notes ``proposal`` is from are older than what ``existing`` says (of a day
+    before its newest source: an old note edited, or read again); "" if they are not."""
+    said, held = _newest_day(proposal.sources), _newest_day(existing.sources)
+    if said and said < held:
+        return (f"the note(s) of {said} are older than what {existing.path} says (sources "
+                f"up to {held})")
+    return ""
+
+
 def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
     """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
     path = proposal.path
@@ -122,6 +133,12 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
                   f"{existing.confidence} -> {node.confidence}")
     elif action == "REFINE":
         kept = kept_fraction(existing.content, proposal.content)
+        older = _older_than(proposal, existing)
+        if older and kept < 1.0:
+            return Outcome(action, path, "refused", None,
+                           f"{older}: it may add detail, not rewrite or drop a line of what "
+                           "a newer note said; REFINE keeping every line (detail added "
+                           "inside a line keeps it), CORROBORATE, or leave the node")
         if kept < MIN_KEEP_FRACTION:
             return Outcome(action, path, "refused", None,
                            f"the rewrite keeps only {kept:.0%} of the node's lines (at least "
@@ -140,12 +157,12 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
         node.sources.extend(new_sources)
         detail = f"refined (kept {kept:.0%} of the previous lines)"
     else:  # CORRECT
-        said, held = _newest_day(proposal.sources), _newest_day(existing.sources)
-        if said and said < held:
+        older = _older_than(proposal, existing)
+        if older:
             return Outcome(action, path, "refused", None,
-                           f"the note(s) of {said} are older than what {path} says (sources "
-                           f"up to {held}): an older note does not correct a newer claim; "
-                           "CORROBORATE or REFINE if it adds to it, else leave the node")
+                           f"{older}: an older note does not correct a newer claim; "
+                           "CORROBORATE, or REFINE keeping every line if it adds detail, "
+                           "else leave the node")
         dropped = changed_lines(existing.content, proposal.content)
         if not dropped and not new_sources:
             return Outcome(action, path, "unchanged", None, "nothing to correct")
