@@ -1,29 +1,19 @@
 """Resource files that are there but are not read (not a regular file, a link), files of
 every suffix a text format is saved with, and a file deleted while its note is written:
-a real daemon and the scripted chat model (see test_resource.py), and one catalog driven
-in this process."""
+a real daemon and the scripted chat model (see test_resource.py)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
-
-import pytest
-import trio
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, chat_config, fake, write
 from test_resource import catalog, open_ws, wait_state
-from waits import workspace_status
+from test_resource_life import active_jobs
+from waits import wait_for, workspace_status
 
-from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.daemon.memory import resource
-from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.chat import ChatClient
-from recalld.daemon.workspaces import Workspace, WorkspaceSettings
 
 __all__ = ["fake"]  # the fixture, shared with test_dream
 
@@ -78,50 +68,25 @@ def test_every_suffix_of_a_text_format_is_read(daemon: DaemonHandle, fake: FakeP
         assert catalog(root)[rel]["state"] == "processed", catalog(root)[rel]
 
 
-@pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
-
-
-async def test_a_file_deleted_while_its_note_is_written_gets_its_note_marked(
-        fake: FakeProvider, bridge: ProviderBridge, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watcher catalogs the deletion while the job writes the file's note: the file
-    ends removed with its note marked, not processed with a note of a file that is gone."""
+def test_a_file_deleted_while_the_model_reads_it_leaves_no_unmarked_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The watcher catalogs the deletion while the job asks the model about the file:
+    the file ends removed, and no note of it stays unmarked (a note written for it is
+    marked as of a removed file)."""
+    root = tmp_path / "ws"
     ScriptedModel(fake)
     rel = "resource/brief.txt"
-    write(tmp_path, rel, "Budget: 10k.\n")
-    ws = Workspace("w", tmp_path, WorkspaceSettings())
-
-    pushed: list[list[str]] = []
-
-    async def indexed() -> None:  # no index here: the note is written, nothing to wait for
-        return None
-
-    async def push(kind: str, summary: str, changes: list[str], **_: Any) -> None:
-        pushed.append(changes)
-
-    ws.provide(cast(Any, SimpleNamespace(
-        write_lock=trio.Lock(), index=SimpleNamespace(sync=indexed),
-        inbox=SimpleNamespace(is_open=True, push=push))))
-    cat = resource.ResourceCatalog(ws)
-    await cat.apply_paths({rel})
-    real_write = resource.write_note
-
-    async def deleted_meanwhile(*args: Any, **kwargs: Any) -> str:
-        (tmp_path / rel).unlink()
-        await cat.apply_paths({rel})  # what the watcher does on the deletion's event
-        return await real_write(*args, **kwargs)
-
-    monkeypatch.setattr(resource, "write_note", deleted_meanwhile)
-    config = chat_config(fake)
-    chat = ChatClient(ChatModelConfig(base_url=config["base_url"], model_name="m"), bridge,
-                      environ={})
-    result = await cat.process(chat)
-    entry = cat.records[rel]
-    assert entry["state"] == "removed" and entry.get("marked"), (entry, result)
-    note = tmp_path / str(entry["note"])
-    assert parse_frontmatter(note.read_text())[0].get("source_removed"), note.read_text()
-    assert result["notes"] == [entry["note"]] and pushed == [[entry["note"]]]
+    gate = fake.gate(lambda body: "Budget: 10k" in str(body.get("messages")))
+    write(root, rel, "Budget: 10k.\n")
+    open_ws(daemon, "res", root, fake)
+    assert gate.entered.wait(30)
+    (root / rel).unlink()
+    wait_state(root, rel, "removed")
+    gate.open()
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    entry = catalog(root)[rel]
+    assert entry["state"] == "removed", entry
+    for note in (root / "memory").rglob("*.md"):
+        fields = parse_frontmatter(note.read_text())[0]
+        if fields.get("source_resource") == f"[[{rel}]]":
+            assert fields.get("source_removed") and entry.get("marked"), note.read_text()
