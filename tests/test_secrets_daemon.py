@@ -372,3 +372,32 @@ def test_a_token_split_over_two_messages_is_masked_in_both(
     pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
     assert "keep it" in pending and "that is the aws one" in pending
     assert not [p for p in (token[:18], token[18:], key[:13], key[13:]) if p in pending], pending
+
+
+def test_session_ids_in_notes_recalld_writes_are_indexed_as_written(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A conversation's id (a random-looking slug, a chat's number, a ULID, a nanoid, a
+    Feishu chat id) is written into a note's ``session_id`` and named by its
+    ``source_conversation`` link: the index shows it in both, not masked in one and
+    plain in the other. An id shaped like a credential is still refused at write."""
+    d = daemon_factory(_config(tmp_path / "ws", fake))
+    ids = {"a8f3k2m9x7q4w1z6": "walrus", "telegram:12345678": "heron", "qq:123456789": "otter",
+           "01HGW2N7Q4Z8X9K3M5P6R7T8V9": "badger", "V1StGXR8_Z5jdHi6B-myT": "lynx",
+           "oc_5ad11d72b830411d72b836c20b3a1f2e": "ibis",
+           "discord:1187654321098765432": "marmot"}
+    for sid, word in ids.items():
+        d.call("memory.add_note", {"agent_id": "w", "content": f"the {word} was seen",
+                                   "session_id": sid, "name": word})
+    d.call("index.sync", {"agent_id": "w"})
+    for sid, word in ids.items():
+        hits = d.call("memory.search", {"agent_id": "w", "query": word})["results"]
+        assert len(hits) == 1, (sid, hits)
+        text = hits[0]["text"]
+        assert "[REDACTED]" not in text, text
+        assert f"/dialog/{sid}.jsonl]]" in text and f"session_id: {sid}" in text.replace(
+            '"', ""), text
+    jwt = ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+           "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+    for sid in (HAND_KEY, jwt, "ghp_" + _rand(36)):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("memory.add_note", {"agent_id": "w", "content": "x", "session_id": sid})

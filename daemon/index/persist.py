@@ -62,10 +62,12 @@ FORMAT_VERSION = 1
 # more command lines' passwords; and the redaction rules of the time; 15: notes not in
 # UTF-8 are read as Windows-1252, or by their byte order mark, notetext.py; 16: emoji and
 # pictographs are terms; 17: words are folded, accents off Latin and Greek letters,
-# Hebrew and Arabic points, soft hyphens and joiners out, ``tokenizer.fold``); a generation
+# Hebrew and Arabic points, soft hyphens and joiners out, ``tokenizer.fold``; 18: a
+# frontmatter ``session_id`` that the ``source_conversation`` link beside it names unmasked
+# is not masked, ``redact.note_spans``); a generation
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 17
+CHUNKING = 18
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")

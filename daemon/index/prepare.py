@@ -179,13 +179,12 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
     # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
     # warm start that finds nothing changed never needs.
-    from recalld.daemon.memory.redact import redact, redact_prefix
+    from recalld.daemon.memory.redact import redact_note
 
     if len(full) == len(data):
-        text = redact(note_text(data), keep_lines=True)
+        text = redact_note(note_text(data))
     else:
-        text = redact_prefix(note_text(full), len(note_text(data, prefix=True)),
-                             keep_lines=True)
+        text = redact_note(note_text(full), len(note_text(data, prefix=True)))
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,

@@ -171,6 +171,55 @@ def redact_prefix(text: str, length: int, *, keep_lines: bool = False) -> str:
     return _apply(text[:length], spans, keep_lines)
 
 
+#: In a note's frontmatter block: the session id recalld writes and the link to that
+#: session's dialog log it writes beside it (``fileops.daily_write``; ``turns.check_session_id``
+#: holds the id's characters).
+_NOTE_ID = r"[A-Za-z0-9_.:@\-]{1,128}"
+_SESSION_FIELD: Final = re.compile(
+    rf"^session_id:[ \t]*(?P<q>[\"']?)(?P<id>{_NOTE_ID})(?P=q)[ \t]*$", re.MULTILINE)
+_SOURCE_FIELD: Final = re.compile(
+    rf"^source_conversation:[ \t]*[\"']?\[\[[^\]\n]*/dialog/(?P<id>{_NOTE_ID})\.jsonl\]\]",
+    re.MULTILINE)
+
+
+def note_spans(text: str) -> list[Span]:
+    """:func:`find_spans` of a note as the index holds it: a ``session_id`` in its
+    frontmatter block is kept where the ``source_conversation`` link beside it names the
+    same id unmasked. The link shows the id anyway, and a conversation's id (a chat's
+    number, a ULID, a random-looking slug) is no credential; an id the rules mask in the
+    link too (a key's shape: refused when recalld writes a note) stays masked in both."""
+    spans = find_spans(text)
+    if not spans or not text.lstrip("\ufeff").startswith("---"):
+        return spans
+    fence = text.find("\n---", 3)
+    block = len(text) if fence < 0 else fence
+    field = _SESSION_FIELD.search(text, 0, block)
+    link = _SOURCE_FIELD.search(text, 0, block)
+    if field is None or link is None or field.group("id") != link.group("id"):
+        return spans
+    at, end = link.span("id")
+    if any(s < end and e > at for s, e in spans):
+        return spans
+    at, end = field.span("id")
+    out: list[Span] = []
+    for s, e in spans:
+        if s < end and e > at:  # the id's part of it is kept
+            out.extend(p for p in ((s, at), (end, e)) if p[1] > p[0])
+        else:
+            out.append((s, e))
+    return out
+
+
+def redact_note(text: str, length: int | None = None) -> str:
+    """A note's text as the index holds it (:func:`note_spans`), its lines kept;
+    ``length``: its first ``length`` characters only, a secret the cut falls inside
+    masked (as :func:`redact_prefix`)."""
+    spans = note_spans(text)
+    if length is None:
+        return _apply(text, spans, True)
+    return _apply(text[:length], [(s, min(e, length)) for s, e in spans if s < length], True)
+
+
 def redact_count(text: str) -> tuple[str, int]:
     """The redacted text and how many secrets were masked."""
     spans = find_spans(text)
@@ -373,7 +422,7 @@ async def redact_async(text: str, *, keep_lines: bool = False,
                                          limiter=limiter)
 
 
-__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "masked_in", "redact",
-           "redact_async", "redact_count", "redact_inserted", "redact_messages",
-           "redact_messages_async", "redact_parts", "redact_prefix", "redact_value",
-           "seam_spans"]
+__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "masked_in", "note_spans",
+           "redact", "redact_async", "redact_count", "redact_inserted", "redact_messages",
+           "redact_messages_async", "redact_note", "redact_parts", "redact_prefix",
+           "redact_value", "seam_spans"]

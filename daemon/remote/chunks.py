@@ -34,7 +34,7 @@ from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.persist import CHUNKING
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 from recalld.daemon.index.tokenizer import doc_length, tokenize
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import redact_note
 from recalld.daemon.notetext import note_text
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -63,8 +63,7 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
                ) -> list[ChunkRow]:
     """The chunks of the note ``path`` holding ``data``, as the local index makes them
     (of its first ``MAX_NOTE_BYTES`` only)."""
-    text = redact(note_text(data[:MAX_NOTE_BYTES], prefix=len(data) > MAX_NOTE_BYTES),
-                  keep_lines=True)
+    text = redact_note(note_text(data[:MAX_NOTE_BYTES], prefix=len(data) > MAX_NOTE_BYTES))
     chunks = chunk_markdown(path, text, max_chars=max_chars)
     author = (author_column(authors_of(chunks[0].metadata.get("frontmatter")))
               if chunks else None)
