@@ -36,6 +36,7 @@ from recalld.daemon import memtrim
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index import reme_import
+from recalld.daemon.index.carry import carry_vectors
 from recalld.daemon.index.commits import CommitRecord, Committer, DamagedFile, PersistError
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.passes import POOL_MIN_FILES, Passes, UnreadableNote, note_reads
@@ -43,7 +44,7 @@ from recalld.daemon.index.persist import IndexStore, LoadReport
 from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
-from recalld.daemon.index.state import IndexState, carry_vectors
+from recalld.daemon.index.state import IndexState
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace

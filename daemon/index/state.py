@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
-import numpy as np
 import orjson
 from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.filters import Filters, authors_of, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
@@ -435,43 +433,8 @@ class IndexState:
                 "keyword": self.bm25.stats()}
 
 
-def carry_vectors(
-    fresh: IndexState, by_text: Mapping[str, str], space: str | None,
-    config: JsonObject | None,
-) -> int:
-    """Give ``fresh`` the vectors (of ``space``) that an older state held for the same texts.
-
-    A rebuild then keeps hybrid search without waiting for the backfill. Returns how many
-    chunks got a vector; vectors of another size than the first are left out.
-    """
-    keys: list[int] = []
-    rows: list[F32] = []
-    for key, text in list(fresh.chunks.texts()):
-        value = by_text.get(text)
-        if value is None:
-            continue
-        try:
-            vec = decode_f16(value)
-        except ValueError:
-            continue
-        if rows and vec.shape != rows[0].shape:
-            continue
-        fresh.chunks.set_embedding(key, value)
-        keys.append(key)
-        rows.append(vec)
-    if not keys:
-        return 0
-    fresh.vectors = VectorIndex(int(rows[0].shape[0]), initial_capacity=len(keys))
-    fresh.vectors.add(keys, np.stack(rows))
-    fresh.vector_space = space
-    fresh.vector_config = config
-    fresh.vectors_version += 1
-    return len(keys)
-
-
 __all__ = [
-    "IndexState", "Link", "Prepared", "PreparedBatch", "StoredChunk", "carry_vectors", "prepare",
-    "prepare_files",
+    "IndexState", "Link", "Prepared", "PreparedBatch", "StoredChunk", "prepare", "prepare_files",
 ]
 
 
