@@ -38,6 +38,7 @@ from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.secret_names import mask_path, secret_named_folders, secret_notice
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.workspaces import Workspace
@@ -173,10 +174,11 @@ class Health:
             degraded.append(f"{len(partial)} note(s) over {MAX_NOTE_BYTES >> 20} MiB indexed "
                             "only up to that size")
         unreadable = self.index.unreadable
-        unreadable_paths = idx["unreadable_paths"]
+        unreadable_paths = sorted(unreadable)[:MAX_LISTED]  # idx's are shown masked
         if unreadable_paths:
             first = unreadable_paths[0]
-            degraded.append(f"{idx['unreadable']} note(s) could not be read (first: {first}: "
+            degraded.append(f"{idx['unreadable']} note(s) could not be read (first: "
+                            f"{mask_path(first)}: "
                             f"{unreadable[first]['error']}); the index keeps what it had of "
                             "them, if anything, until they read again")
         if self.scanned_at is None:
@@ -208,7 +210,7 @@ class Health:
         # The first few reads that failed, before the rest: many of them (a failing disk)
         # must not push the others out (``unreadable_paths`` lists more).
         reads: list[JsonObject] = [
-            {"what": f"read {path}", "error": unreadable[path]["error"],
+            {"what": f"read {mask_path(path)}", "error": unreadable[path]["error"],
              "time": unreadable[path]["time"]} for path in unreadable_paths[:MAX_READ_ERRORS]]
         last_errors: list[JsonObject] = [dict(e) for e in self.errors]
         if persist_error:
@@ -222,19 +224,22 @@ class Health:
         for name, why in (idx.get("load_corrupt") or {}).items():
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
+        named = self.index.state.secret_named
         return {
             "state": state,
-            "reasons": degraded + pending,
+            "reasons": degraded + pending + ([secret_notice(named)] if named else []),
             "files_indexed": idx.get("files"),
             "files_on_disk": self.disk_files,
             "chunks": idx.get("chunks"),
             "pending_changes": idx.get("pending_changes"),
             "unindexed": len(unindexed),
-            "unindexed_paths": unindexed[:MAX_LISTED],
+            "unindexed_paths": [mask_path(p) for p in unindexed[:MAX_LISTED]],
             "partly_indexed": len(partial),
-            "partly_indexed_paths": partial[:MAX_LISTED],
+            "partly_indexed_paths": [mask_path(p) for p in partial[:MAX_LISTED]],
             "unreadable": idx["unreadable"],
-            "unreadable_paths": unreadable_paths,
+            "unreadable_paths": [mask_path(p) for p in unreadable_paths],
+            "secret_named": len(named),
+            "secret_named_folders": secret_named_folders(named)[:MAX_LISTED],
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,
@@ -299,6 +304,8 @@ class HealthReport(TypedDict):
     partly_indexed_paths: list[str]
     unreadable: int
     unreadable_paths: list[str]
+    secret_named: int  # notes named by a secret (their paths shown masked)
+    secret_named_folders: list[str]
     watcher: str | None
     scanned_at: float | None
     derived_bytes: int | None

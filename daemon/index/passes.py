@@ -31,6 +31,7 @@ from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.reads import StateAccess
 from recalld.daemon.index.records import ApplyStats
 from recalld.daemon.index.state import IndexState
+from recalld.daemon.memory.secret_names import mask_path, secret_notice
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,12 @@ class Passes:
                 log.warning("%s: %d notes could not be read (%s); the index keeps what it had "
                             "of them, if anything, and reads them again at their next change "
                             "or reconcile", self._agent_id, len(stats.unreadable),
-                            "; ".join(f"{path}: {why}" for path, why in stats.unreadable[:5]))
+                            "; ".join(f"{mask_path(path)}: {why}"
+                                      for path, why in stats.unreadable[:5]))
+            named = [p.path for b in batches for p in b.files
+                     if p.secret_name and not (p.gone or p.error or p.unchanged)]
+            if named:
+                log.warning("%s: %s", self._agent_id, secret_notice(named))
             if stats.changed or stats.restat:  # a new stat alone is saved too (no change)
                 self._changed(stats.added + stats.updated + stats.deleted, big)
 

@@ -257,7 +257,12 @@ class IndexStore:
         if meta.get("chunking") != CHUNKING and not report.corrupt:
             # Chunked by other rules: every file reads as changed, so the startup
             # reconcile chunks it again (its unchanged texts keep their cached vectors).
-            files = [FileInfo(f.path, 0, 0, "", f.keys) for f in files]
+            # Paths named by a secret are told at once (older rules may not have), so
+            # none is shown unmasked until then.
+            from recalld.daemon.memory.secret_names import named_by_secret
+
+            files = [FileInfo(f.path, 0, 0, "", f.keys, named_by_secret(f.path))
+                     for f in files]
             report.rebuilt.append("chunks")
         try:
             state.restore(files, chunks, bm25, graph, next_key)

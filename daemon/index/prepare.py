@@ -77,13 +77,17 @@ class Prepared:
     links: list[Link] = field(default_factory=list)
     unchanged: bool = False
     error: str = ""
+    #: A component of ``path`` holds what redaction masks (``secret_names.py``): the path
+    #: is shown masked. Decided here, in the workers, once per file read.
+    secret_name: bool = False
 
     def __reduce__(self) -> tuple[type[Prepared], tuple[str, bool, int, int, str, list[Chunk],
-                                                       list[Link], bool, str]]:
+                                                       list[Link], bool, str, bool]]:
         # One per file of a batch: its fields as the arguments of a call, not a dict of
         # slot names and values set one by one.
         return Prepared, (self.path, self.gone, self.mtime_ns, self.size, self.digest,
-                          self.chunks, self.links, self.unchanged, self.error)
+                          self.chunks, self.links, self.unchanged, self.error,
+                          self.secret_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +164,16 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
     ``reme``: ReMe's chunks of it, kept while the note still matches them; ``real_root``:
     ``os.path.realpath(root)``, resolved once for many files."""
+    from recalld.daemon.memory.secret_names import named_by_secret
+
     try:
         got = _read_note(root, rel, real_root)
     except OSError as exc:
         # One file's failure, not the pass's: the others are indexed, this one keeps what
         # the index had, and a later reconcile reads it again (its stat differs or it is
         # not indexed).
-        return Prepared(path=rel, gone=False, error=exc.strerror or type(exc).__name__)
+        return Prepared(path=rel, gone=False, error=exc.strerror or type(exc).__name__,
+                        secret_name=named_by_secret(rel))
     if got is None:
         return Prepared(path=rel, gone=True)
     full, st = got
@@ -189,7 +196,7 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
-        links=extract_links(rel, text),
+        links=extract_links(rel, text), secret_name=named_by_secret(rel),
     )
 
 

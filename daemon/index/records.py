@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 
@@ -24,6 +24,7 @@ class FileRecord(TypedDict):
     size: int
     digest: str
     keys: list[int]
+    secret_name: NotRequired[bool]
 
 
 class StateStats(TypedDict):
@@ -44,15 +45,21 @@ class FileInfo:
     #: The file's chunk keys, in order; a ``range`` when consecutive (as the index hands
     #: them out), which costs the same for one chunk or a thousand.
     keys: Sequence[int]
+    #: A component of the path holds what redaction masks: it is shown masked.
+    secret_name: bool = False
 
     def to_record(self) -> FileRecord:
-        return {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
-                "digest": self.digest, "keys": list(self.keys)}
+        rec: FileRecord = {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
+                           "digest": self.digest, "keys": list(self.keys)}
+        if self.secret_name:  # rare: written only when set
+            rec["secret_name"] = True
+        return rec
 
     @classmethod
     def from_record(cls, rec: JsonObject) -> FileInfo:
         return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
-                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]))
+                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]),
+                   rec.get("secret_name") is True)
 
 
 def compact_keys(keys: list[int]) -> Sequence[int]:

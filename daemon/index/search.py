@@ -184,6 +184,19 @@ def _result(chunk: StoredChunk, score: float, keyword: float | None,
     }
 
 
+def _mask_paths(hits: list[SearchHit], named: frozenset[str]) -> None:
+    """Show the paths of ``hits`` (their own, their links', the hit they are linked
+    from) that are named by a secret masked (``secret_names.py``)."""
+    from recalld.daemon.memory.secret_names import shown_path
+
+    for hit in hits:
+        hit["path"] = shown_path(hit["path"], named)
+        if "links" in hit:
+            hit["links"] = [shown_path(p, named) for p in hit["links"]]
+        if "via" in hit:
+            hit["via"] = shown_path(hit["via"], named)
+
+
 def fuse_branches(keyword: list[tuple[int, float]], vector: list[tuple[int, float]],
                   exact: set[int], config: SearchConfig,
                   chunks: Mapping[int, StoredChunk], *,
@@ -312,6 +325,9 @@ async def search(
             item = _result(chunk, 0.0, None, None)
             item["via"] = extra[path]
             expanded.append(item)
+    named = index.state.secret_named
+    if named:
+        _mask_paths([*results, *expanded], named)
     took_ms = (time.perf_counter() - started) * 1000
     metrics.observe("recalld_search_seconds", took_ms / 1000)
     log.info("search agent=%s vector_hits=%d keyword_hits=%d results=%d took_ms=%.2f",

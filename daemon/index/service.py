@@ -45,6 +45,7 @@ from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
 from recalld.daemon.index.state import IndexState
+from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
 from recalld.daemon.workspaces import Workspace
@@ -484,7 +485,7 @@ class WorkspaceIndex:
             "damaged_files": dict(commits.damaged),
             "live_damage": dict(self.live_problems()),
             "unreadable": len(self.unreadable),
-            "unreadable_paths": sorted(self.unreadable)[:MAX_LISTED],
+            "unreadable_paths": [mask_path(p) for p in sorted(self.unreadable)[:MAX_LISTED]],
             "searches": self.searches,
             "idle_trims": self.idle_trims,
             "keyword": self.state.bm25.stats(),

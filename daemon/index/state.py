@@ -67,6 +67,9 @@ class IndexState:
         #: files change: replaced, never changed in place, so that status reads it while
         #: an apply in a worker thread changes ``files`` (which it must not iterate then).
         self.oversized: frozenset[str] = frozenset()
+        #: The indexed files whose path holds what redaction masks (shown masked), kept
+        #: as ``oversized`` is.
+        self.secret_named: frozenset[str] = frozenset()
         self.chunks = ChunkTable()
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
@@ -263,7 +266,7 @@ class IndexState:
                         seen = (prep.mtime_ns, prep.size)
                         if old is not None and (old.mtime_ns, old.size) != seen:
                             self._put(FileInfo(prep.path, prep.mtime_ns, prep.size,
-                                               old.digest, old.keys))
+                                               old.digest, old.keys, old.secret_name))
                             restat += 1
                         unchanged += 1
                         continue
@@ -280,7 +283,7 @@ class IndexState:
                         self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
                                         chunk.text, chunk.heading, chunk.metadata)
                     info = FileInfo(prep.path, prep.mtime_ns, prep.size, prep.digest,
-                                    compact_keys(keys[first:]))
+                                    compact_keys(keys[first:]), prep.secret_name)
                     self._put(info)
                     made.append(info)
                     if self._by_stem is not None:
@@ -342,6 +345,9 @@ class IndexState:
         if big != (info.path in self.oversized):
             self.oversized = (self.oversized | {info.path} if big
                               else self.oversized - {info.path})
+        if info.secret_name != (info.path in self.secret_named):
+            self.secret_named = (self.secret_named | {info.path} if info.secret_name
+                                 else self.secret_named - {info.path})
 
     def _drop(self, info: FileInfo, *, keyword: bool = True) -> None:
         """Forget ``info``'s file; ``keyword``: its documents are in the keyword index."""
@@ -355,6 +361,8 @@ class IndexState:
         del self.files[info.path]
         if info.path in self.oversized:
             self.oversized = self.oversized - {info.path}
+        if info.path in self.secret_named:
+            self.secret_named = self.secret_named - {info.path}
         stem = _stem(info.path)
         if self._by_stem is not None:  # another file of that stem is named now, if any
             paths = self._by_stem.get(stem, {})
@@ -383,6 +391,7 @@ class IndexState:
                 keys != chunks.live or keys != bm25.live):
             raise ValueError("files, chunks and keyword index disagree")
         self.oversized = frozenset(partly_indexed(by_path))
+        self.secret_named = frozenset(p for p, f in by_path.items() if f.secret_name)
         self.files = by_path
         self.chunks = chunks
         self.bm25 = bm25

@@ -1,0 +1,130 @@
+"""File names that hold a credential, and how such paths are shown.
+
+A note dropped into a workspace by hand may be named by a token (``ghp_….md``, an AWS
+key id, a JSON Web Token). Its text is indexed masked, as every note's is, but its path is
+shown in every hit, link, recall label and status line. Each component of such a path is
+shown as redaction masks a value in text, its folder and its suffix kept
+(``memory/2026-11-02/[REDACTED].md``).
+
+Whether a path is so named is decided once, when its file is prepared for the index
+(``prepare.py``, in the worker processes of a cold build too), and kept with the file
+(``FileInfo.secret_name``, ``IndexState.secret_named``). Most names hold nothing a rule
+could find, and the full rules cost tens of microseconds a name: :func:`could_hold` turns
+away, in about a microsecond, every name the rules would pass by themselves
+(``redact.find_spans`` runs a token rule only inside a run of at least
+``secret_rules.MIN_RUN_CHARS`` token characters where one of the token rules' patterns
+matches, and every other rule only where one of its hints occurs): it can never pass by a
+name the rules would mask. Components repeat (``memory``, ``2026-11-02``): each one's
+answer is kept in a bounded cache.
+
+The redaction rules are imported on the first name looked at: showing a path that is not
+so named (:func:`shown_path`) needs none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+from collections.abc import Collection, Iterable
+from typing import Final
+
+#: A suffix kept as it is (``.md``, ``.jsonl``): a file's kind, never part of a secret
+#: (unless the rules mask it with the rest, then it goes too).
+_SUFFIX: Final = re.compile(r"\.[A-Za-z0-9]{1,8}\Z")
+_FULLWIDTH: Final = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+
+
+@functools.cache
+def _hints() -> re.Pattern[str] | None:
+    """The hints of the rules that are not token rules, as one pattern; None if one such
+    rule runs without a hint (then every name needs the full rules)."""
+    from recalld.daemon.memory.secret_rules import RULES
+
+    words: set[str] = set()
+    for rule in RULES:
+        if rule.find is not None and rule.token:
+            continue
+        if not rule.hints:
+            return None
+        words.update(rule.hints)
+    return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
+def could_hold(name: str) -> bool:
+    """Could the redaction rules find anything in ``name``? False only when they cannot."""
+    from recalld.daemon.memory.secret_rules import rules_token_prefilter, token_runs
+
+    if not name.isascii():
+        name = name.translate(_FULLWIDTH)  # read as the rules read it
+    runs = token_runs(name)
+    if runs:
+        tokens = rules_token_prefilter()
+        if tokens is None or any(tokens.search(name, a, b) is not None for a, b in runs):
+            return True
+    hints = _hints()
+    return hints is None or hints.search(name.lower()) is not None
+
+
+@functools.lru_cache(maxsize=16384)
+def mask_name(name: str) -> str:
+    """One path component (a folder's or a file's name) with what redaction would mask in
+    it masked; its suffix kept unless a masked part runs into it."""
+    if not could_hold(name):
+        return name
+    from recalld.daemon.memory.redact import MASK, find_spans
+
+    suffix = _SUFFIX.search(name)
+    cut = suffix.start() if suffix is not None and suffix.start() else len(name)
+    # Read without its suffix, and whole: a rule may want the token to end the text, or
+    # take a dotted token's last part for a suffix. The suffix stays unless the name is
+    # masked only when read whole.
+    spans = find_spans(name)
+    if cut < len(name):
+        stem = find_spans(name[:cut])
+        spans = stem + [(s, min(e, cut)) for s, e in spans] if stem else spans
+    if not spans:
+        return name
+    parts: list[str] = []
+    pos = 0
+    for start, end in sorted(spans):
+        if end <= pos:
+            continue
+        if start >= pos:
+            parts += [name[pos:start], MASK]
+        pos = end
+    return "".join(parts) + name[pos:]
+
+
+def mask_path(path: str) -> str:
+    """``path`` (relative, ``/``-separated) with every component masked as
+    :func:`mask_name` masks it."""
+    return "/".join(mask_name(part) for part in path.split("/"))
+
+
+def named_by_secret(path: str) -> bool:
+    """Does a component of ``path`` hold what redaction would mask?"""
+    return mask_path(path) != path
+
+
+def shown_path(path: str, named: Collection[str]) -> str:
+    """``path`` as it is shown: masked when it is one of ``named`` (the paths found
+    :func:`named_by_secret`)."""
+    return mask_path(path) if path in named else path
+
+
+def secret_named_folders(paths: Iterable[str]) -> list[str]:
+    """The folders (themselves shown masked) of ``paths``, paths named by a secret."""
+    return sorted({mask_path(posixpath.dirname(p)) or "." for p in paths})
+
+
+def secret_notice(paths: Collection[str]) -> str:
+    """What the log and status say of ``paths``, notes named by a secret."""
+    folders = secret_named_folders(paths)
+    more = f" and {len(folders) - 3} more" if len(folders) > 3 else ""
+    return (f"{len(paths)} note(s) named by what looks like a credential, shown masked "
+            f"(in {', '.join(folders[:3])}{more}); rename them")
+
+
+__all__ = ["could_hold", "mask_name", "mask_path", "named_by_secret",
+           "secret_named_folders", "secret_notice", "shown_path"]

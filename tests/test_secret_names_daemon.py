@@ -1,0 +1,111 @@
+"""Notes named by a credential, from outside: a real daemon, notes dropped in by hand
+whose file or folder name is a token. Their paths are shown masked (folder and suffix
+kept) in every hit, link, neighbour, recall label and status line; status and the log
+say how many there are and where, never the token."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from waits import wait_value
+
+from recalld.daemon.memory.redact import find_spans
+from recalld.daemon.memory.secret_names import could_hold, mask_path
+
+sys.path.insert(0, str(Path(__file__).parent / "bench"))
+from redact_corpus import generate
+
+GITHUB = "ghp_Zr4Tq9Lm2Xw7Ks3Vn8Bp1Dh6Fy0Jc5Ga2Ue9"
+AWS = "AKIAJ7QX2M4RZ9WL3KTB"
+GITLAB = "glpat-" + "xR7-kq2_Vm9wLz4TnB8c"
+JWT = ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI5ODc2NTQzMjEwIn0."
+       "Qm7XbWk2sPz9RfT4nLc8VyH1dJ6gA3eK0uO5iM2wS7E")
+TOKENS = (GITHUB, AWS, GITLAB, JWT, GITHUB[4:20])
+DAY = "memory/2026-11-02"
+
+
+def _health(d: Any) -> dict[str, Any]:
+    status = d.call("daemon.status", timeout=30.0)
+    return dict(next(w for w in status["workspaces"] if w["agent_id"] == "w")["health"])
+
+
+def _leaks(value: object) -> list[str]:
+    return [t[:10] for t in TOKENS if t in str(value)]
+
+
+@pytest.mark.parametrize("folder", ["", "memory/", f"{DAY}/"])
+@pytest.mark.parametrize("suffix", ["", ".md", ".jsonl"])
+def test_the_gate_passes_every_name_the_rules_mask(folder: str, suffix: str) -> None:
+    """Every secret of the redaction corpus that a file name can hold, as a file name:
+    where the rules mask it, the gate lets it through and the path shown hides it."""
+    kinds: set[str] = set()
+    for item in generate(seed=11, per_kind=4):
+        for name in (item.secret, f"deploy-{item.secret}", f"{item.secret}_old"):
+            if "/" in name or "\n" in name or "\x00" in name:
+                continue  # no file name holds it
+            name += suffix
+            if not find_spans(name):
+                continue
+            kinds.add(item.kind)
+            assert could_hold(name), (item.kind, name)
+            shown = mask_path(folder + name)
+            assert item.secret not in shown and "[REDACTED]" in shown, (item.kind, shown)
+            assert shown.startswith(folder) and shown.endswith(suffix), (item.kind, shown)
+    assert len(kinds) >= 25, sorted(kinds)
+
+
+def test_notes_named_by_a_credential_are_shown_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    day = root / DAY
+    day.mkdir(parents=True)
+    (day / f"{GITHUB}.md").write_text("# deploy\nThe quokka deploy hook.\n[[plain]]\n")
+    (day / f"{AWS}.md").write_text("# aws\nThe quokka backup account.\n")
+    (day / f"key-{GITLAB}.md").write_text("# gitlab\nThe quokka runner.\n")
+    (root / "memory" / JWT).mkdir()
+    (root / "memory" / JWT / "session.md").write_text("# jwt\nThe quokka login.\n")
+    (day / "plain.md").write_text("# plain\nThe pangolin rota.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+
+    found = d.call("memory.search", {"agent_id": "w", "query": "quokka"})
+    paths = {r["path"] for r in found["results"]}
+    assert paths == {f"{DAY}/[REDACTED].md", f"{DAY}/key-[REDACTED].md",
+                     "memory/[REDACTED]/session.md"}, paths
+    assert len(found["results"]) == 4 and _leaks(found) == [], _leaks(found)
+    # The neighbour a masked hit links to names it masked, and so do the links.
+    assert [(e["path"], e["via"]) for e in found["expanded"]] == [
+        (f"{DAY}/plain.md", f"{DAY}/[REDACTED].md")]
+    plain = d.call("memory.search", {"agent_id": "w", "query": "pangolin"})
+    assert plain["results"][0]["links"] == [f"{DAY}/[REDACTED].md"]
+    assert plain["expanded"][0]["path"] == f"{DAY}/[REDACTED].md"
+    assert _leaks(plain) == []
+
+    recall = d.call("memory.recall", {"agent_id": "w", "query": "quokka pangolin"})
+    assert "[REDACTED].md" in str(recall) and _leaks(recall) == []
+
+    # Status counts them and names their folders (masked themselves), never the tokens.
+    health = wait_value(lambda: _health(d), lambda h: h["secret_named"] == 4, "counted")
+    assert health["secret_named_folders"] == [DAY, "memory/[REDACTED]"]
+    assert any("named by what looks like a credential" in r for r in health["reasons"])
+    assert _leaks(d.call("daemon.status")) == []
+    assert "named by what looks like a credential" in d.log() and _leaks(d.log()) == []
+
+    # Renamed, the note is shown by its name and no longer counted.
+    (day / f"{AWS}.md").rename(day / "aws-backup.md")
+    d.call("index.sync", {"agent_id": "w"})
+    found = d.call("memory.search", {"agent_id": "w", "query": "backup account"})
+    assert found["results"][0]["path"] == f"{DAY}/aws-backup.md"
+    assert _health(d)["secret_named"] == 3
+
+    # A warm start keeps them masked (the index saved which paths are so named).
+    d.stop()
+    d2 = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    found = d2.call("memory.search", {"agent_id": "w", "query": "quokka"})
+    assert {r["path"] for r in found["results"]} == {
+        f"{DAY}/[REDACTED].md", f"{DAY}/key-[REDACTED].md", "memory/[REDACTED]/session.md",
+        f"{DAY}/aws-backup.md"}
+    assert _leaks(found) == [] and _health(d2)["secret_named"] == 3
