@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, chat_config, fake, write
+from test_dream import ScriptedModel, fake, write
 from test_resource import catalog, open_ws, wait_state
 from test_resource_life import active_jobs
 from waits import wait_for, workspace_status
