@@ -14,6 +14,7 @@ from waits import wait_value
 
 from recalld.daemon.memory.redact import find_spans
 from recalld.daemon.memory.secret_names import could_hold, mask_path
+from recalld.ipc.errors import InvalidParams
 
 sys.path.insert(0, str(Path(__file__).parent / "bench"))
 from redact_corpus import generate
@@ -83,6 +84,16 @@ def test_notes_named_by_a_credential_are_shown_masked(
     assert plain["results"][0]["links"] == [f"{DAY}/[REDACTED].md"]
     assert plain["expanded"][0]["path"] == f"{DAY}/[REDACTED].md"
     assert _leaks(plain) == []
+
+    # A note shown masked is read by the name it is shown by; two shown alike are not.
+    read = d.call("memory.read", {"agent_id": "w", "path": "memory/[REDACTED]/session.md"})
+    assert read["text"] == "# jwt\nThe quokka login.\n"
+    assert read["path"] == "memory/[REDACTED]/session.md" and _leaks(read) == []
+    read = d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/key-[REDACTED].md"})
+    assert "quokka runner" in read["text"]
+    with pytest.raises(InvalidParams, match="2 notes are shown as .*rename them") as refused:
+        d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/[REDACTED].md"})
+    assert _leaks(str(refused.value)) == []
 
     recall = d.call("memory.recall", {"agent_id": "w", "query": "quokka pangolin"})
     assert "[REDACTED].md" in str(recall) and _leaks(recall) == []

@@ -113,6 +113,18 @@ def shown_path(path: str, named: Collection[str]) -> str:
     return mask_path(path) if path in named else path
 
 
+def shown_to_real(shown: str, named: Collection[str]) -> str:
+    """The path of ``named`` that is shown as ``shown`` (what a hit, a link or a status
+    line gave), so a note shown masked can be read by the name it is shown by;
+    ``shown`` itself when it names none of them. ValueError when it names several (their
+    names differ only in what is masked)."""
+    found = [path for path in named if mask_path(path) == shown]
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} notes are shown as {shown}; rename them (their "
+                         "names hold what looks like a credential)")
+    return found[0] if found else shown
+
+
 def secret_named_folders(paths: Iterable[str]) -> list[str]:
     """The folders (themselves shown masked) of ``paths``, paths named by a secret."""
     return sorted({mask_path(posixpath.dirname(p)) or "." for p in paths})

@@ -16,7 +16,8 @@ from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.memory.redact import masked_in, redact_async
+from recalld.daemon.memory.redact import MASK, masked_in, redact_async
+from recalld.daemon.memory.secret_names import shown_to_real
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -192,8 +193,15 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
+    shown = path
     parts = safepath.split_relative(path)  # refuse bad names before touching anything
     ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
+    if MASK in path:  # a note named by a credential, read by the name search shows
+        try:
+            path = shown_to_real(path, ws.services.index.state.secret_named)
+        except ValueError as exc:
+            raise InvalidParams(str(exc)) from None
+        parts = safepath.split_relative(path)
     sharing.check_shared_path(as_agent, ws, parts)
     got = await trio.to_thread.run_sync(
         lambda: safepath.read_lines(
@@ -205,7 +213,7 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
         text = await redact_async(text, keep_lines=True, limiter=ctx.state.services.cpu)
     return {
         "agent_id": agent_id,
-        "path": "/".join(parts),
+        "path": shown if shown != path else "/".join(parts),
         "start_line": got.start_line,
         "end_line": got.end_line,
         "total_lines": got.total_lines,
