@@ -91,7 +91,7 @@ def test_notes_named_by_a_credential_are_shown_masked(
     assert read["path"] == "memory/[REDACTED]/session.md" and _leaks(read) == []
     read = d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/key-[REDACTED].md"})
     assert "quokka runner" in read["text"]
-    with pytest.raises(InvalidParams, match="2 notes are shown as .*rename them") as refused:
+    with pytest.raises(InvalidParams, match=r"2 notes are shown as .*rename them") as refused:
         d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/[REDACTED].md"})
     assert _leaks(str(refused.value)) == []
 
