@@ -58,7 +58,9 @@ log = logging.getLogger("recalld")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from recalld.ipc.cli_args import Parser  # an empty --config, --socket, ... is refused
+
+    parser = Parser(
         prog="recalld serve", description="Run the recalld daemon in the foreground."
     )
     parser.add_argument("--config", help="configuration file (TOML; default "

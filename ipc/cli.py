@@ -26,6 +26,7 @@ import orjson
 
 from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, cli_remote, errors, paths
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.cli_args import Parser
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
@@ -47,7 +48,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3
 
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a subcommand's missing option from hiding the one given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--socket", default=argparse.SUPPRESS,
                         help="daemon socket (default: $RECALLD_SOCKET, else [daemon] "
                              "socket_path of the config file, else the XDG runtime dir)")
@@ -92,11 +93,12 @@ def _lines(value: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="recalld", parents=[common],
         description="Long-term Markdown memory for AI agents: daemon and client.")
     parser.add_argument("--version", action="version", version=f"recalld {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: cli_ops.Subparsers = parser.add_subparsers(dest="command", required=True,
+                                                    metavar="COMMAND")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, description=help_, parents=[common])

@@ -48,6 +48,7 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.answers import JsonObject, Recall
+from recalld.ipc.cli_args import Parser
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -378,8 +379,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="recalld mcp",
-                                     description="MCP server (stdio) for recalld memory")
+    parser = Parser(prog="recalld mcp", description="MCP server (stdio) for recalld memory")
     parser.add_argument("--socket", help="daemon socket")
     add_arguments(parser)
     ns = parser.parse_args(argv)

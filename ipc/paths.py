@@ -112,7 +112,7 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None) -> Path:
     """``--config``, else ``RECALLD_CONFIG``, else ``$XDG_CONFIG_HOME/recalld/config.toml``."""
     env = _env(environ)
-    if explicit:
+    if explicit is not None:  # an empty one is refused, not taken as unset
         return checked_path(explicit, "--config", from_cli=True, environ=env)
     if env.get("RECALLD_CONFIG"):
         return checked_path(env["RECALLD_CONFIG"], "RECALLD_CONFIG", environ=env)
@@ -152,7 +152,7 @@ def daemon_table(path: Path, table: Mapping[str, object]) -> Mapping[str, object
 def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
                   configured: object, config_file: Path) -> Path:
     """The socket by the precedence above; ``configured`` is ``[daemon] socket_path``."""
-    if explicit:
+    if explicit is not None:  # an empty one is refused, not taken as unset
         path = checked_path(explicit, "--socket", from_cli=True, environ=env)
         return _socket_checked(path, "--socket")
     if env.get("RECALLD_SOCKET"):
@@ -214,7 +214,7 @@ def socket_path(explicit: str | os.PathLike[str] | None = None,
     file does not cut every agent off a daemon that still runs on the settings it read;
     the command line reports it instead (PathError)."""
     env = _env(environ)
-    if explicit or env.get("RECALLD_SOCKET"):
+    if explicit is not None or env.get("RECALLD_SOCKET"):
         return choose_socket(explicit, env, None, Path())
     try:
         configured, cfg = _configured("socket_path", config, env)

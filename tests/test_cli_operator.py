@@ -200,16 +200,17 @@ def test_doctor_fails_a_named_config_file_that_is_gone(
 def test_a_path_argument_of_no_user_or_empty_is_a_usage_error(
         daemon_factory: DaemonFactory) -> None:
     # Paths given on the command line: a ~name of no user was a traceback (exit 1), and
-    # an empty --path (an unset shell variable) opened the default folder silently.
+    # an empty --path (an unset shell variable) opened the default folder silently (now
+    # refused by the parser, as every empty value is: test_cli_table).
     env = daemon_factory().env
     for args in (["workspace", "open", "x", "--path", f"{NO_USER}/ws"],
-                 ["workspace", "open", "x", "--path", ""],
                  ["import-qwenpaw", f"{NO_USER}/ws"],
                  ["import-qwenpaw", "/tmp", "--agent-json", f"{NO_USER}/a.json"],
                  ["backup", "create", "--out", f"{NO_USER}/b.zip"],
                  ["backup", "verify", f"{NO_USER}/b.zip"]):
         line = assert_one_line_error(recalld(*args, env=env), 2)
         assert "(code -32602)" in line, (args, line)
+    assert recalld("workspace", "open", "x", "--path", "", env=env).returncode == 2
     listed = as_json(recalld("workspace", "list", "--json", env=env))
     assert [w["agent_id"] for w in listed] == ["default"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from test_cli import SCRIPT, assert_one_line_error, recalld
+from test_cli import SCRIPT, as_json, assert_one_line_error, recalld
 
 from recalld.ipc import __version__
 from recalld.ipc.cli import build_parser
@@ -256,3 +256,24 @@ def test_refused_archives_exit_1_naming_the_archive(daemon: DaemonHandle,
             assert reason in line and line.endswith("(code -32012)"), (name, line)
     assert not (daemon.data_dir / "backups").exists() or not list(
         (daemon.data_dir / "backups").glob("pre-restore-*")), "a refusal takes no snapshot"
+
+
+def test_an_empty_value_is_a_usage_error_never_a_default(daemon: DaemonHandle) -> None:
+    # `--socket "$SOCK"` or `--undo "$RUN"` with the variable unset: taken as not given,
+    # the first talked to the default daemon (another memory) and the second ran a dream.
+    env = daemon.env
+    for args in (["--socket", "", "ping"], ["ping", "--socket", ""],
+                 ["dream", "--undo", ""], ["changes", "--show", ""],
+                 ["jobs", "get", "j", "--agent", ""], ["note", "hi", "--name", ""],
+                 ["backup", "create", "--agent", "default", "--agent", ""],
+                 ["mcp", "--socket", ""], ["search", ""],
+                 ["serve", "--socket", "", "--check-config"],
+                 ["serve", "--config", "", "--check-config"],
+                 ["serve", "--log-file", "", "--check-config"]):
+        proc = recalld(*args, env=env)
+        assert proc.returncode == 2, (args, proc.returncode, proc.stdout, proc.stderr)
+        assert proc.stderr.rstrip().endswith("must not be empty"), (args, proc.stderr)
+    listed = as_json(recalld("--json", "jobs", "list", env=env))
+    assert listed == [], "an empty --undo ran something"
+    with pytest.raises(ValueError, match="non-empty"):
+        Client("")
