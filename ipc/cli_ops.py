@@ -10,7 +10,6 @@ as_json) -> exit status. Errors raise :mod:`recalld.ipc.errors` exceptions, whic
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -24,11 +23,11 @@ from recalld.ipc.answers import (
     DaemonStatus,
     JobInfo,
     JsonObject,
-    MetricFamily,
 )
 from recalld.ipc.client import Client
 from recalld.ipc.health import assess, daemon_problems
 from recalld.ipc.progress import following, size
+from recalld.ipc.prometheus import labels_text, number, prometheus_text
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
 DEFAULT_AGENT = "default"
@@ -279,45 +278,6 @@ def _compact(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 # ----------------------------------------------------------------------------- metrics
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(labels: Mapping[str, object], extra: Sequence[tuple[str, str]] = ()) -> str:
-    pairs = [*((str(k), str(v)) for k, v in sorted(labels.items())), *extra]
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
-
-
-def _number(value: object) -> str:
-    if value == "+Inf" or (isinstance(value, float) and math.isinf(value)):
-        return "+Inf"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def prometheus_text(families: Sequence[MetricFamily]) -> str:
-    """The text exposition format (version 0.0.4) of ``daemon.metrics`` families."""
-    lines: list[str] = []
-    for fam in families:
-        name, kind = str(fam["name"]), str(fam["type"])
-        help_ = str(fam.get("help", name)).replace("\\", "\\\\").replace("\n", "\\n")
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
-        for sample in fam.get("samples", []):
-            labels = sample.get("labels") or {}
-            if kind == "histogram":
-                for le, count in sample["buckets"]:
-                    lines.append(f"{name}_bucket{_labels(labels, [('le', _number(le))])} "
-                                 f"{_number(count)}")
-                lines.append(f"{name}_sum{_labels(labels)} {_number(float(sample['sum']))}")
-                lines.append(f"{name}_count{_labels(labels)} {_number(sample['count'])}")
-            else:
-                lines.append(f"{name}{_labels(labels)} {_number(float(sample['value']))}")
-    return "\n".join(lines) + "\n"
-
-
 def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     result = client.metrics()
     families = result["families"]
@@ -328,13 +288,13 @@ def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
     else:
         for fam in families:
             for s in fam.get("samples", []):
-                labels = _labels(s.get("labels") or {})
+                labels = labels_text(s.get("labels") or {})
                 if fam["type"] == "histogram":
                     n = s["count"]
                     mean = s["sum"] / n * 1000 if n else 0.0
                     out.write(f"{fam['name']}{labels}: {n} calls, mean {mean:.3f} ms\n")
                 else:
-                    out.write(f"{fam['name']}{labels}: {_number(float(s['value']))}\n")
+                    out.write(f"{fam['name']}{labels}: {number(float(s['value']))}\n")
     return EXIT_OK
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from recalld.daemon.metrics import LATENCY_BUCKETS_S, Registry
-from recalld.ipc.cli_ops import prometheus_text
+from recalld.ipc.prometheus import prometheus_text
 
 
 def test_histogram_buckets_are_cumulative_and_end_at_count() -> None:
