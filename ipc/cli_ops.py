@@ -250,17 +250,42 @@ def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         out.write(f"{ns.agent}: {'ok' if result['ok'] else 'DIFFERENCES FOUND'} "
                   f"({result['files_on_disk']} files on disk, {result['files_indexed']} "
                   f"indexed, {result['chunks']['chunks']} chunks)\n")
-        for key in ("not_indexed", "indexed_but_gone", "stat_differs", "content_differs"):
-            item = result.get(key) or {}
-            if item.get("count"):
-                out.write(f"  {key.replace('_', ' ')}: {item['count']}: "
-                          f"{', '.join(item['paths'])}\n")
-        if not result.get("chunks_consistent", True):
-            out.write(f"  chunk bookkeeping inconsistent: {_cell(result['chunks'])}\n")
-        gen = result.get("generation") or {}
-        if not gen.get("ok"):
-            out.write(f"  committed state: {_cell(gen)}\n")
+        said = _verify_lines(result)
+        if not result.get("ok") and not said:  # a check this client does not know yet
+            said = ["  details: recalld --json verify"]
+        out.write("".join(f"{line}\n" for line in said))
     return EXIT_OK if result.get("ok") else EXIT_ERROR
+
+
+#: The listed differences of index.verify, and what each means.
+VERIFY_LISTS = (("not_indexed", "not indexed"), ("indexed_but_gone", "indexed but gone"),
+                ("stat_differs", "stat differs"), ("content_differs", "content differs"),
+                ("partly_indexed", "partly indexed (too large: only the beginning of each is "
+                                   "searchable; split them)"))
+
+
+def _verify_lines(result: JsonObject) -> list[str]:
+    """A line for every check of ``result`` (an index.verify answer) that failed."""
+    lines = []
+    for key, what in VERIFY_LISTS:
+        item = result.get(key) or {}
+        if item.get("count"):
+            more = ", ..." if item["count"] > len(item.get("paths") or []) else ""
+            lines.append(f"  {what}: {item['count']}: {', '.join(item['paths'])}{more}")
+    if not result.get("chunks_consistent", True):
+        lines.append(f"  chunk bookkeeping inconsistent: {_cell(result['chunks'])}")
+    gen = result.get("generation") or {}
+    if not gen.get("ok"):
+        lines.append(f"  committed state: {_cell(gen)}")
+    elif result.get("committed_matches_index") is False:
+        lines.append(f"  the committed state holds {gen.get('records', {}).get('catalog')} "
+                     f"file(s), the index {result.get('files_indexed')} (recalld compact "
+                     "saves it again)")
+    live = result.get("live") or {}
+    if live.get("ok") is False:
+        lines.append(f"  the index in memory is damaged: {_cell(live.get('damaged'))} "
+                     "(recalld reindex rebuilds it)")
+    return lines
 
 
 def _compact(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:

@@ -103,9 +103,12 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent}"))
     elif state == "degraded":
-        a.problems.append(Problem("fail", "index degraded: " + "; ".join(h.get("reasons") or []),
-                                  f"recalld doctor; recalld verify --agent {agent}; "
-                                  f"recalld reindex --agent {agent}"))
+        reasons = [str(r) for r in h.get("reasons") or []]
+        partly = h.get("partly_indexed_paths") or []
+        shown = [f"{r}: {', '.join(map(str, partly))}" if r.endswith(OVERSIZED) and partly
+                 else r for r in reasons]
+        a.problems.append(Problem("fail", "index degraded: " + "; ".join(shown),
+                                  _degraded_fix(reasons, agent)))
     elif state == "pending" and h.get("reasons"):
         capture = [r for r in h["reasons"] if _is_capture(r, ws)]
         # Parked chunks do not catch up by themselves: their problem says so (vectors).
@@ -117,6 +120,37 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         if capture:
             a.problems.append(Problem("info", "pending: " + "; ".join(capture),
                                       _capture_fix(agent, ws)))
+
+
+#: How the daemon's health reason of notes too large to index whole ends.
+OVERSIZED = "indexed only up to that size"
+#: A degraded index's reasons, by how each begins (or ends), and what fixes each: reindex
+#: fixes only a damaged index in memory (a full disk it makes worse, a large note it
+#: leaves as it was).
+DEGRADED_FIXES = (
+    ("saving the index fails", "free disk space or make the workspace's metadata folder "
+     "writable again (recalld doctor checks free disk); the index is saved by itself once "
+     "it can"),
+    ("watcher failed", "fix what the reason names; the watcher tries again by itself and a "
+     "rescan every reconcile_interval_s catches up meanwhile (README: Troubleshooting)"),
+    ("derived state was corrupt", "recalld compact --agent {agent} saves it again now"),
+    ("index file ", "recalld compact --agent {agent} saves a new generation now"),
+    ("the index in memory is damaged", "recalld reindex --agent {agent}"),
+    (OVERSIZED, "split the note(s) named into smaller ones (only the first part of each is "
+     "searchable); recalld verify --agent {agent} lists them"),
+    ("note(s) could not be read", "check the disk and the permissions of the note named; "
+     "it is read again at its next change or rescan"),
+)
+
+
+def _degraded_fix(reasons: Sequence[str], agent: str) -> str:
+    """The fix of each degraded reason known; the checks that find more otherwise."""
+    def told(key: str) -> bool:
+        return any(r.endswith(key) if key == OVERSIZED else r.startswith(key) for r in reasons)
+
+    fixes = [fix.format(agent=agent) for key, fix in DEGRADED_FIXES if told(key)]
+    return "; ".join(fixes) or (f"recalld verify --agent {agent} says what differs; "
+                                f"recalld reindex --agent {agent} rebuilds the index")
 
 
 def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:

@@ -69,3 +69,28 @@ def test_a_note_over_the_limit_is_reported_in_health_and_verify(
     verify = d.call("index.verify", {"agent_id": "w"}, timeout=120.0)
     assert verify["partly_indexed"] == {"count": 0, "paths": []}, verify
     assert d.call("memory.search", {"agent_id": "w", "query": "zymurgy"})["results"]
+
+
+def test_the_commands_name_the_note_and_the_fix_that_helps(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # `recalld verify` said "DIFFERENCES FOUND" and nothing more; status and doctor told
+    # to reindex, which indexes the note only up to the same limit again.
+    from test_cli import recalld
+
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-02-02").mkdir(parents=True)
+    (root / NOTE).write_text("# Dump\n" + "a line of a pasted dump\n" * (
+        (MAX_NOTE_BYTES + (1 << 20)) // 24))
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    _wait_health(d, "degraded")
+    verify = recalld("verify", "--agent", "w", env=d.env, timeout=120)
+    assert verify.returncode == 1 and verify.stdout.startswith("w: DIFFERENCES FOUND"), verify
+    assert f"partly indexed (too large: only the beginning of each is searchable; split " \
+           f"them): 1: {NOTE}\n" in verify.stdout, verify.stdout
+    for args in (["status"], ["doctor"]):
+        proc = recalld(*args, env=d.env)
+        shown = proc.stdout
+        assert f"index degraded: 1 note(s) over 8 MiB indexed only up to that size: {NOTE}" \
+               in shown, (args, shown)
+        fix = shown.split(f"up to that size: {NOTE}\n", 1)[1].splitlines()[0]
+        assert "split the note(s) named" in fix and "reindex" not in fix, (args, fix)
