@@ -72,7 +72,7 @@ class Doctor:
     def checks(self) -> list[Check]:
         out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file()]
         out += self.health()
-        out += [self.inotify(), self.inotify_instances(), self.disk(), *self.providers(),
+        out += [self.inotify(), self.inotify_instances(), *self.disks(), *self.providers(),
                 self.unit(), self.enabled(), self.linger()]
         return out
 
@@ -237,15 +237,34 @@ class Doctor:
             return Check("inotify instances", "warn", detail, fix)
         return Check("inotify instances", "ok", detail)
 
-    def disk(self) -> Check:
-        data_dir = self.status.get("data_dir") if self.status is not None else None
-        target = Path(str(data_dir)) if data_dir else self._data_dir()
-        probe = target
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
+    def disks(self) -> list[Check]:
+        """Free space on each file system the daemon writes to: the data directory's and
+        that of every workspace kept elsewhere (its notes and derived state live there)."""
+        status = self.status
+        data_dir = status.get("data_dir") if status is not None else None
+        targets = [("data", Path(str(data_dir)) if data_dir else self._data_dir())]
+        if status is not None:
+            targets += [(f"workspace {ws.get('agent_id')}", Path(str(ws["path"])))
+                        for ws in status.get("workspaces") or [] if ws.get("path")]
+        by_device: dict[int, tuple[Path, list[str]]] = {}
+        for what, target in targets:
+            probe = target
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            try:
+                device = probe.stat().st_dev
+            except OSError:
+                continue  # gone meanwhile: the workspace's own check says so
+            by_device.setdefault(device, (probe, []))[1].append(what)
+        return [self._disk(probe, holds) for probe, holds in by_device.values()]
+
+    def _disk(self, probe: Path, holds: list[str]) -> Check:
         usage = shutil.disk_usage(probe)
-        detail = f"{usage.free >> 20} MiB free of {usage.total >> 20} MiB at {probe}"
-        fix = f"free space on the file system of {target}"
+        others = [h for h in holds if h != "data"]
+        where = ("" if holds == ["data"] else
+                 f" ({'data directory, ' if 'data' in holds else ''}{', '.join(others)})")
+        detail = f"{usage.free >> 20} MiB free of {usage.total >> 20} MiB at {probe}{where}"
+        fix = f"free space on the file system of {probe}"
         if usage.free < DISK_FAIL_BYTES:
             return Check("disk", "fail", detail, fix)
         if usage.free < DISK_WARN_BYTES or usage.free < usage.total // 20:

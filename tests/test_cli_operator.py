@@ -250,3 +250,24 @@ def test_read_of_lines_past_the_end_says_so(daemon: DaemonHandle) -> None:
     assert line == f"recalld: {note} has {total} line(s): none from line {total + 5} on"
     shown = recalld("read", note, "--lines", f"{total}-{total + 9}", env=daemon.env)
     assert shown.returncode == 0 and "lines" in shown.stdout, shown.stderr
+
+
+def test_doctor_checks_the_disk_of_a_workspace_kept_on_another_file_system(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Only the data directory's file system was checked: a workspace on a full disk of
+    # its own (its notes and derived state live there) was "disk: ok".
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system to keep a workspace on")
+    away = Path(tempfile.mkdtemp(prefix="recalld-ws-", dir=other))
+    try:
+        d = daemon_factory(f'[workspaces.far]\npath = "{away}"\n')
+        checks = json.loads(recalld("doctor", "--json", env=d.env).stdout)["checks"]
+        assert d.stop() == 0
+        disks = [c for c in checks if c["name"] == "disk"]
+        assert len(disks) == 2, disks
+        assert any(c["detail"].endswith(f"at {away} (workspace far)") for c in disks), disks
+        assert any(c["detail"].endswith("(data directory, workspace default)")
+                   for c in disks), disks
+    finally:
+        shutil.rmtree(away)
