@@ -35,6 +35,15 @@ _SYSTEMD_VARS = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", 
                  "WATCHDOG_PID")
 
 
+def checked_timeout(value: float, name: str) -> float:
+    """``value`` (seconds, a client's ``timeout_s`` or ``connect_timeout_s``), or
+    ValueError when it is not a number more than 0 (``math.inf``: no limit): a NaN, a
+    negative or a zero wait would otherwise fail every call, and only once one is made."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a number of seconds more than 0, not {value!r}")
+    return float(value)
+
+
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     """The error for no daemon at ``socket_path``, with the command that starts one there:
     ``recalld serve`` finds the socket as a client does, unless the client was given

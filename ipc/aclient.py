@@ -107,8 +107,8 @@ class AsyncClient(_flavours.AsyncMethods):
     ) -> None:
         self.socket_path = paths.socket_path(socket_path, lenient=True)
         self._request_limit = _core.request_limit()
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = _core.checked_timeout(timeout_s, "timeout_s")
+        self.connect_timeout_s = _core.checked_timeout(connect_timeout_s, "connect_timeout_s")
         self.autostart = autostart
         #: Events dropped because nobody read them fast enough.
         self.events_dropped = 0

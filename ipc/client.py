@@ -64,8 +64,10 @@ class Client(_flavours.SyncMethods):
         self._request_limit = _core.request_limit()
         # Socket and lock waits end at threading.TIMEOUT_MAX (~292 years); a longer
         # timeout (1e300, "forever") is that one rather than an OverflowError.
-        self.timeout_s = min(timeout_s, threading.TIMEOUT_MAX)
-        self.connect_timeout_s = min(connect_timeout_s, threading.TIMEOUT_MAX)
+        self.timeout_s = min(_core.checked_timeout(timeout_s, "timeout_s"),
+                             threading.TIMEOUT_MAX)
+        self.connect_timeout_s = min(
+            _core.checked_timeout(connect_timeout_s, "connect_timeout_s"), threading.TIMEOUT_MAX)
         self.autostart = autostart
         self._sock: socket.socket | None = None
         self._poller: select.poll | None = None  # POLLIN of _sock

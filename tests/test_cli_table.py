@@ -13,6 +13,7 @@ from conftest import DaemonFactory, DaemonHandle
 from test_cli import SCRIPT, as_json, assert_one_line_error, recalld
 
 from recalld.ipc import __version__
+from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.cli import build_parser
 from recalld.ipc.client import Client
 
@@ -162,6 +163,17 @@ def test_a_timeout_longer_than_the_clock_can_count_waits_as_long_as_it_can(
         job = client.call("jobs.submit", {"agent_id": "default", "kind": "reindex"})
         first = next(client.events(timeout_s=1e300))  # the job's first event
         assert first.topic.startswith("job.") and first.data["job_id"] == job["job_id"], first
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0, 0, "30", True])
+@pytest.mark.parametrize("name", ["timeout_s", "connect_timeout_s"])
+def test_a_client_wait_that_is_no_positive_number_is_refused_at_once(
+        name: str, value: object) -> None:
+    # A NaN timeout was taken and failed every call, each with another error (a NaN
+    # deadline, a negative or zero one timed every call out at once).
+    for flavour in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"^{name} must be a number of seconds"):
+            flavour("/tmp/unused.sock", **{name: value})
 
 
 @pytest.mark.parametrize("lines", [80_001])
