@@ -161,8 +161,13 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
         raise refuse(path, f"meta.json is not JSON: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise refuse(path, "meta.json does not describe a recalld backup")
-    if meta.get("version") != VERSION:
-        raise refuse(path, f"unsupported backup version {meta.get('version')!r}")
+    version, made_by = meta.get("version"), meta.get("recalld_version")
+    if type(version) is not int or version != VERSION:
+        by = f" (written by recalld {made_by})" if isinstance(made_by, str) and made_by else ""
+        if type(version) is int and version > VERSION:  # a later recalld's archive
+            raise refuse(path, f"backup format version {version}{by} is newer than this "
+                         f"recalld reads ({VERSION}): upgrade recalld to restore it")
+        raise refuse(path, f"unsupported backup version {version!r}{by}")
     agents, files = meta.get("agents"), meta.get("files")
     if not isinstance(agents, dict) or not isinstance(files, list):
         raise refuse(path, "meta.json lacks agents or files")

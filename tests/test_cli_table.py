@@ -289,3 +289,27 @@ def test_an_empty_value_is_a_usage_error_never_a_default(daemon: DaemonHandle) -
     assert listed == [], "an empty --undo ran something"
     with pytest.raises(ValueError, match="non-empty"):
         Client("")
+
+
+def test_an_archive_of_a_later_format_says_to_upgrade(daemon: DaemonHandle,
+                                                      tmp_path: Path) -> None:
+    # "unsupported backup version 2" did not say that the archive is newer than this
+    # recalld, nor what to do; a version that only equals 1 (true, 1.0) is no version 1.
+    import zipfile
+
+    import orjson
+
+    for version, made_by, said in (
+            (2, "9.1.0", "backup format version 2 (written by recalld 9.1.0) is newer than "
+                         "this recalld reads (1): upgrade recalld to restore it"),
+            (True, "", "unsupported backup version True"),
+            (1.0, "0.1.0", "unsupported backup version 1.0 (written by recalld 0.1.0)")):
+        archive = tmp_path / f"v{version}.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr("meta.json", orjson.dumps({
+                "format": "recalld-backup", "version": version, "recalld_version": made_by,
+                "created": 0.0, "agents": {}, "files": []}))
+        for args in (["backup", "verify", str(archive)],
+                     ["backup", "restore", str(archive), "--dry-run"]):
+            line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
+            assert line == f"recalld: refusing backup {archive}: {said} (code -32012)", line
