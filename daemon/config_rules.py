@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -167,6 +168,11 @@ def _notes_dir(value: object) -> str | None:
 def _url(value: object) -> str | None:
     if value == "":
         return None  # the backend's default endpoint
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in str(value)):
+        # A typo; urlsplit drops tabs and line breaks, and a host with a space only
+        # fails when the provider is first called.
+        return ("must be empty or an http:// or https:// URL (this one holds a space or "
+                "a control character)")
     try:
         parts = urlsplit(str(value))
     except ValueError:  # an unclosed "[" of an IPv6 host, for one

@@ -77,8 +77,11 @@ def _cases() -> list[tuple[str, str, str, Any]]:
         header = "workspace_defaults" + (f".{sub}" if sub else "")
         cases.append((header, key, cls_name, rule.bad))
     # A URL the parser itself refuses (an unclosed IPv6 bracket).
-    cases += [(f"workspace_defaults.{sub}", "base_url", cls.__name__, "http://[::1/v1")
-              for sub, cls in WORKSPACE_TABLES.items() if sub.endswith("model_config")]
+    # ... or takes apart without a word (a space in the host, a line break or tab).
+    cases += [(f"workspace_defaults.{sub}", "base_url", cls.__name__, url)
+              for sub, cls in WORKSPACE_TABLES.items() if sub.endswith("model_config")
+              for url in ("http://[::1/v1", "http://exa mple.com/v1", "https://h\u00a0x/v1",
+                          "https://h\t/v1", " https://h/v1")]
     return cases
 
 
