@@ -91,6 +91,8 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         text += f", {pending} change(s) waiting"
     if h.get("unindexed"):
         text += f", {h['unindexed']} file(s) on disk not indexed yet"
+    if not idx and ws.get("state") == "failed":  # no index to count ("-: - file(s)")
+        text = "none: the workspace is not open (the problem below says why)"
     a.facts.append(("index", text))
     if ws.get("state") == "failed" and ws.get("refused"):
         a.problems.append(Problem(

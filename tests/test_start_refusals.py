@@ -173,6 +173,10 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     assert shown.returncode == 0, shown.stderr
     for name in set(paths) - {"good"}:
         assert f"workspace not opened: {states[name]['error']}" in shown.stdout, shown.stdout
+        # No index to count: said so, not "-: - file(s), - chunk(s) indexed".
+        block = shown.stdout.split(f"\n{name}: ", 1)[1].splitlines()
+        assert block[1].split(None, 1) == [
+            "index:", "none: the workspace is not open (the problem below says why)"], block
     # Metrics too: an alert on a workspace's health sees the ones that failed.
     health = next(f for f in daemon.call("daemon.metrics")["families"]
                   if f["name"] == "recalld_workspace_health")["samples"]
