@@ -16,6 +16,7 @@ shielded cleanup.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -32,7 +33,13 @@ from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.ipc.answers import WorkspaceInfo
-from recalld.ipc.errors import AlreadyRunning, InvalidParams, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import (
+    AlreadyRunning,
+    DiskFull,
+    InvalidParams,
+    RecalldError,
+    UnknownWorkspace,
+)
 
 if TYPE_CHECKING:
     from recalld.daemon.services import WorkspaceServices
@@ -195,6 +202,25 @@ def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
             f"{other_id!r}, and {other_id!r} in its own); choose a folder of its own")
 
 
+#: What an OSError opening a workspace says about the path it was given (the caller
+#: chose a path that cannot hold one: exit status 2); any other (a full disk, no
+#: descriptors left, an I/O error) is a failure of the machine, not of the request.
+PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
+                         errno.EISDIR, errno.EEXIST, errno.ELOOP, errno.ENAMETOOLONG,
+                         errno.EROFS})
+
+
+def _open_error(what: str, exc: OSError) -> RecalldError:
+    """The error for ``exc`` while opening a workspace, by what it says: DiskFull,
+    InvalidParams (the path), else a failure."""
+    message = f"{what}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(message + " (free space, then open it again)")
+    if exc.errno in PATH_ERRNOS:
+        return InvalidParams(message)
+    return RecalldError(message)
+
+
 class Workspace:
     """One open workspace: its root, settings, state and the services running for it."""
 
@@ -262,9 +288,8 @@ class Workspace:
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
         except OSError as exc:
-            raise InvalidParams(
-                f"cannot create workspace directories under {self.root}: {exc.strerror}"
-            ) from None
+            raise _open_error(f"cannot create workspace directories under {self.root}",
+                              exc) from None
 
     # -- lifecycle ------------------------------------------------------------------
     def describe(self) -> WorkspaceInfo:
@@ -313,8 +338,7 @@ class Workspace:
                 raise AlreadyRunning(f"{exc}; one recalld serves a workspace at a time"
                                      ) from None
             except OSError as exc:
-                raise InvalidParams(f"cannot lock workspace {self.root}: {exc.strerror}"
-                                    ) from None
+                raise _open_error(f"cannot lock workspace {self.root}", exc) from None
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
