@@ -65,9 +65,13 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        # Record our pid only once we own the lock, so the file never names a loser.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        # Record our pid only once we own the lock, so the file never names a loser. The
+        # pid only informs: on a full disk (the file is emptied at every release, so its
+        # pid needs a new block) the lock is held without it, rather than refused with the
+        # descriptor, and so the lock, left open.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
 
     def release(self) -> None:

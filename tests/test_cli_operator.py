@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -272,27 +271,3 @@ def test_doctor_checks_the_disk_of_a_workspace_kept_on_another_file_system(
                    for c in disks), disks
     finally:
         shutil.rmtree(away)
-
-
-def test_a_workspace_on_a_full_disk_is_a_failure_not_a_usage_error(
-        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
-    # Opening one there said "cannot lock workspace ...: No space left on device" as
-    # invalid params (exit 2), as if the command had been typed wrong.
-    small = tmp_path / "small"
-    small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
-                             capture_output=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a small file system here (needs root)")
-    try:
-        with open(small / "filler", "wb", buffering=0) as filler:
-            with pytest.raises(OSError, match="No space left"):
-                while True:
-                    filler.write(b"\0" * 4096)
-        d = daemon_factory()
-        line = assert_one_line_error(
-            recalld("workspace", "open", "full", "--path", str(small / "ws"), env=d.env), 1)
-        assert "No space left on device" in line and line.endswith("(code -32011)"), line
-        assert d.stop() == 0
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)

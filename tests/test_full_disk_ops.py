@@ -1,0 +1,77 @@
+"""A full disk, as an operator meets it: a real daemon on a small file system of its own
+(a tmpfs, so these tests need the right to mount one: root), filled to the last block
+or inode."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+from test_cli import assert_one_line_error, recalld
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs with 64 inodes, unmounted afterwards (skips where none can be)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=64", "tmpfs",
+                           str(mount)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small file system here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill_blocks(mount: Path) -> None:
+    with open(mount / "filler", "wb", buffering=0) as filler:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                filler.write(b"\0" * 4096)
+
+
+def fill_inodes(mount: Path) -> None:
+    with pytest.raises(OSError, match="No space left"):
+        for i in range(1 << 16):
+            (mount / f"i{i}").touch()
+
+
+def test_a_full_disk_does_not_keep_the_daemon_from_starting_or_serving(
+        daemon_factory: DaemonFactory, small_fs: Path) -> None:
+    # The lock files are emptied when a daemon lets go of them, so writing the pid into
+    # them at the next start needs a block: on a full disk the daemon did not start
+    # ("cannot use the data directory ...: No space left on device: None"), and a
+    # workspace there could not be opened ("cannot lock workspace"), nor opened again
+    # once space was freed (its lock was left held by the daemon itself).
+    data = small_fs / "data"
+    data.mkdir(mode=0o700)
+    note = data / "workspaces" / "default" / "memory" / "2026-03-01" / "heron.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Heron\nthe grey heron nests by the weir\n", encoding="utf-8")
+    d = daemon_factory(RECALLD_DATA_DIR=str(data))
+    assert "heron.md" in recalld("search", "heron", "--sync", env=d.env).stdout
+    assert d.stop() == 0
+    fill_blocks(small_fs)
+    d = daemon_factory(RECALLD_DATA_DIR=str(data))  # waits for it to be ready
+    found = recalld("search", "heron", env=d.env)
+    assert found.returncode == 0 and "memory/2026-03-01/heron.md" in found.stdout, found
+    opened = recalld("workspace", "open", "ducks", env=d.env)
+    assert opened.returncode == 0, opened.stderr
+    assert d.stop() == 0
+
+
+def test_a_workspace_with_no_room_for_its_folders_is_a_failure_not_a_usage_error(
+        daemon_factory: DaemonFactory, small_fs: Path) -> None:
+    # Its folders cannot be made on a disk out of inodes: that was answered as invalid
+    # params (exit 2), as if the command had been typed wrong.
+    fill_inodes(small_fs)
+    d = daemon_factory()
+    line = assert_one_line_error(
+        recalld("workspace", "open", "full", "--path", str(small_fs / "ws"), env=d.env), 1)
+    assert "No space left on device" in line and line.endswith("(code -32011)"), line
+    assert d.stop() == 0
