@@ -75,3 +75,30 @@ def test_a_workspace_with_no_room_for_its_folders_is_a_failure_not_a_usage_error
         recalld("workspace", "open", "full", "--path", str(small_fs / "ws"), env=d.env), 1)
     assert "No space left on device" in line and line.endswith("(code -32011)"), line
     assert d.stop() == 0
+
+
+def test_a_restore_whose_snapshot_finds_no_room_says_what_to_do(
+        daemon_factory: DaemonFactory, small_fs: Path, tmp_path: Path) -> None:
+    # The snapshot goes to <data>/backups: on a full disk the restore was refused with
+    # only "disk full writing pre-restore-....zip", not that nothing was restored, where
+    # to free space, or that --no-snapshot restores without it.
+    data = small_fs / "data"
+    data.mkdir(mode=0o700)
+    ws = tmp_path / "far"
+    (ws / "memory" / "d").mkdir(parents=True)
+    (ws / "memory" / "d" / "kept.md").write_text("# Kept\nin the backup\n", encoding="utf-8")
+    d = daemon_factory(f'[workspaces.far]\npath = "{ws}"\n', RECALLD_DATA_DIR=str(data))
+    archive = tmp_path / "far.zip"
+    made = recalld("backup", "create", "--agent", "far", "--out", str(archive), env=d.env)
+    assert made.returncode == 0, made.stderr
+    later = ws / "memory" / "d" / "later.md"
+    later.write_text("# Later\nnot in the backup\n", encoding="utf-8")
+    fill_blocks(small_fs)
+    refused = recalld("backup", "restore", str(archive), "--yes", env=d.env)
+    line = refused.stderr.splitlines()[-1]
+    assert refused.returncode == 1 and line.endswith("(code -32011)"), refused
+    assert "nothing was restored" in line and f"free space in {data / 'backups'}" in line, line
+    assert "--no-snapshot" in line and later.exists(), line
+    done = recalld("backup", "restore", str(archive), "--yes", "--no-snapshot", env=d.env)
+    assert done.returncode == 0 and not later.exists(), done.stderr
+    assert d.stop() == 0

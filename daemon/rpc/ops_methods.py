@@ -52,8 +52,9 @@ from recalld.daemon.rpc.restore_record import (
     read_record,
     write_record,
 )
+from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspaces import Workspace, check_agent_id
-from recalld.ipc.errors import InvalidParams, NotFound
+from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +321,11 @@ def ops_methods() -> Methods:
                 except InvalidParams as exc:  # too large to restore: no rollback could
                     raise InvalidParams(f"no pre-restore snapshot can be taken: {exc.message}"
                                         " (or restore without one: --no-snapshot)") from None
+                except store_errors.DiskFull as exc:  # nothing restored: say both ways on
+                    raise DiskFull(f"no pre-restore snapshot can be taken: {exc.message}; "
+                                   f"nothing was restored: free space in {out.parent}, or "
+                                   "restore without one (--no-snapshot: no rollback then)",
+                                   exc.data) from None
                 had_config = "config.toml" in snap["daemon"]
                 record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                           "restored_from": str(path),
