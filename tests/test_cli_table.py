@@ -65,7 +65,8 @@ ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
 # Commands that do not talk to a running daemon the usual way, tested on their own:
 # serve (test_cli), mcp (test_mcp), install-service and uninstall-service (test_cli_paths),
 # doctor (below and test_ops).
-OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor"}
+# Tested on their own: ``remote release`` needs a shared workspace (test_remote_guard).
+OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor", "remote release"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
