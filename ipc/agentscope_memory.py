@@ -49,6 +49,7 @@ from recalld.ipc.agentscope_workspace import (
     _check_mode,
     _open_workspace,
     model_overrides,
+    selected_files,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.types import render_linked
@@ -193,25 +194,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         return [rendered] if rendered else []
 
     async def selected_files(self, workspace: str, query: str) -> list[str]:
-        """The topic files the chat model picks for ``query`` (``memory.select``), each
-        labelled with its path and lines, within ``recall_budget_chars``; empty when the
-        daemon fell back to the search (the recall block then serves)."""
-        answer = await self.client.select(workspace, query, limit=self.top_k)
-        files = answer.get("files") if answer.get("method") == "model" else None
-        out: list[str] = []
-        left = self.recall_budget_chars
-        for entry in files or []:
-            path = str(entry.get("path", ""))
-            read = await self.client.read(workspace, path)
-            text = str(read.get("text") or "").strip()
-            label = f"[{path}:1-{read.get('end_line', 1)}]"
-            room = left - len(label) - 1
-            if room <= 0:
-                break
-            body = text if len(text) <= room else text[:max(room - 1, 0)] + "…"
-            out.append(f"{label}\n{body}")
-            left -= len(label) + 1 + len(body)
-        return out
+        """The topic files the chat model picks for ``query`` (:func:`selected_files`)."""
+        return await selected_files(self.client, workspace, query, self.top_k,
+                                    self.recall_budget_chars)
 
     async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
         """Store ``content`` as a note of the day; returns where it went."""

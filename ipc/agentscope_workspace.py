@@ -152,6 +152,29 @@ async def _open_workspace(client: AsyncClient, workspace: str,
     return opened
 
 
+async def selected_files(client: AsyncClient, workspace: str, query: str, limit: int,
+                         budget_chars: int) -> list[str]:
+    """The topic files the chat model picks for ``query`` (``memory.select``), each
+    labelled with its path and lines, within ``budget_chars``; empty when the daemon fell
+    back to the search (the recall block then serves)."""
+    answer = await client.select(workspace, query, limit=limit)
+    files = answer.get("files") if answer.get("method") == "model" else None
+    out: list[str] = []
+    left = budget_chars
+    for entry in files or []:
+        path = str(entry.get("path", ""))
+        read = await client.read(workspace, path)
+        text = str(read.get("text") or "").strip()
+        label = f"[{path}:1-{read.get('end_line', 1)}]"
+        room = left - len(label) - 1
+        if room <= 0:
+            break
+        body = text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+        out.append(f"{label}\n{body}")
+        left -= len(label) + 1 + len(body)
+    return out
+
+
 def _check_mode(mode: str, top_k: int) -> None:
     """Refuse the constructor arguments both middlewares take, when out of range."""
     if mode not in MODES:
