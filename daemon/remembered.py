@@ -33,6 +33,7 @@ from recalld.daemon.dsn import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.ipc.agent_ids import same_id_refusal
 from recalld.ipc.errors import InvalidParams
 
 log = logging.getLogger(__name__)
@@ -107,10 +108,7 @@ def check_owner(record: Remembered | None, agent_id: str, name: str | None) -> N
     owner = record.get("name") if record is not None else None
     if name is None or owner is None or owner == name:
         return
-    raise InvalidParams(
-        f"agent {name!r} and agent {owner!r} both have the agent id {agent_id!r}, whose "
-        f"workspace is {owner!r}'s: give {name!r} another name or agent id (or close "
-        f"workspace {agent_id!r} with forget, to give it to {name!r})")
+    raise InvalidParams(same_id_refusal(agent_id, name, owner))
 
 
 def _canonical(entries: Mapping[str, Remembered]) -> bytes:

@@ -52,6 +52,14 @@ def workspace_name(name: str) -> str:
     return non_latin_agent_id(name)
 
 
+def same_id_refusal(agent_id: str, name: str, owner: str) -> str:
+    """Why agent ``name`` may not use the workspace ``agent_id``: it is the workspace of
+    agent ``owner``, another name that makes the same id ("Sales Bot", "Sales_Bot")."""
+    return (f"agent {name!r} and agent {owner!r} both have the agent id {agent_id!r}, whose "
+            f"workspace is {owner!r}'s: give {name!r} another name or agent id (or close "
+            f"workspace {agent_id!r} with forget, to give it to {name!r})")
+
+
 def workspace_id(name: str) -> str:
     """``name`` itself if it is a recalld agent id, else its :func:`workspace_name`: the
     workspace an ``agent_id`` given to a middleware names."""

@@ -22,9 +22,10 @@ from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase
 
+from recalld.ipc import errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import session_key, workspace_id, workspace_name
+from recalld.ipc.agent_ids import same_id_refusal, session_key, workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
@@ -107,7 +108,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self.select = select
         # Named in any script, as agents are (an id the daemon accepts stays as it is).
         self.agent_id = workspace_id(agent_id) if agent_id else agent_id
-        #: The name each workspace's id was made of (given to the daemon with each open).
+        #: The name each workspace's id was made of (given to the daemon with each open):
+        #: the first agent of this middleware to use it; another whose name makes the same
+        #: id is refused (:meth:`workspace_of`), as the daemon refuses one of another process.
         self._names: dict[str, str] = {workspace_id(agent_id): agent_id} if agent_id else {}
         self.mode: Mode = mode
         self.top_k = top_k
@@ -135,8 +138,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._reply_before: dict[int, set[str]] = {}
         #: The recall block waiting for each running reply's first reasoning step.
         self._pending_hits: dict[int, list[str]] = {}
-        #: The workspace of each running reply (for its tools).
-        self._reply_workspace: dict[int, str] = {}
+        #: The workspace of each running reply (for its tools), or why it has none.
+        self._reply_workspace: dict[int, str | errors.InvalidParams] = {}
         #: Context ids before a reply that ended waiting for the user: its turns are
         #: written back by the reply that resumes it.
         self._parked: Parked[set[str]] = Parked()
@@ -146,11 +149,14 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     # ------------------------------------------------------------------ plumbing
 
     def workspace_of(self, agent: Agent) -> str:
-        """The workspace an agent's memory lives in."""
+        """The workspace an agent's memory lives in. InvalidParams if it is another agent's
+        of this middleware, whose name makes the same id ("Sales Bot", "Sales_Bot")."""
         if self.agent_id:
             return self.agent_id
         workspace = workspace_name(agent.name)
-        self._names[workspace] = agent.name
+        owner = self._names.setdefault(workspace, agent.name)
+        if owner != agent.name:
+            raise errors.InvalidParams(same_id_refusal(workspace, agent.name, owner))
         return workspace
 
     async def _ensure_open(self, workspace: str, again: bool = False) -> None:
@@ -271,9 +277,20 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         input_kwargs: dict[str, object],
         next_handler: Callable[..., AsyncGenerator[object, None]],
     ) -> AsyncGenerator[object, None]:
-        workspace = self.workspace_of(agent)
         session = self._session_of(agent)
         key = id(agent.state)
+        try:
+            workspace = self.workspace_of(agent)
+        except errors.InvalidParams as refused:
+            # Another agent's memory: this reply goes on without any, its tools say why.
+            log.warning("recalld: no memory for this reply: %s", refused.message)
+            self._reply_workspace[key] = refused
+            try:
+                async for item in next_handler(**input_kwargs):
+                    yield item
+            finally:
+                self._reply_workspace.pop(key, None)
+            return
         if session is not None:
             self._reply_workspace[key] = workspace
             self._session_workspace[session] = workspace
@@ -337,7 +354,10 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         session = self._session_of(agent)
         if session is None or not self.write_back:
             return
-        workspace = self.workspace_of(agent)
+        try:
+            workspace = self.workspace_of(agent)
+        except errors.InvalidParams:
+            return  # said when its reply started
         kept = {m.id for m in agent.state.context if isinstance(m, Msg)}
         folded = [m for m in context if m.id not in kept]
         if not folded:
@@ -379,11 +399,11 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if self.mode != "static_control":
             parts.append(TOOL_INSTRUCTIONS)
         if self.index_in_prompt:
-            workspace = self.workspace_of(agent)
             try:
+                workspace = self.workspace_of(agent)
                 index = await self.memory_index(workspace)
             except _DAEMON_ERRORS as exc:
-                log.warning("recalld memory index for %s failed: %s", workspace, exc)
+                log.warning("recalld memory index for %s failed: %s", agent.name, exc)
                 index = ""
             parts.append(f"{INDEX_HEADER}\n{index or '(no long-term notes yet)'}")
         return "\n\n".join(parts)
@@ -454,10 +474,13 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     def workspace_for_state(self, state: object) -> str | None:
         """The workspace of the agent whose state is ``state`` (for its tools): the one
-        of its running reply, else of the last reply in its session."""
+        of its running reply, else of the last reply in its session. InvalidParams if
+        its running reply has none (:meth:`workspace_of`)."""
         if self.agent_id is not None:
             return self.agent_id
         workspace = self._reply_workspace.get(id(state))
+        if isinstance(workspace, errors.InvalidParams):
+            raise workspace
         if workspace is not None:
             return workspace
         session = getattr(state, "session_id", None)

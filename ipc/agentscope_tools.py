@@ -14,6 +14,7 @@ from agentscope.message import TextBlock, ToolResultState
 from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
+from recalld.ipc import errors
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
 
@@ -58,8 +59,16 @@ class _MemoryTool(_AllowedTool):
         super().__init__()
         self._mw = middleware
 
-    def _workspace(self, state: object) -> str | None:
-        return self._mw.workspace_for_state(state)
+    def _workspace(self, state: object) -> str | ToolChunk:
+        """The calling agent's workspace, or the tool's answer why it has none."""
+        try:
+            workspace = self._mw.workspace_for_state(state)
+        except errors.InvalidParams as refused:
+            return _chunk(f"memory is not available to this agent: {refused.message}",
+                          error=True)
+        if workspace is None:
+            return _chunk("memory is not available outside a reply", error=True)
+        return workspace
 
 
 class MemorySearchTool(_MemoryTool):
@@ -87,8 +96,8 @@ class MemorySearchTool(_MemoryTool):
     async def call(self, query: str = "", limit: int | None = None,
                    _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
+        if not isinstance(workspace, str):
+            return workspace
         if not query.strip():
             return _chunk("(no query given: nothing to search)")
         try:
@@ -123,8 +132,8 @@ class AddMemoryTool(_MemoryTool):
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
                    _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
+        if not isinstance(workspace, str):
+            return workspace
         facts = _facts(content)
         if not facts:
             return _chunk("`content` is empty: nothing to record", error=True)
@@ -169,8 +178,8 @@ class MemoryWriteTool(_MemoryTool):
                    type: str = "", body: str = "", _agent_state: object = None,
                    **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
+        if not isinstance(workspace, str):
+            return workspace
         try:
             done = await self._mw.topic_write(workspace, path, name, description, type,
                                               body)
@@ -204,8 +213,8 @@ class MemoryEditTool(_MemoryTool):
     async def call(self, path: str = "", old: str = "", new: str = "",
                    _agent_state: object = None, **_: object) -> ToolChunk:
         workspace = self._workspace(_agent_state)
-        if workspace is None:
-            return _chunk("memory is not available outside a reply", error=True)
+        if not isinstance(workspace, str):
+            return workspace
         try:
             done = await self._mw.topic_edit(workspace, path, old, new)
         except _DAEMON_ERRORS as exc:

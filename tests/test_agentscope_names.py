@@ -1,0 +1,117 @@
+"""Real AgentScope agents whose names make one agent id ("Sales Bot", "Sales_Bot"), over
+a real daemon: the first to use the workspace keeps it; the other replies without memory,
+neither reading nor writing the first one's, whether both share one middleware or each
+has its own (as two processes would)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, chat_answer, tool_call
+
+from recalld.ipc.agentscope import RecalldMemoryMiddleware
+from recalld.ipc.client import Client
+
+SECRET = "The door code of the Basel office is 7731-kestrel."
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
+def _model(body: Any) -> dict[str, Any]:
+    """'Sales Bot' records the secret; any other agent searches for it; both then answer
+    with the last tool result they saw."""
+    system = "".join(_text(m["content"]) for m in body["messages"] if m["role"] == "system")
+    results = [m for m in body["messages"] if m["role"] == "tool"]
+    if results:
+        return chat_answer("final: " + _text(results[-1]["content"]))
+    if "I am Sales Bot." in system:
+        return chat_answer(None, [tool_call("add_memory", {"thinking": "keep it",
+                                                           "content": [SECRET]})])
+    return chat_answer(None, [tool_call("memory_search", {"query": "door code Basel"})])
+
+
+async def _reply(fake: FakeProvider, mw: RecalldMemoryMiddleware, name: str,
+                 session: str) -> str:
+    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+                            model="fake", stream=False, max_retries=0)
+    agent = Agent(name=name, system_prompt=f"I am {name}.", model=model,
+                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+    agent.state.session_id = session
+    try:
+        msg = await agent.reply(UserMsg(name="user", content="what is the Basel door code?"))
+    finally:
+        await model.client.close()
+    return msg.get_text_content() or ""
+
+
+def _seen_by_others(fake: FakeProvider) -> str:
+    """Everything the model was shown while serving agents other than 'Sales Bot'."""
+    out = []
+    for r in fake.requests:
+        body = r.json
+        if "I am Sales Bot." not in json.dumps(body["messages"][0], ensure_ascii=False):
+            out.append(json.dumps(body["messages"], ensure_ascii=False))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one middleware", "two middlewares"])
+def test_agents_whose_names_make_one_id_do_not_share_memory(
+        daemon: DaemonHandle, fake: FakeProvider, shared: bool) -> None:
+    fake.chat_default = _model
+    others = ("Sales_Bot", "Sales  Bot", "Sales #Bot")
+
+    async def main() -> tuple[str, list[str]]:
+        first = RecalldMemoryMiddleware(socket_path=daemon.socket_path)
+        seconds: list[RecalldMemoryMiddleware] = []
+
+        def middleware() -> RecalldMemoryMiddleware:
+            if shared:
+                return first
+            seconds.append(RecalldMemoryMiddleware(socket_path=daemon.socket_path))
+            return seconds[-1]
+
+        make: Callable[[], RecalldMemoryMiddleware] = middleware
+        try:
+            recorded = await _reply(fake, first, "Sales Bot", "shop-1")
+            answers = [await _reply(fake, make(), name, "shop-1") for name in others]
+            # The first agent keeps its memory after the others were turned away.
+            again = await _reply(fake, first, "Sales Bot", "shop-2")
+            assert "7731-kestrel" not in again  # it records again, and is not refused
+            assert "both have the agent id" not in again
+        finally:
+            await first.close()
+            for mw in seconds:
+                await mw.close()
+        return recorded, answers
+
+    recorded, answers = asyncio.run(main())
+    assert recorded.startswith("final: Recorded 1 fact(s)"), recorded
+    for name, answer in zip(others, answers, strict=True):
+        assert "7731-kestrel" not in answer
+        assert f"agent {name!r} and agent 'Sales Bot'" in answer, answer
+    assert "7731-kestrel" not in _seen_by_others(fake)
+    with Client(daemon.socket_path) as c:
+        # Only the first agent's exchanges went to the workspace's conversation.
+        assert c.add_turns("Sales_Bot", "shop-1", [])["pending_messages"] == 2
+        assert "7731-kestrel" in c.search("Sales_Bot", "door code Basel")[0].text
