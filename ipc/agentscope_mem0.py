@@ -22,7 +22,7 @@ from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import workspace_name
+from recalld.ipc.agent_ids import session_key, workspace_name
 from recalld.ipc.agentscope_messages import (
     MEMORY_MSG_NAME,
     Parked,
@@ -172,7 +172,9 @@ class RecalldMem0Middleware(MiddlewareBase):
         """Store ``text`` as a note of the day, recording this agent as its author."""
         writer = self.agent_id or "agent"
         return await self._on_workspace(lambda: self.client.add_note(
-            self.workspace, text, session_id=f"mem0-{workspace_name(writer)}"[:128],
+            # Its own session: writers whose names make one id ("Sales Bot", "Sales  Bot")
+            # would append to one note, under the author who wrote last.
+            self.workspace, text, session_id=session_key(f"mem0-{writer}"),
             name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id))
 
     async def wait_writes(self) -> None:

@@ -1,7 +1,7 @@
-"""Real AgentScope agents whose names make one agent id ("Sales Bot", "Sales_Bot"), over
-a real daemon: the first to use the workspace keeps it; the other replies without memory,
-neither reading nor writing the first one's, whether both share one middleware or each
-has its own (as two processes would)."""
+"""AgentScope agents (and Mem0 writers) whose names make one agent id ("Sales Bot",
+"Sales_Bot"), over a real daemon: the first to use the workspace keeps it; the other
+replies without memory, neither reading nor writing the first one's, whether both share
+one middleware or each has its own (as two processes would); writers keep their notes."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from agentscope.tool import Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 
-from recalld.ipc.agentscope import RecalldMemoryMiddleware
+from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware
 from recalld.ipc.client import Client
 
 SECRET = "The door code of the Basel office is 7731-kestrel."
@@ -115,3 +115,28 @@ def test_agents_whose_names_make_one_id_do_not_share_memory(
         # Only the first agent's exchanges went to the workspace's conversation.
         assert c.add_turns("Sales_Bot", "shop-1", [])["pending_messages"] == 2
         assert "7731-kestrel" in c.search("Sales_Bot", "door code Basel")[0].text
+
+
+def test_mem0_writers_whose_names_make_one_id_keep_their_own_notes(
+        daemon: DaemonHandle) -> None:
+    facts = {"Sales Bot": "The price floor for Vienna is 812 euros.",
+             "Sales  Bot": "The shipping cutoff for Graz is 3pm sharp.",
+             "Sales_Bot": "The Linz showroom opens at 10 on Saturdays.",
+             "sales bot": "The Salzburg invoice run is on the 28th."}
+
+    async def main() -> dict[str, list[str]]:
+        writers = {name: RecalldMem0Middleware(user_id="erin", agent_id=name,
+                                               socket_path=daemon.socket_path)
+                   for name in facts}
+        try:
+            for name, fact in facts.items():
+                await writers[name].add_memory_text(fact)
+            return {name: await mw.search_memories("Vienna Graz Linz Salzburg")
+                    for name, mw in writers.items()}
+        finally:
+            for mw in writers.values():
+                await mw.close()
+
+    seen = asyncio.run(main())
+    for name, fact in facts.items():
+        assert len(seen[name]) == 1 and seen[name][0].endswith(fact), (name, seen[name])
