@@ -82,10 +82,10 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     state = h.get("state") or "-"
     pending = idx.get("pending_changes") or 0
     reasons = h.get("reasons") or []
-    # Turns waiting for auto_memory, or vectors missing only for chunks the provider
-    # refused, make the workspace pending, not its index.
+    # Turns waiting for auto_memory make the workspace pending, not its index (chunks
+    # whose vectors are parked leave it clean: the daemon does not count them as pending).
     shown = "clean" if state == "pending" and reasons and all(
-        _is_capture(r, ws) or _is_parked(r, ws) for r in reasons) else state
+        _is_capture(r, ws) for r in reasons) else state
     text = f"{shown}: {idx.get('files', '-')} file(s), {idx.get('chunks', '-')} chunk(s) indexed"
     if pending:
         text += f", {pending} change(s) waiting"
@@ -113,8 +113,7 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
                                   _degraded_fix(reasons, agent)))
     elif state == "pending" and h.get("reasons"):
         capture = [r for r in h["reasons"] if _is_capture(r, ws)]
-        # Parked chunks do not catch up by themselves: their problem says so (vectors).
-        others = [r for r in h["reasons"] if r not in capture and not _is_parked(r, ws)]
+        others = [r for r in h["reasons"] if r not in capture]
         if others:
             a.problems.append(Problem(
                 "info", "pending: " + "; ".join(others),
@@ -159,14 +158,6 @@ def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:
     """True for the health reason that says which conversation turns wait and why."""
     why = (ws.get("capture") or {}).get("reason")
     return isinstance(why, str) and reason.endswith(f" wait for auto_memory: {why}")
-
-
-def _is_parked(reason: str, ws: WorkspaceInfo) -> bool:
-    """True for the health reason of missing vectors when every chunk still without one
-    is parked (the provider refused its text)."""
-    v = _vectors(ws)
-    missing = (v.get("total") or 0) - (v.get("embedded") or 0)
-    return reason.startswith("vectors: ") and bool(v.get("parked")) and v["parked"] >= missing
 
 
 def _capture_fix(agent: str, ws: WorkspaceInfo) -> str:

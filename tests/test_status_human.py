@@ -144,10 +144,9 @@ def test_assess_reads_runtime_problems() -> None:
     a = assess(refused)
     assert ("vectors", "waiting, 7 of 8 chunk(s) embedded (88%, the rest parked), "
                        "provider ok") in a.facts
-    # Its health is pending for that chunk, which no wait brings in: the index is clean,
-    # and no note says it catches up by itself (the parked problem says what it is).
-    a = assess({**refused, "health": {"state": "pending",
-                                      "reasons": ["vectors: 7 of 8 chunks embedded"]}})
+    # The daemon does not count that chunk as pending (no wait brings it in): the index is
+    # clean, and no note says it catches up by itself (the parked problem says what it is).
+    a = assess({**refused, "health": {"state": "clean", "reasons": []}})
     assert ("index", "clean: 1 file(s), 2 chunk(s) indexed") in a.facts
     assert not [p for p in a.problems if "pending" in p.what]
     assert any("1 chunk(s) parked" in p.what for p in a.problems)
