@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,9 +55,10 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.parking import PARKED_LOG, Parked, ParkedTexts, config_digest
 from recalld.daemon.index.passages import PassageCalls
 from recalld.daemon.index.service import WorkspaceIndex
-from recalld.daemon.index.spaces import VectorSpace, VectorSpaces
+from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_serving import VectorServing
@@ -152,6 +154,7 @@ class VectorWorker(VectorServing):
                 task_status.started()
                 await trio.sleep_forever()
             await self.target.ensure_open()
+            await self._open_parked()
             await self.index.locked(self.fill.adopt)
             task_status.started()
             await self._seed_foreign()
@@ -164,9 +167,23 @@ class VectorWorker(VectorServing):
             await self.index.after_start()
             await self._backfill()
         finally:
+            if self.fill.texts is not None:
+                self.fill.texts.close()
             self.target.members.discard(self)
             if self.index.vectors is self:
                 self.index.vectors = None
+
+    async def _open_parked(self) -> None:
+        """Read the texts parked before the restart (``parking.py``)."""
+        texts = ParkedTexts(self.index.store.metadata_dir / PARKED_LOG, self.target.key,
+                            config_digest(public_config(self.target.client.config)))
+        count = await trio.to_thread.run_sync(texts.open)
+        newest = texts.newest()
+        if newest is not None:
+            self.parked_error = newest.why
+            log.info("%s: %d text(s) stay parked from before the restart (%s)",
+                     self.index.ws.agent_id, count, newest.why)
+        self.fill.texts = texts
 
     async def _seed_foreign(self) -> None:
         """Reuse what ReMe embedded: its chunk store's vectors go into the cache of the
@@ -330,6 +347,11 @@ class VectorWorker(VectorServing):
             # Similar lengths in one provider batch (a local model pads to the longest);
             # texts whose calls failed go last, so the others are not held behind them.
             self.calls.start_round(hashes)
+            # A text parked before that is tried again goes alone: if it fails again, one
+            # call (not ``isolate_after`` rounds of calls, each up to its deadline) parks it.
+            parked = self.fill.texts
+            if parked:
+                self.calls.suspect([h for h in hashes if h in parked])
             missing.sort(key=lambda i: (self.calls.order(hashes[i]), len(texts[i])))
             step = space.client.max_batch_size
             refused: dict[str, str] = {}  # text -> why the provider will not embed it
@@ -344,6 +366,7 @@ class VectorWorker(VectorServing):
                 # What was refused is parked though a later batch failed (else it would
                 # be sent again, and fail again, first thing next round).
                 self._park(items, units, refused)
+                await self._keep_parked(refused)
                 done = [(item, ts) for item, ts in zip(items, units, strict=True)
                         if all(t in vectors for t in ts)]
                 if done:
@@ -352,6 +375,7 @@ class VectorWorker(VectorServing):
                 raise
         self.last_error = next(iter(refused.values()), None)
         items, units = self._park(items, units, refused)
+        await self._keep_parked(refused)
         return await self._install(items, units, vectors)
 
     def _park(self, items: list[tuple[int, str]], units: list[list[str]],
@@ -372,6 +396,16 @@ class VectorWorker(VectorServing):
         kept = [(item, ts) for item, ts in pairs if not refused.keys() & set(ts)]
         return [item for item, _ in kept], [ts for _, ts in kept]
 
+    async def _keep_parked(self, refused: dict[str, str]) -> None:
+        """Keep the texts in ``refused`` parked across restarts."""
+        texts = self.fill.texts
+        if texts is None or not refused:
+            return
+        wall = time.time()
+        until = wall + self.cfg.permanent_retry_s
+        await trio.to_thread.run_sync(texts.park, {
+            text_hash(t): Parked(why, wall, until) for t, why in refused.items()})
+
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:
         """Install the vectors of ``items`` (each has all of its ``units`` in ``vectors``)
@@ -387,6 +421,11 @@ class VectorWorker(VectorServing):
             installed = await self.index.locked(partial(self.fill.install, found=found))
         self.embedded += installed
         self.index.vectors_changed(installed)
+        parked = self.fill.texts
+        if parked:
+            done = [h for ts in units for t in ts if (h := text_hash(t)) in parked]
+            if done:
+                await trio.to_thread.run_sync(parked.drop, done)
         return installed
 
     async def _maybe_compact(self) -> None:

@@ -18,8 +18,10 @@ failure are told apart from an outage, so that one text never holds back the res
   provider's). During an outage nothing is embedded, so nothing is singled out: the round
   waits and is tried again.
 
-Strikes live in memory only (a restart starts them afresh); they are dropped when the
-text is embedded or reported, and at each round for texts no longer in it.
+Strikes live in memory only; they are dropped when the text is embedded or reported, and
+at each round for texts no longer in it. A text parked before and tried again starts
+with ``isolate_after`` strikes (``suspect``): it goes alone, and one more failure parks it
+again.
 """
 
 from __future__ import annotations
@@ -70,6 +72,19 @@ class PassageCalls:
         keep = set(hashes)
         self._strikes = {h: s for h, s in self._strikes.items() if h in keep}
 
+    def suspect(self, hashes: Sequence[str]) -> None:
+        """Strike ``hashes`` (texts parked before, tried again) enough to send them alone
+        and to report one that fails alone again at once: its earlier failures already
+        showed the fault is its own (else, the last text left, it would be retried as an
+        outage for good, with the circuit breaker opened by it alone)."""
+        for h in hashes:
+            if self._count(h) < self.isolate_after:
+                self._strikes[h] = _Strikes(self.isolate_after, -1)
+
+    def _suspected(self, text_hash: str) -> bool:
+        s = self._strikes.get(text_hash)
+        return s is not None and s.successes_before < 0
+
     def _count(self, text_hash: str) -> int:
         s = self._strikes.get(text_hash)
         return 0 if s is None else s.count
@@ -105,6 +120,9 @@ class PassageCalls:
             rows = await embed_passages(self.workspace, space.key, hashes, texts,
                                         partial(space.client.embed, kind="passage"))
         except ProviderPermanent as exc:
+            if len(texts) == 1 and input_refused(exc) and self._suspected(hashes[0]):
+                refused[texts[0]] = str(exc)  # parked before for this: parked again
+                return
             if len(texts) < 2 or not input_refused(exc):
                 raise
             errors: dict[str, str] = {}
@@ -154,6 +172,10 @@ class PassageCalls:
                 raise
             except ProviderTransient as one:
                 first = first or one
+            except ProviderPermanent as one:
+                if not input_refused(one):
+                    raise
+                refused[t] = str(one)  # refused alone: that text's own fault
         if first is not None:
             raise first
 

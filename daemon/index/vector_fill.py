@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -24,8 +25,9 @@ from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.index.embedcache import encode_f16
+from recalld.daemon.index.embedcache import encode_f16, text_hash
 from recalld.daemon.index.filters import note_date
+from recalld.daemon.index.parking import ParkedTexts
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import IndexState
@@ -80,6 +82,10 @@ class VectorFill:
         self._shadow: VectorIndex | None = None
         #: Parked chunks (key -> when they are tried again): the provider refused them.
         self.failed: dict[int, float] = {}
+        #: The parked texts kept across restarts (``parking.py``; set by the worker), and
+        #: the chunks already looked up in them (a chunk's key names one text).
+        self.texts: ParkedTexts | None = None
+        self._looked_up: set[int] = set()
 
     @property
     def migrating(self) -> bool:
@@ -97,6 +103,7 @@ class VectorFill:
             return
         self._state = state
         self.failed.clear()
+        self._looked_up.clear()
         target = self.target
         # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
         # the embedding cache).
@@ -147,12 +154,27 @@ class VectorFill:
                         continue
                 pending += 1
                 until = self.failed.get(key, -math.inf)
+                if until <= now and self.texts and key not in self._looked_up:
+                    until = self._parked_until(state.chunks.text(key), now)
+                    self._looked_up.add(key)
                 if until > now:
                     parked[key] = until
                 elif len(items) < limit:
                     items.append((key, state.chunks.text(key)))
         self.failed = parked  # vanished or due keys leave the parking lot
         return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
+
+    def _parked_until(self, text: str, now: float) -> float:
+        """When a chunk of ``text`` is tried again (``now``'s clock) if one of its texts was
+        parked before a restart and its time has not come, else -inf."""
+        assert self.texts is not None
+        wall = time.time()
+        until = -math.inf
+        for unit in self.units(text):
+            found = self.texts.get(text_hash(unit))
+            if found is not None and found.until > wall:
+                until = max(until, now + found.until - wall)
+        return until
 
     def parked_places(self, state: IndexState, limit: int) -> list[str]:
         """``path:start-end`` of the first ``limit`` parked chunks still in ``state``, by
