@@ -403,7 +403,10 @@ def test_cancel_mid_job_leaves_no_partial_files_and_keeps_turns(
     note = root / "memory" / today() / "plans.md"
     assert note.read_text().endswith("- Moves to Bern\n")
     assert add(d, "s", [])["pending_turns"] == 1
-    assert d.call("inbox.list", {"agent_id": "w"})["items"] == []
+    # The note it wrote is told, as cut short (a run again may find nothing to change).
+    (item,) = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert item["job_id"] == r["job_id"] and item["details"]["cut_short"] is True
+    assert f"memory/{today()}/plans.md" in item["changes"]
     assert d.call("daemon.ping")["pong"] is True
 
 

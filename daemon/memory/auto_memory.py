@@ -20,7 +20,11 @@ turn was said). Steps:
    are new; a line torn by a kill is cut off);
 4. refresh ``<daily_dir>/<date>/index.md`` (written by the daemon: each note of the day
    with its description);
-5. commit the turns, then push one inbox item if a note changed.
+5. push one inbox item if a note changed, then commit the turns.
+
+Steps 3 to 5 (with the change log record) are one step that a stop or a close waits
+for (``FINISH_TIMEOUT_S`` at most): cut between the commit and the item, the run again
+would find nothing pending and the change would never be told.
 
 A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
 one of its bullet points is refused (the model is told which, and may write again
@@ -40,7 +44,8 @@ malformed answers, deadline, a note the disk refused to write or a write of it w
 arguments the tools refused, whatever the model then answered) fail the job with a clear
 message and leave the turns pending for the next run. Cancellation leaves no partial
 file (every write is atomic); the job kind is resumable, so one interrupted by a restart
-runs again.
+runs again. A run stopped after the model changed the note leaves its change log record
+and an inbox item saying so (cut short, its turns run again).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from recalld.daemon.memory.fileops import (
     fileops_for,
     read_confined,
 )
+from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.session_tools import SessionTools
@@ -89,6 +95,9 @@ DEADLINE_S = 600.0
 MAX_PROMPT_CHARS = 60_000
 #: How much of the model's last answer a job's result quotes (``model_text``).
 MODEL_TEXT_CHARS = 500
+#: How long the end of a run (its logs, the day index, the inbox item, the commit) may
+#: take once begun: a stop or a close waits for it rather than cut it in two.
+FINISH_TIMEOUT_S = 10.0
 
 SYSTEM_PROMPT = """\
 You keep the long-term memory of an assistant. From the conversation you are given, \
@@ -288,6 +297,27 @@ async def _write_log(ws: Workspace, ops: FileOps, run: capture_log.CaptureRun) -
     return written
 
 
+async def _tell_cut_short(get_workspace: Callable[[str], Workspace], ws: Workspace,
+                          ops: FileOps, run: capture_log.CaptureRun, job_id: str,
+                          date: str) -> None:
+    """A run stopped before its end: its change log record and, if the model changed the
+    note, the day index and an inbox item saying so (the turns stay pending)."""
+    run.error = "cut short before its end (a stop, or its workspace closed); its turns run again"
+    log_rel = await _write_log(ws, ops, run)
+    notes = sorted({c.path for c in ops.changes})
+    if not notes:
+        return
+    try:
+        await refresh_day_index(ws, date, ops)
+    except (OSError, RecalldError) as exc:
+        log.warning("auto_memory of %s: the day index was not refreshed: %s", ws.agent_id, exc)
+    await push_inbox(_reopened(get_workspace, ws), "auto_memory",
+                     f"auto_memory updated {', '.join(notes)}, then was cut short; its turns "
+                     "run again", sorted({c.path for c in ops.changes}), job_id=job_id,
+                     details={"session_id": run.session_id, "date": date, "note": run.note,
+                              "log": log_rel, "cut_short": True})
+
+
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     today: Callable[[], dt.date] = dt.date.today,
                     ) -> Callable[[JobContext], Awaitable[CaptureResult]]:
@@ -376,27 +406,46 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 run_log.error = exc.message
                 await _write_log(ws, ops, run_log)
                 raise
-            log_rel = await _write_log(ws, ops, run_log)
+            except trio.Cancelled:
+                # Stopped (the daemon stops, the workspace closes) after the model may
+                # have written the note: what it wrote is told; its turns run again.
+                with trio.CancelScope(shield=True), trio.move_on_after(FINISH_TIMEOUT_S):
+                    await _tell_cut_short(get_workspace, ws, ops, run_log, job.job_id, date)
+                raise
+            # The end in one step a stop waits for: cut between committing the turns
+            # and telling the inbox, the run again would find nothing pending to tell.
             job.set_progress(2, 4, "saving the conversation")
-            dialog = await _append_dialog(ws, session_id, turns)
-            job.set_progress(3, 4, "refreshing the day index")
-            if notes:
-                await refresh_day_index(ws, date, ops)
-            services = _reopened(get_workspace, ws).services
-            await services.sessions.commit(session_id, upto)
-            changed = sorted({c.path for c in ops.changes})
-            note = await ops.session_note(session_id, date)
-            item = None
-            if notes:
-                summary = f"auto_memory updated {', '.join(notes)} from {len(turns)} turns"
-                if budget.refused:
-                    summary += (f"; {budget.refused} tool call(s) past the limits were not "
-                                "run")
-                item = await services.inbox.push(
-                    "auto_memory", summary, changed, job_id=job.job_id,
-                    details={"session_id": session_id, "date": date, "note": note,
-                             "refused": tools.refused, "log": log_rel,
-                             "tool_calls_refused": budget.refused})
+            with trio.CancelScope(shield=True), \
+                    trio.move_on_after(FINISH_TIMEOUT_S) as finishing:
+                log_rel = await _write_log(ws, ops, run_log)
+                dialog = await _append_dialog(ws, session_id, turns)
+                if notes:
+                    await refresh_day_index(ws, date, ops)
+                services = _reopened(get_workspace, ws).services
+                changed = sorted({c.path for c in ops.changes})
+                note = await ops.session_note(session_id, date)
+                item = None
+                if notes:
+                    summary = (f"auto_memory updated {', '.join(notes)} from {len(turns)} "
+                               "turns")
+                    if budget.refused:
+                        summary += (f"; {budget.refused} tool call(s) past the limits were "
+                                    "not run")
+                    # Told before the turns are committed: a cut in between runs them
+                    # again (told twice at worst), never leaves the change untold.
+                    try:
+                        item = await services.inbox.push(
+                            "auto_memory", summary, changed, job_id=job.job_id,
+                            details={"session_id": session_id, "date": date, "note": note,
+                                     "refused": tools.refused, "log": log_rel,
+                                     "tool_calls_refused": budget.refused})
+                    except RecalldError as exc:  # a notification lost, never the turns
+                        log.warning("auto_memory of %s: the inbox was not told: %s",
+                                    ws.agent_id, exc.message)
+                await services.sessions.commit(session_id, upto)
+            if finishing.cancelled_caught:
+                raise JobFailed(f"saving the run took over {FINISH_TIMEOUT_S:g} s; its "
+                                "turns stay pending for the next run")
             job.set_progress(4, 4, "done")
             # Masked before it is cut: a key the cut fell inside would no longer be
             # recognised. (A bounded stretch: no secret the start shows is that long.)

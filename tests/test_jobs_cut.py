@@ -1,0 +1,57 @@
+"""Jobs cut short by a close, a forget or a stop lose no work and say what happened.
+
+A real daemon, a real socket, a scripted OpenAI-compatible chat server on 127.0.0.1; every
+wait is on a condition (the fake's gate, the daemon's answers) with a generous cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider
+from test_capture import add, config, done, notes, turn, write_note
+from waits import wait_job
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def answered_a_tool(body: Any) -> bool:
+    """A chat request that carries the answer of a tool the model called."""
+    return any(m.get("role") == "tool" for m in body.get("messages", []))
+
+
+def test_a_job_cut_short_after_it_wrote_the_note_tells_the_inbox(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The close stopped the job after the model wrote the note, before the model's last
+    # answer: the note stayed written but nothing told of it (no inbox item, no change
+    # log), and the run again, finding the note as the model would write it, changed
+    # nothing and told nothing either.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=600))
+    held = fake.gate(answered_a_tool)
+    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
+                done())
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "w"})
+    (note,) = notes(root)
+    assert "Rex" in note.read_text()
+    held.open()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    job = wait_job(d, first["job_id"])
+    assert job["state"] == "succeeded", job
+    assert add(d, "s1", [])["pending_turns"] == 0
+    items = d.call("inbox.list", {"agent_id": "w"})["items"]
+    assert [(i["job_id"], i["changes"]) for i in items if i["kind"] == "auto_memory"] == [
+        (first["job_id"], [str(note.relative_to(root)), f"{note.parent.relative_to(root)}"
+                                                        "/index.md"])], items
+    assert "cut short" in items[0]["summary"]
+    assert list((root / "mem_metadata" / "auto_memory" / "runs").iterdir()), \
+        "the cut run's change log"
