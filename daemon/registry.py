@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from recalld.daemon import remembered
+from recalld.daemon import reload_sharing, remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
 from recalld.daemon.jsontypes import JsonObject
@@ -55,9 +54,6 @@ if TYPE_CHECKING:
 
 # The registry and its workspaces log under one name: recalld.daemon.workspaces.
 log = logging.getLogger("recalld.daemon.workspaces")
-#: The settings that say who may read a workspace: checked on every use, so a reload
-#: changes them in open workspaces at once.
-SHARING = ("shared_with", "memory_isolation")
 
 
 class WorkspaceRegistry:
@@ -142,34 +138,8 @@ class WorkspaceRegistry:
         return self.get(agent_id)
 
     def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
-        """Give the open workspaces the sharing ``new`` opens them with, at once (a
-        revoked reader is refused from its next call on, not from the next open); return
-        the ready ones whose other settings or path differ in ``new``, which keep what
-        they were opened with until they are opened again."""
-        changed = []
-        for ws in self.list():
-            if ws.state in ("opening", "ready"):
-                self._share_as(ws, new)
-            if ws.state == "ready" and (
-                    _unshared(old.workspace_settings(ws.agent_id))
-                    != _unshared(new.workspace_settings(ws.agent_id))
-                    or old.workspace_path(ws.agent_id) != new.workspace_path(ws.agent_id)):
-                changed.append(ws.agent_id)
-        return changed
-
-    def _share_as(self, ws: Workspace, config: DaemonConfig) -> None:
-        """``ws`` shared as an open under ``config`` would share it."""
-        try:
-            would = workspace_settings_from_params(
-                config.workspace_settings(ws.agent_id),
-                self._recorded_config(ws.agent_id, ws.root))
-        except InvalidParams:
-            return  # its recorded settings no longer go with the file: kept as opened
-        sharing = {name: getattr(would, name) for name in SHARING}
-        if sharing != {name: getattr(ws.settings, name) for name in SHARING}:
-            ws.settings = dataclasses.replace(ws.settings, **sharing)
-            log.info("workspace %s: shared_with = %s, memory_isolation = %s from now on",
-                     ws.agent_id, list(would.shared_with), would.memory_isolation)
+        """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`)."""
+        return reload_sharing.reloaded(self.list(), old, new, self._recorded_config)
 
     def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
         """The settings of ``agent_id``'s workspace: its own while the registry has it
@@ -491,7 +461,3 @@ class WorkspaceRegistry:
         ws.request_close()
         await ws.wait_closed()
 
-
-def _unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
-    """``settings`` but for who may read the workspace (:data:`SHARING`)."""
-    return dataclasses.replace(settings, shared_with=(), memory_isolation=True)

@@ -1,0 +1,60 @@
+"""What a configuration reload changes in the open workspaces: who may read them at
+once (:data:`SHARING`); their other settings and their path only when each is opened
+again (:func:`reloaded` names those). No tasks, no I/O: the registry calls it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams
+
+# Logged as the registry and its workspaces log.
+log = logging.getLogger("recalld.daemon.workspaces")
+#: The settings that say who may read a workspace: checked on every use, so a reload
+#: changes them in open workspaces at once.
+SHARING = ("shared_with", "memory_isolation")
+#: The ``config`` an agent's workspace is recorded with at a folder (None: none).
+RecordedConfig = Callable[[str, Path], JsonObject | None]
+
+
+def reloaded(workspaces: Iterable[Workspace], old: DaemonConfig, new: DaemonConfig,
+             recorded_config: RecordedConfig) -> list[str]:
+    """Give the open ``workspaces`` the sharing ``new`` opens them with, at once (a
+    revoked reader is refused from its next call on, not from the next open); return
+    the ready ones whose other settings or path differ in ``new``, which keep what
+    they were opened with until they are opened again."""
+    changed = []
+    for ws in workspaces:
+        if ws.state in ("opening", "ready"):
+            share_as(ws, new, recorded_config)
+        if ws.state == "ready" and (
+                unshared(old.workspace_settings(ws.agent_id))
+                != unshared(new.workspace_settings(ws.agent_id))
+                or old.workspace_path(ws.agent_id) != new.workspace_path(ws.agent_id)):
+            changed.append(ws.agent_id)
+    return changed
+
+
+def share_as(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig) -> None:
+    """``ws`` shared as an open under ``config`` would share it."""
+    try:
+        would = workspace_settings_from_params(
+            config.workspace_settings(ws.agent_id), recorded_config(ws.agent_id, ws.root))
+    except InvalidParams:
+        return  # its recorded settings no longer go with the file: kept as opened
+    sharing = {name: getattr(would, name) for name in SHARING}
+    if sharing != {name: getattr(ws.settings, name) for name in SHARING}:
+        ws.settings = dataclasses.replace(ws.settings, **sharing)
+        log.info("workspace %s: shared_with = %s, memory_isolation = %s from now on",
+                 ws.agent_id, list(would.shared_with), would.memory_isolation)
+
+
+def unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
+    """``settings`` but for who may read the workspace (:data:`SHARING`)."""
+    return dataclasses.replace(settings, shared_with=(), memory_isolation=True)
