@@ -74,6 +74,8 @@ class JobRecord:
     ran: trio.Event = field(default_factory=trio.Event)
     #: Stopped to run again later (a pause of its workspace): queued again, not cancelled.
     requeue: bool = False
+    #: Why it was cancelled, when not by a client (its record's ``error``).
+    cancel_reason: str | None = None
 
     def as_dict(self) -> JobInfo:
         return {

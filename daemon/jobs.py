@@ -203,14 +203,25 @@ class JobManager:
         """Cancel a job and return its record; waits up to ``cancel_grace_s`` for a running
         job to stop. Cancelling a finished job changes nothing."""
         job = self._find(agent_id, job_id)
-        if job.state == "queued" and job in self._queues.get(agent_id, ()):
-            self._queues[agent_id].remove(job)
-            await self._finish(job, "cancelled")
+        await self._cancel(job)
+        return job.as_dict()
+
+    async def _cancel(self, job: JobRecord) -> None:
+        if job.state == "queued" and job in self._queues.get(job.agent_id, ()):
+            self._queues[job.agent_id].remove(job)
+            await self._finish(job, "cancelled", error=job.cancel_reason)
         elif job.state in ACTIVE:
             job.scope.cancel()
             with trio.move_on_after(self._config.cancel_grace_s):
                 await job.done.wait()
-        return job.as_dict()
+
+    async def forget(self, agent_id: str, reason: str) -> None:
+        """``agent_id``'s workspace is forgotten: its jobs queued (held since it closed) or
+        running (resumed, waiting for it to open) are cancelled, ``reason`` their error."""
+        for job in [j for j in self._jobs.get(agent_id, {}).values() if j.state in ACTIVE]:
+            job.cancel_reason = reason
+            await self._cancel(job)
+        self.release(agent_id)  # after: none of them starts meanwhile
 
     @contextlib.asynccontextmanager
     async def paused(self, agent_id: str, reason: str) -> AsyncIterator[None]:
@@ -408,7 +419,7 @@ class JobManager:
                 self._publish("job.state", job.as_dict())
                 await self._journal(job)
             elif job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
-                await self._finish(job, "cancelled")
+                await self._finish(job, "cancelled", error=job.cancel_reason)
         finally:
             job.ran.set()
             if spec.cpu_heavy:

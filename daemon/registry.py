@@ -451,6 +451,9 @@ class WorkspaceRegistry:
             if known:
                 del self._remembered[agent_id]
                 await self._save_remembered()
+            if forget and self._jobs is not None:  # held for a reopen that never comes
+                await self._jobs.forget(agent_id, f"workspace {agent_id!r} was closed "
+                                        "with forget before the job could run")
         return closed
 
     async def _close(self, ws: Workspace) -> None:

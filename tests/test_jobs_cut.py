@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider
-from test_capture import add, config, done, notes, turn, write_note
+from test_capture import add, chat_requests, config, done, notes, turn, write_note
 from waits import wait_job
 
 
@@ -55,3 +55,25 @@ def test_a_job_cut_short_after_it_wrote_the_note_tells_the_inbox(
     assert "cut short" in items[0]["summary"]
     assert list((root / "mem_metadata" / "auto_memory" / "runs").iterdir()), \
         "the cut run's change log"
+
+
+def test_a_forget_cancels_the_jobs_held_for_the_workspace_saying_why(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Forgotten, a workspace never opens again by itself, yet its jobs were held for it:
+    # journaled queued, they were resumed at the next start to wait 30 s for a workspace
+    # that never came, and ran, long after, on a workspace opened anew at that folder.
+    root = tmp_path / "ws"
+    text = config(root, fake, idle_s=600)
+    d = daemon_factory(text)
+    held = fake.gate(lambda body: True)
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "w", "forget": True})
+    held.open()
+    assert d.stop() == 0
+    d2 = daemon_factory(text, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    d2.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    job = d2.call("jobs.get", {"agent_id": "w", "job_id": first["job_id"]})
+    assert job["state"] == "cancelled" and "closed with forget" in job["error"], job
+    assert not job["resumed"]
+    assert chat_requests(fake) == 1 and not notes(root)
