@@ -53,6 +53,8 @@ from recalld.daemon.memory import (
     runjournal,
 )
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
+from recalld.daemon.memory.dreamruns import INTERESTS_FILE
+from recalld.daemon.memory.dreamruns import RUNNING as _RUNNING
 from recalld.daemon.memory.fileops import (
     FileOps,
     WriteConflict,
@@ -65,21 +67,16 @@ from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.answers import DreamRun, DreamUndone
-from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
 
 log = logging.getLogger(__name__)
 
-INTERESTS_FILE: Final = "interests.yaml"
 CATALOG_JOB: Final = "dream"
 SAVE_TIMEOUT_S: Final = 20.0
 WRITE_ATTEMPTS: Final = 3
-#: The runs going on in this daemon (their ids are unique): a run's record is written when
-#: it ends, over an undo made before, so none is undone while it runs.
-_RUNNING: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,43 +446,3 @@ async def _refresh_interests(run: _Run) -> None:
         except WriteConflict:
             continue
     log.warning("dream of %s: %s kept changing; interests not refreshed", run.ws.agent_id, rel)
-
-
-async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
-    """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
-    if run_id in _RUNNING:
-        raise AlreadyRunning(f"dream run {run_id} is still running: cancel its job or "
-                             "let it finish, then undo it")
-    settings = ws.settings
-    files = fileops_for(ws)
-    directory = changelog.runs_dir(ws.root, settings.metadata_dir)
-    await dreaminbox.recover_journals(ws, directory, _RUNNING)
-    async with files.lock:
-        result = await trio.to_thread.run_sync(
-            lambda: changelog.undo_run(
-                ws.root, directory, run_id,
-                digest_dir=settings.digest_dir, force=force,
-                now=datetime.now(UTC).isoformat(),
-                derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
-    try:
-        index = ws.services.index
-    except UnknownWorkspace:
-        return result
-    await index.sync()
-    return result
-
-
-async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
-    """The runs, newest first: those going on (as far as they got) and those ended (a run
-    a crash cut short included, recovered from its journal)."""
-    directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
-    going = set(_RUNNING)  # read here: runs start and end in this thread
-
-    await dreaminbox.recover_journals(ws, directory, _RUNNING)
-
-    def listed() -> list[DreamRun]:
-        now = [changelog.dream_summary(dict(r.to_json()))
-               for r in runjournal.running_runs(directory, going)]
-        return (now + changelog.list_runs(directory, limit))[:limit]
-
-    return await trio.to_thread.run_sync(listed)

@@ -28,7 +28,7 @@ from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.memory import topics
-from recalld.daemon.memory.dream import INTERESTS_FILE
+from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
     check_date,
     fileops_for,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from recalld.daemon.memory import dream
+from recalld.daemon.memory import dreamruns
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.answers import DreamRun, DreamUndone
 
@@ -23,7 +23,7 @@ async def dream_undo(ctx: CallContext, params: JsonObject) -> DreamUndone:
     run_id = p.text("run_id")
     force = p.boolean("force", False)
     p.done()
-    return await dream.undo(ctx.workspace(agent_id), run_id, force=force)
+    return await dreamruns.undo(ctx.workspace(agent_id), run_id, force=force)
 
 
 @METHODS.add("dream.runs", positional=("agent_id",))
@@ -32,4 +32,4 @@ async def dream_runs(ctx: CallContext, params: JsonObject) -> DreamRuns:
     agent_id = p.agent_id()
     limit = p.integer("limit", 20, minimum=1)
     p.done()
-    return {"runs": await dream.runs(ctx.workspace(agent_id), min(limit, 200))}
+    return {"runs": await dreamruns.runs(ctx.workspace(agent_id), min(limit, 200))}

@@ -1,0 +1,61 @@
+"""Dream runs once they ran: listing them and undoing one (see :mod:`changelog`), and the
+runs going on in this daemon, which neither may touch. No task; nothing to stop.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Final
+
+import trio
+
+from recalld.daemon.memory import changelog, dreaminbox, runjournal
+from recalld.daemon.memory.fileops import fileops_for
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import DreamRun, DreamUndone
+from recalld.ipc.errors import AlreadyRunning, UnknownWorkspace
+
+INTERESTS_FILE: Final = "interests.yaml"
+#: The runs going on in this daemon (their ids are unique): a run's record is written when
+#: it ends, over an undo made before, so none is undone while it runs.
+RUNNING: set[str] = set()
+
+
+async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
+    """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
+    if run_id in RUNNING:
+        raise AlreadyRunning(f"dream run {run_id} is still running: cancel its job or "
+                             "let it finish, then undo it")
+    settings = ws.settings
+    files = fileops_for(ws)
+    directory = changelog.runs_dir(ws.root, settings.metadata_dir)
+    await dreaminbox.recover_journals(ws, directory, RUNNING)
+    async with files.lock:
+        result = await trio.to_thread.run_sync(
+            lambda: changelog.undo_run(
+                ws.root, directory, run_id,
+                digest_dir=settings.digest_dir, force=force,
+                now=datetime.now(UTC).isoformat(),
+                derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
+    try:
+        index = ws.services.index
+    except UnknownWorkspace:
+        return result
+    await index.sync()
+    return result
+
+
+async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
+    """The runs, newest first: those going on (as far as they got) and those ended (a run
+    a crash cut short included, recovered from its journal)."""
+    directory = changelog.runs_dir(ws.root, ws.settings.metadata_dir)
+    going = set(RUNNING)  # read here: runs start and end in this thread
+
+    await dreaminbox.recover_journals(ws, directory, RUNNING)
+
+    def listed() -> list[DreamRun]:
+        now = [changelog.dream_summary(dict(r.to_json()))
+               for r in runjournal.running_runs(directory, going)]
+        return (now + changelog.list_runs(directory, limit))[:limit]
+
+    return await trio.to_thread.run_sync(listed)
