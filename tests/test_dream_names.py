@@ -1,0 +1,98 @@
+"""auto_dream with node names of other shapes than words: a real daemon, a real socket
+and a scripted OpenAI-compatible model (see test_dream.py)."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import ScriptedModel, dream, fake, node, open_ws, write
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+
+def digest_files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / "digest").rglob("*.md"))
+
+
+def unseen(text: str) -> list[str]:
+    """The characters of ``text`` that show nothing: controls (but line breaks), format
+    characters (zero width, bidi), variation selectors."""
+    return [f"U+{ord(c):04X}" for c in text if c != "\n" and (
+        unicodedata.category(c) in ("Cc", "Cf") or "\ufe00" <= c <= "\ufe0f")]
+
+
+def test_names_without_letters_get_files_of_their_own(daemon: DaemonHandle,
+                                                      fake: FakeProvider,
+                                                      tmp_path: Path) -> None:
+    """Emoji and punctuation names all became ``node.md``: the second was refused as
+    another node of that file, with advice the model could not act on. Each now has a
+    file named by its characters, the same one whenever the name comes back."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(root, a, "Tea, rockets, love, a family, a flag and a loud warning.\n")
+    open_ws(daemon, root, fake)
+    names = ["🍵", "🚀", "❤️", "👨\u200d👩\u200d👧", "🇫🇷", "🇩🇪", "!!!", "‼️"]
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": n,
+                                     "content": f"- about {n}", "reason": "seen"})
+                      for n in names]]
+    first = dream(daemon)
+    assert first["actions"] == {"CREATE": len(names)}, (first, model.tool_results)
+    files = digest_files(root)
+    assert len(files) == len(names) and "digest/wiki/node.md" not in files
+    assert "digest/wiki/teacup-without-handle.md" in files
+    assert "digest/wiki/man-woman-girl.md" in files
+    assert all(not unseen(f) for f in files), files
+    by_name = {node(root, f)[0]["name"]: f for f in files}
+    assert sorted(by_name) == sorted(names)
+    write(root, b, "Tea and rockets again.\n")
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": n,
+                                     "content": f"- about {n}", "sources": [b],
+                                     "reason": "again"}) for n in ("🍵", "🚀")]]
+    second = dream(daemon)
+    assert second["actions"] == {"CORROBORATE": 2}, (second, model.tool_results)
+    assert digest_files(root) == files
+    assert node(root, by_name["🚀"])[0]["sources"] == [a, b]
+
+
+def test_invisible_characters_are_left_out_of_names(daemon: DaemonHandle,
+                                                    fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    """A name with zero-width characters, a bidi override or a terminal escape was kept
+    as written: a look-alike of another node (``ad\\u200bmin``), or a name shown in
+    another order (``\\u202e``). They are left out of the name, its title and its file;
+    right-to-left names, and a joiner inside a Persian word, stay as written."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(root, a, "The admin account; the invoice; مرحبا; می‌خواهم.\n")
+    open_ws(daemon, root, fake)
+    plan = {"admin": "admin", "invoice\u202etxt.exe": "invoicetxt.exe",
+            "\u2066Deploy\u2069 \x1b[1mnow\u00ad": "Deploy [1mnow",
+            "مرحبا \u200fبالعالم": "مرحبا بالعالم", "می\u200cخواهم": "می\u200cخواهم"}
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": name,
+                                     "description": f"about\u200b {name}",
+                                     "content": "- noted", "reason": "seen\u202e"})
+                      for name in plan]]
+    first = dream(daemon)
+    assert first["actions"] == {"CREATE": len(plan)}, (first, model.tool_results)
+    for f in digest_files(root):
+        fields, text = node(root, f)
+        assert fields["name"] in plan.values() and f"# {fields['name']}\n" in text
+        if fields["name"] == "می\u200cخواهم":  # the joiner, only there
+            assert f == "digest/wiki/می\u200cخواهم.md"
+            f, text = f.replace("\u200c", ""), text.replace("\u200c", "")
+        assert unseen(f) == [] and unseen(text) == [], (f, text)
+    # A look-alike of a node is that node, not a second one.
+    write(root, b, "The admin account again.\n")
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                     "name": "ad\u200bmi\u200dn", "content": "- noted",
+                                     "sources": [b], "reason": "again"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"CORROBORATE": 1}, (second, model.tool_results)
+    assert node(root, "digest/wiki/admin.md")[0]["sources"] == [a, b]
+    log = (root / second["log"]).read_text(encoding="utf-8")
+    assert "\u200b" not in log and "\u202e" not in (root / first["log"]).read_text()
