@@ -1,5 +1,5 @@
-"""auto_dream with node names of other shapes than words: a real daemon, a real socket
-and a scripted OpenAI-compatible model (see test_dream.py)."""
+"""auto_dream with node names of other shapes than words, and notes still being written:
+a real daemon, a real socket and a scripted OpenAI-compatible model (see test_dream.py)."""
 
 from __future__ import annotations
 
@@ -96,3 +96,31 @@ def test_invisible_characters_are_left_out_of_names(daemon: DaemonHandle,
     assert node(root, "digest/wiki/admin.md")[0]["sources"] == [a, b]
     log = (root / second["log"]).read_text(encoding="utf-8")
     assert "\u200b" not in log and "\u202e" not in (root / first["log"]).read_text()
+
+
+def test_a_note_whose_frontmatter_is_not_closed_is_not_sent(daemon: DaemonHandle,
+                                                            fake: FakeProvider,
+                                                            tmp_path: Path) -> None:
+    """A note with an opening ``---`` and fields but no closing fence yet (being written)
+    was sent to the model as if its fields were text; it is read once it has a body. A
+    rule followed by prose is a body."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    writing = "memory/2026-11-20/writing.md"
+    ruled = "memory/2026-11-20/ruled.md"
+    write(root, writing, "---\nsession_id: s1\ntags:\n  - a\n\n")
+    write(root, "memory/2026-11-20/fence.md", "---\n\n")
+    write(root, ruled, "---\nTODO: call Ana about the lease\n")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    assert first["notes"] == 3, first
+    asked = [r.json["messages"][1]["content"].split(":", 1)[0]
+             for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert asked == [f"Daily note {ruled}"], asked
+    write(root, writing, "---\nsession_id: s1\n---\nThe user moved to Lisbon.\n")
+    second = dream(daemon)
+    assert second["notes"] == 1
+    asked = [r.json["messages"][1]["content"].split(":", 1)[0]
+             for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert asked == [f"Daily note {ruled}", f"Daily note {writing}"], asked
+    assert model.plan == {}

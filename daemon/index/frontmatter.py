@@ -329,9 +329,37 @@ def body_of(text: str) -> tuple[str, int]:
     return "\n".join(text.split("\n")[start:]), start
 
 
+# A key as frontmatter writes it (``session_id``, ``source-conversation``, ``标签``): one
+# word, not capitalized. A line of prose after a Markdown rule (``TODO: call Ana``,
+# ``The plan: ship``) is capitalized or has words before its colon.
+_FIELD_RE: Final = re.compile(r"^[^\W\d][\w.-]*\s*:(?:\s|$)")
+
+
+def _unclosed_block(text: str) -> bool:
+    """Whether ``text`` is a frontmatter block whose closing fence is not written (yet): a
+    ``---`` line and then only fields (``_FIELD_RE``) of a block that parses, or nothing
+    at all. What else follows an opening ``---`` is a Markdown rule and its text."""
+    lines = _lines(text)
+    if not lines or lines[0].lstrip("\ufeff").rstrip() != _FENCE or _block_end(lines) >= 0:
+        return False
+    rest = [ln for ln in lines[1:_MAX_LINES] if ln.strip()]
+    if not rest:
+        return True
+    if len(lines) > _MAX_LINES or any(
+            not ln[0].isspace() and not ln.startswith("#")
+            and (ln[0].isupper() or not _FIELD_RE.match(ln)) for ln in rest):
+        return False
+    try:
+        fields, _ = _parse_block(lines[1:])
+    except (_Malformed, ValueError, IndexError, RecursionError):
+        return False
+    return bool(fields)
+
+
 def has_body(text: str) -> bool:
-    """Whether ``text`` says anything beyond a frontmatter block."""
-    return bool(body_of(text)[0].strip())
+    """Whether ``text`` says anything beyond a frontmatter block (a block not closed yet,
+    as a note being written has, is not a body: its fields are no text to read)."""
+    return bool(body_of(text)[0].strip()) and not _unclosed_block(text)
 
 
 _PLAIN_RE: Final = re.compile(r"^[^\s\"'\[\]{}#&*!|>%@`,:-][^\n#:]*(?<!\s)$")
