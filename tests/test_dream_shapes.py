@@ -169,3 +169,45 @@ def test_an_older_note_does_not_turn_a_node_back_by_refining_it(
     text = (root / meeting).read_text()
     assert "- weekly meeting on Friday\n- in room 4 (second floor)\n- led by Ana" in text
     assert "Thursday" not in text
+
+
+def test_calls_of_one_answer_do_not_undo_each_other(daemon: DaemonHandle,
+                                                    fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    """A model answers with a CORRECT and a REFINE of one node in one answer, both written
+    on the node as it read it: the REFINE was applied over the correction and turned the
+    corrected claim back. A REFINE or CORRECT of a node whose content an earlier call of
+    the same answer changed is refused; in the next answer, on what the node says now, it
+    applies. A CORROBORATE of the same answer does not stand in the way."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    meeting, deploy = "digest/wiki/meeting.md", "digest/procedure/deploy.md"
+    write(root, a, "The meeting is on Friday in room 4. Deploys run make deploy.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Meeting",
+                       "content": "- on Friday\n- in room 4", "reason": "schedule"}),
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Deploy",
+                       "content": "- run make deploy", "reason": "how-to"})]]
+    dream(daemon)
+    write(root, b, "The meeting moved to Monday, room 4 on floor 2. Deploys: make ship.\n")
+
+    def call(action: str, node_path: str, content: str) -> tuple[str, dict[str, Any]]:
+        return ("integrate", {"action": action, "node": node_path, "content": content,
+                              "sources": [b], "reason": action.lower()})
+
+    model.plan[b] = [
+        [("node_read", {"path": meeting})],
+        [call("CORRECT", meeting, "- on Monday\n- in room 4"),
+         call("REFINE", meeting, "- on Friday\n- in room 4 on floor 2"),
+         call("CORROBORATE", deploy, ""),
+         call("CORRECT", deploy, "- run make ship")],
+        [call("REFINE", meeting, "- on Monday\n- in room 4 on floor 2")]]
+    result = dream(daemon)
+    assert result["actions"] == {"CORRECT": 2, "CORROBORATE": 1, "refused": 1,
+                                 "REFINE": 1}, (result, model.tool_results)
+    assert sum("an earlier call of this same answer" in r for r in model.tool_results) == 1
+    text = (root / meeting).read_text(encoding="utf-8")
+    assert "- on Monday\n- in room 4 on floor 2\n" in text and "- on Friday\n" not in text
+    assert "- run make ship" in (root / deploy).read_text(encoding="utf-8")

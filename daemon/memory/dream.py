@@ -51,6 +51,7 @@ from recalld.daemon.memory import (
     interests,
     nodefiles,
     runjournal,
+    textlines,
 )
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
@@ -104,6 +105,9 @@ class _Run:
     #: The text of each node as the model last saw it in this conversation (node_read,
     #: or what its own integrate wrote): a rewrite is proposed on that text.
     seen: dict[str, str] = field(default_factory=dict)
+    #: What each node written by the model's current answer held before its first write
+    #: of that answer (None: it made the node): its calls were all written before any ran.
+    answer_first: dict[str, str | None] = field(default_factory=dict)
     #: Why this note's integrations could not all be applied until a person acts (a node
     #: whose frontmatter cannot be read): the note is read again by the next run.
     blocked: list[str] = field(default_factory=list)
@@ -224,6 +228,13 @@ class _Run:
                     outcome.action, proposal.path, "refused", None,
                     "the node changed since you read it (edited meanwhile): node_read it "
                     "again and propose the new content on what it says now")
+            if outcome.action in ("REFINE", "CORRECT") and outcome.text is not None \
+                    and self._changed_by_answer(proposal.path, before_text):
+                outcome = integration.Outcome(
+                    outcome.action, proposal.path, "refused", None,
+                    "an earlier call of this same answer changed the node's content, which "
+                    "this call did not know: read that call's result and propose on what "
+                    "the node says now, in your next answer")
             if outcome.text is None:
                 break
             try:
@@ -231,6 +242,7 @@ class _Run:
             except WriteConflict:
                 continue
             self.seen[outcome.path] = written
+            self.answer_first.setdefault(outcome.path, before_text)
             name = existing.name if existing is not None else proposal.name
             self.topics[name] = max(self.topics.get(name, 0.0),
                                     digest.parse_node(outcome.path, written).confidence)
@@ -244,6 +256,14 @@ class _Run:
         await self.act(record)
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
+
+    def _changed_by_answer(self, rel: str, now: str | None) -> bool:
+        """Whether a call of the current answer changed the content of node ``rel``."""
+        if rel not in self.answer_first:
+            return False
+        first, content = self.answer_first[rel], textlines.content_lines
+        return first is None or now is None or content(digest.parse_node(rel, first).content) \
+            != content(digest.parse_node(rel, now).content)
 
     async def follow_moves(self, moves: Mapping[str, str]) -> None:
         """Daily notes renamed since they were dreamed (``moves``: new path -> old): the
@@ -376,6 +396,7 @@ async def run_dream(
                          else [])
                 for n, body in enumerate(parts, 1):
                     run.seen.clear()  # a new conversation: the model has read nothing
+                    run.answer_first.clear()
                     # Listed again for each part: the part before may have made nodes.
                     nodes = await trio.to_thread.run_sync(
                         nodefiles.list_nodes, ws.root, settings.digest_dir, cfg.max_nodes_listed)
@@ -388,7 +409,8 @@ async def run_dream(
                                              run.dispatch,
                                              max_steps=cfg.max_steps_per_note,
                                              deadline_s=cfg.deadline_per_note_s,
-                                             budget=run.budget)
+                                             budget=run.budget,
+                                             on_step=lambda _s, _m: run.answer_first.clear())
                     if not result.finished:  # cut off: the rest of the note may be unread
                         raise LoopFailed(result.unfinished(cfg.max_steps_per_note))
                 if run.blocked:
