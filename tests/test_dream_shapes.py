@@ -211,3 +211,33 @@ def test_calls_of_one_answer_do_not_undo_each_other(daemon: DaemonHandle,
     text = (root / meeting).read_text(encoding="utf-8")
     assert "- on Monday\n- in room 4 on floor 2\n" in text and "- on Friday\n" not in text
     assert "- run make ship" in (root / deploy).read_text(encoding="utf-8")
+
+
+def test_undo_refuses_when_the_change_log_is_a_link(daemon: DaemonHandle,
+                                                    fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    """The run's change log replaced by a symbolic link: undo restored the files, then
+    failed with an internal error when it went to tell the undo in the log (the run left
+    half undone, its record saying so). It now refuses first, with the reason, and
+    restores nothing; the log back in place, it undoes."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-11-20/a.md"
+    write(root, a, "Tea.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "- tea", "reason": "habit"})]]
+    run = dream(daemon)
+    log_md = root / run["log"]
+    elsewhere = tmp_path / "elsewhere.md"
+    log_md.rename(elsewhere)
+    log_md.symlink_to(elsewhere)
+    with pytest.raises(NotAllowed, match=re.escape("change log")):
+        daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run["run_id"]})
+    assert (root / "digest/personal/tea.md").is_file()
+    assert "Undone" not in elsewhere.read_text(encoding="utf-8")
+    log_md.unlink()
+    elsewhere.rename(log_md)
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run["run_id"]})
+    assert "digest/personal/tea.md" in undone["removed"]
+    assert "Undone at" in log_md.read_text(encoding="utf-8")

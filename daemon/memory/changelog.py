@@ -411,8 +411,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     restored only if nothing changed them since; a later version is newer, not a conflict.
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
     changed since the run and ``force`` is false), DamagedRecord (the record cannot be
-    read or is damaged), NotAllowed (a file it names cannot be read); nothing is restored
-    then.
+    read or is damaged), NotAllowed (a file it names, or its change log, cannot be read);
+    nothing is restored then.
     """
     data = load_run(directory, run_id)
     if data.get("undone"):
@@ -436,6 +436,12 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
             conflicts.append(rel)
         if current != before:
             plan.append((rel, target, before))
+    md = directory / f"{run_id}.md"
+    try:  # read first: the undo is told in it, and nothing is restored if it cannot be
+        log_text = _current(md) or b""
+    except OSError as exc:  # a link, a folder or a FIFO in its place
+        raise NotAllowed(f"the change log {md.name} of the run cannot be read "
+                         f"({exc.strerror}): nothing was restored") from None
     if conflicts and not force:
         later = _later_writers(directory, data, conflicts)
         shown = [f"{p} (written again by run {later[p]}: undo it first)" if p in later else p
@@ -455,9 +461,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     data["undone"] = now
     atomic_write(REAL, directory / f"{run_id}.json",
                  orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    md = directory / f"{run_id}.md"
-    text = _current(md) or b""
-    atomic_write(REAL, md, text + f"\nUndone at {now}: restored {len(restored)}, removed "
+    atomic_write(REAL, md, log_text + f"\nUndone at {now}: restored {len(restored)}, removed "
                  f"{len(removed)} file(s){' (forced)' if conflicts else ''}.\n".encode())
     return {"run_id": run_id, "restored": restored, "removed": removed,
             "forced_over": conflicts if force else []}
