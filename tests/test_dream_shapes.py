@@ -14,7 +14,10 @@ import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from waits import wait_status
 
+from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.records import write_records
 from recalld.ipc.errors import NotAllowed
 
 __all__ = ["fake"]  # the fixture, imported for the tests here
@@ -241,3 +244,28 @@ def test_undo_refuses_when_the_change_log_is_a_link(daemon: DaemonHandle,
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run["run_id"]})
     assert "digest/personal/tea.md" in undone["removed"]
     assert "Undone at" in log_md.read_text(encoding="utf-8")
+
+
+def test_a_catalog_record_without_a_state_does_not_break_status(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A resource catalog holding a record without a ``state``, or a path that is no
+    text (written by hand or by another tool): the workspace failed to open (KeyError),
+    or its status failed. The record is left out; its file is cataloged again as new."""
+    root = tmp_path / "ws"
+    write(root, "resource/kept.md", "Kept.\n")
+    write(root, "resource/stateless.md", "No state.\n")
+    records: list[dict[str, Any]] = [
+        {"path": "resource/kept.md", "digest": "0" * 64, "state": "skipped",
+         "reason": "kept as it was"},
+        {"path": "resource/stateless.md", "digest": "1" * 64},
+        {"path": 7, "state": "processed", "digest": "2" * 64}]
+    (root / "mem_metadata/catalog").mkdir(parents=True)
+    write_records(REAL, root / "mem_metadata/catalog/resource.jsonl.zst", records)
+    open_ws(daemon, root, None)
+    # Both files wait for a chat model: the one of the whole record too, as its size and
+    # time are not those the record has.
+    entry = wait_status(daemon, lambda s: any(
+        w["agent_id"] == AGENT and w.get("resource", {}).get("files") == {"pending": 2}
+        for w in s["workspaces"]), "both files cataloged as pending")
+    ws = next(w for w in entry["workspaces"] if w["agent_id"] == AGENT)
+    assert [f["path"] for f in ws["resource"]["skipped"]] == [], ws["resource"]

@@ -36,10 +36,10 @@ def _ours(records: list[JsonObject]) -> bool:
 
 
 def load_catalog(path: Path) -> dict[str, JsonObject]:
-    """Catalog records by path, as read from disk; a damaged catalog is treated as empty
-    (logged): the worst case is re-reading notes, which the integration rules make
-    harmless. A catalog recalld kept in ReMe's folder before is read from there until the
-    next save moves it."""
+    """Catalog records by path, as read from disk (each with a ``state``); a damaged
+    catalog is treated as empty (logged): the worst case is re-reading notes, which the
+    integration rules make harmless. A catalog recalld kept in ReMe's folder before is
+    read from there until the next save moves it."""
     source = path
     if not path.exists():
         source = _legacy_path(path)
@@ -52,7 +52,14 @@ def load_catalog(path: Path) -> dict[str, JsonObject]:
         return {}
     if source != path and not _ours(records):
         return {}  # ReMe's own catalog: not ours to read here
-    return {str(r["path"]): r for r in records if "path" in r}
+    # A record without a path or a state (a catalog written by hand, or by another tool)
+    # says nothing of a file: left out, its file is processed as a new one.
+    whole = [r for r in records
+             if isinstance(r.get("path"), str) and isinstance(r.get("state"), str)]
+    if len(whole) < len(records):
+        log.warning("catalog %s: %d record(s) without a path or a state left out", source,
+                    len(records) - len(whole))
+    return {str(r["path"]): r for r in whole}
 
 
 def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> None:
