@@ -275,6 +275,43 @@ async def test_grace_period_is_bounded(short_dir: Path) -> None:
         await client.aclose()
 
 
+async def test_requests_sent_while_draining_are_each_refused_once(short_dir: Path) -> None:
+    # The refusals are written by a task that waits for the client's next bytes: woken,
+    # it answered the lines it had read before once more, so a client that sent one
+    # request at a time got the previous refusal again instead of the new one's.
+    app = InProcess(short_dir, graceful_timeout_s=60.0)
+    server_scope = trio.CancelScope()
+
+    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
+        with server_scope:
+            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_server)
+        client = await app.connect()
+        await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 1},
+                           "id": 1})
+        with trio.fail_after(5):
+            await app.wait_started(1)
+        server_scope.cancel()  # draining: the call runs on, the reader stops
+        try:
+            for n in (2, 3, 4):
+                # Sent once the connection waits for the client's next bytes.
+                await trio.testing.wait_all_tasks_blocked()
+                await client.send({"jsonrpc": "2.0", "method": "daemon.ping", "id": n})
+                with trio.fail_after(5):
+                    refused = await client.recv()
+                assert refused["id"] == n, refused
+                assert refused["error"]["code"] == errors.SHUTTING_DOWN, refused
+        finally:
+            app.release.set()  # the drain ends with the call, whatever happened
+        with trio.fail_after(5):
+            assert await client.recv() == {"jsonrpc": "2.0", "result": 1, "id": 1}
+            with pytest.raises(EOFError):
+                await client.recv()
+        await client.aclose()
+
+
 async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
     app = InProcess(short_dir)
     async with app.connection() as client:

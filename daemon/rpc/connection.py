@@ -271,9 +271,9 @@ class Connection:
                     return
             await trio.lowlevel.checkpoint()
             data = self._receive_ready()
-            if data is None and self._in_flight:
+            while data is None and self._in_flight:  # the lines above stay answered once
                 await trio.lowlevel.wait_readable(self._fd)
-                continue
+                data = self._receive_ready()
             if not data or budget < len(data):
                 return
             budget -= len(data)
