@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
-from waits import wait_for
+from waits import ACTIVE, wait_for, wait_value
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.errors import InvalidParams
@@ -98,7 +98,10 @@ def test_many_workspaces_and_sessions_survive_a_kill(daemon_factory: Any, fake: 
             assert said.count(text) == 1, (agent, session, said)
         hits = d2.call("memory.search", {"agent_id": agent, "query": "格拉茨", "sync": True})
         assert any("格拉茨" in h["text"] for h in hits["results"]), (agent, hits)
-    jobs = [j for a in AGENTS for j in d2.call("jobs.list", {"agent_id": a})["jobs"]
-            if j["kind"] == "auto_memory"]
+    # A job commits its turns before its inbox item: wait for the jobs to end.
+    jobs = wait_value(
+        lambda: [j for a in AGENTS for j in d2.call("jobs.list", {"agent_id": a})["jobs"]
+                 if j["kind"] == "auto_memory"],
+        lambda jobs: all(j["state"] not in ACTIVE for j in jobs), "the jobs to end")
     assert all(j["state"] == "succeeded" for j in jobs), jobs
     assert d2.stop() == 0
