@@ -124,3 +124,38 @@ def test_a_note_whose_frontmatter_is_not_closed_is_not_sent(daemon: DaemonHandle
              for r in fake.requests if r.path.endswith("/chat/completions")]
     assert asked == [f"Daily note {ruled}", f"Daily note {writing}"], asked
     assert model.plan == {}
+
+
+def test_prose_after_a_rule_that_looks_like_fields_is_read_by_the_next_run(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """``---`` then lowercase ``key: value`` lines reads as a frontmatter block not closed
+    yet; it was recorded as read and never dreamed until it changed. Unchanged at the next
+    run, it is no note being written: it is read then. One still changing waits."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    prose = "memory/2026-11-21/errands.md"
+    growing = "memory/2026-11-21/growing.md"
+    write(root, prose, "---\nnote: buy oat milk\nplace: the shop on rua augusta\n")
+    write(root, growing, "---\nsession_id: s9\n")
+    open_ws(daemon, root, fake)
+
+    def asked() -> list[str]:
+        return list(dict.fromkeys(r.json["messages"][1]["content"].split(":", 1)[0]
+                                  for r in fake.requests
+                                  if r.path.endswith("/chat/completions")))
+
+    first = dream(daemon)
+    assert first["notes"] == 2 and asked() == [], (first, asked())
+    write(root, growing, "---\nsession_id: s9\ntopic: lisbon\n")
+    model.plan[prose] = [[("integrate", {
+        "action": "CREATE", "bucket": "personal", "name": "Errands",
+        "content": "- buy oat milk at the shop on rua augusta", "reason": "errand"})]]
+    second = dream(daemon)
+    assert second["notes"] == 2 and second["actions"] == {"CREATE": 1}, second
+    assert asked() == [f"Daily note {prose}"], asked()
+    assert any("note: buy oat milk" in r.json["messages"][1]["content"]
+               for r in fake.requests if r.path.endswith("/chat/completions"))
+    assert node(root, "digest/personal/errands.md")[0]["sources"] == [prose]
+    third = dream(daemon)  # read: not again; the other one stayed as it was
+    assert third["notes"] == 1 and asked() == [f"Daily note {prose}", f"Daily note {growing}"]
+    assert dream(daemon)["notes"] == 0

@@ -21,8 +21,8 @@ from typing import Final
 from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["DELETE", "body_of", "has_body", "parse_frontmatter", "render_frontmatter",
-           "update_frontmatter"]
+__all__ = ["DELETE", "body_of", "has_body", "open_fields", "parse_frontmatter",
+           "render_frontmatter", "update_frontmatter"]
 
 _FENCE: Final = "---"
 # A key is a word in any script (`标签`, `नाम`, `2026`), as YAML takes it plain: letters,
@@ -354,6 +354,13 @@ def _unclosed_block(text: str) -> bool:
     except (_Malformed, ValueError, IndexError, RecursionError):
         return False
     return bool(fields)
+
+
+def open_fields(text: str) -> bool:
+    """Whether ``text`` is a frontmatter block not closed (yet) that holds fields (see
+    ``_unclosed_block``): a note being written, or prose of ``key: value`` lines after a
+    Markdown rule (``---`` then ``note: buy milk``); only time tells them apart."""
+    return _unclosed_block(text) and any(ln.strip() for ln in _lines(text)[1:])
 
 
 def has_body(text: str) -> bool:

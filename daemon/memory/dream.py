@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from recalld.daemon.index.frontmatter import has_body
+from recalld.daemon.index.frontmatter import has_body, open_fields
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import (
@@ -76,6 +76,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_JOB: Final = "dream"
+#: The catalog state of a note whose frontmatter was not closed when a run saw it (being
+#: written, or ``key: value`` prose after a rule): the next run reads it if it stayed so.
+OPEN_STATE: Final = "open_frontmatter"
 SAVE_TIMEOUT_S: Final = 20.0
 WRITE_ATTEMPTS: Final = 3
 
@@ -389,11 +392,16 @@ async def run_dream(
             progress(i, len(todo), note)
             run.note = note
             run.blocked.clear()
+            # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
+            # a model asked about it can only invent. Written later, it is read then. One
+            # whose block is still open, unchanged since the last run saw it so, is not
+            # being written: its lines are text (``---`` then ``note: buy milk``).
+            opened = open_fields(text)
+            waited = opened and catalog.get(note, {}).get("state") == OPEN_STATE \
+                and catalog[note].get("digest") == sha
             try:
-                # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
-                # a model asked about it can only invent. Written later, it is read then.
-                parts = (dreamnotes.note_parts(text, cfg.max_note_chars) if has_body(text)
-                         else [])
+                parts = (dreamnotes.note_parts(text, cfg.max_note_chars)
+                         if has_body(text) or waited else [])
                 for n, body in enumerate(parts, 1):
                     run.seen.clear()  # a new conversation: the model has read nothing
                     run.answer_first.clear()
@@ -424,7 +432,8 @@ async def run_dream(
                 catalog[note] = {"path": note, "digest": sha, "state": "failed",
                                  "reason": exc.message, "run_id": run.log.run_id}
                 continue
-            catalog[note] = {"path": note, "digest": sha, "state": "processed",
+            catalog[note] = {"path": note, "digest": sha,
+                             "state": OPEN_STATE if opened and not waited else "processed",
                              "run_id": run.log.run_id, "processed_at": started.isoformat()}
             await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
