@@ -45,6 +45,7 @@ from recalld.daemon.memory import (
     changelog,
     digest,
     dreaminbox,
+    dreamlinks,
     dreamnotes,
     dreamprompt,
     integration,
@@ -68,7 +69,7 @@ from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import JobFailed, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import JobFailed, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
@@ -268,35 +269,6 @@ class _Run:
         return first is None or now is None or content(digest.parse_node(rel, first).content) \
             != content(digest.parse_node(rel, now).content)
 
-    async def follow_moves(self, moves: Mapping[str, str]) -> None:
-        """Daily notes renamed since they were dreamed (``moves``: new path -> old): the
-        nodes citing them cite them by their new paths."""
-        back = {old: new for new, old in moves.items()}
-        nodes = await trio.to_thread.run_sync(nodefiles.node_paths, self.ws.root,
-                                              self.digest_dir)
-        for rel in nodes:
-            for _ in range(WRITE_ATTEMPTS):  # read again if a person wrote it meanwhile
-                try:
-                    before, utf8 = await trio.to_thread.run_sync(nodefiles.read_node,
-                                                                 self.ws.root, rel)
-                except RecalldError:  # a link, or too large: not a node this run writes
-                    break
-                text = None if before is None or not utf8 else dreamnotes.relink(
-                    rel, before, back)
-                if before is None or text is None:
-                    break
-                try:
-                    await self.write(rel, before, text)
-                except WriteConflict:
-                    continue
-                cited = digest.parse_node(rel, before).sources
-                await self.act({
-                    "action": "RELINK", "path": rel, "status": "applied", "reason": "",
-                    "detail": "renamed source note(s): " + ", ".join(
-                        f"{old} -> {back[old]}" for old in cited if old in back),
-                    "sources": [back[old] for old in cited if old in back], "note": ""})
-                break
-
     def _on_nodes(self, proposal: digest.Integration) -> tuple[digest.Integration, list[str]]:
         """``proposal`` on the nodes that exist (blocking): its path the node it stands for
         (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
@@ -385,7 +357,7 @@ async def run_dream(
     ended = False  # True once the run went through every note: not cancelled, no error
     try:
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
-            await run.follow_moves(moves)
+            await dreamlinks.follow_moves(run, moves)
             for new, old in moves.items():
                 catalog[new] = {**catalog.pop(old), "path": new}
         for i, (note, sha, text) in enumerate(todo):
