@@ -38,6 +38,10 @@ BUCKETS: Final = ("personal", "procedure", "wiki")
 ACTIONS: Final = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
 MIN_KEEP_FRACTION: Final = 0.5
 MAX_CONTENT_CHARS: Final = 8000
+#: The ``## History`` entries a node keeps; older ones move to its archive file
+#: (:func:`history_archive`), which search does not index, and one line counts them.
+MAX_HISTORY_ENTRIES: Final = 20
+_ARCHIVED_RE: Final = re.compile(r"- (\d+) older (?:entry is|entries are) in \S.*\.history\.txt")
 _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _DASHES_RE: Final = re.compile(r"-{2,}")
@@ -148,6 +152,8 @@ class Node:
     related: list[str] = field(default_factory=list)
     content: str = ""
     history: list[str] = field(default_factory=list)
+    #: How many older History entries are in the node's archive file.
+    archived: int = 0
     extra: JsonObject = field(default_factory=dict)  # other frontmatter: user metadata
     #: As written by hand: the title, and the lines of ``## Related`` and ``## Sources``
     #: (prose a person put there included), written again as they are.
@@ -180,6 +186,22 @@ class Integration:
     @property
     def path(self) -> str:
         return self.node or node_path(self.bucket, self.name)
+
+
+def history_archive(path: str) -> str:
+    """The file beside node ``path`` that holds its older History entries, oldest first
+    (``digest/wiki/editor.history.txt``: not Markdown, so search does not index it)."""
+    return f"{path.removesuffix('.md')}.history.txt"
+
+
+def keep_history(node: Node) -> list[str]:
+    """Move all but the newest :data:`MAX_HISTORY_ENTRIES` entries of ``node``'s History
+    out of it (counted in ``archived``); returns those moved, oldest first."""
+    moved = node.history[:-MAX_HISTORY_ENTRIES]
+    if moved:
+        node.history = node.history[len(moved):]
+        node.archived += len(moved)
+    return moved
 
 
 def node_path(bucket: str, name: str, digest_dir: str = "digest") -> str:
@@ -256,6 +278,8 @@ def parse_node(path: str, text: str) -> Node:
     related = _section_links(fields.get("related"), sections.get("Related", []))
     related.extend(legacy["related"])
     history = [ln for ln in sections.get("History", []) if ln.strip()]
+    counted = [m for ln in history if (m := _ARCHIVED_RE.fullmatch(ln.strip()))]
+    history = [ln for ln in history if not _ARCHIVED_RE.fullmatch(ln.strip())]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
            "corroborations", "sources", "related"}
     corr = fields.get("corroborations")
@@ -272,6 +296,7 @@ def parse_node(path: str, text: str) -> Node:
         related=list(dict.fromkeys(related)),
         content="\n".join(content).strip("\n"),
         history=history,
+        archived=sum(int(m.group(1)) for m in counted),
         extra={k: v for k, v in fields.items() if k not in own},
         title=title or "",
         written={k: _trimmed(sections.get(k, [])) for k in ("Related", "Sources")},
@@ -333,8 +358,13 @@ def render_node(node: Node) -> str:
     related = _section(node.written.get("Related", []), node.related)
     if related:
         parts.append("\n## Related\n\n" + related)
-    if node.history:
-        parts.append("\n## History\n\n" + "\n".join(node.history) + "\n")
+    history = list(node.history)
+    if node.archived:
+        history.insert(0, f"- {node.archived} older "
+                          f"{'entry is' if node.archived == 1 else 'entries are'} in "
+                          f"{history_archive(node.path)}")
+    if history:
+        parts.append("\n## History\n\n" + "\n".join(history) + "\n")
     parts.append("\n## Sources\n\n" + _section(node.written.get("Sources", []), node.sources))
     return "".join(parts)
 

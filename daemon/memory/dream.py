@@ -242,6 +242,8 @@ class _Run:
             if outcome.text is None:
                 break
             try:
+                if outcome.archive:
+                    await dreamlinks.archive_history(self, outcome.path, outcome.archive)
                 written = await self.write(outcome.path, before_text, outcome.text)
             except WriteConflict:
                 continue
@@ -350,7 +352,8 @@ async def run_dream(
                 "recognised_from_reme": recognised}
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
-    run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,), (".md", ".yaml"))),
+    run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,),
+                                                 (".md", ".yaml", ".history.txt"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,
                budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)))
     _RUNNING.add(run.log.run_id)

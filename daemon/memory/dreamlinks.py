@@ -1,23 +1,39 @@
-"""What a dream run does to nodes whose links point at files that moved: the daily notes
-they cite renamed or moved (:func:`follow_moves`). Each write goes through the run (its
-change log and journal), so undo restores it. No task.
+"""What a dream run writes about nodes besides their integrations: their older History
+entries in the archive file beside them (:func:`archive_history`), and the daily notes they
+cite renamed or moved (:func:`follow_moves`). Each write goes through the run (its change
+log and journal), so undo restores it. No task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from recalld.daemon.memory import digest, dreamnotes, nodefiles
-from recalld.daemon.memory.fileops import WriteConflict
+from recalld.daemon.memory.fileops import WriteConflict, read_confined
 from recalld.ipc.errors import RecalldError
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.dream import _Run
 
 WRITE_ATTEMPTS: Final = 3
+
+
+async def archive_history(run: _Run, rel: str, entries: Sequence[str]) -> None:
+    """Append the History ``entries`` moved out of node ``rel`` to its archive file (made
+    with a title if there is none), before the node is written: a run cut short between
+    the two keeps them in one place at least. Entries the file holds already (written by
+    an attempt whose node write then met a person's edit) are not appended twice.
+    WriteConflict if the file changed while it was read: the caller integrates again."""
+    path = digest.history_archive(rel)
+    before = await trio.to_thread.run_sync(read_confined, run.ws.root, path)
+    text = before or f"# Older History of {rel}, oldest first\n\n"
+    held = set(text.splitlines())
+    more = [e for e in entries if e not in held]
+    if more:
+        await run.write(path, before, text + "".join(f"{e}\n" for e in more))
 
 
 async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:

@@ -31,6 +31,7 @@ from recalld.daemon.memory.digest import (
     MIN_KEEP_FRACTION,
     Integration,
     Node,
+    keep_history,
     name_key,
     render_node,
 )
@@ -47,6 +48,8 @@ class Outcome:
     text: str | None
     detail: str
     sources: tuple[str, ...] = ()
+    #: Older History entries moved out of the node: appended to its archive file first.
+    archive: tuple[str, ...] = ()
 
 
 
@@ -175,4 +178,6 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
     if proposal.description and action != "CORROBORATE":
         node.description = proposal.description
     node.updated = today
-    return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources))
+    moved = tuple(keep_history(node))
+    return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources),
+                   moved)
