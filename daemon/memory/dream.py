@@ -363,6 +363,7 @@ async def run_dream(
             await dreamlinks.follow_moves(run, moves)
             for new, old in moves.items():
                 catalog[new] = {**catalog.pop(old), "path": new}
+        await dreamlinks.follow_renamed_nodes(run)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
             run.note = note

@@ -1,12 +1,14 @@
 """What a dream run writes about nodes besides their integrations: their older History
-entries in the archive file beside them (:func:`archive_history`), and the daily notes they
-cite renamed or moved (:func:`follow_moves`). Each write goes through the run (its change
+entries in the archive file beside them (:func:`archive_history`), the daily notes they
+cite renamed or moved (:func:`follow_moves`), and the nodes they relate to renamed by hand
+(:func:`follow_renamed_nodes`). Each write goes through the run (its change
 log and journal), so undo restores it. No task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -64,3 +66,61 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
                     f"{old} -> {back[old]}" for old in cited if old in back),
                 "sources": [back[old] for old in cited if old in back], "note": ""})
             break
+
+
+def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
+                     ) -> dict[str, tuple[str, dict[str, str]]]:
+    """``{node: (its text, {old related path: the node's path now})}`` of the nodes whose
+    Related links name no file, where :func:`nodefiles.find_node` finds the node they
+    meant (its file renamed by hand: found by its frontmatter name) (blocking)."""
+    nodes = names.scan(root, digest_dir)
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    for rel in nodes:
+        try:
+            text, utf8 = nodefiles.read_node(root, rel)
+        except RecalldError:  # a link, or too large: not a node this run writes
+            continue
+        if text is None or not utf8:
+            continue
+        node = digest.parse_node(rel, text)
+        moved = {old: new for old in node.related if old not in nodes
+                 and (new := nodefiles.find_node(nodes, old, nodes)) not in (None, rel)}
+        if moved and not node.unreadable:
+            out[rel] = (text, moved)
+    return out
+
+
+def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
+    node = digest.parse_node(rel, text)
+    node.related = list(dict.fromkeys(moved.get(r, r) for r in node.related))
+    node.written = {k: [_swap(ln, moved) if k == "Related" else ln for ln in v]
+                    for k, v in node.written.items()}
+    return digest.render_node(node)
+
+
+def _swap(line: str, moved: Mapping[str, str]) -> str:
+    for old, new in moved.items():
+        line = line.replace(f"[[{old}]]", f"[[{new}]]")
+    return line
+
+
+async def follow_renamed_nodes(run: _Run) -> None:
+    """Nodes renamed by hand (their file, not their name): the Related links of other
+    nodes that named the old file name the node's file now."""
+    for _ in range(WRITE_ATTEMPTS):  # again if a person wrote a node meanwhile
+        found = await trio.to_thread.run_sync(_renamed_related, run.ws.root,
+                                              run.digest_dir, run.names)
+        conflicts = 0
+        for rel, (before, moved) in found.items():
+            try:
+                await run.write(rel, before, _relinked(rel, before, moved))
+            except WriteConflict:
+                conflicts += 1
+                continue
+            await run.act({
+                "action": "RELINK", "path": rel, "status": "applied", "reason": "",
+                "detail": "renamed related node(s): " + ", ".join(
+                    f"{old} -> {new}" for old, new in moved.items()),
+                "sources": [], "note": ""})
+        if not conflicts:
+            return

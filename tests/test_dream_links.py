@@ -1,0 +1,46 @@
+"""Links between nodes follow a node whose file a person renamed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import ScriptedModel, dream, fake, node, open_ws, write
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+
+def test_related_links_follow_a_node_renamed_by_hand(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-09-01/a.md", "memory/2026-09-02/b.md"
+    old, new = "digest/procedure/release-steps.md", "digest/procedure/how-we-release.md"
+    hand = "digest/wiki/changelog.md"
+    write(root, a, "Release: tag, build, upload. The changelog lists every release.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Release steps",
+                       "content": "- tag\n- build\n- upload", "reason": "how-to"}),
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Changelog",
+                       "content": "- lists every release", "related": [old],
+                       "reason": "fact"})]]
+    first = dream(daemon)
+    assert first["actions"] == {"CREATE": 2}, first
+    assert node(root, hand)[0]["related"] == [old]
+    (root / old).rename(root / new)  # by hand: the name in its frontmatter stays
+    text = (root / hand).read_text(encoding="utf-8")
+    (root / hand).write_text(text.replace(f"- [[{old}]]", f"- [[{old}]] (see the steps)"),
+                             encoding="utf-8")
+    before = (root / hand).read_bytes()
+
+    write(root, b, "Nothing new about releases.\n")
+    second = dream(daemon)
+    assert second["actions"] == {"RELINK": 1}, second
+    fields, text = node(root, hand)
+    assert fields["related"] == [new], fields
+    assert f"- [[{new}]] (see the steps)\n" in text and f"[[{old}]]" not in text, text
+    assert "renamed related node(s)" in (root / second["log"]).read_text(encoding="utf-8")
+    daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
+    assert (root / hand).read_bytes() == before
