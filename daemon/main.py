@@ -17,12 +17,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import io
 import logging
 import os
 import resource
 import signal
+import stat
 import sys
 from collections.abc import Callable, MutableMapping, Sequence
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -47,6 +50,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
+LOG_FILE_MODE = 0o600
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The most open descriptors the daemon asks for. Every open workspace keeps a few for as
 # long as it is open (its lock, its logs, its mapped index files), so a few hundred agents
@@ -84,13 +88,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _rotating(path: str) -> logging.Handler:
-    from logging.handlers import RotatingFileHandler
+class PrivateRotatingFileHandler(RotatingFileHandler):
+    """A rotated log only its owner may read: the log names workspaces, notes and
+    queries. The file and every one that replaces it at a rollover are created 0600
+    whatever the umask; one left by an earlier start (and its rotations) is tightened."""
 
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                     LOG_FILE_MODE)
+        try:
+            _make_private(fd)
+            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def _make_private(fd: int) -> None:
+    """Tighten the regular file ``fd`` of ours to LOG_FILE_MODE (``--log-file /dev/stderr``
+    and the like keep their modes)."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and (
+            stat.S_IMODE(st.st_mode) & ~LOG_FILE_MODE):
+        os.fchmod(fd, LOG_FILE_MODE)
+
+
+def _rotating(path: str) -> logging.Handler:
     target = Path(path).expanduser()
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return RotatingFileHandler(target, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS,
-                               encoding="utf-8")
+    handler = PrivateRotatingFileHandler(target, maxBytes=LOG_FILE_BYTES,
+                                         backupCount=LOG_FILE_BACKUPS, encoding="utf-8")
+    for n in range(1, LOG_FILE_BACKUPS + 1):  # what older starts rotated away
+        try:
+            fd = os.open(f"{target}.{n}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            _make_private(fd)
+        finally:
+            os.close(fd)
+    return handler
 
 
 def limit_blas_threads(threads: int, environ: MutableMapping[str, str] = os.environ) -> None:
