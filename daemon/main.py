@@ -1,10 +1,12 @@
 """``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
 
-Exit status: 0 clean stop, 1 any other failure, 2 configuration error (the file, or a
+Exit status: 0 clean stop, 1 any other failure, 2 configuration error (the file; a
 socket systemd passed that is not a listening Unix stream socket, or a LISTEN_FDS naming
-descriptors not passed), 3 another daemon already owns the data directory or the
-socket. Failures print one line on stderr (the traceback goes to the log only for
-unexpected errors).
+descriptors not passed; a socket or data directory recalld refuses to use as it is: open
+to other users, someone else's, a symlink, a foreign file at the socket path: a restart
+cannot mend them, and systemd's RestartPreventExitStatus does not retry), 3 another
+daemon already owns the data directory or the socket. Failures print one line on stderr
+(the traceback goes to the log only for unexpected errors).
 
 The daemon is imported inside ``main``, not at the top: the worker processes of
 ``index/procpool.py`` are spawned, and a spawned child imports the parent's main module
@@ -229,7 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recalld.daemon.app import build_supervisor
     from recalld.daemon.datadirs import DataDirUnusable, NotPrivate
     from recalld.daemon.lock import AlreadyServing
-    from recalld.daemon.rpc.listener import SocketSetupError, socket_answers
+    from recalld.daemon.rpc.listener import (
+        SocketPlaceRefused,
+        SocketSetupError,
+        socket_answers,
+    )
     from recalld.daemon.supervisor import reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
@@ -280,11 +286,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILURE
         private = _find(exc, NotPrivate)
         if private is not None:
-            print(f"recalld: cannot keep data private: {private}", file=sys.stderr)
-            return EXIT_FAILURE
+            print(f"recalld: configuration error: cannot keep data private: {private}",
+                  file=sys.stderr)
+            return EXIT_CONFIG
         passed = _find(exc, systemd.PassedSocketError)
         if passed is not None:
             print(f"recalld: configuration error: {passed}", file=sys.stderr)
+            return EXIT_CONFIG
+        refused = _find(exc, SocketPlaceRefused)
+        if refused is not None:
+            print(f"recalld: configuration error: cannot create the socket: {refused}",
+                  file=sys.stderr)
             return EXIT_CONFIG
         setup = _find(exc, SocketSetupError)
         if setup is not None:

@@ -226,7 +226,7 @@ def test_a_socket_directory_that_is_a_symlink_is_named_as_one(
         link.symlink_to(real)
         env = daemon_factory.environment()
         line = assert_one_line_error(recalld("serve", "--socket", str(link / "s.sock"),
-                                             env=env), 1)
+                                             env=env), 2)
         assert f"{link} is a symbolic link" in line and str(real) in line, line
     finally:
         link.unlink(missing_ok=True)

@@ -35,12 +35,18 @@ AF_UNIX_PATH_MAX = 107
 
 
 class SocketSetupError(Exception):
-    """The socket cannot be created safely (bad directory, foreign file in the way)."""
+    """The socket cannot be created (the file system refused its lock or its bind)."""
+
+
+class SocketPlaceRefused(SocketSetupError):
+    """The configured socket path names a place recalld refuses to serve from (a
+    directory open to other users or someone else's, a symlink, a path too long, a
+    foreign file in the way): a configuration error, which a restart cannot mend."""
 
 
 def prepare_socket_dir(directory: Path) -> None:
     """Create ``directory`` with mode 0700, or accept an existing one only if it is a
-    private directory of ours; raise SocketSetupError otherwise.
+    private directory of ours; raise SocketPlaceRefused otherwise.
 
     An existing directory is never chmod-ed: the socket path may name any folder (the
     current one, ``$HOME``, ``/tmp``), and tightening it would change what the user or
@@ -49,17 +55,17 @@ def prepare_socket_dir(directory: Path) -> None:
     mkdir_private(directory)
     st = os.lstat(directory)
     if stat.S_ISLNK(st.st_mode):
-        raise SocketSetupError(
+        raise SocketPlaceRefused(
             f"{directory} is a symbolic link: recalld does not follow one to the socket's "
             f"directory (another user could point it elsewhere); use the real path "
             f"({os.path.realpath(directory)}) in the socket path")
     if not stat.S_ISDIR(st.st_mode):
-        raise SocketSetupError(f"{directory} is not a directory")
+        raise SocketPlaceRefused(f"{directory} is not a directory")
     if st.st_uid != os.getuid():
-        raise SocketSetupError(f"{directory} belongs to uid {st.st_uid}, not to us")
+        raise SocketPlaceRefused(f"{directory} belongs to uid {st.st_uid}, not to us")
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        raise SocketSetupError(
+        raise SocketPlaceRefused(
             f"{directory} is not private (mode {mode:o}): other users could reach the "
             "socket; choose a socket path in a directory only you can use (mode 700), "
             "or one recalld may create")
@@ -72,7 +78,7 @@ def remove_if_stale(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise SocketSetupError(f"{path} exists and is not a socket; not touching it")
+        raise SocketPlaceRefused(f"{path} exists and is not a socket; not touching it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     probe.setblocking(False)
     try:
@@ -140,7 +146,7 @@ def _staging(path: Path) -> Path:
 def bind_listener(path: Path) -> BoundSocket:
     """Bind and listen on ``path`` (see the module docstring for the safety rules)."""
     if len(os.fsencode(path)) > AF_UNIX_PATH_MAX:
-        raise SocketSetupError(f"socket path is longer than {AF_UNIX_PATH_MAX} bytes: {path}")
+        raise SocketPlaceRefused(f"socket path is longer than {AF_UNIX_PATH_MAX} bytes: {path}")
     prepare_socket_dir(path.parent)
     lock = FileLock(path.with_name(path.name + ".lock"), f"socket {path}")
     try:
