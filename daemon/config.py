@@ -33,7 +33,7 @@ class ConfigError(Exception):
 
 
 #: Settings fields that are recorded by the loader, never keys a file or a client sets.
-NOT_KEYS = frozenset({"ignored_fields", "config_required"})
+NOT_KEYS = frozenset({"ignored_fields", "config_required", "config_found"})
 
 
 @dataclass(frozen=True, slots=True, repr=False)  # a repr masks its secrets
@@ -188,6 +188,7 @@ class DaemonConfig:
     data_dir: Path
     config_path: Path
     config_required: bool = False  # named (--config, RECALLD_CONFIG): it must exist
+    config_found: bool = False  # the file was there and read (else: the defaults)
     max_request_bytes: int = 1 << 20
     max_batch: int = 100
     max_connections: int = 512
@@ -433,12 +434,13 @@ def load(*, config: str | os.PathLike[str] | None = None,
         cfg_path = paths.config_path(config, env)
         required = config is not None or bool(env.get("RECALLD_CONFIG"))
         table: dict[str, object] = paths.read_config(cfg_path, required=required)
+        found = required or cfg_path.is_file()
         daemon_table = dict(paths.daemon_table(cfg_path, table))
     except paths.PathError as exc:
         raise ConfigError(str(exc)) from None
     try:
         return dataclasses.replace(_from_table(table, daemon_table, cfg_path, socket, env),
-                                   config_required=required)
+                                   config_required=required, config_found=found)
     except (paths.PathError, ConfigError) as exc:
         message = str(exc)  # path errors from the command line or environment name those
         if message.startswith(f"{cfg_path}:") or not isinstance(exc, ConfigError):

@@ -375,7 +375,11 @@ class Supervisor:
                                                  exc.message)
                 except Exception as exc:
                     log.error("reload: opening workspace %s failed: %s", agent_id, exc)
-        log.info("configuration reloaded from %s", new.config_path)
+        if new.config_found:
+            log.info("configuration reloaded from %s", new.config_path)
+        else:
+            log.warning("configuration reloaded: there is no file %s (any more), so the "
+                        "defaults apply", new.config_path)
         self.events.publish("daemon.reloaded", {"opened": opened})
         self._reloaded(reloading, f"reloaded; {self._status_line()}")
 

@@ -258,3 +258,22 @@ def test_a_reload_asked_for_while_the_daemon_starts_waits_for_its_services(
     assert "registry is not running" not in d.log()
     listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
     assert listed["default"]["state"] == "ready" and "refused" not in listed["default"]
+
+
+def test_a_reload_without_its_file_says_the_defaults_apply(
+        daemon_factory: DaemonFactory) -> None:
+    # The file found by default (not named) was removed: the reload applies the defaults,
+    # and the log says so rather than "reloaded from" a file that is not there.
+    d = daemon_factory("[daemon]\npersist_delay_s = 1.5\n")
+    d.config_path.unlink()
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload")
+    log = d.log()
+    assert f"configuration reloaded from {d.config_path}" not in log, log
+    assert (f"configuration reloaded: there is no file {d.config_path} (any more), so the "
+            "defaults apply") in log, log
+    d.config_path.write_text("[daemon]\npersist_delay_s = 2.5\n")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: f"configuration reloaded from {d.config_path}" in d.log(),
+             "the reload of the file written again")
+    assert d.stop() == 0
