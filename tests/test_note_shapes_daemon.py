@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
+
+from recalld.ipc.errors import InvalidParams
 
 
 def test_a_byte_order_mark_is_no_text(daemon: DaemonHandle, tmp_path: Path) -> None:
@@ -225,3 +228,20 @@ def test_a_query_of_emoji_finds_the_notes_holding_them(daemon: DaemonHandle,
     assert found("🇨🇭") == {"swiss"}
     assert found("🚀 review") == {"launch", "zh"}
     assert found("🎉") == set()
+
+
+@pytest.mark.parametrize("name", ["", "   ", ".md", ".MD", "!!!", "_", "- -", "\u0301"])
+def test_a_note_name_without_a_letter_is_refused_not_called_note(
+        daemon: DaemonHandle, name: str) -> None:
+    # It was written as note.md (and later calls appended to that file), whatever the
+    # caller named; the author filter took "!!!" alike.
+    with pytest.raises(InvalidParams, match="param 'name' must contain letters or digits"):
+        daemon.call("memory.add_note", {"agent_id": "default", "content": "kestrel",
+                                        "name": name})
+    with pytest.raises(InvalidParams, match="param 'author' must contain letters or digits"):
+        daemon.call("memory.add_note", {"agent_id": "default", "content": "kestrel",
+                                        "author": name or "?"})
+    assert daemon.call("memory.list", {"agent_id": "default"})["files"] == []
+    added = daemon.call("memory.add_note", {"agent_id": "default", "content": "kestrel",
+                                            "name": f"日記{name}", "author": f"Zoë{name}"})
+    assert added["path"].endswith("/日記.md"), added

@@ -130,11 +130,21 @@ def has_room(text: str, room_for: int) -> bool:
     return not room_for or len(text.encode("utf-8")) + room_for <= MAX_WRITE_BYTES
 
 
+def _stem(name: str) -> str:
+    stem = name.strip()
+    return stem[:-3] if stem.lower().endswith(".md") else stem
+
+
+def has_name(name: str) -> bool:
+    """Whether ``name`` holds a letter or digit, which :func:`slug` makes a file name of;
+    of one without (``""``, ``".md"``, ``"!!!"``) it makes ``note``, which a caller that
+    named the file did not ask for."""
+    return any(ch.isalnum() for ch in _stem(name))
+
+
 def slug(name: str) -> str:
     """A file-name stem from a model-chosen name: word characters and ``-`` only."""
-    stem = name.strip()
-    if stem.lower().endswith(".md"):
-        stem = stem[:-3]
+    stem = _stem(name)
     stem = _NAME_BAD.sub("-", stem).strip("-_").lower()[:80].strip("-_")
     if not stem:
         stem = "note"

@@ -32,6 +32,7 @@ from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
     check_date,
     fileops_for,
+    has_name,
     has_room,
     read_confined,
     slug,
@@ -109,7 +110,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     description = p.text("description", None)
     author = p.text("author", None)
     p.done()
-    if author is not None and not slug(author):
+    if author is not None and not has_name(author):
         raise InvalidParams("param 'author' must contain letters or digits")
     if author is not None and masked_in(author, "author: {}"):
         # Kept masked, the note would never be found by the author filter.
@@ -119,7 +120,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         raise InvalidParams("param 'content' must not be empty")
     if len(text) > MAX_NOTE_CHARS:
         raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
-    if not slug(name):
+    if not has_name(name):
         raise InvalidParams("param 'name' must contain letters or digits")
     ws = ctx.workspace(agent_id)
     ops = fileops_for(ws, session_id=session_id)
