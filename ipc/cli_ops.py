@@ -338,7 +338,7 @@ def doctor_socket(explicit: str | None) -> Path:
 
 def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     from recalld.ipc.doctor import Doctor  # here: the checks need what no other command does
-    from recalld.ipc.doctor import render as render_doctor
+    from recalld.ipc.doctor_report import render as render_doctor
 
     doctor = Doctor(client.socket_path, timeout_s=client.timeout_s)
     checks = doctor.checks()

@@ -19,13 +19,13 @@ import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from recalld.ipc import errors, paths
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
+from recalld.ipc.doctor_report import Check
 from recalld.ipc.health import assess, daemon_problems
 
 COMMAND_TIMEOUT_S = 5.0
@@ -34,17 +34,6 @@ CONNECT_TIMEOUT_S = 3.0
 DISK_FAIL_BYTES = 100 << 20
 DISK_WARN_BYTES = 1 << 30
 UNIT_NAMES = ("recalld.service", "recalld.socket")
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: str  # ok | warn | fail | skip
-    detail: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 class Doctor:
@@ -405,19 +394,6 @@ def _dirs(root: Path) -> Iterator[str]:
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False,
                           timeout=COMMAND_TIMEOUT_S)
-
-
-def render(checks: list[Check]) -> str:
-    marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
-    lines = []
-    for c in checks:
-        lines.append(f"[{marks.get(c.status, c.status)}] {c.name}: {c.detail}")
-        if c.fix and c.status in ("warn", "fail"):
-            lines.append(f"       fix: {c.fix}")
-    failed = sum(c.status == "fail" for c in checks)
-    warned = sum(c.status == "warn" for c in checks)
-    lines.append(f"{failed} problem(s), {warned} warning(s)")
-    return "\n".join(lines) + "\n"
 
 
 def _inotify_instances_in_use(proc: Path = Path("/proc")) -> int:
