@@ -59,7 +59,8 @@ class Doctor:
             return paths.choose_data_dir(self.env, None, Path())
 
     def checks(self) -> list[Check]:
-        out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file()]
+        out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file(),
+               *self.shell_config()]
         out += self.health()
         out += [self.inotify(), self.inotify_instances(), *self.disks(), *self.providers(),
                 self.unit(), self.enabled(), self.linger()]
@@ -138,8 +139,58 @@ class Doctor:
                              "a restart or reload would refuse to run)",
                              f"put {path} back; the running daemon keeps the one it read")
             return Check("config file", "ok", f"no {path}: the defaults apply")
-        # The daemon's own rules, read by the daemon's entry point (this package imports
-        # nothing of the daemon's).
+        error = self._refused(path)
+        if error is None:
+            return Check("config file", "ok", f"{path} is valid")
+        if isinstance(error, Check):
+            return error
+        kept = "; the running daemon keeps the one it read" if self.status else ""
+        return Check("config file", "fail", f"{error} (a restart or reload would refuse it)",
+                     f"fix {path}{kept}")
+
+    def shell_config(self) -> list[Check]:
+        """The configuration file of this shell (``RECALLD_CONFIG``, ``XDG_CONFIG_HOME``)
+        when the running daemon read another: the one ``recalld`` commands run here read
+        (they exit 2 when it is refused) and a ``recalld serve`` started here would run on."""
+        running = self.status.get("config_path") if self.status is not None else None
+        if not running:
+            return []  # config_file checked this shell's file
+        named = "RECALLD_CONFIG" if self.env.get("RECALLD_CONFIG") else "XDG_CONFIG_HOME"
+        try:
+            path = paths.config_path(None, self.env)
+        except paths.PathError as exc:
+            return [Check("shell config", "fail", f"{exc}: recalld commands here exit 2",
+                          f"fix or unset {named}")]
+        if _same_file(path, Path(str(running))):
+            return []
+        if not path.exists():
+            if named == "RECALLD_CONFIG":
+                return [Check("shell config", "fail",
+                              f"{path}: no such file (RECALLD_CONFIG names it here; the daemon "
+                              f"reads {running}): recalld commands here exit 2",
+                              f"export RECALLD_CONFIG={shlex.quote(str(running))}, or create "
+                              f"{path}")]
+            return [Check("shell config", "warn",
+                          f"no {path} here, so a recalld serve started here runs on the "
+                          f"defaults; the daemon reads {running}",
+                          f"export RECALLD_CONFIG={shlex.quote(str(running))}")]
+        error = self._refused(path)
+        if isinstance(error, Check):
+            return [Check("shell config", error.status, error.detail)]
+        if error is not None:
+            return [Check("shell config", "fail",
+                          f"{error} (read by recalld commands here, which exit 2; the daemon "
+                          f"reads {running})", f"fix {path}, or export RECALLD_CONFIG="
+                          f"{shlex.quote(str(running))}")]
+        return [Check("shell config", "warn",
+                      f"{path} is valid, but the daemon reads {running}: commands here and a "
+                      "daemon started here may find another socket and settings",
+                      f"export RECALLD_CONFIG={shlex.quote(str(running))}")]
+
+    def _refused(self, path: Path) -> str | Check | None:
+        """Why the daemon's own rules refuse the file ``path`` (None: valid; a skip Check
+        when it could not be checked). Read by the daemon's entry point: this package
+        imports nothing of the daemon's."""
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "recalld.daemon.main", "--check-config", "--config",
@@ -147,13 +198,9 @@ class Doctor:
                 timeout=CHECK_CONFIG_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Check("config file", "skip", f"{path} not checked: {exc}")
-        if proc.returncode != 0:
-            error = proc.stderr.strip().removeprefix("recalld: configuration error: ")
-            kept = "; the running daemon keeps the one it read" if self.status else ""
-            return Check("config file", "fail",
-                         f"{error or 'refused'} (a restart or reload would refuse it)",
-                         f"fix {path}{kept}")
-        return Check("config file", "ok", f"{path} is valid")
+        if proc.returncode == 0:
+            return None
+        return proc.stderr.strip().removeprefix("recalld: configuration error: ") or "refused"
 
     def health(self) -> list[Check]:
         """Each workspace's problems (as human ``status`` shows them), with the fix."""
@@ -425,3 +472,11 @@ def _unit_value(unit: Path, key: str) -> str | None:
     values = [line.split("=", 1)[1].strip() for line in lines
               if line.strip().startswith(f"{key}=")]
     return values[0] if len(values) == 1 else None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (or, neither there, one path)."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()

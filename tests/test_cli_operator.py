@@ -197,6 +197,48 @@ def test_doctor_fails_a_named_config_file_that_is_gone(
     assert "RECALLD_CONFIG names it" in checks["config file"]["detail"]
 
 
+def test_doctor_checks_the_config_file_of_this_shell_too(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The daemon runs on its file; this shell's RECALLD_CONFIG names another one, which
+    # `recalld status` refuses (exit 2): doctor said "0 problem(s)", checking only the
+    # daemon's file.
+    daemon = daemon_factory("[daemon]\npersist_delay_s = 1.5\n")
+
+    def shell_check(text: str | None) -> tuple[int, dict[str, dict[str, str]]]:
+        env = dict(daemon.env)
+        if text is not None:
+            named = tmp_path / "shell.toml"
+            named.write_text(text)
+            env["RECALLD_CONFIG"] = str(named)
+        proc = recalld("--json", "doctor", env=env)
+        return proc.returncode, {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+
+    for text, said in (("[daemon]\ncpu_threads = -1\n", "cpu_threads = -1"),
+                       ("[daemon\n", "line 1"),
+                       ("[workspaces.\"../x\"]\n", "agent id")):
+        code, checks = shell_check(text)
+        assert checks["config file"]["status"] == "ok", checks["config file"]
+        check = checks["shell config"]
+        assert code == 1 and check["status"] == "fail", check
+        assert said in check["detail"] and str(daemon.config_path) in check["detail"], check
+        assert f"RECALLD_CONFIG={daemon.config_path}" in check["fix"], check
+    (tmp_path / "shell.toml").unlink()
+    env = dict(daemon.env, RECALLD_CONFIG=str(tmp_path / "shell.toml"))
+    assert recalld("status", env=env).returncode == 2
+    proc = recalld("--json", "doctor", env=env)
+    check = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["shell config"]
+    assert proc.returncode == 1 and check["status"] == "fail", check
+    assert "no such file" in check["detail"], check
+    _, checks = shell_check("[daemon]\npersist_delay_s = 2.5\n")
+    assert checks["shell config"]["status"] == "warn", checks["shell config"]
+    # The daemon's own file, named so or found by default: one check, no second.
+    code, checks = shell_check(None)
+    assert "shell config" not in checks and code == 0, checks
+    env = dict(daemon.env, RECALLD_CONFIG=str(daemon.config_path))
+    proc = recalld("--json", "doctor", env=env)
+    assert "shell config" not in {c["name"] for c in json.loads(proc.stdout)["checks"]}
+
+
 def test_a_path_argument_of_no_user_or_empty_is_a_usage_error(
         daemon_factory: DaemonFactory) -> None:
     # Paths given on the command line: a ~name of no user was a traceback (exit 1), and
