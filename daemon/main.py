@@ -33,6 +33,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from recalld.daemon.config import DaemonConfig
     from recalld.daemon.supervisor import Supervisor
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
@@ -132,6 +133,31 @@ def _rotating(path: str) -> logging.Handler:
     return handler
 
 
+def _check_workspace_places(cfg: DaemonConfig) -> int:
+    """``--check-config``'s last step: each ``[workspaces.X] path`` checked as opening the
+    workspace checks its place (a system folder, another user's, one that holds the
+    daemon's own folders or its config file, as ``~`` does), which the start would only
+    show as a failed workspace. EXIT_CONFIG with one line naming the first refused."""
+    from recalld.daemon.workspaces import check_daemon_folders, check_root
+    from recalld.ipc.errors import RecalldError
+
+    for agent_id, path in sorted(cfg.workspace_paths.items()):
+        try:
+            root = path.resolve()
+            check_root(root)
+            check_daemon_folders(root, cfg)
+        except (OSError, RuntimeError) as exc:  # a link loop, a folder we may not enter
+            why = str(exc)
+        except RecalldError as exc:
+            why = exc.message
+        else:
+            continue
+        print(f"recalld: configuration error: {cfg.config_path}: [workspaces.{agent_id}] "
+              f"path = {str(path)!r}: {why}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK
+
+
 def limit_blas_threads(threads: int, environ: MutableMapping[str, str] = os.environ) -> None:
     """Give numpy's BLAS ``threads`` threads (``[daemon] backfill_threads``; 0 keeps
     OpenBLAS's default, a thread per core) unless the environment chose a count.
@@ -222,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if ns.check_config:
-        return 0
+        return _check_workspace_places(cfg)
 
     prepare_to_serve(cfg.backfill_threads)
     import trio

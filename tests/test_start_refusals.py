@@ -141,6 +141,30 @@ def test_a_socket_whose_lock_cannot_be_opened_is_one_line(daemon_factory: Daemon
     assert "Traceback" not in daemon.log()
 
 
+@pytest.mark.parametrize("place", ["~", "~/", "/usr/share", "data/recalld/backups/w",
+                                   "config", "/tmp/../etc"])
+def test_check_config_refuses_a_workspace_place_a_start_would_refuse(
+        daemon_factory: DaemonFactory, tmp_path: Path, place: str) -> None:
+    # `serve --check-config` said 0 for a [workspaces.X] path the start then refuses (the
+    # home folder holds the daemon's data and config file): only status showed it.
+    env = daemon_factory.environment()
+    home = Path(env["HOME"])
+    given = place if place.startswith(("~", "/")) else str(home / place)
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    fine = tmp_path / "fine"
+    cfg.write_text(f'[workspaces.good]\npath = "{fine}"\n\n[workspaces.w]\npath = "{given}"\n')
+    proc = recalld("serve", "--check-config", env=env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"recalld: configuration error: {cfg}: [workspaces.w] path = "), line
+    assert "system folder" in line or "recalld's own folder" in line or (
+        "configuration file" in line), line
+    assert not fine.exists()  # only checked: nothing is created
+    cfg.write_text(f'[workspaces.good]\npath = "{fine}"\n')
+    assert recalld("serve", "--check-config", env=env).returncode == 0
+
+
 def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: DaemonFactory,
                                                            tmp_path: Path) -> None:
     good = tmp_path / "good"
