@@ -79,15 +79,12 @@ from recalld.ipc.agentscope_mem0 import (
     Mem0SearchMemoryTool,
     RecalldMem0Middleware,
 )
-from recalld.ipc.agentscope_memory import (
-    INDEX_HEADER,
-    MAX_SESSIONS,
-    TOOL_INSTRUCTIONS,
-    RecalldMemoryMiddleware,
-)
+from recalld.ipc.agentscope_memory import MAX_SESSIONS, RecalldMemoryMiddleware
 from recalld.ipc.agentscope_messages import (
+    INDEX_HEADER,
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
+    TOOL_INSTRUCTIONS,
     format_hits,
     memory_message,
 )

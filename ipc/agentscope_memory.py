@@ -27,8 +27,10 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import same_id_refusal, session_key, workspace_id, workspace_name
 from recalld.ipc.agentscope_messages import (
+    INDEX_HEADER,
     MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
+    TOOL_INSTRUCTIONS,
     Parked,
     _query_text,
     _turns,
@@ -64,16 +66,6 @@ T = TypeVar("T")
 
 #: Sessions whose workspace is remembered for the tools (oldest forgotten first).
 MAX_SESSIONS = 10_000
-
-TOOL_INSTRUCTIONS = (
-    "## Long-term memory\n\n"
-    "You have a long-term memory shared across conversations. Call `memory_search` "
-    "when the request may depend on something from an earlier session (a preference, a "
-    "name, a decision, how something was done). Call `add_memory` to keep a durable fact "
-    "the user states or asks you to remember; the conversation itself is recorded "
-    "automatically."
-)
-INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
 class RecalldMemoryMiddleware(MiddlewareBase):

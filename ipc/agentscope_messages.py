@@ -2,7 +2,8 @@
 
 The user's text of a reply's inputs, the user and assistant turns written back, the
 context message that carries recalled memory (named :data:`MEMORY_MSG_NAME`, never
-written back) and the search hits formatted for a model.
+written back), the search hits formatted for a model and what the memory middleware
+adds to the system prompt.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ MAX_HIT_CHARS = 1200
 #: Replies waiting for the user (a tool call to confirm) remembered per middleware.
 MAX_PARKED = 1000
 V = TypeVar("V")
+
+TOOL_INSTRUCTIONS = (
+    "## Long-term memory\n\n"
+    "You have a long-term memory shared across conversations. Call `memory_search` "
+    "when the request may depend on something from an earlier session (a preference, a "
+    "name, a decision, how something was done). Call `add_memory` to keep a durable fact "
+    "the user states or asks you to remember; the conversation itself is recorded "
+    "automatically."
+)
+INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
 def format_hits(response: SearchResponse) -> list[str]:
