@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -106,9 +107,13 @@ def check_owner(record: Remembered | None, agent_id: str, name: str | None) -> N
     another agent's name than ``name``: two agents ("Sales Bot" and "Sales_Bot") whose
     names make one agent id would read and write one memory."""
     owner = record.get("name") if record is not None else None
-    if name is None or owner is None or owner == name:
-        return
+    if name is None or owner is None or _nfc(owner) == _nfc(name):
+        return  # "Café" typed and "Café" decomposed are one name
     raise InvalidParams(same_id_refusal(agent_id, name, owner))
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def _canonical(entries: Mapping[str, Remembered]) -> bytes:

@@ -6,7 +6,10 @@ would lose most of its characters and collide with every other one ("研究助�
 (accents folded, ``agent`` if none) and adds a digest of the whole name: distinct names,
 distinct ids, the same one every time. :func:`session_key` does the same for the
 conversation ids of agent frameworks, which the daemon takes in a narrower alphabet.
-No I/O.
+Digests are of a name's NFC form: "Café" typed and "Café" decomposed (as macOS file
+names are) are one name. :func:`earlier_ids` tells the ids earlier versions gave a name
+that it no longer gets, :func:`owner_name` the form of a name the daemon records as a
+workspace's owner. No I/O.
 """
 
 from __future__ import annotations
@@ -21,11 +24,27 @@ NOT_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def non_latin_agent_id(name: str) -> str:
-    """The agent id of a name that is not all ASCII."""
+#: The longest name the daemon records as a workspace's owner (``workspace.open``'s ``name``).
+MAX_NAME_CHARS = 256
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2s(text.encode(), digest_size=4).hexdigest()
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def _non_latin_id(name: str, digest: str) -> str:
     folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
     base = NOT_ID_CHARS.sub("_", folded).strip("._-")[:55] or "agent"
-    return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"
+    return f"{base}-{digest}"
+
+
+def non_latin_agent_id(name: str) -> str:
+    """The agent id of a name that is not all ASCII (the digest is of its NFC form)."""
+    return _non_latin_id(name, _digest(_nfc(name)))
 
 
 def workspace_name(name: str) -> str:
@@ -38,8 +57,9 @@ def workspace_name(name: str) -> str:
     workspaces, the same one every time. So does an ASCII name longer than an agent id
     (64 characters): cut short, names alike up to there would share one workspace.
 
-    A name that makes no id (empty, ``.``, ``..``) raises ValueError: it would be taken
-    for the ``default`` workspace, another agent's memory. Names that make the same id
+    Dots that begin or end a name are left out (``.alice`` is ``alice``). A name that
+    makes no id (empty, all dots) raises ValueError: it would be taken for the
+    ``default`` workspace, another agent's memory. Names that make the same id
     ("Sales Bot", "Sales_Bot") are told apart by the daemon, which refuses the second
     (``workspace.open``'s ``name``)."""
     if name.isascii():
@@ -61,11 +81,43 @@ def same_id_refusal(agent_id: str, name: str, owner: str) -> str:
 
 
 def workspace_id(name: str) -> str:
-    """``name`` itself if it is a recalld agent id, else its :func:`workspace_name`: the
-    workspace an ``agent_id`` given to a middleware names."""
-    if AGENT_ID.fullmatch(name) and name not in (".", ".."):
-        return name
+    """The workspace an ``agent_id`` given to a middleware or the MCP bridge names: its
+    :func:`workspace_name`, so that an agent is found under one id whichever way it is
+    named (a recalld agent id without a dot at either end is itself)."""
     return workspace_name(name)
+
+
+def earlier_ids(name: str, *, given_as_id: bool) -> tuple[str, ...]:
+    """The ids earlier versions gave ``name`` that it no longer gets, most likely first:
+    an agent id with a dot at either end (or all dots) was itself when given as an id
+    (``given_as_id``: an ``agent_id``, an ``agents`` entry, ``recalld mcp --agent``),
+    and a name not in NFC form had the digest of its form as given. A client keeps using
+    the one the daemon already has, where the agent's memory is. Empty for every other
+    name (nearly all)."""
+    out: list[str] = []
+    if given_as_id and AGENT_ID.fullmatch(name) and name not in (".", ".."):
+        out.append(name)
+    if _nfc(name) != name:  # then not ASCII: made a non-Latin id
+        out.append(_non_latin_id(name, _digest(name)))
+    try:
+        current: str | None = workspace_name(name)
+    except ValueError:
+        current = None
+    return tuple(i for i in dict.fromkeys(out) if i != current)
+
+
+def owner_name(name: str) -> str:
+    """The form of an agent's name the daemon records as its workspace's owner
+    (``workspace.open``'s ``name``: 1-256 printable characters, not only spaces): its NFC
+    form; a name that is not one of those (a tab or a no-break space in it, longer, only
+    spaces) shows what it can of itself, characters that do not print as spaces, with a
+    digest of the whole name, so that two such names stay two owners."""
+    nfc = _nfc(name)
+    if nfc.strip() and len(nfc) <= MAX_NAME_CHARS and nfc.isprintable():
+        return nfc
+    tag = f" #{_digest(nfc)}"
+    shown = "".join(c if c.isprintable() else " " for c in nfc)
+    return (" ".join(shown.split())[:MAX_NAME_CHARS - len(tag)] + tag).strip()
 
 
 #: A session id the daemon takes (``memory.add_turns``), but for a leading ``.``.
@@ -81,9 +133,21 @@ def session_key(session: str) -> str:
     with ``.``) stays as it is. Any other (``user 42/chat``, ``会话-1``, a 200-character
     id) keeps its ASCII letters and digits (accents folded, others ``_``, at most 100)
     and gets a digest of the whole id: distinct conversations, distinct sessions, the same
-    one every time."""
+    one every time (the digest is of its NFC form)."""
     if SESSION_ID.fullmatch(session) and not session.startswith("."):
         return session
+    return _session_key(session, _digest(_nfc(session)))
+
+
+def earlier_session_key(session: str) -> str | None:
+    """The session id earlier versions gave ``session`` if it no longer gets it (an id
+    not in NFC form had the digest of its form as given), else None."""
+    if _nfc(session) == session or session_key(session) == session:
+        return None
+    return _session_key(session, _digest(session))
+
+
+def _session_key(session: str, digest: str) -> str:
     folded = unicodedata.normalize("NFKD", session).encode("ascii", "ignore").decode()
     base = NOT_SESSION_CHARS.sub("_", folded)[:100].strip("._-") or "session"
-    return f"{base}-{hashlib.blake2s(session.encode(), digest_size=4).hexdigest()}"
+    return f"{base}-{digest}"

@@ -41,6 +41,7 @@ from recalld.ipc.agentscope_workspace import (
     model_overrides,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class RecalldMem0Middleware(MiddlewareBase):
         self._owns_client = daemon_client is None
         self.client = daemon_client or AsyncClient(socket_path, timeout_s=timeout_s,
                                                      autostart=autostart)
+        self._ids = KnownIds(self.client)
         self._opened = False
         self._writes: set[asyncio.Task[None]] = set()
         #: Exchanges the daemon was away for, oldest first: sent with the next one.
@@ -149,6 +151,7 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
+            self.workspace = await self._ids.id_of(self.user_id, given_as_id=False)
             await _open_workspace(self.client, self.workspace, self.models, self.user_id)
             self._opened = True
 

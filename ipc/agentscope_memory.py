@@ -25,7 +25,7 @@ from agentscope.tool import ToolBase
 from recalld.ipc import errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import same_id_refusal, session_key, workspace_id, workspace_name
+from recalld.ipc.agent_ids import owner_name, same_id_refusal, session_key
 from recalld.ipc.agentscope_messages import (
     INDEX_HEADER,
     MAX_HIT_CHARS,
@@ -55,6 +55,7 @@ from recalld.ipc.agentscope_workspace import (
     selected_files,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
+from recalld.ipc.known_ids import KnownIds, provisional_id
 from recalld.ipc.types import render_linked
 
 if TYPE_CHECKING:
@@ -98,15 +99,17 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
         self.models = model_overrides(chat_model, embedding_model)
         self.select = select
-        # Named in any script, as agents are (an id the daemon accepts stays as it is).
-        self.agent_id = workspace_id(agent_id) if agent_id else agent_id
+        # Named in any script, as agents are; the daemon's id of it is known at first use.
+        self.agent_id = provisional_id(agent_id) if agent_id else agent_id
+        self._pinned = agent_id or None
         #: The name each workspace's id was made of (given to the daemon with each open):
         #: the first agent of this middleware to use it; another whose name makes the same
         #: id is refused (:meth:`workspace_of`), as the daemon refuses one of another process.
-        self._names: dict[str, str] = {workspace_id(agent_id): agent_id} if agent_id else {}
+        self._names: dict[str, str] = {}
         self.mode: Mode = mode
         self.top_k = top_k
-        self.agents = [workspace_id(a) for a in agents] if agents is not None else None
+        self._agent_names = list(agents) if agents is not None else None
+        self.agents = [provisional_id(a) for a in agents] if agents is not None else None
         self.index_in_prompt = index_in_prompt
         self.index_max_entries = index_max_entries
         self.index_ttl_s = index_ttl_s
@@ -114,6 +117,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._owns_client = client is None
         self.client = client or AsyncClient(socket_path, timeout_s=timeout_s,
                                               autostart=autostart)
+        #: Which id each name has, as the daemon knows it.
+        self._ids = KnownIds(self.client)
+        self._resolved = False
         #: Open workspaces and their settings (as ``workspace.open`` answered).
         self._opened: dict[str, JsonObject] = {}
         #: (workspace, session) with turns written back since the session's last flush:
@@ -140,14 +146,26 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     # ------------------------------------------------------------------ plumbing
 
-    def workspace_of(self, agent: Agent) -> str:
+    async def _resolve(self) -> None:
+        """``agent_id`` and ``agents`` as the daemon knows them (once)."""
+        if self._resolved:
+            return
+        if self._pinned is not None:
+            self.agent_id = await self._ids.id_of(self._pinned)
+            self._names.setdefault(self.agent_id, self._pinned)
+        if self._agent_names is not None:
+            self.agents = [await self._ids.id_of(a) for a in self._agent_names]
+        self._resolved = True
+
+    async def workspace_of(self, agent: Agent) -> str:
         """The workspace an agent's memory lives in. InvalidParams if it is another agent's
         of this middleware, whose name makes the same id ("Sales Bot", "Sales_Bot")."""
+        await self._resolve()
         if self.agent_id:
             return self.agent_id
-        workspace = workspace_name(agent.name)
+        workspace = await self._ids.id_of(agent.name, given_as_id=False)
         owner = self._names.setdefault(workspace, agent.name)
-        if owner != agent.name:
+        if owner_name(owner) != owner_name(agent.name):
             raise errors.InvalidParams(same_id_refusal(workspace, agent.name, owner))
         return workspace
 
@@ -162,6 +180,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
+        await self._resolve()
         response = await self._on(workspace, lambda: self.client.search(
             workspace, query, max_results=limit or self.top_k,
             agents=self.searched(workspace)))
@@ -272,7 +291,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         session = self._session_of(agent)
         key = id(agent.state)
         try:
-            workspace = self.workspace_of(agent)
+            workspace = await self.workspace_of(agent)
         except errors.InvalidParams as refused:
             # Another agent's memory: this reply goes on without any, its tools say why.
             log.warning("recalld: no memory for this reply: %s", refused.message)
@@ -347,7 +366,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if session is None or not self.write_back:
             return
         try:
-            workspace = self.workspace_of(agent)
+            workspace = await self.workspace_of(agent)
         except errors.InvalidParams:
             return  # said when its reply started
         kept = {m.id for m in agent.state.context if isinstance(m, Msg)}
@@ -392,7 +411,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             parts.append(TOOL_INSTRUCTIONS)
         if self.index_in_prompt:
             try:
-                workspace = self.workspace_of(agent)
+                workspace = await self.workspace_of(agent)
                 index = await self.memory_index(workspace)
             except _DAEMON_ERRORS as exc:
                 log.warning("recalld memory index for %s failed: %s", agent.name, exc)
@@ -464,10 +483,11 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             return self.agent_id
         return self._session_workspace.get(session) if session is not None else None
 
-    def workspace_for_state(self, state: object) -> str | None:
+    async def workspace_for_state(self, state: object) -> str | None:
         """The workspace of the agent whose state is ``state`` (for its tools): the one
         of its running reply, else of the last reply in its session. InvalidParams if
         its running reply has none (:meth:`workspace_of`)."""
+        await self._resolve()
         if self.agent_id is not None:
             return self.agent_id
         workspace = self._reply_workspace.get(id(state))

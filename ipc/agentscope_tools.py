@@ -59,10 +59,10 @@ class _MemoryTool(_AllowedTool):
         super().__init__()
         self._mw = middleware
 
-    def _workspace(self, state: object) -> str | ToolChunk:
+    async def _workspace(self, state: object) -> str | ToolChunk:
         """The calling agent's workspace, or the tool's answer why it has none."""
         try:
-            workspace = self._mw.workspace_for_state(state)
+            workspace = await self._mw.workspace_for_state(state)
         except errors.InvalidParams as refused:
             return _chunk(f"memory is not available to this agent: {refused.message}",
                           error=True)
@@ -95,7 +95,7 @@ class MemorySearchTool(_MemoryTool):
 
     async def call(self, query: str = "", limit: int | None = None,
                    _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
+        workspace = await self._workspace(_agent_state)
         if not isinstance(workspace, str):
             return workspace
         if not query.strip():
@@ -131,7 +131,7 @@ class AddMemoryTool(_MemoryTool):
 
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
                    _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
+        workspace = await self._workspace(_agent_state)
         if not isinstance(workspace, str):
             return workspace
         facts = _facts(content)
@@ -177,7 +177,7 @@ class MemoryWriteTool(_MemoryTool):
     async def call(self, path: str = "", name: str = "", description: str = "",
                    type: str = "", body: str = "", _agent_state: object = None,
                    **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
+        workspace = await self._workspace(_agent_state)
         if not isinstance(workspace, str):
             return workspace
         try:
@@ -212,7 +212,7 @@ class MemoryEditTool(_MemoryTool):
 
     async def call(self, path: str = "", old: str = "", new: str = "",
                    _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = self._workspace(_agent_state)
+        workspace = await self._workspace(_agent_state)
         if not isinstance(workspace, str):
             return workspace
         try:

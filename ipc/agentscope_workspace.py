@@ -16,6 +16,7 @@ from typing import Literal, TypedDict
 
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import owner_name
 from recalld.ipc.answers import JsonObject
 
 # The adapter logs under its public module's name, wherever the code lives.
@@ -145,7 +146,8 @@ async def _open_workspace(client: AsyncClient, workspace: str,
     """Open ``workspace`` with the agent's models; its settings as the daemon answered.
     ``name``: the agent's or user's name the workspace's id was made of, so that the
     daemon refuses another whose id is the same."""
-    info = await client.workspace_open(workspace, config=models or None, name=name)
+    info = await client.workspace_open(workspace, config=models or None,
+                                       name=owner_name(name) if name is not None else None)
     settings = info.get("settings")
     opened = dict(settings) if isinstance(settings, Mapping) else {}
     _warn_if_other_models(workspace, models, opened)

@@ -46,9 +46,10 @@ from mcp.shared.exceptions import MCPError
 from recalld.ipc import __version__, errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import session_key, workspace_id
+from recalld.ipc.agent_ids import owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.cli_args import Parser
+from recalld.ipc.known_ids import KnownIds, provisional_id
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -106,13 +107,17 @@ class Bridge:
         self.agent = agent
         #: The name ``agent`` was made of, given to the daemon with each open.
         self.name = name
+        self._ids = KnownIds(client)
         self._opened = False
         #: Sessions given turns since their last flush, ended when the stream ends.
         self._unflushed: dict[str, None] = {}
 
     async def _open(self, again: bool = False) -> None:
         if again or not self._opened:
-            await self.client.workspace_open(self.agent, name=self.name)
+            if self.name is not None:  # an id some names had before is kept if in use
+                self.agent = await self._ids.id_of(self.name)
+            await self.client.workspace_open(
+                self.agent, name=owner_name(self.name) if self.name is not None else None)
             self._opened = True
 
     # ------------------------------------------------------------------- tools
@@ -163,7 +168,7 @@ class Bridge:
         agents = args.get("agents")
         response = await self.client.search(
             self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
-            agents=[workspace_id(str(a)) for a in agents] if agents else None)
+            agents=[await self._ids.id_of(str(a)) for a in agents] if agents else None)
         hits = [r.to_dict() for r in response]
         if not hits:
             return _text("(no results)", structured={"results": []})
@@ -212,7 +217,8 @@ class Bridge:
                 text=RECALL_WRAP.format(block=block)))])
 
     async def _read(self, args: JsonObject) -> types.CallToolResult:
-        owner = workspace_id(str(args.get("agent") or self.agent))
+        given = args.get("agent")
+        owner = await self._ids.id_of(str(given)) if given else self.agent
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
@@ -357,7 +363,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     client = AsyncClient(socket_path, autostart=autostart)
     if not autostart:
         await warn_if_unreachable(client)
-    bridge = Bridge(client, workspace_id(agent), agent)
+    bridge = Bridge(client, provisional_id(agent), agent)
     server = build_server(bridge)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

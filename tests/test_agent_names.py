@@ -6,14 +6,17 @@ all are refused by the client libraries instead of being taken for ``default``."
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import unicodedata
 from typing import Any
 
 import pytest
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import workspace_id, workspace_name
+from recalld.ipc.agent_ids import owner_name, session_key, workspace_id, workspace_name
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.known_ids import provisional_id
 from recalld.ipc.mcp import Bridge
 
 
@@ -73,3 +76,91 @@ def test_names_that_make_no_id_are_not_taken_for_default(name: str) -> None:
     if name != "...":  # itself a valid agent id
         with pytest.raises(ValueError, match="makes no workspace name"):
             workspace_id(name)
+
+
+def _bridge_notes(socket_path: Any, names: list[str], note: str = "") -> dict[str, tuple[
+        str, bool, str]]:
+    """Each name's MCP bridge adds a note (``note`` or one naming it) then searches for
+    what every bridge added: its agent id, whether it was refused, what it found."""
+    out: dict[str, tuple[str, bool, str]] = {}
+
+    async def main() -> None:
+        async with AsyncClient(socket_path) as client:
+            bridges = {name: Bridge(client, provisional_id(name), name) for name in names}
+            for name, bridge in bridges.items():
+                added = await bridge.call_tool(
+                    "memory_add_note", {"content": note or f"The kiln of {name!r} is hot."})
+                out[name] = (bridge.agent, bool(added.is_error),
+                             str(added.content[0].text))  # type: ignore[union-attr]
+            for name, bridge in bridges.items():
+                if not out[name][1]:
+                    found = await bridge.call_tool("memory_search", {"query": "kiln hot"})
+                    out[name] = (bridge.agent, False,
+                                 str(found.content[0].text))  # type: ignore[union-attr]
+
+    asyncio.run(main())
+    return out
+
+
+def test_names_the_daemon_took_for_no_name_get_memory(daemon: Any) -> None:
+    # A tab, a no-break space (pasted), an ideographic space, 300 characters, only
+    # spaces: each agent gets memory of its own instead of every call refused.
+    names = ["Sales\tBot", "Sales\u00a0Bot", "研究\u3000助手", "z" * 300, "   "]
+    seen = _bridge_notes(daemon.socket_path, names)
+    for name, (_, refused, found) in seen.items():
+        assert not refused, (name, found)
+        assert f"The kiln of {name!r} is hot." in found, (name, found)
+        assert sum(f"The kiln of {other!r}" in found for other in names) == 1, (name, found)
+    # "Sales Bot" makes the id of "Sales\tBot": it is that one's, and stays so.
+    later = _bridge_notes(daemon.socket_path, ["Sales Bot", "Sales\tBot"])
+    said, owner = later["Sales Bot"][2], owner_name("Sales\tBot")
+    assert later["Sales Bot"][1] and f"agent {owner!r}" in said, later
+    assert not later["Sales\tBot"][1]
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert {seen[n][0] for n in names} <= set(listed)
+
+
+def test_names_alike_but_for_unicode_normalisation_are_one_agent(daemon: Any) -> None:
+    composed, decomposed = "Café Noir", unicodedata.normalize("NFD", "Café Noir")
+    assert composed != decomposed
+    assert workspace_id(composed) == workspace_id(decomposed) == workspace_name(decomposed)
+    assert session_key("会话 " + composed) == session_key("会话 " + decomposed)
+    seen = _bridge_notes(daemon.socket_path, [composed, decomposed])
+    assert seen[composed][0] == seen[decomposed][0]
+    assert not seen[decomposed][1], seen  # not refused as another agent's
+    for _, _, found in seen.values():
+        assert found.count("The kiln of") == 2, found
+
+
+def _earlier_digest_id(name: str) -> str:
+    """The id a name not in NFC form had before: the digest of its form as given."""
+    base = workspace_name(name).rsplit("-", 1)[0]
+    return f"{base}-{hashlib.blake2s(name.encode(), digest_size=4).hexdigest()}"
+
+
+def test_a_workspace_under_an_id_a_name_had_before_keeps_serving_it(daemon: Any) -> None:
+    # Opened under the ids earlier versions gave these names (by id, as a bridge did),
+    # each with a note: the bridges of those names keep finding them there.
+    decomposed = unicodedata.normalize("NFD", "Zoë")
+    earlier = {".alice": ".alice", "bob.": "bob.", "...": "...",
+               decomposed: _earlier_digest_id(decomposed)}
+    with Client(daemon.socket_path) as c:
+        for name, agent_id in earlier.items():
+            assert workspace_id(name) != agent_id if name != "..." else True
+            c.workspace_open(agent_id, name=name)
+            c.add_note(agent_id, f"The kiln of {name!r} is hot.")
+    seen = _bridge_notes(daemon.socket_path, list(earlier), note="The kiln is cold.")
+    for name, agent_id in earlier.items():
+        assert seen[name][:2] == (agent_id, False), (name, seen[name])
+        assert f"The kiln of {name!r} is hot." in seen[name][2]
+    # A daemon that never had them: the ids every integration gives these names now.
+    with Client(daemon.socket_path) as c:
+        for agent_id in earlier.values():
+            c.workspace_close(agent_id, forget=True)
+    fresh = _bridge_notes(daemon.socket_path, [".carol", "dave."])
+    assert [fresh[n][0] for n in (".carol", "dave.")] == ["carol", "dave"]
+    assert workspace_id(".carol") == workspace_name(".carol") == "carol"
+    refused = _bridge_notes(daemon.socket_path, ["...."])
+    assert refused["...."][1] and "makes no workspace name" in refused["...."][2]
+    assert "default" not in {w["agent_id"] for w in daemon.call("workspace.list")[
+        "workspaces"] if w.get("name")}

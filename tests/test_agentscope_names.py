@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -140,3 +141,38 @@ def test_mem0_writers_whose_names_make_one_id_keep_their_own_notes(
     seen = asyncio.run(main())
     for name, fact in facts.items():
         assert len(seen[name]) == 1 and seen[name][0].endswith(fact), (name, seen[name])
+
+
+def test_an_agent_named_with_a_tab_and_decomposed_letters_keeps_its_memory(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    # "Zoë<TAB>Writer" (the daemon takes no tab in a name) records a fact; the same name
+    # with "ë" decomposed (another process, another keyboard) is the same agent: it finds it.
+    writer = "Zoë\tWriter"
+    reader = unicodedata.normalize("NFD", writer)
+
+    def model(body: Any) -> dict[str, Any]:
+        system = "".join(_text(m["content"]) for m in body["messages"]
+                         if m["role"] == "system")
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if results:
+            return chat_answer("final: " + _text(results[-1]["content"]))
+        if "I am Zo\u00eb" in system:  # the writer (its "ë" composed)
+            return chat_answer(None, [tool_call("add_memory", {"thinking": "keep it",
+                                                               "content": [SECRET]})])
+        return chat_answer(None, [tool_call("memory_search", {"query": "door code Basel"})])
+
+    fake.chat_default = model
+
+    async def main() -> tuple[str, str]:
+        first = RecalldMemoryMiddleware(socket_path=daemon.socket_path)
+        second = RecalldMemoryMiddleware(socket_path=daemon.socket_path)
+        try:
+            return (await _reply(fake, first, writer, "s-1"),
+                    await _reply(fake, second, reader, "s-2"))
+        finally:
+            await first.close()
+            await second.close()
+
+    recorded, found = asyncio.run(main())
+    assert recorded.startswith("final: Recorded 1 fact(s)"), recorded
+    assert "7731-kestrel" in found, found
