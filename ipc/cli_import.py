@@ -11,14 +11,16 @@ Nothing is copied or converted: the workspace is served where it is.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import orjson
 
 from recalld.ipc import errors, paths
-from recalld.ipc.agent_ids import NOT_ID_CHARS, non_latin_agent_id
+from recalld.ipc.agent_ids import NOT_ID_CHARS, earlier_ids, non_latin_agent_id, workspace_name
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
@@ -40,11 +42,37 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def agent_id_of(name: str) -> str:
-    """The agent id of a QwenPaw agent id or folder name (one in another script keeps a
-    digest of itself, so two such agents never share a workspace)."""
+    """The agent id of a QwenPaw agent id or folder name: the one the AgentScope
+    middleware and the MCP bridge give that name (``Sales Bot`` is ``Sales_Bot``; one in
+    another script keeps a digest of itself), so the agent finds what was imported;
+    ``default`` for a name that makes none."""
+    try:
+        return workspace_name(name)
+    except ValueError:
+        return "default"
+
+
+def earlier_agent_id(name: str) -> str:
+    """The agent id earlier versions gave a QwenPaw agent id or folder name (``Sales Bot``
+    was ``Sales-Bot``; one not in NFC form had the digest of its form as given)."""
     if not name.isascii():
-        return non_latin_agent_id(name)
+        return (earlier_ids(name, given_as_id=False) or (non_latin_agent_id(name),))[0]
     return NOT_ID_CHARS.sub("-", name).strip("-.")[:64].strip("-.") or "default"
+
+
+def _qwenpaw_base(agent: str, id_of: Callable[[str], str]) -> str:
+    return id_of(f"qwenpaw-{agent}")[:56].rstrip("-.")
+
+
+def _taken(client: Client) -> dict[str, Path]:
+    """The folder of every workspace open or recorded to reopen, by agent id."""
+    taken: dict[str, Path] = {}
+    for ws in client.call("workspace.list").get("workspaces", []):
+        path = ws.get("path")
+        if (isinstance(path, str) and isinstance(ws.get("agent_id"), str)
+                and (ws.get("state") in ("opening", "ready") or ws.get("registered"))):
+            taken[ws["agent_id"]] = Path(path).resolve()
+    return taken
 
 
 def free_agent_id(client: Client, agent: str, root: Path) -> str:
@@ -52,20 +80,29 @@ def free_agent_id(client: Client, agent: str, root: Path) -> str:
     folder or recorded there to reopen (QwenPaw's first agent and recalld's own workspace
     are both ``default``; two QwenPaw homes both have theirs), then ``qwenpaw-<agent>-2``
     and on: the same id at every import of one folder, never another folder's."""
-    taken: dict[str, Path] = {}
-    for ws in client.call("workspace.list").get("workspaces", []):
-        path = ws.get("path")
-        if (isinstance(path, str) and isinstance(ws.get("agent_id"), str)
-                and (ws.get("state") in ("opening", "ready") or ws.get("registered"))):
-            taken[ws["agent_id"]] = Path(path).resolve()
+    taken = _taken(client)
     here = root.resolve()
     candidate = agent
-    base = agent_id_of(f"qwenpaw-{agent}")[:56].rstrip("-.")
+    base = _qwenpaw_base(agent, agent_id_of)
     for n in range(1, 1000):
         if taken.get(candidate, here) == here:
             return candidate
         candidate = base if n == 1 else f"{base}-{n}"
     return candidate
+
+
+def earlier_imports(client: Client, name: str, agent: str, root: Path) -> list[str]:
+    """The ids an earlier version imported the folder ``root`` under for the QwenPaw
+    agent ``name`` (its :func:`earlier_agent_id`, or ``qwenpaw-`` that and a number),
+    other than ``agent``: the folder is moved from them to ``agent``, where the agent's
+    middleware looks (a folder is served under one id only)."""
+    earlier = earlier_agent_id(name)
+    base = _qwenpaw_base(earlier, earlier_agent_id)
+    here = root.resolve()
+    return sorted(agent_id for agent_id, path in _taken(client).items()
+                  if path == here and agent_id != agent and (
+                      agent_id in (earlier, base)
+                      or re.fullmatch(re.escape(base) + r"-[0-9]+", agent_id)))
 
 
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
@@ -129,9 +166,13 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     agent_json = (paths.local_path(ns.agent_json, "--agent-json") if ns.agent_json is not None
                   else root / "agent.json")
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
-    agent = agent_id_of(str(ns.agent or (config or {}).get("id") or root.name))
+    name = str(ns.agent or (config or {}).get("id") or root.name)
+    agent = agent_id_of(name)
     if not ns.agent:
         agent = free_agent_id(client, agent, root)
+    moved = earlier_imports(client, name, agent, root)
+    for earlier in moved:  # the notes, index and vectors are the folder's: they come along
+        client.workspace_close(earlier, forget=True)
     if getattr(ns, "timeout", None) is None:
         client.timeout_s = IMPORT_TIMEOUT_S
     with following(client, "import-qwenpaw", as_json=as_json,
@@ -139,18 +180,21 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         info = client.workspace_open(
             agent, path=str(root), config=config, import_report=True, progress_token=token)
     if as_json:
-        print_json(out, info)
+        print_json(out, {**info, "moved_from": moved} if moved else info)
     else:
         report = info.get("import") or {}
         out.write(render_report(agent, str(root), report,
-                                agent_json if config is not None else None))
+                                agent_json if config is not None else None, moved))
     return EXIT_OK
 
 
 def render_report(agent: str, path: str, rep: JsonObject,
-                  agent_json: Path | None) -> str:
+                  agent_json: Path | None, moved: Sequence[str] = ()) -> str:
     lines = [f"opened {path} as agent {agent}"
              + (f" (settings from {agent_json})" if agent_json else "")]
+    if moved:
+        lines.append(f"  (imported before as agent {', '.join(moved)}, which is no longer "
+                     f"served: its agent finds it as {agent})")
     if not rep.get("complete", True):
         lines.append("  (the first indexing pass is still running: counts are partial)")
     chunks = rep.get("chunks", {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shlex
@@ -26,6 +27,9 @@ from test_qwenpaw_config import qwenpaw_memory_config
 from waits import wait_value
 
 from recalld.daemon.index import reme_import
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import workspace_id
+from recalld.ipc.mcp import Bridge
 
 
 def cli(d: DaemonHandle, *args: str) -> subprocess.CompletedProcess[str]:
@@ -374,3 +378,40 @@ def test_status_after_an_import_does_not_wait_for_a_scan_already_made(
             wait_value(reasons, lambda r: not any("first disk scan" in x for x in r),
                        "the first disk scan", deadline_s=10.0)
             daemon.call("workspace.close", {"agent_id": f"paw{n}", "forget": True})
+
+
+def test_an_agent_finds_what_was_imported_for_it_also_after_an_earlier_import(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # QwenPaw agents "Sales Bot" and "Back.Office!": the import gives each the id its
+    # MCP bridge (and AgentScope middleware) uses. A folder imported before under the id
+    # earlier versions gave ("Sales-Bot") moves to it: one workspace, each note once.
+    folders = {}
+    for name in ("Sales Bot", "Back.Office!"):
+        ws = tmp_path / name.replace(" ", "_")
+        (ws / "memory" / "2026-01-02").mkdir(parents=True)
+        (ws / "memory" / "2026-01-02" / "n.md").write_text(f"- the ledger of {name}\n")
+        (ws / "agent.json").write_text(json.dumps({"id": name, "running": {}}), "utf-8")
+        folders[name] = ws
+    daemon.call("workspace.open", {"agent_id": "Sales-Bot", "path": str(folders["Sales Bot"])})
+    for name, ws in folders.items():
+        proc = cli(daemon, "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        assert f"as agent {workspace_id(name)}" in proc.stdout
+        assert ("imported before as agent Sales-Bot" in proc.stdout) == (name == "Sales Bot")
+
+    async def searched(name: str) -> str:
+        async with AsyncClient(daemon.socket_path) as client:
+            found = await Bridge(client, workspace_id(name), name).call_tool(
+                "memory_search", {"query": "ledger"})
+        assert not found.is_error
+        return str(found.content[0].text)  # type: ignore[union-attr]
+
+    for name in folders:
+        text = asyncio.run(searched(name))
+        assert text.count("- the ledger of") == 1 and f"the ledger of {name}" in text, text
+    at = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]
+          if w["path"] == str(folders["Sales Bot"])]
+    assert at == ["Sales_Bot"]
+    again = cli(daemon, "--json", "import-qwenpaw", str(folders["Sales Bot"]))
+    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "Sales_Bot"
+    assert "moved_from" not in json.loads(again.stdout)
