@@ -139,14 +139,6 @@ def session_key(session: str) -> str:
     return _session_key(session, _digest(_nfc(session)))
 
 
-def earlier_session_key(session: str) -> str | None:
-    """The session id earlier versions gave ``session`` if it no longer gets it (an id
-    not in NFC form had the digest of its form as given), else None."""
-    if _nfc(session) == session or session_key(session) == session:
-        return None
-    return _session_key(session, _digest(session))
-
-
 def _session_key(session: str, digest: str) -> str:
     folded = unicodedata.normalize("NFKD", session).encode("ascii", "ignore").decode()
     base = NOT_SESSION_CHARS.sub("_", folded)[:100].strip("._-") or "session"
