@@ -145,8 +145,11 @@ class Doctor:
         if isinstance(error, Check):
             return error
         kept = "; the running daemon keeps the one it read" if self.status else ""
-        return Check("config file", "fail", f"{error} (a restart or reload would refuse it)",
-                     f"fix {path}{kept}")
+        # A workspace's place (``--check-config`` refuses it) fails that workspace alone.
+        effect = ("a start would fail that workspace and serve the others"
+                  if "] path = " in error and "[workspaces." in error
+                  else "a restart or reload would refuse it")
+        return Check("config file", "fail", f"{error} ({effect})", f"fix {path}{kept}")
 
     def shell_config(self) -> list[Check]:
         """The configuration file of this shell (``RECALLD_CONFIG``, ``XDG_CONFIG_HOME``)

@@ -216,6 +216,10 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
         check = failing[f"workspace {name}"]
         assert refused[name] in check["detail"], check
         assert f"[workspaces.{name}] path" in check["fix"], check
+    # The file names such a place too: a start fails that workspace, not the daemon.
+    detail = failing["config file"]["detail"]
+    assert "a start would fail that workspace and serve the others" in detail, detail
+    assert "would refuse it" not in detail
     with Client(daemon.socket_path) as c:
         hits = c.search("good", "osprey ledger", sync=True).results
         assert any("top shelf" in h.text for h in hits)
