@@ -207,3 +207,43 @@ def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> N
     index.add([3], rng.standard_normal((1, 16)))
     assert [key for key, _ in index.search(index.vectors([3])[0], 1)] == [3]
     assert len(index) == len(live) + 1
+
+
+def test_a_restart_copies_one_window_chunks_a_slice_per_locked_call(tmp_path: Path) -> None:
+    # After a restart a chunk's windows are refilled; a one-window chunk's is its own
+    # vector, copied under the index lock (an hnswlib insert each). Thousands of them in
+    # one call held every search for seconds: each call copies a bounded slice and says
+    # more follow.
+    import logging
+
+    from recalld.daemon.config import EmbeddingModelConfig
+    from recalld.daemon.index.prepare import prepare_files
+    from recalld.daemon.index.spaces import VectorSpaces
+    from recalld.daemon.index.state import IndexState
+    from recalld.daemon.index.vector_fill import INLINE_WINDOWS, VectorFill
+
+    root = tmp_path / "ws"
+    rels = [f"memory/2026-07-{1 + i % 28:02d}/n{i}.md" for i in range(2 * INLINE_WINDOWS + 5)]
+    for i, rel in enumerate(rels):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# Note {i}\n\nshort fact number {i}\n", "utf-8")
+    state = IndexState(daily_dir="memory", digest_dir="digest")
+    state.apply([prepare_files(root, rels, max_chars=2000, digests=dict.fromkeys(rels))])
+    config = EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:9/v1",
+                                  model_name="m", dimensions=8, api_key="k")
+    spaces = VectorSpaces(tmp_path / "cache", None, environ={})
+    target = spaces.space(config)
+    keys = sorted(state.chunks)
+    state.vectors = VectorIndex(8)
+    state.vectors.add(keys, np.random.default_rng(3).standard_normal((len(keys), 8)))
+    state.vector_space = target.key
+    fill = VectorFill("w", spaces, config, target, 400, log=logging.getLogger("t"))
+    calls = []
+    while True:
+        rnd = fill.next_round(state, limit=40, now=0.0)
+        assert fill.windows is not None
+        calls.append(len(fill.windows))
+        assert not rnd.items and rnd.pending == 0 and rnd.total == len(keys)
+        if not rnd.more:
+            break
+    assert calls == [INLINE_WINDOWS, 2 * INLINE_WINDOWS, len(keys)]

@@ -237,6 +237,8 @@ class VectorWorker(VectorServing):
             rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
             self.total, self.embedded = rnd.total, rnd.total - rnd.pending
             self._counted = True
+            if rnd.more and not rnd.items:
+                continue  # more windows to copy, a slice per call: searches go between
             if not rnd.items:
                 # An idle spell is no part of the rate: the next round starts a new stretch.
                 self._working = False

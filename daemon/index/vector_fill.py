@@ -34,6 +34,11 @@ from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 
+#: One-window chunks whose window a locked call copies from the chunk's vector (an
+#: hnswlib insert each, ~1 ms at 1,024 dimensions): a restart copies thousands, and
+#: searches wait for the lock meanwhile; the rest follow in the next calls.
+INLINE_WINDOWS = 128
+
 
 @dataclass(slots=True)
 class _Round:
@@ -44,6 +49,8 @@ class _Round:
     pending: int
     #: Per item, the texts to embed: its windows, or the chunk text itself.
     texts: list[list[str]]
+    #: One-window chunks whose window is still to be copied from their vector.
+    more: bool = False
 
 
 def _recency(info: FileInfo, daily_dir: str) -> float:
@@ -134,7 +141,8 @@ class VectorFill:
         assert building is not None
         daily = state.daily_dir
         items: list[tuple[int, str]] = []
-        pending = 0
+        pending = copied = 0
+        more = False
         parked: dict[int, float] = {}
         wins = self.windows
         if wins is not None:
@@ -149,8 +157,13 @@ class VectorFill:
                         continue
                     units = self.units(state.chunks.text(key))
                     if len(units) == 1:
-                        # One window: the chunk's own vector is that window's.
-                        wins.add(key, building.vectors([key]))
+                        # One window: the chunk's own vector is that window's (which
+                        # serves a search until then).
+                        if copied < INLINE_WINDOWS:
+                            wins.add(key, building.vectors([key]))
+                            copied += 1
+                        else:
+                            more = True
                         continue
                 pending += 1
                 until = self.failed.get(key, -math.inf)
@@ -162,7 +175,8 @@ class VectorFill:
                 elif len(items) < limit:
                     items.append((key, state.chunks.text(key)))
         self.failed = parked  # vanished or due keys leave the parking lot
-        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items])
+        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items],
+                      more)
 
     def _parked_until(self, text: str, now: float) -> float:
         """When a chunk of ``text`` is tried again (``now``'s clock) if one of its texts was
