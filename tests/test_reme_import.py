@@ -394,3 +394,41 @@ def test_a_store_left_from_remes_former_model_is_known_by_its_cache(daemon_facto
         assert st["reused_vectors"] == st["reme_cache_texts"] == 0
         assert len(passage_texts(fake)) >= st["total"]
         assert d.stop() == 0
+
+
+def test_a_restart_keeps_remes_vectors_without_a_round(daemon_factory: Any,
+                                                       tmp_path: Path) -> None:
+    # A chunk ReMe embedded whole is one window: a restart takes that window from the
+    # chunk's saved vector, with no round through the cache and no commit of the same
+    # vectors again.
+    ws = copy_fixture(tmp_path / "ws")
+    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+              '[daemon]\npersist_delay_s = 0.05\n')
+    with fixture_provider() as fake:
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        first = wait_full(d)
+        assert first["reused_vectors"] == first["total"] and passage_texts(fake) == []
+        wait_for(lambda: _settled(d), "the vectors committed")
+        assert d.stop() == 0
+        d2 = daemon_factory(config)
+        d2.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d2)
+        index = _index_status(d2)
+        assert st["cache_texts"] == st["reme_cache_texts"] == 0, st
+        assert index["uncommitted_changes"] == 0 and index["last_commit"] is None, index
+        res = d2.call("memory.search", {"agent_id": "w", "query": "sourdough bulk ferment"})
+        assert res["mode"] == "hybrid" and "cooking" in res["results"][0]["path"]
+        assert passage_texts(fake) == ["sourdough bulk ferment"]
+        assert d2.stop() == 0
+
+
+def _index_status(d: Any, agent: str = "w") -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == agent)
+    out: dict[str, Any] = ws["index"]
+    return out
+
+
+def _settled(d: Any) -> bool:
+    index = _index_status(d)
+    return bool(index["last_commit"]) and not index["uncommitted_changes"]

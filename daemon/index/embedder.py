@@ -112,6 +112,10 @@ class VectorWorker(VectorServing):
         #: vectors and the parked chunks (its methods run under the index lock).
         self.fill = VectorFill(index.ws.agent_id, spaces, config, self.target,
                                self.window_chars, log=log)
+        # A chunk whose whole vector ReMe made keeps it (one window spanning the chunk)
+        # rather than paying the provider for its windows, and a restart takes that
+        # window from the chunk's saved vector.
+        self.fill.whole = self._reme_made
         self.total = 0
         self.embedded = 0
         #: Whether the counts above were taken from the index at least once.
@@ -218,6 +222,10 @@ class VectorWorker(VectorServing):
                      "%d vectors)", self.index.ws.agent_id, self.seeded, len(found),
                      self.target.key, len(self._reme_cache))
 
+    def _reme_made(self, text: str) -> bool:
+        """Whether ReMe made the vector of ``text`` (its chunk store or its cache)."""
+        return text_hash(text) in self.reme_hashes or self.reme_vector(text) is not None
+
     def reme_vector(self, text: str) -> F32 | None:
         """The vector ReMe's cache holds for ``text`` in this space, if any."""
         if not self._reme_cache:
@@ -316,12 +324,6 @@ class VectorWorker(VectorServing):
         use_cache = self.config.enable_cache
         if units is None:
             units = [[text] for _, text in items]
-        else:
-            # A chunk whose whole vector ReMe already made keeps it (one window spanning
-            # the chunk) rather than paying the provider for its windows.
-            units = [[text] if len(ts) > 1 and (text_hash(text) in self.reme_hashes
-                                                 or self.reme_vector(text) is not None)
-                     else ts for (_, text), ts in zip(items, units, strict=True)]
         texts = list(dict.fromkeys(t for ts in units for t in ts))
         hashes = [text_hash(t) for t in texts]
         # With the cache off, the vectors taken from ReMe's chunk store (kept in the

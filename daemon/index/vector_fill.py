@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +93,9 @@ class VectorFill:
         #: the chunks already looked up in them (a chunk's key names one text).
         self.texts: ParkedTexts | None = None
         self._looked_up: set[int] = set()
+        #: Whether a chunk text has a vector of its whole that serves as its one window
+        #: (ReMe embedded it whole: its windows would be paid for again).
+        self.whole: Callable[[str], bool] = lambda _text: False
 
     @property
     def migrating(self) -> bool:
@@ -203,8 +206,10 @@ class VectorFill:
         return self._building is not None and key in self._building
 
     def units(self, text: str) -> list[str]:
-        """What is embedded for a chunk of ``text``: its windows, or the text itself."""
-        return embed_units(text, self.window_chars)
+        """What is embedded for a chunk of ``text``: its windows, or the text itself (also
+        when :attr:`whole` says its whole vector is had already)."""
+        units = embed_units(text, self.window_chars)
+        return [text] if len(units) > 1 and self.whole(text) else units
 
     def install(self, state: IndexState, found: list[tuple[int, str, F32]],
                  windows: list[F32] | None = None) -> int:
