@@ -139,6 +139,11 @@ class EmbeddingCache:
                     out.append(np.frombuffer(raw, dtype="<f2").astype(np.float32))
         return out
 
+    def holds(self, hashes: Iterable[str]) -> bool:
+        """Whether every one of ``hashes`` has a vector here (not counted as lookups)."""
+        with self._lock:
+            return all(h in self._entries for h in hashes)
+
     def put_many(self, items: Iterable[tuple[str, npt.ArrayLike]]) -> int:
         """Store vectors (one fsynced append); returns how many were new."""
         records: list[dict[str, str]] = []

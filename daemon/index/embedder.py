@@ -150,6 +150,7 @@ class VectorWorker(VectorServing):
         try:
             if not self.enabled:
                 self.state = "disabled"
+                self.index.reme.drop_vectors()
                 self.seeded_event.set()
                 client = self.target.client
                 if client.config.model_name:  # meant to be on: say why it is not
@@ -190,37 +191,18 @@ class VectorWorker(VectorServing):
         self.fill.texts = texts
 
     async def _seed_foreign(self) -> None:
-        """Reuse what ReMe embedded: its chunk store's vectors go into the cache of the
-        configured space (when ReMe's own cache says they were made in it, or says
-        nothing, and does not contradict: ``reme_import.stored_vectors``), and its cache
-        file of this space is kept for lookups by ReMe's key."""
-        found, self.index.foreign_vectors = self.index.foreign_vectors, []
-        dims = self.target.dims
-        metadata = self.index.store.metadata_dir
-
+        """Reuse what ReMe embedded (``ReMeSource.seed``): its chunk store's vectors go
+        into the cache of the configured space, and its cache file of this space is kept
+        for lookups by ReMe's key."""
         def seed() -> int:
-            cache = reme_import.read_embeddings(metadata, self.config)
-            self._reme_cache = cache.vectors
-            self.reme = {"space": cache.space, "cache_vectors": len(cache.vectors),
-                         "other_spaces": cache.other_spaces, "refused": cache.refused,
-                         "store_vectors": len(found)}
-            usable, other, other_dims = reme_import.stored_vectors(
-                found, cache, dims, self.config.max_input_length)
-            items = [(text_hash(text), vec) for text, vec in usable]
-            self.reme["store_vectors_used"] = len(items)
-            self.reme["store_vectors_other_space"] = other
-            self.reme["store_vectors_other_dims"] = other_dims
-            self.reme_hashes = {h for h, _ in items}
-            return self.target.cache.put_many(items)
+            got = self.index.reme.seed(self.config, self.target.key, self.target.cache)
+            self._reme_cache, self.reme_hashes, self.reme = got.cache, got.hashes, got.report
+            return got.stored
 
         try:
             self.seeded = await trio.to_thread.run_sync(seed)
         finally:
             self.seeded_event.set()
-        if found or self._reme_cache:
-            log.info("%s: reused %d of %d stored vectors for %s (ReMe's cache of this space: "
-                     "%d vectors)", self.index.ws.agent_id, self.seeded, len(found),
-                     self.target.key, len(self._reme_cache))
 
     def _reme_made(self, text: str) -> bool:
         """Whether ReMe made the vector of ``text`` (its chunk store or its cache)."""

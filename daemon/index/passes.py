@@ -25,11 +25,11 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import memtrim, metrics
-from recalld.daemon.index import reme_import
 from recalld.daemon.index.prepare import PreparedBatch, prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.reads import StateAccess
 from recalld.daemon.index.records import ApplyStats
+from recalld.daemon.index.reme_source import ReMeSource
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.secret_names import mask_path, secret_notice
 
@@ -101,8 +101,8 @@ class Passes:
         #: version it had of each, if any, until they read again or are gone
         #: (``note_reads``; ``known_files`` lists them to the watcher).
         self.unreadable: dict[str, UnreadableNote] = {}
-        #: ReMe's chunk boundaries by note (texts, no vectors), kept for notes that match.
-        self.reme_boundaries: dict[str, list[reme_import.ReMeChunk]] = {}
+        #: ReMe's chunk store: its boundaries are kept for the notes that match them.
+        self.reme: ReMeSource | None = None
 
     async def apply_paths(self, paths: set[str]) -> None:
         """Re-read ``paths`` (workspace-relative) and update the index to match the disk.
@@ -217,7 +217,7 @@ class Passes:
 
         async def one(i: int, paths: list[str]) -> None:
             digests = {p: digest_of(p) for p in paths}
-            reme = {p: self.reme_boundaries[p] for p in paths if p in self.reme_boundaries}
+            reme = await self.reme.boundaries(paths, self._cpu) if self.reme else None
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
                           digests=digests, reme=reme or None)
             if pool is not None:

@@ -215,6 +215,22 @@ def _cut(text: str, limit: int) -> str:
     return text
 
 
+def seed_key(metadata_dir: Path, config: EmbeddingModelConfig, space: str) -> JsonObject:
+    """What a seeding of recalld's vector ``space`` from ReMe's files depends on besides
+    the chunk store: the space, how ReMe keys and cuts texts for ``config``, and the size,
+    mtime and inode of each of ReMe's cache files (which vouch for the store's vectors)."""
+    files: list[list[object]] = []
+    folder = metadata_dir / EMBEDDING_DIR
+    for path in sorted(folder.glob("*.npz")) if folder.is_dir() else ():
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        files.append([path.name, st.st_size, st.st_mtime_ns, st.st_ino])
+    return {"space": space, "reme_space": space_id(config), "dims": config.dimensions,
+            "max_input_length": config.max_input_length, "npz": files}
+
+
 @dataclass(slots=True)
 class ReMeEmbeddings:
     """ReMe's embedding cache for one space: ReMe text key -> float16 vector."""
@@ -352,4 +368,4 @@ def _same(vec: F32, row: F16) -> bool:
 
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
            "first_record", "load_npz", "read_embeddings", "read_store", "remove_own_mirrors",
-           "space_id", "stored_vectors", "text_key"]
+           "seed_key", "space_id", "stored_vectors", "text_key"]

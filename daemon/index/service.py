@@ -16,9 +16,10 @@ swaps it in at the end.
 Vectors: a backfill (``embedder.py``, a separate workspace service) attaches itself as
 ``vectors``; it reads pending work and installs vectors through :meth:`WorkspaceIndex.locked`
 and waits on :attr:`WorkspaceIndex.changed`. When the workspace has a ReMe (QwenPaw) chunk
-store, it is read at every start (ReMe may have run in between): its ``_embedding_f16_b64``
-vectors seed the embedding cache and its chunk boundaries are kept for the notes that still
-match them (``reme_import.py``, ``reme_chunks.py``).
+store, its ``_embedding_f16_b64`` vectors seed the embedding cache and its chunk boundaries
+are kept for the notes that still match them (``reme_source.py``, which reads the store
+only when a start finds it changed, ReMe having run in between, or when its boundaries or
+vectors are needed).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import trio
 from recalld.daemon import memtrim
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.index import reme_import
 from recalld.daemon.index.carry import carry_vectors
 from recalld.daemon.index.commits import CommitRecord, Committer, DamagedFile, PersistError
 from recalld.daemon.index.filters import Filters
@@ -44,6 +44,7 @@ from recalld.daemon.index.persist import IndexStore, LoadReport
 from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
+from recalld.daemon.index.reme_source import ReMeSource
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.watcher import Watcher
@@ -168,10 +169,10 @@ class WorkspaceIndex:
         self.changed = trio.Event()
         #: The vector backfill of this workspace, once it attached itself.
         self.vectors: VectorWorker | None = None
-        #: ``(text, _embedding_f16_b64)`` pairs found in ReMe's chunk store at start.
-        self.foreign_vectors: list[tuple[str, str]] = []
-        #: What ReMe's chunk store held when the index started (None: no store).
-        self.reme_store: dict[str, int | str] | None = None
+        #: ReMe's chunk store, if the workspace has one: its vectors for the embedding
+        #: cache and its boundaries for the notes it chunked, each read when needed.
+        self.reme = ReMeSource(self.store.metadata_dir, ws.agent_id)
+        self._passes.reme = self.reme
 
     @property
     def last_commit(self) -> CommitRecord | None:
@@ -206,7 +207,7 @@ class WorkspaceIndex:
             partial(self.store.load, self.state, defer_checks=True), limiter=self._cpu)
         # Loading read whole state files into short-lived buffers; hand them back.
         await trio.to_thread.run_sync(memtrim.trim, limiter=self._cpu)
-        await trio.to_thread.run_sync(self._read_reme_store, self.load_report.fresh,
+        await trio.to_thread.run_sync(self.reme.open, self.load_report.fresh,
                                       limiter=self._cpu)
         commits = self._commits
         if self.load_report.corrupt:
@@ -331,27 +332,6 @@ class WorkspaceIndex:
         if count:
             self._commits.changes += count
             self._commits.mark_dirty()
-
-    def _read_reme_store(self, fresh: bool) -> None:
-        """ReMe's chunk store, if the workspace has one: its vectors for the embedding
-        cache and its boundaries for the notes it chunked (``reme_chunks.py``). Copies an
-        older version of recalld wrote under ReMe's names go once our own index is saved
-        (before, they still give their vectors)."""
-        if not fresh:
-            removed = reme_import.remove_own_mirrors(self.store.metadata_dir)
-            if removed:
-                log.info("%s: removed the copies of the index an older version wrote under "
-                         "ReMe's names: %s", self.ws.agent_id, ", ".join(removed))
-        found = reme_import.read_store(self.store.metadata_dir)
-        if found is None:
-            return
-        self.foreign_vectors = found.vectors
-        self._passes.reme_boundaries = {
-            path: [reme_import.ReMeChunk(c.start_line, c.end_line, c.text) for c in chunks]
-            for path, chunks in found.chunks.items()}
-        self.reme_store = found.summary()
-        log.info("%s: ReMe's chunk store holds %d chunks of %d notes (%d with vectors)",
-                 self.ws.agent_id, len(found), len(found.chunks), len(self.foreign_vectors))
 
     async def compact(self) -> None:
         """Merge the keyword index's segments now, then commit a generation.

@@ -1,0 +1,125 @@
+"""A start of a workspace ReMe (QwenPaw) indexed reads ReMe's chunk store only when it
+needs something of it: a restart reads a small record, a note prepared again reads the
+boundaries, a lost cache or a store ReMe changed is read and seeded again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import fake_vector, unit
+from reme_fixture_util import DIMS, copy_fixture, embedding_toml, fixture_provider, passage_texts
+from test_reme_import import wait_full
+from waits import wait_for
+
+from recalld.daemon.index import reme_import
+from recalld.daemon.index.embedcache import encode_f16
+from recalld.daemon.index.reme_source import SEEN
+from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.records import read_foreign_records, write_records
+
+READ = "ReMe's chunk store holds"
+
+
+def index_status(d: Any, agent: str = "w") -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == agent)
+    out: dict[str, Any] = ws["index"]
+    return out
+
+
+def settled(d: Any) -> bool:
+    index = index_status(d)
+    return bool(index["last_commit"]) and not index["uncommitted_changes"]
+
+
+def report(d: Any, ws: Path) -> dict[str, Any]:
+    out: dict[str, Any] = d.call("workspace.open", {"agent_id": "w", "path": str(ws),
+                                                    "import_report": True})["import"]
+    return out
+
+
+def first_import(daemon_factory: Any, ws: Path, config: str) -> tuple[Any, dict[str, Any]]:
+    d = daemon_factory(config)
+    d.call("index.sync", {"agent_id": "w"})
+    wait_full(d)
+    wait_for(lambda: settled(d), "the vectors committed")
+    got = report(d, ws)
+    assert READ in d.log() and (ws / "mem_metadata" / SEEN).is_file()
+    assert d.stop() == 0
+    return d, got
+
+
+def test_a_restart_reads_remes_store_only_for_a_note_prepared_again(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+              '[daemon]\npersist_delay_s = 0.05\n')
+    with fixture_provider() as fake:
+        d, before = first_import(daemon_factory, ws, config)
+        assert before["chunks"]["reme_boundaries"] == before["chunks"]["total"]
+        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+        d2.call("index.sync", {"agent_id": "w"})
+        wait_full(d2)
+        again = report(d2, ws)
+        # Nothing of the store was read, and the report says what the first one said.
+        assert READ not in d2.log()
+        for part in ("notes", "chunks", "reme_store", "vectors"):
+            assert again[part] == before[part], part
+        # A note touched (a checkout, a copy) is prepared again: ReMe's boundaries are
+        # read for it and kept, and nothing is paid for.
+        note = "memory/2026-06-14/travel-3.md"
+        os.utime(ws / note, ns=(1, 1))
+        d2.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: READ in d2.log(), "the store read for the touched note")
+        wait_full(d2)
+        assert report(d2, ws)["chunks"] == before["chunks"]
+        assert passage_texts(fake) == []
+        assert d2.stop() == 0
+
+
+def test_a_lost_index_and_cache_are_seeded_from_remes_store_again(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+              '[daemon]\npersist_delay_s = 0.05\n')
+    with fixture_provider() as fake:
+        d, before = first_import(daemon_factory, ws, config)
+        # recalld's own state is gone (its record of ReMe's store stays).
+        shutil.rmtree(ws / "mem_metadata" / "index")
+        shutil.rmtree(d.data_dir / "state" / "embeddings")
+        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+        d2.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d2)
+        assert st["reused_vectors"] == st["total"] == before["chunks"]["total"]
+        assert passage_texts(fake) == []
+        assert d2.stop() == 0
+
+
+def test_a_store_reme_changed_between_starts_is_read_at_the_start(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+              '[daemon]\npersist_delay_s = 0.05\n')
+    with fixture_provider() as fake:
+        d, before = first_import(daemon_factory, ws, config)
+        # ReMe indexed a new note meanwhile: its chunk and vector are in the store.
+        note = "memory/2026-06-18/garden.md"
+        text = "# Garden\n\nThe tomatoes need staking this week."
+        (ws / note).parent.mkdir()
+        (ws / note).write_text(text + "\n", "utf-8")
+        store = ws / "mem_metadata" / reme_import.CHUNK_STORE
+        records = read_foreign_records(store).records
+        records.append({"path": note, "start_line": 1, "end_line": 3, "text": text,
+                        "metadata": {},
+                        "_embedding_f16_b64": encode_f16(unit(fake_vector(text, DIMS)))})
+        write_records(REAL, store, records)
+        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+        d2.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d2)
+        assert READ in d2.log()
+        assert st["total"] == before["chunks"]["total"] + 1
+        assert report(d2, ws)["reme_store"]["chunks"] == before["reme_store"]["chunks"] + 1
+        assert passage_texts(fake) == []
+        assert d2.stop() == 0
