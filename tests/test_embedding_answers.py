@@ -39,6 +39,26 @@ async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBr
             await client.embed(texts[:2])
 
 
+@pytest.mark.parametrize(("backend", "other"), [("dashscope", "index"),
+                                              ("dashscope_multimodal", "text_index")])
+async def test_a_dashscope_answer_naming_its_index_the_other_way_keeps_the_order(
+        backend: str, other: str, fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # DashScope's text API says ``text_index``, its multimodal API ``index``; a gateway
+    # answering one API with the other's name still orders its vectors by it (taken for
+    # an answer without indices, reversed vectors went each on another text).
+    client = make(fake, bridge, backend)
+    texts = ["ebb", "flood", "slack"]
+    vecs = [fake_vector(t, DIMS).tolist() for t in texts]
+    items = [{other: i, "embedding": vecs[i]} for i in reversed(range(len(texts)))]
+    fake.script(Reply(raw=json.dumps({"output": {"embeddings": items}}).encode()))
+    np.testing.assert_allclose(await client.embed(texts), expected(texts), rtol=1e-5,
+                               atol=1e-6)
+    items = [{other: 1, "embedding": vecs[0]}, {other: 1, "embedding": vecs[1]}]
+    fake.script(Reply(raw=json.dumps({"output": {"embeddings": items}}).encode()))
+    with pytest.raises(ProviderBadResponse, match="values are not 0 to 1"):
+        await client.embed(texts[:2])
+
+
 async def test_an_index_that_is_not_each_position_once_is_refused(
         fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
     # Two vectors claiming one place (or a place past the end) cannot be put on their

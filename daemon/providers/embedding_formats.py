@@ -159,14 +159,26 @@ def _error_said(answer: object) -> bytes | None:
     return error.encode() if isinstance(error, str) else orjson.dumps(error)
 
 
-def _in_order(items: list[object], key: str, *, what: str) -> list[object]:
-    """The vectors' ``items`` in the order of the texts, by their ``key``: a missing one
-    counts as 0 (answers in protobuf style leave zero values out); when every one is 0
-    (an answer without indices) the answer's order stands. Otherwise the indices must
-    name each position once: an index that is not an integer, repeats or points past the
-    answer is a broken answer (no text may get another text's vector)."""
-    indices = [item.get(key, 0) if isinstance(item, dict) else 0 for item in items]
-    if not all(type(i) is int for i in indices):
+def _in_order(items: list[object], keys: tuple[str, ...], *, what: str) -> list[object]:
+    """The vectors' ``items`` in the order of the texts, by their index: the first of
+    ``keys`` an item has (one API family names it two ways; an answer of the other name
+    is no answer without indices). A missing one counts as 0 (answers in protobuf style
+    leave zero values out); when every one is 0 (an answer without indices) the answer's
+    order stands. Otherwise the indices must name each position once: an index that is
+    not an integer, repeats or points past the answer is a broken answer (no text may get
+    another text's vector)."""
+    key = keys[0]
+
+    def index(item: object) -> object:
+        if isinstance(item, dict):
+            for k in keys:
+                if k in item:
+                    return item[k]
+        return 0
+
+    found = [index(item) for item in items]
+    indices = [i for i in found if type(i) is int]
+    if len(indices) != len(found):
         raise ProviderBadResponse(f"{what}: a vector's '{key}' is not an integer")
     if not any(indices):
         return items
@@ -244,13 +256,15 @@ class OpenAIFormat(WireFormat):
         if not isinstance(data, list):
             raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
         return [_field(item, "embedding", what=self.name)
-                for item in _in_order(data, "index", what=self.name)]
+                for item in _in_order(data, ("index",), what=self.name)]
 
 
 class DashScopeFormat(WireFormat):
     name = "dashscope"
     path = "/api/v1/services/embeddings/text-embedding/text-embedding"
-    index_key = "text_index"
+    #: Where an answer says which text a vector is of: this API's name first, then the
+    #: other DashScope embedding API's (a gateway may answer with either).
+    index_keys: tuple[str, ...] = ("text_index", "index")
 
     @property
     def endpoint(self) -> str:
@@ -272,13 +286,13 @@ class DashScopeFormat(WireFormat):
         if not isinstance(embs, list):
             raise ProviderBadResponse(f"{self.name}: 'output.embeddings' is not a list")
         return [_field(item, "embedding", what=self.name)
-                for item in _in_order(embs, self.index_key, what=self.name)]
+                for item in _in_order(embs, self.index_keys, what=self.name)]
 
 
 class DashScopeMultimodalFormat(DashScopeFormat):
     name = "dashscope_multimodal"
     path = "/api/v1/services/embeddings/multimodal-embedding/multimodal-embedding"
-    index_key = "index"
+    index_keys = ("index", "text_index")
 
     def _input(self, texts: list[str]) -> DashScopeTexts | DashScopeContents:
         return {"contents": [{"text": t} for t in texts]}
