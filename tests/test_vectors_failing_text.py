@@ -12,6 +12,7 @@ import pytest
 from fakes.provider_server import FakeProvider, Reply
 from test_vectors import BACKFILL, FAST, Harness, ask, bridge, full, passage_counts, wait_for, write
 
+from recalld.daemon.index.parking import PARKED_LOG
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.providers.breaker import BreakerConfig
 from recalld.daemon.providers.bridge import ProviderBridge
@@ -97,3 +98,32 @@ async def test_an_outage_of_the_whole_provider_parks_nothing(
             assert worker.status()["parked"] == 0
             await full(worker)
             assert worker.status()["parked"] == 0
+
+
+async def test_texts_sent_one_by_one_and_all_refused_alone_are_the_providers_fault(
+        tmp_path: Path, bridge: ProviderBridge) -> None:
+    # A provider that fails every batch (HTTP 500) and refuses every text alone (HTTP
+    # 400), but its health check's: the batches go text by text once struck enough, and
+    # when it refuses every one of them that is no fault of theirs, as when a batch
+    # refused as a whole is sent text by text. No text is parked as its own (the log
+    # would keep them from being tried again after a restart); the provider is failing.
+    h = harness(tmp_path, bridge)
+    notes(h.root)
+
+    def reply(body: Any) -> Reply | None:
+        texts = body.get("input") or []
+        if texts == ["ping"]:
+            return None
+        return Reply(status=500 if len(texts) > 1 else 400)
+
+    with FakeProvider(dims=8) as fake:
+        fake.reply_for = reply
+        async with h.open(h.emb(fake)) as (_, worker):
+            await wait_for(lambda: any(len(r.json["input"]) == 1 and r.json["input"] != ["ping"]
+                                       for r in fake.requests)
+                           and worker.state == "waiting", timeout_s=20)
+            st = worker.status()
+            assert st["parked"] == st["pending"] == 10, st
+            assert st["health"] == "fail" and "HTTP 400" in st["parked_error"], st
+    log = h.root / "mem_metadata" / PARKED_LOG
+    assert not log.exists() or log.read_bytes() == b"", log.read_bytes()

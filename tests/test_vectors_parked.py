@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from fakes.provider_server import FakeProvider, Reply
 from test_vectors import FAST, bridge, passage_counts, wait_for
-from test_vectors_daemon import vectors_status
+from test_vectors_daemon import vectors_status, write
 from test_vectors_failing_text import WORD, failing, harness
 from test_vectors_failing_text import notes as failing_notes
 from test_vectors_refused import Refusing, config, notes
@@ -63,6 +63,35 @@ def test_a_refused_text_stays_parked_after_a_restart(daemon_factory: Any,
         st = parked_waiting(d)
         assert sent(fake, "zyx", before) >= 1
         assert "HTTP 400" in st["parked_error"]
+        assert d.stop() == 0
+
+
+def test_a_lone_text_refused_alone_is_parked_as_its_own(daemon_factory: Any,
+                                                       tmp_path: Path) -> None:
+    # Every other chunk has its vector; then a note the provider refuses is written: its
+    # text goes alone, and its refusal is that text's (the provider just embedded the
+    # others), so it is parked like a text refused out of a batch: kept across a restart,
+    # the provider not marked failing.
+    root = tmp_path / "ws"
+    for i in range(4):
+        write(root, f"memory/2026-04-0{i + 1}/n{i}.md", f"# N{i}\n\nsandbar number {i}\n")
+    with Refusing("qrv") as fake:
+        d = daemon_factory(config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["state"] == "idle"
+                   and st["total"] == 4 and st["embedded"] == 4, "the good notes embedded")
+        write(root, "memory/2026-04-09/odd.md", "# Odd\n\nqrv\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = parked_waiting(d)
+        assert st["health"] == "ok" and "HTTP 400" in st["parked_error"], st
+        assert d.stop() == 0
+        before = len(fake.requests)
+        d = daemon_factory(config(root, fake), RECALLD_DATA_DIR=str(d.data_dir))
+        d.call("index.sync", {"agent_id": "w"})
+        st = parked_waiting(d)
+        assert sent(fake, "qrv", before) == 0
+        assert st["parked_paths"] == ["memory/2026-04-09/odd.md:1-3"]
+        assert "input refused" in st["parked_error"]
         assert d.stop() == 0
 
 

@@ -6,7 +6,10 @@ failure are told apart from an outage, so that one text never holds back the res
 
 - a refusal for the input (HTTP 400/413/422, an answer broken for some texts): a batch of
   several texts is sent again text by text; a text refused alone is reported (its chunk is
-  parked); when every text is refused alone the fault is not the texts' and the error is
+  parked), whether it came alone or in a batch, refused as a whole or failing again and
+  again; unless nothing shows the provider takes other texts now (none of the call's was
+  embedded, and it refused two or more alone, or a lone one while its last call failed):
+  then the fault is not the texts', the provider is marked failing and the error is
   raised;
 - a transient failure (5xx, a timeout, a dropped connection; not an open circuit breaker,
   which sent nothing) strikes every text of the call. Struck texts go last in the next
@@ -36,6 +39,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.spaces import VectorSpace
 from recalld.daemon.providers.errors import (
     CircuitOpen,
+    ProviderError,
     ProviderPermanent,
     ProviderTransient,
     input_refused,
@@ -112,32 +116,28 @@ class PassageCalls:
         """One provider call for ``texts``, its vectors into ``vectors`` (and the cache).
         Texts singled out (see the module docstring) go into ``refused`` with the reason;
         any other failure is raised."""
-        space = self.space
         if len(texts) > 1 and any(self._count(h) >= self.isolate_after for h in hashes):
             await self._one_by_one(hashes, texts, vectors, refused)
             return
         try:
+            await self._call(hashes, texts, vectors, refused)
+        except ProviderPermanent as exc:
+            if not input_refused(exc):
+                raise
+            if len(texts) > 1:
+                await self._one_by_one(hashes, texts, vectors, refused, refusal=exc)
+            else:
+                self._judge({hashes[0]: (texts[0], exc)}, False, refused)
+
+    async def _call(self, hashes: list[str], texts: list[str], vectors: dict[str, F32],
+                    refused: dict[str, str]) -> None:
+        """The provider call itself: a refusal is raised for :meth:`send` to judge; a
+        transient failure strikes the texts (and a text singled out by it goes into
+        ``refused``)."""
+        space = self.space
+        try:
             rows = await embed_passages(self.workspace, space.key, hashes, texts,
                                         partial(space.client.embed, kind="passage"))
-        except ProviderPermanent as exc:
-            if len(texts) == 1 and input_refused(exc) and self._suspected(hashes[0]):
-                refused[texts[0]] = str(exc)  # parked before for this: parked again
-                return
-            if len(texts) < 2 or not input_refused(exc):
-                raise
-            errors: dict[str, str] = {}
-            for h, t in zip(hashes, texts, strict=True):
-                try:
-                    await self.send([h], [t], vectors, refused)
-                except ProviderPermanent as one:
-                    if not input_refused(one):
-                        raise
-                    errors[t] = str(one)
-            if len(errors) == len(texts):
-                space.client.health = "fail"  # refusing every text: not the texts' fault
-                raise exc
-            refused.update(errors)
-            return
         except ProviderTransient as exc:
             if isinstance(exc, CircuitOpen):
                 raise  # nothing was sent: it says nothing of these texts
@@ -158,24 +158,56 @@ class PassageCalls:
         for j, t in enumerate(texts):
             vectors[t] = rows[j]
 
+    def _judge(self, errors: dict[str, tuple[str, ProviderPermanent]], others_embedded: bool,
+               refused: dict[str, str], refusal: ProviderPermanent | None = None) -> None:
+        """Texts (hash -> text, error) each refused alone for their input: into
+        ``refused`` (their chunks are parked) when the fault is theirs, else
+        ``refusal`` (the batch's) or the first text's error is raised with the provider
+        marked failing.
+
+        The fault is the provider's when nothing shows it takes other texts now: no text
+        of the call was embedded, and it refused two texts or more it had not refused
+        before, or a lone one while its last call failed. A text refused before (parked,
+        tried again) and refused again is always its own fault."""
+        fresh = [h for h in errors if not self._suspected(h)]
+        health = self.space.client.health
+        if fresh and not others_embedded and (len(fresh) > 1 or health == "fail"):
+            for h in errors.keys() - set(fresh):
+                text, exc = errors[h]
+                refused[text] = str(exc)
+            self.space.client.health = "fail"  # refusing every text: not the texts' fault
+            raise refusal or errors[fresh[0]][1]
+        for text, exc in errors.values():
+            refused[text] = str(exc)
+
     async def _one_by_one(self, hashes: list[str], texts: list[str],
-                          vectors: dict[str, F32], refused: dict[str, str]) -> None:
-        """Send the texts of a batch that keeps failing one by one, the least struck
-        first (the others' successes are what singles a failing text out); the first
-        failure not singled out is raised once every text was tried."""
+                          vectors: dict[str, F32], refused: dict[str, str], *,
+                          refusal: ProviderPermanent | None = None) -> None:
+        """Send the texts of a batch one by one (refused as a whole, or failing again
+        and again), the least struck first (the others' successes are what singles a
+        failing text out). The texts refused alone are judged (:meth:`_judge`) once
+        every text was tried; then the first transient failure not singled out is
+        raised."""
         pairs = sorted(zip(hashes, texts, strict=True), key=lambda p: self._count(p[0]))
         first: ProviderTransient | None = None
-        for h, t in pairs:
-            try:
-                await self.send([h], [t], vectors, refused)
-            except CircuitOpen:
-                raise
-            except ProviderTransient as one:
-                first = first or one
-            except ProviderPermanent as one:
-                if not input_refused(one):
+        errors: dict[str, tuple[str, ProviderPermanent]] = {}
+        try:
+            for h, t in pairs:
+                try:
+                    await self._call([h], [t], vectors, refused)
+                except CircuitOpen:
                     raise
-                refused[t] = str(one)  # refused alone: that text's own fault
+                except ProviderTransient as one:
+                    first = first or one
+                except ProviderPermanent as one:
+                    if not input_refused(one):
+                        raise
+                    errors[h] = (t, one)
+        except ProviderError:
+            if any(t in vectors for t in texts):  # others were embedded: theirs alone
+                refused.update((t, str(exc)) for t, exc in errors.values())
+            raise
+        self._judge(errors, any(t in vectors for t in texts), refused, refusal)
         if first is not None:
             raise first
 
