@@ -211,8 +211,11 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     if v.get("health") == "fail" or breaker == "open":
         a.problems.append(Problem(
             "fail", f"embedding provider failing: {error or 'circuit open'}",
-            "check base_url, the key and the network; the backfill resumes by itself "
-            "(see the [EMBEDDING HEALTH CHECK] line in the log)"))
+            "check base_url, the key, model_name, dimensions and the network; the "
+            "backfill resumes by itself once the provider answers (see the [EMBEDDING "
+            "HEALTH CHECK] line in the log); a fixed embedding_model_config applies when "
+            f"the workspace opens again: recalld workspace close {a.agent_id}; recalld "
+            f"workspace open {a.agent_id}"))
     if v.get("parked"):
         a.problems.append(Problem(
             "fail", f"{v['parked']} chunk(s) parked after errors on their texts"
@@ -220,10 +223,11 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
                + (", ..." if v["parked"] > 3 else "") + ")" if v.get("parked_paths") else "")
             + f": {v.get('parked_error') or error}",
             "the provider refuses these texts or keeps failing on them while it embeds "
-            "others (they are tried again every hour); if it "
-            "refuses every text, a wrong dimensions value or a rejected key: fix "
-            f"embedding_model_config, then: recalld workspace close {a.agent_id}; "
-            f"recalld workspace open {a.agent_id}"))
+            "others; they are tried again when their hour is up (a restart keeps them "
+            "parked until then), and at once when the workspace opens with a changed "
+            "embedding_model_config (if it refuses every text, a wrong dimensions value "
+            f"or a rejected key: fix it, then: recalld workspace close {a.agent_id}; "
+            f"recalld workspace open {a.agent_id})"))
 
 
 def _last_job(jobs: Sequence[JobInfo], kind: str) -> JobInfo | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
 from test_vectors import FAST, bridge, passage_counts, wait_for
 from test_vectors_daemon import vectors_status, write
 from test_vectors_failing_text import WORD, failing, harness
@@ -92,6 +93,11 @@ def test_a_lone_text_refused_alone_is_parked_as_its_own(daemon_factory: Any,
         assert sent(fake, "qrv", before) == 0
         assert st["parked_paths"] == ["memory/2026-04-09/odd.md:1-3"]
         assert "input refused" in st["parked_error"]
+        # The fix says when it is tried again: not only every hour.
+        out = recalld("status", env=d.env).stdout
+        assert ("tried again when their hour is up (a restart keeps them parked until "
+                "then), and at once when the workspace opens with a changed "
+                "embedding_model_config") in out, out
         assert d.stop() == 0
 
 

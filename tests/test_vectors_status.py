@@ -89,6 +89,9 @@ def test_a_provider_failing_searches_shows_in_status(daemon_factory: Any,
         assert st["health"] == "fail" and "401" in st["last_error"]
         out = recalld("status", env=d.env).stdout
         assert "embedding provider failing" in out and "401" in out, out
+        # A revoked key does not come back by itself: the fix says how a new one applies.
+        assert ("a fixed embedding_model_config applies when the workspace opens again: "
+                "recalld workspace close w; recalld workspace open w") in out, out
         # The provider answers again: so does the status.
         assert d.call("memory.search", {"agent_id": "w", "query": "granite"})["mode"] == "hybrid"
         assert vectors_status(d)["health"] == "ok"
