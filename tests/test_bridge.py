@@ -121,6 +121,21 @@ async def test_dropped_connection_is_typed(bridge: ProviderBridge, fake: FakePro
         await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
 
 
+@pytest.mark.parametrize("wire", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 400\r\n\r\n" b'{"data": [{"index": 0, "emb',
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n" b'{"data": [',
+    b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n0123456789",
+], ids=["short-of-its-length", "chunks-cut", "not-gzip"])
+async def test_an_answer_cut_short_says_so_on_one_line(bridge: ProviderBridge, fake: FakeProvider,
+                                                       wire: bytes) -> None:
+    # The provider was reached and began to answer: "cannot reach" would send the
+    # operator to the network; a message on several lines breaks the status line.
+    fake.script(Reply(wire=wire))
+    with pytest.raises(ProviderConnectError, match="was cut short") as info:
+        await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+    assert info.value.transient and "\n" not in str(info.value), str(info.value)
+
+
 async def test_slow_answer_times_out(bridge: ProviderBridge, fake: FakeProvider) -> None:
     fake.script(Reply(delay_s=3.0))
     with pytest.raises(ProviderTimeout):

@@ -93,10 +93,14 @@ def _translate(exc: BaseException, url: str) -> BaseException:
         return ProviderTimeout(f"request to {where} timed out")
     if isinstance(exc, aiohttp.InvalidURL):
         return ProviderConfigError(f"invalid provider URL {where!r}")
+    # aiohttp's messages run over several lines: one line for a status and a log.
+    said = f"{type(exc).__name__}: {redact(' '.join(str(exc).split()))}".rstrip(": ")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # It answered, but less than it announced (or a body it could not decode): a
+        # dropped connection all the same, not a server out of reach.
+        return ProviderConnectError(f"the answer from {where} was cut short: {said}")
     if isinstance(exc, aiohttp.ClientError | OSError):
-        return ProviderConnectError(
-            f"cannot reach {where}: {type(exc).__name__}: {redact(str(exc))}".rstrip(": ")
-        )
+        return ProviderConnectError(f"cannot reach {where}: {said}")
     if isinstance(exc, ValueError | TypeError):  # a request aiohttp will not build
         return ProviderConfigError(f"cannot send to {where}: {redact(str(exc))}")
     return exc

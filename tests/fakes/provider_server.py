@@ -50,6 +50,8 @@ class Reply:
     drop: bool = False
     #: Send these bytes as the body instead of the normal answer.
     raw: bytes | None = None
+    #: Send these bytes as the whole answer (status line and headers too), then close.
+    wire: bytes | None = None
     #: Send this JSON instead of the normal answer (chat scripts use it).
     json: Any = None
     #: Return vectors of this dimension instead of the requested one.
@@ -217,6 +219,12 @@ class FakeProvider:
             h.close_connection = True
             with _quiet():
                 h.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if reply.wire is not None:
+            h.close_connection = True
+            with _quiet():
+                h.wfile.write(reply.wire)
+                h.wfile.flush()
             return
         if reply.status == 200 and self.api_key is not None and not self._authorized(headers):
             self._send(h, 401, {}, orjson.dumps({"error": {"message": "invalid api key"}}))
