@@ -1,18 +1,19 @@
 """Jobs: reindex, auto_memory, auto_dream, auto_resource and later kinds, daemon-wide.
 
-Owns every job record (keyed by agent_id and job_id), the per-workspace FIFO queues, the
-dispatcher and the job journal. ``JobManager.run`` replays the journal (a job that was
-queued or running when the daemon died is resumed if its kind is resumable (a kind
-resumable "once" only if it was not resumed already), else reported failed "interrupted by
-daemon restart": never silently lost), then dispatches: workspaces
-take turns (round robin), each workspace's jobs start in submission order, at most
-``max_running`` jobs run at once and ``max_running_per_workspace`` per workspace, and
-CPU-heavy kinds also hold a token of a daemon-wide CapacityLimiter, so one agent's
-reindex never starves the others. Every job runs in its own cancel scope under the
-manager's nursery; ``cancel`` cancels that scope only. A graceful stop calls ``stop``
-first (the running jobs end their cancelled handlers while their workspaces still serve,
-and are journaled queued again); the manager then stops by cancellation. Either way the
-next start resumes the jobs left queued or running, or reports them interrupted.
+Owns every job record (keyed by agent_id and job_id), the per-workspace FIFO queues and
+the dispatcher; the job journal (:mod:`recalld.daemon.jobjournal`) records them.
+``JobManager.run`` replays the journal (a job that was queued or running when the daemon
+died is resumed if its kind is resumable (a kind resumable "once" only if it was not
+resumed already), else reported failed "interrupted by daemon restart": never silently
+lost), then dispatches: workspaces take turns (round robin), each workspace's jobs start
+in submission order, at most ``max_running`` jobs run at once and
+``max_running_per_workspace`` per workspace, and CPU-heavy kinds also hold a token of a
+daemon-wide CapacityLimiter, so one agent's reindex never starves the others. Every job
+runs in its own cancel scope under the manager's nursery; ``cancel`` cancels that scope
+only. A graceful stop calls ``stop`` first (the running jobs end their cancelled handlers
+while their workspaces still serve, and are journaled queued again); the manager then
+stops by cancellation. Either way the next start resumes the jobs left queued or running,
+or reports them interrupted.
 
 State changes and throttled progress go to ``publish(topic, payload)`` with topics
 ``job.state`` and ``job.progress`` (the daemon's event bus plugs in there).
@@ -33,6 +34,7 @@ from typing import Literal
 import trio
 
 from recalld.daemon.errors import wire_error
+from recalld.daemon.jobjournal import JobJournal
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jobrecords import (
     ACTIVE,
@@ -43,8 +45,6 @@ from recalld.daemon.jobrecords import (
     JobStatistics,
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
-from recalld.daemon.statefiles import WriteFailure
-from recalld.daemon.store.applog import AppendLog
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import (
     JOB_FAILED,
@@ -110,11 +110,8 @@ class JobManager:
         self._changed = trio.Event()
         self._stopping = False  # the daemon stops: no job starts (:meth:`stop`)
         self._cpu_waiter = False
-        self._log = AppendLog(journal_path) if journal_path is not None else None
-        self.write_failure = WriteFailure(journal_path)
-        self._log_lock = trio.Lock()
-        self._log_lines = 0
-        self._log_open = False
+        self._journal_log = JobJournal(journal_path, self._config.journal_write_timeout_s)
+        self.write_failure = self._journal_log.write_failure
 
     def register(self, kind: str, handler: Handler, *, exclusive: bool = False,
                  cpu_heavy: bool = False, resumable: bool | Literal["once"] = False,
@@ -316,31 +313,11 @@ class JobManager:
                                            "kind": job.kind, "progress": job.progress.copy()})
 
     async def _journal(self, job: JobRecord) -> None:
-        """Append the job's record. Shielded: a state change that happened is recorded."""
-        if self._log is None or not self._log_open:
-            return  # before run(): recovery rewrites the journal with every known job
-        record = job.as_dict()
-        with trio.CancelScope(shield=True), \
-                trio.move_on_after(self._config.journal_write_timeout_s):
-            async with self._log_lock:
-                try:
-                    await trio.to_thread.run_sync(self._log.append, [record])
-                    self._log_lines += 1
-                    if self._log_lines > 4 * self._retained_count() + 1000:
-                        await trio.to_thread.run_sync(self._log.rewrite, self._retained())
-                        self._log_lines = self._retained_count()
-                except (RecalldError, TypeError) as exc:  # TypeError: JSON cannot hold it
-                    log.exception("job journal write failed for %s", job.job_id)
-                    self.write_failure.record(
-                        exc.message if isinstance(exc, RecalldError) else str(exc))
-                else:
-                    self.write_failure.clear()
+        """Append the job's record (shielded: :meth:`JobJournal.append`)."""
+        await self._journal_log.append(job.as_dict(), self._retained)
 
     def _retained(self) -> builtins.list[JobInfo]:
         return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]
-
-    def _retained_count(self) -> int:
-        return sum(len(jobs) for jobs in self._jobs.values())
 
     async def _finish(self, job: JobRecord, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
@@ -444,18 +421,8 @@ class JobManager:
             await self._finish(job, "succeeded", result=dict(result or {}))
 
     async def _recover(self) -> None:
-        if self._log is None:
-            return
-        records, report = await trio.to_thread.run_sync(self._log.open)
-        self._log_open = True
-        for bad in report.bad_lines:
-            log.warning("job journal: skipped a damaged record: %s", bad)
-        latest: dict[str, JsonObject] = {}
-        for rec in records:
-            if "job_id" in rec and "agent_id" in rec and "kind" in rec:
-                latest[str(rec["job_id"])] = rec  # later records win
         interrupted: list[JobRecord] = []
-        for rec in latest.values():
+        for rec in await self._journal_log.open():
             job = JobRecord.from_dict(rec)
             self._add(job)
             if job.state in ACTIVE:
@@ -468,9 +435,7 @@ class JobManager:
                     interrupted.append(job)
         for job in interrupted:
             await self._finish(job, "failed", error=INTERRUPTED, code=JOB_FAILED)
-        async with self._log_lock:
-            await trio.to_thread.run_sync(self._log.rewrite, self._retained())
-            self._log_lines = self._retained_count()
+        await self._journal_log.rewrite(self._retained())
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Recover the journal, then dispatch until cancelled (see the module docstring)."""
@@ -483,6 +448,4 @@ class JobManager:
                     await self._changed.wait()
                     self._changed = trio.Event()
         finally:
-            if self._log is not None:
-                self._log_open = False
-                self._log.close()
+            self._journal_log.close()
