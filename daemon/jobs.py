@@ -237,10 +237,22 @@ class JobManager:
         """As :meth:`paused`, until :meth:`release`: ``agent_id``'s workspace closes, and
         its jobs wait (journaled queued, so also across a restart) until it opens again.
         Holding a held workspace adds nothing."""
+        self._hold(agent_id)
+        await self._stop_running(agent_id, reason)
+
+    def hold_nowait(self, agent_id: str, reason: str) -> None:
+        """As :meth:`hold`, without waiting for the running jobs to end their handlers:
+        ``agent_id``'s workspace stopped serving (it failed), and what they would go on
+        to do to its folder must not happen (once a link took the folder's place, it
+        would be done to another folder). They are queued again once they have ended."""
+        self._hold(agent_id)
+        if self._cut_running(agent_id):
+            log.info("workspace %s: its running jobs stop (%s)", agent_id, reason)
+
+    def _hold(self, agent_id: str) -> None:
         if agent_id not in self._held:
             self._held.add(agent_id)
             self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
-        await self._stop_running(agent_id, reason)
 
     def release(self, agent_id: str) -> None:
         """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it)."""
@@ -265,13 +277,7 @@ class JobManager:
 
     async def _stop_running(self, agent_id: str | None, reason: str) -> None:
         """Stop the running jobs of ``agent_id`` (None: of every workspace)."""
-        agents = list(self._jobs) if agent_id is None else [agent_id]
-        # Running, or started and not yet running (no longer in the queue either).
-        running = [j for a in agents for j in self._jobs.get(a, {}).values()
-                   if j.state in ACTIVE and j not in self._queues.get(a, ())]
-        for job in running:
-            job.requeue = True
-            job.scope.cancel()
+        running = self._cut_running(agent_id)
         with trio.move_on_after(self._config.cancel_grace_s) as waited:
             for job in running:
                 await job.ran.wait()
@@ -279,6 +285,18 @@ class JobManager:
             log.warning("%s: a job did not stop within %.0f s (%s)",
                         "every workspace" if agent_id is None else f"workspace {agent_id}",
                         self._config.cancel_grace_s, reason)
+
+    def _cut_running(self, agent_id: str | None) -> builtins.list[JobRecord]:
+        """Cancel the running jobs of ``agent_id`` (None: of every workspace) so that
+        they are queued again once their handlers end; those jobs."""
+        agents = list(self._jobs) if agent_id is None else [agent_id]
+        # Running, or started and not yet running (no longer in the queue either).
+        running = [j for a in agents for j in self._jobs.get(a, {}).values()
+                   if j.state in ACTIVE and j not in self._queues.get(a, ())]
+        for job in running:
+            job.requeue = True
+            job.scope.cancel()
+        return running
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -13,8 +13,10 @@ Closing a workspace first stops its running jobs (they wait, queued, until it op
 again), then cancels its nursery and waits for the services to finish their shielded
 cleanup. Cancelling the registry closes every workspace (the daemon's stop has stopped
 the jobs before). A
-service that crashes marks its workspace ``failed`` (visible in ``daemon.status``)
-without taking the daemon down; ``workspace.open`` on a failed workspace starts it again.
+service that crashes, or a link in place of its folder, marks its workspace ``failed``
+(visible in ``daemon.status``) without taking the daemon down, and stops its running jobs
+at once (held, queued, as a close holds them); ``workspace.open`` on a failed workspace
+starts it again and lets them run.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class WorkspaceRegistry:
         elsewhere = ws.leads_elsewhere()
         if elsewhere is not None:
             ws.root_leads(elsewhere)
+            self._hold_jobs(ws)
             raise UnknownWorkspace(f"workspace {agent_id!r} failed: {ws.error}")
         return ws
 
@@ -427,7 +430,14 @@ class WorkspaceRegistry:
                 log.error("workspace %s failed: %s", ws.agent_id, ws.error)
             else:
                 log.exception("workspace %s failed", ws.agent_id)
+            self._hold_jobs(ws)
             self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
+
+    def _hold_jobs(self, ws: Workspace) -> None:
+        """``ws`` stopped serving: its running jobs stop at once, and its jobs wait,
+        queued, until it opens again (:meth:`JobManager.hold_nowait`)."""
+        if self._jobs is not None:
+            self._jobs.hold_nowait(ws.agent_id, "its workspace failed")
 
     async def close(self, agent_id: str, *, forget: bool = False) -> bool:
         """Close ``agent_id``'s workspace and wait until its services stopped; with

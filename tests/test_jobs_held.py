@@ -1,0 +1,77 @@
+"""Jobs of a workspace that stopped serving: held at once, seen and cancelled meanwhile.
+
+A real daemon, a real socket, a scripted OpenAI-compatible chat server on 127.0.0.1; every
+wait is on a condition (the fake's gate, the daemon's answers) with a generous cap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.provider_server import FakeProvider
+from test_capture import done, notes, turn, write_note
+from waits import wait_job, wait_value, workspace_status
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+def two_agents(tmp_path: Path, fake: FakeProvider) -> str:
+    chat = (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
+            f'model_name = "fake-model", timeout_s = 60.0}}\n')
+    return "".join(f'[workspaces.{agent}]\npath = "{tmp_path / agent}"\n'
+                   f"auto_memory_idle_s = 600\n{chat}" for agent in ("alice", "bob"))
+
+
+def flush(d: Any, agent: str, user: str) -> str:
+    added = d.call("memory.add_turns", {"agent_id": agent, "session_id": "s1",
+                                        "messages": turn(user), "flush": True})
+    job_id: str = added["job_id"]
+    return job_id
+
+
+def job_state(d: Any, agent: str, job_id: str) -> str:
+    state: str = d.call("jobs.get", {"agent_id": agent, "job_id": job_id})["state"]
+    return state
+
+
+def test_a_folder_swapped_for_a_link_holds_its_running_job_at_once(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The workspace stopped serving once a link took its folder's place, but its running
+    # job went on: the model's answer was written through the link, into alice's folder
+    # (or refused there), and the job ended. Now the job stops at once and waits, queued,
+    # until bob's own folder is back and bob opens again.
+    d = daemon_factory(two_agents(tmp_path, fake))
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    d.call("workspace.open", {"agent_id": "alice"})
+    held = fake.gate(lambda body: True)
+    fake.script(write_note("tea", "- Bob drinks green tea"))  # taken by the held request
+    job_id = flush(d, "bob", "I drink green tea.")
+    assert held.entered.wait(30)
+    os.rename(bob, tmp_path / "bob.old")
+    os.symlink(alice, bob)
+    entry = workspace_status(d, "bob")  # a use of bob: it stops
+    assert entry is not None and entry["state"] == "failed", entry
+    held.open()
+    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
+                       "bob's job stopped", 60)
+    assert state == "queued"
+    assert not notes(alice), "bob's job wrote into alice's folder"
+    wait_value(lambda: d.call("daemon.status")["queues"]["jobs"],
+               lambda jobs: jobs["running"] == 0 and jobs["queued"] == 1, "held, not running")
+
+    os.unlink(bob)
+    os.rename(tmp_path / "bob.old", bob)
+    fake.script(write_note("tea", "- Bob drinks green tea"), done())
+    d.call("workspace.open", {"agent_id": "bob"})
+    job = wait_job(d, job_id, agent="bob")
+    assert job["state"] == "succeeded", job
+    assert len(notes(bob)) == 1 and "green tea" in notes(bob)[0].read_text()
+    assert not notes(alice)
