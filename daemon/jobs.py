@@ -129,8 +129,14 @@ class JobManager:
         if self._agent_exists is not None and not self._agent_exists(agent_id):
             raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
 
+    def _check_known(self, agent_id: str) -> None:
+        """As :meth:`_check_agent`, but an agent with jobs here passes: those of a closed
+        workspace (held for it, or its history) are seen and cancelled while it is away."""
+        if agent_id not in self._jobs:
+            self._check_agent(agent_id)
+
     def _find(self, agent_id: str, job_id: str) -> JobRecord:
-        self._check_agent(agent_id)
+        self._check_known(agent_id)
         job = self._jobs.get(agent_id, {}).get(job_id)
         if job is None:
             shown = job_id if len(job_id) <= 64 else job_id[:64] + "…"  # echo no megabytes
@@ -146,7 +152,7 @@ class JobManager:
 
     def list(self, agent_id: str | None = None) -> builtins.list[JobInfo]:
         if agent_id is not None:
-            self._check_agent(agent_id)
+            self._check_known(agent_id)
         agents = [agent_id] if agent_id is not None else sorted(self._jobs)
         return [j.as_dict() for a in agents for j in self._jobs.get(a, {}).values()]
 

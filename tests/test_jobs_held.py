@@ -16,6 +16,8 @@ from fakes.provider_server import FakeProvider
 from test_capture import done, notes, turn, write_note
 from waits import wait_job, wait_value, workspace_status
 
+from recalld.ipc import errors
+
 
 @pytest.fixture
 def fake() -> Iterator[FakeProvider]:
@@ -75,3 +77,42 @@ def test_a_folder_swapped_for_a_link_holds_its_running_job_at_once(
     assert job["state"] == "succeeded", job
     assert len(notes(bob)) == 1 and "green tea" in notes(bob)[0].read_text()
     assert not notes(alice)
+
+
+def test_a_held_job_of_a_closed_workspace_is_listed_and_cancelled(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # While its workspace was closed, jobs.list, jobs.get and jobs.cancel answered
+    # "workspace 'bob' is not open": its held job could be neither seen nor cancelled, and
+    # ran at the next open whatever the operator wanted.
+    text = two_agents(tmp_path, fake)
+    d = daemon_factory(text)
+    held = fake.gate(lambda body: True)
+    job_id = flush(d, "bob", "I drink green tea.")
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "bob"})
+    held.open()
+    listed = d.call("jobs.list", {"agent_id": "bob"})["jobs"]
+    assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "queued")]
+    assert listed[0]["params"]["session_id"] == "s1"  # its owner sees it whole
+    alice_sees = d.call("jobs.list", {"agent_id": "alice"})["jobs"]
+    assert job_id not in [j["job_id"] for j in alice_sees]
+    cancelled = d.call("jobs.cancel", {"agent_id": "bob", "job_id": job_id})
+    assert cancelled["state"] == "cancelled", cancelled
+    asked = sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
+
+    assert d.stop() == 0  # a restart runs no cancelled job either
+    d = daemon_factory(text, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert d.call("workspace.open", {"agent_id": "bob"})["state"] == "ready"
+    job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
+    assert job["state"] == "cancelled" and not job["resumed"], job
+    jobs = d.call("daemon.status")["queues"]["jobs"]
+    assert (jobs["running"], jobs["queued"]) == (0, 0), jobs
+    assert sum(1 for r in fake.requests if r.path.endswith("/chat/completions")) == asked
+    assert not notes(tmp_path / "bob")
+    # Its turns wait for the next run.
+    pending = d.call("memory.add_turns", {"agent_id": "bob", "session_id": "s1",
+                                          "messages": []})
+    assert pending["pending_turns"] == 1, pending
+    # An agent that has no workspace and never had a job is still unknown.
+    with pytest.raises(errors.UnknownWorkspace):
+        d.call("jobs.list", {"agent_id": "carol"})
