@@ -77,6 +77,16 @@ class WorkspaceRegistry:
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        self._changed = trio.Event()
+
+    def _pulse(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self) -> None:
+        """Until a workspace is added, dropped, changes state or starts a service (what
+        may answer :meth:`get` differently): a waiter asks again, with no timer."""
+        await self._changed.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the workspaces until cancelled; cancellation closes all of them."""
@@ -323,6 +333,7 @@ class WorkspaceRegistry:
                          agent_id)
                 await self._close(current)
                 del self._workspaces[agent_id]
+                self._pulse()
             await trio.to_thread.run_sync(check_root, root)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
@@ -335,8 +346,9 @@ class WorkspaceRegistry:
             # that ran meanwhile (each holds only its own agent's lock) sees this one, or
             # this one sees it, so the two never nest.
             self._check_overlap(agent_id, root, settings)
-            ws = Workspace(agent_id, root, settings)
+            ws = Workspace(agent_id, root, settings, on_change=self._pulse)
             self._workspaces[agent_id] = ws
+            self._pulse()
             try:
                 await self._nursery.start(self._host, ws)
             except BaseException as exc:
@@ -367,9 +379,10 @@ class WorkspaceRegistry:
             # The settings it was refused with, when they go together at all.
             with contextlib.suppress(RecalldError):
                 settings = workspace_settings_from_params(settings, recorded)
-        ws = Workspace(agent_id, root, settings)
+        ws = Workspace(agent_id, root, settings, on_change=self._pulse)
         ws.refuse(error)
         self._workspaces[agent_id] = ws
+        self._pulse()
 
     def home(self, agent_id: str) -> Path:
         """Where ``agent_id``'s workspace opens when no path is given: where it is open;
@@ -458,6 +471,7 @@ class WorkspaceRegistry:
                     # it is shared with hear of it as they heard of its opening.
                     self._events.publish("workspace.closed", {"agent_id": agent_id})
                 del self._workspaces[agent_id]
+                self._pulse()
             if known:
                 del self._remembered[agent_id]
                 await self._save_remembered()

@@ -279,7 +279,7 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
                                  jobs=jobs)
     scheduler = CronScheduler(jobs.submit, state_path=config.state_dir / "scheduler.json",
                               config=SchedulerConfig(jitter_max_s=config.schedule_jitter_s))
-    consolidation = Consolidation(jobs, scheduler, registry.get)
+    consolidation = Consolidation(jobs, scheduler, registry.get, registry.wait_changed)
     services = DaemonServices(
         config=live, start=daemon_start, cpu=cpu, background=background, events=events,
         providers=bridge, vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
@@ -287,8 +287,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     )
     jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False,
                   check_params=params_of("reindex", {}))
-    jobs.register("auto_memory", auto_memory_job(registry.get), resumable=True,
-                  check_params=AUTO_MEMORY_PARAMS)
+    jobs.register("auto_memory", auto_memory_job(registry.get, registry.wait_changed),
+                  resumable=True, check_params=AUTO_MEMORY_PARAMS)
     consolidation.register_jobs()
     return services
 
@@ -354,9 +354,11 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
             await daemon.start.wait_serving(ws.agent_id)
         log.debug("starting %s for workspace %s", name, ws.agent_id)
         await nursery.start(service.run)
+        ws.changed()  # a job waiting for this service (its inbox, say) looks again
 
 
-def auto_memory_job(get_workspace: Callable[[str], Workspace]
+def auto_memory_job(get_workspace: Callable[[str], Workspace],
+                    wait_changed: Callable[[], Awaitable[None]],
                     ) -> Callable[[JobContext], Awaitable[CaptureResult]]:
     """The ``auto_memory`` job; the capture pipeline (the chat client, the redaction
     rules, the note tools) is imported when the first one runs."""
@@ -364,7 +366,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace]
     async def run(job: JobContext) -> CaptureResult:
         from recalld.daemon.memory import auto_memory
 
-        return await auto_memory.auto_memory_job(get_workspace)(job)
+        return await auto_memory.auto_memory_job(get_workspace, wait_changed)(job)
 
     return run
 

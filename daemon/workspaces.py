@@ -224,11 +224,15 @@ def _open_error(what: str, exc: OSError) -> RecalldError:
 class Workspace:
     """One open workspace: its root, settings, state and the services running for it."""
 
-    def __init__(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
+    def __init__(self, agent_id: str, root: Path, settings: WorkspaceSettings,
+                 on_change: Callable[[], object] | None = None) -> None:
         self.agent_id = agent_id
         self.root = root
         self.settings = settings
-        self.state: State = "opening"
+        #: Called at each :meth:`changed` (the registry's own wake-up).
+        self._on_change = on_change
+        self._changed = trio.Event()
+        self._state: State = "opening"
         self.opened_at = time.time()
         self.error: str | None = None
         #: Never opened: its path or settings were refused (``error`` says why).
@@ -245,6 +249,27 @@ class Workspace:
         self._finished = trio.Event()
         self._root_moved = trio.Event()
         self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        self.changed()
+
+    def changed(self) -> None:
+        """The workspace moved on: its state changed, or one of its services started.
+        Wakes :meth:`wait_changed`."""
+        self._changed.set()
+        self._changed = trio.Event()
+        if self._on_change is not None:
+            self._on_change()
+
+    async def wait_changed(self) -> None:
+        """Until the workspace next moves on (:meth:`changed`)."""
+        await self._changed.wait()
 
     def shares_with(self, agent_id: str) -> bool:
         """Whether agent ``agent_id`` may search and read this workspace (:func:`shares`)."""
@@ -413,15 +438,17 @@ RESUMED_JOB_WAIT_S = 30.0
 
 
 async def workspace_of_job(get_workspace: Callable[[str], Workspace], agent_id: str,
+                           wait_changed: Callable[[], Awaitable[object]],
                            timeout_s: float = RESUMED_JOB_WAIT_S) -> Workspace:
     """The workspace, waiting a little for it: a job resumed at daemon start may run
-    before its workspace has finished opening (checked every 0.1 s, for ``timeout_s``
-    at most: only while a start opens workspaces)."""
+    before its workspace has finished opening. Asked again each time the workspaces
+    change (``wait_changed``: :meth:`WorkspaceRegistry.wait_changed`), for ``timeout_s``
+    at most; then UnknownWorkspace says why it is not there."""
     with trio.move_on_after(timeout_s):
         while True:
             try:
                 return get_workspace(agent_id)
             except UnknownWorkspace:
-                await trio.sleep(0.1)
+                await wait_changed()
     return get_workspace(agent_id)  # raises UnknownWorkspace with the reason
 

@@ -34,7 +34,8 @@ class Harness:
         self.scheduler = CronScheduler(self.jobs.submit, state_path=cfg.state_dir
                                        / "scheduler.json", wall=wall,
                                        rng=random.Random(seed), run_sync=inline)
-        self.consolidation = Consolidation(self.jobs, self.scheduler, self.no_workspace)
+        self.consolidation = Consolidation(self.jobs, self.scheduler, self.no_workspace,
+                                           trio.sleep_forever)
         self.consolidation.register_jobs()
         self.ran: list[tuple[str, dict[str, Any], datetime]] = []
         self.jobs.register(DREAM_KIND, self.record, exclusive=True)

@@ -319,15 +319,17 @@ async def _tell_cut_short(get_workspace: Callable[[str], Workspace], ws: Workspa
 
 
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
+                    wait_changed: Callable[[], Awaitable[None]],
                     today: Callable[[], dt.date] = dt.date.today,
                     ) -> Callable[[JobContext], Awaitable[CaptureResult]]:
-    """The job handler (register it with ``resumable=True``)."""
+    """The job handler (register it with ``resumable=True``); ``wait_changed``: until
+    the workspaces change (:func:`workspace_of_job`)."""
 
     async def run(job: JobContext) -> CaptureResult:
         params = job.params
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)
-        ws = await workspace_of_job(get_workspace, job.agent_id)
+        ws = await workspace_of_job(get_workspace, job.agent_id, wait_changed)
         store = ws.services.sessions
         async with store.job_lock(session_id):
             upto = params.get("upto")

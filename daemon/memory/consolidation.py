@@ -18,7 +18,7 @@ its workspace.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
@@ -68,8 +68,11 @@ class Consolidation:
     """The dream schedule and the consolidation job handlers, daemon-wide."""
 
     def __init__(self, jobs: JobManager, scheduler: CronScheduler,
-                 get_workspace: Callable[[str], Workspace]) -> None:
+                 get_workspace: Callable[[str], Workspace],
+                 wait_changed: Callable[[], Awaitable[None]]) -> None:
         self._jobs = jobs
+        #: Until the workspaces change (:func:`workspace_of_job`).
+        self._wait_changed = wait_changed
         self.scheduler = scheduler
         self._get_workspace = get_workspace
         self.catalogs: dict[str, ResourceCatalog] = {}
@@ -88,7 +91,8 @@ class Consolidation:
     async def dream_job(self, job: JobContext) -> changelog.RunSummary:
         from recalld.daemon.memory import dream
 
-        ws = (await workspace_of_job(self._get_workspace, job.agent_id) if job.resumed
+        ws = (await workspace_of_job(self._get_workspace, job.agent_id,
+                                     self._wait_changed) if job.resumed
               else self._get_workspace(job.agent_id))
         if job.params.get("trigger") == "cron":
             await self._retry_failed_resources(job.agent_id)

@@ -281,7 +281,7 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
             elif ws.state != "opening":
                 break
             else:
-                await trio.sleep(0.05)
+                await ws.wait_changed()  # a service started, or it stopped opening
     if inbox is None:
         log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
         return False
