@@ -258,6 +258,15 @@ def leads_elsewhere(root: Path | str) -> str | None:
     return None if real == os.path.abspath(root) else real
 
 
+def check_in_place(root: Path) -> None:
+    """PathOutsideWorkspace if the workspace folder ``root`` now leads elsewhere
+    (:func:`leads_elsewhere`): what a job would save by path under it (its catalog, its
+    run's record) would land in that other folder, perhaps another agent's (blocking)."""
+    elsewhere = leads_elsewhere(root)
+    if elsewhere is not None:
+        raise PathOutsideWorkspace(f"the workspace folder {root} now leads to {elsewhere}")
+
+
 def _within(real: str, base: str) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import done, notes, turn, write_note
+from test_dream import ScriptedModel, chat_config, write
 from waits import wait_job, wait_value, workspace_status
 
 from recalld.ipc import errors
@@ -116,3 +117,47 @@ def test_a_held_job_of_a_closed_workspace_is_listed_and_cancelled(
     # An agent that has no workspace and never had a job is still unknown.
     with pytest.raises(errors.UnknownWorkspace):
         d.call("jobs.list", {"agent_id": "carol"})
+
+
+def files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Stopped once a link took its folder's place, the dream saved its catalog and wrote
+    # its run's record on its way out by path: through the link, into alice's metadata.
+    d = daemon_factory(None)
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    write(alice, "memory/2026-11-20/x.md", "# Alice\n\nThe quokka password.\n")
+    d.call("workspace.open", {"agent_id": "alice", "path": str(alice),
+                              "config": {"dream_cron_enabled": False}})
+    model = ScriptedModel(fake)
+    first, second = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    write(bob, first, "# Monday\n\nThe user prefers tea.\n")
+    write(bob, second, "# Tuesday\n\nDeploy with make.\n")
+    d.call("workspace.open", {"agent_id": "bob", "path": str(bob), "config": {
+        "dream_cron_enabled": False, "chat_model_config": chat_config(fake)}})
+    model.plan[first] = [[("integrate", {
+        "action": "CREATE", "bucket": "personal", "name": "Tea", "description": "drink",
+        "content": "- prefers tea", "sources": [first], "reason": "stated"})]]
+    held = fake.gate(lambda body: f"Daily note {second}" in str(body))
+    alice_before = files(alice)
+    job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
+    assert held.entered.wait(30)
+    os.rename(bob, tmp_path / "bob.old")
+    os.symlink(alice, bob)
+    assert workspace_status(d, "bob")["state"] == "failed"  # type: ignore[index]
+    held.open()
+    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
+                       "bob's dream stopped", 60)
+    assert state == "queued"
+    assert files(alice) == alice_before
+
+    os.unlink(bob)
+    os.rename(tmp_path / "bob.old", bob)
+    d.call("workspace.open", {"agent_id": "bob"})
+    job = wait_job(d, job_id, agent="bob")
+    assert job["state"] == "succeeded", job
+    assert (bob / "digest" / "personal" / "tea.md").exists()
+    assert files(alice) == alice_before

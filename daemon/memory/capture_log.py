@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, TypedDict
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog
@@ -178,7 +179,9 @@ def render_markdown(run: CaptureRun) -> str:
 
 
 def write(root: Path, metadata_dir: str, run: CaptureRun) -> str:
-    """Publish ``run``'s record; the workspace-relative path of its Markdown log."""
+    """Publish ``run``'s record; the workspace-relative path of its Markdown log.
+    PathOutsideWorkspace (nothing written) once the folder ``root`` leads elsewhere."""
+    safepath.check_in_place(root)
     changelog.write_record(changelog.runs_dir(root, metadata_dir, KIND), run.run_id,
                            run.to_json(), render_markdown(run), keep=KEEP_RECORDS)
     return log_path(metadata_dir, run.run_id)

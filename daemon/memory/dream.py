@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import has_body, open_fields
 from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
@@ -69,7 +70,7 @@ from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import JobFailed, UnknownWorkspace
+from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
@@ -325,8 +326,12 @@ async def run_dream(
         catalog.update(await shared.load(CATALOG_JOB))
     known = dict(catalog)
 
+    def save_in_place() -> None:
+        safepath.check_in_place(ws.root)
+        save_catalog(cat_path, catalog)
+
     async def save() -> None:  # here, and for every host of a shared workspace
-        await trio.to_thread.run_sync(save_catalog, cat_path, catalog)
+        await trio.to_thread.run_sync(save_in_place)
         if shared is not None:
             await shared.store(CATALOG_JOB, {k: v for k, v in catalog.items()
                                              if known.get(k) != v})
@@ -429,6 +434,11 @@ async def run_dream(
                 told = await dreaminbox.push_run(ws, summary, run.log, job_id=job_id,
                                                  ended=ended)
                 await trio.to_thread.run_sync(lambda: run.journal.remove(keep=not told))
+            except PathOutsideWorkspace as exc:
+                # Its journal stays in the folder it was written to: the next dream there
+                # records the run from it.
+                log.warning("dream of %s: the run was not recorded: %s", ws.agent_id,
+                            exc.message)
             finally:
                 _RUNNING.discard(run.log.run_id)
     if todo and len(run.log.failed_notes) == len(todo):
