@@ -161,3 +161,27 @@ def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there
     assert job["state"] == "succeeded", job
     assert (bob / "digest" / "personal" / "tea.md").exists()
     assert files(alice) == alice_before
+
+
+def test_auto_memory_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The run had written bob's note when the link came: cut short, it wrote its change
+    # log record by path, through the link, into alice's metadata.
+    d = daemon_factory(two_agents(tmp_path, fake))
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    d.call("workspace.open", {"agent_id": "alice"})
+    alice_before = files(alice)
+    held = fake.gate(lambda body: any(m.get("role") == "tool"
+                                      for m in body.get("messages", [])))
+    fake.script(write_note("tea", "- Bob drinks green tea"), done())
+    job_id = flush(d, "bob", "I drink green tea.")
+    assert held.entered.wait(30)
+    os.rename(bob, tmp_path / "bob.old")
+    os.symlink(alice, bob)
+    assert workspace_status(d, "bob")["state"] == "failed"  # type: ignore[index]
+    held.open()
+    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
+                       "bob's job stopped", 60)
+    assert state == "queued"
+    assert files(alice) == alice_before
+    assert len(notes(tmp_path / "bob.old")) == 1  # written before the link came
