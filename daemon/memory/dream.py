@@ -70,7 +70,7 @@ from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
