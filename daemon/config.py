@@ -9,7 +9,6 @@ the same. A reload (SIGHUP) builds new objects; nothing here is ever mutated.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -402,20 +401,6 @@ def workspace_settings_from_params(
         raise InvalidParams(str(exc)) from None
 
 
-def _read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
-    """A QwenPaw ``agent.json`` named in the config file (relative to the file)."""
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{cfg_path}: qwenpaw_agent_json must be a path")
-    path = (cfg_path.parent / Path(value).expanduser())
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: not a JSON object")
-    return data
-
-
 _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
@@ -485,9 +470,12 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
                 path, f"{cfg_path}: {where} path", environ=env)
         base_ws = defaults
         if "qwenpaw_agent_json" in ws_table:
-            base_ws = _build(WorkspaceSettings,
-                             _read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path),
-                             base=defaults, where=f"{where} qwenpaw_agent_json")
+            try:
+                agent = qwenpaw.read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            base_ws = _build(WorkspaceSettings, agent, base=defaults,
+                             where=f"{where} qwenpaw_agent_json")
         workspaces[agent_id] = _workspace(ws_table, base_ws, where)
 
     base = DaemonConfig(

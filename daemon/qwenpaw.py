@@ -9,8 +9,10 @@ does not act on, each with the reason, and finds the memory part inside a whole
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 #: Workspace-level fields QwenPaw writes that recalld accepts and ignores, with the reason.
 IGNORED_WORKSPACE: dict[str, str] = {
@@ -138,3 +140,18 @@ def _check_section(name: str, value: object) -> None:
 
 __all__ = ["IGNORED_EMBEDDING", "IGNORED_WORKSPACE", "Classified", "QwenPawConfigError",
            "classify", "looks_like_agent_json", "memory_part"]
+
+
+def read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
+    """A QwenPaw ``agent.json`` named in the config file ``cfg_path`` (relative to the
+    file); ValueError saying what is wrong with it."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{cfg_path}: qwenpaw_agent_json must be a path")
+    path = cfg_path.parent / Path(value).expanduser()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
