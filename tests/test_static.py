@@ -47,3 +47,20 @@ def test_mypy_strict_clean() -> None:
         cwd=pkg.parent, env=env, capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+#: The most lines a module may have (STYLE.md: split before 500): the daemon's, the
+#: clients' and the tests'. The benchmark scripts (tests/bench/) are not held to it.
+MAX_MODULE_LINES = 500
+
+
+def test_every_module_is_at_most_500_lines() -> None:
+    long = {}
+    for folder, pattern in (("daemon", "**/*.py"), ("ipc", "**/*.py"), ("tests", "*.py"),
+                            ("tests", "fakes/*.py")):
+        for path in sorted((ROOT / folder).glob(pattern)):
+            with path.open(encoding="utf-8") as f:
+                lines = sum(1 for _ in f)
+            if lines > MAX_MODULE_LINES:
+                long[str(path.relative_to(ROOT))] = lines
+    assert long == {}, f"split these before they grow further: {long}"
