@@ -29,15 +29,18 @@ _TOKEN_RE = re.compile(
 
 
 def reference_split(text: str) -> tuple[list[str], list[str]]:
-    norm = unicodedata.normalize("NFKC", text)
+    # Soft hyphens and joiners out (they join, never break), then NFKC.
+    norm = unicodedata.normalize("NFKC", re.sub("[\u00ad\u200d\u2060\ufeff]", "", text))
     pairs = _TOKEN_RE.findall(norm)
     # Then the emoji, in the order of the text.
     words = [w for _, w in pairs if w] + tokenizer.emoji_terms(norm)
     runs = [c.casefold() for c, _ in pairs if c]
-    out = [tokenizer._stem(w.casefold()) for w in words if w.casefold() not in STOPWORDS]
+    # Every word case folded and folded (accents and points off), then stemmed.
+    folded = [tokenizer.fold(w.casefold()) for w in words]
+    out = [tokenizer._stem(f) for f in folded if f not in STOPWORDS]
     for word in words:
         if not tokenizer._is_plain(word):
-            tokenizer._parts(word, out)
+            tokenizer._parts(tokenizer.fold(word), out)
     return out, runs
 
 
@@ -51,7 +54,8 @@ _PIECE = st.sampled_from([
     "::", ":", "__init__.py", "std::vector",
     "，", "。", "中", "文", "记忆", "𠀀", "한국어", "カタカナ", "ｶﾞ", "ＡＢＣ", "１２", "é",
     "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑",
-    "👍🏽", "🇨🇭", "❤\ufe0f", "👨\u200d👩", "✅", "x" * 300,
+    "👍🏽", "🇨🇭", "❤\ufe0f", "👨\u200d👩", "✅", "x" * 300, "\u00ad", "\u200d", "\u2060",
+    "\ufeff", "Ά", "ё", "שָׁ", "Łódź",
     "Ab" * 200, "9" * 50,
 ])
 _TEXT = st.lists(_PIECE | st.text(max_size=6), max_size=30).map("".join)
