@@ -15,8 +15,8 @@ from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from waits import wait_value
 
-from recalld.daemon.backup import mask_secrets
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
+from recalld.daemon.backup_secrets import mask_secrets
 
 
 def _resource(d: DaemonHandle) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
+from recalld.daemon.backup_secrets import mask_secrets
 from recalld.daemon.config import ConfigError, WorkspaceSettings
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
@@ -94,7 +95,7 @@ def _daemon_files(state: DaemonState,
     except FileNotFoundError:
         text = None
     if text is not None:
-        out["config.toml"] = (text if include_secrets else bk.mask_secrets(text)).encode()
+        out["config.toml"] = (text if include_secrets else mask_secrets(text)).encode()
     try:
         record = (state.config.state_dir / "workspaces.json").read_bytes()
     except FileNotFoundError:

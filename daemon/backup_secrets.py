@@ -1,0 +1,90 @@
+"""Secrets out of the daemon's config file before a backup carries it (``backup.py``).
+
+A TOML text is masked where it is written, so the rest of the file (comments, layout)
+stays as the person wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+from recalld.daemon.config_rules import url_without_secrets
+from recalld.daemon.dsn import dsn_without_password
+
+__all__ = ["mask_secrets"]
+
+#: A TOML string: multi-line basic and literal first, then basic (with escapes), literal.
+_STRING = "|".join((
+    r'"""(?:[^"\\]|\\.|"(?!""))*"{3,5}',
+    r"'''(?:[^']|'(?!''))*'{3,5}",
+    r'"(?:[^"\\\n]|\\.)*"',
+    r"'[^'\n]*'"))
+_KEY_PART = r"""(?:[\w-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+#: ``key = <string>`` at the start of a line or in an inline table; the key may be
+#: dotted and its parts quoted.
+_ASSIGNMENT = re.compile(
+    rf"(?m)((?:^|[{{,])[ \t]*)({_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*)([ \t]*=[ \t]*)"
+    rf"({_STRING})")
+_SECRET_NAME = re.compile(r"(?i)api_?key|token|secret|password")
+
+
+def _secret_name(key: str) -> bool:
+    """Whether the key ``key`` names a secret (``*_env`` names the variable holding it)."""
+    return bool(_SECRET_NAME.search(key)) and not key.lower().endswith("_env")
+
+
+def _mask_assignment(m: re.Match[str]) -> str:
+    last = re.findall(_KEY_PART, m[2])[-1].strip("\"'")
+    return m[1] + m[2] + m[3] + '""' if _secret_name(last) else m[0]
+
+
+def _left_in(doc: object) -> list[str]:
+    """The non-empty strings under secret-named keys of the parsed TOML ``doc``."""
+    found: list[str] = []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if isinstance(value, str) and value and _secret_name(str(key)):
+                found.append(value)
+            else:
+                found += _left_in(value)
+    elif isinstance(doc, list):
+        for item in doc:
+            found += _left_in(item)
+    return found
+
+
+_DSN_VALUE = re.compile(
+    r"""(?im)((?:^|[{,])[ \t]*dsn[ \t]*=[ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*')""")
+
+
+_QUOTED = re.compile(r""""(?:[^"\\\n]|\\.)*"|'[^'\n]*'""")
+
+
+def mask_secrets(config_text: str) -> str:
+    """``config_text`` (TOML) with every secret-named string value emptied (in any of
+    TOML's string forms, under dotted or quoted keys; a ``*_env`` key names a variable and
+    stays), the password taken out of every ``dsn`` (a shared workspace's server), and
+    every URL's password and credential-named parameters (``base_url = "...?key=..."``)
+    emptied."""
+    text = _ASSIGNMENT.sub(_mask_assignment, config_text)
+    text = _DSN_VALUE.sub(_dsn_without_password, text)
+    text = _QUOTED.sub(lambda m: m[0][0] + url_without_secrets(m[0][1:-1]) + m[0][-1]
+                       if "://" in m[0] else m[0], text)
+    try:  # a form the patterns missed (a multi-line value): emptied where it is written
+        left = _left_in(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
+        return text  # not TOML (the daemon refuses it): masked as far as it goes
+    for value in left:
+        for written in (f'"""{value}"""', f"'''{value}'''", json.dumps(value), f"'{value}'"):
+            text = text.replace(written, '""')
+    return text
+
+
+def _dsn_without_password(m: re.Match[str]) -> str:
+    try:
+        dsn = tomllib.loads(f"v = {m[2]}")["v"]
+    except tomllib.TOMLDecodeError:
+        return m[1] + '""'
+    return m[1] + json.dumps(dsn_without_password(dsn) if isinstance(dsn, str) else "")
