@@ -13,8 +13,8 @@ notes and digest nodes, ReMe's of the same in a QwenPaw workspace), the rest of 
 carry the daemon's own files (:data:`DAEMON_FILES`: its config file and its record of
 workspaces, whose model keys handed over by clients are secrets too; both with secrets
 left out unless asked for (``backup_secrets.py``), ``meta.json``'s
-``secrets_left_out`` naming the record's).
-Hidden files (``.name``: temp files, sync cookies) are left out.
+``secrets_left_out`` naming the record's). Symlinks and hidden files (``.name``) are left
+out; the summary names them (but the daemon's own temp files and sync cookies).
 
 Checking an archive is ``backup_check.py``'s, planning and applying a restore
 ``backup_restore.py``'s.
@@ -31,8 +31,8 @@ import stat
 import time
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NotRequired, Protocol, TypedDict, cast
 
@@ -40,7 +40,8 @@ import orjson
 
 from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.fsio import REAL, atomic_writer, ensure_dir
+from recalld.daemon.store.fsio import REAL, TEMP_RE, atomic_writer, ensure_dir
+from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.errors import InvalidParams, RecalldError
 
 log = logging.getLogger(__name__)
@@ -139,9 +140,27 @@ class AgentSource:
 # ------------------------------------------------------------------------------ writing
 
 
-def walk_files(root: Path, top: str, passed_by: list[str] | None = None) -> Iterator[str]:
-    """Workspace-relative paths of the regular, non-hidden files under ``root/top``; one
-    whose name is not UTF-8 is passed by (and added to ``passed_by``, shown escaped)."""
+@dataclass(slots=True)
+class PassedBy:
+    """What a walk of a workspace's folders leaves out, workspace-relative (bytes that are
+    not UTF-8 shown as ``\\xNN``): files whose names are not UTF-8 (no zip member name
+    can hold them, nor did the index), symlinks (what they lead to is not the
+    workspace's), and hidden files and folders (``.name``) other than the daemon's own
+    temp files and sync cookies."""
+
+    unnamed: list[str] = field(default_factory=list)
+    symlinks: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+
+
+def _daemons_own(name: str) -> bool:
+    """Whether the hidden name ``name`` is a temp file or sync cookie of the daemon's."""
+    return bool(TEMP_RE.match(name)) or name.startswith(COOKIE_PREFIX)
+
+
+def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator[str]:
+    """Workspace-relative paths of the regular, non-hidden files under ``root/top``; what
+    it leaves out is added to ``passed``."""
     stack = [root / top]
     prefix = str(root) + os.sep
     while stack:
@@ -151,19 +170,23 @@ def walk_files(root: Path, top: str, passed_by: list[str] | None = None) -> Iter
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
+            rel = entry.path[len(prefix):].replace(os.sep, "/")
             if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False):
+                if passed is not None and not _daemons_own(entry.name):
+                    passed.hidden.append(safepath.shown(rel))
+            elif entry.is_symlink():
+                if passed is not None:
+                    passed.symlinks.append(safepath.shown(rel))
+            elif entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                rel = entry.path[len(prefix):].replace(os.sep, "/")
                 if safepath.is_utf8(rel):
                     yield rel
                 else:  # no zip member name can hold it (nor did the index)
                     log.warning("backup passes by %s: its name is not valid UTF-8",
                                 safepath.shown(str(root / rel)))
-                    if passed_by is not None:
-                        passed_by.append(safepath.shown(rel))
+                    if passed is not None:
+                        passed.unnamed.append(safepath.shown(rel))
 
 
 def roles_for(include_derived: bool) -> tuple[str, ...]:
@@ -171,14 +194,14 @@ def roles_for(include_derived: bool) -> tuple[str, ...]:
 
 
 def source_files(source: AgentSource, include_derived: bool,
-                 passed_by: list[str] | None = None) -> list[str]:
+                 passed: PassedBy | None = None) -> list[str]:
     seen: dict[str, None] = {}
     tops = [d.strip("/") for d in (source.dirs.get(r) for r in roles_for(include_derived)) if d]
     meta = (source.dirs.get(DERIVED_ROLE) or "").strip("/")
     if not include_derived and meta:
         tops += [f"{meta}/{sub.rstrip('/')}" for sub in RESUMABLE]
     for top in tops:
-        for rel in walk_files(source.root, top, passed_by):
+        for rel in walk_files(source.root, top, passed):
             seen.setdefault(rel, None)
     return list(seen)
 
@@ -201,27 +224,26 @@ def create_backup(
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
     ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
-    Files that vanish while being read are left out, and so are files whose names are
-    not UTF-8 (``passed_by`` of the summary, by agent) and files larger than a restore
-    takes (``too_large``; with ``whole``, for a snapshot a restore could not do without,
+    Files that vanish while being read are left out, and so are, by agent in the
+    summary, files whose names are not UTF-8 (``passed_by``), symlinks (``symlinks``),
+    hidden files and folders (``hidden``) and files larger than a restore takes
+    (``too_large``; with ``whole``, for a snapshot a restore could not do without,
     InvalidParams instead). InvalidParams, before anything is written, when the files
-    add up to more than a restore takes. ``progress`` gets a ``listing files`` phase,
-    then ``phase`` with the files and bytes to write."""
+    add up to more than a restore takes. A file is copied as far as it reached when
+    opened: one growing meanwhile makes no member a restore refuses. ``progress`` gets a
+    ``listing files`` phase, then ``phase`` with the files and bytes to write."""
     sources = list(sources)
     created = time.time()
     stamp = time.localtime(created)[:6]
-    files: list[Member] = []
-    agents: dict[str, AgentEntry] = {}
     ensure_dir(REAL, out.parent)
-    # AtomicFile has no tell(): zipfile then streams members with data descriptors.
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
-    passed_by: dict[str, list[str]] = {}
-    too_large: dict[str, list[str]] = {}
+    left_out: dict[str, dict[str, list[str]]] = {
+        "passed_by": {}, "symlinks": {}, "hidden": {}, "too_large": {}}
     for src in sources:
         sized = []
-        unnamed: list[str] = []
-        for rel in source_files(src, include_derived, unnamed):
+        passed = PassedBy()
+        for rel in source_files(src, include_derived, passed):
             try:
                 size = os.lstat(src.root / rel).st_size
             except OSError:
@@ -229,25 +251,89 @@ def create_backup(
             progress.advance()
             if size <= MAX_MEMBER_BYTES:
                 sized.append((rel, size))
-                continue
-            why = f"{src.root / rel} has {size} bytes, more than a restore takes of a file"
-            if whole:
-                raise InvalidParams(f"cannot back up {src.agent_id}: {why} "
-                                    f"({MAX_MEMBER_BYTES}); move it out of the workspace")
-            log.warning("backup leaves out %s", why)
-            too_large.setdefault(src.agent_id, []).append(rel)
+            else:
+                _too_large(src, rel, size, whole, left_out["too_large"])
         listed.append((src, sized))
-        if unnamed:
-            passed_by[src.agent_id] = unnamed
+        for key, names in (("passed_by", passed.unnamed), ("symlinks", passed.symlinks),
+                           ("hidden", passed.hidden)):
+            if names:
+                left_out[key][src.agent_id] = sorted(names)
     total = sum(n for _, s in listed for _, n in s)
     if total > MAX_TOTAL_BYTES:
         raise InvalidParams(f"the workspaces hold {total} bytes, more than a restore takes "
                             f"from one archive ({MAX_TOTAL_BYTES}): back up fewer agents at "
                             "a time (--agent)")
-    progress.phase(phase, total=sum(len(s) for _, s in listed),
-                   bytes_total=sum(n for _, s in listed for _, n in s))
+    def meta_of(files: list[Member], agents: dict[str, AgentEntry]) -> BackupMeta:
+        return {"format": FORMAT, "version": VERSION, "created": created,
+                "recalld_version": recalld_version, "include_derived": include_derived,
+                "note": note, "agents": agents, "files": files,
+                "daemon": sorted(daemon_files or {}), "secrets": secrets,
+                "secrets_left_out": dict(secrets_left_out or {})}
+
+    stored: set[str] = set()
+    while True:
+        try:
+            meta, grown = _write_archive(out, listed, stamp, stored, daemon_files, meta_of,
+                                         progress, phase, whole)
+            break
+        except _Redo as redo:  # written once more, that file stored as it is
+            log.info("backup writes its archive again: %s came out deflated like a "
+                     "decompression bomb (it changed while copied)", redo.name)
+            stored.add(redo.name)
+    for agent_id, names in grown.items():
+        left_out["too_large"].setdefault(agent_id, []).extend(names)
+    summary: JsonObject = {k: v for k, v in meta.items() if k != "files"}
+    summary.update(file=str(out), size=out.stat().st_size, members=len(meta["files"]),
+                   bytes=sum(f["size"] for f in meta["files"]), **left_out)
+    return summary
+
+
+class _Redo(Exception):
+    """A member came out deflated as a restore refuses (its file became far more
+    compressible while copied): the archive is written again with that file stored."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _Oversize(Exception):
+    """The file held more bytes when opened than the archive has room for."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _too_large(src: AgentSource, rel: str, size: int, whole: bool,
+               too_large: dict[str, list[str]]) -> None:
+    why = f"{src.root / rel} has {size} bytes, more than a restore takes of a file"
+    if whole:
+        raise InvalidParams(f"cannot back up {src.agent_id}: {why} "
+                            f"({MAX_MEMBER_BYTES}); move it out of the workspace")
+    log.warning("backup leaves out %s", why)
+    too_large.setdefault(src.agent_id, []).append(rel)
+
+
+def _write_archive(
+    out: Path, listed: list[tuple[AgentSource, list[tuple[str, int]]]],
+    stamp: tuple[int, ...], stored: set[str], daemon_files: Mapping[str, bytes] | None,
+    meta_of: Callable[[list[Member], dict[str, AgentEntry]], BackupMeta],
+    progress: ProgressSink, phase: str, whole: bool,
+) -> tuple[BackupMeta, dict[str, list[str]]]:
+    """Write the archive: the members of ``listed`` (those named in ``stored``
+    uncompressed), the daemon files, and ``meta_of`` them. Returns the meta and the files
+    left out for they had grown past what a restore takes of a file when opened, by
+    agent. Raises _Redo for a member to store, InvalidParams as :func:`create_backup`."""
+    files: list[Member] = []
+    agents: dict[str, AgentEntry] = {}
+    grown: dict[str, list[str]] = {}
+    total = sum(n for _, s in listed for _, n in s)
+    progress.phase(phase, total=sum(len(s) for _, s in listed), bytes_total=total)
+    rest, written = total, 0  # listed bytes still to copy, bytes copied
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
     # model keys), wherever ``out`` puts it.
+    # AtomicFile has no tell(): zipfile then streams members with data descriptors.
     with atomic_writer(REAL, out, private=True) as raw, zipfile.ZipFile(
         cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED,
         compresslevel=COMPRESS_LEVEL
@@ -255,40 +341,46 @@ def create_backup(
         for src, sized in listed:
             count = 0
             for rel, size in sized:
-                entry = _add_member(zf, src, rel, stamp)
+                rest -= size
+                room = min(MAX_MEMBER_BYTES, MAX_TOTAL_BYTES - written - rest)
+                try:
+                    entry = _add_member(zf, src, rel, stamp, room, stored)
+                except _Oversize as big:
+                    if big.size <= MAX_MEMBER_BYTES:
+                        raise InvalidParams(
+                            f"the workspaces grew past {MAX_TOTAL_BYTES} bytes, more than a "
+                            "restore takes from one archive, while backed up: back up fewer "
+                            "agents at a time (--agent)") from None
+                    _too_large(src, rel, big.size, whole, grown)
+                    entry = None
                 progress.advance(1, size)
                 if entry is not None:
                     files.append(entry)
+                    written += entry["size"]
                     count += 1
             agents[src.agent_id] = {"path": str(src.root), "dirs": dict(src.dirs), "files": count}
         for name, data in sorted((daemon_files or {}).items()):
             if name not in DAEMON_FILES:
                 raise ValueError(f"unknown daemon file {name!r}")
-            info = zipfile.ZipInfo(f"daemon/{name}", stamp)
+            info = zipfile.ZipInfo(f"daemon/{name}", stamp)  # type: ignore[arg-type]
             info.external_attr = (stat.S_IFREG | 0o600) << 16
             zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
             files.append({"path": f"daemon/{name}", "size": len(data),
                           "sha256": hashlib.sha256(data).hexdigest()})
-        meta: BackupMeta = {
-            "format": FORMAT, "version": VERSION, "created": created,
-            "recalld_version": recalld_version, "include_derived": include_derived,
-            "note": note, "agents": agents, "files": files,
-            "daemon": sorted(daemon_files or {}), "secrets": secrets,
-            "secrets_left_out": dict(secrets_left_out or {}),
-        }
-        info = zipfile.ZipInfo(META, stamp)
+        meta = meta_of(files, agents)
+        info = zipfile.ZipInfo(META, stamp)  # type: ignore[arg-type]
         info.external_attr = (stat.S_IFREG | 0o644) << 16
         zf.writestr(info, orjson.dumps(meta, option=orjson.OPT_INDENT_2),
                     compress_type=zipfile.ZIP_DEFLATED)
-    summary: JsonObject = {k: v for k, v in meta.items() if k != "files"}
-    summary.update(file=str(out), size=out.stat().st_size, members=len(files),
-                   bytes=sum(f["size"] for f in files), passed_by=passed_by,
-                   too_large=too_large)
-    return summary
+    return meta, grown
 
 
-def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str,
-                stamp: tuple[int, ...]) -> Member | None:
+def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str, stamp: tuple[int, ...],
+                room: int, stored: set[str]) -> Member | None:
+    """Copy the file ``rel`` of ``src`` into ``zf`` as far as it reached when opened (a
+    writer appending meanwhile adds nothing a restore could refuse); None if it is gone.
+    Raises _Oversize if it held more than ``room`` bytes then, _Redo if it came out
+    deflated like a decompression bomb (then named in ``stored`` on the next try)."""
     try:
         fd = safepath.open_confined(src.root, rel)
     except RecalldError:
@@ -299,29 +391,44 @@ def _add_member(zf: zipfile.ZipFile, src: AgentSource, rel: str,
     digest = hashlib.sha256()
     size = 0
     with os.fdopen(fd, "rb") as f:
-        info.compress_type = (zipfile.ZIP_STORED if _deflates_like_a_bomb(f)
-                              else zipfile.ZIP_DEFLATED)
+        left = os.fstat(f.fileno()).st_size
+        if left > room:
+            raise _Oversize(left)
+        store = name in stored or _deflates_like_a_bomb(f, left)
+        info.compress_type = zipfile.ZIP_STORED if store else zipfile.ZIP_DEFLATED
         with zf.open(info, "w", force_zip64=True) as member:
-            mtime_ns = os.fstat(f.fileno()).st_mtime_ns
-            while chunk := f.read(COPY_CHUNK):
+            while left > 0 and (chunk := f.read(min(COPY_CHUNK, left))):
                 member.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)
+                left -= len(chunk)
+        # Taken after the read: the time restored is never older than the bytes.
+        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+    if inflates_like_a_bomb(info.file_size, info.compress_size):
+        raise _Redo(name)
     return {"path": name, "size": size, "sha256": digest.hexdigest(), "mtime_ns": mtime_ns}
 
 
-def _deflates_like_a_bomb(f: IO[bytes]) -> bool:
-    """Whether the file ``f`` (at its start, and left there) deflates so well that a
-    restore would refuse it as a decompression bomb (with a margin: the zip's deflate
-    stream may differ a little from this one)."""
-    size = os.fstat(f.fileno()).st_size
+def inflates_like_a_bomb(file_size: int, compress_size: int, max_ratio: float = MAX_RATIO,
+                         min_bytes: int = RATIO_MIN_BYTES) -> bool:
+    """Whether a member of ``file_size`` bytes stored in ``compress_size`` is taken for a
+    decompression bomb by a restore."""
+    return file_size >= min_bytes and file_size > max_ratio * max(compress_size, 1)
+
+
+def _deflates_like_a_bomb(f: IO[bytes], size: int) -> bool:
+    """Whether the first ``size`` bytes of the file ``f`` (at its start, and left there)
+    deflate so well that a restore would refuse them as a decompression bomb (with a
+    margin: the zip's deflate stream may differ a little from this one)."""
     if size < RATIO_MIN_BYTES:
         return False
     enough = size / (MAX_RATIO / 2)  # this many deflated bytes: far from a bomb
     deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, -15)
     deflated = 0
+    left = size
     try:
-        while deflated < enough and (chunk := f.read(COPY_CHUNK)):
+        while deflated < enough and left > 0 and (chunk := f.read(min(COPY_CHUNK, left))):
+            left -= len(chunk)
             deflated += len(deflate.compress(chunk))
         deflated += len(deflate.flush()) if deflated < enough else 0
     finally:

@@ -38,6 +38,7 @@ from recalld.daemon.backup import (
     VERSION,
     Member,
     ProgressSink,
+    inflates_like_a_bomb,
 )
 from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
@@ -139,8 +140,8 @@ def _check_info(path: Path, info: zipfile.ZipInfo, limits: BackupLimits) -> None
         raise refuse(path, f"member {info.filename!r} uses an unsupported compression")
     if info.file_size > limits.max_member_bytes:
         raise refuse(path, f"member {info.filename!r} is too large ({info.file_size} bytes)")
-    if info.file_size >= limits.ratio_min_bytes and (
-            info.file_size > limits.max_ratio * max(info.compress_size, 1)):
+    if inflates_like_a_bomb(info.file_size, info.compress_size, limits.max_ratio,
+                            limits.ratio_min_bytes):
         raise refuse(path, f"member {info.filename!r} expands {info.file_size} bytes from "
                             f"{info.compress_size}: a decompression bomb")
 

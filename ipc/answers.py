@@ -350,6 +350,9 @@ class BackupSummary(TypedDict):
     passed_by: NotRequired[dict[str, list[str]]]
     # backup.create: files left out because a restore takes none that large, by agent
     too_large: NotRequired[dict[str, list[str]]]
+    # backup.create: symlinks and hidden files and folders left out, by agent
+    symlinks: NotRequired[dict[str, list[str]]]
+    hidden: NotRequired[dict[str, list[str]]]
     # backup.create of every workspace: the recorded or failed ones not open, left out
     not_open: NotRequired[list[str]]
     ok: NotRequired[bool]  # backup.verify: every check passed

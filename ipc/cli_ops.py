@@ -109,6 +109,18 @@ def _confirm(question: str, yes: bool) -> None:
         raise Declined("cancelled; nothing was changed")
 
 
+#: What ``backup.create`` leaves out, by key of its answer, and why.
+_LEFT_OUT = (("passed_by", "names not UTF-8, no archive can hold them"),
+             ("symlinks", "symlinks: what they lead to is not the workspace's"),
+             ("hidden", "hidden: names starting with a dot"),
+             ("too_large", "larger than a restore takes, 4 GiB"))
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def _local_or_name(file: str) -> str:
     # A path that exists here is sent absolute; a bare name means the daemon's backups dir.
     path = paths.local_path(file, "FILE")
@@ -129,14 +141,12 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not as_json:
             out.write(f"wrote {made['file']}: {made['members']} file(s) of "
                       f"{', '.join(sorted(made.get('agents', {})))}, {made.get('size')} bytes\n")
-            for agent, names in sorted((made.get("passed_by") or {}).items()):
-                out.write(f"left out of {agent} (names not UTF-8, no archive can hold them): "
-                          f"{', '.join(names)}\n")
+            for key, why in _LEFT_OUT:
+                left: dict[str, list[str]] = made.get(key) or {}  # type: ignore[assignment]
+                for agent, names in sorted(left.items()):
+                    out.write(f"left out of {agent} ({why}): {_some(names)}\n")
             if made.get("not_open"):
                 out.write(f"not backed up (not open): {', '.join(made['not_open'])}\n")
-            for agent, names in sorted((made.get("too_large") or {}).items()):
-                out.write(f"left out of {agent} (larger than a restore takes, 4 GiB): "
-                          f"{', '.join(names)}\n")
     elif action == "list":
         result = listing = client.backup_list()
         if not as_json:

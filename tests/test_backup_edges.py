@@ -1,0 +1,118 @@
+"""Backups of workspaces in odd shapes: what a backup leaves out is named, files that
+change while copied, meta.json fields of the wrong type, folders a restore empties, and
+closed workspaces named by the person."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from conftest import DaemonHandle
+from test_backup import NOTES, write_tree
+
+from recalld.daemon import backup
+from recalld.daemon.backup_check import BackupLimits, open_checked
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: DaemonHandle) -> Path:
+    root = tmp_path / "ws"
+    write_tree(root, NOTES)
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    return root
+
+
+def test_a_backup_names_the_symlinks_and_hidden_files_it_leaves_out(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # Left out without a word: a person found their Obsidian settings and a linked
+    # folder of notes missing only when restoring.
+    elsewhere = tmp_path / "shared-notes"
+    write_tree(elsewhere, {"team.md": "Standup at ten.\n"})
+    (ws / "digest" / "team").symlink_to(elsewhere)
+    (ws / "memory" / "2026-07-23" / "latest.md").symlink_to(ws / "digest" / "personal"
+                                                           / "food.md")
+    write_tree(ws, {"digest/.obsidian/app.json": "{}", "resource/.env": "TOKEN=1\n"})
+    # The daemon's own temp files are no loss, and not worth a line.
+    write_tree(ws, {"memory/.note.md.tmp-0123456789ab": "half written"})
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    assert made["symlinks"] == {"w": ["digest/team", "memory/2026-07-23/latest.md"]}
+    assert made["hidden"] == {"w": ["digest/.obsidian", "resource/.env"]}
+    with zipfile.ZipFile(made["file"]) as zf:
+        assert not [n for n in zf.namelist() if "team" in n or "/." in n or "latest" in n]
+    proc = subprocess.run(
+        [sys.executable, "-m", "recalld.ipc", "--socket", str(daemon.socket_path),
+         "backup", "create", "--agent", "w"],
+        env=daemon.env, capture_output=True, text=True, timeout=60, input="", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "left out of w (symlinks: what they lead to is not the workspace's): " \
+           "digest/team, memory/2026-07-23/latest.md\n" in proc.stdout
+    assert "left out of w (hidden: names starting with a dot): digest/.obsidian, " \
+           "resource/.env\n" in proc.stdout
+
+
+class _Writer:
+    """A writer changing a file between the moment the backup opened it (and looked at
+    how well it compresses) and its copy: runs in place of that look."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: Path, data: bytes,
+                 append: bool) -> None:
+        self.path, self.data, self.append, self.done = path, data, append, False
+        real = backup._deflates_like_a_bomb
+
+        def look(f: IO[bytes], *args: Any) -> bool:
+            verdict = real(f, *args)
+            if os.fstat(f.fileno()).st_ino == path.stat().st_ino and not self.done:
+                self.done = True
+                with path.open("ab" if append else "r+b") as w:
+                    w.write(data)
+            return verdict
+
+        monkeypatch.setattr(backup, "_deflates_like_a_bomb", look)
+
+
+def test_a_file_growing_while_copied_is_copied_as_far_as_it_reached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Limits were checked when the files were listed: a log growing past what a restore
+    # takes of a file while it was copied made an archive no restore would take.
+    monkeypatch.setattr(backup, "MAX_MEMBER_BYTES", 3 << 20)
+    root = tmp_path / "ws"
+    start = os.urandom(2 << 20)
+    write_tree(root, {"memory/2026-07-23/a.md": "# a\n"})
+    log = root / "resource" / "run.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(start)
+    writer = _Writer(monkeypatch, log, os.urandom(2 << 20), append=True)
+    out = tmp_path / "b.zip"
+    backup.create_backup(out, [backup.AgentSource("w", root, {"daily_dir": "memory",
+                                                              "resource_dir": "resource"})])
+    assert writer.done and log.stat().st_size == 4 << 20
+    checked = open_checked(out, BackupLimits(max_member_bytes=3 << 20))
+    with zipfile.ZipFile(out) as zf:
+        assert zf.read("agents/w/resource/run.log") == start
+    # The time recorded is the file's after the bytes were read, not before.
+    assert checked.members["agents/w/resource/run.log"]["mtime_ns"] == log.stat().st_mtime_ns
+
+
+def test_a_file_turning_very_compressible_while_copied_makes_a_restorable_archive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whether to store a file uncompressed was decided before the copy: one rewritten as
+    # zeros meanwhile deflated like a decompression bomb, and the archive was refused.
+    root = tmp_path / "ws"
+    write_tree(root, {"memory/2026-07-23/a.md": "# a\n"})
+    dump = root / "resource" / "dump.bin"
+    dump.parent.mkdir(parents=True)
+    dump.write_bytes(os.urandom(4 << 20))
+    writer = _Writer(monkeypatch, dump, bytes(4 << 20), append=False)
+    out = tmp_path / "b.zip"
+    made = backup.create_backup(out, [backup.AgentSource(
+        "w", root, {"daily_dir": "memory", "resource_dir": "resource"})])
+    assert writer.done and made["members"] == 2
+    open_checked(out)
+    with zipfile.ZipFile(out) as zf:
+        assert zf.read("agents/w/resource/dump.bin") == bytes(4 << 20)
