@@ -15,9 +15,10 @@ import hashlib
 import stat
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import orjson
 import zstandard
@@ -180,6 +181,8 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
         if not isinstance(dirs, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in dirs.items()):
             raise refuse(path, f"meta.json: agent {agent_id!r} lacks its directory settings")
+        _check_fields(path, info_, _AGENT_FIELDS, f"agent {agent_id!r}'s ")
+    _check_fields(path, meta, _META_FIELDS)
     for entry in files:
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
                 and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
@@ -187,6 +190,44 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
                 and _time_ns(entry.get("mtime_ns", 0))):
             raise refuse(path, "meta.json has a malformed file entry")
     return meta
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+#: The optional fields of meta.json (an archive of old may lack them), each with what
+#: its value must be: a restore reads ``secrets`` and ``secrets_left_out``, every
+#: summary the rest.
+_META_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "created": ("a time in seconds", lambda v: isinstance(v, int | float)
+                and not isinstance(v, bool)),
+    "recalld_version": ("a string", lambda v: isinstance(v, str)),
+    "note": ("a string", lambda v: isinstance(v, str)),
+    "include_derived": ("true or false", lambda v: isinstance(v, bool)),
+    "secrets": ("true or false", lambda v: isinstance(v, bool)),
+    "daemon": (f"a list of daemon file names ({', '.join(DAEMON_FILES)})",
+               lambda v: _strings(v) and set(cast(list[str], v)) <= set(DAEMON_FILES)),
+    "secrets_left_out": ("an object of agent ids to lists of keys", lambda v: isinstance(
+        v, dict) and all(isinstance(k, str) and _strings(x) for k, x in v.items())),
+}
+_AGENT_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "path": ("a string", lambda v: isinstance(v, str)),
+    "files": ("a count of files", _count),
+}
+
+
+def _check_fields(path: Path, doc: JsonObject,
+                  fields: dict[str, tuple[str, Callable[[object], bool]]],
+                  whose: str = "") -> None:
+    for key, (what, valid) in fields.items():
+        if key in doc and not valid(doc[key]):
+            shown = orjson.dumps(doc[key]).decode()
+            raise refuse(path, f"meta.json: {whose}{key!r} is {shown[:60]}, not {what}")
 
 
 def _time_ns(value: object) -> bool:

@@ -11,12 +11,14 @@ import zipfile
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
 import pytest
 from conftest import DaemonHandle
-from test_backup import NOTES, write_tree
+from test_backup import NOTES, tree, write_tree
 
 from recalld.daemon import backup
-from recalld.daemon.backup_check import BackupLimits, open_checked
+from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
+from recalld.ipc.errors import InvalidBackup
 
 
 @pytest.fixture
@@ -116,3 +118,58 @@ def test_a_file_turning_very_compressible_while_copied_makes_a_restorable_archiv
     open_checked(out)
     with zipfile.ZipFile(out) as zf:
         assert zf.read("agents/w/resource/dump.bin") == bytes(4 << 20)
+
+
+def _with_meta(archive: Path, out: Path, **changes: Any) -> Path:
+    """A copy of ``archive`` with meta.json's fields changed as ``changes`` say
+    (``agent__KEY`` changes agent w's entry)."""
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "meta.json":
+                meta = orjson.loads(data)
+                for key, value in changes.items():
+                    if key.startswith("agent__"):
+                        meta["agents"]["w"][key[len("agent__"):]] = value
+                    else:
+                        meta[key] = value
+                data = orjson.dumps(meta)
+            dst.writestr(info, data)
+    return out
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("secrets", "no", "'secrets' is \"no\", not true or false"),
+    ("secrets_left_out", ["w"], "'secrets_left_out' is [\"w\"], not an object"),
+    ("secrets_left_out", {"w": "api_key"}, "'secrets_left_out' is"),
+    ("created", "yesterday", "'created' is \"yesterday\", not a time in seconds"),
+    ("note", 7, "'note' is 7, not a string"),
+    ("include_derived", 1, "'include_derived' is 1, not true or false"),
+    ("daemon", "config.toml", "'daemon' is \"config.toml\", not a list of daemon file"),
+    ("daemon", ["../../etc/passwd"], "'daemon' is"),
+    ("recalld_version", None, "'recalld_version' is null, not a string"),
+    ("agent__files", "4", "agent 'w''s 'files' is \"4\", not a count of files"),
+    ("agent__files", -1, "agent 'w''s 'files' is -1, not a count"),
+    ("agent__path", ["/x"], "agent 'w''s 'path' is [\"/x\"], not a string"),
+])
+def test_meta_fields_of_the_wrong_type_are_refused_and_change_nothing(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path, key: str, value: object,
+        reason: str) -> None:
+    # Read unchecked: ``secrets: "no"`` counted as true (a config with its secrets
+    # emptied replaced this machine's), a list of left-out secrets failed the restore
+    # with an internal error after the snapshot.
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    bad = _with_meta(Path(made["file"]), tmp_path / "bad.zip", **{key: value})
+    before = tree(ws)
+    for method in ("backup.verify", "backup.restore"):
+        with pytest.raises(InvalidBackup) as info:
+            daemon.call(method, {"file": str(bad)})
+        assert f"refusing backup {bad}: meta.json: " in info.value.message
+        assert reason in info.value.message, info.value.message
+    with pytest.raises(BackupInvalid, match=r"meta\.json: "):
+        open_checked(bad)
+    assert tree(ws) == before
+    assert daemon.call("backup.list")["rollback"] is None
+    # Absent, they are an archive of old: taken.
+    old = _with_meta(Path(made["file"]), tmp_path / "old.zip")
+    assert daemon.call("backup.verify", {"file": str(old)})["ok"] is True
