@@ -79,6 +79,8 @@ class RestorePlan:
     #: What stands where a written file or its folder goes (a folder where the backup
     #: has a file, a file where it has a folder): moved out of the way first.
     clears: list[str]
+    #: The content directories: a folder the removes leave empty goes too, up to these.
+    tops: tuple[str, ...] = ()
 
 
 def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
@@ -123,13 +125,12 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
                      f"as a file where another restores to {other!r}, which needs a folder")
     wanted = set(writes.values())
     removes = []
-    for role in CONTENT_ROLES:
-        top = dirs.get(role, "").strip("/")
-        if top:
-            removes += [rel for rel in walk_files(root, top) if rel not in wanted]
+    tops = tuple(t for t in (dirs.get(role, "").strip("/") for role in CONTENT_ROLES) if t)
+    for top in tops:
+        removes += [rel for rel in walk_files(root, top) if rel not in wanted]
     removes = sorted(set(removes))
     clears = _in_the_way(root, writes.values(), set(removes))
-    return RestorePlan(agent_id, root, writes, removes, skipped, clears)
+    return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops)
 
 
 def _in_the_way(root: Path, targets: Iterable[str], removes: set[str]) -> list[str]:
@@ -282,8 +283,24 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan,
             removed += 1
         except FileNotFoundError:
             continue
+    _remove_emptied(plan)
     return {"agent_id": plan.agent_id, "written": written, "removed": removed,
             "skipped_derived": plan.skipped_derived}
+
+
+def _remove_emptied(plan: RestorePlan) -> None:
+    """Remove the folders ``plan``'s removes left empty (the backup has none of them:
+    it holds files only), from the deepest up to the content directories, which stay."""
+    tops = set(plan.tops)
+    folders = {rel.rsplit("/", 1)[0] for rel in plan.removes if "/" in rel}
+    for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
+        while folder and folder not in tops:
+            try:
+                _check_no_symlink(plan.root, folder)
+                (plan.root / folder).rmdir()
+            except (OSError, PathOutsideWorkspace):  # not empty (a file the backup has,
+                break  # a hidden one), gone, or no longer the workspace's own
+            folder = folder.rpartition("/")[0]
 
 
 def _missing_dirs(root: Path, folder: Path) -> list[Path]:

@@ -5,6 +5,7 @@ closed workspaces named by the person."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -173,3 +174,30 @@ def test_meta_fields_of_the_wrong_type_are_refused_and_change_nothing(
     # Absent, they are an archive of old: taken.
     old = _with_meta(Path(made["file"]), tmp_path / "old.zip")
     assert daemon.call("backup.verify", {"file": str(old)})["ok"] is True
+
+
+def test_a_restore_removes_the_folders_it_empties(daemon: DaemonHandle, ws: Path) -> None:
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    write_tree(ws, {"memory/2026-08-01/trip/day1.md": "Hiked to the lake.\n",
+                    "memory/2026-08-01/trip/day2.md": "Rain all day.\n",
+                    "digest/projects/kiln/notes.md": "Fire at 1200 C.\n",
+                    "digest/wiki/kilns.md": "A kiln is an oven.\n",
+                    "resource/2026-08-01/.keep": ""})
+    (ws / "memory" / "2026-08-02").mkdir()  # empty before the restore: not its to remove
+    result = daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
+    assert result["restored"][0]["removed"] == 4
+    assert not (ws / "memory" / "2026-08-01").exists()
+    assert not (ws / "digest" / "projects").exists()
+    assert (ws / "digest" / "wiki").is_dir()  # holds a file the backup has
+    assert (ws / "resource" / "2026-08-01" / ".keep").exists()  # hidden: left alone
+    assert (ws / "memory" / "2026-08-02").is_dir()
+    # The content folders stay, emptied or not.
+    shutil.rmtree(ws / "resource")
+    (ws / "resource" / "2026-08-03").mkdir(parents=True)
+    (ws / "resource" / "2026-08-03" / "x.txt").write_text("x\n")
+    bare = daemon.call("backup.create", {"agents": ["w"]})
+    write_tree(ws, {"resource/2026-08-04/y.txt": "y\n"})
+    (ws / "resource" / "2026-08-03" / "x.txt").unlink()
+    shutil.rmtree(ws / "resource" / "2026-08-03")
+    daemon.call("backup.restore", {"file": bare["file"], "agents": ["w"]})
+    assert sorted(p.name for p in (ws / "resource").iterdir()) == ["2026-08-03"]
