@@ -19,7 +19,7 @@ from test_backup import NOTES, tree, write_tree
 
 from recalld.daemon import backup
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
-from recalld.ipc.errors import InvalidBackup
+from recalld.ipc.errors import InvalidBackup, InvalidParams, UnknownWorkspace
 
 
 @pytest.fixture
@@ -201,3 +201,32 @@ def test_a_restore_removes_the_folders_it_empties(daemon: DaemonHandle, ws: Path
     shutil.rmtree(ws / "resource" / "2026-08-03")
     daemon.call("backup.restore", {"file": bare["file"], "agents": ["w"]})
     assert sorted(p.name for p in (ws / "resource").iterdir()) == ["2026-08-03"]
+
+
+def test_a_closed_workspace_is_backed_up_by_name(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Only open workspaces could be named: a closed one, still recorded (it opens at the
+    # next start), was "not open" and could not be backed up without opening it.
+    root = tmp_path / "resting"
+    write_tree(root, {"days/2026-07-23/trip.md": "The ferry to Lindau leaves at nine.\n",
+                      "digest/wiki/ferry.md": "Ferries run every hour.\n"})
+    daemon.call("workspace.open", {"agent_id": "resting", "path": str(root),
+                                   "config": {"daily_dir": "days"}})
+    daemon.call("workspace.close", {"agent_id": "resting"})
+    expected = tree(root, ("days", "digest"))
+    made = daemon.call("backup.create", {"agents": ["resting"]})
+    with zipfile.ZipFile(made["file"]) as zf:
+        assert {f"agents/resting/{rel}" for rel in expected} <= set(zf.namelist())
+    assert made["agents"]["resting"]["path"] == str(root.resolve())
+    assert made["agents"]["resting"]["dirs"]["daily_dir"] == "days"
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    assert listed["resting"]["state"] != "ready"  # backed up, not opened for it
+    shutil.rmtree(root / "days")
+    daemon.call("backup.restore", {"file": made["file"], "agents": ["resting"]})
+    assert tree(root, ("days", "digest")) == expected
+    # One never opened here, or whose folder is gone, is still refused by name.
+    with pytest.raises(UnknownWorkspace, match="not open"):
+        daemon.call("backup.create", {"agents": ["stranger"]})
+    daemon.call("workspace.close", {"agent_id": "resting"})
+    shutil.rmtree(root)
+    with pytest.raises(InvalidParams, match=r"closed and its folder .* is gone"):
+        daemon.call("backup.create", {"agents": ["resting"]})

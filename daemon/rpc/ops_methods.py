@@ -131,6 +131,25 @@ def _unique(path: Path) -> Path:
     return candidate
 
 
+async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | None:
+    """The workspace of ``agent_id`` where and as it opens, if it is closed (not open in
+    any state, and recorded or configured); None otherwise. InvalidParams if its folder
+    is gone."""
+    cfg = state.config
+    known = state.registry.remembered().get(agent_id)
+    if state.registry.exists(agent_id) or (
+            known is None and agent_id not in cfg.configured_agents()):
+        return None
+    where, overrides = closed_home(cfg, agent_id, known, None)
+    root = await trio.to_thread.run_sync(where.expanduser().resolve)
+    if not await trio.to_thread.run_sync(root.is_dir):
+        raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} is "
+                            "gone: nothing to back up")
+    settings = config_mod.workspace_settings_from_params(cfg.workspace_settings(agent_id),
+                                                         overrides)
+    return bk.AgentSource(agent_id, root, _dirs_of(settings))
+
+
 def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
     """The call's progress reporter: to its connection if it passed ``progress_token``."""
     token = check_token(p.text("progress_token", None))
@@ -177,11 +196,18 @@ def ops_methods() -> Methods:
     async def create(ctx: CallContext, agents: list[str] | None, out: str | None,
                      include_derived: bool, include_secrets: bool,
                      progress: CallProgress) -> JsonObject:
+        closed: list[bk.AgentSource] = []
         if agents:
-            workspaces = [ctx.workspace(check_agent_id(a)) for a in dict.fromkeys(agents)]
+            workspaces = []
+            for agent_id in dict.fromkeys(agents):
+                source = await _closed_source(ctx.state, check_agent_id(agent_id))
+                if source is not None:
+                    closed.append(source)
+                else:
+                    workspaces.append(ctx.workspace(agent_id))
         else:
             workspaces = [w for w in ctx.state.registry.list() if w.state == "ready"]
-        if not workspaces:
+        if not workspaces and not closed:
             raise InvalidParams("no open workspace to back up")
         if out is not None:
             path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
@@ -196,11 +222,14 @@ def ops_methods() -> Methods:
                     raise InvalidParams(f"{path} is inside workspace {w.agent_id!r} "
                                         f"({w.root}); put the archive outside every workspace")
         else:
-            label = "-".join(w.agent_id for w in workspaces) if agents else "all"
+            label = "-".join(dict.fromkeys(agents)) if agents else "all"
             path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
-        async with progress.pumping():
-            made = await write_backup(ctx.state, [_source(w) for w in workspaces], path,
-                                      include_derived, "", include_secrets, progress)
+        sources = sorted([*map(_source, workspaces), *closed], key=lambda s: s.agent_id)
+        async with progress.pumping(), contextlib.AsyncExitStack() as held:
+            for source in closed:  # not opened (and written to) while its files are read
+                await held.enter_async_context(ctx.state.registry.held(source.agent_id))
+            made = await write_backup(ctx.state, sources, path, include_derived, "",
+                                      include_secrets, progress)
         if not agents:  # "every workspace": say which ones it could not be
             registry = ctx.state.registry
             made["not_open"] = sorted(
