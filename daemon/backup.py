@@ -160,7 +160,16 @@ def _daemons_own(name: str) -> bool:
 
 def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator[str]:
     """Workspace-relative paths of the regular, non-hidden files under ``root/top``; what
-    it leaves out is added to ``passed``."""
+    it leaves out is added to ``passed``. A ``top`` that is, or lies under, a symlink is
+    left out whole (the index passes it by too, and what is there is not the
+    workspace's: a restore must not remove it)."""
+    current = root
+    for part in top.split("/"):
+        current = current / part
+        if current.is_symlink():
+            if passed is not None:
+                passed.symlinks.append(safepath.shown(str(current.relative_to(root))))
+            return
     stack = [root / top]
     prefix = str(root) + os.sep
     while stack:

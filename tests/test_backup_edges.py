@@ -230,3 +230,25 @@ def test_a_closed_workspace_is_backed_up_by_name(daemon: DaemonHandle, tmp_path:
     shutil.rmtree(root)
     with pytest.raises(InvalidParams, match=r"closed and its folder .* is gone"):
         daemon.call("backup.create", {"agents": ["resting"]})
+
+
+def test_a_content_folder_that_is_a_symlink_is_named_and_a_restore_leaves_it_alone(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A daily folder linked to a synced folder elsewhere: the backup left its notes out
+    # without a word, and a restore planned to remove them through the link, then failed
+    # half done ("passes through a symlink") with the workspace's other files replaced.
+    synced = tmp_path / "synced"
+    write_tree(synced, {"2026-07-23/walrus.md": "Walruses haul out on ice floes.\n"})
+    root = tmp_path / "linked"
+    write_tree(root, {"digest/wiki/ice.md": "Sea ice melts in summer.\n"})
+    (root / "memory").symlink_to(synced)
+    daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
+    made = daemon.call("backup.create", {"agents": ["linked"]})
+    assert made["symlinks"] == {"linked": ["memory"]}
+    write_tree(root, {"digest/wiki/melt.md": "Written after the backup.\n"})
+    plan = daemon.call("backup.restore", {"file": made["file"], "dry_run": True})["plans"][0]
+    assert plan["removes"] == ["digest/wiki/melt.md"]
+    result = daemon.call("backup.restore", {"file": made["file"]})
+    assert result["restored"][0]["removed"] == 1
+    assert tree(root, ("digest",)) == {"digest/wiki/ice.md": b"Sea ice melts in summer.\n"}
+    assert (synced / "2026-07-23" / "walrus.md").is_file() and (root / "memory").is_symlink()
