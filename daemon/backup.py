@@ -144,7 +144,8 @@ class AgentSource:
 class PassedBy:
     """What a walk of a workspace's folders leaves out, workspace-relative (bytes that are
     not UTF-8 shown as ``\\xNN``): files whose names are not UTF-8 (no zip member name
-    can hold them, nor did the index), symlinks (what they lead to is not the
+    can hold them, nor did the index) or have a backslash (taken for a Windows path
+    separator: a restore refuses such a member), symlinks (what they lead to is not the
     workspace's), and hidden files and folders (``.name``) other than the daemon's own
     temp files and sync cookies."""
 
@@ -189,11 +190,11 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                if safepath.is_utf8(rel):
+                if safepath.is_utf8(rel) and "\\" not in rel:
                     yield rel
-                else:  # no zip member name can hold it (nor did the index)
-                    log.warning("backup passes by %s: its name is not valid UTF-8",
-                                safepath.shown(str(root / rel)))
+                else:  # no zip member name can hold it (a restore refuses a backslash)
+                    log.warning("backup passes by %s: its name is not valid UTF-8 or has a "
+                                "backslash", safepath.shown(str(root / rel)))
                     if passed is not None:
                         passed.unnamed.append(safepath.shown(rel))
 
@@ -234,10 +235,10 @@ def create_backup(
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
     ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
     Files that vanish while being read are left out, and so are, by agent in the
-    summary, files whose names are not UTF-8 (``passed_by``), symlinks (``symlinks``),
-    hidden files and folders (``hidden``) and files larger than a restore takes
-    (``too_large``; with ``whole``, for a snapshot a restore could not do without,
-    InvalidParams instead). InvalidParams, before anything is written, when the files
+    summary, files whose names are not UTF-8 or have a backslash (``passed_by``),
+    symlinks (``symlinks``), hidden files and folders (``hidden``) and files larger than
+    a restore takes (``too_large``; with ``whole``, for a snapshot a restore could not do
+    without, InvalidParams instead). InvalidParams, before anything is written, when the files
     add up to more than a restore takes. A file is copied as far as it reached when
     opened: one growing meanwhile makes no member a restore refuses. ``progress`` gets a
     ``listing files`` phase, then ``phase`` with the files and bytes to write."""

@@ -110,7 +110,7 @@ def _confirm(question: str, yes: bool) -> None:
 
 
 #: What ``backup.create`` leaves out, by key of its answer, and why.
-_LEFT_OUT = (("passed_by", "names not UTF-8, no archive can hold them"),
+_LEFT_OUT = (("passed_by", "names not UTF-8 or with a backslash: no archive can hold them"),
              ("symlinks", "symlinks: what they lead to is not the workspace's"),
              ("hidden", "hidden: names starting with a dot"),
              ("too_large", "larger than a restore takes, 4 GiB"))

@@ -252,3 +252,19 @@ def test_a_content_folder_that_is_a_symlink_is_named_and_a_restore_leaves_it_alo
     assert result["restored"][0]["removed"] == 1
     assert tree(root, ("digest",)) == {"digest/wiki/ice.md": b"Sea ice melts in summer.\n"}
     assert (synced / "2026-07-23" / "walrus.md").is_file() and (root / "memory").is_symlink()
+
+
+def test_a_file_named_with_a_backslash_is_named_and_the_archive_restores(
+        daemon: DaemonHandle, ws: Path) -> None:
+    # A backslash is a plain character in a Linux file name, but a restore refuses a
+    # member holding one (a Windows path separator): one such note made every backup of
+    # the workspace one that its own verify and restore refused.
+    write_tree(ws, {"memory/2026-07-23/C:\\Users\\me.md": "copied from Windows\n",
+                    "digest/a\\b/c.md": "in a folder named with one\n"})
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    assert made["passed_by"] == {"w": ["digest/a\\b/c.md", "memory/2026-07-23/C:\\Users\\me.md"]}
+    assert daemon.call("backup.verify", {"file": made["file"]})["ok"] is True
+    before = tree(ws)
+    (ws / "digest" / "wiki" / "trains.md").unlink()
+    daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
+    assert tree(ws) == before  # restored, and the files it could not hold left alone
