@@ -78,3 +78,45 @@ def test_history_is_bounded_and_older_entries_are_archived(
     daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
     assert (root / VPN).read_bytes() == after_first
     assert not (root / ARCHIVE).exists()
+
+
+BUILD = "digest/wiki/build-server.md"
+BUILD_ARCHIVE = "digest/wiki/build-server.history.txt"
+
+
+def build_server(daemon: DaemonHandle, fake: FakeProvider, root: Path
+                 ) -> tuple[ScriptedModel, list[str]]:
+    """A node corrected once more than its History keeps: its oldest entry archived."""
+    model = ScriptedModel(fake)
+    notes = [f"memory/2027-01-{day:02d}/ci.md" for day in range(1, MAX_HISTORY_ENTRIES + 3)]
+    for i, note in enumerate(notes):
+        write(root, note, f"Builds now run on box-{i}z.\n")
+        args = {"bucket": "wiki", "name": "Build server", "reason": f"box-{i}z",
+                "content": f"- builds run on box-{i}z"}
+        model.plan[note] = [[("integrate", {**args, "action": "CREATE"} if i == 0 else
+                              {**args, "action": "CORRECT", "node": BUILD})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": MAX_HISTORY_ENTRIES + 1}
+    assert f"(source: [[{notes[1]}]]" in (root / BUILD_ARCHIVE).read_text(encoding="utf-8")
+    return model, notes
+
+
+def test_archived_history_follows_a_renamed_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A daily note renamed had its links updated in the node's History, not in the
+    entries archived beside it."""
+    root = tmp_path / "ws"
+    _, notes = build_server(daemon, fake, root)
+    renamed = "memory/2027-01-02/ci (monday).md"  # the source of the archived entry
+    (root / notes[1]).rename(root / renamed)
+    node_before = (root / BUILD).read_bytes()
+    archive_before = (root / BUILD_ARCHIVE).read_bytes()
+    second = dream(daemon)
+    assert second["actions"] == {"RELINK": 1}, second
+    kept = (root / BUILD_ARCHIVE).read_text(encoding="utf-8")
+    assert f"[[{notes[1]}]]" not in kept and f"(source: [[{renamed}]]" in kept, kept
+    assert kept == archive_before.decode().replace(notes[1], renamed)
+    daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
+    assert (root / BUILD).read_bytes() == node_before
+    assert (root / BUILD_ARCHIVE).read_bytes() == archive_before
+

@@ -41,7 +41,8 @@ MAX_CONTENT_CHARS: Final = 8000
 #: The ``## History`` entries a node keeps; older ones move to its archive file
 #: (:func:`history_archive`), which search does not index, and one line counts them.
 MAX_HISTORY_ENTRIES: Final = 20
-_ARCHIVED_RE: Final = re.compile(r"- (\d+) older (?:entry is|entries are) in \S.*\.history\.txt")
+_ARCHIVED_RE: Final = re.compile(
+    r"- (\d+) older (?:entry is|entries are) in (\S.*\.history\.txt)")
 _MANAGED: Final = ("Related", "History", "Sources")
 _LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _DASHES_RE: Final = re.compile(r"-{2,}")
@@ -154,6 +155,9 @@ class Node:
     history: list[str] = field(default_factory=list)
     #: How many older History entries are in the node's archive file.
     archived: int = 0
+    #: The archive file its History names ("" if none): :func:`history_archive` of its
+    #: path, or of the path it had before a person renamed its file.
+    archive_named: str = ""
     extra: JsonObject = field(default_factory=dict)  # other frontmatter: user metadata
     #: As written by hand: the title, and the lines of ``## Related`` and ``## Sources``
     #: (prose a person put there included), written again as they are.
@@ -297,6 +301,7 @@ def parse_node(path: str, text: str) -> Node:
         content="\n".join(content).strip("\n"),
         history=history,
         archived=sum(int(m.group(1)) for m in counted),
+        archive_named=counted[0].group(2) if counted else "",
         extra={k: v for k, v in fields.items() if k not in own},
         title=title or "",
         written={k: _trimmed(sections.get(k, [])) for k in ("Related", "Sources")},

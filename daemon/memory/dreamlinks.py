@@ -56,6 +56,7 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
             if before is None or text is None:
                 break
             try:
+                await _relink_archive(run, digest.parse_node(rel, before), back)
                 await run.write(rel, before, text)
             except WriteConflict:
                 continue
@@ -66,6 +67,22 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
                     f"{old} -> {back[old]}" for old in cited if old in back),
                 "sources": [back[old] for old in cited if old in back], "note": ""})
             break
+
+
+async def _relink_archive(run: _Run, node: digest.Node, back: Mapping[str, str]) -> None:
+    """The History entries archived beside ``node`` cite the renamed notes of ``back``
+    (old path -> new) by their new paths, as its own History does. WriteConflict if the
+    archive changed while it was read."""
+    path = _archive_of(node)
+    before = await trio.to_thread.run_sync(read_confined, run.ws.root, path)
+    if before is not None and (text := dreamnotes.swap_links(before, back)) != before:
+        await run.write(path, before, text)
+
+
+def _archive_of(node: digest.Node) -> str:
+    """Where the older History of ``node`` is: the archive its History names, else the
+    one beside it."""
+    return node.archive_named or digest.history_archive(node.path)
 
 
 def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
@@ -93,15 +110,9 @@ def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
 def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
     node = digest.parse_node(rel, text)
     node.related = list(dict.fromkeys(moved.get(r, r) for r in node.related))
-    node.written = {k: [_swap(ln, moved) if k == "Related" else ln for ln in v]
+    node.written = {k: [dreamnotes.swap_links(ln, moved) if k == "Related" else ln for ln in v]
                     for k, v in node.written.items()}
     return digest.render_node(node)
-
-
-def _swap(line: str, moved: Mapping[str, str]) -> str:
-    for old, new in moved.items():
-        line = line.replace(f"[[{old}]]", f"[[{new}]]")
-    return line
 
 
 async def follow_renamed_nodes(run: _Run) -> None:

@@ -132,14 +132,20 @@ def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
         return None  # (a node whose frontmatter cannot be read is not written)
 
     def links(line: str) -> str:
-        for old, new in moves.items():
-            line = line.replace(f"[[{old}]]", f"[[{new}]]")
-        return line
+        return swap_links(line, moves)
 
     node.sources = list(dict.fromkeys(moves.get(s, s) for s in node.sources))
     node.written = {k: [links(ln) for ln in v] for k, v in node.written.items()}
     node.history = [links(ln) for ln in node.history]
     return digest.render_node(node)
+
+
+def swap_links(text: str, moves: Mapping[str, str]) -> str:
+    """``text`` with its ``[[old]]`` links to the paths of ``moves`` (old -> new) as
+    ``[[new]]``."""
+    for old, new in moves.items():
+        text = text.replace(f"[[{old}]]", f"[[{new}]]")
+    return text
 
 
 def note_parts(text: str, limit: int) -> list[str]:
