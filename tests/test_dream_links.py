@@ -44,3 +44,35 @@ def test_related_links_follow_a_node_renamed_by_hand(
     assert "renamed related node(s)" in (root / second["log"]).read_text(encoding="utf-8")
     daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
     assert (root / hand).read_bytes() == before
+
+
+def test_a_run_with_no_note_to_read_still_follows_a_renamed_node(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A run with no changed note returned before it followed renamed nodes: links to a
+    node renamed by hand stayed dangling until some note changed."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-03-14/pi.md"
+    old, new = "digest/wiki/pi-day.md", "digest/wiki/march-14.md"
+    cake = "digest/personal/cake.md"
+    write(root, a, "Pi day: the user bakes a lemon cake every year.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Pi day",
+                       "content": "- on March 14", "reason": "date"}),
+        ("integrate", {"action": "CREATE", "bucket": "personal", "name": "Cake",
+                       "content": "- lemon, every pi day", "related": ["Pi day"],
+                       "reason": "habit"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 2}
+    assert dream(daemon)["run_id"] is None  # nothing changed: nothing to do
+    before = (root / cake).read_bytes()
+    (root / old).rename(root / new)
+    asked = len(fake.requests)
+    second = dream(daemon)
+    assert second["notes"] == 0 and second["actions"] == {"RELINK": 1}, second
+    assert len(fake.requests) == asked  # no model asked
+    assert node(root, cake)[0]["related"] == [new]
+    assert f"[[{old}]]" not in node(root, cake)[1]
+    assert dream(daemon)["run_id"] is None  # followed: not again
+    daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
+    assert (root / cake).read_bytes() == before

@@ -350,7 +350,9 @@ async def run_dream(
     todo = pending[: cfg.max_notes_per_run]
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
-    if not todo and not moves:
+    names = nodefiles.NameIndex()
+    renamed = await trio.to_thread.run_sync(dreamlinks.renamed_nodes, ws, names)
+    if not todo and not moves and not renamed.found:
         if catalog != known:
             await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
@@ -360,7 +362,7 @@ async def run_dream(
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,),
                                                  (".md", ".yaml", ".history.txt"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,
-               budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)))
+               budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)), names=names)
     _RUNNING.add(run.log.run_id)
     ended = False  # True once the run went through every note: not cancelled, no error
     try:
@@ -368,7 +370,7 @@ async def run_dream(
             await dreamlinks.follow_moves(run, moves)
             for new, old in moves.items():
                 catalog[new] = {**catalog.pop(old), "path": new}
-        await dreamlinks.follow_renamed_nodes(run)
+        await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
             run.note = note
@@ -423,6 +425,7 @@ async def run_dream(
     finally:
         run.log.finished = datetime.now(UTC).isoformat()
         run.log.tool_calls_refused = run.budget.refused
+        dreamlinks.remember_made(run)
         summary = dreaminbox.run_summary(run.log, settings.metadata_dir)
         summary["recognised_from_reme"] = recognised
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):

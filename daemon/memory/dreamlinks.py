@@ -2,19 +2,22 @@
 entries in the archive file beside them (:func:`archive_history`), the daily notes they
 cite renamed or moved (:func:`follow_moves`), and the nodes they relate to renamed by hand
 (:func:`follow_renamed_nodes`). Each write goes through the run (its change
-log and journal), so undo restores it. No task.
+log and journal), so undo restores it. No task; it keeps, per open workspace, the node
+files seen when links were last followed (:func:`renamed_nodes`), in memory only.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
 from recalld.daemon.memory import digest, dreamnotes, nodefiles
 from recalld.daemon.memory.fileops import WriteConflict, read_confined
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
 if TYPE_CHECKING:
@@ -85,6 +88,33 @@ def _archive_of(node: digest.Node) -> str:
     return node.archive_named or digest.history_archive(node.path)
 
 
+class Renamed(NamedTuple):
+    """What :func:`renamed_nodes` found: the node files there were, and the nodes to
+    write (:func:`_renamed_related`)."""
+
+    nodes: frozenset[str]
+    found: dict[str, tuple[str, dict[str, str]]]
+
+
+#: The node files each workspace had when its links were last followed: a node renamed
+#: since shows as a file gone. Forgotten with the workspace (closed, or the daemon stopped).
+_SEEN: weakref.WeakKeyDictionary[Workspace, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
+    """The nodes whose links name a node renamed by hand (blocking).
+    The nodes are read only when a node file is gone since the links were last followed
+    (or not yet followed since the workspace opened): a run has them all read once
+    instead of at every run."""
+    nodes = frozenset(nodefiles.node_paths(ws.root, ws.settings.digest_dir))
+    seen = _SEEN.get(ws)
+    found = {} if seen is not None and seen <= nodes else _renamed_related(
+        ws.root, ws.settings.digest_dir, names)
+    if not found:
+        _SEEN[ws] = nodes
+    return Renamed(nodes, found)
+
+
 def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
                      ) -> dict[str, tuple[str, dict[str, str]]]:
     """``{node: (its text, {old related path: the node's path now})}`` of the nodes whose
@@ -115,12 +145,12 @@ def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
     return digest.render_node(node)
 
 
-async def follow_renamed_nodes(run: _Run) -> None:
-    """Nodes renamed by hand (their file, not their name): the Related links of other
-    nodes that named the old file name the node's file now."""
+async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
+    """Nodes renamed by hand (their file, not their name; ``renamed``: what
+    :func:`renamed_nodes` found): the Related links of other nodes that named the old
+    file name the node's file now."""
+    found = renamed.found
     for _ in range(WRITE_ATTEMPTS):  # again if a person wrote a node meanwhile
-        found = await trio.to_thread.run_sync(_renamed_related, run.ws.root,
-                                              run.digest_dir, run.names)
         conflicts = 0
         for rel, (before, moved) in found.items():
             try:
@@ -134,4 +164,22 @@ async def follow_renamed_nodes(run: _Run) -> None:
                     f"{old} -> {new}" for old, new in moved.items()),
                 "sources": [], "note": ""})
         if not conflicts:
+            _SEEN[run.ws] = renamed.nodes
             return
+        found = await trio.to_thread.run_sync(_renamed_related, run.ws.root,
+                                              run.digest_dir, run.names)
+
+
+def forget_seen(ws: Workspace) -> None:
+    """The node files of ``ws`` changed under the runs (an undo): the next run reads the
+    nodes, as at the first run since the workspace opened."""
+    _SEEN.pop(ws, None)
+
+
+def remember_made(run: _Run) -> None:
+    """The nodes ``run`` made count among the node files seen (:func:`renamed_nodes`):
+    one renamed before the next run shows as gone."""
+    seen = _SEEN.get(run.ws)
+    if seen is not None:
+        _SEEN[run.ws] = seen | {p for p, before in run.log.before.items()
+                                if before is None and p.endswith(".md")}

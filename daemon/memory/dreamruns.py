@@ -9,7 +9,7 @@ from typing import Final
 
 import trio
 
-from recalld.daemon.memory import changelog, dreaminbox, runjournal
+from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, runjournal
 from recalld.daemon.memory.fileops import fileops_for
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
@@ -37,6 +37,8 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
                 digest_dir=settings.digest_dir, force=force,
                 now=datetime.now(UTC).isoformat(),
                 derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
+    # What it put back may name renamed nodes again (a link, a History archive).
+    dreamlinks.forget_seen(ws)
     try:
         index = ws.services.index
     except UnknownWorkspace:
