@@ -110,15 +110,10 @@ def _check_opened_root(fd: int, root: Path) -> None:
         raise PathOutsideWorkspace(f"the workspace folder {root} now leads to {real}")
 
 
-def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
-    """Open ``path`` (relative to ``root``, resolved: as the workspace was opened)
-    read-only (``writable``: for reading and writing, never created or truncated)
-    without leaving ``root``.
-
-    Returns a file descriptor of a regular file that the caller must close.
-    Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
-    """
-    parts = split_relative(path)
+def open_parent(root: Path, parts: Sequence[str], path: str) -> int:
+    """A descriptor of the folder ``parts[:-1]`` (:func:`split_relative` of ``path``)
+    below ``root``, opened folder by folder without following a link; the caller closes
+    it. Raises PathOutsideWorkspace or NotFound."""
     try:
         current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
@@ -132,6 +127,23 @@ def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
                 raise _refuse_or_missing(current, name, exc, path) from None
             os.close(current)
             current = child
+    except BaseException:
+        os.close(current)
+        raise
+    return current
+
+
+def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
+    """Open ``path`` (relative to ``root``, resolved: as the workspace was opened)
+    read-only (``writable``: for reading and writing, never created or truncated)
+    without leaving ``root``.
+
+    Returns a file descriptor of a regular file that the caller must close.
+    Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
+    """
+    parts = split_relative(path)
+    current = open_parent(root, parts, path)
+    try:
         try:
             # O_RDONLY is 0: or-ed with O_RDWR, it reads and writes.
             flags = _FILE_FLAGS | os.O_RDWR if writable else _FILE_FLAGS

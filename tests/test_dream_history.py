@@ -17,6 +17,10 @@ VPN = "digest/wiki/vpn-gateway.md"
 ARCHIVE = "digest/wiki/vpn-gateway.history.txt"
 
 
+def history_text(text: str) -> str:
+    return text.split("## History\n", 1)[1].split("\n## ", 1)[0]
+
+
 def history(text: str) -> list[str]:
     section = text.split("## History\n", 1)[1].split("\n## ", 1)[0]
     return [ln for ln in section.splitlines() if ln.strip()]
@@ -120,3 +124,62 @@ def test_archived_history_follows_a_renamed_note(
     assert (root / BUILD).read_bytes() == node_before
     assert (root / BUILD_ARCHIVE).read_bytes() == archive_before
 
+
+def test_an_archive_follows_its_node_renamed_by_hand(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node whose file a person renamed left its archive behind, named by no node,
+    and a second archive was begun beside it at the next archiving."""
+    root = tmp_path / "ws"
+    model, _ = build_server(daemon, fake, root)
+    moved, moved_archive = "digest/wiki/ci-host.md", "digest/wiki/ci-host.history.txt"
+    archive_before = (root / BUILD_ARCHIVE).read_bytes()
+    (root / BUILD).rename(root / moved)  # by hand: its name stays "Build server"
+    node_before = (root / moved).read_bytes()
+    second = dream(daemon)
+    assert second["notes"] == 0 and second["actions"] == {"RELINK": 1}, second
+    assert not (root / BUILD_ARCHIVE).exists()
+    entries = (root / moved_archive).read_text(encoding="utf-8")
+    assert entries == archive_before.decode().replace(
+        f"# Older History of {BUILD},", f"# Older History of {moved},"), entries
+    assert f"- 1 older entry is in {moved_archive}\n" in history_text(node(root, moved)[1])
+    daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
+    assert (root / moved).read_bytes() == node_before
+    assert (root / BUILD_ARCHIVE).read_bytes() == archive_before
+    assert not (root / moved_archive).exists()
+
+    assert dream(daemon)["actions"] == {"RELINK": 1}  # undone: followed again
+    later = "memory/2027-02-01/ci.md"
+    write(root, later, "Builds now run on box-99z.\n")
+    model.plan[later] = [[("integrate", {
+        "action": "CORRECT", "bucket": "wiki", "name": "Build server", "node": moved,
+        "content": "- builds run on box-99z", "reason": "moved again"})]]
+    assert dream(daemon)["actions"] == {"CORRECT": 1}
+    grown = (root / moved_archive).read_text(encoding="utf-8")
+    assert grown.startswith(entries) and grown.count("\n- ") == 2, grown
+    assert not (root / BUILD_ARCHIVE).exists()
+    assert f"- 2 older entries are in {moved_archive}\n" in node(root, moved)[1]
+
+
+def test_an_archive_named_by_a_hand_edit_outside_its_node_is_left_alone(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node renamed by hand whose History names an archive that is a link, or one
+    outside the buckets, is not followed there: no file outside the digest is read,
+    moved or removed, and the run goes on."""
+    root = tmp_path / "ws"
+    build_server(daemon, fake, root)
+    outside = tmp_path / "secret.history.txt"
+    outside.write_text("not the node's\n", encoding="utf-8")
+    (root / BUILD_ARCHIVE).unlink()
+    (root / BUILD_ARCHIVE).symlink_to(outside)
+    moved = root / "digest/wiki/ci-host.md"
+    (root / BUILD).rename(moved)
+    held = moved.read_bytes()
+    hand = root / "digest/wiki/hand.md"
+    hand.write_bytes(held.replace(BUILD_ARCHIVE.encode(), b"digest/../secret.history.txt"))
+    hand_held = hand.read_bytes()
+    result = dream(daemon)
+    assert result["actions"] == {} and not result["changed"], result
+    assert moved.read_bytes() == held and hand.read_bytes() == hand_held
+    assert outside.read_text(encoding="utf-8") == "not the node's\n"
+    assert (root / BUILD_ARCHIVE).is_symlink()
+    assert not (root / "digest/wiki/ci-host.history.txt").exists()

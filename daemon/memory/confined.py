@@ -1,7 +1,7 @@
 """Blocking file primitives confined to a workspace root, for :mod:`fileops` and the
-memory jobs (run them in a worker thread): publish a file atomically, read one's text,
-tell whether a file is UTF-8. Names are checked by :mod:`safepath`; symbolic links on the
-way are refused. No state, no task.
+memory jobs (run them in a worker thread): publish a file atomically, remove one, read
+one's text, tell whether a file is UTF-8. Names are checked by :mod:`safepath`; symbolic
+links on the way are refused. No state, no task.
 """
 
 from __future__ import annotations
@@ -69,6 +69,30 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True)
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
     atomic_write(REAL, target, data, sync_dir=sync_dir)
+
+
+def unlink_confined(root: Path, path: str) -> None:
+    """Remove the regular file ``path`` (relative to ``root``) without leaving ``root``;
+    nothing there is no error. Raises PathOutsideWorkspace (a link on the way or at the
+    end) or InvalidParams (not a regular file). Blocking."""
+    parts = safepath.split_relative(path)
+    try:
+        folder = safepath.open_parent(root, parts, path)
+    except NotFound:
+        return
+    try:
+        try:
+            st = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidParams(f"not a regular file: {path}")
+        os.unlink(parts[-1], dir_fd=folder)
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class NotUtf8(InvalidParams):

@@ -193,6 +193,13 @@ class _Run:
         await self.journaled({"file": rel, **entry})
         return written
 
+    async def remove(self, rel: str, before: str) -> None:
+        """Remove ``rel`` if it still holds ``before`` (WriteConflict if not), recorded
+        for undo as :meth:`write` records a write."""
+        await self.files.remove(rel, before)
+        entry = self.log.record_write(rel, before.encode(), None)
+        await self.journaled({"file": rel, **entry})
+
     async def journaled(self, entry: JsonObject) -> None:
         await trio.to_thread.run_sync(self.journal.append, [entry])
 

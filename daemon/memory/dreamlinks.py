@@ -1,13 +1,15 @@
 """What a dream run writes about nodes besides their integrations: their older History
 entries in the archive file beside them (:func:`archive_history`), the daily notes they
 cite renamed or moved (:func:`follow_moves`), and the nodes they relate to renamed by hand
-(:func:`follow_renamed_nodes`). Each write goes through the run (its change
-log and journal), so undo restores it. No task; it keeps, per open workspace, the node
-files seen when links were last followed (:func:`renamed_nodes`), in memory only.
+(:func:`follow_renamed_nodes`), whose History archive follows them. Each write goes
+through the run (its change log and journal), so undo restores it. No task; it keeps,
+per open workspace, the node files seen when links were last followed
+(:func:`renamed_nodes`), in memory only.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +24,8 @@ from recalld.ipc.errors import RecalldError
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.dream import _Run
+
+log = logging.getLogger(__name__)
 
 WRITE_ATTEMPTS: Final = 3
 
@@ -93,7 +97,7 @@ class Renamed(NamedTuple):
     write (:func:`_renamed_related`)."""
 
     nodes: frozenset[str]
-    found: dict[str, tuple[str, dict[str, str]]]
+    found: dict[str, tuple[str, dict[str, str], str | None]]
 
 
 #: The node files each workspace had when its links were last followed: a node renamed
@@ -102,7 +106,7 @@ _SEEN: weakref.WeakKeyDictionary[Workspace, frozenset[str]] = weakref.WeakKeyDic
 
 
 def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
-    """The nodes whose links name a node renamed by hand (blocking).
+    """The nodes whose links or History archive name a node renamed by hand (blocking).
     The nodes are read only when a node file is gone since the links were last followed
     (or not yet followed since the workspace opened): a run has them all read once
     instead of at every run."""
@@ -116,12 +120,14 @@ def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
 
 
 def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
-                     ) -> dict[str, tuple[str, dict[str, str]]]:
-    """``{node: (its text, {old related path: the node's path now})}`` of the nodes whose
-    Related links name no file, where :func:`nodefiles.find_node` finds the node they
-    meant (its file renamed by hand: found by its frontmatter name) (blocking)."""
+                     ) -> dict[str, tuple[str, dict[str, str], str | None]]:
+    """``{node: (its text, {old related path: the node's path now}, the archive its
+    History names if it is another node's)}`` of the nodes whose Related links name no
+    file, where :func:`nodefiles.find_node` finds the node they meant (its file renamed
+    by hand: found by its frontmatter name), and of the nodes renamed by hand, whose
+    History names the archive beside their old file (blocking)."""
     nodes = names.scan(root, digest_dir)
-    out: dict[str, tuple[str, dict[str, str]]] = {}
+    out: dict[str, tuple[str, dict[str, str], str | None]] = {}
     for rel in nodes:
         try:
             text, utf8 = nodefiles.read_node(root, rel)
@@ -132,9 +138,22 @@ def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
         node = digest.parse_node(rel, text)
         moved = {old: new for old in node.related if old not in nodes
                  and (new := nodefiles.find_node(nodes, old, nodes)) not in (None, rel)}
-        if moved and not node.unreadable:
-            out[rel] = (text, moved)
+        left = _left_behind(node, digest_dir, nodes)
+        if (moved or left) and not node.unreadable:
+            out[rel] = (text, moved, left)
     return out
+
+
+def _left_behind(node: digest.Node, digest_dir: str, nodes: Mapping[str, str]) -> str | None:
+    """The archive ``node``'s History names if it is the one beside a node file that is
+    gone (the node's own, before a person renamed its file), else None. One elsewhere (a
+    hand edit: another folder, a hidden name) is left alone."""
+    archive = _archive_of(node)
+    folder, _, name = archive.rpartition("/")
+    was = f"{archive.removesuffix('.history.txt')}.md"
+    ours = folder in {f"{digest_dir}/{b}" for b in digest.BUCKETS} and not name.startswith(".")
+    return archive if ours and archive != digest.history_archive(node.path) \
+        and was not in nodes and digest.visible_text(name) == name else None
 
 
 def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
@@ -148,21 +167,29 @@ def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
 async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
     """Nodes renamed by hand (their file, not their name; ``renamed``: what
     :func:`renamed_nodes` found): the Related links of other nodes that named the old
-    file name the node's file now."""
+    file name the node's file now, and the node's History archive follows it."""
     found = renamed.found
     for _ in range(WRITE_ATTEMPTS):  # again if a person wrote a node meanwhile
         conflicts = 0
-        for rel, (before, moved) in found.items():
+        for rel, (before, moved, archive) in found.items():
             try:
+                if archive is not None:
+                    await _move_archive(run, archive, rel)
                 await run.write(rel, before, _relinked(rel, before, moved))
             except WriteConflict:
                 conflicts += 1
                 continue
+            except RecalldError as exc:  # the archive a link, a folder: left as it is
+                log.warning("dream of %s: %s not relinked: %s", run.ws.agent_id, rel,
+                            exc.message)
+                continue
+            done = ["renamed related node(s): " + ", ".join(
+                f"{old} -> {new}" for old, new in moved.items())] if moved else []
+            if archive is not None:
+                done.append(f"History archive {archive} -> {digest.history_archive(rel)}")
             await run.act({
                 "action": "RELINK", "path": rel, "status": "applied", "reason": "",
-                "detail": "renamed related node(s): " + ", ".join(
-                    f"{old} -> {new}" for old, new in moved.items()),
-                "sources": [], "note": ""})
+                "detail": "; ".join(done), "sources": [], "note": ""})
         if not conflicts:
             _SEEN[run.ws] = renamed.nodes
             return
@@ -183,3 +210,19 @@ def remember_made(run: _Run) -> None:
     if seen is not None:
         _SEEN[run.ws] = seen | {p for p, before in run.log.before.items()
                                 if before is None and p.endswith(".md")}
+
+
+async def _move_archive(run: _Run, old: str, rel: str) -> None:
+    """The archive ``old`` of node ``rel``, named by the node's old file name, moved
+    beside it (titled by its path now). Left where it is if the node has an archive of
+    its own already. WriteConflict if either changed while it was read."""
+    new = digest.history_archive(rel)
+    before = await trio.to_thread.run_sync(read_confined, run.ws.root, old)
+    if before is None or await trio.to_thread.run_sync(read_confined, run.ws.root, new) \
+            is not None:
+        return
+    head = f"# Older History of {old.removesuffix('.history.txt')}.md, oldest first\n"
+    text = f"# Older History of {rel}, oldest first\n{before.removeprefix(head)}" \
+        if before.startswith(head) else before
+    await run.write(new, None, text)
+    await run.remove(old, before)

@@ -49,7 +49,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.confined import MAX_EDIT_BYTES as MAX_EDIT_BYTES
 from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
 from recalld.daemon.memory.confined import read_confined as read_confined
-from recalld.daemon.memory.confined import utf8_file
+from recalld.daemon.memory.confined import unlink_confined, utf8_file
 from recalld.daemon.memory.confined import write_confined as write_confined
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
@@ -276,6 +276,16 @@ class FileOps:
             result = await self._publish(rel, before, content)
         await self._searchable()
         return result
+
+    async def remove(self, path: str, expect: str) -> None:
+        """Remove the file, if it still holds ``expect``; else :class:`WriteConflict`
+        (someone wrote it since the caller read it). Nothing there: nothing to do."""
+        rel = self.check_writable(path)
+        async with self.lock:
+            if await self.read_text(rel) not in (expect, None):
+                raise WriteConflict(f"{rel} changed since it was read")
+            await trio.to_thread.run_sync(unlink_confined, self.root, rel)
+        await self._searchable()
 
     async def edit(self, path: str, old: str, new: str) -> WriteResult:
         """Replace the one occurrence of ``old`` by ``new`` (error if 0 or several)."""
