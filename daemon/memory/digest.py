@@ -1,10 +1,12 @@
 """Digest nodes: their Markdown format and the model's proposals, as pure functions.
 
 A node is ``digest/<bucket>/<slug>.md`` with frontmatter ``name``, ``description``, ``type``,
-``bucket``, ``created``, ``updated``, ``confidence``, ``corroborations``, ``sources`` and
-``related``, a ``# <name>`` title, the content, and three sections the code owns:
-``## Related`` (``[[digest/...]]`` links), ``## History`` (corrected claims with date, old
-text, source and reason) and ``## Sources`` (``[[memory/<date>/<note>.md]]`` links). A person
+``bucket``, ``created``, ``updated``, ``confidence``, ``corroborations``, ``sources``,
+``deleted_sources`` (if any) and ``related``, a ``# <name>`` title, the content, and three
+sections the code owns: ``## Related`` (``[[digest/...]]`` links), ``## History``
+(corrected claims with date, old text, source and reason) and ``## Sources``
+(``[[memory/<date>/<note>.md]]`` links; ``memory/<date>/<note>.md (deleted)`` for a
+source note deleted since, which still counts). A person
 may edit a node by hand; every other heading stays part of the content, and the title and
 what a person wrote under ``## Related`` and ``## Sources`` stay as written (new links go
 below). Older nodes (ReMe's format) name their sources and related nodes in
@@ -44,7 +46,7 @@ MAX_HISTORY_ENTRIES: Final = 20
 _ARCHIVED_RE: Final = re.compile(
     r"- (\d+) older (?:entry is|entries are) in (\S.*\.history\.txt)")
 _MANAGED: Final = ("Related", "History", "Sources")
-_LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
+LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 _DASHES_RE: Final = re.compile(r"-{2,}")
 _DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 
@@ -150,6 +152,9 @@ class Node:
     updated: str = ""
     corroborations: int = 0
     sources: list[str] = field(default_factory=list)
+    #: Sources whose note was deleted since it was dreamed: still counted (the claim
+    #: stands on them), no longer linked (``memory/<date>/<note>.md (deleted)``).
+    deleted_sources: list[str] = field(default_factory=list)
     related: list[str] = field(default_factory=list)
     content: str = ""
     history: list[str] = field(default_factory=list)
@@ -169,7 +174,7 @@ class Node:
 
     @property
     def confidence(self) -> float:
-        return confidence_for(len(self.sources))
+        return confidence_for(len(self.sources) + len(self.deleted_sources))
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,18 +238,19 @@ def _as_list(value: object) -> list[str]:
     return []
 
 
-def _links(line: str) -> list[str]:
+def section_links(line: str) -> list[str]:
     """The targets of the ``[[...]]`` links of a Sources or Related line: without an
     ``|alias`` or a ``#heading``, except a ``#`` of a note's own name (``[[memory/d/
     meeting #3.md]]`` is that note, not a heading of ``meeting``)."""
-    out = []
-    for m in _LINK_RE.finditer(line):
-        target = m.group(1).split("|", 1)[0].strip()
-        if "#" in target and not target.lower().endswith(".md"):
-            target = target.split("#", 1)[0].strip()
-        if target:
-            out.append(target)
-    return out
+    return [target for m in LINK_RE.finditer(line) if (target := link_target(m))]
+
+
+def link_target(link: re.Match[str]) -> str:
+    """The target of a link :data:`LINK_RE` matched (as :func:`section_links` reads it)."""
+    target = link.group(1).split("|", 1)[0].strip()
+    if "#" in target and not target.lower().endswith(".md"):
+        target = target.split("#", 1)[0].strip()
+    return target
 
 
 # -- parse / render ---------------------------------------------------------------------------
@@ -285,7 +291,7 @@ def parse_node(path: str, text: str) -> Node:
     counted = [m for ln in history if (m := _ARCHIVED_RE.fullmatch(ln.strip()))]
     history = [ln for ln in history if not _ARCHIVED_RE.fullmatch(ln.strip())]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
-           "corroborations", "sources", "related"}
+           "corroborations", "sources", "deleted_sources", "related"}
     corr = fields.get("corroborations")
     return Node(
         path=path,
@@ -297,6 +303,8 @@ def parse_node(path: str, text: str) -> Node:
         updated=str(fields.get("updated") or ""),
         corroborations=corr if isinstance(corr, int) and not isinstance(corr, bool) else 0,
         sources=list(dict.fromkeys(sources)),
+        deleted_sources=[s for s in dict.fromkeys(_as_list(fields.get("deleted_sources")))
+                         if s not in sources],
         related=list(dict.fromkeys(related)),
         content="\n".join(content).strip("\n"),
         history=history,
@@ -319,9 +327,10 @@ def _section_links(field: object, lines: list[str]) -> list[str]:
     ``"[[memory/d/a.md]]"``, as Obsidian's properties hold them) and the link targets of
     a section's ``lines``. A line written for a listed path is that path, whatever it
     holds: a note named ``plan [v2].md`` or ``a|b.md`` reads back as another target."""
-    listed = [t for v in _as_list(field) for t in (_links(v) if "[[" in v else [v])]
+    listed = [t for v in _as_list(field) for t in (section_links(v) if "[[" in v else [v])]
     own = {_link_line(x) for x in listed}
-    return [*listed, *(t for line in lines if line.strip() not in own for t in _links(line))]
+    return [*listed, *(t for line in lines if line.strip() not in own
+                       for t in section_links(line))]
 
 
 def _trimmed(lines: list[str]) -> list[str]:
@@ -337,7 +346,7 @@ def _section(written: list[str], links: list[str]) -> str:
     """A section's lines as written, then a ``- [[link]]`` line for each of ``links`` they
     do not link yet."""
     stripped = {line.strip() for line in written}
-    have = {link for line in written for link in _links(line)}
+    have = {link for line in written for link in section_links(line)}
     lines = [*written, *(_link_line(x) for x in links
                          if x not in have and _link_line(x) not in stripped)]
     return "".join(f"{line}\n" for line in lines)
@@ -354,6 +363,7 @@ def render_node(node: Node) -> str:
         "confidence": node.confidence,
         "corroborations": node.corroborations,
         "sources": list(node.sources),
+        **({"deleted_sources": list(node.deleted_sources)} if node.deleted_sources else {}),
         "related": list(node.related),
         **node.extra,
     }
@@ -370,8 +380,17 @@ def render_node(node: Node) -> str:
                           f"{history_archive(node.path)}")
     if history:
         parts.append("\n## History\n\n" + "\n".join(history) + "\n")
-    parts.append("\n## Sources\n\n" + _section(node.written.get("Sources", []), node.sources))
+    written = node.written.get("Sources", [])
+    stripped = {line.strip() for line in written}
+    gone = "".join(f"{line}\n" for x in node.deleted_sources
+                   if (line := deleted_line(x)) not in stripped)
+    parts.append("\n## Sources\n\n" + _section(written, node.sources) + gone)
     return "".join(parts)
+
+
+def deleted_line(source: str) -> str:
+    """The line ``## Sources`` lists a deleted source on: its path, no link."""
+    return f"- {source} (deleted)"
 
 
 # -- validating a proposal ------------------------------------------------------------------

@@ -56,6 +56,7 @@ from recalld.daemon.memory import (
     textlines,
 )
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
+from recalld.daemon.memory.dreamnotes import DELETED_AT
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.dreamruns import RUNNING as _RUNNING
 from recalld.daemon.memory.fileops import (
@@ -353,13 +354,15 @@ async def run_dream(
         if rel in copies:  # read as the original was: nothing new to integrate
             catalog[rel] = {"path": rel, "digest": sha, "state": "processed",
                             "copy_of": copies[rel]}
+    gone, back = await trio.to_thread.run_sync(dreamnotes.deleted_notes, ws.root, catalog,
+                                               moves)
     pending = [t for t in todo if t[0] not in moves and t[0] not in copies]
     todo = pending[: cfg.max_notes_per_run]
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
     names = nodefiles.NameIndex()
     renamed = await trio.to_thread.run_sync(dreamlinks.renamed_nodes, ws, names)
-    if not todo and not moves and not renamed.found:
+    if not todo and not moves and not gone and not back and not renamed.found:
         if catalog != known:
             await save()
         return {"run_id": None, "notes": 0, "changed": False, "actions": {},
@@ -376,7 +379,14 @@ async def run_dream(
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
             await dreamlinks.follow_moves(run, moves)
             for new, old in moves.items():
-                catalog[new] = {**catalog.pop(old), "path": new}
+                rec = catalog.pop(old)
+                catalog[new] = {k: v for k, v in rec.items() if k != DELETED_AT} | {"path": new}
+        if gone or back:  # notes deleted (their claims stay), or there again
+            await dreamlinks.follow_deleted(run, gone, back)
+            for rel in gone:
+                catalog[rel] = {**catalog[rel], DELETED_AT: started.isoformat()}
+            for rel in back:
+                catalog[rel] = {k: v for k, v in catalog[rel].items() if k != DELETED_AT}
         await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)

@@ -1,17 +1,17 @@
 """What a dream run writes about nodes besides their integrations: their older History
 entries in the archive file beside them (:func:`archive_history`), the daily notes they
-cite renamed or moved (:func:`follow_moves`), and the nodes they relate to renamed by hand
-(:func:`follow_renamed_nodes`), whose History archive follows them. Each write goes
-through the run (its change log and journal), so undo restores it. No task; it keeps,
-per open workspace, the node files seen when links were last followed
-(:func:`renamed_nodes`), in memory only.
+cite renamed or moved (:func:`follow_moves`) or deleted (:func:`follow_deleted`), and
+the nodes they relate to renamed by hand (:func:`follow_renamed_nodes`), whose History
+archive follows them. Each write goes through the run (its change log and journal), so
+undo restores it. No task; it keeps, per open workspace, the node files seen when links
+were last followed (:func:`renamed_nodes`), in memory only.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -49,6 +49,38 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
     """Daily notes renamed since they were dreamed (``moves``: new path -> old): the
     nodes citing them cite them by their new paths."""
     back = {old: new for new, old in moves.items()}
+
+    def told(node: digest.Node) -> tuple[str, list[str]]:
+        cited = [s for s in [*node.sources, *node.deleted_sources] if s in back]
+        return "renamed source note(s): " + ", ".join(
+            f"{old} -> {back[old]}" for old in cited), [back[old] for old in cited]
+
+    await _each_node(run, lambda rel, text: dreamnotes.relink(rel, text, back), told,
+                     lambda node: _relink_archive(run, node, back))
+
+
+async def follow_deleted(run: _Run, gone: Collection[str], back: Collection[str]) -> None:
+    """Daily notes deleted since they were dreamed (``gone``), and deleted ones there
+    again (``back``): the nodes citing them keep them as deleted sources (still counted,
+    no longer linked), and link those back again."""
+
+    def told(node: digest.Node) -> tuple[str, list[str]]:
+        dead = [s for s in node.sources if s in gone]
+        alive = [s for s in node.deleted_sources if s in back]
+        said = [f"{what}: {', '.join(notes)}" for what, notes in (
+            ("deleted source note(s)", dead), ("source note(s) there again", alive)) if notes]
+        return "; ".join(said), [*dead, *alive]
+
+    await _each_node(run, lambda rel, text: dreamnotes.mark_deleted(rel, text, gone, back),
+                     told)
+
+
+async def _each_node(run: _Run, change: Callable[[str, str], str | None],
+                     told: Callable[[digest.Node], tuple[str, list[str]]],
+                     first: Callable[[digest.Node], Awaitable[None]] | None = None) -> None:
+    """Every node that ``change`` (its path and text -> its new text, None: no change)
+    changes written so, after ``first`` (what goes with it, written before), each with a
+    RELINK action ``told`` describes (its detail and sources, from the node before)."""
     nodes = await trio.to_thread.run_sync(nodefiles.node_paths, run.ws.root,
                                           run.digest_dir)
     for rel in nodes:
@@ -58,21 +90,19 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
                                                              run.ws.root, rel)
             except RecalldError:  # a link, or too large: not a node this run writes
                 break
-            text = None if before is None or not utf8 else dreamnotes.relink(
-                rel, before, back)
+            text = None if before is None or not utf8 else change(rel, before)
             if before is None or text is None:
                 break
+            node = digest.parse_node(rel, before)
             try:
-                await _relink_archive(run, digest.parse_node(rel, before), back)
+                if first is not None:
+                    await first(node)
                 await run.write(rel, before, text)
             except WriteConflict:
                 continue
-            cited = digest.parse_node(rel, before).sources
-            await run.act({
-                "action": "RELINK", "path": rel, "status": "applied", "reason": "",
-                "detail": "renamed source note(s): " + ", ".join(
-                    f"{old} -> {back[old]}" for old in cited if old in back),
-                "sources": [back[old] for old in cited if old in back], "note": ""})
+            detail, sources = told(node)
+            await run.act({"action": "RELINK", "path": rel, "status": "applied",
+                           "reason": "", "detail": detail, "sources": sources, "note": ""})
             break
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.index.chunker import split_line
@@ -22,6 +23,9 @@ from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
 log = logging.getLogger(__name__)
+
+#: In a catalog record: when the nodes citing its note, deleted, were told so.
+DELETED_AT: Final = "deleted_at"
 
 
 def sha256_text(text: str) -> str:
@@ -124,12 +128,70 @@ def copied_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
     return {rel: kept[sha] for rel, sha, _ in todo if rel not in catalog and sha in kept}
 
 
+def deleted_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
+                  moves: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """``(gone, back)`` (blocking): the notes the catalog has as processed that are gone,
+    not renamed (``moves``: :func:`renamed_notes`), which the nodes citing them were not
+    told yet; and those they were told of (:data:`DELETED_AT`) that are there again."""
+    renamed = set(moves.values())
+    gone: list[str] = []
+    back: list[str] = []
+    for path, rec in sorted(catalog.items()):
+        if rec.get("state") != "processed":
+            continue
+        there = os.path.lexists(root / path)
+        if rec.get(DELETED_AT) and there:
+            back.append(path)
+        elif not rec.get(DELETED_AT) and not there and path not in renamed:
+            gone.append(path)
+    return gone, back
+
+
+def mark_deleted(path: str, text: str, gone: Collection[str],
+                 back: Collection[str]) -> str | None:
+    """The node ``text`` with its sources of ``gone`` (notes deleted) as deleted sources,
+    still counted but no longer linked, and its deleted sources of ``back`` (there again)
+    as sources; None if it cites none of them, or cannot be read as written."""
+    node = digest.parse_node(path, text)
+    if node.unreadable or not _mark(node, gone, back):
+        return None
+    return digest.render_node(node)
+
+
+def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bool:
+    """:func:`mark_deleted` on ``node``; whether it changed."""
+    dead = [s for s in node.sources if s in gone]
+    alive = [s for s in node.deleted_sources if s in back]
+    if not dead and not alive:
+        return False
+
+    def unlinked(line: str) -> str:
+        line = digest.LINK_RE.sub(
+            lambda m: f"{t} (deleted)" if (t := digest.link_target(m)) in dead
+            else m.group(0), line)
+        for s in alive:
+            line = line.replace(f"{s} (deleted)", f"[[{s}]]")
+        return line
+
+    lines = [unlinked(ln) for ln in node.written.get("Sources", [])]
+    node.written = {**node.written, "Sources": lines}
+    # A source back takes its place again: where its line is in the section.
+    at = {s: i for i, ln in reversed(list(enumerate(lines))) for s in digest.section_links(ln)}
+    node.sources = sorted([s for s in node.sources if s not in dead] + alive,
+                          key=lambda s: at.get(s, len(lines)))
+    node.deleted_sources = [s for s in node.deleted_sources if s not in alive] + dead
+    return True
+
+
 def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
     """The node ``text`` citing the notes of ``moves`` (old path -> new) under their new
-    paths, in its sources, section lines and History; None if it cites none of them."""
+    paths, in its sources, section lines and History; None if it cites none of them. A
+    deleted source (:func:`mark_deleted`) that is one of them is a source again."""
     node = digest.parse_node(path, text)
-    if node.unreadable or not any(s in moves for s in node.sources):
+    if node.unreadable or not any(s in moves for s in [*node.sources,
+                                                       *node.deleted_sources]):
         return None  # (a node whose frontmatter cannot be read is not written)
+    _mark(node, (), moves)
 
     def links(line: str) -> str:
         return swap_links(line, moves)

@@ -82,7 +82,9 @@ def _newest_day(paths: Iterable[str]) -> str:
 def _older_than(proposal: Integration, existing: Node) -> str:
     """Why the notes ``proposal`` is from are older than what ``existing`` says (of a day
     before its newest source: an old note edited, or read again); "" if they are not."""
-    said, held = _newest_day(proposal.sources), _newest_day(existing.sources)
+    # A deleted note still dated what the node says.
+    said = _newest_day(proposal.sources)
+    held = _newest_day([*existing.sources, *existing.deleted_sources])
     if said and said < held:
         return (f"the note(s) of {said} are older than what {existing.path} says (sources "
                 f"up to {held})")
@@ -113,6 +115,7 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
                        "UTF-8); it is left as it is until it is fixed, and this note is read "
                        "again by the next dream")
     node = dataclasses.replace(existing, sources=list(existing.sources),
+                               deleted_sources=list(existing.deleted_sources),
                                related=list(existing.related),
                                history=list(existing.history), extra=dict(existing.extra))
     new_sources = [s for s in proposal.sources if s not in node.sources]

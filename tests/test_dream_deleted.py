@@ -1,0 +1,104 @@
+"""A daily note deleted after its dream: the nodes citing it keep its claim and count it,
+no longer link it, and link it again when it comes back (a real daemon and a scripted
+model, see test_dream.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+CAT = "digest/personal/cat.md"
+
+
+def sources_section(text: str) -> str:
+    return text.split("## Sources\n\n", 1)[1]
+
+
+def test_a_deleted_note_stays_counted_and_is_no_dangling_link(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A note deleted stayed cited as a source: a ``[[link]]`` to nothing in the node's
+    Sources and frontmatter."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    early, late = "memory/2026-05-02/vet.md", "memory/2026-05-09/vet visit #2.md"
+    write(root, early, "The cat, Miso, sees the vet on Fridays.\n")
+    write(root, late, "Miso saw the vet again on Friday.\n")
+    os.utime(root / early, (1, 1))
+    model.plan[early] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                         "name": "Cat", "content": "- Miso sees the vet on Fridays",
+                                         "reason": "fact"})]]
+    model.plan[late] = [[("integrate", {"action": "CORROBORATE", "bucket": "personal",
+                                        "node": CAT, "sources": [late], "reason": "again"})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORROBORATE": 1}
+    full = (root / CAT).read_bytes()
+    assert node(root, CAT)[0]["sources"] == [early, late]
+
+    (root / late).unlink()
+    asked = len(fake.requests)
+    marked = dream(daemon)
+    assert marked["notes"] == 0 and marked["actions"] == {"RELINK": 1}, marked
+    assert len(fake.requests) == asked  # no model asked
+    fields, text = node(root, CAT)
+    assert (fields["sources"], fields["deleted_sources"]) == ([early], [late]), fields
+    assert fields["confidence"] == 0.75 and fields["corroborations"] == 1
+    assert f"[[{late}]]" not in text and "- Miso sees the vet on Fridays" in text
+    assert sources_section(text) == f"- [[{early}]]\n- {late} (deleted)\n", text
+    assert "deleted source note(s)" in (root / marked["log"]).read_text(encoding="utf-8")
+    assert dream(daemon)["run_id"] is None  # told once
+    held = (root / CAT).read_bytes()
+
+    # The deleted note still dates the node: a note of a day before it corrects nothing.
+    middle = "memory/2026-05-05/vet.md"
+    write(root, middle, "Miso sees the vet on Mondays.\n")
+    model.plan[middle] = [[("integrate", {"action": "CORRECT", "bucket": "personal",
+                                          "node": CAT, "content": "- Miso sees the vet on Mondays",
+                                          "reason": "changed"})]]
+    assert dream(daemon)["actions"] == {"refused": 1}
+    assert "older than" in model.tool_results[-1], model.tool_results
+    assert (root / CAT).read_bytes() == held
+
+    # Back (restored from the trash): linked again, the node as it was.
+    write(root, late, "Miso saw the vet again on Friday.\n")
+    back = dream(daemon)
+    assert back["notes"] == 0 and back["actions"] == {"RELINK": 1}, back
+    assert (root / CAT).read_bytes() == full
+
+    (root / late).unlink()
+    again = dream(daemon)
+    assert again["actions"] == {"RELINK": 1}
+    daemon.call("dream.undo", {"agent_id": AGENT, "run_id": again["run_id"]})
+    assert (root / CAT).read_bytes() == full
+
+
+def test_a_deleted_note_back_under_another_name_is_linked_by_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-05-02/vet.md"
+    write(root, note, "The cat, Miso, sees the vet on Fridays.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- Miso sees the vet",
+                                        "reason": "fact"})]]
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    kept = (root / note).read_bytes()
+    (root / note).unlink()
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    assert node(root, CAT)[0]["deleted_sources"] == [note]
+    moved = "memory/2026-05-02/pets/vet.md"
+    (root / moved).parent.mkdir(parents=True)
+    (root / moved).write_bytes(kept)
+    asked = len(fake.requests)
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    assert len(fake.requests) == asked
+    fields, text = node(root, CAT)
+    assert fields["sources"] == [moved] and "deleted_sources" not in fields, fields
+    assert sources_section(text) == f"- [[{moved}]]\n", text
+    assert dream(daemon)["run_id"] is None
