@@ -102,3 +102,47 @@ def test_a_deleted_note_back_under_another_name_is_linked_by_it(
     assert fields["sources"] == [moved] and "deleted_sources" not in fields, fields
     assert sources_section(text) == f"- [[{moved}]]\n", text
     assert dream(daemon)["run_id"] is None
+
+
+def test_a_deleted_source_keeps_the_line_a_person_wrote_for_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A Sources line written by hand (an alias, words after the link) was kept as the
+    deleted source's line and a second line was added for it; back, the note was listed
+    twice. A node whose frontmatter a hand edit broke is left as it is."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    day = "memory/2026-06-02"
+    a, b, c = "memory/2026-06-01/a.md", f"{day}/b.md", f"{day}/c.md"
+    for n in (a, b, c):
+        write(root, n, f"Tea, as {n} says.\n")
+    tea, broken = "digest/wiki/tea.md", "digest/wiki/broken.md"
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": n,
+                                     "content": "- green", "reason": "x"})
+                      for n in ("Tea", "Broken")]]
+    model.plan[b] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": n,
+                                     "sources": [b], "reason": "y"}) for n in (tea, broken)]]
+    model.plan[c] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki", "node": tea,
+                                     "sources": [c], "reason": "z"})]]
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    text = (root / tea).read_text(encoding="utf-8").replace(
+        f"- [[{b}]]", f"- [[{b}|the tuesday note]] (said at lunch)")
+    (root / tea).write_text(text, encoding="utf-8")
+    (root / broken).write_text((root / broken).read_text(encoding="utf-8").replace(
+        "name: Broken", "name: Broken\nname: twice"), encoding="utf-8")
+    held = (root / broken).read_bytes()
+    for n in (b, c):  # the day's folder goes
+        (root / n).unlink()
+    (root / day).rmdir()
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    fields, text = node(root, tea)
+    assert fields["deleted_sources"] == [b, c] and fields["confidence"] == 0.88, fields
+    assert sources_section(text) == (f"- [[{a}]]\n- {b} (deleted) (said at lunch)\n"
+                                     f"- {c} (deleted)\n"), text
+    assert (root / broken).read_bytes() == held
+    write(root, b, f"Tea, as {b} says.\n")
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    fields, text = node(root, tea)
+    assert (fields["sources"], fields["deleted_sources"]) == ([a, b], [c]), fields
+    assert sources_section(text) == (f"- [[{a}]]\n- [[{b}]] (said at lunch)\n"
+                                     f"- {c} (deleted)\n"), text

@@ -381,9 +381,9 @@ def render_node(node: Node) -> str:
     if history:
         parts.append("\n## History\n\n" + "\n".join(history) + "\n")
     written = node.written.get("Sources", [])
-    stripped = {line.strip() for line in written}
-    gone = "".join(f"{line}\n" for x in node.deleted_sources
-                   if (line := deleted_line(x)) not in stripped)
+    # A deleted source keeps the line it had (a person's words after its link too).
+    gone = "".join(f"{deleted_line(x)}\n" for x in node.deleted_sources
+                   if not any(f"{x} (deleted)" in line for line in written))
     parts.append("\n## Sources\n\n" + _section(written, node.sources) + gone)
     return "".join(parts)
 
