@@ -146,3 +146,37 @@ def test_a_deleted_source_keeps_the_line_a_person_wrote_for_it(
     assert (fields["sources"], fields["deleted_sources"]) == ([a, b], [c]), fields
     assert sources_section(text) == (f"- [[{a}]]\n- [[{b}]] (said at lunch)\n"
                                      f"- {c} (deleted)\n"), text
+
+
+def test_deleted_notes_named_with_brackets_or_a_bar_are_unlinked_and_back_in_place(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The link of a note named ``plan [v2].md`` or ``a|b.md`` does not read back as
+    that note: it stayed in Sources beside its ``(deleted)`` line, and both were links
+    once the note came back, the source counted twice."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    notes = ["memory/2026-07-01/plan [v2].md", "memory/2026-07-01/tea|coffee.md",
+             "memory/2026-07-02/later.md"]
+    for n in notes:
+        write(root, n, f"Green tea, says {n}.\n")
+    model.plan[notes[0]] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                            "name": "Tea", "content": "- green",
+                                            "reason": "x"})]]
+    for n in notes[1:]:
+        model.plan[n] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                                         "node": "digest/wiki/tea.md", "sources": [n],
+                                         "reason": "again"})]]
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    full = (root / "digest/wiki/tea.md").read_bytes()
+    for n in notes[:2]:
+        (root / n).rename(root / f"{n}.bak")
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    fields, text = node(root, "digest/wiki/tea.md")
+    assert fields["sources"] == [notes[2]] and fields["confidence"] == 0.88, fields
+    assert sources_section(text) == (f"- {notes[0]} (deleted)\n- {notes[1]} (deleted)\n"
+                                     f"- [[{notes[2]}]]\n"), text
+    for n in notes[:2]:
+        (root / f"{n}.bak").rename(root / n)
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    assert (root / "digest/wiki/tea.md").read_bytes() == full

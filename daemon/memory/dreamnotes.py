@@ -166,7 +166,9 @@ def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bo
         return False
 
     def unlinked(line: str) -> str:
-        line = digest.LINK_RE.sub(
+        for s in dead:  # as written for it (a name with ``]`` or ``|`` too)...
+            line = line.replace(f"[[{s}]]", f"{s} (deleted)")
+        line = digest.LINK_RE.sub(  # ...or with an alias or a heading
             lambda m: f"{t} (deleted)" if (t := digest.link_target(m)) in dead
             else m.group(0), line)
         for s in alive:
@@ -175,10 +177,13 @@ def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bo
 
     lines = [unlinked(ln) for ln in node.written.get("Sources", [])]
     node.written = {**node.written, "Sources": lines}
-    # A source back takes its place again: where its line is in the section.
-    at = {s: i for i, ln in reversed(list(enumerate(lines))) for s in digest.section_links(ln)}
-    node.sources = sorted([s for s in node.sources if s not in dead] + alive,
-                          key=lambda s: at.get(s, len(lines)))
+
+    def place(source: str) -> int:
+        """Where its line is in the section: a source back takes its place again."""
+        return next((i for i, ln in enumerate(lines) if f"[[{source}]]" in ln
+                     or source in digest.section_links(ln)), len(lines))
+
+    node.sources = sorted([s for s in node.sources if s not in dead] + alive, key=place)
     node.deleted_sources = [s for s in node.deleted_sources if s not in alive] + dead
     return True
 
