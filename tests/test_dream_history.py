@@ -183,3 +183,31 @@ def test_an_archive_named_by_a_hand_edit_outside_its_node_is_left_alone(
     assert outside.read_text(encoding="utf-8") == "not the node's\n"
     assert (root / BUILD_ARCHIVE).is_symlink()
     assert not (root / "digest/wiki/ci-host.history.txt").exists()
+
+
+def test_a_node_renamed_and_copied_by_hand_gives_each_copy_its_archive(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Two nodes whose History names one archive left behind (a node renamed, and a copy
+    of it made by hand): the archive went to the first, the second's History line was
+    pointed at an archive that did not exist."""
+    root = tmp_path / "ws"
+    build_server(daemon, fake, root)
+    archive_before = (root / BUILD_ARCHIVE).read_bytes()
+    (root / "digest/procedure").mkdir()
+    copies = ["digest/procedure/ci.md", "digest/wiki/ci-copy.md"]
+    (root / BUILD).rename(root / copies[0])
+    (root / copies[1]).write_bytes((root / copies[0]).read_bytes())
+    held = [(root / c).read_bytes() for c in copies]
+    result = dream(daemon)
+    assert result["actions"] == {"RELINK": 2}, result
+    assert not (root / BUILD_ARCHIVE).exists()
+    for rel in copies:
+        archive = rel.removesuffix(".md") + ".history.txt"
+        assert (root / archive).read_bytes() == archive_before.replace(
+            BUILD.encode(), rel.encode()), archive
+        assert f"- 1 older entry is in {archive}\n" in history_text(node(root, rel)[1])
+    daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": result["run_id"]})
+    assert [(root / c).read_bytes() for c in copies] == held
+    assert (root / BUILD_ARCHIVE).read_bytes() == archive_before
+    assert sorted(p.name for p in root.glob("digest/*/*.history.txt")) == [
+        "build-server.history.txt"]

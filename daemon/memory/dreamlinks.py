@@ -10,6 +10,7 @@ were last followed (:func:`renamed_nodes`), in memory only.
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -168,14 +169,15 @@ def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
         node = digest.parse_node(rel, text)
         moved = {old: new for old in node.related if old not in nodes
                  and (new := nodefiles.find_node(nodes, old, nodes)) not in (None, rel)}
-        left = _left_behind(node, digest_dir, nodes)
+        left = _left_behind(root, node, digest_dir, nodes)
         if (moved or left) and not node.unreadable:
             out[rel] = (text, moved, left)
     return out
 
 
-def _left_behind(node: digest.Node, digest_dir: str, nodes: Mapping[str, str]) -> str | None:
-    """The archive ``node``'s History names if it is the one beside a node file that is
+def _left_behind(root: Path, node: digest.Node, digest_dir: str,
+                 nodes: Mapping[str, str]) -> str | None:
+    """The archive ``node``'s History names if it is there, beside a node file that is
     gone (the node's own, before a person renamed its file), else None. One elsewhere (a
     hand edit: another folder, a hidden name) is left alone."""
     archive = _archive_of(node)
@@ -183,7 +185,8 @@ def _left_behind(node: digest.Node, digest_dir: str, nodes: Mapping[str, str]) -
     was = f"{archive.removesuffix('.history.txt')}.md"
     ours = folder in {f"{digest_dir}/{b}" for b in digest.BUCKETS} and not name.startswith(".")
     return archive if ours and archive != digest.history_archive(node.path) \
-        and was not in nodes and digest.visible_text(name) == name else None
+        and was not in nodes and digest.visible_text(name) == name \
+        and os.path.lexists(root / archive) else None
 
 
 def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
@@ -197,21 +200,27 @@ def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
 async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
     """Nodes renamed by hand (their file, not their name; ``renamed``: what
     :func:`renamed_nodes` found): the Related links of other nodes that named the old
-    file name the node's file now, and the node's History archive follows it."""
+    file name the node's file now, and the node's History archive follows it (a copy
+    beside each node that names it, a node copied by hand too; then the old one goes)."""
     found = renamed.found
     for _ in range(WRITE_ATTEMPTS):  # again if a person wrote a node meanwhile
         conflicts = 0
+        copied: dict[str, str | None] = {}  # old archive -> its text (None: keep it)
         for rel, (before, moved, archive) in found.items():
             try:
                 if archive is not None:
-                    await _move_archive(run, archive, rel)
+                    read = await _copy_archive(run, archive, rel)
+                    copied[archive] = read if read is not None \
+                        and copied.get(archive, read) == read else None
                 await run.write(rel, before, _relinked(rel, before, moved))
-            except WriteConflict:
-                conflicts += 1
-                continue
-            except RecalldError as exc:  # the archive a link, a folder: left as it is
-                log.warning("dream of %s: %s not relinked: %s", run.ws.agent_id, rel,
-                            exc.message)
+            except (WriteConflict, RecalldError) as exc:
+                if archive is not None:
+                    copied[archive] = None  # still named by a node not written
+                if isinstance(exc, WriteConflict):
+                    conflicts += 1
+                else:  # the archive a link, a folder: left as it is
+                    log.warning("dream of %s: %s not relinked: %s", run.ws.agent_id, rel,
+                                exc.message)
                 continue
             done = ["renamed related node(s): " + ", ".join(
                 f"{old} -> {new}" for old, new in moved.items())] if moved else []
@@ -220,6 +229,12 @@ async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
             await run.act({
                 "action": "RELINK", "path": rel, "status": "applied", "reason": "",
                 "detail": "; ".join(done), "sources": [], "note": ""})
+        for archive, text in copied.items():
+            if text is not None:
+                try:
+                    await run.remove(archive, text)
+                except WriteConflict:  # written meanwhile: kept, its copies made
+                    continue
         if not conflicts:
             _SEEN[run.ws] = renamed.nodes
             return
@@ -242,17 +257,18 @@ def remember_made(run: _Run) -> None:
                                 if before is None and p.endswith(".md")}
 
 
-async def _move_archive(run: _Run, old: str, rel: str) -> None:
-    """The archive ``old`` of node ``rel``, named by the node's old file name, moved
-    beside it (titled by its path now). Left where it is if the node has an archive of
-    its own already. WriteConflict if either changed while it was read."""
+async def _copy_archive(run: _Run, old: str, rel: str) -> str | None:
+    """The archive ``old`` of node ``rel``, named by the node's old file name, copied
+    beside it (titled by its path now; not if the node has an archive of its own
+    already); returns what ``old`` held once copied (None: not copied, ``old`` stays).
+    WriteConflict if the copy was made meanwhile."""
     new = digest.history_archive(rel)
     before = await trio.to_thread.run_sync(read_confined, run.ws.root, old)
     if before is None or await trio.to_thread.run_sync(read_confined, run.ws.root, new) \
             is not None:
-        return
+        return None
     head = f"# Older History of {old.removesuffix('.history.txt')}.md, oldest first\n"
     text = f"# Older History of {rel}, oldest first\n{before.removeprefix(head)}" \
         if before.startswith(head) else before
     await run.write(new, None, text)
-    await run.remove(old, before)
+    return before
