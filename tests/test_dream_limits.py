@@ -166,6 +166,10 @@ def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
     gbk = root / "digest/wiki/oolong.md"
     gbk.parent.mkdir(parents=True)
     gbk.write_bytes("---\nname: Oolong\n---\n# Oolong\n\n- 乌龙茶，半发酵\n".encode("gbk"))
+    # Saved as Latin-1: it reads as written, and written it would be UTF-8, which its
+    # person's editor reads as something else.
+    latin = "---\nname: Café\n---\n# Café\n\n- café crème à 8h\n".encode("latin-1")
+    (root / "digest/wiki/cafe.md").write_bytes(latin)
     note = "memory/2026-12-04/b.md"
     write(root, note, "Green tea again, no sugar. 乌龙茶 too.\n")
     open_ws(daemon, root, fake)
@@ -175,13 +179,16 @@ def test_a_node_whose_frontmatter_a_hand_edit_broke_is_left_as_it_is(
         [("integrate", {"action": "REFINE", "bucket": "personal", "node": rel, "name": "Tea",
                         "content": "- likes green tea\n- no sugar", "reason": "detail"})],
         [("integrate", {"action": "CORROBORATE", "bucket": "wiki",
-                        "node": "digest/wiki/oolong.md", "reason": "again"})]]
+                        "node": "digest/wiki/oolong.md", "reason": "again"})],
+        [("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                        "node": "digest/wiki/cafe.md", "reason": "again"})]]
     job = run_job(daemon, "auto_dream")
     assert job["state"] == "failed" and "cannot be read" in job["error"], job
     assert (root / rel).read_text() == broken
     assert gbk.read_bytes().decode("gbk").endswith("- 乌龙茶，半发酵\n")
+    assert (root / "digest/wiki/cafe.md").read_bytes() == latin
     assert all("cannot be read" in t for t in model.tool_results), model.tool_results
-    assert "UTF-8" in model.tool_results[-1], model.tool_results
+    assert all("UTF-8" in t for t in model.tool_results[-2:]), model.tool_results
     # Fixed by hand, the node is integrated into by the next run, which reads the note again.
     model.plan[note] = model.plan[note][:2]
     write(root, rel, broken.replace("name: Tea\n", "").replace("[drinks", "[drinks]"))

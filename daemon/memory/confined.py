@@ -110,19 +110,28 @@ def read_confined(root: Path, path: str, max_bytes: int = MAX_EDIT_BYTES, *,
     :func:`~recalld.daemon.notetext.note_text` reads notes. Blocking. With ``strict``
     (the text is to be changed and written back), a file that is not UTF-8 raises
     :class:`NotUtf8`."""
+    text, utf8 = read_checked(root, path, max_bytes)
+    if strict and not utf8:
+        # Read with a guess, or with U+FFFD: written back, it would not be what its
+        # person's editor reads (or would have lost what they wrote).
+        raise NotUtf8(path)
+    return text
+
+
+def read_checked(root: Path, path: str,
+                 max_bytes: int = MAX_EDIT_BYTES) -> tuple[str | None, bool]:
+    """:func:`read_confined`'s text, and whether the file is UTF-8 (True when there is
+    none): one read in Windows-1252 or GBK holds no U+FFFD, and is not UTF-8 all the
+    same. Blocking."""
     try:
         fd = safepath.open_confined(root, path)
     except NotFound:
-        return None
+        return None, True
     with os.fdopen(fd, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InvalidParams(f"file is too large to edit ({max_bytes} bytes max): {path}")
-    if strict and not _utf8(data):
-        # Read with a guess, or with U+FFFD: written back, it would not be what its
-        # person's editor reads (or would have lost what they wrote).
-        raise NotUtf8(path)
-    return note_text(data)
+    return note_text(data), _utf8(data)
 
 
 def _utf8(data: bytes) -> bool:

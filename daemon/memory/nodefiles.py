@@ -21,7 +21,7 @@ from typing import Final
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
-from recalld.daemon.memory.confined import read_confined, utf8_file
+from recalld.daemon.memory.confined import read_checked, read_confined
 from recalld.ipc.errors import RecalldError
 
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
@@ -60,10 +60,10 @@ def _stamped(root: Path, digest_dir: str) -> list[tuple[tuple[int, int], str]]:
 
 def read_node(root: Path, rel: str) -> tuple[str | None, bool]:
     """The text of node ``rel`` (None: no such file) and whether it is UTF-8. One saved in
-    another encoding reads with U+FFFD in place of what it holds: written again, what a
-    person wrote would be lost, so it is not written."""
-    text = read_confined(root, rel)
-    return text, text is None or "\ufffd" not in text or utf8_file(root, rel)
+    another encoding reads as written (Windows-1252, GBK) or with U+FFFD in place of what
+    it holds: written again, it would no longer be in its person's encoding, or what they
+    wrote would be lost, so it is not written."""
+    return read_checked(root, rel)
 
 
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
