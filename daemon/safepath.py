@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from recalld.daemon.notetext import note_text
+from recalld.daemon.notetext import decode_as, decode_note, note_text
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -232,7 +232,15 @@ def read_lines(
         if partial:
             line_no += 1
             take(partial, line_no)
-    text = note_text(b"".join(kept), prefix=truncated)
+        data = b"".join(kept)
+        if _utf8(data, prefix=truncated):
+            text = note_text(data, prefix=truncated)
+        else:
+            # A few lines of a note in GBK, say, may look like Windows-1252 text: they
+            # are read in the encoding of the whole note, as the index reads it.
+            head = os.pread(f.fileno(), DETECT_BYTES, 0)
+            encoding = decode_note(head, prefix=len(head) == DETECT_BYTES)[1]
+            text = decode_as(data, encoding, prefix=truncated)
     end = last_kept if kept else min(start_line - 1, line_no)
     return LineSlice(
         start_line=start_line,
@@ -241,6 +249,19 @@ def read_lines(
         text=text,
         truncated=truncated,
     )
+
+
+#: How much of a note tells its encoding (as much as the index reads: ``MAX_NOTE_BYTES``).
+DETECT_BYTES = 8 << 20
+
+
+def _utf8(data: bytes, *, prefix: bool) -> bool:
+    """Whether ``data`` is UTF-8 (``prefix``: it may end inside a character)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return prefix and exc.reason == "unexpected end of data" and exc.end == len(data)
+    return True
 
 
 def is_inside(path: Path | str, root: Path | str, real_root: str | None = None) -> bool:

@@ -1,7 +1,7 @@
 """The memory jobs next to notes a person saved in another encoding than UTF-8 (GBK,
 Latin-1): the model is never shown them as U+FFFD garbage, and they are never written
 over; auto_memory puts the session's facts in a note of their own, the dream reads what
-reads as written (Windows-1252) and leaves the rest unread."""
+reads as written (Windows-1252, GBK) and leaves the rest unread."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     prompt = fake.requests[0].json["messages"][1]["content"]
     assert "\ufffd" not in prompt and "has no note" in prompt
     told = [m["content"] for m in fake.requests[1].json["messages"] if m["role"] == "tool"]
-    assert "not UTF-8" in told[0] and "\ufffd" not in told[0]
-    assert told[1].startswith("error:")
+    assert told[0].endswith("- 喜欢喝乌龙茶\n")  # read as written...
+    assert told[1].startswith("error:") and "not UTF-8" in told[1]  # ...never changed
     assert (folder / "tea.md").read_bytes() == gbk
     assert "drinks oolong" in (folder / "tea-2.md").read_text(encoding="utf-8")
     index = (folder / "index.md").read_text(encoding="utf-8")
@@ -47,7 +47,7 @@ def test_a_sessions_note_saved_as_gbk_is_left_alone(
     assert "\ufffd" not in index
 
 
-def test_the_dream_reads_a_latin1_note_as_written_and_not_a_gbk_one(
+def test_the_dream_reads_latin1_and_gbk_notes_as_written_and_not_a_cp1251_one(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     model = ScriptedModel(fake)
@@ -55,6 +55,7 @@ def test_the_dream_reads_a_latin1_note_as_written_and_not_a_gbk_one(
     latin.parent.mkdir(parents=True)
     latin.write_bytes("- prend un café crème à 8h\n".encode("latin-1"))
     (root / "memory/2026-09-14/cha.md").write_bytes("- 喜欢喝乌龙茶\n".encode("gbk"))
+    (root / "memory/2026-09-14/chai.md").write_bytes("- пьёт чай с лимоном\n".encode("cp1251"))
     good = "memory/2026-09-14/tea.md"
     write(root, good, "- drinks genmaicha\n")
     gbk_node = root / "digest/personal/茶.md"
@@ -66,10 +67,11 @@ def test_the_dream_reads_a_latin1_note_as_written_and_not_a_gbk_one(
     model.plan[good] = [[("node_read", {"path": "digest/personal/茶.md"})],
                         [("integrate", create)]]
     result = dream(daemon)
-    assert result["notes"] == 2 and result["actions"] == {"CREATE": 1}, result
+    assert result["notes"] == 3 and result["actions"] == {"CREATE": 1}, result
     sent = [m["content"] for r in fake.requests for m in r.json["messages"]
             if m["role"] == "user"]
     assert any("café crème" in t for t in sent)  # Windows-1252: read as written
-    assert sent and not any("\ufffd" in t or "cha.md" in t for t in sent)
+    assert any("喜欢喝乌龙茶" in t for t in sent)  # and GBK
+    assert sent and not any("\ufffd" in t or "chai.md" in t for t in sent)
     assert "not UTF-8" in model.tool_results[0] and "\ufffd" not in model.tool_results[0]
     assert gbk_node.read_bytes() == "---\nname: 茶\n---\n- 喜欢乌龙茶\n".encode("gbk")

@@ -241,9 +241,12 @@ async def test_notes_in_another_encoding_are_never_rewritten(tmp_path: Path) -> 
                         ops.frontmatter_update(rel, {"topic": "drinks"})):
             with pytest.raises(InvalidParams, match="not UTF-8 text"):
                 await attempt
-    # Read, GBK would be garbage; Windows-1252 reads as written (notetext.py).
+    # Read, both read as written (notetext.py); one in an encoding not recognised is
+    # refused (its text would be U+FFFD).
+    assert (await ops.read(f"memory/{DAY}/tea.md")).text.endswith("- 周末去爬山\n")
+    (folder / "chai.md").write_bytes("- пьёт чай с лимоном\n".encode("cp1251"))
     with pytest.raises(InvalidParams, match="not UTF-8 text"):
-        await ops.read(f"memory/{DAY}/tea.md")
+        await ops.read(f"memory/{DAY}/chai.md")
     assert (await ops.read(f"memory/{DAY}/cafe.md")).text.startswith("- café au lait")
     said = await ops.call_tool("edit", {"path": f"memory/{DAY}/cafe.md", "old": "-",
                                         "new": "*"})

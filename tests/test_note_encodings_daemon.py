@@ -1,0 +1,71 @@
+"""Notes a Chinese or Japanese Windows editor saved in GBK, Big5 or Shift_JIS, through a
+real daemon: found by their words and shown as written, and never written over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.ipc.errors import InvalidParams
+
+DAY = "memory/2026-03-09"
+GBK = "digest/wiki/zhouhui.md"  # a digest node: its edits go through topic_edit
+NOTES = {  # path: (text, encoding saved in, encoding reported)
+    GBK: ("---\nname: 周会\ndescription: 每周例会\ntype: project\n---\n# 周会记录\n\n"
+          "- 张伟负责预算，下周三前交给财务部。\n- 茶 tea\n", "gbk", "gb18030"),
+    f"{DAY}/gb18030.md": ("# 旅行计划\n\n- 去成都吃火锅，顺便看大熊猫 🐼。\n",
+                          "gb18030", "gb18030"),
+    f"{DAY}/big5.md": ("# 會議記錄\n\n- 明天下午三點在臺北開會，討論預算。\n", "big5", "big5"),
+    f"{DAY}/sjis.md": ("# 議事録\n\n- 来週の火曜日に東京で打ち合わせがあります。\n",
+                       "cp932", "shift_jis"),
+    # Windows-1251 is not guessed: its words are no text of these encodings' own.
+    f"{DAY}/cyrillic.md": ("# Заметка\n\n- купить молоко и хлеб завтра утром\n", "cp1251",
+                           "unknown"),
+}
+
+
+def write_notes(root: Path) -> dict[Path, bytes]:
+    """The notes written, and their bytes."""
+    for rel, (text, encoding, _) in NOTES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(text.encode(encoding))
+    (root / DAY / "plain.md").write_text("- plain UTF-8 note about 预算\n", encoding="utf-8")
+    return {root / rel: (root / rel).read_bytes() for rel in NOTES}
+
+
+def hits(d: Any, query: str) -> list[tuple[str, str]]:
+    answer = d.call("memory.search", {"agent_id": "w", "query": query, "sync": True})
+    return [(r["path"], r["text"]) for r in answer["results"]]
+
+
+def test_notes_in_gbk_big5_and_shift_jis_are_found_as_written(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    before = write_notes(root)
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for query, rel, line in (("负责预算", GBK, "- 张伟负责预算，下周三前交给财务部。"),
+                             ("大熊猫", f"{DAY}/gb18030.md", "- 去成都吃火锅，顺便看大熊猫 🐼。"),
+                             ("臺北", f"{DAY}/big5.md", "- 明天下午三點在臺北開會，討論預算。"),
+                             ("打ち合わせ", f"{DAY}/sjis.md", "来週の火曜日に東京で打ち合わせ")):
+        found = hits(d, query)
+        assert found and found[0][0] == rel, (query, found)
+        assert line in found[0][1] and "\ufffd" not in found[0][1], found
+    # Both the GBK note and the UTF-8 one hold 预算.
+    assert {p for p, _ in hits(d, "预算")} >= {GBK, f"{DAY}/plain.md"}
+    # A line read alone is read in its note's encoding, though alone it looks Western.
+    read = d.call("memory.read", {"agent_id": "w", "path": GBK,
+                                  "start_line": 9, "end_line": 9})
+    assert read["text"] == "- 茶 tea\n", read
+    # Windows-1251 is not taken for any of them.
+    assert "\ufffd" in d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/cyrillic.md"})[
+        "text"]
+    # An edit does not go through: written, it would no longer be in its person's
+    # encoding (and nothing else wrote any of them).
+    with pytest.raises(InvalidParams, match="not UTF-8"):
+        d.call("memory.topic_edit", {"agent_id": "w", "path": "wiki/zhouhui.md",
+                                     "old": "茶 tea", "new": "绿茶 tea"})
+    assert {p: p.read_bytes() for p in before} == before
+    assert d.stop() == 0
