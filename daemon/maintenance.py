@@ -33,6 +33,7 @@ from typing import NotRequired, TypedDict
 import trio
 
 from recalld.daemon.index.embedder import VectorWorker
+from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes, not_utf8_reasons
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
@@ -181,6 +182,9 @@ class Health:
                             f"{mask_path(first)}: "
                             f"{unreadable[first]['error']}); the index keeps what it had of "
                             "them, if anything, until they read again")
+        encoded = not_utf8_notes(self.index.state)
+        bad, told = not_utf8_reasons(encoded)
+        degraded += bad
         if self.scanned_at is None:
             pending.append("first disk scan under way")
         if idx.get("pending_changes"):
@@ -227,7 +231,7 @@ class Health:
         named = self.index.state.secret_named
         return {
             "state": state,
-            "reasons": degraded + pending + ([secret_notice(named)] if named else []),
+            "reasons": degraded + pending + told + ([secret_notice(named)] if named else []),
             "files_indexed": idx.get("files"),
             "files_on_disk": self.disk_files,
             "chunks": idx.get("chunks"),
@@ -238,6 +242,7 @@ class Health:
             "partly_indexed_paths": [mask_path(p) for p in partial[:MAX_LISTED]],
             "unreadable": idx["unreadable"],
             "unreadable_paths": [mask_path(p) for p in unreadable_paths],
+            "not_utf8": encoded,
             "secret_named": len(named),
             "secret_named_folders": secret_named_folders(named)[:MAX_LISTED],
             "watcher": watcher.get("state"),
@@ -304,6 +309,7 @@ class HealthReport(TypedDict):
     partly_indexed_paths: list[str]
     unreadable: int
     unreadable_paths: list[str]
+    not_utf8: NotUtf8Notes  # notes not read as UTF-8
     secret_named: int  # notes named by a secret (their paths shown masked)
     secret_named_folders: list[str]
     watcher: str | None

@@ -1,12 +1,13 @@
 """What recalld found and reused of a QwenPaw (ReMe) workspace: the import report.
 
 ``workspace.open`` with ``import_report`` (and ``recalld import-qwenpaw``) answers with it
-once the first indexing pass is done: the notes and chunks, how many chunks kept ReMe's
-boundaries, for every chunk whether its vector comes from ReMe (its chunk store or its
-embedding cache), was already embedded by recalld, or still has to be paid for (with the
-provider calls that takes at the configured batch size), the notes ReMe's dream already
-consolidated, and the QwenPaw settings applied or ignored (with the reason). It reads
-state; it changes nothing. Cancellation just stops the waiting.
+once the first indexing pass is done: the notes (and those not in UTF-8: read as GBK, say)
+and chunks, how many chunks kept ReMe's boundaries, for every chunk whether its vector
+comes from ReMe (its chunk store or its embedding cache), was already embedded by
+recalld, or still has to be paid for (with the provider calls that takes at the
+configured batch size), the notes ReMe's dream already consolidated, and the QwenPaw
+settings applied or ignored (with the reason). It reads state; it changes nothing.
+Cancellation just stops the waiting.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from recalld.daemon.config import ConfigError
 from recalld.daemon.config_rules import SECRET_SETTING, mask_url
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.index.embedcache import text_hash
+from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
@@ -61,6 +63,8 @@ class ImportReport(TypedDict):
 
     complete: bool
     notes: int
+    #: The notes not in UTF-8: read in another encoding, or with U+FFFD where not known.
+    not_utf8: NotUtf8Notes
     chunks: ChunkCounts
     reme_store: dict[str, int | str] | None
     vectors: JsonObject
@@ -90,11 +94,13 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
             await worker.seeded_event.wait()
         complete = True
     chunks = await index.locked(_chunk_texts)
+    encoded = await index.locked(not_utf8_notes)
     vectors = await trio.to_thread.run_sync(_vectors, worker, chunks["texts"])
     dream = await trio.to_thread.run_sync(_dream, ws)
     return {
         "complete": complete,
         "notes": chunks["notes"],
+        "not_utf8": encoded,
         "chunks": {"total": len(chunks["texts"]), "reme_boundaries": chunks["adopted"]},
         "reme_store": index.reme.summary,
         "vectors": vectors,

@@ -2,7 +2,8 @@
 
 Reads the agent's ``agent.json`` (``PATH/agent.json`` unless ``--agent-json`` names
 another; none is fine), opens the workspace in place with those settings through
-``workspace.open`` (``import_report``), and prints what the daemon found: notes, chunks,
+``workspace.open`` (``import_report``), and prints what the daemon found: notes (and those
+not in UTF-8), chunks,
 vectors reused from ReMe against those still to embed (with the provider calls that
 takes), the notes ReMe's dream already consolidated, and the settings applied or ignored.
 Nothing is copied or converted: the workspace is served where it is.
@@ -199,6 +200,16 @@ def render_report(agent: str, path: str, rep: JsonObject,
         lines.append("  (the first indexing pass is still running: counts are partial)")
     chunks = rep.get("chunks", {})
     lines.append(f"notes:    {rep.get('notes', 0)}")
+    odd = rep.get("not_utf8") or {}
+    if odd.get("count"):
+        # Saved by a Windows editor in GBK, say: read so; one in an encoding not known is
+        # indexed with U+FFFD, and is better saved again as UTF-8.
+        named = ", ".join(f"{p} ({e})" for p, e in list(odd.get("notes", {}).items())[:5])
+        lines.append(f"          {odd['count']} not in UTF-8: " + ", ".join(
+            f"{e} {n}" for e, n in odd.get("encodings", {}).items()) + f" ({named}"
+            + (", ..." if odd["count"] > 5 else "") + ")" + (
+                "; \"unknown\": searchable only where ASCII, save them as UTF-8"
+                if "unknown" in odd.get("encodings", {}) else ""))
     lines.append(f"chunks:   {chunks.get('total', 0)} ({chunks.get('reme_boundaries', 0)} "
                  "keep ReMe's boundaries)")
     store = rep.get("reme_store")

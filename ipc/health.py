@@ -125,6 +125,8 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
 
 #: How the daemon's health reason of notes too large to index whole ends.
 OVERSIZED = "indexed only up to that size"
+#: How its reason of notes in an encoding it does not recognise ends.
+NOT_UTF8 = "save them as UTF-8"
 #: A degraded index's reasons, by how each begins (or ends), and what fixes each: reindex
 #: fixes only a damaged index in memory (a full disk it makes worse, a large note it
 #: leaves as it was).
@@ -139,6 +141,8 @@ DEGRADED_FIXES = (
     ("the index in memory is damaged", "recalld reindex --agent {agent}"),
     (OVERSIZED, "split the note(s) named into smaller ones (only the first part of each is "
      "searchable); recalld verify --agent {agent} lists them"),
+    (NOT_UTF8, "open the note(s) named in an editor that reads their encoding and save them "
+     "as UTF-8; they are indexed again as they change"),
     ("note(s) could not be read", "check the disk and the permissions of the note named; "
      "it is read again at its next change or rescan"),
 )
@@ -147,7 +151,8 @@ DEGRADED_FIXES = (
 def _degraded_fix(reasons: Sequence[str], agent: str) -> str:
     """The fix of each degraded reason known; the checks that find more otherwise."""
     def told(key: str) -> bool:
-        return any(r.endswith(key) if key == OVERSIZED else r.startswith(key) for r in reasons)
+        return any(r.endswith(key) if key in (OVERSIZED, NOT_UTF8) else r.startswith(key)
+                   for r in reasons)
 
     fixes = [fix.format(agent=agent) for key, fix in DEGRADED_FIXES if told(key)]
     return "; ".join(fixes) or (f"recalld verify --agent {agent} says what differs; "

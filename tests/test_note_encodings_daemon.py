@@ -1,5 +1,7 @@
 """Notes a Chinese or Japanese Windows editor saved in GBK, Big5 or Shift_JIS, through a
-real daemon: found by their words and shown as written, and never written over."""
+real daemon: found by their words and shown as written, told in ``daemon.status`` and in
+the import report, after a warm start too; one in an encoding not recognised is told as
+indexed with U+FFFD, and none of them is ever written over."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli import recalld
+from test_warm_start import build_and_stop, ws_status
 
 from recalld.ipc.errors import InvalidParams
 
@@ -40,12 +44,37 @@ def hits(d: Any, query: str) -> list[tuple[str, str]]:
     return [(r["path"], r["text"]) for r in answer["results"]]
 
 
+def told(health: dict[str, Any]) -> None:
+    """What status says of the notes not in UTF-8."""
+    summary = health["not_utf8"]
+    assert summary["count"] == 5
+    assert summary["encodings"] == {"big5": 1, "gb18030": 2, "shift_jis": 1, "unknown": 1}
+    assert summary["notes"] == {rel: e for rel, (_, _, e) in sorted(
+        NOTES.items(), key=lambda n: (n[1][2] != "unknown", n[0]))}
+    # The one read with U+FFFD first: it is the one to save again as UTF-8.
+    assert next(iter(summary["notes"])) == f"{DAY}/cyrillic.md"
+    reasons = health["reasons"]
+    assert any("1 note(s) in an encoding recalld does not recognise" in r
+               and f"{DAY}/cyrillic.md" in r for r in reasons), reasons
+    assert any("4 note(s) not in UTF-8 are read as big5 (1), gb18030 (2), shift_jis (1)"
+               in r for r in reasons), reasons
+    assert health["state"] == "degraded"
+
+
 def test_notes_in_gbk_big5_and_shift_jis_are_found_as_written(
         daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     before = write_notes(root)
     d = daemon_factory()
-    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    opened = d.call("workspace.open", {"agent_id": "w", "path": str(root),
+                                       "import_report": True})
+    report = opened["import"]["not_utf8"]
+    assert report["encodings"] == {"big5": 1, "gb18030": 2, "shift_jis": 1, "unknown": 1}
+    assert report["notes"][GBK] == "gb18030"
+    printed = recalld("import-qwenpaw", "--agent", "w", str(root), env=d.env).stdout
+    assert (f"5 not in UTF-8: big5 1, gb18030 2, shift_jis 1, unknown 1 ({DAY}/cyrillic.md "
+            f"(unknown), {GBK} (gb18030)") in printed, printed
+    assert '"unknown": searchable only where ASCII, save them as UTF-8' in printed, printed
     for query, rel, line in (("负责预算", GBK, "- 张伟负责预算，下周三前交给财务部。"),
                              ("大熊猫", f"{DAY}/gb18030.md", "- 去成都吃火锅，顺便看大熊猫 🐼。"),
                              ("臺北", f"{DAY}/big5.md", "- 明天下午三點在臺北開會，討論預算。"),
@@ -59,6 +88,10 @@ def test_notes_in_gbk_big5_and_shift_jis_are_found_as_written(
     read = d.call("memory.read", {"agent_id": "w", "path": GBK,
                                   "start_line": 9, "end_line": 9})
     assert read["text"] == "- 茶 tea\n", read
+    told(ws_status(d)["health"])
+    shown = recalld("status", env=d.env).stdout
+    assert "save them as UTF-8" in shown and "reindex" not in shown, shown
+    assert "fix: open the note(s) named in an editor that reads their encoding" in shown, shown
     # Windows-1251 is not taken for any of them.
     assert "\ufffd" in d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/cyrillic.md"})[
         "text"]
@@ -69,3 +102,19 @@ def test_notes_in_gbk_big5_and_shift_jis_are_found_as_written(
                                      "old": "茶 tea", "new": "绿茶 tea"})
     assert {p: p.read_bytes() for p in before} == before
     assert d.stop() == 0
+
+
+def test_notes_not_in_utf8_are_still_told_after_a_warm_start(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write_notes(root)
+    config, data_dir = build_and_stop(daemon_factory, root)
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    d2.call("index.sync", {"agent_id": "w"})
+    told(ws_status(d2)["health"])
+    # Saved again as UTF-8, a note is no longer told.
+    (root / DAY / "cyrillic.md").write_text(NOTES[f"{DAY}/cyrillic.md"][0], encoding="utf-8")
+    assert [p for p, _ in hits(d2, "молоко")] == [f"{DAY}/cyrillic.md"]
+    health = ws_status(d2)["health"]
+    assert health["not_utf8"]["count"] == 4 and health["state"] == "clean", health
+    assert d2.stop() == 0

@@ -23,7 +23,7 @@ from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.index.tokenizer import tokenize_split
-from recalld.daemon.notetext import note_text
+from recalld.daemon.notetext import decode_as, decode_note
 from recalld.ipc.errors import PathOutsideWorkspace
 
 # Notes beyond this size are indexed up to it: a 10 MiB "note" is a pasted dump, and
@@ -80,14 +80,16 @@ class Prepared:
     #: A component of ``path`` holds what redaction masks (``secret_names.py``): the path
     #: is shown masked. Decided here, in the workers, once per file read.
     secret_name: bool = False
+    #: The encoding the note was read in when it is not UTF-8 (``notetext.decode_note``).
+    encoding: str = ""
 
     def __reduce__(self) -> tuple[type[Prepared], tuple[str, bool, int, int, str, list[Chunk],
-                                                       list[Link], bool, str, bool]]:
+                                                       list[Link], bool, str, bool, str]]:
         # One per file of a batch: its fields as the arguments of a call, not a dict of
         # slot names and values set one by one.
         return Prepared, (self.path, self.gone, self.mtime_ns, self.size, self.digest,
                           self.chunks, self.links, self.unchanged, self.error,
-                          self.secret_name)
+                          self.secret_name, self.encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,15 +190,17 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     # warm start that finds nothing changed never needs.
     from recalld.daemon.memory.redact import redact_note
 
+    # The encoding is told by the whole file: its head alone may look like another.
+    read, encoding = decode_note(full)
     if len(full) == len(data):
-        text = redact_note(note_text(data))
+        text = redact_note(read)
     else:
-        text = redact_note(note_text(full), len(note_text(data, prefix=True)))
+        text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
     chunks = adopt_chunks(rel, text, reme) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
-        links=extract_links(rel, text), secret_name=named_by_secret(rel),
+        links=extract_links(rel, text), secret_name=named_by_secret(rel), encoding=encoding,
     )
 
 

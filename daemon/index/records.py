@@ -25,6 +25,7 @@ class FileRecord(TypedDict):
     digest: str
     keys: list[int]
     secret_name: NotRequired[bool]
+    encoding: NotRequired[str]
 
 
 class StateStats(TypedDict):
@@ -47,19 +48,23 @@ class FileInfo:
     keys: Sequence[int]
     #: A component of the path holds what redaction masks: it is shown masked.
     secret_name: bool = False
+    #: The encoding the file was read in when it is not UTF-8 (``notetext.decode_note``).
+    encoding: str = ""
 
     def to_record(self) -> FileRecord:
         rec: FileRecord = {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
                            "digest": self.digest, "keys": list(self.keys)}
         if self.secret_name:  # rare: written only when set
             rec["secret_name"] = True
+        if self.encoding:  # rare too
+            rec["encoding"] = self.encoding
         return rec
 
     @classmethod
     def from_record(cls, rec: JsonObject) -> FileInfo:
         return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
                    str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]),
-                   rec.get("secret_name") is True)
+                   rec.get("secret_name") is True, str(rec.get("encoding") or ""))
 
 
 def compact_keys(keys: list[int]) -> Sequence[int]:

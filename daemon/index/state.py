@@ -70,6 +70,9 @@ class IndexState:
         #: The indexed files whose path holds what redaction masks (shown masked), kept
         #: as ``oversized`` is.
         self.secret_named: frozenset[str] = frozenset()
+        #: The indexed notes not read as UTF-8 (``FileInfo.encoding``), kept as
+        #: ``oversized`` is.
+        self.not_utf8: frozenset[str] = frozenset()
         self.chunks = ChunkTable()
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
@@ -266,7 +269,8 @@ class IndexState:
                         seen = (prep.mtime_ns, prep.size)
                         if old is not None and (old.mtime_ns, old.size) != seen:
                             self._put(FileInfo(prep.path, prep.mtime_ns, prep.size,
-                                               old.digest, old.keys, old.secret_name))
+                                               old.digest, old.keys, old.secret_name,
+                                               old.encoding))
                             restat += 1
                         unchanged += 1
                         continue
@@ -283,7 +287,8 @@ class IndexState:
                         self.chunks.add(key, chunk.path, chunk.start_line, chunk.end_line,
                                         chunk.text, chunk.heading, chunk.metadata)
                     info = FileInfo(prep.path, prep.mtime_ns, prep.size, prep.digest,
-                                    compact_keys(keys[first:]), prep.secret_name)
+                                    compact_keys(keys[first:]), prep.secret_name,
+                                    prep.encoding)
                     self._put(info)
                     made.append(info)
                     if self._by_stem is not None:
@@ -348,6 +353,9 @@ class IndexState:
         if info.secret_name != (info.path in self.secret_named):
             self.secret_named = (self.secret_named | {info.path} if info.secret_name
                                  else self.secret_named - {info.path})
+        if bool(info.encoding) != (info.path in self.not_utf8):
+            self.not_utf8 = (self.not_utf8 | {info.path} if info.encoding
+                             else self.not_utf8 - {info.path})
 
     def _drop(self, info: FileInfo, *, keyword: bool = True) -> None:
         """Forget ``info``'s file; ``keyword``: its documents are in the keyword index."""
@@ -363,6 +371,8 @@ class IndexState:
             self.oversized = self.oversized - {info.path}
         if info.path in self.secret_named:
             self.secret_named = self.secret_named - {info.path}
+        if info.path in self.not_utf8:
+            self.not_utf8 = self.not_utf8 - {info.path}
         stem = _stem(info.path)
         if self._by_stem is not None:  # another file of that stem is named now, if any
             paths = self._by_stem.get(stem, {})
@@ -392,6 +402,7 @@ class IndexState:
             raise ValueError("files, chunks and keyword index disagree")
         self.oversized = frozenset(partly_indexed(by_path))
         self.secret_named = frozenset(p for p, f in by_path.items() if f.secret_name)
+        self.not_utf8 = frozenset(p for p, f in by_path.items() if f.encoding)
         self.files = by_path
         self.chunks = chunks
         self.bm25 = bm25
