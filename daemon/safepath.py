@@ -13,6 +13,7 @@ system; call them through ``trio.to_thread.run_sync``.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import stat
@@ -188,6 +189,9 @@ def read_lines(
     the returned text stops. ``end_line`` past the end is clamped.
     """
     fd = open_confined(root, path)
+    if os.pread(fd, 4, 0).startswith(_WIDE_BOMS):
+        with os.fdopen(fd, "rb") as wide:
+            return _wide_lines(wide.read(DETECT_BYTES), start_line, end_line, max_bytes)
     kept: list[bytes] = []
     kept_bytes = 0
     truncated = False
@@ -253,6 +257,36 @@ def read_lines(
 
 #: How much of a note tells its encoding (as much as the index reads: ``MAX_NOTE_BYTES``).
 DETECT_BYTES = 8 << 20
+
+
+# UTF-16 and UTF-32 (their byte order marks: the only way a note is read so; UTF-32 LE's
+# begins as UTF-16 LE's).
+_WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)
+
+
+def _wide_lines(data: bytes, start_line: int, end_line: int | None,
+                max_bytes: int) -> LineSlice:
+    """:func:`read_lines` of a note in UTF-16 or UTF-32, whose line breaks are other bytes
+    than ASCII's: the note (up to ``DETECT_BYTES``) is decoded whole, then cut into lines
+    as the index cuts it; ``max_bytes`` counts the lines' bytes in UTF-8."""
+    lines = note_text(data, prefix=len(data) == DETECT_BYTES).split("\n")
+    last = lines.pop()  # "" when the note ends with a line break
+    lines = [line + "\n" for line in lines] + ([last] if last else [])
+    kept: list[str] = []
+    used = 0
+    truncated = False
+    for line in lines[start_line - 1:end_line]:
+        size = len(line.encode("utf-8"))
+        if used + size > max_bytes:
+            if not kept:  # one line longer than the cap: its head
+                kept.append(line.encode("utf-8")[:max_bytes].decode("utf-8", "ignore"))
+            truncated = True
+            break
+        kept.append(line)
+        used += size
+    end = start_line - 1 + len(kept) if kept else min(start_line - 1, len(lines))
+    return LineSlice(start_line=start_line, end_line=max(end, start_line - 1),
+                     total_lines=len(lines), text="".join(kept), truncated=truncated)
 
 
 def _utf8(data: bytes, *, prefix: bool) -> bool:

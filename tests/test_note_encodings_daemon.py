@@ -1,7 +1,8 @@
 """Notes a Chinese or Japanese Windows editor saved in GBK, Big5 or Shift_JIS, through a
 real daemon: found by their words and shown as written, told in ``daemon.status`` and in
 the import report, after a warm start too; one in an encoding not recognised is told as
-indexed with U+FFFD, and none of them is ever written over."""
+indexed with U+FFFD, and none of them is ever written over. Line ranges of notes in
+UTF-16 or UTF-32 (Notepad's "Unicode") are their lines."""
 
 from __future__ import annotations
 
@@ -118,3 +119,32 @@ def test_notes_not_in_utf8_are_still_told_after_a_warm_start(
     health = ws_status(d2)["health"]
     assert health["not_utf8"]["count"] == 4 and health["state"] == "clean", health
     assert d2.stop() == 0
+
+
+def test_a_line_range_of_a_utf16_or_utf32_note_is_its_lines(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Their line breaks are not the byte \n: a range was cut through characters and came
+    # back with NULs and U+FFFD.
+    text = "# 周会\n\n- 张伟负责预算\n- Größe\u0a0a ok\n"
+    encodings = ("utf-16", "utf-16-be", "utf-32", "utf-32-be")
+    root = tmp_path / "ws"
+    (root / DAY).mkdir(parents=True)
+    for encoding in encodings:
+        bom = "\ufeff" if encoding.endswith("-be") else ""  # (the others write their own)
+        (root / DAY / f"{encoding}.md").write_bytes((bom + text).encode(encoding))
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for encoding in encodings:
+        rel = f"{DAY}/{encoding}.md"
+        got = d.call("memory.read", {"agent_id": "w", "path": rel, "start_line": 3,
+                                     "end_line": 4})
+        assert (got["text"], got["total_lines"]) == ("- 张伟负责预算\n- Größe\u0a0a ok\n", 4), got
+        got = d.call("memory.read", {"agent_id": "w", "path": rel, "start_line": 1,
+                                     "end_line": 1})
+        assert got["text"] == "# 周会\n", got
+        # The lines the search gives are those a read gives.
+        hit = d.call("memory.search", {"agent_id": "w", "query": "负责预算", "sync": True,
+                                       "filters": {"path_prefix": rel}})
+        first = hit["results"][0]
+        assert (first["start_line"], first["end_line"]) == (1, 4), first
+    assert d.stop() == 0
