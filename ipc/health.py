@@ -151,7 +151,9 @@ DEGRADED_FIXES = (
 def _degraded_fix(reasons: Sequence[str], agent: str) -> str:
     """The fix of each degraded reason known; the checks that find more otherwise."""
     def told(key: str) -> bool:
-        return any(r.endswith(key) if key in (OVERSIZED, NOT_UTF8) else r.startswith(key)
+        # A reason may begin with its count ("3 note(s) could not be read ...").
+        return any(r.endswith(key) if key in (OVERSIZED, NOT_UTF8)
+                   else r.startswith(key) or r.lstrip("0123456789 ").startswith(key)
                    for r in reasons)
 
     fixes = [fix.format(agent=agent) for key, fix in DEGRADED_FIXES if told(key)]

@@ -135,6 +135,8 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
             if e["what"].startswith("read ")} == {f"read {p}": eio for p in listed[:3]}
     verbose = recalld("status", "--verbose", env=d.env)
     assert f"w: could not be read: {', '.join(listed)}" in verbose.stdout, verbose.stdout
+    # The fix said is the one that helps (the disk, the permissions), not a reindex.
+    assert "check the disk and the permissions" in verbose.stdout, verbose.stdout
     for rel in others:
         (root / rel).unlink()
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
