@@ -1,20 +1,17 @@
-"""The records the job manager keeps: a kind's rules, the manager's limits, one job's state
-(:mod:`recalld.daemon.jobs` acts on them)."""
+"""The records the job manager keeps: a kind's rules, the manager's limits, one job's state,
+and what a kind's handler sees of its job (:mod:`recalld.daemon.jobs` acts on them)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import Literal, TypedDict
 
 import trio
 
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import JobInfo, JobProgress
-
-if TYPE_CHECKING:
-    from recalld.daemon.jobs import JobContext
 
 #: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
 Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
@@ -108,3 +105,24 @@ class JobRecord:
         if job.state not in ACTIVE:
             job.done.set()
         return job
+
+
+#: Records a running job's progress: ``(job, done, total, message)``.
+Progress = Callable[[JobRecord, int, int | None, str], None]
+
+
+class JobContext:
+    """What a handler sees of its job. Cancelling ``cancel_scope`` cancels this job only."""
+
+    def __init__(self, job: JobRecord, progress: Progress) -> None:
+        self._job = job
+        self._progress = progress
+        self.job_id = job.job_id
+        self.agent_id = job.agent_id
+        self.kind = job.kind
+        self.params: Mapping[str, object] = job.params
+        self.resumed = job.resumed
+        self.cancel_scope = job.scope
+
+    def set_progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        self._progress(self._job, done, total, message)

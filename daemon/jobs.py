@@ -39,6 +39,7 @@ from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jobrecords import (
     ACTIVE,
     Handler,
+    JobContext,
     JobKind,
     JobRecord,
     JobsConfig,
@@ -63,23 +64,6 @@ INTERRUPTED = "interrupted by daemon restart"
 
 def _cpu_borrower(job: JobRecord) -> tuple[str, str]:
     return ("recalld.job", job.job_id)
-
-
-class JobContext:
-    """What a handler sees of its job. Cancelling ``cancel_scope`` cancels this job only."""
-
-    def __init__(self, manager: JobManager, job: JobRecord) -> None:
-        self._manager = manager
-        self._job = job
-        self.job_id = job.job_id
-        self.agent_id = job.agent_id
-        self.kind = job.kind
-        self.params: Mapping[str, object] = job.params
-        self.resumed = job.resumed
-        self.cancel_scope = job.scope
-
-    def set_progress(self, done: int, total: int | None = None, message: str = "") -> None:
-        self._manager._progress(self._job, done, total, message)
 
 
 class JobManager:
@@ -433,7 +417,7 @@ class JobManager:
         self._publish("job.state", job.as_dict())
         await self._journal(job)
         try:
-            result = await spec.handler(JobContext(self, job))
+            result = await spec.handler(JobContext(job, self._progress))
         except RecalldError as exc:
             wire = wire_error(exc)
             await self._finish(job, "failed", error=wire.message, code=wire.code)

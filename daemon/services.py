@@ -39,7 +39,8 @@ from recalld.daemon.index.procpool import PreparePool, cpu_count
 from recalld.daemon.index.service import Rebuilt, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobparams import params_of
-from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.jobrecords import JobContext
+from recalld.daemon.jobs import JobManager
 from recalld.daemon.maintenance import Health
 from recalld.daemon.memory.capture import AUTO_MEMORY_PARAMS, SessionFlusher
 from recalld.daemon.memory.consolidation import Consolidation, ResourceService

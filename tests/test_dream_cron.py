@@ -19,7 +19,8 @@ import trio
 from test_scheduler import inline
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
-from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.jobrecords import JobContext
+from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.consolidation import DREAM_KIND, Consolidation
 from recalld.daemon.scheduler import CronScheduler, FakeWallClock
 from recalld.daemon.workspaces import Workspace

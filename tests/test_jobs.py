@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from recalld.daemon.jobrecords import JobsConfig
-from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager
+from recalld.daemon.jobrecords import JobContext, JobsConfig
+from recalld.daemon.jobs import INTERRUPTED, JobManager
 from recalld.daemon.rpc import job_methods
 from recalld.ipc.errors import (
     JOB_FAILED,

@@ -9,8 +9,8 @@ import trio
 import trio.testing
 from test_jobs import Gate, Recorder, running, wait_state
 
-from recalld.daemon.jobrecords import JobsConfig
-from recalld.daemon.jobs import INTERRUPTED, JobContext, JobManager
+from recalld.daemon.jobrecords import JobContext, JobsConfig
+from recalld.daemon.jobs import INTERRUPTED, JobManager
 
 
 async def test_a_pause_stops_running_jobs_and_runs_them_again_after_it(

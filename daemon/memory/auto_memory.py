@@ -59,7 +59,7 @@ from typing import NotRequired, TypedDict
 import trio
 
 from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
-from recalld.daemon.jobs import JobContext
+from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log, dialog_log
 from recalld.daemon.memory.changelog import new_run_id

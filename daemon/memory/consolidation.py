@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import trio
 
 from recalld.daemon.jobparams import choice, params_of, text
-from recalld.daemon.jobs import JobContext, JobManager
+from recalld.daemon.jobrecords import JobContext
+from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.resource import (
     ResourceCatalog,
     ResourceResult,
