@@ -73,6 +73,9 @@ class JobRecord:
     requeue: bool = False
     #: Why it was cancelled, when not by a client (its record's ``error``).
     cancel_reason: str | None = None
+    #: Counted in its workspace's running jobs (and holding a CPU token if its kind takes
+    #: one): from its admission until the state it ends in is published.
+    slot: bool = False
 
     def as_dict(self) -> JobInfo:
         return {

@@ -330,6 +330,7 @@ class JobManager:
     async def _finish(self, job: JobRecord, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
         # What the handler gave goes to the journal and the wire: always as JSON can hold it.
+        self._free_slot(job)
         job.state, job.error_code = state, code
         job.result, job.error = json_safe(result), json_safe(error)
         job.finished_at = self._wall()
@@ -364,7 +365,9 @@ class JobManager:
                 if queue:
                     self._turns.append(agent)
                 self._running[agent] = self._running.get(agent, 0) + 1
-                job.ran = trio.Event()
+                job.slot, job.ran = True, trio.Event()
+                job.state, job.started_at = "running", self._wall()
+                self._publish("job.state", job.as_dict())
                 nursery.start_soon(self._run_job, job, name=f"job {job.kind} {job.job_id}")
                 admitted = True
                 break  # the order changed: start again from the front
@@ -391,11 +394,12 @@ class JobManager:
             self._changed.set()
 
     async def _run_job(self, job: JobRecord) -> None:
-        spec = self._kinds[job.kind]
+        spec, ran = self._kinds[job.kind], job.ran  # this run's (a requeued job runs again)
         try:
             with job.scope:
                 await self._execute(job, spec)
             if job.state in ACTIVE and job.requeue:  # stopped by a pause: runs after it
+                self._free_slot(job)
                 job.state, job.started_at, job.requeue = "queued", None, False
                 job.scope = trio.CancelScope()
                 self._queues.setdefault(job.agent_id, deque()).appendleft(job)
@@ -406,16 +410,22 @@ class JobManager:
             elif job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
                 await self._finish(job, "cancelled", error=job.cancel_reason)
         finally:
-            job.ran.set()
-            if spec.cpu_heavy:
+            ran.set()
+            if job.ran is ran:  # not admitted again meanwhile: the slot is this run's
+                self._free_slot(job)
+
+    def _free_slot(self, job: JobRecord) -> None:
+        """``job`` runs no more: its running slot (and CPU token) go, before the state it
+        ends in is published, so that the counts of ``statistics`` agree with it."""
+        if job.slot:
+            job.slot = False
+            if self._kinds[job.kind].cpu_heavy:
                 self._cpu.release_on_behalf_of(_cpu_borrower(job))
             self._running[job.agent_id] -= 1
             self._changed.set()
 
     async def _execute(self, job: JobRecord, spec: JobKind) -> None:
-        job.state, job.started_at = "running", self._wall()
-        self._publish("job.state", job.as_dict())
-        await self._journal(job)
+        await self._journal(job)  # running (published when it was admitted)
         try:
             result = await spec.handler(JobContext(job, self._progress))
         except RecalldError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import trio
 import trio.testing
 from test_jobs import Gate, Recorder, running, wait_state
 
-from recalld.daemon.jobrecords import JobContext, JobsConfig
+from recalld.daemon.jobrecords import JobContext, JobsConfig, JobStatistics
 from recalld.daemon.jobs import INTERRUPTED, JobManager
 
 
@@ -83,3 +84,37 @@ async def test_a_stop_ends_the_running_jobs_before_it_returns_and_starts_none(
             finished = await wait_state(second, agent, job_id, "succeeded")
             assert finished["resumed"]
         assert sorted(done.started) == sorted([("a", going), ("b", later)])
+
+
+async def test_the_job_counts_agree_with_each_state_published(tmp_path: Path) -> None:
+    # A job stopped by a pause was published queued while the manager's statistics (and
+    # daemon.status) still counted it running, until its journal record was written; a
+    # job that ended likewise, succeeded or cancelled and still running.
+    last: dict[str, str] = {}
+    mismatches: list[tuple[dict[str, str], JobStatistics]] = []
+
+    def publish(topic: str, payload: Mapping[str, Any]) -> None:
+        if topic == "job.state":
+            last[payload["job_id"]] = payload["state"]
+            stats, states = manager.statistics(), list(last.values())
+            if (stats["running"], stats["queued"]) != (states.count("running"),
+                                                       states.count("queued")):
+                mismatches.append((dict(last), stats))
+
+    gate = Gate()
+    manager = JobManager(journal_path=tmp_path / "jobs.jsonl", publish=publish,
+                         config=JobsConfig(max_running_per_workspace=1))
+    manager.register("work", gate)
+    async with running(manager):
+        first = await manager.submit("a", "work")
+        second = await manager.submit("a", "work")
+        await wait_state(manager, "a", first, "running")
+        async with manager.paused("a", "restoring"):
+            assert manager.get("a", first)["state"] == "queued"
+        await wait_state(manager, "a", first, "running")
+        gate.open(first)
+        await wait_state(manager, "a", second, "running")
+        await manager.cancel("a", second)
+        assert manager.statistics()["running"] == 0
+    assert last == {first: "succeeded", second: "cancelled"}
+    assert not mismatches, mismatches
