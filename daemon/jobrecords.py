@@ -23,6 +23,7 @@ ACTIVE = frozenset({"queued", "running"})
 class JobStatistics(TypedDict):
     running: int
     queued: int
+    held: int  # of the queued: waiting for their workspace to open
     cpu_tokens_in_use: int
 
 
@@ -64,6 +65,8 @@ class JobRecord:
     started_at: float | None = None
     finished_at: float | None = None
     resumed: bool = False
+    #: Waits, queued, for its workspace to open (closed, failed, or not open since a start).
+    held: bool = False
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     last_progress_publish: float = float("-inf")
@@ -83,7 +86,7 @@ class JobRecord:
             "params": self.params, "state": self.state, "progress": self.progress.copy(),
             "result": self.result, "error": self.error, "error_code": self.error_code,
             "submitted_at": self.submitted_at, "started_at": self.started_at,
-            "finished_at": self.finished_at, "resumed": self.resumed,
+            "finished_at": self.finished_at, "resumed": self.resumed, "held": self.held,
         }
 
     @classmethod
@@ -105,6 +108,7 @@ class JobRecord:
         job.started_at = rec.get("started_at")
         job.finished_at = rec.get("finished_at")
         job.resumed = bool(rec.get("resumed", False))
+        job.held = bool(rec.get("held", False))
         if job.state not in ACTIVE:
             job.done.set()
         return job

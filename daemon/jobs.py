@@ -2,18 +2,20 @@
 
 Owns every job record (keyed by agent_id and job_id), the per-workspace FIFO queues and
 the dispatcher; the job journal (:mod:`recalld.daemon.jobjournal`) records them.
-``JobManager.run`` replays the journal (a job that was queued or running when the daemon
-died is resumed if its kind is resumable (a kind resumable "once" only if it was not
-resumed already), else reported failed "interrupted by daemon restart": never silently
-lost), then dispatches: workspaces take turns (round robin), each workspace's jobs start
-in submission order, at most ``max_running`` jobs run at once and
-``max_running_per_workspace`` per workspace, and CPU-heavy kinds also hold a token of a
-daemon-wide CapacityLimiter, so one agent's reindex never starves the others. Every job
-runs in its own cancel scope under the manager's nursery; ``cancel`` cancels that scope
-only. A graceful stop calls ``stop`` first (the running jobs end their cancelled handlers
-while their workspaces still serve, and are journaled queued again); the manager then
-stops by cancellation. Either way the next start resumes the jobs left queued or running,
-or reports them interrupted.
+``JobManager.run`` replays the journal (a job held for its closed or failed workspace is
+held again, whatever its kind: it did not run; one that was queued or running when the
+daemon died is resumed if its kind is resumable (a kind resumable "once" only if it was
+not resumed already), else reported failed "interrupted by daemon restart": never
+silently lost; with ``hold_recovered`` the workspaces of the jobs left are held until
+each opens, so that none runs for a workspace that cannot), then dispatches: workspaces
+take turns (round robin), each workspace's jobs start in submission order, at most
+``max_running`` jobs run at once and ``max_running_per_workspace`` per workspace, and
+CPU-heavy kinds also hold a token of a daemon-wide CapacityLimiter, so one agent's
+reindex never starves the others. Every job runs in its own cancel scope under the
+manager's nursery; ``cancel`` cancels that scope only. A graceful stop calls ``stop``
+first (the running jobs end their cancelled handlers while their workspaces still serve,
+and are journaled queued again); the manager then stops by cancellation. Either way the
+next start resumes the jobs left queued or running, or reports them interrupted.
 
 State changes and throttled progress go to ``publish(topic, payload)`` with topics
 ``job.state`` and ``job.progress`` (the daemon's event bus plugs in there).
@@ -78,12 +80,15 @@ class JobManager:
         config: JobsConfig | None = None,
         agent_exists: Callable[[str], bool] | None = None,
         wall: Callable[[], float] = time.time,
+        hold_recovered: bool = False,
     ) -> None:
         self._config = config or JobsConfig()
         self._publish_cb = publish
         self._cpu = cpu_limiter if cpu_limiter is not None else trio.CapacityLimiter(1)
         self._agent_exists = agent_exists
         self._wall = wall
+        self._hold_recovered = hold_recovered
+        self._nursery: trio.Nursery | None = None
         self._kinds: dict[str, JobKind] = {}
         self._jobs: dict[str, dict[str, JobRecord]] = {}  # agent -> job_id -> job, oldest first
         self._queues: dict[str, deque[JobRecord]] = {}
@@ -144,6 +149,7 @@ class JobManager:
         return {
             "running": sum(self._running.values()),
             "queued": sum(len(q) for q in self._queues.values()),
+            "held": sum(j.held for q in self._queues.values() for j in q),
             "cpu_tokens_in_use": self._cpu.borrowed_tokens,
         }
 
@@ -171,7 +177,8 @@ class JobManager:
                         f" ({other.job_id}); wait for it or cancel it",
                         {"job_id": other.job_id, "state": other.state})
         job = JobRecord(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
-                   params=checked, submitted_at=self._wall())
+                        params=checked, submitted_at=self._wall(),
+                        held=agent_id in self._held)
         self._add(job)
         self._enqueue(job)
         self._publish("job.state", job.as_dict())
@@ -243,12 +250,26 @@ class JobManager:
         if agent_id not in self._held:
             self._held.add(agent_id)
             self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
+            self._mark_held(agent_id, True)
 
     def release(self, agent_id: str) -> None:
         """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it)."""
         if agent_id in self._held:
             self._held.discard(agent_id)
+            self._mark_held(agent_id, False)
             self._unpause(agent_id)
+
+    def _mark_held(self, agent_id: str, held: bool) -> None:
+        """Record on each of ``agent_id``'s unfinished jobs whether it is held: journaled,
+        a restart keeps it held until its workspace opens (the running ones are journaled
+        once they are queued again)."""
+        for job in self._jobs.get(agent_id, {}).values():
+            if job.state in ACTIVE and job.held != held:
+                job.held = held
+                if job.state == "queued":
+                    self._publish("job.state", job.as_dict())
+                    if self._nursery is not None:  # before run: its start journals all
+                        self._nursery.start_soon(self._journal, job)
 
     def _unpause(self, agent_id: str) -> None:
         self._paused[agent_id] -= 1
@@ -331,7 +352,7 @@ class JobManager:
                       error: str | None = None, code: int | None = None) -> None:
         # What the handler gave goes to the journal and the wire: always as JSON can hold it.
         self._free_slot(job)
-        job.state, job.error_code = state, code
+        job.state, job.error_code, job.held = state, code, False
         job.result, job.error = json_safe(result), json_safe(error)
         job.finished_at = self._wall()
         job.done.set()
@@ -439,11 +460,15 @@ class JobManager:
             await self._finish(job, "succeeded", result=dict(result or {}))
 
     async def _recover(self) -> None:
+        """Held, resumed or interrupted: each unfinished job of the journal (module doc)."""
         interrupted: list[JobRecord] = []
         for rec in await self._journal_log.open():
             job = JobRecord.from_dict(rec)
             self._add(job)
-            if job.state in ACTIVE:
+            if job.state == "queued" and job.held and job.kind in self._kinds:
+                self._enqueue(job)
+            elif job.state in ACTIVE:
+                job.held = False
                 spec = self._kinds.get(job.kind)
                 if spec is not None and spec.resumable and not (
                         spec.resumable == "once" and job.resumed):
@@ -453,6 +478,9 @@ class JobManager:
                     interrupted.append(job)
         for job in interrupted:
             await self._finish(job, "failed", error=INTERRUPTED, code=JOB_FAILED)
+        for agent_id, queue in self._queues.items():
+            if self._hold_recovered or any(job.held for job in queue):
+                self._hold(agent_id)
         await self._journal_log.rewrite(self._retained())
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -460,10 +488,12 @@ class JobManager:
         try:
             await self._recover()
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 task_status.started()
                 while True:
                     self._start_eligible(nursery)
                     await self._changed.wait()
                     self._changed = trio.Event()
         finally:
+            self._nursery = None
             self._journal_log.close()

@@ -274,7 +274,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
 
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
                       publish=events.publish, cpu_limiter=cpu,
-                      agent_exists=lambda agent_id: registry.exists(agent_id))
+                      agent_exists=lambda agent_id: registry.exists(agent_id),
+                      hold_recovered=True)  # until each workspace opens (registry.open)
     registry = WorkspaceRegistry(lambda: live.current, events, start,
                                  remembered_path=config.state_dir / "workspaces.json",
                                  jobs=jobs)

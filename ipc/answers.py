@@ -144,6 +144,7 @@ class JobInfo(TypedDict):
     started_at: float | None
     finished_at: float | None
     resumed: bool  # picked up again after a daemon restart
+    held: bool  # queued until its workspace opens (closed, failed, not open since a start)
 
 
 JOB_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
