@@ -292,12 +292,11 @@ class Client(_flavours.SyncMethods):
         return found
 
     def jobs_of_every_workspace(self) -> list[JobInfo]:
-        """The jobs of every open workspace (each listed as its own agent), oldest first:
-        what ``recalld status`` and ``doctor`` show the user who runs the daemon."""
+        """The jobs of every workspace listed, open or not (each listed as its own agent;
+        a failed one's jobs wait for it), oldest first: what ``recalld status``,
+        ``doctor`` and ``jobs list`` show the user who runs the daemon."""
         seen: dict[str, JobInfo] = {}
         for ws in self.workspace_list():
-            if ws.get("state") != "ready":
-                continue
             agent = str(ws["agent_id"])
             with contextlib.suppress(errors.UnknownWorkspace):  # closed meanwhile
                 for job in self.jobs_list(agent):

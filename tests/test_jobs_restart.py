@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import done, notes, turn, write_note
+from test_cli import as_json, recalld
 from test_jobs_held import flush, job_state, two_agents
 from waits import wait_job, wait_value, workspace_status
 
@@ -68,6 +69,9 @@ def test_a_resumed_job_of_a_workspace_refused_at_the_start_waits_for_it(
     assert (job["state"], job["resumed"]) == ("queued", True), job
     assert job_counts(d) == (0, 1, 1)  # held, not running (nor waiting for bob to open)
     assert [j["job_id"] for j in d.call("jobs.list", {"agent_id": "bob"})["jobs"]] == [job_id]
+    # The operator's listing of every workspace's jobs shows it too.
+    listed = as_json(recalld("jobs", "list", "--json", env=d.env))
+    assert [(j["job_id"], j["held"]) for j in listed] == [(job_id, True)], listed
 
     bring_back(tmp_path)
     fake.script(write_note("tea", "- Bob drinks oolong tea"), done())
@@ -143,7 +147,8 @@ def test_a_held_job_cancelled_after_a_restart_does_not_run(
     job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
     assert (job["state"], job["resumed"]) == ("queued", False), job
     assert job_counts(d) == (0, 1, 1)
-    cancelled = d.call("jobs.cancel", {"agent_id": "bob", "job_id": job_id})
+    # By its id alone, as the operator finds it in `recalld jobs list`.
+    cancelled = as_json(recalld("jobs", "cancel", job_id, "--json", env=d.env))
     assert cancelled["state"] == "cancelled", cancelled
     assert job_counts(d) == (0, 0, 0)
     asked = sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
