@@ -82,6 +82,11 @@ def _progress(job: JobInfo) -> str:
     return str(p.get("message") or "-")
 
 
+def _state(job: JobInfo) -> str:
+    """Its state; "queued (held)" while it waits for its workspace to open."""
+    return f"{job['state']} (held)" if job.get("held") else str(job["state"])
+
+
 def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     action = ns.jobs_command
     if action == "list":
@@ -93,7 +98,7 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
         elif not jobs:
             out.write("no jobs\n")
         else:
-            rows = [{**j, "progress": _progress(j)} for j in jobs]
+            rows = [{**j, "progress": _progress(j), "state": _state(j)} for j in jobs]
             out.write(table(rows, ("job_id", "agent_id", "kind", "state", "progress",
                                    "submitted_at", "finished_at")))
         return EXIT_OK
@@ -105,7 +110,7 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if as_json:
         print_json(out, job)
         return EXIT_OK
-    out.write(f"{job['job_id']}  {job.get('kind')}  {job.get('state')}  "
+    out.write(f"{job['job_id']}  {job.get('kind')}  {_state(job)}  "
               f"progress {_progress(job)}\n")
     if job.get("error"):
         out.write(f"error: {job['error']}\n")

@@ -72,6 +72,8 @@ def test_a_resumed_job_of_a_workspace_refused_at_the_start_waits_for_it(
     # The operator's listing of every workspace's jobs shows it too.
     listed = as_json(recalld("jobs", "list", "--json", env=d.env))
     assert [(j["job_id"], j["held"]) for j in listed] == [(job_id, True)], listed
+    shown = recalld("jobs", "list", env=d.env)
+    assert shown.returncode == 0 and "queued (held)" in shown.stdout, shown
 
     bring_back(tmp_path)
     fake.script(write_note("tea", "- Bob drinks oolong tea"), done())
