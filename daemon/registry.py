@@ -74,6 +74,9 @@ class WorkspaceRegistry:
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
         self._locks: dict[str, trio.Lock] = {}
+        # One save of workspaces.json at a time, each of the entries as they are when it
+        # writes: saves of opens under different agents' locks could finish out of order.
+        self._save_lock = trio.Lock()
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
@@ -231,16 +234,18 @@ class WorkspaceRegistry:
 
     async def _save_remembered(self) -> None:
         assert self._remembered_path is not None
-        entries = dict(self._remembered)
         with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(remembered.save, self._remembered_path, entries)
-            except RecalldError as exc:  # the workspace serves; the record waits for later
-                log.error("recording the workspaces in %s failed: %s",
-                          self._remembered_path, exc.message)
-                self.write_failure.record(exc.message)
-            else:
-                self.write_failure.clear()
+            async with self._save_lock:
+                entries = dict(self._remembered)  # as they are now, not when it was asked
+                try:
+                    await trio.to_thread.run_sync(remembered.save, self._remembered_path,
+                                                  entries)
+                except RecalldError as exc:  # the workspace serves; the record waits
+                    log.error("recording the workspaces in %s failed: %s",
+                              self._remembered_path, exc.message)
+                    self.write_failure.record(exc.message)
+                else:
+                    self.write_failure.clear()
 
     def _lock(self, agent_id: str) -> trio.Lock:
         return self._locks.setdefault(agent_id, trio.Lock())

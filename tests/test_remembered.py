@@ -199,3 +199,31 @@ def test_a_bare_open_keeps_the_settings_a_workspace_was_recorded_with(
     record = remembered.load(d2.data_dir / "state" / "workspaces.json")
     assert record["rec"] == {**record["rec"], "path": str((tmp_path / "moved").resolve()),
                              "config": None}
+
+
+def test_workspaces_opened_at_once_are_all_recorded(daemon_factory: Any) -> None:
+    # Opens of different agents save workspaces.json each under its own lock: saves that
+    # finished out of order wrote an older list last, and a workspace went unrecorded
+    # (at the next start, its folder moved away, it was made again empty).
+    import threading
+
+    from recalld.ipc.client import Client
+
+    d = daemon_factory()
+    agents = [f"agent-{i:02d}" for i in range(40)]
+    start = threading.Barrier(len(agents))
+
+    def open_one(agent: str) -> None:
+        with Client(d.socket_path) as client:
+            start.wait()
+            client.call("workspace.open", {"agent_id": agent})
+
+    threads = [threading.Thread(target=open_one, args=(a,)) for a in agents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(agents) <= set(paths(d))
+    assert d.stop() == 0
+    record = remembered.load(d.data_dir / "state" / "workspaces.json")
+    assert set(agents) <= set(record), sorted(set(agents) - set(record))
