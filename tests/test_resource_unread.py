@@ -91,3 +91,27 @@ def test_a_file_deleted_while_the_model_reads_it_leaves_no_unmarked_note(
         fields = parse_frontmatter(note.read_text())[0]
         if fields.get("source_resource") == f"[[{rel}]]":
             assert fields.get("source_removed") and entry.get("marked"), note.read_text()
+
+
+def test_a_file_seen_empty_while_written_again_keeps_its_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """An editor that truncates and then writes lets the watcher see the file empty a
+    moment: back to the bytes its note was written from, the file is that note's again,
+    with no model call."""
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    plan = "resource/plan.txt"
+    write(root, plan, "Launch on May 3.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, plan, "processed")
+    note = root / catalog(root)[plan]["note"]
+    written, calls = note.read_text(), chat_calls(fake)
+    (root / plan).write_text("")
+    wait_for(lambda: catalog(root)[plan].get("size") == 0, "the catalog sees it empty")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"), "no job running")
+    (root / plan).write_text("Launch on May 3.\n")
+    wait_state(root, plan, "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"), "no job running")
+    entry = catalog(root)[plan]
+    assert entry["size"] == len("Launch on May 3.\n") and entry["reason"] == "", entry
+    assert note.read_text() == written and chat_calls(fake) == calls

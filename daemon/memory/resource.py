@@ -272,6 +272,13 @@ class ResourceCatalog:
             new.update(state="skipped", reason="its name looks like a credential: rename it")
         elif rec is None and (rel in self._reme or self._fresh):
             await self._from_note(rel, new)
+        elif rec is not None and new["note"]:
+            # Back to the bytes its note was written from (an edit undone; a file seen
+            # empty or gone a moment while it was written again): that note, no model call.
+            back = {**rec, "digest": sha, "mtime_ns": mtime_ns, "size": size}
+            if await self._put_back(back):
+                self.records[rel] = back
+                return True
         self.records[rel] = new
         return True
 
