@@ -140,6 +140,42 @@ def test_restart_refills_windows_without_the_provider(daemon_factory: Any,
         assert d.stop() == 0
 
 
+def index_status(d: Any) -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+    out: dict[str, Any] = ws["index"]
+    return out
+
+
+def test_a_restart_with_nothing_changed_commits_nothing(daemon_factory: Any,
+                                                        tmp_path: Path) -> None:
+    # Refilling the windows after a restart gives each chunk the vector it has (the mean
+    # of its windows, read back from the cache): that is no change to count or commit.
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    write(root, "digest/personal/food.md", OTHER)
+    write(root, "memory/2026-07-24/two.md", "# Two\n\n" + "\n".join(reversed(TURNS)) + "\n")
+    data = str(tmp_path / "data")
+    manifests = root / "mem_metadata" / "index"
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        assert d.stop() == 0
+        saved = sorted(p.name for p in manifests.glob("MANIFEST-*"))
+        assert saved
+        d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
+        st = wait_idle(d)
+        assert st["cache_texts"] == 6 and st["provider_texts"] == 0, st
+        index = index_status(d)
+        assert index["uncommitted_changes"] == 0 and index["last_commit"] is None, index
+        # The windows serve: a query equal to a window finds its chunk cut to it.
+        last = chunk_windows(chunk_text(), 400)[-1]
+        top = d.call("memory.search", {"agent_id": "w", "query": last.text})["results"][0]
+        assert top["path"] == REL and top["text"] == last.text
+        assert d.stop() == 0
+        assert sorted(p.name for p in manifests.glob("MANIFEST-*")) == saved
+
+
 def test_window_setting_is_checked(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     root.mkdir()

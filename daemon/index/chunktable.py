@@ -259,6 +259,10 @@ class ChunkTable(Mapping[int, StoredChunk]):
         if dead >= DEAD_MIN_ROWS and dead > DEAD_FRACTION * len(self._keys):
             self._adopt(self._compacted())
 
+    def embedding(self, key: int) -> str | None:
+        """Chunk ``key``'s ``_embedding_f16_b64`` (None: no vector)."""
+        return self._embedding.get(key)
+
     def set_embedding(self, key: int, value: str | None) -> None:
         self._built.pop(key, None)
         if value is None:

@@ -25,7 +25,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.index.embedcache import encode_f16, text_hash
+from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.index.parking import ParkedTexts
 from recalld.daemon.index.records import FileInfo
@@ -65,6 +65,19 @@ def _recency(info: FileInfo, daily_dir: str) -> float:
             else:
                 return stamp + 86399.0
     return info.mtime_ns / 1e9
+
+
+def _same(saved: str | None, vec: F32) -> bool:
+    """Whether ``saved`` (a chunk's ``_embedding_f16_b64``) is ``vec`` up to float16
+    rounding: the mean of windows read back from the cache (float16) is not bit for bit
+    the mean of the provider's float32 rows."""
+    if saved is None:
+        return False
+    try:
+        old = decode_f16(saved)
+    except ValueError:
+        return False
+    return old.shape == vec.shape and bool(np.allclose(old, vec, rtol=0.0, atol=2e-3))
 
 
 class VectorFill:
@@ -222,6 +235,10 @@ class VectorFill:
                 continue  # edited meanwhile: the new chunk is pending under a new key
             if windows is not None and self.windows is not None:
                 self.windows.add(key, windows[i])
+            if key in self._building and _same(state.chunks.embedding(key), vec):
+                # The vector it has (a restart refilling its windows from the cache):
+                # no change to install, count or commit.
+                continue
             if self._shadow is None:
                 state.chunks.set_embedding(key, encode_f16(vec))
             keys.append(key)
