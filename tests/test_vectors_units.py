@@ -209,21 +209,25 @@ def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> N
     assert len(index) == len(live) + 1
 
 
-def test_a_restart_copies_one_window_chunks_a_slice_per_locked_call(tmp_path: Path) -> None:
-    # After a restart a chunk's windows are refilled; a one-window chunk's is its own
-    # vector, copied under the index lock (an hnswlib insert each). Thousands of them in
-    # one call held every search for seconds: each call copies a bounded slice and says
-    # more follow.
+def test_a_restart_keeps_no_window_copy_of_one_window_chunks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a restart a chunk's windows are refilled. A one-window chunk's window is the
+    # chunk itself: a copy of its vector in the window index cost an hnswlib insert per
+    # chunk at every start (seconds at thousands of chunks) and doubled the memory. It is
+    # looked at once (a bounded slice per locked call, searches go between) and found by
+    # its own vector.
     import logging
 
     from recalld.daemon.config import EmbeddingModelConfig
+    from recalld.daemon.index import vector_fill
     from recalld.daemon.index.prepare import prepare_files
     from recalld.daemon.index.spaces import VectorSpaces
     from recalld.daemon.index.state import IndexState
-    from recalld.daemon.index.vector_fill import INLINE_WINDOWS, VectorFill
+    from recalld.daemon.index.windows import chunk_windows
 
+    monkeypatch.setattr(vector_fill, "SPLITS_PER_CALL", 7)
     root = tmp_path / "ws"
-    rels = [f"memory/2026-07-{1 + i % 28:02d}/n{i}.md" for i in range(2 * INLINE_WINDOWS + 5)]
+    rels = [f"memory/2026-07-{1 + i % 28:02d}/n{i}.md" for i in range(2 * 7 + 3)]
     for i, rel in enumerate(rels):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(f"# Note {i}\n\nshort fact number {i}\n", "utf-8")
@@ -234,16 +238,24 @@ def test_a_restart_copies_one_window_chunks_a_slice_per_locked_call(tmp_path: Pa
     spaces = VectorSpaces(tmp_path / "cache", None, environ={})
     target = spaces.space(config)
     keys = sorted(state.chunks)
+    rows = np.random.default_rng(3).standard_normal((len(keys), 8)).astype(np.float32)
     state.vectors = VectorIndex(8)
-    state.vectors.add(keys, np.random.default_rng(3).standard_normal((len(keys), 8)))
+    state.vectors.add(keys, rows)
     state.vector_space = target.key
-    fill = VectorFill("w", spaces, config, target, 400, log=logging.getLogger("t"))
-    calls = []
+    fill = vector_fill.VectorFill("w", spaces, config, target, 400,
+                                  log=logging.getLogger("t"))
+    calls = 0
     while True:
         rnd = fill.next_round(state, limit=40, now=0.0)
-        assert fill.windows is not None
-        calls.append(len(fill.windows))
+        calls += 1
+        assert fill.windows is not None and len(fill.windows) == 0
         assert not rnd.items and rnd.pending == 0 and rnd.total == len(keys)
         if not rnd.more:
             break
-    assert calls == [INLINE_WINDOWS, 2 * INLINE_WINDOWS, len(keys)]
+    assert calls == 3
+    # Each chunk is found by its own vector, its one window handed back.
+    for i in (0, 9, len(keys) - 1):
+        hits = fill.search(state, normalize(rows[i])[0], 3, None)
+        assert hits[0][0] == keys[i] and hits[0][1] > 0.99
+        best = fill.best_windows(state, normalize(rows[i])[0], [keys[i]])
+        assert best[keys[i]] == chunk_windows(state.chunks.text(keys[i]), 400)[0]

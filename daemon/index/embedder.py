@@ -225,10 +225,11 @@ class VectorWorker(VectorServing):
             changed = self.index.changed
             now = trio.current_time()
             rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
-            self.total, self.embedded = rnd.total, rnd.total - rnd.pending
-            self._counted = True
+            if not rnd.more:  # else it counted only the chunks looked at so far
+                self.total, self.embedded = rnd.total, rnd.total - rnd.pending
+                self._counted = True
             if rnd.more and not rnd.items:
-                continue  # more windows to copy, a slice per call: searches go between
+                continue  # more chunks to look at, a slice per call: searches go between
             if not rnd.items:
                 # An idle spell is no part of the rate: the next round starts a new stretch.
                 self._working = False
@@ -284,6 +285,9 @@ class VectorWorker(VectorServing):
                 changed = self.index.changed
                 rnd = await self.index.locked(
                     partial(self.fill.next_round, limit=0, now=trio.current_time()))
+                while rnd.more:  # a slice per call; counted once all are looked at
+                    rnd = await self.index.locked(
+                        partial(self.fill.next_round, limit=0, now=trio.current_time()))
                 self.total, self.embedded = rnd.total, rnd.total - rnd.pending
                 self._counted = True
                 await changed.wait()

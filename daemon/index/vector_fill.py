@@ -34,10 +34,10 @@ from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
 
-#: One-window chunks whose window a locked call copies from the chunk's vector (an
-#: hnswlib insert each, ~1 ms at 1,024 dimensions): a restart copies thousands, and
+#: Chunks with a vector whose text a locked call splits into windows to learn whether
+#: they need window vectors (~10 us each): a restart looks at every chunk once, and
 #: searches wait for the lock meanwhile; the rest follow in the next calls.
-INLINE_WINDOWS = 128
+SPLITS_PER_CALL = 2048
 
 
 @dataclass(slots=True)
@@ -49,7 +49,7 @@ class _Round:
     pending: int
     #: Per item, the texts to embed: its windows, or the chunk text itself.
     texts: list[list[str]]
-    #: One-window chunks whose window is still to be copied from their vector.
+    #: Chunks still to be looked at (whether they need window vectors).
     more: bool = False
 
 
@@ -93,8 +93,13 @@ class VectorFill:
         self.target = target
         #: Window size of the vector unit (see ``VectorWorker.window_chars``).
         self.window_chars = window_chars
-        #: The chunks' window vectors in the target space (with ``window_chars``).
+        #: The window vectors, in the target space (with ``window_chars``), of the chunks
+        #: of more than one window. A chunk of one window has none: its window is the
+        #: chunk itself, whose vector the chunk index holds (a copy would double the
+        #: memory and cost an hnswlib insert per chunk at every start).
         self.windows: WindowVectors | None = None
+        #: Chunks known to be of one window (keys are never reused: a key names one text).
+        self._single = BitMap()
         #: The space whose vectors answer searches now (the old one during a model change).
         self.serving: VectorSpace | None = target
         self._state: IndexState | None = None
@@ -127,6 +132,7 @@ class VectorFill:
         self._state = state
         self.failed.clear()
         self._looked_up.clear()
+        self._single = BitMap()
         target = self.target
         # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
         # the embedding cache).
@@ -157,29 +163,28 @@ class VectorFill:
         assert building is not None
         daily = state.daily_dir
         items: list[tuple[int, str]] = []
-        pending = copied = 0
+        pending = split = 0
         more = False
+        single = self._single
         parked: dict[int, float] = {}
         wins = self.windows
         if wins is not None:
             for key in wins.keys():
                 if key not in state.chunks:
                     wins.remove(key)
+            single -= BitMap(key for key in single if key not in state.chunks)
         for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
                            reverse=True):
             for key in info.keys:
                 if key in building:
-                    if wins is None or key in wins:
+                    if wins is None or key in wins or key in single:
                         continue
-                    units = self.units(state.chunks.text(key))
-                    if len(units) == 1:
-                        # One window: the chunk's own vector is that window's (which
-                        # serves a search until then).
-                        if copied < INLINE_WINDOWS:
-                            wins.add(key, building.vectors([key]))
-                            copied += 1
-                        else:
-                            more = True
+                    if split >= SPLITS_PER_CALL:
+                        more = True
+                        continue
+                    split += 1
+                    if len(self.units(state.chunks.text(key))) == 1:
+                        single.add(key)  # its own vector is its window's
                         continue
                 pending += 1
                 until = self.failed.get(key, -math.inf)
@@ -234,7 +239,10 @@ class VectorFill:
             if key not in state.chunks or state.chunks.text(key) != text:
                 continue  # edited meanwhile: the new chunk is pending under a new key
             if windows is not None and self.windows is not None:
-                self.windows.add(key, windows[i])
+                if len(windows[i]) > 1:
+                    self.windows.add(key, windows[i])
+                else:
+                    self._single.add(key)
             if key in self._building and _same(state.chunks.embedding(key), vec):
                 # The vector it has (a restart refilling its windows from the cache):
                 # no change to install, count or commit.
@@ -295,10 +303,12 @@ class VectorFill:
             return key in chunks and (allowed is None or key in allowed)
 
         hits = wins.search(query, limit, allowed=test)
-        if len(wins) < len(state.chunks):
-            # Chunks whose windows are not back yet (after a restart) keep their own vector.
-            hits += [(key, score) for key, score in state.vector_search(query, limit, allowed)
-                     if key not in wins]
+        vectors = state.vectors
+        if vectors is not None and (self._single or len(wins) < len(vectors)):
+            # Chunks of one window, and those whose windows are not back yet (after a
+            # restart), by their own vector.
+            hits += vectors.search(query, limit,
+                                   allowed=lambda key: key not in wins and test(key))
             hits.sort(key=lambda kv: (-kv[1], kv[0]))
         return hits[:limit]
 
@@ -309,11 +319,17 @@ class VectorFill:
         wins = self.windows
         if wins is None or self._shadow is not None or state is not self._state:
             return {}
+        keys = list(keys)
         out: dict[int, Window] = {}
         for key, (i, _) in wins.best(query, keys).items():
             parts = chunk_windows(state.chunks.text(key), self.window_chars)
             if wins.count(key) == len(parts):  # else one vector spans the whole chunk
                 out[key] = parts[i]
+        for key in keys:
+            if key in self._single and key not in wins:
+                parts = chunk_windows(state.chunks.text(key), self.window_chars)
+                if len(parts) == 1:  # else one vector spans the whole chunk (ReMe's)
+                    out[key] = parts[0]
         return out
 
 
