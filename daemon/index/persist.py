@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.links import Link, LinkGraph, LinkRecord
+from recalld.daemon.index.persist_vectors import restore_vectors
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize
-from recalld.daemon.index.vectors import VectorIndex
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped, write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState
@@ -275,7 +272,7 @@ class IndexStore:
         state.mapped = maps
         state.evict()  # the loading checks read every page; searches need few of them
         bm25_meta = meta if "bm25" not in report.corrupt else {}
-        _restore_vectors(gen, state, bm25_meta, report)
+        restore_vectors(gen, state, bm25_meta, report, FORMAT_VERSION)
         if "vectors" not in report.corrupt and state.vectors is not None:
             self.saved_vectors = (id(state), state.vectors_version)
         return report
@@ -342,52 +339,6 @@ def _load_chunks(gen: Generation, report: LoadReport, maps: list[Mapped],
         table.add(c.key, c.path, c.start_line, c.end_line, c.text, c.heading, c.metadata)
         table.set_embedding(c.key, c.embedding)
     return table
-
-
-def _restore_vectors(gen: Generation, state: IndexState, meta: JsonObject,
-                     report: LoadReport) -> None:
-    """The hnswlib graph from its checksummed blob, else rebuilt from chunk embeddings."""
-    with_vec = state.chunks.embeddings()
-    space = meta.get("vector_space")
-    config = meta.get("vector_config")
-    state.vector_space = space if isinstance(space, str) else None
-    state.vector_config = config if isinstance(config, dict) else None
-    if not with_vec:
-        return
-    live = list(with_vec)
-    if "vectors" in gen.files:
-        try:
-            blob, vmeta = gen.read_blob("vectors")
-            if vmeta.get("state_format") != FORMAT_VERSION:
-                raise ValueError(f"state format {vmeta.get('state_format')}")
-            if vmeta.get("count") != len(live):
-                raise ValueError(f"graph holds {vmeta.get('count')} vectors, chunks {len(live)}")
-            if state.vector_space is None and isinstance(vmeta.get("space"), str):
-                state.vector_space = vmeta["space"]
-            state.vectors = VectorIndex.from_bytes(blob, dim=int(vmeta["dims"]), live=live,
-                                                   tmp_dir=gen.state_dir)
-            return
-        except (CorruptState, KeyError, ValueError, TypeError, RuntimeError) as exc:
-            report.corrupt["vectors"] = _reason(exc)
-    else:
-        report.corrupt["vectors"] = "missing"
-    report.rebuilt.append("vectors")
-    decoded: dict[int, F32] = {}
-    for key, value in with_vec.items():
-        try:
-            decoded[key] = decode_f16(value)
-        except ValueError:
-            continue
-    dims = Counter(v.shape[0] for v in decoded.values()).most_common(1)
-    dim = dims[0][0] if dims else 0
-    keep = {k: v for k, v in decoded.items() if v.shape[0] == dim}
-    for key in with_vec:
-        if key not in keep:  # unreadable or of another size: embed it again
-            state.chunks.set_embedding(key, None)
-    if keep:
-        index = VectorIndex(dim, initial_capacity=len(keep))
-        index.add(list(keep), np.stack(list(keep.values())))
-        state.vectors = index
 
 
 def state_stamp(state: IndexState) -> tuple[int, int, int]:
