@@ -118,26 +118,33 @@ def test_exact_identifier_still_first_with_windows(daemon_factory: Any, tmp_path
             assert d.stop() == 0
 
 
-def test_restart_refills_windows_without_the_provider(daemon_factory: Any,
-                                                      tmp_path: Path) -> None:
+def test_a_damaged_window_file_is_refilled_without_the_provider(daemon_factory: Any,
+                                                                tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, REL, NOTE)
-    data = str(tmp_path / "data")  # both daemons: one data dir, so one embedding cache
+    data = str(tmp_path / "data")  # every daemon: one data dir, so one embedding cache
     with FakeProvider(dims=8, api_key="k") as fake:
         d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
         d.call("index.sync", {"agent_id": "w"})
         wait_idle(d)
         assert d.stop() == 0
-        before = len(passages(fake))
-        d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
-        d.call("index.sync", {"agent_id": "w"})
-        st = wait_idle(d)
-        assert st["provider_texts"] == 0 and st["cache_texts"] == 3, st
-        assert len(passages(fake)) == before
+        saved = list((root / "mem_metadata" / "index").glob("windows*"))
+        assert len(saved) == 1
+        raw = bytearray(saved[0].read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        saved[0].write_bytes(bytes(raw))
         wins = chunk_windows(chunk_text(), 400)
-        res = d.call("memory.search", {"agent_id": "w", "query": wins[2].text})
-        assert res["results"][0]["text"] == wins[2].text
-        assert d.stop() == 0
+        for refilled in (3, 0):  # from the cache, then as saved again
+            before = len(passages(fake))
+            d = daemon_factory(config(root, fake, "context_lines = 0"),
+                               RECALLD_DATA_DIR=data)
+            st = wait_idle(d)
+            assert st["provider_texts"] == 0 and st["cache_texts"] == refilled, st
+            assert len(passages(fake)) == before
+            res = d.call("memory.search", {"agent_id": "w", "query": wins[2].text})
+            assert res["results"][0]["text"] == wins[2].text
+            assert "Traceback" not in d.log()
+            assert d.stop() == 0
 
 
 def index_status(d: Any) -> dict[str, Any]:
@@ -165,7 +172,8 @@ def test_a_restart_with_nothing_changed_commits_nothing(daemon_factory: Any,
         assert saved
         d = daemon_factory(config(root, fake, "context_lines = 0"), RECALLD_DATA_DIR=data)
         st = wait_idle(d)
-        assert st["cache_texts"] == 6 and st["provider_texts"] == 0, st
+        # The windows were saved with the index: none is read back or inserted again.
+        assert st["cache_texts"] == 0 and st["provider_texts"] == 0, st
         index = index_status(d)
         assert index["uncommitted_changes"] == 0 and index["last_commit"] is None, index
         # The windows serve: a query equal to a window finds its chunk cut to it.

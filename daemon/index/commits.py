@@ -218,7 +218,8 @@ class Committer:
                 # would deadlock once every token is held by a committing workspace).
                 snap = await trio.to_thread.run_sync(
                     partial(snapshot, self._state(), saved_stamp=self.store.saved_vectors,
-                            tmp_dir=self.store.store.state_dir))
+                            tmp_dir=self.store.store.state_dir,
+                            saved_windows=self.store.saved_windows))
             started = time.monotonic()
             try:
                 number = await trio.to_thread.run_sync(self._save_in_place, snap)
@@ -314,6 +315,8 @@ class Committer:
                                   (self.damaged[k] for k in found)))
             if "vectors" in found:
                 self.store.saved_vectors = None  # not carried: written again
+            if "windows" in found:
+                self.store.saved_windows = None
             self.changes += 1
             self.mark_dirty()
         return self.damaged

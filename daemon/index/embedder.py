@@ -410,7 +410,9 @@ class VectorWorker(VectorServing):
             found = [(key, text, vectors[text]) for key, text in items]
             installed = await self.index.locked(partial(self.fill.install, found=found))
         self.embedded += installed
-        self.index.vectors_changed(installed)
+        # Windows refilled from the cache for an unchanged vector are saved too (once).
+        windows, self.fill.new_windows = self.fill.new_windows, 0
+        self.index.vectors_changed(max(installed, windows))
         parked = self.fill.texts
         if parked:
             done = [h for ts in units for t in ts if (h := text_hash(t)) in parked]

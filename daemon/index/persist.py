@@ -13,6 +13,7 @@ Everything here blocks; the index service runs it in worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from recalld.daemon.index.bm25 import BM25Index, OutdatedFormat
 from recalld.daemon.index.chunker import index_text
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.links import Link, LinkGraph, LinkRecord
-from recalld.daemon.index.persist_vectors import restore_vectors
+from recalld.daemon.index.persist_vectors import restore_vectors, restore_windows
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize
@@ -90,10 +91,15 @@ class Snapshot:
     vectors_stamp: tuple[int, int] | None = None
     #: :func:`state_stamp` of the state this snapshot was taken from.
     stamp: tuple[int, int, int] = (0, 0, 0)
+    #: The window vectors, as for ``vectors_*`` (arrays None: carry or none).
+    windows_arrays: dict[str, npt.NDArray[np.generic]] | None = None
+    windows_meta: JsonObject | None = None
+    windows_stamp: tuple[int, int] | None = None
 
 
 def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
-             tmp_dir: Path | None = None) -> Snapshot:
+             tmp_dir: Path | None = None,
+             saved_windows: tuple[int, int] | None = None) -> Snapshot:
     """Copy what to save; the hnswlib graph is serialized only if it changed."""
     snap = Snapshot(
         files=list(state.files.values()),
@@ -118,6 +124,17 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
                 # chunk embeddings, and the next commit tries again.
                 log.warning("saving the vector graph failed: %s", exc)
                 snap.vectors_meta = snap.vectors_stamp = None
+    wins = state.windows
+    if wins is not None and len(wins):
+        snap.windows_stamp = (id(state), state.windows_version)
+        snap.windows_meta = {"of": state.windows_of, "dims": wins.dim, "count": len(wins),
+                             "state_format": FORMAT_VERSION}
+        if snap.windows_stamp != saved_windows:
+            try:
+                snap.windows_arrays = wins.to_arrays(tmp_dir)
+            except OSError as exc:  # refilled from the embedding cache after a load
+                log.warning("saving the window vectors failed: %s", exc)
+                snap.windows_meta = snap.windows_stamp = None
     return snap
 
 
@@ -140,6 +157,7 @@ class IndexStore:
                                      publish_mirrors=False)
         #: The vectors stamp of the last committed generation (None: re-serialize next).
         self.saved_vectors: tuple[int, int] | None = None
+        self.saved_windows: tuple[int, int] | None = None
         #: The generation the last ``load`` filled a state from.
         self.loaded: Generation | None = None
 
@@ -177,7 +195,16 @@ class IndexStore:
                     # Nothing to carry: this generation goes without a graph (a load
                     # rebuilds it from the chunk embeddings) and the next save writes one.
                     pass
+            windows = snap.windows_arrays is not None
+            if snap.windows_arrays is not None:
+                txn.add("windows", write_arrays(fs, txn.path("windows", ".arr"),
+                                                snap.windows_arrays, snap.windows_meta))
+            elif snap.windows_meta is not None:
+                with contextlib.suppress(KeyError, CorruptState):  # as for the graph
+                    txn.carry("windows")
+                    windows = True
         assert txn.generation is not None
+        self.saved_windows = snap.windows_stamp if windows else None
         self.saved_vectors = (
             snap.vectors_stamp if snap.vectors_blob is not None or carried else None)
         return txn.generation.number
@@ -275,6 +302,9 @@ class IndexStore:
         restore_vectors(gen, state, bm25_meta, report, FORMAT_VERSION)
         if "vectors" not in report.corrupt and state.vectors is not None:
             self.saved_vectors = (id(state), state.vectors_version)
+        restore_windows(gen, state, report, FORMAT_VERSION)
+        if state.windows is not None:
+            self.saved_windows = (id(state), state.windows_version)
         return report
 
 

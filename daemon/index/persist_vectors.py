@@ -1,6 +1,7 @@
 """Loading a generation's vectors into a state: the chunk graph from its checksummed
-hnswlib file, else rebuilt from the chunk embeddings (``persist.py`` calls it while it
-fills a state; everything here blocks)."""
+hnswlib file, else rebuilt from the chunk embeddings; the window vectors from theirs, else
+none (the backfill refills them from the embedding cache). ``persist.py`` calls these
+while it fills a state; everything here blocks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.state import IndexState
-from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.generation import Generation
@@ -71,8 +72,28 @@ def restore_vectors(gen: Generation, state: IndexState, meta: JsonObject,
         state.vectors = index
 
 
+def restore_windows(gen: Generation, state: IndexState, report: _Report,
+                    state_format: int) -> None:
+    """The window vectors of the live chunks, when saved and sound (else the backfill
+    refills them from the embedding cache)."""
+    if "windows" not in gen.files:
+        return
+    try:
+        arrays, meta = gen.read_arrays("windows")
+        if meta.get("state_format") != state_format or not isinstance(meta.get("of"), str):
+            raise ValueError(f"window vectors format {meta.get('state_format')}")
+        wins = WindowVectors.from_arrays(arrays, dim=int(meta["dims"]), tmp_dir=gen.state_dir)
+    except (CorruptState, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        report.corrupt["windows"] = _reason(exc)
+        report.rebuilt.append("windows")
+        return
+    for key in [key for key in wins.keys() if key not in state.chunks]:
+        wins.remove(key)
+    state.windows, state.windows_of = wins, str(meta["of"])
+
+
 def _reason(exc: BaseException) -> str:
     return exc.reason if isinstance(exc, CorruptState) else f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["restore_vectors"]
+__all__ = ["restore_vectors", "restore_windows"]

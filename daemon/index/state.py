@@ -36,7 +36,7 @@ from recalld.daemon.index.prepare import (
 )
 from recalld.daemon.index.records import ApplyStats, FileInfo, StateStats, compact_keys
 from recalld.daemon.index.tokenizer import tokenize_query
-from recalld.daemon.index.vectors import VectorIndex
+from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped
 
@@ -87,6 +87,11 @@ class IndexState:
         self.vector_space: str | None = None
         self.vector_config: JsonObject | None = None
         self.vectors_version = 0
+        #: The backfill's window vectors, saved with the generations (``vector_fill.py``
+        #: owns them), ``"<space>/<window chars>"`` they are of, and their version.
+        self.windows: WindowVectors | None = None
+        self.windows_of: str | None = None
+        self.windows_version = 0
         #: Files whose memory maps back parts of this state (kept to evict their pages).
         self.mapped: list[Mapped] = []
         # What :meth:`neighbours` found, until files or links change (every search asks

@@ -100,6 +100,8 @@ class VectorFill:
         self.windows: WindowVectors | None = None
         #: Chunks known to be of one window (keys are never reused: a key names one text).
         self._single = BitMap()
+        #: Chunks given window vectors so far (the worker commits them).
+        self.new_windows = 0
         #: The space whose vectors answer searches now (the old one during a model change).
         self.serving: VectorSpace | None = target
         self._state: IndexState | None = None
@@ -134,9 +136,18 @@ class VectorFill:
         self._looked_up.clear()
         self._single = BitMap()
         target = self.target
-        # Keys are those of ``state``: a swapped-in state starts its windows afresh (from
-        # the embedding cache).
-        self.windows = WindowVectors(target.dims) if self.window_chars else None
+        # Keys are those of ``state``: the windows it loaded serve if they are of this
+        # space and window size; else (a swapped-in state, another setting) they start
+        # afresh, from the embedding cache.
+        wins, of = state.windows, f"{target.key}/{self.window_chars}"
+        if not self.window_chars:
+            wins = None
+        elif wins is None or state.windows_of != of or wins.dim != target.dims:
+            wins = WindowVectors(target.dims)
+        if wins is not state.windows:
+            state.windows, state.windows_of = wins, of
+            state.windows_version += 1
+        self.windows = wins
         old = state.vectors
         if old is None or not len(old) or (
             state.vector_space in (None, target.key) and old.dim == target.dims):
@@ -172,6 +183,7 @@ class VectorFill:
             for key in wins.keys():
                 if key not in state.chunks:
                     wins.remove(key)
+                    state.windows_version += 1
             single -= BitMap(key for key in single if key not in state.chunks)
         for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
                            reverse=True):
@@ -241,6 +253,8 @@ class VectorFill:
             if windows is not None and self.windows is not None:
                 if len(windows[i]) > 1:
                     self.windows.add(key, windows[i])
+                    state.windows_version += 1
+                    self.new_windows += 1
                 else:
                     self._single.add(key)
             if key in self._building and _same(state.chunks.embedding(key), vec):

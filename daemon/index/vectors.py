@@ -19,7 +19,7 @@ import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -231,9 +231,10 @@ class WindowVectors:
     """Vectors of chunk windows (``windows.py``), a chunk scored by its best window.
 
     Window ``i`` of chunk ``key`` is label ``key * SLOTS + i`` of one hnswlib index, so a
-    chunk's windows are found, replaced and deleted together without a table. Kept in
-    memory only: it is refilled from the text-keyed embedding cache after a restart.
-    Not thread-safe, like :class:`VectorIndex`.
+    chunk's windows are found, replaced and deleted together without a table. Saved with
+    the index's generations (:meth:`to_arrays`); when that file is missing or damaged it
+    is refilled from the text-keyed embedding cache. Not thread-safe, like
+    :class:`VectorIndex`.
     """
 
     def __init__(self, dim: int, *, initial_capacity: int = 1024) -> None:
@@ -262,6 +263,34 @@ class WindowVectors:
         self.remove(key)
         self._index.add(range(key * SLOTS, key * SLOTS + len(rows)), rows)
         self._count[key] = len(rows)
+
+    def to_arrays(self, tmp_dir: Path | None = None) -> dict[str, npt.NDArray[np.generic]]:
+        """The graph's bytes and each chunk's window count (for a checksummed file)."""
+        n = len(self._count)
+        return {"graph": np.frombuffer(self._index.to_bytes(tmp_dir), dtype=np.uint8),
+                "keys": np.fromiter(self._count, dtype=np.int64, count=n),
+                "counts": np.fromiter(self._count.values(), dtype=np.uint8, count=n)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[np.generic]], *, dim: int,
+                    tmp_dir: Path | None = None) -> WindowVectors:
+        """Load what :meth:`to_arrays` gave (verified bytes); ValueError / RuntimeError
+        when they do not fit together."""
+        keys = np.asarray(arrays["keys"]).astype(np.int64)
+        counts = np.asarray(arrays["counts"]).astype(np.int64)
+        if keys.shape != counts.shape or keys.ndim != 1 or (
+                len(keys) and (keys.min() < 0 or counts.min() < 1 or counts.max() > SLOTS)):
+            raise ValueError("window keys and counts do not fit together")
+        live = [key * SLOTS + i for key, n in zip(keys.tolist(), counts.tolist(), strict=True)
+                for i in range(n)]
+        self = cls.__new__(cls)
+        self.dim = dim
+        self._index = VectorIndex.from_bytes(np.asarray(arrays["graph"]).tobytes(), dim=dim,
+                                             live=live, tmp_dir=tmp_dir)
+        self._count = dict(zip(keys.tolist(), counts.tolist(), strict=True))
+        if len(self._count) != len(keys):
+            raise ValueError("a chunk's windows are listed twice")
+        return self
 
     def remove(self, key: int) -> None:
         n = self._count.pop(key, 0)
