@@ -19,17 +19,18 @@ def test_a_reasoning_models_thinking_is_not_the_note(daemon: DaemonHandle,
     # Qwen3 or DeepSeek-R1 served without a reasoning parser answer "<think>...</think>"
     # and then the answer; one cut off while thinking has no answer at all.
     root = tmp_path / "ws"
-    ScriptedModel(fake)
     thinking = "<think>\nThe user saved a file. Let me list the facts.\n</think>\n\n"
-    fake.script(Reply(json=chat_answer(thinking + "Trip plan.\n- Flight LH 1234 at 9:40")))
+    answers = {"Flight LH 1234": chat_answer(thinking + "Trip plan.\n- Flight LH 1234 at 9:40"),
+               "Milk, eggs": chat_answer("<think>\nThe user saved a list. First",
+                                         finish_reason="length")}
+    # Each file's answer, by what the request holds: never one file's for the other.
+    fake.chat_default = lambda req: next(a for k, a in answers.items() if k in str(req))
     write(root, "resource/trip.md", "Flight LH 1234 leaves at 9:40.\n")
     open_ws(daemon, "res", root, fake)
     wait_state(root, "resource/trip.md", "processed", "failed")
     fields, text = note_of(root, "resource/trip.md")
     assert fields["description"] == "Trip plan.", fields
     assert "think" not in text and "Let me" not in text and "- Flight LH 1234" in text, text
-    fake.script(Reply(json=chat_answer("<think>\nThe user saved a list. First",
-                                  finish_reason="length")))
     write(root, "resource/list.md", "Milk, eggs.\n")
     wait_state(root, "resource/list.md", "processed", "failed")
     entry = catalog(root)["resource/list.md"]
