@@ -380,9 +380,14 @@ class ResourceCatalog:
         if rec is None or rec["state"] in ("processed", "skipped"):
             return "superseded", None  # since the job looked: moved, put back, skipped
         if rec["state"] == "removed":
-            note = await mark_removed(self.ws, rec, str(rec.get("removed_on")
-                                                        or self._today().isoformat()))
-            rec["marked"] = True
+            # Under the catalog's lock: a file back meanwhile (put back, unmarked) must
+            # not find its note marked after all.
+            async with self._lock:
+                if self.records.get(rel) is not rec or rec["state"] != "removed":
+                    return "superseded", None
+                note = await mark_removed(self.ws, rec, str(rec.get("removed_on")
+                                                            or self._today().isoformat()))
+                rec["marked"] = True
             return "removed", note
         assert chat is not None
         sha = rec["digest"]
