@@ -116,7 +116,7 @@ def _make_private(fd: int) -> None:
         os.fchmod(fd, LOG_FILE_MODE)
 
 
-def _rotating(path: str) -> logging.Handler:
+def rotating_log(path: str) -> logging.Handler:
     target = Path(path).expanduser()
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     handler = PrivateRotatingFileHandler(target, maxBytes=LOG_FILE_BYTES,
@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     if ns.log_file:
         try:
-            handler = _rotating(ns.log_file)
+            handler = rotating_log(ns.log_file)
         except OSError as exc:
             print(f"recalld: cannot open the log file {ns.log_file}: {exc}", file=sys.stderr)
             return EXIT_CONFIG

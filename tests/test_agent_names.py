@@ -60,7 +60,8 @@ def test_a_workspace_recorded_without_a_name_goes_to_the_first_name(
         async with AsyncClient(d.socket_path) as one, AsyncClient(d.socket_path) as two:
             first = Bridge(one, workspace_id("alice smith"), "alice smith")
             second = Bridge(two, workspace_id("alice_smith"), "alice_smith")
-            await first._open()
+            opened = await first.call_tool("memory_search", {"query": "anything"})
+            assert not opened.is_error
             result = await second.call_tool("memory_search", {"query": "anything"})
         assert result.is_error
         return str(result.content[0].text)  # type: ignore[union-attr]

@@ -40,7 +40,7 @@ def test_the_log_file_is_private_under_a_loose_umask(daemon_factory: DaemonFacto
 def test_every_rotation_is_created_private(tmp_path: Path) -> None:
     before = os.umask(0o022)
     try:
-        handler = serve._rotating(str(tmp_path / "d" / "r.log"))
+        handler = serve.rotating_log(str(tmp_path / "d" / "r.log"))
     finally:
         os.umask(before)
     handler.maxBytes = 200  # type: ignore[attr-defined]
