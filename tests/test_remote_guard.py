@@ -34,7 +34,8 @@ def test_a_removed_folder_is_held_kept_over_a_restart_and_released(
 
     # One note deleted on purpose goes to every host.
     (root(a) / "digest/drop.md").unlink()
-    wait_for(lambda: "digest/drop.md" not in notes(b), what="the deletion on b")
+    wait_for(lambda: "digest/drop.md" not in notes(b) and converged(a, b),
+             what="the deletion on b")
     assert held(a) == 0
 
     # memory/ removed whole: nothing of it is deleted on b, status and doctor say why.

@@ -172,7 +172,6 @@ class FileSync(ReplicaFiles):
         async with self._lock:
             settle = await self._record_answers(batch, answers)
         self.refusals.clear(change.path for change, _t, _b in batch)
-        self.uploaded += len(batch)
         self.last_upload = time.time()
         self._answered()
         for path in settle:
@@ -219,6 +218,8 @@ class FileSync(ReplicaFiles):
             elif answer.outcome == "kept":
                 old = bases.get(change.path) or Base(0, None)
                 updates.append((change.path, replace(old, settle=True)))
+        # Counted before the outbox lets go of them: an empty outbox means counted.
+        self.uploaded += len(batch)
         with trio.CancelScope(shield=True):
             await in_thread(self.state.record, updates)
             await in_thread(self._outbox.done, [change.id for change, _, _ in batch])
