@@ -195,6 +195,7 @@ class DaemonFactory:
         self.forks = forks
         self.handles: list[DaemonHandle] = []
         self._short_dirs: list[str] = []
+        self._leaked: list[int] = []
 
     def environment(self, **env: str) -> dict[str, str]:
         n = len(self.handles)
@@ -265,19 +266,35 @@ class DaemonFactory:
         return (launcher is None and not pass_fds
                 and "backfill_threads" not in (config_text or ""))
 
+    def stop_all(self) -> None:
+        """SIGTERM every daemon still running, then wait for each: they stop side by side.
+        One that outlives ``STOP_DEADLINE_S`` is killed and reported by ``cleanup``."""
+        running = [h for h in self.handles if h.proc.poll() is None]
+        for handle in running:
+            handle.proc.send_signal(signal.SIGTERM)
+        for handle in running:
+            try:
+                handle.proc.wait(timeout=STOP_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self._leaked.append(handle.pid)
+                handle.kill()
+
     def cleanup(self) -> None:
-        leaked = []
-        for handle in self.handles:
-            if handle.proc.poll() is None:
-                handle.proc.send_signal(signal.SIGTERM)
-                try:
-                    handle.proc.wait(timeout=STOP_DEADLINE_S)
-                except subprocess.TimeoutExpired:
-                    leaked.append(handle.pid)
-                    handle.kill()
+        self.stop_all()
         for runtime in self._short_dirs:
             shutil.rmtree(runtime, ignore_errors=True)
-        assert not leaked, f"daemon(s) ignored SIGTERM and had to be killed: {leaked}"
+        assert not self._leaked, f"daemon(s) ignored SIGTERM and had to be killed: {self._leaked}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """A test's daemons stop before its other fixtures end: a stop's last work (the flush
+    of pending turns) meets the fake providers and servers it was configured with, not a
+    closed port it would retry until ``graceful_timeout_s``."""
+    factory = getattr(item, "funcargs", {}).get("daemon_factory")
+    if isinstance(factory, DaemonFactory):
+        factory.stop_all()
+    yield
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
