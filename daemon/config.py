@@ -369,8 +369,9 @@ def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
     """Workspace settings from a recalld table, a QwenPaw ``reme_light_memory_config``
     or a whole QwenPaw ``agent.json``: QwenPaw fields recalld does not act on are
     accepted and remembered in ``ignored_fields``."""
-    if qwenpaw.looks_like_agent_json(table):
-        table = qwenpaw.memory_part(table)
+    dropped: dict[str, str] = {}
+    if qwenpaw.looks_like_agent_json(table):  # read as QwenPaw reads it
+        table, dropped = qwenpaw.as_qwenpaw_loads(qwenpaw.memory_part(table), base)
     given = sorted(NOT_KEYS & set(table))
     if given:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(given)}")
@@ -385,7 +386,7 @@ def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
         found.taken["dream_cron"] = base.dream_cron
         found.taken["dream_cron_enabled"] = False
     built = _build_fields(WorkspaceSettings, found.taken, base, where)
-    ignored = tuple(sorted(set(base.ignored_fields) | set(found.ignored)))
+    ignored = tuple(sorted(set(base.ignored_fields) | set(found.ignored) | set(dropped)))
     return dataclasses.replace(built, ignored_fields=ignored)
 
 

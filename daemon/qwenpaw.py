@@ -9,7 +9,10 @@ does not act on, each with the reason, and finds the memory part inside a whole
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,8 +141,84 @@ def _check_section(name: str, value: object) -> None:
         raise QwenPawConfigError(f"{name}: unknown field(s) {', '.join(unknown)}")
 
 
-__all__ = ["IGNORED_EMBEDDING", "IGNORED_WORKSPACE", "Classified", "QwenPawConfigError",
-           "classify", "looks_like_agent_json", "memory_part"]
+#: Why a field of an ``agent.json`` that recalld does not know is ignored.
+UNKNOWN_FIELD = ("not a field recalld knows (a newer QwenPaw's?); QwenPaw ignores the "
+                 "fields it does not know too")
+
+# The strings pydantic's lax mode (QwenPaw's models) takes for booleans and integers.
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def as_qwenpaw_loads(part: Mapping[str, object], settings: object,
+                     ) -> tuple[dict[str, object], dict[str, str]]:
+    """The memory part of an ``agent.json`` as QwenPaw's models load it, and the fields
+    left out with the reason.
+
+    QwenPaw (pydantic, lax, ``extra="ignore"``) takes ``"256"`` or ``256.0`` for an
+    integer and ``"false"`` or ``0`` for a switch, and ignores fields it does not know,
+    so a hand-edited file or one of a newer QwenPaw loads there. Here too: values in those
+    forms become the type of the field in ``settings`` (a workspace settings record),
+    unknown fields (also inside a known table) are left out (as ``table.field``). A value
+    QwenPaw would refuse is passed on as it is, for the settings to refuse."""
+    known = ({f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+             - {"ignored_fields"}) | set(IGNORED_WORKSPACE)
+    out: dict[str, object] = {}
+    dropped: dict[str, str] = {}
+    for name, value in part.items():
+        if name not in known:
+            dropped[name] = UNKNOWN_FIELD
+            continue
+        current = getattr(settings, name, None)
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
+            extra = set(IGNORED_EMBEDDING) if name == "embedding_model_config" else set()
+            inner, gone = _loads_table(value, current, extra)
+        elif isinstance(value, Mapping) and name in KNOWN_SECTIONS:
+            inner = {k: v for k, v in value.items() if k in KNOWN_SECTIONS[name]}
+            gone = [k for k in value if k not in KNOWN_SECTIONS[name]]
+        else:
+            out[name] = _lax(value, current)
+            continue
+        out[name] = inner
+        dropped.update({f"{name}.{k}": UNKNOWN_FIELD for k in gone})
+    return out, dropped
+
+
+def _loads_table(table: Mapping[str, object], record: object, extra: set[str],
+                 ) -> tuple[dict[str, object], list[str]]:
+    """One table of an ``agent.json`` against ``record`` (a settings record of that table):
+    its fields with values turned as QwenPaw's models would, and the unknown field names
+    (``extra``: fields known though not in ``record``)."""
+    known = {f.name for f in dataclasses.fields(record)} | extra  # type: ignore[arg-type]
+    inner = {k: _lax(v, getattr(record, k, None)) for k, v in table.items() if k in known}
+    return inner, [k for k in table if k not in known]
+
+
+def _lax(value: object, default: object) -> object:
+    """``value`` turned into the type of ``default`` where pydantic's lax mode would."""
+    if isinstance(default, bool):
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        if type(value) is int and value in (0, 1):
+            return bool(value)
+    elif isinstance(default, int):
+        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+            return int(value.strip())
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif isinstance(default, float) and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    return value
+
+
+__all__ = ["IGNORED_EMBEDDING", "IGNORED_WORKSPACE", "UNKNOWN_FIELD", "Classified",
+           "QwenPawConfigError", "as_qwenpaw_loads", "classify", "looks_like_agent_json",
+           "memory_part"]
 
 
 def read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:

@@ -180,7 +180,8 @@ def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsRepo
     in use, not as applied."""
     reasons = {**qwenpaw.IGNORED_WORKSPACE,
                **{f"embedding_model_config.{k}": v for k, v in qwenpaw.IGNORED_EMBEDDING.items()}}
-    ignored = {name: reasons.get(name, "") for name in ws.settings.ignored_fields}
+    ignored = {name: reasons.get(name, qwenpaw.UNKNOWN_FIELD)
+               for name in ws.settings.ignored_fields}
     applied: dict[str, object] = {}
     not_applied: dict[str, object] = {}
     if given:
@@ -188,7 +189,8 @@ def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsRepo
             wanted = ws.settings.merged(given)
         except ConfigError:  # refused at the open already; nothing to compare with
             wanted = ws.settings
-        part = qwenpaw.memory_part(given) if qwenpaw.looks_like_agent_json(given) else given
+        part = (qwenpaw.as_qwenpaw_loads(qwenpaw.memory_part(given), ws.settings)[0]
+                if qwenpaw.looks_like_agent_json(given) else given)
         taken = qwenpaw.classify(part).taken
         if taken.get("dream_cron") == "":  # QwenPaw's older way to turn the dream off
             taken.setdefault("dream_cron_enabled", False)

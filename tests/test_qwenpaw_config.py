@@ -144,3 +144,44 @@ def test_an_agent_json_without_memory_settings_means_the_defaults() -> None:
     for agent in ({"id": "paw", "running": running},
                   {"id": "paw", "running": {**running, "reme_light_memory_config": None}}):
         assert config.WorkspaceSettings().merged(agent) == config.WorkspaceSettings()
+
+
+def test_an_agent_json_is_read_as_qwenpaw_reads_it(daemon: DaemonHandle,
+                                                   tmp_path: Path) -> None:
+    """QwenPaw's models take numbers and switches written as strings (a hand-edited
+    agent.json) and ignore fields they do not know (a newer QwenPaw's): such an agent.json
+    opens with the values QwenPaw would use, the unknown fields listed as ignored."""
+    memory = qwenpaw_memory_config()
+    memory.update(auto_memory_interval="12", dream_cron_enabled="false",
+                  auto_memory_idle_s="90", memory_graph_config={"enabled": True})
+    memory["embedding_model_config"].update(dimensions="512", max_batch_size=16.0,
+                                            use_dimensions="yes", rate_limit_rpm=600)
+    memory["auto_memory_search_config"]["rerank_top_k"] = 4
+    memory["file_watcher"] = {**memory["file_watcher"], "ignore_globs": ["*.tmp"]}
+    agent = {"id": "paw", "running": {"reme_light_memory_config": memory}}
+    opened = daemon.call("workspace.open", {"agent_id": "paw", "path": str(tmp_path / "paw"),
+                                            "config": agent, "import_report": True})
+    s = opened["settings"]
+    assert (s["auto_memory_interval"], s["dream_cron_enabled"], s["auto_memory_idle_s"]) == (
+        12, False, 90.0)
+    emb = s["embedding_model_config"]
+    assert (emb["dimensions"], emb["max_batch_size"], emb["use_dimensions"]) == (512, 16, True)
+    new = {"memory_graph_config", "embedding_model_config.rate_limit_rpm",
+           "auto_memory_search_config.rerank_top_k", "file_watcher.ignore_globs"}
+    settings = opened["import"]["settings"]
+    for name in new:
+        assert name in s["ignored_fields"], name
+        assert "QwenPaw" in settings["ignored"][name], name
+        assert name not in settings["applied"]
+    assert settings["applied"]["embedding_model_config.dimensions"] == 512
+    assert settings["applied"]["auto_memory_interval"] == 12
+
+    # Given as recalld's own settings (not an agent.json), the same values are refused.
+    for bad in ({"auto_memory_interval": "12"}, {"memory_graph_config": {}},
+                {"embedding_model_config": {"dimensions": "512"}}):
+        with pytest.raises(config.ConfigError):
+            config.WorkspaceSettings().merged(bad)
+    # What QwenPaw refuses stays refused: a number that is not one.
+    memory["embedding_model_config"]["dimensions"] = "many"
+    with pytest.raises(config.ConfigError, match="dimensions"):
+        config.WorkspaceSettings().merged(agent)
