@@ -22,6 +22,7 @@ from recalld.daemon import qwenpaw
 from recalld.daemon.config import ConfigError
 from recalld.daemon.config_rules import SECRET_SETTING, mask_url
 from recalld.daemon.dsn import mask_dsn
+from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
@@ -67,6 +68,8 @@ class ImportReport(TypedDict):
     not_utf8: NotUtf8Notes
     chunks: ChunkCounts
     reme_store: dict[str, int | str] | None
+    #: ReMe chunk stores under other names or versions, not read (metadata_dir-relative).
+    reme_stores_not_read: NotRequired[list[str]]
     vectors: JsonObject
     dream: DreamReport
     settings: SettingsReport
@@ -97,7 +100,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     encoded = await index.locked(not_utf8_notes)
     vectors = await trio.to_thread.run_sync(_vectors, worker, chunks["texts"])
     dream = await trio.to_thread.run_sync(_dream, ws)
-    return {
+    unread = await trio.to_thread.run_sync(
+        reme_import.other_chunk_stores, ws.root / ws.settings.metadata_dir)
+    out: ImportReport = {
         "complete": complete,
         "notes": chunks["notes"],
         "not_utf8": encoded,
@@ -107,6 +112,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         "dream": dream,
         "settings": _settings(ws, given),
     }
+    if unread:
+        out["reme_stores_not_read"] = unread
+    return out
 
 
 def _chunk_texts(state: IndexState) -> _ChunkTexts:

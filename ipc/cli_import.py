@@ -219,6 +219,11 @@ def render_report(agent: str, path: str, rep: JsonObject,
         if store.get("damaged"):
             lines.append(f"          ReMe's chunk store is damaged ({store['damaged']}): the "
                          "notes it lost are chunked and embedded anew")
+    unread = rep.get("reme_stores_not_read") or []
+    if unread:
+        lines.append(f"          ReMe's chunk stores not read: {', '.join(unread)} (only "
+                     "file_store/file_chunks_default_v1.jsonl.zst, ReMe 0.4.2's, is read: "
+                     "the notes only those hold are chunked and embedded anew)")
     vec = rep.get("vectors", {})
     if vec.get("enabled"):
         lines.append(f"vectors:  {vec['reused_from_reme']} reused from ReMe, "

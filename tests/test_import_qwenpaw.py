@@ -333,6 +333,29 @@ def test_a_damaged_reme_chunk_store_is_reported(daemon: DaemonHandle, tmp_path: 
     assert "damaged" not in json.loads(proc.stdout)["import"]["reme_store"]
 
 
+def test_reme_chunk_stores_not_read_are_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A ReMe configured with another store_version (or file store name), or a later
+    # release, keeps its chunks under another name: recalld reads only 0.4.2's default
+    # store, and the report names the others rather than saying nothing about them.
+    moved = copy_fixture(tmp_path / "moved")
+    store = moved / "mem_metadata" / reme_import.CHUNK_STORE
+    store.rename(store.with_name("file_chunks_default_v2.jsonl.zst"))
+    both = copy_fixture(tmp_path / "both")
+    shutil.copy(both / "mem_metadata" / reme_import.CHUNK_STORE,
+                both / "mem_metadata/file_store/file_chunks_notes_v1.jsonl.zst")
+    for ws, name, read in ((moved, "file_chunks_default_v2.jsonl.zst", False),
+                           (both, "file_chunks_notes_v1.jsonl.zst", True)):
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        rep = json.loads(proc.stdout)["import"]
+        assert rep["reme_stores_not_read"] == [f"file_store/{name}"], rep
+        assert (rep["reme_store"] is not None) is read
+        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+        assert f"not read: file_store/{name}" in text, text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
+    assert "reme_stores_not_read" not in json.loads(proc.stdout)["import"]
+
+
 def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
                                                          tmp_path: Path) -> None:
     # ReMe kept no cache file (its cache off), and the agent's dimensions changed since

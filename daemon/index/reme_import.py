@@ -121,6 +121,18 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     return store
 
 
+def other_chunk_stores(metadata_dir: Path) -> list[str]:
+    """ReMe chunk stores under ``metadata_dir`` other than the one read (``CHUNK_STORE``),
+    relative to it: those of a ReMe configured with another ``store_version`` or file
+    store name, or of a later release. They are not read (their format is not known to
+    be 0.4.2's, nor whether ReMe still uses them); the import report names them."""
+    folder = (metadata_dir / CHUNK_STORE).parent
+    if not folder.is_dir():
+        return []
+    return sorted(f"{folder.name}/{p.name}" for p in folder.glob("file_chunks_*.jsonl.zst")
+                  if f"{folder.name}/{p.name}" != CHUNK_STORE)
+
+
 def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
     path, text = rec.get("path"), rec.get("text")
     start, end = rec.get("start_line"), rec.get("end_line")
@@ -367,5 +379,5 @@ def _same(vec: F32, row: F16) -> bool:
 
 
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
-           "first_record", "load_npz", "read_embeddings", "read_store", "remove_own_mirrors",
-           "seed_key", "space_id", "stored_vectors", "text_key"]
+           "first_record", "load_npz", "other_chunk_stores", "read_embeddings", "read_store",
+           "remove_own_mirrors", "seed_key", "space_id", "stored_vectors", "text_key"]
