@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer
 from reme_fixture_util import FIXTURE, copy_fixture, fixture_notes
@@ -252,3 +256,36 @@ def test_a_restore_elsewhere_does_not_dream_again_what_reme_consolidated(
     daily = [p for p in fixture_notes() if p.startswith("memory/")]
     assert sorted(model.notes) == sorted(p for p in daily if p not in done_by_reme)
     assert result["recognised_from_reme"] == len(done_by_reme)
+
+
+def test_a_copy_without_file_times_does_not_dream_again_what_reme_consolidated(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ReMe's dream record knows notes by their modification time only; a copy that did
+    # not keep times (cp -r, a download, a checkout) gave every note a new one. ReMe's
+    # index (its file graph at the time the dream recorded, its chunks still saying what
+    # the note says) shows which are unchanged: only the changed one is dreamed again.
+    ws = copy_fixture(tmp_path / "ws")
+    done_by_reme = reme_dreamed()
+    changed = sorted(done_by_reme)[0]
+    with (ws / changed).open("a", encoding="utf-8") as f:
+        f.write("\nA fact ReMe's dream has not seen.\n")
+    # One ReMe indexed again after its dream read it (edited, then edited back): its
+    # index no longer vouches for what the dream read.
+    reindexed = sorted(done_by_reme)[1]
+    graph = ws / "mem_metadata" / "file_graph" / "default.jsonl.zst"
+    nodes = read_foreign_records(graph).records
+    for node in nodes:
+        if node["path"] == reindexed:
+            node["st_mtime"] += 60
+    graph.write_bytes(zstandard.compress(b"".join(
+        json.dumps(n).encode() + b"\n" for n in nodes)))
+    later = time.time() + 3600
+    for rel in fixture_notes():
+        os.utime(ws / rel, (later, later))
+    model = NoteRecorder(fake)
+    open_ws(daemon, ws, fake)
+    result = dream(daemon)
+    daily = [p for p in fixture_notes() if p.startswith("memory/")]
+    assert sorted(model.notes) == sorted({p for p in daily if p not in done_by_reme}
+                                         | {changed, reindexed})
+    assert result["recognised_from_reme"] == len(done_by_reme) - 2

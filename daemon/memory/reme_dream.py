@@ -6,7 +6,11 @@ note whose time differs is new to its next dream. recalld keys its own catalog b
 hash (``dream.py``), so a note ReMe consolidated is recognised when recalld's dream meets
 it as ReMe read it: if its modification time is still the one ReMe recorded, the note is
 as ReMe read it and its current hash goes into recalld's catalog as processed; if it
-changed since, it is dreamed like any new note. That holds for a note recalld's catalog
+changed since, it is dreamed like any new note. A copy that did not keep file times (cp
+-r, a download, a checkout) gives every note a new time: then ReMe's index vouches for
+the text instead, when its file graph records the note at the time the dream recorded
+(ReMe indexed the version its dream read) and its chunk store's chunks of the note still
+say what the note says (``reme_chunks.adopt_chunks``). That holds for a note recalld's catalog
 already has under an older text too (edited while QwenPaw served the workspace, then
 consolidated by ReMe's dream): the workspace may go back and forth. ReMe's file is only
 read, never written. Blocking: call from worker threads.
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from recalld.daemon.index import reme_import
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import read_foreign_records
@@ -30,6 +36,8 @@ from recalld.ipc.errors import RecalldError
 log = logging.getLogger(__name__)
 
 REME_DREAM_CATALOG: Final = "file_catalog/dream.jsonl.zst"
+#: ReMe's file graph: each indexed note with the time it had when indexed.
+REME_FILE_GRAPH: Final = "file_graph/default.jsonl.zst"
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
         log.warning("ReMe's dream catalog %s is damaged (%s): the notes it lost count as "
                     "not consolidated", path, out.damaged)
     prefix = daily_dir.rstrip("/") + "/"
+    index = _ReMeIndex(root / metadata_dir)
     for rec in found.records:
         rel, mtime = rec.get("path"), rec.get("st_mtime")
         if (not isinstance(rel, str) or not isinstance(mtime, int | float)
@@ -83,16 +92,50 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
         if ours is not None:
             # recalld's catalog has it: ReMe's record counts only for a text recalld has
             # not processed that ReMe's dream read as it is now.
-            if (text is not None and st.st_mtime == float(mtime)
-                    and not _processed(ours, text)):
+            if (text is not None and not _processed(ours, text)
+                    and (st.st_mtime == float(mtime) or index.holds(rel, text, mtime))):
                 out.unchanged.append((rel, text))
         elif text is None:
             out.gone.append(rel)
-        elif st.st_mtime == float(mtime):
+        elif st.st_mtime == float(mtime) or index.holds(rel, text, mtime):
             out.unchanged.append((rel, text))
         else:
             out.changed.append(rel)
     return out
+
+
+class _ReMeIndex:
+    """ReMe's file graph and chunk store, read the first time a note's time does not
+    tell (at most once a call: a note found unchanged is in recalld's catalog after)."""
+
+    def __init__(self, metadata_dir: Path) -> None:
+        self._dir = metadata_dir
+        self._times: dict[str, float] | None = None
+        self._chunks: dict[str, list[ReMeChunk]] = {}
+
+    def holds(self, rel: str, text: str, dreamed_at: float) -> bool:
+        """Whether ReMe indexed ``rel`` as its dream read it (at ``dreamed_at``) and its
+        chunks of it still say what ``text`` says."""
+        if self._times is None:
+            self._times = self._load()
+        return (self._times.get(rel) == float(dreamed_at)
+                and adopt_chunks(rel, text, self._chunks.get(rel, [])) is not None)
+
+    def _load(self) -> dict[str, float]:
+        times: dict[str, float] = {}
+        path = self._dir / REME_FILE_GRAPH
+        try:
+            graph = read_foreign_records(path).records if path.is_file() else []
+        except (OSError, StorageError):
+            graph = []  # unreadable: the times alone decide
+        for rec in graph:
+            rel, mtime = rec.get("path"), rec.get("st_mtime")
+            if (isinstance(rel, str) and isinstance(mtime, int | float)
+                    and not isinstance(mtime, bool)):
+                times[rel] = float(mtime)
+        store = reme_import.read_store(self._dir) if times else None
+        self._chunks = store.chunks if store is not None else {}
+        return times
 
 
 def _processed(record: object, text: str) -> bool:
