@@ -21,7 +21,13 @@ from typing import TextIO
 import orjson
 
 from recalld.ipc import errors, paths
-from recalld.ipc.agent_ids import NOT_ID_CHARS, earlier_ids, non_latin_agent_id, workspace_name
+from recalld.ipc.agent_ids import (
+    NOT_ID_CHARS,
+    earlier_ids,
+    non_latin_agent_id,
+    owner_name,
+    workspace_name,
+)
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
@@ -171,6 +177,10 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     agent = agent_id_of(name)
     if not ns.agent:
         agent = free_agent_id(client, agent, root)
+    # The QwenPaw agent's id is the name its MCP bridge and middleware give: recorded as
+    # the workspace's owner, so another name making the same id does not take it over.
+    owner = (owner_name(name) if not ns.agent and (config or {}).get("id") == name
+             and agent == agent_id_of(name) != "default" else None)
     moved = earlier_imports(client, name, agent, root)
     for earlier in moved:  # the notes, index and vectors are the folder's: they come along
         client.workspace_close(earlier, forget=True)
@@ -179,7 +189,8 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     with following(client, "import-qwenpaw", as_json=as_json,
                    after=f"recalld workspace list shows {agent} once it is open") as token:
         info = client.workspace_open(
-            agent, path=str(root), config=config, import_report=True, progress_token=token)
+            agent, path=str(root), config=config, import_report=True, progress_token=token,
+            name=owner)
     if as_json:
         print_json(out, {**info, "moved_from": moved} if moved else info)
     else:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import zstandard
 from conftest import DaemonHandle
 from reme_fixture_util import (
@@ -29,6 +30,7 @@ from waits import wait_value
 from recalld.daemon.index import reme_import
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import workspace_id
+from recalld.ipc.errors import InvalidParams
 from recalld.ipc.mcp import Bridge
 
 
@@ -438,3 +440,29 @@ def test_an_agent_finds_what_was_imported_for_it_also_after_an_earlier_import(
     again = cli(daemon, "--json", "import-qwenpaw", str(folders["Sales Bot"]))
     assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "Sales_Bot"
     assert "moved_from" not in json.loads(again.stdout)
+
+
+def test_the_imported_workspace_is_the_qwenpaw_agents(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    # The import names the workspace after agent.json's id and records that name as its
+    # owner: another agent whose name makes the same id ("Sales_Bot") is refused rather
+    # than taking over the memory imported for "Sales Bot", who finds it.
+    ws = tmp_path / "sales"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "n.md").write_text("- the ledger\n", "utf-8")
+    (ws / "agent.json").write_text(json.dumps({"id": "Sales Bot", "running": {}}), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    agent = json.loads(proc.stdout)["agent_id"]
+    assert agent == workspace_id("Sales Bot")
+    with pytest.raises(InvalidParams, match="both have the agent id"):
+        daemon.call("workspace.open", {"agent_id": agent, "name": "Sales_Bot"})
+    opened = daemon.call("workspace.open", {"agent_id": agent, "name": "Sales Bot"})
+    assert opened["path"] == str(ws)
+    # Given --agent, the id is the user's choice, not the agent's name: nothing recorded.
+    other = tmp_path / "other"
+    (other / "memory").mkdir(parents=True)
+    (other / "agent.json").write_text(json.dumps({"id": "Ops Bot", "running": {}}), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", "--agent", "ops", str(other))
+    assert proc.returncode == 0, proc.stderr
+    assert daemon.call("workspace.open", {"agent_id": "ops", "name": "ops"})["path"] == str(other)
