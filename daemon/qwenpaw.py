@@ -90,21 +90,23 @@ def memory_part(config: Mapping[str, object]) -> Mapping[str, object]:
     part, or the ``reme_light_memory_config`` itself (returned as is).
 
     An ``agent.json`` whose ``running`` part holds no memory settings (QwenPaw's
-    defaults) has none: its other fields (``max_iters``...) are not memory settings."""
+    defaults), or that has no ``running`` part, has none: its other fields
+    (``max_iters``, ``channels``...) are not memory settings."""
     running = config.get("running")
-    if isinstance(running, Mapping):
-        config = running
+    inner = running if isinstance(running, Mapping) else config
     for key in _MEMORY_KEYS:
-        part = config.get(key)
+        part = inner.get(key)
         if isinstance(part, Mapping):
             return part
-    return {} if isinstance(running, Mapping) else config
+    return {} if looks_like_agent_json(config) else config
 
 
 def looks_like_agent_json(config: Mapping[str, object]) -> bool:
-    """Whether ``config`` is an ``agent.json`` (or its ``running`` part), not settings."""
-    return isinstance(config.get("running"), Mapping) or any(
-        isinstance(config.get(k), Mapping) for k in _MEMORY_KEYS)
+    """Whether ``config`` is an ``agent.json`` (or its ``running`` part), not settings:
+    it has a ``running`` part or memory settings, or the agent's ``id`` (no field of
+    recalld's settings)."""
+    return (isinstance(config.get("running"), Mapping) or isinstance(config.get("id"), str)
+            or any(isinstance(config.get(k), Mapping) for k in _MEMORY_KEYS))
 
 
 def classify(config: Mapping[str, object]) -> Classified:

@@ -123,14 +123,16 @@ def test_import_of_an_agent_json_without_memory_settings(daemon: DaemonHandle,
     # agent.json whose memory settings are left out (or null) means QwenPaw's defaults.
     running = {"max_iters": 50, "max_input_length": 131072, "llm_retry_enabled": True,
                "light_context_config": {"strategy": "scroll"}}
-    for name, extra in (("bare", {}), ("nulled", {"reme_light_memory_config": None})):
+    # A hand-written one may have no `running` part at all, or a null one.
+    for name, parts in (("bare", {"running": running}),
+                        ("nulled", {"running": {**running, "reme_light_memory_config": None}}),
+                        ("unrun", {}), ("nullrun", {"running": None})):
         ws = tmp_path / name
         (ws / "memory" / "2026-01-02").mkdir(parents=True)
         (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
         (ws / "agent.json").write_text(json.dumps(
             {"id": f"paw-{name}", "name": "Paw", "language": "zh",
-             "channels": {"console": {"enabled": True}},
-             "running": {**running, **extra}}), "utf-8")
+             "channels": {"console": {"enabled": True}}, **parts}), "utf-8")
         proc = cli(daemon, "import-qwenpaw", str(ws))
         assert proc.returncode == 0, proc.stderr
         assert f"as agent paw-{name}" in proc.stdout and "notes:    1" in proc.stdout
