@@ -148,3 +148,41 @@ def test_a_line_range_of_a_utf16_or_utf32_note_is_its_lines(
         first = hit["results"][0]
         assert (first["start_line"], first["end_line"]) == (1, 4), first
     assert d.stop() == 0
+
+
+def test_korean_and_euc_jp_notes_are_not_read_as_chinese(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Their bytes decode as GB18030 without a fault: they were read as strings of wrong
+    # hanzi, found by no Korean or Japanese word, and told as gb18030.
+    notes = {  # path: (text, encoding saved in, encoding reported)
+        f"{DAY}/hangul.md": ("# 장보기\n\n- 두부와 김치를 사고 세탁소에 들르기\n", "euc_kr",
+                             "euc_kr"),
+        f"{DAY}/uhc.md": ("- 똠양꿍 먹으러 가자\n", "cp949", "euc_kr"),
+        f"{DAY}/eucjp.md": ("# 買い物\n\n- 豆腐と納豆を買って、クリーニング屋に寄る\n", "euc_jp",
+                            "euc_jp"),
+        f"{DAY}/cha.md": ("- 茶\n", "gbk", "gb18030"),  # alone, it looks Western
+    }
+    root = tmp_path / "ws"
+    (root / DAY).mkdir(parents=True)
+    for rel, (text, encoding, _) in notes.items():
+        (root / rel).write_bytes(text.encode(encoding))
+    before = {rel: (root / rel).read_bytes() for rel in notes}
+    d = daemon_factory()
+    opened = d.call("workspace.open", {"agent_id": "w", "path": str(root),
+                                       "import_report": True})
+    reported = {rel: e for rel, (_, _, e) in notes.items()}
+    assert opened["import"]["not_utf8"]["notes"] == reported, opened["import"]
+    for query, rel, line in (("김치", f"{DAY}/hangul.md", "- 두부와 김치를 사고 세탁소에 들르기"),
+                             ("똠양꿍", f"{DAY}/uhc.md", "- 똠양꿍 먹으러 가자"),
+                             ("納豆", f"{DAY}/eucjp.md", "- 豆腐と納豆を買って"),
+                             ("茶", f"{DAY}/cha.md", "- 茶")):
+        found = hits(d, query)
+        assert found and found[0][0] == rel, (query, found)
+        assert line in found[0][1], found
+    read = d.call("memory.read", {"agent_id": "w", "path": f"{DAY}/hangul.md",
+                                  "start_line": 3, "end_line": 3})
+    assert read["text"] == "- 두부와 김치를 사고 세탁소에 들르기\n", read
+    summary = ws_status(d)["health"]["not_utf8"]
+    assert summary["encodings"] == {"euc_jp": 1, "euc_kr": 2, "gb18030": 1}, summary
+    assert {rel: (root / rel).read_bytes() for rel in notes} == before
+    assert d.stop() == 0
