@@ -428,14 +428,15 @@ def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandl
     (root / "resource/photo.txt").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01" * 50)
     (root / "resource/windows.txt").write_bytes("Budget 2027: 1.2 M€\n".encode("utf-16"))
     write(root, "resource/line\nbreak.md", "Two lines in a name.\n")
-    # Not UTF-8: GBK (all but undecodable: no summary of guesses), Latin-1 (an accent).
-    (root / "resource/gbk.txt").write_bytes("会议纪要：下周一在北京开会。\n".encode("gbk"))
+    # Not UTF-8: Windows-1251 (all but undecodable: no summary of guesses), Latin-1.
+    (root / "resource/cp1251.txt").write_bytes("Протокол: встреча в понедельник.\n"
+                                                .encode("cp1251"))
     (root / "resource/latin.txt").write_bytes("Meeting at the café at 9.\n".encode("latin-1"))
     open_ws(daemon, "res", root, fake)
     for rel in ("resource/windows.txt", "resource/line\nbreak.md", "resource/latin.txt"):
         wait_state(root, rel, "processed")
     for rel, why in (("resource/empty.txt", "empty"), ("resource/blank.md", "empty"),
-                     ("resource/photo.txt", "not text"), ("resource/gbk.txt", "UTF-8")):
+                     ("resource/photo.txt", "not text"), ("resource/cp1251.txt", "UTF-8")):
         wait_state(root, rel, "skipped", "processed")
         assert why in catalog(root)[rel]["reason"], catalog(root)[rel]
     asked = [r.json["messages"][1]["content"] for r in fake.requests

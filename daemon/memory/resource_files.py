@@ -19,6 +19,7 @@ from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, render_frontmatter
+from recalld.daemon.notetext import note_text
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
 from recalld.ipc.types import visible
@@ -90,36 +91,29 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
-# Byte order marks and the encodings they announce (UTF-32's first: FF FE 00 00 starts
-# with UTF-16's FF FE).
-_BOMS: Final = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
-                (codecs.BOM_UTF16_BE, "utf-16"))
-
-
 def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
-    """The first ``limit_chars`` characters of ``root/rel`` and if cut: UTF-8, or the
-    encoding its byte order mark names (UTF-16 and UTF-32, as Windows saves text), bytes
-    decoded leniently, secrets masked (one the cut falls inside too). A file outside
-    ``root`` raises PathOutsideWorkspace."""
+    """The first ``limit_chars`` characters of ``root/rel`` and if cut: read in the
+    encoding it was saved in, as notes are (notetext.py: UTF-8, UTF-16 or UTF-32 with a
+    byte order mark, GBK, Big5, Shift_JIS, EUC-KR, EUC-JP, Windows-1252; a UTF-8 byte
+    order mark left out), the bytes of none of these as U+FFFD; secrets masked (one the
+    cut falls inside too). A file outside ``root`` raises PathOutsideWorkspace."""
     from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
 
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since cataloged
             raise OSError(errno.EINVAL, "not a regular file")
         data = fh.read(limit_chars * 4 + 1)
-    encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
-    text = data.decode(encoding, errors="replace")
-    return (redact_prefix(text, limit_chars),
-            len(text) > limit_chars or len(data) > limit_chars * 4)
+    cut = len(data) > limit_chars * 4
+    text = note_text(data.removeprefix(codecs.BOM_UTF8), prefix=cut)
+    return redact_prefix(text, limit_chars), len(text) > limit_chars or cut
 
 
 def not_text(text: str) -> str | None:
     """Why the model is not asked about a file read as ``text``: empty (nothing to sum
     up, only to invent), binary (NUL characters: an image or archive given a text
-    suffix), or in an encoding other than UTF-8 (GBK, Shift-JIS, cp1251...: mostly
-    undecodable bytes, which the model could only guess at; a few, as a Latin-1 accent
-    leaves, are summed up around); None for text."""
+    suffix), or in an encoding :func:`read_head` does not read (Windows-1251, say: mostly
+    undecodable bytes, which the model could only guess at; a few are summed up
+    around); None for text."""
     if not text.strip():
         return "the file is empty"
     if "\x00" in text:
