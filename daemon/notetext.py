@@ -11,12 +11,14 @@ of the East Asian encodings; one reads so when the text that makes is plain (no 
 character, no private-use character, four in five of its characters past ASCII among the
 common ones of that encoding: GB2312's first level and signs; Big5's common characters
 and signs; JIS X 0208's signs, kana and first-level kanji; KS X 1001's Hangul, hanja and
-signs) and, of those, its letters are the most plainly its language's, at least half of
-them its frequent ones (notescript.py: the same EUC bytes read as GB2312, KS X 1001 and
-JIS X 0208 alike). Bytes that hold no UTF-8 sequence and look like Western text (no run
-of three bytes past ASCII: accented letters stand between plain ones) are read so only
-when no such reading stands apart from Latin letters; else as Windows-1252. Failing
-both, a plain GBK, Big5 or Shift_JIS reading is taken still, in that order. Text in
+signs; half are enough when three in four of its letters are frequent ones, as in a
+short note naming a place in a rare character) and, of those, its letters are the most
+plainly its language's, at least half of them its frequent ones (notescript.py: the
+same EUC bytes read as GB2312, KS X 1001 and JIS X 0208 alike). Bytes that hold no
+UTF-8 sequence and look like Western text (no run of three bytes past ASCII: accented
+letters stand between plain ones) are read so only when no such reading stands apart
+from Latin letters; else as Windows-1252. Failing both, when a reading as GBK, Big5 or
+Shift_JIS is plain, the plain reading most like its language is taken still. Text in
 another encoding read as one of these is made mostly of its rare characters (or does not
 decode at all), so it stays out. Anything else stays UTF-8, its stray bytes U+FFFD (a
 file mixing encodings, a cut through the last character of a prefix, Windows-1251): the
@@ -90,6 +92,10 @@ _CODECS: Final = {"windows-1252": "cp1252", "latin-1": "latin-1",
 _COMMON_SHARE: Final = 0.8
 # Of the letters, the share that must be frequent ones of the language (notescript.py).
 _LANGUAGE_SHARE: Final = 0.5
+# Past this share of frequent letters, half the characters common ones are enough (a
+# short note naming a place in a rare character: 深圳).
+_FREQUENT_SHARE: Final = 0.75
+_COMMON_SHARE_OF_FREQUENT: Final = 0.5
 # Letters past ASCII in a word of ASCII ones (``Größe``, ``informação``, ``créé``):
 # Western text read as pairs of bytes, where a CJK character stands apart from Latin
 # letters (in a note mostly Western: two bytes make a run of three with one more).
@@ -126,16 +132,19 @@ def decode_note(data: bytes, *, prefix: bool = False) -> tuple[str, str]:
     for minus_share, _, read, enc in readings:
         if -minus_share < _LANGUAGE_SHARE or (western and _IN_WORD.search(read) is not None):
             break
-        if _plain(read, enc):
+        if _plain(read, enc, _COMMON_SHARE if -minus_share < _FREQUENT_SHARE
+                      else _COMMON_SHARE_OF_FREQUENT):
             return read, enc.name
     if western:
         try:
             return data.decode("cp1252"), "windows-1252"
         except UnicodeDecodeError:  # the five bytes Windows-1252 leaves undefined
             return data.decode("latin-1"), "latin-1"
-    for _, _, read, enc in sorted(readings, key=lambda r: r[1]):  # in the table's order
-        if enc.alone and _plain(read, enc):
-            return read, enc.name
+    # None plainly a language's, yet plain GBK, Big5 or Shift_JIS: as these were read
+    # before EUC-KR and EUC-JP were known, but the reading most like its language.
+    plain = [(read, enc) for _, _, read, enc in readings if _plain(read, enc)]
+    if any(enc.alone for _, enc in plain):
+        return plain[0][0], plain[0][1].name
     return text, UNDECODED  # UTF-8 with stray bytes, or another encoding: not guessed
 
 
@@ -171,13 +180,13 @@ def _past_ascii(text: str, limit: int) -> str:
     return "".join(runs)
 
 
-def _plain(text: str, enc: _Encoding) -> bool:
+def _plain(text: str, enc: _Encoding, common_share: float = _COMMON_SHARE) -> bool:
     """Does ``text`` read as plain text of ``enc`` (the module docstring)?"""
     if _ODD.search(text) is not None:
         return False
     sample = _past_ascii(text, _SAMPLE_CHARS)
     common = _common(enc.codec, enc.rows, enc.extra)
-    return bool(sample) and common.subn("", sample)[1] >= _COMMON_SHARE * len(sample)
+    return bool(sample) and common.subn("", sample)[1] >= common_share * len(sample)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ KOREAN = (
     "오늘 저녁에 친구들이랑 삼겹살 먹기로 했다.\n",
     "# Release notes\n\n- fixed the login bug (로그인 오류 수정)\n- bumped version\n",
     "- 憲法 제10조: 모든 國民은 인간으로서의 존엄과 가치를 가진다.\n",
+    "- 곱창 맛집: 왕십리\n",  # few of its syllables frequent, fewer of its GBK reading's
 )
 JAPANESE = (
     "# 週報\n\n- 来月の出張の予定を確認してください。\n- 経費の申請は金曜日までです。\n",
@@ -31,6 +32,7 @@ CHINESE = (
     "- 改牙医的预约\n",
     "- 茶\n- 书\n",  # single characters between ASCII only
     "# 读书\n",
+    "- 回深圳了\n",  # 圳 is no common character, the rest are frequent ones
 )
 TRADITIONAL = (
     "# 專案週報\n\n- 下週一之前請整理好簡報資料。\n- 預算由經理確認。\n",
