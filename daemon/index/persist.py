@@ -63,10 +63,12 @@ FORMAT_VERSION = 1
 # Hebrew and Arabic points, soft hyphens and joiners out, ``tokenizer.fold``; 18: a
 # frontmatter ``session_id`` that the ``source_conversation`` link beside it names unmasked
 # is not masked, ``redact.note_spans``; 19: notes in GBK, Big5 or Shift_JIS are read so,
-# notetext.py; 20: the encoding of a note not in UTF-8 is kept, ``FileInfo.encoding``); a
+# notetext.py; 20: the encoding of a note not in UTF-8 is kept, ``FileInfo.encoding``; 21:
+# notes in EUC-KR/cp949 or EUC-JP are read so, and short CJK notes by their script,
+# notescript.py); a
 # generation saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 20
+CHUNKING = 21
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
