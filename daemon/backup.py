@@ -24,6 +24,7 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -40,8 +41,9 @@ import orjson
 
 from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.fsio import REAL, TEMP_RE, atomic_writer, ensure_dir
+from recalld.daemon.store.fsio import REAL, TEMP_RE, atomic_writer, ensure_dir, temp_name
 from recalld.daemon.watchsource import COOKIE_PREFIX
+from recalld.ipc.agent_ids import MAX_AGENT_ID_CHARS
 from recalld.ipc.errors import InvalidParams, RecalldError
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,14 @@ RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog
 DAEMON_FILES = ("config.toml", "workspaces.json")
 
 
+#: Linux's PATH_MAX, with the NUL that ends a path. A restore writes each file by its
+#: absolute path under a temp name first, which adds TEMP_NAME_EXTRA bytes.
+PATH_MAX_BYTES = 4096
+TEMP_NAME_EXTRA = len(temp_name(""))
+#: The longest member name a restore takes: ``agents/<agent_id>/`` and a path in the
+#: workspace as long as a restore writes (``safepath.MAX_PATH_CHARS``).
+MAX_MEMBER_NAME_CHARS = len("agents//") + MAX_AGENT_ID_CHARS + safepath.MAX_PATH_CHARS
+
 COPY_CHUNK = 1 << 20
 #: A member of at least RATIO_MIN_BYTES that inflates more than MAX_RATIO times is taken
 #: for a decompression bomb by a restore (``backup_check.BackupLimits``); text
@@ -145,8 +155,9 @@ class PassedBy:
     """What a walk of a workspace's folders leaves out, workspace-relative (bytes that are
     not UTF-8 shown as ``\\xNN``): files whose names are not UTF-8 (no zip member name
     can hold them, nor did the index) or have a backslash (taken for a Windows path
-    separator: a restore refuses such a member), symlinks (what they lead to is not the
-    workspace's), and hidden files and folders (``.name``) other than the daemon's own
+    separator: a restore refuses such a member) or whose absolute path is past the
+    system's PATH_MAX (a restore cannot write them), symlinks (what they lead to is not
+    the workspace's), and hidden files and folders (``.name``) other than the daemon's own
     temp files and sync cookies."""
 
     unnamed: list[str] = field(default_factory=list)
@@ -160,10 +171,11 @@ def _daemons_own(name: str) -> bool:
 
 
 def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator[str]:
-    """Workspace-relative paths of the regular, non-hidden files under ``root/top``; what
-    it leaves out is added to ``passed``. A ``top`` that is, or lies under, a symlink is
-    left out whole (the index passes it by too, and what is there is not the
-    workspace's: a restore must not remove it)."""
+    """Workspace-relative paths of the regular, non-hidden files under ``root/top`` that
+    an archive can hold and a restore to the same place can write; what it leaves out is
+    added to ``passed`` (a folder too deep to list, as one path). A ``top`` that is, or
+    lies under, a symlink is left out whole (the index passes it by too, and what is
+    there is not the workspace's: a restore must not remove it)."""
     current = root
     for part in top.split("/"):
         current = current / part
@@ -179,6 +191,11 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
             entries = sorted(os.scandir(current), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            _pass_by(passed, root, str(current)[len(prefix):])  # and all it holds
+            continue
         for entry in entries:
             rel = entry.path[len(prefix):].replace(os.sep, "/")
             if entry.name.startswith("."):
@@ -190,13 +207,19 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                if safepath.is_utf8(rel) and "\\" not in rel:
+                if (safepath.is_utf8(rel) and "\\" not in rel
+                        and len(os.fsencode(entry.path)) + TEMP_NAME_EXTRA < PATH_MAX_BYTES):
                     yield rel
                 else:  # no zip member name can hold it (a restore refuses a backslash)
-                    log.warning("backup passes by %s: its name is not valid UTF-8 or has a "
-                                "backslash", safepath.shown(str(root / rel)))
-                    if passed is not None:
-                        passed.unnamed.append(safepath.shown(rel))
+                    _pass_by(passed, root, rel)
+
+
+def _pass_by(passed: PassedBy | None, root: Path, rel: str) -> None:
+    log.warning("backup passes by %s: its name is not valid UTF-8, has a backslash, or "
+                "its path is too long for a restore to write (%d bytes or more)",
+                safepath.shown(str(root / rel)), PATH_MAX_BYTES - TEMP_NAME_EXTRA)
+    if passed is not None:
+        passed.unnamed.append(safepath.shown(rel))
 
 
 def roles_for(include_derived: bool) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from recalld.daemon.backup import (
     DERIVED_ROLE,
     FORMAT,
     MAX_MEMBER_BYTES,
+    MAX_MEMBER_NAME_CHARS,
     MAX_RATIO,
     MAX_TOTAL_BYTES,
     META,
@@ -108,7 +109,7 @@ def _check_name(path: Path, name: str) -> list[str]:
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise refuse(path, f"member {name!r} has an empty, '.' or '..' component")
-    if len(name) > safepath.MAX_PATH_CHARS:
+    if len(name) > MAX_MEMBER_NAME_CHARS:
         raise refuse(path, f"member name too long: {name[:80]!r}...")
     return parts
 

@@ -333,7 +333,9 @@ def backup_create(
     state (pending turns, inbox, dream runs; all open workspaces by default) and the
     daemon's config (secrets masked unless ``include_secrets``) and workspace record into
     ``out`` or ``<data_dir>/backups/``."""
-    return Call("backup.create", _params(agents=list(agents) if agents else None, out=out,
+    # An empty list goes as it is: the daemon refuses it (it selects no agent).
+    selected = None if agents is None else list(agents)
+    return Call("backup.create", _params(agents=selected, out=out,
                                          include_derived=include_derived or None,
                                          include_secrets=include_secrets or None,
                                          progress_token=progress_token),
@@ -357,7 +359,8 @@ def backup_restore(
 ) -> Call[JsonObject]:
     """``backup.restore``: validate, snapshot the current state, restore, reindex (with
     ``dry_run``: only validate and say what it would write and remove)."""
-    return Call("backup.restore", _params(file=file, agents=list(agents) if agents else None,
+    selected = None if agents is None else list(agents)  # empty: refused by the daemon
+    return Call("backup.restore", _params(file=file, agents=selected,
                                           snapshot=None if snapshot else False,
                                           dry_run=True if dry_run else None,
                                           progress_token=progress_token), _as_dict)

@@ -21,7 +21,8 @@ import unicodedata
 #: A run of characters no agent id has.
 NOT_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 #: An agent id, but for the names '.' and '..' (checked apart).
-AGENT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_AGENT_ID_CHARS = 64
+AGENT_ID = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_AGENT_ID_CHARS}}}")
 
 
 #: The longest name the daemon records as a workspace's owner (``workspace.open``'s ``name``).

@@ -13,6 +13,7 @@ rollback runs at a time.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
@@ -150,6 +151,31 @@ async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | 
     return bk.AgentSource(agent_id, root, _dirs_of(settings))
 
 
+def _selection(p: Params) -> list[str] | None:
+    """``agents``: None when left out (every agent); an empty list selects nothing, which
+    is refused rather than taken for "every agent"."""
+    agents: list[str] | None = p.strings("agents", None)
+    if agents == []:
+        raise InvalidParams("param 'agents' is empty: name at least one agent, or leave "
+                            "it out for every agent")
+    return agents
+
+
+#: What writing a client-named archive fails with when its place is wrong, not the disk.
+_PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                           errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
+
+
+def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
+    """The error for a client-named archive ``path`` that cannot be written where it is
+    (a file on its way, no permission, a read-only or too long path): the full path, and
+    the file that is in the way."""
+    blocker = next((a for a in path.parents if a.exists()), None)
+    why = (f"{blocker} is not a directory" if blocker is not None and not blocker.is_dir()
+           else os.strerror(exc.errno or 0))
+    return InvalidParams(f"cannot write the backup to {path}: {why}")
+
+
 def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
     """The call's progress reporter: to its connection if it passed ``progress_token``."""
     token = check_token(p.text("progress_token", None))
@@ -184,7 +210,7 @@ def ops_methods() -> Methods:
     @methods.add("backup.create")
     async def backup_create(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
-        agents: list[str] | None = p.strings("agents", None)
+        agents = _selection(p)
         out: str | None = p.text("out", None)
         include_derived: bool = p.boolean("include_derived", False)
         include_secrets: bool = p.boolean("include_secrets", False)
@@ -213,6 +239,9 @@ def ops_methods() -> Methods:
             path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
             if "\x00" in out or not path.is_absolute():
                 raise InvalidParams("param 'out' must be an absolute path")
+            if out.endswith("/") or path.is_dir():
+                raise InvalidParams(f"{path} is a folder: name the archive file in it "
+                                    f"(e.g. {path / 'recalld-backup.zip'})")
             if path.exists():
                 raise InvalidParams(f"{path} exists; choose another name")
             real = await trio.to_thread.run_sync(path.resolve)
@@ -228,8 +257,13 @@ def ops_methods() -> Methods:
         async with progress.pumping(), contextlib.AsyncExitStack() as held:
             for source in closed:  # not opened (and written to) while its files are read
                 await held.enter_async_context(ctx.state.registry.held(source.agent_id))
-            made = await write_backup(ctx.state, sources, path, include_derived, "",
-                                      include_secrets, progress)
+            try:
+                made = await write_backup(ctx.state, sources, path, include_derived, "",
+                                          include_secrets, progress)
+            except store_errors.StorageIOError as exc:
+                if out is None or exc.errno not in _PLACE_ERRNOS:
+                    raise
+                raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
         if not agents:  # "every workspace": say which ones it could not be
             registry = ctx.state.registry
             made["not_open"] = sorted(
@@ -427,7 +461,7 @@ def ops_methods() -> Methods:
     async def backup_restore(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
         path = _resolve_file(ctx.state, p.text("file"))
-        agents: list[str] | None = p.strings("agents", None)
+        agents = _selection(p)
         snapshot: bool = p.boolean("snapshot", True)
         dry_run: bool = p.boolean("dry_run", False)
         progress = _progress(ctx, p, "backup.restore")

@@ -1,0 +1,129 @@
+"""Backups asked for in odd ways: an empty selection of agents, an archive named where it
+cannot be written, and workspace files deep enough that their member names approach
+the limits a restore checks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DaemonHandle
+from test_backup import NOTES, tree, write_tree
+
+from recalld.ipc.client import Client
+from recalld.ipc.errors import InvalidParams
+
+LONG_AGENT = "a" * 64
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: DaemonHandle) -> Path:
+    root = tmp_path / "ws"
+    write_tree(root, NOTES)
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    return root
+
+
+def test_an_empty_selection_of_agents_is_refused_not_taken_for_all(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    (ws / "digest" / "wiki" / "trains.md").write_text("changed after the backup\n")
+    before = tree(ws)
+    backups = set((daemon.data_dir / "backups").iterdir())
+    with Client(daemon.socket_path, timeout_s=60) as client:  # the library sends [] too
+        with pytest.raises(InvalidParams, match="'agents' is empty"):
+            client.backup_restore(made["file"], agents=[])
+        with pytest.raises(InvalidParams, match="'agents' is empty"):
+            client.backup_create(agents=[], out=str(tmp_path / "none.zip"))
+    assert tree(ws) == before  # nothing restored
+    assert set((daemon.data_dir / "backups").iterdir()) == backups  # no snapshot either
+    assert not (tmp_path / "none.zip").exists()
+
+
+def test_an_archive_named_where_it_cannot_be_written_names_the_place(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    for out in (tmp_path / "afile" / "x.zip", tmp_path / "afile" / "deeper" / "x.zip"):
+        with pytest.raises(InvalidParams) as caught:
+            daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+        assert caught.value.message == (
+            f"cannot write the backup to {out}: {tmp_path / 'afile'} is not a directory")
+    (tmp_path / "folder").mkdir()
+    for named in (f"{tmp_path / 'folder'}", f"{tmp_path / 'new-folder'}/"):
+        with pytest.raises(InvalidParams, match="is a folder: name the archive file in it"):
+            daemon.call("backup.create", {"agents": ["w"], "out": named})
+    assert not (tmp_path / "new-folder").exists()
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+@contextlib.contextmanager
+def _folder_fd(root: Path, parts: list[str]) -> Iterator[int]:
+    """A descriptor of ``root/parts...``, created as needed (walked one name at a time:
+    the whole path may be past PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=fd)
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write_deep(root: Path, rel: str, data: bytes) -> None:
+    *folders, name = rel.split("/")
+    with _folder_fd(root, folders) as fd:
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=fd)
+        os.write(out, data)
+        os.close(out)
+
+
+def _read_deep(root: Path, rel: str) -> bytes:
+    *folders, name = rel.split("/")
+    with _folder_fd(root, folders) as fd:
+        f = os.open(name, os.O_RDONLY, dir_fd=fd)
+        try:
+            return os.read(f, 1 << 16)
+        finally:
+            os.close(f)
+
+
+def _deep_rel(length: int, top: str = "memory/x") -> str:
+    rel = top
+    while len(rel) + 201 < length - 10:
+        rel += "/" + "d" * 200
+    return rel + "/" + "n" * (length - len(rel) - 4) + ".md"
+
+
+def test_a_deep_file_of_a_long_agent_id_makes_an_archive_that_restores(
+        daemon: DaemonHandle, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # agents/<64 characters>/<a path as long as the system takes>: a member name past
+    # the 4,096 characters a restore used to take, written by the backup all the same.
+    root = tmp_path_factory.mktemp("w") / "r"  # short: the rest of PATH_MAX is the file's
+    write_tree(root, {"memory/2026-07-23/a.md": "# A\n\nshallow note\n"})
+    deep = _deep_rel(4077 - len(os.fsencode(root)) - 1)  # and its temp name: 4,095
+    assert len(f"agents/{LONG_AGENT}/{deep}") > 4096
+    _write_deep(root, deep, b"# Deep\n\nthe deepest note\n")
+    # Deeper than the system takes as one path: a restore could not write them.
+    too_deep = _deep_rel(4200, "memory/y")
+    _write_deep(root, too_deep, b"# Too deep\n")
+    daemon.call("workspace.open", {"agent_id": LONG_AGENT, "path": str(root)})
+    out = root.parent / "long.zip"
+    made = daemon.call("backup.create", {"agents": [LONG_AGENT], "out": str(out)})
+    [passed] = made["passed_by"][LONG_AGENT]
+    assert too_deep.startswith(passed + "/") or too_deep == passed
+    with zipfile.ZipFile(made["file"]) as zf:
+        assert f"agents/{LONG_AGENT}/{deep}" in zf.namelist()
+    assert daemon.call("backup.verify", {"file": made["file"]})["ok"] is True
+    _write_deep(root, deep, b"changed\n")
+    shutil.rmtree(root / "memory" / "y")  # the watcher cannot list it (not the backup's)
+    daemon.call("backup.restore", {"file": made["file"], "agents": [LONG_AGENT]})
+    assert _read_deep(root, deep) == b"# Deep\n\nthe deepest note\n"
