@@ -163,10 +163,14 @@ def spawn_daemon(socket_path: Path) -> None:
     for folder in (data, start_log.parent):
         folder.mkdir(mode=0o700, exist_ok=True)
     start_log.unlink(missing_ok=True)  # what the last start said is not this one's
+    # The start log says what the daemon said before its log was set up (its config,
+    # paths): only its owner may read it, whatever the umask.
     launcher = (
-        "import subprocess, sys\n"
-        "with open(sys.argv[1], 'wb') as err:\n"
-        "    subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=err, stderr=err,"
+        "import os, subprocess, sys\n"
+        "err = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,"
+        " 0o600)\n"
+        "os.fchmod(err, 0o600)\n"
+        "subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=err, stderr=err,"
         " start_new_session=True, close_fds=True)\n"
     )
     subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -298,13 +299,19 @@ def test_autostart_of_a_misconfigured_daemon_says_why_at_once(
             "try:\n"
             "    Client(autostart=True).ping()\n"
             "except DaemonNotRunning as exc:\n"
-            "    print(exc.message)\n")
+            "    print(exc.message)\n"
+            "from recalld.ipc._core import autostart_logs\n"
+            "print(autostart_logs()[1])\n")
     started = time.monotonic()
+    # A umask that lets others read what a program creates (a common login default).
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=60, check=False, umask=0o022)
     assert proc.returncode == 0, proc.stderr
     assert "cpu_threads = 0: must be from 1 to 256" in proc.stdout, proc.stdout
     assert "recalld-start.log" in proc.stdout
+    start_log = Path(proc.stdout.splitlines()[-1])
+    assert "configuration error" in start_log.read_text()
+    assert stat.S_IMODE(start_log.stat().st_mode) == 0o600
     # It does not wait out the whole autostart deadline for a daemon that cannot start.
     assert time.monotonic() - started < 25
 
