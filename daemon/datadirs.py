@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.lock import data_dir_lock
+from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files
 
@@ -70,8 +70,13 @@ def prepare_data_dirs(cfg: DaemonConfig) -> None:
 
 
 class DataDirUnusable(Exception):
-    """The data directory or its state folder cannot be created, or its lock file opened
-    (a parent that is a file, no permission, a read-only disk): exit status 1."""
+    """The data directory or its state folder cannot be created, or its lock file opened:
+    exit status 2 when only the person can mend it (``permanent``: a parent that is a
+    file, no permission, a read-only disk), else 1 (a full disk, an I/O error)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.permanent = errno in PLACE_ERRNOS
 
 
 @contextlib.contextmanager
@@ -84,7 +89,7 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
         prepare_data_dirs(cfg)
         lock.acquire()
     except OSError as exc:
-        raise DataDirUnusable(f"{exc.strerror}: {exc.filename}") from None
+        raise DataDirUnusable(f"{exc.strerror}: {exc.filename}", exc.errno) from None
     try:
         remove_unfinished(cfg)
         yield

@@ -20,6 +20,17 @@ class AlreadyServing(Exception):
     """Another daemon owns the data directory or the socket (exit status 3)."""
 
 
+#: What the file system answers about a place (the data directory, the socket's folder,
+#: their lock files) that only the person can mend: a file where a folder goes, a
+#: folder or a FIFO where a lock file goes, no permission, a read-only file system, a
+#: link loop, a name too long. A start refused for one of them exits 2 (systemd's
+#: RestartPreventExitStatus does not retry it); others (a full disk, EIO, too many
+#: open files) exit 1, and a restart may succeed.
+PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                          errno.EROFS, errno.ELOOP, errno.ENAMETOOLONG, errno.EEXIST,
+                          errno.EINVAL})
+
+
 def read_owner_pid(path: Path) -> int | None:
     """The pid written into a lock file, if it holds one."""
     try:

@@ -1,10 +1,13 @@
 """``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
 
-Exit status: 0 clean stop, 1 any other failure, 2 configuration error (the file; a
+Exit status: 0 clean stop, 1 any other failure (a full disk, an I/O error: a restart
+may succeed), 2 configuration error (the file; a
 socket systemd passed that is not a listening Unix stream socket, or a LISTEN_FDS naming
 descriptors not passed; a socket or data directory recalld refuses to use as it is: open
-to other users, someone else's, a symlink, a foreign file at the socket path: a restart
-cannot mend them, and systemd's RestartPreventExitStatus does not retry), 3 another
+to other users, someone else's, a symlink, a foreign file at the socket path; one the
+file system refuses for good: a file where a folder goes, no permission, a read-only
+file system (``lock.PLACE_ERRNOS``): a restart cannot mend them, and systemd's
+RestartPreventExitStatus does not retry), 3 another
 daemon already owns the data directory or the socket. Failures print one line on stderr
 (the traceback goes to the log only for unexpected errors).
 
@@ -309,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unusable is not None:
             print(f"recalld: cannot use the data directory {cfg.data_dir}: {unusable}",
                   file=sys.stderr)
-            return EXIT_FAILURE
+            permanent = isinstance(unusable, DataDirUnusable) and unusable.permanent
+            return EXIT_CONFIG if permanent else EXIT_FAILURE
         private = _find(exc, NotPrivate)
         if private is not None:
             print(f"recalld: configuration error: cannot keep data private: {private}",
@@ -327,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = _find(exc, SocketSetupError)
         if setup is not None:
             print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
-            return EXIT_FAILURE
+            permanent = isinstance(setup, SocketSetupError) and setup.permanent
+            return EXIT_CONFIG if permanent else EXIT_FAILURE
         if isinstance(exc, KeyboardInterrupt):
             # SIGINT before the supervisor's receiver opened: a stop like any other.
             log.info("recalld stopped")

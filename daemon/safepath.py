@@ -360,3 +360,15 @@ def open_inside(root: Path, rel: str, real_root: str | None = None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def why_not_made(path: Path, exc: OSError) -> str:
+    """Why the folder ``path`` (or one to make a file in) could not be made: the file on
+    its way if one is (mkdir says only "File exists" or "Not a directory"), else the
+    system's words (blocking)."""
+    for place in (path, *path.parents):
+        if os.path.lexists(place):
+            if not os.path.isdir(place):
+                return f"{place} is not a directory"
+            break
+    return exc.strerror or str(exc)

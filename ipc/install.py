@@ -54,7 +54,8 @@ NotifyAccess=main
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=2
-# 2 = configuration error, 3 = another daemon owns the data: restarting cannot help.
+# 2 = configuration error or a folder only the user can mend (a file in the way, no
+# permission), 3 = another daemon owns the data: restarting cannot help.
 RestartPreventExitStatus=2 3
 WatchdogSec=30
 TimeoutStartSec=120

@@ -65,6 +65,20 @@ def test_a_full_disk_does_not_keep_the_daemon_from_starting_or_serving(
     assert d.stop() == 0
 
 
+def test_a_data_folder_a_full_disk_keeps_from_being_made_is_retried(
+        daemon_factory: DaemonFactory, small_fs: Path) -> None:
+    # A full disk is not the person's mistake in the config: exit 1, which systemd's
+    # Restart=on-failure retries (2 would stop it for good), with one line naming it.
+    fill_inodes(small_fs)
+    data = small_fs / "data"
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
+    assert daemon.proc.wait(timeout=60) == 1
+    lines = daemon.log().strip().splitlines()
+    assert lines[-1].startswith(f"recalld: cannot use the data directory {data}: No space"), \
+        lines
+    assert "Traceback" not in daemon.log()
+
+
 def test_a_workspace_with_no_room_for_its_folders_is_a_failure_not_a_usage_error(
         daemon_factory: DaemonFactory, small_fs: Path) -> None:
     # Its folders cannot be made on a disk out of inodes: that was answered as invalid

@@ -118,7 +118,8 @@ def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: Daemo
         os.chmod(data, 0o700)
         os.chmod(data / "state", 0o700)
     daemon = daemon_factory(RECALLD_DATA_DIR=str(data), wait=False)
-    assert daemon.proc.wait(timeout=60) == 1
+    # 2: a restart cannot mend it, and systemd does not retry it (RestartPreventExitStatus).
+    assert daemon.proc.wait(timeout=60) == 2
     lines = daemon.log().strip().splitlines()
     assert lines[-1].startswith(f"recalld: cannot use the data directory {data}: "), lines
     if blocked == "a FIFO as its lock":
@@ -134,10 +135,23 @@ def test_a_socket_whose_lock_cannot_be_opened_is_one_line(daemon_factory: Daemon
     folder.mkdir(mode=0o700)
     (folder / "r.sock.lock").mkdir()
     daemon = daemon_factory(RECALLD_SOCKET=str(folder / "r.sock"), wait=False)
-    assert daemon.proc.wait(timeout=60) == 1
+    assert daemon.proc.wait(timeout=60) == 2
     assert daemon.log().strip().splitlines()[-1] == (
         f"recalld: cannot create the socket: cannot open {folder / 'r.sock.lock'}: "
         "Is a directory"), daemon.log()
+    assert "Traceback" not in daemon.log()
+
+
+def test_a_socket_folder_under_a_file_is_one_line_and_not_retried(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    folder = tmp_path / "afile" / "run"
+    daemon = daemon_factory(RECALLD_SOCKET=str(folder / "r.sock"), wait=False)
+    assert daemon.proc.wait(timeout=60) == 2
+    assert daemon.log().strip().splitlines()[-1] == (
+        f"recalld: cannot create the socket: cannot create {folder}: {tmp_path / 'afile'} "
+        "is not a directory"), \
+        daemon.log()
     assert "Traceback" not in daemon.log()
 
 

@@ -25,7 +25,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.daemon.lock import PLACE_ERRNOS, AlreadyServing, FileLock
+from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store.fsio import mkdir_private
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,12 @@ AF_UNIX_PATH_MAX = 107
 
 
 class SocketSetupError(Exception):
-    """The socket cannot be created (the file system refused its lock or its bind)."""
+    """The socket cannot be created (the file system refused its lock or its bind);
+    ``permanent`` when only the person can mend it (``lock.PLACE_ERRNOS``)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.permanent = errno in PLACE_ERRNOS
 
 
 class SocketPlaceRefused(SocketSetupError):
@@ -52,8 +58,12 @@ def prepare_socket_dir(directory: Path) -> None:
     current one, ``$HOME``, ``/tmp``), and tightening it would change what the user or
     other programs rely on.
     """
-    mkdir_private(directory)
-    st = os.lstat(directory)
+    try:
+        mkdir_private(directory)
+        st = os.lstat(directory)
+    except OSError as exc:  # a file on its way, a folder we may not write in
+        raise SocketSetupError(f"cannot create {directory}: {why_not_made(directory, exc)}",
+                               exc.errno) from None
     if stat.S_ISLNK(st.st_mode):
         raise SocketPlaceRefused(
             f"{directory} is a symbolic link: recalld does not follow one to the socket's "
@@ -152,7 +162,7 @@ def bind_listener(path: Path) -> BoundSocket:
     try:
         lock.acquire()
     except OSError as exc:  # a folder we may not write in, something else in the way
-        raise SocketSetupError(f"cannot open {lock.path}: {exc.strerror}") from None
+        raise SocketSetupError(f"cannot open {lock.path}: {exc.strerror}", exc.errno) from None
     try:
         remove_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -175,7 +185,8 @@ def bind_listener(path: Path) -> BoundSocket:
             with contextlib.suppress(OSError):
                 os.unlink(staging)
             if isinstance(exc, OSError):
-                raise SocketSetupError(f"cannot bind {path}: {exc.strerror or exc}") from None
+                raise SocketSetupError(f"cannot bind {path}: {exc.strerror or exc}",
+                                       exc.errno) from None
             raise
     except BaseException:
         lock.release()

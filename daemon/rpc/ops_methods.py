@@ -54,6 +54,7 @@ from recalld.daemon.rpc.restore_record import (
     read_record,
     write_record,
 )
+from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
@@ -170,9 +171,7 @@ def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
     """The error for a client-named archive ``path`` that cannot be written where it is
     (a file on its way, no permission, a read-only or too long path): the full path, and
     the file that is in the way."""
-    blocker = next((a for a in path.parents if a.exists()), None)
-    why = (f"{blocker} is not a directory" if blocker is not None and not blocker.is_dir()
-           else os.strerror(exc.errno or 0))
+    why = why_not_made(path.parent, OSError(exc.errno, os.strerror(exc.errno or 0)))
     return InvalidParams(f"cannot write the backup to {path}: {why}")
 
 
