@@ -31,13 +31,19 @@ PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM
                           errno.EINVAL})
 
 
+#: What the socket's lock file says after its pid once the daemon listens (a client that
+#: finds the lock held without it knows the daemon is still starting).
+LISTENING = "listening"
+
+
 def read_owner_pid(path: Path) -> int | None:
     """The pid written into a lock file, if it holds one."""
     try:
-        text = path.read_text(encoding="ascii", errors="replace").strip()
+        text = path.read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    first = text.split("\n", 1)[0].strip()
+    return int(first) if first.isdigit() else None
 
 
 class FileLock:
@@ -84,6 +90,12 @@ class FileLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
+
+    def note(self, word: str) -> None:
+        """Add ``word`` as a line after the pid (informative, like the pid)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(self._fd, f"{word}\n".encode("ascii"), os.fstat(self._fd).st_size)
 
     def release(self) -> None:
         if self._fd is None:

@@ -252,19 +252,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if ns.check_config:
         return _check_workspace_places(cfg)
+    if not os.environ.get("LISTEN_FDS"):  # not socket-activated: we bind the socket
+        from recalld.daemon.rpc.listener import claim_socket
+
+        try:  # before the long imports: clients see a daemon starting, not none
+            claim_socket(cfg.socket_path)
+        except Exception as exc:
+            status = _refused(exc, cfg)
+            if status is None:
+                raise
+            return status
 
     prepare_to_serve(cfg.backfill_threads)
     import trio
 
     from recalld.daemon import systemd
     from recalld.daemon.app import build_supervisor
-    from recalld.daemon.datadirs import DataDirUnusable, NotPrivate
-    from recalld.daemon.lock import AlreadyServing
-    from recalld.daemon.rpc.listener import (
-        SocketPlaceRefused,
-        SocketSetupError,
-        socket_answers,
-    )
     from recalld.daemon.supervisor import reloader_for
 
     # Before anything can spawn a thread or a child: take systemd's variables out of
@@ -299,40 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         trio.run(_serve, supervisor)
     except BaseException as exc:
-        taken = _find(exc, AlreadyServing)
-        if taken is not None:
-            # Clients that find no daemon on the socket say to start one: say why that
-            # cannot work.
-            hint = "" if socket_answers(cfg.socket_path) else (
-                f", but no daemon answers on {cfg.socket_path}: it is stopping, listens "
-                "on another socket, or its socket file was removed (stop it, then start again)")
-            print(f"{taken}{hint}", file=sys.stderr)
-            return EXIT_ALREADY_RUNNING
-        unusable = _find(exc, DataDirUnusable)
-        if unusable is not None:
-            print(f"recalld: cannot use the data directory {cfg.data_dir}: {unusable}",
-                  file=sys.stderr)
-            permanent = isinstance(unusable, DataDirUnusable) and unusable.permanent
-            return EXIT_CONFIG if permanent else EXIT_FAILURE
-        private = _find(exc, NotPrivate)
-        if private is not None:
-            print(f"recalld: configuration error: cannot keep data private: {private}",
-                  file=sys.stderr)
-            return EXIT_CONFIG
-        passed = _find(exc, systemd.PassedSocketError)
-        if passed is not None:
-            print(f"recalld: configuration error: {passed}", file=sys.stderr)
-            return EXIT_CONFIG
-        refused = _find(exc, SocketPlaceRefused)
-        if refused is not None:
-            print(f"recalld: configuration error: cannot create the socket: {refused}",
-                  file=sys.stderr)
-            return EXIT_CONFIG
-        setup = _find(exc, SocketSetupError)
-        if setup is not None:
-            print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
-            permanent = isinstance(setup, SocketSetupError) and setup.permanent
-            return EXIT_CONFIG if permanent else EXIT_FAILURE
+        status = _refused(exc, cfg)
+        if status is not None:
+            return status
         if isinstance(exc, KeyboardInterrupt):
             # SIGINT before the supervisor's receiver opened: a stop like any other.
             log.info("recalld stopped")
@@ -349,6 +321,51 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, signal.SIG_IGN)
     log.info("recalld stopped")
     return EXIT_OK
+
+
+def _refused(exc: BaseException, cfg: DaemonConfig) -> int | None:
+    """The exit status for a start refused by what it found (``exc``, or one in its
+    group), after one line on stderr saying why; None for any other error."""
+    from recalld.daemon import systemd
+    from recalld.daemon.datadirs import DataDirUnusable, NotPrivate
+    from recalld.daemon.lock import AlreadyServing
+    from recalld.daemon.rpc.listener import SocketPlaceRefused, SocketSetupError, socket_answers
+
+    taken = _find(exc, AlreadyServing)
+    if taken is not None:
+        # Clients that find no daemon on the socket say to start one: say why that
+        # cannot work.
+        hint = "" if socket_answers(cfg.socket_path) else (
+            f", but no daemon answers on {cfg.socket_path}: it is stopping, listens "
+            "on another socket, or its socket file was removed (stop it, then start again)")
+        print(f"{taken}{hint}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
+    unusable = _find(exc, DataDirUnusable)
+    if unusable is not None:
+        print(f"recalld: cannot use the data directory {cfg.data_dir}: {unusable}",
+              file=sys.stderr)
+        permanent = isinstance(unusable, DataDirUnusable) and unusable.permanent
+        return EXIT_CONFIG if permanent else EXIT_FAILURE
+    private = _find(exc, NotPrivate)
+    if private is not None:
+        print(f"recalld: configuration error: cannot keep data private: {private}",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    passed = _find(exc, systemd.PassedSocketError)
+    if passed is not None:
+        print(f"recalld: configuration error: {passed}", file=sys.stderr)
+        return EXIT_CONFIG
+    refused = _find(exc, SocketPlaceRefused)
+    if refused is not None:
+        print(f"recalld: configuration error: cannot create the socket: {refused}",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    setup = _find(exc, SocketSetupError)
+    if setup is not None:
+        print(f"recalld: cannot create the socket: {setup}", file=sys.stderr)
+        permanent = isinstance(setup, SocketSetupError) and setup.permanent
+        return EXIT_CONFIG if permanent else EXIT_FAILURE
+    return None
 
 
 async def _serve(supervisor: Supervisor) -> None:

@@ -47,11 +47,19 @@ def checked_timeout(value: float, name: str) -> float:
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     """The error for no daemon at ``socket_path``, with the command that starts one there:
     ``recalld serve`` finds the socket as a client does, unless the client was given
-    another (``--socket``). A daemon that still holds the socket's lock runs, but lost its
-    socket file: a start would be refused, so the error says that instead."""
-    holder = lock_holder(socket_path.with_name(socket_path.name + ".lock"))
+    another (``--socket``). A daemon that holds the socket's lock but has not noted there
+    that it listens is starting; one that has runs, but lost its socket file: a start
+    would be refused, so the error says that instead."""
+    lock = socket_path.with_name(socket_path.name + ".lock")
+    holder = lock_holder(lock)
     if holder is not None:
         pid = f" (pid {holder})" if holder > 0 else ""
+        if not _says_listening(lock):
+            # It claims its socket before it imports its modules (seconds on a busy
+            # machine) and notes in the lock file when it listens: it is starting.
+            return errors.DaemonNotRunning(
+                f"recalld{pid} is starting and does not answer on {socket_path} yet; "
+                "try again in a moment")
         return errors.DaemonNotRunning(
             f"a daemon{pid} holds the lock of {socket_path} but does not answer there: its "
             "socket file was removed or replaced while it ran (stop it, then start it again)")
@@ -62,6 +70,16 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     serve = ("recalld serve" if found == socket_path
              else f"recalld serve --socket {shlex.quote(str(socket_path))}")
     return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
+
+
+def _says_listening(lock_file: Path) -> bool:
+    """Whether the socket's lock file says its daemon listens (the line after the pid;
+    the daemon's ``lock.LISTENING``)."""
+    try:
+        lines = lock_file.read_text(encoding="ascii", errors="replace").splitlines()
+    except OSError:
+        return True  # unknown: not said to be starting
+    return "listening" in lines[1:]
 
 
 def lock_holder(lock_file: Path) -> int | None:

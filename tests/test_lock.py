@@ -84,7 +84,7 @@ def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
                             RECALLD_SOCKET=str(first.socket_path), wait=False)
     assert second.proc.wait(timeout=20) == 3
     assert second.log().strip().splitlines() == [
-        f"recalld is already running for {first.data_dir} (pid {first.pid})"]
+        f"recalld is already running for socket {first.socket_path} (pid {first.pid})"]
     # Its socket file removed (a tidied runtime folder): clients say that the daemon
     # runs without it, not that none runs; a start fails and says why, and what to do.
     first.socket_path.unlink()
@@ -104,3 +104,45 @@ def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
     assert first.stop() == 0
     with pytest.raises(DaemonNotRunning, match=r"^daemon not running at .*start it with"):
         Client(first.socket_path).ping()
+
+
+def test_a_daemon_claims_its_socket_before_its_long_start_and_clients_say_starting(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Right after `recalld serve &`, clients said "daemon not running ... start it with:
+    # recalld serve" for seconds (the daemon imports its modules before anything shows).
+    # Its log file is a FIFO here: the daemon stops at opening it, after its claim, until
+    # this test opens the other end.
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    daemon = daemon_factory(wait=False, args=["--log-file", str(fifo)])
+    reader = os.open(fifo, os.O_RDONLY)  # returns once the daemon opens it to write
+    try:
+        lock = daemon.socket_path.with_name(daemon.socket_path.name + ".lock")
+        assert read_owner_pid(lock) == daemon.pid
+        with pytest.raises(AlreadyServing):  # held, not only written
+            FileLock(lock, "socket").acquire()
+    finally:
+        os.close(reader)  # its log lines now fail; it serves all the same
+    daemon.wait_ready()
+    assert daemon.stop() == 0
+
+
+def test_a_socket_claimed_by_a_daemon_not_yet_listening_is_starting(
+        daemon_factory: DaemonFactory) -> None:
+    # What a client finds while a daemon imports: the socket's lock held, no socket yet,
+    # and the lock file does not say "listening".
+    env = daemon_factory.environment()
+    socket_path = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    socket_path.parent.mkdir(mode=0o700)
+    with FileLock(socket_path.with_name(socket_path.name + ".lock"), "socket"):
+        code = ("from recalld.ipc.client import Client\n"
+                "from recalld.ipc.errors import DaemonNotRunning\n"
+                "try:\n"
+                "    Client().ping()\n"
+                "except DaemonNotRunning as exc:\n"
+                "    print(exc.message)\n")
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == (
+        f"recalld (pid {os.getpid()}) is starting and does not answer on {socket_path} "
+        "yet; try again in a moment"), proc

@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from recalld.daemon.lock import PLACE_ERRNOS, AlreadyServing, FileLock
+from recalld.daemon.lock import LISTENING, PLACE_ERRNOS, AlreadyServing, FileLock
 from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store.fsio import mkdir_private
 
@@ -153,8 +153,20 @@ def _staging(path: Path) -> Path:
     return path.with_name(name if name not in (path.name, ".", "..") else "~" + name[1:])
 
 
-def bind_listener(path: Path) -> BoundSocket:
-    """Bind and listen on ``path`` (see the module docstring for the safety rules)."""
+#: Socket locks taken by :func:`claim_socket` for the :func:`bind_listener` to come.
+_claimed: dict[Path, FileLock] = {}
+
+
+def claim_socket(path: Path) -> None:
+    """Take the lock of the socket ``path`` now, for :func:`bind_listener` later in this
+    process: a daemon still starting (importing its modules) already holds it, so a
+    client that finds no socket yet says the daemon is starting, and a second daemon on
+    the socket exits at once (AlreadyServing). SocketSetupError as bind_listener."""
+    if path not in _claimed:
+        _claimed[path] = _take_lock(path)
+
+
+def _take_lock(path: Path) -> FileLock:
     if len(os.fsencode(path)) > AF_UNIX_PATH_MAX:
         raise SocketPlaceRefused(f"socket path is longer than {AF_UNIX_PATH_MAX} bytes: {path}")
     prepare_socket_dir(path.parent)
@@ -163,6 +175,13 @@ def bind_listener(path: Path) -> BoundSocket:
         lock.acquire()
     except OSError as exc:  # a folder we may not write in, something else in the way
         raise SocketSetupError(f"cannot open {lock.path}: {exc.strerror}", exc.errno) from None
+    return lock
+
+
+def bind_listener(path: Path) -> BoundSocket:
+    """Bind and listen on ``path`` (see the module docstring for the safety rules), with
+    the lock :func:`claim_socket` took if it did."""
+    lock = _claimed.pop(path, None) or _take_lock(path)
     try:
         remove_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -191,4 +210,5 @@ def bind_listener(path: Path) -> BoundSocket:
     except BaseException:
         lock.release()
         raise
+    lock.note(LISTENING)
     return BoundSocket(sock=sock, path=path, lock=lock, inode=(st.st_dev, st.st_ino))
