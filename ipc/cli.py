@@ -24,7 +24,16 @@ from typing import TextIO
 
 import orjson
 
-from recalld.ipc import __version__, cli_import, cli_memory, cli_ops, cli_remote, errors, paths
+from recalld.ipc import (
+    __version__,
+    cli_daemon,
+    cli_import,
+    cli_memory,
+    cli_ops,
+    cli_remote,
+    errors,
+    paths,
+)
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser
 from recalld.ipc.client import Client
@@ -169,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ops.add_parsers(sub, common)
     cli_import.add_parsers(sub, common)
     cli_remote.add_parsers(sub, common)
+    cli_daemon.add_parsers(sub, common)
     return parser
 
 
@@ -463,6 +473,7 @@ _HANDLERS: dict[str, Handler] = {
     **cli_ops.HANDLERS,  # backup, verify, compact, metrics, doctor, and status's human form
     **cli_import.HANDLERS,  # import-qwenpaw
     **cli_remote.HANDLERS,  # remote release
+    **cli_daemon.HANDLERS,  # stop
 }
 
 

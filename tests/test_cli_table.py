@@ -65,8 +65,10 @@ ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
 # Commands that do not talk to a running daemon the usual way, tested on their own:
 # serve (test_cli), mcp (test_mcp), install-service and uninstall-service (test_cli_paths),
 # doctor (below and test_ops).
-# Tested on their own: ``remote release`` needs a shared workspace (test_remote_guard).
-OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor", "remote release"}
+# Tested on their own: ``remote release`` needs a shared workspace (test_remote_guard);
+# ``stop`` ends the daemon the table runs against (test_cli_stop).
+OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor", "remote release",
+             "stop"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
