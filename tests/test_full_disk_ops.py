@@ -4,6 +4,7 @@ or inode."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import DaemonFactory
 from test_cli import assert_one_line_error, recalld
+
+from recalld.ipc.errors import DiskFull
 
 
 @pytest.fixture
@@ -116,3 +119,18 @@ def test_a_restore_whose_snapshot_finds_no_room_says_what_to_do(
     done = recalld("backup", "restore", str(archive), "--yes", "--no-snapshot", env=d.env)
     assert done.returncode == 0 and not later.exists(), done.stderr
     assert d.stop() == 0
+
+
+def test_a_backup_to_a_full_disk_names_the_archive_and_leaves_nothing(
+        daemon_factory: DaemonFactory, small_fs: Path, tmp_path: Path) -> None:
+    # An --out of the person's own on a full disk was named by its base name only.
+    d = daemon_factory()
+    notes = tmp_path / "ws" / "memory" / "2026-03-01"
+    notes.mkdir(parents=True)
+    (notes / "noise.md").write_bytes(os.urandom(1 << 19).hex().encode())
+    d.call("workspace.open", {"agent_id": "w", "path": str(tmp_path / "ws")})
+    out = small_fs / "b.zip"
+    with pytest.raises(DiskFull) as full:
+        d.call("backup.create", {"agents": ["w"], "out": str(out)})
+    assert full.value.message == f"disk full writing the backup to {out}: nothing was written"
+    assert list(small_fs.iterdir()) == []

@@ -260,6 +260,10 @@ def ops_methods() -> Methods:
                 made = await write_backup(ctx.state, sources, path, include_derived, "",
                                           include_secrets, progress)
             except store_errors.StorageIOError as exc:
+                if out is not None and isinstance(exc, store_errors.DiskFull):
+                    # The place is the client's own: named whole (the daemon's only by name).
+                    raise DiskFull(f"disk full writing the backup to {path}: nothing was "
+                                   "written", exc.data) from None
                 if out is None or exc.errno not in _PLACE_ERRNOS:
                     raise
                 raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
