@@ -120,3 +120,30 @@ def test_notes_named_by_a_credential_are_shown_masked(
         f"{DAY}/[REDACTED].md", f"{DAY}/key-[REDACTED].md", "memory/[REDACTED]/session.md",
         f"{DAY}/aws-backup.md"}
     assert _leaks(found) == [] and _health(d2)["secret_named"] == 3
+
+
+def test_a_note_named_by_a_credential_is_told_of_once(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """The log says a note is named by a credential when it is first indexed, not again
+    at each of its edits; another such note is told of in its turn."""
+    root = tmp_path / "ws"
+    day = root / DAY
+    day.mkdir(parents=True)
+    note = day / f"release-{GITLAB}.md"
+    note.write_text("# release\nThe wombat runner.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+    notice = "named by what looks like a credential"
+    assert d.log().count(notice) == 1
+
+    for n in range(3):
+        with note.open("a") as f:
+            f.write(f"Edit {n}: the wombat runner moved.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        found = d.call("memory.search", {"agent_id": "w", "query": f"edit {n} wombat"})
+        assert any(f"Edit {n}" in r["text"] for r in found["results"]), found
+    assert d.log().count(notice) == 1
+
+    (day / f"{AWS}.md").write_text("# aws\nThe wombat account.\n")
+    d.call("index.sync", {"agent_id": "w"})
+    assert d.log().count(notice) == 2 and _leaks(d.log()) == []

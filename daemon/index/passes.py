@@ -139,6 +139,9 @@ class Passes:
             # A keyword delta still as loaded gets its dicts first, off the lock (else
             # the apply makes them under it: 0.35 s at 110k chunks, searches waiting).
             await self._access.thaw_delta()
+            # Notes named by a secret are told of once, when first indexed, not at
+            # each of their edits.
+            told = self._state().secret_named
             # Outside large passes the keyword index compacts off the lock (StateAccess);
             # a large pass merges in bulk, as it always has.
             stats: ApplyStats = await self._access.run_locked(
@@ -154,7 +157,8 @@ class Passes:
                             "; ".join(f"{mask_path(path)}: {why}"
                                       for path, why in stats.unreadable[:5]))
             named = [p.path for b in batches for p in b.files
-                     if p.secret_name and not (p.gone or p.error or p.unchanged)]
+                     if p.secret_name and p.path not in told
+                     and not (p.gone or p.error or p.unchanged)]
             if named:
                 log.warning("%s: %s", self._agent_id, secret_notice(named))
             if stats.changed or stats.restat:  # a new stat alone is saved too (no change)
