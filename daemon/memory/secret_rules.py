@@ -208,6 +208,17 @@ def _cli_value(value: str) -> bool:
             and not (value.isdigit() and len(value) <= 5))
 
 
+def _basic_credentials(value: str) -> bool:
+    """Is ``value`` base64 of ``user:password`` (HTTP Basic credentials)?"""
+    import binascii
+
+    try:
+        decoded = binascii.a2b_base64(value + "=" * (-len(value) % 4)).decode()
+    except (binascii.Error, ValueError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
 _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S, token=False),
     Rule("private_key_tail", ("private key",), _key_block_tail),
@@ -323,9 +334,19 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     # registry login.
     *(_regex_rule("cli_password", hints, pattern, group=1, check=_cli_value, token=False)
       for hints, pattern in _CLI_PASSWORDS),
-    _regex_rule("auth_header", ("bearer", "basic", "token "),
-                r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
+    _regex_rule("auth_header", ("bearer", "token "),
+                r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9\-._~+/]{16,}=*)",
                 group=1, check=lambda v: looks_random(v, 16) or bool(HEX.match(v)), token=False),
+    # HTTP Basic credentials are base64 of ``user:password``: after "Basic" in prose only
+    # such base64 is one ("a basic Python3-compatible-wrapper" is not); in an
+    # Authorization header any random-looking value is.
+    _regex_rule("auth_header", ("basic",),
+                r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?basic\s+([A-Za-z0-9\-._~+/]{16,}=*)",
+                group=1, check=lambda v: looks_random(v, 16) or bool(HEX.match(v)), token=False),
+    _regex_rule("auth_header", ("basic",),
+                r"(?i)\bbasic\s+([A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9\-._~+/=])",
+                group=1, check=lambda v: _basic_credentials(v) or looks_random(v, 16),
+                token=False),
 )
 
 
