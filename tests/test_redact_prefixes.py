@@ -1,12 +1,87 @@
-"""Secrets redaction: HTTP Basic credentials told from the word "basic" in prose."""
+"""Secrets redaction: tokens known by a vendor's prefix, standing alone (a note of one
+line, a file name) or joined to a name; HTTP Basic credentials told from the word
+"basic" in prose."""
 
 from __future__ import annotations
 
 import base64
+import random
+import string
 
 import pytest
 
 from recalld.daemon.memory.redact import MASK, redact
+from recalld.daemon.memory.secret_names import mask_name
+
+_RNG = random.Random(17)
+_B62 = string.ascii_letters + string.digits
+_URL = _B62 + "-_"
+_HEX = "0123456789abcdef"
+_UPNUM = string.ascii_uppercase + string.digits
+
+
+def _r(alphabet: str, n: int) -> str:
+    """``n`` random characters of ``alphabet``, with a digit and a letter among them if
+    it has both."""
+    value = [_RNG.choice(alphabet) for _ in range(n)]
+    for at, kind in zip(_RNG.sample(range(n), 2), (str.isdigit, str.isalpha), strict=True):
+        some = [c for c in alphabet if kind(c)]
+        if some:
+            value[at] = _RNG.choice(some)
+    return "".join(value)
+
+
+#: Generated in each vendor's shape (none is a real token).
+PREFIXED = {
+    "huggingface": "hf_" + _r(string.ascii_letters, 34),
+    "huggingface_org": "api_org_" + _r(string.ascii_letters, 34),
+    "mailgun": "key-" + _r(_HEX, 32),
+    "twilio_sk": "SK" + _r(_HEX, 32),
+    "twilio_ac": "AC" + _r(_HEX, 32),
+    "discord_bot": "M" + _r(_URL, 25) + "." + _r(_URL, 6) + "." + _r(_URL, 38),
+    "azure_client_secret": _r(_B62, 3) + "8Q~" + _r(_B62 + "_~.-", 34),
+    "mailchimp": _r(_HEX, 32) + "-us12",
+    "grafana": "glsa_" + _r(_B62, 32) + "_" + _r(_HEX, 8),
+    "postman": "PMAK-" + _r(_HEX, 24) + "-" + _r(_HEX, 34),
+    "new_relic": "NRAK-" + _r(_UPNUM, 27),
+    "databricks": "dapi" + _r(_HEX, 32),
+    "artifactory": "AKCp" + _r(_B62, 69),
+    "nuget": "oy2" + _r(string.ascii_lowercase + string.digits, 43),
+    "atlassian": "ATATT3xFfGF0" + _r(_URL, 180),
+    "bitbucket": "ATBB" + _r(_B62, 32),
+    "easypost": "EZAK" + _r(_B62, 54),
+    "dropbox": "sl." + _r(_URL, 135),
+    "onepassword_secret_key": "A3-" + "-".join(_r(_UPNUM, n) for n in (6, 6, 5, 5, 5, 5)),
+    "clickup": "pk_" + _r(string.digits, 8) + "_" + _r(_UPNUM, 32),
+    "harness": "pat." + _r(_URL, 22) + "." + _r(_HEX, 24) + "." + _r(_URL, 20),
+    "circleci": "CCIPAT_" + _r(_B62, 22) + "_" + _r(_HEX, 40),
+    "frameio": "fio-u-" + _r(_URL, 64),
+    "prefect": "pnu_" + _r(_B62, 36),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PREFIXED))
+def test_a_prefixed_token_alone_or_joined_to_a_name_is_masked(kind: str) -> None:
+    token = PREFIXED[kind]
+    assert redact(token) == MASK, kind
+    assert redact(f"notes\n{token}\nmore") == f"notes\n{MASK}\nmore", kind
+    assert mask_name(f"{token}.md") == f"{MASK}.md", kind
+    if kind not in ("prefect",):  # a short prefix: only standing apart
+        for name in (f"deploy-{token}.txt", f"old_{token}.md"):
+            assert token not in mask_name(name), (kind, name)
+
+
+@pytest.mark.parametrize("text", [
+    "load_hf_AutoModelForSequenceClassification", "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",
+    "use-hf_transformersPipelineForTextGeneration", "api-key-rotationprocedureforproductions",
+    "ssh-key-abcdefghijklmnopqrstuvwxyzabcdef", "TASK0123456789abcdef0123456789abcdef",
+    "my_dapi_client_configuration_v2_settings", "dapiClientConfigurationV2Settings",
+    "oy2abcdefghijklmnopqrstuvwxyzabcdefghijklmnopq", "sl.SomethingLongFileName2024",
+    "the EAA and EAAB groups", "A3-section and AKCpart", "lightgbm_glsa_estimator",
+    "run test_key-rotation_policy", "Mailgun uses key-based auth",
+])
+def test_identifiers_and_words_like_those_prefixes_are_left_alone(text: str) -> None:
+    assert redact(text) == text
 
 
 def _basic(user: str, password: str) -> str:

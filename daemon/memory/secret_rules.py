@@ -2,17 +2,19 @@
 like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
 (``CONTEXT_RULES``).
 
-- *formats*: private key blocks of every armour (PEM, OpenSSH, SSH2, encrypted, PGP, PuTTY,
-  age; also the end of one whose start is in the text before), cloud keys (AWS access key
-  ids and secret keys, GCP OAuth secrets and tokens, Azure storage and connection-string
-  keys, Alibaba), SaaS tokens (GitHub, GitLab, Slack, Telegram, SendGrid, Stripe, Twilio,
-  npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun, Mailchimp, Hugging Face,
-  DigitalOcean, Shopify, Firebase, Terraform Cloud, Dynatrace and other vendors' prefixed
-  tokens), JSON Web Tokens, webhook URLs, the password of ``scheme://user:password@host``
-  URLs, a token as a URL's whole user part, and passwords on a command line (``mysql
-  -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``, ``redis-cli -a S3cret``,
-  ``docker login -p S3cret``); and any of these wrapped in base64 (a Kubernetes Secret's
-  ``data``, ``echo ... | base64 -d``);
+- *formats*: private key blocks of every armour (PEM, OpenSSH, SSH2, encrypted, PGP,
+  PuTTY, age; also the end of one whose start is in the text before), cloud keys (AWS
+  access key ids and secret keys, GCP OAuth secrets and tokens, Azure storage and
+  connection-string keys, Alibaba), SaaS tokens (GitHub, GitLab, Slack, Telegram,
+  SendGrid, Stripe, Twilio, npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun,
+  Mailchimp, Hugging Face, DigitalOcean, Shopify, Firebase, Terraform Cloud, Dynatrace,
+  Databricks, Artifactory, NuGet, Atlassian, Bitbucket, Dropbox, 1Password and other
+  vendors' prefixed tokens; a distinctive prefix is found joined to a name by ``-`` or
+  ``_`` too), JSON Web Tokens, webhook URLs, the password of
+  ``scheme://user:password@host`` URLs, a token as a URL's whole user part, and passwords
+  on a command line (``mysql -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``,
+  ``redis-cli -a S3cret``, ``docker login -p S3cret``); and any of these wrapped in base64
+  (a Kubernetes Secret's ``data``, ``echo ... | base64 -d``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
@@ -251,7 +253,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("stripe", ("_live_", "_test_", "_prod_", "whsec_"),
                 _P + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
                 + _Q),
-    _regex_rule("twilio", ("sk", "ac"), _B + r"(?:SK|AC)[0-9a-f]{32}" + _E),
+    _regex_rule("twilio", ("sk", "ac"), _P + r"(?:SK|AC)[0-9a-f]{32}" + _Q),
     _regex_rule("npm", ("npm_",), _P + r"npm_[A-Za-z0-9]{36}" + _Q),
     _regex_rule("pypi", ("pypi-",), _P + r"pypi-[A-Za-z0-9_\-]{40,}" + _Q),
     _regex_rule("openai_anthropic", ("sk-",), _P + r"sk-[A-Za-z0-9_\-]{20,}" + _Q,
@@ -260,19 +262,22 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}"
                 r"|ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{30,})" + _Q),
     _regex_rule("discord_token", (".",),
-                _B + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _E,
+                _P + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _E,
                 check=_tail_random),
     _regex_rule("mailgun", ("key-", "-"),
-                _B + r"(?:key-[0-9a-zA-Z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _E),
+                _P + r"(?:key-[0-9a-zA-Z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _Q,
+                check=lambda v: not v.startswith("key-") or _tail_random(v[4:])),
     _regex_rule("huggingface", ("hf_", "api_org_"),
-                _B + r"(?:hf_|api_org_)[A-Za-z0-9]{30,}" + _E),
+                _P + r"(?:hf_|api_org_)[A-Za-z0-9]{30,}" + _Q,
+                check=lambda v: looks_random(v.removeprefix("hf_").removeprefix("api_org_"),
+                                             30)),
     _regex_rule("digitalocean", ("_v1_",), _P + r"do[opr]_v1_[a-f0-9]{64}" + _Q),
     _regex_rule("shopify", ("shp",), _P + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _Q),
     _regex_rule("azure_key", ("accountkey", "sharedaccesskey", "sig="),
                 r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&]sig)="
                 r"([A-Za-z0-9+/%=]{16,})", group=1, token=False),
     # Mailchimp: 32 hex digits and the data centre (``-us12``).
-    _regex_rule("mailchimp", ("-us",), _B + r"[0-9a-f]{32}-us\d{1,2}" + _E),
+    _regex_rule("mailchimp", ("-us",), _P + r"[0-9a-f]{32}-us\d{1,2}" + _Q),
     # Firebase Cloud Messaging server keys; Terraform Cloud and Dynatrace tokens.
     _regex_rule("fcm_server_key", (":apa91b",),
                 _P + r"AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{100,}" + _Q),
@@ -280,19 +285,35 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-=]{60,}"
                 r"|dt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64})" + _Q),
     _regex_rule("azure_client_secret", ("q~",),
-                _B + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
+                _P + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
     _regex_rule("alibaba", ("ltai",), _P + r"LTAI[A-Za-z0-9]{12,24}" + _Q),
-    # Vendors whose tokens carry a fixed prefix, then a random tail.
-    _regex_rule("vendor_token",
-                ("_", "-", "."),
-                _B + r"(?:glc_|glsa_|lin_api_|ntn_|secret_|PMAK-|pul-|hv[sb]\.|sntrys_"
-                r"|sq0(?:atp|csp)-|gsk_|r8_|pplx-|xai-|figd_|fo1_|pscale_(?:tkn|pw|oauth)_|sbp_"
-                r"|tskey-(?:auth|api)-"
-                r"|bkua_|tfp_|NRAK-|xkeysib-|FLWSECK(?:_TEST)?-|CFPAT-|shippo_(?:live|test)_|rnd_"
-                r"|aio_|lsv2_(?:pt|sk)_|ops_eyJ|CLOJARS_|rubygems_|dckr_pat_"
-                r"|dapi|dp\.(?:pt|st|sa|ct|scim|audit)\.|ATATT3|AKCp|HRKU-|EAA[A-Za-z0-9]{4}"
-                r"|sk\.eyJ|oy2|cfut_|pat_|rk_|key_|ak_|tok_|api_)[A-Za-z0-9_\-=.]{20,}" + _E,
+    # Vendors whose tokens carry a fixed prefix, then a random tail. A prefix no word or
+    # identifier holds is found joined to a name by ``-`` or ``_`` too; a short or common
+    # one (``pat_``, ``r8_``) only standing apart.
+    _regex_rule("vendor_token", ("_", "-", "."),
+                _P + r"(?:glsa_|lin_api_|PMAK-|hv[sb]\.|sntrys_|sq0(?:atp|csp)-|pplx-|figd_"
+                r"|pscale_(?:tkn|pw|oauth)_|tskey-(?:auth|api)-|bkua_|NRAK-|NRII-|xkeysib-"
+                r"|FLWSECK(?:_TEST)?-|CFPAT-|shippo_(?:live|test)_|lsv2_(?:pt|sk)_|ops_eyJ"
+                r"|CLOJARS_|rubygems_|dckr_pat_|dp\.(?:pt|st|sa|ct|scim|audit)\.|HRKU-|cfut_"
+                r"|CCIPAT_|fio-u-|tk-us-)[A-Za-z0-9_\-=.]{20,}" + _E,
                 check=_tail_random),
+    _regex_rule("vendor_token", ("_", "-", "."),
+                _B + r"(?:glc_|ntn_|secret_|pul-|gsk_|r8_|xai-|fo1_|sbp_|tfp_|rnd_|aio_|sk\.eyJ"
+                r"|pnu_|fm2_|y0_|pat_|rk_|key_|ak_|tok_|api_)[A-Za-z0-9_\-=.]{20,}" + _E,
+                check=_tail_random),
+    # Prefixed tokens of a fixed alphabet and length, which need no ``_``, ``-`` or ``.``
+    # (Databricks, Artifactory, NuGet, Atlassian, Facebook, Bitbucket, EasyPost, Yandex,
+    # Dropbox, 1Password's Secret Key, ClickUp, Harness).
+    _regex_rule("vendor_token", ("dapi", "akcp", "oy2", "atatt3", "eaa", "atbb", "ezak",
+                                 "aqvn", "sl.", "a3-", "pk_", "pat."),
+                _P + r"(?:dapi[a-f0-9]{32}(?:-\d)?|AKCp[A-Za-z0-9]{60,80}|oy2[a-z0-9]{43}"
+                r"|ATATT3[A-Za-z0-9_\-=]{150,}|EAA[A-Za-z0-9]{4}[A-Za-z0-9]{60,}"
+                r"|ATBB[A-Za-z0-9]{28,40}|EZAK[A-Za-z0-9]{54}|AQVN[A-Za-z0-9_\-]{35,38}"
+                r"|sl\.(?:u\.)?[A-Za-z0-9_\-]{120,}"
+                r"|A3-[A-Z0-9]{6}-(?:[A-Z0-9]{6}-)?[A-Z0-9]{5}(?:-[A-Z0-9]{5}){3}"
+                r"|pk_\d{5,10}_[A-Z0-9]{32}"
+                r"|pat\.[A-Za-z0-9_\-]{22}\.[a-f0-9]{24}\.[A-Za-z0-9_\-]{20})" + _Q,
+                check=lambda v: _tail_random(v[4:])),
     _regex_rule("jwt", ("eyj",),
                 _P + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _Q),
     # A token as the whole user part: ``https://ghp_...@github.com``, ``https://<token>@host``.
