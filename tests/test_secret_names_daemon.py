@@ -147,3 +147,24 @@ def test_a_note_named_by_a_credential_is_told_of_once(
     (day / f"{AWS}.md").write_text("# aws\nThe wombat account.\n")
     d.call("index.sync", {"agent_id": "w"})
     assert d.log().count(notice) == 2 and _leaks(d.log()) == []
+
+
+def test_a_resource_skipped_for_its_name_is_listed_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A resource file named by a credential gets no note; status lists it as skipped,
+    by its masked name."""
+    root = tmp_path / "ws"
+    (root / "resource" / JWT).mkdir(parents=True)
+    (root / "resource" / f"deploy-{GITHUB}.txt").write_text("The quokka hook.\n")
+    (root / "resource" / JWT / "login.txt").write_text("The quokka login.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+
+    def resource() -> dict[str, Any]:
+        status = d.call("daemon.status", timeout=30.0)
+        return dict(next(w for w in status["workspaces"] if w["agent_id"] == "w")["resource"])
+
+    shown = wait_value(resource, lambda r: len(r["skipped"]) == 2, "both skipped")
+    assert {s["path"] for s in shown["skipped"]} == {
+        "resource/[REDACTED]/login.txt", "resource/deploy-[REDACTED].txt"}
+    assert all("looks like a credential" in s["reason"] for s in shown["skipped"])
+    assert _leaks(d.call("daemon.status")) == [] and _leaks(d.log()) == []

@@ -65,6 +65,7 @@ from recalld.daemon.memory.resource_notes import (
     renamed_in_note,
     write_note,
 )
+from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
@@ -168,8 +169,10 @@ class ResourceCatalog:
 
     def status(self) -> ResourceStatus:
         def first(state: str) -> list[dict[str, str]]:
+            # Shown as every path is (a file skipped for a name that looks like a
+            # credential is listed here, its name masked).
             paths = sorted(p for p, r in self.records.items() if r["state"] == state)
-            return [{"path": p, "reason": str(self.records[p].get("reason", ""))}
+            return [{"path": mask_path(p), "reason": str(self.records[p].get("reason", ""))}
                     for p in paths[:SHOWN_FAILED]]
 
         return {"files": self.counts(), "failed": first("failed"),
