@@ -1,6 +1,6 @@
 """Secrets redaction: tokens known by a vendor's prefix, standing alone (a note of one
 line, a file name) or joined to a name; HTTP Basic credentials told from the word
-"basic" in prose."""
+"basic" in prose; joined words with numbers left alone near a credential word."""
 
 from __future__ import annotations
 
@@ -119,3 +119,14 @@ def test_a_random_value_in_a_basic_authorization_header_is_masked() -> None:
     """Not base64 of user:password, but where a credential must be."""
     value = "Ab3-dEf6_hIj9kLm2nOp5qRs8tUv"
     assert value not in redact(f"Authorization: Basic {value}")
+
+
+@pytest.mark.parametrize("text", [
+    "Summary: the token handling moved.\n- a basic Python3-compatible-wrapper",
+    "the token refresh uses a Web2-style-interface now",
+    "auth token docs: see the programme2021-rollout-notes page",
+])
+def test_words_with_numbers_joined_near_a_credential_word_are_left_alone(text: str) -> None:
+    """Joined words with a number after one ("Python3-compatible-wrapper") are a name,
+    not a random-looking value, even near "token"."""
+    assert redact(text) == text

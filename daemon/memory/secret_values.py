@@ -64,12 +64,18 @@ def classes(value: str) -> tuple[bool, bool, bool, bool]:
             any(c.islower() for c in value), any(not c.isalnum() for c in value))
 
 
+#: A word with a number after it, as names write it ("Python3", "programme2021").
+_NUMBERED_WORD = re.compile(r"[A-Z]?[a-z]{2,}\d{1,4}")
+
+
 def _compound(value: str) -> bool:
     """Words joined by ``-``, ``_`` or ``.`` ("NLRP12-associated", "helix-loop-helix",
-    "test_disk_full"): every piece a lowercase word or short, one a real word."""
+    "test_disk_full", "Python3-compatible-wrapper"): every piece a lowercase word, a word
+    with a number after it, or short; one a real word."""
     pieces = [p for p in re.split(r"[-_.]+", value) if p]
     return len(pieces) >= 2 and any(len(p) >= 4 and p.isalpha() and p.islower() for p in pieces) \
-        and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6 for p in pieces)
+        and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6
+                or _NUMBERED_WORD.fullmatch(p) for p in pieces)
 
 
 #: A file path of words and numbers (``memory/2026-07-01/api-key-rotation.md``): each
