@@ -60,6 +60,14 @@ _DSN_VALUE = re.compile(
 
 
 _QUOTED = re.compile(r""""(?:[^"\\\n]|\\.)*"|'[^'\n]*'""")
+#: A line's comment: a ``#`` outside the strings before it on that line.
+_COMMENT = re.compile(r"""(?m)^((?:[^#"'\n]|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')*)(#.*)$""")
+
+
+def _comment_redacted(m: re.Match[str]) -> str:
+    from recalld.daemon.memory.redact import redact
+
+    return m[1] + redact(m[2])
 
 
 def mask_secrets(config_text: str) -> str:
@@ -67,8 +75,11 @@ def mask_secrets(config_text: str) -> str:
     TOML's string forms, under dotted or quoted keys; a ``*_env`` key names a variable and
     stays), the password taken out of every ``dsn`` (a shared workspace's server), and
     every URL's password and credential-named parameters (``base_url = "...?key=..."``)
-    emptied."""
+    emptied; and what redaction masks in comments."""
     text = _ASSIGNMENT.sub(_mask_assignment, config_text)
+    # A key commented out (``# api_key = "sk-..."``, an old one kept for later) is
+    # still a key: comments are redacted as notes are.
+    text = _COMMENT.sub(_comment_redacted, text)
     text = _DSN_VALUE.sub(_dsn_without_password, text)
     text = _QUOTED.sub(lambda m: m[0][0] + url_without_secrets(m[0][1:-1]) + m[0][-1]
                        if "://" in m[0] else m[0], text)

@@ -88,6 +88,23 @@ def test_keys_in_any_toml_string_form_stay_out_of_backups(daemon_factory: Daemon
     assert 'password_env = "PG_PASS"' in masked
 
 
+def test_keys_in_comments_stay_out_of_backups(daemon_factory: DaemonFactory) -> None:
+    # A key commented out (kept for later, or revoked "probably") is still a key.
+    old = "sk-" + "proj-Ab3dEf6hIj9kLm2nOp5qRs8tUvWx"
+    hf = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    config = ("[workspace_defaults.chat_model_config]\n"
+              f'# the old one: api_key = "{old}"\n'
+              f'#api_key = "{hf}"\n'
+              'model_name = "m#1" # the model; see "docs" #2\n')
+    d = daemon_factory(config)
+    with zipfile.ZipFile(d.call("backup.create", {})["file"]) as zf:
+        text = zf.read("daemon/config.toml").decode()
+    assert old not in text and hf[:12] not in text, text
+    assert '# the old one: api_key = "[REDACTED]"' in text
+    assert 'model_name = "m#1" # the model; see "docs" #2' in text
+    assert tomllib.loads(text)["workspace_defaults"]["chat_model_config"] == {"model_name": "m#1"}
+
+
 def test_a_catalog_that_inflates_beyond_the_limits_is_refused(tmp_path: Path) -> None:
     # A catalog is written back by a restore and read by the daemon: a zstd frame of a
     # few KiB that inflates to gigabytes passes the zip's own ratio check (the zip sees
