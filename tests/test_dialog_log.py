@@ -26,7 +26,7 @@ def _said(root: Path, session: str) -> list[tuple[int, str]]:
 
 def _capture(d: Any, session: str, text: str) -> None:
     job = wait_job(d, add(d, session, turn(text), flush=True)["job_id"])
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", (job.get("error"), job)
 
 
 def test_a_torn_last_line_is_cut_and_its_turns_come_whole(
@@ -76,7 +76,8 @@ def test_a_log_past_256_mib_still_takes_turns(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
     # A long conversation's log was read whole and written anew by every run, and a run
     # refused once it passed 256 MiB: the turns stayed pending for good. (The log is
-    # sparse here, to spare the disk: its first line ends 300 MiB in.)
+    # sparse here, to spare the disk: 300 MiB of NULs stand for the earlier lines, and
+    # its first record starts 300 MiB in.)
     root = tmp_path / "ws"
     d = daemon_factory(config(root, fake, interval=0))
     fake.chat_default = lambda body: chat_answer("nothing to save")
@@ -85,8 +86,8 @@ def test_a_log_past_256_mib_still_takes_turns(
     first = log.read_bytes()
     with log.open("r+b") as f:
         f.truncate(0)
-        f.seek(300 << 20)
-        f.write(first)
+        f.seek((300 << 20) - 1)
+        f.write(b"\n" + first)
     _capture(d, "long", "I moved to Bergen.")
     with log.open("rb") as f:
         f.seek(300 << 20)
