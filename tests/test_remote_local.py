@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.daemon.remote.localfs import Confinement, conflict_name
+from recalld.daemon.remote.localfs import Confinement, EditedMeanwhile, LocalFile, conflict_name
 from recalld.daemon.remote.outbox import COMPACT_AFTER_LINES, Change, Outbox
 from recalld.daemon.remote.searcher import one_line
 from recalld.daemon.remote.state import Base, ReplicaState
@@ -92,6 +92,40 @@ def test_a_run_of_files_is_put_and_refused_as_a_whole(fs: Confinement, tmp_path:
     with pytest.raises(PathOutsideWorkspace):
         fs.put([("memory/2026-07-05/e.md", b"e"), ("memory/2026-07-04/f.md", b"f")])
     assert fs.read("memory/2026-07-05/e.md").data == b"e" and list(outside.iterdir()) == []
+
+
+def test_a_save_made_after_the_read_is_not_overwritten(fs: Confinement) -> None:
+    """The server's content replaces (or removes) a note only if it still holds what the
+    replica read: an editor's save in between is left as saved and reported."""
+    notes = {"memory/2026-07-01/a.md": "旧的笔记\n", "digest/wiki/b.md": "# B\nold\n",
+             "memory/2026-07-01/c.md": "# C\n", "memory/2026-07-02/d.md": "# D\n"}
+    for path, text in notes.items():
+        fs.write(path, text.encode())
+    read = {path: fs.read(path).hash for path in notes}
+    # Saved by an editor (temp file and rename) or removed after the replica read them.
+    (fs.root / "memory/2026-07-01/.a.md.swp").write_text("编辑器保存的版本\n")
+    os.replace(fs.root / "memory/2026-07-01/.a.md.swp", fs.root / "memory/2026-07-01/a.md")
+    (fs.root / "digest/wiki/b.md").write_text("# B\nsaved in place\n")
+    (fs.root / "memory/2026-07-02/d.md").unlink()
+    edited: list[LocalFile] = []
+    stats = fs.put([("memory/2026-07-01/a.md", "服务器的版本\n".encode()),
+                    ("digest/wiki/b.md", None), ("memory/2026-07-01/c.md", b"# C2\n"),
+                    ("memory/2026-07-02/d.md", b"# D2\n")],
+                   expect=read, edited=edited)
+    assert fs.read("memory/2026-07-01/a.md").data == "编辑器保存的版本\n".encode()
+    assert fs.read("digest/wiki/b.md").data == b"# B\nsaved in place\n"
+    assert not fs.read("memory/2026-07-02/d.md").exists  # the removal is kept too
+    assert fs.read("memory/2026-07-01/c.md").data == b"# C2\n"  # unchanged: written
+    assert [(f.path, f.data) for f in edited] == [
+        ("memory/2026-07-01/a.md", "编辑器保存的版本\n".encode()),
+        ("digest/wiki/b.md", b"# B\nsaved in place\n"), ("memory/2026-07-02/d.md", None)]
+    assert stats[0] is None and stats[2] is not None
+    # No temp file is left beside the notes; without ``edited`` the save is an error.
+    assert sorted(p.name for p in (fs.root / "memory/2026-07-01").iterdir()) == [
+        "a.md", "c.md"]
+    with pytest.raises(EditedMeanwhile):
+        fs.write("memory/2026-07-01/a.md", b"x", read["memory/2026-07-01/a.md"])
+    assert fs.read("memory/2026-07-01/a.md").data == "编辑器保存的版本\n".encode()
 
 
 def test_conflict_names_follow_syncthing() -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import codecs
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, atomic_write
+from recalld.daemon.store.fsio import REAL, atomic_writer
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 MAX_EDIT_BYTES = 4 << 20
@@ -35,12 +36,15 @@ def _check_dir(path: Path, shown: str) -> bool:
     return True
 
 
-def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True) -> None:
+def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
+                   before_publish: Callable[[], None] | None = None) -> None:
     """Publish ``data`` at ``root/path`` atomically, creating missing folders.
 
     Refuses symbolic links anywhere on the way and at the target (an existing target must
     be a regular file). Blocking. ``sync_dir=False``: the caller fsyncs the file's folder
-    (see ``atomic_writer``).
+    (see ``atomic_writer``). ``before_publish`` is called once the new content is on disk
+    under its temp name, just before the rename: an exception it raises leaves the
+    target as it is (another writer's save found there, say) and is raised.
     """
     parts = safepath.split_relative(path)
     if any(p.startswith(".") for p in parts):
@@ -68,7 +72,16 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True)
             raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
-    atomic_write(REAL, target, data, sync_dir=sync_dir)
+    with atomic_writer(REAL, target, sync_dir=sync_dir) as out:
+        out.write(data)
+        if before_publish is not None:
+            # Synced first, so the check is the last thing before the rename.
+            fd = os.open(out.tmp, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            before_publish()
 
 
 def unlink_confined(root: Path, path: str) -> None:

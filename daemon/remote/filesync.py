@@ -45,7 +45,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db, refusals
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict
-from recalld.daemon.remote.localfs import LocalFile
+from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.replicafiles import ReplicaFiles
 from recalld.daemon.remote.state import Base
@@ -246,7 +246,11 @@ class FileSync(ReplicaFiles):
                 self._unsettled.pop(path, None)
                 await self._observe([local])  # edited again meanwhile: that goes up first
                 return
-            base = await self._install(path, row)
+            base = await self._install(path, row, local.hash)
+        except EditedMeanwhile as exc:  # saved since the read above: that goes up first
+            self._unsettled.pop(path, None)
+            await self._observe([exc.found])
+            return
         except (OSError, RecalldError) as exc:  # a folder in its place: only it waits
             reason = f"cannot write {path}: {exc}"
             if failed_before is None:
@@ -369,6 +373,7 @@ class FileSync(ReplicaFiles):
         updates: list[tuple[str, Base]] = []
         edited: list[LocalFile] = []
         install: list[db.Row] = []
+        expect: dict[str, str | None] = {}
         for row, f in zip(rows, local, strict=True):
             if f is None:
                 continue  # unreadable: in failed
@@ -382,9 +387,16 @@ class FileSync(ReplicaFiles):
                 edited.append(f)  # a local edit not reported yet
             else:
                 install.append(row)
-        stats = await in_thread(self._fs.put, [(r.path, r.data) for r in install], failed)
+                expect[row.path] = f.hash
+        # An editor's save between the read above and a file's rename is kept: that
+        # file is left as saved, and the save goes up (and conflicts) like any edit.
+        saved: list[LocalFile] = []
+        stats = await in_thread(partial(self._fs.put, [(r.path, r.data) for r in install],
+                                        failed, expect=expect, edited=saved))
+        edited += saved
+        gone = {f.path for f in saved}
         for row, stat in zip(install, stats, strict=True):
-            if row.path in failed:
+            if row.path in failed or row.path in gone:
                 continue
             if stat is None:
                 self._known.pop(row.path, None)

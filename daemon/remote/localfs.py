@@ -18,8 +18,9 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from recalld.daemon import safepath
@@ -33,6 +34,10 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: the way or at the end, a device or socket.
 _NO_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
                       errno.ENAMETOOLONG, errno.ENODEV})
+
+
+#: ``expect`` of a write that overwrites whatever the file holds.
+ANY: object = object()
 
 
 class LinkOnTheWay(OSError):
@@ -52,6 +57,16 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
+
+
+class EditedMeanwhile(RecalldError):
+    """A file changed on disk (an editor saved it) after the replica read it and before
+    the replica's write replaced or removed it: the write is not made, the save is kept
+    (``found``: the file as it is now), and goes up as a local change."""
+
+    def __init__(self, found: LocalFile) -> None:
+        super().__init__(f"{found.path} was changed on disk while the replica wrote it")
+        self.found = found
 
 
 def content_hash(data: bytes) -> str:
@@ -150,19 +165,29 @@ class Confinement:
             os.close(fd)
         return LocalFile(path, data, content_hash(data), (st.st_mtime_ns, st.st_size))
 
-    def write(self, path: str, data: bytes) -> tuple[int, int]:
-        """Publish ``data`` at ``path`` atomically; returns its new ``(mtime_ns, size)``."""
-        stat = self.put([(path, data)])[0]
+    def write(self, path: str, data: bytes, expect: str | object | None = ANY
+              ) -> tuple[int, int]:
+        """Publish ``data`` at ``path`` atomically; returns its new ``(mtime_ns, size)``.
+        ``expect``: the hash the file must still have just before the rename (None:
+        absent), else :class:`EditedMeanwhile` is raised and the file left as it is."""
+        stat = self.put([(path, data)], expect={path: expect})[0]
         assert stat is not None
         return stat
 
     def put(self, files: list[tuple[str, bytes | None]],
-            failed: dict[str, Exception] | None = None) -> list[tuple[int, int] | None]:
+            failed: dict[str, Exception] | None = None, *,
+            expect: Mapping[str, str | object | None] | None = None,
+            edited: list[LocalFile] | None = None) -> list[tuple[int, int] | None]:
         """Make each ``path`` hold ``data`` (None: deleted), each file published
         atomically, the folders fsynced once at the end; the new ``(mtime_ns, size)`` of
         each (None: deleted). On an error, the files before it are published; with
         ``failed``, a file that cannot be written (a folder in its place) is recorded
-        there instead (its stat None) and the others are written."""
+        there instead (its stat None) and the others are written.
+
+        ``expect`` maps a path to the hash it was read with (None: absent): a file found
+        otherwise just before its rename or unlink (an editor saved it since) is left as
+        it is, appended to ``edited`` as it is now (its stat None), or, without
+        ``edited``, raised as :class:`EditedMeanwhile`."""
         for path, _ in files:
             if not self.accepts(path):
                 raise RecalldError(f"refusing to write a path the replica does not own: {path}")
@@ -170,8 +195,14 @@ class Confinement:
         folders: set[Path] = set()
         try:
             for path, data in files:
+                want = ANY if expect is None else expect.get(path, ANY)
                 try:
-                    stats.append(self._put_one(path, data, folders))
+                    stats.append(self._put_one(path, data, folders, want))
+                except EditedMeanwhile as exc:
+                    if edited is None:
+                        raise
+                    edited.append(exc.found)
+                    stats.append(None)
                 except (OSError, RecalldError) as exc:
                     if failed is None:
                         raise
@@ -182,21 +213,29 @@ class Confinement:
                 REAL.fsync_dir(folder)
         return stats
 
-    def _put_one(self, path: str, data: bytes | None,
-                 folders: set[Path]) -> tuple[int, int] | None:
+    def _put_one(self, path: str, data: bytes | None, folders: set[Path],
+                 expect: str | object | None) -> tuple[int, int] | None:
+        check = None if expect is ANY else partial(self._unchanged, path, expect)
         if data is None:
-            self.remove(path)
+            self.remove(path, check)
             return None
-        write_confined(self.root, path, data, sync_dir=False)
+        write_confined(self.root, path, data, sync_dir=False, before_publish=check)
         target = self.root / path
         folders.add(target.parent)
         st = os.stat(target, follow_symlinks=False)
         return st.st_mtime_ns, st.st_size
 
-    def remove(self, path: str) -> None:
+    def _unchanged(self, path: str, expect: str | object | None) -> None:
+        """Raise :class:`EditedMeanwhile` unless ``path`` still holds what was read."""
+        found = self.read(path)
+        if found.hash != expect:
+            raise EditedMeanwhile(found)
+
+    def remove(self, path: str, check: Callable[[], None] | None = None) -> None:
         """Delete ``path`` if it exists (directories on the way must not be links), and
         the folders that leaves empty up to the replicated one, as on the host that
-        deleted it (a folder renamed or replaced by a note of its name leaves none)."""
+        deleted it (a folder renamed or replaced by a note of its name leaves none).
+        ``check`` is called just before the unlink; what it raises keeps the file."""
         if not self.accepts(path):
             raise RecalldError(f"refusing to delete a path the replica does not own: {path}")
         parts = safepath.split_relative(path)
@@ -213,6 +252,8 @@ class Confinement:
                 return
             if not stat.S_ISREG(st.st_mode):
                 return
+            if check is not None:
+                check()
             os.unlink(parts[-1], dir_fd=fds[-1])
             os.fsync(fds[-1])
             top = self._depth(parts)

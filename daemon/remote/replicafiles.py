@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from functools import partial
 
 import trio
 
@@ -25,7 +26,13 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
 from recalld.daemon.remote.guard import SETTLE_MAX_S, SETTLE_S, DeletionGuard
-from recalld.daemon.remote.localfs import Confinement, LocalFile, content_hash
+from recalld.daemon.remote.localfs import (
+    ANY,
+    Confinement,
+    EditedMeanwhile,
+    LocalFile,
+    content_hash,
+)
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
 from recalld.daemon.workspaces import Workspace
@@ -222,11 +229,14 @@ class ReplicaFiles:
             updates: list[tuple[str, Base]] = []
             for path in paths:
                 queued = [c for c in self._outbox.pending() if c.path == path]
-                if queued:  # an edit not yet uploaded: it goes up, the file shows it
-                    if queued[-1].data is not None:
-                        await self._put_local(path, queued[-1].data)
-                else:
-                    updates.append((path, await self._install(path, rows[path])))
+                try:
+                    if queued:  # an edit not yet uploaded: it goes up, the file shows it
+                        if queued[-1].data is not None:
+                            await self._put_local(path, queued[-1].data, None)
+                    else:
+                        updates.append((path, await self._install(path, rows[path], None)))
+                except EditedMeanwhile as exc:  # put back meanwhile: that copy stays
+                    await self._observe([exc.found], settled=True)
             with trio.CancelScope(shield=True):
                 await in_thread(self.state.record, updates)
             await self._unhold(paths)
@@ -244,26 +254,32 @@ class ReplicaFiles:
             await self._observe([f for f in files if f is not None], settled=True)
             return len(paths)
 
-    async def _put_local(self, path: str, data: bytes | None) -> tuple[int, int] | None:
-        """Make the file at ``path`` hold ``data`` (None: absent); its new stat."""
+    async def _put_local(self, path: str, data: bytes | None,
+                         expect: str | object | None = ANY) -> tuple[int, int] | None:
+        """Make the file at ``path`` hold ``data`` (None: absent); its new stat.
+        ``expect``: the hash the caller read the file with (None: absent); a file found
+        otherwise just before the write is left as it is: :class:`EditedMeanwhile`."""
         if data is None:
-            await in_thread(self._fs.remove, path)
+            await in_thread(partial(self._fs.put, [(path, None)], expect={path: expect}))
             self._known.pop(path, None)
             return None
         current = await in_thread(self._fs.read, path)
+        if expect is not ANY and current.hash not in (expect, content_hash(data)):
+            raise EditedMeanwhile(current)
         if current.data != data:
             new_hash = content_hash(data)
             if self.state.landing.get(path) != new_hash:
                 await in_thread(self.state.land, [(path, new_hash)])
-            stat = await in_thread(self._fs.write, path, data)
+            stat = await in_thread(self._fs.write, path, data, current.hash)
         else:
             assert current.stat is not None
             stat = current.stat
         self._known[path] = stat
         return stat
 
-    async def _install(self, path: str, row: db.Row | None) -> Base:
+    async def _install(self, path: str, row: db.Row | None,
+                       expect: str | object | None = ANY) -> Base:
         data = None if row is None else row.data
-        stat = await self._put_local(path, data)
+        stat = await self._put_local(path, data, expect)
         self._last_local[path] = None if row is None else row.hash
         return Base(0 if row is None else row.version, None if row is None else row.hash, stat)
