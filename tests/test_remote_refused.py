@@ -99,3 +99,29 @@ def test_a_server_that_refuses_the_connection_is_not_only_called_unreachable(
     shown = cli(a, "doctor")
     assert 'database "nosuchdatabase" does not exist' in shown, shown
     assert "accepts this host (the user, password, database and TLS settings" in shown, shown
+
+
+def test_a_second_daemon_under_the_same_host_name_waits_and_says_why(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # Two machines cloned from one image, or one config copied: one host name twice.
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "笔记本".encode().hex()))
+    wait_for(lambda: remote_status(a)["state"] == "online", what="a online")
+    b = daemon_factory(config(pg_server.dsn, name, "笔记本".encode().hex()))
+    status = wait_for(lambda: (lambda s: s if s["last_error"] else None)(remote_status(b)),
+                      what="b's first attempt")
+    assert status["state"] == "failing", status
+    assert "another daemon is connected to shared workspace" in str(status["last_error"])
+    assert "from 127.0.0.1" in str(status["last_error"]), status
+    write(a, "memory/2026-08-02/from-a.md", "# A\nwritten on a\n")
+    write(b, "memory/2026-08-02/from-b.md", "# B\nwaits on b\n")
+    wait_for(lambda: remote_status(b)["outbox"] == 1, what="b's change kept")
+    shown = cli(b, "doctor")
+    assert "remote failing" in shown and "needs its own `host`" in shown, shown
+    assert remote_status(a)["state"] == "online" and remote_status(a)["outbox"] == 0
+    # Once the first one is gone, the second takes over the name and catches up.
+    a.stop()
+    wait_for(lambda: remote_status(b)["state"] == "online"
+             and remote_status(b)["outbox"] == 0
+             and "memory/2026-08-02/from-a.md" in notes(b), what="b online, caught up")
+    assert b.log().count("another daemon is connected") == 1  # said once, not at each retry

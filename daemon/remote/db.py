@@ -37,6 +37,7 @@ import contextlib
 import os
 import socket
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -155,7 +156,11 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
         connect_timeout=CONNECT_TIMEOUT_S,
         application_name=application_name, keepalives=1, keepalives_idle=10,
         keepalives_interval=5, keepalives_count=3, tcp_user_timeout=20_000,
-        options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+        # The server's side of the session ends as soon as this one's, even when this
+        # host vanished (power, network): its locks (a job's, the host's) go with it.
+        options=(f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c tcp_keepalives_idle=10"
+                 " -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
+                 " -c tcp_user_timeout=20000"),
     )
 
 
@@ -381,6 +386,36 @@ JOB_LOCKS = {"auto_dream": 0x7263_0001, "auto_resource": 0x7263_0002}
 
 def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
     return workspace_id, JOB_LOCKS[kind]
+
+
+class HostTaken(Exception):
+    """Another daemon's session holds this host name in the shared workspace: two
+    replicas under one name would take each other's embedding claims and write conflict
+    copies under one name, so the second one waits (status: failing)."""
+
+
+def claim_host(conn: Conn, workspace_id: int, name: str, host: str) -> None:
+    """Take the session-level advisory lock of ``host`` in the workspace on ``conn``
+    (held until it closes: a single bigint key, apart from the job locks' pairs of
+    keys); HostTaken naming the session that holds it."""
+    key = ((workspace_id & 0x7FFF_FFFF) << 32) | zlib.crc32(host.encode())
+    row = conn.execute("SELECT pg_try_advisory_lock(%s::bigint)", (key,)).fetchone()
+    if row is not None and row[0]:
+        return
+    holder = conn.execute(
+        "SELECT host(a.client_addr), to_char(a.backend_start AT TIME ZONE 'UTC',"
+        " 'YYYY-MM-DD HH24:MI:SS') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid"
+        " AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+        (key >> 32, key & 0xFFFF_FFFF)).fetchone()
+    addr, since = holder if holder is not None else (None, None)
+    where = " ".join(filter(None, [f"from {addr}" if addr else "",
+                                   f"since {since} UTC" if since else ""]))
+    raise HostTaken(
+        f"another daemon is connected to shared workspace {name} as host {host!r}"
+        f"{f' ({where})' if where else ''}: each daemon sharing a workspace needs its own "
+        "`host` in its remote setting; this one waits and tries again (a session of this "
+        "host that ended uncleanly is dropped by the server within a minute)")
 
 
 def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:

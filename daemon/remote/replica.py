@@ -211,8 +211,9 @@ class Replica:
             except* db.BadDsn as group:
                 self._record_error(group.exceptions[0], server=False)
                 misconfigured = True
-            except* SchemaTooNew as group:
-                # The server answers; this recalld cannot use its tables ("upgrade").
+            except* (SchemaTooNew, db.HostTaken) as group:
+                # The server answers; this recalld cannot use its tables ("upgrade"), or
+                # another daemon is there under this host's name.
                 ours = True
                 if self._last_error != one_line(group.exceptions[0], ()):
                     log.error("shared workspace %s: %s", self._cfg.name, group.exceptions[0])
@@ -259,6 +260,7 @@ class Replica:
         try:
             writer = await in_thread(db.connect, self._cfg)
             workspace_id, ident = await on_conn(writer, db.open_workspace, self._cfg.name)
+            await on_conn(writer, db.claim_host, workspace_id, self._cfg.name, self.host)
             if await server_went_back(self._files.state, writer, workspace_id, ident):
                 # Its versions go on from a point the hosts read past: what they wrote
                 # since would never reach each other. A new identity makes every host
