@@ -386,6 +386,15 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
             f"restore the files, or run `recalld remote release {a.agent_id} --restore` to "
             f"write them back from the server, or `recalld remote release {a.agent_id} "
             "--upload` to delete them on every host"))
+    outside = remote.get("outside")
+    if isinstance(outside, Mapping) and outside.get("notes"):
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: {outside.get('notes')} note(s) of "
+                    f"{remote.get('name')} lie outside this host's daily_dir and "
+                    f"digest_dir (e.g. {outside.get('example')}) and are not replicated "
+                    "here: the hosts sharing it name other folders",
+            f"give [workspaces.{a.agent_id}] the same daily_dir and digest_dir as the other "
+            "hosts; once changed, the whole change feed is read again"))
     if state == "misconfigured":  # not a fault of the server: nothing to wait for
         a.problems.append(Problem(
             "fail", f"shared workspace {a.agent_id}: remote misconfigured: "

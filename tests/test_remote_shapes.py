@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import config, converged, notes, pair, remote_status, root, write
+from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
 from recalld.daemon.remote.filesync import BLOCKED_RETRY_S
@@ -201,3 +201,34 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
     wait_for(lambda: converged(a, b) and remote_status(b)["state"] == "online",
              what="b online again")
     assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nblocked on b\n"
+
+
+def test_hosts_naming_other_folders_are_told_and_catch_up_once_they_agree(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # b's daily notes go to 日记/ (a config of its own), a's to memory/: neither takes
+    # the other's, which was only logged, note by note, and never read again.
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb") + 'daily_dir = "日记"\n')
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    for i in range(3):
+        write(a, f"memory/2026-08-05/a{i}.md", f"# A{i}\n来自 a 的笔记 {i}\n")
+    write(b, "日记/2026-08-05/b.md", "# B\n来自 b 的笔记\n")
+    write(a, "digest/wiki/shared.md", "# Shared\nboth hosts take the digest\n")
+    wait_for(lambda: "digest/wiki/shared.md" in notes(b), what="the digest on b")
+    status = wait_for(lambda: (lambda s: s if s["outside"]["notes"] == 3 else None)(
+        remote_status(b)), what="a's notes counted outside on b")
+    assert status["outside"]["example"] == "memory/2026-08-05/a0.md", status
+    wait_for(lambda: remote_status(a)["outside"] == {"notes": 1,
+                                                      "example": "日记/2026-08-05/b.md"})
+    shown = cli(b, "doctor")
+    assert "3 note(s) of" in shown and "lie outside this host's daily_dir" in shown, shown
+    assert b.log().count("lie outside this host's folders") == 1  # not once a note
+    # b given a's folders: the feed is read again, a's notes come down, b's stays put.
+    b.stop()
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
+    wait_for(lambda: {f"memory/2026-08-05/a{i}.md" for i in range(3)} <= notes(b).keys()
+             and remote_status(b)["outside"]["notes"] == 1, what="a's notes on b")
+    assert (root(b) / "日记/2026-08-05/b.md").exists()
+    assert (root(b) / "memory/2026-08-05/a1.md").read_text() == "# A1\n来自 a 的笔记 1\n"

@@ -388,6 +388,19 @@ def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
     return workspace_id, JOB_LOCKS[kind]
 
 
+def outside(conn: Conn, workspace_id: int, folders: Sequence[str]) -> tuple[int, str | None]:
+    """How many notes of the workspace lie outside ``folders`` (which another host's
+    ``daily_dir`` or ``digest_dir`` put there), and the first of them."""
+    likes = [f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/%"
+             for f in folders]
+    row = conn.execute(
+        "SELECT count(*), min(path) FROM recalld_files WHERE workspace_id = %s"
+        " AND NOT deleted AND NOT (path LIKE ANY(%s))", (workspace_id, likes)).fetchone()
+    if row is None or not row[0]:
+        return 0, None
+    return int(str(row[0])), str(row[1])
+
+
 class HostTaken(Exception):
     """Another daemon's session holds this host name in the shared workspace: two
     replicas under one name would take each other's embedding claims and write conflict

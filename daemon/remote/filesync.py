@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from typing import TypedDict
 
 import psycopg
 import trio
@@ -64,6 +65,11 @@ BLOCKED_RETRY_S = 5.0
 #: first of them at most this much file content.
 UPLOAD_RUN = 100
 UPLOAD_RUN_BYTES = 4 << 20
+
+
+class OutsideStatus(TypedDict):
+    notes: int  # notes of the workspace outside this host's folders
+    example: str | None
 
 
 class FileSync(ReplicaFiles):
@@ -100,6 +106,10 @@ class FileSync(ReplicaFiles):
         #: Paths that must take the server's version (a change of this host's lost to
         #: another's) which this host could not write, and why (tried at each catch-up).
         self._unsettled: dict[str, str] = {}
+        #: Notes of the workspace outside this host's folders (another host's
+        #: ``daily_dir`` or ``digest_dir`` differs), counted when the feed passes one by.
+        self.outside = OutsideStatus(notes=0, example=None)
+        self._passed_outside = True
 
     @property
     def blocked(self) -> dict[str, str]:
@@ -293,6 +303,7 @@ class FileSync(ReplicaFiles):
         read is kept by the driver for the next drain, so none is missed."""
         fd = conn.fileno()
         read_upto = 0
+        self._passed_outside = True  # counted once per session, then as rows pass by
         while True:
             read_upto = await self._catch_up(conn, workspace_id, read_upto)
             for path in list(self._unsettled):
@@ -342,16 +353,29 @@ class FileSync(ReplicaFiles):
             self.last_pull = time.time()
             self.behind = max(0, self.behind - len(rows))
         self.behind = 0
+        if self._passed_outside:
+            await self._count_outside(conn, workspace_id)
         for path in blocked.keys() - self._feed_blocked.keys():
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
         self._feed_blocked = blocked
         return after
 
+    async def _count_outside(self, conn: db.Conn, workspace_id: int) -> None:
+        """Count the notes outside this host's folders (status, doctor; logged when
+        the first is found)."""
+        self._passed_outside = False
+        count, example = await on_conn(conn, db.outside, workspace_id, self.folders)
+        if count and not self.outside["notes"]:
+            log.warning("shared workspace %s: %d note(s) of it lie outside this host's "
+                        "folders (%s), e.g. %r: another host's daily_dir or digest_dir "
+                        "differs; they are not replicated here", self._cfg.name, count,
+                        ", ".join(self.folders), example)
+        self.outside = OutsideStatus(notes=count, example=example)
+
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""
         if not self._fs.accepts(row.path):
-            log.warning("shared workspace %s: ignoring a file outside the replicated "
-                        "folders: %r", self._cfg.name, row.path)
+            self._passed_outside = True  # counted at the end of the catch-up
             return False
         base = self.state.bases.get(row.path)
         if base is not None and (row.version <= base.version or base.redirect

@@ -46,7 +46,7 @@ from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
-from recalld.daemon.remote.filesync import FileSync
+from recalld.daemon.remote.filesync import FileSync, OutsideStatus
 from recalld.daemon.remote.guard import HeldStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
@@ -109,6 +109,7 @@ class ReplicaStatus(TypedDict):
     blocked: dict[str, str]  # files of the feed this host cannot write, and why
     refused: dict[str, str]  # local changes the server refuses to store, and why
     held: HeldStatus  # local deletions held back (remote/guard.py)
+    outside: OutsideStatus  # notes outside this host's folders (another host's differ)
     watcher: str
     vectors: VectorCounts
     search_mode: str
@@ -189,6 +190,7 @@ class Replica:
             "blocked": dict(blocked),
             "refused": refused,
             "held": self._files.guard.status(),
+            "outside": self._files.outside,
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
             "search_mode": self._cfg.search_mode,

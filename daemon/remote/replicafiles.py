@@ -50,7 +50,10 @@ class ReplicaFiles:
         self._cfg = cfg
         s = ws.settings
         meta = ws.root / s.metadata_dir / "remote"
-        self._fs = Confinement(ws.root, (s.daily_dir, s.digest_dir))
+        #: The replicated folders, relative to the workspace.
+        self.folders = tuple("/".join(r) for r in
+                             Confinement(ws.root, (s.daily_dir, s.digest_dir)).roots)
+        self._fs = Confinement(ws.root, self.folders)
         self._outbox = Outbox(meta / "outbox.log")
         self.state = ReplicaState(meta / "state.log")
         self._lock = trio.Lock()
@@ -68,6 +71,9 @@ class ReplicaFiles:
     def open(self) -> None:
         self._outbox.open()
         self.state.open()
+        if self.state.bind_folders(list(self.folders)):
+            log.warning("shared workspace %s: its folders changed to %s; the whole change "
+                        "feed is read again", self._cfg.name, ", ".join(self.folders))
         for path, base in self.state.bases.items():
             self._last_local[path] = base.hash
             if base.hash is not None and base.stat is not None:

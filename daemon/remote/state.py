@@ -20,6 +20,9 @@ server and is not a local edit. A landing ends with the next base recorded for i
 ``{"x": path, "why": reason}`` holds a local deletion of ``path`` back (``remote/guard.py``);
 ``"why": null`` ends the hold.
 
+``{"folders": [...]}`` names the replicated folders the cursor was read under: others
+(a changed ``daily_dir``) read the feed again from the start.
+
 ``{"ident": ...}`` names the shared workspace the state belongs to: pointed at another
 one, the replica starts over (every local file becomes a change based on nothing;
 identical content on the server is no change, differing content a conflict copy).
@@ -84,6 +87,8 @@ class ReplicaState:
         self.ident: str | None = None
         #: Local deletions held back (``remote/guard.py``): path to why.
         self.held: dict[str, str] = {}
+        #: The replicated folders the cursor was read under (None: not recorded yet).
+        self.folders: list[str] | None = None
         self._lines = 0
 
     def open(self) -> None:
@@ -91,6 +96,8 @@ class ReplicaState:
         for rec in records:
             if "ident" in rec:
                 self.ident = str(rec["ident"])
+            elif "folders" in rec:
+                self.folders = [str(f) for f in rec["folders"]]
             elif "cursor" in rec:
                 self.cursor = max(self.cursor, int(rec["cursor"]))
             elif "p" in rec:
@@ -119,8 +126,8 @@ class ReplicaState:
             self.landing.clear()
             self.held.clear()
             self.cursor = 0
-            self._log.rewrite([{"ident": ident}])
-            self._lines = 1
+            self.ident = ident
+            self._rewrite()
         else:
             self._log.append([{"ident": ident}])
             self._lines += 1
@@ -164,15 +171,36 @@ class ReplicaState:
             self.cursor = max(self.cursor, cursor)
         self._lines += len(records)
         if self._lines > 2 * len(self.bases) + len(self.held) + 1_000:
-            snapshot: list[Mapping[str, object]] = [
-                b.to_record(p) for p, b in self.bases.items()]
-            snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
-            snapshot += [{"x": p, "why": why} for p, why in self.held.items()]
-            snapshot.append({"cursor": self.cursor})
-            if self.ident is not None:
-                snapshot.insert(0, {"ident": self.ident})
-            self._log.rewrite(snapshot)
-            self._lines = len(snapshot)
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        snapshot: list[Mapping[str, object]] = [b.to_record(p) for p, b in self.bases.items()]
+        snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
+        snapshot += [{"x": p, "why": why} for p, why in self.held.items()]
+        snapshot.append({"cursor": self.cursor})
+        if self.folders is not None:
+            snapshot.insert(0, {"folders": self.folders})
+        if self.ident is not None:
+            snapshot.insert(0, {"ident": self.ident})
+        self._log.rewrite(snapshot)
+        self._lines = len(snapshot)
+
+    def bind_folders(self, folders: list[str]) -> bool:
+        """Record the replicated folders (``daily_dir``, ``digest_dir``). Others than
+        before set the cursor back to 0: the feed's rows passed by as outside the old
+        ones are read again (rows already known are passed by at once). Returns whether
+        it did."""
+        if self.folders == folders:
+            return False
+        moved = self.folders is not None
+        self.folders = folders
+        if moved:
+            self.cursor = 0
+            self._rewrite()
+        else:
+            self._log.append([{"folders": folders}])
+            self._lines += 1
+        return moved
 
     def target(self, path: str) -> tuple[str, int]:
         """Where a change of ``path`` goes (the path, or its conflict copy while edits
