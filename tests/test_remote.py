@@ -342,7 +342,7 @@ def test_dream_and_resource_run_on_one_host_at_a_time(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     import psycopg
 
-    from recalld.daemon.remote import db
+    from recalld.daemon.remote import locks
 
     a, _b, name = pair(daemon_factory, pg_server)
     with psycopg.connect(pg_server.dsn, autocommit=True,
@@ -351,12 +351,12 @@ def test_dream_and_resource_run_on_one_host_at_a_time(
                             (name,)).fetchone()
         assert row is not None
         for kind in ("auto_dream", "auto_resource"):
-            other.execute("SELECT pg_advisory_lock(%s, %s)", db.job_lock_key(row[0], kind))
+            other.execute("SELECT pg_advisory_lock(%s, %s)", locks.job_lock_key(row[0], kind))
             job = finished_job(a, kind)
             assert job["state"] == "failed", job
             assert f"{kind} of shared workspace {name} is running on hostc" in str(job["error"])
             assert job["error_code"] == -32002
-            other.execute("SELECT pg_advisory_unlock(%s, %s)", db.job_lock_key(row[0], kind))
+            other.execute("SELECT pg_advisory_unlock(%s, %s)", locks.job_lock_key(row[0], kind))
     # With the lock free the job runs (and needs a chat model, which these hosts lack).
     job = finished_job(a, "auto_dream")
     assert "no chat model configured" in str(job["error"]), job

@@ -43,7 +43,7 @@ from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.providers.retry import RetryPolicy
-from recalld.daemon.remote import db
+from recalld.daemon.remote import db, locks
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
 from recalld.daemon.remote.filesync import FileSync, OutsideStatus
@@ -213,7 +213,7 @@ class Replica:
             except* db.BadDsn as group:
                 self._record_error(group.exceptions[0], server=False)
                 misconfigured = True
-            except* (SchemaTooNew, db.HostTaken) as group:
+            except* (SchemaTooNew, locks.HostTaken) as group:
                 # The server answers; this recalld cannot use its tables ("upgrade"), or
                 # another daemon is there under this host's name.
                 ours = True
@@ -262,7 +262,7 @@ class Replica:
         try:
             writer = await in_thread(db.connect, self._cfg)
             workspace_id, ident = await on_conn(writer, db.open_workspace, self._cfg.name)
-            await on_conn(writer, db.claim_host, workspace_id, self._cfg.name, self.host)
+            await on_conn(writer, locks.claim_host, workspace_id, self._cfg.name, self.host)
             if await server_went_back(self._files.state, writer, workspace_id, ident):
                 # Its versions go on from a point the hosts read past: what they wrote
                 # since would never reach each other. A new identity makes every host
@@ -320,7 +320,7 @@ class Replica:
             raise ProviderUnavailable(
                 f"shared workspace {self._cfg.name}: server unavailable for {kind}") from None
         try:
-            holder = await on_conn(conn, db.try_job_lock, workspace_id, kind)
+            holder = await on_conn(conn, locks.try_job_lock, workspace_id, kind)
             if holder is not None:
                 where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
                 raise AlreadyRunning(

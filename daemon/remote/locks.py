@@ -1,0 +1,64 @@
+"""Session-level advisory locks of a shared workspace, held by a connection until it
+closes: one per job kind (``auto_dream``, ``auto_resource``: the job runs on one host at
+a time) and one per host name (a second daemon under a name in use waits).
+
+Blocking psycopg calls: run them in worker threads.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from recalld.daemon.remote.db import Conn
+
+# Second key of the session-level advisory lock that runs a job kind on one host at a
+# time ("rc" in the high bytes; the first key is the workspace id).
+JOB_LOCKS = {"auto_dream": 0x7263_0001, "auto_resource": 0x7263_0002}
+
+
+def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
+    return workspace_id, JOB_LOCKS[kind]
+
+
+class HostTaken(Exception):
+    """Another daemon's session holds this host name in the shared workspace: two
+    replicas under one name would take each other's embedding claims and write conflict
+    copies under one name, so the second one waits (status: failing)."""
+
+
+def claim_host(conn: Conn, workspace_id: int, name: str, host: str) -> None:
+    """Take the session-level advisory lock of ``host`` in the workspace on ``conn``
+    (held until it closes: a single bigint key, apart from the job locks' pairs of
+    keys); HostTaken naming the session that holds it."""
+    key = ((workspace_id & 0x7FFF_FFFF) << 32) | zlib.crc32(host.encode())
+    row = conn.execute("SELECT pg_try_advisory_lock(%s::bigint)", (key,)).fetchone()
+    if row is not None and row[0]:
+        return
+    holder = conn.execute(
+        "SELECT host(a.client_addr), to_char(a.backend_start AT TIME ZONE 'UTC',"
+        " 'YYYY-MM-DD HH24:MI:SS') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid"
+        " AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+        (key >> 32, key & 0xFFFF_FFFF)).fetchone()
+    addr, since = holder if holder is not None else (None, None)
+    where = " ".join(filter(None, [f"from {addr}" if addr else "",
+                                   f"since {since} UTC" if since else ""]))
+    raise HostTaken(
+        f"another daemon is connected to shared workspace {name} as host {host!r}"
+        f"{f' ({where})' if where else ''}: each daemon sharing a workspace needs its own "
+        "`host` in its remote setting; this one waits and tries again (a session of this "
+        "host that ended uncleanly is dropped by the server within a minute)")
+
+
+def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
+    """Take the job's advisory lock on ``conn`` (held until it closes): None if taken,
+    else the ``application_name`` of the session holding it ("" if unknown)."""
+    key = job_lock_key(workspace_id, kind)
+    row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+    if row is not None and row[0]:
+        return None
+    holder = conn.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int::oid "
+        "AND l.objid = %s::int::oid AND l.objsubid = 2", key).fetchone()
+    return "" if holder is None else str(holder[0])
