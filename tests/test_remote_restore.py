@@ -93,7 +93,10 @@ def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over
     write(a, "memory/2026-07-20/one.md", "# One\nbefore the removal\n")
     wait_for(lambda: converged(a, b) and len(notes(b)) == 1, what="one on b")
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM recalld_workspaces WHERE name = %s", (name,))
+        row = conn.execute("DELETE FROM recalld_workspaces WHERE name = %s"
+                           " RETURNING workspace_id", (name,)).fetchone()
+        assert row is not None
+        gone = row[0]
     # a finds out by uploading, and wakes b (which writes nothing), which would otherwise
     # find out only at its next catch-up, CATCH_UP_EVERY_S on.
     write(a, "memory/2026-07-20/two.md", "# Two\nafter the removal\n")
@@ -106,3 +109,9 @@ def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over
         assert status["state"] == "online", status
         assert "no longer on the server" in str(status["last_error"]), status
     assert "AssertionError" not in a.log() + b.log()
+    # The removed workspace's rows went with it (no foreign key takes them along).
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        left = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE workspace_id = %s".encode(),
+                                (gone,)).fetchone()
+                for t in ("recalld_files", "recalld_changes", "recalld_catalog")}
+    assert all(n == (0,) for n in left.values()), left

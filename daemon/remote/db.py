@@ -34,6 +34,7 @@ distinct files in one transaction, each as below):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import uuid
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from recalld.daemon import dsn
@@ -55,6 +57,8 @@ from recalld.daemon.remote.schema import migrate
 
 Outcome = Literal["applied", "same", "kept", "conflict"]
 Conn = psycopg.Connection[tuple[object, ...]]
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
@@ -176,6 +180,40 @@ def open_workspace(conn: Conn, name: str) -> tuple[int, str]:
     assert row is not None
     workspace_id = int(str(row[0]))
     return workspace_id, f"{name}/{workspace_id}/{row[1]}"
+
+
+#: The tables that hold a shared workspace's rows besides ``recalld_workspaces``.
+WORKSPACE_TABLES = ("recalld_postings", "recalld_chunks", "recalld_embeddings",
+                    "recalld_catalog", "recalld_changes", "recalld_files")
+
+
+def forget_removed(conn: Conn, old_ident: str, workspace_id: int) -> int:
+    """Delete the rows of the shared workspace ``old_ident`` (what this replica synced
+    with) if its ``recalld_workspaces`` row was removed and a new one (``workspace_id``)
+    took its name: no foreign key takes them along, and no host reads them again. Returns
+    the rows deleted; a server that cannot delete them in time (statement_timeout) or
+    may not keeps them, logged: they cost room only."""
+    old_id = old_ident.split("/")[-2] if old_ident.count("/") >= 2 else ""
+    if not old_id.isdigit() or int(old_id) == workspace_id:
+        return 0
+    deleted = 0
+    try:
+        with conn.transaction():
+            if conn.execute("SELECT 1 FROM recalld_workspaces WHERE workspace_id = %s",
+                            (int(old_id),)).fetchone() is not None:
+                return 0  # still there (another server's id, say): not ours to remove
+            for table in WORKSPACE_TABLES:
+                if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() in (
+                        None, (None,)):
+                    continue  # recalld_embeddings without pgvector
+                query = sql.SQL("DELETE FROM {} WHERE workspace_id = %s").format(
+                    sql.Identifier(table))
+                deleted += conn.execute(query, (int(old_id),)).rowcount
+    except (psycopg.errors.QueryCanceled, psycopg.errors.InsufficientPrivilege) as exc:
+        log.warning("the rows of removed shared workspace %s stay on the server: %s",
+                    old_ident, exc)
+        return 0
+    return deleted
 
 
 def last_version(conn: Conn, workspace_id: int) -> int:
