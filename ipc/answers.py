@@ -31,7 +31,7 @@ class WorkspaceInfo(TypedDict):
     Besides who, where and its state, each of the workspace's services reports under its
     own key (``index``, ``health``, ``vectors``, ...: open objects, read leniently). A
     recorded workspace that is not open (``workspace.list``) has only ``agent_id``,
-    ``path``, ``state`` ``closed``, ``registered`` and ``registered_at``.
+    ``path``, ``state`` ``closed``, ``registered`` and ``registered_at`` (and ``name``).
     """
 
     agent_id: str
@@ -43,6 +43,8 @@ class WorkspaceInfo(TypedDict):
     refused: NotRequired[bool]  # its path or settings were refused: never opened
     registered: NotRequired[bool]  # workspace.list: reopened at start
     registered_at: NotRequired[float]
+    #: workspace.list: the agent's name recorded as the workspace's owner, if one was
+    name: NotRequired[str]
     secrets_left_out: NotRequired[list[str]]  # restored without these override secrets
     index: NotRequired[JsonObject]
     health: NotRequired[JsonObject]

@@ -165,3 +165,18 @@ def test_a_workspace_under_an_id_a_name_had_before_keeps_serving_it(daemon: Any)
     assert refused["...."][1] and "makes no workspace name" in refused["...."][2]
     assert "default" not in {w["agent_id"] for w in daemon.call("workspace.list")[
         "workspaces"] if w.get("name")}
+
+
+def test_workspace_list_names_each_workspaces_owner(daemon: Any) -> None:
+    # Which agent a workspace is for shows in the list, open or closed, so that an
+    # operator told "Sales_Bot is 'Sales Bot''s" can see it before handing it over.
+    with Client(daemon.socket_path) as c:
+        c.workspace_open(workspace_id("Sales Bot"), name="Sales Bot")
+        c.workspace_open(workspace_id("研究助手"), name="研究助手")
+        c.workspace_open("by_id_only")
+        c.workspace_close(workspace_id("研究助手"))
+        listed = {w["agent_id"]: w for w in c.workspace_list()}
+    assert listed["Sales_Bot"]["name"] == "Sales Bot"
+    assert listed[workspace_id("研究助手")]["state"] == "closed"
+    assert listed[workspace_id("研究助手")]["name"] == "研究助手"
+    assert "name" not in listed["by_id_only"]

@@ -159,12 +159,18 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
         info: WorkspaceInfo = {**workspace_info(ws), "registered": ws.agent_id in known}
         if ws.agent_id in known:
             info["registered_at"] = known[ws.agent_id]["registered_at"]
+            if "name" in known[ws.agent_id]:
+                info["name"] = known[ws.agent_id]["name"]
         listed.append(_with_left_out(registry, info, ws))
     open_now = {ws.agent_id for ws in registry.list()}
     for agent_id, rec in sorted(known.items()):
         if agent_id not in open_now:  # recorded, not served now: reopened at next start
-            listed.append({"agent_id": agent_id, "path": rec["path"], "state": "closed",
-                           "registered": True, "registered_at": rec["registered_at"]})
+            closed: WorkspaceInfo = {"agent_id": agent_id, "path": rec["path"],
+                                     "state": "closed", "registered": True,
+                                     "registered_at": rec["registered_at"]}
+            if "name" in rec:
+                closed["name"] = rec["name"]
+            listed.append(closed)
     return {"workspaces": listed}
 
 
