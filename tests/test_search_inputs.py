@@ -130,6 +130,27 @@ def test_a_note_of_several_authors_is_found_by_each(daemon: Any, tmp_path: Path)
     assert by("3") == by("dave") == set()
 
 
+def test_every_agent_appending_to_one_note_stays_its_author(daemon: Any,
+                                                           tmp_path: Path) -> None:
+    # Agents (and a call naming none) append to one session's note in turn: each one
+    # that wrote a part is found by the author filter, whoever wrote last.
+    open_ws(daemon, tmp_path / "ws")
+    writers = ["coder", None, "Writer Bot", "研究助手", "coder"]
+    for n, author in enumerate(writers):
+        daemon.call("memory.add_note", {
+            "agent_id": "w", "session_id": "shared-log", "name": "log",
+            "content": f"The heron count {n} was taken.",
+            **({"author": author} if author else {})})
+    note = next((tmp_path / "ws/memory").glob("*/log.md")).read_text()
+    assert note.count("The heron count") == len(writers), note
+    [note_path] = paths(search(daemon, "heron"))
+    assert note_path.endswith("/log.md")
+    for author in ("coder", "Writer Bot", "研究助手"):
+        assert paths(search(daemon, "heron", filters={"author": author})) == [note_path], (
+            author, note)
+    assert paths(search(daemon, "heron", filters={"author": "nobody"})) == []
+
+
 def test_an_integer_past_64_bits_is_refused_with_the_range(daemon: Any) -> None:
     # JSON integers past 64 bits are read as floating-point numbers: "must be an integer"
     # alone would puzzle a caller who sent one; the refusal says the range.

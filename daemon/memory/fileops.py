@@ -39,6 +39,7 @@ import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.frontmatter import (
     DELETE,
     parse_frontmatter,
@@ -405,6 +406,7 @@ class FileOps:
                     old_fields = parse_frontmatter(before)[0]
                     if not description and not given.get("description"):
                         fields["description"] = old_fields.get("description") or ""
+                    _keep_authors(fields, old_fields)
                     break
             else:
                 raise InvalidParams(f"no free note name for {stem} on {day}")
@@ -446,3 +448,12 @@ def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
         lock=services.write_lock, sync=services.index.sync,
         session_id=session_id, today=today,
     )
+
+
+def _keep_authors(fields: JsonObject, old_fields: JsonObject) -> None:
+    """Make ``fields`` (a note's new frontmatter) name every author its earlier text
+    (``old_fields``) named, then its own: agents appending to one note each stay found
+    by the ``author`` filter. One author stays a name, several become a list."""
+    authors = list(dict.fromkeys((*authors_of(old_fields), *authors_of(fields))))
+    if authors:
+        fields["author"] = authors[0] if len(authors) == 1 else list(authors)
