@@ -5,6 +5,7 @@ parameters."""
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,24 @@ def test_every_agent_appending_to_one_note_stays_its_author(daemon: Any,
         assert paths(search(daemon, "heron", filters={"author": author})) == [note_path], (
             author, note)
     assert paths(search(daemon, "heron", filters={"author": "nobody"})) == []
+
+
+def test_an_author_is_found_typed_composed_or_decomposed(daemon: Any, tmp_path: Path) -> None:
+    # One name, two Unicode forms (macOS writes decomposed): one author, whichever form
+    # the note holds and whichever the search gives, in a list or alone.
+    composed = "Zoë Ångström"
+    decomposed = unicodedata.normalize("NFD", composed)
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/typed.md", f"---\nauthor: {composed}\n---\nThe lynx den.\n")
+    write(root, "digest/wiki/mac.md", f"---\nauthor: [{decomposed}, bob]\n---\nThe lynx trail.\n")
+    open_ws(daemon, root)
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "The lynx track.",
+                                    "author": decomposed})
+    added = {p for p in paths(search(daemon, "lynx")) if p.startswith("memory/")}
+    assert len(added) == 1, added
+    for form in (composed, decomposed, [decomposed, "carol"]):
+        assert set(paths(search(daemon, "lynx", filters={"author": form}))) == {
+            "digest/wiki/typed.md", "digest/wiki/mac.md", *added}, ascii(form)
 
 
 def test_an_integer_past_64_bits_is_refused_with_the_range(daemon: Any) -> None:

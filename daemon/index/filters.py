@@ -8,10 +8,11 @@ doc keys that pass them. Plain data, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Filters", "authors_of", "note_date"]
+__all__ = ["Filters", "author_names", "authors_of", "note_date"]
 
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
 # (memory/2026-07-23.md, as in ReMe's file-based memory layout).
@@ -44,10 +45,17 @@ def note_date(path: str) -> str | None:
 
 def authors_of(fields: object) -> tuple[str, ...]:
     """The authors a note's frontmatter ``fields`` name: its ``author``, one name or a
-    list of them (``author: [alice, bob]``, or ``- alice`` lines); none otherwise."""
+    list of them (``author: [alice, bob]``, or ``- alice`` lines), in NFC form; none
+    otherwise."""
     value = fields.get("author") if isinstance(fields, Mapping) else None
     if isinstance(value, str):
-        return (value,)
+        return author_names((value,))
     if isinstance(value, list):
-        return tuple(v for v in value if isinstance(v, str))
+        return author_names(v for v in value if isinstance(v, str))
     return ()
+
+
+def author_names(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` as the ``author`` filter compares them: in NFC form, so that a name
+    typed composed and one written decomposed (macOS, some keyboards) are one author."""
+    return tuple(unicodedata.normalize("NFC", n) for n in names)

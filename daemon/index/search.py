@@ -28,7 +28,7 @@ from typing import NotRequired, Protocol, TypedDict
 from recalld.daemon import metrics
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.filters import Filters
+from recalld.daemon.index.filters import Filters, author_names
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.service import WorkspaceIndex
@@ -143,7 +143,8 @@ def parse_filters(raw: Mapping[str, object] | None, *, root: str | None = None) 
     if "." in prefixes:
         prefixes = ()
     return Filters(path_prefixes=prefixes, date_from=date_from,
-                   date_to=date_to, buckets=buckets, authors=strings("author"))
+                   date_to=date_to, buckets=buckets,
+                   authors=author_names(strings("author")))
 
 
 def _inside(path: str, root: str | None) -> str:
