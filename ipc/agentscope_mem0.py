@@ -73,6 +73,8 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     - ``user_id`` names whose memory it is: the recalld workspace of that name
       (:func:`workspace_name` of it), so every agent of one user shares one workspace.
+      User ids and agent names are one name space: user ``alice`` and an agent named
+      ``alice`` share one workspace (give users ids no agent has, ``user-alice``).
     - ``agent_id`` is the writing agent: every note this middleware writes records it as
       ``author`` in its frontmatter. With ``scope_search_by_agent`` (default true, as in
       Mem0) searches only return notes whose ``author`` is this ``agent_id`` (the
