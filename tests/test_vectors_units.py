@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from recalld.daemon.index.exact import exact_first, exact_keys, identifier_terms
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
-from recalld.daemon.index.vectors import VectorIndex, normalize
+from recalld.daemon.index.vectors import MATRIX_MAGIC, VectorIndex, normalize
 
 
 def test_identifier_terms() -> None:
@@ -174,7 +175,7 @@ def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> N
     # graph (in memory, on disk, in search time) must follow the live vectors, not the
     # edits, also once saved and loaded again.
     rng = np.random.default_rng(7)
-    index = VectorIndex(16)
+    index = VectorIndex(16, exact_max=0)  # a graph however small
     live = {key: rng.standard_normal(16) for key in range(50)}
     index.add(list(live), np.stack(list(live.values())))
     next_key = 50
@@ -193,7 +194,7 @@ def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> N
     small = len(index.to_bytes(tmp_path))
     assert index._index.get_current_count() <= 2 * len(live) + 1, "deleted slots are not reused"
     index = VectorIndex.from_bytes(index.to_bytes(tmp_path), dim=16, live=list(live),
-                                   tmp_dir=tmp_path)
+                                   tmp_dir=tmp_path, exact_max=0)
     churn(2000)
     assert index._index.get_current_count() <= 2 * len(live) + 1
     assert len(index.to_bytes(tmp_path)) <= small
@@ -259,3 +260,63 @@ def test_a_restart_keeps_no_window_copy_of_one_window_chunks(
         assert hits[0][0] == keys[i] and hits[0][1] > 0.99
         best = fill.best_windows(state, normalize(rows[i])[0], [keys[i]])
         assert best[keys[i]] == chunk_windows(state.chunks.text(keys[i]), 400)[0]
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def test_small_indexes_cost_their_vectors_not_a_graph_each() -> None:
+    # Thirty workspaces of a few notes: each index held a graph of ~2.6 MB (hnswlib's
+    # label locks) for kilobytes of vectors; now memory grows with the vectors.
+    rng = np.random.default_rng(3)
+    before = _rss_kib()
+    held = []
+    for _ in range(30):
+        index = VectorIndex(384)
+        index.add(range(5), rng.standard_normal((5, 384)))
+        held.append(index)
+    grown_mib = (_rss_kib() - before) / 1024
+    assert grown_mib < 15, f"30 indexes of 5 vectors took {grown_mib:.0f} MiB"
+    assert all(len(i) == 5 for i in held)
+
+
+@pytest.mark.parametrize("exact_max", [0, 40, 10_000])
+def test_an_index_answers_alike_as_a_matrix_a_graph_and_between(
+        exact_max: int, tmp_path: Path) -> None:
+    # The same edits (adds, replaced vectors, removals, keys coming back) and searches,
+    # with and without a filter, on an index that is a matrix throughout, a graph
+    # throughout, or a matrix that becomes a graph; and once saved and loaded again.
+    rng = np.random.default_rng(11)
+    index = VectorIndex(16, exact_max=exact_max)
+    truth: dict[int, np.ndarray] = {}
+    for step in range(30):
+        keys = rng.choice(200, size=6, replace=False).tolist()
+        rows = rng.standard_normal((6, 16))
+        index.add(keys, rows)
+        truth.update({k: normalize(r)[0] for k, r in zip(keys, rows, strict=True)})
+        for gone in rng.choice(sorted(truth), size=min(2, len(truth)), replace=False).tolist():
+            index.remove(gone)
+            del truth[gone]
+        if step % 10 == 9:
+            index = VectorIndex.from_bytes(index.to_bytes(tmp_path), dim=16, live=list(truth),
+                                           tmp_dir=tmp_path, exact_max=exact_max)
+    assert index.keys() == set(truth)
+    for _ in range(5):
+        q = rng.standard_normal(16)
+        for allowed in (None, lambda key: key % 3 != 0):
+            kept = [k for k in truth if allowed is None or allowed(k)]
+            sims = {k: float(truth[k] @ normalize(q)[0]) for k in kept}
+            want = sorted(kept, key=lambda k: -sims[k])[:5]
+            got = index.search(q, 5, allowed=allowed)
+            assert [k for k, _ in got] == want
+            assert all(abs(s - sims[k]) < 1e-4 for k, s in got)
+    assert np.allclose(index.vectors(sorted(truth)), np.stack([truth[k] for k in sorted(truth)]),
+                       atol=1e-5)
+    saved = index.to_bytes(tmp_path)
+    # A matrix is saved as one (its vectors' bytes, no graph), and loads only as itself.
+    assert saved.startswith(MATRIX_MAGIC) == index.is_matrix == (len(truth) <= exact_max)
+    with pytest.raises((ValueError, RuntimeError)):  # as a load of damaged bytes refuses
+        VectorIndex.from_bytes(saved[:-4] if index.is_matrix else b"", dim=16,
+                               live=list(truth), tmp_dir=tmp_path)

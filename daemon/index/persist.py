@@ -30,6 +30,7 @@ from recalld.daemon.index.persist_vectors import restore_vectors, restore_window
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize
+from recalld.daemon.index.vectors import matrix_format
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped, write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState
@@ -100,6 +101,10 @@ class Snapshot:
     windows_stamp: tuple[int, int] | None = None
 
 
+def _vectors_format(is_matrix: bool) -> int | str:
+    return matrix_format(FORMAT_VERSION) if is_matrix else FORMAT_VERSION
+
+
 def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
              tmp_dir: Path | None = None,
              saved_windows: tuple[int, int] | None = None) -> Snapshot:
@@ -118,7 +123,8 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
         stamp = (id(state), state.vectors_version)
         snap.vectors_stamp = stamp
         snap.vectors_meta = {"space": state.vector_space, "dims": state.vectors.dim,
-                             "count": len(state.vectors), "state_format": FORMAT_VERSION}
+                             "count": len(state.vectors),
+                             "state_format": _vectors_format(state.vectors.is_matrix)}
         if stamp != saved_stamp:
             try:
                 snap.vectors_blob = state.vectors.to_bytes(tmp_dir)
@@ -131,7 +137,7 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
     if wins is not None and len(wins):
         snap.windows_stamp = (id(state), state.windows_version)
         snap.windows_meta = {"of": state.windows_of, "dims": wins.dim, "count": len(wins),
-                             "state_format": FORMAT_VERSION}
+                             "state_format": _vectors_format(wins.is_matrix)}
         if snap.windows_stamp != saved_windows:
             try:
                 snap.windows_arrays = wins.to_arrays(tmp_dir)

@@ -13,7 +13,7 @@ import numpy as np
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.state import IndexState
-from recalld.daemon.index.vectors import VectorIndex, WindowVectors
+from recalld.daemon.index.vectors import VectorIndex, WindowVectors, matrix_format
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState
 from recalld.daemon.store.generation import Generation
@@ -40,7 +40,7 @@ def restore_vectors(gen: Generation, state: IndexState, meta: JsonObject,
     if "vectors" in gen.files:
         try:
             blob, vmeta = gen.read_blob("vectors")
-            if vmeta.get("state_format") != state_format:
+            if vmeta.get("state_format") not in (state_format, matrix_format(state_format)):
                 raise ValueError(f"state format {vmeta.get('state_format')}")
             if vmeta.get("count") != len(live):
                 raise ValueError(f"graph holds {vmeta.get('count')} vectors, chunks {len(live)}")
@@ -80,7 +80,8 @@ def restore_windows(gen: Generation, state: IndexState, report: _Report,
         return
     try:
         arrays, meta = gen.read_arrays("windows")
-        if meta.get("state_format") != state_format or not isinstance(meta.get("of"), str):
+        if meta.get("state_format") not in (state_format, matrix_format(state_format)) or (
+                not isinstance(meta.get("of"), str)):
             raise ValueError(f"window vectors format {meta.get('state_format')}")
         wins = WindowVectors.from_arrays(arrays, dim=int(meta["dims"]), tmp_dir=gen.state_dir)
     except (CorruptState, KeyError, ValueError, TypeError, RuntimeError) as exc:

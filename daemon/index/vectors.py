@@ -6,8 +6,11 @@ Deletions use hnswlib's ``mark_deleted``; a re-added key is first unmarked and t
 overwritten; once more than half the graph is deleted, a new key takes the place of a
 deleted one (hnswlib's ``replace_deleted``), so a graph edited for years stays within twice
 the size of its live vectors (chunk keys are never reused: every edit deletes and adds).
-The graph grows by doubling. Not thread-safe: the owner serialises calls (the index
-service runs them in one worker thread at a time).
+The graph grows by doubling. Up to ``EXACT_MAX`` vectors there is no graph: they are a
+matrix searched exactly (:mod:`exactvectors`; a graph's fixed cost would be most of a
+small workspace's memory), saved as such (:data:`MATRIX_MAGIC`, a layout an earlier
+version does not take for a graph: its format differs, :func:`matrix_format`). Not thread-safe:
+the owner serialises calls (the index service runs them in one worker thread at a time).
 
 Search uses ``ef = max(ef_search, 2 * k)``: hnswlib's default ef=10 gives poor recall at
 100k vectors; 64-128 gives 0.97-0.99 and the benchmark in tests/bench checks >= 0.98.
@@ -27,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.daemon.arraytypes import F32
+from recalld.daemon.index.exactvectors import EXACT_MAX, ExactVectors
 from recalld.daemon.index.windows import SLOTS
 
 if TYPE_CHECKING:
@@ -65,8 +69,19 @@ def _new_hnsw(dim: int) -> hnswlib.Index:
     return hnswlib.Index(space="cosine", dim=dim)
 
 
+#: The start of a saved matrix (:meth:`VectorIndex.to_bytes` of an index without a graph):
+#: then the count and the dimension (int64), the keys (int64), the rows (float32).
+MATRIX_MAGIC = b"RCLDMAT1"
+
+
+def matrix_format(state_format: int) -> str:
+    """The ``state_format`` of a saved matrix: one an earlier version, which knew only
+    graphs, refuses (and rebuilds from the chunk embeddings) rather than hands to hnswlib."""
+    return f"{state_format}-matrix"
+
+
 class VectorIndex:
-    """hnswlib cosine index keyed by doc key."""
+    """hnswlib cosine index keyed by doc key (up to ``exact_max`` vectors, a matrix)."""
 
     def __init__(
         self,
@@ -77,23 +92,42 @@ class VectorIndex:
         ef_construction: int = 200,
         ef_search: int = 128,
         num_threads: int = 1,
+        exact_max: int = EXACT_MAX,
     ) -> None:
         self.dim = dim
         self.ef_search = ef_search
+        self.exact_max = exact_max
         self._m = m
         self._ef_construction = ef_construction
         self._threads = num_threads
-        self._index = _new_hnsw(dim)
-        self._index.init_index(
-            max_elements=max(initial_capacity, 16), M=m, ef_construction=ef_construction,
-            allow_replace_deleted=True,
-        )
-        self._index.set_num_threads(num_threads)
+        self._exact: ExactVectors | None = ExactVectors(dim) if exact_max > 0 else None
+        self._graph: hnswlib.Index | None = None
+        if self._exact is None:
+            self._graph = self._new_graph(initial_capacity)
         self._live: set[int] = set()
         #: Keys marked deleted that may still be in the graph (a new key may have taken
         #: the place of any of them), and how many deleted places the graph holds.
         self._deleted: set[int] = set()
         self._free = 0
+
+    def _new_graph(self, capacity: int) -> hnswlib.Index:
+        graph = _new_hnsw(self.dim)
+        graph.init_index(max_elements=max(capacity, 16), M=self._m,
+                         ef_construction=self._ef_construction, allow_replace_deleted=True)
+        graph.set_num_threads(self._threads)
+        return graph
+
+    @property
+    def _index(self) -> hnswlib.Index:
+        """The graph, made of the exact vectors when the index first needs one."""
+        if self._graph is None:
+            assert self._exact is not None
+            keys, rows = self._exact.items()
+            self._graph = self._new_graph(max(2 * len(keys), 1024))
+            if len(keys):
+                self._graph.add_items(rows, keys, num_threads=self._threads)
+            self._exact = None
+        return self._graph
 
     def __len__(self) -> int:
         return len(self._live)
@@ -104,6 +138,11 @@ class VectorIndex:
     def keys(self) -> set[int]:
         return set(self._live)
 
+    @property
+    def is_matrix(self) -> bool:
+        """Whether the vectors are a matrix (no graph), and :meth:`to_bytes` saves one."""
+        return self._exact is not None
+
     def add(self, keys: Iterable[int], vectors: npt.ArrayLike) -> None:
         """Insert or replace vectors for ``keys`` (rows of ``vectors``)."""
         labels = np.fromiter(keys, dtype=np.int64)
@@ -113,6 +152,12 @@ class VectorIndex:
         if data.shape[1] != self.dim:
             raise ValueError(f"vector dimension {data.shape[1]} != index dimension {self.dim}")
         if not len(labels):
+            return
+        exact = self._exact
+        if exact is not None and len(exact) + sum(
+                label not in exact for label in labels.tolist()) <= self.exact_max:
+            exact.put(labels, data)
+            self._live.update(labels.tolist())
             return
         fresh = np.zeros(len(labels), dtype=bool)
         for i, label in enumerate(labels.tolist()):
@@ -147,7 +192,10 @@ class VectorIndex:
             self._deleted = set(self._index.get_ids_list()) - self._live
 
     def remove(self, key: int) -> None:
-        if key in self._live:
+        if key in self._live and self._exact is not None:
+            self._exact.remove(key)
+            self._live.discard(key)
+        elif key in self._live:
             self._index.mark_deleted(key)
             self._live.discard(key)
             self._deleted.add(key)
@@ -160,8 +208,10 @@ class VectorIndex:
         if not self._live or k <= 0:
             return []
         k = min(k, len(self._live))
-        self._index.set_ef(max(self.ef_search, 2 * k))
         q = normalize(query)
+        if self._exact is not None:
+            return self._exact.search(q[0], k, allowed)
+        self._index.set_ef(max(self.ef_search, 2 * k))
         try:
             labels, distances = self._index.knn_query(q, k=k, filter=allowed)
         except RuntimeError:
@@ -185,6 +235,8 @@ class VectorIndex:
 
     def vectors(self, keys: list[int]) -> F32:
         """The stored (normalised) vectors for live ``keys``."""
+        if self._exact is not None:
+            return self._exact.vectors(keys)
         return np.asarray(self._index.get_items(keys, return_type="numpy"), dtype=np.float32)
 
     # Persistence: hnswlib writes files; callers wrap the bytes in a checksummed blob so
@@ -192,6 +244,10 @@ class VectorIndex:
     # ``tmp_dir`` (the index's own state directory, whose cleanup removes a leftover).
 
     def to_bytes(self, tmp_dir: Path | None = None) -> bytes:
+        if self._exact is not None:
+            keys, rows = self._exact.items()
+            return b"".join((MATRIX_MAGIC, np.array([len(keys), self.dim], "<i8").tobytes(),
+                             keys.astype("<i8").tobytes(), rows.astype("<f4").tobytes()))
         with _scratch(tmp_dir) as path:
             self._index.save_index(str(path))
             return path.read_bytes()
@@ -199,24 +255,38 @@ class VectorIndex:
     @classmethod
     def from_bytes(
         cls, data: bytes, *, dim: int, live: Iterable[int], ef_search: int = 128,
-        num_threads: int = 1, tmp_dir: Path | None = None,
+        num_threads: int = 1, tmp_dir: Path | None = None, exact_max: int = EXACT_MAX,
     ) -> VectorIndex:
-        """Load verified bytes; ``live`` is the set of keys the manifest says are live."""
+        """Load verified bytes; ``live`` is the set of keys the manifest says are live.
+        Up to ``exact_max`` of them are kept as a matrix, and the graph let go."""
+        if data.startswith(MATRIX_MAGIC):
+            return cls._from_matrix(data, dim=dim, live=live, ef_search=ef_search,
+                                    num_threads=num_threads, exact_max=exact_max)
         self = cls.__new__(cls)
         self.dim = dim
         self.ef_search = ef_search
+        self.exact_max = exact_max
         self._threads = num_threads
         self._m = 16
         self._ef_construction = 200
-        self._index = _new_hnsw(dim)
+        self._exact = None
+        graph = self._graph = _new_hnsw(dim)
         with _scratch(tmp_dir) as path:
             path.write_bytes(data)
-            self._index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
-        self._index.set_num_threads(num_threads)
+            graph.load_index(str(path), max_elements=0, allow_replace_deleted=True)
+        graph.set_num_threads(num_threads)
         self._live = set(live)
-        stored = set(self._index.get_ids_list())
+        stored = set(graph.get_ids_list())
         if not self._live <= stored:
             raise ValueError("hnswlib index lacks live keys")
+        if len(self._live) <= exact_max:
+            keys = np.fromiter(sorted(self._live), dtype=np.int64, count=len(self._live))
+            self._exact = ExactVectors(dim)
+            if len(keys):
+                self._exact.put(keys, normalize(graph.get_items(keys, return_type="numpy")))
+            self._graph = None
+            self._deleted, self._free = set(), 0
+            return self
         self._deleted = stored - self._live
         self._free = len(self._deleted)
         for key in self._deleted:
@@ -224,6 +294,24 @@ class VectorIndex:
                 self._index.mark_deleted(key)
             except RuntimeError:
                 pass  # already marked in the saved file
+        return self
+
+
+    @classmethod
+    def _from_matrix(cls, data: bytes, *, dim: int, live: Iterable[int], ef_search: int,
+                     num_threads: int, exact_max: int) -> VectorIndex:
+        head = len(MATRIX_MAGIC) + 16
+        n, saved_dim = np.frombuffer(data, "<i8", count=2, offset=len(MATRIX_MAGIC)).tolist()
+        if saved_dim != dim or n < 0 or len(data) != head + 8 * n + 4 * n * dim:
+            raise ValueError("saved vectors do not fit together")
+        keys = np.frombuffer(data, "<i8", count=n, offset=head).astype(np.int64)
+        rows = np.frombuffer(data, "<f4", count=n * dim, offset=head + 8 * n).reshape(n, dim)
+        wanted = set(live)
+        if not wanted <= set(keys.tolist()):
+            raise ValueError("saved vectors lack live keys")
+        keep = np.fromiter((key in wanted for key in keys.tolist()), dtype=bool, count=n)
+        self = cls(dim, ef_search=ef_search, num_threads=num_threads, exact_max=exact_max)
+        self.add(keys[keep].tolist(), rows[keep])
         return self
 
 
@@ -263,6 +351,11 @@ class WindowVectors:
         self.remove(key)
         self._index.add(range(key * SLOTS, key * SLOTS + len(rows)), rows)
         self._count[key] = len(rows)
+
+    @property
+    def is_matrix(self) -> bool:
+        """Whether the windows' vectors are a matrix (:attr:`VectorIndex.is_matrix`)."""
+        return self._index.is_matrix
 
     def to_arrays(self, tmp_dir: Path | None = None) -> dict[str, npt.NDArray[np.generic]]:
         """The graph's bytes and each chunk's window count (for a checksummed file)."""
