@@ -245,3 +245,24 @@ def test_a_note_name_without_a_letter_is_refused_not_called_note(
     added = daemon.call("memory.add_note", {"agent_id": "default", "content": "kestrel",
                                             "name": f"日記{name}", "author": f"Zoë{name}"})
     assert added["path"].endswith("/日記.md"), added
+
+
+def test_what_a_person_added_to_a_notes_frontmatter_stays_on_append(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Tags and a rating added by hand to an agent's note of the day were dropped by
+    # its next add_note, which wrote the daemon's fields alone.
+    root = tmp_path / "ws"
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    first = daemon.call("memory.add_note", {"agent_id": "w", "content": "The grebe nests.",
+                                            "session_id": "birds", "name": "birds"})
+    note = root / first["path"]
+    note.write_text(note.read_text().replace(
+        "session_id: birds", "session_id: birds\ntags: [lake, grebe]\nrating: 5"))
+    daemon.call("index.sync", {"agent_id": "w"})
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "The grebe dives.",
+                                    "session_id": "birds", "name": "birds"})
+    text = note.read_text()
+    assert "tags: [lake, grebe]" in text, text
+    assert "rating: 5" in text, text
+    assert "The grebe nests." in text and "The grebe dives." in text
+    assert text.count("session_id:") == 1, text

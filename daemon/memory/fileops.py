@@ -406,7 +406,7 @@ class FileOps:
                     old_fields = parse_frontmatter(before)[0]
                     if not description and not given.get("description"):
                         fields["description"] = old_fields.get("description") or ""
-                    _keep_authors(fields, old_fields)
+                    _keep_fields(fields, old_fields)
                     break
             else:
                 raise InvalidParams(f"no free note name for {stem} on {day}")
@@ -450,10 +450,14 @@ def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
     )
 
 
-def _keep_authors(fields: JsonObject, old_fields: JsonObject) -> None:
-    """Make ``fields`` (a note's new frontmatter) name every author its earlier text
-    (``old_fields``) named, then its own: agents appending to one note each stay found
-    by the ``author`` filter. One author stays a name, several become a list."""
+def _keep_fields(fields: JsonObject, old_fields: JsonObject) -> None:
+    """Make ``fields`` (a note's new frontmatter) keep what its earlier text
+    (``old_fields``) had that the write does not set (``tags`` a person added, say), and
+    name every author the earlier text named, then its own: agents appending to one
+    note each stay found by the ``author`` filter. One author stays a name, several
+    become a list."""
+    for key, value in old_fields.items():
+        fields.setdefault(key, value)
     authors = list(dict.fromkeys((*authors_of(old_fields), *authors_of(fields))))
     if authors:
         fields["author"] = authors[0] if len(authors) == 1 else list(authors)
