@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from waits import wait_value
 
-from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+from recalld.daemon.index.prepare import CUT_MARGIN_BYTES, MAX_NOTE_BYTES
 
 pytestmark = pytest.mark.slow
 NOTE = "memory/2026-02-02/dump.md"
@@ -94,3 +94,26 @@ def test_the_commands_name_the_note_and_the_fix_that_helps(
                in shown, (args, shown)
         fix = shown.split(f"up to that size: {NOTE}\n", 1)[1].splitlines()[0]
         assert "split the note(s) named" in fix and "reindex" not in fix, (args, fix)
+
+
+def test_a_utf8_note_cut_inside_a_character_is_still_utf8(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # The read of a note over the limit ends inside a character of Chinese text: the cut
+    # bytes were not UTF-8, so the note was called one "in an encoding recalld does not
+    # recognise" (degraded, doctor FAIL) though it was UTF-8 throughout.
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-02-02").mkdir(parents=True)
+    line = "今天和团队讨论了季度预算，决定下周三提交报告。\n"
+    data = ("# 会议记录\n" + line * ((MAX_NOTE_BYTES + (2 << 20)) // len(line.encode()))
+            ).encode()
+    read_to = MAX_NOTE_BYTES + CUT_MARGIN_BYTES
+    while data[read_to] & 0xC0 != 0x80:  # the read ends inside a character
+        data = b"x" + data
+    (root / NOTE).write_bytes(data)
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    health = _wait_health(d, "degraded")
+    assert health["partly_indexed_paths"] == [NOTE], health
+    assert health["not_utf8"]["count"] == 0, health["not_utf8"]
+    assert not any("encoding" in r for r in health["reasons"]), health["reasons"]
+    hits = d.call("memory.search", {"agent_id": "w", "query": "季度预算"})["results"]
+    assert hits and "\ufffd" not in hits[0]["text"]

@@ -190,8 +190,9 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     # warm start that finds nothing changed never needs.
     from recalld.daemon.memory.redact import redact_note
 
-    # The encoding is told by the whole file: its head alone may look like another.
-    read, encoding = decode_note(full)
+    # The encoding is told by the whole file: its head alone may look like another. A
+    # read that stopped short of the file's end may end inside a character.
+    read, encoding = decode_note(full, prefix=st.st_size > len(full))
     if len(full) == len(data):
         text = redact_note(read)
     else:
