@@ -123,11 +123,14 @@ class WatchedRoots:
             current = stack.pop()
             try:
                 entries = list(os.scandir(current))
-            except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            except OSError as exc:
                 if current is top:
                     return exc.strerror or type(exc).__name__
-                if isinstance(exc, PermissionError):
-                    log.warning("reconcile skips %s: %s", current, exc)
+                if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                    # No permission, a name past PATH_MAX, a failing disk: this folder
+                    # alone is passed by, the rest is listed.
+                    log.warning("reconcile skips %s: %s", safepath.shown(str(current)),
+                                exc.strerror or exc)
                 continue
             for entry in entries:
                 if entry.name.startswith("."):
@@ -151,6 +154,9 @@ class WatchedRoots:
                                         "(rename it to have it indexed)", safepath.shown(rel))
                 except FileNotFoundError:
                     continue
+                except OSError as exc:  # a name past PATH_MAX, a failing disk
+                    log.warning("reconcile skips %s: %s", safepath.shown(entry.path),
+                                exc.strerror or exc)
         return None
 
     def _remove_left_over(self, entry: os.DirEntry[str]) -> None:
