@@ -3,7 +3,7 @@ and what a kind's handler sees of its job (:mod:`recalld.daemon.jobs` acts on th
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
@@ -12,6 +12,7 @@ import trio
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import JobInfo, JobProgress
+from recalld.ipc.errors import AlreadyRunning, InvalidParams
 
 #: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
 Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
@@ -112,6 +113,46 @@ class JobRecord:
         if job.state not in ACTIVE:
             job.done.set()
         return job
+
+
+def check_submit(kinds: Mapping[str, JobKind], kind: str, params: Mapping[str, object] | None,
+                 check_agent: Callable[[], None], others: Iterable[JobRecord]) -> JsonObject:
+    """The params of a job of ``kind`` to submit, as its kind's check gives them; raises
+    InvalidParams (unknown kind, params refused), what ``check_agent`` raises, and
+    AlreadyRunning (an exclusive kind already queued or running among ``others``)."""
+    spec = kinds.get(kind)
+    if spec is None:
+        raise InvalidParams(f"unknown job kind {kind!r} (known: {', '.join(sorted(kinds))})")
+    check_agent()
+    checked = (spec.check_params(params or {}) if spec.check_params is not None
+               else dict(params or {}))
+    if spec.exclusive:
+        for other in others:
+            if other.kind == kind and other.state in ACTIVE:
+                raise AlreadyRunning(
+                    f"a {kind} job is already {other.state} for workspace {other.agent_id!r}"
+                    f" ({other.job_id}); wait for it or cancel it",
+                    {"job_id": other.job_id, "state": other.state})
+    return checked
+
+
+def take_up(job: JobRecord, kinds: Mapping[str, JobKind]) -> Literal["queue", "interrupted",
+                                                                      "done"]:
+    """What a start does with ``job`` read back from the journal: one held for its
+    workspace is queued again, whatever its kind (it did not run); one queued or running
+    when the daemon died is queued again (``resumed``) if its kind is resumable (a kind
+    resumable "once" only if it was not resumed already), else it was interrupted; any
+    other (finished, or of a kind no longer known) is left as it is."""
+    if job.state == "queued" and job.held and job.kind in kinds:
+        return "queue"
+    if job.state not in ACTIVE:
+        return "done"
+    job.held = False
+    spec = kinds.get(job.kind)
+    if spec is not None and spec.resumable and not (spec.resumable == "once" and job.resumed):
+        job.state, job.resumed, job.started_at = "queued", True, None
+        return "queue"
+    return "interrupted"
 
 
 #: Records a running job's progress: ``(job, done, total, message)``.

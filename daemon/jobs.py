@@ -46,13 +46,13 @@ from recalld.daemon.jobrecords import (
     JobRecord,
     JobsConfig,
     JobStatistics,
+    check_submit,
+    take_up,
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import (
     JOB_FAILED,
-    AlreadyRunning,
-    InvalidParams,
     NotFound,
     RecalldError,
     UnknownWorkspace,
@@ -163,19 +163,8 @@ class JobManager:
         UnknownWorkspace, AlreadyRunning (an exclusive kind already queued or running in
         this workspace).
         """
-        spec = self._kinds.get(kind)
-        if spec is None:
-            raise InvalidParams(f"unknown job kind {kind!r} (known: {', '.join(self.kinds)})")
-        self._check_agent(agent_id)
-        checked = (spec.check_params(params or {}) if spec.check_params is not None
-                   else dict(params or {}))
-        if spec.exclusive:
-            for other in self._jobs.get(agent_id, {}).values():
-                if other.kind == kind and other.state in ACTIVE:
-                    raise AlreadyRunning(
-                        f"a {kind} job is already {other.state} for workspace {agent_id!r}"
-                        f" ({other.job_id}); wait for it or cancel it",
-                        {"job_id": other.job_id, "state": other.state})
+        checked = check_submit(self._kinds, kind, params, lambda: self._check_agent(agent_id),
+                               self._jobs.get(agent_id, {}).values())
         job = JobRecord(job_id=secrets.token_hex(8), agent_id=agent_id, kind=kind,
                         params=checked, submitted_at=self._wall(),
                         held=agent_id in self._held)
@@ -465,17 +454,11 @@ class JobManager:
         for rec in await self._journal_log.open():
             job = JobRecord.from_dict(rec)
             self._add(job)
-            if job.state == "queued" and job.held and job.kind in self._kinds:
+            fate = take_up(job, self._kinds)
+            if fate == "queue":
                 self._enqueue(job)
-            elif job.state in ACTIVE:
-                job.held = False
-                spec = self._kinds.get(job.kind)
-                if spec is not None and spec.resumable and not (
-                        spec.resumable == "once" and job.resumed):
-                    job.state, job.resumed, job.started_at = "queued", True, None
-                    self._enqueue(job)
-                else:
-                    interrupted.append(job)
+            elif fate == "interrupted":
+                interrupted.append(job)
         for job in interrupted:
             await self._finish(job, "failed", error=INTERRUPTED, code=JOB_FAILED)
         for agent_id, queue in self._queues.items():
