@@ -222,43 +222,61 @@ class JobManager:
     async def hold(self, agent_id: str, reason: str) -> None:
         """As :meth:`paused`, until :meth:`release`: ``agent_id``'s workspace closes, and
         its jobs wait (journaled queued, so also across a restart) until it opens again.
-        Holding a held workspace adds nothing."""
-        self._hold(agent_id)
+        Holding a held workspace adds nothing. Its queued jobs are journaled held before
+        this returns (shielded): a restart right after keeps them, whatever their kind."""
+        for job in self._hold(agent_id):
+            await self._record_held(job)
         await self._stop_running(agent_id, reason)
 
     def hold_nowait(self, agent_id: str, reason: str) -> None:
         """As :meth:`hold`, without waiting for the running jobs to end their handlers:
         ``agent_id``'s workspace stopped serving (it failed), and what they would go on
         to do to its folder must not happen (once a link took the folder's place, it
-        would be done to another folder). They are queued again once they have ended."""
-        self._hold(agent_id)
+        would be done to another folder). They are queued again once they have ended.
+        The queued ones are journaled held in the background, each published once it is."""
+        self._record_held_soon(self._hold(agent_id))
         if self._cut_running(agent_id):
             log.info("workspace %s: its running jobs stop (%s)", agent_id, reason)
 
-    def _hold(self, agent_id: str) -> None:
-        if agent_id not in self._held:
-            self._held.add(agent_id)
-            self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
-            self._mark_held(agent_id, True)
+    def _hold(self, agent_id: str) -> builtins.list[JobRecord]:
+        """Hold ``agent_id``'s jobs; those queued whose record changed (to journal)."""
+        if agent_id in self._held:
+            return []
+        self._held.add(agent_id)
+        self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
+        return self._mark_held(agent_id, True)
 
     def release(self, agent_id: str) -> None:
-        """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it)."""
+        """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it).
+        Journaled in the background: a restart before that holds them until it opens."""
         if agent_id in self._held:
             self._held.discard(agent_id)
-            self._mark_held(agent_id, False)
+            self._record_held_soon(self._mark_held(agent_id, False))
             self._unpause(agent_id)
 
-    def _mark_held(self, agent_id: str, held: bool) -> None:
-        """Record on each of ``agent_id``'s unfinished jobs whether it is held: journaled,
-        a restart keeps it held until its workspace opens (the running ones are journaled
-        once they are queued again)."""
+    def _mark_held(self, agent_id: str, held: bool) -> builtins.list[JobRecord]:
+        """Record on each of ``agent_id``'s unfinished jobs whether it is held (a restart
+        keeps a job journaled held until its workspace opens; the running ones are
+        journaled once they are queued again); the queued ones changed, to journal."""
+        changed = []
         for job in self._jobs.get(agent_id, {}).values():
             if job.state in ACTIVE and job.held != held:
                 job.held = held
                 if job.state == "queued":
-                    self._publish("job.state", job.as_dict())
-                    if self._nursery is not None:  # before run: its start journals all
-                        self._nursery.start_soon(self._journal, job)
+                    changed.append(job)
+        return changed
+
+    async def _record_held(self, job: JobRecord) -> None:
+        """Journal ``job``'s held mark, then publish it: what is told is on disk."""
+        await self._journal(job)
+        self._publish("job.state", job.as_dict())
+
+    def _record_held_soon(self, jobs: builtins.list[JobRecord]) -> None:
+        for job in jobs:
+            if self._nursery is None:  # before run: its start journals all
+                self._publish("job.state", job.as_dict())
+            else:
+                self._nursery.start_soon(self._record_held, job)
 
     def _unpause(self, agent_id: str) -> None:
         self._paused[agent_id] -= 1
@@ -463,7 +481,7 @@ class JobManager:
             await self._finish(job, "failed", error=INTERRUPTED, code=JOB_FAILED)
         for agent_id, queue in self._queues.items():
             if self._hold_recovered or any(job.held for job in queue):
-                self._hold(agent_id)
+                self._record_held_soon(self._hold(agent_id))  # journaled: the rewrite
         await self._journal_log.rewrite(self._retained())
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
