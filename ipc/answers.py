@@ -329,6 +329,8 @@ class DreamUndone(TypedDict):
     restored: list[str]
     removed: list[str]
     forced_over: list[str]
+    #: The run's notes the next run reads again (their catalog records were put back).
+    dreamed_again: list[str]
 
 
 class BackupSummary(TypedDict):

@@ -416,8 +416,11 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
     if as_json:
         print_json(out, result)
     else:
+        again = result.get("dreamed_again") or []
         out.write(f"undid dream run {ns.undo}: restored {len(result['restored'])}, "
-                  f"removed {len(result['removed'])} file(s)\n")
+                  f"removed {len(result['removed'])} file(s)"
+                  + (f"; the next dream reads {len(again)} note(s) again" if again else "")
+                  + "\n")
     return EXIT_OK
 
 

@@ -73,3 +73,32 @@ def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> Non
                 legacy.unlink()
         except (CorruptState, OSError) as exc:
             log.warning("leaving %s in place: %s", legacy, exc)
+
+
+def undo_changes(path: Path, run: Mapping[str, object]) -> list[str]:
+    """Put back the records of the catalog at ``path`` that the dream run whose record is
+    ``run`` changed, each as it was before the run, unless a later run changed it since
+    (what that run did stands); the run's notes whose records went back, which the next
+    run reads again. A record of before runs kept their catalog changes: the records of
+    its notes that still name it are removed."""
+    catalog = load_catalog(path)
+    changes = run.get("catalog")
+    if not isinstance(changes, Mapping):
+        notes = run.get("notes")
+        changes = {n: {"before": None, "after": catalog[n]}
+                   for n in (notes if isinstance(notes, list) else [])
+                   if n in catalog and catalog[n].get("run_id") == run.get("run_id")}
+    put_back = []
+    for rel, change in changes.items():
+        if not isinstance(change, Mapping) or catalog.get(rel) != change.get("after"):
+            continue
+        before = change.get("before")
+        if isinstance(before, dict):
+            catalog[rel] = before
+        else:
+            catalog.pop(rel, None)
+        put_back.append(str(rel))
+    if put_back:
+        save_catalog(path, catalog)
+    notes = run.get("notes")
+    return sorted(r for r in put_back if isinstance(notes, list) and r in notes)

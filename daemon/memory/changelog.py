@@ -68,6 +68,14 @@ class FileBefore(TypedDict):
     after_sha256: str | None
 
 
+class CatalogChange(TypedDict):
+    """A dream catalog record a run changed: as it was (None: there was none) and as the
+    run left it (None: it removed it). Undo puts ``before`` back."""
+
+    before: JsonObject | None
+    after: JsonObject | None
+
+
 class DreamRecord(TypedDict):
     """The machine record ``<run_id>.json`` of a dream run."""
 
@@ -80,6 +88,7 @@ class DreamRecord(TypedDict):
     failed_notes: dict[str, str]
     actions: list[Action]
     files: dict[str, FileBefore]
+    catalog: NotRequired[dict[str, CatalogChange]]  # left out by records of before it
     undone: str | None
 
 
@@ -139,6 +148,15 @@ class RunLog:
     left: int = 0
     #: The model's tool calls refused for passing a limit (see ``llm.ToolBudget``).
     tool_calls_refused: int = 0
+    #: The dream catalog records the run changed, for undo (:meth:`record_catalog`).
+    catalog: dict[str, CatalogChange] = field(default_factory=dict)
+
+    def record_catalog(self, path: str, before: JsonObject | None,
+                       after: JsonObject | None) -> None:
+        """Remember a change of ``path``'s catalog record; the first ``before`` stays."""
+        first = self.catalog.get(path)
+        self.catalog[path] = {"before": before if first is None else first["before"],
+                              "after": after}
 
     def record_write(self, path: str, before: bytes | None, after: bytes | None) -> FileBefore:
         """Remember a write; the first ``before`` of a path is what undo restores. Returns
@@ -165,7 +183,7 @@ class RunLog:
         return {"version": _VERSION, "run_id": self.run_id, "started": self.started,
                 "finished": self.finished, "trigger": self.trigger, "notes": self.notes,
                 "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
-                "undone": None}
+                "catalog": self.catalog, "undone": None}
 
     def summary(self) -> RunSummary:
         counts: dict[str, int] = {}
@@ -284,6 +302,11 @@ def _damage(data: JsonObject) -> str | None:
             return f"the previous version of {rel!r} is not base64 text"
         if after is not None and not (isinstance(after, str) and _SHA256_RE.match(after)):
             return f"the checksum of {rel!r} is not a SHA-256"
+    catalog = data.get("catalog", {})
+    if not isinstance(catalog, dict) or not all(
+            isinstance(c, dict) and all(isinstance(c.get(k), dict | None) for k in
+                                        ("before", "after")) for c in catalog.values()):
+        return "catalog must map paths to their records before and after"
     return None
 
 
@@ -464,4 +487,4 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     atomic_write(REAL, md, log_text + f"\nUndone at {now}: restored {len(restored)}, removed "
                  f"{len(removed)} file(s){' (forced)' if conflicts else ''}.\n".encode())
     return {"run_id": run_id, "restored": restored, "removed": removed,
-            "forced_over": conflicts if force else []}
+            "forced_over": conflicts if force else [], "dreamed_again": []}

@@ -90,7 +90,7 @@ class Consolidation:
     # -- jobs --------------------------------------------------------------------------
 
     async def dream_job(self, job: JobContext) -> changelog.RunSummary:
-        from recalld.daemon.memory import dream
+        from recalld.daemon.memory import dream, dreamruns
 
         ws = (await workspace_of_job(self._get_workspace, job.agent_id,
                                      self._wait_changed) if job.resumed
@@ -99,9 +99,10 @@ class Consolidation:
             await self._retry_failed_resources(job.agent_id)
         async with one_host_at_a_time(ws, DREAM_KIND) as shared:
             chat = ws.services.chat.client()  # "no chat model configured" fails it
-            return await dream.run_dream(
-                ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-                progress=job.set_progress, job_id=job.job_id, shared=shared)
+            with dreamruns.dreaming(ws.root):
+                return await dream.run_dream(
+                    ws, chat, trigger=str(job.params.get("trigger") or "manual"),
+                    progress=job.set_progress, job_id=job.job_id, shared=shared)
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)

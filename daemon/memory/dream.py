@@ -204,6 +204,15 @@ class _Run:
     async def journaled(self, entry: JsonObject) -> None:
         await trio.to_thread.run_sync(self.journal.append, [entry])
 
+    async def set_catalog(self, catalog: dict[str, JsonObject], rel: str,
+                          rec: JsonObject | None) -> None:
+        """Change ``rel``'s catalog record (None: remove it), kept for undo (and journaled)."""
+        before = catalog.pop(rel, None)
+        if rec is not None:
+            catalog[rel] = rec
+        self.log.record_catalog(rel, before, rec)
+        await self.journaled({"catalog": rel, "before": before, "after": rec})
+
     async def act(self, record: changelog.Action) -> None:
         """Keep one action in the run's log (and its journal)."""
         self.log.actions.append(record)
@@ -379,14 +388,18 @@ async def run_dream(
         if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
             await dreamlinks.follow_moves(run, moves)
             for new, old in moves.items():
-                rec = catalog.pop(old)
-                catalog[new] = {k: v for k, v in rec.items() if k != DELETED_AT} | {"path": new}
+                rec = catalog[old]
+                await run.set_catalog(catalog, old, None)
+                await run.set_catalog(catalog, new, {k: v for k, v in rec.items()
+                                                     if k != DELETED_AT} | {"path": new})
         if gone or back:  # notes deleted (their claims stay), or there again
             await dreamlinks.follow_deleted(run, gone, back)
             for rel in gone:
-                catalog[rel] = {**catalog[rel], DELETED_AT: started.isoformat()}
+                await run.set_catalog(catalog, rel, {**catalog[rel],
+                                                     DELETED_AT: started.isoformat()})
             for rel in back:
-                catalog[rel] = {k: v for k, v in catalog[rel].items() if k != DELETED_AT}
+                await run.set_catalog(catalog, rel, {k: v for k, v in catalog[rel].items()
+                                                     if k != DELETED_AT})
         await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
@@ -429,12 +442,14 @@ async def run_dream(
                 log.warning("dream of %s: %s not processed: %s", ws.agent_id, note, exc)
                 run.log.failed_notes[note] = exc.message
                 await run.journaled({"failed_note": note, "reason": exc.message})
-                catalog[note] = {"path": note, "digest": sha, "state": "failed",
-                                 "reason": exc.message, "run_id": run.log.run_id}
+                await run.set_catalog(catalog, note, {
+                    "path": note, "digest": sha, "state": "failed", "reason": exc.message,
+                    "run_id": run.log.run_id})
                 continue
-            catalog[note] = {"path": note, "digest": sha,
-                             "state": OPEN_STATE if opened and not waited else "processed",
-                             "run_id": run.log.run_id, "processed_at": started.isoformat()}
+            await run.set_catalog(catalog, note, {
+                "path": note, "digest": sha,
+                "state": OPEN_STATE if opened and not waited else "processed",
+                "run_id": run.log.run_id, "processed_at": started.isoformat()})
             await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
         await _refresh_interests(run)

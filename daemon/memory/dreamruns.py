@@ -4,12 +4,16 @@ runs going on in this daemon, which neither may touch. No task; nothing to stop.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
 import trio
 
 from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, runjournal
+from recalld.daemon.memory.catalog import catalog_path, undo_changes
 from recalld.daemon.memory.fileops import fileops_for
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
@@ -19,24 +23,48 @@ INTERESTS_FILE: Final = "interests.yaml"
 #: The runs going on in this daemon (their ids are unique): a run's record is written when
 #: it ends, over an undo made before, so none is undone while it runs.
 RUNNING: set[str] = set()
+#: The workspaces (by folder) a dream job is at work in: it holds their dream catalog in
+#: memory from its start and saves it over what an undo would put back.
+DREAMING: set[Path] = set()
+
+
+@contextlib.contextmanager
+def dreaming(root: Path) -> Iterator[None]:
+    """A dream job is at work in the workspace at ``root`` inside (no undo meanwhile)."""
+    DREAMING.add(root)
+    try:
+        yield
+    finally:
+        DREAMING.discard(root)
 
 
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
-    """Undo one dream run (see :func:`changelog.undo_run`), then re-index what it touched."""
+    """Undo one dream run (see :func:`changelog.undo_run`) and what it did to the dream
+    catalog (:func:`catalog.undo_changes`: its notes are read again by the next run),
+    then re-index what it touched."""
     if run_id in RUNNING:
         raise AlreadyRunning(f"dream run {run_id} is still running: cancel its job or "
                              "let it finish, then undo it")
+    if ws.root in DREAMING:
+        raise AlreadyRunning(f"a dream of workspace {ws.agent_id!r} is running: undo run "
+                             f"{run_id} once it ended (or cancel its job)")
     settings = ws.settings
     files = fileops_for(ws)
     directory = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, directory, RUNNING)
+
+    def undo_run() -> DreamUndone:
+        result = changelog.undo_run(
+            ws.root, directory, run_id, digest_dir=settings.digest_dir, force=force,
+            now=datetime.now(UTC).isoformat(),
+            derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"}))
+        result["dreamed_again"] = undo_changes(
+            catalog_path(ws.root, settings.metadata_dir, "dream"),
+            changelog.load_run(directory, run_id))
+        return result
+
     async with files.lock:
-        result = await trio.to_thread.run_sync(
-            lambda: changelog.undo_run(
-                ws.root, directory, run_id,
-                digest_dir=settings.digest_dir, force=force,
-                now=datetime.now(UTC).isoformat(),
-                derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"})))
+        result = await trio.to_thread.run_sync(undo_run)
     # What it put back may name renamed nodes again (a link, a History archive).
     dreamlinks.forget_seen(ws)
     try:

@@ -45,7 +45,8 @@ class Journal:
         self._open = False
 
     def append(self, entries: Sequence[JsonObject]) -> None:
-        """Append ``entries`` (``{"file": path, ...}`` or ``{"action": ...}``), durably."""
+        """Append ``entries`` (``{"file": path, ...}``, ``{"catalog": path, ...}`` or
+        ``{"action": ...}``), durably."""
         if not self._open:
             self._log.open()
             self._open = True
@@ -80,6 +81,10 @@ def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
             run.after[path] = after if isinstance(after, str) else None
         elif isinstance(rec.get("action"), dict):
             run.actions.append(cast(changelog.Action, rec["action"]))
+        elif isinstance(rec.get("catalog"), str):
+            before, after = rec.get("before"), rec.get("after")
+            run.record_catalog(str(rec["catalog"]), before if isinstance(before, dict) else None,
+                               after if isinstance(after, dict) else None)
         elif isinstance(rec.get("failed_note"), str):
             run.failed_notes[str(rec["failed_note"])] = str(rec.get("reason") or "")
     return run

@@ -1,0 +1,132 @@
+"""An undone dream run is dreamed again: its notes are read by the next run, and what it
+did to the catalog (a renamed note followed, a deleted one marked) is undone with its
+files (a real daemon and a scripted model, see test_dream.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+
+from recalld.daemon.memory import changelog, runjournal
+from recalld.daemon.memory.catalog import load_catalog, save_catalog, undo_changes
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+CAT = "digest/personal/cat.md"
+
+
+def undo(daemon: DaemonHandle, run_id: str) -> dict[str, object]:
+    result: dict[str, object] = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run_id})
+    return result
+
+
+def test_the_notes_of_an_undone_run_are_dreamed_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Undone, the run's node went, but its notes stayed "processed" in the catalog: the
+    # next run found nothing to do, and what they said was in no node ever again.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, other = "memory/2026-03-14/pets.md", "memory/2026-03-15/garden.md"
+    write(root, note, "Our cat is called Miso; she is afraid of the hoover.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- the cat is Miso",
+                                        "reason": "fact"})]]
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    assert first["actions"] == {"CREATE": 1}
+    write(root, other, "The roses need water on Sundays.\n")  # dreamed by a later run
+    assert dream(daemon)["notes"] == 1
+
+    undone = undo(daemon, first["run_id"])
+    assert CAT in undone["removed"] and undone["dreamed_again"] == [note], undone
+    assert not (root / CAT).exists()
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- the cat is Miso, shy",
+                                        "reason": "fact"})]]
+    again = dream(daemon)
+    assert again["notes"] == 1 and again["actions"] == {"CREATE": 1}, again
+    assert "- the cat is Miso, shy" in node(root, CAT)[1]
+    assert dream(daemon)["run_id"] is None  # once
+
+
+def test_undoing_a_run_that_marked_a_deleted_note_marks_it_again_next_run(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The undo put the node back as it was, linking the deleted note, but the catalog
+    # kept the note marked deleted: no later run unlinked it, a dangling link for good.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-03-14/vet visit.md"
+    write(root, note, "Miso sees the vet on Tuesdays.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- Miso sees the vet",
+                                        "reason": "fact"})]]
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    linked = (root / CAT).read_bytes()
+    (root / note).unlink()
+    marked = dream(daemon)
+    assert marked["actions"] == {"RELINK": 1}
+    unlinked = (root / CAT).read_bytes()
+
+    undone = undo(daemon, marked["run_id"])
+    assert CAT in undone["restored"] and undone["dreamed_again"] == [], undone
+    assert (root / CAT).read_bytes() == linked
+    again = dream(daemon)
+    assert again["actions"] == {"RELINK": 1}, again
+    assert (root / CAT).read_bytes() == unlinked
+    assert dream(daemon)["run_id"] is None
+
+
+def test_undoing_a_run_that_followed_a_renamed_note_follows_it_again_next_run(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, moved = "memory/2026-03-14/vet.md", "memory/2026-03-14/pets/vet.md"
+    write(root, note, "Miso sees the vet on Tuesdays.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- Miso sees the vet",
+                                        "reason": "fact"})]]
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    linked = (root / CAT).read_bytes()
+    (root / moved).parent.mkdir(parents=True)
+    (root / note).rename(root / moved)
+    followed = dream(daemon)
+    assert followed["notes"] == 0 and followed["run_id"] is not None, followed
+    relinked = (root / CAT).read_bytes()
+    assert f"[[{moved}]]" in relinked.decode()
+
+    undo(daemon, followed["run_id"])
+    assert (root / CAT).read_bytes() == linked
+    asked = len(fake.requests)
+    again = dream(daemon)
+    assert again["notes"] == 0 and again["run_id"] is not None, again
+    assert len(fake.requests) == asked  # followed, not read again
+    assert (root / CAT).read_bytes() == relinked
+    assert dream(daemon)["run_id"] is None
+
+
+def test_a_run_cut_short_keeps_its_catalog_changes_for_undo(tmp_path: Path) -> None:
+    # Its record is made from its journal: without the catalog changes in it, undoing a
+    # run that a crash cut short left its notes processed and its deletions marked.
+    runs = tmp_path / "runs"
+    cat = tmp_path / "dream.jsonl.zst"
+    note, gone = "memory/2026-03-14/a.md", "memory/2026-03-13/b.md"
+    earlier = {"path": gone, "digest": "1" * 64, "state": "processed", "run_id": "r0"}
+    run = changelog.RunLog(changelog.new_run_id(datetime.now(UTC)), "t", "manual",
+                           notes=[note])
+    journal = runjournal.Journal(runs, run)
+    marked = {**earlier, "deleted_at": "t"}
+    read = {"path": note, "digest": "2" * 64, "state": "processed", "run_id": run.run_id}
+    journal.append([{"catalog": gone, "before": earlier, "after": marked},
+                    {"catalog": note, "before": None, "after": read}])
+    save_catalog(cat, {gone: marked, note: read})
+    [(recovered, cut)] = runjournal.recover(runs, ())
+    assert cut
+    again = undo_changes(cat, changelog.load_run(runs, recovered.run_id))
+    assert again == [note]
+    assert load_catalog(cat) == {gone: earlier}
