@@ -86,7 +86,7 @@ def test_refusals_and_merges_are_in_the_change_log(daemon_factory: Any, fake: Fa
     assert log["added"] == ["- 妹妹安娜住在奥地利格拉茨，是护士",
                             "- Works night shifts at the 市立医院"]
     md = (root / job["result"]["log"]).read_text()
-    assert "## Rewrites refused" in md and "would have dropped 4 bullet point(s)" in md
+    assert "## Rewrites refused" in md and "would have dropped 4 line(s)" in md
     for bullet in ("妹妹安娜住在格拉茨", "flies the A320 out of Vienna",
                    "花粉症：每年春天都很严重"):
         assert f"  - {bullet}" in md, (bullet, md)

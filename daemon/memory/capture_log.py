@@ -167,12 +167,12 @@ def render_markdown(run: CaptureRun) -> str:
     lines.append("")
     if run.refused:
         lines += ["## Rewrites refused", "",
-                  "Each would have dropped bullet points the note already held; the note "
+                  "Each would have dropped lines the note already held; the note "
                   "kept them.", ""]
         for refusal in run.refused:
             dropped = refusal.get("dropped") or []
             lines.append(f"- `{refusal.get('tool')}` of [[{refusal.get('path')}]] would have "
-                         f"dropped {len(dropped)} bullet point(s):")
+                         f"dropped {len(dropped)} line(s):")
             lines += [f"  - {str(d).lstrip('-*+ ').strip() or d}" for d in dropped]
         lines.append("")
     return "\n".join(lines)

@@ -1,12 +1,13 @@
 """The tools a chat model gets in an auto_memory run: this session's note of one day.
 
 A rewrite never loses a fact: a ``daily_write`` or ``edit`` of the note that would drop
-one of its bullet points is refused, and the model is told which, so it can write again
-keeping them. A model that does not (it answers, or runs out of steps) would leave the
-new facts of the turns in the dialog file only, though the turns are committed: so at the
-end of its run the last refused version of the note is written after all, with the
-dropped bullet points put back at its end (:meth:`SessionTools.keep_refused`). Neither
-the old facts nor the new ones are lost; a refused rewrite that adds no bullet point of
+one of its bullet points or lines of prose (what ``memory.add_note`` wrote as sentences:
+headings, rules and code fences aside) is refused, and the model is told which, so it
+can write again keeping them. A model that does not (it answers, or runs out of steps)
+would leave the new facts of the turns in the dialog file only, though the turns are
+committed: so at the end of its run the last refused version of the note is written
+after all, with the dropped lines put back at its end (:meth:`SessionTools.keep_refused`).
+Neither the old facts nor the new ones are lost; a refused rewrite that adds no line of
 its own, or a note changed since (by a person), is left as it is.
 """
 
@@ -40,7 +41,7 @@ def _drops(before: str, after: str) -> list[str]:
     """The bullet points of ``before``'s body that ``after`` drops, both masked as the
     model was shown the note (a secret typed into a bullet comes back masked, which is no
     drop; and a refusal quotes bullets as the model and the records see them)."""
-    return dropped_bullets(redact(body_of(before)[0]), redact(body_of(after)[0]))
+    return dropped_bullets(redact(body_of(before)[0]), redact(body_of(after)[0]), prose=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +79,12 @@ class SessionTools:
         dropped = refused.dropped
         self.refused.append({"tool": tool, "path": rel, "dropped": dropped})
         self._unsettled[rel] = refused
-        log.warning("auto_memory: refused a %s of %s that dropped %d bullet point(s)",
+        log.warning("auto_memory: refused a %s of %s that dropped %d line(s)",
                     tool, rel, len(dropped))
         listed = "\n".join(dropped[:20])
-        return (f"error: refused: this would drop {len(dropped)} bullet point(s) the note "
-                f"already holds. Write the whole note again keeping them (correct a fact by "
-                f"rewording its bullet, never by removing it):\n{listed}")
+        return (f"error: refused: this would drop {len(dropped)} line(s) (bullet points or "
+                f"sentences) the note already holds. Write the whole note again keeping "
+                f"them (correct a fact by rewording it, never by removing it):\n{listed}")
 
     async def _check_edit(self, rel: str, old: str, new: str) -> _Refused | None:
         """The edit as a refused rewrite if it drops bullet points, judged on the whole

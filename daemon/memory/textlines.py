@@ -35,17 +35,28 @@ _CJK = ("\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
 _WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
 
 
-def dropped_bullets(old: str, new: str) -> list[str]:
+# Lines that state nothing of their own: headings, rules, code fences, table rules.
+_NO_FACT = re.compile(r"^\s*(?:#|```|~~~|(?:[-*_]\s*){3,}$|\|?\s*:?-{3,})")
+
+
+def dropped_bullets(old: str, new: str, *, prose: bool = False) -> list[str]:
     """The list items of ``old`` (``-``, ``*``, ``+``, ``•``, numbered, ``1、``, nested too)
-    that no line of ``new`` keeps, as written in ``old``. A line keeps an item if it holds
+    that no line of ``new`` keeps, as written in ``old``; with ``prose``, its lines of
+    prose too (not headings, rules or code fences). A line keeps an item if it holds
     all of the item's words (case-insensitive; in CJK text, its characters): a refinement
     that adds detail keeps it."""
     new_words = [set(_WORD.findall(ln)) for ln in content_lines(new)]
     out = []
     for line in old.splitlines():
         mark = _BULLET_MARK.match(line)
-        if mark and line[mark.end():].strip():
-            words = set(_WORD.findall(norm_line(line[mark.end():])))
+        if mark:
+            item = line[mark.end():]
+        elif prose and not _NO_FACT.match(line):
+            item = line
+        else:
+            continue
+        if item.strip():
+            words = set(_WORD.findall(norm_line(item)))
             if words and not any(words <= have for have in new_words):
                 out.append(line.strip())
     return out
