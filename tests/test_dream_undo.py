@@ -7,12 +7,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
-from fakes.provider_server import FakeProvider
+from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from waits import wait_for
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.memory.catalog import load_catalog, save_catalog, undo_changes
+from recalld.ipc.errors import AlreadyRunning
 
 __all__ = ["fake"]  # the fixture, imported for the tests here
 
@@ -130,3 +133,28 @@ def test_a_run_cut_short_keeps_its_catalog_changes_for_undo(tmp_path: Path) -> N
     again = undo_changes(cat, changelog.load_run(runs, recovered.run_id))
     assert again == [note]
     assert load_catalog(cat) == {gone: earlier}
+
+
+def test_no_undo_while_a_dream_of_the_workspace_runs(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The dream going on holds the catalog and saves it after each note: what an undo
+    # put back meanwhile would be written over, and its notes never dreamed again.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, later = "memory/2026-03-14/pets.md", "memory/2026-03-16/later.md"
+    write(root, note, "Our cat is called Miso.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": "- the cat is Miso",
+                                        "reason": "fact"})]]
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    write(root, later, "Nothing much.\n")
+    fake.script(Reply(delay_s=30))  # the next run's first request hangs
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
+    wait_for(lambda: not fake.pending_script(), "the next run to ask the model")
+    with pytest.raises(AlreadyRunning, match="is running"):
+        undo(daemon, first["run_id"])
+    assert (root / CAT).exists()
+    daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
+    assert undo(daemon, first["run_id"])["dreamed_again"] == [note]
+    assert dream(daemon)["notes"] == 2  # the undone run's note, and the one left
