@@ -47,3 +47,37 @@ def test_a_prose_line_added_by_the_agent_is_not_dropped_by_a_rewrite(
                           flush=True)["job_id"])
     assert job["state"] == "succeeded" and job["result"]["refused"] == [], job
     assert "near the front" in note.read_text()
+
+
+def note_added(d: Any, content: str) -> None:
+    d.call("memory.add_note", {"agent_id": "w", "session_id": "trip", "content": content})
+
+
+def test_a_note_the_agent_adds_to_during_the_run_keeps_the_runs_facts(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The model, shown the note before the agent added a line to it, wrote it again
+    # without that line: refused. It stopped there, and the run ended by writing its
+    # refused version with the line put back, but only if the note had not changed since
+    # the refusal: the agent had added another line meanwhile, so nothing was written,
+    # the turns were committed, and the run's new fact was in no note.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    note_added(d, "- Keeps bees in the garden")
+    first = fake.gate(lambda body: not any(m["role"] == "tool" for m in body["messages"]))
+    fake.script(write_note("trip", "- Keeps bees in the garden\n- Drinks green tea"), done())
+    job_id = add(d, "trip", turn("I drink green tea."), flush=True)["job_id"]
+    assert first.entered.wait(30)
+    note_added(d, "- Owns a red kayak")  # the model was not shown it
+    after = fake.gate(lambda body: any(m["role"] == "tool" for m in body["messages"]))
+    first.open()
+    assert after.entered.wait(30)  # the model heard of the refusal
+    note_added(d, "- Paddles on Sundays")
+    after.open()
+    job = wait_job(d, job_id)
+    assert job["state"] == "succeeded", job
+    assert job["result"]["refused"][0]["dropped"] == ["- Owns a red kayak"]
+    (note,) = notes(root)
+    body = note.read_text().split("---\n", 2)[2]
+    assert [ln for ln in body.splitlines() if ln] == [
+        "- Keeps bees in the garden", "- Owns a red kayak", "- Paddles on Sundays",
+        "- Drinks green tea"], body

@@ -8,7 +8,8 @@ would leave the new facts of the turns in the dialog file only, though the turns
 committed: so at the end of its run the last refused version of the note is written
 after all, with the dropped lines put back at its end (:meth:`SessionTools.keep_refused`).
 Neither the old facts nor the new ones are lost; a refused rewrite that adds no line of
-its own, or a note changed since (by a person), is left as it is.
+its own is left as it is, and a note changed since (by the agent, by a person) stands
+with the rewrite's new lines added.
 """
 
 from __future__ import annotations
@@ -172,18 +173,26 @@ class SessionTools:
 
     async def keep_refused(self) -> None:
         """Write each note's last refused rewrite that the model did not follow with a
-        write of its own, with the bullet points it dropped added back at its end: the
-        turns are committed after the run, so the new lines would be lost otherwise.
-        Skipped when the rewrite adds no bullet point the note lacks (it only dropped or
-        shortened some), or the note changed since it was refused."""
+        write of its own, with the lines it dropped added back at its end: the turns are
+        committed after the run, so the new lines would be lost otherwise. Skipped when
+        the rewrite adds no line the note lacks (it only dropped or shortened some). A
+        note changed since it was refused (the agent added to it, a person edited it)
+        stands as it is now, with the rewrite's new lines it lacks added at its end."""
         unsettled, self._unsettled = self._unsettled, {}
         for rel, refused in unsettled.items():
-            if not await trio.to_thread.run_sync(_drops, refused.wanted, refused.before):
-                continue  # no bullet point of its own: it only dropped or shortened
-            if await self._text(rel) != refused.before:
-                continue  # changed since: what is there now stands
-            merged = refused.wanted.rstrip("\n") + "\n" + "\n".join(refused.dropped) + "\n"
+            new = await trio.to_thread.run_sync(_drops, refused.wanted, refused.before)
+            if not new:
+                continue  # no line of its own: it only dropped or shortened
+            now = await self._text(rel)
+            if now != refused.before:  # what is there now stands, and the new lines
+                missing = await trio.to_thread.run_sync(_drops, "\n".join(new), now)
+                if not missing:
+                    continue
+                merged = now.rstrip("\n") + "\n" + "\n".join(missing) + "\n"
+            else:
+                merged = (refused.wanted.rstrip("\n") + "\n" + "\n".join(refused.dropped)
+                          + "\n")
             await self.ops.daily_write(self.session_id, PurePosixPath(rel).stem, merged,
                                        date=self.date)
-            log.info("auto_memory: wrote the refused rewrite of %s with its %d dropped "
-                     "bullet point(s) added back", rel, len(refused.dropped))
+            log.info("auto_memory: kept the new lines of the refused rewrite of %s; no "
+                     "line of the note was dropped", rel)
