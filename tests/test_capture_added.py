@@ -4,13 +4,15 @@ prose, is refused and the line is put back (a real daemon and a scripted chat se
 
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider
-from test_capture import add, config, done, notes, turn, write_note
-from waits import wait_job
+from fakes.provider_server import FakeProvider, chat_answer, tool_call
+from test_capture import add, config, done, memory_jobs, notes, turn, write_note
+from waits import ACTIVE, wait_for, wait_job
 
 
 @pytest.fixture
@@ -81,3 +83,46 @@ def test_a_note_the_agent_adds_to_during_the_run_keeps_the_runs_facts(
     assert [ln for ln in body.splitlines() if ln] == [
         "- Keeps bees in the garden", "- Owns a red kayak", "- Paddles on Sundays",
         "- Drinks green tea"], body
+
+
+FACT = re.compile(r"(?:turn|added)-\d+")
+
+
+def merging_model(req: Any) -> dict[str, Any]:
+    """Writes the note again with every fact it was shown (the note and the turns)."""
+    messages = req["messages"]
+    if messages[-1]["role"] == "tool":
+        return chat_answer("saved")
+    facts = sorted(set(FACT.findall("\n".join(str(m.get("content")) for m in messages))))
+    return chat_answer(None, [tool_call("daily_write", {
+        "name": "trip", "content": "".join(f"- {f} kept\n" for f in facts)})])
+
+
+def test_notes_added_while_runs_write_the_note_lose_nothing(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # memory.add_note read the note, then wrote it back with its line appended; a run's
+    # model wrote the note between the two (its check of what it dropped read the note
+    # before the append): whichever wrote last lost the other's lines.
+    fake.chat_default = merging_model
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0, interval=1))
+    note_added(d, "- added-0 by the agent")
+
+    def agent() -> None:
+        with d.connect() as conn:
+            for i in range(1, 60):  # reworded by the model: refused rewrites, merged
+                conn.call("memory.add_note", {"agent_id": "w", "session_id": "trip",
+                                              "content": f"- added-{i} by the agent"})
+
+    adding = threading.Thread(target=agent)
+    adding.start()
+    for i in range(40):
+        add(d, "trip", turn(f"Remember turn-{i}."))
+    adding.join()
+    add(d, "trip", [], flush=True)
+    wait_for(lambda: all(j["state"] not in ACTIVE for j in memory_jobs(d)), "runs done", 300)
+    (note,) = notes(root)
+    text = note.read_text()
+    lost = [f for f in [*(f"added-{i}" for i in range(60)), *(f"turn-{i}" for i in range(40))]
+            if not re.search(rf"\b{f}\b", text)]
+    assert not lost, (lost, text)

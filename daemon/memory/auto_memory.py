@@ -356,7 +356,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                               session_id=session_id, today=today)
             note_path = await ops.session_note(session_id, date)
             note_text = await ops.read_text(note_path) if note_path else None
-            tools = SessionTools(ops, session_id, date)
+            tools = SessionTools(ops, session_id, date, ws.services.note_lock)
             started = dt.datetime.now(dt.UTC)
             trigger = params.get("trigger")
             run_log = capture_log.CaptureRun(

@@ -60,8 +60,12 @@ class SessionTools:
 
     NAMES = ("daily_write", "read", "edit", "frontmatter_update")
 
-    def __init__(self, ops: FileOps, session_id: str, date: str) -> None:
+    def __init__(self, ops: FileOps, session_id: str, date: str,
+                 note_lock: trio.Lock | None = None) -> None:
         self.ops = ops
+        #: Held from the read of the note to its write (``memory.add_note`` holds it
+        #: too): an append made in between would be written over, or this write.
+        self.note_lock = note_lock if note_lock is not None else trio.Lock()
         self.session_id = session_id
         self.date = date
         #: Rewrites refused because they dropped bullet points of the note.
@@ -123,6 +127,12 @@ class SessionTools:
         return None
 
     async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
+        if name == "read":
+            return await self._call(name, arguments)
+        async with self.note_lock:
+            return await self._call(name, arguments)
+
+    async def _call(self, name: str, arguments: Mapping[str, object]) -> str:
         # What the model writes is redacted by the file operations themselves.
         args = dict(arguments)
         if name == "daily_write":
@@ -180,19 +190,22 @@ class SessionTools:
         stands as it is now, with the rewrite's new lines it lacks added at its end."""
         unsettled, self._unsettled = self._unsettled, {}
         for rel, refused in unsettled.items():
-            new = await trio.to_thread.run_sync(_drops, refused.wanted, refused.before)
-            if not new:
-                continue  # no line of its own: it only dropped or shortened
-            now = await self._text(rel)
-            if now != refused.before:  # what is there now stands, and the new lines
-                missing = await trio.to_thread.run_sync(_drops, "\n".join(new), now)
-                if not missing:
-                    continue
-                merged = now.rstrip("\n") + "\n" + "\n".join(missing) + "\n"
-            else:
-                merged = (refused.wanted.rstrip("\n") + "\n" + "\n".join(refused.dropped)
-                          + "\n")
-            await self.ops.daily_write(self.session_id, PurePosixPath(rel).stem, merged,
-                                       date=self.date)
-            log.info("auto_memory: kept the new lines of the refused rewrite of %s; no "
-                     "line of the note was dropped", rel)
+            async with self.note_lock:
+                await self._keep(rel, refused)
+
+    async def _keep(self, rel: str, refused: _Refused) -> None:
+        new = await trio.to_thread.run_sync(_drops, refused.wanted, refused.before)
+        if not new:
+            return  # no line of its own: it only dropped or shortened
+        now = await self._text(rel)
+        if now != refused.before:  # what is there now stands, and the new lines
+            missing = await trio.to_thread.run_sync(_drops, "\n".join(new), now)
+            if not missing:
+                return
+            merged = now.rstrip("\n") + "\n" + "\n".join(missing) + "\n"
+        else:
+            merged = refused.wanted.rstrip("\n") + "\n" + "\n".join(refused.dropped) + "\n"
+        await self.ops.daily_write(self.session_id, PurePosixPath(rel).stem, merged,
+                                   date=self.date)
+        log.info("auto_memory: kept the new lines of the refused rewrite of %s; no line of "
+                 "the note was dropped", rel)
