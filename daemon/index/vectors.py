@@ -296,7 +296,6 @@ class VectorIndex:
                 pass  # already marked in the saved file
         return self
 
-
     @classmethod
     def _from_matrix(cls, data: bytes, *, dim: int, live: Iterable[int], ef_search: int,
                      num_threads: int, exact_max: int) -> VectorIndex:
