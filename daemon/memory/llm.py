@@ -29,7 +29,6 @@ import trio
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.redact import redact
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError
 from recalld.daemon.workspaces import Workspace
@@ -120,6 +119,8 @@ class LoopResult:
         if self.cut == BUDGET_SPENT:
             return self.detail
         if self.cut == REFUSED:
+            from recalld.daemon.memory.redact import redact  # with the chat client
+
             return f"the chat model refused to answer: {redact(self.detail[:300])}"
         if self.cut == CALLS_AS_TEXT:
             return ("the chat model wrote its tool calls as text, or the server ended the "

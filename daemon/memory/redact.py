@@ -20,6 +20,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
+from recalld.daemon.memory.secret_names import MASK as MASK
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
     MIN_RUN_CHARS,
@@ -35,7 +36,6 @@ from recalld.daemon.memory.secret_rules import (
 if TYPE_CHECKING:
     from trio import CapacityLimiter
 
-MASK: Final = "[REDACTED]"
 #: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
 INLINE_CHARS: Final = 16_384
 

@@ -29,6 +29,8 @@ import re
 from collections.abc import Collection, Iterable
 from typing import Final
 
+#: What redaction puts in place of a secret, in text and in names (``redact.MASK``).
+MASK: Final = "[REDACTED]"
 #: A suffix kept as it is (``.md``, ``.jsonl``): a file's kind, never part of a secret
 #: (unless the rules mask it with the rest, then it goes too).
 _SUFFIX: Final = re.compile(r"\.[A-Za-z0-9]{1,8}\Z")
@@ -72,7 +74,7 @@ def mask_name(name: str) -> str:
     it masked; its suffix kept unless a masked part runs into it."""
     if not could_hold(name):
         return name
-    from recalld.daemon.memory.redact import MASK, find_spans
+    from recalld.daemon.memory.redact import find_spans
 
     suffix = _SUFFIX.search(name)
     cut = suffix.start() if suffix is not None and suffix.start() else len(name)

@@ -16,8 +16,7 @@ from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.memory.redact import MASK, masked_in, redact_async
-from recalld.daemon.memory.secret_names import shown_to_real
+from recalld.daemon.memory.secret_names import MASK, shown_to_real
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -77,6 +76,15 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
 def workspace_info(ws: Workspace) -> WorkspaceInfo:
     return {**ws.describe(), "settings": settings_for_wire(ws.settings)}
 
+def _masked_in(text: str) -> bool:
+    # The redaction rules (some fifty patterns compiled at import) are imported here, on
+    # the first new agent id, not with the daemon: a warm start's first answer does not
+    # wait for them.
+    from recalld.daemon.memory.redact import masked_in
+
+    return masked_in(text)
+
+
 @METHODS.add("daemon.ping", immediate=True, early=True)
 async def ping(ctx: CallContext, params: JsonObject) -> Pong:
     Params(params).done()
@@ -124,7 +132,7 @@ async def workspace_open(ctx: CallContext,
                             "printable characters, not only spaces")
     if path is not None and ("\x00" in path or not path.strip()):
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
-    if not ctx.state.registry.exists(agent_id) and masked_in(agent_id):
+    if not ctx.state.registry.exists(agent_id) and _masked_in(agent_id):
         # A new id names a folder and shows in every log line and status of it.
         raise InvalidParams("agent_id looks like a credential; use another id")
     async with progress.pumping():
@@ -216,6 +224,8 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     )
     text = got.text
     if as_agent != agent_id:  # a note typed by hand, read by another: masked as search has it
+        from recalld.daemon.memory.redact import redact_async
+
         text = await redact_async(text, keep_lines=True, limiter=ctx.state.services.cpu)
     return {
         "agent_id": agent_id,
