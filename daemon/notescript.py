@@ -15,6 +15,7 @@ gives that share; the encoding whose text has the highest is the note's.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -72,17 +73,38 @@ _HANGUL: Final = frozenset(
     "많이조금다시먼저같이혼자모두아직벌써항상가끔자주좀더잘못알려주세요문제해결방법"
 )
 _KANA: Final = "\u3041-\u30ff\uff66-\uff9d"
-_HANGUL_SYLLABLE: Final = re.compile("[\uac00-\ud7a3]")
+_HANGUL_SYLLABLES: Final = "[\uac00-\ud7a3]"
 # The letters of these scripts (not their punctuation, digits or symbols).
-_LETTER: Final = re.compile(f"[{_KANA}\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\uf900-\ufaff]")
+_LETTERS: Final = f"[{_KANA}\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\uf900-\ufaff]"
 
 
 def _class(chars: frozenset[str], ranges: str = "") -> re.Pattern[str]:
     return re.compile("[" + "".join(re.escape(c) for c in sorted(chars)) + ranges + "]")
 
 
-_TYPICAL: Final = {CHINESE: _class(_HANZI), JAPANESE: _class(_KANJI, _KANA),
-                   KOREAN: _class(_HANGUL | _HANZI)}
+# Every pattern here is compiled at its first use: classes of wide ranges or of a few
+# hundred characters take milliseconds each to compile, and only a note that is not UTF-8
+# needs them, never a daemon's start.
+@functools.cache
+def _letter() -> re.Pattern[str]:
+    return re.compile(_LETTERS)
+
+
+@functools.cache
+def _hangul_syllable() -> re.Pattern[str]:
+    return re.compile(_HANGUL_SYLLABLES)
+
+
+@functools.cache
+def _typical(language: str) -> re.Pattern[str]:
+    """``language``'s frequent letters as one character class."""
+    if language == CHINESE:
+        return _class(_HANZI)
+    if language == JAPANESE:
+        return _class(_KANJI, _KANA)
+    if language == KOREAN:
+        return _class(_HANGUL | _HANZI)
+    raise KeyError(language)
 
 
 def script_share(text: str, language: str) -> float:
@@ -90,8 +112,8 @@ def script_share(text: str, language: str) -> float:
     ``language`` (:data:`CHINESE`, :data:`JAPANESE`, :data:`KOREAN`) is made of: its
     frequent hanzi; kana and frequent kanji; frequent Hangul syllables and frequent hanja
     (0 when Hangul is not half the letters). 0 for a text with none of these letters."""
-    letters = _LETTER.subn("", text)[1]
-    hangul = _HANGUL_SYLLABLE.subn("", text)[1] if language == KOREAN else letters
+    letters = _letter().subn("", text)[1]
+    hangul = _hangul_syllable().subn("", text)[1] if language == KOREAN else letters
     if not letters or hangul * 2 < letters:
         return 0.0  # Korean is written in Hangul, with hanja here and there
-    return _TYPICAL[language].subn("", text)[1] / letters
+    return _typical(language).subn("", text)[1] / letters

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,20 @@ def test_numpy_blas_threads_follow_backfill_threads_unless_the_environment_chose
     assert env.get("OPENBLAS_NUM_THREADS") == expected
     assert {k: v for k, v in env.items() if k != "OPENBLAS_NUM_THREADS"} == {
         k: v for k, v in environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+
+def test_the_daemons_imports_compile_no_script_classes_until_a_note_needs_them() -> None:
+    # The frequent-letter classes that tell EUC-KR, EUC-JP and GBK notes apart (a few
+    # hundred characters each) are for notes that are not UTF-8: a start, whose first
+    # answer waits for the daemon's imports, does not compile them.
+    code = (
+        "from recalld.daemon.main import prepare_to_serve\n"
+        "prepare_to_serve(0)\n"
+        "from recalld.daemon import notescript\n"
+        "before = notescript._typical.cache_info().currsize\n"
+        "ko = notescript.script_share('오늘 회의 준비 확인했습니다', notescript.KOREAN)\n"
+        "print(before, notescript._typical.cache_info().currsize, ko > 0.5)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert proc.stdout.split() == ["0", "1", "True"]
