@@ -451,7 +451,7 @@ def test_interests_round_trip_and_decay() -> None:
 
 
 def test_undo_refuses_records_pointing_outside_the_digest(tmp_path: Path) -> None:
-    from recalld.daemon.memory import changelog
+    from recalld.daemon.memory import changelog, dreamundo
 
     runs = tmp_path / "mem_metadata/dream/runs"
     run = changelog.RunLog("20260101T000000Z-abcdef", "s", "manual")
@@ -463,5 +463,5 @@ def test_undo_refuses_records_pointing_outside_the_digest(tmp_path: Path) -> Non
     record["files"]["../outside.md"] = record["files"].pop("digest/wiki/a.md")
     (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
     with pytest.raises(RecalldError, match="outside digest"):
-        changelog.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t")
+        dreamundo.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t")
     assert (tmp_path / "digest/wiki/a.md").read_bytes() == b"new"

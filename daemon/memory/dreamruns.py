@@ -12,7 +12,7 @@ from typing import Final
 
 import trio
 
-from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, runjournal
+from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, dreamundo, runjournal
 from recalld.daemon.memory.catalog import catalog_path, undo_changes
 from recalld.daemon.memory.fileops import fileops_for
 from recalld.daemon.workspaces import Workspace
@@ -39,7 +39,7 @@ def dreaming(root: Path) -> Iterator[None]:
 
 
 async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
-    """Undo one dream run (see :func:`changelog.undo_run`) and what it did to the dream
+    """Undo one dream run (see :func:`dreamundo.undo_run`) and what it did to the dream
     catalog (:func:`catalog.undo_changes`: its notes are read again by the next run),
     then re-index what it touched."""
     if run_id in RUNNING:
@@ -54,7 +54,7 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     await dreaminbox.recover_journals(ws, directory, RUNNING)
 
     def undo_run() -> DreamUndone:
-        result = changelog.undo_run(
+        result = dreamundo.undo_run(
             ws.root, directory, run_id, digest_dir=settings.digest_dir, force=force,
             now=datetime.now(UTC).isoformat(),
             derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"}))
