@@ -75,12 +75,13 @@ def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> Non
             log.warning("leaving %s in place: %s", legacy, exc)
 
 
-def undo_changes(path: Path, run: Mapping[str, object]) -> list[str]:
+def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) -> list[str]:
     """Put back the records of the catalog at ``path`` that the dream run whose record is
     ``run`` changed, each as it was before the run, unless a later run changed it since
     (what that run did stands); the run's notes whose records went back, which the next
     run reads again. A record of before runs kept their catalog changes: the records of
-    its notes that still name it are removed."""
+    its notes that still name it are removed. With ``save`` false, only what it would put
+    back (the catalog is left as it is)."""
     catalog = load_catalog(path)
     changes = run.get("catalog")
     if not isinstance(changes, Mapping):
@@ -98,7 +99,7 @@ def undo_changes(path: Path, run: Mapping[str, object]) -> list[str]:
         else:
             catalog.pop(rel, None)
         put_back.append(str(rel))
-    if put_back:
+    if put_back and save:
         save_catalog(path, catalog)
     notes = run.get("notes")
     return sorted(r for r in put_back if isinstance(notes, list) and r in notes)

@@ -91,6 +91,7 @@ class Consolidation:
 
     async def dream_job(self, job: JobContext) -> changelog.RunSummary:
         from recalld.daemon.memory import dream, dreamruns
+        from recalld.daemon.memory.fileops import fileops_for
 
         ws = (await workspace_of_job(self._get_workspace, job.agent_id,
                                      self._wait_changed) if job.resumed
@@ -100,6 +101,8 @@ class Consolidation:
         async with one_host_at_a_time(ws, DREAM_KIND) as shared:
             chat = ws.services.chat.client()  # "no chat model configured" fails it
             with dreamruns.dreaming(ws.root):
+                async with fileops_for(ws).lock:  # before the run reads the catalog
+                    await dreamruns.finish_undos(ws)
                 return await dream.run_dream(
                     ws, chat, trigger=str(job.params.get("trigger") or "manual"),
                     progress=job.set_progress, job_id=job.job_id, shared=shared)

@@ -5,6 +5,7 @@ runs going on in this daemon, which neither may touch. No task; nothing to stop.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Final
 import trio
 
 from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, dreamundo, runjournal
-from recalld.daemon.memory.catalog import catalog_path, undo_changes
+from recalld.daemon.memory.catalog import catalog_path
 from recalld.daemon.memory.fileops import fileops_for
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import DreamRun, DreamUndone
-from recalld.ipc.errors import AlreadyRunning, UnknownWorkspace
+from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
+
+log = logging.getLogger(__name__)
 
 INTERESTS_FILE: Final = "interests.yaml"
 #: The runs going on in this daemon (their ids are unique): a run's record is written when
@@ -54,17 +57,15 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     await dreaminbox.recover_journals(ws, directory, RUNNING)
 
     def undo_run() -> DreamUndone:
-        result = dreamundo.undo_run(
+        return dreamundo.undo_run(
             ws.root, directory, run_id, digest_dir=settings.digest_dir, force=force,
             now=datetime.now(UTC).isoformat(),
-            derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"}))
-        result["dreamed_again"] = undo_changes(
-            catalog_path(ws.root, settings.metadata_dir, "dream"),
-            changelog.load_run(directory, run_id))
-        return result
+            derived=frozenset({f"{settings.digest_dir}/{INTERESTS_FILE}"}),
+            catalog=catalog_path(ws.root, settings.metadata_dir, "dream"))
 
-    async with files.lock:
+    async with files.lock:  # an undo a kill cut short is finished here, the asked one too
         result = await trio.to_thread.run_sync(undo_run)
+        await finish_undos(ws)
     # What it put back may name renamed nodes again (a link, a History archive).
     dreamlinks.forget_seen(ws)
     try:
@@ -75,6 +76,20 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     return result
 
 
+async def finish_undos(ws: Workspace) -> None:
+    """Finish the undos of the workspace's runs that a kill cut short (see
+    :func:`dreamundo.finish_pending`): before a dream reads its catalog, when runs are
+    listed or undone. The caller holds the workspace's writes. Raises NotAllowed when one
+    cannot be finished (a folder where it puts a file back): no dream runs before it is."""
+    settings = ws.settings
+    done = await trio.to_thread.run_sync(lambda: dreamundo.finish_pending(
+        ws.root, changelog.runs_dir(ws.root, settings.metadata_dir),
+        digest_dir=settings.digest_dir,
+        catalog=catalog_path(ws.root, settings.metadata_dir, "dream")))
+    if done:
+        dreamlinks.forget_seen(ws)
+
+
 async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     """The runs, newest first: those going on (as far as they got) and those ended (a run
     a crash cut short included, recovered from its journal)."""
@@ -82,6 +97,12 @@ async def runs(ws: Workspace, limit: int = 50) -> list[DreamRun]:
     going = set(RUNNING)  # read here: runs start and end in this thread
 
     await dreaminbox.recover_journals(ws, directory, RUNNING)
+    if ws.root not in DREAMING:  # else the dream finished them as it started
+        try:
+            async with fileops_for(ws).lock:
+                await finish_undos(ws)
+        except RecalldError as exc:  # the listing still answers; the next dream fails so
+            log.warning("%s: %s", ws.agent_id, exc.message)
 
     def listed() -> list[DreamRun]:
         now = [changelog.dream_summary(dict(r.to_json()))

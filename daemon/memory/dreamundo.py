@@ -6,14 +6,17 @@ Everything here blocks on the file system: run it in a worker thread.
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import os
 import stat
 from pathlib import Path
+from typing import Final, TypedDict
 
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.catalog import undo_changes
 from recalld.daemon.memory.changelog import (
     DamagedRecord,
     UndoConflict,
@@ -23,7 +26,7 @@ from recalld.daemon.memory.changelog import (
 )
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.answers import DreamUndone
-from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
+from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
@@ -75,22 +78,43 @@ def _later_writers(directory: Path, run: JsonObject, paths: list[str]) -> dict[s
     return {path: when[1] for path, when in found.items()}
 
 
+#: Beside ``<run_id>.json`` while an undo of the run is decided but not finished (a kill
+#: cut it short): :func:`finish_pending` finishes it, so the folder need not be read whole.
+PENDING_SUFFIX: Final = ".undoing"
+
+
+class UndoPending(TypedDict):
+    """An undo decided (the record says ``undone``) and not finished yet: the files it puts
+    back and removes, those it restores over later changes, whether it was forced."""
+
+    restored: list[str]
+    removed: list[str]
+    forced_over: list[str]
+    forced: bool
+
+
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
-             force: bool = False, now: str, derived: frozenset[str] = frozenset()) -> DreamUndone:
-    """Restore every file the run wrote to its bytes before the run.
+             force: bool = False, now: str, derived: frozenset[str] = frozenset(),
+             catalog: Path | None = None) -> DreamUndone:
+    """Restore every file the run wrote to its bytes before the run, and the records of the
+    dream ``catalog`` it changed (:func:`catalog.undo_changes`).
 
     ``derived`` files (``interests.yaml``: every run rewrites it from all it saw) are
     restored only if nothing changed them since; a later version is newer, not a conflict.
     Raises NotFound (no such run), InvalidParams (already undone), UndoConflict (a file
     changed since the run and ``force`` is false), DamagedRecord (the record cannot be
     read or is damaged), NotAllowed (a file it names, or its change log, cannot be read);
-    nothing is restored then.
+    nothing is restored then. Once decided, the undo is written in the run's record first:
+    an undo a kill cut short is finished by the next undo of the run or
+    :func:`finish_pending`, never left half done.
     """
     data = load_run(directory, run_id)
+    if isinstance(data.get("undo_pending"), dict):
+        return _finish(root, directory, data, digest_dir=digest_dir, catalog=catalog)
     if data.get("undone"):
         raise InvalidParams(f"dream run {run_id} was already undone at {data['undone']}")
     files: JsonObject = data.get("files") or {}
-    plan: list[tuple[str, Path, bytes | None]] = []
+    plan: list[tuple[str, bytes | None]] = []
     conflicts = []
     for rel, rec in sorted(files.items()):
         target = _confined(root, rel, digest_dir)
@@ -107,10 +131,10 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
                 continue
             conflicts.append(rel)
         if current != before:
-            plan.append((rel, target, before))
+            plan.append((rel, before))
     md = directory / f"{run_id}.md"
     try:  # read first: the undo is told in it, and nothing is restored if it cannot be
-        log_text = _current(md) or b""
+        _current(md)
     except OSError as exc:  # a link, a folder or a FIFO in its place
         raise NotAllowed(f"the change log {md.name} of the run cannot be read "
                          f"({exc.strerror}): nothing was restored") from None
@@ -121,19 +145,97 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         raise UndoConflict(
             f"changed since run {run_id}: {', '.join(shown)} (use --force to restore "
             "the previous versions anyway)", {"conflicts": conflicts, "later_runs": later})
-    restored, removed = [], []
-    for rel, target, before in plan:
-        if before is None:
-            target.unlink(missing_ok=True)
-            removed.append(rel)
-        else:
-            ensure_dir(REAL, target.parent)
-            atomic_write(REAL, target, before)
-            restored.append(rel)
+    pending: UndoPending = {
+        "restored": [rel for rel, before in plan if before is not None],
+        "removed": [rel for rel, before in plan if before is None],
+        "forced_over": conflicts if force else [], "forced": bool(conflicts)}
+    # The marker first: a kill before the record names the undo leaves a marker that
+    # finish_pending drops; after it, the undo is decided and is finished from the record.
+    atomic_write(REAL, directory / f"{run_id}{PENDING_SUFFIX}", b"")
     data["undone"] = now
-    atomic_write(REAL, directory / f"{run_id}.json",
+    data["undo_pending"] = dict(pending)
+    _save(directory, data)
+    return _finish(root, directory, data, digest_dir=digest_dir, catalog=catalog)
+
+
+def _save(directory: Path, data: JsonObject) -> None:
+    atomic_write(REAL, directory / f"{data['run_id']}.json",
                  orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    atomic_write(REAL, md, log_text + f"\nUndone at {now}: restored {len(restored)}, removed "
-                 f"{len(removed)} file(s){' (forced)' if conflicts else ''}.\n".encode())
+
+
+def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
+            catalog: Path | None) -> DreamUndone:
+    """Do (again) what the decided undo in ``data`` puts back: each step leaves alone what
+    a step cut short before already did, so a kill anywhere is finished by a next call."""
+    run_id = str(data["run_id"])
+    pending: JsonObject = data["undo_pending"]
+    files: JsonObject = data.get("files") or {}
+    restored, removed = list(pending.get("restored") or []), list(pending.get("removed") or [])
+    for rel in restored + removed:
+        rec = files.get(rel)
+        if not isinstance(rec, dict):
+            raise DamagedRecord(f"dream run {run_id}'s undo names {rel!r}, a file the run "
+                                "did not write")
+        target = _confined(root, rel, digest_dir)
+        before = None if rec.get("before") is None else base64.b64decode(rec["before"])
+        try:
+            if _current(target) == before:
+                continue
+            if before is None:
+                REAL.unlink(target)
+            else:
+                ensure_dir(REAL, target.parent)
+                atomic_write(REAL, target, before)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # a folder in its place since: the undo is finished later
+            raise NotAllowed(f"{rel} cannot be restored ({exc.strerror}): the undo of run "
+                             f"{run_id} is finished once it can be") from None
+    md = directory / f"{run_id}.md"
+    told = (f"\nUndone at {data['undone']}: restored {len(restored)}, removed "
+            f"{len(removed)} file(s){' (forced)' if pending.get('forced') else ''}.\n").encode()
+    try:
+        log_text = _current(md) or b""
+    except OSError as exc:
+        raise NotAllowed(f"the change log {md.name} of the run cannot be read "
+                         f"({exc.strerror}): the undo of run {run_id} is finished once it "
+                         "can be") from None
+    if not log_text.endswith(told):
+        atomic_write(REAL, md, log_text + told)
+    if catalog is not None:
+        if not isinstance(pending.get("dreamed_again"), list):
+            # Kept before the catalog is saved: finished again, the answer is the same.
+            pending["dreamed_again"] = undo_changes(catalog, data, save=False)
+            _save(directory, data)
+        undo_changes(catalog, data)
+    again = [str(n) for n in pending.get("dreamed_again") or []]
+    del data["undo_pending"]
+    _save(directory, data)
+    with contextlib.suppress(FileNotFoundError):
+        REAL.unlink(directory / f"{run_id}{PENDING_SUFFIX}")
     return {"run_id": run_id, "restored": restored, "removed": removed,
-            "forced_over": conflicts if force else [], "dreamed_again": []}
+            "forced_over": list(pending.get("forced_over") or []), "dreamed_again": again}
+
+
+def finish_pending(root: Path, directory: Path, *, digest_dir: str,
+                   catalog: Path) -> list[DreamUndone]:
+    """Finish each undo of a run in ``directory`` that a kill cut short (see
+    :func:`undo_run`); a marker left by a kill before the undo was decided goes."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(PENDING_SUFFIX)]
+    except FileNotFoundError:
+        return []
+    done = []
+    for name in sorted(names):
+        run_id = name.removesuffix(PENDING_SUFFIX)
+        try:
+            data = load_run(directory, run_id)
+        except NotFound:
+            data = {}
+        if isinstance(data.get("undo_pending"), dict):
+            done.append(_finish(root, directory, data, digest_dir=digest_dir,
+                                catalog=catalog))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                REAL.unlink(directory / name)
+    return done
