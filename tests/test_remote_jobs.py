@@ -71,3 +71,36 @@ def test_a_note_one_host_dreamed_is_not_dreamed_again_by_another(
     third: dict[str, Any] = finished_job(a, "auto_dream")
     assert third["result"]["notes"] == 1, third
     assert sorted(dreamed_notes(fake)) == sorted([*day, day[1]])
+
+
+def test_the_notes_of_an_undone_run_are_dreamed_again_by_every_host(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        fake: FakeProvider) -> None:
+    # The undo put the notes back in this host's catalog only: the hosts' catalog on the
+    # server still had them processed, and it wins when a dream reads its catalog, so no
+    # host dreamed them again (dreamed_again said otherwise).
+    model = ScriptedModel(fake)
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    note, kayak = "memory/2026-11-04/kayak.md", "digest/wiki/kayak.md"
+    write(a, note, "# Paddling\nThe kayak is kept in the boathouse, second rack.\n")
+    wait_for(lambda: converged(a, b) and (root(b) / note).exists(), what="the note on b")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                        "name": "Kayak", "content": "- in the boathouse",
+                                        "reason": "gear"})]]
+    first: dict[str, Any] = finished_job(a, "auto_dream")
+    assert first["result"]["notes"] == 1, first
+    wait_for(lambda: (root(b) / kayak).exists(), what="the node on b")
+
+    undone = a.call("dream.undo", {"agent_id": "default", "run_id": first["result"]["run_id"]})
+    assert undone["dreamed_again"] == [note] and kayak in undone["removed"], undone
+    assert not list((root(a) / "mem_metadata/dream/runs").glob("*.undoing"))
+    wait_for(lambda: converged(a, b) and not (root(b) / kayak).exists(), what="undone on b")
+    again: dict[str, Any] = finished_job(b, "auto_dream")
+    assert again["state"] == "succeeded" and again["result"]["notes"] == 1, again
+    assert dreamed_notes(fake) == [note, note]
+    wait_for(lambda: converged(a, b) and (root(a) / kayak).exists(), what="dreamed on a")
+    assert finished_job(a, "auto_dream")["result"]["notes"] == 0  # once

@@ -102,7 +102,7 @@ class Consolidation:
             chat = ws.services.chat.client()  # "no chat model configured" fails it
             with dreamruns.dreaming(ws.root):
                 async with fileops_for(ws).lock:  # before the run reads the catalog
-                    await dreamruns.finish_undos(ws)
+                    await dreamruns.finish_undos(ws, shared)
                 return await dream.run_dream(
                     ws, chat, trigger=str(job.params.get("trigger") or "manual"),
                     progress=job.set_progress, job_id=job.job_id, shared=shared)

@@ -91,11 +91,12 @@ class UndoPending(TypedDict):
     removed: list[str]
     forced_over: list[str]
     forced: bool
+    shared: bool  # the catalog of a shared workspace's hosts is put back too (see close)
 
 
 def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
              force: bool = False, now: str, derived: frozenset[str] = frozenset(),
-             catalog: Path | None = None) -> DreamUndone:
+             catalog: Path | None = None, shared: bool = False) -> DreamUndone:
     """Restore every file the run wrote to its bytes before the run, and the records of the
     dream ``catalog`` it changed (:func:`catalog.undo_changes`).
 
@@ -106,7 +107,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     read or is damaged), NotAllowed (a file it names, or its change log, cannot be read);
     nothing is restored then. Once decided, the undo is written in the run's record first:
     an undo a kill cut short is finished by the next undo of the run or
-    :func:`finish_pending`, never left half done.
+    :func:`finish_pending`, never left half done. With ``shared``, the record says so until
+    :func:`close` once the shared catalog's records are put back too.
     """
     data = load_run(directory, run_id)
     if isinstance(data.get("undo_pending"), dict):
@@ -148,7 +150,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     pending: UndoPending = {
         "restored": [rel for rel, before in plan if before is not None],
         "removed": [rel for rel, before in plan if before is None],
-        "forced_over": conflicts if force else [], "forced": bool(conflicts)}
+        "forced_over": conflicts if force else [], "forced": bool(conflicts),
+        "shared": shared}
     # The marker first: a kill before the record names the undo leaves a marker that
     # finish_pending drops; after it, the undo is decided and is finished from the record.
     atomic_write(REAL, directory / f"{run_id}{PENDING_SUFFIX}", b"")
@@ -209,18 +212,26 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
             _save(directory, data)
         undo_changes(catalog, data)
     again = [str(n) for n in pending.get("dreamed_again") or []]
-    del data["undo_pending"]
-    _save(directory, data)
-    with contextlib.suppress(FileNotFoundError):
-        REAL.unlink(directory / f"{run_id}{PENDING_SUFFIX}")
+    if not pending.get("shared"):
+        close(directory, data)
     return {"run_id": run_id, "restored": restored, "removed": removed,
             "forced_over": list(pending.get("forced_over") or []), "dreamed_again": again}
 
 
+def close(directory: Path, data: JsonObject) -> None:
+    """The undo of the run whose record is ``data`` is finished: its record says so."""
+    data.pop("undo_pending", None)
+    _save(directory, data)
+    with contextlib.suppress(FileNotFoundError):
+        REAL.unlink(directory / f"{data['run_id']}{PENDING_SUFFIX}")
+
+
 def finish_pending(root: Path, directory: Path, *, digest_dir: str,
-                   catalog: Path) -> list[DreamUndone]:
+                   catalog: Path) -> list[JsonObject]:
     """Finish each undo of a run in ``directory`` that a kill cut short (see
-    :func:`undo_run`); a marker left by a kill before the undo was decided goes."""
+    :func:`undo_run`); a marker left by a kill before the undo was decided goes. The
+    records of those finished here (``undo_pending`` left in those whose shared catalog is
+    still to be put back)."""
     try:
         names = [n for n in os.listdir(directory) if n.endswith(PENDING_SUFFIX)]
     except FileNotFoundError:
@@ -233,8 +244,8 @@ def finish_pending(root: Path, directory: Path, *, digest_dir: str,
         except NotFound:
             data = {}
         if isinstance(data.get("undo_pending"), dict):
-            done.append(_finish(root, directory, data, digest_dir=digest_dir,
-                                catalog=catalog))
+            _finish(root, directory, data, digest_dir=digest_dir, catalog=catalog)
+            done.append(data)
         else:
             with contextlib.suppress(FileNotFoundError):
                 REAL.unlink(directory / name)

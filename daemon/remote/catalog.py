@@ -12,6 +12,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import on_conn
 from recalld.daemon.remote.searcher import one_line
+from recalld.ipc.errors import ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +41,26 @@ class JobCatalog:
         except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
                         one_line(exc, ()))
+
+    async def put_back(self, job: str, changes: Mapping[str, Mapping[str, object]]) -> None:
+        """Put back the records of ``job``'s catalog an undone run changed (``changes``:
+        each key's record ``before`` and ``after`` the run) as they were before it, but
+        those changed since (what a later run did stands). Unlike :meth:`store`, raises
+        ProviderUnavailable when the server fails: the undo tells it later."""
+        try:
+            current = await on_conn(self._conn, db.catalog, self._workspace_id, job)
+            put: dict[str, Mapping[str, object]] = {}
+            dropped = []
+            for key, change in changes.items():
+                before, after = change.get("before"), change.get("after")
+                if after is not None and current.get(key) != after:
+                    continue
+                if isinstance(before, Mapping):
+                    put[key] = before
+                elif key in current:
+                    dropped.append(key)
+            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put)
+            await on_conn(self._conn, db.drop_catalog, self._workspace_id, job, dropped)
+        except (psycopg.Error, db.NoAnswer) as exc:
+            raise ProviderUnavailable(f"shared workspace {self._name}: {job} catalog not "
+                                      f"put back: {one_line(exc, ())}") from None

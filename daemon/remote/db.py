@@ -447,3 +447,10 @@ def put_catalog(conn: Conn, workspace_id: int, job: str,
             " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
             " updated_at = now()",
             [(workspace_id, job, key, Jsonb(dict(value))) for key, value in records.items()])
+
+
+def drop_catalog(conn: Conn, workspace_id: int, job: str, keys: Sequence[str]) -> None:
+    """Remove ``keys`` from ``job``'s shared catalog (a key it lacks is passed by)."""
+    if keys:
+        conn.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s AND job = %s"
+                     " AND key = ANY(%s)", (workspace_id, job, list(keys)))

@@ -82,6 +82,9 @@ class SharedCatalog(Protocol):
 
     async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None: ...
 
+    async def put_back(self, job: str,
+                       changes: Mapping[str, Mapping[str, object]]) -> None: ...
+
 
 @asynccontextmanager
 async def one_host_at_a_time(workspace: Workspace, kind: str
