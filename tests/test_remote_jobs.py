@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +105,40 @@ def test_the_notes_of_an_undone_run_are_dreamed_again_by_every_host(
     assert dreamed_notes(fake) == [note, note]
     wait_for(lambda: converged(a, b) and (root(a) / kayak).exists(), what="dreamed on a")
     assert finished_job(a, "auto_dream")["result"]["notes"] == 0  # once
+
+
+def test_an_undo_made_offline_puts_the_shared_catalog_back_at_the_next_dream(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        fake: FakeProvider, tmp_path: Path) -> None:
+    from test_remote_hang import SITECUSTOMIZE, frozen
+
+    model = ScriptedModel(fake)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    a = daemon_factory(config(pg_server.dsn, "t" + uuid.uuid4().hex[:12], "hosta") + chat(fake),
+                       PYTHONPATH=str(hooks), CALL_TIMEOUT_S="1")
+    wait_for(lambda: remote_status(a)["state"] == "online", what="online")
+    note, oar = "memory/2026-11-05/oar.md", "digest/wiki/oar.md"
+    write(a, note, "# Paddling\nThe spare oar hangs above the door.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Oar",
+                                        "content": "- above the door", "reason": "gear"})]]
+    first: dict[str, Any] = finished_job(a, "auto_dream")
+    assert first["result"]["notes"] == 1, first
+    runs = root(a) / "mem_metadata/dream/runs"
+    with frozen(pg_server):
+        write(a, "memory/2026-11-05/rain.md", "# Rain\nIt rained all day.\n")
+        wait_for(lambda: remote_status(a)["state"] == "offline", what="offline",
+                 deadline_s=30)
+        undone = a.call("dream.undo", {"agent_id": "default",
+                                       "run_id": first["result"]["run_id"]})
+        # Undone here; the server's catalog is put back by this host's next dream.
+        assert undone["dreamed_again"] == [note] and not (root(a) / oar).exists(), undone
+        assert [p.name for p in runs.glob("*.undoing")] == [
+            f"{first['result']['run_id']}.undoing"]
+    wait_for(lambda: remote_status(a)["state"] == "online", what="online again")
+    model.plan["memory/2026-11-05/rain.md"] = []
+    again: dict[str, Any] = finished_job(a, "auto_dream")
+    assert again["state"] == "succeeded" and again["result"]["notes"] == 2, again
+    assert not list(runs.glob("*.undoing"))
+    assert sorted(dreamed_notes(fake)) == sorted([note, note, "memory/2026-11-05/rain.md"])
