@@ -18,7 +18,9 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, chat_config, dream, fake, open_ws, run_job, write
 
+from recalld.daemon.memory import changelog, dreamundo
 from recalld.daemon.memory.catalog import load_catalog
+from recalld.daemon.memory.changelog import DamagedRecord
 from recalld.ipc.errors import InvalidParams
 
 __all__ = ["fake"]  # the fixture, used by name
@@ -128,3 +130,34 @@ def test_an_undo_killed_at_any_write_is_finished_and_the_notes_dreamed_again(
                      if r["run_id"] == first["run_id"]]
         assert listed["undone"], (k, listed)
     assert 0 < decided < len(copies), decided
+
+
+def test_a_damaged_or_stray_undo_marker_stops_no_dream(tmp_path: Path) -> None:
+    # What finishes undos runs before every dream: a record edited by hand, or a marker
+    # of no run, must neither fail it nor stop it for good.
+    runs = tmp_path / RUNS
+    run = changelog.RunLog("20261204T050000Z-abcdef", "2026-12-04T05:00:00+00:00", "cron",
+                           notes=[NOTE])
+    run.record_write(CAT, None, b"- Gus\n")
+    changelog.write_run(runs, run)
+    (tmp_path / "digest/personal").mkdir(parents=True)
+    (tmp_path / CAT).write_bytes(b"- Gus\n")
+    record = orjson.loads((runs / f"{run.run_id}.json").read_bytes())
+    record["undone"], record["undo_pending"] = "t", {"restored": 5}
+    (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
+    for name in (f"{run.run_id}.undoing", "20261204T040000Z-000000.undoing", "x.undoing"):
+        (runs / name).write_bytes(b"")
+    catalog = tmp_path / CATALOG
+    assert dreamundo.finish_pending(tmp_path, runs, digest_dir="digest", catalog=catalog) == []
+    assert sorted(p.name for p in runs.glob("*.undoing")) == [f"{run.run_id}.undoing"]
+    with pytest.raises(DamagedRecord, match="undo_pending"):
+        dreamundo.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t2",
+                           catalog=catalog)
+    assert (tmp_path / CAT).exists()
+    # Named in full again, the undo is finished.
+    record["undo_pending"] = {"restored": [], "removed": [CAT], "forced_over": [],
+                              "forced": False, "shared": False}
+    (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
+    (done,) = dreamundo.finish_pending(tmp_path, runs, digest_dir="digest", catalog=catalog)
+    assert done["run_id"] == run.run_id and "undo_pending" not in done
+    assert not (tmp_path / CAT).exists() and not list(runs.glob("*.undoing"))

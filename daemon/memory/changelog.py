@@ -87,6 +87,7 @@ class DreamRecord(TypedDict):
     actions: list[Action]
     files: dict[str, FileBefore]
     catalog: NotRequired[dict[str, CatalogChange]]  # left out by records of before it
+    undo_pending: NotRequired[JsonObject]  # an undo decided, not finished (see dreamundo)
     undone: str | None
 
 
@@ -290,6 +291,11 @@ def _damage(data: JsonObject) -> str | None:
         return "notes must be a list of paths"
     if data.get("undone") is not None and not isinstance(data.get("undone"), str):
         return "undone must be a time or null"
+    pending = data.get("undo_pending", {})
+    if not isinstance(pending, dict) or not all(
+            isinstance(v, list) and all(isinstance(p, str) for p in v)
+            for k, v in pending.items() if k not in ("forced", "shared")):
+        return "undo_pending must list paths"
     if not isinstance(files, dict):
         return "files must map paths to their versions"
     for rel, rec in files.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
@@ -27,6 +28,8 @@ from recalld.daemon.memory.changelog import (
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.answers import DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
+
+log = logging.getLogger(__name__)
 
 
 def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
@@ -241,12 +244,15 @@ def finish_pending(root: Path, directory: Path, *, digest_dir: str,
         run_id = name.removesuffix(PENDING_SUFFIX)
         try:
             data = load_run(directory, run_id)
-        except NotFound:
-            data = {}
-        if isinstance(data.get("undo_pending"), dict):
-            _finish(root, directory, data, digest_dir=digest_dir, catalog=catalog)
-            done.append(data)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                REAL.unlink(directory / name)
+            if isinstance(data.get("undo_pending"), dict):
+                _finish(root, directory, data, digest_dir=digest_dir, catalog=catalog)
+                done.append(data)
+                continue
+        except DamagedRecord as exc:  # told each time until the record is fixed
+            log.warning("the undo of dream run %s is not finished: %s", run_id, exc.message)
+            continue
+        except (NotFound, InvalidParams):  # no such run: nothing to finish
+            pass
+        with contextlib.suppress(FileNotFoundError):
+            REAL.unlink(directory / name)
     return done
