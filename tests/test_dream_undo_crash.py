@@ -147,9 +147,12 @@ def test_a_damaged_or_stray_undo_marker_stops_no_dream(tmp_path: Path) -> None:
     (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
     for name in (f"{run.run_id}.undoing", "20261204T040000Z-000000.undoing", "x.undoing"):
         (runs / name).write_bytes(b"")
+    (runs / "20261204T040000Z-111111.undoing").mkdir()  # a folder: cannot be removed
     catalog = tmp_path / CATALOG
     assert dreamundo.finish_pending(tmp_path, runs, digest_dir="digest", catalog=catalog) == []
-    assert sorted(p.name for p in runs.glob("*.undoing")) == [f"{run.run_id}.undoing"]
+    assert sorted(p.name for p in runs.glob("*.undoing")) == [
+        "20261204T040000Z-111111.undoing", f"{run.run_id}.undoing"]
+    (runs / "20261204T040000Z-111111.undoing").rmdir()
     with pytest.raises(DamagedRecord, match="undo_pending"):
         dreamundo.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t2",
                            catalog=catalog)

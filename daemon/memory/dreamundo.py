@@ -6,7 +6,6 @@ Everything here blocks on the file system: run it in a worker thread.
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
 import logging
 import os
@@ -225,8 +224,18 @@ def close(directory: Path, data: JsonObject) -> None:
     """The undo of the run whose record is ``data`` is finished: its record says so."""
     data.pop("undo_pending", None)
     _save(directory, data)
-    with contextlib.suppress(FileNotFoundError):
-        REAL.unlink(directory / f"{data['run_id']}{PENDING_SUFFIX}")
+    _drop_marker(directory / f"{data['run_id']}{PENDING_SUFFIX}")
+
+
+def _drop_marker(path: Path) -> None:
+    """Remove an undo's marker; one that cannot be (a folder made in its place) is left,
+    told: the record says what is done."""
+    try:
+        REAL.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("%s stays: %s", path, exc.strerror)
 
 
 def finish_pending(root: Path, directory: Path, *, digest_dir: str,
@@ -253,6 +262,5 @@ def finish_pending(root: Path, directory: Path, *, digest_dir: str,
             continue
         except (NotFound, InvalidParams):  # no such run: nothing to finish
             pass
-        with contextlib.suppress(FileNotFoundError):
-            REAL.unlink(directory / name)
+        _drop_marker(directory / name)
     return done
