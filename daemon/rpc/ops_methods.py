@@ -13,9 +13,7 @@ rollback runs at a time.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +22,7 @@ import trio
 
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
-from recalld.daemon import metrics, remembered
+from recalld.daemon import metrics
 from recalld.daemon.backup_check import list_backups, open_checked
 from recalld.daemon.backup_restore import (
     Restored,
@@ -33,8 +31,15 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
-from recalld.daemon.backup_secrets import mask_secrets
-from recalld.daemon.config import ConfigError, WorkspaceSettings
+from recalld.daemon.config import ConfigError
+from recalld.daemon.rpc.backup_create import (
+    create_backup,
+    dirs_of,
+    source_of,
+    stamp,
+    unique_path,
+    write_backup,
+)
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.rpc.restore_config import (
@@ -54,24 +59,11 @@ from recalld.daemon.rpc.restore_record import (
     read_record,
     write_record,
 )
-from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store import errors as store_errors
-from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.daemon.workspaces import check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
-
-def _stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"-{os.getpid() % 1000:03d}"
-
-
-def _dirs_of(settings: WorkspaceSettings) -> dict[str, str]:
-    return {role: str(getattr(settings, role)) for role in (*bk.CONTENT_ROLES, bk.DERIVED_ROLE)}
-
-
-def _source(ws: Workspace) -> bk.AgentSource:
-    return bk.AgentSource(ws.agent_id, ws.root, _dirs_of(ws.settings))
-
 
 def _resolve_file(state: DaemonState, name: str) -> Path:
     """A backup named by the client: an absolute path, or a file in the backups dir."""
@@ -83,29 +75,6 @@ def _resolve_file(state: DaemonState, name: str) -> Path:
             raise InvalidParams("param 'file' must be absolute or a name in the backups dir")
         path = backups_dir(state) / name
     return path
-
-
-def _daemon_files(state: DaemonState,
-                  include_secrets: bool) -> tuple[dict[str, bytes], dict[str, list[str]]]:
-    """The daemon's config file and workspace record, secrets left out unless asked for
-    (the record's are the model keys clients handed over); and what was left out of the
-    record, by agent."""
-    out: dict[str, bytes] = {}
-    left_out: dict[str, list[str]] = {}
-    try:
-        text = state.config.config_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = None
-    if text is not None:
-        out["config.toml"] = (text if include_secrets else mask_secrets(text)).encode()
-    try:
-        record = (state.config.state_dir / "workspaces.json").read_bytes()
-    except FileNotFoundError:
-        return out, left_out
-    if not include_secrets:
-        record, left_out = remembered.without_secrets(record)
-    out["workspaces.json"] = record
-    return out, left_out
 
 
 async def _reopen_after_failure(state: DaemonState, plan: RestorePlan,
@@ -124,34 +93,6 @@ def _resumes(plan: RestorePlan) -> bool:
     return any("/" + sub in "/" + rel for rel in plan.writes.values() for sub in bk.RESUMABLE)
 
 
-def _unique(path: Path) -> Path:
-    n = 1
-    candidate = path
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    return candidate
-
-
-async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | None:
-    """The workspace of ``agent_id`` where and as it opens, if it is closed (not open in
-    any state, and recorded or configured); None otherwise. InvalidParams if its folder
-    is gone."""
-    cfg = state.config
-    known = state.registry.remembered().get(agent_id)
-    if state.registry.exists(agent_id) or (
-            known is None and agent_id not in cfg.configured_agents()):
-        return None
-    where, overrides = closed_home(cfg, agent_id, known, None)
-    root = await trio.to_thread.run_sync(where.expanduser().resolve)
-    if not await trio.to_thread.run_sync(root.is_dir):
-        raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} is "
-                            "gone: nothing to back up")
-    settings = config_mod.workspace_settings_from_params(cfg.workspace_settings(agent_id),
-                                                         overrides)
-    return bk.AgentSource(agent_id, root, _dirs_of(settings))
-
-
 def _selection(p: Params) -> list[str] | None:
     """``agents``: None when left out (every agent); an empty list selects nothing, which
     is refused rather than taken for "every agent"."""
@@ -160,19 +101,6 @@ def _selection(p: Params) -> list[str] | None:
         raise InvalidParams("param 'agents' is empty: name at least one agent, or leave "
                             "it out for every agent")
     return agents
-
-
-#: What writing a client-named archive fails with when its place is wrong, not the disk.
-_PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
-                           errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
-
-
-def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
-    """The error for a client-named archive ``path`` that cannot be written where it is
-    (a file on its way, no permission, a read-only or too long path): the full path, and
-    the file that is in the way."""
-    why = why_not_made(path.parent, OSError(exc.errno, os.strerror(exc.errno or 0)))
-    return InvalidParams(f"cannot write the backup to {path}: {why}")
 
 
 def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
@@ -187,25 +115,6 @@ def ops_methods() -> Methods:
     methods = Methods()
     restore_lock = trio.Lock()
 
-    async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
-                           include_derived: bool, note: str,
-                           include_secrets: bool = False,
-                           progress: bk.ProgressSink = bk.NO_PROGRESS,
-                           phase: str = "writing the archive",
-                           whole: bool = False) -> JsonObject:
-        cpu = state.services.cpu
-        daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
-                                                               include_secrets)
-        summary: JsonObject = await trio.to_thread.run_sync(
-            lambda: bk.create_backup(out, sources, include_derived=include_derived,
-                                     recalld_version=state.version, note=note,
-                                     daemon_files=daemon_files, secrets=include_secrets,
-                                     secrets_left_out=left_out, progress=progress,
-                                     phase=phase, whole=whole),
-            limiter=cpu)
-        metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
-        return summary
-
     @methods.add("backup.create")
     async def backup_create(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
@@ -216,63 +125,7 @@ def ops_methods() -> Methods:
         progress = _progress(ctx, p, "backup.create")
         p.done()
         async with restore_lock:  # never of a workspace half restored, or closed for that
-            return await create(ctx, agents, out, include_derived, include_secrets, progress)
-
-    async def create(ctx: CallContext, agents: list[str] | None, out: str | None,
-                     include_derived: bool, include_secrets: bool,
-                     progress: CallProgress) -> JsonObject:
-        closed: list[bk.AgentSource] = []
-        if agents:
-            workspaces = []
-            for agent_id in dict.fromkeys(agents):
-                source = await _closed_source(ctx.state, check_agent_id(agent_id))
-                if source is not None:
-                    closed.append(source)
-                else:
-                    workspaces.append(ctx.workspace(agent_id))
-        else:
-            workspaces = [w for w in ctx.state.registry.list() if w.state == "ready"]
-        if not workspaces and not closed:
-            raise InvalidParams("no open workspace to back up")
-        if out is not None:
-            path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
-            if "\x00" in out or not path.is_absolute():
-                raise InvalidParams("param 'out' must be an absolute path")
-            if out.endswith("/") or path.is_dir():
-                raise InvalidParams(f"{path} is a folder: name the archive file in it "
-                                    f"(e.g. {path / 'recalld-backup.zip'})")
-            if path.exists():
-                raise InvalidParams(f"{path} exists; choose another name")
-            real = await trio.to_thread.run_sync(path.resolve)
-            for w in ctx.state.registry.list():
-                if real.is_relative_to(w.root):
-                    # Read as its memory (a resource file, say) and in its next backups.
-                    raise InvalidParams(f"{path} is inside workspace {w.agent_id!r} "
-                                        f"({w.root}); put the archive outside every workspace")
-        else:
-            label = "-".join(dict.fromkeys(agents)) if agents else "all"
-            path = _unique(backups_dir(ctx.state) / f"recalld-{_stamp()}-{label[:60]}.zip")
-        sources = sorted([*map(_source, workspaces), *closed], key=lambda s: s.agent_id)
-        async with progress.pumping(), contextlib.AsyncExitStack() as held:
-            for source in closed:  # not opened (and written to) while its files are read
-                await held.enter_async_context(ctx.state.registry.held(source.agent_id))
-            try:
-                made = await write_backup(ctx.state, sources, path, include_derived, "",
-                                          include_secrets, progress)
-            except store_errors.StorageIOError as exc:
-                if out is not None and isinstance(exc, store_errors.DiskFull):
-                    # The place is the client's own: named whole (the daemon's only by name).
-                    raise DiskFull(f"disk full writing the backup to {path}: nothing was "
-                                   "written", exc.data) from None
-                if out is None or exc.errno not in _PLACE_ERRNOS:
-                    raise
-                raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
-        if not agents:  # "every workspace": say which ones it could not be
-            registry = ctx.state.registry
-            made["not_open"] = sorted(
-                {w.agent_id for w in registry.list() if w.state != "ready"}
-                | (set(registry.remembered()) - {w.agent_id for w in registry.list()}))
-        return made
+            return await create_backup(ctx, agents, out, include_derived, include_secrets, progress)
 
     @methods.add("backup.list")
     async def backup_list(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -335,7 +188,7 @@ def ops_methods() -> Methods:
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
-                targets.append(_source(ws))
+                targets.append(source_of(ws))
                 continue
             where, overrides = homes[agent_id]
             root = await trio.to_thread.run_sync(where.resolve)
@@ -346,7 +199,7 @@ def ops_methods() -> Methods:
                                     f"{exc.message}") from None
             settings = config_mod.workspace_settings_from_params(
                 cfg.workspace_settings(agent_id), overrides)
-            targets.append(bk.AgentSource(agent_id, root, _dirs_of(settings)))
+            targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
         sink.phase("planning", total=len(targets))
 
         def plan_all() -> list[RestorePlan]:
@@ -376,7 +229,7 @@ def ops_methods() -> Methods:
             previous = await trio.to_thread.run_sync(read_record, state)
             snap: JsonObject | None = None
             if snapshot:
-                out = _unique(backups_dir(state) / f"pre-restore-{_stamp()}.zip")
+                out = unique_path(backups_dir(state) / f"pre-restore-{stamp()}.zip")
                 # A config file this restore replaces goes into the snapshot whole, secrets
                 # and all, for the rollback to put back as it was.
                 replacing = config_data is not None

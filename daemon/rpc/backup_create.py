@@ -1,0 +1,185 @@
+"""What ``backup.create`` and the pre-restore snapshot write: the sources (open or
+closed workspaces), the daemon's own files with secrets left out unless asked, and the
+archive's place (a client-named path checked before anything is written, or a fresh name
+in the backups folder)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from pathlib import Path
+
+import trio
+
+from recalld.daemon import backup as bk
+from recalld.daemon import config as config_mod
+from recalld.daemon import metrics, remembered
+from recalld.daemon.backup_secrets import mask_secrets
+from recalld.daemon.config import WorkspaceSettings
+from recalld.daemon.rpc.call_progress import CallProgress
+from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject
+from recalld.daemon.rpc.restore_config import closed_home
+from recalld.daemon.rpc.restore_record import backups_dir
+from recalld.daemon.safepath import why_not_made
+from recalld.daemon.store import errors as store_errors
+from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc.errors import DiskFull, InvalidParams
+
+
+def stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"-{os.getpid() % 1000:03d}"
+
+
+def dirs_of(settings: WorkspaceSettings) -> dict[str, str]:
+    return {role: str(getattr(settings, role)) for role in (*bk.CONTENT_ROLES, bk.DERIVED_ROLE)}
+
+
+def source_of(ws: Workspace) -> bk.AgentSource:
+    return bk.AgentSource(ws.agent_id, ws.root, dirs_of(ws.settings))
+
+
+def _daemon_files(state: DaemonState,
+                  include_secrets: bool) -> tuple[dict[str, bytes], dict[str, list[str]]]:
+    """The daemon's config file and workspace record, secrets left out unless asked for
+    (the record's are the model keys clients handed over); and what was left out of the
+    record, by agent."""
+    out: dict[str, bytes] = {}
+    left_out: dict[str, list[str]] = {}
+    try:
+        text = state.config.config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = None
+    if text is not None:
+        out["config.toml"] = (text if include_secrets else mask_secrets(text)).encode()
+    try:
+        record = (state.config.state_dir / "workspaces.json").read_bytes()
+    except FileNotFoundError:
+        return out, left_out
+    if not include_secrets:
+        record, left_out = remembered.without_secrets(record)
+    out["workspaces.json"] = record
+    return out, left_out
+
+
+def unique_path(path: Path) -> Path:
+    n = 1
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | None:
+    """The workspace of ``agent_id`` where and as it opens, if it is closed (not open in
+    any state, and recorded or configured); None otherwise. InvalidParams if its folder
+    is gone."""
+    cfg = state.config
+    known = state.registry.remembered().get(agent_id)
+    if state.registry.exists(agent_id) or (
+            known is None and agent_id not in cfg.configured_agents()):
+        return None
+    where, overrides = closed_home(cfg, agent_id, known, None)
+    root = await trio.to_thread.run_sync(where.expanduser().resolve)
+    if not await trio.to_thread.run_sync(root.is_dir):
+        raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} is "
+                            "gone: nothing to back up")
+    settings = config_mod.workspace_settings_from_params(cfg.workspace_settings(agent_id),
+                                                         overrides)
+    return bk.AgentSource(agent_id, root, dirs_of(settings))
+
+
+#: What writing a client-named archive fails with when its place is wrong, not the disk.
+_PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                           errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
+
+
+def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
+    """The error for a client-named archive ``path`` that cannot be written where it is
+    (a file on its way, no permission, a read-only or too long path): the full path, and
+    the file that is in the way."""
+    why = why_not_made(path.parent, OSError(exc.errno, os.strerror(exc.errno or 0)))
+    return InvalidParams(f"cannot write the backup to {path}: {why}")
+
+
+async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
+                       include_derived: bool, note: str,
+                       include_secrets: bool = False,
+                       progress: bk.ProgressSink = bk.NO_PROGRESS,
+                       phase: str = "writing the archive",
+                       whole: bool = False) -> JsonObject:
+    """Write the archive of ``sources`` (and the daemon's files) to ``out``, off the loop
+    under the CPU limiter; its summary."""
+    cpu = state.services.cpu
+    daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
+                                                           include_secrets)
+    summary: JsonObject = await trio.to_thread.run_sync(
+        lambda: bk.create_backup(out, sources, include_derived=include_derived,
+                                 recalld_version=state.version, note=note,
+                                 daemon_files=daemon_files, secrets=include_secrets,
+                                 secrets_left_out=left_out, progress=progress,
+                                 phase=phase, whole=whole),
+        limiter=cpu)
+    metrics.count("recalld_backups_total", labels={"kind": note or "manual"})
+    return summary
+
+
+async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | None,
+                        include_derived: bool, include_secrets: bool,
+                        progress: CallProgress) -> JsonObject:
+    """``backup.create`` (the caller holds the restore lock): the named agents, open or
+    closed, or every open workspace, into ``out`` or a fresh file in the backups folder."""
+    closed: list[bk.AgentSource] = []
+    if agents:
+        workspaces = []
+        for agent_id in dict.fromkeys(agents):
+            source = await _closed_source(ctx.state, check_agent_id(agent_id))
+            if source is not None:
+                closed.append(source)
+            else:
+                workspaces.append(ctx.workspace(agent_id))
+    else:
+        workspaces = [w for w in ctx.state.registry.list() if w.state == "ready"]
+    if not workspaces and not closed:
+        raise InvalidParams("no open workspace to back up")
+    if out is not None:
+        path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
+        if "\x00" in out or not path.is_absolute():
+            raise InvalidParams("param 'out' must be an absolute path")
+        if out.endswith("/") or path.is_dir():
+            raise InvalidParams(f"{path} is a folder: name the archive file in it "
+                                f"(e.g. {path / 'recalld-backup.zip'})")
+        if path.exists():
+            raise InvalidParams(f"{path} exists; choose another name")
+        real = await trio.to_thread.run_sync(path.resolve)
+        for w in ctx.state.registry.list():
+            if real.is_relative_to(w.root):
+                # Read as its memory (a resource file, say) and in its next backups.
+                raise InvalidParams(f"{path} is inside workspace {w.agent_id!r} "
+                                    f"({w.root}); put the archive outside every workspace")
+    else:
+        label = "-".join(dict.fromkeys(agents)) if agents else "all"
+        path = unique_path(backups_dir(ctx.state) / f"recalld-{stamp()}-{label[:60]}.zip")
+    sources = sorted([*map(source_of, workspaces), *closed], key=lambda s: s.agent_id)
+    async with progress.pumping(), contextlib.AsyncExitStack() as held:
+        for source in closed:  # not opened (and written to) while its files are read
+            await held.enter_async_context(ctx.state.registry.held(source.agent_id))
+        try:
+            made = await write_backup(ctx.state, sources, path, include_derived, "",
+                                      include_secrets, progress)
+        except store_errors.StorageIOError as exc:
+            if out is not None and isinstance(exc, store_errors.DiskFull):
+                # The place is the client's own: named whole (the daemon's only by name).
+                raise DiskFull(f"disk full writing the backup to {path}: nothing was "
+                               "written", exc.data) from None
+            if out is None or exc.errno not in _PLACE_ERRNOS:
+                raise
+            raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
+    if not agents:  # "every workspace": say which ones it could not be
+        registry = ctx.state.registry
+        made["not_open"] = sorted(
+            {w.agent_id for w in registry.list() if w.state != "ready"}
+            | (set(registry.remembered()) - {w.agent_id for w in registry.list()}))
+    return made
