@@ -97,7 +97,8 @@ def test_owner_decides_who_may_search(agents: DaemonHandle) -> None:
         assert {h.extra["agent_id"] for h in c.search("dave", "oxbow", agents=["eve"])} == {
             "eve"}
 
-        with pytest.raises(errors.InvalidParams):
+        # An empty selection is refused as backups refuse one, never taken for bob's own.
+        with pytest.raises(errors.InvalidParams, match="'agents' is empty"):
             c.search("bob", "oxbow", agents=[])
         with pytest.raises(errors.UnknownWorkspace):
             c.search("bob", "oxbow", agents=["nobody"])

@@ -388,6 +388,16 @@ class Params:
             raise InvalidParams(f"param {name!r} must be an array of strings")
         return value
 
+    def selection(self, name: str, left_out: str) -> list[str] | None:
+        """A list of agents that selects: None when left out (``left_out`` says what that
+        means); an empty one selects nothing, which is refused rather than taken for the
+        list's absence."""
+        value: list[str] | None = self.strings(name, None)
+        if value == []:
+            raise InvalidParams(f"param {name!r} is empty: name at least one agent, or "
+                                f"leave it out for {left_out}")
+        return value
+
     @overload
     def array(self, name: str) -> list[object]: ...
     @overload

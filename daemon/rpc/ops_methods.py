@@ -94,13 +94,8 @@ def _resumes(plan: RestorePlan) -> bool:
 
 
 def _selection(p: Params) -> list[str] | None:
-    """``agents``: None when left out (every agent); an empty list selects nothing, which
-    is refused rather than taken for "every agent"."""
-    agents: list[str] | None = p.strings("agents", None)
-    if agents == []:
-        raise InvalidParams("param 'agents' is empty: name at least one agent, or leave "
-                            "it out for every agent")
-    return agents
+    """``agents``: None when left out (every agent); an empty list is refused."""
+    return p.selection("agents", "every agent")
 
 
 def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:

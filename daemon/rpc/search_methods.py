@@ -44,7 +44,7 @@ async def memory_search(ctx: CallContext, params: JsonObject) -> SearchAnswer:
     raw_filters = p.mapping("filters", None)
     parse_filters(raw_filters)  # refused before any workspace is searched
     sync = p.boolean("sync", False)
-    agents = p.strings("agents", None)
+    agents = p.selection("agents", "agent_id's own workspace")
     p.done()
 
     async def search_one(ws: Workspace) -> SearchAnswer:
