@@ -153,7 +153,7 @@ async def test_a_health_check_told_to_wait_asks_again_only_then(
     client = make(fake, bridge, policy=RetryPolicy(max_attempts=1))
     fake.script(Reply(status=429, headers={"Retry-After": "45"}))
     started = trio.current_time()
-    await client.wait_healthy(tmp_path, backoff_base_s=1.0, backoff_max_s=2.0)
+    await client.wait_healthy(tmp_path, name="notes", backoff_base_s=1.0, backoff_max_s=2.0)
     assert len(fake.requests) == 2 and client.health == "ok"
     assert trio.current_time() - started >= 45
     assert client.hold_s() == 0

@@ -348,15 +348,15 @@ async def test_health_check_logs_exactly(fake: FakeProvider, bridge: ProviderBri
                                          caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="recalld.daemon.providers")
     client = make(fake, bridge, "openai")
-    assert await client.health_check(tmp_path)
-    ok = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={tmp_path} -> OK"
+    assert await client.health_check(tmp_path, name="notes")
+    ok = f"[EMBEDDING HEALTH CHECK] name=notes workspace_dir={tmp_path} -> OK"
     assert ok in caplog.messages
     assert client.status()["health"] == "ok"
 
     caplog.clear()
     fake.script(Reply(dims=DIMS * 2))
-    assert not await client.health_check(tmp_path)
-    prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={tmp_path} -> FAIL "
+    assert not await client.health_check(tmp_path, name="notes")
+    prefix = f"[EMBEDDING HEALTH CHECK] name=notes workspace_dir={tmp_path} -> FAIL "
     fails = [m for m in caplog.messages if m.startswith(prefix)]
     assert len(fails) == 1
     assert "16-dimensional" in fails[0]
@@ -372,7 +372,7 @@ async def test_health_check_deadline(fake: FakeProvider, bridge: ProviderBridge,
                                model_name="m", dimensions=DIMS)
     client = EmbeddingClient(cfg, bridge, policy=FAST, environ={}, health_timeout_s=0.2)
     fake.script(Reply(delay_s=3.0))
-    assert not await client.health_check(tmp_path)
+    assert not await client.health_check(tmp_path, name="notes")
     assert any(m.endswith("-> FAIL no answer within 0.2s") for m in caplog.messages)
 
 
@@ -384,7 +384,7 @@ async def test_secrets_never_leak(fake: FakeProvider, bridge: ProviderBridge, tm
     with pytest.raises(ProviderRejected) as info:
         await client.embed(["a"])
     fake.script(Reply(status=500, raw=f"echo {KEY}".encode()))
-    await client.health_check(tmp_path)
+    await client.health_check(tmp_path, name="notes")
     texts = [str(info.value), repr(client), str(client.status()), caplog.text,
              repr(client._format)]
     for text in texts:
@@ -442,7 +442,7 @@ async def test_local_backend_embeds_queries_and_passages(tmp_path: Path) -> None
     # e5 distinguishes the two encodings.
     same = await client.embed(["how much protein per day"], kind="passage")
     assert not np.allclose(same[0], queries[0])
-    assert await client.health_check(tmp_path)
+    assert await client.health_check(tmp_path, name="notes")
 
 
 @needs_minilm
@@ -470,7 +470,7 @@ async def test_wait_healthy_retries_until_ok(fake: FakeProvider, bridge: Provide
     client = make(fake, bridge, "openai", policy=policy)
     fake.script(Reply(status=503), Reply(drop=True), Reply(dims=3))
     with trio.fail_after(5):
-        await client.wait_healthy(tmp_path, backoff_base_s=0.01, backoff_max_s=0.02)
+        await client.wait_healthy(tmp_path, name="notes", backoff_base_s=0.01, backoff_max_s=0.02)
     lines = [m.split(" -> ", 1)[1] for m in caplog.messages
              if m.startswith("[EMBEDDING HEALTH CHECK]")]
     assert [line.split(" ", 1)[0] for line in lines] == ["FAIL", "FAIL", "FAIL", "OK"]

@@ -283,7 +283,7 @@ async def test_health_check_logs_ok_and_fail(h: Harness, caplog: pytest.LogCaptu
             await full(worker)
             assert worker.status()["health"] == "ok"
     lines = [r.getMessage() for r in caplog.records if "EMBEDDING HEALTH CHECK" in r.getMessage()]
-    prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={h.root}"
+    prefix = f"[EMBEDDING HEALTH CHECK] name=w workspace_dir={h.root}"
     assert lines[0].startswith(prefix + " -> FAIL ") and "401" in lines[0]
     assert lines[1] == prefix + " -> OK"
 

@@ -62,7 +62,7 @@ def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Pat
         top = res["results"][0]
         assert top["path"] == "memory/2026-07-23/commute.md" and top["exact"] is True
         assert RENDER.match(res["rendered"]), res["rendered"]
-        assert f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> OK" in d.log()
+        assert f"[EMBEDDING HEALTH CHECK] name=w workspace_dir={root} -> OK" in d.log()
         assert "vector_hits=2 keyword_hits=1" in d.log()
         assert d.stop() == 0
     # The daemon-wide cache of that space holds both texts.
@@ -101,7 +101,7 @@ def test_daemon_health_check_failure_is_visible(daemon_factory: Any, tmp_path: P
     st = wait_value(lambda: vectors_status(d), lambda st: st["health"] == "fail",
                     "the failed health check")
     assert st["enabled"] and st["coverage"] == 0.0 and st["last_error"]
-    prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={root} -> FAIL "
+    prefix = f"[EMBEDDING HEALTH CHECK] name=w workspace_dir={root} -> FAIL "
     assert re.search(re.escape(prefix) + r"\S", d.log())
     res = d.call("memory.search", {"agent_id": "w", "query": "nothing"})
     assert res["mode"] == "keyword" and res["results"]

@@ -165,7 +165,7 @@ class VectorWorker(VectorServing):
             await self._seed_foreign()
             self.state = "health_check"
             await self._counting(partial(
-                self.target.client.wait_healthy, self.index.root,
+                self.target.client.wait_healthy, self.index.root, name=self.index.ws.agent_id,
                 backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s))
             # After the daemon's start: it competes with the first answers, and a shared
             # workspace embeds through its replica, which starts in the start's second stage.

@@ -288,13 +288,14 @@ class EmbeddingClient:
         return await call_with_retry(policy, attempt, rng=self._rng,
                                      breaker=self.breaker, what=what)
 
-    async def health_check(self, workspace_dir: str | os.PathLike[str]) -> bool:
-        """One "ping" embedding with a deadline and a dimension check; logs the outcome.
+    async def health_check(self, workspace_dir: str | os.PathLike[str], *, name: str) -> bool:
+        """One "ping" embedding with a deadline and a dimension check; logs the outcome
+        with the workspace's ``name`` (its agent) and folder.
 
         Never raises a provider error: returns False and keeps the reason in ``status()``.
         The breaker is bypassed neither way: an open circuit is itself a FAIL reason.
         """
-        prefix = f"[EMBEDDING HEALTH CHECK] name=default workspace_dir={Path(workspace_dir)}"
+        prefix = f"[EMBEDDING HEALTH CHECK] name={name} workspace_dir={Path(workspace_dir)}"
         reason: str | None = None
         try:
             self._require_enabled()
@@ -325,6 +326,7 @@ class EmbeddingClient:
         self,
         workspace_dir: str | os.PathLike[str],
         *,
+        name: str,
         backoff_base_s: float = 5.0,
         backoff_max_s: float = 300.0,
     ) -> None:
@@ -336,7 +338,7 @@ class EmbeddingClient:
         updates status(). Cancel it to stop.
         """
         attempt = 0
-        while not await self.health_check(workspace_dir):
+        while not await self.health_check(workspace_dir, name=name):
             ceiling = min(backoff_max_s, backoff_base_s * (2 ** min(attempt, 30)))
             delay = ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
             await trio.sleep(max(delay, self.hold_s()))
