@@ -164,12 +164,48 @@ def daemon_command(socket_path: Path, log_file: Path | None = None) -> list[str]
     return cmd + (["--log-file", str(log_file)] if log_file is not None else [])
 
 
-def spawn_daemon(socket_path: Path) -> None:
+class Spawned:
+    """An auto-started daemon, watched through a pidfd (it is not our child: the launcher
+    that started it has exited). :meth:`exited` says whether it has ended, whatever its
+    reason; None when the system cannot say (no pidfd), and the start log is read instead.
+    Close it when done."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._fd: int | None = None
+        self._gone = False
+        if pid is None:
+            return
+        try:
+            self._fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # ended, and reaped, already
+            self._gone = True
+        except (OSError, AttributeError):  # a kernel before 5.3
+            self.pid = None
+
+    def exited(self) -> bool | None:
+        if not self._gone and self._fd is not None:
+            import select  # here: only an autostart waits on a process
+
+            # A pidfd reads as ready once the process has ended (reaped or not).
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            self._gone = bool(poller.poll(0))
+        return True if self._gone else None if self._fd is None else False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def spawn_daemon(socket_path: Path) -> Spawned:
     """Start ``recalld serve`` in the background, detached from this process, logging to
-    :func:`autostart_logs`.
+    :func:`autostart_logs`; the started daemon, to watch while waiting for its socket.
 
     A short-lived launcher starts the daemon in a new session and exits at once, so the
-    daemon is not our child: nothing to reap, and it outlives this process.
+    daemon is not our child: nothing to reap, and it outlives this process. The launcher
+    prints the daemon's pid.
     """
     import subprocess  # here: only an autostart spawns anything
 
@@ -188,14 +224,17 @@ def spawn_daemon(socket_path: Path) -> None:
         "err = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,"
         " 0o600)\n"
         "os.fchmod(err, 0o600)\n"
-        "subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=err, stderr=err,"
+        "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=err, stderr=err,"
         " start_new_session=True, close_fds=True)\n"
+        "print(p.pid)\n"
     )
-    subprocess.run(
+    ran = subprocess.run(
         [sys.executable, "-c", launcher, str(start_log), *daemon_command(socket_path, log_file)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         env=env, check=False, timeout=AUTOSTART_WAIT_S,
     )
+    said = ran.stdout.strip()
+    return Spawned(int(said) if said.isdigit() else None)
 
 
 def _start_said() -> list[str]:
@@ -206,19 +245,26 @@ def _start_said() -> list[str]:
     return text.strip().splitlines()
 
 
-def autostart_failed(socket_path: Path) -> errors.DaemonNotRunning:
-    """The error when an auto-started daemon did not answer in time: what it said, where."""
+def autostart_failed(socket_path: Path, exited: bool = False) -> errors.DaemonNotRunning:
+    """The error when an auto-started daemon did not answer in time, or ended before it
+    did: what it said, where."""
     log_file, start_log = autostart_logs()
     said = _start_said()
     last = f": {said[-1]}" if said else ""
+    what = "it exited" if exited else "it did not answer"
     return errors.DaemonNotRunning(
-        f"started a daemon for {socket_path}, but it did not answer{last} "
+        f"started a daemon for {socket_path}, but {what}{last} "
         f"(its log: {log_file}, {start_log})")
 
 
-def autostart_gave_up(socket_path: Path, deadline_passed: bool) -> errors.DaemonNotRunning | None:
+def autostart_gave_up(socket_path: Path, deadline_passed: bool,
+                      exited: bool | None = None) -> errors.DaemonNotRunning | None:
     """The error to raise now while waiting for an auto-started daemon, if any: at the
-    deadline, or at once when it refused its configuration (waiting cannot help)."""
-    if deadline_passed or any("configuration error" in line for line in _start_said()):
-        return autostart_failed(socket_path)
+    deadline, or at once when the daemon started had ended before the last connect
+    (``exited``: waiting cannot help, whatever made it stop). Where that cannot be known
+    (None), a refused configuration in its start log says it."""
+    if exited is None:
+        exited = any("configuration error" in line for line in _start_said())
+    if deadline_passed or exited:
+        return autostart_failed(socket_path, exited)
     return None

@@ -178,17 +178,22 @@ class AsyncClient(_flavours.AsyncMethods):
             raise _core.connect_error(self.socket_path, exc) from None
 
     async def _start_daemon(self) -> SocketStream:
-        await anyio.to_thread.run_sync(_core.spawn_daemon, self.socket_path)
+        spawned = await anyio.to_thread.run_sync(_core.spawn_daemon, self.socket_path)
         deadline = anyio.current_time() + _core.AUTOSTART_WAIT_S
-        while True:
-            try:
-                return await self._open_stream()
-            except errors.DaemonNotRunning:
-                failed = _core.autostart_gave_up(self.socket_path,
-                                                 anyio.current_time() >= deadline)
-                if failed is not None:
-                    raise failed from None
-                await anyio.sleep(_core.AUTOSTART_POLL_S)
+        try:
+            while True:
+                # Read before the connect (see Client._start_daemon).
+                exited = spawned.exited()
+                try:
+                    return await self._open_stream()
+                except errors.DaemonNotRunning:
+                    failed = _core.autostart_gave_up(
+                        self.socket_path, anyio.current_time() >= deadline, exited)
+                    if failed is not None:
+                        raise failed from None
+                    await anyio.sleep(_core.AUTOSTART_POLL_S)
+        finally:
+            spawned.close()
 
     async def _close(self, conn: _Connection) -> None:
         """End ``conn``: fail the calls waiting on it, tell subscribers, close the stream."""

@@ -141,18 +141,23 @@ class Client(_flavours.SyncMethods):
                                      time.monotonic() + self.timeout_s)
 
     def _start_daemon(self) -> socket.socket:
-        _core.spawn_daemon(self.socket_path)
+        spawned = _core.spawn_daemon(self.socket_path)
         deadline = time.monotonic() + _core.AUTOSTART_WAIT_S
-        while True:
-            try:
-                return self._open_socket()
-            except errors.DaemonNotRunning:
-                # A daemon that exits at once (say another one won the socket) is fine as
-                # long as some daemon answers before the deadline.
-                failed = _core.autostart_gave_up(self.socket_path, time.monotonic() >= deadline)
-                if failed is not None:
-                    raise failed from None
-                time.sleep(_core.AUTOSTART_POLL_S)
+        try:
+            while True:
+                # Read before the connect: a daemon that exits because another one won the
+                # socket does so once that one listens, so this connect reaches it.
+                exited = spawned.exited()
+                try:
+                    return self._open_socket()
+                except errors.DaemonNotRunning:
+                    failed = _core.autostart_gave_up(
+                        self.socket_path, time.monotonic() >= deadline, exited)
+                    if failed is not None:
+                        raise failed from None
+                    time.sleep(_core.AUTOSTART_POLL_S)
+        finally:
+            spawned.close()
 
     def _read_leftover(self) -> None:
         """Read what the daemon sent before closing the connection (events, a refusal)."""

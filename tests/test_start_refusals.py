@@ -308,3 +308,45 @@ def test_a_served_workspace_whose_folder_is_gone_or_empty_is_not_made_again(
     d = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     hits = d.call("memory.search", {"agent_id": "far", "query": "otter holt"})["results"]
     assert hits and hits[0]["path"].endswith("agent-notes.md")
+
+
+AUTOSTART_REFUSED = {
+    "sync": ("from recalld.ipc.client import Client\n"
+             "def ping():\n"
+             "    Client(autostart=True).ping()\n"),
+    "asyncio": ("import asyncio\nfrom recalld.ipc.aclient import AsyncClient\n"
+                "async def aping():\n"
+                "    async with AsyncClient(autostart=True) as c:\n"
+                "        await c.ping()\n"
+                "def ping():\n"
+                "    asyncio.run(aping())\n"),
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(AUTOSTART_REFUSED))
+def test_an_autostart_stops_waiting_when_the_started_daemon_exits(
+        flavour: str, daemon_factory: DaemonFactory) -> None:
+    # A data directory whose lock file cannot be opened: the daemon says so and exits 2,
+    # without the words "configuration error". The client stops waiting as soon as it has
+    # exited, with its reason, long before the (here hour-long) autostart deadline.
+    env = daemon_factory.environment()
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    state = Path(env["XDG_DATA_HOME"]) / "recalld" / "state"
+    (state / "daemon.lock").mkdir(parents=True)
+    for folder in (state.parent, state):
+        folder.chmod(0o700)
+    code = (AUTOSTART_REFUSED[flavour]
+            + "from recalld.ipc import _core\n"
+            "from recalld.ipc.errors import DaemonNotRunning\n"
+            "_core.AUTOSTART_WAIT_S = 3600.0\n"
+            "try:\n"
+            "    ping()\n"
+            "except DaemonNotRunning as exc:\n"
+            "    print(exc.message)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout.strip()
+    assert "but it exited: recalld: cannot use the data directory" in said, said
+    assert f"Is a directory: {state / 'daemon.lock'}" in said, said
+    assert "recalld-start.log" in said and len(said.splitlines()) == 1
