@@ -48,10 +48,11 @@ MALLOC_ARENAS = 2
 MALLOC_MMAP_MIN_BYTES = 4 << 20
 # What OpenBLAS reads for its thread count, in its order.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-# The signals the supervisor receives while the loop runs. Before its receiver opens they
-# act as they did when the process started (the default action ends it, SIGINT raises
-# KeyboardInterrupt; ignored ones, as under nohup, stay ignored); once it has been open
-# they are passed by.
+# The signals the supervisor receives while the loop runs. Before its receiver opens,
+# SIGTERM and SIGINT act as they did when the process started (the default action ends
+# it, SIGINT raises KeyboardInterrupt; ignored ones, as under nohup, stay ignored), and a
+# SIGHUP (a reload) is held for the supervisor, which reloads once it can; once the
+# receiver has been open they are passed by.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FILE_BYTES = 10 << 20
@@ -228,6 +229,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the daemon to its end and return the exit status. A process's entry point:
     once the daemon has started, it keeps SIGTERM, SIGHUP and SIGINT for good (ignored
     after it returns), so that no signal cuts a stop short."""
+    hangup = HeldHangup.install()
+    try:
+        return _main(argv, hangup)
+    finally:
+        if hangup is not None and not hangup.passed_on:  # the daemon never ran
+            hangup.uninstall()
+
+
+def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         args = args[1:]
@@ -295,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     supervisor = build_supervisor(cfg, systemd=sd_env, reload=reload)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _outside_the_receiver(supervisor, signal.getsignal(signum)))
+    if hangup is not None:
+        hangup.pass_on(supervisor)
     try:
         # Searches answer on the event loop while rebuilds and backfills run in worker
         # threads; a 1 ms GIL switch interval (Python's default is 5 ms) bounds how long a
@@ -375,6 +387,39 @@ async def _serve(supervisor: Supervisor) -> None:
     await supervisor.run()
 
 
+class HeldHangup:
+    """SIGHUP from the process's start until the supervisor's signal receiver opens: the
+    default action would end a daemon that was asked to reload while it imported its
+    modules. Held instead, and handed to the supervisor, which reloads once it can."""
+
+    def __init__(self) -> None:
+        self.came = False
+        self.passed_on = False
+
+    @classmethod
+    def install(cls) -> HeldHangup | None:
+        """The holder, now SIGHUP's handler; None when SIGHUP is ignored (nohup) or has a
+        handler of the caller's: that stays."""
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_DFL:
+            return None
+        held = cls()
+        signal.signal(signal.SIGHUP, held)
+        return held
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.came = True
+
+    def pass_on(self, supervisor: Supervisor) -> None:
+        """From now on SIGHUP's handler is the supervisor's (already installed): a SIGHUP
+        held so far asks it for a reload."""
+        self.passed_on = True
+        if self.came:
+            supervisor.reload_asked = True
+
+    def uninstall(self) -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _outside_the_receiver(
         supervisor: Supervisor, before: object,
 ) -> Callable[[int, FrameType | None], None]:
@@ -390,6 +435,9 @@ def _outside_the_receiver(
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if supervisor.signals_taken or before == signal.SIG_IGN:
+            return
+        if isinstance(before, HeldHangup):  # a reload asked for while the daemon starts
+            supervisor.reload_asked = True
             return
         if callable(before):
             before(signum, frame)

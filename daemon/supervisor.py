@@ -20,7 +20,8 @@ auto_memory (the jobs get ``graceful_timeout_s``), the jobs still running are st
 while their workspaces serve them (the journal resumes them after a restart), then the
 workspaces close; a second one stops at once (``main.py`` keeps
 any that come after the receiver closed from killing the process). SIGHUP reloads
-(in a task of its own, which a stop cancels: the stop does not wait for the file's read;
+(one that came before the receiver opened, held by ``main.py``, once the services run;
+in a task of its own, which a stop cancels: the stop does not wait for the file's read;
 a workspace the reload was opening closes like any other, as slowly as its open)
 the configuration file into a new frozen object; what can change at runtime (log level,
 workspace tables for workspaces opened from now on, newly configured workspaces) is
@@ -113,6 +114,9 @@ class Supervisor:
         #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
         #: comes while the daemon stops (see ``main.py``).
         self.signals_taken = False
+        #: A SIGHUP came before :meth:`run`'s receiver opened (``main.py`` holds it): one
+        #: reload follows once the services run.
+        self.reload_asked = False
 
     @property
     def config(self) -> DaemonConfig:
@@ -140,6 +144,9 @@ class Supervisor:
                         # stop cancels: a stop never waits for one's read (a hung mount).
                         # One waits while one runs; more SIGHUPs meanwhile add nothing.
                         want_reload, reloads = trio.open_memory_channel[None](1)
+                        if self.reload_asked:
+                            log.info("SIGHUP during the start: a reload follows")
+                            want_reload.send_nowait(None)
                         root.start_soon(self._handle_signals, signals, root.cancel_scope,
                                         want_reload)
                         await self._serve(root, task_status, sock, bound, reloads)

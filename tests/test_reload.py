@@ -277,3 +277,33 @@ def test_a_reload_without_its_file_says_the_defaults_apply(
     wait_for(lambda: f"configuration reloaded from {d.config_path}" in d.log(),
              "the reload of the file written again")
     assert d.stop() == 0
+
+
+def test_a_sighup_while_the_daemon_imports_its_modules_is_a_reload(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A reload asked for (systemctl reload, kill -HUP) while the daemon still imports its
+    # modules, before its signal receiver opens, used to end it (SIGHUP's default action).
+    # The start is held there, after the socket's lock and the configuration were taken.
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    held = _launcher(
+        "import os",
+        "from recalld.daemon import app",
+        "build = app.build_supervisor",
+        "def held(*args, **kw):",
+        "    open(os.environ['HOLD'], 'rb').read()",
+        "    return build(*args, **kw)",
+        "app.build_supervisor = held")
+    d = daemon_factory("", launcher=held, wait=False, HOLD=str(fifo))
+    writer = wait_for(lambda: _open_writer(fifo), "the start held before the supervisor")
+    try:
+        d.signal(signal.SIGHUP)
+        d.signal(signal.SIGHUP)  # several make one reload
+    finally:
+        os.close(writer)
+    d.wait_ready()
+    wait_for(lambda: "configuration reloaded" in d.log(), "the reload after the start")
+    assert d.log().count("SIGHUP during the start: a reload follows") == 1
+    assert d.log().count("configuration reloaded") == 1
+    assert d.call("daemon.ping")["pong"] is True
+    assert d.stop() == 0
