@@ -235,6 +235,10 @@ def test_server_search_falls_back_to_the_local_index_while_offline(
     # at each connect), the server answers again.
     wait_for(lambda: search(d, "srv", "ECONNREFUSED", None)["search_mode"] == "server",
              what="searched in the server again")
+    # Online, the replica no longer shows why it was offline as if it still held.
+    status = ws_status(d, "srv")["remote"]
+    assert status["state"] == "online", status
+    assert status["last_error"] is None and status["last_error_at"] is None, status
 
 
 def test_a_search_the_server_refuses_falls_back_and_shows_in_status(

@@ -284,6 +284,9 @@ class Replica:
             self._searcher.new_session()
             self._conn_state = "online"
             self._online_since = time.time()
+            # What kept it offline (or failing) is over: the log keeps it, status no longer
+            # shows it beside "online" as if it still held.
+            self._last_error = self._last_error_at = None
             self._first_attempt.set()
             log.info("shared workspace %s: online (%s), %d change(s) queued",
                      self._cfg.name, mask_dsn(self._cfg.dsn), self._files.queued)
