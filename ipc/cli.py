@@ -267,7 +267,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         say(err, f"recalld: {exc.message} (code {exc.code})")
         return EXIT_USAGE
     except errors.RecalldError as exc:
-        say(err, f"recalld: {exc.message} (code {exc.code}){hint(exc)}")
+        said = hint(exc, (command, getattr(ns, "ws_command", None)))
+        say(err, f"recalld: {exc.message} (code {exc.code}){said}")
         return EXIT_ERROR
     except TimeoutError as exc:
         say(err, f"recalld: {exc}")

@@ -190,8 +190,12 @@ class JobWaiter:
 _NOT_OPEN = re.compile(r"workspace '([A-Za-z0-9_.-]+)' is not open")
 
 
-def hint(exc: errors.RecalldError) -> str:
-    """What to do about a daemon's error, when the command line can say it ('' if not)."""
+def hint(exc: errors.RecalldError, command: Sequence[str | None] = ()) -> str:
+    """What to do about a daemon's error, when the command line can say it ('' if not).
+    ``command``: the command and its action; a workspace that is not open is one to open,
+    unless the command closes it."""
+    if tuple(command) == ("workspace", "close"):
+        return ""
     m = _NOT_OPEN.search(exc.message) if isinstance(exc, errors.UnknownWorkspace) else None
     return f"; open it with: recalld workspace open {m[1]}" if m else ""
 

@@ -165,6 +165,9 @@ def test_search_and_reindex(daemon: DaemonHandle) -> None:
         line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
         assert line.endswith("is not open (code -32001); open it with: "
                              "recalld workspace open ops.team-2"), line
+    # Closing one that is not open: nothing to open (the daemon's one line, no hint).
+    line = assert_one_line_error(recalld("workspace", "close", "ops.team-2", env=daemon.env), 1)
+    assert line.endswith("is not open (code -32001)"), line
 
 
 def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
