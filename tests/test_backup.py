@@ -118,6 +118,23 @@ def test_a_backup_of_every_workspace_names_those_not_open(daemon: DaemonHandle, 
     assert "not_open" not in daemon.call("backup.create", {"agents": ["w"]})
 
 
+def test_a_backup_of_every_workspace_names_a_configured_one_closed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A workspace the config file names, closed (or never opened: a folder that is a
+    # file) is neither open nor recorded: it was left out without a word.
+    (tmp_path / "afile").write_text("not a folder\n")
+    d = daemon_factory(f'[workspaces.notes]\npath = "{tmp_path / "notes"}"\n'
+                       f'[workspaces.flat]\npath = "{tmp_path / "afile"}"\n')
+    d.call("workspace.close", {"agent_id": "notes"})
+    d.call("workspace.close", {"agent_id": "flat"})
+    made = d.call("backup.create", {})
+    assert made["not_open"] == ["flat", "notes"] and sorted(made["agents"]) == ["default"], made
+    # Named, the closed one is read where it opens; the one whose place is a file, refused.
+    assert sorted(d.call("backup.create", {"agents": ["notes"]})["agents"]) == ["notes"]
+    with pytest.raises(InvalidParams, match="is not a folder"):
+        d.call("backup.create", {"agents": ["flat"]})
+
+
 def test_a_file_dated_before_1970_keeps_its_time_through_a_restore(
         daemon: DaemonHandle, ws: Path) -> None:
     # The modification time a restore sets back (ReMe's records know files by it) was

@@ -84,8 +84,9 @@ async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | 
     where, overrides = closed_home(cfg, agent_id, known, None)
     root = await trio.to_thread.run_sync(where.expanduser().resolve)
     if not await trio.to_thread.run_sync(root.is_dir):
-        raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} is "
-                            "gone: nothing to back up")
+        what = "is not a folder" if await trio.to_thread.run_sync(root.exists) else "is gone"
+        raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} "
+                            f"{what}: nothing to back up")
     settings = config_mod.workspace_settings_from_params(cfg.workspace_settings(agent_id),
                                                          overrides)
     return bk.AgentSource(agent_id, root, dirs_of(settings))
@@ -179,7 +180,8 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
             raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
     if not agents:  # "every workspace": say which ones it could not be
         registry = ctx.state.registry
+        known = set(registry.remembered()) | set(ctx.state.config.configured_agents())
         made["not_open"] = sorted(
             {w.agent_id for w in registry.list() if w.state != "ready"}
-            | (set(registry.remembered()) - {w.agent_id for w in registry.list()}))
+            | (known - {w.agent_id for w in registry.list()}))
     return made
