@@ -23,9 +23,10 @@ from recalld.ipc.answers import (
     DaemonStatus,
     JobInfo,
     JsonObject,
+    WorkspaceInfo,
 )
 from recalld.ipc.client import Client
-from recalld.ipc.health import assess, daemon_problems
+from recalld.ipc.health import assess, daemon_problems, not_open
 from recalld.ipc.progress import following, size
 from recalld.ipc.prometheus import labels_text, number, prometheus_text
 from recalld.ipc.render import _cell, _uptime, print_json, table
@@ -382,9 +383,10 @@ def _config_shown(path: object) -> str:
 MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
 
 
-def render_status(status: DaemonStatus, socket_path: str,
-                  jobs: Sequence[JobInfo] = ()) -> str:
-    """Per workspace first: is its memory OK, what waits, what is wrong and the fix."""
+def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo] = (),
+                  listed: Sequence[WorkspaceInfo] = ()) -> str:
+    """Per workspace first: is its memory OK, what waits, what is wrong and the fix; then
+    those of ``listed`` (``workspace.list``) that are not open."""
     lines = _header(status, socket_path)
     for p in daemon_problems(status):
         lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
@@ -401,7 +403,7 @@ def render_status(status: DaemonStatus, socket_path: str,
                 lines.append(f"         fix: {p.fix}")
     if not status.get("workspaces"):
         lines += ["", "no open workspaces (recalld workspace open AGENT)"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + not_open(listed, status, jobs)) + "\n"
 
 
 #: A commit that waited this long to start is named in ``status --verbose``.
@@ -475,7 +477,8 @@ def _status(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     if as_json:
         print_json(out, status)
         return EXIT_OK
-    out.write(render_status(status, str(client.socket_path), _jobs_or_none(client)))
+    out.write(render_status(status, str(client.socket_path), _jobs_or_none(client),
+                            client.workspace_list()))
     if getattr(ns, "verbose", False):
         out.write(render_internals(status))
     return EXIT_OK

@@ -418,6 +418,26 @@ def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
             "of its dsn); the outbox goes up once it does"))
 
 
+def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,
+             jobs: Sequence[JobInfo] = ()) -> list[str]:
+    """``recalld status``'s lines for the workspaces ``workspace.list`` has and
+    ``daemon.status`` does not (closed, recorded: they open at the next start), each with
+    the jobs that wait, held, for it to open."""
+    shown = {w.get("agent_id") for w in status.get("workspaces") or []}
+    lines: list[str] = []
+    for ws in listed:
+        agent = ws.get("agent_id")
+        if agent in shown:
+            continue
+        held = [j for j in jobs if j.get("agent_id") == agent
+                and j.get("state") in ("queued", "running")]
+        lines += ["", f"{agent}: not open  ({ws.get('state')}, {ws.get('path')})"]
+        if held:
+            lines.append(f"  jobs: {', '.join(str(j.get('kind')) for j in held)} wait for it "
+                         f"to open (recalld workspace open {agent})")
+    return lines
+
+
 def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     """Facts and problems of one workspace of ``daemon.status``; ``jobs`` are its jobs."""
     a = Assessment(str(ws.get("agent_id", "?")))

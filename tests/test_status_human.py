@@ -10,6 +10,7 @@ from conftest import DaemonFactory, DaemonHandle
 from test_cli import recalld
 from waits import wait_status
 
+from recalld.ipc.cli_ops import render_status
 from recalld.ipc.health import assess
 
 NO_KEY = {"OPENAI_API_KEY": "", "RECALLD_EMBEDDING_API_KEY": ""}
@@ -210,3 +211,21 @@ def test_a_state_file_the_daemon_cannot_save_shows_until_it_can(daemon: DaemonHa
     assert daemon.call("daemon.status")["queues"]["state_files"]["failing"] == 0
     assert "cannot save" not in recalld("status", env=daemon.env).stdout
     assert record.is_file()
+
+
+def test_status_names_the_workspaces_that_are_not_open(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    # A closed workspace opens again at the next start: status named only the open ones,
+    # so the jobs waiting for it (held) showed nowhere but in `jobs list`.
+    daemon.call("workspace.open", {"agent_id": "resting", "path": str(tmp_path / "r")})
+    daemon.call("workspace.close", {"agent_id": "resting"})
+    out = recalld("status", env=daemon.env).stdout
+    assert f"\nresting: not open  (closed, {tmp_path / 'r'})\n" in out, out
+    assert "default: OK" in out
+    status = daemon.call("daemon.status")
+    listed = daemon.call("workspace.list")["workspaces"]
+    held = {"job_id": "j1", "agent_id": "resting", "kind": "reindex", "state": "queued",
+            "held": True, "progress": {}}
+    text = render_status(status, str(daemon.socket_path), [held], listed)
+    assert ("resting: not open  (closed, " in text and "  jobs: reindex wait for it to open "
+            "(recalld workspace open resting)\n" in text), text
