@@ -11,40 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any
 
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
+from recalld.ipc.health_remote import remote_facts
+from recalld.ipc.problems import Assessment, Problem
 from recalld.ipc.types import visible
 
-Severity = Literal["fail", "warn", "info"]
 RESTART_FIX = ("then restart the daemon (systemctl --user restart recalld, or stop and "
                "start recalld serve)")
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Something wrong (fail), likely wrong (warn) or worth knowing (info), with its fix."""
-
-    severity: Severity
-    what: str
-    fix: str = ""
-    #: What it is about, where a list names it (``doctor``'s check of a daemon problem).
-    topic: str = ""
-
-
-@dataclass(slots=True)
-class Assessment:
-    agent_id: str
-    facts: list[tuple[str, str]] = field(default_factory=list)  # (label, text)
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def worst(self) -> str:
-        kinds = {p.severity for p in self.problems}
-        return "fail" if "fail" in kinds else "warn" if "warn" in kinds else "ok"
 
 
 def _when(value: object) -> str:
@@ -365,59 +342,6 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
     return out
 
 
-def _remote(a: Assessment, ws: WorkspaceInfo) -> None:
-    """A shared workspace's replica: its state and the local changes waiting to go up."""
-    remote = ws.get("remote")
-    if not isinstance(remote, Mapping):
-        return
-    state = remote.get("state")
-    searched = ", searched in the server" if remote.get("search_mode") == "server" else ""
-    behind = f", {remote.get('behind')} change(s) to pull" if remote.get("behind") else ""
-    held = remote.get("held")
-    count = held.get("deletions") if isinstance(held, Mapping) else 0
-    held_text = f", {count} deletion(s) held" if count else ""
-    a.facts.append(("remote", f"{state}, outbox {remote.get('outbox')}{behind}{held_text}"
-                              f"{searched} ({remote.get('name')} at {remote.get('server')})"))
-    if count and isinstance(held, Mapping):
-        a.problems.append(Problem(
-            "warn", f"shared workspace {a.agent_id}: {count} note deletion(s) held back, "
-                    f"not sent to the other hosts: {held.get('why')} (e.g. "
-                    f"{', '.join(str(p) for p in held.get('paths') or ())})",
-            f"restore the files, or run `recalld remote release {a.agent_id} --restore` to "
-            f"write them back from the server, or `recalld remote release {a.agent_id} "
-            "--upload` to delete them on every host"))
-    outside = remote.get("outside")
-    if isinstance(outside, Mapping) and outside.get("notes"):
-        a.problems.append(Problem(
-            "warn", f"shared workspace {a.agent_id}: {outside.get('notes')} note(s) of "
-                    f"{remote.get('name')} lie outside this host's daily_dir and "
-                    f"digest_dir (e.g. {outside.get('example')}) and are not replicated "
-                    "here: the hosts sharing it name other folders",
-            f"give [workspaces.{a.agent_id}] the same daily_dir and digest_dir as the other "
-            "hosts; once changed, the whole change feed is read again"))
-    if state == "misconfigured":  # not a fault of the server: nothing to wait for
-        a.problems.append(Problem(
-            "fail", f"shared workspace {a.agent_id}: remote misconfigured: "
-                    f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) "
-                    "wait in the outbox",
-            f"fix the dsn of [workspaces.{a.agent_id}].remote in the config file, then "
-            "restart the daemon (or reload it and open the workspace again)"))
-    elif state == "failing":  # the server answers; this host cannot apply or send a change
-        a.problems.append(Problem(
-            "warn", f"shared workspace {a.agent_id}: remote failing: "
-                    f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "
-                    "in the outbox",
-            _failing_advice(remote.get("blocked"), remote.get("refused"))))
-    elif state != "online":
-        a.problems.append(Problem(
-            "warn", f"shared workspace {a.agent_id}: remote {state}: "
-                    f"{remote.get('last_error') or 'connecting'}; "
-                    f"{remote.get('outbox')} local change(s) wait in the outbox",
-            f"check that the PostgreSQL server named by [workspaces.{a.agent_id}].remote is "
-            "reachable and accepts this host (the user, password, database and TLS settings "
-            "of its dsn); the outbox goes up once it does"))
-
-
 def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,
              jobs: Sequence[JobInfo] = ()) -> list[str]:
     """``recalld status``'s lines for the workspaces ``workspace.list`` has and
@@ -446,7 +370,7 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     _vector_facts(a, ws)
     _dream(a, ws, mine)
     _resources(a, ws)
-    _remote(a, ws)
+    remote_facts(a, ws)
     left_out = [str(k) for k in ws.get("secrets_left_out") or ()]
     if left_out:
         a.problems.append(Problem(
@@ -471,25 +395,3 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     waiting = any("wait for a chat model" in p.what for p in a.problems)
     _failed_jobs(a, mine, waiting)
     return a
-
-
-def _failing_advice(blocked: object, refused: object = None) -> str:
-    """What to do about a failing replica: files of the feed this host cannot write, and
-    local changes the server refuses to store, are named (their errors are in status'
-    ``blocked`` and ``refused``); else the log says what failed."""
-    advice = []
-    if isinstance(blocked, Mapping) and blocked:
-        advice.append(f"on this host, move what stands where {_named(blocked)} must be "
-                      "written (a folder, or a file that may not be replaced); each "
-                      "catch-up tries again")
-    if isinstance(refused, Mapping) and refused:
-        advice.append(f"the server refuses to store {_named(refused)} (the reason is in "
-                      "status' refused: a path too long for its index, a character its "
-                      "encoding lacks): rename the note; the rest goes up meanwhile")
-    return "; ".join(advice) or ("the error says what fails (the daemon's log has the "
-                                 "details); the replica retries by itself")
-
-
-def _named(paths: Mapping[object, object]) -> str:
-    named = sorted(str(p) for p in paths)
-    return ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
