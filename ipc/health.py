@@ -20,6 +20,8 @@ from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem
 from recalld.ipc.types import visible
 
+#: Why an LLM job fails, or capture waits, while the workspace has no chat model.
+NO_CHAT_MODEL = "no chat model configured"
 RESTART_FIX = ("then restart the daemon (systemctl --user restart recalld, or stop and "
                "start recalld serve)")
 
@@ -144,14 +146,18 @@ def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:
     return isinstance(why, str) and reason.endswith(f" wait for auto_memory: {why}")
 
 
+def _chat_model_fix(agent: str) -> str:
+    return (f"give the workspace a chat model (chat_model_config in [workspaces.{agent}] or "
+            f"[workspace_defaults] of the config file, {RESTART_FIX}; or let the agent hand "
+            "its own over)")
+
+
 def _capture_fix(agent: str, ws: WorkspaceInfo) -> str:
     """What writes the waiting turns: only a chat model, or a flush when nothing is timed,
     or (the idle flush and its retries are on) time itself."""
     capture = ws.get("capture") or {}
-    if capture.get("reason") == "no chat model configured":
-        return (f"give the workspace a chat model (chat_model_config in [workspaces.{agent}] "
-                "or [workspace_defaults] of the config file, " + RESTART_FIX + "; or let "
-                "the agent hand its own over); the turns wait on disk")
+    if capture.get("reason") == NO_CHAT_MODEL:
+        return _chat_model_fix(agent) + "; the turns wait on disk"
     if capture.get("reason") == "auto_memory job queued or running":
         return "wait: the queued or running auto_memory job writes them"
     if not capture.get("idle_s"):
@@ -259,9 +265,12 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
         a.facts.append(("dream", f"next {_when(d.get('next_run'))} (cron {d.get('cron')}); "
                                  f"{last_text}"))
     if last is not None and last.get("state") == "failed":
-        a.problems.append(Problem("warn", f"the last dream failed: {last.get('error')}",
-                                  f"recalld jobs get {last.get('job_id')}; then recalld dream "
-                                  f"--agent {a.agent_id}"))
+        error = str(last.get("error"))
+        # Without a chat model, running it again fails again: the model comes first.
+        first = (_chat_model_fix(a.agent_id) if error.startswith(NO_CHAT_MODEL)
+                 else f"recalld jobs get {last.get('job_id')}")
+        a.problems.append(Problem("warn", f"the last dream failed: {error}",
+                                  f"{first}; then recalld dream --agent {a.agent_id}"))
 
 
 def _resources(a: Assessment, ws: WorkspaceInfo) -> None:

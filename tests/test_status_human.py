@@ -229,3 +229,15 @@ def test_status_names_the_workspaces_that_are_not_open(daemon: DaemonHandle,
     text = render_status(status, str(daemon.socket_path), [held], listed)
     assert ("resting: not open  (closed, " in text and "  jobs: reindex wait for it to open "
             "(recalld workspace open resting)\n" in text), text
+
+
+def test_a_dream_failed_for_want_of_a_chat_model_gets_that_fix(daemon: DaemonHandle) -> None:
+    # Running the dream again, as the fix said, fails the same way: the model comes first.
+    proc = recalld("dream", "--agent", "default", env=daemon.env)
+    assert proc.returncode == 1 and "no chat model configured" in proc.stderr, proc.stderr
+    out = recalld("status", env=daemon.env).stdout
+    assert "[WARN] the last dream failed: no chat model configured" in out, out
+    fix = out.split("the last dream failed: no chat model configured\n", 1)[1].splitlines()[0]
+    assert fix.startswith("         fix: give the workspace a chat model "
+                          "(chat_model_config in [workspaces.default]"), fix
+    assert fix.endswith("; then recalld dream --agent default"), fix
