@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import stat
 import sys
 from pathlib import Path
 from typing import TypeVar
@@ -63,6 +64,11 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
         return errors.DaemonNotRunning(
             f"a daemon{pid} holds the lock of {socket_path} but does not answer there: its "
             "socket file was removed or replaced while it ran (stop it, then start it again)")
+    other = _not_a_socket(socket_path)
+    if other is not None:  # a daemon would refuse it too: no command to start one there
+        return errors.DaemonNotRunning(
+            f"cannot connect to {socket_path}: it is {other}, not a socket (--socket, "
+            "RECALLD_SOCKET and socket_path name the socket file itself)")
     try:
         found = paths.socket_path()
     except paths.PathError:
@@ -70,6 +76,15 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     serve = ("recalld serve" if found == socket_path
              else f"recalld serve --socket {shlex.quote(str(socket_path))}")
     return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
+
+
+def _not_a_socket(path: Path) -> str | None:
+    """What is at ``path`` when it is there and not a socket (a folder, a file), else None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "a file"
 
 
 def _says_listening(lock_file: Path) -> bool:

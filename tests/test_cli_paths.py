@@ -139,3 +139,17 @@ def test_a_typo_in_the_config_file_does_not_cut_agents_off_the_daemon(
         assert f"configuration error: {d.config_path}" in proc.stderr, proc.stderr
         line = assert_one_line_error(recalld("status", env=d.env), 2)
         assert str(d.config_path) in line
+
+
+def test_a_socket_path_naming_a_folder_or_a_file_says_so(daemon_factory: DaemonFactory,
+                                                          tmp_path: Path) -> None:
+    # `--socket` given the socket's folder (or a file that is no socket) was "daemon not
+    # running", with a `recalld serve --socket` there that the daemon refuses.
+    env = daemon_factory.environment()
+    (tmp_path / "afile").write_text("not a socket\n")
+    for place, what in ((tmp_path, "a folder"), (tmp_path / "afile", "a file")):
+        for args, where in ((["ping", "--socket", str(place)], env),
+                            (["status"], {**env, "RECALLD_SOCKET": str(place)})):
+            line = assert_one_line_error(recalld(*args, env=where), 3)
+            assert f"cannot connect to {place}: it is {what}, not a socket" in line, line
+            assert "start it with" not in line, line
