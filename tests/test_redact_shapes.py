@@ -210,3 +210,27 @@ def test_passwords_on_still_more_command_lines_are_masked(text: str, secret: str
 ])
 def test_those_command_lines_without_a_password_stay(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "we dropped the token passing-scheme-for-rings in 2019",
+    "the token ring-2-network-topology is obsolete",
+    "our secret sauce-recipe-of-grandma stays in the family",
+    "see password reset-flow-for-mobile in the tracker",
+    "otp generator-app-on-phone is the fallback",
+    "the token ring_buffer_size_limit was raised",
+    "token ring.buffer.size.limit",
+    "secret santa-list-2026 is done",
+])
+def test_words_joined_into_one_after_a_credential_word_stay(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("passwd hunter-2", "hunter-2"), ("passwd Tidy-Plank-Roast-7", "Tidy-Plank-Roast-7"),
+    ("token ab3-xyz-qqq today", "ab3-xyz-qqq"), ("pin 4821-7730", "4821-7730"),
+])
+def test_values_with_joins_after_a_credential_word_are_still_masked(text: str,
+                                                                    secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out

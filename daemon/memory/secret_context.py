@@ -25,6 +25,7 @@ from recalld.daemon.memory.secret_values import (
     looks_secret,
     passphrase,
     plain_password,
+    prose_compound,
     verb_form,
 )
 
@@ -421,9 +422,11 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _BARE_VALUE.match(text, a)
         if m is not None:
             value = strip_end(m.group("value"))
-            if value.endswith("=") or _FILE_NAME.fullmatch(value):
+            if value.endswith("=") or _FILE_NAME.fullmatch(value) or prose_compound(value):
                 # The name of the next setting ("<password value=...") or of a file, a
-                # word and its suffix ("password policy.md", "pin codes.txt").
+                # word and its suffix ("password policy.md", "pin codes.txt"), or words
+                # joined into one ("the token passing-scheme-for-rings", "secret
+                # santa-list-2026"): looks_secret takes their joins for symbols.
                 continue
             if looks_secret(value) and any(not c.isalpha() for c in value):
                 yield m.start("value"), m.start("value") + len(value)

@@ -78,6 +78,17 @@ def _compound(value: str) -> bool:
                 or _NUMBERED_WORD.fullmatch(p) for p in pieces)
 
 
+def prose_compound(value: str) -> bool:
+    """Lowercase words joined by ``-``, ``_`` or ``.``, at least two of them real words
+    ("passing-scheme-for-rings", "ring-2-network-topology", "ring_buffer_size"): what
+    prose says after a credential word that names a thing ("the token ring", "secret
+    santa"), not a value handed over after it. A machine-made value has capitals or
+    digits in its pieces; one glued word and a number ("hunter-2") is not prose."""
+    pieces = [p for p in re.split(r"[-_.]+", value) if p]
+    return (value.islower() and _compound(value)
+            and sum(len(p) >= 3 and p.isalpha() for p in pieces) >= 2)
+
+
 #: A file path of words and numbers (``memory/2026-07-01/api-key-rotation.md``): each
 #: part between slashes words or numbers joined by ``-``, ``_`` or ``.``.
 _WORDS_PATH = re.compile(r"/?(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|\d+))*/+)+"
