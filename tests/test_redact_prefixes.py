@@ -130,3 +130,27 @@ def test_words_with_numbers_joined_near_a_credential_word_are_left_alone(text: s
     """Joined words with a number after one ("Python3-compatible-wrapper") are a name,
     not a random-looking value, even near "token"."""
     assert redact(text) == text
+
+
+#: Tokens whose alphabet holds "-" or "_", and base64 (URL-safe too) wrapping one.
+JOINABLE = {
+    **{kind: PREFIXED[kind] for kind in ("discord_bot", "azure_client_secret", "frameio",
+                                         "atlassian", "dropbox", "harness")},
+    "telegram_bot": "61" + _r(string.digits, 8) + ":AA" + _r(_URL, 33),
+    "wrapped_padded": base64.b64encode(("ghp_" + _r(_B62, 37)).encode()).decode(),
+    "wrapped_urlsafe": base64.urlsafe_b64encode(("glpat-" + _r(_URL, 24)).encode())
+    .decode().rstrip("="),
+}
+
+
+@pytest.mark.parametrize("name", ["old_{t}-2.md", "{t}--old.txt", "x-{t}-backup",
+                                  "{t}_v2.md", "key {t}-"])
+@pytest.mark.parametrize("kind", sorted(JOINABLE))
+def test_a_token_followed_by_a_join_to_a_word_is_masked(kind: str, name: str) -> None:
+    """A "-" or "_" right after a token whose own alphabet holds it joins a word to it in
+    a file name: the token ends there (or takes the join with it), it is still found."""
+    token = JOINABLE[kind]
+    assert MASK in redact(token), kind
+    text = name.format(t=token)
+    for out in (redact(text), mask_name(text)):
+        assert not any(token[i:i + 12] in out for i in range(0, len(token) - 11, 6)), out

@@ -248,7 +248,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r"|[\w.\-]*webhook\.office\.com/webhookb2/"
                 r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+", token=False),
     _regex_rule("telegram_bot_token", (":",),
-                r"(?<![\w:])\d{5,12}:[A-Za-z0-9_\-]{30,50}(?![\w\-])", check=_tail_random),
+                _P + r"(?<!:)\d{5,12}:[A-Za-z0-9_\-]{30,50}" + _Q, check=_tail_random),
     _regex_rule("sendgrid", ("sg.",), _P + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _Q),
     _regex_rule("stripe", ("_live_", "_test_", "_prod_", "whsec_"),
                 _P + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
@@ -262,7 +262,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}"
                 r"|ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{30,})" + _Q),
     _regex_rule("discord_token", (".",),
-                _P + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _E,
+                _P + r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}" + _Q,
                 check=_tail_random),
     _regex_rule("mailgun", ("key-", "-"),
                 _P + r"(?:key-[0-9a-zA-Z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _Q,
@@ -285,7 +285,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-=]{60,}"
                 r"|dt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64})" + _Q),
     _regex_rule("azure_client_secret", ("q~",),
-                _P + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _E),
+                _P + r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.\-]{31,34}" + _Q),
     _regex_rule("alibaba", ("ltai",), _P + r"LTAI[A-Za-z0-9]{12,24}" + _Q),
     # Vendors whose tokens carry a fixed prefix, then a random tail. A prefix no word or
     # identifier holds is found joined to a name by ``-`` or ``_`` too; a short or common
@@ -390,9 +390,10 @@ def _b64_start(start: str) -> str:
 
 
 _WRAPPED = re.compile(
-    r"(?<![A-Za-z0-9+/\-_])(?:" + "|".join(sorted({re.escape(_b64_start(w))
-                                                     for w in _WRAPPED_STARTS}))
-    + r")[A-Za-z0-9+/\-_]{8,}={0,2}(?![A-Za-z0-9+/=\-_])")
+    r"(?<![A-Za-z0-9+/])(?:" + "|".join(sorted({re.escape(_b64_start(w))
+                                                  for w in _WRAPPED_STARTS}))
+    + r")[A-Za-z0-9+/\-_]{8,}(?:={1,2}(?![A-Za-z0-9+/=])|(?![A-Za-z0-9+/=\-_]))")
+_JOIN = re.compile(r"[-_]+")
 #: The lines that go on with base64 wrapped at a fixed width (``base64``'s 76 columns).
 _WRAPPED_LINES = re.compile(r"(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2}(?![A-Za-z0-9+/=\-_]))*")
 
@@ -402,16 +403,27 @@ def _wrapped(text: str, pos: int, endpos: int) -> Iterable[Span]:
     over, beyond the run it starts in)."""
     import binascii
 
-    for m in _WRAPPED.finditer(text, pos, endpos):
-        end = _WRAPPED_LINES.match(text, m.end()).end()  # type: ignore[union-attr]
-        body = "".join(text[m.start():end].split()).replace("-", "+").replace("_", "/")
+    def holds_a_secret(body: str) -> bool:
+        body = body.replace("-", "+").replace("_", "/")
         try:
             decoded = binascii.a2b_base64(body + "=" * (-len(body) % 4)).decode("latin-1")
         except (binascii.Error, ValueError):
-            continue
-        if any(next(iter(rule.find(decoded, 0, len(decoded))), None) is not None
-               for rule in _SHAPE_RULES if rule.find is not None):
+            return False
+        return any(next(iter(rule.find(decoded, 0, len(decoded))), None) is not None
+                   for rule in _SHAPE_RULES if rule.find is not None)
+
+    for m in _WRAPPED.finditer(text, pos, endpos):
+        end = _WRAPPED_LINES.match(text, m.end()).end()  # type: ignore[union-attr]
+        if holds_a_secret("".join(text[m.start():end].split())):
             yield m.start(), end
+            continue
+        # URL-safe base64 holds "-" and "_", and so do the words a file name joins to it
+        # ("<base64>--old.txt"): it may end at one of its last few.
+        joins = [j.start() for j in _JOIN.finditer(text, m.start(), m.end())][-4:]
+        for cut in reversed(joins):
+            if holds_a_secret(text[m.start():cut]):
+                yield m.start(), cut
+                break
 
 
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
