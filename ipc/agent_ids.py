@@ -73,6 +73,13 @@ def workspace_name(name: str) -> str:
     return non_latin_agent_id(name)
 
 
+def stand_in_name(name: str) -> str:
+    """A name to record in place of ``name`` where the daemon refuses it as looking like
+    a credential (an agent id that is an API key): ``agent-`` and a digest of it, the
+    same every time, which tells nothing of it and never looks like one."""
+    return f"agent-{_digest(_nfc(name))}"
+
+
 def same_id_refusal(agent_id: str, name: str, owner: str) -> str:
     """Why agent ``name`` may not use the workspace ``agent_id``: it is the workspace of
     agent ``owner``, another name that makes the same id ("Sales Bot", "Sales_Bot")."""

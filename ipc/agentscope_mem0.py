@@ -22,7 +22,7 @@ from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import session_key, workspace_name
+from recalld.ipc.agent_ids import session_key, stand_in_name, workspace_name
 from recalld.ipc.agentscope_messages import (
     MEMORY_MSG_NAME,
     Parked,
@@ -41,6 +41,7 @@ from recalld.ipc.agentscope_workspace import (
     model_overrides,
 )
 from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.types import without_frontmatter
 
@@ -79,6 +80,9 @@ class RecalldMem0Middleware(MiddlewareBase):
       ``author`` in its frontmatter. With ``scope_search_by_agent`` (default true, as in
       Mem0) searches only return notes whose ``author`` is this ``agent_id`` (the
       ``author`` search filter); off, or without ``agent_id``, the user's whole workspace.
+      An ``agent_id`` the daemon refuses to write as looking like a credential (an API
+      key given by mistake) is recorded as ``agent-<digest of it>`` instead, with one
+      warning; searches scoped by agent find the notes written under either name.
     - ``static_control`` / ``both``: before a reply, the user's text is searched (``top_k``
       hits, at least ``threshold``: the daemon's score, BM25 or fused) and the memories
       are injected when the reply starts; after it, the exchange is stored as a note (Mem0
@@ -130,6 +134,9 @@ class RecalldMem0Middleware(MiddlewareBase):
         if agent_id is not None:
             workspace_name(agent_id)  # names its session: refused if it makes no name
         self.agent_id = agent_id
+        #: The name its notes record: ``agent_id``, or its stand-in once the daemon has
+        #: refused it as looking like a credential.
+        self.writer = agent_id
         self.mode: Mode = mode
         self.top_k = top_k
         self.threshold = threshold
@@ -163,10 +170,12 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def search_memories(self, query: str, limit: int | None = None) -> list[str]:
         """Memory texts for ``query`` (``[path:lines] text``), scoped as configured."""
-        scoped = self.scope_search_by_agent and self.agent_id
+        # Its stand-in too: notes an earlier run wrote under it, before this one wrote.
+        authors = [self.agent_id, stand_in_name(self.agent_id)] if self.agent_id else []
+        scoped = self.scope_search_by_agent and authors
         response = await self._on_workspace(lambda: self.client.search(
             self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
-            filters={"author": self.agent_id} if scoped else None))
+            filters={"author": authors} if scoped else None))
         memories = []
         for hit in response:  # a memory is what the note says, not its frontmatter
             body, start = without_frontmatter(hit.text, hit.start_line)
@@ -175,12 +184,28 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def add_memory_text(self, text: str) -> NoteAdded:
         """Store ``text`` as a note of the day, recording this agent as its author."""
-        writer = self.agent_id or "agent"
+        try:
+            return await self._add_note(text)
+        except InvalidParams as exc:
+            if (self.agent_id is None or self.writer != self.agent_id
+                    or refused_as_credential(exc) not in ("author", "session_id")):
+                raise
+        # Refused for every write: its notes would never be stored. The id itself is
+        # neither written nor logged.
+        self.writer = stand_in_name(self.agent_id)
+        log.warning("recalld: the agent_id of RecalldMem0Middleware for %s looks like a "
+                    "credential (an API key?), which recalld never writes: its notes "
+                    "record the author %r instead; give it another agent_id",
+                    self.workspace, self.writer)
+        return await self._add_note(text)
+
+    async def _add_note(self, text: str) -> NoteAdded:
+        writer = self.writer or "agent"
         return await self._on_workspace(lambda: self.client.add_note(
             # Its own session: writers whose names make one id ("Sales Bot", "Sales  Bot")
             # would append to one note, under the author who wrote last.
             self.workspace, text, session_id=session_key(f"mem0-{writer}"),
-            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.agent_id))
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.writer))
 
     async def wait_writes(self) -> None:
         """Wait for background writes (``await_write=False``) to finish."""

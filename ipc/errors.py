@@ -87,6 +87,18 @@ class InvalidParams(RecalldError):
     code = INVALID_PARAMS
 
 
+#: The key of the ``data`` of an :class:`InvalidParams` refusing a name or an id that
+#: redaction would mask where it is written: its value is the param refused.
+LOOKS_LIKE_A_CREDENTIAL = "looks_like_a_credential"
+
+
+def refused_as_credential(exc: BaseException) -> str | None:
+    """The param ``exc`` refused as looking like a credential, or None for other errors."""
+    data = exc.data if isinstance(exc, InvalidParams) else None
+    param = data.get(LOOKS_LIKE_A_CREDENTIAL) if isinstance(data, Mapping) else None
+    return param if isinstance(param, str) else None
+
+
 class InternalError(RecalldError):
     code = INTERNAL_ERROR
 

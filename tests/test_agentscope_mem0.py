@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import random
+import string
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from fakes.provider_server import FakeProvider
 from test_agentscope import _chat_requests, _non_system, _system, fake, scripted
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.ipc.agent_ids import stand_in_name
 from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware
 from recalld.ipc.client import Client
 
@@ -247,3 +251,43 @@ def test_an_exchange_the_daemon_missed_is_stored_with_the_next(
     for fact in ("Ottoline", "pernambuco", "Wigmore"):
         assert note.count(fact) == 1, (fact, note)
     assert note.index("Ottoline") < note.index("pernambuco") < note.index("Wigmore")
+
+
+def test_an_agent_id_that_looks_like_a_credential_writes_under_a_stand_in(
+        daemon: DaemonHandle, caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon refuses to write an ``author`` (and a session) redaction would mask: an
+    API key given as ``agent_id`` made every write fail. Its notes record a stand-in, the
+    key is written nowhere, and scoped searches find them, in a later run too."""
+    rng = random.Random(4242)
+    key = "ghp_" + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(36))
+
+    async def main() -> tuple[str, list[str], list[str]]:
+        first = RecalldMem0Middleware(user_id="erin", agent_id=key, socket_path=daemon.socket_path)
+        try:
+            added = await first.add_memory_text("Erin's bike lock code starts with a nine.")
+            await first.add_memory_text("Erin's bike is a green Gazelle.")
+        finally:
+            await first.close()
+        later = RecalldMem0Middleware(user_id="erin", agent_id=key,
+                                      socket_path=daemon.socket_path)
+        other = RecalldMem0Middleware(user_id="erin", agent_id="planner",
+                                      socket_path=daemon.socket_path)
+        try:
+            return (str(added["path"]), await later.search_memories("Erin bike Gazelle"),
+                    await other.search_memories("Erin bike Gazelle"))
+        finally:
+            await later.close()
+            await other.close()
+
+    with caplog.at_level(logging.WARNING, logger="recalld.ipc.agentscope"):
+        path, found, not_theirs = asyncio.run(main())
+    note = _workspace(daemon, "erin") / path
+    fields = parse_frontmatter(note.read_text(encoding="utf-8"))[0]
+    assert fields["author"] == stand_in_name(key), fields
+    assert any("green Gazelle" in m for m in found) and not not_theirs, (found, not_theirs)
+    on_disk = [p for p in daemon.data_dir.rglob("*") if p.is_file()
+               and (key in p.name or key.encode() in p.read_bytes())]
+    assert not on_disk, on_disk
+    warnings = [r.getMessage() for r in caplog.records if "looks like a credential" in
+                r.getMessage()]
+    assert len(warnings) == 1 and key not in warnings[0], warnings

@@ -17,7 +17,7 @@ from typing import TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import MESSAGE_ROLES
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 
 ROLES = MESSAGE_ROLES
 #: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
@@ -57,7 +57,8 @@ def check_session_id(value: object) -> str:
     # It becomes a file name, a frontmatter field and the link to the dialog log: never a
     # credential, nor what redaction would mask there (the link would name nothing).
     if masked_in(value, f'source_conversation: "[[{_DIALOG_LINK}/{{}}.jsonl]]"'):
-        raise InvalidParams("session_id looks like a credential; use another id")
+        raise InvalidParams("session_id looks like a credential; use another id",
+                            {LOOKS_LIKE_A_CREDENTIAL: "session_id"})
     return value
 
 
@@ -71,7 +72,8 @@ def check_request_id(value: str | None) -> str | None:
     from recalld.daemon.memory.redact import masked_in
 
     if masked_in(value):
-        raise InvalidParams("request_id looks like a credential; use another id")
+        raise InvalidParams("request_id looks like a credential; use another id",
+                            {LOOKS_LIKE_A_CREDENTIAL: "request_id"})
     return value
 
 

@@ -61,7 +61,7 @@ from recalld.ipc.answers import (
     Selected,
     TopicWritten,
 )
-from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
+from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams, NotFound, RecalldError
 from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         raise InvalidParams("param 'author' must contain letters or digits")
     if author is not None and masked_in(author, "author: {}"):
         # Kept masked, the note would never be found by the author filter.
-        raise InvalidParams("param 'author' looks like a credential; use another name")
+        raise InvalidParams("param 'author' looks like a credential; use another name",
+                            {LOOKS_LIKE_A_CREDENTIAL: "author"})
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")

@@ -30,7 +30,7 @@ from recalld.ipc.answers import (
     WorkspaceInfo,
     WorkspaceOpened,
 )
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 
 MAX_READ_BYTES = 512 * 1024
 # How long ``workspace.open`` with ``import_report`` waits for the first indexing pass.
@@ -134,7 +134,8 @@ async def workspace_open(ctx: CallContext,
         raise InvalidParams("param 'path' must be a non-empty path without NUL")
     if not ctx.state.registry.exists(agent_id) and _masked_in(agent_id):
         # A new id names a folder and shows in every log line and status of it.
-        raise InvalidParams("agent_id looks like a credential; use another id")
+        raise InvalidParams("agent_id looks like a credential; use another id",
+                            {LOOKS_LIKE_A_CREDENTIAL: "agent_id"})
     async with progress.pumping():
         progress.phase("opening")
         ws = await ctx.state.registry.open(
